@@ -1,0 +1,172 @@
+"""Acceptance checks for the tiny Kimi tokenizer layout (docs real-servers.md §3.3-§3.4)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokview.core.kimi_layout import (
+    KIMI_SPECIAL_TOKENS,
+    LAYOUT_MARKER,
+    VOCAB_SIZE,
+    build_kimi_tokenizer_dir,
+    kimi_tokenizer_dir,
+)
+
+PROMPT_IDS = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63,
+              163586, 163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
+CHAIN_IDS = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
+CHAIN_TEXT = "Okay, let me think about this carefully.The answer is forty-two!"
+TABLE = {
+    "Okay": 256, "Ġlet": 260, "me": 261, "Ġme": 262, "Ġthink": 264, "Ġabout": 266, "Ġthis": 268,
+    "Ġcarefully": 270, "The": 272, "Ġanswer": 275, "is": 276, "Ġis": 277, "Ġforty": 279, "two": 281,
+    "an": 301, "as": 319, "at": 323, "user": 375, "ĠLet": 379, "Ġaa": 380, "aa": 381, "Ġab": 382,
+    "ab": 383, "dpto": 163583, ",": 44, ".": 46, "-": 45, "!": 33, "Ġ": 32,
+}
+USER_MSG = [{"role": "user", "content": "What is 6 times 7?"}]
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kimi-cache")
+
+
+def _load(d: Path):
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never touch the hub
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(d))
+
+
+@pytest.fixture(scope="session")
+def tok(cache_root):
+    return _load(kimi_tokenizer_dir(cache_dir=cache_root))
+
+
+@pytest.fixture(scope="session")
+def tok_nonspecial(cache_root):
+    return _load(kimi_tokenizer_dir(think_special=False, cache_dir=cache_root))
+
+
+def _ids(result) -> list[int]:
+    """transformers 5 returns a BatchEncoding from apply_chat_template(tokenize=True); 4.x a list."""
+    if not isinstance(result, list):
+        result = result["input_ids"]
+    return list(result)
+
+
+def test_loads_as_fast_tokenizer(tok):
+    assert tok.is_fast
+    assert len(tok) == VOCAB_SIZE
+    assert tok.eos_token == "<|im_end|>" and tok.bos_token == "[BOS]"
+    assert tok.unk_token == "[UNK]" and tok.pad_token == "[PAD]"
+    assert tok.model_max_length == 4096
+
+
+@pytest.mark.parametrize("variant", ["tok", "tok_nonspecial"])
+def test_special_token_ids(variant, request):
+    t = request.getfixturevalue(variant)
+    expected = {"<|im_end|>": 163586, "<think>": 163606, "</think>": 163607, "<|im_user|>": 163587,
+                "<|im_middle|>": 163601, "<|im_assistant|>": 163588}
+    assert {s: t.convert_tokens_to_ids(s) for s in expected} == expected
+    for i, s in KIMI_SPECIAL_TOKENS.items():
+        assert t.convert_ids_to_tokens(i) == s
+    assert t.convert_ids_to_tokens(163589) == "<|reserved_token_163589|>"
+    # Special strings in text encode atomically to their pinned ids.
+    assert t.encode("<|im_user|><think>", add_special_tokens=False) == [163587, 163606]
+
+
+def test_vocab_table(tok):
+    assert {s: tok.convert_tokens_to_ids(s) for s in TABLE} == TABLE
+
+
+def test_no_bos_added(tok):
+    assert tok.encode("hello", add_special_tokens=True) == tok.encode("hello", add_special_tokens=False)
+
+
+def test_chat_template_prompt(tok):
+    assert _ids(tok.apply_chat_template(USER_MSG, add_generation_prompt=True, tokenize=True)) == PROMPT_IDS
+
+
+def test_chat_template_thinking_off(tok):
+    ids = _ids(tok.apply_chat_template(USER_MSG, add_generation_prompt=True, tokenize=True, thinking=False))
+    assert ids == PROMPT_IDS + [163607]
+    assert ids[-2:] == [163606, 163607]
+
+
+def test_chat_template_rendering(tok):
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "A", "reasoning_content": "R"},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": None},
+    ]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    assert text == (
+        "<|im_system|>system<|im_middle|>S<|im_end|>"
+        "<|im_user|>user<|im_middle|>U<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>R</think>A<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think><|im_end|>"
+        "<|im_user|>user<|im_middle|><|im_end|>"
+    )
+
+
+def test_chat_template_file_matches(cache_root, tok):
+    d = kimi_tokenizer_dir(cache_dir=cache_root)
+    assert (d / "chat_template.jinja").read_text(encoding="utf-8") == tok.chat_template
+
+
+def test_decode_chain_default_hides_think(tok):
+    assert tok.decode(CHAIN_IDS, skip_special_tokens=True) == CHAIN_TEXT
+
+
+def test_decode_chain_nonspecial_keeps_think(tok_nonspecial):
+    text = tok_nonspecial.decode(CHAIN_IDS, skip_special_tokens=True)
+    assert text == "Okay, let me think about this carefully.</think>The answer is forty-two!"
+
+
+def test_marker_and_cache_reuse(cache_root):
+    d = kimi_tokenizer_dir(cache_dir=cache_root)
+    assert d.name == "kimi-layout"
+    marker = json.loads((d / LAYOUT_MARKER).read_text())
+    assert marker == {"layout": "kimi-k2.5", "think_special": True, "version": 1}
+    mtime = (d / "tokenizer.json").stat().st_mtime_ns
+    assert kimi_tokenizer_dir(cache_dir=cache_root) == d
+    assert (d / "tokenizer.json").stat().st_mtime_ns == mtime  # not rebuilt
+    nd = kimi_tokenizer_dir(think_special=False, cache_dir=cache_root)
+    assert nd.name == "kimi-layout-nonspecial"
+    assert json.loads((nd / LAYOUT_MARKER).read_text())["think_special"] is False
+
+
+def test_deterministic_build(tmp_path, cache_root):
+    a = build_kimi_tokenizer_dir(tmp_path / "a")
+    b = build_kimi_tokenizer_dir(tmp_path / "b")
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for n in names:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), n
+    cached = kimi_tokenizer_dir(cache_dir=cache_root)
+    assert (a / "tokenizer.json").read_bytes() == (cached / "tokenizer.json").read_bytes()
+    # Rebuilding over an existing directory replaces it and leaves no temp dirs behind.
+    build_kimi_tokenizer_dir(a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_module_import_is_light():
+    # Only what kimi_layout itself pulls in counts (tokview/__init__ is other code).
+    code = (
+        "import sys, tokview\n"
+        "before = set(sys.modules)\n"
+        "import tokview.core.kimi_layout\n"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "bad = {'textual', 'httpx', 'duckdb', 'tokenizers', 'transformers'} & new\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,78 @@
+"""The `tokview` command: argument parsing and exit codes only.
+
+Each subcommand lives in `tokview/commands/<name>.py` with `add_parser(subparsers)` and
+`run(args) -> int`; modules are imported only for the command being run, so `tokview batch`
+never pays for Textual. Every user-facing error becomes one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Order is the order shown in --help.
+COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show")
+
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UserError(Exception):
+    """A problem the user can fix (bad input, missing file): printed as one line, exit 1."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokview",
+        description="Capture, inspect, curate and export token-exact EAGLE-3 training data.",
+    )
+    parser.add_argument("--version", action="version", version=f"tokview {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"tokview.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tokview.commands.{name}":
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def _version() -> str:
+    from tokview import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args_in = sys.argv[1:] if argv is None else argv
+    if not args_in or args_in[0].startswith("--") and args_in[0] not in ("--help", "--version"):
+        args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
+    parser = build_parser()
+    args = parser.parse_args(args_in)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.run(args) or 0)
+    except UserError as exc:
+        print(f"tokview: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("tokview: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, OSError) as exc:  # our own error types derive from ValueError
+        print(f"tokview: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Align the text fields a server returned back onto the ids it produced.
+
+Reasoning parsers split *decoded text*; the delimiter ids vanish from every text field while they stay
+in the raw ids. Walking the ids' bytes against the returned text tells, per id, whether its text was
+kept, kept only in part (whitespace trimmed), or hidden; and where the text says something the ids
+do not (drift). The walk is linear: one pass over the ids with a bounded look-ahead to resynchronise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+KEPT = "kept"
+PARTIAL = "partial"
+HIDDEN = "hidden"
+DRIFT = "drift"
+"""The id's text was found, but only after text that no id accounts for."""
+
+RESYNC_WINDOW = 256
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Per-id status, plus the returned text that no id accounts for."""
+
+    statuses: tuple[str, ...]
+    unmatched_text: str
+
+    def positions(self, status: str) -> list[int]:
+        return [i for i, s in enumerate(self.statuses) if s == status]
+
+
+def _common_prefix(a: bytes, b: bytes, start: int) -> int:
+    n = 0
+    limit = min(len(a), len(b) - start)
+    while n < limit and a[n] == b[start + n]:
+        n += 1
+    return n
+
+
+def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool]) -> Alignment:
+    """Match each id's bytes, in order, against the concatenated text fields."""
+    target = "".join(t for t in texts if t).encode("utf-8")
+    cursor = 0
+    statuses: list[str] = []
+    unmatched = bytearray()
+    for piece, is_special in zip(pieces, special):
+        if not piece:
+            statuses.append(KEPT)
+            continue
+        common = _common_prefix(piece, target, cursor)
+        if common == len(piece):
+            statuses.append(KEPT)
+            cursor += common
+            continue
+        if common and not piece[common:].strip():
+            statuses.append(PARTIAL)  # trailing whitespace trimmed (e.g. content.strip())
+            cursor += common
+            continue
+        core = piece.lstrip()
+        if core and core != piece and target.startswith(core, cursor):
+            statuses.append(PARTIAL)  # leading whitespace trimmed (e.g. "\n\nThe" → "The")
+            cursor += len(core)
+            continue
+        if not piece.strip() or is_special:
+            statuses.append(HIDDEN)
+            continue
+        found = target.find(piece, cursor, cursor + RESYNC_WINDOW + len(piece))
+        if found != -1:
+            unmatched += target[cursor:found]
+            statuses.append(DRIFT)
+            cursor = found + len(piece)
+        else:
+            statuses.append(HIDDEN)
+    unmatched += target[cursor:]
+    return Alignment(tuple(statuses), unmatched.decode("utf-8", errors="replace"))

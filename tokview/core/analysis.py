@@ -1,0 +1,74 @@
+"""One call from a capture to everything derived from it: segments, loss mask, alignment, findings.
+
+The batch command, the store, the exports, the doctor and the UI all go through `analyze`, so a
+sample is judged the same way wherever it is looked at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tokview.core import segments as seg
+from tokview.core.alignment import Alignment, align
+from tokview.core.findings import ERROR, Context, Finding, run_checks
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+
+@dataclass(frozen=True)
+class Analysis:
+    segments: tuple[seg.Segment, ...]
+    kinds: tuple[str, ...]
+    loss_mask: tuple[int, ...]
+    alignment: Alignment | None
+    """Per output id (or per parsed-path id in a dual capture): kept / partial / hidden / drift."""
+    findings: tuple[Finding, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not any(f.severity == ERROR for f in self.findings)
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    @property
+    def supervised_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def align_text_fields(capture: Capture, tokenizer: "TokenizerAdapter") -> Alignment | None:
+    """Align the returned text fields to the ids they came from (None when no text came back)."""
+    if not capture.has_text_fields:
+        return None
+    ids = capture.parsed_output_ids or capture.output_ids
+    if capture.reasoning is not None or capture.content is not None:
+        texts = [capture.reasoning, capture.content]
+    else:
+        texts = [capture.text]
+    pieces = [tokenizer.piece_bytes(t) for t in ids]
+    special = [tokenizer.is_special(t) for t in ids]
+    return align(pieces, texts, special)
+
+
+def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapter | None" = None,
+            severities: dict[str, str] | None = None) -> Analysis:
+    """Derive segments, loss mask, alignment and findings from the ids (and the text fields)."""
+    kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)
+    alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
+    aligned_kinds = kinds
+    if capture.parsed_output_ids is not None and capture.parsed_output_ids != capture.output_ids:
+        aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.parsed_output_ids, profile)
+    ctx = Context(capture=capture, profile=profile, tokenizer=tokenizer, kinds=kinds, alignment=alignment,
+                  aligned_kinds=aligned_kinds)
+    return Analysis(
+        segments=tuple(seg.segments_from_kinds(kinds, len(capture.prompt_ids))),
+        kinds=tuple(kinds),
+        loss_mask=tuple(seg.loss_mask(capture.prompt_ids, capture.output_ids)),
+        alignment=alignment,
+        findings=tuple(run_checks(ctx, severities)),
+    )

@@ -1,0 +1,255 @@
+"""A tiny, offline stand-in for the Kimi-K2.5 tokenizer (spec: docs real-servers.md §3.3-§3.4).
+
+tokview must be testable without the Hugging Face hub and without the real 160k-entry Kimi
+tokenizer, yet its tests need Kimi's *exact* special-token ids and strings, a Kimi-style chat
+template whose generation prompt ends with ``<think>``, and a vocabulary of exactly 163840 so
+ids that a real server emits are always in range.  This module builds such a tokenizer
+deterministically from nothing but ``tokenizers`` + ``transformers`` in a couple of seconds.
+
+Only standard-library imports happen at module level: the heavy libraries are imported inside
+the builder so importing tokview stays cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import string
+import tempfile
+from pathlib import Path
+
+VOCAB_SIZE = 163840
+SPECIAL_START = 163584  # first id of the Kimi special range; 163583 is the last ordinary id
+LAYOUT_MARKER = "tokview_layout.json"
+LAYOUT_VERSION = 1
+
+KIMI_SPECIAL_TOKENS: dict[int, str] = {
+    163584: "[BOS]",
+    163585: "[EOS]",
+    163586: "<|im_end|>",
+    163587: "<|im_user|>",
+    163588: "<|im_assistant|>",
+    163590: "<|start_header_id|>",
+    163591: "<|end_header_id|>",
+    163593: "[EOT]",
+    163594: "<|im_system|>",
+    163595: "<|tool_calls_section_begin|>",
+    163596: "<|tool_calls_section_end|>",
+    163597: "<|tool_call_begin|>",
+    163598: "<|tool_call_argument_begin|>",
+    163599: "<|tool_call_end|>",
+    163601: "<|im_middle|>",
+    163606: "<think>",
+    163607: "</think>",
+    163838: "[UNK]",
+    163839: "[PAD]",
+}
+
+# The word list of §3.3, in order.  Its ids (256-379) are what the crafted model's "chain" emits.
+WORDS = (
+    "Okay , let me think about this carefully . The answer is forty - two ! hello world Hello what "
+    "how why yes no a an of to in and or for on with as by at from this that it be are was were not "
+    "but can will would should could model token reason step first second then so therefore because "
+    "question user assistant"
+).split()
+EXTRA_PIECES = ("ĠLet", "ĠOkay", "ĠThe")  # appended after the word list; only ĠLet (379) is new
+
+# Kimi-style template, no newlines between turns.  Differences from the real one are deliberate
+# (§3.4): no default system prompt, no tool rendering, history turns keep their reasoning.
+# Unknown roles (e.g. "tool") are rendered like a system turn carrying the role name.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- set content = message.content -%}"
+    "{%- if content is none or content is not defined -%}{%- set content = '' -%}"
+    "{%- elif content is not string -%}"
+    "{%- set ns = namespace(text='') -%}"
+    "{%- for part in content -%}{%- if part.type == 'text' -%}"
+    "{%- set ns.text = ns.text ~ part.text -%}{%- endif -%}{%- endfor -%}"
+    "{%- set content = ns.text -%}"
+    "{%- endif -%}"
+    "{%- if message.role == 'user' -%}"
+    "<|im_user|>user<|im_middle|>{{ content }}<|im_end|>"
+    "{%- elif message.role == 'assistant' -%}"
+    "<|im_assistant|>assistant<|im_middle|>"
+    "{%- if message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
+    "{%- else -%}<think></think>{%- endif -%}"
+    "{{ content }}<|im_end|>"
+    "{%- else -%}"
+    "<|im_system|>{{ message.role }}<|im_middle|>{{ content }}<|im_end|>"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "<|im_assistant|>assistant<|im_middle|>"
+    "{%- if thinking is defined and thinking is false -%}<think></think>"
+    "{%- else -%}<think>{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable-char map (what ByteLevel pre-tokenization produces)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Build the id layout of §3.3.  Insertion order == id order, which keeps output deterministic."""
+    b2u = _bytes_to_unicode()
+    vocab: dict[str, int] = {b2u[b]: b for b in range(256)}
+
+    def add(s: str) -> None:
+        if s not in vocab:
+            vocab[s] = len(vocab)
+
+    pieces = [p for w in WORDS for p in (w, "Ġ" + w)] + list(EXTRA_PIECES)
+    for p in pieces:
+        add(p)
+    assert len(vocab) == 380, len(vocab)
+    # Pseudo-words: random ids then decode to pronounceable junk instead of replacement chars.
+    combos = (
+        "".join(c) for n in (2, 3, 4) for c in itertools.product(string.ascii_lowercase, repeat=n)
+    )
+    for s in itertools.chain.from_iterable(("Ġ" + w, w) for w in combos):
+        if len(vocab) == SPECIAL_START:
+            break
+        add(s)
+    for i in range(SPECIAL_START, VOCAB_SIZE):
+        vocab[KIMI_SPECIAL_TOKENS.get(i, f"<|reserved_token_{i}|>")] = i
+    assert len(vocab) == VOCAB_SIZE
+
+    # Merges only for pieces all of whose prefixes exist, so that e.g. "user" is one token but
+    # "What" is W h at: the §3.4 example prompt depends on exactly this set and order.
+    merges: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for p in pieces:
+        if len(p) < 2 or not all(p[:k] in vocab for k in range(1, len(p))):
+            continue
+        for k in range(1, len(p)):
+            m = (p[:k], p[k])
+            if m not in seen:
+                seen.add(m)
+                merges.append(m)
+    return vocab, merges
+
+
+def _write_tokenizer(out: Path, think_special: bool) -> None:
+    """Write all tokenizer files into ``out`` (an empty directory)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab, merges = _vocab_and_merges()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    # added_tokens alone would renumber the gappy range, so the BPE vocab already holds these
+    # strings at their ids; registering them only makes them atomic (and, mostly, special).
+    think = {"<think>", "</think>"}
+    names = [s for s, i in vocab.items() if i >= SPECIAL_START]  # dict order == id order
+    tok.add_special_tokens(
+        [AddedToken(s, special=True, normalized=False) for s in names if think_special or s not in think]
+    )
+    if not think_special:
+        tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in sorted(think)])
+    for s in ("<|im_end|>", "<think>", "</think>", "<|im_user|>"):
+        assert tok.token_to_id(s) == vocab[s], s
+
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="[BOS]",
+        eos_token="<|im_end|>",
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        model_max_length=4096,
+    )
+    hf.chat_template = CHAT_TEMPLATE
+    hf.save_pretrained(str(out))
+    # transformers 5 writes tokenizer_class "TokenizersBackend", which transformers 4.x (pinned by
+    # some servers) cannot resolve; the v4 name loads in both.  The template also goes into the
+    # config so readers that ignore chat_template.jinja still find it.
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    cfg.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    (out / LAYOUT_MARKER).write_text(json.dumps(_marker(think_special), indent=2) + "\n", encoding="utf-8")
+
+
+def _marker(think_special: bool) -> dict:
+    return {"layout": "kimi-k2.5", "think_special": think_special, "version": LAYOUT_VERSION}
+
+
+def _is_built(d: Path, think_special: bool) -> bool:
+    try:
+        return json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8")) == _marker(think_special)
+    except (OSError, ValueError):
+        return False
+
+
+def _build(out_dir: Path, think_special: bool, replace: bool) -> Path:
+    """Build in a sibling temp dir and rename it into place, so readers never see half a dir.
+
+    With ``replace=False`` (the cache path) losing a race to another process is fine: its
+    finished build is kept and ours is discarded.
+    """
+    out_dir = Path(out_dir).expanduser().absolute()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; servers may run as another user
+        _write_tokenizer(tmp, think_special)
+        try:
+            os.rename(tmp, out_dir)  # atomic; succeeds if out_dir is absent or an empty dir
+            return out_dir
+        except OSError:
+            if not out_dir.exists():
+                raise
+        if not replace and _is_built(out_dir, think_special):
+            return out_dir
+        trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.rename(out_dir, trash / "old")
+        os.rename(tmp, out_dir)
+        shutil.rmtree(trash, ignore_errors=True)
+        return out_dir
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_kimi_tokenizer_dir(out_dir: Path, *, think_special: bool = True) -> Path:
+    """(Re)build the tiny Kimi tokenizer into ``out_dir`` and return its absolute path.
+
+    Writes tokenizer.json, tokenizer_config.json (plus whatever else ``save_pretrained`` emits),
+    chat_template.jinja and the ``tokview_layout.json`` marker.  Output is byte-identical across
+    runs.  ``think_special=False`` registers ``<think>``/``</think>`` as ordinary added tokens so
+    ``skip_special_tokens=True`` keeps them, which text-based reasoning parsers need (§4.6).
+    An existing ``out_dir`` is replaced.
+    """
+    return _build(Path(out_dir), think_special, replace=True)
+
+
+def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = None) -> Path:
+    """Return a cached build, building it only if its marker file is missing or stale.
+
+    ``cache_dir`` (default ``$TOKVIEW_CACHE`` or ``~/.cache/tokview``) is a base directory; the
+    build lives in its ``kimi-layout`` or ``kimi-layout-nonspecial`` subdirectory, so both
+    variants can share one cache.
+    """
+    base = Path(cache_dir) if cache_dir is not None else Path(
+        os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview"
+    )
+    d = base.expanduser() / ("kimi-layout" if think_special else "kimi-layout-nonspecial")
+    if _is_built(d, think_special):
+        return d.absolute()
+    return _build(d, think_special, replace=False)

@@ -1,0 +1,159 @@
+"""Model profiles: where each reasoning-model family keeps its think delimiters and stop ids.
+
+A profile is what lets tokview read structure straight off the ids: which id opens and closes
+reasoning, which ids end a turn, and whether the chat template pre-fills the opener (Kimi-K2.5
+does, so its output starts *inside* reasoning and never contains 163606).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+class ProfileError(ValueError):
+    """A profile could not be found, parsed or detected."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What one model family does with reasoning delimiters and stops."""
+
+    name: str
+    think_open: str
+    think_close: str
+    think_open_id: int | None
+    think_close_id: int | None
+    stop_ids: tuple[int, ...]
+    prefills_opener: bool
+    """True when the template's generation prompt (thinking on) ends with the opener."""
+    thinking_kwarg: str | None = "thinking"
+    """The chat_template_kwargs key that toggles thinking (`thinking` for Kimi, `enable_thinking` for Qwen3)."""
+    reasoning_parser: str | None = None
+    """The server's --reasoning-parser name for this family."""
+    max_length: int | None = None
+    """Longest prompt+output a trainer will accept; `over_max_length` fires above it."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def delimiter_ids(self) -> frozenset[int]:
+        return frozenset(i for i in (self.think_open_id, self.think_close_id) if i is not None)
+
+    def template_kwargs(self, thinking: bool | None) -> dict[str, Any]:
+        """The chat_template_kwargs to send (and to render locally) for this thinking setting."""
+        if thinking is None or not self.thinking_kwarg:
+            return {}
+        return {self.thinking_kwarg: bool(thinking)}
+
+    def with_overrides(self, **changes: Any) -> "ModelProfile":
+        return replace(self, **changes)
+
+
+BUILTIN_PROFILES: dict[str, ModelProfile] = {
+    "kimi-k2.5": ModelProfile(
+        name="kimi-k2.5", think_open="<think>", think_close="</think>",
+        think_open_id=163606, think_close_id=163607, stop_ids=(163586,),
+        prefills_opener=True, thinking_kwarg="thinking", reasoning_parser="kimi_k2",
+    ),
+    "kimi-k2-thinking": ModelProfile(
+        name="kimi-k2-thinking", think_open="<think>", think_close="</think>",
+        think_open_id=163606, think_close_id=163607, stop_ids=(163586,),
+        prefills_opener=False, thinking_kwarg=None, reasoning_parser="kimi_k2",
+    ),
+    "qwen3": ModelProfile(
+        name="qwen3", think_open="<think>", think_close="</think>",
+        think_open_id=151667, think_close_id=151668, stop_ids=(151645, 151643),
+        prefills_opener=False, thinking_kwarg="enable_thinking", reasoning_parser="qwen3",
+    ),
+    "deepseek-r1": ModelProfile(
+        name="deepseek-r1", think_open="<think>", think_close="</think>",
+        think_open_id=128798, think_close_id=128799, stop_ids=(1,),
+        prefills_opener=True, thinking_kwarg=None, reasoning_parser="deepseek_r1",
+    ),
+}
+
+ALIASES = {"kimi": "kimi-k2.5", "kimi-k25": "kimi-k2.5", "qwen": "qwen3", "deepseek": "deepseek-r1",
+           "r1": "deepseek-r1"}
+
+
+def get_profile(name: str) -> ModelProfile:
+    """A built-in profile by name (or alias), or a profile from a TOML file path."""
+    if name.endswith(".toml") or Path(name).is_file():
+        return load_profile_toml(Path(name))
+    key = ALIASES.get(name.lower(), name.lower())
+    try:
+        return BUILTIN_PROFILES[key]
+    except KeyError:
+        known = ", ".join(sorted(BUILTIN_PROFILES))
+        raise ProfileError(f"unknown profile {name!r} (known: {known}, or a .toml file)") from None
+
+
+def load_profile_toml(path: Path) -> ModelProfile:
+    """Read a profile for a new model from a small TOML file.
+
+    Either a complete profile, or `base = "qwen3"` plus the keys that differ.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"profile file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"profile file {path} is not valid TOML: {exc}") from None
+    data = data.get("profile", data)
+    base_name = data.pop("base", None)
+    if "stop_ids" in data:
+        data["stop_ids"] = tuple(int(i) for i in data["stop_ids"])
+    allowed = set(ModelProfile.__dataclass_fields__) - {"extra"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise ProfileError(f"profile file {path}: unknown keys {sorted(unknown)}")
+    if base_name:
+        return get_profile(base_name).with_overrides(**data)
+    missing = {"name", "think_open", "think_close", "think_open_id", "think_close_id", "stop_ids",
+               "prefills_opener"} - set(data)
+    if missing:
+        raise ProfileError(f"profile file {path}: missing keys {sorted(missing)} (or give base = \"…\")")
+    return ModelProfile(**data)
+
+
+_FAMILY_BY_OPEN_ID = {163606: ("kimi-k2.5", "kimi-k2-thinking"), 151667: ("qwen3", "qwen3"),
+                      128798: ("deepseek-r1", "deepseek-r1")}
+
+
+def detect_profile(tokenizer: Any) -> ModelProfile:
+    """Work out the profile from a loaded tokenizer (a `TokenizerAdapter`).
+
+    Finds the think tokens in the vocabulary and renders the chat template with
+    `add_generation_prompt=True` to see whether it ends with the opener.
+    """
+    open_id = tokenizer.token_to_id("<think>")
+    close_id = tokenizer.token_to_id("</think>")
+    if open_id is None or close_id is None:
+        raise ProfileError("the tokenizer has no <think>/</think> tokens: give --profile")
+    template = tokenizer.chat_template or ""
+    kwarg = "enable_thinking" if "enable_thinking" in template else ("thinking" if "thinking" in template else None)
+    prefills = False
+    if template:
+        kwargs = {kwarg: True} if kwarg else {}
+        rendered = tokenizer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                    template_kwargs=kwargs)
+        tail = [i for i in rendered[-4:] if tokenizer.piece_text(i).strip()]
+        prefills = bool(tail) and tail[-1] == open_id
+    stops = []
+    for tok in ("<|im_end|>", "<|endoftext|>", "<｜end▁of▁sentence｜>"):
+        tid = tokenizer.token_to_id(tok)
+        if tid is not None:
+            stops.append(tid)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in stops:
+        stops.append(tokenizer.eos_token_id)
+    with_prefill, without_prefill = _FAMILY_BY_OPEN_ID.get(open_id, ("custom", "custom"))
+    name = with_prefill if prefills else without_prefill
+    base = BUILTIN_PROFILES.get(name)
+    return ModelProfile(
+        name=name, think_open="<think>", think_close="</think>", think_open_id=open_id,
+        think_close_id=close_id, stop_ids=tuple(stops), prefills_opener=prefills, thinking_kwarg=kwarg,
+        reasoning_parser=base.reasoning_parser if base else None,
+        max_length=tokenizer.model_max_length,
+    )

@@ -1,0 +1,123 @@
+"""Prompt rows in the shapes users have, turned into the conversations a server is asked to continue.
+
+Accepted row shapes: OpenAI `messages` (role/content), ShareGPT `conversations` (from/value, as in
+mlabonne/open-perfectblend) or SpecForge `conversations` (role/content), and a plain `prompt`.
+A multi-turn row becomes one generation point per assistant turn, its history stripped of earlier
+reasoning exactly as a Kimi/Qwen template would show it to the server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from tokview.core.record import canonical_hash
+
+ROLE_FROM_SHAREGPT = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                      "system": "system", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
+                      "tool": "tool", "function": "tool", "observation": "tool"}
+REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+
+
+class PromptError(ValueError):
+    """A prompt row is not in any shape tokview reads."""
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    prompt_id: str
+    messages: list[dict[str, Any]]
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class GenerationPoint:
+    """One assistant turn to generate: the history the server sees and which turn it is."""
+
+    prompt_id: str
+    turn: int | None
+    """Index of the assistant turn in a multi-turn row; None for a single generation."""
+    history: list[dict[str, Any]]
+
+
+def prompt_id_for(row: dict[str, Any]) -> str:
+    """The row's own `id` if it has one, else `hash_` + sha256 of the canonical row."""
+    rid = row.get("id")
+    if isinstance(rid, (str, int)) and str(rid).strip():
+        return str(rid)
+    return "hash_" + canonical_hash(row)
+
+
+def _message(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise PromptError(f"{where}: a turn is not an object")
+    if "from" in raw or "value" in raw:
+        role = ROLE_FROM_SHAREGPT.get(str(raw.get("from", "")).lower())
+        if role is None:
+            raise PromptError(f"{where}: unknown ShareGPT speaker {raw.get('from')!r}")
+        msg: dict[str, Any] = {"role": role, "content": raw.get("value") or ""}
+    else:
+        role = raw.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise PromptError(f"{where}: unknown role {role!r}")
+        content = raw.get("content")
+        if isinstance(content, list):  # OpenAI content parts: keep the text parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        msg = {"role": role, "content": content if content is not None else ""}
+    for key in REASONING_KEYS:
+        if raw.get(key):
+            msg["reasoning_content"] = raw[key]
+            break
+    return msg
+
+
+def parse_row(row: Any, line: int | None = None) -> PromptRow:
+    where = f"line {line}" if line is not None else "row"
+    if not isinstance(row, dict):
+        raise PromptError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if isinstance(row.get("messages"), list):
+        turns = row["messages"]
+    elif isinstance(row.get("conversations"), list):
+        turns = row["conversations"]
+    elif isinstance(row.get("prompt"), str):
+        turns = [{"role": "user", "content": row["prompt"]}]
+        if isinstance(row.get("system"), str):
+            turns.insert(0, {"role": "system", "content": row["system"]})
+    else:
+        raise PromptError(f"{where}: no `messages`, `conversations` or `prompt` field")
+    messages = [_message(t, where) for t in turns]
+    if not any(m["role"] == "user" for m in messages):
+        raise PromptError(f"{where}: the conversation has no user turn")
+    return PromptRow(prompt_id_for(row), messages, line)
+
+
+def generation_points(row: PromptRow) -> list[GenerationPoint]:
+    """One point per assistant turn (history without earlier reasoning), or one at the end."""
+    points: list[GenerationPoint] = []
+    assistant_turns = [i for i, m in enumerate(row.messages) if m["role"] == "assistant"]
+    multi = len(assistant_turns) > 1 or (assistant_turns and row.messages[-1]["role"] != "assistant")
+    for k, idx in enumerate(assistant_turns):
+        points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx])))
+    if row.messages[-1]["role"] != "assistant":
+        points.append(GenerationPoint(row.prompt_id, len(assistant_turns) if assistant_turns else None,
+                                      _history(row.messages)))
+    return points
+
+
+def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Earlier turns as the server's template sees them: earlier reasoning dropped."""
+    return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object or a PromptError) for each non-blank line."""
+    with path.open("r", encoding="utf-8") as fh:
+        for n, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                yield n, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield n, PromptError(f"line {n}: not valid JSON ({exc.msg} at column {exc.colno})")

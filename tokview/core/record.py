@@ -1,0 +1,89 @@
+"""The capture: the one record everything in tokview shows, stores, checks and exports.
+
+It holds what the server saw and produced (prompt ids, output ids), what its text fields said
+(under whichever field name it used), the request's settings, and the raw request and response for
+audit. Everything else (segments, loss mask, findings) is derived from it by pure functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+ENDPOINTS = ("sglang-generate", "sglang-chat", "vllm-chat", "vllm-completions", "dual", "imported")
+
+
+@dataclass
+class Capture:
+    """One generation exactly as served."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    finish_reason: str | None = None
+    """Normalised to `stop`, `length`, `abort` or whatever the server said."""
+    matched_stop: int | str | None = None
+    text: str | None = None
+    """The raw completion text (SGLang `/generate` `text`, vLLM completions `text`)."""
+    reasoning: str | None = None
+    """The reasoning text the parser returned, from whichever field carried it."""
+    content: str | None = None
+    reasoning_field: str | None = None
+    """Which field carried the reasoning (`reasoning`, `reasoning_content`), or None if none did."""
+    parsed_output_ids: list[int] | None = None
+    """In a dual capture, the ids the parsed chat path returned (None if it returned none)."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Sampling params, max_new_tokens, thinking, chat_template_kwargs, seed."""
+    messages: list[dict[str, Any]] | None = None
+    """The conversation the prompt ids were rendered from (for `prompt_render_mismatch`)."""
+    endpoint: str = "sglang-generate"
+    server_url: str | None = None
+    server_kind: str | None = None
+    server_version: str | None = None
+    model: str | None = None
+    output_logprobs: list[float] | None = None
+    raw_request: dict[str, Any] | None = None
+    raw_response: Any = None
+    parsed_raw_response: Any = None
+    latency_s: float | None = None
+
+    @property
+    def input_ids(self) -> list[int]:
+        """prompt + output: the sequence a drafter trains on."""
+        return list(self.prompt_ids) + list(self.output_ids)
+
+    @property
+    def thinking(self) -> bool | None:
+        return self.settings.get("thinking")
+
+    @property
+    def has_text_fields(self) -> bool:
+        return any(v is not None for v in (self.text, self.reasoning, self.content))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Capture":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def settings_key(settings: dict[str, Any]) -> str:
+    """A short stable hash of generation settings: two runs with other settings never collide."""
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def canonical_hash(obj: Any) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def sample_id_for(prompt_id: str, settings: dict[str, Any], index: int, turn: int | None = None) -> str:
+    """Stable id: same prompt + same settings + same index → same id, so re-runs resume."""
+    turn_part = f"#turn{turn}" if turn is not None else ""
+    return f"{prompt_id}{turn_part}@{settings_key(settings)}_gen{index}"
