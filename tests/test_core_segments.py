@@ -1,0 +1,141 @@
+"""Property tests on the segmenter and unit tests on display pieces, profiles and prompt shapes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokview.core import segments as seg
+from tokview.core.profiles import BUILTIN_PROFILES, ProfileError, detect_profile, get_profile, load_profile_toml
+from tokview.core.prompts import PromptError, generation_points, parse_row, prompt_id_for
+
+KIMI = BUILTIN_PROFILES["kimi-k2.5"]
+SPECIAL = [163606, 163607, 163586]
+ids_strategy = st.lists(st.one_of(st.sampled_from(SPECIAL), st.integers(0, 163839)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt=ids_strategy, output=ids_strategy, profile=st.sampled_from(list(BUILTIN_PROFILES.values())))
+def test_segments_partition_the_ids(prompt, output, profile):
+    segments = seg.segment(prompt, output, profile)
+    total = len(prompt) + len(output)
+    covered = [i for s in segments for i in range(s.start, s.end)]
+    assert covered == list(range(total))
+    assert all(s.end > s.start for s in segments)
+    assert all(not (s.start < len(prompt) < s.end) for s in segments)  # none straddles the boundary
+    assert all(s.kind in seg.SEGMENT_KINDS for s in segments)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompt=ids_strategy, output=ids_strategy)
+def test_loss_mask_matches_input(prompt, output):
+    mask = seg.loss_mask(prompt, output)
+    assert len(mask) == len(prompt) + len(output)
+    assert sum(mask) == len(output)
+    assert mask[: len(prompt)] == [0] * len(prompt)
+
+
+def test_prompt_opened_vs_closed():
+    assert seg.prompt_opens_reasoning([1, 163606], KIMI)
+    assert not seg.prompt_opens_reasoning([1, 163606, 163607], KIMI)
+    assert not seg.prompt_opens_reasoning([1, 2], KIMI)
+    kinds = seg.token_kinds([1, 163606, 163607], [5, 163586], KIMI)
+    assert kinds[3:] == ["answer", "stop"]
+
+
+def test_pieces_multibyte_and_special(qwen_tok, kimi_tok):
+    ids = qwen_tok.encode("你好 🙂 ok")
+    pieces = qwen_tok.pieces(ids)
+    assert "".join(p for p in pieces if not p.startswith("‹")) == "你好 🙂 ok"
+    # Kimi layout: byte-level tokens; "é" is two byte tokens → one partial piece, one completing piece.
+    e_ids = kimi_tok.encode("é")
+    assert len(e_ids) == 2
+    assert kimi_tok.pieces(e_ids) == ["‹c3›", "é"]
+    assert kimi_tok.pieces([163606, 256, 163607]) == ["<think>", "Okay", "</think>"]
+
+
+def test_detect_profiles(qwen_tok, kimi_tok):
+    q = detect_profile(qwen_tok)
+    assert (q.name, q.think_open_id, q.think_close_id, q.prefills_opener, q.thinking_kwarg) == \
+        ("qwen3", 151667, 151668, False, "enable_thinking")
+    assert 151645 in q.stop_ids
+    k = detect_profile(kimi_tok)
+    assert (k.name, k.think_open_id, k.think_close_id, k.prefills_opener, k.thinking_kwarg) == \
+        ("kimi-k2.5", 163606, 163607, True, "thinking")
+    assert k.stop_ids[0] == 163586
+
+
+def test_profile_toml(tmp_path):
+    f = tmp_path / "glm.toml"
+    f.write_text('base = "qwen3"\nname = "glm-4.5"\nthink_open_id = 151350\nthink_close_id = 151351\n')
+    p = load_profile_toml(f)
+    assert (p.name, p.think_open_id, p.thinking_kwarg) == ("glm-4.5", 151350, "enable_thinking")
+    assert get_profile(str(f)) == p
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = [")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_profile_toml(bad)
+    with pytest.raises(ProfileError, match="unknown profile"):
+        get_profile("nope")
+
+
+def test_prompt_shapes_and_ids():
+    a = parse_row({"id": "x1", "messages": [{"role": "user", "content": "hi"}]})
+    b = parse_row({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})
+    c = parse_row({"prompt": "hi"})
+    assert a.prompt_id == "x1" and a.messages == [{"role": "user", "content": "hi"}]
+    assert b.prompt_id.startswith("hash_") and len(b.prompt_id) == 5 + 64
+    assert b.prompt_id == prompt_id_for({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})
+    assert c.messages == [{"role": "user", "content": "hi"}]
+    for bad in ([1], {"foo": 1}, {"messages": [{"role": "wizard", "content": "x"}]}, {"messages": []}):
+        with pytest.raises(PromptError):
+            parse_row(bad, line=3)
+
+
+def test_multiturn_points_drop_history_reasoning():
+    row = parse_row({"id": "m", "messages": [
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
+        {"role": "user", "content": "q2"}]})
+    points = generation_points(row)
+    assert [p.turn for p in points] == [0, 1]
+    assert points[0].history == [{"role": "user", "content": "q1"}]
+    assert points[1].history[1] == {"role": "assistant", "content": "a1"}
+    single = generation_points(parse_row({"prompt": "x"}))
+    assert [p.turn for p in single] == [None]
+
+
+def test_sample_data_files_parse():
+    from pathlib import Path
+
+    from tokview.core.prompts import iter_jsonl
+
+    root = Path(__file__).resolve().parents[1] / "sample_data"
+    counts = {}
+    for f in sorted(root.glob("*.jsonl")):
+        rows = [parse_row(obj, n) for n, obj in iter_jsonl(f)]
+        counts[f.name] = sum(len(generation_points(r)) for r in rows)
+    assert counts["openai_messages.jsonl"] == 30 and counts["multiturn.jsonl"] > 6
+
+
+def test_core_never_imports_textual():
+    code = ("import sys, tokview.core, tokview.core.analysis, tokview.core.tokenizer, tokview.core.prompts, "
+            "tokview.core.kimi_layout, tokview.core.profiles;"
+            "bad=[m for m in ('textual','httpx','duckdb') if m in sys.modules]; print(json.dumps(bad))")
+    out = subprocess.run([sys.executable, "-c", "import json;" + code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_no_module_outside_ui_imports_textual():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "tokview"
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
+                 if "ui" not in p.relative_to(root).parts[:1]
+                 and any(line.lstrip().startswith(("import textual", "from textual"))
+                         for line in p.read_text().splitlines())]
+    assert offenders == []
