@@ -1,0 +1,142 @@
+"""The DuckDB store: round trips, resume anti-join, verdict history, filters, migrations."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from tokview.core.analysis import analyze
+from tokview.store import LATEST_VERSION, SampleFilter, SchemaError, Store, UnknownSample
+
+from test_store_fixtures import kimi, make_capture, profile, put
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "t.duckdb") as s:
+        yield s
+
+
+def test_capture_round_trips_and_secrets_are_scrubbed(store, monkeypatch):
+    monkeypatch.setenv("TOKVIEW_API_KEY", "sk-envkey")
+    cap = make_capture()
+    cap.raw_request["headers"] = {"Authorization": "Bearer sk-envkey", "note": "key sk-envkey inline"}
+    sid = put(store, "p1", cap)
+    got = store.load_sample(sid)
+    assert got.capture.prompt_ids == cap.prompt_ids and got.capture.output_ids == cap.output_ids
+    assert got.capture.reasoning == cap.reasoning and got.capture.usage == cap.usage
+    assert got.capture.raw_request["api_key"] == "[redacted]"
+    assert got.capture.raw_request["headers"]["Authorization"] == "[redacted]"
+    assert "sk-envkey" not in got.capture.raw_request["headers"]["note"]
+    assert got.status == "pending" and got.valid and got.n_errors == 0
+    assert got.alignment and set(got.alignment) <= {"kept", "partial", "hidden", "drift"}
+    raw = store.query("SELECT raw_request FROM samples")[0][0]
+    assert "sk-secret" not in raw and "sk-envkey" not in raw
+
+
+def test_findings_stored_with_codes_denormalised(store):
+    sid = put(store, "p1", make_capture(finish_reason="length", stop=False))
+    got = store.load_sample(sid)
+    assert "truncated" in [f.code for f in got.findings]
+    assert not got.valid and got.n_errors >= 1
+    row = store.samples_page()[0]
+    assert "truncated" in row.codes and row.n_errors == got.n_errors
+    assert store.finding_codes() == sorted({f.code for f in got.findings})
+
+
+def test_rewrite_is_idempotent_and_keeps_status(store):
+    cap = make_capture()
+    sid = put(store, "p1", cap)
+    store.record_verdict(sid, "approved", who="ann")
+    put(store, "p1", cap)
+    assert store.count_samples() == 1
+    assert store.load_sample(sid).status == "approved"
+    assert len(store.load_sample(sid).findings) == len(analyze(cap, profile(), kimi()).findings)
+
+
+def test_existing_sample_ids_is_an_anti_join(store):
+    a = put(store, "p1", make_capture())
+    assert store.existing_sample_ids([a, "nope", a]) == {a}
+    assert store.existing_sample_ids([]) == set()
+
+
+def test_verdict_history_and_undo(store):
+    sid = put(store, "p1", make_capture())
+    store.record_verdict(sid, "approved", who="ann", tags=("good",))
+    store.record_verdict(sid, "rejected", reason="loops", note="reasoning repeats", tags=("loop",), who="bob")
+    s = store.load_sample(sid)
+    assert s.status == "rejected" and s.tags == ["loop"] and s.notes == ["reasoning repeats"]
+    assert store.undo_verdict(sid) == "approved"
+    assert store.load_sample(sid).status == "approved"
+    assert store.undo_verdict(sid) == "pending"
+    assert store.undo_verdict(sid) == "pending"  # nothing left to undo
+    store.add_note(sid, "look again", who="ann", tags=("recheck",))
+    s = store.load_sample(sid)
+    assert [h["kind"] for h in s.history] == ["verdict", "verdict", "undo", "undo", "note"]
+    assert "recheck" in s.tags and "look again" in s.notes
+    with pytest.raises(ValueError):
+        store.record_verdict(sid, "maybe")
+    with pytest.raises(UnknownSample):
+        store.record_verdict("missing", "approved")
+
+
+def test_filters_order_and_paging(store):
+    ids = [put(store, f"p{i}", make_capture(answer="yes" if i % 2 else "no")) for i in range(6)]
+    bad = put(store, "trunc", make_capture(finish_reason="length", stop=False), run_id="run2")
+    store.record_verdict(ids[0], "approved")
+    assert store.count_samples() == 7
+    assert store.count_samples(SampleFilter(status="approved")) == 1
+    assert store.count_samples(SampleFilter(run_id="run2")) == 1
+    assert store.count_samples(SampleFilter(valid=False)) == 1
+    assert [r.sample_id for r in store.samples_page(SampleFilter(code="truncated"))] == [bad]
+    assert store.count_samples(SampleFilter(text="YES")) == 3
+    assert store.count_samples(SampleFilter(text="trunc")) == 1
+    page1 = store.samples_page(order_by="sample_id", offset=0, limit=4)
+    page2 = store.samples_page(order_by="sample_id", offset=4, limit=4)
+    assert [r.sample_id for r in page1 + page2] == sorted(ids + [bad])
+    longest = store.samples_page(order_by="-output_len", limit=1)[0]
+    assert longest.output_len == max(r.output_len for r in page1 + page2)
+    with pytest.raises(ValueError):
+        store.samples_page(order_by="output_ids; DROP TABLE samples")
+
+
+def test_failures_runs_and_stats(store):
+    store.put_run("run1", settings={"temperature": 0}, profile="kimi-k2.5", tokenizer_hash="abc",
+                  server_info=[{"url": "http://x", "kind": "vllm", "version": "0.16"}])
+    put(store, "p1", make_capture())
+    put(store, "p2", make_capture(finish_reason="length", stop=False))
+    store.put_failure("p3", "p3@x_gen0", "run1", "HTTP 500", server="http://x")
+    st = store.stats()
+    assert st["prompts"] == 2 and st["samples"] == 2 and st["valid"] == 1 and st["invalid"] == 1
+    assert st["failures"] == {"total": 1, "by_reason": {"HTTP 500": 1}}
+    assert st["findings"]["truncated"]["samples"] == 1 and st["truncated"] == 1
+    assert st["output_len"]["max"] >= st["output_len"]["p50"] > 0
+    runs = store.runs()
+    assert runs[0]["run_id"] == "run1" and runs[0]["samples"] == 2 and runs[0]["failures"] == 1
+    assert runs[0]["server_info"][0]["kind"] == "vllm"
+
+
+def test_schema_versioned_and_reopen(tmp_path):
+    path = tmp_path / "v.duckdb"
+    with Store(path) as s:
+        put(s, "p1", make_capture())
+    with Store(path) as s:
+        assert s.count_samples() == 1
+        assert s.query("SELECT max(version) FROM schema_version")[0][0] == LATEST_VERSION
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO schema_version VALUES (999, 'future', now())")
+    con.close()
+    with pytest.raises(SchemaError):
+        Store(path)
+
+
+def test_memory_store_and_threads():
+    import threading
+    with Store(":memory:") as s:
+        caps = [make_capture(answer=f"yes {i}") for i in range(8)]
+        threads = [threading.Thread(target=put, args=(s, f"p{i}", c)) for i, c in enumerate(caps)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert s.count_samples() == 8

@@ -1,0 +1,8 @@
+"""The DuckDB store (contract 3): `Store`, `SampleFilter`, `SampleRow`, `StoredSample`."""
+
+from tokview.store.records import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
+from tokview.store.schema import LATEST_VERSION, SchemaError
+from tokview.store.store import DEFAULT_DB, Store, StoreError
+
+__all__ = ["Store", "StoreError", "SampleFilter", "SampleRow", "StoredSample", "UnknownSample", "STATUSES",
+           "DEFAULT_DB", "LATEST_VERSION", "SchemaError"]

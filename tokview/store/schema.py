@@ -1,0 +1,134 @@
+"""The store's schema as an ordered list of migrations.
+
+Why migrations rather than one CREATE script: a `tokview.duckdb` file outlives the tokview version
+that made it (people keep months of curated samples), so a newer tokview must upgrade an older file
+in place. Each migration runs once, in order, inside one transaction, and bumps `schema_version`.
+Append new migrations; never edit an applied one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
+    (1, "samples, findings, failures, verdicts, runs", (
+        """CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            started TIMESTAMP,
+            settings VARCHAR,            -- JSON: sampling params, mode, backend
+            profile VARCHAR,
+            tokenizer_dir VARCHAR,
+            tokenizer_hash VARCHAR,
+            template_hash VARCHAR,
+            server_info VARCHAR,         -- JSON list: url, kind, version, features
+            source VARCHAR               -- the prompts file or imported dataset
+        )""",
+        """CREATE TABLE samples (
+            sample_id VARCHAR PRIMARY KEY,
+            prompt_id VARCHAR NOT NULL,
+            run_id VARCHAR,
+            gen_index INTEGER,
+            turn INTEGER,
+            prompt_ids INTEGER[] NOT NULL,
+            output_ids INTEGER[] NOT NULL,
+            parsed_output_ids INTEGER[],
+            finish_reason VARCHAR,
+            matched_stop VARCHAR,        -- JSON (an id or a string)
+            status VARCHAR NOT NULL DEFAULT 'pending',
+            valid BOOLEAN NOT NULL,
+            n_errors INTEGER NOT NULL,
+            codes VARCHAR[] NOT NULL,    -- denormalised finding codes: the list view never joins
+            prompt_len INTEGER NOT NULL,
+            output_len INTEGER NOT NULL,
+            supervised INTEGER NOT NULL,
+            text VARCHAR,
+            reasoning VARCHAR,
+            content VARCHAR,
+            reasoning_field VARCHAR,
+            usage VARCHAR,
+            settings VARCHAR,
+            messages VARCHAR,
+            endpoint VARCHAR,
+            server_url VARCHAR,
+            server_kind VARCHAR,
+            server_version VARCHAR,
+            model VARCHAR,
+            output_logprobs DOUBLE[],
+            raw_request VARCHAR,
+            raw_response VARCHAR,
+            parsed_raw_response VARCHAR,
+            latency_s DOUBLE,
+            alignment VARCHAR,           -- one letter per aligned id: k kept, p partial, h hidden, d drift
+            profile VARCHAR,
+            created_at TIMESTAMP NOT NULL
+        )""",
+        "CREATE INDEX samples_prompt_idx ON samples(prompt_id)",
+        """CREATE TABLE findings (
+            sample_id VARCHAR NOT NULL,
+            code VARCHAR NOT NULL,
+            severity VARCHAR NOT NULL,
+            detail VARCHAR,
+            positions INTEGER[]
+        )""",
+        "CREATE INDEX findings_sample_idx ON findings(sample_id)",
+        """CREATE TABLE failures (
+            prompt_id VARCHAR,
+            sample_id VARCHAR,
+            run_id VARCHAR,
+            reason VARCHAR,
+            "at" TIMESTAMP,
+            server VARCHAR
+        )""",
+        """CREATE SEQUENCE verdict_seq START 1""",
+        """CREATE TABLE verdicts (
+            seq BIGINT DEFAULT nextval('verdict_seq'),
+            sample_id VARCHAR NOT NULL,
+            "at" TIMESTAMP NOT NULL,
+            who VARCHAR,
+            kind VARCHAR NOT NULL,       -- verdict | note | undo
+            status VARCHAR,
+            reason VARCHAR,
+            note VARCHAR,
+            tags VARCHAR[],
+            undone BOOLEAN NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX verdicts_sample_idx ON verdicts(sample_id)",
+    )),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+class SchemaError(ValueError):
+    """The database file was written by a newer tokview, or is not a tokview store."""
+
+
+def current_version(conn: Any) -> int:
+    has = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[0]
+    if not has:
+        return 0
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(conn: Any) -> int:
+    """Bring the file up to LATEST_VERSION; return the version it had before."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    before = current_version(conn)
+    if before > LATEST_VERSION:
+        raise SchemaError(f"this database has schema version {before}, newer than this tokview "
+                          f"understands ({LATEST_VERSION}): upgrade tokview")
+    for version, name, statements in MIGRATIONS:
+        if version <= before:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for sql in statements:
+                conn.execute(sql)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+            conn.execute("COMMIT")
+        except Exception:
+            conn.execute("ROLLBACK")
+            raise
+    return before
