@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 import duckdb
 
@@ -202,21 +202,16 @@ class Store:
             alignment=None if row["alignment"] is None else [ALIGN_STATUS.get(ch, "?") for ch in row["alignment"]],
             created_at=row["created_at"])
 
-    def iter_samples(self, where: str = "", params: Sequence[Any] = (), batch: int = 500) -> Iterator[dict[str, Any]]:
-        """Full rows (ids, text, settings) in a stable order, fetched in batches: what exports read."""
-        last = ""
-        while True:
-            with self._lock:
-                cur = self._conn.execute(
-                    f"SELECT * FROM samples WHERE sample_id > ? {('AND ' + where) if where else ''} "
-                    f"ORDER BY sample_id LIMIT {int(batch)}", [last, *params])
-                names = [d[0] for d in cur.description]
-                rows = cur.fetchall()
-            if not rows:
-                return
-            for r in rows:
-                yield dict(zip(names, r))
-            last = rows[-1][0]
+    def rows_for(self, sample_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
+        if not sample_ids:
+            return []
+        with self._lock:
+            cur = self._conn.execute("SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
+                                     "ON s.sample_id = q.id", [list(sample_ids)])
+            names = [d[0] for d in cur.description]
+            by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+        return [by_id[i] for i in sample_ids if i in by_id]
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

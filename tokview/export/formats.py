@@ -1,0 +1,143 @@
+"""One exported row per sample, in the shape each trainer reads (pipelines.md §7).
+
+The speculators row is token-exact: `input_ids` are the served prompt ids + output ids, nothing
+re-derived. The text formats (SpecForge, ShareGPT, Kimi inline) take their reasoning and answer
+text from the *ids'* segments (decode of the reasoning ids, decode of the answer ids), not from
+the server's reasoning/content split, which a parser may have got wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tokview.core import segments as seg
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+
+ENDPOINT_PATHS = {"sglang-generate": "/generate", "sglang-chat": "/v1/chat/completions",
+                  "vllm-chat": "/v1/chat/completions", "vllm-completions": "/v1/completions",
+                  "dual": "/generate"}
+SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
+SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"),
+                 ("seed", "seed"))
+
+
+class Refused(Exception):
+    """This sample cannot be written in this format; `reason` is counted in the manifest."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class ExportItem:
+    """What a row builder gets: the stored sample and where it sits among its prompt's exports."""
+
+    sample_id: str
+    prompt_id: str
+    capture: Capture
+    turn: int | None
+    gen_index: int | None
+    k: int
+    """0, 1, … over the exported samples of one prompt (speculators' `_gen{k}`)."""
+
+
+@dataclass(frozen=True)
+class Texts:
+    """Reasoning and answer text decoded from the ids' own segments."""
+
+    reasoning: str | None
+    """None when the output never entered reasoning (thinking off)."""
+    content: str
+
+
+def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> Texts:
+    kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)[len(capture.prompt_ids):]
+    reasoning = [t for t, k in zip(capture.output_ids, kinds) if k == seg.REASONING]
+    answer = [t for t, k in zip(capture.output_ids, kinds) if k == seg.ANSWER]
+    opened = any(k in (seg.OPENER, seg.CLOSER, seg.REASONING) for k in kinds) or \
+        seg.prompt_opens_reasoning(capture.prompt_ids, profile)
+    return Texts(tokenizer.decode(reasoning) if opened else None, tokenizer.decode(answer))
+
+
+def endpoint_url(capture: Capture) -> str:
+    if not capture.server_url:
+        return capture.endpoint
+    return capture.server_url.rstrip("/") + ENDPOINT_PATHS.get(capture.endpoint, "")
+
+
+def sampling_params(settings: dict[str, Any]) -> dict[str, Any]:
+    out = {dst: settings[src] for src, dst in SAMPLING_KEYS if settings.get(src) is not None}
+    if settings.get("thinking") is not None:
+        out["thinking"] = settings["thinking"]
+    return out
+
+
+def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+    c = item.capture
+    input_ids = list(c.prompt_ids) + list(c.output_ids)
+    return {
+        "id": f"{item.prompt_id}_gen{item.k}",
+        "primary_id": item.prompt_id,
+        "input_ids": input_ids,
+        "loss_mask": [0] * len(c.prompt_ids) + [1] * len(c.output_ids),
+        "text": tokenizer.decode(input_ids, skip_special_tokens=False),
+        "metadata": {"idx": item.k, "finish_reason": c.finish_reason, "is_tool_call": False, "usage": c.usage,
+                     "endpoint": endpoint_url(c), "sampling_params": sampling_params(c.settings),
+                     "tokview_sample_id": item.sample_id},
+    }
+
+
+def _history(item: ExportItem) -> list[dict[str, Any]]:
+    if not item.capture.messages:
+        raise Refused("no_conversation")  # e.g. an imported speculators row: ids only, no messages
+    return [{"role": m["role"], "content": m.get("content") or ""} for m in item.capture.messages]
+
+
+def _row_id(item: ExportItem) -> dict[str, Any]:
+    """SpecForge's exploded-row ids: `{id}#turn{k}` with source_id/assistant_turn_index when multi-turn."""
+    base = item.prompt_id if item.turn is None else f"{item.prompt_id}#turn{item.turn}"
+    if item.gen_index:
+        base += f"_gen{item.gen_index}"
+    head: dict[str, Any] = {"id": base}
+    if item.turn is not None:
+        head.update(source_id=item.prompt_id, assistant_turn_index=item.turn)
+    return head
+
+
+def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+    texts = texts_from_ids(item.capture, profile, tokenizer)
+    assistant: dict[str, Any] = {"role": "assistant", "content": texts.content}
+    if texts.reasoning is not None:
+        assistant["reasoning_content"] = texts.reasoning
+    return {**_row_id(item), "conversations": _history(item) + [assistant], "status": "success"}
+
+
+def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+    texts = texts_from_ids(item.capture, profile, tokenizer)
+    turns = [{"from": SHAREGPT_FROM.get(m["role"], m["role"]), "value": m["content"]} for m in _history(item)]
+    last: dict[str, Any] = {"from": "gpt", "value": texts.content}
+    if texts.reasoning is not None:
+        last["reasoning_content"] = texts.reasoning
+    return {**_row_id(item), "conversations": turns + [last]}
+
+
+def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+    """TorchSpec's Kimi-K2.5 shape: reasoning inline as `<think>…</think>` in the assistant content."""
+    texts = texts_from_ids(item.capture, profile, tokenizer)
+    content = texts.content
+    if texts.reasoning is not None:
+        content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
+    return {**_row_id(item), "conversations": _history(item) + [{"role": "assistant", "content": content}]}
+
+
+RowBuilder = Callable[[ExportItem, ModelProfile, Any], dict[str, Any]]
+JSONL_FORMATS: dict[str, RowBuilder] = {
+    "speculators": speculators_row,
+    "specforge": specforge_row,
+    "sharegpt": sharegpt_row,
+    "kimi-inline": kimi_inline_row,
+}
+FORMATS = (*JSONL_FORMATS, "parquet")
