@@ -1,0 +1,94 @@
+"""The token panes' model: visible whitespace, style classes per id, alignment gaps, wrapping."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+
+from tokview.ui import display as d
+from tokview.ui.examples import IM_END, THINK_CLOSE
+
+
+def test_visible_makes_whitespace_and_controls_visible():
+    assert d.visible(" a\tb\r\n") == "·a⇥b␍↵"
+    assert d.visible("\x00\x1b\x7f") == "␀␛␡"
+    assert d.visible("") == "∅"
+    assert d.visible("中文🙂") == "中文🙂"
+
+
+def test_served_seq_classes_name_delimiters_stop_and_specials(short, tokenizer):
+    capture, analysis = short
+    seq = d.served_seq(capture, analysis, tokenizer)
+    cls = {name: d.CLASS_INDEX[name] for name in d.STYLE_CLASSES}
+    n = len(capture.prompt_ids)
+    assert seq.n_prompt == n and len(seq) == n + len(capture.output_ids)
+    assert seq.classes[0] == cls["prompt-special"]  # <|im_user|>
+    assert seq.classes[3] == cls["prompt"]  # 'W'
+    assert seq.classes[n - 1] == cls["delimiter"]  # pre-filled <think> 163606
+    assert seq.classes[n] == cls["reasoning"]  # 'Okay'
+    close = n + capture.output_ids.index(THINK_CLOSE)
+    assert seq.classes[close] == cls["delimiter"] and seq.pieces[close] == "</think>"
+    assert seq.classes[close + 1] == cls["answer"]
+    assert seq.classes[-1] == cls["stop"] and seq.ids[-1] == IM_END
+    assert seq.pieces[n + 2] == "·let"  # the space made visible
+    assert seq.status[n] == "kept" and seq.status[close] == "hidden" and seq.status[0] is None
+
+
+def test_kept_seq_shows_hidden_ids_as_gaps_of_equal_width(short, tokenizer, profile):
+    capture, analysis = short
+    served = d.served_seq(capture, analysis, tokenizer)
+    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    assert [cell_len(p) for p in kept.pieces] == [cell_len(p) for p in served.pieces]
+    close = served.n_prompt + capture.output_ids.index(THINK_CLOSE)
+    assert kept.pieces[close] == d.GAP_CHAR * len("</think>")
+    assert kept.classes[close] == d.CLASS_INDEX["gap"]
+    assert kept.classes[-1] == d.CLASS_INDEX["gap"]  # <|im_end|> is in no text field either
+    assert kept.pieces[close + 1] == "The" and kept.classes[close + 1] == d.CLASS_INDEX["answer"]
+    assert kept.classes[0] == d.CLASS_INDEX["empty"] and kept.pieces[0].strip() == ""
+
+
+def test_kept_seq_marks_partial_and_drift(tokenizer, profile):
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    capture.reasoning = "Okay, let me think about this carefully."
+    capture.content = "The answer is EXTRA forty-two!"  # text no id explains → drift on ' forty'
+    analysis = analyze(capture, profile, tokenizer)
+    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    forty = kept.n_prompt + capture.output_ids.index(279)
+    assert kept.status[forty] == "drift" and kept.classes[forty] == d.CLASS_INDEX["drift"]
+
+
+def test_wrap_flows_tokens_and_breaks_after_newlines():
+    assert d.wrap([3, 3, 3], 6) == [0, 2]
+    assert d.wrap([3, 3, 3], 100, [True, False, False]) == [0, 1]
+    assert d.wrap([10, 2], 4) == [0, 1]  # a token wider than the pane gets its own row
+    assert d.wrap([], 10) == []
+    assert d.row_of([0, 2, 5], 4) == 1 and d.row_of([0, 2, 5], 5) == 2
+
+
+def test_cell_texts_both_mode_puts_piece_over_id_in_equal_width(short, tokenizer):
+    capture, analysis = short
+    seq = d.served_seq(capture, analysis, tokenizer)
+    tops, bottoms = d.cell_texts(seq, "both")
+    assert bottoms is not None
+    for top, bottom, tid in zip(tops, bottoms, seq.ids):
+        assert cell_len(top) == cell_len(bottom)
+        assert bottom.strip() == str(tid)
+    ids_only, none = d.cell_texts(seq, "ids")
+    assert none is None and ids_only[0] == "163587 "
+
+
+def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
+    capture, analysis = short
+    seq = d.served_seq(capture, analysis, tokenizer)
+    close = seq.n_prompt + capture.output_ids.index(THINK_CLOSE)
+    rows = dict(d.detail_lines(seq, close, tokenizer, analysis.kinds, analysis.loss_mask, [-0.5] * 18))
+    assert rows["id"] == "163607" and rows["piece"] == "</think>"
+    assert rows["bytes"] == "</think>".encode().hex(" ")
+    assert rows["segment"] == "closer" and rows["loss mask"] == "1"
+    assert rows["position"] == f"{close} (output[9])"
+    assert rows["logprob"] == "-0.5000"
+    assert rows["text field"] == "hidden by the parser"
+    prompt_rows = dict(d.detail_lines(seq, 0, tokenizer, analysis.kinds, analysis.loss_mask, None))
+    assert prompt_rows["loss mask"] == "0" and "logprob" not in prompt_rows

@@ -1,0 +1,167 @@
+"""The Line-API token view: wrapping, cursor, one-row repaints, modes, mouse, and the inspect panes in step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.app import App, ComposeResult
+
+from tokview.core.analysis import analyze
+from tokview.ui import display as d
+from tokview.ui.examples import THINK_CLOSE, long_capture
+from tokview.ui.screens.inspect import InspectData, InspectScreen
+from tokview.ui.widgets.token_detail import TokenDetail
+from tokview.ui.widgets.token_view import TokenView
+
+CSS = Path(__file__).parents[2] / "tokview" / "ui" / "styles" / "app.tcss"
+
+
+class OneView(App):
+    def __init__(self, seq: d.TokenSeq) -> None:
+        super().__init__()
+        self.seq = seq
+
+    def compose(self) -> ComposeResult:
+        yield TokenView(self.seq)
+
+
+class InspectApp(App):
+    CSS_PATH = CSS
+
+    def __init__(self, data: InspectData, tokenizer, profile) -> None:
+        super().__init__()
+        self.args = (data, tokenizer, profile)
+
+    def on_mount(self) -> None:
+        self.push_screen(InspectScreen(*self.args))
+
+
+@pytest.fixture(scope="module")
+def long(tokenizer, profile):
+    capture = long_capture(tokenizer, 32_000)
+    return capture, analyze(capture, profile, tokenizer)
+
+
+async def test_wraps_to_width_and_resizes(short, tokenizer):
+    seq = d.served_seq(*short, tokenizer)
+    app = OneView(seq)
+    async with app.run_test(size=(40, 10)) as pilot:
+        view = app.query_one(TokenView)
+        await pilot.pause()
+        width = view.scrollable_content_region.width
+        assert view.row_starts == d.wrap([len(p) for p in seq.pieces], width, seq.breaks_after)
+        assert view.virtual_size.height == len(view.row_starts)
+        rows_narrow = len(view.row_starts)
+        await pilot.resize_terminal(100, 10)
+        await pilot.pause()
+        assert len(view.row_starts) < rows_narrow
+        view.mode = "both"
+        await pilot.pause()
+        assert view.virtual_size.height == 2 * len(view.row_starts)
+        assert "163587" in "".join(s.text for s in view.render_line(1)._segments)
+
+
+async def test_cursor_keys_move_and_repaint_only_touched_rows(short, tokenizer):
+    seq = d.served_seq(*short, tokenizer)
+    app = OneView(seq)
+    async with app.run_test(size=(40, 12)) as pilot:
+        view = app.query_one(TokenView)
+        view.focus()
+        await pilot.pause()
+        refreshed: list[tuple[int, int]] = []
+        original = view.refresh_lines
+        view.refresh_lines = lambda y, n=1: (refreshed.append((y, n)), original(y, n))[1]
+        await pilot.press("right", "right")
+        assert view.cursor == 2
+        assert refreshed and all(n == 1 for _, n in refreshed) and {y for y, _ in refreshed} == {0}
+        await pilot.press("down")
+        assert d.row_of(view.row_starts, view.cursor) == 1
+        await pilot.press("end")
+        assert view.cursor == len(seq) - 1
+        await pilot.press("home", "left")
+        assert view.cursor == 0
+        strip = view.render_line(0)
+        cursor_style = view.get_component_rich_style("token-view--cursor", partial=True)
+        assert strip._segments[0].style.bgcolor == cursor_style.bgcolor
+
+
+async def test_recolour_one_token_repaints_one_row(short, tokenizer):
+    seq = d.served_seq(*short, tokenizer)
+    app = OneView(seq)
+    async with app.run_test(size=(40, 12)) as pilot:
+        view = app.query_one(TokenView)
+        await pilot.pause()
+        last = len(seq) - 1
+        before = view.render_line(len(view.row_starts) - 1)
+        refreshed = []
+        original = view.refresh_lines
+        view.refresh_lines = lambda y, n=1: (refreshed.append((y, n)), original(y, n))[1]
+        view.recolour(last, d.CLASS_INDEX["drift"])
+        assert refreshed == [(len(view.row_starts) - 1, 1)]
+        after = view.render_line(len(view.row_starts) - 1)
+        def style_of(strip):
+            return next(s.style for s in strip._segments if s.style and s.style.meta.get("tok") == last)
+
+        assert not style_of(before).underline  # stop: bold, no underline
+        assert style_of(after).underline  # drift: underlined; the cached row was dropped and rebuilt
+
+
+async def test_click_moves_cursor_through_style_meta(short, tokenizer):
+    seq = d.served_seq(*short, tokenizer)
+    app = OneView(seq)
+    async with app.run_test(size=(60, 10)) as pilot:
+        view = app.query_one(TokenView)
+        await pilot.pause()
+        x = sum(len(p) for p in seq.pieces[:5])  # first cell of token 5
+        await pilot.click(TokenView, offset=(x, 0))
+        assert view.cursor == 5
+
+
+async def test_inspect_panes_move_together_and_detail_follows(short, tokenizer, profile):
+    capture, analysis = short
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        close = len(capture.prompt_ids) + capture.output_ids.index(THINK_CLOSE)
+        screen.served.cursor = close
+        await pilot.pause()
+        assert screen.kept.cursor == close
+        rows = app.screen.query_one(TokenDetail).rows
+        assert rows["id"] == "163607" and rows["text field"] == "hidden by the parser"
+        await pilot.press("s", "left")
+        await pilot.pause()
+        assert screen.served.cursor == close - 1
+
+
+async def test_selecting_a_finding_jumps_to_its_first_position(short, tokenizer, profile):
+    capture, analysis = short
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        hidden = next(i for i, f in enumerate(analysis.findings) if f.code == "parser_hidden_ids")
+        await pilot.press("f")
+        for _ in range(hidden):
+            await pilot.press("down")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen.served.cursor == analysis.findings[hidden].positions[0]
+        assert app.screen.focused is app.screen.served
+
+
+async def test_long_sample_scrolls_both_panes_in_step(long, tokenizer, profile):
+    capture, analysis = long
+    app = InspectApp(InspectData("long", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert len(screen.served.row_starts) > 500
+        assert screen.served.row_starts == screen.kept.row_starts
+        await pilot.press("end")
+        await pilot.pause()
+        assert screen.served.cursor == len(capture.prompt_ids) + len(capture.output_ids) - 1
+        assert screen.served.scroll_y > 500 and screen.kept.scroll_y == screen.served.scroll_y
+        await pilot.press("v")
+        await pilot.pause()
+        assert screen.kept.mode == "ids" and screen.kept.scroll_y == screen.served.scroll_y

@@ -1,0 +1,196 @@
+"""What a token pane shows, as flat arrays: display text, cell width and a style class per token.
+
+Why flat arrays: a 32,000-token sample must wrap in a few milliseconds and repaint one line at a
+time, so the token view never walks objects per token. This module holds no Textual code; it is the
+part of the UI that tests can check exactly (visible whitespace, which ids are think delimiters,
+what the parser hid) without running an app.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from rich.cells import cell_len
+
+from tokview.core import segments as seg
+from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
+
+if TYPE_CHECKING:
+    from tokview.core.analysis import Analysis
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.record import Capture
+    from tokview.core.tokenizer import TokenizerAdapter
+
+VIEW_MODES = ("pieces", "ids", "both")
+
+# Style classes: each maps to a component class `token-view--<name>` themed in CSS.
+PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL = (
+    "prompt", "prompt-special", "delimiter", "reasoning", "answer", "stop", "special")
+GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY = "gap", "partial", "drift", "empty"
+STYLE_CLASSES = (PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL,
+                 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY)
+CLASS_INDEX = {name: i for i, name in enumerate(STYLE_CLASSES)}
+
+_VISIBLE = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍", "\x7f": "␡", "\u00a0": "⍽"}
+GAP_CHAR = "░"
+
+
+def visible(text: str) -> str:
+    """Whitespace and control characters as visible glyphs; a raw \\t or \\r would corrupt a line."""
+    out = []
+    for ch in text:
+        mapped = _VISIBLE.get(ch)
+        if mapped is not None:
+            out.append(mapped)
+        elif ord(ch) < 0x20:
+            out.append(chr(0x2400 + ord(ch)))  # ␀ ␁ … ␟
+        else:
+            out.append(ch)
+    return "".join(out) or "∅"
+
+
+@dataclass
+class TokenSeq:
+    """One pane's tokens: ids, display pieces, style class per token, and per-token facts for the detail panel."""
+
+    ids: list[int]
+    pieces: list[str]
+    classes: list[int]
+    n_prompt: int
+    breaks_after: list[bool] = field(default_factory=list)
+    """True where the piece ends in a newline: pieces mode starts a new row after it."""
+    status: list[str | None] = field(default_factory=list)
+    """Alignment status per token (None for prompt tokens or when no text fields came back)."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _class_for(kind: str, special: bool) -> int:
+    if kind == seg.PROMPT:
+        return CLASS_INDEX[PROMPT_SPECIAL if special else PROMPT]
+    if kind in (seg.PREFILLED_OPENER, seg.OPENER, seg.CLOSER):
+        return CLASS_INDEX[DELIMITER]
+    if kind == seg.STOP:
+        return CLASS_INDEX[STOP]
+    if special:
+        return CLASS_INDEX[SPECIAL]
+    return CLASS_INDEX[REASONING if kind == seg.REASONING else ANSWER]
+
+
+def served_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter") -> TokenSeq:
+    """The left pane: prompt ids then output ids exactly as served."""
+    ids = list(capture.prompt_ids) + list(capture.output_ids)
+    raw = tokenizer.pieces(capture.prompt_ids) + tokenizer.pieces(capture.output_ids)
+    classes = [_class_for(k, tokenizer.is_special(t)) for k, t in zip(analysis.kinds, ids)]
+    n_prompt = len(capture.prompt_ids)
+    status: list[str | None] = [None] * len(ids)
+    al = analysis.alignment
+    if al is not None and (capture.parsed_output_ids in (None, capture.output_ids)):
+        for i, s in enumerate(al.statuses[: len(capture.output_ids)]):
+            status[n_prompt + i] = s
+    return TokenSeq(ids, [visible(p) for p in raw], classes, n_prompt,
+                    [p.endswith("\n") for p in raw], status)
+
+
+def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter",
+             profile: "ModelProfile") -> TokenSeq:
+    """The right pane: what the text fields kept, aligned id by id to the ids they came from.
+
+    Kept pieces show as themselves; ids the parser hid show as a gap marker of the same width (so
+    both panes wrap identically and scroll line for line); partial and drifted ids are marked.
+    Prompt positions are blank: no text field carries the prompt.
+    """
+    out_ids = capture.parsed_output_ids or capture.output_ids
+    ids = list(capture.prompt_ids) + list(out_ids)
+    n_prompt = len(capture.prompt_ids)
+    prompt_raw = tokenizer.pieces(capture.prompt_ids)
+    out_raw = tokenizer.pieces(out_ids)
+    kinds = analysis.kinds
+    if out_ids != capture.output_ids:
+        kinds = tuple(seg.token_kinds(capture.prompt_ids, out_ids, profile))
+    al = analysis.alignment
+    statuses: list[str | None] = list(al.statuses) if al is not None else [HIDDEN] * len(out_ids)
+    pieces = [" " * cell_len(visible(p)) for p in prompt_raw]
+    classes = [CLASS_INDEX[EMPTY]] * n_prompt
+    status: list[str | None] = [None] * n_prompt
+    for i, (tid, piece) in enumerate(zip(out_ids, out_raw)):
+        shown = visible(piece)
+        st = statuses[i] if i < len(statuses) else HIDDEN
+        status.append(st)
+        if st == HIDDEN:
+            pieces.append(GAP_CHAR * cell_len(shown))
+            classes.append(CLASS_INDEX[GAP])
+            continue
+        pieces.append(shown)
+        if st == PARTIAL:
+            classes.append(CLASS_INDEX[PARTIAL_CLS])
+        elif st == DRIFT:
+            classes.append(CLASS_INDEX[DRIFT_CLS])
+        else:
+            classes.append(_class_for(kinds[n_prompt + i], tokenizer.is_special(tid)))
+    breaks = [p.endswith("\n") for p in prompt_raw + out_raw]
+    return TokenSeq(ids, pieces, classes, n_prompt, breaks, status)
+
+
+def cell_texts(seq: TokenSeq, mode: str) -> tuple[list[str], list[str] | None]:
+    """Per-token cell text for a view mode: (top row, bottom row or None), padded to equal width."""
+    if mode == "pieces":
+        return seq.pieces, None
+    id_texts = [str(t) for t in seq.ids]
+    if mode == "ids":
+        return [t + " " for t in id_texts], None
+    tops, bottoms = [], []
+    for piece, ident in zip(seq.pieces, id_texts):
+        w = max(cell_len(piece), len(ident)) + 1
+        tops.append(piece + " " * (w - cell_len(piece)))
+        bottoms.append(ident + " " * (w - len(ident)))
+    return tops, bottoms
+
+
+def wrap(widths: Sequence[int], width: int, breaks_after: Sequence[bool] | None = None) -> list[int]:
+    """Start index of every row when tokens of these cell widths flow into `width` columns.
+
+    A token never splits across rows (a token wider than the pane gets a row of its own and is
+    cropped); `breaks_after[i]` ends the row after token i (a newline piece).
+    """
+    starts = [0] if widths else []
+    used = 0
+    width = max(1, width)
+    for i, w in enumerate(widths):
+        if used and used + w > width:
+            starts.append(i)
+            used = 0
+        used += w
+        if breaks_after is not None and breaks_after[i] and i + 1 < len(widths):
+            starts.append(i + 1)
+            used = 0
+    return starts
+
+
+def row_of(starts: Sequence[int], index: int) -> int:
+    """The row holding token `index`, given the row starts from `wrap`."""
+    return max(0, bisect_right(starts, index) - 1)
+
+
+def detail_lines(seq: TokenSeq, index: int, tokenizer: "TokenizerAdapter | None", kinds: Sequence[str],
+                 loss_mask: Sequence[int], logprobs: Sequence[float] | None) -> list[tuple[str, str]]:
+    """(label, value) pairs for the token detail panel."""
+    tid = seq.ids[index]
+    raw = tokenizer.piece_bytes(tid) if tokenizer is not None else b""
+    out_pos = index - seq.n_prompt
+    where = f"{index} (prompt[{index}])" if out_pos < 0 else f"{index} (output[{out_pos}])"
+    rows = [("id", str(tid)), ("piece", visible(raw.decode("utf-8", errors="replace")) if raw else seq.pieces[index]),
+            ("bytes", raw.hex(" ") if raw else "—"), ("position", where),
+            ("segment", kinds[index] if index < len(kinds) else "—"),
+            ("loss mask", str(loss_mask[index]) if index < len(loss_mask) else "—")]
+    if logprobs is not None and 0 <= out_pos < len(logprobs):
+        rows.append(("logprob", f"{logprobs[out_pos]:.4f}"))
+    status = seq.status[index] if index < len(seq.status) else None
+    rows.append(("text field", {None: "— (prompt)" if out_pos < 0 else "— (no text fields)",
+                                KEPT: "kept", PARTIAL: "partly kept (whitespace trimmed)",
+                                HIDDEN: "hidden by the parser", DRIFT: "drift: text before it no id explains"}
+                 .get(status, status or "—")))
+    return rows

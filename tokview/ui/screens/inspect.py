@@ -1,0 +1,199 @@
+"""The inspect screen: served ids beside what the text fields kept, a token cursor, the findings.
+
+Left pane: prompt ids (dimmed) then output ids, exactly as served. Right pane: the same positions as
+the returned text fields saw them, aligned id by id (`analysis.alignment`), with the ids the parser
+hid shown as gaps. Both panes wrap to one width, so cursor and scroll stay in step row for row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from tokview.ui.display import VIEW_MODES, kept_seq, served_seq
+from tokview.ui.finding_help import why
+from tokview.ui.widgets.token_detail import TokenDetail
+from tokview.ui.widgets.token_view import TokenView
+
+if TYPE_CHECKING:
+    from tokview.core.analysis import Analysis
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.record import Capture
+    from tokview.core.tokenizer import TokenizerAdapter
+
+SEVERITY_STYLE = {"error": "bold red", "warn": "yellow", "info": "cyan"}
+
+
+@dataclass
+class InspectData:
+    """One sample as the inspect screen shows it (from the store, or built in memory)."""
+
+    sample_id: str
+    capture: "Capture"
+    analysis: "Analysis"
+    status: str = "pending"
+    notes: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+
+class InspectScreen(Screen):
+    """Two synchronised token panes, a detail panel and the findings of one sample."""
+
+    BINDINGS = [
+        Binding("v", "cycle_mode", "View mode", tooltip="Cycle pieces / ids / both (piece over id).",
+                id="inspect.mode"),
+        Binding("f", "focus_findings", "Findings", tooltip="Move focus to the findings list.",
+                id="inspect.findings"),
+        Binding("s", "swap_pane", "Other pane", tooltip="Move focus to the other token pane.",
+                id="inspect.swap"),
+        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="inspect.back"),
+    ]
+
+    def __init__(self, data: InspectData, tokenizer: "TokenizerAdapter", profile: "ModelProfile",
+                 mode: str = "pieces") -> None:
+        super().__init__()
+        self.data, self.tokenizer, self.profile = data, tokenizer, profile
+        capture, analysis = data.capture, data.analysis
+        self.served = TokenView(served_seq(capture, analysis, tokenizer), mode=mode, id="served")
+        self.kept = TokenView(kept_seq(capture, analysis, tokenizer, profile), mode=mode, id="kept")
+        self.mirrored = len(self.served.seq) == len(self.kept.seq)
+        if self.mirrored:
+            self.served.linked, self.kept.linked = self.kept, self.served
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._title(), id="inspect-title")
+        with Horizontal(id="panes"):
+            with Vertical(classes="pane"):
+                yield Label(self._pane_label("served ids", len(self.data.capture.output_ids)), classes="pane-label")
+                yield self.served
+            with Vertical(classes="pane"):
+                yield Label(self._kept_label(), classes="pane-label")
+                yield self.kept
+        with Horizontal(id="inspect-bottom"):
+            yield TokenDetail(id="detail")
+            yield OptionList(*self._finding_options(), id="findings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.served.focus()
+        self._show_detail(self.served, 0)
+
+    # -- text --------------------------------------------------------------------------------
+    def _title(self) -> Text:
+        d, c = self.data, self.data.capture
+        status_style = {"approved": "bold green", "rejected": "bold red"}.get(d.status, "bold")
+        title = Text.assemble((d.sample_id, "bold"), "  ", (d.status, status_style),
+                              f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
+                              ("  valid" if d.analysis.valid else "  INVALID",
+                               "green" if d.analysis.valid else "bold red"))
+        if d.tags:
+            title.append("  tags: " + ", ".join(d.tags), "italic")
+        if d.notes:
+            title.append(f"  notes: {len(d.notes)}", "italic")
+        return title
+
+    @staticmethod
+    def _pane_label(name: str, n: int) -> str:
+        return f"{name} · {n} output ids"
+
+    def _kept_label(self) -> str:
+        c = self.data.capture
+        fields = [name for name, v in (("reasoning", c.reasoning), ("content", c.content), ("text", c.text))
+                  if v is not None]
+        al = self.data.analysis.alignment
+        extra = f" · unmatched text {len(al.unmatched_text)} chars" if al is not None and al.unmatched_text else ""
+        return f"text fields kept ({', '.join(fields) or 'none returned'}) · ░ = hidden{extra}"
+
+    def _finding_options(self) -> list[Option]:
+        options = []
+        for i, f in enumerate(self.data.analysis.findings):
+            text = Text.assemble((f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")), (f.code, "bold"),
+                                 "\n", f.detail)
+            if why(f.code):
+                text.append("\n" + why(f.code), "dim italic")
+            options.append(Option(text, id=f"finding-{i}"))
+        if not options:
+            options.append(Option(Text("no findings: the ids look like a clean training sample", "green"),
+                                  id="finding-none", disabled=True))
+        return options
+
+    # -- sync --------------------------------------------------------------------------------
+    def _other(self, view: TokenView) -> TokenView:
+        return self.kept if view is self.served else self.served
+
+    @on(TokenView.CursorMoved)
+    def _cursor_moved(self, event: TokenView.CursorMoved) -> None:
+        if self.mirrored:
+            self._other(event.view).cursor = event.index  # equal value: no watcher, no ping-pong
+        self._show_detail(event.view, event.index)
+
+    @on(TokenView.Scrolled)
+    def _scrolled(self, event: TokenView.Scrolled) -> None:
+        other = self._other(event.view)
+        if self.mirrored:
+            y = event.y
+        else:
+            src_h = max(1, event.view.virtual_size.height)
+            y = round(event.y * other.virtual_size.height / src_h)
+        if round(other.scroll_y) != y:
+            other.scroll_to(y=y, animate=False)
+
+    def _show_detail(self, view: TokenView, index: int) -> None:
+        a, c = self.data.analysis, self.data.capture
+        self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.kinds, a.loss_mask,
+                                               c.output_logprobs)
+
+    @on(OptionList.OptionHighlighted, "#findings")
+    def _finding_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        finding = self._finding(event.option_id)
+        if finding is not None:
+            self.served.set_marks(set(finding.positions))
+            if self.mirrored:
+                self.kept.set_marks(set(finding.positions))
+
+    @on(OptionList.OptionSelected, "#findings")
+    def _finding_selected(self, event: OptionList.OptionSelected) -> None:
+        finding = self._finding(event.option_id)
+        if finding is not None and finding.positions:
+            self.jump_to(finding.positions[0])
+
+    def _finding(self, option_id: str | None):
+        if not option_id or not option_id.startswith("finding-") or option_id == "finding-none":
+            return None
+        return self.data.analysis.findings[int(option_id.split("-", 1)[1])]
+
+    def jump_to(self, position: int) -> None:
+        """Move the cursor (and the view) to an absolute position and focus the served pane."""
+        self.served.cursor = position
+        self.served.focus()
+
+    # -- actions -----------------------------------------------------------------------------
+    def action_cycle_mode(self) -> None:
+        mode = VIEW_MODES[(VIEW_MODES.index(self.served.mode) + 1) % len(VIEW_MODES)]
+        self.served.mode = mode
+        self.kept.mode = mode
+        self.notify(f"view: {mode}", timeout=1.5)
+
+    def action_focus_findings(self) -> None:
+        self.query_one("#findings", OptionList).focus()
+
+    def action_swap_pane(self) -> None:
+        (self.kept if self.focused is self.served else self.served).focus()
+
+    def action_close(self) -> None:
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def refresh_verdict(self, status: str, notes: list[str], tags: list[str]) -> None:
+        """The store recorded a verdict: update the title line (attributes down)."""
+        self.data.status, self.data.notes, self.data.tags = status, notes, tags
+        self.query_one("#inspect-title", Static).update(self._title())

@@ -1,0 +1,37 @@
+"""The detail panel for the token under the cursor: id, piece, bytes, position, segment, loss mask, logprob."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from rich.table import Table
+from textual.widgets import Static
+
+from tokview.ui.display import TokenSeq, detail_lines
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+
+class TokenDetail(Static):
+    """A small two-column table; rebuilt on each cursor move (a dozen cells, not the token pane)."""
+
+    rows: dict[str, str] = {}
+    """What the panel shows now (label → value)."""
+
+    DEFAULT_CSS = """
+    TokenDetail { padding: 0 1; height: auto; }
+    """
+
+    def show_token(self, seq: TokenSeq, index: int, tokenizer: "TokenizerAdapter | None",
+                   kinds: Sequence[str], loss_mask: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        if not len(seq):
+            self.update("no tokens")
+            return
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        self.rows = dict(detail_lines(seq, index, tokenizer, kinds, loss_mask, logprobs))
+        for label, value in self.rows.items():
+            table.add_row(label, value)
+        self.update(table)

@@ -1,0 +1,296 @@
+"""The token view: a Line-API `ScrollView` that shows tens of thousands of coloured tokens.
+
+Why the Line API: a `Static(Text)` re-wraps and re-renders every token on any change (seconds at
+30,000 tokens); here tokens are flat arrays, the wrap is computed once per width and view mode, only
+visible rows are turned into Strips (LRU-cached), and moving the cursor or recolouring one token
+repaints only the row(s) that token is on. Colours come from component classes, so themes restyle it.
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import var
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
+
+
+class TokenView(ScrollView, can_focus=True):
+    """Tokens flowing into rows; a cursor token; pieces / ids / both (piece over id)."""
+
+    COMPONENT_CLASSES = {f"token-view--{c}" for c in STYLE_CLASSES} | {
+        "token-view--cursor", "token-view--alt", "token-view--mark"}
+
+    DEFAULT_CSS = """
+    TokenView { overflow-x: hidden; overflow-y: auto; background: $surface; }
+    TokenView > .token-view--prompt { color: $text-muted; }
+    TokenView > .token-view--prompt-special { color: $secondary; text-style: dim; }
+    TokenView > .token-view--delimiter { color: $warning; text-style: bold; }
+    TokenView > .token-view--reasoning { color: $accent; }
+    TokenView > .token-view--answer { color: $text; }
+    TokenView > .token-view--stop { color: $error; text-style: bold; }
+    TokenView > .token-view--special { color: $secondary; text-style: bold; }
+    TokenView > .token-view--gap { color: $error; text-style: dim; }
+    TokenView > .token-view--partial { color: $warning; text-style: underline; }
+    TokenView > .token-view--drift { color: $error; text-style: bold underline; }
+    TokenView > .token-view--empty { color: $text-disabled; }
+    TokenView > .token-view--alt { background: $panel; }
+    TokenView > .token-view--mark { text-style: underline; }
+    TokenView > .token-view--cursor { background: $primary 60%; text-style: bold; }
+    TokenView:focus > .token-view--cursor { background: $primary; color: $text; }
+    """
+
+    BINDINGS = [
+        Binding("left", "cursor(-1)", "Previous token", show=False, id="token.left"),
+        Binding("right", "cursor(1)", "Next token", show=False, id="token.right"),
+        Binding("up", "cursor_row(-1)", "Token above", show=False, id="token.up"),
+        Binding("down", "cursor_row(1)", "Token below", show=False, id="token.down"),
+        Binding("pageup", "cursor_page(-1)", "Page up", show=False, id="token.pageup"),
+        Binding("pagedown", "cursor_page(1)", "Page down", show=False, id="token.pagedown"),
+        Binding("home", "cursor_to_start", "First token", show=False, id="token.home"),
+        Binding("end", "cursor_to_end", "Last token", show=False, id="token.end"),
+    ]
+
+    cursor: var[int] = var(0, init=False)
+    mode: var[str] = var("pieces", init=False)
+
+    class CursorMoved(Message):
+        """The cursor moved to token `index` (messages up: the screen updates the detail panel)."""
+
+        def __init__(self, view: "TokenView", index: int) -> None:
+            super().__init__()
+            self.view, self.index = view, index
+
+        @property
+        def control(self) -> "TokenView":
+            return self.view
+
+    class Scrolled(Message):
+        """The view scrolled to row `y`; a newer one replaces a queued older one."""
+
+        def __init__(self, view: "TokenView", y: int) -> None:
+            super().__init__()
+            self.view, self.y = view, y
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, TokenView.Scrolled) and message.view is self.view
+
+    def __init__(self, seq: TokenSeq | None = None, *, mode: str = "pieces", name: str | None = None,
+                 id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self._seq = seq or TokenSeq([], [], [], 0)
+        self.set_reactive(TokenView.mode, mode)
+        self._marks: set[int] = set()
+        self.linked: TokenView | None = None
+        """A side-by-side pane that must wrap to the same width (so rows line up one for one)."""
+        self._tops: list[str] = []
+        self._bottoms: list[str] | None = None
+        self._widths: list[int] = []
+        self._starts: list[int] = []
+        self._wrap_key: tuple[int, str] = (-1, "")
+        self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
+        self._styles: dict[tuple[int, bool, bool, bool], Style] = {}
+        self._prepare_cells()
+
+    # -- data ---------------------------------------------------------------------------------
+    @property
+    def seq(self) -> TokenSeq:
+        return self._seq
+
+    @property
+    def rows_per_line(self) -> int:
+        return 2 if self._bottoms is not None else 1
+
+    @property
+    def row_starts(self) -> list[int]:
+        return self._starts
+
+    def set_seq(self, seq: TokenSeq) -> None:
+        self._seq = seq
+        self.set_reactive(TokenView.cursor, 0)
+        self._prepare_cells()
+        self._invalidate_layout()
+
+    def _prepare_cells(self) -> None:
+        self._tops, self._bottoms = cell_texts(self._seq, self.mode)
+        self._widths = [cell_len(t) for t in self._tops]
+
+    def _invalidate_layout(self) -> None:
+        self._wrap_key = (-1, "")
+        self._cache.clear()
+        self.refresh()
+
+    def watch_mode(self, mode: str) -> None:
+        if mode not in VIEW_MODES:
+            raise ValueError(f"unknown view mode {mode!r}")
+        self._prepare_cells()
+        self._invalidate_layout()
+        self.call_after_refresh(self.scroll_to_cursor)
+
+    def recolour(self, index: int, style_class: int) -> None:
+        """Give one token another style class; only its row is repainted."""
+        self._seq.classes[index] = style_class
+        self._refresh_token(index)
+
+    def set_marks(self, indices: set[int]) -> None:
+        """Underline a set of tokens (the positions a finding names); repaints only changed rows."""
+        changed = self._marks ^ indices
+        self._marks = set(indices)
+        for i in changed:
+            self._refresh_token(i)
+
+    # -- layout -------------------------------------------------------------------------------
+    def _ensure_wrap(self) -> None:
+        width = max(1, self.scrollable_content_region.width)
+        if self.linked is not None and self.linked.size.width:
+            width = max(1, min(width, self.linked.scrollable_content_region.width))
+        if self._wrap_key == (width, self.mode):
+            return
+        breaks = self._seq.breaks_after if self.mode == "pieces" and self._seq.breaks_after else None
+        self._starts = wrap(self._widths, width, breaks)
+        self._wrap_key = (width, self.mode)
+        self._cache.clear()
+        self.virtual_size = Size(width, len(self._starts) * self.rows_per_line)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._ensure_wrap()
+        return super().render_lines(crop)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self._cache.clear()
+
+    def _style(self, cls: int, alt: bool, cursor: bool, mark: bool) -> Style:
+        key = (cls, alt, cursor, mark)
+        style = self._styles.get(key)
+        if style is None:
+            style = self.rich_style + self.get_component_rich_style(f"token-view--{STYLE_CLASSES[cls]}", partial=True)
+            if alt:
+                style += self.get_component_rich_style("token-view--alt", partial=True)
+            if mark:
+                style += self.get_component_rich_style("token-view--mark", partial=True)
+            if cursor:
+                style += self.get_component_rich_style("token-view--cursor", partial=True)
+            self._styles[key] = style
+        return style
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        vy = y + self.scroll_offset.y
+        rpl = self.rows_per_line
+        row, sub = divmod(vy, rpl)
+        if row >= len(self._starts):
+            return Strip.blank(width, self.rich_style)
+        start = self._starts[row]
+        end = self._starts[row + 1] if row + 1 < len(self._starts) else len(self._tops)
+        cursor = self.cursor if start <= self.cursor < end else -1
+        key = (vy, cursor)
+        strip = self._cache.get(key)
+        if strip is None:
+            texts = self._tops if sub == 0 else self._bottoms
+            assert texts is not None
+            classes, marks, alt_on = self._seq.classes, self._marks, self.mode == "pieces"
+            segments = [
+                Segment(texts[i], self._style(classes[i], alt_on and i % 2 == 1, i == cursor, i in marks)
+                        + Style.from_meta({"tok": i}))
+                for i in range(start, end)
+            ]
+            strip = Strip(segments).crop_extend(0, width, self.rich_style)
+            self._cache.set(key, strip)
+        return strip
+
+    # -- cursor -------------------------------------------------------------------------------
+    def _rows_of_token(self, index: int) -> int:
+        return row_of(self._starts, index)
+
+    def _refresh_token(self, index: int) -> None:
+        if not self._starts or not 0 <= index < len(self._tops):
+            return
+        row = self._rows_of_token(index)
+        rpl = self.rows_per_line
+        start = self._starts[row]
+        end = self._starts[row + 1] if row + 1 < len(self._starts) else len(self._tops)
+        for sub in range(rpl):
+            vy = row * rpl + sub
+            for cursor in (-1, *range(start, end)):  # every cached variant of this row
+                self._cache.discard((vy, cursor))
+        self.refresh_lines(row * rpl, rpl)
+
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, len(self._tops) - 1)) if self._tops else 0
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self._ensure_wrap()
+        for index in {old, new}:
+            self._refresh_token(index)
+        self.scroll_to_cursor()
+        self.post_message(self.CursorMoved(self, new))
+
+    def scroll_to_cursor(self) -> None:
+        if not self._starts:
+            return
+        rpl = self.rows_per_line
+        top = self._rows_of_token(self.cursor) * rpl
+        height = self.scrollable_content_region.height
+        if top < self.scroll_offset.y:
+            self.scroll_to(y=top, animate=False)
+        elif top + rpl > self.scroll_offset.y + height:
+            self.scroll_to(y=top + rpl - height, animate=False)
+
+    def _column_of(self, index: int) -> int:
+        start = self._starts[self._rows_of_token(index)]
+        return sum(self._widths[start:index])
+
+    def _token_at(self, row: int, column: int) -> int:
+        start = self._starts[row]
+        end = self._starts[row + 1] if row + 1 < len(self._starts) else len(self._tops)
+        x = 0
+        for i in range(start, end):
+            x += self._widths[i]
+            if x > column:
+                return i
+        return end - 1
+
+    def action_cursor(self, delta: int) -> None:
+        self.cursor = self.cursor + delta
+
+    def action_cursor_row(self, delta: int) -> None:
+        self._ensure_wrap()
+        if not self._starts:
+            return
+        row = self._rows_of_token(self.cursor) + delta
+        if 0 <= row < len(self._starts):
+            self.cursor = self._token_at(row, self._column_of(self.cursor))
+
+    def action_cursor_page(self, delta: int) -> None:
+        rows = max(1, self.scrollable_content_region.height // self.rows_per_line - 1)
+        self._ensure_wrap()
+        if not self._starts:
+            return
+        row = max(0, min(len(self._starts) - 1, self._rows_of_token(self.cursor) + delta * rows))
+        self.cursor = self._token_at(row, self._column_of(self.cursor))
+
+    def action_cursor_to_start(self) -> None:
+        self.cursor = 0
+
+    def action_cursor_to_end(self) -> None:
+        self.cursor = len(self._tops) - 1
+
+    def on_click(self, event: events.Click) -> None:
+        index = event.style.meta.get("tok")
+        if index is not None:
+            self.cursor = int(index)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if round(old_value) != round(new_value):
+            self.post_message(self.Scrolled(self, round(new_value)))
