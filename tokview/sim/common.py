@@ -1,0 +1,173 @@
+"""What both server surfaces share: the simulator's state, text from ids, SSE, fault handling.
+
+A generation handler builds its complete answer first (a JSON body or a list of SSE events) and
+then `deliver` sends it — normally, or broken the way the active fault says. That keeps every
+fault identical across endpoints and both server kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from tokview.core.profiles import ModelProfile
+from tokview.sim import faults
+from tokview.sim.config import SimConfig
+from tokview.sim.model import SimModel
+
+DONE = "data: [DONE]\n\n"
+
+
+@dataclass
+class SimStats:
+    """Request counts, for tests and the demo (read from other threads; ints only)."""
+
+    requests: Counter = field(default_factory=Counter)
+    """Per path."""
+    generation: int = 0
+    faults: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.requests.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "generation": self.generation, "requests": dict(self.requests),
+                "faults": dict(self.faults)}
+
+
+class SimState:
+    """The tokenizer, profile, model and counters one simulator instance answers with."""
+
+    def __init__(self, cfg: SimConfig, tokenizer: Any, profile: ModelProfile) -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.profile = profile
+        self.model = SimModel(tokenizer, profile, output_tokens=cfg.output_tokens, base_seed=cfg.seed)
+        self.stats = SimStats()
+        self.faults = faults.FaultBook(cfg.quirks)
+        self.released = threading.Event()
+        self._piece_cache: dict[tuple[int, bool], str] = {}
+
+    # -- text ------------------------------------------------------------------------------
+    def piece(self, token_id: int, skip_special: bool) -> str:
+        key = (token_id, skip_special)
+        text = self._piece_cache.get(key)
+        if text is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=skip_special)
+            self._piece_cache[key] = text
+        return text
+
+    def pieces(self, ids: Sequence[int], skip_special: bool) -> list[str]:
+        return [self.piece(i, skip_special) for i in ids]
+
+    def decode(self, ids: Sequence[int], skip_special: bool) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+
+    def thinking(self, template_kwargs: dict[str, Any] | None) -> bool:
+        """Whether the request left thinking on (Kimi reads `thinking`, Qwen3 `enable_thinking`)."""
+        kwargs = template_kwargs or {}
+        key = self.profile.thinking_kwarg
+        return not (key and kwargs.get(key) is False)
+
+    def render(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None,
+               add_generation_prompt: bool = True) -> list[int]:
+        return self.tokenizer.render(messages, add_generation_prompt=add_generation_prompt,
+                                     template_kwargs=template_kwargs or {})
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def new_id(prefix: str = "") -> str:
+    return prefix + uuid.uuid4().hex[: 16 if prefix else 32]
+
+
+def fake_logprob(token_id: int, position: int) -> float:
+    """A deterministic, plausible log-probability (the simulator has no real distribution)."""
+    return -round(((token_id * 31 + position * 7) % 97) / 40.0, 4)
+
+
+def top_alternatives(token_id: int, position: int, k: int) -> list[tuple[int, float]]:
+    """k (id, logprob) pairs, the sampled id first."""
+    out = [(token_id, fake_logprob(token_id, position))]
+    for j in range(1, k):
+        alt = (token_id + 7 * j) % 163_000 + 256
+        out.append((alt, round(out[0][1] - 0.5 * j, 4)))
+    return out
+
+
+def sse(payload: Any) -> str:
+    return "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+
+
+async def read_json(request: Request, kind: str) -> dict[str, Any] | JSONResponse:
+    """The request body as a dict, or the error response a real server would give."""
+    try:
+        body = json.loads(await request.body() or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return faults.error_response(kind, 400, f"invalid JSON body: {exc}", "BadRequest")
+    if not isinstance(body, dict):
+        return faults.error_response(kind, 400, "the request body must be a JSON object", "BadRequest")
+    return body
+
+
+def positive_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+async def admit(state: SimState, request: Request, streaming: bool) -> tuple[str | None, Response | None]:
+    """Count a generation request and pick its fault; returns (fault, early response or None)."""
+    state.stats.generation += 1
+    fault = state.faults.take(streaming)
+    if fault:
+        state.stats.faults[fault] += 1
+    latency = state.cfg.total_latency_s
+    if latency > 0:
+        await asyncio.sleep(latency)
+    if fault == "stall":
+        await faults.stall(request, state.released)
+        return fault, faults.error_response(state.cfg.kind, 503, "stalled request released", "ServiceUnavailable")
+    early = faults.http_fault_response(state.cfg.kind, fault) if fault else None
+    return fault, early
+
+
+def deliver_json(payload: Any, fault: str | None) -> Response:
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    if fault == "drop-connection":
+        return faults.DroppedResponse(body)
+    if fault == "malformed-json":
+        return Response(faults.malformed(body), media_type="application/json")
+    return Response(body, media_type="application/json")
+
+
+def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: Any = None) -> Response:
+    """Send SSE events (each already `data: …\\n\\n`), broken as the fault says."""
+    events = list(events)
+    if fault == "drop-connection":
+        return faults.DroppedResponse("".join(events).encode(), media_type="text/event-stream")
+    if fault == "malformed-json":
+        events[0] = faults.malformed(events[0].encode()).decode(errors="ignore").rstrip("\n") + "\n\n"
+    if fault == "stream-error":
+        keep = max(1, min(3, len(events) - 2))
+        events = events[:keep] + [sse(error_chunk), DONE]
+
+    async def gen() -> Any:
+        for event in events:
+            yield event
+
+    return StreamingResponse(gen(), media_type="text/event-stream")

@@ -1,0 +1,125 @@
+"""Simulator settings and the named quirk/fault flags it can reproduce.
+
+Real deployments differ in small ways that break capture code (a renamed reasoning field, a build
+without id fields, a bug that leaks prompt ids into `output_ids`) and fail in a handful of ways
+(5xx, 429, stalls, half-written bodies). Each one has a name here so tests, the demo and
+`tokview sim --quirk NAME[=VALUE]` can switch it on exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+KINDS = ("vllm", "sglang")
+
+# name -> one-line meaning (shown by `tokview sim --help`)
+BEHAVIOUR_QUIRKS: dict[str, str] = {
+    "vllm-pre-0.16": "vLLM puts reasoning in `reasoning_content` instead of `reasoning` (builds before 0.16)",
+    "no-id-fields": "no token-id fields at all (vLLM before 0.10.2, SGLang chat before return_token_ids, "
+                    "old SGLang /generate without output_ids)",
+    "prompt-prefix-bug": "SGLang /generate output_ids begin with the last prompt ids (sglang #17240); "
+                         "value = how many (default 5)",
+    "parser-all-reasoning": "the reasoning parser puts the whole output in the reasoning field",
+    "sglang-chat-ids": "SGLang chat id field name: response_token_ids (0.5.23, default) or token_ids",
+    "incremental-streaming": "SGLang /generate streams delta text/output_ids (--incremental-streaming-output)",
+    "latency": "extra seconds before every generation response",
+}
+# Counted faults: value N = the first N generation requests (in order, one fault each); a bare
+# flag (True) = every generation request, for "fails forever" tests.
+FAULTS: dict[str, str] = {
+    "stall": "hang until the client disconnects (or the simulator stops)",
+    "drop-connection": "close the socket in the middle of the response body",
+    "http-500": "HTTP 500 with an error body",
+    "http-503": "HTTP 503 with an error body",
+    "http-429": "HTTP 429 with `Retry-After: 0`",
+    "malformed-json": "HTTP 200 whose body (or first SSE chunk) is not valid JSON",
+    "stream-error": "a streamed response sends a few chunks, then an {\"error\": ...} chunk and [DONE]",
+}
+FAULT_ORDER = tuple(FAULTS)
+QUIRKS: dict[str, str] = {**BEHAVIOUR_QUIRKS, **FAULTS}
+
+DEFAULT_VERSIONS = {"vllm": "0.32.0", "sglang": "0.5.23"}
+PRE_016_VERSION = "0.15.1"
+
+
+class SimConfigError(ValueError):
+    """A simulator setting that cannot work (unknown kind, unknown quirk, bad value)."""
+
+
+@dataclass
+class SimConfig:
+    """Everything that decides how the simulator answers."""
+
+    kind: str = "vllm"
+    tokenizer_dir: Path | None = None
+    """None: the Kimi-layout tokenizer (built and cached offline)."""
+    think_special: bool = True
+    """For the Kimi-layout tokenizer: whether `</think>` is a special token (text parsers can't see it)."""
+    quirks: dict[str, Any] = field(default_factory=dict)
+    latency_s: float = 0.0
+    output_tokens: int | None = None
+    """Force every natural output to this many ids (for benchmarks that want long outputs)."""
+    seed: int = 0
+    model_name: str = "tokview-sim"
+    version: str | None = None
+    port: int = 0
+    """0: pick a free port."""
+    host: str = "127.0.0.1"
+    max_model_len: int = 32768
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise SimConfigError(f"unknown simulator kind {self.kind!r} (use vllm or sglang)")
+        unknown = sorted(set(self.quirks) - set(QUIRKS))
+        if unknown:
+            raise SimConfigError(f"unknown quirk(s) {', '.join(unknown)} (known: {', '.join(QUIRKS)})")
+        ids_name = self.quirks.get("sglang-chat-ids", "response_token_ids")
+        if ids_name not in ("response_token_ids", "token_ids"):
+            raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
+        for name in FAULTS:
+            value = self.quirks.get(name)
+            if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
+                raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
+        if self.output_tokens is not None and self.output_tokens < 3:
+            raise SimConfigError("output_tokens must be at least 3")
+        if self.tokenizer_dir is not None:
+            self.tokenizer_dir = Path(self.tokenizer_dir)
+
+    @property
+    def server_version(self) -> str:
+        if self.version:
+            return self.version
+        if self.kind == "vllm" and self.quirks.get("vllm-pre-0.16"):
+            return PRE_016_VERSION
+        return DEFAULT_VERSIONS[self.kind]
+
+    @property
+    def total_latency_s(self) -> float:
+        return float(self.latency_s) + float(self.quirks.get("latency", 0.0) or 0.0)
+
+    def quirk(self, name: str) -> Any:
+        return self.quirks.get(name)
+
+
+def parse_quirk(spec: str) -> tuple[str, Any]:
+    """`http-503=2` -> ("http-503", 2); `no-id-fields` -> ("no-id-fields", True)."""
+    name, sep, raw = spec.partition("=")
+    name = name.strip()
+    if name not in QUIRKS:
+        raise SimConfigError(f"unknown quirk {name!r} (known: {', '.join(QUIRKS)})")
+    if not sep:
+        return name, True
+    raw = raw.strip()
+    low = raw.lower()
+    if low in ("true", "yes", "on"):
+        return name, True
+    if low in ("false", "no", "off"):
+        return name, False
+    for cast in (int, float):
+        try:
+            return name, cast(raw)
+        except ValueError:
+            pass
+    return name, raw

@@ -1,0 +1,151 @@
+"""The simulator's deterministic "model": reasoning, closer, answer, stop — seeded per request.
+
+It writes real sentences encoded with the real tokenizer, so decoding its ids and encoding the
+text again gives the same ids, and every piece of tokview (segments, parsers, alignment) sees the
+same structure a reasoning model produces. Where it starts depends on the prompt, as with a real
+model: a prompt that ends inside reasoning (Kimi-K2.5's pre-filled `<think>`) gets reasoning
+first; a prompt whose reasoning is closed (thinking off) gets only an answer; otherwise (Qwen3
+thinking on) the model opens reasoning itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+from tokview.core.profiles import ModelProfile
+
+REASONING_SENTENCES = (
+    "Okay, let me think about this carefully.",
+    "First I should read the question again.",
+    "The user wants a short and clear answer.",
+    "Let me check the numbers step by step.",
+    "Six groups of seven make forty two.",
+    "I could also count it the other way around.",
+    "That gives the same result, so it seems right.",
+    "Wait, I should make sure nothing is missing.",
+    "The question does not ask for anything else.",
+    "So the reasoning is done and I can answer.",
+    "Maybe an example would make it easier to follow.",
+    "Hmm, the simplest way is usually the best one.",
+)
+ANSWER_SENTENCES = (
+    "The answer is forty two!",
+    "Here is a short answer.",
+    "It works out to forty two in the end.",
+    "I hope this helps.",
+    "Let me know if you want more detail.",
+    "In short, the result is correct.",
+)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated output and why it ended."""
+
+    output_ids: list[int]
+    finish_reason: str
+    """`stop` or `length`."""
+    matched: int | None
+    """The stop id that ended it (None for `length`)."""
+    eos_stop: bool
+    """True when the model's own stop id ended it (vLLM reports stop_reason null then)."""
+
+
+def request_seed(prompt_ids: Sequence[int], seed: Any, base_seed: int = 0) -> int:
+    """The request's `seed` if it sent one, else a stable hash of the prompt ids."""
+    if seed is not None and not isinstance(seed, bool):
+        try:
+            return int(seed) + base_seed
+        except (TypeError, ValueError):
+            pass
+    digest = hashlib.sha256(",".join(map(str, prompt_ids)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") + base_seed
+
+
+class SimModel:
+    """Produces output ids for prompt ids, for one tokenizer and profile."""
+
+    def __init__(self, tokenizer: Any, profile: ModelProfile, *, output_tokens: int | None = None,
+                 base_seed: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.profile = profile
+        self.output_tokens = output_tokens
+        self.base_seed = base_seed
+        self.open_id = profile.think_open_id
+        self.close_id = profile.think_close_id
+        self.stop_id = profile.stop_ids[0]
+        self.newlines = profile.name.startswith("qwen")  # Qwen3 writes "<think>\n…\n</think>\n\n…"
+        self._encode = lru_cache(maxsize=4096)(self._encode_uncached)
+
+    def _encode_uncached(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text))
+
+    # -- where the model starts ------------------------------------------------------------
+    def mode(self, prompt_ids: Sequence[int]) -> str:
+        """`in-reasoning`, `closed` (thinking off) or `open` (the model opens reasoning itself)."""
+        for pos in range(len(prompt_ids) - 1, -1, -1):
+            tid = prompt_ids[pos]
+            if tid == self.open_id:
+                return "in-reasoning"
+            if tid == self.close_id:
+                return "closed" if len(prompt_ids) - pos <= 3 else "open"
+        return "open"
+
+    # -- text ------------------------------------------------------------------------------
+    def _sentences_ids(self, rng: random.Random, bank: tuple[str, ...], n_sentences: int,
+                       target: int | None, prefix: str, suffix: str) -> list[int]:
+        """Encode a few seeded sentences; with `target`, exactly that many ids."""
+        if target is None:
+            chosen = [bank[rng.randrange(len(bank))] for _ in range(n_sentences)]
+            return list(self._encode(prefix + " ".join(chosen) + suffix))
+        ids: list[int] = list(self._encode(prefix + bank[rng.randrange(len(bank))]))
+        while len(ids) < target:
+            ids.extend(self._encode(" " + bank[rng.randrange(len(bank))]))
+        if suffix:
+            ids.extend(self._encode(suffix))
+        return ids[:target] if len(ids) > target else ids
+
+    def natural_output(self, prompt_ids: Sequence[int], seed: int) -> list[int]:
+        """The full output the model wants to write, ending with the stop id."""
+        rng = random.Random(seed)
+        mode = self.mode(prompt_ids)
+        total = self.output_tokens
+        nl = self.newlines
+        if mode == "closed":
+            answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2),
+                                         None if total is None else total - 1, "", "")
+            return answer + [self.stop_id]
+        head = [self.open_id] if mode == "open" and self.open_id is not None else []
+        answer_target = reasoning_target = None
+        if total is not None:
+            answer_target = max(1, min(64, total // 8))
+            reasoning_target = max(1, total - answer_target - 2 - len(head))
+        reasoning = self._sentences_ids(rng, REASONING_SENTENCES, rng.randint(2, 4), reasoning_target,
+                                        "\n" if nl else "", "\n" if nl else "")
+        answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2), answer_target,
+                                     "\n\n" if nl else "", "")
+        closer = [self.close_id] if self.close_id is not None else []
+        return head + reasoning + closer + answer + [self.stop_id]
+
+    def generate(self, prompt_ids: Sequence[int], *, seed: Any = None, max_tokens: int | None = None,
+                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> Generation:
+        """Generate like a server would: stop at the first stop id, or cut at `max_tokens`."""
+        s = request_seed(prompt_ids, seed, self.base_seed)
+        out = self.natural_output(prompt_ids, s)
+        if ignore_eos and max_tokens:
+            while len(out) < max_tokens:  # keep writing answers, as a model ignoring EOS does
+                s += 1
+                out = out + self.natural_output(list(prompt_ids) + out, s)[-8:]
+        stops = set(int(i) for i in stop_token_ids or ())
+        if not ignore_eos:
+            stops.add(self.stop_id)
+        for pos, tid in enumerate(out):
+            if tid in stops and (max_tokens is None or pos < max_tokens):
+                return Generation(out[: pos + 1], "stop", tid, eos_stop=tid == self.stop_id)
+        if max_tokens is not None and len(out) > max_tokens:
+            return Generation(out[:max_tokens], "length", None, eos_stop=False)
+        return Generation(out, "length" if ignore_eos else "stop", None, eos_stop=False)

@@ -1,0 +1,131 @@
+"""Run the simulator: a Starlette app under uvicorn on 127.0.0.1, in a background thread.
+
+The socket is bound (and listening) before the thread starts, so `sim.url` is usable the moment
+`start_simulator` returns; we still wait for uvicorn's `started` so the first request is not
+queued behind startup. Stopping releases stalled requests and gives in-flight ones a second.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+from starlette.applications import Starlette
+
+from tokview.core.profiles import ModelProfile, detect_profile
+from tokview.sim import faults, sglang, vllm
+from tokview.sim.common import SimState, SimStats
+from tokview.sim.config import SimConfig
+
+
+@lru_cache(maxsize=8)
+def _tokenizer_and_profile(path: str) -> tuple[Any, ModelProfile]:
+    """Load once per process: tests start many simulators over the same tokenizer."""
+    from tokview.core.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(path)
+    return tok, detect_profile(tok)
+
+
+def tokenizer_for(cfg: SimConfig) -> tuple[Any, ModelProfile]:
+    if cfg.tokenizer_dir is None:
+        from tokview.core.kimi_layout import kimi_tokenizer_dir
+
+        path = kimi_tokenizer_dir(think_special=cfg.think_special)
+    else:
+        path = Path(cfg.tokenizer_dir).expanduser().absolute()
+    return _tokenizer_and_profile(str(path))
+
+
+class _CountRequests:
+    """ASGI middleware: count every HTTP request per path."""
+
+    def __init__(self, app: Any, stats: SimStats) -> None:
+        self.app, self.stats = app, stats
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.stats.requests[scope["path"]] += 1
+        await self.app(scope, receive, send)
+
+
+def build_app(state: SimState) -> Any:
+    routes = sglang.routes(state) if state.cfg.kind == "sglang" else vllm.routes(state)
+    return _CountRequests(Starlette(routes=routes), state.stats)
+
+
+class Simulator:
+    """A running simulator: `url`, `stats`, `state`; `stop()` shuts it down."""
+
+    def __init__(self, cfg: SimConfig, state: SimState, server: Any, thread: threading.Thread, port: int) -> None:
+        self.cfg, self.state, self._server, self._thread, self.port = cfg, state, server, thread, port
+        self.url = f"http://{cfg.host}:{port}"
+
+    @property
+    def stats(self) -> SimStats:
+        return self.state.stats
+
+    @property
+    def profile(self) -> ModelProfile:
+        return self.state.profile
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.state.tokenizer
+
+    def stop(self) -> None:
+        self.state.released.set()
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> "Simulator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def launch(cfg: SimConfig) -> Simulator:
+    """Start a simulator and return it running (call `.stop()` when done)."""
+    import uvicorn
+
+    tokenizer, profile = tokenizer_for(cfg)
+    state = SimState(cfg, tokenizer, profile)
+    faults.install_log_filter()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((cfg.host, cfg.port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(build_app(state), log_level="warning", lifespan="off", access_log=False,
+                            timeout_graceful_shutdown=1, ws="none")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"tokview-sim-{port}",
+                              daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError("the simulator's server did not start")
+        time.sleep(0.005)
+    return Simulator(cfg, state, server, thread, port)
+
+
+@contextmanager
+def start_simulator(cfg: SimConfig | None = None) -> Iterator[Simulator]:
+    """`with start_simulator(SimConfig(kind="sglang")) as sim: httpx.get(sim.url + "/health")`."""
+    sim = launch(cfg or SimConfig())
+    try:
+        yield sim
+    finally:
+        sim.stop()

@@ -1,0 +1,269 @@
+"""The vLLM surface (0.32.0 shapes, real-servers.md §4.4-§4.5, protocols.md §2).
+
+Chat completions with `return_token_ids` (top-level `prompt_token_ids`, per-choice `token_ids`),
+an id-based kimi_k2 reasoning split into `message.reasoning` (`reasoning_content` before 0.16),
+completions with a token-id prompt, streaming exactly as recorded, and tokenize/detokenize.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tokview.sim import common, faults
+from tokview.sim.common import SimState, sse
+from tokview.sim.model import Generation
+from tokview.sim.reasoning import vllm_id_regions
+
+
+def routes(state: SimState) -> list[Route]:
+    cfg = state.cfg
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": cfg.server_version})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": cfg.model_name, "object": "model", "created": common.now(), "owned_by": "tokview-sim",
+            "root": str(state.tokenizer.source or cfg.model_name), "parent": None,
+            "max_model_len": cfg.max_model_len, "permission": [], "simulator": True}]})
+
+    async def chat(request: Request) -> Response:
+        body = await common.read_json(request, "vllm")
+        return body if isinstance(body, Response) else await _chat(state, request, body)
+
+    async def completions(request: Request) -> Response:
+        body = await common.read_json(request, "vllm")
+        return body if isinstance(body, Response) else await _completions(state, request, body)
+
+    async def tokenize(request: Request) -> Response:
+        body = await common.read_json(request, "vllm")
+        if isinstance(body, Response):
+            return body
+        try:
+            if body.get("messages") is not None:
+                if body.get("add_generation_prompt", True) and body.get("continue_final_message"):
+                    raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+                tokens = state.render(body["messages"], body.get("chat_template_kwargs"),
+                                      bool(body.get("add_generation_prompt", True)))
+            elif isinstance(body.get("prompt"), str):
+                tokens = list(state.tokenizer.tok.encode(body["prompt"],
+                                                         add_special_tokens=bool(body.get("add_special_tokens", True))))
+            else:
+                raise ValueError("give prompt (a string) or messages")
+        except ValueError as exc:
+            return faults.error_response("vllm", 400, str(exc), "BadRequestError")
+        strs = state.pieces(tokens, False) if body.get("return_token_strs") else None
+        return JSONResponse({"count": len(tokens), "max_model_len": cfg.max_model_len, "tokens": tokens,
+                             "token_strs": strs})
+
+    async def detokenize(request: Request) -> Response:
+        body = await common.read_json(request, "vllm")
+        if isinstance(body, Response):
+            return body
+        return JSONResponse({"prompt": state.decode(body.get("tokens") or [], False)})
+
+    return [
+        Route("/health", health), Route("/version", version), Route("/v1/models", models),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
+    ]
+
+
+def _fingerprint(state: SimState) -> str:
+    return f"vllm-{state.cfg.server_version}-tokview-sim"
+
+
+def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> dict[str, Any]:
+    max_tokens = common.positive_int(body.get("max_completion_tokens", body.get("max_tokens", default_max)),
+                                     "max_tokens")
+    room = state.cfg.max_model_len - len(prompt)
+    if room <= 0:
+        raise ValueError(f"This model's maximum context length is {state.cfg.max_model_len} tokens. However, "
+                         f"your request has {len(prompt)} input tokens.")
+    return {"max_tokens": min(max_tokens if max_tokens is not None else room, room),
+            "stop_token_ids": body.get("stop_token_ids") or (), "ignore_eos": bool(body.get("ignore_eos"))}
+
+
+def _stop_reason(gen: Generation) -> Any:
+    return None if gen.eos_stop or gen.finish_reason == "length" else gen.matched
+
+
+def _text_ids(gen: Generation, body: dict[str, Any]) -> list[int]:
+    if gen.matched is not None and not body.get("include_stop_str_in_output"):
+        return gen.output_ids[:-1]
+    return gen.output_ids
+
+
+def _chat_logprob(state: SimState, body: dict[str, Any], tid: int, pos: int) -> dict[str, Any]:
+    as_ids = bool(body.get("return_tokens_as_token_ids"))
+
+    def entry(t: int, lp: float) -> dict[str, Any]:
+        piece = state.piece(t, False)
+        return {"token": f"token_id:{t}" if as_ids else piece, "logprob": lp, "bytes": list(piece.encode())}
+
+    k = int(body.get("top_logprobs") or 0)
+    alts = common.top_alternatives(tid, pos, max(k, 1))
+    return {**entry(tid, alts[0][1]), "top_logprobs": [entry(t, lp) for t, lp in alts[:k]]}
+
+
+async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
+    cfg = state.cfg
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort = body.get("reasoning_effort")
+    if effort is not None and "enable_thinking" not in kwargs:  # vLLM sets enable_thinking only (Kimi ignores it)
+        kwargs["enable_thinking"] = effort != "none"
+    try:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("messages must be a non-empty list")
+        prompt = state.render(messages, kwargs, bool(body.get("add_generation_prompt", True)))
+        sampling = _sampling(state, body, prompt, None)
+    except ValueError as exc:
+        return faults.error_response("vllm", 400, str(exc), "BadRequestError")
+    stream = bool(body.get("stream"))
+    fault, early = await common.admit(state, request, stream)
+    if early is not None:
+        return early
+    gen = state.model.generate(prompt, seed=body.get("seed"), **sampling)
+    out = gen.output_ids
+    ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
+    field = "reasoning_content" if cfg.quirk("vllm-pre-0.16") else "reasoning"
+    thinking = state.thinking(kwargs) and effort != "none"
+    regions = vllm_id_regions(out, state.profile.think_open_id, state.profile.think_close_id, thinking,
+                              bool(cfg.quirk("parser-all-reasoning")))
+    text_len = len(_text_ids(gen, body))
+    skip = bool(body.get("skip_special_tokens", True))
+    r_tokens = regions.count("reasoning")
+    usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out), "completion_tokens": len(out)}
+    if stream:
+        events = _chat_events(state, body, prompt, gen, regions, text_len, skip, field, ids, usage, r_tokens)
+        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
+                                                               "(fault stream-error)", "type": "InternalServerError",
+                                                               "code": 500}})
+    reasoning_ids = [t for t, r in zip(out[:text_len], regions) if r == "reasoning"]
+    content_ids = [t for t, r in zip(out[:text_len], regions) if r == "content"]
+    reasoning = state.decode(reasoning_ids, skip) or None
+    content = state.decode(content_ids, skip) or None
+    message = {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
+               "function_call": None, field: reasoning}
+    logprobs = None
+    if body.get("logprobs"):
+        logprobs = {"content": [_chat_logprob(state, body, t, p) for p, t in enumerate(out)]}
+    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": gen.finish_reason,
+              "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "routed_experts": None}
+    payload: dict[str, Any] = {
+        "id": common.new_id("chatcmpl-"), "object": "chat.completion", "created": common.now(),
+        "model": cfg.model_name, "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
+        "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
+        "prompt_logprobs": None, "prompt_token_ids": list(prompt) if ids else None, "prompt_text": None,
+        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+    }
+    if cfg.quirk("no-id-fields"):
+        choice.pop("token_ids")
+        payload.pop("prompt_token_ids")
+    return common.deliver_json(payload, fault)
+
+
+def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, regions: list[str],
+                 text_len: int, skip: bool, field: str, ids: bool, usage: dict[str, Any], r_tokens: int) -> list[str]:
+    """As recorded (vllm_chat_stream.txt): role chunk with prompt ids, one chunk per id, usage, [DONE]."""
+    rid, created, model = common.new_id("chatcmpl-"), common.now(), state.cfg.model_name
+    head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+    first: dict[str, Any] = {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                  "logprobs": None, "finish_reason": None}]}
+    if ids:
+        first.update(prompt_token_ids=list(prompt), prompt_text=None)
+    events = [sse(first)]
+    out = gen.output_ids
+    for pos, (tid, region) in enumerate(zip(out, regions)):
+        last = pos == len(out) - 1
+        piece = state.piece(tid, skip) if pos < text_len else ""
+        if region == "delim":
+            delta: dict[str, Any] = {}
+        elif region == "reasoning":
+            delta = {field: piece}
+        else:
+            delta = {"content": piece}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [_chat_logprob(state, body, tid, pos)]}
+        if last:
+            choice["finish_reason"] = gen.finish_reason
+            choice["stop_reason"] = _stop_reason(gen)
+        if ids:
+            choice["token_ids"] = [tid]
+        events.append(sse({**head, "choices": [choice]}))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append(sse({**head, "choices": [], "usage": {**usage, "completion_tokens_details":
+                                                              {"reasoning_tokens": r_tokens}},
+                           "system_fingerprint": _fingerprint(state)}))
+    events.append(common.DONE)
+    return events
+
+
+def _completion_prompt(state: SimState, prompt: Any) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return list(state.tokenizer.tok.encode(prompt, add_special_tokens=True))
+    vocab = state.tokenizer.vocab_size
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and 0 <= i < vocab for i in prompt):
+        return prompt
+    raise ValueError(f"prompt must be a string or one non-empty list of token ids in [0, {vocab})")
+
+
+async def _completions(state: SimState, request: Request, body: dict[str, Any]) -> Response:
+    cfg = state.cfg
+    try:
+        prompt = _completion_prompt(state, body.get("prompt"))
+        sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
+    except ValueError as exc:
+        return faults.error_response("vllm", 400, str(exc), "BadRequestError")
+    stream = bool(body.get("stream"))
+    fault, early = await common.admit(state, request, stream)
+    if early is not None:
+        return early
+    gen = state.model.generate(prompt, seed=body.get("seed"), **sampling)
+    out = gen.output_ids
+    ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
+    skip = bool(body.get("skip_special_tokens", True))
+    text_ids = _text_ids(gen, body)
+    rid, created = common.new_id("cmpl-"), common.now()
+    usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out), "completion_tokens": len(out)}
+    if stream:
+        events = []
+        for pos, tid in enumerate(out):
+            last = pos == len(out) - 1
+            choice: dict[str, Any] = {"index": 0, "text": state.piece(tid, skip) if pos < len(text_ids) else "",
+                                      "logprobs": None, "finish_reason": gen.finish_reason if last else None,
+                                      "stop_reason": _stop_reason(gen) if last else None}
+            if ids:
+                choice["token_ids"] = [tid]
+                if pos == 0:
+                    choice["prompt_token_ids"] = list(prompt)
+            events.append(sse({"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
+                               "choices": [choice]}))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append(sse({"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
+                               "choices": [], "usage": usage}))
+        events.append(common.DONE)
+        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
+                                                               "(fault stream-error)", "code": 500}})
+    choice = {"index": 0, "text": state.decode(text_ids, skip), "logprobs": None, "finish_reason": gen.finish_reason,
+              "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "prompt_logprobs": None,
+              "prompt_token_ids": list(prompt) if ids else None}
+    if cfg.quirk("no-id-fields"):
+        choice.pop("token_ids")
+        choice.pop("prompt_token_ids")
+    payload = {"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
+               "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
+               "usage": {**usage, "prompt_tokens_details": None}, "kv_transfer_params": None}
+    return common.deliver_json(payload, fault)
