@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokview.core.kimi_layout import (
+    LAYOUT_VERSION,
     KIMI_SPECIAL_TOKENS,
     LAYOUT_MARKER,
     VOCAB_SIZE,
@@ -136,7 +137,7 @@ def test_marker_and_cache_reuse(cache_root):
     d = kimi_tokenizer_dir(cache_dir=cache_root)
     assert d.name == "kimi-layout"
     marker = json.loads((d / LAYOUT_MARKER).read_text())
-    assert marker == {"layout": "kimi-k2.5", "think_special": True, "version": 1}
+    assert marker == {"layout": "kimi-k2.5", "think_special": True, "version": LAYOUT_VERSION}
     mtime = (d / "tokenizer.json").stat().st_mtime_ns
     assert kimi_tokenizer_dir(cache_dir=cache_root) == d
     assert (d / "tokenizer.json").stat().st_mtime_ns == mtime  # not rebuilt

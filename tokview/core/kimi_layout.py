@@ -23,7 +23,7 @@ from pathlib import Path
 VOCAB_SIZE = 163840
 SPECIAL_START = 163584  # first id of the Kimi special range; 163583 is the last ordinary id
 LAYOUT_MARKER = "tokview_layout.json"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: added_tokens_decoder written explicitly (transformers 4 and 5 agree)
 
 KIMI_SPECIAL_TOKENS: dict[int, str] = {
     163584: "[BOS]",
@@ -179,6 +179,14 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     cfg.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE)
+    cfg.pop("backend", None)
+    # Written by hand: transformers 4 writes this table and 5 does not, and tokenizers that ship
+    # their own code (Kimi's TikTokenTokenizer) read the special names from it.
+    cfg["added_tokens_decoder"] = {
+        str(vocab[s]): {"content": s, "special": think_special or s not in think, "normalized": False,
+                        "lstrip": False, "rstrip": False, "single_word": False}
+        for s in names
+    }
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     (out / LAYOUT_MARKER).write_text(json.dumps(_marker(think_special), indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,118 @@
+"""Loading a tiktoken-based tokenizer that ships its own code, as Kimi's real one does.
+
+The model folder here holds a `tiktoken.model` (the Kimi-layout byte vocabulary, 163584 ranks, so the
+special ids land on Kimi's real ids) and our own `tokenization_kimi.py`: a slow `PreTrainedTokenizer`
+over tiktoken that imports exactly what Moonshot's file imports. That proves the install carries those
+imports, that `trust_remote_code` is needed and only used when asked, and that tokview's adapter
+shows pieces and renders templates through such a tokenizer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+
+import pytest
+
+from tokview.core.tokenizer import TokenizerError, load_tokenizer
+
+from facts import KIMI_CHAIN_OUTPUT
+
+REMOTE_CODE = '''
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from tokenizers import AddedToken, pre_tokenizers, Regex  # noqa: F401 (the real file imports these)
+from transformers.tokenization_utils import PreTrainedTokenizer
+from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+PAT = r"""[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"""
+
+
+class TikTokenTokenizer(PreTrainedTokenizer):
+    vocab_files_names = {"vocab_file": "tiktoken.model"}
+    model_input_names = ["input_ids", "attention_mask"]
+
+    def __init__(self, vocab_file, bos_token="[BOS]", eos_token="[EOS]", unk_token=None, pad_token=None,
+                 additional_special_tokens=None, added_tokens_decoder=None, **kwargs):
+        ranks = load_tiktoken_bpe(vocab_file)
+        names = {int(i): t.content for i, t in (added_tokens_decoder or {}).items()}
+        base = len(ranks)
+        self.special_tokens = {names.get(i, f"<|reserved_token_{i}|>"): i for i in range(base, base + 256)}
+        self.model = tiktoken.Encoding(name="kimi-test", pat_str=PAT, mergeable_ranks=ranks,
+                                       special_tokens=self.special_tokens)
+        enc = bytes_to_unicode()
+        self.decoder = {i: "".join(enc[b] for b in self.model.decode_single_token_bytes(i)) for i in range(base)}
+        self.decoder.update({i: s for s, i in self.special_tokens.items()})
+        self.encoder = {v: k for k, v in self.decoder.items()}
+        self.byte_decoder = {v: k for k, v in enc.items()}
+        super().__init__(bos_token=bos_token, eos_token=eos_token, unk_token=unk_token, pad_token=pad_token,
+                         additional_special_tokens=additional_special_tokens, **kwargs)
+
+    @property
+    def vocab_size(self):
+        return self.model.n_vocab
+
+    def get_vocab(self):
+        return dict(self.encoder)
+
+    def _tokenize(self, text, **kwargs):
+        return [self.decoder[t] for t in self.model.encode(text, allowed_special="all")]
+
+    def _convert_token_to_id(self, token):
+        return self.encoder.get(token, 0)
+
+    def _convert_id_to_token(self, index):
+        return self.decoder.get(index)
+
+    def convert_tokens_to_string(self, tokens):
+        out, buf = [], bytearray()
+        for t in tokens:
+            if t in self.special_tokens:
+                out.append(buf.decode("utf-8", "replace") + t)
+                buf = bytearray()
+            else:
+                buf += bytes(self.byte_decoder[c] for c in t)
+        return "".join(out) + buf.decode("utf-8", "replace")
+'''
+
+
+@pytest.fixture(scope="module")
+def remote_code_dir(tmp_path_factory, kimi_tok_dir):
+    folder = tmp_path_factory.mktemp("kimi-remote")
+    vocab = json.loads((kimi_tok_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+
+    dec = {v: k for k, v in bytes_to_unicode().items()}
+    lines = sorted(((i, bytes(dec[c] for c in tok)) for tok, i in vocab.items() if i < 163584))
+    (folder / "tiktoken.model").write_text(
+        "".join(f"{base64.b64encode(b).decode()} {i}\n" for i, b in lines))
+    (folder / "tokenization_kimi.py").write_text(REMOTE_CODE)
+    config = json.loads((kimi_tok_dir / "tokenizer_config.json").read_text())
+    config.pop("tokenizer_file", None)
+    config.update({"tokenizer_class": "TikTokenTokenizer",
+                   "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+                   "additional_special_tokens": ["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"]})
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    shutil.copy(kimi_tok_dir / "chat_template.jinja", folder / "chat_template.jinja")
+    return folder
+
+
+def test_refuses_remote_code_without_the_flag(remote_code_dir):
+    with pytest.raises(TokenizerError, match="--trust-remote-code"):
+        load_tokenizer(remote_code_dir)
+
+
+def test_loads_with_the_flag_and_keeps_kimi_ids(remote_code_dir):
+    tok = load_tokenizer(remote_code_dir, trust_remote_code=True)
+    assert type(tok.tok).__name__ == "TikTokenTokenizer"
+    assert [tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>")] == [163606, 163607, 163586]
+    assert tok.pieces(KIMI_CHAIN_OUTPUT[:3] + [163607]) == ["Okay", ",", " let", "</think>"]
+    assert tok.is_special(163586)
+    prompt = tok.render([{"role": "user", "content": "hi"}], template_kwargs={"thinking": True})
+    assert prompt[-1] == 163606 and prompt[0] == 163587
+
+
+def test_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(TokenizerError, match="not found"):
+        load_tokenizer(tmp_path / "nope")
