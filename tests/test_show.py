@@ -1,0 +1,48 @@
+"""`tokview show`: a stored sample printed as text, and its errors as one line each."""
+
+from __future__ import annotations
+
+import json
+
+from tokview.cli import main
+from tokview.core.analysis import analyze
+from tokview.core.record import Capture
+from tokview.store import Store
+
+from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
+
+
+def _db_with_sample(tmp_path, kimi_tok, kimi_profile):
+    db = tmp_path / "t.duckdb"
+    cap = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop",
+                  reasoning="Okay, let me think about this carefully.", content="The answer is forty-two!",
+                  reasoning_field="reasoning", endpoint="vllm-chat", server_kind="vllm", server_version="0.32.0")
+    with Store(db) as store:
+        store.put_sample("s1", "p1", "r1", cap, analyze(cap, kimi_profile, kimi_tok), profile="kimi-k2.5")
+    return db
+
+
+def test_show_prints_segments_findings_and_hidden_ids(tmp_path, capsys, kimi_tok, kimi_profile):
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
+    assert main(["show", "s1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "prefilled_opener" in out and "think_open_in_prompt" in out and "parser_hidden_ids" in out
+    closer_line = next(line for line in out.splitlines() if line.split()[:2] == ["37", "163607"])
+    assert "closer" in closer_line and "hidden" in closer_line
+
+
+def test_show_json(tmp_path, capsys, kimi_tok, kimi_profile):
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
+    assert main(["show", "s1", "--db", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["valid"] is True
+    assert data["capture"]["output_ids"] == KIMI_CHAIN_OUTPUT
+
+
+def test_show_errors_are_one_line(tmp_path, capsys, kimi_tok, kimi_profile):
+    assert main(["show", "nope", "--db", str(tmp_path / "missing.duckdb")]) == 1
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
+    assert main(["show", "nope", "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "no sample 'nope'" in err and err.count("\n") == 1

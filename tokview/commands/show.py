@@ -1,0 +1,87 @@
+"""`tokview show SAMPLE_ID`: one stored sample as plain text — ids, pieces, segments, findings.
+
+The headless twin of the inspect screen, for terminals without the app, for logs and for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tokview.cli import UserError
+
+MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
+
+
+def add_parser(sub) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
+
+    p = sub.add_parser("show", help="print one sample's ids, segments and findings")
+    p.add_argument("sample_id", help="a sample id (`tokview stats` and the app list them)")
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
+    p.add_argument("--from", dest="start", type=int, default=None, help="first position to list (default: output start)")
+    p.add_argument("--count", type=int, default=80, help="how many positions to list (default 80)")
+    p.add_argument("--json", action="store_true", help="print the sample and its analysis as JSON")
+    add_tokenizer_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from tokview.core.analysis import analyze
+    from tokview.core.profiles import get_profile
+    from tokview.core.resolve import resolve_tokenizer_and_profile
+    from tokview.store import Store, UnknownSample
+
+    if not Path(args.db).is_file():
+        raise UserError(f"no database at {args.db}")
+    with Store(args.db) as store:
+        try:
+            stored = store.load_sample(args.sample_id)
+        except UnknownSample:
+            raise UserError(f"no sample {args.sample_id!r} in {args.db}") from None
+    tokenizer, profile = resolve_tokenizer_and_profile(args.tokenizer, args.profile,
+                                                       trust_remote_code=args.trust_remote_code)
+    if not args.profile and stored.profile:
+        try:
+            profile = get_profile(stored.profile)
+        except ValueError:
+            pass  # a custom profile stored by name: keep the detected one
+    analysis = analyze(stored.capture, profile, tokenizer)
+    if args.json:
+        out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
+               "capture": stored.capture.to_dict(), "segments": [s.__dict__ for s in analysis.segments],
+               "findings": [f.__dict__ for f in analysis.findings]}
+        json.dump(out, sys.stdout, default=str)
+        print()
+        return 0
+    print(render(stored, analysis, tokenizer, args.start, args.count))
+    return 0
+
+
+def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
+    cap = stored.capture
+    n_prompt = len(cap.prompt_ids)
+    lines = [f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
+             f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
+             f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
+             "segments:"]
+    ids = cap.input_ids
+    for s in analysis.segments:
+        preview = tokenizer.decode(ids[s.start:s.end][:24])
+        lines.append(f"  {s.kind:<17} [{s.start:>6}, {s.end:>6})  {len(s):>6} ids  {preview!r:.70}")
+    lines.append("findings:" if analysis.findings else "findings: none")
+    for f in analysis.findings:
+        lines.append(f"  {f.severity.upper():<5} {f.code}: {f.detail}")
+    first = n_prompt if start is None else max(0, start)
+    pieces = tokenizer.pieces(ids[max(0, first - 8):first + count])[min(8, first):]
+    align = analysis.alignment.statuses if analysis.alignment else None
+    lines.append(f"ids {first}..{min(len(ids), first + count) - 1}  (pos  id  piece  segment  mask  text-field)")
+    for offset, piece in enumerate(pieces):
+        pos = first + offset
+        status = ""
+        if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and not cap.parsed_output_ids:
+            status = MARK.get(align[pos - n_prompt], "?") + " " + align[pos - n_prompt]
+        lines.append(f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}")
+    return "\n".join(lines)
