@@ -1,0 +1,339 @@
+"""Capture clients against the verbatim real-server recordings, replayed over a real socket.
+
+A tiny Starlette app under uvicorn on 127.0.0.1 answers each path with the recorded body (or a
+scripted fault), so the clients parse exactly the bytes vLLM 0.32 and SGLang 0.5.23 sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tokview.core.profiles import get_profile
+from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
+from tokview.servers.sglang import stream_mode
+
+REC = Path("/work/shared/recordings")
+PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586, 163588,
+          319, 115, 276, 116, 301, 116, 163601, 163606]
+OUTPUT = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
+MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
+
+
+def rec(name: str) -> Any:
+    text = (REC / name).read_text()
+    return text if name.endswith(".txt") else json.loads(text)
+
+
+class Replay:
+    """path → list of scripted answers (used in order; the last one repeats).
+
+    An answer is a dict: {"json": obj} | {"sse": [lines]} | {"status": n, "json"/"text": …,
+    "headers": {…}} | {"stall": seconds}. Every request body is kept in `seen`.
+    """
+
+    def __init__(self, routes: dict[str, list[dict[str, Any]]]) -> None:
+        self.routes = routes
+        self.seen: list[tuple[str, Any, dict[str, str]]] = []
+        self.counts: dict[str, int] = {}
+
+    async def handle(self, request: Request) -> Response:
+        path = request.url.path
+        body = await request.body()
+        self.seen.append((path, json.loads(body) if body else None, dict(request.headers)))
+        script = self.routes.get(path)
+        if not script:
+            return Response('{"detail":"Not Found"}', status_code=404, media_type="application/json")
+        n = self.counts.get(path, 0)
+        self.counts[path] = n + 1
+        answer = script[min(n, len(script) - 1)]
+        if "stall" in answer:
+            await asyncio.sleep(answer["stall"])
+        if "sse" in answer:
+            async def gen() -> Any:
+                for line in answer["sse"]:
+                    yield line
+            return StreamingResponse(gen(), media_type="text/event-stream")
+        content = answer["text"] if "text" in answer else json.dumps(answer.get("json"))
+        return Response(content, status_code=answer.get("status", 200), headers=answer.get("headers"),
+                        media_type="application/json")
+
+
+@contextmanager
+def serve(replay: Replay) -> Iterator[str]:
+    app = Starlette(routes=[Route("/{path:path}", replay.handle, methods=["GET", "POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", timeout_graceful_shutdown=0.2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        sock.close()
+
+
+def sglang_routes(**overrides: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    routes = {
+        "/get_model_info": [{"json": {"model_path": "tiny-kimi", "is_generation": True}}],
+        "/get_server_info": [{"json": {"version": "0.5.23"}}],
+        "/v1/models": [{"json": {"object": "list", "data": [{"id": "tiny-kimi"}]}}],
+        "/v1/chat/completions": [{"json": rec("sgl_chat_ns.json")}],
+        "/generate": [{"json": rec("sgl_generate.json")}],
+    }
+    routes.update(overrides)
+    return routes
+
+
+def vllm_routes() -> dict[str, list[dict[str, Any]]]:
+    comp = {"id": "cmpl-1", "object": "text_completion", "model": "tiny-kimi",
+            "choices": [{"index": 0, "text": "Okay, let me think about this carefully.</think>The answer is forty-two!"
+                         "<|im_end|>", "finish_reason": "stop", "stop_reason": None,
+                         "prompt_token_ids": PROMPT, "token_ids": OUTPUT}],
+            "usage": {"prompt_tokens": 28, "total_tokens": 46, "completion_tokens": 18}}
+    return {
+        "/version": [{"json": {"version": "0.32.0"}}],
+        "/v1/models": [{"json": {"object": "list", "data": [{"id": "tiny-kimi", "max_model_len": 2048}]}}],
+        "/v1/chat/completions": [{"json": rec("vllm_chat_kimi_k2.json")}],
+        "/v1/completions": [{"json": comp}],
+        "/tokenize": [{"json": {"count": 28, "tokens": PROMPT, "max_model_len": 2048}}],
+    }
+
+
+def stream_lines(name: str) -> list[str]:
+    return [line + "\n\n" for line in rec(name).splitlines() if line.strip()]
+
+
+def fast_pool(url: str | list[str], **kw: Any) -> ServerPool:
+    kw.setdefault("profile", get_profile("kimi-k2.5"))
+    kw.setdefault("timeout", 2.0)
+    kw.setdefault("retries", 2)
+    kw.setdefault("backoff", 0.01)
+    return ServerPool(url, **kw)
+
+
+def request(mode: str = "raw", stream: bool = False, **settings: Any) -> CaptureRequest:
+    return CaptureRequest(messages=MESSAGES, prompt_ids=PROMPT if mode != "chat" else None,
+                          settings={"temperature": 0.0, "max_new_tokens": 64, "thinking": True, "seed": 7, **settings},
+                          mode=mode, stream=stream)
+
+
+# -- SGLang ---------------------------------------------------------------------------------
+async def test_sglang_generate_recorded() -> None:
+    replay = Replay(sglang_routes())
+    with serve(replay) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(request("raw"))
+            info = pool.server_info()[0]
+    assert (info["kind"], info["version"], info["model"]) == ("sglang", "0.5.23", "tiny-kimi")
+    assert info["features"]["generate_ids"] is True
+    assert info["features"]["chat_ids_field"] == "response_token_ids"
+    assert info["features"]["reasoning_field"] == "reasoning_content"
+    assert cap.prompt_ids == PROMPT and cap.output_ids == OUTPUT
+    assert (cap.finish_reason, cap.matched_stop, cap.endpoint) == ("stop", 163586, "sglang-generate")
+    assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 0}
+    assert cap.settings["seed"] == 7 and cap.settings["chat_template_kwargs"] == {"thinking": True}
+    assert cap.settings["backend"] == "sglang" and cap.messages == MESSAGES
+    path, body, headers = [s for s in replay.seen if s[0] == "/generate"][-1]
+    assert headers["content-type"] == "application/json"
+    assert body["input_ids"] == PROMPT
+    assert body["sampling_params"] == {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0,
+                                       "skip_special_tokens": False, "no_stop_trim": True, "sampling_seed": 7}
+    assert cap.raw_request["body"] == body and cap.raw_response == rec("sgl_generate.json")
+
+
+def _generate_chunks(ids: list[int], cumulative: bool) -> list[str]:
+    lines = []
+    for i in range(len(ids)):
+        part = ids[: i + 1] if cumulative else ids[i:i + 1]
+        done = i == len(ids) - 1
+        meta = {"finish_reason": {"type": "stop", "matched": 163586} if done else None,
+                "prompt_tokens": 28, "completion_tokens": i + 1}
+        lines.append("data: " + json.dumps({"text": "x", "output_ids": part, "meta_info": meta}) + "\n\n")
+    return lines + ["data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("cumulative", [True, False])
+async def test_sglang_generate_stream_modes(cumulative: bool) -> None:
+    routes = sglang_routes()
+    routes["/generate"] = [{"json": rec("sgl_generate.json")}, {"sse": _generate_chunks(OUTPUT, cumulative)}]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(request("raw", stream=True))
+    assert cap.output_ids == OUTPUT and cap.finish_reason == "stop" and cap.matched_stop == 163586
+    assert cap.raw_response["mode"] == ("cumulative" if cumulative else "incremental")
+
+
+def test_stream_mode_ambiguous_repeats_settled_by_count() -> None:
+    # deltas that also read as a cumulative stream: the final completion_tokens decides
+    assert stream_mode([[5], [5]], completion_tokens=2) == "incremental"
+    assert stream_mode([[5], [5, 6]], completion_tokens=2) == "cumulative"
+    assert stream_mode([[5], [5, 6]], completion_tokens=3) == "incremental"
+    assert stream_mode([[1, 2], [3]], completion_tokens=None) == "incremental"
+
+
+async def test_sglang_stream_error_chunk_is_capture_failed() -> None:
+    routes = sglang_routes()
+    err = ['data: {"text":"Ok","output_ids":[256],"meta_info":{"finish_reason":null}}\n\n',
+           'data: {"error": {"message": "out of KV cache"}}\n\n', "data: [DONE]\n\n"]
+    routes["/generate"] = [{"json": rec("sgl_generate.json")}, {"sse": err}]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url) as pool:
+            with pytest.raises(CaptureFailed, match="out of KV cache"):
+                await pool.capture(request("raw", stream=True))
+
+
+async def test_sglang_chat_and_dual_recorded() -> None:
+    with serve(Replay(sglang_routes())) as url:
+        async with fast_pool(url) as pool:
+            chat = await pool.capture(request("chat"))
+            dual = await pool.capture(request("dual"))
+    assert chat.endpoint == "sglang-chat" and chat.prompt_ids == PROMPT and chat.output_ids == OUTPUT
+    assert chat.reasoning == "Okay, let me think about this carefully." and chat.reasoning_field == "reasoning_content"
+    assert chat.content == "The answer is forty-two!" and chat.matched_stop == 163586
+    assert chat.usage["reasoning_tokens"] == 10
+    assert dual.endpoint == "dual" and dual.output_ids == OUTPUT and dual.parsed_output_ids == OUTPUT
+    assert dual.reasoning == chat.reasoning and dual.parsed_raw_response == rec("sgl_chat_ns.json")
+    assert dual.raw_response == rec("sgl_generate.json") and dual.raw_request["parsed"]["body"]["return_token_ids"]
+
+
+async def test_sglang_chat_stream_refusal_is_clear() -> None:
+    routes = sglang_routes()
+    routes["/v1/chat/completions"] = [{"json": rec("sgl_chat_ns.json")},
+                                      {"status": 400, "text": rec("sgl_chat_stream.txt")}]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url, backend="sglang-chat") as pool:
+            with pytest.raises(CaptureFailed) as exc:
+                await pool.capture(request("chat"))
+    assert "HTTP 400" in exc.value.reason and "not supported with streaming" in exc.value.reason
+
+
+# -- vLLM -------------------------------------------------------------------------------------
+async def test_vllm_chat_completions_and_stream_recorded() -> None:
+    routes = vllm_routes()
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url) as pool:
+            chat = await pool.capture(request("chat"))
+            comp = await pool.capture(request("raw"))
+            routes["/v1/chat/completions"] = [{"sse": stream_lines("vllm_chat_stream.txt")}]
+            streamed = await pool.capture(request("chat", stream=True))
+            info = pool.server_info()[0]
+    assert (info["kind"], info["version"]) == ("vllm", "0.32.0")
+    assert info["features"]["chat_ids_field"] == "token_ids" and info["features"]["completions_ids"] is True
+    assert info["features"]["reasoning_field"] == "reasoning"
+    for cap in (chat, streamed):
+        assert cap.prompt_ids == PROMPT and cap.output_ids == OUTPUT and cap.endpoint == "vllm-chat"
+        assert cap.reasoning == "Okay, let me think about this carefully." and cap.reasoning_field == "reasoning"
+        assert cap.content == "The answer is forty-two!" and cap.finish_reason == "stop"
+        assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 9}
+    assert comp.endpoint == "vllm-completions" and comp.output_ids == OUTPUT and comp.prompt_ids == PROMPT
+    assert comp.raw_request["body"]["prompt"] == PROMPT and comp.raw_request["body"]["return_token_ids"] is True
+
+
+async def test_vllm_reasoning_content_fallback() -> None:
+    old = rec("vllm_chat_kimi_k2.json")
+    msg = old["choices"][0]["message"]
+    msg["reasoning_content"] = msg.pop("reasoning")
+    routes = vllm_routes()
+    routes["/v1/chat/completions"] = [{"json": old}]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(request("dual"))
+    assert cap.reasoning_field == "reasoning_content" and cap.reasoning.startswith("Okay")
+    assert cap.endpoint == "dual" and cap.output_ids == OUTPUT and cap.parsed_output_ids == OUTPUT
+
+
+async def test_vllm_render_via_server_tokenize_without_tokenizer() -> None:
+    replay = Replay(vllm_routes())
+    with serve(replay) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(CaptureRequest(messages=MESSAGES, settings={"thinking": True}))
+    assert cap.prompt_ids == PROMPT
+    tok_body = [b for p, b, _ in replay.seen if p == "/tokenize"][-1]
+    assert tok_body["messages"] == MESSAGES and tok_body["chat_template_kwargs"] == {"thinking": True}
+
+
+# -- faults -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", [
+    {"status": 503, "json": {"object": "error", "message": "busy"}},
+    {"status": 429, "json": {"message": "slow down"}, "headers": {"Retry-After": "0"}},
+    {"status": 200, "text": "{not json"},
+    {"stall": 5},
+])
+async def test_retryable_faults_then_success(fault: dict[str, Any]) -> None:
+    routes = sglang_routes()
+    good = {"json": rec("sgl_generate.json")}
+    routes["/generate"] = [good, fault, good]  # the probe, one fault, then fine
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url, timeout=0.5) as pool:
+            started = time.monotonic()
+            cap = await pool.capture(request("raw"))
+            elapsed = time.monotonic() - started
+    assert cap.output_ids == OUTPUT and elapsed < 3
+
+
+@pytest.mark.parametrize("fault,reason", [
+    ({"status": 500, "json": {"object": "error", "message": "boom"}}, "HTTP 500 from POST /generate: boom"),
+    ({"status": 200, "text": "<html>"}, "malformed response"),
+    ({"stall": 5}, "timed out after 0.3s"),
+])
+async def test_retryable_faults_forever_fail_clearly(fault: dict[str, Any], reason: str) -> None:
+    routes = sglang_routes()
+    routes["/generate"] = [{"json": rec("sgl_generate.json")}, fault]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url, timeout=0.3, retries=1) as pool:
+            with pytest.raises(CaptureFailed) as exc:
+                await pool.capture(request("raw"))
+    assert reason in exc.value.reason and "gave up after 2 attempts" in exc.value.reason
+
+
+async def test_client_errors_fail_at_once_with_server_message() -> None:
+    routes = sglang_routes()
+    routes["/generate"] = [{"json": rec("sgl_generate.json")},
+                           {"status": 400, "json": {"error": {"message": "input_ids too long"}}}]
+    replay = Replay(routes)
+    with serve(replay) as url:
+        async with fast_pool(url) as pool:
+            with pytest.raises(CaptureFailed) as exc:
+                await pool.capture(request("raw"))
+    assert exc.value.reason == "HTTP 400 from POST /generate: input_ids too long" and exc.value.status == 400
+    assert replay.counts["/generate"] == 2  # the probe and one attempt: no retry
+
+
+async def test_api_key_sent_but_never_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKVIEW_API_KEY", "sk-secret-123")
+    replay = Replay(sglang_routes())
+    with serve(replay) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(request("dual"))
+    assert all(h.get("authorization") == "Bearer sk-secret-123" for _, _, h in replay.seen)
+    assert "sk-secret" not in json.dumps(cap.to_dict())
+
+
+async def test_unreachable_pool_raises() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    pool = fast_pool(f"http://127.0.0.1:{port}")
+    with pytest.raises(ServerUnreachable, match="no server answered"):
+        await pool.start()

@@ -1,0 +1,121 @@
+"""One capture on one server: pick the endpoint family, get the prompt ids, merge dual paths.
+
+The raw path gives the exact ids (SGLang /generate, vLLM /v1/completions with a token-id prompt);
+the chat path gives what the server's parser made of them. A dual capture runs both with the same
+settings and seed and keeps the ids of the first and the text fields of the second, so the
+findings compare what the server really did on both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.record import Capture
+from tokview.servers import sglang, vllm
+from tokview.servers.errors import CaptureFailed
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.request import CaptureRequest
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+BACKENDS = ("auto", "sglang", "sglang-chat", "vllm")
+
+
+def effective_backend(backend: str, info: ServerInfo) -> str:
+    if backend != "auto":
+        return backend
+    if info.kind in ("sglang", "vllm"):
+        return info.kind
+    raise CaptureFailed(f"cannot tell whether {info.url} is SGLang or vLLM: pass --backend", url=info.url)
+
+
+async def prompt_ids_for(client: ServerClient, info: ServerInfo, request: CaptureRequest, settings: dict[str, Any],
+                         tokenizer: "TokenizerAdapter | None") -> list[int]:
+    """Prompt ids for the raw path: given ids, else the local template, else the server's /tokenize."""
+    if request.prompt_ids:
+        return list(request.prompt_ids)
+    assert request.messages
+    if tokenizer is not None:
+        try:
+            return tokenizer.render(request.messages, add_generation_prompt=True,
+                                    template_kwargs=settings["chat_template_kwargs"])
+        except ValueError as exc:
+            raise CaptureFailed(f"cannot render the prompt locally: {exc}") from None
+    if info.features.get("tokenize_messages") is False:
+        raise CaptureFailed("no tokenizer to render the prompt, and the server's /tokenize does not take messages: "
+                            "give --tokenizer DIR", url=info.url)
+    body: dict[str, Any] = {"messages": request.messages, "add_generation_prompt": True,
+                            "chat_template_kwargs": settings["chat_template_kwargs"]}
+    if info.model:
+        body["model"] = info.model
+    try:
+        data = await client.post_json("/tokenize", body)
+    except CaptureFailed as exc:
+        raise CaptureFailed(f"no tokenizer to render the prompt, and the server's /tokenize failed ({exc.reason}): "
+                            f"give --tokenizer DIR", url=info.url) from None
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(tokens, list):
+        raise CaptureFailed("no tokenizer to render the prompt, and /tokenize returned no tokens: give --tokenizer DIR",
+                            url=info.url)
+    return tokens
+
+
+async def raw_capture(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
+                      settings: dict[str, Any], tokenizer: "TokenizerAdapter | None", *,
+                      skip_special_tokens: bool = False) -> Capture:
+    prompt_ids = await prompt_ids_for(client, info, request, settings, tokenizer)
+    if backend in ("sglang", "sglang-chat"):
+        return await sglang.capture_generate(client, info, prompt_ids, settings, stream=request.stream,
+                                             skip_special_tokens=skip_special_tokens)
+    return await vllm.capture_completions(client, info, prompt_ids, settings,
+                                          skip_special_tokens=skip_special_tokens)
+
+
+async def chat_capture(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
+                       settings: dict[str, Any], *, require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+    if backend in ("sglang", "sglang-chat"):
+        return await sglang.capture_chat(client, info, request.messages, request.prompt_ids, settings,
+                                         require_ids=require_ids)
+    return await vllm.capture_chat(client, info, request.messages, settings, stream=request.stream,
+                                   require_ids=require_ids)
+
+
+def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Capture:
+    """Ids from the raw path; reasoning/content/field name from the chat path.
+
+    `text` is left empty on purpose: the text fields of a dual capture describe the parsed path,
+    so a reasoning that no chat field carried is not masked by the raw path's full text (which
+    stays in `raw_response`).
+    """
+    raw_request = dict(raw.raw_request or {})
+    raw_request["parsed"] = chat.raw_request
+    return dataclasses.replace(
+        raw, endpoint="dual", text=None, reasoning=chat.reasoning, content=chat.content,
+        reasoning_field=chat.reasoning_field, parsed_output_ids=None if chat_ids is None else list(chat_ids),
+        parsed_raw_response=chat.raw_response, raw_request=raw_request,
+        latency_s=(raw.latency_s or 0.0) + (chat.latency_s or 0.0),
+    )
+
+
+async def capture_on(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
+                     settings: dict[str, Any], tokenizer: "TokenizerAdapter | None") -> Capture:
+    """One attempt at one capture on one server (retries are the pool's business)."""
+    backend = effective_backend(backend, info)
+    mode = request.mode
+    if mode == "raw" and backend == "sglang-chat":
+        mode = "chat"  # the user asked for SGLang's chat endpoint: its ids are the only ones
+    recorded = {**settings, "backend": backend, "mode": mode, "stream": request.stream}
+    if mode == "raw":
+        capture = await raw_capture(client, info, backend, request, settings, tokenizer)
+    elif mode == "chat":
+        capture, _ = await chat_capture(client, info, backend, request, settings)
+    else:
+        raw = await raw_capture(client, info, backend, request, settings, tokenizer)
+        chat, chat_ids = await chat_capture(client, info, backend, request, settings, require_ids=False)
+        capture = merge_dual(raw, chat, chat_ids)
+    capture.settings = recorded
+    capture.messages = request.messages
+    return capture

@@ -1,0 +1,38 @@
+"""Why a capture did not happen, in words a person can act on.
+
+`CaptureFailed` is final (retries are spent or retrying cannot help); `Retryable` is the internal
+signal that one attempt failed in a way another attempt may fix (connection trouble, timeouts,
+408/409/425/429/5xx, garbage bodies). `ServerUnreachable` means no server answered at all.
+"""
+
+from __future__ import annotations
+
+
+class CaptureFailed(Exception):
+    """A capture could not be made; `.reason` says why in one line."""
+
+    def __init__(self, reason: str, *, status: int | None = None, url: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.url = url
+
+
+class ServerUnreachable(CaptureFailed):
+    """No server answered the probe (connection refused, timed out, or not an HTTP server)."""
+
+
+class Retryable(Exception):
+    """One attempt failed in a way that another attempt may fix.
+
+    `connection` marks failures that say the server itself is gone (they count toward eviction);
+    `retry_after` is the server's own `Retry-After` in seconds, when it sent one.
+    """
+
+    def __init__(self, reason: str, *, status: int | None = None, retry_after: float | None = None,
+                 connection: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+        self.retry_after = retry_after
+        self.connection = connection

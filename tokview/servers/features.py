@@ -1,0 +1,140 @@
+"""Feature detection at connect: what kind of server this is and which id fields it returns.
+
+Field names differ by engine and build (protocols.md §1.8, §2.3, §5.5), so tokview asks instead of
+assuming: the info endpoints say the kind, version and model; a 1-token request on each endpoint
+says which id fields and which reasoning field really come back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokview.core.profiles import ModelProfile
+from tokview.servers.errors import CaptureFailed, ServerUnreachable
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.request import pick_reasoning
+from tokview.servers.retry import GaveUp, RetryPolicy
+from tokview.servers.sglang import chat_ids
+
+PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+async def _ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
+    """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable."""
+    try:
+        return await policy.run(fn), None
+    except GaveUp as exc:
+        if exc.last.connection:
+            raise ServerUnreachable(exc.last.reason) from None
+        return None, exc.reason
+    except CaptureFailed as exc:
+        return None, exc.reason
+
+
+def is_simulator(*answers: Any) -> bool:
+    """The tokview simulator says so in /get_model_info and /v1/models."""
+    for answer in answers:
+        items = [answer] + (answer.get("data") or [] if isinstance(answer, dict) else [])
+        for item in items:
+            if isinstance(item, dict) and (item.get("simulator") or "tokview" in str(item.get("owned_by", ""))):
+                return True
+    return False
+
+
+async def detect(client: ServerClient, policy: RetryPolicy, profile: ModelProfile | None = None,
+                 prompt_ids: list[int] | None = None) -> ServerInfo:
+    """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all."""
+    info = ServerInfo(url=client.url)
+    model_info, _ = await _ask(policy, lambda: client.get_json("/get_model_info"))
+    server_info, _ = await _ask(policy, lambda: client.get_json("/get_server_info"))
+    version, _ = await _ask(policy, lambda: client.get_json("/version"))
+    models, _ = await _ask(policy, lambda: client.get_json("/v1/models"))
+    info.details = {"get_model_info": model_info, "get_server_info": server_info, "version": version,
+                    "v1_models": models}
+    if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
+        info.kind = "sglang"
+    elif isinstance(version, dict) and "version" in version:
+        info.kind = "vllm"
+    for src in (version, server_info):
+        if isinstance(src, dict) and src.get("version") and info.version is None:
+            info.version = str(src["version"])
+    if isinstance(models, dict) and models.get("data"):
+        first = models["data"][0]
+        info.model = first.get("id")
+        info.details["max_model_len"] = first.get("max_model_len")
+    if info.model is None and isinstance(model_info, dict):
+        info.model = model_info.get("model_path")
+    info.features["simulator"] = is_simulator(model_info, models)
+    await probe_endpoints(client, policy, info, profile, prompt_ids)
+    return info
+
+
+async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: ServerInfo,
+                          profile: ModelProfile | None, prompt_ids: list[int] | None) -> None:
+    """1-token requests: which id fields come back on which endpoint, and the reasoning field name."""
+    kwargs = profile.template_kwargs(True) if profile is not None else {}
+    f = info.features
+    chat: dict[str, Any] = {"messages": PROBE_MESSAGES, "max_tokens": 1, "temperature": 0.0,
+                            "return_token_ids": True, "chat_template_kwargs": kwargs, "stream": False}
+    if info.model:
+        chat["model"] = info.model
+    answer, why = await _ask(policy, lambda: client.post_json("/v1/chat/completions", chat))
+    f["chat"] = answer is not None
+    f["chat_ids_field"] = f["chat_prompt_ids_field"] = f["reasoning_field"] = None
+    if isinstance(answer, dict) and answer.get("choices"):
+        choice = answer["choices"][0]
+        served_prompt, _, ids_field = chat_ids(answer, choice)
+        f["chat_ids_field"] = ids_field
+        if isinstance(choice.get("prompt_token_ids"), list):
+            f["chat_prompt_ids_field"] = "choices[].prompt_token_ids"
+        elif isinstance(answer.get("prompt_token_ids"), list):
+            f["chat_prompt_ids_field"] = "prompt_token_ids"
+        elif served_prompt is not None:
+            f["chat_prompt_ids_field"] = "sglext.input_ids"
+        f["reasoning_field"] = pick_reasoning(choice.get("message") or {})[1]
+        info.details["probe_prompt_ids"] = served_prompt
+        prompt_ids = prompt_ids or served_prompt
+    elif why:
+        info.details["chat_error"] = why
+    tok_body = {"messages": PROBE_MESSAGES, "add_generation_prompt": True, "chat_template_kwargs": kwargs}
+    if info.model:
+        tok_body["model"] = info.model
+    tokens, _ = await _ask(policy, lambda: client.post_json("/tokenize", tok_body))
+    f["tokenize_messages"] = isinstance(tokens, dict) and isinstance(tokens.get("tokens"), list)
+    if f["tokenize_messages"]:
+        info.details["tokenize_prompt_ids"] = tokens["tokens"]
+        prompt_ids = prompt_ids or tokens["tokens"]
+    if info.kind != "vllm":
+        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+        body.update({"input_ids": prompt_ids} if prompt_ids else {"text": "hi"})
+        gen, why = await _ask(policy, lambda: client.post_json("/generate", body))
+        f["generate"] = isinstance(gen, (dict, list))
+        gen0 = gen[0] if isinstance(gen, list) and gen else gen
+        f["generate_ids"] = isinstance(gen0, dict) and isinstance(gen0.get("output_ids"), list)
+        if why and info.kind == "sglang":
+            info.details["generate_error"] = why
+    if info.kind != "sglang" and prompt_ids:
+        comp: dict[str, Any] = {"prompt": prompt_ids, "max_tokens": 1, "temperature": 0.0, "return_token_ids": True}
+        if info.model:
+            comp["model"] = info.model
+        answer, why = await _ask(policy, lambda: client.post_json("/v1/completions", comp))
+        choice = (answer or {}).get("choices", [{}])[0] if isinstance(answer, dict) else {}
+        f["completions_ids"] = isinstance(choice.get("token_ids"), list)
+        if why:
+            info.details["completions_error"] = why
+    if info.kind == "unknown":
+        info.kind = "sglang" if f.get("generate") else ("vllm" if f.get("completions_ids") else "unknown")
+
+
+async def health(client: ServerClient) -> bool:
+    """A cheap liveness check for re-probing an evicted server: any HTTP answer below 500."""
+    for path in ("/health", "/v1/models"):
+        try:
+            response = await client.http.get(path)
+        except Exception:  # any transport failure means "not back yet"
+            return False
+        if response.status_code < 500 and response.status_code != 404:
+            return True
+    return False
+

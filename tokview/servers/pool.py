@@ -1,0 +1,185 @@
+"""ServerPool: captures spread over several servers, with retries, eviction and re-probing.
+
+Round-robin, preferring a server with a free slot; each server has its own concurrency cap.
+A server that fails to connect `evict_after` times in a row is evicted and re-probed every
+`reprobe_interval` seconds (and at once when no server is left), so one dead box in a fleet
+slows a run by a few retries, not forever. The API key comes only from `TOKVIEW_API_KEY`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+from tokview.servers.capture import BACKENDS, capture_on
+from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
+from tokview.servers.features import detect, health
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.request import CaptureRequest, resolve_settings
+from tokview.servers.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+
+@dataclass
+class _Server:
+    client: ServerClient
+    info: ServerInfo | None = None
+    semaphore: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    active: int = 0
+    failures: int = 0
+    """Consecutive connection failures."""
+    evicted_at: float | None = None
+    last_error: str | None = None
+    probing: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return self.info is not None and self.evicted_at is None
+
+
+class ServerPool:
+    def __init__(self, urls: list[str] | str, backend: str = "auto", tokenizer: "TokenizerAdapter | None" = None,
+                 profile: ModelProfile | None = None, concurrency: int = 8, timeout: float = 60.0, retries: int = 3,
+                 *, backoff: float = 0.5, max_backoff: float = 30.0, evict_after: int = 3,
+                 reprobe_interval: float = 30.0, connect_timeout: float | None = None) -> None:
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls:
+            raise ValueError("a server pool needs at least one URL")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"server URL must start with http:// or https://: {url!r}")
+        self.backend, self.tokenizer, self.profile = backend, tokenizer, profile
+        self.concurrency = max(1, concurrency)
+        self.policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
+        self.probe_policy = RetryPolicy(retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff)
+        self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
+        api_key = os.environ.get("TOKVIEW_API_KEY") or None
+        self._servers = [
+            _Server(ServerClient(u, timeout=timeout, concurrency=self.concurrency, api_key=api_key,
+                                 connect_timeout=connect_timeout), semaphore=asyncio.Semaphore(self.concurrency))
+            for u in urls
+        ]
+        self._next = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Probe every server; raise ServerUnreachable when none answers."""
+        await asyncio.gather(*(self._probe(s) for s in self._servers))
+        if not any(s.healthy for s in self._servers):
+            reasons = "; ".join(f"{s.client.url}: {s.last_error}" for s in self._servers)
+            await self.aclose()
+            raise ServerUnreachable(f"no server answered ({reasons})")
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(s.client.aclose() for s in self._servers), return_exceptions=True)
+
+    async def __aenter__(self) -> "ServerPool":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def server_info(self) -> list[dict[str, Any]]:
+        out = []
+        for s in self._servers:
+            d = s.info.to_dict() if s.info else {"url": s.client.url, "kind": "unknown", "version": None,
+                                                 "model": None, "features": {}}
+            d.update(healthy=s.healthy, last_error=s.last_error)
+            out.append(d)
+        return out
+
+    # -- capture -------------------------------------------------------------------------------
+    async def capture(self, request: CaptureRequest) -> Capture:
+        """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
+        settings = resolve_settings(request.settings, self.profile)
+
+        async def attempt() -> Capture:
+            server = await self._pick()
+            server.active += 1
+            try:
+                async with server.semaphore:
+                    assert server.info is not None
+                    capture = await capture_on(server.client, server.info, self.backend, request, settings,
+                                               self.tokenizer)
+            except Retryable as exc:
+                self._failed(server, exc)
+                raise
+            finally:
+                server.active -= 1
+            server.failures = 0
+            return capture
+
+        return await self.policy.run(attempt)
+
+    async def _pick(self) -> _Server:
+        self._reprobe_due()
+        healthy = [s for s in self._servers if s.healthy]
+        if not healthy:
+            await asyncio.gather(*(self._probe(s) for s in self._servers if not s.probing))
+            healthy = [s for s in self._servers if s.healthy]
+        if not healthy:
+            reasons = "; ".join(f"{s.client.url}: {s.last_error}" for s in self._servers)
+            raise Retryable(f"no healthy server ({reasons})")
+        n = len(self._servers)
+        order = [self._servers[(self._next + k) % n] for k in range(n)]
+        choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or \
+            next(s for s in order if s.healthy)
+        self._next = (self._servers.index(choice) + 1) % n
+        return choice
+
+    def _failed(self, server: _Server, exc: Retryable) -> None:
+        server.last_error = exc.reason
+        if not exc.connection:
+            return
+        server.failures += 1
+        if server.failures >= self.evict_after and server.evicted_at is None:
+            server.evicted_at = time.monotonic()
+
+    def _reprobe_due(self) -> None:
+        now = time.monotonic()
+        for s in self._servers:
+            if s.evicted_at is not None and not s.probing and now - s.evicted_at >= self.reprobe_interval:
+                task = asyncio.create_task(self._probe(s))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _probe(self, server: _Server) -> None:
+        """Detect features (first time) or check health (evicted server); reinstate on success."""
+        server.probing = True
+        try:
+            if server.info is None:
+                server.info = await detect(server.client, self.probe_policy, self.profile,
+                                           self._probe_prompt_ids())
+            elif not await health(server.client):
+                raise ServerUnreachable(f"{server.client.url} is still not answering")
+            server.evicted_at, server.failures = None, 0
+        except CaptureFailed as exc:
+            server.last_error = exc.reason
+            server.evicted_at = time.monotonic()
+        finally:
+            server.probing = False
+
+    def _probe_prompt_ids(self) -> list[int] | None:
+        if self.tokenizer is None or self.profile is None:
+            return None
+        try:
+            return self.tokenizer.render([{"role": "user", "content": "hi"}],
+                                         template_kwargs=self.profile.template_kwargs(True))
+        except ValueError:
+            return None

@@ -1,0 +1,209 @@
+"""SGLang capture clients: native `POST /generate` (exact ids) and `POST /v1/chat/completions`.
+
+`/generate` is the most exact path (protocols.md §1.3): we send our own prompt ids, ask for
+`skip_special_tokens: false` and `no_stop_trim: true` so `text` shows every id, and keep
+`output_ids` verbatim. Streams come in two shapes (cumulative by default, incremental with
+`--incremental-streaming-output`); `stream_mode` tells them apart from the ids themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tokview.core.record import Capture
+from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.request import normalize_finish, normalize_usage, pick_reasoning
+
+
+def generate_body(prompt_ids: list[int], settings: dict[str, Any], *, stream: bool = False,
+                  skip_special_tokens: bool = False) -> dict[str, Any]:
+    sampling: dict[str, Any] = {
+        "max_new_tokens": settings["max_new_tokens"],
+        "temperature": settings["temperature"],
+        "top_p": settings["top_p"],
+        "skip_special_tokens": skip_special_tokens,
+        "no_stop_trim": True,
+    }
+    if settings.get("seed") is not None:
+        sampling["sampling_seed"] = settings["seed"]
+    return {"input_ids": list(prompt_ids), "sampling_params": sampling, "stream": stream}
+
+
+def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> str:
+    """`cumulative` when every chunk's ids extend the previous chunk's, else `incremental`.
+
+    The final `completion_tokens` settles streams where both readings fit (e.g. a repeated id).
+    """
+    concat_len = sum(len(c) for c in chunks_ids)
+    last_len = len(chunks_ids[-1]) if chunks_ids else 0
+    if isinstance(completion_tokens, int) and concat_len != last_len:
+        if completion_tokens == last_len:
+            return "cumulative"
+        if completion_tokens == concat_len:
+            return "incremental"
+    extends = all(len(cur) >= len(prev) and cur[:len(prev)] == prev
+                  for prev, cur in zip(chunks_ids, chunks_ids[1:]))
+    return "cumulative" if extends else "incremental"
+
+
+def _ids(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
+        raise Retryable(f"malformed response from {where}: output ids are not a list of integers")
+    return value
+
+
+def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POST /generate") -> dict[str, Any]:
+    """The id and text fields of one /generate answer (a dict, or a one-element batch list)."""
+    if isinstance(data, list) and len(data) == 1:
+        data = data[0]
+    if not isinstance(data, dict) or "meta_info" not in data:
+        raise Retryable(f"malformed response from {where}: expected an object with meta_info")
+    if "output_ids" not in data:
+        raise CaptureFailed(f"{where} returned no output_ids: this SGLang build does not return ids "
+                            f"(upgrade SGLang, or start it with --skip-tokenizer-init)")
+    meta = data["meta_info"] or {}
+    finish, matched = normalize_finish(meta.get("finish_reason"))
+    if finish == "abort":
+        message = (meta.get("finish_reason") or {}).get("message", "no message")
+        raise CaptureFailed(f"SGLang aborted the request on {where}: {message}")
+    return {
+        "prompt_ids": list(prompt_ids),
+        "output_ids": _ids(data["output_ids"], where),
+        "finish_reason": finish,
+        "matched_stop": matched,
+        "text": data.get("text"),
+        "usage": normalize_usage(meta),
+    }
+
+
+async def capture_generate(client: ServerClient, info: ServerInfo, prompt_ids: list[int],
+                           settings: dict[str, Any], *, stream: bool = False,
+                           skip_special_tokens: bool = False) -> Capture:
+    body = generate_body(prompt_ids, settings, stream=stream, skip_special_tokens=skip_special_tokens)
+    started = time.perf_counter()
+    if not stream:
+        data = await client.post_json("/generate", body)
+        fields, raw = capture_from_generate(data, prompt_ids), data
+    else:
+        fields, raw = await _generate_stream(client, body, prompt_ids)
+    return Capture(**fields, settings=settings, endpoint="sglang-generate",
+                   raw_request=client.audit_request("POST", "/generate", body), raw_response=raw,
+                   latency_s=time.perf_counter() - started, **info.stamp())
+
+
+async def _generate_stream(client: ServerClient, body: dict[str, Any],
+                           prompt_ids: list[int]) -> tuple[dict[str, Any], Any]:
+    chunks: list[dict[str, Any]] = []
+    async for chunk in client.stream_sse("/generate", body):
+        if "output_ids" not in chunk and "text" not in chunk:
+            raise Retryable("malformed response from POST /generate: a stream chunk has neither output_ids nor text")
+        chunks.append(chunk)
+    if not chunks:
+        raise Retryable("malformed response from POST /generate: the stream carried no chunks")
+    ids_per_chunk = [_ids(c.get("output_ids") or [], "POST /generate (stream)") for c in chunks]
+    last_meta = chunks[-1].get("meta_info") or {}
+    mode = stream_mode(ids_per_chunk, last_meta.get("completion_tokens"))
+    if mode == "cumulative":
+        output_ids, text = ids_per_chunk[-1], chunks[-1].get("text")
+        raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": [chunks[0], chunks[-1]]}
+    else:
+        output_ids = [i for c in ids_per_chunk for i in c]
+        text = "".join(c.get("text") or "" for c in chunks)
+        raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": chunks}
+    fields = capture_from_generate({"output_ids": output_ids, "text": text, "meta_info": last_meta}, prompt_ids,
+                                   where="POST /generate (stream)")
+    return fields, raw
+
+
+# -- /v1/chat/completions -------------------------------------------------------------------
+CHAT_ID_FIELDS = ("token_ids", "response_token_ids")
+
+
+def chat_body(messages: list[dict[str, Any]] | None, prompt_ids: list[int] | None, settings: dict[str, Any],
+              model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": messages or [],
+        "max_tokens": settings["max_new_tokens"],
+        "temperature": settings["temperature"],
+        "top_p": settings["top_p"],
+        "chat_template_kwargs": settings["chat_template_kwargs"],
+        "separate_reasoning": True,
+        "return_token_ids": True,
+        "stream": False,
+    }
+    if model:
+        body["model"] = model
+    if settings.get("seed") is not None:
+        body["seed"] = settings["seed"]
+    if not messages and prompt_ids:
+        body["input_ids"] = list(prompt_ids)  # SGLang then skips its own template
+    return body
+
+
+def chat_ids(data: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None, str | None]:
+    """(prompt ids, output ids, name of the output-id field) from any build's chat answer."""
+    sglext = data.get("sglext") if isinstance(data.get("sglext"), dict) else {}
+    choice_ext = choice.get("sglext") if isinstance(choice.get("sglext"), dict) else {}
+    prompt = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or sglext.get("input_ids")
+    for name in CHAT_ID_FIELDS:
+        if isinstance(choice.get(name), list):
+            return prompt, choice[name], name
+    ext_out = choice_ext.get("output_ids") or sglext.get("output_ids")
+    if isinstance(ext_out, list) and ext_out and isinstance(ext_out[0], list):
+        ext_out = ext_out[choice.get("index", 0)]
+    if isinstance(ext_out, list):
+        return prompt, ext_out, "sglext.output_ids"
+    return prompt, None, None
+
+
+def parse_chat(data: Any, where: str) -> dict[str, Any]:
+    """Capture fields of an OpenAI-style chat answer (SGLang or vLLM), ids possibly None."""
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+        raise Retryable(f"malformed response from {where}: expected an object with choices")
+    choice = data["choices"][0]
+    message = choice.get("message") or {}
+    prompt, output, _ = chat_ids(data, choice)
+    reasoning, field_name = pick_reasoning(message)
+    finish, _ = normalize_finish(choice.get("finish_reason"))
+    matched = choice.get("matched_stop", choice.get("stop_reason"))
+    return {
+        "prompt_ids": prompt, "output_ids": output, "finish_reason": finish, "matched_stop": matched,
+        "reasoning": reasoning, "content": message.get("content"), "reasoning_field": field_name,
+        "usage": normalize_usage(data.get("usage")),
+    }
+
+
+async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[dict[str, Any]] | None,
+                       prompt_ids: list[int] | None, settings: dict[str, Any], *,
+                       require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+    """SGLang chat, non-streaming only: SGLang refuses ids on a chat stream (HTTP 400).
+
+    Returns the capture and the output ids exactly as returned (None when the build sent none).
+    """
+    body = chat_body(messages, prompt_ids, settings, info.model)
+    started = time.perf_counter()
+    data = await client.post_json("/v1/chat/completions", body)
+    fields = parse_chat(data, "POST /v1/chat/completions")
+    return finish_chat_capture(fields, require_ids, client, info, body, data, settings, messages,
+                               "sglang-chat", time.perf_counter() - started)
+
+
+def finish_chat_capture(fields: dict[str, Any], require_ids: bool, client: ServerClient, info: ServerInfo,
+                        body: dict[str, Any], raw: Any, settings: dict[str, Any],
+                        messages: list[dict[str, Any]] | None, endpoint: str,
+                        latency: float) -> tuple[Capture, list[int] | None]:
+    returned = fields["output_ids"]
+    if fields["output_ids"] is None or fields["prompt_ids"] is None:
+        if require_ids:
+            raise CaptureFailed("the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
+                                "response_token_ids): this server build cannot give exact ids on chat; use the "
+                                "raw path (SGLang /generate, vLLM /v1/completions)", url=client.url)
+    fields["prompt_ids"] = list(fields["prompt_ids"] or [])
+    fields["output_ids"] = list(fields["output_ids"] or [])
+    capture = Capture(**fields, settings=settings, messages=messages, endpoint=endpoint,
+                      raw_request=client.audit_request("POST", "/v1/chat/completions", body), raw_response=raw,
+                      latency_s=latency, **info.stamp())
+    return capture, returned

@@ -1,0 +1,132 @@
+"""vLLM capture clients: `POST /v1/chat/completions` (plain and SSE) and `POST /v1/completions`.
+
+vLLM gives ids when asked with `return_token_ids` (protocols.md §2.2): on chat, `prompt_token_ids`
+at the top and `token_ids` in the choice; on a stream, prompt ids on the first chunk and id deltas
+after; on completions, both in the choice. The reasoning field is `reasoning` from 0.16 on and
+`reasoning_content` before: we read both and record which one carried it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tokview.core.record import Capture
+from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.request import normalize_finish, normalize_usage
+from tokview.servers.sglang import finish_chat_capture, parse_chat
+
+REASONING_KEYS = ("reasoning", "reasoning_content")
+
+
+def _sampling(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": settings["max_new_tokens"], "temperature": settings["temperature"],
+                            "top_p": settings["top_p"], "return_token_ids": True}
+    if model:
+        body["model"] = model
+    if settings.get("seed") is not None:
+        body["seed"] = settings["seed"]
+    return body
+
+
+def chat_body(messages: list[dict[str, Any]], settings: dict[str, Any], model: str | None,
+              stream: bool) -> dict[str, Any]:
+    body = {"messages": messages, **_sampling(settings, model),
+            "chat_template_kwargs": settings["chat_template_kwargs"], "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[dict[str, Any]] | None,
+                       settings: dict[str, Any], *, stream: bool = False,
+                       require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+    """The parsed chat path; returns the capture and the output ids as returned (None if none)."""
+    if not messages:
+        raise CaptureFailed("vLLM's chat endpoint needs messages (it takes no prompt ids): use mode raw "
+                            "(/v1/completions with a token-id prompt)", url=client.url)
+    body = chat_body(messages, settings, info.model, stream)
+    started = time.perf_counter()
+    if stream:
+        chunks = [c async for c in client.stream_sse("/v1/chat/completions", body)]
+        fields, raw = merge_chat_stream(chunks), {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
+    else:
+        raw = await client.post_json("/v1/chat/completions", body)
+        fields = parse_chat(raw, "POST /v1/chat/completions")
+    return finish_chat_capture(fields, require_ids, client, info, body, raw, settings, messages, "vllm-chat",
+                               time.perf_counter() - started)
+
+
+def merge_chat_stream(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold chat chunks into one answer: prompt ids from the first, id and text deltas after."""
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] = []
+    saw_ids = False
+    texts: dict[str, list[str]] = {"content": [], "reasoning": [], "reasoning_content": []}
+    seen_keys: set[str] = set()
+    finish = matched = None
+    usage: dict[str, Any] = {}
+    for chunk in chunks:
+        if prompt_ids is None and isinstance(chunk.get("prompt_token_ids"), list):
+            prompt_ids = chunk["prompt_token_ids"]
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            if prompt_ids is None and isinstance(choice.get("prompt_token_ids"), list):
+                prompt_ids = choice["prompt_token_ids"]
+            ids = choice.get("token_ids")
+            if ids is not None:
+                if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                    raise Retryable("malformed response from POST /v1/chat/completions: token_ids is not a list of ints")
+                saw_ids = True
+                output_ids.extend(ids)
+            delta = choice.get("delta") or {}
+            for key in texts:
+                if key in delta:
+                    seen_keys.add(key)
+                    if delta[key]:
+                        texts[key].append(delta[key])
+            if choice.get("finish_reason"):
+                finish, _ = normalize_finish(choice["finish_reason"])
+                matched = choice.get("matched_stop", choice.get("stop_reason"))
+    field_name = next((k for k in REASONING_KEYS if texts[k]), None) or next(
+        (k for k in REASONING_KEYS if k in seen_keys), None)
+    reasoning = "".join(texts[field_name]) if field_name and texts[field_name] else None
+    content = "".join(texts["content"]) if texts["content"] else None
+    return {"prompt_ids": prompt_ids, "output_ids": output_ids if saw_ids else None, "finish_reason": finish,
+            "matched_stop": matched, "reasoning": reasoning, "content": content, "reasoning_field": field_name,
+            "usage": normalize_usage(usage)}
+
+
+def completions_body(prompt_ids: list[int], settings: dict[str, Any], model: str | None, *,
+                     skip_special_tokens: bool = False) -> dict[str, Any]:
+    return {"prompt": list(prompt_ids), **_sampling(settings, model), "skip_special_tokens": skip_special_tokens,
+            "include_stop_str_in_output": True, "stream": False}
+
+
+async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids: list[int],
+                              settings: dict[str, Any], *, skip_special_tokens: bool = False) -> Capture:
+    """The exact-id path on vLLM: our prompt ids in, the raw sampled ids out."""
+    body = completions_body(prompt_ids, settings, info.model, skip_special_tokens=skip_special_tokens)
+    started = time.perf_counter()
+    data = await client.post_json("/v1/completions", body)
+    where = "POST /v1/completions"
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+        raise Retryable(f"malformed response from {where}: expected an object with choices")
+    choice = data["choices"][0]
+    output = choice.get("token_ids")
+    if not isinstance(output, list):
+        raise CaptureFailed(f"{where} returned no token_ids: this vLLM build ignores return_token_ids "
+                            f"(it needs vLLM ≥0.10.2)", url=client.url)
+    finish, _ = normalize_finish(choice.get("finish_reason"))
+    return Capture(
+        prompt_ids=list(prompt_ids), output_ids=list(output), finish_reason=finish,
+        matched_stop=choice.get("stop_reason"), text=choice.get("text"),
+        usage=normalize_usage(data.get("usage")), settings=settings, endpoint="vllm-completions",
+        raw_request=client.audit_request("POST", "/v1/completions", body), raw_response=data,
+        latency_s=time.perf_counter() - started, **info.stamp(),
+    )
