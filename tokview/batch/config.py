@@ -1,0 +1,134 @@
+"""What a batch run is asked to do, how far it has got, and how it ended.
+
+Shared by `tokview batch` and the UI's generate panel (contract 4), so both count the same way:
+`input` = sample slots planned (prompts × generation points × samples per prompt) + bad rows, and a
+finished run satisfies `ok + failed + skipped == input` (an interrupted one adds `abandoned`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokview.core.record import settings_key
+
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+@dataclass
+class BatchConfig:
+    servers: list[str]
+    prompts_path: Path | None = None
+    tokenizer_dir: Path | None = None
+    """None: the Kimi-layout tokenizer."""
+    trust_remote_code: bool = False
+    profile: str | None = None
+    """A profile name or .toml; None: detected from the tokenizer."""
+    backend: str = "auto"
+    mode: str = "raw"
+    concurrency: int = 8
+    max_new_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    thinking: bool | None = True
+    samples_per_prompt: int = 1
+    limit: int | None = None
+    run: str | None = None
+    """Run name; None: `batch-<settings hash>`, so re-running the same command resumes the same run."""
+    on_bad_row: str = "skip"
+    timeout: float = 60.0
+    retries: int = 3
+    tokenizer: Any = None
+    """An already loaded TokenizerAdapter (the UI has one); wins over tokenizer_dir."""
+    model_profile: Any = None
+    """An already resolved ModelProfile; wins over `profile`."""
+
+    def generation_settings(self) -> dict[str, Any]:
+        """The settings that make a sample what it is: they go into every sample id."""
+        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
+                "thinking": self.thinking, "mode": self.mode}
+
+    def run_id(self) -> str:
+        return self.run or f"batch-{settings_key(self.generation_settings())}"
+
+
+@dataclass
+class BatchProgress:
+    total: int
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    flagged: int = 0
+    """Stored samples with at least one error finding."""
+    truncated: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def done(self) -> int:
+        return self.ok + self.failed + self.skipped
+
+    @property
+    def req_per_s(self) -> float:
+        return (self.ok + self.failed) / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.output_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        remaining = self.total - self.done
+        rate = self.req_per_s
+        return remaining / rate if rate > 0 else None
+
+
+@dataclass
+class BatchSummary:
+    run_id: str
+    input: int
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    resumed: int = 0
+    """Skipped because the sample was already in the store."""
+    duplicates: int = 0
+    """Skipped because an earlier input row had the same prompt id."""
+    bad_rows: list[str] = field(default_factory=list)
+    flagged: int = 0
+    truncated: int = 0
+    abandoned: int = 0
+    interrupted: bool = False
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    servers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def balanced(self) -> bool:
+        return self.ok + self.failed + self.skipped + self.abandoned == self.input
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILURES if self.failed else EXIT_OK
+
+    def render(self) -> str:
+        rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        lines = [
+            f"run {self.run_id}: ok {self.ok} + failed {self.failed} + skipped {self.skipped}"
+            + (f" + abandoned {self.abandoned}" if self.abandoned else "")
+            + f" = {self.ok + self.failed + self.skipped + self.abandoned} of input {self.input} "
+            + ("(balanced)" if self.balanced else "(DOES NOT BALANCE)"),
+            f"  skipped: {self.resumed} already stored, {self.duplicates} duplicate prompt ids, "
+            f"{len(self.bad_rows)} bad rows",
+            f"  flagged (error findings) {self.flagged}, truncated {self.truncated}; {self.output_tokens} output "
+            f"tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
+        ]
+        for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"  failed x{n}: {reason}")
+        if self.interrupted:
+            lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
+        return "\n".join(lines)

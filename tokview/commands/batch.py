@@ -1,0 +1,95 @@
+"""`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
+
+Exit codes: 0 done, 1 usage or input error, 2 server unreachable, 3 finished with failures,
+130 interrupted (Ctrl-C; committed samples are kept and the same command resumes).
+Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tokview.cli import EXIT_UNREACHABLE, UserError
+
+BAD_ROWS_SHOWN = 20
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("batch", help="generate samples for a prompts file (JSONL/Parquet) into the store",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("prompts", type=Path, help="JSONL or Parquet prompts (messages / conversations / prompt rows)")
+    p.add_argument("--server", action="append", required=True, metavar="URL", help="server URL (repeatable)")
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the Kimi-layout tokenizer)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run the tokenizer folder's own code (Kimi)")
+    p.add_argument("--profile", help="model profile name or .toml (default: detected from the tokenizer)")
+    p.add_argument("--backend", default="auto", choices=("auto", "sglang", "sglang-chat", "vllm"))
+    p.add_argument("--mode", default="raw", choices=("raw", "chat", "dual"))
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
+                   help="thinking on/off via the template kwarg (default on)")
+    p.add_argument("--samples-per-prompt", type=int, default=1, metavar="K")
+    p.add_argument("--limit", type=int, help="read at most N input rows")
+    p.add_argument("--run", dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)")
+    p.add_argument("--on-bad-row", default="skip", choices=("skip", "stop"))
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokview.batch import BatchConfig, InputError, run_batch
+    from tokview.batch.progress import ProgressPrinter
+    from tokview.servers import ServerUnreachable
+    from tokview.store import Store
+
+    for name in ("concurrency", "samples_per_prompt", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
+    config = BatchConfig(
+        servers=args.server, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
+        trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
+        concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
+        run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries)
+    printer = ProgressPrinter(sys.stderr)
+    with Store(args.db) as store:
+        try:
+            summary = asyncio.run(_run(config, store, printer, run_batch))
+        except InputError as exc:
+            raise UserError(str(exc)) from None
+        except ServerUnreachable as exc:
+            raise UserError(exc.reason, EXIT_UNREACHABLE) from None
+        finally:
+            printer.finish()
+    for message in summary.bad_rows[:BAD_ROWS_SHOWN]:
+        print(f"tokview: bad row skipped: {message}", file=sys.stderr)
+    if len(summary.bad_rows) > BAD_ROWS_SHOWN:
+        print(f"tokview: … and {len(summary.bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
+    print(summary.render(), file=sys.stderr)
+    if args.summary_json:
+        print(json.dumps({**asdict(summary), "balanced": summary.balanced, "exit_code": summary.exit_code},
+                         default=str))
+    return summary.exit_code
+
+
+async def _run(config, store, printer, run_batch):
+    """Ctrl-C sets the cancel event: in-flight requests are abandoned, committed samples kept."""
+    cancel = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel.set)
+        loop.add_signal_handler(signal.SIGTERM, cancel.set)
+    except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
+        pass
+    return await run_batch(config, store, on_progress=printer, cancel=cancel)
