@@ -49,6 +49,10 @@ def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequenc
         if not piece:
             statuses.append(KEPT)
             continue
+        if target.startswith(piece, cursor):
+            statuses.append(KEPT)
+            cursor += len(piece)
+            continue
         common = _common_prefix(piece, target, cursor)
         if common == len(piece):
             statuses.append(KEPT)

@@ -64,6 +64,7 @@ class Context:
     alignment: Alignment | None
     aligned_kinds: list[str] | None
     n_prompt: int = field(init=False)
+    id_split: tuple[str, str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.n_prompt = len(self.capture.prompt_ids)
@@ -271,8 +272,15 @@ def _parser_hidden(ctx: Context):
 
 
 def _id_split(ctx: Context) -> tuple[str, str] | None:
+    """(reasoning text, answer text) as the ids split them; computed once per capture."""
     if ctx.tokenizer is None or ctx.aligned_kinds is None:
         return None
+    if ctx.id_split is None:
+        ctx.id_split = _decode_split(ctx)
+    return ctx.id_split
+
+
+def _decode_split(ctx: Context) -> tuple[str, str]:
     ids = ctx.capture.parsed_output_ids or ctx.output
     kinds = ctx.aligned_kinds[ctx.n_prompt:]
     reasoning = [t for t, k in zip(ids, kinds) if k == seg.REASONING]
@@ -322,16 +330,17 @@ def _literal_think(ctx: Context):
     if ctx.tokenizer is None:
         return None
     ids = ctx.capture.input_ids
-    buf = bytearray()
-    owner: list[int] = []
-    for pos, tid in enumerate(ids):
-        piece = b"\x00" if ctx.tokenizer.is_special(tid) or tid in ctx.profile.delimiter_ids else \
-            ctx.tokenizer.piece_bytes(tid)
-        buf += piece
-        owner += [pos] * len(piece)
+    hidden = ctx.profile.delimiter_ids
+    tok = ctx.tokenizer
+    pieces = [b"\x00" if tid in hidden or tok.is_special(tid) else tok.piece_bytes(tid) for tid in ids]
+    buf = b"".join(pieces)
+    markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m.encode() in buf]
+    if not markers:
+        return None  # the common case: no need to map bytes back to ids
+    owner = [pos for pos, piece in enumerate(pieces) for _ in range(len(piece))]
     hits: list[int] = []
-    for marker in (ctx.profile.think_open, ctx.profile.think_close):
-        needle, start = marker.encode(), 0
+    for needle in markers:
+        start = 0
         while (found := buf.find(needle, start)) != -1:
             hits.extend(sorted(set(owner[found:found + len(needle)])))
             start = found + 1
