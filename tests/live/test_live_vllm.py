@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cases import *  # noqa: F401,F403  (the shared cases, collected here too)
+from conformance.shapes import *  # noqa: F401,F403
 from conformance.cases import GREEDY, IM_END, PROMPT_IDS, THINK_CLOSE, analysed, capture
 from facts import KIMI_CHAIN_OUTPUT
 
