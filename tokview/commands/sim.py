@@ -1,0 +1,96 @@
+"""`tokview sim`: run the loopback SGLang/vLLM simulator in the foreground until Ctrl-C.
+
+Useful for trying tokview without a GPU, and for reproducing a server's quirk or fault on demand
+(`--quirk http-503=2`, `--quirk vllm-pre-0.16`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+
+DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    from tokview.sim.config import QUIRKS
+
+    quirk_help = "; ".join(f"{name}: {text}" for name, text in QUIRKS.items())
+    p = subparsers.add_parser(
+        "sim", help="run a loopback SGLang/vLLM simulator (for demos and tests)",
+        description="Serve the SGLang or vLLM HTTP surface on 127.0.0.1 from a deterministic fake model "
+                    "(reasoning -> </think> -> answer -> stop) over a real tokenizer. It is a SIMULATOR: "
+                    "it says so in /get_model_info, /v1/models and its banner.",
+    )
+    p.add_argument("--kind", choices=("vllm", "sglang"), default="vllm", help="which server to imitate (default vllm)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port on 127.0.0.1 (default 8000 for vllm, 30000 for sglang; 0 = any free port)")
+    p.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
+                   help="tokenizer directory (default: the built-in Kimi-layout tokenizer; a Qwen3 one also works)")
+    p.add_argument("--non-special-think", action="store_true",
+                   help="Kimi-layout tokenizer with a non-special </think> (SGLang's text parser can then split)")
+    p.add_argument("--quirk", action="append", default=[], metavar="NAME[=VALUE]",
+                   help=f"reproduce a quirk or fault (repeatable). {quirk_help}")
+    p.add_argument("--latency", type=float, default=0.0, metavar="SECONDS", help="delay before each generation")
+    p.add_argument("--output-tokens", type=int, default=None, metavar="N", help="force every output to N ids")
+    p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
+    p.add_argument("--model-name", default="tokview-sim", help="served model name (default tokview-sim)")
+    p.add_argument("--version", dest="server_version", default=None, help="version string to report")
+    p.set_defaults(run=run)
+
+
+def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - imported lazily
+    from tokview.cli import UserError
+    from tokview.sim.config import SimConfig, SimConfigError, parse_quirk
+
+    try:
+        quirks = dict(parse_quirk(spec) for spec in args.quirk)
+        port = DEFAULT_PORTS[args.kind] if args.port is None else args.port
+        if not 0 <= port < 65536:
+            raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
+        if args.latency < 0:
+            raise SimConfigError("--latency must be >= 0")
+        if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
+            raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
+        return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,
+                         quirks=quirks, latency_s=args.latency, output_tokens=args.output_tokens, seed=args.seed,
+                         model_name=args.model_name, version=args.server_version, port=port)
+    except SimConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
+def banner(sim: "Simulator") -> str:  # noqa: F821
+    cfg = sim.cfg
+    server = "vLLM" if cfg.kind == "vllm" else "SGLang"
+    if cfg.tokenizer_dir is None:
+        tok = "Kimi-layout tokenizer, </think> " + ("special" if cfg.think_special else "non-special")
+    else:
+        tok = f"tokenizer {cfg.tokenizer_dir}"
+    lines = [f"tokview sim — SIMULATOR of {server} {cfg.server_version} at {sim.url} "
+             f"({tok}; profile {sim.profile.name}; model name {cfg.model_name!r})"]
+    if cfg.quirks:
+        lines.append("quirks: " + ", ".join(k if v is True else f"{k}={v}" for k, v in cfg.quirks.items()))
+    lines.append("This is not a real model. Press Ctrl-C to stop.")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokview.sim import launch
+
+    cfg = build_config(args)
+    sim = launch(cfg)
+    print(banner(sim), flush=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        threading.Event().wait()  # until Ctrl-C / SIGTERM
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()
+    return 0
