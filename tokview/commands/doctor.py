@@ -1,0 +1,53 @@
+"""`tokview doctor --server URL`: what one server does with token ids, in plain words.
+
+Exit 0 when no check fails, 3 when a check fails (✗), 2 when the server does not answer, so it
+can gate a CI job or a batch run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from tokview.cli import EXIT_FAILURES, EXIT_OK, EXIT_UNREACHABLE, UserError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("doctor", help="probe a server: id fields, think opener, reasoning field, hidden ids")
+    p.add_argument("--server", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
+    p.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
+                   help="local tokenizer/model folder (needed for the render and hidden-id checks; the tokview "
+                        "simulator's Kimi layout is found on its own)")
+    p.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
+                   help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
+                   help="probe with thinking on (default) or off")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from tokview.core.profiles import get_profile
+    from tokview.core.tokenizer import load_tokenizer
+    from tokview.servers import ServerUnreachable
+    from tokview.servers.doctor import run_doctor
+
+    if not args.server.startswith(("http://", "https://")):
+        raise UserError(f"--server must be an http:// or https:// URL, got {args.server!r}")
+    tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer else None
+    profile = get_profile(args.profile) if args.profile else None
+    try:
+        report = asyncio.run(run_doctor(args.server, tokenizer=tokenizer, profile=profile, thinking=args.thinking,
+                                        timeout=args.timeout))
+    except ServerUnreachable as exc:
+        raise UserError(f"server unreachable: {exc.reason}", EXIT_UNREACHABLE) from None
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False))
+    else:
+        print(report.render_text())
+    return EXIT_FAILURES if report.failed else EXIT_OK
