@@ -111,7 +111,7 @@ class InspectScreen(Screen):
                   if v is not None]
         al = self.data.analysis.alignment
         extra = f" · unmatched text {len(al.unmatched_text)} chars" if al is not None and al.unmatched_text else ""
-        return f"text fields kept ({', '.join(fields) or 'none returned'}) · ░ = hidden{extra}"
+        return f"kept by {'+'.join(fields) or 'no text field'} · ░ hidden{extra}"
 
     def _finding_options(self) -> list[Option]:
         options = []

@@ -32,17 +32,17 @@ class TokenView(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     TokenView { overflow-x: hidden; overflow-y: auto; background: $surface; }
     TokenView > .token-view--prompt { color: $text-muted; }
-    TokenView > .token-view--prompt-special { color: $secondary; text-style: dim; }
+    TokenView > .token-view--prompt-special { color: $text-secondary; text-style: italic; }
     TokenView > .token-view--delimiter { color: $warning; text-style: bold; }
     TokenView > .token-view--reasoning { color: $accent; }
     TokenView > .token-view--answer { color: $text; }
     TokenView > .token-view--stop { color: $error; text-style: bold; }
-    TokenView > .token-view--special { color: $secondary; text-style: bold; }
-    TokenView > .token-view--gap { color: $error; text-style: dim; }
+    TokenView > .token-view--special { color: $text-secondary; text-style: bold; }
+    TokenView > .token-view--gap { color: $error 60%; }
     TokenView > .token-view--partial { color: $warning; text-style: underline; }
     TokenView > .token-view--drift { color: $error; text-style: bold underline; }
     TokenView > .token-view--empty { color: $text-disabled; }
-    TokenView > .token-view--alt { background: $panel; }
+    TokenView > .token-view--alt { background: $primary 14%; }
     TokenView > .token-view--mark { text-style: underline; }
     TokenView > .token-view--cursor { background: $primary 60%; text-style: bold; }
     TokenView:focus > .token-view--cursor { background: $primary; color: $text; }
@@ -173,15 +173,24 @@ class TokenView(ScrollView, can_focus=True):
         key = (cls, alt, cursor, mark)
         style = self._styles.get(key)
         if style is None:
-            style = self.rich_style + self.get_component_rich_style(f"token-view--{STYLE_CLASSES[cls]}", partial=True)
-            if alt:
-                style += self.get_component_rich_style("token-view--alt", partial=True)
+            style = self.rich_style + self._component(f"token-view--{STYLE_CLASSES[cls]}")
+            if alt and STYLE_CLASSES[cls] != "empty":
+                style += self._component("token-view--alt")
             if mark:
-                style += self.get_component_rich_style("token-view--mark", partial=True)
+                style += self._component("token-view--mark")
             if cursor:
-                style += self.get_component_rich_style("token-view--cursor", partial=True)
+                style += self._component("token-view--cursor")
             self._styles[key] = style
         return style
+
+    def _component(self, name: str) -> Style:
+        """A component class's own attributes, with translucent colours blended over the background."""
+        partial = self.get_component_rich_style(name, partial=True)
+        if partial.color is None and partial.bgcolor is None:
+            return partial
+        full = self.get_component_rich_style(name, partial=False)
+        return partial + Style(color=full.color if partial.color else None,
+                               bgcolor=full.bgcolor if partial.bgcolor else None)
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width

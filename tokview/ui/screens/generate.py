@@ -1,0 +1,204 @@
+"""The generate panel: pick prompts, set sampling, run `run_batch` against the server with live progress.
+
+It calls the same `run_batch` the `tokview batch` command calls, in an async worker on the app's
+loop; progress arrives through `on_progress` as coalescing messages, samples land in the store as
+they are captured (the list recounts as they do), and Cancel sets the batch's cancel event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+
+if TYPE_CHECKING:
+    from tokview.batch import BatchProgress, BatchSummary
+    from tokview.ui.session import Session
+
+DEFAULT_PROMPTS = "sample_data/openai_messages.jsonl"
+
+
+def typed_prompts(text: str) -> list:
+    """One prompt per non-empty line: a single user message, with a stable id from its text."""
+    from tokview.core.prompts import parse_row
+
+    return [parse_row({"messages": [{"role": "user", "content": line.strip()}]}, line=n)
+            for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+
+
+def store_prompts(store) -> list:
+    """The conversations already in the store, one per prompt id (to sample them again)."""
+    import json
+
+    from tokview.core.prompts import PromptRow
+
+    rows = store.query("SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
+                       "GROUP BY prompt_id ORDER BY prompt_id")
+    return [PromptRow(pid, json.loads(m)) for pid, m in rows if m]
+
+
+class GenerateScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+s", "run", "Run", tooltip="Start the batch with these settings.", id="generate.run"),
+        Binding("ctrl+c", "cancel", "Cancel run", tooltip="Stop the running batch (written samples stay).",
+                id="generate.cancel", priority=True),
+        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="generate.back"),
+    ]
+
+    class Progress(Message):
+        def __init__(self, progress: "BatchProgress") -> None:
+            super().__init__()
+            self.progress = progress
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, GenerateScreen.Progress)
+
+    class Finished(Message):
+        def __init__(self, summary: "BatchSummary | None", error: str | None) -> None:
+            super().__init__()
+            self.summary, self.error = summary, error
+
+    def __init__(self, session: "Session") -> None:
+        super().__init__()
+        self.session = session
+        self.cancel_event: asyncio.Event | None = None
+        self.last_summary: "BatchSummary | None" = None
+        self._last_reload = 0.0
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="generate-form"):
+            with Horizontal(classes="form-row"):
+                yield Label("server", classes="form-label")
+                yield Input(self.session.server_url or "", placeholder="http://127.0.0.1:30000", id="server")
+            with Horizontal(classes="form-row"):
+                yield Label("prompts", classes="form-label")
+                yield Select([("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
+                             value="file", allow_blank=False, id="source")
+                yield Input(DEFAULT_PROMPTS, placeholder="prompts .jsonl / .parquet", id="prompts-file")
+            yield TextArea("What is 6 times 7?", id="typed", soft_wrap=True)
+            with Horizontal(classes="form-row"):
+                yield Label("samples", classes="form-label")
+                yield Input("1", id="samples", type="integer")
+                yield Label("temp", classes="form-label")
+                yield Input("0.6", id="temperature", type="number")
+                yield Label("max tok", classes="form-label")
+                yield Input("256", id="max-tokens", type="integer")
+            with Horizontal(classes="form-row"):
+                yield Label("thinking", classes="form-label")
+                yield Switch(True, id="thinking")
+                yield Label("mode", classes="form-label")
+                yield Select([("raw ids", "raw"), ("parsed chat", "chat"), ("dual", "dual")], value="raw",
+                             allow_blank=False, id="mode")
+                yield Button("Run", id="run", variant="primary")
+                yield Button("Cancel", id="cancel", variant="error", disabled=True)
+        with Vertical(id="generate-progress"):
+            yield ProgressBar(id="bar", show_eta=False)
+            yield Static("idle", id="progress-line")
+        yield Footer()
+
+    # -- form --------------------------------------------------------------------------------
+    def _value(self, selector: str) -> str:
+        return self.query_one(selector, Input).value.strip()
+
+    def build_config(self):
+        from tokview.batch import BatchConfig
+
+        server = self._value("#server")
+        if not server:
+            raise ValueError("give a server URL")
+        source = self.query_one("#source", Select).value
+        return BatchConfig(
+            servers=[server], prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
+            mode=str(self.query_one("#mode", Select).value), concurrency=4,
+            samples_per_prompt=int(self._value("#samples") or 1),
+            temperature=float(self._value("#temperature") or 1.0),
+            max_new_tokens=int(self._value("#max-tokens") or 256),
+            thinking=self.query_one("#thinking", Switch).value, timeout=30.0, retries=2,
+        )
+
+    @on(Button.Pressed, "#run")
+    def action_run(self) -> None:
+        if self.cancel_event is not None:
+            return
+        try:
+            config = self.build_config()
+        except ValueError as exc:
+            self.notify(f"cannot run: {exc}", severity="error")
+            return
+        source = self.query_one("#source", Select).value
+        self.cancel_event = asyncio.Event()
+        self.query_one("#run", Button).disabled = True
+        self.query_one("#cancel", Button).disabled = False
+        self.query_one("#progress-line", Static).update("starting…")
+        self._run_batch(config, source, self.query_one("#typed", TextArea).text, self.cancel_event)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        if self.cancel_event is not None:
+            self.cancel_event.set()
+            self.query_one("#progress-line", Static).update("cancelling…")
+
+    def action_close(self) -> None:
+        self.app.pop_screen()
+
+    # -- the run -----------------------------------------------------------------------------
+    @work(exclusive=True, group="generate", exit_on_error=False)
+    async def _run_batch(self, config, source: str, typed: str, cancel: asyncio.Event) -> None:
+        from tokview.batch import run_batch
+
+        try:
+            config.tokenizer = await asyncio.to_thread(self.session.tokenizer)
+            config.model_profile = await asyncio.to_thread(self.session.profile)
+            prompts = None
+            if source == "typed":
+                prompts = typed_prompts(typed)
+            elif source == "store":
+                prompts = await asyncio.to_thread(store_prompts, self.session.store)
+            if prompts is not None and not prompts:
+                raise ValueError("no prompts to run")
+            summary = await run_batch(config, self.session.store, prompts,
+                                      on_progress=lambda p: self.post_message(self.Progress(p)), cancel=cancel)
+        except Exception as exc:  # unreachable server, bad input: shown, never a crash
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.post_message(self.Finished(None, first))
+            return
+        self.post_message(self.Finished(summary, None))
+
+    @on(Progress)
+    def _progress(self, event: Progress) -> None:
+        p = event.progress
+        bar = self.query_one("#bar", ProgressBar)
+        bar.update(total=max(1, p.total), progress=p.done)
+        self.query_one("#progress-line", Static).update(
+            f"{p.done}/{p.total} done · ok {p.ok} · failed {p.failed} · skipped {p.skipped} · "
+            f"flagged {p.flagged} · truncated {p.truncated} · {p.tok_per_s:,.0f} tok/s")
+        now = time.monotonic()
+        if now - self._last_reload > 0.5:  # results appear in the list as they land
+            self._last_reload = now
+            self.app.samples_changed()
+
+    @on(Finished)
+    def _finished(self, event: Finished) -> None:
+        self.cancel_event = None
+        self.query_one("#run", Button).disabled = False
+        self.query_one("#cancel", Button).disabled = True
+        line = self.query_one("#progress-line", Static)
+        if event.error:
+            line.update(f"failed: {event.error}")
+            self.notify(event.error, severity="error")
+            return
+        s = event.summary
+        self.last_summary = s
+        state = "cancelled" if s.interrupted else "done"
+        line.update(f"{state}: run {s.run_id} · ok {s.ok} · failed {s.failed} · skipped {s.skipped} · "
+                    f"flagged {s.flagged} · {s.output_tokens:,} output tokens in {s.elapsed_s:.1f}s")
+        self.app.samples_changed()

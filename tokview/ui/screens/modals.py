@@ -1,0 +1,70 @@
+"""Small modal screens for curation: a reject reason (picked or typed), a note, tags."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList
+from textual.widgets.option_list import Option
+
+REJECT_REASONS = (
+    "truncated (no end of turn)",
+    "think delimiters wrong",
+    "parser hid or moved text",
+    "wrong or empty answer",
+    "repetition / degenerate output",
+    "duplicate",
+)
+
+
+class TextPrompt(ModalScreen[str | None]):
+    """One line of text; Enter keeps it, Escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel")]
+
+    def __init__(self, title: str, placeholder: str = "", value: str = "") -> None:
+        super().__init__()
+        self.title_text, self.placeholder, self.value = title, placeholder, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal"):
+            yield Label(self.title_text, classes="modal-title")
+            yield Input(self.value, placeholder=self.placeholder, id="modal-input")
+
+    @on(Input.Submitted, "#modal-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class RejectReason(ModalScreen[str | None]):
+    """Pick a reason from the list (Enter), or type one and press Enter; Escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel-reject")]
+
+    def __init__(self, reasons: tuple[str, ...] = REJECT_REASONS) -> None:
+        super().__init__()
+        self.reasons = reasons
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal"):
+            yield Label("Reject: pick a reason, or type one below", classes="modal-title")
+            yield OptionList(*[Option(r, id=f"reason-{i}") for i, r in enumerate(self.reasons)], id="reasons")
+            yield Input(placeholder="other reason…", id="reason-typed")
+
+    @on(OptionList.OptionSelected, "#reasons")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.reasons[event.option_index])
+
+    @on(Input.Submitted, "#reason-typed")
+    def _typed(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.dismiss(event.value.strip())
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

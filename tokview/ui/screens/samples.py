@@ -1,0 +1,174 @@
+"""The samples screen: every stored sample, filtered and sorted, read page by page from the store.
+
+Filters (status, finding code, run, text) and the order become one `SampleFilter` + `order_by`
+for `Store.samples_page`; the count runs in a worker, pages load as they scroll into view.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Select, Static
+
+from tokview.store import STATUSES, SampleFilter
+from tokview.ui.widgets.sample_list import PAGE, SampleList
+
+if TYPE_CHECKING:
+    from tokview.ui.session import Session
+
+ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sample_id", "finish_reason")
+
+
+class SamplesScreen(Screen):
+    """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
+
+    BINDINGS = [
+        Binding("slash", "focus_search", "Search", key_display="/", tooltip="Search sample ids, prompt ids and text.",
+                id="samples.search"),
+        Binding("o", "cycle_order", "Sort", tooltip="Cycle the sort order of the list.", id="samples.sort"),
+        Binding("ctrl+r", "reload", "Reload", tooltip="Count and load the list again.", id="samples.reload"),
+        Binding("escape", "focus_list", "List", show=False, id="samples.focus-list"),
+    ]
+
+    class Counted(Message):
+        def __init__(self, generation: int, count: int) -> None:
+            super().__init__()
+            self.generation, self.count = generation, count
+
+    class Choices(Message):
+        def __init__(self, codes: list[str], runs: list[str]) -> None:
+            super().__init__()
+            self.codes, self.runs = codes, runs
+
+    def __init__(self, session: "Session") -> None:
+        super().__init__()
+        self.session = session
+        self.order = ORDERS[0]
+        self.filters = SampleFilter()
+        self._generation = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="samples-title")
+        with Horizontal(id="filter-bar"):
+            yield Input(placeholder="search text ( / )", id="search")
+            yield Select([(s, s) for s in STATUSES] + [("invalid", "invalid")], prompt="status", id="status")
+            yield Select([], prompt="finding", id="code")
+            yield Select([], prompt="run", id="run")
+        yield SampleList(id="samples")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(SampleList).focus()
+        self.reload()
+        self._load_choices()
+
+    @property
+    def sample_list(self) -> SampleList:
+        return self.query_one(SampleList)
+
+    # -- loading -----------------------------------------------------------------------------
+    def reload(self) -> None:
+        self._generation += 1
+        self._count(self._generation, self.filters)
+
+    @work(thread=True, exclusive=True, group="samples-count", exit_on_error=False)
+    def _count(self, generation: int, filters: SampleFilter) -> None:
+        self.post_message(self.Counted(generation, self.session.store.count_samples(filters)))
+
+    @work(thread=True, group="samples-choices", exit_on_error=False)
+    def _load_choices(self) -> None:
+        store = self.session.store
+        self.post_message(self.Choices(store.finding_codes(), [r["run_id"] for r in store.runs()]))
+
+    @on(Counted)
+    def _counted(self, event: Counted) -> None:
+        if event.generation != self._generation:
+            return
+        store, filters, order = self.session.store, self.filters, self.order
+        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit))
+        self._update_title(event.count)
+
+    @on(Choices)
+    def _choices(self, event: Choices) -> None:
+        code, run = self.query_one("#code", Select), self.query_one("#run", Select)
+        code.set_options([(c, c) for c in event.codes])
+        run.set_options([(r, r) for r in event.runs])
+
+    def _update_title(self, count: int) -> None:
+        f = self.filters
+        parts = [f"{count:,} samples", f"order {self.order}"]
+        parts += [f"{k}={v}" for k, v in (("status", f.status), ("code", f.code), ("run", f.run_id),
+                                           ("text", f.text)) if v]
+        if f.valid is False:
+            parts.append("invalid only")
+        self.query_one("#samples-title", Static).update(f"{self.session.store.path} · " + " · ".join(parts))
+
+    # -- filters -----------------------------------------------------------------------------
+    def set_filters(self, **changes) -> None:
+        values = {k: getattr(self.filters, k) for k in ("status", "code", "run_id", "text", "valid")}
+        values.update(changes)
+        self.filters = SampleFilter(**values)
+        self.reload()
+
+    @on(Input.Changed, "#search")
+    def _search(self, event: Input.Changed) -> None:
+        self.set_filters(text=event.value.strip() or None)
+
+    @on(Input.Submitted, "#search")
+    def _search_done(self) -> None:
+        self.sample_list.focus()
+
+    @on(Select.Changed, "#status")
+    def _status(self, event: Select.Changed) -> None:
+        value = None if event.value is Select.BLANK else str(event.value)
+        if value == "invalid":
+            self.set_filters(status=None, valid=False)
+        else:
+            self.set_filters(status=value, valid=None)
+
+    @on(Select.Changed, "#code")
+    def _code(self, event: Select.Changed) -> None:
+        self.set_filters(code=None if event.value is Select.BLANK else str(event.value))
+
+    @on(Select.Changed, "#run")
+    def _run(self, event: Select.Changed) -> None:
+        self.set_filters(run_id=None if event.value is Select.BLANK else str(event.value))
+
+    # -- actions -----------------------------------------------------------------------------
+    def action_focus_search(self) -> None:
+        self.query_one("#search", Input).focus()
+
+    def action_focus_list(self) -> None:
+        self.sample_list.focus()
+
+    def action_cycle_order(self) -> None:
+        self.order = ORDERS[(ORDERS.index(self.order) + 1) % len(ORDERS)]
+        self.reload()
+
+    def action_reload(self) -> None:
+        self.reload()
+        self._load_choices()
+
+    def current_sample_id(self) -> str | None:
+        row = self.sample_list.row(self.sample_list.cursor)
+        return row.sample_id if row is not None else None
+
+    def next_unreviewed(self, after: int) -> tuple[int, str] | None:
+        """(index, sample_id) of the first pending sample after row `after`, in list order (worker thread)."""
+        store, filters, order = self.session.store, self.filters, self.order
+        offset = after + 1
+        while offset < self.sample_list.count:
+            rows = store.samples_page(filters, order, offset, PAGE)
+            if not rows:
+                break
+            for i, row in enumerate(rows):
+                if row.status == "pending":
+                    return offset + i, row.sample_id
+            offset += len(rows)
+        return None

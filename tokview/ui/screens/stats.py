@@ -1,0 +1,117 @@
+"""The stats panel: output and reasoning length histograms, finish reasons, findings by code, progress.
+
+The numbers come from `Store.stats()` (the same dict `tokview stats` prints) plus one read of the
+length columns for the histograms, in a thread worker; plotting is textual-plotext.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual_plotext import PlotextPlot
+
+if TYPE_CHECKING:
+    from tokview.ui.session import Session
+
+MAX_ROWS = 200_000
+
+
+@dataclass
+class StatsData:
+    stats: dict
+    output_lens: list[int]
+    reasoning_lens: list[int]
+    finish: dict[str, int]
+
+
+def read_stats(session: "Session") -> StatsData:
+    """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
+    store = session.store
+    close_id = session.profile().think_close_id
+    rows = store.query("SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
+                       [close_id if close_id is not None else -1, MAX_ROWS])
+    finish = {str(k): v for k, v in store.query(
+        "SELECT coalesce(finish_reason, 'none'), count(*) FROM samples GROUP BY 1 ORDER BY 2 DESC")}
+    return StatsData(store.stats(), [r[0] for r in rows], [max(0, r[1] - 1) for r in rows if r[1]], finish)
+
+
+class StatsScreen(Screen):
+    BINDINGS = [
+        Binding("ctrl+r", "reload", "Reload", tooltip="Read the numbers again.", id="stats.reload"),
+        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="stats.back"),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, data: StatsData) -> None:
+            super().__init__()
+            self.data = data
+
+    def __init__(self, session: "Session") -> None:
+        super().__init__()
+        self.session = session
+        self.data: StatsData | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("loading…", id="stats-summary")
+        with Grid(id="stats-grid"):
+            yield PlotextPlot(id="plot-output")
+            yield PlotextPlot(id="plot-reasoning")
+            yield PlotextPlot(id="plot-finish")
+            yield PlotextPlot(id="plot-findings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self._load()
+
+    def action_close(self) -> None:
+        self.app.pop_screen()
+
+    @work(thread=True, exclusive=True, group="stats", exit_on_error=False)
+    def _load(self) -> None:
+        self.post_message(self.Loaded(read_stats(self.session)))
+
+    @on(Loaded)
+    def _loaded(self, event: Loaded) -> None:
+        self.data = d = event.data
+        s = d.stats
+        by_status = s["by_status"]
+        reviewed = by_status.get("approved", 0) + by_status.get("rejected", 0)
+        total = max(1, s["samples"])
+        self.query_one("#stats-summary", Static).update(
+            f"{s['samples']:,} samples · {s['prompts']:,} prompts · valid {s['valid']:,} · invalid {s['invalid']:,} · "
+            f"reviewed {reviewed:,}/{s['samples']:,} ({100 * reviewed / total:.0f}%): approved "
+            f"{by_status.get('approved', 0):,}, rejected {by_status.get('rejected', 0):,}, "
+            f"pending {by_status.get('pending', 0):,}")
+        self._hist("#plot-output", d.output_lens, "output length (ids)")
+        self._hist("#plot-reasoning", d.reasoning_lens, "reasoning length (ids before the closer)")
+        self._bars("#plot-finish", d.finish, "finish reasons")
+        self._bars("#plot-findings", {c: v["samples"] for c, v in s["findings"].items()}, "samples by finding code")
+
+    def _hist(self, selector: str, values: list[int], title: str) -> None:
+        widget = self.query_one(selector, PlotextPlot)
+        plt = widget.plt
+        plt.clear_data()
+        plt.title(title)
+        if values:
+            plt.hist(values, bins=20)
+        widget.refresh()
+
+    def _bars(self, selector: str, counts: dict[str, int], title: str) -> None:
+        widget = self.query_one(selector, PlotextPlot)
+        plt = widget.plt
+        plt.clear_data()
+        plt.title(title)
+        if counts:
+            plt.bar(list(counts), list(counts.values()), orientation="horizontal")
+        widget.refresh()

@@ -1,0 +1,212 @@
+"""A virtualised list of samples: Line API, pages fetched from the store in a thread as they scroll in.
+
+Why not a DataTable: loading 100,000 rows into one takes seconds; here the list knows only the row
+count, asks for 200-row pages around what is visible, and renders rows it has. A page loaded for an
+older filter is dropped (a generation number travels with every request).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import var
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+PAGE = 200
+Fetch = Callable[[int, int], Sequence]
+STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
+
+
+def _fit(text: str, width: int) -> str:
+    return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
+
+
+class SampleList(ScrollView, can_focus=True):
+    """Rows of `SampleRow`s with a cursor; Enter opens one."""
+
+    COMPONENT_CLASSES = {"sample-list--header", "sample-list--cursor", "sample-list--approved",
+                         "sample-list--rejected", "sample-list--invalid", "sample-list--badge",
+                         "sample-list--loading"}
+    DEFAULT_CSS = """
+    SampleList { overflow-x: hidden; background: $surface; }
+    SampleList > .sample-list--header { background: $panel; text-style: bold; }
+    SampleList > .sample-list--cursor { background: $primary 50%; }
+    SampleList:focus > .sample-list--cursor { background: $primary; color: $text; }
+    SampleList > .sample-list--approved { color: $success; }
+    SampleList > .sample-list--rejected { color: $error; }
+    SampleList > .sample-list--invalid { color: $warning; }
+    SampleList > .sample-list--badge { color: $text-accent; }
+    SampleList > .sample-list--loading { color: $text-disabled; }
+    """
+    BINDINGS = [
+        Binding("up", "move(-1)", "Previous sample", show=False, id="list.up"),
+        Binding("down", "move(1)", "Next sample", show=False, id="list.down"),
+        Binding("pageup", "page(-1)", "Page up", show=False, id="list.pageup"),
+        Binding("pagedown", "page(1)", "Page down", show=False, id="list.pagedown"),
+        Binding("home", "first", "First sample", show=False, id="list.home"),
+        Binding("end", "last", "Last sample", show=False, id="list.end"),
+        Binding("enter", "open", "Inspect", tooltip="Open the sample under the cursor.", id="list.open"),
+    ]
+
+    cursor: var[int] = var(0, init=False)
+
+    class Opened(Message):
+        def __init__(self, sample_id: str) -> None:
+            super().__init__()
+            self.sample_id = sample_id
+
+    class PageLoaded(Message):
+        def __init__(self, generation: int, page: int, rows: list) -> None:
+            super().__init__()
+            self.generation, self.page, self.rows = generation, page, rows
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.count = 0
+        self._fetch: Fetch | None = None
+        self._generation = 0
+        self._pages: dict[int, list] = {}
+        self._requested: set[int] = set()
+        self._cache: LRUCache[tuple[int, int, bool], Strip] = LRUCache(512)
+
+    # -- data ---------------------------------------------------------------------------------
+    def reset(self, count: int, fetch: Fetch) -> None:
+        """A new filter or order: forget every page; rows load again as they become visible."""
+        self._generation += 1
+        self.count, self._fetch = count, fetch
+        self._pages.clear()
+        self._requested.clear()
+        self._cache.clear()
+        self.set_reactive(SampleList.cursor, min(self.cursor, max(0, count - 1)))
+        self.virtual_size = Size(self.size.width, count + 1)
+        self.refresh()
+
+    def row(self, index: int):
+        page = self._pages.get(index // PAGE)
+        return page[index % PAGE] if page is not None and index % PAGE < len(page) else None
+
+    def update_row(self, index: int, row) -> None:
+        """Replace one loaded row (a verdict changed its status) and repaint that line only."""
+        page = self._pages.get(index // PAGE)
+        if page is not None and index % PAGE < len(page):
+            page[index % PAGE] = row
+            for cur in (True, False):
+                self._cache.discard((index, self.size.width, cur))
+            self.refresh_lines(index + 1, 1)
+
+    def _request(self, page: int) -> None:
+        if page in self._pages or page in self._requested or self._fetch is None or page * PAGE >= self.count:
+            return
+        self._requested.add(page)
+        fetch, generation = self._fetch, self._generation
+
+        def load() -> None:
+            rows = list(fetch(page * PAGE, PAGE))
+            self.post_message(self.PageLoaded(generation, page, rows))
+
+        self.run_worker(load, thread=True, group="sample-pages", exit_on_error=False)
+
+    def on_sample_list_page_loaded(self, event: PageLoaded) -> None:
+        if event.generation != self._generation:
+            return
+        self._pages[event.page] = event.rows
+        self._requested.discard(event.page)
+        self.refresh()
+
+    # -- rendering ------------------------------------------------------------------------------
+    def _columns(self, width: int) -> tuple[int, int]:
+        fixed = 2 + 2 + 8 + 7 + 7
+        id_width = max(12, min(48, (width - fixed) * 3 // 5))
+        return id_width, max(0, width - fixed - id_width)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if y == 0:
+            id_w, codes_w = self._columns(width)
+            text = ("st ok finish  prompt output " + _fit("sample", id_w) + _fit("findings", codes_w))
+            return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
+                "sample-list--header", partial=True))])
+        index = y - 1 + int(self.scroll_offset.y)
+        if index >= self.count:
+            return Strip.blank(width, self.rich_style)
+        first, last = (int(self.scroll_offset.y) - PAGE // 2) // PAGE, (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE
+        for page in range(max(0, first), last + 1):
+            self._request(page)
+        row = self.row(index)
+        is_cursor = index == self.cursor
+        key = (index, width, is_cursor)
+        cached = self._cache.get(key)
+        if cached is not None and row is not None:
+            return cached
+        base = self.rich_style
+        if is_cursor:
+            base = base + self.get_component_rich_style("sample-list--cursor", partial=True)
+        if row is None:
+            return Strip([Segment(_fit("  …", width), base + self.get_component_rich_style(
+                "sample-list--loading", partial=True))])
+        strip = Strip(self._row_segments(row, width, base)).crop_extend(0, width, base)
+        self._cache.set(key, strip)
+        return strip
+
+    def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
+        id_w, codes_w = self._columns(width)
+        status_style = base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True) \
+            if row.status in ("approved", "rejected") else base
+        valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
+        badge = base + self.get_component_rich_style("sample-list--badge", partial=True)
+        return [
+            Segment(f"{STATUS_GLYPH.get(row.status, '?')}  ", status_style),
+            Segment("✓  " if row.valid else "✗  ", valid_style),
+            Segment(_fit(str(row.finish_reason or "—"), 8), base),
+            Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
+            Segment(_fit(row.sample_id, id_w), status_style),
+            Segment(_fit(" ".join(row.codes), codes_w), badge),
+        ]
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    # -- cursor ---------------------------------------------------------------------------------
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, self.count - 1)) if self.count else 0
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self.refresh_lines(old + 1, 1)
+        self.refresh_lines(new + 1, 1)
+        visible = self.scrollable_content_region.height - 1
+        if new < self.scroll_offset.y:
+            self.scroll_to(y=new, animate=False)
+        elif new >= self.scroll_offset.y + visible:
+            self.scroll_to(y=new - visible + 1, animate=False)
+
+    def action_move(self, delta: int) -> None:
+        self.cursor += delta
+
+    def action_page(self, delta: int) -> None:
+        self.cursor += delta * max(1, self.scrollable_content_region.height - 2)
+
+    def action_first(self) -> None:
+        self.cursor = 0
+
+    def action_last(self) -> None:
+        self.cursor = self.count - 1
+
+    def action_open(self) -> None:
+        row = self.row(self.cursor)
+        if row is not None:
+            self.post_message(self.Opened(row.sample_id))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1:
+            self.cursor = event.y - 1 + int(self.scroll_offset.y)
+            if event.chain >= 2:
+                self.action_open()
