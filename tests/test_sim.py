@@ -160,6 +160,22 @@ def test_vllm_thinking_off_and_max_tokens_cut(vllm_sim):
     assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5 and cut["message"]["content"] is None
 
 
+def test_vllm_client_errors_like_real_vllm(vllm_sim):
+    unknown = post(vllm_sim, "/v1/chat/completions", {"model": "no-such-model", "messages": MESSAGES})
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "NotFoundError"
+    too_long = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10**6})
+    assert too_long.status_code == 400 and "too large" in too_long.json()["error"]["message"]
+    bad_json = httpx.post(vllm_sim.url + "/v1/chat/completions", content=b"{not json",
+                          headers={"content-type": "application/json"})
+    assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
+    missing = httpx.get(vllm_sim.url + "/get_model_info")
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    named = post(vllm_sim, "/v1/completions", {"model": "tokview-sim", "prompt": RECORDED_PROMPT})
+    assert named.status_code == 200
+    assert set(named.json()) >= {"kv_transfer_params", "ec_transfer_params", "metrics"}
+    assert named.json()["usage"]["completion_tokens_details"] is None
+
+
 def test_vllm_logprobs(vllm_sim):
     body = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "logprobs": True,
                                                      "top_logprobs": 2, "return_tokens_as_token_ids": True}).json()

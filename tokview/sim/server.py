@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from tokview.core.profiles import ModelProfile, detect_profile
 from tokview.sim import faults, sglang, vllm
@@ -54,9 +57,15 @@ class _CountRequests:
         await self.app(scope, receive, send)
 
 
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    """FastAPI's JSON for unknown paths and wrong methods (both real servers are FastAPI apps)."""
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
 def build_app(state: SimState) -> Any:
     routes = sglang.routes(state) if state.cfg.kind == "sglang" else vllm.routes(state)
-    return _CountRequests(Starlette(routes=routes), state.stats)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    return _CountRequests(app, state.stats)
 
 
 class Simulator:

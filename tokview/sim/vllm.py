@@ -84,12 +84,25 @@ def _fingerprint(state: SimState) -> str:
 def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> dict[str, Any]:
     max_tokens = common.positive_int(body.get("max_completion_tokens", body.get("max_tokens", default_max)),
                                      "max_tokens")
-    room = state.cfg.max_model_len - len(prompt)
+    limit = state.cfg.max_model_len
+    room = limit - len(prompt)
     if room <= 0:
-        raise ValueError(f"This model's maximum context length is {state.cfg.max_model_len} tokens. However, "
+        raise ValueError(f"This model's maximum context length is {limit} tokens. However, "
                          f"your request has {len(prompt)} input tokens.")
-    return {"max_tokens": min(max_tokens if max_tokens is not None else room, room),
+    if max_tokens is not None and max_tokens > room:
+        raise ValueError(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                         f"context length is {limit} tokens and your request has {len(prompt)} input tokens "
+                         f"({max_tokens} > {limit} - {len(prompt)}).")
+    return {"max_tokens": max_tokens if max_tokens is not None else room,
             "stop_token_ids": body.get("stop_token_ids") or (), "ignore_eos": bool(body.get("ignore_eos"))}
+
+
+def _unknown_model(state: SimState, body: dict[str, Any]) -> Response | None:
+    """Real vLLM answers 404 NotFoundError for a `model` it does not serve (an absent one is fine)."""
+    model = body.get("model")
+    if model is None or model == state.cfg.model_name:
+        return None
+    return faults.error_response("vllm", 404, f"The model `{model}` does not exist.", "NotFoundError")
 
 
 def _stop_reason(gen: Generation) -> Any:
@@ -116,6 +129,8 @@ def _chat_logprob(state: SimState, body: dict[str, Any], tid: int, pos: int) -> 
 
 async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
+    if (missing := _unknown_model(state, body)) is not None:
+        return missing
     kwargs = dict(body.get("chat_template_kwargs") or {})
     effort = body.get("reasoning_effort")
     if effort is not None and "enable_thinking" not in kwargs:  # vLLM sets enable_thinking only (Kimi ignores it)
@@ -222,6 +237,8 @@ def _completion_prompt(state: SimState, prompt: Any) -> list[int]:
 
 async def _completions(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
+    if (missing := _unknown_model(state, body)) is not None:
+        return missing
     try:
         prompt = _completion_prompt(state, body.get("prompt"))
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
@@ -259,11 +276,12 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
                                                                "(fault stream-error)", "code": 500}})
     choice = {"index": 0, "text": state.decode(text_ids, skip), "logprobs": None, "finish_reason": gen.finish_reason,
               "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "prompt_logprobs": None,
-              "prompt_token_ids": list(prompt) if ids else None}
+              "prompt_token_ids": list(prompt) if ids else None, "routed_experts": None}
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
         choice.pop("prompt_token_ids")
     payload = {"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
                "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
-               "usage": {**usage, "prompt_tokens_details": None}, "kv_transfer_params": None}
+               "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
+               "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
     return common.deliver_json(payload, fault)
