@@ -77,11 +77,20 @@ phase "server start"
 
 # 4. The conformance tests + exact-id assertions. `-m live` overrides the default `-m 'not live'`.
 export TOKVIEW_LIVE_VLLM_URL="$URL"
-export TOKVIEW_LIVE_MODEL_DIR="$ROOT/$MODEL_DIR"
+export TOKVIEW_LIVE_RECORD="$ROOT/build/live-capture.json"
+rm -f "$TOKVIEW_LIVE_RECORD"
 set +e
 "$PYTHON" -m pytest -m live tests/live -q -p no:cacheprovider
 rc=$?
 set -e
 phase "tests"
+if [ -s "$TOKVIEW_LIVE_RECORD" ]; then
+  echo "live: ids captured from the real server (chat, temperature 0, \"What is 6 times 7?\"):"
+  cat "$TOKVIEW_LIVE_RECORD"
+fi
+# The doctor's report on the real server, for the record (its checks are asserted in the tests).
+if [ -f tokview/commands/doctor.py ]; then
+  "$PYTHON" -c 'import sys; from tokview.cli import main; sys.exit(main())' doctor --server "$URL" --tokenizer "$MODEL_DIR" || true
+fi
 echo "live: total $(( $(date +%s) - t0 )) s"
 exit $rc

@@ -12,6 +12,7 @@ simulator and fails on the real server is a simulator bug.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "test_pool_detects_vllm", "test_chat_capture_ids", "test_chat_capture_usage",
     "test_chat_reasoning_field_is_reasoning", "test_chat_findings", "test_stream_matches_non_stream",
     "test_raw_capture_matches_chat", "test_dual_capture", "test_thinking_off", "test_doctor",
+    "test_concurrent_captures_match_sequential", "test_seeded_sampling_reproducible",
 ]
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -231,3 +233,38 @@ async def test_doctor(vllm_surface_url: str) -> None:
     opener = _check(data, ("<think>",))
     assert opener["ok"] is True and "163606" in opener["detail"]
     assert "kind" in report.render_text().lower() or "vllm" in report.render_text().lower()
+
+
+OTHER_QUESTIONS = ["Say hello to the world.", "Why is the sky blue?", "What is 6 times 7?"]
+
+
+async def test_concurrent_captures_match_sequential(vllm_surface_url: str) -> None:
+    """A server batching several requests must return each one's own ids, as if sent alone."""
+    from tokview.servers import CaptureRequest, ServerPool
+
+    requests = [CaptureRequest(messages=[{"role": "user", "content": q}], settings=dict(GREEDY), mode="chat")
+                for q in OTHER_QUESTIONS]
+    pool = ServerPool([vllm_surface_url], tokenizer=surface_tokenizer(), profile=surface_profile(), concurrency=3,
+                      retries=1)
+    await pool.start()
+    try:
+        together = await asyncio.gather(*(pool.capture(r) for r in requests))
+        alone = [await pool.capture(r) for r in requests]
+    finally:
+        await pool.aclose()
+    tok = surface_tokenizer()
+    for request, a, b in zip(requests, together, alone):
+        assert a.prompt_ids == tok.render(request.messages, add_generation_prompt=True)
+        assert (a.prompt_ids, a.output_ids) == (b.prompt_ids, b.output_ids)
+        assert a.output_ids[-1] == IM_END and a.output_ids.count(THINK_CLOSE) == 1
+    assert together[-1].prompt_ids == PROMPT_IDS
+
+
+async def test_seeded_sampling_reproducible(vllm_surface_url: str) -> None:
+    """temperature 1 with a seed: the same request twice gives the same ids (resumable batch runs rely on it)."""
+    settings = {"temperature": 1.0, "max_new_tokens": 512, "seed": 1234}
+    first = await capture(vllm_surface_url, mode="chat", settings=settings)
+    again = await capture(vllm_surface_url, mode="chat", settings=settings)
+    assert first.output_ids == again.output_ids
+    assert first.settings.get("seed") == 1234 and first.settings.get("temperature") == 1.0
+    _assert_kimi_output_shape(first)
