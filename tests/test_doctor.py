@@ -1,0 +1,111 @@
+"""`tokview doctor` against the simulator: text, JSON, exit codes, and what it says for each quirk."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import pytest
+
+from tokview.cli import main
+from tokview.core.profiles import get_profile
+from tokview.servers.doctor import run_doctor
+from tokview.sim import SimConfig, start_simulator
+
+KIMI = get_profile("kimi-k2.5")
+
+
+def by_title(report: Any) -> dict[str, dict[str, Any]]:
+    return {c["title"]: c for c in report.to_dict()["checks"]}
+
+
+async def doctor_for(kind: str, tok: Any, **quirks: Any) -> Any:
+    with start_simulator(SimConfig(kind=kind, quirks=quirks)) as sim:
+        return await run_doctor(sim.url, tokenizer=tok, profile=KIMI, timeout=5.0)
+
+
+async def test_vllm_all_good(kimi_tok: Any) -> None:
+    report = await doctor_for("vllm", kimi_tok)
+    checks = by_title(report)
+    assert report.info.kind == "vllm" and not report.failed
+    assert "vLLM 0.32.0" in checks["Server kind"]["detail"] and "simulator" in checks["Server kind"]["detail"]
+    assert "/v1/chat/completions → prompt_token_ids + token_ids" in checks["Token-id fields"]["detail"]
+    assert "/v1/completions → choices[].token_ids" in checks["Token-id fields"]["detail"]
+    assert checks["Think opener in the prompt"]["ok"] is True and "163606" in checks["Think opener in the prompt"]["detail"]
+    parser = checks["Reasoning parser"]
+    assert parser["ok"] is True and "`reasoning`" in parser["detail"] and "163607" in parser["detail"]
+    assert checks["output_ids honesty"]["ok"] is True
+    assert checks["skip_special_tokens"]["status"] == "warn" and "163607" in checks["skip_special_tokens"]["detail"]
+    assert checks["Local tokenizer"]["ok"] is True
+
+
+async def test_sglang_kind_sees_special_closer_trap(kimi_tok: Any) -> None:
+    report = await doctor_for("sglang", kimi_tok)
+    checks = by_title(report)
+    assert "SGLang 0.5.23" in checks["Server kind"]["detail"]
+    assert "/generate → output_ids" in checks["Token-id fields"]["detail"]
+    assert "response_token_ids" in checks["Token-id fields"]["detail"]
+    # A special </think> is invisible to SGLang's text parser: everything lands in reasoning_content.
+    assert checks["Reasoning parser"]["ok"] is False and "reasoning_content" in checks["Reasoning parser"]["detail"]
+
+
+async def test_vllm_pre_016_says_reasoning_content(kimi_tok: Any) -> None:
+    checks = by_title(await doctor_for("vllm", kimi_tok, **{"vllm-pre-0.16": True}))
+    parser = checks["Reasoning parser"]
+    assert parser["status"] == "warn" and "reasoning arrives in `reasoning_content`" in parser["detail"]
+    assert "fall back" in parser["recommendation"]
+    assert "0.15.1" in checks["Server kind"]["detail"]
+
+
+async def test_parser_all_reasoning_is_a_failure(kimi_tok: Any) -> None:
+    report = await doctor_for("vllm", kimi_tok, **{"parser-all-reasoning": True})
+    parser = by_title(report)["Reasoning parser"]
+    assert parser["ok"] is False and "split reasoning/content" in parser["detail"] and report.failed
+
+
+async def test_no_id_fields_says_no_ids(kimi_tok: Any) -> None:
+    report = await doctor_for("vllm", kimi_tok, **{"no-id-fields": True})
+    checks = by_title(report)
+    assert checks["Token-id fields"]["ok"] is False and checks["Token-id fields"]["detail"].startswith("no ids")
+    assert "✗ Token-id fields: no ids" in report.render_text()
+
+
+async def test_prompt_prefix_bug_caught(kimi_tok: Any) -> None:
+    checks = by_title(await doctor_for("sglang", kimi_tok, **{"prompt-prefix-bug": True}))
+    honesty = checks["output_ids honesty"]
+    assert honesty["ok"] is False and "prompt" in honesty["detail"]
+
+
+async def test_without_tokenizer_non_kimi_checks_skip(kimi_tok: Any) -> None:
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        report = await run_doctor(sim.url, tokenizer=None, profile=KIMI, default_tokenizer=False)
+    checks = by_title(report)
+    assert checks["Local tokenizer"]["status"] == "skip" and "needs --tokenizer" in checks["Local tokenizer"]["detail"]
+    assert "skipped (needs --tokenizer)" in checks["Reasoning parser"]["detail"]
+    assert checks["Think opener in the prompt"]["ok"] is True  # from the served ids alone
+
+
+def test_cli_text_json_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        assert main(["doctor", "--server", sim.url]) == 0
+        text = capsys.readouterr().out
+        assert main(["doctor", "--server", sim.url, "--json", "--no-thinking"]) == 0
+        data = json.loads(capsys.readouterr().out)
+    assert "✓ Server kind: vLLM" in text and "→" in text and "no blocking problems" in text
+    assert data["kind"] == "vllm" and data["simulator"] is True and data["tokenizer"]  # Kimi layout found on its own
+    opener = {c["title"]: c for c in data["checks"]}["Think opener in the prompt"]
+    assert opener["ok"] is True and "thinking off" in opener["detail"]
+
+
+def test_cli_failures_and_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    with start_simulator(SimConfig(kind="vllm", quirks={"no-id-fields": True})) as sim:
+        assert main(["doctor", "--server", sim.url]) == 3
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    capsys.readouterr()
+    assert main(["doctor", "--server", f"http://127.0.0.1:{port}", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tokview: error: server unreachable") and "\n" not in err
