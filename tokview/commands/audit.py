@@ -1,0 +1,51 @@
+"""`tokview audit DATASET`: load a dataset another pipeline produced into the store, run every finding
+and print a report (counts by finding code). The rows can then be reviewed in the UI (run
+`audit-<name>`). Reads speculators rows (input_ids + loss_mask) and SpecForge / ShareGPT / messages
+conversations with or without reasoning_content / reasoning / thinking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from tokview.cli import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="check a dataset made by another pipeline (speculators, SpecForge, ShareGPT)",
+                       description=__doc__)
+    p.add_argument("dataset", type=Path, help="JSONL or Parquet dataset")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the Kimi-layout tokenizer)")
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    p.add_argument("--profile", help="model profile (default: detected from the tokenizer)")
+    p.add_argument("--name", help="run name suffix (default: the dataset's file name)")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
+                   help="render conversation rows with thinking on (default) or off")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.profiles import detect_profile, get_profile
+    from tokview.core.tokenizer import load_tokenizer
+    from tokview.export.audit import audit
+    from tokview.store import Store
+
+    if not args.dataset.is_file():
+        raise UserError(f"dataset not found: {args.dataset}")
+    tokenizer = load_tokenizer(args.tokenizer or kimi_tokenizer_dir(), trust_remote_code=args.trust_remote_code)
+    profile = get_profile(args.profile) if args.profile else detect_profile(tokenizer)
+    with Store(args.db) as store:
+        report = audit(store, args.dataset, tokenizer=tokenizer, profile=profile, name=args.name,
+                       thinking=args.thinking)
+    if args.json:
+        print(json.dumps({**asdict(report), "by_code": dict(report.by_code.most_common())}))
+    else:
+        print(report.render())
+    if not report.imported:
+        raise UserError(f"no row of {args.dataset} could be read as a sample")
+    return 0

@@ -1,0 +1,151 @@
+"""Audit a dataset another pipeline made: turn its rows back into captures and run every finding.
+
+speculators rows carry ids: the prompt/output split is the first 1 in `loss_mask`. Conversation rows
+(SpecForge, ShareGPT, messages; reasoning under `reasoning_content`, `reasoning` or `thinking`) carry
+text: the prompt is rendered with the chat template, and the last assistant turn becomes
+`<think>reasoning</think>content<stop>` (or `content<stop>`) as the profile and thinking setting
+dictate. Text is encoded with special tokens split off, so a literal "<think>" someone typed stays
+literal ids and `literal_think_text` can see it; only the delimiters tokview itself adds are the
+special ids.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from tokview.core import segments as seg
+from tokview.core.analysis import analyze
+from tokview.core.profiles import ModelProfile
+from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
+from tokview.core.record import Capture, sample_id_for
+from tokview.store import Store
+
+
+@dataclass
+class AuditReport:
+    run_id: str
+    rows: int = 0
+    imported: int = 0
+    invalid: int = 0
+    bad_rows: list[str] = field(default_factory=list)
+    by_code: Counter = field(default_factory=Counter)
+    severity: dict[str, str] = field(default_factory=dict)
+
+    def render(self) -> str:
+        lines = [f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
+                 f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"]
+        for code, n in self.by_code.most_common():
+            lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
+        lines += [f"  unreadable: {b}" for b in self.bad_rows[:20]]
+        return "\n".join(lines)
+
+
+def encode_literal(tokenizer: Any, text: str) -> list[int]:
+    """Ids for text as typed: "<think>" in the text becomes ordinary ids, never the special id."""
+    if not text:
+        return []
+    try:
+        return list(tokenizer.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
+        return tokenizer.encode(text)
+
+
+def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    from tokview.batch.inputs import PARQUET_SUFFIXES, _iter_parquet
+    from tokview.core.prompts import iter_jsonl
+
+    return _iter_parquet(path) if path.suffix.lower() in PARQUET_SUFFIXES else iter_jsonl(path)
+
+
+def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
+    ids, mask = row["input_ids"], row["loss_mask"]
+    if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
+        raise PromptError("input_ids and loss_mask must be lists of the same length")
+    split = mask.index(1) if 1 in mask else len(ids)
+    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    prompt_id = str(row.get("primary_id") or prompt_id_for(row))
+    idx = meta.get("idx") if isinstance(meta.get("idx"), int) else 0
+    capture = Capture(prompt_ids=[int(i) for i in ids[:split]], output_ids=[int(i) for i in ids[split:]],
+                      finish_reason=meta.get("finish_reason"), usage=meta.get("usage") or {},
+                      settings=dict(meta.get("sampling_params") or {}), endpoint="imported",
+                      raw_response={k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")})
+    return prompt_id, idx, capture
+
+
+def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile, thinking: bool
+                      ) -> tuple[str, int | None, Capture]:
+    parsed = parse_row(row)
+    messages = parsed.messages
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+    if last is None:
+        raise PromptError("no assistant turn to audit")
+    raw_turns = row.get("messages") if isinstance(row.get("messages"), list) else row.get("conversations")
+    raw_last = raw_turns[last] if isinstance(raw_turns, list) and isinstance(raw_turns[last], dict) else {}
+    field_name = next((k for k in REASONING_KEYS if k in raw_last), None)
+    reasoning = messages[last].get("reasoning_content") or ""
+    content = messages[last].get("content") or ""
+    history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
+    kwargs = profile.template_kwargs(thinking)
+    prompt = tokenizer.render(history, template_kwargs=kwargs)
+    truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
+    output: list[int] = []
+    if thinking:
+        if not seg.prompt_opens_reasoning(prompt, profile):
+            output.append(profile.think_open_id)
+        output += encode_literal(tokenizer, reasoning) + [profile.think_close_id]
+    output += encode_literal(tokenizer, content)
+    if not truncated:
+        output.append(profile.stop_ids[0])
+    turn = row.get("assistant_turn_index")
+    prompt_id = str(row.get("source_id") or parsed.prompt_id)
+    capture = Capture(prompt_ids=prompt, output_ids=output, finish_reason="length" if truncated else "stop",
+                      reasoning=reasoning if field_name else None, content=content, reasoning_field=field_name,
+                      settings={"thinking": thinking, "chat_template_kwargs": kwargs}, messages=history,
+                      endpoint="imported", raw_response=row)
+    return prompt_id, turn if isinstance(turn, int) else None, capture
+
+
+def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfile, name: str | None = None,
+          thinking: bool = True) -> AuditReport:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"dataset not found: {path}")
+    name = name or path.stem
+    report = AuditReport(run_id=f"audit-{name}")
+    settings = {"source": "audit", "dataset": name, "thinking": thinking}
+    store.put_run(report.run_id, settings=settings, profile=profile.name,
+                  tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
+                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(), source=str(path))
+    seen: Counter[str] = Counter()
+    for n, row in _iter_rows(path):
+        report.rows += 1
+        try:
+            if isinstance(row, PromptError):
+                raise row
+            if not isinstance(row, dict):
+                raise PromptError("expected a JSON object")
+            if "input_ids" in row and "loss_mask" in row:
+                prompt_id, index, capture = from_speculators(row)
+                turn = None
+            else:
+                prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
+                index = 0
+        except (PromptError, ValueError, KeyError, TypeError) as exc:
+            text = str(exc)
+            report.bad_rows.append(text if text.startswith("line ") else f"line {n}: {text}")
+            continue
+        base = sample_id_for(prompt_id, settings, index, turn)
+        sample_id = f"{base}.{seen[base]}" if seen[base] else base  # a repeated row: keep both, apart
+        seen[base] += 1
+        analysis = analyze(capture, profile, tokenizer)
+        store.put_sample(sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn,
+                         profile=profile.name)
+        report.imported += 1
+        report.invalid += 0 if analysis.valid else 1
+        for f in analysis.findings:
+            report.by_code[f.code] += 1
+            report.severity[f.code] = f.severity
+    return report
