@@ -58,15 +58,26 @@ def sgl_ns_sim():
         yield sim
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _client():
+    """One client for the module: building an httpx client (its TLS context) per call costs ~50 ms."""
+    global CLIENT
+    with httpx.Client(timeout=10) as CLIENT:
+        yield
+
+
+CLIENT: httpx.Client
+
+
 def post(sim, path: str, body: dict, **kw) -> httpx.Response:
-    return httpx.post(sim.url + path, json=body, timeout=kw.pop("timeout", 10), **kw)
+    return CLIENT.post(sim.url + path, json=body, **kw)
 
 
 # -- vLLM surface ------------------------------------------------------------------------------
 def test_vllm_info_endpoints_say_simulator(vllm_sim):
-    assert httpx.get(vllm_sim.url + "/health").status_code == 200
-    assert httpx.get(vllm_sim.url + "/version").json() == {"version": "0.32.0"}
-    model = httpx.get(vllm_sim.url + "/v1/models").json()["data"][0]
+    assert CLIENT.get(vllm_sim.url + "/health").status_code == 200
+    assert CLIENT.get(vllm_sim.url + "/version").json() == {"version": "0.32.0"}
+    model = CLIENT.get(vllm_sim.url + "/v1/models").json()["data"][0]
     assert model["simulator"] is True and model["owned_by"] == "tokview-sim"
     assert model["id"] == "tokview-sim" and model["max_model_len"] > 0
 
@@ -168,7 +179,7 @@ def test_vllm_client_errors_like_real_vllm(vllm_sim):
     bad_json = httpx.post(vllm_sim.url + "/v1/chat/completions", content=b"{not json",
                           headers={"content-type": "application/json"})
     assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
-    missing = httpx.get(vllm_sim.url + "/get_model_info")
+    missing = CLIENT.get(vllm_sim.url + "/get_model_info")
     assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
     named = post(vllm_sim, "/v1/completions", {"model": "tokview-sim", "prompt": RECORDED_PROMPT})
     assert named.status_code == 200
@@ -187,11 +198,11 @@ def test_vllm_logprobs(vllm_sim):
 
 # -- SGLang surface ----------------------------------------------------------------------------
 def test_sglang_info_endpoints_say_simulator(sgl_sim):
-    info = httpx.get(sgl_sim.url + "/get_model_info").json()
+    info = CLIENT.get(sgl_sim.url + "/get_model_info").json()
     assert info["simulator"] is True and info["model_path"] == "tokview-sim"
     assert {"model_path", "tokenizer_path", "is_generation", "weight_version"} <= info.keys()
-    assert httpx.get(sgl_sim.url + "/get_server_info").json()["version"] == "0.5.23"
-    assert httpx.get(sgl_sim.url + "/health").status_code == 200
+    assert CLIENT.get(sgl_sim.url + "/get_server_info").json()["version"] == "0.5.23"
+    assert CLIENT.get(sgl_sim.url + "/health").status_code == 200
 
 
 def test_sglang_generate_matches_recorded_shape(sgl_sim):
@@ -245,7 +256,7 @@ def test_sglang_generate_stream_incremental():
         assert all(len(c["output_ids"]) == 1 for c in chunks)
         assert [i for c in chunks for i in c["output_ids"]] == full["output_ids"]
         assert "".join(c["text"] for c in chunks) == full["text"]
-        assert httpx.get(sim.url + "/get_server_info").json()["incremental_streaming_output"] is True
+        assert CLIENT.get(sim.url + "/get_server_info").json()["incremental_streaming_output"] is True
 
 
 def test_sglang_chat_special_think_hides_split(sgl_sim):
@@ -305,7 +316,7 @@ def test_sglang_tokenize(sgl_sim):
 # -- quirks ------------------------------------------------------------------------------------
 def test_quirk_vllm_pre_016():
     with start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True})) as sim:
-        assert httpx.get(sim.url + "/version").json()["version"] == "0.15.1"
+        assert CLIENT.get(sim.url + "/version").json()["version"] == "0.15.1"
         msg = post(sim, "/v1/chat/completions", {"messages": MESSAGES}).json()["choices"][0]["message"]
         assert "reasoning" not in msg and msg["reasoning_content"]
         events = sse_events(post(sim, "/v1/chat/completions", {"messages": MESSAGES, "stream": True}).text)
@@ -347,46 +358,43 @@ def test_quirk_parser_all_reasoning():
 
 
 # -- faults ------------------------------------------------------------------------------------
-def test_counted_http_faults_then_success():
-    quirks = {"http-503": 2, "http-429": 1, "http-500": 1}
+def test_counted_faults_in_order_then_success():
+    """One fault per generation request, in FAULT_ORDER, each for its count; then normal answers."""
+    quirks = {"http-503": 2, "http-429": 1, "http-500": 1, "malformed-json": 1, "drop-connection": 1, "stall": 1}
     with start_simulator(SimConfig(kind="vllm", quirks=quirks)) as sim:
         req = {"messages": MESSAGES}
-        statuses = [post(sim, "/v1/chat/completions", req) for _ in range(5)]
-        assert [r.status_code for r in statuses] == [500, 503, 503, 429, 200]
+        with pytest.raises(httpx.ReadTimeout):  # stall: hangs until this client gives up
+            post(sim, "/v1/chat/completions", req, timeout=0.3)
+        with pytest.raises(httpx.RemoteProtocolError):  # drop-connection: socket closed mid-body
+            post(sim, "/v1/chat/completions", req)
+        statuses = [post(sim, "/v1/chat/completions", req) for _ in range(4)]
+        assert [r.status_code for r in statuses] == [500, 503, 503, 429]
         assert statuses[3].headers["retry-after"] == "0"
         assert statuses[1].json()["error"]["code"] == 503
-        assert httpx.get(sim.url + "/v1/models").status_code == 200  # info endpoints never fail
-        assert dict(sim.stats.faults) == {"http-500": 1, "http-503": 2, "http-429": 1}
-        assert sim.stats.generation == 5 and sim.stats.requests["/v1/chat/completions"] == 5
+        assert CLIENT.get(sim.url + "/v1/models").status_code == 200  # info endpoints never fail
+        bad = post(sim, "/v1/chat/completions", req)
+        assert bad.status_code == 200
+        with pytest.raises(json.JSONDecodeError):  # malformed-json
+            bad.json()
+        assert post(sim, "/v1/chat/completions", req).json()["choices"][0]["message"]["reasoning"]
+        assert dict(sim.stats.faults) == {"stall": 1, "drop-connection": 1, "http-500": 1, "http-503": 2,
+                                          "http-429": 1, "malformed-json": 1}
+        assert sim.stats.generation == 8 and sim.stats.requests["/v1/chat/completions"] == 8
 
 
 def test_bare_fault_flag_fails_every_request():
     with start_simulator(SimConfig(kind="sglang", quirks={"http-500": True})) as sim:
         codes = {post(sim, "/generate", {"input_ids": RECORDED_PROMPT}).status_code for _ in range(3)}
         assert codes == {500}
+        assert post(sim, "/generate", {"input_ids": RECORDED_PROMPT}).json()["object"] == "error"
 
 
-def test_malformed_json_then_valid():
+def test_malformed_stream_chunk():
     with start_simulator(SimConfig(kind="sglang", quirks={"malformed-json": 1})) as sim:
-        bad = post(sim, "/generate", {"input_ids": RECORDED_PROMPT})
-        assert bad.status_code == 200
+        text = post(sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True}).text
         with pytest.raises(json.JSONDecodeError):
-            bad.json()
-        assert post(sim, "/generate", {"input_ids": RECORDED_PROMPT}).json()["output_ids"]
-
-
-def test_drop_connection_closes_the_socket_mid_body():
-    with start_simulator(SimConfig(kind="vllm", quirks={"drop-connection": 1})) as sim:
-        with pytest.raises(httpx.RemoteProtocolError):
-            post(sim, "/v1/chat/completions", {"messages": MESSAGES})
-        assert post(sim, "/v1/chat/completions", {"messages": MESSAGES}).status_code == 200
-
-
-def test_stall_hangs_until_client_gives_up():
-    with start_simulator(SimConfig(kind="vllm", quirks={"stall": 1})) as sim:
-        with pytest.raises(httpx.ReadTimeout):
-            post(sim, "/v1/chat/completions", {"messages": MESSAGES}, timeout=0.3)
-        assert post(sim, "/v1/chat/completions", {"messages": MESSAGES}).status_code == 200
+            sse_events(text)
+        assert sse_events(post(sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True}).text)[-1] == "[DONE]"
 
 
 def test_stream_error_chunk():
@@ -411,6 +419,10 @@ def test_config_rejects_unknown_quirks():
         SimConfig(quirks={"http-999": 1})
     with pytest.raises(SimConfigError):
         SimConfig(kind="tgi")
+    with pytest.raises(SimConfigError):
+        SimConfig(quirks={"http-503": "two"})
+    with pytest.raises(SimConfigError):
+        SimConfig(quirks={"latency": True})
     assert parse_quirk("http-503=2") == ("http-503", 2)
     assert parse_quirk("no-id-fields") == ("no-id-fields", True)
     assert parse_quirk("latency=0.5") == ("latency", 0.5)
@@ -480,8 +492,8 @@ def test_cli_starts_answers_and_stops():
         banner = proc.stdout.readline()
         assert "SIMULATOR of SGLang 0.5.23" in banner and f"127.0.0.1:{port}" in banner
         url = f"http://127.0.0.1:{port}"
-        assert httpx.get(url + "/health", timeout=5).status_code == 200
-        assert httpx.get(url + "/get_model_info", timeout=5).json()["simulator"] is True
+        assert CLIENT.get(url + "/health", timeout=5).status_code == 200
+        assert CLIENT.get(url + "/get_model_info", timeout=5).json()["simulator"] is True
         assert post(type("S", (), {"url": url}), "/generate", {"input_ids": RECORDED_PROMPT}).status_code == 503
         assert post(type("S", (), {"url": url}), "/generate", {"input_ids": RECORDED_PROMPT}).status_code == 200
     finally:

@@ -82,6 +82,9 @@ class SimConfig:
             value = self.quirks.get(name)
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
                 raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
+        latency = self.quirks.get("latency", 0)
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or latency < 0 or self.latency_s < 0:
+            raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
         if self.output_tokens is not None and self.output_tokens < 3:
             raise SimConfigError("output_tokens must be at least 3")
         if self.tokenizer_dir is not None:
