@@ -125,7 +125,8 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
         problems.append("the answer has no reasoning field at all (neither `reasoning` nor `reasoning_content`): "
                         "the server runs no reasoning parser")
     if problems:
-        doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(problems) + hidden_note,
+        doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems)
+                + hidden_note,
                 f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'} and a "
                 f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields")
     elif field == "reasoning_content" and kind == "vllm":
@@ -134,6 +135,9 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
                 "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16")
     elif field is None:
         doc.add("warn", "Reasoning parser", "no reasoning field came back (thinking is off)" + hidden_note)
+    elif raw is None or doc.tokenizer is None:
+        doc.add("ok", "Reasoning parser", f"the parser puts reasoning in `{field}`; its split could not be checked "
+                f"against ids{hidden_note or ' (no raw ids)'}")
     else:
         doc.add("ok", "Reasoning parser", f"the parser puts reasoning in `{field}` and splits it where the ids "
                 f"do{hidden_note}")
