@@ -37,3 +37,50 @@ def profile():
 def short(tokenizer, profile):
     capture = examples.short_capture()
     return capture, analyze(capture, profile, tokenizer)
+
+
+def fill(store, tokenizer, profile, n: int = 30) -> list[str]:
+    """n samples over two runs: every third long (560+ ids), every fifth truncated; ids sortable by index."""
+    from tokview.core.analysis import analyze
+
+    ids = []
+    for i in range(n):
+        capture = examples.long_capture(tokenizer, 560 + i) if i % 3 == 0 else examples.short_capture()
+        if i % 5 == 0:
+            capture.finish_reason = "length"
+        sid = f"p{i:03d}@demo_gen0"
+        store.put_sample(sid, f"p{i:03d}", "run-a" if i < n // 2 else "run-b", capture,
+                         analyze(capture, profile, tokenizer))
+        ids.append(sid)
+    return ids
+
+
+@pytest.fixture
+def store(tmp_path, tokenizer, profile):
+    from tokview.store import Store
+
+    with Store(tmp_path / "ui.duckdb") as s:
+        fill(s, tokenizer, profile)
+        yield s
+
+
+@pytest.fixture
+def make_app(store, tokenizer, profile):
+    """An app on the filled store, with the tokenizer already loaded (no second load per test)."""
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.config import UIConfig
+    from tokview.ui.session import Session
+
+    def make(config: UIConfig | None = None, server_url: str | None = None) -> TokviewApp:
+        session = Session(store, profile_name="kimi-k2.5", server_url=server_url)
+        session._tokenizer, session._profile = tokenizer, profile
+        return TokviewApp(session, config)
+
+    return make
+
+
+async def settle(app, pilot) -> None:
+    """Wait for workers and the messages they posted (never for wall-clock time)."""
+    for _ in range(3):
+        await app.workers.wait_for_complete()
+        await pilot.pause()

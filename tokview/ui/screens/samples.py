@@ -84,7 +84,11 @@ class SamplesScreen(Screen):
     @work(thread=True, group="samples-choices", exit_on_error=False)
     def _load_choices(self) -> None:
         store = self.session.store
-        self.post_message(self.Choices(store.finding_codes(), [r["run_id"] for r in store.runs()]))
+        runs = [r["run_id"] for r in store.runs()]
+        # Samples can carry a run id with no runs row (imported data): list those too.
+        runs += [r[0] for r in store.query("SELECT DISTINCT run_id FROM samples WHERE run_id IS NOT NULL "
+                                           "ORDER BY 1") if r[0] not in runs]
+        self.post_message(self.Choices(store.finding_codes(), runs))
 
     @on(Counted)
     def _counted(self, event: Counted) -> None:
@@ -126,7 +130,7 @@ class SamplesScreen(Screen):
 
     @on(Select.Changed, "#status")
     def _status(self, event: Select.Changed) -> None:
-        value = None if event.value is Select.BLANK else str(event.value)
+        value = None if event.value is Select.NULL else str(event.value)
         if value == "invalid":
             self.set_filters(status=None, valid=False)
         else:
@@ -134,11 +138,11 @@ class SamplesScreen(Screen):
 
     @on(Select.Changed, "#code")
     def _code(self, event: Select.Changed) -> None:
-        self.set_filters(code=None if event.value is Select.BLANK else str(event.value))
+        self.set_filters(code=None if event.value is Select.NULL else str(event.value))
 
     @on(Select.Changed, "#run")
     def _run(self, event: Select.Changed) -> None:
-        self.set_filters(run_id=None if event.value is Select.BLANK else str(event.value))
+        self.set_filters(run_id=None if event.value is Select.NULL else str(event.value))
 
     # -- actions -----------------------------------------------------------------------------
     def action_focus_search(self) -> None:

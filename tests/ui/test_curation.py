@@ -1,0 +1,86 @@
+"""Curation flows: every verdict, note and tag lands in DuckDB at the key press; undo; next pending."""
+
+from __future__ import annotations
+
+from tests.ui.conftest import settle
+from tokview.ui.screens.inspect import InspectScreen
+from tokview.ui.screens.modals import REJECT_REASONS, RejectReason, TextPrompt
+from tokview.ui.screens.samples import SamplesScreen
+
+
+async def open_first(app, pilot):
+    await settle(app, pilot)
+    await pilot.press("enter")
+    await settle(app, pilot)
+    assert isinstance(app.screen, InspectScreen)
+    return app.screen.data.sample_id
+
+
+async def test_approve_reject_undo_land_in_duckdb(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        sid = await open_first(app, pilot)
+        assert sid == "p000@demo_gen0"
+        await pilot.press("a")
+        assert store.load_sample(sid).status == "approved"
+        await pilot.press("r")
+        assert isinstance(app.screen, RejectReason)
+        await pilot.press("down", "enter")  # the second listed reason
+        await pilot.pause()
+        stored = store.load_sample(sid)
+        assert stored.status == "rejected"
+        assert stored.history[-1]["reason"] == REJECT_REASONS[1]
+        assert app.screen.data.status == "rejected"  # the title follows the store
+        await pilot.press("u")
+        assert store.load_sample(sid).status == "approved"
+        await pilot.press("u")
+        assert store.load_sample(sid).status == "pending"
+
+
+async def test_typed_reject_reason_note_and_tags(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        sid = await open_first(app, pilot)
+        await pilot.press("r", "tab")
+        await pilot.press(*"loops", "enter")
+        await pilot.pause()
+        stored = store.load_sample(sid)
+        assert stored.status == "rejected" and stored.history[-1]["reason"] == "loops"
+        await pilot.press("n")
+        assert isinstance(app.screen, TextPrompt)
+        await pilot.press(*"closer", "enter")
+        await pilot.press("t", *"math,long", "enter")
+        await pilot.pause()
+        stored = store.load_sample(sid)
+        assert "closer" in stored.notes
+        assert set(stored.tags) >= {"math", "long"}
+        await pilot.press("n", "escape")  # a cancelled note writes nothing
+        assert len(store.load_sample(sid).notes) == 1
+
+
+async def test_verdict_on_the_list_updates_the_row(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        assert screen.sample_list.row(1).status == "approved"
+        assert store.load_sample("p001@demo_gen0").status == "approved"
+
+
+async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
+    store.record_verdict("p001@demo_gen0", "approved")
+    store.record_verdict("p002@demo_gen0", "rejected", reason="duplicate")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert app.screen.sample_list.cursor == 3
+        await pilot.press("enter")
+        await settle(app, pilot)
+        await pilot.press("a", "right_square_bracket")  # from inspect: opens the next pending sample
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen) and app.screen.data.sample_id == "p004@demo_gen0"
+        assert store.load_sample("p003@demo_gen0").status == "approved"

@@ -1,0 +1,141 @@
+"""Filters and sort, the generate panel against a real simulator socket (and cancel), doctor, stats."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input, Select, Static, TextArea
+
+from tests.ui.conftest import settle
+from tokview.sim import SimConfig, start_simulator
+from tokview.ui.screens.doctor import DoctorScreen
+from tokview.ui.screens.generate import GenerateScreen
+from tokview.ui.screens.stats import StatsScreen
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with start_simulator(SimConfig(kind="vllm")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def slow_sim():
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.3})) as s:
+        yield s
+
+
+async def test_filters_and_sort_query_the_store(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        lst = screen.sample_list
+        assert lst.count == 30 and lst.row(29).sample_id == "p029@demo_gen0"
+        screen.query_one("#status", Select).value = "invalid"
+        await settle(app, pilot)
+        assert lst.count == store.count_samples(screen.filters) == 6  # the truncated ones
+        assert {lst.row(i).finish_reason for i in range(lst.count)} == {"length"}
+        screen.query_one("#status", Select).value = Select.NULL
+        screen.query_one("#run", Select).value = "run-b"
+        await settle(app, pilot)
+        assert lst.count == 15 and all(lst.row(i).run_id == "run-b" for i in range(15))
+        screen.query_one("#code", Select).value = "truncated"
+        await settle(app, pilot)
+        assert lst.count == 3
+        await pilot.press("slash", *"p02", "enter")
+        await settle(app, pilot)
+        assert sorted(lst.row(i).sample_id for i in range(lst.count)) == ["p020@demo_gen0", "p025@demo_gen0"]
+        screen.query_one("#search", Input).value = ""
+        screen.query_one("#code", Select).value = Select.NULL
+        screen.query_one("#run", Select).value = Select.NULL
+        await settle(app, pilot)
+        await pilot.press("o")  # created_at → -output_len
+        await settle(app, pilot)
+        assert screen.order == "-output_len"
+        lens = [lst.row(i).output_len for i in range(lst.count)]
+        assert lens == sorted(lens, reverse=True) and lens[0] == 560 + 27
+
+
+async def test_generate_runs_against_the_simulator_and_rows_appear(make_app, store, sim):
+    app = make_app(server_url=sim.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, GenerateScreen)
+        screen.query_one("#source", Select).value = "typed"
+        screen.query_one("#typed", TextArea).text = "What is 2+2?\nName a prime."
+        screen.query_one("#samples", Input).value = "2"
+        screen.query_one("#max-tokens", Input).value = "48"
+        screen.query_one("#mode").value = "dual"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        summary = screen.last_summary
+        assert summary is not None and summary.ok == 4 and summary.failed == 0
+        assert store.count_samples() == 34
+        assert sim.stats  # the requests really went over the socket
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.screen.sample_list.count == 34
+
+
+async def test_generate_cancel_stops_the_batch(make_app, store, slow_sim):
+    app = make_app(server_url=slow_sim.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#source", Select).value = "typed"
+        screen.query_one("#typed", TextArea).text = "\n".join(f"question {i}" for i in range(40))
+        screen.query_one("#max-tokens", Input).value = "16"
+        await pilot.press("ctrl+s")
+        while screen.cancel_event is not None and store.count_samples() < 32:
+            await pilot.pause(0.05)
+        await pilot.press("ctrl+c")
+        await settle(app, pilot)
+        summary = screen.last_summary
+        assert summary is not None and summary.interrupted
+        assert 0 < summary.ok < 40
+        assert store.count_samples() == 30 + summary.ok
+        assert "cancelled" in str(screen.query_one("#progress-line", Static).render())
+
+
+async def test_generate_reports_an_unreachable_server(make_app):
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#source", Select).value = "typed"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert "failed:" in str(screen.query_one("#progress-line", Static).render())
+        assert screen.cancel_event is None and not screen.query_one("#run").disabled
+
+
+async def test_doctor_panel_shows_the_report(make_app, sim):
+    app = make_app(server_url=sim.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("D")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, DoctorScreen)
+        assert screen.report is not None and screen.report.checks
+        shown = str(screen.query_one("#doctor-report", Static).render())
+        assert screen.report.checks[0].title in shown
+
+
+async def test_stats_panel_counts_and_plots(make_app, store):
+    store.record_verdict("p001@demo_gen0", "approved")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, StatsScreen) and screen.data is not None
+        assert len(screen.data.output_lens) == 30
+        assert screen.data.finish == {"stop": 24, "length": 6}
+        assert len(screen.data.reasoning_lens) == 30 and max(screen.data.reasoning_lens) > 500
+        summary = str(screen.query_one("#stats-summary", Static).render())
+        assert "30 samples" in summary and "reviewed 1/30" in summary
