@@ -17,12 +17,20 @@ DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from tokview.sim.config import QUIRKS
 
-    quirk_help = "; ".join(f"{name}: {text}" for name, text in QUIRKS.items())
+    from tokview.sim.config import FAULTS
+
+    width = max(map(len, QUIRKS)) + 2
+    epilog = ("quirks (--quirk NAME or NAME=VALUE):\n"
+              + "\n".join(f"  {name:<{width}}{text}" for name, text in QUIRKS.items() if name not in FAULTS)
+              + "\n\nfaults (--quirk NAME=N fails the first N generation requests, one fault per request in "
+                "this order;\n--quirk NAME alone fails every one):\n"
+              + "\n".join(f"  {name:<{width}}{text}" for name, text in FAULTS.items()))
     p = subparsers.add_parser(
         "sim", help="run a loopback SGLang/vLLM simulator (for demos and tests)",
         description="Serve the SGLang or vLLM HTTP surface on 127.0.0.1 from a deterministic fake model "
                     "(reasoning -> </think> -> answer -> stop) over a real tokenizer. It is a SIMULATOR: "
                     "it says so in /get_model_info, /v1/models and its banner.",
+        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--kind", choices=("vllm", "sglang"), default="vllm", help="which server to imitate (default vllm)")
     p.add_argument("--port", type=int, default=None,
@@ -32,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--non-special-think", action="store_true",
                    help="Kimi-layout tokenizer with a non-special </think> (SGLang's text parser can then split)")
     p.add_argument("--quirk", action="append", default=[], metavar="NAME[=VALUE]",
-                   help=f"reproduce a quirk or fault (repeatable). {quirk_help}")
+                   help="reproduce a quirk or fault (repeatable; see the lists below)")
     p.add_argument("--latency", type=float, default=0.0, metavar="SECONDS", help="delay before each generation")
     p.add_argument("--output-tokens", type=int, default=None, metavar="N", help="force every output to N ids")
     p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
