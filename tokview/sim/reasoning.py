@@ -28,7 +28,7 @@ def sglang_stream_regions(pieces: Sequence[str], thinking: bool) -> list[str]:
     """Per token: `reasoning`, `content` or `hidden` (a delimiter string the parser swallows)."""
     regions: list[str] = []
     state = "reasoning" if thinking else "content"
-    for k, piece in enumerate(pieces):
+    for piece in pieces:
         if piece == THINK_OPEN and not any(r != "hidden" for r in regions):
             state = "reasoning"
             regions.append("hidden")

@@ -1,8 +1,8 @@
-"""The SGLang surface (0.5.23 shapes, real-servers.md §6.5-§6.6, protocols.md §1).
+"""The SGLang surface (0.5.23 shapes, real-servers.md §6.5, protocols.md §1.1-§1.6).
 
 Native `/generate` (raw ids, no reasoning parser, text trimmed by skip_special_tokens and the stop
-trim), `/v1/chat/completions` (text-based kimi_k2 parser, ids inside the choice, refused with
-streaming), and the small info endpoints.
+trim; cumulative or incremental streaming), the small info endpoints, and the routing of
+`/v1/chat/completions` to `sglang_chat`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,6 @@ from starlette.routing import Route
 from tokview.sim import common, faults
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
-from tokview.sim.reasoning import sglang_stream_regions, sglang_text_split
-
-STREAM_IDS_ERROR = ("{field} is not supported with streaming on /v1/chat/completions. "
-                    "Please set stream=false when using {field}=true.")
-
 
 def routes(state: SimState) -> list[Route]:
     cfg = state.cfg
@@ -92,7 +87,9 @@ def routes(state: SimState) -> list[Route]:
         body = await common.read_json(request, "sglang")
         if isinstance(body, Response):
             return body
-        return await _chat(state, request, body)
+        from tokview.sim.sglang_chat import chat as chat_completions  # it imports this module's helpers
+
+        return await chat_completions(state, request, body)
 
     async def tokenize(request: Request) -> Response:
         body = await common.read_json(request, "sglang")
@@ -253,106 +250,3 @@ def _tokenize(state: SimState, body: dict[str, Any]) -> list[int]:
     if not isinstance(prompt, str):
         raise ValueError("give prompt (a string) or messages")
     return list(state.tokenizer.tok.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True))))
-
-
-async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
-    cfg = state.cfg
-    no_ids = bool(cfg.quirk("no-id-fields"))
-    stream = bool(body.get("stream"))
-    if stream and not no_ids:
-        for flag in ("return_token_ids", "return_prompt_token_ids", "return_meta_info"):
-            if body.get(flag):
-                return faults.error_response("sglang", 400, STREAM_IDS_ERROR.format(field=flag), "BadRequest")
-    kwargs = dict(body.get("chat_template_kwargs") or {})
-    effort = body.get("reasoning_effort")
-    if effort is not None:  # normalize_reasoning_inputs: sets both toggles unless given
-        kwargs.setdefault("thinking", effort != "none")
-        kwargs.setdefault("enable_thinking", effort != "none")
-    try:
-        if body.get("input_ids") is not None:
-            prompt = _valid_ids(state, body["input_ids"])
-        else:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ValueError("messages must be a non-empty list")
-            prompt = state.render(messages, kwargs)
-        max_tokens = common.positive_int(body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens")
-    except ValueError as exc:
-        return faults.error_response("sglang", 400, str(exc), "BadRequest")
-    fault, early = await common.admit(state, request, stream)
-    if early is not None:
-        return early
-    started = time.monotonic()
-    gen = state.model.generate(prompt, seed=body.get("seed"), max_tokens=max_tokens,
-                               stop_token_ids=body.get("stop_token_ids") or (),
-                               ignore_eos=bool(body.get("ignore_eos")))
-    skip = bool(body.get("skip_special_tokens", True))
-    thinking = state.thinking(kwargs)
-    separate = bool(body.get("separate_reasoning", True))
-    out = gen.output_ids
-    r_tokens = 0
-    if thinking and separate:
-        r_tokens = out.index(state.profile.think_close_id) + 1 if state.profile.think_close_id in out else len(out)
-    if stream:
-        events = _chat_events(state, body, prompt, gen, skip, thinking and separate, r_tokens)
-        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
-                                                               "(fault stream-error)"}})
-    text = state.decode(_text_ids(gen, bool(body.get("no_stop_trim"))), skip)
-    if cfg.quirk("parser-all-reasoning"):
-        reasoning, content = text.replace("<think>", "").replace("</think>", "").strip() or None, ""
-    elif separate:
-        reasoning, content = sglang_text_split(text, thinking)
-    else:
-        reasoning, content = None, text
-    choice: dict[str, Any] = {
-        "index": 0, "message": {"role": "assistant", "content": content or "", "reasoning_content": reasoning},
-        "logprobs": None, "finish_reason": gen.finish_reason, "matched_stop": gen.matched}
-    if not no_ids:
-        if body.get("return_token_ids") or body.get("return_prompt_token_ids"):
-            choice["prompt_token_ids"] = list(prompt)
-        if body.get("return_token_ids"):
-            choice[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
-        if body.get("return_meta_info"):
-            choice["meta_info"] = _meta(state, prompt, len(out), _finish(gen), common.new_id(), started, r_tokens)
-    payload = {
-        "id": common.new_id(), "object": "chat.completion", "created": common.now(), "model": cfg.model_name,
-        "choices": [choice],
-        "usage": {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out),
-                  "completion_tokens": len(out), "prompt_tokens_details": None, "reasoning_tokens": r_tokens,
-                  "completion_tokens_details": {"reasoning_tokens": r_tokens}},
-        "metadata": {"weight_version": "default",
-                     "weight_versions": [{"version": "default", "start": 0, "end": len(out)}]},
-    }
-    return common.deliver_json(payload, fault)
-
-
-def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, skip: bool,
-                 split: bool, r_tokens: int) -> list[str]:
-    """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
-    rid, created, model = common.new_id(), common.now(), state.cfg.model_name
-    out = gen.output_ids
-    pieces = state.pieces(_text_ids(gen, bool(body.get("no_stop_trim"))), skip)
-    if state.cfg.quirk("parser-all-reasoning"):
-        regions = ["hidden" if p in ("<think>", "</think>") else "reasoning" for p in pieces]
-    elif split:
-        regions = sglang_stream_regions(pieces, True)
-    else:
-        regions = ["content"] * len(pieces)
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> str:
-        return sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                                 "matched_stop": matched}], "usage": None})
-
-    events = [chunk({"role": "assistant", "content": ""})]
-    for piece, region in zip(pieces, regions):
-        if region == "hidden" or not piece:
-            continue
-        events.append(chunk({"reasoning_content": piece} if region == "reasoning" else {"content": piece}))
-    events.append(chunk({}, gen.finish_reason, gen.matched))
-    if (body.get("stream_options") or {}).get("include_usage"):
-        events.append(sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [], "usage": {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out),
-                                                    "completion_tokens": len(out), "reasoning_tokens": r_tokens}}))
-    events.append(common.DONE)
-    return events
