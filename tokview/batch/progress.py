@@ -37,7 +37,7 @@ class ProgressPrinter:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.interval = interval if interval is not None else (0.1 if self.tty else 10.0)
-        self._last = 0.0
+        self._last = float("-inf")  # the first progress line shows at once
         self._drawn = False
         self._final_shown = False
 
