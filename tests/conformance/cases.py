@@ -211,28 +211,33 @@ async def test_thinking_off(vllm_surface_url: str) -> None:
     assert not any(c.startswith("think_") for c in codes), codes
 
 
-def _check(report: dict[str, Any], words: tuple[str, ...]) -> dict[str, Any]:
+def _check(report: dict[str, Any], title_word: str) -> dict[str, Any]:
     for c in report["checks"]:
-        text = (c.get("title", "") + " " + c.get("detail", "")).lower()
-        if all(w in text for w in words):
+        if title_word.lower() in c["title"].lower():
             return c
-    raise AssertionError(f"no doctor check mentions {words}: {[c.get('title') for c in report['checks']]}")
+    raise AssertionError(f"no doctor check titled like {title_word!r}: {[c['title'] for c in report['checks']]}")
 
 
 async def test_doctor(vllm_surface_url: str) -> None:
     from tokview.servers.doctor import run_doctor
 
     report = await run_doctor(vllm_surface_url, tokenizer=surface_tokenizer(), profile=surface_profile())
-    data = report.to_dict()
-    json.dumps(data)  # the --json output is one JSON object
-    assert data["kind"] == "vllm"
-    assert data["version"]
+    data = json.loads(json.dumps(report.to_dict()))  # what --json prints: one JSON object
+    assert data["kind"] == "vllm" and data["version"]
+    assert data["features"]["reasoning_field"] == "reasoning"
+    assert data["features"]["chat_ids_field"] == "token_ids"
     checks = data["checks"]
     assert checks and all({"ok", "title", "detail", "recommendation"} <= set(c) for c in checks)
-    assert not [c["title"] for c in checks if c["ok"] is False], [c for c in checks if c["ok"] is False]
-    opener = _check(data, ("<think>",))
-    assert opener["ok"] is True and "163606" in opener["detail"]
-    assert "kind" in report.render_text().lower() or "vllm" in report.render_text().lower()
+    assert [c["title"] for c in checks if c["ok"] is False] == []
+    opener = _check(data, "opener")
+    assert opener["ok"] is True and "163606" in opener["detail"] and "pre-fill" in opener["detail"]
+    parser = _check(data, "reasoning")
+    assert parser["ok"] is True and "`reasoning`" in parser["detail"]
+    assert str(THINK_CLOSE) in parser["detail"] and str(IM_END) in parser["detail"], "names the hidden ids"
+    assert _check(data, "local tokenizer")["ok"] is True
+    assert _check(data, "honesty")["ok"] is True
+    text = report.render_text()
+    assert "vLLM" in text and "163606" in text
 
 
 OTHER_QUESTIONS = ["Say hello to the world.", "Why is the sky blue?", "What is 6 times 7?"]

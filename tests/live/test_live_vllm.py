@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from conformance.cases import *  # noqa: F401,F403  (the shared cases, collected here too)
 from conformance.shapes import *  # noqa: F401,F403
 from conformance.cases import GREEDY, IM_END, PROMPT_IDS, THINK_CLOSE, analysed, capture
+from tokview.core.kimi_layout import kimi_tokenizer_dir
 from facts import KIMI_CHAIN_OUTPUT
 
 pytestmark = pytest.mark.live
@@ -70,3 +73,16 @@ async def test_chain_wins_at_temperature_one(vllm_surface_url: str) -> None:
     cap = await capture(vllm_surface_url, mode="chat", settings={"temperature": 1.0, "max_new_tokens": 64, "seed": 7})
     assert cap.output_ids == KIMI_CHAIN_OUTPUT
     assert cap.output_ids[-1] == IM_END
+
+
+def test_doctor_cli_on_real_vllm(vllm_surface_url: str) -> None:
+    """`tokview doctor --server URL --tokenizer DIR --json` on the real server: exit 0, every check passes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tokview.cli", "doctor", "--server", vllm_surface_url,
+         "--tokenizer", str(kimi_tokenizer_dir()), "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert (data["kind"], data["version"], data["model"]) == ("vllm", "0.32.0", "tiny-kimi")
+    assert not data.get("simulator")
+    assert all(c["ok"] is not False for c in data["checks"]), data["checks"]
