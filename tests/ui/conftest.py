@@ -84,3 +84,11 @@ async def settle(app, pilot) -> None:
     for _ in range(3):
         await app.workers.wait_for_complete()
         await pilot.pause()
+
+
+@pytest.fixture(autouse=True)
+def no_cursor_blink(monkeypatch):
+    """A blinking cursor would make snapshots depend on timing."""
+    from textual.widgets import Input
+
+    monkeypatch.setattr(Input, "_toggle_cursor", lambda self: None)

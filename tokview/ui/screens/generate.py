@@ -101,7 +101,7 @@ class GenerateScreen(Screen):
                 yield Button("Run", id="run", variant="primary")
                 yield Button("Cancel", id="cancel", variant="error", disabled=True)
         with Vertical(id="generate-progress"):
-            yield ProgressBar(id="bar", show_eta=False)
+            yield ProgressBar(total=1, id="bar", show_eta=False)  # determinate: no idle animation
             yield Static("idle", id="progress-line")
         yield Footer()
 

@@ -6,6 +6,7 @@ for `Store.samples_page`; the count runs in a worker, pages load as they scroll 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -111,7 +112,7 @@ class SamplesScreen(Screen):
                                            ("text", f.text)) if v]
         if f.valid is False:
             parts.append("invalid only")
-        self.query_one("#samples-title", Static).update(f"{self.session.store.path} · " + " · ".join(parts))
+        self.query_one("#samples-title", Static).update(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
 
     # -- filters -----------------------------------------------------------------------------
     def set_filters(self, **changes) -> None:

@@ -20,7 +20,15 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tokview.core.findings import DEFAULT_SEVERITY
+
 PAGE = 200
+_RANK = {"error": 0, "warn": 1, "info": 2}
+
+
+def badge_order(codes: Sequence[str]) -> list[str]:
+    """Errors first, then warnings, then info: the badges that matter stay visible in a narrow column."""
+    return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
 Fetch = Callable[[int, int], Sequence]
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
 
@@ -168,7 +176,7 @@ class SampleList(ScrollView, can_focus=True):
             Segment(_fit(str(row.finish_reason or "—"), 8), base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
             Segment(_fit(row.sample_id, id_w), status_style),
-            Segment(_fit(" ".join(row.codes), codes_w), badge),
+            Segment(_fit(" ".join(badge_order(row.codes)), codes_w), badge),
         ]
 
     def notify_style_update(self) -> None:

@@ -1,0 +1,108 @@
+"""Help from bindings, keymap remapping from the config file, themes, palette entries, the ui command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ui.conftest import settle
+from tokview.cli import main
+from tokview.ui.config import ConfigError, load_config
+from tokview.ui.screens.help import HelpScreen, binding_groups, binding_ids, help_rows
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_every_binding_has_an_id_and_a_description():
+    for where, group in binding_groups():
+        for b in group:
+            assert b.id and b.description, (where, b)
+    ids = [b.id for _, g in binding_groups() for b in g]
+    assert len(ids) == len(set(ids)), "binding ids must be unique"
+
+
+def test_help_rows_show_remapped_keys():
+    rows = {r[3]: r for r in help_rows({"curate.approve": "y"})}
+    assert rows["curate.approve"][1] == "y"
+    assert rows["curate.reject"][1] == "r"
+    assert rows["samples.search"][1] == "/"
+
+
+def test_config_is_strict(tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text('[ui]\nthem = "x"\n')
+    with pytest.raises(ConfigError, match="unknown \\[ui\\] keys"):
+        load_config(bad)
+    bad.write_text('[ui]\nview_mode = "bytes"\n')
+    with pytest.raises(ConfigError, match="view_mode"):
+        load_config(bad)
+    good = tmp_path / "g.toml"
+    good.write_text('[ui]\ntheme = "textual-light"\nview_mode = "both"\n[keymap]\n"curate.approve" = "y"\n'
+                    '[batch]\nconcurrency = 4\n')
+    config = load_config(good)
+    assert (config.theme, config.view_mode, config.keymap) == ("textual-light", "both", {"curate.approve": "y"})
+
+
+async def test_keymap_from_config_remaps_approve(make_app, store, tmp_path, monkeypatch):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text('[ui]\ntheme = "textual-light"\n[keymap]\n"curate.approve" = "y"\n')
+    monkeypatch.setenv("TOKVIEW_CONFIG", str(cfg))
+    app = make_app(load_config())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert not app.current_theme.dark
+        await pilot.press("a")
+        assert store.load_sample("p000@demo_gen0").status == "pending"
+        await pilot.press("y")
+        assert store.load_sample("p000@demo_gen0").status == "approved"
+
+
+async def test_help_theme_toggle_and_palette_commands(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert app.current_theme.dark
+        await pilot.press("T")
+        assert not app.current_theme.dark
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one("#help-table")
+        assert table.row_count == len(help_rows({}))
+        await pilot.press("escape")
+        await pilot.pause()
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Approve", "Reject", "Undo", "Sort", "Help"} <= titles
+
+
+def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--profile", "nope"]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--tokenizer", str(tmp_path / "missing")]) == 1
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[keymap]\n"no.such.binding" = "x"\n')
+    monkeypatch.setenv("TOKVIEW_CONFIG", str(cfg))
+    assert main(["ui", "--db", str(tmp_path / "x.duckdb")]) == 1
+    assert "no.such.binding" in capsys.readouterr().err
+
+
+def test_textual_is_imported_only_by_the_ui():
+    """Static: no module outside tokview/ui (and the ui/demo commands, lazily) imports textual."""
+    allowed = {ROOT / "tokview" / "commands" / "ui.py", ROOT / "tokview" / "commands" / "demo.py"}
+    for path in (ROOT / "tokview").rglob("*.py"):
+        if "ui" in path.relative_to(ROOT / "tokview").parts[:1] or path in allowed:
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "import textual" not in text and "from textual" not in text, path
+
+
+def test_headless_commands_never_load_textual():
+    code = ("import sys; from tokview.cli import build_parser; build_parser(); "
+            "import tokview.store, tokview.batch, tokview.servers, tokview.sim, tokview.commands.demo; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'textual_plotext')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
