@@ -100,7 +100,7 @@ def greedy_output(model_dir: Path, prompt_ids: list[int], max_new_tokens: int = 
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto")
     model.eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
