@@ -92,3 +92,17 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     assert rows["text field"] == "hidden by the parser"
     prompt_rows = dict(d.detail_lines(seq, 0, tokenizer, analysis.kinds, analysis.loss_mask, None))
     assert prompt_rows["loss mask"] == "0" and "logprob" not in prompt_rows
+
+
+def test_kept_seq_colours_pieces_by_the_field_that_kept_them(tokenizer, profile):
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import CONTENT, REASONING, short_capture
+
+    capture = short_capture()
+    capture.reasoning, capture.content = REASONING + CONTENT, ""  # the parser filed the answer as reasoning
+    analysis = analyze(capture, profile, tokenizer)
+    served = d.served_seq(capture, analysis, tokenizer)
+    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    answer_pos = served.n_prompt + capture.output_ids.index(THINK_CLOSE) + 1
+    assert served.classes[answer_pos] == d.CLASS_INDEX["answer"]
+    assert kept.classes[answer_pos] == d.CLASS_INDEX["reasoning"]

@@ -116,6 +116,12 @@ def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdap
     pieces = [" " * cell_len(visible(p)) for p in prompt_raw]
     classes = [CLASS_INDEX[EMPTY]] * n_prompt
     status: list[str | None] = [None] * n_prompt
+    # Which field kept a piece: the walk consumes reasoning bytes first, then content. Kept pieces are
+    # coloured by that field, so an answer the parser filed as reasoning shows in reasoning colour here
+    # while the left pane (coloured by the ids) shows it as answer.
+    split_fields = capture.reasoning is not None or capture.content is not None
+    reasoning_bytes = len((capture.reasoning or "").encode()) if split_fields else -1
+    consumed = 0
     for i, (tid, piece) in enumerate(zip(out_ids, out_raw)):
         shown = visible(piece)
         st = statuses[i] if i < len(statuses) else HIDDEN
@@ -125,12 +131,17 @@ def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdap
             classes.append(CLASS_INDEX[GAP])
             continue
         pieces.append(shown)
+        raw = tokenizer.piece_bytes(tid)
+        in_reasoning = consumed < reasoning_bytes
+        consumed += len(raw) if st == KEPT else len(raw.strip())
         if st == PARTIAL:
             classes.append(CLASS_INDEX[PARTIAL_CLS])
         elif st == DRIFT:
             classes.append(CLASS_INDEX[DRIFT_CLS])
-        else:
+        elif tokenizer.is_special(tid) or not split_fields:
             classes.append(_class_for(kinds[n_prompt + i], tokenizer.is_special(tid)))
+        else:
+            classes.append(CLASS_INDEX[REASONING if in_reasoning else ANSWER])
     breaks = [p.endswith("\n") for p in prompt_raw + out_raw]
     return TokenSeq(ids, pieces, classes, n_prompt, breaks, status)
 
