@@ -1,0 +1,7 @@
+"""`python -m tokview` runs the same entry point as the `tokview` script."""
+
+import sys
+
+from tokview.cli import main
+
+sys.exit(main())
