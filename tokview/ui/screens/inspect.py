@@ -73,9 +73,9 @@ class InspectScreen(Screen):
         yield Static(self._title(), id="inspect-title")
         with Horizontal(id="panes"):
             with Vertical(classes="pane"):
-                yield Label(self._pane_label("served ids", len(self.data.capture.output_ids)), classes="pane-label")
+                yield Label(self._served_label(), classes="pane-label", id="served-label")
                 yield self.served
-            with Vertical(classes="pane"):
+            with Vertical(classes="pane", id="kept-pane"):
                 yield Label(self._kept_label(), classes="pane-label")
                 yield self.kept
         with Horizontal(id="inspect-bottom"):
@@ -101,9 +101,8 @@ class InspectScreen(Screen):
             title.append(f"  notes: {len(d.notes)}", "italic")
         return title
 
-    @staticmethod
-    def _pane_label(name: str, n: int) -> str:
-        return f"{name} · {n} output ids"
+    def _served_label(self) -> str:
+        return f"served ids · {len(self.data.capture.output_ids)} output ids · view {self.served.mode}"
 
     def _kept_label(self) -> str:
         c = self.data.capture
@@ -181,7 +180,7 @@ class InspectScreen(Screen):
         mode = VIEW_MODES[(VIEW_MODES.index(self.served.mode) + 1) % len(VIEW_MODES)]
         self.served.mode = mode
         self.kept.mode = mode
-        self.notify(f"view: {mode}", timeout=1.5)
+        self.query_one("#served-label", Label).update(self._served_label())
 
     def action_focus_findings(self) -> None:
         self.query_one("#findings", OptionList).focus()
