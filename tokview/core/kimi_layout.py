@@ -88,22 +88,11 @@ CHAT_TEMPLATE = (
 )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable-char map (what ByteLevel pre-tokenization produces)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Build the id layout of §3.3.  Insertion order == id order, which keeps output deterministic."""
-    b2u = _bytes_to_unicode()
+    from tokview.core.tokenizer import bytes_to_unicode
+
+    b2u = bytes_to_unicode()
     vocab: dict[str, int] = {b2u[b]: b for b in range(256)}
 
     def add(s: str) -> None:

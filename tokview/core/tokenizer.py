@@ -21,9 +21,9 @@ class TokenizerError(ValueError):
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's printable-character → byte map (the inverse of bytes_to_unicode)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte → printable-character map (what byte-level BPE vocabularies spell)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -31,7 +31,12 @@ def _byte_decoder() -> dict[str, int]:
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> "TokenizerAdapter":
