@@ -36,18 +36,11 @@ class WorkItem:
 
 
 def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
-    from tokview.core.kimi_layout import kimi_tokenizer_dir
-    from tokview.core.profiles import detect_profile, get_profile
-    from tokview.core.tokenizer import load_tokenizer
+    from tokview.core import resolve
 
-    tokenizer = config.tokenizer
-    if tokenizer is None:
-        tokenizer = load_tokenizer(config.tokenizer_dir or kimi_tokenizer_dir(),
-                                   trust_remote_code=config.trust_remote_code)
-    profile = config.model_profile
-    if profile is None:
-        profile = get_profile(config.profile) if config.profile else detect_profile(tokenizer)
-    return tokenizer, profile
+    return resolve.resolve_tokenizer_and_profile(
+        config.tokenizer_dir, config.profile, trust_remote_code=config.trust_remote_code,
+        tokenizer=config.tokenizer, model_profile=config.model_profile)
 
 
 def plan(rows: list[PromptRow], config: BatchConfig) -> tuple[list[WorkItem], int]:

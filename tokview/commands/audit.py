@@ -29,16 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.core.kimi_layout import kimi_tokenizer_dir
-    from tokview.core.profiles import detect_profile, get_profile
-    from tokview.core.tokenizer import load_tokenizer
+    from tokview.core.resolve import resolve_tokenizer_and_profile
     from tokview.export.audit import audit
     from tokview.store import Store
 
     if not args.dataset.is_file():
         raise UserError(f"dataset not found: {args.dataset}")
-    tokenizer = load_tokenizer(args.tokenizer or kimi_tokenizer_dir(), trust_remote_code=args.trust_remote_code)
-    profile = get_profile(args.profile) if args.profile else detect_profile(tokenizer)
+    tokenizer, profile = resolve_tokenizer_and_profile(args.tokenizer, args.profile,
+                                                       trust_remote_code=args.trust_remote_code)
     with Store(args.db) as store:
         report = audit(store, args.dataset, tokenizer=tokenizer, profile=profile, name=args.name,
                        thinking=args.thinking)

@@ -13,13 +13,18 @@ from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
 
 
 def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profile: str | None = None, *,
-                                  trust_remote_code: bool = False) -> tuple[TokenizerAdapter, ModelProfile]:
-    if tokenizer_dir is None:
-        from tokview.core.kimi_layout import kimi_tokenizer_dir
+                                  trust_remote_code: bool = False, tokenizer: TokenizerAdapter | None = None,
+                                  model_profile: ModelProfile | None = None) -> tuple[TokenizerAdapter, ModelProfile]:
+    """Already-loaded objects win (the app holds them); otherwise load and detect by name."""
+    if tokenizer is None:
+        if tokenizer_dir is None:
+            from tokview.core.kimi_layout import kimi_tokenizer_dir
 
-        tokenizer_dir = kimi_tokenizer_dir()
-    tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
-    return tokenizer, (get_profile(profile) if profile else detect_profile(tokenizer))
+            tokenizer_dir = kimi_tokenizer_dir()
+        tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
+    if model_profile is None:
+        model_profile = get_profile(profile) if profile else detect_profile(tokenizer)
+    return tokenizer, model_profile
 
 
 def add_tokenizer_arguments(parser) -> None:
