@@ -18,7 +18,7 @@ from tokview.core.record import Capture
 
 from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
 
-RECORDINGS = Path("/work/shared/recordings")
+from facts import RECORDINGS  # noqa: E402
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 REASONING = "Okay, let me think about this carefully."
 ANSWER = "The answer is forty-two!"

@@ -26,7 +26,7 @@ from tokview.core.profiles import get_profile
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
 from tokview.servers.sglang import stream_mode
 
-REC = Path("/work/shared/recordings")
+from facts import RECORDINGS as REC  # noqa: E402
 PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586, 163588,
           319, 115, 276, 116, 301, 116, 163601, 163606]
 OUTPUT = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]

@@ -15,7 +15,7 @@ import pytest
 
 from tokview.sim import SimConfig, SimConfigError, parse_quirk, start_simulator
 
-RECORDINGS = Path("/work/shared/recordings")
+from facts import RECORDINGS  # noqa: E402
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
 RECORDED_PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586,
                    163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
@@ -24,10 +24,7 @@ TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.
 
 
 def recording(name: str):
-    path = RECORDINGS / name
-    if not path.exists():
-        pytest.skip(f"recording {path} not available")
-    return json.loads(path.read_text())
+    return json.loads((RECORDINGS / name).read_text())
 
 
 def sse_events(text: str) -> list:
@@ -109,7 +106,7 @@ def test_vllm_chat_without_ids_flag_returns_null_ids(vllm_sim):
 
 
 def test_vllm_stream_matches_recorded_chunks(vllm_sim):
-    rec = sse_events((RECORDINGS / "vllm_chat_stream.txt").read_text()) if RECORDINGS.exists() else pytest.skip()
+    rec = sse_events((RECORDINGS / "vllm_chat_stream.txt").read_text())
     req = {"messages": MESSAGES, "return_token_ids": True, "seed": 5}
     full = post(vllm_sim, "/v1/chat/completions", req).json()
     resp = post(vllm_sim, "/v1/chat/completions", {**req, "stream": True, "stream_options": {"include_usage": True}})
