@@ -34,24 +34,21 @@ class Session:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def tokenizer(self) -> "TokenizerAdapter":
-        with self._lock:
-            if self._tokenizer is None:
-                from tokview.core.tokenizer import load_tokenizer
-
-                directory = self.tokenizer_dir
-                if directory is None:
-                    from tokview.core.kimi_layout import kimi_tokenizer_dir
-
-                    directory = kimi_tokenizer_dir()
-                self._tokenizer = load_tokenizer(directory, trust_remote_code=self.trust_remote_code)
-            return self._tokenizer
+        return self._resolved()[0]
 
     def profile(self) -> "ModelProfile":
-        if self._profile is None:
-            from tokview.core.profiles import detect_profile, get_profile
+        return self._resolved()[1]
 
-            self._profile = get_profile(self.profile_name) if self.profile_name else detect_profile(self.tokenizer())
-        return self._profile
+    def _resolved(self) -> tuple["TokenizerAdapter", "ModelProfile"]:
+        """Loaded once, on first use (in a worker), exactly as the batch command resolves them."""
+        with self._lock:
+            if self._tokenizer is None or self._profile is None:
+                from tokview.core.resolve import resolve_tokenizer_and_profile
+
+                self._tokenizer, self._profile = resolve_tokenizer_and_profile(
+                    self.tokenizer_dir, self.profile_name, trust_remote_code=self.trust_remote_code,
+                    tokenizer=self._tokenizer, model_profile=self._profile)
+            return self._tokenizer, self._profile
 
     def load(self, sample_id: str) -> tuple["StoredSample", "Analysis"]:
         """One stored sample and its analysis, derived from the ids exactly as the batch command does."""
