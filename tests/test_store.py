@@ -140,3 +140,22 @@ def test_memory_store_and_threads():
         for t in threads:
             t.join()
         assert s.count_samples() == 8
+
+
+def test_ui_reads_go_through_store_methods(tmp_path, kimi_tok, kimi_profile):
+    """run_ids / stored_conversations / length_distribution / finish_reasons: what the app's panels read."""
+    from tokview.core.analysis import analyze
+    from tokview.core.record import Capture
+
+    from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
+
+    messages = [{"role": "user", "content": "What is 6 times 7?"}]
+    with Store(tmp_path / "s.duckdb") as store:
+        for i, (out, finish) in enumerate([(KIMI_CHAIN_OUTPUT, "stop"), (KIMI_CHAIN_OUTPUT[:5], "length")]):
+            cap = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=out, finish_reason=finish, messages=messages)
+            store.put_sample(f"s{i}", "p1", f"imported-{i}", cap, analyze(cap, kimi_profile, kimi_tok))
+        store.put_run("imported-0")
+        assert store.run_ids() == ["imported-0", "imported-1"]
+        assert store.stored_conversations() == [("p1", messages)]
+        assert store.length_distribution(163607) == ([18, 5], [9])
+        assert store.finish_reasons() == {"stop": 1, "length": 1}

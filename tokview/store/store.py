@@ -230,6 +230,29 @@ class Store:
             out.append(d)
         return out
 
+    def run_ids(self) -> list[str]:
+        """Every run id: those with a runs row, then those only samples carry (imported data)."""
+        known = [r["run_id"] for r in self.runs()]
+        extra = [r[0] for r in self.query("SELECT DISTINCT run_id FROM samples WHERE run_id IS NOT NULL ORDER BY 1")
+                 if r[0] not in known]
+        return known + extra
+
+    def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """One conversation per prompt id already in the store (to sample it again)."""
+        rows = self.query("SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
+                          "GROUP BY prompt_id ORDER BY prompt_id")
+        return [(pid, from_json(m)) for pid, m in rows if m]
+
+    def length_distribution(self, close_id: int | None, limit: int = 200_000) -> tuple[list[int], list[int]]:
+        """(output lengths, reasoning lengths = ids before the first closer) for the stats plots."""
+        rows = self.query("SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
+                          [close_id if close_id is not None else -1, limit])
+        return [r[0] for r in rows], [r[1] - 1 for r in rows if r[1]]
+
+    def finish_reasons(self) -> dict[str, int]:
+        return {str(k): v for k, v in self.query(
+            "SELECT coalesce(finish_reason, 'none'), count(*) FROM samples GROUP BY 1 ORDER BY 2 DESC")}
+
     def finding_codes(self) -> list[str]:
         return [r[0] for r in self.query("SELECT DISTINCT code FROM findings ORDER BY code")]
 

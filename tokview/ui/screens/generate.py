@@ -37,13 +37,9 @@ def typed_prompts(text: str) -> list:
 
 def store_prompts(store) -> list:
     """The conversations already in the store, one per prompt id (to sample them again)."""
-    import json
-
     from tokview.core.prompts import PromptRow
 
-    rows = store.query("SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
-                       "GROUP BY prompt_id ORDER BY prompt_id")
-    return [PromptRow(pid, json.loads(m)) for pid, m in rows if m]
+    return [PromptRow(pid, messages) for pid, messages in store.stored_conversations()]
 
 
 class GenerateScreen(Screen):

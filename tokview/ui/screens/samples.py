@@ -85,11 +85,7 @@ class SamplesScreen(Screen):
     @work(thread=True, group="samples-choices", exit_on_error=False)
     def _load_choices(self) -> None:
         store = self.session.store
-        runs = [r["run_id"] for r in store.runs()]
-        # Samples can carry a run id with no runs row (imported data): list those too.
-        runs += [r[0] for r in store.query("SELECT DISTINCT run_id FROM samples WHERE run_id IS NOT NULL "
-                                           "ORDER BY 1") if r[0] not in runs]
-        self.post_message(self.Choices(store.finding_codes(), runs))
+        self.post_message(self.Choices(store.finding_codes(), store.run_ids()))
 
     @on(Counted)
     def _counted(self, event: Counted) -> None:

@@ -35,12 +35,8 @@ class StatsData:
 def read_stats(session: "Session") -> StatsData:
     """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
     store = session.store
-    close_id = session.profile().think_close_id
-    rows = store.query("SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
-                       [close_id if close_id is not None else -1, MAX_ROWS])
-    finish = {str(k): v for k, v in store.query(
-        "SELECT coalesce(finish_reason, 'none'), count(*) FROM samples GROUP BY 1 ORDER BY 2 DESC")}
-    return StatsData(store.stats(), [r[0] for r in rows], [max(0, r[1] - 1) for r in rows if r[1]], finish)
+    output_lens, reasoning_lens = store.length_distribution(session.profile().think_close_id, MAX_ROWS)
+    return StatsData(store.stats(), output_lens, reasoning_lens, store.finish_reasons())
 
 
 class StatsScreen(Screen):
@@ -66,6 +62,7 @@ class StatsScreen(Screen):
             yield PlotextPlot(id="plot-reasoning")
             yield PlotextPlot(id="plot-finish")
             yield PlotextPlot(id="plot-findings")
+            yield PlotextPlot(id="plot-review")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -97,6 +94,8 @@ class StatsScreen(Screen):
         self._hist("#plot-reasoning", d.reasoning_lens, "reasoning length (ids before the closer)")
         self._bars("#plot-finish", d.finish, "finish reasons")
         self._bars("#plot-findings", {c: v["samples"] for c, v in s["findings"].items()}, "samples by finding code")
+        self._bars("#plot-review", {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")},
+                   f"review progress: {reviewed:,} of {s['samples']:,} reviewed", orientation="vertical")
 
     def _hist(self, selector: str, values: list[int], title: str) -> None:
         widget = self.query_one(selector, PlotextPlot)
@@ -107,11 +106,11 @@ class StatsScreen(Screen):
             plt.hist(values, bins=20)
         widget.refresh()
 
-    def _bars(self, selector: str, counts: dict[str, int], title: str) -> None:
+    def _bars(self, selector: str, counts: dict[str, int], title: str, orientation: str = "horizontal") -> None:
         widget = self.query_one(selector, PlotextPlot)
         plt = widget.plt
         plt.clear_data()
         plt.title(title)
         if counts:
-            plt.bar(list(counts), list(counts.values()), orientation="horizontal")
+            plt.bar(list(counts), list(counts.values()), orientation=orientation)
         widget.refresh()
