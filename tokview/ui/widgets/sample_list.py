@@ -41,8 +41,8 @@ class SampleList(ScrollView, can_focus=True):
     """Rows of `SampleRow`s with a cursor; Enter opens one."""
 
     COMPONENT_CLASSES = {"sample-list--header", "sample-list--cursor", "sample-list--approved",
-                         "sample-list--rejected", "sample-list--invalid", "sample-list--badge",
-                         "sample-list--loading"}
+                         "sample-list--rejected", "sample-list--invalid", "sample-list--badge-error",
+                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading"}
     DEFAULT_CSS = """
     SampleList { overflow-x: hidden; background: $surface; }
     SampleList > .sample-list--header { background: $panel; text-style: bold; }
@@ -51,7 +51,9 @@ class SampleList(ScrollView, can_focus=True):
     SampleList > .sample-list--approved { color: $success; }
     SampleList > .sample-list--rejected { color: $error; }
     SampleList > .sample-list--invalid { color: $warning; }
-    SampleList > .sample-list--badge { color: $text-accent; }
+    SampleList > .sample-list--badge-error { color: $error; text-style: bold; }
+    SampleList > .sample-list--badge-warn { color: $warning; }
+    SampleList > .sample-list--badge-info { color: $text-muted; }
     SampleList > .sample-list--loading { color: $text-disabled; }
     """
     BINDINGS = [
@@ -169,15 +171,32 @@ class SampleList(ScrollView, can_focus=True):
         status_style = base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True) \
             if row.status in ("approved", "rejected") else base
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
-        badge = base + self.get_component_rich_style("sample-list--badge", partial=True)
         return [
             Segment(f"{STATUS_GLYPH.get(row.status, '?')}  ", status_style),
             Segment("✓  " if row.valid else "✗  ", valid_style),
             Segment(_fit(str(row.finish_reason or "—"), 8), base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
             Segment(_fit(row.sample_id, id_w), status_style),
-            Segment(_fit(" ".join(badge_order(row.codes)), codes_w), badge),
+            *self._badges(row.codes, codes_w, base),
         ]
+
+    def _badges(self, codes: Sequence[str], width: int, base: Style) -> list[Segment]:
+        """Finding codes, most severe first, each coloured by its severity, cut to the column width."""
+        segments: list[Segment] = []
+        used = 0
+        for code in badge_order(codes):
+            text = (" " if segments else "") + code
+            if used + len(text) > width:
+                segments.append(Segment(_fit(text, width - used) if width - used > 1 else "…"[: width - used],
+                                        base))
+                used = width
+                break
+            severity = DEFAULT_SEVERITY.get(code, "info")
+            segments.append(Segment(text, base + self.get_component_rich_style(f"sample-list--badge-{severity}",
+                                                                                partial=True)))
+            used += len(text)
+        segments.append(Segment(" " * (width - used), base))
+        return segments
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
