@@ -50,7 +50,7 @@ class Family:
         return ids
 
     def capture(self, **changes) -> Capture:
-        out = changes.pop("output_ids", None) or self.output()
+        out = changes.pop("output_ids") if "output_ids" in changes else self.output()
         base = dict(prompt_ids=list(self.prompt), output_ids=out, finish_reason="stop", endpoint="sglang-generate",
                     settings={"thinking": True, "max_new_tokens": 256}, messages=self.messages,
                     usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)})
@@ -102,7 +102,13 @@ def _char_split(fam: Family) -> list[int]:
     return fam.output(answer=[i for ch in text for i in fam.tok.encode(ch)])
 
 
+def _dual(fam: Family, parsed: list[int]) -> Capture:
+    return _chat_fields(fam, endpoint="dual", parsed_output_ids=parsed)
+
+
 CASES = {
+    "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
+    "dual_divergence": (lambda f: _dual(f, f.output(answer=f.answer + f.answer)), lambda f: _dual(f, f.output())),
     "think_open_in_prompt": (lambda f: f.capture(), lambda f: f.capture(prompt_ids=_no_prefill_prompt(f),
                                                                          output_ids=[f.p.think_open_id] + f.output())),
     "think_open_missing": (lambda f: f.capture(prompt_ids=_no_prefill_prompt(f)), lambda f: f.capture()),
@@ -209,3 +215,43 @@ def test_severity_override(kimi_tok, kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT[:-1], finish_reason="length")
     analysis = analyze(capture, kimi_profile, kimi_tok, severities={"truncated": "warn"})
     assert next(f for f in analysis.findings if f.code == "truncated").severity == "warn"
+
+
+# -- regressions from review ------------------------------------------------------------------
+
+def test_reasoning_reopened_after_the_answer_is_an_error(fam):
+    out = fam.output(stop=False) + [fam.p.think_open_id] + fam.reasoning + [fam.p.stop_ids[0]]
+    analysis = analyze(fam.capture(output_ids=out), fam.profile, fam.tok)
+    assert "think_close_missing" in analysis.codes and not analysis.valid
+
+
+def test_empty_output_is_one_clear_error(fam):
+    analysis = analyze(fam.capture(output_ids=[], usage={}), fam.profile, fam.tok)
+    errors = [f.code for f in analysis.findings if f.severity == ERROR]
+    assert errors == ["empty_output"]
+
+
+def test_no_stop_token_is_silent_without_stop_ids(fam):
+    profile = fam.profile.with_overrides(stop_ids=())
+    assert "no_stop_token" not in analyze(fam.capture(output_ids=fam.output(stop=False)), profile, fam.tok).codes
+
+
+def test_divergent_dual_capture_names_no_trained_positions(fam):
+    longer = fam.output(answer=fam.answer + fam.answer)
+    analysis = analyze(_dual(fam, longer), fam.profile, fam.tok)
+    hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
+    assert hidden.positions == () and "parsed-path output" in hidden.detail
+    assert len(analysis.aligned_kinds) == len(fam.prompt) + len(longer)
+
+
+def test_empty_parsed_path_aligns_to_nothing(fam):
+    analysis = analyze(_dual(fam, []), fam.profile, fam.tok)
+    assert "dual_divergence" in analysis.codes
+    assert analysis.alignment is not None and analysis.alignment.statuses == ()
+
+
+def test_literal_think_only_in_prompt_is_a_warning(fam):
+    literal = [i for ch in "Explain <think> tags" for i in fam.tok.encode(ch)]
+    analysis = analyze(fam.capture(prompt_ids=literal + fam.prompt, messages=None, usage={}), fam.profile, fam.tok)
+    hit = next(f for f in analysis.findings if f.code == "literal_think_text")
+    assert hit.severity == "warn" and analysis.valid

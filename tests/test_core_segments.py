@@ -139,3 +139,24 @@ def test_no_module_outside_ui_imports_textual():
                  and any(line.lstrip().startswith(("import textual", "from textual"))
                          for line in p.read_text().splitlines())]
     assert offenders == []
+
+
+def test_profile_toml_rejects_bad_files(tmp_path):
+    cases = {
+        "self.toml": 'base = "self.toml"\n',
+        "types.toml": 'base = "qwen3"\nthink_open_id = "151667"\n',
+        "stops.toml": 'base = "qwen3"\nstop_ids = ["x"]\n',
+        "flag.toml": 'base = "qwen3"\nprefills_opener = "yes"\n',
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ProfileError):
+            load_profile_toml(tmp_path / name)
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile_toml(tmp_path)  # a directory
+
+
+def test_builtin_name_is_not_shadowed_by_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3").write_text("not toml [")
+    assert get_profile("qwen3").think_open_id == 151667

@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # our own error types derive from ValueError
         print(f"tokview: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:  # last resort: one line, the traceback only when asked for
+        if os.environ.get("TOKVIEW_DEBUG"):
+            raise
+        print(f"tokview: error: {type(exc).__name__}: {exc} (set TOKVIEW_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -30,24 +30,22 @@ def run(args) -> int:
     from pathlib import Path
 
     from tokview.core.analysis import analyze
-    from tokview.core.profiles import get_profile
-    from tokview.core.resolve import resolve_tokenizer_and_profile
+    from tokview.core.resolve import resolve_for_stored
     from tokview.store import Store, UnknownSample
 
     if not Path(args.db).is_file():
         raise UserError(f"no database at {args.db}")
+    if args.count < 1:
+        raise UserError("--count must be at least 1")
     with Store(args.db) as store:
         try:
             stored = store.load_sample(args.sample_id)
         except UnknownSample:
             raise UserError(f"no sample {args.sample_id!r} in {args.db}") from None
-    tokenizer, profile = resolve_tokenizer_and_profile(args.tokenizer, args.profile,
-                                                       trust_remote_code=args.trust_remote_code)
-    if not args.profile and stored.profile:
-        try:
-            profile = get_profile(stored.profile)
-        except ValueError:
-            pass  # a custom profile stored by name: keep the detected one
+        run = next((r for r in store.runs() if r["run_id"] == stored.run_id), {})
+    tokenizer, profile = resolve_for_stored(args.tokenizer, args.profile,
+                                            recorded_tokenizer_dir=run.get("tokenizer_dir"),
+                                            recorded_profile=stored.profile, trust_remote_code=args.trust_remote_code)
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
@@ -74,7 +72,7 @@ def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
     lines.append("findings:" if analysis.findings else "findings: none")
     for f in analysis.findings:
         lines.append(f"  {f.severity.upper():<5} {f.code}: {f.detail}")
-    first = n_prompt if start is None else max(0, start)
+    first = n_prompt if start is None else max(0, min(start, len(cap.input_ids) - 1))
     pieces = tokenizer.pieces(ids[max(0, first - 8):first + count])[min(8, first):]
     align = analysis.alignment.statuses if analysis.alignment else None
     lines.append(f"ids {first}..{min(len(ids), first + count) - 1}  (pos  id  piece  segment  mask  text-field)")

@@ -39,25 +39,34 @@ def _common_prefix(a: bytes, b: bytes, start: int) -> int:
     return n
 
 
+def _resync(target: bytes, cursor: int, piece: bytes, following: bytes) -> int:
+    """Where `piece` resumes in the text after some unaccounted text, or -1.
+
+    A short piece (" the") can occur anywhere, so a candidate only counts when the next id's bytes
+    follow it too; jumping to a false match would mark every id in between as hidden.
+    """
+    limit = cursor + RESYNC_WINDOW + len(piece)
+    found = target.find(piece, cursor, limit)
+    while found != -1:
+        end = found + len(piece)
+        if not following or target.startswith(following, end) or end == len(target):
+            return found
+        found = target.find(piece, found + 1, limit)
+    return -1
+
+
 def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool]) -> Alignment:
     """Match each id's bytes, in order, against the concatenated text fields."""
     target = "".join(t for t in texts if t).encode("utf-8")
     cursor = 0
     statuses: list[str] = []
     unmatched = bytearray()
-    for piece, is_special in zip(pieces, special):
-        if not piece:
-            statuses.append(KEPT)
-            continue
-        if target.startswith(piece, cursor):
+    for index, (piece, is_special) in enumerate(zip(pieces, special)):
+        if not piece or target.startswith(piece, cursor):
             statuses.append(KEPT)
             cursor += len(piece)
             continue
         common = _common_prefix(piece, target, cursor)
-        if common == len(piece):
-            statuses.append(KEPT)
-            cursor += common
-            continue
         if common and not piece[common:].strip():
             statuses.append(PARTIAL)  # trailing whitespace trimmed (e.g. content.strip())
             cursor += common
@@ -70,7 +79,8 @@ def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequenc
         if not piece.strip() or is_special:
             statuses.append(HIDDEN)
             continue
-        found = target.find(piece, cursor, cursor + RESYNC_WINDOW + len(piece))
+        following = pieces[index + 1] if index + 1 < len(pieces) and not special[index + 1] else b""
+        found = _resync(target, cursor, piece, following)
         if found != -1:
             unmatched += target[cursor:found]
             statuses.append(DRIFT)

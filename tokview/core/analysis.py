@@ -25,7 +25,9 @@ class Analysis:
     kinds: tuple[str, ...]
     loss_mask: tuple[int, ...]
     alignment: Alignment | None
-    """Per output id (or per parsed-path id in a dual capture): kept / partial / hidden / drift."""
+    """Per id of `capture.aligned_output_ids`: kept / partial / hidden / drift."""
+    aligned_kinds: tuple[str, ...]
+    """Segment kinds of prompt_ids + aligned_output_ids (== kinds unless a dual capture diverged)."""
     findings: tuple[Finding, ...]
 
     @property
@@ -45,7 +47,7 @@ def align_text_fields(capture: Capture, tokenizer: "TokenizerAdapter") -> Alignm
     """Align the returned text fields to the ids they came from (None when no text came back)."""
     if not capture.has_text_fields:
         return None
-    ids = capture.parsed_output_ids or capture.output_ids
+    ids = capture.aligned_output_ids
     if capture.reasoning is not None or capture.content is not None:
         texts = [capture.reasoning, capture.content]
     else:
@@ -61,8 +63,8 @@ def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapte
     kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)
     alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
     aligned_kinds = kinds
-    if capture.parsed_output_ids is not None and capture.parsed_output_ids != capture.output_ids:
-        aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.parsed_output_ids, profile)
+    if capture.paths_diverge:
+        aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile)
     ctx = Context(capture=capture, profile=profile, tokenizer=tokenizer, kinds=kinds, alignment=alignment,
                   aligned_kinds=aligned_kinds)
     return Analysis(
@@ -70,5 +72,6 @@ def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapte
         kinds=tuple(kinds),
         loss_mask=tuple(seg.loss_mask(capture.prompt_ids, capture.output_ids)),
         alignment=alignment,
+        aligned_kinds=tuple(aligned_kinds),
         findings=tuple(run_checks(ctx, severities)),
     )

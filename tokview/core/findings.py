@@ -22,6 +22,8 @@ INFO, WARN, ERROR = "info", "warn", "error"
 SEVERITIES = (INFO, WARN, ERROR)
 
 DEFAULT_SEVERITY: dict[str, str] = {
+    "empty_output": ERROR,
+    "dual_divergence": ERROR,
     "think_open_in_prompt": INFO,
     "think_open_missing": ERROR,
     "think_close_missing": ERROR,
@@ -96,15 +98,15 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(code: str) -> Callable[[Callable[[Context], tuple[str, Sequence[int]] | None]], Check]:
-    """Register a check that returns (detail, positions) or None."""
+    """Register a check that returns (detail, positions[, severity]) or None."""
 
-    def wrap(fn: Callable[[Context], tuple[str, Sequence[int]] | None]) -> Check:
+    def wrap(fn: Callable[[Context], tuple | None]) -> Check:
         def run(ctx: Context) -> Finding | None:
             hit = fn(ctx)
             if hit is None:
                 return None
-            detail, positions = hit
-            return Finding(code, DEFAULT_SEVERITY[code], detail, tuple(positions))
+            detail, positions, *severity = hit
+            return Finding(code, severity[0] if severity else DEFAULT_SEVERITY[code], detail, tuple(positions))
 
         CHECKS[code] = run
         return run
@@ -118,6 +120,37 @@ def _positions_of(ids: Sequence[int], token_id: int | None) -> list[int]:
 
 def _reasoning_opened(ctx: Context) -> bool:
     return seg.PREFILLED_OPENER in ctx.kinds or seg.OPENER in ctx.kinds
+
+
+def _open_at_end(ctx: Context) -> bool:
+    """True when the last think delimiter seen (prompt opener or output delimiter) opened reasoning."""
+    for kind in reversed(ctx.kinds):
+        if kind in (seg.OPENER, seg.PREFILLED_OPENER):
+            return True
+        if kind == seg.CLOSER:
+            return False
+    return False
+
+
+@check("empty_output")
+def _empty_output(ctx: Context):
+    if ctx.output:
+        return None
+    return (f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on.",
+            [])
+
+
+@check("dual_divergence")
+def _dual_divergence(ctx: Context):
+    c = ctx.capture
+    if not c.paths_diverge:
+        return None
+    parsed = c.parsed_output_ids or []
+    first = next((i for i, (a, b) in enumerate(zip(parsed, c.output_ids)) if a != b), min(len(parsed), len(c.output_ids)))
+    return (f"The parsed chat path generated other ids than the raw path ({len(parsed)} vs {len(c.output_ids)} ids, "
+            f"first difference at output[{first}]): its text fields describe another generation, so the "
+            f"reasoning/content comparisons use the parsed path's own ids. Use temperature 0 or a seed.",
+            [ctx.n_prompt + first] if first < len(c.output_ids) else [])
 
 
 @check("think_open_in_prompt")
@@ -151,9 +184,13 @@ def _think_open_missing(ctx: Context):
 
 @check("think_close_missing")
 def _think_close_missing(ctx: Context):
-    if not _reasoning_opened(ctx) or seg.CLOSER in ctx.kinds[ctx.n_prompt:]:
+    if not ctx.output or not _open_at_end(ctx):
         return None
     why = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
+    if seg.CLOSER in ctx.kinds[ctx.n_prompt:]:
+        reopened = max(i for i, k in enumerate(ctx.kinds) if k == seg.OPENER)
+        return (f"Reasoning was reopened with {ctx.profile.think_open} at {ctx.where(reopened - ctx.n_prompt)} after "
+                f"it had closed, and never closed again{why}.", [reopened])
     return (f"Reasoning was opened but {ctx.profile.think_close} (id {ctx.profile.think_close_id}) never appears in "
             f"{len(ctx.output)} output ids{why}: the whole output is reasoning, and parsers will mislabel it.", [])
 
@@ -196,7 +233,7 @@ def _empty_reasoning(ctx: Context):
 
 @check("empty_answer")
 def _empty_answer(ctx: Context):
-    if _reasoning_opened(ctx) and seg.CLOSER not in ctx.kinds[ctx.n_prompt:]:
+    if not ctx.output or _open_at_end(ctx):
         return None  # no answer was due yet: think_close_missing says why
     ids = [ctx.output[i] for i in ctx.out_kind(seg.ANSWER)]
     text = ctx.text_of(ids)
@@ -218,11 +255,11 @@ def _truncated(ctx: Context):
 
 @check("no_stop_token")
 def _no_stop_token(ctx: Context):
-    if ctx.capture.finish_reason == "length":
+    if ctx.capture.finish_reason == "length" or not ctx.output or not ctx.profile.stop_ids:
+        return None  # no stop was due, nothing was generated, or the profile names no stop ids
+    if ctx.output[-1] in ctx.profile.stop_ids:
         return None
-    if ctx.output and ctx.output[-1] in ctx.profile.stop_ids:
-        return None
-    last = f"ends with {ctx.name(ctx.output[-1])}" if ctx.output else "is empty"
+    last = f"ends with {ctx.name(ctx.output[-1])}"
     stops = ", ".join(str(i) for i in ctx.profile.stop_ids)
     return (f"The output {last}, not a stop id ({stops}): the drafter never learns to end the turn.",
             [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [])
@@ -261,14 +298,17 @@ def _count_mismatch(ctx: Context):
 def _parser_hidden(ctx: Context):
     if ctx.alignment is None:
         return None
-    ids = ctx.capture.parsed_output_ids or ctx.output
+    ids = ctx.capture.aligned_output_ids
     hidden = ctx.alignment.positions(HIDDEN)
     if not hidden:
         return None
-    listed = ", ".join(f"{ctx.name(ids[i])} at output[{i}]" for i in hidden[:12])
+    where = "parsed-path output" if ctx.capture.paths_diverge else "output"
+    listed = ", ".join(f"{ctx.name(ids[i])} at {where}[{i}]" for i in hidden[:12])
     more = f" and {len(hidden) - 12} more" if len(hidden) > 12 else ""
+    # Positions name ids of the trained sequence only when the text came from those very ids.
+    positions = [] if ctx.capture.paths_diverge else [ctx.n_prompt + i for i in hidden]
     return (f"{len(hidden)} id(s) are in the raw ids but in no returned text field: {listed}{more}. "
-            f"They stay in the training ids.", [ctx.n_prompt + i for i in hidden])
+            f"They stay in the training ids.", positions)
 
 
 def _id_split(ctx: Context) -> tuple[str, str] | None:
@@ -281,7 +321,7 @@ def _id_split(ctx: Context) -> tuple[str, str] | None:
 
 
 def _decode_split(ctx: Context) -> tuple[str, str]:
-    ids = ctx.capture.parsed_output_ids or ctx.output
+    ids = ctx.capture.aligned_output_ids
     kinds = ctx.aligned_kinds[ctx.n_prompt:]
     reasoning = [t for t, k in zip(ids, kinds) if k == seg.REASONING]
     answer = [t for t, k in zip(ids, kinds) if k == seg.ANSWER]
@@ -334,7 +374,7 @@ def _literal_think(ctx: Context):
     tok = ctx.tokenizer
     pieces = [b"\x00" if tid in hidden or tok.is_special(tid) else tok.piece_bytes(tid) for tid in ids]
     buf = b"".join(pieces)
-    markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m.encode() in buf]
+    markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
     if not markers:
         return None  # the common case: no need to map bytes back to ids
     owner = [pos for pos, piece in enumerate(pieces) for _ in range(len(piece))]
@@ -347,9 +387,12 @@ def _literal_think(ctx: Context):
     if not hits:
         return None
     where = ", ".join(str(p) for p in hits[:12])
-    return (f"{ctx.profile.think_open}/{ctx.profile.think_close} spelled as ordinary text over several ids at "
-            f"positions {where}, not as the special ids {ctx.profile.think_open_id}/{ctx.profile.think_close_id}: "
-            f"the text was re-tokenized or written in by hand.", hits)
+    detail = (f"{ctx.profile.think_open}/{ctx.profile.think_close} spelled as ordinary text over several ids at "
+              f"positions {where}, not as the special ids {ctx.profile.think_open_id}/{ctx.profile.think_close_id}")
+    if all(h < ctx.n_prompt for h in hits):
+        # Only in the prompt: the user's own words, or a history re-rendered as text. Worth a look, not fatal.
+        return detail + ": only in the prompt (a user's words, or history rendered as text).", hits, WARN
+    return detail + ": the output was re-tokenized from text or written in by hand.", hits
 
 
 @check("retokenize_drift")

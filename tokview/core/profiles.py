@@ -79,8 +79,8 @@ ALIASES = {"kimi": "kimi-k2.5", "kimi-k25": "kimi-k2.5", "qwen": "qwen3", "deeps
 
 
 def get_profile(name: str) -> ModelProfile:
-    """A built-in profile by name (or alias), or a profile from a TOML file path."""
-    if name.endswith(".toml") or Path(name).is_file():
+    """A built-in profile by name (or alias), or a profile from a TOML file path (`*.toml` or a path with `/`)."""
+    if name.endswith(".toml") or "/" in name:
         return load_profile_toml(Path(name))
     key = ALIASES.get(name.lower(), name.lower())
     try:
@@ -90,27 +90,50 @@ def get_profile(name: str) -> ModelProfile:
         raise ProfileError(f"unknown profile {name!r} (known: {known}, or a .toml file)") from None
 
 
-def load_profile_toml(path: Path) -> ModelProfile:
+_FIELD_TYPES = {"name": str, "think_open": str, "think_close": str, "think_open_id": (int, type(None)),
+                "think_close_id": (int, type(None)), "prefills_opener": bool, "thinking_kwarg": (str, type(None)),
+                "reasoning_parser": (str, type(None)), "max_length": (int, type(None))}
+
+
+def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     """Read a profile for a new model from a small TOML file.
 
-    Either a complete profile, or `base = "qwen3"` plus the keys that differ.
+    Either a complete profile, or `base = "qwen3"` (a built-in or another .toml) plus the keys that differ.
     """
+    resolved = path.resolve()
+    if resolved in _seen:
+        raise ProfileError(f"profile file {path}: `base` refers back to itself")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"profile file not found: {path}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"profile file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile file {path}: {exc.strerror or exc}") from None
     data = data.get("profile", data)
     base_name = data.pop("base", None)
-    if "stop_ids" in data:
-        data["stop_ids"] = tuple(int(i) for i in data["stop_ids"])
     allowed = set(ModelProfile.__dataclass_fields__) - {"extra"}
     unknown = set(data) - allowed
     if unknown:
         raise ProfileError(f"profile file {path}: unknown keys {sorted(unknown)}")
+    if "stop_ids" in data:
+        stops = data["stop_ids"]
+        if not isinstance(stops, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stops):
+            raise ProfileError(f"profile file {path}: stop_ids must be a list of integers")
+        data["stop_ids"] = tuple(stops)
+    for key, kinds in _FIELD_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool)):
+            raise ProfileError(f"profile file {path}: {key} has the wrong type ({value!r})")
     if base_name:
-        return get_profile(base_name).with_overrides(**data)
+        if not isinstance(base_name, str):
+            raise ProfileError(f"profile file {path}: base must be a profile name or a .toml path")
+        if base_name.endswith(".toml") or "/" in base_name:
+            base = load_profile_toml((path.parent / base_name), _seen + (resolved,))
+        else:
+            base = get_profile(base_name)
+        return base.with_overrides(**data)
     missing = {"name", "think_open", "think_close", "think_open_id", "think_close_id", "stop_ids",
                "prefills_opener"} - set(data)
     if missing:

@@ -56,6 +56,16 @@ class Capture:
         return list(self.prompt_ids) + list(self.output_ids)
 
     @property
+    def aligned_output_ids(self) -> list[int]:
+        """The ids the text fields came from: the parsed path's in a dual capture, else output_ids."""
+        return self.output_ids if self.parsed_output_ids is None else self.parsed_output_ids
+
+    @property
+    def paths_diverge(self) -> bool:
+        """A dual capture whose parsed path generated other ids than the raw path."""
+        return self.parsed_output_ids is not None and list(self.parsed_output_ids) != list(self.output_ids)
+
+    @property
     def thinking(self) -> bool | None:
         return self.settings.get("thinking")
 

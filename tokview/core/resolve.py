@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokview.core.profiles import ModelProfile, detect_profile, get_profile
-from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
+from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
+from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
 def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profile: str | None = None, *,
@@ -35,3 +35,28 @@ def add_tokenizer_arguments(parser) -> None:
                         help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)")
+
+
+def resolve_for_stored(tokenizer_dir: str | Path | None, profile: str | None, *, recorded_tokenizer_dir: str | None,
+                       recorded_profile: str | None, trust_remote_code: bool = False
+                       ) -> tuple[TokenizerAdapter, ModelProfile]:
+    """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
+
+    Showing a Qwen3 sample with Kimi's rules would invent findings, so the recorded tokenizer folder
+    and profile are used when the user names none. Code shipped in a *recorded* folder never runs:
+    `trust_remote_code` applies only to a folder the user names on this command line.
+    """
+    if tokenizer_dir is None and recorded_tokenizer_dir:
+        if not Path(recorded_tokenizer_dir).is_dir():
+            raise TokenizerError(f"the run's tokenizer folder {recorded_tokenizer_dir} is gone: pass --tokenizer DIR")
+        tokenizer = load_tokenizer(recorded_tokenizer_dir, trust_remote_code=False)
+    else:
+        tokenizer = None
+    model_profile = None
+    if profile is None and recorded_profile:
+        try:
+            model_profile = get_profile(recorded_profile) if recorded_profile in BUILTIN_PROFILES else None
+        except ProfileError:
+            model_profile = None  # a custom profile stored by name: detect it from the tokenizer
+    return resolve_tokenizer_and_profile(tokenizer_dir, profile, trust_remote_code=trust_remote_code,
+                                         tokenizer=tokenizer, model_profile=model_profile)
