@@ -17,7 +17,7 @@ import pytest
 from tokview.core.analysis import analyze
 from tokview.core.profiles import get_profile
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool
-from tokview.sim import SimConfig, start_simulator
+from tokview.sim import SimConfig, launch, start_simulator
 from tokview.sim.faults import FaultBook
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -170,7 +170,7 @@ async def test_pool_one_of_three_dead(kimi_tok: Any) -> None:
 
 async def test_pool_evicts_a_server_that_dies_and_reprobes_it(kimi_tok: Any) -> None:
     with start_simulator(SimConfig(kind="vllm")) as a:
-        b = start_simulator(SimConfig(kind="vllm")).__enter__()
+        b = launch(SimConfig(kind="vllm"))  # a bare __enter__() on a temporary would stop it at once
         port = b.port
         async with pool_for([a.url, b.url], kimi_tok, evict_after=1, reprobe_interval=0.0,
                             connect_timeout=0.5) as pool:
