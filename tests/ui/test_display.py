@@ -5,7 +5,9 @@ from __future__ import annotations
 from rich.cells import cell_len
 
 from tokview.ui import display as d
-from tokview.ui.examples import IM_END, THINK_CLOSE
+from tokview.ui.examples import CONTENT, IM_END, REASONING, THINK_CLOSE
+
+REASONING_AND_ANSWER = REASONING + CONTENT
 
 
 def test_visible_makes_whitespace_and_controls_visible():
@@ -36,7 +38,7 @@ def test_served_seq_classes_name_delimiters_stop_and_specials(short, tokenizer):
 def test_kept_seq_shows_hidden_ids_as_gaps_of_equal_width(short, tokenizer, profile):
     capture, analysis = short
     served = d.served_seq(capture, analysis, tokenizer)
-    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    kept = d.kept_seq(capture, analysis, tokenizer)
     assert [cell_len(p) for p in kept.pieces] == [cell_len(p) for p in served.pieces]
     close = served.n_prompt + capture.output_ids.index(THINK_CLOSE)
     assert kept.pieces[close] == d.GAP_CHAR * len("</think>")
@@ -54,7 +56,7 @@ def test_kept_seq_marks_partial_and_drift(tokenizer, profile):
     capture.reasoning = "Okay, let me think about this carefully."
     capture.content = "The answer is EXTRA forty-two!"  # text no id explains → drift on ' forty'
     analysis = analyze(capture, profile, tokenizer)
-    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    kept = d.kept_seq(capture, analysis, tokenizer)
     forty = kept.n_prompt + capture.output_ids.index(279)
     assert kept.status[forty] == "drift" and kept.classes[forty] == d.CLASS_INDEX["drift"]
 
@@ -102,7 +104,69 @@ def test_kept_seq_colours_pieces_by_the_field_that_kept_them(tokenizer, profile)
     capture.reasoning, capture.content = REASONING + CONTENT, ""  # the parser filed the answer as reasoning
     analysis = analyze(capture, profile, tokenizer)
     served = d.served_seq(capture, analysis, tokenizer)
-    kept = d.kept_seq(capture, analysis, tokenizer, profile)
+    kept = d.kept_seq(capture, analysis, tokenizer)
     answer_pos = served.n_prompt + capture.output_ids.index(THINK_CLOSE) + 1
     assert served.classes[answer_pos] == d.CLASS_INDEX["answer"]
     assert kept.classes[answer_pos] == d.CLASS_INDEX["reasoning"]
+
+
+def _dual(parsed_output_ids):
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    capture.endpoint, capture.parsed_output_ids = "dual", parsed_output_ids
+    return capture
+
+
+def test_dual_capture_whose_paths_diverge_shows_the_parsed_ids_with_their_own_kinds(tokenizer, profile):
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import KIMI_OUTPUT_IDS
+
+    # The parsed path never closed reasoning: the answer ids there are reasoning by their kinds.
+    parsed = [t for t in KIMI_OUTPUT_IDS if t != THINK_CLOSE]
+    capture = _dual(parsed)
+    capture.reasoning, capture.content = REASONING_AND_ANSWER, None
+    analysis = analyze(capture, profile, tokenizer)
+    assert capture.paths_diverge and analysis.aligned_kinds != analysis.kinds
+    served = d.served_seq(capture, analysis, tokenizer)
+    kept = d.kept_seq(capture, analysis, tokenizer)
+    n = served.n_prompt
+    assert kept.ids == capture.prompt_ids + parsed and served.ids == capture.prompt_ids + capture.output_ids
+    assert set(served.status[n:]) == {None}  # the statuses belong to the other path's ids
+    assert kept.status[n:] == list(analysis.alignment.statuses)
+    special = {i for i, t in enumerate(kept.ids) if tokenizer.is_special(t)}
+    for i in range(n, len(kept.ids)):
+        if i not in special and kept.status[i] == "kept":
+            assert kept.classes[i] == d.CLASS_INDEX["reasoning"]  # all text came back as reasoning
+    assert kept.classes[-1] == d.CLASS_INDEX["gap"]  # <|im_end|> is in no text field
+
+
+def test_dual_capture_with_an_empty_parsed_path_shows_no_output_ids(tokenizer, profile):
+    from tokview.core.analysis import analyze
+
+    capture = _dual([])
+    capture.reasoning, capture.content = None, None
+    analysis = analyze(capture, profile, tokenizer)
+    kept = d.kept_seq(capture, analysis, tokenizer)
+    assert kept.ids == capture.prompt_ids  # not the raw path's ids: those are not what the fields came from
+    assert len(d.served_seq(capture, analysis, tokenizer)) == len(capture.prompt_ids) + len(capture.output_ids)
+
+
+def test_dual_capture_whose_paths_agree_keeps_the_statuses_on_the_served_pane(tokenizer, profile):
+    from tokview.core.analysis import analyze
+    from tokview.ui.examples import KIMI_OUTPUT_IDS
+
+    capture = _dual(list(KIMI_OUTPUT_IDS))
+    analysis = analyze(capture, profile, tokenizer)
+    served = d.served_seq(capture, analysis, tokenizer)
+    assert served.status[served.n_prompt:] == list(analysis.alignment.statuses)
+    assert d.kept_seq(capture, analysis, tokenizer).classes == d.kept_seq(_dual(None), analysis, tokenizer).classes
+
+
+def test_every_finding_code_has_a_one_line_explanation():
+    from tokview.core.findings import FINDING_CODES
+    from tokview.ui.finding_help import why
+
+    missing = [code for code in FINDING_CODES if not why(code)]
+    assert missing == []
+    assert all("\n" not in why(code) for code in FINDING_CODES)

@@ -165,3 +165,29 @@ async def test_long_sample_scrolls_both_panes_in_step(long, tokenizer, profile):
         await pilot.press("v")
         await pilot.pause()
         assert screen.kept.mode == "ids" and screen.kept.scroll_y == screen.served.scroll_y
+
+
+async def test_diverged_dual_capture_detail_names_the_parsed_paths_segments(tokenizer, profile):
+    """The kept pane shows the parsed path's ids: their segments, no loss mask (that is the raw ids')."""
+    from tokview.ui.examples import KIMI_OUTPUT_IDS, short_capture
+
+    capture = short_capture()
+    capture.endpoint = "dual"
+    capture.parsed_output_ids = [t for t in KIMI_OUTPUT_IDS if t != THINK_CLOSE]  # never closed reasoning
+    analysis = analyze(capture, profile, tokenizer)
+    app = InspectApp(InspectData("dual", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        assert not screen.mirrored and len(screen.kept.seq) == len(screen.served.seq) - 1
+        answer = len(capture.prompt_ids) + capture.output_ids.index(THINK_CLOSE)  # 'The' in the parsed path
+        screen.kept.focus()
+        screen.kept.cursor = answer
+        await pilot.pause()
+        rows = app.screen.query_one(TokenDetail).rows
+        assert rows["segment"] == "reasoning" and rows["loss mask"] == "—" and "logprob" not in rows
+        screen.served.focus()
+        screen.served.cursor = answer
+        await pilot.pause()
+        rows = app.screen.query_one(TokenDetail).rows
+        assert rows["segment"] == "closer" and rows["loss mask"] == "1"

@@ -19,7 +19,6 @@ from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
-    from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
 
@@ -88,40 +87,34 @@ def served_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAd
     n_prompt = len(capture.prompt_ids)
     status: list[str | None] = [None] * len(ids)
     al = analysis.alignment
-    if al is not None and (capture.parsed_output_ids in (None, capture.output_ids)):
+    if al is not None and not capture.paths_diverge:  # the statuses are per aligned id: here the same ids
         for i, s in enumerate(al.statuses[: len(capture.output_ids)]):
             status[n_prompt + i] = s
     return TokenSeq(ids, [visible(p) for p in raw], classes, n_prompt,
                     [p.endswith("\n") for p in raw], status)
 
 
-def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter",
-             profile: "ModelProfile") -> TokenSeq:
+def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter") -> TokenSeq:
     """The right pane: what the text fields kept, aligned id by id to the ids they came from.
 
-    Kept pieces show as themselves; ids the parser hid show as a gap marker of the same width (so
-    both panes wrap identically and scroll line for line); partial and drifted ids are marked.
-    Prompt positions are blank: no text field carries the prompt.
+    Those ids are `capture.aligned_output_ids` (the parsed path's in a dual capture) and their kinds
+    `analysis.aligned_kinds`; both come from core, so this pane agrees with the findings. Kept pieces
+    show as themselves; ids the parser hid show as a gap marker of the same width (so both panes wrap
+    identically and scroll line for line); partial and drifted ids are marked. Prompt positions are
+    blank: no text field carries the prompt.
     """
-    out_ids = capture.parsed_output_ids or capture.output_ids
+    out_ids = capture.aligned_output_ids
     ids = list(capture.prompt_ids) + list(out_ids)
     n_prompt = len(capture.prompt_ids)
     prompt_raw = tokenizer.pieces(capture.prompt_ids)
     out_raw = tokenizer.pieces(out_ids)
-    kinds = analysis.kinds
-    if out_ids != capture.output_ids:
-        kinds = tuple(seg.token_kinds(capture.prompt_ids, out_ids, profile))
+    kinds = analysis.aligned_kinds
     al = analysis.alignment
     statuses: list[str | None] = list(al.statuses) if al is not None else [HIDDEN] * len(out_ids)
+    fields = _field_per_id(capture, out_ids, statuses, tokenizer)
     pieces = [" " * cell_len(visible(p)) for p in prompt_raw]
     classes = [CLASS_INDEX[EMPTY]] * n_prompt
     status: list[str | None] = [None] * n_prompt
-    # Which field kept a piece: the walk consumes reasoning bytes first, then content. Kept pieces are
-    # coloured by that field, so an answer the parser filed as reasoning shows in reasoning colour here
-    # while the left pane (coloured by the ids) shows it as answer.
-    split_fields = capture.reasoning is not None or capture.content is not None
-    reasoning_bytes = len((capture.reasoning or "").encode()) if split_fields else -1
-    consumed = 0
     for i, (tid, piece) in enumerate(zip(out_ids, out_raw)):
         shown = visible(piece)
         st = statuses[i] if i < len(statuses) else HIDDEN
@@ -131,19 +124,40 @@ def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdap
             classes.append(CLASS_INDEX[GAP])
             continue
         pieces.append(shown)
-        raw = tokenizer.piece_bytes(tid)
-        in_reasoning = consumed < reasoning_bytes
-        consumed += len(raw) if st == KEPT else len(raw.strip())
         if st == PARTIAL:
             classes.append(CLASS_INDEX[PARTIAL_CLS])
         elif st == DRIFT:
             classes.append(CLASS_INDEX[DRIFT_CLS])
-        elif tokenizer.is_special(tid) or not split_fields:
+        elif fields is None or tokenizer.is_special(tid):
             classes.append(_class_for(kinds[n_prompt + i], tokenizer.is_special(tid)))
         else:
-            classes.append(CLASS_INDEX[REASONING if in_reasoning else ANSWER])
+            classes.append(CLASS_INDEX[REASONING if fields[i] else ANSWER])
     breaks = [p.endswith("\n") for p in prompt_raw + out_raw]
     return TokenSeq(ids, pieces, classes, n_prompt, breaks, status)
+
+
+def _field_per_id(capture: "Capture", out_ids: Sequence[int], statuses: Sequence[str | None],
+                  tokenizer: "TokenizerAdapter") -> list[bool] | None:
+    """Per aligned id: True when its text landed in the reasoning field (None: no split fields).
+
+    Core's alignment walks the concatenation reasoning + content and says *whether* an id was kept;
+    which of the two fields kept it is what this pane colours by, so an answer the parser filed as
+    reasoning shows in reasoning colour here while the left pane (coloured by the ids) shows answer.
+    The text offset follows the alignment's statuses: kept ids consume their bytes, partial ones their
+    trimmed bytes, hidden ones nothing.
+    """
+    if capture.reasoning is None and capture.content is None:
+        return None
+    reasoning_bytes = len((capture.reasoning or "").encode())
+    consumed = 0
+    out = []
+    for tid, st in zip(out_ids, statuses):
+        out.append(consumed < reasoning_bytes)
+        if st in (KEPT, DRIFT):
+            consumed += len(tokenizer.piece_bytes(tid))
+        elif st == PARTIAL:
+            consumed += len(tokenizer.piece_bytes(tid).strip())
+    return out
 
 
 def cell_texts(seq: TokenSeq, mode: str) -> tuple[list[str], list[str] | None]:

@@ -24,6 +24,8 @@ WHY: dict[str, str] = {
     "literal_think_text": "'<think>' appears as plain text pieces, not as the special id: the template or parser is wrong.",
     "retokenize_drift": "Re-encoding the decoded text gives other ids: never rebuild training ids from text.",
     "prompt_render_mismatch": "The served prompt ids differ from rendering the messages locally with this tokenizer.",
+    "empty_output": "The server returned no output ids: nothing to train on, and usually a failed request.",
+    "dual_divergence": "The raw and parsed requests generated different ids: the text fields do not describe the training ids.",
     "over_max_length": "Prompt + output is longer than the trainer's maximum length.",
 }
 

@@ -64,7 +64,7 @@ class InspectScreen(Screen):
         self.data, self.tokenizer, self.profile = data, tokenizer, profile
         capture, analysis = data.capture, data.analysis
         self.served = TokenView(served_seq(capture, analysis, tokenizer), mode=mode, id="served")
-        self.kept = TokenView(kept_seq(capture, analysis, tokenizer, profile), mode=mode, id="kept")
+        self.kept = TokenView(kept_seq(capture, analysis, tokenizer), mode=mode, id="kept")
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         if self.mirrored:
             self.served.linked, self.kept.linked = self.kept, self.served
@@ -148,6 +148,10 @@ class InspectScreen(Screen):
 
     def _show_detail(self, view: TokenView, index: int) -> None:
         a, c = self.data.analysis, self.data.capture
+        if view is self.kept and c.paths_diverge:
+            # The parsed path's ids: their own kinds; the loss mask and logprobs belong to the raw ids.
+            self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.aligned_kinds, (), None)
+            return
         self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.kinds, a.loss_mask,
                                                c.output_logprobs)
 
