@@ -1,14 +1,16 @@
 """What the store hands out (rows for lists, whole samples for the detail view) and how a capture
 becomes a database row and back.
 
-Secrets never reach the file: request headers or bodies that carry an API key are scrubbed here,
-the one place every capture passes through on its way to disk.
+Secrets never reach the file: request headers or bodies that carry an API key, credentials in a
+URL (`http://user:token@host`) and the `TOKVIEW_API_KEY` value anywhere in a string are scrubbed
+here, the one place every capture, run and failure passes through on its way to disk.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,6 +22,8 @@ from tokview.core.record import Capture
 STATUSES = ("pending", "approved", "rejected")
 SECRET_KEYS = {"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"}
 REDACTED = "[redacted]"
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _ALIGN_LETTER = {KEPT: "k", PARTIAL: "p", HIDDEN: "h", DRIFT: "d"}
 ALIGN_STATUS = {v: k for k, v in _ALIGN_LETTER.items()}
 
@@ -79,16 +83,30 @@ class StoredSample:
     created_at: datetime | None = None
 
 
-def scrub(value: Any) -> Any:
-    """A copy without API keys: secret-named keys dropped, the env key's value masked anywhere."""
+def scrub_text(text: str) -> str:
+    """One string without credentials: URL userinfo removed (the URL stays usable), bearer/basic
+    tokens and the env key's value masked. Used for failure reasons, server URLs and anything printed."""
     key = os.environ.get("TOKVIEW_API_KEY") or ""
+    if key and key in text:
+        text = text.replace(key, REDACTED)
+    if "@" in text:
+        text = _URL_USERINFO.sub(r"\1", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def scrub(value: Any) -> Any:
+    """A copy without API keys: secret-named keys masked, every string passed through `scrub_text`."""
     if isinstance(value, dict):
         return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub(v)) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [scrub(v) for v in value]
-    if isinstance(value, str) and key and key in value:
-        return value.replace(key, REDACTED)
+    if isinstance(value, str):
+        return scrub_text(value)
     return value
+
+
+def scrub_optional(text: str | None) -> str | None:
+    return None if text is None else scrub_text(text)
 
 
 def to_json(value: Any) -> str | None:
@@ -139,7 +157,7 @@ def sample_params(sample_id: str, prompt_id: str, run_id: str | None, capture: C
         "codes": [f.code for f in findings], "prompt_len": len(c.prompt_ids), "output_len": len(c.output_ids),
         "supervised": int(sum(analysis.loss_mask)), "text": c.text, "reasoning": c.reasoning,
         "content": c.content, "reasoning_field": c.reasoning_field, "endpoint": c.endpoint,
-        "server_url": c.server_url, "server_kind": c.server_kind, "server_version": c.server_version,
+        "server_url": scrub_optional(c.server_url), "server_kind": c.server_kind, "server_version": c.server_version,
         "model": c.model, "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
         "alignment": alignment_letters(analysis.alignment.statuses if analysis.alignment else None),

@@ -9,8 +9,9 @@ kill at any moment loses at most the samples whose requests were still in flight
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import duckdb
 
@@ -18,7 +19,8 @@ from tokview.core.findings import Finding
 from tokview.core.record import Capture
 from tokview.store import queries
 from tokview.store.records import (ALIGN_STATUS, SAMPLE_COLUMNS, STATUSES, SampleFilter, SampleRow, StoredSample,
-                                   UnknownSample, capture_from_row, from_json, sample_params, to_json)
+                                   UnknownSample, capture_from_row, from_json, sample_params, scrub_optional,
+                                   scrub_text, to_json)
 from tokview.store.schema import migrate
 
 DEFAULT_DB = "tokview.duckdb"
@@ -28,7 +30,17 @@ _UPSERT = (f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.joi
 
 
 class StoreError(ValueError):
-    """The database file cannot be opened (locked by another process, not DuckDB, …)."""
+    """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
+
+
+@contextmanager
+def _duckdb_errors(what: str) -> Iterator[None]:
+    """Turn a DuckDB error into a one-line StoreError: callers and the CLI never see duckdb's types."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        first = scrub_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        raise StoreError(f"{what}: {first}") from None
 
 
 class Store:
@@ -44,7 +56,7 @@ class Store:
             first = str(exc).strip().splitlines()[0]
             raise StoreError(f"cannot open database {self.path}: {first}") from None
         self._lock = threading.RLock()
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot migrate database {self.path}"):
             migrate(self._conn)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -61,7 +73,7 @@ class Store:
         self.close()
 
     def _tx(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot write to {self.path}"):
             self._conn.execute("BEGIN TRANSACTION")
             try:
                 for sql, params in statements:
@@ -73,12 +85,12 @@ class Store:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run read-only SQL under the store's lock (exports and reports use it)."""
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             return self._conn.execute(sql, list(params)).fetchall()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run one statement under the lock (e.g. DuckDB's `COPY … TO` for Parquet exports)."""
-        with self._lock:
+        with self._lock, _duckdb_errors("database statement failed"):
             self._conn.execute(sql, list(params))
 
     # -- writes -----------------------------------------------------------------------------
@@ -96,11 +108,16 @@ class Store:
 
     def put_sample(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any, *,
                    gen_index: int | None = None, turn: int | None = None, profile: str | None = None) -> None:
-        """Write one sample and its findings atomically; re-writing keeps its review status."""
+        """Write one sample and its findings atomically; re-writing keeps its review status.
+
+        Earlier failures of the same sample id (a resumed run that now succeeded) go in the same
+        transaction: stats and errors.jsonl list only requests that are still missing.
+        """
         params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile)
         statements: list[tuple[str, Sequence[Any]]] = [
             (_UPSERT, params),
             ("DELETE FROM findings WHERE sample_id = ?", [sample_id]),
+            ("DELETE FROM failures WHERE sample_id = ?", [sample_id]),
         ]
         if analysis.findings:
             statements.append((
@@ -113,9 +130,12 @@ class Store:
 
     def put_failure(self, prompt_id: str, sample_id: str | None, run_id: str | None, reason: str,
                     server: str | None = None) -> None:
-        """A request that failed after its retries: not a sample, so a resumed run tries it again."""
+        """A request that failed after its retries: not a sample, so a resumed run tries it again.
+
+        The reason may echo a server's 401 body (with the key) and the server URL may carry
+        userinfo: both are scrubbed before they are written."""
         self._tx([("INSERT INTO failures VALUES (?, ?, ?, ?, now(), ?)",
-                   [prompt_id, sample_id, run_id, reason, server])])
+                   [prompt_id, sample_id, run_id, scrub_text(reason), scrub_optional(server)])])
 
     def existing_sample_ids(self, ids: Iterable[str]) -> set[str]:
         """The subset of `ids` already stored: the anti-join that makes re-runs resume."""
@@ -171,15 +191,15 @@ class Store:
     # -- reads ------------------------------------------------------------------------------
     def samples_page(self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0,
                      limit: int = 100) -> list[SampleRow]:
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             return queries.samples_page(self._conn, filters, order_by, offset, limit)
 
     def count_samples(self, filters: SampleFilter | None = None) -> int:
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             return queries.count_samples(self._conn, filters)
 
     def load_sample(self, sample_id: str) -> StoredSample:
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             cur = self._conn.execute("SELECT * FROM samples WHERE sample_id = ?", [sample_id])
             names = [d[0] for d in cur.description]
             found = cur.fetchone()
@@ -206,7 +226,7 @@ class Store:
         """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
         if not sample_ids:
             return []
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             cur = self._conn.execute("SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
                                      "ON s.sample_id = q.id", [list(sample_ids)])
             names = [d[0] for d in cur.description]
@@ -214,7 +234,7 @@ class Store:
         return [by_id[i] for i in sample_ids if i in by_id]
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
+        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
             return queries.stats(self._conn)
 
     def runs(self) -> list[dict[str, Any]]:
