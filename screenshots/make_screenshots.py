@@ -86,8 +86,7 @@ def main() -> int:
             start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old:
         with Store(Path(tmp) / "demo.duckdb") as store:
             asyncio.run(fill_store(store, _prompts(None, 12), tokenizer, profile, current.url, old.url))
-            session = Session(store, profile_name="kimi-k2.5", server_url=current.url)
-            session._tokenizer = tokenizer
+            session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url)
             written = asyncio.run(shoot(TokviewApp(session, UIConfig()), args.out, (width, height)))
     for path in written:
         print(path)

@@ -72,8 +72,7 @@ def make_app(store, tokenizer, profile):
     from tokview.ui.session import Session
 
     def make(config: UIConfig | None = None, server_url: str | None = None) -> TokviewApp:
-        session = Session(store, profile_name="kimi-k2.5", server_url=server_url)
-        session._tokenizer, session._profile = tokenizer, profile
+        session = Session(store, tokenizer=tokenizer, profile=profile, server_url=server_url)
         return TokviewApp(session, config)
 
     return make

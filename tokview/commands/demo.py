@@ -115,8 +115,7 @@ def run(args) -> int:
                     config = load_config()
                 except ConfigError as exc:
                     raise UserError(str(exc)) from None
-                session = Session(store, profile_name="kimi-k2.5", server_url=current.url)
-                session._tokenizer = tokenizer
+                session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url)
                 TokviewApp(session, config).run()
         return 0
     finally:

@@ -30,9 +30,11 @@ CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "next_unreviewed
 
 
 class SampleReady(Message):
-    def __init__(self, data: InspectData, index: int | None) -> None:
+    """A sample loaded in a worker, with the tokenizer and profile its run resolved to."""
+
+    def __init__(self, data: InspectData, index: int | None, tokenizer, profile) -> None:
         super().__init__()
-        self.data, self.index = data, index
+        self.data, self.index, self.tokenizer, self.profile = data, index, tokenizer, profile
 
 
 class NextFound(Message):
@@ -94,17 +96,17 @@ class TokviewApp(App):
     @work(thread=True, exclusive=True, group="open-sample", exit_on_error=False)
     def _load_sample(self, sample_id: str, index: int | None) -> None:
         try:
-            stored, analysis = self.session.load(sample_id)
+            stored, analysis, tokenizer, profile = self.session.load(sample_id)
         except Exception as exc:  # an unreadable sample or tokenizer: tell the user, keep the app
             self.call_from_thread(self.notify, f"cannot open {sample_id}: {exc}", severity="error")
             return
         self.post_message(SampleReady(InspectData(stored.sample_id, stored.capture, analysis, stored.status,
-                                                  stored.notes, stored.tags), index))
+                                                  stored.notes, stored.tags), index, tokenizer, profile))
 
     @on(SampleReady)
     def _sample_ready(self, event: SampleReady) -> None:
         self._open_index = event.index
-        screen = InspectScreen(event.data, self.session.tokenizer(), self.session.profile(), self.config.view_mode)
+        screen = InspectScreen(event.data, event.tokenizer, event.profile, self.config.view_mode)
         if isinstance(self.screen, InspectScreen):
             self.switch_screen(screen)
         else:

@@ -1,16 +1,20 @@
 """What one app run works on: the store, the tokenizer and profile, the server; no Textual here.
 
 Why a separate object: screens and workers share it (attributes down), and tests build it on a
-temporary DuckDB file without going through the command line. The tokenizer loads lazily (it costs
+temporary DuckDB file without going through the command line. Tokenizers load lazily (each costs
 about a second), always in a worker, never before the first paint.
+
+Which tokenizer and profile: what the user named (`--tokenizer`, `--profile`, or objects handed to the
+constructor), else what the store's runs recorded, through `core.resolve.resolve_for_stored` as
+`tokview show` and the exports do; a store holding Qwen3 and Kimi runs shows each sample with its own
+run's tokenizer, so the app's findings agree with the stored codes. Each distinct tokenizer loads once.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -18,41 +22,89 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
     from tokview.store import Store, StoredSample
 
+_GIVEN = "<given>"
+"""Cache key of a tokenizer or profile the user named: it applies to every run."""
 
-@dataclass
+
 class Session:
-    store: "Store"
-    tokenizer_dir: Path | None = None
-    """None → the Kimi-layout tokenizer tokview builds itself."""
-    profile_name: str | None = None
-    """None → detected from the tokenizer."""
-    server_url: str | None = None
-    trust_remote_code: bool = False
-    who: str | None = None
-    _tokenizer: "TokenizerAdapter | None" = field(default=None, repr=False)
-    _profile: "ModelProfile | None" = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    def __init__(self, store: "Store", *, tokenizer_dir: Path | None = None, profile_name: str | None = None,
+                 tokenizer: "TokenizerAdapter | None" = None, profile: "ModelProfile | None" = None,
+                 server_url: str | None = None, trust_remote_code: bool = False, who: str | None = None) -> None:
+        """`tokenizer`/`profile`: already loaded objects (the demo, tests); they win over the names."""
+        self.store = store
+        self.tokenizer_dir = tokenizer_dir
+        self.profile_name = profile_name
+        self.server_url = server_url
+        self.trust_remote_code = trust_remote_code
+        self.who = who
+        self._given_tokenizer = tokenizer
+        self._given_profile = profile
+        self._tokenizers: dict[str | None, "TokenizerAdapter"] = {}
+        self._pairs: dict[tuple[str | None, str | None], tuple["TokenizerAdapter", "ModelProfile"]] = {}
+        self._runs: dict[str, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
 
+    # -- the pair for new work (generate, doctor, stats) -----------------------------------------
     def tokenizer(self) -> "TokenizerAdapter":
-        return self._resolved()[0]
+        return self._default()[0]
 
     def profile(self) -> "ModelProfile":
-        return self._resolved()[1]
+        return self._default()[1]
 
-    def _resolved(self) -> tuple["TokenizerAdapter", "ModelProfile"]:
-        """Loaded once, on first use (in a worker), exactly as the batch command resolves them."""
-        with self._lock:
-            if self._tokenizer is None or self._profile is None:
-                from tokview.core.resolve import resolve_tokenizer_and_profile
+    def _default(self) -> tuple["TokenizerAdapter", "ModelProfile"]:
+        """The named pair, else the latest run's recorded one, else tokview's Kimi-layout default."""
+        latest = next((r for r in reversed(self._run_table(refresh=False).values()) if r.get("tokenizer_dir")), {})
+        return self.resolve(latest.get("tokenizer_dir"), latest.get("profile"))
 
-                self._tokenizer, self._profile = resolve_tokenizer_and_profile(
-                    self.tokenizer_dir, self.profile_name, trust_remote_code=self.trust_remote_code,
-                    tokenizer=self._tokenizer, model_profile=self._profile)
-            return self._tokenizer, self._profile
+    # -- stored samples -------------------------------------------------------------------------
+    def for_sample(self, stored: "StoredSample") -> tuple["TokenizerAdapter", "ModelProfile"]:
+        """The pair to re-analyse one stored sample with: named, else its run's."""
+        run = self._run_table(refresh=False).get(stored.run_id)
+        if run is None and stored.run_id:
+            run = self._run_table(refresh=True).get(stored.run_id)  # a run generated since the app opened
+        run = run or {}
+        return self.resolve(run.get("tokenizer_dir"), stored.profile or run.get("profile"))
 
-    def load(self, sample_id: str) -> tuple["StoredSample", "Analysis"]:
-        """One stored sample and its analysis, derived from the ids exactly as the batch command does."""
+    def load(self, sample_id: str) -> tuple["StoredSample", "Analysis", "TokenizerAdapter", "ModelProfile"]:
+        """One stored sample, its analysis and the tokenizer/profile it was derived with (as batch does)."""
         from tokview.core.analysis import analyze
 
         stored = self.store.load_sample(sample_id)
-        return stored, analyze(stored.capture, self.profile(), self.tokenizer())
+        tokenizer, profile = self.for_sample(stored)
+        return stored, analyze(stored.capture, profile, tokenizer), tokenizer, profile
+
+    def resolve(self, recorded_tokenizer_dir: str | None,
+                recorded_profile: str | None) -> tuple["TokenizerAdapter", "ModelProfile"]:
+        """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once."""
+        tok_key = _GIVEN if self._given_tokenizer is not None or self.tokenizer_dir else recorded_tokenizer_dir
+        prof_key = _GIVEN if self._given_profile is not None or self.profile_name else recorded_profile
+        with self._lock:
+            pair = self._pairs.get((tok_key, prof_key))
+            if pair is None:
+                pair = self._resolve(tok_key, recorded_tokenizer_dir, recorded_profile)
+                self._pairs[(tok_key, prof_key)] = pair
+            return pair
+
+    def _resolve(self, tok_key: str | None, recorded_tokenizer_dir: str | None,
+                 recorded_profile: str | None) -> tuple["TokenizerAdapter", "ModelProfile"]:
+        from tokview.core.profiles import BUILTIN_PROFILES
+        from tokview.core.resolve import resolve_for_stored, resolve_tokenizer_and_profile
+
+        tokenizer = self._given_tokenizer if self._given_tokenizer is not None else self._tokenizers.get(tok_key)
+        if tokenizer is None:
+            tokenizer, profile = resolve_for_stored(
+                self.tokenizer_dir, self.profile_name, recorded_tokenizer_dir=recorded_tokenizer_dir,
+                recorded_profile=recorded_profile, trust_remote_code=self.trust_remote_code)
+            self._tokenizers[tok_key] = tokenizer
+            return tokenizer, profile if self._given_profile is None else self._given_profile
+        # Tokenizer already loaded: the same profile rule as resolve_for_stored, without a second load.
+        if self._given_profile is not None:
+            return tokenizer, self._given_profile
+        name = self.profile_name or (recorded_profile if recorded_profile in BUILTIN_PROFILES else None)
+        return resolve_tokenizer_and_profile(None, name, tokenizer=tokenizer)
+
+    def _run_table(self, refresh: bool) -> dict[str, dict[str, Any]]:
+        """run_id → the runs row (tokenizer_dir, profile), in start order; re-read when a new run shows up."""
+        if self._runs is None or refresh:
+            self._runs = {r["run_id"]: r for r in self.store.runs()}
+        return self._runs

@@ -76,7 +76,13 @@ class StatsScreen(Screen):
 
     @work(thread=True, exclusive=True, group="stats", exit_on_error=False)
     def _load(self) -> None:
-        self.post_message(self.Loaded(read_stats(self.session)))
+        try:
+            data = read_stats(self.session)
+        except Exception as exc:  # e.g. the run's tokenizer folder is gone: say so, keep the app
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.app.call_from_thread(self.query_one("#stats-summary", Static).update, f"cannot read stats: {first}")
+            return
+        self.post_message(self.Loaded(data))
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:
