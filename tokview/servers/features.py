@@ -32,6 +32,20 @@ async def _ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
         return None, exc.reason
 
 
+def first_choice(answer: Any) -> dict[str, Any]:
+    """`answer["choices"][0]` when the answer has that shape, else {} (a probe never trusts garbage)."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return value
+    return None
+
+
 def is_simulator(*answers: Any) -> bool:
     """The tokview simulator says so in /get_model_info and /v1/models."""
     for answer in answers:
@@ -59,12 +73,13 @@ async def detect(client: ServerClient, policy: RetryPolicy, profile: ModelProfil
     for src in (version, server_info):
         if isinstance(src, dict) and src.get("version") and info.version is None:
             info.version = str(src["version"])
-    if isinstance(models, dict) and models.get("data"):
-        first = models["data"][0]
-        info.model = first.get("id")
-        info.details["max_model_len"] = first.get("max_model_len")
-    if info.model is None and isinstance(model_info, dict):
-        info.model = model_info.get("model_path")
+    data = models.get("data") if isinstance(models, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        model_id = data[0].get("id")
+        info.model = model_id if isinstance(model_id, str) else None
+        info.details["max_model_len"] = data[0].get("max_model_len")
+    if info.model is None and isinstance(model_info, dict) and isinstance(model_info.get("model_path"), str):
+        info.model = model_info["model_path"]
     info.features["simulator"] = is_simulator(model_info, models)
     await probe_endpoints(client, policy, info, profile, prompt_ids)
     return info
@@ -82,9 +97,10 @@ async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: Serve
     answer, why = await _ask(policy, lambda: client.post_json("/v1/chat/completions", chat))
     f["chat"] = answer is not None
     f["chat_ids_field"] = f["chat_prompt_ids_field"] = f["reasoning_field"] = None
-    if isinstance(answer, dict) and answer.get("choices"):
-        choice = answer["choices"][0]
+    choice = first_choice(answer)
+    if choice:
         served_prompt, _, ids_field = chat_ids(answer, choice)
+        served_prompt = int_list(served_prompt)
         f["chat_ids_field"] = ids_field
         if isinstance(choice.get("prompt_token_ids"), list):
             f["chat_prompt_ids_field"] = "choices[].prompt_token_ids"
@@ -92,7 +108,8 @@ async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: Serve
             f["chat_prompt_ids_field"] = "prompt_token_ids"
         elif served_prompt is not None:
             f["chat_prompt_ids_field"] = "sglext.input_ids"
-        f["reasoning_field"] = pick_reasoning(choice.get("message") or {})[1]
+        message = choice.get("message")
+        f["reasoning_field"] = pick_reasoning(message)[1] if isinstance(message, dict) else None
         info.details["probe_prompt_ids"] = served_prompt
         prompt_ids = prompt_ids or served_prompt
     elif why:
@@ -101,7 +118,7 @@ async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: Serve
     if info.model:
         tok_body["model"] = info.model
     tokens, _ = await _ask(policy, lambda: client.post_json("/tokenize", tok_body))
-    f["tokenize_messages"] = isinstance(tokens, dict) and isinstance(tokens.get("tokens"), list)
+    f["tokenize_messages"] = isinstance(tokens, dict) and int_list(tokens.get("tokens")) is not None
     if f["tokenize_messages"]:
         info.details["tokenize_prompt_ids"] = tokens["tokens"]
         prompt_ids = prompt_ids or tokens["tokens"]
@@ -119,8 +136,7 @@ async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: Serve
         if info.model:
             comp["model"] = info.model
         answer, why = await _ask(policy, lambda: client.post_json("/v1/completions", comp))
-        choice = (answer or {}).get("choices", [{}])[0] if isinstance(answer, dict) else {}
-        f["completions_ids"] = isinstance(choice.get("token_ids"), list)
+        f["completions_ids"] = int_list(first_choice(answer).get("token_ids")) is not None
         if why:
             info.details["completions_error"] = why
     if info.kind == "unknown":

@@ -49,10 +49,36 @@ def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> s
     return "cumulative" if extends else "incremental"
 
 
-def _ids(value: Any, where: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(i, int) for i in value):
-        raise Retryable(f"malformed response from {where}: output ids are not a list of integers")
+def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
     return value
+
+
+def optional_ids_of(value: Any, where: str, what: str) -> list[int] | None:
+    return None if value is None else ids_of(value, where, what)
+
+
+def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
+    """`value` as a dict (None → {}); anything else is a malformed answer, retried like garbage."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Retryable(f"malformed response from {where}: {what} is not an object ({type(value).__name__})")
+    return value
+
+
+def text_of(value: Any, where: str, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise Retryable(f"malformed response from {where}: {what} is not a string ({type(value).__name__})")
+    return value
+
+
+def finish_of(value: Any, where: str) -> tuple[str | None, int | str | None]:
+    """normalize_finish, refusing shapes no server sends (a number, a list)."""
+    if value is not None and not isinstance(value, (str, dict)):
+        raise Retryable(f"malformed response from {where}: finish_reason is a {type(value).__name__}")
+    return normalize_finish(value)
 
 
 def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POST /generate") -> dict[str, Any]:
@@ -64,17 +90,18 @@ def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POS
     if "output_ids" not in data:
         raise CaptureFailed(f"{where} returned no output_ids: this SGLang build does not return ids "
                             f"(upgrade SGLang, or start it with --skip-tokenizer-init)")
-    meta = data["meta_info"] or {}
-    finish, matched = normalize_finish(meta.get("finish_reason"))
-    if finish == "abort":
-        message = (meta.get("finish_reason") or {}).get("message", "no message")
-        raise CaptureFailed(f"SGLang aborted the request on {where}: {message}")
+    meta = object_of(data["meta_info"], where, "meta_info")
+    raw_finish = meta.get("finish_reason")
+    finish, matched = finish_of(raw_finish, where)
+    if finish == "abort":  # {"type": "abort", "message": ...}, or a bare "abort" from some builds
+        message = raw_finish.get("message") if isinstance(raw_finish, dict) else None
+        raise CaptureFailed(f"SGLang aborted the request on {where}: {message or 'no message'}")
     return {
         "prompt_ids": list(prompt_ids),
-        "output_ids": _ids(data["output_ids"], where),
+        "output_ids": ids_of(data["output_ids"], where),
         "finish_reason": finish,
         "matched_stop": matched,
-        "text": data.get("text"),
+        "text": text_of(data.get("text"), where, "text"),
         "usage": normalize_usage(meta),
     }
 
@@ -103,18 +130,20 @@ async def _generate_stream(client: ServerClient, body: dict[str, Any],
         chunks.append(chunk)
     if not chunks:
         raise Retryable("malformed response from POST /generate: the stream carried no chunks")
-    ids_per_chunk = [_ids(c.get("output_ids") or [], "POST /generate (stream)") for c in chunks]
-    last_meta = chunks[-1].get("meta_info") or {}
+    where = "POST /generate (stream)"
+    ids_per_chunk = [ids_of(c.get("output_ids") or [], where) for c in chunks]
+    texts = [text_of(c.get("text"), where, "text") for c in chunks]
+    last_meta = object_of(chunks[-1].get("meta_info"), where, "meta_info")
     mode = stream_mode(ids_per_chunk, last_meta.get("completion_tokens"))
     if mode == "cumulative":
-        output_ids, text = ids_per_chunk[-1], chunks[-1].get("text")
+        output_ids, text = ids_per_chunk[-1], texts[-1]
         raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": [chunks[0], chunks[-1]]}
     else:
         output_ids = [i for c in ids_per_chunk for i in c]
-        text = "".join(c.get("text") or "" for c in chunks)
+        text = "".join(t or "" for t in texts)
         raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": chunks}
     fields = capture_from_generate({"output_ids": output_ids, "text": text, "meta_info": last_meta}, prompt_ids,
-                                   where="POST /generate (stream)")
+                                   where=where)
     return fields, raw
 
 
@@ -153,7 +182,8 @@ def chat_ids(data: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | 
             return prompt, choice[name], name
     ext_out = choice_ext.get("output_ids") or sglext.get("output_ids")
     if isinstance(ext_out, list) and ext_out and isinstance(ext_out[0], list):
-        ext_out = ext_out[choice.get("index", 0)]
+        index = choice.get("index", 0)
+        ext_out = ext_out[index] if isinstance(index, int) and 0 <= index < len(ext_out) else None
     if isinstance(ext_out, list):
         return prompt, ext_out, "sglext.output_ids"
     return prompt, None, None
@@ -163,15 +193,18 @@ def parse_chat(data: Any, where: str) -> dict[str, Any]:
     """Capture fields of an OpenAI-style chat answer (SGLang or vLLM), ids possibly None."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise Retryable(f"malformed response from {where}: expected an object with choices")
-    choice = data["choices"][0]
-    message = choice.get("message") or {}
+    choice = object_of(data["choices"][0], where, "choices[0]")
+    message = object_of(choice.get("message"), where, "choices[0].message")
     prompt, output, _ = chat_ids(data, choice)
+    prompt = optional_ids_of(prompt, where, "prompt token ids")
+    output = optional_ids_of(output, where, "output token ids")
     reasoning, field_name = pick_reasoning(message)
-    finish, _ = normalize_finish(choice.get("finish_reason"))
+    finish, _ = finish_of(choice.get("finish_reason"), where)
     matched = choice.get("matched_stop", choice.get("stop_reason"))
     return {
         "prompt_ids": prompt, "output_ids": output, "finish_reason": finish, "matched_stop": matched,
-        "reasoning": reasoning, "content": message.get("content"), "reasoning_field": field_name,
+        "reasoning": text_of(reasoning, where, f"message.{field_name}"),
+        "content": text_of(message.get("content"), where, "message.content"), "reasoning_field": field_name,
         "usage": normalize_usage(data.get("usage")),
     }
 

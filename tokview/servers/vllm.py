@@ -15,8 +15,8 @@ from tokview.core.record import Capture
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.request import normalize_finish, normalize_usage
-from tokview.servers.sglang import finish_chat_capture, parse_chat
+from tokview.servers.request import normalize_usage
+from tokview.servers.sglang import finish_chat_capture, finish_of, ids_of, object_of, parse_chat, text_of
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 
@@ -51,7 +51,7 @@ async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[di
     started = time.perf_counter()
     if stream:
         chunks = [c async for c in client.stream_sse("/v1/chat/completions", body)]
-        fields, raw = merge_chat_stream(chunks), {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
+        fields, raw = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)"), {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
     else:
         raw = await client.post_json("/v1/chat/completions", body)
         fields = parse_chat(raw, "POST /v1/chat/completions")
@@ -59,8 +59,12 @@ async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[di
                                time.perf_counter() - started)
 
 
-def merge_chat_stream(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fold chat chunks into one answer: prompt ids from the first, id and text deltas after."""
+def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)") -> dict[str, Any]:
+    """Fold chat chunks into one answer: prompt ids from the first, id and text deltas after.
+
+    Any shape no server sends (a choice that is not an object, ids that are not integers, a text
+    delta that is not a string) raises Retryable "malformed response", never a TypeError.
+    """
     prompt_ids: list[int] | None = None
     output_ids: list[int] = []
     saw_ids = False
@@ -73,30 +77,34 @@ def merge_chat_stream(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             prompt_ids = chunk["prompt_token_ids"]
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise Retryable(f"malformed response from {where}: choices is not a list")
+        for choice in choices:
+            choice = object_of(choice, where, "a choice")
             if choice.get("index", 0) != 0:
                 continue
             if prompt_ids is None and isinstance(choice.get("prompt_token_ids"), list):
                 prompt_ids = choice["prompt_token_ids"]
             ids = choice.get("token_ids")
             if ids is not None:
-                if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                    raise Retryable("malformed response from POST /v1/chat/completions: token_ids is not a list of ints")
                 saw_ids = True
-                output_ids.extend(ids)
-            delta = choice.get("delta") or {}
+                output_ids.extend(ids_of(ids, where, "token_ids"))
+            delta = object_of(choice.get("delta"), where, "delta")
             for key in texts:
                 if key in delta:
                     seen_keys.add(key)
-                    if delta[key]:
+                    if text_of(delta[key], where, f"delta.{key}"):
                         texts[key].append(delta[key])
             if choice.get("finish_reason"):
-                finish, _ = normalize_finish(choice["finish_reason"])
+                finish, _ = finish_of(choice["finish_reason"], where)
                 matched = choice.get("matched_stop", choice.get("stop_reason"))
     field_name = next((k for k in REASONING_KEYS if texts[k]), None) or next(
         (k for k in REASONING_KEYS if k in seen_keys), None)
     reasoning = "".join(texts[field_name]) if field_name and texts[field_name] else None
     content = "".join(texts["content"]) if texts["content"] else None
+    if prompt_ids is not None:
+        ids_of(prompt_ids, where, "prompt_token_ids")
     return {"prompt_ids": prompt_ids, "output_ids": output_ids if saw_ids else None, "finish_reason": finish,
             "matched_stop": matched, "reasoning": reasoning, "content": content, "reasoning_field": field_name,
             "usage": normalize_usage(usage)}
@@ -117,15 +125,16 @@ async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids
     where = "POST /v1/completions"
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise Retryable(f"malformed response from {where}: expected an object with choices")
-    choice = data["choices"][0]
+    choice = object_of(data["choices"][0], where, "choices[0]")
     output = choice.get("token_ids")
-    if not isinstance(output, list):
+    if output is None:
         raise CaptureFailed(f"{where} returned no token_ids: this vLLM build ignores return_token_ids "
                             f"(it needs vLLM ≥0.10.2)", url=client.url)
-    finish, _ = normalize_finish(choice.get("finish_reason"))
+    output = ids_of(output, where, "token_ids")
+    finish, _ = finish_of(choice.get("finish_reason"), where)
     return Capture(
         prompt_ids=list(prompt_ids), output_ids=list(output), finish_reason=finish,
-        matched_stop=choice.get("stop_reason"), text=choice.get("text"),
+        matched_stop=choice.get("stop_reason"), text=text_of(choice.get("text"), where, "text"),
         usage=normalize_usage(data.get("usage")), settings=settings, endpoint="vllm-completions",
         raw_request=client.audit_request("POST", "/v1/completions", body), raw_response=data,
         latency_s=time.perf_counter() - started, **info.stamp(),
