@@ -37,12 +37,16 @@ def run(args) -> int:
     from tokview.servers import ServerUnreachable
     from tokview.servers.doctor import run_doctor
 
-    if not args.server.startswith(("http://", "https://")):
-        raise UserError(f"--server must be an http:// or https:// URL, got {args.server!r}")
+    from tokview.servers.urls import validate_server_url
+
+    try:
+        server = validate_server_url(args.server)
+    except ValueError as exc:
+        raise UserError(f"--server: {exc}") from None
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer else None
     profile = get_profile(args.profile) if args.profile else None
     try:
-        report = asyncio.run(run_doctor(args.server, tokenizer=tokenizer, profile=profile, thinking=args.thinking,
+        report = asyncio.run(run_doctor(server, tokenizer=tokenizer, profile=profile, thinking=args.thinking,
                                         timeout=args.timeout))
     except ServerUnreachable as exc:
         raise UserError(f"server unreachable: {exc.reason}", EXIT_UNREACHABLE) from None

@@ -55,6 +55,8 @@ class DoctorReport:
     profile: ModelProfile | None
     tokenizer_name: str | None
     checks: list[DoctorCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What tokview changed about the URL it was given (e.g. a dropped trailing /v1)."""
 
     @property
     def failed(self) -> bool:
@@ -64,13 +66,14 @@ class DoctorReport:
         return {"url": self.url, "kind": self.info.kind, "version": self.info.version, "model": self.info.model,
                 "simulator": bool(self.info.features.get("simulator")),
                 "profile": self.profile.name if self.profile else None, "tokenizer": self.tokenizer_name,
-                "features": dict(self.info.features), "ok": not self.failed,
+                "features": dict(self.info.features), "ok": not self.failed, "notes": list(self.notes),
                 "checks": [c.to_dict() for c in self.checks]}
 
     def render_text(self) -> str:
         lines = [f"tokview doctor: {self.url}",
                  f"  profile {self.profile.name if self.profile else '(none)'}, "
-                 f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}", ""]
+                 f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}"]
+        lines += [f"  note: {n}" for n in self.notes] + [""]
         for c in self.checks:
             lines.append(f"{SYMBOLS[c.status]} {c.title}: {c.detail}")
             if c.recommendation:
@@ -89,7 +92,9 @@ def _guess_profile(ids: list[int] | None) -> ModelProfile | None:
 async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, profile: ModelProfile | None = None,
                      *, thinking: bool = True, timeout: float = 30.0, retries: int = 1,
                      default_tokenizer: bool = True) -> DoctorReport:
-    """Probe `url` and return the report. Raises ServerUnreachable when nothing answers."""
+    """Probe `url` and return the report. Raises ServerUnreachable when nothing answers, ValueError for a
+    bad URL. Credentials in the URL are sent as Basic auth and TOKVIEW_API_KEY as a bearer token; neither
+    appears in the report."""
     client = ServerClient(url, timeout=timeout, concurrency=2)
     policy = RetryPolicy(retries=retries, backoff=0.2)
     try:
@@ -108,7 +113,7 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=tokenizer.name if tokenizer else None)
+                              tokenizer_name=tokenizer.name if tokenizer else None, notes=list(client.notes))
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:
@@ -126,7 +131,8 @@ class _Doctor:
         self.backend: str | None = None
 
     def add(self, status: str, title: str, detail: str, recommendation: str = "") -> None:
-        self.report.checks.append(DoctorCheck(status, title, detail, recommendation))
+        scrub = self.client.secrets.scrub  # details quote server answers, which may echo a key
+        self.report.checks.append(DoctorCheck(status, title, scrub(detail), scrub(recommendation)))
 
     async def run(self) -> None:
         from tokview.servers.doctor_checks import (check_ids, check_opener, check_output_ids, check_parser,

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.urls import Secrets, api_key_from_env, parse_server_url
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
@@ -65,12 +66,19 @@ class ServerClient:
 
     def __init__(self, url: str, *, timeout: float = 60.0, concurrency: int = 8, api_key: str | None = None,
                  connect_timeout: float | None = None) -> None:
-        self.url = url.rstrip("/")
+        """`url` may carry `user:password@` (sent as Basic auth, never kept in `self.url`); the API key
+        defaults to `TOKVIEW_API_KEY` from the environment. Raises ValueError for a bad URL."""
+        parts = parse_server_url(url)
+        self.url = parts.url
+        self.notes = parts.notes
         self.timeout = timeout
+        api_key = api_key if api_key is not None else api_key_from_env()
+        self.secrets = Secrets.for_server(parts, api_key)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.AsyncClient(
             base_url=self.url,
             headers=headers,
+            auth=httpx.BasicAuth(*parts.auth) if parts.auth else None,
             timeout=httpx.Timeout(timeout, connect=connect_timeout or min(timeout, 10.0)),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
             transport=httpx.AsyncHTTPTransport(retries=0),
@@ -91,12 +99,12 @@ class ServerClient:
         """GET returning parsed JSON; raises Retryable / CaptureFailed like a POST."""
         with self._classify("GET", path):
             response = await self.http.get(path)
-        return self._json_of(response, "GET", path)
+            return self._json_of(response, "GET", path)
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         with self._classify("POST", path):
             response = await self.http.post(path, content=json.dumps(body), headers=JSON_HEADERS)
-        return self._json_of(response, "POST", path)
+            return self._json_of(response, "POST", path)
 
     async def stream_sse(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST and yield each SSE `data:` JSON object until `[DONE]`.
@@ -161,7 +169,8 @@ class ServerClient:
 
 
 class _Classifier:
-    """Context manager mapping httpx transport errors to Retryable with a readable reason."""
+    """Context manager mapping httpx transport errors to Retryable with a readable reason, and masking
+    the API key and URL credentials in every reason raised inside it (a 401 body may echo the key)."""
 
     def __init__(self, client: ServerClient, method: str, path: str) -> None:
         self.client, self.method, self.path = client, method, path
@@ -170,12 +179,25 @@ class _Classifier:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, (CaptureFailed, Retryable)):
+            scrub_reason(exc, self.client.secrets)
+            return False
+        if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol, OverflowError)):
+            raise CaptureFailed(f"bad server URL {self.client.url}: {type(exc).__name__}: {exc}",
+                                url=self.client.url) from None
         if exc is None or not isinstance(exc, httpx.TransportError):
             return False
         where = f"{self.method} {self.client.url}{self.path}"
+        scrub = self.client.secrets.scrub
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-            raise Retryable(f"cannot connect to {self.client.url} ({type(exc).__name__}: {exc or 'refused'})",
+            raise Retryable(scrub(f"cannot connect to {self.client.url} ({type(exc).__name__}: {exc or 'refused'})"),
                             connection=True) from None
         if isinstance(exc, httpx.TimeoutException):
             raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}") from None
-        raise Retryable(f"connection lost during {where} ({type(exc).__name__}: {exc or 'closed'})") from None
+        raise Retryable(scrub(f"connection lost during {where} ({type(exc).__name__}: {exc or 'closed'})")) from None
+
+
+def scrub_reason(exc: CaptureFailed | Retryable, secrets: Secrets) -> None:
+    """Mask secrets in an exception's reason in place, so whoever stores or prints it sees none."""
+    exc.reason = secrets.scrub(exc.reason)
+    exc.args = (exc.reason,)

@@ -9,7 +9,6 @@ slows a run by a few retries, not forever. The API key comes only from `TOKVIEW_
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,10 +18,11 @@ from tokview.core.record import Capture
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
 from tokview.servers.features import detect, health
-from tokview.servers.http import ServerClient
+from tokview.servers.http import ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
+from tokview.servers.urls import parse_server_url
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -56,18 +56,17 @@ class ServerPool:
             raise ValueError("a server pool needs at least one URL")
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
-        for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"server URL must start with http:// or https://: {url!r}")
         self.backend, self.tokenizer, self.profile = backend, tokenizer, profile
         self.concurrency = max(1, concurrency)
         self.policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self.probe_policy = RetryPolicy(retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff)
         self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
-        api_key = os.environ.get("TOKVIEW_API_KEY") or None
+        for url in urls:
+            parse_server_url(url)  # all of them before any client opens; ValueError with a one-line reason
+        # ServerClient validates each URL (ValueError), strips credentials and reads TOKVIEW_API_KEY.
         self._servers = [
-            _Server(ServerClient(u, timeout=timeout, concurrency=self.concurrency, api_key=api_key,
-                                 connect_timeout=connect_timeout), semaphore=asyncio.Semaphore(self.concurrency))
+            _Server(ServerClient(u, timeout=timeout, concurrency=self.concurrency, connect_timeout=connect_timeout),
+                    semaphore=asyncio.Semaphore(self.concurrency))
             for u in urls
         ]
         self._next = 0
@@ -100,7 +99,7 @@ class ServerPool:
         for s in self._servers:
             d = s.info.to_dict() if s.info else {"url": s.client.url, "kind": "unknown", "version": None,
                                                  "model": None, "features": {}}
-            d.update(healthy=s.healthy, last_error=s.last_error)
+            d.update(healthy=s.healthy, last_error=s.last_error, notes=list(s.client.notes))
             out.append(d)
         return out
 
@@ -125,7 +124,12 @@ class ServerPool:
             server.failures = 0
             return capture
 
-        return await self.policy.run(attempt)
+        try:
+            return await self.policy.run(attempt)
+        except CaptureFailed as exc:  # reasons built outside the HTTP layer may quote the server too
+            for s in self._servers:
+                scrub_reason(exc, s.client.secrets)
+            raise
 
     async def _pick(self) -> _Server:
         self._reprobe_due()
@@ -144,7 +148,7 @@ class ServerPool:
         return choice
 
     def _failed(self, server: _Server, exc: Retryable) -> None:
-        server.last_error = exc.reason
+        server.last_error = server.client.secrets.scrub(exc.reason)
         if not exc.connection:
             return
         server.failures += 1
@@ -164,13 +168,17 @@ class ServerPool:
         server.probing = True
         try:
             if server.info is None:
-                server.info = await detect(server.client, self.probe_policy, self.profile,
-                                           self._probe_prompt_ids())
+                info = await detect(server.client, self.probe_policy, self.profile, self._probe_prompt_ids())
+                if info.kind == "unknown" and self.backend == "auto":
+                    raise CaptureFailed(f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
+                                        f"info endpoints say: give the server's root URL (not an API sub-path) or "
+                                        f"pass --backend sglang|vllm")
+                server.info = info
             elif not await health(server.client):
                 raise ServerUnreachable(f"{server.client.url} is still not answering")
             server.evicted_at, server.failures = None, 0
         except CaptureFailed as exc:
-            server.last_error = exc.reason
+            server.last_error = server.client.secrets.scrub(exc.reason)
             server.evicted_at = time.monotonic()
         finally:
             server.probing = False

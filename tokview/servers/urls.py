@@ -1,0 +1,119 @@
+"""Server URLs: one validator for every command, and credentials kept out of anything stored or shown.
+
+`validate_server_url` is what batch, doctor and the UI call on a user's `--server` before anything
+else, so a bad URL is a one-line error and never reaches httpx (whose own failures on a port of
+99999 or a bare `http://` are tracebacks). `parse_server_url` splits a valid URL into the public
+part tokview records and prints (no `user:password@`), the credentials (sent as httpx Basic auth)
+and notes (e.g. a trailing `/v1` that was dropped: tokview adds the paths itself).
+`Secrets` masks the credential values and the API key in any text a server sent back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+import httpx
+
+API_KEY_ENV = "TOKVIEW_API_KEY"
+MASK = "***"
+
+
+@dataclass(frozen=True)
+class ServerURL:
+    url: str
+    """Normalised, without credentials: the only form that is stored, logged or shown."""
+    auth: tuple[str, str] | None = None
+    """(user, password) from `user:password@` in the URL, sent as HTTP Basic auth."""
+    notes: tuple[str, ...] = ()
+
+
+def _fail(url: str, why: str) -> ValueError:
+    return ValueError(f"bad server URL {redact(url)!r}: {why}")
+
+
+def redact(url: str) -> str:
+    """The URL with any `user:password@` replaced by `***@`, for error messages about a bad URL."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = MASK + "@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def parse_server_url(url: str) -> ServerURL:
+    """Validate and split a server URL; raises ValueError with a one-line reason."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError("bad server URL: it is empty (expected e.g. http://127.0.0.1:8000)")
+    url = url.strip()
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError, OverflowError) as exc:
+        raise _fail(url, str(exc).splitlines()[0] if str(exc) else "not a URL") from None
+    if parsed.scheme not in ("http", "https") or "://" not in url:
+        raise _fail(url, "it must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
+    if not parsed.host:
+        raise _fail(url, "it has no host (e.g. http://127.0.0.1:8000)")
+    if parsed.port is not None and not 0 < parsed.port <= 65535:
+        raise _fail(url, f"port {parsed.port} is out of range (1-65535)")
+    if parsed.query or parsed.fragment:
+        raise _fail(url, "it must not carry a query or fragment (give the server's root URL)")
+    auth = None
+    if parsed.userinfo:
+        user, _, password = parsed.userinfo.decode("ascii", "replace").partition(":")
+        auth = (unquote(user), unquote(password))
+    notes: list[str] = []
+    path = parsed.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+        notes.append("dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself")
+    public = parsed.copy_with(userinfo=b"", path=path or "/")
+    text = str(public).rstrip("/")
+    return ServerURL(url=text, auth=auth, notes=tuple(notes))
+
+
+def validate_server_url(url: str) -> str:
+    """The normalised URL (credentials kept, so it can be passed on to `ServerPool`), or ValueError.
+
+    Show or store `public_url(url)` instead of the returned string: it may still hold a password.
+    """
+    parts = parse_server_url(url)
+    if parts.auth is None:
+        return parts.url
+    return str(httpx.URL(parts.url).copy_with(username=parts.auth[0], password=parts.auth[1]))
+
+
+def public_url(url: str) -> str:
+    """The URL as tokview records and prints it: normalised, without credentials."""
+    return parse_server_url(url).url
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Values that must never appear in a stored or printed reason: the API key and URL credentials."""
+
+    values: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def for_server(cls, parts: ServerURL, api_key: str | None) -> "Secrets":
+        found: list[str] = []
+        if api_key:
+            found.append(api_key)
+        if parts.auth is not None:
+            for value in parts.auth:
+                if value:
+                    found += [value, httpx.URL("http://h/").copy_with(username=value).userinfo.decode()]
+        return cls(tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)))
+
+    def scrub(self, text: str) -> str:
+        for value in self.values:
+            text = text.replace(value, MASK)
+        return text
+
+
+def api_key_from_env() -> str | None:
+    """The API key, only ever from the environment."""
+    return os.environ.get(API_KEY_ENV) or None
