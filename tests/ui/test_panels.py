@@ -112,6 +112,32 @@ async def test_generate_reports_an_unreachable_server(make_app):
         assert screen.cancel_event is None and not screen.query_one("#run").disabled
 
 
+async def test_generate_refuses_a_bad_server_url_with_its_reason(make_app, store):
+    app = make_app(server_url="http://127.0.0.1:8000")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#server", Input).value = "http://127.0.0.1:99999"
+        screen.query_one("#source", Select).value = "typed"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        line = str(screen.query_one("#progress-line", Static).render())
+        assert "bad server URL" in line and "port 99999 is out of range" in line
+        assert screen.cancel_event is None and not screen.query_one("#run").disabled
+        assert store.count_samples() == 30
+
+
+async def test_doctor_panel_refuses_a_bad_server_url(make_app):
+    app = make_app(server_url="http://")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("D")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, DoctorScreen) and screen.report is None
+        assert "bad server URL" in str(screen.query_one("#doctor-report", Static).render())
+
+
 async def test_doctor_panel_shows_the_report(make_app, sim):
     app = make_app(server_url=sim.url)
     async with app.run_test(size=(120, 40)) as pilot:

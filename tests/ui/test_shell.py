@@ -82,6 +82,12 @@ def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch)
     assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--profile", "nope"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
     assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--tokenizer", str(tmp_path / "missing")]) == 1
+    capsys.readouterr()
+    for bad in ("http://127.0.0.1:99999", "http://", "ftp://127.0.0.1:8000", "http://u:s3cret@127.0.0.1:99999"):
+        assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--server", bad]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "bad server URL" in err and "s3cret" not in err
+    assert not (tmp_path / "x.duckdb").exists()  # refused before the store was created
     cfg = tmp_path / "c.toml"
     cfg.write_text('[keymap]\n"no.such.binding" = "x"\n')
     monkeypatch.setenv("TOKVIEW_CONFIG", str(cfg))

@@ -33,6 +33,13 @@ def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str
     if unknown:
         raise UserError(f"config {config.path}: keymap names unknown binding ids {sorted(unknown)} "
                         f"(see the help screen, ?, for the ids)")
+    if server is not None:
+        from tokview.servers.urls import validate_server_url
+
+        try:
+            server = validate_server_url(server)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if tokenizer is not None and not tokenizer.is_dir():
         raise UserError(f"tokenizer directory not found: {tokenizer}")
     if profile:

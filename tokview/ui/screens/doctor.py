@@ -65,11 +65,15 @@ class DoctorScreen(Screen):
     @on(Button.Pressed, "#doctor-run")
     @on(Input.Submitted, "#doctor-url")
     def action_run(self) -> None:
+        from tokview.servers.urls import public_url, validate_server_url
+
         url = self.query_one("#doctor-url", Input).value.strip()
-        if not url:
-            self.notify("give a server URL", severity="error")
+        try:
+            url = validate_server_url(url)
+        except ValueError as exc:
+            self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {exc}", "bold red"))
             return
-        self.query_one("#doctor-report", Static).update(f"checking {url}…")
+        self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}…")
         self._run(url)
 
     @work(exclusive=True, group="doctor", exit_on_error=False)

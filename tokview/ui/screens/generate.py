@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -108,9 +109,12 @@ class GenerateScreen(Screen):
     def build_config(self):
         from tokview.batch import BatchConfig
 
+        from tokview.servers.urls import validate_server_url
+
         server = self._value("#server")
         if not server:
             raise ValueError("give a server URL")
+        server = validate_server_url(server)  # a bad URL is a one-line ValueError, shown by action_run
         source = self.query_one("#source", Select).value
         return BatchConfig(
             servers=[server], prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
@@ -129,6 +133,7 @@ class GenerateScreen(Screen):
             config = self.build_config()
         except ValueError as exc:
             self.notify(f"cannot run: {exc}", severity="error")
+            self.query_one("#progress-line", Static).update(Text(f"cannot run: {exc}", "bold red"))
             return
         source = self.query_one("#source", Select).value
         self.cancel_event = asyncio.Event()
