@@ -30,7 +30,9 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(PROMPTS.read_text() + EXTRA.read_text())
     rows, _ = read_prompts(prompts)
-    items, _ = plan(rows, BatchConfig(servers=[], max_new_tokens=120))
+    config = BatchConfig(servers=[], max_new_tokens=120)
+    identity = {"model": "tokview-sim", "tokenizer": kimi().fingerprint(), "profile": profile().name}
+    items, _ = plan(rows, config, config.sample_settings(identity))
     expected = {i.sample_id for i in items}
     db = tmp_path / "kill.duckdb"
     with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.1})) as sim:

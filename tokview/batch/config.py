@@ -45,12 +45,44 @@ class BatchConfig:
     """An already resolved ModelProfile; wins over `profile`."""
 
     def generation_settings(self) -> dict[str, Any]:
-        """The settings that make a sample what it is: they go into every sample id."""
+        """The sampling settings sent with every request."""
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
                 "thinking": self.thinking, "mode": self.mode}
 
-    def run_id(self) -> str:
-        return self.run or f"batch-{settings_key(self.generation_settings())}"
+    def sample_settings(self, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What makes a sample what it is, hashed into every sample id and the default run id.
+
+        `identity` is the served model name (known after probing), the tokenizer fingerprint and
+        the profile name: a second model's run into the same store must not "resume" the first's
+        samples. The server URL is deliberately left out: the same model on another port makes
+        the same data, so a run moved to another box resumes.
+        """
+        return {**self.generation_settings(), **(identity or {})}
+
+    def run_id(self, identity: dict[str, Any] | None = None) -> str:
+        return self.run or f"batch-{settings_key(self.sample_settings(identity))}"
+
+    def validate(self) -> None:
+        """Range checks, one line each: a negative retry count or limit is a usage error, never a crash
+        deep in the retry loop or a silently empty (or silently truncated) run."""
+        from tokview.batch.inputs import InputError
+
+        checks = [
+            (self.concurrency >= 1, "--concurrency must be at least 1"),
+            (self.samples_per_prompt >= 1, "--samples-per-prompt must be at least 1"),
+            (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
+            (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
+            (self.retries >= 0, "--retries must be 0 or more"),
+            (self.timeout > 0, "--timeout must be more than 0 seconds"),
+            (0.0 <= self.top_p <= 1.0, "--top-p must be between 0 and 1"),
+            (self.temperature >= 0.0, "--temperature must be 0 or more"),
+            (self.mode in ("raw", "chat", "dual"), f"unknown mode {self.mode!r} (choose raw, chat or dual)"),
+            (self.on_bad_row in ("skip", "stop"), "--on-bad-row must be skip or stop"),
+            (bool(self.servers), "give at least one --server"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(message)
 
 
 @dataclass

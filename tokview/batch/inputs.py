@@ -20,7 +20,22 @@ class InputError(ValueError):
     """The prompts file cannot be read, or a bad row with `--on-bad-row stop`."""
 
 
-def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
+def is_parquet(path: Path) -> bool:
+    return path.suffix.lower() in PARQUET_SUFFIXES
+
+
+def iter_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line or row number, parsed row) of a JSONL or Parquet file, chosen by its suffix.
+
+    The one reader for every command that takes a dataset (batch prompts, audit): a JSONL line that
+    is not JSON comes back as a `PromptError` in place of the row, so callers report it and go on.
+    """
+    path = Path(path)
+    return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
+
+
+def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
+    """Rows of a Parquet file as dicts, numbered from 1; a JSON-string `messages` column is parsed."""
     import duckdb  # DuckDB's own Parquet reader: no pyarrow needed
 
     con = duckdb.connect()
@@ -52,8 +67,8 @@ def read_prompts(path: str | Path, *, on_bad_row: str = "skip", limit: int | Non
         raise InputError(f"prompts file not found: {path}")
     rows: list[PromptRow] = []
     bad: list[str] = []
-    source = _iter_parquet(path) if path.suffix.lower() in PARQUET_SUFFIXES else iter_jsonl(path)
-    label = "row" if path.suffix.lower() in PARQUET_SUFFIXES else "line"
+    source = iter_rows(path)
+    label = "row" if is_parquet(path) else "line"
     try:
         for n, obj in source:
             if limit is not None and len(rows) + len(bad) >= limit:

@@ -1,8 +1,10 @@
 """`run_batch`: prompts → captures → analysis → store, resumable and interruptible.
 
 Why it is shaped this way:
-- Work is planned up front as sample ids (prompt id + settings + index + turn), and the ids already in
-  the store are skipped (an anti-join), so a re-run never re-generates or duplicates anything.
+- Work is planned up front as sample ids (prompt id + settings + served model + tokenizer + profile +
+  index + turn), and the ids already in the store are skipped (an anti-join), so a re-run never
+  re-generates or duplicates anything, and another model's run never "resumes" this one. The servers
+  are probed first, since the served model name is part of the id.
 - Each finished capture is analysed and written in its own short transaction on one writer thread;
   a kill at any moment loses at most the requests still in flight.
 - Cancelling (Ctrl-C, or the UI's cancel event) stops taking work and abandons in-flight requests;
@@ -23,7 +25,8 @@ from tokview.batch.inputs import InputError, read_prompts
 from tokview.core.analysis import analyze
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import Capture, sample_id_for
-from tokview.store import Store
+from tokview.store import Store, StoreError
+from tokview.store.records import scrub, scrub_text
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,12 @@ def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
         tokenizer=config.tokenizer, model_profile=config.model_profile)
 
 
-def plan(rows: list[PromptRow], config: BatchConfig) -> tuple[list[WorkItem], int]:
-    """Every sample slot the prompts ask for, and how many rows repeated an earlier prompt id."""
-    settings = config.generation_settings()
+def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | None = None
+         ) -> tuple[list[WorkItem], int]:
+    """Every sample slot the prompts ask for, and how many rows repeated an earlier prompt id.
+
+    `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
+    settings = config.sample_settings() if settings is None else settings
     items: list[WorkItem] = []
     seen_prompts: set[str] = set()
     duplicates = 0
@@ -76,14 +82,44 @@ class _Counters:
                              time.monotonic() - self.started)
 
 
+def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
+    """Model name (as the servers report it), tokenizer fingerprint, profile: what sample ids must include."""
+    models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
+    if len(models) > 1:
+        raise InputError(f"the servers serve different models ({', '.join(models)}): run each model separately")
+    return {"model": models[0] if models else None, "tokenizer": tokenizer.fingerprint(), "profile": profile.name}
+
+
+def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
+    """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost."""
+    for run in store.runs():
+        if run["run_id"] != run_id:
+            continue
+        old = run["settings"] or {}
+        changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
+        if changed:
+            raise InputError(f"run {run_id} was made with other {', '.join(changed)} "
+                             f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for an error that is not a CaptureFailed (a bug, a tokenizer error, an odd response)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"unexpected error: {type(exc).__name__}" + (f": {text[:300]}" if text else "")
+
+
 async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] | None = None,
                     on_progress: Callable[[BatchProgress], None] | None = None,
                     cancel: asyncio.Event | None = None) -> BatchSummary:
-    """Generate every planned sample not yet in the store. Raises InputError / ServerUnreachable."""
-    from tokview.servers import CaptureFailed, CaptureRequest, ServerPool
+    """Generate every planned sample not yet in the store.
 
-    if config.samples_per_prompt < 1 or config.concurrency < 1:
-        raise InputError("--samples-per-prompt and --concurrency must be at least 1")
+    Raises InputError (bad config or prompts), ServerUnreachable (no server answered the probe) or
+    StoreError (the database cannot be written). Any other error on one sample is recorded as that
+    sample's failure and the run goes on.
+    """
+    from tokview.servers import ServerPool
+
+    config.validate()
     bad: list[str] = []
     if prompts is None:
         if config.prompts_path is None:
@@ -92,21 +128,34 @@ async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] 
     elif config.limit is not None:
         prompts = prompts[:config.limit]
     tokenizer, profile = resolve_tokenizer_and_profile(config)
-    items, duplicates = plan(prompts, config)
+    pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
+                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+    try:
+        await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
+        return await _run(config, store, pool, prompts, bad, tokenizer, profile, on_progress, cancel)
+    finally:
+        await pool.aclose()
+
+
+async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[PromptRow], bad: list[str],
+               tokenizer: Any, profile: Any, on_progress: Callable[[BatchProgress], None] | None,
+               cancel: asyncio.Event | None) -> BatchSummary:
+    from tokview.servers import CaptureFailed, CaptureRequest
+
+    identity = served_identity(pool, tokenizer, profile)
+    sample_settings = config.sample_settings(identity)
+    items, duplicates = plan(prompts, config, sample_settings)
     existing = store.existing_sample_ids(i.sample_id for i in items)
     todo = deque(i for i in items if i.sample_id not in existing)
-    run_id = config.run_id()
+    run_id = config.run_id(identity)
     summary = BatchSummary(run_id=run_id, input=len(items) + duplicates + len(bad), resumed=len(existing),
-                           duplicates=duplicates, bad_rows=bad)
+                           duplicates=duplicates, bad_rows=bad, servers=scrub(pool.server_info()))
     counters = _Counters(summary.input, len(existing) + duplicates + len(bad))
     report = (lambda: on_progress(counters.snapshot())) if on_progress else (lambda: None)
     report()
     if todo:
-        pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
-                          concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
-        await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
-        summary.servers = pool.server_info()
-        store.put_run(run_id, settings=config.generation_settings(), profile=profile.name,
+        check_run_provenance(store, run_id, sample_settings)
+        store.put_run(run_id, settings=sample_settings, profile=profile.name,
                       tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
                       tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
                       server_info=summary.servers, source=str(config.prompts_path) if config.prompts_path else None)
@@ -114,20 +163,29 @@ async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] 
         writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokview-store")
         loop = asyncio.get_running_loop()
 
+        def store_failure(item: WorkItem, reason: str, server: str | None) -> None:
+            store.put_failure(item.prompt_id, item.sample_id, run_id, reason, server=server)
+            counters.progress.failed += 1
+            counters.reasons[scrub_text(reason)] += 1
+
         def store_sample(item: WorkItem, capture: Capture) -> None:
-            analysis = analyze(capture, profile, tokenizer)
-            store.put_sample(item.sample_id, item.prompt_id, run_id, capture, analysis, gen_index=item.index,
-                             turn=item.turn, profile=profile.name)
+            try:
+                analysis = analyze(capture, profile, tokenizer)
+                store.put_sample(item.sample_id, item.prompt_id, run_id, capture, analysis, gen_index=item.index,
+                                 turn=item.turn, profile=profile.name)
+            except StoreError as exc:
+                # this sample's data (an id DuckDB cannot hold) or the database itself? Writing the
+                # failure tells them apart: a failing database raises again and stops the run.
+                store_failure(item, str(exc), capture.server_url)
+                return
+            except Exception as exc:  # this sample's analysis failed: record it, keep going
+                store_failure(item, failure_reason(exc), capture.server_url)
+                return
             p = counters.progress
             p.ok += 1
             p.output_tokens += len(capture.output_ids)
             p.flagged += 0 if analysis.valid else 1
             p.truncated += capture.finish_reason == "length"
-
-        def store_failure(item: WorkItem, exc: CaptureFailed) -> None:
-            store.put_failure(item.prompt_id, item.sample_id, run_id, exc.reason, server=exc.url)
-            counters.progress.failed += 1
-            counters.reasons[exc.reason] += 1
 
         async def worker() -> None:
             while todo:
@@ -137,7 +195,9 @@ async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] 
                     capture = await pool.capture(request)
                     job = loop.run_in_executor(writer, store_sample, item, capture)
                 except CaptureFailed as exc:
-                    job = loop.run_in_executor(writer, store_failure, item, exc)
+                    job = loop.run_in_executor(writer, store_failure, item, exc.reason, exc.url)
+                except Exception as exc:  # a malformed response the servers layer did not classify
+                    job = loop.run_in_executor(writer, store_failure, item, failure_reason(exc), None)
                 await asyncio.shield(job)  # a cancel abandons the wait, never the write
                 report()
 
@@ -160,7 +220,6 @@ async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] 
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             await loop.run_in_executor(None, writer.shutdown, True)  # let handed-over writes commit
-            await pool.aclose()
     p = counters.snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (

@@ -51,25 +51,27 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch import BatchConfig, InputError, run_batch
     from tokview.batch.progress import ProgressPrinter
     from tokview.servers import ServerUnreachable
-    from tokview.store import Store
+    from tokview.store import Store, StoreError
+    from tokview.store.records import scrub_text
 
-    for name in ("concurrency", "samples_per_prompt", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     config = BatchConfig(
         servers=args.server, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
         trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
         run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries)
+    try:
+        config.validate()  # before the database file is created
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     printer = ProgressPrinter(sys.stderr)
     with Store(args.db) as store:
         try:
             summary = asyncio.run(_run(config, store, printer, run_batch))
-        except InputError as exc:
-            raise UserError(str(exc)) from None
+        except (InputError, StoreError) as exc:
+            raise UserError(scrub_text(str(exc))) from None
         except ServerUnreachable as exc:
-            raise UserError(exc.reason, EXIT_UNREACHABLE) from None
+            raise UserError(scrub_text(exc.reason), EXIT_UNREACHABLE) from None
         finally:
             printer.finish()
     for message in summary.bad_rows[:BAD_ROWS_SHOWN]:

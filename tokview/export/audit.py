@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from tokview.batch.inputs import iter_rows
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
@@ -51,13 +52,6 @@ def encode_literal(tokenizer: Any, text: str) -> list[int]:
         return list(tokenizer.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
     except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
         return tokenizer.encode(text)
-
-
-def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    from tokview.batch.inputs import PARQUET_SUFFIXES, _iter_parquet
-    from tokview.core.prompts import iter_jsonl
-
-    return _iter_parquet(path) if path.suffix.lower() in PARQUET_SUFFIXES else iter_jsonl(path)
 
 
 def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
@@ -120,7 +114,7 @@ def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfi
                   tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
                   tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(), source=str(path))
     seen: Counter[str] = Counter()
-    for n, row in _iter_rows(path):
+    for n, row in iter_rows(path):
         report.rows += 1
         try:
             if isinstance(row, PromptError):
