@@ -61,6 +61,9 @@ async def test_a_named_run_is_not_overwritten_by_another_model(tmp_path):
     (["--top-p", "1.5"], "--top-p must be between 0 and 1"),
     (["--top-p", "-0.1"], "--top-p must be between 0 and 1"),
     (["--temperature", "-1"], "--temperature must be 0 or more"),
+    (["--server", "http://127.0.0.1:99999"], "out of range"),
+    (["--server", "http://"], "bad server URL"),
+    (["--server", "ftp://127.0.0.1:8000"], "http:// or https://"),
 ])
 def test_bad_numbers_and_urls_are_one_line_usage_errors(tmp_path, capsys, flags, message):
     db = tmp_path / "never.duckdb"

@@ -51,11 +51,16 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch import BatchConfig, InputError, run_batch
     from tokview.batch.progress import ProgressPrinter
     from tokview.servers import ServerUnreachable
+    from tokview.servers.urls import validate_server_url
     from tokview.store import Store, StoreError
     from tokview.store.records import scrub_text
 
+    try:
+        servers = [validate_server_url(url) for url in args.server]
+    except ValueError as exc:
+        raise UserError(scrub_text(str(exc))) from None
     config = BatchConfig(
-        servers=args.server, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
+        servers=servers, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
         trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
