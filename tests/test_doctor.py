@@ -109,3 +109,13 @@ def test_cli_failures_and_unreachable(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["doctor", "--server", f"http://127.0.0.1:{port}", "--timeout", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tokview: error: server unreachable") and "\n" not in err
+
+
+async def test_local_tokenizer_check_is_analyzes_prompt_render_mismatch_finding(qwen_tok: Any) -> None:
+    """The doctor judges the local template with the same finding a stored sample gets, word for word."""
+    with start_simulator(SimConfig(kind="sglang")) as sim:
+        report = await run_doctor(sim.url, tokenizer=qwen_tok, profile=KIMI, timeout=5.0)
+    local = by_title(report)["Local tokenizer"]
+    assert local["ok"] is False
+    assert local["detail"].startswith("The local tokenizer renders") and "the server used" in local["detail"]
+    assert "the local template or tokenizer is not the server's" in local["detail"]

@@ -114,16 +114,13 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
             analysis = analyze(dual, doc.profile, doc.tokenizer)
             problems += [f.detail for f in analysis.findings
                          if f.code in ("parser_split_mismatch", "reasoning_field_missing")]
-            ids = dual.parsed_output_ids or dual.output_ids
+            ids = dual.aligned_output_ids
             hidden = analysis.alignment.positions(HIDDEN) if analysis.alignment is not None else []
             names = ", ".join(doc.name(t) for t in sorted({ids[i] for i in hidden}))
             hidden_note = (f"; it hides {names} from the text (the ids keep them; tokview trains on ids)" if names
                            else "; it hides no ids from the text")
         else:
             hidden_note = "; which ids it hides: skipped (needs --tokenizer)"
-    if field is None and (chat.content or "").strip() and doc.settings.get("thinking") is not False:
-        problems.append("the answer has no reasoning field at all (neither `reasoning` nor `reasoning_content`): "
-                        "the server runs no reasoning parser")
     if problems:
         doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems)
                 + hidden_note,
@@ -134,7 +131,9 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
                 f"{hidden_note}", "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
                 "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16")
     elif field is None:
-        doc.add("warn", "Reasoning parser", "no reasoning field came back (thinking is off)" + hidden_note)
+        why = "thinking is off" if doc.settings.get("thinking") is False else \
+            "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"
+        doc.add("warn", "Reasoning parser", f"no reasoning field came back ({why}){hidden_note}")
     elif raw is None or doc.tokenizer is None:
         doc.add("ok", "Reasoning parser", f"the parser puts reasoning in `{field}`; its split could not be checked "
                 f"against ids{hidden_note or ' (no raw ids)'}")
@@ -192,16 +191,19 @@ def check_tokenizer(doc: "_Doctor", served: list[int] | None) -> None:
     if not served:
         doc.add("skip", "Local tokenizer", "skipped: the server returned no prompt ids to compare with")
         return
+    if not doc.tokenizer.chat_template:
+        doc.add("skip", "Local tokenizer", "skipped: the local tokenizer has no chat template to render with")
+        return
     from tokview.servers.doctor import QUESTION
 
-    try:
-        local = doc.tokenizer.render(QUESTION, template_kwargs=doc.settings["chat_template_kwargs"])
-    except ValueError as exc:
-        doc.add("fail", "Local tokenizer", f"cannot render the prompt locally: {exc}")
-        return
-    if local == served:
+    # The same judgement as every stored sample: analyze's prompt_render_mismatch on the served prompt.
+    served_prompt = Capture(prompt_ids=list(served), output_ids=[], messages=QUESTION,
+                            settings={"thinking": doc.settings.get("thinking"),
+                                      "chat_template_kwargs": doc.settings["chat_template_kwargs"]})
+    finding = next((f for f in analyze(served_prompt, doc.profile, doc.tokenizer).findings
+                    if f.code == "prompt_render_mismatch"), None)
+    if finding is None:
         doc.add("ok", "Local tokenizer", f"renders the same {len(served)} prompt ids as the server")
         return
-    first = next((i for i, (a, b) in enumerate(zip(local, served)) if a != b), min(len(local), len(served)))
-    doc.add("fail", "Local tokenizer", f"renders {len(local)} prompt ids, the server {len(served)}; they differ "
-            f"from position {first}", "point --tokenizer at the server's own tokenizer and chat template")
+    doc.add("fail", "Local tokenizer", finding.detail,
+            "point --tokenizer at the server's own tokenizer and chat template")
