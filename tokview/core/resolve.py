@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
+from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
@@ -38,25 +38,21 @@ def add_tokenizer_arguments(parser) -> None:
 
 
 def resolve_for_stored(tokenizer_dir: str | Path | None, profile: str | None, *, recorded_tokenizer_dir: str | None,
-                       recorded_profile: str | None, trust_remote_code: bool = False
+                       recorded_profile: str | None, trust_remote_code: bool = False,
+                       tokenizer: TokenizerAdapter | None = None, model_profile: ModelProfile | None = None
                        ) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 
     Showing a Qwen3 sample with Kimi's rules would invent findings, so the recorded tokenizer folder
     and profile are used when the user names none. Code shipped in a *recorded* folder never runs:
-    `trust_remote_code` applies only to a folder the user names on this command line.
+    `trust_remote_code` applies only to a folder the user names on this command line. Already-loaded
+    objects (an app caches one tokenizer per folder) are used as they are.
     """
-    if tokenizer_dir is None and recorded_tokenizer_dir:
+    if tokenizer is None and tokenizer_dir is None and recorded_tokenizer_dir:
         if not Path(recorded_tokenizer_dir).is_dir():
             raise TokenizerError(f"the run's tokenizer folder {recorded_tokenizer_dir} is gone: pass --tokenizer DIR")
         tokenizer = load_tokenizer(recorded_tokenizer_dir, trust_remote_code=False)
-    else:
-        tokenizer = None
-    model_profile = None
-    if profile is None and recorded_profile:
-        try:
-            model_profile = get_profile(recorded_profile) if recorded_profile in BUILTIN_PROFILES else None
-        except ProfileError:
-            model_profile = None  # a custom profile stored by name: detect it from the tokenizer
+    if model_profile is None and profile is None and recorded_profile in BUILTIN_PROFILES:
+        model_profile = BUILTIN_PROFILES[recorded_profile]  # a custom profile stored by name is detected instead
     return resolve_tokenizer_and_profile(tokenizer_dir, profile, trust_remote_code=trust_remote_code,
                                          tokenizer=tokenizer, model_profile=model_profile)

@@ -87,21 +87,15 @@ class Session:
 
     def _resolve(self, tok_key: str | None, recorded_tokenizer_dir: str | None,
                  recorded_profile: str | None) -> tuple["TokenizerAdapter", "ModelProfile"]:
-        from tokview.core.profiles import BUILTIN_PROFILES
-        from tokview.core.resolve import resolve_for_stored, resolve_tokenizer_and_profile
+        from tokview.core.resolve import resolve_for_stored
 
         tokenizer = self._given_tokenizer if self._given_tokenizer is not None else self._tokenizers.get(tok_key)
-        if tokenizer is None:
-            tokenizer, profile = resolve_for_stored(
-                self.tokenizer_dir, self.profile_name, recorded_tokenizer_dir=recorded_tokenizer_dir,
-                recorded_profile=recorded_profile, trust_remote_code=self.trust_remote_code)
-            self._tokenizers[tok_key] = tokenizer
-            return tokenizer, profile if self._given_profile is None else self._given_profile
-        # Tokenizer already loaded: the same profile rule as resolve_for_stored, without a second load.
-        if self._given_profile is not None:
-            return tokenizer, self._given_profile
-        name = self.profile_name or (recorded_profile if recorded_profile in BUILTIN_PROFILES else None)
-        return resolve_tokenizer_and_profile(None, name, tokenizer=tokenizer)
+        tokenizer, profile = resolve_for_stored(
+            self.tokenizer_dir, self.profile_name, recorded_tokenizer_dir=recorded_tokenizer_dir,
+            recorded_profile=recorded_profile, trust_remote_code=self.trust_remote_code,
+            tokenizer=tokenizer, model_profile=self._given_profile)
+        self._tokenizers.setdefault(tok_key, tokenizer)
+        return tokenizer, profile
 
     def _run_table(self, refresh: bool) -> dict[str, dict[str, Any]]:
         """run_id → the runs row (tokenizer_dir, profile), in start order; re-read when a new run shows up."""
