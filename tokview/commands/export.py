@@ -24,37 +24,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
     p.add_argument("--run", dest="run_name", help="only this run")
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the run's, else Kimi-layout)")
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--profile", help="fallback profile for samples stored without a known one")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the code of the folder given with --tokenizer (never of a folder the database names)")
+    p.add_argument("--profile", help="fallback profile for samples stored without a known one "
+                                     "(default: the runs' recorded profile, else detected)")
     p.set_defaults(run=run)
 
 
-def resolve_tokenizer(store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool):
-    """The tokenizer the samples were made with: the flag, else the run's recorded dir, else Kimi-layout."""
-    from tokview.core.kimi_layout import kimi_tokenizer_dir
-    from tokview.core.tokenizer import load_tokenizer
+def resolve_tokenizer(store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool,
+                      profile: str | None = None):
+    """The tokenizer and fallback profile the samples were made with: the flags, else what the runs recorded.
 
-    if tokenizer_dir is None:
-        dirs = {r["tokenizer_dir"] for r in store.runs() if r["tokenizer_dir"] and
-                (run_name is None or r["run_id"] == run_name)}
-        dirs = {d for d in dirs if Path(d).is_dir()}
-        if len(dirs) > 1:
-            raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(sorted(dirs))}): pass --tokenizer "
-                            "or --run")
-        tokenizer_dir = Path(dirs.pop()) if dirs else kimi_tokenizer_dir()
-    return load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
+    Goes through `core.resolve.resolve_for_stored`, so `--trust-remote-code` only ever applies to a
+    folder named with `--tokenizer` on this command line, never to one a database points at.
+    """
+    from tokview.core.resolve import resolve_for_stored
+
+    runs = [r for r in store.runs() if run_name is None or r["run_id"] == run_name]
+    dirs = sorted({r["tokenizer_dir"] for r in runs if r["tokenizer_dir"]})
+    if tokenizer_dir is None and len(dirs) > 1:
+        raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
+    profiles = sorted({r["profile"] for r in runs if r["profile"]})
+    return resolve_for_stored(tokenizer_dir, profile, recorded_tokenizer_dir=dirs[0] if dirs else None,
+                              recorded_profile=profiles[0] if len(profiles) == 1 else None,
+                              trust_remote_code=trust_remote_code)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.core.profiles import get_profile
     from tokview.export import export
     from tokview.store import Store
 
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db}")
     with Store(args.db) as store:
-        tokenizer = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code)
-        profile = get_profile(args.profile) if args.profile else None
+        tokenizer, profile = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code,
+                                               args.profile)
         result = export(store, args.format, args.out, select=args.select, run=args.run_name, tokenizer=tokenizer,
                         profile=profile)
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"

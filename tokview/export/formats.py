@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tokview.core import segments as seg
+from tokview.core.analysis import Analysis, analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.store.records import scrub_text
 
 ENDPOINT_PATHS = {"sglang-generate": "/generate", "sglang-chat": "/v1/chat/completions",
-                  "vllm-chat": "/v1/chat/completions", "vllm-completions": "/v1/completions",
-                  "dual": "/generate"}
+                  "vllm-chat": "/v1/chat/completions", "vllm-completions": "/v1/completions"}
+DUAL_RAW_PATHS = {"sglang": "/generate", "vllm": "/v1/completions"}
+"""A dual capture's ids come from the raw path, which is /generate on SGLang and /v1/completions on vLLM."""
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
 SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"),
                  ("seed", "seed"))
@@ -53,19 +56,41 @@ class Texts:
     content: str
 
 
-def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> Texts:
-    kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)[len(capture.prompt_ids):]
-    reasoning = [t for t, k in zip(capture.output_ids, kinds) if k == seg.REASONING]
-    answer = [t for t, k in zip(capture.output_ids, kinds) if k == seg.ANSWER]
-    opened = any(k in (seg.OPENER, seg.CLOSER, seg.REASONING) for k in kinds) or \
-        seg.prompt_opens_reasoning(capture.prompt_ids, profile)
-    return Texts(tokenizer.decode(reasoning) if opened else None, tokenizer.decode(answer))
+REASONING_KINDS = (seg.PREFILLED_OPENER, seg.OPENER, seg.REASONING, seg.CLOSER)
+
+
+def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any, analysis: Analysis | None = None
+                   ) -> Texts:
+    """The text of the exported ids' reasoning and answer segments, as `analyze` cut them.
+
+    The segments are the analysis's own (over `output_ids`, the ids the row trains on), so an
+    export and the findings never disagree about where reasoning ends.
+    """
+    analysis = analysis or analyze(capture, profile)
+    ids, n_prompt = capture.input_ids, len(capture.prompt_ids)
+
+    def text_of(kind: str) -> str:
+        return tokenizer.decode([t for s in analysis.segments if s.kind == kind and s.start >= n_prompt
+                                 for t in ids[s.start:s.end]])
+
+    opened = any(s.kind in REASONING_KINDS for s in analysis.segments)
+    return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER))
 
 
 def endpoint_url(capture: Capture) -> str:
+    """The URL the exported ids were served from, without credentials.
+
+    The stored request's own URL when there is one (in a dual capture: the raw path's); else the
+    server URL plus the endpoint's path (a dual capture's raw path depends on the server kind).
+    """
+    request_url = (capture.raw_request or {}).get("url")
+    if isinstance(request_url, str) and "://" in request_url:
+        return scrub_text(request_url)
     if not capture.server_url:
         return capture.endpoint
-    return capture.server_url.rstrip("/") + ENDPOINT_PATHS.get(capture.endpoint, "")
+    path = (DUAL_RAW_PATHS.get(capture.server_kind or "", "") if capture.endpoint == "dual"
+            else ENDPOINT_PATHS.get(capture.endpoint, ""))
+    return scrub_text(capture.server_url.rstrip("/")) + path
 
 
 def sampling_params(settings: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +107,7 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
         "id": f"{item.prompt_id}_gen{item.k}",
         "primary_id": item.prompt_id,
         "input_ids": input_ids,
-        "loss_mask": [0] * len(c.prompt_ids) + [1] * len(c.output_ids),
+        "loss_mask": seg.loss_mask(c.prompt_ids, c.output_ids),
         "text": tokenizer.decode(input_ids, skip_special_tokens=False),
         "metadata": {"idx": item.k, "finish_reason": c.finish_reason, "is_tool_call": False, "usage": c.usage,
                      "endpoint": endpoint_url(c), "sampling_params": sampling_params(c.settings),

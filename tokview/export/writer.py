@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused
 from tokview.store import Store
-from tokview.store.records import capture_from_row
+from tokview.store.records import capture_from_row, scrub, scrub_optional
 
 SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 CHUNK = 256
@@ -83,22 +86,41 @@ def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", ru
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise ExportError(f"--out {out} is a directory: give a file name (e.g. {out / ('train.' + _suffix(fmt))})")
     ids = selected_ids(store, select, run)
     if not ids:
         raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else ""))
+    out.parent.mkdir(parents=True, exist_ok=True)  # only once there is something to write
+    # The data is written beside its final name and renamed at the end, so a failed export never
+    # leaves a half-written file under the name a trainer reads; the temp file goes either way.
+    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        result = _export_to(store, fmt, out, tmp, ids, select, run, tokenizer, profile)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result
+
+
+def _suffix(fmt: str) -> str:
+    return "parquet" if fmt == "parquet" else "jsonl"
+
+
+def _export_to(store: Store, fmt: str, out: Path, tmp: Path, ids: list[tuple], select: str, run: str | None,
+               tokenizer: Any, profile: ModelProfile | None) -> ExportResult:
     profiles = _Profiles(profile, tokenizer)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
     seen = _Provenance()
     k_of: Counter[str] = Counter()
     exported: list[str] = []
-    tmp = out.with_name(out.name + ".partial")
     builder = JSONL_FORMATS.get(fmt)
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with (open(tmp, "w", encoding="utf-8") if builder is not None else nullcontext()) as fh:
         for start in range(0, len(ids), CHUNK):
             for row in store.rows_for([i[0] for i in ids[start:start + CHUNK]]):
-                if not row["output_ids"]:
+                if not any(seg.loss_mask(row["prompt_ids"], row["output_ids"])):
                     refused["no_supervised_tokens"] += 1  # loss mask all 0: nothing to train on
                     continue
                 capture = capture_from_row(row)
@@ -116,20 +138,23 @@ def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", ru
                 freq.update(capture.output_ids)
                 seen.add(row, capture)
     if fmt == "parquet":
-        tmp.unlink()
-        _write_parquet(store, exported, out)
-    else:
-        os.replace(tmp, out)
+        _write_parquet(store, exported, tmp)
+    os.replace(tmp, out)
     result = ExportResult(out, sidecar(out, "manifest.json"), sidecar(out, "token_freq.json"), len(ids),
                           len(exported), dict(sorted(refused.items())))
     with open(result.token_freq_path, "w", encoding="utf-8") as fh:
         json.dump({str(t): n for t, n in sorted(freq.items())}, fh)
-    result.manifest = _manifest(store, fmt, select, run, tokenizer, profiles, seen, result)
+    result.manifest = scrub(_manifest(store, fmt, select, run, tokenizer, profiles, seen, result))
     with open(result.manifest_path, "w", encoding="utf-8") as fh:
         json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
     if fmt == "speculators":
         _write_errors(store, run, sidecar(out, "errors.jsonl"))
     return result
+
+
+# The Parquet loss mask is built in SQL, 0 per prompt id and 1 per output id: the same rule as
+# `core.segments.loss_mask` (tests/test_export_review.py checks every exported row against it).
+PARQUET_LOSS_MASK = "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids])"
 
 
 def _write_parquet(store: Store, sample_ids: list[str], out: Path) -> None:
@@ -140,7 +165,7 @@ def _write_parquet(store: Store, sample_ids: list[str], out: Path) -> None:
         "ORDER BY coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) - 1 AS VARCHAR) AS id, "
         "s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
         "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
-        "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids]) AS loss_mask, "
+        f"{PARQUET_LOSS_MASK} AS loss_mask, "
         "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes "
         "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
         f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
@@ -154,8 +179,8 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
                        "ORDER BY prompt_id, sample_id, \"at\"", params)
     with open(path, "w", encoding="utf-8") as fh:
         for prompt_id, sample_id, reason, server in rows:
-            fh.write(json.dumps({"id": prompt_id, "metadata": {"sample_id": sample_id, "error": reason,
-                                                                "endpoint": server}}) + "\n")
+            fh.write(json.dumps({"id": prompt_id, "metadata": {
+                "sample_id": sample_id, "error": scrub_optional(reason), "endpoint": scrub_optional(server)}}) + "\n")
 
 
 class _Provenance:
