@@ -31,3 +31,15 @@ def test_resync_needs_the_next_piece_too():
 def test_text_no_id_accounts_for_is_reported():
     result = align([b"a"], ["a and more"], [False])
     assert result.statuses == (KEPT,) and result.unmatched_text == " and more"
+
+
+def test_fields_say_which_text_kept_each_id():
+    # reasoning "ab", content "cd"; the closer is hidden; a None field is skipped but keeps its index.
+    result = align([b"a", b"b", b"</think>", b"c", b"d"], ["ab", None, "cd"], [False, False, True, False, False])
+    assert result.statuses == (KEPT, KEPT, HIDDEN, KEPT, KEPT)
+    assert result.fields == (0, 0, None, 2, 2)
+
+
+def test_an_answer_filed_as_reasoning_is_attributed_to_reasoning():
+    result = align([b"Hmm", b"</think>", b"Yes"], ["HmmYes", ""], [False, True, False])
+    assert result.fields == (0, None, 0)

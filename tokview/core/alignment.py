@@ -8,6 +8,7 @@ do not (drift). The walk is linear: one pass over the ids with a bounded look-ah
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -26,6 +27,8 @@ class Alignment:
 
     statuses: tuple[str, ...]
     unmatched_text: str
+    fields: tuple[int | None, ...] = ()
+    """Per id: the index (into the `texts` given to `align`) of the field its text landed in; None if hidden."""
 
     def positions(self, status: str) -> list[int]:
         return [i for i, s in enumerate(self.statuses) if s == status]
@@ -57,35 +60,51 @@ def _resync(target: bytes, cursor: int, piece: bytes, following: bytes) -> int:
 
 def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool]) -> Alignment:
     """Match each id's bytes, in order, against the concatenated text fields."""
-    target = "".join(t for t in texts if t).encode("utf-8")
+    encoded = [(i, t.encode("utf-8")) for i, t in enumerate(texts) if t]
+    target = b"".join(b for _, b in encoded)
+    starts, offset = [], 0
+    for _, b in encoded:
+        starts.append(offset)
+        offset += len(b)
     cursor = 0
     statuses: list[str] = []
+    fields: list[int | None] = []
     unmatched = bytearray()
+
+    def field_at(pos: int) -> int | None:
+        return encoded[bisect_right(starts, pos) - 1][0] if encoded and pos < len(target) else None
+
     for index, (piece, is_special) in enumerate(zip(pieces, special)):
         if not piece or target.startswith(piece, cursor):
+            fields.append(field_at(cursor) if piece else None)
             statuses.append(KEPT)
             cursor += len(piece)
             continue
         common = _common_prefix(piece, target, cursor)
         if common and not piece[common:].strip():
+            fields.append(field_at(cursor))
             statuses.append(PARTIAL)  # trailing whitespace trimmed (e.g. content.strip())
             cursor += common
             continue
         core = piece.lstrip()
         if core and core != piece and target.startswith(core, cursor):
+            fields.append(field_at(cursor))
             statuses.append(PARTIAL)  # leading whitespace trimmed (e.g. "\n\nThe" → "The")
             cursor += len(core)
             continue
         if not piece.strip() or is_special:
             statuses.append(HIDDEN)
+            fields.append(None)
             continue
         following = pieces[index + 1] if index + 1 < len(pieces) and not special[index + 1] else b""
         found = _resync(target, cursor, piece, following)
         if found != -1:
             unmatched += target[cursor:found]
+            fields.append(field_at(found))
             statuses.append(DRIFT)
             cursor = found + len(piece)
         else:
             statuses.append(HIDDEN)
+            fields.append(None)
     unmatched += target[cursor:]
-    return Alignment(tuple(statuses), unmatched.decode("utf-8", errors="replace"))
+    return Alignment(tuple(statuses), unmatched.decode("utf-8", errors="replace"), tuple(fields))

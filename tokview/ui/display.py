@@ -111,7 +111,10 @@ def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdap
     kinds = analysis.aligned_kinds
     al = analysis.alignment
     statuses: list[str | None] = list(al.statuses) if al is not None else [HIDDEN] * len(out_ids)
-    fields = _field_per_id(capture, out_ids, statuses, tokenizer)
+    # Which text field kept each id (core's alignment knows): an answer the parser filed as reasoning
+    # shows in reasoning colour here while the left pane, coloured by the ids, shows answer.
+    split = capture.reasoning is not None or capture.content is not None
+    fields = al.fields if al is not None and split else None
     pieces = [" " * cell_len(visible(p)) for p in prompt_raw]
     classes = [CLASS_INDEX[EMPTY]] * n_prompt
     status: list[str | None] = [None] * n_prompt
@@ -131,33 +134,9 @@ def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdap
         elif fields is None or tokenizer.is_special(tid):
             classes.append(_class_for(kinds[n_prompt + i], tokenizer.is_special(tid)))
         else:
-            classes.append(CLASS_INDEX[REASONING if fields[i] else ANSWER])
+            classes.append(CLASS_INDEX[REASONING if fields[i] == 0 else ANSWER])
     breaks = [p.endswith("\n") for p in prompt_raw + out_raw]
     return TokenSeq(ids, pieces, classes, n_prompt, breaks, status)
-
-
-def _field_per_id(capture: "Capture", out_ids: Sequence[int], statuses: Sequence[str | None],
-                  tokenizer: "TokenizerAdapter") -> list[bool] | None:
-    """Per aligned id: True when its text landed in the reasoning field (None: no split fields).
-
-    Core's alignment walks the concatenation reasoning + content and says *whether* an id was kept;
-    which of the two fields kept it is what this pane colours by, so an answer the parser filed as
-    reasoning shows in reasoning colour here while the left pane (coloured by the ids) shows answer.
-    The text offset follows the alignment's statuses: kept ids consume their bytes, partial ones their
-    trimmed bytes, hidden ones nothing.
-    """
-    if capture.reasoning is None and capture.content is None:
-        return None
-    reasoning_bytes = len((capture.reasoning or "").encode())
-    consumed = 0
-    out = []
-    for tid, st in zip(out_ids, statuses):
-        out.append(consumed < reasoning_bytes)
-        if st in (KEPT, DRIFT):
-            consumed += len(tokenizer.piece_bytes(tid))
-        elif st == PARTIAL:
-            consumed += len(tokenizer.piece_bytes(tid).strip())
-    return out
 
 
 def cell_texts(seq: TokenSeq, mode: str) -> tuple[list[str], list[str] | None]:
