@@ -255,3 +255,9 @@ def test_literal_think_only_in_prompt_is_a_warning(fam):
     analysis = analyze(fam.capture(prompt_ids=literal + fam.prompt, messages=None, usage={}), fam.profile, fam.tok)
     hit = next(f for f in analysis.findings if f.code == "literal_think_text")
     assert hit.severity == "warn" and analysis.valid
+
+
+def test_id_only_import_is_not_a_missing_reasoning_field(fam):
+    """A dataset of ids (speculators rows) has no text fields: nothing can have been read from the wrong one."""
+    capture = fam.capture(endpoint="imported")
+    assert "reasoning_field_missing" not in analyze(capture, fam.profile, fam.tok).codes

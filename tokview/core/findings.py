@@ -331,8 +331,8 @@ def _decode_split(ctx: Context) -> tuple[str, str]:
 
 def _reasoning_unreturned(ctx: Context) -> bool:
     c = ctx.capture
-    if c.endpoint not in CHAT_ENDPOINTS or c.thinking is False or (c.reasoning or "").strip():
-        return False
+    if c.endpoint not in CHAT_ENDPOINTS or not c.has_text_fields or c.thinking is False or (c.reasoning or "").strip():
+        return False  # only a response that returned text fields can have lost its reasoning field
     split = _id_split(ctx)
     if split is None or not split[0]:
         return False

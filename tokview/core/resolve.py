@@ -30,9 +30,11 @@ def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profi
 def add_tokenizer_arguments(parser) -> None:
     """--tokenizer / --profile / --trust-remote-code, worded the same in every command."""
     parser.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
-                        help="local tokenizer/model folder (default: tokview's Kimi-layout tokenizer)")
+                        help="local tokenizer/model folder (default: the one the run recorded, else tokview's "
+                             "Kimi-layout tokenizer)")
     parser.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
-                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)")
+                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: the run's, else "
+                             "detected from the tokenizer)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)")
 
