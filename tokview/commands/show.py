@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("show", help="print one sample's ids, segments and findings")
-    p.add_argument("sample_id", help="a sample id (`tokview stats` and the app list them)")
+    p.add_argument("sample_id", help="a sample id (`tokview stats --samples` and the app list them)")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
     p.add_argument("--from", dest="start", type=int, default=None, help="first position to list (default: output start)")
     p.add_argument("--count", type=int, default=80, help="how many positions to list (default 80)")
@@ -34,18 +34,20 @@ def run(args) -> int:
     from tokview.store import Store, UnknownSample
 
     if not Path(args.db).is_file():
-        raise UserError(f"no database at {args.db}")
+        raise UserError(f"database not found: {args.db} (pass --db PATH)")
     if args.count < 1:
         raise UserError("--count must be at least 1")
     with Store(args.db) as store:
         try:
             stored = store.load_sample(args.sample_id)
         except UnknownSample:
-            raise UserError(f"no sample {args.sample_id!r} in {args.db}") from None
+            raise UserError(f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` "
+                            f"lists them)") from None
         run = next((r for r in store.runs() if r["run_id"] == stored.run_id), {})
     tokenizer, profile = resolve_for_stored(args.tokenizer, args.profile,
                                             recorded_tokenizer_dir=run.get("tokenizer_dir"),
-                                            recorded_profile=stored.profile, trust_remote_code=args.trust_remote_code)
+                                            recorded_profile=stored.profile or run.get("profile"),
+                                            trust_remote_code=args.trust_remote_code)
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
