@@ -148,3 +148,19 @@ def test_texts_are_the_analysis_segments():
     off.prompt_ids = kimi().render(off.messages, template_kwargs={"thinking": False})
     off.output_ids = kimi().encode("Hi") + [163586]
     assert texts_from_ids(off, profile(), kimi()).reasoning is None
+
+
+def test_prose_survives_a_store_export_round_trip_while_secrets_do_not(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKVIEW_API_KEY", "sk-envkey-7")
+    prose = "Explain the basic idea of a bearer token, then fetch https://alice@example.com/x"
+    cap = make_capture(question=prose + " with key sk-envkey-7")
+    cap.raw_request = {"url": "http://127.0.0.1:8000/v1/chat/completions",
+                       "headers": {"Authorization": "Basic YWxpY2U6cHc="}, "body": {"messages": cap.messages}}
+    with Store(tmp_path / "r.duckdb") as s:
+        put(s, "p1", cap)
+        export(s, "sharegpt", tmp_path / "g.jsonl", select="all", tokenizer=kimi(), profile=profile())
+        stored = s.load_sample(s.samples_page()[0].sample_id).capture
+    human = _jsonl(tmp_path / "g.jsonl")[0]["conversations"][-2]
+    assert human == {"from": "human", "value": prose + " with key [redacted]"}
+    assert stored.raw_request["headers"]["Authorization"] == "[redacted]"
+    assert "sk-envkey-7" not in (tmp_path / "r.duckdb").read_bytes().decode("latin-1")

@@ -58,3 +58,28 @@ def test_duckdb_errors_become_store_errors(store, tmp_path):
     with pytest.raises(StoreError):
         store._tx([("INSERT INTO nope VALUES (1)", [])])
     assert store.query("SELECT 1") == [(1,)]  # the connection is still usable
+
+
+PROSE = "Explain the basic idea of a bearer token; my page is https://alice@example.com/x"
+
+
+def test_ordinary_prose_is_stored_unchanged_while_secrets_are_masked(tmp_path, monkeypatch):
+    """Payloads keep every word a person wrote; only secret-named keys and known secret values go."""
+    monkeypatch.setenv("TOKVIEW_API_KEY", "sk-envkey")
+    cap = make_capture(question=PROSE + " (key sk-envkey)")
+    cap.raw_request = {"url": "http://bob:pw-s3cret@127.0.0.1:8000/v1/chat/completions",
+                       "headers": {"Authorization": "Bearer abc.def"}, "body": {"messages": cap.messages}}
+    cap.raw_response = {"choices": [{"message": {"content": "a basic idea: " + PROSE}}]}
+    with Store(tmp_path / "p.duckdb", server_urls=["http://carol:c4rol-pw@127.0.0.1:8000"]) as store:
+        sid = put(store, "p1", cap)
+        cap2 = make_capture(question="carol's password is c4rol-pw")
+        put(store, "p2", cap2)
+        got = store.load_sample(sid).capture
+        assert got.messages[-1]["content"] == PROSE + " (key [redacted])"
+        assert got.raw_request["body"]["messages"][-1]["content"] == PROSE + " (key [redacted])"
+        assert got.raw_response["choices"][0]["message"]["content"] == "a basic idea: " + PROSE
+        assert got.raw_request["headers"]["Authorization"] == "[redacted]"
+        assert got.raw_request["url"] == "http://127.0.0.1:8000/v1/chat/completions"
+        assert "pw-s3cret" not in str(got.raw_request)
+        other = store.load_sample(put(store, "p2", cap2)).capture
+        assert other.messages[-1]["content"] == "[redacted]'s password is [redacted]"  # the configured URL's

@@ -154,6 +154,7 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     report = (lambda: on_progress(counters.snapshot())) if on_progress else (lambda: None)
     report()
     if todo:
+        store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
         check_run_provenance(store, run_id, sample_settings)
         store.put_run(run_id, settings=sample_settings, profile=profile.name,
                       tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,

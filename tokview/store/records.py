@@ -1,9 +1,14 @@
 """What the store hands out (rows for lists, whole samples for the detail view) and how a capture
 becomes a database row and back.
 
-Secrets never reach the file: request headers or bodies that carry an API key, credentials in a
-URL (`http://user:token@host`) and the `TOKVIEW_API_KEY` value anywhere in a string are scrubbed
-here, the one place every capture, run and failure passes through on its way to disk.
+Secrets never reach the file, and training data is never rewritten to keep them out. Two rules:
+- metadata (server URLs, failure reasons, server info): `scrub_text` strips URL userinfo, masks
+  `Bearer …`/`Basic …` tokens and the `TOKVIEW_API_KEY` value — such text is ours, not a prompt;
+- payloads (messages, raw request and response bodies, settings): `scrub_payload` masks only
+  secret-named keys (authorization, api_key, …), the userinfo of URL-valued keys (`url`, …) and the
+  exact known secret values (the env key, the user/password of the server URLs in use). Prose such
+  as "the basic idea of a bearer token" or "https://alice@example.com" is stored as it was sent,
+  so the stored messages still render to the stored prompt ids.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from tokview.core.record import Capture
 
 STATUSES = ("pending", "approved", "rejected")
 SECRET_KEYS = {"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"}
+URL_KEYS = {"url", "base_url", "server_url", "endpoint_url"}
 REDACTED = "[redacted]"
+MIN_SECRET_LEN = 3
+"""Shorter user names/passwords are not masked as bare values (they would mask ordinary words)."""
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _ALIGN_LETTER = {KEPT: "k", PARTIAL: "p", HIDDEN: "h", DRIFT: "d"}
@@ -95,7 +103,9 @@ def scrub_text(text: str) -> str:
 
 
 def scrub(value: Any) -> Any:
-    """A copy without API keys: secret-named keys masked, every string passed through `scrub_text`."""
+    """Metadata without credentials: secret-named keys masked, every string passed through `scrub_text`.
+
+    Never for payloads (messages, bodies): see `scrub_payload`."""
     if isinstance(value, dict):
         return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -105,14 +115,64 @@ def scrub(value: Any) -> Any:
     return value
 
 
+def url_secrets(url: str | None) -> list[str]:
+    """The user name and password in a URL's `user:password@` (raw and percent-decoded), if any."""
+    if not url or "@" not in url:
+        return []
+    match = _URL_USERINFO.match(url.strip())
+    if not match:
+        return []
+    userinfo = url.strip()[match.end(1):match.end() - 1]
+    from urllib.parse import unquote
+
+    out = []
+    for part in userinfo.split(":", 1):
+        out += [part, unquote(part)]
+    return [p for p in dict.fromkeys(out) if len(p) >= MIN_SECRET_LEN]
+
+
+def known_secrets(extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The exact values to mask in payloads, longest first: the env key plus `extra`."""
+    key = os.environ.get("TOKVIEW_API_KEY") or ""
+    values = {v for v in extra if v and len(v) >= MIN_SECRET_LEN} | ({key} if key else set())
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub_payload(value: Any, secrets: list[str], key: str | None = None) -> Any:
+    """A request/response body or message list with its secrets masked and everything else untouched.
+
+    Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change: text a
+    person wrote or a model produced is training data and must survive byte for byte."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_payload(v, secrets) for v in value]
+    if isinstance(value, str):
+        if key in URL_KEYS and "@" in value:
+            value = _URL_USERINFO.sub(r"\1", value)
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    return value
+
+
 def scrub_optional(text: str | None) -> str | None:
     return None if text is None else scrub_text(text)
 
 
-def to_json(value: Any) -> str | None:
+def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
+    """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only)."""
     if value is None:
         return None
-    return json.dumps(scrub(value), ensure_ascii=False, default=str)
+    return json.dumps(scrub_payload(value, known_secrets() if secrets is None else secrets), ensure_ascii=False,
+                      default=str)
+
+
+def metadata_json(value: Any) -> str | None:
+    """Metadata (server info) as JSON, through `scrub`."""
+    return None if value is None else json.dumps(scrub(value), ensure_ascii=False, default=str)
 
 
 def from_json(text: str | None) -> Any:
@@ -145,9 +205,22 @@ JSON_FIELDS = {"matched_stop", "usage", "settings", "messages", "raw_request", "
                "parsed_raw_response"}
 
 
+def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The exact values to mask in this capture's payloads: the env key, `extra` (the store's known
+    server credentials) and any credentials in the capture's own server or request URL."""
+    urls = [capture.server_url]
+    request = capture.raw_request if isinstance(capture.raw_request, dict) else {}
+    urls.append(request.get("url") if isinstance(request.get("url"), str) else None)
+    parsed = request.get("parsed") if isinstance(request.get("parsed"), dict) else {}
+    urls.append(parsed.get("url") if isinstance(parsed.get("url"), str) else None)
+    return known_secrets([*extra, *(v for u in urls for v in url_secrets(u))])
+
+
 def sample_params(sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
-                  gen_index: int | None, turn: int | None, profile: str | None) -> list[Any]:
+                  gen_index: int | None, turn: int | None, profile: str | None,
+                  secrets: tuple[str, ...] | list[str] = ()) -> list[Any]:
     c = capture
+    masked = capture_secrets(c, secrets)
     findings = analysis.findings
     values = {
         "sample_id": sample_id, "prompt_id": prompt_id, "run_id": run_id, "gen_index": gen_index, "turn": turn,
@@ -164,7 +237,7 @@ def sample_params(sample_id: str, prompt_id: str, run_id: str | None, capture: C
         "profile": profile, "created_at": datetime.now(),
     }
     for name in JSON_FIELDS:
-        values[name] = to_json(getattr(c, name))
+        values[name] = to_json(getattr(c, name), masked)
     return [values[name] for name in SAMPLE_COLUMNS]
 
 

@@ -19,8 +19,8 @@ from tokview.core.findings import Finding
 from tokview.core.record import Capture
 from tokview.store import queries
 from tokview.store.records import (ALIGN_STATUS, SAMPLE_COLUMNS, STATUSES, SampleFilter, SampleRow, StoredSample,
-                                   UnknownSample, capture_from_row, from_json, sample_params, scrub_optional,
-                                   scrub_text, to_json)
+                                   UnknownSample, capture_from_row, from_json, known_secrets, metadata_json,
+                                   sample_params, scrub_optional, scrub_text, to_json, url_secrets)
 from tokview.store.schema import migrate
 
 DEFAULT_DB = "tokview.duckdb"
@@ -44,10 +44,15 @@ def _duckdb_errors(what: str) -> Iterator[None]:
 
 
 class Store:
-    """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store."""
+    """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
-    def __init__(self, path: str | Path = DEFAULT_DB) -> None:
+    `server_urls`: the URLs the captures come from (may hold `user:password@`); their credentials
+    are masked wherever they appear in a stored payload (`add_server_urls` adds more later)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = ()) -> None:
         self.path = str(path)
+        self._secrets: tuple[str, ...] = ()
+        self.add_server_urls(server_urls)
         if self.path != ":memory:":
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -58,6 +63,10 @@ class Store:
         self._lock = threading.RLock()
         with self._lock, _duckdb_errors(f"cannot migrate database {self.path}"):
             migrate(self._conn)
+
+    def add_server_urls(self, urls: Iterable[str]) -> None:
+        """Mask these URLs' user names and passwords in every payload written from now on."""
+        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -103,8 +112,8 @@ class Store:
             "settings = EXCLUDED.settings, profile = EXCLUDED.profile, tokenizer_dir = EXCLUDED.tokenizer_dir, "
             "tokenizer_hash = EXCLUDED.tokenizer_hash, template_hash = EXCLUDED.template_hash, "
             "server_info = EXCLUDED.server_info, source = EXCLUDED.source",
-            [run_id, to_json(settings), profile, tokenizer_dir, tokenizer_hash, template_hash, to_json(server_info),
-             source])])
+            [run_id, to_json(settings, known_secrets(self._secrets)), profile, tokenizer_dir, tokenizer_hash, template_hash,
+             metadata_json(server_info), source])])
 
     def put_sample(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any, *,
                    gen_index: int | None = None, turn: int | None = None, profile: str | None = None) -> None:
@@ -113,7 +122,8 @@ class Store:
         Earlier failures of the same sample id (a resumed run that now succeeded) go in the same
         transaction: stats and errors.jsonl list only requests that are still missing.
         """
-        params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile)
+        params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile,
+                               self._secrets)
         # A new sample (the batch case) takes a plain INSERT, about half the cost of DuckDB's upsert;
         # only a re-written one needs the upsert and the removal of its old findings.
         with self._lock:  # re-entrant: the check and the write see the same state
