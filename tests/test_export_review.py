@@ -4,7 +4,9 @@ dual endpoints, loss mask and text segments from core."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import duckdb
@@ -12,10 +14,9 @@ import pytest
 
 from tokview.cli import main
 from tokview.core import segments as seg
-from tokview.core.analysis import analyze
 from tokview.core.kimi_layout import kimi_tokenizer_dir
 from tokview.export import ExportError, export
-from tokview.export.formats import endpoint_url, texts_from_ids
+from tokview.export.formats import JSONL_FORMATS, Texts, endpoint_url, specforge_row, texts_from_ids
 from tokview.store import Store
 
 from test_store_fixtures import kimi, make_capture, profile, put
@@ -60,12 +61,32 @@ def test_a_failure_later_captured_is_not_in_errors_jsonl(store, tmp_path):
     assert [e["id"] for e in _jsonl(tmp_path / "s.errors.jsonl")] == ["p9"]
 
 
-def test_a_failed_export_leaves_no_partial_file(store, tmp_path):
+def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    with pytest.raises(AttributeError):  # no tokenizer: the first row fails half-way into the file
-        export(store, "specforge", out_dir / "sf.jsonl", select="all", tokenizer=None, profile=profile())
-    assert list(out_dir.iterdir()) == []
+    rows = []
+
+    def fails_on_the_second_row(item, prof, tok):
+        if rows:
+            raise OSError("No space left on device")
+        rows.append(item.sample_id)
+        return specforge_row(item, prof, tok)
+
+    monkeypatch.setitem(JSONL_FORMATS, "specforge", fails_on_the_second_row)
+    with pytest.raises(OSError, match="No space left"):  # one row is already in the temp file
+        export(store, "specforge", out_dir / "sf.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    assert len(rows) == 1 and list(out_dir.iterdir()) == []
+
+
+def test_exported_data_has_the_mode_of_any_new_file(store, tmp_path):
+    old = os.umask(0o022)
+    try:
+        for fmt, name in (("speculators", "s.jsonl"), ("sharegpt", "g.jsonl"), ("parquet", "p.parquet")):
+            result = export(store, fmt, tmp_path / name, select="all", tokenizer=kimi(), profile=profile())
+            assert stat.S_IMODE(result.out.stat().st_mode) == 0o644, fmt  # mkstemp alone gives 0600
+            assert stat.S_IMODE(result.manifest_path.stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
 
 
 def test_out_is_a_directory_or_nothing_is_selected(store, tmp_path, capsys):
@@ -106,10 +127,10 @@ def test_trust_remote_code_never_runs_a_folder_the_database_names(tmp_path, caps
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "o.jsonl"), "--trust-remote-code"])
     err = capsys.readouterr().err
     assert not marker.exists()  # the recorded folder's code did not run
-    assert code in (0, 1) and "Traceback" not in err
-    main(["export", "--db", str(db), "--out", str(tmp_path / "o2.jsonl"), "--tokenizer", str(folder),
-          "--trust-remote-code"])
-    assert marker.exists()  # named on the command line: the user asked for it
+    assert code == 0 and (tmp_path / "o.jsonl").is_file() and "Traceback" not in err  # loaded without its code
+    code = main(["export", "--db", str(db), "--out", str(tmp_path / "o2.jsonl"), "--tokenizer", str(folder),
+                 "--trust-remote-code"])
+    assert code == 0 and marker.exists()  # named on the command line: the user asked for it
 
 
 def test_dual_endpoint_is_the_raw_path_the_ids_came_from():
@@ -135,19 +156,41 @@ def test_parquet_loss_mask_is_core_loss_mask(store, tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-def test_texts_are_the_analysis_segments():
-    cap = make_capture(reasoning="Okay , let me think", answer="The answer is two")
-    analysis = analyze(cap, profile())
-    texts = texts_from_ids(cap, profile(), kimi(), analysis)
-    n = len(cap.prompt_ids)
-    by_kind = {k: [t for s in analysis.segments if s.kind == k and s.start >= n for t in cap.input_ids[s.start:s.end]]
-               for k in (seg.REASONING, seg.ANSWER)}
-    assert texts.reasoning == kimi().decode(by_kind[seg.REASONING]) and "let me think" in texts.reasoning
-    assert texts.content == kimi().decode(by_kind[seg.ANSWER]) == "The answer is two"
+def test_texts_come_from_the_ids_not_the_servers_split():
+    # the parser's reasoning field is wrong here; the exported texts follow the ids' </think>
+    cap = make_capture(reasoning="Okay , let me think", answer="The answer is two", reasoning_text="garbled")
+    texts = texts_from_ids(cap, profile(), kimi())
+    assert texts == Texts("Okay , let me think", "The answer is two")
     off = make_capture()
     off.prompt_ids = kimi().render(off.messages, template_kwargs={"thinking": False})
     off.output_ids = kimi().encode("Hi") + [163586]
-    assert texts_from_ids(off, profile(), kimi()).reasoning is None
+    assert texts_from_ids(off, profile(), kimi()) == Texts(None, "Hi")
+
+
+def test_text_exports_never_run_the_full_analysis_per_row(store, tmp_path, monkeypatch):
+    import tokview.core.analysis as analysis_module
+
+    def no_analysis(*args, **kwargs):
+        raise AssertionError("analyze() ran during an export")
+
+    monkeypatch.setattr(analysis_module, "Context", no_analysis)
+    for fmt in ("specforge", "sharegpt", "kimi-inline"):
+        result = export(store, fmt, tmp_path / f"{fmt}.jsonl", select="all", tokenizer=kimi(), profile=profile())
+        assert result.exported == 2
+
+
+def test_each_exported_row_builds_its_loss_mask_once(store, tmp_path, monkeypatch):
+    calls = []
+    real = seg.loss_mask
+    monkeypatch.setattr(seg, "loss_mask", lambda p, o: calls.append(1) or real(p, o))
+    export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    assert len(calls) == 2  # the rows' own loss_mask field, nothing more
+    empty = make_capture()
+    empty.output_ids = []
+    put(store, "p9", empty)
+    calls.clear()
+    result = export(store, "speculators", tmp_path / "t.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    assert result.refused == {"no_supervised_tokens": 1} and len(calls) == 2
 
 
 def test_prose_survives_a_store_export_round_trip_while_secrets_do_not(tmp_path, monkeypatch):

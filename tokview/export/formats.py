@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tokview.core import segments as seg
-from tokview.core.analysis import Analysis, analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.store.records import scrub_text
@@ -59,21 +58,20 @@ class Texts:
 REASONING_KINDS = (seg.PREFILLED_OPENER, seg.OPENER, seg.REASONING, seg.CLOSER)
 
 
-def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any, analysis: Analysis | None = None
-                   ) -> Texts:
-    """The text of the exported ids' reasoning and answer segments, as `analyze` cut them.
+def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> Texts:
+    """The text of the exported ids' reasoning and answer segments.
 
-    The segments are the analysis's own (over `output_ids`, the ids the row trains on), so an
-    export and the findings never disagree about where reasoning ends.
+    Cut by `core.segments.segment` over `output_ids` (the ids the row trains on), the same cut
+    `analyze` makes, so an export and the findings never disagree about where reasoning ends;
+    only the segmentation is computed, not the whole analysis (alignment, findings) per row.
     """
-    analysis = analysis or analyze(capture, profile)
     ids, n_prompt = capture.input_ids, len(capture.prompt_ids)
+    output_segments = [s for s in seg.segment(capture.prompt_ids, capture.output_ids, profile) if s.start >= n_prompt]
 
     def text_of(kind: str) -> str:
-        return tokenizer.decode([t for s in analysis.segments if s.kind == kind and s.start >= n_prompt
-                                 for t in ids[s.start:s.end]])
+        return tokenizer.decode([t for s in output_segments if s.kind == kind for t in ids[s.start:s.end]])
 
-    opened = any(s.kind in REASONING_KINDS for s in analysis.segments)
+    opened = any(s.kind in REASONING_KINDS for s in output_segments)
     return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER))
 
 

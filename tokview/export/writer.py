@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused
 from tokview.store import Store
@@ -104,6 +103,22 @@ def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", ru
     return result
 
 
+def _default_mode() -> int:
+    """0o666 minus the umask: what `open(path, "w")` gives the manifest beside the data.
+
+    Read from /proc where there is one: setting the umask to read it back is process-wide, and the
+    UI exports from a worker thread while other threads create files."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _suffix(fmt: str) -> str:
     return "parquet" if fmt == "parquet" else "jsonl"
 
@@ -120,8 +135,8 @@ def _export_to(store: Store, fmt: str, out: Path, tmp: Path, ids: list[tuple], s
     with (open(tmp, "w", encoding="utf-8") if builder is not None else nullcontext()) as fh:
         for start in range(0, len(ids), CHUNK):
             for row in store.rows_for([i[0] for i in ids[start:start + CHUNK]]):
-                if not any(seg.loss_mask(row["prompt_ids"], row["output_ids"])):
-                    refused["no_supervised_tokens"] += 1  # loss mask all 0: nothing to train on
+                if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
+                    refused["no_supervised_tokens"] += 1
                     continue
                 capture = capture_from_row(row)
                 item = ExportItem(row["sample_id"], row["prompt_id"], capture, row["turn"], row["gen_index"],
@@ -139,6 +154,7 @@ def _export_to(store: Store, fmt: str, out: Path, tmp: Path, ids: list[tuple], s
                 seen.add(row, capture)
     if fmt == "parquet":
         _write_parquet(store, exported, tmp)
+    os.chmod(tmp, _default_mode())  # mkstemp makes 0600; the data gets the mode any new file would
     os.replace(tmp, out)
     result = ExportResult(out, sidecar(out, "manifest.json"), sidecar(out, "token_freq.json"), len(ids),
                           len(exported), dict(sorted(refused.items())))
