@@ -24,7 +24,7 @@ from tokview.cli import main
 from tokview.core.profiles import get_profile
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
 from tokview.servers.doctor import run_doctor
-from tokview.servers.urls import public_url, validate_server_url
+from tokview.servers.urls import public_url, server_url_notes, validate_server_url
 from tokview.sim import SimConfig, start_simulator
 
 KIMI = get_profile("kimi-k2.5")
@@ -105,7 +105,7 @@ def test_validator_normalises_and_keeps_credentials_only_where_needed() -> None:
 def test_doctor_cli_bad_url_is_exit_1_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--server", url, "--timeout", "1"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tokview: error: --server: bad server URL") and "\n" not in err
+    assert err.startswith("tokview: error: bad server URL") and "\n" not in err  # worded as batch and ui
     assert PASSWORD not in err
 
 
@@ -161,6 +161,27 @@ async def test_trailing_v1_is_dropped_with_a_note(kimi_tok: Any) -> None:
     assert info["url"] == sim.url and info["kind"] == "vllm" and "/v1" in info["notes"][0]
     assert cap.server_url == sim.url and cap.output_ids
     assert report.info.kind == "vllm" and "note: dropped the trailing /v1" in report.render_text()
+
+
+def test_server_url_notes_say_what_the_validator_changed() -> None:
+    assert server_url_notes("http://h:8000/v1/") == [
+        "dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"]
+    assert server_url_notes("http://h:8000") == [] and validate_server_url("http://h:8000/v1") == "http://h:8000"
+    with pytest.raises(ValueError, match="bad server URL"):
+        server_url_notes("http://h:99999/v1")
+
+
+def test_doctor_cli_tells_the_user_about_a_dropped_v1(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI validates before the doctor's client sees the URL; the note must still reach the user."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        assert main(["doctor", "--server", sim.url + "/v1", "--json", "--timeout", "5"]) == 0
+        out, err = capsys.readouterr()
+        assert main(["doctor", "--server", sim.url + "/v1/", "--timeout", "5"]) == 0
+        text = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["url"] == sim.url and len(data["notes"]) == 1 and "trailing /v1" in data["notes"][0]
+    assert err.strip() == f"tokview: note: {data['notes'][0]}"
+    assert text.count("note: dropped the trailing /v1") == 1
 
 
 async def test_unknown_kind_fails_start_clearly_unless_backend_given() -> None:

@@ -95,6 +95,16 @@ def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch)
     assert "no.such.binding" in capsys.readouterr().err
 
 
+def test_ui_command_prints_what_it_changed_about_the_server_url(tmp_path, capsys):
+    """The /v1 note is printed before the app would take the terminal (a bad --profile stops it here)."""
+    assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--server", "http://127.0.0.1:8000/v1",
+                 "--profile", "nope"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("tokview: note: dropped the trailing /v1 from the server URL: "
+                      "tokview adds /v1/... and /generate itself")
+    assert len(err) == 2 and err[1].startswith("tokview: error:")
+
+
 def test_textual_is_imported_only_by_the_ui():
     """Static: no module outside tokview/ui (and the ui/demo commands, lazily) imports textual."""
     allowed = {ROOT / "tokview" / "commands" / "ui.py", ROOT / "tokview" / "commands" / "demo.py"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 from tokview.cli import EXIT_FAILURES, EXIT_OK, EXIT_UNREACHABLE, UserError
@@ -37,17 +38,21 @@ def run(args) -> int:
     from tokview.servers import ServerUnreachable
     from tokview.servers.doctor import run_doctor
 
-    from tokview.servers.urls import validate_server_url
+    from tokview.servers.urls import server_url_notes, validate_server_url
 
     try:
         server = validate_server_url(args.server)
     except ValueError as exc:
-        raise UserError(f"--server: {exc}") from None
+        raise UserError(str(exc)) from None  # "bad server URL …", worded as batch and ui word it
+    notes = server_url_notes(args.server)
+    if args.json:  # the text report shows its notes on stdout; JSON readers get them on stderr too
+        for note in notes:
+            print(f"tokview: note: {note}", file=sys.stderr)
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer else None
     profile = get_profile(args.profile) if args.profile else None
     try:
         report = asyncio.run(run_doctor(server, tokenizer=tokenizer, profile=profile, thinking=args.thinking,
-                                        timeout=args.timeout))
+                                        timeout=args.timeout, notes=notes))
     except ServerUnreachable as exc:
         raise UserError(f"server unreachable: {exc.reason}", EXIT_UNREACHABLE) from None
     if args.json:

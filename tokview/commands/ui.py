@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from tokview.cli import UserError
 
 
@@ -34,12 +36,15 @@ def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str
         raise UserError(f"config {config.path}: keymap names unknown binding ids {sorted(unknown)} "
                         f"(see the help screen, ?, for the ids)")
     if server is not None:
-        from tokview.servers.urls import validate_server_url
+        from tokview.servers.urls import server_url_notes, validate_server_url
 
         try:
+            notes = server_url_notes(server)
             server = validate_server_url(server)
         except ValueError as exc:
             raise UserError(str(exc)) from None
+        for note in notes:  # before the app takes the terminal, so it is still there after quitting
+            print(f"tokview: note: {note}", file=sys.stderr)
     if tokenizer is not None and not tokenizer.is_dir():
         raise UserError(f"tokenizer directory not found: {tokenizer}")
     if profile:

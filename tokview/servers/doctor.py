@@ -10,7 +10,7 @@ whether the local tokenizer agrees with the server), from real requests, judged 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
@@ -91,10 +91,13 @@ def _guess_profile(ids: list[int] | None) -> ModelProfile | None:
 
 async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, profile: ModelProfile | None = None,
                      *, thinking: bool = True, timeout: float = 30.0, retries: int = 1,
-                     default_tokenizer: bool = True) -> DoctorReport:
+                     default_tokenizer: bool = True, notes: Sequence[str] = ()) -> DoctorReport:
     """Probe `url` and return the report. Raises ServerUnreachable when nothing answers, ValueError for a
     bad URL. Credentials in the URL are sent as Basic auth and TOKVIEW_API_KEY as a bearer token; neither
-    appears in the report."""
+    appears in the report.
+
+    `notes`: what was changed about the URL the user typed (`urls.server_url_notes`), for a caller that
+    validated it first: the normalised `url` it passes on no longer shows the change."""
     client = ServerClient(url, timeout=timeout, concurrency=2)
     policy = RetryPolicy(retries=retries, backoff=0.2)
     try:
@@ -113,7 +116,7 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=tokenizer.name if tokenizer else None, notes=list(client.notes))
+                              tokenizer_name=tokenizer.name if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])))
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:

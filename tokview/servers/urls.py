@@ -5,6 +5,7 @@ else, so a bad URL is a one-line error and never reaches httpx (whose own failur
 99999 or a bare `http://` are tracebacks). `parse_server_url` splits a valid URL into the public
 part tokview records and prints (no `user:password@`), the credentials (sent as httpx Basic auth)
 and notes (e.g. a trailing `/v1` that was dropped: tokview adds the paths itself).
+`server_url_notes` gives those notes for the URL the user typed, to print.
 `Secrets` masks the credential values and the API key in any text a server sent back.
 """
 
@@ -84,6 +85,16 @@ def validate_server_url(url: str) -> str:
     if parts.auth is None:
         return parts.url
     return str(httpx.URL(parts.url).copy_with(username=parts.auth[0], password=parts.auth[1]))
+
+
+def server_url_notes(url: str) -> list[str]:
+    """What tokview changes about the URL the user typed (e.g. a dropped trailing `/v1`), in words to print.
+
+    `validate_server_url` returns only the URL, and the URL it returns no longer shows what was changed,
+    so a command calls this on the user's original text and prints each note on stderr (or in its report).
+    Raises ValueError for a bad URL, like `validate_server_url`.
+    """
+    return list(parse_server_url(url).notes)
 
 
 def public_url(url: str) -> str:
