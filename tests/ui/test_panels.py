@@ -165,3 +165,37 @@ async def test_stats_panel_counts_and_plots(make_app, store):
         assert len(screen.data.reasoning_lens) == 30 and max(screen.data.reasoning_lens) > 500
         summary = str(screen.query_one("#stats-summary", Static).render())
         assert "30 samples" in summary and "reviewed 1/30" in summary
+
+
+async def test_panels_show_the_server_without_credentials_and_still_send_them(make_app, sim):
+    """`tokview ui --server http://user:pw@…`: the URL boxes show no password; the session keeps it."""
+    authed = sim.url.replace("http://", "http://tok:s3cret@")
+    app = make_app(server_url=authed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("D")
+        await settle(app, pilot)
+        doctor = app.screen
+        assert doctor.query_one("#doctor-url", Input).value == sim.url
+        assert doctor.report is not None and "s3cret" not in str(doctor.query_one("#doctor-report", Static).render())
+        await pilot.press("escape", "g")
+        await settle(app, pilot)
+        assert app.screen.query_one("#server", Input).value == sim.url
+    session = app.session
+    assert session.server_for(sim.url) == (authed, [])  # the shown URL gets its credentials back
+    other = "http://127.0.0.1:8001"
+    assert session.server_for(other) == (other, [])  # another server does not
+
+
+async def test_doctor_panel_notes_a_dropped_v1(make_app, sim):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("D")
+        await settle(app, pilot)
+        screen = app.screen
+        screen.query_one("#doctor-url", Input).value = sim.url + "/v1"
+        screen.action_run()
+        await settle(app, pilot)
+        assert screen.report is not None and screen.report.url == sim.url
+        assert "note: dropped the trailing /v1" in str(screen.query_one("#doctor-report", Static).render())

@@ -44,6 +44,35 @@ class Session:
         self._runs: dict[str, dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
+    # -- the server (generate, doctor) ------------------------------------------------------------
+    @property
+    def server_shown(self) -> str:
+        """The server URL as the panels display it: without `user:password@` (those stay in the session)."""
+        from tokview.servers.urls import public_url, redact
+
+        if not self.server_url:
+            return ""
+        try:
+            return public_url(self.server_url)
+        except ValueError:
+            return redact(self.server_url)  # shown as typed, password masked; the panel then says why it is bad
+
+    def server_for(self, typed: str) -> tuple[str, list[str]]:
+        """(URL to connect to, notes about it) for what the user left or typed in a panel's URL box.
+
+        The box shows `server_shown`; when it still names that server, the session's credentials go back
+        on. Raises ValueError ("bad server URL …") for a bad URL, like `validate_server_url`.
+        """
+        from tokview.servers.urls import parse_server_url, server_url_notes, validate_server_url
+
+        typed = typed.strip()
+        if not typed:
+            raise ValueError("give a server URL")
+        validate_server_url(typed)
+        if self.server_url and typed == self.server_shown and parse_server_url(typed).auth is None:
+            typed = self.server_url
+        return validate_server_url(typed), server_url_notes(typed)
+
     # -- the pair for new work (generate, doctor, stats) -----------------------------------------
     def tokenizer(self) -> "TokenizerAdapter":
         return self._default()[0]

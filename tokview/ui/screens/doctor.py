@@ -20,8 +20,10 @@ MARK = {True: ("✓", "green"), False: ("✗", "bold red"), None: ("•", "yello
 
 
 def render_report(report) -> Text:
-    """Each check: a mark, its title, the detail, and what to do about it."""
+    """Notes about the URL (e.g. a dropped /v1), then each check: a mark, its title, the detail, what to do."""
     text = Text()
+    for note in getattr(report, "notes", ()):
+        text.append(f"note: {note}\n", "italic yellow")
     for check in report.checks:
         mark, style = MARK.get(check.ok, ("?", ""))
         text.append(f"{mark} ", style)
@@ -52,7 +54,7 @@ class DoctorScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
-            yield Input(self.session.server_url or "", placeholder="http://127.0.0.1:30000", id="doctor-url")
+            yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="doctor-url")
             yield Button("Run checks", id="doctor-run", variant="primary")
         with VerticalScroll(id="doctor-body"):
             yield Static("Press Run checks (ctrl+s) to probe the server.", id="doctor-report")
@@ -65,19 +67,18 @@ class DoctorScreen(Screen):
     @on(Button.Pressed, "#doctor-run")
     @on(Input.Submitted, "#doctor-url")
     def action_run(self) -> None:
-        from tokview.servers.urls import public_url, validate_server_url
+        from tokview.servers.urls import public_url
 
-        url = self.query_one("#doctor-url", Input).value.strip()
         try:
-            url = validate_server_url(url)
+            url, notes = self.session.server_for(self.query_one("#doctor-url", Input).value)
         except ValueError as exc:
             self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {exc}", "bold red"))
             return
         self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}…")
-        self._run(url)
+        self._run(url, notes)
 
     @work(exclusive=True, group="doctor", exit_on_error=False)
-    async def _run(self, url: str) -> None:
+    async def _run(self, url: str, notes: list[str]) -> None:
         import asyncio
 
         try:
@@ -85,7 +86,7 @@ class DoctorScreen(Screen):
 
             tokenizer = await asyncio.to_thread(self.session.tokenizer)
             profile = await asyncio.to_thread(self.session.profile)
-            report = await run_doctor(url, tokenizer=tokenizer, profile=profile)
+            report = await run_doctor(url, tokenizer=tokenizer, profile=profile, notes=notes)
         except Exception as exc:  # unreachable server or a doctor error: shown, never a crash
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.post_message(self.Done(None, first))

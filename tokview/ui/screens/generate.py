@@ -70,12 +70,14 @@ class GenerateScreen(Screen):
         self.cancel_event: asyncio.Event | None = None
         self.last_summary: "BatchSummary | None" = None
         self._last_reload = 0.0
+        self.url_notes: list[str] = []
+        """What was changed about the typed server URL (e.g. a dropped /v1), set by build_config."""
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="generate-form"):
             with Horizontal(classes="form-row"):
                 yield Label("server", classes="form-label")
-                yield Input(self.session.server_url or "", placeholder="http://127.0.0.1:30000", id="server")
+                yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="server")
             with Horizontal(classes="form-row"):
                 yield Label("prompts", classes="form-label")
                 yield Select([("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
@@ -109,12 +111,8 @@ class GenerateScreen(Screen):
     def build_config(self):
         from tokview.batch import BatchConfig
 
-        from tokview.servers.urls import validate_server_url
-
-        server = self._value("#server")
-        if not server:
-            raise ValueError("give a server URL")
-        server = validate_server_url(server)  # a bad URL is a one-line ValueError, shown by action_run
+        # a bad URL is a one-line ValueError, shown by action_run; the session's credentials stay out of the box
+        server, self.url_notes = self.session.server_for(self._value("#server"))
         source = self.query_one("#source", Select).value
         return BatchConfig(
             servers=[server], prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
@@ -135,6 +133,8 @@ class GenerateScreen(Screen):
             self.notify(f"cannot run: {exc}", severity="error")
             self.query_one("#progress-line", Static).update(Text(f"cannot run: {exc}", "bold red"))
             return
+        for note in self.url_notes:
+            self.notify(note, title="server URL")
         source = self.query_one("#source", Select).value
         self.cancel_event = asyncio.Event()
         self.query_one("#run", Button).disabled = True
