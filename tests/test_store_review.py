@@ -83,3 +83,42 @@ def test_ordinary_prose_is_stored_unchanged_while_secrets_are_masked(tmp_path, m
         assert "pw-s3cret" not in str(got.raw_request)
         other = store.load_sample(put(store, "p2", cap2)).capture
         assert other.messages[-1]["content"] == "[redacted]'s password is [redacted]"  # the configured URL's
+
+
+def test_put_sample_new_skips_the_lookup_and_none_still_checks(store):
+    from test_store_fixtures import SETTINGS, kimi, profile
+    from tokview.core.analysis import analyze
+    from tokview.core.record import sample_id_for
+
+    cap = make_capture()
+    analysis = analyze(cap, profile(), kimi())
+    sid = sample_id_for("p1", SETTINGS, 0, None)
+    store.put_failure("p1", sid, "run1", "HTTP 500 after 3 retries")
+    store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    assert store.stats()["failures"]["total"] == 0  # a new sample still clears its earlier failures
+    with pytest.raises(StoreError):  # new=True is a plain INSERT: no lookup, so a wrong claim is refused
+        store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    store.record_verdict(sid, "approved")
+    store.put_sample(sid, "p1", "run1", cap, analysis)  # None: looked up, upserted, status kept
+    assert store.count_samples() == 1 and store.load_sample(sid).status == "approved"
+
+
+def test_a_version_1_file_migrates_to_2_with_its_data_and_a_failures_index(tmp_path):
+    import duckdb
+
+    from tokview.store.schema import LATEST_VERSION, MIGRATIONS
+
+    path = tmp_path / "v1.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    version, name, statements = MIGRATIONS[0]
+    for sql in statements:
+        conn.execute(sql)
+    conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    conn.execute("INSERT INTO failures VALUES ('p1', 'p1@s_gen0', 'run1', 'HTTP 500', now(), NULL)")
+    conn.close()
+    with Store(path) as s:
+        assert LATEST_VERSION == 2 and s.query("SELECT max(version) FROM schema_version") == [(2,)]
+        assert s.query("SELECT index_name FROM duckdb_indexes() WHERE table_name = 'failures'") == [
+            ("failures_sample_idx",)]
+        assert s.stats()["failures"]["total"] == 1

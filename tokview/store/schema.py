@@ -94,6 +94,10 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         )""",
         "CREATE INDEX verdicts_sample_idx ON verdicts(sample_id)",
     )),
+    (2, "index failures by sample id", (
+        # put_sample clears a sample's earlier failures on every write: without it, a full scan each
+        "CREATE INDEX failures_sample_idx ON failures(sample_id)",
+    )),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

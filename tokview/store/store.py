@@ -116,18 +116,21 @@ class Store:
              metadata_json(server_info), source])])
 
     def put_sample(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any, *,
-                   gen_index: int | None = None, turn: int | None = None, profile: str | None = None) -> None:
+                   gen_index: int | None = None, turn: int | None = None, profile: str | None = None,
+                   new: bool | None = None) -> None:
         """Write one sample and its findings atomically; re-writing keeps its review status.
 
+        `new=True` says the caller knows the id is not stored yet (the batch runner's anti-join did
+        the check for every planned id): a plain INSERT, about half the cost of DuckDB's upsert, and
+        no lookup. `None` looks it up; a re-written sample takes the upsert and loses its old findings.
         Earlier failures of the same sample id (a resumed run that now succeeded) go in the same
         transaction: stats and errors.jsonl list only requests that are still missing.
         """
         params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile,
                                self._secrets)
-        # A new sample (the batch case) takes a plain INSERT, about half the cost of DuckDB's upsert;
-        # only a re-written one needs the upsert and the removal of its old findings.
         with self._lock:  # re-entrant: the check and the write see the same state
-            exists = bool(self.query("SELECT 1 FROM samples WHERE sample_id = ?", [sample_id]))
+            exists = (not new) and (new is False or bool(self.query(
+                "SELECT 1 FROM samples WHERE sample_id = ?", [sample_id])))
             statements: list[tuple[str, Sequence[Any]]] = [(_UPSERT if exists else _INSERT, params)]
             if exists:
                 statements.append(("DELETE FROM findings WHERE sample_id = ?", [sample_id]))
