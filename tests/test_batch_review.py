@@ -116,6 +116,70 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
     from_jsonl = [row for _, row in iter_rows(PROMPTS)][:3]
     from_parquet = [row for _, row in iter_rows(pq)]
     assert [r["id"] for r in from_parquet] == [r["id"] for r in from_jsonl]
-    import tokview.export.audit as audit_module
 
-    assert "_iter_parquet" not in Path(audit_module.__file__).read_text()
+
+def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
+    import duckdb
+
+    from test_store_fixtures import make_capture, put
+    from tokview.export import export
+    from tokview.export.audit import audit
+
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "p1", make_capture())
+        put(src, "p2", make_capture(answer="two"))
+        export(src, "speculators", tmp_path / "d.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    pq = tmp_path / "d.parquet"
+    duckdb.connect().execute(f"COPY (SELECT * FROM read_json_auto('{tmp_path / 'd.jsonl'}')) TO '{pq}' "
+                             "(FORMAT parquet)")
+    with Store(tmp_path / "a.duckdb") as store:
+        from_jsonl = audit(store, tmp_path / "d.jsonl", tokenizer=kimi(), profile=profile())
+        from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile())
+    assert from_jsonl.imported == from_parquet.imported == 2 and from_parquet.by_code == from_jsonl.by_code
+
+
+async def test_an_edited_tokenizer_config_still_resumes(tmp_path):
+    """Sample ids carry the vocabulary's identity, not the tokenizer files' bytes."""
+    import json
+    import shutil
+
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    edited = tmp_path / "tok"
+    shutil.copytree(kimi_tokenizer_dir(), edited)
+    config = json.loads((edited / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 12345  # a config edit that changes no id's meaning
+    (edited / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    other = load_tokenizer(edited)
+    assert other.fingerprint() != kimi().fingerprint()
+    with Store(tmp_path / "v.duckdb") as store, start_simulator(SimConfig(kind="vllm")) as sim:
+        first = await run_batch(_config(sim.url, limit=3), store)
+        again = await run_batch(BatchConfig(servers=[sim.url], prompts_path=PROMPTS, tokenizer=other,
+                                            model_profile=profile(), max_new_tokens=60, limit=3), store)
+        assert (first.ok, again.ok, again.resumed, again.run_id) == (3, 0, 3, first.run_id)
+        assert store.runs()[0]["tokenizer_hash"] == kimi().fingerprint()  # the file hash is still recorded
+
+
+def test_an_unreachable_server_exits_2_and_leaves_no_database(tmp_path, capsys):
+    db = tmp_path / "sub" / "never.duckdb"
+    code = main(["batch", str(PROMPTS), "--server", "http://127.0.0.1:9", "--db", str(db), "--retries", "0",
+                 "--timeout", "2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not db.exists() and not db.parent.exists()
+    assert err.startswith("tokview: error: server unreachable: ") and len(err.splitlines()) == 1, err
+
+
+def test_a_server_that_reports_no_model_adds_no_model_key():
+    from tokview.batch.runner import served_identity
+
+    class Reported:
+        def __init__(self, *models):
+            self.models = models
+
+        def server_info(self):
+            return [{"url": "http://127.0.0.1:1", "model": m} for m in self.models]
+
+    assert "model" not in served_identity(Reported(None), kimi(), profile())
+    named = served_identity(Reported("kimi"), kimi(), profile())
+    assert named == {"model": "kimi", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}

@@ -31,7 +31,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
     prompts.write_text(PROMPTS.read_text() + EXTRA.read_text())
     rows, _ = read_prompts(prompts)
     config = BatchConfig(servers=[], max_new_tokens=120)
-    identity = {"model": "tokview-sim", "tokenizer": kimi().fingerprint(), "profile": profile().name}
+    identity = {"model": "tokview-sim", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}
     items, _ = plan(rows, config, config.sample_settings(identity))
     expected = {i.sample_id for i in items}
     db = tmp_path / "kill.duckdb"

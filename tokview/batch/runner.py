@@ -1,10 +1,12 @@
 """`run_batch`: prompts → captures → analysis → store, resumable and interruptible.
 
 Why it is shaped this way:
-- Work is planned up front as sample ids (prompt id + settings + served model + tokenizer + profile +
-  index + turn), and the ids already in the store are skipped (an anti-join), so a re-run never
-  re-generates or duplicates anything, and another model's run never "resumes" this one. The servers
-  are probed first, since the served model name is part of the id.
+- Work is planned up front as sample ids (prompt id + settings + served model + tokenizer vocabulary +
+  profile + index + turn), and the ids already in the store are skipped (an anti-join), so a re-run
+  never re-generates or duplicates anything, and another model's run never "resumes" this one. The
+  servers are probed first, since the served model name is part of the id: so even a resume of a
+  fully stored run needs a server that answers, and an unreachable one exits 2 before the store is
+  opened (the CLI passes a store opener, so no database file is left behind).
 - Each finished capture is analysed and written in its own short transaction on one writer thread;
   a kill at any moment loses at most the requests still in flight.
 - Cancelling (Ctrl-C, or the UI's cancel event) stops taking work and abandons in-flight requests;
@@ -83,11 +85,18 @@ class _Counters:
 
 
 def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
-    """Model name (as the servers report it), tokenizer fingerprint, profile: what sample ids must include."""
+    """What sample ids must include besides the settings: model name, tokenizer vocabulary, profile.
+
+    The tokenizer enters by its vocabulary (`vocab_fingerprint`: the id → token table), not by its
+    files: an edited tokenizer_config.json or a rebuilt cache must not turn a resume into a second
+    generation of every prompt. The full file hash stays in the runs table (`tokenizer_hash`). The
+    model name enters only when the servers report one; a server that reports none adds no key.
+    """
     models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     if len(models) > 1:
         raise InputError(f"the servers serve different models ({', '.join(models)}): run each model separately")
-    return {"model": models[0] if models else None, "tokenizer": tokenizer.fingerprint(), "profile": profile.name}
+    return {**({"model": models[0]} if models else {}), "tokenizer": tokenizer.vocab_fingerprint(),
+            "profile": profile.name}
 
 
 def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
@@ -108,11 +117,14 @@ def failure_reason(exc: BaseException) -> str:
     return f"unexpected error: {type(exc).__name__}" + (f": {text[:300]}" if text else "")
 
 
-async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] | None = None,
+async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
+                    prompts: list[PromptRow] | None = None,
                     on_progress: Callable[[BatchProgress], None] | None = None,
                     cancel: asyncio.Event | None = None) -> BatchSummary:
     """Generate every planned sample not yet in the store.
 
+    `store` is an open Store, or a function that opens one: called only once a server has answered
+    the probe, so an unreachable server never creates a database file (the caller closes it).
     Raises InputError (bad config or prompts), ServerUnreachable (no server answered the probe) or
     StoreError (the database cannot be written). Any other error on one sample is recorded as that
     sample's failure and the run goes on.
@@ -132,6 +144,8 @@ async def run_batch(config: BatchConfig, store: Store, prompts: list[PromptRow] 
                       concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
     try:
         await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
+        if not isinstance(store, Store):
+            store = store()
         return await _run(config, store, pool, prompts, bad, tokenizer, profile, on_progress, cancel)
     finally:
         await pool.aclose()
@@ -173,7 +187,7 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
             try:
                 analysis = analyze(capture, profile, tokenizer)
                 store.put_sample(item.sample_id, item.prompt_id, run_id, capture, analysis, gen_index=item.index,
-                                 turn=item.turn, profile=profile.name)
+                                 turn=item.turn, profile=profile.name, new=True)  # the anti-join said so
             except StoreError as exc:
                 # this sample's data (an id DuckDB cannot hold) or the database itself? Writing the
                 # failure tells them apart: a failing database raises again and stops the run.

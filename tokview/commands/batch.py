@@ -70,15 +70,23 @@ def run(args: argparse.Namespace) -> int:
     except InputError as exc:
         raise UserError(str(exc)) from None
     printer = ProgressPrinter(sys.stderr)
-    with Store(args.db) as store:
-        try:
-            summary = asyncio.run(_run(config, store, printer, run_batch))
-        except (InputError, StoreError) as exc:
-            raise UserError(scrub_text(str(exc))) from None
-        except ServerUnreachable as exc:
-            raise UserError(scrub_text(exc.reason), EXIT_UNREACHABLE) from None
-        finally:
-            printer.finish()
+    opened: list[Store] = []
+
+    def open_store() -> Store:
+        """Called by run_batch once a server answered: an unreachable one leaves no database file."""
+        opened.append(Store(args.db, server_urls=servers))
+        return opened[-1]
+
+    try:
+        summary = asyncio.run(_run(config, open_store, printer, run_batch))
+    except (InputError, StoreError) as exc:
+        raise UserError(scrub_text(str(exc))) from None
+    except ServerUnreachable as exc:
+        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", EXIT_UNREACHABLE) from None
+    finally:
+        printer.finish()
+        for store in opened:
+            store.close()
     for message in summary.bad_rows[:BAD_ROWS_SHOWN]:
         print(f"tokview: bad row skipped: {message}", file=sys.stderr)
     if len(summary.bad_rows) > BAD_ROWS_SHOWN:
