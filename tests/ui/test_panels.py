@@ -199,3 +199,13 @@ async def test_doctor_panel_notes_a_dropped_v1(make_app, sim):
         await settle(app, pilot)
         assert screen.report is not None and screen.report.url == sim.url
         assert "note: dropped the trailing /v1" in str(screen.query_one("#doctor-report", Static).render())
+
+
+async def test_doctor_panel_words_an_unreachable_server_as_the_cli_does(make_app):
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("D")
+        await settle(app, pilot)
+        shown = str(app.screen.query_one("#doctor-report", Static).render())
+        assert shown.startswith("doctor failed: server unreachable: ") and app.screen.report is None

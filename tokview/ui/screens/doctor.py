@@ -81,13 +81,18 @@ class DoctorScreen(Screen):
     async def _run(self, url: str, notes: list[str]) -> None:
         import asyncio
 
+        from tokview.servers import ServerUnreachable
+
         try:
             from tokview.servers.doctor import run_doctor
 
             tokenizer = await asyncio.to_thread(self.session.tokenizer)
             profile = await asyncio.to_thread(self.session.profile)
             report = await run_doctor(url, tokenizer=tokenizer, profile=profile, notes=notes)
-        except Exception as exc:  # unreachable server or a doctor error: shown, never a crash
+        except ServerUnreachable as exc:  # worded as `tokview doctor` words it
+            self.post_message(self.Done(None, f"server unreachable: {exc.reason}"))
+            return
+        except Exception as exc:  # a doctor error: shown, never a crash
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.post_message(self.Done(None, first))
             return
