@@ -118,3 +118,19 @@ async def test_app_opens_a_qwen_sample_with_the_qwen_tokenizer(mixed_store):
         opener = seq.ids.index(QWEN_THINK_OPEN, seq.n_prompt)
         assert seq.classes[opener] == d.CLASS_INDEX["delimiter"] and seq.pieces[opener] == "<think>"
         assert sorted(screen.data.analysis.codes) == sorted(f.code for f in mixed_store.load_sample("q@0").findings)
+
+
+def test_a_sample_without_a_runs_row_reads_the_runs_table_once(tmp_path, tokenizer, profile):
+    """Review item 10: each open (every `]`) of such a sample used to re-read the whole runs table."""
+    from tokview.store import Store
+
+    with Store(tmp_path / "orphan.duckdb") as store:
+        cap = examples.short_capture()
+        store.put_sample("o@0", "o", "run-without-row", cap, analyze(cap, profile, tokenizer), profile="kimi-k2.5")
+        reads = []
+        original = store.runs
+        store.runs = lambda: reads.append(1) or original()
+        session = Session(store, tokenizer=tokenizer)
+        for _ in range(5):
+            assert session.load("o@0")[3].name == "kimi-k2.5"
+        assert len(reads) == 2  # the first look, and the one refresh for a run generated since

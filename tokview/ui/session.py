@@ -42,6 +42,8 @@ class Session:
         self._tokenizers: dict[str | None, "TokenizerAdapter"] = {}
         self._pairs: dict[tuple[str | None, str | None], tuple["TokenizerAdapter", "ModelProfile"]] = {}
         self._runs: dict[str, dict[str, Any]] | None = None
+        self._missing_runs: set[str] = set()
+        """run ids with no runs row when last looked up: misses are cached too."""
         self._lock = threading.Lock()
 
     # -- the server (generate, doctor) ------------------------------------------------------------
@@ -89,8 +91,10 @@ class Session:
     def for_sample(self, stored: "StoredSample") -> tuple["TokenizerAdapter", "ModelProfile"]:
         """The pair to re-analyse one stored sample with: named, else its run's."""
         run = self._run_table(refresh=False).get(stored.run_id)
-        if run is None and stored.run_id:
+        if run is None and stored.run_id and stored.run_id not in self._missing_runs:
             run = self._run_table(refresh=True).get(stored.run_id)  # a run generated since the app opened
+            if run is None:  # no runs row at all (an import, an old store): re-read once, not on every open
+                self._missing_runs.add(stored.run_id)
         run = run or {}
         return self.resolve(run.get("tokenizer_dir"), stored.profile or run.get("profile"))
 
