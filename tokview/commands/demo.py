@@ -5,12 +5,14 @@ vLLM before 0.16 (reasoning in `reasoning_content`) with a parser that puts the 
 reasoning field. Three small runs over the sample prompts go into
 the store through `run_batch`, the same call `tokview batch` makes: parsed chat on the current server,
 parsed chat on the old one, and raw ids with a small max-tokens budget (truncations). `--no-ui` prints a
-summary instead of opening the app (for CI and the README).
+summary and the `tokview ui --db …` line that opens the store, instead of opening the app (for CI
+and the README).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -84,6 +86,14 @@ def summary_text(store, summaries) -> str:
     return "\n".join(lines)
 
 
+def open_hint(db: str | None) -> str:
+    """How to look at the store afterwards: `tokview ui --db …`, or how to keep one when it was temporary."""
+    if db is None:
+        return ("  (a temporary store, removed on exit; to keep one: tokview demo --no-ui --db demo.duckdb, "
+                "then open it: tokview ui --db demo.duckdb)")
+    return f"  open it: tokview ui --db {shlex.quote(db)}"
+
+
 def run(args) -> int:
     from tokview.core.resolve import resolve_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
@@ -105,6 +115,7 @@ def run(args) -> int:
                 summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
                 if args.no_ui:
                     print(summary_text(store, summaries))
+                    print(open_hint(args.db))
                     return 0
                 print(summary_text(store, summaries), file=sys.stderr)
                 from tokview.ui.app import TokviewApp
