@@ -57,3 +57,36 @@ def test_export_cli_selects_and_writes_sidecars(tmp_path):
     assert valid.returncode == 0 and "exported 2 of 2" in valid.stderr
     none = _cli("export", "--db", str(db), "--out", str(tmp_path / "n.jsonl"), "--run", "nope")
     assert none.returncode == 1 and "no samples match" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
+    from tokview.cli import main
+
+    db = _db(tmp_path)
+    assert main(["stats", "--db", str(db), "--samples"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = [line.split("\t") for line in out[out.index(next(x for x in out if x.startswith("sample ids"))) + 1:]]
+    assert "sample ids (all 3;" in out[-4]
+    with Store(db) as store:
+        stored = {r.sample_id: r for r in store.samples_page(limit=10)}
+    assert sorted(row[0] for row in listed) == sorted(stored)
+    by_id = {row[0]: row for row in listed}
+    truncated = next(r for r in stored.values() if r.finish_reason == "length")
+    assert by_id[truncated.sample_id][1:] == ["pending", "invalid", "length", ",".join(truncated.codes)]
+    assert main(["show", "--db", str(db), listed[0][0]]) == 0  # the listed id is what show takes
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--samples", "--limit", "2", "--json"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["samples"] == 3 and len(js["sample_list"]) == 2
+    assert set(js["sample_list"][0]) == {"sample_id", "status", "valid", "finish_reason", "codes"}
+    assert main(["stats", "--db", str(db), "--samples", "--limit", "0"]) == 1
+
+
+def test_a_missing_database_names_the_flag(tmp_path, capsys):
+    from tokview.cli import main
+
+    missing = tmp_path / "none.duckdb"
+    for argv in (["stats", "--db", str(missing)], ["export", "--db", str(missing), "--out", str(tmp_path / "o.jsonl")]):
+        assert main(argv) == 1
+        assert f"database not found: {missing} (pass --db PATH)" in capsys.readouterr().err
+    assert not missing.exists()

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
 
     if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db}")
+        raise UserError(f"database not found: {args.db} (pass --db PATH)")
     with Store(args.db) as store:
         tokenizer, profile = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code,
                                                args.profile)

@@ -1,5 +1,6 @@
 """`tokview stats`: what is in a store: prompts, samples by status and validity, failures by reason,
-findings by code, token-length percentiles. `--json` prints the same numbers as JSON."""
+findings by code, token-length percentiles. `--samples` also lists sample ids (what `tokview show`
+takes), oldest first, `--limit` of them. `--json` prints the same as JSON."""
 
 from __future__ import annotations
 
@@ -16,7 +17,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--samples", action="store_true",
+                   help="also list sample ids: sample_id, status, valid, finish reason, finding codes")
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                   help=f"with --samples: list at most N (default {DEFAULT_LIMIT})")
     p.set_defaults(run=run)
+
+
+DEFAULT_LIMIT = 50
+
+
+def sample_line(row: Any) -> str:
+    """One listed sample: its id first, so `cut -f1` gives ids for `tokview show`."""
+    return "\t".join([row.sample_id, row.status, "valid" if row.valid else "invalid", row.finish_reason or "none",
+                      ",".join(row.codes) or "-"])
+
+
+def sample_dict(row: Any) -> dict[str, Any]:
+    return {"sample_id": row.sample_id, "status": row.status, "valid": row.valid,
+            "finish_reason": row.finish_reason, "codes": list(row.codes)}
 
 
 def render(st: dict[str, Any]) -> str:
@@ -43,8 +62,21 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
 
     if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db}")
+        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    if args.limit < 1:
+        raise UserError("--limit must be at least 1")
     with Store(args.db) as store:
         st = store.stats()
-    print(json.dumps(st, indent=2, default=str) if args.json else render(st))
+        rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []
+    if args.json:
+        if args.samples:
+            st = {**st, "sample_list": [sample_dict(r) for r in rows]}
+        print(json.dumps(st, indent=2, default=str))
+        return 0
+    print(render(st))
+    if args.samples:
+        shown = f"{len(rows)} of {st['samples']}" if len(rows) < st["samples"] else f"all {len(rows)}"
+        print(f"sample ids ({shown}; sample_id status valid finish codes)")
+        for row in rows:
+            print(sample_line(row))
     return 0
