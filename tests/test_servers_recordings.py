@@ -9,14 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -26,6 +24,7 @@ from tokview.core.profiles import get_profile
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
 from tokview.servers.sglang import stream_mode
 
+from loopback import serve_asgi  # noqa: E402
 from facts import RECORDINGS as REC  # noqa: E402
 PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586, 163588,
           319, 115, 276, 116, 301, 116, 163601, 163606]
@@ -75,21 +74,8 @@ class Replay:
 @contextmanager
 def serve(replay: Replay) -> Iterator[str]:
     app = Starlette(routes=[Route("/{path:path}", replay.handle, methods=["GET", "POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", timeout_graceful_shutdown=0.2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(5)
-        sock.close()
+    with serve_asgi(app) as url:
+        yield url
 
 
 def sglang_routes(**overrides: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -26,6 +22,8 @@ from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnr
 from tokview.servers.doctor import run_doctor
 from tokview.servers.urls import public_url, server_url_notes, validate_server_url
 from tokview.sim import SimConfig, start_simulator
+
+from loopback import serve_asgi
 
 KIMI = get_profile("kimi-k2.5")
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -49,20 +47,8 @@ def serve(routes: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, str]]]]:
         return JSONResponse(body, status_code=status)
 
     app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.005)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_asgi(app) as url:
+        yield url, seen
 
 
 def echo_credentials(path: str, headers: dict[str, str]) -> tuple[int, Any]:
