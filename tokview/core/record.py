@@ -45,6 +45,18 @@ class Capture:
     server_version: str | None = None
     model: str | None = None
     output_logprobs: list[float] | None = None
+    """Per output position: the sampled token's logprob (when asked for, `--logprobs K`)."""
+    output_top_ids: list[list[int]] | None = None
+    """Per output position: the top-K alternative ids the server returned."""
+    output_top_logprobs: list[list[float]] | None = None
+    spec_decode: dict[str, Any] | None = None
+    """The server's speculative-decoding metrics, normalised (`core.spec_decode.SpecDecode.to_dict`)."""
+    target_logprobs: list[float] | None = None
+    """Per output position: the logprob a target gave the stored token (`tokview score`)."""
+    target_top_ids: list[list[int]] | None = None
+    target_top_logprobs: list[list[float]] | None = None
+    target_score: dict[str, Any] | None = None
+    """Who scored it and the summary: server, model, mean_nll, low_prob_share, thresholds, off_policy."""
     raw_request: dict[str, Any] | None = None
     raw_response: Any = None
     parsed_raw_response: Any = None

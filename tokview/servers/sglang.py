@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tokview.core import logprobs as lp
+from tokview.core import spec_decode
 from tokview.core.record import Capture
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
@@ -29,7 +31,28 @@ def generate_body(prompt_ids: list[int], settings: dict[str, Any], *, stream: bo
     }
     if settings.get("seed") is not None:
         sampling["sampling_seed"] = settings["seed"]
-    return {"input_ids": list(prompt_ids), "sampling_params": sampling, "stream": stream}
+    body: dict[str, Any] = {"input_ids": list(prompt_ids), "sampling_params": sampling, "stream": stream}
+    if settings.get("logprobs") is not None:  # output tokens only (logprob_start_len -1), ids in the triples
+        body.update(return_logprob=True, top_logprobs_num=int(settings["logprobs"]), logprob_start_len=-1)
+    return body
+
+
+def logprob_fields(found: "lp.TokenLogprobs | None") -> dict[str, Any]:
+    """Capture fields for the sampled logprobs and top-K alternatives (all None when none came back)."""
+    if found is None:
+        return {"output_logprobs": None, "output_top_ids": None, "output_top_logprobs": None}
+    return {"output_logprobs": found.logprobs, "output_top_ids": found.top_ids,
+            "output_top_logprobs": found.top_logprobs}
+
+
+def side_data(meta: dict[str, Any], output_ids: list[int], where: str) -> dict[str, Any]:
+    """Spec-decode metrics and logprobs from one /generate meta_info."""
+    try:
+        found = lp.from_sglang_output(meta, output_ids)
+    except lp.LogprobShapeError as exc:
+        raise Retryable(f"malformed response from {where}: {exc}") from None
+    spec = spec_decode.from_sglang(meta)
+    return {"spec_decode": None if spec is None else spec.to_dict(), **logprob_fields(found)}
 
 
 def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> str:
@@ -96,13 +119,15 @@ def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POS
     if finish == "abort":  # {"type": "abort", "message": ...}, or a bare "abort" from some builds
         message = raw_finish.get("message") if isinstance(raw_finish, dict) else None
         raise CaptureFailed(f"SGLang aborted the request on {where}: {message or 'no message'}")
+    output_ids = ids_of(data["output_ids"], where)
     return {
         "prompt_ids": list(prompt_ids),
-        "output_ids": ids_of(data["output_ids"], where),
+        "output_ids": output_ids,
         "finish_reason": finish,
         "matched_stop": matched,
         "text": text_of(data.get("text"), where, "text"),
         "usage": normalize_usage(meta),
+        **side_data(meta, output_ids, where),
     }
 
 
@@ -142,9 +167,20 @@ async def _generate_stream(client: ServerClient, body: dict[str, Any],
         output_ids = [i for c in ids_per_chunk for i in c]
         text = "".join(t or "" for t in texts)
         raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": chunks}
+        last_meta = {**last_meta, **incremental_logprobs(chunks, where)}
     fields = capture_from_generate({"output_ids": output_ids, "text": text, "meta_info": last_meta}, prompt_ids,
                                    where=where)
     return fields, raw
+
+
+def incremental_logprobs(chunks: list[dict[str, Any]], where: str) -> dict[str, Any]:
+    """With --incremental-streaming-output the logprob arrays are sliced per chunk: join them."""
+    out: dict[str, Any] = {}
+    for key in ("output_token_logprobs", "output_top_logprobs"):
+        parts = [object_of(c.get("meta_info"), where, "meta_info").get(key) for c in chunks]
+        if any(p is not None for p in parts):
+            out[key] = [e for p in parts if isinstance(p, list) for e in p]
+    return out
 
 
 # -- /v1/chat/completions -------------------------------------------------------------------
@@ -189,7 +225,19 @@ def chat_ids(data: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | 
     return prompt, None, None
 
 
-def parse_chat(data: Any, where: str) -> dict[str, Any]:
+def chat_logprob_fields(logprobs: Any, output_ids: list[int] | None, where: str, asked: bool) -> dict[str, Any]:
+    """OpenAI-style `logprobs.content` (asked with return_tokens_as_token_ids) aligned to the output ids.
+
+    Read only when we asked: logprobs someone else's defaults added carry strings, not ids."""
+    if not asked or logprobs is None or output_ids is None:
+        return logprob_fields(None)
+    try:
+        return logprob_fields(lp.from_vllm_chat(logprobs, output_ids))
+    except lp.LogprobShapeError as exc:
+        raise Retryable(f"malformed response from {where}: {exc}") from None
+
+
+def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str, Any]:
     """Capture fields of an OpenAI-style chat answer (SGLang or vLLM), ids possibly None."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise Retryable(f"malformed response from {where}: expected an object with choices")
@@ -201,7 +249,10 @@ def parse_chat(data: Any, where: str) -> dict[str, Any]:
     reasoning, field_name = pick_reasoning(message)
     finish, _ = finish_of(choice.get("finish_reason"), where)
     matched = choice.get("matched_stop", choice.get("stop_reason"))
+    spec = spec_decode.from_vllm(data)  # vLLM's top-level metrics; SGLang chat has none
     return {
+        "spec_decode": None if spec is None else spec.to_dict(),
+        **chat_logprob_fields(choice.get("logprobs"), output, where, logprobs_asked),
         "prompt_ids": prompt, "output_ids": output, "finish_reason": finish, "matched_stop": matched,
         "reasoning": text_of(reasoning, where, f"message.{field_name}"),
         "content": text_of(message.get("content"), where, "message.content"), "reasoning_field": field_name,

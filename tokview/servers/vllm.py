@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tokview.core import logprobs as lp
+from tokview.core import spec_decode
 from tokview.core.record import Capture
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.sglang import finish_chat_capture, finish_of, ids_of, object_of, parse_chat, text_of
+from tokview.servers.sglang import (chat_logprob_fields, finish_chat_capture, finish_of, ids_of, logprob_fields,
+                                    object_of, parse_chat, text_of)
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 
@@ -35,6 +38,8 @@ def chat_body(messages: list[dict[str, Any]], settings: dict[str, Any], model: s
               stream: bool) -> dict[str, Any]:
     body = {"messages": messages, **_sampling(settings, model),
             "chat_template_kwargs": settings["chat_template_kwargs"], "stream": stream}
+    if settings.get("logprobs") is not None:  # ids, not strings: two tokens can print the same
+        body.update(logprobs=True, top_logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
@@ -51,15 +56,17 @@ async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[di
     started = time.perf_counter()
     if stream:
         chunks = [c async for c in client.stream_sse("/v1/chat/completions", body)]
-        fields, raw = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)"), {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
+        fields = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)", "logprobs" in body)
+        raw = {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
     else:
         raw = await client.post_json("/v1/chat/completions", body)
-        fields = parse_chat(raw, "POST /v1/chat/completions")
+        fields = parse_chat(raw, "POST /v1/chat/completions", "logprobs" in body)
     return finish_chat_capture(fields, require_ids, client, info, body, raw, settings, messages, "vllm-chat",
                                time.perf_counter() - started)
 
 
-def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)") -> dict[str, Any]:
+def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)",
+                      logprobs_asked: bool = False) -> dict[str, Any]:
     """Fold chat chunks into one answer: prompt ids from the first, id and text deltas after.
 
     Any shape no server sends (a choice that is not an object, ids that are not integers, a text
@@ -72,11 +79,14 @@ def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/
     seen_keys: set[str] = set()
     finish = matched = None
     usage: dict[str, Any] = {}
+    spec = None
+    logprob_entries: list[Any] | None = None
     for chunk in chunks:
         if prompt_ids is None and isinstance(chunk.get("prompt_token_ids"), list):
             prompt_ids = chunk["prompt_token_ids"]
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
+        spec = spec_decode.from_vllm(chunk) or spec  # rides the final usage chunk (include_usage)
         choices = chunk.get("choices") or []
         if not isinstance(choices, list):
             raise Retryable(f"malformed response from {where}: choices is not a list")
@@ -90,6 +100,9 @@ def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/
             if ids is not None:
                 saw_ids = True
                 output_ids.extend(ids_of(ids, where, "token_ids"))
+            chunk_logprobs = choice.get("logprobs")
+            if isinstance(chunk_logprobs, dict) and isinstance(chunk_logprobs.get("content"), list):
+                logprob_entries = (logprob_entries or []) + chunk_logprobs["content"]
             delta = object_of(choice.get("delta"), where, "delta")
             for key in texts:
                 if key in delta:
@@ -105,15 +118,21 @@ def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/
     content = "".join(texts["content"]) if texts["content"] else None
     if prompt_ids is not None:
         ids_of(prompt_ids, where, "prompt_token_ids")
-    return {"prompt_ids": prompt_ids, "output_ids": output_ids if saw_ids else None, "finish_reason": finish,
+    output = output_ids if saw_ids else None
+    side = chat_logprob_fields(None if logprob_entries is None else {"content": logprob_entries}, output, where,
+                               logprobs_asked)
+    return {"prompt_ids": prompt_ids, "output_ids": output, "finish_reason": finish,
             "matched_stop": matched, "reasoning": reasoning, "content": content, "reasoning_field": field_name,
-            "usage": normalize_usage(usage)}
+            "usage": normalize_usage(usage), "spec_decode": None if spec is None else spec.to_dict(), **side}
 
 
 def completions_body(prompt_ids: list[int], settings: dict[str, Any], model: str | None, *,
                      skip_special_tokens: bool = False) -> dict[str, Any]:
-    return {"prompt": list(prompt_ids), **_sampling(settings, model), "skip_special_tokens": skip_special_tokens,
+    body = {"prompt": list(prompt_ids), **_sampling(settings, model), "skip_special_tokens": skip_special_tokens,
             "include_stop_str_in_output": True, "stream": False}
+    if settings.get("logprobs") is not None:
+        body.update(logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
+    return body
 
 
 async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids: list[int],
@@ -132,7 +151,13 @@ async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids
                             f"(it needs vLLM ≥0.10.2)", url=client.url)
     output = ids_of(output, where, "token_ids")
     finish, _ = finish_of(choice.get("finish_reason"), where)
+    try:
+        found = lp.from_vllm_completion(choice.get("logprobs"), output) if "logprobs" in body else None
+    except lp.LogprobShapeError as exc:
+        raise Retryable(f"malformed response from {where}: {exc}") from None
+    spec = spec_decode.from_vllm(data)
     return Capture(
+        spec_decode=None if spec is None else spec.to_dict(), **logprob_fields(found),
         prompt_ids=list(prompt_ids), output_ids=list(output), finish_reason=finish,
         matched_stop=choice.get("stop_reason"), text=text_of(choice.get("text"), where, "text"),
         usage=normalize_usage(data.get("usage")), settings=settings, endpoint="vllm-completions",

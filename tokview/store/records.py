@@ -23,6 +23,7 @@ from typing import Any
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
+from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 
 STATUSES = ("pending", "approved", "rejected")
 SECRET_KEYS = {"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"}
@@ -194,7 +195,7 @@ SAMPLE_COLUMNS = (
     "text", "reasoning", "content", "reasoning_field", "usage", "settings", "messages", "endpoint", "server_url",
     "server_kind", "server_version", "model", "output_logprobs", "raw_request", "raw_response",
     "parsed_raw_response", "latency_s", "alignment", "profile", "created_at",
-)
+) + SIDE_COLUMNS
 CAPTURE_COLUMNS = (
     "prompt_ids", "output_ids", "parsed_output_ids", "finish_reason", "matched_stop", "text", "reasoning",
     "content", "reasoning_field", "usage", "settings", "messages", "endpoint", "server_url", "server_kind",
@@ -238,6 +239,7 @@ def sample_params(sample_id: str, prompt_id: str, run_id: str | None, capture: C
     }
     for name in JSON_FIELDS:
         values[name] = to_json(getattr(c, name), masked)
+    values.update(side_values(c))
     return [values[name] for name in SAMPLE_COLUMNS]
 
 
@@ -250,4 +252,5 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
     data["settings"] = data.get("settings") or {}
     data["prompt_ids"] = list(data["prompt_ids"])
     data["output_ids"] = list(data["output_ids"])
+    data.update(side_fields(row))
     return Capture(**data)

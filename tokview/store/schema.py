@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
+
 MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
     (1, "samples, findings, failures, verdicts, runs", (
         """CREATE TABLE runs (
@@ -98,6 +100,7 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # put_sample clears a sample's earlier failures on every write: without it, a full scan each
         "CREATE INDEX failures_sample_idx ON failures(sample_id)",
     )),
+    (5, "per-token side data: spec-decode metrics, top-K logprobs, target scores", _SIDE_DATA_SQL),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

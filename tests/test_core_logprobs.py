@@ -1,0 +1,95 @@
+"""Logprobs with ids, from every shape the recordings show, and the off-policy numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from facts import KIMI_CHAIN_OUTPUT, RECORDINGS
+from tokview.core import logprobs as lp
+
+SCORE_PROMPT = [163587, 375, 163601, 79, 163586, 163588, 163606]
+
+
+def rec(name):
+    return json.loads((RECORDINGS / name).read_text())
+
+
+def test_sglang_output_triples_with_top_k():
+    meta = rec("sgl_generate_logprobs.json")["meta_info"]
+    got = lp.from_sglang_output(meta, KIMI_CHAIN_OUTPUT)
+    assert len(got.logprobs) == 18 and got.logprobs[0] == 0.0
+    assert got.top_ids[0] == [256, 264] and got.top_logprobs[0] == [0.0, -30.5]
+    assert all(len(t) == 2 for t in got.top_ids)
+
+
+def test_sglang_output_ids_must_match():
+    meta = rec("sgl_generate_logprobs.json")["meta_info"]
+    with pytest.raises(lp.LogprobShapeError, match="other ids"):
+        lp.from_sglang_output(meta, KIMI_CHAIN_OUTPUT[:-1] + [5])
+    assert lp.from_sglang_output({"completion_tokens": 3}, [1, 2, 3]) is None
+
+
+def test_sglang_and_vllm_scoring_agree_on_the_same_stored_sample():
+    ids = SCORE_PROMPT + KIMI_CHAIN_OUTPUT
+    sgl = lp.from_sglang_input(rec("sgl_generate_score_stored_sample.json")["meta_info"], ids, len(SCORE_PROMPT))
+    choice = rec("vllm_completions_score_stored_sample.json")["choices"][0]
+    vll = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, len(SCORE_PROMPT), 2)
+    assert len(sgl.logprobs) == len(vll.logprobs) == 18
+    assert sgl.logprobs == pytest.approx(vll.logprobs, abs=1e-3)
+    assert len(vll.top_ids[0]) == 2 and vll.top_logprobs[0][0] >= vll.top_logprobs[0][1]
+    # the whole prompt side: the first position has no logprob on either server
+    whole = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, 0, 0)
+    assert whole.logprobs[0] is None and whole.logprobs[1] == pytest.approx(-11.918, abs=1e-3)
+    assert whole.top_ids is None
+
+
+def test_scoring_refuses_a_response_for_other_ids():
+    ids = SCORE_PROMPT + KIMI_CHAIN_OUTPUT
+    meta = rec("sgl_generate_score_stored_sample.json")["meta_info"]
+    with pytest.raises(lp.LogprobShapeError):
+        lp.from_sglang_input(meta, ids[:-1], 7)
+    with pytest.raises(lp.LogprobShapeError, match="other ids"):
+        lp.from_sglang_input(meta, ids[:-1] + [1], 7)
+    prompt_lps = rec("vllm_completions_score_stored_sample.json")["choices"][0]["prompt_logprobs"]
+    with pytest.raises(lp.LogprobShapeError, match="does not name"):
+        lp.from_vllm_prompt(prompt_lps, ids[:-1] + [1], 7, 2)
+
+
+def test_vllm_chat_logprobs_need_token_ids_not_strings():
+    body = rec("vllm_chat_specdec_logprobs.json")
+    choice = body["choices"][0]
+    with pytest.raises(lp.LogprobShapeError, match="return_tokens_as_token_ids"):
+        lp.from_vllm_chat(choice["logprobs"], choice["token_ids"])
+    as_ids = {"content": [{"token": f"token_id:{t}", "logprob": e["logprob"],
+                           "top_logprobs": [{"token": f"token_id:{t}", "logprob": e["logprob"]},
+                                            {"token": "token_id:264", "logprob": -30.0}]}
+                          for t, e in zip(choice["token_ids"], choice["logprobs"]["content"])]}
+    got = lp.from_vllm_chat(as_ids, choice["token_ids"])
+    assert got.logprobs == [0.0] * 18 and got.top_ids[3] == [choice["token_ids"][3], 264]
+    with pytest.raises(lp.LogprobShapeError):
+        lp.from_vllm_chat(as_ids, choice["token_ids"][:-1])
+
+
+def test_vllm_completion_logprobs_sorted_by_value():
+    got = lp.from_vllm_completion({"token_logprobs": [-0.1, None],
+                                   "top_logprobs": [{"token_id:5": -2.0, "token_id:7": -0.1}, None]}, [7, 9])
+    assert got.logprobs == [-0.1, None] and got.top_ids == [[7, 5], []]
+    assert got.top_logprobs == [[-0.1, -2.0], []]
+
+
+def test_infinite_logprobs_are_floored_for_json():
+    got = lp.from_sglang_output({"output_token_logprobs": [[-math.inf, 3, None]]}, [3])
+    assert got.logprobs == [lp.FLOOR] and json.dumps(got.logprobs)
+
+
+def test_mean_nll_low_share_and_off_policy():
+    assert lp.mean_nll([-1.0, -3.0, None]) == 2.0 and lp.mean_nll([None]) is None
+    assert lp.low_share([-0.1, -5.0, -4.0], 0.01) == pytest.approx(1 / 3)  # log(0.01) = -4.605
+    on = lp.score_summary([-0.2, -0.5, -1.0])
+    off = lp.score_summary([-3.0, -6.0, -0.5])
+    assert not on["off_policy"] and off["off_policy"] and off["mean_nll"] == pytest.approx(3.1667, abs=1e-3)
+    assert lp.score_summary([-3.0], off_policy_nll=5.0)["off_policy"] is False
+    assert on["off_policy_nll"] == lp.DEFAULT_OFF_POLICY_NLL and on["tokens"] == 3

@@ -1,0 +1,212 @@
+"""Per-token log-probabilities with ids: what the servers return, folded into parallel arrays.
+
+Why ids and not token text: two tokens can print the same (vLLM's OpenAI-style logprobs carry
+only strings), so top-K alternatives are kept as ids (`return_tokens_as_token_ids` on vLLM makes
+its strings `token_id:N`; SGLang's `[logprob, id, text]` triples carry ids already). A sample keeps
+three arrays aligned to its output positions: the sampled token's logprob, and the top-K ids and
+logprobs. Scoring a stored sample against a target fills the same shape on the target side.
+
+The off-policy rule: the target's mean negative log-likelihood (NLL, nats per output token). A
+sample drawn from the target at temperature 1 has an expected mean NLL equal to the target's
+per-token entropy on its own text, which for chat models is usually well under 1 nat; text another
+model or pipeline wrote usually scores 2 nats and more. DEFAULT_OFF_POLICY_NLL = 2.0 (perplexity
+about 7.4) sits between: a rule of thumb to flag samples worth a look, not a measured constant —
+set it per model (`tokview score --off-policy-nll X`) after looking at your run's NLL distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+DEFAULT_OFF_POLICY_NLL = 2.0
+FLOOR = -9999.0
+"""What a -inf (or NaN) logprob is stored as (vLLM's own convention), so JSON stays valid."""
+DEFAULT_LOW_PROB = 0.01
+"""A token the target gives less than 1% is "unlikely"; the score reports the share of such tokens."""
+
+
+class LogprobShapeError(ValueError):
+    """The server's logprob fields do not have the documented shape (or do not match the ids)."""
+
+
+@dataclass
+class TokenLogprobs:
+    """Per output position: the token's logprob and, when asked, the top-K alternatives."""
+
+    logprobs: list[float | None]
+    top_ids: list[list[int]] | None = None
+    top_logprobs: list[list[float]] | None = None
+
+    def extend(self, other: "TokenLogprobs") -> None:
+        self.logprobs.extend(other.logprobs)
+        if other.top_ids is not None:
+            self.top_ids = (self.top_ids or []) + other.top_ids
+            self.top_logprobs = (self.top_logprobs or []) + (other.top_logprobs or [])
+
+
+def _lp(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LogprobShapeError(f"a logprob is not a number ({type(value).__name__})")
+    return float(value) if math.isfinite(value) else FLOOR
+
+
+def token_id_of(token: Any) -> int:
+    """vLLM's `token_id:123` (return_tokens_as_token_ids) → 123."""
+    if isinstance(token, str) and token.startswith("token_id:"):
+        try:
+            return int(token[len("token_id:"):])
+        except ValueError:
+            pass
+    raise LogprobShapeError(f"a logprob token is not `token_id:N` ({str(token)[:40]!r}): "
+                            f"send return_tokens_as_token_ids")
+
+
+# -- SGLang: [logprob, id, text|null] triples --------------------------------------------------
+def _triple(entry: Any) -> tuple[float | None, int]:
+    if not isinstance(entry, (list, tuple)) or len(entry) < 2 or not isinstance(entry[1], int):
+        raise LogprobShapeError("a logprob entry is not [logprob, id, text]")
+    return _lp(entry[0]), entry[1]
+
+
+def _top_of(entries: Any) -> tuple[list[int], list[float]]:
+    if entries is None:
+        return [], []
+    if not isinstance(entries, list):
+        raise LogprobShapeError("a top-logprobs entry is not a list")
+    pairs = [_triple(e) for e in entries]
+    return [i for _, i in pairs], [lp if lp is not None else FLOOR for lp, _ in pairs]
+
+
+def from_sglang_output(meta: dict[str, Any], output_ids: Sequence[int]) -> TokenLogprobs | None:
+    """`meta_info.output_token_logprobs` (+ `output_top_logprobs`) for these output ids."""
+    entries = meta.get("output_token_logprobs")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise LogprobShapeError("output_token_logprobs is not a list")
+    pairs = [_triple(e) for e in entries]
+    if [i for _, i in pairs] != list(output_ids):
+        raise LogprobShapeError(f"output_token_logprobs name other ids than output_ids "
+                                f"({len(pairs)} entries for {len(output_ids)} ids)")
+    out = TokenLogprobs([lp for lp, _ in pairs])
+    tops = meta.get("output_top_logprobs")
+    if isinstance(tops, list) and len(tops) == len(pairs):
+        ids_lps = [_top_of(t) for t in tops]
+        out.top_ids, out.top_logprobs = [i for i, _ in ids_lps], [lp for _, lp in ids_lps]
+    return out
+
+
+def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> TokenLogprobs:
+    """Scoring: `input_token_logprobs` / `input_top_logprobs` (logprob_start_len 0) from position `start`."""
+    entries = meta.get("input_token_logprobs")
+    if not isinstance(entries, list) or len(entries) != len(ids):
+        raise LogprobShapeError(f"input_token_logprobs has {len(entries) if isinstance(entries, list) else 'no'} "
+                                f"entries for {len(ids)} input ids (was logprob_start_len 0 honoured?)")
+    pairs = [_triple(e) for e in entries]
+    if [i for _, i in pairs] != list(ids):
+        raise LogprobShapeError("input_token_logprobs name other ids than were sent")
+    out = TokenLogprobs([lp for lp, _ in pairs[start:]])
+    tops = meta.get("input_top_logprobs")
+    if isinstance(tops, list) and len(tops) == len(ids):
+        ids_lps = [_top_of(t) for t in tops[start:]]
+        out.top_ids, out.top_logprobs = [i for i, _ in ids_lps], [lp for _, lp in ids_lps]
+    return out
+
+
+# -- vLLM ---------------------------------------------------------------------------------------
+def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | None:
+    """`choices[].logprobs.content[]` ({token, logprob, top_logprobs[]}), positions aligned to the ids."""
+    if not isinstance(logprobs, dict) or logprobs.get("content") is None:
+        return None
+    content = logprobs["content"]
+    if not isinstance(content, list) or len(content) != len(output_ids):
+        raise LogprobShapeError(f"logprobs.content has {len(content) if isinstance(content, list) else 'no'} "
+                                f"entries for {len(output_ids)} token ids")
+    out = TokenLogprobs([], [], [])
+    for entry in content:
+        if not isinstance(entry, dict):
+            raise LogprobShapeError("a logprobs.content entry is not an object")
+        out.logprobs.append(_lp(entry.get("logprob")))
+        alts = entry.get("top_logprobs") or []
+        out.top_ids.append([token_id_of(a.get("token")) for a in alts])  # type: ignore[union-attr]
+        out.top_logprobs.append([_lp(a.get("logprob")) or FLOOR for a in alts])  # type: ignore[union-attr]
+    if not any(out.top_ids or []):
+        out.top_ids = out.top_logprobs = None
+    return out
+
+
+def from_vllm_completion(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | None:
+    """Completions: `{token_logprobs[], top_logprobs[{"token_id:N": lp}], tokens[]}`."""
+    if not isinstance(logprobs, dict) or logprobs.get("token_logprobs") is None:
+        return None
+    values = logprobs["token_logprobs"]
+    if not isinstance(values, list) or len(values) != len(output_ids):
+        raise LogprobShapeError("token_logprobs does not have one entry per token id")
+    out = TokenLogprobs([_lp(v) for v in values])
+    tops = logprobs.get("top_logprobs")
+    if isinstance(tops, list) and len(tops) == len(values):
+        out.top_ids, out.top_logprobs = [], []
+        for top in tops:
+            items = sorted((top or {}).items(), key=lambda kv: -(kv[1] if kv[1] is not None else FLOOR))
+            out.top_ids.append([token_id_of(k) for k, _ in items])
+            out.top_logprobs.append([_lp(v) or FLOOR for _, v in items])
+    return out
+
+
+def from_vllm_prompt(prompt_logprobs: Any, ids: Sequence[int], start: int, k: int) -> TokenLogprobs:
+    """Scoring: `prompt_logprobs` ([null, {"<id>": {logprob, rank, decoded_token}}, …]) from `start`.
+
+    Each position names the prompt token itself plus the top-k; the token's own entry gives the
+    target logprob, and the alternatives are the entries ranked 1..k."""
+    if not isinstance(prompt_logprobs, list) or len(prompt_logprobs) != len(ids):
+        raise LogprobShapeError(f"prompt_logprobs has {len(prompt_logprobs) if isinstance(prompt_logprobs, list) else 'no'}"
+                                f" entries for {len(ids)} prompt ids")
+    out = TokenLogprobs([], [] if k > 0 else None, [] if k > 0 else None)
+    for pos in range(start, len(ids)):
+        entry = prompt_logprobs[pos]
+        if entry is None and pos == 0:  # nothing predicts the first token
+            out.logprobs.append(None)
+            if k > 0:
+                out.top_ids.append([])  # type: ignore[union-attr]
+                out.top_logprobs.append([])  # type: ignore[union-attr]
+            continue
+        if not isinstance(entry, dict) or str(ids[pos]) not in entry:
+            raise LogprobShapeError(f"prompt_logprobs[{pos}] does not name the prompt token {ids[pos]}")
+        own = entry[str(ids[pos])]
+        out.logprobs.append(_lp(own.get("logprob") if isinstance(own, dict) else None))
+        if k > 0:
+            ranked = sorted(((v.get("rank") or 10**9, int(key), _lp(v.get("logprob")))
+                             for key, v in entry.items() if isinstance(v, dict)), key=lambda t: t[0])
+            ranked = [r for r in ranked if r[0] <= k][:k]
+            out.top_ids.append([i for _, i, _ in ranked])  # type: ignore[union-attr]
+            out.top_logprobs.append([lp if lp is not None else FLOOR for _, _, lp in ranked])  # type: ignore[union-attr]
+    return out
+
+
+# -- the numbers a person reads ---------------------------------------------------------------------
+def mean_nll(logprobs: Sequence[float | None]) -> float | None:
+    values = [lp for lp in logprobs if lp is not None]
+    if not values:
+        return None
+    return -sum(values) / len(values)
+
+
+def low_share(logprobs: Sequence[float | None], low_prob: float = DEFAULT_LOW_PROB) -> float | None:
+    values = [lp for lp in logprobs if lp is not None]
+    if not values:
+        return None
+    cut = math.log(low_prob)
+    return sum(1 for lp in values if lp < cut) / len(values)
+
+
+def score_summary(logprobs: Sequence[float | None], *, off_policy_nll: float = DEFAULT_OFF_POLICY_NLL,
+                  low_prob: float = DEFAULT_LOW_PROB) -> dict[str, Any]:
+    """mean NLL, share of unlikely tokens, and whether the sample reads as off-policy."""
+    nll = mean_nll(logprobs)
+    return {"mean_nll": nll, "low_prob": low_prob, "low_prob_share": low_share(logprobs, low_prob),
+            "off_policy_nll": off_policy_nll, "off_policy": nll is not None and nll > off_policy_nll,
+            "tokens": sum(1 for lp in logprobs if lp is not None)}
