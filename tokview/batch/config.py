@@ -43,11 +43,16 @@ class BatchConfig:
     """An already loaded TokenizerAdapter (the UI has one); wins over tokenizer_dir."""
     model_profile: Any = None
     """An already resolved ModelProfile; wins over `profile`."""
+    logprobs: int | None = None
+    """Capture each output token's logprob and this many top alternatives (ids); None: no logprobs."""
 
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                "thinking": self.thinking, "mode": self.mode}
+        settings = {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
+                    "thinking": self.thinking, "mode": self.mode}
+        if self.logprobs is not None:  # only when asked: earlier runs' sample ids stay the same
+            settings["logprobs"] = self.logprobs
+        return settings
 
     def sample_settings(self, identity: dict[str, Any] | None = None) -> dict[str, Any]:
         """What makes a sample what it is, hashed into every sample id and the default run id.
@@ -73,6 +78,7 @@ class BatchConfig:
             (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
             (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
             (self.retries >= 0, "--retries must be 0 or more"),
+            (self.logprobs is None or 0 <= self.logprobs <= 20, "--logprobs must be between 0 and 20"),
             (self.timeout > 0, "--timeout must be more than 0 seconds"),
             (0.0 <= self.top_p <= 1.0, "--top-p must be between 0 and 1"),
             (self.temperature >= 0.0, "--temperature must be 0 or more"),

@@ -43,6 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-bad-row", default="skip", choices=("skip", "stop"))
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--logprobs", type=int, metavar="K",
+                   help="also capture each output token's logprob and its top-K alternatives (ids), 0-20")
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
     p.set_defaults(run=run)
 
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
-        run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries)
+        run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries,
+        logprobs=args.logprobs)
     try:
         config.validate()  # before the database file is created
     except InputError as exc:

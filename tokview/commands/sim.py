@@ -45,6 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output-tokens", type=int, default=None, metavar="N", help="force every output to N ids")
     p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
     p.add_argument("--model-name", default="tokview-sim", help="served model name (default tokview-sim)")
+    p.add_argument("--spec-decode", default=None, metavar="MODE",
+                   help="report speculative-decoding metrics like vllm-summary, vllm-detailed, sglang-0.5.10, "
+                        "sglang-0.5.11 or sglang-0.5.12")
     p.add_argument("--version", dest="server_version", default=None, help="version string to report")
     p.set_defaults(run=run)
 
@@ -64,7 +67,8 @@ def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - impor
             raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
         return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,
                          quirks=quirks, latency_s=args.latency, output_tokens=args.output_tokens, seed=args.seed,
-                         model_name=args.model_name, version=args.server_version, port=port)
+                         model_name=args.model_name, version=args.server_version, port=port,
+                         spec_decode=args.spec_decode)
     except SimConfigError as exc:
         raise UserError(str(exc)) from None
 

@@ -23,6 +23,7 @@ from tokview.core.profiles import ModelProfile
 from tokview.sim import faults
 from tokview.sim.config import SimConfig
 from tokview.sim.model import SimModel
+from tokview.sim.spec import SimDistribution
 
 DONE = "data: [DONE]\n\n"
 
@@ -53,10 +54,23 @@ class SimState:
         self.tokenizer = tokenizer
         self.profile = profile
         self.model = SimModel(tokenizer, profile, output_tokens=cfg.output_tokens, base_seed=cfg.seed)
+        self._dist: SimDistribution | None = None
         self.stats = SimStats()
         self.faults = faults.FaultBook(cfg.quirks)
         self.released = threading.Event()
         self._piece_cache: dict[tuple[int, bool], str] = {}
+
+    @property
+    def dist(self) -> SimDistribution:
+        """The token distribution behind logprobs and scoring (built on first use)."""
+        if self._dist is None:
+            self._dist = SimDistribution(self.tokenizer, [self.profile.think_open_id, self.profile.think_close_id,
+                                                          *self.profile.stop_ids])
+        return self._dist
+
+    @property
+    def spec_decode(self) -> str | None:
+        return getattr(self.cfg, "spec_decode", None)
 
     # -- text ------------------------------------------------------------------------------
     def piece(self, token_id: int, skip_special: bool) -> str:
@@ -91,20 +105,6 @@ def now() -> int:
 
 def new_id(prefix: str = "") -> str:
     return prefix + uuid.uuid4().hex[: 16 if prefix else 32]
-
-
-def fake_logprob(token_id: int, position: int) -> float:
-    """A deterministic, plausible log-probability (the simulator has no real distribution)."""
-    return -round(((token_id * 31 + position * 7) % 97) / 40.0, 4)
-
-
-def top_alternatives(token_id: int, position: int, k: int) -> list[tuple[int, float]]:
-    """k (id, logprob) pairs, the sampled id first."""
-    out = [(token_id, fake_logprob(token_id, position))]
-    for j in range(1, k):
-        alt = (token_id + 7 * j) % 163_000 + 256
-        out.append((alt, round(out[0][1] - 0.5 * j, 4)))
-    return out
 
 
 def sse(payload: Any) -> str:

@@ -68,6 +68,8 @@ class SimConfig:
     """0: pick a free port."""
     host: str = "127.0.0.1"
     max_model_len: int = 32768
+    spec_decode: str | None = None
+    """Report speculative-decoding metrics like this build (`tokview.sim.spec.SPEC_DECODE_MODES`); None: none."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -89,6 +91,12 @@ class SimConfig:
             raise SimConfigError("output_tokens must be at least 3")
         if self.tokenizer_dir is not None:
             self.tokenizer_dir = Path(self.tokenizer_dir)
+        from tokview.sim.spec import SPEC_DECODE_MODES
+        if self.spec_decode is not None and self.spec_decode not in SPEC_DECODE_MODES:
+            raise SimConfigError(f"unknown --spec-decode {self.spec_decode!r} (known: {', '.join(SPEC_DECODE_MODES)})")
+        if self.spec_decode is not None and not self.spec_decode.startswith(self.kind):
+            raise SimConfigError(f"--spec-decode {self.spec_decode} is a {self.spec_decode.split('-')[0]} mode, "
+                                 f"not for a {self.kind} simulator")
 
     @property
     def server_version(self) -> str:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults
+from tokview.sim import common, faults, spec
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 
@@ -176,22 +176,37 @@ def _output_ids_field(state: SimState, prompt: list[int], out: list[int]) -> lis
     return list(prompt[-n:]) + list(out)
 
 
-def _logprob_fields(state: SimState, body: dict[str, Any], out: list[int]) -> dict[str, Any]:
+def _logprob_fields(state: SimState, body: dict[str, Any], prompt: list[int], out: list[int],
+                    first: int = 0) -> dict[str, Any]:
+    """The logprob keys of meta_info for output positions [first, len(out)) (a stream chunk's slice).
+
+    Positions are absolute (prompt + output), so scoring the stored sample gives the same values.
+    `logprob_start_len` >= 0 adds the input side from that position (the first has no logprob)."""
     if not body.get("return_logprob"):
         return {}
     with_text = bool(body.get("return_text_in_logprobs"))
     k = int(body.get("top_logprobs_num") or 0)
+    dist, n = state.dist, len(prompt)
 
-    def triple(tid: int, lp: float) -> list[Any]:
+    def triple(tid: int, lp: float | None) -> list[Any]:
         return [lp, tid, state.piece(tid, False) if with_text else None]
 
+    def top(pos: int, tid: int | None) -> list[list[Any]]:
+        return [triple(a, lp) for a, lp in dist.top(pos, tid, k)]
+
     fields: dict[str, Any] = {
-        "input_token_logprobs": [], "output_token_logprobs": [triple(t, common.fake_logprob(t, p))
-                                                              for p, t in enumerate(out)]}
+        "output_token_logprobs": [triple(t, dist.logprob(n + p, t)) for p, t in enumerate(out) if p >= first],
+        "output_token_logprobs_length": len(out) - first}
     if k > 0:
-        fields["input_top_logprobs"] = []
-        fields["output_top_logprobs"] = [[triple(a, lp) for a, lp in common.top_alternatives(t, p, k)]
-                                         for p, t in enumerate(out)]
+        fields["output_top_logprobs"] = [top(n + p, t) for p, t in enumerate(out) if p >= first]
+        if not out:  # nothing generated: the distribution of the next position (as SGLang 0.5.23 sends)
+            fields["output_top_logprobs"] = [top(n, None)]
+    start = body.get("logprob_start_len", -1)
+    if isinstance(start, int) and start >= 0 and first == 0:
+        fields["input_token_logprobs"] = [triple(t, None if i == 0 else dist.logprob(i, t))
+                                          for i, t in enumerate(prompt) if i >= start]
+        if k > 0:
+            fields["input_top_logprobs"] = [None if i == 0 else top(i, t) for i, t in enumerate(prompt) if i >= start]
     return fields
 
 
@@ -200,7 +215,8 @@ def _generate_result(state: SimState, body: dict[str, Any], prompt: list[int], g
     sp = body.get("sampling_params") or {}
     text = state.decode(_text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
     meta = _meta(state, prompt, len(gen.output_ids), _finish(gen), common.new_id(), started)
-    meta.update(_logprob_fields(state, body, gen.output_ids))
+    meta.update(_logprob_fields(state, body, prompt, gen.output_ids))
+    meta.update(spec.sglang_meta(state.spec_decode, gen.output_ids))
     result: dict[str, Any] = {"text": text, "output_ids": _output_ids_field(state, prompt, gen.output_ids),
                               "meta_info": meta}
     if body.get("return_prompt_token_ids"):
@@ -232,9 +248,12 @@ def _generate_events(state: SimState, body: dict[str, Any], prompt: list[int], g
             ids = ids_field[: offset + 1] if k == 1 else [out[k - 1]]
         else:
             text, ids = texts[k], ids_field[: offset + k]
-        chunk: dict[str, Any] = {"text": text, "output_ids": ids,
-                                 "meta_info": _meta(state, prompt, k, _finish(gen) if last else None, rid,
-                                                    started if last else None)}
+        meta = _meta(state, prompt, k, _finish(gen) if last else None, rid, started if last else None)
+        # logprob arrays: cumulative by default, the chunk's slice with incremental streaming
+        meta.update(_logprob_fields(state, body, prompt, out[:k], k - 1 if incremental else 0))
+        if last:
+            meta.update(spec.sglang_meta(state.spec_decode, out))
+        chunk: dict[str, Any] = {"text": text, "output_ids": ids, "meta_info": meta}
         if state.cfg.quirk("no-id-fields"):
             chunk.pop("output_ids")
         events.append(sse(chunk))

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults
+from tokview.sim import common, faults, spec
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import vllm_id_regions
@@ -115,16 +115,59 @@ def _text_ids(gen: Generation, body: dict[str, Any]) -> list[int]:
     return gen.output_ids
 
 
+def _token_name(state: SimState, body: dict[str, Any], tid: int) -> str:
+    return f"token_id:{tid}" if body.get("return_tokens_as_token_ids") else state.piece(tid, False)
+
+
 def _chat_logprob(state: SimState, body: dict[str, Any], tid: int, pos: int) -> dict[str, Any]:
-    as_ids = bool(body.get("return_tokens_as_token_ids"))
+    """One `logprobs.content` entry; `pos` is absolute (prompt + output), as scoring sees it."""
 
     def entry(t: int, lp: float) -> dict[str, Any]:
-        piece = state.piece(t, False)
-        return {"token": f"token_id:{t}" if as_ids else piece, "logprob": lp, "bytes": list(piece.encode())}
+        return {"token": _token_name(state, body, t), "logprob": lp, "bytes": list(state.piece(t, False).encode())}
 
     k = int(body.get("top_logprobs") or 0)
-    alts = common.top_alternatives(tid, pos, max(k, 1))
-    return {**entry(tid, alts[0][1]), "top_logprobs": [entry(t, lp) for t, lp in alts[:k]]}
+    return {**entry(tid, state.dist.logprob(pos, tid)),
+            "top_logprobs": [entry(t, lp) for t, lp in state.dist.top(pos, tid, k)]}
+
+
+def _completion_logprobs(state: SimState, body: dict[str, Any], prompt: list[int], out: list[int]) -> Any:
+    """Completions `logprobs: K`: token_logprobs, tokens, top_logprobs (the token plus the top K)."""
+    if body.get("logprobs") is None:
+        return None
+    k, n, dist = int(body["logprobs"]), len(prompt), state.dist
+    tops = []
+    for p, t in enumerate(out):
+        top = {_token_name(state, body, a): lp for a, lp in dist.top(n + p, t, k)}
+        top[_token_name(state, body, t)] = dist.logprob(n + p, t)
+        tops.append(top)
+    offsets = [0]
+    for t in out[:-1]:
+        offsets.append(offsets[-1] + len(state.piece(t, False)))
+    return {"text_offset": offsets, "token_logprobs": [dist.logprob(n + p, t) for p, t in enumerate(out)],
+            "tokens": [_token_name(state, body, t) for t in out], "top_logprobs": tops}
+
+
+def _prompt_logprobs(state: SimState, body: dict[str, Any], prompt: list[int]) -> Any:
+    """`prompt_logprobs: K`: per prompt position the token itself (with its rank) plus the top K; first null."""
+    if body.get("prompt_logprobs") is None:
+        return None
+    k, dist = int(body["prompt_logprobs"]), state.dist
+    out: list[Any] = [None]
+    for i, t in enumerate(prompt[1:], start=1):
+        entry = {str(a): {"logprob": lp, "rank": r, "decoded_token": state.piece(a, False)}
+                 for r, (a, lp) in enumerate(dist.top(i, t, k), start=1)}
+        entry[str(t)] = {"logprob": dist.logprob(i, t), "rank": dist.rank(i, t, k),
+                         "decoded_token": state.piece(t, False)}
+        out.append(entry)
+    return out
+
+
+def _metrics(state: SimState, out: list[int]) -> dict[str, Any] | None:
+    spec_metrics = spec.vllm_metrics(state.spec_decode, out)
+    if spec_metrics is None:
+        return None
+    return {"time_to_first_token_ms": None, "generation_time_ms": None, "queue_time_ms": None, "mean_itl_ms": None,
+            "tokens_per_second": None, "speculative_decoding": spec_metrics}
 
 
 async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
@@ -171,7 +214,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
                "function_call": None, field: reasoning}
     logprobs = None
     if body.get("logprobs"):
-        logprobs = {"content": [_chat_logprob(state, body, t, p) for p, t in enumerate(out)]}
+        logprobs = {"content": [_chat_logprob(state, body, t, len(prompt) + p) for p, t in enumerate(out)]}
     choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": gen.finish_reason,
               "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "routed_experts": None}
     payload: dict[str, Any] = {
@@ -179,7 +222,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         "model": cfg.model_name, "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
         "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
         "prompt_logprobs": None, "prompt_token_ids": list(prompt) if ids else None, "prompt_text": None,
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": _metrics(state, out),
     }
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
@@ -209,7 +252,7 @@ def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: 
             delta = {"content": piece}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         if body.get("logprobs"):
-            choice["logprobs"] = {"content": [_chat_logprob(state, body, tid, pos)]}
+            choice["logprobs"] = {"content": [_chat_logprob(state, body, tid, len(prompt) + pos)]}
         if last:
             choice["finish_reason"] = gen.finish_reason
             choice["stop_reason"] = _stop_reason(gen)
@@ -217,9 +260,12 @@ def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: 
             choice["token_ids"] = [tid]
         events.append(sse({**head, "choices": [choice]}))
     if (body.get("stream_options") or {}).get("include_usage"):
-        events.append(sse({**head, "choices": [], "usage": {**usage, "completion_tokens_details":
-                                                              {"reasoning_tokens": r_tokens}},
-                           "system_fingerprint": _fingerprint(state)}))
+        final = {**head, "choices": [], "usage": {**usage, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
+                 "system_fingerprint": _fingerprint(state)}
+        metrics = _metrics(state, out)
+        if metrics is not None:  # as recorded: only the spec-decode part rides the usage chunk
+            final["metrics"] = {"speculative_decoding": metrics["speculative_decoding"]}
+        events.append(sse(final))
     events.append(common.DONE)
     return events
 
@@ -274,8 +320,9 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         events.append(common.DONE)
         return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
                                                                "(fault stream-error)", "code": 500}})
-    choice = {"index": 0, "text": state.decode(text_ids, skip), "logprobs": None, "finish_reason": gen.finish_reason,
-              "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "prompt_logprobs": None,
+    choice = {"index": 0, "text": state.decode(text_ids, skip), "logprobs": _completion_logprobs(state, body, prompt, out),
+              "finish_reason": gen.finish_reason, "stop_reason": _stop_reason(gen),
+              "token_ids": list(out) if ids else None, "prompt_logprobs": _prompt_logprobs(state, body, prompt),
               "prompt_token_ids": list(prompt) if ids else None, "routed_experts": None}
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
@@ -283,5 +330,5 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     payload = {"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
                "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
                "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
-               "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+               "kv_transfer_params": None, "ec_transfer_params": None, "metrics": _metrics(state, out)}
     return common.deliver_json(payload, fault)
