@@ -136,6 +136,10 @@ CASES = {
                                lambda f: f.capture(prompt_ids=f.tok.render(QUESTION, template_kwargs=f.p.template_kwargs(True)),
                                                    output_ids=[f.p.think_open_id] + f.output(), messages=QUESTION)),
     "over_max_length": (lambda f: f.capture(settings={"thinking": True, "max_length": 20}), lambda f: f.capture()),
+    "off_policy": (lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()),
+                                       target_score={"off_policy_nll": 2.0, "low_prob": 0.01}),
+                   lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()),
+                                       target_score={"off_policy_nll": 2.0, "low_prob": 0.01})),
 }
 
 

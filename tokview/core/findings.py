@@ -7,6 +7,7 @@ prompt_ids + output_ids. A sample is valid when it has no error finding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -42,6 +43,7 @@ DEFAULT_SEVERITY: dict[str, str] = {
     "retokenize_drift": WARN,
     "prompt_render_mismatch": WARN,
     "over_max_length": WARN,
+    "off_policy": WARN,
 }
 FINDING_CODES = tuple(DEFAULT_SEVERITY)
 CHAT_ENDPOINTS = {"sglang-chat", "vllm-chat", "dual", "imported"}
@@ -438,6 +440,26 @@ def _over_max_length(ctx: Context):
         return None
     return (f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.",
             [limit] if limit < total else [])
+
+
+@check("off_policy")
+def _off_policy(ctx: Context):
+    """From `tokview score`: the target's mean NLL over the output, against the threshold it was scored with."""
+    from tokview.core import logprobs as lp
+
+    score, values = ctx.capture.target_score, ctx.capture.target_logprobs
+    if not isinstance(score, dict) or not values:
+        return None
+    threshold = float(score.get("off_policy_nll", lp.DEFAULT_OFF_POLICY_NLL))
+    low_prob = float(score.get("low_prob", lp.DEFAULT_LOW_PROB))
+    nll = lp.mean_nll(values)
+    if nll is None or nll <= threshold:
+        return None
+    cut = math.log(low_prob)
+    unlikely = [ctx.n_prompt + p for p, v in enumerate(values) if v is not None and v < cut]
+    return (f"the target {score.get('model') or ''} finds this output unlikely: mean NLL {nll:.2f} nats/token over "
+            f"{len(values)} tokens (> {threshold:g}); {len(unlikely)} tokens below p={low_prob:g}. Off-policy data "
+            f"trains a drafter the target then rejects.", unlikely[:100])
 
 
 def run_checks(ctx: Context, severities: dict[str, str] | None = None) -> list[Finding]:

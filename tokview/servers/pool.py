@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
@@ -26,6 +26,9 @@ from tokview.servers.urls import parse_server_url
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -107,22 +110,28 @@ class ServerPool:
     async def capture(self, request: CaptureRequest) -> Capture:
         """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
         settings = resolve_settings(request.settings, self.profile)
+        return await self.call(lambda client, info: capture_on(client, info, self.backend, request, settings,
+                                                               self.tokenizer))
 
-        async def attempt() -> Capture:
+    async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]]) -> T:
+        """Run one request function on a picked server, with the pool's retries, eviction and caps.
+
+        Captures and `tokview score`'s scoring requests both go through here."""
+
+        async def attempt() -> T:
             server = await self._pick()
             server.active += 1
             try:
                 async with server.semaphore:
                     assert server.info is not None
-                    capture = await capture_on(server.client, server.info, self.backend, request, settings,
-                                               self.tokenizer)
+                    result = await fn(server.client, server.info)
             except Retryable as exc:
                 self._failed(server, exc)
                 raise
             finally:
                 server.active -= 1
             server.failures = 0
-            return capture
+            return result
 
         try:
             return await self.policy.run(attempt)

@@ -66,3 +66,22 @@ def side_fields(row: dict[str, Any]) -> dict[str, Any]:
             value = [list(v) if isinstance(v, (list, tuple)) else v for v in value]
         out[name] = value
     return out
+
+
+def put_target_score(store: Any, sample_id: str, capture: Capture, finding: Any | None) -> None:
+    """Write one sample's target scores and its `off_policy` finding (added or cleared) in one transaction.
+
+    Only the target columns, the finding and the denormalised codes change: the sample's ids, its
+    other findings, validity (off_policy is a warning) and review status stay as they were."""
+    values = side_values(capture)
+    code = "off_policy"
+    statements: list[tuple[str, list[Any]]] = [
+        (f"UPDATE samples SET {', '.join(f'{c} = ?' for c in TARGET_COLUMNS)}, "
+         f"codes = list_concat(list_filter(codes, lambda c: c <> '{code}'), ?::VARCHAR[]) WHERE sample_id = ?",
+         [*(values[c] for c in TARGET_COLUMNS), [code] if finding is not None else [], sample_id]),
+        (f"DELETE FROM findings WHERE sample_id = ? AND code = '{code}'", [sample_id]),
+    ]
+    if finding is not None:
+        statements.append(("INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
+                           [sample_id, finding.code, finding.severity, finding.detail, list(finding.positions)]))
+    store._tx(statements)  # the store's own locked transaction helper

@@ -27,6 +27,7 @@ WHY: dict[str, str] = {
     "empty_output": "The server returned no output ids: nothing to train on, and usually a failed request.",
     "dual_divergence": "The raw and parsed requests generated different ids: the text fields do not describe the training ids.",
     "over_max_length": "Prompt + output is longer than the trainer's maximum length.",
+    "off_policy": "The target (tokview score) finds this output unlikely: a drafter trained on it learns what the target rejects.",
 }
 
 

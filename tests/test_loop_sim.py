@@ -1,0 +1,179 @@
+"""Spec-decode metrics, logprobs and scoring end to end: the simulator over real sockets, the store, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.scoring import ScoreConfig, run_score
+from tokview.cli import main
+from tokview.core import spec_decode as sd
+from tokview.core.analysis import analyze
+from tokview.servers import CaptureRequest, ServerPool
+from tokview.sim import SimConfig, start_simulator
+from tokview.sim.config import SimConfigError
+from tokview.store import Store
+
+from test_store_fixtures import kimi, make_capture, profile
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
+MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
+
+
+def _config(url: str, **kw) -> BatchConfig:
+    return BatchConfig(servers=[url], prompts_path=PROMPTS, tokenizer=kimi(), model_profile=profile(),
+                       max_new_tokens=kw.pop("max_new_tokens", 120), timeout=10.0, limit=kw.pop("limit", 4), **kw)
+
+
+def _pool(url: str) -> ServerPool:
+    return ServerPool(url, tokenizer=kimi(), profile=profile(), timeout=10.0, retries=1, backoff=0.01)
+
+
+@pytest.fixture(scope="module")
+def vllm_detailed():
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim:
+        yield sim
+
+
+async def test_vllm_detailed_batch_stores_placed_steps_and_logprobs(vllm_detailed, tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        summary = await run_batch(_config(vllm_detailed.url, logprobs=2), store)
+        assert summary.ok == 4 and summary.failed == 0
+        for row in store.samples_page():
+            cap = store.load_sample(row.sample_id).capture
+            assert cap.settings["logprobs"] == 2
+            n = len(cap.output_ids)
+            assert len(cap.output_logprobs) == n and all(len(t) == 2 for t in cap.output_top_ids)
+            assert all(top[0] == tid for top, tid in zip(cap.output_top_ids, cap.output_ids))  # sampled = most likely
+            spec = sd.SpecDecode.from_dict(cap.spec_decode)
+            assert spec.steps == len(spec.per_step_accepted) > 0
+            out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, profile())
+            assert out["placed"] and len(out["runs"]) == n
+            segs = out["segments"]
+            assert segs["reasoning"]["steps"] + segs["answer"]["steps"] == spec.steps
+            assert segs["reasoning"]["tokens"] + segs["answer"]["tokens"] == n
+            acceptance = store.query("SELECT acceptance_length FROM samples WHERE sample_id = ?", [row.sample_id])[0][0]
+            assert acceptance == pytest.approx(spec.mean_acceptance_length)
+
+
+async def test_sample_ids_unchanged_without_logprobs(vllm_detailed, tmp_path):
+    """--logprobs enters the settings (and ids) only when given: older stores still resume."""
+    assert "logprobs" not in _config(vllm_detailed.url).generation_settings()
+    assert _config(vllm_detailed.url, logprobs=0).generation_settings()["logprobs"] == 0
+
+
+@pytest.mark.parametrize("mode", ["vllm-summary", "vllm-detailed"])
+async def test_vllm_chat_streamed_and_not(mode):
+    with start_simulator(SimConfig(kind="vllm", spec_decode=mode)) as sim:
+        async with _pool(sim.url) as pool:
+            plain = await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat", settings={"logprobs": 1}))
+            streamed = await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat", stream=True,
+                                                         settings={"logprobs": 1}))
+    assert plain.output_ids == streamed.output_ids
+    assert plain.spec_decode == streamed.spec_decode and plain.spec_decode["schema"] == "vllm"
+    assert plain.output_logprobs == streamed.output_logprobs and len(plain.output_logprobs) == len(plain.output_ids)
+    placed = sd.place_steps(sd.SpecDecode.from_dict(plain.spec_decode), len(plain.output_ids), plain.finish_reason)
+    assert (placed is not None) == (mode == "vllm-detailed")
+
+
+@pytest.mark.parametrize("mode", ["sglang-0.5.10", "sglang-0.5.11", "sglang-0.5.12"])
+@pytest.mark.parametrize("quirks", [{}, {"incremental-streaming": True}])
+async def test_sglang_every_schema_streamed_and_not(mode, quirks):
+    with start_simulator(SimConfig(kind="sglang", spec_decode=mode, quirks=quirks)) as sim:
+        async with _pool(sim.url) as pool:
+            plain = await pool.capture(CaptureRequest(messages=MESSAGES, settings={"logprobs": 3}))
+            streamed = await pool.capture(CaptureRequest(messages=MESSAGES, stream=True, settings={"logprobs": 3}))
+    assert plain.output_ids == streamed.output_ids
+    assert plain.spec_decode == streamed.spec_decode and plain.spec_decode["schema"] == mode
+    assert plain.output_top_ids == streamed.output_top_ids and len(plain.output_top_ids[0]) == 3
+    spec = sd.SpecDecode.from_dict(plain.spec_decode)
+    assert spec.accepted is not None and spec.drafted == 3 * spec.steps
+    assert (spec.histogram is None) == (mode == "sglang-0.5.10")
+    assert sd.place_steps(spec, len(plain.output_ids), plain.finish_reason) is None  # totals only
+
+
+def test_spec_decode_mode_must_fit_the_kind():
+    with pytest.raises(SimConfigError, match="not for a vllm"):
+        SimConfig(kind="vllm", spec_decode="sglang-0.5.11")
+    with pytest.raises(SimConfigError, match="unknown --spec-decode"):
+        SimConfig(kind="sglang", spec_decode="eagle")
+
+
+def _foreign(store: Store, sample_id: str) -> None:
+    """A sample another pipeline wrote (ids the simulator never writes), stored as an import."""
+    cap = make_capture()
+    cap.output_ids = [5000 + 37 * i for i in range(12)] + cap.output_ids[-1:]
+    cap.endpoint = "imported"
+    store.put_sample(sample_id, "foreign", "imported", cap, analyze(cap, profile(), kimi()))
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_score_agrees_with_generation_flags_foreign_samples_and_resumes(kind, tmp_path):
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        with Store(tmp_path / "s.duckdb") as store:
+            await run_batch(_config(sim.url, logprobs=2, limit=3), store)
+            _foreign(store, "foreign@x_gen0")
+            first = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
+            assert (first.input, first.ok, first.failed, first.off_policy) == (4, 4, 0, 1)
+            for row in store.samples_page():
+                stored = store.load_sample(row.sample_id)
+                cap = stored.capture
+                assert len(cap.target_logprobs) == len(cap.output_ids) and cap.target_score["top_k"] == 2
+                if row.sample_id == "foreign@x_gen0":
+                    assert cap.target_score["off_policy"] and cap.target_score["mean_nll"] > 2.0
+                    assert "off_policy" in row.codes and row.valid == stored.valid
+                    finding = next(f for f in stored.findings if f.code == "off_policy")
+                    assert finding.severity == "warn" and finding.positions[0] == len(cap.prompt_ids)
+                else:  # the simulator's own output: the target agrees with what generation said
+                    assert cap.target_logprobs == pytest.approx(cap.output_logprobs, abs=1e-6)
+                    assert cap.target_top_ids == cap.output_top_ids
+                    assert "off_policy" not in row.codes and cap.target_score["mean_nll"] < 0.5
+                    # the same rule runs when the sample is analysed again
+                    assert "off_policy" not in analyze(cap, profile(), kimi()).codes
+            again = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
+            assert (again.ok, again.skipped) == (0, 4)
+            more = await run_score(ScoreConfig(servers=[sim.url], top_k=3, off_policy_nll=100.0), store)
+            assert more.ok == 4 and more.off_policy == 0  # more alternatives asked: scored again
+            rescored = store.load_sample("foreign@x_gen0").capture.target_score
+            assert rescored["off_policy"] is False and rescored["off_policy_nll"] == 100.0 and rescored["top_k"] == 3
+            assert all("off_policy" not in r.codes for r in store.samples_page())
+            assert store.query("SELECT count(*) FROM findings WHERE code = 'off_policy'") == [(0,)]
+
+
+def test_score_cli_exit_codes_and_json(tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="sglang")) as sim:
+        with Store(db) as store:
+            asyncio.run(run_batch(_config(sim.url, limit=2), store))
+            _foreign(store, "foreign@x_gen0")
+        code = main(["score", "--db", str(db), "--server", sim.url, "--summary-json"])
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert code == 0 and out["ok"] == 3 and out["off_policy"] == 1 and out["exit_code"] == 0
+        assert math.isfinite(out["mean_nll"])
+        code = main(["score", "--db", str(db), "--server", sim.url, "--run", "nope"])
+        assert code == 0
+    assert main(["score", "--db", str(tmp_path / "missing.duckdb"), "--server", "http://127.0.0.1:9"]) == 1
+    assert "database not found" in capsys.readouterr().err
+    assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--top-k", "50"]) == 1
+    assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--retries", "0",
+                 "--timeout", "1"]) == 2
+
+
+async def test_score_failures_are_counted_not_fatal(tmp_path):
+    """A target with another vocabulary (here: a sample with ids the simulator rejects) fails that sample only."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        with Store(tmp_path / "s.duckdb") as store:
+            await run_batch(_config(sim.url, limit=2), store)
+            cap = make_capture()
+            cap.output_ids = [10 ** 7] + cap.output_ids
+            store.put_sample("bad@x_gen0", "bad", "imported", cap, analyze(cap, profile(), kimi()))
+            summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
+            assert (summary.ok, summary.failed, summary.exit_code) == (2, 1, 3)
+            assert store.load_sample("bad@x_gen0").capture.target_score is None
+            assert store.stats()["failures"]["total"] == 0  # not a generation failure

@@ -1,0 +1,231 @@
+"""`run_score`: stored samples → a live target's logprob of every output token → the store.
+
+Why it is shaped like `run_batch`: scoring a store of 100,000 samples is another long job against
+the same servers, so it uses the same pool (retries, eviction, per-server caps), the same progress
+line, the same one-writer-thread commits and the same resume rule: a sample already scored by this
+target (same served model, at least this top-K) is skipped, so re-running the command continues.
+Nothing is generated and nothing the sample already holds changes except its target columns and its
+`off_policy` finding (core/logprobs.py documents the threshold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tokview.batch.config import BatchProgress
+from tokview.batch.inputs import InputError
+from tokview.core import logprobs as lp
+from tokview.core.findings import CHECKS, Context
+from tokview.core.record import Capture
+from tokview.store import Store
+from tokview.store.records import scrub, scrub_text
+from tokview.store.token_data import put_target_score
+
+SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
+
+
+@dataclass
+class ScoreConfig:
+    servers: list[str]
+    backend: str = "auto"
+    run: str | None = None
+    select: str = "all"
+    top_k: int = 0
+    off_policy_nll: float = lp.DEFAULT_OFF_POLICY_NLL
+    low_prob: float = lp.DEFAULT_LOW_PROB
+    concurrency: int = 8
+    timeout: float = 60.0
+    retries: int = 3
+    limit: int | None = None
+    rescore: bool = False
+
+    def validate(self) -> None:
+        checks = [
+            (bool(self.servers), "give at least one --server"),
+            (self.select in SELECTIONS, f"unknown --select {self.select!r} (choose from {', '.join(SELECTIONS)})"),
+            (0 <= self.top_k <= 20, "--top-k must be between 0 and 20"),
+            (self.off_policy_nll > 0, "--off-policy-nll must be more than 0 (nats per token)"),
+            (0 < self.low_prob < 1, "--low-prob must be between 0 and 1"),
+            (self.concurrency >= 1, "--concurrency must be at least 1"),
+            (self.timeout > 0, "--timeout must be more than 0 seconds"),
+            (self.retries >= 0, "--retries must be 0 or more"),
+            (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InputError(message)
+
+
+@dataclass
+class ScoreSummary:
+    input: int
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    """Already scored by this target."""
+    off_policy: int = 0
+    tokens: int = 0
+    mean_nll: float | None = None
+    """Over every token scored in this invocation."""
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+    failures_by_reason: dict[str, int] = field(default_factory=dict)
+    servers: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 3 if self.failed else 0
+
+    def render(self) -> str:
+        nll = "n/a" if self.mean_nll is None else f"{self.mean_nll:.3f}"
+        lines = [f"scored {self.ok} + failed {self.failed} + already scored {self.skipped} of {self.input} selected; "
+                 f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
+                 f"in {self.elapsed_s:.1f}s"]
+        for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"  failed x{n}: {reason}")
+        if self.interrupted:
+            lines.append("  interrupted: scores written so far are kept; re-run the same command to continue")
+        return "\n".join(lines)
+
+
+def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
+    """(sample_id, stored target_score JSON) of the selected samples, oldest first."""
+    where, params = SELECTIONS[config.select], []
+    if config.run is not None:
+        where += " AND run_id = ?"
+        params.append(config.run)
+    sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
+    if config.limit is not None:
+        sql += f" LIMIT {int(config.limit)}"
+    return [(r[0], r[1]) for r in store.query(sql, params)]
+
+
+def already_scored(stored: Any, model: str | None, top_k: int) -> bool:
+    """Scored by the same served model with at least this many alternatives."""
+    if not stored:
+        return False
+    score = json.loads(stored)
+    return score.get("model") == model and int(score.get("top_k") or 0) >= top_k
+
+
+def off_policy_finding(capture: Capture) -> Any:
+    """The registered `off_policy` check, run on the scored capture (the same rule `analyze` applies)."""
+    ctx = Context(capture=capture, profile=None, tokenizer=None, kinds=[], alignment=None,  # type: ignore[arg-type]
+                  aligned_kinds=None)
+    return CHECKS["off_policy"](ctx)
+
+
+async def run_score(config: ScoreConfig, store: Store, on_progress: Callable[[BatchProgress], None] | None = None,
+                    cancel: asyncio.Event | None = None) -> ScoreSummary:
+    """Score every selected sample not yet scored by this target; raises InputError / ServerUnreachable."""
+    from tokview.servers import ServerPool
+
+    config.validate()
+    pool = ServerPool(config.servers, backend=config.backend, concurrency=config.concurrency,
+                      timeout=config.timeout, retries=config.retries)
+    await pool.start()
+    try:
+        return await _run(config, store, pool, on_progress, cancel)
+    finally:
+        await pool.aclose()
+
+
+async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callable[[BatchProgress], None] | None,
+               cancel: asyncio.Event | None) -> ScoreSummary:
+    from tokview.servers import CaptureFailed
+    from tokview.servers.score import score_on
+
+    servers = pool.server_info()
+    models = sorted({str(d["model"]) for d in servers if d.get("model")})
+    if len(models) > 1:
+        raise InputError(f"the servers serve different models ({', '.join(models)}): score against one target")
+    model = models[0] if models else None
+    rows = candidates(store, config)
+    todo = deque(sid for sid, stored in rows if config.rescore or not already_scored(stored, model, config.top_k))
+    summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
+    progress = BatchProgress(total=len(rows), skipped=summary.skipped)
+    started = time.monotonic()
+    reasons: Counter[str] = Counter()
+    nll_sum = 0.0
+
+    def report() -> None:
+        if on_progress:
+            progress.elapsed_s = time.monotonic() - started
+            on_progress(BatchProgress(progress.total, progress.ok, progress.failed, progress.skipped,
+                                      progress.flagged, 0, progress.output_tokens, progress.elapsed_s))
+
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokview-score")
+    loop = asyncio.get_running_loop()
+
+    def load(sample_id: str) -> tuple[list[int], list[int]]:
+        prompt, output = store.query("SELECT prompt_ids, output_ids FROM samples WHERE sample_id = ?", [sample_id])[0]
+        return list(prompt), list(output)
+
+    def write(sample_id: str, prompt: list[int], output: list[int], result: Any) -> None:
+        nonlocal nll_sum
+        found = result.logprobs
+        score = {"server": scrub_text(result.server_url), "kind": result.server_kind, "model": result.model,
+                 "top_k": config.top_k, "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 **lp.score_summary(found.logprobs, off_policy_nll=config.off_policy_nll, low_prob=config.low_prob)}
+        capture = Capture(prompt_ids=prompt, output_ids=output, target_logprobs=found.logprobs,
+                          target_top_ids=found.top_ids, target_top_logprobs=found.top_logprobs, target_score=score)
+        finding = off_policy_finding(capture)
+        put_target_score(store, sample_id, capture, finding)
+        progress.ok += 1
+        progress.flagged += finding is not None
+        progress.output_tokens += score["tokens"]
+        nll_sum += (score["mean_nll"] or 0.0) * score["tokens"]
+
+    def failed(reason: str) -> None:
+        progress.failed += 1
+        reasons[scrub_text(reason)] += 1
+
+    async def worker() -> None:
+        while todo:
+            sample_id = todo.popleft()
+            prompt, output = await loop.run_in_executor(writer, load, sample_id)
+            try:
+                result = await pool.call(lambda client, info: score_on(client, info, config.backend, prompt, output,
+                                                                       config.top_k))
+                job = loop.run_in_executor(writer, write, sample_id, prompt, output, result)
+            except CaptureFailed as exc:
+                job = loop.run_in_executor(writer, failed, exc.reason)
+            except Exception as exc:  # an answer the servers layer did not classify: this sample's failure
+                job = loop.run_in_executor(writer, failed, f"unexpected error: {type(exc).__name__}: {exc}"[:300])
+            await asyncio.shield(job)
+            report()
+
+    report()
+    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency * len(config.servers)))]
+    stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
+    try:
+        waiting = set(workers) | ({stopper} if stopper else set())
+        while any(not w.done() for w in workers):
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if stopper is not None and stopper.done():
+                summary.interrupted = True
+                break
+            waiting -= done
+    finally:
+        for task in workers + ([stopper] if stopper else []):
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await loop.run_in_executor(None, writer.shutdown, True)
+    summary.ok, summary.failed, summary.off_policy = progress.ok, progress.failed, progress.flagged
+    summary.tokens = progress.output_tokens
+    summary.mean_nll = nll_sum / summary.tokens if summary.tokens else None
+    summary.failures_by_reason = dict(reasons)
+    summary.elapsed_s = time.monotonic() - started
+    report()
+    return summary

@@ -1,0 +1,103 @@
+"""`tokview score`: re-score stored samples against a live target, without generating.
+
+For every selected sample (captured by `tokview batch` or imported with `tokview audit`), the
+target's logprob of each output token is stored with the sample, with its mean NLL (nats per
+token) and the share of tokens below `--low-prob`. A sample whose mean NLL is above
+`--off-policy-nll` (default 2.0: on-policy samples usually score well under 1 nat, text from another
+model or pipeline usually above 2; set it per model after looking at the distribution) gets the
+`off_policy` finding (warn): a drafter trained on it learns tokens the target would not produce.
+
+SGLang: `/generate` with input_ids = prompt + output, max_new_tokens 0, logprob_start_len 0.
+vLLM: `/v1/completions` with the ids as prompt, max_tokens 1, prompt_logprobs K.
+Resumable: samples already scored by the same served model (with at least this --top-k) are
+skipped; `--rescore` scores them again. Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
+3 some samples failed, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tokview.cli import EXIT_UNREACHABLE, UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tokview.core.logprobs import DEFAULT_LOW_PROB, DEFAULT_OFF_POLICY_NLL
+
+    p = sub.add_parser("score", help="re-score stored samples against a live target (mean NLL, off_policy)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    p.add_argument("--server", action="append", required=True, metavar="URL", help="target server URL (repeatable)")
+    p.add_argument("--backend", default="auto", choices=("auto", "sglang", "vllm"))
+    p.add_argument("--run", dest="run_name", help="only samples of this run")
+    p.add_argument("--select", default="all", choices=("all", "valid", "approved"),
+                   help="which samples (default all)")
+    p.add_argument("--top-k", type=int, default=0, metavar="K", help="also store the target's top-K ids (0-20)")
+    p.add_argument("--off-policy-nll", type=float, default=DEFAULT_OFF_POLICY_NLL, metavar="X",
+                   help=f"mean NLL (nats/token) above which a sample is off_policy (default {DEFAULT_OFF_POLICY_NLL})")
+    p.add_argument("--low-prob", type=float, default=DEFAULT_LOW_PROB, metavar="P",
+                   help=f"a token below this target probability counts as unlikely (default {DEFAULT_LOW_PROB})")
+    p.add_argument("--limit", type=int, help="score at most N selected samples")
+    p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokview.batch.inputs import InputError
+    from tokview.batch.progress import ProgressPrinter
+    from tokview.batch.scoring import ScoreConfig, run_score
+    from tokview.servers import ServerUnreachable
+    from tokview.servers.urls import validate_server_url
+    from tokview.store import Store, StoreError
+    from tokview.store.records import scrub_text
+
+    if not Path(args.db).is_file():
+        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    try:
+        servers = [validate_server_url(url) for url in args.server]
+    except ValueError as exc:
+        raise UserError(scrub_text(str(exc))) from None
+    config = ScoreConfig(servers=servers, backend=args.backend, run=args.run_name, select=args.select,
+                         top_k=args.top_k, off_policy_nll=args.off_policy_nll, low_prob=args.low_prob,
+                         concurrency=args.concurrency, timeout=args.timeout, retries=args.retries, limit=args.limit,
+                         rescore=args.rescore)
+    try:
+        config.validate()
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    printer = ProgressPrinter(sys.stderr)
+    try:
+        with Store(args.db, server_urls=servers) as store:
+            summary = asyncio.run(_run(config, store, printer, run_score))
+    except (InputError, StoreError) as exc:
+        raise UserError(scrub_text(str(exc))) from None
+    except ServerUnreachable as exc:
+        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", EXIT_UNREACHABLE) from None
+    finally:
+        printer.finish()
+    print(summary.render(), file=sys.stderr)
+    if args.summary_json:
+        print(json.dumps({**asdict(summary), "exit_code": summary.exit_code}, default=str))
+    return summary.exit_code
+
+
+async def _run(config, store, printer, run_score):
+    """Ctrl-C sets the cancel event: in-flight requests are abandoned, written scores kept."""
+    cancel = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel.set)
+        loop.add_signal_handler(signal.SIGTERM, cancel.set)
+    except (NotImplementedError, RuntimeError):
+        pass
+    return await run_score(config, store, on_progress=printer, cancel=cancel)
