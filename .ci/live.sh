@@ -48,7 +48,9 @@ URL="http://127.0.0.1:$PORT"
 HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
   "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
   --served-model-name tiny-kimi --host 127.0.0.1 --port "$PORT" --max-model-len 2048 \
-  --reasoning-parser kimi_k2 --enforce-eager >"$LOG" 2>&1 &
+  --reasoning-parser kimi_k2 --enforce-eager \
+  --speculative-config '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}' \
+  --per-request-spec-decode-metrics detailed >"$LOG" 2>&1 &
 SERVER_PID=$!
 stop_server() {
   if kill -0 "$SERVER_PID" 2>/dev/null; then

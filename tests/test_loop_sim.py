@@ -177,3 +177,63 @@ async def test_score_failures_are_counted_not_fatal(tmp_path):
             assert (summary.ok, summary.failed, summary.exit_code) == (2, 1, 3)
             assert store.load_sample("bad@x_gen0").capture.target_score is None
             assert store.stats()["failures"]["total"] == 0  # not a generation failure
+
+
+def test_stats_and_show_json_carry_spec_decode_logprobs_and_target(tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim:
+        with Store(db) as store:
+            asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
+            _foreign(store, "foreign@x_gen0")
+            asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=1), store))
+            sid = next(r.sample_id for r in store.samples_page() if r.sample_id != "foreign@x_gen0")
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    spec = st["spec_decode"]
+    assert spec["samples"] == 3 and spec["placed_samples"] == 3 and spec["schemas"] == {"vllm": 3}
+    assert spec["segments"]["reasoning"]["steps"] + spec["segments"]["answer"]["steps"] == spec["steps"]
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["steps"])
+    assert st["logprobs"]["samples"] == 3 and st["logprobs"]["samples_with_top_k"] == 3
+    target = st["target_logprobs"]
+    assert target["samples"] == 4 and target["off_policy"] == 1 and target["models"] == ["tokview-sim"]
+    counts = target["nll_histogram"]["counts"]
+    assert sum(counts) == 4 and counts[0] + counts[1] == 3 and sum(counts[4:]) == 1  # own ≤ 0.5, foreign > 4
+
+    assert main(["show", sid, "--db", str(db), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["spec_decode"]["placed"] and set(shown["spec_decode"]["segments"]) == {"reasoning", "answer"}
+    assert len(shown["spec_decode"]["runs"]) == len(shown["capture"]["output_ids"])
+    assert len(shown["logprobs"]["sampled"]) == len(shown["capture"]["output_ids"])
+    assert shown["target_logprobs"]["mean_nll"] < 0.5 and len(shown["target_logprobs"]["top_ids"][0]) == 1
+    assert main(["show", "foreign@x_gen0", "--db", str(db), "--json"]) == 0
+    foreign = json.loads(capsys.readouterr().out)
+    assert foreign["spec_decode"] is None and foreign["logprobs"] is None
+    assert foreign["target_logprobs"]["off_policy"] is True
+    assert "off_policy" in [f["code"] for f in foreign["findings"]]
+
+
+def test_stats_json_keys_are_null_without_side_data(tmp_path, capsys):
+    db = tmp_path / "e.duckdb"
+    with Store(db) as store:
+        cap = make_capture()
+        store.put_sample("a@x_gen0", "a", "r", cap, analyze(cap, profile(), kimi()))
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["spec_decode"], st["logprobs"], st["target_logprobs"]) == (None, None, None)
+
+
+def test_summary_mode_store_has_no_segments(tmp_path, capsys):
+    db = tmp_path / "m.duckdb"
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-summary")) as sim:
+        with Store(db) as store:
+            asyncio.run(run_batch(_config(sim.url, limit=2), store))
+            sid = store.samples_page()[0].sample_id
+    capsys.readouterr()
+    main(["stats", "--db", str(db), "--json"])
+    st = json.loads(capsys.readouterr().out)
+    assert st["spec_decode"]["samples"] == 2 and st["spec_decode"]["segments"] is None
+    main(["show", sid, "--db", str(db), "--json"])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["spec_decode"]["segments"] is None and "totals only" in shown["spec_decode"]["segments_unavailable"]

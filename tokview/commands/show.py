@@ -32,6 +32,7 @@ def run(args) -> int:
     from tokview.core.analysis import analyze
     from tokview.core.resolve import resolve_for_stored
     from tokview.store import Store, UnknownSample
+    from tokview.store.side_stats import sample_side_json
 
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db} (pass --db PATH)")
@@ -52,7 +53,8 @@ def run(args) -> int:
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
                "capture": stored.capture.to_dict(), "segments": [s.__dict__ for s in analysis.segments],
-               "findings": [f.__dict__ for f in analysis.findings]}
+               "findings": [f.__dict__ for f in analysis.findings],
+               **sample_side_json(stored.capture, profile)}  # spec_decode, logprobs, target_logprobs
         json.dump(out, sys.stdout, default=str)
         print()
         return 0

@@ -60,13 +60,14 @@ def render(st: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
+    from tokview.store.side_stats import store_side_stats
 
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db} (pass --db PATH)")
     if args.limit < 1:
         raise UserError("--limit must be at least 1")
     with Store(args.db) as store:
-        st = store.stats()
+        st = {**store.stats(), **store_side_stats(store)}  # + spec_decode, logprobs, target_logprobs
         rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []
     if args.json:
         if args.samples:

