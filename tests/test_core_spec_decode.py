@@ -39,7 +39,9 @@ def test_summary_mode_has_totals_only():
     spec = sd.from_vllm(body)
     assert spec.steps == 0 and spec.per_step_accepted is None and spec.mean_acceptance_length == 1.0
     assert sd.place_steps(spec, 18, "stop") is None
-    assert "totals only" in sd.summary(spec.to_dict(), [1], [2, 3], "stop", None)["segments_unavailable"]
+    assert "no step drafted" in sd.summary(spec.to_dict(), [1], [2, 3], "stop", None)["segments_unavailable"]
+    with_steps = sd.SpecDecode("vllm", 4, 12, 5)
+    assert "totals only" in sd.summary(with_steps.to_dict(), [1], [2, 3], "stop", None)["segments_unavailable"]
 
 
 def test_no_metrics_means_none():

@@ -19,19 +19,36 @@ from tokview.core.analysis import analyze
 pytestmark = pytest.mark.live
 
 
-def _check_spec(cap) -> None:
+ECHO = [{"role": "user", "content": "Okay, let me think about this carefully. The answer is forty-two!"}]
+"""A prompt that holds the chain's own text, so ngram finds something to propose (as in the recording)."""
+
+
+def _check_spec(cap) -> sd.SpecDecode:
     spec = sd.SpecDecode.from_dict(cap.spec_decode)
     assert spec is not None and spec.schema == "vllm", cap.spec_decode
     assert spec.num_spec_tokens == 3
+    out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, surface_profile())
+    if spec.steps == 0:  # nothing repeated: vLLM sends null per-step lists
+        assert spec.per_step_accepted is None and spec.mean_acceptance_length == 1.0
+        assert out["segments"] is None and "no step drafted" in out["segments_unavailable"]
+        return spec
     assert spec.per_step_accepted is not None and len(spec.per_step_accepted) == spec.steps  # detailed mode
     assert sum(spec.per_step_accepted) == spec.accepted and sum(spec.per_step_drafted) == spec.drafted
     assert sum(spec.histogram) == spec.steps
     covered = 1 + sum(a + 1 for a in spec.per_step_accepted)
-    out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, surface_profile())
     if covered == len(cap.output_ids):
         assert out["placed"] and out["segments"] is not None
     else:  # ngram skipped steps: totals only
         assert out["segments"] is None and "not every decode step drafted" in out["segments_unavailable"]
+    return spec
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_ngram_drafts_on_a_prompt_that_repeats_the_answer(vllm_surface_url: str, stream: bool) -> None:
+    cap = await capture(vllm_surface_url, mode="chat", stream=stream, messages=ECHO)
+    assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    spec = _check_spec(cap)
+    assert spec.steps > 0 and spec.per_step_drafted and 1 + sum(a + 1 for a in spec.per_step_accepted) < 18
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -220,6 +220,8 @@ def summary(spec_data: dict[str, Any] | None, prompt_ids: Sequence[int], output_
 
 
 def unavailable_reason(spec: SpecDecode, n_output: int) -> str:
+    if spec.steps == 0:
+        return "no step drafted (the drafter proposed nothing for this output)"
     if spec.per_step_accepted is None:
         return "the server gave totals only (no per-step accepted counts)"
     total = 1 + sum(a + 1 for a in spec.per_step_accepted)
