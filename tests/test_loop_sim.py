@@ -237,3 +237,26 @@ def test_summary_mode_store_has_no_segments(tmp_path, capsys):
     main(["show", sid, "--db", str(db), "--json"])
     shown = json.loads(capsys.readouterr().out)
     assert shown["spec_decode"]["segments"] is None and "totals only" in shown["spec_decode"]["segments_unavailable"]
+
+
+def test_score_a_dataset_imported_with_audit(tmp_path, capsys):
+    """Another pipeline's speculators rows, imported with `tokview audit`, scored against the target."""
+    tok = kimi()
+    prompt = tok.render(MESSAGES, template_kwargs={"thinking": True})
+    own = tok.encode("Okay, let me think about this carefully.") + [163607] + tok.encode("The answer is forty two!")
+    # the simulator writes only its own sentences: digits and symbols are unlikely under it
+    foreign = tok.encode("ZQX 7319 %$# {}[] <> | jqz 0815") + [163607] + tok.encode("XYZ 42!")
+    rows = [{"id": f"r{k}", "input_ids": prompt + out + [163586],
+             "loss_mask": [0] * len(prompt) + [1] * (len(out) + 1)} for k, out in enumerate((own, foreign))]
+    data = tmp_path / "other.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "audit.duckdb"
+    assert main(["audit", str(data), "--db", str(db)]) == 0
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        capsys.readouterr()
+        assert main(["score", "--db", str(db), "--server", sim.url, "--summary-json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ok"] == 2 and out["off_policy"] == 1
+    with Store(db) as store:
+        flagged = {r.prompt_id: "off_policy" in r.codes for r in store.samples_page()}
+    assert sorted(flagged.values()) == [False, True]
