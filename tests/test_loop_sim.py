@@ -200,6 +200,11 @@ def test_stats_and_show_json_carry_spec_decode_logprobs_and_target(tmp_path, cap
     counts = target["nll_histogram"]["counts"]
     assert sum(counts) == 4 and counts[0] + counts[1] == 3 and sum(counts[4:]) == 1  # own ≤ 0.5, foreign > 4
 
+    assert main(["stats", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "spec-decode 3 samples, mean acceptance length" in text and "per segment (3 samples placed)" in text
+    assert "target      4 scored" in text and "off_policy 1" in text
+
     assert main(["show", sid, "--db", str(db), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["spec_decode"]["placed"] and set(shown["spec_decode"]["segments"]) == {"reasoning", "answer"}

@@ -60,7 +60,7 @@ def render(st: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
-    from tokview.store.side_stats import store_side_stats
+    from tokview.store.side_stats import render_side, store_side_stats
 
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db} (pass --db PATH)")
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2, default=str))
         return 0
     print(render(st))
+    if side := render_side(st):
+        print(side)
     if args.samples:
         shown = f"{len(rows)} of {st['samples']}" if len(rows) < st["samples"] else f"all {len(rows)}"
         print(f"sample ids ({shown}; sample_id status valid finish codes)")

@@ -11,8 +11,9 @@ from typing import Any
 from tokview.store.records import SampleFilter, SampleRow
 
 ORDERABLE = {"created_at", "sample_id", "prompt_id", "run_id", "status", "finish_reason", "prompt_len",
-             "output_len", "n_errors", "valid"}
-ROW_COLUMNS = "sample_id, prompt_id, run_id, status, valid, finish_reason, prompt_len, output_len, codes, n_errors"
+             "output_len", "n_errors", "valid", "acceptance_length", "mean_nll"}
+ROW_COLUMNS = ("sample_id, prompt_id, run_id, status, valid, finish_reason, prompt_len, output_len, codes, n_errors, "
+               "acceptance_length, mean_nll")
 
 
 def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
@@ -31,6 +32,12 @@ def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
     if f.valid is not None:
         parts.append("valid = ?")
         params.append(bool(f.valid))
+    if f.max_acceptance is not None:  # the hard samples for the deployed drafter (no metrics: left out)
+        parts.append("acceptance_length <= ?")
+        params.append(float(f.max_acceptance))
+    if f.max_nll is not None:  # on-policy enough under the scoring target (not scored: left out)
+        parts.append("mean_nll <= ?")
+        params.append(float(f.max_nll))
     if f.text:
         parts.append("(sample_id ILIKE ? OR prompt_id ILIKE ? OR content ILIKE ? OR reasoning ILIKE ?)")
         like = "%" + f.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -62,7 +69,8 @@ def samples_page(conn: Any, filters: SampleFilter | None, order_by: str | None, 
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
     rows = conn.execute(sql, [*params, int(limit), int(offset)]).fetchall()
-    return [SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9]) for r in rows]
+    return [SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9], r[10], r[11])
+            for r in rows]
 
 
 def count_samples(conn: Any, filters: SampleFilter | None) -> int:

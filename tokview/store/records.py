@@ -51,6 +51,10 @@ class SampleFilter:
     text: str | None = None
     """Case-insensitive substring of the sample id, prompt id, reasoning or content."""
     valid: bool | None = None
+    max_acceptance: float | None = None
+    """Only samples whose mean acceptance length is at most this (samples without spec metrics are left out)."""
+    max_nll: float | None = None
+    """Only samples whose target mean NLL is at most this (unscored samples are left out)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,10 @@ class SampleRow:
     output_len: int
     codes: list[str]
     n_errors: int
+    acceptance_length: float | None = None
+    """Mean acceptance length from the server's spec-decode metrics (None: none captured)."""
+    mean_nll: float | None = None
+    """The scoring target's mean NLL, nats/token (None: not scored)."""
 
 
 @dataclass

@@ -122,3 +122,27 @@ def store_side_stats(store: Any) -> dict[str, Any]:
     """The three keys over the whole store (each null when no sample has that kind of data)."""
     return {"spec_decode": _spec_stats(store), "logprobs": _logprob_stats(store),
             "target_logprobs": _target_stats(store)}
+
+
+def render_side(st: dict[str, Any]) -> str:
+    """The text lines of `tokview stats` for the three keys ('' when the store has none of them)."""
+    lines = []
+    spec = st.get("spec_decode")
+    if spec:
+        mal = spec["mean_acceptance_length"]
+        lines.append(f"spec-decode {spec['samples']} samples, mean acceptance length "
+                     f"{'n/a' if mal is None else f'{mal:.2f}'} over {spec['steps']} steps")
+        if spec["segments"]:
+            parts = [f"{name} {v['mean_acceptance_length']:.2f}" if v["mean_acceptance_length"] is not None
+                     else f"{name} n/a" for name, v in spec["segments"].items()]
+            lines.append(f"  per segment ({spec['placed_samples']} samples placed): {', '.join(parts)}")
+        else:
+            lines.append("  per segment: unavailable (no sample's steps cover its output)")
+    if st.get("logprobs"):
+        lines.append(f"logprobs    {st['logprobs']['samples']} samples, {st['logprobs']['tokens']} tokens")
+    target = st.get("target_logprobs")
+    if target:
+        nll = target["mean_nll"]
+        lines.append(f"target      {target['samples']} scored, mean NLL p50 {nll['p50']:.3f} p90 {nll['p90']:.3f}, "
+                     f"off_policy {target['off_policy']}")
+    return "\n".join(lines)
