@@ -239,6 +239,7 @@ def _manifest(store: Store, fmt: str, select: str, run: str | None, tokenizer: A
                    "refused": sum(result.refused.values()), "refused_by_reason": result.refused,
                    "finish_reason": dict(sorted(seen.finish.items()))},
         "tokenizer": {"source": tokenizer.name, "hash": fingerprint, "chat_template_hash": tokenizer.template_hash(),
+                      "loaded_by": getattr(tokenizer, "loaded_by", None),
                       "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs)},
         "profile": used[0] if len(used) == 1 else used,
         "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],
