@@ -135,8 +135,10 @@ def main() -> int:
             warm.write_text(prompts.read_text().splitlines()[0] + "\n")
             for name, argv in clients.items():
                 subprocess.run([a if a != str(prompts) else str(warm) for a in argv], capture_output=True)
+            import shutil
+
             for p in tmp.glob("*.duckdb*"):
-                p.unlink()
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
             for p in tmp.glob("*.jsonl*"):
                 if p.name not in ("prompts.jsonl",):
                     p.unlink()

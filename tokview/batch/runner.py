@@ -95,7 +95,9 @@ def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
     models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     if len(models) > 1:
         raise InputError(f"the servers serve different models ({', '.join(models)}): run each model separately")
-    return {**({"model": models[0]} if models else {}), "tokenizer": tokenizer.vocab_fingerprint(),
+    from tokview.batch.identity import vocab_fingerprint
+
+    return {**({"model": models[0]} if models else {}), "tokenizer": vocab_fingerprint(tokenizer),
             "profile": profile.name}
 
 
