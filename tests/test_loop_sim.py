@@ -265,3 +265,22 @@ def test_score_a_dataset_imported_with_audit(tmp_path, capsys):
     with Store(db) as store:
         flagged = {r.prompt_id: "off_policy" in r.codes for r in store.samples_page()}
     assert sorted(flagged.values()) == [False, True]
+
+
+async def test_score_interrupted_keeps_what_it_scored_and_resumes(tmp_path):
+    with start_simulator(SimConfig(kind="sglang", quirks={"latency": 0.05})) as sim:
+        with Store(tmp_path / "s.duckdb") as store:
+            await run_batch(_config(sim.url, limit=6), store)
+            cancel = asyncio.Event()
+
+            def progress(p):
+                if p.ok >= 2:
+                    cancel.set()
+
+            first = await run_score(ScoreConfig(servers=[sim.url], concurrency=1), store, on_progress=progress,
+                                    cancel=cancel)
+            assert first.interrupted and first.exit_code == 130 and 2 <= first.ok < 6
+            stored = store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL")[0][0]
+            assert stored == first.ok  # every score counted was written, none half-written
+            rest = await run_score(ScoreConfig(servers=[sim.url]), store)
+            assert (rest.skipped, rest.ok, rest.interrupted) == (first.ok, 6 - first.ok, False)

@@ -25,8 +25,12 @@ from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
 from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
-from tokview.store.token_data import put_target_score
+from tokview.store.token_data import put_target_scores
 
+CHUNK = 256
+"""Samples read per query (one short read of the shared store each)."""
+FLUSH = 64
+"""Scored samples written per transaction."""
 SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 
 
@@ -164,12 +168,31 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
 
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokview-score")
     loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, list[int], list[int]] | None] = asyncio.Queue(maxsize=2 * CHUNK)
+    pending: list[tuple[str, Capture, Any]] = []
+    n_workers = min(len(todo), config.concurrency * len(config.servers))
 
-    def load(sample_id: str) -> tuple[list[int], list[int]]:
-        prompt, output = store.query("SELECT prompt_ids, output_ids FROM samples WHERE sample_id = ?", [sample_id])[0]
-        return list(prompt), list(output)
+    def load(chunk: list[str]) -> list[tuple[str, list[int], list[int]]]:
+        rows = store.query("SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s JOIN "
+                           "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid", [chunk])
+        return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
 
-    def write(sample_id: str, prompt: list[int], output: list[int], result: Any) -> None:
+    async def produce() -> None:
+        """Read the ids a chunk at a time (one short read each), ahead of the workers."""
+        ids = list(todo)
+        for start in range(0, len(ids), CHUNK):
+            for item in await loop.run_in_executor(writer, load, ids[start:start + CHUNK]):
+                await queue.put(item)
+        for _ in range(n_workers):
+            await queue.put(None)
+
+    def flush() -> None:
+        """Write the scored samples gathered so far in one transaction."""
+        items = pending[:]
+        del pending[:len(items)]
+        put_target_scores(store, items)
+
+    def scored(sample_id: str, prompt: list[int], output: list[int], result: Any) -> Capture:
         nonlocal nll_sum
         found = result.logprobs
         score = {"server": scrub_text(result.server_url), "kind": result.server_kind, "model": result.model,
@@ -178,33 +201,34 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
         capture = Capture(prompt_ids=prompt, output_ids=output, target_logprobs=found.logprobs,
                           target_top_ids=found.top_ids, target_top_logprobs=found.top_logprobs, target_score=score)
         finding = off_policy_finding(capture)
-        put_target_score(store, sample_id, capture, finding)
+        pending.append((sample_id, capture, finding))
         progress.ok += 1
         progress.flagged += finding is not None
         progress.output_tokens += score["tokens"]
         nll_sum += (score["mean_nll"] or 0.0) * score["tokens"]
+        return capture
 
     def failed(reason: str) -> None:
         progress.failed += 1
         reasons[scrub_text(reason)] += 1
 
     async def worker() -> None:
-        while todo:
-            sample_id = todo.popleft()
-            prompt, output = await loop.run_in_executor(writer, load, sample_id)
+        while (item := await queue.get()) is not None:
+            sample_id, prompt, output = item
             try:
                 result = await pool.call(lambda client, info: score_on(client, info, config.backend, prompt, output,
                                                                        config.top_k))
-                job = loop.run_in_executor(writer, write, sample_id, prompt, output, result)
+                scored(sample_id, prompt, output, result)
+                if len(pending) >= FLUSH:
+                    await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write
             except CaptureFailed as exc:
-                job = loop.run_in_executor(writer, failed, exc.reason)
+                failed(exc.reason)
             except Exception as exc:  # an answer the servers layer did not classify: this sample's failure
-                job = loop.run_in_executor(writer, failed, f"unexpected error: {type(exc).__name__}: {exc}"[:300])
-            await asyncio.shield(job)
+                failed(f"unexpected error: {type(exc).__name__}: {exc}"[:300])
             report()
 
     report()
-    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency * len(config.servers)))]
+    workers = [asyncio.create_task(worker()) for _ in range(n_workers)] + [asyncio.create_task(produce())]
     stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
     try:
         waiting = set(workers) | ({stopper} if stopper else set())
@@ -221,6 +245,7 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
         for task in workers + ([stopper] if stopper else []):
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        await loop.run_in_executor(writer, flush)  # what was scored before the end (or the interrupt)
         await loop.run_in_executor(None, writer.shutdown, True)
     summary.ok, summary.failed, summary.off_policy = progress.ok, progress.failed, progress.flagged
     summary.tokens = progress.output_tokens

@@ -68,8 +68,8 @@ def side_fields(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def put_target_score(store: Any, sample_id: str, capture: Capture, finding: Any | None) -> None:
-    """Write one sample's target scores and its `off_policy` finding (added or cleared) in one transaction.
+def target_statements(sample_id: str, capture: Capture, finding: Any | None) -> list[tuple[str, list[Any]]]:
+    """The statements that write one sample's target scores and its `off_policy` finding (added or cleared).
 
     Only the target columns, the finding and the denormalised codes change: the sample's ids, its
     other findings, validity (off_policy is a warning) and review status stay as they were."""
@@ -84,4 +84,15 @@ def put_target_score(store: Any, sample_id: str, capture: Capture, finding: Any 
     if finding is not None:
         statements.append(("INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
                            [sample_id, finding.code, finding.severity, finding.detail, list(finding.positions)]))
-    store._tx(statements)  # the store's own locked transaction helper
+    return statements
+
+
+def put_target_scores(store: Any, items: list[tuple[str, Capture, Any | None]]) -> None:
+    """Write several samples' scores in one short transaction (the store is shared: keep it brief)."""
+    statements = [st for sample_id, capture, finding in items for st in target_statements(sample_id, capture, finding)]
+    if statements:
+        store._tx(statements)  # the store's own locked transaction helper
+
+
+def put_target_score(store: Any, sample_id: str, capture: Capture, finding: Any | None) -> None:
+    put_target_scores(store, [(sample_id, capture, finding)])
