@@ -23,6 +23,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="output file (.jsonl, or .parquet for parquet)")
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
     p.add_argument("--run", dest="run_name", help="only this run")
+    p.add_argument("--max-acceptance", type=float, metavar="L",
+                   help="keep samples whose mean acceptance length is at most L (the hard ones for the drafter)")
+    p.add_argument("--max-nll", type=float, metavar="X",
+                   help="keep samples whose target mean NLL (tokview score) is at most X (drops off-policy ones)")
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the run's, else Kimi-layout)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="run the code of the folder given with --tokenizer (never of a folder the database names)")
@@ -60,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer, profile = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code,
                                                args.profile)
         result = export(store, args.format, args.out, select=args.select, run=args.run_name, tokenizer=tokenizer,
-                        profile=profile)
+                        profile=profile, max_acceptance=args.max_acceptance, max_nll=args.max_nll)
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     print(f"exported {result.exported} of {result.selected} selected samples to {result.out} "
           f"(refused: {refused}); manifest {result.manifest_path.name}, token counts "

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.export.side_fields import speculators_fields
 from tokview.store.records import scrub_text
 
 ENDPOINT_PATHS = {"sglang-generate": "/generate", "sglang-chat": "/v1/chat/completions",
@@ -110,6 +111,7 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
         "metadata": {"idx": item.k, "finish_reason": c.finish_reason, "is_tool_call": False, "usage": c.usage,
                      "endpoint": endpoint_url(c), "sampling_params": sampling_params(c.settings),
                      "tokview_sample_id": item.sample_id},
+        **speculators_fields(c),  # optional per-position logprobs / top-K / target scores, when captured
     }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused
+from tokview.export.side_fields import parquet_columns, threshold_where, thresholds_manifest
 from tokview.store import Store
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 
@@ -47,17 +48,25 @@ def sidecar(out: Path, suffix: str) -> Path:
     return out.with_name(f"{stem}.{suffix}")
 
 
-def selected_ids(store: Store, select: str, run: str | None) -> list[tuple[str, str, int | None, int | None]]:
+def selected_ids(store: Store, select: str, run: str | None, max_acceptance: float | None = None,
+                 max_nll: float | None = None) -> list[tuple[str, str, int | None, int | None]]:
     """(sample_id, prompt_id, turn, gen_index) in export order: by prompt, then turn, then index."""
+    where, params = selection_where(select, run)
+    extra, extra_params = threshold_where(max_acceptance, max_nll)  # --max-acceptance / --max-nll
+    where, params = where + extra, params + extra_params
+    return [tuple(r) for r in store.query(
+        f"SELECT sample_id, prompt_id, turn, gen_index FROM samples WHERE {where} "
+        "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id", params)]
+
+
+def selection_where(select: str, run: str | None) -> tuple[str, list]:
     if select not in SELECTIONS:
         raise ExportError(f"unknown selection {select!r} (choose from {', '.join(SELECTIONS)})")
     where, params = SELECTIONS[select], []
     if run is not None:
         where += " AND run_id = ?"
         params.append(run)
-    return [tuple(r) for r in store.query(
-        f"SELECT sample_id, prompt_id, turn, gen_index FROM samples WHERE {where} "
-        "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id", params)]
+    return where, params
 
 
 class _Profiles:
@@ -83,15 +92,19 @@ class _Profiles:
 
 
 def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", run: str | None = None,
-           tokenizer: Any, profile: ModelProfile | None = None) -> ExportResult:
+           tokenizer: Any, profile: ModelProfile | None = None, max_acceptance: float | None = None,
+           max_nll: float | None = None) -> ExportResult:
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     out = Path(out)
     if out.is_dir():
         raise ExportError(f"--out {out} is a directory: give a file name (e.g. {out / ('train.' + _suffix(fmt))})")
-    ids = selected_ids(store, select, run)
+    ids = selected_ids(store, select, run, max_acceptance, max_nll)
+    thresholds = thresholds_manifest(store, *selection_where(select, run), max_acceptance, max_nll)
     if not ids:
-        raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else ""))
+        raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else "") +
+                          "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in
+                                  (("max_acceptance", max_acceptance), ("max_nll", max_nll)) if v is not None))
     out.parent.mkdir(parents=True, exist_ok=True)  # only once there is something to write
     # The data is written beside its final name and renamed at the end, so a failed export never
     # leaves a half-written file under the name a trainer reads; the temp file goes either way.
@@ -102,6 +115,10 @@ def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", ru
         result = _export_to(store, fmt, out, tmp, ids, select, run, tokenizer, profile)
     finally:
         tmp.unlink(missing_ok=True)
+    if thresholds is not None:  # the manifest records the --select thresholds and what they left out
+        result.manifest["thresholds"] = thresholds
+        with open(result.manifest_path, "w", encoding="utf-8") as fh:
+            json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
     return result
 
 
@@ -184,7 +201,8 @@ def _write_parquet(store: Store, sample_ids: list[str], out: Path) -> None:
         "s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
         "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
         f"{PARQUET_LOSS_MASK} AS loss_mask, "
-        "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes "
+        "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes"
+        f"{parquet_columns(store, sample_ids)} "  # logprobs / top-K / target / acceptance, when captured
         "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
         f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
         f"TO '{target}' (FORMAT parquet)", [sample_ids])
