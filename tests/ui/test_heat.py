@@ -52,7 +52,7 @@ def test_logprob_modes_and_details():
     assert heat_levels(cap, "sampled")[3:] == [0, 3, 1, 0, 4, 0]
     assert heat_levels(cap, "target") is None and "tokview score" in unavailable(cap, "target")
     rows = dict(heat_detail(cap, 3, piece=lambda t: f"t{t}"))
-    assert rows["sampled logprob"].startswith("-0.0100") and rows["sampled top-K"] == "10 't10' -0.010, 99 't99' -5.000"
+    assert "sampled logprob" not in rows and rows["sampled top-K"] == "10 't10' -0.010, 99 't99' -5.000"
     scored = _capture(target_logprobs=[-4.0] * 6)
     assert heat_levels(scored, "target")[3:] == [3] * 6 and "target logprob" in dict(heat_detail(scored, 5))
     assert heat_levels(cap, "segments") is None and unavailable(cap, "segments") is None

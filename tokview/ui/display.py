@@ -28,8 +28,10 @@ VIEW_MODES = ("pieces", "ids", "both")
 PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL = (
     "prompt", "prompt-special", "delimiter", "reasoning", "answer", "stop", "special")
 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY = "gap", "partial", "drift", "empty"
+HEAT_CLASSES = tuple(f"heat-{level}" for level in range(5))
+"""The inspect heat view (ui/heat.py): 0 easy/likely … 4 hard/unlikely."""
 STYLE_CLASSES = (PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL,
-                 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY)
+                 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY, *HEAT_CLASSES)
 CLASS_INDEX = {name: i for i, name in enumerate(STYLE_CLASSES)}
 
 _VISIBLE = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍", "\x7f": "␡", "\u00a0": "⍽"}

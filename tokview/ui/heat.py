@@ -110,9 +110,7 @@ def heat_detail(capture: "Capture", position: int, piece: Callable[[int], str] |
             rows.append(("acceptance run", f"step {placed.step_of[p]}: {placed.run[p]} of {drafted} drafts "
                                            f"accepted; this is the {kind}"))
     if capture.output_logprobs is not None and p < len(capture.output_logprobs):
-        lp = capture.output_logprobs[p]
-        if lp is not None:
-            rows.append(("sampled logprob", f"{lp:.4f} (p {math.exp(lp):.3f})"))
+        # the sampled logprob itself is the panel's own "logprob" row; the alternatives are new here
         top = _top(capture.output_top_ids, capture.output_top_logprobs, p, piece)
         if top:
             rows.append(("sampled top-K", top))

@@ -19,8 +19,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tokview.ui.display import VIEW_MODES, kept_seq, served_seq
+from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, served_seq
 from tokview.ui.finding_help import why
+from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
+from tokview.ui.heat import unavailable as heat_unavailable
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
 
@@ -55,6 +57,8 @@ class InspectScreen(Screen):
                 id="inspect.findings"),
         Binding("s", "swap_pane", "Other pane", tooltip="Move focus to the other token pane.",
                 id="inspect.swap"),
+        Binding("h", "cycle_heat", "Heat", show=False, id="inspect.heat",
+                tooltip="Colour output tokens by acceptance run, sampled logprob or target logprob (then segments)."),
         Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="inspect.back"),
     ]
 
@@ -66,6 +70,8 @@ class InspectScreen(Screen):
         self.served = TokenView(served_seq(capture, analysis, tokenizer), mode=mode, id="served")
         self.kept = TokenView(kept_seq(capture, analysis, tokenizer), mode=mode, id="kept")
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
+        self.heat = HEAT_MODES[0]
+        self._segment_classes = list(self.served.seq.classes)
         if self.mirrored:
             self.served.linked, self.kept.linked = self.kept, self.served
 
@@ -102,7 +108,11 @@ class InspectScreen(Screen):
         return title
 
     def _served_label(self) -> str:
-        return f"served ids · {len(self.data.capture.output_ids)} output ids · view {self.served.mode}"
+        label = f"served ids · {len(self.data.capture.output_ids)} output ids · view {self.served.mode}"
+        if self.heat != HEAT_MODES[0]:
+            why = heat_unavailable(self.data.capture, self.heat)
+            label += f" · heat {HEAT_LABELS[self.heat]}" + (f": {why}" if why else " (green likely/easy … red)")
+        return label
 
     def _kept_label(self) -> str:
         c = self.data.capture
@@ -153,7 +163,7 @@ class InspectScreen(Screen):
             self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.aligned_kinds, (), None)
             return
         self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.kinds, a.loss_mask,
-                                               c.output_logprobs)
+                                               c.output_logprobs, heat_detail(c, index, self.tokenizer.piece_text))
 
     @on(OptionList.OptionHighlighted, "#findings")
     def _finding_highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -184,6 +194,18 @@ class InspectScreen(Screen):
         mode = VIEW_MODES[(VIEW_MODES.index(self.served.mode) + 1) % len(VIEW_MODES)]
         self.served.mode = mode
         self.kept.mode = mode
+        self.query_one("#served-label", Label).update(self._served_label())
+
+    def action_cycle_heat(self) -> None:
+        """Next heat mode: the served pane's output tokens take heat classes (segments colours come back last)."""
+        self.heat = HEAT_MODES[(HEAT_MODES.index(self.heat) + 1) % len(HEAT_MODES)]
+        levels = heat_levels(self.data.capture, self.heat) if self.heat != HEAT_MODES[0] else None
+        classes = list(self._segment_classes)
+        if levels is not None:
+            for i, level in enumerate(levels[:len(classes)]):
+                if level is not None:
+                    classes[i] = CLASS_INDEX[HEAT_CLASSES[level]]
+        self.served.set_classes(classes)
         self.query_one("#served-label", Label).update(self._served_label())
 
     def action_focus_findings(self) -> None:

@@ -24,7 +24,8 @@ class TokenDetail(Static):
     """
 
     def show_token(self, seq: TokenSeq, index: int, tokenizer: "TokenizerAdapter | None",
-                   kinds: Sequence[str], loss_mask: Sequence[int], logprobs: Sequence[float] | None) -> None:
+                   kinds: Sequence[str], loss_mask: Sequence[int], logprobs: Sequence[float] | None,
+                   extra: Sequence[tuple[str, str]] = ()) -> None:
         if not len(seq):
             self.update("no tokens")
             return
@@ -32,6 +33,7 @@ class TokenDetail(Static):
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
         self.rows = dict(detail_lines(seq, index, tokenizer, kinds, loss_mask, logprobs))
+        self.rows.update(extra)  # the heat view's values: acceptance run, sampled / target logprob, top-K
         for label, value in self.rows.items():
             table.add_row(label, value)
         self.update(table)

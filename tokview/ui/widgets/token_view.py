@@ -42,6 +42,11 @@ class TokenView(ScrollView, can_focus=True):
     TokenView > .token-view--partial { color: $warning; text-style: underline; }
     TokenView > .token-view--drift { color: $error; text-style: bold underline; }
     TokenView > .token-view--empty { color: $text-disabled; }
+    TokenView > .token-view--heat-0 { color: #3fb950; }
+    TokenView > .token-view--heat-1 { color: #9be9a8; }
+    TokenView > .token-view--heat-2 { color: #e3b341; }
+    TokenView > .token-view--heat-3 { color: #f0883e; text-style: bold; }
+    TokenView > .token-view--heat-4 { color: #f85149; text-style: bold reverse; }
     TokenView > .token-view--alt { background: $primary 14%; }
     TokenView > .token-view--mark { text-style: underline; }
     TokenView > .token-view--cursor { background: $primary 60%; text-style: bold; }
@@ -139,6 +144,12 @@ class TokenView(ScrollView, can_focus=True):
         """Give one token another style class; only its row is repainted."""
         self._seq.classes[index] = style_class
         self._refresh_token(index)
+
+    def set_classes(self, classes: list[int]) -> None:
+        """Replace every token's style class at once (the heat view); the whole view repaints."""
+        self._seq.classes = list(classes)
+        self._cache.clear()
+        self.refresh()
 
     def set_marks(self, indices: set[int]) -> None:
         """Underline a set of tokens (the positions a finding names); repaints only changed rows."""
