@@ -17,13 +17,16 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 
+from tokview.ui.search_terms import parse_search
+
 from tokview.store import STATUSES, SampleFilter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
 
-ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sample_id", "finish_reason")
+ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sample_id", "finish_reason",
+          "acceptance_length", "-mean_nll")
 
 
 class SamplesScreen(Screen):
@@ -105,21 +108,24 @@ class SamplesScreen(Screen):
         f = self.filters
         parts = [f"{count:,} samples", f"order {self.order}"]
         parts += [f"{k}={v}" for k, v in (("status", f.status), ("code", f.code), ("run", f.run_id),
-                                           ("text", f.text)) if v]
+                                           ("text", f.text), ("acc<", f.max_acceptance), ("nll<", f.max_nll))
+                  if v is not None and v != ""]
         if f.valid is False:
             parts.append("invalid only")
         self.query_one("#samples-title", Static).update(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
 
     # -- filters -----------------------------------------------------------------------------
     def set_filters(self, **changes) -> None:
-        values = {k: getattr(self.filters, k) for k in ("status", "code", "run_id", "text", "valid")}
+        values = {k: getattr(self.filters, k) for k in ("status", "code", "run_id", "text", "valid", "max_acceptance",
+                                                        "max_nll")}
         values.update(changes)
         self.filters = SampleFilter(**values)
         self.reload()
 
     @on(Input.Changed, "#search")
     def _search(self, event: Input.Changed) -> None:
-        self.set_filters(text=event.value.strip() or None)
+        text, max_acceptance, max_nll = parse_search(event.value.strip())  # `acc<=2.5`, `nll<=1.5` terms
+        self.set_filters(text=text, max_acceptance=max_acceptance, max_nll=max_nll)
 
     @on(Input.Submitted, "#search")
     def _search_done(self) -> None:

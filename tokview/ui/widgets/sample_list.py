@@ -26,6 +26,16 @@ PAGE = 200
 _RANK = {"error": 0, "warn": 1, "info": 2}
 
 
+def side_segments(row, base: Style) -> list[Segment]:
+    """`acc 2.33` / `nll 0.41` when the sample has spec-decode metrics / a target score (else nothing)."""
+    out = []
+    if getattr(row, "acceptance_length", None) is not None:
+        out.append(Segment(f"acc {row.acceptance_length:4.2f} ", base))
+    if getattr(row, "mean_nll", None) is not None:
+        out.append(Segment(f"nll {row.mean_nll:4.2f} ", base))
+    return out
+
+
 def badge_order(codes: Sequence[str]) -> list[str]:
     """Errors first, then warnings, then info: the badges that matter stay visible in a narrow column."""
     return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
@@ -176,6 +186,7 @@ class SampleList(ScrollView, can_focus=True):
             Segment("✓  " if row.valid else "✗  ", valid_style),
             Segment(_fit(str(row.finish_reason or "—"), 8), base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
+            *side_segments(row, base),
             Segment(_fit(row.sample_id, id_w), status_style),
             *self._badges(row.codes, codes_w, base),
         ]

@@ -1,0 +1,55 @@
+"""The samples list sorts and filters by acceptance length and by the target's mean NLL."""
+
+from __future__ import annotations
+
+from textual.widgets import Input
+
+from tokview.core.spec_decode import SpecDecode
+from tokview.store.token_data import put_target_score
+from tokview.ui.search_terms import parse_search
+
+from conftest import settle
+
+
+def test_search_terms():
+    assert parse_search("acc<=2.5 p02 nll <= 1") == ("p02", 2.5, 1.0)
+    assert parse_search("p02") == ("p02", None, None)
+    assert parse_search("ACC<=.5") == (None, 0.5, None)
+
+
+def _side_data(store, ids):
+    """Acceptance lengths 1.0, 1.5, … on every other sample; mean NLL 0.1·k on the first ten."""
+    for k, sid in enumerate(ids):
+        cap = store.load_sample(sid).capture
+        if k % 2 == 0:
+            spec = SpecDecode("vllm", 2, 6, k // 2)
+            store.execute("UPDATE samples SET acceptance_length = ? WHERE sample_id = ?",
+                          [spec.mean_acceptance_length, sid])
+        if k < 10:
+            cap.target_logprobs, cap.target_score = [-0.1 * k], {"mean_nll": 0.1 * k, "model": "m"}
+            put_target_score(store, sid, cap, None)
+
+
+async def test_sort_and_filter_by_acceptance_and_nll(make_app, store):
+    ids = [r.sample_id for r in store.samples_page(limit=100)]
+    _side_data(store, ids)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        lst = screen.sample_list
+        while screen.order != "acceptance_length":
+            await pilot.press("o")
+        await settle(app, pilot)
+        accs = [lst.row(i).acceptance_length for i in range(lst.count)]
+        assert accs[:15] == sorted(accs[:15]) and accs[0] == 1.0 and accs[15:] == [None] * 15
+        await pilot.press("o")
+        await settle(app, pilot)
+        assert screen.order == "-mean_nll" and lst.row(0).mean_nll == 0.9
+        screen.query_one("#search", Input).value = "acc<=2 nll<=0.45"
+        await settle(app, pilot)
+        got = sorted(lst.row(i).sample_id for i in range(lst.count))
+        assert got == sorted(ids[k] for k in range(0, 5, 2))  # acc 1.0, 1.5, 2.0 and nll ≤ 0.45
+        assert "acc<=2.0" in str(screen.query_one("#samples-title").render())
+        strip = "".join(seg.text for seg in lst.render_line(1)._segments)
+        assert "acc " in strip and "nll " in strip
