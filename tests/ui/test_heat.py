@@ -57,3 +57,19 @@ def test_logprob_modes_and_details():
     assert heat_levels(scored, "target")[3:] == [3] * 6 and "target logprob" in dict(heat_detail(scored, 5))
     assert heat_levels(cap, "segments") is None and unavailable(cap, "segments") is None
     assert HEAT_MODES[0] == "segments"
+
+
+def test_stats_bars():
+    from tokview.ui.heat import acceptance_bars, nll_bars
+
+    assert acceptance_bars(None)[1] == {} and "not scored" in nll_bars({"target_logprobs": None})[0]
+    side = {"spec_decode": {"mean_acceptance_length": 2.0, "samples": 3, "placed_samples": 2,
+                            "segments": {"reasoning": {"mean_acceptance_length": 2.5},
+                                         "answer": {"mean_acceptance_length": None}}},
+            "target_logprobs": {"samples": 3, "off_policy": 1,
+                                "nll_histogram": {"upper_edges": [0.5, 2.0], "counts": [1, 1, 1]}}}
+    title, bars = acceptance_bars(side)
+    assert bars == {"all": 2.0, "reasoning": 2.5} and "2 of 3 samples placed" in title
+    side["spec_decode"]["segments"] = None
+    assert "unavailable" in acceptance_bars(side)[0]
+    assert nll_bars(side)[1] == {"≤0.5": 1, "≤2": 1, ">2": 1}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from textual.widgets import Input
 
 from tokview.core.spec_decode import SpecDecode
@@ -53,3 +55,37 @@ async def test_sort_and_filter_by_acceptance_and_nll(make_app, store):
         assert "acc<=2.0" in str(screen.query_one("#samples-title").render())
         strip = "".join(seg.text for seg in lst.render_line(1)._segments)
         assert "acc " in strip and "nll " in strip
+
+
+async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store):
+    from textual_plotext import PlotextPlot
+
+    from tokview.ui.screens.stats import StatsScreen
+
+    ids = [r.sample_id for r in store.samples_page(limit=100)]
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:  # no side data: no extra plots
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        assert not app.screen.query("#plot-acceptance")
+    _side_data(store, ids)
+    for sid in ids[:4]:  # placed steps on four samples: per-segment acceptance exists
+        cap = store.load_sample(sid).capture
+        n = len(cap.output_ids)
+        accepted = [0] * (n - 1)  # every step drafts 1, accepts none: 1 + Σ(0+1) = n
+        spec = SpecDecode("vllm", n - 1, n - 1, 0, per_step_accepted=accepted, per_step_drafted=[1] * (n - 1),
+                          num_spec_tokens=1).to_dict()
+        store.execute("UPDATE samples SET spec_decode = ?, acceptance_length = 1.0 WHERE sample_id = ?",
+                      [json.dumps(spec), sid])
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, StatsScreen)
+        assert screen.query_one("#plot-acceptance", PlotextPlot) and screen.query_one("#plot-nll", PlotextPlot)
+        spec = screen.data.side["spec_decode"]
+        assert spec["placed_samples"] == 4 and set(spec["segments"]) == {"reasoning", "answer"}
+        assert screen.data.side["target_logprobs"]["samples"] == 10

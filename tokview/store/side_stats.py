@@ -43,7 +43,7 @@ def _profile(name: str | None, cache: dict[str | None, ModelProfile | None]) -> 
     return cache[name]
 
 
-def _spec_stats(store: Any) -> dict[str, Any] | None:
+def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any] | None:
     rows = store.query("SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples "
                        "WHERE spec_decode IS NOT NULL")
     if not rows:
@@ -60,7 +60,7 @@ def _spec_stats(store: Any) -> dict[str, Any] | None:
         schemas[spec.schema] = schemas.get(spec.schema, 0) + 1
         for key in totals:
             totals[key] += getattr(spec, key) or 0
-        profile = _profile(profile_name, profiles)
+        profile = _profile(profile_name, profiles) or default_profile
         placement = sd.place_steps(spec, len(output), finish)
         if profile is None or placement is None:
             continue
@@ -118,9 +118,11 @@ def _target_stats(store: Any) -> dict[str, Any] | None:
             "nll_histogram": {"upper_edges": edges, "counts": list(counts)}}
 
 
-def store_side_stats(store: Any) -> dict[str, Any]:
-    """The three keys over the whole store (each null when no sample has that kind of data)."""
-    return {"spec_decode": _spec_stats(store), "logprobs": _logprob_stats(store),
+def store_side_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any]:
+    """The three keys over the whole store (each null when no sample has that kind of data).
+
+    `default_profile` segments samples stored without a known profile name (the app passes its own)."""
+    return {"spec_decode": _spec_stats(store, default_profile), "logprobs": _logprob_stats(store),
             "target_logprobs": _target_stats(store)}
 
 

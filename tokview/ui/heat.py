@@ -122,3 +122,28 @@ def heat_detail(capture: "Capture", position: int, piece: Callable[[int], str] |
         if top:
             rows.append(("target top-K", top))
     return rows
+
+
+def acceptance_bars(side: dict | None) -> tuple[str, dict[str, float]]:
+    """(title, bars) for the stats panel: mean acceptance length overall and per segment when placed."""
+    spec = (side or {}).get("spec_decode")
+    if not spec or spec.get("mean_acceptance_length") is None:
+        return "acceptance length: no spec-decode metrics captured", {}
+    bars = {"all": round(spec["mean_acceptance_length"], 3)}
+    segments = spec.get("segments")
+    if segments:
+        bars.update({name: round(v["mean_acceptance_length"], 3) for name, v in segments.items()
+                     if v.get("mean_acceptance_length") is not None})
+        return f"mean acceptance length ({spec['placed_samples']} of {spec['samples']} samples placed)", bars
+    return "mean acceptance length (per segment unavailable: steps not placed)", bars
+
+
+def nll_bars(side: dict | None) -> tuple[str, dict[str, int]]:
+    """(title, bars) for the stats panel: how many scored samples fall in each mean-NLL bin."""
+    target = (side or {}).get("target_logprobs")
+    if not target:
+        return "target mean NLL: not scored (tokview score)", {}
+    edges, counts = target["nll_histogram"]["upper_edges"], target["nll_histogram"]["counts"]
+    labels = [f"≤{e:g}" for e in edges] + [f">{edges[-1]:g}"]
+    return (f"target mean NLL, nats/token ({target['samples']} scored, off_policy {target['off_policy']})",
+            dict(zip(labels, counts)))

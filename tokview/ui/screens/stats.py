@@ -18,6 +18,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
 
+from tokview.store.side_stats import store_side_stats
+from tokview.ui.heat import acceptance_bars, nll_bars
+
 if TYPE_CHECKING:
     from tokview.ui.session import Session
 
@@ -30,13 +33,16 @@ class StatsData:
     output_lens: list[int]
     reasoning_lens: list[int]
     finish: dict[str, int]
+    side: dict | None = None
+    """`spec_decode`, `logprobs`, `target_logprobs` as `tokview stats --json` has them."""
 
 
 def read_stats(session: "Session") -> StatsData:
     """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
     store = session.store
     output_lens, reasoning_lens = store.length_distribution(session.profile().think_close_id, MAX_ROWS)
-    return StatsData(store.stats(), output_lens, reasoning_lens, store.finish_reasons())
+    return StatsData(store.stats(), output_lens, reasoning_lens, store.finish_reasons(),
+                     store_side_stats(store, session.profile()))
 
 
 class StatsScreen(Screen):
@@ -102,6 +108,25 @@ class StatsScreen(Screen):
         self._bars("#plot-findings", {c: v["samples"] for c, v in s["findings"].items()}, "samples by finding code")
         self._bars("#plot-review", {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")},
                    f"review progress: {reviewed:,} of {s['samples']:,} reviewed", orientation="vertical")
+        self._side_plots(d.side)
+
+    def _side_plots(self, side: dict | None) -> None:
+        """Acceptance per segment and the target-NLL distribution: two more plots, only for a store that has them."""
+        plots = [("plot-acceptance", *acceptance_bars(side)), ("plot-nll", *nll_bars(side))]
+        if not any(bars for _, _, bars in plots):
+            return
+        grid = self.query_one("#stats-grid", Grid)
+        new = [PlotextPlot(id=name) for name, _, _ in plots if not self.query(f"#{name}")]
+
+        def draw() -> None:
+            for name, title, bars in plots:
+                self._bars(f"#{name}", bars, title, orientation="vertical")
+
+        if new:
+            grid.mount(*new)
+            self.call_after_refresh(draw)
+        else:
+            draw()
 
     def _hist(self, selector: str, values: list[int], title: str) -> None:
         widget = self.query_one(selector, PlotextPlot)
