@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile
+from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
@@ -24,7 +24,7 @@ def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profi
         tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
     if model_profile is None:
         model_profile = get_profile(profile) if profile else detect_profile(tokenizer)
-    return tokenizer, model_profile
+    return tokenizer, with_tokenizer_stops(model_profile, tokenizer)
 
 
 def add_tokenizer_arguments(parser) -> None:
