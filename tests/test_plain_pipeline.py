@@ -164,3 +164,21 @@ async def test_the_app_opens_a_plain_sample(db):
             app.action_stats()  # the stats plots: no closer id to measure reasoning by
             await settle(app, pilot)
             assert isinstance(app.screen, StatsScreen)
+
+
+def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
+    """The simulator always runs a reasoning parser; on a model without think delimiters it puts the whole
+    answer in `reasoning`: the doctor says so, and what to do, in the plain profile's words."""
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
+        assert main(["doctor", "--server", sim.url, "--tokenizer", str(plain_dir), "--json"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["profile"] == "plain"
+    checks = {c["title"]: c for c in data["checks"]}
+    assert checks["Think opener in the prompt"]["ok"] is True
+    assert "no think delimiters" in checks["Think opener in the prompt"]["detail"]
+    parser = checks["Reasoning parser"]
+    assert parser["ok"] is False and "has no think delimiters" in parser["detail"]
+    assert parser["recommendation"].startswith("start the server without --reasoning-parser")
+    assert all(checks[t]["ok"] is True for t in ("Token-id fields", "output_ids honesty", "Local tokenizer"))
