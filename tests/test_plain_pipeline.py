@@ -156,7 +156,8 @@ async def test_the_app_opens_a_plain_sample(db):
             assert screen.profile.stop_ids == (IM_END, 0)
             seq = screen.served.seq
             assert seq.pieces[-1] == "<|im_end|>"
-            assert [k for k in screen.data.analysis.kinds[seq.n_prompt:]] == [seg.ANSWER] * (len(seq.ids) - seq.n_prompt - 1) + [seg.STOP]
+            n_answer = len(seq.ids) - seq.n_prompt - 1
+            assert list(screen.data.analysis.kinds[seq.n_prompt:]) == [seg.ANSWER] * n_answer + [seg.STOP]
             assert d.CLASS_INDEX["delimiter"] not in seq.classes[seq.n_prompt:]
             assert screen.data.analysis.codes == []
             from tokview.ui.screens.stats import StatsScreen

@@ -182,8 +182,11 @@ def test_every_export_reads_back_exactly(sampled, tok, tmp_path):
 def test_stats_counts_the_drifted_samples(sampled, tok):
     with Store(sampled) as store:
         n = sum(1 for s in _samples(store) if tok.encode(tok.decode(s.capture.output_ids)) != s.capture.output_ids)
-    run = lambda *extra: subprocess.run([sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],  # noqa: E731
-                                        capture_output=True, text=True, timeout=120)
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],
+                              capture_output=True, text=True, timeout=120)
+
     data = json.loads(run("--json").stdout)
     assert data["retokenize_drift"] == n > 0
     assert f"retokenize drift {n} " in run().stdout
