@@ -183,3 +183,26 @@ def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
     assert parser["ok"] is False and "has no think delimiters" in parser["detail"]
     assert parser["recommendation"].startswith("start the server without --reasoning-parser")
     assert all(checks[t]["ok"] is True for t in ("Token-id fields", "output_ids honesty", "Local tokenizer"))
+
+
+def test_batch_loads_a_plain_tokenizer_without_profile(plain_dir, tmp_path, capsys):
+    """Issue 14's first try: `tokview batch … --tokenizer <plain folder>` used to stop with 'give --profile'."""
+    from tokview.sim import SimConfig, start_simulator
+
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "batch.duckdb"
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
+        assert main(["batch", str(root / "sample_data" / "openai_messages.jsonl"), "--server", sim.url,
+                     "--tokenizer", str(plain_dir), "--db", str(db), "--limit", "3", "--max-new-tokens", "300",
+                     "--temperature", "0"]) == 0
+    capsys.readouterr()
+    with Store(db) as store:
+        assert [r["profile"] for r in store.runs()] == ["plain"]
+        rows = store.samples_page(limit=10)
+        assert len(rows) == 3
+        for row in rows:
+            sample = store.load_sample(row.sample_id)
+            cap = sample.capture
+            assert sample.profile == "plain" and cap.thinking is None  # nothing to switch, nothing recorded
+            assert cap.settings["chat_template_kwargs"] == {} and cap.output_ids[-1] == IM_END
+            assert sample.valid and not [c for c in row.codes if c.startswith("think")], row.codes
