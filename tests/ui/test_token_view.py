@@ -191,3 +191,32 @@ async def test_diverged_dual_capture_detail_names_the_parsed_paths_segments(toke
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows
         assert rows["segment"] == "closer" and rows["loss mask"] == "1"
+
+
+async def test_a_burst_of_keys_lands_where_it_should_and_the_app_goes_idle(short, tokenizer, profile):
+    """Keys that arrive together (a held arrow) move one shared cursor; nothing echoes back and forth after."""
+    from textual import events
+
+    capture, analysis = short
+    moved: list[int] = []
+
+    def hook(message) -> None:
+        if isinstance(message, TokenView.CursorMoved):
+            moved.append(message.index)
+
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        start = screen.served.cursor
+        for key in ("right", "right", "right", "left", "right", "right"):  # one burst: no wait in between
+            app._driver.send_message(events.Key(key, None))
+        for _ in range(5):
+            await pilot.pause()
+        assert screen.served.cursor == screen.kept.cursor == start + 4
+        assert app.screen.query_one(TokenDetail).rows["position"].startswith(f"{start + 4} ")
+        settled = len(moved)
+        for _ in range(10):
+            await pilot.pause()
+        assert len(moved) == settled  # idle: no cursor message keeps circulating
+        assert screen.served.cursor == screen.kept.cursor == start + 4

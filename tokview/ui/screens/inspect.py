@@ -68,6 +68,7 @@ class InspectScreen(Screen):
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         if self.mirrored:
             self.served.linked, self.kept.linked = self.kept, self.served
+            self.served.share_cursor(self.kept)
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="inspect-title")
@@ -131,9 +132,8 @@ class InspectScreen(Screen):
 
     @on(TokenView.CursorMoved)
     def _cursor_moved(self, event: TokenView.CursorMoved) -> None:
-        if self.mirrored:
-            self._other(event.view).cursor = event.index  # equal value: no watcher, no ping-pong
-        self._show_detail(event.view, event.index)
+        # mirrored panes share one cursor (TokenView.share_cursor): nothing to copy back and forth here
+        self._show_detail(event.view, event.view.cursor)
 
     @on(TokenView.Scrolled)
     def _scrolled(self, event: TokenView.Scrolled) -> None:

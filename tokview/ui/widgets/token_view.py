@@ -23,6 +23,19 @@ from textual.strip import Strip
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
 
 
+class SharedCursor:
+    """The one cursor position of a pane, or of panes that mirror each other.
+
+    Why an object and not a reactive per pane: two panes that each keep a cursor and echo each other's
+    moves through messages fall behind when keys arrive in a burst (each stale echo moves the other pane
+    back, forever). Here there is one index; setting it repaints every pane that shares it, synchronously.
+    """
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.views: list["TokenView"] = []
+
+
 class TokenView(ScrollView, can_focus=True):
     """Tokens flowing into rows; a cursor token; pieces / ids / both (piece over id)."""
 
@@ -59,15 +72,21 @@ class TokenView(ScrollView, can_focus=True):
         Binding("end", "cursor_to_end", "Last token", show=False, id="token.end"),
     ]
 
-    cursor: var[int] = var(0, init=False)
     mode: var[str] = var("pieces", init=False)
 
     class CursorMoved(Message):
-        """The cursor moved to token `index` (messages up: the screen updates the detail panel)."""
+        """The cursor moved to token `index` (messages up: the screen updates the detail panel).
+
+        Only the pane that was moved posts it; a newer one replaces a queued older one, so a burst of
+        keys updates the detail panel once.
+        """
 
         def __init__(self, view: "TokenView", index: int) -> None:
             super().__init__()
             self.view, self.index = view, index
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, TokenView.CursorMoved) and message.view is self.view
 
         @property
         def control(self) -> "TokenView":
@@ -91,6 +110,8 @@ class TokenView(ScrollView, can_focus=True):
         self._marks: set[int] = set()
         self.linked: TokenView | None = None
         """A side-by-side pane that must wrap to the same width (so rows line up one for one)."""
+        self._cursor = SharedCursor()
+        self._cursor.views.append(self)
         self._tops: list[str] = []
         self._bottoms: list[str] | None = None
         self._widths: list[int] = []
@@ -115,7 +136,7 @@ class TokenView(ScrollView, can_focus=True):
 
     def set_seq(self, seq: TokenSeq) -> None:
         self._seq = seq
-        self.set_reactive(TokenView.cursor, 0)
+        self._cursor.index = 0
         self._prepare_cells()
         self._invalidate_layout()
 
@@ -234,15 +255,31 @@ class TokenView(ScrollView, can_focus=True):
                 self._cache.discard((vy, cursor))
         self.refresh_lines(row * rpl, rpl)
 
-    def validate_cursor(self, value: int) -> int:
-        return max(0, min(value, len(self._tops) - 1)) if self._tops else 0
+    def share_cursor(self, other: "TokenView") -> None:
+        """Make `other` show this pane's cursor: one index for both, moved by either."""
+        other._cursor = self._cursor
+        self._cursor.views.append(other)
 
-    def watch_cursor(self, old: int, new: int) -> None:
+    @property
+    def cursor(self) -> int:
+        return self._cursor.index
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        value = max(0, min(value, len(self._tops) - 1)) if self._tops else 0
+        old = self._cursor.index
+        if value == old:
+            return
+        self._cursor.index = value
+        for view in self._cursor.views:
+            view._show_cursor_move(old, value)
+        self.post_message(self.CursorMoved(self, value))
+
+    def _show_cursor_move(self, old: int, new: int) -> None:
         self._ensure_wrap()
-        for index in {old, new}:
+        for index in (old, new):
             self._refresh_token(index)
         self.scroll_to_cursor()
-        self.post_message(self.CursorMoved(self, new))
 
     def scroll_to_cursor(self) -> None:
         if not self._starts:
