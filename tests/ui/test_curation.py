@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.ui.conftest import settle
 from tokview.ui.screens.inspect import InspectScreen
-from tokview.ui.screens.modals import REJECT_REASONS, RejectReason, TextPrompt
+from tokview.ui.screens.modals import REJECT_REASONS, Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen
 
 
@@ -20,9 +20,17 @@ async def test_approve_reject_undo_land_in_duckdb(make_app, store):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         sid = await open_first(app, pilot)
-        assert sid == "p000@demo_gen0"
+        assert sid == "p000@demo_gen0"  # truncated: an error finding, so approving asks first
         await pilot.press("a")
-        assert store.load_sample(sid).status == "approved"
+        assert isinstance(app.screen, Confirm) and "truncated" in str(app.screen.detail)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert store.load_sample(sid).status == "pending"
+        await pilot.press("a", "y")
+        await pilot.pause()
+        stored = store.load_sample(sid)
+        assert stored.status == "approved"
+        assert stored.history[-1]["override"] is True and stored.history[-1]["who"] == "tester"
         await pilot.press("r")
         assert isinstance(app.screen, RejectReason)
         await pilot.press("down", "enter")  # the second listed reason
@@ -84,3 +92,46 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         await settle(app, pilot)
         assert isinstance(app.screen, InspectScreen) and app.screen.data.sample_id == "p004@demo_gen0"
         assert store.load_sample("p003@demo_gen0").status == "approved"
+
+
+async def test_approving_a_valid_sample_asks_nothing_and_is_no_override(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")  # p001: valid
+        await pilot.pause()
+        assert isinstance(app.screen, SamplesScreen)
+        h = store.load_sample("p001@demo_gen0").history[-1]
+        assert (h["status"], h["override"], h["who"]) == ("approved", False, "tester")
+
+
+async def test_undo_after_a_tag_takes_back_the_tag_not_the_verdict(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")
+        await pilot.press("t", *"math", "enter")
+        await pilot.pause()
+        assert store.load_sample("p001@demo_gen0").tags == ["math"]
+        await pilot.press("u")
+        stored = store.load_sample("p001@demo_gen0")
+        assert stored.tags == [] and stored.status == "approved"
+        await pilot.press("u")
+        assert store.load_sample("p001@demo_gen0").status == "pending"
+
+
+async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, tokenizer, profile):
+    """An empty list: n / t / r say there is no sample instead of asking for text that goes nowhere."""
+    from tokview.store import Store
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    with Store(tmp_path / "empty.duckdb") as empty:
+        app = TokviewApp(Session(empty, tokenizer=tokenizer, profile=profile))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            for key in ("n", "t", "r", "a"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, SamplesScreen), key
+            assert any("no sample here" in str(n.message) for n in app._notifications)

@@ -98,6 +98,9 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # put_sample clears a sample's earlier failures on every write: without it, a full scan each
         "CREATE INDEX failures_sample_idx ON failures(sample_id)",
     )),
+    (3, "verdicts record an approval that overrode an error finding", (
+        "ALTER TABLE verdicts ADD COLUMN override BOOLEAN DEFAULT false",
+    )),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+
+from tokview.ui.bindings import bindings
 
 if TYPE_CHECKING:
     from tokview.batch import BatchProgress, BatchSummary
@@ -44,12 +45,7 @@ def store_prompts(store) -> list:
 
 
 class GenerateScreen(Screen):
-    BINDINGS = [
-        Binding("ctrl+s", "run", "Run", tooltip="Start the batch with these settings.", id="generate.run"),
-        Binding("ctrl+c", "cancel", "Cancel run", tooltip="Stop the running batch (written samples stay).",
-                id="generate.cancel", priority=True),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="generate.back"),
-    ]
+    BINDINGS = bindings("generate")
 
     class Progress(Message):
         def __init__(self, progress: "BatchProgress") -> None:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Select, Static
 
+from tokview.ui.bindings import bindings
 from tokview.store import STATUSES, SampleFilter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
@@ -29,13 +29,7 @@ ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sam
 class SamplesScreen(Screen):
     """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
 
-    BINDINGS = [
-        Binding("slash", "focus_search", "Search", key_display="/", tooltip="Search sample ids, prompt ids and text.",
-                id="samples.search"),
-        Binding("o", "cycle_order", "Sort", tooltip="Cycle the sort order of the list.", id="samples.sort"),
-        Binding("ctrl+r", "reload", "Reload", tooltip="Count and load the list again.", id="samples.reload"),
-        Binding("escape", "focus_list", "List", show=False, id="samples.focus-list"),
-    ]
+    BINDINGS = bindings("samples")
 
     class Counted(Message):
         def __init__(self, generation: int, count: int) -> None:

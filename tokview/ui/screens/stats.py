@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 from textual_plotext import PlotextPlot
+
+from tokview.ui.bindings import bindings
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -40,10 +41,7 @@ def read_stats(session: "Session") -> StatsData:
 
 
 class StatsScreen(Screen):
-    BINDINGS = [
-        Binding("ctrl+r", "reload", "Reload", tooltip="Read the numbers again.", id="stats.reload"),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="stats.back"),
-    ]
+    BINDINGS = bindings("stats")
 
     class Loaded(Message):
         def __init__(self, data: StatsData) -> None:

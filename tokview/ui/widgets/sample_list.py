@@ -12,7 +12,6 @@ from typing import Callable, Sequence
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.message import Message
@@ -20,6 +19,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tokview.ui.bindings import bindings
 from tokview.core.findings import DEFAULT_SEVERITY
 
 PAGE = 200
@@ -56,15 +56,7 @@ class SampleList(ScrollView, can_focus=True):
     SampleList > .sample-list--badge-info { color: $text-muted; }
     SampleList > .sample-list--loading { color: $text-disabled; }
     """
-    BINDINGS = [
-        Binding("up", "move(-1)", "Previous sample", show=False, id="list.up"),
-        Binding("down", "move(1)", "Next sample", show=False, id="list.down"),
-        Binding("pageup", "page(-1)", "Page up", show=False, id="list.pageup"),
-        Binding("pagedown", "page(1)", "Page down", show=False, id="list.pagedown"),
-        Binding("home", "first", "First sample", show=False, id="list.home"),
-        Binding("end", "last", "Last sample", show=False, id="list.end"),
-        Binding("enter", "open", "Inspect", tooltip="Open the sample under the cursor.", id="list.open"),
-    ]
+    BINDINGS = bindings("sample list")
 
     cursor: var[int] = var(0, init=False)
 

@@ -12,7 +12,6 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -20,6 +19,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
 
 
@@ -61,16 +61,7 @@ class TokenView(ScrollView, can_focus=True):
     TokenView:focus > .token-view--cursor { background: $primary; color: $text; }
     """
 
-    BINDINGS = [
-        Binding("left", "cursor(-1)", "Previous token", show=False, id="token.left"),
-        Binding("right", "cursor(1)", "Next token", show=False, id="token.right"),
-        Binding("up", "cursor_row(-1)", "Token above", show=False, id="token.up"),
-        Binding("down", "cursor_row(1)", "Token below", show=False, id="token.down"),
-        Binding("pageup", "cursor_page(-1)", "Page up", show=False, id="token.pageup"),
-        Binding("pagedown", "cursor_page(1)", "Page down", show=False, id="token.pagedown"),
-        Binding("home", "cursor_to_start", "First token", show=False, id="token.home"),
-        Binding("end", "cursor_to_end", "Last token", show=False, id="token.end"),
-    ]
+    BINDINGS = bindings("token panes")
 
     mode: var[str] = var("pieces", init=False)
 
