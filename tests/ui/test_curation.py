@@ -135,3 +135,27 @@ async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, t
                 await pilot.pause()
                 assert isinstance(app.screen, SamplesScreen), key
             assert any("no sample here" in str(n.message) for n in app._notifications)
+
+
+async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):
+    store.record_verdict("p000@demo_gen0", "rejected", reason="duplicate", who="alice")
+    store.add_note("p000@demo_gen0", "same as p007", who="bob")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_first(app, pilot)
+        review = str(app.screen.query_one("#inspect-review").render())
+        assert "rejected by alice" in review and "reason: duplicate" in review and "note: same as p007" in review
+        await pilot.press("u")  # the note goes first, then the verdict
+        await pilot.press("u")
+        await pilot.pause()
+        review = str(app.screen.query_one("#inspect-review").render())
+        assert "no verdict yet" in review and "same as p007" not in review
+
+
+def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):
+    from tokview.commands.ui import reviewer_name
+
+    monkeypatch.setenv("USER", "carol")
+    assert reviewer_name("bob", "alice") == "bob"
+    assert reviewer_name(None, "alice") == "alice"
+    assert reviewer_name(None, None) == "carol"

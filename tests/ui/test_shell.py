@@ -94,3 +94,21 @@ def test_headless_commands_never_load_textual():
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_store_that_does_not_exist_is_not_created_without_asking(tmp_path, capsys, monkeypatch):
+    from tokview.commands import ui as ui_command
+
+    typo = tmp_path / "tpyo" / "x.duckdb"
+    assert main(["ui", "--db", str(typo)]) == 1  # stdin is not a terminal here: no question, a clear refusal
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "database not found" in err and "--create" in err
+    assert not typo.parent.exists()
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    with pytest.raises(Exception, match="nothing created"):
+        ui_command.confirm_new_store(str(typo), create=False)
+    ui_command.confirm_new_store(str(typo), create=False)  # "y": the caller goes on and creates it
+    ui_command.confirm_new_store(str(typo), create=True)  # --create: no question
+    assert not typo.parent.exists()
