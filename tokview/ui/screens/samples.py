@@ -86,7 +86,8 @@ class SamplesScreen(Screen):
         if event.generation != self._generation:
             return
         store, filters, order = self.session.store, self.filters, self.order
-        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit))
+        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit),
+                               self.empty_text())
         self._update_title(event.count)
 
     @on(Choices)
@@ -94,6 +95,18 @@ class SamplesScreen(Screen):
         code, run = self.query_one("#code", Select), self.query_one("#run", Select)
         code.set_options([(c, c) for c in event.codes])
         run.set_options([(r, r) for r in event.runs])
+
+    def empty_text(self) -> str:
+        """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
+        f = self.filters
+        active = [name for name, v in (("search", f.text), ("status", f.status), ("finding", f.code),
+                                        ("run", f.run_id), ("invalid only", f.valid is False)) if v]
+        if active:
+            return (f"No sample matches this {' + '.join(active)}.\n"
+                    "Clear the search box (/ then delete the text) or set the filters above back to blank.")
+        return ("This store holds no samples yet.\n"
+                "Press g to generate some from a server (D checks the server first),\n"
+                "or quit and run `tokview demo` for a store filled from the built-in simulator.")
 
     def _update_title(self, count: int) -> None:
         f = self.filters

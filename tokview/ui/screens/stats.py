@@ -86,6 +86,11 @@ class StatsScreen(Screen):
     def _loaded(self, event: Loaded) -> None:
         self.data = d = event.data
         s = d.stats
+        if not s["samples"]:
+            self.query_one("#stats-summary", Static).update(
+                "No samples yet, so nothing to plot. Press escape, then g to generate some from a server, "
+                "or run `tokview demo` for a filled demo store.")
+            return
         by_status = s["by_status"]
         reviewed = by_status.get("approved", 0) + by_status.get("rejected", 0)
         total = max(1, s["samples"])

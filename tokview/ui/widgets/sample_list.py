@@ -42,7 +42,8 @@ class SampleList(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {"sample-list--header", "sample-list--cursor", "sample-list--approved",
                          "sample-list--rejected", "sample-list--invalid", "sample-list--badge-error",
-                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading"}
+                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading",
+                         "sample-list--empty"}
     DEFAULT_CSS = """
     SampleList { overflow-x: hidden; background: $surface; }
     SampleList > .sample-list--header { background: $panel; text-style: bold; }
@@ -55,6 +56,7 @@ class SampleList(ScrollView, can_focus=True):
     SampleList > .sample-list--badge-warn { color: $warning; }
     SampleList > .sample-list--badge-info { color: $text-muted; }
     SampleList > .sample-list--loading { color: $text-disabled; }
+    SampleList > .sample-list--empty { color: $text; text-style: italic; }
     """
     BINDINGS = bindings("sample list")
 
@@ -78,10 +80,14 @@ class SampleList(ScrollView, can_focus=True):
         self._pages: dict[int, list] = {}
         self._requested: set[int] = set()
         self._cache: LRUCache[tuple[int, int, bool], Strip] = LRUCache(512)
+        self.empty_text = ""
+        """What to say when there are no rows (set by the screen: an empty store and a filter with no hits
+        need different advice)."""
 
     # -- data ---------------------------------------------------------------------------------
-    def reset(self, count: int, fetch: Fetch) -> None:
+    def reset(self, count: int, fetch: Fetch, empty_text: str = "") -> None:
         """A new filter or order: forget every page; rows load again as they become visible."""
+        self.empty_text = empty_text
         self._generation += 1
         self.count, self._fetch = count, fetch
         self._pages.clear()
@@ -137,6 +143,11 @@ class SampleList(ScrollView, can_focus=True):
             return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
                 "sample-list--header", partial=True))])
         index = y - 1 + int(self.scroll_offset.y)
+        if self.count == 0 and self.empty_text:
+            lines = self.empty_text.splitlines()
+            text = "  " + lines[y - 2] if 0 <= y - 2 < len(lines) else ""
+            return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
+                "sample-list--empty", partial=True))])
         if index >= self.count:
             return Strip.blank(width, self.rich_style)
         first, last = (int(self.scroll_offset.y) - PAGE // 2) // PAGE, (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE
