@@ -40,7 +40,7 @@ def test_every_binding_of_every_screen_and_widget_comes_from_the_registry():
         for b in cls.__dict__.get("BINDINGS", []):
             assert b.id in BY_ID, (cls.__name__, b)
             key = BY_ID[b.id]
-            assert (b.key, b.action, b.description) == (key.keys, key.action, key.description)
+            assert (b.key, b.action, b.description) == (key.keys, key.action, key.footer_label)
             seen.add(b.id)
     assert seen == set(BY_ID), f"registry entries no screen uses: {set(BY_ID) - seen}"
     assert len({k.id for k in KEYS}) == len(KEYS)

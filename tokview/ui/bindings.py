@@ -16,8 +16,9 @@ from textual.binding import Binding
 
 @dataclass(frozen=True)
 class Key:
-    """One binding. `group` is where it applies (see SCOPES); `footer` shows it in the footer;
-    `palette` lists it in the command palette (cursor moves and modal keys are not commands)."""
+    """One binding. `group` is where it applies (see SCOPES); `footer` shows it in the footer, under
+    `label` when the description is too long for a footer cell; `palette` lists it in the command palette
+    (cursor moves and modal keys are not commands)."""
 
     id: str
     keys: str
@@ -29,9 +30,14 @@ class Key:
     palette: bool = True
     key_display: str | None = None
     priority: bool = False
+    label: str = ""
+
+    @property
+    def footer_label(self) -> str:
+        return self.label or self.description
 
     def binding(self) -> Binding:
-        return Binding(self.keys, self.action, self.description, show=self.footer, key_display=self.key_display,
+        return Binding(self.keys, self.action, self.footer_label, show=self.footer, key_display=self.key_display,
                        priority=self.priority, tooltip=self.help or self.description, id=self.id)
 
 
@@ -48,13 +54,13 @@ KEYS: tuple[Key, ...] = (
     Key("curate.undo", "u", "undo", "Undo", "everywhere", "Take back the sample's latest verdict, note or tag.",
         footer=True),
     Key("curate.next", "right_square_bracket", "next_unreviewed", "Next pending", "everywhere",
-        "Go to the next sample nobody has reviewed yet.", footer=True, key_display="]"),
+        "Go to the next sample nobody has reviewed yet.", footer=True, key_display="]", label="Next"),
     Key("app.generate", "g", "generate", "Generate", "everywhere", "Open the generate panel.", footer=True),
     Key("app.doctor", "D", "doctor", "Doctor", "everywhere", "Check the connected server.", footer=True),
     Key("app.stats", "S", "stats", "Stats", "everywhere", "Plots of lengths, finish reasons, findings.",
         footer=True),
     Key("app.theme", "T", "toggle_theme", "Light / dark", "everywhere", "Switch between light and dark.",
-        footer=True),
+        footer=True, label="Theme"),
     Key("app.quit", "q", "quit", "Quit", "everywhere", "Leave tokview.", footer=True),
     # the samples screen and its list
     Key("samples.search", "slash", "focus_search", "Search", "samples", "Search sample ids, prompt ids and text.",
@@ -72,11 +78,11 @@ KEYS: tuple[Key, ...] = (
     Key("list.end", "end", "last", "Last sample", "sample list", palette=False),
     # inspect and its token panes
     Key("inspect.mode", "v", "cycle_mode", "View mode", "inspect", "Cycle pieces / ids / both (piece over id).",
-        footer=True),
+        footer=True, label="View"),
     Key("inspect.findings", "f", "focus_findings", "Findings", "inspect", "Move focus to the findings list.",
         footer=True),
     Key("inspect.swap", "s", "swap_pane", "Other pane", "inspect", "Move focus to the other token pane.",
-        footer=True),
+        footer=True, label="Pane"),
     Key("inspect.back", "escape", "close", "Back", "inspect", "Back to the samples list.", footer=True),
     Key("token.left", "left", "cursor(-1)", "Previous token", "token panes", palette=False),
     Key("token.right", "right", "cursor(1)", "Next token", "token panes", palette=False),
@@ -89,10 +95,10 @@ KEYS: tuple[Key, ...] = (
     # panels
     Key("generate.run", "ctrl+s", "run", "Run", "generate", "Start the batch with these settings.", footer=True),
     Key("generate.cancel", "ctrl+c", "cancel", "Cancel run", "generate",
-        "Stop the running batch (written samples stay).", footer=True, priority=True),
+        "Stop the running batch (written samples stay).", footer=True, priority=True, label="Cancel"),
     Key("generate.back", "escape", "close", "Back", "generate", "Back to the samples list.", footer=True),
     Key("doctor.run", "ctrl+s", "run", "Run checks", "doctor", "Probe the server and run the doctor's checks.",
-        footer=True),
+        footer=True, label="Check"),
     Key("doctor.back", "escape", "close", "Back", "doctor", "Back to the samples list.", footer=True),
     Key("stats.reload", "ctrl+r", "reload", "Reload", "stats", "Read the numbers again.", footer=True),
     Key("stats.back", "escape", "close", "Back", "stats", "Back to the samples list.", footer=True),

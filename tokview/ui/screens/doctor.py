@@ -10,9 +10,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Static
+from textual.widgets import Button, Input, Static
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -55,7 +56,7 @@ class DoctorScreen(Screen):
             yield Button("Run checks", id="doctor-run", variant="primary")
         with VerticalScroll(id="doctor-body"):
             yield Static("Press Run checks (ctrl+s) to probe the server.", id="doctor-report")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         if self.session.server_url:

@@ -18,9 +18,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+from textual.widgets import Button, Input, Label, ProgressBar, Select, Static, Switch, TextArea
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.batch import BatchProgress, BatchSummary
@@ -98,7 +99,11 @@ class GenerateScreen(Screen):
         with Vertical(id="generate-progress"):
             yield ProgressBar(total=1, id="bar", show_eta=False)  # determinate: no idle animation
             yield Static("idle", id="progress-line")
-        yield Footer()
+        yield KeysFooter()
+
+    def on_mount(self) -> None:
+        # the first field, not the form's scroll container: typing goes somewhere at once
+        self.query_one("#server", Input).focus()
 
     # -- form --------------------------------------------------------------------------------
     def _value(self, selector: str) -> str:

@@ -15,10 +15,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Label, OptionList, Static
+from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.display import VIEW_MODES, kept_seq, served_seq
 from tokview.ui.finding_help import why
 from tokview.ui.widgets.token_detail import TokenDetail
@@ -108,7 +109,7 @@ class InspectScreen(Screen):
         with Horizontal(id="inspect-bottom"):
             yield TokenDetail(id="detail")
             yield OptionList(*self._finding_options(), id="findings")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.served.focus()

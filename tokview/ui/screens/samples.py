@@ -14,9 +14,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Select, Static
+from textual.widgets import Input, Select, Static
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.store import STATUSES, SampleFilter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
@@ -56,7 +57,7 @@ class SamplesScreen(Screen):
             yield Select([], prompt="finding", id="code")
             yield Select([], prompt="run", id="run")
         yield SampleList(id="samples")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(SampleList).focus()

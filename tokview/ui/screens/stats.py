@@ -14,10 +14,11 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -61,7 +62,7 @@ class StatsScreen(Screen):
             yield PlotextPlot(id="plot-finish")
             yield PlotextPlot(id="plot-findings")
             yield PlotextPlot(id="plot-review")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.action_reload()

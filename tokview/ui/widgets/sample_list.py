@@ -31,10 +31,22 @@ def badge_order(codes: Sequence[str]) -> list[str]:
     return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
 Fetch = Callable[[int, int], Sequence]
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
+FIXED = 9 + 6 + 7 + 7 + 7
+"""verdict, valid, finish, prompt, output: the columns of fixed width."""
 
 
 def _fit(text: str, width: int) -> str:
     return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
+
+
+def fit_middle(text: str, width: int) -> str:
+    """Cut in the middle, keeping more of the end: ids differ in their suffix (`typed-…@run_gen2`)."""
+    if len(text) <= width:
+        return text.ljust(width)
+    if width < 4:
+        return text[:width]
+    head = (width - 1) // 3
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 class SampleList(ScrollView, can_focus=True):
@@ -130,16 +142,19 @@ class SampleList(ScrollView, can_focus=True):
         self.refresh()
 
     # -- rendering ------------------------------------------------------------------------------
-    def _columns(self, width: int) -> tuple[int, int]:
-        fixed = 2 + 2 + 8 + 7 + 7
-        id_width = max(12, min(48, (width - fixed) * 3 // 5))
-        return id_width, max(0, width - fixed - id_width)
+    def _columns(self, width: int) -> tuple[int, int, int]:
+        """(run, sample id, findings) widths for a total width."""
+        rest = max(0, width - FIXED)
+        run_width = max(8, min(16, rest // 5))
+        id_width = max(12, min(48, (rest - run_width) * 3 // 5))
+        return run_width, id_width, max(0, rest - run_width - id_width)
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if y == 0:
-            id_w, codes_w = self._columns(width)
-            text = ("st ok finish  prompt output " + _fit("sample", id_w) + _fit("findings", codes_w))
+            run_w, id_w, codes_w = self._columns(width)
+            text = ("verdict  valid finish prompt output " + _fit("run", run_w) + _fit("sample", id_w)
+                    + _fit("findings", codes_w))
             return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
                 "sample-list--header", partial=True))])
         index = y - 1 + int(self.scroll_offset.y)
@@ -170,16 +185,17 @@ class SampleList(ScrollView, can_focus=True):
         return strip
 
     def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
-        id_w, codes_w = self._columns(width)
+        run_w, id_w, codes_w = self._columns(width)
         status_style = base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True) \
             if row.status in ("approved", "rejected") else base
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
         return [
-            Segment(f"{STATUS_GLYPH.get(row.status, '?')}  ", status_style),
-            Segment("✓  " if row.valid else "✗  ", valid_style),
-            Segment(_fit(str(row.finish_reason or "—"), 8), base),
+            Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 9), status_style),
+            Segment("✓ yes " if row.valid else "✗ no  ", valid_style),
+            Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
-            Segment(_fit(row.sample_id, id_w), status_style),
+            Segment(fit_middle(str(row.run_id or "—"), run_w - 1) + " ", base),
+            Segment(fit_middle(row.sample_id, id_w - 1) + " ", status_style),
             *self._badges(row.codes, codes_w, base),
         ]
 
