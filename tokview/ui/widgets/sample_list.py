@@ -21,6 +21,7 @@ from textual.strip import Strip
 
 from tokview.ui.bindings import bindings
 from tokview.core.findings import DEFAULT_SEVERITY
+from tokview.ui.widgets.token_view import readable_on
 
 PAGE = 200
 _RANK = {"error": 0, "warn": 1, "info": 2}
@@ -61,14 +62,22 @@ class SampleList(ScrollView, can_focus=True):
     SampleList > .sample-list--header { background: $panel; text-style: bold; }
     SampleList > .sample-list--cursor { background: $primary 50%; }
     SampleList:focus > .sample-list--cursor { background: $primary; color: $text; }
-    SampleList > .sample-list--approved { color: $success; }
-    SampleList > .sample-list--rejected { color: $error; }
-    SampleList > .sample-list--invalid { color: $warning; }
-    SampleList > .sample-list--badge-error { color: $error; text-style: bold; }
-    SampleList > .sample-list--badge-warn { color: $warning; }
+    SampleList > .sample-list--approved { color: $text-success; }
+    SampleList > .sample-list--rejected { color: $text-error; }
+    SampleList > .sample-list--invalid { color: $text-warning; }
+    SampleList > .sample-list--badge-error { color: $text-error; text-style: bold; }
+    SampleList > .sample-list--badge-warn { color: $text-warning; }
     SampleList > .sample-list--badge-info { color: $text-muted; }
-    SampleList > .sample-list--loading { color: $text-disabled; }
+    SampleList > .sample-list--loading { color: $text-muted; }
     SampleList > .sample-list--empty { color: $text; text-style: italic; }
+    /* light themes: the stock warning/error/success colours are too light on a light surface */
+    SampleList:light > .sample-list--approved { color: #1d5e20; }
+    SampleList:light > .sample-list--rejected { color: #a11212; }
+    SampleList:light > .sample-list--badge-error { color: #a11212; }
+    SampleList:light > .sample-list--invalid { color: #6b3500; }
+    SampleList:light > .sample-list--badge-warn { color: #6b3500; }
+    SampleList:light > .sample-list--badge-info { color: #4a4a4a; }
+    SampleList:light > .sample-list--loading { color: #4a4a4a; }
     """
     BINDINGS = bindings("sample list")
 
@@ -180,7 +189,11 @@ class SampleList(ScrollView, can_focus=True):
         if row is None:
             return Strip([Segment(_fit("  …", width), base + self.get_component_rich_style(
                 "sample-list--loading", partial=True))])
-        strip = Strip(self._row_segments(row, width, base)).crop_extend(0, width, base)
+        segments = self._row_segments(row, width, base)
+        if is_cursor:  # on the cursor's background only black or white reads: the colours give way
+            fg = Style(color=readable_on(base.bgcolor))
+            segments = [Segment(seg.text, (seg.style or Style()) + fg) for seg in segments]
+        strip = Strip(segments).crop_extend(0, width, base)
         self._cache.set(key, strip)
         return strip
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.segment import Segment
+from rich.color import Color
 from rich.style import Style
 from textual import events
 from textual.cache import LRUCache
@@ -21,6 +22,16 @@ from textual.strip import Strip
 
 from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
+
+
+def readable_on(background: Color | None) -> Color | None:
+    """Black or white, whichever contrasts more with `background` (WCAG luminance)."""
+    if background is None:
+        return None
+    r, g, b = (c / 255 for c in background.get_truecolor())
+    lum = sum(w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+              for w, c in ((0.2126, r), (0.7152, g), (0.0722, b)))
+    return Color.parse("#000000") if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else Color.parse("#ffffff")
 
 
 class SharedCursor:
@@ -45,20 +56,26 @@ class TokenView(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     TokenView { overflow-x: hidden; overflow-y: auto; background: $surface; }
     TokenView > .token-view--prompt { color: $text-muted; }
-    TokenView > .token-view--prompt-special { color: $text-secondary; text-style: italic; }
-    TokenView > .token-view--delimiter { color: $warning; text-style: bold; }
-    TokenView > .token-view--reasoning { color: $accent; }
+    TokenView > .token-view--prompt-special { color: $text-muted; text-style: italic bold; }
+    TokenView > .token-view--delimiter { color: $text-warning; text-style: bold; }
+    TokenView > .token-view--reasoning { color: $text-accent; }
     TokenView > .token-view--answer { color: $text; }
-    TokenView > .token-view--stop { color: $error; text-style: bold; }
-    TokenView > .token-view--special { color: $text-secondary; text-style: bold; }
-    TokenView > .token-view--gap { color: $error 60%; }
-    TokenView > .token-view--partial { color: $warning; text-style: underline; }
-    TokenView > .token-view--drift { color: $error; text-style: bold underline; }
+    TokenView > .token-view--stop { color: $text-error; text-style: bold; }
+    TokenView > .token-view--special { color: $text; text-style: bold italic; }
+    TokenView > .token-view--gap { color: $text-error; }
+    TokenView > .token-view--partial { color: $text-warning; text-style: underline; }
+    TokenView > .token-view--drift { color: $text-error; text-style: bold underline; }
     TokenView > .token-view--empty { color: $text-disabled; }
-    TokenView > .token-view--alt { background: $primary 14%; }
+    /* light themes: warning and accent are light oranges, unreadable on a light surface; darkened */
+    TokenView:light > .token-view--delimiter { color: #5c2a00; }
+    TokenView:light > .token-view--partial { color: #7a3d00; }
+    TokenView:light > .token-view--reasoning { color: #753a00; }
+    TokenView:light > .token-view--prompt { color: $foreground-darken-1; }
+    TokenView:light > .token-view--prompt-special { color: $foreground-darken-1; }
+    TokenView > .token-view--alt { background: $primary 8%; }
     TokenView > .token-view--mark { text-style: underline; }
-    TokenView > .token-view--cursor { background: $primary 60%; text-style: bold; }
-    TokenView:focus > .token-view--cursor { background: $primary; color: $text; }
+    TokenView > .token-view--cursor { background: $primary 40%; text-style: bold; }
+    TokenView:focus > .token-view--cursor { background: $primary; }
     """
 
     BINDINGS = bindings("token panes")
@@ -190,8 +207,9 @@ class TokenView(ScrollView, can_focus=True):
                 style += self._component("token-view--alt")
             if mark:
                 style += self._component("token-view--mark")
-            if cursor:
+            if cursor:  # the cursor's background decides the text colour: black or white, whichever reads
                 style += self._component("token-view--cursor")
+                style += Style(color=readable_on(style.bgcolor))
             self._styles[key] = style
         return style
 
