@@ -62,7 +62,7 @@ async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app
         await settle(app, pilot)
         lst = app.screen.sample_list
         header = lst.render_line(0).text
-        assert header.startswith("verdict  valid finish") and " run " in header and "st ok" not in header
+        assert header.startswith("verdict    valid finish") and " run " in header and "st ok" not in header
         first = lst.render_line(1).text
         assert "pending" in first and "run-a" in first and "gen0" in first
     cut = fit_middle("typed-3f2a9c1b77@demo-chat_gen12", 16)
@@ -99,3 +99,23 @@ async def test_approve_reject_and_undo_say_what_they_did(make_app):
         said = [str(n.message) for n in app._notifications]
         assert any("p001@demo_gen0: approved" in m and "u undoes" in m for m in said)
         assert any("undid the last verdict" in m and "now pending" in m for m in said)
+
+
+async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
+    from textual.widgets import Select
+    from textual.widgets._select import SelectOverlay
+
+    from tokview.core.findings import DEFAULT_SEVERITY
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        select = app.screen.query_one("#code", Select)
+        select.set_options([(c, c) for c in DEFAULT_SEVERITY])
+        select.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = select.query_one(SelectOverlay)
+        longest = max(len(c) for c in DEFAULT_SEVERITY)
+        assert overlay.scrollable_content_region.width >= longest
+        assert overlay.region.right <= 80

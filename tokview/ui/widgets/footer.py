@@ -12,13 +12,13 @@ from textual.app import ComposeResult
 from textual.widgets import Footer
 
 CELL = 10
-"""Columns per key cell: the longest footer entry ("g Generate") fits exactly."""
+"""Columns per key cell: the longest footer entry ("a Approve", "^r Reload") fits with a space after it."""
 
 
 class KeysFooter(Footer):
     DEFAULT_CSS = """
     KeysFooter { layout: grid; grid-columns: 1fr; height: auto; max-height: 4; }
-    KeysFooter FooterKey { width: 1fr; margin: 0; }
+    KeysFooter FooterKey, KeysFooter.-compact FooterKey { width: 1fr; margin: 0; }
     """
 
     def __init__(self) -> None:

@@ -32,7 +32,7 @@ def badge_order(codes: Sequence[str]) -> list[str]:
     return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
 Fetch = Callable[[int, int], Sequence]
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
-FIXED = 9 + 6 + 7 + 7 + 7
+FIXED = 11 + 6 + 7 + 7 + 7
 """verdict, valid, finish, prompt, output: the columns of fixed width."""
 
 
@@ -162,7 +162,7 @@ class SampleList(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if y == 0:
             run_w, id_w, codes_w = self._columns(width)
-            text = ("verdict  valid finish prompt output " + _fit("run", run_w) + _fit("sample", id_w)
+            text = ("verdict    valid finish prompt output " + _fit("run", run_w) + _fit("sample", id_w)
                     + _fit("findings", codes_w))
             return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
                 "sample-list--header", partial=True))])
@@ -203,7 +203,7 @@ class SampleList(ScrollView, can_focus=True):
             if row.status in ("approved", "rejected") else base
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
         return [
-            Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 9), status_style),
+            Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 10) + " ", status_style),
             Segment("✓ yes " if row.valid else "✗ no  ", valid_style),
             Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
