@@ -119,3 +119,34 @@ async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
         longest = max(len(c) for c in DEFAULT_SEVERITY)
         assert overlay.scrollable_content_region.width >= longest
         assert overlay.region.right <= 80
+
+
+async def test_enter_on_a_finding_without_positions_says_so(short, tokenizer, profile):
+    from dataclasses import replace
+
+    from tests.ui.test_token_view import InspectApp
+    from tokview.core.findings import Finding
+    from tokview.ui.screens.inspect import InspectData
+
+    capture, analysis = short
+    analysis = replace(analysis, findings=[Finding("completion_count_mismatch", "error", "usage says 9", ())])
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        before = app.screen.served.cursor
+        await pilot.press("f", "enter")
+        await pilot.pause()
+        assert app.screen.served.cursor == before
+        assert any("names no token positions" in str(n.message) for n in app._notifications)
+
+
+async def test_the_palette_lists_each_command_once(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for screen_keys in ((), ("enter",)):
+            await pilot.press(*screen_keys)
+            await settle(app, pilot)
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert len(titles) == len(set(titles)), titles
+            assert "Quit" in titles and "Light / dark" in titles and "List" not in titles
