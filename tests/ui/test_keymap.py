@@ -50,8 +50,9 @@ def test_every_binding_of_every_screen_and_widget_comes_from_the_registry():
 def test_help_lists_every_binding_with_its_id_and_remapped_keys():
     rows = {r[3]: r for r in help_rows({"curate.approve": "y", "modal.cancel": "ctrl+g"})}
     assert set(rows) == set(BY_ID)
-    assert rows["curate.approve"][1] == "y" and rows["modal.cancel"][1] == "ctrl+g"
+    assert rows["curate.approve"][1] == "y" and rows["modal.cancel"][1] == "^g"
     assert rows["curate.reject"][1] == "r" and rows["samples.search"][1] == "/"
+    assert rows["help.close"][1] == "esc ? q" and rows["app.help"][1] == "? f1"
 
 
 def test_modal_and_help_keys_can_be_remapped(tmp_path):

@@ -81,7 +81,7 @@ KEYS: tuple[Key, ...] = (
     Key("inspect.mode", "v", "cycle_mode", "View mode", "inspect", "Cycle pieces / ids / both (piece over id).",
         footer=True, label="View"),
     Key("inspect.findings", "f", "focus_findings", "Findings", "inspect", "Move focus to the findings list.",
-        footer=True),
+        footer=True, label="Finding"),
     Key("inspect.swap", "s", "swap_pane", "Other pane", "inspect", "Move focus to the other token pane.",
         footer=True, label="Pane"),
     Key("inspect.back", "escape", "close", "Back", "inspect", "Back to the samples list.", footer=True),
@@ -177,13 +177,18 @@ def keymap_problem(keymap: dict[str, str]) -> str | None:
     return None
 
 
+SHOWN = {"question_mark": "?", "escape": "esc", "right_square_bracket": "]", "slash": "/", "enter": "⏎",
+         "pageup": "pgup", "pagedown": "pgdn"}
+
+
+def display_keys(keys: list[str]) -> str:
+    """Keys as a person reads them: 'esc ? q' rather than 'escape,question_mark,q'."""
+    return " ".join(SHOWN.get(k, k.replace("ctrl+", "^")) for k in keys)
+
+
 def help_rows(keymap: dict[str, str]) -> list[tuple[str, str, str, str]]:
     """(where, keys, description, binding id) for every binding, keys as remapped by the keymap."""
     rows = []
     for k in KEYS:
-        if k.id in keymap:
-            shown = ",".join(keys_of(k, keymap))
-        else:
-            shown = k.key_display or k.keys
-        rows.append((k.group, shown, k.help or k.description, k.id))
+        rows.append((k.group, display_keys(keys_of(k, keymap)), k.help or k.description, k.id))
     return rows
