@@ -36,6 +36,15 @@ FORM_NAMES = {"--samples-per-prompt": "samples", "--max-new-tokens": "max tok", 
               "--timeout": "timeout", "--retries": "retries"}
 
 
+def default_prompts_shown() -> str:
+    """The default prompts file as the box shows it: short when under the current folder, else absolute;
+    either way it names the packaged file wherever the app was started."""
+    try:
+        return str(DEFAULT_PROMPTS.relative_to(Path.cwd()))
+    except ValueError:
+        return str(DEFAULT_PROMPTS)
+
+
 def in_form_words(message: str) -> str:
     """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'."""
     for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
@@ -92,7 +101,7 @@ class GenerateScreen(Screen):
                 yield Label("prompts", classes="form-label")
                 yield Select([("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
                              value="file", allow_blank=False, id="source")
-                yield Input(str(DEFAULT_PROMPTS), placeholder="prompts .jsonl / .parquet", id="prompts-file")
+                yield Input(default_prompts_shown(), placeholder="prompts .jsonl / .parquet", id="prompts-file")
             yield TextArea("What is 6 times 7?", id="typed", soft_wrap=True)
             with Horizontal(classes="form-row"):
                 yield Label("samples", classes="form-label")
