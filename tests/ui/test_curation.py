@@ -159,3 +159,27 @@ def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):
     assert reviewer_name("bob", "alice") == "bob"
     assert reviewer_name(None, "alice") == "alice"
     assert reviewer_name(None, None) == "carol"
+
+
+def test_a_version_2_store_gains_the_override_column_and_keeps_its_verdicts(tmp_path):
+    """Migration 3 on a file made before it: old verdicts read as no override; new ones record it."""
+    import duckdb
+
+    from tokview.store import Store
+    from tokview.store.schema import MIGRATIONS
+
+    path = tmp_path / "v2.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, statements in MIGRATIONS:
+        if version > 2:
+            break
+        for sql in statements:
+            conn.execute(sql)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    conn.execute("INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES ('s', now(), 'al', 'verdict', "
+                 "'approved')")
+    conn.close()
+    with Store(path) as store:
+        rows = store.query("SELECT who, status, override FROM verdicts")
+        assert rows == [("al", "approved", False)]

@@ -58,3 +58,4 @@ def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store
     assert f"  {seen['before'] + 1} samples" in captured.out  # counted after the app, not before it
     assert "the temporary store is removed now" in captured.out.splitlines()[-1]
     assert not seen["path"].exists() and seen["who"] == "dana"
+    assert str(seen["path"]) not in captured.out  # no path to a store that is gone

@@ -10,8 +10,8 @@ import pytest
 
 from tests.ui.conftest import settle
 from tokview.cli import main
-from tokview.ui.config import ConfigError, load_config
 from tokview.ui.bindings import help_rows
+from tokview.ui.config import ConfigError, load_config
 from tokview.ui.screens.help import HelpScreen
 
 ROOT = Path(__file__).parents[2]

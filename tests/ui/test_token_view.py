@@ -221,3 +221,23 @@ async def test_a_burst_of_keys_lands_where_it_should_and_the_app_goes_idle(short
             await pilot.pause()
         assert len(moved) == settled  # idle: no cursor message keeps circulating
         assert screen.served.cursor == screen.kept.cursor == start + 4
+
+
+async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profile):
+    """The same on a 32,000-token sample: rows down in one burst, both panes end on one row, scrolled alike."""
+    from textual import events
+
+    capture, analysis = long
+    app = InspectApp(InspectData("long", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.served.cursor = 0
+        await pilot.pause()
+        for _ in range(60):
+            app._driver.send_message(events.Key("down", None))
+        for _ in range(5):
+            await pilot.pause()
+        row = screen.served._rows_of_token(screen.served.cursor)
+        assert row == 60 and screen.kept.cursor == screen.served.cursor
+        assert screen.kept.scroll_y == screen.served.scroll_y > 0

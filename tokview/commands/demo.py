@@ -91,7 +91,8 @@ async def fill_store(store, prompts, tokenizer, profile, current_url: str, old_u
 def summary_text(store, summaries, temporary: bool = False) -> str:
     """The demo runs and the store's counts as they are now (read at the call, so after the app they are current)."""
     stats = store.stats()
-    lines = [f"demo store: {'a temporary store at ' if temporary else ''}{store.path}"]
+    where = "temporary (deleted on exit, so no path to keep)" if temporary else str(store.path)
+    lines = [f"demo store: {where}"]
     for label, s in summaries:
         lines.append(f"  run {s.run_id:<16} {label:<34} ok {s.ok:>3}  failed {s.failed}  flagged {s.flagged}  "
                      f"truncated {s.truncated}")

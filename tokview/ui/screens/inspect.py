@@ -19,9 +19,9 @@ from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
-from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.display import VIEW_MODES, kept_seq, served_seq
 from tokview.ui.finding_help import why
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
 

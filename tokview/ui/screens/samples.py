@@ -16,9 +16,9 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Select, Static
 
+from tokview.store import STATUSES, SampleFilter
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.footer import KeysFooter
-from tokview.store import STATUSES, SampleFilter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
 if TYPE_CHECKING:

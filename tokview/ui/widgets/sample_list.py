@@ -19,8 +19,8 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tokview.ui.bindings import bindings
 from tokview.core.findings import DEFAULT_SEVERITY
+from tokview.ui.bindings import bindings
 from tokview.ui.widgets.token_view import readable_on
 
 PAGE = 200
