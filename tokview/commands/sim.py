@@ -7,6 +7,7 @@ Useful for trying tokview without a GPU, and for reproducing a server's quirk or
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import threading
 from pathlib import Path
@@ -58,8 +59,8 @@ def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - impor
         port = DEFAULT_PORTS[args.kind] if args.port is None else args.port
         if not 0 <= port < 65536:
             raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
-        if args.latency < 0:
-            raise SimConfigError("--latency must be >= 0")
+        if not math.isfinite(args.latency) or args.latency < 0:
+            raise SimConfigError("--latency must be a finite number >= 0")
         if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
             raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
         return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,

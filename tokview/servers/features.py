@@ -154,3 +154,18 @@ async def health(client: ServerClient) -> bool:
             return True
     return False
 
+
+
+async def unanswered(url: str, timeout: float = 5.0) -> tuple[str, str] | None:
+    """(URL, why) when nothing answers HTTP at `url` (refused, timed out, not HTTP); None when it
+    answers at all, whatever the status: that is the probe's business."""
+    import httpx
+
+    client = ServerClient(url, timeout=timeout, concurrency=1, connect_timeout=timeout)
+    try:
+        await client.http.get("/health")
+        return None
+    except httpx.TransportError as exc:
+        return client.url, client.secrets.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    finally:
+        await client.aclose()
