@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter
     from tokview.servers import ServerUnreachable
-    from tokview.servers.urls import validate_server_url
+    from tokview.servers.urls import server_url_notes, validate_server_url
     from tokview.store import Store, StoreError
     from tokview.store.records import scrub_text
 
@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         servers = [validate_server_url(url) for url in args.server]
     except ValueError as exc:
         raise UserError(scrub_text(str(exc))) from None
+    for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
+        print(f"tokview: note: {note}", file=sys.stderr)
     config = BatchConfig(
         servers=servers, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
         trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
