@@ -50,6 +50,14 @@ class BatchConfig:
     model_profile: Any = None
     """An already resolved ModelProfile; wins over `profile`."""
 
+    def __post_init__(self) -> None:
+        # Stored in the runs table (`source`, `tokenizer_dir`) and read back by export/show/ui from
+        # wherever they are run: a relative path would then name another folder, or none.
+        if self.prompts_path is not None:
+            self.prompts_path = Path(self.prompts_path).expanduser().resolve()
+        if self.tokenizer_dir is not None:
+            self.tokenizer_dir = Path(self.tokenizer_dir).expanduser().resolve()
+
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
