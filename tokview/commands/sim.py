@@ -85,11 +85,29 @@ def banner(sim: "Simulator") -> str:  # noqa: F821
     return "\n".join(lines)
 
 
+def launch_or_explain(cfg: "SimConfig", launch) -> "Simulator":  # noqa: F821
+    """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
+    --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
+    from tokview.cli import UserError
+    from tokview.core.tokenizer import TokenizerError
+
+    try:
+        return launch(cfg)
+    except TokenizerError as exc:
+        folder = cfg.tokenizer_dir
+        code = sorted(p.name for p in Path(folder).expanduser().glob("tokenization_*.py")) if folder else []
+        if not code:
+            raise
+        raise UserError(f"cannot load the tokenizer in {folder} without running its own code ({', '.join(code)}), "
+                        f"and `tokview sim` never runs a folder's code: give a folder whose tokenizer.json loads on "
+                        f"its own, or leave out --tokenizer for the built-in Kimi-layout tokenizer") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from tokview.sim import launch
 
     cfg = build_config(args)
-    sim = launch(cfg)
+    sim = launch_or_explain(cfg, launch)
     print(banner(sim), flush=True)
 
     def on_term(signum: int, frame: object) -> None:
