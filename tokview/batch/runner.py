@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
+from tokview.batch.limits import check_prompt_length
 from tokview.core.analysis import analyze
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import Capture, sample_id_for
@@ -207,6 +208,7 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
                 item = todo.popleft()
                 request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
                 try:
+                    check_prompt_length(pool, request)  # over_max_length: failed before it is sent
                     capture = await pool.capture(request)
                     job = loop.run_in_executor(writer, store_sample, item, capture)
                 except CaptureFailed as exc:

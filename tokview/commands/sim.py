@@ -47,6 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
     p.add_argument("--model-name", default="tokview-sim", help="served model name (default tokview-sim)")
     p.add_argument("--version", dest="server_version", default=None, help="version string to report")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                   help="context length to report (/v1/models, /tokenize, /get_server_info) and enforce "
+                        "(default 32768)")
     p.set_defaults(run=run)
 
 
@@ -61,11 +64,14 @@ def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - impor
             raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
         if not math.isfinite(args.latency) or args.latency < 0:
             raise SimConfigError("--latency must be a finite number >= 0")
+        if args.max_model_len is not None and args.max_model_len < 2:
+            raise SimConfigError("--max-model-len must be at least 2")
         if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
             raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
         return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,
                          quirks=quirks, latency_s=args.latency, output_tokens=args.output_tokens, seed=args.seed,
-                         model_name=args.model_name, version=args.server_version, port=port)
+                         model_name=args.model_name, version=args.server_version, port=port,
+                         **({"max_model_len": args.max_model_len} if args.max_model_len else {}))
     except SimConfigError as exc:
         raise UserError(str(exc)) from None
 

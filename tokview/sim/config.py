@@ -87,6 +87,8 @@ class SimConfig:
         if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) \
                 or latency < 0 or not math.isfinite(self.latency_s) or self.latency_s < 0:
             raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
+        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 2:
+            raise SimConfigError(f"max_model_len must be a whole number of at least 2, got {self.max_model_len!r}")
         if self.output_tokens is not None and self.output_tokens < 3:
             raise SimConfigError("output_tokens must be at least 3")
         if self.tokenizer_dir is not None:
