@@ -52,3 +52,12 @@ def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(si
     assert main(["show", sample_id, "--db", str(db)]) == 1
     assert "is not the one the run used" in capsys.readouterr().err
     assert main(["show", sample_id, "--db", str(db), "--tokenizer", str(kimi_tok_dir)]) == 0  # named: used
+
+
+def test_a_tokenizer_loaded_from_a_relative_path_records_where_it_is(tmp_path, monkeypatch, kimi_tok_dir):
+    # the app loads its tokenizer itself and hands it to the batch runner: its source is what is stored
+    from tokview.core.tokenizer import load_tokenizer
+
+    shutil.copytree(kimi_tok_dir, tmp_path / "tokcopy")
+    monkeypatch.chdir(tmp_path)
+    assert load_tokenizer("tokcopy").source == tmp_path / "tokcopy"

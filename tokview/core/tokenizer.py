@@ -65,7 +65,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
             hint = " (this folder ships its own tokenizer code, e.g. Kimi's tokenization_kimi.py: pass --trust-remote-code)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TokenizerError(f"cannot load tokenizer from {directory}: {first}{hint}") from None
-    return TokenizerAdapter(tok, source=directory)
+    return TokenizerAdapter(tok, source=directory.absolute())  # recorded in runs: valid from any folder
 
 
 class TokenizerAdapter:
