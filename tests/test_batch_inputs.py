@@ -131,3 +131,9 @@ def test_failures_are_grouped_by_reason_class():
     assert summary.failure_examples()["HTTP 500 from POST /generate"].startswith("HTTP 500 from POST /generate: boom 1")
     assert "failed x5: HTTP 500 from POST /generate (e.g. HTTP 500" in summary.render()
     assert reason_class("cannot connect to http://h:1 (ConnectError: refused)") == "cannot connect"
+
+
+def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path):
+    rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "hi", "meta": "\\udc80"}',
+                                    '{"id": "b", "prompt": "hi", "system": "\\udc80"}'))
+    assert [r.prompt_id for r in rows] == ["a"] and bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")

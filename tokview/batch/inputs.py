@@ -15,7 +15,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
 
-from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, parse_row
+from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, parse_row
 from tokview.core.record import canonical_hash
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -37,37 +37,6 @@ def iter_rows(path: str | Path) -> Iterator[tuple[int, Any]]:
     """
     path = Path(path)
     return iter_parquet(path) if is_parquet(path) else iter_jsonl(path)
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed object or a PromptError) for each non-blank line.
-
-    Read line by line, so a file is never held whole (one gigantic line costs its own size, not the
-    file's). `utf-8-sig`: a byte-order mark some editors write is not part of line 1's JSON.
-    """
-    with path.open("r", encoding="utf-8-sig") as fh:
-        for n, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                yield n, json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}")
-            except RecursionError:
-                yield n, PromptError(f"line {n}: not valid JSON: nested too deeply")
-            del text
-
-
-def json_error(exc: json.JSONDecodeError) -> str:
-    """Python's message without its dangling "at" ("Invalid control character at"), the column, and
-    for a raw control character which one it is and how to write it."""
-    message = exc.msg.removesuffix(" at").strip()
-    if message.startswith("Invalid control character") and exc.pos < len(exc.doc):
-        char = exc.doc[exc.pos]
-        escape = json.dumps(char)[1:-1]
-        return f"a raw control character U+{ord(char):04X} inside a string at column {exc.colno} " \
-               f"(JSON needs it escaped as {escape})"
-    return f"{message[:1].lower()}{message[1:]} at column {exc.colno}"
 
 
 def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
@@ -121,7 +90,8 @@ def check_row(raw: dict[str, Any], where: str) -> None:
             value = turn.get(rkey)
             if value is not None and not isinstance(value, str):
                 raise PromptError(f"{here} `{rkey}` must be a string, not {_kind(value)}")
-    _check_text(raw, where)
+    for key in ("id", "messages", "conversations", "prompt", "system"):  # what becomes the prompt or its id
+        _check_text(raw.get(key), where)
 
 
 def _check_content(content: Any, here: str) -> None:
