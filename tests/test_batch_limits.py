@@ -79,3 +79,15 @@ def test_bounds_decide_without_tokenizing_and_agree_with_the_exact_count():
 def test_sim_cli_takes_max_model_len(capsys):
     assert main(["sim", "--max-model-len", "1", "--port", "0"]) == 1
     assert "--max-model-len must be at least 2" in capsys.readouterr().err
+
+
+async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_path):
+    path = tmp_path / "many.jsonl"
+    rows = [{"id": f"long{i}", "prompt": "the " * 1000} for i in range(4)] + [{"id": "short", "prompt": "hello"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with start_simulator(SimConfig(kind="vllm", max_model_len=LIMIT)) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=path, tokenizer=kimi(), model_profile=profile(),
+                             max_new_tokens=20, timeout=10.0, concurrency=1, max_consecutive_failures=2)
+        with Store(tmp_path / "s.duckdb") as store:
+            summary = await run_batch(config, store)
+    assert summary.stopped is None and (summary.ok, summary.failed) == (1, 4) and summary.exit_code == 3

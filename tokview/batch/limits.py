@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from tokview.servers.errors import CaptureFailed
 from tokview.servers.request import CaptureRequest, resolve_settings
 
 OVER_MAX_LENGTH = "over_max_length"
@@ -69,21 +68,24 @@ def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: 
     return len(tokenizer.encode(text)), True
 
 
-def check_prompt_length(pool: Any, request: CaptureRequest) -> None:
-    """Raise CaptureFailed(`over_max_length: …`) when the prompt leaves no room for one output token.
+def over_length_reason(pool: Any, request: CaptureRequest) -> str | None:
+    """`over_max_length: …` when the prompt leaves no room for one output token, else None.
 
-    Called by the runner before each capture; a server that reports no context length, or a run without
-    a local tokenizer, is not checked (the server's own refusal is recorded as before).
+    Called by the runner before each capture: such a prompt is recorded as failed without being sent,
+    and (it is the prompt's fault, not the server's) it does not count toward stopping after failures
+    in a row. A server that reports no context length, or a run without a local tokenizer, is not
+    checked (the server's own refusal is recorded as before).
     """
     tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
     limit = server_limit(pool.server_info())
     if limit is None or tokenizer is None:
-        return
+        return None
     try:
         tokens, exact = prompt_length(request, tokenizer, profile, limit)
     except ValueError:
-        return  # a template that cannot render this prompt: the capture path reports it in its own words
-    if tokens >= limit:
-        measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
-        raise CaptureFailed(f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
-                            f"which leaves no room for output: shorten or drop this prompt")
+        return None  # a template that cannot render this prompt: the capture path reports it in its own words
+    if tokens < limit:
+        return None
+    measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
+    return (f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
+            f"which leaves no room for output: shorten or drop this prompt")
