@@ -58,9 +58,8 @@ async def test_sort_and_filter_by_acceptance_and_nll(make_app, store):
 
 
 async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store):
-    from textual_plotext import PlotextPlot
-
     from tokview.ui.screens.stats import StatsScreen
+    from tokview.ui.widgets.bar_chart import BarChart
 
     ids = [r.sample_id for r in store.samples_page(limit=100)]
     app = make_app()
@@ -85,7 +84,9 @@ async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store)
         await settle(app, pilot)
         screen = app.screen
         assert isinstance(screen, StatsScreen)
-        assert screen.query_one("#plot-acceptance", PlotextPlot) and screen.query_one("#plot-nll", PlotextPlot)
+        acceptance, nll = screen.query_one("#plot-acceptance", BarChart), screen.query_one("#plot-nll", BarChart)
+        assert set(acceptance.counts) == {"all", "reasoning", "answer"} and "4 of 4 samples placed" in acceptance.title
+        assert sum(nll.counts.values()) == 10 and "10 scored" in nll.title
         spec = screen.data.side["spec_decode"]
         assert spec["placed_samples"] == 4 and set(spec["segments"]) == {"reasoning", "answer"}
         assert screen.data.side["target_logprobs"]["samples"] == 10
