@@ -284,3 +284,8 @@ async def test_score_interrupted_keeps_what_it_scored_and_resumes(tmp_path):
             assert stored == first.ok  # every score counted was written, none half-written
             rest = await run_score(ScoreConfig(servers=[sim.url]), store)
             assert (rest.skipped, rest.ok, rest.interrupted) == (first.ok, 6 - first.ok, False)
+
+
+def test_sim_command_refuses_a_spec_decode_mode_of_the_other_kind(capsys):
+    assert main(["sim", "--kind", "vllm", "--spec-decode", "sglang-0.5.12", "--port", "0"]) == 1
+    assert "not for a vllm simulator" in capsys.readouterr().err

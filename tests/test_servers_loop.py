@@ -121,3 +121,21 @@ async def test_sglang_generate_spec_metrics_every_schema(schema, stream):
     assert spec["schema"] == schema and (spec["steps"], spec["accepted"], spec["drafted"]) == (8, 8, 24)
     assert spec["mean_acceptance_length"] == 2.0 and spec["reported"]["spec_accept_length"] == 18 / 8
     assert cap.prompt_ids == PROMPT
+
+
+async def test_sglang_cumulative_stream_with_sliced_logprobs_is_joined():
+    """Cumulative output_ids but logprob arrays sliced per chunk: the slices are joined, not refused."""
+    body = rec("sgl_generate_logprobs.json")
+    meta = body["meta_info"]
+    chunks = []
+    for k in range(1, len(OUTPUT) + 1):
+        last = k == len(OUTPUT)
+        m = {"completion_tokens": k, "finish_reason": meta["finish_reason"] if last else None,
+             "output_token_logprobs": meta["output_token_logprobs"][k - 1:k],
+             "output_top_logprobs": meta["output_top_logprobs"][k - 1:k]}
+        chunks.append("data: " + json.dumps({"text": "", "output_ids": OUTPUT[:k], "meta_info": m}) + "\n\n")
+    routes = sglang_routes(**{"/generate": [{"sse": chunks + ["data: [DONE]\n\n"]}]})
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url) as pool:
+            cap = await pool.capture(request("raw", stream=True, logprobs=2))
+    assert cap.output_ids == OUTPUT and len(cap.output_logprobs) == 18 and cap.output_top_ids[0] == [256, 264]
