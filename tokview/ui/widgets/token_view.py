@@ -78,6 +78,11 @@ class TokenView(ScrollView, can_focus=True):
     TokenView > .token-view--heat-2 { color: #e3b341; }
     TokenView > .token-view--heat-3 { color: #f0883e; text-style: bold; }
     TokenView > .token-view--heat-4 { color: #f85149; text-style: bold reverse; }
+    TokenView:light > .token-view--heat-0 { color: #0a5223; }
+    TokenView:light > .token-view--heat-1 { color: #2f5a00; }
+    TokenView:light > .token-view--heat-2 { color: #5c4300; }
+    TokenView:light > .token-view--heat-3 { color: #7a3000; }
+    TokenView:light > .token-view--heat-4 { color: #9a0d23; }
     TokenView > .token-view--mark { text-style: underline; }
     TokenView > .token-view--cursor { background: $primary 40%; text-style: bold; }
     TokenView:focus > .token-view--cursor { background: $primary; }
