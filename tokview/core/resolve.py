@@ -33,8 +33,8 @@ def add_tokenizer_arguments(parser) -> None:
                         help="local tokenizer/model folder (default: the one the run recorded, else tokview's "
                              "Kimi-layout tokenizer)")
     parser.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
-                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: the run's, else "
-                             "detected from the tokenizer)")
+                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1, plain or a .toml (default: the run's, "
+                             "else detected from the tokenizer)")
     parser.add_argument("--trust-remote-code", action="store_true",
                         help="run the tokenizer code shipped in the folder named with --tokenizer (not needed for "
                              "Kimi's tiktoken tokenizer, which tokview reads itself)")
