@@ -113,7 +113,8 @@ def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfi
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
     store.put_run(report.run_id, settings=settings, profile=profile.name,
                   tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
-                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(), source=str(path))
+                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
+                  source=str(Path(path).absolute()))  # read back from any folder
     seen: Counter[str] = Counter()
     for n, row in iter_rows(path):
         report.rows += 1
