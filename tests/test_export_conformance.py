@@ -259,3 +259,18 @@ def test_kimi_inline_on_qwen3_rerenders_and_audits_as_structure(qwen_tok, qwen_p
     plain = next(v for s, v in served.items() if s.startswith("plain"))
     assert audited.prompt_ids + audited.output_ids == plain[0]  # the served ids, think block as structure
     assert not [c for c in pages["plain_gen0"].codes if c in ("literal_think_text", "think_close_repeated")]
+
+
+def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_profile, tmp_path, capsys):
+    from tokview.cli import main
+
+    _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)).close()
+    code = main(["export", "--db", str(tmp_path / "k.duckdb"), "--format", "specforge", "--select", "all",
+                 "--out", str(tmp_path / "sf.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "retokenize_drift: 1 of 3 exported samples are exact only through pre-tokenized paths" in err
+    assert "specforge 2/3 exact (1 ids_differ); speculators_render 2/3 exact (1 ids_differ)" in err
+    manifest = json.loads((tmp_path / "sf.manifest.json").read_text())
+    assert manifest["counts"]["retokenize_drift"] == 1 and "1 of 3 rows carry retokenize_drift" in \
+        manifest["trainers"]["retokenize_drift"]
