@@ -96,9 +96,11 @@ def section(fmt: str, data_name: str, template_name: str | None, kwargs: list[di
                                 "else -100",
                        "retokenizing": "any loader that tokenizes `text` (or a chat template) again"},
         }
-        if fmt == "parquet":
-            out["speculators"]["exact"] += "; convert to JSONL first if your version reads JSONL only"
-            out["specforge"]["exact"] = "convert to JSONL, then data.prompts_path=<file> (input_ids + loss_mask)"
+        if fmt == "parquet":  # both trainers' loaders read .json/.jsonl files only (speculators c05b95b, SpecForge a6b6b02)
+            out["speculators"]["exact"] = ("not read directly (prepare_data.py loads .json/.jsonl): export --format "
+                                           "speculators and pass that file with --data")
+            out["specforge"]["exact"] = ("not read directly (prompts_path reads JSONL): export --format speculators "
+                                         "and set data.prompts_path to it")
     else:
         register = ("from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
                     f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "

@@ -209,7 +209,10 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     template = chooser.template if chooser else None
     conformance = Conformance(fmt, tokenizer, template)
     row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids])))
-    inline_checked: set[str] = set()
+    if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
+        for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q "
+                                   "ON s.sample_id = q.sid", [[i[0] for i in ids]]):
+            _check_inline(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
         for start in range(0, len(ids), CHUNK):
@@ -222,9 +225,6 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
                 item = ExportItem(row["sample_id"], row["prompt_id"], capture, row["turn"], row["gen_index"],
                                   row_id_of[row["sample_id"]])
                 if builder is not None:
-                    if fmt == "kimi-inline" and prof.name not in inline_checked:
-                        _check_inline(tokenizer, prof)
-                        inline_checked.add(prof.name)
                     try:
                         if chooser is not None and fmt == "specforge":
                             chooser.check(chooser.layout(capture.settings, prof))
