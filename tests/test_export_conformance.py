@@ -274,3 +274,25 @@ def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_
     manifest = json.loads((tmp_path / "sf.manifest.json").read_text())
     assert manifest["counts"]["retokenize_drift"] == 1 and "1 of 3 rows carry retokenize_drift" in \
         manifest["trainers"]["retokenize_drift"]
+
+
+def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_layout(kimi_tok, kimi_profile,
+                                                                                       tmp_path):
+    import copy
+
+    from tokview.core.tokenizer import TokenizerAdapter
+
+    # a template whose generation prompt pre-fills <think> but whose assistant turns render without it: no
+    # assistant_header both starts the mask at the first generated id and matches a rendered turn
+    tok = copy.deepcopy(kimi_tok.tok)
+    tok.chat_template = kimi_tok.chat_template.replace(
+        "{%- if message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
+        "{%- else -%}<think></think>{%- endif -%}", "")
+    odd = TokenizerAdapter(tok, source=kimi_tok.source)
+    with _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)) as store:
+        with pytest.raises(ExportError) as err:
+            export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=odd, profile=kimi_profile)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("--format specforge refused: no SpecForge ChatTemplate")
+    assert "renders differently from the served generation prompt" in message
+    assert not list(tmp_path.glob("sf*"))
