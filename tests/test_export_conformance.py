@@ -116,7 +116,8 @@ def specforge_build(row: dict, template: dict, hf_tok) -> tuple[list[int], list[
 def specforge_mask(text: str, template: dict, hf_tok) -> tuple[list[int], list[int]]:
     ids = hf_tok(text, add_special_tokens=False)["input_ids"]
     mask = [0] * len(ids)
-    pattern = re.escape(template["assistant_header"]) + r"([\s\S]*?(?:" + re.escape(template["end_of_turn_token"]) + "|$))"
+    eot = re.escape(template["end_of_turn_token"])
+    pattern = re.escape(template["assistant_header"]) + r"([\s\S]*?(?:" + eot + "|$))"
     match = list(re.finditer(pattern, text, re.DOTALL))[-1]
     start = len(hf_tok.encode(text[:match.start(1)], add_special_tokens=False))
     end = len(hf_tok.encode(text[:match.end(1)], add_special_tokens=False))
@@ -210,7 +211,8 @@ def test_specforge_builtin_kimi_templates_do_not_reproduce_the_served_ids(kimi_t
         result = export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=kimi_tok,
                         profile=kimi_profile)
         rows = _jsonl(tmp_path / "sf.jsonl")
-    builtin_thinking = {"assistant_header": "<|im_assistant|>assistant<|im_middle|>", "user_header": "<|im_start|>user\n",
+    builtin_thinking = {"assistant_header": "<|im_assistant|>assistant<|im_middle|>",
+                        "user_header": "<|im_start|>user\n",
                         "system_prompt": "You are a helpful assistant.", "end_of_turn_token": "<|im_end|>",
                         "parser_type": "thinking", "enable_thinking": True}
     builtin_instruct = {**builtin_thinking, "parser_type": "general", "enable_thinking": False}

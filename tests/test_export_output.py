@@ -182,7 +182,8 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
         assert both.exported == 2 and not both.left_out
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "c.jsonl"), "--select", "approved"])
     err = capsys.readouterr().err
-    assert code == 0 and "left out 1 approved samples that are invalid (1 truncated" in err and "--include-invalid" in err
+    assert code == 0 and "left out 1 approved samples that are invalid (1 truncated" in err
+    assert "--include-invalid" in err
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "d.jsonl"), "--select", "approved",
                  "--include-invalid"])
     assert code == 0 and len(_jsonl(tmp_path / "d.jsonl")) == 2

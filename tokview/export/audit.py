@@ -5,7 +5,8 @@ speculators rows carry ids: the prompt/output split is the first 1 in `loss_mask
 text: the prompt is rendered with the chat template, and the last assistant turn becomes
 `<think>reasoning</think>content<stop>` (or `content<stop>`) as the profile and thinking setting
 dictate. Content that itself opens with `<think>…</think>` and has no reasoning field is the Kimi-inline
-shape: its think block is read as the reasoning, not as literal text. Text is encoded with special tokens split off, so a literal "<think>" someone typed stays
+shape: its think block is read as the reasoning, not as literal text. Text is encoded with special
+tokens split off, so a literal "<think>" someone typed stays
 literal ids and `literal_think_text` can see it; only the delimiters tokview itself adds are the
 special ids.
 """

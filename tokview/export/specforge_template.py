@@ -65,7 +65,8 @@ def derive(tokenizer: Any, profile: ModelProfile, kwargs: dict[str, Any], thinki
     if not full.startswith(served):
         raise TemplateRefused(
             f"an assistant turn renders differently from the served generation prompt (served header {header!r}, "
-            f"rendered {full[len(before):len(before) + len(header) + 12]!r}…), so no assistant_header both starts the "
+            f"rendered {full[len(before):len(before) + len(header) + 12]!r}…), so no assistant_header both starts "
+            "the "
             "mask at the first generated id and matches the rendered turn")
     end = full.find(ANSWER, len(served)) + len(ANSWER)
     if end < len(ANSWER) or not full.startswith(eot, end):

@@ -96,7 +96,7 @@ def section(fmt: str, data_name: str, template_name: str | None, kwargs: list[di
                                 "else -100",
                        "retokenizing": "any loader that tokenizes `text` (or a chat template) again"},
         }
-        if fmt == "parquet":  # both trainers' loaders read .json/.jsonl files only (speculators c05b95b, SpecForge a6b6b02)
+        if fmt == "parquet":  # both trainers' loaders read .json/.jsonl only (speculators c05b95b, SpecForge a6b6b02)
             out["speculators"]["exact"] = ("not read directly (prepare_data.py loads .json/.jsonl): export --format "
                                            "speculators and pass that file with --data")
             out["specforge"]["exact"] = ("not read directly (prompts_path reads JSONL): export --format speculators "

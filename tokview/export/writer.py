@@ -14,7 +14,6 @@ import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,9 @@ from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
 from tokview.export.output import (OutputError, Plan, add_sidecar, clean_stale_partials, commit, discard_temps,
                                    make_temps, open_stream, plan_output)
-from tokview.export.specforge_template import BUILTIN_WARNING, TemplateChooser, TemplateRefused, served_kwargs
-from tokview.export.trainers import Conformance, section
+from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
+from tokview.export.manifest import Provenance, build_manifest
+from tokview.export.trainers import Conformance
 from tokview.store import Store
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 
@@ -201,7 +201,7 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     profiles = _Profiles(profile, tokenizer)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
-    seen = _Provenance()
+    seen = Provenance()
     exported: list[tuple[str, str]] = []
     drift = 0
     builder = JSONL_FORMATS.get(fmt)
@@ -210,8 +210,9 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     conformance = Conformance(fmt, tokenizer, template)
     row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids])))
     if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
-        for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q "
-                                   "ON s.sample_id = q.sid", [[i[0] for i in ids]]):
+        for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN "
+                                   "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
+                                   [[i[0] for i in ids]]):
             _check_inline(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
@@ -242,7 +243,7 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
                 freq.update(capture.output_ids)
                 seen.add(row, capture, served_kwargs(capture.settings, prof))
         if fmt == "parquet":
-            _write_parquet(store, exported, plan, sink_for_stream=None)
+            _write_parquet(store, exported, plan)
     finally:
         if sink is not None:
             sink.close()
@@ -326,7 +327,7 @@ def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result:
         with open(plan.sidecars["template"].tmp, "w", encoding="utf-8") as fh:
             json.dump(result.template, fh, indent=2, ensure_ascii=False)
         result.template_path = plan.sidecars["template"].final
-    result.manifest = scrub(_manifest(store, fmt, plan, result))
+    result.manifest = scrub(build_manifest(store, fmt, plan, result))
     if "manifest" in plan.sidecars:
         with open(plan.sidecars["manifest"].tmp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
@@ -337,7 +338,7 @@ def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result:
 PARQUET_LOSS_MASK = "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids])"
 
 
-def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan, sink_for_stream: Any = None) -> None:
+def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) -> None:
     """DuckDB's own Parquet writer, with the speculators columns plus tokview's review columns.
 
     The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target
@@ -379,76 +380,3 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
         for prompt_id, sample_id, reason, server in rows:
             fh.write(json.dumps({"id": prompt_id, "metadata": {
                 "sample_id": sample_id, "error": scrub_optional(reason), "endpoint": scrub_optional(server)}}) + "\n")
-
-
-class _Provenance:
-    """Servers, settings, parsers and runs seen across the exported samples."""
-
-    def __init__(self) -> None:
-        self.servers: set[tuple] = set()
-        self.settings: dict[str, dict] = {}
-        self.fields: set[str] = set()
-        self.endpoints: set[str] = set()
-        self.runs: set[str] = set()
-        self.finish: Counter[str] = Counter()
-        self.kwargs: dict[str, dict] = {}
-
-    def add(self, row: dict[str, Any], capture: Any, kwargs: dict[str, Any]) -> None:
-        self.kwargs[json.dumps(kwargs, sort_keys=True, default=str)] = kwargs
-        self.servers.add((capture.server_kind, capture.server_version, capture.server_url))
-        self.settings[json.dumps(capture.settings, sort_keys=True, default=str)] = capture.settings
-        if capture.reasoning_field:
-            self.fields.add(capture.reasoning_field)
-        self.endpoints.add(capture.endpoint)
-        if row["run_id"]:
-            self.runs.add(row["run_id"])
-        self.finish[str(capture.finish_reason)] += 1
-
-
-def _manifest(store: Store, fmt: str, plan: Plan, result: ExportResult) -> dict[str, Any]:
-    seen, profiles, tokenizer = result.seen, result.profiles, result.tokenizer
-    runs = [r for r in store.runs() if r["run_id"] in seen.runs]
-    used = sorted({p.name for p in profiles.cache.values()})
-    parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
-    fingerprint = tokenizer.fingerprint()
-    kimi = any(name.startswith("kimi") for name in used)
-    warnings = ([BUILTIN_WARNING] if kimi and fmt != "parquet" else [])
-    if result.template_refused and fmt != "parquet":
-        warnings.append(f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
-                        "train on the speculators export through data.prompts_path")
-    template_name = result.template_path.name if result.template_path else None
-    counts = {"selected": result.selected, "exported": result.exported,
-              "refused": sum(result.refused.values()), "refused_by_reason": result.refused,
-              "finish_reason": dict(sorted(seen.finish.items())), "retokenize_drift": result.retokenize_drift}
-    if result.left_out:
-        counts["left_out"] = result.left_out
-    return {
-        "tokview_export": 2,
-        "format": fmt,
-        "data": plan.name,
-        "data_sha256": result.data_sha256,
-        "data_bytes": result.data_bytes,
-        "token_freq": result.token_freq_path.name if result.token_freq_path else None,
-        **({"specforge_template": template_name} if template_name else {}),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "select": result.select,
-        "run": result.run,
-        "counts": counts,
-        "tokenizer": {"source": tokenizer.name, "hash": fingerprint, "chat_template_hash": tokenizer.template_hash(),
-                      "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs)},
-        "profile": used[0] if len(used) == 1 else used,
-        "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],
-        "endpoints": sorted(seen.endpoints),
-        "parser": {"reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
-                   "reasoning_fields": sorted(seen.fields)},
-        "sampling": [seen.settings[k] for k in sorted(seen.settings)],
-        "chat_template_kwargs": [seen.kwargs[k] for k in sorted(seen.kwargs)],
-        "runs": [{k: r[k] for k in ("run_id", "profile", "tokenizer_hash", "template_hash", "server_info",
-                                    "settings", "source")} for r in runs],
-        "loss_mask": "0 for every prompt id, 1 for every output id (stop id included); input_ids = prompt ids + "
-                     "output ids exactly as served",
-        "trainers": section(fmt, plan.name, template_name, [seen.kwargs[k] for k in sorted(seen.kwargs)],
-                            result.retokenize_drift, result.exported),
-        "rerender": result.conformance.summary() if result.conformance else {},
-        "warnings": warnings,
-    }
