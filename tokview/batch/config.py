@@ -43,6 +43,14 @@ class BatchConfig:
     """An already loaded TokenizerAdapter (the UI has one); wins over tokenizer_dir."""
     model_profile: Any = None
     """An already resolved ModelProfile; wins over `profile`."""
+    max_consecutive_failures: int = 20
+    """Stop the run (with the reason) after this many failed requests in a row; 0 never stops."""
+    shard: tuple[int, int] | None = None
+    """(K, N): generate only the K-th of N shards of the sample ids (`--shard K/N`)."""
+    workers: int = 1
+    """Processes that capture and analyse (`--workers N`); the first one also lands parts in the store."""
+    ray: str | None = None
+    """`auto` or a Ray address: prompt shards run as Ray tasks (`--ray`)."""
 
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
@@ -79,6 +87,9 @@ class BatchConfig:
             (self.mode in ("raw", "chat", "dual"), f"unknown mode {self.mode!r} (choose raw, chat or dual)"),
             (self.on_bad_row in ("skip", "stop"), "--on-bad-row must be skip or stop"),
             (bool(self.servers), "give at least one --server"),
+            (self.max_consecutive_failures >= 0, "--max-consecutive-failures must be 0 or more"),
+            (self.workers >= 1, "--workers must be at least 1"),
+            (self.shard is None or 1 <= self.shard[0] <= self.shard[1], "--shard K/N needs 1 <= K <= N"),
         ]
         for ok, message in checks:
             if not ok:
@@ -136,6 +147,8 @@ class BatchSummary:
     elapsed_s: float = 0.0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     servers: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None
+    """Why the run stopped taking work early (a full disk, too many failures in a row), if it did."""
 
     @property
     def balanced(self) -> bool:
@@ -145,6 +158,8 @@ class BatchSummary:
     def exit_code(self) -> int:
         if self.interrupted:
             return EXIT_INTERRUPTED
+        if self.stopped:
+            return EXIT_USAGE
         return EXIT_FAILURES if self.failed else EXIT_OK
 
     def render(self) -> str:
@@ -161,6 +176,8 @@ class BatchSummary:
         ]
         for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
             lines.append(f"  failed x{n}: {reason}")
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}; committed samples are kept, re-run the same command to resume")
         if self.interrupted:
             lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
         return "\n".join(lines)

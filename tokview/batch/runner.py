@@ -7,28 +7,33 @@ Why it is shaped this way:
   servers are probed first, since the served model name is part of the id: so even a resume of a
   fully stored run needs a server that answers, and an unreachable one exits 2 before the store is
   opened (the CLI passes a store opener, so no database file is left behind).
-- Each finished capture is analysed and written in its own short transaction on one writer thread;
-  a kill at any moment loses at most the requests still in flight.
+- Finished captures go to one writer thread (`writer.py`) that analyses them and writes a group at
+  a time as a crash-safe part beside the store, landed in the database every second or so in one
+  short transaction: a kill loses at most the requests in flight plus one short group, and the
+  store is never held open, so the app, `stats` and other batches use it while the run goes on.
 - Cancelling (Ctrl-C, or the UI's cancel event) stops taking work and abandons in-flight requests;
-  writes already handed to the writer thread still finish, so nothing half-written is left.
+  captures already handed to the writer are still written, so nothing half-written is left.
+- It stops early, with the reason, on a full disk (what was generated is kept for the resume) and
+  after `max_consecutive_failures` failed requests in a row.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
+import zlib
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
-from tokview.core.analysis import analyze
+from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
-from tokview.core.record import Capture, sample_id_for
-from tokview.store import Store, StoreError
+from tokview.core.record import sample_id_for
+from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
+from tokview.store.store import StoreFull
 
 
 @dataclass(frozen=True)
@@ -70,18 +75,13 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
     return items, duplicates
 
 
-class _Counters:
-    """Progress counters updated by the writer thread and read by the event loop."""
-
-    def __init__(self, total: int, skipped: int) -> None:
-        self.progress = BatchProgress(total=total, skipped=skipped)
-        self.reasons: Counter[str] = Counter()
-        self.started = time.monotonic()
-
-    def snapshot(self) -> BatchProgress:
-        p = self.progress
-        return BatchProgress(p.total, p.ok, p.failed, p.skipped, p.flagged, p.truncated, p.output_tokens,
-                             time.monotonic() - self.started)
+def select_shard(items: list[WorkItem], shard: tuple[int, int] | None) -> list[WorkItem]:
+    """The K-th of N shards (1-based) of the sample ids: a stable hash of the id, so every machine of a
+    Slurm array agrees without talking, and shards are disjoint and cover every id."""
+    if shard is None:
+        return items
+    k, n = shard
+    return [i for i in items if zlib.crc32(i.sample_id.encode()) % n == k - 1]
 
 
 def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
@@ -95,7 +95,9 @@ def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
     models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     if len(models) > 1:
         raise InputError(f"the servers serve different models ({', '.join(models)}): run each model separately")
-    return {**({"model": models[0]} if models else {}), "tokenizer": tokenizer.vocab_fingerprint(),
+    from tokview.batch.identity import vocab_fingerprint
+
+    return {**({"model": models[0]} if models else {}), "tokenizer": vocab_fingerprint(tokenizer),
             "profile": profile.name}
 
 
@@ -109,12 +111,6 @@ def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) ->
         if changed:
             raise InputError(f"run {run_id} was made with other {', '.join(changed)} "
                              f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name")
-
-
-def failure_reason(exc: BaseException) -> str:
-    """One line for an error that is not a CaptureFailed (a bug, a tokenizer error, an odd response)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"unexpected error: {type(exc).__name__}" + (f": {text[:300]}" if text else "")
 
 
 async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
@@ -154,18 +150,35 @@ async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
 async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[PromptRow], bad: list[str],
                tokenizer: Any, profile: Any, on_progress: Callable[[BatchProgress], None] | None,
                cancel: asyncio.Event | None) -> BatchSummary:
-    from tokview.servers import CaptureFailed, CaptureRequest
-
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     items, duplicates = plan(prompts, config, sample_settings)
+    if config.shard is not None:
+        items = select_shard(items, config.shard)
+        if config.shard[0] != 1:  # duplicate and bad rows are counted once, by the first shard
+            duplicates, bad = 0, []
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, store.ingest)  # parts a killed or concurrent batch left count as stored
     existing = store.existing_sample_ids(i.sample_id for i in items)
     todo = deque(i for i in items if i.sample_id not in existing)
     run_id = config.run_id(identity)
     summary = BatchSummary(run_id=run_id, input=len(items) + duplicates + len(bad), resumed=len(existing),
                            duplicates=duplicates, bad_rows=bad, servers=scrub(pool.server_info()))
-    counters = _Counters(summary.input, len(existing) + duplicates + len(bad))
-    report = (lambda: on_progress(counters.snapshot())) if on_progress else (lambda: None)
+    started = time.monotonic()
+    skipped = len(existing) + duplicates + len(bad)
+    tallies: list[Any] = []  # the writer(s) whose counts make up the progress line
+
+    def snapshot() -> BatchProgress:
+        p = BatchProgress(total=summary.input, skipped=skipped, elapsed_s=time.monotonic() - started)
+        for t in tallies:
+            p.ok += t.ok
+            p.failed += t.failed
+            p.flagged += t.flagged
+            p.truncated += t.truncated
+            p.output_tokens += t.output_tokens
+        return p
+
+    report = (lambda: on_progress(snapshot())) if on_progress else (lambda: None)
     report()
     if todo:
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
@@ -174,72 +187,95 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
                       tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
                       tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
                       server_info=summary.servers, source=str(config.prompts_path) if config.prompts_path else None)
-        settings = {k: v for k, v in config.generation_settings().items() if k != "mode"}
-        writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokview-store")
-        loop = asyncio.get_running_loop()
-
-        def store_failure(item: WorkItem, reason: str, server: str | None) -> None:
-            store.put_failure(item.prompt_id, item.sample_id, run_id, reason, server=server)
-            counters.progress.failed += 1
-            counters.reasons[scrub_text(reason)] += 1
-
-        def store_sample(item: WorkItem, capture: Capture) -> None:
-            try:
-                analysis = analyze(capture, profile, tokenizer)
-                store.put_sample(item.sample_id, item.prompt_id, run_id, capture, analysis, gen_index=item.index,
-                                 turn=item.turn, profile=profile.name, new=True)  # the anti-join said so
-            except StoreError as exc:
-                # this sample's data (an id DuckDB cannot hold) or the database itself? Writing the
-                # failure tells them apart: a failing database raises again and stops the run.
-                store_failure(item, str(exc), capture.server_url)
-                return
-            except Exception as exc:  # this sample's analysis failed: record it, keep going
-                store_failure(item, failure_reason(exc), capture.server_url)
-                return
-            p = counters.progress
-            p.ok += 1
-            p.output_tokens += len(capture.output_ids)
-            p.flagged += 0 if analysis.valid else 1
-            p.truncated += capture.finish_reason == "length"
-
-        async def worker() -> None:
-            while todo:
-                item = todo.popleft()
-                request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
-                try:
-                    capture = await pool.capture(request)
-                    job = loop.run_in_executor(writer, store_sample, item, capture)
-                except CaptureFailed as exc:
-                    job = loop.run_in_executor(writer, store_failure, item, exc.reason, exc.url)
-                except Exception as exc:  # a malformed response the servers layer did not classify
-                    job = loop.run_in_executor(writer, store_failure, item, failure_reason(exc), None)
-                await asyncio.shield(job)  # a cancel abandons the wait, never the write
-                report()
-
-        workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency *
-                                                                    len(config.servers)))]
-        stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
+        writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
+        tallies.append(writer)
         try:
-            waiting = set(workers) | ({stopper} if stopper else set())
-            while any(not w.done() for w in workers):
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task is not stopper and task.exception() is not None:
-                        raise task.exception()
-                if stopper is not None and stopper.done():
-                    summary.interrupted = True
-                    break
-                waiting -= done
+            outcome = await capture_all(config, pool, todo, writer, cancel, report)
         finally:
-            for task in workers + ([stopper] if stopper else []):
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            await loop.run_in_executor(None, writer.shutdown, True)  # let handed-over writes commit
-    p = counters.snapshot()
+            await loop.run_in_executor(None, writer.close)  # write and land what was handed over
+        summary.interrupted = outcome == "interrupted"
+        if outcome not in (None, "interrupted"):
+            summary.stopped = outcome
+        if writer.error is not None:
+            if not isinstance(writer.error, StoreFull):
+                raise writer.error
+            summary.stopped = str(writer.error)
+        summary.failures_by_reason = dict(writer.reasons)
+    p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (
         p.flagged, p.truncated, p.output_tokens, p.elapsed_s)
-    summary.failures_by_reason = dict(counters.reasons)
     summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
     report()
     return summary
+
+
+async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: GroupWriter,
+                      cancel: asyncio.Event | None, report: Callable[[], None]) -> str | None:
+    """Capture every item in `todo` and hand it to the writer; None when all were tried.
+
+    Otherwise why it stopped early: "interrupted" (cancel), the writer's error (a full disk), or
+    `max_consecutive_failures` failures in a row (a server that fails every request would
+    otherwise get every prompt with full retries)."""
+    from tokview.servers import CaptureFailed, CaptureRequest
+
+    settings = {k: v for k, v in config.generation_settings().items() if k != "mode"}
+    limit = config.max_consecutive_failures
+    max_pending = 4 * max(config.concurrency * len(config.servers), 16)
+    state: dict[str, Any] = {"consecutive": 0, "stop": None}
+
+    def fail(item: WorkItem, reason: str, url: str | None) -> None:
+        writer.add_failure(item, reason, url)
+        state["consecutive"] += 1
+        if limit and state["consecutive"] >= limit and state["stop"] is None:
+            state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
+
+    async def worker() -> None:
+        while todo and state["stop"] is None and writer.error is None:
+            while writer.pending > max_pending and writer.error is None:  # analysis is behind: wait for it
+                await asyncio.sleep(0.005)
+            if not todo:
+                break
+            item = todo.popleft()
+            request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
+            try:
+                capture = await pool.capture(request)
+            except CaptureFailed as exc:
+                fail(item, exc.reason, exc.url)
+                continue
+            except Exception as exc:  # a malformed response the servers layer did not classify
+                fail(item, failure_reason(exc), None)
+                continue
+            state["consecutive"] = 0
+            writer.add_sample(item, capture)  # handed over at once: a cancel can no longer lose it
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            report()
+
+    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency *
+                                                                len(config.servers)))]
+    tick = asyncio.create_task(ticker())
+    stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
+    interrupted = False
+    try:
+        waiting = set(workers) | ({stopper} if stopper else set())
+        while any(not w.done() for w in workers):
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()
+            if stopper is not None and stopper.done():
+                interrupted = True
+                break
+            waiting -= done
+    finally:
+        for task in workers + [tick] + ([stopper] if stopper else []):
+            task.cancel()
+        await asyncio.gather(*workers, tick, return_exceptions=True)
+    if interrupted:
+        return "interrupted"
+    if writer.error is not None:
+        return str(writer.error)
+    return state["stop"]

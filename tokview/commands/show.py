@@ -51,6 +51,7 @@ def run(args) -> int:
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
+               "tokenizer": {"source": tokenizer.name, "loaded_by": tokenizer.loaded_by},
                "capture": stored.capture.to_dict(), "segments": [s.__dict__ for s in analysis.segments],
                "findings": [f.__dict__ for f in analysis.findings]}
         json.dump(out, sys.stdout, default=str)
@@ -66,6 +67,7 @@ def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
     lines = [f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
              f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
              f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
+             f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",
              "segments:"]
     ids = cap.input_ids
     for s in analysis.segments:

@@ -61,7 +61,7 @@ def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
     as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it. A row that also has a
     reasoning field keeps any "<think>" in its content literal (someone typed it)."""
     opener, closer = profile.think_open, profile.think_close
-    if not content.startswith(opener) or closer not in content:
+    if not profile.has_reasoning or not content.startswith(opener) or closer not in content:
         return None
     reasoning, _, answer = content[len(opener):].partition(closer)
     return reasoning, answer
@@ -115,6 +115,7 @@ def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile
             reasoning, content = inline
             field_name = "inline"
     history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
+    thinking = thinking if profile.has_reasoning else None  # a plain model's rows are answers only
     kwargs = profile.template_kwargs(thinking)
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"

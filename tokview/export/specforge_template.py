@@ -98,10 +98,11 @@ class TemplateChooser:
 
     def layout(self, settings: dict[str, Any], profile: ModelProfile) -> str:
         kwargs = served_kwargs(settings, profile)
-        key = repr(sorted(kwargs.items())) + f"|{profile.name}|{bool(settings.get('thinking', True))}"
+        thinking = profile.has_reasoning and settings.get("thinking", True) is not False
+        key = repr(sorted(kwargs.items())) + f"|{profile.name}|{thinking}"
         if key not in self.by_layout:
             try:
-                self.by_layout[key] = derive(self.tokenizer, profile, kwargs, bool(settings.get("thinking", True)))
+                self.by_layout[key] = derive(self.tokenizer, profile, kwargs, thinking)
             except TemplateRefused as exc:
                 self.by_layout[key] = exc
         return key

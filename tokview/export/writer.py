@@ -19,7 +19,8 @@ from typing import Any
 
 from tokview.core import segments as seg
 from tokview.core.findings import DEFAULT_SEVERITY, ERROR
-from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile
+from tokview.core.profiles import (ModelProfile, ProfileError, detect_profile, get_profile,
+                                   with_tokenizer_stops)
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
 from tokview.export.output import (OutputError, Plan, add_sidecar, clean_stale_partials, commit, discard_temps,
@@ -111,7 +112,9 @@ class _Profiles:
     def get(self, name: str | None) -> ModelProfile:
         if name not in self.cache:
             try:
-                self.cache[name] = get_profile(name) if name else self._fallback()
+                # `plain` stored by name names no stop ids: the tokenizer's, or the stop would be answer text
+                self.cache[name] = with_tokenizer_stops(get_profile(name), self.tokenizer) if name else \
+                    self._fallback()
             except ProfileError:
                 self.cache[name] = self._fallback()
         return self.cache[name]
@@ -277,6 +280,8 @@ def _file_hash(path: Path) -> tuple[str, int]:
 
 def _check_inline(tokenizer: Any, profile: ModelProfile) -> None:
     """Refuse kimi-inline when the template writes its own think tags around inline reasoning."""
+    if not profile.has_reasoning:
+        return  # a plain model's rows are answers only: nothing goes inline
     user = [{"role": "user", "content": "q"}]
     kwargs = profile.template_kwargs(True)
     inline = {"role": "assistant", "content": f"{profile.think_open}r{profile.think_close}a"}

@@ -116,7 +116,7 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=tokenizer.name if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])))
+                              tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])))
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:

@@ -66,6 +66,10 @@ def check_opener(doc: "_Doctor", served: list[int] | None) -> None:
     p = doc.profile
     opener = f"{p.think_open} ({p.think_open_id})"
     thinking = doc.settings.get("thinking")
+    if not p.has_reasoning:
+        doc.add("ok", "Think opener in the prompt", f"the {p.name} profile has no think delimiters: the output is "
+                f"the answer, then a stop id")
+        return
     if not served:
         doc.add("skip", "Think opener in the prompt", "skipped: the server returned no prompt ids and its /tokenize "
                 "does not take messages", "pass --tokenizer so tokview renders prompts itself")
@@ -130,6 +134,9 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
         doc.add("warn", "Reasoning parser", f"the reasoning arrives in `reasoning_content` (vLLM before 0.16)"
                 f"{hidden_note}", "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
                 "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16")
+    elif field is None and not doc.profile.has_reasoning:
+        doc.add("ok", "Reasoning parser", f"no reasoning field came back, as expected of a model without think "
+                f"delimiters{hidden_note}")
     elif field is None:
         why = "thinking is off" if doc.settings.get("thinking") is False else \
             "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
@@ -147,6 +149,8 @@ def scrub_payload(value: Any, secrets: list[str], key: str | None = None) -> Any
         return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        if value and type(value[0]) is int and all(type(v) is int for v in value):
+            return list(value)  # an id array (2,000+ ids in every body): nothing to mask, no per-id call
         return [scrub_payload(v, secrets) for v in value]
     if isinstance(value, str):
         if key in URL_KEYS and "@" in value:
@@ -166,8 +170,11 @@ def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
     """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only)."""
     if value is None:
         return None
-    return json.dumps(scrub_payload(value, known_secrets() if secrets is None else secrets), ensure_ascii=False,
-                      default=str)
+    clean = scrub_payload(value, known_secrets() if secrets is None else secrets)
+    try:  # orjson: ~10x faster on the id arrays every body carries; same JSON, no spaces
+        return orjson.dumps(clean, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, lone surrogates: the stdlib copes
+        return json.dumps(clean, ensure_ascii=False, default=str)
 
 
 def metadata_json(value: Any) -> str | None:

@@ -98,6 +98,18 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # put_sample clears a sample's earlier failures on every write: without it, a full scan each
         "CREATE INDEX failures_sample_idx ON failures(sample_id)",
     )),
+    (4, "one current failure per sample, with its attempt count", (
+        # Reruns of a still-failing prompt used to add a row each (failures 240 for 80 missing
+        # samples). A side table keeps the count, so `failures` keeps its columns for its readers.
+        """CREATE TABLE failure_attempts (
+            sample_id VARCHAR PRIMARY KEY,
+            attempts INTEGER NOT NULL
+        )""",
+        "INSERT INTO failure_attempts SELECT sample_id, count(*) FROM failures WHERE sample_id IS NOT NULL "
+        "GROUP BY sample_id",
+        "DELETE FROM failures WHERE sample_id IS NOT NULL AND rowid NOT IN (SELECT arg_max(rowid, \"at\") "
+        "FROM failures WHERE sample_id IS NOT NULL GROUP BY sample_id)",
+    )),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -105,6 +117,22 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 
 class SchemaError(ValueError):
     """The database file was written by a newer tokview, or is not a tokview store."""
+
+
+TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts"}
+
+
+def refuse_foreign(conn: Any, path: str) -> None:
+    """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
+
+    Empty files and tokview stores (a `schema_version` table beside `samples`) are fine."""
+    tables = {r[0] for r in conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+    if not tables or {"schema_version", "samples"} <= tables:
+        return
+    shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+    raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): "
+                      "pass another --db")
 
 
 def current_version(conn: Any) -> int:

@@ -1,27 +1,35 @@
 """The DuckDB store: one file holds every run, sample, finding, failure and verdict.
 
-DuckDB allows one writer per process, and the UI calls the store from worker threads while a batch
-may be writing in the same process; so the store owns exactly one connection and serialises every
-use of it with a lock. Writes are short transactions (one sample with its findings at a time), so a
-kill at any moment loses at most the samples whose requests were still in flight.
+Shared live: DuckDB lets one process at a time open a file, so a Store never keeps it open. Every
+operation opens the file, runs one short transaction or query and closes it again (`hold()` keeps
+it open across a few related calls); a process that finds it taken waits, and says which tokview
+command holds it if the wait gets long. Batches do not write samples here directly: they append
+crash-safe parts beside the file (see `parts.py`) that `ingest()` lands in one transaction, so
+`ui`, `stats`, `show`, `export` and further batches all work on a store while a batch fills it.
+Within a process, threads (the UI's workers, a batch's writer) share one lock.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import re
+import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import duckdb
 
 from tokview.core.findings import Finding
 from tokview.core.record import Capture
-from tokview.store import queries
+from tokview.store import parts, queries
 from tokview.store.records import (ALIGN_STATUS, SAMPLE_COLUMNS, STATUSES, SampleFilter, SampleRow, StoredSample,
                                    UnknownSample, capture_from_row, from_json, known_secrets, metadata_json,
                                    sample_params, scrub_optional, scrub_text, to_json, url_secrets)
-from tokview.store.schema import migrate
+from tokview.store.schema import migrate, refuse_foreign
 
 DEFAULT_DB = "tokview.duckdb"
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
@@ -29,16 +37,57 @@ _UPSERT = (_INSERT + " ON CONFLICT (sample_id) DO UPDATE SET "
            + ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS if c != "sample_id"))
 
 
+LOCK_TIMEOUT_S = 120.0
+"""How long an operation waits for another process to release the file before it gives up."""
+LOCK_SAY_AFTER_S = 1.0
+"""Waits longer than this are announced (once) with the holder's tokview command."""
+_LOCK_WORDS = ("Could not set lock", "Conflicting lock")
+_PID = re.compile(r"\(PID (\d+)\)")
+
+
 class StoreError(ValueError):
     """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
 
 
+class StoreFull(StoreError):
+    """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return "no space left on device" in text or "disk quota exceeded" in text
+
+
+def holder_of(message: str) -> str:
+    """Which program holds the file, from DuckDB's lock message: `tokview batch (pid 12)` when it is ours."""
+    match = _PID.search(message)
+    if not match:
+        return "another process"
+    pid = int(match.group(1))
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv = [a.decode("utf-8", "replace") for a in argv if a]
+    except OSError:
+        argv = []
+    for i, arg in enumerate(argv):
+        name = os.path.basename(arg)
+        if name == "tokview" or (name == "-m" and i + 1 < len(argv) and argv[i + 1] == "tokview"):
+            rest = argv[i + (2 if name == "-m" else 1):]
+            command = next((a for a in rest if not a.startswith("-")), "")
+            return f"`tokview {command}`".replace(" `", "`") + f" (pid {pid})" if command else f"tokview (pid {pid})"
+    return f"another program (pid {pid}{': ' + os.path.basename(argv[0]) if argv else ''})"
+
+
 @contextmanager
-def _duckdb_errors(what: str) -> Iterator[None]:
+def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
     """Turn a DuckDB error into a one-line StoreError: callers and the CLI never see duckdb's types."""
     try:
         yield
     except duckdb.Error as exc:
+        if is_disk_full(exc):
+            raise StoreFull(f"no space left on device ({path or what})") from None
         first = scrub_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         raise StoreError(f"{what}: {first}") from None
 
@@ -49,20 +98,94 @@ class Store:
     `server_urls`: the URLs the captures come from (may hold `user:password@`); their credentials
     are masked wherever they appear in a stored payload (`add_server_urls` adds more later)."""
 
-    def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = ()) -> None:
+    def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = (), *,
+                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None) -> None:
+        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr)."""
         self.path = str(path)
         self._secrets: tuple[str, ...] = ()
         self.add_server_urls(server_urls)
-        if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._conn = duckdb.connect(self.path)
-        except (duckdb.IOException, duckdb.Error) as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise StoreError(f"cannot open database {self.path}: {first}") from None
+        self.lock_timeout = lock_timeout
+        self.on_wait = on_wait if on_wait is not None else _say_on_stderr
+        self._memory = self.path == ":memory:"
         self._lock = threading.RLock()
-        with self._lock, _duckdb_errors(f"cannot migrate database {self.path}"):
-            migrate(self._conn)
+        self._conn: Any = None
+        self._depth = 0
+        self._column_types: dict[str, str] | None = None
+        self._memory_parts: Path | None = None
+        if not self._memory:
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            try:
+                self._conn = self._open()
+                with _duckdb_errors(f"cannot migrate database {self.path}", self.path):
+                    refuse_foreign(self._conn, self.path)
+                    migrate(self._conn)
+            except BaseException:
+                self._release(force=True)
+                raise
+            self._release()
+        if not self._memory and parts.complete_parts(self.parts_dir) != ([], []):
+            self.ingest()  # parts a killed batch left behind
+
+    @property
+    def parts_dir(self) -> Path:
+        """Where writers put parts: beside the file (a private temporary folder for `:memory:`)."""
+        if self._memory:
+            if self._memory_parts is None:
+                import tempfile
+
+                self._memory_parts = Path(tempfile.mkdtemp(prefix="tokview-parts-"))
+            return self._memory_parts
+        return parts.parts_dir(self.path)
+
+    def _open(self) -> Any:
+        """Open the file, waiting while another process holds it (announced after a second)."""
+        started = time.monotonic()
+        said = False
+        delay = 0.005
+        while True:
+            try:
+                return duckdb.connect(self.path)
+            except duckdb.Error as exc:
+                message = str(exc).strip()
+                if not any(w in message for w in _LOCK_WORDS):
+                    first = message.splitlines()[0] if message else type(exc).__name__
+                    raise StoreError(f"cannot open database {self.path}: {first}") from None
+                waited = time.monotonic() - started
+                if waited >= self.lock_timeout:
+                    raise StoreError(f"the store {self.path} is in use by {holder_of(message)}: gave up after "
+                                     f"{waited:.0f}s (try again when it finishes)") from None
+                if not said and waited >= LOCK_SAY_AFTER_S:
+                    said = True
+                    self.on_wait(f"waiting for {self.path}: in use by {holder_of(message)}")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    def _release(self, force: bool = False) -> None:
+        if self._conn is not None and (force or (self._depth == 0 and not self._memory)):
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """The open connection for one operation: opened here unless a caller's `hold()` keeps one."""
+        with self._lock:
+            if self._conn is None:
+                self._conn = self._open()
+            self._depth += 1
+            try:
+                yield self._conn
+            finally:
+                self._depth -= 1
+                self._release()
+
+    @contextmanager
+    def hold(self) -> Iterator["Store"]:
+        """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""
+        with self._connection():
+            yield self
 
     def add_server_urls(self, urls: Iterable[str]) -> None:
         """Mask these URLs' user names and passwords in every payload written from now on."""
@@ -71,9 +194,12 @@ class Store:
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None  # type: ignore[assignment]
+            self._release(force=True)
+            if self._memory_parts is not None:
+                import shutil
+
+                shutil.rmtree(self._memory_parts, ignore_errors=True)
+                self._memory_parts = None
 
     def __enter__(self) -> "Store":
         return self
@@ -82,25 +208,28 @@ class Store:
         self.close()
 
     def _tx(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        with self._lock, _duckdb_errors(f"cannot write to {self.path}"):
-            self._conn.execute("BEGIN TRANSACTION")
+        with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
+            conn.execute("BEGIN TRANSACTION")
             try:
                 for sql, params in statements:
-                    self._conn.execute(sql, list(params))
-                self._conn.execute("COMMIT")
+                    conn.execute(sql, list(params))
+                conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                try:  # a failed COMMIT (disk full) has already ended the transaction: keep the real error
+                    conn.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
                 raise
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run read-only SQL under the store's lock (exports and reports use it)."""
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            return self._conn.execute(sql, list(params)).fetchall()
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            return conn.execute(sql, list(params)).fetchall()
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """Run one statement under the lock (e.g. DuckDB's `COPY … TO` for Parquet exports)."""
-        with self._lock, _duckdb_errors("database statement failed"):
-            self._conn.execute(sql, list(params))
+        with self._connection() as conn, _duckdb_errors("database statement failed", self.path):
+            conn.execute(sql, list(params))
 
     # -- writes -----------------------------------------------------------------------------
     def put_run(self, run_id: str, *, settings: dict | None = None, profile: str | None = None,
@@ -128,13 +257,14 @@ class Store:
         """
         params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile,
                                self._secrets)
-        with self._lock:  # re-entrant: the check and the write see the same state
+        with self._connection():  # one open file: the check and the write see the same state
             exists = (not new) and (new is False or bool(self.query(
                 "SELECT 1 FROM samples WHERE sample_id = ?", [sample_id])))
             statements: list[tuple[str, Sequence[Any]]] = [(_UPSERT if exists else _INSERT, params)]
             if exists:
                 statements.append(("DELETE FROM findings WHERE sample_id = ?", [sample_id]))
             statements.append(("DELETE FROM failures WHERE sample_id = ?", [sample_id]))
+            statements.append(("DELETE FROM failure_attempts WHERE sample_id = ?", [sample_id]))
             if analysis.findings:
                 statements.append((
                     "INSERT INTO findings SELECT ?, f.code, f.severity, f.detail, f.positions FROM "
@@ -150,8 +280,120 @@ class Store:
 
         The reason may echo a server's 401 body (with the key) and the server URL may carry
         userinfo: both are scrubbed before they are written."""
-        self._tx([("INSERT INTO failures VALUES (?, ?, ?, ?, now(), ?)",
-                   [prompt_id, sample_id, run_id, scrub_text(reason), scrub_optional(server)])])
+        self.put_failures([{"prompt_id": prompt_id, "sample_id": sample_id, "run_id": run_id, "reason": reason,
+                            "server": server}])
+
+    def put_failures(self, failures: list[dict[str, Any]]) -> None:
+        """Record failed requests in one transaction: one current failure per sample id (the latest
+        reason), its `failure_attempts` count going up by one per recorded attempt."""
+        statements: list[tuple[str, Sequence[Any]]] = []
+        for f in failures:
+            sid = f.get("sample_id")
+            row = [f.get("prompt_id"), sid, f.get("run_id"), scrub_text(str(f.get("reason") or "")),
+                   scrub_optional(f.get("server"))]
+            if sid is not None:
+                statements += [
+                    ("INSERT INTO failure_attempts VALUES (?, 1) ON CONFLICT (sample_id) DO UPDATE SET "
+                     "attempts = failure_attempts.attempts + 1", [sid]),
+                    ("DELETE FROM failures WHERE sample_id = ?", [sid]),
+                ]
+            statements.append(("INSERT INTO failures (prompt_id, sample_id, run_id, reason, \"at\", server) "
+                               "VALUES (?, ?, ?, ?, now(), ?)", row))
+        if statements:
+            self._tx(statements)
+
+    # -- parts: what batches write instead of holding the file -------------------------------
+    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
+                      *, gen_index: int | None = None, turn: int | None = None,
+                      profile: str | None = None) -> dict[str, Any]:
+        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
+        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
+                                                        turn, profile, self._secrets)))
+        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
+                               "positions": list(f.positions)} for f in analysis.findings]
+        return record
+
+    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
+        """Hand finished samples and failures to the store without opening it (see `parts.py`).
+
+        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
+        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
+                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
+                  "at": f.get("at") or _now()} for f in failures]
+        try:
+            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
+            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
+            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
+
+    def _sample_types(self, conn: Any) -> dict[str, str]:
+        if self._column_types is None:
+            rows = conn.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                "WHERE table_name = 'samples' AND table_schema = 'main'").fetchall()
+            self._column_types = {name: kind for name, kind in rows}
+        return self._column_types
+
+    def ingest(self) -> tuple[int, int]:
+        """Land every complete part in one transaction; returns (new samples, failures recorded).
+
+        Idempotent: a sample id already stored (or twice in the parts) is stored once; a failure of a
+        sample that is now stored is dropped; per sample id one failure row stays, with its attempts."""
+        with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
+            sample_files, failure_files = parts.complete_parts(self.parts_dir)
+            if not sample_files and not failure_files:
+                return 0, 0
+            types = self._sample_types(conn)
+            columns = [c for c in SAMPLE_COLUMNS if c in types]
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                new = self._ingest_samples(conn, sample_files, columns, types) if sample_files else 0
+                failed = self._ingest_failures(conn, failure_files) if failure_files else 0
+                conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except duckdb.Error:
+                    pass
+                raise
+        parts.remove(sample_files + failure_files)
+        return new, failed
+
+    @staticmethod
+    def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
+        spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns)
+        spec += ", 'findings': 'STRUCT(code VARCHAR, severity VARCHAR, detail VARCHAR, positions INTEGER[])[]'"
+        conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_new AS SELECT * FROM read_json({parts.sql_list(files)}, "
+                     f"columns={{{spec}}}, format='newline_delimited', maximum_object_size=1073741824) p "
+                     "WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id) "
+                     "QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY created_at) = 1")
+        cols = ", ".join(columns)
+        conn.execute(f"INSERT INTO samples ({cols}) SELECT {cols} FROM _part_new")
+        conn.execute("INSERT INTO findings SELECT sample_id, f.code, f.severity, f.detail, f.positions FROM "
+                     "(SELECT sample_id, unnest(findings) AS f FROM _part_new)")
+        conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_new)")
+        conn.execute("DELETE FROM failure_attempts WHERE sample_id IN (SELECT sample_id FROM _part_new)")
+        n = conn.execute("SELECT count(*) FROM _part_new").fetchone()[0]
+        conn.execute("DROP TABLE _part_new")
+        return int(n)
+
+    @staticmethod
+    def _ingest_failures(conn: Any, files: list[parts.Path]) -> int:
+        conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({parts.sql_list(files)}, "
+                     "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
+                     "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
+                     "WHERE f.sample_id IS NULL OR NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
+        conn.execute("INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
+                     "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
+                     "failure_attempts.attempts + EXCLUDED.attempts")
+        conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_fail)")
+        conn.execute("INSERT INTO failures (prompt_id, sample_id, run_id, reason, \"at\", server) "
+                     "SELECT prompt_id, sample_id, run_id, reason, \"at\", server FROM _part_fail "
+                     "QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY \"at\" DESC) = 1")
+        n = conn.execute("SELECT count(*) FROM _part_fail").fetchone()[0]
+        conn.execute("DROP TABLE _part_fail")
+        return int(n)
 
     def existing_sample_ids(self, ids: Iterable[str]) -> set[str]:
         """The subset of `ids` already stored: the anti-join that makes re-runs resume."""
@@ -173,7 +415,7 @@ class Store:
                        tags: Sequence[str] = (), who: str | None = None) -> None:
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from {', '.join(STATUSES)})")
-        with self._lock:
+        with self._connection():
             self._status(sample_id)
             self._tx([
                 ("INSERT INTO verdicts (sample_id, \"at\", who, kind, status, reason, note, tags) "
@@ -183,7 +425,7 @@ class Store:
 
     def undo_verdict(self, sample_id: str, who: str | None = None) -> str:
         """Take back the latest verdict; the status it had before comes back. Returns the new status."""
-        with self._lock:
+        with self._connection():
             current = self._status(sample_id)
             live = self.query("SELECT seq, status FROM verdicts WHERE sample_id = ? AND kind = 'verdict' AND "
                               "NOT undone ORDER BY seq DESC LIMIT 2", [sample_id])
@@ -199,7 +441,7 @@ class Store:
             return restored
 
     def add_note(self, sample_id: str, note: str, who: str | None = None, tags: Sequence[str] = ()) -> None:
-        with self._lock:
+        with self._connection():
             self._status(sample_id)
             self._tx([("INSERT INTO verdicts (sample_id, \"at\", who, kind, note, tags) VALUES (?, now(), ?, 'note', ?, ?)",
                        [sample_id, who, note, list(tags)])])
@@ -207,16 +449,16 @@ class Store:
     # -- reads ------------------------------------------------------------------------------
     def samples_page(self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0,
                      limit: int = 100) -> list[SampleRow]:
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            return queries.samples_page(self._conn, filters, order_by, offset, limit)
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            return queries.samples_page(conn, filters, order_by, offset, limit)
 
     def count_samples(self, filters: SampleFilter | None = None) -> int:
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            return queries.count_samples(self._conn, filters)
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            return queries.count_samples(conn, filters)
 
     def load_sample(self, sample_id: str) -> StoredSample:
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            cur = self._conn.execute("SELECT * FROM samples WHERE sample_id = ?", [sample_id])
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            cur = conn.execute("SELECT * FROM samples WHERE sample_id = ?", [sample_id])
             names = [d[0] for d in cur.description]
             found = cur.fetchone()
             if found is None:
@@ -242,16 +484,16 @@ class Store:
         """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
         if not sample_ids:
             return []
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            cur = self._conn.execute("SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            cur = conn.execute("SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
                                      "ON s.sample_id = q.id", [list(sample_ids)])
             names = [d[0] for d in cur.description]
             by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
         return [by_id[i] for i in sample_ids if i in by_id]
 
     def stats(self) -> dict[str, Any]:
-        with self._lock, _duckdb_errors(f"cannot read {self.path}"):
-            return queries.stats(self._conn)
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            return queries.stats(conn)
 
     def runs(self) -> list[dict[str, Any]]:
         rows = self.query("SELECT r.*, (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples, "
@@ -292,3 +534,13 @@ class Store:
     def finding_codes(self) -> list[str]:
         return [r[0] for r in self.query("SELECT DISTINCT code FROM findings ORDER BY code")]
 
+
+
+def _now() -> str:
+    from datetime import datetime
+
+    return datetime.now().isoformat(sep=" ")
+
+
+def _say_on_stderr(message: str) -> None:
+    print(f"tokview: {message}", file=sys.stderr, flush=True)

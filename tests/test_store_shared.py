@@ -1,0 +1,161 @@
+"""The store shared live: parts, ingest, the lock wait and its message, foreign files, one failure per sample."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tokview.core.analysis import analyze
+from tokview.store import SchemaError, Store, StoreError
+from tokview.store.parts import complete_parts
+
+from test_store_fixtures import kimi, make_capture, profile
+
+
+def record(store: Store, sid: str, prompt: str = "p1", question: str = "what is the answer") -> dict:
+    cap = make_capture(question)
+    return store.sample_record(sid, prompt, "run1", cap, analyze(cap, profile(), kimi()), gen_index=0)
+
+
+def test_parts_land_in_one_ingest_and_ingest_is_idempotent(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        store.write_part([record(store, "a"), record(store, "b")], [{"prompt_id": "p3", "sample_id": "c",
+                                                                     "run_id": "run1", "reason": "HTTP 500"}])
+        store.write_part([record(store, "a")])  # a second writer produced the same sample: stored once
+        assert store.count_samples() == 0  # not landed yet: parts only
+        assert store.ingest() == (2, 1)
+        assert store.ingest() == (0, 0)
+        assert complete_parts(store.parts_dir) == ([], [])
+        assert sorted(r[0] for r in store.query("SELECT sample_id FROM samples")) == ["a", "b"]
+        got = store.load_sample("a")
+        assert got.capture.output_ids == make_capture().output_ids
+        assert [f.code for f in got.findings] == [f.code for f in analyze(make_capture(), profile(), kimi()).findings]
+        assert got.capture.raw_request["api_key"] == "[redacted]"
+        # a part whose samples are already stored (ingested, then the process died before deleting it)
+        store.write_part([record(store, "b")])
+        assert store.ingest() == (0, 0) and store.count_samples() == 2
+
+
+def test_a_half_written_part_is_ignored_and_leftover_parts_land_when_the_store_opens(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([record(store, "a")])
+        (store.parts_dir / "part-x.samples.jsonl.tmp").write_text('{"sample_id": "half')
+    with Store(db) as store:  # a killed batch left a part: the next opener lands it
+        assert [r[0] for r in store.query("SELECT sample_id FROM samples")] == ["a"]
+
+
+def test_one_current_failure_per_sample_with_its_attempts(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        for n in range(3):
+            store.put_failure("p1", "p1@x", "run1", f"HTTP 500 try {n}")
+        store.write_part([], [{"prompt_id": "p1", "sample_id": "p1@x", "run_id": "run1", "reason": "HTTP 502"}])
+        store.ingest()
+        assert store.query("SELECT reason FROM failures") == [("HTTP 502",)]
+        assert store.query("SELECT attempts FROM failure_attempts WHERE sample_id = 'p1@x'") == [(4,)]
+        assert store.stats()["failures"]["total"] == 1
+        store.write_part([record(store, "p1@x")])  # it finally worked: the failure goes
+        store.ingest()
+        assert store.query("SELECT count(*) FROM failures") == [(0,)]
+        assert store.query("SELECT count(*) FROM failure_attempts") == [(0,)]
+
+
+def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
+    from tokview.store.schema import MIGRATIONS
+
+    path = tmp_path / "v2.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, statements in MIGRATIONS:
+        if version <= 2:
+            for sql in statements:
+                conn.execute(sql)
+            conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    for i, at in enumerate(("2026-01-01", "2026-01-03", "2026-01-02")):
+        conn.execute("INSERT INTO failures VALUES ('p1', 'p1@x', 'r', ?, ?, NULL)", [f"try {i}", at])
+    conn.execute("INSERT INTO failures VALUES ('p2', NULL, 'r', 'bad row', now(), NULL)")
+    conn.close()
+    with Store(path) as store:
+        assert sorted(store.query("SELECT sample_id, reason FROM failures"), key=str) == [
+            ("p1@x", "try 1"), (None, "bad row")]
+        assert store.query("SELECT attempts FROM failure_attempts") == [(3,)]
+
+
+def test_a_foreign_duckdb_file_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "theirs.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.close()
+    with pytest.raises(SchemaError, match=r"not a tokview store \(it has tables invoices\)"):
+        Store(path)
+    conn = duckdb.connect(str(path))
+    assert [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables").fetchall()] == ["invoices"]
+    conn.close()
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    Store(empty).close()  # an empty DuckDB file becomes a store
+
+
+HOLDER = """
+import sys, time, duckdb
+conn = duckdb.connect(sys.argv[2])
+print("held", flush=True)
+time.sleep(float(sys.argv[3]))
+conn.close()
+"""
+
+
+def _hold(tmp_path: Path, db: Path, seconds: float) -> subprocess.Popen:
+    """A process whose command line reads `tokview batch …` holds the file (as a running batch would)."""
+    script = tmp_path / "tokview"
+    script.write_text(HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), "batch", str(db), str(seconds)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"held"
+    return proc
+
+
+def test_the_lock_message_names_the_tokview_command_that_holds_the_store(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    proc = _hold(tmp_path, db, 30)
+    try:
+        with pytest.raises(StoreError) as err:
+            Store(db, lock_timeout=0.3)
+        message = str(err.value)
+        assert f"in use by `tokview batch` (pid {proc.pid})" in message
+        assert "python" not in message and "\n" not in message
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_store_waits_for_the_holder_and_says_so_once(tmp_path):
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    heard: list[str] = []
+    proc = _hold(tmp_path, db, 1.6)
+    started = time.monotonic()
+    with Store(db, lock_timeout=30, on_wait=heard.append) as store:
+        assert store.count_samples() == 0
+    assert time.monotonic() - started >= 1.0
+    assert heard == [f"waiting for {db}: in use by `tokview batch` (pid {proc.pid})"]
+    proc.wait()
+
+
+def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([record(store, "a")])
+        store.ingest()
+        # another process can open the file while this Store is alive
+        out = subprocess.run([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                              "print(c.execute('SELECT count(*) FROM samples').fetchone()[0])", str(db)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "1", out.stderr
+        with store.hold():
+            assert store.count_samples() == 1 and store.stats()["samples"] == 1
