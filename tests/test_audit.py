@@ -151,3 +151,20 @@ def test_kimi_inline_rows_are_audited_as_structure_not_literal_text(tmp_path):
     assert report.imported == 2
     assert "literal_think_text" not in codes["ki"] and sample.output_ids == served.output_ids
     assert "literal_think_text" in codes["typed"]  # a reasoning field beside it: "<think>" in content was typed
+
+
+def test_a_plain_models_rows_are_never_split_on_empty_think_delimiters(tmp_path):
+    from plain_tokenizer import build_plain_tokenizer_dir
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+    from tokview.export.audit import split_inline
+
+    tok = load_tokenizer(build_plain_tokenizer_dir(tmp_path / "plain-tok"))
+    plain = detect_profile(tok)
+    assert not plain.has_reasoning and split_inline("hello there", plain) is None
+    row = {"id": "p", "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "plain.jsonl", [row]), tokenizer=tok, profile=plain)
+        sample = store.load_sample(store.samples_page(SampleFilter(text="p"))[0].sample_id).capture
+    assert report.imported == 1 and sample.content == "hello" and sample.reasoning is None

@@ -298,3 +298,24 @@ def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_l
     assert "\n" not in message and message.startswith("--format specforge refused: no SpecForge ChatTemplate")
     assert "renders differently from the served generation prompt" in message
     assert not list(tmp_path.glob("sf*"))
+
+
+def test_a_plain_models_samples_get_a_template_without_reasoning(tmp_path):
+    from plain_tokenizer import build_plain_tokenizer_dir
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(build_plain_tokenizer_dir(tmp_path / "plain-tok"))
+    plain = detect_profile(tok)
+    messages = [{"role": "user", "content": "hi"}]
+    cap = Capture(prompt_ids=tok.render(messages), output_ids=tok.encode("hello there") + [plain.stop_ids[0]],
+                  finish_reason="stop", messages=messages, settings={"temperature": 0.0}, endpoint="vllm-chat")
+    with Store(tmp_path / "p.duckdb") as store:
+        store.put_sample("p@x_gen0", "p", None, cap, analyze(cap, plain, tok), gen_index=0, profile=plain.name)
+        result = export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=tok, profile=plain)
+    row = _jsonl(tmp_path / "sf.jsonl")[0]
+    assert "reasoning_content" not in row["conversations"][-1]
+    assert _exact(specforge_build(row, json.loads(result.template_path.read_text()), tok.tok),
+                  (cap.input_ids, [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids), []))
+    assert result.manifest["rerender"]["specforge"]["exact"] == 1
