@@ -103,6 +103,12 @@ def test_a_socket_or_a_sidecar_that_is_not_a_file_is_never_replaced(store, tmp_p
     assert not (tmp_path / "t.jsonl").exists()
 
 
+def test_a_parent_that_is_a_file_is_named(store, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match=f"{tmp_path / 'afile'} is a file, not a folder"):
+        _export(store, "speculators", tmp_path / "afile" / "sub" / "t.jsonl")
+
+
 def test_format_and_out_suffix_must_agree(store, tmp_path, capsys):
     store.close()
     db = str(tmp_path / "x.duckdb")

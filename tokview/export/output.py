@@ -73,8 +73,8 @@ def _kind(path: Path) -> str | None:
     """'file', 'dir', 'stream' (FIFO or character device), 'other', or None when nothing is there."""
     try:
         st = os.stat(path)  # follows symlinks: the target decides
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # nothing there (a parent that is a file is named by plan_output)
     except OSError as exc:
         raise OutputError(f"cannot use --out {path}: {exc.strerror or exc}") from None
     if stat.S_ISREG(st.st_mode):
@@ -107,6 +107,11 @@ def plan_output(out: str | Path, example: str) -> Plan:
         return Plan(data=None, stream_path=str(out), sidecar_dir=out.parent if fifo else None,
                     sidecar_stem=_stem(out.name) if fifo else None)
     final = through_links(out)
+    for parent in final.parents:  # the nearest existing ancestor must be a folder to create the file in
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"--out {out}: {parent} is a file, not a folder")
+            break
     return Plan(data=Target(final), sidecar_dir=final.parent, sidecar_stem=_stem(final.name))
 
 
