@@ -196,7 +196,7 @@ def test_text_formats_rerender_to_the_served_ids_except_a_non_canonical_split(fa
     rerender = result.manifest["rerender"]
     assert rerender["specforge"]["exact"] == sum(specforge_exact.values()) == 2
     assert rerender["speculators_render"]["exact"] == sum(render_exact.values())
-    assert rerender["specforge"]["first_differing_ids"] == ["split_gen0"]
+    assert rerender["specforge"]["first_differing_ids"] == ["split"]
     if fam.p.name == "qwen3":  # Qwen3 writes "<|im_end|>\n": the render path supervises a "\n" never generated
         assert sum(render_exact.values()) == 0
     else:
@@ -216,7 +216,7 @@ def test_specforge_builtin_kimi_templates_do_not_reproduce_the_served_ids(kimi_t
                         "system_prompt": "You are a helpful assistant.", "end_of_turn_token": "<|im_end|>",
                         "parser_type": "thinking", "enable_thinking": True}
     builtin_instruct = {**builtin_thinking, "parser_type": "general", "enable_thinking": False}
-    plain = next(r for r in rows if r["id"] == "plain_gen0")
+    plain = next(r for r in rows if r["id"] == "plain")
     sid = next(s for s in served if s.startswith("plain"))
     ids, mask = specforge_build(plain, builtin_thinking, kimi_tok.tok)
     assert len(ids) > len(served[sid][0]) and not _exact((ids, mask), served[sid])  # a system turn injected
@@ -256,11 +256,11 @@ def test_kimi_inline_on_qwen3_rerenders_and_audits_as_structure(qwen_tok, qwen_p
     with Store(tmp_path / "a.duckdb") as s2:
         report = audit(s2, tmp_path / "ki.jsonl", tokenizer=qwen_tok, profile=qwen_profile)
         pages = {r.prompt_id: r for r in s2.samples_page(SampleFilter(run_id="audit-ki"), limit=10)}
-        audited = s2.load_sample(pages["plain_gen0"].sample_id).capture
+        audited = s2.load_sample(pages["plain"].sample_id).capture
     assert report.imported == 3 and "literal_think_text" not in report.by_code
     plain = next(v for s, v in served.items() if s.startswith("plain"))
     assert audited.prompt_ids + audited.output_ids == plain[0]  # the served ids, think block as structure
-    assert not [c for c in pages["plain_gen0"].codes if c in ("literal_think_text", "think_close_repeated")]
+    assert not [c for c in pages["plain"].codes if c in ("literal_think_text", "think_close_repeated")]
 
 
 def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_profile, tmp_path, capsys):

@@ -226,3 +226,15 @@ def test_gen_n_is_the_samples_generation_index_and_metadata_has_one_schema(tmp_p
         assert all(set(s[key]) == set(shapes[0][key]) for s in shapes)  # …down to the nested ones
         for sub in shapes[0][key]:
             assert len({s[key][sub] for s in shapes} - {"NoneType"}) <= 1, (key, sub)  # one type, or null
+
+
+def test_text_formats_keep_specforge_ids_and_stay_unique_across_runs(tmp_path):
+    with Store(tmp_path / "t.duckdb") as s:
+        put(s, "p", make_capture(), run_id="run1", index=0)
+        put(s, "p", make_capture(), run_id="run1", index=1)
+        other = make_capture()
+        other.settings = {"temperature": 0.7}
+        s.put_sample(sample_id_for("p", other.settings, 0), "p", "run2", other, analyze(other, profile(), kimi()),
+                     gen_index=0, profile="kimi-k2.5")
+        _export(s, "sharegpt", tmp_path / "g.jsonl")
+    assert [r["id"] for r in _jsonl(tmp_path / "g.jsonl")] == ["p", "p@run2", "p_gen1"]

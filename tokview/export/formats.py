@@ -121,23 +121,25 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, int | None]:
     return {key: _typed(usage.get(key), int) for key in USAGE_KEYS}
 
 
-def row_ids(items: list[tuple[str, str | None, int | None, int | None]]) -> list[str]:
+def row_ids(items: list[tuple[str, str | None, int | None, int | None]], *, gen0: bool = True) -> list[str]:
     """Row ids for (prompt_id, run_id, turn, gen_index) in export order.
 
     `_gen{N}` is the sample's own generation index (not a count of rows per prompt); a second
-    sample with the same prompt, turn and index (another run) gets `@{run_id}` after it.
+    sample with the same prompt, turn and index (another run) gets `@{run_id}` after it. Text
+    formats (`gen0=False`) keep SpecForge's `{id}#turn{k}` and add `_gen{N}` only from N = 1.
     """
     seen: set[str] = set()
     out = []
     for prompt_id, run_id, turn, gen_index in items:
         base = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
-        rid = f"{base}_gen{gen_index or 0}"
+        rid = f"{base}_gen{gen_index or 0}" if gen0 or gen_index else base
         if rid in seen:
             rid = f"{rid}@{run_id}"
             n = 1
+            first = rid
             while rid in seen:
                 n += 1
-                rid = f"{base}_gen{gen_index or 0}@{run_id}.{n}"
+                rid = f"{first}.{n}"
         seen.add(rid)
         out.append(rid)
     return out

@@ -211,7 +211,8 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     chooser = _choose_template(store, fmt, ids, profiles, tokenizer)
     template = chooser.template if chooser else None
     conformance = Conformance(fmt, tokenizer, template)
-    row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids])))
+    row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids],
+                                                      gen0=fmt in ("speculators", "parquet"))))
     if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
         for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN "
                                    "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
