@@ -86,10 +86,16 @@ phase "server start"
 
 # 4. The tests (batch at temperature 0 and 1, drift, exports read back, stats, doctor).
 export TOKVIEW_LIVE_SMOLLM2_URL="$URL" TOKVIEW_LIVE_SMOLLM2_DIR="$MODEL_DIR"
+export TOKVIEW_LIVE_SMOLLM2_RECORD="build/smollm2-live.json"
+rm -f "$TOKVIEW_LIVE_SMOLLM2_RECORD"
 set +e
-"$PYTHON" -m pytest -m live tests/live/test_live_smollm2.py -q -p no:cacheprovider
+"$PYTHON" -m pytest -m live tests/live/test_live_smollm2.py -q -p no:cacheprovider --durations=5
 rc=$?
 set -e
 phase "tests"
+if [ -s "$TOKVIEW_LIVE_SMOLLM2_RECORD" ]; then
+  echo "live-smollm2: temperature-1 batch (samples, drifted, flagged, stopped, mean output ids):"
+  cat "$TOKVIEW_LIVE_SMOLLM2_RECORD"
+fi
 echo "live-smollm2: total $(( $(date +%s) - t0 )) s"
 exit $rc

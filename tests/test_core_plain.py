@@ -186,7 +186,8 @@ def test_a_plain_sample_is_prompt_answer_stop_and_valid(fam):
     analysis = analyze(cap, fam.profile, fam.tok)
     n = len(cap.prompt_ids)
     assert [(s.kind, s.start, s.end) for s in analysis.segments] == [
-        (seg.PROMPT, 0, n), (seg.ANSWER, n, n + len(fam.answer)), (seg.STOP, n + len(fam.answer), n + len(fam.answer) + 1)]
+        (seg.PROMPT, 0, n), (seg.ANSWER, n, n + len(fam.answer)),
+        (seg.STOP, n + len(fam.answer), n + len(fam.answer) + 1)]
     assert analysis.codes == [] and analysis.valid
     assert analysis.loss_mask == (0,) * n + (1,) * (len(fam.answer) + 1)
 

@@ -156,7 +156,8 @@ async def test_the_app_opens_a_plain_sample(db):
             assert screen.profile.stop_ids == (IM_END, 0)
             seq = screen.served.seq
             assert seq.pieces[-1] == "<|im_end|>"
-            assert [k for k in screen.data.analysis.kinds[seq.n_prompt:]] == [seg.ANSWER] * (len(seq.ids) - seq.n_prompt - 1) + [seg.STOP]
+            n_answer = len(seq.ids) - seq.n_prompt - 1
+            assert list(screen.data.analysis.kinds[seq.n_prompt:]) == [seg.ANSWER] * n_answer + [seg.STOP]
             assert d.CLASS_INDEX["delimiter"] not in seq.classes[seq.n_prompt:]
             assert screen.data.analysis.codes == []
             from tokview.ui.screens.stats import StatsScreen
@@ -164,3 +165,44 @@ async def test_the_app_opens_a_plain_sample(db):
             app.action_stats()  # the stats plots: no closer id to measure reasoning by
             await settle(app, pilot)
             assert isinstance(app.screen, StatsScreen)
+
+
+def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
+    """The simulator always runs a reasoning parser; on a model without think delimiters it puts the whole
+    answer in `reasoning`: the doctor says so, and what to do, in the plain profile's words."""
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
+        assert main(["doctor", "--server", sim.url, "--tokenizer", str(plain_dir), "--json"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["profile"] == "plain"
+    checks = {c["title"]: c for c in data["checks"]}
+    assert checks["Think opener in the prompt"]["ok"] is True
+    assert "no think delimiters" in checks["Think opener in the prompt"]["detail"]
+    parser = checks["Reasoning parser"]
+    assert parser["ok"] is False and "has no think delimiters" in parser["detail"]
+    assert parser["recommendation"].startswith("start the server without --reasoning-parser")
+    assert all(checks[t]["ok"] is True for t in ("Token-id fields", "output_ids honesty", "Local tokenizer"))
+
+
+def test_batch_loads_a_plain_tokenizer_without_profile(plain_dir, tmp_path, capsys):
+    """Issue 14's first try: `tokview batch … --tokenizer <plain folder>` used to stop with 'give --profile'."""
+    from tokview.sim import SimConfig, start_simulator
+
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "batch.duckdb"
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
+        assert main(["batch", str(root / "sample_data" / "openai_messages.jsonl"), "--server", sim.url,
+                     "--tokenizer", str(plain_dir), "--db", str(db), "--limit", "3", "--max-new-tokens", "300",
+                     "--temperature", "0"]) == 0
+    capsys.readouterr()
+    with Store(db) as store:
+        assert [r["profile"] for r in store.runs()] == ["plain"]
+        rows = store.samples_page(limit=10)
+        assert len(rows) == 3
+        for row in rows:
+            sample = store.load_sample(row.sample_id)
+            cap = sample.capture
+            assert sample.profile == "plain" and cap.thinking is None  # nothing to switch, nothing recorded
+            assert cap.settings["chat_template_kwargs"] == {} and cap.output_ids[-1] == IM_END
+            assert sample.valid and not [c for c in row.codes if c.startswith("think")], row.codes

@@ -158,3 +158,14 @@ def test_broken_tokenizer_json(tmp_path, kimi_tok_dir):
     d = _folder(tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir, tokenizer_class="FutureTokenizerV9"))
     (d / "tokenizer.json").write_text("{}")
     assert _error(d).startswith(f"cannot load {d / 'tokenizer.json'}: ")
+
+
+def test_named_templates_of_a_known_class(tmp_path, qwen_tok_dir, qwen_tok):
+    """transformers keeps a config's list of templates as a dict; the "default" one is the chat template."""
+    cfg = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = [{"name": "tool_use", "template": "{{ 'tools' }}"},
+                            {"name": "default", "template": cfg["chat_template"]}]
+    d = _folder(tmp_path, qwen_tok_dir, cfg, files=("tokenizer.json", "vocab.json", "merges.txt"))
+    tok = load_tokenizer(d)
+    assert tok.chat_template == qwen_tok.chat_template
+    assert tok.render(MESSAGES) == qwen_tok.render(MESSAGES)

@@ -57,3 +57,24 @@ async def test_doctor_report(tiktoken_dir, kimi_profile):
         report = await run_doctor(sim.url, tokenizer=load_tokenizer(tiktoken_dir), profile=kimi_profile, timeout=5.0)
     assert report.to_dict()["tokenizer"] == f"{tiktoken_dir} (loaded from native tiktoken)"
     assert f"tokenizer {tiktoken_dir} (loaded from native tiktoken)" in report.render_text().splitlines()[1]
+
+
+def test_export_trust_remote_code_without_tokenizer_says_what_to_pass(db, tmp_path, capsys, kimi_tok_dir):
+    """`export --trust-remote-code` with no --tokenizer used to ask for --trust-remote-code again."""
+    import shutil
+
+    code_dir = tmp_path / "custom"
+    code_dir.mkdir()
+    shutil.copy(kimi_tok_dir / "tokenizer.json", code_dir / "tokenizer.json")
+    (code_dir / "tokenization_custom.py").write_text("raise RuntimeError('never imported')\n")
+    (code_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "CustomTokenizer",
+         "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]}}))
+    with Store(db) as store:
+        store.put_run("r1", profile="kimi-k2.5", tokenizer_dir=str(code_dir))
+    argv = ["export", "--db", str(db), "--out", str(tmp_path / "o.jsonl"), "--trust-remote-code"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == (f"tokview: error: the run's tokenizer folder {code_dir} ships its own tokenizer code, and "
+                   f"--trust-remote-code applies only to a folder named on the command line: pass --tokenizer "
+                   f"{code_dir} --trust-remote-code\n")

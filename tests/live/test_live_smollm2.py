@@ -119,7 +119,7 @@ def sampled(url, model_dir, tmp_path_factory):
     texts = [f"Write {style} {subject}." for style in STYLES for subject in SUBJECTS][:SAMPLED_PROMPTS]
     config = BatchConfig(servers=[url], prompts_path=_write_prompts(tmp / "stories.jsonl", texts),
                          tokenizer_dir=model_dir, mode="raw", max_new_tokens=MAX_NEW, temperature=1.0,
-                         concurrency=16, timeout=600)
+                         concurrency=SAMPLED_PROMPTS, timeout=900)  # all in one batch: the CPU's best throughput
     db = tmp / "sampled.duckdb"
     with Store(db) as store:
         summary = asyncio.run(run_batch(config, store))
@@ -132,8 +132,12 @@ def test_drift_is_reported_on_exactly_the_samples_that_drift(sampled, tok):
         samples = _samples(store)
     drifted = {s.sample_id for s in samples if tok.encode(tok.decode(s.capture.output_ids)) != s.capture.output_ids}
     flagged = {s.sample_id for s in samples if "retokenize_drift" in [f.code for f in s.findings]}
-    print(f"\nlive-smollm2: {len(drifted)} of {len(samples)} sampled outputs drift under encode(decode(ids)); "
-          f"mean output {sum(len(s.capture.output_ids) for s in samples) / len(samples):.1f} ids")
+    record = os.environ.get("TOKVIEW_LIVE_SMOLLM2_RECORD")
+    if record:  # .ci/live_smollm2.sh prints it
+        Path(record).write_text(json.dumps({
+            "samples": len(samples), "drifted": len(drifted), "flagged": len(flagged),
+            "stopped": sum(s.capture.finish_reason == "stop" for s in samples),
+            "mean_output_ids": round(sum(len(s.capture.output_ids) for s in samples) / len(samples), 1)}) + "\n")
     assert drifted, "no sampled output drifted: expected about 1 in 8"
     assert flagged == drifted
     profile = detect_profile(tok)
@@ -178,20 +182,27 @@ def test_every_export_reads_back_exactly(sampled, tok, tmp_path):
 def test_stats_counts_the_drifted_samples(sampled, tok):
     with Store(sampled) as store:
         n = sum(1 for s in _samples(store) if tok.encode(tok.decode(s.capture.output_ids)) != s.capture.output_ids)
-    run = lambda *extra: subprocess.run([sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],  # noqa: E731
-                                        capture_output=True, text=True, timeout=120)
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],
+                              capture_output=True, text=True, timeout=120)
+
     data = json.loads(run("--json").stdout)
     assert data["retokenize_drift"] == n > 0
     assert f"retokenize drift {n} " in run().stdout
 
 
 def test_doctor_passes_on_the_real_server(url, model_dir):
+    # The doctor asks for up to 256 ids per request; a 2-core CPU shared with other work needs minutes.
     done = subprocess.run([sys.executable, "-m", "tokview.cli", "doctor", "--server", url, "--tokenizer",
-                           str(model_dir), "--json"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+                           str(model_dir), "--json", "--timeout", "600"], capture_output=True, text=True, timeout=2400)
+    assert done.returncode == 0, (done.stderr[-2000:], done.stdout[-4000:])
     data = json.loads(done.stdout)
     assert (data["kind"], data["version"], data["model"], data["profile"]) == ("vllm", "0.32.0", "smollm2", "plain")
     assert not data.get("simulator")
     assert all(c["ok"] is not False for c in data["checks"]), data["checks"]
     by_title = {c["title"]: c for c in data["checks"]}
-    assert by_title["Local tokenizer"]["ok"] is True and by_title["output_ids honesty"]["ok"] is True
+    for title in ("Token-id fields", "Think opener in the prompt", "Reasoning parser", "output_ids honesty",
+                  "Local tokenizer"):
+        assert by_title[title]["ok"] is True, by_title[title]
+    assert "no think delimiters" in by_title["Think opener in the prompt"]["detail"]

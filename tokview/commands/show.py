@@ -47,7 +47,8 @@ def run(args) -> int:
     tokenizer, profile = resolve_for_stored(args.tokenizer, args.profile,
                                             recorded_tokenizer_dir=run.get("tokenizer_dir"),
                                             recorded_profile=stored.profile or run.get("profile"),
-                                            trust_remote_code=args.trust_remote_code)
+                                            trust_remote_code=args.trust_remote_code,
+                                            recorded_tokenizer_hash=run.get("tokenizer_hash"))
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,

@@ -379,9 +379,13 @@ def _split_mismatch(ctx: Context):
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
     if got == split:
         return None
-    return (f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
-            f"{len(split[0])}/{len(split[1])} at {ctx.profile.think_close}: the parser read the text differently "
-            f"from the ids (e.g. a special {ctx.profile.think_close} invisible to a text parser).", [])
+    head = (f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
+            f"{len(split[0])}/{len(split[1])}")
+    if not ctx.profile.has_reasoning:
+        return (head + ": the model has no think delimiters, so a reasoning parser on the server can only guess "
+                "(start it without --reasoning-parser).", [])
+    return (head + f" at {ctx.profile.think_close}: the parser read the text differently from the ids (e.g. a "
+            f"special {ctx.profile.think_close} invisible to a text parser).", [])
 
 
 @check("literal_think_text")

@@ -194,6 +194,8 @@ class TokenizerAdapter:
     @property
     def chat_template(self) -> str | None:
         tpl = getattr(self.tok, "chat_template", None)
+        if isinstance(tpl, dict):  # named templates (a config's list): transformers renders "default"
+            tpl = tpl.get("default")
         return tpl if isinstance(tpl, str) else None
 
     @property

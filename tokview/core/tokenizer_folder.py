@@ -38,7 +38,7 @@ class TokenizerFolder:
         if not directory.is_dir():
             raise FolderError(f"tokenizer path {directory} is a file, not a folder: pass the model folder that "
                               f"holds it (--tokenizer {directory.absolute().parent})")
-        folder = cls(directory, _read_config(directory))
+        folder = cls(directory.absolute(), _read_config(directory))  # recorded in runs: valid from any folder
         if not any((directory / name).is_file() for name in VOCAB_FILES) and not any(directory.glob("*.tiktoken")):
             raise FolderError(f"no tokenizer files in {directory} (looked for tokenizer.json, tiktoken.model, "
                               f"tokenizer.model, vocab.json){_subfolder_hint(directory)}")

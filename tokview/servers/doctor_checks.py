@@ -129,14 +129,16 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
         doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems)
                 + hidden_note,
                 f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'} and a "
-                f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields")
+                f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields"
+                if doc.profile.has_reasoning else "start the server without --reasoning-parser: this model has no "
+                "think delimiters; train on ids, not on text fields")
+    elif not doc.profile.has_reasoning and not (chat.reasoning or "").strip():
+        doc.add("ok", "Reasoning parser", f"no reasoning came back, as expected of a model without think "
+                f"delimiters{hidden_note}")
     elif field == "reasoning_content" and kind == "vllm":
         doc.add("warn", "Reasoning parser", f"the reasoning arrives in `reasoning_content` (vLLM before 0.16)"
                 f"{hidden_note}", "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
                 "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16")
-    elif field is None and not doc.profile.has_reasoning:
-        doc.add("ok", "Reasoning parser", f"no reasoning field came back, as expected of a model without think "
-                f"delimiters{hidden_note}")
     elif field is None:
         why = "thinking is off" if doc.settings.get("thinking") is False else \
             "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"
