@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
+from tokview.batch.workers import worker_count
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for
@@ -189,18 +190,35 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
                       server_info=summary.servers, source=str(config.prompts_path) if config.prompts_path else None)
         writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
         tallies.append(writer)
+        group = None
+        n = 1 if store.path == ":memory:" else worker_count(config.workers, len(todo))
+        if n > 1:  # --workers: this process keeps the first share, spawned children take the others
+            from tokview.batch.workers import WorkerGroup
+
+            shares = [list(todo)[i::n] for i in range(n)]
+            todo = deque(shares[0])
+            group = WorkerGroup(config, store.path, run_id, shares[1:])
+            tallies.extend(group.tallies)
+        outcomes: list[str | None] = []
         try:
-            outcome = await capture_all(config, pool, todo, writer, cancel, report)
+            outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
+            if group is not None:
+                outcomes += await _wait_for_children(group, cancel, report, outcomes[0] == "interrupted")
         finally:
+            if group is not None and any(not t.done.is_set() for t in group.tallies):
+                group.cancel()
+                await loop.run_in_executor(None, group.wait)
             await loop.run_in_executor(None, writer.close)  # write and land what was handed over
-        summary.interrupted = outcome == "interrupted"
-        if outcome not in (None, "interrupted"):
-            summary.stopped = outcome
+        summary.interrupted = "interrupted" in outcomes
+        summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
         if writer.error is not None:
             if not isinstance(writer.error, StoreFull):
                 raise writer.error
             summary.stopped = str(writer.error)
-        summary.failures_by_reason = dict(writer.reasons)
+        reasons: Counter[str] = Counter()
+        for t in tallies:
+            reasons.update(t.reasons)
+        summary.failures_by_reason = dict(reasons)
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (
@@ -208,6 +226,21 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
     report()
     return summary
+
+
+async def _wait_for_children(group: Any, cancel: asyncio.Event | None, report: Callable[[], None],
+                             cancelled: bool) -> list[str | None]:
+    """Keep the progress line moving until every child is done; pass a cancel on to them."""
+    if cancelled:
+        group.cancel()
+    while not all(t.done.is_set() for t in group.tallies):
+        if cancel is not None and cancel.is_set() and not cancelled:
+            cancelled = True
+            group.cancel()
+        await asyncio.sleep(0.1)
+        report()
+    await asyncio.get_running_loop().run_in_executor(None, group.wait)
+    return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
 
 
 async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: GroupWriter,

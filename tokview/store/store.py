@@ -92,7 +92,51 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
         raise StoreError(f"{what}: {first}") from None
 
 
-class Store:
+class PartSink:
+    """Writes parts for a store without opening its DuckDB file: what `--workers` children and Ray tasks use."""
+
+    def __init__(self, path: str | Path, server_urls: Iterable[str] = ()) -> None:
+        self.path = str(path)
+        self._secrets: tuple[str, ...] = ()
+        self.add_server_urls(server_urls)
+
+    @property
+    def parts_dir(self) -> Path:
+        return parts.parts_dir(self.path)
+
+    def add_server_urls(self, urls: Iterable[str]) -> None:
+        """Mask these URLs' user names and passwords in every payload written from now on."""
+        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
+
+    def ingest(self) -> tuple[int, int]:
+        return 0, 0  # the process that owns the store lands the parts
+
+    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
+                      *, gen_index: int | None = None, turn: int | None = None,
+                      profile: str | None = None) -> dict[str, Any]:
+        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
+        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
+                                                        turn, profile, self._secrets)))
+        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
+                               "positions": list(f.positions)} for f in analysis.findings]
+        return record
+
+    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
+        """Hand finished samples and failures to the store without opening it (see `parts.py`).
+
+        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
+        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
+                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
+                  "at": f.get("at") or _now()} for f in failures]
+        try:
+            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
+            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
+            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
+
+class Store(PartSink):
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
     `server_urls`: the URLs the captures come from (may hold `user:password@`); their credentials
@@ -186,10 +230,6 @@ class Store:
         """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""
         with self._connection():
             yield self
-
-    def add_server_urls(self, urls: Iterable[str]) -> None:
-        """Mask these URLs' user names and passwords in every payload written from now on."""
-        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -303,31 +343,6 @@ class Store:
             self._tx(statements)
 
     # -- parts: what batches write instead of holding the file -------------------------------
-    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
-                      *, gen_index: int | None = None, turn: int | None = None,
-                      profile: str | None = None) -> dict[str, Any]:
-        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
-        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
-                                                        turn, profile, self._secrets)))
-        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
-                               "positions": list(f.positions)} for f in analysis.findings]
-        return record
-
-    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
-        """Hand finished samples and failures to the store without opening it (see `parts.py`).
-
-        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
-                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
-                  "at": f.get("at") or _now()} for f in failures]
-        try:
-            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
-            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
-            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
-
     def _sample_types(self, conn: Any) -> dict[str, str]:
         if self._column_types is None:
             rows = conn.execute("SELECT column_name, data_type FROM information_schema.columns "
@@ -359,6 +374,20 @@ class Store:
                 raise
         parts.remove(sample_files + failure_files)
         return new, failed
+
+    def merge(self, source: str | Path) -> dict[str, int]:
+        """Land another tokview store's samples, findings, verdicts, runs and open failures (see `merge.py`).
+
+        Raises MergeRefused (another model/tokenizer/profile, not a store) or StoreError."""
+        from tokview.store.merge import merge_into
+
+        src = Path(source).expanduser()
+        if not src.is_file():
+            raise StoreError(f"database not found: {src}")
+        if src.resolve() == Path(self.path).expanduser().resolve():
+            raise StoreError(f"{src} is the store itself")
+        with self._connection() as conn, _duckdb_errors(f"cannot merge {src}", self.path):
+            return merge_into(conn, src, self.path)
 
     @staticmethod
     def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
