@@ -191,7 +191,7 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
         writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
         tallies.append(writer)
         group = None
-        n = 1 if store.path == ":memory:" else worker_count(config.workers, len(todo))
+        n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))
         if n > 1:  # --workers: this process keeps the first share, spawned children take the others
             from tokview.batch.workers import WorkerGroup
 
@@ -201,6 +201,13 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
             tallies.extend(group.tallies)
         outcomes: list[str | None] = []
         try:
+            if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
+                from tokview.batch.ray_shards import Tally, run_on_ray
+
+                ray_tally = Tally()
+                tallies.append(ray_tally)
+                outcomes += await run_on_ray(config, store, run_id, list(todo), ray_tally, cancel, report)
+                todo = deque()
             outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
             if group is not None:
                 outcomes += await _wait_for_children(group, cancel, report, outcomes[0] == "interrupted")
