@@ -31,7 +31,7 @@ from tokview.batch.inputs import InputError, read_prompts
 from tokview.batch.workers import worker_count
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
-from tokview.core.record import sample_id_for
+from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
 from tokview.store.store import StoreFull
@@ -60,6 +60,11 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
 
     `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
     settings = config.sample_settings() if settings is None else settings
+    key = settings_key(settings)  # once, not per sample: hashing the settings 100,000 times took seconds
+
+    def sample_id(prompt_id: str, index: int, turn: int | None) -> str:
+        return f"{prompt_id}{'' if turn is None else f'#turn{turn}'}@{key}_gen{index}"
+
     items: list[WorkItem] = []
     seen_prompts: set[str] = set()
     duplicates = 0
@@ -71,8 +76,12 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
         seen_prompts.add(row.prompt_id)
         for point in points:
             for index in range(config.samples_per_prompt):
-                items.append(WorkItem(sample_id_for(row.prompt_id, settings, index, point.turn), row.prompt_id,
+                items.append(WorkItem(sample_id(row.prompt_id, index, point.turn), row.prompt_id,
                                       point.turn, index, point.history))
+    if items:  # the one definition of a sample id stays core.record's
+        first = items[0]
+        if first.sample_id != sample_id_for(first.prompt_id, settings, first.index, first.turn):
+            raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
     return items, duplicates
 
 
