@@ -217,3 +217,24 @@ def test_the_vocabulary_fingerprint_is_cached_by_the_tokenizer_files(tmp_path, m
     edited = load_tokenizer(folder)
     edited.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
     assert identity.vocab_fingerprint(edited) == "recomputed" and calls == [1]
+
+
+async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_lists_it_once(tmp_path):
+    from tokview.export import export
+
+    prompts = many_prompts(tmp_path / "p.jsonl", 3)
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
+            Store(tmp_path / "f.duckdb") as store:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, retries=0)
+        for _ in range(3):
+            summary = await run_batch(config, store)
+            assert summary.failed == 3
+        assert store.stats()["failures"]["total"] == 3
+        assert [f["attempts"] for f in store.failures()] == [3, 3, 3]
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "f.duckdb") as store:
+        other = tmp_path / "other.jsonl"
+        other.write_text(json.dumps({"id": "ok-1", "messages": [{"role": "user", "content": "fine"}]}) + "\n")
+        assert (await run_batch(BatchConfig(servers=[sim.url], prompts_path=other, max_new_tokens=30), store)).ok == 1
+        export(store, "speculators", tmp_path / "out.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    lines = (tmp_path / "out.errors.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3

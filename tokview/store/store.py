@@ -424,6 +424,16 @@ class Store(PartSink):
         conn.execute("DROP TABLE _part_fail")
         return int(n)
 
+    def failures(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The current failures (one per sample id, the latest reason) with how many attempts failed:
+        what errors.jsonl lists."""
+        where, params = ("WHERE f.run_id = ?", [run_id]) if run_id else ("", [])
+        rows = self.query("SELECT f.prompt_id, f.sample_id, f.run_id, f.reason, f.server, f.\"at\", "
+                          "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
+                          f"{where} ORDER BY f.prompt_id, f.sample_id, f.\"at\"", params)
+        names = ("prompt_id", "sample_id", "run_id", "reason", "server", "at", "attempts")
+        return [dict(zip(names, r)) for r in rows]
+
     def existing_sample_ids(self, ids: Iterable[str]) -> set[str]:
         """The subset of `ids` already stored: the anti-join that makes re-runs resume."""
         wanted = list(dict.fromkeys(ids))
