@@ -41,6 +41,11 @@ LOCK_TIMEOUT_S = 120.0
 """How long an operation waits for another process to release the file before it gives up."""
 LOCK_SAY_AFTER_S = 1.0
 """Waits longer than this are announced (once) with the holder's tokview command."""
+LINGER_S = 0.2
+"""After an operation the file stays open this long for the next one (the app's count, page and sample
+of one keypress reuse one warm connection); then it is closed for other processes."""
+MAX_HOLD_S = 1.0
+"""Never longer than this in one stretch, however busy: other processes always get their turn."""
 _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
 
@@ -143,8 +148,10 @@ class Store(PartSink):
     are masked wherever they appear in a stored payload (`add_server_urls` adds more later)."""
 
     def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = (), *,
-                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None) -> None:
-        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr)."""
+                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None,
+                 linger: float = LINGER_S) -> None:
+        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr);
+        `linger`: seconds the file stays open after an operation (0: closed at once)."""
         self.path = str(path)
         self._secrets: tuple[str, ...] = ()
         self.add_server_urls(server_urls)
@@ -154,6 +161,9 @@ class Store(PartSink):
         self._lock = threading.RLock()
         self._conn: Any = None
         self._depth = 0
+        self.linger = linger
+        self._opened_at = 0.0
+        self._release_seq = 0
         self._column_types: dict[str, str] | None = None
         self._memory_parts: Path | None = None
         if not self._memory:
@@ -161,6 +171,7 @@ class Store(PartSink):
         with self._lock:
             try:
                 self._conn = self._open()
+                self._opened_at = time.monotonic()
                 with _duckdb_errors(f"cannot migrate database {self.path}", self.path):
                     refuse_foreign(self._conn, self.path)
                     migrate(self._conn)
@@ -206,11 +217,24 @@ class Store(PartSink):
                 delay = min(delay * 2, 0.1)
 
     def _release(self, force: bool = False) -> None:
-        if self._conn is not None and (force or (self._depth == 0 and not self._memory)):
+        """Close the file now (`force`, or held MAX_HOLD_S already), or after LINGER_S unless used again."""
+        if self._conn is None or (not force and (self._depth > 0 or self._memory)):
+            return
+        self._release_seq += 1
+        if force or self.linger <= 0 or time.monotonic() - self._opened_at >= MAX_HOLD_S:
             try:
                 self._conn.close()
             finally:
                 self._conn = None
+            return
+        closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
+        closer.daemon = True
+        closer.start()
+
+    def _close_if_idle(self, seq: int) -> None:
+        with self._lock:
+            if seq == self._release_seq and self._depth == 0 and self._conn is not None:
+                self._release(force=True)
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -218,6 +242,7 @@ class Store(PartSink):
         with self._lock:
             if self._conn is None:
                 self._conn = self._open()
+                self._opened_at = time.monotonic()
             self._depth += 1
             try:
                 yield self._conn
