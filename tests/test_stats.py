@@ -90,3 +90,14 @@ def test_a_missing_database_names_the_flag(tmp_path, capsys):
         assert main(argv) == 1
         assert f"database not found: {missing} (pass --db PATH)" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
+    # `tokview stats | head`: the reader goes away before tokview writes; no "Broken pipe" error line
+    db = _db(tmp_path)
+    proc = subprocess.Popen([*TOKVIEW, "stats", "--db", str(db), "--samples"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    proc.stdout.close()  # the reader is gone before the first write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == "", err

@@ -1,15 +1,16 @@
-"""Loading a tiktoken-based tokenizer that ships its own code, as Kimi's real one does.
+"""Loading a tokenizer that ships its own code (`--trust-remote-code`), as Kimi's real one does.
 
 The model folder here holds a `tiktoken.model` (the Kimi-layout byte vocabulary, 163584 ranks, so the
 special ids land on Kimi's real ids) and our own `tokenization_kimi.py`: a slow `PreTrainedTokenizer`
 over tiktoken that imports exactly what Moonshot's file imports. That proves the install carries those
-imports, that `trust_remote_code` is needed and only used when asked, and that tokview's adapter
-shows pieces and renders templates through such a tokenizer.
+imports on transformers 4, that the code only runs when asked, and that tokview's adapter shows pieces
+and renders templates through such a tokenizer. Without the flag tokview reads Kimi's layout natively
+(tests/test_tokenizer_kimi_tiktoken.py); other custom classes still need the flag, on both transformers
+lines.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 
@@ -77,35 +78,69 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 '''
 
 
-@pytest.fixture(scope="module")
-def remote_code_dir(tmp_path_factory, kimi_tok_dir):
-    folder = tmp_path_factory.mktemp("kimi-remote")
-    vocab = json.loads((kimi_tok_dir / "tokenizer.json").read_text())["model"]["vocab"]
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+TRANSFORMERS_5 = int(__import__("transformers").__version__.split(".")[0]) >= 5
+# The same class with the one import transformers 5 removed replaced by tokview's copy: any folder's own
+# code, not Kimi's, which tokview reads natively.
+PORTABLE_CODE = REMOTE_CODE.replace("from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode",
+                                    "from tokview.core.tokenizer import bytes_to_unicode").replace(
+    "from transformers.tokenization_utils import PreTrainedTokenizer", "from transformers import PreTrainedTokenizer"
+).replace("class TikTokenTokenizer(", "class CustomTokenizer(")
 
-    dec = {v: k for k, v in bytes_to_unicode().items()}
-    lines = sorted(((i, bytes(dec[c] for c in tok)) for tok, i in vocab.items() if i < 163584))
-    (folder / "tiktoken.model").write_text(
-        "".join(f"{base64.b64encode(b).decode()} {i}\n" for i, b in lines))
-    (folder / "tokenization_kimi.py").write_text(REMOTE_CODE)
+
+def _code_folder(root, kimi_tok_dir, module: str, cls: str, code: str):
+    from tokview.core.kimi_layout import build_kimi_tiktoken_dir
+
+    folder = build_kimi_tiktoken_dir(root)
+    (folder / f"{module}.py").write_text(code)
     config = json.loads((kimi_tok_dir / "tokenizer_config.json").read_text())
     config.pop("tokenizer_file", None)
-    config.update({"tokenizer_class": "TikTokenTokenizer",
-                   "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+    config.update({"tokenizer_class": cls, "auto_map": {"AutoTokenizer": [f"{module}.{cls}", None]},
                    "additional_special_tokens": ["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"]})
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     shutil.copy(kimi_tok_dir / "chat_template.jinja", folder / "chat_template.jinja")
     return folder
 
 
-def test_refuses_remote_code_without_the_flag(remote_code_dir):
-    with pytest.raises(TokenizerError, match="--trust-remote-code"):
-        load_tokenizer(remote_code_dir)
+@pytest.fixture(scope="module")
+def remote_code_dir(tmp_path_factory, kimi_tok_dir):
+    return _code_folder(tmp_path_factory.mktemp("kimi-remote"), kimi_tok_dir, "tokenization_kimi",
+                        "TikTokenTokenizer", REMOTE_CODE)
 
 
+@pytest.fixture(scope="module")
+def custom_code_dir(tmp_path_factory, kimi_tok_dir):
+    return _code_folder(tmp_path_factory.mktemp("custom-remote"), kimi_tok_dir, "tokenization_custom",
+                        "CustomTokenizer", PORTABLE_CODE)
+
+
+def test_refuses_remote_code_without_the_flag(custom_code_dir):
+    with pytest.raises(TokenizerError, match="--trust-remote-code") as info:
+        load_tokenizer(custom_code_dir)
+    assert info.value.needs_remote_code and "tokenization_custom.py" in str(info.value)
+
+
+def test_custom_code_runs_with_the_flag_on_both_transformers_lines(custom_code_dir):
+    tok = load_tokenizer(custom_code_dir, trust_remote_code=True)
+    assert type(tok.tok).__name__ == "CustomTokenizer" and tok.loaded_by == "remote code"
+    assert [tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>")] == [163606, 163607, 163586]
+    assert tok.pieces(KIMI_CHAIN_OUTPUT[:3] + [163607]) == ["Okay", ",", " let", "</think>"]
+
+
+def test_kimi_folder_without_the_flag_runs_no_code(remote_code_dir):
+    tok = load_tokenizer(remote_code_dir)
+    assert tok.loaded_by == "native tiktoken" and type(tok.tok).__name__ == "KimiTiktokenTokenizer"
+
+
+@pytest.mark.skipif(not TRANSFORMERS_5, reason="Kimi's own file runs on transformers 4")
+def test_kimi_code_on_transformers_5_says_to_drop_the_flag(remote_code_dir):
+    with pytest.raises(TokenizerError, match="drop --trust-remote-code"):
+        load_tokenizer(remote_code_dir, trust_remote_code=True)
+
+
+@pytest.mark.skipif(TRANSFORMERS_5, reason="Kimi's file imports bytes_to_unicode from gpt2, gone in transformers 5")
 def test_loads_with_the_flag_and_keeps_kimi_ids(remote_code_dir):
     tok = load_tokenizer(remote_code_dir, trust_remote_code=True)
-    assert type(tok.tok).__name__ == "TikTokenTokenizer"
+    assert type(tok.tok).__name__ == "TikTokenTokenizer" and tok.loaded_by == "remote code"
     assert [tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>")] == [163606, 163607, 163586]
     assert tok.pieces(KIMI_CHAIN_OUTPUT[:3] + [163607]) == ["Okay", ",", " let", "</think>"]
     assert tok.is_special(163586)

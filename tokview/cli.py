@@ -13,9 +13,10 @@ import os
 import sys
 
 # Order is the order shown in --help.
-COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "merge")
+COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "merge")
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
 class UserError(Exception):
@@ -69,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tokview: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tokview stats | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_PIPE_CLOSED
     except (ValueError, OSError) as exc:  # our own error types derive from ValueError
-        print(f"tokview: error: {exc}", file=sys.stderr)
+        print(f"tokview: error: {describe_error(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # last resort: one line, the traceback only when asked for
         if os.environ.get("TOKVIEW_DEBUG"):
@@ -78,6 +82,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokview: error: {type(exc).__name__}: {exc} (set TOKVIEW_DEBUG=1 for the traceback)",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def describe_error(exc: BaseException) -> str:
+    """An OSError in words: `[Errno 17] File exists: 'a'` for `--db a/x.duckdb` means a is a file."""
+    import errno
+    from pathlib import Path
+
+    if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTDIR) and exc.filename:
+        path = Path(os.fsdecode(exc.filename))
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"cannot create {path}: {blocker} is a file, not a folder"
+    return str(exc)
 
 
 if __name__ == "__main__":

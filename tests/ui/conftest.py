@@ -72,7 +72,7 @@ def make_app(store, tokenizer, profile):
     from tokview.ui.session import Session
 
     def make(config: UIConfig | None = None, server_url: str | None = None) -> TokviewApp:
-        session = Session(store, tokenizer=tokenizer, profile=profile, server_url=server_url)
+        session = Session(store, tokenizer=tokenizer, profile=profile, server_url=server_url, who="tester")
         return TokviewApp(session, config)
 
     return make

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.ui.conftest import settle
 from tokview.ui.screens.inspect import InspectScreen
-from tokview.ui.screens.modals import REJECT_REASONS, RejectReason, TextPrompt
+from tokview.ui.screens.modals import REJECT_REASONS, Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen
 
 
@@ -20,9 +20,17 @@ async def test_approve_reject_undo_land_in_duckdb(make_app, store):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         sid = await open_first(app, pilot)
-        assert sid == "p000@demo_gen0"
+        assert sid == "p000@demo_gen0"  # truncated: an error finding, so approving asks first
         await pilot.press("a")
-        assert store.load_sample(sid).status == "approved"
+        assert isinstance(app.screen, Confirm) and "truncated" in str(app.screen.detail)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert store.load_sample(sid).status == "pending"
+        await pilot.press("a", "y")
+        await pilot.pause()
+        stored = store.load_sample(sid)
+        assert stored.status == "approved"
+        assert stored.history[-1]["override"] is True and stored.history[-1]["who"] == "tester"
         await pilot.press("r")
         assert isinstance(app.screen, RejectReason)
         await pilot.press("down", "enter")  # the second listed reason
@@ -84,3 +92,94 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         await settle(app, pilot)
         assert isinstance(app.screen, InspectScreen) and app.screen.data.sample_id == "p004@demo_gen0"
         assert store.load_sample("p003@demo_gen0").status == "approved"
+
+
+async def test_approving_a_valid_sample_asks_nothing_and_is_no_override(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")  # p001: valid
+        await pilot.pause()
+        assert isinstance(app.screen, SamplesScreen)
+        h = store.load_sample("p001@demo_gen0").history[-1]
+        assert (h["status"], h["override"], h["who"]) == ("approved", False, "tester")
+
+
+async def test_undo_after_a_tag_takes_back_the_tag_not_the_verdict(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")
+        await pilot.press("t", *"math", "enter")
+        await pilot.pause()
+        assert store.load_sample("p001@demo_gen0").tags == ["math"]
+        await pilot.press("u")
+        stored = store.load_sample("p001@demo_gen0")
+        assert stored.tags == [] and stored.status == "approved"
+        await pilot.press("u")
+        assert store.load_sample("p001@demo_gen0").status == "pending"
+
+
+async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, tokenizer, profile):
+    """An empty list: n / t / r say there is no sample instead of asking for text that goes nowhere."""
+    from tokview.store import Store
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    with Store(tmp_path / "empty.duckdb") as empty:
+        app = TokviewApp(Session(empty, tokenizer=tokenizer, profile=profile))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            for key in ("n", "t", "r", "a"):
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, SamplesScreen), key
+            assert any("no sample here" in str(n.message) for n in app._notifications)
+
+
+async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):
+    store.record_verdict("p000@demo_gen0", "rejected", reason="duplicate", who="alice")
+    store.add_note("p000@demo_gen0", "same as p007", who="bob")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_first(app, pilot)
+        review = str(app.screen.query_one("#inspect-review").render())
+        assert "rejected by alice" in review and "reason: duplicate" in review and "note: same as p007" in review
+        await pilot.press("u")  # the note goes first, then the verdict
+        await pilot.press("u")
+        await pilot.pause()
+        review = str(app.screen.query_one("#inspect-review").render())
+        assert "no verdict yet" in review and "same as p007" not in review
+
+
+def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):
+    from tokview.commands.ui import reviewer_name
+
+    monkeypatch.setenv("USER", "carol")
+    assert reviewer_name("bob", "alice") == "bob"
+    assert reviewer_name(None, "alice") == "alice"
+    assert reviewer_name(None, None) == "carol"
+
+
+def test_a_version_2_store_gains_the_override_column_and_keeps_its_verdicts(tmp_path):
+    """Migration 3 on a file made before it: old verdicts read as no override; new ones record it."""
+    import duckdb
+
+    from tokview.store import Store
+    from tokview.store.schema import MIGRATIONS
+
+    path = tmp_path / "v2.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, statements in MIGRATIONS:
+        if version > 2:
+            break
+        for sql in statements:
+            conn.execute(sql)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    conn.execute("INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES ('s', now(), 'al', 'verdict', "
+                 "'approved')")
+    conn.close()
+    with Store(path) as store:
+        rows = store.query("SELECT who, status, override FROM verdicts")
+        assert rows == [("al", "approved", False)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tokview.cli import main
 from tokview.store import Store
 
@@ -29,3 +31,31 @@ def test_demo_headless_without_db_says_the_store_is_temporary(capsys):
 def test_demo_refuses_a_bad_limit(capsys):
     assert main(["demo", "--no-ui", "--limit", "0"]) == 1
     assert "--limit" in capsys.readouterr().err
+
+
+def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store_is_gone(capsys, monkeypatch,
+                                                                                         tokenizer, profile):
+    """The app itself is replaced by a stand-in that does what a user would: generate one more sample."""
+    from tokview.core.analysis import analyze
+    from tokview.ui import examples
+    from tokview.ui.app import TokviewApp
+
+    seen = {}
+
+    def stand_in(self) -> None:
+        store = self.session.store
+        seen["path"], seen["who"] = Path(store.path), self.session.who
+        seen["before"] = store.stats()["samples"]
+        capture = examples.short_capture()
+        store.put_sample("extra@demo", "extra", "demo-chat", capture, analyze(capture, profile, tokenizer))
+
+    monkeypatch.setattr(TokviewApp, "run", stand_in)
+    monkeypatch.setenv("USER", "dana")
+    assert main(["demo", "--limit", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "temporary store (removed when you quit" in captured.err
+    assert "run 1/3" in captured.err and "run 3/3" in captured.err and "2/2" in captured.err
+    assert f"  {seen['before'] + 1} samples" in captured.out  # counted after the app, not before it
+    assert "the temporary store is removed now" in captured.out.splitlines()[-1]
+    assert not seen["path"].exists() and seen["who"] == "dana"
+    assert str(seen["path"]) not in captured.out  # no path to a store that is gone

@@ -10,25 +10,11 @@ import pytest
 
 from tests.ui.conftest import settle
 from tokview.cli import main
+from tokview.ui.bindings import help_rows
 from tokview.ui.config import ConfigError, load_config
-from tokview.ui.screens.help import HelpScreen, binding_groups, binding_ids, help_rows
+from tokview.ui.screens.help import HelpScreen
 
 ROOT = Path(__file__).parents[2]
-
-
-def test_every_binding_has_an_id_and_a_description():
-    for where, group in binding_groups():
-        for b in group:
-            assert b.id and b.description, (where, b)
-    ids = [b.id for _, g in binding_groups() for b in g]
-    assert len(ids) == len(set(ids)), "binding ids must be unique"
-
-
-def test_help_rows_show_remapped_keys():
-    rows = {r[3]: r for r in help_rows({"curate.approve": "y"})}
-    assert rows["curate.approve"][1] == "y"
-    assert rows["curate.reject"][1] == "r"
-    assert rows["samples.search"][1] == "/"
 
 
 def test_config_is_strict(tmp_path):
@@ -44,20 +30,6 @@ def test_config_is_strict(tmp_path):
                     '[batch]\nconcurrency = 4\n')
     config = load_config(good)
     assert (config.theme, config.view_mode, config.keymap) == ("textual-light", "both", {"curate.approve": "y"})
-
-
-async def test_keymap_from_config_remaps_approve(make_app, store, tmp_path, monkeypatch):
-    cfg = tmp_path / "config.toml"
-    cfg.write_text('[ui]\ntheme = "textual-light"\n[keymap]\n"curate.approve" = "y"\n')
-    monkeypatch.setenv("TOKVIEW_CONFIG", str(cfg))
-    app = make_app(load_config())
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        assert not app.current_theme.dark
-        await pilot.press("a")
-        assert store.load_sample("p000@demo_gen0").status == "pending"
-        await pilot.press("y")
-        assert store.load_sample("p000@demo_gen0").status == "approved"
 
 
 async def test_help_theme_toggle_and_palette_commands(make_app):
@@ -122,3 +94,21 @@ def test_headless_commands_never_load_textual():
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_store_that_does_not_exist_is_not_created_without_asking(tmp_path, capsys, monkeypatch):
+    from tokview.commands import ui as ui_command
+
+    typo = tmp_path / "tpyo" / "x.duckdb"
+    assert main(["ui", "--db", str(typo)]) == 1  # stdin is not a terminal here: no question, a clear refusal
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "database not found" in err and "--create" in err
+    assert not typo.parent.exists()
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    with pytest.raises(Exception, match="nothing created"):
+        ui_command.confirm_new_store(str(typo), create=False)
+    ui_command.confirm_new_store(str(typo), create=False)  # "y": the caller goes on and creates it
+    ui_command.confirm_new_store(str(typo), create=True)  # --create: no question
+    assert not typo.parent.exists()

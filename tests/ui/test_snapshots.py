@@ -6,6 +6,8 @@ HTML report before `--snapshot-update`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.ui.conftest import settle
@@ -92,6 +94,7 @@ def test_stats_panel(snap_compare, make_app, store):
     assert snap_compare(make_app(), terminal_size=WIDE, run_before=run_before("S"))
 
 
-def test_generate_panel(snap_compare, make_app):
+def test_generate_panel(snap_compare, make_app, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])  # the default prompts path shows relative to the checkout
     assert snap_compare(make_app(server_url="http://127.0.0.1:30000"), terminal_size=WIDE,
                         run_before=run_before("g"))

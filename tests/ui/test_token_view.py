@@ -140,9 +140,10 @@ async def test_selecting_a_finding_jumps_to_its_first_position(short, tokenizer,
     app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
+        listed = [o.id for o in app.screen.query_one("#findings").options]  # errors first, then warn, info
         hidden = next(i for i, f in enumerate(analysis.findings) if f.code == "parser_hidden_ids")
         await pilot.press("f")
-        for _ in range(hidden):
+        for _ in range(listed.index(f"finding-{hidden}")):
             await pilot.press("down")
         await pilot.press("enter")
         await pilot.pause()
@@ -191,3 +192,52 @@ async def test_diverged_dual_capture_detail_names_the_parsed_paths_segments(toke
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows
         assert rows["segment"] == "closer" and rows["loss mask"] == "1"
+
+
+async def test_a_burst_of_keys_lands_where_it_should_and_the_app_goes_idle(short, tokenizer, profile):
+    """Keys that arrive together (a held arrow) move one shared cursor; nothing echoes back and forth after."""
+    from textual import events
+
+    capture, analysis = short
+    moved: list[int] = []
+
+    def hook(message) -> None:
+        if isinstance(message, TokenView.CursorMoved):
+            moved.append(message.index)
+
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        start = screen.served.cursor
+        for key in ("right", "right", "right", "left", "right", "right"):  # one burst: no wait in between
+            app._driver.send_message(events.Key(key, None))
+        for _ in range(5):
+            await pilot.pause()
+        assert screen.served.cursor == screen.kept.cursor == start + 4
+        assert app.screen.query_one(TokenDetail).rows["position"].startswith(f"{start + 4} ")
+        settled = len(moved)
+        for _ in range(10):
+            await pilot.pause()
+        assert len(moved) == settled  # idle: no cursor message keeps circulating
+        assert screen.served.cursor == screen.kept.cursor == start + 4
+
+
+async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profile):
+    """The same on a 32,000-token sample: rows down in one burst, both panes end on one row, scrolled alike."""
+    from textual import events
+
+    capture, analysis = long
+    app = InspectApp(InspectData("long", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        screen.served.cursor = 0
+        await pilot.pause()
+        for _ in range(60):
+            app._driver.send_message(events.Key("down", None))
+        for _ in range(5):
+            await pilot.pause()
+        row = screen.served._rows_of_token(screen.served.cursor)
+        assert row == 60 and screen.kept.cursor == screen.served.cursor
+        assert screen.kept.scroll_y == screen.served.scroll_y > 0

@@ -7,6 +7,9 @@ finished run satisfies `ok + failed + skipped == input` (an interrupted one adds
 
 from __future__ import annotations
 
+import math
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,9 @@ from typing import Any
 from tokview.core.record import settings_key
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BAD_ROWS = 4
+"""Finished without failed requests, but input rows were skipped as unreadable: the data set is not
+the whole file, and a script must not mistake that for a clean run."""
 
 
 @dataclass
@@ -52,6 +58,14 @@ class BatchConfig:
     ray: str | None = None
     """`auto` or a Ray address: prompt shards run as Ray tasks (`--ray`)."""
 
+    def __post_init__(self) -> None:
+        # Stored in the runs table (`source`, `tokenizer_dir`) and read back by export/show/ui from
+        # wherever they are run: a relative path would then name another folder, or none.
+        if self.prompts_path is not None:
+            self.prompts_path = Path(self.prompts_path).expanduser().resolve()
+        if self.tokenizer_dir is not None:
+            self.tokenizer_dir = Path(self.tokenizer_dir).expanduser().resolve()
+
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
@@ -75,6 +89,11 @@ class BatchConfig:
         deep in the retry loop or a silently empty (or silently truncated) run."""
         from tokview.batch.inputs import InputError
 
+        for flag, value in (("--temperature", self.temperature), ("--top-p", self.top_p),
+                            ("--timeout", self.timeout)):
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                # `inf` would reach the manifest as `Infinity`, which strict JSON parsers refuse
+                raise InputError(f"{flag} must be a finite number, got {value!r}")
         checks = [
             (self.concurrency >= 1, "--concurrency must be at least 1"),
             (self.samples_per_prompt >= 1, "--samples-per-prompt must be at least 1"),
@@ -160,7 +179,24 @@ class BatchSummary:
             return EXIT_INTERRUPTED
         if self.stopped:
             return EXIT_USAGE
-        return EXIT_FAILURES if self.failed else EXIT_OK
+        if self.failed:
+            return EXIT_FAILURES
+        return EXIT_BAD_ROWS if self.bad_rows else EXIT_OK
+
+    @property
+    def failures_by_class(self) -> dict[str, int]:
+        """`failures_by_reason` grouped by what went wrong, not by each URL, id or server message."""
+        grouped: Counter[str] = Counter()
+        for reason, n in self.failures_by_reason.items():
+            grouped[reason_class(reason)] += n
+        return dict(grouped.most_common())
+
+    def failure_examples(self) -> dict[str, str]:
+        """One full reason per class, so the grouping never hides the server's own words."""
+        examples: dict[str, str] = {}
+        for reason, _ in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1]):
+            examples.setdefault(reason_class(reason), reason)
+        return examples
 
     def render(self) -> str:
         rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
@@ -174,10 +210,35 @@ class BatchSummary:
             f"  flagged (error findings) {self.flagged}, truncated {self.truncated}; {self.output_tokens} output "
             f"tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
         ]
-        for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
-            lines.append(f"  failed x{n}: {reason}")
+        examples = self.failure_examples()
+        for cls, n in list(self.failures_by_class.items())[:10]:
+            example = examples[cls]
+            lines.append(f"  failed x{n}: {cls}" + (f" (e.g. {example[:200]})" if example != cls else ""))
         if self.stopped:
             lines.append(f"  stopped: {self.stopped}; committed samples are kept, re-run the same command to resume")
         if self.interrupted:
             lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
         return "\n".join(lines)
+
+
+_CLASS_PREFIXES = (
+    ("over_max_length", "over_max_length"),
+    ("cannot connect to", "cannot connect"),
+    ("timed out after", "timed out"),
+    ("connection lost during", "connection lost"),
+    ("no healthy server", "no healthy server"),
+)
+
+
+def reason_class(reason: str) -> str:
+    """The kind of a failure reason: `HTTP 500 from POST /generate`, `timed out`, `over_max_length`,
+    `unexpected error: TypeError`, … (the server's message, URLs, ids and attempt counts dropped)."""
+    text = re.sub(r"\s*\(gave up after \d+ attempts?\)$", "", reason.strip())
+    for prefix, cls in _CLASS_PREFIXES:
+        if text.startswith(prefix):
+            return cls
+    if text.startswith("unexpected error: "):
+        return "unexpected error: " + text[len("unexpected error: "):].split(":", 1)[0].strip()
+    head = text.split(": ", 1)[0]
+    head = re.sub(r"\s*\(.*$", "", head)
+    return head[:100] or "unknown"

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
+from tokview.batch.limits import over_length_reason
 from tokview.batch.workers import worker_count
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
@@ -287,6 +288,9 @@ async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: Group
                 break
             item = todo.popleft()
             request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
+            if (too_long := over_length_reason(pool, request)) is not None:  # never sent; not the server's fault
+                writer.add_failure(item, too_long, None)
+                continue
             try:
                 capture = await pool.capture(request)
             except CaptureFailed as exc:

@@ -1,7 +1,7 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
-Exit codes: 0 done, 1 usage or input error, 2 server unreachable, 3 finished with failures,
-130 interrupted (Ctrl-C; committed samples are kept and the same command resumes).
+Exit codes: 0 done, 1 usage or input error (an empty prompts file too), 2 server unreachable,
+3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C; committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
 """
 
@@ -66,9 +66,10 @@ def _shard(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     from tokview.batch import BatchConfig, InputError, run_batch
+    from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter
     from tokview.servers import ServerUnreachable
-    from tokview.servers.urls import validate_server_url
+    from tokview.servers.urls import server_url_notes, validate_server_url
     from tokview.store import Store, StoreError
     from tokview.store.records import scrub_text
 
@@ -76,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         servers = [validate_server_url(url) for url in args.server]
     except ValueError as exc:
         raise UserError(scrub_text(str(exc))) from None
+    for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
+        print(f"tokview: note: {note}", file=sys.stderr)
     config = BatchConfig(
         servers=servers, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
         trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
@@ -107,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
         for store in opened:
             store.close()
     for message in summary.bad_rows[:BAD_ROWS_SHOWN]:
-        print(f"tokview: bad row skipped: {message}", file=sys.stderr)
+        print(f"tokview: bad row skipped: {located(args.prompts, message)}", file=sys.stderr)
     if len(summary.bad_rows) > BAD_ROWS_SHOWN:
         print(f"tokview: … and {len(summary.bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
     print(summary.render(), file=sys.stderr)
     if args.summary_json:
-        print(json.dumps({**asdict(summary), "balanced": summary.balanced, "exit_code": summary.exit_code},
-                         default=str))
+        print(json.dumps({**asdict(summary), "failures_by_reason": summary.failures_by_class,
+                          "failure_examples": summary.failure_examples(), "balanced": summary.balanced,
+                          "exit_code": summary.exit_code}, default=str))
     return summary.exit_code
 
 
@@ -126,4 +130,17 @@ async def _run(config, store, printer, run_batch):
         loop.add_signal_handler(signal.SIGTERM, cancel.set)
     except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
         pass
+    if len(config.servers) > 1:  # with one server, run_batch's own probe says it (exit 2)
+        for url, why in await silent_servers(config.servers):
+            print(f"tokview: warning: --server {url} does not answer ({why}); the run goes on with the "
+                  f"others and retries it now and then", file=sys.stderr)
     return await run_batch(config, store, on_progress=printer, cancel=cancel)
+
+
+async def silent_servers(urls: list[str], timeout: float = 5.0) -> list[tuple[str, str]]:
+    """(URL without credentials, why) for each server that does not answer HTTP at all, checked
+    together before the run, so a dead box in a fleet is named at the start, not only in the summary."""
+    from tokview.servers.features import unanswered
+
+    found = await asyncio.gather(*(unanswered(url, timeout) for url in urls))
+    return [pair for pair in found if pair is not None]

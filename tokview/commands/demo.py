@@ -6,7 +6,9 @@ reasoning field. Three small runs over the sample prompts go into
 the store through `run_batch`, the same call `tokview batch` makes: parsed chat on the current server,
 parsed chat on the old one, and raw ids with a small max-tokens budget (truncations). `--no-ui` prints a
 summary and the `tokview ui --db …` line that opens the store, instead of opening the app (for CI
-and the README).
+and the README). With the app, each run's progress shows on stderr before it opens, and the summary is
+printed after it closes, with the counts as they are then (samples generated in the app included); a
+store made without `--db` is temporary, and the last line says so and how to keep one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 from tokview.cli import UserError
 
@@ -64,19 +67,32 @@ def demo_runs(current_url: str, old_url: str) -> list[tuple[str, dict]]:
     ]
 
 
-async def fill_store(store, prompts, tokenizer, profile, current_url: str, old_url: str) -> list:
+async def fill_store(store, prompts, tokenizer, profile, current_url: str, old_url: str,
+                     stream: TextIO | None = None) -> list:
+    """The three demo runs; with a `stream`, a progress line per run on it (the app is not up yet)."""
     from tokview.batch import BatchConfig, run_batch
+    from tokview.batch.progress import ProgressPrinter
 
     summaries = []
-    for label, fields in demo_runs(current_url, old_url):
+    runs = demo_runs(current_url, old_url)
+    for n, (label, fields) in enumerate(runs, 1):
         config = BatchConfig(tokenizer=tokenizer, model_profile=profile, **fields)
-        summaries.append((label, await run_batch(config, store, prompts)))
+        printer = None
+        if stream is not None:
+            stream.write(f"tokview demo: run {n}/{len(runs)} · {label}\n")
+            stream.flush()
+            printer = ProgressPrinter(stream, interval=0.1)
+        summaries.append((label, await run_batch(config, store, prompts, on_progress=printer)))
+        if printer is not None:
+            printer.finish()
     return summaries
 
 
-def summary_text(store, summaries) -> str:
+def summary_text(store, summaries, temporary: bool = False) -> str:
+    """The demo runs and the store's counts as they are now (read at the call, so after the app they are current)."""
     stats = store.stats()
-    lines = [f"demo store: {store.path}"]
+    where = "temporary (deleted on exit, so no path to keep)" if temporary else str(store.path)
+    lines = [f"demo store: {where}"]
     for label, s in summaries:
         lines.append(f"  run {s.run_id:<16} {label:<34} ok {s.ok:>3}  failed {s.failed}  flagged {s.flagged}  "
                      f"truncated {s.truncated}")
@@ -86,12 +102,14 @@ def summary_text(store, summaries) -> str:
     return "\n".join(lines)
 
 
-def open_hint(db: str | None) -> str:
+def open_hint(db: str | None, removed: bool = False) -> str:
     """How to look at the store afterwards: `tokview ui --db …`, or how to keep one when it was temporary."""
     if db is None:
-        return ("  (a temporary store, removed on exit; to keep one: tokview demo --no-ui --db demo.duckdb, "
-                "then open it: tokview ui --db demo.duckdb)")
-    return f"  open it: tokview ui --db {shlex.quote(db)}"
+        said = "the temporary store is removed now" if removed else "a temporary store, removed on exit"
+        return (f"  ({said}; to keep one: tokview demo --db demo.duckdb, "
+                "then open it again: tokview ui --db demo.duckdb)")
+    return f"  open it again: tokview ui --db {shlex.quote(db)}" if removed else \
+        f"  open it: tokview ui --db {shlex.quote(db)}"
 
 
 def run(args) -> int:
@@ -108,16 +126,19 @@ def run(args) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="tokview-demo-")
         db = str(Path(tmp.name) / "demo.duckdb")
     tokenizer, profile = resolve_tokenizer_and_profile(None, "kimi-k2.5")
+    if not args.no_ui:  # the batches take seconds before the app can open: say what is happening
+        where = "a temporary store (removed when you quit; --db PATH keeps one)" if tmp else db
+        print(f"tokview demo: filling {where}", file=sys.stderr)
     try:
         with start_simulator(SimConfig(kind="vllm")) as current, \
                 start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old:
             with Store(db) as store:
-                summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
                 if args.no_ui:
-                    print(summary_text(store, summaries))
+                    summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
+                    print(summary_text(store, summaries, temporary=tmp is not None))
                     print(open_hint(args.db))
                     return 0
-                print(summary_text(store, summaries), file=sys.stderr)
+                from tokview.commands.ui import reviewer_name
                 from tokview.ui.app import TokviewApp
                 from tokview.ui.config import ConfigError, load_config
                 from tokview.ui.session import Session
@@ -126,9 +147,15 @@ def run(args) -> int:
                     config = load_config()
                 except ConfigError as exc:
                     raise UserError(str(exc)) from None
-                session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url)
+                summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url,
+                                                   stream=sys.stderr))
+                session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url,
+                                  who=reviewer_name(None, config.reviewer))
                 TokviewApp(session, config).run()
-        return 0
+                summary = summary_text(store, summaries, temporary=tmp is not None)  # counts after the app
     finally:
         if tmp is not None:
             tmp.cleanup()
+    print(summary)
+    print(open_hint(args.db, removed=True))
+    return 0

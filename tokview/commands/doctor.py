@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -40,6 +41,8 @@ def run(args) -> int:
 
     from tokview.servers.urls import server_url_notes, validate_server_url
 
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UserError("--timeout must be a finite number of seconds above 0")
     try:
         server = validate_server_url(args.server)
     except ValueError as exc:

@@ -45,9 +45,11 @@ def resolve_tokenizer(store, run_name: str | None, tokenizer_dir: Path | None, t
     if tokenizer_dir is None and len(dirs) > 1:
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
+    hashes = {r["tokenizer_hash"] for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
     return resolve_for_stored(tokenizer_dir, profile, recorded_tokenizer_dir=dirs[0] if dirs else None,
                               recorded_profile=profiles[0] if len(profiles) == 1 else None,
-                              trust_remote_code=trust_remote_code)
+                              trust_remote_code=trust_remote_code,
+                              recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,10 +47,13 @@ def run(args) -> int:
     tokenizer, profile = resolve_for_stored(args.tokenizer, args.profile,
                                             recorded_tokenizer_dir=run.get("tokenizer_dir"),
                                             recorded_profile=stored.profile or run.get("profile"),
-                                            trust_remote_code=args.trust_remote_code)
+                                            trust_remote_code=args.trust_remote_code,
+                                            recorded_tokenizer_hash=run.get("tokenizer_hash"))
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
         out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
+               "tokenizer": {"source": tokenizer.name, "loaded_by": tokenizer.loaded_by},
+               "notes": stored.notes, "tags": stored.tags, "review": review_history(stored.history),
                "capture": stored.capture.to_dict(), "segments": [s.__dict__ for s in analysis.segments],
                "findings": [f.__dict__ for f in analysis.findings]}
         json.dump(out, sys.stdout, default=str)
@@ -60,13 +63,37 @@ def run(args) -> int:
     return 0
 
 
+def review_history(history: list[dict]) -> list[dict]:
+    """Every verdict, note and undo: who, when, status, reason, note, tags, whether undone or an override."""
+    keys = ("at", "who", "kind", "status", "reason", "note", "tags", "undone", "override")
+    return [{k: (h[k].isoformat() if k == "at" and h.get(k) is not None else h.get(k)) for k in keys}
+            for h in history]
+
+
+def review_lines(stored) -> list[str]:
+    """The review as text: each live verdict with who/when/why, then the notes and tags."""
+    lines = []
+    for h in stored.history:
+        if h["kind"] != "verdict" or h.get("undone"):
+            continue
+        at = f" at {h['at']:%Y-%m-%d %H:%M}" if h.get("at") else ""
+        why = f": {h['reason']}" if h.get("reason") else ""
+        lines.append(f"  {h['status']} by {h.get('who') or 'unknown'}{at}{why}"
+                     + ("  (override: approved despite error findings)" if h.get("override") else ""))
+    lines += [f"  note: {n}" for n in stored.notes]
+    if stored.tags:
+        lines.append("  tags: " + ", ".join(stored.tags))
+    return ["review:", *lines] if lines else ["review: none yet"]
+
+
 def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
     lines = [f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
              f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
              f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
-             "segments:"]
+             f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",
+             *review_lines(stored), "segments:"]
     ids = cap.input_ids
     for s in analysis.segments:
         preview = tokenizer.decode(ids[s.start:s.end][:24])

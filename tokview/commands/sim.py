@@ -7,6 +7,7 @@ Useful for trying tokview without a GPU, and for reproducing a server's quirk or
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import threading
 from pathlib import Path
@@ -46,6 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
     p.add_argument("--model-name", default="tokview-sim", help="served model name (default tokview-sim)")
     p.add_argument("--version", dest="server_version", default=None, help="version string to report")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                   help="context length to report (/v1/models, /tokenize, /get_server_info) and enforce "
+                        "(default 32768)")
     p.set_defaults(run=run)
 
 
@@ -58,13 +62,16 @@ def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - impor
         port = DEFAULT_PORTS[args.kind] if args.port is None else args.port
         if not 0 <= port < 65536:
             raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
-        if args.latency < 0:
-            raise SimConfigError("--latency must be >= 0")
+        if not math.isfinite(args.latency) or args.latency < 0:
+            raise SimConfigError("--latency must be a finite number >= 0")
+        if args.max_model_len is not None and args.max_model_len < 2:
+            raise SimConfigError("--max-model-len must be at least 2")
         if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
             raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
         return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,
                          quirks=quirks, latency_s=args.latency, output_tokens=args.output_tokens, seed=args.seed,
-                         model_name=args.model_name, version=args.server_version, port=port)
+                         model_name=args.model_name, version=args.server_version, port=port,
+                         **({"max_model_len": args.max_model_len} if args.max_model_len else {}))
     except SimConfigError as exc:
         raise UserError(str(exc)) from None
 
@@ -84,11 +91,29 @@ def banner(sim: "Simulator") -> str:  # noqa: F821
     return "\n".join(lines)
 
 
+def launch_or_explain(cfg: "SimConfig", launch) -> "Simulator":  # noqa: F821
+    """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
+    --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
+    from tokview.cli import UserError
+    from tokview.core.tokenizer import TokenizerError
+
+    try:
+        return launch(cfg)
+    except TokenizerError as exc:
+        folder = cfg.tokenizer_dir
+        code = sorted(p.name for p in Path(folder).expanduser().glob("tokenization_*.py")) if folder else []
+        if not code:
+            raise
+        raise UserError(f"cannot load the tokenizer in {folder} without running its own code ({', '.join(code)}), "
+                        f"and `tokview sim` never runs a folder's code: give a folder whose tokenizer.json loads on "
+                        f"its own, or leave out --tokenizer for the built-in Kimi-layout tokenizer") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from tokview.sim import launch
 
     cfg = build_config(args)
-    sim = launch(cfg)
+    sim = launch_or_explain(cfg, launch)
     print(banner(sim), flush=True)
 
     def on_term(signum: int, frame: object) -> None:

@@ -38,6 +38,11 @@ def sample_dict(row: Any) -> dict[str, Any]:
             "finish_reason": row.finish_reason, "codes": list(row.codes)}
 
 
+def drift_samples(st: dict[str, Any]) -> int:
+    """Samples whose output ids a text-based pipeline would corrupt (encode(decode(ids)) != ids)."""
+    return st["findings"].get("retokenize_drift", {}).get("samples", 0)
+
+
 def render(st: dict[str, Any]) -> str:
     s = st["by_status"]
     lines = [
@@ -49,6 +54,8 @@ def render(st: dict[str, Any]) -> str:
         f"failures  {st['failures']['total']}",
     ]
     lines += [f"  {n:>6}  {reason}" for reason, n in st["failures"]["by_reason"].items()]
+    lines.append(f"retokenize drift {drift_samples(st)} samples (encode(decode(ids)) != ids: a pipeline "
+                 "that keeps text instead of ids would train on other tokens)")
     lines.append("findings (samples per code)")
     lines += [f"  {v['samples']:>6}  {code} [{v['severity']}]" for code, v in st["findings"].items()]
     for key in ("prompt_len", "output_len"):
@@ -68,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     with Store(args.db) as store:
         st = store.stats()
         rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []
+    # The samples a text-based pipeline would corrupt, said on its own line (issue 14), 0 when none.
+    st["retokenize_drift"] = drift_samples(st)
     if args.json:
         if args.samples:
             st = {**st, "sample_list": [sample_dict(r) for r in rows]}

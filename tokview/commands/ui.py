@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
+import os
 import sys
+from pathlib import Path
 
 from tokview.cli import UserError
 
@@ -11,14 +14,47 @@ def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("ui", help="open the app: inspect tokens, curate, generate (the default command)")
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb; created if missing)")
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
+    p.add_argument("--create", action="store_true",
+                   help="create the store (and its folder) if it does not exist; without it, the app asks")
     p.add_argument("--server", metavar="URL", default=None, help="SGLang or vLLM server for generate and doctor")
+    p.add_argument("--reviewer", metavar="NAME", default=None,
+                   help="who verdicts are recorded as (default: config [ui] reviewer, else $USER)")
     add_tokenizer_arguments(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, create=False, reviewer=None)
+
+
+def reviewer_name(given: str | None, configured: str | None) -> str | None:
+    """Who the verdicts are recorded as: --reviewer, else the config's [ui] reviewer, else the login name."""
+    if given is not None and not given.strip():
+        raise UserError("--reviewer must not be empty")
+    name = (given or "").strip() or configured or os.environ.get("USER") or os.environ.get("USERNAME")
+    if not name:
+        try:
+            name = getpass.getuser()
+        except Exception:  # no login name at all (a container without /etc/passwd entry): stay anonymous
+            name = None
+    return name
+
+
+def confirm_new_store(db: str, create: bool) -> None:
+    """A store that does not exist is made only when asked: a mistyped --db must not start an empty one."""
+    path = Path(db)
+    if path.exists() or create:
+        return
+    where = f"{path}" + ("" if path.parent.is_dir() else f" (and the folder {path.parent})")
+    if not sys.stdin.isatty():
+        raise UserError(f"database not found: {db} (pass --create to make a new store there)")
+    try:
+        answer = input(f"tokview: {where} does not exist. Create a new store there? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UserError(f"database not found: {db} (nothing created)")
 
 
 def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str | None = None,
-             trust_remote_code: bool = False) -> int:
+             trust_remote_code: bool = False, create: bool = True, reviewer: str | None = None) -> int:
     """Open the store, check the config, run the app until the user quits."""
     from tokview.store import Store
     from tokview.ui.config import ConfigError, load_config
@@ -28,13 +64,9 @@ def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str
         config = load_config()
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+    who = reviewer_name(reviewer, config.reviewer)
     from tokview.ui.app import TokviewApp
-    from tokview.ui.screens.help import binding_ids
 
-    unknown = set(config.keymap) - binding_ids()
-    if unknown:
-        raise UserError(f"config {config.path}: keymap names unknown binding ids {sorted(unknown)} "
-                        f"(see the help screen, ?, for the ids)")
     if server is not None:
         from tokview.servers.urls import server_url_notes, validate_server_url
 
@@ -51,13 +83,14 @@ def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str
         from tokview.core.profiles import get_profile
 
         get_profile(profile)  # an unknown name fails here as one line, not inside the app
+    confirm_new_store(db, create)
     with Store(db) as store:
         session = Session(store, tokenizer_dir=tokenizer, profile_name=profile, server_url=server,
-                          trust_remote_code=trust_remote_code)
+                          trust_remote_code=trust_remote_code, who=who)
         TokviewApp(session, config).run()
     return 0
 
 
 def run(args) -> int:
     return open_app(args.db, server=args.server, tokenizer=args.tokenizer, profile=args.profile,
-                    trust_remote_code=args.trust_remote_code)
+                    trust_remote_code=args.trust_remote_code, create=args.create, reviewer=args.reviewer)

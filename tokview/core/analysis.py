@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align
 from tokview.core.findings import ERROR, Context, Finding, run_checks
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
@@ -59,7 +59,11 @@ def align_text_fields(capture: Capture, tokenizer: "TokenizerAdapter") -> Alignm
 
 def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapter | None" = None,
             severities: dict[str, str] | None = None) -> Analysis:
-    """Derive segments, loss mask, alignment and findings from the ids (and the text fields)."""
+    """Derive segments, loss mask, alignment and findings from the ids (and the text fields).
+
+    A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
+    """
+    profile = with_tokenizer_stops(profile, tokenizer)
     kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)
     alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
     aligned_kinds = kinds

@@ -29,6 +29,7 @@ DEFAULT_SEVERITY: dict[str, str] = {
     "think_close_missing": ERROR,
     "think_close_repeated": ERROR,
     "think_open_in_output_after_prefill": WARN,
+    "reasoning_with_thinking_off": ERROR,
     "empty_reasoning": WARN,
     "empty_answer": ERROR,
     "truncated": ERROR,
@@ -217,6 +218,23 @@ def _open_after_prefill(ctx: Context):
             [ctx.n_prompt + i for i in opens])
 
 
+@check("reasoning_with_thinking_off")
+def _reasoning_with_thinking_off(ctx: Context):
+    """A reasoning model run with thinking off is a plain chat model: its output must hold no reasoning."""
+    if ctx.capture.thinking is not False or not ctx.profile.has_reasoning:
+        return None
+    out = [i for i, k in enumerate(ctx.kinds[ctx.n_prompt:])
+           if k in (seg.OPENER, seg.REASONING, seg.CLOSER)]
+    if not out:
+        return None
+    delims = [i for i in out if ctx.output[i] in ctx.profile.delimiter_ids]
+    what = (f"{ctx.name(ctx.output[delims[0]])} at {ctx.where(delims[0])}" if delims
+            else f"{len(out)} reasoning ids from {ctx.where(out[0])}")
+    return (f"Thinking was off ({ctx.profile.thinking_kwarg or 'no template kwarg'}), yet the output holds "
+            f"reasoning: {what}. The template kwarg did not reach the template, or the model ignores it.",
+            [ctx.n_prompt + i for i in (delims or out[:1])])
+
+
 @check("empty_reasoning")
 def _empty_reasoning(ctx: Context):
     closers = _positions_of(ctx.output, ctx.profile.think_close_id)
@@ -239,7 +257,8 @@ def _empty_answer(ctx: Context):
     text = ctx.text_of(ids)
     if ids and (text is None or text.strip()):
         return None
-    return (f"No answer after the reasoning ({len(ids)} answer ids, all blank).",
+    after = " after the reasoning" if _reasoning_opened(ctx) else ""
+    return (f"No answer{after} ({len(ids)} answer ids, all blank).",
             [ctx.n_prompt + i for i in ctx.out_kind(seg.STOP)])
 
 
@@ -360,9 +379,13 @@ def _split_mismatch(ctx: Context):
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
     if got == split:
         return None
-    return (f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
-            f"{len(split[0])}/{len(split[1])} at {ctx.profile.think_close}: the parser read the text differently "
-            f"from the ids (e.g. a special {ctx.profile.think_close} invisible to a text parser).", [])
+    head = (f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
+            f"{len(split[0])}/{len(split[1])}")
+    if not ctx.profile.has_reasoning:
+        return (head + ": the model has no think delimiters, so a reasoning parser on the server can only guess "
+                "(start it without --reasoning-parser).", [])
+    return (head + f" at {ctx.profile.think_close}: the parser read the text differently from the ids (e.g. a "
+            f"special {ctx.profile.think_close} invisible to a text parser).", [])
 
 
 @check("literal_think_text")

@@ -4,7 +4,8 @@ tokview must be testable without the Hugging Face hub and without the real 160k-
 tokenizer, yet its tests need Kimi's *exact* special-token ids and strings, a Kimi-style chat
 template whose generation prompt ends with ``<think>``, and a vocabulary of exactly 163840 so
 ids that a real server emits are always in range.  This module builds such a tokenizer
-deterministically from nothing but ``tokenizers`` + ``transformers`` in a couple of seconds.
+deterministically from nothing but ``tokenizers`` + ``transformers`` in a couple of seconds, and the same
+vocabulary in the layout of Kimi's real tiktoken folder (``build_kimi_tiktoken_dir``).
 
 Only standard-library imports happen at module level: the heavy libraries are imported inside
 the builder so importing tokview stays cheap.
@@ -250,3 +251,58 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
     if _is_built(d, think_special):
         return d.absolute()
     return _build(d, think_special, replace=False)
+
+
+# What Kimi's real tokenizer_config.json names (its TikTokenTokenizer's defaults and roles).
+KIMI_ADDITIONAL_SPECIAL = ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
+                           "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>")
+
+
+def kimi_tiktoken_ranks() -> dict[bytes, int]:
+    """The layout's 163,584 ordinary tokens as tiktoken ranks (token bytes → id)."""
+    from tokview.core.tokenizer import bytes_to_unicode
+
+    decoder = {c: b for b, c in bytes_to_unicode().items()}
+    vocab, _ = _vocab_and_merges()
+    return {bytes(decoder[c] for c in token): i for token, i in vocab.items() if i < SPECIAL_START}
+
+
+def build_kimi_tiktoken_dir(out_dir: Path, *, think_special: bool = True) -> Path:
+    """Write the layout as Kimi's real folder holds its tokenizer, and return the folder.
+
+    ``tiktoken.model`` (``base64-token rank`` lines, 163,584 ranks, so the special ids start at 163584 as
+    Kimi's do), ``tokenizer_config.json`` with ``added_tokens_decoder`` (Kimi's named special tokens),
+    ``auto_map`` → ``tokenization_kimi.TikTokenTokenizer`` and the special-token roles, and
+    ``chat_template.jinja``. No ``tokenization_kimi.py``: tokview reads this layout natively. Only the
+    standard library is used; output is byte-identical across runs.
+    """
+    import base64
+
+    out = Path(out_dir).expanduser().absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    ranks = kimi_tiktoken_ranks()
+    assert len(ranks) == SPECIAL_START, len(ranks)
+    lines = sorted((i, t) for t, i in ranks.items())
+    (out / "tiktoken.model").write_text("".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in lines),
+                                        encoding="ascii")
+    think = {"<think>", "</think>"}
+    config = {
+        "added_tokens_decoder": {
+            str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                     "special": think_special or s not in think}
+            for i, s in sorted(KIMI_SPECIAL_TOKENS.items())
+        },
+        "additional_special_tokens": list(KIMI_ADDITIONAL_SPECIAL),
+        "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+        "bos_token": "[BOS]",
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "[EOS]",
+        "model_max_length": 4096,
+        "pad_token": "[PAD]",
+        "tokenizer_class": "TikTokenTokenizer",
+        "unk_token": "[UNK]",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                                               encoding="utf-8")
+    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
+    return out

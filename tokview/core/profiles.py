@@ -1,12 +1,16 @@
-"""Model profiles: where each reasoning-model family keeps its think delimiters and stop ids.
+"""Model profiles: where each model family keeps its think delimiters (if any) and stop ids.
 
 A profile is what lets tokview read structure straight off the ids: which id opens and closes
 reasoning, which ids end a turn, and whether the chat template pre-fills the opener (Kimi-K2.5
 does, so its output starts *inside* reasoning and never contains 163606).
+
+Drafters are trained for plain chat models too (Llama, Qwen2.5, SmolLM…): the built-in `plain`
+profile has no delimiters at all, and takes its stop ids from the tokenizer (`with_tokenizer_stops`).
 """
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +40,11 @@ class ModelProfile:
     max_length: int | None = None
     """Longest prompt+output a trainer will accept; `over_max_length` fires above it."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def has_reasoning(self) -> bool:
+        """False for a plain chat model: no think delimiters, so every output id is answer or stop."""
+        return self.think_open_id is not None and self.think_close_id is not None
 
     @property
     def delimiter_ids(self) -> frozenset[int]:
@@ -72,10 +81,17 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         think_open_id=128798, think_close_id=128799, stop_ids=(1,),
         prefills_opener=True, thinking_kwarg=None, reasoning_parser="deepseek_r1",
     ),
+    # No reasoning: stop ids come from the tokenizer it is used with (`with_tokenizer_stops`).
+    "plain": ModelProfile(
+        name="plain", think_open="", think_close="", think_open_id=None, think_close_id=None, stop_ids=(),
+        prefills_opener=False, thinking_kwarg=None, reasoning_parser=None,
+    ),
 }
+_NO_REASONING = {"think_open": "", "think_close": "", "think_open_id": None, "think_close_id": None,
+                 "prefills_opener": False, "thinking_kwarg": None, "reasoning_parser": None}
 
 ALIASES = {"kimi": "kimi-k2.5", "kimi-k25": "kimi-k2.5", "qwen": "qwen3", "deepseek": "deepseek-r1",
-           "r1": "deepseek-r1"}
+           "r1": "deepseek-r1", "none": "plain", "chat": "plain"}
 
 
 def get_profile(name: str) -> ModelProfile:
@@ -99,6 +115,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     """Read a profile for a new model from a small TOML file.
 
     Either a complete profile, or `base = "qwen3"` (a built-in or another .toml) plus the keys that differ.
+    `reasoning = false` says the model has no think delimiters (TOML has no null to say it per key): then
+    only `name` is needed, and `stop_ids`, when left out, come from the tokenizer.
     """
     resolved = path.resolve()
     if resolved in _seen:
@@ -113,10 +131,18 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         raise ProfileError(f"cannot read profile file {path}: {exc.strerror or exc}") from None
     data = data.get("profile", data)
     base_name = data.pop("base", None)
+    reasoning = data.pop("reasoning", None)
+    if reasoning is not None and not isinstance(reasoning, bool):
+        raise ProfileError(f"profile file {path}: reasoning must be true or false ({reasoning!r})")
     allowed = set(ModelProfile.__dataclass_fields__) - {"extra"}
     unknown = set(data) - allowed
     if unknown:
         raise ProfileError(f"profile file {path}: unknown keys {sorted(unknown)}")
+    if reasoning is False:
+        clash = sorted(k for k in data if k in _NO_REASONING and k != "prefills_opener" and data[k])
+        if clash:
+            raise ProfileError(f"profile file {path}: reasoning = false, yet it names think delimiters {clash}")
+        data.update(_NO_REASONING)
     if "stop_ids" in data:
         stops = data["stop_ids"]
         if not isinstance(stops, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stops):
@@ -133,11 +159,20 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
             base = load_profile_toml((path.parent / base_name), _seen + (resolved,))
         else:
             base = get_profile(base_name)
-        return base.with_overrides(**data)
+        merged = base.with_overrides(**data)
+        if reasoning is True and not merged.has_reasoning:
+            raise ProfileError(f"profile file {path}: reasoning = true needs think_open_id and think_close_id")
+        return merged
+    if reasoning is False:
+        data.setdefault("stop_ids", ())
+        if "name" not in data:
+            raise ProfileError(f"profile file {path}: missing keys ['name']")
+        return ModelProfile(**data)
     missing = {"name", "think_open", "think_close", "think_open_id", "think_close_id", "stop_ids",
                "prefills_opener"} - set(data)
     if missing:
-        raise ProfileError(f"profile file {path}: missing keys {sorted(missing)} (or give base = \"…\")")
+        raise ProfileError(f"profile file {path}: missing keys {sorted(missing)} (or give base = \"…\", or "
+                           f"reasoning = false for a model without think delimiters)")
     return ModelProfile(**data)
 
 
@@ -149,12 +184,15 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
     """Work out the profile from a loaded tokenizer (a `TokenizerAdapter`).
 
     Finds the think tokens in the vocabulary and renders the chat template with
-    `add_generation_prompt=True` to see whether it ends with the opener.
+    `add_generation_prompt=True` to see whether it ends with the opener. A tokenizer without think
+    tokens is a plain chat model: the `plain` profile, with the tokenizer's stop ids.
     """
     open_id = tokenizer.token_to_id("<think>")
     close_id = tokenizer.token_to_id("</think>")
     if open_id is None or close_id is None:
-        raise ProfileError("the tokenizer has no <think>/</think> tokens: give --profile")
+        # A plain chat model (or one whose delimiters have other names: then --profile says so).
+        plain = BUILTIN_PROFILES["plain"].with_overrides(max_length=tokenizer.model_max_length)
+        return with_tokenizer_stops(plain, tokenizer)
     template = tokenizer.chat_template or ""
     kwarg = "enable_thinking" if "enable_thinking" in template else ("thinking" if "thinking" in template else None)
     prefills = False
@@ -180,3 +218,35 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
         reasoning_parser=base.reasoning_parser if base else None,
         max_length=tokenizer.model_max_length,
     )
+
+
+def tokenizer_stop_ids(tokenizer: Any) -> tuple[int, ...]:
+    """The ids a model ends its turn with: the tokenizer's eos, then generation_config.json's eos_token_id(s).
+
+    generation_config.json is what servers stop on (vLLM and SGLang read it), and it often lists more
+    than the tokenizer's eos (Llama 3: <|eot_id|> and <|end_of_text|>).
+    """
+    stops: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        stops.append(int(tokenizer.eos_token_id))
+    source = getattr(tokenizer, "source", None)
+    config = Path(source) / "generation_config.json" if source else None
+    if config is not None and config.is_file():
+        try:
+            eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            eos = None  # an unreadable generation config only loses its extra stop ids
+        for tid in eos if isinstance(eos, list) else [eos]:
+            if isinstance(tid, int) and not isinstance(tid, bool) and tid not in stops:
+                stops.append(tid)
+    return tuple(stops)
+
+
+def with_tokenizer_stops(profile: ModelProfile, tokenizer: Any) -> ModelProfile:
+    """A plain profile that names no stop ids (`plain`, `reasoning = false` without stop_ids) gets the tokenizer's.
+
+    A reasoning profile always names its own (an empty list there means: do not check stops).
+    """
+    if profile.stop_ids or profile.has_reasoning or tokenizer is None:
+        return profile
+    return profile.with_overrides(stop_ids=tokenizer_stop_ids(tokenizer))

@@ -112,12 +112,31 @@ def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed object or a PromptError) for each non-blank line."""
-    with path.open("r", encoding="utf-8") as fh:
+    """(line number, parsed object or a PromptError) for each non-blank line.
+
+    Read line by line, so a file is never held whole (one gigantic line costs its own size, not the
+    file's). `utf-8-sig`: a byte-order mark some editors write is not part of line 1's JSON.
+    """
+    with path.open("r", encoding="utf-8-sig") as fh:
         for n, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
             try:
                 yield n, json.loads(text)
             except json.JSONDecodeError as exc:
-                yield n, PromptError(f"line {n}: not valid JSON ({exc.msg} at column {exc.colno})")
+                yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}")
+            except RecursionError:
+                yield n, PromptError(f"line {n}: not valid JSON: nested too deeply")
+            del text
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """Python's message without its dangling "at" ("Invalid control character at"), the column, and
+    for a raw control character which one it is and how to write it."""
+    message = exc.msg.removesuffix(" at").strip()
+    if message.startswith("Invalid control character") and exc.pos < len(exc.doc):
+        char = exc.doc[exc.pos]
+        escape = json.dumps(char)[1:-1]
+        return f"a raw control character U+{ord(char):04X} inside a string at column {exc.colno} " \
+               f"(JSON needs it escaped as {escape})"
+    return f"{message[:1].lower()}{message[1:]} at column {exc.colno}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile
+from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
@@ -24,7 +24,7 @@ def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profi
         tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
     if model_profile is None:
         model_profile = get_profile(profile) if profile else detect_profile(tokenizer)
-    return tokenizer, model_profile
+    return tokenizer, with_tokenizer_stops(model_profile, tokenizer)
 
 
 def add_tokenizer_arguments(parser) -> None:
@@ -33,27 +33,43 @@ def add_tokenizer_arguments(parser) -> None:
                         help="local tokenizer/model folder (default: the one the run recorded, else tokview's "
                              "Kimi-layout tokenizer)")
     parser.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
-                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: the run's, else "
-                             "detected from the tokenizer)")
+                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1, plain or a .toml (default: the run's, "
+                             "else detected from the tokenizer)")
     parser.add_argument("--trust-remote-code", action="store_true",
-                        help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)")
+                        help="run the tokenizer code shipped in the folder named with --tokenizer (not needed for "
+                             "Kimi's tiktoken tokenizer, which tokview reads itself)")
 
 
 def resolve_for_stored(tokenizer_dir: str | Path | None, profile: str | None, *, recorded_tokenizer_dir: str | None,
                        recorded_profile: str | None, trust_remote_code: bool = False,
-                       tokenizer: TokenizerAdapter | None = None, model_profile: ModelProfile | None = None
-                       ) -> tuple[TokenizerAdapter, ModelProfile]:
+                       tokenizer: TokenizerAdapter | None = None, model_profile: ModelProfile | None = None,
+                       recorded_tokenizer_hash: str | None = None) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 
     Showing a Qwen3 sample with Kimi's rules would invent findings, so the recorded tokenizer folder
     and profile are used when the user names none. Code shipped in a *recorded* folder never runs:
     `trust_remote_code` applies only to a folder the user names on this command line. Already-loaded
-    objects (an app caches one tokenizer per folder) are used as they are.
+    objects (an app caches one tokenizer per folder) are used as they are. `recorded_tokenizer_hash`
+    (the runs table's `tokenizer_hash`) tells a recorded folder whose files changed, or another folder
+    now at that path, from the one the run used.
     """
     if tokenizer is None and tokenizer_dir is None and recorded_tokenizer_dir:
         if not Path(recorded_tokenizer_dir).is_dir():
             raise TokenizerError(f"the run's tokenizer folder {recorded_tokenizer_dir} is gone: pass --tokenizer DIR")
-        tokenizer = load_tokenizer(recorded_tokenizer_dir, trust_remote_code=False)
+        try:
+            tokenizer = load_tokenizer(recorded_tokenizer_dir, trust_remote_code=False)
+        except TokenizerError as exc:
+            if not exc.needs_remote_code:
+                raise
+            given = "--trust-remote-code applies only to a folder named on the command line" if trust_remote_code \
+                else "tokview runs a folder's code only when you name the folder and pass --trust-remote-code"
+            raise TokenizerError(f"the run's tokenizer folder {recorded_tokenizer_dir} ships its own tokenizer code, "
+                                 f"and {given}: pass --tokenizer {recorded_tokenizer_dir} --trust-remote-code",
+                                 needs_remote_code=True) from None
+        if recorded_tokenizer_hash and tokenizer.fingerprint() != recorded_tokenizer_hash:
+            raise TokenizerError(f"the tokenizer at {recorded_tokenizer_dir} is not the one the run used (file hash "
+                                 f"{tokenizer.fingerprint()}, the run recorded {recorded_tokenizer_hash}): pass "
+                                 f"--tokenizer DIR to name the right one")
     if model_profile is None and profile is None and recorded_profile in BUILTIN_PROFILES:
         model_profile = BUILTIN_PROFILES[recorded_profile]  # a custom profile stored by name is detected instead
     return resolve_tokenizer_and_profile(tokenizer_dir, profile, trust_remote_code=trust_remote_code,

@@ -17,7 +17,22 @@ from typing import Any, Iterable, Sequence
 
 
 class TokenizerError(ValueError):
-    """The tokenizer could not be loaded or used."""
+    """The tokenizer could not be loaded or used.
+
+    `needs_remote_code`: the folder's tokenizer is defined by its own Python code, which only runs with
+    `--trust-remote-code` (callers word their hint around it).
+    """
+
+    def __init__(self, message: str, *, needs_remote_code: bool = False) -> None:
+        super().__init__(message)
+        self.needs_remote_code = needs_remote_code
+
+
+# How a tokenizer was loaded, as doctor, show and export manifests report it.
+LOADED_TOKENIZER_JSON = "tokenizer.json"
+LOADED_NATIVE_TIKTOKEN = "native tiktoken"
+LOADED_REMOTE_CODE = "remote code"
+LOADED_TRANSFORMERS = "transformers"  # a transformers class built from other files (vocab.json, tokenizer.model)
 
 
 @lru_cache(maxsize=1)
@@ -40,40 +55,127 @@ def _byte_decoder() -> dict[str, int]:
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> "TokenizerAdapter":
-    """Load a tokenizer from a local directory, never from the hub.
+    """Load a tokenizer from a local directory, never from the hub; `loaded_by` on the result says how.
 
-    `trust_remote_code` runs the model folder's own tokenizer code (Kimi's `tokenization_kimi.py`
-    needs it); it is only ever passed when the user asked for it.
+    In order: Kimi's tiktoken layout is read natively (no folder code runs, no transformers import);
+    `trust_remote_code` (only ever passed when the user asked) runs the folder's own tokenizer class;
+    otherwise transformers' AutoTokenizer, and when the config names a class the installed transformers
+    does not know (transformers 5's `TokenizersBackend` on 4.x, or a newer name) the folder's
+    `tokenizer.json` with the config's special tokens and chat template.
     """
-    directory = Path(path).expanduser()
-    if not directory.is_dir():
-        raise TokenizerError(f"tokenizer directory not found: {directory}")
+    from tokview.core.tokenizer_folder import FolderError, TokenizerFolder
+
+    try:
+        folder = TokenizerFolder.open(path)
+        if folder.is_kimi_tiktoken and not trust_remote_code:
+            from tokview.core.kimi_tiktoken import KimiTiktokenTokenizer
+
+            tok = KimiTiktokenTokenizer.from_folder(folder)
+            return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_NATIVE_TIKTOKEN)
+        return _load_with_transformers(folder, trust_remote_code)
+    except FolderError as exc:
+        raise TokenizerError(str(exc)) from None
+
+
+def _load_with_transformers(folder: Any, trust_remote_code: bool) -> "TokenizerAdapter":
+    directory = folder.path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers  # lazily: importing transformers costs ~1 s
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    needs_code = any(directory.glob("tokenization_*.py"))
+    known = _class_known(folder.tokenizer_class)
+    if folder.auto_map_class and not known and not trust_remote_code:
+        raise TokenizerError(
+            f"cannot load tokenizer from {directory}: its class {folder.tokenizer_class or folder.auto_map_class} "
+            f"is defined by the folder's own code ({', '.join(folder.code_files) or folder.auto_map_class}); pass "
+            f"--trust-remote-code to run it", needs_remote_code=True)
+    if not known and folder.tokenizer_class and folder.has("tokenizer.json") and not folder.auto_map_class:
+        return _from_tokenizer_json(folder)
     try:
         tok = transformers.AutoTokenizer.from_pretrained(
             str(directory), trust_remote_code=trust_remote_code, local_files_only=True
         )
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        if folder.has("tokenizer.json") and not folder.auto_map_class:
+            return _from_tokenizer_json(folder)  # e.g. no tokenizer_class and no config.json to infer one from
         hint = ""
-        if needs_code and not trust_remote_code:
-            hint = " (this folder ships its own tokenizer code, e.g. Kimi's tokenization_kimi.py: pass --trust-remote-code)"
+        if folder.is_kimi_tiktoken:
+            hint = " (tokview reads Kimi's tiktoken tokenizer natively: drop --trust-remote-code)"
+        elif folder.code_files and not trust_remote_code:
+            hint = " (this folder ships its own tokenizer code: pass --trust-remote-code)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TokenizerError(f"cannot load tokenizer from {directory}: {first}{hint}") from None
-    return TokenizerAdapter(tok, source=directory)
+        raise TokenizerError(f"cannot load tokenizer from {directory}: {first}{hint}",
+                             needs_remote_code=bool(hint) and not trust_remote_code) from None
+    if not isinstance(getattr(tok, "chat_template", None), (str, dict)):
+        template = folder.chat_template()  # e.g. only chat_template.json, which tokenizers do not read
+        if template:
+            tok.chat_template = template
+    if not type(tok).__module__.startswith("transformers."):
+        loaded_by = LOADED_REMOTE_CODE
+    elif getattr(tok, "is_fast", False) and folder.has("tokenizer.json"):
+        loaded_by = LOADED_TOKENIZER_JSON
+    else:
+        loaded_by = LOADED_TRANSFORMERS
+    return TokenizerAdapter(tok, source=directory, loaded_by=loaded_by)
+
+
+def _class_known(name: str | None) -> bool:
+    """Whether AutoTokenizer can resolve this `tokenizer_class` (it tries the Fast variant first)."""
+    if not name:
+        return False
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    candidates = (name, name + "Fast") if not name.endswith("Fast") else (name, name[:-4])
+    for candidate in candidates:
+        try:
+            if tokenizer_class_from_name(candidate) is not None:
+                return True
+        except Exception:  # an optional backend missing (sentencepiece, …) raises instead of returning None
+            continue
+    return False
+
+
+def _from_tokenizer_json(folder: Any) -> "TokenizerAdapter":
+    """A fast tokenizer over the folder's tokenizer.json, with the config's special tokens and template.
+
+    What a class-agnostic reader does with a tokenizer_class this transformers does not know: the
+    vocabulary, normalizer, pre-tokenizer, added tokens and post-processor all live in tokenizer.json;
+    the config adds only the special-token roles, the length limit and the chat template.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    kwargs: dict[str, Any] = {}
+    for role in ("bos", "eos", "unk", "pad", "sep", "cls", "mask"):
+        token = folder.token_content(f"{role}_token")
+        if token is not None:
+            kwargs[f"{role}_token"] = token
+    extra = folder.extra_special_tokens()
+    if extra:
+        kwargs["additional_special_tokens"] = extra
+    max_len = folder.config.get("model_max_length")
+    if isinstance(max_len, int) and not isinstance(max_len, bool):
+        kwargs["model_max_length"] = max_len
+    try:
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(folder.path / "tokenizer.json"), **kwargs)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TokenizerError(f"cannot load {folder.path / 'tokenizer.json'}: {first}") from None
+    tok.name_or_path = str(folder.path)
+    template = folder.chat_template()
+    if template:
+        tok.chat_template = template
+    return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)
 
 
 class TokenizerAdapter:
-    """The few tokenizer operations tokview relies on, over a Hugging Face tokenizer."""
+    """The few tokenizer operations tokview relies on, over a Hugging Face tokenizer or a native one."""
 
-    def __init__(self, tok: Any, source: Path | None = None) -> None:
+    def __init__(self, tok: Any, source: Path | None = None, loaded_by: str = LOADED_TRANSFORMERS) -> None:
         self.tok = tok
         self.source = source
+        self.loaded_by = loaded_by  # LOADED_TOKENIZER_JSON, LOADED_NATIVE_TIKTOKEN, LOADED_REMOTE_CODE, …
         self._bytes_cache: dict[int, bytes] = {}
         self._vocab_size: int | None = None
         self._vocab_fingerprint: str | None = None
@@ -92,6 +194,8 @@ class TokenizerAdapter:
     @property
     def chat_template(self) -> str | None:
         tpl = getattr(self.tok, "chat_template", None)
+        if isinstance(tpl, dict):  # named templates (a config's list): transformers renders "default"
+            tpl = tpl.get("default")
         return tpl if isinstance(tpl, str) else None
 
     @property

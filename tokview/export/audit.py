@@ -82,6 +82,7 @@ def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile
     reasoning = messages[last].get("reasoning_content") or ""
     content = messages[last].get("content") or ""
     history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
+    thinking = thinking if profile.has_reasoning else None  # a plain model's rows are answers only
     kwargs = profile.template_kwargs(thinking)
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile
+from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused
 from tokview.store import Store
 from tokview.store.records import capture_from_row, scrub, scrub_optional
@@ -69,7 +69,9 @@ class _Profiles:
     def get(self, name: str | None) -> ModelProfile:
         if name not in self.cache:
             try:
-                self.cache[name] = get_profile(name) if name else self._fallback()
+                # `plain` stored by name names no stop ids: the tokenizer's, or the stop would be answer text
+                self.cache[name] = with_tokenizer_stops(get_profile(name), self.tokenizer) if name else \
+                    self._fallback()
             except ProfileError:
                 self.cache[name] = self._fallback()
         return self.cache[name]
@@ -239,6 +241,7 @@ def _manifest(store: Store, fmt: str, select: str, run: str | None, tokenizer: A
                    "refused": sum(result.refused.values()), "refused_by_reason": result.refused,
                    "finish_reason": dict(sorted(seen.finish.items()))},
         "tokenizer": {"source": tokenizer.name, "hash": fingerprint, "chat_template_hash": tokenizer.template_hash(),
+                      "loaded_by": getattr(tokenizer, "loaded_by", None),
                       "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs)},
         "profile": used[0] if len(used) == 1 else used,
         "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],

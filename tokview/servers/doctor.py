@@ -23,6 +23,7 @@ from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
 from tokview.servers.sglang import chat_ids
+from tokview.servers.urls import Secrets
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -57,12 +58,17 @@ class DoctorReport:
     checks: list[DoctorCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What tokview changed about the URL it was given (e.g. a dropped trailing /v1)."""
+    secrets: Secrets = field(default_factory=Secrets, repr=False)
+    """Masked in everything the report prints: any field may quote the server, which may echo them."""
 
     @property
     def failed(self) -> bool:
         return any(c.status == "fail" for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
+        return _scrubbed(self._dict(), self.secrets)
+
+    def _dict(self) -> dict[str, Any]:
         return {"url": self.url, "kind": self.info.kind, "version": self.info.version, "model": self.info.model,
                 "simulator": bool(self.info.features.get("simulator")),
                 "profile": self.profile.name if self.profile else None, "tokenizer": self.tokenizer_name,
@@ -79,7 +85,17 @@ class DoctorReport:
             if c.recommendation:
                 lines.append(f"    → {c.recommendation}")
         verdict = "problems found (✗ above)" if self.failed else "no blocking problems"
-        return "\n".join(lines + ["", verdict])
+        return self.secrets.scrub("\n".join(lines + ["", verdict]))
+
+
+def _scrubbed(value: Any, secrets: Secrets) -> Any:
+    if isinstance(value, str):
+        return secrets.scrub(value)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    return value
 
 
 def _guess_profile(ids: list[int] | None) -> ModelProfile | None:
@@ -116,7 +132,8 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=tokenizer.name if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])))
+                              tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])),
+                              secrets=client.secrets)
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:

@@ -66,6 +66,10 @@ def check_opener(doc: "_Doctor", served: list[int] | None) -> None:
     p = doc.profile
     opener = f"{p.think_open} ({p.think_open_id})"
     thinking = doc.settings.get("thinking")
+    if not p.has_reasoning:
+        doc.add("ok", "Think opener in the prompt", f"the {p.name} profile has no think delimiters: the output is "
+                f"the answer, then a stop id")
+        return
     if not served:
         doc.add("skip", "Think opener in the prompt", "skipped: the server returned no prompt ids and its /tokenize "
                 "does not take messages", "pass --tokenizer so tokview renders prompts itself")
@@ -125,7 +129,12 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
         doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems)
                 + hidden_note,
                 f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'} and a "
-                f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields")
+                f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields"
+                if doc.profile.has_reasoning else "start the server without --reasoning-parser: this model has no "
+                "think delimiters; train on ids, not on text fields")
+    elif not doc.profile.has_reasoning and not (chat.reasoning or "").strip():
+        doc.add("ok", "Reasoning parser", f"no reasoning came back, as expected of a model without think "
+                f"delimiters{hidden_note}")
     elif field == "reasoning_content" and kind == "vllm":
         doc.add("warn", "Reasoning parser", f"the reasoning arrives in `reasoning_content` (vLLM before 0.16)"
                 f"{hidden_note}", "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "

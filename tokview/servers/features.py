@@ -46,6 +46,30 @@ def int_list(value: Any) -> list[int] | None:
     return None
 
 
+LIMIT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_len")
+
+
+def context_limit(*answers: Any) -> int | None:
+    """The server's context length in tokens, from the first answer that reports one.
+
+    vLLM puts `max_model_len` on each `/v1/models` entry and on `/tokenize`; SGLang reports it on
+    `/v1/models` and `/tokenize` too, and as `context_length` in `/get_server_info` (and some builds'
+    `/get_model_info`). A missing, null or non-positive value means "not reported", never "0".
+    """
+    for answer in answers:
+        items = [answer]
+        if isinstance(answer, dict) and isinstance(answer.get("data"), list):
+            items = answer["data"][:1]
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            for key in LIMIT_KEYS:
+                value = item.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    return None
+
+
 def is_simulator(*answers: Any) -> bool:
     """The tokview simulator says so in /get_model_info and /v1/models."""
     for answer in answers:
@@ -77,7 +101,8 @@ async def detect(client: ServerClient, policy: RetryPolicy, profile: ModelProfil
     if isinstance(data, list) and data and isinstance(data[0], dict):
         model_id = data[0].get("id")
         info.model = model_id if isinstance(model_id, str) else None
-        info.details["max_model_len"] = data[0].get("max_model_len")
+    info.max_model_len = context_limit(models, model_info, server_info)
+    info.details["max_model_len"] = info.max_model_len
     if info.model is None and isinstance(model_info, dict) and isinstance(model_info.get("model_path"), str):
         info.model = model_info["model_path"]
     info.features["simulator"] = is_simulator(model_info, models)
@@ -121,6 +146,8 @@ async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: Serve
     f["tokenize_messages"] = isinstance(tokens, dict) and int_list(tokens.get("tokens")) is not None
     if f["tokenize_messages"]:
         info.details["tokenize_prompt_ids"] = tokens["tokens"]
+        if info.max_model_len is None:
+            info.max_model_len = context_limit(tokens)
         prompt_ids = prompt_ids or tokens["tokens"]
     if info.kind != "vllm":
         body: dict[str, Any] = {"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
@@ -154,3 +181,18 @@ async def health(client: ServerClient) -> bool:
             return True
     return False
 
+
+
+async def unanswered(url: str, timeout: float = 5.0) -> tuple[str, str] | None:
+    """(URL, why) when nothing answers HTTP at `url` (refused, timed out, not HTTP); None when it
+    answers at all, whatever the status: that is the probe's business."""
+    import httpx
+
+    client = ServerClient(url, timeout=timeout, concurrency=1, connect_timeout=timeout)
+    try:
+        await client.http.get("/health")
+        return None
+    except httpx.TransportError as exc:
+        return client.url, client.secrets.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    finally:
+        await client.aclose()

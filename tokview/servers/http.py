@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator
 import httpx
 
 from tokview.servers.errors import CaptureFailed, Retryable
-from tokview.servers.urls import Secrets, api_key_from_env, parse_server_url
+from tokview.servers.urls import Secrets, api_key_from_env, credential_notes, parse_server_url
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
@@ -70,11 +70,12 @@ class ServerClient:
         defaults to `TOKVIEW_API_KEY` from the environment. Raises ValueError for a bad URL."""
         parts = parse_server_url(url)
         self.url = parts.url
-        self.notes = parts.notes
         self.timeout = timeout
         api_key = api_key if api_key is not None else api_key_from_env()
+        self.notes = (*parts.notes, *credential_notes(parts, api_key))
         self.secrets = Secrets.for_server(parts, api_key)
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # one Authorization header per request: the URL's user:password wins (see credential_notes)
+        headers = {"authorization": f"Bearer {api_key}"} if api_key and parts.auth is None else {}
         self.http = httpx.AsyncClient(
             base_url=self.url,
             headers=headers,

@@ -26,10 +26,12 @@ class ServerInfo:
     features: dict[str, Any] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     """Raw probe answers (model info, server info), for the doctor."""
+    max_model_len: int | None = None
+    """The longest prompt + output the server takes, in tokens, as it reports it (None: not reported)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "kind": self.kind, "version": self.version, "model": self.model,
-                "features": dict(self.features)}
+                "max_model_len": self.max_model_len, "features": dict(self.features)}
 
     def stamp(self) -> dict[str, Any]:
         """The Capture fields that say which server made it."""

@@ -48,6 +48,8 @@ def resolve_settings(settings: dict[str, Any], profile: ModelProfile | None) -> 
     """Fill defaults and make `thinking` and `chat_template_kwargs` agree with each other."""
     resolved = dict(DEFAULT_SETTINGS)
     resolved.update({k: v for k, v in settings.items() if v is not None or k not in DEFAULT_SETTINGS})
+    if profile is not None and not profile.has_reasoning:
+        resolved["thinking"] = None  # a plain model has no thinking to switch: record none, send no kwarg
     kwargs = settings.get("chat_template_kwargs")
     key = profile.thinking_kwarg if profile is not None else None
     if kwargs is None:

@@ -11,7 +11,9 @@ and notes (e.g. a trailing `/v1` that was dropped: tokview adds the paths itself
 
 from __future__ import annotations
 
+import base64
 import os
+import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -94,7 +96,21 @@ def server_url_notes(url: str) -> list[str]:
     so a command calls this on the user's original text and prints each note on stderr (or in its report).
     Raises ValueError for a bad URL, like `validate_server_url`.
     """
-    return list(parse_server_url(url).notes)
+    parts = parse_server_url(url)
+    return [*parts.notes, *credential_notes(parts, api_key_from_env())]
+
+
+def credential_notes(parts: ServerURL, api_key: str | None) -> list[str]:
+    """Which credential goes out when the URL has `user:password@` and TOKVIEW_API_KEY is set too.
+
+    A request carries one Authorization header, so both cannot be sent: the URL's credentials win
+    (they were given for this server; the environment variable may be meant for another), and the
+    user is told so instead of the bearer token vanishing without a word."""
+    if parts.auth is None or not api_key:
+        return []
+    return [f"{parts.url}: user:password in the URL and TOKVIEW_API_KEY are both set; a request carries one "
+            f"Authorization header, so tokview sends the URL's user:password (Basic auth) and NOT the "
+            f"TOKVIEW_API_KEY bearer token (unset TOKVIEW_API_KEY, or drop user:password from the URL, to choose)"]
 
 
 def public_url(url: str) -> str:
@@ -108,21 +124,47 @@ class Secrets:
 
     values: tuple[str, ...] = field(default_factory=tuple)
 
+    short: tuple[str, ...] = field(default_factory=tuple)
+    """Credential values under 3 characters: masked only where they stand as a value (`user:pw`,
+    `'pw'`, `=pw`), since replacing every `p4` or `a` in a message would garble it."""
+
     @classmethod
     def for_server(cls, parts: ServerURL, api_key: str | None) -> "Secrets":
         found: list[str] = []
         if api_key:
             found.append(api_key)
         if parts.auth is not None:
+            user, password = parts.auth
             for value in parts.auth:
                 if value:
                     found += [value, httpx.URL("http://h/").copy_with(username=value).userinfo.decode()]
-        return cls(tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)))
+            pair = f"{user}:{password}"
+            # a server or proxy echoing the Authorization header shows the pair base64-encoded
+            token = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+            found += [pair, token, token.rstrip("=")]
+        short = {v for v in found if 0 < len(v) < 3}
+        return cls(tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)),
+                   tuple(sorted(short, key=len, reverse=True)))
 
     def scrub(self, text: str) -> str:
         for value in self.values:
             text = text.replace(value, MASK)
-        return text
+        for value in self.short:
+            text = re.sub(rf"(?<=[:='\"@]){re.escape(value)}(?=$|[@'\"\s,;)}}\]])", MASK, text)
+        return AUTH_VALUE.sub(_mask_auth_value, text)
+
+
+AUTH_VALUE = re.compile(r"\b(Basic|Bearer)(\s+)([A-Za-z0-9+/=._~-]{8,})", re.IGNORECASE)
+"""An Authorization header value quoted back by a server: masked whoever's it is."""
+
+
+def _mask_auth_value(match: re.Match[str]) -> str:
+    """`Basic YWxpY2U6…` → `Basic ***`; `Basic authentication` (a word, not a token) stays."""
+    token = match.group(3)
+    tail = token[1:]
+    looks_like_token = any(c.isdigit() or c in "+/=" for c in token) or (
+        any(c.isupper() for c in tail) and any(c.islower() for c in tail))
+    return f"{match.group(1)}{match.group(2)}{MASK}" if looks_like_token else match.group(0)
 
 
 def api_key_from_env() -> str | None:

@@ -8,6 +8,7 @@ without id fields, a bug that leaks prompt ids into `output_ids`) and fail in a 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,11 @@ class SimConfig:
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
                 raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
         latency = self.quirks.get("latency", 0)
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or latency < 0 or self.latency_s < 0:
+        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) \
+                or latency < 0 or not math.isfinite(self.latency_s) or self.latency_s < 0:
             raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
+        if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 2:
+            raise SimConfigError(f"max_model_len must be a whole number of at least 2, got {self.max_model_len!r}")
         if self.output_tokens is not None and self.output_tokens < 3:
             raise SimConfigError("output_tokens must be at least 3")
         if self.tokenizer_dir is not None:

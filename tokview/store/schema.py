@@ -98,6 +98,9 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # put_sample clears a sample's earlier failures on every write: without it, a full scan each
         "CREATE INDEX failures_sample_idx ON failures(sample_id)",
     )),
+    (3, "verdicts record an approval that overrode an error finding", (
+        "ALTER TABLE verdicts ADD COLUMN override BOOLEAN DEFAULT false",
+    )),
     (4, "one current failure per sample, with its attempt count", (
         # Reruns of a still-failing prompt used to add a row each (failures 240 for 80 missing
         # samples). A side table keeps the count, so `failures` keeps its columns for its readers.

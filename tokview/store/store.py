@@ -476,14 +476,16 @@ class Store(PartSink):
         return rows[0][0]
 
     def record_verdict(self, sample_id: str, status: str, reason: str | None = None, note: str | None = None,
-                       tags: Sequence[str] = (), who: str | None = None) -> None:
+                       tags: Sequence[str] = (), who: str | None = None, override: bool = False) -> None:
+        """`override`: the reviewer approved although the sample has an error finding (asked and confirmed)."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from {', '.join(STATUSES)})")
         with self._connection():
             self._status(sample_id)
             self._tx([
-                ("INSERT INTO verdicts (sample_id, \"at\", who, kind, status, reason, note, tags) "
-                 "VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?)", [sample_id, who, status, reason, note, list(tags)]),
+                ("INSERT INTO verdicts (sample_id, \"at\", who, kind, status, reason, note, tags, override) "
+                 "VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?, ?)",
+                 [sample_id, who, status, reason, note, list(tags), override]),
                 ("UPDATE samples SET status = ? WHERE sample_id = ?", [status, sample_id]),
             ])
 
@@ -503,6 +505,25 @@ class Store(PartSink):
                 ("UPDATE samples SET status = ? WHERE sample_id = ?", [restored, sample_id]),
             ])
             return restored
+
+    def undo_latest(self, sample_id: str, who: str | None = None) -> str | None:
+        """Take back the sample's latest verdict, note or tag, whichever came last (what `u` means in the app).
+
+        Returns what was undone ("verdict" or "note"), or None when there was nothing to undo.
+        """
+        with self._connection():
+            self._status(sample_id)
+            last = self.query("SELECT seq, kind FROM verdicts WHERE sample_id = ? AND kind IN ('verdict', 'note') "
+                              "AND NOT undone ORDER BY seq DESC LIMIT 1", [sample_id])
+            if not last:
+                return None
+            if last[0][1] == "note":
+                self._tx([("UPDATE verdicts SET undone = true WHERE seq = ?", [last[0][0]]),
+                          ("INSERT INTO verdicts (sample_id, \"at\", who, kind) VALUES (?, now(), ?, 'undo')",
+                           [sample_id, who])])
+                return "note"
+            self.undo_verdict(sample_id, who=who)
+            return "verdict"
 
     def add_note(self, sample_id: str, note: str, who: str | None = None, tags: Sequence[str] = ()) -> None:
         with self._connection():
@@ -531,15 +552,18 @@ class Store(PartSink):
             findings = [Finding(c, s, d, tuple(p or ())) for c, s, d, p in self.query(
                 "SELECT code, severity, detail, positions FROM findings WHERE sample_id = ? ORDER BY rowid",
                 [sample_id])]
-            history = [dict(zip(("seq", "at", "who", "kind", "status", "reason", "note", "tags", "undone"), h))
-                       for h in self.query("SELECT seq, \"at\", who, kind, status, reason, note, tags, undone "
-                                           "FROM verdicts WHERE sample_id = ? ORDER BY seq", [sample_id])]
+            history = [dict(zip(("seq", "at", "who", "kind", "status", "reason", "note", "tags", "undone",
+                                 "override"), h))
+                       for h in self.query("SELECT seq, \"at\", who, kind, status, reason, note, tags, undone, "
+                                           "override FROM verdicts WHERE sample_id = ? ORDER BY seq", [sample_id])]
         live = [h for h in history if h["kind"] == "verdict" and not h["undone"]]
-        tags = sorted({t for h in history if h["kind"] == "note" or h in live[-1:] for t in (h["tags"] or [])})
+        notes_live = [h for h in history if h["kind"] == "note" and not h["undone"]]
+        tags = sorted({t for h in notes_live + live[-1:] for t in (h["tags"] or [])})
         return StoredSample(
             sample_id=row["sample_id"], prompt_id=row["prompt_id"], run_id=row["run_id"],
             capture=capture_from_row(row), findings=findings, status=row["status"], valid=bool(row["valid"]),
-            n_errors=row["n_errors"], notes=[h["note"] for h in history if h["note"]], tags=tags, history=history,
+            n_errors=row["n_errors"], notes=[h["note"] for h in history if h["note"] and not h["undone"]], tags=tags,
+            history=history,
             turn=row["turn"], gen_index=row["gen_index"], profile=row["profile"],
             alignment=None if row["alignment"] is None else [ALIGN_STATUS.get(ch, "?") for ch in row["alignment"]],
             created_at=row["created_at"])

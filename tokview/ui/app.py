@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Iterable
 
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 
+from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
-from tokview.ui.screens.modals import RejectReason, TextPrompt
+from tokview.ui.screens.modals import Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
 
@@ -48,26 +48,7 @@ class TokviewApp(App):
 
     CSS_PATH = Path(__file__).parent / "styles" / "app.tcss"
     TITLE = "tokview"
-    BINDINGS = [
-        Binding("a", "approve", "Approve", tooltip="Approve the sample (written to the store at once).",
-                id="curate.approve"),
-        Binding("r", "reject", "Reject", tooltip="Reject the sample with a reason picked or typed.",
-                id="curate.reject"),
-        Binding("n", "note", "Note", show=False, tooltip="Attach a note to the sample.", id="curate.note"),
-        Binding("t", "tag", "Tag", show=False, tooltip="Tag the sample (comma-separated tags).", id="curate.tag"),
-        Binding("u", "undo", "Undo", tooltip="Take back the sample's latest verdict.", id="curate.undo"),
-        Binding("right_square_bracket", "next_unreviewed", "Next pending", key_display="]",
-                tooltip="Go to the next sample nobody has reviewed yet.", id="curate.next"),
-        Binding("g", "generate", "Generate", show=False, tooltip="Open the generate panel.", id="app.generate"),
-        Binding("D", "doctor", "Doctor", show=False, tooltip="Check the connected server.", id="app.doctor"),
-        Binding("S", "stats", "Stats", show=False, tooltip="Plots of lengths, finish reasons, findings.",
-                id="app.stats"),
-        Binding("T", "toggle_theme", "Theme", show=False, tooltip="Switch between light and dark.",
-                id="app.theme"),
-        Binding("question_mark,f1", "help", "Help", key_display="?", tooltip="All keys, generated from the bindings.",
-                id="app.help"),
-        Binding("q", "quit", "Quit", tooltip="Leave tokview.", id="app.quit"),
-    ]
+    BINDINGS = bindings("everywhere")
 
     def __init__(self, session: "Session", config: UIConfig | None = None) -> None:
         super().__init__()
@@ -77,8 +58,7 @@ class TokviewApp(App):
         self._open_index: int | None = None
 
     def on_mount(self) -> None:
-        if self.config.theme in self.available_themes:
-            self.theme = self.config.theme
+        self.theme = self.config.theme  # checked against the available themes when the config was read
         if self.config.keymap:
             self.set_keymap(self.config.keymap)
         self.samples_screen = SamplesScreen(self.session)
@@ -101,7 +81,8 @@ class TokviewApp(App):
             self.call_from_thread(self.notify, f"cannot open {sample_id}: {exc}", severity="error")
             return
         self.post_message(SampleReady(InspectData(stored.sample_id, stored.capture, analysis, stored.status,
-                                                  stored.notes, stored.tags), index, tokenizer, profile))
+                                                  stored.notes, stored.tags, stored.history),
+                                      index, tokenizer, profile))
 
     @on(SampleReady)
     def _sample_ready(self, event: SampleReady) -> None:
@@ -127,57 +108,96 @@ class TokviewApp(App):
             return isinstance(self.screen, (InspectScreen, SamplesScreen))
         return True
 
-    def _record(self, op: str, **kwargs) -> None:
+    def _target(self) -> tuple[str, int | None] | None:
+        """The sample a curation key applies to, or None after saying there is none (no dialog opens)."""
         current = self.current_sample()
         if current is None:
             self.bell()
-            return
-        sample_id, index = current
+            self.notify("no sample here: open one, or move the list cursor onto one", severity="warning",
+                        timeout=2)
+        return current
+
+    def _record(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
+        sample_id, index = target
         store = self.session.store
         if op == "verdict":
-            store.record_verdict(sample_id, kwargs["status"], reason=kwargs.get("reason"), who=self.session.who)
+            store.record_verdict(sample_id, kwargs["status"], reason=kwargs.get("reason"), who=self.session.who,
+                                 override=kwargs.get("override", False))
+            said = kwargs["status"] + (" (overriding its error findings)" if kwargs.get("override") else "")
         elif op == "undo":
-            store.undo_verdict(sample_id, who=self.session.who)
+            undone = store.undo_latest(sample_id, who=self.session.who)
+            said = {None: "nothing to undo", "note": "undid the last note/tag"}.get(undone, "undid the last verdict")
         else:
             store.add_note(sample_id, kwargs.get("note") or "", who=self.session.who, tags=kwargs.get("tags", ()))
+            said = "tagged " + ", ".join(kwargs["tags"]) if kwargs.get("tags") else "note saved"
         stored = store.load_sample(sample_id)
-        self._show_verdict(sample_id, index, stored.status, stored.notes, stored.tags)
+        self._show_verdict(sample_id, index, stored)
+        self.notify(f"{sample_id}: {said} · now {stored.status}" + ("" if op == "undo" else " (u undoes)"),
+                    timeout=2)
 
-    def _show_verdict(self, sample_id: str, index: int | None, status: str, notes: list[str],
-                      tags: list[str]) -> None:
+    def _show_verdict(self, sample_id: str, index: int | None, stored) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
-            self.screen.refresh_verdict(status, notes, tags)
+            self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
         if self.samples_screen is not None and index is not None:
             lst = self.samples_screen.sample_list
             row = lst.row(index)
             if row is not None and row.sample_id == sample_id:
-                lst.update_row(index, replace(row, status=status))
-        self.notify(f"{sample_id}: {status}", timeout=1.5)
+                lst.update_row(index, replace(row, status=stored.status))
 
     def action_approve(self) -> None:
-        self._record("verdict", status="approved")
+        target = self._target()
+        if target is None:
+            return
+        stored = self.session.store.load_sample(target[0])
+        errors = sorted({f.code for f in stored.findings if f.severity == "error"})
+        if not errors:
+            self._record(target, "verdict", status="approved")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._record(target, "verdict", status="approved", override=True)
+            else:
+                self.notify(f"{target[0]}: not approved", timeout=1.5)
+
+        self.push_screen(Confirm(f"Approve {target[0]} although it is invalid?",
+                                 f"error findings: {', '.join(errors)}. A trainer would learn from a broken "
+                                 f"sample; the verdict is recorded as an override."), answered)
 
     def action_reject(self) -> None:
+        target = self._target()
+        if target is None:
+            return
+
         def chosen(reason: str | None) -> None:
             if reason:
-                self._record("verdict", status="rejected", reason=reason)
+                self._record(target, "verdict", status="rejected", reason=reason)
 
         self.push_screen(RejectReason(self.config.reject_reasons), chosen)
 
     def action_note(self) -> None:
+        target = self._target()
+        if target is None:
+            return
         self.push_screen(TextPrompt("Note for this sample", "what a reviewer should know"),
-                         lambda note: note and self._record("note", note=note))
+                         lambda note: note and self._record(target, "note", note=note))
 
     def action_tag(self) -> None:
+        target = self._target()
+        if target is None:
+            return
+
         def chosen(text: str | None) -> None:
             tags = [t.strip() for t in (text or "").split(",") if t.strip()]
             if tags:
-                self._record("note", note="", tags=tags)
+                self._record(target, "note", note="", tags=tags)
 
         self.push_screen(TextPrompt("Tags (comma-separated)", "e.g. math, long"), chosen)
 
     def action_undo(self) -> None:
-        self._record("undo")
+        target = self._target()
+        if target is not None:
+            self._record(target, "undo")
 
     def action_next_unreviewed(self) -> None:
         if self.samples_screen is None:
@@ -227,7 +247,7 @@ class TokviewApp(App):
         from tokview.ui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self))
+            self.push_screen(HelpScreen(self.config.keymap))
 
     def samples_changed(self) -> None:
         """New samples landed (a batch from the generate panel): recount the list."""
@@ -235,14 +255,14 @@ class TokviewApp(App):
             self.samples_screen.action_reload()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """A palette entry for every binding of the app and the active screen."""
-        yield from super().get_system_commands(screen)
-        seen = set()
-        for node in (screen, self):
-            for _key, binding in node._bindings:
-                if binding.id in seen or not binding.id:
-                    continue
-                seen.add(binding.id)
-                action = binding.action
-                yield SystemCommand(binding.description, binding.tooltip or binding.description,
-                                    lambda node=node, action=action: self.run_action(action, node))
+        """The registry's commands live on this screen (once each), then Textual's own but Quit (ours)."""
+        live = {b.id: node for node, b, _enabled, _tip in screen.active_bindings.values() if b.id}
+        for key in KEYS:
+            node = live.get(key.id)
+            if key.palette and node is not None:
+                yield SystemCommand(key.description, key.help or key.description,
+                                    lambda node=node, action=key.action: self.run_action(action, node))
+        ours = {k.description for k in KEYS}
+        for command in super().get_system_commands(screen):
+            if command.title not in ours:
+                yield command

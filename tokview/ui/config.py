@@ -2,12 +2,14 @@
 
 Read from `$TOKVIEW_CONFIG` or `~/.config/tokview/config.toml` with `tomllib`. Only the `[ui]` and
 `[keymap]` tables belong to the app (other tables are other commands'); unknown keys in them are refused
-with a one-line error, so a typo never silently does nothing.
+with a one-line error, so a typo never silently does nothing: an unknown theme names the themes there are,
+a keymap id must be one of the bindings registry's, and a key bound twice where both are live names the clash.
 
     [ui]
     theme = "textual-light"
     view_mode = "both"
     reject_reasons = ["truncated", "bad answer"]
+    reviewer = "alice"          # who verdicts are recorded as (default: $USER)
 
     [keymap]
     "curate.approve" = "y"
@@ -21,6 +23,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokview.ui.bindings import keymap_problem, split_keys
 from tokview.ui.display import VIEW_MODES
 from tokview.ui.screens.modals import REJECT_REASONS
 
@@ -35,7 +38,14 @@ class UIConfig:
     view_mode: str = "pieces"
     reject_reasons: tuple[str, ...] = REJECT_REASONS
     keymap: dict[str, str] = field(default_factory=dict)
+    reviewer: str | None = None
     path: Path | None = None
+
+
+def theme_names() -> list[str]:
+    from textual.theme import BUILTIN_THEMES
+
+    return sorted(BUILTIN_THEMES)
 
 
 def config_path() -> Path:
@@ -55,12 +65,18 @@ def load_config(path: Path | None = None) -> UIConfig:
     keymap = data.get("keymap", {})
     if not isinstance(ui, dict) or not isinstance(keymap, dict):
         raise ConfigError(f"config {path}: [ui] and [keymap] must be tables")
-    unknown = set(ui) - {"theme", "view_mode", "reject_reasons"}
+    unknown = set(ui) - {"theme", "view_mode", "reject_reasons", "reviewer"}
     if unknown:
         raise ConfigError(f"config {path}: unknown [ui] keys {sorted(unknown)}")
     config = UIConfig(path=path)
     if "theme" in ui:
-        config.theme = str(ui["theme"])
+        if ui["theme"] not in theme_names():
+            raise ConfigError(f"config {path}: unknown theme {ui['theme']!r} (themes: {', '.join(theme_names())})")
+        config.theme = ui["theme"]
+    if "reviewer" in ui:
+        if not isinstance(ui["reviewer"], str) or not ui["reviewer"].strip():
+            raise ConfigError(f"config {path}: reviewer must be a non-empty string")
+        config.reviewer = ui["reviewer"].strip()
     if "view_mode" in ui:
         if ui["view_mode"] not in VIEW_MODES:
             raise ConfigError(f"config {path}: view_mode must be one of {', '.join(VIEW_MODES)}")
@@ -73,5 +89,8 @@ def load_config(path: Path | None = None) -> UIConfig:
     for binding_id, keys in keymap.items():
         if not isinstance(keys, str) or not keys.strip():
             raise ConfigError(f"config {path}: keymap {binding_id!r} must be a key string like \"ctrl+a\"")
-    config.keymap = {str(k): str(v) for k, v in keymap.items()}
+    config.keymap = {str(k): ",".join(split_keys(v)) for k, v in keymap.items()}
+    problem = keymap_problem(config.keymap)
+    if problem:
+        raise ConfigError(f"config {path}: {problem}")
     return config

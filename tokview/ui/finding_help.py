@@ -12,6 +12,7 @@ WHY: dict[str, str] = {
     "think_close_missing": "Reasoning never closed: the answer is missing or glued into the reasoning.",
     "think_close_repeated": "More than one closer: the model looped or the ids were concatenated wrongly.",
     "think_open_in_output_after_prefill": "The model emitted an opener although the template had already opened reasoning.",
+    "reasoning_with_thinking_off": "Thinking was off, yet the output reasons: the template kwarg never reached the template.",
     "empty_reasoning": "Reasoning was on but the model reasoned for zero tokens.",
     "empty_answer": "No answer after the closer: a drafter would learn to stop right after reasoning.",
     "truncated": "Cut by max tokens (finish_reason length): the sample never ends as a real turn does.",

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Static
+from textual.widgets import Button, Input, Static
+
+from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -36,11 +38,7 @@ def render_report(report) -> Text:
 
 
 class DoctorScreen(Screen):
-    BINDINGS = [
-        Binding("ctrl+s", "run", "Run checks", tooltip="Probe the server and run the doctor's checks.",
-                id="doctor.run"),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="doctor.back"),
-    ]
+    BINDINGS = bindings("doctor")
 
     class Done(Message):
         def __init__(self, report, error: str | None) -> None:
@@ -58,7 +56,7 @@ class DoctorScreen(Screen):
             yield Button("Run checks", id="doctor-run", variant="primary")
         with VerticalScroll(id="doctor-body"):
             yield Static("Press Run checks (ctrl+s) to probe the server.", id="doctor-report")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         if self.session.server_url:

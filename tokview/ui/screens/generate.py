@@ -15,17 +15,41 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+from textual.widgets import Button, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+
+from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.batch import BatchProgress, BatchSummary
     from tokview.ui.session import Session
 
-DEFAULT_PROMPTS = "sample_data/openai_messages.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[3] / "sample_data" / "openai_messages.jsonl"
+"""Absolute: the app may be started from any folder."""
+FORM_DEFAULTS = {"samples": "1", "temperature": "0.6", "max-tokens": "256"}
+"""What an empty field means; the boxes show these as placeholders, so what you see is what runs."""
+FORM_NAMES = {"--samples-per-prompt": "samples", "--max-new-tokens": "max tok", "--temperature": "temp",
+              "--prompts": "prompts", "--server": "server", "--top-p": "top p", "--concurrency": "concurrency",
+              "--timeout": "timeout", "--retries": "retries"}
+
+
+def default_prompts_shown() -> str:
+    """The default prompts file as the box shows it: short when under the current folder, else absolute;
+    either way it names the packaged file wherever the app was started."""
+    try:
+        return str(DEFAULT_PROMPTS.relative_to(Path.cwd()))
+    except ValueError:
+        return str(DEFAULT_PROMPTS)
+
+
+def in_form_words(message: str) -> str:
+    """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'."""
+    for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
+        message = message.replace(flag, label)
+    return message
 
 
 def typed_prompts(text: str) -> list:
@@ -44,12 +68,7 @@ def store_prompts(store) -> list:
 
 
 class GenerateScreen(Screen):
-    BINDINGS = [
-        Binding("ctrl+s", "run", "Run", tooltip="Start the batch with these settings.", id="generate.run"),
-        Binding("ctrl+c", "cancel", "Cancel run", tooltip="Stop the running batch (written samples stay).",
-                id="generate.cancel", priority=True),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="generate.back"),
-    ]
+    BINDINGS = bindings("generate")
 
     class Progress(Message):
         def __init__(self, progress: "BatchProgress") -> None:
@@ -82,15 +101,18 @@ class GenerateScreen(Screen):
                 yield Label("prompts", classes="form-label")
                 yield Select([("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
                              value="file", allow_blank=False, id="source")
-                yield Input(DEFAULT_PROMPTS, placeholder="prompts .jsonl / .parquet", id="prompts-file")
+                yield Input(default_prompts_shown(), placeholder="prompts .jsonl / .parquet", id="prompts-file")
             yield TextArea("What is 6 times 7?", id="typed", soft_wrap=True)
             with Horizontal(classes="form-row"):
                 yield Label("samples", classes="form-label")
-                yield Input("1", id="samples", type="integer")
+                yield Input(FORM_DEFAULTS["samples"], placeholder=FORM_DEFAULTS["samples"], id="samples",
+                            type="integer")
                 yield Label("temp", classes="form-label")
-                yield Input("0.6", id="temperature", type="number")
+                yield Input(FORM_DEFAULTS["temperature"], placeholder=FORM_DEFAULTS["temperature"], id="temperature",
+                            type="number")
                 yield Label("max tok", classes="form-label")
-                yield Input("256", id="max-tokens", type="integer")
+                yield Input(FORM_DEFAULTS["max-tokens"], placeholder=FORM_DEFAULTS["max-tokens"], id="max-tokens",
+                            type="integer")
             with Horizontal(classes="form-row"):
                 yield Label("thinking", classes="form-label")
                 yield Switch(True, id="thinking")
@@ -102,11 +124,23 @@ class GenerateScreen(Screen):
         with Vertical(id="generate-progress"):
             yield ProgressBar(total=1, id="bar", show_eta=False)  # determinate: no idle animation
             yield Static("idle", id="progress-line")
-        yield Footer()
+        yield KeysFooter()
+
+    def on_mount(self) -> None:
+        # the first field, not the form's scroll container: typing goes somewhere at once
+        self.query_one("#server", Input).focus()
 
     # -- form --------------------------------------------------------------------------------
     def _value(self, selector: str) -> str:
         return self.query_one(selector, Input).value.strip()
+
+    def _number(self, name: str, label: str, kind: type):
+        """A numeric field; empty means the default its placeholder shows."""
+        text = self._value(f"#{name}") or FORM_DEFAULTS[name]
+        try:
+            return kind(text)
+        except ValueError:
+            raise ValueError(f"{label}: {text!r} is not a number") from None
 
     def build_config(self):
         from tokview.batch import BatchConfig
@@ -117,9 +151,9 @@ class GenerateScreen(Screen):
         return BatchConfig(
             servers=[server], prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
             mode=str(self.query_one("#mode", Select).value), concurrency=4,
-            samples_per_prompt=int(self._value("#samples") or 1),
-            temperature=float(self._value("#temperature") or 1.0),
-            max_new_tokens=int(self._value("#max-tokens") or 256),
+            samples_per_prompt=self._number("samples", "samples", int),
+            temperature=self._number("temperature", "temp", float),
+            max_new_tokens=self._number("max-tokens", "max tok", int),
             thinking=self.query_one("#thinking", Switch).value, timeout=30.0, retries=2,
         )
 
@@ -130,8 +164,9 @@ class GenerateScreen(Screen):
         try:
             config = self.build_config()
         except ValueError as exc:
-            self.notify(f"cannot run: {exc}", severity="error")
-            self.query_one("#progress-line", Static).update(Text(f"cannot run: {exc}", "bold red"))
+            said = in_form_words(str(exc))
+            self.notify(f"cannot run: {said}", severity="error")
+            self.query_one("#progress-line", Static).update(Text(f"cannot run: {said}", "bold red"))
             return
         for note in self.url_notes:
             self.notify(note, title="server URL")
@@ -194,8 +229,9 @@ class GenerateScreen(Screen):
         self.query_one("#cancel", Button).disabled = True
         line = self.query_one("#progress-line", Static)
         if event.error:
-            line.update(f"failed: {event.error}")
-            self.notify(event.error, severity="error")
+            said = in_form_words(event.error)
+            line.update(f"failed: {said}")
+            self.notify(said, severity="error")
             return
         s = event.summary
         self.last_summary = s

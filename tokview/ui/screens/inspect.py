@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Label, OptionList, Static
+from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tokview.ui.bindings import bindings
 from tokview.ui.display import VIEW_MODES, kept_seq, served_seq
 from tokview.ui.finding_help import why
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
 
@@ -43,20 +44,45 @@ class InspectData:
     status: str = "pending"
     notes: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    """The store's verdict history (who, when, status, reason, note, override), oldest first."""
+
+
+SEVERITY_RANK = {"error": 0, "warn": 1, "info": 2}
+
+
+def review_text(status: str, history: list[dict], notes: list[str]) -> Text:
+    """The latest live verdict (who, when, why, override) and the notes: what earlier reviewers said."""
+    text = Text()
+    live = [h for h in history if h.get("kind") == "verdict" and not h.get("undone")]
+    if live:
+        h = live[-1]
+        at = h.get("at")
+        text.append(f"{h['status']}", {"approved": "bold green", "rejected": "bold red"}.get(h["status"], "bold"))
+        text.append(f" by {h.get('who') or 'unknown'}" + (f" at {at:%Y-%m-%d %H:%M}" if at else ""))
+        if h.get("reason"):
+            text.append(f" · reason: {h['reason']}", "bold")
+        if h.get("override"):
+            text.append(" · override: approved despite error findings", "bold red")
+    else:
+        text.append(f"{status} · no verdict yet", "italic")
+    for note in notes:
+        text.append(f"\nnote: {note}", "italic")
+    return text
+
+
+def first_position(analysis: "Analysis", n_prompt: int) -> int:
+    """Where inspect opens: the first error finding's first position, else the start of the output."""
+    for f in sorted(analysis.findings, key=lambda f: SEVERITY_RANK.get(f.severity, 3)):
+        if f.severity == "error" and f.positions:
+            return f.positions[0]
+    return n_prompt
 
 
 class InspectScreen(Screen):
     """Two synchronised token panes, a detail panel and the findings of one sample."""
 
-    BINDINGS = [
-        Binding("v", "cycle_mode", "View mode", tooltip="Cycle pieces / ids / both (piece over id).",
-                id="inspect.mode"),
-        Binding("f", "focus_findings", "Findings", tooltip="Move focus to the findings list.",
-                id="inspect.findings"),
-        Binding("s", "swap_pane", "Other pane", tooltip="Move focus to the other token pane.",
-                id="inspect.swap"),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="inspect.back"),
-    ]
+    BINDINGS = bindings("inspect")
 
     def __init__(self, data: InspectData, tokenizer: "TokenizerAdapter", profile: "ModelProfile",
                  mode: str = "pieces") -> None:
@@ -68,9 +94,11 @@ class InspectScreen(Screen):
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         if self.mirrored:
             self.served.linked, self.kept.linked = self.kept, self.served
+            self.served.share_cursor(self.kept)
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="inspect-title")
+        yield Static(review_text(self.data.status, self.data.history, self.data.notes), id="inspect-review")
         with Horizontal(id="panes"):
             with Vertical(classes="pane"):
                 yield Label(self._served_label(), classes="pane-label", id="served-label")
@@ -81,11 +109,17 @@ class InspectScreen(Screen):
         with Horizontal(id="inspect-bottom"):
             yield TokenDetail(id="detail")
             yield OptionList(*self._finding_options(), id="findings")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.served.focus()
-        self._show_detail(self.served, 0)
+        start = first_position(self.data.analysis, len(self.data.capture.prompt_ids))
+        self.served.cursor = start
+        if not self.mirrored:
+            self.kept.cursor = min(start, len(self.kept.seq) - 1)
+        self._show_detail(self.served, self.served.cursor)
+        self.call_after_refresh(self.served.scroll_to_cursor)
+        self.call_after_refresh(self.kept.scroll_to_cursor)
 
     # -- text --------------------------------------------------------------------------------
     def _title(self) -> Text:
@@ -114,9 +148,13 @@ class InspectScreen(Screen):
 
     def _finding_options(self) -> list[Option]:
         options = []
-        for i, f in enumerate(self.data.analysis.findings):
+        findings = self.data.analysis.findings
+        order = sorted(range(len(findings)), key=lambda i: (SEVERITY_RANK.get(findings[i].severity, 3), i))
+        for i in order:  # errors first: they decide whether the sample is valid
+            f = findings[i]
+            where = f" · {len(f.positions)} positions, enter jumps" if f.positions else " · no positions"
             text = Text.assemble((f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")), (f.code, "bold"),
-                                 "\n", f.detail)
+                                 (where, "dim"), "\n", f.detail)
             if why(f.code):
                 text.append("\n" + why(f.code), "dim italic")
             options.append(Option(text, id=f"finding-{i}"))
@@ -131,9 +169,13 @@ class InspectScreen(Screen):
 
     @on(TokenView.CursorMoved)
     def _cursor_moved(self, event: TokenView.CursorMoved) -> None:
-        if self.mirrored:
-            self._other(event.view).cursor = event.index  # equal value: no watcher, no ping-pong
-        self._show_detail(event.view, event.index)
+        # mirrored panes share one cursor (TokenView.share_cursor): nothing to copy back and forth here
+        self._show_detail(event.view, event.view.cursor)
+
+    def on_descendant_focus(self, event) -> None:
+        """The detail panel describes the focused pane's cursor (the panes differ in a diverged dual capture)."""
+        if isinstance(event.widget, TokenView):
+            self._show_detail(event.widget, event.widget.cursor)
 
     @on(TokenView.Scrolled)
     def _scrolled(self, event: TokenView.Scrolled) -> None:
@@ -166,8 +208,13 @@ class InspectScreen(Screen):
     @on(OptionList.OptionSelected, "#findings")
     def _finding_selected(self, event: OptionList.OptionSelected) -> None:
         finding = self._finding(event.option_id)
-        if finding is not None and finding.positions:
+        if finding is None:
+            return
+        if finding.positions:
             self.jump_to(finding.positions[0])
+        else:
+            self.notify(f"{finding.code} names no token positions: it is about the sample as a whole",
+                        timeout=3)
 
     def _finding(self, option_id: str | None):
         if not option_id or not option_id.startswith("finding-") or option_id == "finding-none":
@@ -196,7 +243,8 @@ class InspectScreen(Screen):
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
 
-    def refresh_verdict(self, status: str, notes: list[str], tags: list[str]) -> None:
-        """The store recorded a verdict: update the title line (attributes down)."""
-        self.data.status, self.data.notes, self.data.tags = status, notes, tags
+    def refresh_verdict(self, status: str, notes: list[str], tags: list[str], history: list[dict]) -> None:
+        """The store recorded a verdict: update the title and review lines (attributes down)."""
+        self.data.status, self.data.notes, self.data.tags, self.data.history = status, notes, tags, history
         self.query_one("#inspect-title", Static).update(self._title())
+        self.query_one("#inspect-review", Static).update(review_text(status, history, notes))

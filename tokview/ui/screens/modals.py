@@ -1,14 +1,15 @@
-"""Small modal screens for curation: a reject reason (picked or typed), a note, tags."""
+"""Small modal screens for curation: a reject reason (picked or typed), a note, tags, a yes/no question."""
 
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
+
+from tokview.ui.bindings import bindings
 
 REJECT_REASONS = (
     "truncated (no end of turn)",
@@ -23,7 +24,7 @@ REJECT_REASONS = (
 class TextPrompt(ModalScreen[str | None]):
     """One line of text; Enter keeps it, Escape cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel")]
+    BINDINGS = bindings("note / tag prompt")
 
     def __init__(self, title: str, placeholder: str = "", value: str = "") -> None:
         super().__init__()
@@ -45,7 +46,7 @@ class TextPrompt(ModalScreen[str | None]):
 class RejectReason(ModalScreen[str | None]):
     """Pick a reason from the list (Enter), or type one and press Enter; Escape cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal.cancel-reject")]
+    BINDINGS = bindings("reject dialog")
 
     def __init__(self, reasons: tuple[str, ...] = REJECT_REASONS) -> None:
         super().__init__()
@@ -68,3 +69,26 @@ class RejectReason(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+class Confirm(ModalScreen[bool]):
+    """A yes/no question: y says yes, n or Escape says no (the safe answer)."""
+
+    BINDINGS = bindings("confirm dialog")
+
+    def __init__(self, question: str, detail: str = "") -> None:
+        super().__init__()
+        self.question, self.detail = question, detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal", id="confirm"):
+            yield Label(self.question, classes="modal-title")
+            if self.detail:
+                yield Label(self.detail, id="confirm-detail")
+            yield Label("y yes · n / esc no", classes="modal-keys")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_decline(self) -> None:
+        self.dismiss(False)

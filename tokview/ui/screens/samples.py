@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Select, Static
+from textual.widgets import Input, Select, Static
 
 from tokview.store import STATUSES, SampleFilter
+from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
 if TYPE_CHECKING:
@@ -29,13 +30,7 @@ ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sam
 class SamplesScreen(Screen):
     """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
 
-    BINDINGS = [
-        Binding("slash", "focus_search", "Search", key_display="/", tooltip="Search sample ids, prompt ids and text.",
-                id="samples.search"),
-        Binding("o", "cycle_order", "Sort", tooltip="Cycle the sort order of the list.", id="samples.sort"),
-        Binding("ctrl+r", "reload", "Reload", tooltip="Count and load the list again.", id="samples.reload"),
-        Binding("escape", "focus_list", "List", show=False, id="samples.focus-list"),
-    ]
+    BINDINGS = bindings("samples")
 
     class Counted(Message):
         def __init__(self, generation: int, count: int) -> None:
@@ -62,7 +57,7 @@ class SamplesScreen(Screen):
             yield Select([], prompt="finding", id="code")
             yield Select([], prompt="run", id="run")
         yield SampleList(id="samples")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one(SampleList).focus()
@@ -92,7 +87,8 @@ class SamplesScreen(Screen):
         if event.generation != self._generation:
             return
         store, filters, order = self.session.store, self.filters, self.order
-        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit))
+        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit),
+                               self.empty_text())
         self._update_title(event.count)
 
     @on(Choices)
@@ -100,6 +96,18 @@ class SamplesScreen(Screen):
         code, run = self.query_one("#code", Select), self.query_one("#run", Select)
         code.set_options([(c, c) for c in event.codes])
         run.set_options([(r, r) for r in event.runs])
+
+    def empty_text(self) -> str:
+        """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
+        f = self.filters
+        active = [name for name, v in (("search", f.text), ("status", f.status), ("finding", f.code),
+                                        ("run", f.run_id), ("invalid only", f.valid is False)) if v]
+        if active:
+            return (f"No sample matches this {' + '.join(active)}.\n"
+                    "Clear the search box (/ then delete the text) or set the filters above back to blank.")
+        return ("This store holds no samples yet.\n"
+                "Press g to generate some from a server (D checks the server first),\n"
+                "or quit and run `tokview demo` for a store filled from the built-in simulator.")
 
     def _update_title(self, count: int) -> None:
         f = self.filters

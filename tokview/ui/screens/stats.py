@@ -1,5 +1,8 @@
 """The stats panel: output and reasoning length histograms, finish reasons, findings by code, progress.
 
+Counts are drawn as text bars (`BarChart`: every label listed, bars proportional); the two length
+histograms are plotext with whole-number count ticks.
+
 The numbers come from `Store.stats()` (the same dict `tokview stats` prints) plus one read of the
 length columns for the histograms, in a thread worker; plotting is textual-plotext.
 """
@@ -11,12 +14,15 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual_plotext import PlotextPlot
+
+from tokview.ui.bindings import bindings
+from tokview.ui.widgets.bar_chart import BarChart
+from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -40,10 +46,7 @@ def read_stats(session: "Session") -> StatsData:
 
 
 class StatsScreen(Screen):
-    BINDINGS = [
-        Binding("ctrl+r", "reload", "Reload", tooltip="Read the numbers again.", id="stats.reload"),
-        Binding("escape", "close", "Back", tooltip="Back to the samples list.", id="stats.back"),
-    ]
+    BINDINGS = bindings("stats")
 
     class Loaded(Message):
         def __init__(self, data: StatsData) -> None:
@@ -60,10 +63,10 @@ class StatsScreen(Screen):
         with Grid(id="stats-grid"):
             yield PlotextPlot(id="plot-output")
             yield PlotextPlot(id="plot-reasoning")
-            yield PlotextPlot(id="plot-finish")
-            yield PlotextPlot(id="plot-findings")
-            yield PlotextPlot(id="plot-review")
-        yield Footer()
+            yield BarChart(id="plot-finish")
+            yield BarChart(id="plot-findings")
+            yield BarChart(id="plot-review")
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -88,6 +91,11 @@ class StatsScreen(Screen):
     def _loaded(self, event: Loaded) -> None:
         self.data = d = event.data
         s = d.stats
+        if not s["samples"]:
+            self.query_one("#stats-summary", Static).update(
+                "No samples yet, so nothing to plot. Press escape, then g to generate some from a server, "
+                "or run `tokview demo` for a filled demo store.")
+            return
         by_status = s["by_status"]
         reviewed = by_status.get("approved", 0) + by_status.get("rejected", 0)
         total = max(1, s["samples"])
@@ -98,10 +106,12 @@ class StatsScreen(Screen):
             f"pending {by_status.get('pending', 0):,}")
         self._hist("#plot-output", d.output_lens, "output length (ids)")
         self._hist("#plot-reasoning", d.reasoning_lens, "reasoning length (ids before the closer)")
-        self._bars("#plot-finish", d.finish, "finish reasons")
-        self._bars("#plot-findings", {c: v["samples"] for c, v in s["findings"].items()}, "samples by finding code")
-        self._bars("#plot-review", {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")},
-                   f"review progress: {reviewed:,} of {s['samples']:,} reviewed", orientation="vertical")
+        self.query_one("#plot-finish", BarChart).set_data("finish reasons", d.finish)
+        self.query_one("#plot-findings", BarChart).set_data(
+            "samples by finding code", {c: v["samples"] for c, v in s["findings"].items()})
+        self.query_one("#plot-review", BarChart).set_data(
+            f"review progress: {reviewed:,} of {s['samples']:,} reviewed",
+            {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")})
 
     def _hist(self, selector: str, values: list[int], title: str) -> None:
         widget = self.query_one(selector, PlotextPlot)
@@ -109,14 +119,39 @@ class StatsScreen(Screen):
         plt.clear_data()
         plt.title(title)
         if values:
-            plt.hist(values, bins=20)
+            centers, counts, width = histogram(values, BINS)
+            plt.bar(centers, counts, width=width)
+            rows = widget.size.height - 5  # title, frame and x labels take the rest
+            ticks = integer_ticks(max(counts), most=max(2, rows // 2) if rows > 0 else 5)
+            plt.yticks(ticks, [str(t) for t in ticks])
+            plt.ylim(0, ticks[-1])
+            shown = centers[:: max(1, len(centers) // 4)]
+            plt.xticks(shown, [f"{round(c):,}" for c in shown])  # lengths are whole ids too
         widget.refresh()
 
-    def _bars(self, selector: str, counts: dict[str, int], title: str, orientation: str = "horizontal") -> None:
-        widget = self.query_one(selector, PlotextPlot)
-        plt = widget.plt
-        plt.clear_data()
-        plt.title(title)
-        if counts:
-            plt.bar(list(counts), list(counts.values()), orientation=orientation)
-        widget.refresh()
+
+BINS = 20
+
+
+def histogram(values: list[int], bins: int) -> tuple[list[float], list[int], float]:
+    """(bin centres, counts, bar width as a fraction) over equal-width bins from min to max."""
+    lo, hi = min(values), max(values)
+    step = max(1.0, (hi - lo) / bins)
+    n = max(1, min(bins, int((hi - lo) / step) + 1))
+    counts = [0] * n
+    for v in values:
+        counts[min(n - 1, int((v - lo) / step))] += 1
+    return [lo + step * (i + 0.5) for i in range(n)], counts, 0.9
+
+
+def integer_ticks(top: int, most: int = 5) -> list[int]:
+    """0 … ≥top in whole steps of 1, 2, 5, 10, 20, 50 …, at most `most` steps: a count axis never shows 0.67."""
+    top = max(1, top)
+    step, scale = 1, 1
+    while True:
+        step = next((m * scale for m in (1, 2, 5) if top / (m * scale) <= most), 0)
+        if step:
+            break
+        scale *= 10
+    last = -(-top // step) * step
+    return list(range(0, last + step, step))

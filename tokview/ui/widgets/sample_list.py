@@ -12,7 +12,6 @@ from typing import Callable, Sequence
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.message import Message
@@ -21,6 +20,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tokview.core.findings import DEFAULT_SEVERITY
+from tokview.ui.bindings import bindings
+from tokview.ui.widgets.token_view import readable_on
 
 PAGE = 200
 _RANK = {"error": 0, "warn": 1, "info": 2}
@@ -31,10 +32,22 @@ def badge_order(codes: Sequence[str]) -> list[str]:
     return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
 Fetch = Callable[[int, int], Sequence]
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
+FIXED = 11 + 6 + 7 + 7 + 7
+"""verdict, valid, finish, prompt, output: the columns of fixed width."""
 
 
 def _fit(text: str, width: int) -> str:
     return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
+
+
+def fit_middle(text: str, width: int) -> str:
+    """Cut in the middle, keeping more of the end: ids differ in their suffix (`typed-…@run_gen2`)."""
+    if len(text) <= width:
+        return text.ljust(width)
+    if width < 4:
+        return text[:width]
+    head = (width - 1) // 3
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 class SampleList(ScrollView, can_focus=True):
@@ -42,29 +55,31 @@ class SampleList(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {"sample-list--header", "sample-list--cursor", "sample-list--approved",
                          "sample-list--rejected", "sample-list--invalid", "sample-list--badge-error",
-                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading"}
+                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading",
+                         "sample-list--empty"}
     DEFAULT_CSS = """
     SampleList { overflow-x: hidden; background: $surface; }
     SampleList > .sample-list--header { background: $panel; text-style: bold; }
     SampleList > .sample-list--cursor { background: $primary 50%; }
     SampleList:focus > .sample-list--cursor { background: $primary; color: $text; }
-    SampleList > .sample-list--approved { color: $success; }
-    SampleList > .sample-list--rejected { color: $error; }
-    SampleList > .sample-list--invalid { color: $warning; }
-    SampleList > .sample-list--badge-error { color: $error; text-style: bold; }
-    SampleList > .sample-list--badge-warn { color: $warning; }
+    SampleList > .sample-list--approved { color: $text-success; }
+    SampleList > .sample-list--rejected { color: $text-error; }
+    SampleList > .sample-list--invalid { color: $text-warning; }
+    SampleList > .sample-list--badge-error { color: $text-error; text-style: bold; }
+    SampleList > .sample-list--badge-warn { color: $text-warning; }
     SampleList > .sample-list--badge-info { color: $text-muted; }
-    SampleList > .sample-list--loading { color: $text-disabled; }
+    SampleList > .sample-list--loading { color: $text-muted; }
+    SampleList > .sample-list--empty { color: $text; text-style: italic; }
+    /* light themes: the stock warning/error/success colours are too light on a light surface */
+    SampleList:light > .sample-list--approved { color: #1d5e20; }
+    SampleList:light > .sample-list--rejected { color: #a11212; }
+    SampleList:light > .sample-list--badge-error { color: #a11212; }
+    SampleList:light > .sample-list--invalid { color: #6b3500; }
+    SampleList:light > .sample-list--badge-warn { color: #6b3500; }
+    SampleList:light > .sample-list--badge-info { color: #4a4a4a; }
+    SampleList:light > .sample-list--loading { color: #4a4a4a; }
     """
-    BINDINGS = [
-        Binding("up", "move(-1)", "Previous sample", show=False, id="list.up"),
-        Binding("down", "move(1)", "Next sample", show=False, id="list.down"),
-        Binding("pageup", "page(-1)", "Page up", show=False, id="list.pageup"),
-        Binding("pagedown", "page(1)", "Page down", show=False, id="list.pagedown"),
-        Binding("home", "first", "First sample", show=False, id="list.home"),
-        Binding("end", "last", "Last sample", show=False, id="list.end"),
-        Binding("enter", "open", "Inspect", tooltip="Open the sample under the cursor.", id="list.open"),
-    ]
+    BINDINGS = bindings("sample list")
 
     cursor: var[int] = var(0, init=False)
 
@@ -86,10 +101,14 @@ class SampleList(ScrollView, can_focus=True):
         self._pages: dict[int, list] = {}
         self._requested: set[int] = set()
         self._cache: LRUCache[tuple[int, int, bool], Strip] = LRUCache(512)
+        self.empty_text = ""
+        """What to say when there are no rows (set by the screen: an empty store and a filter with no hits
+        need different advice)."""
 
     # -- data ---------------------------------------------------------------------------------
-    def reset(self, count: int, fetch: Fetch) -> None:
+    def reset(self, count: int, fetch: Fetch, empty_text: str = "") -> None:
         """A new filter or order: forget every page; rows load again as they become visible."""
+        self.empty_text = empty_text
         self._generation += 1
         self.count, self._fetch = count, fetch
         self._pages.clear()
@@ -132,19 +151,27 @@ class SampleList(ScrollView, can_focus=True):
         self.refresh()
 
     # -- rendering ------------------------------------------------------------------------------
-    def _columns(self, width: int) -> tuple[int, int]:
-        fixed = 2 + 2 + 8 + 7 + 7
-        id_width = max(12, min(48, (width - fixed) * 3 // 5))
-        return id_width, max(0, width - fixed - id_width)
+    def _columns(self, width: int) -> tuple[int, int, int]:
+        """(run, sample id, findings) widths for a total width."""
+        rest = max(0, width - FIXED)
+        run_width = max(8, min(16, rest // 5))
+        id_width = max(12, min(48, (rest - run_width) * 3 // 5))
+        return run_width, id_width, max(0, rest - run_width - id_width)
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if y == 0:
-            id_w, codes_w = self._columns(width)
-            text = ("st ok finish  prompt output " + _fit("sample", id_w) + _fit("findings", codes_w))
+            run_w, id_w, codes_w = self._columns(width)
+            text = ("verdict    valid finish prompt output " + _fit("run", run_w) + _fit("sample", id_w)
+                    + _fit("findings", codes_w))
             return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
                 "sample-list--header", partial=True))])
         index = y - 1 + int(self.scroll_offset.y)
+        if self.count == 0 and self.empty_text:
+            lines = self.empty_text.splitlines()
+            text = "  " + lines[y - 2] if 0 <= y - 2 < len(lines) else ""
+            return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
+                "sample-list--empty", partial=True))])
         if index >= self.count:
             return Strip.blank(width, self.rich_style)
         first, last = (int(self.scroll_offset.y) - PAGE // 2) // PAGE, (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE
@@ -162,21 +189,26 @@ class SampleList(ScrollView, can_focus=True):
         if row is None:
             return Strip([Segment(_fit("  …", width), base + self.get_component_rich_style(
                 "sample-list--loading", partial=True))])
-        strip = Strip(self._row_segments(row, width, base)).crop_extend(0, width, base)
+        segments = self._row_segments(row, width, base)
+        if is_cursor:  # on the cursor's background only black or white reads: the colours give way
+            fg = Style(color=readable_on(base.bgcolor))
+            segments = [Segment(seg.text, (seg.style or Style()) + fg) for seg in segments]
+        strip = Strip(segments).crop_extend(0, width, base)
         self._cache.set(key, strip)
         return strip
 
     def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
-        id_w, codes_w = self._columns(width)
+        run_w, id_w, codes_w = self._columns(width)
         status_style = base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True) \
             if row.status in ("approved", "rejected") else base
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
         return [
-            Segment(f"{STATUS_GLYPH.get(row.status, '?')}  ", status_style),
-            Segment("✓  " if row.valid else "✗  ", valid_style),
-            Segment(_fit(str(row.finish_reason or "—"), 8), base),
+            Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 10) + " ", status_style),
+            Segment("✓ yes " if row.valid else "✗ no  ", valid_style),
+            Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base),
             Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
-            Segment(_fit(row.sample_id, id_w), status_style),
+            Segment(fit_middle(str(row.run_id or "—"), run_w - 1) + " ", base),
+            Segment(fit_middle(row.sample_id, id_w - 1) + " ", status_style),
             *self._badges(row.codes, codes_w, base),
         ]
 

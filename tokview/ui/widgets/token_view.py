@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from rich.cells import cell_len
 from rich.segment import Segment
+from rich.color import Color
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -20,7 +20,31 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
+
+
+def readable_on(background: Color | None) -> Color | None:
+    """Black or white, whichever contrasts more with `background` (WCAG luminance)."""
+    if background is None:
+        return None
+    r, g, b = (c / 255 for c in background.get_truecolor())
+    lum = sum(w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+              for w, c in ((0.2126, r), (0.7152, g), (0.0722, b)))
+    return Color.parse("#000000") if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else Color.parse("#ffffff")
+
+
+class SharedCursor:
+    """The one cursor position of a pane, or of panes that mirror each other.
+
+    Why an object and not a reactive per pane: two panes that each keep a cursor and echo each other's
+    moves through messages fall behind when keys arrive in a burst (each stale echo moves the other pane
+    back, forever). Here there is one index; setting it repaints every pane that shares it, synchronously.
+    """
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.views: list["TokenView"] = []
 
 
 class TokenView(ScrollView, can_focus=True):
@@ -32,42 +56,45 @@ class TokenView(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     TokenView { overflow-x: hidden; overflow-y: auto; background: $surface; }
     TokenView > .token-view--prompt { color: $text-muted; }
-    TokenView > .token-view--prompt-special { color: $text-secondary; text-style: italic; }
-    TokenView > .token-view--delimiter { color: $warning; text-style: bold; }
-    TokenView > .token-view--reasoning { color: $accent; }
+    TokenView > .token-view--prompt-special { color: $text-muted; text-style: italic bold; }
+    TokenView > .token-view--delimiter { color: $text-warning; text-style: bold; }
+    TokenView > .token-view--reasoning { color: $text-accent; }
     TokenView > .token-view--answer { color: $text; }
-    TokenView > .token-view--stop { color: $error; text-style: bold; }
-    TokenView > .token-view--special { color: $text-secondary; text-style: bold; }
-    TokenView > .token-view--gap { color: $error 60%; }
-    TokenView > .token-view--partial { color: $warning; text-style: underline; }
-    TokenView > .token-view--drift { color: $error; text-style: bold underline; }
+    TokenView > .token-view--stop { color: $text-error; text-style: bold; }
+    TokenView > .token-view--special { color: $text; text-style: bold italic; }
+    TokenView > .token-view--gap { color: $text-error; }
+    TokenView > .token-view--partial { color: $text-warning; text-style: underline; }
+    TokenView > .token-view--drift { color: $text-error; text-style: bold underline; }
     TokenView > .token-view--empty { color: $text-disabled; }
-    TokenView > .token-view--alt { background: $primary 14%; }
+    /* light themes: warning and accent are light oranges, unreadable on a light surface; darkened */
+    TokenView:light > .token-view--delimiter { color: #5c2a00; }
+    TokenView:light > .token-view--partial { color: #7a3d00; }
+    TokenView:light > .token-view--reasoning { color: #753a00; }
+    TokenView:light > .token-view--prompt { color: $foreground-darken-1; }
+    TokenView:light > .token-view--prompt-special { color: $foreground-darken-1; }
+    TokenView > .token-view--alt { background: $primary 8%; }
     TokenView > .token-view--mark { text-style: underline; }
-    TokenView > .token-view--cursor { background: $primary 60%; text-style: bold; }
-    TokenView:focus > .token-view--cursor { background: $primary; color: $text; }
+    TokenView > .token-view--cursor { background: $primary 40%; text-style: bold; }
+    TokenView:focus > .token-view--cursor { background: $primary; }
     """
 
-    BINDINGS = [
-        Binding("left", "cursor(-1)", "Previous token", show=False, id="token.left"),
-        Binding("right", "cursor(1)", "Next token", show=False, id="token.right"),
-        Binding("up", "cursor_row(-1)", "Token above", show=False, id="token.up"),
-        Binding("down", "cursor_row(1)", "Token below", show=False, id="token.down"),
-        Binding("pageup", "cursor_page(-1)", "Page up", show=False, id="token.pageup"),
-        Binding("pagedown", "cursor_page(1)", "Page down", show=False, id="token.pagedown"),
-        Binding("home", "cursor_to_start", "First token", show=False, id="token.home"),
-        Binding("end", "cursor_to_end", "Last token", show=False, id="token.end"),
-    ]
+    BINDINGS = bindings("token panes")
 
-    cursor: var[int] = var(0, init=False)
     mode: var[str] = var("pieces", init=False)
 
     class CursorMoved(Message):
-        """The cursor moved to token `index` (messages up: the screen updates the detail panel)."""
+        """The cursor moved to token `index` (messages up: the screen updates the detail panel).
+
+        Only the pane that was moved posts it; a newer one replaces a queued older one, so a burst of
+        keys updates the detail panel once.
+        """
 
         def __init__(self, view: "TokenView", index: int) -> None:
             super().__init__()
             self.view, self.index = view, index
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, TokenView.CursorMoved) and message.view is self.view
 
         @property
         def control(self) -> "TokenView":
@@ -91,6 +118,8 @@ class TokenView(ScrollView, can_focus=True):
         self._marks: set[int] = set()
         self.linked: TokenView | None = None
         """A side-by-side pane that must wrap to the same width (so rows line up one for one)."""
+        self._cursor = SharedCursor()
+        self._cursor.views.append(self)
         self._tops: list[str] = []
         self._bottoms: list[str] | None = None
         self._widths: list[int] = []
@@ -115,7 +144,7 @@ class TokenView(ScrollView, can_focus=True):
 
     def set_seq(self, seq: TokenSeq) -> None:
         self._seq = seq
-        self.set_reactive(TokenView.cursor, 0)
+        self._cursor.index = 0
         self._prepare_cells()
         self._invalidate_layout()
 
@@ -178,8 +207,9 @@ class TokenView(ScrollView, can_focus=True):
                 style += self._component("token-view--alt")
             if mark:
                 style += self._component("token-view--mark")
-            if cursor:
+            if cursor:  # the cursor's background decides the text colour: black or white, whichever reads
                 style += self._component("token-view--cursor")
+                style += Style(color=readable_on(style.bgcolor))
             self._styles[key] = style
         return style
 
@@ -234,15 +264,31 @@ class TokenView(ScrollView, can_focus=True):
                 self._cache.discard((vy, cursor))
         self.refresh_lines(row * rpl, rpl)
 
-    def validate_cursor(self, value: int) -> int:
-        return max(0, min(value, len(self._tops) - 1)) if self._tops else 0
+    def share_cursor(self, other: "TokenView") -> None:
+        """Make `other` show this pane's cursor: one index for both, moved by either."""
+        other._cursor = self._cursor
+        self._cursor.views.append(other)
 
-    def watch_cursor(self, old: int, new: int) -> None:
+    @property
+    def cursor(self) -> int:
+        return self._cursor.index
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        value = max(0, min(value, len(self._tops) - 1)) if self._tops else 0
+        old = self._cursor.index
+        if value == old:
+            return
+        self._cursor.index = value
+        for view in self._cursor.views:
+            view._show_cursor_move(old, value)
+        self.post_message(self.CursorMoved(self, value))
+
+    def _show_cursor_move(self, old: int, new: int) -> None:
         self._ensure_wrap()
-        for index in {old, new}:
+        for index in (old, new):
             self._refresh_token(index)
         self.scroll_to_cursor()
-        self.post_message(self.CursorMoved(self, new))
 
     def scroll_to_cursor(self) -> None:
         if not self._starts:

@@ -1,0 +1,139 @@
+"""Prompt rows are checked when the file is read (line numbers, clean messages), and the exit code says
+when rows were skipped or the file held nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import BatchConfig, InputError, read_prompts
+from tokview.batch.config import BatchSummary, reason_class
+from tokview.cli import main
+
+
+def _write(tmp_path: Path, *lines: str, name: str = "p.jsonl", bom: bool = False) -> Path:
+    path = tmp_path / name
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + "".join(line + "\n" for line in lines).encode("utf-8"))
+    return path
+
+
+def _row(**kw) -> str:
+    return json.dumps(kw)
+
+
+@pytest.mark.parametrize("row, expected", [
+    (_row(id="a", messages=[{"role": "user", "content": 123}]), "line 1: turn 1 `content` must be a string"),
+    (_row(id="a", messages=[{"role": "user", "content": {"a": 1}}]), "not an object"),
+    (_row(id="a", conversations=[{"from": "human", "value": 5}]), "line 1: turn 1 `value` must be a string"),
+    (_row(id="a", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+     "part 1 (image_url) has no text string"),
+    (_row(id="a", messages=[{"role": "user", "content": [7]}]), "part 1 is a number"),
+    ('{"id": "a", "prompt": "hi \\ud800 there"}', "lone UTF-16 surrogate U+D800"),
+    ('{"id": "a\\u0000b", "prompt": "hi"}', "control character U+0000"),
+    (_row(id=[1], prompt="hi"), "`id` must be a string or a whole number"),
+    (_row(id="a", messages=[{"role": "user", "content": "x", "reasoning_content": 3}]), "must be a string"),
+])
+def test_a_bad_row_is_named_by_line_when_the_file_is_read(tmp_path, row, expected):
+    path = _write(tmp_path, row, _row(id="good", prompt="fine"))
+    rows, bad = read_prompts(path)
+    assert [r.prompt_id for r in rows] == ["good"]
+    assert len(bad) == 1 and bad[0].startswith("line 1:") and expected.split("line 1: ")[-1] in bad[0], bad
+
+
+def test_an_object_as_content_is_not_stored_as_an_empty_prompt(tmp_path):
+    # before: parse_row kept {"a": 1} as the content and the template rendered an empty user turn
+    rows, bad = read_prompts(_write(tmp_path, _row(id="x", messages=[{"role": "user", "content": {"a": 1}}])))
+    assert rows == [] and "turn 1 `content` must be a string or a list of text parts, not an object" in bad[0]
+
+
+def test_text_parts_still_read(tmp_path):
+    rows, bad = read_prompts(_write(tmp_path, _row(id="x", messages=[
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])))
+    assert not bad and rows[0].messages[0]["content"] == "ab"
+
+
+def test_the_same_id_with_other_text_is_a_conflict_not_a_duplicate(tmp_path):
+    path = _write(tmp_path, _row(id="q", prompt="one"), _row(id="q", prompt="one"), _row(id="q", prompt="two"))
+    rows, bad = read_prompts(path)
+    assert len(rows) == 2  # the identical repeat stays a duplicate for the planner to count
+    assert bad == ["line 3: id 'q' conflicts with line 1: same id, different conversation "
+                   "(give one of them another id)"]
+
+
+def test_a_byte_order_mark_is_not_a_bad_row(tmp_path):
+    rows, bad = read_prompts(_write(tmp_path, _row(id="a", prompt="hi"), bom=True))
+    assert not bad and [r.prompt_id for r in rows] == ["a"]
+
+
+def test_json_errors_have_a_clean_message(tmp_path):
+    rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "tab\there"}', "{nope"))
+    assert bad[0] == ("line 1: not valid JSON: a raw control character U+0009 inside a string at column 27 "
+                      "(JSON needs it escaped as \\t)")
+    assert bad[1] == "line 2: not valid JSON: expecting property name enclosed in double quotes at column 2"
+    assert not any(" at at " in b for b in bad)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n"])
+def test_an_empty_or_blank_file_is_an_error_not_a_run_of_zero(tmp_path, capsys, content):
+    path = tmp_path / "empty.jsonl"
+    path.write_text(content)
+    with pytest.raises(InputError, match="holds no prompt rows"):
+        read_prompts(path)
+    db = tmp_path / "never.duckdb"
+    code = main(["batch", str(path), "--server", "http://127.0.0.1:9", "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "holds no prompt rows" in err
+    assert not db.exists()
+
+
+def test_skipped_bad_rows_make_exit_code_4_and_failures_win():
+    summary = BatchSummary(run_id="r", input=3, ok=2, skipped=1, bad_rows=["line 2: x"])
+    assert summary.exit_code == 4
+    summary.failed, summary.ok = 1, 1
+    assert summary.exit_code == 3
+    assert BatchSummary(run_id="r", input=1, ok=1).exit_code == 0
+
+
+@pytest.mark.parametrize("flag", ["--temperature", "--top-p", "--timeout"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_non_finite_numbers_are_refused(tmp_path, capsys, flag, value):
+    db = tmp_path / "never.duckdb"
+    path = _write(tmp_path, _row(id="a", prompt="hi"))
+    code = main(["batch", str(path), "--server", "http://127.0.0.1:9", "--db", str(db), f"{flag}={value}"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"{flag} must be a finite number" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(InputError, match="finite"):
+        BatchConfig(servers=["http://x"], temperature=float(value)).validate() if flag == "--temperature" \
+            else BatchConfig(servers=["http://x"], top_p=float(value)).validate() if flag == "--top-p" \
+            else BatchConfig(servers=["http://x"], timeout=float(value)).validate()
+
+
+def test_sim_and_doctor_refuse_non_finite_seconds(capsys):
+    assert main(["sim", "--latency", "inf", "--port", "0"]) == 1
+    assert main(["doctor", "--server", "http://127.0.0.1:9", "--timeout", "nan"]) == 1
+    err = capsys.readouterr().err
+    assert "--latency must be a finite number" in err and "--timeout must be a finite number" in err
+
+
+def test_failures_are_grouped_by_reason_class():
+    reasons = {
+        "HTTP 500 from POST /generate: boom 1 (gave up after 4 attempts)": 3,
+        "HTTP 500 from POST /generate: boom 2 (gave up after 4 attempts)": 2,
+        "timed out after 5s waiting for POST http://127.0.0.1:1/generate (gave up after 4 attempts)": 1,
+        "unexpected error: TypeError: 'int' object is not iterable": 1,
+        "over_max_length: the prompt has 40 tokens, the server's max_model_len is 32": 2,
+    }
+    summary = BatchSummary(run_id="r", input=9, failed=9, failures_by_reason=reasons)
+    assert summary.failures_by_class == {"HTTP 500 from POST /generate": 5, "over_max_length": 2,
+                                         "timed out": 1, "unexpected error: TypeError": 1}
+    assert summary.failure_examples()["HTTP 500 from POST /generate"].startswith("HTTP 500 from POST /generate: boom 1")
+    assert "failed x5: HTTP 500 from POST /generate (e.g. HTTP 500" in summary.render()
+    assert reason_class("cannot connect to http://h:1 (ConnectError: refused)") == "cannot connect"
+
+
+def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path):
+    rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "hi", "meta": "\\udc80"}',
+                                    '{"id": "b", "prompt": "hi", "system": "\\udc80"}'))
+    assert [r.prompt_id for r in rows] == ["a"] and bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")

@@ -1,0 +1,93 @@
+"""Prompts longer than the server's max_model_len are failed as `over_max_length` before they are sent,
+measured without tokenizing when a bound already decides, over real sockets against the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.limits import prompt_length
+from tokview.cli import main
+from tokview.servers import CaptureRequest, ServerPool
+from tokview.servers.features import context_limit
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+from test_store_fixtures import kimi, profile
+
+LIMIT = 600
+
+
+def _prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "p.jsonl"
+    rows = [{"id": "short", "prompt": "hello"},
+            {"id": "fits", "prompt": "the " * 150},  # 683 rendered bytes but 313 tokens: counted exactly, fits
+            {"id": "long", "prompt": "the " * 1000},  # 2013 tokens
+            {"id": "huge", "prompt": "word " * 600_000}]  # 3 MB: refused by the lower bound, never tokenized
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("kind, generate_path", [("vllm", "/v1/completions"), ("sglang", "/generate")])
+async def test_over_max_length_is_recorded_and_never_sent(tmp_path, kind, generate_path):
+    with start_simulator(SimConfig(kind=kind, max_model_len=LIMIT)) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=_prompts(tmp_path), tokenizer=kimi(),
+                             model_profile=profile(), max_new_tokens=20, timeout=10.0)
+        with Store(tmp_path / "s.duckdb") as store:
+            summary = await run_batch(config, store)
+            reasons = dict(store.query("SELECT prompt_id, reason FROM failures"))
+        sent = sim.stats.requests[generate_path]
+    assert (summary.ok, summary.failed) == (2, 2) and summary.balanced
+    assert summary.failures_by_class == {"over_max_length": 2}
+    assert reasons["long"] == (f"over_max_length: the prompt has 2013 tokens; the server's max_model_len is {LIMIT}, "
+                               f"which leaves no room for output: shorten or drop this prompt")
+    assert reasons["huge"].startswith("over_max_length: the prompt has at least ")
+    assert "counted without tokenizing it" in reasons["huge"]
+    assert sent == 1 + 2  # the probe's 1-token request and the two prompts that fit: nothing else went out
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_the_probe_learns_max_model_len(kind):
+    with start_simulator(SimConfig(kind=kind, max_model_len=1234)) as sim:
+        async with ServerPool(sim.url, tokenizer=kimi(), profile=profile(), timeout=5.0) as pool:
+            (info,) = pool.server_info()
+    assert info["max_model_len"] == 1234
+
+
+def test_context_limit_reads_every_shape_servers_use():
+    assert context_limit({"object": "list", "data": [{"id": "m", "max_model_len": 2048}]}) == 2048  # vLLM 0.32
+    assert context_limit(None, {"model_path": "m"}, {"context_length": 4096}) == 4096  # SGLang /get_server_info
+    assert context_limit({"tokens": [1], "count": 1, "max_model_len": 512}) == 512  # /tokenize
+    assert context_limit({"data": [{"id": "m"}]}, {"context_length": None}, {"max_model_len": 0}) is None
+
+
+def test_bounds_decide_without_tokenizing_and_agree_with_the_exact_count():
+    tok, prof = kimi(), profile()
+    huge = CaptureRequest(messages=[{"role": "user", "content": "word " * 600_000}])
+    assert prompt_length(huge, tok, prof, LIMIT) == (3_000_000 // 28 + 1, False)
+    short = CaptureRequest(messages=[{"role": "user", "content": "hello"}])
+    tokens, exact = prompt_length(short, tok, prof, LIMIT)
+    real = len(tok.render(short.messages, template_kwargs=prof.template_kwargs(True)))
+    assert not exact and real <= tokens < LIMIT  # an upper bound under the limit: no tokenizing needed
+    fits = CaptureRequest(messages=[{"role": "user", "content": "the " * 150}])
+    assert prompt_length(fits, tok, prof, LIMIT) == (313, True)
+
+
+def test_sim_cli_takes_max_model_len(capsys):
+    assert main(["sim", "--max-model-len", "1", "--port", "0"]) == 1
+    assert "--max-model-len must be at least 2" in capsys.readouterr().err
+
+
+async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_path):
+    path = tmp_path / "many.jsonl"
+    rows = [{"id": f"long{i}", "prompt": "the " * 1000} for i in range(4)] + [{"id": "short", "prompt": "hello"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with start_simulator(SimConfig(kind="vllm", max_model_len=LIMIT)) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=path, tokenizer=kimi(), model_profile=profile(),
+                             max_new_tokens=20, timeout=10.0, concurrency=1, max_consecutive_failures=2)
+        with Store(tmp_path / "s.duckdb") as store:
+            summary = await run_batch(config, store)
+    assert summary.stopped is None and (summary.ok, summary.failed) == (1, 4) and summary.exit_code == 3

@@ -1,0 +1,97 @@
+"""`tokview tokenize`: ids and pieces of texts or a chat prompt, special ids marked, one line per error."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from tokview.cli import main
+from tokview.core.kimi_layout import build_kimi_tiktoken_dir
+from tokview.core.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiktoken_dir(tmp_path_factory):
+    return build_kimi_tiktoken_dir(tmp_path_factory.mktemp("kimi-tiktoken"))
+
+
+def _run(capsys, *argv):
+    code = main(["tokenize", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_texts_with_special_ids_marked(capsys, tiktoken_dir):
+    code, out, err = _run(capsys, "--tokenizer", tiktoken_dir, "Hello <think>世界", "x")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == (f"tokenizer {tiktoken_dir} (loaded from native tiktoken), 163842 ids; * marks special ids")
+    assert "text 'Hello <think>世界': 9 ids" in lines
+    assert "  288 32 163606* 228 184 150 231 149 140" in lines
+    assert "      2   163606* '<think>'" in lines and "      5      150  '世'" in lines
+    assert "      3      228  '‹e4›'" in lines  # a byte that completes no character
+
+
+def test_json_one_object_per_line_from_stdin(capsys, monkeypatch, kimi_tok_dir, kimi_tok):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("a b\n<|im_end|>\n\n".encode())))
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--json", "first", "-")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [r["text"] for r in rows] == ["first", "a b", "<|im_end|>", ""]
+    for row in rows:
+        assert set(row) == {"text", "ids", "pieces"}
+        assert row["ids"] == kimi_tok.encode(row["text"]) and row["pieces"] == kimi_tok.pieces(row["ids"])
+    assert rows[2]["ids"] == [163586]
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_chat_prints_the_prompt_ids_tokview_sends(capsys, tmp_path, tiktoken_dir, thinking):
+    chat = tmp_path / "chat.json"
+    messages = [{"role": "user", "content": "What is 6 times 7?"}]
+    chat.write_text(json.dumps(messages))
+    code, out, _ = _run(capsys, "--tokenizer", tiktoken_dir, "--chat", chat, "--json",
+                        "--thinking" if thinking else "--no-thinking")
+    (row,) = [json.loads(line) for line in out.splitlines()]
+    expected = load_tokenizer(tiktoken_dir).render(messages, template_kwargs={"thinking": thinking})
+    assert code == 0 and row["ids"] == expected
+    assert row["ids"][-1] == (163606 if thinking else 163607) and row["text"].startswith("<|im_user|>user")
+
+
+def test_chat_with_several_assistant_turns(capsys, tmp_path, kimi_tok_dir):
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                                             {"role": "user", "content": "c"}]}))
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", chat)
+    assert code == 0
+    assert [line.split(" '")[0] for line in out.splitlines() if line.startswith("chat prompt")] == [
+        'chat prompt (assistant turn 0) {"thinking": true}', 'chat prompt (assistant turn 1) {"thinking": true}']
+
+
+@pytest.mark.parametrize("setup, expected", [
+    (lambda d: d, "no tokenizer files in {d}"),
+    (lambda d: (d / "f.json").write_text("{}") and d / "f.json", "tokenizer path {d}/f.json is a file, not a folder"),
+    (lambda d: d / "missing", "tokenizer directory not found: {d}/missing"),
+])
+def test_folders_that_cannot_load_are_one_line(capsys, tmp_path, setup, expected):
+    code, out, err = _run(capsys, "--tokenizer", setup(tmp_path), "hi")
+    assert code == 1 and out == ""
+    assert err.startswith("tokview: error: " + expected.format(d=tmp_path)) and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("[{\"role\": \"user\", \"content\": \"a\tb\"}]", "is not valid JSON: Invalid control character"),
+    ("[{\"role\": \"wizard\", \"content\": \"a\"}]", "unknown role 'wizard'"),
+    ("{\"nothing\": 1}", "no `messages`"),
+])
+def test_bad_chat_files_are_one_line(capsys, tmp_path, kimi_tok_dir, content, expected):
+    chat = tmp_path / "chat.json"
+    chat.write_text(content)
+    code, _, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", chat)
+    assert code == 1 and expected in err and err.startswith(f"tokview: error: {chat}") and err.count("\n") == 1
+
+
+def test_nothing_to_tokenize(capsys):
+    code, _, err = _run(capsys)
+    assert code == 1 and "nothing to tokenize" in err

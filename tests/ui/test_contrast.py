@@ -1,0 +1,94 @@
+"""Every colour pair tokview uses for text reaches WCAG AA (4.5:1) in both themes the app switches between.
+
+Measured on the styles the widgets really paint with (component classes blended over their background),
+for every token style class, alternate shading, cursor (focused and not) and finding marks, and for the
+sample list's rows, badges and cursor.
+"""
+
+from __future__ import annotations
+
+import pytest
+from rich.color import Color
+from rich.style import Style
+
+from tests.ui.conftest import settle
+from tests.ui.test_token_view import InspectApp
+from tokview.ui.display import STYLE_CLASSES
+from tokview.ui.screens.inspect import InspectData
+
+THEMES = ("textual-dark", "textual-light")
+AA = 4.5
+
+
+def luminance(color: Color) -> float:
+    r, g, b = color.get_truecolor()
+
+    def channel(c: int) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+
+def contrast(style: Style) -> float:
+    assert style.color is not None and style.bgcolor is not None, style
+    a, b = sorted((luminance(style.color), luminance(style.bgcolor)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def test_the_contrast_formula_matches_wcag():
+    assert contrast(Style(color="#000000", bgcolor="#ffffff")) == pytest.approx(21.0)
+    assert contrast(Style(color="#777777", bgcolor="#ffffff")) == pytest.approx(4.48, abs=0.01)
+
+
+@pytest.mark.parametrize("theme", THEMES)
+async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
+    capture, analysis = short
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.theme = theme
+        await pilot.pause()
+        low = []
+        for view in (app.screen.served, app.screen.kept):
+            for focused in (True, False):
+                (view.focus() if focused else app.screen.query_one("#findings").focus())
+                await pilot.pause()
+                view._styles.clear()
+                for cls, name in enumerate(STYLE_CLASSES):
+                    if name == "empty":
+                        continue  # blank cells (prompt positions in the right pane): no text to read
+                    for alt in (False, True):
+                        for cursor in (False, True):
+                            for mark in (False, True):
+                                ratio = contrast(view._style(cls, alt, cursor, mark))
+                                if ratio < AA:
+                                    low.append((view.id, focused, name, alt, cursor, mark, round(ratio, 2)))
+        assert not low, low
+
+
+@pytest.mark.parametrize("theme", THEMES)
+async def test_sample_list_rows_reach_aa_as_painted(theme, make_app, store):
+    """Every segment of every painted row (header, verdict colours, invalid marks, badges), with the cursor
+    on each row in turn, focused and not."""
+    store.record_verdict("p001@demo_gen0", "approved")
+    store.record_verdict("p002@demo_gen0", "rejected", reason="duplicate")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.theme = theme
+        await settle(app, pilot)
+        lst = app.screen.sample_list
+        low = set()
+        for focused in (True, False):
+            (lst.focus() if focused else app.screen.query_one("#search").focus())
+            await pilot.pause()
+            for cursor in range(6):
+                lst.cursor = cursor
+                lst._cache.clear()
+                for y in range(8):
+                    for seg in lst.render_line(y):
+                        if seg.text.strip() and contrast(seg.style) < AA:
+                            low.add((focused, cursor == y - 1, seg.text.strip()[:12], round(contrast(seg.style), 2)))
+        title = app.screen.query_one("#samples-title")
+        if contrast(title.rich_style) < AA:
+            low.add(("samples-title", round(contrast(title.rich_style), 2)))
+        assert not low, sorted(low, key=str)[:10]

@@ -1,0 +1,43 @@
+"""The generate panel's form: an absolute default prompts path, empty fields mean the defaults they show,
+and errors name the form's fields, not the CLI's flags."""
+
+from __future__ import annotations
+
+import os
+
+from textual.widgets import Input, Static
+
+from tests.ui.conftest import settle
+from tokview.ui.screens.generate import GenerateScreen, in_form_words
+
+
+async def test_the_form_defaults_are_what_runs(make_app, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # started from another folder: the default prompts still exist
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, GenerateScreen)
+        prompts = screen.query_one("#prompts-file", Input).value
+        assert os.path.isabs(prompts) and os.path.isfile(prompts)
+        for name in ("temperature", "samples", "max-tokens"):
+            box = screen.query_one(f"#{name}", Input)
+            box.value = ""
+        config = screen.build_config()
+        assert (config.temperature, config.samples_per_prompt, config.max_new_tokens) == (0.6, 1, 256)
+        assert screen.query_one("#temperature", Input).placeholder == "0.6"
+
+
+async def test_panel_errors_name_the_form_fields(make_app):
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#max-tokens", Input).value = "0"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        line = str(screen.query_one("#progress-line", Static).render())
+        assert "max tok must be at least 1" in line and "--" not in line
+    assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"

@@ -1,0 +1,152 @@
+"""Discoverability and layout at 80 columns: the footer shows every key, help keeps its id column, the list
+says what its columns are, inspect opens where the problem is and gives the findings room."""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, Input
+from textual.widgets._footer import FooterKey
+
+from tests.ui.conftest import settle
+from tests.ui.test_curation import open_first
+from tokview.ui.bindings import KEYS
+from tokview.ui.screens.help import HelpScreen
+from tokview.ui.widgets.sample_list import fit_middle
+
+
+def footer_keys(app) -> dict[str, object]:
+    return {k.key_display: k.region for k in app.screen.query(FooterKey)}
+
+
+async def test_at_80_columns_the_footer_shows_every_key_of_the_screen(make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        shown = footer_keys(app)
+        assert {"g", "D", "S", "n", "t", "T", "?", "a", "r", "u", "]", "/", "o", "q"} <= set(shown)
+        for key, region in shown.items():
+            assert region.right <= 80 and region.y < 24 and region.width >= len(key) + 2, (key, region)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        shown = footer_keys(app)
+        assert {"v", "f", "s", "esc", "?"} <= set(shown)
+        assert all(r.right <= 80 and r.y < 24 for r in shown.values())
+
+
+async def test_help_at_80_columns_shows_the_binding_ids(make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        table = app.screen.query_one(DataTable)
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[:2] == ["keys", "id"]
+        id_end = sum(c.get_render_width(table) for c in list(table.columns.values())[:2])
+        assert id_end <= table.size.width
+        assert table.row_count == len(KEYS)
+
+
+async def test_generate_focuses_its_first_field(make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        await settle(app, pilot)
+        assert isinstance(app.focused, Input) and app.focused.id == "server"
+
+
+async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        lst = app.screen.sample_list
+        header = lst.render_line(0).text
+        assert header.startswith("verdict    valid finish") and " run " in header and "st ok" not in header
+        first = lst.render_line(1).text
+        assert "pending" in first and "run-a" in first and "gen0" in first
+    cut = fit_middle("typed-3f2a9c1b77@demo-chat_gen12", 16)
+    assert len(cut) == 16 and cut.startswith("typed") and cut.endswith("_gen12")
+
+
+async def test_inspect_opens_at_the_first_error_and_lists_errors_first(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 80)) as pilot:
+        sid = await open_first(app, pilot)  # p000: truncated, with a long output
+        screen = app.screen
+        findings = screen.data.analysis.findings
+        first_error = next(f for f in findings if f.severity == "error" and f.positions)
+        assert screen.served.cursor == first_error.positions[0] != 0
+        listed = [findings[int(o.id.split("-")[1])].severity for o in screen.query_one("#findings").options]
+        assert listed == sorted(listed, key=["error", "warn", "info"].index)
+        assert screen.query_one("#inspect-bottom").size.height >= 20  # a third of 80 rows, not a fixed 8
+        await pilot.press("escape", "down")
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == "p001@demo_gen0" and app.screen.data.analysis.valid
+        assert app.screen.served.cursor == len(app.screen.data.capture.prompt_ids)  # the output start
+        assert sid != app.screen.data.sample_id
+
+
+async def test_approve_reject_and_undo_say_what_they_did(make_app):
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")
+        await pilot.press("u")
+        await pilot.pause()
+        said = [str(n.message) for n in app._notifications]
+        assert any("p001@demo_gen0: approved" in m and "u undoes" in m for m in said)
+        assert any("undid the last verdict" in m and "now pending" in m for m in said)
+
+
+async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
+    from textual.widgets import Select
+    from textual.widgets._select import SelectOverlay
+
+    from tokview.core.findings import DEFAULT_SEVERITY
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        select = app.screen.query_one("#code", Select)
+        select.set_options([(c, c) for c in DEFAULT_SEVERITY])
+        select.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        overlay = select.query_one(SelectOverlay)
+        longest = max(len(c) for c in DEFAULT_SEVERITY)
+        assert overlay.scrollable_content_region.width >= longest
+        assert overlay.region.right <= 80
+
+
+async def test_enter_on_a_finding_without_positions_says_so(short, tokenizer, profile):
+    from dataclasses import replace
+
+    from tests.ui.test_token_view import InspectApp
+    from tokview.core.findings import Finding
+    from tokview.ui.screens.inspect import InspectData
+
+    capture, analysis = short
+    analysis = replace(analysis, findings=[Finding("completion_count_mismatch", "error", "usage says 9", ())])
+    app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        before = app.screen.served.cursor
+        await pilot.press("f", "enter")
+        await pilot.pause()
+        assert app.screen.served.cursor == before
+        assert any("names no token positions" in str(n.message) for n in app._notifications)
+
+
+async def test_the_palette_lists_each_command_once(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for screen_keys in ((), ("enter",)):
+            await pilot.press(*screen_keys)
+            await settle(app, pilot)
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert len(titles) == len(set(titles)), titles
+            assert "Quit" in titles and "Light / dark" in titles and "List" not in titles

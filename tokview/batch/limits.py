@@ -1,0 +1,91 @@
+"""Prompts longer than the server's context are failed before they are sent (`over_max_length`).
+
+A 50 MB prompt line used to be tokenized whole (GBs of encodings), sent as a JSON body of millions of
+ids, and only then refused by the server with a 400. The servers report their context length
+(`max_model_len`, found by the probe), so a prompt is measured first, as cheaply as the numbers allow:
+
+1. a lower bound, without tokenizing: no token stands for more bytes than the longest one in the
+   vocabulary, so `content bytes / longest token` tokens at least. A gigantic prompt stops here.
+2. an upper bound, without tokenizing: every token stands for at least one byte of the rendered text
+   (byte-level BPE), so a prompt whose rendered text has fewer bytes than the limit fits.
+3. only in between, the exact count: the prompt rendered and tokenized as the raw path sends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from tokview.servers.request import CaptureRequest, resolve_settings
+
+OVER_MAX_LENGTH = "over_max_length"
+SLACK_PER_MESSAGE = 2
+"""Tokens a tokenizer may add that no rendered byte stands for (a SentencePiece word-start marker)."""
+
+_longest_token: dict[int, int] = {}
+
+
+def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
+    """The smallest context length the answering servers report (they serve one model), else None."""
+    limits = [d["max_model_len"] for d in server_info if d.get("healthy", True) and d.get("max_model_len")]
+    return min(limits) if limits else None
+
+
+def longest_token_bytes(tokenizer: Any) -> int:
+    """Bytes of the longest vocabulary entry (special tokens included), counted generously."""
+    key = id(tokenizer)
+    if key not in _longest_token:
+        vocab = tokenizer.tok.get_vocab()
+        _longest_token[key] = max((len(t.encode("utf-8", "replace")) for t in vocab), default=1) or 1
+    return _longest_token[key]
+
+
+def text_bytes(value: Any) -> int:
+    """UTF-8 bytes of every string in a message list (contents, roles, reasoning), without copying it."""
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, dict):
+        return sum(text_bytes(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(text_bytes(v) for v in value)
+    return 0
+
+
+def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: int) -> tuple[int, bool]:
+    """(tokens, exact): `exact` False means a bound that already decides the comparison with `limit`."""
+    if request.prompt_ids:
+        return len(request.prompt_ids), True
+    messages = request.messages or []
+    content = text_bytes(messages)
+    if content >= limit:  # else the lower bound cannot reach the limit: skip the vocabulary scan
+        lower = -(-content // longest_token_bytes(tokenizer))
+        if lower >= limit:
+            return lower, False
+    kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
+    text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
+    upper = text_bytes(text) + SLACK_PER_MESSAGE * (len(messages) + 1)
+    if upper < limit:
+        return upper, False
+    return len(tokenizer.encode(text)), True
+
+
+def over_length_reason(pool: Any, request: CaptureRequest) -> str | None:
+    """`over_max_length: …` when the prompt leaves no room for one output token, else None.
+
+    Called by the runner before each capture: such a prompt is recorded as failed without being sent,
+    and (it is the prompt's fault, not the server's) it does not count toward stopping after failures
+    in a row. A server that reports no context length, or a run without a local tokenizer, is not
+    checked (the server's own refusal is recorded as before).
+    """
+    tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
+    limit = server_limit(pool.server_info())
+    if limit is None or tokenizer is None:
+        return None
+    try:
+        tokens, exact = prompt_length(request, tokenizer, profile, limit)
+    except ValueError:
+        return None  # a template that cannot render this prompt: the capture path reports it in its own words
+    if tokens < limit:
+        return None
+    measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
+    return (f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
+            f"which leaves no room for output: shorten or drop this prompt")

@@ -1,0 +1,130 @@
+"""`tokview tokenize --tokenizer DIR TEXT…`: the quickest check of a tokenizer folder.
+
+Prints each text's ids and pieces, special ids marked, and how the folder was loaded; `-` reads one
+text per line from stdin. `--chat FILE.json` renders a conversation through the folder's chat template
+(with the profile's thinking kwarg, as `batch` does) and prints the prompt ids tokview would send, one
+block per generation point. `--json` prints one object per line: {"text", "ids", "pieces"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from tokview.cli import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
+
+    p = sub.add_parser("tokenize", help="print the ids and pieces a tokenizer folder makes of texts or a chat",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to encode; - reads one text per line from stdin")
+    p.add_argument("--chat", type=Path, metavar="FILE.json",
+                   help="a messages list (or a prompts row) to render through the chat template")
+    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
+                   help="--chat: render with thinking on (default) or off, as batch does")
+    p.add_argument("--json", action="store_true", help='one JSON object per line: {"text", "ids", "pieces"}')
+    add_tokenizer_arguments(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.texts and args.chat is None:
+        raise UserError("nothing to tokenize: give TEXT…, - to read lines from stdin, or --chat FILE.json")
+    points = _read_chat(args.chat) if args.chat is not None else []
+    texts = list(_texts(args.texts))
+    from tokview.core.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer \
+        else _default_tokenizer()
+    if not args.json:
+        print(f"tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by}), {tokenizer.vocab_size} ids; "
+              f"* marks special ids")
+    for text in texts:
+        _emit(args.json, text, tokenizer.encode(text), tokenizer)
+    if points:
+        kwargs = _template_kwargs(tokenizer, args.profile, args.thinking)
+        for label, messages in points:
+            text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
+            _emit(args.json, text, tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs),
+                  tokenizer, label=f"chat prompt{label} {json.dumps(kwargs)}")
+    return 0
+
+
+def _default_tokenizer():
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    return load_tokenizer(kimi_tokenizer_dir())
+
+
+def _texts(items: list[str]) -> Iterator[str]:
+    for n, item in enumerate(items, 1):
+        if item == "-":
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+            try:
+                decoded = data.decode("utf-8-sig")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"stdin is not UTF-8 text (byte {exc.start})") from None
+            yield from decoded.splitlines()
+            continue
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"TEXT {n} is not valid UTF-8") from None
+        yield item
+
+
+def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(label, messages) for each generation point batch would send for this conversation."""
+    from tokview.core.prompts import PromptError, generation_points, parse_row
+
+    if not path.is_file():
+        raise UserError(f"chat file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text") from None
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}") from None
+    row = {"messages": data} if isinstance(data, list) else data
+    try:
+        points = generation_points(parse_row(row))
+    except PromptError as exc:
+        raise UserError(f"{path}: {str(exc).removeprefix('row: ')}") from None
+    many = len(points) > 1
+    return [(f" (assistant turn {p.turn})" if many else "", p.history) for p in points]
+
+
+def _template_kwargs(tokenizer, profile_name: str | None, thinking: bool) -> dict[str, Any]:
+    from tokview.core.profiles import ProfileError, detect_profile, get_profile
+
+    try:
+        profile = get_profile(profile_name) if profile_name else detect_profile(tokenizer)
+    except ProfileError:
+        if profile_name:
+            raise
+        return {}  # no think tokens: nothing to switch, the template renders as it is
+    return profile.template_kwargs(thinking)
+
+
+def _emit(as_json: bool, text: str, ids: list[int], tokenizer, label: str | None = None) -> None:
+    pieces = tokenizer.pieces(ids)
+    if as_json:
+        print(json.dumps({"text": text, "ids": ids, "pieces": pieces}, ensure_ascii=False))
+        return
+    print()
+    print(f"{label or 'text'} {_short(text)}: {len(ids)} ids")
+    print("  " + " ".join(f"{i}*" if tokenizer.is_special(i) else str(i) for i in ids))
+    for pos, (tid, piece) in enumerate(zip(ids, pieces)):
+        mark = "*" if tokenizer.is_special(tid) else " "
+        print(f"  {pos:>5}  {tid:>7}{mark} {piece!r}")
+
+
+def _short(text: str, limit: int = 100) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit - 1] + "…"

@@ -1,0 +1,56 @@
+"""A horizontal bar chart drawn as text: one row per label, bars proportional to the counts.
+
+Why not plotext for counts: its bars autoscale from the smallest value (approved 4, rejected 1, pending 64
+all drew full height at 80×24, and looked like zero at 200×50), its count axes show fractional ticks, and
+it drops labels when rows run short. Here every label gets a row (the widget scrolls), the count is
+printed as an integer, and a non-zero count always gets at least one cell.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+def bar_lines(counts: dict[str, int], width: int) -> list[tuple[str, int, int]]:
+    """(label, bar cells, count) per label: cells proportional to count / max over the width left."""
+    if not counts:
+        return []
+    label_w = max(len(k) for k in counts)
+    count_w = max(len(f"{v:,}") for v in counts.values())
+    room = max(1, width - label_w - count_w - 2)
+    top = max(counts.values()) or 1
+    return [(label, (max(1, round(room * count / top)) if count else 0), count) for label, count in counts.items()]
+
+
+class BarChart(Static):
+    DEFAULT_CSS = """
+    BarChart { overflow-y: auto; padding: 0 1; }
+    BarChart > .bar-chart--bar { color: $text-accent; }
+    BarChart:light > .bar-chart--bar { color: #0b4f8a; }
+    """
+    COMPONENT_CLASSES = {"bar-chart--bar"}
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.title = ""
+        self.counts: dict[str, int] = {}
+
+    def set_data(self, title: str, counts: dict[str, int]) -> None:
+        self.title, self.counts = title, dict(counts)
+        self.refresh(layout=True)
+
+    def render(self) -> Text:
+        width = max(10, self.content_size.width or self.size.width or 40)
+        text = Text(self.title + "\n", style="bold")
+        if not self.counts:
+            text.append("nothing yet", style="italic")
+            return text
+        label_w = max(len(k) for k in self.counts)
+        count_w = max(len(f"{v:,}") for v in self.counts.values())
+        bar_style = self.get_component_rich_style("bar-chart--bar", partial=True)
+        for label, cells, count in bar_lines(self.counts, width):
+            text.append(f"{label:<{label_w}} ")
+            text.append("█" * cells, bar_style)
+            text.append(" " * (width - label_w - count_w - 2 - cells) + f" {count:>{count_w},}\n")
+        return text
