@@ -437,7 +437,8 @@ class Store(PartSink):
         conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({parts.sql_list(files)}, "
                      "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
                      "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
-                     "WHERE f.sample_id IS NULL OR NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
+                     "WHERE f.sample_id IS NULL OR "
+                     "NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
         conn.execute("INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
                      "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
                      "failure_attempts.attempts + EXCLUDED.attempts")
