@@ -159,7 +159,7 @@ def _q(arg: str) -> str:
 
 
 def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_path):
-    prompts = many_prompts(tmp_path / "p.jsonl", 40)
+    prompts = many_prompts(tmp_path / "p.jsonl", 60)
     db = tmp_path / "live.duckdb"
     with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.15})) as sim:
         first = subprocess.Popen([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
@@ -177,13 +177,17 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
                 assert out.returncode == 0, out.stderr
                 seen = json.loads(out.stdout)["samples"]
             assert first.poll() is None, "the first batch ended before the store could be read beside it"
-            assert 0 < seen < 40
+            assert 0 < seen < 60
             with Store(db) as store:
                 some = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
                 store.record_verdict(some, "approved", who="live-test")  # a verdict lands mid-run
             out = subprocess.run([*TOKVIEW, "show", some, "--db", str(db)], capture_output=True, text=True,
                                  timeout=120)
             assert out.returncode == 0 and some in out.stdout, out.stderr
+            out = subprocess.run([*TOKVIEW, "export", "--db", str(db), "--format", "sharegpt", "--select", "all",
+                                  "--out", str(tmp_path / "mid.jsonl")], capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            assert len((tmp_path / "mid.jsonl").read_text().splitlines()) >= seen
             second = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
                                      "--max-new-tokens", "40", "--concurrency", "2", "--workers", "1",
                                      "--summary-json"], capture_output=True, text=True, timeout=300)
@@ -193,7 +197,7 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
             _, err = first.communicate(timeout=300)
         assert first.returncode == 0, err
     ids = stored_ids(db)
-    assert len(ids) == len(set(ids)) == 40
+    assert len(ids) == len(set(ids)) == 60
     with Store(db) as store:
         assert store.query("SELECT status FROM samples WHERE sample_id = ?", [some]) == [("approved",)]
         assert store.query("SELECT count(*) FROM findings f ANTI JOIN samples s USING (sample_id)")[0][0] == 0
