@@ -1,7 +1,8 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
 Exit codes: 0 done, 1 usage or input error (an empty prompts file too), 2 server unreachable,
-3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C; committed samples are kept and the same command resumes).
+3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C;
+committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
 """
 
