@@ -91,6 +91,12 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="clients to run (tokview speculators specforge)")
     parser.add_argument("--tokview-args", default="", help="extra flags for tokview batch (e.g. '--workers 1')")
     args = parser.parse_args()
+    import importlib.util
+
+    missing = [m for m in ("aiohttp", "openai", "datasets") if importlib.util.find_spec(m) is None]
+    if missing and set(args.only or ("speculators", "specforge")) & {"speculators", "specforge"}:
+        print(f"bench_peers: skipped, the baselines need {', '.join(missing)}: pip install -e '.[bench]'")
+        return 0
     py = sys.executable
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the speculators baseline's loader: local file only
     with tempfile.TemporaryDirectory() as tmp_name:

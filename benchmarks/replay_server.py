@@ -78,6 +78,11 @@ class Replayer:
             data["choices"] = choices
             if "prompt_token_ids" in data:
                 data["prompt_token_ids"] = prompt
+            if isinstance(data.get("usage"), dict):  # the counts a real server would report for this prompt
+                usage = dict(data["usage"])
+                usage["prompt_tokens"] = len(prompt)
+                usage["total_tokens"] = len(prompt) + int(usage.get("completion_tokens") or 0)
+                data["usage"] = usage
             return 200, json.dumps(data).encode(), "application/json"
         if "_bytes" not in data:
             data["_bytes"] = json.dumps({k: v for k, v in data.items() if k != "_bytes"}).encode()

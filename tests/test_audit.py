@@ -97,3 +97,74 @@ def test_audit_cli_report_and_errors(tmp_path):
     assert "audit audit-d: 1 rows, 1 imported" in done.stdout and "empty_reasoning" in done.stdout
     missing = subprocess.run(cmd[:4] + [str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_one_out_of_range_id_is_a_bad_row_with_its_line_and_the_rest_goes_on(tmp_path):
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "conv-a", make_capture())
+        out = tmp_path / "spec.jsonl"
+        export(src, "speculators", out, select="all", tokenizer=kimi(), profile=profile())
+    good = json.loads(out.read_text().splitlines()[0])
+    rows = []
+    for i, bad in enumerate((-1, 2**31, 2**64)):
+        row = json.loads(json.dumps(good))
+        row["id"], row["primary_id"] = f"bad{i}_gen0", f"bad{i}"
+        row["input_ids"][3] = bad
+        rows.append(row)
+    huge_idx = json.loads(json.dumps(good))
+    huge_idx["primary_id"], huge_idx["metadata"]["idx"] = "huge-idx", 2**40  # fits no INTEGER column
+    _write(out, rows + [huge_idx, good])
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, out, tokenizer=kimi(), profile=profile(), name="ids")
+        assert report.rows == 5 and report.imported == 1  # the good row after the bad ones still goes in
+        assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3", "line 4"]
+        assert "input_ids[3] = -1 is not a token id" in report.bad_rows[0]
+        assert "input_ids[3] = 2147483648" in report.bad_rows[1] and "18446744073709551616" in report.bad_rows[2]
+        assert [r.prompt_id for r in store.samples_page(SampleFilter(run_id="audit-ids"))] == ["conv-a"]
+
+
+def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
+    data = tmp_path / "latin.jsonl"
+    good = {"id": "x", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "yes"}]}
+    bad = {"id": "y", "conversations": [{"from": "human", "value": "caf\u00e9"}, {"from": "gpt", "value": "yes"}]}
+    data.write_bytes((json.dumps(good) + "\n" + json.dumps(bad, ensure_ascii=False) + "\n").encode("latin-1"))
+    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "audit", str(data),
+           "--db", str(tmp_path / "c.duckdb")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert str(data) in done.stderr and "not UTF-8 text (line 2, byte 0xe9" in done.stderr
+
+
+def test_kimi_inline_rows_are_audited_as_structure_not_literal_text(tmp_path):
+    served = make_capture()
+    inline = {"id": "ki", "conversations": [
+        {"role": "user", "content": "what is the answer"},
+        {"role": "assistant", "content": "<think>Okay , let me think</think>The answer is forty - two"}]}
+    typed = {"id": "typed", "conversations": [
+        {"role": "user", "content": "what is the answer"},
+        {"role": "assistant", "content": "<think>hmm</think> yes", "reasoning_content": "Okay"}]}
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "ki.jsonl", [inline, typed]), tokenizer=kimi(), profile=profile())
+        codes = _codes(store, "audit-ki")
+        sample = store.load_sample(store.samples_page(SampleFilter(text="ki"))[0].sample_id).capture
+    assert report.imported == 2
+    assert "literal_think_text" not in codes["ki"] and sample.output_ids == served.output_ids
+    assert "literal_think_text" in codes["typed"]  # a reasoning field beside it: "<think>" in content was typed
+
+
+def test_a_plain_models_rows_are_never_split_on_empty_think_delimiters(tmp_path):
+    from plain_tokenizer import build_plain_tokenizer_dir
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+    from tokview.export.audit import split_inline
+
+    tok = load_tokenizer(build_plain_tokenizer_dir(tmp_path / "plain-tok"))
+    plain = detect_profile(tok)
+    assert not plain.has_reasoning and split_inline("hello there", plain) is None
+    row = {"id": "p", "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "plain.jsonl", [row]), tokenizer=tok, profile=plain)
+        sample = store.load_sample(store.samples_page(SampleFilter(text="p"))[0].sample_id).capture
+    assert report.imported == 1 and sample.content == "hello" and sample.reasoning is None

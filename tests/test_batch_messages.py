@@ -17,7 +17,8 @@ def test_a_database_under_a_file_names_the_file(tmp_path, capsys):
     with start_simulator(SimConfig(kind="vllm")) as sim:
         code = main(["batch", str(prompts), "--server", sim.url, "--db", str(blocker / "sub" / "s.duckdb")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and err[-1] == f"tokview: error: cannot create {blocker / 'sub'}: {blocker} is a file, not a folder"
+    expected = f"tokview: error: cannot create {blocker / 'sub'}: {blocker} is a file, not a folder"
+    assert code == 1 and err[-1] == expected
     assert not any("Errno" in line for line in err)
 
 

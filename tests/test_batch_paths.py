@@ -19,7 +19,7 @@ def sim():
 
 
 def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(sim, tmp_path, monkeypatch, capsys,
-                                                                             kimi_tok_dir, qwen_tok_dir):
+                                                                            kimi_tok_dir, qwen_tok_dir):
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir()
     elsewhere.mkdir()
@@ -37,13 +37,13 @@ def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(si
     elsewhere_tokcopy = elsewhere / "tokcopy"  # a folder of the same name here must not be picked up
     shutil.copytree(qwen_tok_dir, elsewhere_tokcopy)
     capsys.readouterr()
-    assert main(["export", "--db", str(db), "--format", "sharegpt", "--select", "all", "--out", str(tmp_path / "a.jsonl")]) == 0, \
-        capsys.readouterr().err
+    export = ["export", "--db", str(db), "--format", "sharegpt", "--select", "all", "--out"]
+    assert main([*export, str(tmp_path / "a.jsonl")]) == 0, capsys.readouterr().err
 
     shutil.rmtree(work / "tokcopy")
     shutil.copytree(qwen_tok_dir, work / "tokcopy")  # another tokenizer at the recorded path
     capsys.readouterr()
-    assert main(["export", "--db", str(db), "--format", "sharegpt", "--select", "all", "--out", str(tmp_path / "b.jsonl")]) == 1
+    assert main([*export, str(tmp_path / "b.jsonl")]) == 1
     err = capsys.readouterr().err
     assert f"the tokenizer at {work / 'tokcopy'} is not the one the run used" in err and "--tokenizer" in err
     with Store(db) as store:
@@ -61,3 +61,18 @@ def test_a_tokenizer_loaded_from_a_relative_path_records_where_it_is(tmp_path, m
     shutil.copytree(kimi_tok_dir, tmp_path / "tokcopy")
     monkeypatch.chdir(tmp_path)
     assert load_tokenizer("tokcopy").source == tmp_path / "tokcopy"
+
+
+def test_audit_records_the_dataset_by_absolute_path(tmp_path, monkeypatch):
+    from test_store_fixtures import kimi, make_capture, profile, put
+    from tokview.export import export
+    from tokview.export.audit import audit
+
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "p1", make_capture())
+        export(src, "speculators", tmp_path / "d.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    monkeypatch.chdir(tmp_path)
+    with Store(tmp_path / "a.duckdb") as store:
+        audit(store, "d.jsonl", tokenizer=kimi(), profile=profile())
+        (run,) = store.runs()
+    assert run["source"] == str(tmp_path / "d.jsonl")

@@ -119,3 +119,11 @@ async def test_local_tokenizer_check_is_analyzes_prompt_render_mismatch_finding(
     assert local["ok"] is False
     assert local["detail"].startswith("The local tokenizer renders") and "the server used" in local["detail"]
     assert "the local template or tokenizer is not the server's" in local["detail"]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_doctor_reports_the_context_length_batch_checks_against(kind: str) -> None:
+    with start_simulator(SimConfig(kind=kind, max_model_len=4096)) as sim:
+        report = await run_doctor(sim.url, profile=KIMI, timeout=5.0)
+    assert report.to_dict()["max_model_len"] == 4096
+    assert "\n  max_model_len 4096\n" in report.render_text()

@@ -101,3 +101,20 @@ def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == "", err
+
+
+def test_failures_are_listed_by_reason_class(tmp_path):
+    db = tmp_path / "f.duckdb"
+    with Store(db) as store:
+        for i in range(3):
+            store.put_failure(f"p{i}", None, "run1", f"HTTP 500 from POST /generate: worker {i} crashed "
+                                                     f"(gave up after 4 attempts)")
+        store.put_failure("p9", None, "run1", "over_max_length: the prompt has 9000 tokens; the server's "
+                                              "max_model_len is 2048, which leaves no room for output")
+    out = _cli("stats", "--db", str(db))
+    lines = [line.strip() for line in out.stdout.splitlines()]
+    assert any(line.startswith("3  HTTP 500 from POST /generate  (e.g. HTTP 500 from POST /generate: worker")
+               for line in lines), out.stdout
+    assert any(line.startswith("1  over_max_length  (e.g. over_max_length: the prompt has 9000") for line in lines)
+    js = json.loads(_cli("stats", "--db", str(db), "--json").stdout)
+    assert js["failures"]["by_class"] == {"HTTP 500 from POST /generate": 3, "over_max_length": 1}

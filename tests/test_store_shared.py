@@ -149,7 +149,7 @@ def test_a_store_waits_for_the_holder_and_says_so_once(tmp_path):
 
 def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
     db = tmp_path / "s.duckdb"
-    with Store(db) as store:
+    with Store(db, linger=0) as store:
         store.write_part([record(store, "a")])
         store.ingest()
         # another process can open the file while this Store is alive
@@ -159,3 +159,15 @@ def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
         assert out.stdout.strip() == "1", out.stderr
         with store.hold():
             assert store.count_samples() == 1 and store.stats()["samples"] == 1
+
+
+def test_the_file_stays_open_for_a_burst_then_closes(tmp_path):
+    with Store(tmp_path / "s.duckdb", linger=0.3) as store:
+        store.count_samples()
+        first = store._conn
+        store.samples_page()
+        assert first is not None and store._conn is first  # one warm connection for the burst
+        deadline = time.monotonic() + 30
+        while store._conn is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store._conn is None  # then the file is free for other processes

@@ -13,7 +13,7 @@ import os
 import sys
 
 # Order is the order shown in --help.
-COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "score")
+COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "merge", "score")
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away

@@ -115,7 +115,8 @@ async def main() -> int:
     parser.add_argument("--max-retries", type=int, default=3)
     args = parser.parse_args()
     if args.model is None:  # auto-detect, as the original does
-        async with aiohttp.ClientSession() as s, s.get(args.endpoint.replace("/v1/chat/completions", "/v1/models")) as r:
+        models = args.endpoint.replace("/v1/chat/completions", "/v1/models")
+        async with aiohttp.ClientSession() as s, s.get(models) as r:
             args.model = (await r.json())["data"][0]["id"]
     queue: asyncio.Queue = asyncio.Queue(maxsize=args.concurrency * 4)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=90, sock_read=None)

@@ -35,12 +35,12 @@ from tokview.store import Store
 
 pytestmark = pytest.mark.live
 
-GREEDY_QUESTIONS = ["What is the capital of France? Answer briefly.", "What is 6 times 7?",
-                    "Name three colours.", "Write one sentence about the sea."]
+GREEDY_QUESTIONS = ["What is the capital of France? Answer briefly.", "Name three colours."]
 SUBJECTS = ["a cat", "a lighthouse keeper", "a robot painter", "a lost dragon", "two rival bakers", "a tiny ship",
             "an old clock", "a brave mouse", "a desert fox", "a snowman in spring", "a talking tree", "a star"]
-STYLES = ["a short story about", "a fairy tale about", "a funny story about", "a sad story about",
-          "a bedtime story about", "a mystery about"]
+# Long stories give drift its chances; short answers stop on <|im_end|> within MAX_NEW (the stop path).
+STYLES = ["a short story about", "one sentence about", "a fairy tale about", "a haiku about", "a mystery about",
+          "a two-word title for a story about"]
 SAMPLED_PROMPTS = 64  # about 1 in 8 sampled outputs drifts (issue 14): (7/8)**64 < 0.0002 to see none
 MAX_NEW = 96
 
@@ -88,7 +88,7 @@ def test_the_plain_profile_is_detected(tok):
 @pytest.mark.parametrize("mode", ["raw", "chat"])
 async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_dir, tok, tmp_path, mode):
     config = BatchConfig(servers=[url], prompts_path=_write_prompts(tmp_path / "q.jsonl", GREEDY_QUESTIONS),
-                         tokenizer_dir=model_dir, mode=mode, max_new_tokens=48, temperature=0.0, concurrency=1,
+                         tokenizer_dir=model_dir, mode=mode, max_new_tokens=32, temperature=0.0, concurrency=1,
                          timeout=300)  # one at a time, as the direct requests: CPU kernels differ by batch size
     with Store(tmp_path / "greedy.duckdb") as store:
         summary = await run_batch(config, store)
@@ -98,7 +98,7 @@ async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_d
         for sample in samples:
             cap = sample.capture
             assert sample.profile == "plain"
-            body = {"model": "smollm2", "messages": cap.messages, "temperature": 0.0, "max_tokens": 48,
+            body = {"model": "smollm2", "messages": cap.messages, "temperature": 0.0, "max_tokens": 32,
                     "return_token_ids": True, "skip_special_tokens": False}
             direct = (await client.post(f"{url}/v1/chat/completions", json=body)).json()
             choice = direct["choices"][0]
@@ -139,6 +139,7 @@ def test_drift_is_reported_on_exactly_the_samples_that_drift(sampled, tok):
             "stopped": sum(s.capture.finish_reason == "stop" for s in samples),
             "mean_output_ids": round(sum(len(s.capture.output_ids) for s in samples) / len(samples), 1)}) + "\n")
     assert drifted, "no sampled output drifted: expected about 1 in 8"
+    assert sum(s.capture.finish_reason == "stop" for s in samples) >= 8, "too few outputs stopped on their own"
     assert flagged == drifted
     profile = detect_profile(tok)
     for s in samples:

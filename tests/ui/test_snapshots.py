@@ -21,8 +21,8 @@ def run_before(*keys: str, then=None):
     async def before(pilot) -> None:
         app = pilot.app
         await settle(app, pilot)
-        if keys:
-            await pilot.press(*keys)
+        for key in keys:  # one at a time, settled: a key pressed while a sample still loads in its worker
+            await pilot.press(key)  # would land on the list instead of the inspect screen
             await settle(app, pilot)
         if then is not None:
             then(app)

@@ -192,17 +192,11 @@ class BatchSummary:
     @property
     def failures_by_class(self) -> dict[str, int]:
         """`failures_by_reason` grouped by what went wrong, not by each URL, id or server message."""
-        grouped: Counter[str] = Counter()
-        for reason, n in self.failures_by_reason.items():
-            grouped[reason_class(reason)] += n
-        return dict(grouped.most_common())
+        return group_reasons(self.failures_by_reason)
 
     def failure_examples(self) -> dict[str, str]:
         """One full reason per class, so the grouping never hides the server's own words."""
-        examples: dict[str, str] = {}
-        for reason, _ in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1]):
-            examples.setdefault(reason_class(reason), reason)
-        return examples
+        return reason_examples(self.failures_by_reason)
 
     def render(self) -> str:
         rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
@@ -234,6 +228,22 @@ _CLASS_PREFIXES = (
     ("connection lost during", "connection lost"),
     ("no healthy server", "no healthy server"),
 )
+
+
+def group_reasons(by_reason: dict[str, int]) -> dict[str, int]:
+    """{reason: count} as {reason class: count}, most frequent first (batch summary, `tokview stats`)."""
+    grouped: Counter[str] = Counter()
+    for reason, n in by_reason.items():
+        grouped[reason_class(reason)] += n
+    return dict(grouped.most_common())
+
+
+def reason_examples(by_reason: dict[str, int]) -> dict[str, str]:
+    """The most frequent full reason of each class."""
+    examples: dict[str, str] = {}
+    for reason, _ in sorted(by_reason.items(), key=lambda kv: -kv[1]):
+        examples.setdefault(reason_class(reason), reason)
+    return examples
 
 
 def reason_class(reason: str) -> str:

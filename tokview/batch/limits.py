@@ -13,6 +13,7 @@ ids, and only then refused by the server with a 400. The servers report their co
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable
 
 from tokview.servers.request import CaptureRequest, resolve_settings
@@ -21,7 +22,11 @@ OVER_MAX_LENGTH = "over_max_length"
 SLACK_PER_MESSAGE = 2
 """Tokens a tokenizer may add that no rendered byte stands for (a SentencePiece word-start marker)."""
 
-_longest_token: dict[int, int] = {}
+UNKNOWN_LONGEST_TOKEN = 1024
+"""Bytes assumed for the longest token when the vocabulary cannot be read (generous: real vocabularies'
+longest entries are a few dozen bytes)."""
+
+_longest_token: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
 
 
 def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
@@ -32,11 +37,14 @@ def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
 
 def longest_token_bytes(tokenizer: Any) -> int:
     """Bytes of the longest vocabulary entry (special tokens included), counted generously."""
-    key = id(tokenizer)
-    if key not in _longest_token:
-        vocab = tokenizer.tok.get_vocab()
-        _longest_token[key] = max((len(t.encode("utf-8", "replace")) for t in vocab), default=1) or 1
-    return _longest_token[key]
+    if tokenizer not in _longest_token:
+        try:
+            vocab = tokenizer.tok.get_vocab()
+            longest = max((len(str(t).encode("utf-8", "replace")) for t in vocab), default=0)
+        except Exception:  # a tokenizer class without a readable vocabulary: a weak but safe bound
+            longest = 0
+        _longest_token[tokenizer] = longest or UNKNOWN_LONGEST_TOKEN
+    return _longest_token[tokenizer]
 
 
 def text_bytes(value: Any) -> int:

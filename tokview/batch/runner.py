@@ -22,16 +22,17 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
 from tokview.batch.limits import over_length_reason
+from tokview.batch.workers import worker_count
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
-from tokview.core.record import sample_id_for
+from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
 from tokview.store.store import StoreFull
@@ -60,6 +61,11 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
 
     `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
     settings = config.sample_settings() if settings is None else settings
+    key = settings_key(settings)  # once, not per sample: hashing the settings 100,000 times took seconds
+
+    def sample_id(prompt_id: str, index: int, turn: int | None) -> str:
+        return f"{prompt_id}{'' if turn is None else f'#turn{turn}'}@{key}_gen{index}"
+
     items: list[WorkItem] = []
     seen_prompts: set[str] = set()
     duplicates = 0
@@ -71,8 +77,12 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
         seen_prompts.add(row.prompt_id)
         for point in points:
             for index in range(config.samples_per_prompt):
-                items.append(WorkItem(sample_id_for(row.prompt_id, settings, index, point.turn), row.prompt_id,
+                items.append(WorkItem(sample_id(row.prompt_id, index, point.turn), row.prompt_id,
                                       point.turn, index, point.history))
+    if items:  # the one definition of a sample id stays core.record's
+        first = items[0]
+        if first.sample_id != sample_id_for(first.prompt_id, settings, first.index, first.turn):
+            raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
     return items, duplicates
 
 
@@ -190,18 +200,42 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
                       server_info=summary.servers, source=str(config.prompts_path) if config.prompts_path else None)
         writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
         tallies.append(writer)
+        group = None
+        n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))
+        if n > 1:  # --workers: this process keeps the first share, spawned children take the others
+            from tokview.batch.workers import WorkerGroup
+
+            shares = [list(todo)[i::n] for i in range(n)]
+            todo = deque(shares[0])
+            group = WorkerGroup(config, store.path, run_id, shares[1:])
+            tallies.extend(group.tallies)
+        outcomes: list[str | None] = []
         try:
-            outcome = await capture_all(config, pool, todo, writer, cancel, report)
+            if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
+                from tokview.batch.ray_shards import Tally, run_on_ray
+
+                ray_tally = Tally()
+                tallies.append(ray_tally)
+                outcomes += await run_on_ray(config, store, run_id, list(todo), ray_tally, cancel, report)
+                todo = deque()
+            outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
+            if group is not None:
+                outcomes += await _wait_for_children(group, cancel, report, outcomes[0] == "interrupted")
         finally:
+            if group is not None and any(not t.done.is_set() for t in group.tallies):
+                group.cancel()
+                await loop.run_in_executor(None, group.wait)
             await loop.run_in_executor(None, writer.close)  # write and land what was handed over
-        summary.interrupted = outcome == "interrupted"
-        if outcome not in (None, "interrupted"):
-            summary.stopped = outcome
+        summary.interrupted = "interrupted" in outcomes
+        summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
         if writer.error is not None:
             if not isinstance(writer.error, StoreFull):
                 raise writer.error
             summary.stopped = str(writer.error)
-        summary.failures_by_reason = dict(writer.reasons)
+        reasons: Counter[str] = Counter()
+        for t in tallies:
+            reasons.update(t.reasons)
+        summary.failures_by_reason = dict(reasons)
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (
@@ -209,6 +243,21 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
     report()
     return summary
+
+
+async def _wait_for_children(group: Any, cancel: asyncio.Event | None, report: Callable[[], None],
+                             cancelled: bool) -> list[str | None]:
+    """Keep the progress line moving until every child is done; pass a cancel on to them."""
+    if cancelled:
+        group.cancel()
+    while not all(t.done.is_set() for t in group.tallies):
+        if cancel is not None and cancel.is_set() and not cancelled:
+            cancelled = True
+            group.cancel()
+        await asyncio.sleep(0.1)
+        report()
+    await asyncio.get_running_loop().run_in_executor(None, group.wait)
+    return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
 
 
 async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: GroupWriter,

@@ -1,7 +1,8 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
 Exit codes: 0 done, 1 usage or input error (an empty prompts file too), 2 server unreachable,
-3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C; committed samples are kept and the same command resumes).
+3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C;
+committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 from dataclasses import asdict
@@ -46,7 +48,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--logprobs", type=int, metavar="K",
                    help="also capture each output token's logprob and its top-K alternatives (ids), 0-20")
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
+    p.add_argument("--max-consecutive-failures", type=int, default=20, metavar="N",
+                   help="stop (with the reason) after N failed requests in a row; 0 never stops (default 20)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes that capture and analyse (default: the machine's cores)")
+    p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
+    p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
     p.set_defaults(run=run)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes K/N (e.g. 2/8), not {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: K must be between 1 and N")
+    return k, n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
         run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries,
+        max_consecutive_failures=args.max_consecutive_failures, shard=args.shard, ray=args.ray,
+        workers=args.workers if args.workers is not None else (os.cpu_count() or 1),
         logprobs=args.logprobs)
     try:
         config.validate()  # before the database file is created

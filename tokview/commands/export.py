@@ -1,7 +1,12 @@
 """`tokview export`: write stored samples in a trainer's format, with a manifest and token counts.
 
-`--select valid` (default): no error finding and not rejected; `approved`: a person approved it;
-`all`: everything stored. A sample whose loss mask has no 1 is refused and counted in the manifest.
+`--select valid` (default): no error finding and not rejected; `approved`: a person approved it and it
+is valid (`--include-invalid` exports approved samples with error findings too); `all`: everything
+stored. A sample whose loss mask has no 1 is refused and counted in the manifest.
+
+`--out -` streams the data to stdout (no sidecars); a FIFO is streamed to, a symlink written through.
+Each text format is re-rendered through the run's chat template the way the trainers do, and the
+rows whose ids or loss mask would differ are counted (printed, and in the manifest's `rerender`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--format", default="speculators", choices=FORMATS, help="default: speculators (token-exact)")
-    p.add_argument("--out", required=True, type=Path, help="output file (.jsonl, or .parquet for parquet)")
+    p.add_argument("--out", required=True, help="output file (.jsonl, or .parquet for parquet); - for stdout")
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
+    p.add_argument("--include-invalid", action="store_true",
+                   help="with --select approved: also export approved samples that have error findings")
     p.add_argument("--run", dest="run_name", help="only this run")
     p.add_argument("--max-acceptance", type=float, metavar="L",
                    help="keep samples whose mean acceptance length is at most L (the hard ones for the drafter)")
@@ -66,9 +73,24 @@ def run(args: argparse.Namespace) -> int:
         tokenizer, profile = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code,
                                                args.profile)
         result = export(store, args.format, args.out, select=args.select, run=args.run_name, tokenizer=tokenizer,
-                        profile=profile, max_acceptance=args.max_acceptance, max_nll=args.max_nll)
-    refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
-    print(f"exported {result.exported} of {result.selected} selected samples to {result.out} "
-          f"(refused: {refused}); manifest {result.manifest_path.name}, token counts "
-          f"{result.token_freq_path.name}", file=sys.stderr)
+                        profile=profile, include_invalid=args.include_invalid,
+                        max_acceptance=args.max_acceptance, max_nll=args.max_nll)
+    print(summary(result), file=sys.stderr)
     return 0
+
+
+def summary(result) -> str:
+    """What the user needs to know about the file just written, a line per topic."""
+    refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
+    sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]
+    lines = [f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
+             + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")]
+    if result.left_out:
+        reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())
+        lines.append(f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
+                     "--include-invalid exports them")
+    lines.append(f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
+                 "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)")
+    if result.conformance is not None and result.conformance.paths():
+        lines.append(f"re-rendered through the run's chat template as the trainers do: {result.conformance.line()}")
+    return "\n".join(lines)

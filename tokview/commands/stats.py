@@ -53,7 +53,12 @@ def render(st: dict[str, Any]) -> str:
         f"exportable (--select valid) {st['exportable_valid']}",
         f"failures  {st['failures']['total']}",
     ]
-    lines += [f"  {n:>6}  {reason}" for reason, n in st["failures"]["by_reason"].items()]
+    from tokview.batch.config import group_reasons, reason_examples
+
+    examples = reason_examples(st["failures"]["by_reason"])
+    for cls, n in group_reasons(st["failures"]["by_reason"]).items():
+        example = examples[cls]
+        lines.append(f"  {n:>6}  {cls}" + (f"  (e.g. {example[:160]})" if example != cls else ""))
     lines.append(f"retokenize drift {drift_samples(st)} samples (encode(decode(ids)) != ids: a pipeline "
                  "that keeps text instead of ids would train on other tokens)")
     lines.append("findings (samples per code)")
@@ -78,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []
     # The samples a text-based pipeline would corrupt, said on its own line (issue 14), 0 when none.
     st["retokenize_drift"] = drift_samples(st)
+    from tokview.batch.config import group_reasons
+
+    st["failures"]["by_class"] = group_reasons(st["failures"]["by_reason"])
     if args.json:
         if args.samples:
             st = {**st, "sample_list": [sample_dict(r) for r in rows]}

@@ -4,7 +4,9 @@ speculators rows carry ids: the prompt/output split is the first 1 in `loss_mask
 (SpecForge, ShareGPT, messages; reasoning under `reasoning_content`, `reasoning` or `thinking`) carry
 text: the prompt is rendered with the chat template, and the last assistant turn becomes
 `<think>reasoning</think>content<stop>` (or `content<stop>`) as the profile and thinking setting
-dictate. Text is encoded with special tokens split off, so a literal "<think>" someone typed stays
+dictate. Content that itself opens with `<think>…</think>` and has no reasoning field is the Kimi-inline
+shape: its think block is read as the reasoning, not as literal text. Text is encoded with special
+tokens split off, so a literal "<think>" someone typed stays
 literal ids and `literal_think_text` can see it; only the delimiters tokview itself adds are the
 special ids.
 """
@@ -54,10 +56,36 @@ def encode_literal(tokenizer: Any, text: str) -> list[int]:
         return tokenizer.encode(text)
 
 
+def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
+    """(reasoning, answer) of content that opens with the think opener and closes it: reasoning inline,
+    as TorchSpec's Kimi-K2.5 rows (and tokview's kimi-inline export) write it. A row that also has a
+    reasoning field keeps any "<think>" in its content literal (someone typed it)."""
+    opener, closer = profile.think_open, profile.think_close
+    if not profile.has_reasoning or not content.startswith(opener) or closer not in content:
+        return None
+    reasoning, _, answer = content[len(opener):].partition(closer)
+    return reasoning, answer
+
+
+MAX_TOKEN_ID = 2**31 - 1
+"""The store keeps ids as 32-bit integers; no tokenizer has more ids than that."""
+
+
+def _check_ids(ids: list[Any], mask: list[Any]) -> None:
+    """A row's ids must be token ids and its mask 0/1; the first bad value is named (the row is skipped)."""
+    for pos, tid in enumerate(ids):
+        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid <= MAX_TOKEN_ID:
+            raise PromptError(f"input_ids[{pos}] = {str(tid)[:40]} is not a token id (an integer 0 … 2^31-1)")
+    for pos, m in enumerate(mask):
+        if m not in (0, 1) or isinstance(m, bool):
+            raise PromptError(f"loss_mask[{pos}] = {str(m)[:40]} is not 0 or 1")
+
+
 def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
     ids, mask = row["input_ids"], row["loss_mask"]
     if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
         raise PromptError("input_ids and loss_mask must be lists of the same length")
+    _check_ids(ids, mask)
     split = mask.index(1) if 1 in mask else len(ids)
     meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
     prompt_id = str(row.get("primary_id") or prompt_id_for(row))
@@ -81,6 +109,11 @@ def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile
     field_name = next((k for k in REASONING_KEYS if k in raw_last), None)
     reasoning = messages[last].get("reasoning_content") or ""
     content = messages[last].get("content") or ""
+    if field_name is None:
+        inline = split_inline(content, profile)
+        if inline is not None:  # the Kimi-inline shape (tokview's own kimi-inline export): structure, not text
+            reasoning, content = inline
+            field_name = "inline"
     history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
     thinking = thinking if profile.has_reasoning else None  # a plain model's rows are answers only
     kwargs = profile.template_kwargs(thinking)
@@ -97,7 +130,8 @@ def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile
     turn = row.get("assistant_turn_index")
     prompt_id = str(row.get("source_id") or parsed.prompt_id)
     capture = Capture(prompt_ids=prompt, output_ids=output, finish_reason="length" if truncated else "stop",
-                      reasoning=reasoning if field_name else None, content=content, reasoning_field=field_name,
+                      reasoning=reasoning if field_name else None, content=content,
+                      reasoning_field=None if field_name == "inline" else field_name,
                       settings={"thinking": thinking, "chat_template_kwargs": kwargs}, messages=history,
                       endpoint="imported", raw_response=row)
     return prompt_id, turn if isinstance(turn, int) else None, capture
@@ -113,8 +147,30 @@ def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfi
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
     store.put_run(report.run_id, settings=settings, profile=profile.name,
                   tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
-                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(), source=str(path))
+                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
+                  source=str(Path(path).absolute()))  # read back from any folder
     seen: Counter[str] = Counter()
+    try:
+        _audit_rows(store, path, report, settings, seen, tokenizer, profile, thinking)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
+                         "re-encode it as UTF-8") from None
+    return report
+
+
+def _first_non_utf8(path: Path) -> str:
+    """Where the first byte that is not UTF-8 sits: `line N, byte 0xXX`."""
+    with open(path, "rb") as fh:
+        for n, line in enumerate(fh, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {n}, byte 0x{line[exc.start]:02x} at column {exc.start + 1}"
+    return "an invalid byte"
+
+
+def _audit_rows(store: Store, path: Path, report: AuditReport, settings: dict[str, Any], seen: Counter,
+                tokenizer: Any, profile: ModelProfile, thinking: bool) -> None:
     for n, row in iter_rows(path):
         report.rows += 1
         try:
@@ -135,12 +191,15 @@ def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfi
         base = sample_id_for(prompt_id, settings, index, turn)
         sample_id = f"{base}.{seen[base]}" if seen[base] else base  # a repeated row: keep both, apart
         seen[base] += 1
-        analysis = analyze(capture, profile, tokenizer)
-        store.put_sample(sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn,
-                         profile=profile.name)
+        try:
+            analysis = analyze(capture, profile, tokenizer)
+            store.put_sample(sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn,
+                             profile=profile.name)
+        except (OverflowError, ValueError, TypeError) as exc:  # a value the store cannot hold: this row only
+            report.bad_rows.append(f"line {n}: cannot store this row ({str(exc).splitlines()[0][:200]})")
+            continue
         report.imported += 1
         report.invalid += 0 if analysis.valid else 1
         for f in analysis.findings:
             report.by_code[f.code] += 1
             report.severity[f.code] = f.severity
-    return report

@@ -8,6 +8,7 @@ the server's reasoning/content split, which a parser may have got wrong.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -43,8 +44,8 @@ class ExportItem:
     capture: Capture
     turn: int | None
     gen_index: int | None
-    k: int
-    """0, 1, … over the exported samples of one prompt (speculators' `_gen{k}`)."""
+    row_id: str = ""
+    """The exported row's id: `{prompt_id}[#turn{t}]_gen{gen_index}`, unique within the export (see `row_ids`)."""
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,56 @@ def endpoint_url(capture: Capture) -> str:
     return scrub_text(capture.server_url.rstrip("/")) + path
 
 
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+SAMPLING_TYPES = (("temperature", float), ("top_p", float), ("max_tokens", int), ("seed", int), ("thinking", bool))
+"""Every speculators row carries all of these keys, typed, null when unset: one schema across runs, so
+`datasets.load_dataset("json")` can load a file that mixes runs with other settings."""
+
+
+def _typed(value: Any, kind: type) -> Any:
+    """`value` as `kind`, or None when unset or not representable (a bool is never a number)."""
+    if value is None or (isinstance(value, bool) != (kind is bool)):
+        return None
+    try:
+        out = kind(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return out if not isinstance(out, float) or math.isfinite(out) else None
+
+
 def sampling_params(settings: dict[str, Any]) -> dict[str, Any]:
-    out = {dst: settings[src] for src, dst in SAMPLING_KEYS if settings.get(src) is not None}
-    if settings.get("thinking") is not None:
-        out["thinking"] = settings["thinking"]
+    """The sampling settings under speculators' names, every key present and typed."""
+    raw = {dst: settings.get(src) for src, dst in SAMPLING_KEYS}
+    raw["thinking"] = settings.get("thinking")
+    return {key: _typed(raw.get(key), kind) for key, kind in SAMPLING_TYPES}
+
+
+def usage_of(usage: dict[str, Any] | None) -> dict[str, int | None]:
+    usage = usage if isinstance(usage, dict) else {}
+    return {key: _typed(usage.get(key), int) for key in USAGE_KEYS}
+
+
+def row_ids(items: list[tuple[str, str | None, int | None, int | None]], *, gen0: bool = True) -> list[str]:
+    """Row ids for (prompt_id, run_id, turn, gen_index) in export order.
+
+    `_gen{N}` is the sample's own generation index (not a count of rows per prompt); a second
+    sample with the same prompt, turn and index (another run) gets `@{run_id}` after it. Text
+    formats (`gen0=False`) keep SpecForge's `{id}#turn{k}` and add `_gen{N}` only from N = 1.
+    """
+    seen: set[str] = set()
+    out = []
+    for prompt_id, run_id, turn, gen_index in items:
+        base = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
+        rid = f"{base}_gen{gen_index or 0}" if gen0 or gen_index else base
+        if rid in seen:
+            rid = f"{rid}@{run_id}"
+            n = 1
+            first = rid
+            while rid in seen:
+                n += 1
+                rid = f"{first}.{n}"
+        seen.add(rid)
+        out.append(rid)
     return out
 
 
@@ -103,14 +150,14 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
     c = item.capture
     input_ids = list(c.prompt_ids) + list(c.output_ids)
     return {
-        "id": f"{item.prompt_id}_gen{item.k}",
+        "id": item.row_id,
         "primary_id": item.prompt_id,
         "input_ids": input_ids,
         "loss_mask": seg.loss_mask(c.prompt_ids, c.output_ids),
         "text": tokenizer.decode(input_ids, skip_special_tokens=False),
-        "metadata": {"idx": item.k, "finish_reason": c.finish_reason, "is_tool_call": False, "usage": c.usage,
-                     "endpoint": endpoint_url(c), "sampling_params": sampling_params(c.settings),
-                     "tokview_sample_id": item.sample_id},
+        "metadata": {"idx": item.gen_index or 0, "turn": item.turn, "finish_reason": c.finish_reason,
+                     "is_tool_call": False, "usage": usage_of(c.usage), "endpoint": endpoint_url(c),
+                     "sampling_params": sampling_params(c.settings), "tokview_sample_id": item.sample_id},
         **speculators_fields(c),  # optional per-position logprobs / top-K / target scores, when captured
     }
 
@@ -123,10 +170,7 @@ def _history(item: ExportItem) -> list[dict[str, Any]]:
 
 def _row_id(item: ExportItem) -> dict[str, Any]:
     """SpecForge's exploded-row ids: `{id}#turn{k}` with source_id/assistant_turn_index when multi-turn."""
-    base = item.prompt_id if item.turn is None else f"{item.prompt_id}#turn{item.turn}"
-    if item.gen_index:
-        base += f"_gen{item.gen_index}"
-    head: dict[str, Any] = {"id": base}
+    head: dict[str, Any] = {"id": item.row_id}
     if item.turn is not None:
         head.update(source_id=item.prompt_id, assistant_turn_index=item.turn)
     return head

@@ -8,19 +8,27 @@ for draft-vocabulary selection). A sample whose loss mask has no 1 is refused an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import tempfile
+import shutil
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
-from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused
+from tokview.core import segments as seg
+from tokview.core.findings import DEFAULT_SEVERITY, ERROR
+from tokview.core.profiles import (ModelProfile, ProfileError, detect_profile, get_profile,
+                                   with_tokenizer_stops)
+from tokview.export import rerender as rr
+from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
+from tokview.export.output import (OutputError, Plan, add_sidecar, clean_stale_partials, commit, discard_temps,
+                                   make_temps, open_stream, plan_output)
+from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
+from tokview.export.manifest import Provenance, build_manifest
 from tokview.export.side_fields import parquet_columns, threshold_where, thresholds_manifest
+from tokview.export.trainers import Conformance
 from tokview.store import Store
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 
@@ -35,38 +43,67 @@ class ExportError(ValueError):
 @dataclass
 class ExportResult:
     out: Path
-    manifest_path: Path
-    token_freq_path: Path
+    manifest_path: Path | None
+    token_freq_path: Path | None
     selected: int
     exported: int
     refused: dict[str, int] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
+    left_out: dict[str, Any] = field(default_factory=dict)
+    """`--select approved`: approved samples not exported because they are invalid (count, by reason)."""
+    retokenize_drift: int = 0
+    """Exported samples whose output ids are not the tokenizer's encoding of their text."""
+    template_path: Path | None = None
+    data_sha256: str | None = None
+    data_bytes: int | None = None
+    conformance: Any = None
+    template: dict[str, Any] | None = None
+    template_refused: str | None = None
+    freq: Counter = field(default_factory=Counter)
+    seen: Any = None
+    profiles: Any = None
+    select: str = ""
+    run: str | None = None
+    tokenizer: Any = None
 
 
 def sidecar(out: Path, suffix: str) -> Path:
-    stem = out.name[: -len(out.suffix)] if out.suffix else out.name
+    """Where the export writes `<stem>.<suffix>` for data file `out` (Parquet keeps its full name)."""
+    name = out.name
+    stem = name if name.endswith(".parquet") else (name[: -len(out.suffix)] if out.suffix else name)
     return out.with_name(f"{stem}.{suffix}")
 
 
-def selected_ids(store: Store, select: str, run: str | None, max_acceptance: float | None = None,
-                 max_nll: float | None = None) -> list[tuple[str, str, int | None, int | None]]:
-    """(sample_id, prompt_id, turn, gen_index) in export order: by prompt, then turn, then index."""
-    where, params = selection_where(select, run)
-    extra, extra_params = threshold_where(max_acceptance, max_nll)  # --max-acceptance / --max-nll
-    where, params = where + extra, params + extra_params
-    return [tuple(r) for r in store.query(
-        f"SELECT sample_id, prompt_id, turn, gen_index FROM samples WHERE {where} "
-        "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id", params)]
+def selected_ids(store: Store, select: str, run: str | None, *, include_invalid: bool = False,
+                 max_acceptance: float | None = None, max_nll: float | None = None) -> tuple[list[tuple[str, str, int | None, int | None, str | None]], dict[str, Any]]:
+    """((sample_id, prompt_id, turn, gen_index, run_id) in export order, what was left out and why).
 
-
-def selection_where(select: str, run: str | None) -> tuple[str, list]:
+    `approved` exports approved samples that are also valid: a person's approval does not make a
+    truncated or broken sample trainable unless `include_invalid` says so; the ones left out are
+    counted by their error codes.
+    """
     if select not in SELECTIONS:
         raise ExportError(f"unknown selection {select!r} (choose from {', '.join(SELECTIONS)})")
     where, params = SELECTIONS[select], []
     if run is not None:
         where += " AND run_id = ?"
         params.append(run)
-    return where, params
+    extra, extra_params = threshold_where(max_acceptance, max_nll)  # --max-acceptance / --max-nll
+    where, params = where + extra, params + extra_params
+    left_out: dict[str, Any] = {}
+    if select == "approved" and not include_invalid:
+        bad = store.query(f"SELECT codes FROM samples WHERE {where} AND NOT valid", params)
+        if bad:
+            reasons: Counter[str] = Counter()
+            for (codes,) in bad:
+                errors = [c for c in codes or [] if DEFAULT_SEVERITY.get(c) == ERROR] or ["invalid"]
+                reasons.update(errors)
+            left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
+        where += " AND valid"
+    ids = [tuple(r) for r in store.query(
+        f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} "
+        "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id", params)]
+    return ids, left_out
 
 
 class _Profiles:
@@ -92,99 +129,226 @@ class _Profiles:
 
 
 def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", run: str | None = None,
-           tokenizer: Any, profile: ModelProfile | None = None, max_acceptance: float | None = None,
-           max_nll: float | None = None) -> ExportResult:
+           tokenizer: Any, profile: ModelProfile | None = None, include_invalid: bool = False,
+           max_acceptance: float | None = None, max_nll: float | None = None) -> ExportResult:
+    """Write the selected samples in `fmt` with their sidecars; ExportError (one line) when it cannot."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    out = Path(out)
-    if out.is_dir():
-        raise ExportError(f"--out {out} is a directory: give a file name (e.g. {out / ('train.' + _suffix(fmt))})")
-    ids = selected_ids(store, select, run, max_acceptance, max_nll)
-    thresholds = thresholds_manifest(store, *selection_where(select, run), max_acceptance, max_nll)
-    if not ids:
-        raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else "") +
-                          "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in
-                                  (("max_acceptance", max_acceptance), ("max_nll", max_nll)) if v is not None))
-    out.parent.mkdir(parents=True, exist_ok=True)  # only once there is something to write
-    # The data is written beside its final name and renamed at the end, so a failed export never
-    # leaves a half-written file under the name a trainer reads; the temp file goes either way.
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial")
-    os.close(fd)
-    tmp = Path(tmp_name)
+    _check_suffix(fmt, out)
     try:
-        result = _export_to(store, fmt, out, tmp, ids, select, run, tokenizer, profile)
+        plan = plan_output(out, f"train.{_suffix(fmt)}")
+        ids, left_out = selected_ids(store, select, run, include_invalid=include_invalid,
+                                     max_acceptance=max_acceptance, max_nll=max_nll)
+        base_where = SELECTIONS.get(select, "true") + (" AND run_id = ?" if run is not None else "")
+        thresholds = thresholds_manifest(store, base_where, [run] if run is not None else [], max_acceptance, max_nll)
+        if not ids:
+            raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else "") +
+                              "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in
+                                      (("max_acceptance", max_acceptance), ("max_nll", max_nll)) if v is not None) +
+                              (f" ({_left_out_text(left_out)})" if left_out else ""))
+        add_sidecar(plan, "manifest", "manifest.json")
+        add_sidecar(plan, "token_freq", "token_freq.json")
+        if fmt == "speculators":
+            add_sidecar(plan, "errors", "errors.jsonl")
+        if fmt == "specforge":
+            add_sidecar(plan, "template", "specforge_template.json")
+    except OutputError as exc:
+        raise ExportError(str(exc)) from None
+    clean_stale_partials(plan)
+    # Every file is written beside its final name and renamed at the end (sidecars first, data last),
+    # so a failed or killed export never leaves a half-written file, or new data beside an old
+    # manifest, under the names a trainer reads; the temp files go either way.
+    make_temps(plan)
+    try:
+        result = _export_to(store, fmt, plan, ids, select, run, tokenizer, profile)
+        result.left_out = left_out
+        result.thresholds = thresholds  # type: ignore[attr-defined]  (the manifest records them)
+        _write_sidecars(store, fmt, plan, run, result)
+        commit(plan)
     finally:
-        tmp.unlink(missing_ok=True)
-    if thresholds is not None:  # the manifest records the --select thresholds and what they left out
-        result.manifest["thresholds"] = thresholds
-        with open(result.manifest_path, "w", encoding="utf-8") as fh:
-            json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
+        discard_temps(plan)
     return result
 
 
-def _default_mode() -> int:
-    """0o666 minus the umask: what `open(path, "w")` gives the manifest beside the data.
-
-    Read from /proc where there is one: setting the umask to read it back is process-wide, and the
-    UI exports from a worker thread while other threads create files."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
+def _check_suffix(fmt: str, out: str | Path) -> None:
+    """`--format parquet --out x.jsonl` (or the reverse) would put one format under the other's name."""
+    suffix = Path(str(out)).suffix.lower()
+    if fmt == "parquet" and suffix in (".jsonl", ".json", ".ndjson"):
+        raise ExportError(f"--format parquet writes Parquet, but --out {out} names a {suffix} file: "
+                          f"use {Path(str(out)).with_suffix('.parquet')} (or --format speculators for JSONL)")
+    if fmt != "parquet" and suffix == ".parquet":
+        raise ExportError(f"--format {fmt} writes JSONL, but --out {out} names a .parquet file: "
+                          f"use {Path(str(out)).with_suffix('.jsonl')} (or --format parquet)")
 
 
 def _suffix(fmt: str) -> str:
     return "parquet" if fmt == "parquet" else "jsonl"
 
 
-def _export_to(store: Store, fmt: str, out: Path, tmp: Path, ids: list[tuple], select: str, run: str | None,
+def _left_out_text(left_out: dict[str, Any]) -> str:
+    reasons = ", ".join(f"{n} {code}" for code, n in left_out.get("by_reason", {}).items())
+    return (f"left out {left_out['invalid']} approved but invalid samples" + (f": {reasons}" if reasons else "") +
+            "; --include-invalid exports them")
+
+
+class _Sink:
+    """The data's destination: the temp file of a regular --out, or the stream (-, FIFO, device)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.fh = open(plan.data.tmp, "wb") if plan.data else open_stream(plan)
+
+    def write(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.size += len(data)
+        self.fh.write(data)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str, run: str | None,
                tokenizer: Any, profile: ModelProfile | None) -> ExportResult:
     profiles = _Profiles(profile, tokenizer)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
-    seen = _Provenance()
-    k_of: Counter[str] = Counter()
-    exported: list[str] = []
+    seen = Provenance()
+    exported: list[tuple[str, str]] = []
+    drift = 0
     builder = JSONL_FORMATS.get(fmt)
-    with (open(tmp, "w", encoding="utf-8") if builder is not None else nullcontext()) as fh:
+    chooser = _choose_template(store, fmt, ids, profiles, tokenizer)
+    template = chooser.template if chooser else None
+    conformance = Conformance(fmt, tokenizer, template)
+    row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids],
+                                                      gen0=fmt in ("speculators", "parquet"))))
+    if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
+        for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN "
+                                   "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
+                                   [[i[0] for i in ids]]):
+            _check_inline(tokenizer, profiles.get(name))
+    sink = _Sink(plan) if builder is not None else None
+    try:
         for start in range(0, len(ids), CHUNK):
             for row in store.rows_for([i[0] for i in ids[start:start + CHUNK]]):
                 if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
                     refused["no_supervised_tokens"] += 1
                     continue
                 capture = capture_from_row(row)
+                prof = profiles.get(row["profile"])
                 item = ExportItem(row["sample_id"], row["prompt_id"], capture, row["turn"], row["gen_index"],
-                                  k_of[row["prompt_id"]])
+                                  row_id_of[row["sample_id"]])
                 if builder is not None:
                     try:
-                        record = builder(item, profiles.get(row["profile"]), tokenizer)
+                        if chooser is not None and fmt == "specforge":
+                            chooser.check(chooser.layout(capture.settings, prof))
+                        record = builder(item, prof, tokenizer)
                     except Refused as why:
                         refused[why.reason] += 1
                         continue
-                    fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-                k_of[row["prompt_id"]] += 1
-                exported.append(row["sample_id"])
+                    if conformance.paths():
+                        mask = record.get("loss_mask") or seg.loss_mask(capture.prompt_ids, capture.output_ids)
+                        conformance.check(record, rr.Rendered(capture.input_ids, mask),
+                                          served_kwargs(capture.settings, prof))
+                    sink.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+                exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
+                drift += "retokenize_drift" in (row.get("codes") or [])
                 freq.update(capture.output_ids)
-                seen.add(row, capture)
-    if fmt == "parquet":
-        _write_parquet(store, exported, tmp)
-    os.chmod(tmp, _default_mode())  # mkstemp makes 0600; the data gets the mode any new file would
-    os.replace(tmp, out)
-    result = ExportResult(out, sidecar(out, "manifest.json"), sidecar(out, "token_freq.json"), len(ids),
-                          len(exported), dict(sorted(refused.items())))
-    with open(result.token_freq_path, "w", encoding="utf-8") as fh:
-        json.dump({str(t): n for t, n in sorted(freq.items())}, fh)
-    result.manifest = scrub(_manifest(store, fmt, select, run, tokenizer, profiles, seen, result))
-    with open(result.manifest_path, "w", encoding="utf-8") as fh:
-        json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
-    if fmt == "speculators":
-        _write_errors(store, run, sidecar(out, "errors.jsonl"))
+                seen.add(row, capture, served_kwargs(capture.settings, prof))
+        if fmt == "parquet":
+            _write_parquet(store, exported, plan)
+    finally:
+        if sink is not None:
+            sink.close()
+    result = ExportResult(plan.data.final if plan.data else Path(plan.stream_path or "-"),
+                          _final(plan, "manifest"), _final(plan, "token_freq"), len(ids), len(exported),
+                          dict(sorted(refused.items())))
+    result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
+    result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
+    result.template = template
+    result.template_refused = chooser.refused if chooser else None
+    if sink is not None:
+        result.data_sha256, result.data_bytes = sink.digest.hexdigest(), sink.size
+    elif plan.data is not None:
+        result.data_sha256, result.data_bytes = _file_hash(plan.data.tmp)
     return result
+
+
+def _final(plan: Plan, key: str) -> Path | None:
+    target = plan.sidecars.get(key)
+    return target.final if target else None
+
+
+def _file_hash(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _check_inline(tokenizer: Any, profile: ModelProfile) -> None:
+    """Refuse kimi-inline when the template writes its own think tags around inline reasoning."""
+    if not profile.has_reasoning:
+        return  # a plain model's rows are answers only: nothing goes inline
+    user = [{"role": "user", "content": "q"}]
+    kwargs = profile.template_kwargs(True)
+    inline = {"role": "assistant", "content": f"{profile.think_open}r{profile.think_close}a"}
+    structured = {"role": "assistant", "content": "a", "reasoning_content": "r"}
+    try:
+        same = (tokenizer.render_text(user + [inline], add_generation_prompt=False, template_kwargs=kwargs) ==
+                tokenizer.render_text(user + [structured], add_generation_prompt=False, template_kwargs=kwargs))
+    except Exception as exc:
+        raise ExportError(f"--format kimi-inline: the chat template failed on a probe conversation ({exc})") from None
+    if not same:
+        raise ExportError(
+            f"--format kimi-inline refused: the run's chat template writes its own {profile.think_open} tags for an "
+            f"assistant message, so reasoning inline in the content would render doubled "
+            f"({profile.think_open}{profile.think_close}{profile.think_open}…); use --format specforge (with its "
+            "template) or --format speculators (token-exact)")
+
+
+def _choose_template(store: Store, fmt: str, ids: list[tuple], profiles: "_Profiles", tokenizer: Any
+                     ) -> TemplateChooser | None:
+    """Derive the ChatTemplate from the served layouts (specforge: refuse when none fits)."""
+    if fmt not in ("specforge", "sharegpt", "kimi-inline", "speculators"):
+        return None
+    chooser = TemplateChooser(tokenizer)
+    for start in range(0, len(ids), CHUNK):
+        chunk = [i[0] for i in ids[start:start + CHUNK]]
+        for settings, prof in store.query("SELECT s.settings, s.profile FROM samples s JOIN "
+                                          "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
+                                          "WHERE len(s.output_ids) > 0", [chunk]):
+            chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
+    try:
+        chooser.template = chooser.choose()
+    except TemplateRefused as exc:
+        if fmt == "specforge":
+            raise ExportError(f"--format specforge refused: no SpecForge ChatTemplate can express the served "
+                              f"layout: {exc}; use --format speculators (token-exact)") from None
+        chooser.refused = str(exc)
+    return chooser
+
+
+def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result: ExportResult) -> None:
+    """Token counts, errors, SpecForge template and manifest, into their temp files (committed later)."""
+    if "token_freq" in plan.sidecars:
+        with open(plan.sidecars["token_freq"].tmp, "w", encoding="utf-8") as fh:
+            json.dump({str(t): n for t, n in sorted(result.freq.items())}, fh)
+    if "errors" in plan.sidecars:
+        _write_errors(store, run, plan.sidecars["errors"].tmp)
+    if "template" in plan.sidecars:
+        with open(plan.sidecars["template"].tmp, "w", encoding="utf-8") as fh:
+            json.dump(result.template, fh, indent=2, ensure_ascii=False)
+        result.template_path = plan.sidecars["template"].final
+    result.manifest = scrub(build_manifest(store, fmt, plan, result))
+    if getattr(result, "thresholds", None):  # --max-acceptance / --max-nll and what they left out
+        result.manifest["thresholds"] = result.thresholds
+    if "manifest" in plan.sidecars:
+        with open(plan.sidecars["manifest"].tmp, "w", encoding="utf-8") as fh:
+            json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
 
 
 # The Parquet loss mask is built in SQL, 0 per prompt id and 1 per output id: the same rule as
@@ -192,20 +356,38 @@ def _export_to(store: Store, fmt: str, out: Path, tmp: Path, ids: list[tuple], s
 PARQUET_LOSS_MASK = "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids])"
 
 
-def _write_parquet(store: Store, sample_ids: list[str], out: Path) -> None:
-    """DuckDB's own Parquet writer, with the speculators columns plus tokview's review columns."""
-    target = str(out).replace("'", "''")
-    store.execute(
-        "COPY (SELECT s.prompt_id || '_gen' || CAST(row_number() OVER (PARTITION BY s.prompt_id "
-        "ORDER BY coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) - 1 AS VARCHAR) AS id, "
-        "s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
-        "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
-        f"{PARQUET_LOSS_MASK} AS loss_mask, "
-        "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes"
-        f"{parquet_columns(store, sample_ids)} "  # logprobs / top-K / target / acceptance, when captured
-        "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
-        f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
-        f"TO '{target}' (FORMAT parquet)", [sample_ids])
+def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) -> None:
+    """DuckDB's own Parquet writer, with the speculators columns plus tokview's review columns.
+
+    The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target
+    (-, FIFO) gets the file's bytes once DuckDB has written it to a temp file.
+    """
+    tmp = plan.data.tmp if plan.data else None
+    spill = None
+    if tmp is None:
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix=".tokview-export.", suffix=".parquet.partial")
+        os.close(fd)
+        spill = tmp = Path(name)
+    try:
+        target = str(tmp).replace("'", "''")
+        store.execute(
+            "COPY (SELECT q.rid AS id, s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
+            "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
+            f"{PARQUET_LOSS_MASK} AS loss_mask, "
+            "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes"
+            f"{parquet_columns(store, [e[0] for e in exported])} "  # logprobs / top-K / target, when captured
+            "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
+            "ON s.sample_id = q.sid "
+            f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
+            f"TO '{target}' (FORMAT parquet)", [[e[0] for e in exported], [e[1] for e in exported]])
+        if spill is not None:
+            with open(spill, "rb") as src, open_stream(plan) as dst:
+                shutil.copyfileobj(src, dst)
+    finally:
+        if spill is not None:
+            spill.unlink(missing_ok=True)
 
 
 def _write_errors(store: Store, run: str | None, path: Path) -> None:
@@ -217,60 +399,3 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
         for prompt_id, sample_id, reason, server in rows:
             fh.write(json.dumps({"id": prompt_id, "metadata": {
                 "sample_id": sample_id, "error": scrub_optional(reason), "endpoint": scrub_optional(server)}}) + "\n")
-
-
-class _Provenance:
-    """Servers, settings, parsers and runs seen across the exported samples."""
-
-    def __init__(self) -> None:
-        self.servers: set[tuple] = set()
-        self.settings: dict[str, dict] = {}
-        self.fields: set[str] = set()
-        self.endpoints: set[str] = set()
-        self.runs: set[str] = set()
-        self.finish: Counter[str] = Counter()
-
-    def add(self, row: dict[str, Any], capture: Any) -> None:
-        self.servers.add((capture.server_kind, capture.server_version, capture.server_url))
-        self.settings[json.dumps(capture.settings, sort_keys=True, default=str)] = capture.settings
-        if capture.reasoning_field:
-            self.fields.add(capture.reasoning_field)
-        self.endpoints.add(capture.endpoint)
-        if row["run_id"]:
-            self.runs.add(row["run_id"])
-        self.finish[str(capture.finish_reason)] += 1
-
-
-def _manifest(store: Store, fmt: str, select: str, run: str | None, tokenizer: Any, profiles: _Profiles,
-              seen: _Provenance, result: ExportResult) -> dict[str, Any]:
-    runs = [r for r in store.runs() if r["run_id"] in seen.runs]
-    used = sorted({p.name for p in profiles.cache.values()})
-    parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
-    fingerprint = tokenizer.fingerprint()
-    return {
-        "tokview_export": 1,
-        "format": fmt,
-        "data": result.out.name,
-        "token_freq": result.token_freq_path.name,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "select": select,
-        "run": run,
-        "counts": {"selected": result.selected, "exported": result.exported,
-                   "refused": sum(result.refused.values()), "refused_by_reason": result.refused,
-                   "finish_reason": dict(sorted(seen.finish.items()))},
-        "tokenizer": {"source": tokenizer.name, "hash": fingerprint, "chat_template_hash": tokenizer.template_hash(),
-                      "loaded_by": getattr(tokenizer, "loaded_by", None),
-                      "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs)},
-        "profile": used[0] if len(used) == 1 else used,
-        "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],
-        "endpoints": sorted(seen.endpoints),
-        "parser": {"reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
-                   "reasoning_fields": sorted(seen.fields)},
-        "sampling": [seen.settings[k] for k in sorted(seen.settings)],
-        "runs": [{k: r[k] for k in ("run_id", "profile", "tokenizer_hash", "template_hash", "server_info",
-                                    "settings", "source")} for r in runs],
-        "loss_mask": "0 for every prompt id, 1 for every output id (stop id included); input_ids = prompt ids + "
-                     "output ids exactly as served",
-        **({"trainer_hint": "set a thinking chat template and train_only_last_turn: true"}
-           if fmt in ("specforge", "kimi-inline") else {}),
-    }

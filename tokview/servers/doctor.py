@@ -72,13 +72,15 @@ class DoctorReport:
         return {"url": self.url, "kind": self.info.kind, "version": self.info.version, "model": self.info.model,
                 "simulator": bool(self.info.features.get("simulator")),
                 "profile": self.profile.name if self.profile else None, "tokenizer": self.tokenizer_name,
+                "max_model_len": self.info.max_model_len,
                 "features": dict(self.info.features), "ok": not self.failed, "notes": list(self.notes),
                 "checks": [c.to_dict() for c in self.checks]}
 
     def render_text(self) -> str:
         lines = [f"tokview doctor: {self.url}",
                  f"  profile {self.profile.name if self.profile else '(none)'}, "
-                 f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}"]
+                 f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}",
+                 f"  max_model_len {self.info.max_model_len or '(not reported: prompt lengths are not checked)'}"]
         lines += [f"  note: {n}" for n in self.notes] + [""]
         for c in self.checks:
             lines.append(f"{SYMBOLS[c.status]} {c.title}: {c.detail}")
@@ -132,8 +134,8 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None, notes=list(dict.fromkeys([*notes, *client.notes])),
-                              secrets=client.secrets)
+                              tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None,
+                              notes=list(dict.fromkeys([*notes, *client.notes])), secrets=client.secrets)
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:

@@ -2,7 +2,7 @@
 
 from tokview.store.records import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
 from tokview.store.schema import LATEST_VERSION, SchemaError
-from tokview.store.store import DEFAULT_DB, Store, StoreError
+from tokview.store.store import DEFAULT_DB, PartSink, Store, StoreError, StoreFull
 
-__all__ = ["Store", "StoreError", "SampleFilter", "SampleRow", "StoredSample", "UnknownSample", "STATUSES",
-           "DEFAULT_DB", "LATEST_VERSION", "SchemaError"]
+__all__ = ["Store", "StoreError", "StoreFull", "PartSink", "SampleFilter", "SampleRow", "StoredSample",
+           "UnknownSample", "STATUSES", "DEFAULT_DB", "LATEST_VERSION", "SchemaError"]

@@ -41,6 +41,11 @@ LOCK_TIMEOUT_S = 120.0
 """How long an operation waits for another process to release the file before it gives up."""
 LOCK_SAY_AFTER_S = 1.0
 """Waits longer than this are announced (once) with the holder's tokview command."""
+LINGER_S = 0.2
+"""After an operation the file stays open this long for the next one (the app's count, page and sample
+of one keypress reuse one warm connection); then it is closed for other processes."""
+MAX_HOLD_S = 1.0
+"""Never longer than this in one stretch, however busy: other processes always get their turn."""
 _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
 
@@ -92,15 +97,61 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
         raise StoreError(f"{what}: {first}") from None
 
 
-class Store:
+class PartSink:
+    """Writes parts for a store without opening its DuckDB file: what `--workers` children and Ray tasks use."""
+
+    def __init__(self, path: str | Path, server_urls: Iterable[str] = ()) -> None:
+        self.path = str(path)
+        self._secrets: tuple[str, ...] = ()
+        self.add_server_urls(server_urls)
+
+    @property
+    def parts_dir(self) -> Path:
+        return parts.parts_dir(self.path)
+
+    def add_server_urls(self, urls: Iterable[str]) -> None:
+        """Mask these URLs' user names and passwords in every payload written from now on."""
+        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
+
+    def ingest(self) -> tuple[int, int]:
+        return 0, 0  # the process that owns the store lands the parts
+
+    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
+                      *, gen_index: int | None = None, turn: int | None = None,
+                      profile: str | None = None) -> dict[str, Any]:
+        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
+        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
+                                                        turn, profile, self._secrets)))
+        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
+                               "positions": list(f.positions)} for f in analysis.findings]
+        return record
+
+    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
+        """Hand finished samples and failures to the store without opening it (see `parts.py`).
+
+        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
+        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
+                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
+                  "at": f.get("at") or _now()} for f in failures]
+        try:
+            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
+            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
+            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
+
+class Store(PartSink):
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
     `server_urls`: the URLs the captures come from (may hold `user:password@`); their credentials
     are masked wherever they appear in a stored payload (`add_server_urls` adds more later)."""
 
     def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = (), *,
-                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None) -> None:
-        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr)."""
+                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None,
+                 linger: float = LINGER_S) -> None:
+        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr);
+        `linger`: seconds the file stays open after an operation (0: closed at once)."""
         self.path = str(path)
         self._secrets: tuple[str, ...] = ()
         self.add_server_urls(server_urls)
@@ -110,6 +161,9 @@ class Store:
         self._lock = threading.RLock()
         self._conn: Any = None
         self._depth = 0
+        self.linger = linger
+        self._opened_at = 0.0
+        self._release_seq = 0
         self._column_types: dict[str, str] | None = None
         self._memory_parts: Path | None = None
         if not self._memory:
@@ -117,6 +171,7 @@ class Store:
         with self._lock:
             try:
                 self._conn = self._open()
+                self._opened_at = time.monotonic()
                 with _duckdb_errors(f"cannot migrate database {self.path}", self.path):
                     refuse_foreign(self._conn, self.path)
                     migrate(self._conn)
@@ -162,11 +217,24 @@ class Store:
                 delay = min(delay * 2, 0.1)
 
     def _release(self, force: bool = False) -> None:
-        if self._conn is not None and (force or (self._depth == 0 and not self._memory)):
+        """Close the file now (`force`, or held MAX_HOLD_S already), or after LINGER_S unless used again."""
+        if self._conn is None or (not force and (self._depth > 0 or self._memory)):
+            return
+        self._release_seq += 1
+        if force or self.linger <= 0 or time.monotonic() - self._opened_at >= MAX_HOLD_S:
             try:
                 self._conn.close()
             finally:
                 self._conn = None
+            return
+        closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
+        closer.daemon = True
+        closer.start()
+
+    def _close_if_idle(self, seq: int) -> None:
+        with self._lock:
+            if seq == self._release_seq and self._depth == 0 and self._conn is not None:
+                self._release(force=True)
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -174,6 +242,7 @@ class Store:
         with self._lock:
             if self._conn is None:
                 self._conn = self._open()
+                self._opened_at = time.monotonic()
             self._depth += 1
             try:
                 yield self._conn
@@ -186,10 +255,6 @@ class Store:
         """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""
         with self._connection():
             yield self
-
-    def add_server_urls(self, urls: Iterable[str]) -> None:
-        """Mask these URLs' user names and passwords in every payload written from now on."""
-        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
@@ -303,31 +368,6 @@ class Store:
             self._tx(statements)
 
     # -- parts: what batches write instead of holding the file -------------------------------
-    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
-                      *, gen_index: int | None = None, turn: int | None = None,
-                      profile: str | None = None) -> dict[str, Any]:
-        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
-        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
-                                                        turn, profile, self._secrets)))
-        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
-                               "positions": list(f.positions)} for f in analysis.findings]
-        return record
-
-    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
-        """Hand finished samples and failures to the store without opening it (see `parts.py`).
-
-        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
-                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
-                  "at": f.get("at") or _now()} for f in failures]
-        try:
-            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
-            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
-            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
-
     def _sample_types(self, conn: Any) -> dict[str, str]:
         if self._column_types is None:
             rows = conn.execute("SELECT column_name, data_type FROM information_schema.columns "
@@ -360,6 +400,20 @@ class Store:
         parts.remove(sample_files + failure_files)
         return new, failed
 
+    def merge(self, source: str | Path) -> dict[str, int]:
+        """Land another tokview store's samples, findings, verdicts, runs and open failures (see `merge.py`).
+
+        Raises MergeRefused (another model/tokenizer/profile, not a store) or StoreError."""
+        from tokview.store.merge import merge_into
+
+        src = Path(source).expanduser()
+        if not src.is_file():
+            raise StoreError(f"database not found: {src}")
+        if src.resolve() == Path(self.path).expanduser().resolve():
+            raise StoreError(f"{src} is the store itself")
+        with self._connection() as conn, _duckdb_errors(f"cannot merge {src}", self.path):
+            return merge_into(conn, src, self.path)
+
     @staticmethod
     def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
         spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns)
@@ -383,7 +437,8 @@ class Store:
         conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({parts.sql_list(files)}, "
                      "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
                      "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
-                     "WHERE f.sample_id IS NULL OR NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
+                     "WHERE f.sample_id IS NULL OR "
+                     "NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
         conn.execute("INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
                      "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
                      "failure_attempts.attempts + EXCLUDED.attempts")
@@ -394,6 +449,16 @@ class Store:
         n = conn.execute("SELECT count(*) FROM _part_fail").fetchone()[0]
         conn.execute("DROP TABLE _part_fail")
         return int(n)
+
+    def failures(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """The current failures (one per sample id, the latest reason) with how many attempts failed:
+        what errors.jsonl lists."""
+        where, params = ("WHERE f.run_id = ?", [run_id]) if run_id else ("", [])
+        rows = self.query("SELECT f.prompt_id, f.sample_id, f.run_id, f.reason, f.server, f.\"at\", "
+                          "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
+                          f"{where} ORDER BY f.prompt_id, f.sample_id, f.\"at\"", params)
+        names = ("prompt_id", "sample_id", "run_id", "reason", "server", "at", "attempts")
+        return [dict(zip(names, r)) for r in rows]
 
     def existing_sample_ids(self, ids: Iterable[str]) -> set[str]:
         """The subset of `ids` already stored: the anti-join that makes re-runs resume."""

@@ -1,0 +1,244 @@
+"""Production runs: --workers, --shard + merge, early stop, a full disk, and a store shared live."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import BatchConfig, plan, read_prompts, run_batch
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+from test_store_fixtures import kimi, profile
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_data"
+TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+
+
+def many_prompts(path: Path, n: int) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"q{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    return path
+
+
+def expected_ids(prompts: Path, max_new_tokens: int) -> set[str]:
+    rows, _ = read_prompts(prompts)
+    config = BatchConfig(servers=[], max_new_tokens=max_new_tokens)
+    identity = {"model": "tokview-sim", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}
+    return {i.sample_id for i in plan(rows, config, config.sample_settings(identity))[0]}
+
+
+def stored_ids(db: Path) -> list[str]:
+    with Store(db) as store:
+        return [r[0] for r in store.query("SELECT sample_id FROM samples")]
+
+
+async def test_two_workers_store_every_sample_once_with_the_planned_ids(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 80)
+    db = tmp_path / "w.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(db) as store:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=4, workers=2)
+        summary = await run_batch(config, store)
+        assert summary.balanced and (summary.ok, summary.failed) == (80, 0), summary.render()
+        assert sim.stats.generation >= 80
+        again = await run_batch(config, store)  # resume: nothing to do
+        assert (again.ok, again.resumed) == (0, 80)
+    ids = stored_ids(db)
+    assert len(ids) == len(set(ids)) == 80 and set(ids) == expected_ids(prompts, 40)
+
+
+def test_shards_cover_every_id_once_and_merge_is_idempotent(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 24)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        dbs = []
+        for k in (1, 2, 3):
+            db = tmp_path / f"shard{k}.duckdb"
+            out = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
+                                  "--max-new-tokens", "40", "--shard", f"{k}/3", "--summary-json"],
+                                 capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr
+            summary = json.loads(out.stdout)
+            assert summary["balanced"] and summary["ok"] == summary["input"]
+            dbs.append(db)
+    shard_ids = [set(stored_ids(db)) for db in dbs]
+    assert all(shard_ids) and sum(len(s) for s in shard_ids) == 24
+    assert set().union(*shard_ids) == expected_ids(prompts, 40)
+    into = tmp_path / "all.duckdb"
+    for _ in range(2):  # the second merge adds nothing
+        out = subprocess.run([*TOKVIEW, "merge", *map(str, dbs), "--into", str(into)], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+    assert "+0 samples" in out.stderr
+    ids = stored_ids(into)
+    assert len(ids) == len(set(ids)) == 24
+    with Store(into) as store:
+        assert store.query("SELECT count(*) FROM findings")[0][0] > 0
+        assert len(store.runs()) == 1
+
+
+def test_merge_refuses_a_store_of_another_model_in_one_line(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 2)
+    dbs = []
+    for name in ("model-a", "model-b"):
+        with start_simulator(SimConfig(kind="vllm", model_name=name)) as sim:
+            db = tmp_path / f"{name}.duckdb"
+            out = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
+                                  "--max-new-tokens", "30"], capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stderr
+            dbs.append(db)
+    out = subprocess.run([*TOKVIEW, "merge", str(dbs[1]), "--into", str(dbs[0])], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.strip().count("\n") == 0 and "model model-b" in out.stderr and "merge refused" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(stored_ids(dbs[0])) == 2
+
+
+async def test_a_server_that_fails_everything_stops_the_run_with_the_reason(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 60)
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
+            Store(tmp_path / "f.duckdb") as store:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, concurrency=2, retries=0,
+                             max_consecutive_failures=5)
+        summary = await run_batch(config, store)
+    assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
+    assert "500" in summary.stopped
+    assert summary.failed < 60 and summary.abandoned > 0 and summary.balanced
+    assert summary.exit_code == 1 and "stopped: stopped after 5" in summary.render()
+
+
+def _unshare_tmpfs_works(tmp_path: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                            f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"], capture_output=True)
+    if probe.returncode == 0:
+        return True
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def test_a_full_disk_stops_taking_work_says_so_and_keeps_what_was_generated(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if not _unshare_tmpfs_works(mnt):
+        pytest.skip("cannot mount a small tmpfs here (needs unshare and mount rights)")
+    prompts = many_prompts(tmp_path / "p.jsonl", 400)
+    with start_simulator(SimConfig(kind="vllm", output_tokens=400)) as sim:
+        db = mnt / "full.duckdb"
+        keep = tmp_path / "kept"
+        # mount a 6 MB tmpfs in a private mount namespace, run the batch there, then copy what is left out
+        script = (f"mount -t tmpfs -o size=6m tmpfs {mnt} && {' '.join(map(_q, TOKVIEW))} batch {prompts} "
+                  f"--server {sim.url} --db {db} --max-new-tokens 420 --concurrency 4 --workers 1; "
+                  f"rc=$?; cp -r {mnt} {keep}; exit $rc")
+        unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
+        out = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"no space left on device ({db}" in out.stderr
+    assert "Future exception was never retrieved" not in out.stderr and "Traceback" not in out.stderr
+    assert "cannot rollback" not in out.stderr
+    kept = keep / "full.duckdb"
+    with Store(kept) as store:  # parts that reached the disk land now; nothing generated became a failure
+        stored = store.count_samples()
+        assert stored > 0
+        assert store.query("SELECT count(*) FROM failures")[0][0] == 0
+
+
+def _q(arg: str) -> str:
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 60)
+    db = tmp_path / "live.duckdb"
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.15})) as sim:
+        first = subprocess.Popen([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
+                                  "--max-new-tokens", "40", "--concurrency", "2", "--workers", "1"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            seen = 0
+            deadline = time.monotonic() + 120
+            while seen == 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+                if not db.exists():
+                    continue
+                out = subprocess.run([*TOKVIEW, "stats", "--db", str(db), "--json"], capture_output=True,
+                                     text=True, timeout=120)
+                assert out.returncode == 0, out.stderr
+                seen = json.loads(out.stdout)["samples"]
+            assert first.poll() is None, "the first batch ended before the store could be read beside it"
+            assert 0 < seen < 60
+            with Store(db) as store:
+                some = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
+                store.record_verdict(some, "approved", who="live-test")  # a verdict lands mid-run
+            out = subprocess.run([*TOKVIEW, "show", some, "--db", str(db)], capture_output=True, text=True,
+                                 timeout=120)
+            assert out.returncode == 0 and some in out.stdout, out.stderr
+            out = subprocess.run([*TOKVIEW, "export", "--db", str(db), "--format", "sharegpt", "--select", "all",
+                                  "--out", str(tmp_path / "mid.jsonl")], capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            assert len((tmp_path / "mid.jsonl").read_text().splitlines()) >= seen
+            second = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
+                                     "--max-new-tokens", "40", "--concurrency", "2", "--workers", "1",
+                                     "--summary-json"], capture_output=True, text=True, timeout=300)
+            assert second.returncode == 0, second.stderr
+            assert json.loads(second.stdout)["balanced"]
+        finally:
+            _, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err
+    ids = stored_ids(db)
+    assert len(ids) == len(set(ids)) == 60
+    with Store(db) as store:
+        assert store.query("SELECT status FROM samples WHERE sample_id = ?", [some]) == [("approved",)]
+        assert store.query("SELECT count(*) FROM findings f ANTI JOIN samples s USING (sample_id)")[0][0] == 0
+
+
+def test_the_vocabulary_fingerprint_is_cached_by_the_tokenizer_files(tmp_path, monkeypatch, kimi_tok_dir):
+    from tokview.batch import identity
+    from tokview.core.tokenizer import load_tokenizer
+
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "tok"
+    shutil.copytree(kimi_tok_dir, folder)
+    tok = load_tokenizer(folder)
+    assert identity.vocab_fingerprint(tok) == tok.vocab_fingerprint()
+    calls = []
+    fresh = load_tokenizer(folder)
+    fresh.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
+    assert identity.vocab_fingerprint(fresh) == tok.vocab_fingerprint() and not calls  # from the cache
+    config = folder / "tokenizer_config.json"
+    config.write_text(config.read_text() + " ")  # other files: the cache entry no longer applies
+    edited = load_tokenizer(folder)
+    edited.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
+    assert identity.vocab_fingerprint(edited) == "recomputed" and calls == [1]
+
+
+async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_lists_it_once(tmp_path):
+    from tokview.export import export
+
+    prompts = many_prompts(tmp_path / "p.jsonl", 3)
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
+            Store(tmp_path / "f.duckdb") as store:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, retries=0)
+        for _ in range(3):
+            summary = await run_batch(config, store)
+            assert summary.failed == 3
+        assert store.stats()["failures"]["total"] == 3
+        assert [f["attempts"] for f in store.failures()] == [3, 3, 3]
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "f.duckdb") as store:
+        other = tmp_path / "other.jsonl"
+        other.write_text(json.dumps({"id": "ok-1", "messages": [{"role": "user", "content": "fine"}]}) + "\n")
+        assert (await run_batch(BatchConfig(servers=[sim.url], prompts_path=other, max_new_tokens=30), store)).ok == 1
+        export(store, "speculators", tmp_path / "out.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    lines = (tmp_path / "out.errors.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3

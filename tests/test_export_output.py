@@ -1,0 +1,240 @@
+"""Where export files land: symlinks, FIFOs, stdout, sidecars that land with the data, selection of
+approved samples, row ids and a metadata schema that stay stable across runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tokview.cli import main
+from tokview.core.analysis import analyze
+from tokview.core.record import sample_id_for
+from tokview.export import ExportError, export
+from tokview.export import output as output_module
+from tokview.store import Store
+
+from test_store_fixtures import SETTINGS, kimi, make_capture, profile, put
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "x.duckdb") as s:
+        s.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5", tokenizer_hash=kimi().fingerprint())
+        put(s, "p1", make_capture())
+        put(s, "p2", make_capture(answer="two"))
+        yield s
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _export(store, fmt, out, **kw):
+    return export(store, fmt, out, select=kw.pop("select", "all"), tokenizer=kimi(), profile=profile(), **kw)
+
+
+# -- item 10: symlinks, FIFOs, stdout, never replace a non-regular file -----------------------------------
+
+def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(store, tmp_path):
+    real_dir = tmp_path / "data"
+    real_dir.mkdir()
+    target = real_dir / "train.jsonl"
+    target.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    result = _export(store, "speculators", link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert len(_jsonl(target)) == 2 and result.out == target
+    assert (real_dir / "train.manifest.json").is_file()  # sidecars live beside the data they describe
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(real_dir / "new.jsonl")
+    _export(store, "speculators", dangling)
+    assert dangling.is_symlink() and len(_jsonl(real_dir / "new.jsonl")) == 2
+
+
+def test_out_to_a_fifo_streams_and_keeps_the_fifo(store, tmp_path):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = _export(store, "speculators", fifo)
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # not replaced by a regular file
+    rows = [json.loads(line) for line in received[0].decode().splitlines()]
+    assert len(rows) == 2 and result.manifest["data_sha256"] == hashlib.sha256(received[0]).hexdigest()
+    assert json.loads((tmp_path / "pipe.manifest.json").read_text())["counts"]["exported"] == 2
+
+
+def test_out_dash_streams_to_stdout_without_sidecars(store, tmp_path):
+    store.close()
+    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "export", "--db",
+           str(tmp_path / "x.duckdb"), "--out", "-", "--select", "all"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["primary_id"] for line in done.stdout.splitlines()] == ["p1", "p2"]
+    assert "no sidecars" in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+
+
+def test_a_socket_or_a_sidecar_that_is_not_a_file_is_never_replaced(store, tmp_path):
+    sock_path = tmp_path / "s.jsonl"
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    try:
+        with pytest.raises(ExportError, match="not a regular file"):
+            _export(store, "speculators", sock_path)
+        assert stat.S_ISSOCK(os.stat(sock_path).st_mode)
+    finally:
+        sock.close()
+    (tmp_path / "t.manifest.json").mkdir()
+    with pytest.raises(ExportError, match="t.manifest.json is not a regular file"):
+        _export(store, "speculators", tmp_path / "t.jsonl")
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_a_parent_that_is_a_file_is_named(store, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ExportError, match=f"{tmp_path / 'afile'} is a file, not a folder"):
+        _export(store, "speculators", tmp_path / "afile" / "sub" / "t.jsonl")
+
+
+def test_format_and_out_suffix_must_agree(store, tmp_path, capsys):
+    store.close()
+    db = str(tmp_path / "x.duckdb")
+    code = main(["export", "--db", db, "--format", "parquet", "--out", str(tmp_path / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "writes Parquet" in err and "x.parquet" in err
+    code = main(["export", "--db", db, "--format", "sharegpt", "--out", str(tmp_path / "x.parquet")])
+    err = capsys.readouterr().err
+    assert code != 0 and "writes JSONL" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+
+
+# -- item 11: sidecars land with the data; stale temp files are cleaned ---------------------------------
+
+def test_a_kill_at_any_rename_never_leaves_new_data_beside_an_old_manifest(store, tmp_path, monkeypatch):
+    out = tmp_path / "train.jsonl"
+    real_replace = os.replace
+    renames = []
+    monkeypatch.setattr(output_module.os, "replace", lambda a, b: renames.append(b) or real_replace(a, b))
+    _export(store, "speculators", out)
+    n = len(renames)
+    assert n == 4 and Path(renames[-1]) == out  # manifest, token counts, errors first; the data last
+    for crash_at in range(n):
+        _export(store, "sharegpt", out)  # the "old" export: sharegpt data + its manifest
+        calls = []
+
+        def dies(a, b, crash_at=crash_at):
+            if len(calls) == crash_at:
+                raise KeyboardInterrupt  # killed here
+            calls.append(b)
+            return real_replace(a, b)
+
+        monkeypatch.setattr(output_module.os, "replace", dies)
+        with pytest.raises(KeyboardInterrupt):
+            _export(store, "speculators", out)
+        monkeypatch.setattr(output_module.os, "replace", real_replace)
+        manifest = json.loads((tmp_path / "train.manifest.json").read_text())
+        data_is_new = "input_ids" in _jsonl(out)[0]
+        assert not data_is_new  # the data is renamed last: a kill before it keeps the old data
+        digest = hashlib.sha256(out.read_bytes()).hexdigest()
+        if manifest["format"] == "speculators":  # new manifest, old data: the manifest's hash tells
+            assert manifest["data_sha256"] != digest
+        else:
+            assert manifest["data_sha256"] == digest
+        assert not list(tmp_path.glob("*.partial"))
+    result = _export(store, "speculators", out)
+    assert result.manifest["data_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def test_partial_files_of_a_killed_export_are_cleaned_up(store, tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".train.jsonl.{dead.stdout.strip()}.x1.partial"
+    stale_manifest = tmp_path / f".train.manifest.json.{dead.stdout.strip()}.x2.partial"
+    old_style = tmp_path / ".train.jsonl.abc123.partial"  # a tokview before this fix named them without a pid
+    live = tmp_path / f".train.jsonl.{os.getppid()}.x3.partial"  # another export running now: left alone
+    for p in (stale, stale_manifest, old_style, live):
+        p.write_bytes(b"x" * 1000)
+    _export(store, "speculators", tmp_path / "train.jsonl")
+    assert not stale.exists() and not stale_manifest.exists() and not old_style.exists() and live.exists()
+
+
+# -- issue 8 item 2: approved exports only valid samples unless --include-invalid ------------------------
+
+def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsys):
+    db = tmp_path / "r.duckdb"
+    with Store(db) as s:
+        good = put(s, "good", make_capture())
+        cut = put(s, "cut", make_capture(finish_reason="length", stop=False))
+        put(s, "pending", make_capture())
+        s.record_verdict(good, "approved")
+        s.record_verdict(cut, "approved")
+        result = _export(s, "speculators", tmp_path / "a.jsonl", select="approved")
+        assert [r["primary_id"] for r in _jsonl(tmp_path / "a.jsonl")] == ["good"]
+        assert result.left_out["invalid"] == 1 and "truncated" in result.left_out["by_reason"]
+        assert result.manifest["counts"]["left_out"] == result.left_out
+        both = _export(s, "speculators", tmp_path / "b.jsonl", select="approved", include_invalid=True)
+        assert both.exported == 2 and not both.left_out
+    code = main(["export", "--db", str(db), "--out", str(tmp_path / "c.jsonl"), "--select", "approved"])
+    err = capsys.readouterr().err
+    assert code == 0 and "left out 1 approved samples that are invalid (1 truncated" in err
+    assert "--include-invalid" in err
+    code = main(["export", "--db", str(db), "--out", str(tmp_path / "d.jsonl"), "--select", "approved",
+                 "--include-invalid"])
+    assert code == 0 and len(_jsonl(tmp_path / "d.jsonl")) == 2
+
+
+# -- issue 13 item 4: ids and metadata that stay stable across runs ---------------------------------------
+
+def test_gen_n_is_the_samples_generation_index_and_metadata_has_one_schema(tmp_path):
+    with Store(tmp_path / "m.duckdb") as s:
+        put(s, "p", make_capture(), run_id="run1", index=0)
+        other = make_capture()
+        other.settings = {"temperature": 0.7, "seed": 3}  # another run: other settings, no usage
+        other.usage = {}
+        for index in (0, 1):
+            sid = sample_id_for("p", other.settings, index)
+            s.put_sample(sid, "p", "run2", other, analyze(other, profile(), kimi()), gen_index=index,
+                         profile="kimi-k2.5")
+        _export(s, "speculators", tmp_path / "s.jsonl")
+    rows = _jsonl(tmp_path / "s.jsonl")
+    by_sample = {r["metadata"]["tokview_sample_id"]: r for r in rows}
+    assert by_sample[sample_id_for("p", SETTINGS, 0)]["id"] == "p_gen0"
+    assert by_sample[sample_id_for("p", other.settings, 0)]["id"] == "p_gen0@run2"  # another run's generation 0
+    assert by_sample[sample_id_for("p", other.settings, 1)]["id"] == "p_gen1"
+    assert [r["metadata"]["idx"] for r in rows] == [0, 0, 1]
+
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in sorted(value.items())}
+        return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+    shapes = [shape(r["metadata"]) for r in rows]
+    assert all(set(s) == set(shapes[0]) for s in shapes)  # the same keys in every row…
+    for key in ("sampling_params", "usage"):
+        assert all(set(s[key]) == set(shapes[0][key]) for s in shapes)  # …down to the nested ones
+        for sub in shapes[0][key]:
+            assert len({s[key][sub] for s in shapes} - {"NoneType"}) <= 1, (key, sub)  # one type, or null
+
+
+def test_text_formats_keep_specforge_ids_and_stay_unique_across_runs(tmp_path):
+    with Store(tmp_path / "t.duckdb") as s:
+        put(s, "p", make_capture(), run_id="run1", index=0)
+        put(s, "p", make_capture(), run_id="run1", index=1)
+        other = make_capture()
+        other.settings = {"temperature": 0.7}
+        s.put_sample(sample_id_for("p", other.settings, 0), "p", "run2", other, analyze(other, profile(), kimi()),
+                     gen_index=0, profile="kimi-k2.5")
+        _export(s, "sharegpt", tmp_path / "g.jsonl")
+    assert [r["id"] for r in _jsonl(tmp_path / "g.jsonl")] == ["p", "p@run2", "p_gen1"]

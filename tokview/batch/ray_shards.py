@@ -1,0 +1,128 @@
+"""`--ray auto|ADDRESS`: prompt shards as Ray tasks, landed by the driver like a local run.
+
+Why Ray: a team that outgrows one machine usually has a Ray cluster already; its scheduler,
+retries and object store are better than anything we would write. The driver plans the run as
+always (same sample ids, same resume anti-join), cuts the work into shards and submits one task
+per shard. A task loads the tokenizer, captures and analyses its shard against the server pool
+(the same `capture_all` and writer a local run uses) and hands the shard back as part lines; the
+driver writes each returned shard as a part and lands it in the store, so accounting, resume and
+`ok + failed + skipped == input` are exactly a local run's. Ray is an optional extra
+(`pip install 'tokview[ray]'`), imported only here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, deque
+from dataclasses import replace
+from typing import Any, Callable
+
+SHARD_MIN = 16
+
+
+class RayUnavailable(ValueError):
+    """Ray is not installed or no cluster answered."""
+
+
+class CollectingSink:
+    """A PartSink that keeps the parts in memory: what a Ray task hands back to the driver."""
+
+    def __init__(self, server_urls: list[str]) -> None:
+        from tokview.store import PartSink
+
+        self._sink = PartSink(":ray:", server_urls)
+        self.samples: list[bytes] = []
+        self.failures: list[dict[str, Any]] = []
+
+    def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._sink.sample_record(*args, **kwargs)
+
+    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] = ()) -> None:
+        self.samples += samples
+        self.failures += list(failures)
+
+    def ingest(self) -> tuple[int, int]:
+        return 0, 0
+
+
+def run_shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
+    """The body of one Ray task: capture + analyse `items`; return the part lines and the counts."""
+    return asyncio.run(_shard(config, run_id, items))
+
+
+async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
+    from tokview.batch.runner import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.writer import GroupWriter
+    from tokview.servers import ServerPool
+
+    tokenizer, profile = resolve_tokenizer_and_profile(config)
+    pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
+                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+    sink = CollectingSink(config.servers)
+    writer = GroupWriter(sink, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=False)
+    loop = asyncio.get_running_loop()
+    try:
+        await pool.start()
+        outcome = await capture_all(config, pool, deque(items), writer, None, lambda: None)
+    finally:
+        await loop.run_in_executor(None, writer.close)
+        await pool.aclose()
+    return {"samples": sink.samples, "failures": sink.failures, "outcome": outcome, "ok": writer.ok,
+            "failed": writer.failed, "flagged": writer.flagged, "truncated": writer.truncated,
+            "output_tokens": writer.output_tokens, "reasons": dict(writer.reasons)}
+
+
+def connect(address: str) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("--ray needs Ray: pip install 'tokview[ray]'") from None
+    if not ray.is_initialized():
+        try:
+            if address == "auto":
+                try:
+                    ray.init(address="auto", log_to_driver=False)
+                except ConnectionError:
+                    ray.init(log_to_driver=False)  # no cluster running: a local one on this machine
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
+            raise RayUnavailable(f"cannot reach Ray at {address}: {str(exc).splitlines()[0] if str(exc) else exc}"
+                                 ) from None
+    return ray
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.ok = self.failed = self.flagged = self.truncated = self.output_tokens = 0
+        self.reasons: Counter[str] = Counter()
+
+
+async def run_on_ray(config: Any, store: Any, run_id: str, todo: list[Any], tally: Tally,
+                     cancel: asyncio.Event | None, report: Callable[[], None]) -> list[str | None]:
+    """Submit the shards, land each returned one; returns the shards' outcomes (None: all tried)."""
+    ray = connect(config.ray)
+    remote = ray.remote(run_shard).options(max_retries=2)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    size = max(SHARD_MIN, -(-len(todo) // (4 * cpus)))
+    shard_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
+    pending = [remote.remote(shard_config, run_id, todo[i:i + size]) for i in range(0, len(todo), size)]
+    outcomes: list[str | None] = []
+    loop = asyncio.get_running_loop()
+    while pending:
+        if cancel is not None and cancel.is_set():
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            outcomes.append("interrupted")
+            break
+        done, pending = await loop.run_in_executor(None, lambda: ray.wait(pending, num_returns=1, timeout=0.2))
+        for ref in done:
+            result = await loop.run_in_executor(None, ray.get, ref)
+            await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])
+            await loop.run_in_executor(None, store.ingest)
+            for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
+                setattr(tally, key, getattr(tally, key) + result[key])
+            tally.reasons.update(result["reasons"])
+            outcomes.append(result["outcome"])
+        report()
+    return outcomes

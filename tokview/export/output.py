@@ -1,0 +1,203 @@
+"""Where an export's files land, and how they land together.
+
+- `--out` through a symlink writes to the symlink's target (the link stays); `--out -`, a FIFO or a
+  character device (/dev/stdout) is streamed to, never replaced; any other non-regular file is
+  refused. A regular file is replaced atomically.
+- The data and its sidecars (manifest, token counts, errors, SpecForge template) are all written to
+  temp files first, then renamed sidecars first and data last: a kill at any point leaves either the
+  old data with whatever sidecars were renamed (the new manifest names the new data's sha256, so a
+  reader can tell), or the new data beside all its new sidecars; never new data beside an old manifest.
+- Temp files are named `.<final name>.<pid>.<random>.partial`; one left by a killed export (its pid
+  gone) is removed by the next export to the same name.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+
+class OutputError(ValueError):
+    """The output path cannot be written as asked (one line, for the user)."""
+
+
+@dataclass
+class Target:
+    """One final file of an export and the temp file it is written through."""
+
+    final: Path
+    tmp: Path | None = None
+
+
+@dataclass
+class Plan:
+    """The data target (a file or a stream) and the sidecar files beside it."""
+
+    data: Target | None
+    stream_path: str | None = None
+    """`-` or a FIFO/character device path: the data is written straight to it."""
+    sidecar_dir: Path | None = None
+    sidecar_stem: str | None = None
+    sidecars: dict[str, Target] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.data.final.name if self.data else (self.stream_path or "-")
+
+    def targets(self) -> list[Target]:
+        return ([self.data] if self.data else []) + list(self.sidecars.values())
+
+
+def _default_mode() -> int:
+    """0o666 minus the umask: what `open(path, "w")` would give.
+
+    Read from /proc where there is one: setting the umask to read it back is process-wide, and the
+    UI exports from a worker thread while other threads create files."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _kind(path: Path) -> str | None:
+    """'file', 'dir', 'stream' (FIFO or character device), 'other', or None when nothing is there."""
+    try:
+        st = os.stat(path)  # follows symlinks: the target decides
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # nothing there (a parent that is a file is named by plan_output)
+    except OSError as exc:
+        raise OutputError(f"cannot use --out {path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+        return "stream"
+    return "other"
+
+
+def through_links(path: Path) -> Path:
+    """The file a write to `path` should replace: a symlink's (final) target, else the path itself."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def plan_output(out: str | Path, example: str) -> Plan:
+    """Decide how to write `--out`; OutputError (one line) when it cannot be written."""
+    if str(out) == "-":
+        return Plan(data=None, stream_path="-")
+    out = Path(out)
+    kind = _kind(out)
+    if kind == "dir":
+        raise OutputError(f"--out {out} is a directory: give a file name (e.g. {out / example})")
+    if kind == "other":
+        raise OutputError(f"--out {out} is not a regular file, FIFO or terminal: refusing to replace it")
+    if kind == "stream":
+        # a FIFO keeps its sidecars beside it; a device (/dev/stdout) has no folder to put them in
+        fifo = stat.S_ISFIFO(os.stat(out).st_mode)
+        return Plan(data=None, stream_path=str(out), sidecar_dir=out.parent if fifo else None,
+                    sidecar_stem=_stem(out.name) if fifo else None)
+    final = through_links(out)
+    for parent in final.parents:  # the nearest existing ancestor must be a folder to create the file in
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputError(f"--out {out}: {parent} is a file, not a folder")
+            break
+    return Plan(data=Target(final), sidecar_dir=final.parent, sidecar_stem=_stem(final.name))
+
+
+def _stem(name: str) -> str:
+    """Sidecars are named after the data file without its suffix (`train.jsonl` → `train.manifest.json`),
+    except Parquet's, named after the full name (`train.parquet.manifest.json`)."""
+    if name.endswith(".parquet"):
+        return name
+    suffix = Path(name).suffix
+    return name[: -len(suffix)] if suffix else name
+
+
+def add_sidecar(plan: Plan, key: str, suffix: str) -> Target | None:
+    """Register a sidecar `<stem>.<suffix>`; None when the data goes to a device with no folder."""
+    if plan.sidecar_dir is None or plan.sidecar_stem is None:
+        return None
+    path = plan.sidecar_dir / f"{plan.sidecar_stem}.{suffix}"
+    kind = _kind(path)
+    if kind not in (None, "file"):
+        raise OutputError(f"{path} is not a regular file: refusing to replace it (move it or choose another --out)")
+    target = Target(through_links(path))
+    plan.sidecars[key] = target
+    return target
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_partials(plan: Plan) -> list[Path]:
+    """Remove temp files an earlier, killed export left for these names (their writer's pid is gone)."""
+    removed = []
+    for target in plan.targets():
+        prefix = f".{target.final.name}."
+        for path in target.final.parent.glob(f"{glob_escape(prefix)}*.partial"):
+            middle = path.name[len(prefix):-len(".partial")]
+            pid = middle.split(".", 1)[0]
+            if pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid))):
+                continue  # an export to this name running now (this one, or another process)
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in text)
+
+
+def make_temps(plan: Plan) -> None:
+    """Create every temp file beside its final name (mode 0600 until committed)."""
+    for target in plan.targets():
+        target.final.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=target.final.parent, prefix=f".{target.final.name}.{os.getpid()}.",
+                                    suffix=".partial")
+        os.close(fd)
+        target.tmp = Path(name)
+
+
+def discard_temps(plan: Plan) -> None:
+    for target in plan.targets():
+        if target.tmp is not None:
+            target.tmp.unlink(missing_ok=True)
+
+
+def commit(plan: Plan) -> None:
+    """Sidecars first, data last (see the module docstring for why this order)."""
+    mode = _default_mode()
+    order = list(plan.sidecars.values()) + ([plan.data] if plan.data else [])
+    for target in order:
+        assert target.tmp is not None
+        os.chmod(target.tmp, mode)  # mkstemp makes 0600; the files get the mode any new file would
+    for target in order:
+        os.replace(target.tmp, target.final)
+        target.tmp = None
+
+
+def open_stream(plan: Plan) -> IO[bytes]:
+    if plan.stream_path == "-":
+        return os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    return open(plan.stream_path, "wb")  # a FIFO or device: written to, never replaced

@@ -1,0 +1,178 @@
+"""Re-render an exported row the way each trainer would, and compare with the ids the server served.
+
+A text export is only as exact as the path a trainer reads it through. These functions follow the
+trainers' own rules (read from their code, not imported: tokview never depends on a trainer):
+
+- speculators `prepare_data.py --render-endpoint` (`build_speculator_training_dataset`): for the
+  last assistant turn j, render `conv[:j]` with the generation prompt and `conv[:j+1]` without; the
+  full render is the row, the mask is 1 from the end of the generation prompt (or, where the two
+  diverge, from their common prefix). Turns are normalised as it does: `from`/`value` accepted,
+  `thinking` or `reasoning_content` (when non-empty) carried as both.
+- SpecForge `build_eagle3_dataset` (`GeneralParser` / `ThinkingParser.parse`): a system prompt from
+  the template when the row has none, the conversation rendered without the generation prompt
+  (`enable_thinking=True` when the template says so, plus every extra column of the row as a
+  template kwarg), encoded whole; the mask is 1 over `assistant_header(.*?)(end_of_turn|$)` with
+  positions found by encoding each string prefix; `ignore_token` strings masked back to 0.
+- SpecForge `is_preformatted=True` on a speculators row's `text`: the same mask rule over the text.
+
+`compare` then says whether the trainer trains on the served ids with the served mask.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+EXACT = "exact"
+EXACT_PLUS_SUFFIX = "exact_plus_unsupervised_suffix"
+IDS_DIFFER = "ids_differ"
+MASK_DIFFER = "mask_differ"
+FAILED = "render_failed"
+OUTCOMES = (EXACT, EXACT_PLUS_SUFFIX, IDS_DIFFER, MASK_DIFFER, FAILED)
+"""`exact_plus_unsupervised_suffix`: the served ids and mask, then template text after the last
+end-of-turn (Qwen3's "\\n") with mask 0: trains on exactly the served tokens."""
+
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
+SPECFORGE_STANDARD_KEYS = {"role", "content", "tool_calls"}
+SPECFORGE_THINKING_KEYS = SPECFORGE_STANDARD_KEYS | {"reasoning_content", "name", "tool_call_id"}
+SPECFORGE_ROW_KEYS_NOT_KWARGS = ("conversations", "id", "tools")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    ids: list[int]
+    mask: list[int]
+
+
+def compare(served: Rendered, got: Rendered | None) -> str:
+    if got is None:
+        return FAILED
+    n = len(served.ids)
+    if got.ids == served.ids:
+        return EXACT if got.mask == served.mask else MASK_DIFFER
+    if got.ids[:n] == served.ids and not any(got.mask[n:]):
+        return EXACT_PLUS_SUFFIX if got.mask[:n] == served.mask else MASK_DIFFER
+    return IDS_DIFFER
+
+
+def is_exact(outcome: str) -> bool:
+    return outcome in (EXACT, EXACT_PLUS_SUFFIX)
+
+
+# -- speculators prepare_data.py --render-endpoint ---------------------------------------------------------
+
+def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """speculators' `_normalize_conversation`: role/content, reasoning as `thinking` + `reasoning_content`."""
+    out = []
+    for turn in conversation:
+        role = turn.get("from", turn.get("role", ""))
+        role = {"human": "user", "gpt": "assistant"}.get(role, role)
+        if role not in ("user", "assistant", "system", "tool"):
+            role = "assistant"
+        norm = {"role": role, "content": turn.get("value") or turn.get("content") or ""}
+        thinking = turn.get("thinking") or turn.get("reasoning_content")
+        if thinking:
+            norm["thinking"] = norm["reasoning_content"] = thinking
+        out.append(norm)
+    return out
+
+
+def render_boundary(conversation: Sequence[dict[str, Any]], tokenizer: Any,
+                    template_kwargs: dict[str, Any] | None) -> Rendered | None:
+    """The row speculators' render path makes for the conversation's last assistant turn."""
+    conv = speculators_turns(conversation)
+    last = max((j for j, t in enumerate(conv) if t["role"] == "assistant" and j > 0), default=None)
+    if last is None:
+        return None
+    try:
+        prompt = tokenizer.render(conv[:last], add_generation_prompt=True, template_kwargs=template_kwargs)
+        full = tokenizer.render(conv[:last + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
+    except Exception:  # a template that cannot render the row: the trainer skips it
+        return None
+    if full[:len(prompt)] == prompt:
+        boundary = len(prompt)
+    else:
+        boundary = 0
+        for a, b in zip(prompt, full):
+            if a != b:
+                break
+            boundary += 1
+        try:
+            history = tokenizer.render(conv[:last], add_generation_prompt=False, template_kwargs=template_kwargs)
+        except Exception:
+            return None
+        if full[:len(history)] != history or boundary < len(history):
+            return None  # speculators raises BoundaryUnstableError and drops the row
+    return Rendered(full, [0] * boundary + [1] * (len(full) - boundary))
+
+
+# -- SpecForge build_eagle3_dataset ----------------------------------------------------------------------
+
+def specforge_messages(conversation: Sequence[dict[str, Any]], template: dict[str, Any]) -> list[dict[str, Any]]:
+    """SpecForge's `GeneralParser.parse` message handling (normalise, system prompt, alternation, sanitise)."""
+    keys = SPECFORGE_THINKING_KEYS if template.get("parser_type") == "thinking" else SPECFORGE_STANDARD_KEYS
+    conv = []
+    for m in conversation:
+        role = m.get("role", m.get("from", ""))
+        role = SHAREGPT_ROLES.get(role, role)
+        norm = {k: v for k, v in m.items() if k not in ("from", "value")}
+        norm.update(role=role, content=m.get("content") or m.get("value") or "")
+        conv.append(norm)
+    messages: list[dict[str, Any]] = []
+    if conv and conv[0]["role"] == "system":
+        messages.append({"role": "system", "content": conv[0]["content"]})
+        conv = conv[1:]
+    elif template.get("system_prompt"):
+        messages.append({"role": "system", "content": template["system_prompt"]})
+    while conv and conv[0]["role"] != "user":
+        conv = conv[1:]
+    for j, m in enumerate(conv):
+        if j and m["role"] == "assistant" and conv[j - 1]["role"] not in ("user", "tool"):
+            break
+        if j and m["role"] == "tool" and conv[j - 1]["role"] not in ("assistant", "tool"):
+            break
+        messages.append({k: v for k, v in m.items() if k in keys})
+    return messages
+
+
+def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: Any) -> str:
+    """The string SpecForge renders a conversation row to (extra columns become template kwargs)."""
+    kwargs = {k: v for k, v in row.items() if k not in SPECFORGE_ROW_KEYS_NOT_KWARGS}
+    if template.get("parser_type") == "thinking" and template.get("enable_thinking"):
+        kwargs["enable_thinking"] = True
+    messages = specforge_messages(row["conversations"], template)
+    return tokenizer.render_text(messages, add_generation_prompt=False, template_kwargs=kwargs)
+
+
+def specforge_mask(text: str, template: dict[str, Any], tokenizer: Any, *, train_only_last_turn: bool = True
+                   ) -> Rendered:
+    """SpecForge's encoding and regex loss mask over a rendered (or preformatted) string."""
+    ids = tokenizer.encode(text)
+    mask = [0] * len(ids)
+    header, eot = template.get("assistant_header") or "", template.get("end_of_turn_token") or ""
+    pattern = re.escape(header) + r"([\s\S]*?(?:" + re.escape(eot) + "|$))"
+    matches = list(re.finditer(pattern, text, re.DOTALL))
+    if train_only_last_turn and matches:
+        matches = matches[-1:]
+    for m in matches:
+        start = min(len(tokenizer.encode(text[:m.start(1)])), len(ids))
+        end = min(len(tokenizer.encode(text[:m.end(1)])), len(ids))
+        mask[start:end] = [1] * max(0, end - start)
+    for token in template.get("ignore_token") or []:
+        at = text.find(token)
+        while at != -1:
+            start = min(len(tokenizer.encode(text[:at])), len(ids))
+            end = min(len(tokenizer.encode(text[:at + len(token)])), len(ids))
+            mask[start:end] = [0] * max(0, end - start)
+            at = text.find(token, at + len(token))
+    return Rendered(ids, mask)
+
+
+def specforge_parse(row: dict[str, Any], template: dict[str, Any], tokenizer: Any) -> Rendered | None:
+    """What `build_eagle3_dataset` (train_only_last_turn: true) trains on for one conversation row."""
+    try:
+        text = specforge_text(row, template, tokenizer)
+    except Exception:
+        return None
+    return specforge_mask(text, template, tokenizer)

@@ -1,0 +1,122 @@
+"""How each trainer reads an export exactly, and a count of the rows a re-tokenizing path would change.
+
+Goes in every manifest as `trainers` (the exact path per trainer, and what the re-tokenizing paths do)
+and `rerender` (per trainer path: how many exported rows re-render to the served ids and mask, by the
+rules in `export.rerender`). Pre-tokenized rows (speculators, Parquet) are exact by construction; a
+text row is exact only when the run's template renders it back to the served ids, which a sample with
+a non-canonical token split (`retokenize_drift`) never does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from tokview.export import rerender as rr
+
+SPECFORGE_PATH = "specforge"
+RENDER_PATH = "speculators_render"
+PREFORMATTED_PATH = "specforge_preformatted_text"
+TEXT_FORMATS = ("specforge", "sharegpt", "kimi-inline")
+
+
+class Conformance:
+    """Re-renders each written row through the trainers' paths and counts the outcomes."""
+
+    def __init__(self, fmt: str, tokenizer: Any, template: dict[str, Any] | None) -> None:
+        self.fmt, self.tokenizer, self.template = fmt, tokenizer, template
+        self.outcomes: dict[str, Counter[str]] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def paths(self) -> list[str]:
+        if self.fmt in TEXT_FORMATS:
+            return [SPECFORGE_PATH, RENDER_PATH] if self.template else [RENDER_PATH]
+        if self.fmt == "speculators" and self.template:
+            return [PREFORMATTED_PATH]
+        return []
+
+    def check(self, row: dict[str, Any], served: rr.Rendered, kwargs: dict[str, Any]) -> dict[str, str]:
+        out = {}
+        for path in self.paths():
+            if path == SPECFORGE_PATH:
+                got = rr.specforge_parse(row, self.template, self.tokenizer)
+            elif path == RENDER_PATH:
+                got = rr.render_boundary(row["conversations"], self.tokenizer, kwargs)
+            else:
+                got = rr.specforge_mask(row["text"], self.template, self.tokenizer)
+            outcome = rr.compare(served, got)
+            self.outcomes.setdefault(path, Counter())[outcome] += 1
+            if not rr.is_exact(outcome) and len(self.examples.setdefault(path, [])) < 5:
+                self.examples[path].append(str(row.get("id")))
+            out[path] = outcome
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        result = {}
+        for path in self.paths():
+            counts = self.outcomes.get(path, Counter())
+            rows = sum(counts.values())
+            exact = counts[rr.EXACT] + counts[rr.EXACT_PLUS_SUFFIX]
+            result[path] = {"rows": rows, "exact": exact, "differ": rows - exact,
+                            **{k: counts[k] for k in rr.OUTCOMES if counts[k]},
+                            "first_differing_ids": self.examples.get(path, [])}
+        return result
+
+    def line(self) -> str:
+        """One line for the export summary: `specforge 5/5 exact, speculators_render 4/5 exact`."""
+        parts = []
+        for path, s in self.summary().items():
+            detail = ", ".join(f"{s[k]} {k}" for k in (rr.IDS_DIFFER, rr.MASK_DIFFER, rr.FAILED) if s.get(k))
+            parts.append(f"{path} {s['exact']}/{s['rows']} exact" + (f" ({detail})" if detail else ""))
+        return "; ".join(parts)
+
+
+def section(fmt: str, data_name: str, template_name: str | None, kwargs: list[dict[str, Any]],
+            retokenize_drift: int, exported: int) -> dict[str, Any]:
+    """The manifest's `trainers` section: per trainer, the exact way to train on this file."""
+    kw = json.dumps(kwargs[0]) if len(kwargs) == 1 and kwargs[0] else None
+    render = (f"python scripts/prepare_data.py --model <target model> --data {data_name} --render-endpoint "
+              "http://<vLLM serving the same model and chat template>" +
+              (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else ""))
+    drift = (f"{retokenize_drift} of {exported} rows carry retokenize_drift: their output ids are not what the "
+             "tokenizer gives for their text, so every path that tokenizes text trains on other ids for them; "
+             "only pre-tokenized paths are exact for those rows")
+    if fmt in ("speculators", "parquet"):
+        loader = (f"load_dataset('parquet', data_files='{data_name}')" if fmt == "parquet"
+                  else f"load_dataset('json', data_files='{data_name}')")
+        out = {
+            "speculators": {"exact": f"python scripts/prepare_data.py --model <target model> --data {data_name} "
+                                     "--output <dir> (pre-tokenized rows pass through as served)"},
+            "specforge": {"exact": f"data.prompts_path={data_name} (prepare_prompt_tasks reads input_ids + loss_mask "
+                                   "as they are)",
+                          "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
+                                          "template's regex: not exact (see rerender)"},
+            "hf_trl": {"exact": f"{loader}; train on input_ids with labels = input_ids where loss_mask == 1, "
+                                "else -100",
+                       "retokenizing": "any loader that tokenizes `text` (or a chat template) again"},
+        }
+        if fmt == "parquet":  # both trainers' loaders read .json/.jsonl only (speculators c05b95b, SpecForge a6b6b02)
+            out["speculators"]["exact"] = ("not read directly (prepare_data.py loads .json/.jsonl): export --format "
+                                           "speculators and pass that file with --data")
+            out["specforge"]["exact"] = ("not read directly (prompts_path reads JSONL): export --format speculators "
+                                         "and set data.prompts_path to it")
+    else:
+        register = ("from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
+                    f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "
+                    "then train with data.chat_template=tokview and train_only_last_turn: true")
+        out = {
+            "specforge": {"path": register if template_name else
+                          "no template written: this format is read through its own chat template only",
+                          "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
+                                     "reproduce a Kimi server's ids: see warnings"},
+            "speculators": {"path": render,
+                            "note": "speculators refuses conversation files without --render-endpoint; it makes "
+                                    "one row per assistant turn, the last of which is this row's generation"},
+            "hf_trl": {"path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "
+                               "template kwargs, supervising only the last assistant turn"},
+            "exact_alternative": "export --format speculators: input_ids + loss_mask exactly as served, for "
+                                 "speculators prepare_data.py --data and SpecForge data.prompts_path",
+        }
+    out["retokenize_drift"] = drift
+    return out
