@@ -79,6 +79,43 @@ async def test_generate_runs_against_the_simulator_and_rows_appear(make_app, sto
         assert app.screen.sample_list.count == 34
 
 
+async def test_generate_captures_logprobs_when_the_form_asks(make_app, store, sim):
+    """The logprobs box (empty: off) reaches the batch: each output token's logprob and top-K land in the store."""
+    app = make_app(server_url=sim.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert screen.build_config().logprobs is None  # empty box: no logprobs, sample ids as before
+        screen.query_one("#source", Select).value = "typed"
+        screen.query_one("#typed", TextArea).text = "Count to three."
+        screen.query_one("#max-tokens", Input).value = "32"
+        screen.query_one("#logprobs", Input).value = "2"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        summary = screen.last_summary
+        assert summary is not None and summary.ok == 1 and summary.failed == 0
+    fresh = [row for row in store.samples_page(limit=1000) if row.run_id == summary.run_id]
+    assert len(fresh) == 1
+    cap = store.load_sample(fresh[0].sample_id).capture
+    assert cap.settings["logprobs"] == 2
+    assert len(cap.output_logprobs) == len(cap.output_ids) > 0
+    assert all(len(top) == 2 for top in cap.output_top_ids)
+
+
+async def test_generate_refuses_logprobs_out_of_range_in_the_form_words(make_app, store, sim):
+    app = make_app(server_url=sim.url)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#logprobs", Input).value = "99"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        line = str(screen.query_one("#progress-line", Static).render())
+        assert "logprobs must be between 0 and 20" in line and "--" not in line
+
+
 async def test_generate_cancel_stops_the_batch(make_app, store, slow_sim):
     app = make_app(server_url=slow_sim.url)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -33,7 +33,7 @@ FORM_DEFAULTS = {"samples": "1", "temperature": "0.6", "max-tokens": "256"}
 """What an empty field means; the boxes show these as placeholders, so what you see is what runs."""
 FORM_NAMES = {"--samples-per-prompt": "samples", "--max-new-tokens": "max tok", "--temperature": "temp",
               "--prompts": "prompts", "--server": "server", "--top-p": "top p", "--concurrency": "concurrency",
-              "--timeout": "timeout", "--retries": "retries"}
+              "--timeout": "timeout", "--retries": "retries", "--logprobs": "logprobs"}
 
 
 def default_prompts_shown() -> str:
@@ -119,6 +119,8 @@ class GenerateScreen(Screen):
                 yield Label("mode", classes="form-label")
                 yield Select([("raw ids", "raw"), ("parsed chat", "chat"), ("dual", "dual")], value="raw",
                              allow_blank=False, id="mode")
+                yield Label("logprobs", classes="form-label")
+                yield Input("", placeholder="off", id="logprobs", type="integer")
                 yield Button("Run", id="run", variant="primary")
                 yield Button("Cancel", id="cancel", variant="error", disabled=True)
         with Vertical(id="generate-progress"):
@@ -142,6 +144,17 @@ class GenerateScreen(Screen):
         except ValueError:
             raise ValueError(f"{label}: {text!r} is not a number") from None
 
+    def _logprobs(self) -> int | None:
+        """Top-K alternatives to capture with each output token's logprob; empty means none (as the
+        placeholder says), so a run without it keeps the sample ids of earlier runs."""
+        text = self._value("#logprobs")
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"logprobs: {text!r} is not a number") from None
+
     def build_config(self):
         from tokview.batch import BatchConfig
 
@@ -155,6 +168,7 @@ class GenerateScreen(Screen):
             temperature=self._number("temperature", "temp", float),
             max_new_tokens=self._number("max-tokens", "max tok", int),
             thinking=self.query_one("#thinking", Switch).value, timeout=30.0, retries=2,
+            logprobs=self._logprobs(),
         )
 
     @on(Button.Pressed, "#run")
