@@ -29,6 +29,7 @@ from typing import Any, Callable
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
 from tokview.batch.limits import over_length_reason
+from tokview.batch.tasks import run_workers
 from tokview.batch.workers import worker_count
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.prompts import PromptRow, generation_points
@@ -310,23 +311,11 @@ async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: Group
     workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency *
                                                                 len(config.servers)))]
     tick = asyncio.create_task(ticker())
-    stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
-    interrupted = False
     try:
-        waiting = set(workers) | ({stopper} if stopper else set())
-        while any(not w.done() for w in workers):
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()
-            if stopper is not None and stopper.done():
-                interrupted = True
-                break
-            waiting -= done
+        interrupted = await run_workers(workers, cancel)
     finally:
-        for task in workers + [tick] + ([stopper] if stopper else []):
-            task.cancel()
-        await asyncio.gather(*workers, tick, return_exceptions=True)
+        tick.cancel()
+        await asyncio.gather(tick, return_exceptions=True)
     if interrupted:
         return "interrupted"
     if writer.error is not None:

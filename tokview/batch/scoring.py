@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from tokview.batch.config import BatchProgress
 from tokview.batch.inputs import InputError
+from tokview.batch.tasks import run_workers
 from tokview.core import logprobs as lp
 from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
@@ -229,22 +230,9 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
 
     report()
     workers = [asyncio.create_task(worker()) for _ in range(n_workers)] + [asyncio.create_task(produce())]
-    stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
     try:
-        waiting = set(workers) | ({stopper} if stopper else set())
-        while any(not w.done() for w in workers):
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            if stopper is not None and stopper.done():
-                summary.interrupted = True
-                break
-            waiting -= done
+        summary.interrupted = await run_workers(workers, cancel)
     finally:
-        for task in workers + ([stopper] if stopper else []):
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         await loop.run_in_executor(writer, flush)  # what was scored before the end (or the interrupt)
         await loop.run_in_executor(None, writer.shutdown, True)
     summary.ok, summary.failed, summary.off_policy = progress.ok, progress.failed, progress.flagged

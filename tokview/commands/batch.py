@@ -12,11 +12,11 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tokview.batch.tasks import cancel_on_signals
 from tokview.cli import EXIT_UNREACHABLE, UserError
 
 BAD_ROWS_SHOWN = 20
@@ -128,12 +128,7 @@ def run(args: argparse.Namespace) -> int:
 async def _run(config, store, printer, run_batch):
     """Ctrl-C sets the cancel event: in-flight requests are abandoned, committed samples kept."""
     cancel = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGINT, cancel.set)
-        loop.add_signal_handler(signal.SIGTERM, cancel.set)
-    except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
-        pass
+    cancel_on_signals(cancel)
     if len(config.servers) > 1:  # with one server, run_batch's own probe says it (exit 2)
         for url, why in await silent_servers(config.servers):
             print(f"tokview: warning: --server {url} does not answer ({why}); the run goes on with the "

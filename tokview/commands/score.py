@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tokview.batch.tasks import cancel_on_signals
 from tokview.cli import EXIT_UNREACHABLE, UserError
 
 
@@ -94,10 +94,5 @@ def run(args: argparse.Namespace) -> int:
 async def _run(config, store, printer, run_score):
     """Ctrl-C sets the cancel event: in-flight requests are abandoned, written scores kept."""
     cancel = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGINT, cancel.set)
-        loop.add_signal_handler(signal.SIGTERM, cancel.set)
-    except (NotImplementedError, RuntimeError):
-        pass
+    cancel_on_signals(cancel)
     return await run_score(config, store, on_progress=printer, cancel=cancel)

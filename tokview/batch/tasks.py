@@ -1,0 +1,44 @@
+"""Running a command's worker tasks until they finish or the user cancels: one loop for batch and score.
+
+Why one place: the rules are easy to get subtly wrong (a worker's exception must surface at once, not
+after every other worker has drained; a cancel must stop taking work without losing what was handed to
+the writer; no task may outlive the run), and `tokview batch` and `tokview score` need exactly the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+
+def cancel_on_signals(cancel: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM set `cancel` instead of raising inside a request, so the run can end cleanly."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, cancel.set)
+        loop.add_signal_handler(signal.SIGTERM, cancel.set)
+    except (NotImplementedError, RuntimeError):  # not the main thread / platform without signals
+        pass
+
+
+async def run_workers(workers: list[asyncio.Task], cancel: asyncio.Event | None) -> bool:
+    """Wait until every worker is done or `cancel` is set; return True when it was cancelled.
+
+    A worker's exception is raised at once. Either way every worker still running is cancelled and
+    awaited before this returns, so nothing keeps running behind the caller's summary."""
+    stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
+    try:
+        waiting: set[asyncio.Task] = set(workers) | ({stopper} if stopper else set())
+        while any(not w.done() for w in workers):
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            if stopper is not None and stopper.done():
+                return True
+            waiting -= done
+        return False
+    finally:
+        for task in workers + ([stopper] if stopper else []):
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
