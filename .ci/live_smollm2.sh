@@ -60,28 +60,9 @@ HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
   --served-model-name smollm2 --host 127.0.0.1 --port "$PORT" --max-model-len 2048 \
   --dtype bfloat16 --no-enable-prefix-caching --enforce-eager >"$LOG" 2>&1 &
 SERVER_PID=$!
-stop_server() {
-  if kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 1 30); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
-    kill -9 "$SERVER_PID" 2>/dev/null || true
-  fi
-}
+. .ci/vllm_server.sh
 trap stop_server EXIT INT TERM
-up=0
-for _ in $(seq 1 "$START_TIMEOUT"); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "live-smollm2: vLLM exited during startup" >&2
-    break
-  fi
-  if curl -sf -m 2 "$URL/health" >/dev/null 2>&1; then up=1; break; fi
-  sleep 1
-done
-if [ "$up" != 1 ]; then
-  echo "live-smollm2: vLLM did not become healthy at $URL within ${START_TIMEOUT} s; last log lines:" >&2
-  tail -n 40 "$LOG" >&2
-  exit 1
-fi
+wait_healthy live-smollm2
 phase "server start"
 
 # 4. The tests (batch at temperature 0 and 1, drift, exports read back, stats, doctor).
