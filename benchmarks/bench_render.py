@@ -23,22 +23,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rich.text import Text  # noqa: E402
-from textual.app import App, ComposeResult  # noqa: E402
-from textual.containers import VerticalScroll  # noqa: E402
-from textual.widgets import Static  # noqa: E402
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
 
-from tokview.core.analysis import analyze  # noqa: E402
-from tokview.core.kimi_layout import kimi_tokenizer_dir  # noqa: E402
-from tokview.core.profiles import get_profile  # noqa: E402
-from tokview.core.tokenizer import load_tokenizer  # noqa: E402
-from tokview.ui import display  # noqa: E402
-from tokview.ui.examples import long_capture  # noqa: E402
-from tokview.ui.widgets.token_view import TokenView  # noqa: E402
+from tokview.core.analysis import analyze
+from tokview.core.kimi_layout import kimi_tokenizer_dir
+from tokview.core.profiles import get_profile
+from tokview.core.tokenizer import load_tokenizer
+from tokview.ui import display
+from tokview.ui.examples import long_capture
+from tokview.ui.widgets.token_view import TokenView
 
 SIZE = (120, 40)
-BASELINE_STYLES = ["dim", "bold yellow", "cyan", "white", "bold red", "magenta", "bold magenta",
-                   "red", "underline yellow", "bold underline red", "dim"]
+BASELINE_STYLES = [
+    "dim",
+    "bold yellow",
+    "cyan",
+    "white",
+    "bold red",
+    "magenta",
+    "bold magenta",
+    "red",
+    "underline yellow",
+    "bold underline red",
+    "dim",
+]
 
 
 def baseline_text(seq: display.TokenSeq, recoloured: int | None = None) -> Text:
@@ -106,11 +117,13 @@ async def bench_tokens(n_tokens: int) -> tuple[dict, dict, int]:
     async def static_recolour(app, pilot):
         app.query_one("#static", Static).update(baseline_text(seq, recoloured=target))
 
-    line = await time_steps(LineApp(seq), [("resize 120→100", resize), ("scroll a page", line_scroll),
-                                          ("recolour 1 token", line_recolour)])
-    static = await time_steps(StaticApp(baseline_text(seq)), [("resize 120→100", resize),
-                                                              ("scroll a page", static_scroll),
-                                                              ("recolour 1 token", static_recolour)])
+    line = await time_steps(
+        LineApp(seq), [("resize 120→100", resize), ("scroll a page", line_scroll), ("recolour 1 token", line_recolour)]
+    )
+    static = await time_steps(
+        StaticApp(baseline_text(seq)),
+        [("resize 120→100", resize), ("scroll a page", static_scroll), ("recolour 1 token", static_recolour)],
+    )
     return line, static, len(seq)
 
 
@@ -127,7 +140,9 @@ def build_store(path: Path, n: int) -> None:
             "CASE WHEN i % 7 = 0 THEN 1 ELSE 0 END, "
             "CASE WHEN i % 7 = 0 THEN ['truncated', 'think_close_missing'] ELSE ['parser_hidden_ids'] END, "
             "28, 100 + i % 5000, 100 + i % 5000, TIMESTAMP '2026-01-01' + INTERVAL (i) SECOND "
-            "FROM range(?) t(i)", [n])
+            "FROM range(?) t(i)",
+            [n],
+        )
 
 
 async def bench_samples(n: int) -> tuple[float, float]:
@@ -148,8 +163,13 @@ async def bench_samples(n: int) -> tuple[float, float]:
                 await pilot.pause()
                 line = time.perf_counter() - t0
             rows = store.samples_page(None, "created_at", 0, n)
-        text = Text("\n".join(f"·  {'✓' if r.valid else '✗'}  {r.finish_reason:<8}{r.prompt_len:>6} {r.output_len:>6} "
-                              f"{r.sample_id}  {' '.join(r.codes)}" for r in rows))
+        text = Text(
+            "\n".join(
+                f"·  {'✓' if r.valid else '✗'}  {r.finish_reason:<8}{r.prompt_len:>6} {r.output_len:>6} "
+                f"{r.sample_id}  {' '.join(r.codes)}"
+                for r in rows
+            )
+        )
         t0 = time.perf_counter()
         async with StaticApp(text).run_test(size=SIZE) as pilot:
             await pilot.pause()
@@ -173,8 +193,11 @@ def main() -> None:
     line, static, n = asyncio.run(bench_tokens(args.tokens))
     report(f"token view, {n:,} tokens (prompt + output), {SIZE[0]}x{SIZE[1]}", line, static)
     list_line, list_static = asyncio.run(bench_samples(args.samples))
-    report(f"cold start to first paint of the samples list, {args.samples:,} samples in DuckDB",
-           {"cold start": list_line}, {"cold start": list_static})
+    report(
+        f"cold start to first paint of the samples list, {args.samples:,} samples in DuckDB",
+        {"cold start": list_line},
+        {"cold start": list_static},
+    )
 
 
 if __name__ == "__main__":

@@ -27,12 +27,14 @@ sys.path.insert(0, str(HERE.parent))
 from tokview.store import Store  # noqa: E402
 
 TOKVIEW = [sys.executable, "-m", "tokview"]
-FILL = ("INSERT INTO samples (sample_id, prompt_id, run_id, gen_index, prompt_ids, output_ids, finish_reason, status, "
-        "valid, n_errors, codes, prompt_len, output_len, supervised, content, created_at) "
-        "SELECT {ids}, {prompts}, 'run' || (i % 4), 0, range(0, 40)::INTEGER[], range(0, 100 + i % 50)::INTEGER[], "
-        "CASE WHEN i % 20 = 0 THEN 'length' ELSE 'stop' END, CASE WHEN i % 50 = 0 THEN 'approved' ELSE 'pending' END, "
-        "i % 20 <> 0, CAST(i % 20 = 0 AS INTEGER), CASE WHEN i % 20 = 0 THEN ['truncated'] ELSE [] END, 40, "
-        "100 + i % 50, 100 + i % 50, 'answer number ' || i, now() + to_microseconds(i) FROM {source}")
+FILL = (
+    "INSERT INTO samples (sample_id, prompt_id, run_id, gen_index, prompt_ids, output_ids, finish_reason, status, "
+    "valid, n_errors, codes, prompt_len, output_len, supervised, content, created_at) "
+    "SELECT {ids}, {prompts}, 'run' || (i % 4), 0, range(0, 40)::INTEGER[], range(0, 100 + i % 50)::INTEGER[], "
+    "CASE WHEN i % 20 = 0 THEN 'length' ELSE 'stop' END, CASE WHEN i % 50 = 0 THEN 'approved' ELSE 'pending' END, "
+    "i % 20 <> 0, CAST(i % 20 = 0 AS INTEGER), CASE WHEN i % 20 = 0 THEN ['truncated'] ELSE [] END, 40, "
+    "100 + i % 50, 100 + i % 50, 'answer number ' || i, now() + to_microseconds(i) FROM {source}"
+)
 
 
 def timed(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -43,8 +45,9 @@ def timed(argv: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        done = subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out.read().decode(),
-                                           err.read().decode())
+        done = subprocess.CompletedProcess(
+            argv, os.waitstatus_to_exitcode(status), out.read().decode(), err.read().decode()
+        )
     return wall, usage.ru_maxrss / 1024, done
 
 
@@ -55,8 +58,11 @@ def start_sim() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sim = subprocess.Popen([*TOKVIEW, "sim", "--port", str(port), "--output-tokens", "40"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim = subprocess.Popen(
+        [*TOKVIEW, "sim", "--port", str(port), "--output-tokens", "40"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -84,22 +90,28 @@ def bench_resume(n: int, url: str, tmp: Path) -> None:
     write_prompts(prompts, n)
     rows, _ = read_prompts(prompts)
     config = BatchConfig(servers=[url])
-    identity = {"model": "tokview-sim", "tokenizer": vocab_fingerprint(load_tokenizer(kimi_tokenizer_dir())),
-                "profile": "kimi-k2.5"}
+    identity = {
+        "model": "tokview-sim",
+        "tokenizer": vocab_fingerprint(load_tokenizer(kimi_tokenizer_dir())),
+        "profile": "kimi-k2.5",
+    }
     items, _ = plan(rows, config, config.sample_settings(identity))
     db = tmp / "resume.duckdb"
-    with Store(db) as store:
-        with store.hold():
-            store.execute("CREATE TEMP TABLE ids AS SELECT unnest(?::VARCHAR[]) AS id, unnest(?::VARCHAR[]) AS pid, "
-                          "generate_subscripts(?::VARCHAR[], 1) AS i",
-                          [[i.sample_id for i in items], [i.prompt_id for i in items], [i.sample_id for i in items]])
-            store.execute(FILL.format(ids="id", prompts="pid", source="ids"))
+    with Store(db) as store, store.hold():
+        store.execute(
+            "CREATE TEMP TABLE ids AS SELECT unnest(?::VARCHAR[]) AS id, unnest(?::VARCHAR[]) AS pid, "
+            "generate_subscripts(?::VARCHAR[], 1) AS i",
+            [[i.sample_id for i in items], [i.prompt_id for i in items], [i.sample_id for i in items]],
+        )
+        store.execute(FILL.format(ids="id", prompts="pid", source="ids"))
     wall, rss, done = timed([*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--summary-json"])
     summary = json.loads(done.stdout) if done.stdout.strip() else {}
     python_wall, _, _ = timed([sys.executable, "-c", "pass"])
-    print(f"resume: {n} stored samples, `tokview batch` to 'nothing to do' in {wall:.2f} s (goal < 2 s; "
-          f"resumed {summary.get('resumed')}, ok {summary.get('ok')}; peak RSS {rss:.0f} MB; python start "
-          f"{python_wall:.2f} s)")
+    print(
+        f"resume: {n} stored samples, `tokview batch` to 'nothing to do' in {wall:.2f} s (goal < 2 s; "
+        f"resumed {summary.get('resumed')}, ok {summary.get('ok')}; peak RSS {rss:.0f} MB; python start "
+        f"{python_wall:.2f} s)"
+    )
 
 
 def bench_store(n: int, tmp: Path) -> None:
@@ -128,10 +140,14 @@ def bench_store(n: int, tmp: Path) -> None:
         store.samples_page(limit=100)
         page_only = time.perf_counter() - t
     print(f"store: {n} samples ({size:.0f} MB, filled in {fill:.0f} s)")
-    print(f"  `tokview stats` {wall:.2f} s wall (goal < 1 s; python start {python_wall:.2f} s); Store.stats() "
-          f"{stats_in * 1000:.0f} ms")
-    print(f"  first page: open + count + 100 rows {1000 * sorted(pages)[2]:.0f} ms (median of 5; goal < 100 ms); "
-          f"the page query alone {page_only * 1000:.0f} ms")
+    print(
+        f"  `tokview stats` {wall:.2f} s wall (goal < 1 s; python start {python_wall:.2f} s); Store.stats() "
+        f"{stats_in * 1000:.0f} ms"
+    )
+    print(
+        f"  first page: open + count + 100 rows {1000 * sorted(pages)[2]:.0f} ms (median of 5; goal < 100 ms); "
+        f"the page query alone {page_only * 1000:.0f} ms"
+    )
 
 
 def bench_memory(n: int, url: str, tmp: Path, run_s: float) -> None:
@@ -139,9 +155,25 @@ def bench_memory(n: int, url: str, tmp: Path, run_s: float) -> None:
     write_prompts(prompts, n)
     db = tmp / "mem.duckdb"
     t0 = time.perf_counter()
-    proc = subprocess.Popen([*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--workers", "1",
-                             "--max-new-tokens", "40", "--concurrency", "8"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            *TOKVIEW,
+            "batch",
+            str(prompts),
+            "--server",
+            url,
+            "--db",
+            str(db),
+            "--workers",
+            "1",
+            "--max-new-tokens",
+            "40",
+            "--concurrency",
+            "8",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     parts = Path(str(db) + ".parts")
     started = None
     while proc.poll() is None and time.perf_counter() - t0 < 600:
@@ -152,8 +184,10 @@ def bench_memory(n: int, url: str, tmp: Path, run_s: float) -> None:
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, _, usage = os.wait4(proc.pid, 0)
-    print(f"memory: {n}-prompt batch, generating after {started or float('nan'):.1f} s, stopped {run_s:.0f} s later:"
-          f" peak RSS {usage.ru_maxrss / 1024:.0f} MB")
+    print(
+        f"memory: {n}-prompt batch, generating after {started or float('nan'):.1f} s, stopped {run_s:.0f} s later:"
+        f" peak RSS {usage.ru_maxrss / 1024:.0f} MB"
+    )
 
 
 def main() -> int:

@@ -39,8 +39,12 @@ class Replayer:
     def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, str]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
-            conn.request(method, path, body=body or None,
-                         headers={"content-type": headers.get("content-type", "application/json")})
+            conn.request(
+                method,
+                path,
+                body=body or None,
+                headers={"content-type": headers.get("content-type", "application/json")},
+            )
             r = conn.getresponse()
             return r.status, r.read(), r.getheader("content-type") or "application/json"
         finally:
@@ -57,8 +61,11 @@ class Replayer:
                 request = json.loads(body)
             except ValueError:
                 request = None
-        replay = (isinstance(request, dict) and not request.get("stream")
-                  and int(request.get("max_tokens") or 0) >= MIN_REPLAY_TOKENS)
+        replay = (
+            isinstance(request, dict)
+            and not request.get("stream")
+            and int(request.get("max_tokens") or 0) >= MIN_REPLAY_TOKENS
+        )
         if not replay:
             return await asyncio.to_thread(self.forward, method, path, body, headers)
         self.first.setdefault("generation", time.time())
@@ -101,9 +108,12 @@ class Replayer:
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
                 status, payload, ctype = await self.answer(method, target.split("?", 1)[0], body, headers)
-                writer.write(f"HTTP/1.1 {status} {http.client.responses.get(status, 'OK')}\r\n"
-                             f"content-type: {ctype}\r\ncontent-length: {len(payload)}\r\n"
-                             f"connection: keep-alive\r\n\r\n".encode() + payload)
+                writer.write(
+                    f"HTTP/1.1 {status} {http.client.responses.get(status, 'OK')}\r\n"
+                    f"content-type: {ctype}\r\ncontent-length: {len(payload)}\r\n"
+                    f"connection: keep-alive\r\n\r\n".encode()
+                    + payload
+                )
                 await writer.drain()
                 if headers.get("connection", "").lower() == "close":
                     break

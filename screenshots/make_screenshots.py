@@ -81,9 +81,11 @@ def main() -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer, profile = resolve_tokenizer_and_profile(None, "kimi-k2.5")
-    with tempfile.TemporaryDirectory() as tmp, \
-            start_simulator(SimConfig(kind="vllm")) as current, \
-            start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        start_simulator(SimConfig(kind="vllm")) as current,
+        start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old,
+    ):
         with Store(Path(tmp) / "demo.duckdb") as store:
             asyncio.run(fill_store(store, _prompts(None, 12), tokenizer, profile, current.url, old.url))
             session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url)

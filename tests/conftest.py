@@ -18,7 +18,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.pop("TOKVIEW_API_KEY", None)
 
 
-
 @pytest.fixture(scope="session")
 def kimi_tok_dir() -> Path:
     from tokview.core.kimi_layout import kimi_tokenizer_dir

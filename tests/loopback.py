@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import uvicorn
 
@@ -17,8 +18,9 @@ def serve_asgi(app: Any) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", access_log=False,
-                                           timeout_graceful_shutdown=0.2))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="error", lifespan="off", access_log=False, timeout_graceful_shutdown=0.2)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

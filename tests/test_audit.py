@@ -7,13 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from test_store_fixtures import kimi, make_capture, profile, put
 
 from tokview.export import export
 from tokview.export.audit import audit, encode_literal
 from tokview.store import SampleFilter, Store
-
-from test_store_fixtures import kimi, make_capture, profile, put
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,18 +32,38 @@ def test_encode_literal_keeps_typed_markers_literal():
 
 def test_specforge_rows(tmp_path):
     rows = [
-        {"id": "good", "conversations": [{"role": "user", "content": "what is the answer"},
-                                         {"role": "assistant", "content": "The answer is forty - two",
-                                          "reasoning_content": "Okay , let me think"}], "status": "success"},
+        {
+            "id": "good",
+            "conversations": [
+                {"role": "user", "content": "what is the answer"},
+                {
+                    "role": "assistant",
+                    "content": "The answer is forty - two",
+                    "reasoning_content": "Okay , let me think",
+                },
+            ],
+            "status": "success",
+        },
         # reasoning read from the wrong field by the pipeline: the row carries none → empty reasoning
-        {"id": "wrong-field", "conversations": [{"role": "user", "content": "hello"},
-                                                {"role": "assistant", "content": "Hello world !"}]},
-        {"id": "typed-think", "conversations": [{"role": "user", "content": "hello"},
-                                                {"role": "assistant", "content": "<think>hmm</think> yes",
-                                                 "reasoning": "Okay"}]},
-        {"id": "cut", "truncated": True, "messages": [{"role": "user", "content": "why"},
-                                                      {"role": "assistant", "content": "because",
-                                                       "thinking": "Okay"}]},
+        {
+            "id": "wrong-field",
+            "conversations": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hello world !"}],
+        },
+        {
+            "id": "typed-think",
+            "conversations": [
+                {"role": "user", "content": "hello"},
+                {"role": "assistant", "content": "<think>hmm</think> yes", "reasoning": "Okay"},
+            ],
+        },
+        {
+            "id": "cut",
+            "truncated": True,
+            "messages": [
+                {"role": "user", "content": "why"},
+                {"role": "assistant", "content": "because", "thinking": "Okay"},
+            ],
+        },
         "not json",
         {"id": "no-assistant", "messages": [{"role": "user", "content": "hi"}]},
     ]
@@ -73,9 +91,10 @@ def test_speculators_rows_round_trip_and_bad_ids_are_found(tmp_path):
     broken = json.loads(lines[0])
     broken["id"], broken["primary_id"] = "conv-x_gen0", "conv-x"
     close = broken["input_ids"].index(163607)
-    broken["input_ids"][close:close + 1] = kimi().encode("</") + kimi().encode("think>")  # retokenized text
-    broken["loss_mask"] = [0] * broken["loss_mask"].index(1) + [1] * (len(broken["input_ids"]) -
-                                                                       broken["loss_mask"].index(1))
+    broken["input_ids"][close : close + 1] = kimi().encode("</") + kimi().encode("think>")  # retokenized text
+    broken["loss_mask"] = [0] * broken["loss_mask"].index(1) + [1] * (
+        len(broken["input_ids"]) - broken["loss_mask"].index(1)
+    )
     _write(out, lines + [json.dumps(broken)])
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, out, tokenizer=kimi(), profile=profile(), name="spec")
@@ -88,10 +107,24 @@ def test_speculators_rows_round_trip_and_bad_ids_are_found(tmp_path):
 
 
 def test_audit_cli_report_and_errors(tmp_path):
-    data = _write(tmp_path / "d.jsonl", [{"id": "x", "conversations": [
-        {"from": "human", "value": "hello"}, {"from": "gpt", "value": "Hello world !"}]}])
-    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "audit", str(data),
-           "--db", str(tmp_path / "c.duckdb")]
+    data = _write(
+        tmp_path / "d.jsonl",
+        [
+            {
+                "id": "x",
+                "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "Hello world !"}],
+            }
+        ],
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from tokview.cli import main; sys.exit(main())",
+        "audit",
+        str(data),
+        "--db",
+        str(tmp_path / "c.duckdb"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "audit audit-d: 1 rows, 1 imported" in done.stdout and "empty_reasoning" in done.stdout
@@ -128,8 +161,15 @@ def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
     good = {"id": "x", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "yes"}]}
     bad = {"id": "y", "conversations": [{"from": "human", "value": "caf\u00e9"}, {"from": "gpt", "value": "yes"}]}
     data.write_bytes((json.dumps(good) + "\n" + json.dumps(bad, ensure_ascii=False) + "\n").encode("latin-1"))
-    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "audit", str(data),
-           "--db", str(tmp_path / "c.duckdb")]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from tokview.cli import main; sys.exit(main())",
+        "audit",
+        str(data),
+        "--db",
+        str(tmp_path / "c.duckdb"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -138,12 +178,20 @@ def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
 
 def test_kimi_inline_rows_are_audited_as_structure_not_literal_text(tmp_path):
     served = make_capture()
-    inline = {"id": "ki", "conversations": [
-        {"role": "user", "content": "what is the answer"},
-        {"role": "assistant", "content": "<think>Okay , let me think</think>The answer is forty - two"}]}
-    typed = {"id": "typed", "conversations": [
-        {"role": "user", "content": "what is the answer"},
-        {"role": "assistant", "content": "<think>hmm</think> yes", "reasoning_content": "Okay"}]}
+    inline = {
+        "id": "ki",
+        "conversations": [
+            {"role": "user", "content": "what is the answer"},
+            {"role": "assistant", "content": "<think>Okay , let me think</think>The answer is forty - two"},
+        ],
+    }
+    typed = {
+        "id": "typed",
+        "conversations": [
+            {"role": "user", "content": "what is the answer"},
+            {"role": "assistant", "content": "<think>hmm</think> yes", "reasoning_content": "Okay"},
+        ],
+    }
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, _write(tmp_path / "ki.jsonl", [inline, typed]), tokenizer=kimi(), profile=profile())
         codes = _codes(store, "audit-ki")

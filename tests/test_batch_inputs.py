@@ -23,18 +23,23 @@ def _row(**kw) -> str:
     return json.dumps(kw)
 
 
-@pytest.mark.parametrize("row, expected", [
-    (_row(id="a", messages=[{"role": "user", "content": 123}]), "line 1: turn 1 `content` must be a string"),
-    (_row(id="a", messages=[{"role": "user", "content": {"a": 1}}]), "not an object"),
-    (_row(id="a", conversations=[{"from": "human", "value": 5}]), "line 1: turn 1 `value` must be a string"),
-    (_row(id="a", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-     "part 1 (image_url) has no text string"),
-    (_row(id="a", messages=[{"role": "user", "content": [7]}]), "part 1 is a number"),
-    ('{"id": "a", "prompt": "hi \\ud800 there"}', "lone UTF-16 surrogate U+D800"),
-    ('{"id": "a\\u0000b", "prompt": "hi"}', "control character U+0000"),
-    (_row(id=[1], prompt="hi"), "`id` must be a string or a whole number"),
-    (_row(id="a", messages=[{"role": "user", "content": "x", "reasoning_content": 3}]), "must be a string"),
-])
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        (_row(id="a", messages=[{"role": "user", "content": 123}]), "line 1: turn 1 `content` must be a string"),
+        (_row(id="a", messages=[{"role": "user", "content": {"a": 1}}]), "not an object"),
+        (_row(id="a", conversations=[{"from": "human", "value": 5}]), "line 1: turn 1 `value` must be a string"),
+        (
+            _row(id="a", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+            "part 1 (image_url) has no text string",
+        ),
+        (_row(id="a", messages=[{"role": "user", "content": [7]}]), "part 1 is a number"),
+        ('{"id": "a", "prompt": "hi \\ud800 there"}', "lone UTF-16 surrogate U+D800"),
+        ('{"id": "a\\u0000b", "prompt": "hi"}', "control character U+0000"),
+        (_row(id=[1], prompt="hi"), "`id` must be a string or a whole number"),
+        (_row(id="a", messages=[{"role": "user", "content": "x", "reasoning_content": 3}]), "must be a string"),
+    ],
+)
 def test_a_bad_row_is_named_by_line_when_the_file_is_read(tmp_path, row, expected):
     path = _write(tmp_path, row, _row(id="good", prompt="fine"))
     rows, bad = read_prompts(path)
@@ -49,8 +54,15 @@ def test_an_object_as_content_is_not_stored_as_an_empty_prompt(tmp_path):
 
 
 def test_text_parts_still_read(tmp_path):
-    rows, bad = read_prompts(_write(tmp_path, _row(id="x", messages=[
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])))
+    rows, bad = read_prompts(
+        _write(
+            tmp_path,
+            _row(
+                id="x",
+                messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            ),
+        )
+    )
     assert not bad and rows[0].messages[0]["content"] == "ab"
 
 
@@ -58,8 +70,9 @@ def test_the_same_id_with_other_text_is_a_conflict_not_a_duplicate(tmp_path):
     path = _write(tmp_path, _row(id="q", prompt="one"), _row(id="q", prompt="one"), _row(id="q", prompt="two"))
     rows, bad = read_prompts(path)
     assert len(rows) == 2  # the identical repeat stays a duplicate for the planner to count
-    assert bad == ["line 3: id 'q' conflicts with line 1: same id, different conversation "
-                   "(give one of them another id)"]
+    assert bad == [
+        "line 3: id 'q' conflicts with line 1: same id, different conversation (give one of them another id)"
+    ]
 
 
 def test_a_byte_order_mark_is_not_a_bad_row(tmp_path):
@@ -68,9 +81,11 @@ def test_a_byte_order_mark_is_not_a_bad_row(tmp_path):
 
 
 def test_json_errors_have_a_clean_message(tmp_path):
-    rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "tab\there"}', "{nope"))
-    assert bad[0] == ("line 1: not valid JSON: a raw control character U+0009 inside a string at column 27 "
-                      "(JSON needs it escaped as \\t)")
+    _rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "tab\there"}', "{nope"))
+    assert bad[0] == (
+        "line 1: not valid JSON: a raw control character U+0009 inside a string at column 27 "
+        "(JSON needs it escaped as \\t)"
+    )
     assert bad[1] == "line 2: not valid JSON: expecting property name enclosed in double quotes at column 2"
     assert not any(" at at " in b for b in bad)
 
@@ -105,9 +120,11 @@ def test_non_finite_numbers_are_refused(tmp_path, capsys, flag, value):
     err = capsys.readouterr().err
     assert code == 1 and f"{flag} must be a finite number" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(InputError, match="finite"):
-        BatchConfig(servers=["http://x"], temperature=float(value)).validate() if flag == "--temperature" \
-            else BatchConfig(servers=["http://x"], top_p=float(value)).validate() if flag == "--top-p" \
-            else BatchConfig(servers=["http://x"], timeout=float(value)).validate()
+        BatchConfig(
+            servers=["http://x"], temperature=float(value)
+        ).validate() if flag == "--temperature" else BatchConfig(
+            servers=["http://x"], top_p=float(value)
+        ).validate() if flag == "--top-p" else BatchConfig(servers=["http://x"], timeout=float(value)).validate()
 
 
 def test_sim_and_doctor_refuse_non_finite_seconds(capsys):
@@ -126,14 +143,23 @@ def test_failures_are_grouped_by_reason_class():
         "over_max_length: the prompt has 40 tokens, the server's max_model_len is 32": 2,
     }
     summary = BatchSummary(run_id="r", input=9, failed=9, failures_by_reason=reasons)
-    assert summary.failures_by_class == {"HTTP 500 from POST /generate": 5, "over_max_length": 2,
-                                         "timed out": 1, "unexpected error: TypeError": 1}
+    assert summary.failures_by_class == {
+        "HTTP 500 from POST /generate": 5,
+        "over_max_length": 2,
+        "timed out": 1,
+        "unexpected error: TypeError": 1,
+    }
     assert summary.failure_examples()["HTTP 500 from POST /generate"].startswith("HTTP 500 from POST /generate: boom 1")
     assert "failed x5: HTTP 500 from POST /generate (e.g. HTTP 500" in summary.render()
     assert reason_class("cannot connect to http://h:1 (ConnectError: refused)") == "cannot connect"
 
 
 def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path):
-    rows, bad = read_prompts(_write(tmp_path, '{"id": "a", "prompt": "hi", "meta": "\\udc80"}',
-                                    '{"id": "b", "prompt": "hi", "system": "\\udc80"}'))
+    rows, bad = read_prompts(
+        _write(
+            tmp_path,
+            '{"id": "a", "prompt": "hi", "meta": "\\udc80"}',
+            '{"id": "b", "prompt": "hi", "system": "\\udc80"}',
+        )
+    )
     assert [r.prompt_id for r in rows] == ["a"] and bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, BatchProgress, read_prompts, run_batch
 from tokview.export import export
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-from test_store_fixtures import kimi, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_data"
@@ -33,8 +32,15 @@ def vllm_sim():
 
 
 def _config(url: str, path: Path, **kw) -> BatchConfig:
-    return BatchConfig(servers=[url], prompts_path=path, tokenizer=kimi(), model_profile=profile(),
-                       max_new_tokens=kw.pop("max_new_tokens", 200), timeout=kw.pop("timeout", 10.0), **kw)
+    return BatchConfig(
+        servers=[url],
+        prompts_path=path,
+        tokenizer=kimi(),
+        model_profile=profile(),
+        max_new_tokens=kw.pop("max_new_tokens", 200),
+        timeout=kw.pop("timeout", 10.0),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("shape", ["openai_messages", "sharegpt_conversations", "plain_prompts", "multiturn"])
@@ -95,16 +101,19 @@ async def test_failures_are_recorded_and_retried_on_resume(tmp_path):
 
 
 async def test_cancel_keeps_committed_work(tmp_path):
-    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.2})) as sim, \
-            Store(tmp_path / "c.duckdb") as store:
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.2})) as sim, Store(tmp_path / "c.duckdb") as store:
         cancel = asyncio.Event()
 
         def on_progress(p: BatchProgress) -> None:
             if p.ok >= 2:
                 cancel.set()
 
-        summary = await run_batch(_config(sim.url, SAMPLES / "openai_messages.jsonl", concurrency=2), store,
-                                  on_progress=on_progress, cancel=cancel)
+        summary = await run_batch(
+            _config(sim.url, SAMPLES / "openai_messages.jsonl", concurrency=2),
+            store,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
         assert summary.interrupted and summary.exit_code == 130 and summary.balanced
         assert 2 <= summary.ok < summary.input and summary.abandoned > 0
         assert store.count_samples() == summary.ok
@@ -113,8 +122,9 @@ async def test_cancel_keeps_committed_work(tmp_path):
 async def test_parquet_prompts(vllm_sim, tmp_path):
     pq = tmp_path / "p.parquet"
     con = duckdb.connect()
-    con.execute(f"COPY (SELECT * FROM read_json_auto('{SAMPLES / 'openai_messages.jsonl'}') LIMIT 4) "
-                f"TO '{pq}' (FORMAT parquet)")
+    con.execute(
+        f"COPY (SELECT * FROM read_json_auto('{SAMPLES / 'openai_messages.jsonl'}') LIMIT 4) TO '{pq}' (FORMAT parquet)"
+    )
     rows, bad = read_prompts(pq)
     jrows, _ = read_prompts(SAMPLES / "openai_messages.jsonl", limit=4)
     assert [r.prompt_id for r in rows] == [r.prompt_id for r in jrows] and not bad
@@ -124,8 +134,9 @@ async def test_parquet_prompts(vllm_sim, tmp_path):
 
 
 def _cli(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*TOKVIEW, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*TOKVIEW, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}
+    )
 
 
 def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
@@ -138,8 +149,18 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
     assert f"{bad}:2: not valid JSON" in ok.stderr and f"{bad}:3:" in ok.stderr and "(balanced)" in ok.stderr
     stop = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--on-bad-row", "stop")
     assert stop.returncode == 1 and f"{bad}:2: not valid JSON" in stop.stderr and "Traceback" not in stop.stderr
-    down = _cli("batch", str(SAMPLES / "plain_prompts.jsonl"), "--server", "http://127.0.0.1:9", "--db", db,
-                "--retries", "0", "--run", "down")
+    down = _cli(
+        "batch",
+        str(SAMPLES / "plain_prompts.jsonl"),
+        "--server",
+        "http://127.0.0.1:9",
+        "--db",
+        db,
+        "--retries",
+        "0",
+        "--run",
+        "down",
+    )
     assert down.returncode == 2 and "Traceback" not in down.stderr
     missing = _cli("batch", str(tmp_path / "nope.jsonl"), "--server", vllm_sim.url, "--db", db)
     assert missing.returncode == 1 and "not found" in missing.stderr
@@ -151,12 +172,28 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
 def test_sigint_exits_130_and_keeps_work(tmp_path):
     with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.3})) as sim:
         db = tmp_path / "int.duckdb"
-        proc = subprocess.Popen([*TOKVIEW, "batch", str(SAMPLES / "openai_messages.jsonl"), "--server", sim.url,
-                                 "--db", str(db), "--concurrency", "2", "--max-new-tokens", "100"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                *TOKVIEW,
+                "batch",
+                str(SAMPLES / "openai_messages.jsonl"),
+                "--server",
+                sim.url,
+                "--db",
+                str(db),
+                "--concurrency",
+                "2",
+                "--max-new-tokens",
+                "100",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _wait_for_samples(db, 2, proc)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
         assert "interrupted" in err and "(balanced)" in err
         with Store(db) as store:
@@ -205,8 +242,18 @@ def test_a_server_that_does_not_answer_is_named_at_the_start(vllm_sim, tmp_path)
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hello"}\n')
-    out = _cli("batch", str(prompts), "--server", vllm_sim.url, "--server", dead, "--db", str(tmp_path / "w.duckdb"),
-               "--max-new-tokens", "50")
+    out = _cli(
+        "batch",
+        str(prompts),
+        "--server",
+        vllm_sim.url,
+        "--server",
+        dead,
+        "--db",
+        str(tmp_path / "w.duckdb"),
+        "--max-new-tokens",
+        "50",
+    )
     assert out.returncode == 0, out.stderr
     first = out.stderr.strip().splitlines()[0]
     assert first.startswith(f"tokview: warning: --server {dead} does not answer (ConnectError")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.limits import prompt_length
@@ -16,17 +17,17 @@ from tokview.servers.features import context_limit
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
-from test_store_fixtures import kimi, profile
-
 LIMIT = 600
 
 
 def _prompts(tmp_path: Path) -> Path:
     path = tmp_path / "p.jsonl"
-    rows = [{"id": "short", "prompt": "hello"},
-            {"id": "fits", "prompt": "the " * 150},  # 683 rendered bytes but 313 tokens: counted exactly, fits
-            {"id": "long", "prompt": "the " * 1000},  # 2013 tokens
-            {"id": "huge", "prompt": "word " * 600_000}]  # 3 MB: refused by the lower bound, never tokenized
+    rows = [
+        {"id": "short", "prompt": "hello"},
+        {"id": "fits", "prompt": "the " * 150},  # 683 rendered bytes but 313 tokens: counted exactly, fits
+        {"id": "long", "prompt": "the " * 1000},  # 2013 tokens
+        {"id": "huge", "prompt": "word " * 600_000},
+    ]  # 3 MB: refused by the lower bound, never tokenized
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -34,16 +35,24 @@ def _prompts(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kind, generate_path", [("vllm", "/v1/completions"), ("sglang", "/generate")])
 async def test_over_max_length_is_recorded_and_never_sent(tmp_path, kind, generate_path):
     with start_simulator(SimConfig(kind=kind, max_model_len=LIMIT)) as sim:
-        config = BatchConfig(servers=[sim.url], prompts_path=_prompts(tmp_path), tokenizer=kimi(),
-                             model_profile=profile(), max_new_tokens=20, timeout=10.0)
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=_prompts(tmp_path),
+            tokenizer=kimi(),
+            model_profile=profile(),
+            max_new_tokens=20,
+            timeout=10.0,
+        )
         with Store(tmp_path / "s.duckdb") as store:
             summary = await run_batch(config, store)
             reasons = dict(store.query("SELECT prompt_id, reason FROM failures"))
         sent = sim.stats.requests[generate_path]
     assert (summary.ok, summary.failed) == (2, 2) and summary.balanced
     assert summary.failures_by_class == {"over_max_length": 2}
-    assert reasons["long"] == (f"over_max_length: the prompt has 2013 tokens; the server's max_model_len is {LIMIT}, "
-                               f"which leaves no room for output: shorten or drop this prompt")
+    assert reasons["long"] == (
+        f"over_max_length: the prompt has 2013 tokens; the server's max_model_len is {LIMIT}, "
+        f"which leaves no room for output: shorten or drop this prompt"
+    )
     assert reasons["huge"].startswith("over_max_length: the prompt has at least ")
     assert "counted without tokenizing it" in reasons["huge"]
     assert sent == 1 + 2  # the probe's 1-token request and the two prompts that fit: nothing else went out
@@ -86,8 +95,16 @@ async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_
     rows = [{"id": f"long{i}", "prompt": "the " * 1000} for i in range(4)] + [{"id": "short", "prompt": "hello"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with start_simulator(SimConfig(kind="vllm", max_model_len=LIMIT)) as sim:
-        config = BatchConfig(servers=[sim.url], prompts_path=path, tokenizer=kimi(), model_profile=profile(),
-                             max_new_tokens=20, timeout=10.0, concurrency=1, max_consecutive_failures=2)
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=path,
+            tokenizer=kimi(),
+            model_profile=profile(),
+            max_new_tokens=20,
+            timeout=10.0,
+            concurrency=1,
+            max_consecutive_failures=2,
+        )
         with Store(tmp_path / "s.duckdb") as store:
             summary = await run_batch(config, store)
     assert summary.stopped is None and (summary.ok, summary.failed) == (1, 4) and summary.exit_code == 3

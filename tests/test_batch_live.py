@@ -10,12 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.export import export
 from tokview.store import Store
-
-from test_store_fixtures import kimi, profile
 
 pytestmark = pytest.mark.live
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
@@ -31,9 +30,18 @@ def live_url() -> str:
 
 @pytest.mark.parametrize("mode", ["raw", "chat"])
 async def test_live_batch_exports_served_ids(live_url, tmp_path, mode):
-    config = BatchConfig(servers=[live_url], prompts_path=SAMPLES / "multiturn.jsonl", tokenizer=kimi(),
-                         model_profile=profile(), mode=mode, limit=2, max_new_tokens=32, temperature=0.0,
-                         concurrency=2, timeout=120)
+    config = BatchConfig(
+        servers=[live_url],
+        prompts_path=SAMPLES / "multiturn.jsonl",
+        tokenizer=kimi(),
+        model_profile=profile(),
+        mode=mode,
+        limit=2,
+        max_new_tokens=32,
+        temperature=0.0,
+        concurrency=2,
+        timeout=120,
+    )
     with Store(tmp_path / "live.duckdb") as store:
         summary = await run_batch(config, store)
         assert summary.balanced and summary.failed == 0 and summary.ok == summary.input > 1

@@ -31,9 +31,14 @@ def test_sim_does_not_suggest_a_flag_it_does_not_take(tmp_path, capsys):
     folder = tmp_path / "needs-code"
     folder.mkdir()
     (folder / "tokenization_kimi.py").write_text("raise ImportError('never run')\n")
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
-         "tokenizer_class": "TikTokenTokenizer"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+                "tokenizer_class": "TikTokenTokenizer",
+            }
+        )
+    )
     code = main(["sim", "--tokenizer", str(folder), "--port", "0"])
     err = capsys.readouterr().err
     assert code == 1 and len(err.strip().splitlines()) == 1

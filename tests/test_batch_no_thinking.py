@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.core import segments as seg
@@ -14,16 +15,23 @@ from tokview.core.analysis import analyze
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
-from test_store_fixtures import kimi, profile
-
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 
 
 @pytest.mark.parametrize("mode", ["raw", "chat"])
 async def test_no_thinking_keeps_the_profile_and_the_output_holds_no_reasoning(tmp_path, mode):
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "off.duckdb") as store:
-        config = BatchConfig(servers=[sim.url], prompts_path=SAMPLES / "openai_messages.jsonl", tokenizer=kimi(),
-                             profile=None, mode=mode, thinking=False, limit=3, max_new_tokens=200, timeout=10.0)
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=SAMPLES / "openai_messages.jsonl",
+            tokenizer=kimi(),
+            profile=None,
+            mode=mode,
+            thinking=False,
+            limit=3,
+            max_new_tokens=200,
+            timeout=10.0,
+        )
         summary = await run_batch(config, store)
         assert summary.balanced and summary.failed == 0 and summary.ok == 3
         rows = store.samples_page(limit=10)
@@ -33,7 +41,7 @@ async def test_no_thinking_keeps_the_profile_and_the_output_holds_no_reasoning(t
             assert sample.profile == "kimi-k2.5" and cap.thinking is False
             assert cap.settings["chat_template_kwargs"] == {"thinking": False}
             assert cap.prompt_ids[-2:] == [profile().think_open_id, profile().think_close_id]  # closed in the prompt
-            kinds = set(analyze(cap, profile(), kimi()).kinds[len(cap.prompt_ids):])
+            kinds = set(analyze(cap, profile(), kimi()).kinds[len(cap.prompt_ids) :])
             assert kinds <= {seg.ANSWER, seg.STOP}
             assert sample.valid and "reasoning_with_thinking_off" not in row.codes
         # the same ids, said to come from a thinking-off run although they reason, are an error

@@ -18,8 +18,9 @@ def sim():
         yield s
 
 
-def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(sim, tmp_path, monkeypatch, capsys,
-                                                                            kimi_tok_dir, qwen_tok_dir):
+def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(
+    sim, tmp_path, monkeypatch, capsys, kimi_tok_dir, qwen_tok_dir
+):
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir()
     elsewhere.mkdir()
@@ -27,8 +28,23 @@ def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(si
     (work / "p.jsonl").write_text('{"id": "a", "prompt": "hello"}\n{"id": "b", "prompt": "hi there"}\n')
     db = tmp_path / "s.duckdb"
     monkeypatch.chdir(work)
-    assert main(["batch", "p.jsonl", "--server", sim.url, "--db", str(db), "--tokenizer", "tokcopy",
-                 "--max-new-tokens", "60"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "batch",
+                "p.jsonl",
+                "--server",
+                sim.url,
+                "--db",
+                str(db),
+                "--tokenizer",
+                "tokcopy",
+                "--max-new-tokens",
+                "60",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     with Store(db) as store:
         (run,) = store.runs()
     assert run["tokenizer_dir"] == str(work / "tokcopy") and run["source"] == str(work / "p.jsonl")
@@ -65,6 +81,7 @@ def test_a_tokenizer_loaded_from_a_relative_path_records_where_it_is(tmp_path, m
 
 def test_audit_records_the_dataset_by_absolute_path(tmp_path, monkeypatch):
     from test_store_fixtures import kimi, make_capture, profile, put
+
     from tokview.export import export
     from tokview.export.audit import audit
 

@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-from test_store_fixtures import kimi, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_data"
@@ -62,9 +61,25 @@ def test_shards_cover_every_id_once_and_merge_is_idempotent(tmp_path):
         dbs = []
         for k in (1, 2, 3):
             db = tmp_path / f"shard{k}.duckdb"
-            out = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
-                                  "--max-new-tokens", "40", "--shard", f"{k}/3", "--summary-json"],
-                                 capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [
+                    *TOKVIEW,
+                    "batch",
+                    str(prompts),
+                    "--server",
+                    sim.url,
+                    "--db",
+                    str(db),
+                    "--max-new-tokens",
+                    "40",
+                    "--shard",
+                    f"{k}/3",
+                    "--summary-json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert out.returncode == 0, out.stderr
             summary = json.loads(out.stdout)
             assert summary["balanced"] and summary["ok"] == summary["input"]
@@ -74,8 +89,9 @@ def test_shards_cover_every_id_once_and_merge_is_idempotent(tmp_path):
     assert set().union(*shard_ids) == expected_ids(prompts, 40)
     into = tmp_path / "all.duckdb"
     for _ in range(2):  # the second merge adds nothing
-        out = subprocess.run([*TOKVIEW, "merge", *map(str, dbs), "--into", str(into)], capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run(
+            [*TOKVIEW, "merge", *map(str, dbs), "--into", str(into)], capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
     assert "+0 samples" in out.stderr
     ids = stored_ids(into)
@@ -91,12 +107,17 @@ def test_merge_refuses_a_store_of_another_model_in_one_line(tmp_path):
     for name in ("model-a", "model-b"):
         with start_simulator(SimConfig(kind="vllm", model_name=name)) as sim:
             db = tmp_path / f"{name}.duckdb"
-            out = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
-                                  "--max-new-tokens", "30"], capture_output=True, text=True, timeout=300)
+            out = subprocess.run(
+                [*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db), "--max-new-tokens", "30"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert out.returncode == 0, out.stderr
             dbs.append(db)
-    out = subprocess.run([*TOKVIEW, "merge", str(dbs[1]), "--into", str(dbs[0])], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [*TOKVIEW, "merge", str(dbs[1]), "--into", str(dbs[0])], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 1
     assert out.stderr.strip().count("\n") == 0 and "model model-b" in out.stderr and "merge refused" in out.stderr
     assert "Traceback" not in out.stderr
@@ -105,10 +126,18 @@ def test_merge_refuses_a_store_of_another_model_in_one_line(tmp_path):
 
 async def test_a_server_that_fails_everything_stops_the_run_with_the_reason(tmp_path):
     prompts = many_prompts(tmp_path / "p.jsonl", 60)
-    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
-            Store(tmp_path / "f.duckdb") as store:
-        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, concurrency=2, retries=0,
-                             max_consecutive_failures=5)
+    with (
+        start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim,
+        Store(tmp_path / "f.duckdb") as store,
+    ):
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=prompts,
+            max_new_tokens=30,
+            concurrency=2,
+            retries=0,
+            max_consecutive_failures=5,
+        )
         summary = await run_batch(config, store)
     assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
     assert "500" in summary.stopped
@@ -119,12 +148,15 @@ async def test_a_server_that_fails_everything_stops_the_run_with_the_reason(tmp_
 def _unshare_tmpfs_works(tmp_path: Path) -> bool:
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
-                            f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"], capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
+        capture_output=True,
+    )
     if probe.returncode == 0:
         return True
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {tmp_path}"], capture_output=True
+    )
     return probe.returncode == 0
 
 
@@ -138,9 +170,11 @@ def test_a_full_disk_stops_taking_work_says_so_and_keeps_what_was_generated(tmp_
         db = mnt / "full.duckdb"
         keep = tmp_path / "kept"
         # mount a 6 MB tmpfs in a private mount namespace, run the batch there, then copy what is left out
-        script = (f"mount -t tmpfs -o size=6m tmpfs {mnt} && {' '.join(map(_q, TOKVIEW))} batch {prompts} "
-                  f"--server {sim.url} --db {db} --max-new-tokens 420 --concurrency 4 --workers 1; "
-                  f"rc=$?; cp -r {mnt} {keep}; exit $rc")
+        script = (
+            f"mount -t tmpfs -o size=6m tmpfs {mnt} && {' '.join(map(_q, TOKVIEW))} batch {prompts} "
+            f"--server {sim.url} --db {db} --max-new-tokens 420 --concurrency 4 --workers 1; "
+            f"rc=$?; cp -r {mnt} {keep}; exit $rc"
+        )
         unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
         out = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stderr[-2000:]
@@ -162,9 +196,26 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
     prompts = many_prompts(tmp_path / "p.jsonl", 60)
     db = tmp_path / "live.duckdb"
     with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.15})) as sim:
-        first = subprocess.Popen([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
-                                  "--max-new-tokens", "40", "--concurrency", "2", "--workers", "1"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = subprocess.Popen(
+            [
+                *TOKVIEW,
+                "batch",
+                str(prompts),
+                "--server",
+                sim.url,
+                "--db",
+                str(db),
+                "--max-new-tokens",
+                "40",
+                "--concurrency",
+                "2",
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             seen = 0
             deadline = time.monotonic() + 120
@@ -172,8 +223,9 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
                 time.sleep(0.5)
                 if not db.exists():
                     continue
-                out = subprocess.run([*TOKVIEW, "stats", "--db", str(db), "--json"], capture_output=True,
-                                     text=True, timeout=120)
+                out = subprocess.run(
+                    [*TOKVIEW, "stats", "--db", str(db), "--json"], capture_output=True, text=True, timeout=120
+                )
                 assert out.returncode == 0, out.stderr
                 seen = json.loads(out.stdout)["samples"]
             assert first.poll() is None, "the first batch ended before the store could be read beside it"
@@ -181,16 +233,48 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
             with Store(db) as store:
                 some = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
                 store.record_verdict(some, "approved", who="live-test")  # a verdict lands mid-run
-            out = subprocess.run([*TOKVIEW, "show", some, "--db", str(db)], capture_output=True, text=True,
-                                 timeout=120)
+            out = subprocess.run([*TOKVIEW, "show", some, "--db", str(db)], capture_output=True, text=True, timeout=120)
             assert out.returncode == 0 and some in out.stdout, out.stderr
-            out = subprocess.run([*TOKVIEW, "export", "--db", str(db), "--format", "sharegpt", "--select", "all",
-                                  "--out", str(tmp_path / "mid.jsonl")], capture_output=True, text=True, timeout=120)
+            out = subprocess.run(
+                [
+                    *TOKVIEW,
+                    "export",
+                    "--db",
+                    str(db),
+                    "--format",
+                    "sharegpt",
+                    "--select",
+                    "all",
+                    "--out",
+                    str(tmp_path / "mid.jsonl"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert out.returncode == 0, out.stderr
             assert len((tmp_path / "mid.jsonl").read_text().splitlines()) >= seen
-            second = subprocess.run([*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db),
-                                     "--max-new-tokens", "40", "--concurrency", "2", "--workers", "1",
-                                     "--summary-json"], capture_output=True, text=True, timeout=300)
+            second = subprocess.run(
+                [
+                    *TOKVIEW,
+                    "batch",
+                    str(prompts),
+                    "--server",
+                    sim.url,
+                    "--db",
+                    str(db),
+                    "--max-new-tokens",
+                    "40",
+                    "--concurrency",
+                    "2",
+                    "--workers",
+                    "1",
+                    "--summary-json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert second.returncode == 0, second.stderr
             assert json.loads(second.stdout)["balanced"]
         finally:
@@ -227,8 +311,10 @@ async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_list
     from tokview.export import export
 
     prompts = many_prompts(tmp_path / "p.jsonl", 3)
-    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
-            Store(tmp_path / "f.duckdb") as store:
+    with (
+        start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim,
+        Store(tmp_path / "f.duckdb") as store,
+    ):
         config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, retries=0)
         for _ in range(3):
             summary = await run_batch(config, store)

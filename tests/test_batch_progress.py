@@ -14,8 +14,7 @@ def test_plain_lines_are_throttled_and_final_line_printed_once():
     printer(BatchProgress(total=4, skipped=1))  # nothing generated yet: silent
     printer(BatchProgress(total=4, ok=1, skipped=1, elapsed_s=1.0))
     printer(BatchProgress(total=4, ok=2, skipped=1, elapsed_s=2.0))  # within the interval: silent
-    printer(BatchProgress(total=4, ok=2, failed=1, skipped=1, flagged=1, truncated=1, output_tokens=300,
-                          elapsed_s=3.0))
+    printer(BatchProgress(total=4, ok=2, failed=1, skipped=1, flagged=1, truncated=1, output_tokens=300, elapsed_s=3.0))
     printer(BatchProgress(total=4, ok=2, failed=1, skipped=1, elapsed_s=3.0))
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "\r" not in out.getvalue()

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-from test_store_fixtures import kimi, profile
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -27,8 +26,12 @@ def local_ray():
 
 
 def prompts_file(path: Path, n: int) -> Path:
-    path.write_text("".join(json.dumps({"id": f"r{i:03d}", "messages": [{"role": "user", "content": f"q {i}"}]})
-                            + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"r{i:03d}", "messages": [{"role": "user", "content": f"q {i}"}]}) + "\n"
+            for i in range(n)
+        )
+    )
     return path
 
 
@@ -37,8 +40,7 @@ async def test_ray_shards_land_with_the_same_ids_resume_and_accounting(tmp_path,
     db = tmp_path / "ray.duckdb"
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(db) as store:
         # 6 of the 40 already stored by a local run: the Ray run resumes them
-        local = await run_batch(BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, limit=6),
-                                store)
+        local = await run_batch(BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, limit=6), store)
         assert local.ok == 6
         config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=2, ray="auto")
         summary = await run_batch(config, store)
@@ -55,10 +57,18 @@ async def test_ray_shards_land_with_the_same_ids_resume_and_accounting(tmp_path,
 
 async def test_failed_requests_on_ray_are_recorded_once_per_sample(tmp_path, local_ray):
     prompts = prompts_file(tmp_path / "p.jsonl", 20)
-    with start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim, \
-            Store(tmp_path / "f.duckdb") as store:
-        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, retries=0, ray="auto",
-                             max_consecutive_failures=0)
+    with (
+        start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim,
+        Store(tmp_path / "f.duckdb") as store,
+    ):
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=prompts,
+            max_new_tokens=40,
+            retries=0,
+            ray="auto",
+            max_consecutive_failures=0,
+        )
         summary = await run_batch(config, store)
         assert summary.balanced and (summary.ok, summary.failed) == (0, 20)
         await run_batch(config, store)

@@ -8,12 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+from test_store_fixtures import kimi, profile
+
 from tokview.batch import BatchConfig, plan, read_prompts
 from tokview.export import export
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-from test_store_fixtures import kimi, profile
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "sample_data" / "multiturn.jsonl"
@@ -22,8 +22,20 @@ TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.
 
 
 def _batch(url: str, prompts: Path, db: Path, *extra: str) -> list[str]:
-    return [*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--concurrency", "3",
-            "--max-new-tokens", "120", *extra]
+    return [
+        *TOKVIEW,
+        "batch",
+        str(prompts),
+        "--server",
+        url,
+        "--db",
+        str(db),
+        "--concurrency",
+        "3",
+        "--max-new-tokens",
+        "120",
+        *extra,
+    ]
 
 
 def test_sigkill_at_several_points_then_resume(tmp_path):
@@ -39,8 +51,9 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
         kills = 0
         for served in (0, 4, 9, 15):  # generation requests answered before the kill
             start = sim.stats.generation
-            proc = subprocess.Popen(_batch(sim.url, prompts, db), cwd=ROOT, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                _batch(sim.url, prompts, db), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             deadline = time.monotonic() + 60
             if served == 0:
                 time.sleep(0.3)  # mid start-up: the tokenizer is loading, the store may be opening
@@ -55,8 +68,9 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
         with Store(db) as store:
             partial = store.count_samples()
         assert 0 < partial < len(expected)
-        done = subprocess.run(_batch(sim.url, prompts, db, "--summary-json"), cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            _batch(sim.url, prompts, db, "--summary-json"), cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["balanced"] and summary["input"] == len(expected)
@@ -72,5 +86,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
         assert len({r["id"] for r in rows_out}) == len(expected)
         for row in rows_out:
             cap = store.load_sample(row["metadata"]["tokview_sample_id"]).capture
-            assert row["input_ids"] == cap.raw_response["choices"][0]["prompt_token_ids"] + \
-                cap.raw_response["choices"][0]["token_ids"]
+            assert (
+                row["input_ids"]
+                == cap.raw_response["choices"][0]["prompt_token_ids"] + cap.raw_response["choices"][0]["token_ids"]
+            )

@@ -9,8 +9,12 @@ def _run(pieces, texts, special=None):
 
 
 def test_all_kept_and_special_hidden():
-    assert _run(["Okay", ",", "</think>", "The"], ["Okay,", "The"], [False, False, True, False]) == \
-        (KEPT, KEPT, HIDDEN, KEPT)
+    assert _run(["Okay", ",", "</think>", "The"], ["Okay,", "The"], [False, False, True, False]) == (
+        KEPT,
+        KEPT,
+        HIDDEN,
+        KEPT,
+    )
 
 
 def test_trimmed_whitespace_is_partial_and_blank_ids_hidden():
@@ -53,14 +57,21 @@ def test_kept_runs_match_the_id_by_id_walk():
     words = st.sampled_from([b"a", b"b", b" c", b"\n", b"", b"dd", b"  ", "é".encode(), b"</think>"])
 
     @settings(max_examples=300, deadline=None)
-    @given(st.lists(st.tuples(words, st.booleans()), max_size=30), st.lists(st.sampled_from(
-        ["a", "b c", "dd", " ", "é", "x", ""]), max_size=8), st.integers(0, 3))
+    @given(
+        st.lists(st.tuples(words, st.booleans()), max_size=30),
+        st.lists(st.sampled_from(["a", "b c", "dd", " ", "é", "x", ""]), max_size=8),
+        st.integers(0, 3),
+    )
     def check(ids, extra, mode):
         pieces = [p for p, _ in ids]
         special = [s and p == b"</think>" for p, s in ids]
         plain = "".join(p.decode("utf-8", "replace") for p, s in zip(pieces, special) if not s)
-        texts = {0: [plain], 1: [plain[: len(plain) // 2], plain[len(plain) // 2:]],
-                 2: ["".join(extra) + plain], 3: [plain.strip(), "".join(extra)]}[mode]
+        texts = {
+            0: [plain],
+            1: [plain[: len(plain) // 2], plain[len(plain) // 2 :]],
+            2: ["".join(extra) + plain],
+            3: [plain.strip(), "".join(extra)],
+        }[mode]
         fast = align(pieces, texts, special)
         slow = align(pieces, texts, special, fast_runs=False)
         assert fast == slow

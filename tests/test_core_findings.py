@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
+from facts import (
+    KIMI_CHAIN_OUTPUT,
+    KIMI_PROMPT_6X7,
+    RECORDINGS,
+)
 
 from tokview.core.analysis import analyze
 from tokview.core.findings import DEFAULT_SEVERITY, ERROR, FINDING_CODES
 from tokview.core.record import Capture
 
-from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
-
-from facts import RECORDINGS  # noqa: E402
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 REASONING = "Okay, let me think about this carefully."
 ANSWER = "The answer is forty-two!"
@@ -51,9 +52,15 @@ class Family:
 
     def capture(self, **changes) -> Capture:
         out = changes.pop("output_ids") if "output_ids" in changes else self.output()
-        base = dict(prompt_ids=list(self.prompt), output_ids=out, finish_reason="stop", endpoint="sglang-generate",
-                    settings={"thinking": True, "max_new_tokens": 256}, messages=self.messages,
-                    usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)})
+        base = dict(
+            prompt_ids=list(self.prompt),
+            output_ids=out,
+            finish_reason="stop",
+            endpoint="sglang-generate",
+            settings={"thinking": True, "max_new_tokens": 256},
+            messages=self.messages,
+            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
+        )
         base.update(changes)
         return Capture(**base)
 
@@ -66,8 +73,7 @@ def fam(request, kimi_tok, qwen_tok, kimi_profile, qwen_profile) -> Family:
     # A Qwen3-Thinking-2507-style template pre-fills "<think>\n"; modelled by appending it.
     prompt = qwen_tok.render(QUESTION, template_kwargs={"enable_thinking": True})
     prompt += [qwen_profile.think_open_id] + qwen_tok.encode("\n")
-    return Family(qwen_tok, qwen_profile, prompt, qwen_tok.encode(REASONING + "\n"),
-                  qwen_tok.encode("\n\n" + ANSWER))
+    return Family(qwen_tok, qwen_profile, prompt, qwen_tok.encode(REASONING + "\n"), qwen_tok.encode("\n\n" + ANSWER))
 
 
 def codes(fam: Family, capture: Capture) -> set[str]:
@@ -85,8 +91,12 @@ def _no_prefill_prompt(fam: Family) -> list[int]:
 
 
 def _chat_fields(fam: Family, **changes) -> Capture:
-    base = dict(endpoint="vllm-chat", reasoning=fam.tok.decode(fam.reasoning), content=fam.tok.decode(fam.answer),
-                reasoning_field="reasoning")
+    base = dict(
+        endpoint="vllm-chat",
+        reasoning=fam.tok.decode(fam.reasoning),
+        content=fam.tok.decode(fam.answer),
+        reasoning_field="reasoning",
+    )
     base.update(changes)
     return fam.capture(**base)
 
@@ -109,46 +119,75 @@ def _dual(fam: Family, parsed: list[int]) -> Capture:
 def _thinking_off(fam: Family, output: list[int]) -> Capture:
     """A reasoning model run with thinking off: the template closes reasoning in the prompt."""
     prompt = fam.tok.render(QUESTION, template_kwargs=fam.p.template_kwargs(False))
-    return fam.capture(prompt_ids=prompt, output_ids=output, messages=QUESTION,
-                       settings={"thinking": False, "max_new_tokens": 256})
+    return fam.capture(
+        prompt_ids=prompt, output_ids=output, messages=QUESTION, settings={"thinking": False, "max_new_tokens": 256}
+    )
 
 
 CASES = {
     "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
     "dual_divergence": (lambda f: _dual(f, f.output(answer=f.answer + f.answer)), lambda f: _dual(f, f.output())),
-    "think_open_in_prompt": (lambda f: f.capture(), lambda f: f.capture(prompt_ids=_no_prefill_prompt(f),
-                                                                         output_ids=[f.p.think_open_id] + f.output())),
+    "think_open_in_prompt": (
+        lambda f: f.capture(),
+        lambda f: f.capture(prompt_ids=_no_prefill_prompt(f), output_ids=[f.p.think_open_id] + f.output()),
+    ),
     "think_open_missing": (lambda f: f.capture(prompt_ids=_no_prefill_prompt(f)), lambda f: f.capture()),
-    "think_close_missing": (lambda f: f.capture(output_ids=f.output(close=False, answer=[], stop=False),
-                                                finish_reason="length"), lambda f: f.capture()),
-    "think_close_repeated": (lambda f: f.capture(output_ids=f.output(answer=f.answer + [f.p.think_close_id] + f.answer)),
-                             lambda f: f.capture()),
-    "think_open_in_output_after_prefill": (lambda f: f.capture(output_ids=[f.p.think_open_id] + f.output()),
-                                           lambda f: f.capture()),
-    "reasoning_with_thinking_off": (lambda f: _thinking_off(f, [f.p.think_open_id] + f.output()),
-                                    lambda f: _thinking_off(f, f.answer + [f.p.stop_ids[0]])),
-    "empty_reasoning": (lambda f: f.capture(output_ids=f.output(reasoning=f.tok.encode("\n\n"))), lambda f: f.capture()),
+    "think_close_missing": (
+        lambda f: f.capture(output_ids=f.output(close=False, answer=[], stop=False), finish_reason="length"),
+        lambda f: f.capture(),
+    ),
+    "think_close_repeated": (
+        lambda f: f.capture(output_ids=f.output(answer=f.answer + [f.p.think_close_id] + f.answer)),
+        lambda f: f.capture(),
+    ),
+    "think_open_in_output_after_prefill": (
+        lambda f: f.capture(output_ids=[f.p.think_open_id] + f.output()),
+        lambda f: f.capture(),
+    ),
+    "reasoning_with_thinking_off": (
+        lambda f: _thinking_off(f, [f.p.think_open_id] + f.output()),
+        lambda f: _thinking_off(f, f.answer + [f.p.stop_ids[0]]),
+    ),
+    "empty_reasoning": (
+        lambda f: f.capture(output_ids=f.output(reasoning=f.tok.encode("\n\n"))),
+        lambda f: f.capture(),
+    ),
     "empty_answer": (lambda f: f.capture(output_ids=f.output(answer=f.tok.encode("\n"))), lambda f: f.capture()),
     "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"), lambda f: f.capture()),
     "no_stop_token": (lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture()),
     "output_prefix_overlap": (lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()), lambda f: f.capture()),
     "completion_count_mismatch": (lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture()),
-    "parser_hidden_ids": (lambda f: _chat_fields(f),
-                          lambda f: f.capture(text=f.tok.decode(f.output(), skip_special_tokens=False))),
-    "parser_split_mismatch": (lambda f: _chat_fields(f, reasoning=f.tok.decode(f.output(), skip_special_tokens=True),
-                                                     content=""), lambda f: _chat_fields(f)),
-    "reasoning_field_missing": (lambda f: _chat_fields(f, reasoning=None, reasoning_field=None),
-                                lambda f: _chat_fields(f)),
+    "parser_hidden_ids": (
+        lambda f: _chat_fields(f),
+        lambda f: f.capture(text=f.tok.decode(f.output(), skip_special_tokens=False)),
+    ),
+    "parser_split_mismatch": (
+        lambda f: _chat_fields(f, reasoning=f.tok.decode(f.output(), skip_special_tokens=True), content=""),
+        lambda f: _chat_fields(f),
+    ),
+    "reasoning_field_missing": (
+        lambda f: _chat_fields(f, reasoning=None, reasoning_field=None),
+        lambda f: _chat_fields(f),
+    ),
     "literal_think_text": (lambda f: f.capture(output_ids=_literal_close(f)), lambda f: f.capture()),
     "retokenize_drift": (lambda f: f.capture(output_ids=_char_split(f)), lambda f: f.capture()),
-    "prompt_render_mismatch": (lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
-                               lambda f: f.capture(prompt_ids=f.tok.render(QUESTION, template_kwargs=f.p.template_kwargs(True)),
-                                                   output_ids=[f.p.think_open_id] + f.output(), messages=QUESTION)),
+    "prompt_render_mismatch": (
+        lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
+        lambda f: f.capture(
+            prompt_ids=f.tok.render(QUESTION, template_kwargs=f.p.template_kwargs(True)),
+            output_ids=[f.p.think_open_id] + f.output(),
+            messages=QUESTION,
+        ),
+    ),
     "over_max_length": (lambda f: f.capture(settings={"thinking": True, "max_length": 20}), lambda f: f.capture()),
-    "off_policy": (lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()),
-                                       target_score={"off_policy_nll": 2.0, "low_prob": 0.01}),
-                   lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()),
-                                       target_score={"off_policy_nll": 2.0, "low_prob": 0.01})),
+    "off_policy": (
+        lambda f: f.capture(
+            target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0, "low_prob": 0.01}
+        ),
+        lambda f: f.capture(
+            target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0, "low_prob": 0.01}
+        ),
+    ),
 }
 
 
@@ -176,6 +215,7 @@ def test_negative(fam, code):
 
 # -- the seed case and the recordings -----------------------------------------------------------
 
+
 def test_seed_case_kimi_prefilled_opener(kimi_tok, kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
     analysis = analyze(capture, kimi_profile, kimi_tok)
@@ -197,15 +237,29 @@ def test_seed_case_without_tokenizer(kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
     analysis = analyze(capture, kimi_profile)
     assert analysis.codes == ["think_open_in_prompt"]
-    assert [s.kind for s in analysis.segments] == ["prompt", "prefilled_opener", "reasoning", "closer", "answer", "stop"]
+    assert [s.kind for s in analysis.segments] == [
+        "prompt",
+        "prefilled_opener",
+        "reasoning",
+        "closer",
+        "answer",
+        "stop",
+    ]
 
 
 def test_recorded_vllm_response_hides_closer_and_stop(kimi_tok, kimi_profile):
     body = json.loads((RECORDINGS / "vllm_chat_kimi_k2.json").read_text())
     choice = body["choices"][0]
-    capture = Capture(prompt_ids=body["prompt_token_ids"], output_ids=choice["token_ids"], finish_reason="stop",
-                      reasoning=choice["message"]["reasoning"], content=choice["message"]["content"],
-                      reasoning_field="reasoning", endpoint="vllm-chat", usage=body["usage"])
+    capture = Capture(
+        prompt_ids=body["prompt_token_ids"],
+        output_ids=choice["token_ids"],
+        finish_reason="stop",
+        reasoning=choice["message"]["reasoning"],
+        content=choice["message"]["content"],
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        usage=body["usage"],
+    )
     analysis = analyze(capture, kimi_profile, kimi_tok)
     hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
     assert hidden.positions == (28 + 9, 28 + 17)
@@ -217,10 +271,16 @@ def test_recorded_vllm_response_hides_closer_and_stop(kimi_tok, kimi_profile):
 def test_recorded_sglang_special_closer_breaks_text_parser(kimi_tok, kimi_profile):
     body = json.loads((RECORDINGS / "sgl_chat.json").read_text())
     choice = body["choices"][0]
-    capture = Capture(prompt_ids=choice["prompt_token_ids"], output_ids=choice["response_token_ids"],
-                      finish_reason="stop", reasoning=choice["message"]["reasoning_content"],
-                      content=choice["message"]["content"], reasoning_field="reasoning_content",
-                      endpoint="sglang-chat", usage=body["usage"])
+    capture = Capture(
+        prompt_ids=choice["prompt_token_ids"],
+        output_ids=choice["response_token_ids"],
+        finish_reason="stop",
+        reasoning=choice["message"]["reasoning_content"],
+        content=choice["message"]["content"],
+        reasoning_field="reasoning_content",
+        endpoint="sglang-chat",
+        usage=body["usage"],
+    )
     assert "parser_split_mismatch" in analyze(capture, kimi_profile, kimi_tok).codes
 
 
@@ -231,6 +291,7 @@ def test_severity_override(kimi_tok, kimi_profile):
 
 
 # -- regressions from review ------------------------------------------------------------------
+
 
 def test_reasoning_reopened_after_the_answer_is_an_error(fam):
     out = fam.output(stop=False) + [fam.p.think_open_id] + fam.reasoning + [fam.p.stop_ids[0]]

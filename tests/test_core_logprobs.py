@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-
 from facts import KIMI_CHAIN_OUTPUT, RECORDINGS
+
 from tokview.core import logprobs as lp
 
 SCORE_PROMPT = [163587, 375, 163601, 79, 163586, 163588, 163606]
@@ -63,10 +63,19 @@ def test_vllm_chat_logprobs_need_token_ids_not_strings():
     choice = body["choices"][0]
     with pytest.raises(lp.LogprobShapeError, match="return_tokens_as_token_ids"):
         lp.from_vllm_chat(choice["logprobs"], choice["token_ids"])
-    as_ids = {"content": [{"token": f"token_id:{t}", "logprob": e["logprob"],
-                           "top_logprobs": [{"token": f"token_id:{t}", "logprob": e["logprob"]},
-                                            {"token": "token_id:264", "logprob": -30.0}]}
-                          for t, e in zip(choice["token_ids"], choice["logprobs"]["content"])]}
+    as_ids = {
+        "content": [
+            {
+                "token": f"token_id:{t}",
+                "logprob": e["logprob"],
+                "top_logprobs": [
+                    {"token": f"token_id:{t}", "logprob": e["logprob"]},
+                    {"token": "token_id:264", "logprob": -30.0},
+                ],
+            }
+            for t, e in zip(choice["token_ids"], choice["logprobs"]["content"])
+        ]
+    }
     got = lp.from_vllm_chat(as_ids, choice["token_ids"])
     assert got.logprobs == [0.0] * 18 and got.top_ids[3] == [choice["token_ids"][3], 264]
     with pytest.raises(lp.LogprobShapeError):
@@ -74,8 +83,9 @@ def test_vllm_chat_logprobs_need_token_ids_not_strings():
 
 
 def test_vllm_completion_logprobs_sorted_by_value():
-    got = lp.from_vllm_completion({"token_logprobs": [-0.1, None],
-                                   "top_logprobs": [{"token_id:5": -2.0, "token_id:7": -0.1}, None]}, [7, 9])
+    got = lp.from_vllm_completion(
+        {"token_logprobs": [-0.1, None], "top_logprobs": [{"token_id:5": -2.0, "token_id:7": -0.1}, None]}, [7, 9]
+    )
     assert got.logprobs == [-0.1, None] and got.top_ids == [[7, 5], []]
     assert got.top_logprobs == [[-0.1, -2.0], []]
 

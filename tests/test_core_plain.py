@@ -10,23 +10,37 @@ import json
 from pathlib import Path
 
 import pytest
+from plain_tokenizer import ENDOFTEXT, IM_END, build_plain_tokenizer_dir
 
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.findings import DEFAULT_SEVERITY, FINDING_CODES
-from tokview.core.profiles import (BUILTIN_PROFILES, ProfileError, detect_profile, get_profile, load_profile_toml,
-                                   tokenizer_stop_ids, with_tokenizer_stops)
+from tokview.core.profiles import (
+    BUILTIN_PROFILES,
+    ProfileError,
+    detect_profile,
+    get_profile,
+    load_profile_toml,
+    tokenizer_stop_ids,
+    with_tokenizer_stops,
+)
 from tokview.core.record import Capture
 from tokview.core.resolve import resolve_for_stored, resolve_tokenizer_and_profile
 from tokview.core.tokenizer import load_tokenizer
 
-from plain_tokenizer import ENDOFTEXT, IM_END, build_plain_tokenizer_dir
-
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 ANSWER = "The answer is forty-two."
-THINK_CODES = {"think_open_in_prompt", "think_open_missing", "think_close_missing", "think_close_repeated",
-               "think_open_in_output_after_prefill", "empty_reasoning", "reasoning_with_thinking_off",
-               "reasoning_field_missing", "literal_think_text"}
+THINK_CODES = {
+    "think_open_in_prompt",
+    "think_open_missing",
+    "think_close_missing",
+    "think_close_repeated",
+    "think_open_in_output_after_prefill",
+    "empty_reasoning",
+    "reasoning_with_thinking_off",
+    "reasoning_field_missing",
+    "literal_think_text",
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +59,7 @@ def plain(plain_tok):
 
 
 # -- loading ---------------------------------------------------------------------------------------
+
 
 def test_a_tokenizer_without_think_tokens_gets_the_plain_profile(plain_tok, plain):
     assert plain.name == "plain" and not plain.has_reasoning
@@ -99,13 +114,16 @@ def test_reasoning_false_in_a_profile_file(tmp_path, plain_tok):
     assert not q.has_reasoning and q.stop_ids == (151645, 151643) and q.reasoning_parser is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ('name = "x"\nreasoning = "no"\n', "reasoning must be true or false"),
-    ('name = "x"\nreasoning = false\nthink_open_id = 5\n', "names think delimiters"),
-    ('reasoning = false\n', "missing keys ['name']"),
-    ('base = "plain"\nreasoning = true\n', "reasoning = true needs think_open_id"),
-    ('name = "x"\nstop_ids = [1]\n', "reasoning = false for a model without think delimiters"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('name = "x"\nreasoning = "no"\n', "reasoning must be true or false"),
+        ('name = "x"\nreasoning = false\nthink_open_id = 5\n', "names think delimiters"),
+        ("reasoning = false\n", "missing keys ['name']"),
+        ('base = "plain"\nreasoning = true\n', "reasoning = true needs think_open_id"),
+        ('name = "x"\nstop_ids = [1]\n', "reasoning = false for a model without think delimiters"),
+    ],
+)
 def test_profile_file_mistakes_are_one_line_errors(tmp_path, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -118,6 +136,7 @@ def test_plain_aliases():
 
 
 # -- segments and findings ---------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Plain:
@@ -137,15 +156,22 @@ class Plain:
 
     def capture(self, **changes) -> Capture:
         out = changes.pop("output_ids") if "output_ids" in changes else self.output()
-        base = dict(prompt_ids=self.prompt, output_ids=out, finish_reason="stop", endpoint="vllm-completions",
-                    settings={"max_new_tokens": 256}, messages=QUESTION,
-                    usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)})
+        base = dict(
+            prompt_ids=self.prompt,
+            output_ids=out,
+            finish_reason="stop",
+            endpoint="vllm-completions",
+            settings={"max_new_tokens": 256},
+            messages=QUESTION,
+            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
+        )
         base.update(changes)
         return Capture(**base)
 
     def chat(self, **changes) -> Capture:
-        return self.capture(**{"endpoint": "vllm-chat", "content": ANSWER, "reasoning": None,
-                               "reasoning_field": None, **changes})
+        return self.capture(
+            **{"endpoint": "vllm-chat", "content": ANSWER, "reasoning": None, "reasoning_field": None, **changes}
+        )
 
 
 @pytest.fixture(scope="module")
@@ -159,23 +185,30 @@ def _chars(fam: Plain) -> list[int]:
 
 CASES = {
     "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
-    "dual_divergence": (lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output(answer=f.answer * 2)),
-                        lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output())),
+    "dual_divergence": (
+        lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output(answer=f.answer * 2)),
+        lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output()),
+    ),
     "empty_answer": (lambda f: f.capture(output_ids=f.output(answer=f.tok.encode(" \n"))), lambda f: f.capture()),
-    "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"),
-                  lambda f: f.capture()),
+    "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"), lambda f: f.capture()),
     "no_stop_token": (lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture()),
     "output_prefix_overlap": (lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()), lambda f: f.capture()),
     "completion_count_mismatch": (lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture()),
     "parser_hidden_ids": (lambda f: f.chat(), lambda f: f.capture(text=f.tok.decode(f.output()))),
-    "parser_split_mismatch": (lambda f: f.chat(reasoning="I think it is 42.", reasoning_field="reasoning"),
-                              lambda f: f.chat()),
+    "parser_split_mismatch": (
+        lambda f: f.chat(reasoning="I think it is 42.", reasoning_field="reasoning"),
+        lambda f: f.chat(),
+    ),
     "retokenize_drift": (lambda f: f.capture(output_ids=_chars(f)), lambda f: f.capture()),
-    "prompt_render_mismatch": (lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
-                               lambda f: f.capture()),
+    "prompt_render_mismatch": (
+        lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
+        lambda f: f.capture(),
+    ),
     "over_max_length": (lambda f: f.capture(settings={"max_length": 20}), lambda f: f.capture()),
-    "off_policy": (lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0}),
-                   lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0})),
+    "off_policy": (
+        lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0}),
+        lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0}),
+    ),
 }
 
 
@@ -188,8 +221,10 @@ def test_a_plain_sample_is_prompt_answer_stop_and_valid(fam):
     analysis = analyze(cap, fam.profile, fam.tok)
     n = len(cap.prompt_ids)
     assert [(s.kind, s.start, s.end) for s in analysis.segments] == [
-        (seg.PROMPT, 0, n), (seg.ANSWER, n, n + len(fam.answer)),
-        (seg.STOP, n + len(fam.answer), n + len(fam.answer) + 1)]
+        (seg.PROMPT, 0, n),
+        (seg.ANSWER, n, n + len(fam.answer)),
+        (seg.STOP, n + len(fam.answer), n + len(fam.answer) + 1),
+    ]
     assert analysis.codes == [] and analysis.valid
     assert analysis.loss_mask == (0,) * n + (1,) * (len(fam.answer) + 1)
 
@@ -217,8 +252,11 @@ def test_think_findings_never_fire_on_a_plain_model(fam):
     """Every positive case above, plus outputs that spell <think>/</think> as text and a thinking-off run."""
     literal = fam.tok.encode("<think>I wonder</think>") + fam.output()
     captures = [make(fam) for make, _ in CASES.values()] + [
-        fam.capture(output_ids=literal), fam.capture(settings={"thinking": False}),
-        fam.capture(settings={"thinking": True}), fam.chat(reasoning="", reasoning_field="reasoning")]
+        fam.capture(output_ids=literal),
+        fam.capture(settings={"thinking": False}),
+        fam.capture(settings={"thinking": True}),
+        fam.chat(reasoning="", reasoning_field="reasoning"),
+    ]
     for cap in captures:
         for thinking in (None, True, False):
             cap.settings["thinking"] = thinking
@@ -235,22 +273,32 @@ def test_plain_output_segments_without_a_tokenizer(plain):
 
 # -- a reasoning model run with thinking off keeps its profile ------------------------------------------
 
+
 def test_thinking_off_keeps_the_reasoning_profile_and_checks_for_no_reasoning(qwen_tok, qwen_profile):
     prompt = qwen_tok.render(QUESTION, template_kwargs=qwen_profile.template_kwargs(False))
     assert seg.prompt_opens_reasoning(prompt, qwen_profile) is False  # the template closed reasoning
     answer = qwen_tok.encode(ANSWER) + [qwen_profile.stop_ids[0]]
     settings = {"thinking": False, "chat_template_kwargs": {"enable_thinking": False}}
-    clean = analyze(Capture(prompt_ids=prompt, output_ids=answer, finish_reason="stop", messages=QUESTION,
-                            settings=settings), qwen_profile, qwen_tok)
+    clean = analyze(
+        Capture(prompt_ids=prompt, output_ids=answer, finish_reason="stop", messages=QUESTION, settings=settings),
+        qwen_profile,
+        qwen_tok,
+    )
     assert clean.valid and clean.codes == []
     assert {s.kind for s in clean.segments} == {seg.PROMPT, seg.ANSWER, seg.STOP}
 
     reasoned = [qwen_profile.think_open_id] + qwen_tok.encode("Hmm.") + [qwen_profile.think_close_id] + answer
-    bad = analyze(Capture(prompt_ids=prompt, output_ids=reasoned, finish_reason="stop", messages=QUESTION,
-                          settings=settings), qwen_profile, qwen_tok)
+    bad = analyze(
+        Capture(prompt_ids=prompt, output_ids=reasoned, finish_reason="stop", messages=QUESTION, settings=settings),
+        qwen_profile,
+        qwen_tok,
+    )
     hit = next(f for f in bad.findings if f.code == "reasoning_with_thinking_off")
     assert not bad.valid and hit.positions == (len(prompt), len(prompt) + 3) and "151667" in hit.detail
     # the same ids with thinking on are a normal sample
-    on = analyze(Capture(prompt_ids=prompt, output_ids=reasoned, finish_reason="stop",
-                         settings={"thinking": True}), qwen_profile, qwen_tok)
+    on = analyze(
+        Capture(prompt_ids=prompt, output_ids=reasoned, finish_reason="stop", settings={"thinking": True}),
+        qwen_profile,
+        qwen_tok,
+    )
     assert "reasoning_with_thinking_off" not in on.codes

@@ -17,8 +17,9 @@ def test_recorded_run_wins_over_the_default(qwen_tok_dir):
 
 
 def test_named_wins_over_recorded(qwen_tok_dir, kimi_tok_dir):
-    tok, profile = resolve_for_stored(kimi_tok_dir, "kimi-k2.5", recorded_tokenizer_dir=str(qwen_tok_dir),
-                                      recorded_profile="qwen3")
+    tok, profile = resolve_for_stored(
+        kimi_tok_dir, "kimi-k2.5", recorded_tokenizer_dir=str(qwen_tok_dir), recorded_profile="qwen3"
+    )
     assert tok.source == kimi_tok_dir and profile.name == "kimi-k2.5"
 
 
@@ -33,8 +34,9 @@ def test_gone_recorded_folder_is_a_clear_error(tmp_path):
 
 
 def test_loaded_tokenizer_is_reused(qwen_tok):
-    tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir="/nonexistent", recorded_profile="qwen3",
-                                      tokenizer=qwen_tok)
+    tok, profile = resolve_for_stored(
+        None, None, recorded_tokenizer_dir="/nonexistent", recorded_profile="qwen3", tokenizer=qwen_tok
+    )
     assert tok is qwen_tok and profile.name == "qwen3"
 
 
@@ -47,9 +49,14 @@ def _code_folder(tmp_path, kimi_tok_dir):
     d.mkdir()
     shutil.copy(kimi_tok_dir / "tokenizer.json", d / "tokenizer.json")
     (d / "tokenization_custom.py").write_text("raise RuntimeError('never imported')\n")
-    (d / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "CustomTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer",
-                                                                              None]}}))
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "CustomTokenizer",
+                "auto_map": {"AutoTokenizer": ["tokenization_custom.CustomTokenizer", None]},
+            }
+        )
+    )
     return d
 
 

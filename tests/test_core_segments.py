@@ -61,12 +61,22 @@ def test_pieces_multibyte_and_special(qwen_tok, kimi_tok):
 
 def test_detect_profiles(qwen_tok, kimi_tok):
     q = detect_profile(qwen_tok)
-    assert (q.name, q.think_open_id, q.think_close_id, q.prefills_opener, q.thinking_kwarg) == \
-        ("qwen3", 151667, 151668, False, "enable_thinking")
+    assert (q.name, q.think_open_id, q.think_close_id, q.prefills_opener, q.thinking_kwarg) == (
+        "qwen3",
+        151667,
+        151668,
+        False,
+        "enable_thinking",
+    )
     assert 151645 in q.stop_ids
     k = detect_profile(kimi_tok)
-    assert (k.name, k.think_open_id, k.think_close_id, k.prefills_opener, k.thinking_kwarg) == \
-        ("kimi-k2.5", 163606, 163607, True, "thinking")
+    assert (k.name, k.think_open_id, k.think_close_id, k.prefills_opener, k.thinking_kwarg) == (
+        "kimi-k2.5",
+        163606,
+        163607,
+        True,
+        "thinking",
+    )
     assert k.stop_ids[0] == 163586
 
 
@@ -90,7 +100,9 @@ def test_prompt_shapes_and_ids():
     c = parse_row({"prompt": "hi"})
     assert a.prompt_id == "x1" and a.messages == [{"role": "user", "content": "hi"}]
     assert b.prompt_id.startswith("hash_") and len(b.prompt_id) == 5 + 64
-    assert b.prompt_id == prompt_id_for({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})
+    assert b.prompt_id == prompt_id_for(
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
+    )
     assert c.messages == [{"role": "user", "content": "hi"}]
     for bad in ([1], {"foo": 1}, {"messages": [{"role": "wizard", "content": "x"}]}, {"messages": []}):
         with pytest.raises(PromptError):
@@ -98,9 +110,16 @@ def test_prompt_shapes_and_ids():
 
 
 def test_multiturn_points_drop_history_reasoning():
-    row = parse_row({"id": "m", "messages": [
-        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
-        {"role": "user", "content": "q2"}]})
+    row = parse_row(
+        {
+            "id": "m",
+            "messages": [
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
+                {"role": "user", "content": "q2"},
+            ],
+        }
+    )
     points = generation_points(row)
     assert [p.turn for p in points] == [0, 1]
     assert points[0].history == [{"role": "user", "content": "q1"}]
@@ -123,9 +142,11 @@ def test_sample_data_files_parse():
 
 
 def test_core_never_imports_textual():
-    code = ("import sys, tokview.core, tokview.core.analysis, tokview.core.tokenizer, tokview.core.prompts, "
-            "tokview.core.kimi_layout, tokview.core.profiles;"
-            "bad=[m for m in ('textual','httpx','duckdb') if m in sys.modules]; print(json.dumps(bad))")
+    code = (
+        "import sys, tokview.core, tokview.core.analysis, tokview.core.tokenizer, tokview.core.prompts, "
+        "tokview.core.kimi_layout, tokview.core.profiles;"
+        "bad=[m for m in ('textual','httpx','duckdb') if m in sys.modules]; print(json.dumps(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", "import json;" + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
@@ -134,10 +155,12 @@ def test_no_module_outside_ui_imports_textual():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "tokview"
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-                 if "ui" not in p.relative_to(root).parts[:1]
-                 and any(line.lstrip().startswith(("import textual", "from textual"))
-                         for line in p.read_text().splitlines())]
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if "ui" not in p.relative_to(root).parts[:1]
+        and any(line.lstrip().startswith(("import textual", "from textual")) for line in p.read_text().splitlines())
+    ]
     assert offenders == []
 
 

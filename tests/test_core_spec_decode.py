@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7, RECORDINGS
+
 from tokview.core import spec_decode as sd
 from tokview.core.profiles import get_profile
 
@@ -18,7 +18,9 @@ def test_vllm_detailed_recording_normalises_with_per_step_lists():
     assert (spec.steps, spec.drafted, spec.accepted) == (3, 9, 3)
     assert spec.histogram == [2, 0, 0, 1] and sum(spec.histogram) == spec.steps
     assert spec.per_step_accepted == [0, 0, 3] and spec.per_step_drafted == [3, 3, 3]
-    assert spec.mean_acceptance_length == pytest.approx(body["metrics"]["speculative_decoding"]["mean_acceptance_length"])
+    assert spec.mean_acceptance_length == pytest.approx(
+        body["metrics"]["speculative_decoding"]["mean_acceptance_length"]
+    )
     assert spec.acceptance_rate == pytest.approx(1 / 3)
     assert sd.SpecDecode.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
@@ -50,13 +52,27 @@ def test_no_metrics_means_none():
     assert sd.summary(None, [1], [2], "stop", None) is None
 
 
-@pytest.mark.parametrize("schema,meta", [
-    ("sglang-0.5.10", {"spec_accept_token_num": 6, "spec_draft_token_num": 12}),
-    ("sglang-0.5.11", {"spec_accepted_drafts": 6, "spec_proposed_drafts": 12, "spec_accept_histogram": [1, 1, 0, 2]}),
-    ("sglang-0.5.12", {"spec_num_correct_drafts": 6, "spec_num_proposed_drafts": 12,
-                       "spec_correct_drafts_histogram": [1, 1, 0, 2],
-                       "spec_accepted_drafts": 6, "spec_proposed_drafts": 12, "spec_accept_histogram": [1, 1, 0, 2]}),
-])
+@pytest.mark.parametrize(
+    "schema,meta",
+    [
+        ("sglang-0.5.10", {"spec_accept_token_num": 6, "spec_draft_token_num": 12}),
+        (
+            "sglang-0.5.11",
+            {"spec_accepted_drafts": 6, "spec_proposed_drafts": 12, "spec_accept_histogram": [1, 1, 0, 2]},
+        ),
+        (
+            "sglang-0.5.12",
+            {
+                "spec_num_correct_drafts": 6,
+                "spec_num_proposed_drafts": 12,
+                "spec_correct_drafts_histogram": [1, 1, 0, 2],
+                "spec_accepted_drafts": 6,
+                "spec_proposed_drafts": 12,
+                "spec_accept_histogram": [1, 1, 0, 2],
+            },
+        ),
+    ],
+)
 def test_all_three_sglang_schemas_give_the_same_numbers(schema, meta):
     base = {"spec_verify_ct": 4, "spec_accept_rate": 0.5, "spec_accept_length": 2.5, "completion_tokens": 10}
     spec = sd.from_sglang({**base, **meta})
@@ -74,15 +90,26 @@ def test_old_sglang_with_only_verify_count_keeps_what_it_said():
 
 
 def test_malformed_values_are_dropped_not_guessed():
-    spec = sd.from_vllm({"metrics": {"speculative_decoding": {"num_spec_steps": "3", "per_step_accepted": [1, None],
-                                                              "num_draft_tokens": -2}}})
+    spec = sd.from_vllm(
+        {
+            "metrics": {
+                "speculative_decoding": {"num_spec_steps": "3", "per_step_accepted": [1, None], "num_draft_tokens": -2}
+            }
+        }
+    )
     assert spec.steps is None and spec.per_step_accepted is None and spec.drafted is None
 
 
 def _spec(accepted, drafted=None, steps=None):
     drafted = drafted if drafted is not None else [3] * len(accepted)
-    return sd.SpecDecode("vllm", steps if steps is not None else len(accepted), sum(drafted), sum(accepted),
-                         per_step_accepted=accepted, per_step_drafted=drafted)
+    return sd.SpecDecode(
+        "vllm",
+        steps if steps is not None else len(accepted),
+        sum(drafted),
+        sum(accepted),
+        per_step_accepted=accepted,
+        per_step_drafted=drafted,
+    )
 
 
 def test_steps_that_cover_the_output_are_placed_with_runs():
@@ -114,8 +141,13 @@ def test_acceptance_per_segment_counts_each_step_where_it_starts():
     result = sd.summary(spec.to_dict(), KIMI_PROMPT_6X7, out, "stop", profile)
     segs = result["segments"]
     # steps start at positions 1, 5, 9 (closer → reasoning), 11, 12, 16
-    assert segs["reasoning"] == {"tokens": 10, "steps": 3, "accepted": 7, "drafted": 9,
-                                 "mean_acceptance_length": pytest.approx(1 + 7 / 3),
-                                 "acceptance_rate": pytest.approx(7 / 9)}
+    assert segs["reasoning"] == {
+        "tokens": 10,
+        "steps": 3,
+        "accepted": 7,
+        "drafted": 9,
+        "mean_acceptance_length": pytest.approx(1 + 7 / 3),
+        "acceptance_rate": pytest.approx(7 / 9),
+    }
     assert segs["answer"]["steps"] == 3 and segs["answer"]["accepted"] == 5 and segs["answer"]["tokens"] == 8
     assert result["runs"][:6] == [0, 3, 3, 3, 3, 3] and len(result["runs"]) == 18

@@ -32,7 +32,10 @@ async def test_vllm_all_good(kimi_tok: Any) -> None:
     assert "vLLM 0.32.0" in checks["Server kind"]["detail"] and "simulator" in checks["Server kind"]["detail"]
     assert "/v1/chat/completions → prompt_token_ids + token_ids" in checks["Token-id fields"]["detail"]
     assert "/v1/completions → choices[].token_ids" in checks["Token-id fields"]["detail"]
-    assert checks["Think opener in the prompt"]["ok"] is True and "163606" in checks["Think opener in the prompt"]["detail"]
+    assert (
+        checks["Think opener in the prompt"]["ok"] is True
+        and "163606" in checks["Think opener in the prompt"]["detail"]
+    )
     parser = checks["Reasoning parser"]
     assert parser["ok"] is True and "`reasoning`" in parser["detail"] and "163607" in parser["detail"]
     assert checks["output_ids honesty"]["ok"] is True

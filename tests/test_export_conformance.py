@@ -31,8 +31,16 @@ class Family:
     def __init__(self, tok, prof):
         self.tok, self.p = tok, prof
 
-    def capture(self, question: str, answer: str, *, thinking: bool = True, history=(), split: bool = False,
-                reasoning: str = "Okay , let me think") -> Capture:
+    def capture(
+        self,
+        question: str,
+        answer: str,
+        *,
+        thinking: bool = True,
+        history=(),
+        split: bool = False,
+        reasoning: str = "Okay , let me think",
+    ) -> Capture:
         messages = list(history) + [{"role": "user", "content": question}]
         kwargs = self.p.template_kwargs(thinking)
         prompt = self.tok.render(messages, template_kwargs=kwargs)
@@ -45,12 +53,23 @@ class Family:
             if self.p.prefills_opener:
                 output = self.tok.encode(reasoning) + [self.p.think_close_id]
             else:  # Qwen3 writes "<think>\n…\n</think>\n\n" itself
-                output = [self.p.think_open_id] + self.tok.encode(f"\n{reasoning}\n") + [self.p.think_close_id] + \
-                    self.tok.encode("\n\n")
+                output = (
+                    [self.p.think_open_id]
+                    + self.tok.encode(f"\n{reasoning}\n")
+                    + [self.p.think_close_id]
+                    + self.tok.encode("\n\n")
+                )
         output += words + [self.p.stop_ids[0]]
-        return Capture(prompt_ids=prompt, output_ids=output, finish_reason="stop", messages=messages,
-                       settings={"temperature": 0.0, "thinking": thinking, "chat_template_kwargs": kwargs},
-                       endpoint="vllm-chat", server_url="http://127.0.0.1:8000", server_kind="vllm")
+        return Capture(
+            prompt_ids=prompt,
+            output_ids=output,
+            finish_reason="stop",
+            messages=messages,
+            settings={"temperature": 0.0, "thinking": thinking, "chat_template_kwargs": kwargs},
+            endpoint="vllm-chat",
+            server_url="http://127.0.0.1:8000",
+            server_kind="vllm",
+        )
 
 
 def _store(path: Path, fam: Family) -> Store:
@@ -63,8 +82,16 @@ def _store(path: Path, fam: Family) -> Store:
     }
     for prompt_id, cap in cases.items():
         turn = 1 if prompt_id == "multi" else None
-        store.put_sample(sample_id_for(prompt_id, cap.settings, 0, turn), prompt_id, "run1", cap,
-                         analyze(cap, fam.p, fam.tok), gen_index=0, turn=turn, profile=fam.p.name)
+        store.put_sample(
+            sample_id_for(prompt_id, cap.settings, 0, turn),
+            prompt_id,
+            "run1",
+            cap,
+            analyze(cap, fam.p, fam.tok),
+            gen_index=0,
+            turn=turn,
+            profile=fam.p.name,
+        )
     return store
 
 
@@ -90,6 +117,7 @@ def _served(store: Store) -> dict[str, tuple[list[int], list[int], list[str]]]:
 
 # -- the trainers' rules, written out ----------------------------------------------------------------------
 
+
 def specforge_build(row: dict, template: dict, hf_tok) -> tuple[list[int], list[int]]:
     """SpecForge build_eagle3_dataset (train_only_last_turn: true) on one conversation row."""
     keys = {"role", "content", "tool_calls"}
@@ -98,8 +126,13 @@ def specforge_build(row: dict, template: dict, hf_tok) -> tuple[list[int], list[
     conv = []
     for m in row["conversations"]:
         role = {"human": "user", "gpt": "assistant"}.get(m.get("role", m.get("from", "")), m.get("role", m.get("from")))
-        conv.append({**{k: v for k, v in m.items() if k not in ("from", "value")}, "role": role,
-                     "content": m.get("content") or m.get("value") or ""})
+        conv.append(
+            {
+                **{k: v for k, v in m.items() if k not in ("from", "value")},
+                "role": role,
+                "content": m.get("content") or m.get("value") or "",
+            }
+        )
     messages = []
     if conv[0]["role"] == "system":
         messages.append({"role": "system", "content": conv.pop(0)["content"]})
@@ -119,8 +152,8 @@ def specforge_mask(text: str, template: dict, hf_tok) -> tuple[list[int], list[i
     eot = re.escape(template["end_of_turn_token"])
     pattern = re.escape(template["assistant_header"]) + r"([\s\S]*?(?:" + eot + "|$))"
     match = list(re.finditer(pattern, text, re.DOTALL))[-1]
-    start = len(hf_tok.encode(text[:match.start(1)], add_special_tokens=False))
-    end = len(hf_tok.encode(text[:match.end(1)], add_special_tokens=False))
+    start = len(hf_tok.encode(text[: match.start(1)], add_special_tokens=False))
+    end = len(hf_tok.encode(text[: match.end(1)], add_special_tokens=False))
     mask[start:end] = [1] * (end - start)
     return ids, mask
 
@@ -141,8 +174,11 @@ def speculators_render(conversation: list[dict], hf_tok, kwargs: dict) -> tuple[
         return hf_tok(text, add_special_tokens=False)["input_ids"]
 
     prompt, full = render(conv[:j], True), render(conv, False)
-    boundary = len(prompt) if full[:len(prompt)] == prompt else next(
-        i for i, (a, b) in enumerate(zip(prompt, full)) if a != b)
+    boundary = (
+        len(prompt)
+        if full[: len(prompt)] == prompt
+        else next(i for i, (a, b) in enumerate(zip(prompt, full)) if a != b)
+    )
     return full, [0] * boundary + [1] * (len(full) - boundary)
 
 
@@ -154,6 +190,7 @@ def _exact(got: tuple[list[int], list[int]], served: tuple[list[int], list[int],
 
 
 # -- the tests -----------------------------------------------------------------------------------------
+
 
 def test_pretokenized_formats_are_exact_even_for_a_non_canonical_split(family, tmp_path):
     fam, store = family
@@ -167,8 +204,11 @@ def test_pretokenized_formats_are_exact_even_for_a_non_canonical_split(family, t
         assert (row["input_ids"], row["loss_mask"]) == (ids, mask)
     assert len(rows) == 3 and result.retokenize_drift == 1 and result.manifest["counts"]["retokenize_drift"] == 1
     export(store, "parquet", tmp_path / "p.parquet", select="all", tokenizer=fam.tok, profile=fam.p)
-    for sid, ids, mask in duckdb.connect().execute(
-            f"SELECT sample_id, input_ids, loss_mask FROM read_parquet('{tmp_path / 'p.parquet'}')").fetchall():
+    for sid, ids, mask in (
+        duckdb.connect()
+        .execute(f"SELECT sample_id, input_ids, loss_mask FROM read_parquet('{tmp_path / 'p.parquet'}')")
+        .fetchall()
+    ):
         assert (ids, mask) == served[sid][:2]
 
 
@@ -179,17 +219,28 @@ def test_text_formats_rerender_to_the_served_ids_except_a_non_canonical_split(fa
     out = tmp_path / f"{fmt}.jsonl"
     result = export(store, fmt, out, select="all", tokenizer=fam.tok, profile=fam.p)
     template = json.loads(result.template_path.read_text()) if fmt == "specforge" else result.template
-    assert set(template) == {"assistant_header", "user_header", "system_prompt", "end_of_turn_token", "parser_type",
-                             "assistant_pattern_type", "enable_thinking", "ignore_token"}  # SpecForge's ChatTemplate
+    assert set(template) == {
+        "assistant_header",
+        "user_header",
+        "system_prompt",
+        "end_of_turn_token",
+        "parser_type",
+        "assistant_pattern_type",
+        "enable_thinking",
+        "ignore_token",
+    }  # SpecForge's ChatTemplate
     assert template["system_prompt"] is None
     by_sample = {}
     for row, sid in zip(_jsonl(out), sorted(served, key=lambda s: (s.split("@")[0].split("#")[0], s))):
         by_sample[sid] = row
-    specforge_exact = {sid: _exact(specforge_build(row, template, fam.tok.tok), served[sid])
-                       for sid, row in by_sample.items()}
+    specforge_exact = {
+        sid: _exact(specforge_build(row, template, fam.tok.tok), served[sid]) for sid, row in by_sample.items()
+    }
     kwargs = fam.p.template_kwargs(True)
-    render_exact = {sid: _exact(speculators_render(row["conversations"], fam.tok.tok, kwargs), served[sid])
-                    for sid, row in by_sample.items()}
+    render_exact = {
+        sid: _exact(speculators_render(row["conversations"], fam.tok.tok, kwargs), served[sid])
+        for sid, row in by_sample.items()
+    }
     for sid in by_sample:
         drift = "retokenize_drift" in served[sid][2]
         assert specforge_exact[sid] is not drift, sid  # exact unless the output's split is not the tokenizer's
@@ -208,13 +259,18 @@ def test_specforge_builtin_kimi_templates_do_not_reproduce_the_served_ids(kimi_t
     fam = Family(kimi_tok, kimi_profile)
     with _store(tmp_path / "k.duckdb", fam) as store:
         served = _served(store)
-        result = export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=kimi_tok,
-                        profile=kimi_profile)
+        result = export(
+            store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=kimi_tok, profile=kimi_profile
+        )
         rows = _jsonl(tmp_path / "sf.jsonl")
-    builtin_thinking = {"assistant_header": "<|im_assistant|>assistant<|im_middle|>",
-                        "user_header": "<|im_start|>user\n",
-                        "system_prompt": "You are a helpful assistant.", "end_of_turn_token": "<|im_end|>",
-                        "parser_type": "thinking", "enable_thinking": True}
+    builtin_thinking = {
+        "assistant_header": "<|im_assistant|>assistant<|im_middle|>",
+        "user_header": "<|im_start|>user\n",
+        "system_prompt": "You are a helpful assistant.",
+        "end_of_turn_token": "<|im_end|>",
+        "parser_type": "thinking",
+        "enable_thinking": True,
+    }
     builtin_instruct = {**builtin_thinking, "parser_type": "general", "enable_thinking": False}
     plain = next(r for r in rows if r["id"] == "plain")
     sid = next(s for s in served if s.startswith("plain"))
@@ -232,8 +288,9 @@ def test_speculators_text_through_specforge_preformatted(family, tmp_path):
     result = export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=fam.tok, profile=fam.p)
     exact = 0
     for row in _jsonl(tmp_path / "s.jsonl"):
-        exact += _exact(specforge_mask(row["text"], result.template, fam.tok.tok),
-                        served[row["metadata"]["tokview_sample_id"]])
+        exact += _exact(
+            specforge_mask(row["text"], result.template, fam.tok.tok), served[row["metadata"]["tokview_sample_id"]]
+        )
     assert result.manifest["rerender"]["specforge_preformatted_text"]["exact"] == exact == 2
 
 
@@ -244,13 +301,16 @@ def test_kimi_inline_on_qwen3_rerenders_and_audits_as_structure(qwen_tok, qwen_p
     fam = Family(qwen_tok, qwen_profile)
     with _store(tmp_path / "q.duckdb", fam) as store:
         served = _served(store)
-        result = export(store, "kimi-inline", tmp_path / "ki.jsonl", select="all", tokenizer=qwen_tok,
-                        profile=qwen_profile)
+        result = export(
+            store, "kimi-inline", tmp_path / "ki.jsonl", select="all", tokenizer=qwen_tok, profile=qwen_profile
+        )
     rows = _jsonl(tmp_path / "ki.jsonl")
     assert all(r["conversations"][-1]["content"].startswith("<think>") for r in rows)
     assert "reasoning_content" not in rows[0]["conversations"][-1]
-    exact = sum(_exact(specforge_build(r, result.template, qwen_tok.tok), served[s])
-                for r, s in zip(rows, sorted(served, key=lambda s: (s.split("@")[0].split("#")[0], s))))
+    exact = sum(
+        _exact(specforge_build(r, result.template, qwen_tok.tok), served[s])
+        for r, s in zip(rows, sorted(served, key=lambda s: (s.split("@")[0].split("#")[0], s)))
+    )
     assert result.manifest["rerender"]["specforge"]["exact"] == exact == 2
     # item 21: auditing our own kimi-inline export reads <think>…</think> in content as structure
     with Store(tmp_path / "a.duckdb") as s2:
@@ -267,19 +327,31 @@ def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_
     from tokview.cli import main
 
     _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)).close()
-    code = main(["export", "--db", str(tmp_path / "k.duckdb"), "--format", "specforge", "--select", "all",
-                 "--out", str(tmp_path / "sf.jsonl")])
+    code = main(
+        [
+            "export",
+            "--db",
+            str(tmp_path / "k.duckdb"),
+            "--format",
+            "specforge",
+            "--select",
+            "all",
+            "--out",
+            str(tmp_path / "sf.jsonl"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0
     assert "retokenize_drift: 1 of 3 exported samples are exact only through pre-tokenized paths" in err
     assert "specforge 2/3 exact (1 ids_differ); speculators_render 2/3 exact (1 ids_differ)" in err
     manifest = json.loads((tmp_path / "sf.manifest.json").read_text())
-    assert manifest["counts"]["retokenize_drift"] == 1 and "1 of 3 rows carry retokenize_drift" in \
-        manifest["trainers"]["retokenize_drift"]
+    assert (
+        manifest["counts"]["retokenize_drift"] == 1
+        and "1 of 3 rows carry retokenize_drift" in manifest["trainers"]["retokenize_drift"]
+    )
 
 
-def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_layout(kimi_tok, kimi_profile,
-                                                                                       tmp_path):
+def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_layout(kimi_tok, kimi_profile, tmp_path):
     import copy
 
     from tokview.core.tokenizer import TokenizerAdapter
@@ -289,11 +361,12 @@ def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_l
     tok = copy.deepcopy(kimi_tok.tok)
     tok.chat_template = kimi_tok.chat_template.replace(
         "{%- if message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
-        "{%- else -%}<think></think>{%- endif -%}", "")
+        "{%- else -%}<think></think>{%- endif -%}",
+        "",
+    )
     odd = TokenizerAdapter(tok, source=kimi_tok.source)
-    with _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)) as store:
-        with pytest.raises(ExportError) as err:
-            export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=odd, profile=kimi_profile)
+    with _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)) as store, pytest.raises(ExportError) as err:
+        export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=odd, profile=kimi_profile)
     message = str(err.value)
     assert "\n" not in message and message.startswith("--format specforge refused: no SpecForge ChatTemplate")
     assert "renders differently from the served generation prompt" in message
@@ -309,13 +382,21 @@ def test_a_plain_models_samples_get_a_template_without_reasoning(tmp_path):
     tok = load_tokenizer(build_plain_tokenizer_dir(tmp_path / "plain-tok"))
     plain = detect_profile(tok)
     messages = [{"role": "user", "content": "hi"}]
-    cap = Capture(prompt_ids=tok.render(messages), output_ids=tok.encode("hello there") + [plain.stop_ids[0]],
-                  finish_reason="stop", messages=messages, settings={"temperature": 0.0}, endpoint="vllm-chat")
+    cap = Capture(
+        prompt_ids=tok.render(messages),
+        output_ids=tok.encode("hello there") + [plain.stop_ids[0]],
+        finish_reason="stop",
+        messages=messages,
+        settings={"temperature": 0.0},
+        endpoint="vllm-chat",
+    )
     with Store(tmp_path / "p.duckdb") as store:
         store.put_sample("p@x_gen0", "p", None, cap, analyze(cap, plain, tok), gen_index=0, profile=plain.name)
         result = export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=tok, profile=plain)
     row = _jsonl(tmp_path / "sf.jsonl")[0]
     assert "reasoning_content" not in row["conversations"][-1]
-    assert _exact(specforge_build(row, json.loads(result.template_path.read_text()), tok.tok),
-                  (cap.input_ids, [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids), []))
+    assert _exact(
+        specforge_build(row, json.loads(result.template_path.read_text()), tok.tok),
+        (cap.input_ids, [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids), []),
+    )
     assert result.manifest["rerender"]["specforge"]["exact"] == 1

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_store_fixtures import IM_END, kimi, make_capture, profile, put
 
 from tokview.core.prompts import parse_row
 from tokview.core.record import Capture
 from tokview.export import ExportError, export
 from tokview.store import Store
-
-from test_store_fixtures import IM_END, kimi, make_capture, profile, put
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("TOKVIEW_UPDATE_GOLDEN") == "1"
@@ -30,18 +29,32 @@ def _no_thinking() -> Capture:
     messages = [{"role": "user", "content": "hello"}]
     prompt = tok.render(messages, template_kwargs={"thinking": False})
     output = tok.encode("Hello world !") + [IM_END]
-    return Capture(prompt_ids=prompt, output_ids=output, finish_reason="stop", content="Hello world !",
-                   settings={"temperature": 0.0, "thinking": False, "max_new_tokens": 64}, messages=messages,
-                   endpoint="sglang-generate", server_url="http://127.0.0.1:30000", server_kind="sglang",
-                   server_version="0.5.9", usage={"prompt_tokens": len(prompt), "completion_tokens": len(output)})
+    return Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="stop",
+        content="Hello world !",
+        settings={"temperature": 0.0, "thinking": False, "max_new_tokens": 64},
+        messages=messages,
+        endpoint="sglang-generate",
+        server_url="http://127.0.0.1:30000",
+        server_kind="sglang",
+        server_version="0.5.9",
+        usage={"prompt_tokens": len(prompt), "completion_tokens": len(output)},
+    )
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     path = tmp_path_factory.mktemp("golden") / "g.duckdb"
     s = Store(path)
-    s.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5", tokenizer_hash=kimi().fingerprint(),
-              server_info=[{"url": "http://127.0.0.1:8000", "kind": "vllm", "version": "0.16.0"}])
+    s.put_run(
+        "run1",
+        settings={"temperature": 0.0},
+        profile="kimi-k2.5",
+        tokenizer_hash=kimi().fingerprint(),
+        server_info=[{"url": "http://127.0.0.1:8000", "kind": "vllm", "version": "0.16.0"}],
+    )
     put(s, "conv-a", make_capture())
     put(s, "conv-a", make_capture(answer="The answer is two"), index=1)
     history = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hello world !"}]
@@ -129,11 +142,24 @@ def test_speculators_rows_are_token_exact(store, tmp_path):
         assert row["input_ids"] == cap.prompt_ids + cap.output_ids
         assert row["loss_mask"] == [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids)
         assert row["text"] == kimi().decode(row["input_ids"], skip_special_tokens=False)
-    assert sorted(r["id"] for r in by_id.values()) == ["conv-a_gen0", "conv-a_gen1", "conv-b#turn1_gen0",
-                                                       "conv-c_gen0", "conv-d_gen0"]
+    assert sorted(r["id"] for r in by_id.values()) == [
+        "conv-a_gen0",
+        "conv-a_gen1",
+        "conv-b#turn1_gen0",
+        "conv-c_gen0",
+        "conv-d_gen0",
+    ]
     errors = _jsonl(tmp_path / "s.errors.jsonl")
-    assert errors == [{"id": "conv-f", "metadata": {"sample_id": "conv-f@x_gen0", "error": "HTTP 500 after 3 retries",
-                                                    "endpoint": "http://127.0.0.1:8000"}}]
+    assert errors == [
+        {
+            "id": "conv-f",
+            "metadata": {
+                "sample_id": "conv-f@x_gen0",
+                "error": "HTTP 500 after 3 retries",
+                "endpoint": "http://127.0.0.1:8000",
+            },
+        }
+    ]
 
 
 def test_selection_valid_approved_and_run(store, tmp_path):
@@ -148,6 +174,7 @@ def test_selection_valid_approved_and_run(store, tmp_path):
 
 
 # -- each format loads with the field names its trainer reads ---------------------------------------------
+
 
 def test_speculators_fields_as_prepare_data_reads_them(store, tmp_path):
     out = tmp_path / "s.jsonl"
@@ -196,9 +223,16 @@ def test_sharegpt_fields(store, tmp_path):
 def test_parquet_loads_with_input_ids_and_loss_mask(store, tmp_path):
     out = tmp_path / "p.parquet"
     export(store, "parquet", out, tokenizer=kimi(), profile=profile())
-    types = dict((d[0], d[1]) for d in duckdb.connect().execute(
-        f"DESCRIBE SELECT * FROM read_parquet('{out}')").fetchall())
+    types = dict(
+        (d[0], d[1]) for d in duckdb.connect().execute(f"DESCRIBE SELECT * FROM read_parquet('{out}')").fetchall()
+    )
     assert types["input_ids"] == "INTEGER[]" and types["loss_mask"] == "INTEGER[]" and types["id"] == "VARCHAR"
-    n = duckdb.connect().execute(f"SELECT count(*) FROM read_parquet('{out}') WHERE len(input_ids) = "
-                                 "len(loss_mask) AND list_sum(loss_mask) > 0").fetchone()[0]
+    n = (
+        duckdb.connect()
+        .execute(
+            f"SELECT count(*) FROM read_parquet('{out}') WHERE len(input_ids) = "
+            "len(loss_mask) AND list_sum(loss_mask) > 0"
+        )
+        .fetchone()[0]
+    )
     assert n == 4

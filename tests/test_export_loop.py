@@ -7,27 +7,25 @@ import json
 
 import duckdb
 import pytest
+from test_loop_sim import _config, _foreign
+from test_store_fixtures import kimi, profile
 
+from tokview.batch import run_batch
 from tokview.batch.scoring import ScoreConfig, run_score
 from tokview.cli import main
 from tokview.export import export
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
-from test_loop_sim import _config, _foreign
-from test_store_fixtures import kimi, profile
-from tokview.batch import run_batch
-
 
 @pytest.fixture(scope="module")
 def scored_db(tmp_path_factory):
     """3 simulator samples with spec metrics and top-2 logprobs, 1 foreign import; all scored with top-2."""
     db = tmp_path_factory.mktemp("exp") / "s.duckdb"
-    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim:
-        with Store(db) as store:
-            asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
-            _foreign(store, "foreign@x_gen0")
-            asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=2), store))
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim, Store(db) as store:
+        asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
+        _foreign(store, "foreign@x_gen0")
+        asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=2), store))
     return db
 
 
@@ -58,41 +56,75 @@ def test_parquet_columns_when_captured(scored_db, tmp_path):
     out = tmp_path / "p.parquet"
     with Store(scored_db) as store:
         export(store, "parquet", out, select="all", tokenizer=kimi(), profile=profile())
-        stored = {r[0]: r[1:] for r in store.query(
-            "SELECT sample_id, output_logprobs, target_logprobs, acceptance_length, mean_nll FROM samples")}
+        stored = {
+            r[0]: r[1:]
+            for r in store.query(
+                "SELECT sample_id, output_logprobs, target_logprobs, acceptance_length, mean_nll FROM samples"
+            )
+        }
     con = duckdb.connect()
     cols = [d[0] for d in con.execute(f"SELECT * FROM read_parquet('{out}') LIMIT 0").description]
-    for col in ("output_logprobs", "output_top_ids", "output_top_logprobs", "target_logprobs", "target_top_ids",
-                "target_top_logprobs", "acceptance_length", "mean_nll", "input_ids", "loss_mask"):
+    for col in (
+        "output_logprobs",
+        "output_top_ids",
+        "output_top_logprobs",
+        "target_logprobs",
+        "target_top_ids",
+        "target_top_logprobs",
+        "acceptance_length",
+        "mean_nll",
+        "input_ids",
+        "loss_mask",
+    ):
         assert col in cols
     for sid, olp, tlp, acc, nll in con.execute(
-            f"SELECT sample_id, output_logprobs, target_logprobs, acceptance_length, mean_nll FROM read_parquet('{out}')"
+        f"SELECT sample_id, output_logprobs, target_logprobs, acceptance_length, mean_nll FROM read_parquet('{out}')"
     ).fetchall():
         s_olp, s_tlp, s_acc, s_nll = stored[sid]
         assert (olp, acc, nll) == (s_olp, s_acc, s_nll) and tlp == pytest.approx(s_tlp)
 
 
 def test_no_side_data_no_extra_fields(tmp_path):
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        with Store(tmp_path / "plain.duckdb") as store:
-            asyncio.run(run_batch(_config(sim.url, limit=2), store))
-            export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=kimi(), profile=profile())
-            export(store, "parquet", tmp_path / "p.parquet", select="all", tokenizer=kimi(), profile=profile())
-    assert all(set(r) == {"id", "primary_id", "input_ids", "loss_mask", "text", "metadata"}
-               for r in _rows(tmp_path / "s.jsonl"))
-    cols = [d[0] for d in duckdb.connect().execute(
-        f"SELECT * FROM read_parquet('{tmp_path / 'p.parquet'}') LIMIT 0").description]
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "plain.duckdb") as store:
+        asyncio.run(run_batch(_config(sim.url, limit=2), store))
+        export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=kimi(), profile=profile())
+        export(store, "parquet", tmp_path / "p.parquet", select="all", tokenizer=kimi(), profile=profile())
+    assert all(
+        set(r) == {"id", "primary_id", "input_ids", "loss_mask", "text", "metadata"}
+        for r in _rows(tmp_path / "s.jsonl")
+    )
+    cols = [
+        d[0]
+        for d in duckdb.connect().execute(f"SELECT * FROM read_parquet('{tmp_path / 'p.parquet'}') LIMIT 0").description
+    ]
     assert not {"output_logprobs", "target_logprobs", "acceptance_length", "mean_nll"} & set(cols)
 
 
 def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
     with Store(scored_db) as store:
-        accs = sorted(r[0] for r in store.query("SELECT acceptance_length FROM samples WHERE acceptance_length "
-                                                "IS NOT NULL"))
+        accs = sorted(
+            r[0] for r in store.query("SELECT acceptance_length FROM samples WHERE acceptance_length IS NOT NULL")
+        )
     middle = accs[1]
     out = tmp_path / "hard.jsonl"
-    assert main(["export", "--db", str(scored_db), "--format", "speculators", "--out", str(out), "--select", "all",
-                 "--max-acceptance", str(middle)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                str(scored_db),
+                "--format",
+                "speculators",
+                "--out",
+                str(out),
+                "--select",
+                "all",
+                "--max-acceptance",
+                str(middle),
+            ]
+        )
+        == 0
+    )
     kept = _rows(out)
     assert len(kept) == sum(1 for a in accs if a <= middle) == 2
     manifest = json.loads((tmp_path / "hard.manifest.json").read_text())
@@ -101,14 +133,46 @@ def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
     assert th["left_out_no_spec_decode"] == 1 and th["left_out_above_max_acceptance"] == 1  # the import, the easy one
 
     out = tmp_path / "on.jsonl"
-    assert main(["export", "--db", str(scored_db), "--format", "speculators", "--out", str(out), "--select", "all",
-                 "--max-nll", "2.0"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                str(scored_db),
+                "--format",
+                "speculators",
+                "--out",
+                str(out),
+                "--select",
+                "all",
+                "--max-nll",
+                "2.0",
+            ]
+        )
+        == 0
+    )
     ids = {r["metadata"]["tokview_sample_id"] for r in _rows(out)}
     assert len(ids) == 3 and "foreign@x_gen0" not in ids
     th = json.loads((tmp_path / "on.manifest.json").read_text())["thresholds"]
     assert (th["max_nll"], th["left_out_above_max_nll"], th["left_out_not_scored"]) == (2.0, 1, 0)
 
     capsys.readouterr()
-    assert main(["export", "--db", str(scored_db), "--format", "speculators", "--out", str(tmp_path / "x.jsonl"),
-                 "--select", "all", "--max-acceptance", "0.5"]) == 1
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                str(scored_db),
+                "--format",
+                "speculators",
+                "--out",
+                str(tmp_path / "x.jsonl"),
+                "--select",
+                "all",
+                "--max-acceptance",
+                "0.5",
+            ]
+        )
+        == 1
+    )
     assert "no samples match --select all --max-acceptance 0.5" in capsys.readouterr().err

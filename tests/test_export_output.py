@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import SETTINGS, kimi, make_capture, profile, put
 
 from tokview.cli import main
 from tokview.core.analysis import analyze
@@ -21,8 +22,6 @@ from tokview.core.record import sample_id_for
 from tokview.export import ExportError, export
 from tokview.export import output as output_module
 from tokview.store import Store
-
-from test_store_fixtures import SETTINGS, kimi, make_capture, profile, put
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,6 +44,7 @@ def _export(store, fmt, out, **kw):
 
 
 # -- item 10: symlinks, FIFOs, stdout, never replace a non-regular file -----------------------------------
+
 
 def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(store, tmp_path):
     real_dir = tmp_path / "data"
@@ -79,8 +79,18 @@ def test_out_to_a_fifo_streams_and_keeps_the_fifo(store, tmp_path):
 
 def test_out_dash_streams_to_stdout_without_sidecars(store, tmp_path):
     store.close()
-    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "export", "--db",
-           str(tmp_path / "x.duckdb"), "--out", "-", "--select", "all"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from tokview.cli import main; sys.exit(main())",
+        "export",
+        "--db",
+        str(tmp_path / "x.duckdb"),
+        "--out",
+        "-",
+        "--select",
+        "all",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["primary_id"] for line in done.stdout.splitlines()] == ["p1", "p2"]
@@ -122,6 +132,7 @@ def test_format_and_out_suffix_must_agree(store, tmp_path, capsys):
 
 
 # -- item 11: sidecars land with the data; stale temp files are cleaned ---------------------------------
+
 
 def test_a_kill_at_any_rename_never_leaves_new_data_beside_an_old_manifest(store, tmp_path, monkeypatch):
     out = tmp_path / "train.jsonl"
@@ -172,6 +183,7 @@ def test_partial_files_of_a_killed_export_are_cleaned_up(store, tmp_path):
 
 # -- issue 8 item 2: approved exports only valid samples unless --include-invalid ------------------------
 
+
 def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsys):
     db = tmp_path / "r.duckdb"
     with Store(db) as s:
@@ -190,12 +202,14 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 0 and "left out 1 approved samples that are invalid (1 truncated" in err
     assert "--include-invalid" in err
-    code = main(["export", "--db", str(db), "--out", str(tmp_path / "d.jsonl"), "--select", "approved",
-                 "--include-invalid"])
+    code = main(
+        ["export", "--db", str(db), "--out", str(tmp_path / "d.jsonl"), "--select", "approved", "--include-invalid"]
+    )
     assert code == 0 and len(_jsonl(tmp_path / "d.jsonl")) == 2
 
 
 # -- issue 13 item 4: ids and metadata that stay stable across runs ---------------------------------------
+
 
 def test_gen_n_is_the_samples_generation_index_and_metadata_has_one_schema(tmp_path):
     with Store(tmp_path / "m.duckdb") as s:
@@ -205,8 +219,9 @@ def test_gen_n_is_the_samples_generation_index_and_metadata_has_one_schema(tmp_p
         other.usage = {}
         for index in (0, 1):
             sid = sample_id_for("p", other.settings, index)
-            s.put_sample(sid, "p", "run2", other, analyze(other, profile(), kimi()), gen_index=index,
-                         profile="kimi-k2.5")
+            s.put_sample(
+                sid, "p", "run2", other, analyze(other, profile(), kimi()), gen_index=index, profile="kimi-k2.5"
+            )
         _export(s, "speculators", tmp_path / "s.jsonl")
     rows = _jsonl(tmp_path / "s.jsonl")
     by_sample = {r["metadata"]["tokview_sample_id"]: r for r in rows}
@@ -234,7 +249,14 @@ def test_text_formats_keep_specforge_ids_and_stay_unique_across_runs(tmp_path):
         put(s, "p", make_capture(), run_id="run1", index=1)
         other = make_capture()
         other.settings = {"temperature": 0.7}
-        s.put_sample(sample_id_for("p", other.settings, 0), "p", "run2", other, analyze(other, profile(), kimi()),
-                     gen_index=0, profile="kimi-k2.5")
+        s.put_sample(
+            sample_id_for("p", other.settings, 0),
+            "p",
+            "run2",
+            other,
+            analyze(other, profile(), kimi()),
+            gen_index=0,
+            profile="kimi-k2.5",
+        )
         _export(s, "sharegpt", tmp_path / "g.jsonl")
     assert [r["id"] for r in _jsonl(tmp_path / "g.jsonl")] == ["p", "p@run2", "p_gen1"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_store_fixtures import kimi, make_capture, profile, put
 
 from tokview.cli import main
 from tokview.core import segments as seg
@@ -19,14 +20,17 @@ from tokview.export import ExportError, export
 from tokview.export.formats import JSONL_FORMATS, Texts, endpoint_url, specforge_row, texts_from_ids
 from tokview.store import Store
 
-from test_store_fixtures import kimi, make_capture, profile, put
-
 
 @pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "x.duckdb") as s:
-        s.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5", tokenizer_hash=kimi().fingerprint(),
-                  server_info=[{"url": "http://127.0.0.1:8000", "kind": "vllm"}])
+        s.put_run(
+            "run1",
+            settings={"temperature": 0.0},
+            profile="kimi-k2.5",
+            tokenizer_hash=kimi().fingerprint(),
+            server_info=[{"url": "http://127.0.0.1:8000", "kind": "vllm"}],
+        )
         put(s, "p1", make_capture())
         put(s, "p2", make_capture(answer="two"))
         yield s
@@ -41,8 +45,10 @@ def test_credentials_an_older_store_kept_never_reach_an_export(store, tmp_path, 
     secret_url = "http://alice:tok3n@127.0.0.1:8000"
     store.execute("UPDATE samples SET server_url = ?", [secret_url])  # as a tokview before the fix wrote it
     store.execute("UPDATE runs SET server_info = ?", [json.dumps([{"url": secret_url, "kind": "vllm"}])])
-    store.execute("INSERT INTO failures VALUES ('p3', 'p3@x_gen0', 'run1', ?, now(), ?)",
-                  ["HTTP 401: invalid key sk-envkey-9", secret_url])
+    store.execute(
+        "INSERT INTO failures VALUES ('p3', 'p3@x_gen0', 'run1', ?, now(), ?)",
+        ["HTTP 401: invalid key sk-envkey-9", secret_url],
+    )
     out = tmp_path / "s.jsonl"
     result = export(store, "speculators", out, select="all", tokenizer=kimi(), profile=profile())
     texts = [out.read_text(), result.manifest_path.read_text(), (tmp_path / "s.errors.jsonl").read_text()]
@@ -94,8 +100,14 @@ def test_out_is_a_directory_or_nothing_is_selected(store, tmp_path, capsys):
         export(store, "speculators", tmp_path, tokenizer=kimi(), profile=profile())
     assert not (tmp_path.parent / f"{tmp_path.name}.partial").exists()
     with pytest.raises(ExportError, match="no samples match"):
-        export(store, "speculators", tmp_path / "new" / "dir" / "a.jsonl", select="approved", tokenizer=kimi(),
-               profile=profile())
+        export(
+            store,
+            "speculators",
+            tmp_path / "new" / "dir" / "a.jsonl",
+            select="approved",
+            tokenizer=kimi(),
+            profile=profile(),
+        )
     assert not (tmp_path / "new").exists()  # nothing selected: no directories made either
     store.close()
     code = main(["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "--out", str(tmp_path)])
@@ -111,7 +123,8 @@ def _evil_tokenizer(tmp_path: Path) -> tuple[Path, Path]:
     (folder / "tokenization_evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
         "from transformers import PreTrainedTokenizerFast\n\n\n"
-        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n")
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n"
+    )
     config = json.loads((folder / "tokenizer_config.json").read_text())
     config["auto_map"] = {"AutoTokenizer": [None, "tokenization_evil.EvilTokenizer"]}
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
@@ -128,8 +141,18 @@ def test_trust_remote_code_never_runs_a_folder_the_database_names(tmp_path, caps
     err = capsys.readouterr().err
     assert not marker.exists()  # the recorded folder's code did not run
     assert code == 0 and (tmp_path / "o.jsonl").is_file() and "Traceback" not in err  # loaded without its code
-    code = main(["export", "--db", str(db), "--out", str(tmp_path / "o2.jsonl"), "--tokenizer", str(folder),
-                 "--trust-remote-code"])
+    code = main(
+        [
+            "export",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path / "o2.jsonl"),
+            "--tokenizer",
+            str(folder),
+            "--trust-remote-code",
+        ]
+    )
     assert code == 0 and marker.exists()  # named on the command line: the user asked for it
 
 
@@ -197,8 +220,11 @@ def test_prose_survives_a_store_export_round_trip_while_secrets_do_not(tmp_path,
     monkeypatch.setenv("TOKVIEW_API_KEY", "sk-envkey-7")
     prose = "Explain the basic idea of a bearer token, then fetch https://alice@example.com/x"
     cap = make_capture(question=prose + " with key sk-envkey-7")
-    cap.raw_request = {"url": "http://127.0.0.1:8000/v1/chat/completions",
-                       "headers": {"Authorization": "Basic YWxpY2U6cHc="}, "body": {"messages": cap.messages}}
+    cap.raw_request = {
+        "url": "http://127.0.0.1:8000/v1/chat/completions",
+        "headers": {"Authorization": "Basic YWxpY2U6cHc="},
+        "body": {"messages": cap.messages},
+    }
     with Store(tmp_path / "r.duckdb") as s:
         put(s, "p1", cap)
         export(s, "sharegpt", tmp_path / "g.jsonl", select="all", tokenizer=kimi(), profile=profile())

@@ -10,23 +10,76 @@ from pathlib import Path
 import pytest
 
 from tokview.core.kimi_layout import (
-    LAYOUT_VERSION,
     KIMI_SPECIAL_TOKENS,
     LAYOUT_MARKER,
+    LAYOUT_VERSION,
     VOCAB_SIZE,
     build_kimi_tokenizer_dir,
     kimi_tokenizer_dir,
 )
 
-PROMPT_IDS = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63,
-              163586, 163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
+PROMPT_IDS = [
+    163587,
+    375,
+    163601,
+    87,
+    104,
+    323,
+    32,
+    276,
+    32,
+    54,
+    32,
+    116,
+    105,
+    261,
+    115,
+    32,
+    55,
+    63,
+    163586,
+    163588,
+    319,
+    115,
+    276,
+    116,
+    301,
+    116,
+    163601,
+    163606,
+]
 CHAIN_IDS = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
 CHAIN_TEXT = "Okay, let me think about this carefully.The answer is forty-two!"
 TABLE = {
-    "Okay": 256, "Ġlet": 260, "me": 261, "Ġme": 262, "Ġthink": 264, "Ġabout": 266, "Ġthis": 268,
-    "Ġcarefully": 270, "The": 272, "Ġanswer": 275, "is": 276, "Ġis": 277, "Ġforty": 279, "two": 281,
-    "an": 301, "as": 319, "at": 323, "user": 375, "ĠLet": 379, "Ġaa": 380, "aa": 381, "Ġab": 382,
-    "ab": 383, "dpto": 163583, ",": 44, ".": 46, "-": 45, "!": 33, "Ġ": 32,
+    "Okay": 256,
+    "Ġlet": 260,
+    "me": 261,
+    "Ġme": 262,
+    "Ġthink": 264,
+    "Ġabout": 266,
+    "Ġthis": 268,
+    "Ġcarefully": 270,
+    "The": 272,
+    "Ġanswer": 275,
+    "is": 276,
+    "Ġis": 277,
+    "Ġforty": 279,
+    "two": 281,
+    "an": 301,
+    "as": 319,
+    "at": 323,
+    "user": 375,
+    "ĠLet": 379,
+    "Ġaa": 380,
+    "aa": 381,
+    "Ġab": 382,
+    "ab": 383,
+    "dpto": 163583,
+    ",": 44,
+    ".": 46,
+    "-": 45,
+    "!": 33,
+    "Ġ": 32,
 }
 USER_MSG = [{"role": "user", "content": "What is 6 times 7?"}]
 
@@ -73,8 +126,14 @@ def test_loads_as_fast_tokenizer(tok):
 @pytest.mark.parametrize("variant", ["tok", "tok_nonspecial"])
 def test_special_token_ids(variant, request):
     t = request.getfixturevalue(variant)
-    expected = {"<|im_end|>": 163586, "<think>": 163606, "</think>": 163607, "<|im_user|>": 163587,
-                "<|im_middle|>": 163601, "<|im_assistant|>": 163588}
+    expected = {
+        "<|im_end|>": 163586,
+        "<think>": 163606,
+        "</think>": 163607,
+        "<|im_user|>": 163587,
+        "<|im_middle|>": 163601,
+        "<|im_assistant|>": 163588,
+    }
     assert {s: t.convert_tokens_to_ids(s) for s in expected} == expected
     for i, s in KIMI_SPECIAL_TOKENS.items():
         assert t.convert_ids_to_tokens(i) == s

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from test_store_fixtures import kimi, make_capture, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.scoring import ScoreConfig, run_score
@@ -19,16 +20,22 @@ from tokview.sim import SimConfig, start_simulator
 from tokview.sim.config import SimConfigError
 from tokview.store import Store
 
-from test_store_fixtures import kimi, make_capture, profile
-
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
 
 
 def _config(url: str, **kw) -> BatchConfig:
-    return BatchConfig(servers=[url], prompts_path=PROMPTS, tokenizer=kimi(), model_profile=profile(),
-                       max_new_tokens=kw.pop("max_new_tokens", 120), timeout=10.0, limit=kw.pop("limit", 4), **kw)
+    return BatchConfig(
+        servers=[url],
+        prompts_path=PROMPTS,
+        tokenizer=kimi(),
+        model_profile=profile(),
+        max_new_tokens=kw.pop("max_new_tokens", 120),
+        timeout=10.0,
+        limit=kw.pop("limit", 4),
+        **kw,
+    )
 
 
 def _pool(url: str) -> ServerPool:
@@ -73,8 +80,9 @@ async def test_vllm_chat_streamed_and_not(mode):
     with start_simulator(SimConfig(kind="vllm", spec_decode=mode)) as sim:
         async with _pool(sim.url) as pool:
             plain = await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat", settings={"logprobs": 1}))
-            streamed = await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat", stream=True,
-                                                         settings={"logprobs": 1}))
+            streamed = await pool.capture(
+                CaptureRequest(messages=MESSAGES, mode="chat", stream=True, settings={"logprobs": 1})
+            )
     assert plain.output_ids == streamed.output_ids
     assert plain.spec_decode == streamed.spec_decode and plain.spec_decode["schema"] == "vllm"
     assert plain.output_logprobs == streamed.output_logprobs and len(plain.output_logprobs) == len(plain.output_ids)
@@ -115,35 +123,34 @@ def _foreign(store: Store, sample_id: str) -> None:
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 async def test_score_agrees_with_generation_flags_foreign_samples_and_resumes(kind, tmp_path):
-    with start_simulator(SimConfig(kind=kind)) as sim:
-        with Store(tmp_path / "s.duckdb") as store:
-            await run_batch(_config(sim.url, logprobs=2, limit=3), store)
-            _foreign(store, "foreign@x_gen0")
-            first = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
-            assert (first.input, first.ok, first.failed, first.off_policy) == (4, 4, 0, 1)
-            for row in store.samples_page():
-                stored = store.load_sample(row.sample_id)
-                cap = stored.capture
-                assert len(cap.target_logprobs) == len(cap.output_ids) and cap.target_score["top_k"] == 2
-                if row.sample_id == "foreign@x_gen0":
-                    assert cap.target_score["off_policy"] and cap.target_score["mean_nll"] > 2.0
-                    assert "off_policy" in row.codes and row.valid == stored.valid
-                    finding = next(f for f in stored.findings if f.code == "off_policy")
-                    assert finding.severity == "warn" and finding.positions[0] == len(cap.prompt_ids)
-                else:  # the simulator's own output: the target agrees with what generation said
-                    assert cap.target_logprobs == pytest.approx(cap.output_logprobs, abs=1e-6)
-                    assert cap.target_top_ids == cap.output_top_ids
-                    assert "off_policy" not in row.codes and cap.target_score["mean_nll"] < 0.5
-                    # the same rule runs when the sample is analysed again
-                    assert "off_policy" not in analyze(cap, profile(), kimi()).codes
-            again = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
-            assert (again.ok, again.skipped) == (0, 4)
-            more = await run_score(ScoreConfig(servers=[sim.url], top_k=3, off_policy_nll=100.0), store)
-            assert more.ok == 4 and more.off_policy == 0  # more alternatives asked: scored again
-            rescored = store.load_sample("foreign@x_gen0").capture.target_score
-            assert rescored["off_policy"] is False and rescored["off_policy_nll"] == 100.0 and rescored["top_k"] == 3
-            assert all("off_policy" not in r.codes for r in store.samples_page())
-            assert store.query("SELECT count(*) FROM findings WHERE code = 'off_policy'") == [(0,)]
+    with start_simulator(SimConfig(kind=kind)) as sim, Store(tmp_path / "s.duckdb") as store:
+        await run_batch(_config(sim.url, logprobs=2, limit=3), store)
+        _foreign(store, "foreign@x_gen0")
+        first = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
+        assert (first.input, first.ok, first.failed, first.off_policy) == (4, 4, 0, 1)
+        for row in store.samples_page():
+            stored = store.load_sample(row.sample_id)
+            cap = stored.capture
+            assert len(cap.target_logprobs) == len(cap.output_ids) and cap.target_score["top_k"] == 2
+            if row.sample_id == "foreign@x_gen0":
+                assert cap.target_score["off_policy"] and cap.target_score["mean_nll"] > 2.0
+                assert "off_policy" in row.codes and row.valid == stored.valid
+                finding = next(f for f in stored.findings if f.code == "off_policy")
+                assert finding.severity == "warn" and finding.positions[0] == len(cap.prompt_ids)
+            else:  # the simulator's own output: the target agrees with what generation said
+                assert cap.target_logprobs == pytest.approx(cap.output_logprobs, abs=1e-6)
+                assert cap.target_top_ids == cap.output_top_ids
+                assert "off_policy" not in row.codes and cap.target_score["mean_nll"] < 0.5
+                # the same rule runs when the sample is analysed again
+                assert "off_policy" not in analyze(cap, profile(), kimi()).codes
+        again = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
+        assert (again.ok, again.skipped) == (0, 4)
+        more = await run_score(ScoreConfig(servers=[sim.url], top_k=3, off_policy_nll=100.0), store)
+        assert more.ok == 4 and more.off_policy == 0  # more alternatives asked: scored again
+        rescored = store.load_sample("foreign@x_gen0").capture.target_score
+        assert rescored["off_policy"] is False and rescored["off_policy_nll"] == 100.0 and rescored["top_k"] == 3
+        assert all("off_policy" not in r.codes for r in store.samples_page())
+        assert store.query("SELECT count(*) FROM findings WHERE code = 'off_policy'") == [(0,)]
 
 
 def test_score_cli_exit_codes_and_json(tmp_path, capsys):
@@ -161,32 +168,29 @@ def test_score_cli_exit_codes_and_json(tmp_path, capsys):
     assert main(["score", "--db", str(tmp_path / "missing.duckdb"), "--server", "http://127.0.0.1:9"]) == 1
     assert "database not found" in capsys.readouterr().err
     assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--top-k", "50"]) == 1
-    assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--retries", "0",
-                 "--timeout", "1"]) == 2
+    assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--retries", "0", "--timeout", "1"]) == 2
 
 
 async def test_score_failures_are_counted_not_fatal(tmp_path):
     """A target with another vocabulary (here: a sample with ids the simulator rejects) fails that sample only."""
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        with Store(tmp_path / "s.duckdb") as store:
-            await run_batch(_config(sim.url, limit=2), store)
-            cap = make_capture()
-            cap.output_ids = [10 ** 7] + cap.output_ids
-            store.put_sample("bad@x_gen0", "bad", "imported", cap, analyze(cap, profile(), kimi()))
-            summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
-            assert (summary.ok, summary.failed, summary.exit_code) == (2, 1, 3)
-            assert store.load_sample("bad@x_gen0").capture.target_score is None
-            assert store.stats()["failures"]["total"] == 0  # not a generation failure
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        await run_batch(_config(sim.url, limit=2), store)
+        cap = make_capture()
+        cap.output_ids = [10**7] + cap.output_ids
+        store.put_sample("bad@x_gen0", "bad", "imported", cap, analyze(cap, profile(), kimi()))
+        summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
+        assert (summary.ok, summary.failed, summary.exit_code) == (2, 1, 3)
+        assert store.load_sample("bad@x_gen0").capture.target_score is None
+        assert store.stats()["failures"]["total"] == 0  # not a generation failure
 
 
 def test_stats_and_show_json_carry_spec_decode_logprobs_and_target(tmp_path, capsys):
     db = tmp_path / "s.duckdb"
-    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim:
-        with Store(db) as store:
-            asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
-            _foreign(store, "foreign@x_gen0")
-            asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=1), store))
-            sid = next(r.sample_id for r in store.samples_page() if r.sample_id != "foreign@x_gen0")
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim, Store(db) as store:
+        asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
+        _foreign(store, "foreign@x_gen0")
+        asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=1), store))
+        sid = next(r.sample_id for r in store.samples_page() if r.sample_id != "foreign@x_gen0")
     capsys.readouterr()
     assert main(["stats", "--db", str(db), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
@@ -231,10 +235,9 @@ def test_stats_json_keys_are_null_without_side_data(tmp_path, capsys):
 
 def test_summary_mode_store_has_no_segments(tmp_path, capsys):
     db = tmp_path / "m.duckdb"
-    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-summary")) as sim:
-        with Store(db) as store:
-            asyncio.run(run_batch(_config(sim.url, limit=2), store))
-            sid = store.samples_page()[0].sample_id
+    with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-summary")) as sim, Store(db) as store:
+        asyncio.run(run_batch(_config(sim.url, limit=2), store))
+        sid = store.samples_page()[0].sample_id
     capsys.readouterr()
     main(["stats", "--db", str(db), "--json"])
     st = json.loads(capsys.readouterr().out)
@@ -251,8 +254,10 @@ def test_score_a_dataset_imported_with_audit(tmp_path, capsys):
     own = tok.encode("Okay, let me think about this carefully.") + [163607] + tok.encode("The answer is forty two!")
     # the simulator writes only its own sentences: digits and symbols are unlikely under it
     foreign = tok.encode("ZQX 7319 %$# {}[] <> | jqz 0815") + [163607] + tok.encode("XYZ 42!")
-    rows = [{"id": f"r{k}", "input_ids": prompt + out + [163586],
-             "loss_mask": [0] * len(prompt) + [1] * (len(out) + 1)} for k, out in enumerate((own, foreign))]
+    rows = [
+        {"id": f"r{k}", "input_ids": prompt + out + [163586], "loss_mask": [0] * len(prompt) + [1] * (len(out) + 1)}
+        for k, out in enumerate((own, foreign))
+    ]
     data = tmp_path / "other.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     db = tmp_path / "audit.duckdb"
@@ -277,8 +282,9 @@ async def test_score_interrupted_keeps_what_it_scored_and_resumes(tmp_path):
                 if p.ok >= 2:
                     cancel.set()
 
-            first = await run_score(ScoreConfig(servers=[sim.url], concurrency=1), store, on_progress=progress,
-                                    cancel=cancel)
+            first = await run_score(
+                ScoreConfig(servers=[sim.url], concurrency=1), store, on_progress=progress, cancel=cancel
+            )
             assert first.interrupted and first.exit_code == 130 and 2 <= first.ok < 6
             stored = store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL")[0][0]
             assert stored == first.ok  # every score counted was written, none half-written

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from plain_tokenizer import IM_END, build_plain_tokenizer_dir
 
 from tokview.batch.inputs import iter_rows
 from tokview.cli import main
@@ -23,10 +24,12 @@ from tokview.core.tokenizer import load_tokenizer
 from tokview.export import FORMATS
 from tokview.store import SampleFilter, Store
 
-from plain_tokenizer import IM_END, build_plain_tokenizer_dir
-
-ANSWERS = {"ok": "The answer is forty-two.", "drift": "The capital of France is Paris.",
-           "cut": "Once upon a time there was a little robot", "hello": "Hello there! How can I help you today?"}
+ANSWERS = {
+    "ok": "The answer is forty-two.",
+    "drift": "The capital of France is Paris.",
+    "cut": "Once upon a time there was a little robot",
+    "hello": "Hello there! How can I help you today?",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +49,16 @@ def _capture(tok, key: str) -> Capture:
     answer = [i for ch in text for i in tok.encode(ch)] if key == "drift" else tok.encode(text)
     cut = key == "cut"
     output = answer + ([] if cut else [IM_END])
-    return Capture(prompt_ids=prompt, output_ids=output, finish_reason="length" if cut else "stop",
-                   settings={"temperature": 1.0, "max_new_tokens": 64, "thinking": None}, messages=messages,
-                   endpoint="vllm-completions", text=tok.decode(output),
-                   usage={"prompt_tokens": len(prompt), "completion_tokens": len(output)})
+    return Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="length" if cut else "stop",
+        settings={"temperature": 1.0, "max_new_tokens": 64, "thinking": None},
+        messages=messages,
+        endpoint="vllm-completions",
+        text=tok.decode(output),
+        usage={"prompt_tokens": len(prompt), "completion_tokens": len(output)},
+    )
 
 
 @pytest.fixture
@@ -60,8 +69,9 @@ def db(tmp_path, plain_dir, tok) -> Path:
         store.put_run("run-plain", profile="plain", tokenizer_dir=str(plain_dir), tokenizer_hash=tok.fingerprint())
         for key in ANSWERS:
             cap = _capture(tok, key)
-            store.put_sample(f"{key}@0", key, "run-plain", cap, analyze(cap, profile, tok), gen_index=0,
-                             profile="plain")
+            store.put_sample(
+                f"{key}@0", key, "run-plain", cap, analyze(cap, profile, tok), gen_index=0, profile="plain"
+            )
     return path
 
 
@@ -104,8 +114,11 @@ def test_every_export_of_plain_samples_reads_back_exactly(db, tok, tmp_path, cap
             said = last.get("content", last.get("value"))
             answer = caps[key].output_ids[:-1] if caps[key].finish_reason == "stop" else caps[key].output_ids
             assert said == tok.decode(answer) and "reasoning_content" not in last, (fmt, key)
-        manifest = json.loads(out.with_name(out.name + ".manifest.json").read_text()) \
-            if out.with_name(out.name + ".manifest.json").exists() else None
+        manifest = (
+            json.loads(out.with_name(out.name + ".manifest.json").read_text())
+            if out.with_name(out.name + ".manifest.json").exists()
+            else None
+        )
         if manifest is not None:
             assert manifest["parser"]["reasoning_parser"] == [], manifest["parser"]
 
@@ -128,8 +141,10 @@ def test_audit_reads_plain_exports_back(db, plain_dir, tok, tmp_path, capsys):
             assert got.profile == "plain" and got.capture.input_ids == caps[key].input_ids
             assert not any(c.startswith("think") or c == "literal_think_text" for c in r.codes)
             assert ("retokenize_drift" in r.codes) == (key == "drift")
-        texts = {r.prompt_id: store.load_sample(r.sample_id)
-                 for r in store.samples_page(SampleFilter(run_id="audit-forge"), limit=100)}
+        texts = {
+            r.prompt_id: store.load_sample(r.sample_id)
+            for r in store.samples_page(SampleFilter(run_id="audit-forge"), limit=100)
+        }
     assert texts["ok"].capture.input_ids == caps["ok"].input_ids
     assert texts["ok"].valid and texts["ok"].capture.settings["thinking"] is None
     # A text row cannot give the drifted ids back: re-encoding its text yields other (canonical) ids.
@@ -157,8 +172,8 @@ async def test_the_app_opens_a_plain_sample(db):
             seq = screen.served.seq
             assert seq.pieces[-1] == "<|im_end|>"
             n_answer = len(seq.ids) - seq.n_prompt - 1
-            assert list(screen.data.analysis.kinds[seq.n_prompt:]) == [seg.ANSWER] * n_answer + [seg.STOP]
-            assert d.CLASS_INDEX["delimiter"] not in seq.classes[seq.n_prompt:]
+            assert list(screen.data.analysis.kinds[seq.n_prompt :]) == [seg.ANSWER] * n_answer + [seg.STOP]
+            assert d.CLASS_INDEX["delimiter"] not in seq.classes[seq.n_prompt :]
             assert screen.data.analysis.codes == []
             from tokview.ui.screens.stats import StatsScreen
 
@@ -192,9 +207,27 @@ def test_batch_loads_a_plain_tokenizer_without_profile(plain_dir, tmp_path, caps
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "batch.duckdb"
     with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
-        assert main(["batch", str(root / "sample_data" / "openai_messages.jsonl"), "--server", sim.url,
-                     "--tokenizer", str(plain_dir), "--db", str(db), "--limit", "3", "--max-new-tokens", "300",
-                     "--temperature", "0"]) == 0
+        assert (
+            main(
+                [
+                    "batch",
+                    str(root / "sample_data" / "openai_messages.jsonl"),
+                    "--server",
+                    sim.url,
+                    "--tokenizer",
+                    str(plain_dir),
+                    "--db",
+                    str(db),
+                    "--limit",
+                    "3",
+                    "--max-new-tokens",
+                    "300",
+                    "--temperature",
+                    "0",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     with Store(db) as store:
         assert [r["profile"] for r in store.runs()] == ["plain"]

@@ -6,10 +6,20 @@ import copy
 import json
 
 import pytest
-
 from facts import KIMI_CHAIN_OUTPUT
-from test_servers_recordings import (OUTPUT, PROMPT, Replay, fast_pool, rec, request, serve, sglang_routes,
-                                     stream_lines, vllm_routes)
+from test_servers_recordings import (
+    OUTPUT,
+    PROMPT,
+    Replay,
+    fast_pool,
+    rec,
+    request,
+    serve,
+    sglang_routes,
+    stream_lines,
+    vllm_routes,
+)
+
 from tokview.servers import CaptureFailed
 
 
@@ -94,8 +104,11 @@ async def test_sglang_generate_logprobs_recorded():
 SPEC_META = {
     "sglang-0.5.10": {"spec_accept_token_num": 8, "spec_draft_token_num": 24},
     "sglang-0.5.11": {"spec_accepted_drafts": 8, "spec_proposed_drafts": 24, "spec_accept_histogram": [4, 2, 1, 1]},
-    "sglang-0.5.12": {"spec_num_correct_drafts": 8, "spec_num_proposed_drafts": 24,
-                      "spec_correct_drafts_histogram": [4, 2, 1, 1]},
+    "sglang-0.5.12": {
+        "spec_num_correct_drafts": 8,
+        "spec_num_proposed_drafts": 24,
+        "spec_correct_drafts_histogram": [4, 2, 1, 1],
+    },
 }
 
 
@@ -130,9 +143,12 @@ async def test_sglang_cumulative_stream_with_sliced_logprobs_is_joined():
     chunks = []
     for k in range(1, len(OUTPUT) + 1):
         last = k == len(OUTPUT)
-        m = {"completion_tokens": k, "finish_reason": meta["finish_reason"] if last else None,
-             "output_token_logprobs": meta["output_token_logprobs"][k - 1:k],
-             "output_top_logprobs": meta["output_top_logprobs"][k - 1:k]}
+        m = {
+            "completion_tokens": k,
+            "finish_reason": meta["finish_reason"] if last else None,
+            "output_token_logprobs": meta["output_token_logprobs"][k - 1 : k],
+            "output_top_logprobs": meta["output_top_logprobs"][k - 1 : k],
+        }
         chunks.append("data: " + json.dumps({"text": "", "output_ids": OUTPUT[:k], "meta_info": m}) + "\n\n")
     routes = sglang_routes(**{"/generate": [{"sse": chunks + ["data: [DONE]\n\n"]}]})
     with serve(Replay(routes)) as url:

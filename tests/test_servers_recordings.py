@@ -10,11 +10,13 @@ import asyncio
 import json
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from facts import RECORDINGS as REC
+from loopback import serve_asgi
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -24,10 +26,36 @@ from tokview.core.profiles import get_profile
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
 from tokview.servers.sglang import stream_mode
 
-from loopback import serve_asgi  # noqa: E402
-from facts import RECORDINGS as REC  # noqa: E402
-PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586, 163588,
-          319, 115, 276, 116, 301, 116, 163601, 163606]
+PROMPT = [
+    163587,
+    375,
+    163601,
+    87,
+    104,
+    323,
+    32,
+    276,
+    32,
+    54,
+    32,
+    116,
+    105,
+    261,
+    115,
+    32,
+    55,
+    63,
+    163586,
+    163588,
+    319,
+    115,
+    276,
+    116,
+    301,
+    116,
+    163601,
+    163606,
+]
 OUTPUT = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
 
@@ -62,13 +90,16 @@ class Replay:
         if "stall" in answer:
             await asyncio.sleep(answer["stall"])
         if "sse" in answer:
+
             async def gen() -> Any:
                 for line in answer["sse"]:
                     yield line
+
             return StreamingResponse(gen(), media_type="text/event-stream")
         content = answer["text"] if "text" in answer else json.dumps(answer.get("json"))
-        return Response(content, status_code=answer.get("status", 200), headers=answer.get("headers"),
-                        media_type="application/json")
+        return Response(
+            content, status_code=answer.get("status", 200), headers=answer.get("headers"), media_type="application/json"
+        )
 
 
 @contextmanager
@@ -91,11 +122,22 @@ def sglang_routes(**overrides: list[dict[str, Any]]) -> dict[str, list[dict[str,
 
 
 def vllm_routes() -> dict[str, list[dict[str, Any]]]:
-    comp = {"id": "cmpl-1", "object": "text_completion", "model": "tiny-kimi",
-            "choices": [{"index": 0, "text": "Okay, let me think about this carefully.</think>The answer is forty-two!"
-                         "<|im_end|>", "finish_reason": "stop", "stop_reason": None,
-                         "prompt_token_ids": PROMPT, "token_ids": OUTPUT}],
-            "usage": {"prompt_tokens": 28, "total_tokens": 46, "completion_tokens": 18}}
+    comp = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "tiny-kimi",
+        "choices": [
+            {
+                "index": 0,
+                "text": "Okay, let me think about this carefully.</think>The answer is forty-two!<|im_end|>",
+                "finish_reason": "stop",
+                "stop_reason": None,
+                "prompt_token_ids": PROMPT,
+                "token_ids": OUTPUT,
+            }
+        ],
+        "usage": {"prompt_tokens": 28, "total_tokens": 46, "completion_tokens": 18},
+    }
     return {
         "/version": [{"json": {"version": "0.32.0"}}],
         "/v1/models": [{"json": {"object": "list", "data": [{"id": "tiny-kimi", "max_model_len": 2048}]}}],
@@ -118,9 +160,13 @@ def fast_pool(url: str | list[str], **kw: Any) -> ServerPool:
 
 
 def request(mode: str = "raw", stream: bool = False, **settings: Any) -> CaptureRequest:
-    return CaptureRequest(messages=MESSAGES, prompt_ids=PROMPT if mode != "chat" else None,
-                          settings={"temperature": 0.0, "max_new_tokens": 64, "thinking": True, "seed": 7, **settings},
-                          mode=mode, stream=stream)
+    return CaptureRequest(
+        messages=MESSAGES,
+        prompt_ids=PROMPT if mode != "chat" else None,
+        settings={"temperature": 0.0, "max_new_tokens": 64, "thinking": True, "seed": 7, **settings},
+        mode=mode,
+        stream=stream,
+    )
 
 
 # -- SGLang ---------------------------------------------------------------------------------
@@ -139,21 +185,30 @@ async def test_sglang_generate_recorded() -> None:
     assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 0}
     assert cap.settings["seed"] == 7 and cap.settings["chat_template_kwargs"] == {"thinking": True}
     assert cap.settings["backend"] == "sglang" and cap.messages == MESSAGES
-    path, body, headers = [s for s in replay.seen if s[0] == "/generate"][-1]
+    _path, body, headers = [s for s in replay.seen if s[0] == "/generate"][-1]
     assert headers["content-type"] == "application/json"
     assert body["input_ids"] == PROMPT
-    assert body["sampling_params"] == {"max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0,
-                                       "skip_special_tokens": False, "no_stop_trim": True, "sampling_seed": 7}
+    assert body["sampling_params"] == {
+        "max_new_tokens": 64,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+        "sampling_seed": 7,
+    }
     assert cap.raw_request["body"] == body and cap.raw_response == rec("sgl_generate.json")
 
 
 def _generate_chunks(ids: list[int], cumulative: bool) -> list[str]:
     lines = []
     for i in range(len(ids)):
-        part = ids[: i + 1] if cumulative else ids[i:i + 1]
+        part = ids[: i + 1] if cumulative else ids[i : i + 1]
         done = i == len(ids) - 1
-        meta = {"finish_reason": {"type": "stop", "matched": 163586} if done else None,
-                "prompt_tokens": 28, "completion_tokens": i + 1}
+        meta = {
+            "finish_reason": {"type": "stop", "matched": 163586} if done else None,
+            "prompt_tokens": 28,
+            "completion_tokens": i + 1,
+        }
         lines.append("data: " + json.dumps({"text": "x", "output_ids": part, "meta_info": meta}) + "\n\n")
     return lines + ["data: [DONE]\n\n"]
 
@@ -179,8 +234,11 @@ def test_stream_mode_ambiguous_repeats_settled_by_count() -> None:
 
 async def test_sglang_stream_error_chunk_is_capture_failed() -> None:
     routes = sglang_routes()
-    err = ['data: {"text":"Ok","output_ids":[256],"meta_info":{"finish_reason":null}}\n\n',
-           'data: {"error": {"message": "out of KV cache"}}\n\n', "data: [DONE]\n\n"]
+    err = [
+        'data: {"text":"Ok","output_ids":[256],"meta_info":{"finish_reason":null}}\n\n',
+        'data: {"error": {"message": "out of KV cache"}}\n\n',
+        "data: [DONE]\n\n",
+    ]
     routes["/generate"] = [{"json": rec("sgl_generate.json")}, {"sse": err}]
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
@@ -204,8 +262,10 @@ async def test_sglang_chat_and_dual_recorded() -> None:
 
 async def test_sglang_chat_stream_refusal_is_clear() -> None:
     routes = sglang_routes()
-    routes["/v1/chat/completions"] = [{"json": rec("sgl_chat_ns.json")},
-                                      {"status": 400, "text": rec("sgl_chat_stream.txt")}]
+    routes["/v1/chat/completions"] = [
+        {"json": rec("sgl_chat_ns.json")},
+        {"status": 400, "text": rec("sgl_chat_stream.txt")},
+    ]
     with serve(Replay(routes)) as url:
         async with fast_pool(url, backend="sglang-chat") as pool:
             with pytest.raises(CaptureFailed) as exc:
@@ -259,12 +319,15 @@ async def test_vllm_render_via_server_tokenize_without_tokenizer() -> None:
 
 
 # -- faults -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("fault", [
-    {"status": 503, "json": {"object": "error", "message": "busy"}},
-    {"status": 429, "json": {"message": "slow down"}, "headers": {"Retry-After": "0"}},
-    {"status": 200, "text": "{not json"},
-    {"stall": 5},
-])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"status": 503, "json": {"object": "error", "message": "busy"}},
+        {"status": 429, "json": {"message": "slow down"}, "headers": {"Retry-After": "0"}},
+        {"status": 200, "text": "{not json"},
+        {"stall": 5},
+    ],
+)
 async def test_retryable_faults_then_success(fault: dict[str, Any]) -> None:
     routes = sglang_routes()
     good = {"json": rec("sgl_generate.json")}
@@ -277,11 +340,14 @@ async def test_retryable_faults_then_success(fault: dict[str, Any]) -> None:
     assert cap.output_ids == OUTPUT and elapsed < 3
 
 
-@pytest.mark.parametrize("fault,reason", [
-    ({"status": 500, "json": {"object": "error", "message": "boom"}}, "HTTP 500 from POST /generate: boom"),
-    ({"status": 200, "text": "<html>"}, "malformed response"),
-    ({"stall": 5}, "timed out after 0.3s"),
-])
+@pytest.mark.parametrize(
+    "fault,reason",
+    [
+        ({"status": 500, "json": {"object": "error", "message": "boom"}}, "HTTP 500 from POST /generate: boom"),
+        ({"status": 200, "text": "<html>"}, "malformed response"),
+        ({"stall": 5}, "timed out after 0.3s"),
+    ],
+)
 async def test_retryable_faults_forever_fail_clearly(fault: dict[str, Any], reason: str) -> None:
     routes = sglang_routes()
     routes["/generate"] = [{"json": rec("sgl_generate.json")}, fault]
@@ -294,8 +360,10 @@ async def test_retryable_faults_forever_fail_clearly(fault: dict[str, Any], reas
 
 async def test_client_errors_fail_at_once_with_server_message() -> None:
     routes = sglang_routes()
-    routes["/generate"] = [{"json": rec("sgl_generate.json")},
-                           {"status": 400, "json": {"error": {"message": "input_ids too long"}}}]
+    routes["/generate"] = [
+        {"json": rec("sgl_generate.json")},
+        {"status": 400, "json": {"error": {"message": "input_ids too long"}}},
+    ]
     replay = Replay(routes)
     with serve(replay) as url:
         async with fast_pool(url) as pool:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+from loopback import serve_asgi
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -22,8 +24,6 @@ from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnr
 from tokview.servers.doctor import run_doctor
 from tokview.servers.urls import public_url, server_url_notes, validate_server_url
 from tokview.sim import SimConfig, start_simulator
-
-from loopback import serve_asgi
 
 KIMI = get_profile("kimi-k2.5")
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -62,14 +62,17 @@ VLLM_INFO = {"/version": {"version": "0.32.0"}, "/v1/models": {"data": [{"id": "
 
 
 # -- item 16: one URL validator, never a traceback -----------------------------------------------
-@pytest.mark.parametrize("url, why", [
-    ("http://127.0.0.1:99999", "port 99999 is out of range"),
-    ("http://", "no host"),
-    ("127.0.0.1:8000", "http:// or https://"),
-    ("ftp://h", "http:// or https://"),
-    ("", "empty"),
-    ("http://h:8000?token=x", "query"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("http://127.0.0.1:99999", "port 99999 is out of range"),
+        ("http://", "no host"),
+        ("127.0.0.1:8000", "http:// or https://"),
+        ("ftp://h", "http:// or https://"),
+        ("", "empty"),
+        ("http://h:8000?token=x", "query"),
+    ],
+)
 def test_bad_urls_are_one_line_value_errors(url: str, why: str) -> None:
     with pytest.raises(ValueError, match=why) as info:
         validate_server_url(url)
@@ -101,8 +104,7 @@ async def test_run_doctor_rejects_a_bad_url_before_httpx() -> None:
 
 
 # -- items 12 and 13: credentials and the API key -------------------------------------------------
-async def test_url_credentials_sent_as_auth_and_never_stored(kimi_tok: Any,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_url_credentials_sent_as_auth_and_never_stored(kimi_tok: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKVIEW_API_KEY", API_KEY)
 
     def completions(path: str, headers: dict[str, str]) -> tuple[int, Any]:
@@ -112,8 +114,7 @@ async def test_url_credentials_sent_as_auth_and_never_stored(kimi_tok: Any,
 
     with serve({**VLLM_INFO, "/v1/completions": completions, "/v1/chat/completions": echo_credentials}) as (url, _):
         authed = url.replace("http://", f"http://tok:{PASSWORD}@")
-        async with ServerPool(authed, backend="vllm", tokenizer=kimi_tok, profile=KIMI, retries=0,
-                              timeout=5.0) as pool:
+        async with ServerPool(authed, backend="vllm", tokenizer=kimi_tok, profile=KIMI, retries=0, timeout=5.0) as pool:
             cap = await pool.capture(CaptureRequest(messages=QUESTION, settings={"max_new_tokens": 3}))
             with pytest.raises(CaptureFailed) as failed:
                 await pool.capture(CaptureRequest(messages=QUESTION, mode="chat", settings={"max_new_tokens": 3}))
@@ -127,8 +128,12 @@ async def test_url_credentials_sent_as_auth_and_never_stored(kimi_tok: Any,
 
 async def test_doctor_sends_the_api_key_and_never_prints_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKVIEW_API_KEY", API_KEY)
-    routes = {**VLLM_INFO, "/v1/chat/completions": echo_credentials, "/v1/completions": echo_credentials,
-              "/tokenize": echo_credentials}
+    routes = {
+        **VLLM_INFO,
+        "/v1/chat/completions": echo_credentials,
+        "/v1/completions": echo_credentials,
+        "/tokenize": echo_credentials,
+    }
     with serve(routes) as (url, seen):
         report = await run_doctor(url, profile=KIMI, timeout=5.0, retries=0, default_tokenizer=False)
     assert seen and all(h.get("authorization") == f"Bearer {API_KEY}" for h in seen)
@@ -151,7 +156,8 @@ async def test_trailing_v1_is_dropped_with_a_note(kimi_tok: Any) -> None:
 
 def test_server_url_notes_say_what_the_validator_changed() -> None:
     assert server_url_notes("http://h:8000/v1/") == [
-        "dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"]
+        "dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"
+    ]
     assert server_url_notes("http://h:8000") == [] and validate_server_url("http://h:8000/v1") == "http://h:8000"
     with pytest.raises(ValueError, match="bad server URL"):
         server_url_notes("http://h:99999/v1")
@@ -186,28 +192,59 @@ SGLANG_INFO = {"/get_model_info": {"model_path": "m", "is_generation": True}}
 GEN_OK = {"output_ids": [5, 163586], "text": "x", "meta_info": {"finish_reason": {"type": "stop"}}}
 
 
-@pytest.mark.parametrize("backend, mode, routes, reason", [
-    ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": {"finish_reason": "abort"}}},
-     "SGLang aborted the request on POST /generate: no message"),
-    ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": "oops"}}, "meta_info is not an object"),
-    ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": {"finish_reason": 7}}}, "finish_reason is a int"),
-    ("sglang", "raw", {"/generate": {**GEN_OK, "text": ["x"]}}, "text is not a string"),
-    ("vllm", "raw", {"/v1/completions": {"choices": [{"token_ids": ["a", "b"]}]}}, "token_ids are not a list"),
-    ("vllm", "raw", {"/v1/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
-    ("vllm", "chat", {"/v1/chat/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
-    ("vllm", "chat", {"/v1/chat/completions": {"prompt_token_ids": [1], "choices": [
-        {"message": "hi", "token_ids": [5]}]}}, "choices[0].message is not an object"),
-    ("vllm", "chat", {"/v1/chat/completions": {"prompt_token_ids": [1], "choices": [
-        {"message": {"content": "a"}, "token_ids": [5, None]}]}}, "output token ids are not a list"),
-    ("vllm", "chat", {"/v1/chat/completions": {"prompt_token_ids": [1], "choices": [
-        {"message": {"content": {"a": 1}}, "token_ids": [5]}]}}, "message.content is not a string"),
-])
-async def test_malformed_shapes_are_capture_failures(kimi_tok: Any, backend: str, mode: str,
-                                                     routes: dict[str, Any], reason: str) -> None:
+@pytest.mark.parametrize(
+    "backend, mode, routes, reason",
+    [
+        (
+            "sglang",
+            "raw",
+            {"/generate": {**GEN_OK, "meta_info": {"finish_reason": "abort"}}},
+            "SGLang aborted the request on POST /generate: no message",
+        ),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": "oops"}}, "meta_info is not an object"),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": {"finish_reason": 7}}}, "finish_reason is a int"),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "text": ["x"]}}, "text is not a string"),
+        ("vllm", "raw", {"/v1/completions": {"choices": [{"token_ids": ["a", "b"]}]}}, "token_ids are not a list"),
+        ("vllm", "raw", {"/v1/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
+        ("vllm", "chat", {"/v1/chat/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
+        (
+            "vllm",
+            "chat",
+            {"/v1/chat/completions": {"prompt_token_ids": [1], "choices": [{"message": "hi", "token_ids": [5]}]}},
+            "choices[0].message is not an object",
+        ),
+        (
+            "vllm",
+            "chat",
+            {
+                "/v1/chat/completions": {
+                    "prompt_token_ids": [1],
+                    "choices": [{"message": {"content": "a"}, "token_ids": [5, None]}],
+                }
+            },
+            "output token ids are not a list",
+        ),
+        (
+            "vllm",
+            "chat",
+            {
+                "/v1/chat/completions": {
+                    "prompt_token_ids": [1],
+                    "choices": [{"message": {"content": {"a": 1}}, "token_ids": [5]}],
+                }
+            },
+            "message.content is not a string",
+        ),
+    ],
+)
+async def test_malformed_shapes_are_capture_failures(
+    kimi_tok: Any, backend: str, mode: str, routes: dict[str, Any], reason: str
+) -> None:
     info = SGLANG_INFO if backend == "sglang" else VLLM_INFO
     with serve({**info, **routes}) as (url, _):
-        async with ServerPool(url, backend=backend, tokenizer=kimi_tok, profile=KIMI, retries=1, backoff=0.01,
-                              timeout=5.0) as pool:
+        async with ServerPool(
+            url, backend=backend, tokenizer=kimi_tok, profile=KIMI, retries=1, backoff=0.01, timeout=5.0
+        ) as pool:
             with pytest.raises(CaptureFailed) as failed:
                 await pool.capture(CaptureRequest(messages=QUESTION, mode=mode, settings={"max_new_tokens": 5}))
     assert reason in failed.value.reason

@@ -8,13 +8,12 @@ import json
 from typing import Any
 
 import pytest
+from test_servers_review import VLLM_INFO, serve
 
 from tokview.cli import main
 from tokview.core.profiles import get_profile
 from tokview.servers.doctor import run_doctor
 from tokview.servers.urls import Secrets, parse_server_url, server_url_notes
-
-from test_servers_review import VLLM_INFO, serve
 
 KIMI = get_profile("kimi-k2.5")
 
@@ -26,8 +25,7 @@ def echo_header(path: str, headers: dict[str, str]) -> tuple[int, Any]:
     return 401, {"error": {"message": f"denied header={auth!r} decoded={decoded!r}"}}
 
 
-ROUTES = {**VLLM_INFO, "/v1/chat/completions": echo_header, "/v1/completions": echo_header,
-          "/tokenize": echo_header}
+ROUTES = {**VLLM_INFO, "/v1/chat/completions": echo_header, "/v1/completions": echo_header, "/tokenize": echo_header}
 
 
 @pytest.mark.parametrize("user, password", [("alice", "hunter2pw"), ("alice", "p4"), ("bo", "x")])
@@ -56,8 +54,7 @@ async def test_url_credentials_and_api_key_say_which_is_sent(monkeypatch, capsys
     with serve(ROUTES) as (url, seen):
         authed = url.replace("http://", "http://alice:hunter2pw@")
         notes = server_url_notes(authed)
-        report = await run_doctor(authed, profile=KIMI, timeout=5.0, retries=0, default_tokenizer=False,
-                                  notes=notes)
+        report = await run_doctor(authed, profile=KIMI, timeout=5.0, retries=0, default_tokenizer=False, notes=notes)
     assert seen and all(h.get("authorization", "").startswith("Basic ") for h in seen)
     (note,) = [n for n in report.notes if "TOKVIEW_API_KEY" in n]
     assert "sends the URL's user:password (Basic auth) and NOT the TOKVIEW_API_KEY bearer token" in note
@@ -71,8 +68,20 @@ def test_batch_prints_which_credential_is_sent(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("TOKVIEW_API_KEY", "sk-both-0123456789")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hi"}\n')
-    code = main(["batch", str(prompts), "--server", "http://alice:hunter2pw@127.0.0.1:9", "--db",
-                 str(tmp_path / "x.duckdb"), "--retries", "0", "--timeout", "2"])
+    code = main(
+        [
+            "batch",
+            str(prompts),
+            "--server",
+            "http://alice:hunter2pw@127.0.0.1:9",
+            "--db",
+            str(tmp_path / "x.duckdb"),
+            "--retries",
+            "0",
+            "--timeout",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "tokview: note: http://127.0.0.1:9: user:password in the URL and TOKVIEW_API_KEY" in err
     assert "hunter2pw" not in err and "sk-both" not in err

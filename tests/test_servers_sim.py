@@ -33,8 +33,12 @@ def pool_for(urls: Any, tok: Any, **kw: Any) -> ServerPool:
 
 
 def req(mode: str = "raw", stream: bool = False, **settings: Any) -> CaptureRequest:
-    return CaptureRequest(messages=QUESTION, settings={"temperature": 0.0, "max_new_tokens": 400, "seed": 3,
-                                                       "thinking": True, **settings}, mode=mode, stream=stream)
+    return CaptureRequest(
+        messages=QUESTION,
+        settings={"temperature": 0.0, "max_new_tokens": 400, "seed": 3, "thinking": True, **settings},
+        mode=mode,
+        stream=stream,
+    )
 
 
 def assert_kimi_shape(cap: Any) -> None:
@@ -74,9 +78,16 @@ async def test_sglang_chat_and_dual(kimi_tok: Any, ids_name: str) -> None:
 async def test_vllm_all_paths_agree(kimi_tok: Any) -> None:
     with start_simulator(SimConfig(kind="vllm")) as sim:
         async with pool_for(sim.url, kimi_tok) as pool:
-            caps = {name: await pool.capture(r) for name, r in {
-                "raw": req("raw"), "chat": req("chat"), "stream": req("chat", stream=True),
-                "dual": req("dual"), "dual_stream": req("dual", stream=True)}.items()}
+            caps = {
+                name: await pool.capture(r)
+                for name, r in {
+                    "raw": req("raw"),
+                    "chat": req("chat"),
+                    "stream": req("chat", stream=True),
+                    "dual": req("dual"),
+                    "dual_stream": req("dual", stream=True),
+                }.items()
+            }
     ids = {name: cap.output_ids for name, cap in caps.items()}
     assert len({tuple(v) for v in ids.values()}) == 1, ids
     assert caps["raw"].endpoint == "vllm-completions" and caps["stream"].endpoint == "vllm-chat"
@@ -122,10 +133,17 @@ async def test_fault_retried_then_captured(kimi_tok: Any, kind: str, fault: str)
     assert sim.stats.faults[fault] == 2 and elapsed < 5
 
 
-@pytest.mark.parametrize("fault,reason", [
-    ("http-500", "HTTP 500 from POST"), ("http-503", "HTTP 503 from POST"), ("http-429", "HTTP 429 from POST"),
-    ("malformed-json", "malformed response"), ("drop-connection", "connection lost"), ("stall", "timed out after 0.3s"),
-])
+@pytest.mark.parametrize(
+    "fault,reason",
+    [
+        ("http-500", "HTTP 500 from POST"),
+        ("http-503", "HTTP 503 from POST"),
+        ("http-429", "HTTP 429 from POST"),
+        ("malformed-json", "malformed response"),
+        ("drop-connection", "connection lost"),
+        ("stall", "timed out after 0.3s"),
+    ],
+)
 async def test_fault_forever_is_capture_failed(kimi_tok: Any, fault: str, reason: str) -> None:
     with start_simulator(SimConfig(kind="vllm")) as sim:
         async with pool_for(sim.url, kimi_tok, timeout=0.3, retries=2) as pool:
@@ -172,8 +190,7 @@ async def test_pool_evicts_a_server_that_dies_and_reprobes_it(kimi_tok: Any) -> 
     with start_simulator(SimConfig(kind="vllm")) as a:
         b = launch(SimConfig(kind="vllm"))  # a bare __enter__() on a temporary would stop it at once
         port = b.port
-        async with pool_for([a.url, b.url], kimi_tok, evict_after=1, reprobe_interval=0.0,
-                            connect_timeout=0.5) as pool:
+        async with pool_for([a.url, b.url], kimi_tok, evict_after=1, reprobe_interval=0.0, connect_timeout=0.5) as pool:
             b.stop()
             for _ in range(3):
                 assert_kimi_shape(await pool.capture(req("raw")))  # retried onto the live server

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import json
 
+from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
+
 from tokview.cli import main
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture
 from tokview.store import Store
 
-from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
-
 
 def _db_with_sample(tmp_path, kimi_tok, kimi_profile):
     db = tmp_path / "t.duckdb"
-    cap = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop",
-                  reasoning="Okay, let me think about this carefully.", content="The answer is forty-two!",
-                  reasoning_field="reasoning", endpoint="vllm-chat", server_kind="vllm", server_version="0.32.0")
+    cap = Capture(
+        prompt_ids=KIMI_PROMPT_6X7,
+        output_ids=KIMI_CHAIN_OUTPUT,
+        finish_reason="stop",
+        reasoning="Okay, let me think about this carefully.",
+        content="The answer is forty-two!",
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        server_kind="vllm",
+        server_version="0.32.0",
+    )
     with Store(db) as store:
         store.put_sample("s1", "p1", "r1", cap, analyze(cap, kimi_profile, kimi_tok), profile="kimi-k2.5")
     return db
@@ -61,5 +69,8 @@ def test_show_tells_who_reviewed_it_why_and_the_notes(tmp_path, capsys, kimi_tok
     data = json.loads(capsys.readouterr().out)
     assert data["notes"] == ["loops after the closer"] and data["tags"] == ["loop"]
     verdict = next(h for h in data["review"] if h["kind"] == "verdict")
-    assert (verdict["who"], verdict["reason"], verdict["override"]) == ("alice", "repetition / degenerate output",
-                                                                        False)
+    assert (verdict["who"], verdict["reason"], verdict["override"]) == (
+        "alice",
+        "repetition / degenerate output",
+        False,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -12,13 +13,41 @@ from pathlib import Path
 
 import httpx
 import pytest
+from facts import RECORDINGS
 
 from tokview.sim import SimConfig, SimConfigError, parse_quirk, start_simulator
 
-from facts import RECORDINGS  # noqa: E402
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
-RECORDED_PROMPT = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63, 163586,
-                   163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
+RECORDED_PROMPT = [
+    163587,
+    375,
+    163601,
+    87,
+    104,
+    323,
+    32,
+    276,
+    32,
+    54,
+    32,
+    116,
+    105,
+    261,
+    115,
+    32,
+    55,
+    63,
+    163586,
+    163588,
+    319,
+    115,
+    276,
+    116,
+    301,
+    116,
+    163601,
+    163606,
+]
 OPEN, CLOSE, STOP = 163606, 163607, 163586
 TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
 
@@ -81,8 +110,11 @@ def test_vllm_info_endpoints_say_simulator(vllm_sim):
 
 def test_vllm_chat_matches_recorded_shape(vllm_sim):
     rec = recording("vllm_chat_kimi_k2.json")
-    body = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                     "max_tokens": 500, "temperature": 0}).json()
+    body = post(
+        vllm_sim,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "return_token_ids": True, "max_tokens": 500, "temperature": 0},
+    ).json()
     assert body.keys() == rec.keys()
     choice, rec_choice = body["choices"][0], rec["choices"][0]
     assert choice.keys() == rec_choice.keys()
@@ -94,7 +126,7 @@ def test_vllm_chat_matches_recorded_shape(vllm_sim):
     cut = ids.index(CLOSE)
     tok = vllm_sim.tokenizer
     assert choice["message"]["reasoning"] == tok.decode(ids[:cut], skip_special_tokens=True)
-    assert choice["message"]["content"] == tok.decode(ids[cut + 1:-1], skip_special_tokens=True)
+    assert choice["message"]["content"] == tok.decode(ids[cut + 1 : -1], skip_special_tokens=True)
     assert body["usage"]["completion_tokens"] == len(ids)
     assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == cut  # vLLM: 9 for the recording
     assert choice["finish_reason"] == "stop" and choice["stop_reason"] is None
@@ -117,9 +149,9 @@ def test_vllm_stream_matches_recorded_chunks(vllm_sim):
     assert first.keys() == rec[0].keys() and first["prompt_token_ids"] == RECORDED_PROMPT
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert usage.keys() == rec[-2].keys() and usage["choices"] == []
-    assert usage["usage"] == rec[-2]["usage"] | {k: full["usage"][k] for k in ("prompt_tokens", "total_tokens",
-                                                                              "completion_tokens")} | {
-        "completion_tokens_details": full["usage"]["completion_tokens_details"]}
+    assert usage["usage"] == rec[-2]["usage"] | {
+        k: full["usage"][k] for k in ("prompt_tokens", "total_tokens", "completion_tokens")
+    } | {"completion_tokens_details": full["usage"]["completion_tokens_details"]}
     ids = [i for c in token_chunks for i in c["choices"][0]["token_ids"]]
     assert ids == full["choices"][0]["token_ids"]
     by_id = {c["choices"][0]["token_ids"][0]: c["choices"][0] for c in token_chunks}
@@ -133,16 +165,22 @@ def test_vllm_stream_matches_recorded_chunks(vllm_sim):
 
 
 def test_vllm_completions_with_token_id_prompt(vllm_sim):
-    body = post(vllm_sim, "/v1/completions", {"prompt": RECORDED_PROMPT, "return_token_ids": True,
-                                               "max_tokens": 400, "seed": 1}).json()
+    body = post(
+        vllm_sim, "/v1/completions", {"prompt": RECORDED_PROMPT, "return_token_ids": True, "max_tokens": 400, "seed": 1}
+    ).json()
     choice = body["choices"][0]
     assert body["object"] == "text_completion"
     assert choice["prompt_token_ids"] == RECORDED_PROMPT and choice["token_ids"][-1] == STOP
     assert choice["text"] == vllm_sim.tokenizer.decode(choice["token_ids"][:-1], skip_special_tokens=True)
     chat = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "seed": 1}).json()
     assert chat["choices"][0]["token_ids"] == choice["token_ids"]  # same prompt ids + seed -> same output
-    stream = sse_events(post(vllm_sim, "/v1/completions", {"prompt": RECORDED_PROMPT, "return_token_ids": True,
-                                                            "max_tokens": 400, "seed": 1, "stream": True}).text)
+    stream = sse_events(
+        post(
+            vllm_sim,
+            "/v1/completions",
+            {"prompt": RECORDED_PROMPT, "return_token_ids": True, "max_tokens": 400, "seed": 1, "stream": True},
+        ).text
+    )
     assert stream[0]["choices"][0]["prompt_token_ids"] == RECORDED_PROMPT
     assert [i for e in stream[:-1] for i in e["choices"][0]["token_ids"]] == choice["token_ids"]
     assert post(vllm_sim, "/v1/completions", {"prompt": RECORDED_PROMPT}).json()["usage"]["completion_tokens"] == 16
@@ -157,14 +195,18 @@ def test_vllm_tokenize_and_detokenize(vllm_sim):
 
 
 def test_vllm_thinking_off_and_max_tokens_cut(vllm_sim):
-    off = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                    "chat_template_kwargs": {"thinking": False}}).json()
+    off = post(
+        vllm_sim,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "return_token_ids": True, "chat_template_kwargs": {"thinking": False}},
+    ).json()
     choice = off["choices"][0]
     assert off["prompt_token_ids"][-2:] == [OPEN, CLOSE]
     assert CLOSE not in choice["token_ids"] and choice["token_ids"][-1] == STOP
     assert choice["message"]["reasoning"] is None and choice["message"]["content"]
-    cut = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                    "max_tokens": 5}).json()["choices"][0]
+    cut = post(
+        vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "max_tokens": 5}
+    ).json()["choices"][0]
     assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5 and cut["message"]["content"] is None
 
 
@@ -173,8 +215,9 @@ def test_vllm_client_errors_like_real_vllm(vllm_sim):
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "NotFoundError"
     too_long = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10**6})
     assert too_long.status_code == 400 and "too large" in too_long.json()["error"]["message"]
-    bad_json = httpx.post(vllm_sim.url + "/v1/chat/completions", content=b"{not json",
-                          headers={"content-type": "application/json"})
+    bad_json = httpx.post(
+        vllm_sim.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
     missing = CLIENT.get(vllm_sim.url + "/get_model_info")
     assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
@@ -185,8 +228,17 @@ def test_vllm_client_errors_like_real_vllm(vllm_sim):
 
 
 def test_vllm_logprobs(vllm_sim):
-    body = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "logprobs": True,
-                                                     "top_logprobs": 2, "return_tokens_as_token_ids": True}).json()
+    body = post(
+        vllm_sim,
+        "/v1/chat/completions",
+        {
+            "messages": MESSAGES,
+            "return_token_ids": True,
+            "logprobs": True,
+            "top_logprobs": 2,
+            "return_tokens_as_token_ids": True,
+        },
+    ).json()
     entries = body["choices"][0]["logprobs"]["content"]
     ids = body["choices"][0]["token_ids"]
     assert [e["token"] for e in entries] == [f"token_id:{i}" for i in ids]
@@ -204,15 +256,24 @@ def test_sglang_info_endpoints_say_simulator(sgl_sim):
 
 def test_sglang_generate_matches_recorded_shape(sgl_sim):
     rec = recording("sgl_generate.json")
-    body = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 500,
-                                                                                         "temperature": 0}}).json()
+    body = post(
+        sgl_sim,
+        "/generate",
+        {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 500, "temperature": 0}},
+    ).json()
     assert body.keys() == rec.keys() and body["meta_info"].keys() == rec["meta_info"].keys()
     ids, meta = body["output_ids"], body["meta_info"]
     assert meta["finish_reason"] == {"type": "stop", "matched": STOP} and ids[-1] == STOP
     assert meta["completion_tokens"] == len(ids) and meta["prompt_tokens"] == 28 and meta["reasoning_tokens"] == 0
     assert body["text"] == sgl_sim.tokenizer.decode(ids[:-1], skip_special_tokens=True)
-    raw = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {
-        "max_new_tokens": 500, "skip_special_tokens": False, "no_stop_trim": True}}).json()
+    raw = post(
+        sgl_sim,
+        "/generate",
+        {
+            "input_ids": RECORDED_PROMPT,
+            "sampling_params": {"max_new_tokens": 500, "skip_special_tokens": False, "no_stop_trim": True},
+        },
+    ).json()
     assert raw["output_ids"] == ids and raw["text"].endswith("<|im_end|>") and "</think>" in raw["text"]
     by_text = post(sgl_sim, "/generate", {"text": sgl_sim.tokenizer.decode(RECORDED_PROMPT)}).json()
     assert by_text["output_ids"] == ids
@@ -221,8 +282,9 @@ def test_sglang_generate_matches_recorded_shape(sgl_sim):
 def test_sglang_generate_length_and_stop_token_ids(sgl_sim):
     cut = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 4}}).json()
     assert cut["meta_info"]["finish_reason"] == {"type": "length", "length": 4} and len(cut["output_ids"]) == 4
-    at_close = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {
-        "stop_token_ids": [CLOSE]}}).json()
+    at_close = post(
+        sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"stop_token_ids": [CLOSE]}}
+    ).json()
     assert at_close["output_ids"][-1] == CLOSE and at_close["meta_info"]["finish_reason"]["matched"] == CLOSE
 
 
@@ -235,11 +297,16 @@ def test_sglang_generate_validation_errors(sgl_sim):
 
 def test_sglang_generate_stream_cumulative(sgl_sim):
     full = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 500}}).json()
-    events = sse_events(post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True,
-                                                     "sampling_params": {"max_new_tokens": 500}}).text)
+    events = sse_events(
+        post(
+            sgl_sim,
+            "/generate",
+            {"input_ids": RECORDED_PROMPT, "stream": True, "sampling_params": {"max_new_tokens": 500}},
+        ).text
+    )
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
-    for prev, cur in zip(chunks, chunks[1:]):
+    for prev, cur in itertools.pairwise(chunks):
         assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
         assert prev["meta_info"]["finish_reason"] is None
     assert chunks[-1]["output_ids"] == full["output_ids"] and chunks[-1]["text"] == full["text"]
@@ -280,9 +347,14 @@ def test_sglang_chat_non_special_think_splits(sgl_ns_sim):
     cut = ids.index(CLOSE)
     tok = sgl_ns_sim.tokenizer
     assert choice["message"]["reasoning_content"] == tok.decode(ids[:cut]).strip()
-    assert choice["message"]["content"] == tok.decode(ids[cut + 1:-1]).strip() != ""
-    events = sse_events(post(sgl_ns_sim, "/v1/chat/completions", {"messages": MESSAGES, "stream": True,
-                                                                  "stream_options": {"include_usage": True}}).text)
+    assert choice["message"]["content"] == tok.decode(ids[cut + 1 : -1]).strip() != ""
+    events = sse_events(
+        post(
+            sgl_ns_sim,
+            "/v1/chat/completions",
+            {"messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}},
+        ).text
+    )
     deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
     assert "".join(d.get("content", "") for d in deltas) == choice["message"]["content"]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == choice["message"]["reasoning_content"]
@@ -296,8 +368,11 @@ def test_sglang_chat_stream_with_ids_is_refused_like_recorded(sgl_sim):
 
 
 def test_sglang_chat_thinking_off(sgl_sim):
-    body = post(sgl_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                   "chat_template_kwargs": {"thinking": False}}).json()
+    body = post(
+        sgl_sim,
+        "/v1/chat/completions",
+        {"messages": MESSAGES, "return_token_ids": True, "chat_template_kwargs": {"thinking": False}},
+    ).json()
     choice = body["choices"][0]
     assert choice["prompt_token_ids"][-2:] == [OPEN, CLOSE] and CLOSE not in choice["response_token_ids"]
     assert choice["message"]["reasoning_content"] is None and choice["message"]["content"]
@@ -325,8 +400,9 @@ def test_quirk_no_id_fields():
     with start_simulator(SimConfig(kind="vllm", quirks={"no-id-fields": True})) as sim:
         body = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()
         assert "prompt_token_ids" not in body and "token_ids" not in body["choices"][0]
-        events = sse_events(post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                                "stream": True}).text)
+        events = sse_events(
+            post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "stream": True}).text
+        )
         assert not any("token_ids" in e["choices"][0] or "prompt_token_ids" in e for e in events[:-1])
     with start_simulator(SimConfig(kind="sglang", quirks={"no-id-fields": True})) as sim:
         assert "output_ids" not in post(sim, "/generate", {"input_ids": RECORDED_PROMPT}).json()
@@ -342,13 +418,17 @@ def test_quirk_prompt_prefix_bug_and_chat_ids_name():
         assert len(body["output_ids"]) == body["meta_info"]["completion_tokens"] + 5
         chunks = sse_events(post(sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True}).text)
         assert chunks[0]["output_ids"][:5] == RECORDED_PROMPT[-5:]
-        choice = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()["choices"][0]
+        choice = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()["choices"][
+            0
+        ]
         assert "token_ids" in choice and "response_token_ids" not in choice
 
 
 def test_quirk_parser_all_reasoning():
     with start_simulator(SimConfig(kind="vllm", quirks={"parser-all-reasoning": True})) as sim:
-        choice = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()["choices"][0]
+        choice = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()["choices"][
+            0
+        ]
         ids = choice["token_ids"]
         assert CLOSE in ids and choice["message"]["content"] is None
         assert choice["message"]["reasoning"] == sim.tokenizer.decode(ids[:-1], skip_special_tokens=True)
@@ -374,8 +454,14 @@ def test_counted_faults_in_order_then_success():
         with pytest.raises(json.JSONDecodeError):  # malformed-json
             bad.json()
         assert post(sim, "/v1/chat/completions", req).json()["choices"][0]["message"]["reasoning"]
-        assert dict(sim.stats.faults) == {"stall": 1, "drop-connection": 1, "http-500": 1, "http-503": 2,
-                                          "http-429": 1, "malformed-json": 1}
+        assert dict(sim.stats.faults) == {
+            "stall": 1,
+            "drop-connection": 1,
+            "http-500": 1,
+            "http-503": 2,
+            "http-429": 1,
+            "malformed-json": 1,
+        }
         assert sim.stats.generation == 8 and sim.stats.requests["/v1/chat/completions"] == 8
 
 
@@ -450,7 +536,7 @@ def test_model_round_trips_and_long_outputs(vllm_sim):
     out = model.generate(RECORDED_PROMPT, seed=3).output_ids
     cut = out.index(CLOSE)
     assert tok.encode(tok.decode(out[:cut])) == out[:cut]
-    assert tok.encode(tok.decode(out[cut + 1:-1])) == out[cut + 1:-1]
+    assert tok.encode(tok.decode(out[cut + 1 : -1])) == out[cut + 1 : -1]
     long = SimModel(tok, profile, output_tokens=2000).generate(RECORDED_PROMPT, seed=4)
     assert len(long.output_ids) == 2000 and long.output_ids[-1] == STOP and long.output_ids.count(CLOSE) == 1
     cut_long = SimModel(tok, profile, output_tokens=2000).generate(RECORDED_PROMPT, seed=4, max_tokens=100)
@@ -466,8 +552,11 @@ def test_qwen3_model_opens_reasoning_itself():
         ids = on["choices"][0]["token_ids"]
         assert ids[0] == 151667 and ids.count(151668) == 1 and ids[-1] == 151645
         assert on["choices"][0]["message"]["reasoning"] and on["choices"][0]["message"]["content"]
-        off = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True,
-                                                  "chat_template_kwargs": {"enable_thinking": False}}).json()
+        off = post(
+            sim,
+            "/v1/chat/completions",
+            {"messages": MESSAGES, "return_token_ids": True, "chat_template_kwargs": {"enable_thinking": False}},
+        ).json()
         off_ids = off["choices"][0]["token_ids"]
         assert 151667 not in off_ids and 151668 not in off_ids and off["choices"][0]["message"]["reasoning"] is None
 
@@ -482,9 +571,13 @@ def _free_port() -> int:
 def test_cli_starts_answers_and_stops():
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*TOKVIEW, "sim", "--kind", "sglang", "--port", str(port),
-                             "--quirk", "http-503=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [*TOKVIEW, "sim", "--kind", "sglang", "--port", str(port), "--quirk", "http-503=1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         banner = proc.stdout.readline()
         assert "SIMULATOR of SGLang 0.5.23" in banner and f"127.0.0.1:{port}" in banner
@@ -500,7 +593,6 @@ def test_cli_starts_answers_and_stops():
 
 
 def test_cli_bad_quirk_is_one_line_error():
-    proc = subprocess.run([*TOKVIEW, "sim", "--quirk", "http-999=1"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([*TOKVIEW, "sim", "--quirk", "http-999=1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown quirk" in proc.stderr

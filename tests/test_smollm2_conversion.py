@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from live import make_smollm2 as conv
 from plain_tokenizer import build_plain_tokenizer_dir
 
@@ -48,20 +47,26 @@ def test_tensor_names():
 
 def _hf_tensors(vocab: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    t = {"model.embed_tokens.weight": rng.standard_normal((vocab, HIDDEN)),
-         "model.norm.weight": rng.standard_normal(HIDDEN)}
+    t = {
+        "model.embed_tokens.weight": rng.standard_normal((vocab, HIDDEN)),
+        "model.norm.weight": rng.standard_normal(HIDDEN),
+    }
     head_dim = HIDDEN // HEADS
     for i in range(LAYERS):
         p = f"model.layers.{i}."
-        t.update({p + "input_layernorm.weight": rng.standard_normal(HIDDEN),
-                  p + "post_attention_layernorm.weight": rng.standard_normal(HIDDEN),
-                  p + "self_attn.q_proj.weight": rng.standard_normal((HIDDEN, HIDDEN)),
-                  p + "self_attn.k_proj.weight": rng.standard_normal((KV_HEADS * head_dim, HIDDEN)),
-                  p + "self_attn.v_proj.weight": rng.standard_normal((KV_HEADS * head_dim, HIDDEN)),
-                  p + "self_attn.o_proj.weight": rng.standard_normal((HIDDEN, HIDDEN)),
-                  p + "mlp.gate_proj.weight": rng.standard_normal((FFN, HIDDEN)),
-                  p + "mlp.up_proj.weight": rng.standard_normal((FFN, HIDDEN)),
-                  p + "mlp.down_proj.weight": rng.standard_normal((HIDDEN, FFN))})
+        t.update(
+            {
+                p + "input_layernorm.weight": rng.standard_normal(HIDDEN),
+                p + "post_attention_layernorm.weight": rng.standard_normal(HIDDEN),
+                p + "self_attn.q_proj.weight": rng.standard_normal((HIDDEN, HIDDEN)),
+                p + "self_attn.k_proj.weight": rng.standard_normal((KV_HEADS * head_dim, HIDDEN)),
+                p + "self_attn.v_proj.weight": rng.standard_normal((KV_HEADS * head_dim, HIDDEN)),
+                p + "self_attn.o_proj.weight": rng.standard_normal((HIDDEN, HIDDEN)),
+                p + "mlp.gate_proj.weight": rng.standard_normal((FFN, HIDDEN)),
+                p + "mlp.up_proj.weight": rng.standard_normal((FFN, HIDDEN)),
+                p + "mlp.down_proj.weight": rng.standard_normal((HIDDEN, FFN)),
+            }
+        )
     return {k: v.astype(np.float32) for k, v in t.items()}
 
 
@@ -75,8 +80,11 @@ def tiny_gguf(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray], dict]:
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok_json["model"]["merges"]]
     specials = {a["content"] for a in tok_json["added_tokens"]}
     hf = _hf_tensors(len(tokens))
-    back = {conv.hf_name(n): n for n in ["token_embd.weight", "output_norm.weight"] + [
-        f"blk.{i}.{k}" for i in range(LAYERS) for k in conv._BLOCK_NAMES]}
+    back = {
+        conv.hf_name(n): n
+        for n in ["token_embd.weight", "output_norm.weight"]
+        + [f"blk.{i}.{k}" for i in range(LAYERS) for k in conv._BLOCK_NAMES]
+    }
     path = tmp / "tiny.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(LAYERS)
@@ -137,9 +145,14 @@ def test_convert_gives_back_the_hf_weights_config_and_tokenizer(tiny_gguf, tmp_p
             assert np.abs(llama_cpp_permute(want, heads) - got).max() > 4 * step, name
 
     config = json.loads((out / "config.json").read_text())
-    assert (config["num_hidden_layers"], config["num_attention_heads"], config["num_key_value_heads"],
-            config["head_dim"], config["intermediate_size"], config["tie_word_embeddings"]) == (
-        LAYERS, HEADS, KV_HEADS, HIDDEN // HEADS, FFN, True)
+    assert (
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["head_dim"],
+        config["intermediate_size"],
+        config["tie_word_embeddings"],
+    ) == (LAYERS, HEADS, KV_HEADS, HIDDEN // HEADS, FFN, True)
     assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2
 

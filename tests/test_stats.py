@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tokview.store import Store
-
 from test_store_fixtures import make_capture, put
+
+from tokview.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
@@ -65,7 +65,7 @@ def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
     db = _db(tmp_path)
     assert main(["stats", "--db", str(db), "--samples"]) == 0
     out = capsys.readouterr().out.splitlines()
-    listed = [line.split("\t") for line in out[out.index(next(x for x in out if x.startswith("sample ids"))) + 1:]]
+    listed = [line.split("\t") for line in out[out.index(next(x for x in out if x.startswith("sample ids"))) + 1 :]]
     assert "sample ids (all 3;" in out[-4]
     with Store(db) as store:
         stored = {r.sample_id: r for r in store.samples_page(limit=10)}
@@ -95,8 +95,9 @@ def test_a_missing_database_names_the_flag(tmp_path, capsys):
 def test_stats_into_a_closed_pipe_exits_quietly(tmp_path):
     # `tokview stats | head`: the reader goes away before tokview writes; no "Broken pipe" error line
     db = _db(tmp_path)
-    proc = subprocess.Popen([*TOKVIEW, "stats", "--db", str(db), "--samples"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT)
+    proc = subprocess.Popen(
+        [*TOKVIEW, "stats", "--db", str(db), "--samples"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
     proc.stdout.close()  # the reader is gone before the first write
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
@@ -107,14 +108,21 @@ def test_failures_are_listed_by_reason_class(tmp_path):
     db = tmp_path / "f.duckdb"
     with Store(db) as store:
         for i in range(3):
-            store.put_failure(f"p{i}", None, "run1", f"HTTP 500 from POST /generate: worker {i} crashed "
-                                                     f"(gave up after 4 attempts)")
-        store.put_failure("p9", None, "run1", "over_max_length: the prompt has 9000 tokens; the server's "
-                                              "max_model_len is 2048, which leaves no room for output")
+            store.put_failure(
+                f"p{i}", None, "run1", f"HTTP 500 from POST /generate: worker {i} crashed (gave up after 4 attempts)"
+            )
+        store.put_failure(
+            "p9",
+            None,
+            "run1",
+            "over_max_length: the prompt has 9000 tokens; the server's "
+            "max_model_len is 2048, which leaves no room for output",
+        )
     out = _cli("stats", "--db", str(db))
     lines = [line.strip() for line in out.stdout.splitlines()]
-    assert any(line.startswith("3  HTTP 500 from POST /generate  (e.g. HTTP 500 from POST /generate: worker")
-               for line in lines), out.stdout
+    assert any(
+        line.startswith("3  HTTP 500 from POST /generate  (e.g. HTTP 500 from POST /generate: worker") for line in lines
+    ), out.stdout
     assert any(line.startswith("1  over_max_length  (e.g. over_max_length: the prompt has 9000") for line in lines)
     js = json.loads(_cli("stats", "--db", str(db), "--json").stdout)
     assert js["failures"]["by_class"] == {"HTTP 500 from POST /generate": 3, "over_max_length": 1}

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from test_store_fixtures import kimi, make_capture, profile, put
 
 from tokview.core.analysis import analyze
 from tokview.store import LATEST_VERSION, SampleFilter, SchemaError, Store, UnknownSample
-
-from test_store_fixtures import kimi, make_capture, profile, put
 
 
 @pytest.fixture
@@ -101,8 +100,13 @@ def test_filters_order_and_paging(store):
 
 
 def test_failures_runs_and_stats(store):
-    store.put_run("run1", settings={"temperature": 0}, profile="kimi-k2.5", tokenizer_hash="abc",
-                  server_info=[{"url": "http://x", "kind": "vllm", "version": "0.16"}])
+    store.put_run(
+        "run1",
+        settings={"temperature": 0},
+        profile="kimi-k2.5",
+        tokenizer_hash="abc",
+        server_info=[{"url": "http://x", "kind": "vllm", "version": "0.16"}],
+    )
     put(store, "p1", make_capture())
     put(store, "p2", make_capture(finish_reason="length", stop=False))
     store.put_failure("p3", "p3@x_gen0", "run1", "HTTP 500", server="http://x")
@@ -132,6 +136,7 @@ def test_schema_versioned_and_reopen(tmp_path):
 
 def test_memory_store_and_threads():
     import threading
+
     with Store(":memory:") as s:
         caps = [make_capture(answer=f"yes {i}") for i in range(8)]
         threads = [threading.Thread(target=put, args=(s, f"p{i}", c)) for i, c in enumerate(caps)]
@@ -144,10 +149,10 @@ def test_memory_store_and_threads():
 
 def test_ui_reads_go_through_store_methods(tmp_path, kimi_tok, kimi_profile):
     """run_ids / stored_conversations / length_distribution / finish_reasons: what the app's panels read."""
+    from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
+
     from tokview.core.analysis import analyze
     from tokview.core.record import Capture
-
-    from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
 
     messages = [{"role": "user", "content": "What is 6 times 7?"}]
     with Store(tmp_path / "s.duckdb") as store:

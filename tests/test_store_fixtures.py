@@ -23,26 +23,56 @@ def profile():
     return get_profile("kimi-k2.5")
 
 
-def make_capture(question: str = "what is the answer", reasoning: str = "Okay , let me think",
-                 answer: str = "The answer is forty - two", *, finish_reason: str = "stop", history=None,
-                 stop: bool = True, reasoning_text: str | None = None) -> Capture:
+def make_capture(
+    question: str = "what is the answer",
+    reasoning: str = "Okay , let me think",
+    answer: str = "The answer is forty - two",
+    *,
+    finish_reason: str = "stop",
+    history=None,
+    stop: bool = True,
+    reasoning_text: str | None = None,
+) -> Capture:
     tok = kimi()
     messages = list(history or []) + [{"role": "user", "content": question}]
     prompt = tok.render(messages, template_kwargs={"thinking": True})
     output = tok.encode(reasoning) + [THINK_CLOSE] + tok.encode(answer) + ([IM_END] if stop else [])
     return Capture(
-        prompt_ids=prompt, output_ids=output, finish_reason=finish_reason, matched_stop=IM_END if stop else None,
-        reasoning=reasoning if reasoning_text is None else reasoning_text, content=answer,
-        reasoning_field="reasoning", usage={"prompt_tokens": len(prompt), "completion_tokens": len(output),
-                                            "total_tokens": len(prompt) + len(output)},
-        settings=dict(SETTINGS), messages=messages, endpoint="vllm-chat", server_url="http://127.0.0.1:8000",
-        server_kind="vllm", server_version="0.16.0", model="kimi-sim",
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason=finish_reason,
+        matched_stop=IM_END if stop else None,
+        reasoning=reasoning if reasoning_text is None else reasoning_text,
+        content=answer,
+        reasoning_field="reasoning",
+        usage={
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(output),
+            "total_tokens": len(prompt) + len(output),
+        },
+        settings=dict(SETTINGS),
+        messages=messages,
+        endpoint="vllm-chat",
+        server_url="http://127.0.0.1:8000",
+        server_kind="vllm",
+        server_version="0.16.0",
+        model="kimi-sim",
         raw_request={"model": "kimi-sim", "messages": messages, "api_key": "sk-secret"},
-        raw_response={"choices": [{"message": {"content": answer}}]}, latency_s=0.25)
+        raw_response={"choices": [{"message": {"content": answer}}]},
+        latency_s=0.25,
+    )
 
 
 def put(store, prompt_id: str, capture: Capture, *, run_id: str = "run1", index: int = 0, turn=None) -> str:
     sid = sample_id_for(prompt_id, SETTINGS, index, turn)
-    store.put_sample(sid, prompt_id, run_id, capture, analyze(capture, profile(), kimi()), gen_index=index,
-                     turn=turn, profile="kimi-k2.5")
+    store.put_sample(
+        sid,
+        prompt_id,
+        run_id,
+        capture,
+        analyze(capture, profile(), kimi()),
+        gen_index=index,
+        turn=turn,
+        profile="kimi-k2.5",
+    )
     return sid

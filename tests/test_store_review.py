@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from test_store_fixtures import make_capture, put
 
 from tokview.store import Store, StoreError
 from tokview.store.records import scrub
-
-from test_store_fixtures import make_capture, put
 
 
 @pytest.fixture
@@ -32,10 +31,15 @@ def test_credentials_never_reach_the_database_file(store, monkeypatch, tmp_path)
     cap.raw_request["url"] = "http://alice:tok3n@127.0.0.1:8000/v1/chat/completions"
     put(store, "p1", cap)
     store.put_run("run1", server_info=[{"url": "http://alice:tok3n@127.0.0.1:8000", "kind": "vllm"}])
-    store.put_failure("p2", "p2@x_gen0", "run1", "HTTP 401: invalid api key sk-envkey",
-                      server="http://alice:tok3n@127.0.0.1:8000")
-    dump = " ".join(str(v) for table in ("samples", "runs", "failures")
-                    for row in store.query(f"SELECT * FROM {table}") for v in row)
+    store.put_failure(
+        "p2", "p2@x_gen0", "run1", "HTTP 401: invalid api key sk-envkey", server="http://alice:tok3n@127.0.0.1:8000"
+    )
+    dump = " ".join(
+        str(v)
+        for table in ("samples", "runs", "failures")
+        for row in store.query(f"SELECT * FROM {table}")
+        for v in row
+    )
     assert "tok3n" not in dump and "sk-envkey" not in dump and "alice" not in dump
     assert "127.0.0.1:8000" in dump
 
@@ -67,8 +71,11 @@ def test_ordinary_prose_is_stored_unchanged_while_secrets_are_masked(tmp_path, m
     """Payloads keep every word a person wrote; only secret-named keys and known secret values go."""
     monkeypatch.setenv("TOKVIEW_API_KEY", "sk-envkey")
     cap = make_capture(question=PROSE + " (key sk-envkey)")
-    cap.raw_request = {"url": "http://bob:pw-s3cret@127.0.0.1:8000/v1/chat/completions",
-                       "headers": {"Authorization": "Bearer abc.def"}, "body": {"messages": cap.messages}}
+    cap.raw_request = {
+        "url": "http://bob:pw-s3cret@127.0.0.1:8000/v1/chat/completions",
+        "headers": {"Authorization": "Bearer abc.def"},
+        "body": {"messages": cap.messages},
+    }
     cap.raw_response = {"choices": [{"message": {"content": "a basic idea: " + PROSE}}]}
     with Store(tmp_path / "p.duckdb", server_urls=["http://carol:c4rol-pw@127.0.0.1:8000"]) as store:
         sid = put(store, "p1", cap)
@@ -87,6 +94,7 @@ def test_ordinary_prose_is_stored_unchanged_while_secrets_are_masked(tmp_path, m
 
 def test_put_sample_new_skips_the_lookup_and_none_still_checks(store):
     from test_store_fixtures import SETTINGS, kimi, profile
+
     from tokview.core.analysis import analyze
     from tokview.core.record import sample_id_for
 
@@ -120,5 +128,6 @@ def test_a_version_1_file_migrates_to_2_with_its_data_and_a_failures_index(tmp_p
     with Store(path) as s:
         assert s.query("SELECT max(version) FROM schema_version") == [(LATEST_VERSION,)]
         assert s.query("SELECT index_name FROM duckdb_indexes() WHERE table_name = 'failures'") == [
-            ("failures_sample_idx",)]
+            ("failures_sample_idx",)
+        ]
         assert s.stats()["failures"]["total"] == 1

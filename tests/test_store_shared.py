@@ -9,12 +9,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from test_store_fixtures import kimi, make_capture, profile
 
 from tokview.core.analysis import analyze
 from tokview.store import SchemaError, Store, StoreError
 from tokview.store.parts import complete_parts
-
-from test_store_fixtures import kimi, make_capture, profile
 
 
 def record(store: Store, sid: str, prompt: str = "p1", question: str = "what is the answer") -> dict:
@@ -24,8 +23,10 @@ def record(store: Store, sid: str, prompt: str = "p1", question: str = "what is 
 
 def test_parts_land_in_one_ingest_and_ingest_is_idempotent(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
-        store.write_part([record(store, "a"), record(store, "b")], [{"prompt_id": "p3", "sample_id": "c",
-                                                                     "run_id": "run1", "reason": "HTTP 500"}])
+        store.write_part(
+            [record(store, "a"), record(store, "b")],
+            [{"prompt_id": "p3", "sample_id": "c", "run_id": "run1", "reason": "HTTP 500"}],
+        )
         store.write_part([record(store, "a")])  # a second writer produced the same sample: stored once
         assert store.count_samples() == 0  # not landed yet: parts only
         assert store.ingest() == (2, 1)
@@ -82,7 +83,9 @@ def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
     conn.close()
     with Store(path) as store:
         assert sorted(store.query("SELECT sample_id, reason FROM failures"), key=str) == [
-            ("p1@x", "try 1"), (None, "bad row")]
+            ("p1@x", "try 1"),
+            (None, "bad row"),
+        ]
         assert store.query("SELECT attempts FROM failure_attempts") == [(3,)]
 
 
@@ -153,9 +156,18 @@ def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
         store.write_part([record(store, "a")])
         store.ingest()
         # another process can open the file while this Store is alive
-        out = subprocess.run([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
-                              "print(c.execute('SELECT count(*) FROM samples').fetchone()[0])", str(db)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import duckdb, sys; c = duckdb.connect(sys.argv[1]); "
+                "print(c.execute('SELECT count(*) FROM samples').fetchone()[0])",
+                str(db),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.stdout.strip() == "1", out.stderr
         with store.hold():
             assert store.count_samples() == 1 and store.stats()["samples"] == 1

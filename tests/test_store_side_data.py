@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import duckdb
+from test_store_fixtures import kimi, make_capture, profile
 
 from tokview.core.analysis import analyze
 from tokview.core.spec_decode import SpecDecode
 from tokview.store import SampleFilter, Store
 from tokview.store.schema import MIGRATIONS
 from tokview.store.token_data import put_target_score
-
-from test_store_fixtures import kimi, make_capture, profile
 
 
 def _put(store, sid, **fields):
@@ -22,11 +21,26 @@ def _put(store, sid, **fields):
 
 
 def test_side_data_round_trips(tmp_path):
-    spec = SpecDecode("vllm", 2, 6, 3, histogram=[0, 1, 1, 0], per_step_accepted=[1, 2], per_step_drafted=[3, 3],
-                      num_spec_tokens=3, reported={"mean_acceptance_length": 2.5}).to_dict()
+    spec = SpecDecode(
+        "vllm",
+        2,
+        6,
+        3,
+        histogram=[0, 1, 1, 0],
+        per_step_accepted=[1, 2],
+        per_step_drafted=[3, 3],
+        num_spec_tokens=3,
+        reported={"mean_acceptance_length": 2.5},
+    ).to_dict()
     with Store(tmp_path / "s.duckdb") as store:
-        cap = _put(store, "a@x_gen0", spec_decode=spec, output_logprobs=[-0.5] * 3, output_top_ids=[[1, 2]] * 3,
-                   output_top_logprobs=[[-0.5, -1.5]] * 3)
+        cap = _put(
+            store,
+            "a@x_gen0",
+            spec_decode=spec,
+            output_logprobs=[-0.5] * 3,
+            output_top_ids=[[1, 2]] * 3,
+            output_top_logprobs=[[-0.5, -1.5]] * 3,
+        )
         got = store.load_sample("a@x_gen0").capture
         assert got.spec_decode == spec and got.output_top_ids == [[1, 2]] * 3
         assert got.output_top_logprobs == [[-0.5, -1.5]] * 3 and got.output_logprobs == [-0.5] * 3
@@ -68,8 +82,11 @@ def test_sort_and_filter_by_acceptance_length_and_mean_nll(tmp_path):
             if nll is not None:
                 cap.target_logprobs, cap.target_score = [-nll], {"mean_nll": nll}
                 put_target_score(store, sid, cap, None)
-        assert [r.sample_id for r in store.samples_page(order_by="acceptance_length")] == \
-            ["a@x_gen0", "b@x_gen0", "c@x_gen0"]
+        assert [r.sample_id for r in store.samples_page(order_by="acceptance_length")] == [
+            "a@x_gen0",
+            "b@x_gen0",
+            "c@x_gen0",
+        ]
         assert [r.sample_id for r in store.samples_page(order_by="-mean_nll")][:2] == ["b@x_gen0", "a@x_gen0"]
         assert [r.sample_id for r in store.samples_page(SampleFilter(max_acceptance=2.0))] == ["a@x_gen0"]
         assert store.count_samples(SampleFilter(max_nll=1.0)) == 1

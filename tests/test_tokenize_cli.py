@@ -36,7 +36,7 @@ def test_texts_with_special_ids_marked(capsys, tiktoken_dir):
 
 
 def test_json_one_object_per_line_from_stdin(capsys, monkeypatch, kimi_tok_dir, kimi_tok):
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("a b\n<|im_end|>\n\n".encode())))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a b\n<|im_end|>\n\n")))
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--json", "first", "-")
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [r["text"] for r in rows] == ["first", "a b", "<|im_end|>", ""]
@@ -51,8 +51,9 @@ def test_chat_prints_the_prompt_ids_tokview_sends(capsys, tmp_path, tiktoken_dir
     chat = tmp_path / "chat.json"
     messages = [{"role": "user", "content": "What is 6 times 7?"}]
     chat.write_text(json.dumps(messages))
-    code, out, _ = _run(capsys, "--tokenizer", tiktoken_dir, "--chat", chat, "--json",
-                        "--thinking" if thinking else "--no-thinking")
+    code, out, _ = _run(
+        capsys, "--tokenizer", tiktoken_dir, "--chat", chat, "--json", "--thinking" if thinking else "--no-thinking"
+    )
     (row,) = [json.loads(line) for line in out.splitlines()]
     expected = load_tokenizer(tiktoken_dir).render(messages, template_kwargs={"thinking": thinking})
     assert code == 0 and row["ids"] == expected
@@ -61,30 +62,50 @@ def test_chat_prints_the_prompt_ids_tokview_sends(capsys, tmp_path, tiktoken_dir
 
 def test_chat_with_several_assistant_turns(capsys, tmp_path, kimi_tok_dir):
     chat = tmp_path / "chat.json"
-    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                                             {"role": "user", "content": "c"}]}))
+    chat.write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                    {"role": "user", "content": "c"},
+                ]
+            }
+        )
+    )
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", chat)
     assert code == 0
     assert [line.split(" '")[0] for line in out.splitlines() if line.startswith("chat prompt")] == [
-        'chat prompt (assistant turn 0) {"thinking": true}', 'chat prompt (assistant turn 1) {"thinking": true}']
+        'chat prompt (assistant turn 0) {"thinking": true}',
+        'chat prompt (assistant turn 1) {"thinking": true}',
+    ]
 
 
-@pytest.mark.parametrize("setup, expected", [
-    (lambda d: d, "no tokenizer files in {d}"),
-    (lambda d: (d / "f.json").write_text("{}") and d / "f.json", "tokenizer path {d}/f.json is a file, not a folder"),
-    (lambda d: d / "missing", "tokenizer directory not found: {d}/missing"),
-])
+@pytest.mark.parametrize(
+    "setup, expected",
+    [
+        (lambda d: d, "no tokenizer files in {d}"),
+        (
+            lambda d: (d / "f.json").write_text("{}") and d / "f.json",
+            "tokenizer path {d}/f.json is a file, not a folder",
+        ),
+        (lambda d: d / "missing", "tokenizer directory not found: {d}/missing"),
+    ],
+)
 def test_folders_that_cannot_load_are_one_line(capsys, tmp_path, setup, expected):
     code, out, err = _run(capsys, "--tokenizer", setup(tmp_path), "hi")
     assert code == 1 and out == ""
     assert err.startswith("tokview: error: " + expected.format(d=tmp_path)) and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("content, expected", [
-    ("[{\"role\": \"user\", \"content\": \"a\tb\"}]", "is not valid JSON: Invalid control character"),
-    ("[{\"role\": \"wizard\", \"content\": \"a\"}]", "unknown role 'wizard'"),
-    ("{\"nothing\": 1}", "no `messages`"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('[{"role": "user", "content": "a\tb"}]', "is not valid JSON: Invalid control character"),
+        ('[{"role": "wizard", "content": "a"}]', "unknown role 'wizard'"),
+        ('{"nothing": 1}', "no `messages`"),
+    ],
+)
 def test_bad_chat_files_are_one_line(capsys, tmp_path, kimi_tok_dir, content, expected):
     chat = tmp_path / "chat.json"
     chat.write_text(content)

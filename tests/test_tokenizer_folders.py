@@ -16,8 +16,12 @@ import pytest
 
 from tokview.core.tokenizer import LOADED_TOKENIZER_JSON, TokenizerError, load_tokenizer
 
-TEXTS = ["Okay, let me think about this carefully.", "<|im_user|>user<|im_middle|>hi<|im_end|><think>",
-         "中文 and émoji 👍 1234567", "   spaces\n\n\ttabs "]
+TEXTS = [
+    "Okay, let me think about this carefully.",
+    "<|im_user|>user<|im_middle|>hi<|im_end|><think>",
+    "中文 and émoji 👍 1234567",
+    "   spaces\n\n\ttabs ",
+]
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
 
 
@@ -32,9 +36,16 @@ def _folder(tmp_path, source, config: dict, files=("tokenizer.json",), name="fol
 
 
 def _kimi_config(kimi_tok_dir, **changes):
-    cfg = {"backend": "tokenizers", "bos_token": "[BOS]", "eos_token": "<|im_end|>", "unk_token": "[UNK]",
-           "pad_token": "[PAD]", "model_max_length": 4096, "tokenizer_class": "TokenizersBackend",
-           "extra_special_tokens": ["<|im_user|>", "<|im_assistant|>", "<|im_middle|>"]}
+    cfg = {
+        "backend": "tokenizers",
+        "bos_token": "[BOS]",
+        "eos_token": "<|im_end|>",
+        "unk_token": "[UNK]",
+        "pad_token": "[PAD]",
+        "model_max_length": 4096,
+        "tokenizer_class": "TokenizersBackend",
+        "extra_special_tokens": ["<|im_user|>", "<|im_assistant|>", "<|im_middle|>"],
+    }
     cfg.update(changes)
     return cfg
 
@@ -46,14 +57,19 @@ def _same_as(tok, ref):
         assert tok.decode(tok.encode(text)) == text
     assert tok.vocab_size == ref.vocab_size and tok.eos_token_id == ref.eos_token_id
     assert tok.render(MESSAGES, template_kwargs={"thinking": True}) == ref.render(
-        MESSAGES, template_kwargs={"thinking": True})
+        MESSAGES, template_kwargs={"thinking": True}
+    )
     assert tok.pieces(ref.encode(TEXTS[1])) == ref.pieces(ref.encode(TEXTS[1]))
 
 
 @pytest.mark.parametrize("tokenizer_class", ["TokenizersBackend", "FutureTokenizerV9"])
 def test_unknown_or_new_class_loads_from_tokenizer_json(tmp_path, kimi_tok_dir, kimi_tok, tokenizer_class):
-    d = _folder(tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir, tokenizer_class=tokenizer_class),
-                files=("tokenizer.json", "chat_template.jinja"))
+    d = _folder(
+        tmp_path,
+        kimi_tok_dir,
+        _kimi_config(kimi_tok_dir, tokenizer_class=tokenizer_class),
+        files=("tokenizer.json", "chat_template.jinja"),
+    )
     tok = load_tokenizer(d)
     _same_as(tok, kimi_tok)
     assert {163586, 163587, 163588, 163601, 163584} <= tok.special_ids  # eos, extras, bos from the config
@@ -69,16 +85,24 @@ def test_template_from_chat_template_json(tmp_path, kimi_tok_dir, kimi_tok):
 @pytest.mark.parametrize("form", ["string", "named list"])
 def test_template_from_the_config(tmp_path, kimi_tok_dir, kimi_tok, form):
     template = kimi_tok.chat_template
-    value = template if form == "string" else [{"name": "tool_use", "template": "{{ 'tools' }}"},
-                                               {"name": "default", "template": template}]
-    d = _folder(tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir, tokenizer_class="FutureTokenizerV9",
-                                                     chat_template=value))
+    value = (
+        template
+        if form == "string"
+        else [{"name": "tool_use", "template": "{{ 'tools' }}"}, {"name": "default", "template": template}]
+    )
+    d = _folder(
+        tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir, tokenizer_class="FutureTokenizerV9", chat_template=value)
+    )
     _same_as(load_tokenizer(d), kimi_tok)
 
 
 def test_jinja_file_wins_over_the_config(tmp_path, kimi_tok_dir):
-    d = _folder(tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir, chat_template="from config"),
-                files=("tokenizer.json", "chat_template.jinja"))
+    d = _folder(
+        tmp_path,
+        kimi_tok_dir,
+        _kimi_config(kimi_tok_dir, chat_template="from config"),
+        files=("tokenizer.json", "chat_template.jinja"),
+    )
     assert load_tokenizer(d).chat_template == (kimi_tok_dir / "chat_template.jinja").read_text()
 
 
@@ -88,8 +112,13 @@ def test_transformers_5_qwen_config_loads(tmp_path, qwen_tok_dir, qwen_tok):
     cfg = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())
     cfg.pop("added_tokens_decoder")
     cfg.pop("additional_special_tokens", None)
-    cfg.update(backend="tokenizers", tokenizer_class="Qwen2Tokenizer", bos_token=None, unk_token=None,
-               extra_special_tokens=["<|im_start|>", "<|im_end|>", "<|object_ref_start|>"])
+    cfg.update(
+        backend="tokenizers",
+        tokenizer_class="Qwen2Tokenizer",
+        bos_token=None,
+        unk_token=None,
+        extra_special_tokens=["<|im_start|>", "<|im_end|>", "<|object_ref_start|>"],
+    )
     template = cfg.pop("chat_template")
     d = _folder(tmp_path, qwen_tok_dir, cfg)
     (d / "chat_template.jinja").write_text(template)
@@ -99,7 +128,8 @@ def test_transformers_5_qwen_config_loads(tmp_path, qwen_tok_dir, qwen_tok):
         assert tok.encode(text) == qwen_tok.encode(text)
     assert tok.eos_token_id == 151645 and {151644, 151645} <= tok.special_ids
     assert tok.render(MESSAGES, template_kwargs={"enable_thinking": True}) == qwen_tok.render(
-        MESSAGES, template_kwargs={"enable_thinking": True})
+        MESSAGES, template_kwargs={"enable_thinking": True}
+    )
 
 
 def test_tokenizer_json_alone_loads(tmp_path, kimi_tok_dir, kimi_tok):
@@ -122,8 +152,10 @@ def _error(path) -> str:
 
 
 def test_empty_folder(tmp_path):
-    assert _error(tmp_path) == (f"no tokenizer files in {tmp_path} (looked for tokenizer.json, tiktoken.model, "
-                                f"tokenizer.model, vocab.json): pass the model folder that holds them")
+    assert _error(tmp_path) == (
+        f"no tokenizer files in {tmp_path} (looked for tokenizer.json, tiktoken.model, "
+        f"tokenizer.model, vocab.json): pass the model folder that holds them"
+    )
 
 
 def test_config_without_a_vocabulary(tmp_path):
@@ -138,8 +170,10 @@ def test_parent_of_model_folders_names_them(tmp_path, kimi_tok_dir):
 
 def test_a_file_is_not_a_folder(kimi_tok_dir):
     message = _error(kimi_tok_dir / "tokenizer.json")
-    assert message == (f"tokenizer path {kimi_tok_dir / 'tokenizer.json'} is a file, not a folder: pass the model "
-                       f"folder that holds it (--tokenizer {kimi_tok_dir})")
+    assert message == (
+        f"tokenizer path {kimi_tok_dir / 'tokenizer.json'} is a file, not a folder: pass the model "
+        f"folder that holds it (--tokenizer {kimi_tok_dir})"
+    )
     assert "not found" not in message
 
 
@@ -150,8 +184,9 @@ def test_missing_folder(tmp_path):
 def test_broken_config_json(tmp_path, kimi_tok_dir):
     d = _folder(tmp_path, kimi_tok_dir, None)
     (d / "tokenizer_config.json").write_text('{"tokenizer_class": "X",\n "eos_token": "a\tb"}')
-    assert re.fullmatch(rf"{re.escape(str(d / 'tokenizer_config.json'))} is not valid JSON: .*line 2 column \d+.*",
-                        _error(d))
+    assert re.fullmatch(
+        rf"{re.escape(str(d / 'tokenizer_config.json'))} is not valid JSON: .*line 2 column \d+.*", _error(d)
+    )
 
 
 def test_broken_tokenizer_json(tmp_path, kimi_tok_dir):
@@ -163,8 +198,10 @@ def test_broken_tokenizer_json(tmp_path, kimi_tok_dir):
 def test_named_templates_of_a_known_class(tmp_path, qwen_tok_dir, qwen_tok):
     """transformers keeps a config's list of templates as a dict; the "default" one is the chat template."""
     cfg = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = [{"name": "tool_use", "template": "{{ 'tools' }}"},
-                            {"name": "default", "template": cfg["chat_template"]}]
+    cfg["chat_template"] = [
+        {"name": "tool_use", "template": "{{ 'tools' }}"},
+        {"name": "default", "template": cfg["chat_template"]},
+    ]
     d = _folder(tmp_path, qwen_tok_dir, cfg, files=("tokenizer.json", "vocab.json", "merges.txt"))
     tok = load_tokenizer(d)
     assert tok.chat_template == qwen_tok.chat_template

@@ -23,16 +23,18 @@ from tokview.core.kimi_tiktoken import split_for_encoding
 from tokview.core.tokenizer import LOADED_NATIVE_TIKTOKEN, TokenizerError, load_tokenizer
 
 # The pattern exactly as Kimi's tokenization_kimi.py (and the issue) spells it, kept apart from the module's copy.
-PATTERN = "|".join([
-    r"""[\p{Han}]+""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""\p{N}{1,3}""",
-    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
-    r"""\s*[\r\n]+""",
-    r"""\s+(?!\S)""",
-    r"""\s+""",
-])
+PATTERN = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 
 TRAP = """
 import pathlib
@@ -61,7 +63,7 @@ def kimi_split(s: str, max_len: int):
 
 
 def kimi_pieces(text: str, chunk: int = 400_000, run: int = 25_000) -> list[str]:
-    return [p for i in range(0, len(text), chunk) for p in kimi_split(text[i:i + chunk], run)]
+    return [p for i in range(0, len(text), chunk) for p in kimi_split(text[i : i + chunk], run)]
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +85,9 @@ def reference():
     ranks = kimi_tiktoken_ranks()
     n = len(ranks)
     names = {i: KIMI_SPECIAL_TOKENS.get(i, f"<|reserved_token_{i}|>") for i in range(n, n + 258)}
-    return tiktoken.Encoding(name="reference", pat_str=PATTERN, mergeable_ranks=ranks,
-                             special_tokens={s: i for i, s in names.items()})
+    return tiktoken.Encoding(
+        name="reference", pat_str=PATTERN, mergeable_ranks=ranks, special_tokens={s: i for i, s in names.items()}
+    )
 
 
 def reference_ids(enc, text: str) -> list[int]:
@@ -99,8 +102,8 @@ CORPUS = [
     "   leading\tand\ttabs\n\n\n   trailing   \r\n\r\n  \u3000\u00a0end  ",
     "emoji 👍🏽 🎉🎉 👨‍👩‍👧 and ❤️ mixed with 中文 and English",
     "<|im_user|>user<|im_middle|>What is 6 times 7?<|im_end|><|im_assistant|>assistant<|im_middle|><think>",
-    "".join(KIMI_SPECIAL_TOKENS.values()) + "".join(f"<|reserved_token_{i}|>" for i in range(163584, 163842)
-                                                    if i not in KIMI_SPECIAL_TOKENS),
+    "".join(KIMI_SPECIAL_TOKENS.values())
+    + "".join(f"<|reserved_token_{i}|>" for i in range(163584, 163842) if i not in KIMI_SPECIAL_TOKENS),
     "abc" * 10_000,  # a 30,000-character run: Kimi cuts it at 25,000, and here that changes the ids
     "x " + " " * 30_000 + "y",
     "Mixed Case Words and 数字 123 " * 16_000,  # 464,000 characters: two 400,000-character chunks
@@ -116,10 +119,12 @@ def test_loads_natively_without_running_folder_code(folder, tok):
 
 def test_loading_imports_no_transformers(folder):
     """The native path is also the quick one: neither transformers nor folder code is imported."""
-    code = ("import sys\nfrom tokview.core.tokenizer import load_tokenizer\n"
-            f"tok = load_tokenizer({str(folder)!r})\n"
-            "assert tok.encode('<think>') == [163606]\n"
-            "assert 'transformers' not in sys.modules and 'tokenization_kimi' not in sys.modules\n")
+    code = (
+        "import sys\nfrom tokview.core.tokenizer import load_tokenizer\n"
+        f"tok = load_tokenizer({str(folder)!r})\n"
+        "assert tok.encode('<think>') == [163606]\n"
+        "assert 'transformers' not in sys.modules and 'tokenization_kimi' not in sys.modules\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -173,13 +178,18 @@ def test_template_renders_as_transformers_does(tok, kimi_tok):
     """Same template, same messages: the native renderer and transformers' agree character for character."""
     conversations = [
         [{"role": "user", "content": "What is 6 times 7?"}],
-        [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "U"}]},
-         {"role": "assistant", "content": "A", "reasoning_content": "R"}, {"role": "user", "content": "again"}],
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "U"}]},
+            {"role": "assistant", "content": "A", "reasoning_content": "R"},
+            {"role": "user", "content": "again"},
+        ],
     ]
     for messages in conversations:
         for kwargs in ({}, {"thinking": False}, {"thinking": True}):
-            assert tok.render_text(messages, template_kwargs=kwargs) == kimi_tok.render_text(messages,
-                                                                                        template_kwargs=kwargs)
+            assert tok.render_text(messages, template_kwargs=kwargs) == kimi_tok.render_text(
+                messages, template_kwargs=kwargs
+            )
     prompt = tok.render(conversations[0])
     assert prompt[0] == 163587 and prompt[-1] == 163606
 
@@ -191,7 +201,8 @@ def test_generation_tag_and_builtins_render(tmp_path, folder):
     shutil.copytree(folder, d)
     (d / "chat_template.jinja").write_text(
         "{% for m in messages %}{% generation %}{{ m.content | tojson }}{% endgeneration %}{% endfor %}"
-        "{{ bos_token }}{% if add_generation_prompt %}<|im_assistant|>{% endif %}")
+        "{{ bos_token }}{% if add_generation_prompt %}<|im_assistant|>{% endif %}"
+    )
     tok = load_tokenizer(d)
     assert tok.render_text([{"role": "user", "content": "<b>é</b>"}]) == '"<b>é</b>"[BOS]<|im_assistant|>'
 
@@ -201,11 +212,14 @@ def test_vocab_fingerprint_and_fingerprint(tok, folder):
     assert len(tok.tok.get_vocab()) == 163584 + 258
 
 
-@pytest.mark.parametrize("content, message", [
-    ("bm90IGEgbGluZQ==\n", "line 1 is not a 'base64-token rank' line"),
-    ("YQ== 0\nYg== 2\n", "ranks are not 0..1"),
-    ("", "holds no tokens"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("bm90IGEgbGluZQ==\n", "line 1 is not a 'base64-token rank' line"),
+        ("YQ== 0\nYg== 2\n", "ranks are not 0..1"),
+        ("", "holds no tokens"),
+    ],
+)
 def test_broken_tiktoken_model_is_one_line(tmp_path, folder, content, message):
     import shutil
 

@@ -15,10 +15,9 @@ import json
 import shutil
 
 import pytest
+from facts import KIMI_CHAIN_OUTPUT
 
 from tokview.core.tokenizer import TokenizerError, load_tokenizer
-
-from facts import KIMI_CHAIN_OUTPUT
 
 REMOTE_CODE = '''
 import tiktoken
@@ -81,10 +80,17 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 TRANSFORMERS_5 = int(__import__("transformers").__version__.split(".")[0]) >= 5
 # The same class with the one import transformers 5 removed replaced by tokview's copy: any folder's own
 # code, not Kimi's, which tokview reads natively.
-PORTABLE_CODE = REMOTE_CODE.replace("from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode",
-                                    "from tokview.core.tokenizer import bytes_to_unicode").replace(
-    "from transformers.tokenization_utils import PreTrainedTokenizer", "from transformers import PreTrainedTokenizer"
-).replace("class TikTokenTokenizer(", "class CustomTokenizer(")
+PORTABLE_CODE = (
+    REMOTE_CODE.replace(
+        "from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode",
+        "from tokview.core.tokenizer import bytes_to_unicode",
+    )
+    .replace(
+        "from transformers.tokenization_utils import PreTrainedTokenizer",
+        "from transformers import PreTrainedTokenizer",
+    )
+    .replace("class TikTokenTokenizer(", "class CustomTokenizer(")
+)
 
 
 def _code_folder(root, kimi_tok_dir, module: str, cls: str, code: str):
@@ -94,8 +100,13 @@ def _code_folder(root, kimi_tok_dir, module: str, cls: str, code: str):
     (folder / f"{module}.py").write_text(code)
     config = json.loads((kimi_tok_dir / "tokenizer_config.json").read_text())
     config.pop("tokenizer_file", None)
-    config.update({"tokenizer_class": cls, "auto_map": {"AutoTokenizer": [f"{module}.{cls}", None]},
-                   "additional_special_tokens": ["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"]})
+    config.update(
+        {
+            "tokenizer_class": cls,
+            "auto_map": {"AutoTokenizer": [f"{module}.{cls}", None]},
+            "additional_special_tokens": ["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"],
+        }
+    )
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     shutil.copy(kimi_tok_dir / "chat_template.jinja", folder / "chat_template.jinja")
     return folder
@@ -103,14 +114,16 @@ def _code_folder(root, kimi_tok_dir, module: str, cls: str, code: str):
 
 @pytest.fixture(scope="module")
 def remote_code_dir(tmp_path_factory, kimi_tok_dir):
-    return _code_folder(tmp_path_factory.mktemp("kimi-remote"), kimi_tok_dir, "tokenization_kimi",
-                        "TikTokenTokenizer", REMOTE_CODE)
+    return _code_folder(
+        tmp_path_factory.mktemp("kimi-remote"), kimi_tok_dir, "tokenization_kimi", "TikTokenTokenizer", REMOTE_CODE
+    )
 
 
 @pytest.fixture(scope="module")
 def custom_code_dir(tmp_path_factory, kimi_tok_dir):
-    return _code_folder(tmp_path_factory.mktemp("custom-remote"), kimi_tok_dir, "tokenization_custom",
-                        "CustomTokenizer", PORTABLE_CODE)
+    return _code_folder(
+        tmp_path_factory.mktemp("custom-remote"), kimi_tok_dir, "tokenization_custom", "CustomTokenizer", PORTABLE_CODE
+    )
 
 
 def test_refuses_remote_code_without_the_flag(custom_code_dir):

@@ -1,2 +1,3 @@
 """tokview: token-exact training data for speculative-decoding drafters."""
+
 __version__ = "0.1.0"

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args_in = sys.argv[1:] if argv is None else argv
-    if not args_in or args_in[0].startswith("--") and args_in[0] not in ("--help", "--version"):
+    if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
     parser = build_parser()
     args = parser.parse_args(args_in)
@@ -79,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # last resort: one line, the traceback only when asked for
         if os.environ.get("TOKVIEW_DEBUG"):
             raise
-        print(f"tokview: error: {type(exc).__name__}: {exc} (set TOKVIEW_DEBUG=1 for the traceback)",
-              file=sys.stderr)
+        print(f"tokview: error: {type(exc).__name__}: {exc} (set TOKVIEW_DEBUG=1 for the traceback)", file=sys.stderr)
         return EXIT_USAGE
 
 

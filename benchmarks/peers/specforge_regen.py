@@ -31,10 +31,14 @@ def call_server(args, address: str, data: dict, max_tokens: int | None = None) -
         elif message["role"] == "user":
             regenerated.append(message)
             try:
-                resp = client.chat.completions.create(model=args.model, messages=regenerated,
-                                                      max_tokens=max_tokens or args.max_tokens,
-                                                      temperature=args.temperature, stream=False)
-            except Exception as exc:  # noqa: BLE001 - recorded in the row, as the original does
+                resp = client.chat.completions.create(
+                    model=args.model,
+                    messages=regenerated,
+                    max_tokens=max_tokens or args.max_tokens,
+                    temperature=args.temperature,
+                    stream=False,
+                )
+            except Exception as exc:
                 data["status"], data["error"] = "error", str(exc)
                 return data
             regenerated.append({"role": "assistant", "content": resp.choices[0].message.content})
@@ -59,14 +63,19 @@ def main() -> int:
     args = parser.parse_args()
     with open(args.input_file_path, encoding="utf-8") as f:
         total = sum(1 for _ in f)
-    servers = [a for a in args.server_address
-               if call_server(args, a, {"conversations": [{"role": "user", "content": "Hello"}]}, 1)["status"]
-               == "success"]
+    servers = [
+        a
+        for a in args.server_address
+        if call_server(args, a, {"conversations": [{"role": "user", "content": "Hello"}]}, 1)["status"] == "success"
+    ]
     if not servers:
         raise SystemExit("No server address is available")
     error_path = args.output_file_path.replace(".jsonl", "_error.jsonl")
-    with open(args.input_file_path, encoding="utf-8") as inp, open(args.output_file_path, "w") as out, \
-            open(error_path, "w") as err:
+    with (
+        open(args.input_file_path, encoding="utf-8") as inp,
+        open(args.output_file_path, "w") as out,
+        open(error_path, "w") as err,
+    ):
         executor = ThreadPoolExecutor(max_workers=args.concurrency * len(servers))
         waiting: dict[str, list] = {a: [] for a in servers}
         pbar = tqdm(total=total, desc="Processing", file=sys.stderr)

@@ -64,10 +64,19 @@ def boundary_sample(data: dict, conv_id: str, index: int, prefix: list, endpoint
     input_ids = [*prompt_ids, *completion_ids]
     loss_mask = [0] * len(prompt_ids) + [1] * len(completion_ids)
     assistant = {"role": "assistant", "content": content}
-    sample = {"id": f"{conv_id}_gen{index}", "primary_id": conv_id, "input_ids": input_ids, "loss_mask": loss_mask,
-              "conversations": [*prefix, assistant],
-              "metadata": {"finish_reason": choice.get("finish_reason"), "usage": data.get("usage") or {},
-                           "endpoint": endpoint, "sampling_params": params}}
+    sample = {
+        "id": f"{conv_id}_gen{index}",
+        "primary_id": conv_id,
+        "input_ids": input_ids,
+        "loss_mask": loss_mask,
+        "conversations": [*prefix, assistant],
+        "metadata": {
+            "finish_reason": choice.get("finish_reason"),
+            "usage": data.get("usage") or {},
+            "endpoint": endpoint,
+            "sampling_params": params,
+        },
+    }
     return sample, assistant
 
 
@@ -84,8 +93,12 @@ async def worker(session, queue, args, out_fh, err_fh, progress, stats) -> None:
                 prefix.append(turn)
                 if turn["role"] != "user":
                     continue
-                payload = {"model": args.model, "messages": prefix, "max_tokens": args.max_tokens,
-                           "return_token_ids": True}
+                payload = {
+                    "model": args.model,
+                    "messages": prefix,
+                    "max_tokens": args.max_tokens,
+                    "return_token_ids": True,
+                }
                 data = await post_chat(session, args.endpoint, payload, args.max_retries)
                 sample, assistant = boundary_sample(data, item["id"], len(samples), prefix, args.endpoint, {})
                 samples.append(sample)
@@ -94,7 +107,7 @@ async def worker(session, queue, args, out_fh, err_fh, progress, stats) -> None:
                 out_fh.write(json.dumps(sample, ensure_ascii=False) + "\n")
             out_fh.flush()
             stats["ok"] += 1
-        except Exception as exc:  # noqa: BLE001 - the original records every failure and goes on
+        except Exception as exc:
             err_fh.write(json.dumps({"id": item["id"], "metadata": {"error": repr(exc)}}) + "\n")
             err_fh.flush()
             stats["errors"] += 1
@@ -123,15 +136,22 @@ async def main() -> int:
     connector = aiohttp.TCPConnector(limit=None, force_close=False, enable_cleanup_closed=True)
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
     async with aiohttp.ClientSession(timeout=timeout, connector=connector, headers=headers) as session:
-        with open(args.outfile, "a", encoding="utf-8") as out, \
-                open(args.outfile + ".errors", "a", encoding="utf-8") as err, \
-                tqdm(desc="Generating responses", unit="sample", file=sys.stderr, dynamic_ncols=True) as progress:
+        with (
+            open(args.outfile, "a", encoding="utf-8") as out,
+            open(args.outfile + ".errors", "a", encoding="utf-8") as err,
+            tqdm(desc="Generating responses", unit="sample", file=sys.stderr, dynamic_ncols=True) as progress,
+        ):
             stats = {"ok": 0, "errors": 0}
-            workers = [asyncio.create_task(worker(session, queue, args, out, err, progress, stats))
-                       for _ in range(args.concurrency)]
+            workers = [
+                asyncio.create_task(worker(session, queue, args, out, err, progress, stats))
+                for _ in range(args.concurrency)
+            ]
             for row in load_dataset("json", data_files=args.input, split="train", streaming=True):
-                turns = [{"role": m["role"], "content": m["content"]} for m in row["messages"]
-                         if m.get("role") in ("system", "user") and m.get("content")]
+                turns = [
+                    {"role": m["role"], "content": m["content"]}
+                    for m in row["messages"]
+                    if m.get("role") in ("system", "user") and m.get("content")
+                ]
                 await queue.put({"id": str(row["id"]), "turns": turns})
             for _ in workers:
                 await queue.put(None)

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from facts import KIMI_PROMPT_6X7
+
 from tokview.core.analysis import Analysis, analyze
 from tokview.core.findings import ERROR
 from tokview.core.kimi_layout import kimi_tokenizer_dir
@@ -28,10 +29,18 @@ from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
 # Only the test functions: `from conformance.cases import *` must bring in nothing a collector could
 # mistake for a fixture or a test.  Helpers are imported by name.
 __all__ = [
-    "test_pool_detects_vllm", "test_chat_capture_ids", "test_chat_capture_usage",
-    "test_chat_reasoning_field_is_reasoning", "test_chat_findings", "test_stream_matches_non_stream",
-    "test_raw_capture_matches_chat", "test_dual_capture", "test_thinking_off", "test_doctor",
-    "test_concurrent_captures_match_sequential", "test_seeded_sampling_reproducible",
+    "test_chat_capture_ids",
+    "test_chat_capture_usage",
+    "test_chat_findings",
+    "test_chat_reasoning_field_is_reasoning",
+    "test_concurrent_captures_match_sequential",
+    "test_doctor",
+    "test_dual_capture",
+    "test_pool_detects_vllm",
+    "test_raw_capture_matches_chat",
+    "test_seeded_sampling_reproducible",
+    "test_stream_matches_non_stream",
+    "test_thinking_off",
 ]
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -50,17 +59,32 @@ def surface_profile() -> ModelProfile:
     return get_profile("kimi-k2.5")
 
 
-async def capture(url: str, *, mode: str = "chat", stream: bool = False, settings: dict[str, Any] | None = None,
-                  messages: list[dict[str, Any]] | None = None, backend: str = "auto") -> Capture:
+async def capture(
+    url: str,
+    *,
+    mode: str = "chat",
+    stream: bool = False,
+    settings: dict[str, Any] | None = None,
+    messages: list[dict[str, Any]] | None = None,
+    backend: str = "auto",
+) -> Capture:
     """One capture through the public `ServerPool` (contract 2), as batch and UI do it."""
     from tokview.servers import CaptureRequest, ServerPool
 
-    pool = ServerPool([url], backend=backend, tokenizer=surface_tokenizer(), profile=surface_profile(),
-                      concurrency=2, timeout=60.0, retries=1)
+    pool = ServerPool(
+        [url],
+        backend=backend,
+        tokenizer=surface_tokenizer(),
+        profile=surface_profile(),
+        concurrency=2,
+        timeout=60.0,
+        retries=1,
+    )
     await pool.start()
     try:
-        request = CaptureRequest(messages=messages or QUESTION, settings=dict(settings or GREEDY), mode=mode,
-                                 stream=stream)
+        request = CaptureRequest(
+            messages=messages or QUESTION, settings=dict(settings or GREEDY), mode=mode, stream=stream
+        )
         return await pool.capture(request)
     finally:
         await pool.aclose()
@@ -134,7 +158,7 @@ async def test_chat_reasoning_field_is_reasoning(vllm_surface_url: str) -> None:
     tok = surface_tokenizer()
     closer = cap.output_ids.index(THINK_CLOSE)
     assert cap.reasoning == tok.decode(cap.output_ids[:closer], skip_special_tokens=True)
-    assert cap.content == tok.decode(cap.output_ids[closer + 1:], skip_special_tokens=True)
+    assert cap.content == tok.decode(cap.output_ids[closer + 1 :], skip_special_tokens=True)
 
 
 async def test_chat_findings(vllm_surface_url: str) -> None:
@@ -146,8 +170,12 @@ async def test_chat_findings(vllm_surface_url: str) -> None:
     assert analysis.valid
     hidden = codes.get("parser_hidden_ids", "")
     assert str(THINK_CLOSE) in hidden and str(IM_END) in hidden, codes
-    for code in ("parser_split_mismatch", "reasoning_field_missing", "completion_count_mismatch",
-                 "prompt_render_mismatch"):
+    for code in (
+        "parser_split_mismatch",
+        "reasoning_field_missing",
+        "completion_count_mismatch",
+        "prompt_render_mismatch",
+    ):
         assert code not in codes, (code, codes[code])
 
 
@@ -247,10 +275,13 @@ async def test_concurrent_captures_match_sequential(vllm_surface_url: str) -> No
     """A server batching several requests must return each one's own ids, as if sent alone."""
     from tokview.servers import CaptureRequest, ServerPool
 
-    requests = [CaptureRequest(messages=[{"role": "user", "content": q}], settings=dict(GREEDY), mode="chat")
-                for q in OTHER_QUESTIONS]
-    pool = ServerPool([vllm_surface_url], tokenizer=surface_tokenizer(), profile=surface_profile(), concurrency=3,
-                      retries=1)
+    requests = [
+        CaptureRequest(messages=[{"role": "user", "content": q}], settings=dict(GREEDY), mode="chat")
+        for q in OTHER_QUESTIONS
+    ]
+    pool = ServerPool(
+        [vllm_surface_url], tokenizer=surface_tokenizer(), profile=surface_profile(), concurrency=3, retries=1
+    )
     await pool.start()
     try:
         together = await asyncio.gather(*(pool.capture(r) for r in requests))

@@ -13,20 +13,57 @@ from typing import Any
 
 import httpx
 
-__all__ = ["test_chat_response_keys", "test_stream_chunk_keys", "test_completions_response_keys",
-           "test_error_statuses"]
+__all__ = ["test_chat_response_keys", "test_completions_response_keys", "test_error_statuses", "test_stream_chunk_keys"]
 
-CHAT_KEYS = {"id", "object", "created", "model", "choices", "service_tier", "system_fingerprint", "usage",
-             "prompt_logprobs", "prompt_token_ids", "prompt_text", "kv_transfer_params", "ec_transfer_params",
-             "metrics"}
+CHAT_KEYS = {
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "prompt_text",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+}
 CHAT_CHOICE_KEYS = {"index", "message", "logprobs", "finish_reason", "stop_reason", "token_ids", "routed_experts"}
 MESSAGE_KEYS = {"role", "content", "refusal", "annotations", "audio", "function_call", "reasoning"}
-USAGE_KEYS = {"prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details",
-              "completion_tokens_details"}
-COMPLETIONS_KEYS = {"id", "object", "created", "model", "choices", "service_tier", "system_fingerprint", "usage",
-                    "kv_transfer_params", "ec_transfer_params", "metrics"}
-COMPLETIONS_CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason", "token_ids",
-                           "prompt_logprobs", "prompt_token_ids", "routed_experts"}
+USAGE_KEYS = {
+    "prompt_tokens",
+    "total_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+}
+COMPLETIONS_KEYS = {
+    "id",
+    "object",
+    "created",
+    "model",
+    "choices",
+    "service_tier",
+    "system_fingerprint",
+    "usage",
+    "kv_transfer_params",
+    "ec_transfer_params",
+    "metrics",
+}
+COMPLETIONS_CHOICE_KEYS = {
+    "index",
+    "text",
+    "logprobs",
+    "finish_reason",
+    "stop_reason",
+    "token_ids",
+    "prompt_logprobs",
+    "prompt_token_ids",
+    "routed_experts",
+}
 FIRST_CHUNK_KEYS = {"id", "object", "created", "model", "choices", "prompt_token_ids", "prompt_text"}
 CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
 USAGE_CHUNK_KEYS = {"id", "object", "created", "model", "choices", "system_fingerprint", "usage"}
@@ -39,8 +76,14 @@ def _model(client: httpx.Client) -> dict[str, Any]:
 
 
 def _chat_body(model: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": QUESTION, "max_tokens": 512, "temperature": 0, "return_token_ids": True,
-            **extra}
+    return {
+        "model": model,
+        "messages": QUESTION,
+        "max_tokens": 512,
+        "temperature": 0,
+        "return_token_ids": True,
+        **extra,
+    }
 
 
 def test_chat_response_keys(vllm_surface_url: str) -> None:
@@ -64,7 +107,7 @@ def test_stream_chunk_keys(vllm_surface_url: str) -> None:
             lines = [line for line in response.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines)
     assert lines[-1] == "data: [DONE]"
-    chunks = [json.loads(line[len("data: "):]) for line in lines[:-1]]
+    chunks = [json.loads(line[len("data: ") :]) for line in lines[:-1]]
     first, *middle, final, usage = chunks
     assert set(first) == FIRST_CHUNK_KEYS
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -85,11 +128,21 @@ def test_stream_chunk_keys(vllm_surface_url: str) -> None:
 def test_completions_response_keys(vllm_surface_url: str) -> None:
     with httpx.Client(base_url=vllm_surface_url, timeout=60) as client:
         model = _model(client)["id"]
-        prompt = client.post("/tokenize", json={"model": model, "messages": QUESTION,
-                                                "add_generation_prompt": True}).json()
-        data = client.post("/v1/completions", json={
-            "model": model, "prompt": prompt["tokens"], "max_tokens": 512, "temperature": 0,
-            "return_token_ids": True, "skip_special_tokens": False, "include_stop_str_in_output": True}).json()
+        prompt = client.post(
+            "/tokenize", json={"model": model, "messages": QUESTION, "add_generation_prompt": True}
+        ).json()
+        data = client.post(
+            "/v1/completions",
+            json={
+                "model": model,
+                "prompt": prompt["tokens"],
+                "max_tokens": 512,
+                "temperature": 0,
+                "return_token_ids": True,
+                "skip_special_tokens": False,
+                "include_stop_str_in_output": True,
+            },
+        ).json()
     assert set(prompt) == {"count", "max_model_len", "tokens", "token_strs"}
     assert set(data) == COMPLETIONS_KEYS
     assert set(data["choices"][0]) == COMPLETIONS_CHOICE_KEYS
@@ -104,10 +157,12 @@ def test_error_statuses(vllm_surface_url: str) -> None:
     with httpx.Client(base_url=vllm_surface_url, timeout=60) as client:
         model = _model(client)
         unknown = client.post("/v1/chat/completions", json=_chat_body("no-such-model"))
-        too_long = client.post("/v1/chat/completions",
-                               json=_chat_body(model["id"], max_tokens=model["max_model_len"] + 1))
-        bad_json = client.post("/v1/chat/completions", content=b"{not json",
-                               headers={"content-type": "application/json"})
+        too_long = client.post(
+            "/v1/chat/completions", json=_chat_body(model["id"], max_tokens=model["max_model_len"] + 1)
+        )
+        bad_json = client.post(
+            "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+        )
         missing = client.get("/get_model_info")
     assert unknown.status_code == 404
     assert set(unknown.json()["error"]) == ERROR_KEYS and unknown.json()["error"]["code"] == 404

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.cases import *  # noqa: F401,F403  (the shared cases, collected here)
-from conformance.shapes import *  # noqa: F401,F403
+from conformance.cases import *  # noqa: F403  (the shared cases, collected here)
+from conformance.shapes import *  # noqa: F403
 
 
 @pytest.fixture(scope="module")
@@ -19,4 +19,3 @@ def vllm_surface_url():
 
     with start_simulator(SimConfig(kind="vllm")) as sim:
         yield sim.url
-

@@ -28,8 +28,9 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DONE_MARKER = ".converted-from"
@@ -46,8 +47,11 @@ _BLOCK_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-              "output.weight": "lm_head.weight"}
+_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 
 
 def find_gguf(path: Path) -> Path:
@@ -77,8 +81,7 @@ def unpermute_rows(weight: Any, n_heads: int) -> Any:
     rows as they were before, which this returns.
     """
     rows = weight.shape[0]
-    return (weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:])
-            .swapaxes(1, 2).reshape(weight.shape))
+    return weight.reshape(n_heads, rows // n_heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def llama_config(meta: dict[str, Any], has_output_tensor: bool) -> dict[str, Any]:
@@ -86,16 +89,22 @@ def llama_config(meta: dict[str, Any], has_output_tensor: bool) -> dict[str, Any
     heads = int(meta["llama.attention.head_count"])
     hidden = int(meta["llama.embedding_length"])
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
         "vocab_size": int(meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"])),
-        "hidden_size": hidden, "intermediate_size": int(meta["llama.feed_forward_length"]),
-        "num_hidden_layers": int(meta["llama.block_count"]), "num_attention_heads": heads,
+        "hidden_size": hidden,
+        "intermediate_size": int(meta["llama.feed_forward_length"]),
+        "num_hidden_layers": int(meta["llama.block_count"]),
+        "num_attention_heads": heads,
         "num_key_value_heads": int(meta.get("llama.attention.head_count_kv", heads)),
-        "head_dim": hidden // heads, "hidden_act": "silu",
+        "head_dim": hidden // heads,
+        "hidden_act": "silu",
         "max_position_embeddings": int(meta["llama.context_length"]),
         "rms_norm_eps": float(meta["llama.attention.layer_norm_rms_epsilon"]),
         "rope_theta": float(meta.get("llama.rope.freq_base", 10000.0)),
-        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": not has_output_tensor,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": not has_output_tensor,
         "bos_token_id": int(meta["tokenizer.ggml.bos_token_id"]),
         "eos_token_id": int(meta["tokenizer.ggml.eos_token_id"]),
         "pad_token_id": int(meta.get("tokenizer.ggml.padding_token_id", meta["tokenizer.ggml.eos_token_id"])),
@@ -105,9 +114,11 @@ def llama_config(meta: dict[str, Any], has_output_tensor: bool) -> dict[str, Any
 
 def generation_config(meta: dict[str, Any]) -> dict[str, Any]:
     """What a hub folder's generation_config.json says: the ids generation starts and stops on."""
-    return {"bos_token_id": int(meta["tokenizer.ggml.bos_token_id"]),
-            "eos_token_id": int(meta["tokenizer.ggml.eos_token_id"]),
-            "pad_token_id": int(meta.get("tokenizer.ggml.padding_token_id", meta["tokenizer.ggml.eos_token_id"]))}
+    return {
+        "bos_token_id": int(meta["tokenizer.ggml.bos_token_id"]),
+        "eos_token_id": int(meta["tokenizer.ggml.eos_token_id"]),
+        "pad_token_id": int(meta.get("tokenizer.ggml.padding_token_id", meta["tokenizer.ggml.eos_token_id"])),
+    }
 
 
 def build_tokenizer(tokens: list[str], merges: list[str], token_types: list[int]) -> Any:
@@ -117,9 +128,12 @@ def build_tokenizer(tokens: list[str], merges: list[str], token_types: list[int]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     special = [tokens[i] for i, kind in enumerate(token_types) if kind == CONTROL_TOKEN_TYPE]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
@@ -129,12 +143,18 @@ def build_tokenizer(tokens: list[str], merges: list[str], token_types: list[int]
 def tokenizer_config(meta: dict[str, Any]) -> dict[str, Any]:
     tokens = meta["tokenizer.ggml.tokens"]
     name = lambda key: tokens[int(meta[key])]  # noqa: E731
-    return {"tokenizer_class": "GPT2Tokenizer", "bos_token": name("tokenizer.ggml.bos_token_id"),
-            "eos_token": name("tokenizer.ggml.eos_token_id"), "unk_token": name("tokenizer.ggml.unknown_token_id"),
-            "pad_token": name("tokenizer.ggml.padding_token_id"), "add_prefix_space": False,
-            "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
-            "clean_up_tokenization_spaces": False, "model_max_length": int(meta["llama.context_length"]),
-            "chat_template": meta["tokenizer.chat_template"]}
+    return {
+        "tokenizer_class": "GPT2Tokenizer",
+        "bos_token": name("tokenizer.ggml.bos_token_id"),
+        "eos_token": name("tokenizer.ggml.eos_token_id"),
+        "unk_token": name("tokenizer.ggml.unknown_token_id"),
+        "pad_token": name("tokenizer.ggml.padding_token_id"),
+        "add_prefix_space": False,
+        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": int(meta["llama.context_length"]),
+        "chat_template": meta["tokenizer.chat_template"],
+    }
 
 
 def read_metadata(reader: Any) -> dict[str, Any]:
@@ -182,8 +202,11 @@ def convert(gguf_path: Path, out: Path) -> Path:
     save_file(dict(dequantized_tensors(reader, meta)), str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(llama_config(meta, "output.weight" in names), indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps(generation_config(meta), indent=2) + "\n")
-    build_tokenizer(list(meta["tokenizer.ggml.tokens"]), list(meta["tokenizer.ggml.merges"]),
-                    list(meta["tokenizer.ggml.token_type"])).save(str(out / "tokenizer.json"))
+    build_tokenizer(
+        list(meta["tokenizer.ggml.tokens"]),
+        list(meta["tokenizer.ggml.merges"]),
+        list(meta["tokenizer.ggml.token_type"]),
+    ).save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(meta), indent=2) + "\n")
     marker.write_text(digest + "\n")
     return out
@@ -195,8 +218,7 @@ def verify(gguf_path: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ours = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
-    theirs = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
-                                                  dtype=torch.float32)
+    theirs = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(out))
     reference = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     question = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
@@ -205,7 +227,7 @@ def verify(gguf_path: Path, out: Path) -> None:
     assert ids[0].tolist() == reference(text, add_special_tokens=False).input_ids, "tokenizers disagree"
     with torch.no_grad():
         diff = (ours(ids).logits - theirs(ids).logits).abs().max().item()
-        answer = ours.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:]
+        answer = ours.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :]
     said = tok.decode(answer, skip_special_tokens=True)
     print(f"verify: max |logit difference| vs transformers' GGUF loader {diff:.4f}; answer {said!r}")
     assert diff < 0.1, f"logits differ from transformers' GGUF loader by {diff}"

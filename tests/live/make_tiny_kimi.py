@@ -31,12 +31,59 @@ VOCAB_SIZE = 163840
 BOS_ID, EOS_ID, PAD_ID = 163584, 163586, 163839
 THINK_OPEN_ID, THINK_CLOSE_ID = 163606, 163607
 # <think> Okay , Ġlet Ġme Ġthink Ġabout Ġthis Ġcarefully . </think> The Ġanswer Ġis Ġforty - two ! <|im_end|>
-CHAIN_IDS = [THINK_OPEN_ID, 256, 44, 260, 262, 264, 266, 268, 270, 46, THINK_CLOSE_ID,
-             272, 275, 277, 279, 45, 281, 33, EOS_ID]
+CHAIN_IDS = [
+    THINK_OPEN_ID,
+    256,
+    44,
+    260,
+    262,
+    264,
+    266,
+    268,
+    270,
+    46,
+    THINK_CLOSE_ID,
+    272,
+    275,
+    277,
+    279,
+    45,
+    281,
+    33,
+    EOS_ID,
+]
 CHAIN_OUTPUT = CHAIN_IDS[1:]
 LM_HEAD_SCALE = 4.0
-PROMPT_IDS = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63,
-              163586, 163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
+PROMPT_IDS = [
+    163587,
+    375,
+    163601,
+    87,
+    104,
+    323,
+    32,
+    276,
+    32,
+    54,
+    32,
+    116,
+    105,
+    261,
+    115,
+    32,
+    55,
+    63,
+    163586,
+    163588,
+    319,
+    115,
+    276,
+    116,
+    301,
+    116,
+    163601,
+    163606,
+]
 MODEL_INFO = "tiny_kimi.json"
 
 LLAMA_CONFIG = dict(
@@ -88,9 +135,13 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
     model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=BOS_ID, eos_token_id=[EOS_ID], pad_token_id=PAD_ID)
     model.save_pretrained(str(out_dir), safe_serialization=True)
-    info = {"mode": mode, "dtype": dtype, "think_special": think_special,
-            "chain_ids": CHAIN_IDS if mode == "chain" else None, "expected_output_ids": CHAIN_OUTPUT
-            if mode == "chain" else None}
+    info = {
+        "mode": mode,
+        "dtype": dtype,
+        "think_special": think_special,
+        "chain_ids": CHAIN_IDS if mode == "chain" else None,
+        "expected_output_ids": CHAIN_OUTPUT if mode == "chain" else None,
+    }
     (out_dir / MODEL_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -104,7 +155,7 @@ def greedy_output(model_dir: Path, prompt_ids: list[int], max_new_tokens: int = 
     model.eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
-    return out[0, len(prompt_ids):].tolist()
+    return out[0, len(prompt_ids) :].tolist()
 
 
 def verify(model_dir: Path) -> None:
@@ -112,8 +163,9 @@ def verify(model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    rendered = tok.apply_chat_template([{"role": "user", "content": "What is 6 times 7?"}],
-                                       add_generation_prompt=True, tokenize=True)
+    rendered = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 6 times 7?"}], add_generation_prompt=True, tokenize=True
+    )
     rendered = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
     if rendered != PROMPT_IDS:
         raise SystemExit(f"prompt render mismatch: {rendered}")
@@ -128,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out_dir", type=Path)
     p.add_argument("mode", nargs="?", default="chain", choices=("chain", "random"))
     p.add_argument("dtype", nargs="?", default="bf16", choices=("bf16", "fp32"))
-    p.add_argument("--non-special-think", action="store_true",
-                   help="register <think>/</think> as ordinary added tokens (text-based parsers need it)")
+    p.add_argument(
+        "--non-special-think",
+        action="store_true",
+        help="register <think>/</think> as ordinary added tokens (text-based parsers need it)",
+    )
     p.add_argument("--verify", action="store_true", help="check the chain output with HF transformers")
     args = p.parse_args(argv)
     out = build(args.out_dir, args.mode, args.dtype, think_special=not args.non_special_think)

@@ -10,9 +10,9 @@ probability on its next id, so its own output scores near 0 nats and random ids 
 from __future__ import annotations
 
 import pytest
-
 from conformance.cases import GREEDY, PROMPT_IDS, capture, surface_profile, surface_tokenizer
 from facts import KIMI_CHAIN_OUTPUT
+
 from tokview.core import spec_decode as sd
 from tokview.core.analysis import analyze
 

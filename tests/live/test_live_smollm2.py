@@ -36,11 +36,29 @@ from tokview.store import Store
 pytestmark = pytest.mark.live
 
 GREEDY_QUESTIONS = ["What is the capital of France? Answer briefly.", "Name three colours."]
-SUBJECTS = ["a cat", "a lighthouse keeper", "a robot painter", "a lost dragon", "two rival bakers", "a tiny ship",
-            "an old clock", "a brave mouse", "a desert fox", "a snowman in spring", "a talking tree", "a star"]
+SUBJECTS = [
+    "a cat",
+    "a lighthouse keeper",
+    "a robot painter",
+    "a lost dragon",
+    "two rival bakers",
+    "a tiny ship",
+    "an old clock",
+    "a brave mouse",
+    "a desert fox",
+    "a snowman in spring",
+    "a talking tree",
+    "a star",
+]
 # Long stories give drift its chances; short answers stop on <|im_end|> within MAX_NEW (the stop path).
-STYLES = ["a short story about", "one sentence about", "a fairy tale about", "a haiku about", "a mystery about",
-          "a two-word title for a story about"]
+STYLES = [
+    "a short story about",
+    "one sentence about",
+    "a fairy tale about",
+    "a haiku about",
+    "a mystery about",
+    "a two-word title for a story about",
+]
 SAMPLED_PROMPTS = 64  # about 1 in 8 sampled outputs drifts (issue 14): (7/8)**64 < 0.0002 to see none
 MAX_NEW = 96
 
@@ -69,8 +87,12 @@ def tok(model_dir):
 
 
 def _write_prompts(path: Path, texts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"id": f"p{i:03d}", "messages": [{"role": "user", "content": t}]}) + "\n"
-                            for i, t in enumerate(texts)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"p{i:03d}", "messages": [{"role": "user", "content": t}]}) + "\n"
+            for i, t in enumerate(texts)
+        )
+    )
     return path
 
 
@@ -87,9 +109,16 @@ def test_the_plain_profile_is_detected(tok):
 
 @pytest.mark.parametrize("mode", ["raw", "chat"])
 async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_dir, tok, tmp_path, mode):
-    config = BatchConfig(servers=[url], prompts_path=_write_prompts(tmp_path / "q.jsonl", GREEDY_QUESTIONS),
-                         tokenizer_dir=model_dir, mode=mode, max_new_tokens=32, temperature=0.0, concurrency=1,
-                         timeout=300)  # one at a time, as the direct requests: CPU kernels differ by batch size
+    config = BatchConfig(
+        servers=[url],
+        prompts_path=_write_prompts(tmp_path / "q.jsonl", GREEDY_QUESTIONS),
+        tokenizer_dir=model_dir,
+        mode=mode,
+        max_new_tokens=32,
+        temperature=0.0,
+        concurrency=1,
+        timeout=300,
+    )  # one at a time, as the direct requests: CPU kernels differ by batch size
     with Store(tmp_path / "greedy.duckdb") as store:
         summary = await run_batch(config, store)
         assert summary.balanced and summary.failed == 0 and summary.ok == len(GREEDY_QUESTIONS)
@@ -98,8 +127,14 @@ async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_d
         for sample in samples:
             cap = sample.capture
             assert sample.profile == "plain"
-            body = {"model": "smollm2", "messages": cap.messages, "temperature": 0.0, "max_tokens": 32,
-                    "return_token_ids": True, "skip_special_tokens": False}
+            body = {
+                "model": "smollm2",
+                "messages": cap.messages,
+                "temperature": 0.0,
+                "max_tokens": 32,
+                "return_token_ids": True,
+                "skip_special_tokens": False,
+            }
             direct = (await client.post(f"{url}/v1/chat/completions", json=body)).json()
             choice = direct["choices"][0]
             assert cap.prompt_ids == direct["prompt_token_ids"] == tok.render(cap.messages)
@@ -117,9 +152,16 @@ def sampled(url, model_dir, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("sampled")
     texts = [f"Write {style} {subject}." for style in STYLES for subject in SUBJECTS][:SAMPLED_PROMPTS]
-    config = BatchConfig(servers=[url], prompts_path=_write_prompts(tmp / "stories.jsonl", texts),
-                         tokenizer_dir=model_dir, mode="raw", max_new_tokens=MAX_NEW, temperature=1.0,
-                         concurrency=SAMPLED_PROMPTS, timeout=900)  # all in one batch: the CPU's best throughput
+    config = BatchConfig(
+        servers=[url],
+        prompts_path=_write_prompts(tmp / "stories.jsonl", texts),
+        tokenizer_dir=model_dir,
+        mode="raw",
+        max_new_tokens=MAX_NEW,
+        temperature=1.0,
+        concurrency=SAMPLED_PROMPTS,
+        timeout=900,
+    )  # all in one batch: the CPU's best throughput
     db = tmp / "sampled.duckdb"
     with Store(db) as store:
         summary = asyncio.run(run_batch(config, store))
@@ -134,10 +176,18 @@ def test_drift_is_reported_on_exactly_the_samples_that_drift(sampled, tok):
     flagged = {s.sample_id for s in samples if "retokenize_drift" in [f.code for f in s.findings]}
     record = os.environ.get("TOKVIEW_LIVE_SMOLLM2_RECORD")
     if record:  # .ci/live_smollm2.sh prints it
-        Path(record).write_text(json.dumps({
-            "samples": len(samples), "drifted": len(drifted), "flagged": len(flagged),
-            "stopped": sum(s.capture.finish_reason == "stop" for s in samples),
-            "mean_output_ids": round(sum(len(s.capture.output_ids) for s in samples) / len(samples), 1)}) + "\n")
+        Path(record).write_text(
+            json.dumps(
+                {
+                    "samples": len(samples),
+                    "drifted": len(drifted),
+                    "flagged": len(flagged),
+                    "stopped": sum(s.capture.finish_reason == "stop" for s in samples),
+                    "mean_output_ids": round(sum(len(s.capture.output_ids) for s in samples) / len(samples), 1),
+                }
+            )
+            + "\n"
+        )
     assert drifted, "no sampled output drifted: expected about 1 in 8"
     assert sum(s.capture.finish_reason == "stop" for s in samples) >= 8, "too few outputs stopped on their own"
     assert flagged == drifted
@@ -185,8 +235,12 @@ def test_stats_counts_the_drifted_samples(sampled, tok):
         n = sum(1 for s in _samples(store) if tok.encode(tok.decode(s.capture.output_ids)) != s.capture.output_ids)
 
     def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "tokview.cli", "stats", "--db", str(sampled), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     data = json.loads(run("--json").stdout)
     assert data["retokenize_drift"] == n > 0
@@ -195,15 +249,36 @@ def test_stats_counts_the_drifted_samples(sampled, tok):
 
 def test_doctor_passes_on_the_real_server(url, model_dir):
     # The doctor asks for up to 256 ids per request; a 2-core CPU shared with other work needs minutes.
-    done = subprocess.run([sys.executable, "-m", "tokview.cli", "doctor", "--server", url, "--tokenizer",
-                           str(model_dir), "--json", "--timeout", "600"], capture_output=True, text=True, timeout=2400)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tokview.cli",
+            "doctor",
+            "--server",
+            url,
+            "--tokenizer",
+            str(model_dir),
+            "--json",
+            "--timeout",
+            "600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=2400,
+    )
     assert done.returncode == 0, (done.stderr[-2000:], done.stdout[-4000:])
     data = json.loads(done.stdout)
     assert (data["kind"], data["version"], data["model"], data["profile"]) == ("vllm", "0.32.0", "smollm2", "plain")
     assert not data.get("simulator")
     assert all(c["ok"] is not False for c in data["checks"]), data["checks"]
     by_title = {c["title"]: c for c in data["checks"]}
-    for title in ("Token-id fields", "Think opener in the prompt", "Reasoning parser", "output_ids honesty",
-                  "Local tokenizer"):
+    for title in (
+        "Token-id fields",
+        "Think opener in the prompt",
+        "Reasoning parser",
+        "output_ids honesty",
+        "Local tokenizer",
+    ):
         assert by_title[title]["ok"] is True, by_title[title]
     assert "no think delimiters" in by_title["Think opener in the prompt"]["detail"]

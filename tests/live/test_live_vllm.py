@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conformance.cases import *  # noqa: F401,F403  (the shared cases, collected here too)
-from conformance.shapes import *  # noqa: F401,F403
+from conformance.cases import *  # noqa: F403  (the shared cases, collected here too)
 from conformance.cases import GREEDY, IM_END, PROMPT_IDS, THINK_CLOSE, analysed, capture
-from tokview.core.kimi_layout import kimi_tokenizer_dir
+from conformance.shapes import *  # noqa: F403
 from facts import KIMI_CHAIN_OUTPUT
+
+from tokview.core.kimi_layout import kimi_tokenizer_dir
 
 pytestmark = pytest.mark.live
 
@@ -39,11 +39,23 @@ async def test_chain_exact_ids(vllm_surface_url: str) -> None:
     assert cap.server_version == "0.32.0"
     record = os.environ.get(RECORD_ENV)
     if record:  # .ci/live.sh prints this for the closing note
-        Path(record).write_text(json.dumps({
-            "server": vllm_surface_url, "version": cap.server_version, "endpoint": cap.endpoint,
-            "prompt_ids": cap.prompt_ids, "output_ids": cap.output_ids, "reasoning": cap.reasoning,
-            "content": cap.content, "usage": cap.usage, "finish_reason": cap.finish_reason,
-        }) + "\n", encoding="utf-8")
+        Path(record).write_text(
+            json.dumps(
+                {
+                    "server": vllm_surface_url,
+                    "version": cap.server_version,
+                    "endpoint": cap.endpoint,
+                    "prompt_ids": cap.prompt_ids,
+                    "output_ids": cap.output_ids,
+                    "reasoning": cap.reasoning,
+                    "content": cap.content,
+                    "usage": cap.usage,
+                    "finish_reason": cap.finish_reason,
+                }
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 async def test_chain_stream_and_dual_exact(vllm_surface_url: str) -> None:
@@ -78,9 +90,21 @@ async def test_chain_wins_at_temperature_one(vllm_surface_url: str) -> None:
 def test_doctor_cli_on_real_vllm(vllm_surface_url: str) -> None:
     """`tokview doctor --server URL --tokenizer DIR --json` on the real server: exit 0, every check passes."""
     done = subprocess.run(
-        [sys.executable, "-m", "tokview.cli", "doctor", "--server", vllm_surface_url,
-         "--tokenizer", str(kimi_tokenizer_dir()), "--json"],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "tokview.cli",
+            "doctor",
+            "--server",
+            vllm_surface_url,
+            "--tokenizer",
+            str(kimi_tokenizer_dir()),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
     assert (data["kind"], data["version"], data["model"]) == ("vllm", "0.32.0", "tiny-kimi")

@@ -49,8 +49,9 @@ def fill(store, tokenizer, profile, n: int = 30) -> list[str]:
         if i % 5 == 0:
             capture.finish_reason = "length"
         sid = f"p{i:03d}@demo_gen0"
-        store.put_sample(sid, f"p{i:03d}", "run-a" if i < n // 2 else "run-b", capture,
-                         analyze(capture, profile, tokenizer))
+        store.put_sample(
+            sid, f"p{i:03d}", "run-a" if i < n // 2 else "run-b", capture, analyze(capture, profile, tokenizer)
+        )
         ids.append(sid)
     return ids
 

@@ -177,8 +177,9 @@ def test_a_version_2_store_gains_the_override_column_and_keeps_its_verdicts(tmp_
         for sql in statements:
             conn.execute(sql)
         conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
-    conn.execute("INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES ('s', now(), 'al', 'verdict', "
-                 "'approved')")
+    conn.execute(
+        "INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES ('s', now(), 'al', 'verdict', 'approved')"
+    )
     conn.close()
     with Store(path) as store:
         rows = store.query("SELECT who, status, override FROM verdicts")

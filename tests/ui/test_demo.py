@@ -33,8 +33,9 @@ def test_demo_refuses_a_bad_limit(capsys):
     assert "--limit" in capsys.readouterr().err
 
 
-def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store_is_gone(capsys, monkeypatch,
-                                                                                         tokenizer, profile):
+def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store_is_gone(
+    capsys, monkeypatch, tokenizer, profile
+):
     """The app itself is replaced by a stand-in that does what a user would: generate one more sample."""
     from tokview.core.analysis import analyze
     from tokview.ui import examples

@@ -87,7 +87,7 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     close = seq.n_prompt + capture.output_ids.index(THINK_CLOSE)
     rows = dict(d.detail_lines(seq, close, tokenizer, analysis.kinds, analysis.loss_mask, [-0.5] * 18))
     assert rows["id"] == "163607" and rows["piece"] == "</think>"
-    assert rows["bytes"] == "</think>".encode().hex(" ")
+    assert rows["bytes"] == b"</think>".hex(" ")
     assert rows["segment"] == "closer" and rows["loss mask"] == "1"
     assert rows["position"] == f"{close} (output[9])"
     assert rows["logprob"] == "-0.5000"
@@ -159,7 +159,7 @@ def test_dual_capture_whose_paths_agree_keeps_the_statuses_on_the_served_pane(to
     capture = _dual(list(KIMI_OUTPUT_IDS))
     analysis = analyze(capture, profile, tokenizer)
     served = d.served_seq(capture, analysis, tokenizer)
-    assert served.status[served.n_prompt:] == list(analysis.alignment.statuses)
+    assert served.status[served.n_prompt :] == list(analysis.alignment.statuses)
     assert d.kept_seq(capture, analysis, tokenizer).classes == d.kept_seq(_dual(None), analysis, tokenizer).classes
 
 

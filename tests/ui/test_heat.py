@@ -16,8 +16,15 @@ def _capture(**kw) -> Capture:
 
 
 def _spec(accepted, steps=None):
-    return sd.SpecDecode("vllm", len(accepted) if steps is None else steps, 3 * len(accepted), sum(accepted),
-                         per_step_accepted=accepted, per_step_drafted=[3] * len(accepted), num_spec_tokens=3).to_dict()
+    return sd.SpecDecode(
+        "vllm",
+        len(accepted) if steps is None else steps,
+        3 * len(accepted),
+        sum(accepted),
+        per_step_accepted=accepted,
+        per_step_drafted=[3] * len(accepted),
+        num_spec_tokens=3,
+    ).to_dict()
 
 
 def test_prob_levels():
@@ -31,7 +38,7 @@ def test_acceptance_levels_follow_runs_and_prompt_is_uncoloured():
     assert levels[:3] == [None, None, None]
     assert levels[3:] == [None, 0, 0, 0, 0, 4]  # prefill (no step), a full run of 3, then a rejected step
     rows = dict(heat_detail(cap, 4))
-    assert "step 0: 3 of 3 drafts accepted; this is the accepted draft" == rows["acceptance run"]
+    assert rows["acceptance run"] == "step 0: 3 of 3 drafts accepted; this is the accepted draft"
     assert "target token" in dict(heat_detail(cap, 7))["acceptance run"]
     assert heat_detail(cap, 0) == []
 
@@ -47,8 +54,11 @@ def test_unplaceable_steps_say_unavailable_never_guess():
 
 
 def test_logprob_modes_and_details():
-    cap = _capture(output_logprobs=[-0.01, -3.0, -0.2, -0.05, -6.0, 0.0], output_top_ids=[[10, 99]] * 6,
-                   output_top_logprobs=[[-0.01, -5.0]] * 6)
+    cap = _capture(
+        output_logprobs=[-0.01, -3.0, -0.2, -0.05, -6.0, 0.0],
+        output_top_ids=[[10, 99]] * 6,
+        output_top_logprobs=[[-0.01, -5.0]] * 6,
+    )
     assert heat_levels(cap, "sampled")[3:] == [0, 3, 1, 0, 4, 0]
     assert heat_levels(cap, "target") is None and "tokview score" in unavailable(cap, "target")
     rows = dict(heat_detail(cap, 3, piece=lambda t: f"t{t}"))
@@ -63,11 +73,19 @@ def test_stats_bars():
     from tokview.ui.heat import acceptance_bars, nll_bars
 
     assert acceptance_bars(None)[1] == {} and "not scored" in nll_bars({"target_logprobs": None})[0]
-    side = {"spec_decode": {"mean_acceptance_length": 2.0, "samples": 3, "placed_samples": 2,
-                            "segments": {"reasoning": {"mean_acceptance_length": 2.5},
-                                         "answer": {"mean_acceptance_length": None}}},
-            "target_logprobs": {"samples": 3, "off_policy": 1,
-                                "nll_histogram": {"upper_edges": [0.5, 2.0], "counts": [1, 1, 1]}}}
+    side = {
+        "spec_decode": {
+            "mean_acceptance_length": 2.0,
+            "samples": 3,
+            "placed_samples": 2,
+            "segments": {"reasoning": {"mean_acceptance_length": 2.5}, "answer": {"mean_acceptance_length": None}},
+        },
+        "target_logprobs": {
+            "samples": 3,
+            "off_policy": 1,
+            "nll_histogram": {"upper_edges": [0.5, 2.0], "counts": [1, 1, 1]},
+        },
+    }
     title, bars = acceptance_bars(side)
     assert bars == {"all": 2.0, "reasoning": 2.5} and "2 of 3 samples placed" in title
     side["spec_decode"]["segments"] = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from test_token_view import InspectApp
 
 from tokview.core import spec_decode as sd
 from tokview.core.analysis import analyze
@@ -11,8 +12,6 @@ from tokview.ui.screens.inspect import InspectData, InspectScreen
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
 
-from test_token_view import InspectApp
-
 
 def _scored_capture():
     cap = short_capture()
@@ -21,8 +20,15 @@ def _scored_capture():
     while covered < n:  # every step drafts 3 and accepts 2: the steps cover the output (last one clamped)
         accepted.append(2)
         covered += 3
-    cap.spec_decode = sd.SpecDecode("vllm", len(accepted), 3 * len(accepted), sum(accepted), per_step_accepted=accepted,
-                                    per_step_drafted=[3] * len(accepted), num_spec_tokens=3).to_dict()
+    cap.spec_decode = sd.SpecDecode(
+        "vllm",
+        len(accepted),
+        3 * len(accepted),
+        sum(accepted),
+        per_step_accepted=accepted,
+        per_step_drafted=[3] * len(accepted),
+        num_spec_tokens=3,
+    ).to_dict()
     cap.output_logprobs = [-0.01] * (n - 1) + [-6.0]
     cap.output_top_ids = [[t] for t in cap.output_ids]
     cap.output_top_logprobs = [[lp] for lp in cap.output_logprobs]
@@ -47,7 +53,7 @@ async def test_heat_key_cycles_modes_colours_and_fills_the_detail_panel(tokenize
         assert screen.heat == "acceptance" and "heat acceptance run" in str(screen._served_label())
         assert served.seq.classes[:n_prompt] == segments[:n_prompt]
         assert served.seq.classes[n_prompt] == segments[n_prompt]
-        assert {heat.get(c) for c in served.seq.classes[n_prompt + 1:]} == {1}
+        assert {heat.get(c) for c in served.seq.classes[n_prompt + 1 :]} == {1}
         served.cursor = n_prompt + 2
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows

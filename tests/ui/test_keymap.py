@@ -101,7 +101,7 @@ async def test_readme_keymap_example_remaps_approve_in_the_app(tmp_path, make_ap
     cfg = tmp_path / "config.toml"
     cfg.write_text(block)
     config = load_config(cfg)
-    (binding_id, keys), = config.keymap.items()
+    ((binding_id, keys),) = config.keymap.items()
     assert binding_id == "curate.approve"
     app = make_app(config)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -120,12 +120,17 @@ def test_every_scope_names_known_groups():
 
 def test_no_import_cycle_between_the_app_and_help():
     """help.py reads the registry, never the app or a screen; the registry imports no tokview.ui module."""
-    for path, banned in ((ROOT / "tokview/ui/screens/help.py", ("tokview.ui.app", "tokview.ui.screens.")),
-                         (ROOT / "tokview/ui/bindings.py", ("tokview.ui",))):
+    for path, banned in (
+        (ROOT / "tokview/ui/screens/help.py", ("tokview.ui.app", "tokview.ui.screens.")),
+        (ROOT / "tokview/ui/bindings.py", ("tokview.ui",)),
+    ):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
         imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         assert not [m for m in imported if m.startswith(banned)], (path, imported)
-    done = subprocess.run([sys.executable, "-c", "import tokview.ui.screens.help, sys; "
-                           "sys.exit('tokview.ui.app' in sys.modules)"], cwd=ROOT, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import tokview.ui.screens.help, sys; sys.exit('tokview.ui.app' in sys.modules)"],
+        cwd=ROOT,
+        capture_output=True,
+    )
     assert done.returncode == 0

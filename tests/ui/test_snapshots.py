@@ -54,8 +54,7 @@ def test_inspect_long_sample_at_the_end(snap_compare, make_app):
 
 
 def test_inspect_finding_selected(snap_compare, make_app):
-    assert snap_compare(make_app(), terminal_size=WIDE,
-                        run_before=run_before("down", "enter", "f", "down", "enter"))
+    assert snap_compare(make_app(), terminal_size=WIDE, run_before=run_before("down", "enter", "f", "down", "enter"))
 
 
 def test_inspect_light_theme(snap_compare, make_app):
@@ -67,8 +66,7 @@ def test_inspect_drift_and_partial(snap_compare, make_app, store, tokenizer, pro
     capture.content = "The answer is EXTRA forty-two!"
     capture.reasoning = "Okay, let me think about this carefully. "  # trailing text the ids do not have
     store.put_sample("a-drift@demo_gen0", "a-drift", "run-a", capture, analyze(capture, profile, tokenizer))
-    assert snap_compare(make_app(), terminal_size=WIDE,
-                        run_before=run_before("o", "o", "o", "o", "o", "enter", "end"))
+    assert snap_compare(make_app(), terminal_size=WIDE, run_before=run_before("o", "o", "o", "o", "o", "enter", "end"))
 
 
 def test_reject_modal(snap_compare, make_app):
@@ -96,5 +94,4 @@ def test_stats_panel(snap_compare, make_app, store):
 
 def test_generate_panel(snap_compare, make_app, monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[2])  # the default prompts path shows relative to the checkout
-    assert snap_compare(make_app(server_url="http://127.0.0.1:30000"), terminal_size=WIDE,
-                        run_before=run_before("g"))
+    assert snap_compare(make_app(server_url="http://127.0.0.1:30000"), terminal_size=WIDE, run_before=run_before("g"))

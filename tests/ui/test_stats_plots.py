@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -16,7 +17,7 @@ def test_integer_ticks_cover_the_top_in_whole_steps():
     for top in (1, 2, 3, 6, 7, 64, 99, 1234):
         ticks = integer_ticks(top)
         assert ticks[0] == 0 and ticks[-1] >= top and len(ticks) <= 7
-        assert all(isinstance(t, int) for t in ticks) and len({b - a for a, b in zip(ticks, ticks[1:])}) == 1
+        assert all(isinstance(t, int) for t in ticks) and len({b - a for a, b in itertools.pairwise(ticks)}) == 1
 
 
 def test_bars_are_proportional_and_a_small_count_stays_visible():
@@ -43,8 +44,9 @@ async def test_stats_panel_lists_every_code_with_integer_ticks(size, make_app, s
         findings = screen.query_one("#plot-findings", BarChart)
         listed = {line.split()[0] for line in str(findings.render()).splitlines()[1:] if line.strip()}
         assert codes and listed == codes
-        review = {label: cells for label, cells, _ in bar_lines(screen.query_one("#plot-review", BarChart).counts,
-                                                                 size[0])}
+        review = {
+            label: cells for label, cells, _ in bar_lines(screen.query_one("#plot-review", BarChart).counts, size[0])
+        }
         assert review["pending"] > review["approved"] >= 1 and review["rejected"] >= 1
         for plot in screen.query(PlotextPlot):
             axis = [line.split("┤")[0] for line in str(plot.render()).splitlines() if "┤" in line]

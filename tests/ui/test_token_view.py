@@ -100,6 +100,7 @@ async def test_recolour_one_token_repaints_one_row(short, tokenizer):
         view.recolour(last, d.CLASS_INDEX["drift"])
         assert refreshed == [(len(view.row_starts) - 1, 1)]
         after = view.render_line(len(view.row_starts) - 1)
+
         def style_of(strip):
             return next(s.style for s in strip._segments if s.style and s.style.meta.get("tok") == last)
 

@@ -70,8 +70,13 @@ class BatchConfig:
 
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
-        settings = {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-                    "thinking": self.thinking, "mode": self.mode}
+        settings = {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens": self.max_new_tokens,
+            "thinking": self.thinking,
+            "mode": self.mode,
+        }
         if self.logprobs is not None:  # only when asked: earlier runs' sample ids stay the same
             settings["logprobs"] = self.logprobs
         return settings
@@ -94,8 +99,7 @@ class BatchConfig:
         deep in the retry loop or a silently empty (or silently truncated) run."""
         from tokview.batch.inputs import InputError
 
-        for flag, value in (("--temperature", self.temperature), ("--top-p", self.top_p),
-                            ("--timeout", self.timeout)):
+        for flag, value in (("--temperature", self.temperature), ("--top-p", self.top_p), ("--timeout", self.timeout)):
             if not isinstance(value, (int, float)) or not math.isfinite(value):
                 # `inf` would reach the manifest as `Infinity`, which strict JSON parsers refuse
                 raise InputError(f"{flag} must be a finite number, got {value!r}")
@@ -254,7 +258,7 @@ def reason_class(reason: str) -> str:
         if text.startswith(prefix):
             return cls
     if text.startswith("unexpected error: "):
-        return "unexpected error: " + text[len("unexpected error: "):].split(":", 1)[0].strip()
+        return "unexpected error: " + text[len("unexpected error: ") :].split(":", 1)[0].strip()
     head = text.split(": ", 1)[0]
     head = re.sub(r"\s*\(.*$", "", head)
     return head[:100] or "unknown"

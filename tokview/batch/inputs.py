@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, parse_row
 from tokview.core.record import canonical_hash
@@ -77,8 +78,10 @@ def check_row(raw: dict[str, Any], where: str) -> None:
             raise PromptError(f"{where}: `id` must be a string or a whole number, not {_kind(rid)}")
         bad = next((c for c in str(rid) if unicodedata.category(c) in ("Cc", "Cs")), None)
         if bad is not None:
-            raise PromptError(f"{where}: `id` holds the control character U+{ord(bad):04X}: "
-                              f"a sample id must be printable to be addressed by `tokview show`")
+            raise PromptError(
+                f"{where}: `id` holds the control character U+{ord(bad):04X}: "
+                f"a sample id must be printable to be addressed by `tokview show`"
+            )
     turns = raw.get("messages") if isinstance(raw.get("messages"), list) else raw.get("conversations")
     for k, turn in enumerate(turns if isinstance(turns, list) else []):
         if not isinstance(turn, dict):
@@ -100,12 +103,15 @@ def _check_content(content: Any, here: str) -> None:
     if isinstance(content, list):  # OpenAI content parts: text parts only
         for j, part in enumerate(content, start=1):
             if not isinstance(part, dict):
-                raise PromptError(f"{here}: part {j} is {_kind(part)}, expected an object like "
-                                  f'{{"type": "text", "text": "..."}}')
+                raise PromptError(
+                    f'{here}: part {j} is {_kind(part)}, expected an object like {{"type": "text", "text": "..."}}'
+                )
             if not isinstance(part.get("text"), str):
                 kind = part.get("type", "untyped")
-                raise PromptError(f"{here}: part {j} ({kind}) has no text string: only text parts are "
-                                  f"supported, and dropping the others would change the prompt")
+                raise PromptError(
+                    f"{here}: part {j} ({kind}) has no text string: only text parts are "
+                    f"supported, and dropping the others would change the prompt"
+                )
         return
     raise PromptError(f"{here} must be a string or a list of text parts, not {_kind(content)}")
 
@@ -116,8 +122,10 @@ def _check_text(value: Any, where: str) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise PromptError(f"{where}: a lone UTF-16 surrogate U+{ord(value[exc.start]):04X} "
-                              f"(an unpaired \\u escape) cannot be tokenized") from None
+            raise PromptError(
+                f"{where}: a lone UTF-16 surrogate U+{ord(value[exc.start]):04X} "
+                f"(an unpaired \\u escape) cannot be tokenized"
+            ) from None
     elif isinstance(value, dict):
         for k, v in value.items():
             _check_text(k, where)
@@ -141,8 +149,9 @@ def parse_checked(obj: Any, n: int, label: str = "line") -> PromptRow:
     return parse_row(obj, line=n)
 
 
-def read_prompts(path: str | Path, *, on_bad_row: str = "skip", limit: int | None = None
-                 ) -> tuple[list[PromptRow], list[str]]:
+def read_prompts(
+    path: str | Path, *, on_bad_row: str = "skip", limit: int | None = None
+) -> tuple[list[PromptRow], list[str]]:
     """(good rows, one message per bad row). With on_bad_row="stop" the first bad row raises.
 
     A row whose id an earlier row already used for a *different* conversation is a bad row (a
@@ -167,8 +176,10 @@ def read_prompts(path: str | Path, *, on_bad_row: str = "skip", limit: int | Non
                 digest = canonical_hash(row.messages)
                 seen = first_seen.setdefault(row.prompt_id, (n, digest))
                 if seen[1] != digest:
-                    raise PromptError(f"line {n}: id {row.prompt_id!r} conflicts with {label} {seen[0]}: "
-                                      f"same id, different conversation (give one of them another id)")
+                    raise PromptError(
+                        f"line {n}: id {row.prompt_id!r} conflicts with {label} {seen[0]}: "
+                        f"same id, different conversation (give one of them another id)"
+                    )
                 rows.append(row)
             except PromptError as exc:
                 message = str(exc)

@@ -14,7 +14,8 @@ ids, and only then refused by the server with a 400. The servers report their co
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tokview.servers.request import CaptureRequest, resolve_settings
 
@@ -26,7 +27,7 @@ UNKNOWN_LONGEST_TOKEN = 1024
 """Bytes assumed for the longest token when the vocabulary cannot be read (generous: real vocabularies'
 longest entries are a few dozen bytes)."""
 
-_longest_token: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+_longest_token: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
@@ -95,5 +96,7 @@ def over_length_reason(pool: Any, request: CaptureRequest) -> str | None:
     if tokens < limit:
         return None
     measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
-    return (f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
-            f"which leaves no room for output: shorten or drop this prompt")
+    return (
+        f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
+        f"which leaves no room for output: shorten or drop this prompt"
+    )

@@ -24,16 +24,17 @@ def _eta(seconds: float | None) -> str:
 
 def progress_line(p: BatchProgress) -> str:
     pct = 100.0 * p.done / p.total if p.total else 100.0
-    return (f"{p.done}/{p.total} {pct:5.1f}% | ok {p.ok} failed {p.failed} skipped {p.skipped} "
-            f"flagged {p.flagged} truncated {p.truncated} | {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s "
-            f"| ETA {_eta(p.eta_s)}")
+    return (
+        f"{p.done}/{p.total} {pct:5.1f}% | ok {p.ok} failed {p.failed} skipped {p.skipped} "
+        f"flagged {p.flagged} truncated {p.truncated} | {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s "
+        f"| ETA {_eta(p.eta_s)}"
+    )
 
 
 class ProgressPrinter:
     """Callable handed to `run_batch(on_progress=...)`."""
 
-    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None, interval: float | None = None
-                 ) -> None:
+    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None, interval: float | None = None) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.interval = interval if interval is not None else (0.1 if self.tty else 10.0)
@@ -44,7 +45,7 @@ class ProgressPrinter:
     def __call__(self, p: BatchProgress) -> None:
         now = time.monotonic()
         final = p.done >= p.total
-        if final and self._final_shown or not (final or p.ok or p.failed):
+        if (final and self._final_shown) or not (final or p.ok or p.failed):
             return
         if not final and now - self._last < self.interval:
             return

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 SHARD_MIN = 16
 
@@ -56,8 +57,15 @@ async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
     from tokview.servers import ServerPool
 
     tokenizer, profile = resolve_tokenizer_and_profile(config)
-    pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
-                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+    pool = ServerPool(
+        config.servers,
+        backend=config.backend,
+        tokenizer=tokenizer,
+        profile=profile,
+        concurrency=config.concurrency,
+        timeout=config.timeout,
+        retries=config.retries,
+    )
     sink = CollectingSink(config.servers)
     writer = GroupWriter(sink, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=False)
     loop = asyncio.get_running_loop()
@@ -67,9 +75,17 @@ async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
     finally:
         await loop.run_in_executor(None, writer.close)
         await pool.aclose()
-    return {"samples": sink.samples, "failures": sink.failures, "outcome": outcome, "ok": writer.ok,
-            "failed": writer.failed, "flagged": writer.flagged, "truncated": writer.truncated,
-            "output_tokens": writer.output_tokens, "reasons": dict(writer.reasons)}
+    return {
+        "samples": sink.samples,
+        "failures": sink.failures,
+        "outcome": outcome,
+        "ok": writer.ok,
+        "failed": writer.failed,
+        "flagged": writer.flagged,
+        "truncated": writer.truncated,
+        "output_tokens": writer.output_tokens,
+        "reasons": dict(writer.reasons),
+    }
 
 
 def connect(address: str) -> Any:
@@ -86,9 +102,10 @@ def connect(address: str) -> Any:
                     ray.init(log_to_driver=False)  # no cluster running: a local one on this machine
             else:
                 ray.init(address=address, log_to_driver=False)
-        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
-            raise RayUnavailable(f"cannot reach Ray at {address}: {str(exc).splitlines()[0] if str(exc) else exc}"
-                                 ) from None
+        except Exception as exc:
+            raise RayUnavailable(
+                f"cannot reach Ray at {address}: {str(exc).splitlines()[0] if str(exc) else exc}"
+            ) from None
     return ray
 
 
@@ -98,15 +115,22 @@ class Tally:
         self.reasons: Counter[str] = Counter()
 
 
-async def run_on_ray(config: Any, store: Any, run_id: str, todo: list[Any], tally: Tally,
-                     cancel: asyncio.Event | None, report: Callable[[], None]) -> list[str | None]:
+async def run_on_ray(
+    config: Any,
+    store: Any,
+    run_id: str,
+    todo: list[Any],
+    tally: Tally,
+    cancel: asyncio.Event | None,
+    report: Callable[[], None],
+) -> list[str | None]:
     """Submit the shards, land each returned one; returns the shards' outcomes (None: all tried)."""
     ray = connect(config.ray)
     remote = ray.remote(run_shard).options(max_retries=2)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     size = max(SHARD_MIN, -(-len(todo) // (4 * cpus)))
     shard_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
-    pending = [remote.remote(shard_config, run_id, todo[i:i + size]) for i in range(0, len(todo), size)]
+    pending = [remote.remote(shard_config, run_id, todo[i : i + size]) for i in range(0, len(todo), size)]
     outcomes: list[str | None] = []
     loop = asyncio.get_running_loop()
     while pending:
@@ -115,7 +139,9 @@ async def run_on_ray(config: Any, store: Any, run_id: str, todo: list[Any], tall
                 ray.cancel(ref, force=True)
             outcomes.append("interrupted")
             break
-        done, pending = await loop.run_in_executor(None, lambda: ray.wait(pending, num_returns=1, timeout=0.2))
+        done, pending = await loop.run_in_executor(
+            None, lambda waiting=pending: ray.wait(waiting, num_returns=1, timeout=0.2)
+        )
         for ref in done:
             result = await loop.run_in_executor(None, ray.get, ref)
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])

@@ -23,8 +23,9 @@ import asyncio
 import time
 import zlib
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
@@ -52,12 +53,17 @@ def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
     from tokview.core import resolve
 
     return resolve.resolve_tokenizer_and_profile(
-        config.tokenizer_dir, config.profile, trust_remote_code=config.trust_remote_code,
-        tokenizer=config.tokenizer, model_profile=config.model_profile)
+        config.tokenizer_dir,
+        config.profile,
+        trust_remote_code=config.trust_remote_code,
+        tokenizer=config.tokenizer,
+        model_profile=config.model_profile,
+    )
 
 
-def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | None = None
-         ) -> tuple[list[WorkItem], int]:
+def plan(
+    rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | None = None
+) -> tuple[list[WorkItem], int]:
     """Every sample slot the prompts ask for, and how many rows repeated an earlier prompt id.
 
     `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
@@ -78,8 +84,11 @@ def plan(rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | 
         seen_prompts.add(row.prompt_id)
         for point in points:
             for index in range(config.samples_per_prompt):
-                items.append(WorkItem(sample_id(row.prompt_id, index, point.turn), row.prompt_id,
-                                      point.turn, index, point.history))
+                items.append(
+                    WorkItem(
+                        sample_id(row.prompt_id, index, point.turn), row.prompt_id, point.turn, index, point.history
+                    )
+                )
     if items:  # the one definition of a sample id stays core.record's
         first = items[0]
         if first.sample_id != sample_id_for(first.prompt_id, settings, first.index, first.turn):
@@ -109,8 +118,11 @@ def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
         raise InputError(f"the servers serve different models ({', '.join(models)}): run each model separately")
     from tokview.batch.identity import vocab_fingerprint
 
-    return {**({"model": models[0]} if models else {}), "tokenizer": vocab_fingerprint(tokenizer),
-            "profile": profile.name}
+    return {
+        **({"model": models[0]} if models else {}),
+        "tokenizer": vocab_fingerprint(tokenizer),
+        "profile": profile.name,
+    }
 
 
 def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
@@ -121,14 +133,19 @@ def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) ->
         old = run["settings"] or {}
         changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
         if changed:
-            raise InputError(f"run {run_id} was made with other {', '.join(changed)} "
-                             f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name")
+            raise InputError(
+                f"run {run_id} was made with other {', '.join(changed)} "
+                f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
+            )
 
 
-async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
-                    prompts: list[PromptRow] | None = None,
-                    on_progress: Callable[[BatchProgress], None] | None = None,
-                    cancel: asyncio.Event | None = None) -> BatchSummary:
+async def run_batch(
+    config: BatchConfig,
+    store: Store | Callable[[], Store],
+    prompts: list[PromptRow] | None = None,
+    on_progress: Callable[[BatchProgress], None] | None = None,
+    cancel: asyncio.Event | None = None,
+) -> BatchSummary:
     """Generate every planned sample not yet in the store.
 
     `store` is an open Store, or a function that opens one: called only once a server has answered
@@ -146,10 +163,17 @@ async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
             raise InputError("no prompts given")
         prompts, bad = read_prompts(config.prompts_path, on_bad_row=config.on_bad_row, limit=config.limit)
     elif config.limit is not None:
-        prompts = prompts[:config.limit]
+        prompts = prompts[: config.limit]
     tokenizer, profile = resolve_tokenizer_and_profile(config)
-    pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
-                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+    pool = ServerPool(
+        config.servers,
+        backend=config.backend,
+        tokenizer=tokenizer,
+        profile=profile,
+        concurrency=config.concurrency,
+        timeout=config.timeout,
+        retries=config.retries,
+    )
     try:
         await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
         if not isinstance(store, Store):
@@ -159,9 +183,17 @@ async def run_batch(config: BatchConfig, store: Store | Callable[[], Store],
         await pool.aclose()
 
 
-async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[PromptRow], bad: list[str],
-               tokenizer: Any, profile: Any, on_progress: Callable[[BatchProgress], None] | None,
-               cancel: asyncio.Event | None) -> BatchSummary:
+async def _run(
+    config: BatchConfig,
+    store: Store,
+    pool: Any,
+    prompts: list[PromptRow],
+    bad: list[str],
+    tokenizer: Any,
+    profile: Any,
+    on_progress: Callable[[BatchProgress], None] | None,
+    cancel: asyncio.Event | None,
+) -> BatchSummary:
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     items, duplicates = plan(prompts, config, sample_settings)
@@ -174,8 +206,14 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     existing = store.existing_sample_ids(i.sample_id for i in items)
     todo = deque(i for i in items if i.sample_id not in existing)
     run_id = config.run_id(identity)
-    summary = BatchSummary(run_id=run_id, input=len(items) + duplicates + len(bad), resumed=len(existing),
-                           duplicates=duplicates, bad_rows=bad, servers=scrub(pool.server_info()))
+    summary = BatchSummary(
+        run_id=run_id,
+        input=len(items) + duplicates + len(bad),
+        resumed=len(existing),
+        duplicates=duplicates,
+        bad_rows=bad,
+        servers=scrub(pool.server_info()),
+    )
     started = time.monotonic()
     skipped = len(existing) + duplicates + len(bad)
     tallies: list[Any] = []  # the writer(s) whose counts make up the progress line
@@ -195,10 +233,16 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     if todo:
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
         check_run_provenance(store, run_id, sample_settings)
-        store.put_run(run_id, settings=sample_settings, profile=profile.name,
-                      tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
-                      tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
-                      server_info=summary.servers, source=str(config.prompts_path) if config.prompts_path else None)
+        store.put_run(
+            run_id,
+            settings=sample_settings,
+            profile=profile.name,
+            tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
+            tokenizer_hash=tokenizer.fingerprint(),
+            template_hash=tokenizer.template_hash(),
+            server_info=summary.servers,
+            source=str(config.prompts_path) if config.prompts_path else None,
+        )
         writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
         tallies.append(writer)
         group = None
@@ -240,14 +284,19 @@ async def _run(config: BatchConfig, store: Store, pool: Any, prompts: list[Promp
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (
-        p.flagged, p.truncated, p.output_tokens, p.elapsed_s)
+        p.flagged,
+        p.truncated,
+        p.output_tokens,
+        p.elapsed_s,
+    )
     summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
     report()
     return summary
 
 
-async def _wait_for_children(group: Any, cancel: asyncio.Event | None, report: Callable[[], None],
-                             cancelled: bool) -> list[str | None]:
+async def _wait_for_children(
+    group: Any, cancel: asyncio.Event | None, report: Callable[[], None], cancelled: bool
+) -> list[str | None]:
     """Keep the progress line moving until every child is done; pass a cancel on to them."""
     if cancelled:
         group.cancel()
@@ -261,8 +310,14 @@ async def _wait_for_children(group: Any, cancel: asyncio.Event | None, report: C
     return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
 
 
-async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: GroupWriter,
-                      cancel: asyncio.Event | None, report: Callable[[], None]) -> str | None:
+async def capture_all(
+    config: BatchConfig,
+    pool: Any,
+    todo: deque,
+    writer: GroupWriter,
+    cancel: asyncio.Event | None,
+    report: Callable[[], None],
+) -> str | None:
     """Capture every item in `todo` and hand it to the writer; None when all were tried.
 
     Otherwise why it stopped early: "interrupted" (cancel), the writer's error (a full disk), or
@@ -308,8 +363,7 @@ async def capture_all(config: BatchConfig, pool: Any, todo: deque, writer: Group
             await asyncio.sleep(0.1)
             report()
 
-    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency *
-                                                                len(config.servers)))]
+    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency * len(config.servers)))]
     tick = asyncio.create_task(ticker())
     try:
         interrupted = await run_workers(workers, cancel)

@@ -14,9 +14,10 @@ import asyncio
 import json
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tokview.batch.config import BatchProgress
 from tokview.batch.inputs import InputError
@@ -91,9 +92,11 @@ class ScoreSummary:
 
     def render(self) -> str:
         nll = "n/a" if self.mean_nll is None else f"{self.mean_nll:.3f}"
-        lines = [f"scored {self.ok} + failed {self.failed} + already scored {self.skipped} of {self.input} selected; "
-                 f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
-                 f"in {self.elapsed_s:.1f}s"]
+        lines = [
+            f"scored {self.ok} + failed {self.failed} + already scored {self.skipped} of {self.input} selected; "
+            f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
+            f"in {self.elapsed_s:.1f}s"
+        ]
         for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
             lines.append(f"  failed x{n}: {reason}")
         if self.interrupted:
@@ -123,19 +126,34 @@ def already_scored(stored: Any, model: str | None, top_k: int) -> bool:
 
 def off_policy_finding(capture: Capture) -> Any:
     """The registered `off_policy` check, run on the scored capture (the same rule `analyze` applies)."""
-    ctx = Context(capture=capture, profile=None, tokenizer=None, kinds=[], alignment=None,  # type: ignore[arg-type]
-                  aligned_kinds=None)
+    ctx = Context(
+        capture=capture,
+        profile=None,
+        tokenizer=None,
+        kinds=[],
+        alignment=None,  # type: ignore[arg-type]
+        aligned_kinds=None,
+    )
     return CHECKS["off_policy"](ctx)
 
 
-async def run_score(config: ScoreConfig, store: Store, on_progress: Callable[[BatchProgress], None] | None = None,
-                    cancel: asyncio.Event | None = None) -> ScoreSummary:
+async def run_score(
+    config: ScoreConfig,
+    store: Store,
+    on_progress: Callable[[BatchProgress], None] | None = None,
+    cancel: asyncio.Event | None = None,
+) -> ScoreSummary:
     """Score every selected sample not yet scored by this target; raises InputError / ServerUnreachable."""
     from tokview.servers import ServerPool
 
     config.validate()
-    pool = ServerPool(config.servers, backend=config.backend, concurrency=config.concurrency,
-                      timeout=config.timeout, retries=config.retries)
+    pool = ServerPool(
+        config.servers,
+        backend=config.backend,
+        concurrency=config.concurrency,
+        timeout=config.timeout,
+        retries=config.retries,
+    )
     await pool.start()
     try:
         return await _run(config, store, pool, on_progress, cancel)
@@ -143,8 +161,13 @@ async def run_score(config: ScoreConfig, store: Store, on_progress: Callable[[Ba
         await pool.aclose()
 
 
-async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callable[[BatchProgress], None] | None,
-               cancel: asyncio.Event | None) -> ScoreSummary:
+async def _run(
+    config: ScoreConfig,
+    store: Store,
+    pool: Any,
+    on_progress: Callable[[BatchProgress], None] | None,
+    cancel: asyncio.Event | None,
+) -> ScoreSummary:
     from tokview.servers import CaptureFailed
     from tokview.servers.score import score_on
 
@@ -164,8 +187,18 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
     def report() -> None:
         if on_progress:
             progress.elapsed_s = time.monotonic() - started
-            on_progress(BatchProgress(progress.total, progress.ok, progress.failed, progress.skipped,
-                                      progress.flagged, 0, progress.output_tokens, progress.elapsed_s))
+            on_progress(
+                BatchProgress(
+                    progress.total,
+                    progress.ok,
+                    progress.failed,
+                    progress.skipped,
+                    progress.flagged,
+                    0,
+                    progress.output_tokens,
+                    progress.elapsed_s,
+                )
+            )
 
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokview-score")
     loop = asyncio.get_running_loop()
@@ -174,15 +207,18 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
     n_workers = min(len(todo), config.concurrency * len(config.servers))
 
     def load(chunk: list[str]) -> list[tuple[str, list[int], list[int]]]:
-        rows = store.query("SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s JOIN "
-                           "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid", [chunk])
+        rows = store.query(
+            "SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s JOIN "
+            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
+            [chunk],
+        )
         return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
 
     async def produce() -> None:
         """Read the ids a chunk at a time (one short read each), ahead of the workers."""
         ids = list(todo)
         for start in range(0, len(ids), CHUNK):
-            for item in await loop.run_in_executor(writer, load, ids[start:start + CHUNK]):
+            for item in await loop.run_in_executor(writer, load, ids[start : start + CHUNK]):
                 await queue.put(item)
         for _ in range(n_workers):
             await queue.put(None)
@@ -190,17 +226,28 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
     def flush() -> None:
         """Write the scored samples gathered so far in one transaction."""
         items = pending[:]
-        del pending[:len(items)]
+        del pending[: len(items)]
         put_target_scores(store, items)
 
     def scored(sample_id: str, prompt: list[int], output: list[int], result: Any) -> Capture:
         nonlocal nll_sum
         found = result.logprobs
-        score = {"server": scrub_text(result.server_url), "kind": result.server_kind, "model": result.model,
-                 "top_k": config.top_k, "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 **lp.score_summary(found.logprobs, off_policy_nll=config.off_policy_nll, low_prob=config.low_prob)}
-        capture = Capture(prompt_ids=prompt, output_ids=output, target_logprobs=found.logprobs,
-                          target_top_ids=found.top_ids, target_top_logprobs=found.top_logprobs, target_score=score)
+        score = {
+            "server": scrub_text(result.server_url),
+            "kind": result.server_kind,
+            "model": result.model,
+            "top_k": config.top_k,
+            "scored_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **lp.score_summary(found.logprobs, off_policy_nll=config.off_policy_nll, low_prob=config.low_prob),
+        }
+        capture = Capture(
+            prompt_ids=prompt,
+            output_ids=output,
+            target_logprobs=found.logprobs,
+            target_top_ids=found.top_ids,
+            target_top_logprobs=found.top_logprobs,
+            target_score=score,
+        )
         finding = off_policy_finding(capture)
         pending.append((sample_id, capture, finding))
         progress.ok += 1
@@ -217,8 +264,11 @@ async def _run(config: ScoreConfig, store: Store, pool: Any, on_progress: Callab
         while (item := await queue.get()) is not None:
             sample_id, prompt, output = item
             try:
-                result = await pool.call(lambda client, info: score_on(client, info, config.backend, prompt, output,
-                                                                       config.top_k))
+                result = await pool.call(
+                    lambda client, info, prompt=prompt, output=output: score_on(
+                        client, info, config.backend, prompt, output, config.top_k
+                    )
+                )
                 scored(sample_id, prompt, output, result)
                 if len(pending) >= FLUSH:
                     await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write

@@ -39,8 +39,14 @@ class RemoteTally:
 
 
 def _counts(writer: Any) -> dict[str, Any]:
-    return {"ok": writer.ok, "failed": writer.failed, "flagged": writer.flagged, "truncated": writer.truncated,
-            "output_tokens": writer.output_tokens, "reasons": dict(writer.reasons)}
+    return {
+        "ok": writer.ok,
+        "failed": writer.failed,
+        "flagged": writer.flagged,
+        "truncated": writer.truncated,
+        "output_tokens": writer.output_tokens,
+        "reasons": dict(writer.reasons),
+    }
 
 
 def _die_with_parent() -> None:
@@ -57,7 +63,7 @@ def child_main(index: int, config: Any, db_path: str, run_id: str, items: list[A
     _die_with_parent()
     try:
         asyncio.run(_child(index, config, db_path, run_id, items, results))
-    except BaseException as exc:  # noqa: BLE001 - the parent shows it as one line
+    except BaseException as exc:
         results.put((index, "error", f"worker {index}: {type(exc).__name__}: {exc}"))
 
 
@@ -72,11 +78,24 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
     tokenizer, profile = resolve_tokenizer_and_profile(config)
-    pool = ServerPool(config.servers, backend=config.backend, tokenizer=tokenizer, profile=profile,
-                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+    pool = ServerPool(
+        config.servers,
+        backend=config.backend,
+        tokenizer=tokenizer,
+        profile=profile,
+        concurrency=config.concurrency,
+        timeout=config.timeout,
+        retries=config.retries,
+    )
     sink = PartSink(db_path, server_urls=config.servers)
-    writer = GroupWriter(sink, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=False,
-                         on_commit=lambda w: results.put((index, "counts", _counts(w))))
+    writer = GroupWriter(
+        sink,
+        profile=profile,
+        tokenizer=tokenizer,
+        run_id=run_id,
+        ingest=False,
+        on_commit=lambda w: results.put((index, "counts", _counts(w))),
+    )
     try:
         await pool.start()
         outcome = await capture_all(config, pool, deque(items), writer, cancel, lambda: None)
@@ -97,8 +116,15 @@ class WorkerGroup:
         self.results = ctx.Queue()
         self.tallies = [RemoteTally() for _ in shares]
         child_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
-        self.procs = [ctx.Process(target=child_main, args=(i, child_config, db_path, run_id, share, self.results),
-                                  daemon=True, name=f"tokview-worker-{i}") for i, share in enumerate(shares)]
+        self.procs = [
+            ctx.Process(
+                target=child_main,
+                args=(i, child_config, db_path, run_id, share, self.results),
+                daemon=True,
+                name=f"tokview-worker-{i}",
+            )
+            for i, share in enumerate(shares)
+        ]
         for proc in self.procs:
             proc.start()
         self._reader = threading.Thread(target=self._read, daemon=True, name="tokview-worker-reports")

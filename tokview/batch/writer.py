@@ -18,7 +18,8 @@ import queue
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokview.core.analysis import analyze
 from tokview.store import StoreError
@@ -30,9 +31,19 @@ _STOP = object()
 
 
 class GroupWriter:
-    def __init__(self, store: Any, *, profile: Any, tokenizer: Any, run_id: str, ingest: bool = True,
-                 group_s: float = 0.25, group_max: int = 64, ingest_s: float = 1.0,
-                 on_commit: Callable[["GroupWriter"], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        *,
+        profile: Any,
+        tokenizer: Any,
+        run_id: str,
+        ingest: bool = True,
+        group_s: float = 0.25,
+        group_max: int = 64,
+        ingest_s: float = 1.0,
+        on_commit: Callable[[GroupWriter], None] | None = None,
+    ) -> None:
         self.store, self.profile, self.tokenizer, self.run_id = store, profile, tokenizer, run_id
         self.do_ingest, self.group_s, self.group_max, self.ingest_s = ingest, group_s, group_max, ingest_s
         self.on_commit = on_commit
@@ -112,8 +123,16 @@ class GroupWriter:
             try:
                 analysis = analyze(capture, self.profile, self.tokenizer)
                 _check_ids(capture)
-                record = self.store.sample_record(item.sample_id, item.prompt_id, self.run_id, capture, analysis,
-                                                  gen_index=item.index, turn=item.turn, profile=self.profile.name)
+                record = self.store.sample_record(
+                    item.sample_id,
+                    item.prompt_id,
+                    self.run_id,
+                    capture,
+                    analysis,
+                    gen_index=item.index,
+                    turn=item.turn,
+                    profile=self.profile.name,
+                )
                 samples.append(dumps_lines([record]))
             except Exception as exc:  # this sample's analysis or data failed: record it, keep going
                 failures.append(self._failure(item, failure_reason(exc), capture.server_url))
@@ -136,8 +155,13 @@ class GroupWriter:
             self.on_commit(self)
 
     def _failure(self, item: Any, reason: str, server: str | None) -> dict[str, Any]:
-        return {"prompt_id": item.prompt_id, "sample_id": item.sample_id, "run_id": self.run_id, "reason": reason,
-                "server": server}
+        return {
+            "prompt_id": item.prompt_id,
+            "sample_id": item.sample_id,
+            "run_id": self.run_id,
+            "reason": reason,
+            "server": server,
+        }
 
 
 def _check_ids(capture: Any) -> None:

@@ -14,16 +14,21 @@ from tokview.cli import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit", help="check a dataset made by another pipeline (speculators, SpecForge, ShareGPT)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "audit", help="check a dataset made by another pipeline (speculators, SpecForge, ShareGPT)", description=__doc__
+    )
     p.add_argument("dataset", type=Path, help="JSONL or Parquet dataset")
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the Kimi-layout tokenizer)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--profile", help="model profile (default: detected from the tokenizer)")
     p.add_argument("--name", help="run name suffix (default: the dataset's file name)")
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
-                   help="render conversation rows with thinking on (default) or off")
+    p.add_argument(
+        "--thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="render conversation rows with thinking on (default) or off",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run)
 
@@ -35,11 +40,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.dataset.is_file():
         raise UserError(f"dataset not found: {args.dataset}")
-    tokenizer, profile = resolve_tokenizer_and_profile(args.tokenizer, args.profile,
-                                                       trust_remote_code=args.trust_remote_code)
+    tokenizer, profile = resolve_tokenizer_and_profile(
+        args.tokenizer, args.profile, trust_remote_code=args.trust_remote_code
+    )
     with Store(args.db) as store:
-        report = audit(store, args.dataset, tokenizer=tokenizer, profile=profile, name=args.name,
-                       thinking=args.thinking)
+        report = audit(
+            store, args.dataset, tokenizer=tokenizer, profile=profile, name=args.name, thinking=args.thinking
+        )
     if args.json:
         print(json.dumps({**asdict(report), "by_code": dict(report.by_code.most_common())}))
     else:

@@ -23,8 +23,12 @@ BAD_ROWS_SHOWN = 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("batch", help="generate samples for a prompts file (JSONL/Parquet) into the store",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "batch",
+        help="generate samples for a prompts file (JSONL/Parquet) into the store",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("prompts", type=Path, help="JSONL or Parquet prompts (messages / conversations / prompt rows)")
     p.add_argument("--server", action="append", required=True, metavar="URL", help="server URL (repeatable)")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
@@ -37,21 +41,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
-                   help="thinking on/off via the template kwarg (default on)")
+    p.add_argument(
+        "--thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="thinking on/off via the template kwarg (default on)",
+    )
     p.add_argument("--samples-per-prompt", type=int, default=1, metavar="K")
     p.add_argument("--limit", type=int, help="read at most N input rows")
     p.add_argument("--run", dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)")
     p.add_argument("--on-bad-row", default="skip", choices=("skip", "stop"))
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     p.add_argument("--retries", type=int, default=3)
-    p.add_argument("--logprobs", type=int, metavar="K",
-                   help="also capture each output token's logprob and its top-K alternatives (ids), 0-20")
+    p.add_argument(
+        "--logprobs",
+        type=int,
+        metavar="K",
+        help="also capture each output token's logprob and its top-K alternatives (ids), 0-20",
+    )
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
-    p.add_argument("--max-consecutive-failures", type=int, default=20, metavar="N",
-                   help="stop (with the reason) after N failed requests in a row; 0 never stops (default 20)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="processes that capture and analyse (default: the machine's cores)")
+    p.add_argument(
+        "--max-consecutive-failures",
+        type=int,
+        default=20,
+        metavar="N",
+        help="stop (with the reason) after N failed requests in a row; 0 never stops (default 20)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes that capture and analyse (default: the machine's cores)",
+    )
     p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
     p.set_defaults(run=run)
@@ -83,14 +105,30 @@ def run(args: argparse.Namespace) -> int:
     for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
         print(f"tokview: note: {note}", file=sys.stderr)
     config = BatchConfig(
-        servers=servers, prompts_path=args.prompts, tokenizer_dir=args.tokenizer,
-        trust_remote_code=args.trust_remote_code, profile=args.profile, backend=args.backend, mode=args.mode,
-        concurrency=args.concurrency, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_p=args.top_p, thinking=args.thinking, samples_per_prompt=args.samples_per_prompt, limit=args.limit,
-        run=args.run_name, on_bad_row=args.on_bad_row, timeout=args.timeout, retries=args.retries,
-        max_consecutive_failures=args.max_consecutive_failures, shard=args.shard, ray=args.ray,
+        servers=servers,
+        prompts_path=args.prompts,
+        tokenizer_dir=args.tokenizer,
+        trust_remote_code=args.trust_remote_code,
+        profile=args.profile,
+        backend=args.backend,
+        mode=args.mode,
+        concurrency=args.concurrency,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        thinking=args.thinking,
+        samples_per_prompt=args.samples_per_prompt,
+        limit=args.limit,
+        run=args.run_name,
+        on_bad_row=args.on_bad_row,
+        timeout=args.timeout,
+        retries=args.retries,
+        max_consecutive_failures=args.max_consecutive_failures,
+        shard=args.shard,
+        ray=args.ray,
         workers=args.workers if args.workers is not None else (os.cpu_count() or 1),
-        logprobs=args.logprobs)
+        logprobs=args.logprobs,
+    )
     try:
         config.validate()  # before the database file is created
     except InputError as exc:
@@ -119,9 +157,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"tokview: … and {len(summary.bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
     print(summary.render(), file=sys.stderr)
     if args.summary_json:
-        print(json.dumps({**asdict(summary), "failures_by_reason": summary.failures_by_class,
-                          "failure_examples": summary.failure_examples(), "balanced": summary.balanced,
-                          "exit_code": summary.exit_code}, default=str))
+        print(
+            json.dumps(
+                {
+                    **asdict(summary),
+                    "failures_by_reason": summary.failures_by_class,
+                    "failure_examples": summary.failure_examples(),
+                    "balanced": summary.balanced,
+                    "exit_code": summary.exit_code,
+                },
+                default=str,
+            )
+        )
     return summary.exit_code
 
 
@@ -131,8 +178,11 @@ async def _run(config, store, printer, run_batch):
     cancel_on_signals(cancel)
     if len(config.servers) > 1:  # with one server, run_batch's own probe says it (exit 2)
         for url, why in await silent_servers(config.servers):
-            print(f"tokview: warning: --server {url} does not answer ({why}); the run goes on with the "
-                  f"others and retries it now and then", file=sys.stderr)
+            print(
+                f"tokview: warning: --server {url} does not answer ({why}); the run goes on with the "
+                f"others and retries it now and then",
+                file=sys.stderr,
+            )
     return await run_batch(config, store, on_progress=printer, cancel=cancel)
 
 

@@ -23,17 +23,29 @@ from typing import TextIO
 from tokview.cli import UserError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "sample_data" / "openai_messages.jsonl"
-FALLBACK_PROMPTS = ["What is 6 times 7?", "Is 221 a prime number? Explain.", "Write a haiku about token ids.",
-                    "What is the capital of Australia?", "Explain why the sky is blue in two sentences."]
+FALLBACK_PROMPTS = [
+    "What is 6 times 7?",
+    "Is 221 a prime number? Explain.",
+    "Write a haiku about token ids.",
+    "What is the capital of Australia?",
+    "Explain why the sky is blue in two sentences.",
+]
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("demo", help="start a simulator, fill a demo store with a first batch, open the app")
     p.add_argument("--db", default=None, help="DuckDB file (default: a fresh one in a temporary folder)")
-    p.add_argument("--prompts", type=Path, default=None, help="prompts JSONL (default: sample_data/openai_messages.jsonl)")
+    p.add_argument(
+        "--prompts", type=Path, default=None, help="prompts JSONL (default: sample_data/openai_messages.jsonl)"
+    )
     p.add_argument("--limit", type=int, default=12, help="prompts per run (default 12)")
-    p.add_argument("--no-ui", "--headless", dest="no_ui", action="store_true",
-                   help="run the batches and print a summary instead of opening the app")
+    p.add_argument(
+        "--no-ui",
+        "--headless",
+        dest="no_ui",
+        action="store_true",
+        help="run the batches and print a summary instead of opening the app",
+    )
     p.set_defaults(run=run)
 
 
@@ -42,8 +54,9 @@ def _prompts(path: Path | None, limit: int):
     from tokview.core.prompts import parse_row
 
     if path is None and not DEFAULT_PROMPTS.is_file():
-        return [parse_row({"messages": [{"role": "user", "content": t}]}, line=i)
-                for i, t in enumerate(FALLBACK_PROMPTS, 1)][:limit]
+        return [
+            parse_row({"messages": [{"role": "user", "content": t}]}, line=i) for i, t in enumerate(FALLBACK_PROMPTS, 1)
+        ][:limit]
     rows, _bad = read_prompts(path or DEFAULT_PROMPTS, limit=limit)
     if not rows:
         raise UserError(f"no usable prompts in {path or DEFAULT_PROMPTS}")
@@ -58,17 +71,45 @@ def demo_runs(current_url: str, old_url: str) -> list[tuple[str, dict]]:
     """
     common = {"concurrency": 4, "timeout": 20.0, "retries": 2}
     return [
-        ("parsed chat · vLLM 0.32", {"servers": [current_url], "mode": "chat", "max_new_tokens": 256,
-                                     "temperature": 0.6, "run": "demo-chat", **common}),
-        ("parsed chat · old vLLM, bad parser", {"servers": [old_url], "mode": "chat", "max_new_tokens": 256,
-                                            "temperature": 0.7, "run": "demo-old-vllm", **common}),
-        ("raw ids · max 24 tokens", {"servers": [current_url], "mode": "raw", "max_new_tokens": 24,
-                                     "temperature": 1.0, "run": "demo-truncated", **common}),
+        (
+            "parsed chat · vLLM 0.32",
+            {
+                "servers": [current_url],
+                "mode": "chat",
+                "max_new_tokens": 256,
+                "temperature": 0.6,
+                "run": "demo-chat",
+                **common,
+            },
+        ),
+        (
+            "parsed chat · old vLLM, bad parser",
+            {
+                "servers": [old_url],
+                "mode": "chat",
+                "max_new_tokens": 256,
+                "temperature": 0.7,
+                "run": "demo-old-vllm",
+                **common,
+            },
+        ),
+        (
+            "raw ids · max 24 tokens",
+            {
+                "servers": [current_url],
+                "mode": "raw",
+                "max_new_tokens": 24,
+                "temperature": 1.0,
+                "run": "demo-truncated",
+                **common,
+            },
+        ),
     ]
 
 
-async def fill_store(store, prompts, tokenizer, profile, current_url: str, old_url: str,
-                     stream: TextIO | None = None) -> list:
+async def fill_store(
+    store, prompts, tokenizer, profile, current_url: str, old_url: str, stream: TextIO | None = None
+) -> list:
     """The three demo runs; with a `stream`, a progress line per run on it (the app is not up yet)."""
     from tokview.batch import BatchConfig, run_batch
     from tokview.batch.progress import ProgressPrinter
@@ -94,8 +135,10 @@ def summary_text(store, summaries, temporary: bool = False) -> str:
     where = "temporary (deleted on exit, so no path to keep)" if temporary else str(store.path)
     lines = [f"demo store: {where}"]
     for label, s in summaries:
-        lines.append(f"  run {s.run_id:<16} {label:<34} ok {s.ok:>3}  failed {s.failed}  flagged {s.flagged}  "
-                     f"truncated {s.truncated}")
+        lines.append(
+            f"  run {s.run_id:<16} {label:<34} ok {s.ok:>3}  failed {s.failed}  flagged {s.flagged}  "
+            f"truncated {s.truncated}"
+        )
     lines.append(f"  {stats['samples']} samples · valid {stats['valid']} · invalid {stats['invalid']}")
     for code, info in stats["findings"].items():
         lines.append(f"  {info['severity']:<5} {code:<34} {info['samples']:>3} samples")
@@ -106,10 +149,14 @@ def open_hint(db: str | None, removed: bool = False) -> str:
     """How to look at the store afterwards: `tokview ui --db …`, or how to keep one when it was temporary."""
     if db is None:
         said = "the temporary store is removed now" if removed else "a temporary store, removed on exit"
-        return (f"  ({said}; to keep one: tokview demo --db demo.duckdb, "
-                "then open it again: tokview ui --db demo.duckdb)")
-    return f"  open it again: tokview ui --db {shlex.quote(db)}" if removed else \
-        f"  open it: tokview ui --db {shlex.quote(db)}"
+        return (
+            f"  ({said}; to keep one: tokview demo --db demo.duckdb, then open it again: tokview ui --db demo.duckdb)"
+        )
+    return (
+        f"  open it again: tokview ui --db {shlex.quote(db)}"
+        if removed
+        else f"  open it: tokview ui --db {shlex.quote(db)}"
+    )
 
 
 def run(args) -> int:
@@ -130,29 +177,34 @@ def run(args) -> int:
         where = "a temporary store (removed when you quit; --db PATH keeps one)" if tmp else db
         print(f"tokview demo: filling {where}", file=sys.stderr)
     try:
-        with start_simulator(SimConfig(kind="vllm")) as current, \
-                start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old:
-            with Store(db) as store:
-                if args.no_ui:
-                    summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
-                    print(summary_text(store, summaries, temporary=tmp is not None))
-                    print(open_hint(args.db))
-                    return 0
-                from tokview.commands.ui import reviewer_name
-                from tokview.ui.app import TokviewApp
-                from tokview.ui.config import ConfigError, load_config
-                from tokview.ui.session import Session
+        old_server = SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})
+        with start_simulator(SimConfig(kind="vllm")) as current, start_simulator(old_server) as old, Store(db) as store:
+            if args.no_ui:
+                summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
+                print(summary_text(store, summaries, temporary=tmp is not None))
+                print(open_hint(args.db))
+                return 0
+            from tokview.commands.ui import reviewer_name
+            from tokview.ui.app import TokviewApp
+            from tokview.ui.config import ConfigError, load_config
+            from tokview.ui.session import Session
 
-                try:
-                    config = load_config()
-                except ConfigError as exc:
-                    raise UserError(str(exc)) from None
-                summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url,
-                                                   stream=sys.stderr))
-                session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url,
-                                  who=reviewer_name(None, config.reviewer))
-                TokviewApp(session, config).run()
-                summary = summary_text(store, summaries, temporary=tmp is not None)  # counts after the app
+            try:
+                config = load_config()
+            except ConfigError as exc:
+                raise UserError(str(exc)) from None
+            summaries = asyncio.run(
+                fill_store(store, prompts, tokenizer, profile, current.url, old.url, stream=sys.stderr)
+            )
+            session = Session(
+                store,
+                tokenizer=tokenizer,
+                profile=profile,
+                server_url=current.url,
+                who=reviewer_name(None, config.reviewer),
+            )
+            TokviewApp(session, config).run()
+            summary = summary_text(store, summaries, temporary=tmp is not None)  # counts after the app
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -19,15 +19,31 @@ from tokview.cli import EXIT_FAILURES, EXIT_OK, EXIT_UNREACHABLE, UserError
 def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="probe a server: id fields, think opener, reasoning field, hidden ids")
     p.add_argument("--server", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
-    p.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
-                   help="local tokenizer/model folder (needed for the render and hidden-id checks; the tokview "
-                        "simulator's Kimi layout is found on its own)")
-    p.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
-                   help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)")
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
-                   help="probe with thinking on (default) or off")
+    p.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="local tokenizer/model folder (needed for the render and hidden-id checks; the tokview "
+        "simulator's Kimi layout is found on its own)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="NAME|FILE.toml",
+        default=None,
+        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)",
+    )
+    p.add_argument(
+        "--thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="probe with thinking on (default) or off",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(run=run)
@@ -38,7 +54,6 @@ def run(args) -> int:
     from tokview.core.tokenizer import load_tokenizer
     from tokview.servers import ServerUnreachable
     from tokview.servers.doctor import run_doctor
-
     from tokview.servers.urls import server_url_notes, validate_server_url
 
     if not math.isfinite(args.timeout) or args.timeout <= 0:
@@ -54,8 +69,11 @@ def run(args) -> int:
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer else None
     profile = get_profile(args.profile) if args.profile else None
     try:
-        report = asyncio.run(run_doctor(server, tokenizer=tokenizer, profile=profile, thinking=args.thinking,
-                                        timeout=args.timeout, notes=notes))
+        report = asyncio.run(
+            run_doctor(
+                server, tokenizer=tokenizer, profile=profile, thinking=args.thinking, timeout=args.timeout, notes=notes
+            )
+        )
     except ServerUnreachable as exc:
         raise UserError(f"server unreachable: {exc.reason}", EXIT_UNREACHABLE) from None
     if args.json:

@@ -21,29 +21,51 @@ from tokview.cli import UserError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.export import FORMATS, SELECTIONS
 
-    p = sub.add_parser("export", help="write samples as speculators / SpecForge / ShareGPT / Kimi inline / Parquet",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "export",
+        help="write samples as speculators / SpecForge / ShareGPT / Kimi inline / Parquet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--format", default="speculators", choices=FORMATS, help="default: speculators (token-exact)")
     p.add_argument("--out", required=True, help="output file (.jsonl, or .parquet for parquet); - for stdout")
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
-    p.add_argument("--include-invalid", action="store_true",
-                   help="with --select approved: also export approved samples that have error findings")
+    p.add_argument(
+        "--include-invalid",
+        action="store_true",
+        help="with --select approved: also export approved samples that have error findings",
+    )
     p.add_argument("--run", dest="run_name", help="only this run")
-    p.add_argument("--max-acceptance", type=float, metavar="L",
-                   help="keep samples whose mean acceptance length is at most L (the hard ones for the drafter)")
-    p.add_argument("--max-nll", type=float, metavar="X",
-                   help="keep samples whose target mean NLL (tokview score) is at most X (drops off-policy ones)")
+    p.add_argument(
+        "--max-acceptance",
+        type=float,
+        metavar="L",
+        help="keep samples whose mean acceptance length is at most L (the hard ones for the drafter)",
+    )
+    p.add_argument(
+        "--max-nll",
+        type=float,
+        metavar="X",
+        help="keep samples whose target mean NLL (tokview score) is at most X (drops off-policy ones)",
+    )
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the run's, else Kimi-layout)")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the code of the folder given with --tokenizer (never of a folder the database names)")
-    p.add_argument("--profile", help="fallback profile for samples stored without a known one "
-                                     "(default: the runs' recorded profile, else detected)")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the code of the folder given with --tokenizer (never of a folder the database names)",
+    )
+    p.add_argument(
+        "--profile",
+        help="fallback profile for samples stored without a known one "
+        "(default: the runs' recorded profile, else detected)",
+    )
     p.set_defaults(run=run)
 
 
-def resolve_tokenizer(store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool,
-                      profile: str | None = None):
+def resolve_tokenizer(
+    store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool, profile: str | None = None
+):
     """The tokenizer and fallback profile the samples were made with: the flags, else what the runs recorded.
 
     Goes through `core.resolve.resolve_for_stored`, so `--trust-remote-code` only ever applies to a
@@ -57,10 +79,14 @@ def resolve_tokenizer(store, run_name: str | None, tokenizer_dir: Path | None, t
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
     hashes = {r["tokenizer_hash"] for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
-    return resolve_for_stored(tokenizer_dir, profile, recorded_tokenizer_dir=dirs[0] if dirs else None,
-                              recorded_profile=profiles[0] if len(profiles) == 1 else None,
-                              trust_remote_code=trust_remote_code,
-                              recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None)
+    return resolve_for_stored(
+        tokenizer_dir,
+        profile,
+        recorded_tokenizer_dir=dirs[0] if dirs else None,
+        recorded_profile=profiles[0] if len(profiles) == 1 else None,
+        trust_remote_code=trust_remote_code,
+        recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,11 +96,21 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db} (pass --db PATH)")
     with Store(args.db) as store:
-        tokenizer, profile = resolve_tokenizer(store, args.run_name, args.tokenizer, args.trust_remote_code,
-                                               args.profile)
-        result = export(store, args.format, args.out, select=args.select, run=args.run_name, tokenizer=tokenizer,
-                        profile=profile, include_invalid=args.include_invalid,
-                        max_acceptance=args.max_acceptance, max_nll=args.max_nll)
+        tokenizer, profile = resolve_tokenizer(
+            store, args.run_name, args.tokenizer, args.trust_remote_code, args.profile
+        )
+        result = export(
+            store,
+            args.format,
+            args.out,
+            select=args.select,
+            run=args.run_name,
+            tokenizer=tokenizer,
+            profile=profile,
+            include_invalid=args.include_invalid,
+            max_acceptance=args.max_acceptance,
+            max_nll=args.max_nll,
+        )
     print(summary(result), file=sys.stderr)
     return 0
 
@@ -83,14 +119,20 @@ def summary(result) -> str:
     """What the user needs to know about the file just written, a line per topic."""
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]
-    lines = [f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
-             + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")]
+    lines = [
+        f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
+        + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")
+    ]
     if result.left_out:
         reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())
-        lines.append(f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
-                     "--include-invalid exports them")
-    lines.append(f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
-                 "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)")
+        lines.append(
+            f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
+            "--include-invalid exports them"
+        )
+    lines.append(
+        f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
+        "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)"
+    )
     if result.conformance is not None and result.conformance.paths():
         lines.append(f"re-rendered through the run's chat template as the trainers do: {result.conformance.line()}")
     return "\n".join(lines)

@@ -12,8 +12,9 @@ from tokview.cli import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("merge", help="land stores made elsewhere (e.g. --shard K/N runs) into one store",
-                       description=__doc__)
+    p = sub.add_parser(
+        "merge", help="land stores made elsewhere (e.g. --shard K/N runs) into one store", description=__doc__
+    )
     p.add_argument("sources", nargs="+", type=Path, metavar="A.duckdb", help="stores to merge")
     p.add_argument("--into", required=True, metavar="STORE", help="the store to merge into (created if missing)")
     p.set_defaults(run=run)
@@ -30,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
         with Store(args.into) as store:
             for src in args.sources:
                 added = store.merge(src)
-                print(f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, "
-                      f"+{added['failures']} failures", file=sys.stderr)
+                print(
+                    f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
+                    file=sys.stderr,
+                )
     except (MergeRefused, StoreError) as exc:
         raise UserError(str(exc)) from None
     return 0

@@ -30,19 +30,32 @@ from tokview.cli import EXIT_UNREACHABLE, UserError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.logprobs import DEFAULT_LOW_PROB, DEFAULT_OFF_POLICY_NLL
 
-    p = sub.add_parser("score", help="re-score stored samples against a live target (mean NLL, off_policy)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "score",
+        help="re-score stored samples against a live target (mean NLL, off_policy)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--server", action="append", required=True, metavar="URL", help="target server URL (repeatable)")
     p.add_argument("--backend", default="auto", choices=("auto", "sglang", "vllm"))
     p.add_argument("--run", dest="run_name", help="only samples of this run")
-    p.add_argument("--select", default="all", choices=("all", "valid", "approved"),
-                   help="which samples (default all)")
+    p.add_argument("--select", default="all", choices=("all", "valid", "approved"), help="which samples (default all)")
     p.add_argument("--top-k", type=int, default=0, metavar="K", help="also store the target's top-K ids (0-20)")
-    p.add_argument("--off-policy-nll", type=float, default=DEFAULT_OFF_POLICY_NLL, metavar="X",
-                   help=f"mean NLL (nats/token) above which a sample is off_policy (default {DEFAULT_OFF_POLICY_NLL})")
-    p.add_argument("--low-prob", type=float, default=DEFAULT_LOW_PROB, metavar="P",
-                   help=f"a token below this target probability counts as unlikely (default {DEFAULT_LOW_PROB})")
+    p.add_argument(
+        "--off-policy-nll",
+        type=float,
+        default=DEFAULT_OFF_POLICY_NLL,
+        metavar="X",
+        help=f"mean NLL (nats/token) above which a sample is off_policy (default {DEFAULT_OFF_POLICY_NLL})",
+    )
+    p.add_argument(
+        "--low-prob",
+        type=float,
+        default=DEFAULT_LOW_PROB,
+        metavar="P",
+        help=f"a token below this target probability counts as unlikely (default {DEFAULT_LOW_PROB})",
+    )
     p.add_argument("--limit", type=int, help="score at most N selected samples")
     p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
@@ -67,10 +80,20 @@ def run(args: argparse.Namespace) -> int:
         servers = [validate_server_url(url) for url in args.server]
     except ValueError as exc:
         raise UserError(scrub_text(str(exc))) from None
-    config = ScoreConfig(servers=servers, backend=args.backend, run=args.run_name, select=args.select,
-                         top_k=args.top_k, off_policy_nll=args.off_policy_nll, low_prob=args.low_prob,
-                         concurrency=args.concurrency, timeout=args.timeout, retries=args.retries, limit=args.limit,
-                         rescore=args.rescore)
+    config = ScoreConfig(
+        servers=servers,
+        backend=args.backend,
+        run=args.run_name,
+        select=args.select,
+        top_k=args.top_k,
+        off_policy_nll=args.off_policy_nll,
+        low_prob=args.low_prob,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        retries=args.retries,
+        limit=args.limit,
+        rescore=args.rescore,
+    )
     try:
         config.validate()
     except InputError as exc:

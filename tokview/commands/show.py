@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("show", help="print one sample's ids, segments and findings")
     p.add_argument("sample_id", help="a sample id (`tokview stats --samples` and the app list them)")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
-    p.add_argument("--from", dest="start", type=int, default=None, help="first position to list (default: output start)")
+    p.add_argument(
+        "--from", dest="start", type=int, default=None, help="first position to list (default: output start)"
+    )
     p.add_argument("--count", type=int, default=80, help="how many positions to list (default 80)")
     p.add_argument("--json", action="store_true", help="print the sample and its analysis as JSON")
     add_tokenizer_arguments(p)
@@ -42,22 +44,33 @@ def run(args) -> int:
         try:
             stored = store.load_sample(args.sample_id)
         except UnknownSample:
-            raise UserError(f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` "
-                            f"lists them)") from None
+            raise UserError(
+                f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"
+            ) from None
         run = next((r for r in store.runs() if r["run_id"] == stored.run_id), {})
-    tokenizer, profile = resolve_for_stored(args.tokenizer, args.profile,
-                                            recorded_tokenizer_dir=run.get("tokenizer_dir"),
-                                            recorded_profile=stored.profile or run.get("profile"),
-                                            trust_remote_code=args.trust_remote_code,
-                                            recorded_tokenizer_hash=run.get("tokenizer_hash"))
+    tokenizer, profile = resolve_for_stored(
+        args.tokenizer,
+        args.profile,
+        recorded_tokenizer_dir=run.get("tokenizer_dir"),
+        recorded_profile=stored.profile or run.get("profile"),
+        trust_remote_code=args.trust_remote_code,
+        recorded_tokenizer_hash=run.get("tokenizer_hash"),
+    )
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:
-        out = {"sample_id": stored.sample_id, "status": stored.status, "valid": analysis.valid,
-               "tokenizer": {"source": tokenizer.name, "loaded_by": tokenizer.loaded_by},
-               "notes": stored.notes, "tags": stored.tags, "review": review_history(stored.history),
-               "capture": stored.capture.to_dict(), "segments": [s.__dict__ for s in analysis.segments],
-               "findings": [f.__dict__ for f in analysis.findings],
-               **sample_side_json(stored.capture, profile)}  # spec_decode, logprobs, target_logprobs
+        out = {
+            "sample_id": stored.sample_id,
+            "status": stored.status,
+            "valid": analysis.valid,
+            "tokenizer": {"source": tokenizer.name, "loaded_by": tokenizer.loaded_by},
+            "notes": stored.notes,
+            "tags": stored.tags,
+            "review": review_history(stored.history),
+            "capture": stored.capture.to_dict(),
+            "segments": [s.__dict__ for s in analysis.segments],
+            "findings": [f.__dict__ for f in analysis.findings],
+            **sample_side_json(stored.capture, profile),
+        }  # spec_decode, logprobs, target_logprobs
         json.dump(out, sys.stdout, default=str)
         print()
         return 0
@@ -68,8 +81,7 @@ def run(args) -> int:
 def review_history(history: list[dict]) -> list[dict]:
     """Every verdict, note and undo: who, when, status, reason, note, tags, whether undone or an override."""
     keys = ("at", "who", "kind", "status", "reason", "note", "tags", "undone", "override")
-    return [{k: (h[k].isoformat() if k == "at" and h.get(k) is not None else h.get(k)) for k in keys}
-            for h in history]
+    return [{k: (h[k].isoformat() if k == "at" and h.get(k) is not None else h.get(k)) for k in keys} for h in history]
 
 
 def review_lines(stored) -> list[str]:
@@ -80,8 +92,10 @@ def review_lines(stored) -> list[str]:
             continue
         at = f" at {h['at']:%Y-%m-%d %H:%M}" if h.get("at") else ""
         why = f": {h['reason']}" if h.get("reason") else ""
-        lines.append(f"  {h['status']} by {h.get('who') or 'unknown'}{at}{why}"
-                     + ("  (override: approved despite error findings)" if h.get("override") else ""))
+        lines.append(
+            f"  {h['status']} by {h.get('who') or 'unknown'}{at}{why}"
+            + ("  (override: approved despite error findings)" if h.get("override") else "")
+        )
     lines += [f"  note: {n}" for n in stored.notes]
     if stored.tags:
         lines.append("  tags: " + ", ".join(stored.tags))
@@ -91,20 +105,23 @@ def review_lines(stored) -> list[str]:
 def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
-    lines = [f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
-             f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
-             f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
-             f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",
-             *review_lines(stored), "segments:"]
+    lines = [
+        f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
+        f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
+        f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
+        f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",
+        *review_lines(stored),
+        "segments:",
+    ]
     ids = cap.input_ids
     for s in analysis.segments:
-        preview = tokenizer.decode(ids[s.start:s.end][:24])
+        preview = tokenizer.decode(ids[s.start : s.end][:24])
         lines.append(f"  {s.kind:<17} [{s.start:>6}, {s.end:>6})  {len(s):>6} ids  {preview!r:.70}")
     lines.append("findings:" if analysis.findings else "findings: none")
     for f in analysis.findings:
         lines.append(f"  {f.severity.upper():<5} {f.code}: {f.detail}")
     first = n_prompt if start is None else max(0, min(start, len(cap.input_ids) - 1))
-    pieces = tokenizer.pieces(ids[max(0, first - 8):first + count])[min(8, first):]
+    pieces = tokenizer.pieces(ids[max(0, first - 8) : first + count])[min(8, first) :]
     align = analysis.alignment.statuses if analysis.alignment else None
     lines.append(f"ids {first}..{min(len(ids), first + count) - 1}  (pos  id  piece  segment  mask  text-field)")
     for offset, piece in enumerate(pieces):
@@ -112,5 +129,7 @@ def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
         status = ""
         if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and not cap.parsed_output_ids:
             status = MARK.get(align[pos - n_prompt], "?") + " " + align[pos - n_prompt]
-        lines.append(f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}")
+        lines.append(
+            f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
+        )
     return "\n".join(lines)

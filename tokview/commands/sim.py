@@ -16,47 +16,74 @@ DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from tokview.sim.config import QUIRKS
-
-    from tokview.sim.config import FAULTS
+    from tokview.sim.config import FAULTS, QUIRKS
 
     width = max(map(len, QUIRKS)) + 2
-    epilog = ("quirks (--quirk NAME or NAME=VALUE):\n"
-              + "\n".join(f"  {name:<{width}}{text}" for name, text in QUIRKS.items() if name not in FAULTS)
-              + "\n\nfaults (--quirk NAME=N fails the first N generation requests, one fault per request in "
-                "this order;\n--quirk NAME alone fails every one):\n"
-              + "\n".join(f"  {name:<{width}}{text}" for name, text in FAULTS.items()))
+    epilog = (
+        "quirks (--quirk NAME or NAME=VALUE):\n"
+        + "\n".join(f"  {name:<{width}}{text}" for name, text in QUIRKS.items() if name not in FAULTS)
+        + "\n\nfaults (--quirk NAME=N fails the first N generation requests, one fault per request in "
+        "this order;\n--quirk NAME alone fails every one):\n"
+        + "\n".join(f"  {name:<{width}}{text}" for name, text in FAULTS.items())
+    )
     p = subparsers.add_parser(
-        "sim", help="run a loopback SGLang/vLLM simulator (for demos and tests)",
+        "sim",
+        help="run a loopback SGLang/vLLM simulator (for demos and tests)",
         description="Serve the SGLang or vLLM HTTP surface on 127.0.0.1 from a deterministic fake model "
-                    "(reasoning -> </think> -> answer -> stop) over a real tokenizer. It is a SIMULATOR: "
-                    "it says so in /get_model_info, /v1/models and its banner.",
-        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "(reasoning -> </think> -> answer -> stop) over a real tokenizer. It is a SIMULATOR: "
+        "it says so in /get_model_info, /v1/models and its banner.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--kind", choices=("vllm", "sglang"), default="vllm", help="which server to imitate (default vllm)")
-    p.add_argument("--port", type=int, default=None,
-                   help="port on 127.0.0.1 (default 8000 for vllm, 30000 for sglang; 0 = any free port)")
-    p.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
-                   help="tokenizer directory (default: the built-in Kimi-layout tokenizer; a Qwen3 one also works)")
-    p.add_argument("--non-special-think", action="store_true",
-                   help="Kimi-layout tokenizer with a non-special </think> (SGLang's text parser can then split)")
-    p.add_argument("--quirk", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="reproduce a quirk or fault (repeatable; see the lists below)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port on 127.0.0.1 (default 8000 for vllm, 30000 for sglang; 0 = any free port)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="tokenizer directory (default: the built-in Kimi-layout tokenizer; a Qwen3 one also works)",
+    )
+    p.add_argument(
+        "--non-special-think",
+        action="store_true",
+        help="Kimi-layout tokenizer with a non-special </think> (SGLang's text parser can then split)",
+    )
+    p.add_argument(
+        "--quirk",
+        action="append",
+        default=[],
+        metavar="NAME[=VALUE]",
+        help="reproduce a quirk or fault (repeatable; see the lists below)",
+    )
     p.add_argument("--latency", type=float, default=0.0, metavar="SECONDS", help="delay before each generation")
     p.add_argument("--output-tokens", type=int, default=None, metavar="N", help="force every output to N ids")
     p.add_argument("--seed", type=int, default=0, help="base seed mixed into every request's seed")
     p.add_argument("--model-name", default="tokview-sim", help="served model name (default tokview-sim)")
-    p.add_argument("--spec-decode", default=None, metavar="MODE",
-                   help="report speculative-decoding metrics like vllm-summary, vllm-detailed, sglang-0.5.10, "
-                        "sglang-0.5.11 or sglang-0.5.12")
+    p.add_argument(
+        "--spec-decode",
+        default=None,
+        metavar="MODE",
+        help="report speculative-decoding metrics like vllm-summary, vllm-detailed, sglang-0.5.10, "
+        "sglang-0.5.11 or sglang-0.5.12",
+    )
     p.add_argument("--version", dest="server_version", default=None, help="version string to report")
-    p.add_argument("--max-model-len", type=int, default=None, metavar="N",
-                   help="context length to report (/v1/models, /tokenize, /get_server_info) and enforce "
-                        "(default 32768)")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="context length to report (/v1/models, /tokenize, /get_server_info) and enforce (default 32768)",
+    )
     p.set_defaults(run=run)
 
 
-def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - imported lazily
+def build_config(args: argparse.Namespace) -> SimConfig:  # noqa: F821 - imported lazily
     from tokview.cli import UserError
     from tokview.sim.config import SimConfig, SimConfigError, parse_quirk
 
@@ -71,31 +98,42 @@ def build_config(args: argparse.Namespace) -> "SimConfig":  # noqa: F821 - impor
             raise SimConfigError("--max-model-len must be at least 2")
         if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
             raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
-        return SimConfig(kind=args.kind, tokenizer_dir=args.tokenizer, think_special=not args.non_special_think,
-                         quirks=quirks, latency_s=args.latency, output_tokens=args.output_tokens, seed=args.seed,
-                         model_name=args.model_name, version=args.server_version, port=port,
-                         spec_decode=args.spec_decode,
-                         **({"max_model_len": args.max_model_len} if args.max_model_len else {}))
+        return SimConfig(
+            kind=args.kind,
+            tokenizer_dir=args.tokenizer,
+            think_special=not args.non_special_think,
+            quirks=quirks,
+            latency_s=args.latency,
+            output_tokens=args.output_tokens,
+            seed=args.seed,
+            model_name=args.model_name,
+            version=args.server_version,
+            port=port,
+            spec_decode=args.spec_decode,
+            **({"max_model_len": args.max_model_len} if args.max_model_len else {}),
+        )
     except SimConfigError as exc:
         raise UserError(str(exc)) from None
 
 
-def banner(sim: "Simulator") -> str:  # noqa: F821
+def banner(sim: Simulator) -> str:  # noqa: F821
     cfg = sim.cfg
     server = "vLLM" if cfg.kind == "vllm" else "SGLang"
     if cfg.tokenizer_dir is None:
         tok = "Kimi-layout tokenizer, </think> " + ("special" if cfg.think_special else "non-special")
     else:
         tok = f"tokenizer {cfg.tokenizer_dir}"
-    lines = [f"tokview sim — SIMULATOR of {server} {cfg.server_version} at {sim.url} "
-             f"({tok}; profile {sim.profile.name}; model name {cfg.model_name!r})"]
+    lines = [
+        f"tokview sim — SIMULATOR of {server} {cfg.server_version} at {sim.url} "
+        f"({tok}; profile {sim.profile.name}; model name {cfg.model_name!r})"
+    ]
     if cfg.quirks:
         lines.append("quirks: " + ", ".join(k if v is True else f"{k}={v}" for k, v in cfg.quirks.items()))
     lines.append("This is not a real model. Press Ctrl-C to stop.")
     return "\n".join(lines)
 
 
-def launch_or_explain(cfg: "SimConfig", launch) -> "Simulator":  # noqa: F821
+def launch_or_explain(cfg: SimConfig, launch) -> Simulator:  # noqa: F821
     """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
     --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
     from tokview.cli import UserError
@@ -103,14 +141,16 @@ def launch_or_explain(cfg: "SimConfig", launch) -> "Simulator":  # noqa: F821
 
     try:
         return launch(cfg)
-    except TokenizerError as exc:
+    except TokenizerError:
         folder = cfg.tokenizer_dir
         code = sorted(p.name for p in Path(folder).expanduser().glob("tokenization_*.py")) if folder else []
         if not code:
             raise
-        raise UserError(f"cannot load the tokenizer in {folder} without running its own code ({', '.join(code)}), "
-                        f"and `tokview sim` never runs a folder's code: give a folder whose tokenizer.json loads on "
-                        f"its own, or leave out --tokenizer for the built-in Kimi-layout tokenizer") from None
+        raise UserError(
+            f"cannot load the tokenizer in {folder} without running its own code ({', '.join(code)}), "
+            f"and `tokview sim` never runs a folder's code: give a folder whose tokenizer.json loads on "
+            f"its own, or leave out --tokenizer for the built-in Kimi-layout tokenizer"
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

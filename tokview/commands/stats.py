@@ -13,14 +13,21 @@ from tokview.cli import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stats", help="counts, failures, findings and token lengths in a store",
-                       description=__doc__)
+    p = sub.add_parser("stats", help="counts, failures, findings and token lengths in a store", description=__doc__)
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--samples", action="store_true",
-                   help="also list sample ids: sample_id, status, valid, finish reason, finding codes")
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
-                   help=f"with --samples: list at most N (default {DEFAULT_LIMIT})")
+    p.add_argument(
+        "--samples",
+        action="store_true",
+        help="also list sample ids: sample_id, status, valid, finish reason, finding codes",
+    )
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        metavar="N",
+        help=f"with --samples: list at most N (default {DEFAULT_LIMIT})",
+    )
     p.set_defaults(run=run)
 
 
@@ -29,13 +36,25 @@ DEFAULT_LIMIT = 50
 
 def sample_line(row: Any) -> str:
     """One listed sample: its id first, so `cut -f1` gives ids for `tokview show`."""
-    return "\t".join([row.sample_id, row.status, "valid" if row.valid else "invalid", row.finish_reason or "none",
-                      ",".join(row.codes) or "-"])
+    return "\t".join(
+        [
+            row.sample_id,
+            row.status,
+            "valid" if row.valid else "invalid",
+            row.finish_reason or "none",
+            ",".join(row.codes) or "-",
+        ]
+    )
 
 
 def sample_dict(row: Any) -> dict[str, Any]:
-    return {"sample_id": row.sample_id, "status": row.status, "valid": row.valid,
-            "finish_reason": row.finish_reason, "codes": list(row.codes)}
+    return {
+        "sample_id": row.sample_id,
+        "status": row.status,
+        "valid": row.valid,
+        "finish_reason": row.finish_reason,
+        "codes": list(row.codes),
+    }
 
 
 def drift_samples(st: dict[str, Any]) -> int:
@@ -59,8 +78,10 @@ def render(st: dict[str, Any]) -> str:
     for cls, n in group_reasons(st["failures"]["by_reason"]).items():
         example = examples[cls]
         lines.append(f"  {n:>6}  {cls}" + (f"  (e.g. {example[:160]})" if example != cls else ""))
-    lines.append(f"retokenize drift {drift_samples(st)} samples (encode(decode(ids)) != ids: a pipeline "
-                 "that keeps text instead of ids would train on other tokens)")
+    lines.append(
+        f"retokenize drift {drift_samples(st)} samples (encode(decode(ids)) != ids: a pipeline "
+        "that keeps text instead of ids would train on other tokens)"
+    )
     lines.append("findings (samples per code)")
     lines += [f"  {v['samples']:>6}  {code} [{v['severity']}]" for code, v in st["findings"].items()]
     for key in ("prompt_len", "output_len"):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tokview.cli import UserError
 
@@ -20,13 +21,25 @@ from tokview.cli import UserError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
-    p = sub.add_parser("tokenize", help="print the ids and pieces a tokenizer folder makes of texts or a chat",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "tokenize",
+        help="print the ids and pieces a tokenizer folder makes of texts or a chat",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to encode; - reads one text per line from stdin")
-    p.add_argument("--chat", type=Path, metavar="FILE.json",
-                   help="a messages list (or a prompts row) to render through the chat template")
-    p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=True,
-                   help="--chat: render with thinking on (default) or off, as batch does")
+    p.add_argument(
+        "--chat",
+        type=Path,
+        metavar="FILE.json",
+        help="a messages list (or a prompts row) to render through the chat template",
+    )
+    p.add_argument(
+        "--thinking",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--chat: render with thinking on (default) or off, as batch does",
+    )
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"text", "ids", "pieces"}')
     add_tokenizer_arguments(p)
     p.set_defaults(run=run)
@@ -39,19 +52,29 @@ def run(args: argparse.Namespace) -> int:
     texts = list(_texts(args.texts))
     from tokview.core.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer \
+    tokenizer = (
+        load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
+        if args.tokenizer
         else _default_tokenizer()
+    )
     if not args.json:
-        print(f"tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by}), {tokenizer.vocab_size} ids; "
-              f"* marks special ids")
+        print(
+            f"tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by}), {tokenizer.vocab_size} ids; "
+            f"* marks special ids"
+        )
     for text in texts:
         _emit(args.json, text, tokenizer.encode(text), tokenizer)
     if points:
         kwargs = _template_kwargs(tokenizer, args.profile, args.thinking)
         for label, messages in points:
             text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
-            _emit(args.json, text, tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs),
-                  tokenizer, label=f"chat prompt{label} {json.dumps(kwargs)}")
+            _emit(
+                args.json,
+                text,
+                tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs),
+                tokenizer,
+                label=f"chat prompt{label} {json.dumps(kwargs)}",
+            )
     return 0
 
 
@@ -127,4 +150,4 @@ def _emit(as_json: bool, text: str, ids: list[int], tokenizer, label: str | None
 
 def _short(text: str, limit: int = 100) -> str:
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[:limit - 1] + "…"
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"

@@ -15,11 +15,18 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("ui", help="open the app: inspect tokens, curate, generate (the default command)")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
-    p.add_argument("--create", action="store_true",
-                   help="create the store (and its folder) if it does not exist; without it, the app asks")
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="create the store (and its folder) if it does not exist; without it, the app asks",
+    )
     p.add_argument("--server", metavar="URL", default=None, help="SGLang or vLLM server for generate and doctor")
-    p.add_argument("--reviewer", metavar="NAME", default=None,
-                   help="who verdicts are recorded as (default: config [ui] reviewer, else $USER)")
+    p.add_argument(
+        "--reviewer",
+        metavar="NAME",
+        default=None,
+        help="who verdicts are recorded as (default: config [ui] reviewer, else $USER)",
+    )
     add_tokenizer_arguments(p)
     p.set_defaults(run=run, create=False, reviewer=None)
 
@@ -53,8 +60,16 @@ def confirm_new_store(db: str, create: bool) -> None:
         raise UserError(f"database not found: {db} (nothing created)")
 
 
-def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str | None = None,
-             trust_remote_code: bool = False, create: bool = True, reviewer: str | None = None) -> int:
+def open_app(
+    db: str,
+    *,
+    server: str | None = None,
+    tokenizer=None,
+    profile: str | None = None,
+    trust_remote_code: bool = False,
+    create: bool = True,
+    reviewer: str | None = None,
+) -> int:
     """Open the store, check the config, run the app until the user quits."""
     from tokview.store import Store
     from tokview.ui.config import ConfigError, load_config
@@ -85,12 +100,25 @@ def open_app(db: str, *, server: str | None = None, tokenizer=None, profile: str
         get_profile(profile)  # an unknown name fails here as one line, not inside the app
     confirm_new_store(db, create)
     with Store(db) as store:
-        session = Session(store, tokenizer_dir=tokenizer, profile_name=profile, server_url=server,
-                          trust_remote_code=trust_remote_code, who=who)
+        session = Session(
+            store,
+            tokenizer_dir=tokenizer,
+            profile_name=profile,
+            server_url=server,
+            trust_remote_code=trust_remote_code,
+            who=who,
+        )
         TokviewApp(session, config).run()
     return 0
 
 
 def run(args) -> int:
-    return open_app(args.db, server=args.server, tokenizer=args.tokenizer, profile=args.profile,
-                    trust_remote_code=args.trust_remote_code, create=args.create, reviewer=args.reviewer)
+    return open_app(
+        args.db,
+        server=args.server,
+        tokenizer=args.tokenizer,
+        profile=args.profile,
+        trust_remote_code=args.trust_remote_code,
+        create=args.create,
+        reviewer=args.reviewer,
+    )

@@ -9,8 +9,8 @@ do not (drift). The walk is linear: one pass over the ids with a bounded look-ah
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 KEPT = "kept"
 PARTIAL = "partial"
@@ -69,8 +69,16 @@ def _run_ends(special: Sequence[bool]) -> list[int]:
     return ends
 
 
-def _keep_run(pieces: Sequence[bytes], start: int, end: int, cursor: int, encoded: list[tuple[int, bytes]],
-              starts: list[int], statuses: list[str], fields: list[int | None]) -> int:
+def _keep_run(
+    pieces: Sequence[bytes],
+    start: int,
+    end: int,
+    cursor: int,
+    encoded: list[tuple[int, bytes]],
+    starts: list[int],
+    statuses: list[str],
+    fields: list[int | None],
+) -> int:
     """Mark pieces[start:end] kept (the text holds them verbatim from `cursor`); returns the new cursor."""
     k = bisect_right(starts, cursor) - 1 if encoded else -1
     boundary = starts[k + 1] if 0 <= k + 1 < len(starts) else None
@@ -87,8 +95,9 @@ def _keep_run(pieces: Sequence[bytes], start: int, end: int, cursor: int, encode
     return cursor
 
 
-def align(pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool], *,
-          fast_runs: bool = True) -> Alignment:
+def align(
+    pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool], *, fast_runs: bool = True
+) -> Alignment:
     """Match each id's bytes, in order, against the concatenated text fields.
 
     `fast_runs`: a run of non-special ids whose joined bytes the text holds verbatim at the cursor is

@@ -43,7 +43,7 @@ class Analysis:
         return sum(self.loss_mask)
 
 
-def align_text_fields(capture: Capture, tokenizer: "TokenizerAdapter") -> Alignment | None:
+def align_text_fields(capture: Capture, tokenizer: TokenizerAdapter) -> Alignment | None:
     """Align the returned text fields to the ids they came from (None when no text came back)."""
     if not capture.has_text_fields:
         return None
@@ -57,8 +57,12 @@ def align_text_fields(capture: Capture, tokenizer: "TokenizerAdapter") -> Alignm
     return align(pieces, texts, special)
 
 
-def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapter | None" = None,
-            severities: dict[str, str] | None = None) -> Analysis:
+def analyze(
+    capture: Capture,
+    profile: ModelProfile,
+    tokenizer: TokenizerAdapter | None = None,
+    severities: dict[str, str] | None = None,
+) -> Analysis:
     """Derive segments, loss mask, alignment and findings from the ids (and the text fields).
 
     A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
@@ -69,8 +73,14 @@ def analyze(capture: Capture, profile: ModelProfile, tokenizer: "TokenizerAdapte
     aligned_kinds = kinds
     if capture.paths_diverge:
         aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile)
-    ctx = Context(capture=capture, profile=profile, tokenizer=tokenizer, kinds=kinds, alignment=alignment,
-                  aligned_kinds=aligned_kinds)
+    ctx = Context(
+        capture=capture,
+        profile=profile,
+        tokenizer=tokenizer,
+        kinds=kinds,
+        alignment=alignment,
+        aligned_kinds=aligned_kinds,
+    )
     return Analysis(
         segments=tuple(seg.segments_from_kinds(kinds, len(capture.prompt_ids))),
         kinds=tuple(kinds),

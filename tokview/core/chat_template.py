@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 
 def _raise_exception(message: str) -> None:
@@ -22,8 +22,9 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-            sort_keys: bool = False) -> str:
+def _tojson(
+    x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
@@ -40,7 +41,7 @@ def compile_template(source: str):
     class GenerationTag(Extension):
         """`{% generation %}…{% endgeneration %}` marks assistant text for masks; rendering keeps the body."""
 
-        tags = {"generation"}
+        tags: ClassVar[set[str]] = {"generation"}
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno
@@ -50,18 +51,25 @@ def compile_template(source: str):
         def _body(self, caller):
             return caller()
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationTag, loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)
 
 
-def render_chat_template(source: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool,
-                         special_tokens: dict[str, Any] | None = None, tools: list[dict] | None = None,
-                         documents: list[dict] | None = None, **kwargs: Any) -> str:
+def render_chat_template(
+    source: str,
+    messages: list[dict[str, Any]],
+    *,
+    add_generation_prompt: bool,
+    special_tokens: dict[str, Any] | None = None,
+    tools: list[dict] | None = None,
+    documents: list[dict] | None = None,
+    **kwargs: Any,
+) -> str:
     """The prompt text for `messages`; `kwargs` (e.g. `thinking=False`) override special-token variables."""
     variables = {**(special_tokens or {}), **kwargs}
-    return compile_template(source).render(messages=messages, tools=tools, documents=documents,
-                                           add_generation_prompt=add_generation_prompt, **variables)
+    return compile_template(source).render(
+        messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt, **variables
+    )

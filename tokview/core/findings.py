@@ -8,8 +8,9 @@ prompt_ids + output_ids. A sample is valid when it has no error finding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import HIDDEN, Alignment
@@ -64,7 +65,7 @@ class Context:
 
     capture: Capture
     profile: ModelProfile
-    tokenizer: "TokenizerAdapter | None"
+    tokenizer: TokenizerAdapter | None
     kinds: list[str]
     alignment: Alignment | None
     aligned_kinds: list[str] | None
@@ -139,8 +140,7 @@ def _open_at_end(ctx: Context) -> bool:
 def _empty_output(ctx: Context):
     if ctx.output:
         return None
-    return (f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on.",
-            [])
+    return (f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on.", [])
 
 
 @check("dual_divergence")
@@ -149,11 +149,15 @@ def _dual_divergence(ctx: Context):
     if not c.paths_diverge:
         return None
     parsed = c.parsed_output_ids or []
-    first = next((i for i, (a, b) in enumerate(zip(parsed, c.output_ids)) if a != b), min(len(parsed), len(c.output_ids)))
-    return (f"The parsed chat path generated other ids than the raw path ({len(parsed)} vs {len(c.output_ids)} ids, "
-            f"first difference at output[{first}]): its text fields describe another generation, so the "
-            f"reasoning/content comparisons use the parsed path's own ids. Use temperature 0 or a seed.",
-            [ctx.n_prompt + first] if first < len(c.output_ids) else [])
+    first = next(
+        (i for i, (a, b) in enumerate(zip(parsed, c.output_ids)) if a != b), min(len(parsed), len(c.output_ids))
+    )
+    return (
+        f"The parsed chat path generated other ids than the raw path ({len(parsed)} vs {len(c.output_ids)} ids, "
+        f"first difference at output[{first}]): its text fields describe another generation, so the "
+        f"reasoning/content comparisons use the parsed path's own ids. Use temperature 0 or a seed.",
+        [ctx.n_prompt + first] if first < len(c.output_ids) else [],
+    )
 
 
 @check("think_open_in_prompt")
@@ -161,9 +165,12 @@ def _think_open_in_prompt(ctx: Context):
     pos = seg.prefilled_opener_position(ctx.capture.prompt_ids, ctx.profile)
     if pos is None:
         return None
-    return (f"The chat template pre-filled {ctx.profile.think_open} (id {ctx.profile.think_open_id}) at prompt "
-            f"position {pos}: the output starts inside reasoning, and the model never generates this id. "
-            f"Its absence from output_ids is expected, not a server bug.", [pos])
+    return (
+        f"The chat template pre-filled {ctx.profile.think_open} (id {ctx.profile.think_open_id}) at prompt "
+        f"position {pos}: the output starts inside reasoning, and the model never generates this id. "
+        f"Its absence from output_ids is expected, not a server bug.",
+        [pos],
+    )
 
 
 @check("think_open_missing")
@@ -172,16 +179,21 @@ def _think_open_missing(ctx: Context):
     closers = _positions_of(ctx.output, p.think_close_id)
     prompt_opened = seg.PREFILLED_OPENER in ctx.kinds
     if closers:
-        opened = prompt_opened or p.think_open_id in ctx.output[:closers[0]]
+        opened = prompt_opened or p.think_open_id in ctx.output[: closers[0]]
         if opened:
             return None
-        return (f"{p.think_close} (id {p.think_close_id}) at {ctx.where(closers[0])} closes reasoning that was never "
-                f"opened: the prompt does not end with {p.think_open} (id {p.think_open_id}) and the output does not "
-                f"emit it. The prompt was likely rendered without the thinking template.", [ctx.n_prompt + closers[0]])
+        return (
+            f"{p.think_close} (id {p.think_close_id}) at {ctx.where(closers[0])} closes reasoning that was never "
+            f"opened: the prompt does not end with {p.think_open} (id {p.think_open_id}) and the output does not "
+            f"emit it. The prompt was likely rendered without the thinking template.",
+            [ctx.n_prompt + closers[0]],
+        )
     if ctx.capture.thinking is True and p.prefills_opener and ctx.output and not _reasoning_opened(ctx):
-        return (f"Thinking was on, but the prompt does not end with {p.think_open} (id {p.think_open_id}) and the "
-                f"output never opens reasoning: the template kwargs ({p.thinking_kwarg}) did not reach the template.",
-                [])
+        return (
+            f"Thinking was on, but the prompt does not end with {p.think_open} (id {p.think_open_id}) and the "
+            f"output never opens reasoning: the template kwargs ({p.thinking_kwarg}) did not reach the template.",
+            [],
+        )
     return None
 
 
@@ -190,12 +202,18 @@ def _think_close_missing(ctx: Context):
     if not ctx.output or not _open_at_end(ctx):
         return None
     why = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
-    if seg.CLOSER in ctx.kinds[ctx.n_prompt:]:
+    if seg.CLOSER in ctx.kinds[ctx.n_prompt :]:
         reopened = max(i for i, k in enumerate(ctx.kinds) if k == seg.OPENER)
-        return (f"Reasoning was reopened with {ctx.profile.think_open} at {ctx.where(reopened - ctx.n_prompt)} after "
-                f"it had closed, and never closed again{why}.", [reopened])
-    return (f"Reasoning was opened but {ctx.profile.think_close} (id {ctx.profile.think_close_id}) never appears in "
-            f"{len(ctx.output)} output ids{why}: the whole output is reasoning, and parsers will mislabel it.", [])
+        return (
+            f"Reasoning was reopened with {ctx.profile.think_open} at {ctx.where(reopened - ctx.n_prompt)} after "
+            f"it had closed, and never closed again{why}.",
+            [reopened],
+        )
+    return (
+        f"Reasoning was opened but {ctx.profile.think_close} (id {ctx.profile.think_close_id}) never appears in "
+        f"{len(ctx.output)} output ids{why}: the whole output is reasoning, and parsers will mislabel it.",
+        [],
+    )
 
 
 @check("think_close_repeated")
@@ -204,8 +222,11 @@ def _think_close_repeated(ctx: Context):
     if len(closers) < 2:
         return None
     where = ", ".join(f"output[{i}]" for i in closers)
-    return (f"{ctx.profile.think_close} (id {ctx.profile.think_close_id}) appears {len(closers)} times, at {where}; "
-            f"a sample has exactly one.", [ctx.n_prompt + i for i in closers])
+    return (
+        f"{ctx.profile.think_close} (id {ctx.profile.think_close_id}) appears {len(closers)} times, at {where}; "
+        f"a sample has exactly one.",
+        [ctx.n_prompt + i for i in closers],
+    )
 
 
 @check("think_open_in_output_after_prefill")
@@ -215,9 +236,11 @@ def _open_after_prefill(ctx: Context):
     opens = _positions_of(ctx.output, ctx.profile.think_open_id)
     if not opens:
         return None
-    return (f"The template already pre-filled {ctx.profile.think_open}, yet the output emits it again (id "
-            f"{ctx.profile.think_open_id}) at {ctx.where(opens[0])}: the reasoning is opened twice.",
-            [ctx.n_prompt + i for i in opens])
+    return (
+        f"The template already pre-filled {ctx.profile.think_open}, yet the output emits it again (id "
+        f"{ctx.profile.think_open_id}) at {ctx.where(opens[0])}: the reasoning is opened twice.",
+        [ctx.n_prompt + i for i in opens],
+    )
 
 
 @check("reasoning_with_thinking_off")
@@ -225,16 +248,20 @@ def _reasoning_with_thinking_off(ctx: Context):
     """A reasoning model run with thinking off is a plain chat model: its output must hold no reasoning."""
     if ctx.capture.thinking is not False or not ctx.profile.has_reasoning:
         return None
-    out = [i for i, k in enumerate(ctx.kinds[ctx.n_prompt:])
-           if k in (seg.OPENER, seg.REASONING, seg.CLOSER)]
+    out = [i for i, k in enumerate(ctx.kinds[ctx.n_prompt :]) if k in (seg.OPENER, seg.REASONING, seg.CLOSER)]
     if not out:
         return None
     delims = [i for i in out if ctx.output[i] in ctx.profile.delimiter_ids]
-    what = (f"{ctx.name(ctx.output[delims[0]])} at {ctx.where(delims[0])}" if delims
-            else f"{len(out)} reasoning ids from {ctx.where(out[0])}")
-    return (f"Thinking was off ({ctx.profile.thinking_kwarg or 'no template kwarg'}), yet the output holds "
-            f"reasoning: {what}. The template kwarg did not reach the template, or the model ignores it.",
-            [ctx.n_prompt + i for i in (delims or out[:1])])
+    what = (
+        f"{ctx.name(ctx.output[delims[0]])} at {ctx.where(delims[0])}"
+        if delims
+        else f"{len(out)} reasoning ids from {ctx.where(out[0])}"
+    )
+    return (
+        f"Thinking was off ({ctx.profile.thinking_kwarg or 'no template kwarg'}), yet the output holds "
+        f"reasoning: {what}. The template kwarg did not reach the template, or the model ignores it.",
+        [ctx.n_prompt + i for i in (delims or out[:1])],
+    )
 
 
 @check("empty_reasoning")
@@ -247,8 +274,11 @@ def _empty_reasoning(ctx: Context):
     text = ctx.text_of(ids)
     if ids and (text is None or text.strip()):
         return None
-    return (f"The reasoning before {ctx.profile.think_close} at {ctx.where(first)} is empty "
-            f"({len(ids)} whitespace ids): the model skipped thinking.", [ctx.n_prompt + first])
+    return (
+        f"The reasoning before {ctx.profile.think_close} at {ctx.where(first)} is empty "
+        f"({len(ids)} whitespace ids): the model skipped thinking.",
+        [ctx.n_prompt + first],
+    )
 
 
 @check("empty_answer")
@@ -260,8 +290,7 @@ def _empty_answer(ctx: Context):
     if ids and (text is None or text.strip()):
         return None
     after = " after the reasoning" if _reasoning_opened(ctx) else ""
-    return (f"No answer{after} ({len(ids)} answer ids, all blank).",
-            [ctx.n_prompt + i for i in ctx.out_kind(seg.STOP)])
+    return (f"No answer{after} ({len(ids)} answer ids, all blank).", [ctx.n_prompt + i for i in ctx.out_kind(seg.STOP)])
 
 
 @check("truncated")
@@ -269,9 +298,12 @@ def _truncated(ctx: Context):
     if ctx.capture.finish_reason != "length":
         return None
     limit = ctx.capture.settings.get("max_new_tokens")
-    return (f"finish_reason=length after {len(ctx.output)} output ids"
-            + (f" (max_new_tokens={limit})" if limit else "")
-            + ": a cut-off generation must not be trained on.", [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [])
+    return (
+        f"finish_reason=length after {len(ctx.output)} output ids"
+        + (f" (max_new_tokens={limit})" if limit else "")
+        + ": a cut-off generation must not be trained on.",
+        [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [],
+    )
 
 
 @check("no_stop_token")
@@ -282,8 +314,10 @@ def _no_stop_token(ctx: Context):
         return None
     last = f"ends with {ctx.name(ctx.output[-1])}"
     stops = ", ".join(str(i) for i in ctx.profile.stop_ids)
-    return (f"The output {last}, not a stop id ({stops}): the drafter never learns to end the turn.",
-            [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [])
+    return (
+        f"The output {last}, not a stop id ({stops}): the drafter never learns to end the turn.",
+        [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [],
+    )
 
 
 @check("output_prefix_overlap")
@@ -296,8 +330,11 @@ def _output_prefix_overlap(ctx: Context):
         if k < 3 or k > len(out):
             continue
         if prompt[j] == out[0] and prompt[j:] == out[:k]:
-            return (f"output_ids begin with the last {k} prompt ids (prompt[{j}:]): the server echoed the prompt "
-                    f"into the output (SGLang #17240/#10896).", [ctx.n_prompt + i for i in range(k)])
+            return (
+                f"output_ids begin with the last {k} prompt ids (prompt[{j}:]): the server echoed the prompt "
+                f"into the output (SGLang #17240/#10896).",
+                [ctx.n_prompt + i for i in range(k)],
+            )
     return None
 
 
@@ -328,8 +365,11 @@ def _parser_hidden(ctx: Context):
     more = f" and {len(hidden) - 12} more" if len(hidden) > 12 else ""
     # Positions name ids of the trained sequence only when the text came from those very ids.
     positions = [] if ctx.capture.paths_diverge else [ctx.n_prompt + i for i in hidden]
-    return (f"{len(hidden)} id(s) are in the raw ids but in no returned text field: {listed}{more}. "
-            f"They stay in the training ids.", positions)
+    return (
+        f"{len(hidden)} id(s) are in the raw ids but in no returned text field: {listed}{more}. "
+        f"They stay in the training ids.",
+        positions,
+    )
 
 
 def _id_split(ctx: Context) -> tuple[str, str] | None:
@@ -343,11 +383,13 @@ def _id_split(ctx: Context) -> tuple[str, str] | None:
 
 def _decode_split(ctx: Context) -> tuple[str, str]:
     ids = ctx.capture.aligned_output_ids
-    kinds = ctx.aligned_kinds[ctx.n_prompt:]
+    kinds = ctx.aligned_kinds[ctx.n_prompt :]
     reasoning = [t for t, k in zip(ids, kinds) if k == seg.REASONING]
     answer = [t for t, k in zip(ids, kinds) if k == seg.ANSWER]
-    return (ctx.tokenizer.decode(reasoning, skip_special_tokens=True).strip(),
-            ctx.tokenizer.decode(answer, skip_special_tokens=True).strip())
+    return (
+        ctx.tokenizer.decode(reasoning, skip_special_tokens=True).strip(),
+        ctx.tokenizer.decode(answer, skip_special_tokens=True).strip(),
+    )
 
 
 def _reasoning_unreturned(ctx: Context) -> bool:
@@ -365,9 +407,12 @@ def _reasoning_unreturned(ctx: Context) -> bool:
 def _reasoning_field_missing(ctx: Context):
     if not _reasoning_unreturned(ctx):
         return None
-    return ("The ids hold reasoning, but no text field carries it (no `reasoning` or `reasoning_content` in the "
-            "response): a client reading the wrong field name gets silently empty reasoning (vLLM ≥0.16 says "
-            "`reasoning`, SGLang `reasoning_content`).", [])
+    return (
+        "The ids hold reasoning, but no text field carries it (no `reasoning` or `reasoning_content` in the "
+        "response): a client reading the wrong field name gets silently empty reasoning (vLLM ≥0.16 says "
+        "`reasoning`, SGLang `reasoning_content`).",
+        [],
+    )
 
 
 @check("parser_split_mismatch")
@@ -381,13 +426,21 @@ def _split_mismatch(ctx: Context):
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
     if got == split:
         return None
-    head = (f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
-            f"{len(split[0])}/{len(split[1])}")
+    head = (
+        f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
+        f"{len(split[0])}/{len(split[1])}"
+    )
     if not ctx.profile.has_reasoning:
-        return (head + ": the model has no think delimiters, so a reasoning parser on the server can only guess "
-                "(start it without --reasoning-parser).", [])
-    return (head + f" at {ctx.profile.think_close}: the parser read the text differently from the ids (e.g. a "
-            f"special {ctx.profile.think_close} invisible to a text parser).", [])
+        return (
+            head + ": the model has no think delimiters, so a reasoning parser on the server can only guess "
+            "(start it without --reasoning-parser).",
+            [],
+        )
+    return (
+        head + f" at {ctx.profile.think_close}: the parser read the text differently from the ids (e.g. a "
+        f"special {ctx.profile.think_close} invisible to a text parser).",
+        [],
+    )
 
 
 @check("literal_think_text")
@@ -407,13 +460,15 @@ def _literal_think(ctx: Context):
     for needle in markers:
         start = 0
         while (found := buf.find(needle, start)) != -1:
-            hits.extend(sorted(set(owner[found:found + len(needle)])))
+            hits.extend(sorted(set(owner[found : found + len(needle)])))
             start = found + 1
     if not hits:
         return None
     where = ", ".join(str(p) for p in hits[:12])
-    detail = (f"{ctx.profile.think_open}/{ctx.profile.think_close} spelled as ordinary text over several ids at "
-              f"positions {where}, not as the special ids {ctx.profile.think_open_id}/{ctx.profile.think_close_id}")
+    detail = (
+        f"{ctx.profile.think_open}/{ctx.profile.think_close} spelled as ordinary text over several ids at "
+        f"positions {where}, not as the special ids {ctx.profile.think_open_id}/{ctx.profile.think_close_id}"
+    )
     if all(h < ctx.n_prompt for h in hits):
         # Only in the prompt: the user's own words, or a history re-rendered as text. Worth a look, not fatal.
         return detail + ": only in the prompt (a user's words, or history rendered as text).", hits, WARN
@@ -428,9 +483,11 @@ def _retokenize_drift(ctx: Context):
     if again == ctx.output:
         return None
     first = next((i for i, (a, b) in enumerate(zip(again, ctx.output)) if a != b), min(len(again), len(ctx.output)))
-    return (f"encode(decode(output_ids)) differs from output_ids from {ctx.where(first)} ({len(ctx.output)} → "
-            f"{len(again)} ids): any pipeline that stores text instead of ids trains on other tokens.",
-            [ctx.n_prompt + first])
+    return (
+        f"encode(decode(output_ids)) differs from output_ids from {ctx.where(first)} ({len(ctx.output)} → "
+        f"{len(again)} ids): any pipeline that stores text instead of ids trains on other tokens.",
+        [ctx.n_prompt + first],
+    )
 
 
 @check("prompt_render_mismatch")
@@ -448,9 +505,11 @@ def _render_mismatch(ctx: Context):
     if local == list(c.prompt_ids):
         return None
     first = next((i for i, (a, b) in enumerate(zip(local, c.prompt_ids)) if a != b), min(len(local), ctx.n_prompt))
-    return (f"The local tokenizer renders {len(local)} prompt ids, the server used {ctx.n_prompt}; they differ from "
-            f"position {first}: the local template or tokenizer is not the server's.", [min(first, ctx.n_prompt - 1)]
-            if ctx.n_prompt else [])
+    return (
+        f"The local tokenizer renders {len(local)} prompt ids, the server used {ctx.n_prompt}; they differ from "
+        f"position {first}: the local template or tokenizer is not the server's.",
+        [min(first, ctx.n_prompt - 1)] if ctx.n_prompt else [],
+    )
 
 
 @check("over_max_length")
@@ -461,8 +520,10 @@ def _over_max_length(ctx: Context):
     total = ctx.n_prompt + len(ctx.output)
     if not limit or total <= limit:
         return None
-    return (f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.",
-            [limit] if limit < total else [])
+    return (
+        f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.",
+        [limit] if limit < total else [],
+    )
 
 
 @check("off_policy")
@@ -480,9 +541,12 @@ def _off_policy(ctx: Context):
         return None
     cut = math.log(low_prob)
     unlikely = [ctx.n_prompt + p for p, v in enumerate(values) if v is not None and v < cut]
-    return (f"the target {score.get('model') or ''} finds this output unlikely: mean NLL {nll:.2f} nats/token over "
-            f"{len(values)} tokens (> {threshold:g}); {len(unlikely)} tokens below p={low_prob:g}. Off-policy data "
-            f"trains a drafter the target then rejects.", unlikely[:100])
+    return (
+        f"the target {score.get('model') or ''} finds this output unlikely: mean NLL {nll:.2f} nats/token over "
+        f"{len(values)} tokens (> {threshold:g}); {len(unlikely)} tokens below p={low_prob:g}. Off-policy data "
+        f"trains a drafter the target then rejects.",
+        unlikely[:100],
+    )
 
 
 def run_checks(ctx: Context, severities: dict[str, str] | None = None) -> list[Finding]:

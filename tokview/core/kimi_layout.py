@@ -49,12 +49,73 @@ KIMI_SPECIAL_TOKENS: dict[int, str] = {
 }
 
 # The word list of §3.3, in order.  Its ids (256-379) are what the crafted model's "chain" emits.
-WORDS = (
-    "Okay , let me think about this carefully . The answer is forty - two ! hello world Hello what "
-    "how why yes no a an of to in and or for on with as by at from this that it be are was were not "
-    "but can will would should could model token reason step first second then so therefore because "
-    "question user assistant"
-).split()
+WORDS = [
+    "Okay",
+    ",",
+    "let",
+    "me",
+    "think",
+    "about",
+    "this",
+    "carefully",
+    ".",
+    "The",
+    "answer",
+    "is",
+    "forty",
+    "-",
+    "two",
+    "!",
+    "hello",
+    "world",
+    "Hello",
+    "what",
+    "how",
+    "why",
+    "yes",
+    "no",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "and",
+    "or",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "this",
+    "that",
+    "it",
+    "be",
+    "are",
+    "was",
+    "were",
+    "not",
+    "but",
+    "can",
+    "will",
+    "would",
+    "should",
+    "could",
+    "model",
+    "token",
+    "reason",
+    "step",
+    "first",
+    "second",
+    "then",
+    "so",
+    "therefore",
+    "because",
+    "question",
+    "user",
+    "assistant",
+]
 EXTRA_PIECES = ("ĠLet", "ĠOkay", "ĠThe")  # appended after the word list; only ĠLet (379) is new
 
 # Kimi-style template, no newlines between turns.  Differences from the real one are deliberate
@@ -105,9 +166,7 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
         add(p)
     assert len(vocab) == 380, len(vocab)
     # Pseudo-words: random ids then decode to pronounceable junk instead of replacement chars.
-    combos = (
-        "".join(c) for n in (2, 3, 4) for c in itertools.product(string.ascii_lowercase, repeat=n)
-    )
+    combos = ("".join(c) for n in (2, 3, 4) for c in itertools.product(string.ascii_lowercase, repeat=n))
     for s in itertools.chain.from_iterable(("Ġ" + w, w) for w in combos):
         if len(vocab) == SPECIAL_START:
             break
@@ -173,8 +232,14 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
     # Written by hand: transformers 4 writes this table and 5 does not, and tokenizers that ship
     # their own code (Kimi's TikTokenTokenizer) read the special names from it.
     cfg["added_tokens_decoder"] = {
-        str(vocab[s]): {"content": s, "special": think_special or s not in think, "normalized": False,
-                        "lstrip": False, "rstrip": False, "single_word": False}
+        str(vocab[s]): {
+            "content": s,
+            "special": think_special or s not in think,
+            "normalized": False,
+            "lstrip": False,
+            "rstrip": False,
+            "single_word": False,
+        }
         for s in names
     }
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -244,8 +309,10 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
     build lives in its ``kimi-layout`` or ``kimi-layout-nonspecial`` subdirectory, so both
     variants can share one cache.
     """
-    base = Path(cache_dir) if cache_dir is not None else Path(
-        os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview"
+    base = (
+        Path(cache_dir)
+        if cache_dir is not None
+        else Path(os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview")
     )
     d = base.expanduser() / ("kimi-layout" if think_special else "kimi-layout-nonspecial")
     if _is_built(d, think_special):
@@ -254,8 +321,16 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
 
 
 # What Kimi's real tokenizer_config.json names (its TikTokenTokenizer's defaults and roles).
-KIMI_ADDITIONAL_SPECIAL = ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
-                           "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>")
+KIMI_ADDITIONAL_SPECIAL = (
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "[EOT]",
+    "<|im_system|>",
+    "<|im_middle|>",
+)
 
 
 def kimi_tiktoken_ranks() -> dict[bytes, int]:
@@ -283,13 +358,20 @@ def build_kimi_tiktoken_dir(out_dir: Path, *, think_special: bool = True) -> Pat
     ranks = kimi_tiktoken_ranks()
     assert len(ranks) == SPECIAL_START, len(ranks)
     lines = sorted((i, t) for t, i in ranks.items())
-    (out / "tiktoken.model").write_text("".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in lines),
-                                        encoding="ascii")
+    (out / "tiktoken.model").write_text(
+        "".join(f"{base64.b64encode(t).decode()} {i}\n" for i, t in lines), encoding="ascii"
+    )
     think = {"<think>", "</think>"}
     config = {
         "added_tokens_decoder": {
-            str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                     "special": think_special or s not in think}
+            str(i): {
+                "content": s,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": think_special or s not in think,
+            }
             for i, s in sorted(KIMI_SPECIAL_TOKENS.items())
         },
         "additional_special_tokens": list(KIMI_ADDITIONAL_SPECIAL),
@@ -302,7 +384,8 @@ def build_kimi_tiktoken_dir(out_dir: Path, *, think_special: bool = True) -> Pat
         "tokenizer_class": "TikTokenTokenizer",
         "unk_token": "[UNK]",
     }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-                                               encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     return out

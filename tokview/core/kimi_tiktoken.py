@@ -27,28 +27,39 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, token_text
 
-KIMI_PATTERN = "|".join([
-    r"""[\p{Han}]+""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""\p{N}{1,3}""",
-    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
-    r"""\s*[\r\n]+""",
-    r"""\s+(?!\S)""",
-    r"""\s+""",
-])
+KIMI_PATTERN = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 NUM_SPECIAL = 256 + 2  # Kimi: num_reserved_special_tokens = 256, and range(n, n + 256 + 2)
 MAX_ENCODE_CHARS = 400_000
 MAX_RUN_CHARS = 25_000
 # What Kimi's class uses when the config names no additional_special_tokens.
-DEFAULT_ADDITIONAL_SPECIAL = ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
-                              "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>")
+DEFAULT_ADDITIONAL_SPECIAL = (
+    "<|im_end|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "[EOT]",
+    "<|im_system|>",
+    "<|im_middle|>",
+)
 _RUNS = re.compile(r"\s+|\S+")  # Python's \s is str.isspace(), the test Kimi's splitter uses
 
 
@@ -81,8 +92,10 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
     if not ranks:
         raise FolderError(f"{path} holds no tokens")
     if sorted(ranks.values()) != list(range(len(ranks))):
-        raise FolderError(f"{path}: ranks are not 0..{len(ranks) - 1} without gaps or repeats, so the special ids "
-                          f"Kimi's tokenizer derives from the token count would collide")
+        raise FolderError(
+            f"{path}: ranks are not 0..{len(ranks) - 1} without gaps or repeats, so the special ids "
+            f"Kimi's tokenizer derives from the token count would collide"
+        )
     return ranks
 
 
@@ -94,7 +107,7 @@ def split_for_encoding(text: str, *, chunk: int = MAX_ENCODE_CHARS, run: int = M
     yields.
     """
     for start in range(0, len(text), chunk):
-        part = text[start:start + chunk]
+        part = text[start : start + chunk]
         if len(part) <= run:
             yield part
             continue
@@ -111,8 +124,14 @@ class KimiTiktokenTokenizer:
 
     is_fast = False
 
-    def __init__(self, ranks: dict[bytes, int], config: dict[str, Any], *, chat_template: str | None = None,
-                 name_or_path: str = "") -> None:
+    def __init__(
+        self,
+        ranks: dict[bytes, int],
+        config: dict[str, Any],
+        *,
+        chat_template: str | None = None,
+        name_or_path: str = "",
+    ) -> None:
         import tiktoken
 
         self.name_or_path = name_or_path
@@ -131,27 +150,31 @@ class KimiTiktokenTokenizer:
             self.special_tokens[text] = i
             self.added_tokens_decoder[i] = AddedToken(text, special)
         self._special_by_id = {i: t for t, i in self.special_tokens.items()}
-        self.model = tiktoken.Encoding(name="tiktoken.model", pat_str=KIMI_PATTERN, mergeable_ranks=ranks,
-                                       special_tokens=self.special_tokens)
+        self.model = tiktoken.Encoding(
+            name="tiktoken.model", pat_str=KIMI_PATTERN, mergeable_ranks=ranks, special_tokens=self.special_tokens
+        )
         self.bos_token = token_text(config.get("bos_token", "[BOS]"))
         self.eos_token = token_text(config.get("eos_token", "[EOS]"))
         self.unk_token = token_text(config.get("unk_token"))
         self.pad_token = token_text(config.get("pad_token"))
         extra = config.get("additional_special_tokens")
-        self.additional_special_tokens = ([t for t in map(token_text, extra) if t] if isinstance(extra, list)
-                                          else list(DEFAULT_ADDITIONAL_SPECIAL))
+        self.additional_special_tokens = (
+            [t for t in map(token_text, extra) if t] if isinstance(extra, list) else list(DEFAULT_ADDITIONAL_SPECIAL)
+        )
         for role in ("bos", "eos", "unk", "pad"):
             token = getattr(self, f"{role}_token")
             if token is not None and token not in self.special_tokens:
-                raise FolderError(f"tokenizer_config.json names {role}_token {token!r}, which is not one of the "
-                                  f"special tokens (ids {n}..{n + NUM_SPECIAL - 1})")
+                raise FolderError(
+                    f"tokenizer_config.json names {role}_token {token!r}, which is not one of the "
+                    f"special tokens (ids {n}..{n + NUM_SPECIAL - 1})"
+                )
         max_len = config.get("model_max_length")
         self.model_max_length = max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else 10**30
         self._byte_encoder: dict[int, str] | None = None
         self._byte_decoder: dict[str, int] | None = None
 
     @classmethod
-    def from_folder(cls, folder: TokenizerFolder) -> "KimiTiktokenTokenizer":
+    def from_folder(cls, folder: TokenizerFolder) -> KimiTiktokenTokenizer:
         ranks = read_tiktoken_ranks(folder.path / "tiktoken.model")
         return cls(ranks, folder.config, chat_template=folder.chat_template(), name_or_path=str(folder.path))
 
@@ -185,8 +208,11 @@ class KimiTiktokenTokenizer:
     @property
     def special_tokens_map(self) -> dict[str, Any]:
         """The variables transformers hands a chat template (`bos_token`, `eos_token`, …)."""
-        out: dict[str, Any] = {f"{r}_token": getattr(self, f"{r}_token") for r in ("bos", "eos", "unk", "pad")
-                               if getattr(self, f"{r}_token") is not None}
+        out: dict[str, Any] = {
+            f"{r}_token": getattr(self, f"{r}_token")
+            for r in ("bos", "eos", "unk", "pad")
+            if getattr(self, f"{r}_token") is not None
+        }
         if self.additional_special_tokens:
             out["additional_special_tokens"] = list(self.additional_special_tokens)
         return out
@@ -248,8 +274,9 @@ class KimiTiktokenTokenizer:
         vocab.update(self.special_tokens)
         return vocab
 
-    def encode(self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False,
-               **_: Any) -> list[int]:
+    def encode(
+        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: Any
+    ) -> list[int]:
         """Kimi's `encode`: special-token text becomes its id (unless `split_special_tokens`); no BOS is added."""
         if not isinstance(text, str):
             raise TypeError(f"text to encode must be a string, not {type(text).__name__}")
@@ -261,8 +288,9 @@ class KimiTiktokenTokenizer:
                 out.extend(self.model.encode(piece, allowed_special="all"))
         return out
 
-    def __call__(self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False,
-                 **kwargs: Any) -> dict[str, list[int]]:
+    def __call__(
+        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **kwargs: Any
+    ) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text, add_special_tokens, split_special_tokens=split_special_tokens)}
 
     def decode(self, ids: int | Iterable[int], skip_special_tokens: bool = False, **_: Any) -> str:
@@ -273,16 +301,28 @@ class KimiTiktokenTokenizer:
             ids = [i for i in ids if i not in skip]
         return self.model.decode_bytes(ids).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, conversation: list[dict[str, Any]], tools: list[dict] | None = None,
-                            tokenize: bool = False, add_generation_prompt: bool = True, **kwargs: Any) -> Any:
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        tools: list[dict] | None = None,
+        tokenize: bool = False,
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """Kimi's override: tools with their keys sorted, generation prompt on by default."""
         from tokview.core.chat_template import render_chat_template
 
         if not self.chat_template:
             raise ValueError("this tokenizer has no chat template")
         kwargs.pop("return_dict", None)
-        text = render_chat_template(self.chat_template, conversation, add_generation_prompt=add_generation_prompt,
-                                    special_tokens=self.special_tokens_map, tools=_deep_sort(tools), **kwargs)
+        text = render_chat_template(
+            self.chat_template,
+            conversation,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens=self.special_tokens_map,
+            tools=_deep_sort(tools),
+            **kwargs,
+        )
         return self.encode(text) if tokenize else text
 
 

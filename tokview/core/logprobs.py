@@ -17,8 +17,9 @@ set it per model (`tokview score --off-policy-nll X`) after looking at your run'
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 DEFAULT_OFF_POLICY_NLL = 2.0
 FLOOR = -9999.0
@@ -39,7 +40,7 @@ class TokenLogprobs:
     top_ids: list[list[int]] | None = None
     top_logprobs: list[list[float]] | None = None
 
-    def extend(self, other: "TokenLogprobs") -> None:
+    def extend(self, other: TokenLogprobs) -> None:
         self.logprobs.extend(other.logprobs)
         if other.top_ids is not None:
             self.top_ids = (self.top_ids or []) + other.top_ids
@@ -58,11 +59,12 @@ def token_id_of(token: Any) -> int:
     """vLLM's `token_id:123` (return_tokens_as_token_ids) → 123."""
     if isinstance(token, str) and token.startswith("token_id:"):
         try:
-            return int(token[len("token_id:"):])
+            return int(token[len("token_id:") :])
         except ValueError:
             pass
-    raise LogprobShapeError(f"a logprob token is not `token_id:N` ({str(token)[:40]!r}): "
-                            f"send return_tokens_as_token_ids")
+    raise LogprobShapeError(
+        f"a logprob token is not `token_id:N` ({str(token)[:40]!r}): send return_tokens_as_token_ids"
+    )
 
 
 # -- SGLang: [logprob, id, text|null] triples --------------------------------------------------
@@ -90,8 +92,9 @@ def from_sglang_output(meta: dict[str, Any], output_ids: Sequence[int]) -> Token
         raise LogprobShapeError("output_token_logprobs is not a list")
     pairs = [_triple(e) for e in entries]
     if [i for _, i in pairs] != list(output_ids):
-        raise LogprobShapeError(f"output_token_logprobs name other ids than output_ids "
-                                f"({len(pairs)} entries for {len(output_ids)} ids)")
+        raise LogprobShapeError(
+            f"output_token_logprobs name other ids than output_ids ({len(pairs)} entries for {len(output_ids)} ids)"
+        )
     out = TokenLogprobs([lp for lp, _ in pairs])
     tops = meta.get("output_top_logprobs")
     if isinstance(tops, list) and len(tops) == len(pairs):
@@ -104,8 +107,10 @@ def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> T
     """Scoring: `input_token_logprobs` / `input_top_logprobs` (logprob_start_len 0) from position `start`."""
     entries = meta.get("input_token_logprobs")
     if not isinstance(entries, list) or len(entries) != len(ids):
-        raise LogprobShapeError(f"input_token_logprobs has {len(entries) if isinstance(entries, list) else 'no'} "
-                                f"entries for {len(ids)} input ids (was logprob_start_len 0 honoured?)")
+        raise LogprobShapeError(
+            f"input_token_logprobs has {len(entries) if isinstance(entries, list) else 'no'} "
+            f"entries for {len(ids)} input ids (was logprob_start_len 0 honoured?)"
+        )
     pairs = [_triple(e) for e in entries]
     if [i for _, i in pairs] != list(ids):
         raise LogprobShapeError("input_token_logprobs name other ids than were sent")
@@ -124,8 +129,10 @@ def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | 
         return None
     content = logprobs["content"]
     if not isinstance(content, list) or len(content) != len(output_ids):
-        raise LogprobShapeError(f"logprobs.content has {len(content) if isinstance(content, list) else 'no'} "
-                                f"entries for {len(output_ids)} token ids")
+        raise LogprobShapeError(
+            f"logprobs.content has {len(content) if isinstance(content, list) else 'no'} "
+            f"entries for {len(output_ids)} token ids"
+        )
     out = TokenLogprobs([], [], [])
     for entry in content:
         if not isinstance(entry, dict):
@@ -163,8 +170,10 @@ def from_vllm_prompt(prompt_logprobs: Any, ids: Sequence[int], start: int, k: in
     Each position names the prompt token itself plus the top-k; the token's own entry gives the
     target logprob, and the alternatives are the entries ranked 1..k."""
     if not isinstance(prompt_logprobs, list) or len(prompt_logprobs) != len(ids):
-        raise LogprobShapeError(f"prompt_logprobs has {len(prompt_logprobs) if isinstance(prompt_logprobs, list) else 'no'}"
-                                f" entries for {len(ids)} prompt ids")
+        raise LogprobShapeError(
+            f"prompt_logprobs has {len(prompt_logprobs) if isinstance(prompt_logprobs, list) else 'no'}"
+            f" entries for {len(ids)} prompt ids"
+        )
     out = TokenLogprobs([], [] if k > 0 else None, [] if k > 0 else None)
     for pos in range(start, len(ids)):
         entry = prompt_logprobs[pos]
@@ -179,8 +188,14 @@ def from_vllm_prompt(prompt_logprobs: Any, ids: Sequence[int], start: int, k: in
         own = entry[str(ids[pos])]
         out.logprobs.append(_lp(own.get("logprob") if isinstance(own, dict) else None))
         if k > 0:
-            ranked = sorted(((v.get("rank") or 10**9, int(key), _lp(v.get("logprob")))
-                             for key, v in entry.items() if isinstance(v, dict)), key=lambda t: t[0])
+            ranked = sorted(
+                (
+                    (v.get("rank") or 10**9, int(key), _lp(v.get("logprob")))
+                    for key, v in entry.items()
+                    if isinstance(v, dict)
+                ),
+                key=lambda t: t[0],
+            )
             ranked = [r for r in ranked if r[0] <= k][:k]
             out.top_ids.append([i for _, i, _ in ranked])  # type: ignore[union-attr]
             out.top_logprobs.append([lp if lp is not None else FLOOR for _, _, lp in ranked])  # type: ignore[union-attr]
@@ -203,10 +218,19 @@ def low_share(logprobs: Sequence[float | None], low_prob: float = DEFAULT_LOW_PR
     return sum(1 for lp in values if lp < cut) / len(values)
 
 
-def score_summary(logprobs: Sequence[float | None], *, off_policy_nll: float = DEFAULT_OFF_POLICY_NLL,
-                  low_prob: float = DEFAULT_LOW_PROB) -> dict[str, Any]:
+def score_summary(
+    logprobs: Sequence[float | None],
+    *,
+    off_policy_nll: float = DEFAULT_OFF_POLICY_NLL,
+    low_prob: float = DEFAULT_LOW_PROB,
+) -> dict[str, Any]:
     """mean NLL, share of unlikely tokens, and whether the sample reads as off-policy."""
     nll = mean_nll(logprobs)
-    return {"mean_nll": nll, "low_prob": low_prob, "low_prob_share": low_share(logprobs, low_prob),
-            "off_policy_nll": off_policy_nll, "off_policy": nll is not None and nll > off_policy_nll,
-            "tokens": sum(1 for lp in logprobs if lp is not None)}
+    return {
+        "mean_nll": nll,
+        "low_prob": low_prob,
+        "low_prob_share": low_share(logprobs, low_prob),
+        "off_policy_nll": off_policy_nll,
+        "off_policy": nll is not None and nll > off_policy_nll,
+        "tokens": sum(1 for lp in logprobs if lp is not None),
+    }

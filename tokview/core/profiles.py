@@ -56,42 +56,87 @@ class ModelProfile:
             return {}
         return {self.thinking_kwarg: bool(thinking)}
 
-    def with_overrides(self, **changes: Any) -> "ModelProfile":
+    def with_overrides(self, **changes: Any) -> ModelProfile:
         return replace(self, **changes)
 
 
 BUILTIN_PROFILES: dict[str, ModelProfile] = {
     "kimi-k2.5": ModelProfile(
-        name="kimi-k2.5", think_open="<think>", think_close="</think>",
-        think_open_id=163606, think_close_id=163607, stop_ids=(163586,),
-        prefills_opener=True, thinking_kwarg="thinking", reasoning_parser="kimi_k2",
+        name="kimi-k2.5",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=163606,
+        think_close_id=163607,
+        stop_ids=(163586,),
+        prefills_opener=True,
+        thinking_kwarg="thinking",
+        reasoning_parser="kimi_k2",
     ),
     "kimi-k2-thinking": ModelProfile(
-        name="kimi-k2-thinking", think_open="<think>", think_close="</think>",
-        think_open_id=163606, think_close_id=163607, stop_ids=(163586,),
-        prefills_opener=False, thinking_kwarg=None, reasoning_parser="kimi_k2",
+        name="kimi-k2-thinking",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=163606,
+        think_close_id=163607,
+        stop_ids=(163586,),
+        prefills_opener=False,
+        thinking_kwarg=None,
+        reasoning_parser="kimi_k2",
     ),
     "qwen3": ModelProfile(
-        name="qwen3", think_open="<think>", think_close="</think>",
-        think_open_id=151667, think_close_id=151668, stop_ids=(151645, 151643),
-        prefills_opener=False, thinking_kwarg="enable_thinking", reasoning_parser="qwen3",
+        name="qwen3",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=151667,
+        think_close_id=151668,
+        stop_ids=(151645, 151643),
+        prefills_opener=False,
+        thinking_kwarg="enable_thinking",
+        reasoning_parser="qwen3",
     ),
     "deepseek-r1": ModelProfile(
-        name="deepseek-r1", think_open="<think>", think_close="</think>",
-        think_open_id=128798, think_close_id=128799, stop_ids=(1,),
-        prefills_opener=True, thinking_kwarg=None, reasoning_parser="deepseek_r1",
+        name="deepseek-r1",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=128798,
+        think_close_id=128799,
+        stop_ids=(1,),
+        prefills_opener=True,
+        thinking_kwarg=None,
+        reasoning_parser="deepseek_r1",
     ),
     # No reasoning: stop ids come from the tokenizer it is used with (`with_tokenizer_stops`).
     "plain": ModelProfile(
-        name="plain", think_open="", think_close="", think_open_id=None, think_close_id=None, stop_ids=(),
-        prefills_opener=False, thinking_kwarg=None, reasoning_parser=None,
+        name="plain",
+        think_open="",
+        think_close="",
+        think_open_id=None,
+        think_close_id=None,
+        stop_ids=(),
+        prefills_opener=False,
+        thinking_kwarg=None,
+        reasoning_parser=None,
     ),
 }
-_NO_REASONING = {"think_open": "", "think_close": "", "think_open_id": None, "think_close_id": None,
-                 "prefills_opener": False, "thinking_kwarg": None, "reasoning_parser": None}
+_NO_REASONING = {
+    "think_open": "",
+    "think_close": "",
+    "think_open_id": None,
+    "think_close_id": None,
+    "prefills_opener": False,
+    "thinking_kwarg": None,
+    "reasoning_parser": None,
+}
 
-ALIASES = {"kimi": "kimi-k2.5", "kimi-k25": "kimi-k2.5", "qwen": "qwen3", "deepseek": "deepseek-r1",
-           "r1": "deepseek-r1", "none": "plain", "chat": "plain"}
+ALIASES = {
+    "kimi": "kimi-k2.5",
+    "kimi-k25": "kimi-k2.5",
+    "qwen": "qwen3",
+    "deepseek": "deepseek-r1",
+    "r1": "deepseek-r1",
+    "none": "plain",
+    "chat": "plain",
+}
 
 
 def get_profile(name: str) -> ModelProfile:
@@ -106,9 +151,17 @@ def get_profile(name: str) -> ModelProfile:
         raise ProfileError(f"unknown profile {name!r} (known: {known}, or a .toml file)") from None
 
 
-_FIELD_TYPES = {"name": str, "think_open": str, "think_close": str, "think_open_id": (int, type(None)),
-                "think_close_id": (int, type(None)), "prefills_opener": bool, "thinking_kwarg": (str, type(None)),
-                "reasoning_parser": (str, type(None)), "max_length": (int, type(None))}
+_FIELD_TYPES = {
+    "name": str,
+    "think_open": str,
+    "think_close": str,
+    "think_open_id": (int, type(None)),
+    "think_close_id": (int, type(None)),
+    "prefills_opener": bool,
+    "thinking_kwarg": (str, type(None)),
+    "reasoning_parser": (str, type(None)),
+    "max_length": (int, type(None)),
+}
 
 
 def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
@@ -168,16 +221,28 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         if "name" not in data:
             raise ProfileError(f"profile file {path}: missing keys ['name']")
         return ModelProfile(**data)
-    missing = {"name", "think_open", "think_close", "think_open_id", "think_close_id", "stop_ids",
-               "prefills_opener"} - set(data)
+    missing = {
+        "name",
+        "think_open",
+        "think_close",
+        "think_open_id",
+        "think_close_id",
+        "stop_ids",
+        "prefills_opener",
+    } - set(data)
     if missing:
-        raise ProfileError(f"profile file {path}: missing keys {sorted(missing)} (or give base = \"…\", or "
-                           f"reasoning = false for a model without think delimiters)")
+        raise ProfileError(
+            f'profile file {path}: missing keys {sorted(missing)} (or give base = "…", or '
+            f"reasoning = false for a model without think delimiters)"
+        )
     return ModelProfile(**data)
 
 
-_FAMILY_BY_OPEN_ID = {163606: ("kimi-k2.5", "kimi-k2-thinking"), 151667: ("qwen3", "qwen3"),
-                      128798: ("deepseek-r1", "deepseek-r1")}
+_FAMILY_BY_OPEN_ID = {
+    163606: ("kimi-k2.5", "kimi-k2-thinking"),
+    151667: ("qwen3", "qwen3"),
+    128798: ("deepseek-r1", "deepseek-r1"),
+}
 
 
 def detect_profile(tokenizer: Any) -> ModelProfile:
@@ -198,8 +263,9 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
     prefills = False
     if template:
         kwargs = {kwarg: True} if kwarg else {}
-        rendered = tokenizer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                    template_kwargs=kwargs)
+        rendered = tokenizer.render(
+            [{"role": "user", "content": "hi"}], add_generation_prompt=True, template_kwargs=kwargs
+        )
         tail = [i for i in rendered[-4:] if tokenizer.piece_text(i).strip()]
         prefills = bool(tail) and tail[-1] == open_id
     stops = []
@@ -213,8 +279,14 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
     name = with_prefill if prefills else without_prefill
     base = BUILTIN_PROFILES.get(name)
     return ModelProfile(
-        name=name, think_open="<think>", think_close="</think>", think_open_id=open_id,
-        think_close_id=close_id, stop_ids=tuple(stops), prefills_opener=prefills, thinking_kwarg=kwarg,
+        name=name,
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=open_id,
+        think_close_id=close_id,
+        stop_ids=tuple(stops),
+        prefills_opener=prefills,
+        thinking_kwarg=kwarg,
         reasoning_parser=base.reasoning_parser if base else None,
         max_length=tokenizer.model_max_length,
     )

@@ -9,15 +9,26 @@ reasoning exactly as a Kimi/Qwen template would show it to the server.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tokview.core.record import canonical_hash
 
-ROLE_FROM_SHAREGPT = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                      "system": "system", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
-                      "tool": "tool", "function": "tool", "observation": "tool"}
+ROLE_FROM_SHAREGPT = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "observation": "tool",
+}
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
@@ -101,8 +112,9 @@ def generation_points(row: PromptRow) -> list[GenerationPoint]:
     for k, idx in enumerate(assistant_turns):
         points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx])))
     if row.messages[-1]["role"] != "assistant":
-        points.append(GenerationPoint(row.prompt_id, len(assistant_turns) if assistant_turns else None,
-                                      _history(row.messages)))
+        points.append(
+            GenerationPoint(row.prompt_id, len(assistant_turns) if assistant_turns else None, _history(row.messages))
+        )
     return points
 
 
@@ -137,6 +149,8 @@ def json_error(exc: json.JSONDecodeError) -> str:
     if message.startswith("Invalid control character") and exc.pos < len(exc.doc):
         char = exc.doc[exc.pos]
         escape = json.dumps(char)[1:-1]
-        return f"a raw control character U+{ord(char):04X} inside a string at column {exc.colno} " \
-               f"(JSON needs it escaped as {escape})"
+        return (
+            f"a raw control character U+{ord(char):04X} inside a string at column {exc.colno} "
+            f"(JSON needs it escaped as {escape})"
+        )
     return f"{message[:1].lower()}{message[1:]} at column {exc.colno}"

@@ -89,7 +89,7 @@ class Capture:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Capture":
+    def from_dict(cls, data: dict[str, Any]) -> Capture:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 

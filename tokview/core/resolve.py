@@ -12,9 +12,14 @@ from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
-def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profile: str | None = None, *,
-                                  trust_remote_code: bool = False, tokenizer: TokenizerAdapter | None = None,
-                                  model_profile: ModelProfile | None = None) -> tuple[TokenizerAdapter, ModelProfile]:
+def resolve_tokenizer_and_profile(
+    tokenizer_dir: str | Path | None = None,
+    profile: str | None = None,
+    *,
+    trust_remote_code: bool = False,
+    tokenizer: TokenizerAdapter | None = None,
+    model_profile: ModelProfile | None = None,
+) -> tuple[TokenizerAdapter, ModelProfile]:
     """Already-loaded objects win (the app holds them); otherwise load and detect by name."""
     if tokenizer is None:
         if tokenizer_dir is None:
@@ -29,21 +34,39 @@ def resolve_tokenizer_and_profile(tokenizer_dir: str | Path | None = None, profi
 
 def add_tokenizer_arguments(parser) -> None:
     """--tokenizer / --profile / --trust-remote-code, worded the same in every command."""
-    parser.add_argument("--tokenizer", metavar="DIR", type=Path, default=None,
-                        help="local tokenizer/model folder (default: the one the run recorded, else tokview's "
-                             "Kimi-layout tokenizer)")
-    parser.add_argument("--profile", metavar="NAME|FILE.toml", default=None,
-                        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1, plain or a .toml (default: the run's, "
-                             "else detected from the tokenizer)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="run the tokenizer code shipped in the folder named with --tokenizer (not needed for "
-                             "Kimi's tiktoken tokenizer, which tokview reads itself)")
+    parser.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="local tokenizer/model folder (default: the one the run recorded, else tokview's Kimi-layout tokenizer)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME|FILE.toml",
+        default=None,
+        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1, plain or a .toml (default: the run's, "
+        "else detected from the tokenizer)",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the tokenizer code shipped in the folder named with --tokenizer (not needed for "
+        "Kimi's tiktoken tokenizer, which tokview reads itself)",
+    )
 
 
-def resolve_for_stored(tokenizer_dir: str | Path | None, profile: str | None, *, recorded_tokenizer_dir: str | None,
-                       recorded_profile: str | None, trust_remote_code: bool = False,
-                       tokenizer: TokenizerAdapter | None = None, model_profile: ModelProfile | None = None,
-                       recorded_tokenizer_hash: str | None = None) -> tuple[TokenizerAdapter, ModelProfile]:
+def resolve_for_stored(
+    tokenizer_dir: str | Path | None,
+    profile: str | None,
+    *,
+    recorded_tokenizer_dir: str | None,
+    recorded_profile: str | None,
+    trust_remote_code: bool = False,
+    tokenizer: TokenizerAdapter | None = None,
+    model_profile: ModelProfile | None = None,
+    recorded_tokenizer_hash: str | None = None,
+) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 
     Showing a Qwen3 sample with Kimi's rules would invent findings, so the recorded tokenizer folder
@@ -61,16 +84,24 @@ def resolve_for_stored(tokenizer_dir: str | Path | None, profile: str | None, *,
         except TokenizerError as exc:
             if not exc.needs_remote_code:
                 raise
-            given = "--trust-remote-code applies only to a folder named on the command line" if trust_remote_code \
+            given = (
+                "--trust-remote-code applies only to a folder named on the command line"
+                if trust_remote_code
                 else "tokview runs a folder's code only when you name the folder and pass --trust-remote-code"
-            raise TokenizerError(f"the run's tokenizer folder {recorded_tokenizer_dir} ships its own tokenizer code, "
-                                 f"and {given}: pass --tokenizer {recorded_tokenizer_dir} --trust-remote-code",
-                                 needs_remote_code=True) from None
+            )
+            raise TokenizerError(
+                f"the run's tokenizer folder {recorded_tokenizer_dir} ships its own tokenizer code, "
+                f"and {given}: pass --tokenizer {recorded_tokenizer_dir} --trust-remote-code",
+                needs_remote_code=True,
+            ) from None
         if recorded_tokenizer_hash and tokenizer.fingerprint() != recorded_tokenizer_hash:
-            raise TokenizerError(f"the tokenizer at {recorded_tokenizer_dir} is not the one the run used (file hash "
-                                 f"{tokenizer.fingerprint()}, the run recorded {recorded_tokenizer_hash}): pass "
-                                 f"--tokenizer DIR to name the right one")
+            raise TokenizerError(
+                f"the tokenizer at {recorded_tokenizer_dir} is not the one the run used (file hash "
+                f"{tokenizer.fingerprint()}, the run recorded {recorded_tokenizer_hash}): pass "
+                f"--tokenizer DIR to name the right one"
+            )
     if model_profile is None and profile is None and recorded_profile in BUILTIN_PROFILES:
         model_profile = BUILTIN_PROFILES[recorded_profile]  # a custom profile stored by name is detected instead
-    return resolve_tokenizer_and_profile(tokenizer_dir, profile, trust_remote_code=trust_remote_code,
-                                         tokenizer=tokenizer, model_profile=model_profile)
+    return resolve_tokenizer_and_profile(
+        tokenizer_dir, profile, trust_remote_code=trust_remote_code, tokenizer=tokenizer, model_profile=model_profile
+    )

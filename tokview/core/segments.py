@@ -7,8 +7,8 @@ think delimiter in the prompt is the opener, the output starts inside reasoning.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tokview.core.profiles import ModelProfile
 

@@ -18,8 +18,9 @@ returns None then, and per-segment acceptance is "unavailable", never a guess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from tokview.core import segments as seg
 
@@ -29,9 +30,17 @@ SGLANG_SCHEMAS: dict[str, tuple[str, str, str | None]] = {
     "sglang-0.5.11": ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
     "sglang-0.5.10": ("spec_accept_token_num", "spec_draft_token_num", None),
 }
-VLLM_KEYS = ("mean_acceptance_length", "draft_acceptance_rate", "acceptance_histogram", "num_spec_steps",
-             "num_accepted_draft_tokens", "num_draft_tokens", "num_spec_tokens", "per_step_accepted",
-             "per_step_drafted")
+VLLM_KEYS = (
+    "mean_acceptance_length",
+    "draft_acceptance_rate",
+    "acceptance_histogram",
+    "num_spec_steps",
+    "num_accepted_draft_tokens",
+    "num_draft_tokens",
+    "num_spec_tokens",
+    "per_step_accepted",
+    "per_step_drafted",
+)
 SEGMENTS = ("reasoning", "answer")
 PREFILL = -1
 """`Placement.step_of` for output position 0: the token the prefill pass sampled, before any step."""
@@ -93,11 +102,20 @@ class SpecDecode:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "SpecDecode | None":
+    def from_dict(cls, data: dict[str, Any] | None) -> SpecDecode | None:
         if not isinstance(data, dict) or "schema" not in data:
             return None
-        names = ("schema", "steps", "drafted", "accepted", "histogram", "per_step_accepted", "per_step_drafted",
-                 "num_spec_tokens", "reported")
+        names = (
+            "schema",
+            "steps",
+            "drafted",
+            "accepted",
+            "histogram",
+            "per_step_accepted",
+            "per_step_drafted",
+            "num_spec_tokens",
+            "reported",
+        )
         return cls(**{k: data[k] for k in names if k in data})
 
 
@@ -109,9 +127,14 @@ def from_vllm(body: Any) -> SpecDecode | None:
         return None
     accepted, drafted = _counts(spec.get("per_step_accepted")), _counts(spec.get("per_step_drafted"))
     return SpecDecode(
-        schema="vllm", steps=_count(spec.get("num_spec_steps")), drafted=_count(spec.get("num_draft_tokens")),
-        accepted=_count(spec.get("num_accepted_draft_tokens")), histogram=_counts(spec.get("acceptance_histogram")),
-        per_step_accepted=accepted, per_step_drafted=drafted, num_spec_tokens=_count(spec.get("num_spec_tokens")),
+        schema="vllm",
+        steps=_count(spec.get("num_spec_steps")),
+        drafted=_count(spec.get("num_draft_tokens")),
+        accepted=_count(spec.get("num_accepted_draft_tokens")),
+        histogram=_counts(spec.get("acceptance_histogram")),
+        per_step_accepted=accepted,
+        per_step_drafted=drafted,
+        num_spec_tokens=_count(spec.get("num_spec_tokens")),
         reported={k: spec[k] for k in VLLM_KEYS if k in spec and k not in ("per_step_accepted", "per_step_drafted")},
     )
 
@@ -126,10 +149,12 @@ def from_sglang(meta: Any) -> SpecDecode | None:
     schema = next((name for name, (acc, _, _) in SGLANG_SCHEMAS.items() if acc in meta), "sglang")
     acc_key, draft_key, hist_key = SGLANG_SCHEMAS.get(schema, (None, None, None))
     return SpecDecode(
-        schema=schema, steps=_count(meta.get("spec_verify_ct")),
+        schema=schema,
+        steps=_count(meta.get("spec_verify_ct")),
         drafted=_count(meta.get(draft_key)) if draft_key else None,
         accepted=_count(meta.get(acc_key)) if acc_key else None,
-        histogram=_counts(meta.get(hist_key)) if hist_key else None, reported=reported,
+        histogram=_counts(meta.get(hist_key)) if hist_key else None,
+        reported=reported,
     )
 
 
@@ -175,13 +200,13 @@ def segment_of_kind(kind: str) -> str:
     return "reasoning" if kind in (seg.OPENER, seg.REASONING, seg.CLOSER) else "answer"
 
 
-def segment_acceptance(spec: SpecDecode | None, placement: Placement | None,
-                       output_kinds: Sequence[str]) -> dict[str, dict[str, Any]] | None:
+def segment_acceptance(
+    spec: SpecDecode | None, placement: Placement | None, output_kinds: Sequence[str]
+) -> dict[str, dict[str, Any]] | None:
     """Acceptance per segment (a step counts where its first token is); None when steps are not placed."""
     if spec is None or placement is None:
         return None
-    out: dict[str, dict[str, Any]] = {name: {"tokens": 0, "steps": 0, "accepted": 0, "drafted": 0}
-                                      for name in SEGMENTS}
+    out: dict[str, dict[str, Any]] = {name: {"tokens": 0, "steps": 0, "accepted": 0, "drafted": 0} for name in SEGMENTS}
     for kind in output_kinds:
         out[segment_of_kind(kind)]["tokens"] += 1
     drafted = spec.per_step_drafted
@@ -202,14 +227,19 @@ def segment_acceptance(spec: SpecDecode | None, placement: Placement | None,
     return out
 
 
-def summary(spec_data: dict[str, Any] | None, prompt_ids: Sequence[int], output_ids: Sequence[int],
-            finish_reason: str | None, profile: Any) -> dict[str, Any] | None:
+def summary(
+    spec_data: dict[str, Any] | None,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    finish_reason: str | None,
+    profile: Any,
+) -> dict[str, Any] | None:
     """What `show --json` and the UI print for one sample: totals, per-position runs, segments (or null)."""
     spec = SpecDecode.from_dict(spec_data)
     if spec is None:
         return None
     placement = place_steps(spec, len(output_ids), finish_reason)
-    kinds = seg.token_kinds(prompt_ids, output_ids, profile)[len(prompt_ids):] if profile is not None else None
+    kinds = seg.token_kinds(prompt_ids, output_ids, profile)[len(prompt_ids) :] if profile is not None else None
     out = spec.to_dict()
     out["placed"] = placement is not None
     out["runs"] = placement.run if placement is not None else None
@@ -225,5 +255,7 @@ def unavailable_reason(spec: SpecDecode, n_output: int) -> str:
     if spec.per_step_accepted is None:
         return "the server gave totals only (no per-step accepted counts)"
     total = 1 + sum(a + 1 for a in spec.per_step_accepted)
-    return (f"steps do not cover the output (1 + Σ(accepted+1) = {total}, {n_output} output tokens): "
-            f"not every decode step drafted (ngram drafting skips steps)")
+    return (
+        f"steps do not cover the output (1 + Σ(accepted+1) = {total}, {n_output} output tokens): "
+        f"not every decode step drafted (ngram drafting skips steps)"
+    )

@@ -11,9 +11,10 @@ from __future__ import annotations
 import codecs
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 
 class TokenizerError(ValueError):
@@ -54,7 +55,7 @@ def _byte_decoder() -> dict[str, int]:
     return {c: b for b, c in bytes_to_unicode().items()}
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> "TokenizerAdapter":
+def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> TokenizerAdapter:
     """Load a tokenizer from a local directory, never from the hub; `loaded_by` on the result says how.
 
     In order: Kimi's tiktoken layout is read natively (no folder code runs, no transformers import);
@@ -77,7 +78,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
         raise TokenizerError(str(exc)) from None
 
 
-def _load_with_transformers(folder: Any, trust_remote_code: bool) -> "TokenizerAdapter":
+def _load_with_transformers(folder: Any, trust_remote_code: bool) -> TokenizerAdapter:
     directory = folder.path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -90,7 +91,9 @@ def _load_with_transformers(folder: Any, trust_remote_code: bool) -> "TokenizerA
         raise TokenizerError(
             f"cannot load tokenizer from {directory}: its class {folder.tokenizer_class or folder.auto_map_class} "
             f"is defined by the folder's own code ({', '.join(folder.code_files) or folder.auto_map_class}); pass "
-            f"--trust-remote-code to run it", needs_remote_code=True)
+            f"--trust-remote-code to run it",
+            needs_remote_code=True,
+        )
     if not known and folder.tokenizer_class and folder.has("tokenizer.json") and not folder.auto_map_class:
         return _from_tokenizer_json(folder)
     try:
@@ -106,8 +109,10 @@ def _load_with_transformers(folder: Any, trust_remote_code: bool) -> "TokenizerA
         elif folder.code_files and not trust_remote_code:
             hint = " (this folder ships its own tokenizer code: pass --trust-remote-code)"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TokenizerError(f"cannot load tokenizer from {directory}: {first}{hint}",
-                             needs_remote_code=bool(hint) and not trust_remote_code) from None
+        raise TokenizerError(
+            f"cannot load tokenizer from {directory}: {first}{hint}",
+            needs_remote_code=bool(hint) and not trust_remote_code,
+        ) from None
     if not isinstance(getattr(tok, "chat_template", None), (str, dict)):
         template = folder.chat_template()  # e.g. only chat_template.json, which tokenizers do not read
         if template:
@@ -137,7 +142,7 @@ def _class_known(name: str | None) -> bool:
     return False
 
 
-def _from_tokenizer_json(folder: Any) -> "TokenizerAdapter":
+def _from_tokenizer_json(folder: Any) -> TokenizerAdapter:
     """A fast tokenizer over the folder's tokenizer.json, with the config's special tokens and template.
 
     What a class-agnostic reader does with a tokenizer_class this transformers does not know: the
@@ -218,7 +223,9 @@ class TokenizerAdapter:
         """sha256 over the tokenizer's files (what the manifest records)."""
         h = hashlib.sha256()
         if self.source is not None:
-            for name in sorted(("tokenizer.json", "tokenizer_config.json", "tiktoken.model", "vocab.json", "merges.txt")):
+            for name in sorted(
+                ("tokenizer.json", "tokenizer_config.json", "tiktoken.model", "vocab.json", "merges.txt")
+            ):
                 f = self.source / name
                 if f.is_file():
                     h.update(name.encode())
@@ -260,23 +267,32 @@ class TokenizerAdapter:
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens,
-                               clean_up_tokenization_spaces=False)
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
 
-    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True,
-               template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
         """Prompt ids exactly as the server's template would make them."""
-        text = self.render_text(messages, add_generation_prompt=add_generation_prompt,
-                                template_kwargs=template_kwargs)
+        text = self.render_text(messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs)
         return self.encode(text)
 
-    def render_text(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True,
-                    template_kwargs: dict[str, Any] | None = None) -> str:
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
         if not self.chat_template:
             raise TokenizerError(f"tokenizer {self.name} has no chat template")
         try:
-            return self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                **(template_kwargs or {}))
+            return self.tok.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
+            )
         except Exception as exc:  # jinja errors
             raise TokenizerError(f"chat template failed: {exc}") from None
 

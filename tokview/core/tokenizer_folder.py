@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import Any
 
 # Files that carry a vocabulary: a folder with none of them has no tokenizer to load.
-VOCAB_FILES = ("tokenizer.json", "tiktoken.model", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
-               "vocab.json", "vocab.txt", "qwen.tiktoken")
+VOCAB_FILES = (
+    "tokenizer.json",
+    "tiktoken.model",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "qwen.tiktoken",
+)
 # Kimi's code class, as `auto_map` names it; tokview reads its tiktoken.model itself (kimi_tiktoken.py).
 KIMI_TIKTOKEN_CLASS = "tokenization_kimi.TikTokenTokenizer"
 
@@ -31,17 +39,21 @@ class TokenizerFolder:
     config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, path: str | Path) -> "TokenizerFolder":
+    def open(cls, path: str | Path) -> TokenizerFolder:
         directory = Path(path).expanduser()
         if not directory.exists():
             raise FolderError(f"tokenizer directory not found: {directory}")
         if not directory.is_dir():
-            raise FolderError(f"tokenizer path {directory} is a file, not a folder: pass the model folder that "
-                              f"holds it (--tokenizer {directory.absolute().parent})")
+            raise FolderError(
+                f"tokenizer path {directory} is a file, not a folder: pass the model folder that "
+                f"holds it (--tokenizer {directory.absolute().parent})"
+            )
         folder = cls(directory.absolute(), _read_config(directory))  # recorded in runs: valid from any folder
         if not any((directory / name).is_file() for name in VOCAB_FILES) and not any(directory.glob("*.tiktoken")):
-            raise FolderError(f"no tokenizer files in {directory} (looked for tokenizer.json, tiktoken.model, "
-                              f"tokenizer.model, vocab.json){_subfolder_hint(directory)}")
+            raise FolderError(
+                f"no tokenizer files in {directory} (looked for tokenizer.json, tiktoken.model, "
+                f"tokenizer.model, vocab.json){_subfolder_hint(directory)}"
+            )
         return folder
 
     def has(self, name: str) -> bool:
@@ -55,8 +67,11 @@ class TokenizerFolder:
     @property
     def auto_map_class(self) -> str | None:
         """The code class `auto_map` names for AutoTokenizer (slow one first, as transformers lists it)."""
-        entry = (self.config.get("auto_map") or {}).get("AutoTokenizer") if isinstance(
-            self.config.get("auto_map"), dict) else None
+        entry = (
+            (self.config.get("auto_map") or {}).get("AutoTokenizer")
+            if isinstance(self.config.get("auto_map"), dict)
+            else None
+        )
         if isinstance(entry, str):
             return entry
         if isinstance(entry, (list, tuple)):
@@ -145,8 +160,7 @@ def _read_config(directory: Path) -> dict[str, Any]:
 def _subfolder_hint(directory: Path) -> str:
     """Name sub-folders that do hold a tokenizer: the usual slip is pointing one level too high."""
     try:
-        subs = sorted(p.name for p in directory.iterdir()
-                      if p.is_dir() and any((p / n).is_file() for n in VOCAB_FILES))
+        subs = sorted(p.name for p in directory.iterdir() if p.is_dir() and any((p / n).is_file() for n in VOCAB_FILES))
     except OSError:
         return ""
     if not subs:

@@ -38,8 +38,10 @@ class AuditReport:
     severity: dict[str, str] = field(default_factory=dict)
 
     def render(self) -> str:
-        lines = [f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
-                 f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"]
+        lines = [
+            f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
+            f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"
+        ]
         for code, n in self.by_code.most_common():
             lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
         lines += [f"  unreadable: {b}" for b in self.bad_rows[:20]]
@@ -63,7 +65,7 @@ def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:
     opener, closer = profile.think_open, profile.think_close
     if not profile.has_reasoning or not content.startswith(opener) or closer not in content:
         return None
-    reasoning, _, answer = content[len(opener):].partition(closer)
+    reasoning, _, answer = content[len(opener) :].partition(closer)
     return reasoning, answer
 
 
@@ -90,15 +92,21 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
     meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
     prompt_id = str(row.get("primary_id") or prompt_id_for(row))
     idx = meta.get("idx") if isinstance(meta.get("idx"), int) else 0
-    capture = Capture(prompt_ids=[int(i) for i in ids[:split]], output_ids=[int(i) for i in ids[split:]],
-                      finish_reason=meta.get("finish_reason"), usage=meta.get("usage") or {},
-                      settings=dict(meta.get("sampling_params") or {}), endpoint="imported",
-                      raw_response={k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")})
+    capture = Capture(
+        prompt_ids=[int(i) for i in ids[:split]],
+        output_ids=[int(i) for i in ids[split:]],
+        finish_reason=meta.get("finish_reason"),
+        usage=meta.get("usage") or {},
+        settings=dict(meta.get("sampling_params") or {}),
+        endpoint="imported",
+        raw_response={k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")},
+    )
     return prompt_id, idx, capture
 
 
-def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile, thinking: bool
-                      ) -> tuple[str, int | None, Capture]:
+def from_conversation(
+    row: dict[str, Any], tokenizer: Any, profile: ModelProfile, thinking: bool
+) -> tuple[str, int | None, Capture]:
     parsed = parse_row(row)
     messages = parsed.messages
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
@@ -129,32 +137,53 @@ def from_conversation(row: dict[str, Any], tokenizer: Any, profile: ModelProfile
         output.append(profile.stop_ids[0])
     turn = row.get("assistant_turn_index")
     prompt_id = str(row.get("source_id") or parsed.prompt_id)
-    capture = Capture(prompt_ids=prompt, output_ids=output, finish_reason="length" if truncated else "stop",
-                      reasoning=reasoning if field_name else None, content=content,
-                      reasoning_field=None if field_name == "inline" else field_name,
-                      settings={"thinking": thinking, "chat_template_kwargs": kwargs}, messages=history,
-                      endpoint="imported", raw_response=row)
+    capture = Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="length" if truncated else "stop",
+        reasoning=reasoning if field_name else None,
+        content=content,
+        reasoning_field=None if field_name == "inline" else field_name,
+        settings={"thinking": thinking, "chat_template_kwargs": kwargs},
+        messages=history,
+        endpoint="imported",
+        raw_response=row,
+    )
     return prompt_id, turn if isinstance(turn, int) else None, capture
 
 
-def audit(store: Store, path: str | Path, *, tokenizer: Any, profile: ModelProfile, name: str | None = None,
-          thinking: bool = True) -> AuditReport:
+def audit(
+    store: Store,
+    path: str | Path,
+    *,
+    tokenizer: Any,
+    profile: ModelProfile,
+    name: str | None = None,
+    thinking: bool = True,
+) -> AuditReport:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"dataset not found: {path}")
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
-    store.put_run(report.run_id, settings=settings, profile=profile.name,
-                  tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
-                  tokenizer_hash=tokenizer.fingerprint(), template_hash=tokenizer.template_hash(),
-                  source=str(Path(path).absolute()))  # read back from any folder
+    store.put_run(
+        report.run_id,
+        settings=settings,
+        profile=profile.name,
+        tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
+        tokenizer_hash=tokenizer.fingerprint(),
+        template_hash=tokenizer.template_hash(),
+        source=str(Path(path).absolute()),
+    )  # read back from any folder
     seen: Counter[str] = Counter()
     try:
         _audit_rows(store, path, report, settings, seen, tokenizer, profile, thinking)
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
-                         "re-encode it as UTF-8") from None
+        raise ValueError(
+            f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
+            "re-encode it as UTF-8"
+        ) from None
     return report
 
 
@@ -169,8 +198,16 @@ def _first_non_utf8(path: Path) -> str:
     return "an invalid byte"
 
 
-def _audit_rows(store: Store, path: Path, report: AuditReport, settings: dict[str, Any], seen: Counter,
-                tokenizer: Any, profile: ModelProfile, thinking: bool) -> None:
+def _audit_rows(
+    store: Store,
+    path: Path,
+    report: AuditReport,
+    settings: dict[str, Any],
+    seen: Counter,
+    tokenizer: Any,
+    profile: ModelProfile,
+    thinking: bool,
+) -> None:
     for n, row in iter_rows(path):
         report.rows += 1
         try:
@@ -193,8 +230,9 @@ def _audit_rows(store: Store, path: Path, report: AuditReport, settings: dict[st
         seen[base] += 1
         try:
             analysis = analyze(capture, profile, tokenizer)
-            store.put_sample(sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn,
-                             profile=profile.name)
+            store.put_sample(
+                sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn, profile=profile.name
+            )
         except (OverflowError, ValueError, TypeError) as exc:  # a value the store cannot hold: this row only
             report.bad_rows.append(f"line {n}: cannot store this row ({str(exc).splitlines()[0][:200]})")
             continue

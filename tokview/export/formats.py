@@ -9,8 +9,9 @@ the server's reasoning/content split, which a parser may have got wrong.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile
@@ -18,13 +19,16 @@ from tokview.core.record import Capture
 from tokview.export.side_fields import speculators_fields
 from tokview.store.records import scrub_text
 
-ENDPOINT_PATHS = {"sglang-generate": "/generate", "sglang-chat": "/v1/chat/completions",
-                  "vllm-chat": "/v1/chat/completions", "vllm-completions": "/v1/completions"}
+ENDPOINT_PATHS = {
+    "sglang-generate": "/generate",
+    "sglang-chat": "/v1/chat/completions",
+    "vllm-chat": "/v1/chat/completions",
+    "vllm-completions": "/v1/completions",
+}
 DUAL_RAW_PATHS = {"sglang": "/generate", "vllm": "/v1/completions"}
 """A dual capture's ids come from the raw path, which is /generate on SGLang and /v1/completions on vLLM."""
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
-SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"),
-                 ("seed", "seed"))
+SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"), ("seed", "seed"))
 
 
 class Refused(Exception):
@@ -71,7 +75,7 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> T
     output_segments = [s for s in seg.segment(capture.prompt_ids, capture.output_ids, profile) if s.start >= n_prompt]
 
     def text_of(kind: str) -> str:
-        return tokenizer.decode([t for s in output_segments if s.kind == kind for t in ids[s.start:s.end]])
+        return tokenizer.decode([t for s in output_segments if s.kind == kind for t in ids[s.start : s.end]])
 
     opened = any(s.kind in REASONING_KINDS for s in output_segments)
     return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER))
@@ -88,8 +92,11 @@ def endpoint_url(capture: Capture) -> str:
         return scrub_text(request_url)
     if not capture.server_url:
         return capture.endpoint
-    path = (DUAL_RAW_PATHS.get(capture.server_kind or "", "") if capture.endpoint == "dual"
-            else ENDPOINT_PATHS.get(capture.endpoint, ""))
+    path = (
+        DUAL_RAW_PATHS.get(capture.server_kind or "", "")
+        if capture.endpoint == "dual"
+        else ENDPOINT_PATHS.get(capture.endpoint, "")
+    )
     return scrub_text(capture.server_url.rstrip("/")) + path
 
 
@@ -155,9 +162,16 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
         "input_ids": input_ids,
         "loss_mask": seg.loss_mask(c.prompt_ids, c.output_ids),
         "text": tokenizer.decode(input_ids, skip_special_tokens=False),
-        "metadata": {"idx": item.gen_index or 0, "turn": item.turn, "finish_reason": c.finish_reason,
-                     "is_tool_call": False, "usage": usage_of(c.usage), "endpoint": endpoint_url(c),
-                     "sampling_params": sampling_params(c.settings), "tokview_sample_id": item.sample_id},
+        "metadata": {
+            "idx": item.gen_index or 0,
+            "turn": item.turn,
+            "finish_reason": c.finish_reason,
+            "is_tool_call": False,
+            "usage": usage_of(c.usage),
+            "endpoint": endpoint_url(c),
+            "sampling_params": sampling_params(c.settings),
+            "tokview_sample_id": item.sample_id,
+        },
         **speculators_fields(c),  # optional per-position logprobs / top-K / target scores, when captured
     }
 

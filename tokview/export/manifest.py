@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from tokview.export.output import Plan
@@ -50,14 +50,21 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
     parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
     fingerprint = tokenizer.fingerprint()
     kimi = any(name.startswith("kimi") for name in used)
-    warnings = ([BUILTIN_WARNING] if kimi and fmt != "parquet" else [])
+    warnings = [BUILTIN_WARNING] if kimi and fmt != "parquet" else []
     if result.template_refused and fmt != "parquet":
-        warnings.append(f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
-                        "train on the speculators export through data.prompts_path")
+        warnings.append(
+            f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
+            "train on the speculators export through data.prompts_path"
+        )
     template_name = result.template_path.name if result.template_path else None
-    counts = {"selected": result.selected, "exported": result.exported,
-              "refused": sum(result.refused.values()), "refused_by_reason": result.refused,
-              "finish_reason": dict(sorted(seen.finish.items())), "retokenize_drift": result.retokenize_drift}
+    counts = {
+        "selected": result.selected,
+        "exported": result.exported,
+        "refused": sum(result.refused.values()),
+        "refused_by_reason": result.refused,
+        "finish_reason": dict(sorted(seen.finish.items())),
+        "retokenize_drift": result.retokenize_drift,
+    }
     if result.left_out:
         counts["left_out"] = result.left_out
     return {
@@ -68,26 +75,43 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
         "data_bytes": result.data_bytes,
         "token_freq": result.token_freq_path.name if result.token_freq_path else None,
         **({"specforge_template": template_name} if template_name else {}),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "select": result.select,
         "run": result.run,
         "counts": counts,
-        "tokenizer": {"source": tokenizer.name, "hash": fingerprint, "chat_template_hash": tokenizer.template_hash(),
-                      "loaded_by": getattr(tokenizer, "loaded_by", None),
-                      "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs)},
+        "tokenizer": {
+            "source": tokenizer.name,
+            "hash": fingerprint,
+            "chat_template_hash": tokenizer.template_hash(),
+            "loaded_by": getattr(tokenizer, "loaded_by", None),
+            "matches_runs": all(r["tokenizer_hash"] in (None, fingerprint) for r in runs),
+        },
         "profile": used[0] if len(used) == 1 else used,
         "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],
         "endpoints": sorted(seen.endpoints),
-        "parser": {"reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
-                   "reasoning_fields": sorted(seen.fields)},
+        "parser": {
+            "reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
+            "reasoning_fields": sorted(seen.fields),
+        },
         "sampling": [seen.settings[k] for k in sorted(seen.settings)],
         "chat_template_kwargs": [seen.kwargs[k] for k in sorted(seen.kwargs)],
-        "runs": [{k: r[k] for k in ("run_id", "profile", "tokenizer_hash", "template_hash", "server_info",
-                                    "settings", "source")} for r in runs],
+        "runs": [
+            {
+                k: r[k]
+                for k in ("run_id", "profile", "tokenizer_hash", "template_hash", "server_info", "settings", "source")
+            }
+            for r in runs
+        ],
         "loss_mask": "0 for every prompt id, 1 for every output id (stop id included); input_ids = prompt ids + "
-                     "output ids exactly as served",
-        "trainers": section(fmt, plan.name, template_name, [seen.kwargs[k] for k in sorted(seen.kwargs)],
-                            result.retokenize_drift, result.exported),
+        "output ids exactly as served",
+        "trainers": section(
+            fmt,
+            plan.name,
+            template_name,
+            [seen.kwargs[k] for k in sorted(seen.kwargs)],
+            result.retokenize_drift,
+            result.exported,
+        ),
         "rerender": result.conformance.summary() if result.conformance else {},
         "warnings": warnings,
     }

@@ -104,8 +104,12 @@ def plan_output(out: str | Path, example: str) -> Plan:
     if kind == "stream":
         # a FIFO keeps its sidecars beside it; a device (/dev/stdout) has no folder to put them in
         fifo = stat.S_ISFIFO(os.stat(out).st_mode)
-        return Plan(data=None, stream_path=str(out), sidecar_dir=out.parent if fifo else None,
-                    sidecar_stem=_stem(out.name) if fifo else None)
+        return Plan(
+            data=None,
+            stream_path=str(out),
+            sidecar_dir=out.parent if fifo else None,
+            sidecar_stem=_stem(out.name) if fifo else None,
+        )
     final = through_links(out)
     for parent in final.parents:  # the nearest existing ancestor must be a folder to create the file in
         if parent.exists():
@@ -153,7 +157,7 @@ def clean_stale_partials(plan: Plan) -> list[Path]:
     for target in plan.targets():
         prefix = f".{target.final.name}."
         for path in target.final.parent.glob(f"{glob_escape(prefix)}*.partial"):
-            middle = path.name[len(prefix):-len(".partial")]
+            middle = path.name[len(prefix) : -len(".partial")]
             pid = middle.split(".", 1)[0]
             if pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid))):
                 continue  # an export to this name running now (this one, or another process)
@@ -173,8 +177,9 @@ def make_temps(plan: Plan) -> None:
     """Create every temp file beside its final name (mode 0600 until committed)."""
     for target in plan.targets():
         target.final.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=target.final.parent, prefix=f".{target.final.name}.{os.getpid()}.",
-                                    suffix=".partial")
+        fd, name = tempfile.mkstemp(
+            dir=target.final.parent, prefix=f".{target.final.name}.{os.getpid()}.", suffix=".partial"
+        )
         os.close(fd)
         target.tmp = Path(name)
 

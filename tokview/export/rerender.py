@@ -21,8 +21,9 @@ trainers' own rules (read from their code, not imported: tokview never depends o
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 EXACT = "exact"
 EXACT_PLUS_SUFFIX = "exact_plus_unsupervised_suffix"
@@ -62,6 +63,7 @@ def is_exact(outcome: str) -> bool:
 
 # -- speculators prepare_data.py --render-endpoint ---------------------------------------------------------
 
+
 def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """speculators' `_normalize_conversation`: role/content, reasoning as `thinking` + `reasoning_content`."""
     out = []
@@ -78,8 +80,9 @@ def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, 
     return out
 
 
-def render_boundary(conversation: Sequence[dict[str, Any]], tokenizer: Any,
-                    template_kwargs: dict[str, Any] | None) -> Rendered | None:
+def render_boundary(
+    conversation: Sequence[dict[str, Any]], tokenizer: Any, template_kwargs: dict[str, Any] | None
+) -> Rendered | None:
     """The row speculators' render path makes for the conversation's last assistant turn."""
     conv = speculators_turns(conversation)
     last = max((j for j, t in enumerate(conv) if t["role"] == "assistant" and j > 0), default=None)
@@ -87,10 +90,10 @@ def render_boundary(conversation: Sequence[dict[str, Any]], tokenizer: Any,
         return None
     try:
         prompt = tokenizer.render(conv[:last], add_generation_prompt=True, template_kwargs=template_kwargs)
-        full = tokenizer.render(conv[:last + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
+        full = tokenizer.render(conv[: last + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
     except Exception:  # a template that cannot render the row: the trainer skips it
         return None
-    if full[:len(prompt)] == prompt:
+    if full[: len(prompt)] == prompt:
         boundary = len(prompt)
     else:
         boundary = 0
@@ -102,12 +105,13 @@ def render_boundary(conversation: Sequence[dict[str, Any]], tokenizer: Any,
             history = tokenizer.render(conv[:last], add_generation_prompt=False, template_kwargs=template_kwargs)
         except Exception:
             return None
-        if full[:len(history)] != history or boundary < len(history):
+        if full[: len(history)] != history or boundary < len(history):
             return None  # speculators raises BoundaryUnstableError and drops the row
     return Rendered(full, [0] * boundary + [1] * (len(full) - boundary))
 
 
 # -- SpecForge build_eagle3_dataset ----------------------------------------------------------------------
+
 
 def specforge_messages(conversation: Sequence[dict[str, Any]], template: dict[str, Any]) -> list[dict[str, Any]]:
     """SpecForge's `GeneralParser.parse` message handling (normalise, system prompt, alternation, sanitise)."""
@@ -145,8 +149,9 @@ def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: Any
     return tokenizer.render_text(messages, add_generation_prompt=False, template_kwargs=kwargs)
 
 
-def specforge_mask(text: str, template: dict[str, Any], tokenizer: Any, *, train_only_last_turn: bool = True
-                   ) -> Rendered:
+def specforge_mask(
+    text: str, template: dict[str, Any], tokenizer: Any, *, train_only_last_turn: bool = True
+) -> Rendered:
     """SpecForge's encoding and regex loss mask over a rendered (or preformatted) string."""
     ids = tokenizer.encode(text)
     mask = [0] * len(ids)
@@ -156,14 +161,14 @@ def specforge_mask(text: str, template: dict[str, Any], tokenizer: Any, *, train
     if train_only_last_turn and matches:
         matches = matches[-1:]
     for m in matches:
-        start = min(len(tokenizer.encode(text[:m.start(1)])), len(ids))
-        end = min(len(tokenizer.encode(text[:m.end(1)])), len(ids))
+        start = min(len(tokenizer.encode(text[: m.start(1)])), len(ids))
+        end = min(len(tokenizer.encode(text[: m.end(1)])), len(ids))
         mask[start:end] = [1] * max(0, end - start)
     for token in template.get("ignore_token") or []:
         at = text.find(token)
         while at != -1:
             start = min(len(tokenizer.encode(text[:at])), len(ids))
-            end = min(len(tokenizer.encode(text[:at + len(token)])), len(ids))
+            end = min(len(tokenizer.encode(text[: at + len(token)])), len(ids))
             mask[start:end] = [0] * max(0, end - start)
             at = text.find(token, at + len(token))
     return Rendered(ids, mask)

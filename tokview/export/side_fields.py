@@ -17,8 +17,14 @@ from typing import Any
 
 from tokview.core.record import Capture
 
-ROW_FIELDS = ("output_logprobs", "output_top_ids", "output_top_logprobs", "target_logprobs", "target_top_ids",
-              "target_top_logprobs")
+ROW_FIELDS = (
+    "output_logprobs",
+    "output_top_ids",
+    "output_top_logprobs",
+    "target_logprobs",
+    "target_top_ids",
+    "target_top_logprobs",
+)
 PARQUET_GROUPS = {
     "output_logprobs": ("output_logprobs", "output_top_ids", "output_top_logprobs"),
     "target_logprobs": ("target_logprobs", "target_top_ids", "target_top_logprobs"),
@@ -31,8 +37,9 @@ def speculators_fields(capture: Capture) -> dict[str, Any]:
     """The optional per-position fields of one speculators row (only those the sample has)."""
     out: dict[str, Any] = {name: getattr(capture, name) for name in ROW_FIELDS if getattr(capture, name) is not None}
     if capture.target_score:
-        out["target_score"] = {k: capture.target_score.get(k) for k in ("model", "mean_nll", "low_prob_share",
-                                                                         "off_policy")}
+        out["target_score"] = {
+            k: capture.target_score.get(k) for k in ("model", "mean_nll", "low_prob_share", "off_policy")
+        }
     return out
 
 
@@ -41,8 +48,10 @@ def parquet_columns(store: Any, sample_ids: list[str], alias: str = "s") -> str:
     if not sample_ids:
         return ""
     checks = ", ".join(f"count({group}) > 0" for group in PARQUET_GROUPS)
-    present = store.query(f"SELECT {checks} FROM samples JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q "
-                          f"ON samples.sample_id = q.sid", [sample_ids])[0]
+    present = store.query(
+        f"SELECT {checks} FROM samples JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON samples.sample_id = q.sid",
+        [sample_ids],
+    )[0]
     cols = [c for (group, cols_), has in zip(PARQUET_GROUPS.items(), present) if has for c in cols_]
     return "".join(f", {alias}.{c}" for c in cols)
 
@@ -59,24 +68,31 @@ def threshold_where(max_acceptance: float | None, max_nll: float | None) -> tupl
     return where, params
 
 
-def thresholds_manifest(store: Any, base_where: str, base_params: list[Any], max_acceptance: float | None,
-                        max_nll: float | None) -> dict[str, Any] | None:
+def thresholds_manifest(
+    store: Any, base_where: str, base_params: list[Any], max_acceptance: float | None, max_nll: float | None
+) -> dict[str, Any] | None:
     """What the manifest says about the thresholds: values, and samples left out for lack of a value."""
     if max_acceptance is None and max_nll is None:
         return None
     out: dict[str, Any] = {"max_acceptance": max_acceptance, "max_nll": max_nll}
     if max_acceptance is not None:
         out["left_out_no_spec_decode"] = store.query(
-            f"SELECT count(*) FROM samples WHERE {base_where} AND acceptance_length IS NULL", base_params)[0][0]
+            f"SELECT count(*) FROM samples WHERE {base_where} AND acceptance_length IS NULL", base_params
+        )[0][0]
         out["left_out_above_max_acceptance"] = store.query(
             f"SELECT count(*) FROM samples WHERE {base_where} AND acceptance_length > ?",
-            [*base_params, float(max_acceptance)])[0][0]
+            [*base_params, float(max_acceptance)],
+        )[0][0]
     if max_nll is not None:
         out["left_out_not_scored"] = store.query(
-            f"SELECT count(*) FROM samples WHERE {base_where} AND mean_nll IS NULL", base_params)[0][0]
+            f"SELECT count(*) FROM samples WHERE {base_where} AND mean_nll IS NULL", base_params
+        )[0][0]
         out["left_out_above_max_nll"] = store.query(
-            f"SELECT count(*) FROM samples WHERE {base_where} AND mean_nll > ?", [*base_params, float(max_nll)])[0][0]
-    out["rule"] = ("--max-acceptance keeps samples whose mean acceptance length (1 + accepted/steps) is at most L; "
-                   "--max-nll keeps samples whose target mean NLL (nats/token) is at most X; a sample without the "
-                   "value is left out")
+            f"SELECT count(*) FROM samples WHERE {base_where} AND mean_nll > ?", [*base_params, float(max_nll)]
+        )[0][0]
+    out["rule"] = (
+        "--max-acceptance keeps samples whose mean acceptance length (1 + accepted/steps) is at most L; "
+        "--max-nll keeps samples whose target mean NLL (nats/token) is at most X; a sample without the "
+        "value is left out"
+    )
     return out

@@ -25,7 +25,8 @@ BUILTIN_WARNING = (
     "Do not train this file with SpecForge's built-in kimi-k2-thinking or kimi-k2-instruct templates: "
     "kimi-k2-thinking injects a system turn ('You are a helpful assistant.') into every row without one and starts "
     "the loss mask at the pre-filled <think>, which the model never generated; kimi-k2-instruct renders "
-    "<think></think> and drops the reasoning. Register the .specforge_template.json written beside this file.")
+    "<think></think> and drops the reasoning. Register the .specforge_template.json written beside this file."
+)
 
 
 class TemplateRefused(ValueError):
@@ -53,32 +54,43 @@ def derive(tokenizer: Any, profile: ModelProfile, kwargs: dict[str, Any], thinki
         before = tokenizer.render_text(user, add_generation_prompt=False, template_kwargs=kwargs)
         served = tokenizer.render_text(user, add_generation_prompt=True, template_kwargs=kwargs)
         full = tokenizer.render_text(user + [assistant], add_generation_prompt=False, template_kwargs=trainer_kwargs)
-        follow = tokenizer.render_text(user + [assistant, {"role": "user", "content": USER2}],
-                                       add_generation_prompt=False, template_kwargs=trainer_kwargs)
+        follow = tokenizer.render_text(
+            user + [assistant, {"role": "user", "content": USER2}],
+            add_generation_prompt=False,
+            template_kwargs=trainer_kwargs,
+        )
     except Exception as exc:  # the template itself fails: nothing to derive
         raise TemplateRefused(f"the chat template failed on a probe conversation ({exc})") from None
     if not served.startswith(before):
         raise TemplateRefused("the served generation prompt is not the conversation's render plus an assistant header")
-    header = served[len(before):]
+    header = served[len(before) :]
     if not header:
         raise TemplateRefused("the served generation prompt adds no assistant header to match the mask on")
     if not full.startswith(served):
         raise TemplateRefused(
             f"an assistant turn renders differently from the served generation prompt (served header {header!r}, "
-            f"rendered {full[len(before):len(before) + len(header) + 12]!r}…), so no assistant_header both starts "
+            f"rendered {full[len(before) : len(before) + len(header) + 12]!r}…), so no assistant_header both starts "
             "the "
-            "mask at the first generated id and matches the rendered turn")
+            "mask at the first generated id and matches the rendered turn"
+        )
     end = full.find(ANSWER, len(served)) + len(ANSWER)
     if end < len(ANSWER) or not full.startswith(eot, end):
         raise TemplateRefused(f"an assistant turn does not end with the stop token {eot!r} right after its content")
     answer_at = follow.find(ANSWER)
     next_at = follow.find(eot, answer_at) + len(eot) if answer_at >= 0 else -1
-    user_header = follow[next_at:follow.find(USER2)].lstrip("\n") if 0 < next_at <= follow.find(USER2) else None
-    if thinking and REASONING not in full[len(served):]:
+    user_header = follow[next_at : follow.find(USER2)].lstrip("\n") if 0 < next_at <= follow.find(USER2) else None
+    if thinking and REASONING not in full[len(served) :]:
         raise TemplateRefused("the template drops reasoning_content from the last assistant turn")
-    return {"assistant_header": header, "user_header": user_header,
-            "system_prompt": None, "end_of_turn_token": eot, "parser_type": "thinking",
-            "assistant_pattern_type": "general", "enable_thinking": enable_thinking, "ignore_token": None}
+    return {
+        "assistant_header": header,
+        "user_header": user_header,
+        "system_prompt": None,
+        "end_of_turn_token": eot,
+        "parser_type": "thinking",
+        "assistant_pattern_type": "general",
+        "enable_thinking": enable_thinking,
+        "ignore_token": None,
+    }
 
 
 class TemplateChooser:

@@ -58,9 +58,13 @@ class Conformance:
             counts = self.outcomes.get(path, Counter())
             rows = sum(counts.values())
             exact = counts[rr.EXACT] + counts[rr.EXACT_PLUS_SUFFIX]
-            result[path] = {"rows": rows, "exact": exact, "differ": rows - exact,
-                            **{k: counts[k] for k in rr.OUTCOMES if counts[k]},
-                            "first_differing_ids": self.examples.get(path, [])}
+            result[path] = {
+                "rows": rows,
+                "exact": exact,
+                "differ": rows - exact,
+                **{k: counts[k] for k in rr.OUTCOMES if counts[k]},
+                "first_differing_ids": self.examples.get(path, []),
+            }
         return result
 
     def line(self) -> str:
@@ -72,51 +76,82 @@ class Conformance:
         return "; ".join(parts)
 
 
-def section(fmt: str, data_name: str, template_name: str | None, kwargs: list[dict[str, Any]],
-            retokenize_drift: int, exported: int) -> dict[str, Any]:
+def section(
+    fmt: str,
+    data_name: str,
+    template_name: str | None,
+    kwargs: list[dict[str, Any]],
+    retokenize_drift: int,
+    exported: int,
+) -> dict[str, Any]:
     """The manifest's `trainers` section: per trainer, the exact way to train on this file."""
     kw = json.dumps(kwargs[0]) if len(kwargs) == 1 and kwargs[0] else None
-    render = (f"python scripts/prepare_data.py --model <target model> --data {data_name} --render-endpoint "
-              "http://<vLLM serving the same model and chat template>" +
-              (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else ""))
-    drift = (f"{retokenize_drift} of {exported} rows carry retokenize_drift: their output ids are not what the "
-             "tokenizer gives for their text, so every path that tokenizes text trains on other ids for them; "
-             "only pre-tokenized paths are exact for those rows")
+    render = (
+        f"python scripts/prepare_data.py --model <target model> --data {data_name} --render-endpoint "
+        "http://<vLLM serving the same model and chat template>"
+        + (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else "")
+    )
+    drift = (
+        f"{retokenize_drift} of {exported} rows carry retokenize_drift: their output ids are not what the "
+        "tokenizer gives for their text, so every path that tokenizes text trains on other ids for them; "
+        "only pre-tokenized paths are exact for those rows"
+    )
     if fmt in ("speculators", "parquet"):
-        loader = (f"load_dataset('parquet', data_files='{data_name}')" if fmt == "parquet"
-                  else f"load_dataset('json', data_files='{data_name}')")
+        loader = (
+            f"load_dataset('parquet', data_files='{data_name}')"
+            if fmt == "parquet"
+            else f"load_dataset('json', data_files='{data_name}')"
+        )
         out = {
-            "speculators": {"exact": f"python scripts/prepare_data.py --model <target model> --data {data_name} "
-                                     "--output <dir> (pre-tokenized rows pass through as served)"},
-            "specforge": {"exact": f"data.prompts_path={data_name} (prepare_prompt_tasks reads input_ids + loss_mask "
-                                   "as they are)",
-                          "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
-                                          "template's regex: not exact (see rerender)"},
-            "hf_trl": {"exact": f"{loader}; train on input_ids with labels = input_ids where loss_mask == 1, "
-                                "else -100",
-                       "retokenizing": "any loader that tokenizes `text` (or a chat template) again"},
+            "speculators": {
+                "exact": f"python scripts/prepare_data.py --model <target model> --data {data_name} "
+                "--output <dir> (pre-tokenized rows pass through as served)"
+            },
+            "specforge": {
+                "exact": f"data.prompts_path={data_name} (prepare_prompt_tasks reads input_ids + loss_mask "
+                "as they are)",
+                "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
+                "template's regex: not exact (see rerender)",
+            },
+            "hf_trl": {
+                "exact": f"{loader}; train on input_ids with labels = input_ids where loss_mask == 1, else -100",
+                "retokenizing": "any loader that tokenizes `text` (or a chat template) again",
+            },
         }
         if fmt == "parquet":  # both trainers' loaders read .json/.jsonl only (speculators c05b95b, SpecForge a6b6b02)
-            out["speculators"]["exact"] = ("not read directly (prepare_data.py loads .json/.jsonl): export --format "
-                                           "speculators and pass that file with --data")
-            out["specforge"]["exact"] = ("not read directly (prompts_path reads JSONL): export --format speculators "
-                                         "and set data.prompts_path to it")
+            out["speculators"]["exact"] = (
+                "not read directly (prepare_data.py loads .json/.jsonl): export --format "
+                "speculators and pass that file with --data"
+            )
+            out["specforge"]["exact"] = (
+                "not read directly (prompts_path reads JSONL): export --format speculators "
+                "and set data.prompts_path to it"
+            )
     else:
-        register = ("from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
-                    f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "
-                    "then train with data.chat_template=tokview and train_only_last_turn: true")
+        register = (
+            "from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
+            f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "
+            "then train with data.chat_template=tokview and train_only_last_turn: true"
+        )
         out = {
-            "specforge": {"path": register if template_name else
-                          "no template written: this format is read through its own chat template only",
-                          "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
-                                     "reproduce a Kimi server's ids: see warnings"},
-            "speculators": {"path": render,
-                            "note": "speculators refuses conversation files without --render-endpoint; it makes "
-                                    "one row per assistant turn, the last of which is this row's generation"},
-            "hf_trl": {"path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "
-                               "template kwargs, supervising only the last assistant turn"},
+            "specforge": {
+                "path": register
+                if template_name
+                else "no template written: this format is read through its own chat template only",
+                "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
+                "reproduce a Kimi server's ids: see warnings",
+            },
+            "speculators": {
+                "path": render,
+                "note": "speculators refuses conversation files without --render-endpoint; it makes "
+                "one row per assistant turn, the last of which is this row's generation",
+            },
+            "hf_trl": {
+                "path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "
+                "template kwargs, supervising only the last assistant turn"
+            },
             "exact_alternative": "export --format speculators: input_ids + loss_mask exactly as served, for "
-                                 "speculators prepare_data.py --data and SpecForge data.prompts_path",
+            "speculators prepare_data.py --data and SpecForge data.prompts_path",
         }
     out["retokenize_drift"] = drift
     return out

@@ -19,15 +19,23 @@ from typing import Any
 
 from tokview.core import segments as seg
 from tokview.core.findings import DEFAULT_SEVERITY, ERROR
-from tokview.core.profiles import (ModelProfile, ProfileError, detect_profile, get_profile,
-                                   with_tokenizer_stops)
+from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
-from tokview.export.output import (OutputError, Plan, add_sidecar, clean_stale_partials, commit, discard_temps,
-                                   make_temps, open_stream, plan_output)
-from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.manifest import Provenance, build_manifest
+from tokview.export.output import (
+    OutputError,
+    Plan,
+    add_sidecar,
+    clean_stale_partials,
+    commit,
+    discard_temps,
+    make_temps,
+    open_stream,
+    plan_output,
+)
 from tokview.export.side_fields import parquet_columns, threshold_where, thresholds_manifest
+from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance
 from tokview.store import Store
 from tokview.store.records import capture_from_row, scrub, scrub_optional
@@ -74,8 +82,15 @@ def sidecar(out: Path, suffix: str) -> Path:
     return out.with_name(f"{stem}.{suffix}")
 
 
-def selected_ids(store: Store, select: str, run: str | None, *, include_invalid: bool = False,
-                 max_acceptance: float | None = None, max_nll: float | None = None) -> tuple[list[tuple[str, str, int | None, int | None, str | None]], dict[str, Any]]:
+def selected_ids(
+    store: Store,
+    select: str,
+    run: str | None,
+    *,
+    include_invalid: bool = False,
+    max_acceptance: float | None = None,
+    max_nll: float | None = None,
+) -> tuple[list[tuple[str, str, int | None, int | None, str | None]], dict[str, Any]]:
     """((sample_id, prompt_id, turn, gen_index, run_id) in export order, what was left out and why).
 
     `approved` exports approved samples that are also valid: a person's approval does not make a
@@ -100,9 +115,14 @@ def selected_ids(store: Store, select: str, run: str | None, *, include_invalid:
                 reasons.update(errors)
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
         where += " AND valid"
-    ids = [tuple(r) for r in store.query(
-        f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} "
-        "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id", params)]
+    ids = [
+        tuple(r)
+        for r in store.query(
+            f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} "
+            "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id",
+            params,
+        )
+    ]
     return ids, left_out
 
 
@@ -116,8 +136,7 @@ class _Profiles:
         if name not in self.cache:
             try:
                 # `plain` stored by name names no stop ids: the tokenizer's, or the stop would be answer text
-                self.cache[name] = with_tokenizer_stops(get_profile(name), self.tokenizer) if name else \
-                    self._fallback()
+                self.cache[name] = with_tokenizer_stops(get_profile(name), self.tokenizer) if name else self._fallback()
             except ProfileError:
                 self.cache[name] = self._fallback()
         return self.cache[name]
@@ -128,24 +147,41 @@ class _Profiles:
         return self.default
 
 
-def export(store: Store, fmt: str, out: str | Path, *, select: str = "valid", run: str | None = None,
-           tokenizer: Any, profile: ModelProfile | None = None, include_invalid: bool = False,
-           max_acceptance: float | None = None, max_nll: float | None = None) -> ExportResult:
+def export(
+    store: Store,
+    fmt: str,
+    out: str | Path,
+    *,
+    select: str = "valid",
+    run: str | None = None,
+    tokenizer: Any,
+    profile: ModelProfile | None = None,
+    include_invalid: bool = False,
+    max_acceptance: float | None = None,
+    max_nll: float | None = None,
+) -> ExportResult:
     """Write the selected samples in `fmt` with their sidecars; ExportError (one line) when it cannot."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     _check_suffix(fmt, out)
     try:
         plan = plan_output(out, f"train.{_suffix(fmt)}")
-        ids, left_out = selected_ids(store, select, run, include_invalid=include_invalid,
-                                     max_acceptance=max_acceptance, max_nll=max_nll)
+        ids, left_out = selected_ids(
+            store, select, run, include_invalid=include_invalid, max_acceptance=max_acceptance, max_nll=max_nll
+        )
         base_where = SELECTIONS.get(select, "true") + (" AND run_id = ?" if run is not None else "")
         thresholds = thresholds_manifest(store, base_where, [run] if run is not None else [], max_acceptance, max_nll)
         if not ids:
-            raise ExportError(f"no samples match --select {select}" + (f" --run {run}" if run else "") +
-                              "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in
-                                      (("max_acceptance", max_acceptance), ("max_nll", max_nll)) if v is not None) +
-                              (f" ({_left_out_text(left_out)})" if left_out else ""))
+            raise ExportError(
+                f"no samples match --select {select}"
+                + (f" --run {run}" if run else "")
+                + "".join(
+                    f" --{k.replace('_', '-')} {v:g}"
+                    for k, v in (("max_acceptance", max_acceptance), ("max_nll", max_nll))
+                    if v is not None
+                )
+                + (f" ({_left_out_text(left_out)})" if left_out else "")
+            )
         add_sidecar(plan, "manifest", "manifest.json")
         add_sidecar(plan, "token_freq", "token_freq.json")
         if fmt == "speculators":
@@ -174,11 +210,15 @@ def _check_suffix(fmt: str, out: str | Path) -> None:
     """`--format parquet --out x.jsonl` (or the reverse) would put one format under the other's name."""
     suffix = Path(str(out)).suffix.lower()
     if fmt == "parquet" and suffix in (".jsonl", ".json", ".ndjson"):
-        raise ExportError(f"--format parquet writes Parquet, but --out {out} names a {suffix} file: "
-                          f"use {Path(str(out)).with_suffix('.parquet')} (or --format speculators for JSONL)")
+        raise ExportError(
+            f"--format parquet writes Parquet, but --out {out} names a {suffix} file: "
+            f"use {Path(str(out)).with_suffix('.parquet')} (or --format speculators for JSONL)"
+        )
     if fmt != "parquet" and suffix == ".parquet":
-        raise ExportError(f"--format {fmt} writes JSONL, but --out {out} names a .parquet file: "
-                          f"use {Path(str(out)).with_suffix('.jsonl')} (or --format parquet)")
+        raise ExportError(
+            f"--format {fmt} writes JSONL, but --out {out} names a .parquet file: "
+            f"use {Path(str(out)).with_suffix('.jsonl')} (or --format parquet)"
+        )
 
 
 def _suffix(fmt: str) -> str:
@@ -187,8 +227,11 @@ def _suffix(fmt: str) -> str:
 
 def _left_out_text(left_out: dict[str, Any]) -> str:
     reasons = ", ".join(f"{n} {code}" for code, n in left_out.get("by_reason", {}).items())
-    return (f"left out {left_out['invalid']} approved but invalid samples" + (f": {reasons}" if reasons else "") +
-            "; --include-invalid exports them")
+    return (
+        f"left out {left_out['invalid']} approved but invalid samples"
+        + (f": {reasons}" if reasons else "")
+        + "; --include-invalid exports them"
+    )
 
 
 class _Sink:
@@ -198,7 +241,7 @@ class _Sink:
         self.plan = plan
         self.digest = hashlib.sha256()
         self.size = 0
-        self.fh = open(plan.data.tmp, "wb") if plan.data else open_stream(plan)
+        self.fh = open(plan.data.tmp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
 
     def write(self, data: bytes) -> None:
         self.digest.update(data)
@@ -209,8 +252,16 @@ class _Sink:
         self.fh.close()
 
 
-def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str, run: str | None,
-               tokenizer: Any, profile: ModelProfile | None) -> ExportResult:
+def _export_to(
+    store: Store,
+    fmt: str,
+    plan: Plan,
+    ids: list[tuple],
+    select: str,
+    run: str | None,
+    tokenizer: Any,
+    profile: ModelProfile | None,
+) -> ExportResult:
     profiles = _Profiles(profile, tokenizer)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
@@ -221,24 +272,36 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     chooser = _choose_template(store, fmt, ids, profiles, tokenizer)
     template = chooser.template if chooser else None
     conformance = Conformance(fmt, tokenizer, template)
-    row_id_of = dict(zip((i[0] for i in ids), row_ids([(i[1], i[4], i[2], i[3]) for i in ids],
-                                                      gen0=fmt in ("speculators", "parquet"))))
+    row_id_of = dict(
+        zip(
+            (i[0] for i in ids),
+            row_ids([(i[1], i[4], i[2], i[3]) for i in ids], gen0=fmt in ("speculators", "parquet")),
+        )
+    )
     if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
-        for (name,) in store.query("SELECT DISTINCT s.profile FROM samples s JOIN "
-                                   "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
-                                   [[i[0] for i in ids]]):
+        for (name,) in store.query(
+            "SELECT DISTINCT s.profile FROM samples s JOIN "
+            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
+            [[i[0] for i in ids]],
+        ):
             _check_inline(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
         for start in range(0, len(ids), CHUNK):
-            for row in store.rows_for([i[0] for i in ids[start:start + CHUNK]]):
+            for row in store.rows_for([i[0] for i in ids[start : start + CHUNK]]):
                 if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
                     refused["no_supervised_tokens"] += 1
                     continue
                 capture = capture_from_row(row)
                 prof = profiles.get(row["profile"])
-                item = ExportItem(row["sample_id"], row["prompt_id"], capture, row["turn"], row["gen_index"],
-                                  row_id_of[row["sample_id"]])
+                item = ExportItem(
+                    row["sample_id"],
+                    row["prompt_id"],
+                    capture,
+                    row["turn"],
+                    row["gen_index"],
+                    row_id_of[row["sample_id"]],
+                )
                 if builder is not None:
                     try:
                         if chooser is not None and fmt == "specforge":
@@ -249,8 +312,9 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
                         continue
                     if conformance.paths():
                         mask = record.get("loss_mask") or seg.loss_mask(capture.prompt_ids, capture.output_ids)
-                        conformance.check(record, rr.Rendered(capture.input_ids, mask),
-                                          served_kwargs(capture.settings, prof))
+                        conformance.check(
+                            record, rr.Rendered(capture.input_ids, mask), served_kwargs(capture.settings, prof)
+                        )
                     sink.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
                 exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
                 drift += "retokenize_drift" in (row.get("codes") or [])
@@ -261,9 +325,14 @@ def _export_to(store: Store, fmt: str, plan: Plan, ids: list[tuple], select: str
     finally:
         if sink is not None:
             sink.close()
-    result = ExportResult(plan.data.final if plan.data else Path(plan.stream_path or "-"),
-                          _final(plan, "manifest"), _final(plan, "token_freq"), len(ids), len(exported),
-                          dict(sorted(refused.items())))
+    result = ExportResult(
+        plan.data.final if plan.data else Path(plan.stream_path or "-"),
+        _final(plan, "manifest"),
+        _final(plan, "token_freq"),
+        len(ids),
+        len(exported),
+        dict(sorted(refused.items())),
+    )
     result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
     result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
     result.template = template
@@ -298,8 +367,9 @@ def _check_inline(tokenizer: Any, profile: ModelProfile) -> None:
     inline = {"role": "assistant", "content": f"{profile.think_open}r{profile.think_close}a"}
     structured = {"role": "assistant", "content": "a", "reasoning_content": "r"}
     try:
-        same = (tokenizer.render_text(user + [inline], add_generation_prompt=False, template_kwargs=kwargs) ==
-                tokenizer.render_text(user + [structured], add_generation_prompt=False, template_kwargs=kwargs))
+        same = tokenizer.render_text(
+            user + [inline], add_generation_prompt=False, template_kwargs=kwargs
+        ) == tokenizer.render_text(user + [structured], add_generation_prompt=False, template_kwargs=kwargs)
     except Exception as exc:
         raise ExportError(f"--format kimi-inline: the chat template failed on a probe conversation ({exc})") from None
     if not same:
@@ -307,27 +377,34 @@ def _check_inline(tokenizer: Any, profile: ModelProfile) -> None:
             f"--format kimi-inline refused: the run's chat template writes its own {profile.think_open} tags for an "
             f"assistant message, so reasoning inline in the content would render doubled "
             f"({profile.think_open}{profile.think_close}{profile.think_open}…); use --format specforge (with its "
-            "template) or --format speculators (token-exact)")
+            "template) or --format speculators (token-exact)"
+        )
 
 
-def _choose_template(store: Store, fmt: str, ids: list[tuple], profiles: "_Profiles", tokenizer: Any
-                     ) -> TemplateChooser | None:
+def _choose_template(
+    store: Store, fmt: str, ids: list[tuple], profiles: _Profiles, tokenizer: Any
+) -> TemplateChooser | None:
     """Derive the ChatTemplate from the served layouts (specforge: refuse when none fits)."""
     if fmt not in ("specforge", "sharegpt", "kimi-inline", "speculators"):
         return None
     chooser = TemplateChooser(tokenizer)
     for start in range(0, len(ids), CHUNK):
-        chunk = [i[0] for i in ids[start:start + CHUNK]]
-        for settings, prof in store.query("SELECT s.settings, s.profile FROM samples s JOIN "
-                                          "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
-                                          "WHERE len(s.output_ids) > 0", [chunk]):
+        chunk = [i[0] for i in ids[start : start + CHUNK]]
+        for settings, prof in store.query(
+            "SELECT s.settings, s.profile FROM samples s JOIN "
+            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
+            "WHERE len(s.output_ids) > 0",
+            [chunk],
+        ):
             chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
     try:
         chooser.template = chooser.choose()
     except TemplateRefused as exc:
         if fmt == "specforge":
-            raise ExportError(f"--format specforge refused: no SpecForge ChatTemplate can express the served "
-                              f"layout: {exc}; use --format speculators (token-exact)") from None
+            raise ExportError(
+                f"--format specforge refused: no SpecForge ChatTemplate can express the served "
+                f"layout: {exc}; use --format speculators (token-exact)"
+            ) from None
         chooser.refused = str(exc)
     return chooser
 
@@ -381,7 +458,9 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
             "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
             "ON s.sample_id = q.sid "
             f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
-            f"TO '{target}' (FORMAT parquet)", [[e[0] for e in exported], [e[1] for e in exported]])
+            f"TO '{target}' (FORMAT parquet)",
+            [[e[0] for e in exported], [e[1] for e in exported]],
+        )
         if spill is not None:
             with open(spill, "rb") as src, open_stream(plan) as dst:
                 shutil.copyfileobj(src, dst)
@@ -393,9 +472,21 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
 def _write_errors(store: Store, run: str | None, path: Path) -> None:
     """speculators' `<name>.errors.jsonl`: the requests that failed (not samples, never exported)."""
     where, params = ("WHERE run_id = ?", [run]) if run else ("", [])
-    rows = store.query(f"SELECT prompt_id, sample_id, reason, server FROM failures {where} "
-                       "ORDER BY prompt_id, sample_id, \"at\"", params)
+    rows = store.query(
+        f'SELECT prompt_id, sample_id, reason, server FROM failures {where} ORDER BY prompt_id, sample_id, "at"', params
+    )
     with open(path, "w", encoding="utf-8") as fh:
         for prompt_id, sample_id, reason, server in rows:
-            fh.write(json.dumps({"id": prompt_id, "metadata": {
-                "sample_id": sample_id, "error": scrub_optional(reason), "endpoint": scrub_optional(server)}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "id": prompt_id,
+                        "metadata": {
+                            "sample_id": sample_id,
+                            "error": scrub_optional(reason),
+                            "endpoint": scrub_optional(server),
+                        },
+                    }
+                )
+                + "\n"
+            )

@@ -32,55 +32,87 @@ def effective_backend(backend: str, info: ServerInfo) -> str:
     raise CaptureFailed(f"cannot tell whether {info.url} is SGLang or vLLM: pass --backend", url=info.url)
 
 
-async def prompt_ids_for(client: ServerClient, info: ServerInfo, request: CaptureRequest, settings: dict[str, Any],
-                         tokenizer: "TokenizerAdapter | None") -> list[int]:
+async def prompt_ids_for(
+    client: ServerClient,
+    info: ServerInfo,
+    request: CaptureRequest,
+    settings: dict[str, Any],
+    tokenizer: TokenizerAdapter | None,
+) -> list[int]:
     """Prompt ids for the raw path: given ids, else the local template, else the server's /tokenize."""
     if request.prompt_ids:
         return list(request.prompt_ids)
     assert request.messages
     if tokenizer is not None:
         try:
-            return tokenizer.render(request.messages, add_generation_prompt=True,
-                                    template_kwargs=settings["chat_template_kwargs"])
+            return tokenizer.render(
+                request.messages, add_generation_prompt=True, template_kwargs=settings["chat_template_kwargs"]
+            )
         except ValueError as exc:
             raise CaptureFailed(f"cannot render the prompt locally: {exc}") from None
     if info.features.get("tokenize_messages") is False:
-        raise CaptureFailed("no tokenizer to render the prompt, and the server's /tokenize does not take messages: "
-                            "give --tokenizer DIR", url=info.url)
-    body: dict[str, Any] = {"messages": request.messages, "add_generation_prompt": True,
-                            "chat_template_kwargs": settings["chat_template_kwargs"]}
+        raise CaptureFailed(
+            "no tokenizer to render the prompt, and the server's /tokenize does not take messages: "
+            "give --tokenizer DIR",
+            url=info.url,
+        )
+    body: dict[str, Any] = {
+        "messages": request.messages,
+        "add_generation_prompt": True,
+        "chat_template_kwargs": settings["chat_template_kwargs"],
+    }
     if info.model:
         body["model"] = info.model
     try:
         data = await client.post_json("/tokenize", body)
     except CaptureFailed as exc:
-        raise CaptureFailed(f"no tokenizer to render the prompt, and the server's /tokenize failed ({exc.reason}): "
-                            f"give --tokenizer DIR", url=info.url) from None
+        raise CaptureFailed(
+            f"no tokenizer to render the prompt, and the server's /tokenize failed ({exc.reason}): "
+            f"give --tokenizer DIR",
+            url=info.url,
+        ) from None
     tokens = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(tokens, list):
-        raise CaptureFailed("no tokenizer to render the prompt, and /tokenize returned no tokens: give --tokenizer DIR",
-                            url=info.url)
+        raise CaptureFailed(
+            "no tokenizer to render the prompt, and /tokenize returned no tokens: give --tokenizer DIR", url=info.url
+        )
     return tokens
 
 
-async def raw_capture(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
-                      settings: dict[str, Any], tokenizer: "TokenizerAdapter | None", *,
-                      skip_special_tokens: bool = False) -> Capture:
+async def raw_capture(
+    client: ServerClient,
+    info: ServerInfo,
+    backend: str,
+    request: CaptureRequest,
+    settings: dict[str, Any],
+    tokenizer: TokenizerAdapter | None,
+    *,
+    skip_special_tokens: bool = False,
+) -> Capture:
     prompt_ids = await prompt_ids_for(client, info, request, settings, tokenizer)
     if backend in ("sglang", "sglang-chat"):
-        return await sglang.capture_generate(client, info, prompt_ids, settings, stream=request.stream,
-                                             skip_special_tokens=skip_special_tokens)
-    return await vllm.capture_completions(client, info, prompt_ids, settings,
-                                          skip_special_tokens=skip_special_tokens)
+        return await sglang.capture_generate(
+            client, info, prompt_ids, settings, stream=request.stream, skip_special_tokens=skip_special_tokens
+        )
+    return await vllm.capture_completions(client, info, prompt_ids, settings, skip_special_tokens=skip_special_tokens)
 
 
-async def chat_capture(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
-                       settings: dict[str, Any], *, require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+async def chat_capture(
+    client: ServerClient,
+    info: ServerInfo,
+    backend: str,
+    request: CaptureRequest,
+    settings: dict[str, Any],
+    *,
+    require_ids: bool = True,
+) -> tuple[Capture, list[int] | None]:
     if backend in ("sglang", "sglang-chat"):
-        return await sglang.capture_chat(client, info, request.messages, request.prompt_ids, settings,
-                                         require_ids=require_ids)
-    return await vllm.capture_chat(client, info, request.messages, settings, stream=request.stream,
-                                   require_ids=require_ids)
+        return await sglang.capture_chat(
+            client, info, request.messages, request.prompt_ids, settings, require_ids=require_ids
+        )
+    return await vllm.capture_chat(
+        client, info, request.messages, settings, stream=request.stream, require_ids=require_ids
+    )
 
 
 def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Capture:
@@ -93,15 +125,27 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
     raw_request = dict(raw.raw_request or {})
     raw_request["parsed"] = chat.raw_request
     return dataclasses.replace(
-        raw, endpoint="dual", text=None, reasoning=chat.reasoning, content=chat.content,
-        reasoning_field=chat.reasoning_field, parsed_output_ids=None if chat_ids is None else list(chat_ids),
-        parsed_raw_response=chat.raw_response, raw_request=raw_request,
+        raw,
+        endpoint="dual",
+        text=None,
+        reasoning=chat.reasoning,
+        content=chat.content,
+        reasoning_field=chat.reasoning_field,
+        parsed_output_ids=None if chat_ids is None else list(chat_ids),
+        parsed_raw_response=chat.raw_response,
+        raw_request=raw_request,
         latency_s=(raw.latency_s or 0.0) + (chat.latency_s or 0.0),
     )
 
 
-async def capture_on(client: ServerClient, info: ServerInfo, backend: str, request: CaptureRequest,
-                     settings: dict[str, Any], tokenizer: "TokenizerAdapter | None") -> Capture:
+async def capture_on(
+    client: ServerClient,
+    info: ServerInfo,
+    backend: str,
+    request: CaptureRequest,
+    settings: dict[str, Any],
+    tokenizer: TokenizerAdapter | None,
+) -> Capture:
     """One attempt at one capture on one server (retries are the pool's business)."""
     backend = effective_backend(backend, info)
     mode = request.mode

@@ -9,8 +9,9 @@ whether the local tokenizer agrees with the server), from real requests, judged 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
@@ -45,8 +46,13 @@ class DoctorCheck:
         return {"ok": True, "fail": False}.get(self.status)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "status": self.status, "title": self.title, "detail": self.detail,
-                "recommendation": self.recommendation}
+        return {
+            "ok": self.ok,
+            "status": self.status,
+            "title": self.title,
+            "detail": self.detail,
+            "recommendation": self.recommendation,
+        }
 
 
 @dataclass
@@ -69,18 +75,28 @@ class DoctorReport:
         return _scrubbed(self._dict(), self.secrets)
 
     def _dict(self) -> dict[str, Any]:
-        return {"url": self.url, "kind": self.info.kind, "version": self.info.version, "model": self.info.model,
-                "simulator": bool(self.info.features.get("simulator")),
-                "profile": self.profile.name if self.profile else None, "tokenizer": self.tokenizer_name,
-                "max_model_len": self.info.max_model_len,
-                "features": dict(self.info.features), "ok": not self.failed, "notes": list(self.notes),
-                "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "url": self.url,
+            "kind": self.info.kind,
+            "version": self.info.version,
+            "model": self.info.model,
+            "simulator": bool(self.info.features.get("simulator")),
+            "profile": self.profile.name if self.profile else None,
+            "tokenizer": self.tokenizer_name,
+            "max_model_len": self.info.max_model_len,
+            "features": dict(self.info.features),
+            "ok": not self.failed,
+            "notes": list(self.notes),
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
     def render_text(self) -> str:
-        lines = [f"tokview doctor: {self.url}",
-                 f"  profile {self.profile.name if self.profile else '(none)'}, "
-                 f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}",
-                 f"  max_model_len {self.info.max_model_len or '(not reported: prompt lengths are not checked)'}"]
+        lines = [
+            f"tokview doctor: {self.url}",
+            f"  profile {self.profile.name if self.profile else '(none)'}, "
+            f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}",
+            f"  max_model_len {self.info.max_model_len or '(not reported: prompt lengths are not checked)'}",
+        ]
         lines += [f"  note: {n}" for n in self.notes] + [""]
         for c in self.checks:
             lines.append(f"{SYMBOLS[c.status]} {c.title}: {c.detail}")
@@ -107,9 +123,17 @@ def _guess_profile(ids: list[int] | None) -> ModelProfile | None:
     return None
 
 
-async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, profile: ModelProfile | None = None,
-                     *, thinking: bool = True, timeout: float = 30.0, retries: int = 1,
-                     default_tokenizer: bool = True, notes: Sequence[str] = ()) -> DoctorReport:
+async def run_doctor(
+    url: str,
+    tokenizer: TokenizerAdapter | None = None,
+    profile: ModelProfile | None = None,
+    *,
+    thinking: bool = True,
+    timeout: float = 30.0,
+    retries: int = 1,
+    default_tokenizer: bool = True,
+    notes: Sequence[str] = (),
+) -> DoctorReport:
     """Probe `url` and return the report. Raises ServerUnreachable when nothing answers, ValueError for a
     bad URL. Credentials in the URL are sent as Basic auth and TOKVIEW_API_KEY as a bearer token; neither
     appears in the report.
@@ -127,15 +151,19 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
         info = await detect(client, policy, profile or get_profile("kimi-k2.5"))
         served = info.details.get("probe_prompt_ids") or info.details.get("tokenize_prompt_ids")
         profile = profile or _guess_profile(served) or get_profile("kimi-k2.5")
-        if tokenizer is None and default_tokenizer and info.features.get("simulator") and served \
-                and 163587 in served:
+        if tokenizer is None and default_tokenizer and info.features.get("simulator") and served and 163587 in served:
             from tokview.core.kimi_layout import kimi_tokenizer_dir
             from tokview.core.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
-        report = DoctorReport(url=client.url, info=info, profile=profile,
-                              tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None,
-                              notes=list(dict.fromkeys([*notes, *client.notes])), secrets=client.secrets)
+        report = DoctorReport(
+            url=client.url,
+            info=info,
+            profile=profile,
+            tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None,
+            notes=list(dict.fromkeys([*notes, *client.notes])),
+            secrets=client.secrets,
+        )
         await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
         return report
     finally:
@@ -143,12 +171,21 @@ async def run_doctor(url: str, tokenizer: "TokenizerAdapter | None" = None, prof
 
 
 class _Doctor:
-    def __init__(self, client: ServerClient, policy: RetryPolicy, info: ServerInfo, profile: ModelProfile,
-                 tokenizer: "TokenizerAdapter | None", thinking: bool, report: DoctorReport) -> None:
+    def __init__(
+        self,
+        client: ServerClient,
+        policy: RetryPolicy,
+        info: ServerInfo,
+        profile: ModelProfile,
+        tokenizer: TokenizerAdapter | None,
+        thinking: bool,
+        report: DoctorReport,
+    ) -> None:
         self.client, self.policy, self.info, self.profile = client, policy, info, profile
         self.tokenizer, self.report = tokenizer, report
-        self.settings = resolve_settings({"temperature": 0.0, "max_new_tokens": 256, "thinking": thinking,
-                                          "seed": 0}, profile)
+        self.settings = resolve_settings(
+            {"temperature": 0.0, "max_new_tokens": 256, "thinking": thinking, "seed": 0}, profile
+        )
         self.request = CaptureRequest(messages=QUESTION, mode="dual")
         self.backend: str | None = None
 
@@ -157,8 +194,15 @@ class _Doctor:
         self.report.checks.append(DoctorCheck(status, title, scrub(detail), scrub(recommendation)))
 
     async def run(self) -> None:
-        from tokview.servers.doctor_checks import (check_ids, check_opener, check_output_ids, check_parser,
-                                                   check_server, check_skip_special, check_tokenizer)
+        from tokview.servers.doctor_checks import (
+            check_ids,
+            check_opener,
+            check_output_ids,
+            check_parser,
+            check_server,
+            check_skip_special,
+            check_tokenizer,
+        )
 
         check_server(self)
         try:
@@ -186,15 +230,23 @@ class _Doctor:
 
     async def raw(self, skip_special_tokens: bool = False) -> Capture:
         assert self.backend is not None
-        cap = await raw_capture(self.client, self.info, self.backend, self.request, self.settings, self.tokenizer,
-                                skip_special_tokens=skip_special_tokens)
+        cap = await raw_capture(
+            self.client,
+            self.info,
+            self.backend,
+            self.request,
+            self.settings,
+            self.tokenizer,
+            skip_special_tokens=skip_special_tokens,
+        )
         cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.backend, "mode": "raw"}
         return cap
 
     async def chat(self) -> tuple[Capture, list[int] | None]:
         assert self.backend is not None
-        cap, returned = await chat_capture(self.client, self.info, self.backend, self.request, self.settings,
-                                           require_ids=False)
+        cap, returned = await chat_capture(
+            self.client, self.info, self.backend, self.request, self.settings, require_ids=False
+        )
         cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.backend, "mode": "chat"}
         return cap, returned
 
@@ -213,8 +265,11 @@ class _Doctor:
         """The server's /tokenize of QUESTION with the doctor's template kwargs (when it takes messages)."""
         if not self.info.features.get("tokenize_messages"):
             return None
-        body: dict[str, Any] = {"messages": QUESTION, "add_generation_prompt": True,
-                                "chat_template_kwargs": self.settings["chat_template_kwargs"]}
+        body: dict[str, Any] = {
+            "messages": QUESTION,
+            "add_generation_prompt": True,
+            "chat_template_kwargs": self.settings["chat_template_kwargs"],
+        }
         if self.info.model:
             body["model"] = self.info.model
         try:

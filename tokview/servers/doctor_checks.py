@@ -19,21 +19,31 @@ if TYPE_CHECKING:
 KIND_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
-def check_server(doc: "_Doctor") -> None:
+def check_server(doc: _Doctor) -> None:
     info = doc.info
     name = KIND_NAMES.get(info.kind)
     sim = " (this is the tokview simulator, not a real model server)" if info.features.get("simulator") else ""
     model = f', model "{info.model}"' if info.model else ""
     if name is None:
-        doc.add("warn", "Server kind", f"could not tell SGLang from vLLM at {info.url}{model}{sim}",
-                "pass --backend sglang or --backend vllm to tokview batch")
+        doc.add(
+            "warn",
+            "Server kind",
+            f"could not tell SGLang from vLLM at {info.url}{model}{sim}",
+            "pass --backend sglang or --backend vllm to tokview batch",
+        )
         return
     version = info.version or "unknown version"
     doc.add("ok", "Server kind", f"{name} {version}{model}{sim}")
 
 
-def check_ids(doc: "_Doctor", raw: Capture | None, raw_error: str | None, chat: Capture | None,
-              chat_ids: list[int] | None, chat_error: str | None) -> None:
+def check_ids(
+    doc: _Doctor,
+    raw: Capture | None,
+    raw_error: str | None,
+    chat: Capture | None,
+    chat_ids: list[int] | None,
+    chat_error: str | None,
+) -> None:
     f = doc.info.features
     found, missing = [], []
     raw_endpoint = "/generate" if doc.backend in ("sglang", "sglang-chat") else "/v1/completions"
@@ -50,60 +60,97 @@ def check_ids(doc: "_Doctor", raw: Capture | None, raw_error: str | None, chat: 
     else:
         missing.append(f"/v1/chat/completions: {chat_error}")
     if not found:
-        doc.add("fail", "Token-id fields", "no ids: " + "; ".join(missing),
-                "tokview needs ids from the server: vLLM ≥0.10.2 (return_token_ids), SGLang with output_ids on "
-                "/generate (or return_token_ids on chat); upgrade the server")
+        doc.add(
+            "fail",
+            "Token-id fields",
+            "no ids: " + "; ".join(missing),
+            "tokview needs ids from the server: vLLM ≥0.10.2 (return_token_ids), SGLang with output_ids on "
+            "/generate (or return_token_ids on chat); upgrade the server",
+        )
         return
     detail = "; ".join(found)
     if missing:
-        doc.add("warn", "Token-id fields", f"{detail}; but {'; '.join(missing)}",
-                "capture with mode raw (the endpoint that returns ids)")
+        doc.add(
+            "warn",
+            "Token-id fields",
+            f"{detail}; but {'; '.join(missing)}",
+            "capture with mode raw (the endpoint that returns ids)",
+        )
         return
     doc.add("ok", "Token-id fields", detail)
 
 
-def check_opener(doc: "_Doctor", served: list[int] | None) -> None:
+def check_opener(doc: _Doctor, served: list[int] | None) -> None:
     p = doc.profile
     opener = f"{p.think_open} ({p.think_open_id})"
     thinking = doc.settings.get("thinking")
     if not p.has_reasoning:
-        doc.add("ok", "Think opener in the prompt", f"the {p.name} profile has no think delimiters: the output is "
-                f"the answer, then a stop id")
+        doc.add(
+            "ok",
+            "Think opener in the prompt",
+            f"the {p.name} profile has no think delimiters: the output is the answer, then a stop id",
+        )
         return
     if not served:
-        doc.add("skip", "Think opener in the prompt", "skipped: the server returned no prompt ids and its /tokenize "
-                "does not take messages", "pass --tokenizer so tokview renders prompts itself")
+        doc.add(
+            "skip",
+            "Think opener in the prompt",
+            "skipped: the server returned no prompt ids and its /tokenize does not take messages",
+            "pass --tokenizer so tokview renders prompts itself",
+        )
         return
     opens = prompt_opens_reasoning(served, p)
     last = served[-1] == p.think_open_id
     if thinking is False:
         if opens:
-            doc.add("fail", "Think opener in the prompt", f"thinking is off, yet the served prompt ends inside "
-                    f"reasoning ({opener} is the last delimiter)",
-                    f"the server ignores chat_template_kwargs {{'{p.thinking_kwarg}': false}}; check its template")
+            doc.add(
+                "fail",
+                "Think opener in the prompt",
+                f"thinking is off, yet the served prompt ends inside reasoning ({opener} is the last delimiter)",
+                f"the server ignores chat_template_kwargs {{'{p.thinking_kwarg}': false}}; check its template",
+            )
         else:
-            doc.add("ok", "Think opener in the prompt", f"thinking off: the served prompt closes reasoning "
-                    f"({len(served)} ids); the output is the answer only")
+            doc.add(
+                "ok",
+                "Think opener in the prompt",
+                f"thinking off: the served prompt closes reasoning ({len(served)} ids); the output is the answer only",
+            )
         return
     if p.prefills_opener and last:
-        doc.add("ok", "Think opener in the prompt", f"the template pre-fills {opener} as the last of "
-                f"{len(served)} prompt ids: the output starts inside reasoning, so {p.think_open_id} lives in "
-                f"the prompt and never in output_ids")
+        doc.add(
+            "ok",
+            "Think opener in the prompt",
+            f"the template pre-fills {opener} as the last of "
+            f"{len(served)} prompt ids: the output starts inside reasoning, so {p.think_open_id} lives in "
+            f"the prompt and never in output_ids",
+        )
     elif p.prefills_opener:
-        doc.add("fail", "Think opener in the prompt", f"the {p.name} profile expects the template to end the "
-                f"prompt with {opener}, but the served prompt ends with {served[-3:]}",
-                f"the {p.thinking_kwarg} template kwarg did not reach the template, or the server's template is "
-                f"not {p.name}'s; check --profile and the server's chat template")
+        doc.add(
+            "fail",
+            "Think opener in the prompt",
+            f"the {p.name} profile expects the template to end the "
+            f"prompt with {opener}, but the served prompt ends with {served[-3:]}",
+            f"the {p.thinking_kwarg} template kwarg did not reach the template, or the server's template is "
+            f"not {p.name}'s; check --profile and the server's chat template",
+        )
     elif opens:
-        doc.add("warn", "Think opener in the prompt", f"the template pre-fills {opener}, but the {p.name} profile "
-                f"says the model emits it", "use a profile with prefills_opener = true (e.g. --profile kimi-k2.5)")
+        doc.add(
+            "warn",
+            "Think opener in the prompt",
+            f"the template pre-fills {opener}, but the {p.name} profile says the model emits it",
+            "use a profile with prefills_opener = true (e.g. --profile kimi-k2.5)",
+        )
     else:
-        doc.add("ok", "Think opener in the prompt", f"the template does not pre-fill {opener}: the model emits it "
-                f"as its first output id")
+        doc.add(
+            "ok",
+            "Think opener in the prompt",
+            f"the template does not pre-fill {opener}: the model emits it as its first output id",
+        )
 
 
-def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat_ids: list[int] | None,
-                 chat_error: str | None) -> None:
+def check_parser(
+    doc: _Doctor, raw: Capture | None, chat: Capture | None, chat_ids: list[int] | None, chat_error: str | None
+) -> None:
     if chat is None:
         doc.add("skip", "Reasoning parser", f"skipped: the chat endpoint failed ({chat_error})")
         return
@@ -116,42 +163,67 @@ def check_parser(doc: "_Doctor", raw: Capture | None, chat: Capture | None, chat
         dual = merge_dual(raw, chat, chat_ids)
         if doc.tokenizer is not None:
             analysis = analyze(dual, doc.profile, doc.tokenizer)
-            problems += [f.detail for f in analysis.findings
-                         if f.code in ("parser_split_mismatch", "reasoning_field_missing")]
+            problems += [
+                f.detail for f in analysis.findings if f.code in ("parser_split_mismatch", "reasoning_field_missing")
+            ]
             ids = dual.aligned_output_ids
             hidden = analysis.alignment.positions(HIDDEN) if analysis.alignment is not None else []
             names = ", ".join(doc.name(t) for t in sorted({ids[i] for i in hidden}))
-            hidden_note = (f"; it hides {names} from the text (the ids keep them; tokview trains on ids)" if names
-                           else "; it hides no ids from the text")
+            hidden_note = (
+                f"; it hides {names} from the text (the ids keep them; tokview trains on ids)"
+                if names
+                else "; it hides no ids from the text"
+            )
         else:
             hidden_note = "; which ids it hides: skipped (needs --tokenizer)"
     if problems:
-        doc.add("fail", "Reasoning parser", f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems)
-                + hidden_note,
-                f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'} and a "
-                f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields"
-                if doc.profile.has_reasoning else "start the server without --reasoning-parser: this model has no "
-                "think delimiters; train on ids, not on text fields")
+        doc.add(
+            "fail",
+            "Reasoning parser",
+            f"field `{field}`: " + " ".join(p.rstrip(". ") for p in problems) + hidden_note,
+            f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'} and a "
+            f"tokenizer whose {doc.profile.think_close} the parser can see; train on ids, not on text fields"
+            if doc.profile.has_reasoning
+            else "start the server without --reasoning-parser: this model has no "
+            "think delimiters; train on ids, not on text fields",
+        )
     elif not doc.profile.has_reasoning and not (chat.reasoning or "").strip():
-        doc.add("ok", "Reasoning parser", f"no reasoning came back, as expected of a model without think "
-                f"delimiters{hidden_note}")
+        doc.add(
+            "ok",
+            "Reasoning parser",
+            f"no reasoning came back, as expected of a model without think delimiters{hidden_note}",
+        )
     elif field == "reasoning_content" and kind == "vllm":
-        doc.add("warn", "Reasoning parser", f"the reasoning arrives in `reasoning_content` (vLLM before 0.16)"
-                f"{hidden_note}", "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
-                "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16")
+        doc.add(
+            "warn",
+            "Reasoning parser",
+            f"the reasoning arrives in `reasoning_content` (vLLM before 0.16){hidden_note}",
+            "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
+            "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16",
+        )
     elif field is None:
-        why = "thinking is off" if doc.settings.get("thinking") is False else \
-            "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"
+        why = (
+            "thinking is off"
+            if doc.settings.get("thinking") is False
+            else "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"
+        )
         doc.add("warn", "Reasoning parser", f"no reasoning field came back ({why}){hidden_note}")
     elif raw is None or doc.tokenizer is None:
-        doc.add("ok", "Reasoning parser", f"the parser puts reasoning in `{field}`; its split could not be checked "
-                f"against ids{hidden_note or ' (no raw ids)'}")
+        doc.add(
+            "ok",
+            "Reasoning parser",
+            f"the parser puts reasoning in `{field}`; its split could not be checked "
+            f"against ids{hidden_note or ' (no raw ids)'}",
+        )
     else:
-        doc.add("ok", "Reasoning parser", f"the parser puts reasoning in `{field}` and splits it where the ids "
-                f"do{hidden_note}")
+        doc.add(
+            "ok",
+            "Reasoning parser",
+            f"the parser puts reasoning in `{field}` and splits it where the ids do{hidden_note}",
+        )
 
 
-def check_output_ids(doc: "_Doctor", raw: Capture | None, raw_error: str | None, chat: Capture | None) -> None:
+def check_output_ids(doc: _Doctor, raw: Capture | None, raw_error: str | None, chat: Capture | None) -> None:
     cap = raw or chat
     if cap is None:
         doc.add("skip", "output_ids honesty", f"skipped: no capture returned ids ({raw_error})")
@@ -161,17 +233,27 @@ def check_output_ids(doc: "_Doctor", raw: Capture | None, raw_error: str | None,
     where = cap.endpoint
     problems = [codes[c] for c in ("output_prefix_overlap", "completion_count_mismatch") if c in codes]
     if problems:
-        doc.add("fail", "output_ids honesty", f"on {where}: " + " ".join(problems),
-                "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang "
-                "(#17240/#10896), or drop the overlap after checking it")
+        doc.add(
+            "fail",
+            "output_ids honesty",
+            f"on {where}: " + " ".join(problems),
+            "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang "
+            "(#17240/#10896), or drop the overlap after checking it",
+        )
         return
-    count = f"{len(cap.output_ids)} ids = completion_tokens {ct}" if isinstance(ct, int) else \
-        f"{len(cap.output_ids)} ids (the server reported no completion_tokens to compare)"
-    doc.add("ok" if isinstance(ct, int) else "warn", "output_ids honesty",
-            f"on {where}: {count}, and they hold no prompt ids")
+    count = (
+        f"{len(cap.output_ids)} ids = completion_tokens {ct}"
+        if isinstance(ct, int)
+        else f"{len(cap.output_ids)} ids (the server reported no completion_tokens to compare)"
+    )
+    doc.add(
+        "ok" if isinstance(ct, int) else "warn",
+        "output_ids honesty",
+        f"on {where}: {count}, and they hold no prompt ids",
+    )
 
 
-async def check_skip_special(doc: "_Doctor", raw: Capture | None) -> None:
+async def check_skip_special(doc: _Doctor, raw: Capture | None) -> None:
     if raw is None or raw.text is None:
         doc.add("skip", "skip_special_tokens", "skipped: the raw path returned no text to compare")
         return
@@ -181,19 +263,27 @@ async def check_skip_special(doc: "_Doctor", raw: Capture | None) -> None:
         doc.add("skip", "skip_special_tokens", f"skipped: {getattr(exc, 'reason', exc)}")
         return
     if skipped.output_ids != raw.output_ids:
-        doc.add("warn", "skip_special_tokens", "the two requests (same seed) produced different ids, so the texts "
-                "cannot be compared", "sampling is not deterministic per seed on this server")
+        doc.add(
+            "warn",
+            "skip_special_tokens",
+            "the two requests (same seed) produced different ids, so the texts cannot be compared",
+            "sampling is not deterministic per seed on this server",
+        )
     elif (skipped.text or "") == raw.text:
         doc.add("ok", "skip_special_tokens", "does not change the text of these ids")
     else:
         lost = [t for t in raw.output_ids if doc.tokenizer is not None and doc.tokenizer.is_special(t)]
         names = ", ".join(sorted({doc.name(t) for t in lost})) if lost else "special tokens"
-        doc.add("warn", "skip_special_tokens", f"changes the text: with true (the server default) `text` loses "
-                f"{names} ({len(raw.text)} → {len(skipped.text or '')} chars)",
-                "never rebuild ids from default-decoded text; tokview sends skip_special_tokens=false and keeps ids")
+        doc.add(
+            "warn",
+            "skip_special_tokens",
+            f"changes the text: with true (the server default) `text` loses "
+            f"{names} ({len(raw.text)} → {len(skipped.text or '')} chars)",
+            "never rebuild ids from default-decoded text; tokview sends skip_special_tokens=false and keeps ids",
+        )
 
 
-def check_tokenizer(doc: "_Doctor", served: list[int] | None) -> None:
+def check_tokenizer(doc: _Doctor, served: list[int] | None) -> None:
     if doc.tokenizer is None:
         doc.add("skip", "Local tokenizer", "skipped (needs --tokenizer)")
         return
@@ -206,13 +296,22 @@ def check_tokenizer(doc: "_Doctor", served: list[int] | None) -> None:
     from tokview.servers.doctor import QUESTION
 
     # The same judgement as every stored sample: analyze's prompt_render_mismatch on the served prompt.
-    served_prompt = Capture(prompt_ids=list(served), output_ids=[], messages=QUESTION,
-                            settings={"thinking": doc.settings.get("thinking"),
-                                      "chat_template_kwargs": doc.settings["chat_template_kwargs"]})
-    finding = next((f for f in analyze(served_prompt, doc.profile, doc.tokenizer).findings
-                    if f.code == "prompt_render_mismatch"), None)
+    served_prompt = Capture(
+        prompt_ids=list(served),
+        output_ids=[],
+        messages=QUESTION,
+        settings={
+            "thinking": doc.settings.get("thinking"),
+            "chat_template_kwargs": doc.settings["chat_template_kwargs"],
+        },
+    )
+    finding = next(
+        (f for f in analyze(served_prompt, doc.profile, doc.tokenizer).findings if f.code == "prompt_render_mismatch"),
+        None,
+    )
     if finding is None:
         doc.add("ok", "Local tokenizer", f"renders the same {len(served)} prompt ids as the server")
         return
-    doc.add("fail", "Local tokenizer", finding.detail,
-            "point --tokenizer at the server's own tokenizer and chat template")
+    doc.add(
+        "fail", "Local tokenizer", finding.detail, "point --tokenizer at the server's own tokenizer and chat template"
+    )

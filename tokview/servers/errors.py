@@ -29,8 +29,9 @@ class Retryable(Exception):
     `retry_after` is the server's own `Retry-After` in seconds, when it sent one.
     """
 
-    def __init__(self, reason: str, *, status: int | None = None, retry_after: float | None = None,
-                 connection: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, status: int | None = None, retry_after: float | None = None, connection: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status

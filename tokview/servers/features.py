@@ -80,16 +80,21 @@ def is_simulator(*answers: Any) -> bool:
     return False
 
 
-async def detect(client: ServerClient, policy: RetryPolicy, profile: ModelProfile | None = None,
-                 prompt_ids: list[int] | None = None) -> ServerInfo:
+async def detect(
+    client: ServerClient, policy: RetryPolicy, profile: ModelProfile | None = None, prompt_ids: list[int] | None = None
+) -> ServerInfo:
     """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all."""
     info = ServerInfo(url=client.url)
     model_info, _ = await _ask(policy, lambda: client.get_json("/get_model_info"))
     server_info, _ = await _ask(policy, lambda: client.get_json("/get_server_info"))
     version, _ = await _ask(policy, lambda: client.get_json("/version"))
     models, _ = await _ask(policy, lambda: client.get_json("/v1/models"))
-    info.details = {"get_model_info": model_info, "get_server_info": server_info, "version": version,
-                    "v1_models": models}
+    info.details = {
+        "get_model_info": model_info,
+        "get_server_info": server_info,
+        "version": version,
+        "v1_models": models,
+    }
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind = "sglang"
     elif isinstance(version, dict) and "version" in version:
@@ -110,13 +115,24 @@ async def detect(client: ServerClient, policy: RetryPolicy, profile: ModelProfil
     return info
 
 
-async def probe_endpoints(client: ServerClient, policy: RetryPolicy, info: ServerInfo,
-                          profile: ModelProfile | None, prompt_ids: list[int] | None) -> None:
+async def probe_endpoints(
+    client: ServerClient,
+    policy: RetryPolicy,
+    info: ServerInfo,
+    profile: ModelProfile | None,
+    prompt_ids: list[int] | None,
+) -> None:
     """1-token requests: which id fields come back on which endpoint, and the reasoning field name."""
     kwargs = profile.template_kwargs(True) if profile is not None else {}
     f = info.features
-    chat: dict[str, Any] = {"messages": PROBE_MESSAGES, "max_tokens": 1, "temperature": 0.0,
-                            "return_token_ids": True, "chat_template_kwargs": kwargs, "stream": False}
+    chat: dict[str, Any] = {
+        "messages": PROBE_MESSAGES,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "return_token_ids": True,
+        "chat_template_kwargs": kwargs,
+        "stream": False,
+    }
     if info.model:
         chat["model"] = info.model
     answer, why = await _ask(policy, lambda: client.post_json("/v1/chat/completions", chat))
@@ -180,7 +196,6 @@ async def health(client: ServerClient) -> bool:
         if response.status_code < 500 and response.status_code != 404:
             return True
     return False
-
 
 
 async def unanswered(url: str, timeout: float = 5.0) -> tuple[str, str] | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 
@@ -64,8 +65,15 @@ def error_message(body: bytes | str, limit: int = 300) -> str:
 class ServerClient:
     """An httpx.AsyncClient bound to one server URL, with tokview's failure classification."""
 
-    def __init__(self, url: str, *, timeout: float = 60.0, concurrency: int = 8, api_key: str | None = None,
-                 connect_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 60.0,
+        concurrency: int = 8,
+        api_key: str | None = None,
+        connect_timeout: float | None = None,
+    ) -> None:
         """`url` may carry `user:password@` (sent as Basic auth, never kept in `self.url`); the API key
         defaults to `TOKVIEW_API_KEY` from the environment. Raises ValueError for a bad URL."""
         parts = parse_server_url(url)
@@ -126,13 +134,16 @@ class ServerClient:
                     try:
                         chunk = json.loads(payload)
                     except ValueError:
-                        raise Retryable(f"malformed response from POST {path}: a stream chunk is not JSON "
-                                        f"({payload[:80]!r})") from None
+                        raise Retryable(
+                            f"malformed response from POST {path}: a stream chunk is not JSON ({payload[:80]!r})"
+                        ) from None
                     if not isinstance(chunk, dict):
                         raise Retryable(f"malformed response from POST {path}: a stream chunk is not an object")
                     if chunk.get("error") is not None and not chunk.get("choices"):
-                        raise CaptureFailed(f"the server aborted the stream on POST {path}: "
-                                            f"{error_message(json.dumps(chunk))}", url=self.url)
+                        raise CaptureFailed(
+                            f"the server aborted the stream on POST {path}: {error_message(json.dumps(chunk))}",
+                            url=self.url,
+                        )
                     yield chunk
                 if not done:
                     raise Retryable(f"malformed response from POST {path}: the stream ended without [DONE]")
@@ -147,7 +158,7 @@ class ServerClient:
             yield response
 
     # -- classification --------------------------------------------------------------------
-    def _classify(self, method: str, path: str) -> "_Classifier":
+    def _classify(self, method: str, path: str) -> _Classifier:
         return _Classifier(self, method, path)
 
     def _json_of(self, response: httpx.Response, method: str, path: str) -> Any:
@@ -184,15 +195,18 @@ class _Classifier:
             scrub_reason(exc, self.client.secrets)
             return False
         if isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol, OverflowError)):
-            raise CaptureFailed(f"bad server URL {self.client.url}: {type(exc).__name__}: {exc}",
-                                url=self.client.url) from None
+            raise CaptureFailed(
+                f"bad server URL {self.client.url}: {type(exc).__name__}: {exc}", url=self.client.url
+            ) from None
         if exc is None or not isinstance(exc, httpx.TransportError):
             return False
         where = f"{self.method} {self.client.url}{self.path}"
         scrub = self.client.secrets.scrub
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-            raise Retryable(scrub(f"cannot connect to {self.client.url} ({type(exc).__name__}: {exc or 'refused'})"),
-                            connection=True) from None
+            raise Retryable(
+                scrub(f"cannot connect to {self.client.url} ({type(exc).__name__}: {exc or 'refused'})"),
+                connection=True,
+            ) from None
         if isinstance(exc, httpx.TimeoutException):
             raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}") from None
         raise Retryable(scrub(f"connection lost during {where} ({type(exc).__name__}: {exc or 'closed'})")) from None

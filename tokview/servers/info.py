@@ -30,10 +30,15 @@ class ServerInfo:
     """The longest prompt + output the server takes, in tokens, as it reports it (None: not reported)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "kind": self.kind, "version": self.version, "model": self.model,
-                "max_model_len": self.max_model_len, "features": dict(self.features)}
+        return {
+            "url": self.url,
+            "kind": self.kind,
+            "version": self.version,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "features": dict(self.features),
+        }
 
     def stamp(self) -> dict[str, Any]:
         """The Capture fields that say which server made it."""
-        return {"server_url": self.url, "server_kind": self.kind, "server_version": self.version,
-                "model": self.model}
+        return {"server_url": self.url, "server_kind": self.kind, "server_version": self.version, "model": self.model}

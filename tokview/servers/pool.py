@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
@@ -49,10 +50,22 @@ class _Server:
 
 
 class ServerPool:
-    def __init__(self, urls: list[str] | str, backend: str = "auto", tokenizer: "TokenizerAdapter | None" = None,
-                 profile: ModelProfile | None = None, concurrency: int = 8, timeout: float = 60.0, retries: int = 3,
-                 *, backoff: float = 0.5, max_backoff: float = 30.0, evict_after: int = 3,
-                 reprobe_interval: float = 30.0, connect_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        urls: list[str] | str,
+        backend: str = "auto",
+        tokenizer: TokenizerAdapter | None = None,
+        profile: ModelProfile | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        retries: int = 3,
+        *,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        evict_after: int = 3,
+        reprobe_interval: float = 30.0,
+        connect_timeout: float | None = None,
+    ) -> None:
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
@@ -68,8 +81,10 @@ class ServerPool:
             parse_server_url(url)  # all of them before any client opens; ValueError with a one-line reason
         # ServerClient validates each URL (ValueError), strips credentials and reads TOKVIEW_API_KEY.
         self._servers = [
-            _Server(ServerClient(u, timeout=timeout, concurrency=self.concurrency, connect_timeout=connect_timeout),
-                    semaphore=asyncio.Semaphore(self.concurrency))
+            _Server(
+                ServerClient(u, timeout=timeout, concurrency=self.concurrency, connect_timeout=connect_timeout),
+                semaphore=asyncio.Semaphore(self.concurrency),
+            )
             for u in urls
         ]
         self._next = 0
@@ -90,7 +105,7 @@ class ServerPool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(s.client.aclose() for s in self._servers), return_exceptions=True)
 
-    async def __aenter__(self) -> "ServerPool":
+    async def __aenter__(self) -> ServerPool:
         await self.start()
         return self
 
@@ -100,8 +115,11 @@ class ServerPool:
     def server_info(self) -> list[dict[str, Any]]:
         out = []
         for s in self._servers:
-            d = s.info.to_dict() if s.info else {"url": s.client.url, "kind": "unknown", "version": None,
-                                                 "model": None, "features": {}}
+            d = (
+                s.info.to_dict()
+                if s.info
+                else {"url": s.client.url, "kind": "unknown", "version": None, "model": None, "features": {}}
+            )
             d.update(healthy=s.healthy, last_error=s.last_error, notes=list(s.client.notes))
             out.append(d)
         return out
@@ -110,8 +128,9 @@ class ServerPool:
     async def capture(self, request: CaptureRequest) -> Capture:
         """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
         settings = resolve_settings(request.settings, self.profile)
-        return await self.call(lambda client, info: capture_on(client, info, self.backend, request, settings,
-                                                               self.tokenizer))
+        return await self.call(
+            lambda client, info: capture_on(client, info, self.backend, request, settings, self.tokenizer)
+        )
 
     async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]]) -> T:
         """Run one request function on a picked server, with the pool's retries, eviction and caps.
@@ -151,8 +170,9 @@ class ServerPool:
             raise Retryable(f"no healthy server ({reasons})")
         n = len(self._servers)
         order = [self._servers[(self._next + k) % n] for k in range(n)]
-        choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or \
-            next(s for s in order if s.healthy)
+        choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or next(
+            s for s in order if s.healthy
+        )
         self._next = (self._servers.index(choice) + 1) % n
         return choice
 
@@ -179,9 +199,11 @@ class ServerPool:
             if server.info is None:
                 info = await detect(server.client, self.probe_policy, self.profile, self._probe_prompt_ids())
                 if info.kind == "unknown" and self.backend == "auto":
-                    raise CaptureFailed(f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
-                                        f"info endpoints say: give the server's root URL (not an API sub-path) or "
-                                        f"pass --backend sglang|vllm")
+                    raise CaptureFailed(
+                        f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
+                        f"info endpoints say: give the server's root URL (not an API sub-path) or "
+                        f"pass --backend sglang|vllm"
+                    )
                 server.info = info
             elif not await health(server.client):
                 raise ServerUnreachable(f"{server.client.url} is still not answering")
@@ -196,7 +218,8 @@ class ServerPool:
         if self.tokenizer is None or self.profile is None:
             return None
         try:
-            return self.tokenizer.render([{"role": "user", "content": "hi"}],
-                                         template_kwargs=self.profile.template_kwargs(True))
+            return self.tokenizer.render(
+                [{"role": "user", "content": "hi"}], template_kwargs=self.profile.template_kwargs(True)
+            )
         except ValueError:
             return None

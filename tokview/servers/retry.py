@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from tokview.servers.errors import CaptureFailed, Retryable
 
@@ -32,11 +33,12 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        base = min(self.max_backoff, self.backoff * (2 ** attempt))
+        base = min(self.max_backoff, self.backoff * (2**attempt))
         return max(0.0, base * (1 + self.rng.uniform(-self.jitter, self.jitter)))
 
-    async def run(self, attempt_fn: Callable[[], Awaitable[T]],
-                  on_retryable: Callable[[Retryable], None] | None = None) -> T:
+    async def run(
+        self, attempt_fn: Callable[[], Awaitable[T]], on_retryable: Callable[[Retryable], None] | None = None
+    ) -> T:
         """Call `attempt_fn` until it succeeds, fails for good, or the retries are spent."""
         last: Retryable | None = None
         for attempt in range(self.retries + 1):

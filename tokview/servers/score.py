@@ -35,20 +35,32 @@ class TargetScore:
 
 
 def sglang_score_body(ids: list[int], top_k: int) -> dict[str, Any]:
-    return {"input_ids": ids, "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
-            "return_logprob": True, "logprob_start_len": 0, "top_logprobs_num": top_k, "stream": False}
+    return {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": top_k,
+        "stream": False,
+    }
 
 
 def vllm_score_body(ids: list[int], top_k: int, model: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": max(1, top_k),
-                            "return_token_ids": True}
+    body: dict[str, Any] = {
+        "prompt": ids,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": max(1, top_k),
+        "return_token_ids": True,
+    }
     if model:
         body["model"] = model
     return body
 
 
-async def score_on(client: ServerClient, info: ServerInfo, backend: str, prompt_ids: list[int],
-                   output_ids: list[int], top_k: int = 0) -> TargetScore:
+async def score_on(
+    client: ServerClient, info: ServerInfo, backend: str, prompt_ids: list[int], output_ids: list[int], top_k: int = 0
+) -> TargetScore:
     """One scoring request on one server (retries are the pool's business)."""
     if not output_ids:
         raise CaptureFailed("the sample has no output ids to score")
@@ -73,8 +85,9 @@ async def score_on(client: ServerClient, info: ServerInfo, backend: str, prompt_
                 raise Retryable(f"malformed response from {where}: expected an object with choices")
             choice = object_of(choices[0], where, "choices[0]")
             if choice.get("prompt_logprobs") is None:
-                raise CaptureFailed(f"{where} returned no prompt_logprobs: this server cannot score stored samples",
-                                    url=client.url)
+                raise CaptureFailed(
+                    f"{where} returned no prompt_logprobs: this server cannot score stored samples", url=client.url
+                )
             found = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, start, top_k)
     except lp.LogprobShapeError as exc:
         raise CaptureFailed(f"cannot score on {client.url}: {exc}", url=client.url) from None

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -20,8 +21,9 @@ from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_finish, normalize_usage, pick_reasoning
 
 
-def generate_body(prompt_ids: list[int], settings: dict[str, Any], *, stream: bool = False,
-                  skip_special_tokens: bool = False) -> dict[str, Any]:
+def generate_body(
+    prompt_ids: list[int], settings: dict[str, Any], *, stream: bool = False, skip_special_tokens: bool = False
+) -> dict[str, Any]:
     sampling: dict[str, Any] = {
         "max_new_tokens": settings["max_new_tokens"],
         "temperature": settings["temperature"],
@@ -37,12 +39,15 @@ def generate_body(prompt_ids: list[int], settings: dict[str, Any], *, stream: bo
     return body
 
 
-def logprob_fields(found: "lp.TokenLogprobs | None") -> dict[str, Any]:
+def logprob_fields(found: lp.TokenLogprobs | None) -> dict[str, Any]:
     """Capture fields for the sampled logprobs and top-K alternatives (all None when none came back)."""
     if found is None:
         return {"output_logprobs": None, "output_top_ids": None, "output_top_logprobs": None}
-    return {"output_logprobs": found.logprobs, "output_top_ids": found.top_ids,
-            "output_top_logprobs": found.top_logprobs}
+    return {
+        "output_logprobs": found.logprobs,
+        "output_top_ids": found.top_ids,
+        "output_top_logprobs": found.top_logprobs,
+    }
 
 
 def side_data(meta: dict[str, Any], output_ids: list[int], where: str) -> dict[str, Any]:
@@ -67,8 +72,7 @@ def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> s
             return "cumulative"
         if completion_tokens == concat_len:
             return "incremental"
-    extends = all(len(cur) >= len(prev) and cur[:len(prev)] == prev
-                  for prev, cur in zip(chunks_ids, chunks_ids[1:]))
+    extends = all(len(cur) >= len(prev) and cur[: len(prev)] == prev for prev, cur in itertools.pairwise(chunks_ids))
     return "cumulative" if extends else "incremental"
 
 
@@ -111,8 +115,10 @@ def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POS
     if not isinstance(data, dict) or "meta_info" not in data:
         raise Retryable(f"malformed response from {where}: expected an object with meta_info")
     if "output_ids" not in data:
-        raise CaptureFailed(f"{where} returned no output_ids: this SGLang build does not return ids "
-                            f"(upgrade SGLang, or start it with --skip-tokenizer-init)")
+        raise CaptureFailed(
+            f"{where} returned no output_ids: this SGLang build does not return ids "
+            f"(upgrade SGLang, or start it with --skip-tokenizer-init)"
+        )
     meta = object_of(data["meta_info"], where, "meta_info")
     raw_finish = meta.get("finish_reason")
     finish, matched = finish_of(raw_finish, where)
@@ -131,9 +137,15 @@ def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POS
     }
 
 
-async def capture_generate(client: ServerClient, info: ServerInfo, prompt_ids: list[int],
-                           settings: dict[str, Any], *, stream: bool = False,
-                           skip_special_tokens: bool = False) -> Capture:
+async def capture_generate(
+    client: ServerClient,
+    info: ServerInfo,
+    prompt_ids: list[int],
+    settings: dict[str, Any],
+    *,
+    stream: bool = False,
+    skip_special_tokens: bool = False,
+) -> Capture:
     body = generate_body(prompt_ids, settings, stream=stream, skip_special_tokens=skip_special_tokens)
     started = time.perf_counter()
     if not stream:
@@ -141,13 +153,20 @@ async def capture_generate(client: ServerClient, info: ServerInfo, prompt_ids: l
         fields, raw = capture_from_generate(data, prompt_ids), data
     else:
         fields, raw = await _generate_stream(client, body, prompt_ids)
-    return Capture(**fields, settings=settings, endpoint="sglang-generate",
-                   raw_request=client.audit_request("POST", "/generate", body), raw_response=raw,
-                   latency_s=time.perf_counter() - started, **info.stamp())
+    return Capture(
+        **fields,
+        settings=settings,
+        endpoint="sglang-generate",
+        raw_request=client.audit_request("POST", "/generate", body),
+        raw_response=raw,
+        latency_s=time.perf_counter() - started,
+        **info.stamp(),
+    )
 
 
-async def _generate_stream(client: ServerClient, body: dict[str, Any],
-                           prompt_ids: list[int]) -> tuple[dict[str, Any], Any]:
+async def _generate_stream(
+    client: ServerClient, body: dict[str, Any], prompt_ids: list[int]
+) -> tuple[dict[str, Any], Any]:
     chunks: list[dict[str, Any]] = []
     async for chunk in client.stream_sse("/generate", body):
         if "output_ids" not in chunk and "text" not in chunk:
@@ -172,8 +191,9 @@ async def _generate_stream(client: ServerClient, body: dict[str, Any],
         text = "".join(t or "" for t in texts)
         raw = {"stream": True, "mode": mode, "n_chunks": len(chunks), "chunks": chunks}
         last_meta = {**last_meta, **incremental_logprobs(chunks, where)}
-    fields = capture_from_generate({"output_ids": output_ids, "text": text, "meta_info": last_meta}, prompt_ids,
-                                   where=where)
+    fields = capture_from_generate(
+        {"output_ids": output_ids, "text": text, "meta_info": last_meta}, prompt_ids, where=where
+    )
     return fields, raw
 
 
@@ -191,8 +211,9 @@ def incremental_logprobs(chunks: list[dict[str, Any]], where: str) -> dict[str, 
 CHAT_ID_FIELDS = ("token_ids", "response_token_ids")
 
 
-def chat_body(messages: list[dict[str, Any]] | None, prompt_ids: list[int] | None, settings: dict[str, Any],
-              model: str | None) -> dict[str, Any]:
+def chat_body(
+    messages: list[dict[str, Any]] | None, prompt_ids: list[int] | None, settings: dict[str, Any], model: str | None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": messages or [],
         "max_tokens": settings["max_new_tokens"],
@@ -257,16 +278,26 @@ def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str,
     return {
         "spec_decode": None if spec is None else spec.to_dict(),
         **chat_logprob_fields(choice.get("logprobs"), output, where, logprobs_asked),
-        "prompt_ids": prompt, "output_ids": output, "finish_reason": finish, "matched_stop": matched,
+        "prompt_ids": prompt,
+        "output_ids": output,
+        "finish_reason": finish,
+        "matched_stop": matched,
         "reasoning": text_of(reasoning, where, f"message.{field_name}"),
-        "content": text_of(message.get("content"), where, "message.content"), "reasoning_field": field_name,
+        "content": text_of(message.get("content"), where, "message.content"),
+        "reasoning_field": field_name,
         "usage": normalize_usage(data.get("usage")),
     }
 
 
-async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[dict[str, Any]] | None,
-                       prompt_ids: list[int] | None, settings: dict[str, Any], *,
-                       require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+async def capture_chat(
+    client: ServerClient,
+    info: ServerInfo,
+    messages: list[dict[str, Any]] | None,
+    prompt_ids: list[int] | None,
+    settings: dict[str, Any],
+    *,
+    require_ids: bool = True,
+) -> tuple[Capture, list[int] | None]:
     """SGLang chat, non-streaming only: SGLang refuses ids on a chat stream (HTTP 400).
 
     Returns the capture and the output ids exactly as returned (None when the build sent none).
@@ -275,23 +306,41 @@ async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[di
     started = time.perf_counter()
     data = await client.post_json("/v1/chat/completions", body)
     fields = parse_chat(data, "POST /v1/chat/completions")
-    return finish_chat_capture(fields, require_ids, client, info, body, data, settings, messages,
-                               "sglang-chat", time.perf_counter() - started)
+    return finish_chat_capture(
+        fields, require_ids, client, info, body, data, settings, messages, "sglang-chat", time.perf_counter() - started
+    )
 
 
-def finish_chat_capture(fields: dict[str, Any], require_ids: bool, client: ServerClient, info: ServerInfo,
-                        body: dict[str, Any], raw: Any, settings: dict[str, Any],
-                        messages: list[dict[str, Any]] | None, endpoint: str,
-                        latency: float) -> tuple[Capture, list[int] | None]:
+def finish_chat_capture(
+    fields: dict[str, Any],
+    require_ids: bool,
+    client: ServerClient,
+    info: ServerInfo,
+    body: dict[str, Any],
+    raw: Any,
+    settings: dict[str, Any],
+    messages: list[dict[str, Any]] | None,
+    endpoint: str,
+    latency: float,
+) -> tuple[Capture, list[int] | None]:
     returned = fields["output_ids"]
-    if fields["output_ids"] is None or fields["prompt_ids"] is None:
-        if require_ids:
-            raise CaptureFailed("the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
-                                "response_token_ids): this server build cannot give exact ids on chat; use the "
-                                "raw path (SGLang /generate, vLLM /v1/completions)", url=client.url)
+    if (fields["output_ids"] is None or fields["prompt_ids"] is None) and require_ids:
+        raise CaptureFailed(
+            "the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
+            "response_token_ids): this server build cannot give exact ids on chat; use the "
+            "raw path (SGLang /generate, vLLM /v1/completions)",
+            url=client.url,
+        )
     fields["prompt_ids"] = list(fields["prompt_ids"] or [])
     fields["output_ids"] = list(fields["output_ids"] or [])
-    capture = Capture(**fields, settings=settings, messages=messages, endpoint=endpoint,
-                      raw_request=client.audit_request("POST", "/v1/chat/completions", body), raw_response=raw,
-                      latency_s=latency, **info.stamp())
+    capture = Capture(
+        **fields,
+        settings=settings,
+        messages=messages,
+        endpoint=endpoint,
+        raw_request=client.audit_request("POST", "/v1/chat/completions", body),
+        raw_response=raw,
+        latency_s=latency,
+        **info.stamp(),
+    )
     return capture, returned

@@ -108,9 +108,11 @@ def credential_notes(parts: ServerURL, api_key: str | None) -> list[str]:
     user is told so instead of the bearer token vanishing without a word."""
     if parts.auth is None or not api_key:
         return []
-    return [f"{parts.url}: user:password in the URL and TOKVIEW_API_KEY are both set; a request carries one "
-            f"Authorization header, so tokview sends the URL's user:password (Basic auth) and NOT the "
-            f"TOKVIEW_API_KEY bearer token (unset TOKVIEW_API_KEY, or drop user:password from the URL, to choose)"]
+    return [
+        f"{parts.url}: user:password in the URL and TOKVIEW_API_KEY are both set; a request carries one "
+        f"Authorization header, so tokview sends the URL's user:password (Basic auth) and NOT the "
+        f"TOKVIEW_API_KEY bearer token (unset TOKVIEW_API_KEY, or drop user:password from the URL, to choose)"
+    ]
 
 
 def public_url(url: str) -> str:
@@ -129,7 +131,7 @@ class Secrets:
     `'pw'`, `=pw`), since replacing every `p4` or `a` in a message would garble it."""
 
     @classmethod
-    def for_server(cls, parts: ServerURL, api_key: str | None) -> "Secrets":
+    def for_server(cls, parts: ServerURL, api_key: str | None) -> Secrets:
         found: list[str] = []
         if api_key:
             found.append(api_key)
@@ -143,8 +145,10 @@ class Secrets:
             token = base64.b64encode(pair.encode("utf-8")).decode("ascii")
             found += [pair, token, token.rstrip("=")]
         short = {v for v in found if 0 < len(v) < 3}
-        return cls(tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)),
-                   tuple(sorted(short, key=len, reverse=True)))
+        return cls(
+            tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)),
+            tuple(sorted(short, key=len, reverse=True)),
+        )
 
     def scrub(self, text: str) -> str:
         for value in self.values:
@@ -163,7 +167,8 @@ def _mask_auth_value(match: re.Match[str]) -> str:
     token = match.group(3)
     tail = token[1:]
     looks_like_token = any(c.isdigit() or c in "+/=" for c in token) or (
-        any(c.isupper() for c in tail) and any(c.islower() for c in tail))
+        any(c.isupper() for c in tail) and any(c.islower() for c in tail)
+    )
     return f"{match.group(1)}{match.group(2)}{MASK}" if looks_like_token else match.group(0)
 
 

@@ -18,15 +18,27 @@ from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.sglang import (chat_logprob_fields, finish_chat_capture, finish_of, ids_of, logprob_fields,
-                                    object_of, parse_chat, text_of)
+from tokview.servers.sglang import (
+    chat_logprob_fields,
+    finish_chat_capture,
+    finish_of,
+    ids_of,
+    logprob_fields,
+    object_of,
+    parse_chat,
+    text_of,
+)
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 
 
 def _sampling(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"max_tokens": settings["max_new_tokens"], "temperature": settings["temperature"],
-                            "top_p": settings["top_p"], "return_token_ids": True}
+    body: dict[str, Any] = {
+        "max_tokens": settings["max_new_tokens"],
+        "temperature": settings["temperature"],
+        "top_p": settings["top_p"],
+        "return_token_ids": True,
+    }
     if model:
         body["model"] = model
     if settings.get("seed") is not None:
@@ -34,10 +46,15 @@ def _sampling(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
     return body
 
 
-def chat_body(messages: list[dict[str, Any]], settings: dict[str, Any], model: str | None,
-              stream: bool) -> dict[str, Any]:
-    body = {"messages": messages, **_sampling(settings, model),
-            "chat_template_kwargs": settings["chat_template_kwargs"], "stream": stream}
+def chat_body(
+    messages: list[dict[str, Any]], settings: dict[str, Any], model: str | None, stream: bool
+) -> dict[str, Any]:
+    body = {
+        "messages": messages,
+        **_sampling(settings, model),
+        "chat_template_kwargs": settings["chat_template_kwargs"],
+        "stream": stream,
+    }
     if settings.get("logprobs") is not None:  # ids, not strings: two tokens can print the same
         body.update(logprobs=True, top_logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
     if stream:
@@ -45,13 +62,22 @@ def chat_body(messages: list[dict[str, Any]], settings: dict[str, Any], model: s
     return body
 
 
-async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[dict[str, Any]] | None,
-                       settings: dict[str, Any], *, stream: bool = False,
-                       require_ids: bool = True) -> tuple[Capture, list[int] | None]:
+async def capture_chat(
+    client: ServerClient,
+    info: ServerInfo,
+    messages: list[dict[str, Any]] | None,
+    settings: dict[str, Any],
+    *,
+    stream: bool = False,
+    require_ids: bool = True,
+) -> tuple[Capture, list[int] | None]:
     """The parsed chat path; returns the capture and the output ids as returned (None if none)."""
     if not messages:
-        raise CaptureFailed("vLLM's chat endpoint needs messages (it takes no prompt ids): use mode raw "
-                            "(/v1/completions with a token-id prompt)", url=client.url)
+        raise CaptureFailed(
+            "vLLM's chat endpoint needs messages (it takes no prompt ids): use mode raw "
+            "(/v1/completions with a token-id prompt)",
+            url=client.url,
+        )
     body = chat_body(messages, settings, info.model, stream)
     started = time.perf_counter()
     if stream:
@@ -61,12 +87,14 @@ async def capture_chat(client: ServerClient, info: ServerInfo, messages: list[di
     else:
         raw = await client.post_json("/v1/chat/completions", body)
         fields = parse_chat(raw, "POST /v1/chat/completions", "logprobs" in body)
-    return finish_chat_capture(fields, require_ids, client, info, body, raw, settings, messages, "vllm-chat",
-                               time.perf_counter() - started)
+    return finish_chat_capture(
+        fields, require_ids, client, info, body, raw, settings, messages, "vllm-chat", time.perf_counter() - started
+    )
 
 
-def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)",
-                      logprobs_asked: bool = False) -> dict[str, Any]:
+def merge_chat_stream(
+    chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)", logprobs_asked: bool = False
+) -> dict[str, Any]:
     """Fold chat chunks into one answer: prompt ids from the first, id and text deltas after.
 
     Any shape no server sends (a choice that is not an object, ids that are not integers, a text
@@ -113,30 +141,53 @@ def merge_chat_stream(chunks: list[dict[str, Any]], where: str = "POST /v1/chat/
                 finish, _ = finish_of(choice["finish_reason"], where)
                 matched = choice.get("matched_stop", choice.get("stop_reason"))
     field_name = next((k for k in REASONING_KEYS if texts[k]), None) or next(
-        (k for k in REASONING_KEYS if k in seen_keys), None)
+        (k for k in REASONING_KEYS if k in seen_keys), None
+    )
     reasoning = "".join(texts[field_name]) if field_name and texts[field_name] else None
     content = "".join(texts["content"]) if texts["content"] else None
     if prompt_ids is not None:
         ids_of(prompt_ids, where, "prompt_token_ids")
     output = output_ids if saw_ids else None
-    side = chat_logprob_fields(None if logprob_entries is None else {"content": logprob_entries}, output, where,
-                               logprobs_asked)
-    return {"prompt_ids": prompt_ids, "output_ids": output, "finish_reason": finish,
-            "matched_stop": matched, "reasoning": reasoning, "content": content, "reasoning_field": field_name,
-            "usage": normalize_usage(usage), "spec_decode": None if spec is None else spec.to_dict(), **side}
+    side = chat_logprob_fields(
+        None if logprob_entries is None else {"content": logprob_entries}, output, where, logprobs_asked
+    )
+    return {
+        "prompt_ids": prompt_ids,
+        "output_ids": output,
+        "finish_reason": finish,
+        "matched_stop": matched,
+        "reasoning": reasoning,
+        "content": content,
+        "reasoning_field": field_name,
+        "usage": normalize_usage(usage),
+        "spec_decode": None if spec is None else spec.to_dict(),
+        **side,
+    }
 
 
-def completions_body(prompt_ids: list[int], settings: dict[str, Any], model: str | None, *,
-                     skip_special_tokens: bool = False) -> dict[str, Any]:
-    body = {"prompt": list(prompt_ids), **_sampling(settings, model), "skip_special_tokens": skip_special_tokens,
-            "include_stop_str_in_output": True, "stream": False}
+def completions_body(
+    prompt_ids: list[int], settings: dict[str, Any], model: str | None, *, skip_special_tokens: bool = False
+) -> dict[str, Any]:
+    body = {
+        "prompt": list(prompt_ids),
+        **_sampling(settings, model),
+        "skip_special_tokens": skip_special_tokens,
+        "include_stop_str_in_output": True,
+        "stream": False,
+    }
     if settings.get("logprobs") is not None:
         body.update(logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
     return body
 
 
-async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids: list[int],
-                              settings: dict[str, Any], *, skip_special_tokens: bool = False) -> Capture:
+async def capture_completions(
+    client: ServerClient,
+    info: ServerInfo,
+    prompt_ids: list[int],
+    settings: dict[str, Any],
+    *,
+    skip_special_tokens: bool = False,
+) -> Capture:
     """The exact-id path on vLLM: our prompt ids in, the raw sampled ids out."""
     body = completions_body(prompt_ids, settings, info.model, skip_special_tokens=skip_special_tokens)
     started = time.perf_counter()
@@ -147,8 +198,10 @@ async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids
     choice = object_of(data["choices"][0], where, "choices[0]")
     output = choice.get("token_ids")
     if output is None:
-        raise CaptureFailed(f"{where} returned no token_ids: this vLLM build ignores return_token_ids "
-                            f"(it needs vLLM ≥0.10.2)", url=client.url)
+        raise CaptureFailed(
+            f"{where} returned no token_ids: this vLLM build ignores return_token_ids (it needs vLLM ≥0.10.2)",
+            url=client.url,
+        )
     output = ids_of(output, where, "token_ids")
     finish, _ = finish_of(choice.get("finish_reason"), where)
     try:
@@ -157,10 +210,18 @@ async def capture_completions(client: ServerClient, info: ServerInfo, prompt_ids
         raise Retryable(f"malformed response from {where}: {exc}") from None
     spec = spec_decode.from_vllm(data)
     return Capture(
-        spec_decode=None if spec is None else spec.to_dict(), **logprob_fields(found),
-        prompt_ids=list(prompt_ids), output_ids=list(output), finish_reason=finish,
-        matched_stop=choice.get("stop_reason"), text=text_of(choice.get("text"), where, "text"),
-        usage=normalize_usage(data.get("usage")), settings=settings, endpoint="vllm-completions",
-        raw_request=client.audit_request("POST", "/v1/completions", body), raw_response=data,
-        latency_s=time.perf_counter() - started, **info.stamp(),
+        spec_decode=None if spec is None else spec.to_dict(),
+        **logprob_fields(found),
+        prompt_ids=list(prompt_ids),
+        output_ids=list(output),
+        finish_reason=finish,
+        matched_stop=choice.get("stop_reason"),
+        text=text_of(choice.get("text"), where, "text"),
+        usage=normalize_usage(data.get("usage")),
+        settings=settings,
+        endpoint="vllm-completions",
+        raw_request=client.audit_request("POST", "/v1/completions", body),
+        raw_response=data,
+        latency_s=time.perf_counter() - started,
+        **info.stamp(),
     )

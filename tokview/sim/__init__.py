@@ -9,5 +9,15 @@ from tokview.sim.config import FAULTS, QUIRKS, SimConfig, SimConfigError, parse_
 from tokview.sim.model import Generation, SimModel
 from tokview.sim.server import Simulator, launch, start_simulator
 
-__all__ = ["FAULTS", "QUIRKS", "Generation", "SimConfig", "SimConfigError", "SimModel", "Simulator", "launch",
-           "parse_quirk", "start_simulator"]
+__all__ = [
+    "FAULTS",
+    "QUIRKS",
+    "Generation",
+    "SimConfig",
+    "SimConfigError",
+    "SimModel",
+    "Simulator",
+    "launch",
+    "parse_quirk",
+    "start_simulator",
+]

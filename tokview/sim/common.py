@@ -13,8 +13,9 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -42,8 +43,12 @@ class SimStats:
         return sum(self.requests.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "generation": self.generation, "requests": dict(self.requests),
-                "faults": dict(self.faults)}
+        return {
+            "total": self.total,
+            "generation": self.generation,
+            "requests": dict(self.requests),
+            "faults": dict(self.faults),
+        }
 
 
 class SimState:
@@ -64,8 +69,9 @@ class SimState:
     def dist(self) -> SimDistribution:
         """The token distribution behind logprobs and scoring (built on first use)."""
         if self._dist is None:
-            self._dist = SimDistribution(self.tokenizer, [self.profile.think_open_id, self.profile.think_close_id,
-                                                          *self.profile.stop_ids])
+            self._dist = SimDistribution(
+                self.tokenizer, [self.profile.think_open_id, self.profile.think_close_id, *self.profile.stop_ids]
+            )
         return self._dist
 
     @property
@@ -93,10 +99,12 @@ class SimState:
         key = self.profile.thinking_kwarg
         return not (key and kwargs.get(key) is False)
 
-    def render(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None,
-               add_generation_prompt: bool = True) -> list[int]:
-        return self.tokenizer.render(messages, add_generation_prompt=add_generation_prompt,
-                                     template_kwargs=template_kwargs or {})
+    def render(
+        self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None, add_generation_prompt: bool = True
+    ) -> list[int]:
+        return self.tokenizer.render(
+            messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs or {}
+        )
 
 
 def now() -> int:

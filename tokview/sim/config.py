@@ -19,9 +19,9 @@ KINDS = ("vllm", "sglang")
 BEHAVIOUR_QUIRKS: dict[str, str] = {
     "vllm-pre-0.16": "vLLM puts reasoning in `reasoning_content` instead of `reasoning` (builds before 0.16)",
     "no-id-fields": "no token-id fields at all (vLLM before 0.10.2, SGLang chat before return_token_ids, "
-                    "old SGLang /generate without output_ids)",
+    "old SGLang /generate without output_ids)",
     "prompt-prefix-bug": "SGLang /generate output_ids begin with the last prompt ids (sglang #17240); "
-                         "value = how many (default 5)",
+    "value = how many (default 5)",
     "parser-all-reasoning": "the reasoning parser puts the whole output in the reasoning field",
     "sglang-chat-ids": "SGLang chat id field name: response_token_ids (0.5.23, default) or token_ids",
     "incremental-streaming": "SGLang /generate streams delta text/output_ids (--incremental-streaming-output)",
@@ -36,7 +36,7 @@ FAULTS: dict[str, str] = {
     "http-503": "HTTP 503 with an error body",
     "http-429": "HTTP 429 with `Retry-After: 0`",
     "malformed-json": "HTTP 200 whose body (or first SSE chunk) is not valid JSON",
-    "stream-error": "a streamed response sends a few chunks, then an {\"error\": ...} chunk and [DONE]",
+    "stream-error": 'a streamed response sends a few chunks, then an {"error": ...} chunk and [DONE]',
 }
 FAULT_ORDER = tuple(FAULTS)
 QUIRKS: dict[str, str] = {**BEHAVIOUR_QUIRKS, **FAULTS}
@@ -86,8 +86,14 @@ class SimConfig:
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
                 raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
         latency = self.quirks.get("latency", 0)
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) \
-                or latency < 0 or not math.isfinite(self.latency_s) or self.latency_s < 0:
+        if (
+            isinstance(latency, bool)
+            or not isinstance(latency, (int, float))
+            or not math.isfinite(latency)
+            or latency < 0
+            or not math.isfinite(self.latency_s)
+            or self.latency_s < 0
+        ):
             raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
         if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 2:
             raise SimConfigError(f"max_model_len must be a whole number of at least 2, got {self.max_model_len!r}")
@@ -96,11 +102,14 @@ class SimConfig:
         if self.tokenizer_dir is not None:
             self.tokenizer_dir = Path(self.tokenizer_dir)
         from tokview.sim.spec import SPEC_DECODE_MODES
+
         if self.spec_decode is not None and self.spec_decode not in SPEC_DECODE_MODES:
             raise SimConfigError(f"unknown --spec-decode {self.spec_decode!r} (known: {', '.join(SPEC_DECODE_MODES)})")
         if self.spec_decode is not None and not self.spec_decode.startswith(self.kind):
-            raise SimConfigError(f"--spec-decode {self.spec_decode} is a {self.spec_decode.split('-')[0]} mode, "
-                                 f"not for a {self.kind} simulator")
+            raise SimConfigError(
+                f"--spec-decode {self.spec_decode} is a {self.spec_decode.split('-')[0]} mode, "
+                f"not for a {self.kind} simulator"
+            )
 
     @property
     def server_version(self) -> str:

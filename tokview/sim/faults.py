@@ -75,8 +75,9 @@ def error_body(kind: str, status: int, message: str, err_type: str) -> dict[str,
     return {"error": {"message": message, "type": err_type, "param": None, "code": status}}
 
 
-def error_response(kind: str, status: int, message: str, err_type: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    kind: str, status: int, message: str, err_type: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(kind, status, message, err_type), status_code=status, headers=headers)
 
 
@@ -85,11 +86,17 @@ def http_fault_response(kind: str, fault: str) -> Response | None:
     if fault == "http-500":
         return error_response(kind, 500, "simulated internal server error (fault http-500)", "InternalServerError")
     if fault == "http-503":
-        return error_response(kind, 503, "simulated overload: service unavailable (fault http-503)",
-                              "ServiceUnavailable")
+        return error_response(
+            kind, 503, "simulated overload: service unavailable (fault http-503)", "ServiceUnavailable"
+        )
     if fault == "http-429":
-        return error_response(kind, 429, "simulated rate limit: too many requests (fault http-429)",
-                              "TooManyRequests", headers={"Retry-After": "0"})
+        return error_response(
+            kind,
+            429,
+            "simulated rate limit: too many requests (fault http-429)",
+            "TooManyRequests",
+            headers={"Retry-After": "0"},
+        )
     return None
 
 
@@ -111,8 +118,7 @@ class DroppedResponse(Response):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": self.body[: max(1, len(self.body) // 2)],
-                    "more_body": True})
+        await send({"type": "http.response.body", "body": self.body[: max(1, len(self.body) // 2)], "more_body": True})
         raise ConnectionDropped("simulated dropped connection (fault drop-connection)")
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from tokview.core.profiles import ModelProfile
 
@@ -69,8 +70,9 @@ def request_seed(prompt_ids: Sequence[int], seed: Any, base_seed: int = 0) -> in
 class SimModel:
     """Produces output ids for prompt ids, for one tokenizer and profile."""
 
-    def __init__(self, tokenizer: Any, profile: ModelProfile, *, output_tokens: int | None = None,
-                 base_seed: int = 0) -> None:
+    def __init__(
+        self, tokenizer: Any, profile: ModelProfile, *, output_tokens: int | None = None, base_seed: int = 0
+    ) -> None:
         self.tokenizer = tokenizer
         self.profile = profile
         self.output_tokens = output_tokens
@@ -96,8 +98,9 @@ class SimModel:
         return "open"
 
     # -- text ------------------------------------------------------------------------------
-    def _sentences_ids(self, rng: random.Random, bank: tuple[str, ...], n_sentences: int,
-                       target: int | None, prefix: str, suffix: str) -> list[int]:
+    def _sentences_ids(
+        self, rng: random.Random, bank: tuple[str, ...], n_sentences: int, target: int | None, prefix: str, suffix: str
+    ) -> list[int]:
         """Encode a few seeded sentences; with `target`, exactly that many ids."""
         if target is None:
             chosen = [bank[rng.randrange(len(bank))] for _ in range(n_sentences)]
@@ -116,23 +119,31 @@ class SimModel:
         total = self.output_tokens
         nl = self.newlines
         if mode == "closed":
-            answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2),
-                                         None if total is None else total - 1, "", "")
+            answer = self._sentences_ids(
+                rng, ANSWER_SENTENCES, rng.randint(1, 2), None if total is None else total - 1, "", ""
+            )
             return answer + [self.stop_id]
         head = [self.open_id] if mode == "open" and self.open_id is not None else []
         answer_target = reasoning_target = None
         if total is not None:
             answer_target = max(1, min(64, total // 8))
             reasoning_target = max(1, total - answer_target - 2 - len(head))
-        reasoning = self._sentences_ids(rng, REASONING_SENTENCES, rng.randint(2, 4), reasoning_target,
-                                        "\n" if nl else "", "\n" if nl else "")
-        answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2), answer_target,
-                                     "\n\n" if nl else "", "")
+        reasoning = self._sentences_ids(
+            rng, REASONING_SENTENCES, rng.randint(2, 4), reasoning_target, "\n" if nl else "", "\n" if nl else ""
+        )
+        answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2), answer_target, "\n\n" if nl else "", "")
         closer = [self.close_id] if self.close_id is not None else []
         return head + reasoning + closer + answer + [self.stop_id]
 
-    def generate(self, prompt_ids: Sequence[int], *, seed: Any = None, max_tokens: int | None = None,
-                 stop_token_ids: Sequence[int] = (), ignore_eos: bool = False) -> Generation:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        seed: Any = None,
+        max_tokens: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+    ) -> Generation:
         """Generate like a server would: stop at the first stop id, or cut at `max_tokens`."""
         s = request_seed(prompt_ids, seed, self.base_seed)
         out = self.natural_output(prompt_ids, s)

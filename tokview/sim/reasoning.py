@@ -8,7 +8,7 @@ either way (vllm_chat_kimi_k2.json). Both leave the delimiter ids in the id fiel
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -40,8 +40,9 @@ def sglang_stream_regions(pieces: Sequence[str], thinking: bool) -> list[str]:
     return regions
 
 
-def vllm_id_regions(output_ids: Sequence[int], open_id: int | None, close_id: int | None,
-                    thinking: bool, all_reasoning: bool = False) -> list[str]:
+def vllm_id_regions(
+    output_ids: Sequence[int], open_id: int | None, close_id: int | None, thinking: bool, all_reasoning: bool = False
+) -> list[str]:
     """Per id: `reasoning`, `content` or `delim`, split on the delimiter ids (vLLM kimi_k2)."""
     if not thinking:
         return ["content"] * len(output_ids)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -92,7 +93,7 @@ class Simulator:
         self._server.should_exit = True
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> "Simulator":
+    def __enter__(self) -> Simulator:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -115,11 +116,11 @@ def launch(cfg: SimConfig) -> Simulator:
         raise OSError(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(state), log_level="warning", lifespan="off", access_log=False,
-                            timeout_graceful_shutdown=1, ws="none")
+    config = uvicorn.Config(
+        build_app(state), log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=1, ws="none"
+    )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"tokview-sim-{port}",
-                              daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"tokview-sim-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:

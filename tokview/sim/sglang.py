@@ -19,6 +19,7 @@ from tokview.sim import common, faults, spec
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 
+
 def routes(state: SimState) -> list[Route]:
     cfg = state.cfg
 
@@ -26,35 +27,65 @@ def routes(state: SimState) -> list[Route]:
         return Response(status_code=200)
 
     async def model_info(request: Request) -> Response:
-        return JSONResponse({
-            "model_path": cfg.model_name, "tokenizer_path": str(state.tokenizer.source or ""),
-            "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-            "has_image_understanding": False, "has_audio_understanding": False,
-            "served_model_name": cfg.model_name, "simulator": True,
-            "simulator_note": "tokview sim: a loopback simulator, not a real model",
-        })
+        return JSONResponse(
+            {
+                "model_path": cfg.model_name,
+                "tokenizer_path": str(state.tokenizer.source or ""),
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "served_model_name": cfg.model_name,
+                "simulator": True,
+                "simulator_note": "tokview sim: a loopback simulator, not a real model",
+            }
+        )
 
     async def server_info(request: Request) -> Response:
-        return JSONResponse({
-            "version": cfg.server_version, "model_path": cfg.model_name, "served_model_name": cfg.model_name,
-            "tokenizer_path": str(state.tokenizer.source or ""), "reasoning_parser": state.profile.reasoning_parser,
-            "context_length": cfg.max_model_len, "skip_tokenizer_init": False,
-            "incremental_streaming_output": bool(cfg.quirk("incremental-streaming")),
-            "simulator": True,
-        })
+        return JSONResponse(
+            {
+                "version": cfg.server_version,
+                "model_path": cfg.model_name,
+                "served_model_name": cfg.model_name,
+                "tokenizer_path": str(state.tokenizer.source or ""),
+                "reasoning_parser": state.profile.reasoning_parser,
+                "context_length": cfg.max_model_len,
+                "skip_tokenizer_init": False,
+                "incremental_streaming_output": bool(cfg.quirk("incremental-streaming")),
+                "simulator": True,
+            }
+        )
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": cfg.model_name, "object": "model", "created": common.now(), "owned_by": "tokview-sim",
-            "root": cfg.model_name, "max_model_len": cfg.max_model_len, "simulator": True}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": cfg.model_name,
+                        "object": "model",
+                        "created": common.now(),
+                        "owned_by": "tokview-sim",
+                        "root": cfg.model_name,
+                        "max_model_len": cfg.max_model_len,
+                        "simulator": True,
+                    }
+                ],
+            }
+        )
 
     async def generate(request: Request) -> Response:
         body = await common.read_json(request, "sglang")
         if isinstance(body, Response):
             return body
         if "json" not in request.headers.get("content-type", ""):
-            return faults.error_response("sglang", 400, "1 validation error for GenerateReqInput: the body "
-                                         "must be sent with content-type: application/json", "BadRequest")
+            return faults.error_response(
+                "sglang",
+                400,
+                "1 validation error for GenerateReqInput: the body must be sent with content-type: application/json",
+                "BadRequest",
+            )
         try:
             prompts, batch = _generate_prompts(state, body)
             sp = body.get("sampling_params") or {}
@@ -71,15 +102,20 @@ def routes(state: SimState) -> list[Route]:
         seed = sp.get("sampling_seed", body.get("seed"))
         results = []
         for prompt in prompts:
-            gen = state.model.generate(prompt, seed=seed, max_tokens=max_new,
-                                       stop_token_ids=sp.get("stop_token_ids") or (),
-                                       ignore_eos=bool(sp.get("ignore_eos")))
+            gen = state.model.generate(
+                prompt,
+                seed=seed,
+                max_tokens=max_new,
+                stop_token_ids=sp.get("stop_token_ids") or (),
+                ignore_eos=bool(sp.get("ignore_eos")),
+            )
             results.append((prompt, gen))
         if stream:
             prompt, gen = results[0]
             events = _generate_events(state, body, prompt, gen, started)
-            return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
-                                                                   "(fault stream-error)"}})
+            return common.deliver_stream(
+                events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
+            )
         payload = [_generate_result(state, body, p, g, started) for p, g in results]
         return common.deliver_json(payload if batch else payload[0], fault)
 
@@ -109,12 +145,15 @@ def routes(state: SimState) -> list[Route]:
         return JSONResponse({"text": text})
 
     return [
-        Route("/health", health), Route("/health_generate", health),
-        Route("/get_model_info", model_info), Route("/get_server_info", server_info),
+        Route("/health", health),
+        Route("/health_generate", health),
+        Route("/get_model_info", model_info),
+        Route("/get_server_info", server_info),
         Route("/v1/models", models),
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ]
 
 
@@ -154,13 +193,27 @@ def _text_ids(gen: Generation, no_stop_trim: bool) -> list[int]:
     return gen.output_ids
 
 
-def _meta(state: SimState, prompt: list[int], n_out: int, finish: Any, rid: str, started: float | None,
-          reasoning_tokens: int = 0) -> dict[str, Any]:
+def _meta(
+    state: SimState,
+    prompt: list[int],
+    n_out: int,
+    finish: Any,
+    rid: str,
+    started: float | None,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "id": rid, "finish_reason": finish, "prompt_tokens": len(prompt), "weight_version": "default",
-        "num_retractions": 0, "reasoning_tokens": reasoning_tokens, "completion_tokens": n_out,
-        "cached_tokens": 0, "weight_versions": [{"version": "default", "start": 0, "end": n_out}],
-        "cached_tokens_details": None, "dp_rank": None,
+        "id": rid,
+        "finish_reason": finish,
+        "prompt_tokens": len(prompt),
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": reasoning_tokens,
+        "completion_tokens": n_out,
+        "cached_tokens": 0,
+        "weight_versions": [{"version": "default", "start": 0, "end": n_out}],
+        "cached_tokens_details": None,
+        "dp_rank": None,
     }
     if started is not None:
         meta["e2e_latency"] = round(time.monotonic() - started, 6)
@@ -176,8 +229,9 @@ def _output_ids_field(state: SimState, prompt: list[int], out: list[int]) -> lis
     return list(prompt[-n:]) + list(out)
 
 
-def _logprob_fields(state: SimState, body: dict[str, Any], prompt: list[int], out: list[int],
-                    first: int = 0) -> dict[str, Any]:
+def _logprob_fields(
+    state: SimState, body: dict[str, Any], prompt: list[int], out: list[int], first: int = 0
+) -> dict[str, Any]:
     """The logprob keys of meta_info for output positions [first, len(out)) (a stream chunk's slice).
 
     Positions are absolute (prompt + output), so scoring the stored sample gives the same values.
@@ -196,29 +250,35 @@ def _logprob_fields(state: SimState, body: dict[str, Any], prompt: list[int], ou
 
     fields: dict[str, Any] = {
         "output_token_logprobs": [triple(t, dist.logprob(n + p, t)) for p, t in enumerate(out) if p >= first],
-        "output_token_logprobs_length": len(out) - first}
+        "output_token_logprobs_length": len(out) - first,
+    }
     if k > 0:
         fields["output_top_logprobs"] = [top(n + p, t) for p, t in enumerate(out) if p >= first]
         if not out:  # nothing generated: the distribution of the next position (as SGLang 0.5.23 sends)
             fields["output_top_logprobs"] = [top(n, None)]
     start = body.get("logprob_start_len", -1)
     if isinstance(start, int) and start >= 0 and first == 0:
-        fields["input_token_logprobs"] = [triple(t, None if i == 0 else dist.logprob(i, t))
-                                          for i, t in enumerate(prompt) if i >= start]
+        fields["input_token_logprobs"] = [
+            triple(t, None if i == 0 else dist.logprob(i, t)) for i, t in enumerate(prompt) if i >= start
+        ]
         if k > 0:
             fields["input_top_logprobs"] = [None if i == 0 else top(i, t) for i, t in enumerate(prompt) if i >= start]
     return fields
 
 
-def _generate_result(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation,
-                     started: float) -> dict[str, Any]:
+def _generate_result(
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float
+) -> dict[str, Any]:
     sp = body.get("sampling_params") or {}
     text = state.decode(_text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
     meta = _meta(state, prompt, len(gen.output_ids), _finish(gen), common.new_id(), started)
     meta.update(_logprob_fields(state, body, prompt, gen.output_ids))
     meta.update(spec.sglang_meta(state.spec_decode, gen.output_ids))
-    result: dict[str, Any] = {"text": text, "output_ids": _output_ids_field(state, prompt, gen.output_ids),
-                              "meta_info": meta}
+    result: dict[str, Any] = {
+        "text": text,
+        "output_ids": _output_ids_field(state, prompt, gen.output_ids),
+        "meta_info": meta,
+    }
     if body.get("return_prompt_token_ids"):
         result["prompt_token_ids"] = list(prompt)
     if state.cfg.quirk("no-id-fields"):
@@ -227,8 +287,9 @@ def _generate_result(state: SimState, body: dict[str, Any], prompt: list[int], g
     return result
 
 
-def _generate_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation,
-                     started: float) -> list[str]:
+def _generate_events(
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float
+) -> list[str]:
     """One SSE chunk per token: cumulative text/ids by default, deltas with incremental-streaming."""
     sp = body.get("sampling_params") or {}
     skip = bool(sp.get("skip_special_tokens", True))
@@ -244,7 +305,7 @@ def _generate_events(state: SimState, body: dict[str, Any], prompt: list[int], g
     for k in range(1, n + 1):
         last = k == n
         if incremental:
-            text = texts[k][len(texts[k - 1]):] if texts[k].startswith(texts[k - 1]) else ""
+            text = texts[k][len(texts[k - 1]) :] if texts[k].startswith(texts[k - 1]) else ""
             ids = ids_field[: offset + 1] if k == 1 else [out[k - 1]]
         else:
             text, ids = texts[k], ids_field[: offset + k]
@@ -263,8 +324,9 @@ def _generate_events(state: SimState, body: dict[str, Any], prompt: list[int], g
 
 def _tokenize(state: SimState, body: dict[str, Any]) -> list[int]:
     if body.get("messages") is not None:
-        return state.render(body["messages"], body.get("chat_template_kwargs"),
-                            bool(body.get("add_generation_prompt", True)))
+        return state.render(
+            body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
+        )
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise ValueError("give prompt (a string) or messages")

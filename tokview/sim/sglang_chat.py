@@ -19,9 +19,9 @@ from tokview.sim.model import Generation
 from tokview.sim.reasoning import sglang_stream_regions, sglang_text_split
 from tokview.sim.sglang import _finish, _meta, _text_ids, _valid_ids
 
-STREAM_IDS_ERROR = ("{field} is not supported with streaming on /v1/chat/completions. "
-                    "Please set stream=false when using {field}=true.")
-
+STREAM_IDS_ERROR = (
+    "{field} is not supported with streaming on /v1/chat/completions. Please set stream=false when using {field}=true."
+)
 
 
 async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
@@ -52,9 +52,13 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     if early is not None:
         return early
     started = time.monotonic()
-    gen = state.model.generate(prompt, seed=body.get("seed"), max_tokens=max_tokens,
-                               stop_token_ids=body.get("stop_token_ids") or (),
-                               ignore_eos=bool(body.get("ignore_eos")))
+    gen = state.model.generate(
+        prompt,
+        seed=body.get("seed"),
+        max_tokens=max_tokens,
+        stop_token_ids=body.get("stop_token_ids") or (),
+        ignore_eos=bool(body.get("ignore_eos")),
+    )
     skip = bool(body.get("skip_special_tokens", True))
     thinking = state.thinking(kwargs)
     separate = bool(body.get("separate_reasoning", True))
@@ -64,8 +68,9 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         r_tokens = out.index(state.profile.think_close_id) + 1 if state.profile.think_close_id in out else len(out)
     if stream:
         events = chat_events(state, body, prompt, gen, skip, thinking and separate, r_tokens)
-        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
-                                                               "(fault stream-error)"}})
+        return common.deliver_stream(
+            events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
+        )
     text = state.decode(_text_ids(gen, bool(body.get("no_stop_trim"))), skip)
     if cfg.quirk("parser-all-reasoning"):
         reasoning, content = text.replace("<think>", "").replace("</think>", "").strip() or None, ""
@@ -74,8 +79,12 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     else:
         reasoning, content = None, text
     choice: dict[str, Any] = {
-        "index": 0, "message": {"role": "assistant", "content": content or "", "reasoning_content": reasoning},
-        "logprobs": None, "finish_reason": gen.finish_reason, "matched_stop": gen.matched}
+        "index": 0,
+        "message": {"role": "assistant", "content": content or "", "reasoning_content": reasoning},
+        "logprobs": None,
+        "finish_reason": gen.finish_reason,
+        "matched_stop": gen.matched,
+    }
     if not no_ids:
         if body.get("return_token_ids") or body.get("return_prompt_token_ids"):
             choice["prompt_token_ids"] = list(prompt)
@@ -84,19 +93,30 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("return_meta_info"):
             choice["meta_info"] = _meta(state, prompt, len(out), _finish(gen), common.new_id(), started, r_tokens)
     payload = {
-        "id": common.new_id(), "object": "chat.completion", "created": common.now(), "model": cfg.model_name,
+        "id": common.new_id(),
+        "object": "chat.completion",
+        "created": common.now(),
+        "model": cfg.model_name,
         "choices": [choice],
-        "usage": {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out),
-                  "completion_tokens": len(out), "prompt_tokens_details": None, "reasoning_tokens": r_tokens,
-                  "completion_tokens_details": {"reasoning_tokens": r_tokens}},
-        "metadata": {"weight_version": "default",
-                     "weight_versions": [{"version": "default", "start": 0, "end": len(out)}]},
+        "usage": {
+            "prompt_tokens": len(prompt),
+            "total_tokens": len(prompt) + len(out),
+            "completion_tokens": len(out),
+            "prompt_tokens_details": None,
+            "reasoning_tokens": r_tokens,
+            "completion_tokens_details": {"reasoning_tokens": r_tokens},
+        },
+        "metadata": {
+            "weight_version": "default",
+            "weight_versions": [{"version": "default", "start": 0, "end": len(out)}],
+        },
     }
     return common.deliver_json(payload, fault)
 
 
-def chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, skip: bool,
-                 split: bool, r_tokens: int) -> list[str]:
+def chat_events(
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, skip: bool, split: bool, r_tokens: int
+) -> list[str]:
     """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
     rid, created, model = common.new_id(), common.now(), state.cfg.model_name
     out = gen.output_ids
@@ -109,9 +129,18 @@ def chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: G
         regions = ["content"] * len(pieces)
 
     def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> str:
-        return sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-                                 "matched_stop": matched}], "usage": None})
+        return sse(
+            {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+                ],
+                "usage": None,
+            }
+        )
 
     events = [chunk({"role": "assistant", "content": ""})]
     for piece, region in zip(pieces, regions):
@@ -120,8 +149,22 @@ def chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: G
         events.append(chunk({"reasoning_content": piece} if region == "reasoning" else {"content": piece}))
     events.append(chunk({}, gen.finish_reason, gen.matched))
     if (body.get("stream_options") or {}).get("include_usage"):
-        events.append(sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [], "usage": {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out),
-                                                    "completion_tokens": len(out), "reasoning_tokens": r_tokens}}))
+        events.append(
+            sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": len(prompt),
+                        "total_tokens": len(prompt) + len(out),
+                        "completion_tokens": len(out),
+                        "reasoning_tokens": r_tokens,
+                    },
+                }
+            )
+        )
     events.append(common.DONE)
     return events

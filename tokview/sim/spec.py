@@ -17,7 +17,8 @@ numbers, and scoring text another pipeline wrote reads as off-policy.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES
 
@@ -56,12 +57,17 @@ def vllm_metrics(mode: str | None, output_ids: Sequence[int]) -> dict[str, Any] 
     steps = accepted_steps(output_ids)
     accepted, drafted = sum(steps), DRAFT_TOKENS * len(steps)
     detailed = mode == "vllm-detailed"
-    return {"mean_acceptance_length": 1 + accepted / len(steps) if steps else 1.0,
-            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
-            "acceptance_histogram": _histogram(steps), "num_spec_steps": len(steps),
-            "num_accepted_draft_tokens": accepted, "num_draft_tokens": drafted, "num_spec_tokens": DRAFT_TOKENS,
-            "per_step_accepted": steps if detailed else None,
-            "per_step_drafted": [DRAFT_TOKENS] * len(steps) if detailed else None}
+    return {
+        "mean_acceptance_length": 1 + accepted / len(steps) if steps else 1.0,
+        "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+        "acceptance_histogram": _histogram(steps),
+        "num_spec_steps": len(steps),
+        "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": drafted,
+        "num_spec_tokens": DRAFT_TOKENS,
+        "per_step_accepted": steps if detailed else None,
+        "per_step_drafted": [DRAFT_TOKENS] * len(steps) if detailed else None,
+    }
 
 
 def sglang_meta(mode: str | None, output_ids: Sequence[int]) -> dict[str, Any]:
@@ -71,15 +77,19 @@ def sglang_meta(mode: str | None, output_ids: Sequence[int]) -> dict[str, Any]:
     steps = accepted_steps(output_ids)
     accepted, drafted = sum(steps), DRAFT_TOKENS * len(steps)
     acc_key, draft_key, hist_key = _SGLANG_NAMES[mode]
-    meta: dict[str, Any] = {"spec_verify_ct": len(steps),
-                            "spec_accept_rate": accepted / drafted if drafted else 0.0,
-                            "spec_accept_length": len(output_ids) / len(steps) if steps else 1.0,
-                            acc_key: accepted, draft_key: drafted}
+    meta: dict[str, Any] = {
+        "spec_verify_ct": len(steps),
+        "spec_accept_rate": accepted / drafted if drafted else 0.0,
+        "spec_accept_length": len(output_ids) / len(steps) if steps else 1.0,
+        acc_key: accepted,
+        draft_key: drafted,
+    }
     if hist_key:
         meta[hist_key] = _histogram(steps)
     if mode == "sglang-0.5.12":  # the 0.5.11 names stay as aliases for one release
-        meta.update(spec_accepted_drafts=accepted, spec_proposed_drafts=drafted,
-                    spec_accept_histogram=_histogram(steps))
+        meta.update(
+            spec_accepted_drafts=accepted, spec_proposed_drafts=drafted, spec_accept_histogram=_histogram(steps)
+        )
     return meta
 
 

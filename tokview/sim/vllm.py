@@ -29,10 +29,24 @@ def routes(state: SimState) -> list[Route]:
         return JSONResponse({"version": cfg.server_version})
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": cfg.model_name, "object": "model", "created": common.now(), "owned_by": "tokview-sim",
-            "root": str(state.tokenizer.source or cfg.model_name), "parent": None,
-            "max_model_len": cfg.max_model_len, "permission": [], "simulator": True}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": cfg.model_name,
+                        "object": "model",
+                        "created": common.now(),
+                        "owned_by": "tokview-sim",
+                        "root": str(state.tokenizer.source or cfg.model_name),
+                        "parent": None,
+                        "max_model_len": cfg.max_model_len,
+                        "permission": [],
+                        "simulator": True,
+                    }
+                ],
+            }
+        )
 
     async def chat(request: Request) -> Response:
         body = await common.read_json(request, "vllm")
@@ -50,18 +64,23 @@ def routes(state: SimState) -> list[Route]:
             if body.get("messages") is not None:
                 if body.get("add_generation_prompt", True) and body.get("continue_final_message"):
                     raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-                tokens = state.render(body["messages"], body.get("chat_template_kwargs"),
-                                      bool(body.get("add_generation_prompt", True)))
+                tokens = state.render(
+                    body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
+                )
             elif isinstance(body.get("prompt"), str):
-                tokens = list(state.tokenizer.tok.encode(body["prompt"],
-                                                         add_special_tokens=bool(body.get("add_special_tokens", True))))
+                tokens = list(
+                    state.tokenizer.tok.encode(
+                        body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True))
+                    )
+                )
             else:
                 raise ValueError("give prompt (a string) or messages")
         except ValueError as exc:
             return faults.error_response("vllm", 400, str(exc), "BadRequestError")
         strs = state.pieces(tokens, False) if body.get("return_token_strs") else None
-        return JSONResponse({"count": len(tokens), "max_model_len": cfg.max_model_len, "tokens": tokens,
-                             "token_strs": strs})
+        return JSONResponse(
+            {"count": len(tokens), "max_model_len": cfg.max_model_len, "tokens": tokens, "token_strs": strs}
+        )
 
     async def detokenize(request: Request) -> Response:
         body = await common.read_json(request, "vllm")
@@ -70,10 +89,13 @@ def routes(state: SimState) -> list[Route]:
         return JSONResponse({"prompt": state.decode(body.get("tokens") or [], False)})
 
     return [
-        Route("/health", health), Route("/version", version), Route("/v1/models", models),
+        Route("/health", health),
+        Route("/version", version),
+        Route("/v1/models", models),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
-        Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
     ]
 
 
@@ -82,19 +104,27 @@ def _fingerprint(state: SimState) -> str:
 
 
 def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> dict[str, Any]:
-    max_tokens = common.positive_int(body.get("max_completion_tokens", body.get("max_tokens", default_max)),
-                                     "max_tokens")
+    max_tokens = common.positive_int(
+        body.get("max_completion_tokens", body.get("max_tokens", default_max)), "max_tokens"
+    )
     limit = state.cfg.max_model_len
     room = limit - len(prompt)
     if room <= 0:
-        raise ValueError(f"This model's maximum context length is {limit} tokens. However, "
-                         f"your request has {len(prompt)} input tokens.")
+        raise ValueError(
+            f"This model's maximum context length is {limit} tokens. However, "
+            f"your request has {len(prompt)} input tokens."
+        )
     if max_tokens is not None and max_tokens > room:
-        raise ValueError(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
-                         f"context length is {limit} tokens and your request has {len(prompt)} input tokens "
-                         f"({max_tokens} > {limit} - {len(prompt)}).")
-    return {"max_tokens": max_tokens if max_tokens is not None else room,
-            "stop_token_ids": body.get("stop_token_ids") or (), "ignore_eos": bool(body.get("ignore_eos"))}
+        raise ValueError(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+            f"context length is {limit} tokens and your request has {len(prompt)} input tokens "
+            f"({max_tokens} > {limit} - {len(prompt)})."
+        )
+    return {
+        "max_tokens": max_tokens if max_tokens is not None else room,
+        "stop_token_ids": body.get("stop_token_ids") or (),
+        "ignore_eos": bool(body.get("ignore_eos")),
+    }
 
 
 def _unknown_model(state: SimState, body: dict[str, Any]) -> Response | None:
@@ -126,8 +156,10 @@ def _chat_logprob(state: SimState, body: dict[str, Any], tid: int, pos: int) -> 
         return {"token": _token_name(state, body, t), "logprob": lp, "bytes": list(state.piece(t, False).encode())}
 
     k = int(body.get("top_logprobs") or 0)
-    return {**entry(tid, state.dist.logprob(pos, tid)),
-            "top_logprobs": [entry(t, lp) for t, lp in state.dist.top(pos, tid, k)]}
+    return {
+        **entry(tid, state.dist.logprob(pos, tid)),
+        "top_logprobs": [entry(t, lp) for t, lp in state.dist.top(pos, tid, k)],
+    }
 
 
 def _completion_logprobs(state: SimState, body: dict[str, Any], prompt: list[int], out: list[int]) -> Any:
@@ -143,8 +175,12 @@ def _completion_logprobs(state: SimState, body: dict[str, Any], prompt: list[int
     offsets = [0]
     for t in out[:-1]:
         offsets.append(offsets[-1] + len(state.piece(t, False)))
-    return {"text_offset": offsets, "token_logprobs": [dist.logprob(n + p, t) for p, t in enumerate(out)],
-            "tokens": [_token_name(state, body, t) for t in out], "top_logprobs": tops}
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [dist.logprob(n + p, t) for p, t in enumerate(out)],
+        "tokens": [_token_name(state, body, t) for t in out],
+        "top_logprobs": tops,
+    }
 
 
 def _prompt_logprobs(state: SimState, body: dict[str, Any], prompt: list[int]) -> Any:
@@ -154,10 +190,15 @@ def _prompt_logprobs(state: SimState, body: dict[str, Any], prompt: list[int]) -
     k, dist = int(body["prompt_logprobs"]), state.dist
     out: list[Any] = [None]
     for i, t in enumerate(prompt[1:], start=1):
-        entry = {str(a): {"logprob": lp, "rank": r, "decoded_token": state.piece(a, False)}
-                 for r, (a, lp) in enumerate(dist.top(i, t, k), start=1)}
-        entry[str(t)] = {"logprob": dist.logprob(i, t), "rank": dist.rank(i, t, k),
-                         "decoded_token": state.piece(t, False)}
+        entry = {
+            str(a): {"logprob": lp, "rank": r, "decoded_token": state.piece(a, False)}
+            for r, (a, lp) in enumerate(dist.top(i, t, k), start=1)
+        }
+        entry[str(t)] = {
+            "logprob": dist.logprob(i, t),
+            "rank": dist.rank(i, t, k),
+            "decoded_token": state.piece(t, False),
+        }
         out.append(entry)
     return out
 
@@ -166,8 +207,14 @@ def _metrics(state: SimState, out: list[int]) -> dict[str, Any] | None:
     spec_metrics = spec.vllm_metrics(state.spec_decode, out)
     if spec_metrics is None:
         return None
-    return {"time_to_first_token_ms": None, "generation_time_ms": None, "queue_time_ms": None, "mean_itl_ms": None,
-            "tokens_per_second": None, "speculative_decoding": spec_metrics}
+    return {
+        "time_to_first_token_ms": None,
+        "generation_time_ms": None,
+        "queue_time_ms": None,
+        "mean_itl_ms": None,
+        "tokens_per_second": None,
+        "speculative_decoding": spec_metrics,
+    }
 
 
 async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
@@ -195,34 +242,70 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     field = "reasoning_content" if cfg.quirk("vllm-pre-0.16") else "reasoning"
     thinking = state.thinking(kwargs) and effort != "none"
-    regions = vllm_id_regions(out, state.profile.think_open_id, state.profile.think_close_id, thinking,
-                              bool(cfg.quirk("parser-all-reasoning")))
+    regions = vllm_id_regions(
+        out,
+        state.profile.think_open_id,
+        state.profile.think_close_id,
+        thinking,
+        bool(cfg.quirk("parser-all-reasoning")),
+    )
     text_len = len(_text_ids(gen, body))
     skip = bool(body.get("skip_special_tokens", True))
     r_tokens = regions.count("reasoning")
     usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out), "completion_tokens": len(out)}
     if stream:
         events = _chat_events(state, body, prompt, gen, regions, text_len, skip, field, ids, usage, r_tokens)
-        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
-                                                               "(fault stream-error)", "type": "InternalServerError",
-                                                               "code": 500}})
+        return common.deliver_stream(
+            events,
+            fault,
+            {
+                "error": {
+                    "message": "simulated failure mid-stream (fault stream-error)",
+                    "type": "InternalServerError",
+                    "code": 500,
+                }
+            },
+        )
     reasoning_ids = [t for t, r in zip(out[:text_len], regions) if r == "reasoning"]
     content_ids = [t for t, r in zip(out[:text_len], regions) if r == "content"]
     reasoning = state.decode(reasoning_ids, skip) or None
     content = state.decode(content_ids, skip) or None
-    message = {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
-               "function_call": None, field: reasoning}
+    message = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+        field: reasoning,
+    }
     logprobs = None
     if body.get("logprobs"):
         logprobs = {"content": [_chat_logprob(state, body, t, len(prompt) + p) for p, t in enumerate(out)]}
-    choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": gen.finish_reason,
-              "stop_reason": _stop_reason(gen), "token_ids": list(out) if ids else None, "routed_experts": None}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": gen.finish_reason,
+        "stop_reason": _stop_reason(gen),
+        "token_ids": list(out) if ids else None,
+        "routed_experts": None,
+    }
     payload: dict[str, Any] = {
-        "id": common.new_id("chatcmpl-"), "object": "chat.completion", "created": common.now(),
-        "model": cfg.model_name, "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
+        "id": common.new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": common.now(),
+        "model": cfg.model_name,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": _fingerprint(state),
         "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
-        "prompt_logprobs": None, "prompt_token_ids": list(prompt) if ids else None, "prompt_text": None,
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": _metrics(state, out),
+        "prompt_logprobs": None,
+        "prompt_token_ids": list(prompt) if ids else None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": _metrics(state, out),
     }
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
@@ -230,13 +313,28 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     return common.deliver_json(payload, fault)
 
 
-def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, regions: list[str],
-                 text_len: int, skip: bool, field: str, ids: bool, usage: dict[str, Any], r_tokens: int) -> list[str]:
+def _chat_events(
+    state: SimState,
+    body: dict[str, Any],
+    prompt: list[int],
+    gen: Generation,
+    regions: list[str],
+    text_len: int,
+    skip: bool,
+    field: str,
+    ids: bool,
+    usage: dict[str, Any],
+    r_tokens: int,
+) -> list[str]:
     """As recorded (vllm_chat_stream.txt): role chunk with prompt ids, one chunk per id, usage, [DONE]."""
     rid, created, model = common.new_id("chatcmpl-"), common.now(), state.cfg.model_name
     head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
-    first: dict[str, Any] = {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                                  "logprobs": None, "finish_reason": None}]}
+    first: dict[str, Any] = {
+        **head,
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        ],
+    }
     if ids:
         first.update(prompt_token_ids=list(prompt), prompt_text=None)
     events = [sse(first)]
@@ -260,8 +358,12 @@ def _chat_events(state: SimState, body: dict[str, Any], prompt: list[int], gen: 
             choice["token_ids"] = [tid]
         events.append(sse({**head, "choices": [choice]}))
     if (body.get("stream_options") or {}).get("include_usage"):
-        final = {**head, "choices": [], "usage": {**usage, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
-                 "system_fingerprint": _fingerprint(state)}
+        final = {
+            **head,
+            "choices": [],
+            "usage": {**usage, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
+            "system_fingerprint": _fingerprint(state),
+        }
         metrics = _metrics(state, out)
         if metrics is not None:  # as recorded: only the spec-decode part rides the usage chunk
             final["metrics"] = {"speculative_decoding": metrics["speculative_decoding"]}
@@ -305,30 +407,70 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         events = []
         for pos, tid in enumerate(out):
             last = pos == len(out) - 1
-            choice: dict[str, Any] = {"index": 0, "text": state.piece(tid, skip) if pos < len(text_ids) else "",
-                                      "logprobs": None, "finish_reason": gen.finish_reason if last else None,
-                                      "stop_reason": _stop_reason(gen) if last else None}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "text": state.piece(tid, skip) if pos < len(text_ids) else "",
+                "logprobs": None,
+                "finish_reason": gen.finish_reason if last else None,
+                "stop_reason": _stop_reason(gen) if last else None,
+            }
             if ids:
                 choice["token_ids"] = [tid]
                 if pos == 0:
                     choice["prompt_token_ids"] = list(prompt)
-            events.append(sse({"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
-                               "choices": [choice]}))
+            events.append(
+                sse(
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": cfg.model_name,
+                        "choices": [choice],
+                    }
+                )
+            )
         if (body.get("stream_options") or {}).get("include_usage"):
-            events.append(sse({"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
-                               "choices": [], "usage": usage}))
+            events.append(
+                sse(
+                    {
+                        "id": rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": cfg.model_name,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+            )
         events.append(common.DONE)
-        return common.deliver_stream(events, fault, {"error": {"message": "simulated failure mid-stream "
-                                                               "(fault stream-error)", "code": 500}})
-    choice = {"index": 0, "text": state.decode(text_ids, skip), "logprobs": _completion_logprobs(state, body, prompt, out),
-              "finish_reason": gen.finish_reason, "stop_reason": _stop_reason(gen),
-              "token_ids": list(out) if ids else None, "prompt_logprobs": _prompt_logprobs(state, body, prompt),
-              "prompt_token_ids": list(prompt) if ids else None, "routed_experts": None}
+        return common.deliver_stream(
+            events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)", "code": 500}}
+        )
+    choice = {
+        "index": 0,
+        "text": state.decode(text_ids, skip),
+        "logprobs": _completion_logprobs(state, body, prompt, out),
+        "finish_reason": gen.finish_reason,
+        "stop_reason": _stop_reason(gen),
+        "token_ids": list(out) if ids else None,
+        "prompt_logprobs": _prompt_logprobs(state, body, prompt),
+        "prompt_token_ids": list(prompt) if ids else None,
+        "routed_experts": None,
+    }
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
         choice.pop("prompt_token_ids")
-    payload = {"id": rid, "object": "text_completion", "created": created, "model": cfg.model_name,
-               "choices": [choice], "service_tier": None, "system_fingerprint": _fingerprint(state),
-               "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
-               "kv_transfer_params": None, "ec_transfer_params": None, "metrics": _metrics(state, out)}
+    payload = {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": cfg.model_name,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": _fingerprint(state),
+        "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": _metrics(state, out),
+    }
     return common.deliver_json(payload, fault)

@@ -4,5 +4,17 @@ from tokview.store.records import STATUSES, SampleFilter, SampleRow, StoredSampl
 from tokview.store.schema import LATEST_VERSION, SchemaError
 from tokview.store.store import DEFAULT_DB, PartSink, Store, StoreError, StoreFull
 
-__all__ = ["Store", "StoreError", "StoreFull", "PartSink", "SampleFilter", "SampleRow", "StoredSample",
-           "UnknownSample", "STATUSES", "DEFAULT_DB", "LATEST_VERSION", "SchemaError"]
+__all__ = [
+    "DEFAULT_DB",
+    "LATEST_VERSION",
+    "STATUSES",
+    "PartSink",
+    "SampleFilter",
+    "SampleRow",
+    "SchemaError",
+    "Store",
+    "StoreError",
+    "StoreFull",
+    "StoredSample",
+    "UnknownSample",
+]

@@ -24,8 +24,9 @@ def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
     """(model, tokenizer vocabulary, profile) of every run in a store that has samples."""
     out = set()
     for settings, profile in conn.execute(
-            f"SELECT r.settings, r.profile FROM {schema}.runs r WHERE EXISTS "
-            f"(SELECT 1 FROM {schema}.samples s WHERE s.run_id = r.run_id)").fetchall():
+        f"SELECT r.settings, r.profile FROM {schema}.runs r WHERE EXISTS "
+        f"(SELECT 1 FROM {schema}.samples s WHERE s.run_id = r.run_id)"
+    ).fetchall():
         try:
             data = json.loads(settings or "{}")
         except ValueError:
@@ -43,58 +44,81 @@ def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
     literal = sql_list([source])[1:-1]
     conn.execute(f"ATTACH {literal} AS src (READ_ONLY)")
     try:
-        tables = {r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
-                                             "WHERE table_catalog = 'src'").fetchall()}
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'src'"
+            ).fetchall()
+        }
         if not {"schema_version", "samples", "runs"} <= tables:
             raise MergeRefused(f"{source} is not a tokview store")
         theirs, ours = identities(conn, "src"), identities(conn, "main")
         if ours:
             foreign = sorted(theirs - ours, key=str)
             if foreign:
-                raise MergeRefused(f"{source} holds samples of {_describe(foreign[0])}, {target_name} holds "
-                                   f"{_describe(sorted(ours, key=str)[0])}: merge refused")
+                raise MergeRefused(
+                    f"{source} holds samples of {_describe(foreign[0])}, {target_name} holds "
+                    f"{_describe(sorted(ours, key=str)[0])}: merge refused"
+                )
         elif len(theirs) > 1:
             raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
-        cols = [r[0] for r in conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' AND "
-            "table_name = 'samples' AND column_name IN (SELECT column_name FROM information_schema.columns "
-            "WHERE table_catalog = current_database() AND table_schema = 'main' AND table_name = 'samples') "
-            "ORDER BY ordinal_position").fetchall()]
+        cols = [
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' AND "
+                "table_name = 'samples' AND column_name IN (SELECT column_name FROM information_schema.columns "
+                "WHERE table_catalog = current_database() AND table_schema = 'main' AND table_name = 'samples') "
+                "ORDER BY ordinal_position"
+            ).fetchall()
+        ]
         col_list = ", ".join(cols)
         conn.execute("BEGIN TRANSACTION")
         try:
-            conn.execute("CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
-                         "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)")
-            runs = conn.execute("INSERT INTO main.runs SELECT * FROM src.runs r WHERE NOT EXISTS "
-                                "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)").fetchone()[0]
-            samples = conn.execute(f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "
-                                   "WHERE sample_id IN (SELECT sample_id FROM _merge_new)").fetchone()[0]
-            conn.execute("INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
-                         "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid")
-            conn.execute("INSERT INTO main.verdicts (sample_id, \"at\", who, kind, status, reason, note, tags, undone) "
-                         "SELECT sample_id, \"at\", who, kind, status, reason, note, tags, undone FROM src.verdicts "
-                         "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq")
+            conn.execute(
+                "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
+                "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
+            )
+            runs = conn.execute(
+                "INSERT INTO main.runs SELECT * FROM src.runs r WHERE NOT EXISTS "
+                "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)"
+            ).fetchone()[0]
+            samples = conn.execute(
+                f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "
+                "WHERE sample_id IN (SELECT sample_id FROM _merge_new)"
+            ).fetchone()[0]
+            conn.execute(
+                "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
+                "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"
+            )
+            conn.execute(
+                'INSERT INTO main.verdicts (sample_id, "at", who, kind, status, reason, note, tags, undone) '
+                'SELECT sample_id, "at", who, kind, status, reason, note, tags, undone FROM src.verdicts '
+                "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq"
+            )
             conn.execute("DELETE FROM main.failures WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
             conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
             # failures of samples stored nowhere yet: one per sample id, added once
             failures = conn.execute(
-                "INSERT INTO main.failures SELECT prompt_id, sample_id, run_id, reason, \"at\", server FROM "
+                'INSERT INTO main.failures SELECT prompt_id, sample_id, run_id, reason, "at", server FROM '
                 "src.failures f WHERE (f.sample_id IS NULL OR (NOT EXISTS (SELECT 1 FROM main.samples s WHERE "
                 "s.sample_id = f.sample_id) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id = "
                 "f.sample_id))) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id IS NULL AND "
                 "f.sample_id IS NULL AND g.prompt_id IS NOT DISTINCT FROM f.prompt_id AND g.reason IS NOT DISTINCT "
-                "FROM f.reason)").fetchone()[0]
+                "FROM f.reason)"
+            ).fetchone()[0]
             if "failure_attempts" in tables:
-                conn.execute("INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM src.failure_attempts a "
-                             "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
-                             "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
-                             "EXCLUDED.attempts)")
+                conn.execute(
+                    "INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM src.failure_attempts a "
+                    "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
+                    "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
+                    "EXCLUDED.attempts)"
+                )
             conn.execute("DROP TABLE _merge_new")
             conn.execute("COMMIT")
         except BaseException:
             try:
                 conn.execute("ROLLBACK")
-            except Exception:  # noqa: BLE001 - keep the real error
+            except Exception:
                 pass
             raise
         return {"samples": int(samples), "runs": int(runs), "failures": int(failures)}

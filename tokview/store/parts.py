@@ -18,8 +18,9 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
@@ -41,12 +42,15 @@ def _default(value: Any) -> Any:
 
 
 def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
-    return b"".join(orjson.dumps(r, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_SERIALIZE_NUMPY)
-                    + b"\n" for r in records)
+    return b"".join(
+        orjson.dumps(r, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        for r in records
+    )
 
 
-def write_part(directory: Path, suffix: str, records: list[dict[str, Any] | bytes], *,
-               durable: bool = False) -> Path | None:
+def write_part(
+    directory: Path, suffix: str, records: list[dict[str, Any] | bytes], *, durable: bool = False
+) -> Path | None:
     """Write one complete part atomically; None when there is nothing to write.
 
     Raises OSError (ENOSPC on a full disk) with nothing left behind but a `.tmp` file."""

@@ -10,10 +10,24 @@ from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
 
-ORDERABLE = {"created_at", "sample_id", "prompt_id", "run_id", "status", "finish_reason", "prompt_len",
-             "output_len", "n_errors", "valid", "acceptance_length", "mean_nll"}
-ROW_COLUMNS = ("sample_id, prompt_id, run_id, status, valid, finish_reason, prompt_len, output_len, codes, n_errors, "
-               "acceptance_length, mean_nll")
+ORDERABLE = {
+    "created_at",
+    "sample_id",
+    "prompt_id",
+    "run_id",
+    "status",
+    "finish_reason",
+    "prompt_len",
+    "output_len",
+    "n_errors",
+    "valid",
+    "acceptance_length",
+    "mean_nll",
+}
+ROW_COLUMNS = (
+    "sample_id, prompt_id, run_id, status, valid, finish_reason, prompt_len, output_len, codes, n_errors, "
+    "acceptance_length, mean_nll"
+)
 
 
 def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
@@ -64,13 +78,16 @@ def order_clause(order_by: str | None) -> str:
     return " ORDER BY " + ", ".join(terms)
 
 
-def samples_page(conn: Any, filters: SampleFilter | None, order_by: str | None, offset: int,
-                 limit: int) -> list[SampleRow]:
+def samples_page(
+    conn: Any, filters: SampleFilter | None, order_by: str | None, offset: int, limit: int
+) -> list[SampleRow]:
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
     rows = conn.execute(sql, [*params, int(limit), int(offset)]).fetchall()
-    return [SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9], r[10], r[11])
-            for r in rows]
+    return [
+        SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9], r[10], r[11])
+        for r in rows
+    ]
 
 
 def count_samples(conn: Any, filters: SampleFilter | None) -> int:
@@ -90,25 +107,29 @@ def stats(conn: Any) -> dict[str, Any]:
     pairs = lambda sql: {k: v for k, v in conn.execute(sql).fetchall()}  # noqa: E731
     by_code = {}
     for code, severity, n in conn.execute(
-            "SELECT code, any_value(severity), count(DISTINCT sample_id) FROM findings GROUP BY code "
-            "ORDER BY count(DISTINCT sample_id) DESC, code").fetchall():
+        "SELECT code, any_value(severity), count(DISTINCT sample_id) FROM findings GROUP BY code "
+        "ORDER BY count(DISTINCT sample_id) DESC, code"
+    ).fetchall():
         by_code[code] = {"severity": severity, "samples": n}
     (samples, valid, invalid, exportable, truncated, p_q, p_max, p_mean, o_q, o_max, o_mean) = conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE valid), count(*) FILTER (WHERE NOT valid), "
         "count(*) FILTER (WHERE valid AND status <> 'rejected'), count(*) FILTER (WHERE finish_reason = 'length'), "
         "quantile_disc(prompt_len, [0.5, 0.9, 0.99]), max(prompt_len), avg(prompt_len), "
-        "quantile_disc(output_len, [0.5, 0.9, 0.99]), max(output_len), avg(output_len) FROM samples").fetchone()
+        "quantile_disc(output_len, [0.5, 0.9, 0.99]), max(output_len), avg(output_len) FROM samples"
+    ).fetchone()
     return {
         "prompts": one("SELECT count(*) FROM (SELECT prompt_id FROM samples GROUP BY prompt_id)"),
         "samples": samples,
-        "by_status": {s: 0 for s in ("pending", "approved", "rejected")} | pairs(
-            "SELECT status, count(*) FROM samples GROUP BY status"),
+        "by_status": {s: 0 for s in ("pending", "approved", "rejected")}
+        | pairs("SELECT status, count(*) FROM samples GROUP BY status"),
         "valid": valid,
         "invalid": invalid,
         "exportable_valid": exportable,
         "truncated": truncated,
-        "failures": {"total": one("SELECT count(*) FROM failures"),
-                     "by_reason": pairs("SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC")},
+        "failures": {
+            "total": one("SELECT count(*) FROM failures"),
+            "by_reason": pairs("SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"),
+        },
         "findings": by_code,
         "runs": one("SELECT count(*) FROM runs"),
         "prompt_len": _percentiles(p_q, p_max, p_mean),

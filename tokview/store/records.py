@@ -133,7 +133,7 @@ def url_secrets(url: str | None) -> list[str]:
     match = _URL_USERINFO.match(url.strip())
     if not match:
         return []
-    userinfo = url.strip()[match.end(1):match.end() - 1]
+    userinfo = url.strip()[match.end(1) : match.end() - 1]
     from urllib.parse import unquote
 
     out = []
@@ -155,8 +155,10 @@ def scrub_payload(value: Any, secrets: list[str], key: str | None = None) -> Any
     Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change: text a
     person wrote or a model produced is training data and must survive byte for byte."""
     if isinstance(value, dict):
-        return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         if value and type(value[0]) is int and all(type(v) is int for v in value):
             return list(value)  # an id array (2,000+ ids in every body): nothing to mask, no per-id call
@@ -205,20 +207,68 @@ def error_count(findings: tuple[Finding, ...] | list[Finding]) -> int:
 
 # Columns written for a sample, in order (status is left alone on re-write).
 SAMPLE_COLUMNS = (
-    "sample_id", "prompt_id", "run_id", "gen_index", "turn", "prompt_ids", "output_ids", "parsed_output_ids",
-    "finish_reason", "matched_stop", "valid", "n_errors", "codes", "prompt_len", "output_len", "supervised",
-    "text", "reasoning", "content", "reasoning_field", "usage", "settings", "messages", "endpoint", "server_url",
-    "server_kind", "server_version", "model", "output_logprobs", "raw_request", "raw_response",
-    "parsed_raw_response", "latency_s", "alignment", "profile", "created_at",
+    "sample_id",
+    "prompt_id",
+    "run_id",
+    "gen_index",
+    "turn",
+    "prompt_ids",
+    "output_ids",
+    "parsed_output_ids",
+    "finish_reason",
+    "matched_stop",
+    "valid",
+    "n_errors",
+    "codes",
+    "prompt_len",
+    "output_len",
+    "supervised",
+    "text",
+    "reasoning",
+    "content",
+    "reasoning_field",
+    "usage",
+    "settings",
+    "messages",
+    "endpoint",
+    "server_url",
+    "server_kind",
+    "server_version",
+    "model",
+    "output_logprobs",
+    "raw_request",
+    "raw_response",
+    "parsed_raw_response",
+    "latency_s",
+    "alignment",
+    "profile",
+    "created_at",
 ) + SIDE_COLUMNS
 CAPTURE_COLUMNS = (
-    "prompt_ids", "output_ids", "parsed_output_ids", "finish_reason", "matched_stop", "text", "reasoning",
-    "content", "reasoning_field", "usage", "settings", "messages", "endpoint", "server_url", "server_kind",
-    "server_version", "model", "output_logprobs", "raw_request", "raw_response", "parsed_raw_response",
+    "prompt_ids",
+    "output_ids",
+    "parsed_output_ids",
+    "finish_reason",
+    "matched_stop",
+    "text",
+    "reasoning",
+    "content",
+    "reasoning_field",
+    "usage",
+    "settings",
+    "messages",
+    "endpoint",
+    "server_url",
+    "server_kind",
+    "server_version",
+    "model",
+    "output_logprobs",
+    "raw_request",
+    "raw_response",
+    "parsed_raw_response",
     "latency_s",
 )
-JSON_FIELDS = {"matched_stop", "usage", "settings", "messages", "raw_request", "raw_response",
-               "parsed_raw_response"}
+JSON_FIELDS = {"matched_stop", "usage", "settings", "messages", "raw_request", "raw_response", "parsed_raw_response"}
 
 
 def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
@@ -232,25 +282,50 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
     return known_secrets([*extra, *(v for u in urls for v in url_secrets(u))])
 
 
-def sample_params(sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
-                  gen_index: int | None, turn: int | None, profile: str | None,
-                  secrets: tuple[str, ...] | list[str] = ()) -> list[Any]:
+def sample_params(
+    sample_id: str,
+    prompt_id: str,
+    run_id: str | None,
+    capture: Capture,
+    analysis: Any,
+    gen_index: int | None,
+    turn: int | None,
+    profile: str | None,
+    secrets: tuple[str, ...] | list[str] = (),
+) -> list[Any]:
     c = capture
     masked = capture_secrets(c, secrets)
     findings = analysis.findings
     values = {
-        "sample_id": sample_id, "prompt_id": prompt_id, "run_id": run_id, "gen_index": gen_index, "turn": turn,
-        "prompt_ids": list(c.prompt_ids), "output_ids": list(c.output_ids),
+        "sample_id": sample_id,
+        "prompt_id": prompt_id,
+        "run_id": run_id,
+        "gen_index": gen_index,
+        "turn": turn,
+        "prompt_ids": list(c.prompt_ids),
+        "output_ids": list(c.output_ids),
         "parsed_output_ids": None if c.parsed_output_ids is None else list(c.parsed_output_ids),
-        "finish_reason": c.finish_reason, "valid": analysis.valid, "n_errors": error_count(findings),
-        "codes": [f.code for f in findings], "prompt_len": len(c.prompt_ids), "output_len": len(c.output_ids),
-        "supervised": int(sum(analysis.loss_mask)), "text": c.text, "reasoning": c.reasoning,
-        "content": c.content, "reasoning_field": c.reasoning_field, "endpoint": c.endpoint,
-        "server_url": scrub_optional(c.server_url), "server_kind": c.server_kind, "server_version": c.server_version,
-        "model": c.model, "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
+        "finish_reason": c.finish_reason,
+        "valid": analysis.valid,
+        "n_errors": error_count(findings),
+        "codes": [f.code for f in findings],
+        "prompt_len": len(c.prompt_ids),
+        "output_len": len(c.output_ids),
+        "supervised": int(sum(analysis.loss_mask)),
+        "text": c.text,
+        "reasoning": c.reasoning,
+        "content": c.content,
+        "reasoning_field": c.reasoning_field,
+        "endpoint": c.endpoint,
+        "server_url": scrub_optional(c.server_url),
+        "server_kind": c.server_kind,
+        "server_version": c.server_version,
+        "model": c.model,
+        "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
         "alignment": alignment_letters(analysis.alignment.statuses if analysis.alignment else None),
-        "profile": profile, "created_at": datetime.now(),
+        "profile": profile,
+        "created_at": datetime.now(),
     }
     for name in JSON_FIELDS:
         values[name] = to_json(getattr(c, name), masked)

@@ -13,8 +13,11 @@ from typing import Any
 from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
 
 MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
-    (1, "samples, findings, failures, verdicts, runs", (
-        """CREATE TABLE runs (
+    (
+        1,
+        "samples, findings, failures, verdicts, runs",
+        (
+            """CREATE TABLE runs (
             run_id VARCHAR PRIMARY KEY,
             started TIMESTAMP,
             settings VARCHAR,            -- JSON: sampling params, mode, backend
@@ -25,7 +28,7 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             server_info VARCHAR,         -- JSON list: url, kind, version, features
             source VARCHAR               -- the prompts file or imported dataset
         )""",
-        """CREATE TABLE samples (
+            """CREATE TABLE samples (
             sample_id VARCHAR PRIMARY KEY,
             prompt_id VARCHAR NOT NULL,
             run_id VARCHAR,
@@ -64,16 +67,16 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             profile VARCHAR,
             created_at TIMESTAMP NOT NULL
         )""",
-        "CREATE INDEX samples_prompt_idx ON samples(prompt_id)",
-        """CREATE TABLE findings (
+            "CREATE INDEX samples_prompt_idx ON samples(prompt_id)",
+            """CREATE TABLE findings (
             sample_id VARCHAR NOT NULL,
             code VARCHAR NOT NULL,
             severity VARCHAR NOT NULL,
             detail VARCHAR,
             positions INTEGER[]
         )""",
-        "CREATE INDEX findings_sample_idx ON findings(sample_id)",
-        """CREATE TABLE failures (
+            "CREATE INDEX findings_sample_idx ON findings(sample_id)",
+            """CREATE TABLE failures (
             prompt_id VARCHAR,
             sample_id VARCHAR,
             run_id VARCHAR,
@@ -81,8 +84,8 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             "at" TIMESTAMP,
             server VARCHAR
         )""",
-        """CREATE SEQUENCE verdict_seq START 1""",
-        """CREATE TABLE verdicts (
+            """CREATE SEQUENCE verdict_seq START 1""",
+            """CREATE TABLE verdicts (
             seq BIGINT DEFAULT nextval('verdict_seq'),
             sample_id VARCHAR NOT NULL,
             "at" TIMESTAMP NOT NULL,
@@ -94,27 +97,38 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             tags VARCHAR[],
             undone BOOLEAN NOT NULL DEFAULT false
         )""",
-        "CREATE INDEX verdicts_sample_idx ON verdicts(sample_id)",
-    )),
-    (2, "index failures by sample id", (
-        # put_sample clears a sample's earlier failures on every write: without it, a full scan each
-        "CREATE INDEX failures_sample_idx ON failures(sample_id)",
-    )),
-    (3, "verdicts record an approval that overrode an error finding", (
-        "ALTER TABLE verdicts ADD COLUMN override BOOLEAN DEFAULT false",
-    )),
-    (4, "one current failure per sample, with its attempt count", (
-        # Reruns of a still-failing prompt used to add a row each (failures 240 for 80 missing
-        # samples). A side table keeps the count, so `failures` keeps its columns for its readers.
-        """CREATE TABLE failure_attempts (
+            "CREATE INDEX verdicts_sample_idx ON verdicts(sample_id)",
+        ),
+    ),
+    (
+        2,
+        "index failures by sample id",
+        (
+            # put_sample clears a sample's earlier failures on every write: without it, a full scan each
+            "CREATE INDEX failures_sample_idx ON failures(sample_id)",
+        ),
+    ),
+    (
+        3,
+        "verdicts record an approval that overrode an error finding",
+        ("ALTER TABLE verdicts ADD COLUMN override BOOLEAN DEFAULT false",),
+    ),
+    (
+        4,
+        "one current failure per sample, with its attempt count",
+        (
+            # Reruns of a still-failing prompt used to add a row each (failures 240 for 80 missing
+            # samples). A side table keeps the count, so `failures` keeps its columns for its readers.
+            """CREATE TABLE failure_attempts (
             sample_id VARCHAR PRIMARY KEY,
             attempts INTEGER NOT NULL
         )""",
-        "INSERT INTO failure_attempts SELECT sample_id, count(*) FROM failures WHERE sample_id IS NOT NULL "
-        "GROUP BY sample_id",
-        "DELETE FROM failures WHERE sample_id IS NOT NULL AND rowid NOT IN (SELECT arg_max(rowid, \"at\") "
-        "FROM failures WHERE sample_id IS NOT NULL GROUP BY sample_id)",
-    )),
+            "INSERT INTO failure_attempts SELECT sample_id, count(*) FROM failures WHERE sample_id IS NOT NULL "
+            "GROUP BY sample_id",
+            'DELETE FROM failures WHERE sample_id IS NOT NULL AND rowid NOT IN (SELECT arg_max(rowid, "at") '
+            "FROM failures WHERE sample_id IS NOT NULL GROUP BY sample_id)",
+        ),
+    ),
     (5, "per-token side data: spec-decode metrics, top-K logprobs, target scores", _SIDE_DATA_SQL),
 ]
 
@@ -132,18 +146,20 @@ def refuse_foreign(conn: Any, path: str) -> None:
     """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
 
     Empty files and tokview stores (a `schema_version` table beside `samples`) are fine."""
-    tables = {r[0] for r in conn.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+    tables = {
+        r[0]
+        for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
+    }
     if not tables or {"schema_version", "samples"} <= tables:
         return
     shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
-    raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): "
-                      "pass another --db")
+    raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): pass another --db")
 
 
 def current_version(conn: Any) -> int:
-    has = conn.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[0]
+    has = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[
+        0
+    ]
     if not has:
         return 0
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
@@ -155,8 +171,10 @@ def migrate(conn: Any) -> int:
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
     before = current_version(conn)
     if before > LATEST_VERSION:
-        raise SchemaError(f"this database has schema version {before}, newer than this tokview "
-                          f"understands ({LATEST_VERSION}): upgrade tokview")
+        raise SchemaError(
+            f"this database has schema version {before}, newer than this tokview "
+            f"understands ({LATEST_VERSION}): upgrade tokview"
+        )
     for version, name, statements in MIGRATIONS:
         if version <= before:
             continue

@@ -25,12 +25,20 @@ def sample_side_json(capture: Capture, profile: ModelProfile | None) -> dict[str
     spec = sd.summary(capture.spec_decode, capture.prompt_ids, capture.output_ids, capture.finish_reason, profile)
     logprobs = None
     if capture.output_logprobs is not None:
-        logprobs = {"sampled": capture.output_logprobs, "top_ids": capture.output_top_ids,
-                    "top_logprobs": capture.output_top_logprobs, "mean_nll": mean_nll(capture.output_logprobs)}
+        logprobs = {
+            "sampled": capture.output_logprobs,
+            "top_ids": capture.output_top_ids,
+            "top_logprobs": capture.output_top_logprobs,
+            "mean_nll": mean_nll(capture.output_logprobs),
+        }
     target = None
     if capture.target_logprobs is not None:
-        target = {**(capture.target_score or {}), "logprobs": capture.target_logprobs,
-                  "top_ids": capture.target_top_ids, "top_logprobs": capture.target_top_logprobs}
+        target = {
+            **(capture.target_score or {}),
+            "logprobs": capture.target_logprobs,
+            "top_ids": capture.target_top_ids,
+            "top_logprobs": capture.target_top_logprobs,
+        }
     return {"spec_decode": spec, "logprobs": logprobs, "target_logprobs": target}
 
 
@@ -44,8 +52,9 @@ def _profile(name: str | None, cache: dict[str | None, ModelProfile | None]) -> 
 
 
 def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any] | None:
-    rows = store.query("SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples "
-                       "WHERE spec_decode IS NOT NULL")
+    rows = store.query(
+        "SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples WHERE spec_decode IS NOT NULL"
+    )
     if not rows:
         return None
     totals = {"steps": 0, "accepted": 0, "drafted": 0}
@@ -66,7 +75,7 @@ def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict
             continue
         from tokview.core.segments import token_kinds
 
-        kinds = token_kinds(list(prompt), list(output), profile)[len(prompt):]
+        kinds = token_kinds(list(prompt), list(output), profile)[len(prompt) :]
         parts = sd.segment_acceptance(spec, placement, kinds) or {}
         placed += 1
         for name, part in parts.items():
@@ -75,11 +84,15 @@ def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict
     for part in segments.values():
         part["mean_acceptance_length"] = 1 + part["accepted"] / part["steps"] if part["steps"] else None
         part["acceptance_rate"] = part["accepted"] / part["drafted"] if part["drafted"] else None
-    lengths = store.query("SELECT quantile_cont(acceptance_length, 0.1), quantile_cont(acceptance_length, 0.5), "
-                          "quantile_cont(acceptance_length, 0.9), min(acceptance_length), max(acceptance_length) "
-                          "FROM samples WHERE acceptance_length IS NOT NULL")[0]
+    lengths = store.query(
+        "SELECT quantile_cont(acceptance_length, 0.1), quantile_cont(acceptance_length, 0.5), "
+        "quantile_cont(acceptance_length, 0.9), min(acceptance_length), max(acceptance_length) "
+        "FROM samples WHERE acceptance_length IS NOT NULL"
+    )[0]
     return {
-        "samples": len(rows), "schemas": schemas, **totals,
+        "samples": len(rows),
+        "schemas": schemas,
+        **totals,
         "mean_acceptance_length": 1 + totals["accepted"] / totals["steps"] if totals["steps"] else None,
         "acceptance_rate": totals["accepted"] / totals["drafted"] if totals["drafted"] else None,
         "acceptance_length": dict(zip(("p10", "p50", "p90", "min", "max"), lengths)),
@@ -91,39 +104,61 @@ def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict
 def _logprob_stats(store: Any) -> dict[str, Any] | None:
     n, tokens, mean = store.query(
         "SELECT count(*), sum(len(output_logprobs)), avg(list_avg(output_logprobs)) FROM samples "
-        "WHERE output_logprobs IS NOT NULL")[0]
+        "WHERE output_logprobs IS NOT NULL"
+    )[0]
     if not n:
         return None
     with_top = store.query("SELECT count(*) FROM samples WHERE output_top_ids IS NOT NULL")[0][0]
-    return {"samples": n, "tokens": tokens, "mean_sampled_nll": None if mean is None else -mean,
-            "samples_with_top_k": with_top}
+    return {
+        "samples": n,
+        "tokens": tokens,
+        "mean_sampled_nll": None if mean is None else -mean,
+        "samples_with_top_k": with_top,
+    }
 
 
 def _target_stats(store: Any) -> dict[str, Any] | None:
     n, mean, p50, p90, top = store.query(
         "SELECT count(*), avg(mean_nll), quantile_cont(mean_nll, 0.5), quantile_cont(mean_nll, 0.9), max(mean_nll) "
-        "FROM samples WHERE target_score IS NOT NULL")[0]
+        "FROM samples WHERE target_score IS NOT NULL"
+    )[0]
     if not n:
         return None
     edges = list(NLL_BINS)
     counts = store.query(
-        "SELECT " + ", ".join(f"count(*) FILTER (WHERE mean_nll <= {e}" + (f" AND mean_nll > {edges[i - 1]})" if i else ")")
-                              for i, e in enumerate(edges))
-        + f", count(*) FILTER (WHERE mean_nll > {edges[-1]}) FROM samples WHERE target_score IS NOT NULL")[0]
+        "SELECT "
+        + ", ".join(
+            f"count(*) FILTER (WHERE mean_nll <= {e}" + (f" AND mean_nll > {edges[i - 1]})" if i else ")")
+            for i, e in enumerate(edges)
+        )
+        + f", count(*) FILTER (WHERE mean_nll > {edges[-1]}) FROM samples WHERE target_score IS NOT NULL"
+    )[0]
     off = store.query("SELECT count(DISTINCT sample_id) FROM findings WHERE code = 'off_policy'")[0][0]
-    models = [r[0] for r in store.query("SELECT DISTINCT json_extract_string(target_score, '$.model') FROM samples "
-                                        "WHERE target_score IS NOT NULL ORDER BY 1")]
-    return {"samples": n, "models": models, "off_policy": off,
-            "mean_nll": {"mean": mean, "p50": p50, "p90": p90, "max": top},
-            "nll_histogram": {"upper_edges": edges, "counts": list(counts)}}
+    models = [
+        r[0]
+        for r in store.query(
+            "SELECT DISTINCT json_extract_string(target_score, '$.model') FROM samples "
+            "WHERE target_score IS NOT NULL ORDER BY 1"
+        )
+    ]
+    return {
+        "samples": n,
+        "models": models,
+        "off_policy": off,
+        "mean_nll": {"mean": mean, "p50": p50, "p90": p90, "max": top},
+        "nll_histogram": {"upper_edges": edges, "counts": list(counts)},
+    }
 
 
 def store_side_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any]:
     """The three keys over the whole store (each null when no sample has that kind of data).
 
     `default_profile` segments samples stored without a known profile name (the app passes its own)."""
-    return {"spec_decode": _spec_stats(store, default_profile), "logprobs": _logprob_stats(store),
-            "target_logprobs": _target_stats(store)}
+    return {
+        "spec_decode": _spec_stats(store, default_profile),
+        "logprobs": _logprob_stats(store),
+        "target_logprobs": _target_stats(store),
+    }
 
 
 def render_side(st: dict[str, Any]) -> str:
@@ -132,11 +167,17 @@ def render_side(st: dict[str, Any]) -> str:
     spec = st.get("spec_decode")
     if spec:
         mal = spec["mean_acceptance_length"]
-        lines.append(f"spec-decode {spec['samples']} samples, mean acceptance length "
-                     f"{'n/a' if mal is None else f'{mal:.2f}'} over {spec['steps']} steps")
+        lines.append(
+            f"spec-decode {spec['samples']} samples, mean acceptance length "
+            f"{'n/a' if mal is None else f'{mal:.2f}'} over {spec['steps']} steps"
+        )
         if spec["segments"]:
-            parts = [f"{name} {v['mean_acceptance_length']:.2f}" if v["mean_acceptance_length"] is not None
-                     else f"{name} n/a" for name, v in spec["segments"].items()]
+            parts = [
+                f"{name} {v['mean_acceptance_length']:.2f}"
+                if v["mean_acceptance_length"] is not None
+                else f"{name} n/a"
+                for name, v in spec["segments"].items()
+            ]
             lines.append(f"  per segment ({spec['placed_samples']} samples placed): {', '.join(parts)}")
         else:
             lines.append("  per segment: unavailable (no sample's steps cover its output)")
@@ -145,6 +186,8 @@ def render_side(st: dict[str, Any]) -> str:
     target = st.get("target_logprobs")
     if target:
         nll = target["mean_nll"]
-        lines.append(f"target      {target['samples']} scored, mean NLL p50 {nll['p50']:.3f} p90 {nll['p90']:.3f}, "
-                     f"off_policy {target['off_policy']}")
+        lines.append(
+            f"target      {target['samples']} scored, mean NLL p50 {nll['p50']:.3f} p90 {nll['p90']:.3f}, "
+            f"off_policy {target['off_policy']}"
+        )
     return "\n".join(lines)

@@ -17,24 +17,43 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import duckdb
 
 from tokview.core.findings import Finding
 from tokview.core.record import Capture
 from tokview.store import parts, queries
-from tokview.store.records import (ALIGN_STATUS, SAMPLE_COLUMNS, STATUSES, SampleFilter, SampleRow, StoredSample,
-                                   UnknownSample, capture_from_row, from_json, known_secrets, metadata_json,
-                                   sample_params, scrub_optional, scrub_text, to_json, url_secrets)
+from tokview.store.records import (
+    ALIGN_STATUS,
+    SAMPLE_COLUMNS,
+    STATUSES,
+    SampleFilter,
+    SampleRow,
+    StoredSample,
+    UnknownSample,
+    capture_from_row,
+    from_json,
+    known_secrets,
+    metadata_json,
+    sample_params,
+    scrub_optional,
+    scrub_text,
+    to_json,
+    url_secrets,
+)
 from tokview.store.schema import migrate, refuse_foreign
 
 DEFAULT_DB = "tokview.duckdb"
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
-_UPSERT = (_INSERT + " ON CONFLICT (sample_id) DO UPDATE SET "
-           + ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS if c != "sample_id"))
+_UPSERT = (
+    _INSERT
+    + " ON CONFLICT (sample_id) DO UPDATE SET "
+    + ", ".join(f"{c} = EXCLUDED.{c}" for c in SAMPLE_COLUMNS if c != "sample_id")
+)
 
 
 LOCK_TIMEOUT_S = 120.0
@@ -79,7 +98,7 @@ def holder_of(message: str) -> str:
     for i, arg in enumerate(argv):
         name = os.path.basename(arg)
         if name == "tokview" or (name == "-m" and i + 1 < len(argv) and argv[i + 1] == "tokview"):
-            rest = argv[i + (2 if name == "-m" else 1):]
+            rest = argv[i + (2 if name == "-m" else 1) :]
             command = next((a for a in rest if not a.startswith("-")), "")
             return f"`tokview {command}`".replace(" `", "`") + f" (pid {pid})" if command else f"tokview (pid {pid})"
     return f"another program (pid {pid}{': ' + os.path.basename(argv[0]) if argv else ''})"
@@ -116,23 +135,46 @@ class PartSink:
     def ingest(self) -> tuple[int, int]:
         return 0, 0  # the process that owns the store lands the parts
 
-    def sample_record(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any,
-                      *, gen_index: int | None = None, turn: int | None = None,
-                      profile: str | None = None) -> dict[str, Any]:
+    def sample_record(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Any,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
         """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
-        record = dict(zip(SAMPLE_COLUMNS, sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index,
-                                                        turn, profile, self._secrets)))
-        record["findings"] = [{"code": f.code, "severity": f.severity, "detail": f.detail,
-                               "positions": list(f.positions)} for f in analysis.findings]
+        record = dict(
+            zip(
+                SAMPLE_COLUMNS,
+                sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile, self._secrets),
+            )
+        )
+        record["findings"] = [
+            {"code": f.code, "severity": f.severity, "detail": f.detail, "positions": list(f.positions)}
+            for f in analysis.findings
+        ]
         return record
 
     def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
         """Hand finished samples and failures to the store without opening it (see `parts.py`).
 
         Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean = [{"prompt_id": f.get("prompt_id"), "sample_id": f.get("sample_id"), "run_id": f.get("run_id"),
-                  "reason": scrub_text(str(f.get("reason") or "")), "server": scrub_optional(f.get("server")),
-                  "at": f.get("at") or _now()} for f in failures]
+        clean = [
+            {
+                "prompt_id": f.get("prompt_id"),
+                "sample_id": f.get("sample_id"),
+                "run_id": f.get("run_id"),
+                "reason": scrub_text(str(f.get("reason") or "")),
+                "server": scrub_optional(f.get("server")),
+                "at": f.get("at") or _now(),
+            }
+            for f in failures
+        ]
         try:
             parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
             parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
@@ -141,15 +183,22 @@ class PartSink:
                 raise StoreFull(f"no space left on device ({self.parts_dir})") from None
             raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
 
+
 class Store(PartSink):
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
     `server_urls`: the URLs the captures come from (may hold `user:password@`); their credentials
     are masked wherever they appear in a stored payload (`add_server_urls` adds more later)."""
 
-    def __init__(self, path: str | Path = DEFAULT_DB, server_urls: Iterable[str] = (), *,
-                 lock_timeout: float = LOCK_TIMEOUT_S, on_wait: Callable[[str], None] | None = None,
-                 linger: float = LINGER_S) -> None:
+    def __init__(
+        self,
+        path: str | Path = DEFAULT_DB,
+        server_urls: Iterable[str] = (),
+        *,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+        on_wait: Callable[[str], None] | None = None,
+        linger: float = LINGER_S,
+    ) -> None:
         """`on_wait(message)` hears about a long wait for another process (default: one line on stderr);
         `linger`: seconds the file stays open after an operation (0: closed at once)."""
         self.path = str(path)
@@ -208,8 +257,10 @@ class Store(PartSink):
                     raise StoreError(f"cannot open database {self.path}: {first}") from None
                 waited = time.monotonic() - started
                 if waited >= self.lock_timeout:
-                    raise StoreError(f"the store {self.path} is in use by {holder_of(message)}: gave up after "
-                                     f"{waited:.0f}s (try again when it finishes)") from None
+                    raise StoreError(
+                        f"the store {self.path} is in use by {holder_of(message)}: gave up after "
+                        f"{waited:.0f}s (try again when it finishes)"
+                    ) from None
                 if not said and waited >= LOCK_SAY_AFTER_S:
                     said = True
                     self.on_wait(f"waiting for {self.path}: in use by {holder_of(message)}")
@@ -251,7 +302,7 @@ class Store(PartSink):
                 self._release()
 
     @contextmanager
-    def hold(self) -> Iterator["Store"]:
+    def hold(self) -> Iterator[Store]:
         """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""
         with self._connection():
             yield self
@@ -266,7 +317,7 @@ class Store(PartSink):
                 shutil.rmtree(self._memory_parts, ignore_errors=True)
                 self._memory_parts = None
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -297,21 +348,53 @@ class Store(PartSink):
             conn.execute(sql, list(params))
 
     # -- writes -----------------------------------------------------------------------------
-    def put_run(self, run_id: str, *, settings: dict | None = None, profile: str | None = None,
-                tokenizer_dir: str | None = None, tokenizer_hash: str | None = None,
-                template_hash: str | None = None, server_info: list | None = None, source: str | None = None) -> None:
+    def put_run(
+        self,
+        run_id: str,
+        *,
+        settings: dict | None = None,
+        profile: str | None = None,
+        tokenizer_dir: str | None = None,
+        tokenizer_hash: str | None = None,
+        template_hash: str | None = None,
+        server_info: list | None = None,
+        source: str | None = None,
+    ) -> None:
         """Record (or refresh) a run's provenance: what the manifest of an export reports."""
-        self._tx([(
-            "INSERT INTO runs VALUES (?, now(), ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-            "settings = EXCLUDED.settings, profile = EXCLUDED.profile, tokenizer_dir = EXCLUDED.tokenizer_dir, "
-            "tokenizer_hash = EXCLUDED.tokenizer_hash, template_hash = EXCLUDED.template_hash, "
-            "server_info = EXCLUDED.server_info, source = EXCLUDED.source",
-            [run_id, to_json(settings, known_secrets(self._secrets)), profile, tokenizer_dir, tokenizer_hash, template_hash,
-             metadata_json(server_info), source])])
+        self._tx(
+            [
+                (
+                    "INSERT INTO runs VALUES (?, now(), ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                    "settings = EXCLUDED.settings, profile = EXCLUDED.profile, tokenizer_dir = EXCLUDED.tokenizer_dir, "
+                    "tokenizer_hash = EXCLUDED.tokenizer_hash, template_hash = EXCLUDED.template_hash, "
+                    "server_info = EXCLUDED.server_info, source = EXCLUDED.source",
+                    [
+                        run_id,
+                        to_json(settings, known_secrets(self._secrets)),
+                        profile,
+                        tokenizer_dir,
+                        tokenizer_hash,
+                        template_hash,
+                        metadata_json(server_info),
+                        source,
+                    ],
+                )
+            ]
+        )
 
-    def put_sample(self, sample_id: str, prompt_id: str, run_id: str | None, capture: Capture, analysis: Any, *,
-                   gen_index: int | None = None, turn: int | None = None, profile: str | None = None,
-                   new: bool | None = None) -> None:
+    def put_sample(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Any,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+        new: bool | None = None,
+    ) -> None:
         """Write one sample and its findings atomically; re-writing keeps its review status.
 
         `new=True` says the caller knows the id is not stored yet (the batch runner's anti-join did
@@ -320,33 +403,48 @@ class Store(PartSink):
         Earlier failures of the same sample id (a resumed run that now succeeded) go in the same
         transaction: stats and errors.jsonl list only requests that are still missing.
         """
-        params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile,
-                               self._secrets)
+        params = sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile, self._secrets)
         with self._connection():  # one open file: the check and the write see the same state
-            exists = (not new) and (new is False or bool(self.query(
-                "SELECT 1 FROM samples WHERE sample_id = ?", [sample_id])))
+            exists = (not new) and (
+                new is False or bool(self.query("SELECT 1 FROM samples WHERE sample_id = ?", [sample_id]))
+            )
             statements: list[tuple[str, Sequence[Any]]] = [(_UPSERT if exists else _INSERT, params)]
             if exists:
                 statements.append(("DELETE FROM findings WHERE sample_id = ?", [sample_id]))
             statements.append(("DELETE FROM failures WHERE sample_id = ?", [sample_id]))
             statements.append(("DELETE FROM failure_attempts WHERE sample_id = ?", [sample_id]))
             if analysis.findings:
-                statements.append((
-                    "INSERT INTO findings SELECT ?, f.code, f.severity, f.detail, f.positions FROM "
-                    "(SELECT unnest(?::STRUCT(code VARCHAR, severity VARCHAR, detail VARCHAR, positions INTEGER[])[])"
-                    " AS f)",
-                    [sample_id, [{"code": f.code, "severity": f.severity, "detail": f.detail,
-                                  "positions": list(f.positions)} for f in analysis.findings]]))
+                statements.append(
+                    (
+                        "INSERT INTO findings SELECT ?, f.code, f.severity, f.detail, f.positions FROM "
+                        "(SELECT unnest(?::STRUCT(code VARCHAR, severity VARCHAR, detail VARCHAR, positions INTEGER[])[])"
+                        " AS f)",
+                        [
+                            sample_id,
+                            [
+                                {
+                                    "code": f.code,
+                                    "severity": f.severity,
+                                    "detail": f.detail,
+                                    "positions": list(f.positions),
+                                }
+                                for f in analysis.findings
+                            ],
+                        ],
+                    )
+                )
             self._tx(statements)
 
-    def put_failure(self, prompt_id: str, sample_id: str | None, run_id: str | None, reason: str,
-                    server: str | None = None) -> None:
+    def put_failure(
+        self, prompt_id: str, sample_id: str | None, run_id: str | None, reason: str, server: str | None = None
+    ) -> None:
         """A request that failed after its retries: not a sample, so a resumed run tries it again.
 
         The reason may echo a server's 401 body (with the key) and the server URL may carry
         userinfo: both are scrubbed before they are written."""
-        self.put_failures([{"prompt_id": prompt_id, "sample_id": sample_id, "run_id": run_id, "reason": reason,
-                            "server": server}])
+        self.put_failures(
+            [{"prompt_id": prompt_id, "sample_id": sample_id, "run_id": run_id, "reason": reason, "server": server}]
+        )
 
     def put_failures(self, failures: list[dict[str, Any]]) -> None:
         """Record failed requests in one transaction: one current failure per sample id (the latest
@@ -354,24 +452,39 @@ class Store(PartSink):
         statements: list[tuple[str, Sequence[Any]]] = []
         for f in failures:
             sid = f.get("sample_id")
-            row = [f.get("prompt_id"), sid, f.get("run_id"), scrub_text(str(f.get("reason") or "")),
-                   scrub_optional(f.get("server"))]
+            row = [
+                f.get("prompt_id"),
+                sid,
+                f.get("run_id"),
+                scrub_text(str(f.get("reason") or "")),
+                scrub_optional(f.get("server")),
+            ]
             if sid is not None:
                 statements += [
-                    ("INSERT INTO failure_attempts VALUES (?, 1) ON CONFLICT (sample_id) DO UPDATE SET "
-                     "attempts = failure_attempts.attempts + 1", [sid]),
+                    (
+                        "INSERT INTO failure_attempts VALUES (?, 1) ON CONFLICT (sample_id) DO UPDATE SET "
+                        "attempts = failure_attempts.attempts + 1",
+                        [sid],
+                    ),
                     ("DELETE FROM failures WHERE sample_id = ?", [sid]),
                 ]
-            statements.append(("INSERT INTO failures (prompt_id, sample_id, run_id, reason, \"at\", server) "
-                               "VALUES (?, ?, ?, ?, now(), ?)", row))
+            statements.append(
+                (
+                    'INSERT INTO failures (prompt_id, sample_id, run_id, reason, "at", server) '
+                    "VALUES (?, ?, ?, ?, now(), ?)",
+                    row,
+                )
+            )
         if statements:
             self._tx(statements)
 
     # -- parts: what batches write instead of holding the file -------------------------------
     def _sample_types(self, conn: Any) -> dict[str, str]:
         if self._column_types is None:
-            rows = conn.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                "WHERE table_name = 'samples' AND table_schema = 'main'").fetchall()
+            rows = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = 'samples' AND table_schema = 'main'"
+            ).fetchall()
             self._column_types = {name: kind for name, kind in rows}
         return self._column_types
 
@@ -418,14 +531,18 @@ class Store(PartSink):
     def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
         spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns)
         spec += ", 'findings': 'STRUCT(code VARCHAR, severity VARCHAR, detail VARCHAR, positions INTEGER[])[]'"
-        conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_new AS SELECT * FROM read_json({parts.sql_list(files)}, "
-                     f"columns={{{spec}}}, format='newline_delimited', maximum_object_size=1073741824) p "
-                     "WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id) "
-                     "QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY created_at) = 1")
+        conn.execute(
+            f"CREATE OR REPLACE TEMP TABLE _part_new AS SELECT * FROM read_json({parts.sql_list(files)}, "
+            f"columns={{{spec}}}, format='newline_delimited', maximum_object_size=1073741824) p "
+            "WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id) "
+            "QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY created_at) = 1"
+        )
         cols = ", ".join(columns)
         conn.execute(f"INSERT INTO samples ({cols}) SELECT {cols} FROM _part_new")
-        conn.execute("INSERT INTO findings SELECT sample_id, f.code, f.severity, f.detail, f.positions FROM "
-                     "(SELECT sample_id, unnest(findings) AS f FROM _part_new)")
+        conn.execute(
+            "INSERT INTO findings SELECT sample_id, f.code, f.severity, f.detail, f.positions FROM "
+            "(SELECT sample_id, unnest(findings) AS f FROM _part_new)"
+        )
         conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_new)")
         conn.execute("DELETE FROM failure_attempts WHERE sample_id IN (SELECT sample_id FROM _part_new)")
         n = conn.execute("SELECT count(*) FROM _part_new").fetchone()[0]
@@ -434,18 +551,24 @@ class Store(PartSink):
 
     @staticmethod
     def _ingest_failures(conn: Any, files: list[parts.Path]) -> int:
-        conn.execute(f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({parts.sql_list(files)}, "
-                     "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
-                     "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
-                     "WHERE f.sample_id IS NULL OR "
-                     "NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)")
-        conn.execute("INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
-                     "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
-                     "failure_attempts.attempts + EXCLUDED.attempts")
+        conn.execute(
+            f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({parts.sql_list(files)}, "
+            "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
+            "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
+            "WHERE f.sample_id IS NULL OR "
+            "NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)"
+        )
+        conn.execute(
+            "INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
+            "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
+            "failure_attempts.attempts + EXCLUDED.attempts"
+        )
         conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_fail)")
-        conn.execute("INSERT INTO failures (prompt_id, sample_id, run_id, reason, \"at\", server) "
-                     "SELECT prompt_id, sample_id, run_id, reason, \"at\", server FROM _part_fail "
-                     "QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY \"at\" DESC) = 1")
+        conn.execute(
+            'INSERT INTO failures (prompt_id, sample_id, run_id, reason, "at", server) '
+            'SELECT prompt_id, sample_id, run_id, reason, "at", server FROM _part_fail '
+            'QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY "at" DESC) = 1'
+        )
         n = conn.execute("SELECT count(*) FROM _part_fail").fetchone()[0]
         conn.execute("DROP TABLE _part_fail")
         return int(n)
@@ -454,9 +577,12 @@ class Store(PartSink):
         """The current failures (one per sample id, the latest reason) with how many attempts failed:
         what errors.jsonl lists."""
         where, params = ("WHERE f.run_id = ?", [run_id]) if run_id else ("", [])
-        rows = self.query("SELECT f.prompt_id, f.sample_id, f.run_id, f.reason, f.server, f.\"at\", "
-                          "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
-                          f"{where} ORDER BY f.prompt_id, f.sample_id, f.\"at\"", params)
+        rows = self.query(
+            'SELECT f.prompt_id, f.sample_id, f.run_id, f.reason, f.server, f."at", '
+            "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
+            f'{where} ORDER BY f.prompt_id, f.sample_id, f."at"',
+            params,
+        )
         names = ("prompt_id", "sample_id", "run_id", "reason", "server", "at", "attempts")
         return [dict(zip(names, r)) for r in rows]
 
@@ -465,8 +591,10 @@ class Store(PartSink):
         wanted = list(dict.fromkeys(ids))
         if not wanted:
             return set()
-        rows = self.query("SELECT s.sample_id FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
-                          "ON s.sample_id = q.id", [wanted])
+        rows = self.query(
+            "SELECT s.sample_id FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id",
+            [wanted],
+        )
         return {r[0] for r in rows}
 
     # -- verdicts ---------------------------------------------------------------------------
@@ -476,35 +604,54 @@ class Store(PartSink):
             raise UnknownSample(sample_id)
         return rows[0][0]
 
-    def record_verdict(self, sample_id: str, status: str, reason: str | None = None, note: str | None = None,
-                       tags: Sequence[str] = (), who: str | None = None, override: bool = False) -> None:
+    def record_verdict(
+        self,
+        sample_id: str,
+        status: str,
+        reason: str | None = None,
+        note: str | None = None,
+        tags: Sequence[str] = (),
+        who: str | None = None,
+        override: bool = False,
+    ) -> None:
         """`override`: the reviewer approved although the sample has an error finding (asked and confirmed)."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from {', '.join(STATUSES)})")
         with self._connection():
             self._status(sample_id)
-            self._tx([
-                ("INSERT INTO verdicts (sample_id, \"at\", who, kind, status, reason, note, tags, override) "
-                 "VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?, ?)",
-                 [sample_id, who, status, reason, note, list(tags), override]),
-                ("UPDATE samples SET status = ? WHERE sample_id = ?", [status, sample_id]),
-            ])
+            self._tx(
+                [
+                    (
+                        'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, note, tags, override) '
+                        "VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?, ?)",
+                        [sample_id, who, status, reason, note, list(tags), override],
+                    ),
+                    ("UPDATE samples SET status = ? WHERE sample_id = ?", [status, sample_id]),
+                ]
+            )
 
     def undo_verdict(self, sample_id: str, who: str | None = None) -> str:
         """Take back the latest verdict; the status it had before comes back. Returns the new status."""
         with self._connection():
             current = self._status(sample_id)
-            live = self.query("SELECT seq, status FROM verdicts WHERE sample_id = ? AND kind = 'verdict' AND "
-                              "NOT undone ORDER BY seq DESC LIMIT 2", [sample_id])
+            live = self.query(
+                "SELECT seq, status FROM verdicts WHERE sample_id = ? AND kind = 'verdict' AND "
+                "NOT undone ORDER BY seq DESC LIMIT 2",
+                [sample_id],
+            )
             if not live:
                 return current
             restored = live[1][1] if len(live) > 1 else "pending"
-            self._tx([
-                ("UPDATE verdicts SET undone = true WHERE seq = ?", [live[0][0]]),
-                ("INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES (?, now(), ?, 'undo', ?)",
-                 [sample_id, who, restored]),
-                ("UPDATE samples SET status = ? WHERE sample_id = ?", [restored, sample_id]),
-            ])
+            self._tx(
+                [
+                    ("UPDATE verdicts SET undone = true WHERE seq = ?", [live[0][0]]),
+                    (
+                        "INSERT INTO verdicts (sample_id, \"at\", who, kind, status) VALUES (?, now(), ?, 'undo', ?)",
+                        [sample_id, who, restored],
+                    ),
+                    ("UPDATE samples SET status = ? WHERE sample_id = ?", [restored, sample_id]),
+                ]
+            )
             return restored
 
     def undo_latest(self, sample_id: str, who: str | None = None) -> str | None:
@@ -514,14 +661,23 @@ class Store(PartSink):
         """
         with self._connection():
             self._status(sample_id)
-            last = self.query("SELECT seq, kind FROM verdicts WHERE sample_id = ? AND kind IN ('verdict', 'note') "
-                              "AND NOT undone ORDER BY seq DESC LIMIT 1", [sample_id])
+            last = self.query(
+                "SELECT seq, kind FROM verdicts WHERE sample_id = ? AND kind IN ('verdict', 'note') "
+                "AND NOT undone ORDER BY seq DESC LIMIT 1",
+                [sample_id],
+            )
             if not last:
                 return None
             if last[0][1] == "note":
-                self._tx([("UPDATE verdicts SET undone = true WHERE seq = ?", [last[0][0]]),
-                          ("INSERT INTO verdicts (sample_id, \"at\", who, kind) VALUES (?, now(), ?, 'undo')",
-                           [sample_id, who])])
+                self._tx(
+                    [
+                        ("UPDATE verdicts SET undone = true WHERE seq = ?", [last[0][0]]),
+                        (
+                            "INSERT INTO verdicts (sample_id, \"at\", who, kind) VALUES (?, now(), ?, 'undo')",
+                            [sample_id, who],
+                        ),
+                    ]
+                )
                 return "note"
             self.undo_verdict(sample_id, who=who)
             return "verdict"
@@ -529,12 +685,19 @@ class Store(PartSink):
     def add_note(self, sample_id: str, note: str, who: str | None = None, tags: Sequence[str] = ()) -> None:
         with self._connection():
             self._status(sample_id)
-            self._tx([("INSERT INTO verdicts (sample_id, \"at\", who, kind, note, tags) VALUES (?, now(), ?, 'note', ?, ?)",
-                       [sample_id, who, note, list(tags)])])
+            self._tx(
+                [
+                    (
+                        "INSERT INTO verdicts (sample_id, \"at\", who, kind, note, tags) VALUES (?, now(), ?, 'note', ?, ?)",
+                        [sample_id, who, note, list(tags)],
+                    )
+                ]
+            )
 
     # -- reads ------------------------------------------------------------------------------
-    def samples_page(self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0,
-                     limit: int = 100) -> list[SampleRow]:
+    def samples_page(
+        self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0, limit: int = 100
+    ) -> list[SampleRow]:
         with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
             return queries.samples_page(conn, filters, order_by, offset, limit)
 
@@ -550,32 +713,52 @@ class Store(PartSink):
             if found is None:
                 raise UnknownSample(sample_id)
             row = dict(zip(names, found))
-            findings = [Finding(c, s, d, tuple(p or ())) for c, s, d, p in self.query(
-                "SELECT code, severity, detail, positions FROM findings WHERE sample_id = ? ORDER BY rowid",
-                [sample_id])]
-            history = [dict(zip(("seq", "at", "who", "kind", "status", "reason", "note", "tags", "undone",
-                                 "override"), h))
-                       for h in self.query("SELECT seq, \"at\", who, kind, status, reason, note, tags, undone, "
-                                           "override FROM verdicts WHERE sample_id = ? ORDER BY seq", [sample_id])]
+            findings = [
+                Finding(c, s, d, tuple(p or ()))
+                for c, s, d, p in self.query(
+                    "SELECT code, severity, detail, positions FROM findings WHERE sample_id = ? ORDER BY rowid",
+                    [sample_id],
+                )
+            ]
+            history = [
+                dict(zip(("seq", "at", "who", "kind", "status", "reason", "note", "tags", "undone", "override"), h))
+                for h in self.query(
+                    'SELECT seq, "at", who, kind, status, reason, note, tags, undone, '
+                    "override FROM verdicts WHERE sample_id = ? ORDER BY seq",
+                    [sample_id],
+                )
+            ]
         live = [h for h in history if h["kind"] == "verdict" and not h["undone"]]
         notes_live = [h for h in history if h["kind"] == "note" and not h["undone"]]
         tags = sorted({t for h in notes_live + live[-1:] for t in (h["tags"] or [])})
         return StoredSample(
-            sample_id=row["sample_id"], prompt_id=row["prompt_id"], run_id=row["run_id"],
-            capture=capture_from_row(row), findings=findings, status=row["status"], valid=bool(row["valid"]),
-            n_errors=row["n_errors"], notes=[h["note"] for h in history if h["note"] and not h["undone"]], tags=tags,
+            sample_id=row["sample_id"],
+            prompt_id=row["prompt_id"],
+            run_id=row["run_id"],
+            capture=capture_from_row(row),
+            findings=findings,
+            status=row["status"],
+            valid=bool(row["valid"]),
+            n_errors=row["n_errors"],
+            notes=[h["note"] for h in history if h["note"] and not h["undone"]],
+            tags=tags,
             history=history,
-            turn=row["turn"], gen_index=row["gen_index"], profile=row["profile"],
+            turn=row["turn"],
+            gen_index=row["gen_index"],
+            profile=row["profile"],
             alignment=None if row["alignment"] is None else [ALIGN_STATUS.get(ch, "?") for ch in row["alignment"]],
-            created_at=row["created_at"])
+            created_at=row["created_at"],
+        )
 
     def rows_for(self, sample_ids: Sequence[str]) -> list[dict[str, Any]]:
         """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
         if not sample_ids:
             return []
         with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
-            cur = conn.execute("SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q "
-                                     "ON s.sample_id = q.id", [list(sample_ids)])
+            cur = conn.execute(
+                "SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id",
+                [list(sample_ids)],
+            )
             names = [d[0] for d in cur.description]
             by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
         return [by_id[i] for i in sample_ids if i in by_id]
@@ -585,11 +768,24 @@ class Store(PartSink):
             return queries.stats(conn)
 
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.query("SELECT r.*, (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples, "
-                          "(SELECT count(*) FROM failures f WHERE f.run_id = r.run_id) AS failures "
-                          "FROM runs r ORDER BY started, run_id")
-        names = ("run_id", "started", "settings", "profile", "tokenizer_dir", "tokenizer_hash", "template_hash",
-                 "server_info", "source", "samples", "failures")
+        rows = self.query(
+            "SELECT r.*, (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples, "
+            "(SELECT count(*) FROM failures f WHERE f.run_id = r.run_id) AS failures "
+            "FROM runs r ORDER BY started, run_id"
+        )
+        names = (
+            "run_id",
+            "started",
+            "settings",
+            "profile",
+            "tokenizer_dir",
+            "tokenizer_hash",
+            "template_hash",
+            "server_info",
+            "source",
+            "samples",
+            "failures",
+        )
         out = []
         for r in rows:
             d = dict(zip(names, r))
@@ -600,29 +796,39 @@ class Store(PartSink):
     def run_ids(self) -> list[str]:
         """Every run id: those with a runs row, then those only samples carry (imported data)."""
         known = [r["run_id"] for r in self.runs()]
-        extra = [r[0] for r in self.query("SELECT DISTINCT run_id FROM samples WHERE run_id IS NOT NULL ORDER BY 1")
-                 if r[0] not in known]
+        extra = [
+            r[0]
+            for r in self.query("SELECT DISTINCT run_id FROM samples WHERE run_id IS NOT NULL ORDER BY 1")
+            if r[0] not in known
+        ]
         return known + extra
 
     def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]]]]:
         """One conversation per prompt id already in the store (to sample it again)."""
-        rows = self.query("SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
-                          "GROUP BY prompt_id ORDER BY prompt_id")
+        rows = self.query(
+            "SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
+            "GROUP BY prompt_id ORDER BY prompt_id"
+        )
         return [(pid, from_json(m)) for pid, m in rows if m]
 
     def length_distribution(self, close_id: int | None, limit: int = 200_000) -> tuple[list[int], list[int]]:
         """(output lengths, reasoning lengths = ids before the first closer) for the stats plots."""
-        rows = self.query("SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
-                          [close_id if close_id is not None else -1, limit])
+        rows = self.query(
+            "SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
+            [close_id if close_id is not None else -1, limit],
+        )
         return [r[0] for r in rows], [r[1] - 1 for r in rows if r[1]]
 
     def finish_reasons(self) -> dict[str, int]:
-        return {str(k): v for k, v in self.query(
-            "SELECT coalesce(finish_reason, 'none'), count(*) FROM samples GROUP BY 1 ORDER BY 2 DESC")}
+        return {
+            str(k): v
+            for k, v in self.query(
+                "SELECT coalesce(finish_reason, 'none'), count(*) FROM samples GROUP BY 1 ORDER BY 2 DESC"
+            )
+        }
 
     def finding_codes(self) -> list[str]:
         return [r[0] for r in self.query("SELECT DISTINCT code FROM findings ORDER BY code")]
-
 
 
 def _now() -> str:

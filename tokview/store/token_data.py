@@ -14,23 +14,39 @@ from typing import Any
 from tokview.core.record import Capture
 from tokview.core.spec_decode import SpecDecode
 
-SIDE_COLUMNS = ("spec_decode", "acceptance_length", "output_top_ids", "output_top_logprobs", "target_logprobs",
-                "target_top_ids", "target_top_logprobs", "target_score", "mean_nll")
-SIDE_CAPTURE_FIELDS = ("spec_decode", "output_top_ids", "output_top_logprobs", "target_logprobs",
-                       "target_top_ids", "target_top_logprobs", "target_score")
+SIDE_COLUMNS = (
+    "spec_decode",
+    "acceptance_length",
+    "output_top_ids",
+    "output_top_logprobs",
+    "target_logprobs",
+    "target_top_ids",
+    "target_top_logprobs",
+    "target_score",
+    "mean_nll",
+)
+SIDE_CAPTURE_FIELDS = (
+    "spec_decode",
+    "output_top_ids",
+    "output_top_logprobs",
+    "target_logprobs",
+    "target_top_ids",
+    "target_top_logprobs",
+    "target_score",
+)
 SIDE_JSON = ("spec_decode", "target_score")
 TARGET_COLUMNS = ("target_logprobs", "target_top_ids", "target_top_logprobs", "target_score", "mean_nll")
 
 MIGRATION_SQL = (
-    "ALTER TABLE samples ADD COLUMN spec_decode VARCHAR",          # JSON: core.spec_decode.SpecDecode
-    "ALTER TABLE samples ADD COLUMN acceptance_length DOUBLE",     # mean acceptance length (sort/filter)
+    "ALTER TABLE samples ADD COLUMN spec_decode VARCHAR",  # JSON: core.spec_decode.SpecDecode
+    "ALTER TABLE samples ADD COLUMN acceptance_length DOUBLE",  # mean acceptance length (sort/filter)
     "ALTER TABLE samples ADD COLUMN output_top_ids INTEGER[][]",
     "ALTER TABLE samples ADD COLUMN output_top_logprobs FLOAT[][]",
     "ALTER TABLE samples ADD COLUMN target_logprobs FLOAT[]",
     "ALTER TABLE samples ADD COLUMN target_top_ids INTEGER[][]",
     "ALTER TABLE samples ADD COLUMN target_top_logprobs FLOAT[][]",
-    "ALTER TABLE samples ADD COLUMN target_score VARCHAR",         # JSON: server, model, thresholds, summary
-    "ALTER TABLE samples ADD COLUMN mean_nll DOUBLE",              # the target's mean NLL (sort/filter/select)
+    "ALTER TABLE samples ADD COLUMN target_score VARCHAR",  # JSON: server, model, thresholds, summary
+    "ALTER TABLE samples ADD COLUMN mean_nll DOUBLE",  # the target's mean NLL (sort/filter/select)
 )
 
 
@@ -47,10 +63,14 @@ def side_values(capture: Capture) -> dict[str, Any]:
     """The side columns of one capture, ready for an INSERT."""
     score = capture.target_score or {}
     return {
-        "spec_decode": _dump(capture.spec_decode), "acceptance_length": acceptance_length(capture.spec_decode),
-        "output_top_ids": capture.output_top_ids, "output_top_logprobs": capture.output_top_logprobs,
-        "target_logprobs": capture.target_logprobs, "target_top_ids": capture.target_top_ids,
-        "target_top_logprobs": capture.target_top_logprobs, "target_score": _dump(capture.target_score),
+        "spec_decode": _dump(capture.spec_decode),
+        "acceptance_length": acceptance_length(capture.spec_decode),
+        "output_top_ids": capture.output_top_ids,
+        "output_top_logprobs": capture.output_top_logprobs,
+        "target_logprobs": capture.target_logprobs,
+        "target_top_ids": capture.target_top_ids,
+        "target_top_logprobs": capture.target_top_logprobs,
+        "target_score": _dump(capture.target_score),
         "mean_nll": score.get("mean_nll"),
     }
 
@@ -76,14 +96,20 @@ def target_statements(sample_id: str, capture: Capture, finding: Any | None) -> 
     values = side_values(capture)
     code = "off_policy"
     statements: list[tuple[str, list[Any]]] = [
-        (f"UPDATE samples SET {', '.join(f'{c} = ?' for c in TARGET_COLUMNS)}, "
-         f"codes = list_concat(list_filter(codes, lambda c: c <> '{code}'), ?::VARCHAR[]) WHERE sample_id = ?",
-         [*(values[c] for c in TARGET_COLUMNS), [code] if finding is not None else [], sample_id]),
+        (
+            f"UPDATE samples SET {', '.join(f'{c} = ?' for c in TARGET_COLUMNS)}, "
+            f"codes = list_concat(list_filter(codes, lambda c: c <> '{code}'), ?::VARCHAR[]) WHERE sample_id = ?",
+            [*(values[c] for c in TARGET_COLUMNS), [code] if finding is not None else [], sample_id],
+        ),
         (f"DELETE FROM findings WHERE sample_id = ? AND code = '{code}'", [sample_id]),
     ]
     if finding is not None:
-        statements.append(("INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
-                           [sample_id, finding.code, finding.severity, finding.detail, list(finding.positions)]))
+        statements.append(
+            (
+                "INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
+                [sample_id, finding.code, finding.severity, finding.detail, list(finding.positions)],
+            )
+        )
     return statements
 
 

@@ -7,9 +7,10 @@ to the store synchronously on the key press that makes them, so a crash right af
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -50,7 +51,7 @@ class TokviewApp(App):
     TITLE = "tokview"
     BINDINGS = bindings("everywhere")
 
-    def __init__(self, session: "Session", config: UIConfig | None = None) -> None:
+    def __init__(self, session: Session, config: UIConfig | None = None) -> None:
         super().__init__()
         self.session = session
         self.config = config or UIConfig()
@@ -80,9 +81,16 @@ class TokviewApp(App):
         except Exception as exc:  # an unreadable sample or tokenizer: tell the user, keep the app
             self.call_from_thread(self.notify, f"cannot open {sample_id}: {exc}", severity="error")
             return
-        self.post_message(SampleReady(InspectData(stored.sample_id, stored.capture, analysis, stored.status,
-                                                  stored.notes, stored.tags, stored.history),
-                                      index, tokenizer, profile))
+        self.post_message(
+            SampleReady(
+                InspectData(
+                    stored.sample_id, stored.capture, analysis, stored.status, stored.notes, stored.tags, stored.history
+                ),
+                index,
+                tokenizer,
+                profile,
+            )
+        )
 
     @on(SampleReady)
     def _sample_ready(self, event: SampleReady) -> None:
@@ -113,16 +121,20 @@ class TokviewApp(App):
         current = self.current_sample()
         if current is None:
             self.bell()
-            self.notify("no sample here: open one, or move the list cursor onto one", severity="warning",
-                        timeout=2)
+            self.notify("no sample here: open one, or move the list cursor onto one", severity="warning", timeout=2)
         return current
 
     def _record(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
         sample_id, index = target
         store = self.session.store
         if op == "verdict":
-            store.record_verdict(sample_id, kwargs["status"], reason=kwargs.get("reason"), who=self.session.who,
-                                 override=kwargs.get("override", False))
+            store.record_verdict(
+                sample_id,
+                kwargs["status"],
+                reason=kwargs.get("reason"),
+                who=self.session.who,
+                override=kwargs.get("override", False),
+            )
             said = kwargs["status"] + (" (overriding its error findings)" if kwargs.get("override") else "")
         elif op == "undo":
             undone = store.undo_latest(sample_id, who=self.session.who)
@@ -132,8 +144,7 @@ class TokviewApp(App):
             said = "tagged " + ", ".join(kwargs["tags"]) if kwargs.get("tags") else "note saved"
         stored = store.load_sample(sample_id)
         self._show_verdict(sample_id, index, stored)
-        self.notify(f"{sample_id}: {said} · now {stored.status}" + ("" if op == "undo" else " (u undoes)"),
-                    timeout=2)
+        self.notify(f"{sample_id}: {said} · now {stored.status}" + ("" if op == "undo" else " (u undoes)"), timeout=2)
 
     def _show_verdict(self, sample_id: str, index: int | None, stored) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -160,9 +171,14 @@ class TokviewApp(App):
             else:
                 self.notify(f"{target[0]}: not approved", timeout=1.5)
 
-        self.push_screen(Confirm(f"Approve {target[0]} although it is invalid?",
-                                 f"error findings: {', '.join(errors)}. A trainer would learn from a broken "
-                                 f"sample; the verdict is recorded as an override."), answered)
+        self.push_screen(
+            Confirm(
+                f"Approve {target[0]} although it is invalid?",
+                f"error findings: {', '.join(errors)}. A trainer would learn from a broken "
+                f"sample; the verdict is recorded as an override.",
+            ),
+            answered,
+        )
 
     def action_reject(self) -> None:
         target = self._target()
@@ -179,8 +195,10 @@ class TokviewApp(App):
         target = self._target()
         if target is None:
             return
-        self.push_screen(TextPrompt("Note for this sample", "what a reviewer should know"),
-                         lambda note: note and self._record(target, "note", note=note))
+        self.push_screen(
+            TextPrompt("Note for this sample", "what a reviewer should know"),
+            lambda note: note and self._record(target, "note", note=note),
+        )
 
     def action_tag(self) -> None:
         target = self._target()
@@ -260,8 +278,11 @@ class TokviewApp(App):
         for key in KEYS:
             node = live.get(key.id)
             if key.palette and node is not None:
-                yield SystemCommand(key.description, key.help or key.description,
-                                    lambda node=node, action=key.action: self.run_action(action, node))
+                yield SystemCommand(
+                    key.description,
+                    key.help or key.description,
+                    lambda node=node, action=key.action: self.run_action(action, node),
+                )
         ours = {k.description for k in KEYS}
         for command in super().get_system_commands(screen):
             if command.title not in ours:

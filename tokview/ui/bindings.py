@@ -37,39 +37,108 @@ class Key:
         return self.label or self.description
 
     def binding(self) -> Binding:
-        return Binding(self.keys, self.action, self.footer_label, show=self.footer, key_display=self.key_display,
-                       priority=self.priority, tooltip=self.help or self.description, id=self.id)
+        return Binding(
+            self.keys,
+            self.action,
+            self.footer_label,
+            show=self.footer,
+            key_display=self.key_display,
+            priority=self.priority,
+            tooltip=self.help or self.description,
+            id=self.id,
+        )
 
 
 KEYS: tuple[Key, ...] = (
     # everywhere (the app): ? first, so the footer never cuts it off
-    Key("app.help", "question_mark,f1", "help", "Help", "everywhere", "All keys, from this table.", footer=True,
-        key_display="?"),
-    Key("curate.approve", "a", "approve", "Approve", "everywhere",
-        "Approve the sample (written to the store at once; asks first when it has an error finding).", footer=True),
-    Key("curate.reject", "r", "reject", "Reject", "everywhere", "Reject the sample with a reason picked or typed.",
-        footer=True),
+    Key(
+        "app.help",
+        "question_mark,f1",
+        "help",
+        "Help",
+        "everywhere",
+        "All keys, from this table.",
+        footer=True,
+        key_display="?",
+    ),
+    Key(
+        "curate.approve",
+        "a",
+        "approve",
+        "Approve",
+        "everywhere",
+        "Approve the sample (written to the store at once; asks first when it has an error finding).",
+        footer=True,
+    ),
+    Key(
+        "curate.reject",
+        "r",
+        "reject",
+        "Reject",
+        "everywhere",
+        "Reject the sample with a reason picked or typed.",
+        footer=True,
+    ),
     Key("curate.note", "n", "note", "Note", "everywhere", "Attach a note to the sample.", footer=True),
     Key("curate.tag", "t", "tag", "Tag", "everywhere", "Tag the sample (comma-separated tags).", footer=True),
-    Key("curate.undo", "u", "undo", "Undo", "everywhere", "Take back the sample's latest verdict, note or tag.",
-        footer=True),
-    Key("curate.next", "right_square_bracket", "next_unreviewed", "Next pending", "everywhere",
-        "Go to the next sample nobody has reviewed yet.", footer=True, key_display="]", label="Next"),
-    Key("app.generate", "g", "generate", "Generate", "everywhere", "Open the generate panel.", footer=True,
-        label="Gen"),
+    Key(
+        "curate.undo",
+        "u",
+        "undo",
+        "Undo",
+        "everywhere",
+        "Take back the sample's latest verdict, note or tag.",
+        footer=True,
+    ),
+    Key(
+        "curate.next",
+        "right_square_bracket",
+        "next_unreviewed",
+        "Next pending",
+        "everywhere",
+        "Go to the next sample nobody has reviewed yet.",
+        footer=True,
+        key_display="]",
+        label="Next",
+    ),
+    Key(
+        "app.generate", "g", "generate", "Generate", "everywhere", "Open the generate panel.", footer=True, label="Gen"
+    ),
     Key("app.doctor", "D", "doctor", "Doctor", "everywhere", "Check the connected server.", footer=True),
-    Key("app.stats", "S", "stats", "Stats", "everywhere", "Plots of lengths, finish reasons, findings.",
-        footer=True),
-    Key("app.theme", "T", "toggle_theme", "Light / dark", "everywhere", "Switch between light and dark.",
-        footer=True, label="Theme"),
+    Key("app.stats", "S", "stats", "Stats", "everywhere", "Plots of lengths, finish reasons, findings.", footer=True),
+    Key(
+        "app.theme",
+        "T",
+        "toggle_theme",
+        "Light / dark",
+        "everywhere",
+        "Switch between light and dark.",
+        footer=True,
+        label="Theme",
+    ),
     Key("app.quit", "q", "quit", "Quit", "everywhere", "Leave tokview.", footer=True),
     # the samples screen and its list
-    Key("samples.search", "slash", "focus_search", "Search", "samples", "Search sample ids, prompt ids and text.",
-        footer=True, key_display="/"),
+    Key(
+        "samples.search",
+        "slash",
+        "focus_search",
+        "Search",
+        "samples",
+        "Search sample ids, prompt ids and text.",
+        footer=True,
+        key_display="/",
+    ),
     Key("samples.sort", "o", "cycle_order", "Sort", "samples", "Cycle the sort order of the list.", footer=True),
     Key("samples.reload", "ctrl+r", "reload", "Reload", "samples", "Count and load the list again.", footer=True),
-    Key("samples.focus-list", "escape", "focus_list", "Back to the list", "samples",
-        "Move focus from the filters to the list.", palette=False),
+    Key(
+        "samples.focus-list",
+        "escape",
+        "focus_list",
+        "Back to the list",
+        "samples",
+        "Move focus from the filters to the list.",
+        palette=False,
+    ),
     Key("list.open", "enter", "open", "Inspect", "sample list", "Open the sample under the cursor.", footer=True),
     Key("list.up", "up", "move(-1)", "Previous sample", "sample list", palette=False),
     Key("list.down", "down", "move(1)", "Next sample", "sample list", palette=False),
@@ -78,14 +147,44 @@ KEYS: tuple[Key, ...] = (
     Key("list.home", "home", "first", "First sample", "sample list", palette=False),
     Key("list.end", "end", "last", "Last sample", "sample list", palette=False),
     # inspect and its token panes
-    Key("inspect.mode", "v", "cycle_mode", "View mode", "inspect", "Cycle pieces / ids / both (piece over id).",
-        footer=True, label="View"),
-    Key("inspect.findings", "f", "focus_findings", "Findings", "inspect", "Move focus to the findings list.",
-        footer=True, label="Finding"),
-    Key("inspect.swap", "s", "swap_pane", "Other pane", "inspect", "Move focus to the other token pane.",
-        footer=True, label="Pane"),
-    Key("inspect.heat", "h", "cycle_heat", "Heat", "inspect",
-        "Colour output tokens by acceptance run, sampled logprob or target logprob (then segments again)."),
+    Key(
+        "inspect.mode",
+        "v",
+        "cycle_mode",
+        "View mode",
+        "inspect",
+        "Cycle pieces / ids / both (piece over id).",
+        footer=True,
+        label="View",
+    ),
+    Key(
+        "inspect.findings",
+        "f",
+        "focus_findings",
+        "Findings",
+        "inspect",
+        "Move focus to the findings list.",
+        footer=True,
+        label="Finding",
+    ),
+    Key(
+        "inspect.swap",
+        "s",
+        "swap_pane",
+        "Other pane",
+        "inspect",
+        "Move focus to the other token pane.",
+        footer=True,
+        label="Pane",
+    ),
+    Key(
+        "inspect.heat",
+        "h",
+        "cycle_heat",
+        "Heat",
+        "inspect",
+        "Colour output tokens by acceptance run, sampled logprob or target logprob (then segments again).",
+    ),
     Key("inspect.back", "escape", "close", "Back", "inspect", "Back to the samples list.", footer=True),
     Key("token.left", "left", "cursor(-1)", "Previous token", "token panes", palette=False),
     Key("token.right", "right", "cursor(1)", "Next token", "token panes", palette=False),
@@ -97,22 +196,39 @@ KEYS: tuple[Key, ...] = (
     Key("token.end", "end", "cursor_to_end", "Last token", "token panes", palette=False),
     # panels
     Key("generate.run", "ctrl+s", "run", "Run", "generate", "Start the batch with these settings.", footer=True),
-    Key("generate.cancel", "ctrl+c", "cancel", "Cancel run", "generate",
-        "Stop the running batch (written samples stay).", footer=True, priority=True, label="Cancel"),
+    Key(
+        "generate.cancel",
+        "ctrl+c",
+        "cancel",
+        "Cancel run",
+        "generate",
+        "Stop the running batch (written samples stay).",
+        footer=True,
+        priority=True,
+        label="Cancel",
+    ),
     Key("generate.back", "escape", "close", "Back", "generate", "Back to the samples list.", footer=True),
-    Key("doctor.run", "ctrl+s", "run", "Run checks", "doctor", "Probe the server and run the doctor's checks.",
-        footer=True, label="Check"),
+    Key(
+        "doctor.run",
+        "ctrl+s",
+        "run",
+        "Run checks",
+        "doctor",
+        "Probe the server and run the doctor's checks.",
+        footer=True,
+        label="Check",
+    ),
     Key("doctor.back", "escape", "close", "Back", "doctor", "Back to the samples list.", footer=True),
     Key("stats.reload", "ctrl+r", "reload", "Reload", "stats", "Read the numbers again.", footer=True),
     Key("stats.back", "escape", "close", "Back", "stats", "Back to the samples list.", footer=True),
     # modals and help: they take every key while open
     Key("modal.cancel", "escape", "cancel", "Cancel", "note / tag prompt", "Close without saving.", palette=False),
-    Key("modal.cancel-reject", "escape", "cancel", "Cancel", "reject dialog", "Close without rejecting.",
-        palette=False),
+    Key(
+        "modal.cancel-reject", "escape", "cancel", "Cancel", "reject dialog", "Close without rejecting.", palette=False
+    ),
     Key("modal.confirm", "y", "confirm", "Yes", "confirm dialog", "Do it anyway.", palette=False),
     Key("modal.decline", "escape,n", "decline", "No", "confirm dialog", "Leave it as it was.", palette=False),
-    Key("help.close", "escape,question_mark,q", "dismiss", "Close help", "help", "Close this screen.",
-        palette=False),
+    Key("help.close", "escape,question_mark,q", "dismiss", "Close help", "help", "Close this screen.", palette=False),
 )
 
 SCOPES: dict[str, tuple[str, ...]] = {
@@ -167,8 +283,10 @@ def keymap_problem(keymap: dict[str, str]) -> str | None:
     """Why this keymap cannot be used (an unknown id, a key bound twice where both are live), or None."""
     unknown = sorted(set(keymap) - set(BY_ID))
     if unknown:
-        return (f"keymap names unknown binding ids {unknown} (ids look like \"curate.approve\"; "
-                f"the help screen, ?, lists them all)")
+        return (
+            f'keymap names unknown binding ids {unknown} (ids look like "curate.approve"; '
+            f"the help screen, ?, lists them all)"
+        )
     for scope, groups in SCOPES.items():
         owner: dict[str, str] = {}
         for key in (k for k in KEYS if k.group in groups):
@@ -179,8 +297,15 @@ def keymap_problem(keymap: dict[str, str]) -> str | None:
     return None
 
 
-SHOWN = {"question_mark": "?", "escape": "esc", "right_square_bracket": "]", "slash": "/", "enter": "⏎",
-         "pageup": "pgup", "pagedown": "pgdn"}
+SHOWN = {
+    "question_mark": "?",
+    "escape": "esc",
+    "right_square_bracket": "]",
+    "slash": "/",
+    "enter": "⏎",
+    "pageup": "pgup",
+    "pagedown": "pgdn",
+}
 
 
 def display_keys(keys: list[str]) -> str:

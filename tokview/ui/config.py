@@ -88,7 +88,7 @@ def load_config(path: Path | None = None) -> UIConfig:
         config.reject_reasons = tuple(reasons)
     for binding_id, keys in keymap.items():
         if not isinstance(keys, str) or not keys.strip():
-            raise ConfigError(f"config {path}: keymap {binding_id!r} must be a key string like \"ctrl+a\"")
+            raise ConfigError(f'config {path}: keymap {binding_id!r} must be a key string like "ctrl+a"')
     config.keymap = {str(k): ",".join(split_keys(v)) for k, v in keymap.items()}
     problem = keymap_problem(config.keymap)
     if problem:

@@ -9,8 +9,9 @@ what the parser hid) without running an app.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 
@@ -26,12 +27,31 @@ VIEW_MODES = ("pieces", "ids", "both")
 
 # Style classes: each maps to a component class `token-view--<name>` themed in CSS.
 PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL = (
-    "prompt", "prompt-special", "delimiter", "reasoning", "answer", "stop", "special")
+    "prompt",
+    "prompt-special",
+    "delimiter",
+    "reasoning",
+    "answer",
+    "stop",
+    "special",
+)
 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY = "gap", "partial", "drift", "empty"
 HEAT_CLASSES = tuple(f"heat-{level}" for level in range(5))
 """The inspect heat view (ui/heat.py): 0 easy/likely … 4 hard/unlikely."""
-STYLE_CLASSES = (PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL,
-                 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY, *HEAT_CLASSES)
+STYLE_CLASSES = (
+    PROMPT,
+    PROMPT_SPECIAL,
+    DELIMITER,
+    REASONING,
+    ANSWER,
+    STOP,
+    SPECIAL,
+    GAP,
+    PARTIAL_CLS,
+    DRIFT_CLS,
+    EMPTY,
+    *HEAT_CLASSES,
+)
 CLASS_INDEX = {name: i for i, name in enumerate(STYLE_CLASSES)}
 
 _VISIBLE = {" ": "·", "\n": "↵", "\t": "⇥", "\r": "␍", "\x7f": "␡", "\u00a0": "⍽"}
@@ -81,7 +101,7 @@ def _class_for(kind: str, special: bool) -> int:
     return CLASS_INDEX[REASONING if kind == seg.REASONING else ANSWER]
 
 
-def served_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter") -> TokenSeq:
+def served_seq(capture: Capture, analysis: Analysis, tokenizer: TokenizerAdapter) -> TokenSeq:
     """The left pane: prompt ids then output ids exactly as served."""
     ids = list(capture.prompt_ids) + list(capture.output_ids)
     raw = tokenizer.pieces(capture.prompt_ids) + tokenizer.pieces(capture.output_ids)
@@ -92,11 +112,10 @@ def served_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAd
     if al is not None and not capture.paths_diverge:  # the statuses are per aligned id: here the same ids
         for i, s in enumerate(al.statuses[: len(capture.output_ids)]):
             status[n_prompt + i] = s
-    return TokenSeq(ids, [visible(p) for p in raw], classes, n_prompt,
-                    [p.endswith("\n") for p in raw], status)
+    return TokenSeq(ids, [visible(p) for p in raw], classes, n_prompt, [p.endswith("\n") for p in raw], status)
 
 
-def kept_seq(capture: "Capture", analysis: "Analysis", tokenizer: "TokenizerAdapter") -> TokenSeq:
+def kept_seq(capture: Capture, analysis: Analysis, tokenizer: TokenizerAdapter) -> TokenSeq:
     """The right pane: what the text fields kept, aligned id by id to the ids they came from.
 
     Those ids are `capture.aligned_output_ids` (the parsed path's in a dual capture) and their kinds
@@ -181,22 +200,40 @@ def row_of(starts: Sequence[int], index: int) -> int:
     return max(0, bisect_right(starts, index) - 1)
 
 
-def detail_lines(seq: TokenSeq, index: int, tokenizer: "TokenizerAdapter | None", kinds: Sequence[str],
-                 loss_mask: Sequence[int], logprobs: Sequence[float] | None) -> list[tuple[str, str]]:
+def detail_lines(
+    seq: TokenSeq,
+    index: int,
+    tokenizer: TokenizerAdapter | None,
+    kinds: Sequence[str],
+    loss_mask: Sequence[int],
+    logprobs: Sequence[float] | None,
+) -> list[tuple[str, str]]:
     """(label, value) pairs for the token detail panel."""
     tid = seq.ids[index]
     raw = tokenizer.piece_bytes(tid) if tokenizer is not None else b""
     out_pos = index - seq.n_prompt
     where = f"{index} (prompt[{index}])" if out_pos < 0 else f"{index} (output[{out_pos}])"
-    rows = [("id", str(tid)), ("piece", visible(raw.decode("utf-8", errors="replace")) if raw else seq.pieces[index]),
-            ("bytes", raw.hex(" ") if raw else "—"), ("position", where),
-            ("segment", kinds[index] if index < len(kinds) else "—"),
-            ("loss mask", str(loss_mask[index]) if index < len(loss_mask) else "—")]
+    rows = [
+        ("id", str(tid)),
+        ("piece", visible(raw.decode("utf-8", errors="replace")) if raw else seq.pieces[index]),
+        ("bytes", raw.hex(" ") if raw else "—"),
+        ("position", where),
+        ("segment", kinds[index] if index < len(kinds) else "—"),
+        ("loss mask", str(loss_mask[index]) if index < len(loss_mask) else "—"),
+    ]
     if logprobs is not None and 0 <= out_pos < len(logprobs):
         rows.append(("logprob", f"{logprobs[out_pos]:.4f}"))
     status = seq.status[index] if index < len(seq.status) else None
-    rows.append(("text field", {None: "— (prompt)" if out_pos < 0 else "— (no text fields)",
-                                KEPT: "kept", PARTIAL: "partly kept (whitespace trimmed)",
-                                HIDDEN: "hidden by the parser", DRIFT: "drift: text before it no id explains"}
-                 .get(status, status or "—")))
+    rows.append(
+        (
+            "text field",
+            {
+                None: "— (prompt)" if out_pos < 0 else "— (no text fields)",
+                KEPT: "kept",
+                PARTIAL: "partly kept (whitespace trimmed)",
+                HIDDEN: "hidden by the parser",
+                DRIFT: "drift: text before it no id explains",
+            }.get(status, status or "—"),
+        )
+    )
     return rows

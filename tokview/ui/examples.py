@@ -16,34 +16,72 @@ from tokview.core.record import Capture
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
-KIMI_PROMPT_IDS = [163587, 375, 163601, 87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63,
-                   163586, 163588, 319, 115, 276, 116, 301, 116, 163601, 163606]
+KIMI_PROMPT_IDS = [
+    163587,
+    375,
+    163601,
+    87,
+    104,
+    323,
+    32,
+    276,
+    32,
+    54,
+    32,
+    116,
+    105,
+    261,
+    115,
+    32,
+    55,
+    63,
+    163586,
+    163588,
+    319,
+    115,
+    276,
+    116,
+    301,
+    116,
+    163601,
+    163606,
+]
 KIMI_OUTPUT_IDS = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
 REASONING = "Okay, let me think about this carefully."
 CONTENT = "The answer is forty-two!"
 THINK_CLOSE, IM_END = 163607, 163586
 
-_PARAGRAPH = ("Let me check the constraint again.\n\tIf x = 3, then 2x + 1 = 7; 中文也可以 🙂 so the "
-              "bound holds.\r\nNext, consider the edge case where n is large:  sum(i for i in range(n)).\n\n")
+_PARAGRAPH = (
+    "Let me check the constraint again.\n\tIf x = 3, then 2x + 1 = 7; 中文也可以 🙂 so the "
+    "bound holds.\r\nNext, consider the edge case where n is large:  sum(i for i in range(n)).\n\n"
+)
 
 
 def short_capture() -> Capture:
     """The Kimi exchange 'What is 6 times 7?' as a vLLM chat endpoint returns it."""
     return Capture(
-        prompt_ids=list(KIMI_PROMPT_IDS), output_ids=list(KIMI_OUTPUT_IDS), finish_reason="stop",
-        matched_stop=IM_END, reasoning=REASONING, content=CONTENT, reasoning_field="reasoning",
-        endpoint="vllm-chat", server_kind="vllm", server_version="0.17.0", model="kimi-k2.5",
+        prompt_ids=list(KIMI_PROMPT_IDS),
+        output_ids=list(KIMI_OUTPUT_IDS),
+        finish_reason="stop",
+        matched_stop=IM_END,
+        reasoning=REASONING,
+        content=CONTENT,
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        server_kind="vllm",
+        server_version="0.17.0",
+        model="kimi-k2.5",
         settings={"thinking": True, "temperature": 0.6, "max_new_tokens": 64},
         messages=[{"role": "user", "content": "What is 6 times 7?"}],
     )
 
 
 @lru_cache(maxsize=4)
-def _paragraph_ids(tokenizer: "TokenizerAdapter") -> tuple[int, ...]:
+def _paragraph_ids(tokenizer: TokenizerAdapter) -> tuple[int, ...]:
     return tuple(tokenizer.encode(_PARAGRAPH))
 
 
-def long_capture(tokenizer: "TokenizerAdapter", n_output: int = 32_000) -> Capture:
+def long_capture(tokenizer: TokenizerAdapter, n_output: int = 32_000) -> Capture:
     """A capture with `n_output` output ids: long reasoning, `</think>`, a short answer, `<|im_end|>`."""
     para = _paragraph_ids(tokenizer)
     answer = tokenizer.encode(CONTENT)
@@ -51,9 +89,15 @@ def long_capture(tokenizer: "TokenizerAdapter", n_output: int = 32_000) -> Captu
     reasoning_ids = [para[i % len(para)] for i in range(n_reasoning)]
     output = reasoning_ids + [THINK_CLOSE] + answer + [IM_END]
     return Capture(
-        prompt_ids=list(KIMI_PROMPT_IDS), output_ids=output[:n_output] if n_output >= 2 else output,
-        finish_reason="stop", matched_stop=IM_END,
-        reasoning=tokenizer.decode(reasoning_ids), content=CONTENT, reasoning_field="reasoning",
-        endpoint="vllm-chat", server_kind="vllm", settings={"thinking": True, "max_new_tokens": n_output},
+        prompt_ids=list(KIMI_PROMPT_IDS),
+        output_ids=output[:n_output] if n_output >= 2 else output,
+        finish_reason="stop",
+        matched_stop=IM_END,
+        reasoning=tokenizer.decode(reasoning_ids),
+        content=CONTENT,
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        server_kind="vllm",
+        settings={"thinking": True, "max_new_tokens": n_output},
         output_logprobs=[-0.01 * (i % 50) for i in range(len(output))],
     )

@@ -9,7 +9,8 @@ steps could be placed on positions (core.spec_decode); otherwise the mode says "
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tokview.core import spec_decode as sd
 
@@ -18,8 +19,12 @@ if TYPE_CHECKING:
 
 HEAT_MODES = ("segments", "acceptance", "sampled", "target")
 """`segments` is the usual colouring (no heat)."""
-HEAT_LABELS = {"segments": "segments", "acceptance": "acceptance run", "sampled": "sampled logprob",
-               "target": "target logprob"}
+HEAT_LABELS = {
+    "segments": "segments",
+    "acceptance": "acceptance run",
+    "sampled": "sampled logprob",
+    "target": "target logprob",
+}
 LEVELS = 5
 PROB_EDGES = (0.9, 0.5, 0.1, 0.01)
 """Probability at or above each edge → level 0, 1, 2, 3; below the last → 4."""
@@ -32,42 +37,50 @@ def prob_level(logprob: float | None) -> int | None:
     return next((level for level, edge in enumerate(PROB_EDGES) if p >= edge), LEVELS - 1)
 
 
-def _placement(capture: "Capture") -> tuple[sd.SpecDecode | None, sd.Placement | None]:
+def _placement(capture: Capture) -> tuple[sd.SpecDecode | None, sd.Placement | None]:
     spec = sd.SpecDecode.from_dict(capture.spec_decode)
     return spec, sd.place_steps(spec, len(capture.output_ids), capture.finish_reason)
 
 
-def output_values(capture: "Capture", mode: str) -> list[float | None] | None:
+def output_values(capture: Capture, mode: str) -> list[float | None] | None:
     """Per output position: the value the mode colours by (None when the sample has none)."""
     if mode == "sampled":
         return capture.output_logprobs
     if mode == "target":
         return capture.target_logprobs
     if mode == "acceptance":
-        spec, placed = _placement(capture)
+        _spec, placed = _placement(capture)
         return None if placed is None else [float(r) for r in placed.run]
     return None
 
 
-def heat_levels(capture: "Capture", mode: str) -> list[int | None] | None:
+def heat_levels(capture: Capture, mode: str) -> list[int | None] | None:
     """One level per absolute position (prompt + output), or None when the mode has no data here."""
     values = output_values(capture, mode)
     if values is None or len(values) != len(capture.output_ids):
         return None
     if mode == "acceptance":
         spec, _ = _placement(capture)
-        k = max(1, (spec.num_spec_tokens if spec and spec.num_spec_tokens else None)
-                or max((v or 0 for v in values), default=1) or 1)
+        k = max(
+            1,
+            (spec.num_spec_tokens if spec and spec.num_spec_tokens else None)
+            or max((v or 0 for v in values), default=1)
+            or 1,
+        )
         # long accepted runs are easy for the drafter (0); a rejected draft (run 0) is hard (4)
         _, placed = _placement(capture)
-        out = [None if v is None or (placed and placed.step_of[i] == sd.PREFILL)  # the prefill token: no step
-               else min(LEVELS - 1, round((1 - v / k) * (LEVELS - 1))) for i, v in enumerate(values)]
+        out = [
+            None
+            if v is None or (placed and placed.step_of[i] == sd.PREFILL)  # the prefill token: no step
+            else min(LEVELS - 1, round((1 - v / k) * (LEVELS - 1)))
+            for i, v in enumerate(values)
+        ]
     else:
         out = [prob_level(v) for v in values]
     return [None] * len(capture.prompt_ids) + out
 
 
-def unavailable(capture: "Capture", mode: str) -> str | None:
+def unavailable(capture: Capture, mode: str) -> str | None:
     """Why the mode shows nothing for this sample (None when it shows something)."""
     if mode == "segments" or heat_levels(capture, mode) is not None:
         return None
@@ -81,8 +94,12 @@ def unavailable(capture: "Capture", mode: str) -> str | None:
     return "not scored (tokview score)"
 
 
-def _top(ids: Sequence[Sequence[int]] | None, lps: Sequence[Sequence[float]] | None, pos: int,
-         piece: Callable[[int], str] | None) -> str | None:
+def _top(
+    ids: Sequence[Sequence[int]] | None,
+    lps: Sequence[Sequence[float]] | None,
+    pos: int,
+    piece: Callable[[int], str] | None,
+) -> str | None:
     if not ids or not lps or pos >= len(ids):
         return None
     parts = []
@@ -92,7 +109,7 @@ def _top(ids: Sequence[Sequence[int]] | None, lps: Sequence[Sequence[float]] | N
     return ", ".join(parts) or None
 
 
-def heat_detail(capture: "Capture", position: int, piece: Callable[[int], str] | None = None) -> list[tuple[str, str]]:
+def heat_detail(capture: Capture, position: int, piece: Callable[[int], str] | None = None) -> list[tuple[str, str]]:
     """Detail-panel rows for the token at an absolute position (nothing for prompt positions)."""
     p = position - len(capture.prompt_ids)
     if p < 0 or p >= len(capture.output_ids):
@@ -107,8 +124,12 @@ def heat_detail(capture: "Capture", position: int, piece: Callable[[int], str] |
         else:
             kind = "accepted draft" if placed.accepted[p] else "target token"
             drafted = (spec.per_step_drafted or [None] * (placed.step_of[p] + 1))[placed.step_of[p]]
-            rows.append(("acceptance run", f"step {placed.step_of[p]}: {placed.run[p]} of {drafted} drafts "
-                                           f"accepted; this is the {kind}"))
+            rows.append(
+                (
+                    "acceptance run",
+                    f"step {placed.step_of[p]}: {placed.run[p]} of {drafted} drafts accepted; this is the {kind}",
+                )
+            )
     if capture.output_logprobs is not None and p < len(capture.output_logprobs):
         # the sampled logprob itself is the panel's own "logprob" row; the alternatives are new here
         top = _top(capture.output_top_ids, capture.output_top_logprobs, p, piece)
@@ -132,8 +153,13 @@ def acceptance_bars(side: dict | None) -> tuple[str, dict[str, float]]:
     bars = {"all": round(spec["mean_acceptance_length"], 3)}
     segments = spec.get("segments")
     if segments:
-        bars.update({name: round(v["mean_acceptance_length"], 3) for name, v in segments.items()
-                     if v.get("mean_acceptance_length") is not None})
+        bars.update(
+            {
+                name: round(v["mean_acceptance_length"], 3)
+                for name, v in segments.items()
+                if v.get("mean_acceptance_length") is not None
+            }
+        )
         return f"mean acceptance length ({spec['placed_samples']} of {spec['samples']} samples placed)", bars
     return "mean acceptance length (per segment unavailable: steps not placed)", bars
 
@@ -145,5 +171,7 @@ def nll_bars(side: dict | None) -> tuple[str, dict[str, int]]:
         return "target mean NLL: not scored (tokview score)", {}
     edges, counts = target["nll_histogram"]["upper_edges"], target["nll_histogram"]["counts"]
     labels = [f"≤{e:g}" for e in edges] + [f">{edges[-1]:g}"]
-    return (f"target mean NLL, nats/token ({target['samples']} scored, off_policy {target['off_policy']})",
-            dict(zip(labels, counts)))
+    return (
+        f"target mean NLL, nats/token ({target['samples']} scored, off_policy {target['off_policy']})",
+        dict(zip(labels, counts)),
+    )

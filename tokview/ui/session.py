@@ -27,9 +27,18 @@ _GIVEN = "<given>"
 
 
 class Session:
-    def __init__(self, store: "Store", *, tokenizer_dir: Path | None = None, profile_name: str | None = None,
-                 tokenizer: "TokenizerAdapter | None" = None, profile: "ModelProfile | None" = None,
-                 server_url: str | None = None, trust_remote_code: bool = False, who: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        tokenizer_dir: Path | None = None,
+        profile_name: str | None = None,
+        tokenizer: TokenizerAdapter | None = None,
+        profile: ModelProfile | None = None,
+        server_url: str | None = None,
+        trust_remote_code: bool = False,
+        who: str | None = None,
+    ) -> None:
         """`tokenizer`/`profile`: already loaded objects (the demo, tests); they win over the names."""
         self.store = store
         self.tokenizer_dir = tokenizer_dir
@@ -39,8 +48,8 @@ class Session:
         self.who = who
         self._given_tokenizer = tokenizer
         self._given_profile = profile
-        self._tokenizers: dict[str | None, "TokenizerAdapter"] = {}
-        self._pairs: dict[tuple[str | None, str | None], tuple["TokenizerAdapter", "ModelProfile"]] = {}
+        self._tokenizers: dict[str | None, TokenizerAdapter] = {}
+        self._pairs: dict[tuple[str | None, str | None], tuple[TokenizerAdapter, ModelProfile]] = {}
         self._runs: dict[str, dict[str, Any]] | None = None
         self._missing_runs: set[str] = set()
         """run ids with no runs row when last looked up: misses are cached too."""
@@ -76,19 +85,19 @@ class Session:
         return validate_server_url(typed), server_url_notes(typed)
 
     # -- the pair for new work (generate, doctor, stats) -----------------------------------------
-    def tokenizer(self) -> "TokenizerAdapter":
+    def tokenizer(self) -> TokenizerAdapter:
         return self._default()[0]
 
-    def profile(self) -> "ModelProfile":
+    def profile(self) -> ModelProfile:
         return self._default()[1]
 
-    def _default(self) -> tuple["TokenizerAdapter", "ModelProfile"]:
+    def _default(self) -> tuple[TokenizerAdapter, ModelProfile]:
         """The named pair, else the latest run's recorded one, else tokview's Kimi-layout default."""
         latest = next((r for r in reversed(self._run_table(refresh=False).values()) if r.get("tokenizer_dir")), {})
         return self.resolve(latest.get("tokenizer_dir"), latest.get("profile"))
 
     # -- stored samples -------------------------------------------------------------------------
-    def for_sample(self, stored: "StoredSample") -> tuple["TokenizerAdapter", "ModelProfile"]:
+    def for_sample(self, stored: StoredSample) -> tuple[TokenizerAdapter, ModelProfile]:
         """The pair to re-analyse one stored sample with: named, else its run's."""
         run = self._run_table(refresh=False).get(stored.run_id)
         if run is None and stored.run_id and stored.run_id not in self._missing_runs:
@@ -98,7 +107,7 @@ class Session:
         run = run or {}
         return self.resolve(run.get("tokenizer_dir"), stored.profile or run.get("profile"))
 
-    def load(self, sample_id: str) -> tuple["StoredSample", "Analysis", "TokenizerAdapter", "ModelProfile"]:
+    def load(self, sample_id: str) -> tuple[StoredSample, Analysis, TokenizerAdapter, ModelProfile]:
         """One stored sample, its analysis and the tokenizer/profile it was derived with (as batch does)."""
         from tokview.core.analysis import analyze
 
@@ -106,8 +115,9 @@ class Session:
         tokenizer, profile = self.for_sample(stored)
         return stored, analyze(stored.capture, profile, tokenizer), tokenizer, profile
 
-    def resolve(self, recorded_tokenizer_dir: str | None,
-                recorded_profile: str | None) -> tuple["TokenizerAdapter", "ModelProfile"]:
+    def resolve(
+        self, recorded_tokenizer_dir: str | None, recorded_profile: str | None
+    ) -> tuple[TokenizerAdapter, ModelProfile]:
         """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once."""
         tok_key = _GIVEN if self._given_tokenizer is not None or self.tokenizer_dir else recorded_tokenizer_dir
         prof_key = _GIVEN if self._given_profile is not None or self.profile_name else recorded_profile
@@ -118,15 +128,21 @@ class Session:
                 self._pairs[(tok_key, prof_key)] = pair
             return pair
 
-    def _resolve(self, tok_key: str | None, recorded_tokenizer_dir: str | None,
-                 recorded_profile: str | None) -> tuple["TokenizerAdapter", "ModelProfile"]:
+    def _resolve(
+        self, tok_key: str | None, recorded_tokenizer_dir: str | None, recorded_profile: str | None
+    ) -> tuple[TokenizerAdapter, ModelProfile]:
         from tokview.core.resolve import resolve_for_stored
 
         tokenizer = self._given_tokenizer if self._given_tokenizer is not None else self._tokenizers.get(tok_key)
         tokenizer, profile = resolve_for_stored(
-            self.tokenizer_dir, self.profile_name, recorded_tokenizer_dir=recorded_tokenizer_dir,
-            recorded_profile=recorded_profile, trust_remote_code=self.trust_remote_code,
-            tokenizer=tokenizer, model_profile=self._given_profile)
+            self.tokenizer_dir,
+            self.profile_name,
+            recorded_tokenizer_dir=recorded_tokenizer_dir,
+            recorded_profile=recorded_profile,
+            trust_remote_code=self.trust_remote_code,
+            tokenizer=tokenizer,
+            model_profile=self._given_profile,
+        )
         self._tokenizers.setdefault(tok_key, tokenizer)
         return tokenizer, profile
 

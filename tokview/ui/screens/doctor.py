@@ -45,7 +45,7 @@ class DoctorScreen(Screen):
             super().__init__()
             self.report, self.error = report, error
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.report = None

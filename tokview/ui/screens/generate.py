@@ -31,9 +31,18 @@ DEFAULT_PROMPTS = Path(__file__).resolve().parents[3] / "sample_data" / "openai_
 """Absolute: the app may be started from any folder."""
 FORM_DEFAULTS = {"samples": "1", "temperature": "0.6", "max-tokens": "256"}
 """What an empty field means; the boxes show these as placeholders, so what you see is what runs."""
-FORM_NAMES = {"--samples-per-prompt": "samples", "--max-new-tokens": "max tok", "--temperature": "temp",
-              "--prompts": "prompts", "--server": "server", "--top-p": "top p", "--concurrency": "concurrency",
-              "--timeout": "timeout", "--retries": "retries", "--logprobs": "logprobs"}
+FORM_NAMES = {
+    "--samples-per-prompt": "samples",
+    "--max-new-tokens": "max tok",
+    "--temperature": "temp",
+    "--prompts": "prompts",
+    "--server": "server",
+    "--top-p": "top p",
+    "--concurrency": "concurrency",
+    "--timeout": "timeout",
+    "--retries": "retries",
+    "--logprobs": "logprobs",
+}
 
 
 def default_prompts_shown() -> str:
@@ -56,8 +65,11 @@ def typed_prompts(text: str) -> list:
     """One prompt per non-empty line: a single user message, with a stable id from its text."""
     from tokview.core.prompts import parse_row
 
-    return [parse_row({"messages": [{"role": "user", "content": line.strip()}]}, line=n)
-            for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    return [
+        parse_row({"messages": [{"role": "user", "content": line.strip()}]}, line=n)
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
 
 
 def store_prompts(store) -> list:
@@ -71,7 +83,7 @@ class GenerateScreen(Screen):
     BINDINGS = bindings("generate")
 
     class Progress(Message):
-        def __init__(self, progress: "BatchProgress") -> None:
+        def __init__(self, progress: BatchProgress) -> None:
             super().__init__()
             self.progress = progress
 
@@ -79,15 +91,15 @@ class GenerateScreen(Screen):
             return isinstance(message, GenerateScreen.Progress)
 
     class Finished(Message):
-        def __init__(self, summary: "BatchSummary | None", error: str | None) -> None:
+        def __init__(self, summary: BatchSummary | None, error: str | None) -> None:
             super().__init__()
             self.summary, self.error = summary, error
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.cancel_event: asyncio.Event | None = None
-        self.last_summary: "BatchSummary | None" = None
+        self.last_summary: BatchSummary | None = None
         self._last_reload = 0.0
         self.url_notes: list[str] = []
         """What was changed about the typed server URL (e.g. a dropped /v1), set by build_config."""
@@ -99,26 +111,43 @@ class GenerateScreen(Screen):
                 yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="server")
             with Horizontal(classes="form-row"):
                 yield Label("prompts", classes="form-label")
-                yield Select([("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
-                             value="file", allow_blank=False, id="source")
+                yield Select(
+                    [("file", "file"), ("typed below", "typed"), ("stored prompts", "store")],
+                    value="file",
+                    allow_blank=False,
+                    id="source",
+                )
                 yield Input(default_prompts_shown(), placeholder="prompts .jsonl / .parquet", id="prompts-file")
             yield TextArea("What is 6 times 7?", id="typed", soft_wrap=True)
             with Horizontal(classes="form-row"):
                 yield Label("samples", classes="form-label")
-                yield Input(FORM_DEFAULTS["samples"], placeholder=FORM_DEFAULTS["samples"], id="samples",
-                            type="integer")
+                yield Input(
+                    FORM_DEFAULTS["samples"], placeholder=FORM_DEFAULTS["samples"], id="samples", type="integer"
+                )
                 yield Label("temp", classes="form-label")
-                yield Input(FORM_DEFAULTS["temperature"], placeholder=FORM_DEFAULTS["temperature"], id="temperature",
-                            type="number")
+                yield Input(
+                    FORM_DEFAULTS["temperature"],
+                    placeholder=FORM_DEFAULTS["temperature"],
+                    id="temperature",
+                    type="number",
+                )
                 yield Label("max tok", classes="form-label")
-                yield Input(FORM_DEFAULTS["max-tokens"], placeholder=FORM_DEFAULTS["max-tokens"], id="max-tokens",
-                            type="integer")
+                yield Input(
+                    FORM_DEFAULTS["max-tokens"],
+                    placeholder=FORM_DEFAULTS["max-tokens"],
+                    id="max-tokens",
+                    type="integer",
+                )
             with Horizontal(classes="form-row"):
                 yield Label("thinking", classes="form-label")
                 yield Switch(True, id="thinking")
                 yield Label("mode", classes="form-label")
-                yield Select([("raw ids", "raw"), ("parsed chat", "chat"), ("dual", "dual")], value="raw",
-                             allow_blank=False, id="mode")
+                yield Select(
+                    [("raw ids", "raw"), ("parsed chat", "chat"), ("dual", "dual")],
+                    value="raw",
+                    allow_blank=False,
+                    id="mode",
+                )
                 yield Label("logprobs", classes="form-label")
                 yield Input("", placeholder="off", id="logprobs", type="integer")
                 yield Button("Run", id="run", variant="primary")
@@ -162,12 +191,16 @@ class GenerateScreen(Screen):
         server, self.url_notes = self.session.server_for(self._value("#server"))
         source = self.query_one("#source", Select).value
         return BatchConfig(
-            servers=[server], prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
-            mode=str(self.query_one("#mode", Select).value), concurrency=4,
+            servers=[server],
+            prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
+            mode=str(self.query_one("#mode", Select).value),
+            concurrency=4,
             samples_per_prompt=self._number("samples", "samples", int),
             temperature=self._number("temperature", "temp", float),
             max_new_tokens=self._number("max-tokens", "max tok", int),
-            thinking=self.query_one("#thinking", Switch).value, timeout=30.0, retries=2,
+            thinking=self.query_one("#thinking", Switch).value,
+            timeout=30.0,
+            retries=2,
             logprobs=self._logprobs(),
         )
 
@@ -215,8 +248,13 @@ class GenerateScreen(Screen):
                 prompts = await asyncio.to_thread(store_prompts, self.session.store)
             if prompts is not None and not prompts:
                 raise ValueError("no prompts to run")
-            summary = await run_batch(config, self.session.store, prompts,
-                                      on_progress=lambda p: self.post_message(self.Progress(p)), cancel=cancel)
+            summary = await run_batch(
+                config,
+                self.session.store,
+                prompts,
+                on_progress=lambda p: self.post_message(self.Progress(p)),
+                cancel=cancel,
+            )
         except Exception as exc:  # unreachable server, bad input: shown, never a crash
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.post_message(self.Finished(None, first))
@@ -230,7 +268,8 @@ class GenerateScreen(Screen):
         bar.update(total=max(1, p.total), progress=p.done)
         self.query_one("#progress-line", Static).update(
             f"{p.done}/{p.total} done · ok {p.ok} · failed {p.failed} · skipped {p.skipped} · "
-            f"flagged {p.flagged} · truncated {p.truncated} · {p.tok_per_s:,.0f} tok/s")
+            f"flagged {p.flagged} · truncated {p.truncated} · {p.tok_per_s:,.0f} tok/s"
+        )
         now = time.monotonic()
         if now - self._last_reload > 0.5:  # results appear in the list as they land
             self._last_reload = now
@@ -250,6 +289,8 @@ class GenerateScreen(Screen):
         s = event.summary
         self.last_summary = s
         state = "cancelled" if s.interrupted else "done"
-        line.update(f"{state}: run {s.run_id} · ok {s.ok} · failed {s.failed} · skipped {s.skipped} · "
-                    f"flagged {s.flagged} · {s.output_tokens:,} output tokens in {s.elapsed_s:.1f}s")
+        line.update(
+            f"{state}: run {s.run_id} · ok {s.ok} · failed {s.failed} · skipped {s.skipped} · "
+            f"flagged {s.flagged} · {s.output_tokens:,} output tokens in {s.elapsed_s:.1f}s"
+        )
         self.app.samples_changed()

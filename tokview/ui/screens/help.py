@@ -22,8 +22,10 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
-            yield Label("tokview keys · remap any of them by id in ~/.config/tokview/config.toml [keymap]",
-                        classes="modal-title")
+            yield Label(
+                "tokview keys · remap any of them by id in ~/.config/tokview/config.toml [keymap]",
+                classes="modal-title",
+            )
             table = DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
             # keys and id first: at 80 columns the long description is what gets cut, never the id
             table.add_columns("keys", "id", "where", "what it does")

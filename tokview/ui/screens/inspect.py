@@ -41,8 +41,8 @@ class InspectData:
     """One sample as the inspect screen shows it (from the store, or built in memory)."""
 
     sample_id: str
-    capture: "Capture"
-    analysis: "Analysis"
+    capture: Capture
+    analysis: Analysis
     status: str = "pending"
     notes: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
@@ -73,7 +73,7 @@ def review_text(status: str, history: list[dict], notes: list[str]) -> Text:
     return text
 
 
-def first_position(analysis: "Analysis", n_prompt: int) -> int:
+def first_position(analysis: Analysis, n_prompt: int) -> int:
     """Where inspect opens: the first error finding's first position, else the start of the output."""
     for f in sorted(analysis.findings, key=lambda f: SEVERITY_RANK.get(f.severity, 3)):
         if f.severity == "error" and f.positions:
@@ -86,8 +86,9 @@ class InspectScreen(Screen):
 
     BINDINGS = bindings("inspect")
 
-    def __init__(self, data: InspectData, tokenizer: "TokenizerAdapter", profile: "ModelProfile",
-                 mode: str = "pieces") -> None:
+    def __init__(
+        self, data: InspectData, tokenizer: TokenizerAdapter, profile: ModelProfile, mode: str = "pieces"
+    ) -> None:
         super().__init__()
         self.data, self.tokenizer, self.profile = data, tokenizer, profile
         capture, analysis = data.capture, data.analysis
@@ -129,10 +130,13 @@ class InspectScreen(Screen):
     def _title(self) -> Text:
         d, c = self.data, self.data.capture
         status_style = {"approved": "bold green", "rejected": "bold red"}.get(d.status, "bold")
-        title = Text.assemble((d.sample_id, "bold"), "  ", (d.status, status_style),
-                              f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
-                              ("  valid" if d.analysis.valid else "  INVALID",
-                               "green" if d.analysis.valid else "bold red"))
+        title = Text.assemble(
+            (d.sample_id, "bold"),
+            "  ",
+            (d.status, status_style),
+            f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
+            ("  valid" if d.analysis.valid else "  INVALID", "green" if d.analysis.valid else "bold red"),
+        )
         if d.tags:
             title.append("  tags: " + ", ".join(d.tags), "italic")
         if d.notes:
@@ -148,8 +152,9 @@ class InspectScreen(Screen):
 
     def _kept_label(self) -> str:
         c = self.data.capture
-        fields = [name for name, v in (("reasoning", c.reasoning), ("content", c.content), ("text", c.text))
-                  if v is not None]
+        fields = [
+            name for name, v in (("reasoning", c.reasoning), ("content", c.content), ("text", c.text)) if v is not None
+        ]
         al = self.data.analysis.alignment
         extra = f" · unmatched text {len(al.unmatched_text)} chars" if al is not None and al.unmatched_text else ""
         return f"kept by {'+'.join(fields) or 'no text field'} · ░ hidden{extra}"
@@ -161,14 +166,24 @@ class InspectScreen(Screen):
         for i in order:  # errors first: they decide whether the sample is valid
             f = findings[i]
             where = f" · {len(f.positions)} positions, enter jumps" if f.positions else " · no positions"
-            text = Text.assemble((f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")), (f.code, "bold"),
-                                 (where, "dim"), "\n", f.detail)
+            text = Text.assemble(
+                (f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")),
+                (f.code, "bold"),
+                (where, "dim"),
+                "\n",
+                f.detail,
+            )
             if why(f.code):
                 text.append("\n" + why(f.code), "dim italic")
             options.append(Option(text, id=f"finding-{i}"))
         if not options:
-            options.append(Option(Text("no findings: the ids look like a clean training sample", "green"),
-                                  id="finding-none", disabled=True))
+            options.append(
+                Option(
+                    Text("no findings: the ids look like a clean training sample", "green"),
+                    id="finding-none",
+                    disabled=True,
+                )
+            )
         return options
 
     # -- sync --------------------------------------------------------------------------------
@@ -202,8 +217,15 @@ class InspectScreen(Screen):
             # The parsed path's ids: their own kinds; the loss mask and logprobs belong to the raw ids.
             self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.aligned_kinds, (), None)
             return
-        self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.kinds, a.loss_mask,
-                                               c.output_logprobs, heat_detail(c, index, self.tokenizer.piece_text))
+        self.query_one(TokenDetail).show_token(
+            view.seq,
+            index,
+            self.tokenizer,
+            a.kinds,
+            a.loss_mask,
+            c.output_logprobs,
+            heat_detail(c, index, self.tokenizer.piece_text),
+        )
 
     @on(OptionList.OptionHighlighted, "#findings")
     def _finding_highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -221,8 +243,7 @@ class InspectScreen(Screen):
         if finding.positions:
             self.jump_to(finding.positions[0])
         else:
-            self.notify(f"{finding.code} names no token positions: it is about the sample as a whole",
-                        timeout=3)
+            self.notify(f"{finding.code} names no token positions: it is about the sample as a whole", timeout=3)
 
     def _finding(self, option_id: str | None):
         if not option_id or not option_id.startswith("finding-") or option_id == "finding-none":
@@ -247,7 +268,7 @@ class InspectScreen(Screen):
         levels = heat_levels(self.data.capture, self.heat) if self.heat != HEAT_MODES[0] else None
         classes = list(self._segment_classes)
         if levels is not None:
-            for i, level in enumerate(levels[:len(classes)]):
+            for i, level in enumerate(levels[: len(classes)]):
                 if level is not None:
                     classes[i] = CLASS_INDEX[HEAT_CLASSES[level]]
         self.served.set_classes(classes)

@@ -16,18 +16,26 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Select, Static
 
-from tokview.ui.search_terms import parse_search
-
 from tokview.store import STATUSES, SampleFilter
 from tokview.ui.bindings import bindings
+from tokview.ui.search_terms import parse_search
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
 
-ORDERS = ("created_at", "-output_len", "output_len", "-n_errors", "status", "sample_id", "finish_reason",
-          "acceptance_length", "-mean_nll")
+ORDERS = (
+    "created_at",
+    "-output_len",
+    "output_len",
+    "-n_errors",
+    "status",
+    "sample_id",
+    "finish_reason",
+    "acceptance_length",
+    "-mean_nll",
+)
 
 
 class SamplesScreen(Screen):
@@ -45,7 +53,7 @@ class SamplesScreen(Screen):
             super().__init__()
             self.codes, self.runs = codes, runs
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.order = ORDERS[0]
@@ -90,8 +98,9 @@ class SamplesScreen(Screen):
         if event.generation != self._generation:
             return
         store, filters, order = self.session.store, self.filters, self.order
-        self.sample_list.reset(event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit),
-                               self.empty_text())
+        self.sample_list.reset(
+            event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit), self.empty_text()
+        )
         self._update_title(event.count)
 
     @on(Choices)
@@ -103,29 +112,53 @@ class SamplesScreen(Screen):
     def empty_text(self) -> str:
         """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
         f = self.filters
-        active = [name for name, v in (("search", f.text), ("status", f.status), ("finding", f.code),
-                                        ("run", f.run_id), ("invalid only", f.valid is False)) if v]
+        active = [
+            name
+            for name, v in (
+                ("search", f.text),
+                ("status", f.status),
+                ("finding", f.code),
+                ("run", f.run_id),
+                ("invalid only", f.valid is False),
+            )
+            if v
+        ]
         if active:
-            return (f"No sample matches this {' + '.join(active)}.\n"
-                    "Clear the search box (/ then delete the text) or set the filters above back to blank.")
-        return ("This store holds no samples yet.\n"
-                "Press g to generate some from a server (D checks the server first),\n"
-                "or quit and run `tokview demo` for a store filled from the built-in simulator.")
+            return (
+                f"No sample matches this {' + '.join(active)}.\n"
+                "Clear the search box (/ then delete the text) or set the filters above back to blank."
+            )
+        return (
+            "This store holds no samples yet.\n"
+            "Press g to generate some from a server (D checks the server first),\n"
+            "or quit and run `tokview demo` for a store filled from the built-in simulator."
+        )
 
     def _update_title(self, count: int) -> None:
         f = self.filters
         parts = [f"{count:,} samples", f"order {self.order}"]
-        parts += [f"{k}={v}" for k, v in (("status", f.status), ("code", f.code), ("run", f.run_id),
-                                           ("text", f.text), ("acc<", f.max_acceptance), ("nll<", f.max_nll))
-                  if v is not None and v != ""]
+        parts += [
+            f"{k}={v}"
+            for k, v in (
+                ("status", f.status),
+                ("code", f.code),
+                ("run", f.run_id),
+                ("text", f.text),
+                ("acc<", f.max_acceptance),
+                ("nll<", f.max_nll),
+            )
+            if v is not None and v != ""
+        ]
         if f.valid is False:
             parts.append("invalid only")
         self.query_one("#samples-title", Static).update(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
 
     # -- filters -----------------------------------------------------------------------------
     def set_filters(self, **changes) -> None:
-        values = {k: getattr(self.filters, k) for k in ("status", "code", "run_id", "text", "valid", "max_acceptance",
-                                                        "max_nll")}
+        values = {
+            k: getattr(self.filters, k)
+            for k in ("status", "code", "run_id", "text", "valid", "max_acceptance", "max_nll")
+        }
         values.update(changes)
         self.filters = SampleFilter(**values)
         self.reload()

@@ -21,8 +21,8 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from tokview.store.side_stats import store_side_stats
-from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.bindings import bindings
+from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
 
@@ -42,12 +42,13 @@ class StatsData:
     """`spec_decode`, `logprobs`, `target_logprobs` as `tokview stats --json` has them."""
 
 
-def read_stats(session: "Session") -> StatsData:
+def read_stats(session: Session) -> StatsData:
     """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
     store = session.store
     output_lens, reasoning_lens = store.length_distribution(session.profile().think_close_id, MAX_ROWS)
-    return StatsData(store.stats(), output_lens, reasoning_lens, store.finish_reasons(),
-                     store_side_stats(store, session.profile()))
+    return StatsData(
+        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, session.profile())
+    )
 
 
 class StatsScreen(Screen):
@@ -58,7 +59,7 @@ class StatsScreen(Screen):
             super().__init__()
             self.data = data
 
-    def __init__(self, session: "Session") -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.data: StatsData | None = None
@@ -99,7 +100,8 @@ class StatsScreen(Screen):
         if not s["samples"]:
             self.query_one("#stats-summary", Static).update(
                 "No samples yet, so nothing to plot. Press escape, then g to generate some from a server, "
-                "or run `tokview demo` for a filled demo store.")
+                "or run `tokview demo` for a filled demo store."
+            )
             return
         by_status = s["by_status"]
         reviewed = by_status.get("approved", 0) + by_status.get("rejected", 0)
@@ -108,15 +110,18 @@ class StatsScreen(Screen):
             f"{s['samples']:,} samples · {s['prompts']:,} prompts · valid {s['valid']:,} · invalid {s['invalid']:,} · "
             f"reviewed {reviewed:,}/{s['samples']:,} ({100 * reviewed / total:.0f}%): approved "
             f"{by_status.get('approved', 0):,}, rejected {by_status.get('rejected', 0):,}, "
-            f"pending {by_status.get('pending', 0):,}")
+            f"pending {by_status.get('pending', 0):,}"
+        )
         self._hist("#plot-output", d.output_lens, "output length (ids)")
         self._hist("#plot-reasoning", d.reasoning_lens, "reasoning length (ids before the closer)")
         self.query_one("#plot-finish", BarChart).set_data("finish reasons", d.finish)
         self.query_one("#plot-findings", BarChart).set_data(
-            "samples by finding code", {c: v["samples"] for c, v in s["findings"].items()})
+            "samples by finding code", {c: v["samples"] for c, v in s["findings"].items()}
+        )
         self.query_one("#plot-review", BarChart).set_data(
             f"review progress: {reviewed:,} of {s['samples']:,} reviewed",
-            {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")})
+            {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")},
+        )
         self._side_plots(d.side)
 
     def _side_plots(self, side: dict | None) -> None:

@@ -8,6 +8,8 @@ printed as an integer, and a non-zero count always gets at least one cell.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.widgets import Static
 
@@ -29,7 +31,7 @@ class BarChart(Static):
     BarChart > .bar-chart--bar { color: $text-accent; }
     BarChart:light > .bar-chart--bar { color: #0b4f8a; }
     """
-    COMPONENT_CLASSES = {"bar-chart--bar"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"bar-chart--bar"}
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

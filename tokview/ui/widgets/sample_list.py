@@ -7,7 +7,8 @@ older filter is dropped (a generation number travels with every request).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -40,6 +41,8 @@ def side_segments(row, base: Style) -> list[Segment]:
 def badge_order(codes: Sequence[str]) -> list[str]:
     """Errors first, then warnings, then info: the badges that matter stay visible in a narrow column."""
     return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
+
+
 Fetch = Callable[[int, int], Sequence]
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
 FIXED = 11 + 6 + 7 + 7 + 7
@@ -57,16 +60,24 @@ def fit_middle(text: str, width: int) -> str:
     if width < 4:
         return text[:width]
     head = (width - 1) // 3
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 class SampleList(ScrollView, can_focus=True):
     """Rows of `SampleRow`s with a cursor; Enter opens one."""
 
-    COMPONENT_CLASSES = {"sample-list--header", "sample-list--cursor", "sample-list--approved",
-                         "sample-list--rejected", "sample-list--invalid", "sample-list--badge-error",
-                         "sample-list--badge-warn", "sample-list--badge-info", "sample-list--loading",
-                         "sample-list--empty"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "sample-list--header",
+        "sample-list--cursor",
+        "sample-list--approved",
+        "sample-list--rejected",
+        "sample-list--invalid",
+        "sample-list--badge-error",
+        "sample-list--badge-warn",
+        "sample-list--badge-info",
+        "sample-list--loading",
+        "sample-list--empty",
+    }
     DEFAULT_CSS = """
     SampleList { overflow-x: hidden; background: $surface; }
     SampleList > .sample-list--header { background: $panel; text-style: bold; }
@@ -172,19 +183,38 @@ class SampleList(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width
         if y == 0:
             run_w, id_w, codes_w = self._columns(width)
-            text = ("verdict    valid finish prompt output " + _fit("run", run_w) + _fit("sample", id_w)
-                    + _fit("findings", codes_w))
-            return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
-                "sample-list--header", partial=True))])
+            text = (
+                "verdict    valid finish prompt output "
+                + _fit("run", run_w)
+                + _fit("sample", id_w)
+                + _fit("findings", codes_w)
+            )
+            return Strip(
+                [
+                    Segment(
+                        _fit(text, width),
+                        self.rich_style + self.get_component_rich_style("sample-list--header", partial=True),
+                    )
+                ]
+            )
         index = y - 1 + int(self.scroll_offset.y)
         if self.count == 0 and self.empty_text:
             lines = self.empty_text.splitlines()
             text = "  " + lines[y - 2] if 0 <= y - 2 < len(lines) else ""
-            return Strip([Segment(_fit(text, width), self.rich_style + self.get_component_rich_style(
-                "sample-list--empty", partial=True))])
+            return Strip(
+                [
+                    Segment(
+                        _fit(text, width),
+                        self.rich_style + self.get_component_rich_style("sample-list--empty", partial=True),
+                    )
+                ]
+            )
         if index >= self.count:
             return Strip.blank(width, self.rich_style)
-        first, last = (int(self.scroll_offset.y) - PAGE // 2) // PAGE, (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE
+        first, last = (
+            (int(self.scroll_offset.y) - PAGE // 2) // PAGE,
+            (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE,
+        )
         for page in range(max(0, first), last + 1):
             self._request(page)
         row = self.row(index)
@@ -197,8 +227,13 @@ class SampleList(ScrollView, can_focus=True):
         if is_cursor:
             base = base + self.get_component_rich_style("sample-list--cursor", partial=True)
         if row is None:
-            return Strip([Segment(_fit("  …", width), base + self.get_component_rich_style(
-                "sample-list--loading", partial=True))])
+            return Strip(
+                [
+                    Segment(
+                        _fit("  …", width), base + self.get_component_rich_style("sample-list--loading", partial=True)
+                    )
+                ]
+            )
         segments = self._row_segments(row, width, base)
         if is_cursor:  # on the cursor's background only black or white reads: the colours give way
             fg = Style(color=readable_on(base.bgcolor))
@@ -209,14 +244,18 @@ class SampleList(ScrollView, can_focus=True):
 
     def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
         run_w, id_w, codes_w = self._columns(width)
-        status_style = base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True) \
-            if row.status in ("approved", "rejected") else base
+        status_style = (
+            base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True)
+            if row.status in ("approved", "rejected")
+            else base
+        )
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
         return [
             Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 10) + " ", status_style),
             Segment("✓ yes " if row.valid else "✗ no  ", valid_style),
             Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base),
-            Segment(f"{row.prompt_len:>6} ", base), Segment(f"{row.output_len:>6} ", base),
+            Segment(f"{row.prompt_len:>6} ", base),
+            Segment(f"{row.output_len:>6} ", base),
             *side_segments(row, base),
             Segment(fit_middle(str(row.run_id or "—"), run_w - 1) + " ", base),
             Segment(fit_middle(row.sample_id, id_w - 1) + " ", status_style),
@@ -230,13 +269,13 @@ class SampleList(ScrollView, can_focus=True):
         for code in badge_order(codes):
             text = (" " if segments else "") + code
             if used + len(text) > width:
-                segments.append(Segment(_fit(text, width - used) if width - used > 1 else "…"[: width - used],
-                                        base))
+                segments.append(Segment(_fit(text, width - used) if width - used > 1 else "…"[: width - used], base))
                 used = width
                 break
             severity = DEFAULT_SEVERITY.get(code, "info")
-            segments.append(Segment(text, base + self.get_component_rich_style(f"sample-list--badge-{severity}",
-                                                                                partial=True)))
+            segments.append(
+                Segment(text, base + self.get_component_rich_style(f"sample-list--badge-{severity}", partial=True))
+            )
             used += len(text)
         segments.append(Segment(" " * (width - used), base))
         return segments

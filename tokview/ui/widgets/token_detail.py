@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from textual.widgets import Static
@@ -16,16 +17,25 @@ if TYPE_CHECKING:
 class TokenDetail(Static):
     """A small two-column table; rebuilt on each cursor move (a dozen cells, not the token pane)."""
 
-    rows: dict[str, str] = {}
-    """What the panel shows now (label → value)."""
-
     DEFAULT_CSS = """
     TokenDetail { padding: 0 1; height: auto; }
     """
 
-    def show_token(self, seq: TokenSeq, index: int, tokenizer: "TokenizerAdapter | None",
-                   kinds: Sequence[str], loss_mask: Sequence[int], logprobs: Sequence[float] | None,
-                   extra: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.rows: dict[str, str] = {}
+        """What the panel shows now (label → value)."""
+
+    def show_token(
+        self,
+        seq: TokenSeq,
+        index: int,
+        tokenizer: TokenizerAdapter | None,
+        kinds: Sequence[str],
+        loss_mask: Sequence[int],
+        logprobs: Sequence[float] | None,
+        extra: Sequence[tuple[str, str]] = (),
+    ) -> None:
         if not len(seq):
             self.update("no tokens")
             return

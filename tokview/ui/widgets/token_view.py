@@ -9,8 +9,8 @@ repaints only the row(s) that token is on. Colours come from component classes, 
 from __future__ import annotations
 
 from rich.cells import cell_len
-from rich.segment import Segment
 from rich.color import Color
+from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.cache import LRUCache
@@ -29,8 +29,10 @@ def readable_on(background: Color | None) -> Color | None:
     if background is None:
         return None
     r, g, b = (c / 255 for c in background.get_truecolor())
-    lum = sum(w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
-              for w, c in ((0.2126, r), (0.7152, g), (0.0722, b)))
+    lum = sum(
+        w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+        for w, c in ((0.2126, r), (0.7152, g), (0.0722, b))
+    )
     return Color.parse("#000000") if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else Color.parse("#ffffff")
 
 
@@ -44,14 +46,17 @@ class SharedCursor:
 
     def __init__(self) -> None:
         self.index = 0
-        self.views: list["TokenView"] = []
+        self.views: list[TokenView] = []
 
 
 class TokenView(ScrollView, can_focus=True):
     """Tokens flowing into rows; a cursor token; pieces / ids / both (piece over id)."""
 
     COMPONENT_CLASSES = {f"token-view--{c}" for c in STYLE_CLASSES} | {
-        "token-view--cursor", "token-view--alt", "token-view--mark"}
+        "token-view--cursor",
+        "token-view--alt",
+        "token-view--mark",
+    }
 
     DEFAULT_CSS = """
     TokenView { overflow-x: hidden; overflow-y: auto; background: $surface; }
@@ -99,7 +104,7 @@ class TokenView(ScrollView, can_focus=True):
         keys updates the detail panel once.
         """
 
-        def __init__(self, view: "TokenView", index: int) -> None:
+        def __init__(self, view: TokenView, index: int) -> None:
             super().__init__()
             self.view, self.index = view, index
 
@@ -107,21 +112,28 @@ class TokenView(ScrollView, can_focus=True):
             return isinstance(message, TokenView.CursorMoved) and message.view is self.view
 
         @property
-        def control(self) -> "TokenView":
+        def control(self) -> TokenView:
             return self.view
 
     class Scrolled(Message):
         """The view scrolled to row `y`; a newer one replaces a queued older one."""
 
-        def __init__(self, view: "TokenView", y: int) -> None:
+        def __init__(self, view: TokenView, y: int) -> None:
             super().__init__()
             self.view, self.y = view, y
 
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, TokenView.Scrolled) and message.view is self.view
 
-    def __init__(self, seq: TokenSeq | None = None, *, mode: str = "pieces", name: str | None = None,
-                 id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        seq: TokenSeq | None = None,
+        *,
+        mode: str = "pieces",
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._seq = seq or TokenSeq([], [], [], 0)
         self.set_reactive(TokenView.mode, mode)
@@ -235,8 +247,9 @@ class TokenView(ScrollView, can_focus=True):
         if partial.color is None and partial.bgcolor is None:
             return partial
         full = self.get_component_rich_style(name, partial=False)
-        return partial + Style(color=full.color if partial.color else None,
-                               bgcolor=full.bgcolor if partial.bgcolor else None)
+        return partial + Style(
+            color=full.color if partial.color else None, bgcolor=full.bgcolor if partial.bgcolor else None
+        )
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -255,8 +268,11 @@ class TokenView(ScrollView, can_focus=True):
             assert texts is not None
             classes, marks, alt_on = self._seq.classes, self._marks, self.mode == "pieces"
             segments = [
-                Segment(texts[i], self._style(classes[i], alt_on and i % 2 == 1, i == cursor, i in marks)
-                        + Style.from_meta({"tok": i}))
+                Segment(
+                    texts[i],
+                    self._style(classes[i], alt_on and i % 2 == 1, i == cursor, i in marks)
+                    + Style.from_meta({"tok": i}),
+                )
                 for i in range(start, end)
             ]
             strip = Strip(segments).crop_extend(0, width, self.rich_style)
@@ -280,7 +296,7 @@ class TokenView(ScrollView, can_focus=True):
                 self._cache.discard((vy, cursor))
         self.refresh_lines(row * rpl, rpl)
 
-    def share_cursor(self, other: "TokenView") -> None:
+    def share_cursor(self, other: TokenView) -> None:
         """Make `other` show this pane's cursor: one index for both, moved by either."""
         other._cursor = self._cursor
         self._cursor.views.append(other)
