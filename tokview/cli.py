@@ -11,20 +11,16 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
+
+from tokview.errors import ExitCode, TokviewError, UserError, describe_error, one_line
+
+__all__ = ["COMMANDS", "UserError", "build_parser", "describe_error", "main"]
 
 # Order is the order shown in --help.
 COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "merge", "score")
 
-EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
-
-
-class UserError(Exception):
-    """A problem the user can fix (bad input, missing file): printed as one line, exit 1."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+DEBUG_HINT = "run with TOKVIEW_DEBUG=1 for the traceback"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,39 +57,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_in)
     if not getattr(args, "run", None):
         parser.print_help()
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         return int(args.run(args) or 0)
-    except UserError as exc:
-        print(f"tokview: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    except TokviewError as exc:
+        print(f"tokview: error: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
     except KeyboardInterrupt:
         print("tokview: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `tokview stats | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        return EXIT_PIPE_CLOSED
-    except (ValueError, OSError) as exc:  # our own error types derive from ValueError
-        print(f"tokview: error: {describe_error(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as exc:  # last resort: one line, the traceback only when asked for
-        if os.environ.get("TOKVIEW_DEBUG"):
-            raise
-        print(f"tokview: error: {type(exc).__name__}: {exc} (set TOKVIEW_DEBUG=1 for the traceback)", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.PIPE_CLOSED
+    except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
+        return report_bug(exc)
 
 
-def describe_error(exc: BaseException) -> str:
-    """An OSError in words: `[Errno 17] File exists: 'a'` for `--db a/x.duckdb` means a is a file."""
-    import errno
-    from pathlib import Path
-
-    if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTDIR) and exc.filename:
-        path = Path(os.fsdecode(exc.filename))
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            return f"cannot create {path}: {blocker} is a file, not a folder"
-    return str(exc)
+def report_bug(exc: BaseException) -> int:
+    """An exception that is not a TokviewError: its one line and a hint, or the whole traceback under TOKVIEW_DEBUG."""
+    if os.environ.get("TOKVIEW_DEBUG"):
+        traceback.print_exception(exc, file=sys.stderr)
+        return ExitCode.USAGE
+    print(f"tokview: internal error: {one_line(exc)} ({DEBUG_HINT})", file=sys.stderr)
+    return ExitCode.USAGE
 
 
 if __name__ == "__main__":

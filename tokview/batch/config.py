@@ -10,16 +10,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from tokview.core.record import settings_key
-
-EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_FAILURES, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_BAD_ROWS = 4
-"""Finished without failed requests, but input rows were skipped as unreadable: the data set is not
-the whole file, and a script must not mistake that for a clean run."""
+from tokview.errors import ExitCode
 
 
 @dataclass
@@ -125,6 +121,21 @@ class BatchConfig:
                 raise InputError(message)
 
 
+BATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(BatchConfig) if f.default is not MISSING}
+"""`tokview batch`'s defaults, read by its flags (and their help) from the dataclass above: one place."""
+
+PANEL_DEFAULTS: dict[str, Any] = {
+    **BATCH_DEFAULTS,
+    "temperature": 0.6,
+    "max_new_tokens": 256,
+    "concurrency": 4,
+    "timeout": 30.0,
+    "retries": 2,
+}
+"""The app's generate panel: short interactive runs (a few samples to look at while a person waits), so shorter
+outputs, fewer requests in flight, a shorter timeout and fewer retries than a headless data-set run."""
+
+
 @dataclass
 class BatchProgress:
     total: int
@@ -186,12 +197,12 @@ class BatchSummary:
     @property
     def exit_code(self) -> int:
         if self.interrupted:
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
         if self.stopped:
-            return EXIT_USAGE
+            return ExitCode.USAGE
         if self.failed:
-            return EXIT_FAILURES
-        return EXIT_BAD_ROWS if self.bad_rows else EXIT_OK
+            return ExitCode.FAILURES
+        return ExitCode.BAD_ROWS if self.bad_rows else ExitCode.OK
 
     @property
     def failures_by_class(self) -> dict[str, int]:

@@ -18,12 +18,15 @@ from typing import Any
 
 from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, parse_row
 from tokview.core.record import canonical_hash
+from tokview.errors import TokviewError, first_line
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
-class InputError(ValueError):
+class InputError(TokviewError):
     """The prompts file cannot be read, or a bad row with `--on-bad-row stop`."""
+
+    title = "input"
 
 
 def is_parquet(path: Path) -> bool:
@@ -48,7 +51,7 @@ def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
     try:
         cur = con.execute("SELECT * FROM read_parquet(?)", [str(path)])
     except duckdb.Error as exc:
-        raise InputError(f"cannot read {path} as Parquet: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"cannot read {path} as Parquet: {first_line(exc)}") from None
     names = [d[0] for d in cur.description]
     n = 0
     while batch := cur.fetchmany(1000):

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from tokview.core.tokenizer import TokenizerError
 from tokview.servers.request import CaptureRequest, resolve_settings
 
 OVER_MAX_LENGTH = "over_max_length"
@@ -91,7 +92,7 @@ def over_length_reason(pool: Any, request: CaptureRequest) -> str | None:
         return None
     try:
         tokens, exact = prompt_length(request, tokenizer, profile, limit)
-    except ValueError:
+    except (TokenizerError, ValueError):
         return None  # a template that cannot render this prompt: the capture path reports it in its own words
     if tokens < limit:
         return None

@@ -18,11 +18,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tokview.errors import TokviewError, first_line
+
 SHARD_MIN = 16
 
 
-class RayUnavailable(ValueError):
+class RayUnavailable(TokviewError):
     """Ray is not installed or no cluster answered."""
+
+    title = "Ray unavailable"
 
 
 class CollectingSink:
@@ -103,9 +107,7 @@ def connect(address: str) -> Any:
             else:
                 ray.init(address=address, log_to_driver=False)
         except Exception as exc:
-            raise RayUnavailable(
-                f"cannot reach Ray at {address}: {str(exc).splitlines()[0] if str(exc) else exc}"
-            ) from None
+            raise RayUnavailable(f"cannot reach Ray at {address}: {first_line(exc)}") from None
     return ray
 
 

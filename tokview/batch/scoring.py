@@ -25,6 +25,7 @@ from tokview.batch.tasks import run_workers
 from tokview.core import logprobs as lp
 from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
+from tokview.errors import ExitCode
 from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
@@ -87,8 +88,8 @@ class ScoreSummary:
     @property
     def exit_code(self) -> int:
         if self.interrupted:
-            return 130
-        return 3 if self.failed else 0
+            return ExitCode.INTERRUPTED
+        return ExitCode.FAILURES if self.failed else ExitCode.OK
 
     def render(self) -> str:
         nll = "n/a" if self.mean_nll is None else f"{self.mean_nll:.3f}"

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tokview.core.analysis import analyze
+from tokview.errors import first_line
 from tokview.store import StoreError
 from tokview.store.parts import dumps_lines
 from tokview.store.records import scrub_text
@@ -174,5 +175,5 @@ def _check_ids(capture: Any) -> None:
 
 def failure_reason(exc: BaseException) -> str:
     """One line for an error that is not a CaptureFailed (a bug, a tokenizer error, an odd response)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"unexpected error: {type(exc).__name__}" + (f": {text[:300]}" if text else "")
+    text = first_line(exc, 300) if str(exc).strip() else ""
+    return f"unexpected error: {type(exc).__name__}" + (f": {text}" if text else "")

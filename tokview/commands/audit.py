@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tokview.batch.tasks import cancel_on_signals
-from tokview.cli import EXIT_UNREACHABLE, UserError
+from tokview.errors import ExitCode, UserError
 
 BAD_ROWS_SHOWN = 20
 
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, StoreError) as exc:
         raise UserError(scrub_text(str(exc))) from None
     except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", EXIT_UNREACHABLE) from None
+        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
         printer.finish()
         for store in opened:

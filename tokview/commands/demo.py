@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import TextIO
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "sample_data" / "openai_messages.jsonl"
 FALLBACK_PROMPTS = [

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from tokview.cli import EXIT_FAILURES, EXIT_OK, EXIT_UNREACHABLE, UserError
+from tokview.errors import ExitCode, UserError
 
 
 def add_parser(sub) -> None:
@@ -75,9 +75,9 @@ def run(args) -> int:
             )
         )
     except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {exc.reason}", EXIT_UNREACHABLE) from None
+        raise UserError(f"server unreachable: {exc.reason}", exit_code=ExitCode.UNREACHABLE) from None
     if args.json:
         print(json.dumps(report.to_dict(), ensure_ascii=False))
     else:
         print(report.render_text())
-    return EXIT_FAILURES if report.failed else EXIT_OK
+    return ExitCode.FAILURES if report.failed else ExitCode.OK

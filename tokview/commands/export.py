@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

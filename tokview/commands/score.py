@@ -24,7 +24,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tokview.batch.tasks import cancel_on_signals
-from tokview.cli import EXIT_UNREACHABLE, UserError
+from tokview.errors import ExitCode, UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     except (InputError, StoreError) as exc:
         raise UserError(scrub_text(str(exc))) from None
     except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", EXIT_UNREACHABLE) from None
+        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
         printer.finish()
     print(summary.render(), file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
 

@@ -84,7 +84,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_config(args: argparse.Namespace) -> SimConfig:  # noqa: F821 - imported lazily
-    from tokview.cli import UserError
+    from tokview.errors import UserError
     from tokview.sim.config import SimConfig, SimConfigError, parse_quirk
 
     try:
@@ -136,8 +136,8 @@ def banner(sim: Simulator) -> str:  # noqa: F821
 def launch_or_explain(cfg: SimConfig, launch) -> Simulator:  # noqa: F821
     """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
     --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
-    from tokview.cli import UserError
     from tokview.core.tokenizer import TokenizerError
+    from tokview.errors import UserError
 
     try:
         return launch(cfg)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tokview.cli import UserError
+from tokview.errors import UserError
 
 
 def add_parser(sub) -> None:

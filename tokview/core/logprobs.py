@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tokview.errors import TokviewError
+
 DEFAULT_OFF_POLICY_NLL = 2.0
 FLOOR = -9999.0
 """What a -inf (or NaN) logprob is stored as (vLLM's own convention), so JSON stays valid."""
@@ -28,8 +30,10 @@ DEFAULT_LOW_PROB = 0.01
 """A token the target gives less than 1% is "unlikely"; the score reports the share of such tokens."""
 
 
-class LogprobShapeError(ValueError):
+class LogprobShapeError(TokviewError):
     """The server's logprob fields do not have the documented shape (or do not match the ids)."""
+
+    title = "logprobs"
 
 
 @dataclass

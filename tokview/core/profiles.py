@@ -16,9 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tokview.errors import TokviewError
 
-class ProfileError(ValueError):
+
+class ProfileError(TokviewError):
     """A profile could not be found, parsed or detected."""
+
+    title = "profile"
 
 
 @dataclass(frozen=True)

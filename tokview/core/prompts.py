@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.core.record import canonical_hash
+from tokview.errors import TokviewError
 
 ROLE_FROM_SHAREGPT = {
     "human": "user",
@@ -32,8 +33,10 @@ ROLE_FROM_SHAREGPT = {
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
-class PromptError(ValueError):
+class PromptError(TokviewError):
     """A prompt row is not in any shape tokview reads."""
+
+    title = "prompt row"
 
 
 @dataclass(frozen=True)

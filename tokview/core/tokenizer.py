@@ -16,13 +16,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tokview.errors import TokviewError, first_line
 
-class TokenizerError(ValueError):
+
+class TokenizerError(TokviewError):
     """The tokenizer could not be loaded or used.
 
     `needs_remote_code`: the folder's tokenizer is defined by its own Python code, which only runs with
     `--trust-remote-code` (callers word their hint around it).
     """
+
+    title = "tokenizer"
 
     def __init__(self, message: str, *, needs_remote_code: bool = False) -> None:
         super().__init__(message)
@@ -108,9 +112,8 @@ def _load_with_transformers(folder: Any, trust_remote_code: bool) -> TokenizerAd
             hint = " (tokview reads Kimi's tiktoken tokenizer natively: drop --trust-remote-code)"
         elif folder.code_files and not trust_remote_code:
             hint = " (this folder ships its own tokenizer code: pass --trust-remote-code)"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TokenizerError(
-            f"cannot load tokenizer from {directory}: {first}{hint}",
+            f"cannot load tokenizer from {directory}: {first_line(exc)}{hint}",
             needs_remote_code=bool(hint) and not trust_remote_code,
         ) from None
     if not isinstance(getattr(tok, "chat_template", None), (str, dict)):
@@ -165,8 +168,7 @@ def _from_tokenizer_json(folder: Any) -> TokenizerAdapter:
     try:
         tok = PreTrainedTokenizerFast(tokenizer_file=str(folder.path / "tokenizer.json"), **kwargs)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TokenizerError(f"cannot load {folder.path / 'tokenizer.json'}: {first}") from None
+        raise TokenizerError(f"cannot load {folder.path / 'tokenizer.json'}: {first_line(exc)}") from None
     tok.name_or_path = str(folder.path)
     template = folder.chat_template()
     if template:

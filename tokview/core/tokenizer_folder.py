@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokview.errors import TokviewError
+
 # Files that carry a vocabulary: a folder with none of them has no tokenizer to load.
 VOCAB_FILES = (
     "tokenizer.json",
@@ -29,8 +31,10 @@ VOCAB_FILES = (
 KIMI_TIKTOKEN_CLASS = "tokenization_kimi.TikTokenTokenizer"
 
 
-class FolderError(ValueError):
+class FolderError(TokviewError):
     """The folder cannot hold a tokenizer (missing, a file, no vocabulary, unreadable config)."""
+
+    title = "tokenizer folder"
 
 
 @dataclass(frozen=True)

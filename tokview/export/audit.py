@@ -24,6 +24,7 @@ from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
+from tokview.errors import TokviewError, UserError, first_line
 from tokview.store import Store
 
 
@@ -163,7 +164,7 @@ def audit(
 ) -> AuditReport:
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"dataset not found: {path}")
+        raise UserError(f"dataset not found: {path}")
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
@@ -180,7 +181,7 @@ def audit(
     try:
         _audit_rows(store, path, report, settings, seen, tokenizer, profile, thinking)
     except UnicodeDecodeError:
-        raise ValueError(
+        raise UserError(
             f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
             "re-encode it as UTF-8"
         ) from None
@@ -221,7 +222,7 @@ def _audit_rows(
             else:
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index = 0
-        except (PromptError, ValueError, KeyError, TypeError) as exc:
+        except (TokviewError, ValueError, KeyError, TypeError) as exc:
             text = str(exc)
             report.bad_rows.append(text if text.startswith("line ") else f"line {n}: {text}")
             continue
@@ -233,8 +234,13 @@ def _audit_rows(
             store.put_sample(
                 sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn, profile=profile.name
             )
-        except (OverflowError, ValueError, TypeError) as exc:  # a value the store cannot hold: this row only
-            report.bad_rows.append(f"line {n}: cannot store this row ({str(exc).splitlines()[0][:200]})")
+        except (
+            OverflowError,
+            ValueError,
+            TypeError,
+            TokviewError,
+        ) as exc:  # a value the store cannot hold: this row only
+            report.bad_rows.append(f"line {n}: cannot store this row ({first_line(exc, 200)})")
             continue
         report.imported += 1
         report.invalid += 0 if analysis.valid else 1

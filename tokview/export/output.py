@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from tokview.errors import TokviewError
 
-class OutputError(ValueError):
+
+class OutputError(TokviewError):
     """The output path cannot be written as asked (one line, for the user)."""
+
+    title = "export output"
 
 
 @dataclass

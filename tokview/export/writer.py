@@ -20,6 +20,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.findings import DEFAULT_SEVERITY, ERROR
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
+from tokview.errors import TokviewError
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
 from tokview.export.manifest import Provenance, build_manifest
@@ -44,8 +45,10 @@ SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = '
 CHUNK = 256
 
 
-class ExportError(ValueError):
+class ExportError(TokviewError):
     """The export cannot be made (unknown format, nothing selected, unwritable path)."""
+
+    title = "export"
 
 
 @dataclass

@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
+from tokview.core.tokenizer import TokenizerError
 from tokview.servers import sglang, vllm
 from tokview.servers.errors import CaptureFailed
 from tokview.servers.http import ServerClient
@@ -48,7 +49,7 @@ async def prompt_ids_for(
             return tokenizer.render(
                 request.messages, add_generation_prompt=True, template_kwargs=settings["chat_template_kwargs"]
             )
-        except ValueError as exc:
+        except (TokenizerError, ValueError) as exc:
             raise CaptureFailed(f"cannot render the prompt locally: {exc}") from None
     if info.features.get("tokenize_messages") is False:
         raise CaptureFailed(

@@ -7,9 +7,13 @@ signal that one attempt failed in a way another attempt may fix (connection trou
 
 from __future__ import annotations
 
+from tokview.errors import ExitCode, TokviewError
 
-class CaptureFailed(Exception):
+
+class CaptureFailed(TokviewError):
     """A capture could not be made; `.reason` says why in one line."""
+
+    title = "capture failed"
 
     def __init__(self, reason: str, *, status: int | None = None, url: str | None = None) -> None:
         super().__init__(reason)
@@ -20,6 +24,9 @@ class CaptureFailed(Exception):
 
 class ServerUnreachable(CaptureFailed):
     """No server answered the probe (connection refused, timed out, or not an HTTP server)."""
+
+    title = "server unreachable"
+    exit_code = ExitCode.UNREACHABLE
 
 
 class Retryable(Exception):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.core.tokenizer import TokenizerError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
 from tokview.servers.features import detect, health
@@ -221,5 +222,5 @@ class ServerPool:
             return self.tokenizer.render(
                 [{"role": "user", "content": "hi"}], template_kwargs=self.profile.template_kwargs(True)
             )
-        except ValueError:
+        except (TokenizerError, ValueError):
             return None

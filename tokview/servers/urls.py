@@ -19,6 +19,8 @@ from urllib.parse import unquote
 
 import httpx
 
+from tokview.errors import first_line
+
 API_KEY_ENV = "TOKVIEW_API_KEY"
 MASK = "***"
 
@@ -55,7 +57,7 @@ def parse_server_url(url: str) -> ServerURL:
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, ValueError, TypeError, OverflowError) as exc:
-        raise _fail(url, str(exc).splitlines()[0] if str(exc) else "not a URL") from None
+        raise _fail(url, first_line(exc) if str(exc).strip() else "not a URL") from None
     if parsed.scheme not in ("http", "https") or "://" not in url:
         raise _fail(url, "it must start with http:// or https:// (e.g. http://127.0.0.1:8000)")
     if not parsed.host:

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tokview.core.profiles import ModelProfile
+from tokview.core.tokenizer import TokenizerError
 from tokview.sim import faults
 from tokview.sim.config import SimConfig
 from tokview.sim.model import SimModel
@@ -102,9 +103,12 @@ class SimState:
     def render(
         self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None, add_generation_prompt: bool = True
     ) -> list[int]:
-        return self.tokenizer.render(
-            messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs or {}
-        )
+        try:
+            return self.tokenizer.render(
+                messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs or {}
+            )
+        except TokenizerError as exc:  # a template that cannot render these messages: the request's fault (400)
+            raise ValueError(str(exc)) from None
 
 
 def now() -> int:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokview.errors import TokviewError
+
 KINDS = ("vllm", "sglang")
 
 # name -> one-line meaning (shown by `tokview sim --help`)
@@ -45,8 +47,10 @@ DEFAULT_VERSIONS = {"vllm": "0.32.0", "sglang": "0.5.23"}
 PRE_016_VERSION = "0.15.1"
 
 
-class SimConfigError(ValueError):
+class SimConfigError(TokviewError):
     """A simulator setting that cannot work (unknown kind, unknown quirk, bad value)."""
+
+    title = "simulator settings"
 
 
 @dataclass

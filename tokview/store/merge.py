@@ -11,13 +11,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tokview.errors import TokviewError
 from tokview.store.parts import sql_list
 
 IDENTITY_KEYS = ("model", "tokenizer", "profile")
 
 
-class MergeRefused(ValueError):
+class MergeRefused(TokviewError):
     """The source store cannot be merged (not a tokview store, or made with another model/tokenizer/profile)."""
+
+    title = "merge refused"
 
 
 def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokview.errors import TokviewError
 from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
 
 MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
@@ -135,8 +136,10 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
 LATEST_VERSION = MIGRATIONS[-1][0]
 
 
-class SchemaError(ValueError):
+class SchemaError(TokviewError):
     """The database file was written by a newer tokview, or is not a tokview store."""
+
+    title = "store schema"
 
 
 TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts"}

@@ -26,6 +26,7 @@ import duckdb
 
 from tokview.core.findings import Finding
 from tokview.core.record import Capture
+from tokview.errors import TokviewError, describe_error, first_line
 from tokview.store import parts, queries
 from tokview.store.records import (
     ALIGN_STATUS,
@@ -69,12 +70,16 @@ _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
 
 
-class StoreError(ValueError):
+class StoreError(TokviewError):
     """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
+
+    title = "store"
 
 
 class StoreFull(StoreError):
     """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
+
+    title = "disk full"
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -112,7 +117,7 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
     except duckdb.Error as exc:
         if is_disk_full(exc):
             raise StoreFull(f"no space left on device ({path or what})") from None
-        first = scrub_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+        first = scrub_text(first_line(exc))
         raise StoreError(f"{what}: {first}") from None
 
 
@@ -216,7 +221,10 @@ class Store(PartSink):
         self._column_types: dict[str, str] | None = None
         self._memory_parts: Path | None = None
         if not self._memory:
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # the user's --db names a folder that cannot be made
+                raise StoreError(describe_error(exc)) from None
         with self._lock:
             try:
                 self._conn = self._open()
@@ -253,8 +261,7 @@ class Store(PartSink):
             except duckdb.Error as exc:
                 message = str(exc).strip()
                 if not any(w in message for w in _LOCK_WORDS):
-                    first = message.splitlines()[0] if message else type(exc).__name__
-                    raise StoreError(f"cannot open database {self.path}: {first}") from None
+                    raise StoreError(f"cannot open database {self.path}: {first_line(exc)}") from None
                 waited = time.monotonic() - started
                 if waited >= self.lock_timeout:
                     raise StoreError(

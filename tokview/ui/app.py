@@ -2,11 +2,13 @@
 
 The app renders and dispatches. Data work goes through the store, core analysis, the batch runner and
 the doctor, in workers that post messages; handlers here own every state change. Verdicts are written
-to the store synchronously on the key press that makes them, so a crash right after loses none.
+to the store synchronously on the key press that makes them, so a crash right after loses none. A worker
+that fails reaches one handler here (`on_worker_state_changed`), which notifies; workers catch nothing.
 """
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -16,13 +18,16 @@ from textual import on, work
 from textual.app import App, SystemCommand
 from textual.message import Message
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
+from tokview.errors import TokviewError
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
 from tokview.ui.screens.modals import Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
+from tokview.ui.worker_errors import failure_notice
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -76,11 +81,7 @@ class TokviewApp(App):
 
     @work(thread=True, exclusive=True, group="open-sample", exit_on_error=False)
     def _load_sample(self, sample_id: str, index: int | None) -> None:
-        try:
-            stored, analysis, tokenizer, profile = self.session.load(sample_id)
-        except Exception as exc:  # an unreadable sample or tokenizer: tell the user, keep the app
-            self.call_from_thread(self.notify, f"cannot open {sample_id}: {exc}", severity="error")
-            return
+        stored, analysis, tokenizer, profile = self.session.load(sample_id)  # an error: on_worker_state_changed
         self.post_message(
             SampleReady(
                 InspectData(
@@ -241,6 +242,18 @@ class TokviewApp(App):
             self.samples_screen.sample_list.cursor = index
         if event.open_it:
             self.open_sample(sample_id, index)
+
+    # -- failed workers ------------------------------------------------------------------------
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Every failed worker, the app's own and those its screens and widgets forward: one notification, titled
+        by the error's kind for a TokviewError, a generic line for anything else (a bug)."""
+        if event.state is not WorkerState.ERROR or event.worker.error is None:
+            return
+        error = event.worker.error
+        if not isinstance(error, TokviewError):
+            self.log.error(event.worker, "".join(traceback.format_exception(error)))
+        title, message = failure_notice(error)
+        self.notify(message, title=title, severity="error", timeout=8)
 
     # -- panels --------------------------------------------------------------------------------
     def action_generate(self) -> None:

@@ -23,13 +23,16 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokview.errors import TokviewError
 from tokview.ui.bindings import keymap_problem, split_keys
 from tokview.ui.display import VIEW_MODES
 from tokview.ui.screens.modals import REJECT_REASONS
 
 
-class ConfigError(ValueError):
+class ConfigError(TokviewError):
     """The config file cannot be read or has keys the app does not know."""
+
+    title = "config"
 
 
 @dataclass

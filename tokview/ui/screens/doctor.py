@@ -11,44 +11,49 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Input, Static
+from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
+    from tokview.servers.doctor import DoctorReport
     from tokview.ui.session import Session
 
-MARK = {True: ("✓", "green"), False: ("✗", "bold red"), None: ("•", "yellow")}
+STATUS_STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
 
-def render_report(report) -> Text:
-    """Notes about the URL (e.g. a dropped /v1), then each check: a mark, its title, the detail, what to do."""
+def render_report(report: DoctorReport) -> Text:
+    """The report exactly as `tokview doctor` prints it (`DoctorReport.render_text`), each check's mark coloured."""
+    from tokview.servers.doctor import SYMBOLS
+
+    styles = {f"{SYMBOLS[status]} ": style for status, style in STATUS_STYLE.items() if status in SYMBOLS}
     text = Text()
-    for note in getattr(report, "notes", ()):
-        text.append(f"note: {note}\n", "italic yellow")
-    for check in report.checks:
-        mark, style = MARK.get(check.ok, ("?", ""))
-        text.append(f"{mark} ", style)
-        text.append(f"{check.title}\n", "bold")
-        if getattr(check, "detail", None):
-            text.append(f"    {check.detail}\n")
-        if getattr(check, "recommendation", None):
-            text.append(f"    → {check.recommendation}\n", "italic")
+    for line in report.render_text().splitlines():
+        mark = next((m for m in styles if line.startswith(m)), None)
+        if mark is not None:
+            text.append(mark, styles[mark])
+            text.append(line[len(mark) :] + "\n")
+        elif line.startswith("    → "):
+            text.append(line + "\n", "italic")
+        else:
+            text.append(line + "\n")
     return text
 
 
-class DoctorScreen(Screen):
+class DoctorScreen(ForwardsWorkerErrors, Screen):
     BINDINGS = bindings("doctor")
 
     class Done(Message):
-        def __init__(self, report, error: str | None) -> None:
+        def __init__(self, report: DoctorReport) -> None:
             super().__init__()
-            self.report, self.error = report, error
+            self.report = report
 
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
-        self.report = None
+        self.report: DoctorReport | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
@@ -69,7 +74,7 @@ class DoctorScreen(Screen):
 
         try:
             url, notes = self.session.server_for(self.query_one("#doctor-url", Input).value)
-        except ValueError as exc:
+        except ValueError as exc:  # a bad URL, worded as the CLI words it
             self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {exc}", "bold red"))
             return
         self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}…")
@@ -79,31 +84,21 @@ class DoctorScreen(Screen):
     async def _run(self, url: str, notes: list[str]) -> None:
         import asyncio
 
-        from tokview.servers import ServerUnreachable
+        from tokview.servers.doctor import run_doctor
 
-        try:
-            from tokview.servers.doctor import run_doctor
+        tokenizer = await asyncio.to_thread(self.session.tokenizer)
+        profile = await asyncio.to_thread(self.session.profile)
+        report = await run_doctor(url, tokenizer=tokenizer, profile=profile, notes=notes)
+        self.post_message(self.Done(report))  # an error: worker_failed below, and the app notifies
 
-            tokenizer = await asyncio.to_thread(self.session.tokenizer)
-            profile = await asyncio.to_thread(self.session.profile)
-            report = await run_doctor(url, tokenizer=tokenizer, profile=profile, notes=notes)
-        except ServerUnreachable as exc:  # worded as `tokview doctor` words it
-            self.post_message(self.Done(None, f"server unreachable: {exc.reason}"))
-            return
-        except Exception as exc:  # a doctor error: shown, never a crash
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.post_message(self.Done(None, first))
-            return
-        self.post_message(self.Done(report, None))
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        """Said in place of the report, worded as `tokview doctor` words it (`server unreachable: …`)."""
+        self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {failure_text(error)}", "bold red"))
 
     @on(Done)
     def _done(self, event: Done) -> None:
-        body = self.query_one("#doctor-report", Static)
-        if event.error:
-            body.update(Text(f"doctor failed: {event.error}", "bold red"))
-            return
         self.report = event.report
-        body.update(render_report(event.report))
+        self.query_one("#doctor-report", Static).update(render_report(event.report))
 
     def action_close(self) -> None:
         self.app.pop_screen()

@@ -19,9 +19,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+from textual.worker import Worker
 
+from tokview.batch.config import PANEL_DEFAULTS
+from tokview.batch.progress import progress_line
+from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
     from tokview.batch import BatchProgress, BatchSummary
@@ -29,8 +34,11 @@ if TYPE_CHECKING:
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[3] / "sample_data" / "openai_messages.jsonl"
 """Absolute: the app may be started from any folder."""
-FORM_DEFAULTS = {"samples": "1", "temperature": "0.6", "max-tokens": "256"}
-"""What an empty field means; the boxes show these as placeholders, so what you see is what runs."""
+FORM_FIELDS = {"samples": "samples_per_prompt", "temperature": "temperature", "max-tokens": "max_new_tokens"}
+"""Form box id → BatchConfig field."""
+FORM_DEFAULTS = {box: str(PANEL_DEFAULTS[name]) for box, name in FORM_FIELDS.items()}
+"""What an empty field means (batch/config.py's panel defaults); the boxes show these as placeholders, so what
+you see is what runs."""
 FORM_NAMES = {
     "--samples-per-prompt": "samples",
     "--max-new-tokens": "max tok",
@@ -79,7 +87,7 @@ def store_prompts(store) -> list:
     return [PromptRow(pid, messages) for pid, messages in store.stored_conversations()]
 
 
-class GenerateScreen(Screen):
+class GenerateScreen(ForwardsWorkerErrors, Screen):
     BINDINGS = bindings("generate")
 
     class Progress(Message):
@@ -91,9 +99,9 @@ class GenerateScreen(Screen):
             return isinstance(message, GenerateScreen.Progress)
 
     class Finished(Message):
-        def __init__(self, summary: BatchSummary | None, error: str | None) -> None:
+        def __init__(self, summary: BatchSummary) -> None:
             super().__init__()
-            self.summary, self.error = summary, error
+            self.summary = summary
 
     def __init__(self, session: Session) -> None:
         super().__init__()
@@ -190,19 +198,21 @@ class GenerateScreen(Screen):
         # a bad URL is a one-line ValueError, shown by action_run; the session's credentials stay out of the box
         server, self.url_notes = self.session.server_for(self._value("#server"))
         source = self.query_one("#source", Select).value
-        return BatchConfig(
-            servers=[server],
-            prompts_path=Path(self._value("#prompts-file")) if source == "file" else None,
-            mode=str(self.query_one("#mode", Select).value),
-            concurrency=4,
-            samples_per_prompt=self._number("samples", "samples", int),
-            temperature=self._number("temperature", "temp", float),
-            max_new_tokens=self._number("max-tokens", "max tok", int),
-            thinking=self.query_one("#thinking", Switch).value,
-            timeout=30.0,
-            retries=2,
-            logprobs=self._logprobs(),
+        config = BatchConfig(
+            **{
+                **PANEL_DEFAULTS,
+                "servers": [server],
+                "prompts_path": Path(self._value("#prompts-file")) if source == "file" else None,
+                "mode": str(self.query_one("#mode", Select).value),
+                "samples_per_prompt": self._number("samples", "samples", int),
+                "temperature": self._number("temperature", "temp", float),
+                "max_new_tokens": self._number("max-tokens", "max tok", int),
+                "thinking": self.query_one("#thinking", Switch).value,
+                "logprobs": self._logprobs(),
+            }
         )
+        config.validate()  # range checks before a worker starts: said in the form's words by action_run
+        return config
 
     @on(Button.Pressed, "#run")
     def action_run(self) -> None:
@@ -210,7 +220,7 @@ class GenerateScreen(Screen):
             return
         try:
             config = self.build_config()
-        except ValueError as exc:
+        except (ValueError, TokviewError) as exc:  # a bad URL or number, or a value out of range
             said = in_form_words(str(exc))
             self.notify(f"cannot run: {said}", severity="error")
             self.query_one("#progress-line", Static).update(Text(f"cannot run: {said}", "bold red"))
@@ -236,61 +246,59 @@ class GenerateScreen(Screen):
     # -- the run -----------------------------------------------------------------------------
     @work(exclusive=True, group="generate", exit_on_error=False)
     async def _run_batch(self, config, source: str, typed: str, cancel: asyncio.Event) -> None:
-        from tokview.batch import run_batch
+        """An unreachable server or unreadable prompts raise: `worker_failed` resets the form, the app notifies."""
+        from tokview.batch import InputError, run_batch
 
-        try:
-            config.tokenizer = await asyncio.to_thread(self.session.tokenizer)
-            config.model_profile = await asyncio.to_thread(self.session.profile)
-            prompts = None
-            if source == "typed":
-                prompts = typed_prompts(typed)
-            elif source == "store":
-                prompts = await asyncio.to_thread(store_prompts, self.session.store)
-            if prompts is not None and not prompts:
-                raise ValueError("no prompts to run")
-            summary = await run_batch(
-                config,
-                self.session.store,
-                prompts,
-                on_progress=lambda p: self.post_message(self.Progress(p)),
-                cancel=cancel,
-            )
-        except Exception as exc:  # unreachable server, bad input: shown, never a crash
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.post_message(self.Finished(None, first))
-            return
-        self.post_message(self.Finished(summary, None))
+        config.tokenizer = await asyncio.to_thread(self.session.tokenizer)
+        config.model_profile = await asyncio.to_thread(self.session.profile)
+        prompts = None
+        if source == "typed":
+            prompts = typed_prompts(typed)
+        elif source == "store":
+            prompts = await asyncio.to_thread(store_prompts, self.session.store)
+        if prompts is not None and not prompts:
+            raise InputError("no prompts to run")
+        summary = await run_batch(
+            config,
+            self.session.store,
+            prompts,
+            on_progress=self._post_progress,
+            cancel=cancel,
+        )
+        self.post_message(self.Finished(summary))
+
+    def _post_progress(self, progress: BatchProgress) -> None:
+        self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        self._idle()
+        self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
+
+    def _idle(self) -> None:
+        self.cancel_event = None
+        self.query_one("#run", Button).disabled = False
+        self.query_one("#cancel", Button).disabled = True
 
     @on(Progress)
     def _progress(self, event: Progress) -> None:
         p = event.progress
         bar = self.query_one("#bar", ProgressBar)
         bar.update(total=max(1, p.total), progress=p.done)
-        self.query_one("#progress-line", Static).update(
-            f"{p.done}/{p.total} done · ok {p.ok} · failed {p.failed} · skipped {p.skipped} · "
-            f"flagged {p.flagged} · truncated {p.truncated} · {p.tok_per_s:,.0f} tok/s"
-        )
+        self.query_one("#progress-line", Static).update(progress_line(p))  # the line `tokview batch` prints
         now = time.monotonic()
         if now - self._last_reload > 0.5:  # results appear in the list as they land
             self._last_reload = now
-            self.app.samples_changed()
+            self._samples_changed()
 
     @on(Finished)
     def _finished(self, event: Finished) -> None:
-        self.cancel_event = None
-        self.query_one("#run", Button).disabled = False
-        self.query_one("#cancel", Button).disabled = True
-        line = self.query_one("#progress-line", Static)
-        if event.error:
-            said = in_form_words(event.error)
-            line.update(f"failed: {said}")
-            self.notify(said, severity="error")
-            return
-        s = event.summary
-        self.last_summary = s
+        self._idle()
+        s = self.last_summary = event.summary
         state = "cancelled" if s.interrupted else "done"
-        line.update(
-            f"{state}: run {s.run_id} · ok {s.ok} · failed {s.failed} · skipped {s.skipped} · "
-            f"flagged {s.flagged} · {s.output_tokens:,} output tokens in {s.elapsed_s:.1f}s"
-        )
-        self.app.samples_changed()
+        self.query_one("#progress-line", Static).update(f"{state}: {s.render()}")  # the summary `tokview batch` prints
+        self._samples_changed()
+
+    def _samples_changed(self) -> None:
+        samples_changed = getattr(self.app, "samples_changed", None)
+        if samples_changed is not None:  # the tokview app: recount the list as samples land
+            samples_changed()

@@ -21,6 +21,7 @@ from tokview.ui.bindings import bindings
 from tokview.ui.search_terms import parse_search
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
+from tokview.ui.worker_errors import ForwardsWorkerErrors
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -38,7 +39,7 @@ ORDERS = (
 )
 
 
-class SamplesScreen(Screen):
+class SamplesScreen(ForwardsWorkerErrors, Screen):
     """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
 
     BINDINGS = bindings("samples")

@@ -18,6 +18,7 @@ from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
+from textual.worker import Worker
 from textual_plotext import PlotextPlot
 
 from tokview.store.side_stats import store_side_stats
@@ -25,6 +26,7 @@ from tokview.ui.bindings import bindings
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
     from tokview.ui.session import Session
@@ -51,7 +53,7 @@ def read_stats(session: Session) -> StatsData:
     )
 
 
-class StatsScreen(Screen):
+class StatsScreen(ForwardsWorkerErrors, Screen):
     BINDINGS = bindings("stats")
 
     class Loaded(Message):
@@ -85,13 +87,11 @@ class StatsScreen(Screen):
 
     @work(thread=True, exclusive=True, group="stats", exit_on_error=False)
     def _load(self) -> None:
-        try:
-            data = read_stats(self.session)
-        except Exception as exc:  # e.g. the run's tokenizer folder is gone: say so, keep the app
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.app.call_from_thread(self.query_one("#stats-summary", Static).update, f"cannot read stats: {first}")
-            return
-        self.post_message(self.Loaded(data))
+        self.post_message(self.Loaded(read_stats(self.session)))  # an error: worker_failed, and the app notifies
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        """E.g. the run's tokenizer folder is gone: said in place of the summary (the app notifies too)."""
+        self.query_one("#stats-summary", Static).update(f"cannot read stats: {failure_text(error)}")
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:

@@ -23,6 +23,7 @@ from textual.strip import Strip
 from tokview.core.findings import DEFAULT_SEVERITY
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.token_view import readable_on
+from tokview.ui.worker_errors import ForwardsWorkerErrors
 
 PAGE = 200
 _RANK = {"error": 0, "warn": 1, "info": 2}
@@ -63,7 +64,7 @@ def fit_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-class SampleList(ScrollView, can_focus=True):
+class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
     """Rows of `SampleRow`s with a cursor; Enter opens one."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {

@@ -1,0 +1,46 @@
+"""Failed workers, told the same way everywhere: the app's one `on_worker_state_changed` handler notifies.
+
+Textual posts `Worker.StateChanged` only to the node that started the worker (the message does not bubble),
+so screens and widgets that start workers mix in `ForwardsWorkerErrors`: it lets the node react to the
+failure in its own place (`worker_failed`: re-enable a button, say it in a panel) and forwards the event
+to the app. Workers therefore carry no try/except of their own: an error is raised, never swallowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.worker import Worker, WorkerState
+
+from tokview.errors import TokviewError, one_line
+
+BUG_TITLE = "unexpected error"
+
+
+def failure_notice(error: BaseException) -> tuple[str, str]:
+    """(title, message) of the notification for a failed worker: a TokviewError's own, else a generic line
+    that says it is a bug (the traceback is in the Textual log: `textual console`, then `textual run --dev`)."""
+    if isinstance(error, TokviewError):
+        return error.title, error.message
+    return BUG_TITLE, f"{one_line(error)} (a bug in tokview; the traceback is in the textual console log)"
+
+
+def failure_text(error: BaseException) -> str:
+    """One line for a panel that shows the failure in place: `server unreachable: …`, `store: …`."""
+    if isinstance(error, TokviewError):
+        return f"{error.title}: {error.message}"
+    return one_line(error)
+
+
+class ForwardsWorkerErrors:
+    """Mixin for a Screen or Widget that starts workers: its failures reach the app's one handler."""
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        """This node's own reaction to a failed worker (the app notifies in any case); the default: none."""
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is not WorkerState.ERROR or event.worker.error is None:
+            return
+        self.worker_failed(event.worker, event.worker.error)
+        node: Any = self
+        node.app.post_message(event)
