@@ -18,7 +18,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture
-from tokview.core.resolve import resolve_tokenizer_and_profile
+from tokview.core.resolve import load_tokenizer_and_profile
 
 
 def best_of(fn, repeat: int = 5) -> float:
@@ -31,7 +31,7 @@ def best_of(fn, repeat: int = 5) -> float:
 
 
 def main() -> None:
-    tok, profile = resolve_tokenizer_and_profile()
+    tok, profile = load_tokenizer_and_profile()
     prompt = tok.render(
         [{"role": "user", "content": "Explain token ids in detail."}], template_kwargs={"thinking": True}
     )

@@ -25,7 +25,7 @@ from tokview.core.profiles import (
     with_tokenizer_stops,
 )
 from tokview.core.record import Capture
-from tokview.core.resolve import resolve_for_stored, resolve_tokenizer_and_profile
+from tokview.core.resolve import load_tokenizer_and_profile, resolve_for_stored
 from tokview.core.tokenizer import load_tokenizer
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -85,9 +85,9 @@ def test_stop_ids_come_from_eos_and_generation_config(plain_dir, plain_tok, tmp_
 
 def test_plain_by_name_takes_the_tokenizers_stops_wherever_it_is_resolved(plain_dir, plain_tok):
     assert BUILTIN_PROFILES["plain"].stop_ids == ()
-    _, named = resolve_tokenizer_and_profile(plain_dir, "plain")
+    _, named = load_tokenizer_and_profile(plain_dir, "plain")
     assert named.stop_ids == (IM_END, ENDOFTEXT)
-    _, detected = resolve_tokenizer_and_profile(plain_dir)
+    _, detected = load_tokenizer_and_profile(plain_dir)
     assert detected.name == "plain" and detected.stop_ids == (IM_END, ENDOFTEXT)
     # a stored run recorded "plain": re-analysed with the tokenizer's stops
     _, stored = resolve_for_stored(None, None, recorded_tokenizer_dir=str(plain_dir), recorded_profile="plain")

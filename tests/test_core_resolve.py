@@ -2,12 +2,12 @@
 
 import pytest
 
-from tokview.core.resolve import resolve_for_stored, resolve_tokenizer_and_profile
+from tokview.core.resolve import load_tokenizer_and_profile, resolve_for_stored
 from tokview.core.tokenizer import TokenizerError
 
 
 def test_default_is_the_kimi_layout(kimi_tok_dir):
-    tok, profile = resolve_tokenizer_and_profile()
+    tok, profile = load_tokenizer_and_profile()
     assert tok.source == kimi_tok_dir and profile.name == "kimi-k2.5"
 
 

@@ -87,6 +87,18 @@ class BatchConfig:
         """
         return {**self.generation_settings(), **(identity or {})}
 
+    def tokenizer_and_profile(self) -> tuple[Any, Any]:
+        """The tokenizer and profile this run uses: the loaded ones it was given, else loaded from its flags."""
+        from tokview.core.resolve import load_tokenizer_and_profile
+
+        return load_tokenizer_and_profile(
+            self.tokenizer_dir,
+            self.profile,
+            trust_remote_code=self.trust_remote_code,
+            tokenizer=self.tokenizer,
+            model_profile=self.model_profile,
+        )
+
     def run_id(self, identity: dict[str, Any] | None = None) -> str:
         return self.run or f"batch-{settings_key(self.sample_settings(identity))}"
 

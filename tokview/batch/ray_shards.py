@@ -56,11 +56,11 @@ def run_shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
 
 
 async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
-    from tokview.batch.runner import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.runner import capture_all
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
 
-    tokenizer, profile = resolve_tokenizer_and_profile(config)
+    tokenizer, profile = config.tokenizer_and_profile()
     pool = ServerPool(
         config.servers,
         backend=config.backend,

@@ -49,18 +49,6 @@ class WorkItem:
     messages: list[dict[str, Any]]
 
 
-def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
-    from tokview.core import resolve
-
-    return resolve.resolve_tokenizer_and_profile(
-        config.tokenizer_dir,
-        config.profile,
-        trust_remote_code=config.trust_remote_code,
-        tokenizer=config.tokenizer,
-        model_profile=config.model_profile,
-    )
-
-
 def plan(
     rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | None = None
 ) -> tuple[list[WorkItem], int]:
@@ -127,16 +115,13 @@ def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
 
 def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
     """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost."""
-    for run in store.runs():
-        if run["run_id"] != run_id:
-            continue
-        old = run["settings"] or {}
-        changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
-        if changed:
-            raise InputError(
-                f"run {run_id} was made with other {', '.join(changed)} "
-                f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
-            )
+    old = (store.run(run_id) or {}).get("settings") or {}
+    changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
+    if changed:
+        raise InputError(
+            f"run {run_id} was made with other {', '.join(changed)} "
+            f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
+        )
 
 
 async def run_batch(
@@ -164,7 +149,7 @@ async def run_batch(
         prompts, bad = read_prompts(config.prompts_path, on_bad_row=config.on_bad_row, limit=config.limit)
     elif config.limit is not None:
         prompts = prompts[: config.limit]
-    tokenizer, profile = resolve_tokenizer_and_profile(config)
+    tokenizer, profile = config.tokenizer_and_profile()
     pool = ServerPool(
         config.servers,
         backend=config.backend,

@@ -68,7 +68,7 @@ def child_main(index: int, config: Any, db_path: str, run_id: str, items: list[A
 
 
 async def _child(index: int, config: Any, db_path: str, run_id: str, items: list[Any], results: Any) -> None:
-    from tokview.batch.runner import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.runner import capture_all
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
     from tokview.store import PartSink
@@ -77,7 +77,7 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
-    tokenizer, profile = resolve_tokenizer_and_profile(config)
+    tokenizer, profile = config.tokenizer_and_profile()
     pool = ServerPool(
         config.servers,
         backend=config.backend,

@@ -14,14 +14,16 @@ from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
+
     p = sub.add_parser(
         "audit", help="check a dataset made by another pipeline (speculators, SpecForge, ShareGPT)", description=__doc__
     )
     p.add_argument("dataset", type=Path, help="JSONL or Parquet dataset")
-    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the Kimi-layout tokenizer)")
-    p.add_argument("--trust-remote-code", action="store_true")
+    add_tokenizer_arguments(
+        p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
+    )
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
-    p.add_argument("--profile", help="model profile (default: detected from the tokenizer)")
     p.add_argument("--name", help="run name suffix (default: the dataset's file name)")
     p.add_argument(
         "--thinking",
@@ -34,13 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.core.resolve import resolve_tokenizer_and_profile
+    from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.export.audit import audit
     from tokview.store import Store
 
     if not args.dataset.is_file():
         raise UserError(f"dataset not found: {args.dataset}")
-    tokenizer, profile = resolve_tokenizer_and_profile(
+    tokenizer, profile = load_tokenizer_and_profile(
         args.tokenizer, args.profile, trust_remote_code=args.trust_remote_code
     )
     with Store(args.db) as store:

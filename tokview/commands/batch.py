@@ -23,6 +23,9 @@ BAD_ROWS_SHOWN = 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tokview.batch.config import BATCH_DEFAULTS as D
+    from tokview.core.resolve import add_tokenizer_arguments
+
     p = sub.add_parser(
         "batch",
         help="generate samples for a prompts file (JSONL/Parquet) into the store",
@@ -32,27 +35,44 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompts", type=Path, help="JSONL or Parquet prompts (messages / conversations / prompt rows)")
     p.add_argument("--server", action="append", required=True, metavar="URL", help="server URL (repeatable)")
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
-    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the Kimi-layout tokenizer)")
-    p.add_argument("--trust-remote-code", action="store_true", help="run the tokenizer folder's own code (Kimi)")
-    p.add_argument("--profile", help="model profile name or .toml (default: detected from the tokenizer)")
-    p.add_argument("--backend", default="auto", choices=("auto", "sglang", "sglang-chat", "vllm"))
-    p.add_argument("--mode", default="raw", choices=("raw", "chat", "dual"))
-    p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    add_tokenizer_arguments(
+        p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
+    )
+    p.add_argument("--backend", default=D["backend"], choices=("auto", "sglang", "sglang-chat", "vllm"))
+    p.add_argument("--mode", default=D["mode"], choices=("raw", "chat", "dual"))
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=D["concurrency"],
+        help=f"requests in flight per server (default {D['concurrency']})",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=D["max_new_tokens"],
+        help=f"output tokens per sample at most (default {D['max_new_tokens']})",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=D["temperature"],
+        help=f"sampling temperature (default {D['temperature']:g})",
+    )
+    p.add_argument("--top-p", type=float, default=D["top_p"], help=f"nucleus sampling mass (default {D['top_p']:g})")
     p.add_argument(
         "--thinking",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="thinking on/off via the template kwarg (default on)",
+        default=D["thinking"],
+        help=f"thinking on/off via the template kwarg (default {'on' if D['thinking'] else 'off'})",
     )
-    p.add_argument("--samples-per-prompt", type=int, default=1, metavar="K")
-    p.add_argument("--limit", type=int, help="read at most N input rows")
+    p.add_argument("--samples-per-prompt", type=int, default=D["samples_per_prompt"], metavar="K")
+    p.add_argument("--limit", type=int, default=D["limit"], help="read at most N input rows")
     p.add_argument("--run", dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)")
-    p.add_argument("--on-bad-row", default="skip", choices=("skip", "stop"))
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--on-bad-row", default=D["on_bad_row"], choices=("skip", "stop"))
+    p.add_argument(
+        "--timeout", type=float, default=D["timeout"], help=f"seconds per request (default {D['timeout']:g})"
+    )
+    p.add_argument("--retries", type=int, default=D["retries"], help=f"retries per request (default {D['retries']})")
     p.add_argument(
         "--logprobs",
         type=int,
@@ -63,9 +83,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-consecutive-failures",
         type=int,
-        default=20,
+        default=D["max_consecutive_failures"],
         metavar="N",
-        help="stop (with the reason) after N failed requests in a row; 0 never stops (default 20)",
+        help=f"stop (with the reason) after N failed requests in a row; 0 never stops "
+        f"(default {D['max_consecutive_failures']})",
     )
     p.add_argument(
         "--workers",

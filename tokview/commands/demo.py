@@ -160,7 +160,7 @@ def open_hint(db: str | None, removed: bool = False) -> str:
 
 
 def run(args) -> int:
-    from tokview.core.resolve import resolve_tokenizer_and_profile
+    from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
     from tokview.store import Store
 
@@ -172,7 +172,7 @@ def run(args) -> int:
     if db is None:
         tmp = tempfile.TemporaryDirectory(prefix="tokview-demo-")
         db = str(Path(tmp.name) / "demo.duckdb")
-    tokenizer, profile = resolve_tokenizer_and_profile(None, "kimi-k2.5")
+    tokenizer, profile = load_tokenizer_and_profile(None, "kimi-k2.5")
     if not args.no_ui:  # the batches take seconds before the app can open: say what is happening
         where = "a temporary store (removed when you quit; --db PATH keeps one)" if tmp else db
         print(f"tokview demo: filling {where}", file=sys.stderr)

@@ -11,32 +11,20 @@ import asyncio
 import json
 import math
 import sys
-from pathlib import Path
 
 from tokview.errors import ExitCode, UserError
 
 
 def add_parser(sub) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
+
     p = sub.add_parser("doctor", help="probe a server: id fields, think opener, reasoning field, hidden ids")
     p.add_argument("--server", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000")
-    p.add_argument(
-        "--tokenizer",
-        metavar="DIR",
-        type=Path,
-        default=None,
-        help="local tokenizer/model folder (needed for the render and hidden-id checks; the tokview "
-        "simulator's Kimi layout is found on its own)",
-    )
-    p.add_argument(
-        "--profile",
-        metavar="NAME|FILE.toml",
-        default=None,
-        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1 or a .toml (default: detected)",
-    )
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the tokenizer code shipped in the model folder (Kimi's tokenization_kimi.py)",
+    add_tokenizer_arguments(
+        p,
+        tokenizer_default="none; the render and hidden-id checks need one, the tokview simulator's Kimi layout "
+        "is found on its own",
+        profile_default="detected from the tokenizer or the server's answers",
     )
     p.add_argument(
         "--thinking",

@@ -19,6 +19,7 @@ from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
     from tokview.export import FORMATS, SELECTIONS
 
     p = sub.add_parser(
@@ -49,17 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="X",
         help="keep samples whose target mean NLL (tokview score) is at most X (drops off-policy ones)",
     )
-    p.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: the run's, else Kimi-layout)")
-    p.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="run the code of the folder given with --tokenizer (never of a folder the database names)",
-    )
-    p.add_argument(
-        "--profile",
-        help="fallback profile for samples stored without a known one "
-        "(default: the runs' recorded profile, else detected)",
-    )
+    add_tokenizer_arguments(p)  # a folder the database names never runs its own code
     p.set_defaults(run=run)
 
 
@@ -73,7 +64,7 @@ def resolve_tokenizer(
     """
     from tokview.core.resolve import resolve_for_stored
 
-    runs = [r for r in store.runs() if run_name is None or r["run_id"] == run_name]
+    runs = [r for r in ([store.run(run_name)] if run_name else store.runs()) if r]
     dirs = sorted({r["tokenizer_dir"] for r in runs if r["tokenizer_dir"]})
     if tokenizer_dir is None and len(dirs) > 1:
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")

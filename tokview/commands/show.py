@@ -47,7 +47,7 @@ def run(args) -> int:
             raise UserError(
                 f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"
             ) from None
-        run = next((r for r in store.runs() if r["run_id"] == stored.run_id), {})
+        run = store.run(stored.run_id) or {}
     tokenizer, profile = resolve_for_stored(
         args.tokenizer,
         args.profile,

@@ -7,12 +7,13 @@ cached). No `--profile`: detected from the tokenizer (think tokens + a rendered 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
-def resolve_tokenizer_and_profile(
+def load_tokenizer_and_profile(
     tokenizer_dir: str | Path | None = None,
     profile: str | None = None,
     *,
@@ -32,21 +33,30 @@ def resolve_tokenizer_and_profile(
     return tokenizer, with_tokenizer_stops(model_profile, tokenizer)
 
 
-def add_tokenizer_arguments(parser) -> None:
-    """--tokenizer / --profile / --trust-remote-code, worded the same in every command."""
+RECORDED_TOKENIZER = "the one the run recorded, else tokview's Kimi-layout tokenizer"
+RECORDED_PROFILE = "the run's, else detected from the tokenizer"
+
+
+def add_tokenizer_arguments(
+    parser: Any,
+    *,
+    tokenizer_default: str = RECORDED_TOKENIZER,
+    profile_default: str = RECORDED_PROFILE,
+) -> None:
+    """--tokenizer / --profile / --trust-remote-code, defined here for every command; each command says only
+    what no flag means for it (a command over stored samples uses what the run recorded)."""
     parser.add_argument(
         "--tokenizer",
         metavar="DIR",
         type=Path,
         default=None,
-        help="local tokenizer/model folder (default: the one the run recorded, else tokview's Kimi-layout tokenizer)",
+        help=f"local tokenizer/model folder (default: {tokenizer_default})",
     )
     parser.add_argument(
         "--profile",
         metavar="NAME|FILE.toml",
         default=None,
-        help="kimi-k2.5, kimi-k2-thinking, qwen3, deepseek-r1, plain or a .toml (default: the run's, "
-        "else detected from the tokenizer)",
+        help=f"{', '.join(BUILTIN_PROFILES)} or a .toml (default: {profile_default})",
     )
     parser.add_argument(
         "--trust-remote-code",
@@ -102,6 +112,6 @@ def resolve_for_stored(
             )
     if model_profile is None and profile is None and recorded_profile in BUILTIN_PROFILES:
         model_profile = BUILTIN_PROFILES[recorded_profile]  # a custom profile stored by name is detected instead
-    return resolve_tokenizer_and_profile(
+    return load_tokenizer_and_profile(
         tokenizer_dir, profile, trust_remote_code=trust_remote_code, tokenizer=tokenizer, model_profile=model_profile
     )

@@ -800,6 +800,10 @@ class Store(PartSink):
             out.append(d)
         return out
 
+    def run(self, run_id: str | None) -> dict[str, Any] | None:
+        """One run's row of `runs()` (its settings, tokenizer folder and hash, profile), or None when it has none."""
+        return next((r for r in self.runs() if r["run_id"] == run_id), None) if run_id else None
+
     def run_ids(self) -> list[str]:
         """Every run id: those with a runs row, then those only samples carry (imported data)."""
         known = [r["run_id"] for r in self.runs()]
