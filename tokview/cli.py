@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except TokviewError as exc:
-        print(f"tokview: error: {exc.message}", file=sys.stderr)
+        print(f"tokview: error: {one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("tokview: interrupted", file=sys.stderr)

@@ -70,10 +70,10 @@ def first_line(exc: BaseException, limit: int | None = None) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """What a user sees for any exception: a TokviewError's message; for anything else (a bug) its type
-    and first line."""
+    """What a user sees for any exception on one line: a TokviewError's whole message (its lines joined, a
+    server's multi-line reason included); for anything else (a bug) its type and first line."""
     if isinstance(exc, TokviewError):
-        return first_line(exc)
+        return " ".join(line.strip() for line in exc.message.splitlines() if line.strip()) or exc.title
     text = first_line(exc)
     name = type(exc).__name__
     return name if text == name else f"{name}: {text}"

@@ -11,6 +11,7 @@ deep inside the chat template.
 from __future__ import annotations
 
 import json
+import os
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,6 +167,8 @@ def read_prompts(
         raise InputError(f"prompts file is a directory: {path}")
     if not path.is_file():
         raise InputError(f"prompts file not found: {path}")
+    if not os.access(path, os.R_OK):  # read lazily, deep in the run: say it here, in one line
+        raise InputError(f"cannot read the prompts file {path}: permission denied")
     rows: list[PromptRow] = []
     bad: list[str] = []
     first_seen: dict[str, tuple[int, str]] = {}  # prompt id -> (line, hash of its conversation)

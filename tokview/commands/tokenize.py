@@ -112,6 +112,8 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UserError(f"{path} is not valid JSON: {exc}") from None
     row = {"messages": data} if isinstance(data, list) else data

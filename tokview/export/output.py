@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tokview.errors import TokviewError
+from tokview.errors import TokviewError, describe_error
 
 
 class OutputError(TokviewError):
@@ -180,10 +180,14 @@ def glob_escape(text: str) -> str:
 def make_temps(plan: Plan) -> None:
     """Create every temp file beside its final name (mode 0600 until committed)."""
     for target in plan.targets():
-        target.final.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(
-            dir=target.final.parent, prefix=f".{target.final.name}.{os.getpid()}.", suffix=".partial"
-        )
+        try:
+            target.final.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(
+                dir=target.final.parent, prefix=f".{target.final.name}.{os.getpid()}.", suffix=".partial"
+            )
+        except OSError as exc:  # a folder that cannot be made or written to: the user's --out
+            discard_temps(plan)
+            raise OutputError(f"cannot write {target.final}: {describe_error(exc)}") from None
         os.close(fd)
         target.tmp = Path(name)
 

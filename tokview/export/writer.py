@@ -20,7 +20,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.findings import DEFAULT_SEVERITY, ERROR
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
-from tokview.errors import TokviewError
+from tokview.errors import TokviewError, describe_error
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
 from tokview.export.manifest import Provenance, build_manifest
@@ -204,6 +204,10 @@ def export(
         result.thresholds = thresholds  # type: ignore[attr-defined]  (the manifest records them)
         _write_sidecars(store, fmt, plan, run, result)
         commit(plan)
+    except OSError as exc:  # a full disk, a folder gone mid-export: nothing half-written is left
+        raise ExportError(
+            f"cannot write {plan.data.final if plan.data else 'the export'}: {describe_error(exc)}"
+        ) from None
     finally:
         discard_temps(plan)
     return result

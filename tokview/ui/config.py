@@ -64,6 +64,8 @@ def load_config(path: Path | None = None) -> UIConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     ui = data.get("ui", {})
     keymap = data.get("keymap", {})
     if not isinstance(ui, dict) or not isinstance(keymap, dict):
