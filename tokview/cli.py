@@ -2,7 +2,8 @@
 
 Each subcommand lives in `tokview/commands/<name>.py` with `add_parser(subparsers)` and
 `run(args) -> int`; modules are imported only for the command being run, so `tokview batch`
-never pays for Textual. Every user-facing error becomes one line on stderr and a non-zero exit.
+never pays for Textual. A TokviewError (tokview/errors.py) becomes its one line on stderr and its exit
+code; any other exception is a bug: one line with a hint, or its traceback under TOKVIEW_DEBUG=1.
 """
 
 from __future__ import annotations

@@ -196,10 +196,12 @@ class TokviewApp(App):
         target = self._target()
         if target is None:
             return
-        self.push_screen(
-            TextPrompt("Note for this sample", "what a reviewer should know"),
-            lambda note: note and self._record(target, "note", note=note),
-        )
+
+        def written(note: str | None) -> None:
+            if note:
+                self._record(target, "note", note=note)
+
+        self.push_screen(TextPrompt("Note for this sample", "what a reviewer should know"), written)
 
     def action_tag(self) -> None:
         target = self._target()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -248,9 +248,9 @@ GROUPS: tuple[str, ...] = tuple(dict.fromkeys(k.group for k in KEYS))
 BY_ID: dict[str, Key] = {k.id: k for k in KEYS}
 
 
-def bindings(group: str) -> list[Binding]:
+def bindings(group: str) -> list[BindingType]:
     """The Textual bindings of one group, for a screen's or widget's BINDINGS."""
-    found = [k.binding() for k in KEYS if k.group == group]
+    found: list[BindingType] = [k.binding() for k in KEYS if k.group == group]
     if not found:
         raise KeyError(f"no bindings in group {group!r}")
     return found
