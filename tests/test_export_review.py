@@ -79,7 +79,7 @@ def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
         return specforge_row(item, prof, tok)
 
     monkeypatch.setitem(JSONL_FORMATS, "specforge", fails_on_the_second_row)
-    with pytest.raises(OSError, match="No space left"):  # one row is already in the temp file
+    with pytest.raises(ExportError, match="No space left"):  # one row is already in the temp file: one line, no file
         export(store, "specforge", out_dir / "sf.jsonl", select="all", tokenizer=kimi(), profile=profile())
     assert len(rows) == 1 and list(out_dir.iterdir()) == []
 
