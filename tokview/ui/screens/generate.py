@@ -1,8 +1,10 @@
 """The generate panel: pick prompts, set sampling, run `run_batch` against the server with live progress.
 
 It calls the same `run_batch` the `tokview batch` command calls, in an async worker on the app's
-loop; progress arrives through `on_progress` as coalescing messages, samples land in the store as
-they are captured (the list recounts as they do), and Cancel sets the batch's cancel event.
+loop; progress arrives through `on_progress` as coalescing messages and is shown as the CLI prints it
+(`progress_line`, then `BatchSummary.render`), samples land in the store as they are captured (the list
+recounts as they do), and Cancel sets the batch's cancel event. A run that fails (no server, unreadable
+prompts) raises: the progress line says why and the app's one handler notifies.
 """
 
 from __future__ import annotations
