@@ -20,7 +20,7 @@ from tokview.servers.retry import GaveUp, RetryPolicy
 from tokview.servers.shapes import int_list
 
 
-async def _ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
+async def ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
     """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable."""
     try:
         return await policy.run(fn), None
@@ -71,10 +71,10 @@ async def detect(
 ) -> ServerInfo:
     """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all."""
     info = ServerInfo(url=client.url)
-    model_info, _ = await _ask(policy, lambda: client.get_json("/get_model_info"))
-    server_info, _ = await _ask(policy, lambda: client.get_json("/get_server_info"))
-    version, _ = await _ask(policy, lambda: client.get_json("/version"))
-    models, _ = await _ask(policy, lambda: client.get_json("/v1/models"))
+    model_info, _ = await ask(policy, lambda: client.get_json("/get_model_info"))
+    server_info, _ = await ask(policy, lambda: client.get_json("/get_server_info"))
+    version, _ = await ask(policy, lambda: client.get_json("/version"))
+    models, _ = await ask(policy, lambda: client.get_json("/v1/models"))
     info.details = {
         "get_model_info": model_info,
         "get_server_info": server_info,
@@ -116,7 +116,7 @@ async def probe_endpoints(
     """
     kwargs = profile.template_kwargs(True) if profile is not None else {}
     f = info.features
-    probe = Probe(client, lambda fn: _ask(policy, fn), info, kwargs)
+    probe = Probe(client, lambda fn: ask(policy, fn), info, kwargs)
     candidates = for_kind(info.kind)
     probed: set[str] = set()
     for backend in candidates:
@@ -127,7 +127,7 @@ async def probe_endpoints(
     tok_body = {"messages": PROBE_MESSAGES, "add_generation_prompt": True, "chat_template_kwargs": kwargs}
     if info.model:
         tok_body["model"] = info.model
-    tokens, _ = await _ask(policy, lambda: client.post_json("/tokenize", tok_body))
+    tokens, _ = await ask(policy, lambda: client.post_json("/tokenize", tok_body))
     f["tokenize_messages"] = isinstance(tokens, dict) and int_list(tokens.get("tokens")) is not None
     if f["tokenize_messages"]:
         info.details["tokenize_prompt_ids"] = tokens["tokens"]
