@@ -242,6 +242,28 @@ def test_nothing_outside_the_adapter_reaches_into_its_tokenizer() -> None:
     assert reach == []
 
 
+def test_the_adapter_gives_what_its_callers_reached_into_tok_for(kimi_tok: Any) -> None:
+    """A prompt's "<think>" is the special id (what /tokenize and completions do with text); a dataset's
+    typed "<think>" stays ordinary ids; the vocabulary lists every token."""
+    assert kimi_tok.encode_prompt("hi <think>")[-1] == KIMI.think_open_id
+    literal = kimi_tok.encode_literal("hi <think>")
+    assert KIMI.think_open_id not in literal and kimi_tok.decode(literal) == "hi <think>"
+    assert kimi_tok.encode_literal("") == []
+    tokens = kimi_tok.vocab_tokens()
+    assert len(tokens) == kimi_tok.vocab_size and "<think>" in tokens
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_the_simulator_tokenizes_text_prompts_through_the_adapter(kimi_tok: Any, kind: str) -> None:
+    import httpx
+
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        got = httpx.post(f"{sim.url}/tokenize", json={"prompt": "hi <think>"}).json()["tokens"]
+        bad = httpx.post(f"{sim.url}/tokenize", json={"prompt": 3})
+    assert got == kimi_tok.encode_prompt("hi <think>")
+    assert bad.status_code == 400 and "give prompt (a string) or messages" in bad.text
+
+
 # -- the doctor report's one renderer -----------------------------------------------------------
 def report_with_every_status() -> DoctorReport:
     checks = [DoctorCheck(status, f"{status} check", f"{status} detail") for status in ("ok", "fail", "warn", "skip")]

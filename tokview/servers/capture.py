@@ -1,4 +1,4 @@
-"""One capture on one server: pick the endpoint families (`registry.choose`), get the prompt ids, merge dual paths.
+"""One capture on one server: pick the endpoint pair (`registry.choose`), get the prompt ids, merge dual paths.
 
 The raw path gives the exact ids (SGLang /generate, vLLM /v1/completions with a token-id prompt);
 the chat path gives what the server's parser made of them. A dual capture runs both with the same
