@@ -21,7 +21,7 @@ from tokview.servers.doctor_context import DoctorCheck
 from tokview.servers.features import ask, detect
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.registry import BACKEND_NAMES, BACKENDS, CHOICES, choose, for_kind, server_name
+from tokview.servers.registry import BACKEND_NAMES, CHOICES, ENDPOINTS, choose, for_kind, server_name
 from tokview.servers.request import resolve_settings
 from tokview.servers.retry import RetryPolicy
 from tokview.sim import SimConfig, start_simulator
@@ -40,15 +40,15 @@ RECORDED_ENDPOINT = {
 
 # -- the registry -------------------------------------------------------------------------------
 def test_every_backend_endpoint_pair_is_registered_once() -> None:
-    assert set(BACKENDS) == PAIRS and len(BACKENDS) == len(PAIRS)
-    assert len({type(b) for b in BACKENDS.values()}) == len(PAIRS)  # one class per endpoint family
-    for key, backend in BACKENDS.items():
+    assert set(ENDPOINTS) == PAIRS and len(ENDPOINTS) == len(PAIRS)
+    assert len({type(b) for b in ENDPOINTS.values()}) == len(PAIRS)  # one class per endpoint family
+    for key, backend in ENDPOINTS.items():
         assert backend.key == key
 
 
 @pytest.mark.parametrize("key", sorted(PAIRS))
 def test_each_backend_implements_the_protocol(key: tuple[str, str]) -> None:
-    backend = BACKENDS[key]
+    backend = ENDPOINTS[key]
     cls = type(backend)
     assert isinstance(backend, Backend) and not inspect.isabstract(cls)
     for method in ("capture", "stream", "probe"):
@@ -56,9 +56,10 @@ def test_each_backend_implements_the_protocol(key: tuple[str, str]) -> None:
         assert impl is not getattr(Backend, method), f"{cls.__name__} does not implement {method}"
         assert inspect.iscoroutinefunction(impl)
         assert list(inspect.signature(impl).parameters) == list(inspect.signature(getattr(Backend, method)).parameters)
-    for attr in ("server", "server_name", "endpoint", "path", "ids_field", "exact_ids"):
+    for attr in ("server", "server_name", "endpoint", "path", "ids_field", "exact_ids", "recorded_as"):
         assert getattr(cls, attr, None) is not None, f"{cls.__name__}.{attr} is not set"
     assert backend.path.startswith("/") and server_name(backend.server) == backend.server_name
+    assert backend.recorded_as == RECORDED_ENDPOINT[key]  # a stored field: never renamed
 
 
 def test_choices_pair_a_raw_path_with_a_chat_path_of_one_server() -> None:
@@ -75,7 +76,7 @@ def test_choices_pair_a_raw_path_with_a_chat_path_of_one_server() -> None:
 
 def test_only_raw_backends_score() -> None:
     """Scoring needs the target's logprob of ids we send: the raw paths override `score`, chat cannot."""
-    for backend in BACKENDS.values():
+    for backend in ENDPOINTS.values():
         overrides = type(backend).score is not Backend.score
         assert overrides == backend.exact_ids, backend.key
 
@@ -83,7 +84,7 @@ def test_only_raw_backends_score() -> None:
 # -- each class against the simulator of its kind -----------------------------------------------
 @pytest.mark.parametrize("key", sorted(PAIRS))
 async def test_each_backend_captures_streams_and_probes_on_the_simulator(kimi_tok: Any, key: tuple[str, str]) -> None:
-    backend = BACKENDS[key]
+    backend = ENDPOINTS[key]
     settings = resolve_settings({"temperature": 0.0, "max_new_tokens": 64, "seed": 1, "thinking": True}, KIMI)
     prompt_ids = kimi_tok.render(QUESTION, template_kwargs=settings["chat_template_kwargs"])
     with start_simulator(SimConfig(kind=backend.server)) as sim:

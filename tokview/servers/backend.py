@@ -84,6 +84,8 @@ class Backend(ABC):
     """Where the output ids come back, as the doctor names it."""
     exact_ids: ClassVar[bool]
     """It takes our prompt ids verbatim and returns the sampled ids: the raw path."""
+    recorded_as: ClassVar[str]
+    """`Capture.endpoint` of what it captures (stored: never renamed)."""
 
     @property
     def key(self) -> tuple[str, str]:

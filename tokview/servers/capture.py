@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 BACKENDS = BACKEND_NAMES
+"""What `--backend` takes (the pool validates against it)."""
 
 
 async def prompt_ids_for(

@@ -14,9 +14,9 @@ from tokview.core.record import Capture
 from tokview.core.segments import prompt_opens_reasoning
 from tokview.servers.capture import merge_dual
 from tokview.servers.doctor_context import QUESTION, DoctorContext
-from tokview.servers.registry import BACKENDS, server_name
+from tokview.servers.registry import ENDPOINTS, server_name
 
-RAW_UNKNOWN = BACKENDS["vllm", "completions"]
+RAW_UNKNOWN = ENDPOINTS["vllm", "completions"]
 """Named in the Token-id fields check when the server kind is unknown (no raw path was tried)."""
 
 

@@ -15,12 +15,12 @@ from tokview.servers.info import ServerInfo
 from tokview.servers.sglang import SglangChat, SglangGenerate
 from tokview.servers.vllm import VllmChat, VllmCompletions
 
-BACKENDS: dict[tuple[str, str], Backend] = {
+ENDPOINTS: dict[tuple[str, str], Backend] = {
     b.key: b for b in (SglangChat(), VllmChat(), SglangGenerate(), VllmCompletions())
 }
 """(server kind, endpoint) → the class that speaks it, in probe order: chat first (its answer names the
 served prompt ids the raw probes then send), then the raw paths."""
-SERVER_KINDS = frozenset(b.server for b in BACKENDS.values())
+SERVER_KINDS = frozenset(b.server for b in ENDPOINTS.values())
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,11 @@ class ServerChoice:
 
 
 CHOICES: dict[str, ServerChoice] = {
-    "sglang": ServerChoice("sglang", BACKENDS["sglang", "generate"], BACKENDS["sglang", "chat"]),
+    "sglang": ServerChoice("sglang", ENDPOINTS["sglang", "generate"], ENDPOINTS["sglang", "chat"]),
     "sglang-chat": ServerChoice(
-        "sglang-chat", BACKENDS["sglang", "generate"], BACKENDS["sglang", "chat"], chat_only=True
+        "sglang-chat", ENDPOINTS["sglang", "generate"], ENDPOINTS["sglang", "chat"], chat_only=True
     ),
-    "vllm": ServerChoice("vllm", BACKENDS["vllm", "completions"], BACKENDS["vllm", "chat"]),
+    "vllm": ServerChoice("vllm", ENDPOINTS["vllm", "completions"], ENDPOINTS["vllm", "chat"]),
 }
 AUTO = "auto"
 BACKEND_NAMES = (AUTO, *CHOICES)
@@ -64,9 +64,9 @@ def choose(backend: str, info: ServerInfo) -> ServerChoice:
 
 def for_kind(kind: str) -> list[Backend]:
     """The endpoint families a server of this kind may have (all of them for an unknown kind)."""
-    return [b for b in BACKENDS.values() if kind not in SERVER_KINDS or b.server == kind]
+    return [b for b in ENDPOINTS.values() if kind not in SERVER_KINDS or b.server == kind]
 
 
 def server_name(kind: str) -> str | None:
     """SGLang / vLLM for a known kind, else None."""
-    return next((b.server_name for b in BACKENDS.values() if b.server == kind), None)
+    return next((b.server_name for b in ENDPOINTS.values() if b.server == kind), None)

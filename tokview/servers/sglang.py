@@ -161,6 +161,7 @@ class SglangGenerate(Backend):
     path = "/generate"
     ids_field = "output_ids"
     exact_ids = True
+    recorded_as = "sglang-generate"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
@@ -196,7 +197,7 @@ class SglangGenerate(Backend):
         capture = Capture(
             **fields,
             settings=call.settings,
-            endpoint="sglang-generate",
+            endpoint=self.recorded_as,
             raw_request=client.audit_request("POST", self.path, body),
             raw_response=raw,
             latency_s=time.perf_counter() - started,
@@ -261,6 +262,7 @@ class SglangChat(ChatBackend):
 
     server = "sglang"
     server_name = "SGLang"
+    recorded_as = "sglang-chat"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = chat_body(call.messages, call.prompt_ids, call.settings, info.model)
@@ -269,7 +271,7 @@ class SglangChat(ChatBackend):
         fields = parse_chat(data, "POST /v1/chat/completions")
         latency = time.perf_counter() - started
         return finish_chat_capture(
-            fields, call.require_ids, client, info, body, data, call.settings, call.messages, "sglang-chat", latency
+            fields, call.require_ids, client, info, body, data, call.settings, call.messages, self.recorded_as, latency
         )
 
     async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:

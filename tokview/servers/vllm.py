@@ -162,6 +162,7 @@ class VllmChat(ChatBackend):
 
     server = "vllm"
     server_name = "vLLM"
+    recorded_as = "vllm-chat"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = self._body(client, info, call)
@@ -188,8 +189,8 @@ class VllmChat(ChatBackend):
             )
         return chat_body(call.messages, call.settings, info.model, call.stream)
 
-    @staticmethod
     def _captured(
+        self,
         client: ServerClient,
         info: ServerInfo,
         call: Call,
@@ -200,7 +201,7 @@ class VllmChat(ChatBackend):
     ) -> Captured:
         latency = time.perf_counter() - started
         return finish_chat_capture(
-            fields, call.require_ids, client, info, body, raw, call.settings, call.messages, "vllm-chat", latency
+            fields, call.require_ids, client, info, body, raw, call.settings, call.messages, self.recorded_as, latency
         )
 
     def reasoning_field_advice(self, field: str | None) -> Advice | None:
@@ -223,6 +224,7 @@ class VllmCompletions(Backend):
     path = "/v1/completions"
     ids_field = "choices[].token_ids"
     exact_ids = True
+    recorded_as = "vllm-completions"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         """Our prompt ids in, the raw sampled ids out."""
@@ -259,7 +261,7 @@ class VllmCompletions(Backend):
             text=text_of(choice.get("text"), where, "text"),
             usage=normalize_usage(data.get("usage")),
             settings=settings,
-            endpoint="vllm-completions",
+            endpoint=self.recorded_as,
             raw_request=client.audit_request("POST", "/v1/completions", body),
             raw_response=data,
             latency_s=time.perf_counter() - started,
