@@ -110,6 +110,26 @@ async def test_each_backend_captures_streams_and_probes_on_the_simulator(kimi_to
     assert backend.recognises(fresh.features) == backend.exact_ids
 
 
+@pytest.mark.parametrize(
+    ("kind", "raw_path", "other_raw_path"),
+    [("sglang", "/generate", "/v1/completions"), ("vllm", "/v1/completions", "/generate")],
+)
+async def test_the_probe_asks_only_the_endpoints_of_the_kind_it_found(
+    kind: str, raw_path: str, other_raw_path: str
+) -> None:
+    """The chat probe runs once (both servers' chat classes share it); the raw probe is the kind's own."""
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        client = ServerClient(sim.url, timeout=5.0, concurrency=2)
+        try:
+            info = await detect(client, RetryPolicy(retries=0), KIMI)
+        finally:
+            await client.aclose()
+        asked = dict(sim.stats.requests)
+    assert info.kind == kind
+    assert asked.get("/v1/chat/completions") == 1 and asked.get(raw_path) == 1 and other_raw_path not in asked
+    assert info.features["chat_ids_field"] and info.features["generate_ids" if kind == "sglang" else "completions_ids"]
+
+
 # -- the code's shape ---------------------------------------------------------------------------
 def modules(*packages: str) -> dict[str, Path]:
     return {
