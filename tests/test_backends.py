@@ -16,7 +16,7 @@ import pytest
 
 from tokview.core.profiles import get_profile
 from tokview.servers.backend import Backend, Call, Probe
-from tokview.servers.doctor import DoctorReport
+from tokview.servers.doctor import SYMBOLS, DoctorReport
 from tokview.servers.doctor_context import DoctorCheck
 from tokview.servers.features import ask, detect
 from tokview.servers.http import ServerClient
@@ -304,6 +304,7 @@ def test_every_status_has_its_own_mark_and_style() -> None:
         "skip check: skip detail": "-",
     }
     assert len({line.style for line in lines.values()}) == 4  # the app colours each status differently
+    assert SYMBOLS == {"ok": "✓", "fail": "✗", "warn": "!", "skip": "-"}
 
 
 def test_the_cli_text_and_the_app_rich_text_are_one_rendering() -> None:

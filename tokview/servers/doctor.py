@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 
     from tokview.core.tokenizer import TokenizerAdapter
 
-__all__ = ["QUESTION", "DoctorCheck", "DoctorReport", "ReportLine", "run_doctor"]
+__all__ = ["MARKS", "QUESTION", "SYMBOLS", "DoctorCheck", "DoctorReport", "ReportLine", "run_doctor"]
 
 MARKS = {"ok": ("✓", "green"), "fail": ("✗", "bold red"), "warn": ("!", "yellow"), "skip": ("-", "dim")}
 """One mark per status, and its colour in the app: warn and skip never share one."""
+SYMBOLS = {status: mark for status, (mark, _) in MARKS.items()}
+"""The marks alone (status → mark)."""
 
 
 class ReportLine(NamedTuple):
