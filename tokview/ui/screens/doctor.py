@@ -1,4 +1,5 @@
-"""The doctor panel: the `tokview doctor` report for the connected server, check by check."""
+"""The doctor panel: the `tokview doctor` report for the connected server, rendered by the report itself
+(`DoctorReport.render_rich`: the CLI's lines, each mark in its status colour)."""
 
 from __future__ import annotations
 
@@ -20,26 +21,6 @@ from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 if TYPE_CHECKING:
     from tokview.servers.doctor import DoctorReport
     from tokview.ui.session import Session
-
-STATUS_STYLE = {"ok": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
-
-
-def render_report(report: DoctorReport) -> Text:
-    """The report exactly as `tokview doctor` prints it (`DoctorReport.render_text`), each check's mark coloured."""
-    from tokview.servers.doctor import SYMBOLS
-
-    styles = {f"{SYMBOLS[status]} ": style for status, style in STATUS_STYLE.items() if status in SYMBOLS}
-    text = Text()
-    for line in report.render_text().splitlines():
-        mark = next((m for m in styles if line.startswith(m)), None)
-        if mark is not None:
-            text.append(mark, styles[mark])
-            text.append(line[len(mark) :] + "\n")
-        elif line.startswith("    → "):
-            text.append(line + "\n", "italic")
-        else:
-            text.append(line + "\n")
-    return text
 
 
 class DoctorScreen(ForwardsWorkerErrors, Screen):
@@ -98,7 +79,7 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
     @on(Done)
     def _done(self, event: Done) -> None:
         self.report = event.report
-        self.query_one("#doctor-report", Static).update(render_report(event.report))
+        self.query_one("#doctor-report", Static).update(event.report.render_rich())  # as `tokview doctor` prints it
 
     def action_close(self) -> None:
         self.app.pop_screen()
