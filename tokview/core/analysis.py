@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align
-from tokview.core.findings import ERROR, Context, Finding, run_checks
+from tokview.core.finding_context import Context
+from tokview.core.findings import ERROR, Finding, run_checks
 from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
 
@@ -37,10 +38,6 @@ class Analysis:
     @property
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
-
-    @property
-    def supervised_tokens(self) -> int:
-        return sum(self.loss_mask)
 
 
 def align_text_fields(capture: Capture, tokenizer: TokenizerAdapter) -> Alignment | None:
@@ -68,24 +65,27 @@ def analyze(
     A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
     """
     profile = with_tokenizer_stops(profile, tokenizer)
-    kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)
+    n_prompt = len(capture.prompt_ids)
+    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile))
+    segments = tuple(seg.segments_from_kinds(kinds, n_prompt))
     alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
-    aligned_kinds = kinds
+    aligned_kinds, aligned_segments = kinds, None
     if capture.paths_diverge:
-        aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile)
+        aligned_kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile))
+        aligned_segments = seg.segments_from_kinds(aligned_kinds, n_prompt)
     ctx = Context(
         capture=capture,
         profile=profile,
         tokenizer=tokenizer,
-        kinds=kinds,
+        segments=segments,
         alignment=alignment,
-        aligned_kinds=aligned_kinds,
+        aligned_segments=aligned_segments,
     )
     return Analysis(
-        segments=tuple(seg.segments_from_kinds(kinds, len(capture.prompt_ids))),
-        kinds=tuple(kinds),
+        segments=segments,
+        kinds=kinds,
         loss_mask=tuple(seg.loss_mask(capture.prompt_ids, capture.output_ids)),
         alignment=alignment,
-        aligned_kinds=tuple(aligned_kinds),
+        aligned_kinds=aligned_kinds,
         findings=tuple(run_checks(ctx, severities)),
     )

@@ -97,8 +97,3 @@ def segments_from_kinds(kinds: Sequence[str], n_prompt: int) -> list[Segment]:
 def loss_mask(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[int]:
     """0 over every prompt id (the pre-filled opener included: the model never generated it), 1 over output."""
     return [0] * len(prompt_ids) + [1] * len(output_ids)
-
-
-def output_span(segments: Sequence[Segment], kind: str, n_prompt: int) -> list[tuple[int, int]]:
-    """Output-relative [start, end) ranges of one kind."""
-    return [(s.start - n_prompt, s.end - n_prompt) for s in segments if s.kind == kind and s.start >= n_prompt]

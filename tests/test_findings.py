@@ -17,7 +17,7 @@ from facts import (
 )
 
 from tokview.core.analysis import analyze
-from tokview.core.findings import DEFAULT_SEVERITY, ERROR, FINDING_CODES
+from tokview.core.findings import ERROR, FINDING_CODES, default_severity
 from tokview.core.record import Capture
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -201,9 +201,9 @@ def test_positive(fam, code):
     analysis = analyze(positive(fam), fam.profile, fam.tok)
     hits = [f for f in analysis.findings if f.code == code]
     assert hits, f"{code} not found; got {analysis.codes}"
-    assert hits[0].severity == DEFAULT_SEVERITY[code]
+    assert hits[0].severity == default_severity(code)
     assert hits[0].detail
-    if DEFAULT_SEVERITY[code] == ERROR:
+    if default_severity(code) == ERROR:
         assert not analysis.valid
 
 
