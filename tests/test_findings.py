@@ -1,13 +1,15 @@
-"""Every finding code, with a positive and a negative case, on both real tokenizers.
+"""Every finding code, with a positive and a negative case, on both real tokenizers, and the registry.
 
 Each case starts from a valid sample built from the tokenizer itself (a prompt whose tail opens
-reasoning, then reasoning ids, the closer, answer ids and the stop id) and changes one thing.
+reasoning, then reasoning ids, the closer, answer ids and the stop id) and changes one thing; the
+positive case states the exact positions its finding names (none only for a finding about an absence).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 
 import pytest
 from facts import (
@@ -17,7 +19,8 @@ from facts import (
 )
 
 from tokview.core.analysis import analyze
-from tokview.core.findings import ERROR, FINDING_CODES, default_severity
+from tokview.core.finding_context import first_difference
+from tokview.core.findings import ERROR, FINDING_CODES, INFO, RULES, WARN, Hit, default_severity, rule, why
 from tokview.core.record import Capture
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -124,93 +127,190 @@ def _thinking_off(fam: Family, output: list[int]) -> Capture:
     )
 
 
+def _last(c: Capture) -> tuple[int, ...]:
+    """The position of the output's last id."""
+    return (len(c.prompt_ids) + len(c.output_ids) - 1,)
+
+
+def _out(c: Capture, *output_positions: int) -> tuple[int, ...]:
+    """Absolute positions of output positions."""
+    return tuple(len(c.prompt_ids) + i for i in output_positions)
+
+
+def _char_split_start(f: Family) -> int:
+    """Output position of the first answer id that splitting the answer into characters changed."""
+    chars = _char_split(f)[len(f.reasoning) + 1 :]
+    return len(f.reasoning) + 1 + next(i for i, (a, b) in enumerate(zip(chars, f.answer)) if a != b)
+
+
+def _render_start(f: Family, messages: list) -> int:
+    """The first prompt position where rendering `messages` gives another id than the served prompt."""
+    local = f.tok.render(messages, template_kwargs=f.p.template_kwargs(True))
+    return next(i for i, (a, b) in enumerate(zip(local, f.prompt)) if a != b)
+
+
+QUESTION_8 = [{"role": "user", "content": "What is 6 times 8?"}]
+UNLIKELY = {"off_policy_nll": 2.0, "low_prob": 0.01}
+
+
+def _scored(f: Family, values: list[float]) -> Capture:
+    return f.capture(target_logprobs=values, target_score=UNLIKELY)
+
+
+def _two_unlikely(f: Family) -> list[float]:
+    """Mean NLL 3 nats over the output, with output[2] and output[5] below p=0.01."""
+    values = [-3.0] * len(f.output())
+    values[2] = values[5] = -6.0
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    positive: Callable[[Family], Capture]
+    negative: Callable[[Family], Capture]
+    positions: Callable[[Family, Capture], tuple[int, ...]]
+    """The exact positions the positive case's finding names (() only for a finding about an absence)."""
+
+
+ABSENT: Callable[[Family, Capture], tuple[int, ...]] = lambda f, c: ()  # noqa: E731
+
 CASES = {
-    "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
-    "dual_divergence": (lambda f: _dual(f, f.output(answer=f.answer + f.answer)), lambda f: _dual(f, f.output())),
-    "think_open_in_prompt": (
+    "empty_output": Case(lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture(), ABSENT),
+    "dual_divergence": Case(
+        lambda f: _dual(f, f.output(answer=f.answer + f.answer)),
+        lambda f: _dual(f, f.output()),
+        lambda f, c: _last(c),  # the raw path's stop id is where the parsed path went on answering
+    ),
+    "think_open_in_prompt": Case(
         lambda f: f.capture(),
         lambda f: f.capture(prompt_ids=_no_prefill_prompt(f), output_ids=[f.p.think_open_id] + f.output()),
+        lambda f, c: (len(_no_prefill_prompt(f)),),
     ),
-    "think_open_missing": (lambda f: f.capture(prompt_ids=_no_prefill_prompt(f)), lambda f: f.capture()),
-    "think_close_missing": (
+    "think_open_missing": Case(
+        lambda f: f.capture(prompt_ids=_no_prefill_prompt(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.reasoning)),  # the closer that closes nothing
+    ),
+    "think_close_missing": Case(
         lambda f: f.capture(output_ids=f.output(close=False, answer=[], stop=False), finish_reason="length"),
         lambda f: f.capture(),
+        ABSENT,  # the closer that never came
     ),
-    "think_close_repeated": (
+    "think_close_repeated": Case(
         lambda f: f.capture(output_ids=f.output(answer=f.answer + [f.p.think_close_id] + f.answer)),
         lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.reasoning), len(f.reasoning) + 1 + len(f.answer)),
     ),
-    "think_open_in_output_after_prefill": (
+    "think_open_in_output_after_prefill": Case(
         lambda f: f.capture(output_ids=[f.p.think_open_id] + f.output()),
         lambda f: f.capture(),
+        lambda f, c: _out(c, 0),
     ),
-    "reasoning_with_thinking_off": (
+    "reasoning_with_thinking_off": Case(
         lambda f: _thinking_off(f, [f.p.think_open_id] + f.output()),
         lambda f: _thinking_off(f, f.answer + [f.p.stop_ids[0]]),
+        lambda f, c: _out(c, 0, 1 + len(f.reasoning)),  # the opener and the closer
     ),
-    "empty_reasoning": (
+    "empty_reasoning": Case(
         lambda f: f.capture(output_ids=f.output(reasoning=f.tok.encode("\n\n"))),
         lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.tok.encode("\n\n"))),  # the closer right after the blank reasoning
     ),
-    "empty_answer": (lambda f: f.capture(output_ids=f.output(answer=f.tok.encode("\n"))), lambda f: f.capture()),
-    "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"), lambda f: f.capture()),
-    "no_stop_token": (lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture()),
-    "output_prefix_overlap": (lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()), lambda f: f.capture()),
-    "completion_count_mismatch": (lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture()),
-    "parser_hidden_ids": (
+    "empty_answer": Case(
+        lambda f: f.capture(output_ids=f.output(answer=f.tok.encode("\n"))),
+        lambda f: f.capture(),
+        lambda f, c: _last(c),  # the stop that ended the turn where the answer should have been
+    ),
+    "truncated": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"),
+        lambda f: f.capture(),
+        lambda f, c: _last(c),
+    ),
+    "no_stop_token": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture(), lambda f, c: _last(c)
+    ),
+    "output_prefix_overlap": Case(
+        lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, 0, 1, 2, 3, 4),
+    ),
+    "completion_count_mismatch": Case(
+        lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture(), ABSENT
+    ),
+    "parser_hidden_ids": Case(
         lambda f: _chat_fields(f),
         lambda f: f.capture(text=f.tok.decode(f.output(), skip_special_tokens=False)),
+        lambda f, c: _out(c, len(f.reasoning)) + _last(c),  # the closer and the stop
     ),
-    "parser_split_mismatch": (
+    "parser_split_mismatch": Case(
         lambda f: _chat_fields(f, reasoning=f.tok.decode(f.output(), skip_special_tokens=True), content=""),
         lambda f: _chat_fields(f),
+        lambda f, c: _out(c, len(f.reasoning)),  # where the ids split: the closer
     ),
-    "reasoning_field_missing": (
-        lambda f: _chat_fields(f, reasoning=None, reasoning_field=None),
-        lambda f: _chat_fields(f),
+    "reasoning_field_missing": Case(
+        lambda f: _chat_fields(f, reasoning=None, reasoning_field=None), lambda f: _chat_fields(f), ABSENT
     ),
-    "literal_think_text": (lambda f: f.capture(output_ids=_literal_close(f)), lambda f: f.capture()),
-    "retokenize_drift": (lambda f: f.capture(output_ids=_char_split(f)), lambda f: f.capture()),
-    "prompt_render_mismatch": (
-        lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
+    "literal_think_text": Case(
+        lambda f: f.capture(output_ids=_literal_close(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, *range(len(f.reasoning), len(_literal_close(f)) - len(f.answer) - 1)),
+    ),
+    "retokenize_drift": Case(
+        lambda f: f.capture(output_ids=_char_split(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, _char_split_start(f)),
+    ),
+    "prompt_render_mismatch": Case(
+        lambda f: f.capture(messages=QUESTION_8),
         lambda f: f.capture(
             prompt_ids=f.tok.render(QUESTION, template_kwargs=f.p.template_kwargs(True)),
             output_ids=[f.p.think_open_id] + f.output(),
             messages=QUESTION,
         ),
+        lambda f, c: (_render_start(f, QUESTION_8),),
     ),
-    "over_max_length": (lambda f: f.capture(settings={"thinking": True, "max_length": 20}), lambda f: f.capture()),
-    "off_policy": (
-        lambda f: f.capture(
-            target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0, "low_prob": 0.01}
-        ),
-        lambda f: f.capture(
-            target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0, "low_prob": 0.01}
-        ),
+    "over_max_length": Case(
+        lambda f: f.capture(settings={"thinking": True, "max_length": 20}),
+        lambda f: f.capture(),
+        lambda f, c: (20,),  # the first id past the limit
+    ),
+    "off_policy": Case(
+        lambda f: _scored(f, _two_unlikely(f)),
+        lambda f: _scored(f, [-0.3] * len(f.output())),
+        lambda f, c: _out(c, 2, 5),  # the tokens below p
     ),
 }
 
 
 def test_every_code_has_cases():
-    assert set(CASES) == set(FINDING_CODES)
+    assert set(CASES) == set(RULES) == set(FINDING_CODES)
+
+
+@pytest.mark.parametrize("code", FINDING_CODES)
+def test_every_code_is_declared_with_severity_why_and_a_check_named_after_it(code):
+    declared = RULES[code]
+    assert declared.code == code and declared.check.__name__ == code
+    assert declared.severity in (INFO, WARN, ERROR) and default_severity(code) == declared.severity
+    assert declared.why and "\n" not in declared.why and why(code) == declared.why
 
 
 @pytest.mark.parametrize("code", FINDING_CODES)
 def test_positive(fam, code):
-    positive, _ = CASES[code]
-    analysis = analyze(positive(fam), fam.profile, fam.tok)
+    case = CASES[code]
+    capture = case.positive(fam)
+    analysis = analyze(capture, fam.profile, fam.tok)
     hits = [f for f in analysis.findings if f.code == code]
     assert hits, f"{code} not found; got {analysis.codes}"
-    assert hits[0].severity == default_severity(code)
+    assert len(hits) == 1 and hits[0].severity == default_severity(code)
     assert hits[0].detail
+    assert hits[0].positions == case.positions(fam, capture)
     if default_severity(code) == ERROR:
         assert not analysis.valid
 
 
 @pytest.mark.parametrize("code", FINDING_CODES)
 def test_negative(fam, code):
-    _, negative = CASES[code]
-    assert code not in codes(fam, negative(fam))
+    assert code not in codes(fam, CASES[code].negative(fam))
 
 
 # -- the seed case and the recordings -----------------------------------------------------------
@@ -281,7 +381,9 @@ def test_recorded_sglang_special_closer_breaks_text_parser(kimi_tok, kimi_profil
         endpoint="sglang-chat",
         usage=body["usage"],
     )
-    assert "parser_split_mismatch" in analyze(capture, kimi_profile, kimi_tok).codes
+    split = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "parser_split_mismatch")
+    closer = capture.output_ids.index(kimi_profile.think_close_id)
+    assert split.positions == (len(capture.prompt_ids) + closer,)  # where the ids split, which the parser missed
 
 
 def test_severity_override(kimi_tok, kimi_profile):
@@ -295,8 +397,11 @@ def test_severity_override(kimi_tok, kimi_profile):
 
 def test_reasoning_reopened_after_the_answer_is_an_error(fam):
     out = fam.output(stop=False) + [fam.p.think_open_id] + fam.reasoning + [fam.p.stop_ids[0]]
-    analysis = analyze(fam.capture(output_ids=out), fam.profile, fam.tok)
-    assert "think_close_missing" in analysis.codes and not analysis.valid
+    capture = fam.capture(output_ids=out)
+    analysis = analyze(capture, fam.profile, fam.tok)
+    hit = next(f for f in analysis.findings if f.code == "think_close_missing")
+    assert not analysis.valid and "reopened" in hit.detail
+    assert hit.positions == (len(fam.prompt) + len(fam.output(stop=False)),)  # the opener after the answer
 
 
 def test_empty_output_is_one_clear_error(fam):
@@ -329,9 +434,80 @@ def test_literal_think_only_in_prompt_is_a_warning(fam):
     analysis = analyze(fam.capture(prompt_ids=literal + fam.prompt, messages=None, usage={}), fam.profile, fam.tok)
     hit = next(f for f in analysis.findings if f.code == "literal_think_text")
     assert hit.severity == "warn" and analysis.valid
+    assert hit.positions == tuple(range(literal.index(fam.tok.encode("<")[0]), len(literal) - len(" tags")))
 
 
 def test_id_only_import_is_not_a_missing_reasoning_field(fam):
     """A dataset of ids (speculators rows) has no text fields: nothing can have been read from the wrong one."""
     capture = fam.capture(endpoint="imported")
     assert "reasoning_field_missing" not in analyze(capture, fam.profile, fam.tok).codes
+
+
+def test_empty_answer_without_a_stop_names_the_last_output_id(fam):
+    capture = fam.capture(output_ids=fam.output(answer=[], stop=False))
+    hit = next(f for f in analyze(capture, fam.profile, fam.tok).findings if f.code == "empty_answer")
+    assert hit.positions == (len(fam.prompt) + len(fam.reasoning),)  # the closer, with nothing after it
+
+
+def test_off_policy_with_no_token_below_p_names_the_least_likely_ones(fam):
+    values = [-3.0] * len(fam.output())
+    values[1], values[4] = -4.0, -3.5  # none below log(0.01), the mean above 2 nats
+    hit = next(f for f in analyze(_scored(fam, values), fam.profile, fam.tok).findings if f.code == "off_policy")
+    n = len(fam.prompt)
+    assert hit.positions[:2] == (n, n + 1) and n + 4 in hit.positions and len(hit.positions) == min(100, len(values))
+
+
+def test_whitespace_that_is_not_ascii_still_reads_as_blank(fam):
+    """The blank test looks for a visible ASCII byte first; ideographic spaces have none, so it decodes."""
+    blank = fam.tok.encode("\u3000\u3000")
+    assert "empty_reasoning" in codes(fam, fam.capture(output_ids=fam.output(reasoning=blank)))
+    cjk = fam.tok.encode("你好")
+    assert "empty_reasoning" not in codes(fam, fam.capture(output_ids=fam.output(reasoning=cjk)))
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], (1, 5, 3)) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([1, 2, 3], [1]) == 1
+    assert first_difference([], []) is None and first_difference([], [7]) == 0
+
+
+# -- the registry: one declaration per code ------------------------------------------------------
+
+
+def test_a_new_finding_is_one_declaration(fam):
+    """A code added to the registry is run by analyze and explained and ranked by what reads the registry."""
+
+    def first_id_is_answer(ctx):
+        return Hit.at("the first output id", [ctx.n_prompt])
+
+    rule("first_id_is_answer", ERROR, "A made-up finding.")(first_id_is_answer)
+    try:
+        analysis = analyze(fam.capture(), fam.profile, fam.tok)
+        hit = next(f for f in analysis.findings if f.code == "first_id_is_answer")
+        assert hit.positions == (len(fam.prompt),) and hit.severity == ERROR and not analysis.valid
+        assert why("first_id_is_answer") == "A made-up finding." and default_severity("first_id_is_answer") == ERROR
+    finally:
+        RULES.pop("first_id_is_answer", None)
+
+
+def test_a_code_is_declared_once_by_a_check_named_after_it():
+    with pytest.raises(ValueError, match="declared twice"):
+        rule("truncated", ERROR, "again")(RULES["truncated"].check)
+    with pytest.raises(ValueError, match="name it after its code"):
+        rule("some_new_code", WARN, "why")(RULES["truncated"].check)
+    with pytest.raises(ValueError, match="unknown severity"):
+        rule("some_new_code", "fatal", "why")
+    assert "some_new_code" not in RULES
+
+
+def test_a_hit_names_positions_unless_it_is_about_an_absence():
+    with pytest.raises(ValueError, match="names positions"):
+        Hit("something", ())
+    with pytest.raises(ValueError, match="names positions"):
+        Hit("something", (3,), absent=True)
+    assert Hit.missing("no field").positions == () and Hit.at("here", [4]).positions == (4,)
+
+
+def test_unknown_codes_from_a_newer_store_read_as_info_without_help():
+    assert default_severity("a_code_from_the_future") == INFO and why("a_code_from_the_future") == ""
