@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align
-from tokview.core.finding_context import Context
+from tokview.core.finding_context import Context, OutputPieces
 from tokview.core.findings import ERROR, Finding, run_checks
 from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
@@ -40,18 +40,21 @@ class Analysis:
         return [f.code for f in self.findings]
 
 
-def align_text_fields(capture: Capture, tokenizer: TokenizerAdapter) -> Alignment | None:
-    """Align the returned text fields to the ids they came from (None when no text came back)."""
+def align_text_fields(
+    capture: Capture, tokenizer: TokenizerAdapter, pieces: OutputPieces | None = None
+) -> Alignment | None:
+    """Align the returned text fields to the ids they came from (None when no text came back).
+
+    `pieces`: those of `capture.aligned_output_ids`, when the caller has them already."""
     if not capture.has_text_fields:
         return None
-    ids = capture.aligned_output_ids
     if capture.reasoning is not None or capture.content is not None:
         texts = [capture.reasoning, capture.content]
     else:
         texts = [capture.text]
-    pieces = [tokenizer.piece_bytes(t) for t in ids]
-    special = [tokenizer.is_special(t) for t in ids]
-    return align(pieces, texts, special)
+    if pieces is None:
+        pieces = OutputPieces.of(capture.aligned_output_ids, tokenizer)
+    return align(pieces.bytes, texts, pieces.special)
 
 
 def analyze(
@@ -65,12 +68,16 @@ def analyze(
     A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
     """
     profile = with_tokenizer_stops(profile, tokenizer)
-    n_prompt = len(capture.prompt_ids)
+    n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
     kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile))
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt))
-    alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
+    # One pass over the output's pieces serves the alignment and the checks that read bytes.
+    pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
+    alignment = None
+    if tokenizer is not None:
+        alignment = align_text_fields(capture, tokenizer, None if diverge else pieces)
     aligned_kinds, aligned_segments = kinds, None
-    if capture.paths_diverge:
+    if diverge:
         aligned_kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile))
         aligned_segments = seg.segments_from_kinds(aligned_kinds, n_prompt)
     ctx = Context(
@@ -80,6 +87,7 @@ def analyze(
         segments=segments,
         alignment=alignment,
         aligned_segments=aligned_segments,
+        output_pieces=pieces,
     )
     return Analysis(
         segments=segments,

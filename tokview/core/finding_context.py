@@ -55,6 +55,18 @@ def positions_of(ids: Sequence[int], token_id: int | None) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, eq=False)
+class OutputPieces:
+    """Per output id: the bytes it stands for and whether it is a special id (one tokenizer pass)."""
+
+    bytes: Sequence[bytes]
+    special: Sequence[bool]
+
+    @classmethod
+    def of(cls, ids: Sequence[int], tokenizer: TokenizerAdapter) -> OutputPieces:
+        return cls([tokenizer.piece_bytes(t) for t in ids], [tokenizer.is_special(t) for t in ids])
+
+
+@dataclass(frozen=True, eq=False)
 class Context:
     """One capture as the checks see it. Positions are absolute (into prompt_ids + output_ids) unless a
     name says `out`: those are output-relative."""
@@ -68,6 +80,8 @@ class Context:
     """Per id of `capture.aligned_output_ids`: kept / partial / hidden / drift (None without text fields)."""
     aligned_segments: Sequence[seg.Segment] | None = None
     """Segments of prompt_ids + aligned_output_ids; None when they are `segments` (no divergent dual capture)."""
+    output_pieces: OutputPieces | None = None
+    """The output ids' pieces, when `analyze` made them for the alignment (else made on first use)."""
 
     # -- what analyze gave, in the checks' words -------------------------------------------------
     @property
@@ -125,6 +139,13 @@ class Context:
             if s.kind == seg.CLOSER:
                 return False
         return False
+
+    @cached_property
+    def pieces(self) -> OutputPieces | None:
+        """The output ids' bytes and special flags; None without a tokenizer."""
+        if self.output_pieces is not None or self.tokenizer is None:
+            return self.output_pieces
+        return OutputPieces.of(self.output, self.tokenizer)
 
     @cached_property
     def id_split(self) -> tuple[str, str] | None:

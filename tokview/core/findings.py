@@ -458,12 +458,13 @@ def parser_split_mismatch(ctx: Context) -> Hit | None:
     "'<think>' appears as plain text pieces, not as the special id: the template or parser is wrong.",
 )
 def literal_think_text(ctx: Context) -> Hit | None:
-    tok = ctx.tokenizer
-    if tok is None:
+    tok, out = ctx.tokenizer, ctx.pieces
+    if tok is None or out is None:
         return None
-    hidden = ctx.profile.delimiter_ids
-    pieces = [
-        b"\x00" if tid in hidden or tok.is_special(tid) else tok.piece_bytes(tid) for tid in ctx.capture.input_ids
+    hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
+    pieces = [b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in ctx.capture.prompt_ids]
+    pieces += [
+        b"\x00" if special or t in hidden else piece for t, piece, special in zip(ctx.output, out.bytes, out.special)
     ]
     buf = b"".join(pieces)
     markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
