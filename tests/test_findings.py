@@ -390,6 +390,9 @@ def test_severity_override(kimi_tok, kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT[:-1], finish_reason="length")
     analysis = analyze(capture, kimi_profile, kimi_tok, severities={"truncated": "warn"})
     assert next(f for f in analysis.findings if f.code == "truncated").severity == "warn"
+    for bad in ({"truncatd": "warn"}, {"truncated": "fatal"}):
+        with pytest.raises(ValueError, match="severity override: unknown"):
+            analyze(capture, kimi_profile, kimi_tok, severities=bad)
 
 
 # -- regressions from review ------------------------------------------------------------------

@@ -58,7 +58,7 @@ def positions_of(ids: Sequence[int], token_id: int | None) -> tuple[int, ...]:
 class OutputPieces:
     """Per output id: the bytes it stands for and whether it is a special id (one tokenizer pass)."""
 
-    bytes: Sequence[bytes]
+    piece_bytes: Sequence[bytes]
     special: Sequence[bool]
 
     @classmethod

@@ -112,8 +112,12 @@ def why(code: str) -> str:
 
 
 def run_checks(ctx: Context, severities: dict[str, str] | None = None) -> list[Finding]:
-    """Run every registered check; `severities` overrides the severity of any code."""
+    """Run every registered check; `severities` overrides the severity of any registered code."""
     overrides = severities or {}
+    for code, severity in overrides.items():
+        if code not in RULES or severity not in (INFO, WARN, ERROR):
+            what = f"unknown finding code {code!r}" if code not in RULES else f"unknown severity {severity!r}"
+            raise ValueError(f"severity override: {what} (codes: {', '.join(RULES)}; severities: info, warn, error)")
     found = []
     for code, declared in RULES.items():
         hit = declared.check(ctx)
@@ -464,7 +468,8 @@ def literal_think_text(ctx: Context) -> Hit | None:
     hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
     pieces = [b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in ctx.capture.prompt_ids]
     pieces += [
-        b"\x00" if special or t in hidden else piece for t, piece, special in zip(ctx.output, out.bytes, out.special)
+        b"\x00" if special or t in hidden else piece
+        for t, piece, special in zip(ctx.output, out.piece_bytes, out.special)
     ]
     buf = b"".join(pieces)
     markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
