@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from facts import (
@@ -514,3 +516,10 @@ def test_a_hit_names_positions_unless_it_is_about_an_absence():
 
 def test_unknown_codes_from_a_newer_store_read_as_info_without_help():
     assert default_severity("a_code_from_the_future") == INFO and why("a_code_from_the_future") == ""
+
+
+def test_the_readme_table_lists_every_code_with_its_severity():
+    """The README's findings table is the users' copy of the registry: it must not drift from it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (info|warn|error)\b", readme, flags=re.MULTILINE))
+    assert rows == {code: declared.severity for code, declared in RULES.items()}
