@@ -39,21 +39,6 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return first
 
 
-def positions_of(ids: Sequence[int], token_id: int | None) -> tuple[int, ...]:
-    """Every index of one id (none for None), found with `list.index`, so a rare id costs no Python loop."""
-    if token_id is None:
-        return ()
-    ids = ids if isinstance(ids, list) else list(ids)
-    found: list[int] = []
-    at = -1
-    try:
-        while True:
-            at = ids.index(token_id, at + 1)
-            found.append(at)
-    except ValueError:
-        return tuple(found)
-
-
 @dataclass(frozen=True, eq=False)
 class OutputPieces:
     """Per output id: the bytes it stands for and whether it is a special id (one tokenizer pass)."""
@@ -113,12 +98,12 @@ class Context:
     @cached_property
     def out_closers(self) -> tuple[int, ...]:
         """Output positions of the closer id."""
-        return positions_of(self.output, self.profile.think_close_id)
+        return tuple(seg.positions_of(self.output, self.profile.think_close_id))
 
     @cached_property
     def out_openers(self) -> tuple[int, ...]:
         """Output positions of the opener id."""
-        return positions_of(self.output, self.profile.think_open_id)
+        return tuple(seg.positions_of(self.output, self.profile.think_open_id))
 
     @cached_property
     def prefilled_opener(self) -> int | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tokview.core import segments as seg
 from tokview.core.alignment import HIDDEN
-from tokview.core.finding_context import Context, first_difference, positions_of
+from tokview.core.finding_context import Context, first_difference
 from tokview.core.record import Capture
 
 INFO, WARN, ERROR = "info", "warn", "error"
@@ -342,7 +342,7 @@ def output_prefix_overlap(ctx: Context) -> Hit | None:
     if not out or len(prompt) < 3:
         return None
     earliest = max(0, len(prompt) - len(out))  # a tail longer than the output cannot begin it
-    for j in positions_of(prompt, out[0]):  # longest tail first
+    for j in seg.positions_of(prompt, out[0]):  # longest tail first
         k = len(prompt) - j
         if j < earliest or k < 3:
             continue
