@@ -26,6 +26,7 @@ from tokview.core import logprobs as lp
 from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
 from tokview.store import Store
+from tokview.store.export_rows import SELECTIONS, Selection
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
 
@@ -33,7 +34,6 @@ CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""
 FLUSH = 64
 """Scored samples written per transaction."""
-SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 
 
 @dataclass
@@ -106,10 +106,7 @@ class ScoreSummary:
 
 def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     """(sample_id, stored target_score JSON) of the selected samples, oldest first."""
-    where, params = SELECTIONS[config.select], []
-    if config.run is not None:
-        where += " AND run_id = ?"
-        params.append(config.run)
+    where, params = Selection(config.select, config.run).where()
     sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
     if config.limit is not None:
         sql += f" LIMIT {int(config.limit)}"
