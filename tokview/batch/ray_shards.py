@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 SHARD_MIN = 16
@@ -38,7 +39,7 @@ class CollectingSink:
     def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self._sink.sample_record(*args, **kwargs)
 
-    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] = ()) -> None:
+    def write_part(self, samples: list[bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
         self.samples += samples
         self.failures += list(failures)
 
@@ -139,9 +140,7 @@ async def run_on_ray(
                 ray.cancel(ref, force=True)
             outcomes.append("interrupted")
             break
-        done, pending = await loop.run_in_executor(
-            None, lambda waiting=pending: ray.wait(waiting, num_returns=1, timeout=0.2)
-        )
+        done, pending = await loop.run_in_executor(None, partial(ray.wait, pending, num_returns=1, timeout=0.2))
         for ref in done:
             result = await loop.run_in_executor(None, ray.get, ref)
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])

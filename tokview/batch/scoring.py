@@ -125,10 +125,10 @@ def off_policy_finding(capture: Capture) -> Any:
     """The registered `off_policy` check, run on the scored capture (the same rule `analyze` applies)."""
     ctx = Context(
         capture=capture,
-        profile=None,
+        profile=None,  # type: ignore[arg-type]  # off_policy reads only the capture; a scored store may mix models
         tokenizer=None,
         kinds=[],
-        alignment=None,  # type: ignore[arg-type]
+        alignment=None,
         aligned_kinds=None,
     )
     return CHECKS["off_policy"](ctx)

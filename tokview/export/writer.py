@@ -112,7 +112,8 @@ class _Profiles:
     """The profile each sample was analysed with, by name, with one fallback for unknown names."""
 
     def __init__(self, default: ModelProfile | None, tokenizer: Any) -> None:
-        self.default, self.tokenizer, self.cache = default, tokenizer, {}
+        self.default, self.tokenizer = default, tokenizer
+        self.cache: dict[str | None, ModelProfile] = {}
 
     def get(self, name: str | None) -> ModelProfile:
         if name not in self.cache:
@@ -221,7 +222,7 @@ class _Sink:
         self.plan = plan
         self.digest = hashlib.sha256()
         self.size = 0
-        self.fh = open(plan.data.tmp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
+        self.fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
 
     def write(self, data: bytes) -> None:
         self.digest.update(data)
@@ -278,7 +279,7 @@ def _export_to(
                     row["gen_index"],
                     row_id_of[row["sample_id"]],
                 )
-                if builder is not None:
+                if builder is not None and sink is not None:  # a JSONL format (Parquet is written by DuckDB below)
                     try:
                         if chooser is not None and fmt == "specforge":
                             chooser.check(chooser.layout(capture.settings, prof))
@@ -316,7 +317,7 @@ def _export_to(
     if sink is not None:
         result.data_sha256, result.data_bytes = sink.digest.hexdigest(), sink.size
     elif plan.data is not None:
-        result.data_sha256, result.data_bytes = _file_hash(plan.data.tmp)
+        result.data_sha256, result.data_bytes = _file_hash(plan.data.temp)
     return result
 
 
@@ -383,19 +384,19 @@ def _choose_template(
 def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result: ExportResult) -> None:
     """Token counts, errors, SpecForge template and manifest, into their temp files (committed later)."""
     if "token_freq" in plan.sidecars:
-        with open(plan.sidecars["token_freq"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["token_freq"].temp, "w", encoding="utf-8") as fh:
             json.dump({str(t): n for t, n in sorted(result.freq.items())}, fh)
     if "errors" in plan.sidecars:
-        _write_errors(store, run, plan.sidecars["errors"].tmp)
+        _write_errors(store, run, plan.sidecars["errors"].temp)
     if "template" in plan.sidecars:
-        with open(plan.sidecars["template"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["template"].temp, "w", encoding="utf-8") as fh:
             json.dump(result.template, fh, indent=2, ensure_ascii=False)
         result.template_path = plan.sidecars["template"].final
     result.manifest = scrub(build_manifest(store, fmt, plan, result))
     if result.thresholds:  # --max-acceptance / --max-nll and what they left out
         result.manifest["thresholds"] = result.thresholds
     if "manifest" in plan.sidecars:
-        with open(plan.sidecars["manifest"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["manifest"].temp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
 
 
@@ -405,7 +406,7 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
     The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target
     (-, FIFO) gets the file's bytes once DuckDB has written it to a temp file.
     """
-    tmp = plan.data.tmp if plan.data else None
+    tmp = plan.data.temp if plan.data else None
     spill = None
     if tmp is None:
         import tempfile

@@ -52,7 +52,8 @@ class Selection:
         """The WHERE clause (without the keyword) and its parameters; ValueError on an unknown name."""
         if self.select not in SELECTIONS:
             raise ValueError(f"unknown selection {self.select!r} (choose from {', '.join(SELECTIONS)})")
-        where, params = SELECTIONS[self.select], []
+        where = SELECTIONS[self.select]
+        params: list[Any] = []
         if self.run is not None:
             where += " AND run_id = ?"
             params.append(self.run)
