@@ -26,7 +26,7 @@ from tokview.core import logprobs as lp
 from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
 from tokview.store import Store
-from tokview.store.export_rows import SELECTIONS, Selection
+from tokview.store.export_rows import SELECTIONS, Selection, score_candidates
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
 
@@ -106,11 +106,7 @@ class ScoreSummary:
 
 def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     """(sample_id, stored target_score JSON) of the selected samples, oldest first."""
-    where, params = Selection(config.select, config.run).where()
-    sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
-    if config.limit is not None:
-        sql += f" LIMIT {int(config.limit)}"
-    return [(r[0], r[1]) for r in store.query(sql, params)]
+    return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 
 def already_scored(stored: Any, model: str | None, top_k: int) -> bool:

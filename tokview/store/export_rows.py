@@ -1,4 +1,5 @@
-"""The reads (and the one Parquet `COPY`) exports make, so that `tokview/export/` never writes SQL.
+"""The reads (and the one Parquet `COPY`) exports and `tokview score` make, so that neither
+`tokview/export/` nor `tokview/batch/` writes SQL against the store's tables.
 
 Why here: the selection rules (`--select`, `--run`, `--max-acceptance`, `--max-nll`), the Parquet
 columns and the loss-mask rule in SQL are all statements about the store's tables; when a column or
@@ -84,6 +85,15 @@ def invalid_codes(store: Store, selection: Selection) -> list[list[str]]:
     return [
         list(codes or []) for (codes,) in store.query(f"SELECT codes FROM samples WHERE {where} AND NOT valid", params)
     ]
+
+
+def score_candidates(store: Store, selection: Selection, limit: int | None = None) -> list[tuple[str, Any]]:
+    """(sample_id, stored target_score JSON) of the selected samples that have output ids, oldest first."""
+    where, params = selection.where()
+    sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
 def threshold_counts(store: Store, selection: Selection) -> dict[str, int]:
