@@ -76,3 +76,11 @@ def put(store, prompt_id: str, capture: Capture, *, run_id: str = "run1", index:
         profile="kimi-k2.5",
     )
     return sid
+
+
+def put_foreign(store, sample_id: str) -> None:
+    """A sample another pipeline wrote (ids the simulator never writes), stored as an import."""
+    cap = make_capture()
+    cap.output_ids = [5000 + 37 * i for i in range(12)] + cap.output_ids[-1:]
+    cap.endpoint = "imported"
+    store.put_sample(sample_id, "foreign", "imported", cap, analyze(cap, profile(), kimi()))

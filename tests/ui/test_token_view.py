@@ -228,6 +228,8 @@ async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profi
     """The same on a 32,000-token sample: rows down in one burst, both panes end on one row, scrolled alike."""
     from textual import events
 
+    from tokview.ui.display import row_of
+
     capture, analysis = long
     app = InspectApp(InspectData("long", capture, analysis), tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -239,6 +241,6 @@ async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profi
             app.post_message(events.Key("down", None))
         for _ in range(5):
             await pilot.pause()
-        row = screen.served._rows_of_token(screen.served.cursor)
+        row = row_of(screen.served.row_starts, screen.served.cursor)
         assert row == 60 and screen.kept.cursor == screen.served.cursor
         assert screen.kept.scroll_y == screen.served.scroll_y > 0
