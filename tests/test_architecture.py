@@ -166,6 +166,39 @@ def test_the_graph_resolves_relative_and_from_package_imports():
     assert "tokview.store.export_rows" in graph["tokview.export.writer"]  # `from tokview.store import export_rows`
 
 
+def store_sql_calls(tree: ast.AST) -> list[int]:
+    """Lines that run SQL through a store: `store.query(...)` / `store.execute(...)` (or `self.store…`)."""
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("query", "execute")
+        ):
+            target = node.func.value
+            name = (
+                target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+            )
+            if name.endswith("store"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_export_and_batch_run_no_sql_on_the_store():
+    """The store's tables are named only in tokview/store/ (export_rows.py holds what export and score read)."""
+    assert store_sql_calls(ast.parse("x = store.query('SELECT 1')\nself.store.execute('x')\nconn.execute('y')")) == [
+        1,
+        2,
+    ]
+    offenders = {
+        str(p.relative_to(ROOT)): lines
+        for folder in ("export", "batch")
+        for p in sorted((PACKAGE / folder).rglob("*.py"))
+        if (lines := store_sql_calls(ast.parse(p.read_text())))
+    }
+    assert offenders == {}
+
+
 def test_core_never_imports_textual():
     code = (
         "import sys, json, tokview.core, tokview.core.analysis, tokview.core.tokenizer, tokview.core.prompts, "

@@ -26,7 +26,7 @@ from tokview.core import logprobs as lp
 from tokview.core.findings import CHECKS, Context
 from tokview.core.record import Capture
 from tokview.store import Store
-from tokview.store.export_rows import SELECTIONS, Selection, score_candidates
+from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
 
@@ -200,12 +200,7 @@ async def _run(
     n_workers = min(len(todo), config.concurrency * len(config.servers))
 
     def load(chunk: list[str]) -> list[tuple[str, list[int], list[int]]]:
-        rows = store.query(
-            "SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s JOIN "
-            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
-            [chunk],
-        )
-        return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
+        return token_ids(store, chunk)
 
     async def produce() -> None:
         """Read the ids a chunk at a time (one short read each), ahead of the workers."""

@@ -37,8 +37,7 @@ from tokview.export.output import (
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance
-from tokview.store import Store
-from tokview.store import export_rows as rows
+from tokview.store import Store, export_rows
 from tokview.store.export_rows import SELECTIONS, SampleKey, Selection
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 
@@ -99,13 +98,13 @@ def selected_ids(
     left_out: dict[str, Any] = {}
     valid_only = selection.select == "approved" and not include_invalid
     if valid_only:
-        bad = rows.invalid_codes(store, selection)
+        bad = export_rows.invalid_codes(store, selection)
         if bad:
             reasons: Counter[str] = Counter()
             for codes in bad:
                 reasons.update([c for c in codes if DEFAULT_SEVERITY.get(c) == ERROR] or ["invalid"])
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
-    return rows.selected_keys(store, selection, valid_only=valid_only), left_out
+    return export_rows.selected_keys(store, selection, valid_only=valid_only), left_out
 
 
 class _Profiles:
@@ -260,7 +259,7 @@ def _export_to(
         )
     )
     if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
-        for name in rows.profile_names(store, [i[0] for i in ids]):
+        for name in export_rows.profile_names(store, [i[0] for i in ids]):
             _check_inline(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
@@ -367,7 +366,7 @@ def _choose_template(
     chooser = TemplateChooser(tokenizer)
     for start in range(0, len(ids), CHUNK):
         chunk = [i[0] for i in ids[start : start + CHUNK]]
-        for settings, prof in rows.served_layouts(store, chunk):
+        for settings, prof in export_rows.served_layouts(store, chunk):
             chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
     try:
         chooser.template = chooser.choose()
@@ -415,7 +414,7 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
         os.close(fd)
         spill = tmp = Path(name)
     try:
-        rows.write_parquet(store, [e[0] for e in exported], [e[1] for e in exported], tmp)
+        export_rows.write_parquet(store, [e[0] for e in exported], [e[1] for e in exported], tmp)
         if spill is not None:
             with open(spill, "rb") as src, open_stream(plan) as dst:
                 shutil.copyfileobj(src, dst)

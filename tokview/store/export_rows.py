@@ -96,6 +96,12 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
+def token_ids(store: Store, sample_ids: list[str]) -> list[tuple[str, list[int], list[int]]]:
+    """(sample_id, prompt ids, output ids) of these samples (what a scoring pass sends to the target)."""
+    rows = store.query(f"SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s {_IN_IDS}", [sample_ids])
+    return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
+
+
 def threshold_counts(store: Store, selection: Selection) -> dict[str, int]:
     """How many samples of the selection (before its thresholds) each threshold leaves out, and why."""
     where, params = selection.where(thresholds=False)
