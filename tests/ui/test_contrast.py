@@ -60,7 +60,7 @@ async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
                     for alt in (False, True):
                         for cursor in (False, True):
                             for mark in (False, True):
-                                ratio = contrast(view._style(cls, alt, cursor, mark))
+                                ratio = contrast(view.cell_style(cls, alt=alt, cursor=cursor, mark=mark))
                                 if ratio < AA:
                                     low.append((view.id, focused, name, alt, cursor, mark, round(ratio, 2)))
         assert not low, low
