@@ -104,6 +104,7 @@ async def test_approve_reject_and_undo_say_what_they_did(make_app):
 
 async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
     from textual.widgets import Select
+    from textual.widgets._select import SelectOverlay
 
     from tokview.core.findings import DEFAULT_SEVERITY
 
@@ -115,7 +116,7 @@ async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
         select.focus()
         await pilot.press("enter")
         await pilot.pause()
-        overlay = select.query_one("SelectOverlay")
+        overlay = select.query_one(SelectOverlay)
         longest = max(len(c) for c in DEFAULT_SEVERITY)
         assert overlay.scrollable_content_region.width >= longest
         assert overlay.region.right <= 80

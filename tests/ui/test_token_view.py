@@ -102,7 +102,7 @@ async def test_recolour_one_token_repaints_one_row(short, tokenizer):
         after = view.render_line(len(view.row_starts) - 1)
 
         def style_of(strip):
-            return next(s.style for s in strip if s.style and s.style.meta.get("tok") == last)
+            return next(s.style for s in strip._segments if s.style and s.style.meta.get("tok") == last)
 
         assert not style_of(before).underline  # stop: bold, no underline
         assert style_of(after).underline  # drift: underlined; the cached row was dropped and rebuilt

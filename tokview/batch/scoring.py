@@ -121,10 +121,10 @@ def off_policy_finding(capture: Capture) -> Any:
     """The registered `off_policy` check, run on the scored capture (the same rule `analyze` applies)."""
     ctx = Context(
         capture=capture,
-        profile=None,  # type: ignore[arg-type]  # off_policy reads only the capture; a scored store may mix models
+        profile=None,
         tokenizer=None,
         kinds=[],
-        alignment=None,
+        alignment=None,  # type: ignore[arg-type]
         aligned_kinds=None,
     )
     return CHECKS["off_policy"](ctx)
