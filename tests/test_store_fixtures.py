@@ -1,4 +1,7 @@
-"""Hand-made Kimi-layout captures shared by the store, export and audit tests (no tests here)."""
+"""Hand-made Kimi-layout captures shared by the store, export and audit tests (no tests here).
+
+New tests take them as conftest.py fixtures (`make_capture`, `put`, `sample_store`, `kimi_tok`,
+`kimi_profile`); older files still import these builders directly."""
 
 from __future__ import annotations
 
