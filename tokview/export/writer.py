@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.core import segments as seg
-from tokview.core.findings import DEFAULT_SEVERITY, ERROR
+from tokview.core.findings import ERROR, default_severity
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
@@ -102,7 +102,7 @@ def selected_ids(
         if bad:
             reasons: Counter[str] = Counter()
             for codes in bad:
-                reasons.update([c for c in codes if DEFAULT_SEVERITY.get(c) == ERROR] or ["invalid"])
+                reasons.update([c for c in codes if default_severity(c) == ERROR] or ["invalid"])
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
     return export_rows.selected_keys(store, selection, valid_only=valid_only), left_out
 
