@@ -11,11 +11,6 @@ import math
 import signal
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tokview.sim.config import SimConfig
-    from tokview.sim.server import Simulator
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 
@@ -88,7 +83,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def build_config(args: argparse.Namespace) -> SimConfig:
+def build_config(args: argparse.Namespace) -> SimConfig:  # noqa: F821 - imported lazily
     from tokview.cli import UserError
     from tokview.sim.config import SimConfig, SimConfigError, parse_quirk
 
@@ -121,7 +116,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         raise UserError(str(exc)) from None
 
 
-def banner(sim: Simulator) -> str:
+def banner(sim: Simulator) -> str:  # noqa: F821
     cfg = sim.cfg
     server = "vLLM" if cfg.kind == "vllm" else "SGLang"
     if cfg.tokenizer_dir is None:
@@ -138,7 +133,7 @@ def banner(sim: Simulator) -> str:
     return "\n".join(lines)
 
 
-def launch_or_explain(cfg: SimConfig, launch) -> Simulator:
+def launch_or_explain(cfg: SimConfig, launch) -> Simulator:  # noqa: F821
     """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
     --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
     from tokview.cli import UserError
