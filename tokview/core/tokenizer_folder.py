@@ -10,6 +10,7 @@ attribute 'endswith'` for an empty folder). Nothing here imports transformers or
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ class TokenizerFolder:
     config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, path: str | Path) -> TokenizerFolder:
+    def open(cls, path: str | os.PathLike[str]) -> TokenizerFolder:
         directory = Path(path).expanduser()
         if not directory.exists():
             raise FolderError(f"tokenizer directory not found: {directory}")
