@@ -325,6 +325,17 @@ class TokenizerAdapter:
         self._bytes_cache[token_id] = raw
         return raw
 
+    def pieces_bytes(self, ids: Sequence[int]) -> list[bytes]:
+        """`piece_bytes` of every id; ids seen before cost a dict lookup in C (alignment reads every output id)."""
+        try:
+            return list(map(self._bytes_cache.__getitem__, ids))
+        except KeyError:
+            return [self.piece_bytes(t) for t in ids]
+
+    def special_flags(self, ids: Sequence[int]) -> list[bool]:
+        """`is_special` of every id, in one pass."""
+        return list(map(self._control_ids.__contains__, ids))
+
     def piece_text(self, token_id: int) -> str:
         return self.piece_bytes(token_id).decode("utf-8", errors="replace")
 
