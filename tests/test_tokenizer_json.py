@@ -87,6 +87,15 @@ def _assert_same(native: TokenizerAdapter, ref: TokenizerAdapter, template_kwarg
     ids = [rng.randrange(native.vocab_size) for _ in range(3000)] + sorted(ref.special_ids)
     assert native.decode(ids) == ref.decode(ids)
     assert native.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+    for _ in range(300):  # short random runs: split and invalid UTF-8 sequences, specials, unknown ids
+        some = [rng.choice(ids) if rng.random() < 0.9 else native.vocab_size + rng.randrange(9) for _ in range(6)]
+        for skip in (False, True):
+            assert native.decode(some, skip_special_tokens=skip) == native.tok._tokenizer.decode(
+                some, skip_special_tokens=skip
+            )
+            assert native.decode(some, skip_special_tokens=skip) == ref.decode(some, skip_special_tokens=skip)
+    assert native.pieces_bytes(ids) == [ref.piece_bytes(i) for i in ids]
+    assert native.special_flags(ids) == [ref.is_special(i) for i in ids]
     assert native.tok.convert_ids_to_tokens(ids[:500]) == ref.tok.convert_ids_to_tokens(ids[:500])
     assert [native.piece_bytes(i) for i in ids[:500]] == [ref.piece_bytes(i) for i in ids[:500]]
     for token in ("<|im_end|>", "no-such-token-anywhere", "a"):
@@ -156,6 +165,22 @@ def test_added_token_the_config_declares_differently_goes_to_transformers(tmp_pa
     cfg["added_tokens_decoder"][first] = {**cfg["added_tokens_decoder"][first], "content": "<|renamed|>"}
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     assert TokenizerJson.from_folder(TokenizerFolder.open(d)) is None
+
+
+def test_decode_from_kept_bytes_is_the_byte_level_decoders(tmp_path, kimi_tok_dir):
+    """Added tokens outside the byte alphabet (a space, a CJK character) decode to their UTF-8; others map."""
+    from tokenizers import AddedToken as RustAddedToken
+
+    native = load_tokenizer(kimi_tok_dir).tok
+    assert native._byte_level
+    native._tokenizer.add_tokens([RustAddedToken("a b", special=False), RustAddedToken("中", special=True)])
+    native._special_contents = native._special_contents | {"中"}
+    extra = [native._tokenizer.token_to_id("a b"), native._tokenizer.token_to_id("中")]
+    ids = [*native.encode("Hello ĠÄ é"), *extra, 163586, 163586 + 10**6]
+    for skip in (False, True):
+        assert native.decode(ids, skip_special_tokens=skip) == native._tokenizer.decode(ids, skip_special_tokens=skip)
+    with pytest.raises(OverflowError):
+        native.decode([5, -1])
 
 
 def test_truncation_saved_in_the_file_goes_to_transformers(tmp_path, kimi_tok_dir):

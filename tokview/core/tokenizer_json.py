@@ -80,6 +80,10 @@ class TokenizerJson:
             int(i): AddedToken(t.content, bool(t.special)) for i, t in tokenizer.get_added_tokens_decoder().items()
         }
         self._is_bpe = type(tokenizer.model).__name__ == "BPE"
+        self._byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
+        self._piece_bytes: dict[int, bytes] = {}
+        self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
+        self._special_of: dict[int, bool] = {}
 
     @classmethod
     def from_folder(cls, folder: TokenizerFolder) -> TokenizerJson | None:
@@ -202,13 +206,48 @@ class TokenizerJson:
         **_: Any,
     ) -> str:
         ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else list(ids)
-        text = self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        if self._byte_level:
+            text = self._decode_bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+        else:
+            text = self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
         if clean_up_tokenization_spaces and not self._is_bpe:  # transformers 5 never cleans up after BPE
             for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't")):
                 text = text.replace(old, new)
             for old, new in ((" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
                 text = text.replace(old, new)
         return text
+
+    def _decode_bytes(self, ids: list[int], skip_special_tokens: bool) -> bytes:
+        """What a ByteLevel decoder makes of `ids`, before its lossy UTF-8 step, from per-id bytes kept
+        across calls (a 2,000-id answer is decoded several times per sample: one `join` each, not a
+        Rust round trip that rebuilds every token string).
+
+        The rule is the decoder's own: a token whose characters are all in the byte-level alphabet
+        stands for those bytes, any other token (an added `<|im_end|>` with a space, say) for its UTF-8;
+        ids the tokenizer does not know add nothing; `skip_special_tokens` drops tokens whose text is a
+        special added token's. tests/test_tokenizer_json.py checks it against `Tokenizer.decode`."""
+        table = self._piece_bytes
+        try:
+            pieces = list(map(table.__getitem__, ids))
+        except KeyError:
+            pieces = [table[i] if i in table else self._learn(i) for i in ids]
+        if skip_special_tokens:
+            special = self._special_of
+            pieces = [p for p, i in zip(pieces, ids) if not special[i]]
+        return b"".join(pieces)
+
+    def _learn(self, token_id: int) -> bytes:
+        from tokview.core.tokenizer import _byte_decoder
+
+        token = self._tokenizer.id_to_token(token_id)  # OverflowError outside u32, as Tokenizer.decode raises
+        if token is None:
+            raw = b""
+        else:
+            alphabet = _byte_decoder()
+            raw = bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else token.encode("utf-8")
+        self._special_of[token_id] = token is not None and token in self._special_contents
+        self._piece_bytes[token_id] = raw
+        return raw
 
     def apply_chat_template(
         self,
