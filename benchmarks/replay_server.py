@@ -17,8 +17,13 @@ import asyncio
 import http.client
 import json
 import socket
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -155,6 +160,67 @@ async def serve(upstream: str, port: int, ready_file: Path | None) -> None:
         print(bound, flush=True)
     async with server:
         await server.serve_forever()
+
+
+@contextmanager
+def replay_servers(output_tokens: int = 2000) -> Iterator[tuple[str, int]]:
+    """`tokview sim` and this replay server in front of it, each its own process; yields (URL, replay pid).
+
+    The replay server's pid lets a benchmark read how much CPU the server spent (`server_cpu_s`), to
+    tell whether the server, not the client, was the limit."""
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        sim_port = s.getsockname()[1]
+        s.close()
+        procs = [
+            subprocess.Popen(
+                [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", str(output_tokens)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
+        try:
+            _wait_http(f"http://127.0.0.1:{sim_port}/v1/models", procs[0])
+            ready = Path(tmp) / "replay.port"
+            replay = subprocess.Popen(
+                [py, __file__, "--upstream", f"http://127.0.0.1:{sim_port}", "--ready-file", str(ready)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            procs.append(replay)
+            deadline = time.monotonic() + 60
+            while not (ready.exists() and ready.read_text().strip()):
+                if replay.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the replay server did not start")
+                time.sleep(0.05)
+            yield f"http://127.0.0.1:{int(ready.read_text())}", replay.pid
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the simulator exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer")
+
+
+def server_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
