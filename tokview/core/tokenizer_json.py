@@ -81,6 +81,7 @@ class TokenizerJson:
         }
         self._is_bpe = type(tokenizer.model).__name__ == "BPE"
         self._byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
+        self._batch_fast = getattr(tokenizer, "encode_batch_fast", None)  # tokenizers >= 0.21
         self._piece_bytes: dict[int, bytes] = {}
         self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
         self._special_of: dict[int, bool] = {}
@@ -186,12 +187,19 @@ class TokenizerJson:
         if not isinstance(text, str):
             raise TypeError(f"text to encode must be a string, not {type(text).__name__}")
         if not split_special_tokens:
-            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+            return self._encode(text, add_special_tokens)
         self._tokenizer.encode_special_tokens = True
         try:
-            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+            return self._encode(text, add_special_tokens)
         finally:
             self._tokenizer.encode_special_tokens = False
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """The ids only: `encode_batch_fast` skips the character offsets `encode` computes (~20% of a
+        2,000-token encode) and lets other threads run meanwhile; transformers' own path is `encode_batch`."""
+        if self._batch_fast is not None:
+            return self._batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def __call__(
         self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **_: Any
