@@ -1,7 +1,7 @@
 """Batch throughput: tokview's `run_batch` against a minimal client, and `--workers 2` against one worker.
 
     python benchmarks/bench_batch.py [--samples 200] [--concurrency 8] [--store-rows 100000]
-                                     [--scaling-prompts 1200] [--repeat 2]
+                                     [--scaling-prompts 2400] [--repeat 2]
 
 The server is `replay_server.py` in front of `tokview sim --output-tokens 2000`, in their own
 processes: every generation replays one 2,000-token answer from a pre-encoded body, so the server
@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--store-rows", type=int, default=100_000)
-    parser.add_argument("--scaling-prompts", type=int, default=1200, help="prompts per --workers run (0: skip)")
+    parser.add_argument("--scaling-prompts", type=int, default=2400, help="prompts per --workers run (0: skip)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each worker count")
     args = parser.parse_args()
     bench_batch(args.samples, args.concurrency)
