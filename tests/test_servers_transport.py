@@ -329,7 +329,7 @@ async def test_headers_sent_bearer_key_and_basic_auth(monkeypatch: pytest.Monkey
     assert lines[0] == "post /v1/completions http/1.1"
     assert f"host: {url.removeprefix('http://')}" in lines
     assert "authorization: bearer sk-secret-key" in lines and "content-type: application/json" in lines
-    assert f"content-length: {len(body)}" in lines and "user-agent: tokview/0.1.0" in lines
+    assert f"content-length: {len(body)}" in lines and "user-agent: tokview" in lines
     assert loads(body) == {"prompt": [1], "logit_bias": {"5": 1.0}}
     assert "sk-secret-key" not in str(audit) and audit["headers"]["content-type"] == "application/json"
     basic_head = server.requests[1].split(b"\r\n\r\n")[0].decode()

@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from tokview import __version__
 from tokview.servers import transport
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.urls import Secrets, api_key_from_env, credential_notes, parse_server_url
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 _JSON_BLOCK = transport.header_block(JSON_HEADERS)
-USER_AGENT = f"tokview/{__version__}"
+USER_AGENT = "tokview"
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 
 
