@@ -190,3 +190,13 @@ def test_truncation_saved_in_the_file_goes_to_transformers(tmp_path, kimi_tok_di
     (d / "tokenizer.json").write_text(json.dumps(data))
     assert TokenizerJson.from_folder(TokenizerFolder.open(d)) is None
     assert len(load_tokenizer(d).encode(TEXTS[0] * 4)) > 8  # and transformers does not truncate either
+
+
+def test_the_native_readers_byte_alphabet_is_gpt2s() -> None:
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from tokview.core.tokenizer import bytes_to_unicode
+    from tokview.core.tokenizer_folder import byte_alphabet, byte_of_character
+
+    assert byte_alphabet() == bytes_to_unicode()
+    assert sorted(byte_of_character()) == sorted(ByteLevel.alphabet())

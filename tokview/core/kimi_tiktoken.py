@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, token_text
+from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, byte_alphabet, token_text
 
 KIMI_PATTERN = "|".join(
     [
@@ -228,9 +228,7 @@ class KimiTiktokenTokenizer:
 
     def _bytes_alphabet(self) -> tuple[dict[int, str], dict[str, int]]:
         if self._byte_encoder is None:
-            from tokview.core.tokenizer import bytes_to_unicode
-
-            self._byte_encoder = bytes_to_unicode()
+            self._byte_encoder = byte_alphabet()
             self._byte_decoder = {c: b for b, c in self._byte_encoder.items()}
         return self._byte_encoder, self._byte_decoder  # type: ignore[return-value]
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tokview.core.kimi_tiktoken import AddedToken
-from tokview.core.tokenizer_folder import TokenizerFolder, token_text
+from tokview.core.tokenizer_folder import TokenizerFolder, byte_of_character, token_text
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
 """Classes that are tokenizer.json and nothing more (a model-specific class may rebuild parts in code)."""
@@ -245,13 +245,11 @@ class TokenizerJson:
         return b"".join(pieces)
 
     def _learn(self, token_id: int) -> bytes:
-        from tokview.core.tokenizer import _byte_decoder
-
         token = self._tokenizer.id_to_token(token_id)  # OverflowError outside u32, as Tokenizer.decode raises
         if token is None:
             raw = b""
         else:
-            alphabet = _byte_decoder()
+            alphabet = byte_of_character()
             raw = bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else token.encode("utf-8")
         self._special_of[token_id] = token is not None and token in self._special_contents
         self._piece_bytes[token_id] = raw
