@@ -8,7 +8,7 @@ Why it is shaped this way:
   fully stored run needs a server that answers, and an unreachable one exits 2 before the store is
   opened (the CLI passes a store opener, so no database file is left behind).
 - Finished captures go to one writer thread (`writer.py`) that analyses them and writes a group at
-  a time as a crash-safe part beside the store, landed in the database every two seconds or so in one
+  a time as a crash-safe part beside the store, landed in the database every second or so in one
   short transaction: a kill loses at most the requests in flight plus one short group, and the
   store is never held open, so the app, `stats` and other batches use it while the run goes on.
 - Cancelling (Ctrl-C, or the UI's cancel event) stops taking work and abandons in-flight requests;

@@ -3,10 +3,9 @@
 Why a group: one DuckDB transaction per sample cost ~5 ms of a 2,000-token sample's ~15 ms. The
 writer analyses each capture as it arrives and writes those that finished in the last `group_s` (at
 most `group_max`) as one crash-safe part (`tokview.store.parts`): a kill loses at most the
-requests in flight plus this one short group. Every `ingest_s` (2 s; longer when ingesting gets slow
-on a big store) it lands the parts in the database in one short transaction, so the app and other
-commands see new samples while the run goes on (each landing opens the file and checkpoints it on
-close: every second cost a 1,200-sample run ~7% more CPU than every two); a writer in a `--workers` child never ingests
+requests in flight plus this one short group. Every `ingest_s` (longer when ingesting gets slow on
+a big store) it lands the parts in the database in one short transaction, so the app and other
+commands see new samples while the run goes on; a writer in a `--workers` child never ingests
 (the parent does).
 
 Counters move only once a part is on disk. A full disk (`StoreFull`) stops the writer: what was
@@ -53,7 +52,7 @@ class GroupWriter:
         ingest: bool = True,
         group_s: float = 0.25,
         group_max: int = 64,
-        ingest_s: float = 2.0,
+        ingest_s: float = 1.0,
         on_commit: Callable[[GroupWriter], None] | None = None,
     ) -> None:
         self.store, self.profile, self.tokenizer, self.run_id = store, profile, tokenizer, run_id
