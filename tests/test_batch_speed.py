@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import tokview.batch.runner as runner
+import tokview.batch.capture_loop as runner
 from tokview.batch import BatchConfig, run_batch
 from tokview.servers import http
 from tokview.sim import SimConfig, start_simulator
