@@ -597,6 +597,13 @@ class Store(PartSink):
         )
         return {r[0] for r in rows}
 
+    def stored_ids_with(self, fragment: str) -> set[str]:
+        """Every stored sample id that contains `fragment` (a batch passes `@SETTINGS_gen`): one query
+        returning one column, so resuming 100,000 samples costs milliseconds, not a join on a bound list."""
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            column = conn.execute("SELECT sample_id FROM samples WHERE contains(sample_id, ?)", [fragment]).fetchnumpy()
+            return set(column["sample_id"].tolist())
+
     # -- verdicts ---------------------------------------------------------------------------
     def _status(self, sample_id: str) -> str:
         rows = self.query("SELECT status FROM samples WHERE sample_id = ?", [sample_id])
