@@ -11,6 +11,7 @@ deep inside the chat template.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from typing import Any
 
 import orjson
 
+from tokview.batch.seen_ids import SeenIds
 from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, json_error, parse_row
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
-CHUNK_ROWS = 4096
+CHUNK_ROWS = 8192
 """Rows parsed and checked together: what a batch holds of the prompts file at once while planning."""
 
 
@@ -173,18 +175,21 @@ def read_prompts(
     return rows, bad
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CheckedRow:
-    """One input row after the checks: a prompt row (`first`: its id's first good row), or why it is bad."""
+    """One input row after the checks: its prompt id and generation turns (`first`: the id's first good
+    row), the parsed row when asked for, or why it is bad (`bad`)."""
 
     line: int
-    row: PromptRow | None
+    prompt_id: str
+    turns: list[int | None]
+    row: PromptRow | None = None
     bad: str | None = None
     first: bool = True
 
 
 def check_prompts_path(path: str | Path) -> Path:
-    """The prompts file, or InputError when it is a directory or missing (checked before anything else)."""
+    """The prompts file, or InputError when it is a directory, missing or empty (checked before anything else)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"prompts file is a directory: {path}")
@@ -201,74 +206,87 @@ def check_prompts_path(path: str | Path) -> Path:
 
 
 def iter_checked(
-    path: str | Path, *, on_bad_row: str = "skip", limit: int | None = None, chunk: int = CHUNK_ROWS
+    path: str | Path,
+    *,
+    on_bad_row: str = "skip",
+    limit: int | None = None,
+    rows: bool = True,
+    chunk: int | None = None,
 ) -> Iterator[CheckedRow]:
-    """Every row of a prompts file in order, checked, parsed and de-duplicated, read `chunk` rows at a time.
+    """Every row of a prompts file in order, checked, parsed and de-duplicated, `chunk` rows at a time.
 
-    Memory stays bounded by the chunk: ids are remembered by a 64-bit hash with their first line and
-    a digest of their conversation (`SeenIds`), never as rows. Raises InputError for an unreadable
-    file, an empty one, and (on_bad_row="stop") at the first bad row, before any later row is yielded.
+    What `read_prompts` reports, in a bounded memory: ids are remembered by a 64-bit hash with their
+    first line and a digest of their conversation (`SeenIds`), never as rows. `rows=False` leaves
+    out the parsed rows where the checks do without them (planning needs only ids and turns).
+    Raises InputError for an unreadable or empty file and, with on_bad_row="stop", at the first bad
+    row, before any later row is yielded.
     """
     path = check_prompts_path(path)
     label = "row" if is_parquet(path) else "line"
     seen = SeenIds()
     count = 0
     pending: list[tuple[int, Any, bool]] = []
-
-    def flush() -> Iterator[CheckedRow]:
-        for checked in _check_chunk(pending, seen, label):
-            if checked.bad is not None and on_bad_row == "stop":
-                raise InputError(f"{located(path, checked.bad)} (use --on-bad-row skip to skip bad rows)")
-            yield checked
-        pending.clear()
-
+    size = chunk or CHUNK_ROWS
     try:
-        for n, obj, surrogate_free in iter_rows_flagged(path):
+        for entry in iter_rows_flagged(path):
             if limit is not None and count >= limit:
                 break
             count += 1
-            pending.append((n, obj, surrogate_free))
-            if len(pending) >= chunk:
-                yield from flush()
-        yield from flush()
+            pending.append(entry)
+            if len(pending) >= size:
+                yield from _check_chunk(path, pending, seen, label, rows, on_bad_row)
+                pending = []
+        yield from _check_chunk(path, pending, seen, label, rows, on_bad_row)
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text (JSONL expected; Parquet files need a .parquet name)") from None
     if count == 0:
         raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
 
 
-def _check_chunk(pending: list[tuple[int, Any, bool]], seen: SeenIds, label: str) -> Iterator[CheckedRow]:
-    """Parse and check a chunk row by row, then settle its ids against every earlier one at once."""
-    parsed: list[tuple[int, PromptRow | None, str | None]] = []
+def _check_chunk(
+    path: Path, pending: list[tuple[int, Any, bool]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
+) -> list[CheckedRow]:
+    """Parse and check a chunk row by row, then settle its ids against every earlier row's at once."""
+    out: list[CheckedRow] = []
+    keys: list[int] = []
+    digests: list[int] = []
+    lines: list[int] = []
     for n, obj, surrogate_free in pending:
-        try:
-            row = (fast_row(obj, n) if surrogate_free else None) or parse_checked(obj, n)
-            parsed.append((n, row, None))
-        except PromptError as exc:
-            parsed.append((n, None, _bad_message(str(exc), n, label)))
-    good = [(n, row) for n, row, _ in parsed if row is not None]
-    firsts = seen.settle(
-        [hash(row.prompt_id) for _, row in good],
-        [conversation_digest(row.messages) for _, row in good],
-        [n for n, _ in good],
-    )
-    settled = dict(zip((n for n, _ in good), firsts))
-    for n, maybe_row, message in parsed:
-        if maybe_row is None:
-            yield CheckedRow(n, None, message)
-            continue
-        row = maybe_row
-        first_line, same = settled[n]
-        if first_line == n:
-            yield CheckedRow(n, row)
-        elif same:
-            yield CheckedRow(n, row, first=False)
+        quick = _fast_scan(obj) if surrogate_free and not want_rows else None
+        if quick is not None:
+            prompt_id, turns, digest = quick
+            out.append(CheckedRow(n, prompt_id, turns))
         else:
-            message = (
-                f"line {n}: id {row.prompt_id!r} conflicts with {label} {first_line}: "
-                f"same id, different conversation (give one of them another id)"
-            )
-            yield CheckedRow(n, None, _bad_message(message, n, label))
+            try:
+                row = (fast_row(obj, n) if surrogate_free else None) or parse_checked(obj, n)
+            except PromptError as exc:
+                out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
+                continue
+            prompt_id, digest = row.prompt_id, conversation_digest(row.messages)
+            out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row))
+        keys.append(hash(prompt_id))
+        digests.append(digest)
+        lines.append(n)
+    repeats = seen.settle(keys, digests, lines)
+    if repeats:
+        good = [checked for checked in out if checked.bad is None]
+        for i, (first_line, same) in repeats.items():
+            checked = good[i]
+            if same:
+                checked.first = False
+            else:
+                checked.bad = _bad_message(
+                    f"line {checked.line}: id {checked.prompt_id!r} conflicts with {label} {first_line}: "
+                    f"same id, different conversation (give one of them another id)",
+                    checked.line,
+                    label,
+                )
+                checked.prompt_id, checked.turns, checked.row = "", [], None
+    if on_bad_row == "stop":
+        for checked in out:
+            if checked.bad is not None:
+                raise InputError(f"{located(path, checked.bad)} (use --on-bad-row skip to skip bad rows)")
+    return out
 
 
 def _bad_message(message: str, n: int, label: str) -> str:
@@ -287,96 +305,60 @@ def conversation_digest(messages: list[dict[str, Any]]) -> int:
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
 
 
-def fast_row(obj: Any, n: int) -> PromptRow | None:
-    """The common row (a printable ASCII string id, `messages` of plain role/content string turns) checked
-    and parsed in one walk; None for any other row, which takes `parse_checked` (the same answer, slower).
+def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
+    """(prompt id, generation turns, conversation digest) of a `fast_row` row without building it, else None.
 
-    Only for rows parsed by orjson, which refuses lone surrogates: the one check it leaves out.
-    """
+    Its turns are exactly the parsed messages (role and content only), so their digest is the same."""
     if type(obj) is not dict:
         return None
     turns = obj.get("messages")
     rid = obj.get("id")
     if type(turns) is not list or type(rid) is not str or not (rid.isascii() and rid.isprintable() and rid.strip()):
         return None
-    messages = []
     has_user = False
+    assistants = 0
     for turn in turns:
         if type(turn) is not dict or len(turn) != 2:
             return None
-        role, content = turn.get("role"), turn.get("content")
-        if type(content) is not str or type(role) is not str or role not in _ROLES:
+        role = turn.get("role")
+        if type(turn.get("content")) is not str or type(role) is not str or role not in _ROLES:
             return None
-        messages.append({"role": role, "content": content})
-        has_user = has_user or role == "user"
-    return PromptRow(rid, messages, n) if has_user else None
+        if role == "user":
+            has_user = True
+        elif role == "assistant":
+            assistants += 1
+    if not has_user:
+        return None
+    if assistants:
+        points = _turns(assistants, turns[-1]["role"] == "assistant")
+    else:
+        points = [None]
+    return rid, points, hash(orjson.dumps(turns, option=orjson.OPT_SORT_KEYS))
+
+
+def fast_row(obj: Any, n: int) -> PromptRow | None:
+    """The common row (a printable ASCII string id, `messages` of plain role/content string turns) checked
+    and parsed in one walk; None for any other row, which takes `parse_checked` (the same answer, slower).
+
+    Only for rows parsed by orjson, which refuses lone surrogates: the one check it leaves out.
+    """
+    if _fast_scan(obj) is None:
+        return None
+    return PromptRow(obj["id"], [{"role": t["role"], "content": t["content"]} for t in obj["messages"]], n)
 
 
 def generation_turns(messages: list[dict[str, Any]]) -> list[int | None]:
     """The `turn` of each of `generation_points`' points, without building their histories."""
-    assistant = sum(1 for m in messages if m["role"] == "assistant")
-    ends_with_assistant = messages[-1]["role"] == "assistant"
-    multi = assistant > 1 or (assistant > 0 and not ends_with_assistant)
-    turns: list[int | None] = [k if multi else None for k in range(assistant)]
+    assistants = sum(1 for m in messages if m["role"] == "assistant")
+    return _turns(assistants, messages[-1]["role"] == "assistant")
+
+
+def _turns(assistants: int, ends_with_assistant: bool) -> list[int | None]:
+    multi = assistants > 1 or (assistants > 0 and not ends_with_assistant)
+    turns: list[int | None] = [k if multi else None for k in range(assistants)]
     if not ends_with_assistant:
-        turns.append(assistant if assistant else None)
+        turns.append(assistants if assistants else None)
     return turns
-
-
-class SeenIds:
-    """Every prompt id met so far, by a 64-bit hash: the line it was first met on and its conversation's digest.
-
-    24 bytes an id in sorted numpy runs, merged as they grow (a log-structured merge), where a dict
-    of the ids themselves took ~150: a million prompts' duplicate and conflict checks in ~25 MB, and
-    one vectorised lookup per chunk. Within one read only: Python's string hash is salted per process.
-    """
-
-    def __init__(self) -> None:
-        self._runs: list[tuple[Any, Any, Any]] = []
-
-    def settle(self, keys: list[int], digests: list[int], lines: list[int]) -> list[tuple[int, bool]]:
-        """For each row of a chunk (in file order): (line of its id's first row, same conversation as it).
-
-        A row is its id's first when the line given back is its own; the chunk's first rows are remembered."""
-        if not keys:
-            return []
-        import numpy as np  # lazily: not every command that reads prompts needs it
-
-        k = np.array(keys, dtype=np.int64)
-        d = np.array(digests, dtype=np.int64)
-        ln = np.array(lines, dtype=np.int64)
-        first_line, first_digest = ln.copy(), d.copy()
-        known = np.zeros(len(k), dtype=bool)
-        for rk, rd, rl in self._runs:
-            pos = np.minimum(np.searchsorted(rk, k), len(rk) - 1)
-            hit = rk[pos] == k
-            first_line[hit], first_digest[hit] = rl[pos[hit]], rd[pos[hit]]
-            known |= hit
-        order = np.argsort(k, kind="stable")
-        starts = np.ones(len(k), dtype=bool)
-        starts[1:] = k[order][1:] != k[order][:-1]
-        group_first = np.empty(len(k), dtype=np.int64)
-        group_first[order] = order[np.maximum.accumulate(np.where(starts, np.arange(len(k)), 0))]
-        local = ~known
-        first_line[local], first_digest[local] = ln[group_first[local]], d[group_first[local]]
-        new = local & (group_first == np.arange(len(k)))
-        if new.any():
-            self._add(k[new], d[new], ln[new])
-        return list(zip(first_line.tolist(), (first_digest == d).tolist()))
-
-    def _add(self, keys: Any, digests: Any, lines: Any) -> None:
-        import numpy as np
-
-        order = np.argsort(keys, kind="stable")
-        self._runs.append((keys[order], digests[order], lines[order]))
-        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
-            (k1, d1, l1), (k2, d2, l2) = self._runs.pop(-2), self._runs.pop()
-            k, d, ln = np.concatenate([k1, k2]), np.concatenate([d1, d2]), np.concatenate([l1, l2])
-            order = np.argsort(k, kind="stable")
-            self._runs.append((k[order], d[order], ln[order]))
-
-    def __len__(self) -> int:
-        return sum(len(r[0]) for r in self._runs)
 
 
 def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, bool]]:
@@ -388,18 +370,22 @@ def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, bool]]:
     yield from iter_jsonl_fast(path)
 
 
+_LONG_NUMBER = re.compile(r"\d{19}")
+
+
 def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, bool]]:
     """`core.prompts.iter_jsonl`, parsed by orjson (~3× faster): (line, object or PromptError, orjson parsed it).
 
-    A line orjson refuses (invalid JSON, a lone surrogate escape, NaN, a number beyond 64 bits) takes
-    the standard library's path, so what is accepted and every error message stay the same."""
+    A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) or may read otherwise (a run of
+    19+ digits: a number beyond 64 bits) takes the standard library's path, so what is accepted and every error message stay the same."""
     with path.open("r", encoding="utf-8-sig") as fh:
         for n, text in enumerate(fh, start=1):
-            try:
-                yield n, orjson.loads(text), True
-                continue
-            except orjson.JSONDecodeError:
-                pass
+            if _LONG_NUMBER.search(text) is None:  # orjson reads a whole number past 64 bits as a float
+                try:
+                    yield n, orjson.loads(text), True
+                    continue
+                except orjson.JSONDecodeError:
+                    pass
             if not text.strip():
                 continue
             try:

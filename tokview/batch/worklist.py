@@ -14,10 +14,12 @@ stored_ids_with`), so a fully stored run is known to have nothing to do after on
 
 from __future__ import annotations
 
+import gc
 import os
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,37 +177,61 @@ def plan_work(
     if path is not None:
         work.path, work.file_state = path, _file_state(path)
     work.stored = stored_ids(f"@{key}_gen")
-    if rows is not None:
-        seen: set[str] = set()
-        for i, row in enumerate(rows):
-            _count(work, i, row, row.prompt_id not in seen)
-            seen.add(row.prompt_id)
-    elif path is not None:
-        for checked in iter_checked(path, on_bad_row=config.on_bad_row, limit=config.limit):
-            if checked.row is None:
-                work.bad.append(checked.bad or "")
-            else:
-                _count(work, checked.line, checked.row, checked.first)
+    with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
+        _plan_rows(work, config, path, rows)
     if config.shard is not None and config.shard[0] != 1:  # duplicate and bad rows are counted once, by shard 1
         work.duplicates, work.bad = 0, []
     return work
 
 
-def _count(work: WorkList, where: int, row: PromptRow, first: bool) -> None:
-    turns = generation_turns(row.messages)
+def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[PromptRow] | None) -> None:
+    if rows is not None:
+        seen: set[str] = set()
+        for i, row in enumerate(rows):
+            _count(work, i, row.prompt_id, generation_turns(row.messages), row.prompt_id not in seen)
+            seen.add(row.prompt_id)
+    elif path is not None:
+        for checked in iter_checked(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
+            if checked.bad is not None:
+                work.bad.append(checked.bad)
+            else:
+                _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
+
+
+def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:
+    """Add one row's slots to the plan (the hot loop of planning: one f-string and one set lookup a slot)."""
+    per_prompt = work.samples_per_prompt
     if not first:
-        work.duplicates += len(turns) * work.samples_per_prompt
+        work.duplicates += len(turns) * per_prompt
         return
-    to_do = 0
-    for _turn, _index, sample_id in work.sample_ids(row.prompt_id, turns):
-        work.planned += 1
-        if sample_id in work.stored:
-            work.resumed += 1
-        else:
-            to_do += 1
+    key, stored, shard = work.key, work.stored, work.shard
+    planned = to_do = 0
+    for turn in turns:
+        head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
+        for index in range(per_prompt):
+            sample_id = f"{head}@{key}_gen{index}"
+            if shard is not None and zlib.crc32(sample_id.encode()) % shard[1] != shard[0] - 1:
+                continue
+            planned += 1
+            if sample_id not in stored:
+                to_do += 1
+    work.planned += planned
+    work.resumed += planned - to_do
     if to_do:
         work.todo += to_do
         work.lines.append(where)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: the rows read here hold no cycles and die with their chunk."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _file_state(path: Path) -> tuple[int, int]:
