@@ -21,6 +21,7 @@ from tokview.batch import BatchConfig, InputError, plan, read_prompts
 from tokview.batch import inputs as inputs_module
 from tokview.batch.inputs import (
     _fast_scan,
+    checked_row,
     conversation_digest,
     fast_row,
     generation_turns,
@@ -175,13 +176,28 @@ def test_orjson_reader_reads_what_the_standard_reader_reads(tmp_path):
         encoding="utf-8",
     )
 
-    def plain(entries):
-        return [(n, str(o) if isinstance(o, Exception) else json.dumps(o)) for n, o in entries]
+    def outcome(read, n, obj):
+        try:
+            return read(n, obj)
+        except Exception as exc:
+            return str(exc)
 
-    assert plain((n, o) for n, o, _ in iter_jsonl_fast(path)) == plain(iter_jsonl(path))
-    assert [n for n, _, by_orjson in iter_jsonl_fast(path) if not by_orjson] == [3, 4, 5, 6, 7]
+    fast = [(n, outcome(lambda n, o: checked_row(n, o, text), n, obj)) for n, obj, text in iter_jsonl_fast(path)]
+    slow = [(n, outcome(lambda n, o: parse_checked(o, n), n, obj)) for n, obj in iter_jsonl(path)]
+    assert fast == slow
+    assert dict(slow)[4].prompt_id == "big" and "not valid JSON" in dict(slow)[7]
+    assert [n for n, _, text in iter_jsonl_fast(path) if text is None] == [3, 5, 6, 7]  # what orjson refuses
     _rows, bad = read_prompts(path)
     assert any("lone UTF-16 surrogate U+D800" in b for b in bad)  # orjson's refusal did not hide the reason
+    big = tmp_path / "big.jsonl"
+    big.write_text(
+        '{"id": 123456789012345678901234567890, "prompt": "x"}\n{"prompt": "y", "n": 12345678901234567890123}\n'
+    )
+    rows, _ = read_prompts(big)  # orjson would read both numbers as floats: a bad id, another hash id
+    assert [r.prompt_id for r in rows] == [
+        "123456789012345678901234567890",
+        parse_checked(json.loads(big.read_text().splitlines()[1]), 2).prompt_id,
+    ]
 
 
 def test_seen_ids_agree_with_a_dict(monkeypatch):
@@ -266,3 +282,78 @@ def test_stored_ids_with_reads_only_this_runs_ids(tmp_path):
             store.put_sample(sid, sid.split("@")[0], "r", capture, analyze(capture, profile(), kimi()))
         assert store.stored_ids_with("@aaa_gen") == {"p1@aaa_gen0", "p2@aaa_gen1"}
         assert store.stored_ids_with("@ccc_gen") == set()
+
+
+# -- resuming a fully stored run without the tokenizer -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim():
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as server:
+        yield server
+
+
+def _resume_config(url: str, path: Path, **kw) -> BatchConfig:
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+
+    return BatchConfig(servers=[url], prompts_path=path, tokenizer_dir=kimi_tokenizer_dir(), max_new_tokens=16, **kw)
+
+
+async def test_a_stored_run_resumes_without_loading_the_tokenizer(sim, tmp_path, monkeypatch):
+    from tokview.batch import run_batch
+    from tokview.batch import runner as runner_module
+
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))  # nothing remembered yet
+    rows = [{"id": f"q{i}", "prompt": f"question {i}"} for i in range(6)] + [{"id": "q0", "prompt": "question 0"}]
+    path = write(tmp_path / "p.jsonl", rows, ("{bad",))
+    with Store(tmp_path / "s.duckdb") as store:
+        first = await run_batch(_resume_config(sim.url, path), store)
+        assert first.ok == 6 and first.duplicates == 1 and len(first.bad_rows) == 1
+        full = await run_batch(_resume_config(sim.url, path), store)  # loads the tokenizer: the reference
+
+        def no_tokenizer(_config):
+            raise AssertionError("the tokenizer was loaded to find that nothing is left to do")
+
+        monkeypatch.setattr(runner_module, "resolve_tokenizer_and_profile", no_tokenizer)
+        quick = await run_batch(_resume_config(sim.url, path), store)
+        for summary in (full, quick):
+            assert (summary.run_id, summary.input, summary.ok, summary.resumed) == (first.run_id, 8, 0, 6)
+            assert (summary.skipped, summary.duplicates, summary.bad_rows) == (8, 1, first.bad_rows)
+            assert summary.balanced and summary.exit_code == full.exit_code
+        with pytest.raises(AssertionError, match="tokenizer was loaded"):  # work left: the ordinary path
+            await run_batch(_resume_config(sim.url, path, samples_per_prompt=2), store)
+
+
+async def test_what_is_left_after_the_shortcut_is_generated_once(sim, tmp_path, monkeypatch):
+    from tokview.batch import run_batch
+
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"question {i}"} for i in range(5)])
+    with Store(tmp_path / "s.duckdb") as store:
+        assert (await run_batch(_resume_config(sim.url, path, limit=2), store)).ok == 2
+        summary = await run_batch(_resume_config(sim.url, path), store)  # the plan made without a tokenizer is reused
+        assert (summary.ok, summary.resumed, summary.input) == (3, 2, 5) and summary.balanced
+        assert store.count_samples() == 5
+
+
+def test_the_remembered_identity_follows_the_tokenizer_files_and_the_profile(tmp_path, monkeypatch):
+    import shutil
+
+    from tokview.batch.identity import identity_key, known_identity, remember_identity
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "tok"
+    shutil.copytree(kimi_tokenizer_dir(), folder)
+    config = BatchConfig(servers=[], tokenizer_dir=folder)
+    assert known_identity(config) is None
+    remember_identity(config, {"model": "m", "tokenizer": "vocab1", "profile": "kimi-k2.5"})
+    assert known_identity(config) == {"tokenizer": "vocab1", "profile": "kimi-k2.5"}
+    assert known_identity(BatchConfig(servers=[], tokenizer_dir=folder, profile="qwen3")) is None
+    assert identity_key(BatchConfig(servers=[], tokenizer_dir=folder, trust_remote_code=True)) != identity_key(config)
+    template = folder / "chat_template.jinja"
+    template.write_text(template.read_text() + "\n")  # another template may detect another profile
+    assert known_identity(config) is None
+    assert identity_key(BatchConfig(servers=[], tokenizer=object())) is None  # the app's loaded tokenizer

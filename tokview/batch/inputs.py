@@ -221,11 +221,24 @@ def iter_checked(
     Raises InputError for an unreadable or empty file and, with on_bad_row="stop", at the first bad
     row, before any later row is yielded.
     """
+    for checked in iter_checked_chunks(path, on_bad_row=on_bad_row, limit=limit, rows=rows, chunk=chunk):
+        yield from checked
+
+
+def iter_checked_chunks(
+    path: str | Path,
+    *,
+    on_bad_row: str = "skip",
+    limit: int | None = None,
+    rows: bool = True,
+    chunk: int | None = None,
+) -> Iterator[list[CheckedRow]]:
+    """`iter_checked`, a chunk (a list) at a time: what the planner's hot loop walks."""
     path = check_prompts_path(path)
     label = "row" if is_parquet(path) else "line"
     seen = SeenIds()
     count = 0
-    pending: list[tuple[int, Any, bool]] = []
+    pending: list[tuple[int, Any, str | None]] = []
     size = chunk or CHUNK_ROWS
     try:
         for entry in iter_rows_flagged(path):
@@ -234,9 +247,9 @@ def iter_checked(
             count += 1
             pending.append(entry)
             if len(pending) >= size:
-                yield from _check_chunk(path, pending, seen, label, rows, on_bad_row)
+                yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
                 pending = []
-        yield from _check_chunk(path, pending, seen, label, rows, on_bad_row)
+        yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text (JSONL expected; Parquet files need a .parquet name)") from None
     if count == 0:
@@ -244,21 +257,21 @@ def iter_checked(
 
 
 def _check_chunk(
-    path: Path, pending: list[tuple[int, Any, bool]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
+    path: Path, pending: list[tuple[int, Any, str | None]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
 ) -> list[CheckedRow]:
     """Parse and check a chunk row by row, then settle its ids against every earlier row's at once."""
     out: list[CheckedRow] = []
     keys: list[int] = []
     digests: list[int] = []
     lines: list[int] = []
-    for n, obj, surrogate_free in pending:
-        quick = _fast_scan(obj) if surrogate_free and not want_rows else None
+    for n, obj, text in pending:
+        quick = _fast_scan(obj) if text is not None and not want_rows else None
         if quick is not None:
             prompt_id, turns, digest = quick
             out.append(CheckedRow(n, prompt_id, turns))
         else:
             try:
-                row = (fast_row(obj, n) if surrogate_free else None) or parse_checked(obj, n)
+                row = checked_row(n, obj, text)
             except PromptError as exc:
                 out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
                 continue
@@ -361,39 +374,55 @@ def _turns(assistants: int, ends_with_assistant: bool) -> list[int | None]:
     return turns
 
 
-def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, bool]]:
-    """`iter_rows` plus whether each row is known to hold no lone surrogate (JSONL lines orjson parsed)."""
+def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """`iter_rows`, each row with the JSON text orjson parsed it from (None: not parsed by orjson)."""
     if is_parquet(path):
         for n, obj in iter_parquet(path):
-            yield n, obj, False
+            yield n, obj, None
         return
     yield from iter_jsonl_fast(path)
+
+
+def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """`core.prompts.iter_jsonl` parsed by orjson (~3× faster): (line, object or PromptError, text orjson read).
+
+    A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) takes the standard library's path,
+    so what is refused and every error message stay the same; `checked_row` re-reads the one kind of line
+    orjson reads otherwise (a whole number past 64 bits becomes a float)."""
+    with path.open("r", encoding="utf-8-sig") as fh:
+        for n, text in enumerate(fh, start=1):
+            try:
+                yield n, orjson.loads(text), text
+                continue
+            except orjson.JSONDecodeError:
+                pass
+            if not text.strip():
+                continue
+            try:
+                yield n, json.loads(text), None
+            except json.JSONDecodeError as exc:
+                yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}"), None
+            except RecursionError:
+                yield n, PromptError(f"line {n}: not valid JSON: nested too deeply"), None
 
 
 _LONG_NUMBER = re.compile(r"\d{19}")
 
 
-def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, bool]]:
-    """`core.prompts.iter_jsonl`, parsed by orjson (~3× faster): (line, object or PromptError, orjson parsed it).
+def checked_row(n: int, obj: Any, text: str | None) -> PromptRow:
+    """The prompt row of an `iter_rows_flagged` entry: `fast_row` when it applies, else `parse_checked`.
 
-    A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) or may read otherwise (a run of
-    19+ digits: a number beyond 64 bits) takes the standard library's path, so what is accepted and every error message stay the same."""
-    with path.open("r", encoding="utf-8-sig") as fh:
-        for n, text in enumerate(fh, start=1):
-            if _LONG_NUMBER.search(text) is None:  # orjson reads a whole number past 64 bits as a float
-                try:
-                    yield n, orjson.loads(text), True
-                    continue
-                except orjson.JSONDecodeError:
-                    pass
-            if not text.strip():
-                continue
-            try:
-                yield n, json.loads(text), False
-            except json.JSONDecodeError as exc:
-                yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}"), False
-            except RecursionError:
-                yield n, PromptError(f"line {n}: not valid JSON: nested too deeply"), False
+    Raises PromptError. A row orjson read (`text`) holds no lone surrogate, the one check `fast_row`
+    leaves out; one with a run of 19+ digits is parsed again by the standard library first, which
+    keeps whole numbers whole (an id, or the content hash of a row without one)."""
+    if text is None:
+        return parse_checked(obj, n)
+    row = fast_row(obj, n)
+    if row is not None:
+        return row
+    if _LONG_NUMBER.search(text) is not None:
+        obj = json.loads(text)
+    return parse_checked(obj, n)
 
 
 def located(path: str | Path, message: str) -> str:

@@ -27,11 +27,10 @@ from typing import Any
 from tokview.batch.inputs import (
     InputError,
     check_prompts_path,
-    fast_row,
+    checked_row,
     generation_turns,
-    iter_checked,
+    iter_checked_chunks,
     iter_rows_flagged,
-    parse_checked,
 )
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
@@ -96,12 +95,12 @@ class WorkList:
         assert self.path is not None
         wanted = iter(self.lines)
         next_line = next(wanted, None)
-        for n, obj, surrogate_free in iter_rows_flagged(self.path):
+        for n, obj, text in iter_rows_flagged(self.path):
             if next_line is None:
                 return
             if n != next_line:
                 continue
-            yield from self._items((fast_row(obj, n) if surrogate_free else None) or parse_checked(obj, n))
+            yield from self._items(checked_row(n, obj, text))
             next_line = next(wanted, None)
 
     def _items(self, row: PromptRow) -> Iterator[WorkItem]:
@@ -191,11 +190,21 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
             _count(work, i, row.prompt_id, generation_turns(row.messages), row.prompt_id not in seen)
             seen.add(row.prompt_id)
     elif path is not None:
-        for checked in iter_checked(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
-            if checked.bad is not None:
-                work.bad.append(checked.bad)
-            else:
-                _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
+        simple = work.samples_per_prompt == 1 and work.shard is None
+        tail, stored, lines = f"@{work.key}_gen0", work.stored, work.lines
+        for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
+            for checked in chunk:
+                if checked.bad is not None:
+                    work.bad.append(checked.bad)
+                elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
+                    work.planned += 1
+                    if checked.prompt_id + tail in stored:
+                        work.resumed += 1
+                    else:
+                        work.todo += 1
+                        lines.append(checked.line)
+                else:
+                    _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
 
 
 def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:

@@ -90,11 +90,11 @@ def holder_of(message: str) -> str:
     if not match:
         return "another process"
     pid = int(match.group(1))
+    argv: list[str] = []
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        argv = [a.decode("utf-8", "replace") for a in argv if a]
+        argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:
-        argv = []
+        pass
     for i, arg in enumerate(argv):
         name = os.path.basename(arg)
         if name == "tokview" or (name == "-m" and i + 1 < len(argv) and argv[i + 1] == "tokview"):
@@ -160,11 +160,11 @@ class PartSink:
         ]
         return record
 
-    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
+    def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
         """Hand finished samples and failures to the store without opening it (see `parts.py`).
 
         Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean = [
+        clean: list[dict[str, Any] | bytes] = [
             {
                 "prompt_id": f.get("prompt_id"),
                 "sample_id": f.get("sample_id"),
