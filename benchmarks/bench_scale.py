@@ -242,8 +242,9 @@ def bench_store(n: int, tmp: Path) -> None:
 
 def bench_memory(n: int, url: str, tmp: Path, run_s: float, workers: int) -> None:
     prompts = tmp / "million.jsonl"
-    write_prompts(prompts, n)
-    db = tmp / "mem.duckdb"
+    if not prompts.exists():
+        write_prompts(prompts, n)
+    db = tmp / f"mem-workers{workers}.duckdb"
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [
