@@ -357,3 +357,18 @@ def test_the_remembered_identity_follows_the_tokenizer_files_and_the_profile(tmp
     template.write_text(template.read_text() + "\n")  # another template may detect another profile
     assert known_identity(config) is None
     assert identity_key(BatchConfig(servers=[], tokenizer=object())) is None  # the app's loaded tokenizer
+
+
+def test_a_row_edited_while_the_batch_runs_stops_it(tmp_path):
+    path = write(tmp_path / "p.jsonl", [{"id": f"q{i:04d}", "prompt": f"p{i}"} for i in range(2000)])
+    config = BatchConfig(servers=[], prompts_path=path)
+    work = plan_work(config, config.sample_settings(IDENTITY), lambda _f: set())
+    queue = work.queue()
+    assert queue.popleft().prompt_id == "q0000"  # the file is open, its first block read
+    lines = path.read_text().splitlines()
+    lines[1500] = json.dumps({"id": "z1500", "prompt": "p1500"})  # same length, another id
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match="changed while the batch ran"):
+        while queue:
+            queue.popleft()
+    assert 1000 < 2000 - len(queue) <= 1501  # what was read before the edited row was handed out

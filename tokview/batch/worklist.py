@@ -32,7 +32,7 @@ from tokview.batch.inputs import (
     iter_checked_chunks,
     iter_rows_flagged,
 )
-from tokview.core.prompts import PromptRow, generation_points
+from tokview.core.prompts import PromptError, PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
 
 
@@ -64,6 +64,8 @@ class WorkList:
     rows: list[PromptRow] | None = None
     lines: array = field(default_factory=lambda: array("q"))
     """Line numbers (or indexes into `rows`) of the first rows with at least one slot to do."""
+    id_checks: array = field(default_factory=lambda: array("L"))
+    """crc32 of each of those rows' prompt id: a row edited since planning is noticed, not generated."""
     stored: frozenset[str] | set[str] = frozenset()
     file_state: tuple[int, int] | None = None
 
@@ -93,15 +95,22 @@ class WorkList:
                 yield from self._items(self.rows[i])
             return
         assert self.path is not None
-        wanted = iter(self.lines)
-        next_line = next(wanted, None)
+        wanted = zip(self.lines, self.id_checks)
+        next_line, check = next(wanted, (None, 0))
+        changed = InputError(f"{self.path} changed while the batch ran: run the batch again to resume")
         for n, obj, text in iter_rows_flagged(self.path):
             if next_line is None:
                 return
             if n != next_line:
                 continue
-            yield from self._items(checked_row(n, obj, text))
-            next_line = next(wanted, None)
+            try:
+                row = checked_row(n, obj, text)
+            except PromptError:
+                raise changed from None
+            if zlib.crc32(row.prompt_id.encode()) != check:
+                raise changed
+            yield from self._items(row)
+            next_line, check = next(wanted, (None, 0))
 
     def _items(self, row: PromptRow) -> Iterator[WorkItem]:
         points = generation_points(row)
@@ -191,7 +200,7 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
             seen.add(row.prompt_id)
     elif path is not None:
         simple = work.samples_per_prompt == 1 and work.shard is None
-        tail, stored, lines = f"@{work.key}_gen0", work.stored, work.lines
+        tail, stored, lines, checks = f"@{work.key}_gen0", work.stored, work.lines, work.id_checks
         for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
             for checked in chunk:
                 if checked.bad is not None:
@@ -203,6 +212,7 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
                     else:
                         work.todo += 1
                         lines.append(checked.line)
+                        checks.append(zlib.crc32(checked.prompt_id.encode()))
                 else:
                     _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
 
@@ -229,6 +239,7 @@ def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], 
     if to_do:
         work.todo += to_do
         work.lines.append(where)
+        work.id_checks.append(zlib.crc32(prompt_id.encode()))
 
 
 @contextmanager
