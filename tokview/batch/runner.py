@@ -57,8 +57,9 @@ def plan(
 ) -> tuple[list[WorkItem], int]:
     """Every sample slot the prompts ask for, and how many rows repeated an earlier prompt id.
 
-    Holds every slot's messages: `run_batch` plans with `worklist.plan_work`, which streams the file and
-    gives the same ids (this stays as the reference the tests compare it with). `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
+    `settings` is what goes into the sample ids (`config.sample_settings(identity)`). Holds every slot's
+    messages: `run_batch` plans with `worklist.plan_work`, which streams the file and gives the same ids
+    (this one stays as the reference the tests hold it to)."""
     settings = config.sample_settings() if settings is None else settings
     key = settings_key(settings)  # once, not per sample: hashing the settings 100,000 times took seconds
 
