@@ -256,6 +256,9 @@ def iter_checked_chunks(
         raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
 
 
+_TAKEN = (0, None, None)
+
+
 def _check_chunk(
     path: Path, pending: list[tuple[int, Any, str | None]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
 ) -> list[CheckedRow]:
@@ -264,7 +267,8 @@ def _check_chunk(
     keys: list[int] = []
     digests: list[int] = []
     lines: list[int] = []
-    for n, obj, text in pending:
+    for i, (n, obj, text) in enumerate(pending):
+        pending[i] = _TAKEN  # a 50 MB line's text and object go as soon as it is checked, not with the chunk
         quick = _fast_scan(obj) if text is not None and not want_rows else None
         if quick is not None:
             prompt_id, turns, digest = quick
