@@ -229,8 +229,9 @@ def bench_store(n: int, tmp: Path) -> None:
         page_only = time.perf_counter() - t
     print(f"store: {n} samples ({size:.0f} MB, filled in {fill:.0f} s)")
     print(
-        f"  `tokview stats` {wall:.2f} s wall (median of 3, range {walls[0]:.2f}-{walls[-1]:.2f}; goal < 1 s; "
-        f"python start {python_wall:.2f} s); Store.stats() "
+        f"  `tokview stats` {wall:.2f} s wall (median of 3, range {walls[0]:.2f}-{walls[-1]:.2f}; goal < 1 s; CPU "
+        f"{min(r[3] for r in stats_runs):.2f}-{max(r[3] for r in stats_runs):.2f} s; python start {python_wall:.2f} s; "
+        f"load average {os.getloadavg()[0]:.1f}); Store.stats() "
         f"{stats_in * 1000:.0f} ms"
     )
     print(
