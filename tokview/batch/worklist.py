@@ -3,13 +3,15 @@
 A million-prompt file must not be held whole (its rows' messages took 1.6 GB). Planning reads it a
 chunk at a time (`inputs.iter_checked`: the same checks, line numbers and duplicate/conflict rules
 as `read_prompts`), counts every sample slot, the slots already stored, the rows that repeat an
-earlier id and the bad rows, and keeps only the line numbers of the rows that still have work (8
-bytes a row). The capture loop takes its work from a `TodoQueue`, which reads those rows again as
-the workers ask for them, so at most a chunk of rows and the requests in flight are held at once.
-Sample ids and accounting are `runner.plan`'s exactly (tests compare the two).
+earlier id and the bad rows, and keeps only the line numbers of the rows that still have work (12
+bytes a row, with a checksum of the row's id). The capture loop takes its work from a `TodoQueue`,
+which reads those rows again as the workers ask for them, so at most a chunk of rows and the
+requests in flight are held at once. Sample ids and accounting are `runner.plan`'s exactly (tests
+compare the two).
 
-Resuming needs no request and no tokenizer: the ids already stored come from one query (`Store.
-stored_ids_with`), so a fully stored run is known to have nothing to do after one read of the file.
+The ids already stored come from one query (`Store.stored_ids_with`) and planning needs no
+tokenizer, so a fully stored run is known to have nothing to do after one read of the file
+(`resume.py`).
 """
 
 from __future__ import annotations
