@@ -99,7 +99,7 @@ class Session:
     # -- stored samples -------------------------------------------------------------------------
     def for_sample(self, stored: StoredSample) -> tuple[TokenizerAdapter, ModelProfile]:
         """The pair to re-analyse one stored sample with: named, else its run's."""
-        run = self._run_table(refresh=False).get(stored.run_id)
+        run = self._run_table(refresh=False).get(stored.run_id) if stored.run_id else None
         if run is None and stored.run_id and stored.run_id not in self._missing_runs:
             run = self._run_table(refresh=True).get(stored.run_id)  # a run generated since the app opened
             if run is None:  # no runs row at all (an import, an old store): re-read once, not on every open
