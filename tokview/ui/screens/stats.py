@@ -44,11 +44,17 @@ class StatsData:
 
 
 def read_stats(session: Session) -> StatsData:
-    """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
+    """Everything the panel plots (worker thread).
+
+    Reasoning length: ids before the closer of each sample's own profile (its run's, as inspect opens
+    it), so a store holding Kimi and Qwen3 runs measures each at its model's closer.
+    """
     store = session.store
-    output_lens, reasoning_lens = store.length_distribution(session.profile().think_close_id, MAX_ROWS)
+    default = session.profile()
+    close_ids = {(run, name): session.for_run(run, name)[1].think_close_id for run, name in store.profile_pairs()}
+    output_lens, reasoning_lens = store.length_distribution(default.think_close_id, MAX_ROWS, close_ids)
     return StatsData(
-        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, session.profile())
+        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, default)
     )
 
 
