@@ -247,7 +247,8 @@ class TokenView(ScrollView, can_focus=True):
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
         """Re-wrap while the layout runs, so the scrollbars and the first frame at a new size already
         have the new rows; wrapping at render time instead changes the virtual size mid-frame and costs
-        the whole screen a second and third layout pass."""
+        the whole screen a second and third layout pass. (Textual's layout hook for scroll views: a
+        private method, which is why Textual is pinned exactly.)"""
         if size.width and size.height:
             width = self._content_width(size)
             if self.linked is not None and self.linked.size.width:
