@@ -88,16 +88,23 @@ def test_pending_search_is_a_plain_value_a_thread_can_use(tmp_path):
 
 
 def test_page_requests_one_reader_newest_wishes_no_page_twice():
+    def fetch_a(offset, limit):
+        return []
+
+    def fetch_b(offset, limit):
+        return []
+
     requests = PageRequests()
-    assert requests.want(1, [3, 4]) is True  # nobody reads: start a reader
-    assert requests.take() == (1, 3)
-    assert requests.want(1, [3, 4, 5]) is False  # the reader runs: no second one; page 3 is being read
-    assert requests.want(1, [7, 8]) is False  # scrolled on: 4 and 5 are no longer wanted
-    assert requests.take() == (1, 7)
-    assert requests.take() == (1, 8)
+    assert requests.want(1, [3, 4], fetch_a) is True  # nobody reads: start a reader
+    assert requests.take() == (1, 3, fetch_a)
+    assert requests.want(1, [3, 4, 5], fetch_a) is False  # the reader runs: no second one; page 3 is being read
+    assert requests.want(1, [7, 8], fetch_a) is False  # scrolled on: 4 and 5 are no longer wanted
+    assert requests.take() == (1, 7, fetch_a)
+    assert requests.want(2, [0], fetch_b) is False  # a new filter while the reader runs: it reads on, with it
+    assert requests.take() == (2, 0, fetch_b)
     assert requests.take() is None  # nothing left: the reader stops
-    assert requests.want(1, [3]) is False  # 3 is still landing (not `done`): not read twice
+    assert requests.want(1, [3], fetch_a) is False  # 3 is still landing (not `done`): not read twice
     requests.done((1, 3))
-    assert requests.want(1, [3]) is True
+    assert requests.want(1, [3], fetch_a) is True
     requests.stopped()  # a reader that failed leaves nothing behind
-    assert requests.want(2, [0]) is True
+    assert requests.want(2, [0], fetch_b) is True

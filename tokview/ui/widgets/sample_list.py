@@ -58,34 +58,37 @@ class PageRequests:
 
     Why replace the whole wish list each frame rather than queue every request: a page scrolled past
     before the reader reached it is simply no longer wanted, so fast scrolling never builds a backlog.
-    Pages being read are remembered, so a page is never read twice at once; `idle` says whether a
-    reader must be started (decided under the lock, so there is never a second one).
+    The wish carries the fetch function of its generation (a reader that outlives a filter change
+    reads the new pages with the new filter). Pages being read are remembered, so a page is never read
+    twice at once; whether a reader must be started is decided under the lock, so there is never a second.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wanted: list[tuple[int, int]] = []
+        self._fetch: Fetch | None = None
         self._reading: set[tuple[int, int]] = set()
         self._idle = True
 
-    def want(self, generation: int, pages: Sequence[int]) -> bool:
-        """The pages to read now, most wanted first (UI thread); True when a reader must be started."""
+    def want(self, generation: int, pages: Sequence[int], fetch: Fetch | None = None) -> bool:
+        """The pages to read now, most wanted first, with `fetch` (UI thread); True when a reader must start."""
         with self._lock:
             self._wanted = [(generation, p) for p in pages if (generation, p) not in self._reading]
-            start = bool(self._wanted) and self._idle
+            self._fetch = fetch
+            start = bool(self._wanted) and fetch is not None and self._idle
             if start:
                 self._idle = False
             return start
 
-    def take(self) -> tuple[int, int] | None:
-        """The next (generation, page) to read (reader thread); None, and the reader stops, when none is left."""
+    def take(self) -> tuple[int, int, Fetch] | None:
+        """The next (generation, page, fetch) to read (reader thread); None, and the reader stops, when none is left."""
         with self._lock:
-            if not self._wanted:
+            if not self._wanted or self._fetch is None:
                 self._idle = True
                 return None
             item = self._wanted.pop(0)
             self._reading.add(item)
-            return item
+            return (*item, self._fetch)
 
     def done(self, item: tuple[int, int]) -> None:
         """The page landed in the list (UI thread): from now on the list has it, or may want it again."""
@@ -229,18 +232,18 @@ class SampleList(ScrollView, can_focus=True):
             if page in self._pages:
                 self._pages.move_to_end(page)
         missing = [p for p in (*shown, *near) if p not in self._pages]
-        if self._requests.want(self._generation, list(dict.fromkeys(missing))):
-            self._read_pages(self._requests, self._fetch)
+        if self._requests.want(self._generation, list(dict.fromkeys(missing)), self._fetch):
+            self._read_pages(self._requests)
 
     @work(thread=True, exclusive=True, group="sample-pages", exit_on_error=False)
-    def _read_pages(self, requests: PageRequests, fetch: Fetch) -> None:
+    def _read_pages(self, requests: PageRequests) -> None:
         """The one reader: reads what the list still wants, page by page, until nothing is left.
 
-        Takes plain values only (the request list and the fetch function the screen built); every page
-        goes back to the UI thread as a message."""
+        Touches no widget: it takes the wishes (with the fetch function the screen built) from
+        `requests`, and every page goes back to the UI thread as a message."""
         try:
-            while (item := requests.take()) is not None:
-                generation, page = item
+            while (wish := requests.take()) is not None:
+                generation, page, fetch = wish
                 rows = list(fetch(page * PAGE, PAGE))
                 self.post_message(self.PageLoaded(generation, page, rows))  # `done` when it lands
         except BaseException:
