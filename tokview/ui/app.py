@@ -21,10 +21,11 @@ from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
 from tokview.ui.screens.modals import Confirm, RejectReason, TextPrompt
-from tokview.ui.screens.samples import PendingSearch, SamplesScreen
+from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
 
 if TYPE_CHECKING:
+    from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
 CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "next_unreviewed"}
