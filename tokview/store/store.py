@@ -823,7 +823,10 @@ class Store(PartSink):
         several models (a Qwen3 sample's reasoning ends at Qwen3's closer, not Kimi's); a sample whose
         pair is not in it uses `close_id`."""
         pairs = list((close_ids or {}).items())
-        table = ", ".join(["(?::VARCHAR, ?::VARCHAR, ?::BIGINT)"] * len(pairs)) or "(NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT)"
+        table = (
+            ", ".join(["(?::VARCHAR, ?::VARCHAR, ?::BIGINT)"] * len(pairs))
+            or "(NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT)"
+        )
         rows = self.query(
             f"WITH closers(run_id, profile, close_id) AS (VALUES {table}) "
             "SELECT s.output_len, coalesce(list_position(s.output_ids, coalesce(c.close_id, ?)), 0) FROM samples s "
