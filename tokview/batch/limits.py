@@ -40,7 +40,7 @@ def longest_token_bytes(tokenizer: Any) -> int:
     """Bytes of the longest vocabulary entry (special tokens included), counted generously."""
     if tokenizer not in _longest_token:
         try:
-            vocab = tokenizer.tok.get_vocab()
+            vocab = tokenizer.vocab_tokens()
             longest = max((len(str(t).encode("utf-8", "replace")) for t in vocab), default=0)
         except Exception:  # a tokenizer class without a readable vocabulary: a weak but safe bound
             longest = 0

@@ -67,7 +67,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     from tokview.core.tokenizer_folder import FolderError, TokenizerFolder
 
     try:
-        folder = TokenizerFolder.open(path)
+        folder = TokenizerFolder.open(os.fspath(path))
         if folder.is_kimi_tiktoken and not trust_remote_code:
             from tokview.core.kimi_tiktoken import KimiTiktokenTokenizer
 
@@ -194,7 +194,7 @@ class TokenizerAdapter:
     # -- identity -------------------------------------------------------------------------
     @property
     def name(self) -> str:
-        return str(self.source or getattr(self.tok, "name_or_path", "tokenizer"))
+        return str(self.source) if self.source else str(getattr(self.tok, "name_or_path", "tokenizer"))
 
     @property
     def chat_template(self) -> str | None:
@@ -265,6 +265,27 @@ class TokenizerAdapter:
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
+
+    def encode_prompt(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Ids for a raw text prompt as a server's `/tokenize` or completions endpoint makes them: with the
+        tokenizer's own added ids (a BOS) unless told not to, and special-token strings as their ids."""
+        return list(self.tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def encode_literal(self, text: str) -> list[int]:
+        """Ids for text as typed: "<think>" in the text becomes ordinary ids, never the special id.
+
+        What a dataset's text field means (someone wrote it), unlike a rendered prompt where the template's
+        markers stand for their ids."""
+        if not text:
+            return []
+        try:
+            return list(self.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+        except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
+            return self.encode(text)
+
+    def vocab_tokens(self) -> list[str]:
+        """Every token string of the vocabulary (special and added ones included)."""
+        return [str(t) for t in self.tok.get_vocab()]
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         return self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)

@@ -24,6 +24,7 @@ from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
+from tokview.core.tokenizer import TokenizerAdapter
 from tokview.store import Store
 
 
@@ -48,14 +49,9 @@ class AuditReport:
         return "\n".join(lines)
 
 
-def encode_literal(tokenizer: Any, text: str) -> list[int]:
+def encode_literal(tokenizer: TokenizerAdapter, text: str) -> list[int]:
     """Ids for text as typed: "<think>" in the text becomes ordinary ids, never the special id."""
-    if not text:
-        return []
-    try:
-        return list(tokenizer.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
-    except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
-        return tokenizer.encode(text)
+    return tokenizer.encode_literal(text)
 
 
 def split_inline(content: str, profile: ModelProfile) -> tuple[str, str] | None:

@@ -1,4 +1,4 @@
-"""One capture on one server: pick the endpoint family, get the prompt ids, merge dual paths.
+"""One capture on one server: pick the endpoint pair (`registry.choose`), get the prompt ids, merge dual paths.
 
 The raw path gives the exact ids (SGLang /generate, vLLM /v1/completions with a token-id prompt);
 the chat path gives what the server's parser made of them. A dual capture runs both with the same
@@ -12,24 +12,18 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
-from tokview.servers import sglang, vllm
+from tokview.servers.backend import Call, Captured
 from tokview.servers.errors import CaptureFailed
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
+from tokview.servers.registry import BACKEND_NAMES, ServerChoice, choose
 from tokview.servers.request import CaptureRequest
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
-BACKENDS = ("auto", "sglang", "sglang-chat", "vllm")
-
-
-def effective_backend(backend: str, info: ServerInfo) -> str:
-    if backend != "auto":
-        return backend
-    if info.kind in ("sglang", "vllm"):
-        return info.kind
-    raise CaptureFailed(f"cannot tell whether {info.url} is SGLang or vLLM: pass --backend", url=info.url)
+BACKENDS = BACKEND_NAMES
+"""What `--backend` takes (the pool validates against it)."""
 
 
 async def prompt_ids_for(
@@ -82,37 +76,43 @@ async def prompt_ids_for(
 async def raw_capture(
     client: ServerClient,
     info: ServerInfo,
-    backend: str,
+    choice: ServerChoice,
     request: CaptureRequest,
     settings: dict[str, Any],
     tokenizer: TokenizerAdapter | None,
     *,
     skip_special_tokens: bool = False,
 ) -> Capture:
+    """The exact-id path of `choice` with our prompt ids (rendered here when only messages were given)."""
     prompt_ids = await prompt_ids_for(client, info, request, settings, tokenizer)
-    if backend in ("sglang", "sglang-chat"):
-        return await sglang.capture_generate(
-            client, info, prompt_ids, settings, stream=request.stream, skip_special_tokens=skip_special_tokens
-        )
-    return await vllm.capture_completions(client, info, prompt_ids, settings, skip_special_tokens=skip_special_tokens)
+    call = Call(
+        settings,
+        messages=request.messages,
+        prompt_ids=prompt_ids,
+        stream=request.stream,
+        skip_special_tokens=skip_special_tokens,
+    )
+    return (await choice.raw.run(client, info, call)).capture
 
 
 async def chat_capture(
     client: ServerClient,
     info: ServerInfo,
-    backend: str,
+    choice: ServerChoice,
     request: CaptureRequest,
     settings: dict[str, Any],
     *,
     require_ids: bool = True,
-) -> tuple[Capture, list[int] | None]:
-    if backend in ("sglang", "sglang-chat"):
-        return await sglang.capture_chat(
-            client, info, request.messages, request.prompt_ids, settings, require_ids=require_ids
-        )
-    return await vllm.capture_chat(
-        client, info, request.messages, settings, stream=request.stream, require_ids=require_ids
+) -> Captured:
+    """The parsed chat path of `choice`; the output ids as returned ride along (None: none came back)."""
+    call = Call(
+        settings,
+        messages=request.messages,
+        prompt_ids=request.prompt_ids,
+        stream=request.stream,
+        require_ids=require_ids,
     )
+    return await choice.chat.run(client, info, call)
 
 
 def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Capture:
@@ -147,19 +147,19 @@ async def capture_on(
     tokenizer: TokenizerAdapter | None,
 ) -> Capture:
     """One attempt at one capture on one server (retries are the pool's business)."""
-    backend = effective_backend(backend, info)
+    choice = choose(backend, info)
     mode = request.mode
-    if mode == "raw" and backend == "sglang-chat":
+    if mode == "raw" and choice.chat_only:
         mode = "chat"  # the user asked for SGLang's chat endpoint: its ids are the only ones
-    recorded = {**settings, "backend": backend, "mode": mode, "stream": request.stream}
+    recorded = {**settings, "backend": choice.name, "mode": mode, "stream": request.stream}
     if mode == "raw":
-        capture = await raw_capture(client, info, backend, request, settings, tokenizer)
+        capture = await raw_capture(client, info, choice, request, settings, tokenizer)
     elif mode == "chat":
-        capture, _ = await chat_capture(client, info, backend, request, settings)
+        capture = (await chat_capture(client, info, choice, request, settings)).capture
     else:
-        raw = await raw_capture(client, info, backend, request, settings, tokenizer)
-        chat, chat_ids = await chat_capture(client, info, backend, request, settings, require_ids=False)
-        capture = merge_dual(raw, chat, chat_ids)
+        raw = await raw_capture(client, info, choice, request, settings, tokenizer)
+        chat = await chat_capture(client, info, choice, request, settings, require_ids=False)
+        capture = merge_dual(raw, chat.capture, chat.returned_ids)
     capture.settings = recorded
     capture.messages = request.messages
     return capture

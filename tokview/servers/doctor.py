@@ -11,48 +11,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tokview.core.analysis import analyze
 from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
 from tokview.core.record import Capture
-from tokview.servers.capture import chat_capture, effective_backend, raw_capture
+from tokview.servers import doctor_checks as checks
+from tokview.servers.chat import served_prompt_ids
+from tokview.servers.doctor_context import QUESTION, DoctorCheck, DoctorContext
 from tokview.servers.errors import CaptureFailed
 from tokview.servers.features import detect
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
-from tokview.servers.sglang import chat_ids
 from tokview.servers.urls import Secrets
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from tokview.core.tokenizer import TokenizerAdapter
 
-QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
-SYMBOLS = {"ok": "✓", "fail": "✗", "warn": "!", "skip": "-"}
+__all__ = ["MARKS", "QUESTION", "SYMBOLS", "DoctorCheck", "DoctorReport", "ReportLine", "run_doctor"]
+
+MARKS = {"ok": ("✓", "green"), "fail": ("✗", "bold red"), "warn": ("!", "yellow"), "skip": ("-", "dim")}
+"""One mark per status, and its colour in the app: warn and skip never share one."""
+SYMBOLS = {status: mark for status, (mark, _) in MARKS.items()}
+"""The marks alone (status → mark)."""
 
 
-@dataclass
-class DoctorCheck:
-    status: str
-    """ok | fail | warn | skip"""
-    title: str
-    detail: str
-    recommendation: str = ""
+class ReportLine(NamedTuple):
+    """One line of the rendered report and the Rich style the app shows it in ("" for plain)."""
 
-    @property
-    def ok(self) -> bool | None:
-        return {"ok": True, "fail": False}.get(self.status)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "status": self.status,
-            "title": self.title,
-            "detail": self.detail,
-            "recommendation": self.recommendation,
-        }
+    text: str
+    style: str = ""
 
 
 @dataclass
@@ -90,20 +80,43 @@ class DoctorReport:
             "checks": [c.to_dict() for c in self.checks],
         }
 
-    def render_text(self) -> str:
+    def lines(self) -> list[ReportLine]:
+        """The report as the CLI prints it and the app's doctor panel shows it (one renderer for both):
+        what was probed, notes about the URL, each check with its mark, then the verdict. Secrets masked."""
+        scrub = self.secrets.scrub
         lines = [
-            f"tokview doctor: {self.url}",
-            f"  profile {self.profile.name if self.profile else '(none)'}, "
-            f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}",
-            f"  max_model_len {self.info.max_model_len or '(not reported: prompt lengths are not checked)'}",
+            ReportLine(f"tokview doctor: {self.url}", "bold"),
+            ReportLine(
+                f"  profile {self.profile.name if self.profile else '(none)'}, "
+                f"tokenizer {self.tokenizer_name or '(none: pass --tokenizer)'}"
+            ),
+            ReportLine(
+                f"  max_model_len {self.info.max_model_len or '(not reported: prompt lengths are not checked)'}"
+            ),
         ]
-        lines += [f"  note: {n}" for n in self.notes] + [""]
+        lines += [ReportLine(f"  note: {n}", "italic yellow") for n in self.notes]
+        lines.append(ReportLine(""))
         for c in self.checks:
-            lines.append(f"{SYMBOLS[c.status]} {c.title}: {c.detail}")
+            mark, style = MARKS[c.status]
+            lines.append(ReportLine(f"{mark} {c.title}: {c.detail}", style))
             if c.recommendation:
-                lines.append(f"    → {c.recommendation}")
+                lines.append(ReportLine(f"    → {c.recommendation}", "italic"))
         verdict = "problems found (✗ above)" if self.failed else "no blocking problems"
-        return self.secrets.scrub("\n".join(lines + ["", verdict]))
+        lines += [ReportLine(""), ReportLine(verdict, "bold red" if self.failed else "bold green")]
+        return [ReportLine(scrub(line.text), line.style) for line in lines]
+
+    def render_text(self) -> str:
+        """The report as plain text (`tokview doctor`)."""
+        return "\n".join(line.text for line in self.lines())
+
+    def render_rich(self) -> Text:
+        """The same lines as Rich text, each in its status colour (the app's doctor panel)."""
+        from rich.text import Text
+
+        text = Text()
+        for i, line in enumerate(self.lines()):
+            text.append(("\n" if i else "") + line.text, line.style or None)
+        return text
 
 
 def _scrubbed(value: Any, secrets: Secrets) -> Any:
@@ -156,133 +169,58 @@ async def run_doctor(
             from tokview.core.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
+        ctx = DoctorContext(client, policy, info, profile, tokenizer, thinking)
         report = DoctorReport(
             url=client.url,
             info=info,
             profile=profile,
             tokenizer_name=f"{tokenizer.name} (loaded from {tokenizer.loaded_by})" if tokenizer else None,
+            checks=ctx.checks,
             notes=list(dict.fromkeys([*notes, *client.notes])),
             secrets=client.secrets,
         )
-        await _Doctor(client, policy, info, profile, tokenizer, thinking, report).run()
+        await run_checks(ctx)
         return report
     finally:
         await client.aclose()
 
 
-class _Doctor:
-    def __init__(
-        self,
-        client: ServerClient,
-        policy: RetryPolicy,
-        info: ServerInfo,
-        profile: ModelProfile,
-        tokenizer: TokenizerAdapter | None,
-        thinking: bool,
-        report: DoctorReport,
-    ) -> None:
-        self.client, self.policy, self.info, self.profile = client, policy, info, profile
-        self.tokenizer, self.report = tokenizer, report
-        self.settings = resolve_settings(
-            {"temperature": 0.0, "max_new_tokens": 256, "thinking": thinking, "seed": 0}, profile
-        )
-        self.request = CaptureRequest(messages=QUESTION, mode="dual")
-        self.backend: str | None = None
+async def run_checks(ctx: DoctorContext) -> None:
+    """Every check in order, each adding one verdict to `ctx.checks`."""
+    checks.check_server(ctx)
+    raw, raw_error = await ctx.attempt(ctx.raw)
+    chat_pair, chat_error = await ctx.attempt(ctx.chat)
+    chat, chat_ids_returned = chat_pair if chat_pair else (None, None)
+    served = served_prompt(chat) or await tokenize_prompt(ctx)
+    checks.check_ids(ctx, raw, raw_error, chat, chat_ids_returned, chat_error)
+    checks.check_opener(ctx, served)
+    checks.check_parser(ctx, raw, chat, chat_ids_returned, chat_error)
+    checks.check_output_ids(ctx, raw, raw_error, chat if chat_ids_returned else None)
+    await checks.check_skip_special(ctx, raw)
+    checks.check_tokenizer(ctx, served)
 
-    def add(self, status: str, title: str, detail: str, recommendation: str = "") -> None:
-        scrub = self.client.secrets.scrub  # details quote server answers, which may echo a key
-        self.report.checks.append(DoctorCheck(status, title, scrub(detail), scrub(recommendation)))
 
-    async def run(self) -> None:
-        from tokview.servers.doctor_checks import (
-            check_ids,
-            check_opener,
-            check_output_ids,
-            check_parser,
-            check_server,
-            check_skip_special,
-            check_tokenizer,
-        )
-
-        check_server(self)
-        try:
-            self.backend = effective_backend("auto", self.info)
-        except CaptureFailed:
-            self.backend = None
-        raw, raw_error = await self.attempt(self.raw)
-        chat_pair, chat_error = await self.attempt(self.chat)
-        chat, chat_ids_returned = chat_pair if chat_pair else (None, None)
-        served = self.served_prompt_ids(chat) or await self.tokenize_prompt()
-        check_ids(self, raw, raw_error, chat, chat_ids_returned, chat_error)
-        check_opener(self, served)
-        check_parser(self, raw, chat, chat_ids_returned, chat_error)
-        check_output_ids(self, raw, raw_error, chat if chat_ids_returned else None)
-        await check_skip_special(self, raw)
-        check_tokenizer(self, served)
-
-    async def attempt(self, fn: Any) -> tuple[Any, str | None]:
-        if self.backend is None:
-            return None, "the server kind is unknown"
-        try:
-            return await self.policy.run(fn), None
-        except CaptureFailed as exc:
-            return None, exc.reason
-
-    async def raw(self, skip_special_tokens: bool = False) -> Capture:
-        assert self.backend is not None
-        cap = await raw_capture(
-            self.client,
-            self.info,
-            self.backend,
-            self.request,
-            self.settings,
-            self.tokenizer,
-            skip_special_tokens=skip_special_tokens,
-        )
-        cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.backend, "mode": "raw"}
-        return cap
-
-    async def chat(self) -> tuple[Capture, list[int] | None]:
-        assert self.backend is not None
-        cap, returned = await chat_capture(
-            self.client, self.info, self.backend, self.request, self.settings, require_ids=False
-        )
-        cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.backend, "mode": "chat"}
-        return cap, returned
-
-    def served_prompt_ids(self, chat: Capture | None) -> list[int] | None:
-        """The prompt ids the server itself rendered for QUESTION (chat answer, else /tokenize)."""
-        data = chat.raw_response if chat is not None else None
-        if isinstance(data, dict) and data.get("choices"):
-            prompt, _, _ = chat_ids(data, data["choices"][0])
-            if prompt:
-                return list(prompt)
-        if chat is not None and chat.prompt_ids:
-            return list(chat.prompt_ids)
+def served_prompt(chat: Capture | None) -> list[int] | None:
+    """The prompt ids the server itself rendered for QUESTION, from its chat answer."""
+    if chat is None:
         return None
+    return served_prompt_ids(chat.raw_response) or (list(chat.prompt_ids) if chat.prompt_ids else None)
 
-    async def tokenize_prompt(self) -> list[int] | None:
-        """The server's /tokenize of QUESTION with the doctor's template kwargs (when it takes messages)."""
-        if not self.info.features.get("tokenize_messages"):
-            return None
-        body: dict[str, Any] = {
-            "messages": QUESTION,
-            "add_generation_prompt": True,
-            "chat_template_kwargs": self.settings["chat_template_kwargs"],
-        }
-        if self.info.model:
-            body["model"] = self.info.model
-        try:
-            data = await self.policy.run(lambda: self.client.post_json("/tokenize", body))
-        except CaptureFailed:
-            return None
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        return list(tokens) if isinstance(tokens, list) else None
 
-    def analysis(self, cap: Capture) -> dict[str, str]:
-        return {f.code: f.detail for f in analyze(cap, self.profile, self.tokenizer).findings}
-
-    def name(self, token_id: int) -> str:
-        if self.tokenizer is None:
-            return str(token_id)
-        return f"{token_id} {self.tokenizer.piece_text(token_id)}"
+async def tokenize_prompt(ctx: DoctorContext) -> list[int] | None:
+    """The server's /tokenize of QUESTION with the doctor's template kwargs (when it takes messages)."""
+    if not ctx.info.features.get("tokenize_messages"):
+        return None
+    body: dict[str, Any] = {
+        "messages": QUESTION,
+        "add_generation_prompt": True,
+        "chat_template_kwargs": ctx.settings["chat_template_kwargs"],
+    }
+    if ctx.info.model:
+        body["model"] = ctx.info.model
+    try:
+        data = await ctx.policy.run(lambda: ctx.client.post_json("/tokenize", body))
+    except CaptureFailed:
+        return None
+    tokens = data.get("tokens") if isinstance(data, dict) else None
+    return list(tokens) if isinstance(tokens, list) else None

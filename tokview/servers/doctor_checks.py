@@ -1,27 +1,28 @@
 """The doctor's checks, one function each: a question, the evidence, a verdict and what to do.
 
-Each takes the running doctor (`_Doctor` in doctor.py: client, info, profile, tokenizer, settings)
-and the captures it made, and adds one DoctorCheck.
+Each takes the running doctor's context (`DoctorContext`: client, info, the server's endpoint pair,
+profile, tokenizer, settings) and the captures it made, and adds one DoctorCheck. What differs by
+endpoint family (its path, where its ids come back, its reasoning field) is asked of the family's
+`Backend`, never switched on a server's name.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from tokview.core.alignment import HIDDEN
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture
 from tokview.core.segments import prompt_opens_reasoning
+from tokview.servers.capture import merge_dual
+from tokview.servers.doctor_context import QUESTION, DoctorContext
+from tokview.servers.registry import ENDPOINTS, server_name
 
-if TYPE_CHECKING:
-    from tokview.servers.doctor import _Doctor
-
-KIND_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+RAW_UNKNOWN = ENDPOINTS["vllm", "completions"]
+"""Named in the Token-id fields check when the server kind is unknown (no raw path was tried)."""
 
 
-def check_server(doc: _Doctor) -> None:
+def check_server(doc: DoctorContext) -> None:
     info = doc.info
-    name = KIND_NAMES.get(info.kind)
+    name = server_name(info.kind)
     sim = " (this is the tokview simulator, not a real model server)" if info.features.get("simulator") else ""
     model = f', model "{info.model}"' if info.model else ""
     if name is None:
@@ -37,7 +38,7 @@ def check_server(doc: _Doctor) -> None:
 
 
 def check_ids(
-    doc: _Doctor,
+    doc: DoctorContext,
     raw: Capture | None,
     raw_error: str | None,
     chat: Capture | None,
@@ -46,12 +47,11 @@ def check_ids(
 ) -> None:
     f = doc.info.features
     found, missing = [], []
-    raw_endpoint = "/generate" if doc.backend in ("sglang", "sglang-chat") else "/v1/completions"
-    raw_field = "output_ids" if raw_endpoint == "/generate" else "choices[].token_ids"
+    raw_backend = doc.choice.raw if doc.choice is not None else RAW_UNKNOWN
     if raw is not None:
-        found.append(f"{raw_endpoint} → {raw_field} ({len(raw.output_ids)} ids)")
+        found.append(f"{raw_backend.path} → {raw_backend.ids_field} ({len(raw.output_ids)} ids)")
     else:
-        missing.append(f"{raw_endpoint}: {raw_error}")
+        missing.append(f"{raw_backend.path}: {raw_error}")
     if chat is not None and chat_ids is not None:
         where = f.get("chat_prompt_ids_field") or "prompt ids"
         found.append(f"/v1/chat/completions → {where} + {f.get('chat_ids_field') or 'token ids'}")
@@ -80,7 +80,7 @@ def check_ids(
     doc.add("ok", "Token-id fields", detail)
 
 
-def check_opener(doc: _Doctor, served: list[int] | None) -> None:
+def check_opener(doc: DoctorContext, served: list[int] | None) -> None:
     p = doc.profile
     opener = f"{p.think_open} ({p.think_open_id})"
     thinking = doc.settings.get("thinking")
@@ -149,17 +149,15 @@ def check_opener(doc: _Doctor, served: list[int] | None) -> None:
 
 
 def check_parser(
-    doc: _Doctor, raw: Capture | None, chat: Capture | None, chat_ids: list[int] | None, chat_error: str | None
+    doc: DoctorContext, raw: Capture | None, chat: Capture | None, chat_ids: list[int] | None, chat_error: str | None
 ) -> None:
     if chat is None:
         doc.add("skip", "Reasoning parser", f"skipped: the chat endpoint failed ({chat_error})")
         return
     field = chat.reasoning_field
-    kind = doc.info.kind
+    advice = doc.choice.chat.reasoning_field_advice(field) if doc.choice is not None else None
     hidden_note, problems = "", []
     if raw is not None:
-        from tokview.servers.capture import merge_dual
-
         dual = merge_dual(raw, chat, chat_ids)
         if doc.tokenizer is not None:
             analysis = analyze(dual, doc.profile, doc.tokenizer)
@@ -193,14 +191,8 @@ def check_parser(
             "Reasoning parser",
             f"no reasoning came back, as expected of a model without think delimiters{hidden_note}",
         )
-    elif field == "reasoning_content" and kind == "vllm":
-        doc.add(
-            "warn",
-            "Reasoning parser",
-            f"the reasoning arrives in `reasoning_content` (vLLM before 0.16){hidden_note}",
-            "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
-            "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16",
-        )
+    elif advice is not None:
+        doc.add(advice.status, "Reasoning parser", f"{advice.detail}{hidden_note}", advice.recommendation)
     elif field is None:
         why = (
             "thinking is off"
@@ -223,7 +215,7 @@ def check_parser(
         )
 
 
-def check_output_ids(doc: _Doctor, raw: Capture | None, raw_error: str | None, chat: Capture | None) -> None:
+def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | None, chat: Capture | None) -> None:
     cap = raw or chat
     if cap is None:
         doc.add("skip", "output_ids honesty", f"skipped: no capture returned ids ({raw_error})")
@@ -253,7 +245,7 @@ def check_output_ids(doc: _Doctor, raw: Capture | None, raw_error: str | None, c
     )
 
 
-async def check_skip_special(doc: _Doctor, raw: Capture | None) -> None:
+async def check_skip_special(doc: DoctorContext, raw: Capture | None) -> None:
     if raw is None or raw.text is None:
         doc.add("skip", "skip_special_tokens", "skipped: the raw path returned no text to compare")
         return
@@ -283,7 +275,7 @@ async def check_skip_special(doc: _Doctor, raw: Capture | None) -> None:
         )
 
 
-def check_tokenizer(doc: _Doctor, served: list[int] | None) -> None:
+def check_tokenizer(doc: DoctorContext, served: list[int] | None) -> None:
     if doc.tokenizer is None:
         doc.add("skip", "Local tokenizer", "skipped (needs --tokenizer)")
         return
@@ -293,8 +285,6 @@ def check_tokenizer(doc: _Doctor, served: list[int] | None) -> None:
     if not doc.tokenizer.chat_template:
         doc.add("skip", "Local tokenizer", "skipped: the local tokenizer has no chat template to render with")
         return
-    from tokview.servers.doctor import QUESTION
-
     # The same judgement as every stored sample: analyze's prompt_render_mismatch on the served prompt.
     served_prompt = Capture(
         prompt_ids=list(served),

@@ -10,17 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from tokview.core.profiles import ModelProfile
+from tokview.servers.backend import Probe
+from tokview.servers.chat import PROBE_MESSAGES
 from tokview.servers.errors import CaptureFailed, ServerUnreachable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.request import pick_reasoning
+from tokview.servers.registry import for_kind
 from tokview.servers.retry import GaveUp, RetryPolicy
-from tokview.servers.sglang import chat_ids
-
-PROBE_MESSAGES = [{"role": "user", "content": "hi"}]
+from tokview.servers.shapes import int_list
 
 
-async def _ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
+async def ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
     """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable."""
     try:
         return await policy.run(fn), None
@@ -30,20 +30,6 @@ async def _ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
         return None, exc.reason
     except CaptureFailed as exc:
         return None, exc.reason
-
-
-def first_choice(answer: Any) -> dict[str, Any]:
-    """`answer["choices"][0]` when the answer has that shape, else {} (a probe never trusts garbage)."""
-    choices = answer.get("choices") if isinstance(answer, dict) else None
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return {}
-
-
-def int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        return value
-    return None
 
 
 LIMIT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_len")
@@ -85,10 +71,10 @@ async def detect(
 ) -> ServerInfo:
     """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all."""
     info = ServerInfo(url=client.url)
-    model_info, _ = await _ask(policy, lambda: client.get_json("/get_model_info"))
-    server_info, _ = await _ask(policy, lambda: client.get_json("/get_server_info"))
-    version, _ = await _ask(policy, lambda: client.get_json("/version"))
-    models, _ = await _ask(policy, lambda: client.get_json("/v1/models"))
+    model_info, _ = await ask(policy, lambda: client.get_json("/get_model_info"))
+    server_info, _ = await ask(policy, lambda: client.get_json("/get_server_info"))
+    version, _ = await ask(policy, lambda: client.get_json("/version"))
+    models, _ = await ask(policy, lambda: client.get_json("/v1/models"))
     info.details = {
         "get_model_info": model_info,
         "get_server_info": server_info,
@@ -122,68 +108,38 @@ async def probe_endpoints(
     profile: ModelProfile | None,
     prompt_ids: list[int] | None,
 ) -> None:
-    """1-token requests: which id fields come back on which endpoint, and the reasoning field name."""
+    """1-token requests: which id fields come back on which endpoint, and the reasoning field name.
+
+    Each endpoint family a server of this kind may have probes itself (`Backend.probe`): the chat
+    endpoint first (one request, whichever server answers it), then /tokenize, then the raw paths with
+    the prompt ids those named. A server whose info endpoints said nothing is known by its raw probe.
+    """
     kwargs = profile.template_kwargs(True) if profile is not None else {}
     f = info.features
-    chat: dict[str, Any] = {
-        "messages": PROBE_MESSAGES,
-        "max_tokens": 1,
-        "temperature": 0.0,
-        "return_token_ids": True,
-        "chat_template_kwargs": kwargs,
-        "stream": False,
-    }
-    if info.model:
-        chat["model"] = info.model
-    answer, why = await _ask(policy, lambda: client.post_json("/v1/chat/completions", chat))
-    f["chat"] = answer is not None
-    f["chat_ids_field"] = f["chat_prompt_ids_field"] = f["reasoning_field"] = None
-    choice = first_choice(answer)
-    if choice:
-        served_prompt, _, ids_field = chat_ids(answer, choice)
-        served_prompt = int_list(served_prompt)
-        f["chat_ids_field"] = ids_field
-        if isinstance(choice.get("prompt_token_ids"), list):
-            f["chat_prompt_ids_field"] = "choices[].prompt_token_ids"
-        elif isinstance(answer.get("prompt_token_ids"), list):
-            f["chat_prompt_ids_field"] = "prompt_token_ids"
-        elif served_prompt is not None:
-            f["chat_prompt_ids_field"] = "sglext.input_ids"
-        message = choice.get("message")
-        f["reasoning_field"] = pick_reasoning(message)[1] if isinstance(message, dict) else None
-        info.details["probe_prompt_ids"] = served_prompt
-        prompt_ids = prompt_ids or served_prompt
-    elif why:
-        info.details["chat_error"] = why
+    probe = Probe(client, lambda fn: ask(policy, fn), info, kwargs)
+    candidates = for_kind(info.kind)
+    probed: set[str] = set()
+    for backend in candidates:
+        if not backend.exact_ids and backend.path not in probed:  # SGLang's and vLLM's chat share one probe
+            probed.add(backend.path)
+            await backend.probe(probe)
+    prompt_ids = prompt_ids or probe.prompt_ids
     tok_body = {"messages": PROBE_MESSAGES, "add_generation_prompt": True, "chat_template_kwargs": kwargs}
     if info.model:
         tok_body["model"] = info.model
-    tokens, _ = await _ask(policy, lambda: client.post_json("/tokenize", tok_body))
+    tokens, _ = await ask(policy, lambda: client.post_json("/tokenize", tok_body))
     f["tokenize_messages"] = isinstance(tokens, dict) and int_list(tokens.get("tokens")) is not None
     if f["tokenize_messages"]:
         info.details["tokenize_prompt_ids"] = tokens["tokens"]
         if info.max_model_len is None:
             info.max_model_len = context_limit(tokens)
         prompt_ids = prompt_ids or tokens["tokens"]
-    if info.kind != "vllm":
-        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
-        body.update({"input_ids": prompt_ids} if prompt_ids else {"text": "hi"})
-        gen, why = await _ask(policy, lambda: client.post_json("/generate", body))
-        f["generate"] = isinstance(gen, (dict, list))
-        gen0 = gen[0] if isinstance(gen, list) and gen else gen
-        f["generate_ids"] = isinstance(gen0, dict) and isinstance(gen0.get("output_ids"), list)
-        if why and info.kind == "sglang":
-            info.details["generate_error"] = why
-    if info.kind != "sglang" and prompt_ids:
-        comp: dict[str, Any] = {"prompt": prompt_ids, "max_tokens": 1, "temperature": 0.0, "return_token_ids": True}
-        if info.model:
-            comp["model"] = info.model
-        answer, why = await _ask(policy, lambda: client.post_json("/v1/completions", comp))
-        f["completions_ids"] = int_list(first_choice(answer).get("token_ids")) is not None
-        if why:
-            info.details["completions_error"] = why
+    probe.prompt_ids = prompt_ids
+    for backend in candidates:
+        if backend.exact_ids:
+            await backend.probe(probe)
     if info.kind == "unknown":
-        info.kind = "sglang" if f.get("generate") else ("vllm" if f.get("completions_ids") else "unknown")
+        info.kind = next((b.server for b in candidates if b.exact_ids and b.recognises(f)), "unknown")
 
 
 async def health(client: ServerClient) -> bool:

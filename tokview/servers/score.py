@@ -14,14 +14,12 @@ a server that re-tokenized) is refused, never scored against the wrong tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tokview.core import logprobs as lp
-from tokview.servers.capture import effective_backend
-from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.errors import CaptureFailed
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.sglang import object_of
+from tokview.servers.registry import choose
 
 
 @dataclass
@@ -34,61 +32,16 @@ class TargetScore:
     model: str | None
 
 
-def sglang_score_body(ids: list[int], top_k: int) -> dict[str, Any]:
-    return {
-        "input_ids": ids,
-        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
-        "return_logprob": True,
-        "logprob_start_len": 0,
-        "top_logprobs_num": top_k,
-        "stream": False,
-    }
-
-
-def vllm_score_body(ids: list[int], top_k: int, model: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "prompt": ids,
-        "max_tokens": 1,
-        "temperature": 0.0,
-        "prompt_logprobs": max(1, top_k),
-        "return_token_ids": True,
-    }
-    if model:
-        body["model"] = model
-    return body
-
-
 async def score_on(
     client: ServerClient, info: ServerInfo, backend: str, prompt_ids: list[int], output_ids: list[int], top_k: int = 0
 ) -> TargetScore:
-    """One scoring request on one server (retries are the pool's business)."""
+    """One scoring request on one server, by its raw endpoint family (retries are the pool's business)."""
     if not output_ids:
         raise CaptureFailed("the sample has no output ids to score")
     ids, start = list(prompt_ids) + list(output_ids), len(prompt_ids)
-    kind = effective_backend(backend, info)
+    choice = choose(backend, info)
     try:
-        if kind in ("sglang", "sglang-chat"):
-            where = "POST /generate (score)"
-            data = await client.post_json("/generate", sglang_score_body(ids, top_k))
-            if isinstance(data, list) and len(data) == 1:
-                data = data[0]
-            if not isinstance(data, dict):
-                raise Retryable(f"malformed response from {where}: expected an object with meta_info")
-            found = lp.from_sglang_input(object_of(data.get("meta_info"), where, "meta_info"), ids, start)
-            if top_k == 0:
-                found.top_ids = found.top_logprobs = None
-        else:
-            where = "POST /v1/completions (score)"
-            data = await client.post_json("/v1/completions", vllm_score_body(ids, top_k, info.model))
-            choices = data.get("choices") if isinstance(data, dict) else None
-            if not isinstance(choices, list) or not choices:
-                raise Retryable(f"malformed response from {where}: expected an object with choices")
-            choice = object_of(choices[0], where, "choices[0]")
-            if choice.get("prompt_logprobs") is None:
-                raise CaptureFailed(
-                    f"{where} returned no prompt_logprobs: this server cannot score stored samples", url=client.url
-                )
-            found = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, start, top_k)
+        found = await choice.raw.score(client, info, ids, start, top_k)
     except lp.LogprobShapeError as exc:
         raise CaptureFailed(f"cannot score on {client.url}: {exc}", url=client.url) from None
-    return TargetScore(found, client.url, kind, info.model)
+    return TargetScore(found, client.url, choice.name, info.model)

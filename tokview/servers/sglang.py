@@ -15,10 +15,13 @@ from typing import Any
 from tokview.core import logprobs as lp
 from tokview.core import spec_decode
 from tokview.core.record import Capture
+from tokview.servers.backend import Backend, Call, Captured, Probe
+from tokview.servers.chat import ChatBackend, finish_chat_capture, parse_chat
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
-from tokview.servers.request import normalize_finish, normalize_usage, pick_reasoning
+from tokview.servers.request import normalize_usage
+from tokview.servers.shapes import finish_of, ids_of, logprob_fields, object_of, text_of
 
 
 def generate_body(
@@ -37,17 +40,6 @@ def generate_body(
     if settings.get("logprobs") is not None:  # output tokens only (logprob_start_len -1), ids in the triples
         body.update(return_logprob=True, top_logprobs_num=int(settings["logprobs"]), logprob_start_len=-1)
     return body
-
-
-def logprob_fields(found: lp.TokenLogprobs | None) -> dict[str, Any]:
-    """Capture fields for the sampled logprobs and top-K alternatives (all None when none came back)."""
-    if found is None:
-        return {"output_logprobs": None, "output_top_ids": None, "output_top_logprobs": None}
-    return {
-        "output_logprobs": found.logprobs,
-        "output_top_ids": found.top_ids,
-        "output_top_logprobs": found.top_logprobs,
-    }
 
 
 def side_data(meta: dict[str, Any], output_ids: list[int], where: str) -> dict[str, Any]:
@@ -74,38 +66,6 @@ def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> s
             return "incremental"
     extends = all(len(cur) >= len(prev) and cur[: len(prev)] == prev for prev, cur in itertools.pairwise(chunks_ids))
     return "cumulative" if extends else "incremental"
-
-
-def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
-    return value
-
-
-def optional_ids_of(value: Any, where: str, what: str) -> list[int] | None:
-    return None if value is None else ids_of(value, where, what)
-
-
-def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
-    """`value` as a dict (None → {}); anything else is a malformed answer, retried like garbage."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise Retryable(f"malformed response from {where}: {what} is not an object ({type(value).__name__})")
-    return value
-
-
-def text_of(value: Any, where: str, what: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise Retryable(f"malformed response from {where}: {what} is not a string ({type(value).__name__})")
-    return value
-
-
-def finish_of(value: Any, where: str) -> tuple[str | None, int | str | None]:
-    """normalize_finish, refusing shapes no server sends (a number, a list)."""
-    if value is not None and not isinstance(value, (str, dict)):
-        raise Retryable(f"malformed response from {where}: finish_reason is a {type(value).__name__}")
-    return normalize_finish(value)
 
 
 def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POST /generate") -> dict[str, Any]:
@@ -137,34 +97,7 @@ def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POS
     }
 
 
-async def capture_generate(
-    client: ServerClient,
-    info: ServerInfo,
-    prompt_ids: list[int],
-    settings: dict[str, Any],
-    *,
-    stream: bool = False,
-    skip_special_tokens: bool = False,
-) -> Capture:
-    body = generate_body(prompt_ids, settings, stream=stream, skip_special_tokens=skip_special_tokens)
-    started = time.perf_counter()
-    if not stream:
-        data = await client.post_json("/generate", body)
-        fields, raw = capture_from_generate(data, prompt_ids), data
-    else:
-        fields, raw = await _generate_stream(client, body, prompt_ids)
-    return Capture(
-        **fields,
-        settings=settings,
-        endpoint="sglang-generate",
-        raw_request=client.audit_request("POST", "/generate", body),
-        raw_response=raw,
-        latency_s=time.perf_counter() - started,
-        **info.stamp(),
-    )
-
-
-async def _generate_stream(
+async def generate_stream(
     client: ServerClient, body: dict[str, Any], prompt_ids: list[int]
 ) -> tuple[dict[str, Any], Any]:
     chunks: list[dict[str, Any]] = []
@@ -207,10 +140,101 @@ def incremental_logprobs(chunks: list[dict[str, Any]], where: str) -> dict[str, 
     return out
 
 
+def score_body(ids: list[int], top_k: int) -> dict[str, Any]:
+    """Nothing generated (`max_new_tokens: 0`); `input_token_logprobs` for every id from position 0."""
+    return {
+        "input_ids": ids,
+        "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+        "top_logprobs_num": top_k,
+        "stream": False,
+    }
+
+
+class SglangGenerate(Backend):
+    """Native `POST /generate`: our prompt ids in, `output_ids` verbatim out (the most exact path)."""
+
+    server = "sglang"
+    server_name = "SGLang"
+    endpoint = "generate"
+    path = "/generate"
+    ids_field = "output_ids"
+    exact_ids = True
+    recorded_as = "sglang-generate"
+
+    async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
+        data = await client.post_json(self.path, body)
+        return self._captured(client, info, call, body, capture_from_generate(data, prompt_ids), data, started)
+
+    async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
+        fields, raw = await generate_stream(client, body, prompt_ids)
+        return self._captured(client, info, call, body, fields, raw, started)
+
+    @staticmethod
+    def _prompt_ids(call: Call) -> list[int]:
+        if call.prompt_ids is None:
+            raise CaptureFailed("SGLang /generate needs prompt ids")
+        return list(call.prompt_ids)
+
+    def _body(self, call: Call) -> dict[str, Any]:
+        return generate_body(
+            self._prompt_ids(call), call.settings, stream=call.stream, skip_special_tokens=call.skip_special_tokens
+        )
+
+    def _captured(
+        self,
+        client: ServerClient,
+        info: ServerInfo,
+        call: Call,
+        body: dict[str, Any],
+        fields: dict[str, Any],
+        raw: Any,
+        started: float,
+    ) -> Captured:
+        capture = Capture(
+            **fields,
+            settings=call.settings,
+            endpoint=self.recorded_as,
+            raw_request=client.audit_request("POST", self.path, body),
+            raw_response=raw,
+            latency_s=time.perf_counter() - started,
+            **info.stamp(),
+        )
+        return Captured(capture, capture.output_ids)
+
+    async def probe(self, probe: Probe) -> None:
+        info, f = probe.info, probe.info.features
+        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+        body.update({"input_ids": probe.prompt_ids} if probe.prompt_ids else {"text": "hi"})
+        gen, why = await probe.ask(lambda: probe.client.post_json(self.path, body))
+        f["generate"] = isinstance(gen, (dict, list))
+        gen0 = gen[0] if isinstance(gen, list) and gen else gen
+        f["generate_ids"] = isinstance(gen0, dict) and isinstance(gen0.get("output_ids"), list)
+        if why and info.kind == self.server:
+            info.details["generate_error"] = why
+
+    def recognises(self, features: dict[str, Any]) -> bool:
+        return bool(features.get("generate"))
+
+    async def score(
+        self, client: ServerClient, info: ServerInfo, ids: list[int], start: int, top_k: int
+    ) -> lp.TokenLogprobs:
+        where = "POST /generate (score)"
+        data = await client.post_json(self.path, score_body(ids, top_k))
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+        if not isinstance(data, dict):
+            raise Retryable(f"malformed response from {where}: expected an object with meta_info")
+        found = lp.from_sglang_input(object_of(data.get("meta_info"), where, "meta_info"), ids, start)
+        if top_k == 0:
+            found.top_ids = found.top_logprobs = None
+        return found
+
+
 # -- /v1/chat/completions -------------------------------------------------------------------
-CHAT_ID_FIELDS = ("token_ids", "response_token_ids")
-
-
 def chat_body(
     messages: list[dict[str, Any]] | None, prompt_ids: list[int] | None, settings: dict[str, Any], model: str | None
 ) -> dict[str, Any]:
@@ -233,114 +257,23 @@ def chat_body(
     return body
 
 
-def chat_ids(data: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | None, list[int] | None, str | None]:
-    """(prompt ids, output ids, name of the output-id field) from any build's chat answer."""
-    sglext = data.get("sglext") if isinstance(data.get("sglext"), dict) else {}
-    choice_ext = choice.get("sglext") if isinstance(choice.get("sglext"), dict) else {}
-    prompt = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or sglext.get("input_ids")
-    for name in CHAT_ID_FIELDS:
-        if isinstance(choice.get(name), list):
-            return prompt, choice[name], name
-    ext_out = choice_ext.get("output_ids") or sglext.get("output_ids")
-    if isinstance(ext_out, list) and ext_out and isinstance(ext_out[0], list):
-        index = choice.get("index", 0)
-        ext_out = ext_out[index] if isinstance(index, int) and 0 <= index < len(ext_out) else None
-    if isinstance(ext_out, list):
-        return prompt, ext_out, "sglext.output_ids"
-    return prompt, None, None
+class SglangChat(ChatBackend):
+    """SGLang's OpenAI chat endpoint, non-streaming only: SGLang refuses ids on a chat stream (HTTP 400)."""
 
+    server = "sglang"
+    server_name = "SGLang"
+    recorded_as = "sglang-chat"
 
-def chat_logprob_fields(logprobs: Any, output_ids: list[int] | None, where: str, asked: bool) -> dict[str, Any]:
-    """OpenAI-style `logprobs.content` (asked with return_tokens_as_token_ids) aligned to the output ids.
-
-    Read only when we asked: logprobs someone else's defaults added carry strings, not ids."""
-    if not asked or logprobs is None or output_ids is None:
-        return logprob_fields(None)
-    try:
-        return logprob_fields(lp.from_vllm_chat(logprobs, output_ids))
-    except lp.LogprobShapeError as exc:
-        raise Retryable(f"malformed response from {where}: {exc}") from None
-
-
-def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str, Any]:
-    """Capture fields of an OpenAI-style chat answer (SGLang or vLLM), ids possibly None."""
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-        raise Retryable(f"malformed response from {where}: expected an object with choices")
-    choice = object_of(data["choices"][0], where, "choices[0]")
-    message = object_of(choice.get("message"), where, "choices[0].message")
-    prompt, output, _ = chat_ids(data, choice)
-    prompt = optional_ids_of(prompt, where, "prompt token ids")
-    output = optional_ids_of(output, where, "output token ids")
-    reasoning, field_name = pick_reasoning(message)
-    finish, _ = finish_of(choice.get("finish_reason"), where)
-    matched = choice.get("matched_stop", choice.get("stop_reason"))
-    spec = spec_decode.from_vllm(data)  # vLLM's top-level metrics; SGLang chat has none
-    return {
-        "spec_decode": None if spec is None else spec.to_dict(),
-        **chat_logprob_fields(choice.get("logprobs"), output, where, logprobs_asked),
-        "prompt_ids": prompt,
-        "output_ids": output,
-        "finish_reason": finish,
-        "matched_stop": matched,
-        "reasoning": text_of(reasoning, where, f"message.{field_name}"),
-        "content": text_of(message.get("content"), where, "message.content"),
-        "reasoning_field": field_name,
-        "usage": normalize_usage(data.get("usage")),
-    }
-
-
-async def capture_chat(
-    client: ServerClient,
-    info: ServerInfo,
-    messages: list[dict[str, Any]] | None,
-    prompt_ids: list[int] | None,
-    settings: dict[str, Any],
-    *,
-    require_ids: bool = True,
-) -> tuple[Capture, list[int] | None]:
-    """SGLang chat, non-streaming only: SGLang refuses ids on a chat stream (HTTP 400).
-
-    Returns the capture and the output ids exactly as returned (None when the build sent none).
-    """
-    body = chat_body(messages, prompt_ids, settings, info.model)
-    started = time.perf_counter()
-    data = await client.post_json("/v1/chat/completions", body)
-    fields = parse_chat(data, "POST /v1/chat/completions")
-    return finish_chat_capture(
-        fields, require_ids, client, info, body, data, settings, messages, "sglang-chat", time.perf_counter() - started
-    )
-
-
-def finish_chat_capture(
-    fields: dict[str, Any],
-    require_ids: bool,
-    client: ServerClient,
-    info: ServerInfo,
-    body: dict[str, Any],
-    raw: Any,
-    settings: dict[str, Any],
-    messages: list[dict[str, Any]] | None,
-    endpoint: str,
-    latency: float,
-) -> tuple[Capture, list[int] | None]:
-    returned = fields["output_ids"]
-    if (fields["output_ids"] is None or fields["prompt_ids"] is None) and require_ids:
-        raise CaptureFailed(
-            "the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
-            "response_token_ids): this server build cannot give exact ids on chat; use the "
-            "raw path (SGLang /generate, vLLM /v1/completions)",
-            url=client.url,
+    async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        body = chat_body(call.messages, call.prompt_ids, call.settings, info.model)
+        started = time.perf_counter()
+        data = await client.post_json(self.path, body)
+        fields = parse_chat(data, "POST /v1/chat/completions")
+        latency = time.perf_counter() - started
+        return finish_chat_capture(
+            fields, call.require_ids, client, info, body, data, call.settings, call.messages, self.recorded_as, latency
         )
-    fields["prompt_ids"] = list(fields["prompt_ids"] or [])
-    fields["output_ids"] = list(fields["output_ids"] or [])
-    capture = Capture(
-        **fields,
-        settings=settings,
-        messages=messages,
-        endpoint=endpoint,
-        raw_request=client.audit_request("POST", "/v1/chat/completions", body),
-        raw_response=raw,
-        latency_s=latency,
-        **info.stamp(),
-    )
-    return capture, returned
+
+    async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        """Captured whole: asking for ids on a chat stream is SGLang's HTTP 400."""
+        return await self.capture(client, info, call)

@@ -14,25 +14,18 @@ from typing import Any
 from tokview.core import logprobs as lp
 from tokview.core import spec_decode
 from tokview.core.record import Capture
+from tokview.servers.backend import Advice, Backend, Call, Captured, Probe
+from tokview.servers.chat import ChatBackend, chat_logprob_fields, finish_chat_capture, parse_chat
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.sglang import (
-    chat_logprob_fields,
-    finish_chat_capture,
-    finish_of,
-    ids_of,
-    logprob_fields,
-    object_of,
-    parse_chat,
-    text_of,
-)
+from tokview.servers.shapes import finish_of, first_choice, ids_of, int_list, logprob_fields, object_of, text_of
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 
 
-def _sampling(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
+def sampling_body(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "max_tokens": settings["max_new_tokens"],
         "temperature": settings["temperature"],
@@ -51,7 +44,7 @@ def chat_body(
 ) -> dict[str, Any]:
     body = {
         "messages": messages,
-        **_sampling(settings, model),
+        **sampling_body(settings, model),
         "chat_template_kwargs": settings["chat_template_kwargs"],
         "stream": stream,
     }
@@ -60,36 +53,6 @@ def chat_body(
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
-
-
-async def capture_chat(
-    client: ServerClient,
-    info: ServerInfo,
-    messages: list[dict[str, Any]] | None,
-    settings: dict[str, Any],
-    *,
-    stream: bool = False,
-    require_ids: bool = True,
-) -> tuple[Capture, list[int] | None]:
-    """The parsed chat path; returns the capture and the output ids as returned (None if none)."""
-    if not messages:
-        raise CaptureFailed(
-            "vLLM's chat endpoint needs messages (it takes no prompt ids): use mode raw "
-            "(/v1/completions with a token-id prompt)",
-            url=client.url,
-        )
-    body = chat_body(messages, settings, info.model, stream)
-    started = time.perf_counter()
-    if stream:
-        chunks = [c async for c in client.stream_sse("/v1/chat/completions", body)]
-        fields = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)", "logprobs" in body)
-        raw = {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
-    else:
-        raw = await client.post_json("/v1/chat/completions", body)
-        fields = parse_chat(raw, "POST /v1/chat/completions", "logprobs" in body)
-    return finish_chat_capture(
-        fields, require_ids, client, info, body, raw, settings, messages, "vllm-chat", time.perf_counter() - started
-    )
 
 
 def merge_chat_stream(
@@ -170,7 +133,7 @@ def completions_body(
 ) -> dict[str, Any]:
     body = {
         "prompt": list(prompt_ids),
-        **_sampling(settings, model),
+        **sampling_body(settings, model),
         "skip_special_tokens": skip_special_tokens,
         "include_stop_str_in_output": True,
         "stream": False,
@@ -180,48 +143,167 @@ def completions_body(
     return body
 
 
-async def capture_completions(
-    client: ServerClient,
-    info: ServerInfo,
-    prompt_ids: list[int],
-    settings: dict[str, Any],
-    *,
-    skip_special_tokens: bool = False,
-) -> Capture:
-    """The exact-id path on vLLM: our prompt ids in, the raw sampled ids out."""
-    body = completions_body(prompt_ids, settings, info.model, skip_special_tokens=skip_special_tokens)
-    started = time.perf_counter()
-    data = await client.post_json("/v1/completions", body)
-    where = "POST /v1/completions"
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-        raise Retryable(f"malformed response from {where}: expected an object with choices")
-    choice = object_of(data["choices"][0], where, "choices[0]")
-    output = choice.get("token_ids")
-    if output is None:
-        raise CaptureFailed(
-            f"{where} returned no token_ids: this vLLM build ignores return_token_ids (it needs vLLM ≥0.10.2)",
-            url=client.url,
+def score_body(ids: list[int], top_k: int, model: str | None) -> dict[str, Any]:
+    """The ids as prompt, one token generated, `prompt_logprobs` for every prompt position (K = 0 sent as 1)."""
+    body: dict[str, Any] = {
+        "prompt": ids,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": max(1, top_k),
+        "return_token_ids": True,
+    }
+    if model:
+        body["model"] = model
+    return body
+
+
+class VllmChat(ChatBackend):
+    """vLLM's chat endpoint, plain and SSE: `prompt_token_ids` at the top, `token_ids` in the choice."""
+
+    server = "vllm"
+    server_name = "vLLM"
+    recorded_as = "vllm-chat"
+
+    async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        body = self._body(client, info, call)
+        started = time.perf_counter()
+        raw = await client.post_json(self.path, body)
+        fields = parse_chat(raw, "POST /v1/chat/completions", "logprobs" in body)
+        return self._captured(client, info, call, body, fields, raw, started)
+
+    async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        body = self._body(client, info, call)
+        started = time.perf_counter()
+        chunks = [c async for c in client.stream_sse(self.path, body)]
+        fields = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)", "logprobs" in body)
+        raw = {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
+        return self._captured(client, info, call, body, fields, raw, started)
+
+    @staticmethod
+    def _body(client: ServerClient, info: ServerInfo, call: Call) -> dict[str, Any]:
+        if not call.messages:
+            raise CaptureFailed(
+                "vLLM's chat endpoint needs messages (it takes no prompt ids): use mode raw "
+                "(/v1/completions with a token-id prompt)",
+                url=client.url,
+            )
+        return chat_body(call.messages, call.settings, info.model, call.stream)
+
+    def _captured(
+        self,
+        client: ServerClient,
+        info: ServerInfo,
+        call: Call,
+        body: dict[str, Any],
+        fields: dict[str, Any],
+        raw: Any,
+        started: float,
+    ) -> Captured:
+        latency = time.perf_counter() - started
+        return finish_chat_capture(
+            fields, call.require_ids, client, info, body, raw, call.settings, call.messages, self.recorded_as, latency
         )
-    output = ids_of(output, where, "token_ids")
-    finish, _ = finish_of(choice.get("finish_reason"), where)
-    try:
-        found = lp.from_vllm_completion(choice.get("logprobs"), output) if "logprobs" in body else None
-    except lp.LogprobShapeError as exc:
-        raise Retryable(f"malformed response from {where}: {exc}") from None
-    spec = spec_decode.from_vllm(data)
-    return Capture(
-        spec_decode=None if spec is None else spec.to_dict(),
-        **logprob_fields(found),
-        prompt_ids=list(prompt_ids),
-        output_ids=list(output),
-        finish_reason=finish,
-        matched_stop=choice.get("stop_reason"),
-        text=text_of(choice.get("text"), where, "text"),
-        usage=normalize_usage(data.get("usage")),
-        settings=settings,
-        endpoint="vllm-completions",
-        raw_request=client.audit_request("POST", "/v1/completions", body),
-        raw_response=data,
-        latency_s=time.perf_counter() - started,
-        **info.stamp(),
-    )
+
+    def reasoning_field_advice(self, field: str | None) -> Advice | None:
+        if field != "reasoning_content":
+            return None
+        return Advice(
+            "warn",
+            "the reasoning arrives in `reasoning_content` (vLLM before 0.16)",
+            "clients reading only `reasoning` get nothing: read `reasoning` and fall back to "
+            "`reasoning_content` (tokview does), or upgrade vLLM to ≥0.16",
+        )
+
+
+class VllmCompletions(Backend):
+    """The exact-id path on vLLM: `/v1/completions` with a token-id prompt, `choices[].token_ids` out."""
+
+    server = "vllm"
+    server_name = "vLLM"
+    endpoint = "completions"
+    path = "/v1/completions"
+    ids_field = "choices[].token_ids"
+    exact_ids = True
+    recorded_as = "vllm-completions"
+
+    async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        """Our prompt ids in, the raw sampled ids out."""
+        if call.prompt_ids is None:
+            raise CaptureFailed("vLLM /v1/completions needs prompt ids")
+        prompt_ids, settings = call.prompt_ids, call.settings
+        body = completions_body(prompt_ids, settings, info.model, skip_special_tokens=call.skip_special_tokens)
+        started = time.perf_counter()
+        data = await client.post_json("/v1/completions", body)
+        where = "POST /v1/completions"
+        if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+            raise Retryable(f"malformed response from {where}: expected an object with choices")
+        choice = object_of(data["choices"][0], where, "choices[0]")
+        output = choice.get("token_ids")
+        if output is None:
+            raise CaptureFailed(
+                f"{where} returned no token_ids: this vLLM build ignores return_token_ids (it needs vLLM ≥0.10.2)",
+                url=client.url,
+            )
+        output = ids_of(output, where, "token_ids")
+        finish, _ = finish_of(choice.get("finish_reason"), where)
+        try:
+            found = lp.from_vllm_completion(choice.get("logprobs"), output) if "logprobs" in body else None
+        except lp.LogprobShapeError as exc:
+            raise Retryable(f"malformed response from {where}: {exc}") from None
+        spec = spec_decode.from_vllm(data)
+        capture = Capture(
+            spec_decode=None if spec is None else spec.to_dict(),
+            **logprob_fields(found),
+            prompt_ids=list(prompt_ids),
+            output_ids=list(output),
+            finish_reason=finish,
+            matched_stop=choice.get("stop_reason"),
+            text=text_of(choice.get("text"), where, "text"),
+            usage=normalize_usage(data.get("usage")),
+            settings=settings,
+            endpoint=self.recorded_as,
+            raw_request=client.audit_request("POST", "/v1/completions", body),
+            raw_response=data,
+            latency_s=time.perf_counter() - started,
+            **info.stamp(),
+        )
+        return Captured(capture, capture.output_ids)
+
+    async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
+        """Captured whole: a completions stream adds nothing the ids need."""
+        return await self.capture(client, info, call)
+
+    async def probe(self, probe: Probe) -> None:
+        if not probe.prompt_ids:
+            return
+        info = probe.info
+        body: dict[str, Any] = {
+            "prompt": probe.prompt_ids,
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "return_token_ids": True,
+        }
+        if info.model:
+            body["model"] = info.model
+        answer, why = await probe.ask(lambda: probe.client.post_json(self.path, body))
+        info.features["completions_ids"] = int_list(first_choice(answer).get("token_ids")) is not None
+        if why:
+            info.details["completions_error"] = why
+
+    def recognises(self, features: dict[str, Any]) -> bool:
+        return bool(features.get("completions_ids"))
+
+    async def score(
+        self, client: ServerClient, info: ServerInfo, ids: list[int], start: int, top_k: int
+    ) -> lp.TokenLogprobs:
+        where = "POST /v1/completions (score)"
+        data = await client.post_json(self.path, score_body(ids, top_k, info.model))
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise Retryable(f"malformed response from {where}: expected an object with choices")
+        choice = object_of(choices[0], where, "choices[0]")
+        if choice.get("prompt_logprobs") is None:
+            raise CaptureFailed(
+                f"{where} returned no prompt_logprobs: this server cannot score stored samples", url=client.url
+            )
+        return lp.from_vllm_prompt(choice["prompt_logprobs"], ids, start, top_k)

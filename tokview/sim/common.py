@@ -42,14 +42,6 @@ class SimStats:
     def total(self) -> int:
         return sum(self.requests.values())
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "generation": self.generation,
-            "requests": dict(self.requests),
-            "faults": dict(self.faults),
-        }
-
 
 class SimState:
     """The tokenizer, profile, model and counters one simulator instance answers with."""
@@ -128,14 +120,6 @@ async def read_json(request: Request, kind: str) -> dict[str, Any] | JSONRespons
     if not isinstance(body, dict):
         return faults.error_response(kind, 400, "the request body must be a JSON object", "BadRequest")
     return body
-
-
-def positive_int(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
 
 
 async def admit(state: SimState, request: Request, streaming: bool) -> tuple[str | None, Response | None]:

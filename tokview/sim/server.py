@@ -58,13 +58,18 @@ class _CountRequests:
         await self.app(scope, receive, send)
 
 
-async def _http_error(request: Request, exc: HTTPException) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
     """FastAPI's JSON for unknown paths and wrong methods (both real servers are FastAPI apps)."""
+    assert isinstance(exc, HTTPException)  # the only exception class it is registered for
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
+SURFACES = {"sglang": sglang.routes, "vllm": vllm.routes}
+"""Server kind → the routes of its HTTP surface."""
+
+
 def build_app(state: SimState) -> Any:
-    routes = sglang.routes(state) if state.cfg.kind == "sglang" else vllm.routes(state)
+    routes = SURFACES[state.cfg.kind](state)
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return _CountRequests(app, state.stats)
 

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults, spec
+from tokview.sim import common, faults, requests, sglang_chat, spec
+from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 
@@ -87,9 +88,9 @@ def routes(state: SimState) -> list[Route]:
                 "BadRequest",
             )
         try:
-            prompts, batch = _generate_prompts(state, body)
+            prompts, batch = requests.generate_prompts(state.tokenizer, body)
             sp = body.get("sampling_params") or {}
-            max_new = common.positive_int(sp.get("max_new_tokens", 128), "max_new_tokens")
+            max_new = requests.positive_int(sp.get("max_new_tokens", 128), "max_new_tokens")
         except ValueError as exc:
             return faults.error_response("sglang", 400, str(exc), "BadRequest")
         stream = bool(body.get("stream"))
@@ -123,16 +124,14 @@ def routes(state: SimState) -> list[Route]:
         body = await common.read_json(request, "sglang")
         if isinstance(body, Response):
             return body
-        from tokview.sim.sglang_chat import chat as chat_completions  # it imports this module's helpers
-
-        return await chat_completions(state, request, body)
+        return await sglang_chat.chat(state, request, body)
 
     async def tokenize(request: Request) -> Response:
         body = await common.read_json(request, "sglang")
         if isinstance(body, Response):
             return body
         try:
-            tokens = _tokenize(state, body)
+            tokens = tokenize_body(state, body)
         except ValueError as exc:
             return faults.error_response("sglang", 400, str(exc), "BadRequest")
         return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": cfg.max_model_len})
@@ -155,70 +154,6 @@ def routes(state: SimState) -> list[Route]:
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ]
-
-
-def _valid_ids(state: SimState, ids: Any) -> list[int]:
-    vocab = state.tokenizer.vocab_size
-    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
-        raise ValueError(f"input_ids must be a non-empty list of token ids in [0, {vocab})")
-    return ids
-
-
-def _generate_prompts(state: SimState, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
-    if body.get("input_ids") is not None and body.get("text") is not None:
-        raise ValueError("Either text or input_ids should be provided, not both")
-    ids = body.get("input_ids")
-    if ids is not None:
-        if isinstance(ids, list) and ids and isinstance(ids[0], list):
-            return [_valid_ids(state, p) for p in ids], True
-        return [_valid_ids(state, ids)], False
-    text = body.get("text")
-    if isinstance(text, str):
-        return [state.tokenizer.encode(text)], False
-    if isinstance(text, list) and text and all(isinstance(t, str) for t in text):
-        return [state.tokenizer.encode(t) for t in text], True
-    raise ValueError("Either text or input_ids should be provided")
-
-
-def _finish(gen: Generation) -> dict[str, Any]:
-    if gen.finish_reason == "length":
-        return {"type": "length", "length": len(gen.output_ids)}
-    return {"type": "stop", "matched": gen.matched}
-
-
-def _text_ids(gen: Generation, no_stop_trim: bool) -> list[int]:
-    """The ids the detokenizer turns into `text`: without the matched stop unless no_stop_trim."""
-    if gen.matched is not None and not no_stop_trim:
-        return gen.output_ids[:-1]
-    return gen.output_ids
-
-
-def _meta(
-    state: SimState,
-    prompt: list[int],
-    n_out: int,
-    finish: Any,
-    rid: str,
-    started: float | None,
-    reasoning_tokens: int = 0,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "id": rid,
-        "finish_reason": finish,
-        "prompt_tokens": len(prompt),
-        "weight_version": "default",
-        "num_retractions": 0,
-        "reasoning_tokens": reasoning_tokens,
-        "completion_tokens": n_out,
-        "cached_tokens": 0,
-        "weight_versions": [{"version": "default", "start": 0, "end": n_out}],
-        "cached_tokens_details": None,
-        "dp_rank": None,
-    }
-    if started is not None:
-        meta["e2e_latency"] = round(time.monotonic() - started, 6)
-        meta["response_sent_to_client_ts"] = time.time()
-    return meta
 
 
 def _output_ids_field(state: SimState, prompt: list[int], out: list[int]) -> list[int]:
@@ -270,8 +205,8 @@ def _generate_result(
     state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float
 ) -> dict[str, Any]:
     sp = body.get("sampling_params") or {}
-    text = state.decode(_text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
-    meta = _meta(state, prompt, len(gen.output_ids), _finish(gen), common.new_id(), started)
+    text = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
+    meta = shapes.meta(prompt, len(gen.output_ids), shapes.finish(gen), common.new_id(), started)
     meta.update(_logprob_fields(state, body, prompt, gen.output_ids))
     meta.update(spec.sglang_meta(state.spec_decode, gen.output_ids))
     result: dict[str, Any] = {
@@ -296,7 +231,7 @@ def _generate_events(
     out = gen.output_ids
     n = len(out)
     texts = list(accumulate(state.pieces(out, skip), initial=""))
-    texts[n] = state.decode(_text_ids(gen, bool(sp.get("no_stop_trim"))), skip)
+    texts[n] = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), skip)
     ids_field = _output_ids_field(state, prompt, out)
     offset = len(ids_field) - n  # the prompt-prefix bug's extra ids
     incremental = bool(state.cfg.quirk("incremental-streaming"))
@@ -309,7 +244,7 @@ def _generate_events(
             ids = ids_field[: offset + 1] if k == 1 else [out[k - 1]]
         else:
             text, ids = texts[k], ids_field[: offset + k]
-        meta = _meta(state, prompt, k, _finish(gen) if last else None, rid, started if last else None)
+        meta = shapes.meta(prompt, k, shapes.finish(gen) if last else None, rid, started if last else None)
         # logprob arrays: cumulative by default, the chunk's slice with incremental streaming
         meta.update(_logprob_fields(state, body, prompt, out[:k], k - 1 if incremental else 0))
         if last:
@@ -322,12 +257,9 @@ def _generate_events(
     return events
 
 
-def _tokenize(state: SimState, body: dict[str, Any]) -> list[int]:
+def tokenize_body(state: SimState, body: dict[str, Any]) -> list[int]:
     if body.get("messages") is not None:
         return state.render(
             body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
         )
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str):
-        raise ValueError("give prompt (a string) or messages")
-    return list(state.tokenizer.tok.encode(prompt, add_special_tokens=bool(body.get("add_special_tokens", True))))
+    return requests.tokenize_text(state.tokenizer, body)

@@ -13,11 +13,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokview.sim import common, faults
+from tokview.sim import common, faults, requests
+from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import sglang_stream_regions, sglang_text_split
-from tokview.sim.sglang import _finish, _meta, _text_ids, _valid_ids
 
 STREAM_IDS_ERROR = (
     "{field} is not supported with streaming on /v1/chat/completions. Please set stream=false when using {field}=true."
@@ -32,20 +32,13 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         for flag in ("return_token_ids", "return_prompt_token_ids", "return_meta_info"):
             if body.get(flag):
                 return faults.error_response("sglang", 400, STREAM_IDS_ERROR.format(field=flag), "BadRequest")
-    kwargs = dict(body.get("chat_template_kwargs") or {})
-    effort = body.get("reasoning_effort")
-    if effort is not None:  # normalize_reasoning_inputs: sets both toggles unless given
-        kwargs.setdefault("thinking", effort != "none")
-        kwargs.setdefault("enable_thinking", effort != "none")
+    kwargs = requests.sglang_template_kwargs(body)
     try:
         if body.get("input_ids") is not None:
-            prompt = _valid_ids(state, body["input_ids"])
+            prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ValueError("messages must be a non-empty list")
-            prompt = state.render(messages, kwargs)
-        max_tokens = common.positive_int(body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens")
+            prompt = state.render(requests.chat_messages(body), kwargs)
+        max_tokens = requests.chat_max_tokens(body)
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
     fault, early = await common.admit(state, request, stream)
@@ -71,7 +64,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         return common.deliver_stream(
             events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
         )
-    text = state.decode(_text_ids(gen, bool(body.get("no_stop_trim"))), skip)
+    text = state.decode(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
     if cfg.quirk("parser-all-reasoning"):
         reasoning, content = text.replace("<think>", "").replace("</think>", "").strip() or None, ""
     elif separate:
@@ -91,7 +84,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("return_token_ids"):
             choice[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
         if body.get("return_meta_info"):
-            choice["meta_info"] = _meta(state, prompt, len(out), _finish(gen), common.new_id(), started, r_tokens)
+            choice["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started, r_tokens)
     payload = {
         "id": common.new_id(),
         "object": "chat.completion",
@@ -120,7 +113,7 @@ def chat_events(
     """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
     rid, created, model = common.new_id(), common.now(), state.cfg.model_name
     out = gen.output_ids
-    pieces = state.pieces(_text_ids(gen, bool(body.get("no_stop_trim"))), skip)
+    pieces = state.pieces(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
     if state.cfg.quirk("parser-all-reasoning"):
         regions = ["hidden" if p in ("<think>", "</think>") else "reasoning" for p in pieces]
     elif split:

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults, spec
+from tokview.sim import common, faults, requests, spec
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import vllm_id_regions
@@ -67,14 +67,8 @@ def routes(state: SimState) -> list[Route]:
                 tokens = state.render(
                     body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
                 )
-            elif isinstance(body.get("prompt"), str):
-                tokens = list(
-                    state.tokenizer.tok.encode(
-                        body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True))
-                    )
-                )
             else:
-                raise ValueError("give prompt (a string) or messages")
+                tokens = requests.tokenize_text(state.tokenizer, body)
         except ValueError as exc:
             return faults.error_response("vllm", 400, str(exc), "BadRequestError")
         strs = state.pieces(tokens, False) if body.get("return_token_strs") else None
@@ -104,9 +98,7 @@ def _fingerprint(state: SimState) -> str:
 
 
 def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> dict[str, Any]:
-    max_tokens = common.positive_int(
-        body.get("max_completion_tokens", body.get("max_tokens", default_max)), "max_tokens"
-    )
+    max_tokens = requests.chat_max_tokens(body, default_max)
     limit = state.cfg.max_model_len
     room = limit - len(prompt)
     if room <= 0:
@@ -221,15 +213,10 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     cfg = state.cfg
     if (missing := _unknown_model(state, body)) is not None:
         return missing
-    kwargs = dict(body.get("chat_template_kwargs") or {})
+    kwargs = requests.vllm_template_kwargs(body)
     effort = body.get("reasoning_effort")
-    if effort is not None and "enable_thinking" not in kwargs:  # vLLM sets enable_thinking only (Kimi ignores it)
-        kwargs["enable_thinking"] = effort != "none"
     try:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("messages must be a non-empty list")
-        prompt = state.render(messages, kwargs, bool(body.get("add_generation_prompt", True)))
+        prompt = state.render(requests.chat_messages(body), kwargs, bool(body.get("add_generation_prompt", True)))
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
@@ -372,23 +359,12 @@ def _chat_events(
     return events
 
 
-def _completion_prompt(state: SimState, prompt: Any) -> list[int]:
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return list(state.tokenizer.tok.encode(prompt, add_special_tokens=True))
-    vocab = state.tokenizer.vocab_size
-    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and 0 <= i < vocab for i in prompt):
-        return prompt
-    raise ValueError(f"prompt must be a string or one non-empty list of token ids in [0, {vocab})")
-
-
 async def _completions(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     if (missing := _unknown_model(state, body)) is not None:
         return missing
     try:
-        prompt = _completion_prompt(state, body.get("prompt"))
+        prompt = requests.completion_prompt(state.tokenizer, body.get("prompt"))
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")

@@ -1,0 +1,120 @@
+"""What one doctor check sees and writes: the server, its endpoint pair, the settings, and the verdicts.
+
+Its own module so the checks (doctor_checks.py) and the command that runs them (doctor.py) both import
+it and neither imports the other's internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.analysis import analyze
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+from tokview.servers.capture import chat_capture, raw_capture
+from tokview.servers.errors import CaptureFailed
+from tokview.servers.http import ServerClient
+from tokview.servers.info import ServerInfo
+from tokview.servers.registry import ServerChoice, choose
+from tokview.servers.request import CaptureRequest, resolve_settings
+from tokview.servers.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
+STATUSES = ("ok", "fail", "warn", "skip")
+
+
+@dataclass
+class DoctorCheck:
+    status: str
+    """ok | fail | warn | skip"""
+    title: str
+    detail: str
+    recommendation: str = ""
+
+    @property
+    def ok(self) -> bool | None:
+        return {"ok": True, "fail": False}.get(self.status)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "status": self.status,
+            "title": self.title,
+            "detail": self.detail,
+            "recommendation": self.recommendation,
+        }
+
+
+@dataclass
+class DoctorContext:
+    """The running doctor, as a check sees it: ask the server (`raw`, `chat`), judge (`analysis`), say (`add`).
+
+    `choice` is the endpoint pair of the server's kind (None when the probe could not tell SGLang from vLLM).
+    """
+
+    client: ServerClient
+    policy: RetryPolicy
+    info: ServerInfo
+    profile: ModelProfile
+    tokenizer: TokenizerAdapter | None
+    thinking: bool
+    checks: list[DoctorCheck] = field(default_factory=list)
+    settings: dict[str, Any] = field(init=False)
+    request: CaptureRequest = field(init=False)
+    choice: ServerChoice | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.settings = resolve_settings(
+            {"temperature": 0.0, "max_new_tokens": 256, "thinking": self.thinking, "seed": 0}, self.profile
+        )
+        self.request = CaptureRequest(messages=QUESTION, mode="dual")
+        try:
+            self.choice = choose("auto", self.info)
+        except CaptureFailed:
+            self.choice = None
+
+    def add(self, status: str, title: str, detail: str, recommendation: str = "") -> None:
+        scrub = self.client.secrets.scrub  # details quote server answers, which may echo a key
+        self.checks.append(DoctorCheck(status, title, scrub(detail), scrub(recommendation)))
+
+    async def attempt(self, fn: Any) -> tuple[Any, str | None]:
+        """(result, None) or (None, why): a failed request is evidence for a check, never the doctor's end."""
+        if self.choice is None:
+            return None, "the server kind is unknown"
+        try:
+            return await self.policy.run(fn), None
+        except CaptureFailed as exc:
+            return None, exc.reason
+
+    async def raw(self, skip_special_tokens: bool = False) -> Capture:
+        assert self.choice is not None
+        cap = await raw_capture(
+            self.client,
+            self.info,
+            self.choice,
+            self.request,
+            self.settings,
+            self.tokenizer,
+            skip_special_tokens=skip_special_tokens,
+        )
+        cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.choice.name, "mode": "raw"}
+        return cap
+
+    async def chat(self) -> tuple[Capture, list[int] | None]:
+        assert self.choice is not None
+        got = await chat_capture(self.client, self.info, self.choice, self.request, self.settings, require_ids=False)
+        got.capture.messages = QUESTION
+        got.capture.settings = {**self.settings, "backend": self.choice.name, "mode": "chat"}
+        return got.capture, got.returned_ids
+
+    def analysis(self, cap: Capture) -> dict[str, str]:
+        return {f.code: f.detail for f in analyze(cap, self.profile, self.tokenizer).findings}
+
+    def name(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return str(token_id)
+        return f"{token_id} {self.tokenizer.piece_text(token_id)}"

@@ -1,0 +1,71 @@
+"""The checks every answer goes through before a field of it is trusted, whatever the endpoint.
+
+A field with a shape no server sends (ids that are not integers, a text that is not a string, a
+finish reason that is a number) is a malformed answer: `Retryable`, retried like garbage, never a
+TypeError deep in the analysis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokview.core import logprobs as lp
+from tokview.servers.errors import Retryable
+from tokview.servers.request import normalize_finish
+
+
+def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
+    return value
+
+
+def optional_ids_of(value: Any, where: str, what: str) -> list[int] | None:
+    return None if value is None else ids_of(value, where, what)
+
+
+def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
+    """`value` as a dict (None → {}); anything else is a malformed answer, retried like garbage."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Retryable(f"malformed response from {where}: {what} is not an object ({type(value).__name__})")
+    return value
+
+
+def text_of(value: Any, where: str, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise Retryable(f"malformed response from {where}: {what} is not a string ({type(value).__name__})")
+    return value
+
+
+def finish_of(value: Any, where: str) -> tuple[str | None, int | str | None]:
+    """normalize_finish, refusing shapes no server sends (a number, a list)."""
+    if value is not None and not isinstance(value, (str, dict)):
+        raise Retryable(f"malformed response from {where}: finish_reason is a {type(value).__name__}")
+    return normalize_finish(value)
+
+
+def logprob_fields(found: lp.TokenLogprobs | None) -> dict[str, Any]:
+    """Capture fields for the sampled logprobs and top-K alternatives (all None when none came back)."""
+    if found is None:
+        return {"output_logprobs": None, "output_top_ids": None, "output_top_logprobs": None}
+    return {
+        "output_logprobs": found.logprobs,
+        "output_top_ids": found.top_ids,
+        "output_top_logprobs": found.top_logprobs,
+    }
+
+
+def first_choice(answer: Any) -> dict[str, Any]:
+    """`answer["choices"][0]` when the answer has that shape, else {} (a probe never trusts garbage)."""
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return {}
+
+
+def int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return value
+    return None

@@ -1,0 +1,97 @@
+"""The request bodies the simulator takes, read and validated in one place for both server surfaces.
+
+SGLang `/generate` (`input_ids` or `text`, one or a batch), the chat bodies of both servers (messages,
+`max_tokens`, `reasoning_effort`), vLLM completions (a token-id or text prompt) and `/tokenize`. Each
+reader raises ValueError with the words the real server would use; the handler turns it into that
+server's 400 answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokview.core.tokenizer import TokenizerAdapter
+
+
+def positive_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def valid_ids(tokenizer: TokenizerAdapter, ids: Any) -> list[int]:
+    """`ids` when it is a non-empty list of ids of this vocabulary."""
+    vocab = tokenizer.vocab_size
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
+        raise ValueError(f"input_ids must be a non-empty list of token ids in [0, {vocab})")
+    return ids
+
+
+def generate_prompts(tokenizer: TokenizerAdapter, body: dict[str, Any]) -> tuple[list[list[int]], bool]:
+    """SGLang /generate: (the prompts' ids, whether the body was a batch)."""
+    if body.get("input_ids") is not None and body.get("text") is not None:
+        raise ValueError("Either text or input_ids should be provided, not both")
+    ids = body.get("input_ids")
+    if ids is not None:
+        if isinstance(ids, list) and ids and isinstance(ids[0], list):
+            return [valid_ids(tokenizer, p) for p in ids], True
+        return [valid_ids(tokenizer, ids)], False
+    text = body.get("text")
+    if isinstance(text, str):
+        return [tokenizer.encode(text)], False
+    if isinstance(text, list) and text and all(isinstance(t, str) for t in text):
+        return [tokenizer.encode(t) for t in text], True
+    raise ValueError("Either text or input_ids should be provided")
+
+
+def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    return messages
+
+
+def chat_max_tokens(body: dict[str, Any], default: int | None = None) -> int | None:
+    """`max_completion_tokens`, else `max_tokens`, else the endpoint's default."""
+    return positive_int(body.get("max_completion_tokens", body.get("max_tokens", default)), "max_tokens")
+
+
+def sglang_template_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's normalize_reasoning_inputs: `reasoning_effort` sets both thinking toggles unless given."""
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        kwargs.setdefault("thinking", effort != "none")
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return kwargs
+
+
+def vllm_template_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """vLLM sets `enable_thinking` only from `reasoning_effort` (Kimi's template ignores it)."""
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    effort = body.get("reasoning_effort")
+    if effort is not None and "enable_thinking" not in kwargs:
+        kwargs["enable_thinking"] = effort != "none"
+    return kwargs
+
+
+def completion_prompt(tokenizer: TokenizerAdapter, prompt: Any) -> list[int]:
+    """vLLM completions: a text or one token-id prompt (a one-element list of either is unwrapped)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return tokenizer.encode_prompt(prompt)
+    vocab = tokenizer.vocab_size
+    if isinstance(prompt, list) and prompt and all(isinstance(i, int) and 0 <= i < vocab for i in prompt):
+        return prompt
+    raise ValueError(f"prompt must be a string or one non-empty list of token ids in [0, {vocab})")
+
+
+def tokenize_text(tokenizer: TokenizerAdapter, body: dict[str, Any]) -> list[int]:
+    """`/tokenize` with a text `prompt` (both servers): the tokenizer's added ids unless told not to."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise ValueError("give prompt (a string) or messages")
+    return tokenizer.encode_prompt(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
