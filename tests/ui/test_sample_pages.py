@@ -106,5 +106,8 @@ def test_page_requests_one_reader_newest_wishes_no_page_twice():
     assert requests.want(1, [3], fetch_a) is False  # 3 is still landing (not `done`): not read twice
     requests.done((1, 3))
     assert requests.want(1, [3], fetch_a) is True
-    requests.stopped()  # a reader that failed leaves nothing behind
-    assert requests.want(2, [0], fetch_b) is True
+    assert requests.take() == (1, 3, fetch_a)
+    requests.stopped(1)  # the reader failed on generation 1: leaves nothing behind, and
+    assert requests.want(1, [3], fetch_a) is False  # does not start again on every frame for it
+    assert requests.take() is None
+    assert requests.want(2, [0], fetch_b) is True  # a reset (ctrl+r, a new filter) reads again

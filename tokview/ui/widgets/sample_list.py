@@ -69,11 +69,14 @@ class PageRequests:
         self._fetch: Fetch | None = None
         self._reading: set[tuple[int, int]] = set()
         self._idle = True
+        self._failed: int | None = None
+        """A generation whose read failed: not read again until the list is reset (ctrl+r, a new filter)."""
 
     def want(self, generation: int, pages: Sequence[int], fetch: Fetch | None = None) -> bool:
         """The pages to read now, most wanted first, with `fetch` (UI thread); True when a reader must start."""
         with self._lock:
-            self._wanted = [(generation, p) for p in pages if (generation, p) not in self._reading]
+            failed = generation == self._failed  # every frame would fail again, and say so again
+            self._wanted = [] if failed else [(generation, p) for p in pages if (generation, p) not in self._reading]
             self._fetch = fetch
             start = bool(self._wanted) and fetch is not None and self._idle
             if start:
@@ -95,10 +98,11 @@ class PageRequests:
         with self._lock:
             self._reading.discard(item)
 
-    def stopped(self) -> None:
-        """The reader ended on an error: the next frame may start another."""
+    def stopped(self, generation: int) -> None:
+        """The reader ended on an error reading for `generation`: the next generation may start another."""
         with self._lock:
             self._reading.clear()
+            self._failed = generation
             self._idle = True
 
 
@@ -241,13 +245,14 @@ class SampleList(ScrollView, can_focus=True):
 
         Touches no widget: it takes the wishes (with the fetch function the screen built) from
         `requests`, and every page goes back to the UI thread as a message."""
+        generation = -1
         try:
             while (wish := requests.take()) is not None:
                 generation, page, fetch = wish
                 rows = list(fetch(page * PAGE, PAGE))
                 self.post_message(self.PageLoaded(generation, page, rows))  # `done` when it lands
         except BaseException:
-            requests.stopped()  # the error goes on to the worker's handler; the next frame may read again
+            requests.stopped(generation)  # the error goes on to the worker's handler; a reset reads again
             raise
 
     def on_sample_list_page_loaded(self, event: PageLoaded) -> None:
