@@ -14,7 +14,7 @@ from plain_tokenizer import ENDOFTEXT, IM_END, build_plain_tokenizer_dir
 
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
-from tokview.core.findings import DEFAULT_SEVERITY, FINDING_CODES
+from tokview.core.findings import FINDING_CODES, default_severity
 from tokview.core.profiles import (
     BUILTIN_PROFILES,
     ProfileError,
@@ -240,7 +240,7 @@ def test_positive(fam, code):
     analysis = analyze(CASES[code][0](fam), fam.profile, fam.tok)
     hits = [f for f in analysis.findings if f.code == code]
     assert hits, f"{code} not found; got {analysis.codes}"
-    assert hits[0].severity == DEFAULT_SEVERITY[code]
+    assert hits[0].severity == default_severity(code)
 
 
 @pytest.mark.parametrize("code", sorted(CASES))

@@ -31,6 +31,54 @@ def test_segments_partition_the_ids(prompt, output, profile):
     assert all(s.kind in seg.SEGMENT_KINDS for s in segments)
 
 
+def _kinds_id_by_id(prompt, output, profile):
+    """The rule stated one id at a time: the reference `token_kinds` must agree with."""
+    kinds = [seg.PROMPT] * len(prompt)
+    prefill = seg.prefilled_opener_position(prompt, profile)
+    if prefill is not None:
+        kinds[prefill] = seg.PREFILLED_OPENER
+    in_reasoning = prefill is not None
+    for i, tid in enumerate(output):
+        if tid == profile.think_open_id:
+            kinds.append(seg.OPENER)
+            in_reasoning = True
+        elif tid == profile.think_close_id:
+            kinds.append(seg.CLOSER)
+            in_reasoning = False
+        elif i == len(output) - 1 and tid in profile.stop_ids:
+            kinds.append(seg.STOP)
+        else:
+            kinds.append(seg.REASONING if in_reasoning else seg.ANSWER)
+    return kinds
+
+
+def _runs_id_by_id(kinds, n_prompt):
+    runs, start = [], 0
+    for pos in range(1, len(kinds) + 1):
+        if pos == len(kinds) or kinds[pos] != kinds[start] or pos == n_prompt:
+            runs.append((kinds[start], start, pos))
+            start = pos
+    return runs
+
+
+TIED = KIMI.with_overrides(think_close_id=KIMI.think_open_id)  # one id as both delimiters: the opener wins
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    prompt=ids_strategy,
+    output=ids_strategy,
+    profile=st.sampled_from([*BUILTIN_PROFILES.values(), TIED]),
+    as_tuple=st.booleans(),
+)
+def test_kinds_and_runs_found_in_bulk_match_the_id_by_id_rule(prompt, output, profile, as_tuple):
+    expected = _kinds_id_by_id(prompt, output, profile)
+    kinds = seg.token_kinds(prompt, tuple(output) if as_tuple else output, profile)
+    assert kinds == expected
+    runs = [(s.kind, s.start, s.end) for s in seg.segments_from_kinds(tuple(kinds), len(prompt))]
+    assert runs == _runs_id_by_id(expected, len(prompt))
+
+
 @settings(max_examples=300, deadline=None)
 @given(prompt=ids_strategy, output=ids_strategy)
 def test_loss_mask_matches_input(prompt, output):

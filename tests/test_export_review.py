@@ -191,12 +191,15 @@ def test_texts_come_from_the_ids_not_the_servers_split():
 
 
 def test_text_exports_never_run_the_full_analysis_per_row(store, tmp_path, monkeypatch):
-    import tokview.core.analysis as analysis_module
+    import dataclasses
 
-    def no_analysis(*args, **kwargs):
-        raise AssertionError("analyze() ran during an export")
+    from tokview.core.findings import RULES
 
-    monkeypatch.setattr(analysis_module, "Context", no_analysis)
+    def no_analysis(ctx):
+        raise AssertionError("a finding check ran during an export")
+
+    for code, declared in list(RULES.items()):
+        monkeypatch.setitem(RULES, code, dataclasses.replace(declared, check=no_analysis))
     for fmt in ("specforge", "sharegpt"):  # kimi-inline is refused on the Kimi-layout template
         result = export(store, fmt, tmp_path / f"{fmt}.jsonl", select="all", tokenizer=kimi(), profile=profile())
         assert result.exported == 2

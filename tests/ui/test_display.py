@@ -190,12 +190,3 @@ def test_dual_capture_whose_paths_agree_keeps_the_statuses_on_the_served_pane(to
     served = d.served_seq(capture, analysis, tokenizer)
     assert served.status[served.n_prompt :] == list(analysis.alignment.statuses)
     assert d.kept_seq(capture, analysis, tokenizer).classes == d.kept_seq(_dual(None), analysis, tokenizer).classes
-
-
-def test_every_finding_code_has_a_one_line_explanation():
-    from tokview.core.findings import FINDING_CODES
-    from tokview.ui.finding_help import why
-
-    missing = [code for code in FINDING_CODES if not why(code)]
-    assert missing == []
-    assert all("\n" not in why(code) for code in FINDING_CODES)

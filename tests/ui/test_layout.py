@@ -105,18 +105,18 @@ async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
     from textual.widgets import Select
     from textual.widgets._select import SelectOverlay
 
-    from tokview.core.findings import DEFAULT_SEVERITY
+    from tokview.core.findings import FINDING_CODES
 
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         select = app.screen.query_one("#code", Select)
-        select.set_options([(c, c) for c in DEFAULT_SEVERITY])
+        select.set_options([(c, c) for c in FINDING_CODES])
         select.focus()
         await pilot.press("enter")
         await pilot.pause()
         overlay = select.query_one(SelectOverlay)
-        longest = max(len(c) for c in DEFAULT_SEVERITY)
+        longest = max(len(c) for c in FINDING_CODES)
         assert overlay.scrollable_content_region.width >= longest
         assert overlay.region.right <= 80
 

@@ -23,7 +23,7 @@ from tokview.batch.config import BatchProgress
 from tokview.batch.inputs import InputError
 from tokview.batch.tasks import run_workers
 from tokview.core import logprobs as lp
-from tokview.core.findings import CHECKS, Context
+from tokview.core.findings import off_policy_finding
 from tokview.core.record import Capture
 from tokview.store import Store
 from tokview.store.records import scrub, scrub_text
@@ -122,19 +122,6 @@ def already_scored(stored: Any, model: str | None, top_k: int) -> bool:
         return False
     score = json.loads(stored)
     return score.get("model") == model and int(score.get("top_k") or 0) >= top_k
-
-
-def off_policy_finding(capture: Capture) -> Any:
-    """The registered `off_policy` check, run on the scored capture (the same rule `analyze` applies)."""
-    ctx = Context(
-        capture=capture,
-        profile=None,
-        tokenizer=None,
-        kinds=[],
-        alignment=None,  # type: ignore[arg-type]
-        aligned_kinds=None,
-    )
-    return CHECKS["off_policy"](ctx)
 
 
 async def run_score(

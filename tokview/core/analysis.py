@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align
-from tokview.core.findings import ERROR, Context, Finding, run_checks
+from tokview.core.finding_context import Context, OutputPieces
+from tokview.core.findings import ERROR, Finding, run_checks
 from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
 
@@ -38,23 +39,22 @@ class Analysis:
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
 
-    @property
-    def supervised_tokens(self) -> int:
-        return sum(self.loss_mask)
 
+def align_text_fields(
+    capture: Capture, tokenizer: TokenizerAdapter, pieces: OutputPieces | None = None
+) -> Alignment | None:
+    """Align the returned text fields to the ids they came from (None when no text came back).
 
-def align_text_fields(capture: Capture, tokenizer: TokenizerAdapter) -> Alignment | None:
-    """Align the returned text fields to the ids they came from (None when no text came back)."""
+    `pieces`: those of `capture.aligned_output_ids`, when the caller has them already."""
     if not capture.has_text_fields:
         return None
-    ids = capture.aligned_output_ids
     if capture.reasoning is not None or capture.content is not None:
         texts = [capture.reasoning, capture.content]
     else:
         texts = [capture.text]
-    pieces = [tokenizer.piece_bytes(t) for t in ids]
-    special = [tokenizer.is_special(t) for t in ids]
-    return align(pieces, texts, special)
+    if pieces is None:
+        pieces = OutputPieces.of(capture.aligned_output_ids, tokenizer)
+    return align(pieces.piece_bytes, texts, pieces.special)
 
 
 def analyze(
@@ -68,24 +68,32 @@ def analyze(
     A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
     """
     profile = with_tokenizer_stops(profile, tokenizer)
-    kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, profile)
-    alignment = align_text_fields(capture, tokenizer) if tokenizer is not None else None
-    aligned_kinds = kinds
-    if capture.paths_diverge:
-        aligned_kinds = seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile)
+    n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
+    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile))
+    segments = tuple(seg.segments_from_kinds(kinds, n_prompt))
+    # One pass over the output's pieces serves the alignment and the checks that read bytes.
+    pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
+    alignment = None
+    if tokenizer is not None:
+        alignment = align_text_fields(capture, tokenizer, None if diverge else pieces)
+    aligned_kinds, aligned_segments = kinds, None
+    if diverge:
+        aligned_kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile))
+        aligned_segments = seg.segments_from_kinds(aligned_kinds, n_prompt)
     ctx = Context(
         capture=capture,
         profile=profile,
         tokenizer=tokenizer,
-        kinds=kinds,
+        segments=segments,
         alignment=alignment,
-        aligned_kinds=aligned_kinds,
+        aligned_segments=aligned_segments,
+        output_pieces=pieces,
     )
     return Analysis(
-        segments=tuple(seg.segments_from_kinds(kinds, len(capture.prompt_ids))),
-        kinds=tuple(kinds),
+        segments=segments,
+        kinds=kinds,
         loss_mask=tuple(seg.loss_mask(capture.prompt_ids, capture.output_ids)),
         alignment=alignment,
-        aligned_kinds=tuple(aligned_kinds),
+        aligned_kinds=aligned_kinds,
         findings=tuple(run_checks(ctx, severities)),
     )

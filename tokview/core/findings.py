@@ -1,7 +1,12 @@
 """Findings: what is wrong (or worth knowing) about one capture, with stable codes.
 
-Each check reads the ids first and the text fields second, and explains itself with the ids and
-positions it names, so a person can jump straight to them. Positions are absolute indices into
+Every code is declared once, here, by the `@rule` on its check: the code, its default severity,
+why it matters (the help the UI shows) and the check itself. The UI's help and badges, the
+exports' invalid-reason counts and the severity overrides all read `RULES`, so adding a finding is
+one decorated function (plus its tests).
+
+Each check reads the ids first and the text fields second, and returns a `Hit` that names the id
+positions it is about, so a person can jump straight to them. Positions are absolute indices into
 prompt_ids + output_ids. A sample is valid when it has no error finding.
 """
 
@@ -9,163 +14,162 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from tokview.core import segments as seg
-from tokview.core.alignment import HIDDEN, Alignment
-from tokview.core.profiles import ModelProfile
+from tokview.core.alignment import HIDDEN
+from tokview.core.finding_context import Context, first_difference
 from tokview.core.record import Capture
 
-if TYPE_CHECKING:
-    from tokview.core.tokenizer import TokenizerAdapter
-
 INFO, WARN, ERROR = "info", "warn", "error"
-SEVERITIES = (INFO, WARN, ERROR)
-
-DEFAULT_SEVERITY: dict[str, str] = {
-    "empty_output": ERROR,
-    "dual_divergence": ERROR,
-    "think_open_in_prompt": INFO,
-    "think_open_missing": ERROR,
-    "think_close_missing": ERROR,
-    "think_close_repeated": ERROR,
-    "think_open_in_output_after_prefill": WARN,
-    "reasoning_with_thinking_off": ERROR,
-    "empty_reasoning": WARN,
-    "empty_answer": ERROR,
-    "truncated": ERROR,
-    "no_stop_token": WARN,
-    "output_prefix_overlap": ERROR,
-    "completion_count_mismatch": ERROR,
-    "parser_hidden_ids": INFO,
-    "parser_split_mismatch": WARN,
-    "reasoning_field_missing": ERROR,
-    "literal_think_text": ERROR,
-    "retokenize_drift": WARN,
-    "prompt_render_mismatch": WARN,
-    "over_max_length": WARN,
-    "off_policy": WARN,
-}
-FINDING_CODES = tuple(DEFAULT_SEVERITY)
 CHAT_ENDPOINTS = {"sglang-chat", "vllm-chat", "dual", "imported"}
 
 
 @dataclass(frozen=True)
 class Finding:
+    """One finding of one sample, as stored (the `findings` table) and shown."""
+
     code: str
     severity: str
     detail: str
     positions: tuple[int, ...] = ()
 
 
-@dataclass
-class Context:
-    """Everything the checks share, computed once per capture."""
+@dataclass(frozen=True)
+class Hit:
+    """What a check saw in one capture: the sentence that explains it and the positions it names."""
 
-    capture: Capture
-    profile: ModelProfile
-    tokenizer: TokenizerAdapter | None
-    kinds: list[str]
-    alignment: Alignment | None
-    aligned_kinds: list[str] | None
-    n_prompt: int = field(init=False)
-    id_split: tuple[str, str] | None = field(default=None, init=False)
+    detail: str
+    positions: tuple[int, ...]
+    absent: bool = False
+    """The finding is about something missing (a delimiter, a text field, ids the usage counted), so it
+    has no id to name: the only case where `positions` may be empty."""
+    severity: str | None = None
+    """This hit's own severity, when it differs from the code's (literal think text only in the prompt)."""
 
     def __post_init__(self) -> None:
-        self.n_prompt = len(self.capture.prompt_ids)
+        if bool(self.positions) == self.absent:
+            raise ValueError(f"a hit names positions unless it is about an absence, never both: {self.detail}")
 
-    @property
-    def output(self) -> list[int]:
-        return self.capture.output_ids
+    @classmethod
+    def at(cls, detail: str, positions: Sequence[int], severity: str | None = None) -> Hit:
+        return cls(detail, tuple(positions), severity=severity)
 
-    def out_kind(self, kind: str) -> list[int]:
-        """Output-relative positions of one segment kind."""
-        return [i - self.n_prompt for i, k in enumerate(self.kinds) if k == kind and i >= self.n_prompt]
-
-    def name(self, token_id: int) -> str:
-        if self.tokenizer is None:
-            return str(token_id)
-        return f"{token_id} {self.tokenizer.piece_text(token_id)!r}"
-
-    def where(self, out_pos: int) -> str:
-        return f"output[{out_pos}] (position {self.n_prompt + out_pos})"
-
-    def text_of(self, ids: Sequence[int]) -> str | None:
-        if self.tokenizer is None:
-            return None
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    @classmethod
+    def missing(cls, detail: str) -> Hit:
+        """A hit about an absence: it names no position."""
+        return cls(detail, (), absent=True)
 
 
-Check = Callable[[Context], "Finding | None"]
-CHECKS: dict[str, Check] = {}
+Check = Callable[[Context], Hit | None]
 
 
-def check(code: str) -> Callable[[Callable[[Context], tuple[str, Sequence[int]] | None]], Check]:
-    """Register a check that returns (detail, positions[, severity]) or None."""
+@dataclass(frozen=True)
+class Rule:
+    """One finding code, declared once: its default severity, why it matters, and its check."""
 
-    def wrap(fn: Callable[[Context], tuple | None]) -> Check:
-        def run(ctx: Context) -> Finding | None:
-            hit = fn(ctx)
-            if hit is None:
-                return None
-            detail, positions, *severity = hit
-            return Finding(code, severity[0] if severity else DEFAULT_SEVERITY[code], detail, tuple(positions))
+    code: str
+    severity: str
+    why: str
+    """One line, in general terms; the finding's own detail says what this sample shows."""
+    check: Check
 
-        CHECKS[code] = run
-        return run
-
-    return wrap
+    def finding(self, hit: Hit, severity: str | None = None) -> Finding:
+        """The stored finding for a hit; `severity` (an override) beats the hit's own and the default."""
+        return Finding(self.code, severity or hit.severity or self.severity, hit.detail, hit.positions)
 
 
-def _positions_of(ids: Sequence[int], token_id: int | None) -> list[int]:
-    return [i for i, t in enumerate(ids) if t == token_id] if token_id is not None else []
+RULES: dict[str, Rule] = {}
+"""Every finding code, in the order the checks run (and findings are listed and stored)."""
 
 
-def _reasoning_opened(ctx: Context) -> bool:
-    return seg.PREFILLED_OPENER in ctx.kinds or seg.OPENER in ctx.kinds
+def rule(code: str, severity: str, why: str) -> Callable[[Check], Check]:
+    """Declare a finding code with its check; the check function is named after the code."""
+    if severity not in (INFO, WARN, ERROR):
+        raise ValueError(f"finding {code}: unknown severity {severity!r}")
+
+    def register(check: Check) -> Check:
+        if code in RULES:
+            raise ValueError(f"finding {code} is declared twice")
+        if getattr(check, "__name__", code) != code:
+            raise ValueError(f"the check of finding {code} is named {check.__name__}: name it after its code")
+        RULES[code] = Rule(code, severity, why, check)
+        return check
+
+    return register
 
 
-def _open_at_end(ctx: Context) -> bool:
-    """True when the last think delimiter seen (prompt opener or output delimiter) opened reasoning."""
-    for kind in reversed(ctx.kinds):
-        if kind in (seg.OPENER, seg.PREFILLED_OPENER):
-            return True
-        if kind == seg.CLOSER:
-            return False
-    return False
+def default_severity(code: str) -> str:
+    """A code's declared severity; info for a code this version does not know (a store from a newer one)."""
+    declared = RULES.get(code)
+    return declared.severity if declared else INFO
 
 
-@check("empty_output")
-def _empty_output(ctx: Context):
+def why(code: str) -> str:
+    """Why a code matters, in one line ('' for a code this version does not know)."""
+    declared = RULES.get(code)
+    return declared.why if declared else ""
+
+
+def run_checks(ctx: Context, severities: dict[str, str] | None = None) -> list[Finding]:
+    """Run every registered check; `severities` overrides the severity of any registered code."""
+    overrides = severities or {}
+    for code, severity in overrides.items():
+        if code not in RULES or severity not in (INFO, WARN, ERROR):
+            what = f"unknown finding code {code!r}" if code not in RULES else f"unknown severity {severity!r}"
+            raise ValueError(f"severity override: {what} (codes: {', '.join(RULES)}; severities: info, warn, error)")
+    found = []
+    for code, declared in RULES.items():
+        hit = declared.check(ctx)
+        if hit is not None:
+            found.append(declared.finding(hit, overrides.get(code)))
+    return found
+
+
+# -- the checks, in the order they run -------------------------------------------------------------
+
+
+@rule("empty_output", ERROR, "The server returned no output ids: nothing to train on, and usually a failed request.")
+def empty_output(ctx: Context) -> Hit | None:
     if ctx.output:
         return None
-    return (f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on.", [])
+    return Hit.missing(
+        f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on."
+    )
 
 
-@check("dual_divergence")
-def _dual_divergence(ctx: Context):
+@rule(
+    "dual_divergence",
+    ERROR,
+    "The raw and parsed requests generated different ids: the text fields do not describe the training ids.",
+)
+def dual_divergence(ctx: Context) -> Hit | None:
     c = ctx.capture
-    if not c.paths_diverge:
+    if not ctx.paths_diverge:
         return None
     parsed = c.parsed_output_ids or []
-    first = next(
-        (i for i, (a, b) in enumerate(zip(parsed, c.output_ids)) if a != b), min(len(parsed), len(c.output_ids))
-    )
-    return (
+    first = first_difference(parsed, c.output_ids)
+    assert first is not None  # the paths diverge
+    detail = (
         f"The parsed chat path generated other ids than the raw path ({len(parsed)} vs {len(c.output_ids)} ids, "
         f"first difference at output[{first}]): its text fields describe another generation, so the "
-        f"reasoning/content comparisons use the parsed path's own ids. Use temperature 0 or a seed.",
-        [ctx.n_prompt + first] if first < len(c.output_ids) else [],
+        f"reasoning/content comparisons use the parsed path's own ids. Use temperature 0 or a seed."
     )
+    if first < len(c.output_ids):
+        return Hit.at(detail, [ctx.n_prompt + first])
+    return Hit.missing(detail)  # the raw path stopped where the parsed one goes on: its ids are missing
 
 
-@check("think_open_in_prompt")
-def _think_open_in_prompt(ctx: Context):
-    pos = seg.prefilled_opener_position(ctx.capture.prompt_ids, ctx.profile)
+@rule(
+    "think_open_in_prompt",
+    INFO,
+    "The template pre-filled the opener; the output starts inside reasoning. Expected for Kimi-K2.5.",
+)
+def think_open_in_prompt(ctx: Context) -> Hit | None:
+    pos = ctx.prefilled_opener
     if pos is None:
         return None
-    return (
+    return Hit.at(
         f"The chat template pre-filled {ctx.profile.think_open} (id {ctx.profile.think_open_id}) at prompt "
         f"position {pos}: the output starts inside reasoning, and the model never generates this id. "
         f"Its absence from output_ids is expected, not a server bug.",
@@ -173,164 +177,177 @@ def _think_open_in_prompt(ctx: Context):
     )
 
 
-@check("think_open_missing")
-def _think_open_missing(ctx: Context):
+@rule(
+    "think_open_missing",
+    ERROR,
+    "Reasoning was asked for but no opener exists in prompt or output: segments cannot be told apart.",
+)
+def think_open_missing(ctx: Context) -> Hit | None:
     p = ctx.profile
-    closers = _positions_of(ctx.output, p.think_close_id)
-    prompt_opened = seg.PREFILLED_OPENER in ctx.kinds
+    closers = ctx.out_closers
     if closers:
-        opened = prompt_opened or p.think_open_id in ctx.output[: closers[0]]
-        if opened:
+        if ctx.prefilled_opener is not None or (ctx.out_openers and ctx.out_openers[0] < closers[0]):
             return None
-        return (
+        return Hit.at(
             f"{p.think_close} (id {p.think_close_id}) at {ctx.where(closers[0])} closes reasoning that was never "
             f"opened: the prompt does not end with {p.think_open} (id {p.think_open_id}) and the output does not "
             f"emit it. The prompt was likely rendered without the thinking template.",
             [ctx.n_prompt + closers[0]],
         )
-    if ctx.capture.thinking is True and p.prefills_opener and ctx.output and not _reasoning_opened(ctx):
-        return (
+    if ctx.capture.thinking is True and p.prefills_opener and ctx.output and not ctx.reasoning_opened:
+        return Hit.missing(
             f"Thinking was on, but the prompt does not end with {p.think_open} (id {p.think_open_id}) and the "
-            f"output never opens reasoning: the template kwargs ({p.thinking_kwarg}) did not reach the template.",
-            [],
+            f"output never opens reasoning: the template kwargs ({p.thinking_kwarg}) did not reach the template."
         )
     return None
 
 
-@check("think_close_missing")
-def _think_close_missing(ctx: Context):
-    if not ctx.output or not _open_at_end(ctx):
+@rule("think_close_missing", ERROR, "Reasoning never closed: the answer is missing or glued into the reasoning.")
+def think_close_missing(ctx: Context) -> Hit | None:
+    if not ctx.output or not ctx.open_at_end:
         return None
-    why = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
-    if seg.CLOSER in ctx.kinds[ctx.n_prompt :]:
-        reopened = max(i for i, k in enumerate(ctx.kinds) if k == seg.OPENER)
-        return (
-            f"Reasoning was reopened with {ctx.profile.think_open} at {ctx.where(reopened - ctx.n_prompt)} after "
-            f"it had closed, and never closed again{why}.",
-            [reopened],
+    cause = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
+    if ctx.out_closers:
+        reopened = ctx.out_openers[-1]  # open at the end after a closer: an output opener came last
+        return Hit.at(
+            f"Reasoning was reopened with {ctx.profile.think_open} at {ctx.where(reopened)} after "
+            f"it had closed, and never closed again{cause}.",
+            [ctx.n_prompt + reopened],
         )
-    return (
+    return Hit.missing(
         f"Reasoning was opened but {ctx.profile.think_close} (id {ctx.profile.think_close_id}) never appears in "
-        f"{len(ctx.output)} output ids{why}: the whole output is reasoning, and parsers will mislabel it.",
-        [],
+        f"{len(ctx.output)} output ids{cause}: the whole output is reasoning, and parsers will mislabel it."
     )
 
 
-@check("think_close_repeated")
-def _think_close_repeated(ctx: Context):
-    closers = _positions_of(ctx.output, ctx.profile.think_close_id)
+@rule("think_close_repeated", ERROR, "More than one closer: the model looped or the ids were concatenated wrongly.")
+def think_close_repeated(ctx: Context) -> Hit | None:
+    closers = ctx.out_closers
     if len(closers) < 2:
         return None
     where = ", ".join(f"output[{i}]" for i in closers)
-    return (
+    return Hit.at(
         f"{ctx.profile.think_close} (id {ctx.profile.think_close_id}) appears {len(closers)} times, at {where}; "
         f"a sample has exactly one.",
         [ctx.n_prompt + i for i in closers],
     )
 
 
-@check("think_open_in_output_after_prefill")
-def _open_after_prefill(ctx: Context):
-    if seg.PREFILLED_OPENER not in ctx.kinds:
+@rule(
+    "think_open_in_output_after_prefill",
+    WARN,
+    "The model emitted an opener although the template had already opened reasoning.",
+)
+def think_open_in_output_after_prefill(ctx: Context) -> Hit | None:
+    opens = ctx.out_openers
+    if ctx.prefilled_opener is None or not opens:
         return None
-    opens = _positions_of(ctx.output, ctx.profile.think_open_id)
-    if not opens:
-        return None
-    return (
+    return Hit.at(
         f"The template already pre-filled {ctx.profile.think_open}, yet the output emits it again (id "
         f"{ctx.profile.think_open_id}) at {ctx.where(opens[0])}: the reasoning is opened twice.",
         [ctx.n_prompt + i for i in opens],
     )
 
 
-@check("reasoning_with_thinking_off")
-def _reasoning_with_thinking_off(ctx: Context):
+@rule(
+    "reasoning_with_thinking_off",
+    ERROR,
+    "Thinking was off, yet the output reasons: the template kwarg never reached the template.",
+)
+def reasoning_with_thinking_off(ctx: Context) -> Hit | None:
     """A reasoning model run with thinking off is a plain chat model: its output must hold no reasoning."""
     if ctx.capture.thinking is not False or not ctx.profile.has_reasoning:
         return None
-    out = [i for i, k in enumerate(ctx.kinds[ctx.n_prompt :]) if k in (seg.OPENER, seg.REASONING, seg.CLOSER)]
-    if not out:
+    runs = ctx.output_runs(seg.OPENER, seg.REASONING, seg.CLOSER)
+    if not runs:
         return None
-    delims = [i for i in out if ctx.output[i] in ctx.profile.delimiter_ids]
-    what = (
-        f"{ctx.name(ctx.output[delims[0]])} at {ctx.where(delims[0])}"
-        if delims
-        else f"{len(out)} reasoning ids from {ctx.where(out[0])}"
-    )
-    return (
+    delims = [p for s in runs if s.kind != seg.REASONING for p in range(s.start, s.end)]
+    if delims:
+        what = f"{ctx.name(ctx.output[delims[0] - ctx.n_prompt])} at {ctx.where(delims[0] - ctx.n_prompt)}"
+    else:
+        what = f"{sum(len(s) for s in runs)} reasoning ids from {ctx.where(runs[0].start - ctx.n_prompt)}"
+    return Hit.at(
         f"Thinking was off ({ctx.profile.thinking_kwarg or 'no template kwarg'}), yet the output holds "
         f"reasoning: {what}. The template kwarg did not reach the template, or the model ignores it.",
-        [ctx.n_prompt + i for i in (delims or out[:1])],
+        delims or [runs[0].start],
     )
 
 
-@check("empty_reasoning")
-def _empty_reasoning(ctx: Context):
-    closers = _positions_of(ctx.output, ctx.profile.think_close_id)
-    if not _reasoning_opened(ctx) or not closers:
+@rule("empty_reasoning", WARN, "Reasoning was on but the model reasoned for zero tokens.")
+def empty_reasoning(ctx: Context) -> Hit | None:
+    if not ctx.reasoning_opened or not ctx.out_closers:
         return None
-    first = closers[0]
-    ids = [ctx.output[i] for i in ctx.out_kind(seg.REASONING) if i < first]
-    text = ctx.text_of(ids)
-    if ids and (text is None or text.strip()):
+    first = ctx.out_closers[0]
+    ids = ctx.ids_of(ctx.output, ctx.output_runs(seg.REASONING), before=first)
+    if not ctx.blank(ids):
         return None
-    return (
+    return Hit.at(
         f"The reasoning before {ctx.profile.think_close} at {ctx.where(first)} is empty "
         f"({len(ids)} whitespace ids): the model skipped thinking.",
         [ctx.n_prompt + first],
     )
 
 
-@check("empty_answer")
-def _empty_answer(ctx: Context):
-    if not ctx.output or _open_at_end(ctx):
+@rule("empty_answer", ERROR, "No answer after the closer: a drafter would learn to stop right after reasoning.")
+def empty_answer(ctx: Context) -> Hit | None:
+    if not ctx.output or ctx.open_at_end:
         return None  # no answer was due yet: think_close_missing says why
-    ids = [ctx.output[i] for i in ctx.out_kind(seg.ANSWER)]
-    text = ctx.text_of(ids)
-    if ids and (text is None or text.strip()):
+    ids = ctx.ids_of(ctx.output, ctx.output_runs(seg.ANSWER))
+    if not ctx.blank(ids):
         return None
-    after = " after the reasoning" if _reasoning_opened(ctx) else ""
-    return (f"No answer{after} ({len(ids)} answer ids, all blank).", [ctx.n_prompt + i for i in ctx.out_kind(seg.STOP)])
-
-
-@check("truncated")
-def _truncated(ctx: Context):
-    if ctx.capture.finish_reason != "length":
-        return None
-    limit = ctx.capture.settings.get("max_new_tokens")
-    return (
-        f"finish_reason=length after {len(ctx.output)} output ids"
-        + (f" (max_new_tokens={limit})" if limit else "")
-        + ": a cut-off generation must not be trained on.",
-        [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [],
+    after = " after the reasoning" if ctx.reasoning_opened else ""
+    stops = [p for s in ctx.output_runs(seg.STOP) for p in range(s.start, s.end)]
+    # Where the answer should have been: the stop that ended the turn, else the output's last id.
+    return Hit.at(
+        f"No answer{after} ({len(ids)} answer ids, all blank).", stops or [ctx.n_prompt + len(ctx.output) - 1]
     )
 
 
-@check("no_stop_token")
-def _no_stop_token(ctx: Context):
+@rule("truncated", ERROR, "Cut by max tokens (finish_reason length): the sample never ends as a real turn does.")
+def truncated(ctx: Context) -> Hit | None:
+    if ctx.capture.finish_reason != "length":
+        return None
+    limit = ctx.capture.settings.get("max_new_tokens")
+    detail = (
+        f"finish_reason=length after {len(ctx.output)} output ids"
+        + (f" (max_new_tokens={limit})" if limit else "")
+        + ": a cut-off generation must not be trained on."
+    )
+    if not ctx.output:
+        return Hit.missing(detail)  # nothing was generated before the cut
+    return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
+
+
+@rule("no_stop_token", WARN, "The output does not end with the profile's stop id; the trainer sees no end of turn.")
+def no_stop_token(ctx: Context) -> Hit | None:
     if ctx.capture.finish_reason == "length" or not ctx.output or not ctx.profile.stop_ids:
         return None  # no stop was due, nothing was generated, or the profile names no stop ids
     if ctx.output[-1] in ctx.profile.stop_ids:
         return None
-    last = f"ends with {ctx.name(ctx.output[-1])}"
     stops = ", ".join(str(i) for i in ctx.profile.stop_ids)
-    return (
-        f"The output {last}, not a stop id ({stops}): the drafter never learns to end the turn.",
-        [ctx.n_prompt + len(ctx.output) - 1] if ctx.output else [],
+    return Hit.at(
+        f"The output ends with {ctx.name(ctx.output[-1])}, not a stop id ({stops}): the drafter never learns to "
+        f"end the turn.",
+        [ctx.n_prompt + len(ctx.output) - 1],
     )
 
 
-@check("output_prefix_overlap")
-def _output_prefix_overlap(ctx: Context):
+@rule(
+    "output_prefix_overlap",
+    ERROR,
+    "Output ids begin with the prompt's tail (an SGLang bug): training would double them.",
+)
+def output_prefix_overlap(ctx: Context) -> Hit | None:
     prompt, out = ctx.capture.prompt_ids, ctx.output
     if not out or len(prompt) < 3:
         return None
-    for j in range(len(prompt)):
+    earliest = max(0, len(prompt) - len(out))  # a tail longer than the output cannot begin it
+    for j in seg.positions_of(prompt, out[0]):  # longest tail first
         k = len(prompt) - j
-        if k < 3 or k > len(out):
+        if j < earliest or k < 3:
             continue
-        if prompt[j] == out[0] and prompt[j:] == out[:k]:
-            return (
+        if prompt[j:] == out[:k]:
+            return Hit.at(
                 f"output_ids begin with the last {k} prompt ids (prompt[{j}:]): the server echoed the prompt "
                 f"into the output (SGLang #17240/#10896).",
                 [ctx.n_prompt + i for i in range(k)],
@@ -338,8 +355,12 @@ def _output_prefix_overlap(ctx: Context):
     return None
 
 
-@check("completion_count_mismatch")
-def _count_mismatch(ctx: Context):
+@rule(
+    "completion_count_mismatch",
+    ERROR,
+    "The server's completion_tokens does not match the number of output ids.",
+)
+def completion_count_mismatch(ctx: Context) -> Hit | None:
     usage = ctx.capture.usage or {}
     problems = []
     ct, pt = usage.get("completion_tokens"), usage.get("prompt_tokens")
@@ -349,78 +370,67 @@ def _count_mismatch(ctx: Context):
         problems.append(f"usage.prompt_tokens={pt} but prompt_ids has {ctx.n_prompt}")
     if not problems:
         return None
-    return ("; ".join(problems) + ": the ids are not the ones the server counted.", [])
+    # A count disagrees with the ids: the ids the server counted are missing from (or extra to) what came back.
+    return Hit.missing("; ".join(problems) + ": the ids are not the ones the server counted.")
 
 
-@check("parser_hidden_ids")
-def _parser_hidden(ctx: Context):
+@rule(
+    "parser_hidden_ids",
+    INFO,
+    "Ids in the raw output that no text field shows (delimiters, stop): they stay in the training ids.",
+)
+def parser_hidden_ids(ctx: Context) -> Hit | None:
     if ctx.alignment is None:
         return None
     ids = ctx.capture.aligned_output_ids
     hidden = ctx.alignment.positions(HIDDEN)
     if not hidden:
         return None
-    where = "parsed-path output" if ctx.capture.paths_diverge else "output"
+    where = "parsed-path output" if ctx.paths_diverge else "output"
     listed = ", ".join(f"{ctx.name(ids[i])} at {where}[{i}]" for i in hidden[:12])
     more = f" and {len(hidden) - 12} more" if len(hidden) > 12 else ""
-    # Positions name ids of the trained sequence only when the text came from those very ids.
-    positions = [] if ctx.capture.paths_diverge else [ctx.n_prompt + i for i in hidden]
-    return (
+    detail = (
         f"{len(hidden)} id(s) are in the raw ids but in no returned text field: {listed}{more}. "
-        f"They stay in the training ids.",
-        positions,
+        f"They stay in the training ids."
     )
-
-
-def _id_split(ctx: Context) -> tuple[str, str] | None:
-    """(reasoning text, answer text) as the ids split them; computed once per capture."""
-    if ctx.tokenizer is None or ctx.aligned_kinds is None:
-        return None
-    if ctx.id_split is None:
-        ctx.id_split = _decode_split(ctx)
-    return ctx.id_split
-
-
-def _decode_split(ctx: Context) -> tuple[str, str]:
-    ids = ctx.capture.aligned_output_ids
-    kinds = ctx.aligned_kinds[ctx.n_prompt :]
-    reasoning = [t for t, k in zip(ids, kinds) if k == seg.REASONING]
-    answer = [t for t, k in zip(ids, kinds) if k == seg.ANSWER]
-    return (
-        ctx.tokenizer.decode(reasoning, skip_special_tokens=True).strip(),
-        ctx.tokenizer.decode(answer, skip_special_tokens=True).strip(),
-    )
+    if ctx.paths_diverge:
+        # The hidden ids belong to the parsed path's generation: they are absent from the trained sequence.
+        return Hit.missing(detail)
+    return Hit.at(detail, [ctx.n_prompt + i for i in hidden])
 
 
 def _reasoning_unreturned(ctx: Context) -> bool:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or not c.has_text_fields or c.thinking is False or (c.reasoning or "").strip():
         return False  # only a response that returned text fields can have lost its reasoning field
-    split = _id_split(ctx)
+    split = ctx.id_split
     if split is None or not split[0]:
         return False
     carried = (c.content or "") + (c.text or "")
     return split[0] not in carried
 
 
-@check("reasoning_field_missing")
-def _reasoning_field_missing(ctx: Context):
+@rule(
+    "reasoning_field_missing",
+    ERROR,
+    "The server reasoned but returned no reasoning field (e.g. reasoning_content vs reasoning).",
+)
+def reasoning_field_missing(ctx: Context) -> Hit | None:
     if not _reasoning_unreturned(ctx):
         return None
-    return (
+    return Hit.missing(
         "The ids hold reasoning, but no text field carries it (no `reasoning` or `reasoning_content` in the "
         "response): a client reading the wrong field name gets silently empty reasoning (vLLM ≥0.16 says "
-        "`reasoning`, SGLang `reasoning_content`).",
-        [],
+        "`reasoning`, SGLang `reasoning_content`)."
     )
 
 
-@check("parser_split_mismatch")
-def _split_mismatch(ctx: Context):
+@rule("parser_split_mismatch", WARN, "The parser split reasoning/answer elsewhere than the delimiter ids do.")
+def parser_split_mismatch(ctx: Context) -> Hit | None:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or (c.reasoning is None and c.content is None) or _reasoning_unreturned(ctx):
         return None
-    split = _id_split(ctx)
+    split = ctx.id_split
     if split is None:
         return None
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
@@ -431,26 +441,36 @@ def _split_mismatch(ctx: Context):
         f"{len(split[0])}/{len(split[1])}"
     )
     if not ctx.profile.has_reasoning:
-        return (
+        # No delimiter ids: the ids put everything in the answer, so no id marks a split.
+        return Hit.missing(
             head + ": the model has no think delimiters, so a reasoning parser on the server can only guess "
-            "(start it without --reasoning-parser).",
-            [],
+            "(start it without --reasoning-parser)."
         )
-    return (
+    detail = (
         head + f" at {ctx.profile.think_close}: the parser read the text differently from the ids (e.g. a "
-        f"special {ctx.profile.think_close} invisible to a text parser).",
-        [],
+        f"special {ctx.profile.think_close} invisible to a text parser)."
     )
+    closers = [] if ctx.paths_diverge else ctx.out_closers
+    if not closers:
+        return Hit.missing(detail)  # no closer in the trained ids: the split the ids make is at their end
+    return Hit.at(detail, [ctx.n_prompt + i for i in closers])
 
 
-@check("literal_think_text")
-def _literal_think(ctx: Context):
-    if ctx.tokenizer is None:
+@rule(
+    "literal_think_text",
+    ERROR,
+    "'<think>' appears as plain text pieces, not as the special id: the template or parser is wrong.",
+)
+def literal_think_text(ctx: Context) -> Hit | None:
+    tok, out = ctx.tokenizer, ctx.pieces
+    if tok is None or out is None:
         return None
-    ids = ctx.capture.input_ids
-    hidden = ctx.profile.delimiter_ids
-    tok = ctx.tokenizer
-    pieces = [b"\x00" if tid in hidden or tok.is_special(tid) else tok.piece_bytes(tid) for tid in ids]
+    hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
+    pieces = [b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in ctx.capture.prompt_ids]
+    pieces += [
+        b"\x00" if special or t in hidden else piece
+        for t, piece, special in zip(ctx.output, out.piece_bytes, out.special)
+    ]
     buf = b"".join(pieces)
     markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
     if not markers:
@@ -462,8 +482,6 @@ def _literal_think(ctx: Context):
         while (found := buf.find(needle, start)) != -1:
             hits.extend(sorted(set(owner[found : found + len(needle)])))
             start = found + 1
-    if not hits:
-        return None
     where = ", ".join(str(p) for p in hits[:12])
     detail = (
         f"{ctx.profile.think_open}/{ctx.profile.think_close} spelled as ordinary text over several ids at "
@@ -471,27 +489,35 @@ def _literal_think(ctx: Context):
     )
     if all(h < ctx.n_prompt for h in hits):
         # Only in the prompt: the user's own words, or a history re-rendered as text. Worth a look, not fatal.
-        return detail + ": only in the prompt (a user's words, or history rendered as text).", hits, WARN
-    return detail + ": the output was re-tokenized from text or written in by hand.", hits
+        return Hit.at(detail + ": only in the prompt (a user's words, or history rendered as text).", hits, WARN)
+    return Hit.at(detail + ": the output was re-tokenized from text or written in by hand.", hits)
 
 
-@check("retokenize_drift")
-def _retokenize_drift(ctx: Context):
+@rule(
+    "retokenize_drift",
+    WARN,
+    "Re-encoding the decoded text gives other ids: never rebuild training ids from text.",
+)
+def retokenize_drift(ctx: Context) -> Hit | None:
     if ctx.tokenizer is None or not ctx.output:
         return None
     again = ctx.tokenizer.encode(ctx.tokenizer.decode(ctx.output))
-    if again == ctx.output:
+    first = first_difference(again, ctx.output)
+    if first is None:
         return None
-    first = next((i for i, (a, b) in enumerate(zip(again, ctx.output)) if a != b), min(len(again), len(ctx.output)))
-    return (
+    return Hit.at(
         f"encode(decode(output_ids)) differs from output_ids from {ctx.where(first)} ({len(ctx.output)} → "
         f"{len(again)} ids): any pipeline that stores text instead of ids trains on other tokens.",
-        [ctx.n_prompt + first],
+        [ctx.n_prompt + min(first, len(ctx.output) - 1)],
     )
 
 
-@check("prompt_render_mismatch")
-def _render_mismatch(ctx: Context):
+@rule(
+    "prompt_render_mismatch",
+    WARN,
+    "The served prompt ids differ from rendering the messages locally with this tokenizer.",
+)
+def prompt_render_mismatch(ctx: Context) -> Hit | None:
     c, tok = ctx.capture, ctx.tokenizer
     if tok is None or not c.messages or not tok.chat_template:
         return None
@@ -501,37 +527,46 @@ def _render_mismatch(ctx: Context):
     try:
         local = tok.render(c.messages, add_generation_prompt=True, template_kwargs=kwargs)
     except Exception as exc:  # a broken template is itself a mismatch worth showing
-        return (f"The local chat template failed to render this conversation: {exc}", [])
-    if local == list(c.prompt_ids):
+        return Hit.missing(f"The local chat template failed to render this conversation: {exc}")
+    first = first_difference(local, c.prompt_ids)
+    if first is None:
         return None
-    first = next((i for i, (a, b) in enumerate(zip(local, c.prompt_ids)) if a != b), min(len(local), ctx.n_prompt))
-    return (
+    detail = (
         f"The local tokenizer renders {len(local)} prompt ids, the server used {ctx.n_prompt}; they differ from "
-        f"position {first}: the local template or tokenizer is not the server's.",
-        [min(first, ctx.n_prompt - 1)] if ctx.n_prompt else [],
+        f"position {first}: the local template or tokenizer is not the server's."
     )
+    if not ctx.n_prompt:
+        return Hit.missing(detail)  # the server's prompt holds no id to name
+    return Hit.at(detail, [min(first, ctx.n_prompt - 1)])
 
 
-@check("over_max_length")
-def _over_max_length(ctx: Context):
+@rule("over_max_length", WARN, "Prompt + output is longer than the trainer's maximum length.")
+def over_max_length(ctx: Context) -> Hit | None:
     limit = ctx.capture.settings.get("max_length") or ctx.profile.max_length
     if not limit and ctx.tokenizer is not None:
         limit = ctx.tokenizer.model_max_length
     total = ctx.n_prompt + len(ctx.output)
     if not limit or total <= limit:
         return None
-    return (
-        f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.",
-        [limit] if limit < total else [],
+    return Hit.at(
+        f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.", [limit]
     )
 
 
-@check("off_policy")
-def _off_policy(ctx: Context):
+@rule(
+    "off_policy",
+    WARN,
+    "The target (tokview score) finds this output unlikely: a drafter trained on it learns what the target rejects.",
+)
+def off_policy(ctx: Context) -> Hit | None:
+    return _off_policy(ctx.capture, ctx.n_prompt)
+
+
+def _off_policy(capture: Capture, n_prompt: int) -> Hit | None:
     """From `tokview score`: the target's mean NLL over the output, against the threshold it was scored with."""
     from tokview.core import logprobs as lp
 
-    score, values = ctx.capture.target_score, ctx.capture.target_logprobs
+    score, values = capture.target_score, capture.target_logprobs
     if not isinstance(score, dict) or not values:
         return None
     threshold = float(score.get("off_policy_nll", lp.DEFAULT_OFF_POLICY_NLL))
@@ -540,22 +575,23 @@ def _off_policy(ctx: Context):
     if nll is None or nll <= threshold:
         return None
     cut = math.log(low_prob)
-    unlikely = [ctx.n_prompt + p for p, v in enumerate(values) if v is not None and v < cut]
-    return (
+    unlikely = [n_prompt + p for p, v in enumerate(values) if v is not None and v < cut]
+    detail = (
         f"the target {score.get('model') or ''} finds this output unlikely: mean NLL {nll:.2f} nats/token over "
         f"{len(values)} tokens (> {threshold:g}); {len(unlikely)} tokens below p={low_prob:g}. Off-policy data "
-        f"trains a drafter the target then rejects.",
-        unlikely[:100],
+        f"trains a drafter the target then rejects."
     )
+    if not unlikely:  # none below p, yet unlikely on the whole: name the least likely tokens
+        scored = [p for p, v in enumerate(values) if v is not None]
+        unlikely = sorted(n_prompt + p for p in sorted(scored, key=lambda p: values[p])[:100])
+    return Hit.at(detail, unlikely[:100])
 
 
-def run_checks(ctx: Context, severities: dict[str, str] | None = None) -> list[Finding]:
-    """Run every registered check; `severities` overrides the default of any code."""
-    found = []
-    for code, fn in CHECKS.items():
-        finding = fn(ctx)
-        if finding is not None and severities and code in severities:
-            finding = Finding(finding.code, severities[code], finding.detail, finding.positions)
-        if finding is not None:
-            found.append(finding)
-    return found
+def off_policy_finding(capture: Capture) -> Finding | None:
+    """The `off_policy` finding of a capture `tokview score` just scored: the rule `analyze` applies, run
+    without the rest of the analysis (it reads nothing but the target scores)."""
+    hit = _off_policy(capture, len(capture.prompt_ids))
+    return None if hit is None else RULES["off_policy"].finding(hit)
+
+
+FINDING_CODES = tuple(RULES)

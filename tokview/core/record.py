@@ -13,8 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-ENDPOINTS = ("sglang-generate", "sglang-chat", "vllm-chat", "vllm-completions", "dual", "imported")
-
 
 @dataclass
 class Capture:
@@ -87,11 +85,6 @@ class Capture:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Capture:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def settings_key(settings: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 from tokview.core.profiles import ModelProfile
 
@@ -56,26 +57,42 @@ def prefilled_opener_position(prompt_ids: Sequence[int], profile: ModelProfile) 
 
 
 def token_kinds(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile) -> list[str]:
-    """The segment kind of every id in prompt_ids + output_ids."""
+    """The segment kind of every id in prompt_ids + output_ids.
+
+    Kinds change only at a think delimiter and at a final stop id, so the delimiters are found with
+    `list.index` and the runs between them filled whole: no Python step per id."""
     kinds = [PROMPT] * len(prompt_ids)
     prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
         kinds[prefill] = PREFILLED_OPENER
+    output = output_ids if isinstance(output_ids, list) else list(output_ids)
+    marks = dict.fromkeys(positions_of(output, profile.think_close_id), CLOSER)
+    marks.update(dict.fromkeys(positions_of(output, profile.think_open_id), OPENER))  # the opener wins a tie
     in_reasoning = prefill is not None
-    stops = set(profile.stop_ids)
-    last = len(output_ids) - 1
-    for i, tid in enumerate(output_ids):
-        if tid == profile.think_open_id:
-            kinds.append(OPENER)
-            in_reasoning = True
-        elif tid == profile.think_close_id:
-            kinds.append(CLOSER)
-            in_reasoning = False
-        elif i == last and tid in stops:
-            kinds.append(STOP)
-        else:
-            kinds.append(REASONING if in_reasoning else ANSWER)
+    done = 0
+    for pos, kind in sorted(marks.items()):
+        kinds += [REASONING if in_reasoning else ANSWER] * (pos - done)
+        kinds.append(kind)
+        in_reasoning, done = kind == OPENER, pos + 1
+    kinds += [REASONING if in_reasoning else ANSWER] * (len(output) - done)
+    if output and done < len(output) and output[-1] in profile.stop_ids:
+        kinds[-1] = STOP
     return kinds
+
+
+def positions_of(ids: Sequence[int], token_id: int | None) -> list[int]:
+    """Every index of one id (none for None), found with `list.index`, so a rare id costs no Python loop."""
+    found: list[int] = []
+    if token_id is None:
+        return found
+    ids = ids if isinstance(ids, list) else list(ids)
+    at = -1
+    try:
+        while True:
+            at = ids.index(token_id, at + 1)
+            found.append(at)
+    except ValueError:
+        return found
 
 
 def segment(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile) -> list[Segment]:
@@ -84,21 +101,17 @@ def segment(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: Model
 
 
 def segments_from_kinds(kinds: Sequence[str], n_prompt: int) -> list[Segment]:
+    """Consecutive runs of one kind (`itertools.groupby` finds them in C); none straddles the prompt/output
+    boundary."""
     segments: list[Segment] = []
-    start = 0
-    for pos in range(1, len(kinds) + 1):
-        # A run also breaks at the prompt/output boundary, so no segment straddles it.
-        if pos == len(kinds) or kinds[pos] != kinds[start] or pos == n_prompt:
-            segments.append(Segment(kinds[start], start, pos))
-            start = pos
+    for start, part in ((0, kinds[:n_prompt]), (n_prompt, kinds[n_prompt:])):
+        for kind, run in groupby(part):
+            end = start + len(list(run))
+            segments.append(Segment(kind, start, end))
+            start = end
     return segments
 
 
 def loss_mask(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[int]:
     """0 over every prompt id (the pre-filled opener included: the model never generated it), 1 over output."""
     return [0] * len(prompt_ids) + [1] * len(output_ids)
-
-
-def output_span(segments: Sequence[Segment], kind: str, n_prompt: int) -> list[tuple[int, int]]:
-    """Output-relative [start, end) ranges of one kind."""
-    return [(s.start - n_prompt, s.end - n_prompt) for s in segments if s.kind == kind and s.start >= n_prompt]

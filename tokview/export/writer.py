@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.core import segments as seg
-from tokview.core.findings import DEFAULT_SEVERITY, ERROR
+from tokview.core.findings import ERROR, default_severity
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.export import rerender as rr
 from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
@@ -111,7 +111,7 @@ def selected_ids(
         if bad:
             reasons: Counter[str] = Counter()
             for (codes,) in bad:
-                errors = [c for c in codes or [] if DEFAULT_SEVERITY.get(c) == ERROR] or ["invalid"]
+                errors = [c for c in codes or [] if default_severity(c) == ERROR] or ["invalid"]
                 reasons.update(errors)
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
         where += " AND valid"

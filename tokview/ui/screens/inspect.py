@@ -18,9 +18,9 @@ from textual.screen import Screen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from tokview.core.findings import why
 from tokview.ui.bindings import bindings
 from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, served_seq
-from tokview.ui.finding_help import why
 from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
 from tokview.ui.heat import unavailable as heat_unavailable
 from tokview.ui.widgets.footer import KeysFooter

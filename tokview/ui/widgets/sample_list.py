@@ -25,7 +25,7 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tokview.core.findings import DEFAULT_SEVERITY
+from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.token_view import readable_on
 
@@ -45,7 +45,7 @@ def side_segments(row, base: Style) -> list[Segment]:
 
 def badge_order(codes: Sequence[str]) -> list[str]:
     """Errors first, then warnings, then info: the badges that matter stay visible in a narrow column."""
-    return sorted(codes, key=lambda c: (_RANK.get(DEFAULT_SEVERITY.get(c, "info"), 3), c))
+    return sorted(codes, key=lambda c: (_RANK.get(default_severity(c), 3), c))
 
 
 Fetch = Callable[[int, int], Sequence]
@@ -365,7 +365,7 @@ class SampleList(ScrollView, can_focus=True):
                 segments.append(Segment(_fit(text, width - used) if width - used > 1 else "…"[: width - used], base))
                 used = width
                 break
-            severity = DEFAULT_SEVERITY.get(code, "info")
+            severity = default_severity(code)
             segments.append(
                 Segment(text, base + self.get_component_rich_style(f"sample-list--badge-{severity}", partial=True))
             )

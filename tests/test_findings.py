@@ -1,0 +1,525 @@
+"""Every finding code, with a positive and a negative case, on both real tokenizers, and the registry.
+
+Each case starts from a valid sample built from the tokenizer itself (a prompt whose tail opens
+reasoning, then reasoning ids, the closer, answer ids and the stop id) and changes one thing; the
+positive case states the exact positions its finding names (none only for a finding about an absence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from facts import (
+    KIMI_CHAIN_OUTPUT,
+    KIMI_PROMPT_6X7,
+    RECORDINGS,
+)
+
+from tokview.core.analysis import analyze
+from tokview.core.finding_context import first_difference
+from tokview.core.findings import ERROR, FINDING_CODES, INFO, RULES, WARN, Hit, default_severity, rule, why
+from tokview.core.record import Capture
+
+QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
+REASONING = "Okay, let me think about this carefully."
+ANSWER = "The answer is forty-two!"
+
+
+@dataclasses.dataclass
+class Family:
+    """A tokenizer + profile and the ids of one valid sample built from them."""
+
+    tok: object
+    profile: object
+    prompt: list[int]
+    reasoning: list[int]
+    answer: list[int]
+    messages: list | None = None
+    """The conversation the prompt renders from (None when the prompt was edited after rendering)."""
+
+    @property
+    def p(self):
+        return self.profile
+
+    def output(self, reasoning=None, answer=None, close=True, stop=True) -> list[int]:
+        ids = list(self.reasoning if reasoning is None else reasoning)
+        if close:
+            ids.append(self.p.think_close_id)
+        ids += self.answer if answer is None else answer
+        if stop:
+            ids.append(self.p.stop_ids[0])
+        return ids
+
+    def capture(self, **changes) -> Capture:
+        out = changes.pop("output_ids") if "output_ids" in changes else self.output()
+        base = dict(
+            prompt_ids=list(self.prompt),
+            output_ids=out,
+            finish_reason="stop",
+            endpoint="sglang-generate",
+            settings={"thinking": True, "max_new_tokens": 256},
+            messages=self.messages,
+            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
+        )
+        base.update(changes)
+        return Capture(**base)
+
+
+@pytest.fixture(params=["kimi", "qwen"])
+def fam(request, kimi_tok, qwen_tok, kimi_profile, qwen_profile) -> Family:
+    if request.param == "kimi":
+        prompt = kimi_tok.render(QUESTION, template_kwargs={"thinking": True})
+        return Family(kimi_tok, kimi_profile, prompt, kimi_tok.encode(REASONING), kimi_tok.encode(ANSWER), QUESTION)
+    # A Qwen3-Thinking-2507-style template pre-fills "<think>\n"; modelled by appending it.
+    prompt = qwen_tok.render(QUESTION, template_kwargs={"enable_thinking": True})
+    prompt += [qwen_profile.think_open_id] + qwen_tok.encode("\n")
+    return Family(qwen_tok, qwen_profile, prompt, qwen_tok.encode(REASONING + "\n"), qwen_tok.encode("\n\n" + ANSWER))
+
+
+def codes(fam: Family, capture: Capture) -> set[str]:
+    return set(analyze(capture, fam.profile, fam.tok).codes)
+
+
+def test_baseline_has_no_problem_findings(fam):
+    found = codes(fam, fam.capture())
+    assert found == {"think_open_in_prompt"}
+
+
+def _no_prefill_prompt(fam: Family) -> list[int]:
+    cut = max(i for i, t in enumerate(fam.prompt) if t == fam.p.think_open_id)
+    return fam.prompt[:cut]
+
+
+def _chat_fields(fam: Family, **changes) -> Capture:
+    base = dict(
+        endpoint="vllm-chat",
+        reasoning=fam.tok.decode(fam.reasoning),
+        content=fam.tok.decode(fam.answer),
+        reasoning_field="reasoning",
+    )
+    base.update(changes)
+    return fam.capture(**base)
+
+
+def _literal_close(fam: Family) -> list[int]:
+    literal = [i for ch in fam.p.think_close for i in fam.tok.encode(ch)]
+    assert fam.p.think_close_id not in literal
+    return fam.reasoning + literal + fam.answer + [fam.p.stop_ids[0]]
+
+
+def _char_split(fam: Family) -> list[int]:
+    text = fam.tok.decode(fam.answer)
+    return fam.output(answer=[i for ch in text for i in fam.tok.encode(ch)])
+
+
+def _dual(fam: Family, parsed: list[int]) -> Capture:
+    return _chat_fields(fam, endpoint="dual", parsed_output_ids=parsed)
+
+
+def _thinking_off(fam: Family, output: list[int]) -> Capture:
+    """A reasoning model run with thinking off: the template closes reasoning in the prompt."""
+    prompt = fam.tok.render(QUESTION, template_kwargs=fam.p.template_kwargs(False))
+    return fam.capture(
+        prompt_ids=prompt, output_ids=output, messages=QUESTION, settings={"thinking": False, "max_new_tokens": 256}
+    )
+
+
+def _last(c: Capture) -> tuple[int, ...]:
+    """The position of the output's last id."""
+    return (len(c.prompt_ids) + len(c.output_ids) - 1,)
+
+
+def _out(c: Capture, *output_positions: int) -> tuple[int, ...]:
+    """Absolute positions of output positions."""
+    return tuple(len(c.prompt_ids) + i for i in output_positions)
+
+
+def _char_split_start(f: Family) -> int:
+    """Output position of the first answer id that splitting the answer into characters changed."""
+    chars = _char_split(f)[len(f.reasoning) + 1 :]
+    return len(f.reasoning) + 1 + next(i for i, (a, b) in enumerate(zip(chars, f.answer)) if a != b)
+
+
+def _render_start(f: Family, messages: list) -> int:
+    """The first prompt position where rendering `messages` gives another id than the served prompt."""
+    local = f.tok.render(messages, template_kwargs=f.p.template_kwargs(True))
+    return next(i for i, (a, b) in enumerate(zip(local, f.prompt)) if a != b)
+
+
+QUESTION_8 = [{"role": "user", "content": "What is 6 times 8?"}]
+UNLIKELY = {"off_policy_nll": 2.0, "low_prob": 0.01}
+
+
+def _scored(f: Family, values: list[float]) -> Capture:
+    return f.capture(target_logprobs=values, target_score=UNLIKELY)
+
+
+def _two_unlikely(f: Family) -> list[float]:
+    """Mean NLL 3 nats over the output, with output[2] and output[5] below p=0.01."""
+    values = [-3.0] * len(f.output())
+    values[2] = values[5] = -6.0
+    return values
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    positive: Callable[[Family], Capture]
+    negative: Callable[[Family], Capture]
+    positions: Callable[[Family, Capture], tuple[int, ...]]
+    """The exact positions the positive case's finding names (() only for a finding about an absence)."""
+
+
+ABSENT: Callable[[Family, Capture], tuple[int, ...]] = lambda f, c: ()  # noqa: E731
+
+CASES = {
+    "empty_output": Case(lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture(), ABSENT),
+    "dual_divergence": Case(
+        lambda f: _dual(f, f.output(answer=f.answer + f.answer)),
+        lambda f: _dual(f, f.output()),
+        lambda f, c: _last(c),  # the raw path's stop id is where the parsed path went on answering
+    ),
+    "think_open_in_prompt": Case(
+        lambda f: f.capture(),
+        lambda f: f.capture(prompt_ids=_no_prefill_prompt(f), output_ids=[f.p.think_open_id] + f.output()),
+        lambda f, c: (len(_no_prefill_prompt(f)),),
+    ),
+    "think_open_missing": Case(
+        lambda f: f.capture(prompt_ids=_no_prefill_prompt(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.reasoning)),  # the closer that closes nothing
+    ),
+    "think_close_missing": Case(
+        lambda f: f.capture(output_ids=f.output(close=False, answer=[], stop=False), finish_reason="length"),
+        lambda f: f.capture(),
+        ABSENT,  # the closer that never came
+    ),
+    "think_close_repeated": Case(
+        lambda f: f.capture(output_ids=f.output(answer=f.answer + [f.p.think_close_id] + f.answer)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.reasoning), len(f.reasoning) + 1 + len(f.answer)),
+    ),
+    "think_open_in_output_after_prefill": Case(
+        lambda f: f.capture(output_ids=[f.p.think_open_id] + f.output()),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, 0),
+    ),
+    "reasoning_with_thinking_off": Case(
+        lambda f: _thinking_off(f, [f.p.think_open_id] + f.output()),
+        lambda f: _thinking_off(f, f.answer + [f.p.stop_ids[0]]),
+        lambda f, c: _out(c, 0, 1 + len(f.reasoning)),  # the opener and the closer
+    ),
+    "empty_reasoning": Case(
+        lambda f: f.capture(output_ids=f.output(reasoning=f.tok.encode("\n\n"))),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.tok.encode("\n\n"))),  # the closer right after the blank reasoning
+    ),
+    "empty_answer": Case(
+        lambda f: f.capture(output_ids=f.output(answer=f.tok.encode("\n"))),
+        lambda f: f.capture(),
+        lambda f, c: _last(c),  # the stop that ended the turn where the answer should have been
+    ),
+    "truncated": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"),
+        lambda f: f.capture(),
+        lambda f, c: _last(c),
+    ),
+    "no_stop_token": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture(), lambda f, c: _last(c)
+    ),
+    "output_prefix_overlap": Case(
+        lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, 0, 1, 2, 3, 4),
+    ),
+    "completion_count_mismatch": Case(
+        lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture(), ABSENT
+    ),
+    "parser_hidden_ids": Case(
+        lambda f: _chat_fields(f),
+        lambda f: f.capture(text=f.tok.decode(f.output(), skip_special_tokens=False)),
+        lambda f, c: _out(c, len(f.reasoning)) + _last(c),  # the closer and the stop
+    ),
+    "parser_split_mismatch": Case(
+        lambda f: _chat_fields(f, reasoning=f.tok.decode(f.output(), skip_special_tokens=True), content=""),
+        lambda f: _chat_fields(f),
+        lambda f, c: _out(c, len(f.reasoning)),  # where the ids split: the closer
+    ),
+    "reasoning_field_missing": Case(
+        lambda f: _chat_fields(f, reasoning=None, reasoning_field=None), lambda f: _chat_fields(f), ABSENT
+    ),
+    "literal_think_text": Case(
+        lambda f: f.capture(output_ids=_literal_close(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, *range(len(f.reasoning), len(_literal_close(f)) - len(f.answer) - 1)),
+    ),
+    "retokenize_drift": Case(
+        lambda f: f.capture(output_ids=_char_split(f)),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, _char_split_start(f)),
+    ),
+    "prompt_render_mismatch": Case(
+        lambda f: f.capture(messages=QUESTION_8),
+        lambda f: f.capture(
+            prompt_ids=f.tok.render(QUESTION, template_kwargs=f.p.template_kwargs(True)),
+            output_ids=[f.p.think_open_id] + f.output(),
+            messages=QUESTION,
+        ),
+        lambda f, c: (_render_start(f, QUESTION_8),),
+    ),
+    "over_max_length": Case(
+        lambda f: f.capture(settings={"thinking": True, "max_length": 20}),
+        lambda f: f.capture(),
+        lambda f, c: (20,),  # the first id past the limit
+    ),
+    "off_policy": Case(
+        lambda f: _scored(f, _two_unlikely(f)),
+        lambda f: _scored(f, [-0.3] * len(f.output())),
+        lambda f, c: _out(c, 2, 5),  # the tokens below p
+    ),
+}
+
+
+def test_every_code_has_cases():
+    assert set(CASES) == set(RULES) == set(FINDING_CODES)
+
+
+@pytest.mark.parametrize("code", FINDING_CODES)
+def test_every_code_is_declared_with_severity_why_and_a_check_named_after_it(code):
+    declared = RULES[code]
+    assert declared.code == code and declared.check.__name__ == code
+    assert declared.severity in (INFO, WARN, ERROR) and default_severity(code) == declared.severity
+    assert declared.why and "\n" not in declared.why and why(code) == declared.why
+
+
+@pytest.mark.parametrize("code", FINDING_CODES)
+def test_positive(fam, code):
+    case = CASES[code]
+    capture = case.positive(fam)
+    analysis = analyze(capture, fam.profile, fam.tok)
+    hits = [f for f in analysis.findings if f.code == code]
+    assert hits, f"{code} not found; got {analysis.codes}"
+    assert len(hits) == 1 and hits[0].severity == default_severity(code)
+    assert hits[0].detail
+    assert hits[0].positions == case.positions(fam, capture)
+    if default_severity(code) == ERROR:
+        assert not analysis.valid
+
+
+@pytest.mark.parametrize("code", FINDING_CODES)
+def test_negative(fam, code):
+    assert code not in codes(fam, CASES[code].negative(fam))
+
+
+# -- the seed case and the recordings -----------------------------------------------------------
+
+
+def test_seed_case_kimi_prefilled_opener(kimi_tok, kimi_profile):
+    capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
+    analysis = analyze(capture, kimi_profile, kimi_tok)
+    assert "think_open_in_prompt" in analysis.codes
+    assert analysis.valid
+    info = next(f for f in analysis.findings if f.code == "think_open_in_prompt")
+    assert "163606" in info.detail and info.positions == (27,)
+
+
+def test_seed_case_without_opener_in_prompt(kimi_tok, kimi_profile):
+    capture = Capture(prompt_ids=KIMI_PROMPT_6X7[:-1], output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
+    analysis = analyze(capture, kimi_profile, kimi_tok)
+    assert "think_open_missing" in analysis.codes and not analysis.valid
+    missing = next(f for f in analysis.findings if f.code == "think_open_missing")
+    assert missing.positions == (27 + 9,)  # the closer, output[9], after 27 prompt ids
+
+
+def test_seed_case_without_tokenizer(kimi_profile):
+    capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
+    analysis = analyze(capture, kimi_profile)
+    assert analysis.codes == ["think_open_in_prompt"]
+    assert [s.kind for s in analysis.segments] == [
+        "prompt",
+        "prefilled_opener",
+        "reasoning",
+        "closer",
+        "answer",
+        "stop",
+    ]
+
+
+def test_recorded_vllm_response_hides_closer_and_stop(kimi_tok, kimi_profile):
+    body = json.loads((RECORDINGS / "vllm_chat_kimi_k2.json").read_text())
+    choice = body["choices"][0]
+    capture = Capture(
+        prompt_ids=body["prompt_token_ids"],
+        output_ids=choice["token_ids"],
+        finish_reason="stop",
+        reasoning=choice["message"]["reasoning"],
+        content=choice["message"]["content"],
+        reasoning_field="reasoning",
+        endpoint="vllm-chat",
+        usage=body["usage"],
+    )
+    analysis = analyze(capture, kimi_profile, kimi_tok)
+    hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
+    assert hidden.positions == (28 + 9, 28 + 17)
+    assert "163607" in hidden.detail and "163586" in hidden.detail
+    assert "parser_split_mismatch" not in analysis.codes
+    assert analysis.valid
+
+
+def test_recorded_sglang_special_closer_breaks_text_parser(kimi_tok, kimi_profile):
+    body = json.loads((RECORDINGS / "sgl_chat.json").read_text())
+    choice = body["choices"][0]
+    capture = Capture(
+        prompt_ids=choice["prompt_token_ids"],
+        output_ids=choice["response_token_ids"],
+        finish_reason="stop",
+        reasoning=choice["message"]["reasoning_content"],
+        content=choice["message"]["content"],
+        reasoning_field="reasoning_content",
+        endpoint="sglang-chat",
+        usage=body["usage"],
+    )
+    split = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "parser_split_mismatch")
+    closer = capture.output_ids.index(kimi_profile.think_close_id)
+    assert split.positions == (len(capture.prompt_ids) + closer,)  # where the ids split, which the parser missed
+
+
+def test_severity_override(kimi_tok, kimi_profile):
+    capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT[:-1], finish_reason="length")
+    analysis = analyze(capture, kimi_profile, kimi_tok, severities={"truncated": "warn"})
+    assert next(f for f in analysis.findings if f.code == "truncated").severity == "warn"
+    for bad in ({"truncatd": "warn"}, {"truncated": "fatal"}):
+        with pytest.raises(ValueError, match="severity override: unknown"):
+            analyze(capture, kimi_profile, kimi_tok, severities=bad)
+
+
+# -- regressions from review ------------------------------------------------------------------
+
+
+def test_reasoning_reopened_after_the_answer_is_an_error(fam):
+    out = fam.output(stop=False) + [fam.p.think_open_id] + fam.reasoning + [fam.p.stop_ids[0]]
+    capture = fam.capture(output_ids=out)
+    analysis = analyze(capture, fam.profile, fam.tok)
+    hit = next(f for f in analysis.findings if f.code == "think_close_missing")
+    assert not analysis.valid and "reopened" in hit.detail
+    assert hit.positions == (len(fam.prompt) + len(fam.output(stop=False)),)  # the opener after the answer
+
+
+def test_empty_output_is_one_clear_error(fam):
+    analysis = analyze(fam.capture(output_ids=[], usage={}), fam.profile, fam.tok)
+    errors = [f.code for f in analysis.findings if f.severity == ERROR]
+    assert errors == ["empty_output"]
+
+
+def test_no_stop_token_is_silent_without_stop_ids(fam):
+    profile = fam.profile.with_overrides(stop_ids=())
+    assert "no_stop_token" not in analyze(fam.capture(output_ids=fam.output(stop=False)), profile, fam.tok).codes
+
+
+def test_divergent_dual_capture_names_no_trained_positions(fam):
+    longer = fam.output(answer=fam.answer + fam.answer)
+    analysis = analyze(_dual(fam, longer), fam.profile, fam.tok)
+    hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
+    assert hidden.positions == () and "parsed-path output" in hidden.detail
+    assert len(analysis.aligned_kinds) == len(fam.prompt) + len(longer)
+
+
+def test_empty_parsed_path_aligns_to_nothing(fam):
+    analysis = analyze(_dual(fam, []), fam.profile, fam.tok)
+    assert "dual_divergence" in analysis.codes
+    assert analysis.alignment is not None and analysis.alignment.statuses == ()
+
+
+def test_literal_think_only_in_prompt_is_a_warning(fam):
+    literal = [i for ch in "Explain <think> tags" for i in fam.tok.encode(ch)]
+    analysis = analyze(fam.capture(prompt_ids=literal + fam.prompt, messages=None, usage={}), fam.profile, fam.tok)
+    hit = next(f for f in analysis.findings if f.code == "literal_think_text")
+    assert hit.severity == "warn" and analysis.valid
+    assert hit.positions == tuple(range(literal.index(fam.tok.encode("<")[0]), len(literal) - len(" tags")))
+
+
+def test_id_only_import_is_not_a_missing_reasoning_field(fam):
+    """A dataset of ids (speculators rows) has no text fields: nothing can have been read from the wrong one."""
+    capture = fam.capture(endpoint="imported")
+    assert "reasoning_field_missing" not in analyze(capture, fam.profile, fam.tok).codes
+
+
+def test_empty_answer_without_a_stop_names_the_last_output_id(fam):
+    capture = fam.capture(output_ids=fam.output(answer=[], stop=False))
+    hit = next(f for f in analyze(capture, fam.profile, fam.tok).findings if f.code == "empty_answer")
+    assert hit.positions == (len(fam.prompt) + len(fam.reasoning),)  # the closer, with nothing after it
+
+
+def test_off_policy_with_no_token_below_p_names_the_least_likely_ones(fam):
+    values = [-3.0] * len(fam.output())
+    values[1], values[4] = -4.0, -3.5  # none below log(0.01), the mean above 2 nats
+    hit = next(f for f in analyze(_scored(fam, values), fam.profile, fam.tok).findings if f.code == "off_policy")
+    n = len(fam.prompt)
+    assert hit.positions[:2] == (n, n + 1) and n + 4 in hit.positions and len(hit.positions) == min(100, len(values))
+
+
+def test_whitespace_that_is_not_ascii_still_reads_as_blank(fam):
+    """The blank test looks for a visible ASCII byte first; ideographic spaces have none, so it decodes."""
+    blank = fam.tok.encode("\u3000\u3000")
+    assert "empty_reasoning" in codes(fam, fam.capture(output_ids=fam.output(reasoning=blank)))
+    cjk = fam.tok.encode("你好")
+    assert "empty_reasoning" not in codes(fam, fam.capture(output_ids=fam.output(reasoning=cjk)))
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], (1, 5, 3)) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([1, 2, 3], [1]) == 1
+    assert first_difference([], []) is None and first_difference([], [7]) == 0
+
+
+# -- the registry: one declaration per code ------------------------------------------------------
+
+
+def test_a_new_finding_is_one_declaration(fam):
+    """A code added to the registry is run by analyze and explained and ranked by what reads the registry."""
+
+    def first_id_is_answer(ctx):
+        return Hit.at("the first output id", [ctx.n_prompt])
+
+    rule("first_id_is_answer", ERROR, "A made-up finding.")(first_id_is_answer)
+    try:
+        analysis = analyze(fam.capture(), fam.profile, fam.tok)
+        hit = next(f for f in analysis.findings if f.code == "first_id_is_answer")
+        assert hit.positions == (len(fam.prompt),) and hit.severity == ERROR and not analysis.valid
+        assert why("first_id_is_answer") == "A made-up finding." and default_severity("first_id_is_answer") == ERROR
+    finally:
+        RULES.pop("first_id_is_answer", None)
+
+
+def test_a_code_is_declared_once_by_a_check_named_after_it():
+    with pytest.raises(ValueError, match="declared twice"):
+        rule("truncated", ERROR, "again")(RULES["truncated"].check)
+    with pytest.raises(ValueError, match="name it after its code"):
+        rule("some_new_code", WARN, "why")(RULES["truncated"].check)
+    with pytest.raises(ValueError, match="unknown severity"):
+        rule("some_new_code", "fatal", "why")
+    assert "some_new_code" not in RULES
+
+
+def test_a_hit_names_positions_unless_it_is_about_an_absence():
+    with pytest.raises(ValueError, match="names positions"):
+        Hit("something", ())
+    with pytest.raises(ValueError, match="names positions"):
+        Hit("something", (3,), absent=True)
+    assert Hit.missing("no field").positions == () and Hit.at("here", [4]).positions == (4,)
+
+
+def test_unknown_codes_from_a_newer_store_read_as_info_without_help():
+    assert default_severity("a_code_from_the_future") == INFO and why("a_code_from_the_future") == ""
+
+
+def test_the_readme_table_lists_every_code_with_its_severity():
+    """The README's findings table is the users' copy of the registry: it must not drift from it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (info|warn|error)\b", readme, flags=re.MULTILINE))
+    assert rows == {code: declared.severity for code, declared in RULES.items()}

@@ -1,0 +1,171 @@
+"""What the finding checks read about one capture, given once and never written by a check.
+
+`analyze` hands over what it computed anyway (segments, the alignment of the text fields). The
+facts several checks share (where the closers are, whether reasoning is open at the end, the
+reasoning/answer split decoded from the ids) are derived on first use and kept by
+`functools.cached_property`: each is computed at most once per capture, only by the context itself,
+and only for the captures whose checks ask for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import compress, count, islice
+from operator import ne
+from typing import TYPE_CHECKING
+
+from tokview.core import segments as seg
+from tokview.core.alignment import Alignment
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+# Every byte but the visible ASCII ones (0x21-0x7e): what `bytes.translate` deletes to find a visible one.
+_NOT_VISIBLE_ASCII = bytes(b for b in range(256) if not 0x21 <= b <= 0x7E)
+_BLANK_PROBE = 64
+"""How many ids `Context.blank` looks at for a visible character before it decodes them all."""
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two id sequences differ, the shorter length when one is a prefix of the
+    other, None when they are equal. Walks both in C (`map`/`compress`) and stops at the difference."""
+    first = next(compress(count(), map(ne, a, b)), None)
+    if first is None and len(a) != len(b):
+        return min(len(a), len(b))
+    return first
+
+
+@dataclass(frozen=True, eq=False)
+class OutputPieces:
+    """Per output id: the bytes it stands for and whether it is a special id (one tokenizer pass)."""
+
+    piece_bytes: Sequence[bytes]
+    special: Sequence[bool]
+
+    @classmethod
+    def of(cls, ids: Sequence[int], tokenizer: TokenizerAdapter) -> OutputPieces:
+        return cls([tokenizer.piece_bytes(t) for t in ids], [tokenizer.is_special(t) for t in ids])
+
+
+@dataclass(frozen=True, eq=False)
+class Context:
+    """One capture as the checks see it. Positions are absolute (into prompt_ids + output_ids) unless a
+    name says `out`: those are output-relative."""
+
+    capture: Capture
+    profile: ModelProfile
+    tokenizer: TokenizerAdapter | None
+    segments: Sequence[seg.Segment]
+    """Runs of one kind over prompt_ids + output_ids (`segments.segments_from_kinds`)."""
+    alignment: Alignment | None = None
+    """Per id of `capture.aligned_output_ids`: kept / partial / hidden / drift (None without text fields)."""
+    aligned_segments: Sequence[seg.Segment] | None = None
+    """Segments of prompt_ids + aligned_output_ids; None when they are `segments` (no divergent dual capture)."""
+    output_pieces: OutputPieces | None = None
+    """The output ids' pieces, when `analyze` made them for the alignment (else made on first use)."""
+
+    # -- what analyze gave, in the checks' words -------------------------------------------------
+    @property
+    def output(self) -> list[int]:
+        return self.capture.output_ids
+
+    @cached_property
+    def n_prompt(self) -> int:
+        return len(self.capture.prompt_ids)
+
+    @cached_property
+    def paths_diverge(self) -> bool:
+        return self.capture.paths_diverge
+
+    def output_runs(self, *kinds: str, aligned: bool = False) -> list[seg.Segment]:
+        """The output's runs of these kinds, in order (of the aligned ids' segments when `aligned`)."""
+        runs = self.aligned_segments if aligned and self.aligned_segments is not None else self.segments
+        return [s for s in runs if s.kind in kinds and s.start >= self.n_prompt]
+
+    def ids_of(self, ids: Sequence[int], runs: Sequence[seg.Segment], before: int | None = None) -> list[int]:
+        """The ids of `ids` (output ids) under these runs, up to output position `before`."""
+        end = len(ids) if before is None else before
+        out: list[int] = []
+        for s in runs:
+            out += ids[s.start - self.n_prompt : min(s.end - self.n_prompt, end)]
+        return out
+
+    # -- shared facts, each computed once ----------------------------------------------------------
+    @cached_property
+    def out_closers(self) -> tuple[int, ...]:
+        """Output positions of the closer id."""
+        return tuple(seg.positions_of(self.output, self.profile.think_close_id))
+
+    @cached_property
+    def out_openers(self) -> tuple[int, ...]:
+        """Output positions of the opener id."""
+        return tuple(seg.positions_of(self.output, self.profile.think_open_id))
+
+    @cached_property
+    def prefilled_opener(self) -> int | None:
+        """Position of the opener the template pre-filled in the prompt, if it did."""
+        return next((s.start for s in self.segments if s.kind == seg.PREFILLED_OPENER), None)
+
+    @cached_property
+    def reasoning_opened(self) -> bool:
+        """The prompt pre-filled the opener or the output emitted one."""
+        return self.prefilled_opener is not None or bool(self.out_openers)
+
+    @cached_property
+    def open_at_end(self) -> bool:
+        """True when the last think delimiter seen (prompt opener or output delimiter) opened reasoning."""
+        for s in reversed(self.segments):
+            if s.kind in (seg.OPENER, seg.PREFILLED_OPENER):
+                return True
+            if s.kind == seg.CLOSER:
+                return False
+        return False
+
+    @cached_property
+    def pieces(self) -> OutputPieces | None:
+        """The output ids' bytes and special flags; None without a tokenizer."""
+        if self.output_pieces is not None or self.tokenizer is None:
+            return self.output_pieces
+        return OutputPieces.of(self.output, self.tokenizer)
+
+    @cached_property
+    def id_split(self) -> tuple[str, str] | None:
+        """(reasoning text, answer text) as the aligned ids split them, stripped; None without a tokenizer."""
+        if self.tokenizer is None:
+            return None
+        ids = self.capture.aligned_output_ids
+        reasoning = self.ids_of(ids, self.output_runs(seg.REASONING, aligned=True))
+        answer = self.ids_of(ids, self.output_runs(seg.ANSWER, aligned=True))
+        return (
+            self.tokenizer.decode(reasoning, skip_special_tokens=True).strip(),
+            self.tokenizer.decode(answer, skip_special_tokens=True).strip(),
+        )
+
+    # -- words for the details ---------------------------------------------------------------------
+    def name(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return str(token_id)
+        return f"{token_id} {self.tokenizer.piece_text(token_id)!r}"
+
+    def where(self, out_pos: int) -> str:
+        return f"output[{out_pos}] (position {self.n_prompt + out_pos})"
+
+    def blank(self, ids: Sequence[int]) -> bool:
+        """True when the ids read as nothing but whitespace (special ids skipped): none at all, or, with a
+        tokenizer, a blank decode. Without a tokenizer any id counts as text.
+
+        An id the decode keeps whose bytes hold a visible ASCII character makes the text non-blank
+        whatever surrounds it, so the first few ids usually settle it without decoding thousands."""
+        if not ids:
+            return True
+        tok = self.tokenizer
+        if tok is None:
+            return False
+        for tid in islice(ids, _BLANK_PROBE):
+            if not tok.is_special(tid) and tok.piece_bytes(tid).translate(None, _NOT_VISIBLE_ASCII):
+                return False
+        return not tok.decode(ids, skip_special_tokens=True).strip()
