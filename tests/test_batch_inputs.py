@@ -163,3 +163,49 @@ def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path)
         )
     )
     assert [r.prompt_id for r in rows] == ["a"] and bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")
+
+
+BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_prompts.jsonl"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--retries", "-1"], "--retries must be 0 or more"),
+        (["--timeout", "-1"], "--timeout must be more than 0"),
+        (["--timeout", "0"], "--timeout must be more than 0"),
+        (["--limit", "-1"], "--limit must be at least 1"),
+        (["--limit", "0"], "--limit must be at least 1"),
+        (["--concurrency", "0"], "--concurrency must be at least 1"),
+        (["--samples-per-prompt", "0"], "--samples-per-prompt must be at least 1"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["--top-p", "1.5"], "--top-p must be between 0 and 1"),
+        (["--top-p", "-0.1"], "--top-p must be between 0 and 1"),
+        (["--temperature", "-1"], "--temperature must be 0 or more"),
+        (["--server", "http://127.0.0.1:99999"], "out of range"),
+        (["--server", "http://"], "bad server URL"),
+        (["--server", "ftp://127.0.0.1:8000"], "http:// or https://"),
+    ],
+)
+def test_bad_numbers_and_urls_are_one_line_usage_errors(tmp_path, capsys, flags, message):
+    db = tmp_path / "never.duckdb"
+    server = [] if "--server" in flags else ["--server", "http://127.0.0.1:9"]
+    code = main(["batch", str(BATCH_PROMPTS), "--db", str(db), *server, *flags])
+    err = capsys.readouterr().err
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not db.exists()  # refused before the database file was created
+
+
+def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
+    import duckdb
+
+    from tokview.batch.inputs import iter_rows
+
+    pq = tmp_path / "p.parquet"
+    duckdb.connect().execute(
+        f"COPY (SELECT * FROM read_json_auto('{BATCH_PROMPTS}') LIMIT 3) TO '{pq}' (FORMAT parquet)"
+    )
+    from_jsonl = [row for _, row in iter_rows(BATCH_PROMPTS)][:3]
+    from_parquet = [row for _, row in iter_rows(pq)]
+    assert len(from_parquet) == 3 and [r["id"] for r in from_parquet] == [r["id"] for r in from_jsonl]
+    assert [r.get("prompt") for r in from_parquet] == [r.get("prompt") for r in from_jsonl]

@@ -257,3 +257,35 @@ def test_a_server_that_does_not_answer_is_named_at_the_start(vllm_sim, tmp_path)
     assert out.returncode == 0, out.stderr
     first = out.stderr.strip().splitlines()[0]
     assert first.startswith(f"tokview: warning: --server {dead} does not answer (ConnectError")
+
+
+async def test_an_error_on_one_sample_is_recorded_and_the_run_goes_on(tmp_path, replay_server):
+    """An id no tokenizer (or DuckDB INTEGER) holds: analysing it fails; the batch records why, not crash."""
+    import copy
+
+    from replay import OUTPUT, Replay, vllm_routes
+
+    routes = vllm_routes()
+    completion = copy.deepcopy(routes["/v1/completions"][0]["json"])
+    completion["choices"][0]["token_ids"] = OUTPUT[:3] + [2**40] + OUTPUT[3:]
+    routes["/v1/completions"] = [{"json": completion}]
+    url = replay_server(Replay(routes))
+    with Store(tmp_path / "e.duckdb") as store:
+        config = _config(url, SAMPLES / "plain_prompts.jsonl", limit=2, retries=0, max_new_tokens=60)
+        summary = await run_batch(config, store)
+        assert (summary.ok, summary.failed, summary.exit_code) == (0, 2, 3) and summary.balanced
+        reasons = [f["reason"] for f in store.failures()]
+        assert len(reasons) == 2 and all(r.startswith("unexpected error: ") for r in reasons)
+
+
+def test_an_unreachable_server_exits_2_and_leaves_no_database(tmp_path, capsys):
+    from tokview.cli import main
+
+    db = tmp_path / "sub" / "never.duckdb"
+    prompts = SAMPLES / "plain_prompts.jsonl"
+    code = main(
+        ["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(db), "--retries", "0", "--timeout", "2"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not db.exists() and not db.parent.exists()
+    assert err.startswith("tokview: error: server unreachable: ") and len(err.splitlines()) == 1, err

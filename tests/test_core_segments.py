@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,29 +183,6 @@ def test_sample_data_files_parse():
         rows = [parse_row(obj, n) for n, obj in iter_jsonl(f)]
         counts[f.name] = sum(len(generation_points(r)) for r in rows)
     assert counts["openai_messages.jsonl"] == 30 and counts["multiturn.jsonl"] > 6
-
-
-def test_core_never_imports_textual():
-    code = (
-        "import sys, tokview.core, tokview.core.analysis, tokview.core.tokenizer, tokview.core.prompts, "
-        "tokview.core.kimi_layout, tokview.core.profiles;"
-        "bad=[m for m in ('textual','httpx','duckdb') if m in sys.modules]; print(json.dumps(bad))"
-    )
-    out = subprocess.run([sys.executable, "-c", "import json;" + code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == []
-
-
-def test_no_module_outside_ui_imports_textual():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / "tokview"
-    offenders = [
-        str(p.relative_to(root))
-        for p in root.rglob("*.py")
-        if "ui" not in p.relative_to(root).parts[:1]
-        and any(line.lstrip().startswith(("import textual", "from textual")) for line in p.read_text().splitlines())
-    ]
-    assert offenders == []
 
 
 def test_profile_toml_rejects_bad_files(tmp_path):

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
-from test_loop_sim import _config, _foreign
-from test_store_fixtures import kimi, profile
+from test_store_fixtures import kimi, profile, put_foreign
 
-from tokview.batch import run_batch
+from tokview.batch import BatchConfig, run_batch
 from tokview.batch.scoring import ScoreConfig, run_score
 from tokview.cli import main
 from tokview.export import export
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
+
+PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_prompts.jsonl"
+
+
+def _config(url: str, **kw) -> BatchConfig:
+    """The plain prompts against one simulator, Kimi tokenizer and profile."""
+    kw.setdefault("max_new_tokens", 120)
+    return BatchConfig(
+        servers=[url], prompts_path=PROMPTS, tokenizer=kimi(), model_profile=profile(), timeout=10.0, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +34,7 @@ def scored_db(tmp_path_factory):
     db = tmp_path_factory.mktemp("exp") / "s.duckdb"
     with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim, Store(db) as store:
         asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
-        _foreign(store, "foreign@x_gen0")
+        put_foreign(store, "foreign@x_gen0")
         asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=2), store))
     return db
 

@@ -27,12 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "x.duckdb") as s:
-        s.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5", tokenizer_hash=kimi().fingerprint())
-        put(s, "p1", make_capture())
-        put(s, "p2", make_capture(answer="two"))
-        yield s
+def store(sample_store):
+    """conftest's store with run1 and the samples p1, p2 (at tmp_path/x.duckdb)."""
+    return sample_store
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -260,3 +257,56 @@ def test_text_formats_keep_specforge_ids_and_stay_unique_across_runs(tmp_path):
         )
         _export(s, "sharegpt", tmp_path / "g.jsonl")
     assert [r["id"] for r in _jsonl(tmp_path / "g.jsonl")] == ["p", "p@run2", "p_gen1"]
+
+
+def test_a_failure_later_captured_is_not_in_errors_jsonl(store, tmp_path):
+    store.put_failure("p9", "p9@s_gen0", "run1", "HTTP 500 after 3 retries")
+    sid = put(store, "p3", make_capture())
+    store.put_failure("p3", sid, "run1", "HTTP 500 after 3 retries")
+    put(store, "p3", make_capture())  # the resumed run got it
+    _export(store, "speculators", tmp_path / "s.jsonl")
+    assert [e["id"] for e in _jsonl(tmp_path / "s.errors.jsonl")] == ["p9"]
+
+
+def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
+    from tokview.export.formats import JSONL_FORMATS, specforge_row
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    rows = []
+
+    def fails_on_the_second_row(item, prof, tok):
+        if rows:
+            raise OSError("No space left on device")
+        rows.append(item.sample_id)
+        return specforge_row(item, prof, tok)
+
+    monkeypatch.setitem(JSONL_FORMATS, "specforge", fails_on_the_second_row)
+    # one row is already in the temp file (an OSError today; an ExportError once exports name it in one line)
+    with pytest.raises((OSError, ExportError), match="No space left"):
+        _export(store, "specforge", out_dir / "sf.jsonl")
+    assert len(rows) == 1 and list(out_dir.iterdir()) == []
+
+
+def test_exported_data_has_the_mode_of_any_new_file(store, tmp_path):
+    old = os.umask(0o022)
+    try:
+        for fmt, name in (("speculators", "s.jsonl"), ("sharegpt", "g.jsonl"), ("parquet", "p.parquet")):
+            result = _export(store, fmt, tmp_path / name)
+            assert stat.S_IMODE(result.out.stat().st_mode) == 0o644, fmt  # mkstemp alone gives 0600
+            assert stat.S_IMODE(result.manifest_path.stat().st_mode) == 0o644
+    finally:
+        os.umask(old)
+
+
+def test_out_is_a_directory_or_nothing_is_selected(store, tmp_path, capsys):
+    with pytest.raises(ExportError, match="is a directory"):
+        export(store, "speculators", tmp_path, tokenizer=kimi(), profile=profile())
+    assert not (tmp_path.parent / f"{tmp_path.name}.partial").exists()
+    with pytest.raises(ExportError, match="no samples match"):
+        _export(store, "speculators", tmp_path / "new" / "dir" / "a.jsonl", select="approved")
+    assert not (tmp_path / "new").exists()  # nothing selected: no directories made either
+    store.close()
+    code = main(["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "is a directory" in err and len(err.strip().splitlines()) == 1

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import kimi, make_capture, profile
+from test_store_fixtures import kimi, make_capture, profile, put_foreign
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.scoring import ScoreConfig, run_score
@@ -113,19 +113,11 @@ def test_spec_decode_mode_must_fit_the_kind():
         SimConfig(kind="sglang", spec_decode="eagle")
 
 
-def _foreign(store: Store, sample_id: str) -> None:
-    """A sample another pipeline wrote (ids the simulator never writes), stored as an import."""
-    cap = make_capture()
-    cap.output_ids = [5000 + 37 * i for i in range(12)] + cap.output_ids[-1:]
-    cap.endpoint = "imported"
-    store.put_sample(sample_id, "foreign", "imported", cap, analyze(cap, profile(), kimi()))
-
-
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 async def test_score_agrees_with_generation_flags_foreign_samples_and_resumes(kind, tmp_path):
     with start_simulator(SimConfig(kind=kind)) as sim, Store(tmp_path / "s.duckdb") as store:
         await run_batch(_config(sim.url, logprobs=2, limit=3), store)
-        _foreign(store, "foreign@x_gen0")
+        put_foreign(store, "foreign@x_gen0")
         first = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
         assert (first.input, first.ok, first.failed, first.off_policy) == (4, 4, 0, 1)
         for row in store.samples_page():
@@ -158,7 +150,7 @@ def test_score_cli_exit_codes_and_json(tmp_path, capsys):
     with start_simulator(SimConfig(kind="sglang")) as sim:
         with Store(db) as store:
             asyncio.run(run_batch(_config(sim.url, limit=2), store))
-            _foreign(store, "foreign@x_gen0")
+            put_foreign(store, "foreign@x_gen0")
         code = main(["score", "--db", str(db), "--server", sim.url, "--summary-json"])
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert code == 0 and out["ok"] == 3 and out["off_policy"] == 1 and out["exit_code"] == 0
@@ -188,7 +180,7 @@ def test_stats_and_show_json_carry_spec_decode_logprobs_and_target(tmp_path, cap
     db = tmp_path / "s.duckdb"
     with start_simulator(SimConfig(kind="vllm", spec_decode="vllm-detailed")) as sim, Store(db) as store:
         asyncio.run(run_batch(_config(sim.url, logprobs=2, limit=3), store))
-        _foreign(store, "foreign@x_gen0")
+        put_foreign(store, "foreign@x_gen0")
         asyncio.run(run_score(ScoreConfig(servers=[sim.url], top_k=1), store))
         sid = next(r.sample_id for r in store.samples_page() if r.sample_id != "foreign@x_gen0")
     capsys.readouterr()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from facts import KIMI_CHAIN_OUTPUT
-from test_servers_recordings import (
+from replay import (
     OUTPUT,
     PROMPT,
     Replay,

@@ -1,4 +1,5 @@
-"""The DuckDB store: round trips, resume anti-join, verdict history, filters, migrations."""
+"""The DuckDB store: round trips, resume anti-join, verdict history, filters, failures, migrations, and
+DuckDB's errors surfacing as StoreErrors (the `store` fixture is conftest's empty store)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,7 @@ import pytest
 from test_store_fixtures import kimi, make_capture, profile, put
 
 from tokview.core.analysis import analyze
-from tokview.store import LATEST_VERSION, SampleFilter, SchemaError, Store, UnknownSample
-
-
-@pytest.fixture
-def store(tmp_path):
-    with Store(tmp_path / "t.duckdb") as s:
-        yield s
+from tokview.store import LATEST_VERSION, SampleFilter, SchemaError, Store, StoreError, UnknownSample
 
 
 def test_capture_round_trips_and_secrets_are_scrubbed(store, monkeypatch):
@@ -164,3 +159,68 @@ def test_ui_reads_go_through_store_methods(tmp_path, kimi_tok, kimi_profile):
         assert store.stored_conversations() == [("p1", messages)]
         assert store.length_distribution(163607) == ([18, 5], [9])
         assert store.finish_reasons() == {"stop": 1, "length": 1}
+
+
+def test_a_stored_sample_clears_its_earlier_failures(store, make_capture, put):
+    store.put_failure("p1", "p1@s_gen0", "run1", "HTTP 500 after 3 retries")
+    store.put_failure("p2", "p2@s_gen0", "run1", "HTTP 500 after 3 retries")
+    put_id = put(store, "p1", make_capture())
+    store.put_failure("p1", put_id, "run1", "HTTP 500 after 3 retries")
+    put(store, "p1", make_capture())
+    assert store.stats()["failures"]["total"] == 2  # the p1 failure (same sample id) went, p2's stays
+    assert [r[0] for r in store.query("SELECT prompt_id FROM failures ORDER BY 1")] == ["p1", "p2"]
+
+
+def test_duckdb_errors_become_store_errors(store, tmp_path, kimi_tok, kimi_profile, make_capture):
+    from tokview.core.record import sample_id_for
+
+    with pytest.raises(StoreError, match="Parser Error|syntax"):
+        store.query("SELEC 1")
+    with pytest.raises(StoreError):
+        store.execute(f"COPY (SELECT 1 AS a) TO '{tmp_path}' (FORMAT parquet)")  # a directory
+    cap = make_capture()
+    analysis = analyze(cap, kimi_profile, kimi_tok)
+    sid = sample_id_for("p1", cap.settings, 0, None)
+    store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    with pytest.raises(StoreError):  # a write transaction that fails (the id is taken) is rolled back
+        store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    assert store.query("SELECT 1") == [(1,)]  # the connection is still usable
+    assert store.count_samples() == 1 and store.load_sample(sid).capture.output_ids == cap.output_ids
+
+
+def test_put_sample_new_skips_the_lookup_and_none_still_checks(store, kimi_tok, kimi_profile, make_capture):
+    from test_store_fixtures import SETTINGS
+
+    from tokview.core.record import sample_id_for
+
+    cap = make_capture()
+    analysis = analyze(cap, kimi_profile, kimi_tok)
+    sid = sample_id_for("p1", SETTINGS, 0, None)
+    store.put_failure("p1", sid, "run1", "HTTP 500 after 3 retries")
+    store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    assert store.stats()["failures"]["total"] == 0  # a new sample still clears its earlier failures
+    with pytest.raises(StoreError):  # new=True is a plain INSERT: no lookup, so a wrong claim is refused
+        store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
+    store.record_verdict(sid, "approved")
+    store.put_sample(sid, "p1", "run1", cap, analysis)  # None: looked up, upserted, status kept
+    assert store.count_samples() == 1 and store.load_sample(sid).status == "approved"
+
+
+def test_a_version_1_file_migrates_to_2_with_its_data_and_a_failures_index(tmp_path):
+    from tokview.store.schema import MIGRATIONS
+
+    path = tmp_path / "v1.duckdb"
+    conn = duckdb.connect(str(path))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    version, name, statements = MIGRATIONS[0]
+    for sql in statements:
+        conn.execute(sql)
+    conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+    conn.execute("INSERT INTO failures VALUES ('p1', 'p1@s_gen0', 'run1', 'HTTP 500', now(), NULL)")
+    conn.close()
+    with Store(path) as s:
+        assert s.query("SELECT max(version) FROM schema_version") == [(LATEST_VERSION,)]
+        assert s.query("SELECT index_name FROM duckdb_indexes() WHERE table_name = 'failures'") == [
+            ("failures_sample_idx",)
+        ]
+        assert s.stats()["failures"]["total"] == 1

@@ -1,4 +1,7 @@
-"""Hand-made Kimi-layout captures shared by the store, export and audit tests (no tests here)."""
+"""Hand-made Kimi-layout captures shared by the store, export and audit tests (no tests here).
+
+New tests take them as conftest.py fixtures (`make_capture`, `put`, `sample_store`, `kimi_tok`,
+`kimi_profile`); older files still import these builders directly."""
 
 from __future__ import annotations
 
@@ -76,3 +79,11 @@ def put(store, prompt_id: str, capture: Capture, *, run_id: str = "run1", index:
         profile="kimi-k2.5",
     )
     return sid
+
+
+def put_foreign(store, sample_id: str) -> None:
+    """A sample another pipeline wrote (ids the simulator never writes), stored as an import."""
+    cap = make_capture()
+    cap.output_ids = [5000 + 37 * i for i in range(12)] + cap.output_ids[-1:]
+    cap.endpoint = "imported"
+    store.put_sample(sample_id, "foreign", "imported", cap, analyze(cap, profile(), kimi()))

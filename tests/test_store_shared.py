@@ -173,13 +173,23 @@ def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
             assert store.count_samples() == 1 and store.stats()["samples"] == 1
 
 
-def test_the_file_stays_open_for_a_burst_then_closes(tmp_path):
+def test_the_file_stays_open_for_a_burst_then_closes(tmp_path, monkeypatch):
+    import duckdb
+
+    from tokview.store import store as store_module
+
+    opened = []
+    real_connect = duckdb.connect
+    monkeypatch.setattr(store_module.duckdb, "connect", lambda *a, **kw: opened.append(a) or real_connect(*a, **kw))
     with Store(tmp_path / "s.duckdb", linger=0.3) as store:
+        opened.clear()
         store.count_samples()
-        first = store._conn
         store.samples_page()
-        assert first is not None and store._conn is first  # one warm connection for the burst
+        assert store.is_open and len(opened) <= 1  # one warm connection for the burst (reused if still open)
         deadline = time.monotonic() + 30
-        while store._conn is not None and time.monotonic() < deadline:
+        while store.is_open and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert store._conn is None  # then the file is free for other processes
+        assert not store.is_open  # then the file is free for other processes
+        before = len(opened)
+        store.count_samples()
+        assert len(opened) == before + 1 and store.is_open  # opened again on the next use

@@ -164,3 +164,37 @@ def test_loads_with_the_flag_and_keeps_kimi_ids(remote_code_dir):
 def test_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(TokenizerError, match="not found"):
         load_tokenizer(tmp_path / "nope")
+
+
+def _evil_tokenizer(tmp_path, kimi_tok_dir):
+    """A copy of the Kimi-layout folder whose config points at shipped code that leaves a marker when run."""
+    folder = tmp_path / "evil-tok"
+    shutil.copytree(kimi_tok_dir, folder)
+    marker = tmp_path / "code-ran"
+    (folder / "tokenization_evil.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+        "from transformers import PreTrainedTokenizerFast\n\n\n"
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n"
+    )
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, "tokenization_evil.EvilTokenizer"]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder, marker
+
+
+def test_trust_remote_code_never_runs_a_folder_the_database_names(tmp_path, capsys, kimi_tok_dir, make_capture, put):
+    from tokview.cli import main
+    from tokview.store import Store
+
+    folder, marker = _evil_tokenizer(tmp_path, kimi_tok_dir)
+    db = tmp_path / "r.duckdb"
+    with Store(db) as s:
+        s.put_run("run1", profile="kimi-k2.5", tokenizer_dir=str(folder))
+        put(s, "p1", make_capture())
+    code = main(["export", "--db", str(db), "--out", str(tmp_path / "o.jsonl"), "--trust-remote-code"])
+    err = capsys.readouterr().err
+    assert not marker.exists()  # the recorded folder's code did not run
+    assert code == 0 and (tmp_path / "o.jsonl").is_file() and "Traceback" not in err  # loaded without its code
+    out2 = str(tmp_path / "o2.jsonl")
+    code = main(["export", "--db", str(db), "--out", out2, "--tokenizer", str(folder), "--trust-remote-code"])
+    assert code == 0 and marker.exists()  # named on the command line: the user asked for it

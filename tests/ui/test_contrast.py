@@ -53,14 +53,14 @@ async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
             for focused in (True, False):
                 (view.focus() if focused else app.screen.query_one("#findings").focus())
                 await pilot.pause()
-                view._styles.clear()
+                view.notify_style_update()  # styles are cached per focus state
                 for cls, name in enumerate(STYLE_CLASSES):
                     if name == "empty":
                         continue  # blank cells (prompt positions in the right pane): no text to read
                     for alt in (False, True):
                         for cursor in (False, True):
                             for mark in (False, True):
-                                ratio = contrast(view._style(cls, alt, cursor, mark))
+                                ratio = contrast(view.cell_style(cls, alt=alt, cursor=cursor, mark=mark))
                                 if ratio < AA:
                                     low.append((view.id, focused, name, alt, cursor, mark, round(ratio, 2)))
         assert not low, low
@@ -83,7 +83,7 @@ async def test_sample_list_rows_reach_aa_as_painted(theme, make_app, store):
             await pilot.pause()
             for cursor in range(6):
                 lst.cursor = cursor
-                lst._cache.clear()
+                lst.notify_style_update()  # painted rows are cached
                 for y in range(8):
                     for seg in lst.render_line(y):
                         if seg.text.strip() and contrast(seg.style) < AA:

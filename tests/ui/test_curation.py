@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual.notifications import Notify
+
 from tests.ui.conftest import settle
 from tokview.ui.screens.inspect import InspectScreen
 from tokview.ui.screens.modals import REJECT_REASONS, Confirm, RejectReason, TextPrompt
@@ -128,13 +130,14 @@ async def test_curation_keys_with_no_sample_open_no_dialog(make_app, tmp_path, t
 
     with Store(tmp_path / "empty.duckdb") as empty:
         app = TokviewApp(Session(empty, tokenizer=tokenizer, profile=profile))
-        async with app.run_test(size=(120, 40)) as pilot:
+        said: list = []
+        async with app.run_test(size=(120, 40), message_hook=said.append) as pilot:
             await settle(app, pilot)
             for key in ("n", "t", "r", "a"):
                 await pilot.press(key)
                 await pilot.pause()
                 assert isinstance(app.screen, SamplesScreen), key
-            assert any("no sample here" in str(n.message) for n in app._notifications)
+            assert any("no sample here" in str(m.notification.message) for m in said if isinstance(m, Notify))
 
 
 async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):

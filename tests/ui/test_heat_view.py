@@ -50,7 +50,7 @@ async def test_heat_key_cycles_modes_colours_and_fills_the_detail_panel(tokenize
         heat = {d.CLASS_INDEX[name]: level for level, name in enumerate(d.HEAT_CLASSES)}
 
         await pilot.press("h")  # acceptance run: accepted 2 of 3 everywhere → level 1; prefill uncoloured
-        assert screen.heat == "acceptance" and "heat acceptance run" in str(screen._served_label())
+        assert screen.heat == "acceptance" and "heat acceptance run" in str(screen.query_one("#served-label").content)
         assert served.seq.classes[:n_prompt] == segments[:n_prompt]
         assert served.seq.classes[n_prompt] == segments[n_prompt]
         assert {heat.get(c) for c in served.seq.classes[n_prompt + 1 :]} == {1}
@@ -78,6 +78,7 @@ async def test_heat_says_unavailable_when_steps_cannot_be_placed(tokenizer, prof
         served = app.screen.query_one("#served", TokenView)
         before = list(served.seq.classes)
         await pilot.press("h")
-        label = app.screen._served_label()
+        await pilot.pause()
+        label = str(app.screen.query_one("#served-label").content)
         assert "unavailable" in label and "not every decode step drafted" in label
         assert served.seq.classes == before  # nothing coloured: never a guess

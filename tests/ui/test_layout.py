@@ -3,8 +3,8 @@ says what its columns are, inspect opens where the problem is and gives the find
 
 from __future__ import annotations
 
+from textual.notifications import Notify
 from textual.widgets import DataTable, Input
-from textual.widgets._footer import FooterKey
 
 from tests.ui.conftest import settle
 from tests.ui.test_curation import open_first
@@ -14,7 +14,7 @@ from tokview.ui.widgets.sample_list import fit_middle
 
 
 def footer_keys(app) -> dict[str, object]:
-    return {k.key_display: k.region for k in app.screen.query(FooterKey)}
+    return {k.key_display: k.region for k in app.screen.query("FooterKey")}
 
 
 async def test_at_80_columns_the_footer_shows_every_key_of_the_screen(make_app):
@@ -91,12 +91,13 @@ async def test_inspect_opens_at_the_first_error_and_lists_errors_first(make_app,
 
 async def test_approve_reject_and_undo_say_what_they_did(make_app):
     app = make_app()
-    async with app.run_test(size=(100, 30)) as pilot:
+    notes: list = []
+    async with app.run_test(size=(100, 30), message_hook=notes.append) as pilot:
         await settle(app, pilot)
         await pilot.press("down", "a")
         await pilot.press("u")
         await pilot.pause()
-        said = [str(n.message) for n in app._notifications]
+        said = [str(m.notification.message) for m in notes if isinstance(m, Notify)]
         assert any("p001@demo_gen0: approved" in m and "u undoes" in m for m in said)
         assert any("undid the last verdict" in m and "now pending" in m for m in said)
 
@@ -131,13 +132,15 @@ async def test_enter_on_a_finding_without_positions_says_so(short, tokenizer, pr
     capture, analysis = short
     analysis = replace(analysis, findings=[Finding("completion_count_mismatch", "error", "usage says 9", ())])
     app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
-    async with app.run_test(size=(120, 40)) as pilot:
+    notes: list = []
+    async with app.run_test(size=(120, 40), message_hook=notes.append) as pilot:
         await pilot.pause()
         before = app.screen.served.cursor
         await pilot.press("f", "enter")
         await pilot.pause()
         assert app.screen.served.cursor == before
-        assert any("names no token positions" in str(n.message) for n in app._notifications)
+        said = [str(m.notification.message) for m in notes if isinstance(m, Notify)]
+        assert any("names no token positions" in m for m in said)
 
 
 async def test_the_palette_lists_each_command_once(make_app):

@@ -68,12 +68,15 @@ async def test_generate_runs_against_the_simulator_and_rows_appear(make_app, sto
         screen.query_one("#samples", Input).value = "2"
         screen.query_one("#max-tokens", Input).value = "48"
         screen.query_one("#mode").value = "dual"
+        before = dict(sim.stats.requests)
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         summary = screen.last_summary
         assert summary is not None and summary.ok == 4 and summary.failed == 0
         assert store.count_samples() == 34
-        assert sim.stats  # the requests really went over the socket
+        sent = {path: n - before.get(path, 0) for path, n in sim.stats.requests.items()}
+        # the requests really went over the socket: dual mode asks both paths for each of the 4 samples
+        assert sent.get("/v1/chat/completions", 0) >= 4 and sent.get("/v1/completions", 0) >= 4, sent
         await pilot.press("escape")
         await settle(app, pilot)
         assert app.screen.sample_list.count == 34

@@ -60,7 +60,7 @@ async def test_wraps_to_width_and_resizes(short, tokenizer):
         view.mode = "both"
         await pilot.pause()
         assert view.virtual_size.height == 2 * len(view.row_starts)
-        assert "163587" in "".join(s.text for s in view.render_line(1)._segments)
+        assert "163587" in view.render_line(1).text
 
 
 async def test_cursor_keys_move_and_repaint_only_touched_rows(short, tokenizer):
@@ -84,7 +84,7 @@ async def test_cursor_keys_move_and_repaint_only_touched_rows(short, tokenizer):
         assert view.cursor == 0
         strip = view.render_line(0)
         cursor_style = view.get_component_rich_style("token-view--cursor", partial=True)
-        assert strip._segments[0].style.bgcolor == cursor_style.bgcolor
+        assert next(iter(strip)).style.bgcolor == cursor_style.bgcolor
 
 
 async def test_recolour_one_token_repaints_one_row(short, tokenizer):
@@ -241,7 +241,7 @@ async def test_a_burst_of_keys_lands_where_it_should_and_the_app_goes_idle(short
         screen = app.screen
         start = screen.served.cursor
         for key in ("right", "right", "right", "left", "right", "right"):  # one burst: no wait in between
-            app._driver.send_message(events.Key(key, None))
+            app.post_message(events.Key(key, None))
         for _ in range(5):
             await pilot.pause()
         assert screen.served.cursor == screen.kept.cursor == start + 4
@@ -257,6 +257,8 @@ async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profi
     """The same on a 32,000-token sample: rows down in one burst, both panes end on one row, scrolled alike."""
     from textual import events
 
+    from tokview.ui.display import row_of
+
     capture, analysis = long
     app = InspectApp(InspectData("long", capture, analysis), tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -265,9 +267,9 @@ async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profi
         screen.served.cursor = 0
         await pilot.pause()
         for _ in range(60):
-            app._driver.send_message(events.Key("down", None))
+            app.post_message(events.Key("down", None))
         for _ in range(5):
             await pilot.pause()
-        row = screen.served._rows_of_token(screen.served.cursor)
+        row = row_of(screen.served.row_starts, screen.served.cursor)
         assert row == 60 and screen.kept.cursor == screen.served.cursor
         assert screen.kept.scroll_y == screen.served.scroll_y > 0

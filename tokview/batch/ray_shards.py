@@ -38,9 +38,9 @@ class CollectingSink:
     def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self._sink.sample_record(*args, **kwargs)
 
-    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] = ()) -> None:
+    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] | None = None) -> None:
         self.samples += samples
-        self.failures += list(failures)
+        self.failures += failures or []
 
     def ingest(self) -> tuple[int, int]:
         return 0, 0
@@ -139,9 +139,11 @@ async def run_on_ray(
                 ray.cancel(ref, force=True)
             outcomes.append("interrupted")
             break
-        done, pending = await loop.run_in_executor(
-            None, lambda waiting=pending: ray.wait(waiting, num_returns=1, timeout=0.2)
-        )
+
+        def wait_for_one(waiting: list[Any] = pending) -> tuple[list[Any], list[Any]]:
+            return ray.wait(waiting, num_returns=1, timeout=0.2)
+
+        done, pending = await loop.run_in_executor(None, wait_for_one)
         for ref in done:
             result = await loop.run_in_executor(None, ray.get, ref)
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])

@@ -26,6 +26,7 @@ from tokview.core import logprobs as lp
 from tokview.core.findings import off_policy_finding
 from tokview.core.record import Capture
 from tokview.store import Store
+from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
 
@@ -33,7 +34,6 @@ CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""
 FLUSH = 64
 """Scored samples written per transaction."""
-SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 
 
 @dataclass
@@ -106,14 +106,7 @@ class ScoreSummary:
 
 def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     """(sample_id, stored target_score JSON) of the selected samples, oldest first."""
-    where, params = SELECTIONS[config.select], []
-    if config.run is not None:
-        where += " AND run_id = ?"
-        params.append(config.run)
-    sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
-    if config.limit is not None:
-        sql += f" LIMIT {int(config.limit)}"
-    return [(r[0], r[1]) for r in store.query(sql, params)]
+    return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 
 def already_scored(stored: Any, model: str | None, top_k: int) -> bool:
@@ -194,12 +187,7 @@ async def _run(
     n_workers = min(len(todo), config.concurrency * len(config.servers))
 
     def load(chunk: list[str]) -> list[tuple[str, list[int], list[int]]]:
-        rows = store.query(
-            "SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s JOIN "
-            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
-            [chunk],
-        )
-        return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
+        return token_ids(store, chunk)
 
     async def produce() -> None:
         """Read the ids a chunk at a time (one short read each), ahead of the workers."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 
 def _raise_exception(message: str) -> None:
@@ -41,7 +41,7 @@ def compile_template(source: str):
     class GenerationTag(Extension):
         """`{% generation %}…{% endgeneration %}` marks assistant text for masks; rendering keeps the body."""
 
-        tags: ClassVar[set[str]] = {"generation"}
+        tags: set[str] = {"generation"}  # noqa: RUF012 - jinja2 declares it a plain set[str] on Extension
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno

@@ -151,7 +151,7 @@ def get_profile(name: str) -> ModelProfile:
         raise ProfileError(f"unknown profile {name!r} (known: {known}, or a .toml file)") from None
 
 
-_FIELD_TYPES = {
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "think_open": str,
     "think_close": str,

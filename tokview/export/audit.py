@@ -85,9 +85,11 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
         raise PromptError("input_ids and loss_mask must be lists of the same length")
     _check_ids(ids, mask)
     split = mask.index(1) if 1 in mask else len(ids)
-    meta = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+    metadata = row.get("metadata")
+    meta: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
     prompt_id = str(row.get("primary_id") or prompt_id_for(row))
-    idx = meta.get("idx") if isinstance(meta.get("idx"), int) else 0
+    idx = meta.get("idx")
+    index = idx if isinstance(idx, int) else 0
     capture = Capture(
         prompt_ids=[int(i) for i in ids[:split]],
         output_ids=[int(i) for i in ids[split:]],
@@ -97,7 +99,7 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
         endpoint="imported",
         raw_response={k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")},
     )
-    return prompt_id, idx, capture
+    return prompt_id, index, capture
 
 
 def from_conversation(
@@ -119,15 +121,16 @@ def from_conversation(
             reasoning, content = inline
             field_name = "inline"
     history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
-    thinking = thinking if profile.has_reasoning else None  # a plain model's rows are answers only
-    kwargs = profile.template_kwargs(thinking)
+    opener, closer = profile.think_open_id, profile.think_close_id
+    think = thinking if opener is not None and closer is not None else None  # a plain model's rows: answers only
+    kwargs = profile.template_kwargs(think)
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
     output: list[int] = []
-    if thinking:
+    if think and opener is not None and closer is not None:
         if not seg.prompt_opens_reasoning(prompt, profile):
-            output.append(profile.think_open_id)
-        output += encode_literal(tokenizer, reasoning) + [profile.think_close_id]
+            output.append(opener)
+        output += encode_literal(tokenizer, reasoning) + [closer]
     output += encode_literal(tokenizer, content)
     if not truncated:
         output.append(profile.stop_ids[0])
@@ -140,7 +143,7 @@ def from_conversation(
         reasoning=reasoning if field_name else None,
         content=content,
         reasoning_field=None if field_name == "inline" else field_name,
-        settings={"thinking": thinking, "chat_template_kwargs": kwargs},
+        settings={"thinking": think, "chat_template_kwargs": kwargs},
         messages=history,
         endpoint="imported",
         raw_response=row,

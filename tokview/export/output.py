@@ -33,6 +33,13 @@ class Target:
     final: Path
     tmp: Path | None = None
 
+    @property
+    def temp(self) -> Path:
+        """The temp file being written: set by `make_temps`, gone after `commit` / `discard_temps`."""
+        if self.tmp is None:
+            raise RuntimeError(f"no temp file for {self.final} (make_temps not called, or already committed)")
+        return self.tmp
+
 
 @dataclass
 class Plan:
@@ -195,14 +202,15 @@ def commit(plan: Plan) -> None:
     mode = _default_mode()
     order = list(plan.sidecars.values()) + ([plan.data] if plan.data else [])
     for target in order:
-        assert target.tmp is not None
-        os.chmod(target.tmp, mode)  # mkstemp makes 0600; the files get the mode any new file would
+        os.chmod(target.temp, mode)  # mkstemp makes 0600; the files get the mode any new file would
     for target in order:
-        os.replace(target.tmp, target.final)
+        os.replace(target.temp, target.final)
         target.tmp = None
 
 
 def open_stream(plan: Plan) -> IO[bytes]:
+    if plan.stream_path is None:
+        raise RuntimeError(f"{plan.name} is a file, not a stream")
     if plan.stream_path == "-":
         return os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     return open(plan.stream_path, "wb")  # a FIFO or device: written to, never replaced

@@ -39,10 +39,12 @@ class Conformance:
     def check(self, row: dict[str, Any], served: rr.Rendered, kwargs: dict[str, Any]) -> dict[str, str]:
         out = {}
         for path in self.paths():
-            if path == SPECFORGE_PATH:
-                got = rr.specforge_parse(row, self.template, self.tokenizer)
-            elif path == RENDER_PATH:
+            if path == RENDER_PATH:
                 got = rr.render_boundary(row["conversations"], self.tokenizer, kwargs)
+            elif self.template is None:  # paths() names the template's paths only when there is one
+                continue
+            elif path == SPECFORGE_PATH:
+                got = rr.specforge_parse(row, self.template, self.tokenizer)
             else:
                 got = rr.specforge_mask(row["text"], self.template, self.tokenizer)
             outcome = rr.compare(served, got)
@@ -102,7 +104,7 @@ def section(
             if fmt == "parquet"
             else f"load_dataset('json', data_files='{data_name}')"
         )
-        out = {
+        out: dict[str, Any] = {
             "speculators": {
                 "exact": f"python scripts/prepare_data.py --model <target model> --data {data_name} "
                 "--output <dir> (pre-tokenized rows pass through as served)"

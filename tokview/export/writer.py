@@ -34,13 +34,13 @@ from tokview.export.output import (
     open_stream,
     plan_output,
 )
-from tokview.export.side_fields import parquet_columns, threshold_where, thresholds_manifest
+from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance
-from tokview.store import Store
+from tokview.store import Store, export_rows
+from tokview.store.export_rows import SELECTIONS, SampleKey, Selection
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 
-SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 CHUNK = 256
 
 
@@ -73,6 +73,8 @@ class ExportResult:
     select: str = ""
     run: str | None = None
     tokenizer: Any = None
+    thresholds: dict[str, Any] | None = None
+    """--max-acceptance / --max-nll and what they left out (the manifest records them)."""
 
 
 def sidecar(out: Path, suffix: str) -> Path:
@@ -83,54 +85,34 @@ def sidecar(out: Path, suffix: str) -> Path:
 
 
 def selected_ids(
-    store: Store,
-    select: str,
-    run: str | None,
-    *,
-    include_invalid: bool = False,
-    max_acceptance: float | None = None,
-    max_nll: float | None = None,
-) -> tuple[list[tuple[str, str, int | None, int | None, str | None]], dict[str, Any]]:
+    store: Store, selection: Selection, *, include_invalid: bool = False
+) -> tuple[list[SampleKey], dict[str, Any]]:
     """((sample_id, prompt_id, turn, gen_index, run_id) in export order, what was left out and why).
 
     `approved` exports approved samples that are also valid: a person's approval does not make a
     truncated or broken sample trainable unless `include_invalid` says so; the ones left out are
     counted by their error codes.
     """
-    if select not in SELECTIONS:
-        raise ExportError(f"unknown selection {select!r} (choose from {', '.join(SELECTIONS)})")
-    where, params = SELECTIONS[select], []
-    if run is not None:
-        where += " AND run_id = ?"
-        params.append(run)
-    extra, extra_params = threshold_where(max_acceptance, max_nll)  # --max-acceptance / --max-nll
-    where, params = where + extra, params + extra_params
+    if selection.select not in SELECTIONS:
+        raise ExportError(f"unknown selection {selection.select!r} (choose from {', '.join(SELECTIONS)})")
     left_out: dict[str, Any] = {}
-    if select == "approved" and not include_invalid:
-        bad = store.query(f"SELECT codes FROM samples WHERE {where} AND NOT valid", params)
+    valid_only = selection.select == "approved" and not include_invalid
+    if valid_only:
+        bad = export_rows.invalid_codes(store, selection)
         if bad:
             reasons: Counter[str] = Counter()
-            for (codes,) in bad:
-                errors = [c for c in codes or [] if default_severity(c) == ERROR] or ["invalid"]
-                reasons.update(errors)
+            for codes in bad:
+                reasons.update([c for c in codes if default_severity(c) == ERROR] or ["invalid"])
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
-        where += " AND valid"
-    ids = [
-        tuple(r)
-        for r in store.query(
-            f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} "
-            "ORDER BY prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id",
-            params,
-        )
-    ]
-    return ids, left_out
+    return export_rows.selected_keys(store, selection, valid_only=valid_only), left_out
 
 
 class _Profiles:
     """The profile each sample was analysed with, by name, with one fallback for unknown names."""
 
     def __init__(self, default: ModelProfile | None, tokenizer: Any) -> None:
-        self.default, self.tokenizer, self.cache = default, tokenizer, {}
+        self.default, self.tokenizer = default, tokenizer
+        self.cache: dict[str | None, ModelProfile] = {}
 
     def get(self, name: str | None) -> ModelProfile:
         if name not in self.cache:
@@ -166,11 +148,9 @@ def export(
     _check_suffix(fmt, out)
     try:
         plan = plan_output(out, f"train.{_suffix(fmt)}")
-        ids, left_out = selected_ids(
-            store, select, run, include_invalid=include_invalid, max_acceptance=max_acceptance, max_nll=max_nll
-        )
-        base_where = SELECTIONS.get(select, "true") + (" AND run_id = ?" if run is not None else "")
-        thresholds = thresholds_manifest(store, base_where, [run] if run is not None else [], max_acceptance, max_nll)
+        selection = Selection(select, run, max_acceptance, max_nll)
+        ids, left_out = selected_ids(store, selection, include_invalid=include_invalid)
+        thresholds = thresholds_manifest(store, selection)
         if not ids:
             raise ExportError(
                 f"no samples match --select {select}"
@@ -198,7 +178,7 @@ def export(
     try:
         result = _export_to(store, fmt, plan, ids, select, run, tokenizer, profile)
         result.left_out = left_out
-        result.thresholds = thresholds  # type: ignore[attr-defined]  (the manifest records them)
+        result.thresholds = thresholds
         _write_sidecars(store, fmt, plan, run, result)
         commit(plan)
     finally:
@@ -241,7 +221,7 @@ class _Sink:
         self.plan = plan
         self.digest = hashlib.sha256()
         self.size = 0
-        self.fh = open(plan.data.tmp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
+        self.fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed by finish/abort)
 
     def write(self, data: bytes) -> None:
         self.digest.update(data)
@@ -279,11 +259,7 @@ def _export_to(
         )
     )
     if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
-        for (name,) in store.query(
-            "SELECT DISTINCT s.profile FROM samples s JOIN "
-            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid",
-            [[i[0] for i in ids]],
-        ):
+        for name in export_rows.profile_names(store, [i[0] for i in ids]):
             _check_inline(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
@@ -302,7 +278,7 @@ def _export_to(
                     row["gen_index"],
                     row_id_of[row["sample_id"]],
                 )
-                if builder is not None:
+                if builder is not None and sink is not None:  # a JSONL format (Parquet is written by DuckDB below)
                     try:
                         if chooser is not None and fmt == "specforge":
                             chooser.check(chooser.layout(capture.settings, prof))
@@ -340,7 +316,7 @@ def _export_to(
     if sink is not None:
         result.data_sha256, result.data_bytes = sink.digest.hexdigest(), sink.size
     elif plan.data is not None:
-        result.data_sha256, result.data_bytes = _file_hash(plan.data.tmp)
+        result.data_sha256, result.data_bytes = _file_hash(plan.data.temp)
     return result
 
 
@@ -390,12 +366,7 @@ def _choose_template(
     chooser = TemplateChooser(tokenizer)
     for start in range(0, len(ids), CHUNK):
         chunk = [i[0] for i in ids[start : start + CHUNK]]
-        for settings, prof in store.query(
-            "SELECT s.settings, s.profile FROM samples s JOIN "
-            "(SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid "
-            "WHERE len(s.output_ids) > 0",
-            [chunk],
-        ):
+        for settings, prof in export_rows.served_layouts(store, chunk):
             chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
     try:
         chooser.template = chooser.choose()
@@ -412,25 +383,20 @@ def _choose_template(
 def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result: ExportResult) -> None:
     """Token counts, errors, SpecForge template and manifest, into their temp files (committed later)."""
     if "token_freq" in plan.sidecars:
-        with open(plan.sidecars["token_freq"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["token_freq"].temp, "w", encoding="utf-8") as fh:
             json.dump({str(t): n for t, n in sorted(result.freq.items())}, fh)
     if "errors" in plan.sidecars:
-        _write_errors(store, run, plan.sidecars["errors"].tmp)
+        _write_errors(store, run, plan.sidecars["errors"].temp)
     if "template" in plan.sidecars:
-        with open(plan.sidecars["template"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["template"].temp, "w", encoding="utf-8") as fh:
             json.dump(result.template, fh, indent=2, ensure_ascii=False)
         result.template_path = plan.sidecars["template"].final
     result.manifest = scrub(build_manifest(store, fmt, plan, result))
-    if getattr(result, "thresholds", None):  # --max-acceptance / --max-nll and what they left out
+    if result.thresholds:  # --max-acceptance / --max-nll and what they left out
         result.manifest["thresholds"] = result.thresholds
     if "manifest" in plan.sidecars:
-        with open(plan.sidecars["manifest"].tmp, "w", encoding="utf-8") as fh:
+        with open(plan.sidecars["manifest"].temp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
-
-
-# The Parquet loss mask is built in SQL, 0 per prompt id and 1 per output id: the same rule as
-# `core.segments.loss_mask` (tests/test_export_review.py checks every exported row against it).
-PARQUET_LOSS_MASK = "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids])"
 
 
 def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) -> None:
@@ -439,7 +405,7 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
     The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target
     (-, FIFO) gets the file's bytes once DuckDB has written it to a temp file.
     """
-    tmp = plan.data.tmp if plan.data else None
+    tmp = plan.data.temp if plan.data else None
     spill = None
     if tmp is None:
         import tempfile
@@ -448,19 +414,7 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
         os.close(fd)
         spill = tmp = Path(name)
     try:
-        target = str(tmp).replace("'", "''")
-        store.execute(
-            "COPY (SELECT q.rid AS id, s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
-            "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
-            f"{PARQUET_LOSS_MASK} AS loss_mask, "
-            "s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes"
-            f"{parquet_columns(store, [e[0] for e in exported])} "  # logprobs / top-K / target, when captured
-            "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
-            "ON s.sample_id = q.sid "
-            f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
-            f"TO '{target}' (FORMAT parquet)",
-            [[e[0] for e in exported], [e[1] for e in exported]],
-        )
+        export_rows.write_parquet(store, [e[0] for e in exported], [e[1] for e in exported], tmp)
         if spill is not None:
             with open(spill, "rb") as src, open_stream(plan) as dst:
                 shutil.copyfileobj(src, dst)
@@ -471,20 +425,16 @@ def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) ->
 
 def _write_errors(store: Store, run: str | None, path: Path) -> None:
     """speculators' `<name>.errors.jsonl`: the requests that failed (not samples, never exported)."""
-    where, params = ("WHERE run_id = ?", [run]) if run else ("", [])
-    rows = store.query(
-        f'SELECT prompt_id, sample_id, reason, server FROM failures {where} ORDER BY prompt_id, sample_id, "at"', params
-    )
     with open(path, "w", encoding="utf-8") as fh:
-        for prompt_id, sample_id, reason, server in rows:
+        for failure in store.failures(run):
             fh.write(
                 json.dumps(
                     {
-                        "id": prompt_id,
+                        "id": failure["prompt_id"],
                         "metadata": {
-                            "sample_id": sample_id,
-                            "error": scrub_optional(reason),
-                            "endpoint": scrub_optional(server),
+                            "sample_id": failure["sample_id"],
+                            "error": scrub_optional(failure["reason"]),
+                            "endpoint": scrub_optional(failure["server"]),
                         },
                     }
                 )

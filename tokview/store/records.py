@@ -274,11 +274,11 @@ JSON_FIELDS = {"matched_stop", "usage", "settings", "messages", "raw_request", "
 def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
     """The exact values to mask in this capture's payloads: the env key, `extra` (the store's known
     server credentials) and any credentials in the capture's own server or request URL."""
-    urls = [capture.server_url]
-    request = capture.raw_request if isinstance(capture.raw_request, dict) else {}
+    urls: list[str | None] = [capture.server_url]
+    request: dict[str, Any] = capture.raw_request if isinstance(capture.raw_request, dict) else {}
     urls.append(request.get("url") if isinstance(request.get("url"), str) else None)
-    parsed = request.get("parsed") if isinstance(request.get("parsed"), dict) else {}
-    urls.append(parsed.get("url") if isinstance(parsed.get("url"), str) else None)
+    parsed = request.get("parsed")
+    urls.append(parsed.get("url") if isinstance(parsed, dict) and isinstance(parsed.get("url"), str) else None)
     return known_secrets([*extra, *(v for u in urls for v in url_secrets(u))])
 
 

@@ -81,9 +81,7 @@ def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict
         for name, part in parts.items():
             for key in segments[name]:
                 segments[name][key] += part.get(key) or 0
-    for part in segments.values():
-        part["mean_acceptance_length"] = 1 + part["accepted"] / part["steps"] if part["steps"] else None
-        part["acceptance_rate"] = part["accepted"] / part["drafted"] if part["drafted"] else None
+    per_segment = {name: {**counts, **_rates(counts)} for name, counts in segments.items()}
     lengths = store.query(
         "SELECT quantile_cont(acceptance_length, 0.1), quantile_cont(acceptance_length, 0.5), "
         "quantile_cont(acceptance_length, 0.9), min(acceptance_length), max(acceptance_length) "
@@ -93,11 +91,18 @@ def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict
         "samples": len(rows),
         "schemas": schemas,
         **totals,
-        "mean_acceptance_length": 1 + totals["accepted"] / totals["steps"] if totals["steps"] else None,
-        "acceptance_rate": totals["accepted"] / totals["drafted"] if totals["drafted"] else None,
+        **_rates(totals),
         "acceptance_length": dict(zip(("p10", "p50", "p90", "min", "max"), lengths)),
         "placed_samples": placed,
-        "segments": segments if placed else None,
+        "segments": per_segment if placed else None,
+    }
+
+
+def _rates(counts: dict[str, int]) -> dict[str, float | None]:
+    """Mean acceptance length (1 + accepted/steps) and acceptance rate (accepted/drafted); None over 0."""
+    return {
+        "mean_acceptance_length": 1 + counts["accepted"] / counts["steps"] if counts["steps"] else None,
+        "acceptance_rate": counts["accepted"] / counts["drafted"] if counts["drafted"] else None,
     }
 
 

@@ -301,6 +301,11 @@ class Store(PartSink):
                 self._depth -= 1
                 self._release()
 
+    @property
+    def is_open(self) -> bool:
+        """Whether this process has the database file open right now (it lingers open for a burst)."""
+        return self._conn is not None
+
     @contextmanager
     def hold(self) -> Iterator[Store]:
         """Keep the file open across several calls (e.g. the dozen queries of `stats`); keep it short."""

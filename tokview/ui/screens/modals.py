@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
@@ -24,7 +27,7 @@ REJECT_REASONS = (
 class TextPrompt(ModalScreen[str | None]):
     """One line of text; Enter keeps it, Escape cancels."""
 
-    BINDINGS = bindings("note / tag prompt")
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("note / tag prompt")]
 
     def __init__(self, title: str, placeholder: str = "", value: str = "") -> None:
         super().__init__()
@@ -46,7 +49,7 @@ class TextPrompt(ModalScreen[str | None]):
 class RejectReason(ModalScreen[str | None]):
     """Pick a reason from the list (Enter), or type one and press Enter; Escape cancels."""
 
-    BINDINGS = bindings("reject dialog")
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("reject dialog")]
 
     def __init__(self, reasons: tuple[str, ...] = REJECT_REASONS) -> None:
         super().__init__()
@@ -74,7 +77,7 @@ class RejectReason(ModalScreen[str | None]):
 class Confirm(ModalScreen[bool]):
     """A yes/no question: y says yes, n or Escape says no (the safe answer)."""
 
-    BINDINGS = bindings("confirm dialog")
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("confirm dialog")]
 
     def __init__(self, question: str, detail: str = "") -> None:
         super().__init__()

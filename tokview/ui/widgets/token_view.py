@@ -275,6 +275,10 @@ class TokenView(ScrollView, can_focus=True):
         self._styles.clear()
         self._cache.clear()
 
+    def cell_style(self, style_class: int, *, alt: bool = False, cursor: bool = False, mark: bool = False) -> Style:
+        """The style a token cell of `style_class` is painted with (alternate shade, cursor, search mark)."""
+        return self._style(style_class, alt, cursor, mark)
+
     def _style(self, cls: int, alt: bool, cursor: bool, mark: bool) -> Style:
         key = (cls, alt, cursor, mark)
         style = self._styles.get(key)

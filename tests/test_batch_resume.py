@@ -1,0 +1,89 @@
+"""Resume: a re-run skips the samples already stored for the same prompts, settings and served model,
+and only those. Sample ids carry the served model and the vocabulary's identity (not the tokenizer
+files' bytes, nor the server's URL), so another model into the same store is a new run, and a named
+run is never overwritten by another model's samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import BatchConfig, InputError, run_batch
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_prompts.jsonl"
+
+
+@pytest.fixture
+def config(kimi_tok, kimi_profile):
+    """`config(url, **BatchConfig fields)`: the plain prompts against one server, Kimi tokenizer and profile."""
+
+    def make(url: str, **kw) -> BatchConfig:
+        kw.setdefault("tokenizer", kimi_tok)
+        kw.setdefault("max_new_tokens", 60)
+        kw.setdefault("timeout", 10.0)
+        return BatchConfig(servers=[url], prompts_path=PROMPTS, model_profile=kimi_profile, **kw)
+
+    return make
+
+
+async def test_another_model_into_the_same_store_is_not_a_resume(tmp_path, config):
+    with Store(tmp_path / "m.duckdb") as store:
+        with start_simulator(SimConfig(kind="vllm", model_name="model-a")) as a:
+            first = await run_batch(config(a.url, limit=3), store)
+        with start_simulator(SimConfig(kind="vllm", model_name="model-b")) as b:
+            second = await run_batch(config(b.url, limit=3), store)
+        assert (first.ok, second.ok, second.resumed) == (3, 3, 0) and first.run_id != second.run_id
+        with start_simulator(SimConfig(kind="vllm", model_name="model-a")) as moved:  # same model, other port
+            again = await run_batch(config(moved.url, limit=3), store)
+        assert (again.ok, again.resumed, again.run_id) == (0, 3, first.run_id)
+        models = {r["run_id"]: r["settings"]["model"] for r in store.runs()}
+        assert models == {first.run_id: "model-a", second.run_id: "model-b"}
+
+
+async def test_a_named_run_is_not_overwritten_by_another_model(tmp_path, config):
+    with Store(tmp_path / "n.duckdb") as store:
+        with start_simulator(SimConfig(kind="vllm", model_name="model-a")) as a:
+            await run_batch(config(a.url, limit=2, run="mine"), store)
+        with start_simulator(SimConfig(kind="vllm", model_name="model-b")) as b:
+            with pytest.raises(InputError, match="run mine was made with other model"):
+                await run_batch(config(b.url, limit=2, run="mine"), store)
+        assert store.runs()[0]["settings"]["model"] == "model-a"
+
+
+async def test_an_edited_tokenizer_config_still_resumes(tmp_path, config, kimi_tok, kimi_tok_dir):
+    """Sample ids carry the vocabulary's identity, not the tokenizer files' bytes."""
+    import json
+    import shutil
+
+    from tokview.core.tokenizer import load_tokenizer
+
+    edited = tmp_path / "tok"
+    shutil.copytree(kimi_tok_dir, edited)
+    tok_config = json.loads((edited / "tokenizer_config.json").read_text())
+    tok_config["model_max_length"] = 12345  # a config edit that changes no id's meaning
+    (edited / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=1))
+    other = load_tokenizer(edited)
+    assert other.fingerprint() != kimi_tok.fingerprint()
+    with Store(tmp_path / "v.duckdb") as store, start_simulator(SimConfig(kind="vllm")) as sim:
+        first = await run_batch(config(sim.url, limit=3), store)
+        again = await run_batch(config(sim.url, limit=3, tokenizer=other), store)
+        assert (first.ok, again.ok, again.resumed, again.run_id) == (3, 0, 3, first.run_id)
+        assert store.runs()[0]["tokenizer_hash"] == kimi_tok.fingerprint()  # the file hash is still recorded
+
+
+def test_a_server_that_reports_no_model_adds_no_model_key(kimi_tok, kimi_profile):
+    from tokview.batch.runner import served_identity
+
+    class Reported:
+        def __init__(self, *models):
+            self.models = models
+
+        def server_info(self):
+            return [{"url": "http://127.0.0.1:1", "model": m} for m in self.models]
+
+    assert "model" not in served_identity(Reported(None), kimi_tok, kimi_profile)
+    named = served_identity(Reported("kimi"), kimi_tok, kimi_profile)
+    assert named == {"model": "kimi", "tokenizer": kimi_tok.vocab_fingerprint(), "profile": kimi_profile.name}

@@ -1,0 +1,90 @@
+"""Servers that answer what tokview does not expect, over real sockets (a scripted JSON server on
+127.0.0.1 serves the shapes no simulator quirk makes): a server that is neither SGLang nor vLLM, and
+malformed response bodies, each a failure with a reason, never a crash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tokview.core.profiles import get_profile
+from tokview.servers import CaptureFailed, CaptureRequest, ServerPool, ServerUnreachable
+
+KIMI = get_profile("kimi-k2.5")
+QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
+VLLM_INFO = {"/version": {"version": "0.32.0"}, "/v1/models": {"data": [{"id": "m"}]}}
+
+
+async def test_unknown_kind_fails_start_clearly_unless_backend_given(json_server: Any) -> None:
+    anything = {p: {"ok": True} for p in ("/get_model_info", "/version", "/v1/models", "/health")}
+    url, _ = json_server(anything)
+    with pytest.raises(ServerUnreachable) as info:
+        async with ServerPool(url, profile=KIMI, retries=0, timeout=5.0):
+            pass
+    async with ServerPool(url, backend="vllm", profile=KIMI, retries=0, timeout=5.0) as pool:
+        assert pool.server_info()[0]["healthy"]
+    assert "neither SGLang nor vLLM" in info.value.reason and "--backend" in info.value.reason
+
+
+SGLANG_INFO = {"/get_model_info": {"model_path": "m", "is_generation": True}}
+GEN_OK = {"output_ids": [5, 163586], "text": "x", "meta_info": {"finish_reason": {"type": "stop"}}}
+
+
+@pytest.mark.parametrize(
+    "backend, mode, routes, reason",
+    [
+        (
+            "sglang",
+            "raw",
+            {"/generate": {**GEN_OK, "meta_info": {"finish_reason": "abort"}}},
+            "SGLang aborted the request on POST /generate: no message",
+        ),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": "oops"}}, "meta_info is not an object"),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": {"finish_reason": 7}}}, "finish_reason is a int"),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "text": ["x"]}}, "text is not a string"),
+        ("vllm", "raw", {"/v1/completions": {"choices": [{"token_ids": ["a", "b"]}]}}, "token_ids are not a list"),
+        ("vllm", "raw", {"/v1/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
+        ("vllm", "chat", {"/v1/chat/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
+        (
+            "vllm",
+            "chat",
+            {"/v1/chat/completions": {"prompt_token_ids": [1], "choices": [{"message": "hi", "token_ids": [5]}]}},
+            "choices[0].message is not an object",
+        ),
+        (
+            "vllm",
+            "chat",
+            {
+                "/v1/chat/completions": {
+                    "prompt_token_ids": [1],
+                    "choices": [{"message": {"content": "a"}, "token_ids": [5, None]}],
+                }
+            },
+            "output token ids are not a list",
+        ),
+        (
+            "vllm",
+            "chat",
+            {
+                "/v1/chat/completions": {
+                    "prompt_token_ids": [1],
+                    "choices": [{"message": {"content": {"a": 1}}, "token_ids": [5]}],
+                }
+            },
+            "message.content is not a string",
+        ),
+    ],
+)
+async def test_malformed_shapes_are_capture_failures(
+    kimi_tok: Any, json_server: Any, backend: str, mode: str, routes: dict[str, Any], reason: str
+) -> None:
+    info = SGLANG_INFO if backend == "sglang" else VLLM_INFO
+    url, seen = json_server({**info, **routes})
+    async with ServerPool(
+        url, backend=backend, tokenizer=kimi_tok, profile=KIMI, retries=1, backoff=0.01, timeout=5.0
+    ) as pool:
+        with pytest.raises(CaptureFailed) as failed:
+            await pool.capture(CaptureRequest(messages=QUESTION, mode=mode, settings={"max_new_tokens": 5}))
+    assert reason in failed.value.reason
+    assert any(h["path"] in routes for h in seen)  # the malformed body was really fetched over the socket

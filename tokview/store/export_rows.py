@@ -1,0 +1,166 @@
+"""The reads (and the one Parquet `COPY`) exports and `tokview score` make, so that neither
+`tokview/export/` nor `tokview/batch/` writes SQL against the store's tables.
+
+Why here: the selection rules (`--select`, `--run`, `--max-acceptance`, `--max-nll`), the Parquet
+columns and the loss-mask rule in SQL are all statements about the store's tables; when a column or
+a table changes, the statements that name it change in the store package, not in the writers.
+Every function goes through `Store.query` / `Store.execute`, so each runs under the store's lock and
+its DuckDB errors become `StoreError`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.store.store import Store
+
+SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
+"""`--select` name → the rows it means (exports and `tokview score` share them)."""
+
+SampleKey = tuple[str, str, int | None, int | None, str | None]
+"""(sample_id, prompt_id, turn, gen_index, run_id): one selected sample, in export order."""
+
+EXPORT_ORDER = "prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id"
+
+# The Parquet loss mask is built in SQL, 0 per prompt id and 1 per output id: the same rule as
+# `core.segments.loss_mask` (tests/test_export_formats.py checks every exported row against it).
+PARQUET_LOSS_MASK = "list_concat([0 FOR x IN s.prompt_ids], [1 FOR x IN s.output_ids])"
+
+SIDE_COLUMN_GROUPS = {
+    "output_logprobs": ("output_logprobs", "output_top_ids", "output_top_logprobs"),
+    "target_logprobs": ("target_logprobs", "target_top_ids", "target_top_logprobs"),
+    "acceptance_length": ("acceptance_length",),
+    "mean_nll": ("mean_nll",),
+}
+"""Parquet side columns, written as a group when any exported sample has the group's first column."""
+
+_IN_IDS = "JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which samples an export (or a scoring pass) reads: a `--select` name plus its narrowing flags."""
+
+    select: str = "valid"
+    run: str | None = None
+    max_acceptance: float | None = None
+    max_nll: float | None = None
+
+    def where(self, *, thresholds: bool = True) -> tuple[str, list[Any]]:
+        """The WHERE clause (without the keyword) and its parameters; ValueError on an unknown name."""
+        if self.select not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.select!r} (choose from {', '.join(SELECTIONS)})")
+        where = SELECTIONS[self.select]
+        params: list[Any] = []
+        if self.run is not None:
+            where += " AND run_id = ?"
+            params.append(self.run)
+        if thresholds and self.max_acceptance is not None:
+            where += " AND acceptance_length <= ?"
+            params.append(float(self.max_acceptance))
+        if thresholds and self.max_nll is not None:
+            where += " AND mean_nll <= ?"
+            params.append(float(self.max_nll))
+        return where, params
+
+
+def selected_keys(store: Store, selection: Selection, *, valid_only: bool = False) -> list[SampleKey]:
+    """The selected samples' keys in export order (by prompt, turn, generation, run, sample id)."""
+    where, params = selection.where()
+    if valid_only:
+        where += " AND valid"
+    rows = store.query(
+        f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} ORDER BY {EXPORT_ORDER}",
+        params,
+    )
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+
+def invalid_codes(store: Store, selection: Selection) -> list[list[str]]:
+    """The finding codes of each selected sample that is not valid (what `--select approved` leaves out)."""
+    where, params = selection.where()
+    return [
+        list(codes or []) for (codes,) in store.query(f"SELECT codes FROM samples WHERE {where} AND NOT valid", params)
+    ]
+
+
+def score_candidates(store: Store, selection: Selection, limit: int | None = None) -> list[tuple[str, Any]]:
+    """(sample_id, stored target_score JSON) of the selected samples that have output ids, oldest first."""
+    where, params = selection.where()
+    sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return [(r[0], r[1]) for r in store.query(sql, params)]
+
+
+def token_ids(store: Store, sample_ids: list[str]) -> list[tuple[str, list[int], list[int]]]:
+    """(sample_id, prompt ids, output ids) of these samples (what a scoring pass sends to the target)."""
+    rows = store.query(f"SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s {_IN_IDS}", [sample_ids])
+    return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
+
+
+def threshold_counts(store: Store, selection: Selection) -> dict[str, int]:
+    """How many samples of the selection (before its thresholds) each threshold leaves out, and why."""
+    where, params = selection.where(thresholds=False)
+    checks: list[tuple[str, str, list[Any]]] = []
+    if selection.max_acceptance is not None:
+        checks += [
+            ("left_out_no_spec_decode", "acceptance_length IS NULL", []),
+            ("left_out_above_max_acceptance", "acceptance_length > ?", [float(selection.max_acceptance)]),
+        ]
+    if selection.max_nll is not None:
+        checks += [
+            ("left_out_not_scored", "mean_nll IS NULL", []),
+            ("left_out_above_max_nll", "mean_nll > ?", [float(selection.max_nll)]),
+        ]
+    out: dict[str, int] = {}
+    for name, condition, extra in checks:
+        out[name] = int(
+            store.query(f"SELECT count(*) FROM samples WHERE {where} AND {condition}", params + extra)[0][0]
+        )
+    return out
+
+
+def profile_names(store: Store, sample_ids: list[str]) -> list[str | None]:
+    """The distinct profile names these samples were analysed with."""
+    return [name for (name,) in store.query(f"SELECT DISTINCT s.profile FROM samples s {_IN_IDS}", [sample_ids])]
+
+
+def served_layouts(store: Store, sample_ids: list[str]) -> list[tuple[str | None, str | None]]:
+    """(settings JSON, profile name) of each of these samples that has output ids."""
+    return [
+        (settings, prof)
+        for settings, prof in store.query(
+            f"SELECT s.settings, s.profile FROM samples s {_IN_IDS} WHERE len(s.output_ids) > 0", [sample_ids]
+        )
+    ]
+
+
+def side_columns(store: Store, sample_ids: list[str]) -> list[str]:
+    """The Parquet side columns any of these samples has (logprobs, top-K, target, spec-decode, NLL)."""
+    if not sample_ids:
+        return []
+    checks = ", ".join(f"count(s.{group}) > 0" for group in SIDE_COLUMN_GROUPS)
+    present = store.query(f"SELECT {checks} FROM samples s {_IN_IDS}", [sample_ids])[0]
+    return [c for (_, cols), has in zip(SIDE_COLUMN_GROUPS.items(), present) if has for c in cols]
+
+
+def write_parquet(store: Store, sample_ids: list[str], row_ids: list[str], target: Path) -> None:
+    """DuckDB's own Parquet writer: the speculators columns (`id`, `input_ids`, `loss_mask`), tokview's
+    review columns and the side columns any of these samples has, in export order, into `target`."""
+    extra = "".join(f", s.{c}" for c in side_columns(store, sample_ids))
+    path = str(target).replace("'", "''")
+    store.execute(
+        "COPY (SELECT q.rid AS id, s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
+        "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
+        f"{PARQUET_LOSS_MASK} AS loss_mask, "
+        f"s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes{extra} "
+        "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
+        "ON s.sample_id = q.sid "
+        f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
+        f"TO '{path}' (FORMAT parquet)",
+        [sample_ids, row_ids],
+    )
