@@ -1,20 +1,28 @@
-"""Batch throughput: tokview's `run_batch` against a minimal client, both on an instant simulator.
+"""Batch throughput: tokview's `run_batch` against a minimal client, and `--workers 2` against one worker.
 
     python benchmarks/bench_batch.py [--samples 200] [--concurrency 8] [--store-rows 100000]
+                                     [--scaling-prompts 2400] [--repeat 2]
 
-The simulator (`tokview sim --output-tokens 2000`) runs in its own process, so the CPU time measured
-here is the client's alone. tokview does everything a real run does (render, capture over HTTP with
-retries, all findings, alignment, one DuckDB transaction per sample); the baseline only POSTs the
-pre-rendered prompt ids and parses the JSON. Then, separately: `samples_page` / `count_samples` on a
-store of `--store-rows` synthetic samples (what the UI's list needs).
+The server is `replay_server.py` in front of `tokview sim --output-tokens 2000`, in their own
+processes: every generation replays one 2,000-token answer from a pre-encoded body, so the server
+costs little and the CPU measured here is the client's. tokview does everything a real run does
+(render, capture over HTTP with retries, all findings, alignment, every sample committed to the
+store); the baseline only POSTs the pre-rendered prompt ids and parses the JSON.
+
+Workers: `tokview batch --workers 1` and `--workers 2` (each its own process tree, the same
+prompts, `--repeat` times alternating) on `--scaling-prompts` prompts; printed: samples/s as the
+run reports it (from its first request to its last sample) and over the whole process, the
+replay server's CPU during each run, and the load average before it. On 2 cores a second worker
+can only help as much as the other core is free: the load average says how free it was.
+Then, separately: `samples_page` / `count_samples` on a store of `--store-rows` synthetic samples.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+from replay_server import replay_servers, server_cpu_s
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.core.kimi_layout import kimi_tokenizer_dir
@@ -39,38 +48,6 @@ QUESTIONS = [
     "How do tokenizers split words?",
     "Explain speculative decoding.",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_sim(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from tokview.cli import main; sys.exit(main())",
-            "sim",
-            "--port",
-            str(port),
-            "--output-tokens",
-            str(OUTPUT_TOKENS),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("simulator did not start")
 
 
 def prompts(n: int) -> list[PromptRow]:
@@ -117,10 +94,7 @@ def measure(label: str, fn) -> tuple[float, float, object]:
 def bench_batch(n: int, concurrency: int) -> None:
     tokenizer = load_tokenizer(kimi_tokenizer_dir())
     profile = get_profile("kimi-k2.5")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    sim = start_sim(port)
-    try:
+    with replay_servers(OUTPUT_TOKENS) as (url, _):
         rows = prompts(n)
         asyncio.run(baseline(url, rows[:concurrency], tokenizer, concurrency))  # warm both sides
         b_wall, b_cpu, b_tokens = measure("baseline", lambda: asyncio.run(baseline(url, rows, tokenizer, concurrency)))
@@ -136,12 +110,7 @@ def bench_batch(n: int, concurrency: int) -> None:
             t_wall, t_cpu, summary = measure("tokview", lambda: asyncio.run(run_batch(config, store, prompts=rows)))
             assert summary.ok == n and summary.balanced, summary.render()
             db_mb = os.path.getsize(Path(tmp) / "bench.duckdb") / 1e6
-    finally:
-        sim.kill()
-        sim.wait()
-    print(
-        f"batch: {n} samples x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, simulator in its own process"
-    )
+    print(f"batch: {n} samples x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, replay server")
     print(f"  {'client':<10}{'samples/s':>12}{'CPU-ms/sample':>16}{'wall s':>9}{'tok/s':>10}")
     for name, wall, cpu, tokens in (
         ("baseline", b_wall, b_cpu, b_tokens),
@@ -151,6 +120,45 @@ def bench_batch(n: int, concurrency: int) -> None:
     print(
         f"  ratio tokview/baseline: samples/s x{(n / t_wall) / (n / b_wall):.2f}, CPU per sample "
         f"x{t_cpu / b_cpu:.2f}; store {db_mb:.1f} MB"
+    )
+
+
+def bench_workers(n: int, concurrency: int, repeat: int) -> None:
+    """`tokview batch --workers 1` against `--workers 2`, as a user runs them (one process tree each)."""
+    results: dict[int, list[tuple[float, float, float, float]]] = {1: [], 2: []}
+    with tempfile.TemporaryDirectory() as tmp_name, replay_servers(OUTPUT_TOKENS) as (url, pid):
+        tmp = Path(tmp_name)
+        path = tmp / "prompts.jsonl"
+        path.write_text("".join(json.dumps({"id": r.prompt_id, "messages": r.messages}) + "\n" for r in prompts(n)))
+        for k in range(repeat):
+            for workers in (1, 2) if k % 2 == 0 else (2, 1):
+                db = tmp / f"w{workers}-{k}.duckdb"
+                load = os.getloadavg()[0]
+                server0, wall0 = server_cpu_s(pid), time.perf_counter()
+                out = subprocess.run(
+                    [
+                        *(sys.executable, "-m", "tokview", "batch", str(path), "--server", url, "--db", str(db)),
+                        *("--concurrency", str(concurrency), "--max-new-tokens", str(OUTPUT_TOKENS + 48)),
+                        *("--workers", str(workers), "--run", "bench", "--summary-json"),
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
+                wall = time.perf_counter() - wall0
+                summary = json.loads(out.stdout.strip().splitlines()[-1])
+                assert summary["ok"] == n and summary["balanced"], out.stderr[-500:]
+                rate = summary["ok"] / summary["elapsed_s"]
+                results[workers].append((rate, n / wall, server_cpu_s(pid) - server0, load))
+    print(f"workers: {n} prompts x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, {os.cpu_count()} cores")
+    print(f"  {'workers':<9}{'samples/s (run)':>17}{'samples/s (process)':>21}{'server CPU s':>14}{'load before':>13}")
+    for workers, rows in results.items():
+        for rate, overall, server, load in rows:
+            print(f"  {workers:<9}{rate:>17.1f}{overall:>21.1f}{server:>14.2f}{load:>13.1f}")
+    ratios = [b[0] / a[0] for a, b in zip(results[1], results[2])]
+    overall = [b[1] / a[1] for a, b in zip(results[1], results[2])]
+    print(
+        f"  2 workers / 1 worker: samples/s x{min(ratios):.2f}–{max(ratios):.2f} (run), "
+        f"x{min(overall):.2f}–{max(overall):.2f} (whole process)"
     )
 
 
@@ -195,8 +203,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--store-rows", type=int, default=100_000)
+    parser.add_argument("--scaling-prompts", type=int, default=2400, help="prompts per --workers run (0: skip)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each worker count")
     args = parser.parse_args()
     bench_batch(args.samples, args.concurrency)
+    if args.scaling_prompts:
+        bench_workers(args.scaling_prompts, 16, args.repeat)
     if args.store_rows:
         bench_store(args.store_rows)
 

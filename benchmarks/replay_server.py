@@ -17,13 +17,20 @@ import asyncio
 import http.client
 import json
 import socket
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
 REPLAY_PATHS = {"/v1/completions", "/v1/chat/completions"}
 MIN_REPLAY_TOKENS = 100
+PROMPT_IDS, PROMPT_TOKENS, TOTAL_TOKENS = "@@prompt_ids@@", "@@prompt_tokens@@", "@@total_tokens@@"
+"""Placeholders in a pre-encoded answer for what each request changes."""
 """Shorter generations are probes (tokview and SpecForge send max_tokens 1–16): passed through."""
 
 
@@ -32,6 +39,8 @@ class Replayer:
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.cached: dict[str, dict] = {}
+        self.templates: dict[str, bytes] = {}
+        self.completion_tokens: dict[str, int] = {}
         self.first: dict[str, float] = {}
         """Wall-clock time of the first request and the first replayed generation since the last
         `GET /_bench/first` (which returns and clears them): start-up-to-first-request timing."""
@@ -74,26 +83,41 @@ class Replayer:
             if status != 200:
                 return status, raw, ctype
             self.cached[path] = json.loads(raw)
-        data = self.cached[path]
         prompt = request.get("prompt")
         if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
-            data = dict(data)
-            choices = [dict(c) for c in data.get("choices") or []]
-            for c in choices:
-                if "prompt_token_ids" in c:
-                    c["prompt_token_ids"] = prompt
-            data["choices"] = choices
-            if "prompt_token_ids" in data:
-                data["prompt_token_ids"] = prompt
-            if isinstance(data.get("usage"), dict):  # the counts a real server would report for this prompt
-                usage = dict(data["usage"])
-                usage["prompt_tokens"] = len(prompt)
-                usage["total_tokens"] = len(prompt) + int(usage.get("completion_tokens") or 0)
-                data["usage"] = usage
-            return 200, json.dumps(data).encode(), "application/json"
+            return 200, self.with_prompt(path, prompt), "application/json"
+        data = self.cached[path]
         if "_bytes" not in data:
             data["_bytes"] = json.dumps({k: v for k, v in data.items() if k != "_bytes"}).encode()
         return 200, data["_bytes"], "application/json"
+
+    def with_prompt(self, path: str, prompt: list[int]) -> bytes:
+        """The cached answer with this request's prompt ids echoed and its usage counts, as a real
+        server would report them. The body is encoded once, with placeholders where the per-request
+        values go, so a request costs a few byte replacements instead of encoding 2,000 ids again."""
+        template = self.templates.get(path)
+        if template is None:
+            data = dict(self.cached[path])
+            data.pop("_bytes", None)
+            choices = [dict(c) for c in data.get("choices") or []]
+            for c in choices:
+                if "prompt_token_ids" in c:
+                    c["prompt_token_ids"] = PROMPT_IDS
+            data["choices"] = choices
+            if "prompt_token_ids" in data:
+                data["prompt_token_ids"] = PROMPT_IDS
+            if isinstance(data.get("usage"), dict):
+                usage = dict(data["usage"])
+                self.completion_tokens[path] = int(usage.get("completion_tokens") or 0)
+                usage.update(prompt_tokens=PROMPT_TOKENS, total_tokens=TOTAL_TOKENS)
+                data["usage"] = usage
+            template = self.templates[path] = json.dumps(data).encode()
+        n = len(prompt)
+        return (
+            template.replace(b'"%s"' % PROMPT_IDS.encode(), json.dumps(prompt).encode())
+            .replace(b'"%s"' % PROMPT_TOKENS.encode(), b"%d" % n)
+            .replace(b'"%s"' % TOTAL_TOKENS.encode(), b"%d" % (n + self.completion_tokens.get(path, 0)))
+        )
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -136,6 +160,67 @@ async def serve(upstream: str, port: int, ready_file: Path | None) -> None:
         print(bound, flush=True)
     async with server:
         await server.serve_forever()
+
+
+@contextmanager
+def replay_servers(output_tokens: int = 2000) -> Iterator[tuple[str, int]]:
+    """`tokview sim` and this replay server in front of it, each its own process; yields (URL, replay pid).
+
+    The replay server's pid lets a benchmark read how much CPU the server spent (`server_cpu_s`), to
+    tell whether the server, not the client, was the limit."""
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        sim_port = s.getsockname()[1]
+        s.close()
+        procs = [
+            subprocess.Popen(
+                [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", str(output_tokens)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        ]
+        try:
+            _wait_http(f"http://127.0.0.1:{sim_port}/v1/models", procs[0])
+            ready = Path(tmp) / "replay.port"
+            replay = subprocess.Popen(
+                [py, __file__, "--upstream", f"http://127.0.0.1:{sim_port}", "--ready-file", str(ready)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            procs.append(replay)
+            deadline = time.monotonic() + 60
+            while not (ready.exists() and ready.read_text().strip()):
+                if replay.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the replay server did not start")
+                time.sleep(0.05)
+            yield f"http://127.0.0.1:{int(ready.read_text())}", replay.pid
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the simulator exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer")
+
+
+def server_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -77,3 +77,21 @@ def test_kept_runs_match_the_id_by_id_walk():
         assert fast == slow
 
     check()
+
+
+def test_a_long_answer_in_two_fields_matches_the_walk(kimi_tok):
+    """A 2,000-id answer whose reasoning and content split inside a run: fields change at the right id."""
+    reasoning = "Okay, let me think about this carefully. " * 40
+    content = "The answer is forty-two! 中文 👍 " * 30
+    close = kimi_tok.token_to_id("</think>")
+    ids = kimi_tok.encode(reasoning) + [close] + kimi_tok.encode(content)
+    pieces = kimi_tok.pieces_bytes(ids)
+    special = kimi_tok.special_flags(ids)
+    assert pieces == [kimi_tok.piece_bytes(i) for i in ids] and special == [kimi_tok.is_special(i) for i in ids]
+    for texts in ([reasoning, content], [reasoning[:100], reasoning[100:] + content], [reasoning + content]):
+        fast = align(pieces, texts, special)
+        assert fast == align(pieces, texts, special, fast_runs=False)
+        assert fast.statuses.count(HIDDEN) == 1 and not fast.unmatched_text
+    split = align(pieces, [reasoning[:100], reasoning[100:] + content], special)
+    first_of_second = next(i for i, f in enumerate(split.fields) if f == 1)
+    assert len(b"".join(pieces[:first_of_second])) >= 100 > len(b"".join(pieces[: first_of_second - 1]))

@@ -27,7 +27,9 @@ class UserError(Exception):
         self.exit_code = exit_code
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """`only`: build just that command's parser (a command's module may import much: `tokview batch`
+    starts ~0.1 s sooner without importing the other eleven)."""
     parser = argparse.ArgumentParser(
         prog="tokview",
         description="Capture, inspect, curate and export token-exact EAGLE-3 training data.",
@@ -35,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tokview {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(f"tokview.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
-    parser = build_parser()
+    parser = build_parser(args_in[0] if args_in[0] in COMMANDS else None)
     args = parser.parse_args(args_in)
     if not getattr(args, "run", None):
         parser.print_help()

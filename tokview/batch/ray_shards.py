@@ -52,7 +52,7 @@ def run_shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
 
 
 async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
-    from tokview.batch.runner import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.capture_loop import capture_all, resolve_tokenizer_and_profile
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
 

@@ -27,16 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tokview.batch.capture_loop import capture_all, resolve_tokenizer_and_profile
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, read_prompts
-from tokview.batch.limits import over_length_reason
-from tokview.batch.tasks import run_workers
 from tokview.batch.workers import worker_count
-from tokview.batch.writer import GroupWriter, failure_reason
+from tokview.batch.writer import GroupWriter
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
-from tokview.store.records import scrub, scrub_text
+from tokview.store.records import scrub
 from tokview.store.store import StoreFull
 
 
@@ -47,18 +46,6 @@ class WorkItem:
     turn: int | None
     index: int
     messages: list[dict[str, Any]]
-
-
-def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
-    from tokview.core import resolve
-
-    return resolve.resolve_tokenizer_and_profile(
-        config.tokenizer_dir,
-        config.profile,
-        trust_remote_code=config.trust_remote_code,
-        tokenizer=config.tokenizer,
-        model_profile=config.model_profile,
-    )
 
 
 def plan(
@@ -308,70 +295,3 @@ async def _wait_for_children(
         report()
     await asyncio.get_running_loop().run_in_executor(None, group.wait)
     return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
-
-
-async def capture_all(
-    config: BatchConfig,
-    pool: Any,
-    todo: deque,
-    writer: GroupWriter,
-    cancel: asyncio.Event | None,
-    report: Callable[[], None],
-) -> str | None:
-    """Capture every item in `todo` and hand it to the writer; None when all were tried.
-
-    Otherwise why it stopped early: "interrupted" (cancel), the writer's error (a full disk), or
-    `max_consecutive_failures` failures in a row (a server that fails every request would
-    otherwise get every prompt with full retries)."""
-    from tokview.servers import CaptureFailed, CaptureRequest
-
-    settings = {k: v for k, v in config.generation_settings().items() if k != "mode"}
-    limit = config.max_consecutive_failures
-    max_pending = 4 * max(config.concurrency * len(config.servers), 16)
-    state: dict[str, Any] = {"consecutive": 0, "stop": None}
-
-    def fail(item: WorkItem, reason: str, url: str | None) -> None:
-        writer.add_failure(item, reason, url)
-        state["consecutive"] += 1
-        if limit and state["consecutive"] >= limit and state["stop"] is None:
-            state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
-
-    async def worker() -> None:
-        while todo and state["stop"] is None and writer.error is None:
-            while writer.pending > max_pending and writer.error is None:  # analysis is behind: wait for it
-                await asyncio.sleep(0.005)
-            if not todo:
-                break
-            item = todo.popleft()
-            request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
-            if (too_long := over_length_reason(pool, request)) is not None:  # never sent; not the server's fault
-                writer.add_failure(item, too_long, None)
-                continue
-            try:
-                capture = await pool.capture(request)
-            except CaptureFailed as exc:
-                fail(item, exc.reason, exc.url)
-                continue
-            except Exception as exc:  # a malformed response the servers layer did not classify
-                fail(item, failure_reason(exc), None)
-                continue
-            state["consecutive"] = 0
-            writer.add_sample(item, capture)  # handed over at once: a cancel can no longer lose it
-
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            report()
-
-    workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), config.concurrency * len(config.servers)))]
-    tick = asyncio.create_task(ticker())
-    try:
-        interrupted = await run_workers(workers, cancel)
-    finally:
-        tick.cancel()
-        await asyncio.gather(tick, return_exceptions=True)
-    if interrupted:
-        return "interrupted"
-    if writer.error is not None:
-        return str(writer.error)
-    return state["stop"]

@@ -68,7 +68,7 @@ def child_main(index: int, config: Any, db_path: str, run_id: str, items: list[A
 
 
 async def _child(index: int, config: Any, db_path: str, run_id: str, items: list[Any], results: Any) -> None:
-    from tokview.batch.runner import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.capture_loop import capture_all, resolve_tokenizer_and_profile
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
     from tokview.store import PartSink

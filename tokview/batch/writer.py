@@ -1,8 +1,8 @@
 """The batch's writer thread: analyse finished captures and hand them to the store a group at a time.
 
 Why a group: one DuckDB transaction per sample cost ~5 ms of a 2,000-token sample's ~15 ms. The
-writer takes whatever captures finished in the last `group_s` (at most `group_max`), analyses
-each, and writes them as one crash-safe part (`tokview.store.parts`): a kill loses at most the
+writer analyses each capture as it arrives and writes those that finished in the last `group_s` (at
+most `group_max`) as one crash-safe part (`tokview.store.parts`): a kill loses at most the
 requests in flight plus this one short group. Every `ingest_s` (longer when ingesting gets slow on
 a big store) it lands the parts in the database in one short transaction, so the app and other
 commands see new samples while the run goes on; a writer in a `--workers` child never ingests
@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokview.core.analysis import analyze
@@ -28,6 +29,16 @@ from tokview.store.records import scrub_text
 
 INT32_MAX = 2**31 - 1
 _STOP = object()
+
+
+@dataclass
+class _Group:
+    """What the writer collected since its last part: encoded sample lines, failures, counts to add."""
+
+    count: int = 0
+    samples: list[bytes] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    stats: list[tuple[bool, bool, int]] = field(default_factory=list)
 
 
 class GroupWriter:
@@ -80,13 +91,13 @@ class GroupWriter:
         stopping = False
         while not stopping:
             first = self._queue.get()
-            group = []
+            group = _Group()
             if first is _STOP:
                 stopping = True
             else:
-                group.append(first)
+                self._take(first, group)
                 deadline = time.monotonic() + self.group_s
-                while len(group) < self.group_max:
+                while group.count < self.group_max:
                     try:
                         entry = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:
@@ -94,10 +105,10 @@ class GroupWriter:
                     if entry is _STOP:
                         stopping = True
                         break
-                    group.append(entry)
-            if group and self.error is None:
+                    self._take(entry, group)
+            if group.count and self.error is None:
                 self._write(group)
-            self._pending -= len(group)
+            self._pending -= group.count
             if self.error is None and self.do_ingest and (stopping or time.monotonic() >= self._next_ingest):
                 self._ingest()
 
@@ -111,45 +122,50 @@ class GroupWriter:
         took = time.monotonic() - started
         self._next_ingest = time.monotonic() + max(self.ingest_s, 4 * took)  # a big store ingests less often
 
-    def _write(self, group: list[tuple[str, Any, Any]]) -> None:
-        samples: list[bytes] = []
-        failures: list[dict[str, Any]] = []
-        stats = []
-        for kind, item, payload in group:
-            if kind == "failure":
-                failures.append(self._failure(item, *payload))
-                continue
-            capture = payload
-            try:
-                analysis = analyze(capture, self.profile, self.tokenizer)
-                _check_ids(capture)
-                record = self.store.sample_record(
-                    item.sample_id,
-                    item.prompt_id,
-                    self.run_id,
-                    capture,
-                    analysis,
-                    gen_index=item.index,
-                    turn=item.turn,
-                    profile=self.profile.name,
-                )
-                samples.append(dumps_lines([record]))
-            except Exception as exc:  # this sample's analysis or data failed: record it, keep going
-                failures.append(self._failure(item, failure_reason(exc), capture.server_url))
-                continue
-            stats.append((analysis.valid, capture.finish_reason == "length", len(capture.output_ids)))
+    def _take(self, entry: tuple[str, Any, Any], group: _Group) -> None:
+        """Analyse one finished capture as it arrives (so the last group is not analysed after the last
+        answer came in); it is written with its group."""
+        group.count += 1
+        if self.error is not None:
+            return
+        kind, item, payload = entry
+        if kind == "failure":
+            group.failures.append(self._failure(item, *payload))
+            return
+        capture = payload
         try:
-            self.store.write_part(samples, failures)
+            analysis = analyze(capture, self.profile, self.tokenizer)
+            _check_ids(capture)
+            record = self.store.sample_record(
+                item.sample_id,
+                item.prompt_id,
+                self.run_id,
+                capture,
+                analysis,
+                gen_index=item.index,
+                turn=item.turn,
+                profile=self.profile.name,
+            )
+            group.samples.append(dumps_lines([record]))
+        except Exception as exc:  # this sample's analysis or data failed: record it, keep going
+            group.failures.append(self._failure(item, failure_reason(exc), capture.server_url))
+            return
+        group.stats.append((analysis.valid, capture.finish_reason == "length", len(capture.output_ids)))
+
+    def _write(self, group: _Group) -> None:
+        """One part on disk for the group; only then do the counters move."""
+        try:
+            self.store.write_part(group.samples, group.failures)
         except StoreError as exc:
             self.error = exc
             return
-        self.ok += len(stats)
-        for valid, truncated, n in stats:
+        self.ok += len(group.stats)
+        for valid, truncated, n in group.stats:
             self.flagged += 0 if valid else 1
             self.truncated += truncated
             self.output_tokens += n
-        self.failed += len(failures)
-        for f in failures:
+        self.failed += len(group.failures)
+        for f in group.failures:
             self.reasons[scrub_text(f["reason"])] += 1
         if self.on_commit is not None:
             self.on_commit(self)

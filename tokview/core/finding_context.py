@@ -48,7 +48,7 @@ class OutputPieces:
 
     @classmethod
     def of(cls, ids: Sequence[int], tokenizer: TokenizerAdapter) -> OutputPieces:
-        return cls([tokenizer.piece_bytes(t) for t in ids], [tokenizer.is_special(t) for t in ids])
+        return cls(tokenizer.pieces_bytes(ids), tokenizer.special_flags(ids))  # one C-level pass each
 
 
 @dataclass(frozen=True, eq=False)

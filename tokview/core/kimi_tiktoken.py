@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, token_text
+from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, byte_alphabet, token_text
 
 KIMI_PATTERN = "|".join(
     [
@@ -228,9 +228,7 @@ class KimiTiktokenTokenizer:
 
     def _bytes_alphabet(self) -> tuple[dict[int, str], dict[str, int]]:
         if self._byte_encoder is None:
-            from tokview.core.tokenizer import bytes_to_unicode
-
-            self._byte_encoder = bytes_to_unicode()
+            self._byte_encoder = byte_alphabet()
             self._byte_decoder = {c: b for b, c in self._byte_encoder.items()}
         return self._byte_encoder, self._byte_decoder  # type: ignore[return-value]
 
@@ -294,11 +292,14 @@ class KimiTiktokenTokenizer:
         return {"input_ids": self.encode(text, add_special_tokens, split_special_tokens=split_special_tokens)}
 
     def decode(self, ids: int | Iterable[int], skip_special_tokens: bool = False, **_: Any) -> str:
-        ids = [ids] if isinstance(ids, int) else [int(i) for i in ids]
-        ids = [i for i in ids if 0 <= i < self.model.n_vocab]  # as fast tokenizers do: unknown ids add nothing
+        ids = [ids] if isinstance(ids, int) else list(map(int, ids))
+        n = self.model.n_vocab
+        if ids and not (min(ids) >= 0 and max(ids) < n):  # the common case costs two C-level scans
+            ids = [i for i in ids if 0 <= i < n]  # as fast tokenizers do: unknown ids add nothing
         if skip_special_tokens:
             skip = set(self.all_special_ids)
-            ids = [i for i in ids if i not in skip]
+            if not skip.isdisjoint(ids):
+                ids = [i for i in ids if i not in skip]
         return self.model.decode_bytes(ids).decode("utf-8", errors="replace")
 
     def apply_chat_template(

@@ -58,7 +58,8 @@ def _byte_decoder() -> dict[str, int]:
 def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> TokenizerAdapter:
     """Load a tokenizer from a local directory, never from the hub; `loaded_by` on the result says how.
 
-    In order: Kimi's tiktoken layout is read natively (no folder code runs, no transformers import);
+    In order: Kimi's tiktoken layout is read natively (no folder code runs, no transformers import); so is
+    a generic fast tokenizer's tokenizer.json when transformers would load it unchanged (`tokenizer_json.py`);
     `trust_remote_code` (only ever passed when the user asked) runs the folder's own tokenizer class;
     otherwise transformers' AutoTokenizer, and when the config names a class the installed transformers
     does not know (transformers 5's `TokenizersBackend` on 4.x, or a newer name) the folder's
@@ -73,6 +74,10 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
 
             tok = KimiTiktokenTokenizer.from_folder(folder)
             return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_NATIVE_TIKTOKEN)
+        from tokview.core.tokenizer_json import TokenizerJson, read_natively
+
+        if read_natively(folder, trust_remote_code) and (native := TokenizerJson.from_folder(folder)) is not None:
+            return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
         return _load_with_transformers(folder, trust_remote_code)
     except FolderError as exc:
         raise TokenizerError(str(exc)) from None
@@ -340,6 +345,17 @@ class TokenizerAdapter:
                     raw = token.replace("▁", " ").encode("utf-8")
         self._bytes_cache[token_id] = raw
         return raw
+
+    def pieces_bytes(self, ids: Sequence[int]) -> list[bytes]:
+        """`piece_bytes` of every id; ids seen before cost a dict lookup in C (alignment reads every output id)."""
+        try:
+            return list(map(self._bytes_cache.__getitem__, ids))
+        except KeyError:
+            return [self.piece_bytes(t) for t in ids]
+
+    def special_flags(self, ids: Sequence[int]) -> list[bool]:
+        """`is_special` of every id, in one pass."""
+        return list(map(self._control_ids.__contains__, ids))
 
     def piece_text(self, token_id: int) -> str:
         return self.piece_bytes(token_id).decode("utf-8", errors="replace")

@@ -10,7 +10,9 @@ attribute 'endswith'` for an empty folder). Nothing here imports transformers or
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,28 @@ VOCAB_FILES = (
 KIMI_TIKTOKEN_CLASS = "tokenization_kimi.TikTokenTokenizer"
 
 
+@lru_cache(maxsize=1)
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's reversible byte → character map, the alphabet byte-level vocabularies spell tokens in.
+
+    Here (stdlib only) so the native readers need not import the transformers-facing adapter for it."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    out, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+@lru_cache(maxsize=1)
+def byte_of_character() -> dict[str, int]:
+    """The inverse of `byte_alphabet`."""
+    return {c: b for b, c in byte_alphabet().items()}
+
+
 class FolderError(ValueError):
     """The folder cannot hold a tokenizer (missing, a file, no vocabulary, unreadable config)."""
 
@@ -39,7 +63,7 @@ class TokenizerFolder:
     config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, path: str | Path) -> TokenizerFolder:
+    def open(cls, path: str | os.PathLike[str]) -> TokenizerFolder:
         directory = Path(path).expanduser()
         if not directory.exists():
             raise FolderError(f"tokenizer directory not found: {directory}")

@@ -1,0 +1,279 @@
+"""A folder's `tokenizer.json`, read with the `tokenizers` library alone: no transformers import.
+
+Why: importing transformers costs ~1–2 s, which was most of `tokview batch`'s start-up, and its
+Python wrapper around every `encode`/`decode` (argument handling, `to_py_obj` over each id) cost more
+per 2,000-token sample than the Rust work itself. For a folder whose `tokenizer_class` is the generic
+fast class (`PreTrainedTokenizerFast`, or transformers 5's `TokenizersBackend`), transformers adds
+nothing to the ids: every rule lives in `tokenizer.json` (normalizer, pre-tokenizer, model, added
+tokens, post-processor, decoder), and the config only names the special-token roles, the length
+limit and the chat template. This module reads exactly that, and renders templates with
+`core.chat_template` (transformers' own Jinja set-up).
+
+`read_natively` says whether a folder qualifies. It refuses (so transformers loads it, as before)
+whenever transformers would change the tokenizer while loading it: a config that names tokens
+tokenizer.json lacks (transformers adds them), `add_bos_token`/`add_eos_token`/`add_prefix_space`,
+`split_special_tokens`, truncation or padding saved in the file, a clean-up of decoded spaces, or
+named extra tokens. tests/test_tokenizer_json.py checks ids, texts, special ids, vocabulary and
+rendered prompts against transformers on the same folders, on both transformers lines CI runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tokview.core.kimi_tiktoken import AddedToken
+from tokview.core.tokenizer_folder import TokenizerFolder, byte_of_character, token_text
+
+GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+"""Classes that are tokenizer.json and nothing more (a model-specific class may rebuild parts in code)."""
+ROLES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+"""transformers' named special-token attributes, in its order (`SPECIAL_TOKENS_ATTRIBUTES`)."""
+CHANGING_KEYS = ("add_bos_token", "add_eos_token", "add_prefix_space", "split_special_tokens")
+"""Config keys with which transformers edits the tokenizer it loads (a true value sends the folder there)."""
+VERY_LARGE_INTEGER = int(1e30)
+"""transformers' `model_max_length` when the config names none."""
+
+
+def read_natively(folder: TokenizerFolder, trust_remote_code: bool = False) -> bool:
+    """Whether `TokenizerJson.from_folder` gives the same tokenizer transformers would (see the docstring)."""
+    config = folder.config
+    if trust_remote_code or folder.auto_map_class or not folder.has("tokenizer.json"):
+        return False
+    if folder.tokenizer_class not in GENERIC_CLASSES:
+        return False
+    if any(config.get(key) for key in CHANGING_KEYS) or config.get("clean_up_tokenization_spaces"):
+        return False
+    extra, additional = config.get("extra_special_tokens"), config.get("additional_special_tokens")
+    for value in (extra, additional):
+        if value is not None and not isinstance(value, list) and value != {}:
+            return False  # named extra tokens (a dict) become roles of their own in transformers 5
+    return not (extra and additional)  # both given: the two transformers lines merge them differently
+
+
+class TokenizerJson:
+    """The slice of transformers' tokenizer interface tokview uses, over a `tokenizers.Tokenizer`."""
+
+    is_fast = True
+
+    def __init__(
+        self, tokenizer: Any, config: dict[str, Any], *, chat_template: str | None = None, name_or_path: str = ""
+    ) -> None:
+        self._tokenizer = tokenizer
+        self.name_or_path = name_or_path
+        self.chat_template = chat_template
+        roles = {role: token_text(config.get(f"{role}_token")) for role in ROLES}
+        self.bos_token, self.eos_token, self.unk_token = roles["bos"], roles["eos"], roles["unk"]
+        self.sep_token, self.pad_token, self.cls_token, self.mask_token = (
+            roles["sep"],
+            roles["pad"],
+            roles["cls"],
+            roles["mask"],
+        )
+        extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+        self.additional_special_tokens = [t for t in map(token_text, extra) if t]
+        max_len = config.get("model_max_length")
+        self.model_max_length: int = VERY_LARGE_INTEGER
+        if isinstance(max_len, int) and not isinstance(max_len, bool):
+            self.model_max_length = max_len
+        self.added_tokens_decoder = {
+            int(i): AddedToken(t.content, bool(t.special)) for i, t in tokenizer.get_added_tokens_decoder().items()
+        }
+        self._is_bpe = type(tokenizer.model).__name__ == "BPE"
+        self._byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
+        self._batch_fast = getattr(tokenizer, "encode_batch_fast", None)  # tokenizers >= 0.21
+        self._piece_bytes: dict[int, bytes] = {}
+        self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
+        self._special_of: dict[int, bool] = {}
+
+    @classmethod
+    def from_folder(cls, folder: TokenizerFolder) -> TokenizerJson | None:
+        """The folder's tokenizer, or None when transformers would load something else (then use it)."""
+        from tokenizers import Tokenizer
+
+        path = folder.path / "tokenizer.json"
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception:
+            return None  # transformers' loader reports a broken file in its own words
+        if tokenizer.truncation is not None or tokenizer.padding is not None:
+            return None
+        tok = cls(tokenizer, folder.config, chat_template=folder.chat_template(), name_or_path=str(folder.path))
+        if not tok._config_agrees(folder.config):
+            return None
+        return tok
+
+    def _config_agrees(self, config: dict[str, Any]) -> bool:
+        """Every token the config names is already in tokenizer.json, as the same kind of token."""
+        named = [t for t in (getattr(self, f"{r}_token") for r in ROLES) if t is not None]
+        if any(self._tokenizer.token_to_id(t) is None for t in [*named, *self.additional_special_tokens]):
+            return False  # transformers would add it as a new id
+        declared = config.get("added_tokens_decoder")
+        if not isinstance(declared, dict):
+            return declared is None
+        for key, value in declared.items():
+            content = token_text(value)
+            if not str(key).isdigit() or content is None:
+                return False
+            have = self.added_tokens_decoder.get(int(key))
+            special = bool(value.get("special", True)) if isinstance(value, dict) else True
+            if have is None or have.content != content or have.special != special:
+                return False
+        return True
+
+    # -- what transformers' tokenizers offer ---------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=False))
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._tokenizer.get_vocab(with_added_tokens=True))
+
+    def _id(self, token: str | None) -> int | None:
+        return None if token is None else self._convert_token(token)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._id(self.bos_token)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._id(self.eos_token)
+
+    @property
+    def unk_token_id(self) -> int | None:
+        return self._id(self.unk_token)
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._id(self.pad_token)
+
+    @property
+    def special_tokens_map(self) -> dict[str, Any]:
+        """The named special tokens a chat template sees as variables (`bos_token`, `eos_token`, …)."""
+        return {f"{r}_token": getattr(self, f"{r}_token") for r in ROLES if getattr(self, f"{r}_token") is not None}
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        named = [getattr(self, f"{r}_token") for r in ROLES]
+        return list(dict.fromkeys(t for t in [*named, *self.additional_special_tokens] if t is not None))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [i for i in (self._convert_token(t) for t in self.all_special_tokens) if i is not None]
+
+    def _convert_token(self, token: str) -> int | None:
+        found = self._tokenizer.token_to_id(token)
+        if found is not None:
+            return int(found)
+        return None if self.unk_token is None else self._tokenizer.token_to_id(self.unk_token)
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+        if isinstance(tokens, str):
+            return self._convert_token(tokens)
+        return [self._convert_token(t) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+        if isinstance(ids, int):
+            return self._tokenizer.id_to_token(ids)
+        return [self._tokenizer.id_to_token(int(i)) for i in ids]
+
+    def encode(
+        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: Any
+    ) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"text to encode must be a string, not {type(text).__name__}")
+        if not split_special_tokens:
+            return self._encode(text, add_special_tokens)
+        self._tokenizer.encode_special_tokens = True
+        try:
+            return self._encode(text, add_special_tokens)
+        finally:
+            self._tokenizer.encode_special_tokens = False
+
+    def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        """The ids only: `encode_batch_fast` skips the character offsets `encode` computes (~20% of a
+        2,000-token encode) and lets other threads run meanwhile; transformers' own path is `encode_batch`."""
+        if self._batch_fast is not None:
+            return self._batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
+        return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def __call__(
+        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **_: Any
+    ) -> dict[str, list[int]]:
+        return {"input_ids": self.encode(text, add_special_tokens, split_special_tokens=split_special_tokens)}
+
+    def decode(
+        self,
+        ids: int | Iterable[int],
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool | None = None,
+        **_: Any,
+    ) -> str:
+        ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else list(ids)
+        if self._byte_level:
+            text = self._decode_bytes(ids, skip_special_tokens).decode("utf-8", "replace")
+        else:
+            text = self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        if clean_up_tokenization_spaces and not self._is_bpe:  # transformers 5 never cleans up after BPE
+            for old, new in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't")):
+                text = text.replace(old, new)
+            for old, new in ((" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+                text = text.replace(old, new)
+        return text
+
+    def _decode_bytes(self, ids: list[int], skip_special_tokens: bool) -> bytes:
+        """What a ByteLevel decoder makes of `ids`, before its lossy UTF-8 step, from per-id bytes kept
+        across calls (a 2,000-id answer is decoded several times per sample: one `join` each, not a
+        Rust round trip that rebuilds every token string).
+
+        The rule is the decoder's own: a token whose characters are all in the byte-level alphabet
+        stands for those bytes, any other token (an added `<|im_end|>` with a space, say) for its UTF-8;
+        ids the tokenizer does not know add nothing; `skip_special_tokens` drops tokens whose text is a
+        special added token's. tests/test_tokenizer_json.py checks it against `Tokenizer.decode`."""
+        table = self._piece_bytes
+        try:
+            pieces = list(map(table.__getitem__, ids))
+        except KeyError:
+            pieces = [table[i] if i in table else self._learn(i) for i in ids]
+        if skip_special_tokens:
+            special = self._special_of
+            pieces = [p for p, i in zip(pieces, ids) if not special[i]]
+        return b"".join(pieces)
+
+    def _learn(self, token_id: int) -> bytes:
+        token = self._tokenizer.id_to_token(token_id)  # OverflowError outside u32, as Tokenizer.decode raises
+        if token is None:
+            raw = b""
+        else:
+            alphabet = byte_of_character()
+            raw = bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else token.encode("utf-8")
+        self._special_of[token_id] = token is not None and token in self._special_contents
+        self._piece_bytes[token_id] = raw
+        return raw
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        tools: list[dict] | None = None,
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        from tokview.core.chat_template import render_chat_template
+
+        if not self.chat_template:
+            raise ValueError("this tokenizer has no chat template")
+        kwargs.pop("return_dict", None)
+        text = render_chat_template(
+            self.chat_template,
+            conversation,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens=self.special_tokens_map,
+            tools=tools,
+            **kwargs,
+        )
+        return self.encode(text, add_special_tokens=False) if tokenize else text
