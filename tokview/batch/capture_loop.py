@@ -11,13 +11,16 @@ import asyncio
 import sys
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import over_length_reason
 from tokview.batch.tasks import run_workers
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.store.records import scrub_text
+
+if TYPE_CHECKING:
+    from tokview.batch.worklist import TodoQueue
 
 
 def resolve_tokenizer_and_profile(config: BatchConfig) -> tuple[Any, Any]:
@@ -39,7 +42,7 @@ CAPTURE_SWITCH_INTERVAL_S = 0.0005
 async def capture_all(
     config: BatchConfig,
     pool: Any,
-    todo: deque,
+    todo: deque | TodoQueue,
     writer: GroupWriter,
     cancel: asyncio.Event | None,
     report: Callable[[], None],

@@ -42,3 +42,82 @@ def vocab_fingerprint(tokenizer: Any) -> str:
     except OSError:
         pass  # a read-only home: compute it each time
     return value
+
+
+IDENTITY_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken", ".py", ".toml")
+"""Files of a tokenizer folder that can change its vocabulary or the detected profile (never weights)."""
+
+
+def identities_file() -> Path:
+    return cache_file().parent / "run-identities.json"
+
+
+def identity_key(config: Any) -> str | None:
+    """A hash of everything that decides a batch's tokenizer fingerprint and profile name, read from files
+    without loading the tokenizer: the folder's tokenizer files, `--profile` (and its .toml), the remote-code
+    flag and tokview's version. None when the caller passed already loaded objects (the app)."""
+    if config.tokenizer is not None or config.model_profile is not None:
+        return None
+    import hashlib
+
+    from tokview import __version__
+    from tokview.core import profiles
+
+    directory = config.tokenizer_dir
+    if directory is None:
+        from tokview.core.kimi_layout import kimi_tokenizer_dir
+
+        directory = kimi_tokenizer_dir()
+    h = hashlib.sha256()
+    h.update(f"{__version__}\0{Path(directory).resolve()}\0{config.trust_remote_code}\0{config.profile}\0".encode())
+    try:
+        h.update(Path(profiles.__file__).read_bytes())  # how a profile is detected
+        if config.profile and Path(config.profile).is_file():
+            h.update(Path(config.profile).read_bytes())
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            if entry.name.endswith(IDENTITY_SUFFIXES) and entry.is_file():
+                h.update(f"\0{entry.name}\0".encode())
+                h.update(Path(entry.path).read_bytes())
+    except OSError:
+        return None  # the ordinary path says what is wrong with the folder
+    return h.hexdigest()[:32]
+
+
+def known_identity(config: Any) -> dict[str, str] | None:
+    """{"tokenizer": vocabulary fingerprint, "profile": name} remembered from an earlier run with the same
+    tokenizer files and --profile, else None: what lets a resume skip loading the tokenizer."""
+    key = identity_key(config)
+    if key is None:
+        return None
+    try:
+        known = json.loads(identities_file().read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(known, dict) and isinstance(known.get("tokenizer"), str) and isinstance(known.get("profile"), str):
+        return {"tokenizer": known["tokenizer"], "profile": known["profile"]}
+    return None
+
+
+def remember_identity(config: Any, identity: dict[str, Any]) -> None:
+    """Note the tokenizer fingerprint and profile name a run computed (the tokenizer loaded), for `known_identity`."""
+    key = identity_key(config)
+    if key is None or not isinstance(identity.get("tokenizer"), str) or not isinstance(identity.get("profile"), str):
+        return
+    path = identities_file()
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    entry = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
+    if not isinstance(known, dict) or known.get(key) == entry:
+        if isinstance(known, dict):
+            return
+        known = {}
+    known[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: resumes load the tokenizer

@@ -11,15 +11,21 @@ deep inside the chat template.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, parse_row
-from tokview.core.record import canonical_hash
+import orjson
+
+from tokview.batch.seen_ids import SeenIds
+from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, json_error, parse_row
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+CHUNK_ROWS = 8192
+"""Rows parsed and checked together: what a batch holds of the prompts file at once while planning."""
 
 
 class InputError(ValueError):
@@ -157,45 +163,270 @@ def read_prompts(
     A row whose id an earlier row already used for a *different* conversation is a bad row (a
     conflict: which one is meant?); the same id with the same conversation stays a plain duplicate,
     which the planner counts and skips. An empty or blank-only file is an error, not a run of 0.
+    Holds every row: a batch streams the file instead (`iter_checked`, `batch/worklist.py`).
     """
+    rows: list[PromptRow] = []
+    bad: list[str] = []
+    for checked in iter_checked(path, on_bad_row=on_bad_row, limit=limit):
+        if checked.row is not None:
+            rows.append(checked.row)
+        else:
+            bad.append(checked.bad or "")
+    return rows, bad
+
+
+@dataclass(slots=True)
+class CheckedRow:
+    """One input row after the checks: its prompt id and generation turns (`first`: the id's first good
+    row), the parsed row when asked for, or why it is bad (`bad`)."""
+
+    line: int
+    prompt_id: str
+    turns: list[int | None]
+    row: PromptRow | None = None
+    bad: str | None = None
+    first: bool = True
+
+
+def check_prompts_path(path: str | Path) -> Path:
+    """The prompts file, or InputError when it is a directory, missing or empty (checked before anything else)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"prompts file is a directory: {path}")
     if not path.is_file():
         raise InputError(f"prompts file not found: {path}")
-    rows: list[PromptRow] = []
-    bad: list[str] = []
-    first_seen: dict[str, tuple[int, str]] = {}  # prompt id -> (line, hash of its conversation)
+    if not is_parquet(path):
+        try:
+            with path.open("r", encoding="utf-8-sig") as fh:
+                if not any(line.strip() for line in fh):
+                    raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
+        except UnicodeDecodeError:
+            pass  # said with the line's context when the file is read
+    return path
+
+
+def iter_checked(
+    path: str | Path,
+    *,
+    on_bad_row: str = "skip",
+    limit: int | None = None,
+    rows: bool = True,
+    chunk: int | None = None,
+) -> Iterator[CheckedRow]:
+    """Every row of a prompts file in order, checked, parsed and de-duplicated, `chunk` rows at a time.
+
+    What `read_prompts` reports, in a bounded memory: ids are remembered by a 64-bit hash with their
+    first line and a digest of their conversation (`SeenIds`), never as rows. `rows=False` leaves
+    out the parsed rows where the checks do without them (planning needs only ids and turns).
+    Raises InputError for an unreadable or empty file and, with on_bad_row="stop", at the first bad
+    row, before any later row is yielded.
+    """
+    for checked in iter_checked_chunks(path, on_bad_row=on_bad_row, limit=limit, rows=rows, chunk=chunk):
+        yield from checked
+
+
+def iter_checked_chunks(
+    path: str | Path,
+    *,
+    on_bad_row: str = "skip",
+    limit: int | None = None,
+    rows: bool = True,
+    chunk: int | None = None,
+) -> Iterator[list[CheckedRow]]:
+    """`iter_checked`, a chunk (a list) at a time: what the planner's hot loop walks."""
+    path = check_prompts_path(path)
     label = "row" if is_parquet(path) else "line"
+    seen = SeenIds()
+    count = 0
+    pending: list[tuple[int, Any, str | None]] = []
+    size = chunk or CHUNK_ROWS
     try:
-        for n, obj in iter_rows(path):
-            if limit is not None and len(rows) + len(bad) >= limit:
+        for entry in iter_rows_flagged(path):
+            if limit is not None and count >= limit:
                 break
-            try:
-                row = parse_checked(obj, n)
-                digest = canonical_hash(row.messages)
-                seen = first_seen.setdefault(row.prompt_id, (n, digest))
-                if seen[1] != digest:
-                    raise PromptError(
-                        f"line {n}: id {row.prompt_id!r} conflicts with {label} {seen[0]}: "
-                        f"same id, different conversation (give one of them another id)"
-                    )
-                rows.append(row)
-            except PromptError as exc:
-                message = str(exc)
-                if not message.startswith(("line ", "row ")):
-                    message = f"{label} {n}: {message}"
-                elif label == "row":
-                    message = message.replace("line ", "row ", 1)
-                if on_bad_row == "stop":
-                    raise InputError(f"{located(path, message)} (use --on-bad-row skip to skip bad rows)") from None
-                bad.append(message)
-            del obj
+            count += 1
+            pending.append(entry)
+            if len(pending) >= size:
+                yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
+                pending = []
+        yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text (JSONL expected; Parquet files need a .parquet name)") from None
-    if not rows and not bad:
+    if count == 0:
         raise InputError(f"{path} holds no prompt rows (the file is empty or has only blank lines)")
-    return rows, bad
+
+
+_TAKEN = (0, None, None)
+
+
+def _check_chunk(
+    path: Path, pending: list[tuple[int, Any, str | None]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
+) -> list[CheckedRow]:
+    """Parse and check a chunk row by row, then settle its ids against every earlier row's at once."""
+    out: list[CheckedRow] = []
+    keys: list[int] = []
+    digests: list[int] = []
+    lines: list[int] = []
+    for i, (n, obj, text) in enumerate(pending):
+        pending[i] = _TAKEN  # a 50 MB line's text and object go as soon as it is checked, not with the chunk
+        quick = _fast_scan(obj) if text is not None and not want_rows else None
+        if quick is not None:
+            prompt_id, turns, digest = quick
+            out.append(CheckedRow(n, prompt_id, turns))
+        else:
+            try:
+                row = checked_row(n, obj, text)
+            except PromptError as exc:
+                out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
+                continue
+            prompt_id, digest = row.prompt_id, conversation_digest(row.messages)
+            out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row))
+        keys.append(hash(prompt_id))
+        digests.append(digest)
+        lines.append(n)
+    repeats = seen.settle(keys, digests, lines)
+    if repeats:
+        good = [checked for checked in out if checked.bad is None]
+        for i, (first_line, same) in repeats.items():
+            checked = good[i]
+            if same:
+                checked.first = False
+            else:
+                checked.bad = _bad_message(
+                    f"line {checked.line}: id {checked.prompt_id!r} conflicts with {label} {first_line}: "
+                    f"same id, different conversation (give one of them another id)",
+                    checked.line,
+                    label,
+                )
+                checked.prompt_id, checked.turns, checked.row = "", [], None
+    if on_bad_row == "stop":
+        for checked in out:
+            if checked.bad is not None:
+                raise InputError(f"{located(path, checked.bad)} (use --on-bad-row skip to skip bad rows)")
+    return out
+
+
+def _bad_message(message: str, n: int, label: str) -> str:
+    if not message.startswith(("line ", "row ")):
+        return f"{label} {n}: {message}"
+    if label == "row":
+        return message.replace("line ", "row ", 1)
+    return message
+
+
+def conversation_digest(messages: list[dict[str, Any]]) -> int:
+    """A 64-bit digest of a conversation, to tell a duplicate row from a conflicting one within one read."""
+    return hash(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS, default=str))
+
+
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
+
+
+def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
+    """(prompt id, generation turns, conversation digest) of a `fast_row` row without building it, else None.
+
+    Its turns are exactly the parsed messages (role and content only), so their digest is the same."""
+    if type(obj) is not dict:
+        return None
+    turns = obj.get("messages")
+    rid = obj.get("id")
+    if type(turns) is not list or type(rid) is not str or not (rid.isascii() and rid.isprintable() and rid.strip()):
+        return None
+    has_user = False
+    assistants = 0
+    for turn in turns:
+        if type(turn) is not dict or len(turn) != 2:
+            return None
+        role = turn.get("role")
+        if type(turn.get("content")) is not str or type(role) is not str or role not in _ROLES:
+            return None
+        if role == "user":
+            has_user = True
+        elif role == "assistant":
+            assistants += 1
+    if not has_user:
+        return None
+    if assistants:
+        points = _turns(assistants, turns[-1]["role"] == "assistant")
+    else:
+        points = [None]
+    return rid, points, hash(orjson.dumps(turns, option=orjson.OPT_SORT_KEYS))
+
+
+def fast_row(obj: Any, n: int) -> PromptRow | None:
+    """The common row (a printable ASCII string id, `messages` of plain role/content string turns) checked
+    and parsed in one walk; None for any other row, which takes `parse_checked` (the same answer, slower).
+
+    Only for rows parsed by orjson, which refuses lone surrogates: the one check it leaves out.
+    """
+    if _fast_scan(obj) is None:
+        return None
+    return PromptRow(obj["id"], [{"role": t["role"], "content": t["content"]} for t in obj["messages"]], n)
+
+
+def generation_turns(messages: list[dict[str, Any]]) -> list[int | None]:
+    """The `turn` of each of `generation_points`' points, without building their histories."""
+    assistants = sum(1 for m in messages if m["role"] == "assistant")
+    return _turns(assistants, messages[-1]["role"] == "assistant")
+
+
+def _turns(assistants: int, ends_with_assistant: bool) -> list[int | None]:
+    multi = assistants > 1 or (assistants > 0 and not ends_with_assistant)
+    turns: list[int | None] = [k if multi else None for k in range(assistants)]
+    if not ends_with_assistant:
+        turns.append(assistants if assistants else None)
+    return turns
+
+
+def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """`iter_rows`, each row with the JSON text orjson parsed it from (None: not parsed by orjson)."""
+    if is_parquet(path):
+        for n, obj in iter_parquet(path):
+            yield n, obj, None
+        return
+    yield from iter_jsonl_fast(path)
+
+
+def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """`core.prompts.iter_jsonl` parsed by orjson (~3× faster): (line, object or PromptError, text orjson read).
+
+    A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) takes the standard library's path,
+    so what is refused and every error message stay the same; `checked_row` re-reads the one kind of line
+    orjson reads otherwise (a whole number past 64 bits becomes a float)."""
+    with path.open("r", encoding="utf-8-sig") as fh:
+        for n, text in enumerate(fh, start=1):
+            try:
+                yield n, orjson.loads(text), text
+                continue
+            except orjson.JSONDecodeError:
+                pass
+            if not text.strip():
+                continue
+            try:
+                yield n, json.loads(text), None
+            except json.JSONDecodeError as exc:
+                yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}"), None
+            except RecursionError:
+                yield n, PromptError(f"line {n}: not valid JSON: nested too deeply"), None
+
+
+_LONG_NUMBER = re.compile(r"\d{19}")
+
+
+def checked_row(n: int, obj: Any, text: str | None) -> PromptRow:
+    """The prompt row of an `iter_rows_flagged` entry: `fast_row` when it applies, else `parse_checked`.
+
+    Raises PromptError. A row orjson read (`text`) holds no lone surrogate, the one check `fast_row`
+    leaves out; one with a run of 19+ digits is parsed again by the standard library first, which
+    keeps whole numbers whole (an id, or the content hash of a row without one)."""
+    if text is None:
+        return parse_checked(obj, n)
+    row = fast_row(obj, n)
+    if row is not None:
+        return row
+    if _LONG_NUMBER.search(text) is not None:
+        obj = json.loads(text)
+    return parse_checked(obj, n)
 
 
 def located(path: str | Path, message: str) -> str:

@@ -24,13 +24,13 @@ import time
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tokview.batch.capture_loop import capture_all, resolve_tokenizer_and_profile
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
-from tokview.batch.inputs import InputError, read_prompts
+from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.workers import worker_count
+from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, plan_work
 from tokview.batch.writer import GroupWriter
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
@@ -39,21 +39,14 @@ from tokview.store.records import scrub
 from tokview.store.store import StoreFull
 
 
-@dataclass(frozen=True)
-class WorkItem:
-    sample_id: str
-    prompt_id: str
-    turn: int | None
-    index: int
-    messages: list[dict[str, Any]]
-
-
 def plan(
     rows: list[PromptRow], config: BatchConfig, settings: dict[str, Any] | None = None
 ) -> tuple[list[WorkItem], int]:
     """Every sample slot the prompts ask for, and how many rows repeated an earlier prompt id.
 
-    `settings` is what goes into the sample ids (`config.sample_settings(identity)`)."""
+    `settings` is what goes into the sample ids (`config.sample_settings(identity)`). Holds every slot's
+    messages: `run_batch` plans with `worklist.plan_work`, which streams the file and gives the same ids
+    (this one stays as the reference the tests hold it to)."""
     settings = config.sample_settings() if settings is None else settings
     key = settings_key(settings)  # once, not per sample: hashing the settings 100,000 times took seconds
 
@@ -144,13 +137,19 @@ async def run_batch(
     from tokview.servers import ServerPool
 
     config.validate()
-    bad: list[str] = []
     if prompts is None:
         if config.prompts_path is None:
             raise InputError("no prompts given")
-        prompts, bad = read_prompts(config.prompts_path, on_bad_row=config.on_bad_row, limit=config.limit)
+        check_prompts_path(config.prompts_path)  # the file is read (streamed) once the settings are known
     elif config.limit is not None:
         prompts = prompts[: config.limit]
+    planned = None
+    if prompts is None:  # a fully stored run ends here, without loading the tokenizer
+        from tokview.batch.resume import resume_shortcut
+
+        store, finished, planned = await resume_shortcut(config, store, on_progress)
+        if finished is not None:
+            return finished
     tokenizer, profile = resolve_tokenizer_and_profile(config)
     pool = ServerPool(
         config.servers,
@@ -165,7 +164,7 @@ async def run_batch(
         await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
         if not isinstance(store, Store):
             store = store()
-        return await _run(config, store, pool, prompts, bad, tokenizer, profile, on_progress, cancel)
+        return await _run(config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel)
     finally:
         await pool.aclose()
 
@@ -174,35 +173,36 @@ async def _run(
     config: BatchConfig,
     store: Store,
     pool: Any,
-    prompts: list[PromptRow],
-    bad: list[str],
+    prompts: list[PromptRow] | None,
+    planned: WorkList | None,
     tokenizer: Any,
     profile: Any,
     on_progress: Callable[[BatchProgress], None] | None,
     cancel: asyncio.Event | None,
 ) -> BatchSummary:
+    from tokview.batch.identity import remember_identity
+
     identity = served_identity(pool, tokenizer, profile)
+    remember_identity(config, identity)  # what lets the next resume skip loading the tokenizer
     sample_settings = config.sample_settings(identity)
-    items, duplicates = plan(prompts, config, sample_settings)
-    if config.shard is not None:
-        items = select_shard(items, config.shard)
-        if config.shard[0] != 1:  # duplicate and bad rows are counted once, by the first shard
-            duplicates, bad = 0, []
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, store.ingest)  # parts a killed or concurrent batch left count as stored
-    existing = store.existing_sample_ids(i.sample_id for i in items)
-    todo = deque(i for i in items if i.sample_id not in existing)
+    if planned is None or planned.key != settings_key(sample_settings):
+        await loop.run_in_executor(None, store.ingest)  # parts a killed or concurrent batch left count as stored
+        planned = await loop.run_in_executor(None, plan_work, config, sample_settings, store.stored_ids_with, prompts)
+    work = planned
+    queue = work.queue()  # streamed from the prompts file as the workers take it
+    todo: deque | TodoQueue = queue
     run_id = config.run_id(identity)
     summary = BatchSummary(
         run_id=run_id,
-        input=len(items) + duplicates + len(bad),
-        resumed=len(existing),
-        duplicates=duplicates,
-        bad_rows=bad,
+        input=work.input,
+        resumed=work.resumed,
+        duplicates=work.duplicates,
+        bad_rows=work.bad,
         servers=scrub(pool.server_info()),
     )
     started = time.monotonic()
-    skipped = len(existing) + duplicates + len(bad)
+    skipped = work.resumed + work.duplicates + len(work.bad)
     tallies: list[Any] = []  # the writer(s) whose counts make up the progress line
 
     def snapshot() -> BatchProgress:
@@ -237,8 +237,8 @@ async def _run(
         if n > 1:  # --workers: this process keeps the first share, spawned children take the others
             from tokview.batch.workers import WorkerGroup
 
-            shares = [list(todo)[i::n] for i in range(n)]
-            todo = deque(shares[0])
+            shares = queue.shares(n)  # round robin, each read from the prompts file as it is taken
+            todo = shares[0]
             group = WorkerGroup(config, store.path, run_id, shares[1:])
             tallies.extend(group.tallies)
         outcomes: list[str | None] = []

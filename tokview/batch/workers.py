@@ -69,6 +69,7 @@ def child_main(index: int, config: Any, db_path: str, run_id: str, items: list[A
 
 async def _child(index: int, config: Any, db_path: str, run_id: str, items: list[Any], results: Any) -> None:
     from tokview.batch.capture_loop import capture_all, resolve_tokenizer_and_profile
+    from tokview.batch.worklist import TodoQueue
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
     from tokview.store import PartSink
@@ -98,7 +99,8 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
     )
     try:
         await pool.start()
-        outcome = await capture_all(config, pool, deque(items), writer, cancel, lambda: None)
+        todo = items if isinstance(items, TodoQueue) else deque(items)  # a share reads the prompts file itself
+        outcome = await capture_all(config, pool, todo, writer, cancel, lambda: None)
     finally:
         await loop.run_in_executor(None, writer.close)
         await pool.aclose()
@@ -111,7 +113,7 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
 class WorkerGroup:
     """The N-1 children of a `--workers N` run and the thread that collects their reports."""
 
-    def __init__(self, config: Any, db_path: str, run_id: str, shares: list[list[Any]]) -> None:
+    def __init__(self, config: Any, db_path: str, run_id: str, shares: list[Any]) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.results = ctx.Queue()
         self.tallies = [RemoteTally() for _ in shares]

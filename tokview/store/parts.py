@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
 
 
 def write_part(
-    directory: Path, suffix: str, records: list[dict[str, Any] | bytes], *, durable: bool = False
+    directory: Path, suffix: str, records: Sequence[dict[str, Any] | bytes], *, durable: bool = False
 ) -> Path | None:
     """Write one complete part atomically; None when there is nothing to write.
 

@@ -90,11 +90,11 @@ def holder_of(message: str) -> str:
     if not match:
         return "another process"
     pid = int(match.group(1))
+    argv: list[str] = []
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        argv = [a.decode("utf-8", "replace") for a in argv if a]
+        argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     except OSError:
-        argv = []
+        pass
     for i, arg in enumerate(argv):
         name = os.path.basename(arg)
         if name == "tokview" or (name == "-m" and i + 1 < len(argv) and argv[i + 1] == "tokview"):
@@ -160,11 +160,11 @@ class PartSink:
         ]
         return record
 
-    def write_part(self, samples: list[dict[str, Any]], failures: list[dict[str, Any]] = ()) -> None:
+    def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
         """Hand finished samples and failures to the store without opening it (see `parts.py`).
 
         Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean = [
+        clean: list[dict[str, Any] | bytes] = [
             {
                 "prompt_id": f.get("prompt_id"),
                 "sample_id": f.get("sample_id"),
@@ -601,6 +601,13 @@ class Store(PartSink):
             [wanted],
         )
         return {r[0] for r in rows}
+
+    def stored_ids_with(self, fragment: str) -> set[str]:
+        """Every stored sample id that contains `fragment` (a batch passes `@SETTINGS_gen`): one query
+        returning one column, so resuming 100,000 samples costs milliseconds, not a join on a bound list."""
+        with self._connection() as conn, _duckdb_errors(f"cannot read {self.path}", self.path):
+            column = conn.execute("SELECT sample_id FROM samples WHERE contains(sample_id, ?)", [fragment]).fetchnumpy()
+            return set(column["sample_id"].tolist())
 
     # -- verdicts ---------------------------------------------------------------------------
     def _status(self, sample_id: str) -> str:

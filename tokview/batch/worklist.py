@@ -1,0 +1,261 @@
+"""A batch's work, planned in one streamed pass over the prompts file and read again as it is taken.
+
+A million-prompt file must not be held whole (its rows' messages took 1.6 GB). Planning reads it a
+chunk at a time (`inputs.iter_checked`: the same checks, line numbers and duplicate/conflict rules
+as `read_prompts`), counts every sample slot, the slots already stored, the rows that repeat an
+earlier id and the bad rows, and keeps only the line numbers of the rows that still have work (12
+bytes a row, with a checksum of the row's id). The capture loop takes its work from a `TodoQueue`,
+which reads those rows again as the workers ask for them, so at most a chunk of rows and the
+requests in flight are held at once. Sample ids and accounting are `runner.plan`'s exactly (tests
+compare the two).
+
+The ids already stored come from one query (`Store.stored_ids_with`) and planning needs no
+tokenizer, so a fully stored run is known to have nothing to do after one read of the file
+(`resume.py`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import zlib
+from array import array
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokview.batch.inputs import (
+    InputError,
+    check_prompts_path,
+    checked_row,
+    generation_turns,
+    iter_checked_chunks,
+    iter_rows_flagged,
+)
+from tokview.core.prompts import PromptError, PromptRow, generation_points
+from tokview.core.record import sample_id_for, settings_key
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    sample_id: str
+    prompt_id: str
+    turn: int | None
+    index: int
+    messages: list[dict[str, Any]]
+
+
+@dataclass
+class WorkList:
+    """What a batch will do: counts for the summary, and the rows still to do (by line) for the queue."""
+
+    planned: int = 0
+    """Sample slots of the prompts (each id's first row; only this shard's with --shard)."""
+    duplicates: int = 0
+    """Sample slots of rows that repeat an earlier id with the same conversation."""
+    bad: list[str] = field(default_factory=list)
+    resumed: int = 0
+    """Planned slots already in the store."""
+    todo: int = 0
+    key: str = ""
+    samples_per_prompt: int = 1
+    shard: tuple[int, int] | None = None
+    path: Path | None = None
+    rows: list[PromptRow] | None = None
+    lines: array = field(default_factory=lambda: array("q"))
+    """Line numbers (or indexes into `rows`) of the first rows with at least one slot to do."""
+    id_checks: array = field(default_factory=lambda: array("L"))
+    """crc32 of each of those rows' prompt id: a row edited since planning is noticed, not generated."""
+    stored: frozenset[str] | set[str] = frozenset()
+    file_state: tuple[int, int] | None = None
+
+    @property
+    def input(self) -> int:
+        return self.planned + self.duplicates + len(self.bad)
+
+    def sample_ids(self, prompt_id: str, turns: list[int | None]) -> Iterator[tuple[int | None, int, str]]:
+        """(turn, index, sample id) of a row's slots in this shard: `runner.plan`'s ids."""
+        for turn in turns:
+            head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
+            for index in range(self.samples_per_prompt):
+                sample_id = f"{head}@{self.key}_gen{index}"
+                if self.shard is None or zlib.crc32(sample_id.encode()) % self.shard[1] == self.shard[0] - 1:
+                    yield turn, index, sample_id
+
+    def queue(self) -> TodoQueue:
+        """The slots still to do, in file order, read from the file as they are taken."""
+        if self.path is not None and _file_state(self.path) != self.file_state:
+            raise InputError(f"{self.path} changed while the batch was planned: run the batch again")
+        return TodoQueue(self)
+
+    def todo_items(self) -> Iterator[WorkItem]:
+        """Every slot still to do, in file order (the file read again, only the rows with work parsed)."""
+        if self.rows is not None:
+            for i in self.lines:
+                yield from self._items(self.rows[i])
+            return
+        assert self.path is not None
+        wanted = zip(self.lines, self.id_checks)
+        next_line, check = next(wanted, (None, 0))
+        changed = InputError(f"{self.path} changed while the batch ran: run the batch again to resume")
+        for n, obj, text in iter_rows_flagged(self.path):
+            if next_line is None:
+                return
+            if n != next_line:
+                continue
+            try:
+                row = checked_row(n, obj, text)
+            except PromptError:
+                raise changed from None
+            if zlib.crc32(row.prompt_id.encode()) != check:
+                raise changed
+            yield from self._items(row)
+            next_line, check = next(wanted, (None, 0))
+
+    def _items(self, row: PromptRow) -> Iterator[WorkItem]:
+        points = generation_points(row)
+        histories = {p.turn: p.history for p in points}
+        for turn, index, sample_id in self.sample_ids(row.prompt_id, [p.turn for p in points]):
+            if sample_id not in self.stored:
+                yield WorkItem(sample_id, row.prompt_id, turn, index, histories[turn])
+
+
+class TodoQueue:
+    """The work still to do, produced as it is taken: what `capture_all` pops (a deque's len/bool/popleft).
+
+    `shares(n)` splits it round robin for `--workers`; a share not yet started pickles small (the plan,
+    not its items), so a spawned worker reads its own share from the file too."""
+
+    def __init__(self, work: WorkList, share: tuple[int, int] = (0, 1)) -> None:
+        self._work = work
+        self._share = share
+        self._left = len(range(share[0], work.todo, share[1]))
+        self._items: Iterator[WorkItem] | None = None
+
+    def shares(self, n: int) -> list[TodoQueue]:
+        if self._items is not None or self._share != (0, 1):
+            raise ValueError("only a whole queue not yet started is shared")
+        return [TodoQueue(self._work, (i, n)) for i in range(n)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._items is not None:
+            raise TypeError("a TodoQueue already started cannot be sent to another process")
+        return dict(self.__dict__)
+
+    def __len__(self) -> int:
+        return self._left
+
+    def __bool__(self) -> bool:
+        return self._left > 0
+
+    def popleft(self) -> WorkItem:
+        if self._left <= 0:
+            raise IndexError("pop from an empty TodoQueue")
+        if self._items is None:
+            k, n = self._share
+            self._items = (item for i, item in enumerate(self._work.todo_items()) if i % n == k)
+        item = next(self._items, None)
+        if item is None:
+            self._left = 0
+            raise InputError("the prompts file changed while the batch ran: run the batch again to resume")
+        self._left -= 1
+        return item
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        while self:
+            yield self.popleft()
+
+
+def plan_work(
+    config: Any,
+    settings: dict[str, Any],
+    stored_ids: Callable[[str], set[str]],
+    rows: list[PromptRow] | None = None,
+) -> WorkList:
+    """Plan a batch: `rows` given (the app's), else `config.prompts_path` streamed.
+
+    `stored_ids(fragment)` gives the stored sample ids that contain `fragment` (`@KEY_gen`, what
+    every id of these settings holds): the resume anti-join, as one set."""
+    key = settings_key(settings)
+    for turn in (None, 1):  # the one definition of a sample id stays core.record's
+        if next(WorkList(key=key).sample_ids("p", [turn]))[2] != sample_id_for("p", settings, 0, turn):
+            raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
+    work = WorkList(key=key, samples_per_prompt=config.samples_per_prompt, shard=config.shard, rows=rows)
+    path = None if rows is not None else check_prompts_path(config.prompts_path)
+    if path is not None:
+        work.path, work.file_state = path, _file_state(path)
+    work.stored = stored_ids(f"@{key}_gen")
+    with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
+        _plan_rows(work, config, path, rows)
+    if config.shard is not None and config.shard[0] != 1:  # duplicate and bad rows are counted once, by shard 1
+        work.duplicates, work.bad = 0, []
+    return work
+
+
+def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[PromptRow] | None) -> None:
+    if rows is not None:
+        seen: set[str] = set()
+        for i, row in enumerate(rows):
+            _count(work, i, row.prompt_id, generation_turns(row.messages), row.prompt_id not in seen)
+            seen.add(row.prompt_id)
+    elif path is not None:
+        simple = work.samples_per_prompt == 1 and work.shard is None
+        tail, stored, lines, checks = f"@{work.key}_gen0", work.stored, work.lines, work.id_checks
+        for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
+            for checked in chunk:
+                if checked.bad is not None:
+                    work.bad.append(checked.bad)
+                elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
+                    work.planned += 1
+                    if checked.prompt_id + tail in stored:
+                        work.resumed += 1
+                    else:
+                        work.todo += 1
+                        lines.append(checked.line)
+                        checks.append(zlib.crc32(checked.prompt_id.encode()))
+                else:
+                    _count(work, checked.line, checked.prompt_id, checked.turns, checked.first)
+
+
+def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:
+    """Add one row's slots to the plan (the hot loop of planning: one f-string and one set lookup a slot)."""
+    per_prompt = work.samples_per_prompt
+    if not first:
+        work.duplicates += len(turns) * per_prompt
+        return
+    key, stored, shard = work.key, work.stored, work.shard
+    planned = to_do = 0
+    for turn in turns:
+        head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
+        for index in range(per_prompt):
+            sample_id = f"{head}@{key}_gen{index}"
+            if shard is not None and zlib.crc32(sample_id.encode()) % shard[1] != shard[0] - 1:
+                continue
+            planned += 1
+            if sample_id not in stored:
+                to_do += 1
+    work.planned += planned
+    work.resumed += planned - to_do
+    if to_do:
+        work.todo += to_do
+        work.lines.append(where)
+        work.id_checks.append(zlib.crc32(prompt_id.encode()))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: the rows read here hold no cycles and die with their chunk."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _file_state(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
