@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from rich.cells import cell_len
 
 from tokview.ui import display as d
@@ -67,6 +69,33 @@ def test_wrap_flows_tokens_and_breaks_after_newlines():
     assert d.wrap([10, 2], 4) == [0, 1]  # a token wider than the pane gets its own row
     assert d.wrap([], 10) == []
     assert d.row_of([0, 2, 5], 4) == 1 and d.row_of([0, 2, 5], 5) == 2
+
+
+def test_wrap_by_running_sum_agrees_with_the_token_by_token_rule():
+    """`CellWidths.wrap` bisects a running sum; it must place every row where a plain scan would."""
+
+    def scan(widths, width, breaks):
+        starts, used = ([0] if widths else []), 0
+        for i, w in enumerate(widths):
+            if used and used + w > width:
+                starts.append(i)
+                used = 0
+            used += w
+            if breaks is not None and breaks[i] and i + 1 < len(widths):
+                starts.append(i + 1)
+                used = 0
+        return starts
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        n = rng.randint(0, 40)
+        widths = [rng.choice([0, 1, 1, 2, 3, 5, 9]) for _ in range(n)]  # zero-width and wider-than-pane tokens
+        breaks = [rng.random() < 0.15 for _ in range(n)] if rng.random() < 0.7 else None
+        width = rng.randint(1, 12)
+        expected = scan(widths, width, breaks)
+        cells = d.CellWidths.of(widths, breaks)
+        assert cells.wrap(width) == expected, (widths, width, breaks)
+        assert cells.min_rows(width) <= len(expected)
 
 
 def test_cell_texts_both_mode_puts_piece_over_id_in_equal_width(short, tokenizer):

@@ -52,3 +52,35 @@ async def test_stats_panel_lists_every_code_with_integer_ticks(size, make_app, s
             axis = [line.split("┤")[0] for line in str(plot.render()).splitlines() if "┤" in line]
             labels = [label.strip() for label in axis if label.strip()]
             assert labels and all(re.fullmatch(r"[0-9,]+", label) for label in labels), labels
+
+
+def test_reasoning_length_uses_each_runs_own_closer(tmp_path, tokenizer):
+    """A store holding a Kimi run and a Qwen3 run: each sample's reasoning ends at its own model's closer.
+
+    Both outputs hold both closers (Kimi's 163607 and Qwen3's 151668) at different places, so one
+    profile's closer applied to every sample gives the wrong length for the other run's sample.
+    """
+    from tokview.core.profiles import get_profile
+    from tokview.store import Store
+    from tokview.ui.screens.stats import read_stats
+    from tokview.ui.session import Session
+
+    kimi, qwen = get_profile("kimi-k2.5").think_close_id, get_profile("qwen3").think_close_id
+    with Store(tmp_path / "two.duckdb") as store:
+        store.put_run("kimi-run", profile="kimi-k2.5")
+        store.put_run("qwen-run", profile="qwen3")  # the latest run: the session's default profile
+        for sid, run, output in (
+            ("k@kimi", "kimi-run", [5, 6, 7, kimi, 8, qwen, 9]),  # Kimi: 3 reasoning ids
+            ("q@qwen", "qwen-run", [5, kimi, 6, 7, 8, 9, qwen, 10]),  # Qwen3: 6 reasoning ids
+            ("i@import", None, [5, 6, 7, 8, kimi, qwen]),  # no run: as inspect opens it (detected: Kimi): 4
+        ):
+            store.execute(
+                "INSERT INTO samples (sample_id, prompt_id, run_id, prompt_ids, output_ids, finish_reason, status, "
+                "valid, n_errors, codes, prompt_len, output_len, supervised, created_at) "
+                "VALUES (?, ?, ?, [1, 2], ?, 'stop', 'pending', true, 0, [], 2, ?, 1, now())",
+                [sid, sid, run, output, len(output)],
+            )
+        data = read_stats(Session(store, tokenizer=tokenizer))  # no profile named: each run's recorded one
+        assert sorted(data.reasoning_lens) == [3, 4, 6]
+        assert sorted(data.output_lens) == [6, 7, 8]
+        assert sorted(store.length_distribution(qwen)[1]) == [5, 5, 6]  # one closer for all: two samples wrong

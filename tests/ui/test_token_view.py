@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
 from tokview.core.analysis import analyze
@@ -101,14 +102,14 @@ async def test_recolour_one_token_repaints_one_row(short, tokenizer):
         assert refreshed == [(len(view.row_starts) - 1, 1)]
         after = view.render_line(len(view.row_starts) - 1)
 
-        def style_of(strip):
-            return next(s.style for s in strip._segments if s.style and s.style.meta.get("tok") == last)
+        def style_of(strip):  # one segment per token, from the row's first token
+            return list(strip)[last - view.row_starts[-1]].style
 
         assert not style_of(before).underline  # stop: bold, no underline
         assert style_of(after).underline  # drift: underlined; the cached row was dropped and rebuilt
 
 
-async def test_click_moves_cursor_through_style_meta(short, tokenizer):
+async def test_click_moves_cursor_to_the_token_under_the_mouse(short, tokenizer):
     seq = d.served_seq(*short, tokenizer)
     app = OneView(seq)
     async with app.run_test(size=(60, 10)) as pilot:
@@ -117,6 +118,34 @@ async def test_click_moves_cursor_through_style_meta(short, tokenizer):
         x = sum(len(p) for p in seq.pieces[:5])  # first cell of token 5
         await pilot.click(TokenView, offset=(x, 0))
         assert view.cursor == 5
+        await pilot.click(TokenView, offset=(x + len(seq.pieces[5]) - 1, 0))  # its last cell
+        assert view.cursor == 5
+        second = view.row_starts[1]
+        await pilot.click(TokenView, offset=(0, 1))  # the first token of the second row
+        assert view.cursor == second
+        row_width = sum(len(p) for p in seq.pieces[: view.row_starts[1]])
+        if row_width < view.scrollable_content_region.width:  # past the end of a short row: nothing there
+            await pilot.click(TokenView, offset=(row_width, 0))
+            assert view.cursor == second
+
+
+async def test_a_rewrap_keeps_the_cursor_in_view(long, tokenizer):
+    capture, analysis = long
+    app = OneView(d.served_seq(capture, analysis, tokenizer))
+    async with app.run_test(size=(120, 40)) as pilot:
+        view = app.query_one(TokenView)
+        view.focus()
+        await pilot.pause()
+        await pilot.press("end")
+        await pilot.pause()
+        for width in (80, 119, 60):  # each width moves the last token to another row
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            row = d.row_of(view.row_starts, view.cursor)
+            widths = [cell_len(p) for p in view.seq.pieces]
+            assert view.row_starts == d.wrap(widths, view.scrollable_content_region.width, view.seq.breaks_after)
+            assert view.virtual_size.height == len(view.row_starts)
+            assert view.scroll_y <= row < view.scroll_y + view.scrollable_content_region.height
 
 
 async def test_inspect_panes_move_together_and_detail_follows(short, tokenizer, profile):

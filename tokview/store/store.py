@@ -834,13 +834,38 @@ class Store(PartSink):
         )
         return [(pid, from_json(m)) for pid, m in rows if m]
 
-    def length_distribution(self, close_id: int | None, limit: int = 200_000) -> tuple[list[int], list[int]]:
-        """(output lengths, reasoning lengths = ids before the first closer) for the stats plots."""
+    def length_distribution(
+        self,
+        close_id: int | None,
+        limit: int = 200_000,
+        close_ids: dict[tuple[str | None, str | None], int | None] | None = None,
+    ) -> tuple[list[int], list[int]]:
+        """(output lengths, reasoning lengths = ids before the first closer) for the stats plots.
+
+        `close_ids`: the closer per (run id, sample profile) of `profile_pairs()`, for a store holding
+        several models (a Qwen3 sample's reasoning ends at Qwen3's closer, not Kimi's); a sample whose
+        pair is not in it uses `close_id`."""
+        pairs = list((close_ids or {}).items())
+        table = (
+            ", ".join(["(?::VARCHAR, ?::VARCHAR, ?::BIGINT)"] * len(pairs))
+            or "(NULL::VARCHAR, NULL::VARCHAR, NULL::BIGINT)"
+        )
         rows = self.query(
-            "SELECT output_len, coalesce(list_position(output_ids, ?), 0) FROM samples LIMIT ?",
-            [close_id if close_id is not None else -1, limit],
+            f"WITH closers(run_id, profile, close_id) AS (VALUES {table}) "
+            "SELECT s.output_len, coalesce(list_position(s.output_ids, coalesce(c.close_id, ?)), 0) FROM samples s "
+            "LEFT JOIN closers c ON c.run_id IS NOT DISTINCT FROM s.run_id AND c.profile IS NOT DISTINCT FROM s.profile "
+            "LIMIT ?",
+            [
+                *(v for (run_id, profile), cid in pairs for v in (run_id, profile, -1 if cid is None else cid)),
+                close_id if close_id is not None else -1,
+                limit,
+            ],
         )
         return [r[0] for r in rows], [r[1] - 1 for r in rows if r[1]]
+
+    def profile_pairs(self) -> list[tuple[str | None, str | None]]:
+        """Every (run id, sample profile) the samples carry: what decides which model's rules a sample follows."""
+        return [(r[0], r[1]) for r in self.query("SELECT DISTINCT run_id, profile FROM samples ORDER BY 1, 2")]
 
     def finish_reasons(self) -> dict[str, int]:
         return {

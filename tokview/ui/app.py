@@ -30,6 +30,7 @@ from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import failure_notice
 
 if TYPE_CHECKING:
+    from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
 CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "next_unreviewed"}
@@ -227,12 +228,11 @@ class TokviewApp(App):
         open_it = isinstance(self.screen, InspectScreen)
         if open_it and self._open_index is not None:
             after = self._open_index
-        self._find_next(after, open_it)
+        self._find_next(self.samples_screen.pending_search(), after, open_it)  # read here, searched in a thread
 
     @work(thread=True, exclusive=True, group="next-unreviewed", exit_on_error=False)
-    def _find_next(self, after: int, open_it: bool) -> None:
-        assert self.samples_screen is not None
-        self.post_message(NextFound(self.samples_screen.next_unreviewed(after), open_it))
+    def _find_next(self, search: PendingSearch, after: int, open_it: bool) -> None:
+        self.post_message(NextFound(search.after(after), open_it))
 
     @on(NextFound)
     def _next_found(self, event: NextFound) -> None:

@@ -42,7 +42,7 @@ def _placement(capture: Capture) -> tuple[sd.SpecDecode | None, sd.Placement | N
     return spec, sd.place_steps(spec, len(capture.output_ids), capture.finish_reason)
 
 
-def output_values(capture: Capture, mode: str) -> list[float | None] | None:
+def output_values(capture: Capture, mode: str) -> Sequence[float | None] | None:
     """Per output position: the value the mode colours by (None when the sample has none)."""
     if mode == "sampled":
         return capture.output_logprobs
@@ -123,7 +123,7 @@ def heat_detail(capture: Capture, position: int, piece: Callable[[int], str] | N
             rows.append(("acceptance run", "prefill token (before any step)"))
         else:
             kind = "accepted draft" if placed.accepted[p] else "target token"
-            drafted = (spec.per_step_drafted or [None] * (placed.step_of[p] + 1))[placed.step_of[p]]
+            drafted = spec.per_step_drafted[placed.step_of[p]] if spec.per_step_drafted else None
             rows.append(
                 (
                     "acceptance run",

@@ -99,13 +99,17 @@ class Session:
     # -- stored samples -------------------------------------------------------------------------
     def for_sample(self, stored: StoredSample) -> tuple[TokenizerAdapter, ModelProfile]:
         """The pair to re-analyse one stored sample with: named, else its run's."""
-        run = self._run_table(refresh=False).get(stored.run_id)
-        if run is None and stored.run_id and stored.run_id not in self._missing_runs:
-            run = self._run_table(refresh=True).get(stored.run_id)  # a run generated since the app opened
+        return self.for_run(stored.run_id, stored.profile)
+
+    def for_run(self, run_id: str | None, sample_profile: str | None = None) -> tuple[TokenizerAdapter, ModelProfile]:
+        """The pair for the samples of one run (those carrying `sample_profile`): named, else the run's."""
+        run = self._run_table(refresh=False).get(run_id) if run_id else None
+        if run is None and run_id and run_id not in self._missing_runs:
+            run = self._run_table(refresh=True).get(run_id)  # a run generated since the app opened
             if run is None:  # no runs row at all (an import, an old store): re-read once, not on every open
-                self._missing_runs.add(stored.run_id)
+                self._missing_runs.add(run_id)
         run = run or {}
-        return self.resolve(run.get("tokenizer_dir"), stored.profile or run.get("profile"))
+        return self.resolve(run.get("tokenizer_dir"), sample_profile or run.get("profile"))
 
     def load(self, sample_id: str) -> tuple[StoredSample, Analysis, TokenizerAdapter, ModelProfile]:
         """One stored sample, its analysis and the tokenizer/profile it was derived with (as batch does)."""

@@ -271,7 +271,7 @@ class InspectScreen(Screen):
             for i, level in enumerate(levels[: len(classes)]):
                 if level is not None:
                     classes[i] = CLASS_INDEX[HEAT_CLASSES[level]]
-        self.served.set_classes(classes)
+        self.served.set_token_classes(classes)
         self.query_one("#served-label", Label).update(self._served_label())
 
     def action_focus_findings(self) -> None:

@@ -6,6 +6,7 @@ for `Store.samples_page`; the count runs in a worker, pages load as they scroll 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from tokview.ui.widgets.sample_list import PAGE, SampleList
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
 if TYPE_CHECKING:
+    from tokview.store import Store
     from tokview.ui.session import Session
 
 ORDERS = (
@@ -208,12 +210,29 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
         row = self.sample_list.row(self.sample_list.cursor)
         return row.sample_id if row is not None else None
 
-    def next_unreviewed(self, after: int) -> tuple[int, str] | None:
-        """(index, sample_id) of the first pending sample after row `after`, in list order (worker thread)."""
-        store, filters, order = self.session.store, self.filters, self.order
-        offset = after + 1
-        while offset < self.sample_list.count:
-            rows = store.samples_page(filters, order, offset, PAGE)
+    def pending_search(self) -> PendingSearch:
+        """What `]` searches (UI thread): read here, handed to a worker as plain values."""
+        return PendingSearch(self.session.store, self.filters, self.order, self.sample_list.count)
+
+
+@dataclass(frozen=True)
+class PendingSearch:
+    """The list as it is when `]` is pressed: the store, filter, order and row count to search through.
+
+    Why a value and not a screen method: the search runs in a worker thread, and a worker must not
+    read widgets (the row count lives on the list widget); the screen reads them once, on the UI thread.
+    """
+
+    store: Store
+    filters: SampleFilter
+    order: str
+    count: int
+
+    def after(self, index: int) -> tuple[int, str] | None:
+        """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread)."""
+        offset = index + 1
+        while offset < self.count:
+            rows = self.store.samples_page(self.filters, self.order, offset, PAGE)
             if not rows:
                 break
             for i, row in enumerate(rows):

@@ -9,6 +9,7 @@ length columns for the histograms, in a thread worker; plotting is textual-plote
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,11 +46,17 @@ class StatsData:
 
 
 def read_stats(session: Session) -> StatsData:
-    """Everything the panel plots (worker thread). Reasoning length: ids before the profile's closer."""
+    """Everything the panel plots (worker thread).
+
+    Reasoning length: ids before the closer of each sample's own profile (its run's, as inspect opens
+    it), so a store holding Kimi and Qwen3 runs measures each at its model's closer.
+    """
     store = session.store
-    output_lens, reasoning_lens = store.length_distribution(session.profile().think_close_id, MAX_ROWS)
+    default = session.profile()
+    close_ids = {(run, name): session.for_run(run, name)[1].think_close_id for run, name in store.profile_pairs()}
+    output_lens, reasoning_lens = store.length_distribution(default.think_close_id, MAX_ROWS, close_ids)
     return StatsData(
-        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, session.profile())
+        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, default)
     )
 
 
@@ -126,7 +133,10 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
 
     def _side_plots(self, side: dict | None) -> None:
         """Acceptance per segment and the target-NLL distribution: two more charts, only for a store that has them."""
-        plots = [("plot-acceptance", *acceptance_bars(side)), ("plot-nll", *nll_bars(side))]
+        plots: list[tuple[str, str, Mapping[str, float]]] = [
+            ("plot-acceptance", *acceptance_bars(side)),
+            ("plot-nll", *nll_bars(side)),
+        ]
         if not any(bars for _, _, bars in plots):
             return
         grid = self.query_one("#stats-grid", Grid)
@@ -152,7 +162,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
             plt.bar(centers, counts, width=width)
             rows = widget.size.height - 5  # title, frame and x labels take the rest
             ticks = integer_ticks(max(counts), most=max(2, rows // 2) if rows > 0 else 5)
-            plt.yticks(ticks, [str(t) for t in ticks])
+            plt.yticks([float(t) for t in ticks], [str(t) for t in ticks])
             plt.ylim(0, ticks[-1])
             shown = centers[:: max(1, len(centers) // 4)]
             plt.xticks(shown, [f"{round(c):,}" for c in shown])  # lengths are whole ids too

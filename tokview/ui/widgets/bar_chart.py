@@ -8,13 +8,14 @@ printed as an integer, and a non-zero count always gets at least one cell.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from rich.text import Text
 from textual.widgets import Static
 
 
-def bar_lines(counts: dict[str, int], width: int) -> list[tuple[str, int, int]]:
+def bar_lines(counts: Mapping[str, float], width: int) -> list[tuple[str, int, float]]:
     """(label, bar cells, count) per label: cells proportional to count / max over the width left."""
     if not counts:
         return []
@@ -36,9 +37,9 @@ class BarChart(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.title = ""
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, float] = {}
 
-    def set_data(self, title: str, counts: dict[str, int]) -> None:
+    def set_data(self, title: str, counts: Mapping[str, float]) -> None:
         self.title, self.counts = title, dict(counts)
         self.refresh(layout=True)
 

@@ -1,20 +1,25 @@
 """A virtualised list of samples: Line API, pages fetched from the store in a thread as they scroll in.
 
 Why not a DataTable: loading 100,000 rows into one takes seconds; here the list knows only the row
-count, asks for 200-row pages around what is visible, and renders rows it has. A page loaded for an
-older filter is dropped (a generation number travels with every request).
+count and renders rows it has. Pages are loaded the way toolong loads lines: once per frame
+(`render_lines`) the list names the 200-row pages around what is visible that it lacks; one reader
+thread at a time loads them, nearest first, and posts each back; they land in an LRU of `MAX_PAGES`
+pages, so a million-row store never sits in memory. A page loaded for an older filter is dropped (a
+generation number travels with every request); a page scrolled past before its turn is never read.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
+from textual import events, work
 from textual.cache import LRUCache
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import var
 from textual.scroll_view import ScrollView
@@ -45,6 +50,63 @@ def badge_order(codes: Sequence[str]) -> list[str]:
 
 
 Fetch = Callable[[int, int], Sequence]
+MAX_PAGES = 16
+"""Pages the list keeps (3,200 rows); the least recently shown goes first."""
+
+
+class PageRequests:
+    """The pages the list wants, shared by the UI thread and the one reader thread.
+
+    Why replace the whole wish list each frame rather than queue every request: a page scrolled past
+    before the reader reached it is simply no longer wanted, so fast scrolling never builds a backlog.
+    The wish carries the fetch function of its generation (a reader that outlives a filter change
+    reads the new pages with the new filter). Pages being read are remembered, so a page is never read
+    twice at once; whether a reader must be started is decided under the lock, so there is never a second.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wanted: list[tuple[int, int]] = []
+        self._fetch: Fetch | None = None
+        self._reading: set[tuple[int, int]] = set()
+        self._idle = True
+        self._failed: int | None = None
+        """A generation whose read failed: not read again until the list is reset (ctrl+r, a new filter)."""
+
+    def want(self, generation: int, pages: Sequence[int], fetch: Fetch | None = None) -> bool:
+        """The pages to read now, most wanted first, with `fetch` (UI thread); True when a reader must start."""
+        with self._lock:
+            failed = generation == self._failed  # every frame would fail again, and say so again
+            self._wanted = [] if failed else [(generation, p) for p in pages if (generation, p) not in self._reading]
+            self._fetch = fetch
+            start = bool(self._wanted) and fetch is not None and self._idle
+            if start:
+                self._idle = False
+            return start
+
+    def take(self) -> tuple[int, int, Fetch] | None:
+        """The next (generation, page, fetch) to read (reader thread); None, and the reader stops, when none is left."""
+        with self._lock:
+            if not self._wanted or self._fetch is None:
+                self._idle = True
+                return None
+            item = self._wanted.pop(0)
+            self._reading.add(item)
+            return (*item, self._fetch)
+
+    def done(self, item: tuple[int, int]) -> None:
+        """The page landed in the list (UI thread): from now on the list has it, or may want it again."""
+        with self._lock:
+            self._reading.discard(item)
+
+    def stopped(self, generation: int) -> None:
+        """The reader ended on an error reading for `generation`: the next generation may start another."""
+        with self._lock:
+            self._reading.clear()
+            self._failed = generation
+            self._idle = True
+
+
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
 FIXED = 11 + 6 + 7 + 7 + 7
 """verdict, valid, finish, prompt, output: the columns of fixed width."""
@@ -115,13 +177,16 @@ class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
             super().__init__()
             self.generation, self.page, self.rows = generation, page, rows
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, max_pages: int = MAX_PAGES) -> None:
         super().__init__(id=id)
         self.count = 0
+        self.max_pages = max_pages
+        self.page_loads: Counter[int] = Counter()
+        """How many times each page was read from the store since the last `reset` (tests, benchmarks)."""
         self._fetch: Fetch | None = None
         self._generation = 0
-        self._pages: dict[int, list] = {}
-        self._requested: set[int] = set()
+        self._pages: OrderedDict[int, list] = OrderedDict()
+        self._requests = PageRequests()
         self._cache: LRUCache[tuple[int, int, bool], Strip] = LRUCache(512)
         self.empty_text = ""
         """What to say when there are no rows (set by the screen: an empty store and a filter with no hits
@@ -134,11 +199,17 @@ class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
         self._generation += 1
         self.count, self._fetch = count, fetch
         self._pages.clear()
-        self._requested.clear()
+        self._requests.want(self._generation, [])
+        self.page_loads.clear()
         self._cache.clear()
         self.set_reactive(SampleList.cursor, min(self.cursor, max(0, count - 1)))
         self.virtual_size = Size(self.size.width, count + 1)
         self.refresh()
+
+    @property
+    def loaded_pages(self) -> int:
+        """Pages held in memory now (never more than `max_pages`)."""
+        return len(self._pages)
 
     def row(self, index: int):
         page = self._pages.get(index // PAGE)
@@ -153,26 +224,54 @@ class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
                 self._cache.discard((index, self.size.width, cur))
             self.refresh_lines(index + 1, 1)
 
-    def _request(self, page: int) -> None:
-        if page in self._pages or page in self._requested or self._fetch is None or page * PAGE >= self.count:
+    def _want_visible_pages(self) -> None:
+        """Once per frame: ask for the missing pages from half a page above to half a page below the view,
+        the ones on screen first; mark the ones on screen as recently used."""
+        if self._fetch is None or not self.count:
             return
-        self._requested.add(page)
-        fetch, generation = self._fetch, self._generation
+        top = int(self.scroll_offset.y)
+        bottom = min(self.count - 1, top + max(1, self.size.height))
+        shown = range(top // PAGE, bottom // PAGE + 1)
+        near = range(max(0, top - PAGE // 2) // PAGE, min(self.count - 1, bottom + PAGE // 2) // PAGE + 1)
+        for page in shown:
+            if page in self._pages:
+                self._pages.move_to_end(page)
+        missing = [p for p in (*shown, *near) if p not in self._pages]
+        if self._requests.want(self._generation, list(dict.fromkeys(missing)), self._fetch):
+            self._read_pages(self._requests)
 
-        def load() -> None:
-            rows = list(fetch(page * PAGE, PAGE))
-            self.post_message(self.PageLoaded(generation, page, rows))
+    @work(thread=True, exclusive=True, group="sample-pages", exit_on_error=False)
+    def _read_pages(self, requests: PageRequests) -> None:
+        """The one reader: reads what the list still wants, page by page, until nothing is left.
 
-        self.run_worker(load, thread=True, group="sample-pages", exit_on_error=False)
+        Touches no widget: it takes the wishes (with the fetch function the screen built) from
+        `requests`, and every page goes back to the UI thread as a message."""
+        generation = -1
+        try:
+            while (wish := requests.take()) is not None:
+                generation, page, fetch = wish
+                rows = list(fetch(page * PAGE, PAGE))
+                self.post_message(self.PageLoaded(generation, page, rows))  # `done` when it lands
+        except BaseException:
+            requests.stopped(generation)  # the error goes on to the worker's handler; a reset reads again
+            raise
 
     def on_sample_list_page_loaded(self, event: PageLoaded) -> None:
+        self._requests.done((event.generation, event.page))
         if event.generation != self._generation:
             return
         self._pages[event.page] = event.rows
-        self._requested.discard(event.page)
+        self._pages.move_to_end(event.page)
+        self.page_loads[event.page] += 1
+        while len(self._pages) > self.max_pages:
+            self._pages.popitem(last=False)
         self.refresh()
 
     # -- rendering ------------------------------------------------------------------------------
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._want_visible_pages()
+        return super().render_lines(crop)
+
     def _columns(self, width: int) -> tuple[int, int, int]:
         """(run, sample id, findings) widths for a total width."""
         rest = max(0, width - FIXED)
@@ -212,12 +311,6 @@ class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
             )
         if index >= self.count:
             return Strip.blank(width, self.rich_style)
-        first, last = (
-            (int(self.scroll_offset.y) - PAGE // 2) // PAGE,
-            (int(self.scroll_offset.y) + self.size.height + PAGE // 2) // PAGE,
-        )
-        for page in range(max(0, first), last + 1):
-            self._request(page)
         row = self.row(index)
         is_cursor = index == self.cursor
         key = (index, width, is_cursor)

@@ -8,6 +8,8 @@ repaints only the row(s) that token is on. Colours come from component classes, 
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from rich.cells import cell_len
 from rich.color import Color
 from rich.segment import Segment
@@ -21,7 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tokview.ui.bindings import bindings
-from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, TokenSeq, cell_texts, row_of, wrap
+from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, CellWidths, TokenSeq, cell_texts, row_of
 
 
 def readable_on(background: Color | None) -> Color | None:
@@ -145,8 +147,10 @@ class TokenView(ScrollView, can_focus=True):
         self._tops: list[str] = []
         self._bottoms: list[str] | None = None
         self._widths: list[int] = []
+        self._cells = CellWidths([0], [])
         self._starts: list[int] = []
         self._wrap_key: tuple[int, str] = (-1, "")
+        self._rewrapped = False
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[int, bool, bool, bool], Style] = {}
         self._prepare_cells()
@@ -173,6 +177,8 @@ class TokenView(ScrollView, can_focus=True):
     def _prepare_cells(self) -> None:
         self._tops, self._bottoms = cell_texts(self._seq, self.mode)
         self._widths = [cell_len(t) for t in self._tops]
+        breaks = self._seq.breaks_after if self.mode == "pieces" and self._seq.breaks_after else None
+        self._cells = CellWidths.of(self._widths, breaks)
 
     def _invalidate_layout(self) -> None:
         self._wrap_key = (-1, "")
@@ -191,7 +197,7 @@ class TokenView(ScrollView, can_focus=True):
         self._seq.classes[index] = style_class
         self._refresh_token(index)
 
-    def set_classes(self, classes: list[int]) -> None:
+    def set_token_classes(self, classes: list[int]) -> None:
         """Replace every token's style class at once (the heat view); the whole view repaints."""
         self._seq.classes = list(classes)
         self._cache.clear()
@@ -206,16 +212,59 @@ class TokenView(ScrollView, can_focus=True):
 
     # -- layout -------------------------------------------------------------------------------
     def _ensure_wrap(self) -> None:
+        """Wrap for the current width if the layout did not already (a mode change, new tokens)."""
         width = max(1, self.scrollable_content_region.width)
         if self.linked is not None and self.linked.size.width:
             width = max(1, min(width, self.linked.scrollable_content_region.width))
+        if self._wrap(width):
+            self.virtual_size = Size(width, len(self._starts) * self.rows_per_line)
+
+    def _wrap(self, width: int) -> bool:
+        """Re-wrap if the width or mode changed (True then); the strip cache goes with the old rows."""
         if self._wrap_key == (width, self.mode):
-            return
-        breaks = self._seq.breaks_after if self.mode == "pieces" and self._seq.breaks_after else None
-        self._starts = wrap(self._widths, width, breaks)
+            return False
+        self._starts = self._cells.wrap(width)
         self._wrap_key = (width, self.mode)
+        self._rewrapped = True
         self._cache.clear()
-        self.virtual_size = Size(width, len(self._starts) * self.rows_per_line)
+        return True
+
+    def _content_width(self, size: Size) -> int:
+        """The width rows wrap to inside `size`: without the vertical scrollbar when the rows will need one."""
+        styles = self.styles
+        inner = max(1, size.width - styles.gutter.width)
+        bar = styles.scrollbar_size_vertical
+        if styles.overflow_y == "hidden" or not bar:
+            return inner
+        if styles.overflow_y == "scroll" or styles.scrollbar_gutter == "stable":
+            return max(1, inner - bar)
+        height = size.height - styles.gutter.height
+        rpl = self.rows_per_line
+        if self._cells.min_rows(inner) * rpl <= height and len(self._cells.wrap(inner)) * rpl <= height:
+            return inner
+        return max(1, inner - bar)
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        """Re-wrap while the layout runs, so the scrollbars and the first frame at a new size already
+        have the new rows; wrapping at render time instead changes the virtual size mid-frame and costs
+        the whole screen a second and third layout pass. (Textual's layout hook for scroll views: a
+        private method, which is why Textual is pinned exactly.)"""
+        if size.width and size.height:
+            width = self._content_width(size)
+            if self.linked is not None and self.linked.size.width:
+                width = min(width, self.linked._content_width(self.linked.size))
+            if self._wrap(width):
+                self.set_reactive(TokenView.virtual_size, Size(width, len(self._starts) * self.rows_per_line))
+            if self.linked is not None and self.linked.size.width and self.linked._wrap(width):
+                linked = self.linked
+                linked.set_reactive(TokenView.virtual_size, Size(width, len(linked._starts) * linked.rows_per_line))
+                linked._scroll_update(linked.virtual_size)
+                linked.refresh()
+        resized = super()._size_updated(size, virtual_size, container_size, layout)
+        if self._rewrapped:  # rows moved: whatever row was on top means something else now; keep the cursor's
+            self._rewrapped = False
+            self.scroll_to_cursor()
+        return resized
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._ensure_wrap()
@@ -271,15 +320,18 @@ class TokenView(ScrollView, can_focus=True):
             texts = self._tops if sub == 0 else self._bottoms
             assert texts is not None
             classes, marks, alt_on = self._seq.classes, self._marks, self.mode == "pieces"
+            style = self._style
             segments = [
-                Segment(
-                    texts[i],
-                    self._style(classes[i], alt_on and i % 2 == 1, i == cursor, i in marks)
-                    + Style.from_meta({"tok": i}),
-                )
+                Segment(texts[i], style(classes[i], alt_on and i % 2 == 1, i == cursor, i in marks))
                 for i in range(start, end)
             ]
-            strip = Strip(segments).crop_extend(0, width, self.rich_style)
+            used = self._cells.prefix[end] - self._cells.prefix[start]
+            if used <= width:  # the usual row: pad it, its cell length is known (no re-measuring)
+                if used < width:
+                    segments.append(Segment(" " * (width - used), self.rich_style))
+                strip = Strip(segments, width)
+            else:  # one token wider than the pane
+                strip = Strip(segments, used).crop_extend(0, width, self.rich_style)
             self._cache.set(key, strip)
         return strip
 
@@ -331,7 +383,7 @@ class TokenView(ScrollView, can_focus=True):
             return
         rpl = self.rows_per_line
         top = self._rows_of_token(self.cursor) * rpl
-        height = self.scrollable_content_region.height
+        height = self.container_size.height - self.scrollbar_size_horizontal  # also right while the layout runs
         if top < self.scroll_offset.y:
             self.scroll_to(y=top, animate=False)
         elif top + rpl > self.scroll_offset.y + height:
@@ -376,10 +428,30 @@ class TokenView(ScrollView, can_focus=True):
     def action_cursor_to_end(self) -> None:
         self.cursor = len(self._tops) - 1
 
+    def token_at_offset(self, x: int, y: int) -> int | None:
+        """The token drawn at content offset (x, y) of the visible area, None past a row's end.
+
+        Why from coordinates and not per-segment style meta: a meta style per token made every row's
+        strip cost one `Style` addition per token, a third of a resize's repaint.
+        """
+        self._ensure_wrap()
+        row = (y + int(self.scroll_offset.y)) // self.rows_per_line
+        if not 0 <= row < len(self._starts):
+            return None
+        column = x + int(self.scroll_offset.x)
+        start = self._starts[row]
+        end = self._starts[row + 1] if row + 1 < len(self._starts) else len(self._tops)
+        prefix = self._cells.prefix
+        if not 0 <= column < prefix[end] - prefix[start]:
+            return None
+        return min(end - 1, bisect_right(prefix, prefix[start] + column) - 1)
+
     def on_click(self, event: events.Click) -> None:
-        index = event.style.meta.get("tok")
-        if index is not None:
-            self.cursor = int(index)
+        offset = event.get_content_offset(self)
+        if offset is not None:
+            index = self.token_at_offset(offset.x, offset.y)
+            if index is not None:
+                self.cursor = index
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
