@@ -64,23 +64,23 @@ def qwen_profile():
     return get_profile("qwen3")
 
 
-# -- captures and stores (the builders live in tests/test_store_fixtures.py) ---------------------------
+# -- captures and stores (the builders live in tests/builders.py) ---------------------------
 @pytest.fixture
 def make_capture() -> Callable[..., Any]:
     """`make_capture(question, reasoning, answer, *, finish_reason, history, stop, reasoning_text)`: a
     hand-made Kimi-layout capture (thinking on, the closer and the stop as ids)."""
-    import test_store_fixtures
+    import builders
 
-    return test_store_fixtures.make_capture
+    return builders.make_capture
 
 
 @pytest.fixture
 def put() -> Callable[..., str]:
     """`put(store, prompt_id, capture, *, run_id="run1", index=0, turn=None) -> sample_id`: analyse the
     capture with the Kimi profile and tokenizer and store it."""
-    import test_store_fixtures
+    import builders
 
-    return test_store_fixtures.put
+    return builders.put
 
 
 @pytest.fixture

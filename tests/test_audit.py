@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_store_fixtures import kimi, make_capture, profile, put
+from builders import kimi, make_capture, profile, put
 
 from tokview.export import export
 from tokview.export.audit import audit, encode_literal

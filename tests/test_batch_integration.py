@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_store_fixtures import kimi, profile
+from builders import kimi, profile
 
 from tokview.batch import BatchConfig, BatchProgress, read_prompts, run_batch
 from tokview.export import export

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import kimi, profile
+from builders import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.limits import prompt_length

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import kimi, profile
+from builders import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.export import export

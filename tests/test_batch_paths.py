@@ -80,7 +80,7 @@ def test_a_tokenizer_loaded_from_a_relative_path_records_where_it_is(tmp_path, m
 
 
 def test_audit_records_the_dataset_by_absolute_path(tmp_path, monkeypatch):
-    from test_store_fixtures import kimi, make_capture, profile, put
+    from builders import kimi, make_capture, profile, put
 
     from tokview.export import export
     from tokview.export.audit import audit

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import kimi, profile
+from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.sim import SimConfig, start_simulator

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from test_store_fixtures import kimi, profile
+from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts
 from tokview.export import export

@@ -272,7 +272,7 @@ def test_a_file_changed_after_planning_is_refused(tmp_path):
 
 
 def test_stored_ids_with_reads_only_this_runs_ids(tmp_path):
-    from test_store_fixtures import kimi, make_capture, profile
+    from builders import kimi, make_capture, profile
 
     from tokview.core.analysis import analyze
 

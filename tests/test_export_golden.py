@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_store_fixtures import IM_END, kimi, make_capture, profile, put
+from builders import IM_END, kimi, make_capture, profile, put
 
 from tokview.core.prompts import parse_row
 from tokview.core.record import Capture

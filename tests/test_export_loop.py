@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_store_fixtures import kimi, profile, put_foreign
+from builders import kimi, profile, put_foreign
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.scoring import ScoreConfig, run_score

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import SETTINGS, kimi, make_capture, profile, put
+from builders import SETTINGS, kimi, make_capture, profile, put
 
 from tokview.cli import main
 from tokview.core.analysis import analyze

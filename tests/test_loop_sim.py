@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from test_store_fixtures import kimi, make_capture, profile, put_foreign
+from builders import kimi, make_capture, profile, put_foreign
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.scoring import ScoreConfig, run_score

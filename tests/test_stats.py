@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_store_fixtures import make_capture, put
+from builders import make_capture, put
 
 from tokview.store import Store
 

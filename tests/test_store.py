@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from test_store_fixtures import kimi, make_capture, profile, put
+from builders import kimi, make_capture, profile, put
 
 from tokview.core.analysis import analyze
 from tokview.store import LATEST_VERSION, SampleFilter, SchemaError, Store, StoreError, UnknownSample
@@ -189,7 +189,7 @@ def test_duckdb_errors_become_store_errors(store, tmp_path, kimi_tok, kimi_profi
 
 
 def test_put_sample_new_skips_the_lookup_and_none_still_checks(store, kimi_tok, kimi_profile, make_capture):
-    from test_store_fixtures import SETTINGS
+    from builders import SETTINGS
 
     from tokview.core.record import sample_id_for
 

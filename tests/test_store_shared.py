@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from test_store_fixtures import kimi, make_capture, profile
+from builders import kimi, make_capture, profile
 
 from tokview.core.analysis import analyze
 from tokview.store import SchemaError, Store, StoreError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import duckdb
-from test_store_fixtures import kimi, make_capture, profile
+from builders import kimi, make_capture, profile
 
 from tokview.core.analysis import analyze
 from tokview.core.spec_decode import SpecDecode

@@ -1,7 +1,7 @@
-"""Hand-made Kimi-layout captures shared by the store, export and audit tests (no tests here).
+"""Hand-made Kimi-layout captures shared by the store, export and audit tests (a helper module, no tests).
 
-New tests take them as conftest.py fixtures (`make_capture`, `put`, `sample_store`, `kimi_tok`,
-`kimi_profile`); older files still import these builders directly."""
+Tests take them as conftest.py fixtures (`make_capture`, `put`, `sample_store`, `kimi_tok`, `kimi_profile`) or
+import the builders from here where a module-level constant needs them."""
 
 from __future__ import annotations
 
