@@ -73,3 +73,27 @@ def render_chat_template(
     return compile_template(source).render(
         messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt, **variables
     )
+
+
+def render_tokenizer_template(
+    chat_template: str | None,
+    conversation: list[dict[str, Any]],
+    *,
+    special_tokens: dict[str, Any],
+    tools: list[dict] | None,
+    add_generation_prompt: bool,
+    options: dict[str, Any],
+) -> str:
+    """The body of a native tokenizer's `apply_chat_template` (tokenizer.json and Kimi tiktoken readers share it):
+    refuse a tokenizer without a template, drop transformers' `return_dict`, render with the special tokens."""
+    if not chat_template:
+        raise ValueError("this tokenizer has no chat template")
+    options.pop("return_dict", None)
+    return render_chat_template(
+        chat_template,
+        conversation,
+        add_generation_prompt=add_generation_prompt,
+        special_tokens=special_tokens,
+        tools=tools,
+        **options,
+    )

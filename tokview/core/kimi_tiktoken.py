@@ -311,18 +311,15 @@ class KimiTiktokenTokenizer:
         **kwargs: Any,
     ) -> Any:
         """Kimi's override: tools with their keys sorted, generation prompt on by default."""
-        from tokview.core.chat_template import render_chat_template
+        from tokview.core.chat_template import render_tokenizer_template
 
-        if not self.chat_template:
-            raise ValueError("this tokenizer has no chat template")
-        kwargs.pop("return_dict", None)
-        text = render_chat_template(
+        text = render_tokenizer_template(
             self.chat_template,
             conversation,
-            add_generation_prompt=add_generation_prompt,
             special_tokens=self.special_tokens_map,
             tools=_deep_sort(tools),
-            **kwargs,
+            add_generation_prompt=add_generation_prompt,
+            options=kwargs,
         )
         return self.encode(text) if tokenize else text
 

@@ -263,17 +263,14 @@ class TokenizerJson:
         add_generation_prompt: bool = False,
         **kwargs: Any,
     ) -> Any:
-        from tokview.core.chat_template import render_chat_template
+        from tokview.core.chat_template import render_tokenizer_template
 
-        if not self.chat_template:
-            raise ValueError("this tokenizer has no chat template")
-        kwargs.pop("return_dict", None)
-        text = render_chat_template(
+        text = render_tokenizer_template(
             self.chat_template,
             conversation,
-            add_generation_prompt=add_generation_prompt,
             special_tokens=self.special_tokens_map,
             tools=tools,
-            **kwargs,
+            add_generation_prompt=add_generation_prompt,
+            options=kwargs,
         )
         return self.encode(text, add_special_tokens=False) if tokenize else text
