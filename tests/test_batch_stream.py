@@ -9,7 +9,6 @@ several samples per prompt, and measure that it never holds the whole file.
 from __future__ import annotations
 
 import json
-import pickle
 import random
 import tracemalloc
 from pathlib import Path
@@ -248,18 +247,6 @@ def test_planning_holds_a_chunk_not_the_file(tmp_path, monkeypatch):
         tracemalloc.stop()
     assert taken == work.todo == len(rows) == 6_000
     assert streamed_peak < 6_000_000 < 25_000_000 < held_peak
-
-
-def test_queue_shares_are_round_robin_and_travel_small(tmp_path):
-    path = write(tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"p{i}"} for i in range(11)])
-    config = BatchConfig(servers=[], prompts_path=path, samples_per_prompt=2)
-    work = plan_work(config, config.sample_settings(IDENTITY), lambda _f: set())
-    items = list(work.queue())
-    shares = work.queue().shares(3)
-    assert [len(s) for s in shares] == [len(items[i::3]) for i in range(3)]
-    copies = [pickle.loads(pickle.dumps(s)) for s in shares]  # what a spawned worker receives
-    assert [list(s) for s in copies] == [items[i::3] for i in range(3)]
-    assert len(pickle.dumps(shares[1])) < 2000
 
 
 def test_a_file_changed_after_planning_is_refused(tmp_path):

@@ -2,8 +2,8 @@
 
 Why Ray: a team that outgrows one machine usually has a Ray cluster already; its scheduler,
 retries and object store are better than anything we would write. The driver plans the run as
-always (same sample ids, same resume anti-join), cuts the work into shards and submits one task
-per shard. A task loads the tokenizer, captures and analyses its shard against the server pool
+always (same sample ids, same resume anti-join), cuts the streamed work list into shards as it reads
+it and keeps a few tasks per CPU in flight (bounded memory on a million prompts, like a local run). A task loads the tokenizer, captures and analyses its shard against the server pool
 (the same `capture_all` and writer a local run uses) and hands the shard back as part lines; the
 driver writes each returned shard as a part and lands it in the store, so accounting, resume and
 `ok + failed + skipped == input` are exactly a local run's. Ray is an optional extra
@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from tokview.errors import TokviewError, first_line
 
 SHARD_MIN = 16
+SHARD_MAX = 256
+"""A returned shard is ~256 samples of part lines (a few MB at 2,000 tokens each)."""
+SHARDS_IN_FLIGHT_PER_CPU = 2
+"""Enough queued to keep every CPU busy while a finished shard is landed, and no more held at once."""
 
 
 class RayUnavailable(TokviewError):
@@ -121,25 +126,35 @@ async def run_on_ray(
     config: Any,
     store: Any,
     run_id: str,
-    todo: list[Any],
+    todo: Any,
     tally: Tally,
     cancel: asyncio.Event | None,
     report: Callable[[], None],
 ) -> list[str | None]:
-    """Submit the shards, land each returned one; returns the shards' outcomes (None: all tried)."""
+    """Submit the shards as they are read from `todo` (a `TodoQueue`, or any sized iterable of items),
+    at most `SHARDS_IN_FLIGHT_PER_CPU` per CPU of the cluster at a time, and land each returned one.
+
+    Bounded memory: the work list is never materialised, only the shards in flight and one returned
+    shard are held. Returns the shards' outcomes (None: all tried); a task that failed for good
+    (Ray's retries spent) leaves its shard to the resume and says so."""
     ray = connect(config.ray)
     remote = ray.remote(run_shard).options(max_retries=2)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    size = max(SHARD_MIN, -(-len(todo) // (4 * cpus)))
+    size = shard_size(len(todo), cpus)
     shard_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
-    pending = [remote.remote(shard_config, run_id, todo[i : i + size]) for i in range(0, len(todo), size)]
+    shards = _shards(todo, size)
+    pending: list[Any] = []
     outcomes: list[str | None] = []
     loop = asyncio.get_running_loop()
-    while pending:
+    while True:
         if cancel is not None and cancel.is_set():
             for ref in pending:
                 ray.cancel(ref, force=True)
             outcomes.append("interrupted")
+            break
+        while len(pending) < SHARDS_IN_FLIGHT_PER_CPU * cpus and (shard := next(shards, None)) is not None:
+            pending.append(remote.remote(shard_config, run_id, shard))
+        if not pending:
             break
 
         def wait_for_one(waiting: list[Any] = pending) -> tuple[list[Any], list[Any]]:
@@ -147,7 +162,11 @@ async def run_on_ray(
 
         done, pending = await loop.run_in_executor(None, wait_for_one)
         for ref in done:
-            result = await loop.run_in_executor(None, ray.get, ref)
+            try:
+                result = await loop.run_in_executor(None, ray.get, ref)
+            except Exception as exc:  # the task failed for good: its shard is left to the resume
+                outcomes.append(f"a Ray task failed: {first_line(exc)}")
+                continue
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])
             await loop.run_in_executor(None, store.ingest)
             for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
@@ -156,3 +175,15 @@ async def run_on_ray(
             outcomes.append(result["outcome"])
         report()
     return outcomes
+
+
+def shard_size(todo: int, cpus: int) -> int:
+    """About four shards per CPU (Ray balances them), never fewer than `SHARD_MIN` items nor more than
+    `SHARD_MAX` (a shard's samples come back to the driver in one piece)."""
+    return max(SHARD_MIN, min(SHARD_MAX, -(-todo // (4 * cpus))))
+
+
+def _shards(todo: Any, size: int) -> Iterator[list[Any]]:
+    items = iter(todo)
+    while shard := list(islice(items, size)):
+        yield shard

@@ -30,7 +30,7 @@ from tokview.batch.capture_loop import capture_all
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.workers import worker_count
-from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, plan_work
+from tokview.batch.worklist import WorkItem, WorkList, plan_work
 from tokview.batch.writer import GroupWriter
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
@@ -147,23 +147,35 @@ async def run_batch(
         store, finished, planned = await resume_shortcut(config, store, on_progress)
         if finished is not None:
             return finished
-    tokenizer, profile = config.tokenizer_and_profile()
-    pool = ServerPool(
-        config.servers,
-        backend=config.backend,
-        tokenizer=tokenizer,
-        profile=profile,
-        concurrency=config.concurrency,
-        timeout=config.timeout,
-        retries=config.retries,
-    )
+    group = None
+    if prompts is None and not config.ray and config.workers > 1:  # children start while this one loads
+        from tokview.batch.workers import WorkerGroup, estimated_todo
+
+        estimate = planned.todo if planned is not None else estimated_todo(config)
+        group = WorkerGroup.spawn(config, worker_count(config.workers, estimate) - 1)
     try:
-        await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
-        if not isinstance(store, Store):
-            store = store()
-        return await _run(config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel)
+        tokenizer, profile = config.tokenizer_and_profile()
+        pool = ServerPool(
+            config.servers,
+            backend=config.backend,
+            tokenizer=tokenizer,
+            profile=profile,
+            concurrency=config.concurrency,
+            timeout=config.timeout,
+            retries=config.retries,
+        )
+        try:
+            await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
+            if not isinstance(store, Store):
+                store = store()
+            return await _run(config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel, group)
+        finally:
+            await pool.aclose()
     finally:
-        await pool.aclose()
+        if group is not None:  # the run ended before its plan (or failed): no child outlives it
+            if not group.all_done():
+                group.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, group.reap)
 
 
 async def _run(
@@ -176,6 +188,7 @@ async def _run(
     profile: Any,
     on_progress: Callable[[BatchProgress], None] | None,
     cancel: asyncio.Event | None,
+    group: Any = None,
 ) -> BatchSummary:
     from tokview.batch.identity import remember_identity
 
@@ -188,7 +201,7 @@ async def _run(
         planned = await loop.run_in_executor(None, plan_work, config, sample_settings, store.stored_ids_with, prompts)
     work = planned
     queue = work.queue()  # streamed from the prompts file as the workers take it
-    todo: deque | TodoQueue = queue
+    todo: Any = queue
     run_id = config.run_id(identity)
     summary = BatchSummary(
         run_id=run_id,
@@ -229,15 +242,20 @@ async def _run(
         )
         writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
         tallies.append(writer)
-        group = None
         n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))
-        if n > 1:  # --workers: this process keeps the first share, spawned children take the others
+        if n > 1 and group is None:  # rows given in memory: the children start only now
             from tokview.batch.workers import WorkerGroup
 
-            shares = queue.shares(n)  # round robin, each read from the prompts file as it is taken
-            todo = shares[0]
-            group = WorkerGroup(config, store.path, run_id, shares[1:])
-            tallies.extend(group.tallies)
+            group = WorkerGroup.spawn(config, n - 1)
+        feed = None
+        if group is not None:  # every process takes its work from one feed, as it gets ready
+            from tokview.batch.workers import FeedTodo, WorkFeed
+
+            children = min(n - 1, len(group.procs))
+            feed = WorkFeed(queue)
+            if children:
+                todo = FeedTodo(feed)
+            tallies.extend(group.start(store.path, run_id, feed, children))
         outcomes: list[str | None] = []
         try:
             if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
@@ -245,16 +263,21 @@ async def _run(
 
                 ray_tally = Tally()
                 tallies.append(ray_tally)
-                outcomes += await run_on_ray(config, store, run_id, list(todo), ray_tally, cancel, report)
+                outcomes += await run_on_ray(config, store, run_id, queue, ray_tally, cancel, report)
                 todo = deque()
             outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
             if group is not None:
-                outcomes += await _wait_for_children(group, cancel, report, outcomes[0] == "interrupted")
+                outcomes += await _with_children(config, pool, group, todo, writer, outcomes[0], cancel, report)
         finally:
-            if group is not None and any(not t.done.is_set() for t in group.tallies):
+            if group is not None and not group.all_done():
                 group.cancel()
-                await loop.run_in_executor(None, group.wait)
+            if group is not None:
+                await loop.run_in_executor(None, group.close)
             await loop.run_in_executor(None, writer.close)  # write and land what was handed over
+            if group is not None:
+                await loop.run_in_executor(None, group.reap)
+        if feed is not None and feed.error is not None:
+            raise feed.error
         summary.interrupted = "interrupted" in outcomes
         summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
         if writer.error is not None:
@@ -278,17 +301,34 @@ async def _run(
     return summary
 
 
-async def _wait_for_children(
-    group: Any, cancel: asyncio.Event | None, report: Callable[[], None], cancelled: bool
+async def _with_children(
+    config: BatchConfig,
+    pool: Any,
+    group: Any,
+    todo: Any,
+    writer: GroupWriter,
+    outcome: str | None,
+    cancel: asyncio.Event | None,
+    report: Callable[[], None],
 ) -> list[str | None]:
-    """Keep the progress line moving until every child is done; pass a cancel on to them."""
-    if cancelled:
-        group.cancel()
-    while not all(t.done.is_set() for t in group.tallies):
+    """After this process's own capture: keep the progress line moving until every child is done,
+    take up work a child gave back (it died or was stopped alone), and pass a cancel or stop on."""
+    outcomes: list[str | None] = []
+    cancelled = outcome == "interrupted"
+    if outcome is not None:
+        group.cancel() if cancelled else group.feed.close()
+    while not group.all_done() or (not cancelled and todo):
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
             group.cancel()
-        await asyncio.sleep(0.1)
+        if not cancelled and todo:
+            more = await capture_all(config, pool, todo, writer, cancel, report)
+            if more is not None:
+                outcomes.append(more)
+                cancelled = cancelled or more == "interrupted"
+                group.cancel() if cancelled else group.feed.close()
+            continue
+        await asyncio.sleep(0.02)
         report()
-    await asyncio.get_running_loop().run_in_executor(None, group.wait)
-    return [t.error or t.outcome for t in group.tallies] + (["interrupted"] if cancelled else [])
+    await asyncio.get_running_loop().run_in_executor(None, group.close)
+    return [t.error or t.outcome for t in group.tallies] + outcomes + (["interrupted"] if cancelled else [])

@@ -1,22 +1,37 @@
 """`--workers N`: capture and analysis spread over N processes that feed one store.
 
 Analysis is Python and holds the GIL, so one process tops out at one core. The parent plans the
-run (same sample ids, same resume anti-join), keeps one share of the work for itself and gives
-each of N-1 spawned children another share (round robin). A child loads the tokenizer, probes the
-servers and runs the same capture loop as a single-process run, but only writes parts (it never
-opens the DuckDB file); the parent's writer lands everyone's parts, and the children's counts
-come back over a queue into the one progress line. Children die with the parent (PDEATHSIG) and
-stop taking work on SIGINT/SIGTERM, like the parent.
+run (same sample ids, same resume anti-join) and serves the work from one feed (`WorkFeed`: the
+streamed work list, read as it is taken); it takes its own work from the feed too, and each of the
+N-1 spawned children asks it for the next chunk over a pipe when its buffer runs low. Whoever is
+ready takes work, so all finish together: a split fixed up front left the parent idle while a child
+that started a second late (spawn, imports, tokenizer load) still worked through its share.
+
+Children are spawned before the parent loads its own tokenizer (`WorkerGroup.spawn`), so their
+start-up overlaps the parent's; they wait for the run id before taking work, and a surplus child
+is told to stop. Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB
+connections and threads that a fork would copy half-held.
+
+A child only writes parts (it never opens the DuckDB file); the parent's writer lands everyone's
+parts, and the children's counts come back into the one progress line. Before a child writes a
+part it names the part's sample ids to the parent, so when a child dies the parent knows which of
+its chunks' items were never written: those go back to the feed for the others, and only the ids
+of a part that was being written when it died are left for a resume (neither counted nor retried,
+so nothing is duplicated). Children die with the parent (PDEATHSIG) and stop taking work on
+SIGINT/SIGTERM, like the parent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 import threading
 from collections import Counter, deque
 from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 MIN_ITEMS_PER_WORKER = 32
@@ -25,6 +40,91 @@ MIN_ITEMS_PER_WORKER = 32
 
 def worker_count(requested: int, todo: int) -> int:
     return max(1, min(requested, todo // MIN_ITEMS_PER_WORKER))
+
+
+def estimated_todo(config: Any) -> int:
+    """An upper bound of the slots a prompts file asks for, counted only as far as `--workers` needs
+    (its lines × samples per prompt): whether to spawn children before the plan exists."""
+    if config.prompts_path is None:
+        return 0
+    enough = config.workers * MIN_ITEMS_PER_WORKER
+    lines = 0
+    try:
+        with Path(config.prompts_path).open("rb") as f:
+            while lines * config.samples_per_prompt < enough and (block := f.read(1 << 20)):
+                lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    except OSError:
+        return 0
+    if config.limit is not None:
+        lines = min(lines, config.limit)
+    return lines * config.samples_per_prompt
+
+
+# -- the parent's side -----------------------------------------------------------------------
+
+
+class WorkFeed:
+    """The work every process of a run takes from: the streamed `TodoQueue`, plus items given back.
+
+    Thread-safe (the parent's event loop and the thread serving the children both take). A closed
+    feed hands out nothing more: a stop (cancel, full disk, too many failures) ends every worker's
+    intake at once. A prompts file edited under the run closes it with that error."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+        self._returned: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self.closed = False
+        self.error: BaseException | None = None
+
+    def take(self, n: int) -> list[Any]:
+        out: list[Any] = []
+        with self._lock:
+            while len(out) < n and not self.closed:
+                if self._returned:
+                    out.append(self._returned.popleft())
+                elif self._queue:
+                    try:
+                        out.append(self._queue.popleft())
+                    except Exception as exc:  # the prompts file changed under the run
+                        self.error, self.closed = exc, True
+                else:
+                    break
+        return out
+
+    def give_back(self, items: list[Any]) -> None:
+        """Items a worker took and never wrote (it died or was stopped alone): first in line again."""
+        with self._lock:
+            self._returned.extendleft(reversed(items))
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+
+    def __len__(self) -> int:
+        with self._lock:
+            return 0 if self.closed else len(self._returned) + len(self._queue)
+
+
+class FeedTodo:
+    """The parent's own view of the feed: what `capture_all` pops (a deque's len/bool/popleft)."""
+
+    def __init__(self, feed: WorkFeed) -> None:
+        self.feed = feed
+        self._next: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self._next) + len(self.feed)
+
+    def __bool__(self) -> bool:
+        if not self._next:
+            self._next = self.feed.take(1)
+        return bool(self._next)
+
+    def popleft(self) -> Any:
+        if not self:
+            raise IndexError("pop from an empty feed")
+        return self._next.pop()
 
 
 class RemoteTally:
@@ -36,6 +136,263 @@ class RemoteTally:
         self.outcome: str | None = None
         self.error: str | None = None
         self.done = threading.Event()
+        self.taken = 0
+        """Items this child took from the feed (what the balancing tests read)."""
+        self.leased: dict[str, Any] = {}
+        """Items taken and not yet named in a part: given back to the feed if the child ends without them."""
+        self.unconfirmed = 0
+        """Items of the part being written: if the child dies now they are neither counted nor retried
+        (the part may or may not have landed), so a resume settles them."""
+
+
+class WorkerGroup:
+    """The children of a `--workers N` run and the thread that serves them work and reads their reports."""
+
+    def __init__(self, config: Any, children: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        child_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
+        self.tallies = [RemoteTally() for _ in range(children)]
+        self.conns: list[Connection] = []
+        self.procs = []
+        for i in range(children):
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=child_main, args=(i, child_config, theirs), daemon=True, name=f"tokview-worker-{i}"
+            )
+            proc.start()
+            theirs.close()
+            self.conns.append(mine)
+            self.procs.append(proc)
+        self.feed: WorkFeed | None = None
+        self._closed = False
+        self._surplus: list[Any] = []
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def spawn(cls, config: Any, children: int) -> WorkerGroup | None:
+        return cls(config, children) if children > 0 else None
+
+    def start(self, db_path: str, run_id: str, feed: WorkFeed, children: int) -> list[RemoteTally]:
+        """Let the first `children` take work from `feed` (the others are told to stop); their tallies."""
+        self.feed = feed
+        for i in range(len(self.conns)):
+            self._send(i, ("start", db_path, run_id) if i < children else ("stop",))
+            if i >= children:
+                self.tallies[i].done.set()
+        self._surplus = list(zip(self.procs[children:], self.conns[children:]))
+        self.tallies, self.conns, self.procs = self.tallies[:children], self.conns[:children], self.procs[:children]
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="tokview-worker-feed")
+        self._thread.start()
+        return self.tallies
+
+    def _send(self, index: int, message: tuple) -> None:
+        try:
+            self.conns[index].send(message)
+        except (OSError, ValueError):  # the child is gone: its end is noticed by the reader
+            pass
+
+    def _serve(self) -> None:
+        open_conns: dict[Any, int] = {conn: i for i, conn in enumerate(self.conns)}
+        while open_conns:
+            for ready in wait(list(open_conns), timeout=0.5):
+                conn: Connection = ready  # type: ignore[assignment]
+                i = open_conns[conn]
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    del open_conns[conn]
+                    self._ended(i, None)
+                    continue
+                if self._handle(i, message):
+                    del open_conns[conn]
+            for conn, i in list(open_conns.items()):  # a child that died without closing its pipe
+                if not self.procs[i].is_alive() and not conn.poll():
+                    del open_conns[conn]
+                    self._ended(i, None)
+
+    def _handle(self, i: int, message: tuple) -> bool:
+        """One message of child `i`; True when it was its last."""
+        tally, kind = self.tallies[i], message[0]
+        if kind == "take":
+            assert self.feed is not None
+            items = self.feed.take(message[1])
+            tally.taken += len(items)
+            tally.leased.update((item.sample_id, item) for item in items)
+            self._send(i, ("items", items, len(self.feed)))
+        elif kind == "writing":
+            for sample_id in message[1]:
+                tally.leased.pop(sample_id, None)
+            tally.unconfirmed = len(message[1])
+        elif kind == "counts":
+            for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
+                setattr(tally, key, message[1][key])
+            tally.reasons = Counter(message[1]["reasons"])
+            tally.unconfirmed = 0
+        elif kind == "done":
+            self._ended(i, ("done", message[1]))
+            return True
+        elif kind == "error":
+            self._ended(i, ("error", message[1]))
+            return True
+        return False
+
+    def _ended(self, i: int, how: tuple[str, Any] | None) -> None:
+        """Child `i` is finished (`how` None: it died without a word): what it took and never wrote goes back."""
+        tally = self.tallies[i]
+        if tally.done.is_set():
+            return
+        back = list(tally.leased.values())
+        tally.leased.clear()
+        if self.feed is not None and back:
+            self.feed.give_back(back)
+        if how is None:
+            self.procs[i].join(timeout=5)
+            tally.error = (
+                f"worker {i + 1} exited with {self.procs[i].exitcode}: {len(back)} of its samples went back "
+                f"to the others, {tally.unconfirmed} left for a resume"
+            )
+        elif how[0] == "error":
+            tally.error = how[1]
+        else:
+            tally.outcome = how[1]
+        tally.done.set()
+
+    def all_done(self) -> bool:
+        return all(t.done.is_set() for t in self.tallies)
+
+    def cancel(self) -> None:
+        """Stop every child taking work: the feed closes and each gets SIGTERM (it writes what is in flight)."""
+        if self.feed is not None:
+            self.feed.close()
+        for proc in self.procs:
+            if proc.is_alive() and proc.pid:
+                try:
+                    os.kill(proc.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        """Block until every child reported its end (or died). Children never started (the run ended
+        before its plan) hold nothing yet: they are killed. `reap` waits for the processes to exit."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            for proc in self.procs:
+                proc.kill()
+        else:
+            for tally in self.tallies:
+                tally.done.wait()
+            self._thread.join()
+
+    def reap(self) -> None:
+        """Wait for the children to exit (after their last report they only tear down: the parent's
+        last ingest need not wait for that)."""
+        self.close()
+        for proc, conn in [*zip(self.procs, self.conns), *self._surplus]:
+            proc.join(timeout=30)
+            conn.close()
+
+
+# -- the child's side ------------------------------------------------------------------------
+
+
+class _Link:
+    """The child's end of its pipe: sends from any thread (the loop, the writer, the prefetcher)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, message: tuple) -> None:
+        with self._lock:
+            self.conn.send(message)
+
+
+class RemoteTodo:
+    """A child's work: chunks asked of the parent's feed, one chunk ahead, as a deque's len/bool/popleft.
+
+    A thread keeps the buffer topped up while the event loop waits on the servers, so taking work
+    rarely waits for the parent. Once the feed answers with nothing, the child's work is done."""
+
+    def __init__(self, link: _Link, chunk: int) -> None:
+        self._link, self._chunk = link, chunk
+        self._buffer: deque[Any] = deque()
+        self._remaining = 0
+        self._exhausted = self._closed = False
+        self._cond = threading.Condition()
+        self._fetch()  # the first chunk now: `capture_all` sizes its tasks by len()
+        self._thread = threading.Thread(target=self._prefetch, daemon=True, name="tokview-worker-prefetch")
+        self._thread.start()
+
+    def _fetch(self) -> None:
+        self._link.send(("take", self._chunk))
+        _, items, remaining = self._link.conn.recv()
+        with self._cond:
+            self._buffer.extend(items)
+            self._remaining = remaining
+            self._exhausted = self._exhausted or not items
+            self._cond.notify_all()
+
+    def _prefetch(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._exhausted or len(self._buffer) < self._chunk)
+                if self._closed or self._exhausted:
+                    return
+            try:
+                self._fetch()
+            except (EOFError, OSError):  # the parent is gone
+                with self._cond:
+                    self._exhausted = True
+                    self._cond.notify_all()
+                return
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    def __len__(self) -> int:
+        return len(self._buffer) + self._remaining
+
+    def __bool__(self) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._buffer or self._exhausted)
+            return bool(self._buffer)
+
+    def popleft(self) -> Any:
+        with self._cond:
+            self._cond.wait_for(lambda: self._buffer or self._exhausted)
+            item = self._buffer.popleft()
+            self._cond.notify_all()
+            return item
+
+
+class NamingSink:
+    """The child's PartSink, naming each part's sample ids to the parent before it is written."""
+
+    def __init__(self, sink: Any, link: _Link) -> None:
+        self._sink, self._link = sink, link
+
+    def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._sink.sample_record(*args, **kwargs)
+
+    def ingest(self) -> tuple[int, int]:
+        return self._sink.ingest()
+
+    def write_part(self, samples: list[Any], failures: list[dict[str, Any]] | None = None) -> None:
+        import orjson
+
+        ids = [f["sample_id"] for f in failures or []]
+        for blob in samples:
+            if isinstance(blob, dict):
+                ids.append(blob["sample_id"])
+            else:
+                ids.extend(orjson.loads(line)["sample_id"] for line in blob.splitlines() if line)
+        self._link.send(("writing", ids))
+        self._sink.write_part(samples, failures or [])
 
 
 def _counts(writer: Any) -> dict[str, Any]:
@@ -58,18 +415,21 @@ def _die_with_parent() -> None:
         pass
 
 
-def child_main(index: int, config: Any, db_path: str, run_id: str, items: list[Any], results: Any) -> None:
-    """Entry point of a spawned worker: capture `items`, write parts, report counts on `results`."""
+def child_main(index: int, config: Any, conn: Connection) -> None:
+    """Entry point of a spawned worker: get ready, wait for the run, capture what the feed hands out."""
     _die_with_parent()
+    link = _Link(conn)
     try:
-        asyncio.run(_child(index, config, db_path, run_id, items, results))
+        asyncio.run(_child(config, link))
     except BaseException as exc:
-        results.put((index, "error", f"worker {index}: {type(exc).__name__}: {exc}"))
+        try:
+            link.send(("error", f"worker {index + 1}: {type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
 
 
-async def _child(index: int, config: Any, db_path: str, run_id: str, items: list[Any], results: Any) -> None:
+async def _child(config: Any, link: _Link) -> None:
     from tokview.batch.capture_loop import capture_all
-    from tokview.batch.worklist import TodoQueue
     from tokview.batch.writer import GroupWriter
     from tokview.servers import ServerPool
     from tokview.store import PartSink
@@ -78,7 +438,7 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
-    tokenizer, profile = config.tokenizer_and_profile()
+    tokenizer, profile = config.tokenizer_and_profile()  # while the parent loads its own and plans
     pool = ServerPool(
         config.servers,
         backend=config.backend,
@@ -88,87 +448,32 @@ async def _child(index: int, config: Any, db_path: str, run_id: str, items: list
         timeout=config.timeout,
         retries=config.retries,
     )
-    sink = PartSink(db_path, server_urls=config.servers)
-    writer = GroupWriter(
-        sink,
-        profile=profile,
-        tokenizer=tokenizer,
-        run_id=run_id,
-        ingest=False,
-        on_commit=lambda w: results.put((index, "counts", _counts(w))),
-    )
     try:
         await pool.start()
-        todo = items if isinstance(items, TodoQueue) else deque(items)  # a share reads the prompts file itself
-        outcome = await capture_all(config, pool, todo, writer, cancel, lambda: None)
+        while not await loop.run_in_executor(None, link.conn.poll, 0.2):
+            if cancel.is_set():
+                return
+        start = link.conn.recv()
+        if start[0] != "start" or cancel.is_set():
+            return
+        _, db_path, run_id = start
+        writer = GroupWriter(
+            NamingSink(PartSink(db_path, server_urls=config.servers), link),
+            profile=profile,
+            tokenizer=tokenizer,
+            run_id=run_id,
+            ingest=False,
+            on_commit=lambda w: link.send(("counts", _counts(w))),
+        )
+        todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
+        try:
+            outcome = await capture_all(config, pool, todo, writer, cancel, lambda: None)
+        finally:
+            todo.close()
+            await loop.run_in_executor(None, writer.close)
     finally:
-        await loop.run_in_executor(None, writer.close)
         await pool.aclose()
     if writer.error is not None:
         outcome = str(writer.error)
-    results.put((index, "counts", _counts(writer)))
-    results.put((index, "done", outcome))
-
-
-class WorkerGroup:
-    """The N-1 children of a `--workers N` run and the thread that collects their reports."""
-
-    def __init__(self, config: Any, db_path: str, run_id: str, shares: list[Any]) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.results = ctx.Queue()
-        self.tallies = [RemoteTally() for _ in shares]
-        child_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
-        self.procs = [
-            ctx.Process(
-                target=child_main,
-                args=(i, child_config, db_path, run_id, share, self.results),
-                daemon=True,
-                name=f"tokview-worker-{i}",
-            )
-            for i, share in enumerate(shares)
-        ]
-        for proc in self.procs:
-            proc.start()
-        self._reader = threading.Thread(target=self._read, daemon=True, name="tokview-worker-reports")
-        self._reader.start()
-
-    def _read(self) -> None:
-        import queue
-
-        while not all(t.done.is_set() for t in self.tallies):
-            try:
-                index, kind, payload = self.results.get(timeout=0.2)
-            except queue.Empty:
-                for i, proc in enumerate(self.procs):  # a child that died without a word (SIGKILL)
-                    if not proc.is_alive() and not self.tallies[i].done.is_set():
-                        self.tallies[i].error = f"worker {i} exited with {proc.exitcode}"
-                        self.tallies[i].done.set()
-                continue
-            tally = self.tallies[index]
-            if kind == "counts":
-                for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
-                    setattr(tally, key, payload[key])
-                tally.reasons = Counter(payload["reasons"])
-            elif kind == "done":
-                tally.outcome = payload
-                tally.done.set()
-            elif kind == "error":
-                tally.error = payload
-                tally.done.set()
-
-    def cancel(self) -> None:
-        for proc in self.procs:
-            if proc.is_alive() and proc.pid:
-                try:
-                    import os
-
-                    os.kill(proc.pid, signal.SIGTERM)
-                except OSError:
-                    pass
-
-    def wait(self) -> None:
-        """Block until every child reported its end (or died), then reap them."""
-        for tally in self.tallies:
-            tally.done.wait()
-        for proc in self.procs:
-            proc.join(timeout=30)
+    link.send(("counts", _counts(writer)))
+    link.send(("done", outcome))

@@ -125,24 +125,12 @@ class WorkList:
 class TodoQueue:
     """The work still to do, produced as it is taken: what `capture_all` pops (a deque's len/bool/popleft).
 
-    `shares(n)` splits it round robin for `--workers`; a share not yet started pickles small (the plan,
-    not its items), so a spawned worker reads its own share from the file too."""
+    With `--workers` every process takes from this one queue through the parent's feed (`workers.py`)."""
 
-    def __init__(self, work: WorkList, share: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, work: WorkList) -> None:
         self._work = work
-        self._share = share
-        self._left = len(range(share[0], work.todo, share[1]))
+        self._left = work.todo
         self._items: Iterator[WorkItem] | None = None
-
-    def shares(self, n: int) -> list[TodoQueue]:
-        if self._items is not None or self._share != (0, 1):
-            raise ValueError("only a whole queue not yet started is shared")
-        return [TodoQueue(self._work, (i, n)) for i in range(n)]
-
-    def __getstate__(self) -> dict[str, Any]:
-        if self._items is not None:
-            raise TypeError("a TodoQueue already started cannot be sent to another process")
-        return dict(self.__dict__)
 
     def __len__(self) -> int:
         return self._left
@@ -154,8 +142,7 @@ class TodoQueue:
         if self._left <= 0:
             raise IndexError("pop from an empty TodoQueue")
         if self._items is None:
-            k, n = self._share
-            self._items = (item for i, item in enumerate(self._work.todo_items()) if i % n == k)
+            self._items = self._work.todo_items()
         item = next(self._items, None)
         if item is None:
             self._left = 0

@@ -1,0 +1,193 @@
+"""`--workers`: work is pulled from one feed as each process gets ready, so a slow or dead child neither
+holds the run back nor loses or duplicates anything. Real child processes, a real simulator, a real store;
+the children are slowed or killed from the parent's side (SIGSTOP, SIGKILL) at fixed points of the
+protocol, never by time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from builders import kimi, profile
+
+from tokview.batch import BatchConfig, plan, read_prompts, run_batch
+from tokview.batch.workers import FeedTodo, WorkerGroup, WorkFeed
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+N = 96
+
+
+def many_prompts(path: Path, n: int = N) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"w{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    return path
+
+
+def expected_ids(prompts: Path, config: BatchConfig) -> set[str]:
+    rows, _ = read_prompts(prompts)
+    identity = {"model": "tokview-sim", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}
+    return {i.sample_id for i in plan(rows, config, config.sample_settings(identity))[0]}
+
+
+def stored_ids(store: Store) -> list[str]:
+    return [r[0] for r in store.query("SELECT sample_id FROM samples")]
+
+
+@pytest.fixture
+def groups(monkeypatch):
+    """Every WorkerGroup the run makes, and a hook called right after its children are spawned."""
+    made: list[WorkerGroup] = []
+    real = WorkerGroup.__init__
+
+    def init(self, config, children):
+        real(self, config, children)
+        made.append(self)
+        for hook in made_hooks:
+            hook(self)
+
+    made_hooks: list = []
+    monkeypatch.setattr(WorkerGroup, "__init__", init)
+    return made, made_hooks
+
+
+def config_for(sim, prompts: Path) -> BatchConfig:
+    return BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=4, workers=2)
+
+
+async def test_a_child_that_cannot_start_leaves_all_the_work_to_the_parent(tmp_path, groups):
+    """The child is stopped (SIGSTOP) the moment it is spawned and let go only once every sample is
+    written: with a split fixed up front the run would wait for the child's share; with the feed the
+    parent takes it all."""
+    made, hooks = groups
+    prompts = many_prompts(tmp_path / "p.jsonl")
+    hooks.append(lambda g: [os.kill(p.pid, signal.SIGSTOP) for p in g.procs])
+    resumed = threading.Event()
+
+    def resume_children() -> None:
+        if not resumed.is_set():
+            resumed.set()
+            for group in made:
+                for proc in group.procs:
+                    os.kill(proc.pid, signal.SIGCONT)
+
+    def on_progress(p) -> None:
+        if p.ok + p.failed >= p.total:
+            resume_children()
+
+    watchdog = threading.Timer(60, resume_children)  # only so that a regression fails instead of hanging
+    watchdog.start()
+    try:
+        with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+            config = config_for(sim, prompts)
+            summary = await run_batch(config, store, on_progress=on_progress)
+            ids = stored_ids(store)
+    finally:
+        watchdog.cancel()
+        resume_children()
+    assert summary.balanced and (summary.ok, summary.failed, summary.stopped) == (N, 0, None), summary.render()
+    assert [t.taken for t in made[0].tallies] == [0]  # the parent did every sample
+    assert len(ids) == len(set(ids)) == N and set(ids) == expected_ids(prompts, config)
+
+
+async def test_both_processes_take_work_and_store_every_sample_once(tmp_path, groups):
+    made, _ = groups
+    prompts = many_prompts(tmp_path / "p.jsonl", 400)
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = config_for(sim, prompts)
+        summary = await run_batch(config, store)
+        ids = stored_ids(store)
+    assert summary.balanced and (summary.ok, summary.failed) == (400, 0), summary.render()
+    child = made[0].tallies[0]
+    assert child.taken == child.ok and child.leased == {}  # every item the child took, it wrote
+    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
+
+
+@pytest.mark.parametrize("at_take", [1, 3])
+async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, groups, monkeypatch, at_take):
+    """SIGKILL the child right after the feed answered its `at_take`-th request: what it took and never
+    named in a part goes back to the feed (the parent does it); a part it was writing is left to the
+    resume. The run says the worker died; after a resume every sample is stored exactly once."""
+    made, _ = groups
+    prompts = many_prompts(tmp_path / "p.jsonl")
+    takes: list[int] = []
+    real = WorkerGroup._handle
+
+    def handle(self, i, message):
+        last = real(self, i, message)
+        if message[0] == "take":
+            takes.append(i)
+            if len(takes) == at_take:
+                os.kill(self.procs[i].pid, signal.SIGKILL)
+        return last
+
+    monkeypatch.setattr(WorkerGroup, "_handle", handle)
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(db) as store:
+        config = config_for(sim, prompts)
+        summary = await run_batch(config, store)
+        first = stored_ids(store)
+        assert summary.balanced, summary.render()
+        assert summary.stopped and "worker 1 exited with -9" in summary.stopped
+        child = made[0].tallies[0]
+        if at_take == 1:  # it had written nothing: all its items went back and were done by the parent
+            assert (summary.ok, summary.abandoned) == (N, 0) and child.taken == 16
+            assert "16 of its samples went back to the others" in summary.stopped
+        assert len(first) == len(set(first)) >= summary.ok
+        again = await run_batch(config, store)
+        ids = stored_ids(store)
+    assert again.balanced and again.ok == N - len(first) and again.resumed == len(first)
+    assert len(ids) == len(set(ids)) == N and set(ids) == expected_ids(prompts, config)
+
+
+async def test_a_cancel_stops_every_process_and_what_they_wrote_is_counted(tmp_path, groups):
+    """Ctrl-C (the cancel event): the feed closes, the children stop taking work and write what was
+    handed to their writers; what is counted is exactly what is stored, and a resume does the rest."""
+    prompts = many_prompts(tmp_path / "p.jsonl", 400)
+    cancel = asyncio.Event()
+
+    def on_progress(p) -> None:
+        if p.ok >= 40:
+            cancel.set()
+
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = config_for(sim, prompts)
+        summary = await run_batch(config, store, on_progress=on_progress, cancel=cancel)
+        first = stored_ids(store)
+        assert summary.interrupted and summary.balanced and summary.abandoned > 0, summary.render()
+        assert len(first) == len(set(first)) == summary.ok
+        again = await run_batch(config, store)
+        ids = stored_ids(store)
+    assert again.balanced and again.ok == 400 - len(first)
+    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
+
+
+def test_the_feed_hands_out_given_back_items_first_and_nothing_once_closed():
+    from collections import deque
+
+    feed = WorkFeed(deque(range(10)))
+    assert feed.take(3) == [0, 1, 2]
+    feed.give_back([1, 2])
+    assert len(feed) == 9 and feed.take(4) == [1, 2, 3, 4]
+    local = FeedTodo(feed)
+    assert local and local.popleft() == 5 and len(local) == 4
+    feed.close()
+    assert not local and feed.take(5) == [] and len(feed) == 0
+
+
+def test_an_edited_prompts_file_closes_the_feed_with_the_error():
+    class Broken:
+        def __len__(self):
+            return 5
+
+        def popleft(self):
+            raise ValueError("the prompts file changed")
+
+    feed = WorkFeed(Broken())
+    assert feed.take(2) == [] and feed.closed and isinstance(feed.error, ValueError)
