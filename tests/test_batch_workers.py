@@ -191,3 +191,23 @@ def test_an_edited_prompts_file_closes_the_feed_with_the_error():
 
     feed = WorkFeed(Broken())
     assert feed.take(2) == [] and feed.closed and isinstance(feed.error, ValueError)
+
+
+async def test_a_server_that_fails_everything_stops_every_process(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 400)
+    with (
+        start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim,
+        Store(tmp_path / "f.duckdb") as store,
+    ):
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=prompts,
+            max_new_tokens=30,
+            concurrency=2,
+            retries=0,
+            max_consecutive_failures=5,
+            workers=2,
+        )
+        summary = await run_batch(config, store)
+    assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
+    assert summary.failed < 100 and summary.abandoned > 300 and summary.balanced, summary.render()

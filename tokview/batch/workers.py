@@ -253,8 +253,12 @@ class WorkerGroup:
             )
         elif how[0] == "error":
             tally.error = how[1]
+        elif how[1] == "interrupted" and self.feed is not None and not self.feed.closed:
+            tally.error = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
         else:
             tally.outcome = how[1]
+            if how[1] is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
+                self.feed.close()
         tally.done.set()
 
     def all_done(self) -> bool:
