@@ -10,13 +10,14 @@ import json
 import os
 import signal
 import threading
+from collections import deque
 from pathlib import Path
 
 import pytest
 from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
-from tokview.batch.workers import FeedTodo, WorkerGroup, WorkFeed
+from tokview.batch.workers import FeedTodo, Lander, WorkerGroup, WorkFeed
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
@@ -169,8 +170,6 @@ async def test_a_cancel_stops_every_process_and_what_they_wrote_is_counted(tmp_p
 
 
 def test_the_feed_hands_out_given_back_items_first_and_nothing_once_closed():
-    from collections import deque
-
     feed = WorkFeed(deque(range(10)))
     assert feed.take(3) == [0, 1, 2]
     feed.give_back([1, 2])
@@ -211,3 +210,28 @@ async def test_a_server_that_fails_everything_stops_every_process(tmp_path):
         summary = await run_batch(config, store)
     assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
     assert summary.failed < 100 and summary.abandoned > 300 and summary.balanced, summary.render()
+
+
+def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_feed():
+    from tokview.store import StoreError
+    from tokview.store.store import StoreFull
+
+    class Parts:
+        def __init__(self, fail: StoreError | None = None):
+            self.landed, self.fail = 0, fail
+
+        def ingest(self):
+            if self.fail is not None:
+                raise self.fail
+            self.landed += 1
+            return 0, 0
+
+    store = Parts()
+    lander = Lander(store, every_s=3600)  # no beat within the test: only the landing on close
+    lander.close()
+    assert store.landed == 1 and lander.error is None
+    feed = WorkFeed(deque(range(3)))
+    full = Parts(StoreFull("the disk is full"))
+    lander = Lander(full, every_s=3600, on_error=feed.close)
+    lander.close()
+    assert isinstance(lander.error, StoreFull) and feed.closed and feed.take(1) == []

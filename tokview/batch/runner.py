@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -240,50 +240,55 @@ async def _run(
             server_info=summary.servers,
             source=str(config.prompts_path) if config.prompts_path else None,
         )
-        writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id)
-        tallies.append(writer)
+
         n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))
         if n > 1 and group is None:  # rows given in memory: the children start only now
             from tokview.batch.workers import WorkerGroup
 
             group = WorkerGroup.spawn(config, n - 1)
-        feed = None
-        if group is not None:  # every process takes its work from one feed, as it gets ready
-            from tokview.batch.workers import FeedTodo, WorkFeed
-
-            children = min(n - 1, len(group.procs))
-            feed = WorkFeed(queue)
-            if children:
-                todo = FeedTodo(feed)
-            tallies.extend(group.start(store.path, run_id, feed, children))
+        # with --workers a `Lander` lands every process's parts; otherwise the writer does
+        writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=group is None)
+        tallies.append(writer)
+        feed = lander = None
         outcomes: list[str | None] = []
         try:
+            children = 0
+            if group is not None:  # every process takes its work from one feed, as it gets ready
+                from tokview.batch.workers import Lander, WorkFeed
+
+                feed = WorkFeed(queue)
+                lander = Lander(store, on_error=feed.close)
+                children = min(n - 1, len(group.procs))
+                tallies.extend(group.start(store.path, run_id, feed, children))
             if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
                 from tokview.batch.ray_shards import Tally, run_on_ray
 
                 ray_tally = Tally()
                 tallies.append(ray_tally)
                 outcomes += await run_on_ray(config, store, run_id, queue, ray_tally, cancel, report)
-                todo = deque()
-            outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
-            if group is not None:
-                outcomes += await _with_children(config, pool, group, todo, writer, outcomes[0], cancel, report)
+            elif children:
+                outcomes += await _share_with_children(config, pool, group, writer, cancel, report)
+            else:
+                outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
         finally:
             if group is not None and not group.all_done():
                 group.cancel()
             if group is not None:
                 await loop.run_in_executor(None, group.close)
             await loop.run_in_executor(None, writer.close)  # write and land what was handed over
+            if lander is not None:
+                await loop.run_in_executor(None, lander.close)
             if group is not None:
                 await loop.run_in_executor(None, group.reap)
         if feed is not None and feed.error is not None:
             raise feed.error
         summary.interrupted = "interrupted" in outcomes
         summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
-        if writer.error is not None:
-            if not isinstance(writer.error, StoreFull):
-                raise writer.error
-            summary.stopped = str(writer.error)
+        for error in (writer.error, lander.error if lander is not None else None):
+            if error is not None:
+                if not isinstance(error, StoreFull):
+                    raise error
+                summary.stopped = str(error)
         reasons: Counter[str] = Counter()
         for t in tallies:
             reasons.update(t.reasons)
@@ -301,32 +306,33 @@ async def _run(
     return summary
 
 
-async def _with_children(
+async def _share_with_children(
     config: BatchConfig,
     pool: Any,
     group: Any,
-    todo: Any,
     writer: GroupWriter,
-    outcome: str | None,
     cancel: asyncio.Event | None,
     report: Callable[[], None],
 ) -> list[str | None]:
-    """After this process's own capture: keep the progress line moving until every child is done,
-    take up work a child gave back (it died or was stopped alone), and pass a cancel or stop on."""
+    """This process's part of a `--workers` run: capture from the feed beside the children until every
+    child is done, taking up work a child gave back (it died or was stopped alone), and pass a cancel
+    or a stop on to them."""
+    from tokview.batch.workers import FeedTodo
+
+    feed = group.feed
+    todo: Any = FeedTodo(feed)
     outcomes: list[str | None] = []
-    cancelled = outcome == "interrupted"
-    if outcome is not None:
-        group.cancel() if cancelled else group.feed.close()
+    cancelled = False
     while not group.all_done() or (not cancelled and todo):
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
             group.cancel()
         if not cancelled and todo:
-            more = await capture_all(config, pool, todo, writer, cancel, report)
-            if more is not None:
-                outcomes.append(more)
-                cancelled = cancelled or more == "interrupted"
-                group.cancel() if cancelled else group.feed.close()
+            outcome = await capture_all(config, pool, todo, writer, cancel, report)
+            if outcome is not None:
+                outcomes.append(outcome)
+                cancelled = cancelled or outcome == "interrupted"
+                group.cancel() if cancelled else feed.close()
             continue
         await asyncio.sleep(0.02)
         report()

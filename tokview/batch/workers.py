@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -125,6 +126,52 @@ class FeedTodo:
         if not self:
             raise IndexError("pop from an empty feed")
         return self._next.pop()
+
+
+class Lander:
+    """Lands every process's parts in the store on a steady beat, on a thread of its own.
+
+    Why not the parent's writer, as in a one-process run: landing holds the writer thread (and so
+    this process's analysis) for as long as it takes, and its time grows with what piled up, so the
+    writer's rule of waiting 4x the last landing made landings ever rarer and longer with two
+    processes' parts to land, and the last one became the run's tail. Here the wait after a landing
+    is as long as the landing took (at least `every_s`): landing never takes more than half of this
+    thread's time, what piles up stays about one beat's worth, and analysis never waits for it."""
+
+    def __init__(self, store: Any, every_s: float = 0.5, on_error: Callable[[], None] = lambda: None) -> None:
+        self.store, self.every_s, self.on_error = store, every_s, on_error
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="tokview-lander")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import time
+
+        wait = self.every_s
+        while not self._stop.wait(wait):
+            started = time.monotonic()
+            if not self._land():
+                return
+            wait = max(self.every_s, time.monotonic() - started)
+
+    def _land(self) -> bool:
+        from tokview.store import StoreError
+
+        try:
+            self.store.ingest()
+        except StoreError as exc:  # a full disk: every process stops taking work (what was written stays)
+            self.error = exc
+            self.on_error()
+            return False
+        return True
+
+    def close(self) -> None:
+        """Stop the beat and land what is left (every writer is closed by now). Blocks."""
+        self._stop.set()
+        self._thread.join()
+        if self.error is None:
+            self._land()
 
 
 class RemoteTally:
