@@ -71,12 +71,14 @@ class WorkFeed:
     feed hands out nothing more: a stop (cancel, full disk, too many failures) ends every worker's
     intake at once. A prompts file edited under the run closes it with that error."""
 
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: Any, on_empty: Callable[[], None] = lambda: None) -> None:
         self._queue = queue
         self._returned: deque[Any] = deque()
         self._lock = threading.Lock()
         self.closed = False
         self.error: BaseException | None = None
+        self._on_empty: Callable[[], None] | None = on_empty
+        """Called once, when the last item is handed out: only what is in flight is left."""
 
     def take(self, n: int) -> list[Any]:
         out: list[Any] = []
@@ -91,6 +93,9 @@ class WorkFeed:
                         self.error, self.closed = exc, True
                 else:
                     break
+            if self._on_empty is not None and not self._returned and not self._queue:
+                self._on_empty()
+                self._on_empty = None
         return out
 
     def give_back(self, items: list[Any]) -> None:
@@ -128,6 +133,9 @@ class FeedTodo:
         return self._next.pop()
 
 
+HURRIED_S = 0.02
+
+
 class Lander:
     """Lands every process's parts in the store on a steady beat, on a thread of its own.
 
@@ -136,12 +144,14 @@ class Lander:
     writer's rule of waiting 4x the last landing made landings ever rarer and longer with two
     processes' parts to land, and the last one became the run's tail. Here the wait after a landing
     is as long as the landing took (at least `every_s`): landing never takes more than half of this
-    thread's time, what piles up stays about one beat's worth, and analysis never waits for it."""
+    thread's time, what piles up stays about one beat's worth, and analysis never waits for it. Once
+    the feed is empty (`hurry`) it lands back to back: each landing is shorter than the one before."""
 
     def __init__(self, store: Any, every_s: float = 0.5, on_error: Callable[[], None] = lambda: None) -> None:
         self.store, self.every_s, self.on_error = store, every_s, on_error
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self._hurry = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tokview-lander")
         self._thread.start()
 
@@ -153,7 +163,12 @@ class Lander:
             started = time.monotonic()
             if not self._land():
                 return
-            wait = max(self.every_s, time.monotonic() - started)
+            wait = HURRIED_S if self._hurry.is_set() else max(self.every_s, time.monotonic() - started)
+
+    def hurry(self) -> None:
+        """The feed is empty: land back to back from now on, so that what is left to land when the last
+        sample is written (the run's tail) is only what was written during one short landing."""
+        self._hurry.set()
 
     def _land(self) -> bool:
         from tokview.store import StoreError
