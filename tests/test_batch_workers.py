@@ -171,7 +171,7 @@ async def test_a_cancel_stops_every_process_and_what_they_wrote_is_counted(tmp_p
 
 def test_the_feed_hands_out_given_back_items_first_and_nothing_once_closed():
     emptied: list[int] = []
-    feed = WorkFeed(deque(range(10)), on_empty=lambda: emptied.append(len(emptied)))
+    feed = WorkFeed(deque(range(10)), on_ending=lambda: emptied.append(len(emptied)), lead_s=3600)
     assert feed.take(3) == [0, 1, 2]
     feed.give_back([1, 2])
     assert len(feed) == 9 and feed.take(4) == [1, 2, 3, 4]

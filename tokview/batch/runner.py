@@ -257,7 +257,7 @@ async def _run(
                 from tokview.batch.workers import Lander, WorkFeed
 
                 lander = Lander(store)
-                feed = WorkFeed(queue, on_empty=lander.hurry)
+                feed = WorkFeed(queue, on_ending=lander.hurry)
                 lander.on_error = feed.close
                 children = min(n - 1, len(group.procs))
                 tallies.extend(group.start(store.path, run_id, feed, children))
