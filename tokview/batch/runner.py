@@ -148,11 +148,10 @@ async def run_batch(
         if finished is not None:
             return finished
     group = None
-    if prompts is None and not config.ray and config.workers > 1:  # children start while this one loads
-        from tokview.batch.workers import WorkerGroup, estimated_todo
+    if planned is not None and not config.ray and config.workers > 1:  # children start while this one loads
+        from tokview.batch.workers import WorkerGroup
 
-        estimate = planned.todo if planned is not None else estimated_todo(config)
-        group = WorkerGroup.spawn(config, worker_count(config.workers, estimate) - 1)
+        group = WorkerGroup.spawn(config, worker_count(config.workers, planned.todo) - 1)
     try:
         tokenizer, profile = config.tokenizer_and_profile()
         pool = ServerPool(

@@ -7,9 +7,10 @@ N-1 spawned children asks it for the next chunk over a pipe when its buffer runs
 ready takes work, so all finish together: a split fixed up front left the parent idle while a child
 that started a second late (spawn, imports, tokenizer load) still worked through its share.
 
-Children are spawned before the parent loads its own tokenizer (`WorkerGroup.spawn`), so their
-start-up overlaps the parent's; they wait for the run id before taking work, and a surplus child
-is told to stop. Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB
+When the plan is known before the parent loads its own tokenizer (a tokenizer met before: see
+`resume.py`), the children are spawned then, so their start-up overlaps the parent's; they wait for
+the run id before taking work, and a surplus child is told to stop. Otherwise (a first run with this
+tokenizer) they are spawned once the plan is made: a resume with nothing to do spawns none. Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB
 connections and threads that a fork would copy half-held.
 
 A child only writes parts (it never opens the DuckDB file); the parent's writer lands everyone's
@@ -32,7 +33,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any
 
 MIN_ITEMS_PER_WORKER = 32
@@ -41,24 +41,6 @@ MIN_ITEMS_PER_WORKER = 32
 
 def worker_count(requested: int, todo: int) -> int:
     return max(1, min(requested, todo // MIN_ITEMS_PER_WORKER))
-
-
-def estimated_todo(config: Any) -> int:
-    """An upper bound of the slots a prompts file asks for, counted only as far as `--workers` needs
-    (its lines × samples per prompt): whether to spawn children before the plan exists."""
-    if config.prompts_path is None:
-        return 0
-    enough = config.workers * MIN_ITEMS_PER_WORKER
-    lines = 0
-    try:
-        with Path(config.prompts_path).open("rb") as f:
-            while lines * config.samples_per_prompt < enough and (block := f.read(1 << 20)):
-                lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-    except OSError:
-        return 0
-    if config.limit is not None:
-        lines = min(lines, config.limit)
-    return lines * config.samples_per_prompt
 
 
 # -- the parent's side -----------------------------------------------------------------------
