@@ -239,3 +239,18 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     lander = Lander(full, every_s=3600, on_error=feed.close)
     lander.close()
     assert isinstance(lander.error, StoreFull) and feed.closed and feed.take(1) == []
+
+
+async def test_rows_given_in_memory_start_the_children_once_planned(tmp_path, groups):
+    """The app's path (rows, no prompts file): no plan before the tokenizer, so the children are spawned
+    after planning; the run is the same."""
+    made, _ = groups
+    prompts = many_prompts(tmp_path / "p.jsonl", 200)
+    rows, _ = read_prompts(prompts)
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        config = BatchConfig(servers=[sim.url], max_new_tokens=40, concurrency=4, workers=2)
+        summary = await run_batch(config, store, prompts=rows)
+        ids = stored_ids(store)
+    assert summary.balanced and (summary.ok, summary.failed) == (200, 0), summary.render()
+    assert len(made) == 1 and made[0].tallies[0].done.is_set() and made[0].tallies[0].leased == {}
+    assert len(ids) == len(set(ids)) == 200 and set(ids) == expected_ids(prompts, config)
