@@ -12,8 +12,10 @@ store); the baseline only POSTs the pre-rendered prompt ids and parses the JSON.
 Workers: `tokview batch --workers 1` and `--workers 2` (each its own process tree, the same
 prompts, `--repeat` times alternating) on `--scaling-prompts` prompts; printed: samples/s as the
 run reports it (from its first request to its last sample) and over the whole process, the
-replay server's CPU during each run, and the load average before it. On 2 cores a second worker
-can only help as much as the other core is free: the load average says how free it was.
+replay server's CPU during each run, and the share of the cores that was idle in the second before
+it (each run waits up to `--quiet-wait` s for 90% idle) and the cores other users' processes took
+during it (all busy CPU minus this run's process tree and the server). On 2 cores a second worker can
+only help as much as the other core is free: on a shared machine, read the pairs where others took ~0.
 Then, separately: `samples_page` / `count_samples` on a store of `--store-rows` synthetic samples.
 """
 
@@ -123,9 +125,37 @@ def bench_batch(n: int, concurrency: int) -> None:
     )
 
 
-def bench_workers(n: int, concurrency: int, repeat: int) -> None:
+def cpu_ticks() -> tuple[int, int]:
+    """(all, idle) clock ticks of every core so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]
+
+
+def idle_share(seconds: float = 1.0) -> float:
+    """The share of all cores idle over the next `seconds`: what other users leave free now (the load
+    average lags by a minute and counts this benchmark's own last run)."""
+    total0, idle0 = cpu_ticks()
+    time.sleep(seconds)
+    total1, idle1 = cpu_ticks()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_for_quiet(limit_s: float, idle: float = 0.9) -> float:
+    """Wait (at most `limit_s`) until at least `idle` of the cores were idle for a second; that share."""
+    deadline = time.monotonic() + limit_s
+    share = idle_share()
+    while share < idle and time.monotonic() < deadline:
+        share = idle_share()
+    return share
+
+
+def bench_workers(n: int, concurrency: int, repeat: int, quiet_wait_s: float = 60.0) -> None:
     """`tokview batch --workers 1` against `--workers 2`, as a user runs them (one process tree each)."""
-    results: dict[int, list[tuple[float, float, float, float]]] = {1: [], 2: []}
+    import resource
+
+    results: dict[int, list[tuple[float, float, float, float, float]]] = {1: [], 2: []}
+    cores, tick = os.cpu_count() or 1, os.sysconf("SC_CLK_TCK")
     with tempfile.TemporaryDirectory() as tmp_name, replay_servers(OUTPUT_TOKENS) as (url, pid):
         tmp = Path(tmp_name)
         path = tmp / "prompts.jsonl"
@@ -133,8 +163,9 @@ def bench_workers(n: int, concurrency: int, repeat: int) -> None:
         for k in range(repeat):
             for workers in (1, 2) if k % 2 == 0 else (2, 1):
                 db = tmp / f"w{workers}-{k}.duckdb"
-                load = os.getloadavg()[0]
-                server0, wall0 = server_cpu_s(pid), time.perf_counter()
+                load = 100 * wait_for_quiet(quiet_wait_s)
+                server0, wall0, ticks0 = server_cpu_s(pid), time.perf_counter(), cpu_ticks()
+                ours0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 out = subprocess.run(
                     [
                         *(sys.executable, "-m", "tokview", "batch", str(path), "--server", url, "--db", str(db)),
@@ -145,15 +176,22 @@ def bench_workers(n: int, concurrency: int, repeat: int) -> None:
                     text=True,
                 )
                 wall = time.perf_counter() - wall0
+                ours1, ticks1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_ticks()
+                busy_s = ((ticks1[0] - ticks0[0]) - (ticks1[1] - ticks0[1])) / tick
+                ours_s = ours1.ru_utime - ours0.ru_utime + ours1.ru_stime - ours0.ru_stime
+                others = max(0.0, busy_s - ours_s - (server_cpu_s(pid) - server0)) / wall  # cores others used
                 summary = json.loads(out.stdout.strip().splitlines()[-1])
                 assert summary["ok"] == n and summary["balanced"], out.stderr[-500:]
                 rate = summary["ok"] / summary["elapsed_s"]
-                results[workers].append((rate, n / wall, server_cpu_s(pid) - server0, load))
-    print(f"workers: {n} prompts x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, {os.cpu_count()} cores")
-    print(f"  {'workers':<9}{'samples/s (run)':>17}{'samples/s (process)':>21}{'server CPU s':>14}{'load before':>13}")
+                results[workers].append((rate, n / wall, server_cpu_s(pid) - server0, load, others))
+    print(f"workers: {n} prompts x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, {cores} cores")
+    print(
+        f"  {'workers':<9}{'samples/s (run)':>17}{'samples/s (process)':>21}{'server CPU s':>14}"
+        f"{'idle before':>13}{'others, cores':>15}"
+    )
     for workers, rows in results.items():
-        for rate, overall, server, load in rows:
-            print(f"  {workers:<9}{rate:>17.1f}{overall:>21.1f}{server:>14.2f}{load:>13.1f}")
+        for rate, overall, server, load, others in rows:
+            print(f"  {workers:<9}{rate:>17.1f}{overall:>21.1f}{server:>14.2f}{load:>12.0f}%{others:>15.2f}")
     ratios = [b[0] / a[0] for a, b in zip(results[1], results[2])]
     overall = [b[1] / a[1] for a, b in zip(results[1], results[2])]
     print(
@@ -206,11 +244,14 @@ def main() -> None:
     parser.add_argument("--store-rows", type=int, default=100_000)
     parser.add_argument("--scaling-prompts", type=int, default=2400, help="prompts per --workers run (0: skip)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each worker count")
+    parser.add_argument(
+        "--quiet-wait", type=float, default=60.0, help="seconds to wait for idle cores before each workers run"
+    )
     args = parser.parse_args()
     if args.samples:
         bench_batch(args.samples, args.concurrency)
     if args.scaling_prompts:
-        bench_workers(args.scaling_prompts, 16, args.repeat)
+        bench_workers(args.scaling_prompts, 16, args.repeat, args.quiet_wait)
     if args.store_rows:
         bench_store(args.store_rows)
 
