@@ -255,9 +255,8 @@ async def _run(
             if group is not None:  # every process takes its work from one feed, as it gets ready
                 from tokview.batch.workers import Lander, WorkFeed
 
-                lander = Lander(store)
-                feed = WorkFeed(queue, on_ending=lander.hurry)
-                lander.on_error = feed.close
+                feed = WorkFeed(queue)
+                lander = Lander(store, on_error=feed.close)
                 children = min(n - 1, len(group.procs))
                 tallies.extend(group.start(store.path, run_id, feed, children))
             if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
