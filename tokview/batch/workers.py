@@ -10,10 +10,11 @@ that started a second late (spawn, imports, tokenizer load) still worked through
 When the plan is known before the parent loads its own tokenizer (a tokenizer met before: see
 `resume.py`), the children are spawned then, so their start-up overlaps the parent's; they wait for
 the run id before taking work, and a surplus child is told to stop. Otherwise (a first run with this
-tokenizer) they are spawned once the plan is made: a resume with nothing to do spawns none. Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB
-connections and threads that a fork would copy half-held.
+tokenizer) they are spawned once the plan is made: a resume with nothing to do spawns none.
+Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB connections and
+threads that a fork would copy half-held.
 
-A child only writes parts (it never opens the DuckDB file); the parent's writer lands everyone's
+A child only writes parts (it never opens the DuckDB file); the parent's `Lander` lands everyone's
 parts, and the children's counts come back into the one progress line. Before a child writes a
 part it names the part's sample ids to the parent, so when a child dies the parent knows which of
 its chunks' items were never written: those go back to the feed for the others, and only the ids
@@ -119,8 +120,8 @@ class Lander:
     processes' parts to land, and the last one became the run's tail. Here the wait after a landing
     is as long as the landing took (at least `every_s`): landing never takes more than half of this
     thread's time, what piles up stays about one beat's worth, and analysis never waits for it.
-    Not faster than `every_s`: each landing costs ~30 ms however small (measured: 2,400 samples landed
-    in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing processes need."""
+    Not faster than `every_s`: each landing costs ~50 ms of CPU however small (measured: 2,400 samples
+    landed in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing processes need."""
 
     def __init__(self, store: Any, every_s: float = 1.0, on_error: Callable[[], None] = lambda: None) -> None:
         self.store, self.every_s, self.on_error = store, every_s, on_error
