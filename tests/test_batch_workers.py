@@ -233,6 +233,11 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     lander = Lander(store, every_s=3600)  # no beat within the test: only the landing on close
     lander.close()
     assert store.landed == 1 and lander.error is None
+    drained = Parts()
+    lander = Lander(drained, every_s=0.001, drained=lambda: True)  # the feed is empty: no beat lands
+    threading.Event().wait(0.05)
+    lander.close()
+    assert drained.landed == 1
     feed = WorkFeed(deque(range(3)))
     full = Parts(StoreFull("the disk is full"))
     lander = Lander(full, every_s=3600, on_error=feed.close)

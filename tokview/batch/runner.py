@@ -256,7 +256,7 @@ async def _run(
                 from tokview.batch.workers import Lander, WorkFeed
 
                 feed = WorkFeed(queue)
-                lander = Lander(store, on_error=feed.close)
+                lander = Lander(store, on_error=feed.close, drained=lambda: not feed)
                 children = min(n - 1, len(group.procs))
                 tallies.extend(group.start(store.path, run_id, feed, children))
             if config.ray:  # the shards run as Ray tasks; this process lands what they hand back

@@ -121,10 +121,17 @@ class Lander:
     is as long as the landing took (at least `every_s`): landing never takes more than half of this
     thread's time, what piles up stays about one beat's worth, and analysis never waits for it.
     Not faster than `every_s`: each landing costs ~50 ms of CPU however small (measured: 2,400 samples
-    landed in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing processes need."""
+    landed in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing processes need; and
+    none once the feed is `drained` (a landing then would only delay the last one, which is the tail)."""
 
-    def __init__(self, store: Any, every_s: float = 1.0, on_error: Callable[[], None] = lambda: None) -> None:
-        self.store, self.every_s, self.on_error = store, every_s, on_error
+    def __init__(
+        self,
+        store: Any,
+        every_s: float = 1.0,
+        on_error: Callable[[], None] = lambda: None,
+        drained: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.store, self.every_s, self.on_error, self.drained = store, every_s, on_error, drained
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tokview-lander")
@@ -135,6 +142,9 @@ class Lander:
 
         wait = self.every_s
         while not self._stop.wait(wait):
+            if self.drained():  # only the work in flight is left: the landing on close takes it all at once
+                wait = self.every_s
+                continue
             started = time.monotonic()
             if not self._land():
                 return
