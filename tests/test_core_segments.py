@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from facts import IM_END, THINK_CLOSE, THINK_OPEN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +12,7 @@ from tokview.core.profiles import BUILTIN_PROFILES, ProfileError, detect_profile
 from tokview.core.prompts import PromptError, generation_points, parse_row, prompt_id_for
 
 KIMI = BUILTIN_PROFILES["kimi-k2.5"]
-SPECIAL = [163606, 163607, 163586]
+SPECIAL = [THINK_OPEN, THINK_CLOSE, IM_END]
 ids_strategy = st.lists(st.one_of(st.sampled_from(SPECIAL), st.integers(0, 163839)), max_size=80)
 
 

@@ -17,7 +17,7 @@ import functools
 import json
 from typing import Any
 
-from facts import KIMI_PROMPT_6X7
+from facts import IM_END, KIMI_PROMPT_6X7, THINK_CLOSE, THINK_OPEN
 
 from tokview.core.analysis import Analysis, analyze
 from tokview.core.findings import ERROR
@@ -45,7 +45,6 @@ __all__ = [
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 PROMPT_IDS = list(KIMI_PROMPT_6X7)
-THINK_OPEN, THINK_CLOSE, IM_END = 163606, 163607, 163586
 GREEDY = {"temperature": 0.0, "max_new_tokens": 512}  # room for the simulator's longer outputs
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+from facts import IM_END, THINK_CLOSE
 from rich.cells import cell_len
 
 from tokview.ui import display as d
-from tokview.ui.examples import CONTENT, IM_END, REASONING, THINK_CLOSE
+from tokview.ui.examples import CONTENT, REASONING
 
 REASONING_AND_ANSWER = REASONING + CONTENT
 
