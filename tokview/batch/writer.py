@@ -64,7 +64,8 @@ class GroupWriter:
         self.error: BaseException | None = None
         """The StoreError (StoreFull on a full disk) that stopped the writer, if any."""
         self._queue: queue.Queue = queue.Queue()
-        self._pending = 0
+        self._handed = 0  # moved only by the thread that hands work over
+        self._written = 0  # moved only by the writer thread: `+=` from two threads could lose a count
         self._next_ingest = time.monotonic() + ingest_s
         self._thread = threading.Thread(target=self._loop, name="tokview-writer", daemon=True)
         self._thread.start()
@@ -72,14 +73,14 @@ class GroupWriter:
     @property
     def pending(self) -> int:
         """Captures handed over and not yet written: the runner waits when too many pile up."""
-        return self._pending
+        return self._handed - self._written
 
     def add_sample(self, item: Any, capture: Any) -> None:
-        self._pending += 1
+        self._handed += 1
         self._queue.put(("sample", item, capture))
 
     def add_failure(self, item: Any, reason: str, server: str | None) -> None:
-        self._pending += 1
+        self._handed += 1
         self._queue.put(("failure", item, (reason, server)))
 
     def close(self) -> None:
@@ -109,7 +110,7 @@ class GroupWriter:
                     self._take(entry, group)
             if group.count and self.error is None:
                 self._write(group)
-            self._pending -= group.count
+            self._written += group.count
             if self.error is None and self.do_ingest and (stopping or time.monotonic() >= self._next_ingest):
                 self._ingest()
 
