@@ -258,3 +258,35 @@ async def test_rows_given_in_memory_start_the_children_once_planned(tmp_path, gr
     assert summary.balanced and (summary.ok, summary.failed) == (200, 0), summary.render()
     assert len(made) == 1 and made[0].tallies[0].done.is_set() and made[0].tallies[0].leased == {}
     assert len(ids) == len(set(ids)) == 200 and set(ids) == expected_ids(prompts, config)
+
+
+def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: `tokview batch --workers 2` exits 130 with
+    what was in flight written, every child gone, and a resume stores each sample once."""
+    import subprocess
+    import sys
+    import time
+
+    prompts = many_prompts(tmp_path / "p.jsonl", 400)
+    db = tmp_path / "c.duckdb"
+    cli = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+    argv = [*cli, "batch", str(prompts), "--db", str(db), "--max-new-tokens", "40", "--concurrency", "2"]
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim:
+        argv += ["--server", sim.url, "--workers", "2", "--summary-json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while sim.stats.generation < 60 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        summary = json.loads(out.decode().strip().splitlines()[-1])
+        assert proc.returncode == 130 and summary["interrupted"] and summary["balanced"], err.decode()[-800:]
+        with Store(db) as store:
+            first = stored_ids(store)
+        assert len(first) == len(set(first)) == summary["ok"] < 400
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=4, workers=2)
+        with Store(db) as store:
+            again = asyncio.run(run_batch(config, store))
+            ids = stored_ids(store)
+    assert again.ok == 400 - len(first) and again.resumed == len(first)
+    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
