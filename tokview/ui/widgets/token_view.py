@@ -24,6 +24,7 @@ from textual.strip import Strip
 
 from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, CellWidths, TokenSeq, cell_texts, row_of
+from tokview.ui.widgets.scrollbar import OnePassScrolling
 
 
 def readable_on(background: Color | None) -> Color | None:
@@ -51,7 +52,7 @@ class SharedCursor:
         self.views: list[TokenView] = []
 
 
-class TokenView(ScrollView, can_focus=True):
+class TokenView(OnePassScrolling, ScrollView, can_focus=True):
     """Tokens flowing into rows; a cursor token; pieces / ids / both (piece over id)."""
 
     COMPONENT_CLASSES = {f"token-view--{c}" for c in STYLE_CLASSES} | {

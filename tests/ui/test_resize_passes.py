@@ -1,0 +1,109 @@
+"""A resize costs the screen one layout of the token view and samples list, not one more for their scroll bars.
+
+Why these are not timed: the speed is measured in benchmarks/bench_render.py. Here: the scroll bar never
+asks for a layout of its own, a layout pass that changes nothing leaves it alone, and the picture after a
+resize is the one an app started at that size shows.
+"""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.scrollbar import ScrollBar
+from textual.widget import Widget
+
+from tests.ui.conftest import settle
+from tokview.store import Store
+from tokview.ui import display as d
+from tokview.ui.examples import long_capture
+from tokview.ui.widgets.token_view import TokenView
+
+
+class OneView(App):
+    def __init__(self, seq: d.TokenSeq) -> None:
+        super().__init__()
+        self.seq = seq
+
+    def compose(self) -> ComposeResult:
+        yield TokenView(self.seq)
+
+
+@pytest.fixture(scope="module")
+def seq(tokenizer, profile):
+    from tokview.core.analysis import analyze
+
+    capture = long_capture(tokenizer, 4_000)
+    return d.served_seq(capture, analyze(capture, profile, tokenizer), tokenizer)
+
+
+@pytest.fixture
+def bar_refreshes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every refresh a scroll bar asks for, as its `layout` flag."""
+    seen: list[bool] = []
+    original = Widget.refresh
+
+    def spy(self, *regions, repaint=True, layout=False, recompose=False):
+        if isinstance(self, ScrollBar):
+            seen.append(layout)
+        return original(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    monkeypatch.setattr(Widget, "refresh", spy)
+    return seen
+
+
+def bar_state(view: Widget) -> tuple:
+    bar = view.vertical_scrollbar
+    return bar.region, bar.window_virtual_size, bar.window_size, bar.position, view.show_vertical_scrollbar
+
+
+async def test_a_resize_asks_no_layout_for_the_token_views_scroll_bar(seq, bar_refreshes):
+    async with OneView(seq).run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        bar_refreshes.clear()
+        await pilot.resize_terminal(100, 40)
+        await pilot.pause()
+        assert bar_refreshes, "the bar's geometry changed: it must repaint"
+        assert not any(bar_refreshes), "the scroll bar asked the screen for a layout pass of its own"
+        resized = pilot.app.query_one(TokenView)
+        after = (bar_state(resized), resized.row_starts, resized.scroll_offset, pilot.app.export_screenshot())
+    async with OneView(seq).run_test(size=(100, 40)) as pilot:  # the same picture as an app started at 100
+        await pilot.pause()
+        fresh = pilot.app.query_one(TokenView)
+        assert after == (bar_state(fresh), fresh.row_starts, fresh.scroll_offset, pilot.app.export_screenshot())
+
+
+async def test_a_layout_pass_that_changes_nothing_leaves_the_scroll_bar_alone(seq, bar_refreshes):
+    async with OneView(seq).run_test(size=(120, 40)) as pilot:
+        view = pilot.app.query_one(TokenView)
+        await pilot.pause()
+        before = bar_state(view)
+        bar_refreshes.clear()
+        view.refresh(layout=True)
+        await pilot.pause()
+        assert bar_refreshes == []
+        assert bar_state(view) == before
+
+
+async def test_a_resize_asks_no_layout_for_the_samples_lists_scroll_bar(tmp_path, tokenizer, profile, bar_refreshes):
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    with Store(tmp_path / "s.duckdb") as store:
+        store.execute(
+            "INSERT INTO samples (sample_id, prompt_id, run_id, prompt_ids, output_ids, finish_reason, status, "
+            "valid, n_errors, codes, prompt_len, output_len, supervised, created_at) "
+            "SELECT printf('p%04d@r_gen0', i), printf('p%04d', i), 'r', [1, 2, 3], [4, 5, 6], 'stop', 'pending', "
+            "true, 0, [], 3, 3, 3, TIMESTAMP '2026-01-01' + INTERVAL (i) SECOND FROM range(500) t(i)"
+        )
+        app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            lst = app.samples_screen.sample_list
+            assert lst.show_vertical_scrollbar
+            bar_refreshes.clear()
+            await pilot.resize_terminal(100, 40)
+            await settle(app, pilot)
+            assert bar_refreshes and not any(bar_refreshes)
+            bar = lst.vertical_scrollbar
+            assert bar.region.right == lst.region.right
+            assert bar.window_virtual_size == lst.virtual_size.height
