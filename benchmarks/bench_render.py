@@ -21,13 +21,16 @@ none lies inside a measured interval. Textual's own delays do: a resize waits 1/
 to stop resizing, and frames are paced at most 60 per second.
 
 Two CPU figures (`time.process_time`, every thread): to the frame (the work that frame cost) and to
-idle (anything the app still did after it, plus about 1 ms of Pilot's own wait).
+idle (anything the app still did after it, plus about 1 ms of Pilot's own wait). "GC in wall" is the
+part of the wall figure the garbage collector took (a full collection of this process takes 10-20 ms
+and lands wherever the allocation count says; it is in the figures, not left out).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import sys
@@ -84,6 +87,21 @@ def baseline_text(seq: display.TokenSeq, recoloured: int | None = None) -> Text:
 
 
 # -- the terminal: frames stamped as they are written, replayed into a model afterwards ------------
+
+
+GC_SPANS: list[tuple[float, float]] = []
+"""(start, end) of every garbage collection: how much of a step the collector took."""
+
+
+def _gc_clock(phase: str, info: dict) -> None:
+    if phase == "start":
+        GC_SPANS.append((time.perf_counter(), float("inf")))
+    else:
+        GC_SPANS[-1] = (GC_SPANS[-1][0], time.perf_counter())
+
+
+def gc_time(start: float, end: float) -> float:
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b in GC_SPANS)
 
 
 @dataclass
@@ -259,6 +277,8 @@ class Figure:
     """CPU from the input until the app is idle again."""
     frames: int
     """Frames written for the step."""
+    gc: float
+    """Of the wall time, how much the garbage collector took."""
 
 
 async def settle(pilot: Pilot, driver: FrameDriver) -> None:
@@ -310,7 +330,7 @@ async def measure(app: App, steps) -> dict[str, Figure]:
         frame = first_showing(frames[:end], mark, sizes)
         if frame is None:
             raise SystemExit(f"{name}: no frame was painted after the input")
-        out[name] = Figure(frame.wall - t0, frame.cpu - c0, c_idle - c0, end - mark)
+        out[name] = Figure(frame.wall - t0, frame.cpu - c0, c_idle - c0, end - mark, gc_time(t0, frame.wall))
     return out
 
 
@@ -397,19 +417,22 @@ async def cold_start(app: App, loaded) -> Figure:
         frames = list(driver.frames)
     frame = first_showing(frames, 0, {0: Size(*SIZE)})
     assert frame is not None, "the app painted nothing"
-    return Figure(frame.wall - t0, frame.cpu - c0, c_idle - c0, len(frames))
+    return Figure(frame.wall - t0, frame.cpu - c0, c_idle - c0, len(frames), gc_time(t0, frame.wall))
 
 
 def report(title: str, line: dict[str, Figure], static: dict[str, Figure]) -> None:
     print(f"\n{title}")
-    print(f"  {'':<18}{'wall: input → frame shown':^36}{'CPU to that frame':^24}{'CPU to idle':^24}{'frames':>8}")
-    print(f"  {'step':<18}{'Line API':>12}{'Static(Text)':>14}{'ratio':>10}" + f"{'Line API':>12}{'Static':>12}" * 2)
+    print(
+        f"  {'':<18}{'wall: input → frame shown':^36}{'CPU to that frame':^24}{'CPU to idle':^24}"
+        f"{'GC in wall':^24}{'frames':>8}"
+    )
+    print(f"  {'step':<18}{'Line API':>12}{'Static(Text)':>14}{'ratio':>10}" + f"{'Line API':>12}{'Static':>12}" * 3)
     for step, a in line.items():
         b = static[step]
         print(
             f"  {step:<18}{a.wall * 1e3:>10.1f}ms{b.wall * 1e3:>12.1f}ms{b.wall / max(a.wall, 1e-6):>9.1f}×"
-            f"{a.cpu_frame * 1e3:>10.1f}ms{b.cpu_frame * 1e3:>10.1f}ms"
-            f"{a.cpu_idle * 1e3:>10.1f}ms{b.cpu_idle * 1e3:>10.1f}ms{a.frames:>5}/{b.frames}"
+            + "".join(f"{x * 1e3:>10.1f}ms" for x in (a.cpu_frame, b.cpu_frame, a.cpu_idle, b.cpu_idle, a.gc, b.gc))
+            + f"{a.frames:>5}/{b.frames}"
         )
 
 
@@ -421,6 +444,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.slow_paint:
         slow_paint(args.slow_paint)
+    gc.callbacks.append(_gc_clock)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; targets: recolour < 10 ms, resize < 50 ms")
     line, static, n = asyncio.run(bench_tokens(args.tokens))
     report(f"token view, {n:,} tokens (prompt + output), {SIZE[0]}x{SIZE[1]}", line, static)
