@@ -1,8 +1,9 @@
-"""A resize costs the screen one layout of the token view and samples list, not one more for their scroll bars.
+"""A resize costs the screen one layout, not one more for the scroll bars or for the footer's columns.
 
 Why these are not timed: the speed is measured in benchmarks/bench_render.py. Here: the scroll bar never
-asks for a layout of its own, a layout pass that changes nothing leaves it alone, and the picture after a
-resize is the one an app started at that size shows.
+asks for a layout of its own, a layout pass that changes nothing leaves it alone, the picture after a
+resize is the one an app started at that size shows, and the footer's columns are right in the very
+layout the resize runs (they used to follow on the Resize event, after a frame, with a second layout).
 """
 
 from __future__ import annotations
@@ -107,3 +108,23 @@ async def test_a_resize_asks_no_layout_for_the_samples_lists_scroll_bar(tmp_path
             bar = lst.vertical_scrollbar
             assert bar.region.right == lst.region.right
             assert bar.window_virtual_size == lst.virtual_size.height
+
+
+async def test_the_layout_a_resize_runs_already_gives_the_footer_its_new_columns(make_app):
+    from textual.geometry import Size
+
+    from tokview.ui.widgets.footer import CELL, KeysFooter
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        footer = app.screen.query_one(KeysFooter)
+        assert footer.styles.grid_size_columns == 120 // CELL
+        app.screen._refresh_layout(Size(80, 40))  # the layout a resize runs, before the events it posts are handled
+        assert footer.styles.grid_size_columns == 80 // CELL
+        keys = list(footer.query("FooterKey"))
+        assert {k.region.width for k in keys} == {CELL}, "keys placed with the old column count"
+        assert max(k.region.right for k in keys) <= 80
+        await pilot.resize_terminal(80, 40)
+        await settle(app, pilot)
+        assert footer.styles.grid_size_columns == 80 // CELL

@@ -3,12 +3,17 @@
 Why not the stock Footer as is: it is one row that scrolls, so at 80 columns it cut off the keys after
 `u`, Help among them. Here the keys wrap into cells of equal width (labels are short for it, see
 `bindings.Key.label`), Help first, so every key on the screen stays visible down to 80 columns.
+
+The number of columns is set inside the layout that gives the footer its width (its height and its keys'
+places are computed there), not on the Resize event that follows: that came after the frame, so a
+resize painted the footer with the old column count first and then laid the whole screen out again.
 """
 
 from __future__ import annotations
 
-from textual import events
+from textual._arrange import DockArrangeResult
 from textual.app import ComposeResult
+from textual.geometry import Size
 from textual.widgets import Footer
 
 CELL = 10
@@ -26,11 +31,17 @@ class KeysFooter(Footer):
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
-        self._set_columns()
+        self._fit_columns(self.size.width or self.app.size.width)
 
-    def on_resize(self, event: events.Resize) -> None:
-        self._set_columns()
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        self._fit_columns(width)  # the height (one or two rows of keys) follows from the columns
+        return super().get_content_height(container, viewport, width)
 
-    def _set_columns(self) -> None:
-        width = self.size.width or self.app.size.width
-        self.styles.grid_size_columns = max(1, width // CELL)
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        self._fit_columns(size.width)
+        return super().arrange(size, optimal)
+
+    def _fit_columns(self, width: int) -> None:
+        """Columns for `width`, set without asking for a layout: the one running uses them."""
+        if width:
+            self.styles.set_rule("grid_size_columns", max(1, width // CELL))
