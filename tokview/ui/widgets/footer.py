@@ -7,6 +7,7 @@ Why not the stock Footer as is: it is one row that scrolls, so at 80 columns it 
 The number of columns is set inside the layout that gives the footer its width (its height and its keys'
 places are computed there), not on the Resize event that follows: that came after the frame, so a
 resize painted the footer with the old column count first and then laid the whole screen out again.
+Each key is one row high by rule, so a layout does not render every key to learn its height.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CELL = 10
 class KeysFooter(Footer):
     DEFAULT_CSS = """
     KeysFooter { layout: grid; grid-columns: 1fr; height: auto; max-height: 4; }
-    KeysFooter FooterKey, KeysFooter.-compact FooterKey { width: 1fr; margin: 0; }
+    KeysFooter FooterKey, KeysFooter.-compact FooterKey { width: 1fr; height: 1; margin: 0; }
     """
 
     def __init__(self) -> None:
