@@ -7,7 +7,9 @@
 Measures, at 120x40, in one run: a 32,000-token sample's first paint, resize (120→100 cols), scroll
 one page, recolour one visible token, move the cursor; then cold start to first paint of the samples
 screen with 100,000 samples in a DuckDB store. Each figure is printed beside the same step done with
-one `Static(Text)` (one span per token / one line per row), and the ratio.
+one `Static(Text)` (one span per token / one line per row), and the ratio. Then the whole app on the
+same sample (Enter on the samples list opens the inspect screen; resize; page down; cursor right),
+each step beside the bare token view's: what the rest of the screen adds.
 
 The wall figure is what a user waits for: from the input reaching the app (a key press or a terminal
 resize, handed over by the driver as a terminal's input thread does) to the write of the first frame
@@ -282,11 +284,12 @@ class Figure:
 
 
 async def settle(pilot: Pilot, driver: FrameDriver) -> None:
-    """Wait (Pilot's idle pauses) until a pause passes without a new frame."""
+    """Wait (workers, then Pilot's idle pauses) until a pause passes without a new frame."""
     for _ in range(20):
         n = len(driver.frames)
+        await pilot.app.workers.wait_for_complete()
         await pilot.pause()
-        if len(driver.frames) == n:
+        if len(driver.frames) == n and not any(w.is_running for w in pilot.app.workers):
             return
 
 
@@ -334,6 +337,26 @@ async def measure(app: App, steps) -> dict[str, Figure]:
     return out
 
 
+async def bench_app(capture, analysis, tokenizer, profile) -> dict[str, Figure]:
+    """The whole app on the same sample: the samples list, Enter opens the inspect screen (both panes,
+    detail panel, findings, footer), then the same resize, a page and a cursor move by their keys."""
+    from tokview.store import Store
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "app.duckdb") as store:
+        store.put_sample("long@bench_gen0", "long", "bench", capture, analysis)
+        app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile))
+        app.driver_class = FrameDriver
+        steps = [
+            ("open (enter)", press("enter")),
+            ("resize 120→100", resize_to(100, 40)),
+            ("page down", press("pagedown")),
+            ("cursor right", press("right")),
+        ]
+        return await measure(app, steps)
+
+
 def slow_paint(ms: float) -> None:
     """The honesty check: every TokenView paint sleeps `ms` more; every Line-API figure must rise."""
     original = TokenView.render_lines
@@ -345,10 +368,11 @@ def slow_paint(ms: float) -> None:
     TokenView.render_lines = render_lines  # type: ignore[method-assign]
 
 
-async def bench_tokens(n_tokens: int) -> tuple[dict, dict, int]:
+async def bench_tokens(n_tokens: int) -> tuple[dict, dict, dict, int]:
     tokenizer, profile = load_tokenizer(kimi_tokenizer_dir()), get_profile("kimi-k2.5")
     capture = long_capture(tokenizer, n_tokens)
-    seq = display.served_seq(capture, analyze(capture, profile, tokenizer), tokenizer)
+    analysis = analyze(capture, profile, tokenizer)
+    seq = display.served_seq(capture, analysis, tokenizer)
     steps = [
         ("resize 120→100", resize_to(100, 40)),
         ("scroll a page", press("f5")),
@@ -357,7 +381,8 @@ async def bench_tokens(n_tokens: int) -> tuple[dict, dict, int]:
     ]
     line = await measure(LineApp(seq), steps)
     static = await measure(StaticApp(baseline_text(seq), seq), steps)
-    return line, static, len(seq)
+    whole = await bench_app(capture, analysis, tokenizer, profile)
+    return line, static, whole, len(seq)
 
 
 def build_store(path: Path, n: int) -> None:
@@ -436,6 +461,23 @@ def report(title: str, line: dict[str, Figure], static: dict[str, Figure]) -> No
         )
 
 
+def report_app(whole: dict[str, Figure], line: dict[str, Figure]) -> None:
+    """The app's figures beside the bare token view's same step (the rest of the screen's cost)."""
+    print("\nthe whole app, same sample: inspect screen (two panes, detail, findings, footer)")
+    print(
+        f"  {'step':<18}{'app wall':>12}{'bare view':>12}{'ratio':>9}{'CPU to frame':>14}{'CPU to idle':>13}"
+        f"{'GC in wall':>12}{'frames':>8}"
+    )
+    same = {"open (enter)": "first paint", "resize 120→100": "resize 120→100", "page down": "scroll a page"}
+    same["cursor right"] = "move the cursor"
+    for step, b_name in same.items():
+        a, b = whole[step], line[b_name]
+        print(
+            f"  {step:<18}{a.wall * 1e3:>10.1f}ms{b.wall * 1e3:>10.1f}ms{a.wall / max(b.wall, 1e-6):>8.1f}×"
+            f"{a.cpu_frame * 1e3:>12.1f}ms{a.cpu_idle * 1e3:>11.1f}ms{a.gc * 1e3:>10.1f}ms{a.frames:>8}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=32_000)
@@ -446,8 +488,9 @@ def main() -> None:
         slow_paint(args.slow_paint)
     gc.callbacks.append(_gc_clock)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; targets: recolour < 10 ms, resize < 50 ms")
-    line, static, n = asyncio.run(bench_tokens(args.tokens))
+    line, static, whole, n = asyncio.run(bench_tokens(args.tokens))
     report(f"token view, {n:,} tokens (prompt + output), {SIZE[0]}x{SIZE[1]}", line, static)
+    report_app(whole, line)
     list_line, list_static = asyncio.run(bench_samples(args.samples))
     report(
         f"cold start to first paint of the samples list, {args.samples:,} samples in DuckDB",
