@@ -128,3 +128,38 @@ async def test_the_layout_a_resize_runs_already_gives_the_footer_its_new_columns
         await pilot.resize_terminal(80, 40)
         await settle(app, pilot)
         assert footer.styles.grid_size_columns == 80 // CELL
+
+
+async def test_the_layout_a_resize_runs_already_wraps_the_findings_for_the_new_width(tokenizer, profile):
+    from pathlib import Path
+
+    from textual.geometry import Size
+
+    from tokview.core.analysis import analyze
+    from tokview.ui.screens.inspect import InspectData, InspectScreen
+    from tokview.ui.widgets.findings_list import FindingsList
+
+    capture = long_capture(tokenizer, 2_000)
+    capture.finish_reason = "length"  # one more finding, with a long explanation
+    data = InspectData("s1", capture, analyze(capture, profile, tokenizer))
+
+    class Inspect(App):
+        CSS_PATH = Path(__file__).parents[2] / "tokview" / "ui" / "styles" / "app.tcss"
+
+        def on_mount(self) -> None:
+            self.push_screen(InspectScreen(data, tokenizer, profile))
+
+    def shown(app: App) -> list[str]:
+        findings = app.screen.query_one("#findings", FindingsList)
+        return [findings.render_line(y).text for y in range(findings.size.height)]
+
+    async with Inspect().run_test(size=(80, 40)) as pilot:  # what the findings look like at 80 columns
+        await pilot.pause()
+        wanted = shown(pilot.app)
+    async with Inspect().run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        pilot.app.screen._refresh_layout(Size(80, 40))  # the layout a resize runs, before the events it posts
+        assert shown(pilot.app) == wanted, "the first frame at 80 columns would show the findings wrapped for 120"
+        await pilot.resize_terminal(80, 40)
+        await pilot.pause()
+        assert shown(pilot.app) == wanted

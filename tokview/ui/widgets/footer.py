@@ -12,10 +12,14 @@ Each key is one row high by rule, so a layout does not render every key to learn
 
 from __future__ import annotations
 
-from textual._arrange import DockArrangeResult
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.geometry import Size
 from textual.widgets import Footer
+
+if TYPE_CHECKING:
+    from textual._arrange import DockArrangeResult
 
 CELL = 10
 """Columns per key cell: the longest footer entry ("a Approve", "^r Reload") fits with a space after it."""
