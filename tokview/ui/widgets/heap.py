@@ -1,10 +1,10 @@
 """While token views are on screen, full garbage collections skip what was alive when their screen opened.
 
 Why: a full collection walks every container the process holds (the tokenizer's vocabularies, the
-sample's per-token arrays, every imported module's objects): 10-20 ms in bench_render's process and
-100-200 ms in the whole app, landing in whatever frame allocates next. Opening a sample makes enough
-new objects that one such collection follows each open, in one of the next frames: measured inside
-the first resize after most opens. So the open pays for it at a moment of our choosing instead: after
+sample's per-token arrays, every imported module's objects): 10-20 ms in bench_render's bare view and
+about 250 ms in the whole app, landing in whatever frame allocates next. Opening a sample makes enough
+new objects that one such collection follows each open, in the open itself or in one of the next
+frames (measured inside resizes, 100-330 ms). So the open pays for it at a moment of our choosing: after
 the screen's first frame, one collection runs (while the user reads) and what is left is frozen
 (`gc.freeze`: later collections skip it; reference counting still frees whatever stops being used).
 The next screen that opens views unfreezes first, so its collection also frees what died meanwhile
