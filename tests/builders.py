@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from facts import IM_END, THINK_CLOSE
+
 from tokview.core.analysis import analyze
 from tokview.core.kimi_layout import kimi_tokenizer_dir
 from tokview.core.profiles import get_profile
 from tokview.core.record import Capture, sample_id_for
 from tokview.core.tokenizer import load_tokenizer
 
-THINK_CLOSE, IM_END = 163607, 163586
 SETTINGS = {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64, "thinking": True}
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from facts import KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7
 from facts import RECORDINGS as REC
 from loopback import serve_asgi
 from starlette.applications import Starlette
@@ -23,37 +24,8 @@ from starlette.routing import Route
 from tokview.core.profiles import get_profile
 from tokview.servers import CaptureRequest, ServerPool
 
-PROMPT = [
-    163587,
-    375,
-    163601,
-    87,
-    104,
-    323,
-    32,
-    276,
-    32,
-    54,
-    32,
-    116,
-    105,
-    261,
-    115,
-    32,
-    55,
-    63,
-    163586,
-    163588,
-    319,
-    115,
-    276,
-    116,
-    301,
-    116,
-    163601,
-    163606,
-]
-OUTPUT = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
+PROMPT = KIMI_PROMPT_6X7
+OUTPUT = KIMI_CHAIN_OUTPUT
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
 
 

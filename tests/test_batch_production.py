@@ -169,9 +169,9 @@ def test_a_full_disk_stops_taking_work_says_so_and_keeps_what_was_generated(tmp_
     with start_simulator(SimConfig(kind="vllm", output_tokens=400)) as sim:
         db = mnt / "full.duckdb"
         keep = tmp_path / "kept"
-        # mount a 6 MB tmpfs in a private mount namespace, run the batch there, then copy what is left out
+        # mount a 4 MB tmpfs in a private mount namespace, run the batch there, then copy what is left out
         script = (
-            f"mount -t tmpfs -o size=6m tmpfs {mnt} && {' '.join(map(_q, TOKVIEW))} batch {prompts} "
+            f"mount -t tmpfs -o size=4m tmpfs {mnt} && {' '.join(map(_q, TOKVIEW))} batch {prompts} "
             f"--server {sim.url} --db {db} --max-new-tokens 420 --concurrency 4 --workers 1; "
             f"rc=$?; cp -r {mnt} {keep}; exit $rc"
         )

@@ -200,7 +200,10 @@ def test_orjson_reader_reads_what_the_standard_reader_reads(tmp_path):
     ]
 
 
-def test_seen_ids_agree_with_a_dict(monkeypatch):
+@pytest.mark.parametrize("small", [0, 100, SeenIds.SMALL])
+def test_seen_ids_agree_with_a_dict(monkeypatch, small):
+    """All in numpy runs (0), the dict front handing over mid-read (100), and all in the dict."""
+    monkeypatch.setattr(SeenIds, "SMALL", small)
     rng = random.Random(5)
     seen, oracle = SeenIds(), {}
     line = 0

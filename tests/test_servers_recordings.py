@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+from facts import IM_END
 from replay import (
     MESSAGES,
     OUTPUT,
@@ -39,7 +40,7 @@ async def test_sglang_generate_recorded() -> None:
     assert info["features"]["chat_ids_field"] == "response_token_ids"
     assert info["features"]["reasoning_field"] == "reasoning_content"
     assert cap.prompt_ids == PROMPT and cap.output_ids == OUTPUT
-    assert (cap.finish_reason, cap.matched_stop, cap.endpoint) == ("stop", 163586, "sglang-generate")
+    assert (cap.finish_reason, cap.matched_stop, cap.endpoint) == ("stop", IM_END, "sglang-generate")
     assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 0}
     assert cap.settings["seed"] == 7 and cap.settings["chat_template_kwargs"] == {"thinking": True}
     assert cap.settings["backend"] == "sglang" and cap.messages == MESSAGES
@@ -63,7 +64,7 @@ def _generate_chunks(ids: list[int], cumulative: bool) -> list[str]:
         part = ids[: i + 1] if cumulative else ids[i : i + 1]
         done = i == len(ids) - 1
         meta = {
-            "finish_reason": {"type": "stop", "matched": 163586} if done else None,
+            "finish_reason": {"type": "stop", "matched": IM_END} if done else None,
             "prompt_tokens": 28,
             "completion_tokens": i + 1,
         }
@@ -78,7 +79,7 @@ async def test_sglang_generate_stream_modes(cumulative: bool) -> None:
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("raw", stream=True))
-    assert cap.output_ids == OUTPUT and cap.finish_reason == "stop" and cap.matched_stop == 163586
+    assert cap.output_ids == OUTPUT and cap.finish_reason == "stop" and cap.matched_stop == IM_END
     assert cap.raw_response["mode"] == ("cumulative" if cumulative else "incremental")
 
 
@@ -111,7 +112,7 @@ async def test_sglang_chat_and_dual_recorded() -> None:
             dual = await pool.capture(request("dual"))
     assert chat.endpoint == "sglang-chat" and chat.prompt_ids == PROMPT and chat.output_ids == OUTPUT
     assert chat.reasoning == "Okay, let me think about this carefully." and chat.reasoning_field == "reasoning_content"
-    assert chat.content == "The answer is forty-two!" and chat.matched_stop == 163586
+    assert chat.content == "The answer is forty-two!" and chat.matched_stop == IM_END
     assert chat.usage["reasoning_tokens"] == 10
     assert dual.endpoint == "dual" and dual.output_ids == OUTPUT and dual.parsed_output_ids == OUTPUT
     assert dual.reasoning == chat.reasoning and dual.parsed_raw_response == rec("sgl_chat_ns.json")

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from facts import IM_END, THINK_CLOSE, THINK_OPEN
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import get_profile
@@ -21,7 +22,6 @@ from tokview.sim import SimConfig, launch, start_simulator
 from tokview.sim.faults import FaultBook
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
-THINK_CLOSE, IM_END = 163607, 163586
 KIMI = get_profile("kimi-k2.5")
 
 
@@ -42,7 +42,7 @@ def req(mode: str = "raw", stream: bool = False, **settings: Any) -> CaptureRequ
 
 
 def assert_kimi_shape(cap: Any) -> None:
-    assert cap.prompt_ids[-1] == 163606 and cap.output_ids[-1] == IM_END
+    assert cap.prompt_ids[-1] == THINK_OPEN and cap.output_ids[-1] == IM_END
     assert cap.output_ids.count(THINK_CLOSE) == 1 and cap.finish_reason == "stop"
 
 

@@ -12,6 +12,7 @@ import pytest
 from tokview.cli import main
 from tokview.core.profiles import get_profile
 from tokview.servers import CaptureRequest, ServerPool
+from tokview.servers import urls as urls_module
 from tokview.servers.doctor import run_doctor
 from tokview.servers.urls import public_url, server_url_notes, validate_server_url
 from tokview.sim import SimConfig, start_simulator
@@ -93,3 +94,63 @@ def test_doctor_cli_tells_the_user_about_a_dropped_v1(capsys: pytest.CaptureFixt
     assert data["url"] == sim.url and len(data["notes"]) == 1 and "trailing /v1" in data["notes"][0]
     assert err.strip() == f"tokview: note: {data['notes'][0]}"
     assert text.count("note: dropped the trailing /v1") == 1
+
+
+def _parsed(url):
+    try:
+        return urls_module.parse_server_url(url)
+    except ValueError as exc:
+        return str(exc)
+
+
+PLAIN_URLS = [
+    "http://127.0.0.1:8000",
+    "http://127.0.0.1:8000/",
+    "http://127.0.0.1:8000/v1",
+    "http://127.0.0.1:8000/v1/",
+    "https://gpu-3.lab.example:30000/v1",
+    "http://localhost",
+    "http://h:80",
+    "https://h:443",
+    "http://h:443",
+    "https://h:80",
+    "http://h:65535",
+    "http://h:65536",
+    "http://h:0",
+    "http://h:08000",
+    "http://1.2.3",
+    "http://1.2.3.4",
+    "http://127.000.0.1:8000",
+    "http://256.1.1.1:8000",
+    "http://0.0.0.0:1",
+    "http://xn--d1acufc.xn--p1ai:8000",
+    "http://a-b.c-d:9",
+    "http://-ab:9",
+    "http://ab-:9",
+    "http://h.:8000",
+    "http://H:8000",
+    "HTTP://h:8000",
+    "http://h:8000//",
+    "http://h:8000/v1//",
+    "http://h:8000/v2",
+    "http://h:8000?x=1",
+    "http://u:p@h:8000",
+    "http://[::1]:8000",
+]
+
+
+@pytest.mark.parametrize("url", PLAIN_URLS)
+def test_the_plain_url_path_agrees_with_httpx(url, monkeypatch):
+    """`_plain_url` skips importing httpx for the URLs people type; it must change nothing: every URL
+    parses (or fails) exactly as it does through httpx alone."""
+    got = _parsed(url)
+    monkeypatch.setattr(urls_module, "_plain_url", lambda _url: None)
+    assert got == _parsed(url)
+
+
+def test_plain_urls_take_the_fast_path():
+    """The common forms really skip httpx (otherwise the start-up saving is not there)."""
+    for url in ("http://127.0.0.1:8000", "https://gpu-3.lab:30000/v1/", "http://localhost:30000/"):
+        assert urls_module._plain_url(url) is not None
+    for url in ("http://u:p@h:8000", "http://[::1]:8000", "http://h:80", "http://h:8000/v2", "http://127.000.0.1:1"):
+        assert urls_module._plain_url(url) is None

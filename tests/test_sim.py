@@ -13,42 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from facts import RECORDINGS
+from facts import IM_END, KIMI_PROMPT_6X7, RECORDINGS, THINK_CLOSE, THINK_OPEN
 
 from tokview.sim import SimConfig, SimConfigError, parse_quirk, start_simulator
 
 MESSAGES = [{"role": "user", "content": "What is 6 times 7?"}]
-RECORDED_PROMPT = [
-    163587,
-    375,
-    163601,
-    87,
-    104,
-    323,
-    32,
-    276,
-    32,
-    54,
-    32,
-    116,
-    105,
-    261,
-    115,
-    32,
-    55,
-    63,
-    163586,
-    163588,
-    319,
-    115,
-    276,
-    116,
-    301,
-    116,
-    163601,
-    163606,
-]
-OPEN, CLOSE, STOP = 163606, 163607, 163586
+RECORDED_PROMPT = KIMI_PROMPT_6X7
+OPEN, CLOSE, STOP = THINK_OPEN, THINK_CLOSE, IM_END
 TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
 
 

@@ -206,3 +206,32 @@ def test_named_templates_of_a_known_class(tmp_path, qwen_tok_dir, qwen_tok):
     tok = load_tokenizer(d)
     assert tok.chat_template == qwen_tok.chat_template
     assert tok.render(MESSAGES) == qwen_tok.render(MESSAGES)
+
+
+def test_recent_renders_are_remembered_exactly(qwen_tok, monkeypatch):
+    """A batch renders each conversation three times within moments (length check, raw path, the
+    prompt_render_mismatch check): the adapter renders it once. A different conversation, other
+    template kwargs or a changed message render anew, and a caller's edits to the ids change nothing."""
+    calls = []
+    inner = qwen_tok.tok.apply_chat_template
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(qwen_tok.tok, "apply_chat_template", counted)
+    messages = [{"role": "user", "content": "A question only this test asks?"}]
+    text = qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True})
+    ids = qwen_tok.render(messages, template_kwargs={"enable_thinking": True})
+    assert len(calls) == 1 and ids == qwen_tok.encode(text)
+    ids.append(-1)
+    assert qwen_tok.render(messages, template_kwargs={"enable_thinking": True}) == qwen_tok.encode(text)
+    assert len(calls) == 1
+    other = qwen_tok.render_text(messages, template_kwargs={"enable_thinking": False})
+    assert len(calls) == 2 and other != text
+    messages[0]["content"] += " And another?"
+    assert qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True}) != text
+    assert len(calls) == 3
+    monkeypatch.setattr(qwen_tok.tok, "chat_template", qwen_tok.chat_template + "{# edited #}")  # renders anew
+    qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True})
+    assert len(calls) == 4

@@ -17,7 +17,7 @@ import functools
 import json
 from typing import Any
 
-from facts import KIMI_PROMPT_6X7
+from facts import IM_END, KIMI_PROMPT_6X7, THINK_CLOSE, THINK_OPEN
 
 from tokview.core.analysis import Analysis, analyze
 from tokview.core.findings import ERROR
@@ -45,7 +45,6 @@ __all__ = [
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 PROMPT_IDS = list(KIMI_PROMPT_6X7)
-THINK_OPEN, THINK_CLOSE, IM_END = 163606, 163607, 163586
 GREEDY = {"temperature": 0.0, "max_new_tokens": 512}  # room for the simulator's longer outputs
 
 
@@ -258,14 +257,14 @@ async def test_doctor(vllm_surface_url: str) -> None:
     assert checks and all({"ok", "title", "detail", "recommendation"} <= set(c) for c in checks)
     assert [c["title"] for c in checks if c["ok"] is False] == []
     opener = _check(data, "opener")
-    assert opener["ok"] is True and "163606" in opener["detail"] and "pre-fill" in opener["detail"]
+    assert opener["ok"] is True and str(THINK_OPEN) in opener["detail"] and "pre-fill" in opener["detail"]
     parser = _check(data, "reasoning")
     assert parser["ok"] is True and "`reasoning`" in parser["detail"]
     assert str(THINK_CLOSE) in parser["detail"] and str(IM_END) in parser["detail"], "names the hidden ids"
     assert _check(data, "local tokenizer")["ok"] is True
     assert _check(data, "honesty")["ok"] is True
     text = report.render_text()
-    assert "vLLM" in text and "163606" in text
+    assert "vLLM" in text and str(THINK_OPEN) in text
 
 
 OTHER_QUESTIONS = ["Say hello to the world.", "Why is the sky blue?", "What is 6 times 7?"]

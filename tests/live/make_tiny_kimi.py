@@ -21,69 +21,25 @@ import json
 import sys
 from pathlib import Path
 
+# Run as a script under the vLLM venv, where neither tokview nor the tests are on sys.path: the repository root
+# gives the layout builder, tests/ the Kimi facts (a standard-library-only module) every test also reads.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+if str(REPO_ROOT / "tests") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "tests"))
+
+from facts import BOS, IM_END, KIMI_CHAIN_OUTPUT, KIMI_PROMPT_6X7, KIMI_VOCAB_SIZE, PAD, THINK_OPEN  # noqa: E402
 
 from tokview.core.kimi_layout import build_kimi_tokenizer_dir  # noqa: E402
 
-VOCAB_SIZE = 163840
-BOS_ID, EOS_ID, PAD_ID = 163584, 163586, 163839
-THINK_OPEN_ID, THINK_CLOSE_ID = 163606, 163607
+VOCAB_SIZE = KIMI_VOCAB_SIZE
+BOS_ID, EOS_ID, PAD_ID = BOS, IM_END, PAD
 # <think> Okay , Ġlet Ġme Ġthink Ġabout Ġthis Ġcarefully . </think> The Ġanswer Ġis Ġforty - two ! <|im_end|>
-CHAIN_IDS = [
-    THINK_OPEN_ID,
-    256,
-    44,
-    260,
-    262,
-    264,
-    266,
-    268,
-    270,
-    46,
-    THINK_CLOSE_ID,
-    272,
-    275,
-    277,
-    279,
-    45,
-    281,
-    33,
-    EOS_ID,
-]
-CHAIN_OUTPUT = CHAIN_IDS[1:]
+CHAIN_IDS = [THINK_OPEN, *KIMI_CHAIN_OUTPUT]
+CHAIN_OUTPUT = list(KIMI_CHAIN_OUTPUT)
 LM_HEAD_SCALE = 4.0
-PROMPT_IDS = [
-    163587,
-    375,
-    163601,
-    87,
-    104,
-    323,
-    32,
-    276,
-    32,
-    54,
-    32,
-    116,
-    105,
-    261,
-    115,
-    32,
-    55,
-    63,
-    163586,
-    163588,
-    319,
-    115,
-    276,
-    116,
-    301,
-    116,
-    163601,
-    163606,
-]
+PROMPT_IDS = list(KIMI_PROMPT_6X7)
 MODEL_INFO = "tiny_kimi.json"
 
 LLAMA_CONFIG = dict(

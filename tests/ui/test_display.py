@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+from facts import IM_END, IM_USER, THINK_CLOSE
 from rich.cells import cell_len
 
 from tokview.ui import display as d
-from tokview.ui.examples import CONTENT, IM_END, REASONING, THINK_CLOSE
+from tokview.ui.examples import CONTENT, REASONING
 
 REASONING_AND_ANSWER = REASONING + CONTENT
 
@@ -107,7 +108,7 @@ def test_cell_texts_both_mode_puts_piece_over_id_in_equal_width(short, tokenizer
         assert cell_len(top) == cell_len(bottom)
         assert bottom.strip() == str(tid)
     ids_only, none = d.cell_texts(seq, "ids")
-    assert none is None and ids_only[0] == "163587 "
+    assert none is None and ids_only[0] == f"{IM_USER} "
 
 
 def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
@@ -115,7 +116,7 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     seq = d.served_seq(capture, analysis, tokenizer)
     close = seq.n_prompt + capture.output_ids.index(THINK_CLOSE)
     rows = dict(d.detail_lines(seq, close, tokenizer, analysis.kinds, analysis.loss_mask, [-0.5] * 18))
-    assert rows["id"] == "163607" and rows["piece"] == "</think>"
+    assert rows["id"] == str(THINK_CLOSE) and rows["piece"] == "</think>"
     assert rows["bytes"] == b"</think>".hex(" ")
     assert rows["segment"] == "closer" and rows["loss mask"] == "1"
     assert rows["position"] == f"{close} (output[9])"

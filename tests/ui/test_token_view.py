@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from facts import IM_USER, THINK_CLOSE
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
 from tokview.core.analysis import analyze
 from tokview.ui import display as d
-from tokview.ui.examples import THINK_CLOSE, long_capture
+from tokview.ui.examples import long_capture
 from tokview.ui.screens.inspect import InspectData, InspectScreen
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
@@ -60,7 +61,7 @@ async def test_wraps_to_width_and_resizes(short, tokenizer):
         view.mode = "both"
         await pilot.pause()
         assert view.virtual_size.height == 2 * len(view.row_starts)
-        assert "163587" in view.render_line(1).text
+        assert str(IM_USER) in view.render_line(1).text
 
 
 async def test_cursor_keys_move_and_repaint_only_touched_rows(short, tokenizer):
@@ -159,7 +160,7 @@ async def test_inspect_panes_move_together_and_detail_follows(short, tokenizer, 
         await pilot.pause()
         assert screen.kept.cursor == close
         rows = app.screen.query_one(TokenDetail).rows
-        assert rows["id"] == "163607" and rows["text field"] == "hidden by the parser"
+        assert rows["id"] == str(THINK_CLOSE) and rows["text field"] == "hidden by the parser"
         await pilot.press("s", "left")
         await pilot.pause()
         assert screen.served.cursor == close - 1

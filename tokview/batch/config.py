@@ -88,7 +88,16 @@ class BatchConfig:
         return {**self.generation_settings(), **(identity or {})}
 
     def tokenizer_and_profile(self) -> tuple[Any, Any]:
-        """The tokenizer and profile this run uses: the loaded ones it was given, else loaded from its flags."""
+        """The tokenizer and profile this run uses: the loaded ones it was given, else the ones `preload.start`
+        is loading, else loaded from its flags now."""
+        from tokview.batch import preload
+
+        started = preload.take(self)
+        if started is not None:
+            return started.result()
+        return self.load_tokenizer_and_profile()
+
+    def load_tokenizer_and_profile(self) -> tuple[Any, Any]:
         from tokview.core.resolve import load_tokenizer_and_profile
 
         return load_tokenizer_and_profile(

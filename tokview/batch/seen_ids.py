@@ -11,16 +11,27 @@ class SeenIds:
     24 bytes an id in sorted numpy runs, merged as they grow (a log-structured merge), where a dict
     of the ids themselves took ~150: a million prompts' duplicate and conflict checks in ~25 MB, and
     one vectorised lookup per chunk. Within one read only: Python's string hash is salted per process.
+
+    The first `SMALL` ids live in a plain dict instead: importing numpy costs ~60 ms, a fifth of a
+    300-prompt run's start-up, and a dict of a few thousand ids is as small as it is fast. Past
+    `SMALL` the dict becomes the first sorted run and numpy takes over.
     """
+
+    SMALL = 4096
 
     def __init__(self) -> None:
         self._runs: list[tuple[Any, Any, Any]] = []
+        self._small: dict[int, tuple[int, int]] | None = {}
 
     def settle(self, keys: list[int], digests: list[int], lines: list[int]) -> dict[int, tuple[int, bool]]:
         """Meet a chunk of rows (in file order): {position in the chunk: (line of its id's first row, same
         conversation as that row)} for each row whose id was met before (the others are remembered)."""
         if not keys:
             return {}
+        if self._small is not None:
+            if len(self._small) + len(keys) <= self.SMALL:
+                return self._settle_small(keys, digests, lines)
+            self._to_runs()
         import numpy as np  # lazily: not every command that reads prompts needs it
 
         k = np.array(keys, dtype=np.int64)
@@ -52,6 +63,28 @@ class SeenIds:
             self._add(k[new], d[new], ln[new])
         return {int(i): (int(first_line[i]), bool(first_digest[i] == d[i])) for i in repeats.tolist()}
 
+    def _settle_small(self, keys: list[int], digests: list[int], lines: list[int]) -> dict[int, tuple[int, bool]]:
+        small, repeats = self._small, {}
+        assert small is not None
+        for i, (key, digest, line) in enumerate(zip(keys, digests, lines)):
+            first = small.get(key)
+            if first is None:
+                small[key] = (line, digest)
+            else:
+                repeats[i] = (first[0], first[1] == digest)
+        return repeats
+
+    def _to_runs(self) -> None:
+        small, self._small = self._small or {}, None
+        if small:
+            import numpy as np
+
+            self._add(
+                np.fromiter(small, dtype=np.int64, count=len(small)),
+                np.array([d for _, d in small.values()], dtype=np.int64),
+                np.array([line for line, _ in small.values()], dtype=np.int64),
+            )
+
     def _add(self, keys: Any, digests: Any, lines: Any) -> None:
         import numpy as np
 
@@ -64,4 +97,4 @@ class SeenIds:
             self._runs.append((k[order], d[order], ln[order]))
 
     def __len__(self) -> int:
-        return sum(len(r[0]) for r in self._runs)
+        return len(self._small or ()) + sum(len(r[0]) for r in self._runs)

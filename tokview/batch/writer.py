@@ -3,10 +3,14 @@
 Why a group: one DuckDB transaction per sample cost ~5 ms of a 2,000-token sample's ~15 ms. The
 writer analyses each capture as it arrives and writes those that finished in the last `group_s` (at
 most `group_max`) as one crash-safe part (`tokview.store.parts`): a kill loses at most the
-requests in flight plus this one short group. Every `ingest_s` (longer when ingesting gets slow on
-a big store) it lands the parts in the database in one short transaction, so the app and other
-commands see new samples while the run goes on; a writer in a `--workers` child never ingests
-(the parent does).
+requests in flight plus this one short group.
+
+An ingester thread lands the parts in the database in one short transaction every `ingest_s`
+(longer when ingesting gets slow on a big store), or sooner once `INGEST_AFTER` samples wait, so the
+app and other commands see new samples while the run goes on and no transaction holds the file
+long. It is a thread of its own because DuckDB works without the GIL: the writer goes on analysing
+meanwhile, where it used to stop for every ingest, and the last ingest after the last answer is
+small. A writer in a `--workers` child never ingests (the parent does).
 
 Counters move only once a part is on disk. A full disk (`StoreFull`) stops the writer: what was
 written stays for the resume, and the runner stops taking work.
@@ -29,6 +33,8 @@ from tokview.store.parts import dumps_lines
 from tokview.store.records import scrub_text
 
 INT32_MAX = 2**31 - 1
+INGEST_AFTER = 256
+"""Samples written since the last ingest that bring the next one forward (it stays a short transaction)."""
 _STOP = object()
 
 
@@ -64,28 +70,45 @@ class GroupWriter:
         self.error: BaseException | None = None
         """The StoreError (StoreFull on a full disk) that stopped the writer, if any."""
         self._queue: queue.Queue = queue.Queue()
-        self._pending = 0
-        self._next_ingest = time.monotonic() + ingest_s
+        self._handed = 0  # moved only by the thread that hands work over
+        self._written = 0  # moved only by the writer thread: `+=` from two threads could lose a count
+        now = time.monotonic()
+        self._next_ingest = now + ingest_s
+        """When the ingester lands the parts at the latest."""
+        self._earliest_ingest = now
+        """Before this not even a backlog brings an ingest forward (4x the last one's duration after it)."""
+        self._rows_written = 0  # moved only by the writer thread
+        self._rows_at_ingest = 0  # moved only by the ingester
+        self._wake = threading.Event()
+        self._closing = False
         self._thread = threading.Thread(target=self._loop, name="tokview-writer", daemon=True)
         self._thread.start()
+        self._ingester = None
+        if ingest:
+            self._ingester = threading.Thread(target=self._ingest_loop, name="tokview-ingester", daemon=True)
+            self._ingester.start()
 
     @property
     def pending(self) -> int:
         """Captures handed over and not yet written: the runner waits when too many pile up."""
-        return self._pending
+        return self._handed - self._written
 
     def add_sample(self, item: Any, capture: Any) -> None:
-        self._pending += 1
+        self._handed += 1
         self._queue.put(("sample", item, capture))
 
     def add_failure(self, item: Any, reason: str, server: str | None) -> None:
-        self._pending += 1
+        self._handed += 1
         self._queue.put(("failure", item, (reason, server)))
 
     def close(self) -> None:
         """Write what was handed over, ingest (unless a child), and stop. Blocks."""
         self._queue.put(_STOP)
         self._thread.join()
+        if self._ingester is not None:
+            self._closing = True
+            self._wake.set()
+            self._ingester.join()
 
     # -- the thread ------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -109,19 +132,35 @@ class GroupWriter:
                     self._take(entry, group)
             if group.count and self.error is None:
                 self._write(group)
-            self._pending -= group.count
-            if self.error is None and self.do_ingest and (stopping or time.monotonic() >= self._next_ingest):
-                self._ingest()
+            self._written += group.count
+            if self._rows_written - self._rows_at_ingest >= INGEST_AFTER:
+                self._wake.set()
+
+    def _ingest_loop(self) -> None:
+        """Land the parts every `ingest_s`, sooner when `INGEST_AFTER` samples wait, and once more at close."""
+        while self.error is None:
+            self._wake.wait(timeout=max(0.0, self._next_ingest - time.monotonic()))
+            self._wake.clear()  # before reading `_closing`: a close after this wakes the next wait
+            closing = self._closing
+            if not closing:
+                time.sleep(max(0.0, self._earliest_ingest - time.monotonic()))
+            self._ingest()
+            if closing:
+                return
 
     def _ingest(self) -> None:
         started = time.monotonic()
+        rows = self._rows_written
         try:
             self.store.ingest()
         except StoreError as exc:
             self.error = exc
             return
-        took = time.monotonic() - started
-        self._next_ingest = time.monotonic() + max(self.ingest_s, 4 * took)  # a big store ingests less often
+        self._rows_at_ingest = rows
+        ended = time.monotonic()
+        took = ended - started
+        self._earliest_ingest = ended + 4 * took  # a big store ingests less often
+        self._next_ingest = ended + max(self.ingest_s, 4 * took)
 
     def _take(self, entry: tuple[str, Any, Any], group: _Group) -> None:
         """Analyse one finished capture as it arrives (so the last group is not analysed after the last
@@ -160,6 +199,7 @@ class GroupWriter:
         except StoreError as exc:
             self.error = exc
             return
+        self._rows_written += len(group.stats) + len(group.failures)
         self.ok += len(group.stats)
         for valid, truncated, n in group.stats:
             self.flagged += 0 if valid else 1

@@ -16,7 +16,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from tokview.batch.tasks import cancel_on_signals
 from tokview.errors import ExitCode, UserError
 
 BAD_ROWS_SHOWN = 20
@@ -111,12 +110,10 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.batch import BatchConfig, InputError, run_batch
-    from tokview.batch.inputs import located
-    from tokview.batch.progress import ProgressPrinter
-    from tokview.servers import ServerUnreachable
+    from tokview.batch import preload
+    from tokview.batch.config import BatchConfig
+    from tokview.batch.inputs import InputError
     from tokview.servers.urls import server_url_notes, validate_server_url
-    from tokview.store import Store, StoreError
     from tokview.store.records import scrub_text
 
     try:
@@ -154,6 +151,13 @@ def run(args: argparse.Namespace) -> int:
         config.validate()  # before the database file is created
     except InputError as exc:
         raise UserError(str(exc)) from None
+    preload.start(config)  # the tokenizer loads while the rest is imported, the servers probed, the store opened
+    from tokview.batch import run_batch
+    from tokview.batch.inputs import located
+    from tokview.batch.progress import ProgressPrinter
+    from tokview.servers import ServerUnreachable
+    from tokview.store import Store, StoreError
+
     printer = ProgressPrinter(sys.stderr)
     opened: list[Store] = []
 
@@ -169,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     except ServerUnreachable as exc:
         raise UserError(f"server unreachable: {scrub_text(exc.reason)}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
+        preload.discard(config)  # untaken when a fully stored resume needed no tokenizer
         printer.finish()
         for store in opened:
             store.close()
@@ -195,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(config, store, printer, run_batch):
     """Ctrl-C sets the cancel event: in-flight requests are abandoned, committed samples kept."""
+    from tokview.batch.tasks import cancel_on_signals
+
     cancel = asyncio.Event()
     cancel_on_signals(cancel)
     if len(config.servers) > 1:  # with one server, run_batch's own probe says it (exit 2)

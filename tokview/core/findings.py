@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import compress, count
+from operator import or_
 
 from tokview.core import segments as seg
 from tokview.core.alignment import HIDDEN
@@ -467,10 +469,10 @@ def literal_think_text(ctx: Context) -> Hit | None:
         return None
     hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
     pieces = [b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in ctx.capture.prompt_ids]
-    pieces += [
-        b"\x00" if special or t in hidden else piece
-        for t, piece, special in zip(ctx.output, out.piece_bytes, out.special)
-    ]
+    output = list(out.piece_bytes)
+    for i in compress(count(), map(or_, out.special, map(hidden.__contains__, ctx.output))):  # few: in C
+        output[i] = b"\x00"
+    pieces += output
     buf = b"".join(pieces)
     markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
     if not markers:

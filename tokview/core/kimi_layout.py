@@ -7,7 +7,7 @@ ids that a real server emits are always in range.  This module builds such a tok
 deterministically from nothing but ``tokenizers`` + ``transformers`` in a couple of seconds, and the same
 vocabulary in the layout of Kimi's real tiktoken folder (``build_kimi_tiktoken_dir``).
 
-Only standard-library imports happen at module level: the heavy libraries are imported inside
+Only light imports happen at module level (the standard library, tokview's tiktoken reader): the heavy libraries are imported inside
 the builder so importing tokview stays cheap.
 """
 
@@ -20,6 +20,8 @@ import shutil
 import string
 import tempfile
 from pathlib import Path
+
+from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
 
 VOCAB_SIZE = 163840
 SPECIAL_START = 163584  # first id of the Kimi special range; 163583 is the last ordinary id
@@ -47,6 +49,8 @@ KIMI_SPECIAL_TOKENS: dict[int, str] = {
     163838: "[UNK]",
     163839: "[PAD]",
 }
+KIMI_ID: dict[str, int] = {text: token_id for token_id, text in KIMI_SPECIAL_TOKENS.items()}
+"""The same table by text: `KIMI_ID["<think>"] == 163606` (profiles and the doctor name ids this way)."""
 
 # The word list of §3.3, in order.  Its ids (256-379) are what the crafted model's "chain" emits.
 WORDS = [
@@ -320,17 +324,8 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
     return _build(d, think_special, replace=False)
 
 
-# What Kimi's real tokenizer_config.json names (its TikTokenTokenizer's defaults and roles).
-KIMI_ADDITIONAL_SPECIAL = (
-    "<|im_end|>",
-    "<|im_user|>",
-    "<|im_assistant|>",
-    "<|start_header_id|>",
-    "<|end_header_id|>",
-    "[EOT]",
-    "<|im_system|>",
-    "<|im_middle|>",
-)
+# What Kimi's real tokenizer_config.json names: its TikTokenTokenizer's defaults (one definition, there).
+KIMI_ADDITIONAL_SPECIAL = DEFAULT_ADDITIONAL_SPECIAL
 
 
 def kimi_tiktoken_ranks() -> dict[bytes, int]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tokview.core.kimi_layout import KIMI_ID
 from tokview.errors import TokviewError
 
 
@@ -69,9 +70,9 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         name="kimi-k2.5",
         think_open="<think>",
         think_close="</think>",
-        think_open_id=163606,
-        think_close_id=163607,
-        stop_ids=(163586,),
+        think_open_id=KIMI_ID["<think>"],
+        think_close_id=KIMI_ID["</think>"],
+        stop_ids=(KIMI_ID["<|im_end|>"],),
         prefills_opener=True,
         thinking_kwarg="thinking",
         reasoning_parser="kimi_k2",
@@ -80,9 +81,9 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         name="kimi-k2-thinking",
         think_open="<think>",
         think_close="</think>",
-        think_open_id=163606,
-        think_close_id=163607,
-        stop_ids=(163586,),
+        think_open_id=KIMI_ID["<think>"],
+        think_close_id=KIMI_ID["</think>"],
+        stop_ids=(KIMI_ID["<|im_end|>"],),
         prefills_opener=False,
         thinking_kwarg=None,
         reasoning_parser="kimi_k2",
@@ -243,7 +244,7 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
 
 
 _FAMILY_BY_OPEN_ID = {
-    163606: ("kimi-k2.5", "kimi-k2-thinking"),
+    KIMI_ID["<think>"]: ("kimi-k2.5", "kimi-k2-thinking"),
     151667: ("qwen3", "qwen3"),
     128798: ("deepseek-r1", "deepseek-r1"),
 }

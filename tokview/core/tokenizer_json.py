@@ -20,6 +20,7 @@ rendered prompts against transformers on the same folders, on both transformers 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import compress
 from typing import Any
 
 from tokview.core.kimi_tiktoken import AddedToken
@@ -84,7 +85,8 @@ class TokenizerJson:
         self._batch_fast = getattr(tokenizer, "encode_batch_fast", None)  # tokenizers >= 0.21
         self._piece_bytes: dict[int, bytes] = {}
         self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
-        self._special_of: dict[int, bool] = {}
+        self._kept_when_skipping: dict[int, bool] = {}
+        """Per id seen: False for a special added token (`skip_special_tokens` drops it)."""
 
     @classmethod
     def from_folder(cls, folder: TokenizerFolder) -> TokenizerJson | None:
@@ -240,8 +242,7 @@ class TokenizerJson:
         except KeyError:
             pieces = [table[i] if i in table else self._learn(i) for i in ids]
         if skip_special_tokens:
-            special = self._special_of
-            pieces = [p for p, i in zip(pieces, ids) if not special[i]]
+            pieces = list(compress(pieces, map(self._kept_when_skipping.__getitem__, ids)))  # in C
         return b"".join(pieces)
 
     def _learn(self, token_id: int) -> bytes:
@@ -251,7 +252,7 @@ class TokenizerJson:
         else:
             alphabet = byte_of_character()
             raw = bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else token.encode("utf-8")
-        self._special_of[token_id] = token is not None and token in self._special_contents
+        self._kept_when_skipping[token_id] = token is None or token not in self._special_contents
         self._piece_bytes[token_id] = raw
         return raw
 

@@ -164,7 +164,15 @@ async def run_doctor(
         info = await detect(client, policy, profile or get_profile("kimi-k2.5"))
         served = info.details.get("probe_prompt_ids") or info.details.get("tokenize_prompt_ids")
         profile = profile or _guess_profile(served) or get_profile("kimi-k2.5")
-        if tokenizer is None and default_tokenizer and info.features.get("simulator") and served and 163587 in served:
+        from tokview.core.kimi_layout import KIMI_ID
+
+        if (
+            tokenizer is None
+            and default_tokenizer
+            and info.features.get("simulator")
+            and served
+            and KIMI_ID["<|im_user|>"] in served
+        ):
             from tokview.core.kimi_layout import kimi_tokenizer_dir
             from tokview.core.tokenizer import load_tokenizer
 

@@ -35,7 +35,16 @@ MIN_SECRET_LEN = 3
 """Shorter user names/passwords are not masked as bare values (they would mask ordinary words)."""
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_ALIGN_LETTER = {KEPT: "k", PARTIAL: "p", HIDDEN: "h", DRIFT: "d"}
+
+
+class _Letters(dict):
+    """Status → letter; an unknown status reads "?" (`__missing__`, so `map` can look up in C)."""
+
+    def __missing__(self, _status: str) -> str:
+        return "?"
+
+
+_ALIGN_LETTER = _Letters({KEPT: "k", PARTIAL: "p", HIDDEN: "h", DRIFT: "d"})
 ALIGN_STATUS = {v: k for k, v in _ALIGN_LETTER.items()}
 
 
@@ -198,7 +207,7 @@ def from_json(text: str | None) -> Any:
 
 
 def alignment_letters(statuses: tuple[str, ...] | None) -> str | None:
-    return None if statuses is None else "".join(_ALIGN_LETTER.get(s, "?") for s in statuses)
+    return None if statuses is None else "".join(map(_ALIGN_LETTER.__getitem__, statuses))
 
 
 def error_count(findings: tuple[Finding, ...] | list[Finding]) -> int:

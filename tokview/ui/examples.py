@@ -11,45 +11,34 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from tokview.core.kimi_layout import KIMI_SPECIAL_TOKENS
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
+_KIMI_ID = {name: i for i, name in KIMI_SPECIAL_TOKENS.items()}
+IM_USER, IM_MIDDLE, IM_ASSISTANT = _KIMI_ID["<|im_user|>"], _KIMI_ID["<|im_middle|>"], _KIMI_ID["<|im_assistant|>"]
+THINK_OPEN, THINK_CLOSE, IM_END = _KIMI_ID["<think>"], _KIMI_ID["</think>"], _KIMI_ID["<|im_end|>"]
 KIMI_PROMPT_IDS = [
-    163587,
-    375,
-    163601,
-    87,
-    104,
-    323,
-    32,
-    276,
-    32,
-    54,
-    32,
-    116,
-    105,
-    261,
-    115,
-    32,
-    55,
-    63,
-    163586,
-    163588,
-    319,
-    115,
-    276,
-    116,
-    301,
-    116,
-    163601,
-    163606,
+    IM_USER,
+    375,  # user
+    IM_MIDDLE,
+    *[87, 104, 323, 32, 276, 32, 54, 32, 116, 105, 261, 115, 32, 55, 63],  # What is 6 times 7?
+    IM_END,
+    IM_ASSISTANT,
+    *[319, 115, 276, 116, 301, 116],  # assistant
+    IM_MIDDLE,
+    THINK_OPEN,
 ]
-KIMI_OUTPUT_IDS = [256, 44, 260, 262, 264, 266, 268, 270, 46, 163607, 272, 275, 277, 279, 45, 281, 33, 163586]
+KIMI_OUTPUT_IDS = [
+    *[256, 44, 260, 262, 264, 266, 268, 270, 46],  # Okay, let me think about this carefully.
+    THINK_CLOSE,
+    *[272, 275, 277, 279, 45, 281, 33],  # The answer is forty-two!
+    IM_END,
+]
 REASONING = "Okay, let me think about this carefully."
 CONTENT = "The answer is forty-two!"
-THINK_CLOSE, IM_END = 163607, 163586
 
 _PARAGRAPH = (
     "Let me check the constraint again.\n\tIf x = 3, then 2x + 1 = 7; 中文也可以 🙂 so the "

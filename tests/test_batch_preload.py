@@ -1,0 +1,69 @@
+"""The tokenizer loads on a background thread while `tokview batch` starts up (`batch/preload.py`):
+the run gets exactly what it would have loaded itself, a loading error surfaces where it always did,
+and parsing the batch flags imports neither the capture machinery nor DuckDB."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tokview.batch import preload
+from tokview.batch.config import BatchConfig
+from tokview.core.tokenizer import TokenizerError
+
+
+def test_the_run_takes_the_preloaded_tokenizer(qwen_tok_dir):
+    config = BatchConfig(servers=["http://127.0.0.1:1"], tokenizer_dir=qwen_tok_dir)
+    loads = []
+    load = config.load_tokenizer_and_profile
+
+    def counted():
+        loads.append(1)
+        return load()
+
+    config.load_tokenizer_and_profile = counted  # type: ignore[method-assign]
+    preload.start(config)
+    preload.start(config)  # a second start while one is under way adds nothing
+    tokenizer, profile = config.tokenizer_and_profile()
+    assert len(loads) == 1  # the run waited for the preload instead of loading again
+    assert profile.name == "qwen3" and tokenizer.decode(tokenizer.encode("hello world")) == "hello world"
+    assert preload.take(config) is None  # taken once
+    config.tokenizer_and_profile()
+    assert len(loads) == 2  # nothing preloaded: loaded now, as before
+
+
+def test_a_loading_error_surfaces_in_the_run(tmp_path):
+    config = BatchConfig(servers=["http://127.0.0.1:1"], tokenizer_dir=tmp_path / "missing")
+    with pytest.raises(TokenizerError) as direct:
+        config.load_tokenizer_and_profile()
+    preload.start(config)
+    with pytest.raises(TokenizerError) as preloaded:
+        config.tokenizer_and_profile()
+    assert str(preloaded.value) == str(direct.value)
+
+
+def test_discard_forgets_an_untaken_load(tmp_path):
+    config = BatchConfig(servers=["http://127.0.0.1:1"], tokenizer_dir=tmp_path / "missing")
+    preload.start(config)
+    preload.discard(config)
+    assert preload.take(config) is None
+
+
+def test_loaded_objects_are_not_preloaded(kimi_tok):
+    config = BatchConfig(servers=["http://127.0.0.1:1"], tokenizer=kimi_tok)
+    preload.start(config)
+    assert preload.take(config) is None
+
+
+def test_parsing_batch_flags_imports_no_capture_machinery():
+    """What lets the tokenizer load side by side with the rest: the batch command's module and the
+    package import only the config; the runner, the servers layer, DuckDB and httpx come later."""
+    code = (
+        "import sys, tokview.cli as c; c.build_parser('batch'); import tokview.batch.config; "
+        "print(sorted(m for m in ('duckdb', 'httpx', 'numpy', 'tokview.batch.runner', 'tokview.servers') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
