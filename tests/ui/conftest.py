@@ -90,6 +90,15 @@ async def settle(app, pilot) -> None:
 
 
 @pytest.fixture(autouse=True)
+def no_heap_collections(monkeypatch):
+    """A full collection of pytest's heap takes about 0.25 s, once per screen that opens token views: the
+    heap policy (widgets/heap.py) is tested by itself in test_heap.py; elsewhere views still count in and out."""
+    from tokview.ui.widgets import heap
+
+    monkeypatch.setattr(heap, "collect_and_freeze", lambda: None)
+
+
+@pytest.fixture(autouse=True)
 def no_cursor_blink(monkeypatch):
     """A blinking cursor would make snapshots depend on timing."""
     from textual.widgets import Input

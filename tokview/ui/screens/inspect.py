@@ -23,6 +23,7 @@ from tokview.ui.bindings import bindings
 from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, served_seq
 from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
 from tokview.ui.heat import unavailable as heat_unavailable
+from tokview.ui.widgets.findings_list import FindingsList
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
@@ -113,7 +114,7 @@ class InspectScreen(Screen):
                 yield self.kept
         with Horizontal(id="inspect-bottom"):
             yield TokenDetail(id="detail")
-            yield OptionList(*self._finding_options(), id="findings")
+            yield FindingsList(*self._finding_options(), id="findings")
         yield KeysFooter()
 
     def on_mount(self) -> None:

@@ -3,13 +3,23 @@
 Why not the stock Footer as is: it is one row that scrolls, so at 80 columns it cut off the keys after
 `u`, Help among them. Here the keys wrap into cells of equal width (labels are short for it, see
 `bindings.Key.label`), Help first, so every key on the screen stays visible down to 80 columns.
+
+The number of columns is set inside the layout that gives the footer its width (its height and its keys'
+places are computed there), not on the Resize event that follows: that came after the frame, so a
+resize painted the footer with the old column count first and then laid the whole screen out again.
+Each key is one row high by rule, so a layout does not render every key to learn its height.
 """
 
 from __future__ import annotations
 
-from textual import events
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
+from textual.geometry import Size
 from textual.widgets import Footer
+
+if TYPE_CHECKING:
+    from textual._arrange import DockArrangeResult
 
 CELL = 10
 """Columns per key cell: the longest footer entry ("a Approve", "^r Reload") fits with a space after it."""
@@ -18,7 +28,7 @@ CELL = 10
 class KeysFooter(Footer):
     DEFAULT_CSS = """
     KeysFooter { layout: grid; grid-columns: 1fr; height: auto; max-height: 4; }
-    KeysFooter FooterKey, KeysFooter.-compact FooterKey { width: 1fr; margin: 0; }
+    KeysFooter FooterKey, KeysFooter.-compact FooterKey { width: 1fr; height: 1; margin: 0; }
     """
 
     def __init__(self) -> None:
@@ -26,11 +36,17 @@ class KeysFooter(Footer):
 
     def compose(self) -> ComposeResult:
         yield from super().compose()
-        self._set_columns()
+        self._fit_columns(self.size.width or self.app.size.width)
 
-    def on_resize(self, event: events.Resize) -> None:
-        self._set_columns()
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        self._fit_columns(width)  # the height (one or two rows of keys) follows from the columns
+        return super().get_content_height(container, viewport, width)
 
-    def _set_columns(self) -> None:
-        width = self.size.width or self.app.size.width
-        self.styles.grid_size_columns = max(1, width // CELL)
+    def arrange(self, size: Size, optimal: bool = False) -> DockArrangeResult:
+        self._fit_columns(size.width)
+        return super().arrange(size, optimal)
+
+    def _fit_columns(self, width: int) -> None:
+        """Columns for `width`, set without asking for a layout: the one running uses them."""
+        if width:
+            self.styles.set_rule("grid_size_columns", max(1, width // CELL))

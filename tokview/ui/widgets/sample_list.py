@@ -27,6 +27,7 @@ from textual.strip import Strip
 
 from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
@@ -126,7 +127,7 @@ def fit_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-class SampleList(ForwardsWorkerErrors, ScrollView, can_focus=True):
+class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=True):
     """Rows of `SampleRow`s with a cursor; Enter opens one."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {

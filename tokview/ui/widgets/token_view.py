@@ -24,6 +24,8 @@ from textual.strip import Strip
 
 from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, CellWidths, TokenSeq, cell_texts, row_of
+from tokview.ui.widgets import heap
+from tokview.ui.widgets.scrollbar import OnePassScrolling
 
 
 def readable_on(background: Color | None) -> Color | None:
@@ -51,7 +53,7 @@ class SharedCursor:
         self.views: list[TokenView] = []
 
 
-class TokenView(ScrollView, can_focus=True):
+class TokenView(OnePassScrolling, ScrollView, can_focus=True):
     """Tokens flowing into rows; a cursor token; pieces / ids / both (piece over id)."""
 
     COMPONENT_CLASSES = {f"token-view--{c}" for c in STYLE_CLASSES} | {
@@ -153,7 +155,22 @@ class TokenView(ScrollView, can_focus=True):
         self._rewrapped = False
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[int, bool, bool, bool], Style] = {}
+        self._heap_screen: object | None = None
+        """The screen this view was counted open on, for the long-lived heap (widgets/heap.py)."""
         self._prepare_cells()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._hold_heap)
+
+    def _hold_heap(self) -> None:
+        if self.is_attached and self._heap_screen is None:
+            self._heap_screen = self.screen
+            heap.view_opened(self._heap_screen)
+
+    def on_unmount(self) -> None:
+        if self._heap_screen is not None:
+            heap.view_closed(self._heap_screen)
+            self._heap_screen = None
 
     # -- data ---------------------------------------------------------------------------------
     @property
