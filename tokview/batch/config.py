@@ -97,6 +97,21 @@ class BatchConfig:
             return started.result()
         return self.load_tokenizer_and_profile()
 
+    def server_pool(self, tokenizer: Any = None, profile: Any = None) -> Any:
+        """The pool this run's requests go through: every process of a run (the parent, `--workers`
+        children, Ray tasks, the resume shortcut's probe) builds the same one from the same flags."""
+        from tokview.servers import ServerPool
+
+        return ServerPool(
+            self.servers,
+            backend=self.backend,
+            tokenizer=tokenizer,
+            profile=profile,
+            concurrency=self.concurrency,
+            timeout=self.timeout,
+            retries=self.retries,
+        )
+
     def load_tokenizer_and_profile(self) -> tuple[Any, Any]:
         from tokview.core.resolve import load_tokenizer_and_profile
 

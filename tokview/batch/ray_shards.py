@@ -63,18 +63,9 @@ def run_shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
 async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer import GroupWriter
-    from tokview.servers import ServerPool
 
     tokenizer, profile = config.tokenizer_and_profile()
-    pool = ServerPool(
-        config.servers,
-        backend=config.backend,
-        tokenizer=tokenizer,
-        profile=profile,
-        concurrency=config.concurrency,
-        timeout=config.timeout,
-        retries=config.retries,
-    )
+    pool = config.server_pool(tokenizer, profile)
     sink = CollectingSink(config.servers)
     writer = GroupWriter(sink, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=False)
     loop = asyncio.get_running_loop()

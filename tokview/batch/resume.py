@@ -34,17 +34,10 @@ async def resume_shortcut(
     known = known_identity(config)
     if known is None:
         return store, None, None
-    from tokview.servers import ServerPool
     from tokview.store.records import scrub
 
     started = time.monotonic()
-    pool = ServerPool(
-        config.servers,
-        backend=config.backend,
-        concurrency=config.concurrency,
-        timeout=config.timeout,
-        retries=config.retries,
-    )
+    pool = config.server_pool()
     try:
         await pool.start()  # the model name is part of the ids; ServerUnreachable propagates (nothing written)
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})

@@ -131,7 +131,6 @@ async def run_batch(
     StoreError (the database cannot be written). Any other error on one sample is recorded as that
     sample's failure and the run goes on.
     """
-    from tokview.servers import ServerPool
 
     config.validate()
     if prompts is None:
@@ -154,15 +153,7 @@ async def run_batch(
         group = WorkerGroup.spawn(config, worker_count(config.workers, planned.todo) - 1)
     try:
         tokenizer, profile = config.tokenizer_and_profile()
-        pool = ServerPool(
-            config.servers,
-            backend=config.backend,
-            tokenizer=tokenizer,
-            profile=profile,
-            concurrency=config.concurrency,
-            timeout=config.timeout,
-            retries=config.retries,
-        )
+        pool = config.server_pool(tokenizer, profile)
         try:
             await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
             if not isinstance(store, Store):

@@ -477,7 +477,6 @@ def child_main(index: int, config: Any, conn: Connection) -> None:
 async def _child(config: Any, link: _Link) -> None:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer import GroupWriter
-    from tokview.servers import ServerPool
     from tokview.store import PartSink
 
     cancel = asyncio.Event()
@@ -485,15 +484,7 @@ async def _child(config: Any, link: _Link) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
     tokenizer, profile = config.tokenizer_and_profile()  # while the parent loads its own and plans
-    pool = ServerPool(
-        config.servers,
-        backend=config.backend,
-        tokenizer=tokenizer,
-        profile=profile,
-        concurrency=config.concurrency,
-        timeout=config.timeout,
-        retries=config.retries,
-    )
+    pool = config.server_pool(tokenizer, profile)
     try:
         await pool.start()
         while not await loop.run_in_executor(None, link.conn.poll, 0.2):
