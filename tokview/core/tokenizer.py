@@ -196,14 +196,14 @@ class RecentRenders:
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
-        self._entries: dict[tuple[str, bytes], Any] = {}
+        self._entries: dict[tuple[str, Any], Any] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, bytes]) -> Any:
+    def get(self, key: tuple[str, Any]) -> Any:
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: tuple[str, bytes], value: Any) -> None:
+    def put(self, key: tuple[str, Any], value: Any) -> None:
         with self._lock:
             self._entries[key] = value
             while len(self._entries) > self.size:
@@ -211,12 +211,12 @@ class RecentRenders:
 
 
 def _render_key(
-    messages: Any, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None, template: Any
-) -> bytes | None:
-    """The render's inputs as JSON (the template by its hash), or None when they are not plain JSON (then
-    nothing is remembered)."""
+    messages: Any, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None, template: str | None
+) -> tuple[bytes, str | None] | None:
+    """The render's inputs: the conversation and flags as JSON, and the template itself (compared by value,
+    hashed once per string); None when they are not plain JSON (then nothing is remembered)."""
     try:
-        return json.dumps([messages, add_generation_prompt, template_kwargs, hash(template)], sort_keys=True).encode()
+        return json.dumps([messages, add_generation_prompt, template_kwargs], sort_keys=True).encode(), template
     except (TypeError, ValueError):
         return None
 
