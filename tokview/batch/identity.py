@@ -24,24 +24,32 @@ def vocab_fingerprint(tokenizer: Any) -> str:
     if getattr(tokenizer, "source", None) is None:
         return tokenizer.vocab_fingerprint()
     key = tokenizer.fingerprint()
-    path = cache_file()
+    known = _read_cache(cache_file())
+    if isinstance(known.get(key), str):
+        return known[key]
+    value = tokenizer.vocab_fingerprint()
+    _write_cache(cache_file(), {**known, key: value})  # a read-only home: computed each time
+    return value
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    """A JSON object cache file; {} when it is missing, unreadable or not an object."""
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
-        known = {}
-    if isinstance(known, dict) and isinstance(known.get(key), str):
-        return known[key]
-    value = tokenizer.vocab_fingerprint()
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _write_cache(path: Path, known: dict[str, Any]) -> None:
+    """Replace the cache file whole (a reader never sees half of it); a home that cannot be written is left alone."""
     try:
-        known = known if isinstance(known, dict) else {}
-        known[key] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(known))
         os.replace(tmp, path)
     except OSError:
-        pass  # a read-only home: compute it each time
-    return value
+        pass
 
 
 IDENTITY_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken", ".py", ".toml")
@@ -89,10 +97,7 @@ def known_identity(config: Any) -> dict[str, str] | None:
     key = identity_key(config)
     if key is None:
         return None
-    try:
-        known = json.loads(identities_file().read_text()).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+    known = _read_cache(identities_file()).get(key)
     if isinstance(known, dict) and isinstance(known.get("tokenizer"), str) and isinstance(known.get("profile"), str):
         return {"tokenizer": known["tokenizer"], "profile": known["profile"]}
     return None
@@ -103,21 +108,7 @@ def remember_identity(config: Any, identity: dict[str, Any]) -> None:
     key = identity_key(config)
     if key is None or not isinstance(identity.get("tokenizer"), str) or not isinstance(identity.get("profile"), str):
         return
-    path = identities_file()
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = _read_cache(identities_file())
     entry = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
-    if not isinstance(known, dict) or known.get(key) == entry:
-        if isinstance(known, dict):
-            return
-        known = {}
-    known[key] = entry
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: resumes load the tokenizer
+    if known.get(key) != entry:
+        _write_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
