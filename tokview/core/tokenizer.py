@@ -349,10 +349,7 @@ class TokenizerAdapter:
         key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         ids = self._renders.get(("ids", key)) if key is not None else None
         if ids is None:
-            text = self.render_text(
-                messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs
-            )
-            ids = self.encode(text)
+            ids = self.encode(self._render_text(messages, add_generation_prompt, template_kwargs, key))
             if key is not None:
                 self._renders.put(("ids", key), ids)
         return list(ids)
@@ -365,9 +362,18 @@ class TokenizerAdapter:
         template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The prompt text the template makes; the last few renders are remembered (see `RecentRenders`)."""
+        key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
+        return self._render_text(messages, add_generation_prompt, template_kwargs, key)
+
+    def _render_text(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        template_kwargs: dict[str, Any] | None,
+        key: tuple[bytes, str | None] | None,
+    ) -> str:
         if not self.chat_template:
             raise TokenizerError(f"tokenizer {self.name} has no chat template")
-        key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         text = self._renders.get(("text", key)) if key is not None else None
         if text is not None:
             return text
