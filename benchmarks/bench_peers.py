@@ -77,6 +77,7 @@ def measured(name: str, argv: list[str], replay: str, server_pid: int) -> dict:
         "peak_rss_mb": usage.ru_maxrss / 1024,
         "first_any": first.get("any", float("nan")) - t0_wall,
         "first_gen": first.get("generation", float("nan")) - t0_wall,
+        "tail": t0_wall + wall - first.get("last", float("nan")),
     }
 
 
@@ -143,13 +144,13 @@ def one_round(tmp: Path, argvs: dict[str, list[str]], order: list[str], url: str
 def print_round(results: dict[str, dict], n: int) -> dict[str, tuple[float, float]]:
     print(
         f"  {'client':<12}{'done':>6}{'samples/s':>11}{'CPU s':>8}{'CPU ms/sample':>15}{'server CPU s':>14}"
-        f"{'peak RSS MB':>13}{'1st request s':>15}{'1st generation s':>18}"
+        f"{'peak RSS MB':>13}{'1st request s':>15}{'1st generation s':>18}{'after last s':>14}"
     )
     for name, r in results.items():
         print(
             f"  {name:<12}{r['done']:>6}{r['done'] / r['wall']:>11.1f}{r['cpu']:>8.2f}"
             f"{1000 * r['cpu'] / max(r['done'], 1):>15.2f}{r['server_cpu']:>14.2f}{r['peak_rss_mb']:>13.0f}"
-            f"{r['first_any']:>15.2f}{r['first_gen']:>18.2f}"
+            f"{r['first_any']:>15.2f}{r['first_gen']:>18.2f}{r['tail']:>14.2f}"
         )
     ratios = {}
     t = results.get("tokview")

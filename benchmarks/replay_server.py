@@ -42,8 +42,9 @@ class Replayer:
         self.templates: dict[str, bytes] = {}
         self.completion_tokens: dict[str, int] = {}
         self.first: dict[str, float] = {}
-        """Wall-clock time of the first request and the first replayed generation since the last
-        `GET /_bench/first` (which returns and clears them): start-up-to-first-request timing."""
+        """Wall-clock time of the first request, the first replayed generation and the last replayed
+        generation sent, since the last `GET /_bench/first` (which returns and clears them): a
+        client's start-up to its first request, and its tail after the last answer."""
 
     def forward(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, str]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
@@ -139,6 +140,8 @@ class Replayer:
                     + payload
                 )
                 await writer.drain()
+                if "generation" in self.first:
+                    self.first["last"] = time.time()
                 if headers.get("connection", "").lower() == "close":
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):

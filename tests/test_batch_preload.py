@@ -67,3 +67,45 @@ def test_parsing_batch_flags_imports_no_capture_machinery():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_batch_as_its_own_process_ends_without_teardown_yet_keeps_everything(tmp_path):
+    """`tokview batch` ends its process in `cli.exit_without_teardown` (no interpreter teardown): its
+    atexit handlers still run, its piped output arrives whole, its store holds every sample; called
+    in-process (`main(argv)`), the same command returns instead."""
+    import json
+
+    from tokview.cli import main
+    from tokview.sim import SimConfig, start_simulator
+    from tokview.store import Store
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q {i}"}]}) + "\n" for i in range(6)
+        )
+    )
+    marker, freed = tmp_path / "atexit-ran", tmp_path / "freed-at-teardown"
+    script = (
+        "import atexit, sys; from pathlib import Path; "
+        f"atexit.register(lambda: Path({str(marker)!r}).write_text('yes')); "
+        f"Freed = type('Freed', (), {{'__del__': lambda self: Path({str(freed)!r}).write_text('yes')}}); "
+        "kept = Freed(); "  # a module global: the interpreter's teardown would free it
+        "from tokview.cli import main; sys.exit(main())"
+    )
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        common = ["--server", sim.url, "--max-new-tokens", "24", "--workers", "1", "--summary-json"]
+        proc = subprocess.run(
+            [sys.executable, "-c", script, "batch", str(prompts), "--db", str(tmp_path / "a.duckdb"), *common],
+            capture_output=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()[-800:]
+        summary = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        assert summary["ok"] == 6 and summary["balanced"]
+        assert marker.read_text() == "yes" and not freed.exists()  # atexit ran; the teardown did not
+        assert "run " in proc.stderr.decode()  # the summary written to stderr arrived
+        with Store(tmp_path / "a.duckdb") as store:
+            assert store.count_samples() == 6
+        code = main(["batch", str(prompts), "--db", str(tmp_path / "b.duckdb"), *common])
+    assert code == 0  # returned: a caller in the same process goes on

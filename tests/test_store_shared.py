@@ -193,3 +193,50 @@ def test_the_file_stays_open_for_a_burst_then_closes(tmp_path, monkeypatch):
         before = len(opened)
         store.count_samples()
         assert len(opened) == before + 1 and store.is_open  # opened again on the next use
+
+
+def test_landed_parts_are_removed_while_the_file_is_still_held(tmp_path, monkeypatch):
+    """Another ingest (a thread here, or a process that opens the file as soon as it is free) must
+    never list a part that is about to be removed: it would fail reading it (DuckDB: 'No files found')."""
+    import tokview.store.store as store_module
+
+    held: list[bool] = []
+    real_remove = store_module.parts.remove
+
+    def remove(paths):
+        held.append(store._depth > 0 and store.is_open)
+        real_remove(paths)
+
+    monkeypatch.setattr(store_module.parts, "remove", remove)
+    with Store(tmp_path / "s.duckdb", linger=0) as store:
+        store.write_part([record(store, "a")])
+        assert store.ingest() == (1, 0)
+    assert held == [True]
+
+
+def test_two_threads_landing_one_store_while_parts_arrive(tmp_path):
+    import threading
+
+    with Store(tmp_path / "s.duckdb") as store:
+        lines = [record(store, f"s{i}") for i in range(40)]
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def land() -> None:
+            try:
+                while not done.is_set():
+                    store.ingest()
+            except BaseException as exc:  # the race showed as a StoreError from read_json
+                errors.append(exc)
+
+        landers = [threading.Thread(target=land) for _ in range(2)]
+        for t in landers:
+            t.start()
+        for i in range(0, 40, 2):
+            store.write_part(lines[i : i + 2])
+        done.set()
+        for t in landers:
+            t.join()
+        store.ingest()
+        assert errors == []
+        assert store.count_samples() == 40

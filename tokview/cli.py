@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 from tokview.errors import ExitCode, TokviewError, UserError, describe_error, one_line
 
@@ -53,6 +54,11 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command and return its exit code.
+
+    `argv` None means these are the process's own arguments (the `tokview` script, `python -m
+    tokview`). Then a command that sets `exit_without_teardown` (`batch`) ends the process here, once
+    its work is closed and its output written: see `exit_without_teardown`."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args_in = sys.argv[1:] if argv is None else argv
@@ -63,6 +69,34 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return ExitCode.USAGE
+    code = _run_command(args)
+    if argv is None and getattr(args, "exit_without_teardown", False):
+        exit_without_teardown(code)
+    return code
+
+
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process now: atexit handlers run (Ray's shutdown, multiprocessing's reaping, logging's
+    flush) and stdout/stderr are flushed, but the interpreter's teardown, which frees every object one
+    by one, is skipped. After a batch that is the tokenizer's 160k-entry vocabulary, DuckDB and the
+    imported modules: ~50 ms of a 300-sample run's ~1 s, spent after the work is durable. The command
+    has closed its stores and files itself by then (nothing is left to a finalizer)."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():  # what the interpreter waits for before its atexit handlers
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: the reader is gone, nothing to keep
+            pass
+    os._exit(code)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args) or 0)
     except TokviewError as exc:

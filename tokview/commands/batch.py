@@ -96,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, exit_without_teardown=True)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -151,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
         config.validate()  # before the database file is created
     except InputError as exc:
         raise UserError(str(exc)) from None
-    preload.start(config)  # the tokenizer loads while the rest is imported, the servers probed, the store opened
+    # The tokenizer loads while the rest is imported, the servers probed, the store opened. Held here
+    # so that the tokenizer lives as long as this command: the process ends without freeing it (cli.main).
+    loading = preload.start(config)  # noqa: F841
     from tokview.batch import run_batch
     from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter

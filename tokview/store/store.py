@@ -522,7 +522,9 @@ class Store(PartSink):
                 except duckdb.Error:
                     pass
                 raise
-        parts.remove(sample_files + failure_files)
+            # Removed while the file is still held: another ingest (a thread here, or a process that
+            # opens the file the moment it is free) must never list a part that is about to vanish.
+            parts.remove(sample_files + failure_files)
         return new, failed
 
     def merge(self, source: str | Path) -> dict[str, int]:
