@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -240,3 +241,15 @@ def test_two_threads_landing_one_store_while_parts_arrive(tmp_path):
         store.ingest()
         assert errors == []
         assert store.count_samples() == 40
+
+
+def test_a_sample_id_twice_in_the_parts_keeps_its_first_capture(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        first = record(store, "a", question="asked first")
+        later = record(store, "a", question="asked again")
+        later["created_at"] = first["created_at"] + timedelta(seconds=1)
+        store.write_part([later, record(store, "b")])  # the later capture even comes first on disk
+        store.write_part([first])
+        assert store.ingest() == (2, 0)
+        assert store.load_sample("a").capture.messages == make_capture("asked first").messages
+        assert store.count_samples() == 2
