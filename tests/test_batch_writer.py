@@ -1,0 +1,61 @@
+"""The batch's writer thread (`batch/writer.py`): what it lands, and when."""
+
+from __future__ import annotations
+
+import threading
+
+from builders import kimi, make_capture, profile
+
+import tokview.batch.writer as writer_module
+from tokview.batch.worklist import WorkItem
+from tokview.batch.writer import GroupWriter
+from tokview.store import Store
+
+
+def item(n: int) -> WorkItem:
+    return WorkItem(f"s{n}", f"p{n}", None, 0, [{"role": "user", "content": f"q{n}"}])
+
+
+def test_closing_lands_the_written_parts_while_the_last_captures_are_still_analysed(tmp_path, monkeypatch):
+    """At the end of a run the thread still analyses what is queued; the parts it already wrote are
+    landed meanwhile by the closing thread, so the last landing holds only the last part."""
+    release, analysing_last = threading.Event(), threading.Event()
+    real_analyze = writer_module.analyze
+
+    def analyze(capture, prof, tok):
+        if capture.messages[0]["content"] == "q1":  # the last capture: analysis takes until released
+            analysing_last.set()
+            assert release.wait(30)
+        return real_analyze(capture, prof, tok)
+
+    monkeypatch.setattr(writer_module, "analyze", analyze)
+    with Store(tmp_path / "s.duckdb") as store:
+        landed_by: list[str] = []
+        real_ingest = store.ingest
+
+        def ingest():
+            got = real_ingest()
+            if got[0]:
+                landed_by.append(threading.current_thread().name)
+            return got
+
+        store.ingest = ingest  # type: ignore[method-assign]
+        writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01, ingest_s=3600)
+        writer.add_sample(item(0), make_capture("q0"))
+        for _ in range(3000):
+            if writer.ok:  # the first part is on disk
+                break
+            threading.Event().wait(0.01)
+        writer.add_sample(item(1), make_capture("q1"))
+        assert analysing_last.wait(30)
+        closing = threading.Thread(target=writer.close, name="closing")
+        closing.start()
+        for _ in range(3000):
+            if landed_by:
+                break
+            threading.Event().wait(0.01)
+        assert landed_by == ["closing"] and store.count_samples() == 1  # landed before the last analysis ended
+        release.set()
+        closing.join(30)
+        assert store.count_samples() == 2 and writer.ok == 2 and writer.error is None
+        assert landed_by == ["closing", "tokview-writer"]
