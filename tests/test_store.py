@@ -224,3 +224,44 @@ def test_a_version_1_file_migrates_to_2_with_its_data_and_a_failures_index(tmp_p
             ("failures_sample_idx",)
         ]
         assert s.stats()["failures"]["total"] == 1
+
+
+def test_a_new_store_in_one_script_has_the_schema_the_migrations_build_one_by_one(tmp_path):
+    """A new file gets every migration in one transaction (`schema._create`): the same tables, columns,
+    defaults, indexes, sequences and version rows as a version-1 file migrated step by step."""
+    from tokview.store.schema import MIGRATIONS
+
+    stepwise = tmp_path / "steps.duckdb"
+    conn = duckdb.connect(str(stepwise))
+    conn.execute("CREATE TABLE schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, statements in MIGRATIONS:  # each as its own transaction, statement by statement
+        conn.execute("BEGIN TRANSACTION")
+        for sql in statements:
+            conn.execute(sql)
+        conn.execute("INSERT INTO schema_version VALUES (?, ?, now())", [version, name])
+        conn.execute("COMMIT")
+    conn.close()
+    Store(tmp_path / "new.duckdb").close()
+
+    def catalog(path):
+        con = duckdb.connect(str(path), read_only=True)
+        try:
+            return (
+                con.execute(
+                    "SELECT table_name, column_index, column_name, data_type, column_default, is_nullable "
+                    "FROM duckdb_columns() WHERE schema_name = 'main' ORDER BY table_name, column_index"
+                ).fetchall(),
+                con.execute(
+                    "SELECT table_name, index_name, sql FROM duckdb_indexes() ORDER BY table_name, index_name"
+                ).fetchall(),
+                con.execute("SELECT sequence_name, start_value FROM duckdb_sequences() ORDER BY 1").fetchall(),
+                con.execute(
+                    "SELECT table_name, constraint_type, constraint_text FROM duckdb_constraints() ORDER BY 1, 2, 3"
+                ).fetchall(),
+                con.execute("SELECT version, name FROM schema_version ORDER BY version").fetchall(),
+            )
+        finally:
+            con.close()
+
+    assert catalog(tmp_path / "new.duckdb") == catalog(stepwise)
+    assert catalog(stepwise)[4][-1][0] == LATEST_VERSION
