@@ -332,6 +332,14 @@ def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
     """(prompt id, generation turns, conversation digest) of a `fast_row` row without building it, else None.
 
     Its turns are exactly the parsed messages (role and content only), so their digest is the same."""
+    checked = _fast_check(obj)
+    if checked is None:
+        return None
+    return (*checked, hash(orjson.dumps(obj["messages"], option=orjson.OPT_SORT_KEYS)))
+
+
+def _fast_check(obj: Any) -> tuple[str, list[int | None]] | None:
+    """(prompt id, generation turns) of a `fast_row` row, else None: one walk, nothing serialised."""
     if type(obj) is not dict:
         return None
     turns = obj.get("messages")
@@ -356,7 +364,7 @@ def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
         points = _turns(assistants, turns[-1]["role"] == "assistant")
     else:
         points = [None]
-    return rid, points, hash(orjson.dumps(turns, option=orjson.OPT_SORT_KEYS))
+    return rid, points
 
 
 def fast_row(obj: Any, n: int) -> PromptRow | None:
@@ -365,7 +373,7 @@ def fast_row(obj: Any, n: int) -> PromptRow | None:
 
     Only for rows parsed by orjson, which refuses lone surrogates: the one check it leaves out.
     """
-    if _fast_scan(obj) is None:
+    if _fast_check(obj) is None:
         return None
     return PromptRow(obj["id"], [{"role": t["role"], "content": t["content"]} for t in obj["messages"]], n)
 
