@@ -183,10 +183,12 @@ async def _run(
     from tokview.batch.identity import remember_identity
 
     identity = served_identity(pool, tokenizer, profile)
-    remember_identity(config, identity)  # what lets the next resume skip loading the tokenizer
     sample_settings = config.sample_settings(identity)
     loop = asyncio.get_running_loop()
     if planned is None or planned.key != settings_key(sample_settings):
+        # A plan from the resume shortcut's remembered identity that still holds needs no new entry: the
+        # tokenizer files are hashed once per run, not again here.
+        remember_identity(config, identity)  # what lets the next resume skip loading the tokenizer
         await loop.run_in_executor(None, store.ingest)  # parts a killed or concurrent batch left count as stored
         planned = await loop.run_in_executor(None, plan_work, config, sample_settings, store.stored_ids_with, prompts)
     work = planned
