@@ -207,22 +207,15 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
 
 
 def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], first: bool) -> None:
-    """Add one row's slots to the plan (the hot loop of planning: one f-string and one set lookup a slot)."""
-    per_prompt = work.samples_per_prompt
+    """Add one row's slots to the plan (the usual one-slot row is counted inline by `_plan_rows`)."""
     if not first:
-        work.duplicates += len(turns) * per_prompt
+        work.duplicates += len(turns) * work.samples_per_prompt
         return
-    key, stored, shard = work.key, work.stored, work.shard
+    stored = work.stored
     planned = to_do = 0
-    for turn in turns:
-        head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
-        for index in range(per_prompt):
-            sample_id = f"{head}@{key}_gen{index}"
-            if shard is not None and zlib.crc32(sample_id.encode()) % shard[1] != shard[0] - 1:
-                continue
-            planned += 1
-            if sample_id not in stored:
-                to_do += 1
+    for _turn, _index, sample_id in work.sample_ids(prompt_id, turns):
+        planned += 1
+        to_do += sample_id not in stored
     work.planned += planned
     work.resumed += planned - to_do
     if to_do:
