@@ -11,15 +11,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from tokview.core.kimi_layout import KIMI_SPECIAL_TOKENS
+from tokview.core.kimi_layout import KIMI_ID
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
-_KIMI_ID = {name: i for i, name in KIMI_SPECIAL_TOKENS.items()}
-IM_USER, IM_MIDDLE, IM_ASSISTANT = _KIMI_ID["<|im_user|>"], _KIMI_ID["<|im_middle|>"], _KIMI_ID["<|im_assistant|>"]
-THINK_OPEN, THINK_CLOSE, IM_END = _KIMI_ID["<think>"], _KIMI_ID["</think>"], _KIMI_ID["<|im_end|>"]
+IM_USER, IM_MIDDLE, IM_ASSISTANT = KIMI_ID["<|im_user|>"], KIMI_ID["<|im_middle|>"], KIMI_ID["<|im_assistant|>"]
+THINK_OPEN, THINK_CLOSE, IM_END = KIMI_ID["<think>"], KIMI_ID["</think>"], KIMI_ID["<|im_end|>"]
 KIMI_PROMPT_IDS = [
     IM_USER,
     375,  # user
