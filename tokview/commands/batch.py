@@ -114,11 +114,12 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch.config import BatchConfig
     from tokview.batch.inputs import InputError
     from tokview.servers.urls import server_url_notes, validate_server_url
-    from tokview.store.records import scrub_text
 
     try:
         servers = [validate_server_url(url) for url in args.server]
     except ValueError as exc:
+        from tokview.store.records import scrub_text
+
         raise UserError(scrub_text(str(exc))) from None
     for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
         print(f"tokview: note: {note}", file=sys.stderr)
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch.progress import ProgressPrinter
     from tokview.servers import ServerUnreachable
     from tokview.store import Store, StoreError
+    from tokview.store.records import scrub_text
 
     printer = ProgressPrinter(sys.stderr)
     opened: list[Store] = []
