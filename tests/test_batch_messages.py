@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tokview.cli import describe_error, main
+from tokview.cli import main
+from tokview.errors import describe_error
 from tokview.sim import SimConfig, start_simulator
 
 

@@ -15,9 +15,9 @@ import sys
 import traceback
 from typing import NoReturn
 
-from tokview.errors import ExitCode, TokviewError, UserError, describe_error, one_line
+from tokview.errors import ExitCode, TokviewError, one_line
 
-__all__ = ["COMMANDS", "UserError", "build_parser", "describe_error", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 # Order is the order shown in --help.
 COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "merge", "score")
