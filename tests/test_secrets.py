@@ -270,3 +270,52 @@ async def test_url_credentials_and_api_key_say_which_is_sent(monkeypatch, json_s
     assert report.render_text().count("TOKVIEW_API_KEY are both set") == 1
     monkeypatch.delenv("TOKVIEW_API_KEY")
     assert not [n for n in server_url_notes(authed) if "TOKVIEW_API_KEY" in n]
+
+
+def _walked(value: Any, secrets: list[str]) -> str:
+    """The reference: every payload walked by `scrub_payload`, then dumped."""
+    import orjson
+
+    from tokview.store.records import scrub_payload
+
+    return orjson.dumps(scrub_payload(value, secrets), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"choices": [{"token_ids": list(range(2000)), "text": "plain words"}], "usage": {"completion_tokens": 2000}},
+        {"request": {"Authorization": "Bearer sk-live-1234", "body": [1, 2, 3]}},
+        {"meta": {"API_\u212aEY": "x"}},  # the Kelvin sign lowers to "k": still a secret-named key
+        {"server_url": "http://user:pass@host:8000/v1", "ids": [5, 6]},
+        {"text": "mail me at a@b.c"},
+        {"text": "the key sk-live-1234 leaked into the answer"},
+        {"text": 'quoted "sk-live-1234" in prose', "n": 1},
+        {"ids": [1234567, 7], "text": "digits only"},
+        {"nested": [{"k": ("tuple", 1)}, {2: "int key"}]},
+        {"text": "a\nb\tc", "ids": []},
+    ],
+)
+@pytest.mark.parametrize("secrets", [[], ["sk-live-1234"], ["1234567"], ['we"ird'], ["ctl\x01secret"]])
+def test_to_json_equals_the_walk_whether_or_not_it_skips_it(payload, secrets):
+    """`to_json` skips the walk when the dumped JSON shows nothing to mask: its text must equal the walk's."""
+    from tokview.store.records import to_json
+
+    assert to_json(payload, secrets) == _walked(payload, secrets)
+
+
+def test_to_json_skips_the_walk_only_when_nothing_could_be_masked(monkeypatch):
+    """The shortcut is taken for a plain body and never for one with a secret, a secret key or userinfo."""
+    from tokview.store import records
+
+    walked: list[Any] = []
+    real = records.scrub_payload
+    monkeypatch.setattr(records, "scrub_payload", lambda v, s, key=None: walked.append(v) or real(v, s, key))
+    plain = {"choices": [{"token_ids": [1, 2, 3], "text": "hello"}]}
+    assert records.to_json(plain, ["sk-live-1234"]) == '{"choices":[{"token_ids":[1,2,3],"text":"hello"}]}'
+    assert walked == []
+    for risky in ({"x": "sk-live-1234"}, {"Api-Key": "v"}, {"url": "http://u:p@h/"}):
+        walked.clear()
+        assert "sk-live-1234" not in records.to_json(risky, ["sk-live-1234"])
+        assert walked, risky
+    assert records.to_json({"Api-Key": "v"}, []) == '{"Api-Key":"[redacted]"}'

@@ -187,14 +187,38 @@ def scrub_optional(text: str | None) -> str | None:
 
 
 def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
-    """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only)."""
+    """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only).
+
+    A body whose JSON holds nothing `scrub_payload` could mask is returned as dumped: walking a
+    2,000-id response to find nothing cost ~50 µs a sample, more than dumping it (~6 µs)."""
     if value is None:
         return None
-    clean = scrub_payload(value, known_secrets() if secrets is None else secrets)
+    secrets = known_secrets() if secrets is None else secrets
     try:  # orjson: ~10x faster on the id arrays every body carries; same JSON, no spaces
-        return orjson.dumps(clean, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        text = orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, lone surrogates: the stdlib copes
-        return json.dumps(clean, ensure_ascii=False, default=str)
+        return json.dumps(scrub_payload(value, secrets), ensure_ascii=False, default=str)
+    if _nothing_to_mask(text, secrets):
+        return text
+    return orjson.dumps(scrub_payload(value, secrets), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _nothing_to_mask(text: str, secrets: list[str]) -> bool:
+    """True when `scrub_payload` would leave the payload dumped as `text` unchanged.
+
+    It changes only a key named like a secret (its name would be in the lowered text), a URL with
+    userinfo (an "@" in the text) and a secret's exact value inside a string (the value itself would
+    be in the text, unless it holds a character JSON escapes: those always take the walk). A hit
+    here that the walk would not mask (a secret's digits inside an id array) only costs the walk."""
+    if "@" in text or any(secret in text or _json_escaped(secret) for secret in secrets):
+        return False
+    lowered = text.lower()
+    return not any(key in lowered for key in SECRET_KEYS)
+
+
+def _json_escaped(value: str) -> bool:
+    """True when JSON writes `value` otherwise than as its own characters (quote, backslash, control)."""
+    return '"' in value or "\\" in value or any(ord(ch) < 0x20 for ch in value)
 
 
 def metadata_json(value: Any) -> str | None:
