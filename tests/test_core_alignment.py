@@ -95,3 +95,20 @@ def test_a_long_answer_in_two_fields_matches_the_walk(kimi_tok):
     split = align(pieces, [reasoning[:100], reasoning[100:] + content], special)
     first_of_second = next(i for i, f in enumerate(split.fields) if f == 1)
     assert len(b"".join(pieces[:first_of_second])) >= 100 > len(b"".join(pieces[: first_of_second - 1]))
+
+
+def test_positions_lists_every_index_of_a_status_in_order():
+    """`Alignment.positions` scans with `tuple.index`; it must name exactly the indexes a plain scan does."""
+    import random
+
+    from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
+
+    rng = random.Random(7)
+    for n in (0, 1, 5, 300):
+        statuses = tuple(rng.choice((KEPT, KEPT, KEPT, PARTIAL, HIDDEN, DRIFT)) for _ in range(n))
+        # statuses read back from a store are equal strings, not the same objects
+        copied = tuple("".join(list(s)) for s in statuses)
+        for status in (KEPT, PARTIAL, HIDDEN, DRIFT):
+            expected = [i for i, s in enumerate(statuses) if s == status]
+            assert Alignment(statuses, "").positions(status) == expected
+            assert Alignment(copied, "").positions(status) == expected

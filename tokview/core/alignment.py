@@ -32,7 +32,16 @@ class Alignment:
     """Per id: the index (into the `texts` given to `align`) of the field its text landed in; None if hidden."""
 
     def positions(self, status: str) -> list[int]:
-        return [i for i, s in enumerate(self.statuses) if s == status]
+        """Every index with this status, found with `tuple.index` (statuses are a few interned strings,
+        so each comparison is an identity check in C): a rare status costs no Python step per id."""
+        found: list[int] = []
+        at = -1
+        try:
+            while True:
+                at = self.statuses.index(status, at + 1)
+                found.append(at)
+        except ValueError:
+            return found
 
 
 def _common_prefix(a: bytes, b: bytes, start: int) -> int:
