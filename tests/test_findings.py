@@ -523,3 +523,39 @@ def test_the_readme_table_lists_every_code_with_its_severity():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (info|warn|error)\b", readme, flags=re.MULTILINE))
     assert rows == {code: declared.severity for code, declared in RULES.items()}
+
+
+@pytest.mark.parametrize("family", ["kimi", "qwen"])  # Qwen3's delimiters are added ids, not special ones
+def test_literal_think_text_sees_a_spelled_marker_wherever_the_reference_buffer_does(family, request, make_capture):
+    """`literal_think_text` finds markers run by run between the ids that spell no text; the reference is
+    one buffer of every piece with those ids as b"\\0". Random mixes of marker fragments, specials and
+    delimiters, across the prompt/output boundary too, must be judged the same way."""
+    import random
+    from dataclasses import replace
+
+    from tokview.core.findings import RULES
+
+    tok, p = request.getfixturevalue(f"{family}_tok"), request.getfixturevalue(f"{family}_profile")
+    spelled = [[i for ch in text for i in tok.encode(ch)] for text in ("<think>", "</think>", "<thi", "nk>")]
+    fragments = [tok.encode(t) for t in ("<", "think", ">", "</", "th", "ink", "hello", "a b c")] + spelled
+    specials = [p.think_open_id, p.think_close_id, p.stop_ids[0]]
+    rng = random.Random(11)
+
+    def ids(k: int) -> list[int]:
+        out: list[int] = []
+        for _ in range(k):
+            out += [rng.choice(specials)] if rng.random() < 0.2 else rng.choice(fragments)
+        return out
+
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        prompt, output = ids(rng.randrange(0, 6)), ids(rng.randrange(1, 8))
+        hidden = p.delimiter_ids
+        buf = b"".join(b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in [*prompt, *output])
+        expected = any(m.encode() in buf for m in (p.think_open, p.think_close))
+        capture = replace(make_capture(), prompt_ids=prompt, output_ids=output, messages=None, usage={})
+        found = any(f.code == "literal_think_text" for f in analyze(capture, p, tok).findings)
+        assert found == expected, (prompt, output)
+        seen[expected] += 1
+    assert seen[True] > 10 and seen[False] > 10  # both outcomes were exercised
+    assert "literal_think_text" in RULES

@@ -20,7 +20,7 @@ from operator import or_
 
 from tokview.core import segments as seg
 from tokview.core.alignment import HIDDEN
-from tokview.core.finding_context import Context, first_difference
+from tokview.core.finding_context import Context, OutputPieces, first_difference
 from tokview.core.record import Capture
 
 INFO, WARN, ERROR = "info", "warn", "error"
@@ -467,6 +467,9 @@ def literal_think_text(ctx: Context) -> Hit | None:
     tok, out = ctx.tokenizer, ctx.pieces
     if tok is None or out is None:
         return None
+    wanted = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m]
+    if not wanted or not _spelled_anywhere(ctx, out, wanted):
+        return None  # the common case: no need to map bytes back to ids
     hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
     pieces = [b"\x00" if t in hidden or tok.is_special(t) else tok.piece_bytes(t) for t in ctx.capture.prompt_ids]
     output = list(out.piece_bytes)
@@ -474,9 +477,7 @@ def literal_think_text(ctx: Context) -> Hit | None:
         output[i] = b"\x00"
     pieces += output
     buf = b"".join(pieces)
-    markers = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m and m.encode() in buf]
-    if not markers:
-        return None  # the common case: no need to map bytes back to ids
+    markers = [m for m in wanted if m in buf]
     owner = [pos for pos, piece in enumerate(pieces) for _ in range(len(piece))]
     hits: list[int] = []
     for needle in markers:
@@ -493,6 +494,30 @@ def literal_think_text(ctx: Context) -> Hit | None:
         # Only in the prompt: the user's own words, or a history re-rendered as text. Worth a look, not fatal.
         return Hit.at(detail + ": only in the prompt (a user's words, or history rendered as text).", hits, WARN)
     return Hit.at(detail + ": the output was re-tokenized from text or written in by hand.", hits)
+
+
+def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> bool:
+    """True when a marker is in the bytes of some run of prompt + output ids between two ids that spell
+    no text (special ids, the delimiters): what `literal_think_text` looks for, decided without
+    building its per-id buffer. The cuts are few, so each run is one `join` and the scan stays in C."""
+    tok, prompt = ctx.tokenizer, ctx.capture.prompt_ids
+    assert tok is not None
+    n = ctx.n_prompt
+    cuts = set(seg.positions_of(tok.special_flags(prompt), True))  # `index` finds the True singleton by identity
+    cuts.update(n + i for i in seg.positions_of(out.special, True))
+    for delimiter in ctx.profile.delimiter_ids:
+        cuts.update(seg.positions_of(prompt, delimiter))
+    # the delimiters are the opener and closer, whose output positions the context already found
+    cuts.update(n + i for i in (*ctx.out_openers, *ctx.out_closers))
+    pieces = [*tok.pieces_bytes(prompt), *out.piece_bytes]
+    start = 0
+    for cut in [*sorted(cuts), len(pieces)]:
+        if cut > start:
+            run = b"".join(pieces[start:cut])
+            if any(m in run for m in markers):
+                return True
+        start = cut + 1
+    return False
 
 
 @rule(
