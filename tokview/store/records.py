@@ -35,6 +35,7 @@ MIN_SECRET_LEN = 3
 """Shorter user names/passwords are not masked as bare values (they would mask ordinary words)."""
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
 class _Letters(dict):
@@ -218,7 +219,7 @@ def _nothing_to_mask(text: str, secrets: list[str]) -> bool:
 
 def _json_escaped(value: str) -> bool:
     """True when JSON writes `value` otherwise than as its own characters (quote, backslash, control)."""
-    return '"' in value or "\\" in value or any(ord(ch) < 0x20 for ch in value)
+    return _JSON_ESCAPED.search(value) is not None
 
 
 def metadata_json(value: Any) -> str | None:
