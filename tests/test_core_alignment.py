@@ -112,3 +112,13 @@ def test_positions_lists_every_index_of_a_status_in_order():
             expected = [i for i, s in enumerate(statuses) if s == status]
             assert Alignment(statuses, "").positions(status) == expected
             assert Alignment(copied, "").positions(status) == expected
+
+
+def test_runs_are_cut_at_every_special_flag_whatever_sequence_holds_the_flags():
+    """`align` finds the special ids with `list.index(True)` on a list and `compress` otherwise: same result."""
+    pieces = [b"a", b"<s>", b"b", b"c", b"<e>", b"d"]
+    flags = [False, True, False, False, True, False]
+    for given in (flags, tuple(flags)):
+        result = align(pieces, ["a", "bc", "d"], given)
+        assert result.statuses == (KEPT, HIDDEN, KEPT, KEPT, HIDDEN, KEPT)
+        assert result.fields == (0, None, 1, 1, None, 2)

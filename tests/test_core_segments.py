@@ -72,6 +72,11 @@ def test_kinds_and_runs_found_in_bulk_match_the_id_by_id_rule(prompt, output, pr
     expected = _kinds_id_by_id(prompt, output, profile)
     kinds = seg.token_kinds(prompt, tuple(output) if as_tuple else output, profile)
     assert kinds == expected
+    # analyze finds the delimiters once and hands them over: the kinds must not change
+    found = seg.delimiter_positions(output, profile)
+    assert seg.token_kinds(prompt, output, profile, found) == expected
+    assert found.openers == tuple(i for i, t in enumerate(output) if t == profile.think_open_id)
+    assert found.closers == tuple(i for i, t in enumerate(output) if t == profile.think_close_id)
     runs = [(s.kind, s.start, s.end) for s in seg.segments_from_kinds(tuple(kinds), len(prompt))]
     assert runs == _runs_id_by_id(expected, len(prompt))
 

@@ -475,6 +475,9 @@ def test_first_difference():
     assert first_difference([1, 2, 3], (1, 5, 3)) == 1
     assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([1, 2, 3], [1]) == 1
     assert first_difference([], []) is None and first_difference([], [7]) == 0
+    # equal lists are told by `==`; a tuple against a list takes the walk and still finds them equal
+    assert first_difference([5] * 3000, [5] * 3000) is None and first_difference((5, 6), [5, 6]) is None
+    assert first_difference([5] * 3000, [5] * 2999 + [6]) == 2999
 
 
 # -- the registry: one declaration per code ------------------------------------------------------

@@ -128,7 +128,8 @@ def align(
             walk.step(index)
         return walk.result()
     run_start = 0
-    for stop in [*compress(range(n), special), n]:  # each run of non-special ids, then the special id ending it
+    # each run of non-special ids, then the special id ending it (`index` finds the True singleton by identity)
+    for stop in [*_true_positions(special), n]:
         if stop - run_start > 1 and target.startswith(b"".join(pieces[run_start:stop]), walk.cursor):
             walk.cursor = _keep_run(pieces, run_start, stop, walk.cursor, encoded, starts, walk.statuses, walk.fields)
         else:  # this run drifts or trims: id by id
@@ -138,6 +139,20 @@ def align(
             walk.step(stop)
         run_start = stop + 1
     return walk.result()
+
+
+def _true_positions(flags: Sequence[bool]) -> list[int]:
+    """Indexes of the true flags (bools, as `special_flags` gives them), in order, found by `list.index` in C."""
+    if not isinstance(flags, list):
+        return list(compress(range(len(flags)), flags))
+    found: list[int] = []
+    at = -1
+    try:
+        while True:
+            at = flags.index(True, at + 1)
+            found.append(at)
+    except ValueError:
+        return found
 
 
 class _Walk:

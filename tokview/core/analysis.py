@@ -69,7 +69,8 @@ def analyze(
     """
     profile = with_tokenizer_stops(profile, tokenizer)
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
-    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile))
+    delimiters = seg.delimiter_positions(capture.output_ids, profile)
+    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters))
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt))
     # One pass over the output's pieces serves the alignment and the checks that read bytes.
     pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
@@ -88,6 +89,7 @@ def analyze(
         alignment=alignment,
         aligned_segments=aligned_segments,
         output_pieces=pieces,
+        delimiters=delimiters,
     )
     return Analysis(
         segments=segments,

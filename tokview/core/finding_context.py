@@ -32,7 +32,10 @@ _BLANK_PROBE = 64
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """The first index where two id sequences differ, the shorter length when one is a prefix of the
-    other, None when they are equal. Walks both in C (`map`/`compress`) and stops at the difference."""
+    other, None when they are equal. Walks both in C (`map`/`compress`) and stops at the difference;
+    two equal lists (the common case: a drift check that finds none) are told by `==` alone, faster still."""
+    if type(a) is list and type(b) is list and a == b:
+        return None
     first = next(compress(count(), map(ne, a, b)), None)
     if first is None and len(a) != len(b):
         return min(len(a), len(b))
@@ -67,6 +70,8 @@ class Context:
     """Segments of prompt_ids + aligned_output_ids; None when they are `segments` (no divergent dual capture)."""
     output_pieces: OutputPieces | None = None
     """The output ids' pieces, when `analyze` made them for the alignment (else made on first use)."""
+    delimiters: seg.DelimiterPositions | None = None
+    """Where the output holds the opener and closer, when `analyze` found them for the kinds (else found on first use)."""
 
     # -- what analyze gave, in the checks' words -------------------------------------------------
     @property
@@ -98,12 +103,16 @@ class Context:
     @cached_property
     def out_closers(self) -> tuple[int, ...]:
         """Output positions of the closer id."""
-        return tuple(seg.positions_of(self.output, self.profile.think_close_id))
+        return self._delimiters.closers
 
     @cached_property
     def out_openers(self) -> tuple[int, ...]:
         """Output positions of the opener id."""
-        return tuple(seg.positions_of(self.output, self.profile.think_open_id))
+        return self._delimiters.openers
+
+    @cached_property
+    def _delimiters(self) -> seg.DelimiterPositions:
+        return self.delimiters or seg.delimiter_positions(self.output, self.profile)
 
     @cached_property
     def prefilled_opener(self) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
+from typing import NamedTuple
 
 from tokview.core.profiles import ModelProfile
 
@@ -56,18 +57,41 @@ def prefilled_opener_position(prompt_ids: Sequence[int], profile: ModelProfile) 
     return None
 
 
-def token_kinds(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile) -> list[str]:
+class DelimiterPositions(NamedTuple):
+    """Output positions of the opener id and of the closer id (each found once per capture: the kinds
+    and the finding checks both read them)."""
+
+    openers: tuple[int, ...]
+    closers: tuple[int, ...]
+
+
+def delimiter_positions(output_ids: Sequence[int], profile: ModelProfile) -> DelimiterPositions:
+    output = output_ids if isinstance(output_ids, list) else list(output_ids)
+    return DelimiterPositions(
+        tuple(positions_of(output, profile.think_open_id)), tuple(positions_of(output, profile.think_close_id))
+    )
+
+
+def token_kinds(
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    profile: ModelProfile,
+    delimiters: DelimiterPositions | None = None,
+) -> list[str]:
     """The segment kind of every id in prompt_ids + output_ids.
 
     Kinds change only at a think delimiter and at a final stop id, so the delimiters are found with
-    `list.index` and the runs between them filled whole: no Python step per id."""
+    `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them
+    filled whole: no Python step per id."""
     kinds = [PROMPT] * len(prompt_ids)
     prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
         kinds[prefill] = PREFILLED_OPENER
     output = output_ids if isinstance(output_ids, list) else list(output_ids)
-    marks = dict.fromkeys(positions_of(output, profile.think_close_id), CLOSER)
-    marks.update(dict.fromkeys(positions_of(output, profile.think_open_id), OPENER))  # the opener wins a tie
+    if delimiters is None:
+        delimiters = delimiter_positions(output, profile)
+    marks = dict.fromkeys(delimiters.closers, CLOSER)
+    marks.update(dict.fromkeys(delimiters.openers, OPENER))  # the opener wins a tie
     in_reasoning = prefill is not None
     done = 0
     for pos, kind in sorted(marks.items()):
