@@ -59,3 +59,26 @@ def test_closing_lands_the_written_parts_while_the_last_captures_are_still_analy
         closing.join(30)
         assert store.count_samples() == 2 and writer.ok == 2 and writer.error is None
         assert landed_by == ["closing", "tokview-writer"]
+
+
+def test_an_id_outside_the_32_bit_range_fails_its_sample_and_the_rest_land(tmp_path):
+    """DuckDB keeps ids as INTEGER: one id it cannot hold is that sample's failure, named; the largest id
+    it can hold, and the other samples, are stored. (A negative id already fails the tokenizer.)"""
+    from dataclasses import replace
+
+    base = make_capture("q")
+    too_big = replace(base, output_ids=[*base.output_ids[:-1], 2**31, base.output_ids[-1]])
+    too_big_prompt = replace(base, prompt_ids=[2**32 - 1, *base.prompt_ids])
+    largest = replace(base, output_ids=[*base.output_ids[:-1], 2**31 - 1, base.output_ids[-1]])
+    with Store(tmp_path / "s.duckdb") as store:
+        writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01)
+        for n, capture in enumerate((too_big, largest, too_big_prompt, base)):
+            writer.add_sample(item(n), capture)
+        writer.close()
+        assert (writer.ok, writer.failed) == (2, 2), writer.reasons
+        reasons = sorted(writer.reasons)
+        assert reasons == [
+            "unexpected error: ValueError: output_ids hold an id outside the 32-bit range DuckDB stores",
+            "unexpected error: ValueError: prompt_ids hold an id outside the 32-bit range DuckDB stores",
+        ]
+        assert store.count_samples() == 2

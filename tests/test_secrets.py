@@ -319,3 +319,9 @@ def test_to_json_skips_the_walk_only_when_nothing_could_be_masked(monkeypatch):
         assert "sk-live-1234" not in records.to_json(risky, ["sk-live-1234"])
         assert walked, risky
     assert records.to_json({"Api-Key": "v"}, []) == '{"Api-Key":"[redacted]"}'
+
+
+def test_every_secret_key_name_holds_a_hint_the_shortcut_looks_for():
+    from tokview.store.records import _SECRET_KEY_HINTS, SECRET_KEYS
+
+    assert all(any(hint in key for hint in _SECRET_KEY_HINTS) for key in SECRET_KEYS)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,6 @@ from tokview.store import StoreError
 from tokview.store.parts import dumps_lines
 from tokview.store.records import scrub_text
 
-INT32_MAX = 2**31 - 1
 _STOP = object()
 
 
@@ -189,11 +189,21 @@ class GroupWriter:
 
 
 def _check_ids(capture: Any) -> None:
-    """DuckDB keeps ids as INTEGER: an id it cannot hold fails this sample, not the whole part."""
+    """DuckDB keeps ids as INTEGER: an id it cannot hold fails this sample, not the whole part.
+
+    Packing the ids into a 32-bit `array` is the range check, in one C pass (half of `min` + `max`)."""
     for name in ("prompt_ids", "output_ids", "parsed_output_ids"):
         ids = getattr(capture, name)
-        if ids and (min(ids) < -INT32_MAX - 1 or max(ids) > INT32_MAX):
-            raise ValueError(f"{name} hold an id outside the 32-bit range DuckDB stores")
+        if not ids:
+            continue
+        try:
+            array(_INT32, ids)
+        except OverflowError:
+            raise ValueError(f"{name} hold an id outside the 32-bit range DuckDB stores") from None
+
+
+_INT32 = next(code for code in "ilq" if array(code).itemsize == 4)
+"""The array type code of a 32-bit signed integer on this platform ("i" wherever CPython runs today)."""
 
 
 def failure_reason(exc: BaseException) -> str:
