@@ -22,11 +22,11 @@ def test_closing_lands_the_written_parts_while_the_last_captures_are_still_analy
     release, analysing_last = threading.Event(), threading.Event()
     real_analyze = writer_module.analyze
 
-    def analyze(capture, prof, tok):
+    def analyze(capture, prof, tok, **kw):
         if capture.messages[0]["content"] == "q1":  # the last capture: analysis takes until released
             analysing_last.set()
             assert release.wait(30)
-        return real_analyze(capture, prof, tok)
+        return real_analyze(capture, prof, tok, **kw)
 
     monkeypatch.setattr(writer_module, "analyze", analyze)
     with Store(tmp_path / "s.duckdb") as store:
@@ -82,3 +82,45 @@ def test_an_id_outside_the_32_bit_range_fails_its_sample_and_the_rest_land(tmp_p
             "unexpected error: ValueError: prompt_ids hold an id outside the 32-bit range DuckDB stores",
         ]
         assert store.count_samples() == 2
+
+
+def test_the_drift_reencode_runs_ahead_on_its_own_thread_and_the_store_gets_the_same_findings(tmp_path, monkeypatch):
+    """Each capture's encode(decode(output)) starts on the `tokview-reencode` thread when it is handed
+    over; the analysis takes that result, and what is stored equals an analysis that computed it itself.
+    A re-encode that fails is computed again by the analysis; closing the writer ends the thread."""
+    from dataclasses import replace
+
+    from tokview.core import finding_context
+    from tokview.core.analysis import analyze
+
+    tok, prof = kimi(), profile()
+    calls: list[str] = []
+    threads: set[threading.Thread] = set()
+    real = finding_context.reencode_output
+
+    def reencode(tokenizer, ids):
+        calls.append(threading.current_thread().name)
+        threads.add(threading.current_thread())
+        if ids and ids[0] == 1000 and threading.current_thread().name == "tokview-reencode":
+            raise RuntimeError("boom")  # a re-encode that fails on its thread: the analysis retries it
+        return real(tokenizer, ids)
+
+    monkeypatch.setattr(writer_module, "reencode_output", reencode)
+    monkeypatch.setattr(finding_context, "reencode_output", reencode)
+    base = make_capture("q")
+    drifting = replace(base, output_ids=[1000, *base.output_ids])  # re-encodes to other ids than were served
+    captures = [base, drifting, make_capture("another question")]
+    with Store(tmp_path / "s.duckdb") as store:
+        writer = GroupWriter(store, profile=prof, tokenizer=tok, run_id="r", group_s=0.01)
+        for n, capture in enumerate(captures):
+            writer.add_sample(item(n), capture)
+        writer.close()
+        assert (writer.ok, writer.failed) == (3, 0)
+        for n, capture in enumerate(captures):
+            stored = store.query("SELECT codes FROM samples WHERE sample_id = ?", [f"s{n}"])[0][0]
+            assert list(stored) == analyze(capture, prof, tok).codes
+    assert calls.count("tokview-reencode") == 3  # one per capture, on its own thread
+    assert calls.count("tokview-writer") == 1  # only the failed one again, by the analysis
+    (ahead,) = [t for t in threads if t.name == "tokview-reencode"]
+    ahead.join(10)
+    assert not ahead.is_alive()

@@ -562,3 +562,22 @@ def test_literal_think_text_sees_a_spelled_marker_wherever_the_reference_buffer_
         seen[expected] += 1
     assert seen[True] > 10 and seen[False] > 10  # both outcomes were exercised
     assert "literal_think_text" in RULES
+
+
+def test_a_reencode_made_ahead_is_what_the_drift_check_compares(kimi_tok, kimi_profile, make_capture):
+    """`analyze(..., reencoded=...)` (the batch writer computes it on another thread) stands in for
+    encode(decode(output)): the same ids find no drift, other ids find it where they differ."""
+    from tokview.core.finding_context import reencode_output
+
+    capture = make_capture()
+    again = reencode_output(kimi_tok, capture.output_ids)
+    assert again == kimi_tok.encode(kimi_tok.decode(capture.output_ids))
+
+    def drift(**kw: object) -> list[str]:
+        found = analyze(capture, kimi_profile, kimi_tok, **kw).findings
+        return [f.detail for f in found if f.code == "retokenize_drift"]
+
+    assert drift() == drift(reencoded=again) == []
+    other = [*again[:3], again[3] + 1, *again[4:]]
+    (detail,) = drift(reencoded=other)
+    assert "from output[3]" in detail

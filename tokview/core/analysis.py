@@ -6,6 +6,7 @@ sample is judged the same way wherever it is looked at.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,10 +63,14 @@ def analyze(
     profile: ModelProfile,
     tokenizer: TokenizerAdapter | None = None,
     severities: dict[str, str] | None = None,
+    *,
+    reencoded: Sequence[int] | None = None,
 ) -> Analysis:
     """Derive segments, loss mask, alignment and findings from the ids (and the text fields).
 
     A profile that names no stop ids (`plain` read back by name from a store) takes the tokenizer's.
+    `reencoded`: `finding_context.reencode_output(tokenizer, capture.output_ids)` when the caller
+    computed it ahead (the batch writer does, on another thread); else the drift check computes it.
     """
     profile = with_tokenizer_stops(profile, tokenizer)
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
@@ -90,6 +95,7 @@ def analyze(
         aligned_segments=aligned_segments,
         output_pieces=pieces,
         delimiters=delimiters,
+        reencoded=reencoded,
     )
     return Analysis(
         segments=segments,

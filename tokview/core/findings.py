@@ -528,7 +528,8 @@ def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> 
 def retokenize_drift(ctx: Context) -> Hit | None:
     if ctx.tokenizer is None or not ctx.output:
         return None
-    again = ctx.tokenizer.encode(ctx.tokenizer.decode(ctx.output))
+    again = ctx.reencoded_output
+    assert again is not None  # there is a tokenizer
     first = first_difference(again, ctx.output)
     if first is None:
         return None
