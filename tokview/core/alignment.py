@@ -73,19 +73,26 @@ def _keep_run(
     start: int,
     end: int,
     cursor: int,
+    size: int,
     encoded: list[tuple[int, bytes]],
     starts: list[int],
     statuses: list[str],
     fields: list[int | None],
 ) -> int:
-    """Mark pieces[start:end] kept (the text holds them verbatim from `cursor`); returns the new cursor.
+    """Mark pieces[start:end] kept (the text holds them verbatim from `cursor`, `size` bytes in all);
+    returns the new cursor.
 
-    Each id's field is the text field its first byte falls in. Pieces are measured once, and the
-    fields are filled a stretch at a time between field boundaries (one or two per answer), so a
-    2,000-id run costs a few list operations rather than a Python step per id."""
+    Each id's field is the text field its first byte falls in. When every id has bytes and no field
+    boundary falls inside the run (the common case), they all share the field of `cursor`. Otherwise
+    pieces are measured once and the fields filled a stretch at a time between field boundaries (one
+    or two per answer): either way a 2,000-id run costs a few list operations, not a Python step per id."""
     run = pieces[start:end]
-    lengths = list(map(len, run))
     statuses.extend([KEPT] * len(run))
+    k = bisect_right(starts, cursor) - 1
+    if all(run) and (k + 1 == len(starts) or starts[k + 1] >= cursor + size):  # `all`: no empty piece, in C
+        fields.extend([encoded[k][0]] * len(run))
+        return cursor + size
+    lengths = list(map(len, run))
     if 0 in lengths:  # an id with no bytes has no field: the plain walk
         k = bisect_right(starts, cursor) - 1 if encoded else -1
         for n in lengths:
@@ -130,8 +137,10 @@ def align(
     run_start = 0
     # each run of non-special ids, then the special id ending it (`index` finds the True singleton by identity)
     for stop in [*_true_positions(special), n]:
-        if stop - run_start > 1 and target.startswith(b"".join(pieces[run_start:stop]), walk.cursor):
-            walk.cursor = _keep_run(pieces, run_start, stop, walk.cursor, encoded, starts, walk.statuses, walk.fields)
+        if stop - run_start > 1 and target.startswith(joined := b"".join(pieces[run_start:stop]), walk.cursor):
+            walk.cursor = _keep_run(
+                pieces, run_start, stop, walk.cursor, len(joined), encoded, starts, walk.statuses, walk.fields
+            )
         else:  # this run drifts or trims: id by id
             for index in range(run_start, stop):
                 walk.step(index)
