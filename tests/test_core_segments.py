@@ -79,6 +79,10 @@ def test_kinds_and_runs_found_in_bulk_match_the_id_by_id_rule(prompt, output, pr
     assert found.closers == tuple(i for i, t in enumerate(output) if t == profile.think_close_id)
     runs = [(s.kind, s.start, s.end) for s in seg.segments_from_kinds(tuple(kinds), len(prompt))]
     assert runs == _runs_id_by_id(expected, len(prompt))
+    # read off the few positions where a run may start (what analyze does): the same runs
+    starts = seg.run_starts(prompt, len(output), profile, found)
+    at_starts = [(s.kind, s.start, s.end) for s in seg.segments_from_kinds(tuple(kinds), len(prompt), starts)]
+    assert at_starts == runs
 
 
 @settings(max_examples=300, deadline=None)

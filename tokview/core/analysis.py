@@ -76,7 +76,8 @@ def analyze(
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
     delimiters = seg.delimiter_positions(capture.output_ids, profile)
     kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters))
-    segments = tuple(seg.segments_from_kinds(kinds, n_prompt))
+    starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters)
+    segments = tuple(seg.segments_from_kinds(kinds, n_prompt, starts))
     # One pass over the output's pieces serves the alignment and the checks that read bytes.
     pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
     alignment = None

@@ -124,15 +124,51 @@ def segment(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: Model
     return segments_from_kinds(token_kinds(prompt_ids, output_ids, profile), len(prompt_ids))
 
 
-def segments_from_kinds(kinds: Sequence[str], n_prompt: int) -> list[Segment]:
-    """Consecutive runs of one kind (`itertools.groupby` finds them in C); none straddles the prompt/output
-    boundary."""
+def run_starts(
+    prompt_ids: Sequence[int], output_len: int, profile: ModelProfile, delimiters: DelimiterPositions
+) -> list[int]:
+    """Every position where `token_kinds` may start a new run (and some where it does not): the
+    prompt's pre-filled opener and the id after it, each output delimiter and the id after it, the
+    output's first and last ids. `segments_from_kinds` looks only there instead of at every id."""
+    n = len(prompt_ids)
+    starts = {0, n, n + output_len - 1}
+    prefill = prefilled_opener_position(prompt_ids, profile)
+    if prefill is not None:
+        starts.update((prefill, prefill + 1))
+    for pos in (*delimiters.openers, *delimiters.closers):
+        starts.update((n + pos, n + pos + 1))
+    return sorted(starts)
+
+
+def segments_from_kinds(kinds: Sequence[str], n_prompt: int, starts: Sequence[int] | None = None) -> list[Segment]:
+    """Consecutive runs of one kind; none straddles the prompt/output boundary.
+
+    `starts`: sorted positions that include every position where a run begins (`run_starts`); the
+    runs are then read off those few positions. Without them `itertools.groupby` finds the runs in C."""
+    if starts is not None:
+        return _segments_at(kinds, n_prompt, starts)
     segments: list[Segment] = []
     for start, part in ((0, kinds[:n_prompt]), (n_prompt, kinds[n_prompt:])):
         for kind, run in groupby(part):
             end = start + len(list(run))
             segments.append(Segment(kind, start, end))
             start = end
+    return segments
+
+
+def _segments_at(kinds: Sequence[str], n_prompt: int, starts: Sequence[int]) -> list[Segment]:
+    segments: list[Segment] = []
+    bounds = [p for p in starts if 0 < p < len(kinds)]
+    begin = 0
+    for end in [*bounds, len(kinds)]:
+        if end <= begin:
+            continue
+        kind = kinds[begin]
+        if segments and segments[-1].kind == kind and begin != n_prompt:
+            segments[-1] = Segment(kind, segments[-1].start, end)
+        else:
+            segments.append(Segment(kind, begin, end))
+        begin = end
     return segments
 
 
