@@ -1,5 +1,8 @@
 """Alignment of returned text fields onto ids: kept, trimmed, hidden, drifted."""
 
+from dataclasses import replace
+from itertools import groupby
+
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, align
 
 
@@ -75,6 +78,9 @@ def test_kept_runs_match_the_id_by_id_walk():
         fast = align(pieces, texts, special)
         slow = align(pieces, texts, special, fast_runs=False)
         assert fast == slow
+        read_off = [(status, len(list(run))) for status, run in groupby(fast.statuses)]
+        assert fast.status_runs() == slow.status_runs() == read_off  # as recorded by the walk
+        assert replace(fast, runs=None).status_runs() == read_off  # as read off the statuses
 
     check()
 

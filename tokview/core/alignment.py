@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import accumulate, compress
+from dataclasses import dataclass, field
+from itertools import accumulate, compress, groupby
 
 KEPT = "kept"
 PARTIAL = "partial"
@@ -30,6 +30,14 @@ class Alignment:
     unmatched_text: str
     fields: tuple[int | None, ...] = ()
     """Per id: the index (into the `texts` given to `align`) of the field its text landed in; None if hidden."""
+    runs: tuple[tuple[str, int], ...] | None = field(default=None, compare=False, repr=False)
+    """(status, count) of consecutive equal statuses, as `align` recorded them (None: read off `statuses`)."""
+
+    def status_runs(self) -> list[tuple[str, int]]:
+        """(status, count) of each run of equal statuses, in order: a few pairs for a 2,000-id answer."""
+        if self.runs is not None:
+            return list(self.runs)
+        return [(status, len(list(run))) for status, run in groupby(self.statuses)]
 
     def positions(self, status: str) -> list[int]:
         """Every index with this status, found with `tuple.index` (statuses are a few interned strings,
@@ -76,10 +84,9 @@ def _keep_run(
     size: int,
     encoded: list[tuple[int, bytes]],
     starts: list[int],
-    statuses: list[str],
     fields: list[int | None],
 ) -> int:
-    """Mark pieces[start:end] kept (the text holds them verbatim from `cursor`, `size` bytes in all);
+    """Fill the fields of pieces[start:end], kept (the text holds them verbatim from `cursor`, `size` bytes in all);
     returns the new cursor.
 
     Each id's field is the text field its first byte falls in. When every id has bytes and no field
@@ -87,7 +94,6 @@ def _keep_run(
     pieces are measured once and the fields filled a stretch at a time between field boundaries (one
     or two per answer): either way a 2,000-id run costs a few list operations, not a Python step per id."""
     run = pieces[start:end]
-    statuses.extend([KEPT] * len(run))
     k = bisect_right(starts, cursor) - 1
     if all(run) and (k + 1 == len(starts) or starts[k + 1] >= cursor + size):  # `all`: no empty piece, in C
         fields.extend([encoded[k][0]] * len(run))
@@ -138,9 +144,8 @@ def align(
     # each run of non-special ids, then the special id ending it (`index` finds the True singleton by identity)
     for stop in [*_true_positions(special), n]:
         if stop - run_start > 1 and target.startswith(joined := b"".join(pieces[run_start:stop]), walk.cursor):
-            walk.cursor = _keep_run(
-                pieces, run_start, stop, walk.cursor, len(joined), encoded, starts, walk.statuses, walk.fields
-            )
+            walk.add(KEPT, stop - run_start)
+            walk.cursor = _keep_run(pieces, run_start, stop, walk.cursor, len(joined), encoded, starts, walk.fields)
         else:  # this run drifts or trims: id by id
             for index in range(run_start, stop):
                 walk.step(index)
@@ -178,8 +183,20 @@ class _Walk:
         self.pieces, self.special, self.encoded, self.target, self.starts = pieces, special, encoded, target, starts
         self.cursor = 0
         self.statuses: list[str] = []
+        self.runs: list[list] = []  # [status, count] of consecutive equal statuses
         self.fields: list[int | None] = []
         self.unmatched = bytearray()
+
+    def add(self, status: str, n: int = 1) -> None:
+        """`n` more ids with this status (the fields are the caller's)."""
+        if n == 1:
+            self.statuses.append(status)
+        else:
+            self.statuses.extend([status] * n)
+        if self.runs and self.runs[-1][0] is status:
+            self.runs[-1][1] += n
+        else:
+            self.runs.append([status, n])
 
     def field_at(self, pos: int) -> int | None:
         encoded = self.encoded
@@ -187,26 +204,26 @@ class _Walk:
 
     def step(self, index: int) -> None:
         piece, is_special, target, cursor = self.pieces[index], self.special[index], self.target, self.cursor
-        statuses, fields = self.statuses, self.fields
+        fields = self.fields
         if not piece or target.startswith(piece, cursor):
             fields.append(self.field_at(cursor) if piece else None)
-            statuses.append(KEPT)
+            self.add(KEPT)
             self.cursor = cursor + len(piece)
             return
         common = _common_prefix(piece, target, cursor)
         if common and not piece[common:].strip():
             fields.append(self.field_at(cursor))
-            statuses.append(PARTIAL)  # trailing whitespace trimmed (e.g. content.strip())
+            self.add(PARTIAL)  # trailing whitespace trimmed (e.g. content.strip())
             self.cursor = cursor + common
             return
         core = piece.lstrip()
         if core and core != piece and target.startswith(core, cursor):
             fields.append(self.field_at(cursor))
-            statuses.append(PARTIAL)  # leading whitespace trimmed (e.g. "\n\nThe" → "The")
+            self.add(PARTIAL)  # leading whitespace trimmed (e.g. "\n\nThe" → "The")
             self.cursor = cursor + len(core)
             return
         if not piece.strip() or is_special:
-            statuses.append(HIDDEN)
+            self.add(HIDDEN)
             fields.append(None)
             return
         pieces, special = self.pieces, self.special
@@ -215,12 +232,17 @@ class _Walk:
         if found != -1:
             self.unmatched += target[cursor:found]
             fields.append(self.field_at(found))
-            statuses.append(DRIFT)
+            self.add(DRIFT)
             self.cursor = found + len(piece)
         else:
-            statuses.append(HIDDEN)
+            self.add(HIDDEN)
             fields.append(None)
 
     def result(self) -> Alignment:
         self.unmatched += self.target[self.cursor :]
-        return Alignment(tuple(self.statuses), self.unmatched.decode("utf-8", errors="replace"), tuple(self.fields))
+        return Alignment(
+            tuple(self.statuses),
+            self.unmatched.decode("utf-8", errors="replace"),
+            tuple(self.fields),
+            tuple((status, n) for status, n in self.runs),
+        )

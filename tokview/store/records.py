@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
+from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
@@ -235,8 +235,11 @@ def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def alignment_letters(statuses: tuple[str, ...] | None) -> str | None:
-    return None if statuses is None else "".join(map(_ALIGN_LETTER.__getitem__, statuses))
+def alignment_letters(alignment: Alignment | None) -> str | None:
+    """One letter per aligned id (k/p/h/d), built a run of equal statuses at a time."""
+    if alignment is None:
+        return None
+    return "".join(_ALIGN_LETTER[status] * n for status, n in alignment.status_runs())
 
 
 def error_count(findings: tuple[Finding, ...] | list[Finding]) -> int:
@@ -361,7 +364,7 @@ def sample_params(
         "model": c.model,
         "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
-        "alignment": alignment_letters(analysis.alignment.statuses if analysis.alignment else None),
+        "alignment": alignment_letters(analysis.alignment),
         "profile": profile,
         "created_at": datetime.now(),
     }
