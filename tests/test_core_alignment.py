@@ -124,7 +124,7 @@ def test_runs_are_cut_at_every_special_flag_whatever_sequence_holds_the_flags():
     """`align` finds the special ids with `list.index(True)` on a list and `compress` otherwise: same result."""
     pieces = [b"a", b"<s>", b"b", b"c", b"<e>", b"d"]
     flags = [False, True, False, False, True, False]
-    for given in (flags, tuple(flags)):
-        result = align(pieces, ["a", "bc", "d"], given)
+    for given, at in ((flags, None), (tuple(flags), None), (flags, [1, 4])):
+        result = align(pieces, ["a", "bc", "d"], given, special_at=at)
         assert result.statuses == (KEPT, HIDDEN, KEPT, KEPT, HIDDEN, KEPT)
         assert result.fields == (0, None, 1, 1, None, 2)

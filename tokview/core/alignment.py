@@ -121,13 +121,19 @@ def _keep_run(
 
 
 def align(
-    pieces: Sequence[bytes], texts: Sequence[str | None], special: Sequence[bool], *, fast_runs: bool = True
+    pieces: Sequence[bytes],
+    texts: Sequence[str | None],
+    special: Sequence[bool],
+    *,
+    fast_runs: bool = True,
+    special_at: Sequence[int] | None = None,
 ) -> Alignment:
     """Match each id's bytes, in order, against the concatenated text fields.
 
     `fast_runs`: a run of non-special ids whose joined bytes the text holds verbatim at the cursor is
     all kept, checked with one comparison instead of one per id (the common case: the whole answer of
-    a 2,000-id sample is two or three runs). False walks id by id, the reference the tests compare it with."""
+    a 2,000-id sample is two or three runs). False walks id by id, the reference the tests compare it with.
+    `special_at`: the positions of the true `special` flags, when the caller has them."""
     encoded = [(i, t.encode("utf-8")) for i, t in enumerate(texts) if t]
     target = b"".join(b for _, b in encoded)
     starts, offset = [], 0
@@ -142,7 +148,7 @@ def align(
         return walk.result()
     run_start = 0
     # each run of non-special ids, then the special id ending it (`index` finds the True singleton by identity)
-    for stop in [*_true_positions(special), n]:
+    for stop in [*(true_positions(special) if special_at is None else special_at), n]:
         if stop - run_start > 1 and target.startswith(joined := b"".join(pieces[run_start:stop]), walk.cursor):
             walk.add(KEPT, stop - run_start)
             walk.cursor = _keep_run(pieces, run_start, stop, walk.cursor, len(joined), encoded, starts, walk.fields)
@@ -155,7 +161,7 @@ def align(
     return walk.result()
 
 
-def _true_positions(flags: Sequence[bool]) -> list[int]:
+def true_positions(flags: Sequence[bool]) -> list[int]:
     """Indexes of the true flags (bools, as `special_flags` gives them), in order, found by `list.index` in C."""
     if not isinstance(flags, list):
         return list(compress(range(len(flags)), flags))

@@ -55,7 +55,7 @@ def align_text_fields(
         texts = [capture.text]
     if pieces is None:
         pieces = OutputPieces.of(capture.aligned_output_ids, tokenizer)
-    return align(pieces.piece_bytes, texts, pieces.special)
+    return align(pieces.piece_bytes, texts, pieces.special, special_at=pieces.special_at)
 
 
 def analyze(

@@ -17,7 +17,7 @@ from operator import ne
 from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
-from tokview.core.alignment import Alignment
+from tokview.core.alignment import Alignment, true_positions
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 
@@ -62,6 +62,11 @@ class OutputPieces:
     @classmethod
     def of(cls, ids: Sequence[int], tokenizer: TokenizerAdapter) -> OutputPieces:
         return cls(tokenizer.pieces_bytes(ids), tokenizer.special_flags(ids))  # one C-level pass each
+
+    @cached_property
+    def special_at(self) -> list[int]:
+        """Positions of the special ids, in order (the alignment and `literal_think_text` both cut there)."""
+        return true_positions(self.special)
 
 
 @dataclass(frozen=True, eq=False)

@@ -504,7 +504,7 @@ def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> 
     assert tok is not None
     n = ctx.n_prompt
     cuts = set(seg.positions_of(tok.special_flags(prompt), True))  # `index` finds the True singleton by identity
-    cuts.update(n + i for i in seg.positions_of(out.special, True))
+    cuts.update(n + i for i in out.special_at)
     for delimiter in ctx.profile.delimiter_ids:
         cuts.update(seg.positions_of(prompt, delimiter))
     # the delimiters are the opener and closer, whose output positions the context already found
