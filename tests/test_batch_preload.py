@@ -86,11 +86,15 @@ def test_batch_as_its_own_process_ends_without_teardown_yet_keeps_everything(tmp
         )
     )
     marker, freed = tmp_path / "atexit-ran", tmp_path / "freed-at-teardown"
+    tokenizer_freed = tmp_path / "tokenizer-freed"
     script = (
         "import atexit, sys; from pathlib import Path; "
         f"atexit.register(lambda: Path({str(marker)!r}).write_text('yes')); "
         f"Freed = type('Freed', (), {{'__del__': lambda self: Path({str(freed)!r}).write_text('yes')}}); "
         "kept = Freed(); "  # a module global: the interpreter's teardown would free it
+        # the tokenizer (~25 ms to free) must outlive the command's own function, up to the process's end
+        "from tokview.core.tokenizer import TokenizerAdapter; "
+        f"TokenizerAdapter.__del__ = lambda self: Path({str(tokenizer_freed)!r}).write_text('yes'); "
         "from tokview.cli import main; sys.exit(main())"
     )
     with start_simulator(SimConfig(kind="vllm")) as sim:
@@ -104,6 +108,7 @@ def test_batch_as_its_own_process_ends_without_teardown_yet_keeps_everything(tmp
         summary = json.loads(proc.stdout.decode().strip().splitlines()[-1])
         assert summary["ok"] == 6 and summary["balanced"]
         assert marker.read_text() == "yes" and not freed.exists()  # atexit ran; the teardown did not
+        assert not tokenizer_freed.exists()  # never freed: the process ended holding it
         assert "run " in proc.stderr.decode()  # the summary written to stderr arrived
         with Store(tmp_path / "a.duckdb") as store:
             assert store.count_samples() == 6
