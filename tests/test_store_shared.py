@@ -103,6 +103,12 @@ def test_a_foreign_duckdb_file_is_refused_and_left_alone(tmp_path):
     empty = tmp_path / "empty.duckdb"
     duckdb.connect(str(empty)).close()
     Store(empty).close()  # an empty DuckDB file becomes a store
+    only_a_view = tmp_path / "view.duckdb"
+    conn = duckdb.connect(str(only_a_view))
+    conn.execute("CREATE VIEW report AS SELECT 42 AS answer")
+    conn.close()
+    with pytest.raises(SchemaError, match=r"it has tables report\)"):  # a view is somebody's data too
+        Store(only_a_view)
 
 
 HOLDER = """

@@ -146,14 +146,20 @@ class SchemaError(TokviewError):
 TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts"}
 
 
+_MAIN_TABLES = (
+    "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+    "UNION ALL SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal"
+)
+"""The tables and views in `main`: what information_schema.tables lists there, read from DuckDB's own
+catalog functions (~0.5 ms; the information_schema views cost 3–6 ms on a new connection, at the
+start of every batch)."""
+
+
 def refuse_foreign(conn: Any, path: str) -> None:
     """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
 
     Empty files and tokview stores (a `schema_version` table beside `samples`) are fine."""
-    tables = {
-        r[0]
-        for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()
-    }
+    tables = {r[0] for r in conn.execute(_MAIN_TABLES).fetchall()}
     if not tables or {"schema_version", "samples"} <= tables:
         return
     shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
@@ -161,9 +167,7 @@ def refuse_foreign(conn: Any, path: str) -> None:
 
 
 def current_version(conn: Any) -> int:
-    has = conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[
-        0
-    ]
+    has = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'").fetchone()[0]
     if not has:
         return 0
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()

@@ -494,8 +494,8 @@ class Store(PartSink):
     def _sample_types(self, conn: Any) -> dict[str, str]:
         if self._column_types is None:
             rows = conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns "
-                "WHERE table_name = 'samples' AND table_schema = 'main'"
+                "SELECT column_name, data_type FROM duckdb_columns() "
+                "WHERE table_name = 'samples' AND schema_name = 'main' AND database_name = current_database()"
             ).fetchall()
             self._column_types = {name: kind for name, kind in rows}
         return self._column_types
