@@ -259,21 +259,3 @@ def test_a_sample_id_twice_in_the_parts_keeps_its_first_capture(tmp_path):
         assert store.ingest() == (2, 0)
         assert store.load_sample("a").capture.messages == make_capture("asked first").messages
         assert store.count_samples() == 2
-
-
-def test_landings_run_on_one_duckdb_thread_and_queries_get_every_thread_back(tmp_path):
-    """A landing sets one DuckDB thread and leaves it for the next landing (landings come in a row at
-    a batch's end, and closing the file follows); the next query on the open connection runs with
-    every thread again."""
-    with Store(tmp_path / "s.duckdb", linger=60) as store:
-        default = store.query("SELECT current_setting('threads')")[0][0]
-        if default <= 1:
-            pytest.skip("DuckDB runs one thread on this machine: nothing to tell apart")
-        with store.hold() as held:
-            for name in ("a", "b"):
-                store.write_part([record(store, name)])
-                assert store.ingest() == (1, 0)
-            raw = held._conn.execute("SELECT current_setting('threads')").fetchone()[0]
-            assert raw == 1  # still one thread: not rebuilt between or after the landings
-            assert store.query("SELECT current_setting('threads')")[0][0] == default
-        assert store.count_samples() == 2

@@ -217,8 +217,6 @@ class Store(PartSink):
         self._depth = 0
         self.linger = linger
         self._opened_at = 0.0
-        self._one_thread = False
-        """The open connection runs on one DuckDB thread: a landing set it, the next query resets it."""
         self._release_seq = 0
         self._column_types: dict[str, str] | None = None
         self._memory_parts: Path | None = None
@@ -297,23 +295,12 @@ class Store(PartSink):
                 self._release(force=True)
 
     @contextmanager
-    def _connection(self, *, landing: bool = False) -> Iterator[Any]:
-        """The open connection for one operation: opened here unless a caller's `hold()` keeps one.
-
-        A landing runs on one DuckDB thread (`ingest`) and leaves it so: landings come in a row (at
-        the end of a batch, the closing thread's and then the writer's) and closing the file follows,
-        so the thread pool is rebuilt (~3 ms) only when a query comes next, here."""
+    def _connection(self) -> Iterator[Any]:
+        """The open connection for one operation: opened here unless a caller's `hold()` keeps one."""
         with self._lock:
             if self._conn is None:
                 self._conn = self._open()
                 self._opened_at = time.monotonic()
-                self._one_thread = False
-            elif self._one_thread and not landing:
-                self._one_thread = False
-                try:
-                    self._conn.execute("RESET threads")
-                except duckdb.Error:  # a connection a full disk invalidated: the operation's own error says so
-                    pass
             self._depth += 1
             try:
                 yield self._conn
@@ -518,7 +505,7 @@ class Store(PartSink):
 
         Idempotent: a sample id already stored (or twice in the parts) is stored once; a failure of a
         sample that is now stored is dropped; per sample id one failure row stays, with its attempts."""
-        with self._connection(landing=True) as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
+        with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
             sample_files, failure_files = parts.complete_parts(self.parts_dir)
             if not sample_files and not failure_files:
                 return 0, 0
@@ -526,10 +513,8 @@ class Store(PartSink):
             columns = [c for c in SAMPLE_COLUMNS if c in types]
             # One DuckDB thread: for a landing's few MB of JSON lines, its parallel reader cost more
             # than it saved (300 rows: 66 -> 55 ms and 65 -> 52 ms of CPU; 1,200 rows: 217 -> 182 ms),
-            # and the other core is the batch's, analysing. Queries get every thread back (`_connection`).
-            if not self._one_thread:
-                conn.execute("SET threads = 1")
-                self._one_thread = True
+            # and the other core is the batch's, analysing. Queries keep every thread.
+            conn.execute("SET threads = 1")
             conn.execute("BEGIN TRANSACTION")
             try:
                 new = self._ingest_samples(conn, sample_files, columns, types) if sample_files else 0
@@ -541,6 +526,11 @@ class Store(PartSink):
                 except duckdb.Error:
                     pass
                 raise
+            finally:
+                try:
+                    conn.execute("RESET threads")
+                except duckdb.Error:  # a connection a full disk invalidated: the first error is the one to tell
+                    pass
             # Removed while the file is still held: another ingest (a thread here, or a process that
             # opens the file the moment it is free) must never list a part that is about to vanish.
             parts.remove(sample_files + failure_files)
