@@ -124,3 +124,22 @@ def test_the_drift_reencode_runs_ahead_on_its_own_thread_and_the_store_gets_the_
     (ahead,) = [t for t in threads if t.name == "tokview-reencode"]
     ahead.join(10)
     assert not ahead.is_alive()
+
+
+def test_a_float_id_a_capture_made_outside_the_servers_layer_holds_is_range_checked_as_before(tmp_path):
+    """The 32-bit check packs ids into an array, which takes only ints: a float id (a capture a script
+    built by hand) is checked with min and max, as it always was, not failed for its type."""
+    from dataclasses import replace
+
+    base = make_capture("q")
+    as_float = replace(base, output_ids=[float(base.output_ids[0]), *base.output_ids[1:]])
+    too_big = replace(base, output_ids=[float(2**31), *base.output_ids[1:]])
+    with Store(tmp_path / "s.duckdb") as store:
+        writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01)
+        writer.add_sample(item(0), as_float)
+        writer.add_sample(item(1), too_big)
+        writer.close()
+        assert list(writer.reasons) == [
+            "unexpected error: ValueError: output_ids hold an id outside the 32-bit range DuckDB stores"
+        ]
+        assert (writer.ok, writer.failed) == (1, 1)

@@ -80,7 +80,8 @@ def test_kept_runs_match_the_id_by_id_walk():
         assert fast == slow
         read_off = [(status, len(list(run))) for status, run in groupby(fast.statuses)]
         assert fast.status_runs() == slow.status_runs() == read_off  # as recorded by the walk
-        assert replace(fast, runs=None).status_runs() == read_off  # as read off the statuses
+        assert replace(fast).status_runs() == read_off  # a copy carries no recorded runs: read off the statuses
+        assert "_runs" not in replace(fast).__dict__ and "_runs" in fast.__dict__
 
     check()
 
@@ -122,8 +123,12 @@ def test_positions_lists_every_index_of_a_status_in_order():
 
 def test_runs_are_cut_at_every_special_flag_whatever_sequence_holds_the_flags():
     """`align` finds the special ids with `list.index(True)` on a list and `compress` otherwise: same result."""
+    from tokview.core.alignment import true_positions
+
     pieces = [b"a", b"<s>", b"b", b"c", b"<e>", b"d"]
     flags = [False, True, False, False, True, False]
+    assert true_positions(flags) == true_positions(tuple(flags)) == [1, 4]
+    assert true_positions([False] * 5) == [] and true_positions([True, True]) == [0, 1]
     for given, at in ((flags, None), (tuple(flags), None), (flags, [1, 4])):
         result = align(pieces, ["a", "bc", "d"], given, special_at=at)
         assert result.statuses == (KEPT, HIDDEN, KEPT, KEPT, HIDDEN, KEPT)

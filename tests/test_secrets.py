@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -273,12 +273,25 @@ async def test_url_credentials_and_api_key_say_which_is_sent(monkeypatch, json_s
 
 
 def _walked(value: Any, secrets: list[str]) -> str:
-    """The reference: every payload walked by `scrub_payload`, then dumped."""
+    """The reference: every payload walked by `scrub_payload`, then dumped (the stdlib when orjson cannot)."""
     import orjson
 
     from tokview.store.records import scrub_payload
 
-    return orjson.dumps(scrub_payload(value, secrets), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    clean = scrub_payload(value, secrets)
+    try:
+        return orjson.dumps(clean, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(clean, ensure_ascii=False, default=str)
+
+
+class _Point(NamedTuple):
+    x: int
+    y: int
+
+
+class _Str(str):
+    pass
 
 
 @pytest.mark.parametrize(
@@ -294,6 +307,10 @@ def _walked(value: Any, secrets: list[str]) -> str:
         {"ids": [1234567, 7], "text": "digits only"},
         {"nested": [{"k": ("tuple", 1)}, {2: "int key"}]},
         {"text": "a\nb\tc", "ids": []},
+        {"point": _Point(1, 2), "text": "a named tuple, written as orjson's default writes it"},
+        {"api_key": "x", "point": _Point(2**70, 1)},  # to mask, and only the stdlib can write it
+        {"role": _Str("user"), "ids": [1, 2]},  # a str subclass
+        {"ids": [2**70, 1]},  # beyond 64 bits: only the stdlib can write it
     ],
 )
 @pytest.mark.parametrize("secrets", [[], ["sk-live-1234"], ["1234567"], ['we"ird'], ["ctl\x01secret"]])

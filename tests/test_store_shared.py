@@ -109,6 +109,13 @@ def test_a_foreign_duckdb_file_is_refused_and_left_alone(tmp_path):
     conn.close()
     with pytest.raises(SchemaError, match=r"it has tables report\)"):  # a view is somebody's data too
         Store(only_a_view)
+    version_view = tmp_path / "version-view.duckdb"
+    conn = duckdb.connect(str(version_view))
+    conn.execute("CREATE TABLE samples (sample_id VARCHAR)")
+    conn.execute("CREATE VIEW schema_version AS SELECT 99 AS version, 'x' AS name, now() AS applied_at")
+    conn.close()
+    with pytest.raises(SchemaError, match="schema version 99, newer than this tokview"):  # a view counts
+        Store(version_view)
 
 
 HOLDER = """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import accumulate, compress, groupby
 
 KEPT = "kept"
@@ -30,18 +30,26 @@ class Alignment:
     unmatched_text: str
     fields: tuple[int | None, ...] = ()
     """Per id: the index (into the `texts` given to `align`) of the field its text landed in; None if hidden."""
-    runs: tuple[tuple[str, int], ...] | None = field(default=None, compare=False, repr=False)
-    """(status, count) of consecutive equal statuses, as `align` recorded them (None: read off `statuses`)."""
 
     def status_runs(self) -> list[tuple[str, int]]:
-        """(status, count) of each run of equal statuses, in order: a few pairs for a 2,000-id answer."""
-        if self.runs is not None:
-            return list(self.runs)
+        """(status, count) of each run of equal statuses, in order: a few pairs for a 2,000-id answer.
+
+        `align` records them as it walks (`_with_runs`); any other alignment (one read back from a store,
+        or made with `dataclasses.replace`, which never carries them over) reads them off `statuses`."""
+        recorded = self.__dict__.get("_runs")
+        if recorded is not None:
+            return list(recorded)
         return [(status, len(list(run))) for status, run in groupby(self.statuses)]
 
+    def _with_runs(self, runs: list[list]) -> Alignment:
+        """This alignment, remembering the runs its walk recorded (not a field: equality and
+        `dataclasses.replace` ignore it, so they can never be stale)."""
+        object.__setattr__(self, "_runs", tuple((status, n) for status, n in runs))
+        return self
+
     def positions(self, status: str) -> list[int]:
-        """Every index with this status, found with `tuple.index` (statuses are a few interned strings,
-        so each comparison is an identity check in C): a rare status costs no Python step per id."""
+        """Every index with this status, found with `tuple.index` (its `==` runs in C, and is an identity
+        check for the interned status strings `align` uses): a rare status costs no Python step per id."""
         found: list[int] = []
         at = -1
         try:
@@ -99,8 +107,7 @@ def _keep_run(
         fields.extend([encoded[k][0]] * len(run))
         return cursor + size
     lengths = list(map(len, run))
-    if 0 in lengths:  # an id with no bytes has no field: the plain walk
-        k = bisect_right(starts, cursor) - 1 if encoded else -1
+    if 0 in lengths:  # an id with no bytes has no field: the plain walk (from `k`, the field at `cursor`)
         for n in lengths:
             if n:
                 while k + 1 < len(starts) and cursor >= starts[k + 1]:
@@ -147,7 +154,7 @@ def align(
             walk.step(index)
         return walk.result()
     run_start = 0
-    # each run of non-special ids, then the special id ending it (`index` finds the True singleton by identity)
+    # each run of non-special ids, then the special id ending it
     for stop in [*(true_positions(special) if special_at is None else special_at), n]:
         if stop - run_start > 1 and target.startswith(joined := b"".join(pieces[run_start:stop]), walk.cursor):
             walk.add(KEPT, stop - run_start)
@@ -162,7 +169,8 @@ def align(
 
 
 def true_positions(flags: Sequence[bool]) -> list[int]:
-    """Indexes of the true flags (bools, as `special_flags` gives them), in order, found by `list.index` in C."""
+    """Indexes of the true flags, in order. For a list of bools (what `special_flags` gives) `list.index(True)`
+    finds them in C; any other sequence is read with `compress`."""
     if not isinstance(flags, list):
         return list(compress(range(len(flags)), flags))
     found: list[int] = []
@@ -246,9 +254,7 @@ class _Walk:
 
     def result(self) -> Alignment:
         self.unmatched += self.target[self.cursor :]
-        return Alignment(
-            tuple(self.statuses),
-            self.unmatched.decode("utf-8", errors="replace"),
-            tuple(self.fields),
-            tuple((status, n) for status, n in self.runs),
+        alignment = Alignment(
+            tuple(self.statuses), self.unmatched.decode("utf-8", errors="replace"), tuple(self.fields)
         )
+        return alignment._with_runs(self.runs)

@@ -19,7 +19,7 @@ from itertools import compress, count
 from operator import or_
 
 from tokview.core import segments as seg
-from tokview.core.alignment import HIDDEN
+from tokview.core.alignment import HIDDEN, true_positions
 from tokview.core.finding_context import Context, OutputPieces, first_difference
 from tokview.core.record import Capture
 
@@ -503,7 +503,7 @@ def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> 
     tok, prompt = ctx.tokenizer, ctx.capture.prompt_ids
     assert tok is not None
     n = ctx.n_prompt
-    cuts = set(seg.positions_of(tok.special_flags(prompt), True))  # `index` finds the True singleton by identity
+    cuts = set(true_positions(tok.special_flags(prompt)))
     cuts.update(n + i for i in out.special_at)
     for delimiter in ctx.profile.delimiter_ids:
         cuts.update(seg.positions_of(prompt, delimiter))

@@ -167,7 +167,10 @@ def refuse_foreign(conn: Any, path: str) -> None:
 
 
 def current_version(conn: Any) -> int:
-    has = conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_version'").fetchone()[0]
+    has = conn.execute(
+        "SELECT count(*) FROM (SELECT table_name AS name FROM duckdb_tables() "
+        "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal) WHERE name = 'schema_version'"
+    ).fetchone()[0]
     if not has:
         return 0
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
