@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, groupby
 
+from tokview.core.segments import positions_of
+
 KEPT = "kept"
 PARTIAL = "partial"
 HIDDEN = "hidden"
@@ -173,14 +175,7 @@ def true_positions(flags: Sequence[bool]) -> list[int]:
     finds them in C; any other sequence is read with `compress`."""
     if not isinstance(flags, list):
         return list(compress(range(len(flags)), flags))
-    found: list[int] = []
-    at = -1
-    try:
-        while True:
-            at = flags.index(True, at + 1)
-            found.append(at)
-    except ValueError:
-        return found
+    return positions_of(flags, True)
 
 
 class _Walk:
