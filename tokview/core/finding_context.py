@@ -129,7 +129,7 @@ class Context:
 
     @cached_property
     def _delimiters(self) -> seg.DelimiterPositions:
-        return self.delimiters or seg.delimiter_positions(self.output, self.profile)
+        return self.delimiters if self.delimiters is not None else seg.delimiter_positions(self.output, self.profile)
 
     @cached_property
     def prefilled_opener(self) -> int | None:
