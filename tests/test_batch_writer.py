@@ -143,3 +143,36 @@ def test_a_float_id_a_capture_made_outside_the_servers_layer_holds_is_range_chec
             "unexpected error: ValueError: output_ids hold an id outside the 32-bit range DuckDB stores"
         ]
         assert (writer.ok, writer.failed) == (1, 1)
+
+
+def test_a_part_s_sample_ids_are_named_before_the_part_is_written(tmp_path):
+    """`on_part` (a `--workers` child names a part to its parent this way) gets the ids of the part's
+    samples and failures, and gets them before the part is on disk."""
+    from dataclasses import replace
+
+    from tokview.store import PartSink
+
+    events: list[tuple[str, list[str]]] = []
+
+    class Watched(PartSink):
+        def write_part(self, samples, failures=None):
+            events.append(("written", []))
+            super().write_part(samples, failures or [])
+
+    base = make_capture("q")
+    bad = replace(base, output_ids=[*base.output_ids[:-1], 2**31, base.output_ids[-1]])  # fails its sample
+    writer = GroupWriter(
+        Watched(str(tmp_path / "s.duckdb")),
+        profile=profile(),
+        tokenizer=kimi(),
+        run_id="r",
+        ingest=False,
+        group_s=60,
+        on_part=lambda ids: events.append(("named", ids)),
+    )
+    writer.add_sample(item(0), base)
+    writer.add_sample(item(1), bad)
+    writer.add_failure(item(2), "server said no", None)
+    writer.close()
+    assert events == [("named", ["s0", "s1", "s2"]), ("written", [])]
+    assert (writer.ok, writer.failed) == (1, 2)

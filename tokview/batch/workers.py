@@ -416,31 +416,6 @@ class RemoteTodo:
             return item
 
 
-class NamingSink:
-    """The child's PartSink, naming each part's sample ids to the parent before it is written."""
-
-    def __init__(self, sink: Any, link: _Link) -> None:
-        self._sink, self._link = sink, link
-
-    def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._sink.sample_record(*args, **kwargs)
-
-    def ingest(self) -> tuple[int, int]:
-        return self._sink.ingest()
-
-    def write_part(self, samples: list[Any], failures: list[dict[str, Any]] | None = None) -> None:
-        import orjson
-
-        ids = [f["sample_id"] for f in failures or []]
-        for blob in samples:
-            if isinstance(blob, dict):
-                ids.append(blob["sample_id"])
-            else:
-                ids.extend(orjson.loads(line)["sample_id"] for line in blob.splitlines() if line)
-        self._link.send(("writing", ids))
-        self._sink.write_part(samples, failures or [])
-
-
 def _counts(writer: Any) -> dict[str, Any]:
     return {
         "ok": writer.ok,
@@ -495,12 +470,13 @@ async def _child(config: Any, link: _Link) -> None:
             return
         _, db_path, run_id = start
         writer = GroupWriter(
-            NamingSink(PartSink(db_path, server_urls=config.servers), link),
+            PartSink(db_path, server_urls=config.servers),
             profile=profile,
             tokenizer=tokenizer,
             run_id=run_id,
             ingest=False,
             on_commit=lambda w: link.send(("counts", _counts(w))),
+            on_part=lambda ids: link.send(("writing", ids)),  # named before the part is written
         )
         todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
         try:

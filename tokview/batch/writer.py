@@ -46,6 +46,8 @@ class _Group:
 
     count: int = 0
     samples: list[bytes] = field(default_factory=list)
+    sample_ids: list[str] = field(default_factory=list)
+    """The ids of `samples`, in order (what `on_part` names)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     stats: list[tuple[bool, bool, int]] = field(default_factory=list)
 
@@ -104,10 +106,14 @@ class GroupWriter:
         group_max: int = 64,
         ingest_s: float = 1.0,
         on_commit: Callable[[GroupWriter], None] | None = None,
+        on_part: Callable[[list[str]], None] | None = None,
     ) -> None:
+        """`on_commit`: called once a part is on disk and the counters moved. `on_part`: called with a
+        part's sample ids (samples, then failures) just before the part is written (a `--workers`
+        child names them to its parent, which then knows what a child that dies had written)."""
         self.store, self.profile, self.tokenizer, self.run_id = store, profile, tokenizer, run_id
         self.do_ingest, self.group_s, self.group_max, self.ingest_s = ingest, group_s, group_max, ingest_s
-        self.on_commit = on_commit
+        self.on_commit, self.on_part = on_commit, on_part
         self.ok = self.failed = self.flagged = self.truncated = self.output_tokens = 0
         self.reasons: Counter[str] = Counter()
         self.error: BaseException | None = None
@@ -210,6 +216,7 @@ class GroupWriter:
                 profile=self.profile.name,
             )
             group.samples.append(dumps_lines([record]))
+            group.sample_ids.append(item.sample_id)
         except Exception as exc:  # this sample's analysis or data failed: record it, keep going
             group.failures.append(self._failure(item, failure_reason(exc), capture.server_url))
             return
@@ -217,6 +224,8 @@ class GroupWriter:
 
     def _write(self, group: _Group) -> None:
         """One part on disk for the group; only then do the counters move."""
+        if self.on_part is not None:
+            self.on_part([*group.sample_ids, *(f["sample_id"] for f in group.failures)])
         try:
             self.store.write_part(group.samples, group.failures)
         except StoreError as exc:
