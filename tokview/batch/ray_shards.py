@@ -79,12 +79,7 @@ async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
         "samples": sink.samples,
         "failures": sink.failures,
         "outcome": outcome,
-        "ok": writer.ok,
-        "failed": writer.failed,
-        "flagged": writer.flagged,
-        "truncated": writer.truncated,
-        "output_tokens": writer.output_tokens,
-        "reasons": dict(writer.reasons),
+        **writer.counts(),
     }
 
 
@@ -128,6 +123,8 @@ async def run_on_ray(
     Bounded memory: the work list is never materialised, only the shards in flight and one returned
     shard are held. Returns the shards' outcomes (None: all tried); a task that failed for good
     (Ray's retries spent) leaves its shard to the resume and says so."""
+    from tokview.batch.writer import COUNT_FIELDS
+
     ray = connect(config.ray)
     remote = ray.remote(run_shard).options(max_retries=2)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -160,7 +157,7 @@ async def run_on_ray(
                 continue
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])
             await loop.run_in_executor(None, store.ingest)
-            for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
+            for key in COUNT_FIELDS:
                 setattr(tally, key, getattr(tally, key) + result[key])
             tally.reasons.update(result["reasons"])
             outcomes.append(result["outcome"])

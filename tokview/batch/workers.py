@@ -36,6 +36,8 @@ from dataclasses import replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from tokview.batch.writer import COUNT_FIELDS
+
 MIN_ITEMS_PER_WORKER = 32
 """Spawning a worker costs a tokenizer load (~1 s of CPU): small runs stay in one process."""
 
@@ -266,7 +268,7 @@ class WorkerGroup:
                 tally.leased.pop(sample_id, None)
             tally.unconfirmed = len(message[1])
         elif kind == "counts":
-            for key in ("ok", "failed", "flagged", "truncated", "output_tokens"):
+            for key in COUNT_FIELDS:
                 setattr(tally, key, message[1][key])
             tally.reasons = Counter(message[1]["reasons"])
             tally.unconfirmed = 0
@@ -416,17 +418,6 @@ class RemoteTodo:
             return item
 
 
-def _counts(writer: Any) -> dict[str, Any]:
-    return {
-        "ok": writer.ok,
-        "failed": writer.failed,
-        "flagged": writer.flagged,
-        "truncated": writer.truncated,
-        "output_tokens": writer.output_tokens,
-        "reasons": dict(writer.reasons),
-    }
-
-
 def _die_with_parent() -> None:
     try:
         import ctypes
@@ -475,7 +466,7 @@ async def _child(config: Any, link: _Link) -> None:
             tokenizer=tokenizer,
             run_id=run_id,
             ingest=False,
-            on_commit=lambda w: link.send(("counts", _counts(w))),
+            on_commit=lambda w: link.send(("counts", w.counts())),
             on_part=lambda ids: link.send(("writing", ids)),  # named before the part is written
         )
         todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
@@ -488,5 +479,5 @@ async def _child(config: Any, link: _Link) -> None:
         await pool.aclose()
     if writer.error is not None:
         outcome = str(writer.error)
-    link.send(("counts", _counts(writer)))
+    link.send(("counts", writer.counts()))
     link.send(("done", outcome))

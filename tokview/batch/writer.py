@@ -38,6 +38,8 @@ from tokview.store.records import scrub_text
 
 INT32_MAX = 2**31 - 1
 _STOP = object()
+COUNT_FIELDS = ("ok", "failed", "flagged", "truncated", "output_tokens")
+"""A writer's counters, as `counts()` reports them to a parent (a `--workers` child, a Ray task)."""
 
 
 @dataclass
@@ -125,6 +127,10 @@ class GroupWriter:
         self._reencoder = _Reencoder(tokenizer) if tokenizer is not None else None
         self._thread = threading.Thread(target=self._loop, name="tokview-writer", daemon=True)
         self._thread.start()
+
+    def counts(self) -> dict[str, Any]:
+        """The counters and failure reasons, as plain values (what a child or a Ray task sends back)."""
+        return {**{key: getattr(self, key) for key in COUNT_FIELDS}, "reasons": dict(self.reasons)}
 
     @property
     def pending(self) -> int:
