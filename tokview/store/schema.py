@@ -146,20 +146,20 @@ class SchemaError(TokviewError):
 TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts"}
 
 
-_MAIN_TABLES = (
-    "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
-    "UNION ALL SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND NOT internal"
+_TABLES_AND_VIEWS = (
+    "(SELECT schema_name, table_name AS name FROM duckdb_tables() "
+    "UNION ALL SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal)"
 )
-"""The tables and views in `main`: what information_schema.tables lists there, read from DuckDB's own
-catalog functions (~0.5 ms; the information_schema views cost 3–6 ms on a new connection, at the
-start of every batch)."""
+"""Every table and view, what information_schema.tables lists, read from DuckDB's own catalog
+functions (~0.5 ms; the information_schema views cost 3–6 ms on a new connection, at the start of
+every batch)."""
 
 
 def refuse_foreign(conn: Any, path: str) -> None:
     """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
 
     Empty files and tokview stores (a `schema_version` table beside `samples`) are fine."""
-    tables = {r[0] for r in conn.execute(_MAIN_TABLES).fetchall()}
+    tables = {r[0] for r in conn.execute(f"SELECT name FROM {_TABLES_AND_VIEWS} WHERE schema_name = 'main'").fetchall()}
     if not tables or {"schema_version", "samples"} <= tables:
         return
     shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
@@ -167,10 +167,7 @@ def refuse_foreign(conn: Any, path: str) -> None:
 
 
 def current_version(conn: Any) -> int:
-    has = conn.execute(
-        "SELECT count(*) FROM (SELECT table_name AS name FROM duckdb_tables() "
-        "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal) WHERE name = 'schema_version'"
-    ).fetchone()[0]
+    has = conn.execute(f"SELECT count(*) FROM {_TABLES_AND_VIEWS} WHERE name = 'schema_version'").fetchone()[0]
     if not has:
         return 0
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
@@ -199,7 +196,7 @@ def migrate(conn: Any) -> int:
 def _create(conn: Any) -> None:
     """A new store gets every migration in one transaction, sent as one script: the same schema and
     `schema_version` rows as applying them one by one, in one call to DuckDB instead of ~30 (a new
-    store opens in ~33 ms instead of ~38, and DuckDB's part of it runs without the GIL)."""
+    store opens in ~33 ms instead of ~38)."""
     statements = [sql for version, name, sqls in MIGRATIONS for sql in (*sqls, _version_row(version, name))]
     _in_transaction(conn, statements)
 
