@@ -3,8 +3,9 @@
 Loading the tokenizer (~0.1–0.15 s for a 160k-entry vocabulary) and the rest of the start-up
 (importing the capture machinery and DuckDB, probing the servers, opening the store: ~0.15 s) do
 not depend on each other. `tokenizers`' `from_file` holds the GIL for its whole parse (measured: a
-second thread makes no progress meanwhile), so what overlaps is the start-up's GIL-free part: DuckDB
-creating and opening the store, the server answering the probes, file reads and hashing. `start` is called by the CLI as soon as the flags are parsed; `BatchConfig.
+second thread makes no progress meanwhile), and so does DuckDB's `connect` (measured against it), so
+what overlaps is only the start-up's waiting: the server answering the probes, file reads and
+hashing. `start` is called by the CLI as soon as the flags are parsed; `BatchConfig.
 tokenizer_and_profile` takes the result (or the loading error, raised where it always was). A run
 that ends without needing the tokenizer (a fully stored resume) leaves the load behind: it runs on
 the other core and dies with the process.
