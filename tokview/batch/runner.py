@@ -324,7 +324,10 @@ async def _share_with_children(
             if outcome is not None:
                 outcomes.append(outcome)
                 cancelled = cancelled or outcome == "interrupted"
-                group.cancel() if cancelled else feed.close()
+                if cancelled:
+                    group.cancel()
+                else:
+                    feed.close()
             continue
         await asyncio.sleep(0.02)
         report()
