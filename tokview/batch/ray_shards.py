@@ -3,8 +3,9 @@
 Why Ray: a team that outgrows one machine usually has a Ray cluster already; its scheduler,
 retries and object store are better than anything we would write. The driver plans the run as
 always (same sample ids, same resume anti-join), cuts the streamed work list into shards as it reads
-it and keeps a few tasks per CPU in flight (bounded memory on a million prompts, like a local run). A task loads the tokenizer, captures and analyses its shard against the server pool
-(the same `capture_all` and writer a local run uses) and hands the shard back as part lines; the
+it and keeps a few tasks per CPU in flight (bounded memory on a million prompts, like a local run).
+A task loads the tokenizer, captures and analyses its shard against the server pool (the same
+`capture_all` and writer a local run uses) and hands the shard back as part lines; the
 driver writes each returned shard as a part and lands it in the store, so accounting, resume and
 `ok + failed + skipped == input` are exactly a local run's. Ray is an optional extra
 (`pip install 'tokview[ray]'`), imported only here.
