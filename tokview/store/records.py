@@ -25,6 +25,7 @@ import orjson
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
+from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 
 STATUSES = ("pending", "approved", "rejected")
@@ -286,6 +287,7 @@ SAMPLE_COLUMNS = (
     "raw_request",
     "raw_response",
     "parsed_raw_response",
+    "raw_ids_at",  # where the id lists taken out of the raw bodies go back (elided_ids.py)
     "latency_s",
     "alignment",
     "profile",
@@ -374,8 +376,16 @@ def sample_params(
         "profile": profile,
         "created_at": datetime.now(),
     }
+    id_lists = {name: getattr(c, name) for name in ID_COLUMNS}
+    places: dict[str, list[list[Any]]] = {}
     for name in JSON_FIELDS:
-        values[name] = to_json(getattr(c, name), masked)
+        value = getattr(c, name)
+        if name in BODY_COLUMNS:  # stored without the id lists the row holds (see elided_ids.py)
+            value, at = elide(value, id_lists)
+            if at:
+                places[name] = at
+        values[name] = to_json(value, masked)
+    values["raw_ids_at"] = orjson.dumps(places).decode() if places else None
     values.update(side_values(c))
     return [values[name] for name in SAMPLE_COLUMNS]
 
@@ -385,6 +395,11 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
     for name in JSON_FIELDS:
         if name in data:
             data[name] = from_json(data[name])
+    places = row.get("raw_ids_at")
+    if places:
+        id_lists = {name: row.get(name) for name in ID_COLUMNS}
+        for name, at in json.loads(places).items():
+            data[name] = restore(data[name], at, id_lists)
     data["usage"] = data.get("usage") or {}
     data["settings"] = data.get("settings") or {}
     data["prompt_ids"] = list(data["prompt_ids"])

@@ -132,6 +132,12 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         ),
     ),
     (5, "per-token side data: spec-decode metrics, top-K logprobs, target scores", _SIDE_DATA_SQL),
+    (
+        6,
+        "raw bodies are stored without the id lists their row holds",
+        # JSON: where in raw_request/raw_response/parsed_raw_response each id column goes back (elided_ids.py)
+        ("ALTER TABLE samples ADD COLUMN raw_ids_at VARCHAR",),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -1,0 +1,156 @@
+"""Stored raw bodies keep no copy of the id lists their row holds, and every reader gets them back as served.
+
+The bodies are real: vLLM 0.32's and SGLang 0.5.23's recorded answers, captured by the real clients
+over a socket (tests/replay.py), then stored both ways a sample reaches the file (`put_sample` and a
+part that `ingest` lands)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay import fast_pool, request, serve, sglang_routes, vllm_routes
+
+from tokview.core.record import Capture
+from tokview.store import PartSink, Store
+from tokview.store.elided_ids import MIN_IDS, elide, restore
+
+IDS = list(range(100, 140))
+
+
+async def _recorded_captures() -> list[Capture]:
+    from replay import Replay
+
+    captures = []
+    with serve(Replay(sglang_routes())) as url:
+        async with fast_pool(url) as pool:
+            captures += [await pool.capture(request(mode)) for mode in ("raw", "chat", "dual")]
+    with serve(Replay(vllm_routes())) as url:
+        async with fast_pool(url) as pool:
+            captures += [await pool.capture(request(mode)) for mode in ("raw", "chat")]
+    return captures
+
+
+def _stored_bodies(store: Store, sample_id: str) -> tuple[str, ...]:
+    return tuple(
+        store.query(
+            "SELECT raw_request, raw_response, parsed_raw_response, raw_ids_at FROM samples WHERE sample_id = ?",
+            [sample_id],
+        )[0]
+    )
+
+
+def _id_run(ids: list[int]) -> str:
+    return json.dumps(ids, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("via", ["put_sample", "part"])
+async def test_recorded_bodies_are_stored_without_their_ids_and_read_back_as_served(
+    tmp_path: Path, put: Any, via: str
+) -> None:
+    import builders
+
+    captures = await _recorded_captures()
+    served = [
+        (copy.deepcopy(c.raw_request), copy.deepcopy(c.raw_response), copy.deepcopy(c.parsed_raw_response))
+        for c in captures
+    ]
+    with Store(tmp_path / "s.duckdb") as store:
+        ids = []
+        for n, cap in enumerate(captures):
+            if via == "put_sample":
+                ids.append(put(store, f"p{n}", cap))
+            else:
+                sink = PartSink(store.path)
+                sid = f"p{n}@part"
+                record = sink.sample_record(
+                    sid, f"p{n}", "run1", cap, builders.analyze(cap, builders.profile(), builders.kimi())
+                )
+                sink.write_part([record])
+                ids.append(sid)
+        if via == "part":
+            assert store.ingest()[0] == len(captures)
+        for sid, cap, (req, resp, parsed) in zip(ids, captures, served):
+            raw_request, raw_response, parsed_raw, places = _stored_bodies(store, sid)
+            # the stored text holds the ids once: in their columns, not again in the bodies
+            for text in (raw_request, raw_response, parsed_raw):
+                assert text is None or _id_run(cap.output_ids) not in text.replace(" ", "")
+            assert _id_run(cap.prompt_ids) not in (raw_request or "").replace(" ", "")
+            assert places is not None and "output_ids" in places
+            got = store.load_sample(sid).capture
+            assert got.raw_request == req and got.raw_response == resp and got.parsed_raw_response == parsed
+            assert json.dumps(got.raw_response) == json.dumps(resp)  # key order too
+    # the capture handed in was never changed
+    assert [(c.raw_request, c.raw_response, c.parsed_raw_response) for c in captures] == served
+
+
+def test_a_list_equal_only_by_value_stays_in_the_body() -> None:
+    """1.0 == 1 and True == 1 in Python: such a list is not the ids' copy and is stored as it came."""
+    body = {
+        "floats": [float(i) for i in IDS],
+        "flags": [True] + [1] * (len(IDS) - 1),
+        "tuple": tuple(IDS),
+        "choices": [{"token_ids": list(IDS)}],
+    }
+    out, places = elide(body, {"output_ids": IDS, "prompt_ids": [1] * len(IDS)})
+    assert places == [[["choices", 0, "token_ids"], "output_ids"]]
+    assert out["floats"] is body["floats"] and out["flags"] is body["flags"] and out["tuple"] is body["tuple"]
+    assert out["choices"][0]["token_ids"] is None and body["choices"][0]["token_ids"] == IDS
+
+
+def test_short_deep_and_per_token_lists_are_left_alone() -> None:
+    short = IDS[: MIN_IDS - 1]
+    deep = {"a": {"b": {"c": {"d": {"e": list(IDS)}}}}}
+    per_token = {"logprobs": [{"ids": list(IDS)} for _ in range(20)]}
+    assert elide({"x": list(short)}, {"output_ids": short}) == ({"x": short}, [])
+    assert elide(deep, {"output_ids": IDS})[1] == []
+    assert elide(per_token, {"output_ids": IDS})[1] == []
+    assert elide({"x": list(IDS)}, {"output_ids": None, "prompt_ids": IDS})[1] == [[["x"], "prompt_ids"]]
+
+
+def test_random_bodies_round_trip_exactly() -> None:
+    rng = random.Random(7)
+    lists = {"output_ids": IDS, "prompt_ids": list(range(5, 25)), "parsed_output_ids": list(IDS)}
+
+    def value(depth: int) -> Any:
+        roll = rng.random()
+        if depth > 4 or roll < 0.3:
+            return rng.choice([None, 1, 1.5, "x", True, list(rng.choice(list(lists.values())))])
+        if roll < 0.65:
+            return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 4))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 10))]
+
+    for _ in range(500):
+        body = value(0)
+        before = json.dumps(body)
+        out, places = elide(body, lists)
+        assert json.dumps(body) == before  # never changed in place
+        back = restore(json.loads(json.dumps(out)), json.loads(json.dumps(places)), lists)
+        assert json.dumps(back) == before
+
+
+def test_rows_written_before_the_column_existed_read_whole(tmp_path: Path, put: Any, make_capture: Any) -> None:
+    cap = make_capture()
+    cap.raw_response = {"choices": [{"token_ids": list(cap.output_ids)}]}
+    with Store(tmp_path / "s.duckdb") as store:
+        sid = put(store, "p1", cap)
+        assert store.query("SELECT raw_ids_at FROM samples")[0][0] is not None
+        store.execute(  # what a version-5 row holds: the body whole, no places
+            "UPDATE samples SET raw_ids_at = NULL, raw_response = ?", [json.dumps(cap.raw_response)]
+        )
+        assert store.load_sample(sid).capture.raw_response == cap.raw_response
+
+
+def test_merged_samples_keep_their_bodies(tmp_path: Path, put: Any, make_capture: Any) -> None:
+    cap = make_capture()
+    cap.raw_response = {"choices": [{"token_ids": list(cap.output_ids), "prompt_token_ids": list(cap.prompt_ids)}]}
+    with Store(tmp_path / "a.duckdb") as a:
+        sid = put(a, "p1", cap)
+        a.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5")
+    with Store(tmp_path / "b.duckdb") as b:
+        assert b.merge(tmp_path / "a.duckdb")["samples"] == 1
+        assert b.load_sample(sid).capture.raw_response == cap.raw_response
