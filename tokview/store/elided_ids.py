@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 BODY_COLUMNS = ("raw_request", "raw_response", "parsed_raw_response")
 ID_COLUMNS = ("output_ids", "prompt_ids", "parsed_output_ids")
 MIN_IDS = 8
@@ -77,9 +79,21 @@ def _same_ids(value: list, candidates: list[tuple[str, Sequence[int]]]) -> str |
             continue
         if value is ids:  # the capture's list is the body's own (what the servers layer hands over)
             return name
-        if value == ids and set(map(type, value)) == {int}:  # == alone takes 1.0 and True for 1
+        if value == ids and _all_ints(value):  # == alone takes 1.0 and True for 1
             return name
     return None
+
+
+_INT_LIST_BYTES = b"0123456789-,[]"
+
+
+def _all_ints(value: list) -> bool:
+    """Whether every element is an int, not a float or bool equal to one: the list's JSON then holds only
+    digits, minus signs, commas and brackets (~6 µs for 2,000 ids; `set(map(type, …))` took ~22)."""
+    try:
+        return not orjson.dumps(value).translate(None, _INT_LIST_BYTES)
+    except (TypeError, orjson.JSONEncodeError):  # not JSON, or an int past 64 bits: not a stored id list
+        return False
 
 
 def restore(body: Any, places: Sequence[Sequence[Any]], id_lists: Mapping[str, Sequence[int] | None]) -> Any:
