@@ -154,3 +154,15 @@ def test_merged_samples_keep_their_bodies(tmp_path: Path, put: Any, make_capture
     with Store(tmp_path / "b.duckdb") as b:
         assert b.merge(tmp_path / "a.duckdb")["samples"] == 1
         assert b.load_sample(sid).capture.raw_response == cap.raw_response
+
+
+def test_a_masked_place_stays_masked_and_odd_keys_stay_whole(tmp_path: Path, put: Any, make_capture: Any) -> None:
+    """A list under a secret-named key is stored as "[redacted]", and is read back so, not as the ids;
+    a dict with a non-string key (JSON writes it as a string) keeps its list."""
+    cap = make_capture()
+    cap.raw_response = {"authorization": list(cap.output_ids), "odd": {1: list(cap.output_ids)}}
+    with Store(tmp_path / "s.duckdb") as store:
+        sid = put(store, "p1", cap)
+        got = store.load_sample(sid).capture.raw_response
+    assert got["authorization"] == "[redacted]"
+    assert got["odd"] == {"1": cap.output_ids}

@@ -63,6 +63,8 @@ def _elide(value: Any, candidates: list[tuple[str, Sequence[int]]], path: Path, 
     for key, item in items:
         if type(item) is not list and type(item) is not dict:
             continue
+        if kind is dict and type(key) is not str:  # JSON writes it as a string: the path would not find it
+            continue
         path.append(key)
         new = _elide(item, candidates, path, found, depth + 1)
         path.pop()
@@ -97,16 +99,23 @@ def _all_ints(value: list) -> bool:
 
 
 def restore(body: Any, places: Sequence[Sequence[Any]], id_lists: Mapping[str, Sequence[int] | None]) -> Any:
-    """Put the lists `elide` took out back into `body` (freshly parsed: changed in place) and return it."""
+    """Put the lists `elide` took out back into `body` (freshly parsed: changed in place) and return it.
+
+    A place that no longer holds the null `elide` left (the store masked it: a list under a key named
+    like `authorization` is stored as "[redacted]") keeps what the store wrote."""
     for path, name in places:
         ids = id_lists.get(name)
         if ids is None:  # a row whose column was cleared: the body keeps its null
             continue
         if not path:
-            body = list(ids)
+            body = list(ids) if body is None else body
             continue
-        node = body
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = list(ids)
+        try:
+            node = body
+            for key in path[:-1]:
+                node = node[key]
+            if node[path[-1]] is None:
+                node[path[-1]] = list(ids)
+        except (KeyError, IndexError, TypeError):
+            continue
     return body
