@@ -217,3 +217,28 @@ def test_no_module_outside_ui_imports_textual():
         and any(line.lstrip().startswith(("import textual", "from textual")) for line in p.read_text().splitlines())
     ]
     assert offenders == []
+
+
+def test_a_worker_child_never_imports_duckdb(tmp_path: Path):
+    """A `--workers` child (or a Ray task) only writes parts: what it imports, and a sample it analyses
+    and writes through `PartSink`, must not load DuckDB (~50 ms and ~25 MB a process)."""
+    code = f"""
+import sys, json
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from tokview.batch.workers import child_main, RemoteTodo
+from tokview.batch.config import BatchConfig
+from tokview.batch.capture_loop import capture_all
+from tokview.batch.writer import GroupWriter
+from tokview.store.part_sink import PartSink
+import tokview.batch.ray_shards
+import builders
+sink = PartSink({str(tmp_path / "s.duckdb")!r})
+writer = GroupWriter(sink, profile=builders.profile(), tokenizer=builders.kimi(), run_id="run1", ingest=False)
+class Item:
+    sample_id, prompt_id, index, turn = "p1@s", "p1", 0, None
+writer.add_sample(Item(), builders.make_capture())
+writer.close()
+print(json.dumps([writer.ok, len(list(sink.parts_dir.iterdir())), "duckdb" in sys.modules]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [1, 1, False]

@@ -39,7 +39,7 @@ class CollectingSink:
     """A PartSink that keeps the parts in memory: what a Ray task hands back to the driver."""
 
     def __init__(self, server_urls: list[str]) -> None:
-        from tokview.store import PartSink
+        from tokview.store.part_sink import PartSink
 
         self._sink = PartSink(":ray:", server_urls)
         self.samples: list[bytes] = []

@@ -35,8 +35,8 @@ from tokview.batch.writer import GroupWriter
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
+from tokview.store.part_sink import StoreFull
 from tokview.store.records import scrub
-from tokview.store.store import StoreFull
 
 
 def plan(

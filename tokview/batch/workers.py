@@ -153,7 +153,7 @@ class Lander:
             wait = max(self.every_s, time.monotonic() - started)
 
     def _land(self) -> bool:
-        from tokview.store import StoreError
+        from tokview.store.part_sink import StoreError
 
         try:
             self.store.ingest()
@@ -443,7 +443,7 @@ def child_main(index: int, config: Any, conn: Connection) -> None:
 async def _child(config: Any, link: _Link) -> None:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer import GroupWriter
-    from tokview.store import PartSink
+    from tokview.store.part_sink import PartSink
 
     cancel = asyncio.Event()
     loop = asyncio.get_running_loop()

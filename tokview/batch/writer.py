@@ -32,7 +32,7 @@ from typing import Any
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
 from tokview.errors import first_line
-from tokview.store import StoreError
+from tokview.store.part_sink import StoreError
 from tokview.store.parts import dumps_lines
 from tokview.store.records import scrub_text
 

@@ -1,8 +1,21 @@
-"""The DuckDB store (contract 3): `Store`, `SampleFilter`, `SampleRow`, `StoredSample`."""
+"""The DuckDB store (contract 3): `Store`, `SampleFilter`, `SampleRow`, `StoredSample`.
 
+`Store` (and `DEFAULT_DB`) load `store.py`, and with it DuckDB, on first use: a `--workers` child
+or a Ray task imports this package for `PartSink` and the store's errors, and never opens the file
+(DuckDB's package costs ~50 ms and ~25 MB a process)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tokview.store.part_sink import PartSink, StoreError, StoreFull
 from tokview.store.records import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
 from tokview.store.schema import LATEST_VERSION, SchemaError
-from tokview.store.store import DEFAULT_DB, PartSink, Store, StoreError, StoreFull
+
+if TYPE_CHECKING:
+    from tokview.store.store import DEFAULT_DB, Store
+
+_LAZY = ("DEFAULT_DB", "Store")
 
 __all__ = [
     "DEFAULT_DB",
@@ -18,3 +31,11 @@ __all__ = [
     "StoredSample",
     "UnknownSample",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from tokview.store import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'tokview.store' has no attribute {name!r}")

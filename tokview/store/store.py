@@ -11,7 +11,6 @@ Within a process, threads (the UI's workers, a batch's writer) share one lock.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import sys
@@ -26,8 +25,9 @@ import duckdb
 
 from tokview.core.findings import Finding
 from tokview.core.record import Capture
-from tokview.errors import TokviewError, describe_error, first_line
+from tokview.errors import describe_error, first_line
 from tokview.store import parts, queries
+from tokview.store.part_sink import PartSink, StoreError, StoreFull, is_disk_full
 from tokview.store.records import (
     ALIGN_STATUS,
     SAMPLE_COLUMNS,
@@ -44,7 +44,6 @@ from tokview.store.records import (
     scrub_optional,
     scrub_text,
     to_json,
-    url_secrets,
 )
 from tokview.store.schema import migrate, refuse_foreign
 
@@ -68,25 +67,6 @@ MAX_HOLD_S = 1.0
 """Never longer than this in one stretch, however busy: other processes always get their turn."""
 _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
-
-
-class StoreError(TokviewError):
-    """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
-
-    title = "store"
-
-
-class StoreFull(StoreError):
-    """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
-
-    title = "disk full"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(exc).lower()
-    return "no space left on device" in text or "disk quota exceeded" in text
 
 
 def holder_of(message: str) -> str:
@@ -119,74 +99,6 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
             raise StoreFull(f"no space left on device ({path or what})") from None
         first = scrub_text(first_line(exc))
         raise StoreError(f"{what}: {first}") from None
-
-
-class PartSink:
-    """Writes parts for a store without opening its DuckDB file: what `--workers` children and Ray tasks use."""
-
-    def __init__(self, path: str | Path, server_urls: Iterable[str] = ()) -> None:
-        self.path = str(path)
-        self._secrets: tuple[str, ...] = ()
-        self.add_server_urls(server_urls)
-
-    @property
-    def parts_dir(self) -> Path:
-        return parts.parts_dir(self.path)
-
-    def add_server_urls(self, urls: Iterable[str]) -> None:
-        """Mask these URLs' user names and passwords in every payload written from now on."""
-        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
-
-    def ingest(self) -> tuple[int, int]:
-        return 0, 0  # the process that owns the store lands the parts
-
-    def sample_record(
-        self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
-        capture: Capture,
-        analysis: Any,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
-    ) -> dict[str, Any]:
-        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
-        record = dict(
-            zip(
-                SAMPLE_COLUMNS,
-                sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile, self._secrets),
-            )
-        )
-        record["findings"] = [
-            {"code": f.code, "severity": f.severity, "detail": f.detail, "positions": list(f.positions)}
-            for f in analysis.findings
-        ]
-        return record
-
-    def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
-        """Hand finished samples and failures to the store without opening it (see `parts.py`).
-
-        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
-        clean: list[dict[str, Any] | bytes] = [
-            {
-                "prompt_id": f.get("prompt_id"),
-                "sample_id": f.get("sample_id"),
-                "run_id": f.get("run_id"),
-                "reason": scrub_text(str(f.get("reason") or "")),
-                "server": scrub_optional(f.get("server")),
-                "at": f.get("at") or _now(),
-            }
-            for f in failures
-        ]
-        try:
-            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
-            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
-            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
 
 
 class Store(PartSink):
@@ -895,12 +807,6 @@ class Store(PartSink):
 
     def finding_codes(self) -> list[str]:
         return [r[0] for r in self.query("SELECT DISTINCT code FROM findings ORDER BY code")]
-
-
-def _now() -> str:
-    from datetime import datetime
-
-    return datetime.now().isoformat(sep=" ")
 
 
 def _say_on_stderr(message: str) -> None:

@@ -1,0 +1,111 @@
+"""What a batch writer needs of the store without opening it: `PartSink`, and the store's errors.
+
+A `--workers` child and a Ray task only write parts (`parts.py`); the parent lands them. Importing
+DuckDB's Python package costs ~50 ms of start-up and ~25 MB of memory per process, so these live
+apart from `store.py`: a child never imports DuckDB (a test holds the worker's imports to that).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokview.core.record import Capture
+from tokview.errors import TokviewError
+from tokview.store import parts
+from tokview.store.records import SAMPLE_COLUMNS, sample_params, scrub_optional, scrub_text, url_secrets
+
+
+class StoreError(TokviewError):
+    """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
+
+    title = "store"
+
+
+class StoreFull(StoreError):
+    """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
+
+    title = "disk full"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return "no space left on device" in text or "disk quota exceeded" in text
+
+
+class PartSink:
+    """Writes parts for a store without opening its DuckDB file: what `--workers` children and Ray tasks use."""
+
+    def __init__(self, path: str | Path, server_urls: Iterable[str] = ()) -> None:
+        self.path = str(path)
+        self._secrets: tuple[str, ...] = ()
+        self.add_server_urls(server_urls)
+
+    @property
+    def parts_dir(self) -> Path:
+        return parts.parts_dir(self.path)
+
+    def add_server_urls(self, urls: Iterable[str]) -> None:
+        """Mask these URLs' user names and passwords in every payload written from now on."""
+        self._secrets = tuple(dict.fromkeys([*self._secrets, *(v for u in urls for v in url_secrets(u))]))
+
+    def ingest(self) -> tuple[int, int]:
+        return 0, 0  # the process that owns the store lands the parts
+
+    def sample_record(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Any,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
+        record = dict(
+            zip(
+                SAMPLE_COLUMNS,
+                sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile, self._secrets),
+            )
+        )
+        record["findings"] = [
+            {"code": f.code, "severity": f.severity, "detail": f.detail, "positions": list(f.positions)}
+            for f in analysis.findings
+        ]
+        return record
+
+    def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
+        """Hand finished samples and failures to the store without opening it (see `parts.py`).
+
+        Raises StoreFull when the disk is full (nothing half-written is left), StoreError otherwise."""
+        clean: list[dict[str, Any] | bytes] = [
+            {
+                "prompt_id": f.get("prompt_id"),
+                "sample_id": f.get("sample_id"),
+                "run_id": f.get("run_id"),
+                "reason": scrub_text(str(f.get("reason") or "")),
+                "server": scrub_optional(f.get("server")),
+                "at": f.get("at") or _now(),
+            }
+            for f in failures
+        ]
+        try:
+            parts.write_part(self.parts_dir, parts.SAMPLES_SUFFIX, list(samples))
+            parts.write_part(self.parts_dir, parts.FAILURES_SUFFIX, clean)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StoreFull(f"no space left on device ({self.parts_dir})") from None
+            raise StoreError(f"cannot write to {self.parts_dir}: {exc.strerror or exc}") from None
+
+
+def _now() -> str:
+    from datetime import datetime
+
+    return datetime.now().isoformat(sep=" ")
