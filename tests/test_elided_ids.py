@@ -102,6 +102,22 @@ def test_a_list_equal_only_by_value_stays_in_the_body() -> None:
     assert out["choices"][0]["token_ids"] is None and body["choices"][0]["token_ids"] == IDS
 
 
+@pytest.mark.parametrize("kind", [float, bool])
+def test_a_capture_whose_own_ids_are_not_ints_keeps_its_body(tmp_path: Path, make_capture: Any, kind: type) -> None:
+    """The body may hold the capture's own id list (the servers layer hands it over): when a hand-made
+    capture holds floats or bools there, the INTEGER[] column would give them back as ints."""
+    import builders
+
+    cap = make_capture()
+    analysis = builders.analyze(cap, builders.profile(), builders.kimi())
+    cap.output_ids = [kind(i) for i in cap.output_ids]
+    cap.raw_response = {"choices": [{"token_ids": cap.output_ids}]}  # the same list object
+    served = json.dumps(cap.raw_response)
+    with Store(tmp_path / "s.duckdb") as store:
+        store.put_sample("s1", "p1", "run1", cap, analysis)
+        assert json.dumps(store.load_sample("s1").capture.raw_response) == served
+
+
 def test_short_deep_and_per_token_lists_are_left_alone() -> None:
     short = IDS[: MIN_IDS - 1]
     deep = {"a": {"b": {"c": {"d": {"e": list(IDS)}}}}}
@@ -166,3 +182,19 @@ def test_a_masked_place_stays_masked_and_odd_keys_stay_whole(tmp_path: Path, put
         got = store.load_sample(sid).capture.raw_response
     assert got["authorization"] == "[redacted]"
     assert got["odd"] == {"1": cap.output_ids}
+
+
+def test_merge_refuses_a_store_of_a_newer_schema(tmp_path: Path, put: Any, make_capture: Any) -> None:
+    """A newer store's rows may hold what this tokview cannot read back (as schema 6's `raw_ids_at` is to
+    schema 5): merging it would keep them half, so it is refused in one line, nothing added."""
+    from tokview.store import LATEST_VERSION, StoreError
+    from tokview.store.merge import MergeRefused
+
+    with Store(tmp_path / "new.duckdb") as new:
+        put(new, "p1", make_capture())
+        new.put_run("run1", settings={"temperature": 0.0}, profile="kimi-k2.5")
+        new.execute("INSERT INTO schema_version VALUES (?, 'from the future', now())", [LATEST_VERSION + 1])
+    with Store(tmp_path / "old.duckdb") as old:
+        with pytest.raises((MergeRefused, StoreError), match="newer tokview"):
+            old.merge(tmp_path / "new.duckdb")
+        assert old.query("SELECT count(*) FROM samples")[0][0] == 0

@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         from tokview.store import store

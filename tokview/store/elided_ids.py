@@ -79,9 +79,9 @@ def _same_ids(value: list, candidates: list[tuple[str, Sequence[int]]]) -> str |
     for name, ids in candidates:
         if len(value) != len(ids):
             continue
-        if value is ids:  # the capture's list is the body's own (what the servers layer hands over)
-            return name
-        if value == ids and _all_ints(value):  # == alone takes 1.0 and True for 1
+        # == alone takes 1.0 and True for 1; the column (INTEGER[]) would give them back as ints, so
+        # the list must hold ints, even when it is the capture's own (a hand-made capture may hold floats)
+        if (value is ids or value == ids) and _all_ints(value):
             return name
     return None
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from tokview.errors import TokviewError
 from tokview.store.parts import sql_list
+from tokview.store.schema import LATEST_VERSION
 
 IDENTITY_KEYS = ("model", "tokenizer", "profile")
 
@@ -55,6 +56,12 @@ def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
         }
         if not {"schema_version", "samples", "runs"} <= tables:
             raise MergeRefused(f"{source} is not a tokview store")
+        version = conn.execute("SELECT max(version) FROM src.schema_version").fetchone()[0] or 0
+        if version > LATEST_VERSION:  # its rows may hold what this tokview cannot read (see schema.py)
+            raise MergeRefused(
+                f"{source} was written by a newer tokview (schema version {version}; this one understands "
+                f"{LATEST_VERSION}): upgrade tokview to merge it"
+            )
         theirs, ours = identities(conn, "src"), identities(conn, "main")
         if ours:
             foreign = sorted(theirs - ours, key=str)
