@@ -154,7 +154,7 @@ def bench_workers(n: int, concurrency: int, repeat: int, quiet_wait_s: float = 6
     """`tokview batch --workers 1` against `--workers 2`, as a user runs them (one process tree each)."""
     import resource
 
-    results: dict[int, list[tuple[float, float, float, float, float]]] = {1: [], 2: []}
+    results: dict[int, list[tuple[float, float, float, float, float, float]]] = {1: [], 2: []}
     cores, tick = os.cpu_count() or 1, os.sysconf("SC_CLK_TCK")
     with tempfile.TemporaryDirectory() as tmp_name, replay_servers(OUTPUT_TOKENS) as (url, pid):
         tmp = Path(tmp_name)
@@ -183,15 +183,22 @@ def bench_workers(n: int, concurrency: int, repeat: int, quiet_wait_s: float = 6
                 summary = json.loads(out.stdout.strip().splitlines()[-1])
                 assert summary["ok"] == n and summary["balanced"], out.stderr[-500:]
                 rate = summary["ok"] / summary["elapsed_s"]
-                results[workers].append((rate, n / wall, server_cpu_s(pid) - server0, load, others))
+                results[workers].append((rate, n / wall, server_cpu_s(pid) - server0, load, others, ours_s / wall))
     print(f"workers: {n} prompts x ~{OUTPUT_TOKENS} output tokens, concurrency {concurrency}, {cores} cores")
     print(
         f"  {'workers':<9}{'samples/s (run)':>17}{'samples/s (process)':>21}{'server CPU s':>14}"
-        f"{'idle before':>13}{'others, cores':>15}"
+        f"{'idle before':>13}{'others, cores':>15}{'tokview, cores':>16}"
     )
     for workers, rows in results.items():
-        for rate, overall, server, load, others in rows:
-            print(f"  {workers:<9}{rate:>17.1f}{overall:>21.1f}{server:>14.2f}{load:>12.0f}%{others:>15.2f}")
+        for rate, overall, server, load, others, busy in rows:
+            print(
+                f"  {workers:<9}{rate:>17.1f}{overall:>21.1f}{server:>14.2f}{load:>12.0f}%{others:>15.2f}{busy:>16.2f}"
+            )
+    one = sorted(r[5] for r in results[1])[len(results[1]) // 2]
+    print(
+        f"  one worker keeps {one:.2f} cores busy (its process tree's CPU over its wall time), so {cores} cores "
+        f"allow at most x{cores / one:.2f} with more workers"
+    )
     ratios = [b[0] / a[0] for a, b in zip(results[1], results[2])]
     overall = [b[1] / a[1] for a, b in zip(results[1], results[2])]
     print(

@@ -232,6 +232,9 @@ from tokview.batch.writer import GroupWriter
 from tokview.store.part_sink import PartSink
 import tokview.batch.ray_shards
 import builders
+config = BatchConfig(servers=["http://127.0.0.1:9"])
+tokenizer, profile = config.tokenizer_and_profile()  # what the child does first
+pool = config.server_pool(tokenizer, profile)
 sink = PartSink({str(tmp_path / "s.duckdb")!r})
 writer = GroupWriter(sink, profile=builders.profile(), tokenizer=builders.kimi(), run_id="run1", ingest=False)
 class Item:
