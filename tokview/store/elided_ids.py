@@ -2,9 +2,10 @@
 
 A 2,000-token vLLM answer carries its ids twice: in `choices[0].token_ids` of the raw body (kept
 for audit) and in the `output_ids` column read from it; the request body repeats `prompt_ids`.
-That copy was 40% of a stored sample's bytes and the costliest column to land: DuckDB re-compresses
-a part-filled row group at every checkpoint, and the long JSON strings of the bodies cost it twice
-what the id lists do (measured: a 2,400-sample `--workers 2` run's last landing, 0.45 → 0.26 s).
+That copy was 40% of a sample's part line (the store file is 30% smaller without it) and the
+costliest column to land: DuckDB re-compresses a part-filled row group at every checkpoint, and the
+long JSON strings of the bodies cost it twice what the id lists do (measured: a 2,400-sample
+`--workers 2` run's last landing, 0.45 → 0.26 s).
 
 So a body is stored with `null` where such a list was, and the row's `raw_ids_at` (JSON) says
 which column's list goes back where: `{"raw_response": [[["choices", 0, "token_ids"], "output_ids"]]}`.
