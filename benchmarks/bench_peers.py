@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,10 @@ def write_prompts(path: Path, n: int) -> None:
         for i in range(n):
             row = {"id": f"bench-{i:05d}", "messages": [{"role": "user", "content": f"{QUESTIONS[i % 6]} ({i})"}]}
             f.write(json.dumps(row) + "\n")
+
+
+GOALS = {"speculators": (1.2, 1.0), "specforge": (3.0, 0.5)}
+"""Issue 11's per-core goals: tokview's throughput at least x, at a process CPU at most y, of the peer's."""
 
 
 def clients(tmp: Path, prompts: Path, url: str, port: int, args: argparse.Namespace) -> dict[str, list[str]]:
@@ -208,13 +213,16 @@ def main() -> int:
             results = one_round(tmp, argvs, order, url, pid)
             codes += [r["code"] for r in results.values()]
             rounds.append(print_round({n: results[n] for n in names}, args.prompts))
-    for peer in ("speculators", "specforge"):
+    for peer, (goal_thr, goal_cpu) in GOALS.items():
         got = [r[peer] for r in rounds if peer in r]
         if got:
             thr, cpu = [g[0] for g in got], [g[1] for g in got]
+            met = sum(t >= goal_thr and c <= goal_cpu for t, c in got)
             print(
-                f"tokview vs {peer} over {len(got)} rounds: throughput x{min(thr):.2f}–{max(thr):.2f}, "
-                f"process CPU x{min(cpu):.2f}–{max(cpu):.2f}"
+                f"tokview vs {peer} over {len(got)} rounds: throughput x{min(thr):.2f}–{max(thr):.2f} "
+                f"(median x{statistics.median(thr):.2f}), process CPU x{min(cpu):.2f}–{max(cpu):.2f} "
+                f"(median x{statistics.median(cpu):.2f}); goal ≥ x{goal_thr} at ≤ x{goal_cpu}: met in {met} of "
+                f"{len(got)} rounds"
             )
     return 0 if all(c == 0 for c in codes) else 1
 
