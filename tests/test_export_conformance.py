@@ -158,8 +158,8 @@ def specforge_mask(text: str, template: dict, hf_tok) -> tuple[list[int], list[i
     return ids, mask
 
 
-def speculators_render(conversation: list[dict], hf_tok, kwargs: dict) -> tuple[list[int], list[int]]:
-    """speculators prepare_data.py --render-endpoint: the row for the last assistant turn."""
+def speculators_render(conversation: list[dict], hf_tok, kwargs: dict) -> list[tuple[list[int], list[int]]]:
+    """speculators prepare_data.py --render-endpoint (`_render_boundary_rows`): a row per assistant turn."""
     conv = []
     for t in conversation:
         role = {"human": "user", "gpt": "assistant"}.get(t.get("from", t.get("role")), t.get("from", t.get("role")))
@@ -167,19 +167,26 @@ def speculators_render(conversation: list[dict], hf_tok, kwargs: dict) -> tuple[
         if t.get("thinking") or t.get("reasoning_content"):
             turn["thinking"] = turn["reasoning_content"] = t.get("thinking") or t.get("reasoning_content")
         conv.append(turn)
-    j = len(conv) - 1
 
     def render(msgs, gen):
         text = hf_tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen, **kwargs)
         return hf_tok(text, add_special_tokens=False)["input_ids"]
 
-    prompt, full = render(conv[:j], True), render(conv, False)
-    boundary = (
-        len(prompt)
-        if full[: len(prompt)] == prompt
-        else next(i for i, (a, b) in enumerate(zip(prompt, full)) if a != b)
-    )
-    return full, [0] * boundary + [1] * (len(full) - boundary)
+    rows = []
+    for j in (j for j, t in enumerate(conv) if t["role"] == "assistant" and j > 0):
+        prompt, full = render(conv[:j], True), render(conv[: j + 1], False)
+        boundary = (
+            len(prompt)
+            if full[: len(prompt)] == prompt
+            else next(i for i, (a, b) in enumerate(zip(prompt, full)) if a != b)
+        )
+        rows.append((full, [0] * boundary + [1] * (len(full) - boundary)))
+    return rows
+
+
+def _render_exact(rows: list[tuple[list[int], list[int]]], served: tuple[list[int], list[int], list[str]]) -> bool:
+    """One supervised row, the served one: a history turn's row trains on answers this run never served."""
+    return bool(rows) and _exact(rows[-1], served) and not any(any(mask) for _, mask in rows[:-1])
 
 
 def _exact(got: tuple[list[int], list[int]], served: tuple[list[int], list[int], list[str]]) -> bool:
@@ -237,10 +244,8 @@ def test_text_formats_rerender_to_the_served_ids_except_a_non_canonical_split(fa
         sid: _exact(specforge_build(row, template, fam.tok.tok), served[sid]) for sid, row in by_sample.items()
     }
     kwargs = fam.p.template_kwargs(True)
-    render_exact = {
-        sid: _exact(speculators_render(row["conversations"], fam.tok.tok, kwargs), served[sid])
-        for sid, row in by_sample.items()
-    }
+    render_rows = {sid: speculators_render(row["conversations"], fam.tok.tok, kwargs) for sid, row in by_sample.items()}
+    render_exact = {sid: _render_exact(rows, served[sid]) for sid, rows in render_rows.items()}
     for sid in by_sample:
         drift = "retokenize_drift" in served[sid][2]
         assert specforge_exact[sid] is not drift, sid  # exact unless the output's split is not the tokenizer's
@@ -250,8 +255,11 @@ def test_text_formats_rerender_to_the_served_ids_except_a_non_canonical_split(fa
     assert rerender["specforge"]["first_differing_ids"] == ["split"]
     if fam.p.name == "qwen3":  # Qwen3 writes "<|im_end|>\n": the render path supervises a "\n" never generated
         assert sum(render_exact.values()) == 0
-    else:
-        assert sum(render_exact.values()) == 2
+    else:  # the multi-turn row's own turn is exact, but the trainer also supervises its history's answer
+        multi = next(sid for sid in by_sample if sid.startswith("multi"))
+        assert len(render_rows[multi]) == 2 and _exact(render_rows[multi][-1], served[multi])
+        assert sum(render_exact.values()) == 1
+        assert rerender["speculators_render"]["history_supervised"] == 1
 
 
 def test_specforge_builtin_kimi_templates_do_not_reproduce_the_served_ids(kimi_tok, kimi_profile, tmp_path):
@@ -343,7 +351,9 @@ def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_
     err = capsys.readouterr().err
     assert code == 0
     assert "retokenize_drift: 1 of 3 exported samples are exact only through pre-tokenized paths" in err
-    assert "specforge 2/3 exact (1 ids_differ); speculators_render 2/3 exact (1 ids_differ)" in err
+    assert (
+        "specforge 2/3 exact (1 ids_differ); speculators_render 1/3 exact (1 ids_differ, 1 history_supervised)" in err
+    )
     manifest = json.loads((tmp_path / "sf.manifest.json").read_text())
     assert (
         manifest["counts"]["retokenize_drift"] == 1
@@ -400,3 +410,38 @@ def test_a_plain_models_samples_get_a_template_without_reasoning(tmp_path):
         (cap.input_ids, [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids), []),
     )
     assert result.manifest["rerender"]["specforge"]["exact"] == 1
+
+
+def test_rows_longer_than_a_trainers_default_length_are_counted_and_the_exact_command_names_the_length(
+    kimi_tok, kimi_profile, tmp_path
+):
+    """Both trainers cut a row to their maximum length (speculators `input_ids[:seq_length]`, SpecForge
+    `data.max_length`, 2048 by default): the cut row still looks healthy but never trains its answer's end."""
+    fam = Family(kimi_tok, kimi_profile)
+    long_cap = fam.capture("tell me a long story", "and then " * 1100)
+    with Store(tmp_path / "long.duckdb") as store:
+        store.put_run("run1", profile=fam.p.name, tokenizer_hash=fam.tok.fingerprint())
+        for prompt_id, cap in (("long", long_cap), ("short", fam.capture("hi", "hello"))):
+            sid = sample_id_for(prompt_id, cap.settings, 0, None)
+            store.put_sample(sid, prompt_id, "run1", cap, analyze(cap, fam.p, fam.tok), gen_index=0, profile=fam.p.name)
+        served = _served(store)
+        result = export(store, "speculators", tmp_path / "s.jsonl", tokenizer=fam.tok, profile=fam.p)
+    longest = max(len(ids) for ids, _, _ in served.values())
+    assert 2048 < longest < 8192
+    rows = {r["metadata"]["tokview_sample_id"]: r for r in _jsonl(tmp_path / "s.jsonl")}
+    long_sid = next(s for s in served if s.startswith("long"))
+    cut = rows[long_sid]["loss_mask"][:2048]  # what SpecForge's default keeps of the row
+    assert sum(cut) < len(long_cap.output_ids)  # the answer's end (the stop id) would never be trained
+    m = result.manifest
+    assert m["max_length"] == {
+        "longest_row_ids": longest,
+        "speculators": {"setting": "--seq-length", "default": 8192, "rows_longer": 0},
+        "specforge": {"setting": "data.max_length", "default": 2048, "rows_longer": 1},
+    }
+    assert f"data.prompts_path=s.jsonl data.max_length={longest} " in m["trainers"]["specforge"]["exact"]
+    assert "--seq-length" not in m["trainers"]["speculators"]["exact"]  # 8192 holds every row
+    assert any(
+        w.startswith("1 of 2 rows are longer than specforge's default data.max_length 2048")
+        and f"at least {longest}" in w
+        for w in m["warnings"]
+    )

@@ -124,6 +124,8 @@ def summary(result) -> str:
         f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
         "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)"
     )
+    if result.lengths is not None:
+        lines += [f"warning: {w}" for w in result.lengths.warnings()]
     if result.conformance is not None and result.conformance.paths():
         lines.append(f"re-rendered through the run's chat template as the trainers do: {result.conformance.line()}")
     return "\n".join(lines)

@@ -56,6 +56,8 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
             f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
             "train on the speculators export through data.prompts_path"
         )
+    if result.lengths is not None:
+        warnings += result.lengths.warnings()
     template_name = result.template_path.name if result.template_path else None
     counts = {
         "selected": result.selected,
@@ -111,7 +113,9 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
             [seen.kwargs[k] for k in sorted(seen.kwargs)],
             result.retokenize_drift,
             result.exported,
+            result.lengths,
         ),
+        "max_length": result.lengths.summary() if result.lengths is not None else {},
         "rerender": result.conformance.summary() if result.conformance else {},
         "warnings": warnings,
     }

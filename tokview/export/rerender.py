@@ -3,11 +3,13 @@
 A text export is only as exact as the path a trainer reads it through. These functions follow the
 trainers' own rules (read from their code, not imported: tokview never depends on a trainer):
 
-- speculators `prepare_data.py --render-endpoint` (`build_speculator_training_dataset`): for the
-  last assistant turn j, render `conv[:j]` with the generation prompt and `conv[:j+1]` without; the
-  full render is the row, the mask is 1 from the end of the generation prompt (or, where the two
-  diverge, from their common prefix). Turns are normalised as it does: `from`/`value` accepted,
-  `thinking` or `reasoning_content` (when non-empty) carried as both.
+- speculators `prepare_data.py --render-endpoint` (`_render_boundary_rows`): one row for *every*
+  assistant turn j after the first message: render `conv[:j]` with the generation prompt and
+  `conv[:j+1]` without; the full render is the row, the mask is 1 from the end of the generation
+  prompt (or, where the two diverge, from their common prefix). A turn whose context alone fills
+  `--seq-length` is skipped. Turns are normalised as it does: `from`/`value` accepted, `thinking` or
+  `reasoning_content` (when non-empty) carried as both. So a multi-turn row also trains on its
+  history's assistant turns, which this run did not serve (`history_supervised`).
 - SpecForge `build_eagle3_dataset` (`GeneralParser` / `ThinkingParser.parse`): a system prompt from
   the template when the row has none, the conversation rendered without the generation prompt
   (`enable_thinking=True` when the template says so, plus every extra column of the row as a
@@ -29,10 +31,16 @@ EXACT = "exact"
 EXACT_PLUS_SUFFIX = "exact_plus_unsupervised_suffix"
 IDS_DIFFER = "ids_differ"
 MASK_DIFFER = "mask_differ"
+HISTORY_SUPERVISED = "history_supervised"
 FAILED = "render_failed"
-OUTCOMES = (EXACT, EXACT_PLUS_SUFFIX, IDS_DIFFER, MASK_DIFFER, FAILED)
+OUTCOMES = (EXACT, EXACT_PLUS_SUFFIX, IDS_DIFFER, MASK_DIFFER, HISTORY_SUPERVISED, FAILED)
 """`exact_plus_unsupervised_suffix`: the served ids and mask, then template text after the last
-end-of-turn (Qwen3's "\\n") with mask 0: trains on exactly the served tokens."""
+end-of-turn (Qwen3's "\\n") with mask 0: trains on exactly the served tokens. `history_supervised`:
+the row itself is exact, but the trainer also makes rows that supervise earlier assistant turns (the
+prompts file's history, never served by this run)."""
+
+SPECULATORS_SEQ_LENGTH = 8192
+"""speculators `prepare_data.py --seq-length` default (c05b95b): a turn whose context fills it is skipped."""
 
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant"}
 SPECFORGE_STANDARD_KEYS = {"role", "content", "tool_calls"}
@@ -80,19 +88,41 @@ def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, 
     return out
 
 
-def render_boundary(
-    conversation: Sequence[dict[str, Any]], tokenizer: Any, template_kwargs: dict[str, Any] | None
-) -> Rendered | None:
-    """The row speculators' render path makes for the conversation's last assistant turn."""
+def render_boundaries(
+    conversation: Sequence[dict[str, Any]],
+    tokenizer: Any,
+    template_kwargs: dict[str, Any] | None,
+    seq_length: int = SPECULATORS_SEQ_LENGTH,
+) -> list[Rendered] | None:
+    """The rows speculators' render path makes of one conversation, one per assistant turn, in order.
+
+    None when it makes none for the last turn (a template that cannot render the conversation, renders
+    that diverge inside the history: speculators then drops the whole conversation)."""
     conv = speculators_turns(conversation)
-    last = max((j for j, t in enumerate(conv) if t["role"] == "assistant" and j > 0), default=None)
-    if last is None:
+    turns = [j for j, t in enumerate(conv) if t["role"] == "assistant" and j > 0]
+    if not turns:
         return None
+    rows: list[Rendered] = []
     try:
-        prompt = tokenizer.render(conv[:last], add_generation_prompt=True, template_kwargs=template_kwargs)
-        full = tokenizer.render(conv[: last + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
-    except Exception:  # a template that cannot render the row: the trainer skips it
+        for j in turns:
+            prompt = tokenizer.render(conv[:j], add_generation_prompt=True, template_kwargs=template_kwargs)
+            if len(prompt) >= seq_length:
+                if j == turns[-1]:
+                    return None
+                continue  # speculators skips this turn only: a later one may fit again
+            row = _boundary_row(conv, j, prompt, tokenizer, template_kwargs)
+            if row is None:
+                return None  # speculators raises BoundaryUnstableError and drops the conversation
+            rows.append(row)
+    except Exception:  # a template that cannot render the conversation: the trainer skips it
         return None
+    return rows
+
+
+def _boundary_row(
+    conv: list[dict[str, Any]], j: int, prompt: list[int], tokenizer: Any, template_kwargs: dict[str, Any] | None
+) -> Rendered | None:
+    full = tokenizer.render(conv[: j + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
     if full[: len(prompt)] == prompt:
         boundary = len(prompt)
     else:
@@ -101,13 +131,20 @@ def render_boundary(
             if a != b:
                 break
             boundary += 1
-        try:
-            history = tokenizer.render(conv[:last], add_generation_prompt=False, template_kwargs=template_kwargs)
-        except Exception:
-            return None
+        history = tokenizer.render(conv[:j], add_generation_prompt=False, template_kwargs=template_kwargs)
         if full[: len(history)] != history or boundary < len(history):
-            return None  # speculators raises BoundaryUnstableError and drops the row
+            return None
     return Rendered(full, [0] * boundary + [1] * (len(full) - boundary))
+
+
+def compare_render_rows(served: Rendered, rows: list[Rendered] | None) -> str:
+    """The render path's outcome: its last row against the served ids, and no other row supervised."""
+    if not rows:
+        return FAILED
+    outcome = compare(served, rows[-1])
+    if is_exact(outcome) and any(any(r.mask) for r in rows[:-1]):
+        return HISTORY_SUPERVISED
+    return outcome
 
 
 # -- SpecForge build_eagle3_dataset ----------------------------------------------------------------------

@@ -21,6 +21,54 @@ PREFORMATTED_PATH = "specforge_preformatted_text"
 TEXT_FORMATS = ("specforge", "sharegpt", "kimi-inline")
 
 
+TRAINER_LIMITS = {"speculators": ("--seq-length", 8192), "specforge": ("data.max_length", 2048)}
+"""Each trainer's default maximum sequence length (speculators c05b95b `prepare_data.py --seq-length`,
+SpecForge a6b6b02 `data.max_length`): both cut a longer row to it, on every path, so the end of its
+answer (the stop id included) is never trained, while the row still looks healthy."""
+
+
+class Lengths:
+    """The longest exported row, and how many rows each trainer's default maximum length would cut."""
+
+    def __init__(self) -> None:
+        self.longest = 0
+        self.rows = 0
+        self.over = Counter[str]()
+
+    def add(self, n_ids: int) -> None:
+        self.rows += 1
+        self.longest = max(self.longest, n_ids)
+        for trainer, (_, limit) in TRAINER_LIMITS.items():
+            self.over[trainer] += n_ids > limit
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "longest_row_ids": self.longest,
+            **{
+                trainer: {"setting": setting, "default": limit, "rows_longer": self.over[trainer]}
+                for trainer, (setting, limit) in TRAINER_LIMITS.items()
+            },
+        }
+
+    def warnings(self) -> list[str]:
+        out = []
+        for trainer, (setting, limit) in TRAINER_LIMITS.items():
+            if self.over[trainer]:
+                out.append(
+                    f"{self.over[trainer]} of {self.rows} rows are longer than {trainer}'s default {setting} "
+                    f"{limit} (the longest: {self.longest} ids): set {setting} to at least {self.longest}, or "
+                    f"{trainer} cuts them and never trains the end of their answers"
+                )
+        return out
+
+    def setting(self, trainer: str) -> str:
+        """The flag a trainer's exact command needs so no row is cut ('' when its default holds every row)."""
+        name, limit = TRAINER_LIMITS[trainer]
+        if self.longest <= limit:
+            return ""
+        return f" {name} {self.longest}" if name.startswith("--") else f" {name}={self.longest}"
+
+
 class Conformance:
     """Re-renders each written row through the trainers' paths and counts the outcomes."""
 
@@ -40,14 +88,15 @@ class Conformance:
         out = {}
         for path in self.paths():
             if path == RENDER_PATH:
-                got = rr.render_boundary(row["conversations"], self.tokenizer, kwargs)
+                outcome = rr.compare_render_rows(
+                    served, rr.render_boundaries(row["conversations"], self.tokenizer, kwargs)
+                )
             elif self.template is None:  # paths() names the template's paths only when there is one
                 continue
             elif path == SPECFORGE_PATH:
-                got = rr.specforge_parse(row, self.template, self.tokenizer)
+                outcome = rr.compare(served, rr.specforge_parse(row, self.template, self.tokenizer))
             else:
-                got = rr.specforge_mask(row["text"], self.template, self.tokenizer)
-            outcome = rr.compare(served, got)
+                outcome = rr.compare(served, rr.specforge_mask(row["text"], self.template, self.tokenizer))
             self.outcomes.setdefault(path, Counter())[outcome] += 1
             if not rr.is_exact(outcome) and len(self.examples.setdefault(path, [])) < 5:
                 self.examples[path].append(str(row.get("id")))
@@ -73,7 +122,8 @@ class Conformance:
         """One line for the export summary: `specforge 5/5 exact, speculators_render 4/5 exact`."""
         parts = []
         for path, s in self.summary().items():
-            detail = ", ".join(f"{s[k]} {k}" for k in (rr.IDS_DIFFER, rr.MASK_DIFFER, rr.FAILED) if s.get(k))
+            differ = (rr.IDS_DIFFER, rr.MASK_DIFFER, rr.HISTORY_SUPERVISED, rr.FAILED)
+            detail = ", ".join(f"{s[k]} {k}" for k in differ if s.get(k))
             parts.append(f"{path} {s['exact']}/{s['rows']} exact" + (f" ({detail})" if detail else ""))
         return "; ".join(parts)
 
@@ -85,11 +135,15 @@ def section(
     kwargs: list[dict[str, Any]],
     retokenize_drift: int,
     exported: int,
+    lengths: Lengths | None = None,
 ) -> dict[str, Any]:
-    """The manifest's `trainers` section: per trainer, the exact way to train on this file."""
+    """The manifest's `trainers` section: per trainer, the exact way to train on this file (with the
+    maximum length its longest row needs, when that is over the trainer's default)."""
+    lengths = lengths or Lengths()
+    seq_length, max_length = lengths.setting("speculators"), lengths.setting("specforge")
     kw = json.dumps(kwargs[0]) if len(kwargs) == 1 and kwargs[0] else None
     render = (
-        f"python scripts/prepare_data.py --model <target model> --data {data_name} --render-endpoint "
+        f"python scripts/prepare_data.py --model <target model> --data {data_name}{seq_length} --render-endpoint "
         "http://<vLLM serving the same model and chat template>"
         + (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else "")
     )
@@ -106,12 +160,12 @@ def section(
         )
         out: dict[str, Any] = {
             "speculators": {
-                "exact": f"python scripts/prepare_data.py --model <target model> --data {data_name} "
+                "exact": f"python scripts/prepare_data.py --model <target model> --data {data_name}{seq_length} "
                 "--output <dir> (pre-tokenized rows pass through as served)"
             },
             "specforge": {
-                "exact": f"data.prompts_path={data_name} (prepare_prompt_tasks reads input_ids + loss_mask "
-                "as they are)",
+                "exact": f"data.prompts_path={data_name}{max_length} (prepare_prompt_tasks reads input_ids + "
+                "loss_mask as they are)",
                 "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
                 "template's regex: not exact (see rerender)",
             },
@@ -133,7 +187,7 @@ def section(
         register = (
             "from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
             f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "
-            "then train with data.chat_template=tokview and train_only_last_turn: true"
+            f"then train with data.chat_template=tokview{max_length} and train_only_last_turn: true"
         )
         out = {
             "specforge": {
@@ -146,7 +200,9 @@ def section(
             "speculators": {
                 "path": render,
                 "note": "speculators refuses conversation files without --render-endpoint; it makes "
-                "one row per assistant turn, the last of which is this row's generation",
+                "one row per assistant turn, the last of which is this row's generation: the rows of a "
+                "multi-turn sample's history turns supervise the prompts file's answers, which this run "
+                "did not serve (counted as history_supervised in rerender); the exact_alternative has none",
             },
             "hf_trl": {
                 "path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "

@@ -37,7 +37,7 @@ from tokview.export.output import (
 )
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
-from tokview.export.trainers import Conformance
+from tokview.export.trainers import Conformance, Lengths
 from tokview.store import Store, export_rows
 from tokview.store.export_rows import SELECTIONS, SampleKey, Selection
 from tokview.store.records import capture_from_row, scrub, scrub_optional
@@ -68,6 +68,8 @@ class ExportResult:
     data_sha256: str | None = None
     data_bytes: int | None = None
     conformance: Any = None
+    lengths: Any = None
+    """`trainers.Lengths` of the exported rows: the longest, and the rows each trainer's default would cut."""
     template: dict[str, Any] | None = None
     template_refused: str | None = None
     freq: Counter = field(default_factory=Counter)
@@ -259,6 +261,7 @@ def _export_to(
     chooser = _choose_template(store, fmt, ids, profiles, tokenizer)
     template = chooser.template if chooser else None
     conformance = Conformance(fmt, tokenizer, template)
+    lengths = Lengths()
     row_id_of = dict(
         zip(
             (i[0] for i in ids),
@@ -300,6 +303,7 @@ def _export_to(
                         )
                     sink.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
                 exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
+                lengths.add(len(capture.prompt_ids) + len(capture.output_ids))
                 drift += "retokenize_drift" in (row.get("codes") or [])
                 freq.update(capture.output_ids)
                 seen.add(row, capture, served_kwargs(capture.settings, prof))
@@ -318,6 +322,7 @@ def _export_to(
     )
     result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
     result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
+    result.lengths = lengths
     result.template = template
     result.template_refused = chooser.refused if chooser else None
     if sink is not None:
