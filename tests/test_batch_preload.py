@@ -4,6 +4,7 @@ and parsing the batch flags imports neither the capture machinery nor DuckDB."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -114,3 +115,28 @@ def test_batch_as_its_own_process_ends_without_teardown_yet_keeps_everything(tmp
             assert store.count_samples() == 6
         code = main(["batch", str(prompts), "--db", str(tmp_path / "b.duckdb"), *common])
     assert code == 0  # returned: a caller in the same process goes on
+
+
+def test_a_first_batch_on_a_machine_with_an_empty_tokenizer_cache_builds_it_once(tmp_path):
+    """The start-up thread and the loading thread both ask for the default tokenizer before it exists:
+    one builds it and the other waits (two threads importing transformers at once failed one of them,
+    so every first `tokview batch` on a new machine exited 1)."""
+    import os
+
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    env = {**os.environ, "TOKVIEW_CACHE": str(tmp_path / "empty-cache")}
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        done = subprocess.run(
+            [*(sys.executable, "-m", "tokview", "batch", str(prompts), "--server", sim.url), "--summary-json"]
+            + ["--db", str(tmp_path / "s.duckdb")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-800:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["ok"] == 1
+    assert (tmp_path / "empty-cache" / "kimi-layout" / "tokenizer.json").is_file()

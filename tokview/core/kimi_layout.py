@@ -19,6 +19,7 @@ import os
 import shutil
 import string
 import tempfile
+import threading
 from pathlib import Path
 
 from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
@@ -262,6 +263,12 @@ def _is_built(d: Path, think_special: bool) -> bool:
         return False
 
 
+_BUILD_LOCK = threading.Lock()
+"""One build at a time in a process: `tokview batch` asks for the default tokenizer from its start-up
+thread and its tokenizer-loading thread at once, and two threads importing transformers' lazy module
+together fail in one of them (ImportError on a machine whose cache is still empty)."""
+
+
 def _build(out_dir: Path, think_special: bool, replace: bool) -> Path:
     """Build in a sibling temp dir and rename it into place, so readers never see half a dir.
 
@@ -303,7 +310,8 @@ def build_kimi_tokenizer_dir(out_dir: Path, *, think_special: bool = True) -> Pa
     ``skip_special_tokens=True`` keeps them, which text-based reasoning parsers need (§4.6).
     An existing ``out_dir`` is replaced.
     """
-    return _build(Path(out_dir), think_special, replace=True)
+    with _BUILD_LOCK:
+        return _build(Path(out_dir), think_special, replace=True)
 
 
 def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = None) -> Path:
@@ -321,7 +329,10 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
     d = base.expanduser() / ("kimi-layout" if think_special else "kimi-layout-nonspecial")
     if _is_built(d, think_special):
         return d.absolute()
-    return _build(d, think_special, replace=False)
+    with _BUILD_LOCK:
+        if _is_built(d, think_special):  # another thread built it while this one waited
+            return d.absolute()
+        return _build(d, think_special, replace=False)
 
 
 # What Kimi's real tokenizer_config.json names: its TikTokenTokenizer's defaults (one definition, there).
