@@ -128,6 +128,32 @@ def test_format_and_out_suffix_must_agree(store, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
 
 
+def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
+    """`--out` naming the store (directly, through a link, as Parquet, or its WAL) is refused in one line
+    and the store is left as it was: it once became a JSONL file."""
+    store.close()
+    db = tmp_path / "x.duckdb"
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    (tmp_path / "link.jsonl").symlink_to(db)
+    for fmt, out in (
+        ("speculators", db),
+        ("speculators", tmp_path / "link.jsonl"),
+        ("parquet", tmp_path / "x.duckdb.parquet"),  # not the store: a control
+        ("sharegpt", tmp_path / "x.duckdb.wal"),
+    ):
+        code = main(["export", "--db", str(db), "--format", fmt, "--select", "all", "--out", str(out)])
+        err = capsys.readouterr().err
+        if out.name.endswith(".parquet"):
+            assert code == 0, err
+            continue
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert "would overwrite the store it exports" in err
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert not (tmp_path / "x.duckdb.wal").exists()
+    with Store(db) as again:
+        assert again.count_samples() == 2
+
+
 # -- item 11: sidecars land with the data; stale temp files are cleaned ---------------------------------
 
 

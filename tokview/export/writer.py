@@ -173,6 +173,7 @@ def export(
             add_sidecar(plan, "errors", "errors.jsonl")
         if fmt == "specforge":
             add_sidecar(plan, "template", "specforge_template.json")
+        _refuse_the_store(plan, Path(store.path))
     except OutputError as exc:
         raise ExportError(str(exc)) from None
     clean_stale_partials(plan)
@@ -193,6 +194,17 @@ def export(
     finally:
         discard_temps(plan)
     return result
+
+
+def _refuse_the_store(plan: Plan, db: Path) -> None:
+    """An export that would replace the store it reads (its file, WAL or parts), through any name or link."""
+    store = Path(os.path.realpath(db))
+    own = {store, store.with_name(store.name + ".wal")}
+    parts = store.with_name(store.name + ".parts")
+    for target in plan.targets():
+        final = Path(os.path.realpath(target.final))
+        if final in own or parts in final.parents:
+            raise OutputError(f"--out {plan.name} would overwrite the store it exports ({db}): choose another file")
 
 
 def _check_suffix(fmt: str, out: str | Path) -> None:
