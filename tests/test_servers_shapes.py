@@ -44,6 +44,8 @@ GEN_OK = {"output_ids": [5, 163586], "text": "x", "meta_info": {"finish_reason":
         ("sglang", "raw", {"/generate": {**GEN_OK, "meta_info": {"finish_reason": 7}}}, "finish_reason is a int"),
         ("sglang", "raw", {"/generate": {**GEN_OK, "text": ["x"]}}, "text is not a string"),
         ("vllm", "raw", {"/v1/completions": {"choices": [{"token_ids": ["a", "b"]}]}}, "token_ids are not a list"),
+        ("vllm", "raw", {"/v1/completions": {"choices": [{"token_ids": [5, -1]}]}}, "hold a negative id (-1)"),
+        ("sglang", "raw", {"/generate": {**GEN_OK, "output_ids": [-3, 5]}}, "hold a negative id (-3)"),
         ("vllm", "raw", {"/v1/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
         ("vllm", "chat", {"/v1/chat/completions": {"choices": ["x"]}}, "choices[0] is not an object"),
         (
@@ -88,3 +90,12 @@ async def test_malformed_shapes_are_capture_failures(
             await pool.capture(CaptureRequest(messages=QUESTION, mode=mode, settings={"max_new_tokens": 5}))
     assert reason in failed.value.reason
     assert any(h["path"] in routes for h in seen)  # the malformed body was really fetched over the socket
+
+
+@pytest.mark.parametrize("data", ["x", {"id": "m"}, 5, None])
+async def test_a_model_list_that_is_not_a_list_is_ignored(json_server: Any, data: Any) -> None:
+    """`/v1/models` answering `{"data": "x"}` once crashed the probe (batch, doctor and score) with a TypeError."""
+    url, _ = json_server({**VLLM_INFO, "/v1/models": {"data": data}})
+    async with ServerPool(url, profile=KIMI, retries=0, timeout=5.0) as pool:
+        info = pool.server_info()[0]
+    assert info["kind"] == "vllm" and info["healthy"]

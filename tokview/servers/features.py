@@ -59,7 +59,8 @@ def context_limit(*answers: Any) -> int | None:
 def is_simulator(*answers: Any) -> bool:
     """The tokview simulator says so in /get_model_info and /v1/models."""
     for answer in answers:
-        items = [answer] + (answer.get("data") or [] if isinstance(answer, dict) else [])
+        data = answer.get("data") if isinstance(answer, dict) else None
+        items = [answer] + (data if isinstance(data, list) else [])  # a garbage "data" is no model list
         for item in items:
             if isinstance(item, dict) and (item.get("simulator") or "tokview" in str(item.get("owned_by", ""))):
                 return True

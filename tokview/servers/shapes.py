@@ -15,10 +15,15 @@ from tokview.servers.request import normalize_finish
 
 
 def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
+    """`value` when it is a list of token ids (ints, none negative: no tokenizer has a negative id)."""
     if isinstance(value, list) and set(map(type, value)) <= {int}:  # what JSON gives: one C-level pass
+        if value and min(value) < 0:
+            raise Retryable(f"malformed response from {where}: {what} hold a negative id ({min(value)})")
         return value
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
+    if value and min(value) < 0:
+        raise Retryable(f"malformed response from {where}: {what} hold a negative id ({min(value)})")
     return value
 
 
