@@ -156,6 +156,29 @@ def test_one_out_of_range_id_is_a_bad_row_with_its_line_and_the_rest_goes_on(tmp
         assert [r.prompt_id for r in store.samples_page(SampleFilter(run_id="audit-ids"))] == ["conv-a"]
 
 
+def test_an_assistant_turn_that_is_not_text_is_a_bad_row_and_the_rest_goes_on(tmp_path):
+    """A number, a bool or an object as the answer once stopped the whole audit with an AttributeError."""
+    rows = [
+        {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": 5}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": True}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": {"a": 1}}]},
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok", "reasoning_content": 3},
+            ]
+        },
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]},
+    ]
+    data = tmp_path / "odd.jsonl"
+    _write(data, rows)
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, data, tokenizer=kimi(), profile=profile(), name="odd")
+    assert report.rows == 5 and report.imported == 1
+    assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3", "line 4"]
+    assert "content is a int, not text" in report.bad_rows[0] and "reasoning is a int" in report.bad_rows[3]
+
+
 def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
     data = tmp_path / "latin.jsonl"
     good = {"id": "x", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "yes"}]}

@@ -116,6 +116,9 @@ def from_conversation(
     field_name = next((k for k in REASONING_KEYS if k in raw_last), None)
     reasoning = messages[last].get("reasoning_content") or ""
     content = messages[last].get("content") or ""
+    for name, value in (("content", content), ("reasoning", reasoning)):
+        if not isinstance(value, str):
+            raise PromptError(f"the last assistant turn's {name} is a {type(value).__name__}, not text")
     if field_name is None:
         inline = split_inline(content, profile)
         if inline is not None:  # the Kimi-inline shape (tokview's own kimi-inline export): structure, not text
