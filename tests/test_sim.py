@@ -567,3 +567,18 @@ def test_cli_bad_quirk_is_one_line_error():
     proc = subprocess.run([*TOKVIEW, "sim", "--quirk", "http-999=1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown quirk" in proc.stderr
+
+
+def test_sim_on_a_port_in_use_says_so_in_one_line(capsys):
+    """An address already taken is the user's to change, not an internal error with a debug hint."""
+    from tokview.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code = main(["sim", "--port", str(port)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err
+    assert "internal error" not in err

@@ -27,6 +27,10 @@ from tokview.sim.common import SimState, SimStats
 from tokview.sim.config import SimConfig
 
 
+class CannotListen(OSError):
+    """The simulator's address is taken or not allowed: the user's to change (`--port`), not a bug."""
+
+
 @lru_cache(maxsize=8)
 def _tokenizer_and_profile(path: str) -> tuple[Any, ModelProfile]:
     """Load once per process: tests start many simulators over the same tokenizer."""
@@ -118,7 +122,7 @@ def launch(cfg: SimConfig) -> Simulator:
         sock.bind((cfg.host, cfg.port))
     except OSError as exc:
         sock.close()
-        raise OSError(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
+        raise CannotListen(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
