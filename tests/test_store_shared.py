@@ -90,6 +90,17 @@ def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
         assert store.query("SELECT attempts FROM failure_attempts") == [(3,)]
 
 
+@pytest.mark.parametrize("name, data", [("prompts.jsonl", b'{"id": "a", "prompt": "hi"}\n'), ("t.csv", b"a,b\n1,2\n")])
+def test_a_file_that_is_not_duckdb_is_named_as_such_and_left_alone(tmp_path, name, data):
+    """A prompts file given as --db once read "is a DuckDB database but not a tokview store (it has tables
+    file, prompts)": DuckDB opens some text files as a database of their own."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(StoreError, match=f"{name} is not a DuckDB database"):
+        Store(path)
+    assert path.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
 def test_a_foreign_duckdb_file_is_refused_and_left_alone(tmp_path):
     path = tmp_path / "theirs.duckdb"
     conn = duckdb.connect(str(path))

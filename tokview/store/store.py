@@ -101,6 +101,24 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
         raise StoreError(f"{what}: {first}") from None
 
 
+DUCKDB_MAGIC = b"DUCK"
+"""What every DuckDB database file holds at bytes 8-11 of its header."""
+
+
+def _refuse_other_files(path: str) -> None:
+    """A --db that is some other file (a prompts file given in the wrong place, a Parquet or CSV file)
+    is named as such: DuckDB itself opens some of them as a database of their own and lists their tables."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            head = f.read(12)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return  # a new store, or a folder DuckDB names itself
+    except OSError:
+        return  # unreadable: DuckDB's own error says why
+    if head and head[8:12] != DUCKDB_MAGIC:
+        raise StoreError(f"{path} is not a DuckDB database (a tokview store is one): pass another --db")
+
+
 class Store(PartSink):
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
@@ -137,6 +155,7 @@ class Store(PartSink):
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # the user's --db names a folder that cannot be made
                 raise StoreError(describe_error(exc)) from None
+            _refuse_other_files(self.path)
         with self._lock:
             try:
                 self._conn = self._open()
