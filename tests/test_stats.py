@@ -80,6 +80,9 @@ def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
     assert js["samples"] == 3 and len(js["sample_list"]) == 2
     assert set(js["sample_list"][0]) == {"sample_id", "status", "valid", "finish_reason", "codes"}
     assert main(["stats", "--db", str(db), "--samples", "--limit", "0"]) == 1
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--samples", "--limit", str(10**23), "--json"]) == 0  # all of them
+    assert len(json.loads(capsys.readouterr().out)["sample_list"]) == 3
 
 
 def test_a_missing_database_names_the_flag(tmp_path, capsys):

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.store.queries import INT64_MAX
+
 if TYPE_CHECKING:
     from tokview.store.store import Store
 
@@ -92,7 +94,7 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
     where, params = selection.where()
     sql = f"SELECT sample_id, target_score FROM samples WHERE {where} AND output_len > 0 ORDER BY created_at, sample_id"
     if limit is not None:
-        sql += f" LIMIT {int(limit)}"
+        sql += f" LIMIT {min(int(limit), INT64_MAX)}"  # a huge --limit means all of them
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 

@@ -10,6 +10,9 @@ from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
 
+INT64_MAX = 2**63 - 1
+"""The largest LIMIT or OFFSET DuckDB takes: a larger one from the command line means "all"."""
+
 ORDERABLE = {
     "created_at",
     "sample_id",
@@ -83,7 +86,7 @@ def samples_page(
 ) -> list[SampleRow]:
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
-    rows = conn.execute(sql, [*params, int(limit), int(offset)]).fetchall()
+    rows = conn.execute(sql, [*params, min(int(limit), INT64_MAX), min(int(offset), INT64_MAX)]).fetchall()
     return [
         SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9], r[10], r[11])
         for r in rows
