@@ -116,3 +116,11 @@ def test_bad_chat_files_are_one_line(capsys, tmp_path, kimi_tok_dir, content, ex
 def test_nothing_to_tokenize(capsys):
     code, _, err = _run(capsys)
     assert code == 1 and "nothing to tokenize" in err
+
+
+def test_an_unknown_profile_is_refused_without_chat_too(capsys, kimi_tok_dir):
+    """--profile is read only with --chat; a name that is no profile was silently ignored without it."""
+    code, out, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "nosuch", "hi")
+    assert code == 1 and not out and len(err.strip().splitlines()) == 1 and "unknown profile 'nosuch'" in err
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "qwen3", "hi")
+    assert code == 0 and "ids" in out

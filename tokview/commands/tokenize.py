@@ -48,6 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.texts and args.chat is None:
         raise UserError("nothing to tokenize: give TEXT…, - to read lines from stdin, or --chat FILE.json")
+    if args.profile:  # read only with --chat, but a profile that does not exist is a mistake either way
+        from tokview.core.profiles import get_profile
+
+        get_profile(args.profile)
     points = _read_chat(args.chat) if args.chat is not None else []
     texts = list(_texts(args.texts))
     from tokview.core.tokenizer import load_tokenizer
