@@ -155,8 +155,10 @@ def test_score_cli_exit_codes_and_json(tmp_path, capsys):
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert code == 0 and out["ok"] == 3 and out["off_policy"] == 1 and out["exit_code"] == 0
         assert math.isfinite(out["mean_nll"])
-        code = main(["score", "--db", str(db), "--server", sim.url, "--run", "nope"])
-        assert code == 0
+        capsys.readouterr()
+        code = main(["score", "--db", str(db), "--server", sim.url, "--run", "nope"])  # a typo: not "0 scored"
+        err = capsys.readouterr().err.strip()
+        assert code == 1 and err.startswith("tokview: error: no run 'nope' in") and "(runs: " in err, err
     assert main(["score", "--db", str(tmp_path / "missing.duckdb"), "--server", "http://127.0.0.1:9"]) == 1
     assert "database not found" in capsys.readouterr().err
     assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--top-k", "50"]) == 1

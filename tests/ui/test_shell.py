@@ -32,6 +32,9 @@ def test_config_is_strict(tmp_path):
     )
     config = load_config(good)
     assert (config.theme, config.view_mode, config.keymap) == ("textual-light", "both", {"curate.approve": "y"})
+    with pytest.raises(ConfigError, match="is a folder: name the config.toml file in it"):
+        load_config(tmp_path)  # TOKVIEW_CONFIG=<a folder> was silently ignored
+    assert load_config(tmp_path / "missing.toml").path is None  # no file yet: the defaults
 
 
 async def test_help_theme_toggle_and_palette_commands(make_app):

@@ -106,7 +106,14 @@ class ScoreSummary:
 
 
 def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
-    """(sample_id, stored target_score JSON) of the selected samples, oldest first."""
+    """(sample_id, stored target_score JSON) of the selected samples, oldest first.
+
+    A `--run` the store does not hold is an InputError (a typo would otherwise score nothing, exit 0)."""
+    if config.run is not None:
+        known = [r["run_id"] for r in store.runs()]
+        if config.run not in known:
+            shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
+            raise InputError(f"no run {config.run!r} in {store.path} (runs: {shown or 'none'})")
     return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 

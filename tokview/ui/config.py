@@ -58,6 +58,8 @@ def config_path() -> Path:
 
 def load_config(path: Path | None = None) -> UIConfig:
     path = path or config_path()
+    if path.is_dir():  # TOKVIEW_CONFIG naming a folder was silently ignored
+        raise ConfigError(f"config {path} is a folder: name the config.toml file in it")
     if not path.is_file():
         return UIConfig()
     try:
