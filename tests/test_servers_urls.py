@@ -48,6 +48,14 @@ def test_validator_normalises_and_keeps_credentials_only_where_needed() -> None:
     with pytest.raises(ValueError) as info:
         validate_server_url(f"http://tok:{PASSWORD}@h:99999")
     assert PASSWORD not in str(info.value)
+    for url in (
+        f"http://h:8000/?api_key={PASSWORD}",
+        f"http://h:8000/?a=1&key={PASSWORD}",
+        f"http://h:8000/#{PASSWORD}",
+    ):
+        with pytest.raises(ValueError, match="query or fragment") as info:  # a key in the query is a key too
+            validate_server_url(url)
+        assert PASSWORD not in str(info.value) and "http://h:8000/" in str(info.value)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://", f"http://u:{PASSWORD}@127.0.0.1:70000"])

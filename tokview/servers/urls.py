@@ -38,14 +38,20 @@ def _fail(url: str, why: str) -> ValueError:
 
 
 def redact(url: str) -> str:
-    """The URL with any `user:password@` replaced by `***@`, for error messages about a bad URL."""
+    """The URL with any `user:password@` replaced by `***@` and every query value and fragment by `***`
+    (`?api_key=…` is a key too), for error messages about a bad URL."""
+    url, hashmark, fragment = url.partition("#")
+    url, qmark, query = url.partition("?")
+    if query:
+        query = "&".join(k + "=" + MASK if sep else MASK for k, sep, _ in (p.partition("=") for p in query.split("&")))
+    tail = qmark + query + hashmark + (MASK if fragment else "")
     scheme, sep, rest = url.partition("://")
     if not sep:
-        return url
+        return url + tail
     authority, slash, path = rest.partition("/")
     if "@" in authority:
         authority = MASK + "@" + authority.rsplit("@", 1)[1]
-    return f"{scheme}{sep}{authority}{slash}{path}"
+    return f"{scheme}{sep}{authority}{slash}{path}{tail}"
 
 
 _PLAIN = re.compile(
