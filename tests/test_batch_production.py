@@ -328,3 +328,21 @@ async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_list
         export(store, "speculators", tmp_path / "out.jsonl", select="all", tokenizer=kimi(), profile=profile())
     lines = (tmp_path / "out.errors.jsonl").read_text().splitlines()
     assert len(lines) == 3 and len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3
+
+
+def test_two_workers_stop_at_once_when_the_parent_cannot_write_a_part(tmp_path):
+    """A store whose parts cannot be written (here: the parts folder's name is taken by a file; in
+    life, a full disk) once left a `--workers 2` run spinning at 100% CPU forever with no output."""
+    prompts = many_prompts(tmp_path / "p.jsonl", 300)
+    db = tmp_path / "ro.duckdb"
+    (tmp_path / "ro.duckdb.parts").write_text("not a folder")
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        out = subprocess.run(
+            [*TOKVIEW, "batch", str(prompts), "--server", sim.url, "--db", str(db), "--max-new-tokens", "30"]
+            + ["--workers", "2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 1, out.stderr[-1500:]
+    assert out.stderr.strip().splitlines()[-1] == f"tokview: error: cannot write to {db}.parts: File exists"

@@ -54,7 +54,7 @@ async def capture_all(
             state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
 
     async def worker() -> None:
-        while todo and state["stop"] is None and writer.error is None:
+        while state["stop"] is None and writer.error is None and todo:  # `todo` last: testing it may take an item
             while writer.pending > max_pending and writer.error is None:  # analysis is behind: wait for it
                 await asyncio.sleep(0.005)
             if not todo:

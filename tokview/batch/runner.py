@@ -314,19 +314,20 @@ async def _share_with_children(
     feed = group.feed
     todo: Any = FeedTodo(feed)
     outcomes: list[str | None] = []
-    cancelled = False
-    while not group.all_done() or (not cancelled and todo):
+    cancelled = stopped = False
+    while not group.all_done() or (not cancelled and not stopped and todo):
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
             group.cancel()
-        if not cancelled and todo:
+        if not cancelled and not stopped and todo:
             outcome = await capture_all(config, pool, todo, writer, cancel, report)
             if outcome is not None:
                 outcomes.append(outcome)
-                cancelled = cancelled or outcome == "interrupted"
-                if cancelled:
+                if outcome == "interrupted":
+                    cancelled = True
                     group.cancel()
-                else:
+                else:  # a full disk, too many failures: this process takes no more work, nor do the others
+                    stopped = True
                     feed.close()
             continue
         await asyncio.sleep(0.02)
