@@ -225,6 +225,9 @@ class BatchSummary:
     servers: list[dict[str, Any]] = field(default_factory=list)
     stopped: str | None = None
     """Why the run stopped taking work early (a full disk, too many failures in a row), if it did."""
+    notes: list[str] = field(default_factory=list)
+    """What happened that did not cost the run a sample (a `--workers` child that died, its work done
+    by the others)."""
 
     @property
     def balanced(self) -> bool:
@@ -265,6 +268,7 @@ class BatchSummary:
         for cls, n in list(self.failures_by_class.items())[:10]:
             example = examples[cls]
             lines.append(f"  failed x{n}: {cls}" + (f" (e.g. {example[:200]})" if example != cls else ""))
+        lines += [f"  note: {note}" for note in self.notes]
         if self.stopped:
             lines.append(f"  stopped: {self.stopped}; committed samples are kept, re-run the same command to resume")
         if self.interrupted:

@@ -294,6 +294,10 @@ async def _run(
         p.elapsed_s,
     )
     summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
+    deaths = [t.died for t in tallies if getattr(t, "died", None)]
+    if deaths and summary.abandoned and not summary.stopped and not summary.interrupted:
+        summary.stopped = deaths.pop(0)  # it left samples for a resume: the run is not whole
+    summary.notes += deaths
     report()
     return summary
 

@@ -179,6 +179,9 @@ class RemoteTally:
         self.reasons: Counter[str] = Counter()
         self.outcome: str | None = None
         self.error: str | None = None
+        self.died: str | None = None
+        """How it ended when it died or was stopped alone: the others took up its work, so the run
+        is whole unless that left samples for a resume (the runner decides)."""
         self.done = threading.Event()
         self.taken = 0
         """Items this child took from the feed (what the balancing tests read)."""
@@ -291,14 +294,14 @@ class WorkerGroup:
             self.feed.give_back(back)
         if how is None:
             self.procs[i].join(timeout=5)
-            tally.error = (
+            tally.died = (
                 f"worker {i + 1} exited with {self.procs[i].exitcode}: {len(back)} of its samples went back "
                 f"to the others, {tally.unconfirmed} left for a resume"
             )
         elif how[0] == "error":
             tally.error = how[1]
         elif how[1] == "interrupted" and self.feed is not None and not self.feed.closed:
-            tally.error = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
+            tally.died = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
         else:
             tally.outcome = how[1]
             if how[1] is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
