@@ -43,6 +43,47 @@ def test_parts_land_in_one_ingest_and_ingest_is_idempotent(tmp_path):
         assert store.ingest() == (0, 0) and store.count_samples() == 2
 
 
+def test_a_damaged_part_is_set_aside_with_its_whole_lines_kept_and_the_store_still_opens(tmp_path):
+    """After a power loss a renamed part (no fsync) may be cut short or full of NULs: DuckDB then refused
+    every landing, so no command could open the store. Its whole lines land; the file is set aside."""
+    db = tmp_path / "s.duckdb"
+    said: list[str] = []
+    with Store(db) as store:
+        store.write_part([record(store, "a")])
+        store.write_part([record(store, "b"), record(store, "c")])
+        cut = complete_parts(store.parts_dir)[0][-1]
+        cut.write_bytes(cut.read_bytes()[:-40])  # "c" cut short
+        nuls = store.parts_dir / "part-00000000000000000002-1-000000.samples.jsonl"
+        nuls.write_bytes(b"\0" * 64)
+    with Store(db, on_wait=said.append) as store:  # landed on opening, as every command does
+        assert sorted(r[0] for r in store.query("SELECT sample_id FROM samples")) == ["a", "b"]
+        assert complete_parts(store.parts_dir) == ([], [])
+        aside = sorted(p.name for p in (store.parts_dir / "damaged").iterdir())
+    assert aside == sorted([cut.name, nuls.name])
+    assert said == [f"2 damaged part(s) set aside in {store.parts_dir / 'damaged'} (1 whole lines of them kept)"]
+
+
+def test_leftover_parts_that_cannot_land_leave_the_store_readable(tmp_path, monkeypatch):
+    """A full disk: stats, show and export still read what is landed (the parts wait for room)."""
+    from tokview.store.part_sink import StoreFull
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([record(store, "a")])
+        store.ingest()
+        store.write_part([record(store, "b")])
+
+    def full(self):
+        raise StoreFull(f"no space left on device ({db})")
+
+    monkeypatch.setattr(Store, "_ingest_parts", full)
+    said: list[str] = []
+    with Store(db, on_wait=said.append) as store:
+        assert [r[0] for r in store.query("SELECT sample_id FROM samples")] == ["a"]
+        assert len(complete_parts(store.parts_dir)[0]) == 1
+    assert said == [f"parts left beside {db} are not landed yet (no space left on device ({db})); they are kept"]
+
+
 def test_a_half_written_part_is_ignored_and_leftover_parts_land_when_the_store_opens(tmp_path):
     db = tmp_path / "s.duckdb"
     with Store(db) as store:

@@ -97,6 +97,45 @@ def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
     return sorted(samples), sorted(failures)
 
 
+DAMAGED_DIR = "damaged"
+"""Where a part that is not whole JSON lines is moved (beside the others, never landed or deleted)."""
+
+
+def salvage(paths: Iterable[Path]) -> tuple[int, int]:
+    """Set aside every part that is not whole JSON lines, keeping its whole lines as a new part.
+
+    A part is renamed only when complete, but without an fsync (a run's parts would cost one each),
+    so after a power loss a file system may leave one cut short or full of NULs; DuckDB then refuses
+    every landing, and the store could not be opened by anyone. Returns (parts set aside, lines kept
+    from them); the originals go to `<parts>/damaged/` for a person to look at."""
+    damaged = kept = 0
+    for path in paths:
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            continue
+        good: list[bytes] = []
+        for line in lines:
+            try:
+                if isinstance(orjson.loads(line), dict):
+                    good.append(line + b"\n")
+            except orjson.JSONDecodeError:
+                pass
+        if len(good) == len(lines):
+            continue
+        suffix = SAMPLES_SUFFIX if path.name.endswith(SAMPLES_SUFFIX) else FAILURES_SUFFIX
+        write_part(path.parent, suffix, good, durable=True)
+        aside = path.parent / DAMAGED_DIR
+        aside.mkdir(exist_ok=True)
+        try:
+            os.replace(path, aside / path.name)
+        except FileNotFoundError:  # another process landed or set it aside meanwhile
+            continue
+        damaged += 1
+        kept += len(good)
+    return damaged, kept
+
+
 def remove(paths: Iterable[Path]) -> None:
     for path in paths:
         try:

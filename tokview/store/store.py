@@ -168,7 +168,10 @@ class Store(PartSink):
                 raise
             self._release()
         if not self._memory and parts.complete_parts(self.parts_dir) != ([], []):
-            self.ingest()  # parts a killed batch left behind
+            try:
+                self.ingest()  # parts a killed batch left behind
+            except StoreError as exc:  # a full disk: what is landed can still be read, exported, reviewed
+                self.on_wait(f"parts left beside {self.path} are not landed yet ({exc}); they are kept")
 
     @property
     def parts_dir(self) -> Path:
@@ -435,7 +438,25 @@ class Store(PartSink):
         """Land every complete part in one transaction; returns (new samples, failures recorded).
 
         Idempotent: a sample id already stored (or twice in the parts) is stored once; a failure of a
-        sample that is now stored is dropped; per sample id one failure row stays, with its attempts."""
+        sample that is now stored is dropped; per sample id one failure row stays, with its attempts.
+        A part that is not whole JSON lines (cut short by a power loss) is set aside with its whole
+        lines kept (`parts.salvage`), and the landing is tried again, once."""
+        try:
+            return self._ingest_parts()
+        except StoreFull:
+            raise
+        except StoreError:
+            sample_files, failure_files = parts.complete_parts(self.parts_dir)
+            damaged, kept = parts.salvage(sample_files + failure_files)
+            if not damaged:
+                raise
+            self.on_wait(
+                f"{damaged} damaged part(s) set aside in {self.parts_dir / parts.DAMAGED_DIR} "
+                f"({kept} whole lines of them kept)"
+            )
+            return self._ingest_parts()
+
+    def _ingest_parts(self) -> tuple[int, int]:
         with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
             sample_files, failure_files = parts.complete_parts(self.parts_dir)
             if not sample_files and not failure_files:
