@@ -346,3 +346,69 @@ def test_two_workers_stop_at_once_when_the_parent_cannot_write_a_part(tmp_path):
         )
     assert out.returncode == 1, out.stderr[-1500:]
     assert out.stderr.strip().splitlines()[-1] == f"tokview: error: cannot write to {db}.parts: File exists"
+
+
+async def _filled(db: Path, prompts: Path, sim_config: SimConfig, **config: object) -> None:
+    with start_simulator(sim_config) as sim, Store(db) as store:
+        await run_batch(BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, **config), store)
+
+
+async def test_merge_takes_the_samples_a_killed_batch_left_in_parts(tmp_path):
+    """A shard killed mid-run leaves samples in `<shard>.parts/`: merge lands them too (it once merged
+    only the file and said nothing of them)."""
+    from tokview.core.analysis import analyze
+
+    prompts = many_prompts(tmp_path / "p.jsonl", 3)
+    src, into = tmp_path / "shard.duckdb", tmp_path / "all.duckdb"
+    await _filled(src, prompts, SimConfig(kind="vllm"))
+    with Store(src) as store:
+        run_id = store.runs()[0]["run_id"]
+        capture = store.load_sample(stored_ids(src)[0]).capture
+        store.write_part(
+            [store.sample_record("extra@x_gen0", "extra", run_id, capture, analyze(capture, profile(), kimi()))]
+        )
+        store.close()
+    assert len(os.listdir(str(src) + ".parts")) == 1
+    with Store(into) as target:
+        assert target.merge(src)["samples"] == 4
+        assert sorted(stored_ids(into)) == sorted(stored_ids(src)) and "extra@x_gen0" in stored_ids(into)
+
+
+async def test_merge_waits_for_a_source_another_process_holds(tmp_path):
+    prompts = many_prompts(tmp_path / "p.jsonl", 2)
+    src = tmp_path / "busy.duckdb"
+    await _filled(src, prompts, SimConfig(kind="vllm"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(src)!r}); print('held', flush=True); time.sleep(1.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        said: list[str] = []
+        with Store(tmp_path / "all.duckdb", on_wait=said.append) as target:
+            assert target.merge(src)["samples"] == 2  # it failed at once with DuckDB's lock message
+    finally:
+        holder.wait(timeout=30)
+    assert said and said[0].startswith(f"waiting for {src}: in use by")
+
+
+async def test_merge_refuses_a_store_of_another_model_that_holds_only_failures(tmp_path):
+    from tokview.store.merge import MergeRefused
+
+    prompts = many_prompts(tmp_path / "p.jsonl", 3)
+    ours, theirs = tmp_path / "ours.duckdb", tmp_path / "theirs.duckdb"
+    await _filled(ours, prompts, SimConfig(kind="vllm"))
+    await _filled(
+        theirs, prompts, SimConfig(kind="vllm", model_name="other-model", quirks={"http-500": True}), retries=0
+    )
+    with Store(theirs) as store:
+        assert store.count_samples() == 0 and store.query("SELECT count(*) FROM failures")[0][0] == 3
+    with Store(ours) as target:
+        with pytest.raises(MergeRefused, match="model other-model"):
+            target.merge(theirs)
+        assert len(target.runs()) == 1 and target.query("SELECT count(*) FROM failures")[0][0] == 0

@@ -25,11 +25,13 @@ class MergeRefused(TokviewError):
 
 
 def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
-    """(model, tokenizer vocabulary, profile) of every run in a store that has samples."""
+    """(model, tokenizer vocabulary, profile) of every run in a store that has samples or failures
+    (a run of another model whose every request failed would otherwise land its failures unchecked)."""
     out = set()
     for settings, profile in conn.execute(
         f"SELECT r.settings, r.profile FROM {schema}.runs r WHERE EXISTS "
-        f"(SELECT 1 FROM {schema}.samples s WHERE s.run_id = r.run_id)"
+        f"(SELECT 1 FROM {schema}.samples s WHERE s.run_id = r.run_id) OR EXISTS "
+        f"(SELECT 1 FROM {schema}.failures f WHERE f.run_id = r.run_id)"
     ).fetchall():
         try:
             data = json.loads(settings or "{}")
@@ -67,7 +69,7 @@ def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
             foreign = sorted(theirs - ours, key=str)
             if foreign:
                 raise MergeRefused(
-                    f"{source} holds samples of {_describe(foreign[0])}, {target_name} holds "
+                    f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
                     f"{_describe(sorted(ours, key=str)[0])}: merge refused"
                 )
         elif len(theirs) > 1:

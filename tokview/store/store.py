@@ -499,8 +499,30 @@ class Store(PartSink):
             raise StoreError(f"database not found: {src}")
         if src.resolve() == Path(self.path).expanduser().resolve():
             raise StoreError(f"{src} is the store itself")
-        with self._connection() as conn, _duckdb_errors(f"cannot merge {src}", self.path):
-            return merge_into(conn, src, self.path)
+        if parts.complete_parts(parts.parts_dir(src)) != ([], []):
+            # samples a killed (or running) batch left beside it: landed as opening it with any command
+            # would, so the merge takes them too (the source is attached read-only below)
+            Store(src, lock_timeout=self.lock_timeout, on_wait=self.on_wait).close()
+        started, said, delay = time.monotonic(), False, 0.005
+        while True:
+            try:
+                with self._connection() as conn, _duckdb_errors(f"cannot merge {src}", self.path):
+                    return merge_into(conn, src, self.path)
+            except StoreError as exc:  # the source is held by a batch writing it: wait as for our own file
+                message = str(exc)
+                if not any(w in message for w in _LOCK_WORDS):
+                    raise
+                waited = time.monotonic() - started
+                if waited >= self.lock_timeout:
+                    raise StoreError(
+                        f"the store {src} is in use by {holder_of(message)}: gave up after {waited:.0f}s "
+                        "(try again when it finishes)"
+                    ) from None
+                if not said and waited >= LOCK_SAY_AFTER_S:
+                    said = True
+                    self.on_wait(f"waiting for {src}: in use by {holder_of(message)}")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     @staticmethod
     def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
