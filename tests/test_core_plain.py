@@ -122,6 +122,7 @@ def test_reasoning_false_in_a_profile_file(tmp_path, plain_tok):
         ("reasoning = false\n", "missing keys ['name']"),
         ('base = "plain"\nreasoning = true\n', "reasoning = true needs think_open_id"),
         ('name = "x"\nstop_ids = [1]\n', "reasoning = false for a model without think delimiters"),
+        ('profile = "qwen3"\n', "[profile] must be a table of keys, not str"),
     ],
 )
 def test_profile_file_mistakes_are_one_line_errors(tmp_path, text, message):

@@ -77,3 +77,51 @@ def test_recorded_kimi_tiktoken_folder_needs_no_flag(tmp_path):
     d = build_kimi_tiktoken_dir(tmp_path / "kimi")
     tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir=str(d), recorded_profile="kimi-k2.5")
     assert tok.loaded_by == "native tiktoken" and profile.name == "kimi-k2.5"
+
+
+def test_a_runs_recorded_profile_wins_over_a_builtin_of_the_same_name(qwen_tok_dir, tmp_path):
+    """A .toml profile named like a built-in (`base = "qwen3"` inherits the name) was swapped for the
+    built-in when `show`, the app or `export` read its run back: other delimiters, other stops."""
+    from tokview.core.profiles import load_profile_toml, profile_fields
+
+    toml = tmp_path / "glm.toml"
+    toml.write_text('base = "qwen3"\nthink_open_id = 7\nthink_close_id = 8\nstop_ids = [4, 0]\n')
+    custom = load_profile_toml(toml)
+    assert custom.name == "qwen3"
+    _, got = resolve_for_stored(
+        None,
+        None,
+        recorded_tokenizer_dir=str(qwen_tok_dir),
+        recorded_profile="qwen3",
+        recorded_profile_def=profile_fields(custom),
+    )
+    assert got == custom and got.stop_ids == (4, 0)
+    _, named = resolve_for_stored(  # a profile named on the command line still wins
+        None,
+        "qwen3",
+        recorded_tokenizer_dir=str(qwen_tok_dir),
+        recorded_profile="qwen3",
+        recorded_profile_def=profile_fields(custom),
+    )
+    assert named.think_open_id == 151667
+    _, old = resolve_for_stored(  # a run recorded before profiles were kept whole: the built-in, as before
+        None, None, recorded_tokenizer_dir=str(qwen_tok_dir), recorded_profile="qwen3", recorded_profile_def=None
+    )
+    assert old.think_open_id == 151667
+
+
+def test_a_detected_reasoning_profile_stops_on_generation_config_eos_ids(qwen_tok_dir, tmp_path):
+    """Servers stop on generation_config.json's eos ids (GLM ends turns on <|user|>): a detected profile
+    that left them out called every healthy sample's last id answer text (`no_stop_token`)."""
+    import json
+    import shutil
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+
+    folder = tmp_path / "q"
+    shutil.copytree(qwen_tok_dir, folder)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151644]}))
+    profile = detect_profile(load_tokenizer(folder))
+    assert 151644 in profile.stop_ids and 151645 in profile.stop_ids
+    assert 151644 not in detect_profile(load_tokenizer(qwen_tok_dir)).stop_ids

@@ -336,3 +336,34 @@ def test_out_is_a_directory_or_nothing_is_selected(store, tmp_path, capsys):
     code = main(["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 1 and "is a directory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_export_reads_the_runs_own_toml_profile_not_the_builtin_of_its_name(tmp_path):
+    """A .toml profile that inherits a built-in's name (here: Kimi's layout, but turns end on <|im_user|>)
+    was swapped for the built-in at export: the stop id became answer text in the text formats."""
+    import dataclasses
+
+    from tokview.core.profiles import load_profile_toml, profile_fields
+
+    toml = tmp_path / "p.toml"
+    toml.write_text('base = "kimi-k2.5"\nstop_ids = [163587]\n')
+    custom = load_profile_toml(toml)
+    assert custom.name == "kimi-k2.5"
+    cap = make_capture(stop=False)
+    cap = dataclasses.replace(cap, output_ids=[*cap.output_ids, 163587], matched_stop=163587)
+    with Store(tmp_path / "s.duckdb") as store:
+        store.put_run("run1", settings=dict(SETTINGS), profile=custom.name, profile_def=profile_fields(custom))
+        analysis = analyze(cap, custom, kimi())
+        assert "no_stop_token" not in [f.code for f in analysis.findings]
+        sid = sample_id_for("p1", SETTINGS, 0, None)
+        store.put_sample(sid, "p1", "run1", cap, analysis, gen_index=0, profile=custom.name)
+        assert store.runs()[0]["profile_def"]["stop_ids"] == [163587]
+    # no --profile: the run's recorded profile, not the built-in of the same name
+    code = main(
+        ["export", "--db", str(tmp_path / "s.duckdb"), "--format", "sharegpt", "--select", "all"]
+        + ["--out", str(tmp_path / "x.jsonl")]
+    )
+    assert code == 0
+    row = json.loads((tmp_path / "x.jsonl").read_text().splitlines()[0])
+    answer = row["conversations"][-1]
+    assert "<|im_user|>" not in json.dumps(answer)

@@ -32,6 +32,7 @@ from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.workers import worker_count
 from tokview.batch.worklist import WorkItem, WorkList, plan_work
 from tokview.batch.writer import GroupWriter
+from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
@@ -231,6 +232,7 @@ async def _run(
             template_hash=tokenizer.template_hash(),
             server_info=summary.servers,
             source=str(config.prompts_path) if config.prompts_path else None,
+            profile_def=profile_fields(profile),
         )
 
         n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))

@@ -12,6 +12,7 @@ rows whose ids or loss mask would differ are counted (printed, and in the manife
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def resolve_tokenizer(
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
     hashes = {r["tokenizer_hash"] for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
+    defs = {json.dumps(r.get("profile_def"), sort_keys=True) for r in runs if r["profile"] in profiles[:1]}
     return resolve_for_stored(
         tokenizer_dir,
         profile,
@@ -77,6 +79,7 @@ def resolve_tokenizer(
         recorded_profile=profiles[0] if len(profiles) == 1 else None,
         trust_remote_code=trust_remote_code,
         recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None,
+        recorded_profile_def=json.loads(defs.pop()) if len(profiles) == 1 and len(defs) == 1 else None,
     )
 
 

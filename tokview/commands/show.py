@@ -55,6 +55,7 @@ def run(args) -> int:
         recorded_profile=stored.profile or run.get("profile"),
         trust_remote_code=args.trust_remote_code,
         recorded_tokenizer_hash=run.get("tokenizer_hash"),
+        recorded_profile_def=run.get("profile_def"),
     )
     analysis = analyze(stored.capture, profile, tokenizer)
     if args.json:

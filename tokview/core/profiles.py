@@ -169,6 +169,26 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+def profile_fields(profile: ModelProfile) -> dict[str, Any]:
+    """A profile as plain JSON values: what a run records, so its samples are read back with it."""
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in ((f, getattr(profile, f)) for f in ModelProfile.__dataclass_fields__ if f != "extra")
+    }
+
+
+def profile_from_fields(fields: Any) -> ModelProfile | None:
+    """The profile `profile_fields` recorded; None for anything that is not one (an older or damaged row)."""
+    if not isinstance(fields, dict):
+        return None
+    try:
+        data = {k: v for k, v in fields.items() if k in ModelProfile.__dataclass_fields__ and k != "extra"}
+        data["stop_ids"] = tuple(int(i) for i in data.get("stop_ids") or ())
+        return ModelProfile(**data)
+    except (TypeError, ValueError):
+        return None
+
+
 def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     """Read a profile for a new model from a small TOML file.
 
@@ -188,6 +208,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     except OSError as exc:
         raise ProfileError(f"cannot read profile file {path}: {exc.strerror or exc}") from None
     data = data.get("profile", data)
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile file {path}: [profile] must be a table of keys, not {type(data).__name__}")
     base_name = data.pop("base", None)
     reasoning = data.pop("reasoning", None)
     if reasoning is not None and not isinstance(reasoning, bool):
@@ -278,8 +300,9 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
         tid = tokenizer.token_to_id(tok)
         if tid is not None:
             stops.append(tid)
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in stops:
-        stops.append(tokenizer.eos_token_id)
+    for tid in tokenizer_stop_ids(tokenizer):  # the eos, and generation_config.json's (what servers stop on)
+        if tid not in stops and tid not in (open_id, close_id):
+            stops.append(tid)
     with_prefill, without_prefill = _FAMILY_BY_OPEN_ID.get(open_id, ("custom", "custom"))
     name = with_prefill if prefills else without_prefill
     base = BUILTIN_PROFILES.get(name)

@@ -9,7 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, detect_profile, get_profile, with_tokenizer_stops
+from tokview.core.profiles import (
+    BUILTIN_PROFILES,
+    ModelProfile,
+    detect_profile,
+    get_profile,
+    profile_from_fields,
+    with_tokenizer_stops,
+)
 from tokview.core.tokenizer import TokenizerAdapter, TokenizerError, load_tokenizer
 
 
@@ -76,6 +83,7 @@ def resolve_for_stored(
     tokenizer: TokenizerAdapter | None = None,
     model_profile: ModelProfile | None = None,
     recorded_tokenizer_hash: str | None = None,
+    recorded_profile_def: Any = None,
 ) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 
@@ -110,8 +118,12 @@ def resolve_for_stored(
                 f"{tokenizer.fingerprint()}, the run recorded {recorded_tokenizer_hash}): pass "
                 f"--tokenizer DIR to name the right one"
             )
-    if model_profile is None and profile is None and recorded_profile in BUILTIN_PROFILES:
-        model_profile = BUILTIN_PROFILES[recorded_profile]  # a custom profile stored by name is detected instead
+    if model_profile is None and profile is None:
+        recorded = profile_from_fields(recorded_profile_def)  # the run's whole profile (a .toml one included)
+        if recorded is not None and recorded.name == (recorded_profile or recorded.name):
+            model_profile = recorded
+        elif recorded_profile in BUILTIN_PROFILES:
+            model_profile = BUILTIN_PROFILES[recorded_profile]  # an older run's custom profile is detected instead
     return load_tokenizer_and_profile(
         tokenizer_dir, profile, trust_remote_code=trust_remote_code, tokenizer=tokenizer, model_profile=model_profile
     )

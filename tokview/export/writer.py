@@ -120,6 +120,8 @@ class _Profiles:
         self.cache: dict[str | None, ModelProfile] = {}
 
     def get(self, name: str | None) -> ModelProfile:
+        if self.default is not None and name == self.default.name:  # the run's own (a .toml profile) or --profile
+            self.cache[name] = self.default
         if name not in self.cache:
             try:
                 # `plain` stored by name names no stop ids: the tokenizer's, or the stop would be answer text

@@ -41,6 +41,20 @@ def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
     return out
 
 
+def _shared_columns(conn: Any, table: str) -> list[str]:
+    """The columns of `table` both stores have, in the source's order (a source may be of an older schema)."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' AND "
+            "table_name = ? AND column_name IN (SELECT column_name FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_schema = 'main' AND table_name = ?) "
+            "ORDER BY ordinal_position",
+            [table, table],
+        ).fetchall()
+    ]
+
+
 def _describe(identity: tuple[Any, ...]) -> str:
     return ", ".join(f"{k} {v}" for k, v in zip(IDENTITY_KEYS, identity) if v is not None) or "unknown identity"
 
@@ -74,24 +88,16 @@ def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
                 )
         elif len(theirs) > 1:
             raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
-        cols = [
-            r[0]
-            for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_catalog = 'src' AND "
-                "table_name = 'samples' AND column_name IN (SELECT column_name FROM information_schema.columns "
-                "WHERE table_catalog = current_database() AND table_schema = 'main' AND table_name = 'samples') "
-                "ORDER BY ordinal_position"
-            ).fetchall()
-        ]
-        col_list = ", ".join(cols)
+        col_list = ", ".join(_shared_columns(conn, "samples"))
         conn.execute("BEGIN TRANSACTION")
         try:
             conn.execute(
                 "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
                 "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
             )
+            run_cols = ", ".join(_shared_columns(conn, "runs"))  # an older source lacks the newer columns
             runs = conn.execute(
-                "INSERT INTO main.runs SELECT * FROM src.runs r WHERE NOT EXISTS "
+                f"INSERT INTO main.runs ({run_cols}) SELECT {run_cols} FROM src.runs r WHERE NOT EXISTS "
                 "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)"
             ).fetchone()[0]
             samples = conn.execute(

@@ -138,6 +138,12 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # JSON: where in raw_request/raw_response/parsed_raw_response each id column goes back (elided_ids.py)
         ("ALTER TABLE samples ADD COLUMN raw_ids_at VARCHAR",),
     ),
+    (
+        7,
+        "a run keeps its whole profile, not only its name",
+        # JSON of the ModelProfile's fields: a .toml profile (GLM, a custom stop id) is read back as it was
+        ("ALTER TABLE runs ADD COLUMN profile_def VARCHAR",),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

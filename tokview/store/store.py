@@ -305,15 +305,21 @@ class Store(PartSink):
         template_hash: str | None = None,
         server_info: list | None = None,
         source: str | None = None,
+        profile_def: dict | None = None,
     ) -> None:
-        """Record (or refresh) a run's provenance: what the manifest of an export reports."""
+        """Record (or refresh) a run's provenance: what the manifest of an export reports.
+
+        `profile_def`: the profile's fields (`profiles.profile_fields`), so a profile read from a .toml
+        file is the one `show`, the app and exports analyse the run's samples with, not a guess."""
         self._tx(
             [
                 (
-                    "INSERT INTO runs VALUES (?, now(), ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                    "INSERT INTO runs (run_id, started, settings, profile, tokenizer_dir, tokenizer_hash, "
+                    "template_hash, server_info, source, profile_def) VALUES (?, now(), ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (run_id) DO UPDATE SET "
                     "settings = EXCLUDED.settings, profile = EXCLUDED.profile, tokenizer_dir = EXCLUDED.tokenizer_dir, "
                     "tokenizer_hash = EXCLUDED.tokenizer_hash, template_hash = EXCLUDED.template_hash, "
-                    "server_info = EXCLUDED.server_info, source = EXCLUDED.source",
+                    "server_info = EXCLUDED.server_info, source = EXCLUDED.source, profile_def = EXCLUDED.profile_def",
                     [
                         run_id,
                         to_json(settings, known_secrets(self._secrets)),
@@ -323,6 +329,7 @@ class Store(PartSink):
                         template_hash,
                         metadata_json(server_info),
                         source,
+                        metadata_json(profile_def),
                     ],
                 )
             ]
@@ -779,11 +786,6 @@ class Store(PartSink):
             return queries.stats(conn)
 
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.query(
-            "SELECT r.*, (SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples, "
-            "(SELECT count(*) FROM failures f WHERE f.run_id = r.run_id) AS failures "
-            "FROM runs r ORDER BY started, run_id"
-        )
         names = (
             "run_id",
             "started",
@@ -794,13 +796,19 @@ class Store(PartSink):
             "template_hash",
             "server_info",
             "source",
-            "samples",
-            "failures",
+            "profile_def",
+        )
+        rows = self.query(
+            f"SELECT {', '.join('r.' + n for n in names)}, "
+            "(SELECT count(*) FROM samples s WHERE s.run_id = r.run_id) AS samples, "
+            "(SELECT count(*) FROM failures f WHERE f.run_id = r.run_id) AS failures "
+            "FROM runs r ORDER BY started, run_id"
         )
         out = []
         for r in rows:
-            d = dict(zip(names, r))
-            d["settings"], d["server_info"] = from_json(d["settings"]), from_json(d["server_info"])
+            d = dict(zip((*names, "samples", "failures"), r))
+            for key in ("settings", "server_info", "profile_def"):
+                d[key] = from_json(d[key])
             out.append(d)
         return out
 

@@ -109,7 +109,10 @@ class Session:
             if run is None:  # no runs row at all (an import, an old store): re-read once, not on every open
                 self._missing_runs.add(run_id)
         run = run or {}
-        return self.resolve(run.get("tokenizer_dir"), sample_profile or run.get("profile"))
+        name = sample_profile or run.get("profile")
+        return self.resolve(
+            run.get("tokenizer_dir"), name, run.get("profile_def") if name == run.get("profile") else None
+        )
 
     def load(self, sample_id: str) -> tuple[StoredSample, Analysis, TokenizerAdapter, ModelProfile]:
         """One stored sample, its analysis and the tokenizer/profile it was derived with (as batch does)."""
@@ -120,7 +123,7 @@ class Session:
         return stored, analyze(stored.capture, profile, tokenizer), tokenizer, profile
 
     def resolve(
-        self, recorded_tokenizer_dir: str | None, recorded_profile: str | None
+        self, recorded_tokenizer_dir: str | None, recorded_profile: str | None, recorded_profile_def: Any = None
     ) -> tuple[TokenizerAdapter, ModelProfile]:
         """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once."""
         tok_key = _GIVEN if self._given_tokenizer is not None or self.tokenizer_dir else recorded_tokenizer_dir
@@ -128,12 +131,16 @@ class Session:
         with self._lock:
             pair = self._pairs.get((tok_key, prof_key))
             if pair is None:
-                pair = self._resolve(tok_key, recorded_tokenizer_dir, recorded_profile)
+                pair = self._resolve(tok_key, recorded_tokenizer_dir, recorded_profile, recorded_profile_def)
                 self._pairs[(tok_key, prof_key)] = pair
             return pair
 
     def _resolve(
-        self, tok_key: str | None, recorded_tokenizer_dir: str | None, recorded_profile: str | None
+        self,
+        tok_key: str | None,
+        recorded_tokenizer_dir: str | None,
+        recorded_profile: str | None,
+        recorded_profile_def: Any = None,
     ) -> tuple[TokenizerAdapter, ModelProfile]:
         from tokview.core.resolve import resolve_for_stored
 
@@ -146,6 +153,7 @@ class Session:
             trust_remote_code=self.trust_remote_code,
             tokenizer=tokenizer,
             model_profile=self._given_profile,
+            recorded_profile_def=recorded_profile_def,
         )
         self._tokenizers.setdefault(tok_key, tokenizer)
         return tokenizer, profile
