@@ -103,3 +103,26 @@ def test_mean_nll_low_share_and_off_policy():
     assert not on["off_policy"] and off["off_policy"] and off["mean_nll"] == pytest.approx(3.1667, abs=1e-3)
     assert lp.score_summary([-3.0], off_policy_nll=5.0)["off_policy"] is False
     assert on["off_policy_nll"] == lp.DEFAULT_OFF_POLICY_NLL and on["tokens"] == 3
+
+
+def test_a_sure_alternative_keeps_its_zero_logprob():
+    """vLLM names the sampled token with logprob 0.0 when the model is certain (every output position of
+    the real spec-decode recordings): `x or FLOOR` stored it as -9999, "impossible"."""
+    chat = {
+        "content": [
+            {
+                "token": "token_id:5",
+                "logprob": 0.0,
+                "top_logprobs": [
+                    {"token": "token_id:5", "logprob": -0.0},
+                    {"token": "token_id:9", "logprob": -30.8203125},
+                ],
+            }
+        ]
+    }
+    got = lp.from_vllm_chat(chat, [5])
+    assert got is not None and got.top_logprobs == [[0.0, -30.8203125]] and got.logprobs == [0.0]
+    completion = {"token_logprobs": [0.0], "top_logprobs": [{"token_id:5": 0.0, "token_id:9": None}]}
+    got = lp.from_vllm_completion(completion, [5])
+    assert got is not None and got.top_logprobs == [[0.0, lp.FLOOR]] and got.top_ids == [[5, 9]]
+    assert math.copysign(1.0, lp.mean_nll([0.0, -0.0])) == 1.0  # 0.0, not -0.0

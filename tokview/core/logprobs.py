@@ -59,6 +59,13 @@ def _lp(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else FLOOR
 
 
+def _alt_lp(value: Any) -> float:
+    """An alternative's logprob: a missing one is FLOOR. Never `_alt_lp(v)`: a sure token's 0.0 is
+    falsy, and it became "impossible" (-9999) in every top-K list where the model was certain."""
+    lp = _lp(value)
+    return FLOOR if lp is None else lp
+
+
 def token_id_of(token: Any) -> int:
     """vLLM's `token_id:123` (return_tokens_as_token_ids) → 123."""
     if isinstance(token, str) and token.startswith("token_id:"):
@@ -144,7 +151,7 @@ def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | 
         out.logprobs.append(_lp(entry.get("logprob")))
         alts = entry.get("top_logprobs") or []
         out.top_ids.append([token_id_of(a.get("token")) for a in alts])  # type: ignore[union-attr]
-        out.top_logprobs.append([_lp(a.get("logprob")) or FLOOR for a in alts])  # type: ignore[union-attr]
+        out.top_logprobs.append([_alt_lp(a.get("logprob")) for a in alts])  # type: ignore[union-attr]
     if not any(out.top_ids or []):
         out.top_ids = out.top_logprobs = None
     return out
@@ -164,7 +171,7 @@ def from_vllm_completion(logprobs: Any, output_ids: Sequence[int]) -> TokenLogpr
         for top in tops:
             items = sorted((top or {}).items(), key=lambda kv: -(kv[1] if kv[1] is not None else FLOOR))
             out.top_ids.append([token_id_of(k) for k, _ in items])
-            out.top_logprobs.append([_lp(v) or FLOOR for _, v in items])
+            out.top_logprobs.append([_alt_lp(v) for _, v in items])
     return out
 
 
@@ -211,7 +218,7 @@ def mean_nll(logprobs: Sequence[float | None]) -> float | None:
     values = [lp for lp in logprobs if lp is not None]
     if not values:
         return None
-    return -sum(values) / len(values)
+    return -sum(values) / len(values) + 0.0  # + 0.0: a sure sample's NLL is 0.0, not -0.0
 
 
 def low_share(logprobs: Sequence[float | None], low_prob: float = DEFAULT_LOW_PROB) -> float | None:
