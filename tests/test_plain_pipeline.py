@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from plain_tokenizer import IM_END, build_plain_tokenizer_dir
 
@@ -183,11 +184,19 @@ async def test_the_app_opens_a_plain_sample(db):
 
 
 def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
-    """The simulator always runs a reasoning parser; on a model without think delimiters it puts the whole
-    answer in `reasoning`: the doctor says so, and what to do, in the plain profile's words."""
+    """A server started with a reasoning parser for a model without think delimiters puts the whole answer
+    in `reasoning` (the simulator's parser-all-reasoning quirk): the doctor says so, and what to do, in the
+    plain profile's words. Without the quirk the simulator serves it as a real server would: no findings."""
     from tokview.sim import SimConfig, start_simulator
 
     with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir)) as sim:
+        assert main(["doctor", "--server", sim.url, "--tokenizer", str(plain_dir), "--json"]) == 0
+        capsys.readouterr()
+        model = httpx.get(f"{sim.url}/v1/models").json()["data"][0]["id"]
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
+        message = httpx.post(f"{sim.url}/v1/chat/completions", json=body).json()["choices"][0]["message"]
+        assert message["content"] and not message.get("reasoning")
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir, quirks={"parser-all-reasoning": True})) as sim:
         assert main(["doctor", "--server", sim.url, "--tokenizer", str(plain_dir), "--json"]) == 3
     data = json.loads(capsys.readouterr().out)
     assert data["profile"] == "plain"

@@ -87,7 +87,12 @@ class SimState:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
 
     def thinking(self, template_kwargs: dict[str, Any] | None) -> bool:
-        """Whether the request left thinking on (Kimi reads `thinking`, Qwen3 `enable_thinking`)."""
+        """Whether the request left thinking on (Kimi reads `thinking`, Qwen3 `enable_thinking`).
+
+        A model without think delimiters is served as a real server serves it, without a reasoning
+        parser (the answer is `content`), unless the `parser-all-reasoning` quirk says a parser runs."""
+        if not self.profile.has_reasoning:
+            return bool(self.cfg.quirk("parser-all-reasoning"))
         kwargs = template_kwargs or {}
         key = self.profile.thinking_kwarg
         return not (key and kwargs.get(key) is False)
