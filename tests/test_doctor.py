@@ -130,3 +130,18 @@ async def test_doctor_reports_the_context_length_batch_checks_against(kind: str)
         report = await run_doctor(sim.url, profile=KIMI, timeout=5.0)
     assert report.to_dict()["max_model_len"] == 4096
     assert "\n  max_model_len 4096\n" in report.render_text()
+
+
+async def test_the_think_opener_check_says_only_what_the_probes_output_bears_out(kimi_tok: Any) -> None:
+    """A Kimi server checked with another family's profile: the template pre-fills no Qwen3 <think>, and
+    the doctor once said "the model emits it as its first output id" without looking; and a profile with
+    no thinking switch was advised about `chat_template_kwargs {'None': false}`."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        qwen = await run_doctor(sim.url, tokenizer=kimi_tok, profile=get_profile("qwen3"), timeout=5.0)
+        no_switch = get_profile("kimi-k2.5").with_overrides(thinking_kwarg=None, prefills_opener=False)
+        off = await run_doctor(sim.url, tokenizer=kimi_tok, profile=no_switch, timeout=5.0, thinking=False)
+    opener = by_title(qwen)["Think opener in the prompt"]
+    assert opener["status"] == "warn" and "yet the output starts with" in opener["detail"]
+    assert "check --profile" in opener["recommendation"]
+    said = json.dumps(off.to_dict())
+    assert "'None'" not in said and "None template kwarg" not in said

@@ -80,10 +80,18 @@ def check_ids(
     doc.add("ok", "Token-id fields", detail)
 
 
-def check_opener(doc: DoctorContext, served: list[int] | None) -> None:
+def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int] | None = None) -> None:
+    """What the template does with the think opener, said of the served prompt; what it means for the
+    output is said only as far as the probe's own `output` (when there is one) bears it out."""
     p = doc.profile
     opener = f"{p.think_open} ({p.think_open_id})"
+    closer = f"{p.think_close} ({p.think_close_id})"
     thinking = doc.settings.get("thinking")
+    switch = (
+        f"the server ignores chat_template_kwargs {{'{p.thinking_kwarg}': false}}; check its template"
+        if p.thinking_kwarg
+        else f"the {p.name} profile names no template kwarg that turns thinking off; check --profile"
+    )
     if not p.has_reasoning:
         doc.add(
             "ok",
@@ -107,7 +115,15 @@ def check_opener(doc: DoctorContext, served: list[int] | None) -> None:
                 "fail",
                 "Think opener in the prompt",
                 f"thinking is off, yet the served prompt ends inside reasoning ({opener} is the last delimiter)",
-                f"the server ignores chat_template_kwargs {{'{p.thinking_kwarg}': false}}; check its template",
+                switch,
+            )
+        elif output and p.think_close_id in output:
+            doc.add(
+                "warn",
+                "Think opener in the prompt",
+                f"thinking off: the served prompt closes reasoning ({len(served)} ids), yet the output holds "
+                f"{closer} at position {output.index(p.think_close_id)}: the model reasoned anyway",
+                switch,
             )
         else:
             doc.add(
@@ -130,8 +146,12 @@ def check_opener(doc: DoctorContext, served: list[int] | None) -> None:
             "Think opener in the prompt",
             f"the {p.name} profile expects the template to end the "
             f"prompt with {opener}, but the served prompt ends with {served[-3:]}",
-            f"the {p.thinking_kwarg} template kwarg did not reach the template, or the server's template is "
-            f"not {p.name}'s; check --profile and the server's chat template",
+            (
+                f"the {p.thinking_kwarg} template kwarg did not reach the template, or the server's template is "
+                f"not {p.name}'s; check --profile and the server's chat template"
+                if p.thinking_kwarg
+                else f"the server's template is not {p.name}'s; check --profile and the server's chat template"
+            ),
         )
     elif opens:
         doc.add(
@@ -140,11 +160,19 @@ def check_opener(doc: DoctorContext, served: list[int] | None) -> None:
             f"the template pre-fills {opener}, but the {p.name} profile says the model emits it",
             "use a profile with prefills_opener = true (e.g. --profile kimi-k2.5)",
         )
+    elif output and output[0] != p.think_open_id:
+        doc.add(
+            "warn",
+            "Think opener in the prompt",
+            f"the template does not pre-fill {opener}, yet the output starts with {output[0]}, not {opener}",
+            f"the {p.name} profile's delimiters may not be this model's; check --profile",
+        )
     else:
         doc.add(
             "ok",
             "Think opener in the prompt",
-            f"the template does not pre-fill {opener}: the model emits it as its first output id",
+            f"the template does not pre-fill {opener}: the model emits it as its first output id"
+            + (" (it did here)" if output else ""),
         )
 
 
