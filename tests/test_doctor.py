@@ -145,3 +145,13 @@ async def test_the_think_opener_check_says_only_what_the_probes_output_bears_out
     assert "check --profile" in opener["recommendation"]
     said = json.dumps(off.to_dict())
     assert "'None'" not in said and "None template kwarg" not in said
+
+
+async def test_skip_special_names_only_the_ids_whose_text_was_lost(kimi_tok: Any) -> None:
+    """SGLang's prefix bug echoes prompt ids (<|im_middle|>, <think>) into output_ids; they were never in
+    the text, so skipping special tokens cannot have dropped them (the doctor once said it did)."""
+    detail = by_title(await doctor_for("sglang", kimi_tok, **{"prompt-prefix-bug": True}))["skip_special_tokens"][
+        "detail"
+    ]
+    assert "163607" in detail and "163586" in detail
+    assert "163601" not in detail and "163606" not in detail

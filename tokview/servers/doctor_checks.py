@@ -273,6 +273,20 @@ def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | N
     )
 
 
+def _lost_specials(doc: DoctorContext, ids: list[int], text: str, skipped_text: str) -> list[int]:
+    """The special ids whose text is in `text` and not (as often) in `skipped_text`: what skipping lost,
+    not every special id of the output (prompt ids a server echoed there were never in the text)."""
+    tok = doc.tokenizer
+    if tok is None:
+        return []
+    out = []
+    for t in dict.fromkeys(i for i in ids if tok.is_special(i)):
+        piece = tok.piece_text(t)
+        if piece and text.count(piece) > skipped_text.count(piece):
+            out.append(t)
+    return out
+
+
 async def check_skip_special(doc: DoctorContext, raw: Capture | None) -> None:
     if raw is None or raw.text is None:
         doc.add("skip", "skip_special_tokens", "skipped: the raw path returned no text to compare")
@@ -292,7 +306,7 @@ async def check_skip_special(doc: DoctorContext, raw: Capture | None) -> None:
     elif (skipped.text or "") == raw.text:
         doc.add("ok", "skip_special_tokens", "does not change the text of these ids")
     else:
-        lost = [t for t in raw.output_ids if doc.tokenizer is not None and doc.tokenizer.is_special(t)]
+        lost = _lost_specials(doc, raw.output_ids, raw.text, skipped.text or "")
         names = ", ".join(sorted({doc.name(t) for t in lost})) if lost else "special tokens"
         doc.add(
             "warn",
