@@ -108,3 +108,25 @@ async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_
         with Store(tmp_path / "s.duckdb") as store:
             summary = await run_batch(config, store)
     assert summary.stopped is None and (summary.ok, summary.failed) == (1, 4) and summary.exit_code == 3
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_a_prompt_near_the_limit_is_sent_with_the_room_there_is(tmp_path, kind):
+    """vLLM refuses prompt + max_tokens over max_model_len with a 400: with --max-new-tokens 1024 and a
+    600-token context every prompt that fits failed, and 20 in a row stopped the run. Now the request
+    asks for what fits, and an answer cut at the limit is kept, marked truncated."""
+    with start_simulator(SimConfig(kind=kind, max_model_len=LIMIT, output_tokens=2000)) as sim:
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=_prompts(tmp_path),
+            tokenizer=kimi(),
+            model_profile=profile(),
+            max_new_tokens=1024,
+            timeout=10.0,
+        )
+        with Store(tmp_path / "s.duckdb") as store:
+            summary = await run_batch(config, store)
+            rows = dict(store.query("SELECT prompt_id, len(prompt_ids) + len(output_ids) FROM samples"))
+            finish = dict(store.query("SELECT prompt_id, finish_reason FROM samples"))
+    assert (summary.ok, summary.failed) == (2, 2) and summary.failures_by_class == {"over_max_length": 2}
+    assert rows == {"short": LIMIT, "fits": LIMIT} and set(finish.values()) == {"length"}

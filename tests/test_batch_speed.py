@@ -26,13 +26,13 @@ def _prompts(path: Path, n: int) -> Path:
 
 async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[float] = []
-    original = runner.over_length_reason
+    original = runner.check_prompt
 
     def spy(pool, request):  # called once per sample, inside the capture loop
         seen.append(sys.getswitchinterval())
         return original(pool, request)
 
-    monkeypatch.setattr(runner, "over_length_reason", spy)
+    monkeypatch.setattr(runner, "check_prompt", spy)
     before = sys.getswitchinterval()
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
         config = BatchConfig(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import BatchConfig
-from tokview.batch.limits import over_length_reason
+from tokview.batch.limits import check_prompt
 from tokview.batch.tasks import run_workers
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.store.records import scrub_text
@@ -61,9 +61,12 @@ async def capture_all(
                 break
             item = todo.popleft()
             request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
-            if (too_long := over_length_reason(pool, request)) is not None:  # never sent; not the server's fault
+            too_long, room = check_prompt(pool, request)
+            if too_long is not None:  # never sent; not the server's fault
                 writer.add_failure(item, too_long, None)
                 continue
+            if room is not None:  # what fits under the server's context length
+                request.settings["max_new_tokens"] = room
             try:
                 capture = await pool.capture(request)
             except CaptureFailed as exc:

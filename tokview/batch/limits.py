@@ -78,26 +78,48 @@ def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: 
     return len(tokenizer.encode(text)), True
 
 
-def over_length_reason(pool: Any, request: CaptureRequest) -> str | None:
-    """`over_max_length: …` when the prompt leaves no room for one output token, else None.
+def check_prompt(pool: Any, request: CaptureRequest) -> tuple[str | None, int | None]:
+    """(`over_max_length: …` when the prompt leaves no room for one output token, the output tokens that
+    fit when fewer than `max_new_tokens` do): one measure of the prompt answers both.
 
-    Called by the runner before each capture: such a prompt is recorded as failed without being sent,
-    and (it is the prompt's fault, not the server's) it does not count toward stopping after failures
-    in a row. A server that reports no context length, or a run without a local tokenizer, is not
-    checked (the server's own refusal is recorded as before).
-    """
+    Called by the runner before each capture. An over-long prompt is recorded as failed without being
+    sent, and (it is the prompt's fault, not the server's) it does not count toward stopping after
+    failures in a row. A prompt within `max_new_tokens` of the limit is sent asking for the room there
+    is: vLLM refuses prompt + `max_tokens` over `max_model_len` (HTTP 400) instead of stopping there,
+    so a generous `--max-new-tokens` failed every long prompt that fits (and 20 in a row stopped the
+    run); the answer is now cut at the limit (`finish_reason` length: `truncated`), as SGLang cuts it.
+    A server that reports no context length, or a run without a local tokenizer, is not checked (the
+    server's own refusal is recorded as before). Only prompts near the limit are tokenized."""
     tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
     limit = server_limit(pool.server_info())
     if limit is None or tokenizer is None:
-        return None
+        return None, None
+    wanted = request.settings.get("max_new_tokens")
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
+        wanted = None
+    fits = limit - wanted if wanted else limit  # fewer prompt tokens than this leave all the room asked for
     try:
-        tokens, exact = prompt_length(request, tokenizer, profile, limit)
+        tokens, exact = prompt_length(request, tokenizer, profile, fits)
+        if not exact and tokens < fits:  # an upper bound under it: the common case, nothing tokenized
+            return None, None
+        if not exact and tokens < limit:  # a lower bound that does not decide: count
+            tokens, exact = exact_prompt_tokens(request, tokenizer, profile), True
     except (TokenizerError, ValueError):
-        return None  # a template that cannot render this prompt: the capture path reports it in its own words
-    if tokens < limit:
-        return None
-    measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
-    return (
-        f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
-        f"which leaves no room for output: shorten or drop this prompt"
-    )
+        return None, None  # a template that cannot render this prompt: the capture path reports it in its own words
+    if tokens >= limit:
+        measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
+        return (
+            f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
+            f"which leaves no room for output: shorten or drop this prompt"
+        ), None
+    room = limit - tokens
+    return None, (room if wanted and room < wanted else None)
+
+
+def exact_prompt_tokens(request: CaptureRequest, tokenizer: Any, profile: Any) -> int:
+    """The prompt's token count as the raw path sends it (rendered and tokenized; the render is cached)."""
+    if request.prompt_ids:
+        return len(request.prompt_ids)
+    messages = request.messages or []
+    kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
+    return len(tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs))
