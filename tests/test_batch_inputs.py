@@ -209,3 +209,36 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
     from_parquet = [row for _, row in iter_rows(pq)]
     assert len(from_parquet) == 3 and [r["id"] for r in from_parquet] == [r["id"] for r in from_jsonl]
     assert [r.get("prompt") for r in from_parquet] == [r.get("prompt") for r in from_jsonl]
+
+
+@pytest.mark.parametrize(
+    "row, says",
+    [
+        (
+            {
+                "id": "t1",
+                "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+                "messages": [{"role": "user", "content": "weather?"}],
+            },
+            "the row has `tools`, which tokview does not send yet",
+        ),
+        (
+            {
+                "id": "t2",
+                "messages": [
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function"}]},
+                    {"role": "tool", "content": "sunny"},
+                ],
+            },
+            "a turn has tool_calls, which tokview does not send yet",
+        ),
+    ],
+)
+def test_rows_with_tools_are_refused_not_generated_without_them(row, says):
+    """A row's tool definitions and an assistant turn's tool_calls were dropped without a word: the server
+    generated from another prompt and every sample looked healthy."""
+    from tokview.core.prompts import PromptError, parse_row
+
+    with pytest.raises(PromptError, match=says):
+        parse_row(row, line=3)

@@ -80,6 +80,11 @@ def _message(raw: Any, where: str) -> dict[str, Any]:
         if isinstance(content, list):  # OpenAI content parts: keep the text parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         msg = {"role": role, "content": content if content is not None else ""}
+    if raw.get("tool_calls"):
+        raise PromptError(
+            f"{where}: a turn has tool_calls, which tokview does not send yet: the server would generate "
+            "from a conversation without them"
+        )
     for key in REASONING_KEYS:
         if raw.get(key):
             msg["reasoning_content"] = raw[key]
@@ -101,6 +106,11 @@ def parse_row(row: Any, line: int | None = None) -> PromptRow:
             turns.insert(0, {"role": "system", "content": row["system"]})
     else:
         raise PromptError(f"{where}: no `messages`, `conversations` or `prompt` field")
+    if row.get("tools"):  # dropped, the template would render no tool definitions: generated on another prompt
+        raise PromptError(
+            f"{where}: the row has `tools`, which tokview does not send yet: the server would generate from a "
+            "prompt without the tool definitions"
+        )
     messages = [_message(t, where) for t in turns]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
