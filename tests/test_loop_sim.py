@@ -289,3 +289,19 @@ async def test_score_interrupted_keeps_what_it_scored_and_resumes(tmp_path):
 def test_sim_command_refuses_a_spec_decode_mode_of_the_other_kind(capsys):
     assert main(["sim", "--kind", "vllm", "--spec-decode", "sglang-0.5.12", "--port", "0"]) == 1
     assert "not for a vllm simulator" in capsys.readouterr().err
+
+
+async def test_a_sample_that_fills_vllms_context_fails_scoring_with_the_reason(tmp_path):
+    """vLLM scores by generating one token after prompt + output: a sample that fills max_model_len came
+    back as a bare HTTP 400; SGLang scores it."""
+    store_path = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", max_model_len=60)) as sim, Store(store_path) as store:
+        await run_batch(_config(sim.url, limit=4, max_new_tokens=1000), store)
+        full = [r.sample_id for r in store.samples_page() if r.prompt_len + r.output_len >= 60]
+        assert full  # cut at the context limit
+        summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
+        assert summary.failed == len(full)
+        assert all("needs room for one more token under its max_model_len 60" in r for r in summary.failures_by_reason)
+    with start_simulator(SimConfig(kind="sglang", max_model_len=60)) as sim, Store(store_path) as store:
+        again = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
+        assert again.failed == 0 and again.ok >= len(full)
