@@ -12,9 +12,10 @@ from tokview.core.record import Capture
 from tokview.store import Store
 
 
-def _db_with_sample(tmp_path, kimi_tok, kimi_profile):
+def _db_with_sample(tmp_path, kimi_tok, kimi_profile, dual=False):
     db = tmp_path / "t.duckdb"
     cap = Capture(
+        parsed_output_ids=list(KIMI_CHAIN_OUTPUT) if dual else None,
         prompt_ids=KIMI_PROMPT_6X7,
         output_ids=KIMI_CHAIN_OUTPUT,
         finish_reason="stop",
@@ -37,6 +38,15 @@ def test_show_prints_segments_findings_and_hidden_ids(tmp_path, capsys, kimi_tok
     assert "prefilled_opener" in out and "think_open_in_prompt" in out and "parser_hidden_ids" in out
     closer_line = next(line for line in out.splitlines() if line.split()[:2] == ["37", "163607"])
     assert "closer" in closer_line and "hidden" in closer_line
+
+
+def test_show_marks_hidden_ids_of_a_dual_capture_whose_paths_agree(tmp_path, capsys, kimi_tok, kimi_profile):
+    """`--mode dual` keeps the parsed path's ids too: when they are the raw path's, the text-field column
+    is theirs (it was left empty for every dual capture)."""
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile, dual=True)
+    assert main(["show", "s1", "--db", str(db)]) == 0
+    closer_line = next(line for line in capsys.readouterr().out.splitlines() if line.split()[:2] == ["37", "163607"])
+    assert "hidden" in closer_line
 
 
 def test_show_json(tmp_path, capsys, kimi_tok, kimi_profile):

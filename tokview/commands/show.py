@@ -128,7 +128,9 @@ def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
     for offset, piece in enumerate(pieces):
         pos = first + offset
         status = ""
-        if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and not cap.parsed_output_ids:
+        # the statuses are of the aligned ids: the output's own unless a dual capture's two paths diverged
+        same_ids = not cap.parsed_output_ids or not cap.paths_diverge
+        if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and same_ids:
             status = MARK.get(align[pos - n_prompt], "?") + " " + align[pos - n_prompt]
         lines.append(
             f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
