@@ -126,3 +126,13 @@ def test_a_sure_alternative_keeps_its_zero_logprob():
     got = lp.from_vllm_completion(completion, [5])
     assert got is not None and got.top_logprobs == [[0.0, lp.FLOOR]] and got.top_ids == [[5, 9]]
     assert math.copysign(1.0, lp.mean_nll([0.0, -0.0])) == 1.0  # 0.0, not -0.0
+
+
+def test_vllm_completions_alternatives_are_cut_to_the_k_asked_for():
+    """Completions name the sampled token beside the top K: `--logprobs 0` stored it as a lone
+    alternative there and nothing on the other endpoints."""
+    body = {"token_logprobs": [-0.5], "top_logprobs": [{"token_id:7": -0.5, "token_id:3": -0.2, "token_id:9": -2.0}]}
+    two = lp.from_vllm_completion(body, [7], 2)
+    assert two is not None and two.top_ids == [[3, 7]] and two.top_logprobs == [[-0.2, -0.5]]
+    none = lp.from_vllm_completion({"token_logprobs": [-0.5], "top_logprobs": [{"token_id:7": -0.5}]}, [7], 0)
+    assert none is not None and none.top_ids is None and none.top_logprobs is None and none.logprobs == [-0.5]

@@ -157,8 +157,12 @@ def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | 
     return out
 
 
-def from_vllm_completion(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | None:
-    """Completions: `{token_logprobs[], top_logprobs[{"token_id:N": lp}], tokens[]}`."""
+def from_vllm_completion(logprobs: Any, output_ids: Sequence[int], k: int | None = None) -> TokenLogprobs | None:
+    """Completions: `{token_logprobs[], top_logprobs[{"token_id:N": lp}], tokens[]}`.
+
+    Each `top_logprobs` entry holds the sampled token as well as the top `k` (k + 1 entries when the
+    sampled one is not among them): cut to the `k` most likely, as the chat endpoint and SGLang give
+    them, so `--logprobs 0` stores no alternatives on every endpoint."""
     if not isinstance(logprobs, dict) or logprobs.get("token_logprobs") is None:
         return None
     values = logprobs["token_logprobs"]
@@ -170,8 +174,12 @@ def from_vllm_completion(logprobs: Any, output_ids: Sequence[int]) -> TokenLogpr
         out.top_ids, out.top_logprobs = [], []
         for top in tops:
             items = sorted((top or {}).items(), key=lambda kv: -(kv[1] if kv[1] is not None else FLOOR))
-            out.top_ids.append([token_id_of(k) for k, _ in items])
+            if k is not None:
+                items = items[: max(k, 0)]
+            out.top_ids.append([token_id_of(key) for key, _ in items])
             out.top_logprobs.append([_alt_lp(v) for _, v in items])
+        if k is not None and k <= 0:
+            out.top_ids = out.top_logprobs = None
     return out
 
 

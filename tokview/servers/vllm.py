@@ -247,7 +247,11 @@ class VllmCompletions(Backend):
         output = ids_of(output, where, "token_ids")
         finish, _ = finish_of(choice.get("finish_reason"), where)
         try:
-            found = lp.from_vllm_completion(choice.get("logprobs"), output) if "logprobs" in body else None
+            found = (
+                lp.from_vllm_completion(choice.get("logprobs"), output, int(body["logprobs"]))
+                if "logprobs" in body
+                else None
+            )
         except lp.LogprobShapeError as exc:
             raise Retryable(f"malformed response from {where}: {exc}") from None
         spec = spec_decode.from_vllm(data)
