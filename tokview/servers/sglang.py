@@ -21,7 +21,7 @@ from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.shapes import finish_of, ids_of, logprob_fields, object_of, text_of
+from tokview.servers.shapes import finish_of, ids_of, logprob_fields, object_of, text_of, too_long_to_score
 
 
 def generate_body(
@@ -223,6 +223,7 @@ class SglangGenerate(Backend):
         self, client: ServerClient, info: ServerInfo, ids: list[int], start: int, top_k: int
     ) -> lp.TokenLogprobs:
         where = "POST /generate (score)"
+        too_long_to_score(where, info, ids, client.url)
         data = await client.post_json(self.path, score_body(ids, top_k))
         if isinstance(data, list) and len(data) == 1:
             data = data[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokview.core import logprobs as lp
-from tokview.servers.errors import Retryable
+from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.request import normalize_finish
 
 
@@ -76,3 +76,16 @@ def int_list(value: Any) -> list[int] | None:
     if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         return value
     return None
+
+
+def too_long_to_score(where: str, info: Any, ids: list[int], url: str) -> None:
+    """A sample that fills the server's context cannot be scored there: vLLM and SGLang both refuse an
+    input of max_model_len ids or more (vLLM also needs room for the one token it generates). Said in
+    one line instead of the server's HTTP 400."""
+    limit = getattr(info, "max_model_len", None)
+    if limit and len(ids) >= limit:
+        raise CaptureFailed(
+            f"{where}: prompt + output are {len(ids)} ids, and the server scores only inputs shorter than its "
+            f"max_model_len {limit}: serve the target with a larger context length to score this sample",
+            url=url,
+        )

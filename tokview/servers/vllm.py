@@ -20,7 +20,16 @@ from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
-from tokview.servers.shapes import finish_of, first_choice, ids_of, int_list, logprob_fields, object_of, text_of
+from tokview.servers.shapes import (
+    finish_of,
+    first_choice,
+    ids_of,
+    int_list,
+    logprob_fields,
+    object_of,
+    text_of,
+    too_long_to_score,
+)
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 
@@ -301,13 +310,7 @@ class VllmCompletions(Backend):
         self, client: ServerClient, info: ServerInfo, ids: list[int], start: int, top_k: int
     ) -> lp.TokenLogprobs:
         where = "POST /v1/completions (score)"
-        if info.max_model_len and len(ids) >= info.max_model_len:  # vLLM generates one token to score: no room
-            raise CaptureFailed(
-                f"{where}: prompt + output are {len(ids)} ids, and vLLM needs room for one more token under "
-                f"its max_model_len {info.max_model_len} to score them (an SGLang server scores them, or serve "
-                "with a larger --max-model-len)",
-                url=client.url,
-            )
+        too_long_to_score(where, info, ids, client.url)
         data = await client.post_json(self.path, score_body(ids, top_k, info.model))
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices:

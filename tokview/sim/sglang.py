@@ -103,10 +103,13 @@ def routes(state: SimState) -> list[Route]:
         seed = sp.get("sampling_seed", body.get("seed"))
         results = []
         for prompt in prompts:
+            room = common.context_room(state, prompt)
+            if isinstance(room, Response):
+                return room
             gen = state.model.generate(
                 prompt,
                 seed=seed,
-                max_tokens=max_new,
+                max_tokens=room if max_new is None else min(max_new, room),
                 stop_token_ids=sp.get("stop_token_ids") or (),
                 ignore_eos=bool(sp.get("ignore_eos")),
             )
