@@ -101,6 +101,29 @@ def _duckdb_errors(what: str, path: str = "") -> Iterator[None]:
         raise StoreError(f"{what}: {first}") from None
 
 
+class _LockWait:
+    """Waiting for a DuckDB file another process holds: backing off, said once after a second, given up
+    (one line naming the holder) after `timeout` seconds."""
+
+    def __init__(self, path: str, timeout: float, on_wait: Callable[[str], None]) -> None:
+        self.path, self.timeout, self.on_wait = path, timeout, on_wait
+        self.started, self.said, self.delay = time.monotonic(), False, 0.005
+
+    def again(self, message: str) -> None:
+        """Sleep before the next try; StoreError when the wait is over."""
+        waited = time.monotonic() - self.started
+        if waited >= self.timeout:
+            raise StoreError(
+                f"the store {self.path} is in use by {holder_of(message)}: gave up after {waited:.0f}s "
+                "(try again when it finishes)"
+            ) from None
+        if not self.said and waited >= LOCK_SAY_AFTER_S:
+            self.said = True
+            self.on_wait(f"waiting for {self.path}: in use by {holder_of(message)}")
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 0.1)
+
+
 DUCKDB_MAGIC = b"DUCK"
 """What every DuckDB database file holds at bytes 8-11 of its header."""
 
@@ -186,9 +209,7 @@ class Store(PartSink):
 
     def _open(self) -> Any:
         """Open the file, waiting while another process holds it (announced after a second)."""
-        started = time.monotonic()
-        said = False
-        delay = 0.005
+        wait = _LockWait(self.path, self.lock_timeout, self.on_wait)
         while True:
             try:
                 return duckdb.connect(self.path)
@@ -196,17 +217,7 @@ class Store(PartSink):
                 message = str(exc).strip()
                 if not any(w in message for w in _LOCK_WORDS):
                     raise StoreError(f"cannot open database {self.path}: {first_line(exc)}") from None
-                waited = time.monotonic() - started
-                if waited >= self.lock_timeout:
-                    raise StoreError(
-                        f"the store {self.path} is in use by {holder_of(message)}: gave up after "
-                        f"{waited:.0f}s (try again when it finishes)"
-                    ) from None
-                if not said and waited >= LOCK_SAY_AFTER_S:
-                    said = True
-                    self.on_wait(f"waiting for {self.path}: in use by {holder_of(message)}")
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+                wait.again(message)
 
     def _release(self, force: bool = False) -> None:
         """Close the file now (`force`, or held MAX_HOLD_S already), or after LINGER_S unless used again."""
@@ -510,26 +521,15 @@ class Store(PartSink):
             # samples a killed (or running) batch left beside it: landed as opening it with any command
             # would, so the merge takes them too (the source is attached read-only below)
             Store(src, lock_timeout=self.lock_timeout, on_wait=self.on_wait).close()
-        started, said, delay = time.monotonic(), False, 0.005
+        wait = _LockWait(str(src), self.lock_timeout, self.on_wait)
         while True:
             try:
                 with self._connection() as conn, _duckdb_errors(f"cannot merge {src}", self.path):
                     return merge_into(conn, src, self.path)
             except StoreError as exc:  # the source is held by a batch writing it: wait as for our own file
-                message = str(exc)
-                if not any(w in message for w in _LOCK_WORDS):
+                if not any(w in str(exc) for w in _LOCK_WORDS):
                     raise
-                waited = time.monotonic() - started
-                if waited >= self.lock_timeout:
-                    raise StoreError(
-                        f"the store {src} is in use by {holder_of(message)}: gave up after {waited:.0f}s "
-                        "(try again when it finishes)"
-                    ) from None
-                if not said and waited >= LOCK_SAY_AFTER_S:
-                    said = True
-                    self.on_wait(f"waiting for {src}: in use by {holder_of(message)}")
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+                wait.again(str(exc))
 
     @staticmethod
     def _ingest_samples(conn: Any, files: list[parts.Path], columns: list[str], types: dict[str, str]) -> int:
