@@ -265,3 +265,23 @@ def test_a_new_store_in_one_script_has_the_schema_the_migrations_build_one_by_on
 
     assert catalog(tmp_path / "new.duckdb") == catalog(stepwise)
     assert catalog(stepwise)[4][-1][0] == LATEST_VERSION
+
+
+def test_search_finds_a_pasted_sample_id_and_a_raw_captures_text(tmp_path):
+    """`_` and `%` are literal in a search (DuckDB's ILIKE needs ESCAPE to honour the backslash: a pasted
+    sample id matched nothing), and a raw-mode capture's answer, kept only in `text`, is searched too."""
+    import dataclasses
+
+    from builders import make_capture, put
+
+    from tokview.store import SampleFilter
+
+    with Store(tmp_path / "s.duckdb") as store:
+        sid = put(store, "p_1", make_capture())
+        raw = dataclasses.replace(make_capture(answer="zebra crossing"), content=None, reasoning=None)
+        raw.text = "zebra crossing"
+        other = put(store, "p2", raw)
+        assert [r.sample_id for r in store.samples_page(SampleFilter(text=sid))] == [sid]
+        assert [r.sample_id for r in store.samples_page(SampleFilter(text="p_1"))] == [sid]
+        assert store.samples_page(SampleFilter(text="p%1")) == []
+        assert [r.sample_id for r in store.samples_page(SampleFilter(text="ZEBRA"))] == [other]

@@ -79,6 +79,25 @@ async def test_verdict_on_the_list_updates_the_row(make_app, store):
         assert store.load_sample("p001@demo_gen0").status == "approved"
 
 
+async def test_a_reviewed_row_repaints_when_the_list_has_a_scrollbar(make_app, store):
+    """The row cache is keyed by the width inside the scrollbar: clearing it by the widget's full width left
+    the old line on screen (a row just approved still read `pending`) whenever the list scrolled."""
+    app = make_app()
+    async with app.run_test(size=(120, 16)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        lst = screen.sample_list
+        assert lst.scrollable_content_region.width < lst.size.width  # a scrollbar takes a column
+        await pilot.press("down")
+        await settle(app, pilot)
+        before = lst.render_line(2).text
+        await pilot.press("a")
+        await settle(app, pilot)
+        after = lst.render_line(2).text
+    assert lst.row(1).status == "approved" and after != before and "approved" in after
+
+
 async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
     store.record_verdict("p001@demo_gen0", "approved")
     store.record_verdict("p002@demo_gen0", "rejected", reason="duplicate")

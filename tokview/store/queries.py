@@ -56,9 +56,12 @@ def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
         parts.append("mean_nll <= ?")
         params.append(float(f.max_nll))
     if f.text:
-        parts.append("(sample_id ILIKE ? OR prompt_id ILIKE ? OR content ILIKE ? OR reasoning ILIKE ?)")
+        # ESCAPE: DuckDB's ILIKE has no escape character unless told, so "_gen0" (any sample id) matched nothing;
+        # `text` is the only answer a raw-mode capture keeps
+        fields = ("sample_id", "prompt_id", "content", "reasoning", "text")
+        parts.append("(" + " OR ".join(f"{c} ILIKE ? ESCAPE '\\'" for c in fields) + ")")
         like = "%" + f.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        params.extend([like] * 4)
+        params.extend([like] * len(fields))
     return (" WHERE " + " AND ".join(parts)) if parts else "", params
 
 

@@ -221,8 +221,9 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         page = self._pages.get(index // PAGE)
         if page is not None and index % PAGE < len(page):
             page[index % PAGE] = row
+            width = self.scrollable_content_region.width  # the width lines are cached under (see render_line)
             for cur in (True, False):
-                self._cache.discard((index, self.size.width, cur))
+                self._cache.discard((index, width, cur))
             self.refresh_lines(index + 1, 1)
 
     def _want_visible_pages(self) -> None:
