@@ -48,3 +48,35 @@ async def test_a_cancel_returns_true_and_stops_every_worker():
     asyncio.get_running_loop().call_soon(cancel.set)
     assert await run_workers(workers, cancel) is True
     assert all(w.cancelled() for w in workers)
+
+
+def test_ctrl_c_while_a_stalled_server_is_probed_ends_the_batch_at_once(tmp_path):
+    """A server that accepts connections and never answers kept `tokview batch` probing for minutes, deaf
+    to Ctrl-C and SIGTERM (they set an event nobody read until the probe ended)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", quirks={"stall": True})) as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tokview", "batch", str(prompts), "--server", sim.url, "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)  # well into the probe (the first request stalls)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert proc.returncode == 130, err[-800:]
+    assert took < 10 and err.strip().splitlines()[-1].startswith("tokview: ")
+    assert "interrupted while the servers were probed: nothing was written" in err
+    assert not db.exists()

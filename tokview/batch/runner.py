@@ -29,6 +29,7 @@ from typing import Any
 from tokview.batch.capture_loop import capture_all
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
+from tokview.batch.tasks import unless_cancelled
 from tokview.batch.workers import worker_count
 from tokview.batch.worklist import WorkItem, WorkList, plan_work
 from tokview.batch.writer import GroupWriter
@@ -144,7 +145,9 @@ async def run_batch(
     if prompts is None:  # a fully stored run ends here, without loading the tokenizer
         from tokview.batch.resume import resume_shortcut
 
-        store, finished, planned = await resume_shortcut(config, store, on_progress)
+        store, finished, planned = await unless_cancelled(
+            resume_shortcut(config, store, on_progress), cancel, "the servers were probed"
+        )
         if finished is not None:
             return finished
     group = None
@@ -156,7 +159,8 @@ async def run_batch(
         tokenizer, profile = config.tokenizer_and_profile()
         pool = config.server_pool(tokenizer, profile)
         try:
-            await pool.start()  # ServerUnreachable propagates: exit code 2, nothing written
+            # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
+            await unless_cancelled(pool.start(), cancel, "the servers were probed")
             if not isinstance(store, Store):
                 store = store()
             return await _run(config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel, group)

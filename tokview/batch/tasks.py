@@ -9,6 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from tokview.errors import ExitCode, TokviewError
+
+T = TypeVar("T")
+
+
+class StartInterrupted(TokviewError):
+    """Ctrl-C (or the app's cancel) while the servers were still being probed: nothing was written."""
+
+    title = "interrupted"
+    exit_code = ExitCode.INTERRUPTED
 
 
 def cancel_on_signals(cancel: asyncio.Event) -> None:
@@ -42,3 +55,23 @@ async def run_workers(workers: list[asyncio.Task], cancel: asyncio.Event | None)
         for task in workers + ([stopper] if stopper else []):
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+
+
+async def unless_cancelled(step: Awaitable[T], cancel: asyncio.Event | None, what: str) -> T:
+    """`step` (probing the servers), abandoned the moment `cancel` is set.
+
+    The probe waits on servers with timeouts and retries (minutes against one that accepts connections
+    and never answers); before this, Ctrl-C and SIGTERM only set an event nobody read until it ended."""
+    if cancel is None:
+        return await step
+    task = asyncio.ensure_future(step)
+    stopper = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise StartInterrupted(f"interrupted while {what}: nothing was written")
+    finally:
+        for t in (task, stopper):
+            t.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
