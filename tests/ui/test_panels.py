@@ -42,6 +42,12 @@ async def test_filters_and_sort_query_the_store(make_app, store):
         screen.query_one("#code", Select).value = "truncated"
         await settle(app, pilot)
         assert lst.count == 3
+        await pilot.press("ctrl+r")  # a reload (also what a running generate does) keeps the filters it can
+        await settle(app, pilot)
+        assert (
+            screen.query_one("#code", Select).value == "truncated" and screen.query_one("#run", Select).value == "run-b"
+        )
+        assert lst.count == 3 and screen.filters.code == "truncated" and screen.filters.run_id == "run-b"
         await pilot.press("slash", *"p02", "enter")
         await settle(app, pilot)
         assert sorted(lst.row(i).sample_id for i in range(lst.count)) == ["p020@demo_gen0", "p025@demo_gen0"]

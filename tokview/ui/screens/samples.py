@@ -108,9 +108,17 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
 
     @on(Choices)
     def _choices(self, event: Choices) -> None:
-        code, run = self.query_one("#code", Select), self.query_one("#run", Select)
-        code.set_options([(c, c) for c in event.codes])
-        run.set_options([(r, r) for r in event.runs])
+        for select, values in (
+            (self.query_one("#code", Select), event.codes),
+            (self.query_one("#run", Select), event.runs),
+        ):
+            keep = select.value  # new options reset a Select: a reload (ctrl+r, a running generate) kept no filter
+            if keep is not Select.NULL and keep in values:
+                with select.prevent(Select.Changed):
+                    select.set_options([(v, v) for v in values])
+                    select.value = keep
+            else:
+                select.set_options([(v, v) for v in values])
 
     def empty_text(self) -> str:
         """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
