@@ -206,3 +206,22 @@ def test_a_version_2_store_gains_the_override_column_and_keeps_its_verdicts(tmp_
     with Store(path) as store:
         rows = store.query("SELECT who, status, override FROM verdicts")
         assert rows == [("al", "approved", False)]
+
+
+async def test_a_store_held_too_long_is_a_notification_not_a_crash(make_app, store, monkeypatch):
+    """Another process holding the file past the wait: the app once ended on the StoreError (exit 0)."""
+    from tokview.store import StoreError
+
+    def held(*_a, **_k):
+        raise StoreError(f"the store {store.path} is in use by tokview batch (pid 1): gave up after 15s")
+
+    monkeypatch.setattr(store, "record_verdict", held)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "a")
+        await settle(app, pilot)
+        assert app.is_running and isinstance(app.screen, SamplesScreen)
+        said = [n.message for n in app._notifications]
+        assert any("gave up after 15s" in m for m in said)
+    assert store.load_sample("p001@demo_gen0").status == "pending"

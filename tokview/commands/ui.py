@@ -9,6 +9,10 @@ from pathlib import Path
 
 from tokview.errors import UserError
 
+APP_LOCK_TIMEOUT_S = 15.0
+"""How long a key press waits for a store another process holds before saying so: the app's keys run on
+its one thread, so the batch default (minutes) would freeze the screen."""
+
 
 def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
@@ -99,7 +103,7 @@ def open_app(
 
         get_profile(profile)  # an unknown name fails here as one line, not inside the app
     confirm_new_store(db, create)
-    with Store(db) as store:
+    with Store(db, lock_timeout=APP_LOCK_TIMEOUT_S) as store:
         session = Session(
             store,
             tokenizer_dir=tokenizer,
@@ -108,8 +112,9 @@ def open_app(
             trust_remote_code=trust_remote_code,
             who=who,
         )
-        TokviewApp(session, config).run()
-    return 0
+        app = TokviewApp(session, config)
+        app.run()
+    return app.return_code or 0  # non-zero when the app ended on an error
 
 
 def run(args) -> int:

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError
+from tokview.store.part_sink import StoreError
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
@@ -127,6 +128,14 @@ class TokviewApp(App):
         return current
 
     def _record(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
+        """Write a verdict, note or tag; a store another process holds too long is a notification, not a
+        crash (the write is not made: press the key again)."""
+        try:
+            self._write(target, op, **kwargs)
+        except StoreError as exc:
+            self.notify(str(exc), title="store", severity="error", timeout=8)
+
+    def _write(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
         sample_id, index = target
         store = self.session.store
         if op == "verdict":
@@ -161,7 +170,11 @@ class TokviewApp(App):
         target = self._target()
         if target is None:
             return
-        stored = self.session.store.load_sample(target[0])
+        try:
+            stored = self.session.store.load_sample(target[0])
+        except StoreError as exc:
+            self.notify(str(exc), title="store", severity="error", timeout=8)
+            return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
         if not errors:
             self._record(target, "verdict", status="approved")
