@@ -9,6 +9,7 @@ from tests.ui.conftest import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.generate import GenerateScreen
+from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.screens.stats import StatsScreen
 
 
@@ -255,3 +256,35 @@ async def test_doctor_panel_words_an_unreachable_server_as_the_cli_does(make_app
         await settle(app, pilot)
         shown = str(app.screen.query_one("#doctor-report", Static).render())
         assert shown.startswith("doctor failed: server unreachable: ") and app.screen.report is None
+
+
+async def test_esc_during_a_run_says_how_to_stop_it_instead_of_ending_it_silently(make_app, store):
+    """The run is the panel's worker: leaving the panel ended it without a word (4 of 120 stored)."""
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.3})) as slow:
+        app = make_app(server_url=slow.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("g")
+            screen = app.screen
+            assert isinstance(screen, GenerateScreen)
+            screen.query_one("#source", Select).value = "typed"
+            screen.query_one("#typed", TextArea).text = "\n".join(f"question {i}" for i in range(40))
+            screen.query_one("#max-tokens", Input).value = "16"
+            await pilot.press("ctrl+s")
+            for _ in range(100):  # past the probe: samples are being made
+                await pilot.pause(0.1)
+                if screen.query_one("#bar").progress:
+                    break
+            await pilot.press("escape")
+            await pilot.pause(0.2)
+            assert app.screen is screen and screen.cancel_event is not None
+            assert any("a run is in progress" in n.message for n in app._notifications)
+            await pilot.press("ctrl+c")
+            for _ in range(100):  # the requests in flight are abandoned, what was written is kept
+                await pilot.pause(0.1)
+                if screen.cancel_event is None:
+                    break
+            assert screen.last_summary is not None and screen.last_summary.interrupted
+            await pilot.press("escape")
+            await settle(app, pilot)
+            assert isinstance(app.screen, SamplesScreen)

@@ -243,6 +243,11 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             self.query_one("#progress-line", Static).update("cancelling…")
 
     def action_close(self) -> None:
+        """Leave the panel; not while a run goes on (leaving would end it silently: the run is this
+        screen's worker). ctrl+c cancels it, keeping what was written."""
+        if self.cancel_event is not None:
+            self.notify("a run is in progress: ctrl+c cancels it (what was written is kept), then esc", timeout=4)
+            return
         self.app.pop_screen()
 
     # -- the run -----------------------------------------------------------------------------
@@ -273,7 +278,12 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
         self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
 
     def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        from tokview.batch.tasks import StartInterrupted
+
         self._idle()
+        if isinstance(error, StartInterrupted):  # cancelled while the servers were probed
+            self.query_one("#progress-line", Static).update(f"cancelled: {error}")
+            return
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
 
     def _idle(self) -> None:
