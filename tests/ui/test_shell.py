@@ -53,6 +53,12 @@ async def test_help_theme_toggle_and_palette_commands(make_app):
         await pilot.pause()
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Approve", "Reject", "Undo", "Sort", "Help"} <= titles
+        await pilot.press("ctrl+p")  # asked from the palette, whose screen is then the active one
+        await pilot.pause()
+        under = app.screen_stack[-2]
+        titles = {c.title for c in app.get_system_commands(under)}
+        assert {"Approve", "Reject", "Note", "Tag", "Undo"} <= titles, titles
+        await pilot.press("escape")
 
 
 def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch):

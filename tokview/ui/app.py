@@ -105,18 +105,29 @@ class TokviewApp(App):
             self.push_screen(screen)
 
     # -- curation ------------------------------------------------------------------------------
+    def _work_screen(self) -> Screen:
+        """The screen a key or palette command is for: the top one, under the command palette when it is open
+        (asked for its commands, the palette itself is the active screen)."""
+        from textual.command import CommandPalette
+
+        for screen in reversed(self.screen_stack):
+            if not isinstance(screen, CommandPalette):
+                return screen
+        return self.screen
+
     def current_sample(self) -> tuple[str, int | None] | None:
         """The sample a curation key applies to: the one inspected, or the one under the list cursor."""
-        if isinstance(self.screen, InspectScreen):
-            return self.screen.data.sample_id, self._open_index
-        if isinstance(self.screen, SamplesScreen):
-            sid = self.screen.current_sample_id()
-            return (sid, self.screen.sample_list.cursor) if sid else None
+        screen = self._work_screen()
+        if isinstance(screen, InspectScreen):
+            return screen.data.sample_id, self._open_index
+        if isinstance(screen, SamplesScreen):
+            sid = screen.current_sample_id()
+            return (sid, screen.sample_list.cursor) if sid else None
         return None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CURATION_ACTIONS:
-            return isinstance(self.screen, (InspectScreen, SamplesScreen))
+            return isinstance(self._work_screen(), (InspectScreen, SamplesScreen))
         return True
 
     def _target(self) -> tuple[str, int | None] | None:
