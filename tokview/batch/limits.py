@@ -75,7 +75,7 @@ def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: 
     upper = text_bytes(text) + SLACK_PER_MESSAGE * (len(messages) + 1)
     if upper < limit:
         return upper, False
-    return len(tokenizer.encode(text)), True
+    return exact_prompt_tokens(request, tokenizer, profile), True
 
 
 def check_prompt(pool: Any, request: CaptureRequest) -> tuple[str | None, int | None]:

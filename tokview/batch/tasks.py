@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from tokview.errors import ExitCode, TokviewError
 
@@ -57,21 +57,12 @@ async def run_workers(workers: list[asyncio.Task], cancel: asyncio.Event | None)
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-async def unless_cancelled(step: Awaitable[T], cancel: asyncio.Event | None, what: str) -> T:
+async def unless_cancelled(step: Coroutine[Any, Any, T], cancel: asyncio.Event | None, what: str) -> T:
     """`step` (probing the servers), abandoned the moment `cancel` is set.
 
     The probe waits on servers with timeouts and retries (minutes against one that accepts connections
     and never answers); before this, Ctrl-C and SIGTERM only set an event nobody read until it ended."""
-    if cancel is None:
-        return await step
-    task = asyncio.ensure_future(step)
-    stopper = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            return task.result()
+    task = asyncio.create_task(step)
+    if await run_workers([task], cancel):
         raise StartInterrupted(f"interrupted while {what}: nothing was written")
-    finally:
-        for t in (task, stopper):
-            t.cancel()
-        await asyncio.gather(task, stopper, return_exceptions=True)
+    return task.result()

@@ -60,7 +60,7 @@ def _lp(value: Any) -> float | None:
 
 
 def _alt_lp(value: Any) -> float:
-    """An alternative's logprob: a missing one is FLOOR. Never `_alt_lp(v)`: a sure token's 0.0 is
+    """An alternative's logprob: a missing one is FLOOR. Not `_lp(v) or FLOOR`: a sure token's 0.0 is
     falsy, and it became "impossible" (-9999) in every top-K list where the model was certain."""
     lp = _lp(value)
     return FLOOR if lp is None else lp

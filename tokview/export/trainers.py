@@ -21,7 +21,7 @@ PREFORMATTED_PATH = "specforge_preformatted_text"
 TEXT_FORMATS = ("specforge", "sharegpt", "kimi-inline")
 
 
-TRAINER_LIMITS = {"speculators": ("--seq-length", 8192), "specforge": ("data.max_length", 2048)}
+TRAINER_LIMITS = {"speculators": ("--seq-length", rr.SPECULATORS_SEQ_LENGTH), "specforge": ("data.max_length", 2048)}
 """Each trainer's default maximum sequence length (speculators c05b95b `prepare_data.py --seq-length`,
 SpecForge a6b6b02 `data.max_length`): both cut a longer row to it, on every path, so the end of its
 answer (the stop id included) is never trained, while the row still looks healthy."""

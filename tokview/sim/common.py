@@ -174,9 +174,10 @@ def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: Any = 
     return StreamingResponse(gen(), media_type="text/event-stream")
 
 
-def context_room(state: SimState, prompt: list[int]) -> int | Response:
-    """SGLang's rule: a prompt that fills the context is a 400; otherwise the output is cut at the limit
-    (vLLM's stricter rule, refusing max_tokens past it, is in `vllm._sampling`)."""
+def context_room(state: SimState, prompt: list[int], wanted: int | None) -> int | Response:
+    """The output tokens to generate by SGLang's rule: a prompt that fills the context is a 400; otherwise
+    `wanted` (all the room when None) cut at the limit (vLLM's stricter rule, refusing max_tokens past
+    it, is in `vllm._sampling`)."""
     limit = state.cfg.max_model_len
     if len(prompt) >= limit:
         return faults.error_response(
@@ -185,4 +186,5 @@ def context_room(state: SimState, prompt: list[int]) -> int | Response:
             f"The input ({len(prompt)} tokens) is longer than the model's context length ({limit} tokens).",
             "BadRequest",
         )
-    return limit - len(prompt)
+    room = limit - len(prompt)
+    return room if wanted is None else min(wanted, room)

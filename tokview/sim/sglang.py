@@ -103,13 +103,13 @@ def routes(state: SimState) -> list[Route]:
         seed = sp.get("sampling_seed", body.get("seed"))
         results = []
         for prompt in prompts:
-            room = common.context_room(state, prompt)
-            if isinstance(room, Response):
-                return room
+            max_tokens = common.context_room(state, prompt, max_new)
+            if isinstance(max_tokens, Response):
+                return max_tokens
             gen = state.model.generate(
                 prompt,
                 seed=seed,
-                max_tokens=room if max_new is None else min(max_new, room),
+                max_tokens=max_tokens,
                 stop_token_ids=sp.get("stop_token_ids") or (),
                 ignore_eos=bool(sp.get("ignore_eos")),
             )

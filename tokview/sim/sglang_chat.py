@@ -41,9 +41,9 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         max_tokens = requests.chat_max_tokens(body)
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
-    room = common.context_room(state, prompt)
-    if isinstance(room, Response):
-        return room
+    cut = common.context_room(state, prompt, max_tokens)  # SGLang cuts the output at the limit
+    if isinstance(cut, Response):
+        return cut
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
@@ -51,7 +51,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     gen = state.model.generate(
         prompt,
         seed=body.get("seed"),
-        max_tokens=room if max_tokens is None else min(max_tokens, room),  # SGLang cuts the output at the limit
+        max_tokens=cut,
         stop_token_ids=body.get("stop_token_ids") or (),
         ignore_eos=bool(body.get("ignore_eos")),
     )

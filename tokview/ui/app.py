@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import App, SystemCommand
+from textual.command import CommandPalette
 from textual.message import Message
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
@@ -108,8 +109,6 @@ class TokviewApp(App):
     def _work_screen(self) -> Screen:
         """The screen a key or palette command is for: the top one, under the command palette when it is open
         (asked for its commands, the palette itself is the active screen)."""
-        from textual.command import CommandPalette
-
         for screen in reversed(self.screen_stack):
             if not isinstance(screen, CommandPalette):
                 return screen
@@ -144,7 +143,10 @@ class TokviewApp(App):
         try:
             self._write(target, op, **kwargs)
         except StoreError as exc:
-            self.notify(str(exc), title="store", severity="error", timeout=8)
+            self._store_failed(exc)
+
+    def _store_failed(self, exc: StoreError) -> None:
+        self.notify(str(exc), title="store", severity="error", timeout=8)
 
     def _write(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
         sample_id, index = target
@@ -184,7 +186,7 @@ class TokviewApp(App):
         try:
             stored = self.session.store.load_sample(target[0])
         except StoreError as exc:
-            self.notify(str(exc), title="store", severity="error", timeout=8)
+            self._store_failed(exc)
             return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
         if not errors:
