@@ -139,3 +139,16 @@ def test_a_sample_without_a_runs_row_reads_the_runs_table_once(tmp_path, tokeniz
         for _ in range(5):
             assert session.load("o@0")[3].name == "kimi-k2.5"
         assert len(reads) == 2  # the first look, and the one refresh for a run generated since
+
+
+def test_two_runs_profiles_that_share_a_name_are_kept_apart(mixed_store):
+    """The pairs are cached by profile: keyed by name alone, the second run's .toml profile (named like
+    the first's) was answered with the first's delimiters and stops."""
+    from tokview.core.profiles import profile_fields
+
+    session = Session(mixed_store)
+    qwen = get_profile("qwen3")
+    other = qwen.with_overrides(stop_ids=(151643,))
+    _, first = session.resolve(str(QWEN_DIR), "qwen3", profile_fields(qwen))
+    _, second = session.resolve(str(QWEN_DIR), "qwen3", profile_fields(other))
+    assert first.stop_ids == qwen.stop_ids and second.stop_ids == (151643,)

@@ -12,6 +12,7 @@ run's tokenizer, so the app's findings agree with the stored codes. Each distinc
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,9 +126,14 @@ class Session:
     def resolve(
         self, recorded_tokenizer_dir: str | None, recorded_profile: str | None, recorded_profile_def: Any = None
     ) -> tuple[TokenizerAdapter, ModelProfile]:
-        """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once."""
+        """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once. A recorded profile
+        is keyed by its whole definition too: two runs' .toml profiles may share a name."""
         tok_key = _GIVEN if self._given_tokenizer is not None or self.tokenizer_dir else recorded_tokenizer_dir
-        prof_key = _GIVEN if self._given_profile is not None or self.profile_name else recorded_profile
+        prof_key = recorded_profile
+        if self._given_profile is not None or self.profile_name:
+            prof_key = _GIVEN
+        elif recorded_profile_def:
+            prof_key = f"{recorded_profile}\0{json.dumps(recorded_profile_def, sort_keys=True)}"
         with self._lock:
             pair = self._pairs.get((tok_key, prof_key))
             if pair is None:
