@@ -235,10 +235,22 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
         ),
     ],
 )
-def test_rows_with_tools_are_refused_not_generated_without_them(row, says):
+def test_rows_with_tools_are_refused_not_generated_without_them(tmp_path, row, says):
     """A row's tool definitions and an assistant turn's tool_calls were dropped without a word: the server
     generated from another prompt and every sample looked healthy."""
+    import json
+
+    from tokview.batch.config import BatchConfig
+    from tokview.batch.worklist import plan_work
     from tokview.core.prompts import PromptError, parse_row
 
     with pytest.raises(PromptError, match=says):
         parse_row(row, line=3)
+    # and on the path `tokview batch` plans with (its fast reader once let a `tools` row through)
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        json.dumps(row) + "\n" + json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}]}) + "\n"
+    )
+    config = BatchConfig(servers=[], prompts_path=path)
+    work = plan_work(config, config.sample_settings({"model": "m", "tokenizer": "t", "profile": "p"}), lambda _f: set())
+    assert work.planned == 1 and len(work.bad) == 1 and says in work.bad[0]

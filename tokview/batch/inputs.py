@@ -346,6 +346,8 @@ def _fast_check(obj: Any) -> tuple[str, list[int | None]] | None:
     rid = obj.get("id")
     if type(turns) is not list or type(rid) is not str or not (rid.isascii() and rid.isprintable() and rid.strip()):
         return None
+    if obj.get("tools"):  # parse_row refuses the row (tools are not sent yet): it must take that path
+        return None
     has_user = False
     assistants = 0
     for turn in turns:
