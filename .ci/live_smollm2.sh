@@ -70,7 +70,7 @@ export TOKVIEW_LIVE_SMOLLM2_URL="$URL" TOKVIEW_LIVE_SMOLLM2_DIR="$MODEL_DIR"
 export TOKVIEW_LIVE_SMOLLM2_RECORD="build/smollm2-live.json"
 rm -f "$TOKVIEW_LIVE_SMOLLM2_RECORD"
 set +e
-"$PYTHON" -m pytest -m live tests/live/test_live_smollm2.py -q -p no:cacheprovider --durations=5
+"$PYTHON" -m pytest -m live tests/live/test_live_smollm2.py -q -p no:cacheprovider --durations=5 -o timeout=900
 rc=$?
 set -e
 phase "tests"
