@@ -55,7 +55,10 @@ def test_no_metrics_means_none():
 @pytest.mark.parametrize(
     "schema,meta",
     [
-        ("sglang-0.5.10", {"spec_accept_token_num": 6, "spec_draft_token_num": 12}),
+        (
+            "sglang-0.5.10",
+            {"spec_accept_token_num": 6, "spec_draft_token_num": 12, "spec_accept_histogram": [1, 1, 0, 2]},
+        ),
         (
             "sglang-0.5.11",
             {"spec_accepted_drafts": 6, "spec_proposed_drafts": 12, "spec_accept_histogram": [1, 1, 0, 2]},
@@ -79,9 +82,15 @@ def test_all_three_sglang_schemas_give_the_same_numbers(schema, meta):
     assert spec.schema == schema
     assert (spec.steps, spec.accepted, spec.drafted) == (4, 6, 12)
     assert spec.mean_acceptance_length == 2.5 and spec.acceptance_rate == 0.5
-    assert spec.histogram == (None if schema == "sglang-0.5.10" else [1, 1, 0, 2])
+    assert spec.histogram == [1, 1, 0, 2]
     assert spec.reported["spec_accept_length"] == 2.5
     assert sd.place_steps(spec, 10, "stop") is None  # SGLang gives no per-step lists
+
+
+def test_sglang_0_5_10_without_a_histogram_says_none():
+    """0.5.10.post1 omits spec_accept_histogram when the scheduler sent an empty one."""
+    spec = sd.from_sglang({"spec_verify_ct": 4, "spec_accept_token_num": 6, "spec_draft_token_num": 12})
+    assert spec.schema == "sglang-0.5.10" and spec.histogram is None and spec.accepted == 6
 
 
 def test_old_sglang_with_only_verify_count_keeps_what_it_said():

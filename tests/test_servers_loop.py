@@ -102,7 +102,7 @@ async def test_sglang_generate_logprobs_recorded():
 
 
 SPEC_META = {
-    "sglang-0.5.10": {"spec_accept_token_num": 8, "spec_draft_token_num": 24},
+    "sglang-0.5.10": {"spec_accept_token_num": 8, "spec_draft_token_num": 24, "spec_accept_histogram": [4, 2, 1, 1]},
     "sglang-0.5.11": {"spec_accepted_drafts": 8, "spec_proposed_drafts": 24, "spec_accept_histogram": [4, 2, 1, 1]},
     "sglang-0.5.12": {
         "spec_num_correct_drafts": 8,
@@ -133,6 +133,7 @@ async def test_sglang_generate_spec_metrics_every_schema(schema, stream):
     spec = cap.spec_decode
     assert spec["schema"] == schema and (spec["steps"], spec["accepted"], spec["drafted"]) == (8, 8, 24)
     assert spec["mean_acceptance_length"] == 2.0 and spec["reported"]["spec_accept_length"] == 18 / 8
+    assert spec["histogram"] == [4, 2, 1, 1]
     assert cap.prompt_ids == PROMPT
 
 

@@ -24,11 +24,12 @@ from typing import Any
 
 from tokview.core import segments as seg
 
-SGLANG_SCHEMAS: dict[str, tuple[str, str, str | None]] = {
+SGLANG_SCHEMAS: dict[str, tuple[str, str, str]] = {
     # schema: (accepted key, drafted key, histogram key), newest first: 0.5.12 keeps 0.5.11's names as aliases
     "sglang-0.5.12": ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_correct_drafts_histogram"),
     "sglang-0.5.11": ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
-    "sglang-0.5.10": ("spec_accept_token_num", "spec_draft_token_num", None),
+    # 0.5.10.post1 (tokenizer_manager._calculate_spec_decoding_metrics) sends the histogram when it is not empty
+    "sglang-0.5.10": ("spec_accept_token_num", "spec_draft_token_num", "spec_accept_histogram"),
 }
 VLLM_KEYS = (
     "mean_acceptance_length",

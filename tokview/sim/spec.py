@@ -25,7 +25,7 @@ from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES
 SPEC_DECODE_MODES = ("vllm-summary", "vllm-detailed", "sglang-0.5.10", "sglang-0.5.11", "sglang-0.5.12")
 DRAFT_TOKENS = 3
 _SGLANG_NAMES = {
-    "sglang-0.5.10": ("spec_accept_token_num", "spec_draft_token_num", None),
+    "sglang-0.5.10": ("spec_accept_token_num", "spec_draft_token_num", "spec_accept_histogram"),
     "sglang-0.5.11": ("spec_accepted_drafts", "spec_proposed_drafts", "spec_accept_histogram"),
     "sglang-0.5.12": ("spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_correct_drafts_histogram"),
 }
