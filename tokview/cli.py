@@ -9,13 +9,15 @@ code; any other exception is a bug: one line with a hint, or its traceback under
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import io
 import os
 import sys
 import traceback
 from typing import NoReturn
 
-from tokview.errors import ExitCode, TokviewError, one_line
+from tokview.errors import ExitCode, TokviewError, UserError, one_line
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -25,10 +27,81 @@ COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", 
 DEBUG_HINT = "run with TOKVIEW_DEBUG=1 for the traceback"
 
 
+class UsageError(UserError):
+    """Arguments argparse refused (an unknown flag, `--concurrency abc`, `--shard 3/2`)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a refused argument is a usage error like any other: one line and exit 1.
+
+    argparse's own `error` prints the whole usage and exits 2, the code tokview documents for an
+    unreachable server, so a script could not tell a typo from a dead server. Subcommands' parsers are
+    made by this class too (argparse builds them with the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("tokview").strip()
+        where = f"{command}: " if command else ""
+        raise UsageError(f"{where}{message} (see tokview {command + ' ' if command else ''}--help)")
+
+
+class StreamClosed(OSError):
+    """Written to a standard stream the shell closed (`>&-`)."""
+
+
+class _ClosedStream(io.TextIOBase):
+    """What `sys.stdout` is when the process started with fd 1 closed: a write (data nobody can read)
+    is an error the command reports in one line; flushing, which every exit does, is not."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def write(self, text: str) -> int:
+        raise StreamClosed(errno.EBADF, f"{self._name} is closed (the shell ran tokview with >&-)")
+
+    def fileno(self) -> int:
+        raise StreamClosed(errno.EBADF, f"{self._name} is closed (the shell ran tokview with >&-): give a file instead")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def guard_standard_streams() -> None:
+    """Hold fds 0-2 open when the shell closed them (`>&-`, `2>&-`), before anything else is opened.
+
+    A closed fd is the first one `open` hands out: the store's database file could become fd 1, and any
+    write to stdout (a library's print, a child process) would land in it. Each closed fd is taken by
+    /dev/null. Python left `sys.stdout`/`sys.stderr` None: stderr becomes /dev/null (the messages have no
+    reader, the exit code still tells), stdout a stream that refuses data, which nobody would receive."""
+    closed = [fd for fd in (0, 1, 2) if not _is_open(fd)]
+    if not closed:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in closed:
+        if fd != null:
+            os.dup2(null, fd)
+    if null not in closed:
+        os.close(null)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("stdout")
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (the process's stderr: never closed)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """`only`: build just that command's parser (a command's module may import much: `tokview batch`
     starts ~0.1 s sooner without importing the other eleven)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tokview",
         description="Capture, inspect, curate and export token-exact EAGLE-3 training data.",
     )
@@ -59,13 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     `argv` None means these are the process's own arguments (the `tokview` script, `python -m
     tokview`). Then a command that sets `exit_without_teardown` (`batch`) ends the process here, once
     its work is closed and its output written: see `exit_without_teardown`."""
+    guard_standard_streams()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
-    parser = build_parser(args_in[0] if args_in[0] in COMMANDS else None)
-    args = parser.parse_args(args_in)
+    try:
+        parser = build_parser(args_in[0] if args_in[0] in COMMANDS else None)
+        args = parser.parse_args(args_in)
+    except UsageError as exc:
+        print(f"tokview: error: {one_line(exc)}", file=sys.stderr)
+        return ExitCode.USAGE
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
+        print("tokview: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     if not getattr(args, "run", None):
         parser.print_help()
         return ExitCode.USAGE
@@ -91,7 +172,7 @@ def exit_without_teardown(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe: the reader is gone, nothing to keep
+        except (OSError, ValueError, AttributeError):  # a closed pipe (the reader is gone) or no stream at all
             pass
     os._exit(code)
 
@@ -108,6 +189,9 @@ def _run_command(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `tokview stats | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return ExitCode.PIPE_CLOSED
+    except StreamClosed as exc:  # `tokview export --out - >&-`: the data has nowhere to go
+        print(f"tokview: error: {exc.strerror}", file=sys.stderr)
+        return ExitCode.USAGE
     except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
         return report_bug(exc)
 
