@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,40 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+_OPTIONS = orjson.OPT_NAIVE_UTC | orjson.OPT_SERIALIZE_NUMPY
+
+
 def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
-    return b"".join(
-        orjson.dumps(r, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        for r in records
-    )
+    """Records as JSON lines; never fails on text a server sent.
+
+    A lone UTF-16 surrogate (a server's JSON escape `\\ud800`, parsed into a str) cannot be UTF-8, so
+    orjson refuses the record, and that exception once killed a batch's writer thread. Such a record is
+    written with each lone surrogate as the six characters of its escape (`\\ud800`): what the server's
+    body said, readable by a person debugging the server, and never mistaken for real text (a real
+    U+FFFD would hide which code unit it was). Everything else in the record is kept as it was."""
+    out = []
+    for r in records:
+        try:
+            out.append(orjson.dumps(r, default=_default, option=_OPTIONS))
+        except orjson.JSONEncodeError:
+            out.append(orjson.dumps(_escape_surrogates(r), default=_default, option=_OPTIONS))
+        out.append(b"\n")
+    return b"".join(out)
+
+
+def _escape_surrogates(value: Any) -> Any:
+    """`value` with every str (dict keys too) that holds a lone surrogate replaced by its escaped form."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escape_surrogates(k): _escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_escape_surrogates(v) for v in value]
+    return value
 
 
 def write_part(
@@ -77,7 +106,11 @@ def write_part(
 
 
 def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
-    """(sample parts, failure parts), oldest first; stale temporary files are removed on the way."""
+    """(sample parts, failure parts), oldest first; stale temporary files are removed on the way.
+
+    Only regular files are parts: anything else named like one (a directory, a socket) is moved to
+    `damaged/` where a person can look at it (left where it is when the folder cannot be written),
+    and never listed, so no landing tries to read it."""
     if not directory.is_dir():
         return [], []
     samples, failures = [], []
@@ -90,50 +123,86 @@ def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
                     os.unlink(entry.path)
             except OSError:
                 pass
-        elif name.endswith(SAMPLES_SUFFIX):
-            samples.append(Path(entry.path))
-        elif name.endswith(FAILURES_SUFFIX):
-            failures.append(Path(entry.path))
+        elif name.endswith((SAMPLES_SUFFIX, FAILURES_SUFFIX)):
+            if not _is_regular(entry):
+                _move_aside(Path(entry.path))
+            elif name.endswith(SAMPLES_SUFFIX):
+                samples.append(Path(entry.path))
+            else:
+                failures.append(Path(entry.path))
     return sorted(samples), sorted(failures)
 
 
+def _is_regular(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 DAMAGED_DIR = "damaged"
-"""Where a part that is not whole JSON lines is moved (beside the others, never landed or deleted)."""
+"""Where a part that cannot land is moved (beside the others, never landed or deleted)."""
 
 
-def salvage(paths: Iterable[Path]) -> tuple[int, int]:
-    """Set aside every part that is not whole JSON lines, keeping its whole lines as a new part.
+def _move_aside(path: Path) -> bool:
+    """Move `path` into `damaged/` beside it; False when it is gone already or cannot be moved."""
+    aside = path.parent / DAMAGED_DIR
+    try:
+        aside.mkdir(exist_ok=True)
+        os.replace(path, aside / path.name)
+    except OSError:  # landed or set aside by another process meanwhile, or a read-only folder
+        return False
+    return True
+
+
+Lands = Callable[[Path, "list[bytes] | None"], bool]
+"""`lands(part, lines)`: whether these lines of the part (None: the file as it is) would land."""
+
+
+def salvage(paths: Iterable[Path], lands: Lands) -> tuple[int, int]:
+    """Set aside every part that cannot land whole, keeping the lines that can as a new part.
 
     A part is renamed only when complete, but without an fsync (a run's parts would cost one each),
-    so after a power loss a file system may leave one cut short or full of NULs; DuckDB then refuses
-    every landing, and the store could not be opened by anyone. Returns (parts set aside, lines kept
-    from them); the originals go to `<parts>/damaged/` for a person to look at."""
+    so after a power loss a file system may leave one cut short or full of NULs; and a line can be
+    whole JSON whose values do not fit the table (`"prompt_ids": "oops"`). DuckDB refuses the whole
+    landing for one such line, so no part would ever land and no batch could start. `lands` (the
+    store's trial landing, rolled back) decides; the lines that land are found by halving, a few
+    trials for one bad line among hundreds. Returns (parts set aside, lines kept from them); the
+    originals go to `<parts>/damaged/` for a person to look at."""
     damaged = kept = 0
     for path in paths:
         try:
-            lines = path.read_bytes().splitlines()
-        except FileNotFoundError:
+            lines = [line for line in path.read_bytes().splitlines() if line.strip()]
+        except OSError:  # landed by another process meanwhile, or unreadable: left for a person
             continue
-        good: list[bytes] = []
-        for line in lines:
-            try:
-                if isinstance(orjson.loads(line), dict):
-                    good.append(line + b"\n")
-            except orjson.JSONDecodeError:
-                pass
-        if len(good) == len(lines):
+        candidates = [line for line in lines if _is_object(line)]
+        if len(candidates) == len(lines) and lands(path, None):
             continue
+        good = _landing_lines(path, candidates, lands)
         suffix = SAMPLES_SUFFIX if path.name.endswith(SAMPLES_SUFFIX) else FAILURES_SUFFIX
-        write_part(path.parent, suffix, good, durable=True)
-        aside = path.parent / DAMAGED_DIR
-        aside.mkdir(exist_ok=True)
-        try:
-            os.replace(path, aside / path.name)
-        except FileNotFoundError:  # another process landed or set it aside meanwhile
+        write_part(path.parent, suffix, [line + b"\n" for line in good], durable=True)
+        if not _move_aside(path):
             continue
         damaged += 1
         kept += len(good)
     return damaged, kept
+
+
+def _is_object(line: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(line), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def _landing_lines(path: Path, lines: list[bytes], lands: Lands) -> list[bytes]:
+    """The lines that land, in order: all of them, or those of each half that do."""
+    if not lines or lands(path, lines):
+        return lines
+    if len(lines) == 1:
+        return []
+    half = len(lines) // 2
+    return _landing_lines(path, lines[:half], lands) + _landing_lines(path, lines[half:], lands)
 
 
 def remove(paths: Iterable[Path]) -> None:

@@ -67,6 +67,10 @@ MAX_HOLD_S = 1.0
 """Never longer than this in one stretch, however busy: other processes always get their turn."""
 _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
+_DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
+"""What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""
+_NO_REASON = "'(no reason recorded)'"
+"""A failure line without a reason (a hand-made part) lands with this one: every reader expects text."""
 
 
 def holder_of(message: str) -> str:
@@ -457,15 +461,15 @@ class Store(PartSink):
 
         Idempotent: a sample id already stored (or twice in the parts) is stored once; a failure of a
         sample that is now stored is dropped; per sample id one failure row stays, with its attempts.
-        A part that is not whole JSON lines (cut short by a power loss) is set aside with its whole
-        lines kept (`parts.salvage`), and the landing is tried again, once."""
+        A part that cannot land (cut short by a power loss, or a line whose values do not fit the
+        table) is set aside with the lines that can land kept (`parts.salvage`), and the landing is
+        tried again, once: one bad line never keeps the other parts out of the store."""
         try:
             return self._ingest_parts()
         except StoreFull:
             raise
         except StoreError:
-            sample_files, failure_files = parts.complete_parts(self.parts_dir)
-            damaged, kept = parts.salvage(sample_files + failure_files)
+            damaged, kept = self._salvage()
             if not damaged:
                 raise
             self.on_wait(
@@ -473,6 +477,50 @@ class Store(PartSink):
                 f"({kept} whole lines of them kept)"
             )
             return self._ingest_parts()
+
+    def _salvage(self) -> tuple[int, int]:
+        """Find the parts (and their lines) that cannot land by trial landings, rolled back, with the file held."""
+        with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
+            sample_files, failure_files = parts.complete_parts(self.parts_dir)
+            types = self._sample_types(conn)
+            columns = [c for c in SAMPLE_COLUMNS if c in types]
+            trial = 0
+
+            def lands(part: Path, lines: list[bytes] | None) -> bool:
+                nonlocal trial
+                if lines is None:
+                    return self._trial_landing(conn, part, part, columns, types)
+                trial += 1
+                probe = part.with_name(f".trial-{os.getpid()}-{trial}{part.name[part.name.index('.') :]}.tmp")
+                try:
+                    probe.write_bytes(b"".join(line + b"\n" for line in lines))
+                    return self._trial_landing(conn, part, probe, columns, types)
+                finally:
+                    probe.unlink(missing_ok=True)
+
+            return parts.salvage(sample_files + failure_files, lands)
+
+    def _trial_landing(self, conn: Any, part: Path, file: Path, columns: list[str], types: dict[str, str]) -> bool:
+        """Whether `file` (lines of `part`) lands, in a transaction that is rolled back either way.
+
+        Only an error in the data says no (a value of the wrong type, a missing required one, broken
+        JSON); any other (a full disk, a lost file) is raised: it is no reason to set a part aside."""
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            if part.name.endswith(parts.SAMPLES_SUFFIX):
+                self._ingest_samples(conn, [file], columns, types)
+            else:
+                self._ingest_failures(conn, [file])
+            return True
+        except _DATA_ERRORS as exc:
+            if is_disk_full(exc):
+                raise
+            return False
+        finally:
+            try:
+                conn.execute("ROLLBACK")
+            except duckdb.Error:  # a connection the error invalidated: the error raised above says why
+                pass
 
     def _ingest_parts(self) -> tuple[int, int]:
         with self._connection() as conn, _duckdb_errors(f"cannot write to {self.path}", self.path):
@@ -575,7 +623,7 @@ class Store(PartSink):
         conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_fail)")
         conn.execute(
             'INSERT INTO failures (prompt_id, sample_id, run_id, reason, "at", server) '
-            'SELECT prompt_id, sample_id, run_id, reason, "at", server FROM _part_fail '
+            f'SELECT prompt_id, sample_id, run_id, coalesce(reason, {_NO_REASON}), "at", server FROM _part_fail '
             'QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY "at" DESC) = 1'
         )
         n = conn.execute("SELECT count(*) FROM _part_fail").fetchone()[0]
@@ -587,7 +635,7 @@ class Store(PartSink):
         what errors.jsonl lists."""
         where, params = ("WHERE f.run_id = ?", [run_id]) if run_id else ("", [])
         rows = self.query(
-            'SELECT f.prompt_id, f.sample_id, f.run_id, f.reason, f.server, f."at", '
+            f'SELECT f.prompt_id, f.sample_id, f.run_id, coalesce(f.reason, {_NO_REASON}), f.server, f."at", '
             "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
             f'{where} ORDER BY f.prompt_id, f.sample_id, f."at"',
             params,

@@ -1,0 +1,110 @@
+"""The store against hostile input (issue 26): odd parts, server text no encoder takes, read-only stores,
+exports aimed at other stores, closed pipes. Driven through the real commands where a user meets them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from builders import kimi, make_capture, profile, put
+
+from tokview.cli import main
+from tokview.core.analysis import analyze
+from tokview.store import Store
+from tokview.store.parts import DAMAGED_DIR, complete_parts, dumps_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+
+
+def _record(store: Store, sid: str, prompt: str = "p1") -> dict:
+    cap = make_capture("what is the answer")
+    return store.sample_record(sid, prompt, "run1", cap, analyze(cap, profile(), kimi()), gen_index=0)
+
+
+def _ids(db: Path) -> list[str]:
+    with Store(db) as store:
+        return sorted(r[0] for r in store.query("SELECT sample_id FROM samples"))
+
+
+# -- item 1: a lone surrogate from a server never stops a part being written ----------------------------
+
+
+def test_a_lone_surrogate_in_a_failure_reason_is_written_and_landed_as_its_escape(tmp_path):
+    """A server error body `{"error": "\\ud800"}` parses to a str holding a lone surrogate: orjson refused it
+    and the exception killed the batch's writer thread. It is stored as the escape the server sent."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        sample = _record(store, "a")
+        sample["text"] = "answer \ud800 end"
+        store.write_part(
+            [sample], [{"prompt_id": "p2", "sample_id": "b", "run_id": "run1", "reason": 'HTTP 500: {"e": "\ud800x"}'}]
+        )
+        assert store.ingest() == (1, 1)
+        assert store.query("SELECT text FROM samples")[0][0] == "answer \\ud800 end"
+        assert store.query("SELECT reason FROM failures")[0][0] == 'HTTP 500: {"e": "\\ud800x"}'
+    assert main(["stats", "--db", str(db)]) == 0
+
+
+def test_dumps_lines_escapes_surrogates_anywhere_and_leaves_other_text_alone():
+    line = dumps_lines([{"k\udfff": ["\ud83d", {"x": "ok é \U0001f600"}], "n": 5}])
+    assert json.loads(line) == {"k\\udfff": ["\\ud83d", {"x": "ok é \U0001f600"}], "n": 5}
+
+
+# -- items 7 and 17: a part that cannot land is set aside, everything else lands -------------------------
+
+
+def test_a_type_invalid_line_is_set_aside_and_every_other_line_and_part_lands(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([_record(store, "a")])
+        bad = _record(store, "b")
+        bad["prompt_ids"] = "oops"
+        store.write_part([_record(store, "c"), bad, _record(store, "d")])
+        store.write_part([_record(store, "e")])
+        bad_part = complete_parts(store.parts_dir)[0][1]
+    result = subprocess.run([*TOKVIEW, "stats", "--db", str(db)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"1 damaged part(s) set aside in {db}.parts/{DAMAGED_DIR} (2 whole lines of them kept)" in result.stderr
+    assert _ids(db) == ["a", "c", "d", "e"]
+    aside = Path(f"{db}.parts") / DAMAGED_DIR / bad_part.name
+    assert aside.read_bytes().count(b"\n") == 3  # the original, whole, for a person to look at
+    assert complete_parts(Path(f"{db}.parts")) == ([], [])
+
+
+def test_a_failure_line_of_the_wrong_type_is_set_aside_and_the_rest_lands(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([_record(store, "a")], [{"prompt_id": "p1", "sample_id": "x", "reason": "HTTP 500"}])
+        parts_dir = store.parts_dir
+    odd = parts_dir / "part-00000000000000000009-1-000002.failures.jsonl"
+    odd.write_text(json.dumps({"prompt_id": "p", "sample_id": "y", "reason": "r", "at": "not a time"}) + "\n")
+    assert main(["stats", "--db", str(db)]) == 0
+    with Store(db) as store:
+        assert store.query("SELECT sample_id FROM failures") == [("x",)]
+    assert _ids(db) == ["a"]
+    assert (parts_dir / DAMAGED_DIR / odd.name).is_file()
+
+
+def test_odd_parts_a_directory_and_a_null_reason_cause_no_error_on_later_commands(tmp_path, capsys):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        put(store, "p0", make_capture())
+        store.write_part([_record(store, "a")])
+        parts_dir = store.parts_dir
+    (parts_dir / "part-00000000000000000009-1-000001.samples.jsonl").mkdir()
+    (parts_dir / "part-00000000000000000009-1-000002.failures.jsonl").write_text(
+        json.dumps({"prompt_id": "p", "sample_id": "y", "run_id": "r", "reason": None, "server": None}) + "\n"
+    )
+    for argv in (["stats", "--db", str(db)], ["stats", "--db", str(db), "--json"]):
+        assert main(argv) == 0, capsys.readouterr().err
+    assert "internal error" not in capsys.readouterr().err
+    out = tmp_path / "o.jsonl"
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(out)]) == 0
+    errors = [json.loads(line) for line in (tmp_path / "o.errors.jsonl").read_text().splitlines()]
+    assert [e["metadata"]["sample_id"] for e in errors] == ["y"]
+    assert errors[0]["metadata"]["error"]  # says no reason was recorded, never null
+    assert (parts_dir / DAMAGED_DIR / "part-00000000000000000009-1-000001.samples.jsonl").is_dir()
+    assert len(_ids(db)) == 2
