@@ -108,3 +108,24 @@ def test_odd_parts_a_directory_and_a_null_reason_cause_no_error_on_later_command
     assert errors[0]["metadata"]["error"]  # says no reason was recorded, never null
     assert (parts_dir / DAMAGED_DIR / "part-00000000000000000009-1-000001.samples.jsonl").is_dir()
     assert len(_ids(db)) == 2
+
+
+# -- item 10: an export into a pipe the reader closed ends like `stats | head` ---------------------------
+
+
+def test_export_to_a_pipe_the_reader_closes_exits_141_quietly(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.write_part([_record(store, f"s{i}", f"p{i}") for i in range(200)])  # ~1 MB: more than a pipe holds
+    proc = subprocess.Popen(
+        [*TOKVIEW, "export", "--db", str(db), "--select", "all", "--out", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
+    assert json.loads(proc.stdout.readline())["id"]  # `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == "", err
+    assert not list(tmp_path.glob("*.partial"))

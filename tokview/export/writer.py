@@ -189,6 +189,8 @@ def export(
         result.thresholds = thresholds
         _write_sidecars(store, fmt, plan, run, result)
         commit(plan)
+    except BrokenPipeError:  # `export --out - | head`: the reader has what it wanted (exit 141, like stats)
+        raise
     except OSError as exc:  # a full disk, a folder gone mid-export: nothing half-written is left
         raise ExportError(
             f"cannot write {plan.data.final if plan.data else 'the export'}: {describe_error(exc)}"
