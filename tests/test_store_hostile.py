@@ -129,3 +129,49 @@ def test_export_to_a_pipe_the_reader_closes_exits_141_quietly(tmp_path):
     assert proc.wait(timeout=120) == 141
     assert err == "", err
     assert not list(tmp_path.glob("*.partial"))
+
+
+# -- item 6: an export never overwrites another store or any DuckDB file ---------------------------------
+
+
+def test_an_export_onto_another_store_or_duckdb_file_is_refused_and_changes_nothing(tmp_path, capsys):
+    import hashlib
+
+    import duckdb
+
+    db, other = tmp_path / "s.duckdb", tmp_path / "other.duckdb"
+    for path in (db, other):
+        with Store(path) as store:
+            put(store, "p1", make_capture())
+    plain = tmp_path / "plain.db"  # any DuckDB file, not a store
+    with duckdb.connect(str(plain)) as con:
+        con.execute("CREATE TABLE t AS SELECT 42 AS x")
+    (tmp_path / "other.duckdb.parts").mkdir()
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (other, plain)}
+    for fmt, out in (
+        ("speculators", other),
+        ("parquet", plain.with_suffix(".parquet")),  # a control: a new file
+        ("sharegpt", plain),
+        ("speculators", tmp_path / "other.duckdb.wal"),
+        ("speculators", tmp_path / "other.duckdb.parts" / "x.jsonl"),
+    ):
+        code = main(["export", "--db", str(db), "--format", fmt, "--select", "all", "--out", str(out)])
+        err = capsys.readouterr().err
+        if out.suffix == ".parquet":
+            assert code == 0, err
+            continue
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert "refusing to overwrite" in err and "choose another file" in err, err
+    assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (other, plain)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            "s.duckdb",
+            "other.duckdb",
+            "other.duckdb.parts",
+            "plain.db",
+            "plain.parquet",
+            "plain.parquet.manifest.json",
+            "plain.parquet.token_freq.json",
+        ]
+    )
+    assert list((tmp_path / "other.duckdb.parts").iterdir()) == []

@@ -41,6 +41,7 @@ from tokview.export.trainers import Conformance, Lengths
 from tokview.store import Store, export_rows
 from tokview.store.export_rows import SELECTIONS, SampleKey, Selection
 from tokview.store.records import capture_from_row, scrub, scrub_optional
+from tokview.store.store import is_duckdb_file
 
 CHUNK = 256
 
@@ -201,7 +202,9 @@ def export(
 
 
 def _refuse_the_store(plan: Plan, db: Path) -> None:
-    """An export that would replace the store it reads (its file, WAL or parts), through any name or link."""
+    """An export that would replace a store: the one it reads, or any other DuckDB database (its file,
+    WAL or parts), through any name or link. A store is months of curated samples; a trainer's file is
+    remade in seconds."""
     store = Path(os.path.realpath(db))
     own = {store, store.with_name(store.name + ".wal")}
     parts = store.with_name(store.name + ".parts")
@@ -209,6 +212,23 @@ def _refuse_the_store(plan: Plan, db: Path) -> None:
         final = Path(os.path.realpath(target.final))
         if final in own or parts in final.parents:
             raise OutputError(f"--out {plan.name} would overwrite the store it exports ({db}): choose another file")
+        other = _database_behind(final)
+        if other is not None:
+            raise OutputError(
+                f"--out {plan.name}: {final} {other}: refusing to overwrite it (a tokview store?); choose another file"
+            )
+
+
+def _database_behind(path: Path) -> str | None:
+    """What DuckDB database `path` would overwrite ("is a DuckDB database", "is the WAL of …"), else None."""
+    if is_duckdb_file(path):
+        return "is a DuckDB database"
+    if path.name.endswith(".wal") and is_duckdb_file(path.with_name(path.name[: -len(".wal")])):
+        return f"is the write-ahead log of the DuckDB database {path.with_name(path.name[: -len('.wal')])}"
+    for folder in path.parents:
+        if folder.name.endswith(".parts") and is_duckdb_file(folder.with_name(folder.name[: -len(".parts")])):
+            return f"is in the parts folder of the DuckDB database {folder.with_name(folder.name[: -len('.parts')])}"
+    return None
 
 
 def _check_suffix(fmt: str, out: str | Path) -> None:

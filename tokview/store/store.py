@@ -132,6 +132,15 @@ DUCKDB_MAGIC = b"DUCK"
 """What every DuckDB database file holds at bytes 8-11 of its header."""
 
 
+def is_duckdb_file(path: str | Path) -> bool:
+    """Whether `path` is a DuckDB database file (its header's magic bytes): False when absent or unreadable."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            return f.read(12)[8:12] == DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
 def _refuse_other_files(path: str) -> None:
     """A --db that is some other file (a prompts file given in the wrong place, a Parquet or CSV file)
     is named as such: DuckDB itself opens some of them as a database of their own and lists their tables."""
