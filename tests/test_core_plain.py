@@ -186,6 +186,7 @@ def _chars(fam: Plain) -> list[int]:
 
 CASES = {
     "empty_output": (lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture()),
+    "unknown_token_id": (lambda f: f.capture(output_ids=f.output(answer=[f.tok.vocab_size])), lambda f: f.capture()),
     "dual_divergence": (
         lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output(answer=f.answer * 2)),
         lambda f: f.chat(endpoint="dual", parsed_output_ids=f.output()),

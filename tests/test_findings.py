@@ -178,6 +178,11 @@ ABSENT: Callable[[Family, Capture], tuple[int, ...]] = lambda f, c: ()  # noqa: 
 
 CASES = {
     "empty_output": Case(lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture(), ABSENT),
+    "unknown_token_id": Case(
+        lambda f: f.capture(output_ids=f.output(answer=[*f.answer, f.tok.vocab_size])),
+        lambda f: f.capture(),
+        lambda f, c: _out(c, len(f.reasoning) + 1 + len(f.answer)),  # the id past the vocabulary
+    ),
     "dual_divergence": Case(
         lambda f: _dual(f, f.output(answer=f.answer + f.answer)),
         lambda f: _dual(f, f.output()),

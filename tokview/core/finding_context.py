@@ -9,6 +9,7 @@ and only for the captures whose checks ask for it.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -28,6 +29,44 @@ if TYPE_CHECKING:
 _NOT_VISIBLE_ASCII = bytes(b for b in range(256) if not 0x21 <= b <= 0x7E)
 _BLANK_PROBE = 64
 """How many ids `Context.blank` looks at for a visible character before it decodes them all."""
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Which ids a tokenizer has: 0 … size-1, less the few a sparse vocabulary skips."""
+
+    size: int
+    """One past the largest id the tokenizer has."""
+    holes: frozenset[int] = frozenset()
+    """Ids under `size` the tokenizer does not have (none in a dense vocabulary, the usual case)."""
+
+    def unknown_positions(self, ids: Sequence[int]) -> list[int]:
+        """Positions of the ids this vocabulary lacks. Two C-level passes (`min`, `max`) settle the usual
+        case of none; only then is each id looked at."""
+        if not ids:
+            return []
+        if not self.holes and min(ids) >= 0 and max(ids) < self.size:
+            return []
+        size, holes = self.size, self.holes
+        return [i for i, t in enumerate(ids) if not 0 <= t < size or t in holes]
+
+
+_vocabularies: weakref.WeakKeyDictionary[object, Vocabulary] = weakref.WeakKeyDictionary()
+
+
+def vocabulary_of(tokenizer: TokenizerAdapter) -> Vocabulary:
+    """The ids a tokenizer has, read once per tokenizer from its id table (its length alone would take a
+    vocabulary with a gap for a shorter one and call its top ids unknown)."""
+    known = _vocabularies.get(tokenizer)
+    if known is None:
+        try:
+            ids = set(tokenizer.tok.get_vocab().values())
+        except Exception:  # a tokenizer class without a readable table: its length is all there is
+            ids = set()
+        size = max(ids) + 1 if ids else tokenizer.vocab_size
+        holes = frozenset(range(size)) - ids if ids and len(ids) < size else frozenset()
+        known = _vocabularies[tokenizer] = Vocabulary(size, holes)
+    return known
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -179,6 +218,15 @@ class Context:
             self.tokenizer.decode(reasoning, skip_special_tokens=True).strip(),
             self.tokenizer.decode(answer, skip_special_tokens=True).strip(),
         )
+
+    @cached_property
+    def unknown_ids(self) -> list[int]:
+        """Absolute positions of the prompt and output ids the tokenizer does not have (none without one)."""
+        if self.tokenizer is None:
+            return []
+        vocabulary = vocabulary_of(self.tokenizer)
+        prompt = vocabulary.unknown_positions(self.capture.prompt_ids)
+        return prompt + [self.n_prompt + i for i in vocabulary.unknown_positions(self.output)]
 
     # -- words for the details ---------------------------------------------------------------------
     def name(self, token_id: int) -> str:

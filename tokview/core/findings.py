@@ -20,11 +20,13 @@ from operator import or_
 
 from tokview.core import segments as seg
 from tokview.core.alignment import HIDDEN, true_positions
-from tokview.core.finding_context import Context, OutputPieces, first_difference
+from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
 from tokview.core.record import Capture
 
 INFO, WARN, ERROR = "info", "warn", "error"
 CHAT_ENDPOINTS = {"sglang-chat", "vllm-chat", "dual", "imported"}
+UNKNOWN_IDS_SHOWN = 12
+"""How many unknown ids a detail spells out (a whole output of them would be a page)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,29 @@ def empty_output(ctx: Context) -> Hit | None:
         return None
     return Hit.missing(
         f"The server returned no output ids (finish_reason={ctx.capture.finish_reason}): nothing to train on."
+    )
+
+
+@rule(
+    "unknown_token_id",
+    ERROR,
+    "An id the tokenizer does not have: it stands for nothing, and a trainer's embedding lookup fails or reads junk.",
+)
+def unknown_token_id(ctx: Context) -> Hit | None:
+    positions = ctx.unknown_ids
+    if not positions or ctx.tokenizer is None:
+        return None
+    prompt, n = ctx.capture.prompt_ids, ctx.n_prompt
+    shown = ", ".join(
+        f"{prompt[p]} at prompt[{p}]" if p < n else f"{ctx.output[p - n]} at {ctx.where(p - n)}"
+        for p in positions[:UNKNOWN_IDS_SHOWN]
+    )
+    more = f" and {len(positions) - UNKNOWN_IDS_SHOWN} more" if len(positions) > UNKNOWN_IDS_SHOWN else ""
+    size = vocabulary_of(ctx.tokenizer).size
+    return Hit.at(
+        f"{len(positions)} id(s) the tokenizer does not have (its ids are 0 … {size - 1}, {size:,} in all): "
+        f"{shown}{more}. The server's vocabulary is not this tokenizer's, or the ids were changed on the way.",
+        positions,
     )
 
 
