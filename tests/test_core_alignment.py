@@ -133,3 +133,23 @@ def test_runs_are_cut_at_every_special_flag_whatever_sequence_holds_the_flags():
         result = align(pieces, ["a", "bc", "d"], given, special_at=at)
         assert result.statuses == (KEPT, HIDDEN, KEPT, KEPT, HIDDEN, KEPT)
         assert result.fields == (0, None, 1, 1, None, 2)
+
+
+def test_ids_the_text_never_held_are_hidden_and_the_text_still_starts_at_its_first_id():
+    """An SGLang output that echoes the prompt's tail (#17240) before its own text: the text fields hold only
+    the generation. The echoed ids are hidden; the walk must not jump ahead to a chance match of 'an'+'t'
+    inside 'important' and call every id before it hidden."""
+    pieces = ["t", "an", "t", "<|im_middle|>", "<think>", "Okay", ",", " let", " me", " check", " the", " important"]
+    pieces += [" part", "</think>", "Yes", "<|im_end|>"]
+    special = [p.startswith("<") for p in pieces]
+    text = "Okay, let me check the important part"
+    for fast in (True, False):
+        result = align([p.encode() for p in pieces], [text + "Yes", None], special, fast_runs=fast)
+        assert result.positions(HIDDEN) == [0, 1, 2, 3, 4, 13, 15]
+        assert result.statuses[5:13] == (KEPT,) * 8 and not result.unmatched_text
+
+
+def test_an_echo_longer_than_the_drift_it_could_be_is_still_drift():
+    """Text no id accounts for (' dog and') stays drift: skipping it costs fewer bytes than hiding ids."""
+    assert _run([" the", " cat", " sat"], [" the dog and the cat sat"]) == (KEPT, DRIFT, KEPT)
+    assert _run(["X", "Y", " the", " end"], [" the end"]) == (HIDDEN, HIDDEN, KEPT, KEPT)

@@ -22,6 +22,8 @@ DRIFT = "drift"
 """The id's text was found, but only after text that no id accounts for."""
 
 RESYNC_WINDOW = 256
+LOOKAHEAD_IDS = 256
+"""How many later ids a step looks at for one whose text begins at the cursor (ids the text never held)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,9 @@ class _Walk:
         self.runs: list[list] = []  # [status, count] of consecutive equal statuses
         self.fields: list[int | None] = []
         self.unmatched = bytearray()
+        self._ahead: tuple[int, int, int, int | None] = (-1, 0, 0, None)
+        """(cursor, first id, end id, match) of the last look-ahead: ids in [first, end) were tried at cursor
+        and `match` is the first whose text begins there (None: none did), so a run of hidden ids is scanned once."""
 
     def add(self, status: str, n: int = 1) -> None:
         """`n` more ids with this status (the fields are the caller's)."""
@@ -238,6 +243,8 @@ class _Walk:
         pieces, special = self.pieces, self.special
         following = pieces[index + 1] if index + 1 < len(pieces) and not special[index + 1] else b""
         found = _resync(target, cursor, piece, following)
+        if self._text_resumes_later(index, cursor, RESYNC_WINDOW if found == -1 else found - cursor):
+            found = -1  # the text holds none of this id: it goes on with a later one, right at the cursor
         if found != -1:
             self.unmatched += target[cursor:found]
             fields.append(self.field_at(found))
@@ -246,6 +253,37 @@ class _Walk:
         else:
             self.add(HIDDEN)
             fields.append(None)
+
+    def _text_resumes_later(self, index: int, cursor: int, drift: int) -> bool:
+        """Whether a later id's text (followed by the next id's) begins at the cursor, and the ids skipped to reach
+        it are fewer bytes than the `drift` bytes of text a resync would skip: then this id is one the text
+        never held (an output that echoes the prompt's tail before its own text, SGLang #17240), not text
+        that no id accounts for. The cheaper explanation wins; specials count no bytes (no text shows them)."""
+        match = self._match_after(index, cursor)
+        if match is None:
+            return False
+        skipped = sum(len(p) for p, s in zip(self.pieces[index:match], self.special[index:match]) if not s)
+        return skipped <= drift
+
+    def _match_after(self, index: int, cursor: int) -> int | None:
+        """The first id after `index` (within LOOKAHEAD_IDS) whose text, and its next id's, begins at the cursor."""
+        pieces, special, target = self.pieces, self.special, self.target
+        seen_cursor, first, end, match = self._ahead
+        if seen_cursor != cursor or first > index + 1 or (match is not None and match <= index):
+            first, end, match = index + 1, index + 1, None
+        if match is not None:
+            return match
+        stop = min(len(pieces), index + 1 + LOOKAHEAD_IDS)
+        for j in range(end, stop):
+            piece = pieces[j]
+            if special[j] or not piece.strip() or not target.startswith(piece, cursor):
+                continue
+            following = pieces[j + 1] if j + 1 < len(pieces) and not special[j + 1] else b""
+            if target.startswith(following, cursor + len(piece)) or cursor + len(piece) == len(target):
+                match = j
+                break
+        self._ahead = (cursor, first, max(end, stop) if match is None else match, match)
+        return match
 
     def result(self) -> Alignment:
         self.unmatched += self.target[self.cursor :]
