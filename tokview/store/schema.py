@@ -178,6 +178,23 @@ def refuse_foreign(conn: Any, path: str) -> None:
     raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): pass another --db")
 
 
+def refuse_unmigrated(conn: Any, path: str) -> None:
+    """A store opened read-only is read as it is: only when it has this tokview's schema (upgrading writes)."""
+    version = current_version(conn)
+    if version > LATEST_VERSION:
+        raise SchemaError(
+            f"{path} has schema version {version}, newer than this tokview understands ({LATEST_VERSION}): "
+            "upgrade tokview"
+        )
+    if version == 0:
+        raise SchemaError(f"{path} is read-only and holds no tokview store: pass another --db")
+    if version < LATEST_VERSION:
+        raise SchemaError(
+            f"{path} has schema version {version}; this tokview reads version {LATEST_VERSION} and upgrades a store "
+            "in place, which needs it writable (open it once with write access, or use the tokview that made it)"
+        )
+
+
 def current_version(conn: Any) -> int:
     has = conn.execute(f"SELECT count(*) FROM {_TABLES_AND_VIEWS} WHERE name = 'schema_version'").fetchone()[0]
     if not has:

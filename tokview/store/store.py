@@ -45,7 +45,7 @@ from tokview.store.records import (
     scrub_text,
     to_json,
 )
-from tokview.store.schema import migrate, refuse_foreign
+from tokview.store.schema import migrate, refuse_foreign, refuse_unmigrated
 
 DEFAULT_DB = "tokview.duckdb"
 _INSERT = f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
@@ -186,6 +186,8 @@ class Store(PartSink):
         self._release_seq = 0
         self._column_types: dict[str, str] | None = None
         self._memory_parts: Path | None = None
+        self.read_only = False
+        """Opened read-only: the file (or its file system) cannot be written; set by `_open` when it finds so."""
         if not self._memory:
             try:
                 Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -198,12 +200,21 @@ class Store(PartSink):
                 self._opened_at = time.monotonic()
                 with _duckdb_errors(f"cannot migrate database {self.path}", self.path):
                     refuse_foreign(self._conn, self.path)
-                    migrate(self._conn)
+                    if self.read_only:
+                        refuse_unmigrated(self._conn, self.path)
+                    else:
+                        migrate(self._conn)
             except BaseException:
                 self._release(force=True)
                 raise
             self._release()
-        if not self._memory and parts.complete_parts(self.parts_dir) != ([], []):
+        left = [] if self._memory else [p for kind in parts.complete_parts(self.parts_dir) for p in kind]
+        if left and self.read_only:
+            self.on_wait(
+                f"{len(left)} part(s) beside {self.path} are not landed: the store is read-only "
+                "(their samples are not shown until a command opens it where it can be written)"
+            )
+        elif left:
             try:
                 self.ingest()  # parts a killed batch left behind
             except StoreError as exc:  # a full disk: what is landed can still be read, exported, reviewed
@@ -225,12 +236,15 @@ class Store(PartSink):
         wait = _LockWait(self.path, self.lock_timeout, self.on_wait)
         while True:
             try:
-                return duckdb.connect(self.path)
+                return duckdb.connect(self.path, read_only=self.read_only)
             except duckdb.Error as exc:
                 message = str(exc).strip()
-                if not any(w in message for w in _LOCK_WORDS):
+                if any(w in message for w in _LOCK_WORDS):
+                    wait.again(message)
+                elif not self.read_only and _cannot_write(message) and Path(self.path).expanduser().is_file():
+                    self.read_only = True  # read without writing: stats, show and export need no more
+                else:
                     raise StoreError(f"cannot open database {self.path}: {first_line(exc)}") from None
-                wait.again(message)
 
     def _release(self, force: bool = False) -> None:
         """Close the file now (`force`, or held MAX_HOLD_S already), or after LINGER_S unless used again."""
@@ -473,6 +487,8 @@ class Store(PartSink):
         A part that cannot land (cut short by a power loss, or a line whose values do not fit the
         table) is set aside with the lines that can land kept (`parts.salvage`), and the landing is
         tried again, once: one bad line never keeps the other parts out of the store."""
+        if self.read_only:
+            raise StoreError(f"cannot write to {self.path}: the store is read-only")
         try:
             return self._ingest_parts()
         except StoreFull:
@@ -934,6 +950,11 @@ class Store(PartSink):
 
     def finding_codes(self) -> list[str]:
         return [r[0] for r in self.query("SELECT DISTINCT code FROM findings ORDER BY code")]
+
+
+def _cannot_write(message: str) -> bool:
+    """DuckDB's open failed because the file or its file system cannot be written (it may still be read)."""
+    return "Read-only file system" in message or "Permission denied" in message
 
 
 def _say_on_stderr(message: str) -> None:
