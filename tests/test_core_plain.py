@@ -206,7 +206,7 @@ CASES = {
         lambda f: f.capture(messages=[{"role": "user", "content": "What is 6 times 8?"}]),
         lambda f: f.capture(),
     ),
-    "over_max_length": (lambda f: f.capture(settings={"max_length": 20}), lambda f: f.capture()),
+    "over_max_length": (lambda f: f.capture(settings={"max_model_len": 20}), lambda f: f.capture()),
     "off_policy": (
         lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0}),
         lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0}),

@@ -277,7 +277,7 @@ CASES = {
         lambda f, c: (_render_start(f, QUESTION_8),),
     ),
     "over_max_length": Case(
-        lambda f: f.capture(settings={"thinking": True, "max_length": 20}),
+        lambda f: f.capture(settings={"thinking": True, "max_model_len": 20}),
         lambda f: f.capture(),
         lambda f, c: (20,),  # the first id past the limit
     ),

@@ -593,17 +593,41 @@ def prompt_render_mismatch(ctx: Context) -> Hit | None:
     return Hit.at(detail, [min(first, ctx.n_prompt - 1)])
 
 
-@rule("over_max_length", WARN, "Prompt + output is longer than the trainer's maximum length.")
+SERVER_LIMIT_SETTING = "max_model_len"
+"""The capture setting that records the context length the server reported when it was asked."""
+
+
+@rule(
+    "over_max_length",
+    WARN,
+    "Prompt + output is longer than the model's context (the server's max_model_len, else the tokenizer's).",
+)
 def over_max_length(ctx: Context) -> Hit | None:
-    limit = ctx.capture.settings.get("max_length") or ctx.profile.max_length
-    if not limit and ctx.tokenizer is not None:
-        limit = ctx.tokenizer.model_max_length
+    """Against the context the sample was generated in: the server's reported `max_model_len`, else the
+    tokenizer's `model_max_length` (a tokenizer's default can be far below what the server runs with:
+    Kimi-layout's 4096 against a 32,768 server). A trainer's own, shorter limit is counted by the export
+    (its max_length counts and warnings), where the trainer is known."""
+    limit, source = _context_limit(ctx)
     total = ctx.n_prompt + len(ctx.output)
     if not limit or total <= limit:
         return None
     return Hit.at(
-        f"prompt + output is {total} ids, over the {limit}-id limit: trainers will truncate or drop it.", [limit]
+        f"prompt + output is {total} ids, over the {limit}-id limit ({source}): more than the model's context "
+        f"holds, and trainers will truncate or drop it.",
+        [limit],
     )
+
+
+def _context_limit(ctx: Context) -> tuple[int | None, str]:
+    """(the limit, where it comes from, in words)."""
+    reported = ctx.capture.settings.get(SERVER_LIMIT_SETTING)
+    if isinstance(reported, int) and not isinstance(reported, bool) and reported > 0:
+        return reported, "the server's max_model_len"
+    if ctx.tokenizer is not None and ctx.tokenizer.model_max_length:
+        return ctx.tokenizer.model_max_length, "the tokenizer's model_max_length; the server reported no max_model_len"
+    if ctx.profile.max_length:
+        return ctx.profile.max_length, f"profile {ctx.profile.name}'s max_length; no server or tokenizer reported one"
+    return None, ""
 
 
 @rule(

@@ -43,7 +43,9 @@ class ModelProfile:
     reasoning_parser: str | None = None
     """The server's --reasoning-parser name for this family."""
     max_length: int | None = None
-    """Longest prompt+output a trainer will accept; `over_max_length` fires above it."""
+    """The model's context length as the profile knows it (detected: the tokenizer's model_max_length).
+    `over_max_length` uses it only when neither the server's reported max_model_len nor the tokenizer's
+    limit is known; a trainer's limit is the export's (`--seq-length`, `data.max_length`)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
