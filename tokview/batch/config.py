@@ -16,6 +16,7 @@ from typing import Any
 
 from tokview.core.record import settings_key
 from tokview.errors import ExitCode
+from tokview.untrusted_text import printable_line
 
 
 @dataclass
@@ -265,12 +266,16 @@ class BatchSummary:
             f"tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
         ]
         examples = self.failure_examples()
-        for cls, n in list(self.failures_by_class.items())[:10]:
-            example = examples[cls]
-            lines.append(f"  failed x{n}: {cls}" + (f" (e.g. {example[:200]})" if example != cls else ""))
-        lines += [f"  note: {note}" for note in self.notes]
+        for cls, n in list(self.failures_by_class.items())[:10]:  # reasons quote servers: escapes shown, not run
+            example = printable_line(examples[cls][:200])
+            shown = printable_line(cls)
+            lines.append(f"  failed x{n}: {shown}" + (f" (e.g. {example})" if examples[cls] != cls else ""))
+        lines += [f"  note: {printable_line(note)}" for note in self.notes]
         if self.stopped:
-            lines.append(f"  stopped: {self.stopped}; committed samples are kept, re-run the same command to resume")
+            lines.append(
+                f"  stopped: {printable_line(self.stopped)}; committed samples are kept, re-run the same command "
+                "to resume"
+            )
         if self.interrupted:
             lines.append("  interrupted: committed samples are kept; re-run the same command to resume")
         return "\n".join(lines)

@@ -30,6 +30,7 @@ from tokview.store import Store
 from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
 from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
+from tokview.untrusted_text import printable_line
 
 CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""
@@ -99,7 +100,7 @@ class ScoreSummary:
             f"in {self.elapsed_s:.1f}s"
         ]
         for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
-            lines.append(f"  failed x{n}: {reason}")
+            lines.append(f"  failed x{n}: {printable_line(reason)}")  # a server's words: escapes shown, not run
         if self.interrupted:
             lines.append("  interrupted: scores written so far are kept; re-run the same command to continue")
         return "\n".join(lines)

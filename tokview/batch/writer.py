@@ -14,7 +14,9 @@ own thread the moment a capture is handed over: when the writer comes to that ca
 (usually) there, and the writer's Python overlaps the encode instead of waiting for it.
 
 Counters move only once a part is on disk. A full disk (`StoreFull`) stops the writer: what was
-written stays for the resume, and the runner stops taking work.
+written stays for the resume, and the runner stops taking work. So does any other error writing a part
+(a bug): the thread records it as its `error` and keeps draining its queue, so a run never waits on a
+writer that died.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tokview.errors import first_line
 from tokview.store.part_sink import StoreError
 from tokview.store.parts import dumps_lines
 from tokview.store.records import scrub_text
+from tokview.untrusted_text import storable
 
 INT32_MAX = 2**31 - 1
 _STOP = object()
@@ -181,11 +184,14 @@ class GroupWriter:
                         stopping = True
                         break
                     self._take(entry, group)
-            if group.count and self.error is None:
-                self._write(group)
+            try:
+                if group.count and self.error is None:
+                    self._write(group)
+                if self.error is None and self.do_ingest and (stopping or time.monotonic() >= self._next_ingest):
+                    self._ingest()
+            except Exception as exc:  # a bug: stop the run with it said, never a dead thread the run waits on
+                self.error = StoreError(f"the batch's writer failed: {failure_reason(exc)}")
             self._written += group.count
-            if self.error is None and self.do_ingest and (stopping or time.monotonic() >= self._next_ingest):
-                self._ingest()
 
     def _ingest(self) -> None:
         started = time.monotonic()
@@ -249,12 +255,13 @@ class GroupWriter:
             self.on_commit(self)
 
     def _failure(self, item: Any, reason: str, server: str | None) -> dict[str, Any]:
+        """A failure as a part takes it: its reason quotes a server, whose lone surrogates no part holds."""
         return {
             "prompt_id": item.prompt_id,
             "sample_id": item.sample_id,
             "run_id": self.run_id,
-            "reason": reason,
-            "server": server,
+            "reason": storable(reason),
+            "server": None if server is None else storable(server),
         }
 
 

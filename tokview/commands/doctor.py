@@ -13,6 +13,7 @@ import math
 import sys
 
 from tokview.errors import ExitCode, UserError
+from tokview.untrusted_text import printable_json
 
 
 def add_parser(sub) -> None:
@@ -65,7 +66,7 @@ def run(args) -> int:
     except ServerUnreachable as exc:
         raise UserError(f"server unreachable: {exc.reason}", exit_code=ExitCode.UNREACHABLE) from None
     if args.json:
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        print(printable_json(json.dumps(report.to_dict(), ensure_ascii=False)))
     else:
         print(report.render_text())
     return ExitCode.FAILURES if report.failed else ExitCode.OK

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.errors import UserError
+from tokview.untrusted_text import printable, printable_line
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +78,8 @@ def render(st: dict[str, Any]) -> str:
     examples = reason_examples(st["failures"]["by_reason"])
     for cls, n in group_reasons(st["failures"]["by_reason"]).items():
         example = examples[cls]
-        lines.append(f"  {n:>6}  {cls}" + (f"  (e.g. {example[:160]})" if example != cls else ""))
+        shown = printable_line(example[:160])  # one line each, whatever the server put in its message
+        lines.append(f"  {n:>6}  {printable_line(cls)}" + (f"  (e.g. {shown})" if example != cls else ""))
     lines.append(
         f"retokenize drift {drift_samples(st)} samples (encode(decode(ids)) != ids: a pipeline "
         "that keeps text instead of ids would train on other tokens)"
@@ -112,12 +114,13 @@ def run(args: argparse.Namespace) -> int:
             st = {**st, "sample_list": [sample_dict(r) for r in rows]}
         print(json.dumps(st, indent=2, default=str))
         return 0
-    print(render(st))
+    # failure reasons quote servers and finish reasons come from them: escapes are shown, never run
+    print(printable(render(st)))
     if side := render_side(st):
-        print(side)
+        print(printable(side))
     if args.samples:
         shown = f"{len(rows)} of {st['samples']}" if len(rows) < st["samples"] else f"all {len(rows)}"
         print(f"sample ids ({shown}; sample_id status valid finish codes)")
         for row in rows:
-            print(sample_line(row))
+            print(printable(sample_line(row)))
     return 0

@@ -24,6 +24,7 @@ from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.retry import RetryPolicy
 from tokview.servers.urls import Secrets
+from tokview.untrusted_text import printable_line, storable
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -62,6 +63,8 @@ class DoctorReport:
         return any(c.status == "fail" for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as data: secrets masked, and any lone surrogate a server sent written as its escape
+        (`--json` must be encodable; JSON itself escapes the control characters)."""
         return _scrubbed(self._dict(), self.secrets)
 
     def _dict(self) -> dict[str, Any]:
@@ -82,7 +85,9 @@ class DoctorReport:
 
     def lines(self) -> list[ReportLine]:
         """The report as the CLI prints it and the app's doctor panel shows it (one renderer for both):
-        what was probed, notes about the URL, each check with its mark, then the verdict. Secrets masked."""
+        what was probed, notes about the URL, each check with its mark, then the verdict. Secrets masked;
+        control characters and lone surrogates (a server's error body, its model name) as escapes, so
+        nothing a server sent acts on the terminal or stops the print."""
         scrub = self.secrets.scrub
         lines = [
             ReportLine(f"tokview doctor: {self.url}", "bold"),
@@ -103,7 +108,7 @@ class DoctorReport:
                 lines.append(ReportLine(f"    → {c.recommendation}", "italic"))
         verdict = "problems found (✗ above)" if self.failed else "no blocking problems"
         lines += [ReportLine(""), ReportLine(verdict, "bold red" if self.failed else "bold green")]
-        return [ReportLine(scrub(line.text), line.style) for line in lines]
+        return [ReportLine(printable_line(scrub(line.text)), line.style) for line in lines]
 
     def render_text(self) -> str:
         """The report as plain text (`tokview doctor`)."""
@@ -121,9 +126,9 @@ class DoctorReport:
 
 def _scrubbed(value: Any, secrets: Secrets) -> Any:
     if isinstance(value, str):
-        return secrets.scrub(value)
+        return storable(secrets.scrub(value))
     if isinstance(value, dict):
-        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+        return {storable(k) if isinstance(k, str) else k: _scrubbed(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [_scrubbed(v, secrets) for v in value]
     return value

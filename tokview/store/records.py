@@ -27,6 +27,7 @@ from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
+from tokview.untrusted_text import storable
 
 STATUSES = ("pending", "approved", "rejected")
 SECRET_KEYS = {"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"}
@@ -117,13 +118,14 @@ class StoredSample:
 
 def scrub_text(text: str) -> str:
     """One string without credentials: URL userinfo removed (the URL stays usable), bearer/basic
-    tokens and the env key's value masked. Used for failure reasons, server URLs and anything printed."""
+    tokens and the env key's value masked, and storable (a lone surrogate a server sent, which no part or
+    column takes, written as its escape). Used for failure reasons, server URLs and anything printed."""
     key = os.environ.get("TOKVIEW_API_KEY") or ""
     if key and key in text:
         text = text.replace(key, REDACTED)
     if "@" in text:
         text = _URL_USERINFO.sub(r"\1", text)
-    return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return storable(_BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text))
 
 
 def scrub(value: Any) -> Any:

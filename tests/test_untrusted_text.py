@@ -1,0 +1,206 @@
+"""Text, ids and numbers from a server are untrusted: whatever a misbehaving server sends, every command
+finishes, records what failed with a reason a person can read, stores nothing it cannot store and prints
+nothing that drives the terminal.
+
+Driven the way the tester drove it: a proxy of our own on 127.0.0.1 between tokview and the simulator
+rewrites the simulator's answers (an error body with a JSON `\\ud800` escape, NULs and escape
+sequences; output ids of 2**41; a lone surrogate in the output text; a NaN logprob; an echoed
+Authorization header), and the real `tokview` command runs against it in a subprocess with a timeout,
+so a frozen writer thread fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from loopback import serve_asgi
+
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
+TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+GENERATE_PATHS = ("/v1/completions", "/v1/chat/completions", "/generate")
+HOSTILE = "boom \\ud800 nul \\u0000 title \\u001b]0;pwned\\u0007 clear \\u001b[2J c1 \\u009b31m end"
+"""JSON escapes a hostile error body carries: a lone surrogate, a NUL, an OSC title, a screen clear, a CSI."""
+
+Mutate = Callable[[str, int, bytes, dict[str, str]], tuple[int, bytes]]
+
+
+@contextmanager
+def proxy(target: str, mutate: Mutate) -> Iterator[str]:
+    """A proxy on 127.0.0.1 that forwards every request to `target` and lets `mutate(path, status, body,
+    request headers)` rewrite the answer (status, body bytes)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    clients: list[httpx.AsyncClient] = []  # one, made on the server's own loop at the first request
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+        if not clients:
+            clients.append(httpx.AsyncClient(base_url=target, timeout=30))
+        answer = await clients[0].request(request.method, request.url.path, content=body, headers=headers)
+        status, data = mutate(request.url.path, answer.status_code, answer.content, dict(request.headers))
+        return Response(data, status_code=status, media_type="application/json")
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
+    with serve_asgi(app) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def vllm_sim() -> Iterator[Any]:
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        yield sim
+
+
+def tokview(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command in a subprocess, stdout and stderr as bytes (escape sequences are looked for raw)."""
+    return subprocess.run(
+        [*TOKVIEW, *args], capture_output=True, timeout=timeout, cwd=ROOT, env={**os.environ, **(env or {})}
+    )
+
+
+def batch(url: str, db: Path, *extra: str, limit: int = 4) -> subprocess.CompletedProcess:
+    args = ["batch", str(PROMPTS), "--server", url, "--db", str(db), "--limit", str(limit)]
+    return tokview(*args, "--retries", "0", "--max-new-tokens", "20", *extra)
+
+
+def hostile_500(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    if path in GENERATE_PATHS:
+        return 500, b'{"error": {"message": "' + HOSTILE.encode() + b'"}}'
+    return status, body
+
+
+def assert_no_traceback(output: bytes) -> None:
+    text = output.decode("utf-8", "backslashreplace")
+    assert "Traceback" not in text and "internal error" not in text and "Exception in thread" not in text, text
+
+
+def assert_terminal_safe(output: bytes) -> None:
+    """No escape sequence, NUL, BEL or C1 control reaches the terminal, and no traceback does."""
+    assert_no_traceback(output)
+    text = output.decode("utf-8", "backslashreplace")
+    assert "\x1b" not in text and "\x00" not in text and "\x07" not in text and "\x9b" not in text, text
+
+
+def failure_reasons(db: Path) -> list[str]:
+    with Store(db) as store:
+        return [row[0] for row in store.query("SELECT reason FROM failures ORDER BY sample_id")]
+
+
+# -- item 1: a lone surrogate in a server's error body -------------------------------------------------
+def test_every_request_failing_with_a_lone_surrogate_is_recorded_and_exits_3(vllm_sim, tmp_path):
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, hostile_500) as url:
+        done = batch(url, db)
+    assert done.returncode == 3, done.stderr
+    assert_no_traceback(done.stderr + done.stdout)
+    assert b"ok 0 + failed 4 + skipped 0 = 4 of input 4 (balanced)" in done.stderr
+    reasons = failure_reasons(db)
+    assert len(reasons) == 4
+    for reason in reasons:  # stored whole, the unstorable surrogate written as its escape
+        assert "boom \\ud800 nul" in reason and "clear" in reason and "end" in reason
+
+
+def test_a_run_where_some_error_bodies_hold_lone_surrogates_never_freezes(vllm_sim, tmp_path):
+    """With more requests than the writer lets pile up, a dead writer froze the run (the tester's 10.5 min)."""
+    calls = {"n": 0}
+
+    def every_other(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if path in GENERATE_PATHS:
+            calls["n"] += 1
+            if calls["n"] % 2:
+                return hostile_500(path, status, body, headers)
+        return status, body
+
+    db = tmp_path / "s.duckdb"
+    prompts = tmp_path / "many.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i:03d}", "prompt": f"Count to {i}."}) + "\n" for i in range(80)))
+    with proxy(vllm_sim.url, every_other) as url:
+        args = ["batch", str(prompts), "--server", url, "--db", str(db), "--retries", "0"]
+        done = tokview(*args, "--max-new-tokens", "8", "--concurrency", "4", timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert_no_traceback(done.stderr)
+    with Store(db) as store:
+        ok = store.query("SELECT count(*) FROM samples")[0][0]
+        failed = store.query("SELECT count(*) FROM failures")[0][0]
+    assert ok + failed == 80 and ok >= 20 and failed >= 20
+    assert f"ok {ok} + failed {failed} + skipped 0 = 80 of input 80 (balanced)".encode() in done.stderr
+
+
+def test_a_writer_whose_part_cannot_be_written_stops_the_run_instead_of_dying(tmp_path):
+    """Defence in depth: any error writing a part (a bug) becomes the writer's `error`, which stops the
+    run; the thread keeps draining its queue, so nothing waits on `pending` forever."""
+    from builders import kimi, make_capture, profile
+
+    from tokview.batch.worklist import WorkItem
+    from tokview.batch.writer import GroupWriter
+    from tokview.store.part_sink import PartSink, StoreError
+
+    class BrokenSink(PartSink):
+        def write_part(self, samples: Any, failures: Any = ()) -> None:
+            raise TypeError("str is not valid UTF-8: surrogates not allowed")
+
+    writer = GroupWriter(BrokenSink(tmp_path / "s.duckdb"), profile=profile(), tokenizer=kimi(), run_id="r")
+    for n in range(5):
+        writer.add_sample(WorkItem(f"s{n}", f"p{n}", None, 0, []), make_capture(f"q{n}"))
+    closing = threading.Thread(target=writer.close)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive() and writer.pending == 0
+    assert isinstance(writer.error, StoreError) and "TypeError: str is not valid UTF-8" in str(writer.error)
+
+
+HOSTILE_MODEL = "evil\\u001b]0;pwned\\u0007\\u001b[2J\\ud800"
+
+
+def hostile_everywhere(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    """Every generation answers the hostile 500; the model list names a model made of escape sequences."""
+    if path == "/v1/models":
+        return 200, b'{"object": "list", "data": [{"id": "' + HOSTILE_MODEL.encode() + b'", "object": "model"}]}'
+    return hostile_500(path, status, body, headers)
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_doctor_on_a_server_sending_lone_surrogates_and_escapes_reports_them_safely(vllm_sim, as_json):
+    with proxy(vllm_sim.url, hostile_everywhere) as url:
+        done = tokview("doctor", "--server", url, "--timeout", "10", *(["--json"] if as_json else []))
+    assert done.returncode == 3, done.stderr  # a failed check, not an internal error
+    assert_terminal_safe(done.stdout + done.stderr)
+    text = done.stdout.decode()
+    if as_json:
+        report = json.loads(text)
+        details = " ".join(check["detail"] for check in report["checks"])
+        assert not report["ok"] and "boom \\ud800 nul \x00 title \x1b]0;pwned\x07 clear" in details
+    else:
+        assert "boom \\ud800 nul \\x00 title \\x1b]0;pwned\\x07 clear \\x1b[2J c1 \\x9b31m end" in text
+
+
+# -- item 12: escape sequences from a server never reach the terminal -----------------------------------
+def test_escape_sequences_in_error_bodies_reach_neither_the_batch_summary_nor_stats(vllm_sim, tmp_path):
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, hostile_500) as url:
+        done = batch(url, db)
+    assert done.returncode == 3
+    assert_terminal_safe(done.stderr + done.stdout)
+    assert b"boom \\ud800 nul \\x00 title \\x1b]0;pwned\\x07 clear \\x1b[2J c1 \\x9b31m end" in done.stderr
+    stats = tokview("stats", "--db", str(db), "--samples")
+    assert stats.returncode == 0, stats.stderr
+    assert_terminal_safe(stats.stdout + stats.stderr)
+    assert b"failures  4" in stats.stdout and b"title \\x1b]0;pwned\\x07 clear" in stats.stdout

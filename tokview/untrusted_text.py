@@ -1,0 +1,56 @@
+"""Text that came from outside (a server's error body, a model name, a failure reason quoting either) made
+safe to store and safe to print.
+
+A server may send any JSON string: a `\\ud800` escape decodes to a lone surrogate, which no UTF-8 file,
+orjson dump or DuckDB column accepts (one in a failure reason killed the batch's writer thread), and an
+ESC, BEL or C1 control in an error body printed as is clears the screen or retitles the window. Two
+functions, one per place such text goes:
+
+- `storable(text)`: each lone surrogate written as its escape (`\\ud800`), everything else kept;
+- `printable(text)`: for a terminal, every control character but newline and tab (C0, DEL, C1) and
+  every lone surrogate written as an escape (`\\x1b`, `\\x9b`, `\\ud800`), so what a server said is
+  still readable and can no longer act on the terminal.
+
+This module imports nothing from tokview, so every layer can use it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def storable(text: str) -> str:
+    """`text` with each lone surrogate written as its `\\udXXX` escape: valid UTF-8 for a file or a column."""
+    return _LONE_SURROGATE.sub(_escape, text) if _LONE_SURROGATE.search(text) else text
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """True when `text` holds a character no UTF-8 encoding has (a JSON `\\ud800` escape decodes to one)."""
+    return _LONE_SURROGATE.search(text) is not None
+
+
+def printable(text: str) -> str:
+    """`text` for a terminal: control characters other than newline and tab, and lone surrogates, as escapes."""
+    return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
+
+
+_RAW_IN_JSON = re.compile("[\x7f-\x9f]")
+
+
+def printable_json(text: str) -> str:
+    """A JSON document for a terminal: the DEL and C1 controls JSON leaves raw inside strings escaped as
+    `\\u009b` (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be `storable` first."""
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def printable_line(text: str) -> str:
+    """`printable`, and newlines and tabs escaped too: for text that must stay on its one line."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
