@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         config.validate()  # before the database file is created
     except InputError as exc:
         raise UserError(str(exc)) from None
+    check_chat_template(args.tokenizer, args.mode)
     # The tokenizer loads while the rest is imported, the servers probed, the store opened. Its future
     # is kept on `args`, which `cli.main` holds until it ends the process without teardown: the
     # tokenizer is then never freed (~25 ms for a 160k-entry vocabulary, at the end of every run). A
@@ -202,6 +203,27 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     return summary.exit_code
+
+
+def check_chat_template(tokenizer_dir: str | Path | None, mode: str) -> None:
+    """Refuse a tokenizer folder without a chat template before anything starts, when the mode renders
+    prompts locally (raw, dual): every row is a conversation (a `prompt` row is one user turn), so each
+    would fail alone, after the servers were probed and the store made. The folder's files say it
+    without loading the tokenizer; a folder that cannot be read is left to the loader's own words."""
+    from tokview.core.tokenizer_folder import FolderError, TokenizerFolder
+
+    if mode == "chat" or tokenizer_dir is None or not Path(tokenizer_dir).is_dir():
+        return
+    try:
+        template = TokenizerFolder.open(tokenizer_dir).chat_template()
+    except FolderError:
+        return
+    if template is None:
+        raise UserError(
+            f"tokenizer {tokenizer_dir} has no chat template (no chat_template.jinja, none in "
+            f"tokenizer_config.json): --mode {mode} renders every prompt with it; add the model's template "
+            f"to the folder, or use --mode chat to let the server render"
+        )
 
 
 async def _run(config, store, printer, run_batch):
