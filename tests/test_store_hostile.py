@@ -225,3 +225,26 @@ def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_
         assert store.read_only
         with pytest.raises(Exception, match="read-only"):
             store.record_verdict(sid, "approved")
+
+
+# -- item 16: one training file never mixes two vocabularies ----------------------------------------------
+
+
+def test_an_export_across_runs_of_two_tokenizers_is_refused_even_with_tokenizer(
+    tmp_path, capsys, kimi_tok_dir, kimi_tok, qwen_tok_dir, qwen_tok
+):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.put_run("r1", tokenizer_dir=str(kimi_tok_dir), tokenizer_hash=kimi_tok.fingerprint(), profile="kimi-k2.5")
+        store.put_run("r2", tokenizer_dir=str(qwen_tok_dir), tokenizer_hash=qwen_tok.fingerprint(), profile="kimi-k2.5")
+        put(store, "p1", make_capture(), run_id="r1")
+        put(store, "p2", make_capture(), run_id="r2")
+    out = tmp_path / "o.jsonl"
+    base = ["export", "--db", str(db), "--select", "all", "--out", str(out)]
+    for extra in ([], ["--tokenizer", str(kimi_tok_dir)]):  # the refusal's hint used to be to pass --tokenizer
+        assert main(base + extra) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--run" in err and "r1, r2" in err, err
+        assert not out.exists()
+    assert main([*base, "--run", "r1"]) == 0
+    assert len(out.read_text().splitlines()) == 1

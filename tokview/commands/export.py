@@ -67,6 +67,7 @@ def resolve_tokenizer(
 
     runs = [r for r in ([store.run(run_name)] if run_name else store.runs()) if r]
     dirs = sorted({r["tokenizer_dir"] for r in runs if r["tokenizer_dir"]})
+    _refuse_mixed_vocabularies([r for r in runs if r["samples"]])
     if tokenizer_dir is None and len(dirs) > 1:
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
@@ -81,6 +82,25 @@ def resolve_tokenizer(
         recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None,
         recorded_profile_def=json.loads(defs.pop()) if len(profiles) == 1 and len(defs) == 1 else None,
     )
+
+
+def _refuse_mixed_vocabularies(runs: list[dict]) -> None:
+    """Samples made with two different tokenizers cannot share one training file: their ids mean different
+    tokens, and no `--tokenizer` makes both right (it only picks whose rules the other's ids are read by).
+    Runs are told apart by the tokenizer's file hash (two copies of one folder are one tokenizer), by
+    the folder when a run has no hash."""
+    kinds: dict[str, list[str]] = {}
+    by = "tokenizer_hash" if all(r["tokenizer_hash"] for r in runs) else "tokenizer_dir"
+    for r in runs:
+        key = r[by]
+        if key:
+            kinds.setdefault(key, []).append(r["run_id"])
+    if len(kinds) > 1:
+        names = ", ".join(sorted(run_id for ids in kinds.values() for run_id in ids))
+        raise UserError(
+            f"the runs used {len(kinds)} different tokenizers, and one training file holds one vocabulary: "
+            f"export one run at a time with --run R (runs: {names})"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
