@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from tokview.errors import UserError
+from tokview.errors import ExitCode, UserError
+
+BAD_ROWS_SHOWN = 20
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,4 +58,16 @@ def run(args: argparse.Namespace) -> int:
         print(report.render())
     if not report.imported:
         raise UserError(f"no row of {args.dataset} could be read as a sample")
-    return 0
+    return _say_bad_rows(args.dataset, report.bad_rows)
+
+
+def _say_bad_rows(dataset: Path, bad_rows: list[str]) -> int:
+    """Each skipped row as `FILE:LINE: why` on stderr, as `tokview batch` says them, and the exit code:
+    4 when any was skipped (the audit is not of the whole file; a script must not take it for clean)."""
+    from tokview.batch.inputs import located
+
+    for message in bad_rows[:BAD_ROWS_SHOWN]:
+        print(f"tokview: bad row skipped: {located(dataset, message)}", file=sys.stderr)
+    if len(bad_rows) > BAD_ROWS_SHOWN:
+        print(f"tokview: … and {len(bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
+    return ExitCode.BAD_ROWS if bad_rows else ExitCode.OK

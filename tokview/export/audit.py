@@ -46,7 +46,6 @@ class AuditReport:
         ]
         for code, n in self.by_code.most_common():
             lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
-        lines += [f"  unreadable: {b}" for b in self.bad_rows[:20]]
         return "\n".join(lines)
 
 

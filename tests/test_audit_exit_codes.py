@@ -1,0 +1,41 @@
+"""`tokview audit` exits as `tokview batch` does when rows are unreadable: 4 (finished, but the data set
+is not the whole file), with each skipped row named `FILE:LINE: why` on stderr. It used to exit 0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+GOOD = {"id": "x", "conversations": [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "Hello world !"}]}
+
+
+def _audit(data: Path, db: Path, *more: str) -> subprocess.CompletedProcess:
+    argv = [*TOKVIEW, "audit", str(data), "--db", str(db), *more]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_unreadable_rows_exit_4_and_are_listed(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        json.dumps(GOOD) + "\nnot json\n" + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n"
+    )
+    done = _audit(data, tmp_path / "a.duckdb")
+    assert done.returncode == 4, done.stderr
+    assert "1 imported" in done.stdout and "2 unreadable" in done.stdout
+    prefix = "tokview: bad row skipped: "
+    skipped = [line.removeprefix(prefix) for line in done.stderr.splitlines() if line.startswith(prefix)]
+    assert len(skipped) == 2 and skipped[0].startswith(f"{data}:2: ") and skipped[1].startswith(f"{data}:3: ")
+    assert "no assistant turn" in skipped[1] and "Traceback" not in done.stderr
+    js = _audit(data, tmp_path / "b.duckdb", "--json")
+    assert js.returncode == 4 and len(json.loads(js.stdout)["bad_rows"]) == 2
+
+
+def test_a_clean_audit_exits_0(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(GOOD) + "\n")
+    done = _audit(data, tmp_path / "a.duckdb")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
