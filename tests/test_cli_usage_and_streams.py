@@ -125,3 +125,19 @@ def test_a_closed_stdout_never_lends_its_descriptor_to_a_file(tmp_path):
     )
     assert done.returncode == 0 and int(done.stderr) > 2, done.stderr
     assert os.path.getsize(target) == 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "--db", "x.duckdb", "--out", "o.jsonl", "--max-nll", "nan"],
+        ["score", "--db", "x.duckdb", "--server", "http://127.0.0.1:9", "--off-policy-nll", "NaN"],
+        ["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--temperature", "nan"],
+    ],
+)
+def test_nan_is_refused_by_every_number_option(argv, capsys):
+    """`--max-nll nan` was accepted (every comparison with NaN is false: it kept nothing, or everything)."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and err.count("\n") == 1 and "not a number" in err, err
+    assert argv[-2] in err

@@ -12,10 +12,11 @@ import argparse
 import errno
 import importlib
 import io
+import math
 import os
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tokview.errors import ExitCode, TokviewError, UserError, one_line
 
@@ -36,12 +37,27 @@ class _Parser(argparse.ArgumentParser):
 
     argparse's own `error` prints the whole usage and exits 2, the code tokview documents for an
     unreachable server, so a script could not tell a typo from a dead server. Subcommands' parsers are
-    made by this class too (argparse builds them with the parent's class)."""
+    made by this class too (argparse builds them with the parent's class).
+
+    Every `type=float` option parses through `number`, which refuses NaN."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", float, number)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("tokview").strip()
         where = f"{command}: " if command else ""
         raise UsageError(f"{where}{message} (see tokview {command + ' ' if command else ''}--help)")
+
+
+def number(text: str) -> float:
+    """A float option's value; NaN is refused: every comparison with it is false, so `--max-nll nan`
+    kept everything and `--off-policy-nll nan` was refused as 'not more than 0'."""
+    value = float(text)
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return value
 
 
 class StreamClosed(OSError):
