@@ -17,6 +17,7 @@ tokenizer, so a fully stored run is known to have nothing to do after one read o
 from __future__ import annotations
 
 import gc
+import json
 import os
 import zlib
 from array import array
@@ -26,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tokview.batch.inputs import (
     InputError,
     check_prompts_path,
     checked_row,
     generation_turns,
+    is_parquet,
     iter_checked_chunks,
     iter_rows_flagged,
 )
@@ -67,7 +71,9 @@ class WorkList:
     lines: array = field(default_factory=lambda: array("q"))
     """Line numbers (or indexes into `rows`) of the first rows with at least one slot to do."""
     id_checks: array = field(default_factory=lambda: array("L"))
-    """crc32 of each of those rows' prompt id: a row edited since planning is noticed, not generated."""
+    """crc32 of each of those rows as planning read it (a JSONL row: its whole line; a Parquet row: its
+    prompt id): a row edited since planning is noticed, not generated, even when its id and the file's
+    size stay the same."""
     stored: frozenset[str] | set[str] = frozenset()
     file_state: tuple[int, int] | None = None
 
@@ -97,6 +103,9 @@ class WorkList:
                 yield from self._items(self.rows[i])
             return
         assert self.path is not None
+        if not is_parquet(self.path):
+            yield from self._jsonl_items(self.path)
+            return
         wanted = zip(self.lines, self.id_checks)
         next_line, check = next(wanted, (None, 0))
         changed = InputError(f"{self.path} changed while the batch ran: run the batch again to resume")
@@ -113,6 +122,29 @@ class WorkList:
                 raise changed
             yield from self._items(row)
             next_line, check = next(wanted, (None, 0))
+
+    def _jsonl_items(self, path: Path) -> Iterator[WorkItem]:
+        """The rows with work, each checked against the hash of the line planning read, then parsed
+        as `inputs.iter_jsonl_fast` parses it (orjson, else the standard library's reader)."""
+        changed = InputError(f"{path} changed while the batch ran: run the batch again to resume")
+        wanted = zip(self.lines, self.id_checks)
+        next_line, check = next(wanted, (None, 0))
+        with path.open("r", encoding="utf-8-sig") as fh:
+            for n, text in enumerate(fh, start=1):
+                if next_line is None:
+                    return
+                if n != next_line:
+                    continue
+                if zlib.crc32(text.encode()) != check:
+                    raise changed
+                try:
+                    row = checked_row(n, *_parsed(text))
+                except (PromptError, ValueError, RecursionError):
+                    raise changed from None
+                yield from self._items(row)
+                next_line, check = next(wanted, (None, 0))
+        if next_line is not None:
+            raise changed  # the file got shorter
 
     def _items(self, row: PromptRow) -> Iterator[WorkItem]:
         points = generation_points(row)
@@ -176,6 +208,8 @@ def plan_work(
     work.stored = stored_ids(f"@{key}_gen")
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
+    if path is not None and work.lines and not is_parquet(path):
+        work.id_checks = _line_checks(path, work.lines)
     if config.shard is not None and config.shard[0] != 1:  # duplicate and bad rows are counted once, by shard 1
         work.duplicates, work.bad = 0, []
     return work
@@ -234,6 +268,32 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def _line_checks(path: Path, lines: array) -> array:
+    """crc32 of each of `lines` (ascending) as text, read the way the planner and `_jsonl_items` read them.
+
+    A second pass over the file, after planning (`queue()` refuses a file whose size or mtime moved
+    since planning began, so both passes read the same bytes): the planner's reader keeps no text."""
+    checks = array("L")
+    wanted = iter(lines)
+    next_line = next(wanted, None)
+    with path.open("r", encoding="utf-8-sig") as fh:
+        for n, text in enumerate(fh, start=1):
+            if n == next_line:
+                checks.append(zlib.crc32(text.encode()))
+                next_line = next(wanted, None)
+                if next_line is None:
+                    break
+    return checks
+
+
+def _parsed(text: str) -> tuple[Any, str | None]:
+    """(object, the text when orjson read it): `iter_jsonl_fast`'s entry for one line."""
+    try:
+        return orjson.loads(text), text
+    except orjson.JSONDecodeError:
+        return json.loads(text), None
 
 
 def _file_state(path: Path) -> tuple[int, int]:
