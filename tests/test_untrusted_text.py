@@ -204,3 +204,78 @@ def test_escape_sequences_in_error_bodies_reach_neither_the_batch_summary_nor_st
     assert stats.returncode == 0, stats.stderr
     assert_terminal_safe(stats.stdout + stats.stderr)
     assert b"failures  4" in stats.stdout and b"title \\x1b]0;pwned\\x07 clear" in stats.stdout
+
+
+# -- item 14: ids no tokenizer has, lone surrogates in the output text ---------------------------------
+def rewrite_answers(change: Callable[[dict[str, Any]], None]) -> Mutate:
+    """A proxy hook applying `change` to every choice of every generation answer (JSON, not streamed)."""
+
+    def mutate(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if path not in GENERATE_PATHS or status != 200:
+            return status, body
+        answer = json.loads(body)
+        for choice in answer.get("choices") or [answer]:
+            change(choice)
+        return status, json.dumps(answer).encode()  # ensure_ascii: a lone surrogate goes out as "\ud800"
+
+    return mutate
+
+
+def huge_id(choice: dict[str, Any]) -> None:
+    for key in ("token_ids", "output_ids"):
+        if choice.get(key):
+            choice[key][0] = 2**41
+
+
+def lone_surrogate_text(choice: dict[str, Any]) -> None:
+    if isinstance(choice.get("text"), str):
+        choice["text"] = "\ud800" + choice["text"]
+    message = choice.get("message")
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message["content"] = "\ud800" + message["content"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [(huge_id, "malformed response from POST /v1/"), (lone_surrogate_text, "malformed response from POST /v1/")],
+    ids=["id-2**41", "lone-surrogate"],
+)
+def test_an_impossible_id_or_text_is_a_malformed_response_with_its_reason(vllm_sim, tmp_path, change, said):
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, rewrite_answers(change)) as url:
+        done = batch(url, db, limit=2)
+    assert done.returncode == 3, done.stderr
+    assert_no_traceback(done.stderr)
+    reasons = failure_reasons(db)
+    assert len(reasons) == 2, done.stderr
+    for reason in reasons:
+        assert reason.startswith(said) and "unexpected error" not in reason, reason
+    with Store(db) as store:
+        assert store.count_samples() == 0
+
+
+# -- item 15: a NaN logprob from the scoring target -----------------------------------------------------
+def nan_logprob(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    """The target's prompt_logprobs with one logprob NaN (Python's json writes it; real servers have)."""
+    if path != "/v1/completions" or status != 200:
+        return status, body
+    answer = json.loads(body)
+    positions = answer["choices"][0]["prompt_logprobs"]
+    entry = positions[-1]
+    for value in entry.values():
+        value["logprob"] = float("nan")
+    return status, json.dumps(answer).encode()
+
+
+def test_a_nan_logprob_from_the_target_is_a_malformed_response_and_is_scored_again(vllm_sim, tmp_path):
+    db = tmp_path / "s.duckdb"
+    made = batch(vllm_sim.url, db, limit=2)
+    assert made.returncode == 0, made.stderr
+    with proxy(vllm_sim.url, nan_logprob) as url:
+        scored = tokview("score", "--db", str(db), "--server", url, "--retries", "0")
+    assert scored.returncode == 3, scored.stderr
+    assert_no_traceback(scored.stderr)
+    assert b"scored 0 + failed 2" in scored.stderr and b"9999" not in scored.stderr
+    assert b"malformed response from " in scored.stderr and b"NaN" in scored.stderr
+    again = tokview("score", "--db", str(db), "--server", vllm_sim.url, "--retries", "0")
+    assert again.returncode == 0 and b"scored 2 + failed 0 + already scored 0" in again.stderr, again.stderr

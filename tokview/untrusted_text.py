@@ -37,6 +37,12 @@ def has_lone_surrogate(text: str) -> bool:
     return _LONE_SURROGATE.search(text) is not None
 
 
+def lone_surrogates(text: str, limit: int = 3) -> str:
+    """The first `limit` distinct lone surrogates in `text`, as escapes (`\\ud800, \\udfff`): for a reason."""
+    found = dict.fromkeys(_LONE_SURROGATE.findall(text))
+    return ", ".join(f"\\u{ord(c):04x}" for c in list(found)[:limit])
+
+
 def printable(text: str) -> str:
     """`text` for a terminal: control characters other than newline and tab, and lone surrogates, as escapes."""
     return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text

@@ -25,7 +25,9 @@ from tokview.errors import TokviewError
 
 DEFAULT_OFF_POLICY_NLL = 2.0
 FLOOR = -9999.0
-"""What a -inf (or NaN) logprob is stored as (vLLM's own convention), so JSON stays valid."""
+"""What a -inf logprob is stored as (vLLM's own convention), so JSON stays valid. A NaN or +inf is no
+probability at all: `MalformedLogprob`, never stored (as -9999 it read "mean NLL 9999", off-policy, and
+a resumed `score` skipped the sample as scored)."""
 DEFAULT_LOW_PROB = 0.01
 """A token the target gives less than 1% is "unlikely"; the score reports the share of such tokens."""
 
@@ -34,6 +36,10 @@ class LogprobShapeError(TokviewError):
     """The server's logprob fields do not have the documented shape (or do not match the ids)."""
 
     title = "logprobs"
+
+
+class MalformedLogprob(LogprobShapeError):
+    """A logprob that is no log-probability (NaN, +inf): the answer is broken, not the sample."""
 
 
 @dataclass
@@ -56,7 +62,11 @@ def _lp(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LogprobShapeError(f"a logprob is not a number ({type(value).__name__})")
-    return float(value) if math.isfinite(value) else FLOOR
+    if math.isfinite(value):
+        return float(value)
+    if value == -math.inf:
+        return FLOOR
+    raise MalformedLogprob(f"a logprob is {'NaN' if math.isnan(value) else value}, not a log-probability")
 
 
 def _alt_lp(value: Any) -> float:

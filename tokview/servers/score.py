@@ -42,6 +42,8 @@ async def score_on(
     choice = choose(backend, info)
     try:
         found = await choice.raw.score(client, info, ids, start, top_k)
+    except lp.MalformedLogprob as exc:  # a broken answer: failed, so a later run scores the sample again
+        raise CaptureFailed(f"malformed response from {client.url}: {exc}", url=client.url) from None
     except lp.LogprobShapeError as exc:
         raise CaptureFailed(f"cannot score on {client.url}: {exc}", url=client.url) from None
     return TargetScore(found, client.url, choice.name, info.model)

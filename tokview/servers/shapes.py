@@ -12,19 +12,32 @@ from typing import Any
 from tokview.core import logprobs as lp
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.request import normalize_finish
+from tokview.untrusted_text import has_lone_surrogate, lone_surrogates
+
+MAX_ID = 2**31 - 1
+"""No tokenizer has a larger id, and the store keeps ids as 32-bit integers: a larger one is malformed."""
 
 
 def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
-    """`value` when it is a list of token ids (ints, none negative: no tokenizer has a negative id)."""
-    if isinstance(value, list) and set(map(type, value)) <= {int}:  # what JSON gives: one C-level pass
-        if value and min(value) < 0:
-            raise Retryable(f"malformed response from {where}: {what} hold a negative id ({min(value)})")
-        return value
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+    """`value` when it is a list of token ids: ints from 0 to MAX_ID (no tokenizer has a negative id, and an
+    id of 2**41 is not an id but a broken answer, said as one instead of an OverflowError deep inside)."""
+    if not _all_ints(value):
         raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
     if value and min(value) < 0:
         raise Retryable(f"malformed response from {where}: {what} hold a negative id ({min(value)})")
+    if value and max(value) > MAX_ID:
+        raise Retryable(
+            f"malformed response from {where}: {what} hold id {max(value)}, beyond any vocabulary (ids stop at "
+            f"{MAX_ID})"
+        )
     return value
+
+
+def _all_ints(value: Any) -> bool:
+    """A list of ints (bools are not ids); what JSON gives is checked in one C-level pass."""
+    if isinstance(value, list) and set(map(type, value)) <= {int}:
+        return True
+    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
 def optional_ids_of(value: Any, where: str, what: str) -> list[int] | None:
@@ -41,8 +54,12 @@ def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
 
 
 def text_of(value: Any, where: str, what: str) -> str | None:
+    """`value` when it is a string a model could have generated: not another type, and no lone surrogate
+    (a JSON `\\ud800` escape decodes to one; no tokenizer decodes to it and no store or file holds it)."""
     if value is not None and not isinstance(value, str):
         raise Retryable(f"malformed response from {where}: {what} is not a string ({type(value).__name__})")
+    if value and has_lone_surrogate(value):
+        raise Retryable(f"malformed response from {where}: {what} holds a lone surrogate ({lone_surrogates(value)})")
     return value
 
 
