@@ -248,3 +248,24 @@ def test_an_export_across_runs_of_two_tokenizers_is_refused_even_with_tokenizer(
         assert not out.exists()
     assert main([*base, "--run", "r1"]) == 0
     assert len(out.read_text().splitlines()) == 1
+
+
+# -- low items: what merge and export say about a path that is not a store --------------------------------
+
+
+def test_merge_and_export_name_a_file_or_folder_that_is_not_a_store(tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "x"}\n')
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    into = tmp_path / "m.duckdb"
+    cases = (
+        (["merge", str(prompts), "--into", str(into)], f"{prompts} is not a DuckDB database"),
+        (["merge", str(folder), "--into", str(into)], f"{folder} is a directory"),
+        (["export", "--db", str(folder), "--out", str(tmp_path / "o.jsonl")], f"{folder} is a directory"),
+    )
+    for argv, said in cases:
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert said in err and "read-only" not in err and len(err.strip().splitlines()) == 1, err
+    assert prompts.read_text() == '{"id": "a", "prompt": "x"}\n'

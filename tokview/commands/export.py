@@ -107,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     from tokview.export import export
     from tokview.store import Store
 
+    if Path(args.db).is_dir():
+        raise UserError(f"--db {args.db} is a directory, not a store: name its .duckdb file")
     if not Path(args.db).is_file():
         raise UserError(f"database not found: {args.db} (pass --db PATH)")
     with Store(args.db) as store:

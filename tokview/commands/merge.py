@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store.merge import MergeRefused
 
     for src in args.sources:
+        if src.is_dir():
+            raise UserError(f"{src} is a directory, not a store: name its .duckdb file")
         if not src.is_file():
             raise UserError(f"database not found: {src}")
     try:

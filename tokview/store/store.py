@@ -586,8 +586,12 @@ class Store(PartSink):
         from tokview.store.merge import merge_into
 
         src = Path(source).expanduser()
+        if src.is_dir():
+            raise StoreError(f"{src} is a directory, not a store: name its .duckdb file")
         if not src.is_file():
             raise StoreError(f"database not found: {src}")
+        if not is_duckdb_file(src):  # DuckDB would say "Cannot launch in-memory database in read-only mode!"
+            raise StoreError(f"{src} is not a DuckDB database (a tokview store is one): nothing merged")
         if src.resolve() == Path(self.path).expanduser().resolve():
             raise StoreError(f"{src} is the store itself")
         if parts.complete_parts(parts.parts_dir(src)) != ([], []):
