@@ -139,5 +139,5 @@ def test_nan_is_refused_by_every_number_option(argv, capsys):
     """`--max-nll nan` was accepted (every comparison with NaN is false: it kept nothing, or everything)."""
     code = main(argv)
     err = capsys.readouterr().err
-    assert code == ExitCode.USAGE and err.count("\n") == 1 and "not a number" in err, err
+    assert code == ExitCode.USAGE and err.count("\n") == 1 and "must be a finite number, not nan" in err, err
     assert argv[-2] in err

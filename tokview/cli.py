@@ -39,25 +39,21 @@ class _Parser(argparse.ArgumentParser):
     unreachable server, so a script could not tell a typo from a dead server. Subcommands' parsers are
     made by this class too (argparse builds them with the parent's class).
 
-    Every `type=float` option parses through `number`, which refuses NaN."""
+    A float option given NaN is refused here, for every command: every comparison with NaN is false, so
+    `--max-nll nan` kept everything and `--off-policy-nll nan` was refused as 'not more than 0'."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.register("type", float, number)
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(parsed, action.dest, None)
+            if action.option_strings and isinstance(value, float) and math.isnan(value):
+                self.error(f"{action.option_strings[-1]} must be a finite number, not {value}")
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("tokview").strip()
         where = f"{command}: " if command else ""
         raise UsageError(f"{where}{message} (see tokview {command + ' ' if command else ''}--help)")
-
-
-def number(text: str) -> float:
-    """A float option's value; NaN is refused: every comparison with it is false, so `--max-nll nan`
-    kept everything and `--off-policy-nll nan` was refused as 'not more than 0'."""
-    value = float(text)
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    return value
 
 
 class StreamClosed(OSError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,15 @@ from typing import Any
 import orjson
 
 from tokview.batch.seen_ids import SeenIds
-from tokview.core.prompts import REASONING_KEYS, PromptError, PromptRow, iter_jsonl, json_error, parse_row
+from tokview.core.prompts import (
+    REASONING_KEYS,
+    PromptError,
+    PromptRow,
+    iter_jsonl,
+    json_error,
+    kind_of,
+    parse_row,
+)
 from tokview.errors import TokviewError, first_line
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -145,9 +154,7 @@ def _check_text(value: Any, where: str) -> None:
             _check_text(v, where)
 
 
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", bool: "true/false", int: "a number", float: "a number"}
-    return names.get(type(value), type(value).__name__)
+_kind = kind_of
 
 
 def parse_checked(obj: Any, n: int, label: str = "line") -> PromptRow:
@@ -197,6 +204,10 @@ def check_prompts_path(path: str | Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"prompts file is a directory: {path}")
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO: read more than once, so a file it must be
+        raise InputError(
+            f"prompts file {path} is not a regular file ({_file_kind(path)}): give a JSONL or Parquet file"
+        )
     if not path.is_file():
         raise InputError(f"prompts file not found: {path}")
     if not os.access(path, os.R_OK):  # read lazily, deep in the run: say it here, in one line
@@ -209,6 +220,14 @@ def check_prompts_path(path: str | Path) -> Path:
         except UnicodeDecodeError:
             pass  # said with the line's context when the file is read
     return path
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device"
 
 
 def iter_checked(

@@ -64,27 +64,44 @@ def prompt_id_for(row: dict[str, Any]) -> str:
     return "hash_" + canonical_hash(row)
 
 
-def _message(raw: Any, where: str) -> dict[str, Any]:
+def kind_of(value: Any) -> str:
+    """A JSON value's kind in words, for a message that says what a field held instead."""
+    names = {
+        dict: "an object",
+        list: "a list",
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        type(None): "null",
+    }
+    return names.get(type(value), type(value).__name__)
+
+
+def _message(raw: Any, where: str, number: int = 1) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PromptError(f"{where}: a turn is not an object")
-    if "from" in raw or "value" in raw:
-        role = ROLE_FROM_SHAREGPT.get(str(raw.get("from", "")).lower())
-        if role is None:
-            raise PromptError(f"{where}: unknown ShareGPT speaker {raw.get('from')!r}")
-        msg: dict[str, Any] = {"role": role, "content": raw.get("value") or ""}
-    else:
-        role = raw.get("role")
-        if role not in ("system", "user", "assistant", "tool"):
-            raise PromptError(f"{where}: unknown role {role!r}")
-        content = raw.get("content")
-        if isinstance(content, list):  # OpenAI content parts: keep the text parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        msg = {"role": role, "content": content if content is not None else ""}
     if raw.get("tool_calls"):
         raise PromptError(
             f"{where}: a turn has tool_calls, which tokview does not send yet: the server would generate "
             "from a conversation without them"
         )
+    sharegpt = "from" in raw or "value" in raw
+    key = "value" if sharegpt else "content"
+    content = raw.get(key)
+    if content is None:  # absent or null: sent as an empty turn, the model would answer something else
+        raise PromptError(f'{where}: turn {number} has no `{key}` (an empty turn is written "{key}": "")')
+    if sharegpt:
+        role = ROLE_FROM_SHAREGPT.get(str(raw.get("from", "")).lower())
+        if role is None:
+            raise PromptError(f"{where}: unknown ShareGPT speaker {raw.get('from')!r}")
+    else:
+        role = raw.get("role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise PromptError(f"{where}: unknown role {role!r}")
+        if isinstance(content, list):  # OpenAI content parts: keep the text parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    msg: dict[str, Any] = {"role": role, "content": content}
     for key in REASONING_KEYS:
         if raw.get(key):
             msg["reasoning_content"] = raw[key]
@@ -105,16 +122,26 @@ def parse_row(row: Any, line: int | None = None) -> PromptRow:
         if isinstance(row.get("system"), str):
             turns.insert(0, {"role": "system", "content": row["system"]})
     else:
-        raise PromptError(f"{where}: no `messages`, `conversations` or `prompt` field")
+        raise PromptError(f"{where}: {_no_turns(row)}")
     if row.get("tools"):  # dropped, the template would render no tool definitions: generated on another prompt
         raise PromptError(
             f"{where}: the row has `tools`, which tokview does not send yet: the server would generate from a "
             "prompt without the tool definitions"
         )
-    messages = [_message(t, where) for t in turns]
+    messages = [_message(t, where, k) for k, t in enumerate(turns, start=1)]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
     return PromptRow(prompt_id_for(row), messages, line)
+
+
+def _no_turns(row: dict[str, Any]) -> str:
+    """Why a row has no conversation: the field that is there but holds something else, else none is there."""
+    for key in ("messages", "conversations"):
+        if key in row:
+            return f"`{key}` must be a list of turns, not {kind_of(row[key])}"
+    if "prompt" in row:
+        return f"`prompt` must be a string, not {kind_of(row['prompt'])}"
+    return "no `messages`, `conversations` or `prompt` field"
 
 
 def generation_points(row: PromptRow) -> list[GenerationPoint]:

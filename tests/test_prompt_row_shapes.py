@@ -1,0 +1,58 @@
+"""Prompt rows that are not what they look like are refused with words that say what is wrong: a turn
+with no content (it was sent as an empty turn), a `prompt` that is not text (it was "no `messages`,
+`conversations` or `prompt` field"), and a prompts path that is not a file (/dev/null was "not found")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import read_prompts
+from tokview.cli import main
+from tokview.errors import ExitCode
+
+
+def _file(tmp_path: Path, *rows: object) -> Path:
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+GOOD = {"id": "good", "prompt": "fine"}
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ({"id": "a", "messages": [{"role": "user"}]}, "turn 1 has no `content`"),
+        ({"id": "a", "messages": [{"role": "user", "content": None}]}, "turn 1 has no `content`"),
+        (
+            {"id": "a", "messages": [{"role": "system", "content": "s"}, {"role": "user"}]},
+            "turn 2 has no `content`",
+        ),
+        ({"id": "a", "conversations": [{"from": "human"}]}, "turn 1 has no `value`"),
+        ({"id": "a", "prompt": 5}, "`prompt` must be a string, not a number"),
+        ({"id": "a", "prompt": None}, "`prompt` must be a string, not null"),
+        ({"id": "a", "messages": "hi"}, "`messages` must be a list of turns, not a string"),
+        ({"id": "a", "conversations": {"from": "human"}}, "`conversations` must be a list of turns, not an object"),
+    ],
+)
+def test_a_row_that_is_not_what_it_looks_like_says_what_is_wrong(tmp_path, row, says):
+    rows, bad = read_prompts(_file(tmp_path, row, GOOD))
+    assert [r.prompt_id for r in rows] == ["good"]
+    assert len(bad) == 1 and bad[0].startswith("line 1: ") and says in bad[0], bad
+
+
+def test_an_empty_string_is_still_an_explicit_empty_turn(tmp_path):
+    rows, bad = read_prompts(_file(tmp_path, {"id": "a", "messages": [{"role": "user", "content": ""}]}))
+    assert bad == [] and rows[0].messages == [{"role": "user", "content": ""}]
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])
+def test_a_prompts_path_that_is_a_device_is_not_called_missing(path, capsys):
+    code = main(["batch", path, "--server", "http://127.0.0.1:9", "--db", "/nonexistent/x.duckdb"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and err.count("\n") == 1
+    assert "not found" not in err and f"{path} is not a regular file" in err, err
