@@ -279,3 +279,32 @@ def test_a_nan_logprob_from_the_target_is_a_malformed_response_and_is_scored_aga
     assert b"malformed response from " in scored.stderr and b"NaN" in scored.stderr
     again = tokview("score", "--db", str(db), "--server", vllm_sim.url, "--retries", "0")
     assert again.returncode == 0 and b"scored 2 + failed 0 + already scored 0" in again.stderr, again.stderr
+
+
+# -- item 3: a gateway echoing the request's Basic credential in a 200 body -----------------------------
+def echo_authorization(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    """Every 200 generation answer gains the request's Authorization header, as an echoing gateway adds it."""
+    if path not in GENERATE_PATHS or status != 200:
+        return status, body
+    answer = json.loads(body)
+    auth = headers.get("authorization", "")
+    answer["gateway"] = {"seen": f"authorization={auth}", "token": auth.split(" ", 1)[-1]}
+    return status, json.dumps(answer).encode()
+
+
+def test_an_echoed_basic_credential_is_neither_stored_nor_shown(vllm_sim, tmp_path):
+    import base64
+
+    db = tmp_path / "s.duckdb"
+    token = base64.b64encode(b"alice:pw-s3cret-4567").decode()
+    with proxy(vllm_sim.url, echo_authorization) as url:
+        done = batch(url.replace("http://", "http://alice:pw-s3cret-4567@"), db, limit=2)
+    assert done.returncode == 0, done.stderr
+    with Store(db) as store:
+        raw = [row[0] for row in store.query("SELECT raw_response FROM samples")]
+        sample_id = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
+    assert len(raw) == 2 and all("gateway" in r for r in raw)  # the echo came back and was stored …
+    shown = tokview("show", sample_id, "--db", str(db), "--json")
+    assert shown.returncode == 0, shown.stderr
+    for text in (*raw, shown.stdout.decode()):
+        assert token not in text and token.rstrip("=") not in text and "pw-s3cret" not in text  # … masked

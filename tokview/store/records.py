@@ -13,6 +13,7 @@ Secrets never reach the file, and training data is never rewritten to keep them 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -142,7 +143,10 @@ def scrub(value: Any) -> Any:
 
 
 def url_secrets(url: str | None) -> list[str]:
-    """The user name and password in a URL's `user:password@` (raw and percent-decoded), if any."""
+    """The user name and password in a URL's `user:password@` (raw and percent-decoded), if any, and the
+    Basic credential they are sent as: base64 of `user:password`, with and without its `=` padding (a
+    gateway that echoes the request's Authorization header puts it in a 200 body, and the raw body is
+    stored; the bearer key was masked there already, being a known value)."""
     if not url or "@" not in url:
         return []
     match = _URL_USERINFO.match(url.strip())
@@ -154,6 +158,9 @@ def url_secrets(url: str | None) -> list[str]:
     out = []
     for part in userinfo.split(":", 1):
         out += [part, unquote(part)]
+    user, _, password = userinfo.partition(":")
+    sent = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")  # as servers/http.py
+    out += [sent, sent.rstrip("=")]
     return [p for p in dict.fromkeys(out) if len(p) >= MIN_SECRET_LEN]
 
 
