@@ -178,6 +178,22 @@ KEYS: tuple[Key, ...] = (
         label="Pane",
     ),
     Key(
+        "inspect.next-position",
+        "enter,N",
+        "finding_position(1)",
+        "Next position",
+        "inspect",
+        "Step to the chosen finding's next position, round to its first (enter on the finding again does too).",
+    ),
+    Key(
+        "inspect.previous-position",
+        "P",
+        "finding_position(-1)",
+        "Previous position",
+        "inspect",
+        "Step back to the chosen finding's previous position.",
+    ),
+    Key(
         "inspect.heat",
         "h",
         "cycle_heat",

@@ -74,12 +74,16 @@ def review_text(status: str, history: list[dict], notes: list[str]) -> Text:
     return text
 
 
+def opening_finding(analysis: Analysis) -> int | None:
+    """The index of the finding inspect opens at: the first error finding with positions, if any."""
+    order = sorted(range(len(analysis.findings)), key=lambda i: SEVERITY_RANK.get(analysis.findings[i].severity, 3))
+    return next((i for i in order if analysis.findings[i].severity == "error" and analysis.findings[i].positions), None)
+
+
 def first_position(analysis: Analysis, n_prompt: int) -> int:
     """Where inspect opens: the first error finding's first position, else the start of the output."""
-    for f in sorted(analysis.findings, key=lambda f: SEVERITY_RANK.get(f.severity, 3)):
-        if f.severity == "error" and f.positions:
-            return f.positions[0]
-    return n_prompt
+    index = opening_finding(analysis)
+    return analysis.findings[index].positions[0] if index is not None else n_prompt
 
 
 class InspectScreen(Screen):
@@ -97,6 +101,8 @@ class InspectScreen(Screen):
         self.kept = TokenView(kept_seq(capture, analysis, tokenizer), mode=mode, id="kept")
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         self.heat = HEAT_MODES[0]
+        self.chosen: tuple[int, int] | None = None
+        """(finding index, position index) of the finding being stepped through, once one is chosen."""
         self._segment_classes = list(self.served.seq.classes)
         if self.mirrored:
             self.served.linked, self.kept.linked = self.kept, self.served
@@ -120,6 +126,8 @@ class InspectScreen(Screen):
     def on_mount(self) -> None:
         self.served.focus()
         start = first_position(self.data.analysis, len(self.data.capture.prompt_ids))
+        opened_at = opening_finding(self.data.analysis)
+        self.chosen = (opened_at, 0) if opened_at is not None else None
         self.served.cursor = start
         if not self.mirrored:
             self.kept.cursor = min(start, len(self.kept.seq) - 1)
@@ -166,7 +174,8 @@ class InspectScreen(Screen):
         order = sorted(range(len(findings)), key=lambda i: (SEVERITY_RANK.get(findings[i].severity, 3), i))
         for i in order:  # errors first: they decide whether the sample is valid
             f = findings[i]
-            where = f" · {len(f.positions)} positions, enter jumps" if f.positions else " · no positions"
+            count = len(f.positions)
+            where = f" · {count} position{'s' if count != 1 else ''}, enter steps" if count else " · no positions"
             text = Text.assemble(
                 (f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")),
                 (f.code, "bold"),
@@ -238,18 +247,53 @@ class InspectScreen(Screen):
 
     @on(OptionList.OptionSelected, "#findings")
     def _finding_selected(self, event: OptionList.OptionSelected) -> None:
-        finding = self._finding(event.option_id)
-        if finding is None:
+        index = self._finding_index(event.option_id)
+        if index is None:
             return
-        if finding.positions:
-            self.jump_to(finding.positions[0])
-        else:
+        finding = self.data.analysis.findings[index]
+        if not finding.positions:
             self.notify(f"{finding.code} names no token positions: it is about the sample as a whole", timeout=3)
+        elif self.chosen is not None and self.chosen[0] == index:
+            self.action_finding_position(1)  # enter on the same finding again: its next position
+        else:
+            self._go_to_position(index, 0)
 
-    def _finding(self, option_id: str | None):
+    def action_finding_position(self, step: int) -> None:
+        """The chosen finding's next (or previous) position, round at the ends; without a chosen finding,
+        the one highlighted in the list, else the first with positions."""
+        findings = self.data.analysis.findings
+        if self.chosen is None:
+            highlighted = self.query_one("#findings", OptionList).highlighted_option
+            index = self._finding_index(highlighted.id if highlighted is not None else None)
+            if index is None or not findings[index].positions:
+                index = next((i for i, f in enumerate(findings) if f.positions), None)
+            if index is None:
+                self.notify("no finding names token positions", timeout=3)
+                return
+            self._go_to_position(index, 0)
+            return
+        index, at = self.chosen
+        self._go_to_position(index, (at + step) % len(findings[index].positions), stepped=True)
+
+    def _go_to_position(self, index: int, at: int, stepped: bool = False) -> None:
+        """Jump to one position of a finding; say which of how many (a first jump to a lone one says nothing)."""
+        finding = self.data.analysis.findings[index]
+        self.chosen = (index, at)
+        self.jump_to(finding.positions[at])
+        count = len(finding.positions)
+        if count > 1 or stepped:
+            self.app.clear_notifications()
+            where = f"position {at + 1} of {count} (enter or N next, P previous)" if count > 1 else "its only position"
+            self.notify(f"{finding.code}: {where}", timeout=3)
+
+    def _finding_index(self, option_id: str | None) -> int | None:
         if not option_id or not option_id.startswith("finding-") or option_id == "finding-none":
             return None
-        return self.data.analysis.findings[int(option_id.split("-", 1)[1])]
+        return int(option_id.split("-", 1)[1])
+
+    def _finding(self, option_id: str | None):
+        index = self._finding_index(option_id)
+        return self.data.analysis.findings[index] if index is not None else None
 
     def jump_to(self, position: int) -> None:
         """Move the cursor (and the view) to an absolute position and focus the served pane."""
