@@ -24,6 +24,8 @@ from typing import Any
 
 import orjson
 
+from tokview.untrusted_text import storable
+
 SAMPLES_SUFFIX = ".samples.jsonl"
 FAILURES_SUFFIX = ".failures.jsonl"
 STALE_TMP_S = 3600.0
@@ -51,7 +53,8 @@ def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
     orjson refuses the record, and that exception once killed a batch's writer thread. Such a record is
     written with each lone surrogate as the six characters of its escape (`\\ud800`): what the server's
     body said, readable by a person debugging the server, and never mistaken for real text (a real
-    U+FFFD would hide which code unit it was). Everything else in the record is kept as it was."""
+    U+FFFD would hide which code unit it was; `untrusted_text.storable`, as for reasons). Everything else
+    in the record is kept as it was."""
     out = []
     for r in records:
         try:
@@ -65,11 +68,7 @@ def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
 def _escape_surrogates(value: Any) -> Any:
     """`value` with every str (dict keys too) that holds a lone surrogate replaced by its escaped form."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return storable(value)
     if isinstance(value, dict):
         return {_escape_surrogates(k): _escape_surrogates(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
