@@ -1,0 +1,110 @@
+"""A real full disk: a 20 MB tmpfs holds the store while a batch fills it (issue 26's disk-full matrix).
+
+The batch must stop by itself with the documented exit code (1: "a run that stopped early (disk full …)")
+and a one-line reason, keep what it generated, and, once space is freed, a re-run must complete with
+nothing lost, duplicated or corrupted compared with a clean run on a roomy disk. Readers (`stats`) work
+on the full disk too. Needs `mount -t tmpfs` (root, or a container allowed to mount); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+PROMPTS = 60
+FREE_AFTER_BALLAST = 700_000
+"""Bytes left free once the store exists: room for some samples, not for all of them."""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 20 MB tmpfs, unmounted afterwards whatever happens."""
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    tried = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)], capture_output=True, text=True
+    )
+    if tried.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {tried.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+
+
+def batch(url: str, prompts: Path, db: Path) -> subprocess.CompletedProcess:
+    argv = [*TOKVIEW, "batch", str(prompts), "--server", url, "--db", str(db), "--workers", "1"]
+    argv += ["--concurrency", "4", "--max-new-tokens", "96", "--summary-json"]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def content(db: Path) -> dict[str, tuple[Any, ...]]:
+    with Store(db) as store:
+        rows = store.query("SELECT sample_id, prompt_id, prompt_ids, output_ids, list_sort(codes) FROM samples")
+    assert len({r[1] for r in rows}) == len(rows), "a prompt stored twice"
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A ballast file taking all but `leave` bytes of the disk."""
+    ballast = disk / "ballast"
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(ballast, "wb") as f:
+        f.truncate(0)
+        chunk = b"\0" * (1 << 20)
+        left = free - leave
+        while left > 0:
+            left -= f.write(chunk[: min(len(chunk), left)])
+    return ballast
+
+
+def test_a_batch_on_a_full_disk_stops_with_exit_1_and_a_rerun_after_freeing_space_loses_nothing(small_disk, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [
+        {"id": f"d{i:03d}", "messages": [{"role": "user", "content": f"Fill question {i}?"}]} for i in range(PROMPTS)
+    ]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = small_disk / "full.duckdb"
+    with start_simulator(SimConfig(kind="vllm", seed=3)) as sim:
+        reference = batch(sim.url, prompts, tmp_path / "ref.duckdb")
+        assert reference.returncode == 0, reference.stderr
+        expected = content(tmp_path / "ref.duckdb")
+        Store(db).close()  # the store exists; the samples will not all fit
+        ballast = fill(small_disk, FREE_AFTER_BALLAST)
+
+        stopped = batch(sim.url, prompts, db)
+        assert stopped.returncode == 1, (stopped.returncode, stopped.stderr)
+        assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr, stopped.stderr
+        assert "no space left on device" in stopped.stderr, stopped.stderr
+        summary = json.loads(stopped.stdout)
+        assert summary["stopped"] and summary["exit_code"] == 1, summary
+        reading = subprocess.run(
+            [*TOKVIEW, "stats", "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert reading.returncode == 0, reading.stderr  # the landed samples can still be read on a full disk
+
+        ballast.unlink()
+        done = batch(sim.url, prompts, db)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["balanced"] and summary["failed"] == 0, summary
+    assert 0 < summary["resumed"] < PROMPTS, summary  # the full disk stopped it part way, and kept that part
+    got = content(db)
+    lost = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    corrupted = sorted(sid for sid in set(got) & set(expected) if got[sid] != expected[sid])
+    assert (lost, extra, corrupted) == ([], [], []), f"lost {lost}, not in the reference {extra}, differ {corrupted}"
+    parts = Path(f"{db}.parts")
+    left = sorted(p.name for p in parts.rglob("*") if p.is_file() and not p.name.endswith(".tmp"))
+    assert left == [], f"parts left unlanded or set aside as damaged: {left}"
