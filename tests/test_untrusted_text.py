@@ -308,3 +308,51 @@ def test_an_echoed_basic_credential_is_neither_stored_nor_shown(vllm_sim, tmp_pa
     assert shown.returncode == 0, shown.stderr
     for text in (*raw, shown.stdout.decode()):
         assert token not in text and token.rstrip("=") not in text and "pw-s3cret" not in text  # … masked
+
+
+def escapes_in_text_and_model(choice: dict[str, Any]) -> None:
+    if isinstance(choice.get("text"), str):
+        choice["text"] = "\x1b]0;pwned\x07\x1b[2J" + choice["text"]
+
+
+def test_escape_sequences_in_a_stored_answer_are_shown_not_run(vllm_sim, tmp_path):
+    def mutate(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        status, body = rewrite_answers(escapes_in_text_and_model)(path, status, body, headers)
+        if path in GENERATE_PATHS and status == 200:
+            answer = json.loads(body)
+            answer["model"] = "evil\x1b]0;pwned\x07\x9b2J"
+            body = json.dumps(answer, ensure_ascii=False).encode()
+        return status, body
+
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, mutate) as url:
+        done = batch(url, db, limit=1)
+    assert done.returncode == 0, done.stderr
+    assert_terminal_safe(done.stderr)
+    with Store(db) as store:
+        sample_id, text = store.query("SELECT sample_id, text FROM samples")[0]
+    assert text.startswith("\x1b]0;pwned\x07")  # stored as the server sent it: a model may emit such bytes
+    shown = tokview("show", sample_id, "--db", str(db))
+    assert shown.returncode == 0, shown.stderr
+    assert_terminal_safe(shown.stdout + shown.stderr)
+    stats = tokview("stats", "--db", str(db), "--samples")
+    assert_terminal_safe(stats.stdout + stats.stderr)
+
+
+def test_the_app_s_token_pieces_show_c1_controls_and_lone_surrogates_as_escapes():
+    """A byte-level token decodes to U+009B (CSI on a terminal that reads C1); an older store may hold a
+    lone surrogate: the app's panes show both as text, never send them to the terminal."""
+    from tokview.ui.display import visible
+
+    assert visible("a\x9b2Jb\ud800c") == "a\\x9b2Jb\\ud800c"
+    assert visible("\x00\x1b\x7f é") == "␀␛␡·é"  # as before: C0 and DEL as their glyphs, letters kept
+
+
+def test_printable_escapes_what_acts_on_a_terminal_and_keeps_everything_else():
+    from tokview.untrusted_text import printable, printable_line, storable
+
+    hostile = "ok é ✓\n\tnul\x00 esc\x1b[2J bel\x07 del\x7f csi\x9b1m sur\ud800"
+    assert printable(hostile) == "ok é ✓\n\tnul\\x00 esc\\x1b[2J bel\\x07 del\\x7f csi\\x9b1m sur\\ud800"
+    assert printable_line("a\nb\tc") == "a\\nb\\tc"
+    assert storable(hostile) == hostile.replace("\ud800", "\\ud800")
+    assert storable(hostile).encode("utf-8")  # a part, a column and a terminal all take it

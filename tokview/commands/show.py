@@ -9,6 +9,7 @@ import json
 import sys
 
 from tokview.errors import UserError
+from tokview.untrusted_text import printable
 
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
 
@@ -75,7 +76,8 @@ def run(args) -> int:
         json.dump(out, sys.stdout, default=str)
         print()
         return 0
-    print(render(stored, analysis, tokenizer, args.start, args.count))
+    # the text and model name came from a server: an escape sequence in them is shown, never run
+    print(printable(render(stored, analysis, tokenizer, args.start, args.count)))
     return 0
 
 

@@ -18,6 +18,7 @@ from rich.cells import cell_len
 
 from tokview.core import segments as seg
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
+from tokview.untrusted_text import printable
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -60,7 +61,9 @@ GAP_CHAR = "░"
 
 
 def visible(text: str) -> str:
-    """Whitespace and control characters as visible glyphs; a raw \\t or \\r would corrupt a line."""
+    """Whitespace and control characters as visible glyphs; a raw \\t or \\r would corrupt a line. C1
+    controls (a byte-level token can decode to U+009B, CSI) and lone surrogates (which no terminal can be
+    sent) are shown as escapes by `printable`."""
     out = []
     for ch in text:
         mapped = _VISIBLE.get(ch)
@@ -70,7 +73,7 @@ def visible(text: str) -> str:
             out.append(chr(0x2400 + ord(ch)))  # ␀ ␁ … ␟
         else:
             out.append(ch)
-    return "".join(out) or "∅"
+    return printable("".join(out)) or "∅"
 
 
 @dataclass
