@@ -105,10 +105,11 @@ def failure_reasons(db: Path) -> list[str]:
 
 
 # -- item 1: a lone surrogate in a server's error body -------------------------------------------------
-def test_every_request_failing_with_a_lone_surrogate_is_recorded_and_exits_3(vllm_sim, tmp_path):
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "workers-2"])
+def test_every_request_failing_with_a_lone_surrogate_is_recorded_and_exits_3(vllm_sim, tmp_path, workers):
     db = tmp_path / "s.duckdb"
     with proxy(vllm_sim.url, hostile_500) as url:
-        done = batch(url, db)
+        done = batch(url, db, *workers)
     assert done.returncode == 3, done.stderr
     assert_no_traceback(done.stderr + done.stdout)
     assert b"ok 0 + failed 4 + skipped 0 = 4 of input 4 (balanced)" in done.stderr
@@ -356,3 +357,28 @@ def test_printable_escapes_what_acts_on_a_terminal_and_keeps_everything_else():
     assert printable_line("a\nb\tc") == "a\\nb\\tc"
     assert storable(hostile) == hostile.replace("\ud800", "\\ud800")
     assert storable(hostile).encode("utf-8")  # a part, a column and a terminal all take it
+
+
+def test_a_lone_surrogate_elsewhere_in_an_answer_is_stored_exactly_and_shown(vllm_sim, tmp_path):
+    """Not in the output text (that is a malformed answer): in a field tokview does not read. The body is
+    stored as JSON whose escape reads back as the same string, and `show --json` prints it."""
+
+    def mutate(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if path in GENERATE_PATHS and status == 200:
+            answer = json.loads(body)
+            answer["system_fingerprint"] = "fp-\ud800-\x1b[2J"
+            body = json.dumps(answer).encode()
+        return status, body
+
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, mutate) as url:
+        done = batch(url, db, limit=2)
+    assert done.returncode == 0, done.stderr
+    with Store(db) as store:
+        sample_id = store.query("SELECT sample_id FROM samples ORDER BY sample_id LIMIT 1")[0][0]
+        assert store.count_samples() == 2
+        assert store.load_sample(sample_id).capture.raw_response["system_fingerprint"] == "fp-\ud800-\x1b[2J"
+    shown = tokview("show", sample_id, "--db", str(db), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert_terminal_safe(shown.stdout + shown.stderr)
+    assert json.loads(shown.stdout)["capture"]["raw_response"]["system_fingerprint"] == "fp-\ud800-\x1b[2J"
