@@ -6,6 +6,7 @@ page of 100,000 samples is a column scan, never a join or a fetch of id arrays.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
@@ -56,13 +57,47 @@ def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
         parts.append("mean_nll <= ?")
         params.append(float(f.max_nll))
     if f.text:
-        # ESCAPE: DuckDB's ILIKE has no escape character unless told, so "_gen0" (any sample id) matched nothing;
-        # `text` is the only answer a raw-mode capture keeps
-        fields = ("sample_id", "prompt_id", "content", "reasoning", "text")
-        parts.append("(" + " OR ".join(f"{c} ILIKE ? ESCAPE '\\'" for c in fields) + ")")
-        like = "%" + f.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        params.extend([like] * len(fields))
+        clause, values = text_search(f.text)
+        parts.append(clause)
+        params.extend(values)
     return (" WHERE " + " AND ".join(parts)) if parts else "", params
+
+
+SEARCHED_COLUMNS = ("sample_id", "prompt_id", "content", "reasoning", "text")
+"""`text` is the only answer a raw-mode capture keeps."""
+PROMPT_TEXT = (
+    "array_to_string(list_filter(json_extract_string(messages, '$[*].content'), "
+    "lambda c: NOT starts_with(c, '[{\"type\"')), chr(10)) || chr(10) || "
+    "array_to_string(json_extract_string(messages, '$[*].content[*].text'), chr(10))"
+)
+"""The prompt's text: each turn's content string, and the text of content given as parts (whose JSON, which
+`$[*].content` also returns, is left out). Never the JSON itself: "user" or "role" would find every sample."""
+LIVE_NOTES_AND_TAGS = (
+    "sample_id IN (SELECT v.sample_id FROM verdicts v WHERE NOT v.undone AND (v.note ILIKE ? ESCAPE '\\' "
+    "OR (array_to_string(v.tags, chr(31)) ILIKE ? ESCAPE '\\' AND (v.kind = 'note' OR v.seq = "
+    "(SELECT max(w.seq) FROM verdicts w WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone)))))"
+)
+"""A sample whose live notes or tags hold the text, as `load_sample` reads them: every note not undone, the tags
+of notes not undone and of the latest verdict not undone (tags joined by a character nobody types)."""
+
+
+def like_pattern(text: str) -> str:
+    """A case-insensitive substring pattern for ILIKE … ESCAPE '\\': `_` and `%` are literal (a pasted
+    sample id holds `_`, and ILIKE has no escape character unless told)."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def text_search(text: str) -> tuple[str, list[Any]]:
+    """The search box's condition: ids, the answer fields, the prompt's text, the notes and the tags.
+
+    The prompt is stored as JSON: a plain ILIKE on it (its text JSON-escaped) goes first, so the turns are
+    read out of the JSON only for the few samples that can match (100,000 prompts: ~0.05 s, not ~0.2 s)."""
+    like = like_pattern(text)
+    escaped = like_pattern(json.dumps(text, ensure_ascii=False)[1:-1])
+    columns = [f"{c} ILIKE ? ESCAPE '\\'" for c in SEARCHED_COLUMNS]
+    prompt = f"(messages ILIKE ? ESCAPE '\\' AND {PROMPT_TEXT} ILIKE ? ESCAPE '\\')"
+    clause = "(" + " OR ".join([*columns, prompt, LIVE_NOTES_AND_TAGS]) + ")"
+    return clause, [*([like] * len(columns)), escaped, like, like, like]
 
 
 def order_clause(order_by: str | None) -> str:
