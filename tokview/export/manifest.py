@@ -18,6 +18,20 @@ from tokview.export.specforge_template import BUILTIN_WARNING
 from tokview.export.trainers import section
 from tokview.store import Store
 
+_REGISTER_SENTENCE = " Register the .specforge_template.json written beside this file."
+
+
+def builtin_template_warning(fmt: str, template_name: str | None) -> str:
+    """The warning against SpecForge's built-in Kimi templates, ending with what this export offers instead:
+    only the specforge format writes a template to register (the speculators manifest told its reader to
+    register one that was never written)."""
+    base = BUILTIN_WARNING.removesuffix(_REGISTER_SENTENCE)
+    if template_name:
+        return f"{base} Register {template_name}, written beside this file."
+    if fmt == "speculators":
+        return f"{base} This file needs no template: set data.prompts_path to it (input_ids and loss_mask as served)."
+    return f"{base} export --format specforge writes a template to register (a .specforge_template.json)."
+
 
 class Provenance:
     """Servers, settings, parsers and runs seen across the exported samples."""
@@ -50,7 +64,8 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
     parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
     fingerprint = tokenizer.fingerprint()
     kimi = any(name.startswith("kimi") for name in used)
-    warnings = [BUILTIN_WARNING] if kimi and fmt != "parquet" else []
+    template_name = result.template_path.name if result.template_path else None
+    warnings = [builtin_template_warning(fmt, template_name)] if kimi and fmt != "parquet" else []
     if result.template_refused and fmt != "parquet":
         warnings.append(
             f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
@@ -58,7 +73,6 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
         )
     if result.lengths is not None:
         warnings += result.lengths.warnings()
-    template_name = result.template_path.name if result.template_path else None
     counts = {
         "selected": result.selected,
         "exported": result.exported,
