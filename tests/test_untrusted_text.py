@@ -382,3 +382,22 @@ def test_a_lone_surrogate_elsewhere_in_an_answer_is_stored_exactly_and_shown(vll
     assert shown.returncode == 0, shown.stderr
     assert_terminal_safe(shown.stdout + shown.stderr)
     assert json.loads(shown.stdout)["capture"]["raw_response"]["system_fingerprint"] == "fp-\ud800-\x1b[2J"
+
+
+def huge_top_id(choice: dict[str, Any]) -> None:
+    """An alternative named `token_id:2**41` in the completions answer's top_logprobs."""
+    tops = (choice.get("logprobs") or {}).get("top_logprobs")
+    if tops:
+        tops[0] = {f"token_id:{2**41}": -0.5, **tops[0]}
+
+
+def test_an_impossible_id_among_the_logprob_alternatives_is_a_malformed_response(vllm_sim, tmp_path):
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, rewrite_answers(huge_top_id)) as url:
+        done = batch(url, db, "--logprobs", "2", limit=2)
+    assert done.returncode == 3, done.stderr
+    assert_no_traceback(done.stderr)
+    reasons = failure_reasons(db)
+    assert len(reasons) == 2 and all(r.startswith("malformed response from POST /v1/") for r in reasons), reasons
+    assert all(str(2**41) in r for r in reasons)
+    assert tokview("stats", "--db", str(db)).returncode == 0  # nothing unlandable was left behind

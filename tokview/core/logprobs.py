@@ -28,6 +28,9 @@ FLOOR = -9999.0
 """What a -inf logprob is stored as (vLLM's own convention), so JSON stays valid. A NaN or +inf is no
 probability at all: `MalformedLogprob`, never stored (as -9999 it read "mean NLL 9999", off-policy, and
 a resumed `score` skipped the sample as scored)."""
+MAX_TOKEN_ID = 2**31 - 1
+"""No tokenizer has a larger id, and the store keeps ids as 32-bit integers: a larger one is a broken answer
+(an alternative named `token_id:2199023255552` once made its whole part unlandable)."""
 DEFAULT_LOW_PROB = 0.01
 """A token the target gives less than 1% is "unlikely"; the score reports the share of such tokens."""
 
@@ -80,7 +83,7 @@ def token_id_of(token: Any) -> int:
     """vLLM's `token_id:123` (return_tokens_as_token_ids) → 123."""
     if isinstance(token, str) and token.startswith("token_id:"):
         try:
-            return int(token[len("token_id:") :])
+            return checked_id(int(token[len("token_id:") :]))
         except ValueError:
             pass
     raise LogprobShapeError(
@@ -88,11 +91,18 @@ def token_id_of(token: Any) -> int:
     )
 
 
+def checked_id(value: int) -> int:
+    """`value` when a tokenizer could have it (0 to MAX_TOKEN_ID); else MalformedLogprob."""
+    if 0 <= value <= MAX_TOKEN_ID:
+        return value
+    raise MalformedLogprob(f"a logprob names id {value}, which no vocabulary has (ids are 0 to {MAX_TOKEN_ID})")
+
+
 # -- SGLang: [logprob, id, text|null] triples --------------------------------------------------
 def _triple(entry: Any) -> tuple[float | None, int]:
     if not isinstance(entry, (list, tuple)) or len(entry) < 2 or not isinstance(entry[1], int):
         raise LogprobShapeError("a logprob entry is not [logprob, id, text]")
-    return _lp(entry[0]), entry[1]
+    return _lp(entry[0]), checked_id(entry[1])
 
 
 def _top_of(entries: Any) -> tuple[list[int], list[float]]:
@@ -219,7 +229,7 @@ def from_vllm_prompt(prompt_logprobs: Any, ids: Sequence[int], start: int, k: in
         if k > 0:
             ranked = sorted(
                 (
-                    (v.get("rank") or 10**9, int(key), _lp(v.get("logprob")))
+                    (v.get("rank") or 10**9, checked_id(int(key)), _lp(v.get("logprob")))
                     for key, v in entry.items()
                     if isinstance(v, dict)
                 ),

@@ -14,7 +14,7 @@ from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.request import normalize_finish
 from tokview.untrusted_text import has_lone_surrogate, lone_surrogates
 
-MAX_ID = 2**31 - 1
+MAX_ID = lp.MAX_TOKEN_ID
 """No tokenizer has a larger id, and the store keeps ids as 32-bit integers: a larger one is malformed."""
 
 
