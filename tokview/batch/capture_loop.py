@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,14 @@ from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.store.records import scrub_text
 
 if TYPE_CHECKING:
-    from tokview.batch.worklist import TodoQueue
+    from typing import Protocol
+
+    class Todo(Protocol):
+        """What the loop takes work from (a deque, the streamed `TodoQueue`, a `--workers` feed…); its
+        truth is whether work is left (`__len__`, or its own `__bool__`)."""
+
+        def __len__(self) -> int: ...
+        def popleft(self) -> Any: ...
 
 
 CAPTURE_SWITCH_INTERVAL_S = 0.0005
@@ -30,7 +36,7 @@ CAPTURE_SWITCH_INTERVAL_S = 0.0005
 async def capture_all(
     config: BatchConfig,
     pool: Any,
-    todo: deque | TodoQueue,
+    todo: Todo,
     writer: GroupWriter,
     cancel: asyncio.Event | None,
     report: Callable[[], None],

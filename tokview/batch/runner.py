@@ -8,9 +8,10 @@ Why it is shaped this way:
   fully stored run needs a server that answers, and an unreachable one exits 2 before the store is
   opened (the CLI passes a store opener, so no database file is left behind).
 - Finished captures go to one writer thread (`writer.py`) that analyses them and writes a group at
-  a time as a crash-safe part beside the store, landed in the database every second or so in one
-  short transaction: a kill loses at most the requests in flight plus one short group, and the
-  store is never held open, so the app, `stats` and other batches use it while the run goes on.
+  a time as a crash-safe part beside the store; each part wakes the lander (`workers.Lander`), which
+  lands it in one short transaction (at most once a second in a batch, at once in the app, and the
+  last the moment the last group is written): a kill loses at most the requests in flight plus one
+  short group, and the store is never held open, so the app, `stats` and other batches use it while the run goes on.
 - Cancelling (Ctrl-C, or the UI's cancel event) stops taking work and abandons in-flight requests;
   captures already handed to the writer are still written, so nothing half-written is left.
 - It stops early, with the reason, on a full disk (what was generated is kept for the resume) and
@@ -39,6 +40,15 @@ from tokview.core.record import sample_id_for, settings_key
 from tokview.store import Store
 from tokview.store.part_sink import StoreFull
 from tokview.store.records import scrub
+
+LANDING_S = 1.0
+"""At most one landing a second in a batch (each costs ~50 ms of CPU however small; see workers.Lander)."""
+GROUP_S = 0.25
+"""How long the writer collects answers into one part in a batch (the writer's own default)."""
+LIVE_LANDING_S = 0.05
+LIVE_GROUP_S = 0.05
+"""A live run (the app) lands each part as it is written, and writes a part every 50 ms: a sample shows
+within ~0.1 s of its answer."""
 
 
 def plan(
@@ -124,8 +134,14 @@ async def run_batch(
     prompts: list[PromptRow] | None = None,
     on_progress: Callable[[BatchProgress], None] | None = None,
     cancel: asyncio.Event | None = None,
+    live: bool = False,
+    on_landed: Callable[[int], None] | None = None,
 ) -> BatchSummary:
     """Generate every planned sample not yet in the store.
+
+    `live` (the app): each sample is landed as soon as it is written, not at most once a second, so
+    it shows within a fraction of a second of its answer; `on_landed` is told, from the landing
+    thread, how many samples each landing stored.
 
     `store` is an open Store, or a function that opens one: called only once a server has answered
     the probe, so an unreachable server never creates a database file (the caller closes it).
@@ -150,27 +166,18 @@ async def run_batch(
         )
         if finished is not None:
             return finished
-    group = None
-    if planned is not None and not config.ray and config.workers > 1:  # children start while this one loads
-        from tokview.batch.workers import WorkerGroup
-
-        group = WorkerGroup.spawn(config, worker_count(config.workers, planned.todo) - 1)
+    tokenizer, profile = config.tokenizer_and_profile()
+    pool = config.server_pool(tokenizer, profile)
     try:
-        tokenizer, profile = config.tokenizer_and_profile()
-        pool = config.server_pool(tokenizer, profile)
-        try:
-            # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
-            await unless_cancelled(pool.start(), cancel, "the servers were probed")
-            if not isinstance(store, Store):
-                store = store()
-            return await _run(config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel, group)
-        finally:
-            await pool.aclose()
+        # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
+        await unless_cancelled(pool.start(), cancel, "the servers were probed")
+        if not isinstance(store, Store):
+            store = store()
+        return await _run(
+            config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel, live, on_landed
+        )
     finally:
-        if group is not None:  # the run ended before its plan (or failed): no child outlives it
-            if not group.all_done():
-                group.cancel()
-            await asyncio.get_running_loop().run_in_executor(None, group.reap)
+        await pool.aclose()
 
 
 async def _run(
@@ -183,7 +190,8 @@ async def _run(
     profile: Any,
     on_progress: Callable[[BatchProgress], None] | None,
     cancel: asyncio.Event | None,
-    group: Any = None,
+    live: bool = False,
+    on_landed: Callable[[int], None] | None = None,
 ) -> BatchSummary:
     from tokview.batch.identity import remember_identity
 
@@ -240,49 +248,50 @@ async def _run(
         )
 
         n = 1 if store.path == ":memory:" or config.ray else worker_count(config.workers, len(todo))
-        if n > 1 and group is None:  # rows given in memory: the children start only now
-            from tokview.batch.workers import WorkerGroup
+        # One `Lander` lands every process's parts, woken by each part written (see workers.py)
+        from tokview.batch.workers import Lander, WorkFeed
 
-            group = WorkerGroup.spawn(config, n - 1)
-        # with --workers a `Lander` lands every process's parts; otherwise the writer does
-        writer = GroupWriter(store, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=group is None)
+        feed = WorkFeed(queue) if n > 1 else None
+        intake = _Intake(queue)
+        lander = Lander(
+            store,
+            every_s=LIVE_LANDING_S if live else LANDING_S,
+            on_error=feed.close if feed is not None else intake.close,  # a full disk: nobody takes more work
+            drained=(lambda: not feed) if feed is not None else (lambda: intake.drained),
+            live=live,
+            on_landed=on_landed,
+        )
+        writer = GroupWriter(
+            store,
+            profile=profile,
+            tokenizer=tokenizer,
+            run_id=run_id,
+            ingest=False,
+            on_commit=lambda _: lander.poke(),
+            group_s=LIVE_GROUP_S if live else GROUP_S,
+        )
         tallies.append(writer)
-        feed = lander = None
+        groups: list[Any] = []  # the children, once spawned
         outcomes: list[str | None] = []
         try:
-            children = 0
-            if group is not None:  # every process takes its work from one feed, as it gets ready
-                from tokview.batch.workers import Lander, WorkFeed
-
-                feed = WorkFeed(queue)
-                lander = Lander(store, on_error=feed.close, drained=lambda: not feed)
-                children = min(n - 1, len(group.procs))
-                tallies.extend(group.start(store.path, run_id, feed, children))
             if config.ray:  # the shards run as Ray tasks; this process lands what they hand back
                 from tokview.batch.ray_shards import Tally, run_on_ray
 
                 ray_tally = Tally()
                 tallies.append(ray_tally)
                 outcomes += await run_on_ray(config, store, run_id, queue, ray_tally, cancel, report)
-            elif children:
-                outcomes += await _share_with_children(config, pool, group, writer, cancel, report)
+            elif feed is not None:
+                spawn = _Spawn(config, n - 1, store.path, run_id, lander, tallies, groups)
+                outcomes += await _share_with_children(config, pool, feed, spawn, writer, cancel, report)
             else:
-                outcomes.append(await capture_all(config, pool, todo, writer, cancel, report))
+                outcomes.append(await capture_all(config, pool, intake, writer, cancel, report))
         finally:
-            if group is not None and not group.all_done():
-                group.cancel()
-            if group is not None:
-                await loop.run_in_executor(None, group.close)
-            await loop.run_in_executor(None, writer.close)  # write and land what was handed over
-            if lander is not None:
-                await loop.run_in_executor(None, lander.close)
-            if group is not None:
-                await loop.run_in_executor(None, group.reap)
+            await _shut_down(loop, groups[0] if groups else None, writer, lander)
         if feed is not None and feed.error is not None:
             raise feed.error
         summary.interrupted = "interrupted" in outcomes
         summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
-        for error in (writer.error, lander.error if lander is not None else None):
+        for error in (writer.error, lander.error):
             if error is not None:
                 if not isinstance(error, StoreFull):
                     raise error
@@ -308,37 +317,122 @@ async def _run(
     return summary
 
 
+class _Intake:
+    """A one-process run's work as `capture_all` takes it: the queue, closed at once by a landing error
+    (a full disk), and `drained` once it is empty (a flag: the lander reads it from its own thread)."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.closed = self.drained = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __len__(self) -> int:
+        return 0 if self.closed else len(self.queue)
+
+    def __bool__(self) -> bool:
+        if self.closed or self.drained:
+            return False
+        self.drained = not self.queue
+        return not self.drained
+
+    def popleft(self) -> Any:
+        return self.queue.popleft()
+
+
+class _Spawn:
+    """The children of a `--workers` run, spawned once the parent's first requests are in flight.
+
+    Why then and not before: a child's start-up (imports, tokenizer) is ~0.5 s of CPU; on two cores,
+    spawned before the parent's own start-up it slowed the parent's first requests by as much, and a
+    run's first answers are its critical path. Spawned from a thread, so the parent's event loop keeps
+    sending meanwhile; each child's parts wake the lander through its counts."""
+
+    def __init__(
+        self, config: BatchConfig, children: int, db_path: str, run_id: str, lander: Any, tallies: list, made: list
+    ) -> None:
+        self.config, self.children, self.db_path, self.run_id = config, children, db_path, run_id
+        self.lander, self.tallies, self.made = lander, tallies, made
+
+    async def __call__(self, feed: Any) -> Any:
+        from tokview.batch.workers import WorkerGroup
+
+        group = await asyncio.get_running_loop().run_in_executor(None, WorkerGroup.spawn, self.config, self.children)
+        if group is not None:
+            self.made.append(group)
+            group.on_counts = self.lander.poke
+            self.tallies.extend(group.start(self.db_path, self.run_id, feed, min(self.children, len(group.procs))))
+        return group
+
+
+async def _shut_down(loop: asyncio.AbstractEventLoop, group: Any, writer: GroupWriter, lander: Any) -> None:
+    """End a run's processes and threads, landing every part written: the children report their end
+    (or are stopped), the parts already written land while the writer analyses its last answers
+    (`flush`), and the last landing happens the moment the writer has written its last group."""
+    if group is not None and not group.all_done():
+        group.cancel()
+    if group is not None:
+        await loop.run_in_executor(None, group.close)
+    lander.flush()
+    await loop.run_in_executor(None, writer.close)
+    await loop.run_in_executor(None, lander.close)
+    if group is not None:
+        await loop.run_in_executor(None, group.reap)
+
+
 async def _share_with_children(
     config: BatchConfig,
     pool: Any,
-    group: Any,
+    feed: Any,
+    spawn: _Spawn,
     writer: GroupWriter,
     cancel: asyncio.Event | None,
     report: Callable[[], None],
 ) -> list[str | None]:
-    """This process's part of a `--workers` run: capture from the feed beside the children until every
-    child is done, taking up work a child gave back (it died or was stopped alone), and pass a cancel
-    or a stop on to them."""
+    """This process's part of a `--workers` run: capture from the feed, spawn the children once its
+    first requests are out, then capture beside them until every child is done, taking up work a
+    child gave back (it died or was stopped alone), and pass a cancel or a stop on to them."""
     from tokview.batch.workers import FeedTodo
 
-    feed = group.feed
-    todo: Any = FeedTodo(feed)
+    todo = FeedTodo(feed)
     outcomes: list[str | None] = []
+    group: Any = None
     cancelled = stopped = False
+
+    def settle(outcome: str | None) -> None:
+        nonlocal cancelled, stopped
+        if outcome is None:
+            return
+        outcomes.append(outcome)
+        if outcome == "interrupted":
+            cancelled = True
+            if group is not None:
+                group.cancel()
+        else:  # a full disk, too many failures: this process takes no more work, nor do the others
+            stopped = True
+            feed.close()
+
+    capture = asyncio.create_task(capture_all(config, pool, todo, writer, cancel, report))
+    taken = asyncio.create_task(todo.first_taken.wait())
+    try:
+        await asyncio.wait({capture, taken}, return_when=asyncio.FIRST_COMPLETED)
+        if not capture.done() and feed:  # requests are out and work is left to share
+            group = await spawn(feed)
+        settle(await capture)
+    finally:
+        taken.cancel()
+        if not capture.done():
+            capture.cancel()
+            await asyncio.gather(capture, return_exceptions=True)
+    if group is None:
+        return outcomes
     while not group.all_done() or (not cancelled and not stopped and todo):
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
             group.cancel()
         if not cancelled and not stopped and todo:
-            outcome = await capture_all(config, pool, todo, writer, cancel, report)
-            if outcome is not None:
-                outcomes.append(outcome)
-                if outcome == "interrupted":
-                    cancelled = True
-                    group.cancel()
-                else:  # a full disk, too many failures: this process takes no more work, nor do the others
-                    stopped = True
-                    feed.close()
+            settle(await capture_all(config, pool, todo, writer, cancel, report))
             continue
         await asyncio.sleep(0.02)
         report()

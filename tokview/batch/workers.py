@@ -7,10 +7,10 @@ N-1 spawned children asks it for the next chunk over a pipe when its buffer runs
 ready takes work, so all finish together: a split fixed up front left the parent idle while a child
 that started a second late (spawn, imports, tokenizer load) still worked through its share.
 
-When the plan is known before the parent loads its own tokenizer (a tokenizer met before: see
-`resume.py`), the children are spawned then, so their start-up overlaps the parent's; they wait for
-the run id before taking work, and a surplus child is told to stop. Otherwise (a first run with this
-tokenizer) they are spawned once the plan is made: a resume with nothing to do spawns none.
+Children are spawned only when the plan is big enough to pay for their start-up (`worker_count`:
+~0.5 s of CPU each, imports and a tokenizer), and only once the parent's first requests are out
+(`runner._Spawn`): spawned earlier, they took the CPU the parent's own start-up needed on a 2-core
+box, and a small run's first answers came later. A resume with nothing to do spawns none.
 Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB connections and
 threads that a fork would copy half-held.
 
@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -98,6 +99,8 @@ class FeedTodo:
     def __init__(self, feed: WorkFeed) -> None:
         self.feed = feed
         self._next: list[Any] = []
+        self.first_taken = asyncio.Event()
+        """Set when the first item is taken (its request goes out next): the children are spawned then."""
 
     def __len__(self) -> int:
         return len(self._next) + len(self.feed)
@@ -110,21 +113,32 @@ class FeedTodo:
     def popleft(self) -> Any:
         if not self:
             raise IndexError("pop from an empty feed")
+        self.first_taken.set()
         return self._next.pop()
 
 
-class Lander:
-    """Lands every process's parts in the store on a steady beat, on a thread of its own.
+DRAINED_WAIT = 2
+"""Gaps a written part waits to land once every item is taken (the run's end usually lands it first)."""
 
-    Why not the parent's writer, as in a one-process run: landing holds the writer thread (and so
-    this process's analysis) for as long as it takes, and its time grows with what piled up, so the
-    writer's rule of waiting 4x the last landing made landings ever rarer and longer with two
-    processes' parts to land, and the last one became the run's tail. Here the wait after a landing
-    is as long as the landing took (at least `every_s`): landing never takes more than half of this
-    thread's time, what piles up stays about one beat's worth, and analysis never waits for it.
-    Not faster than `every_s`: each landing costs ~50 ms of CPU however small (measured: 2,400 samples
-    landed in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing processes need; and
-    none once the feed is `drained` (a landing then would only delay the last one, which is the tail)."""
+
+class Lander:
+    """Lands every process's parts in the store, on a thread of its own, woken by new parts.
+
+    Why not the writer, as it once was: landing holds the writer thread (and so this process's
+    analysis) for as long as it takes; here analysis never waits for it. Why woken, not a beat: a beat
+    left a part written just after it unlanded for up to a second (the app showed a sample a second
+    after its answer, and a run waited for the beat it had just missed); now every written part
+    `poke`s it (the writer's `on_commit` here, a child's counts over its pipe) and it lands at once
+    unless it landed less than `every_s` ago (then at the end of that gap), and at least as long
+    after a landing as the landing took: each landing costs ~50 ms of CPU however small (measured:
+    2,400 samples landed in 1 piece took 0.76 s of CPU, in 20 pieces 1.72 s), CPU the capturing
+    processes need. The first gap counts from the start, so a short run lands once, at its end.
+    Once the feed is `drained`, only `DRAINED_WAIT` gaps after the part (a landing then would mostly
+    delay the last one, which is the tail; but answers may be slow), unless `live` (the app: a sample
+    shows as soon as it can). `close` lands what is left the
+    moment the last writer is closed; `flush` lands what is written now, once, whatever the gap (the
+    runner calls it as the last answers are analysed, so the last landing holds only the last part).
+    `on_landed` is told how many samples each landing stored."""
 
     def __init__(
         self,
@@ -132,40 +146,82 @@ class Lander:
         every_s: float = 1.0,
         on_error: Callable[[], None] = lambda: None,
         drained: Callable[[], bool] = lambda: False,
+        live: bool = False,
+        on_landed: Callable[[int], None] | None = None,
     ) -> None:
         self.store, self.every_s, self.on_error, self.drained = store, every_s, on_error, drained
+        self.live, self.on_landed = live, on_landed
         self.error: BaseException | None = None
-        self._stop = threading.Event()
+        self.landings = 0
+        """Landings made (the final one included): what the tests read."""
+        self._cond = threading.Condition()
+        self._poked_at: float | None = None  # the first part written since the last landing
+        self._flushing = self._stopping = False
+        self._next = time.monotonic() + every_s  # the earliest next landing
+        self._lock = threading.Lock()  # one landing at a time: the thread's, or the final one
         self._thread = threading.Thread(target=self._loop, daemon=True, name="tokview-lander")
         self._thread.start()
 
-    def _loop(self) -> None:
-        import time
+    def poke(self) -> None:
+        """A part was written (by this process or a child): land it soon."""
+        with self._cond:
+            if self._poked_at is None:
+                self._poked_at = time.monotonic()
+            self._cond.notify()
 
-        wait = self.every_s
-        while not self._stop.wait(wait):
-            if self.drained():  # only the work in flight is left: the landing on close takes it all at once
-                wait = self.every_s
-                continue
-            started = time.monotonic()
+    def flush(self) -> None:
+        """Land what is written now, once, without waiting for the gap (the run is ending)."""
+        with self._cond:
+            self._flushing = True
+            self._poked_at = self._poked_at or time.monotonic()
+            self._cond.notify()
+
+    def _due(self, poked_at: float) -> float:
+        """When a landing of what was poked at `poked_at` may start."""
+        if self.drained() and not self.live:  # only the work in flight is left: its end lands it all,
+            return max(self._next, poked_at + DRAINED_WAIT * self.every_s)  # unless its answers are slow
+        return self._next
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._poked_at is not None or self._stopping)
+                while not self._stopping and not self._flushing:
+                    wait = self._due(self._poked_at or 0.0) - time.monotonic()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)  # parts written meanwhile land with this one
+                if self._stopping:
+                    return
+                self._poked_at, self._flushing = None, False
             if not self._land():
                 return
-            wait = max(self.every_s, time.monotonic() - started)
 
     def _land(self) -> bool:
         from tokview.store.part_sink import StoreError
 
-        try:
-            self.store.ingest()
-        except StoreError as exc:  # a full disk: every process stops taking work (what was written stays)
-            self.error = exc
-            self.on_error()
-            return False
+        with self._lock:
+            if self.error is not None:
+                return False
+            started = time.monotonic()
+            try:
+                landed = self.store.ingest()
+            except StoreError as exc:  # a full disk: every process stops taking work (what was written stays)
+                self.error = exc
+                self.on_error()
+                return False
+            took = time.monotonic() - started
+            self._next = time.monotonic() + max(self.every_s, took)
+            self.landings += 1
+        if self.on_landed is not None and landed and landed[0]:
+            self.on_landed(landed[0])
         return True
 
     def close(self) -> None:
-        """Stop the beat and land what is left (every writer is closed by now). Blocks."""
-        self._stop.set()
+        """Stop and land what is left (every writer is closed by now). Blocks."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
         self._thread.join()
         if self.error is None:
             self._land()
@@ -211,6 +267,10 @@ class WorkerGroup:
             self.conns.append(mine)
             self.procs.append(proc)
         self.feed: WorkFeed | None = None
+        self.cancelled = False
+        """The run was cancelled: a child that ends now, however it ends, was stopped, not lost."""
+        self.on_counts: Callable[[], None] = lambda: None
+        """Called when a child reports a part written (the runner wakes its lander)."""
         self._closed = False
         self._surplus: list[Any] = []
         self._thread: threading.Thread | None = None
@@ -275,6 +335,7 @@ class WorkerGroup:
                 setattr(tally, key, message[1][key])
             tally.reasons = Counter(message[1]["reasons"])
             tally.unconfirmed = 0
+            self.on_counts()
         elif kind == "done":
             self._ended(i, ("done", message[1]))
             return True
@@ -292,7 +353,9 @@ class WorkerGroup:
         tally.leased.clear()
         if self.feed is not None and back:
             self.feed.give_back(back)
-        if how is None:
+        if how is None and self.cancelled:  # SIGTERM'd mid start-up: stopped with the run, nothing to say
+            tally.outcome = "interrupted"
+        elif how is None:
             self.procs[i].join(timeout=5)
             tally.died = (
                 f"worker {i + 1} exited with {self.procs[i].exitcode}: {len(back)} of its samples went back "
@@ -313,6 +376,7 @@ class WorkerGroup:
 
     def cancel(self) -> None:
         """Stop every child taking work: the feed closes and each gets SIGTERM (it writes what is in flight)."""
+        self.cancelled = True
         if self.feed is not None:
             self.feed.close()
         for proc in self.procs:
@@ -349,15 +413,26 @@ class WorkerGroup:
 
 
 class _Link:
-    """The child's end of its pipe: sends from any thread (the loop, the writer, the prefetcher)."""
+    """The child's end of its pipe: sends from any thread (the loop, the writer, the prefetcher).
+
+    Once the parent is gone a send does nothing (`gone` is set): the writer thread, which reports
+    each part, died of a BrokenPipeError with a traceback, and the parts it still had to write were
+    lost to the resume. Asking for work then finds the pipe closed, so the child finishes what it
+    holds, writes it (the parent's next run lands it) and ends."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.gone = False
         self._lock = threading.Lock()
 
     def send(self, message: tuple) -> None:
         with self._lock:
-            self.conn.send(message)
+            if self.gone:
+                return
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):  # a broken pipe, or our end closed
+                self.gone = True
 
 
 class RemoteTodo:
@@ -436,11 +511,10 @@ def child_main(index: int, config: Any, conn: Connection) -> None:
     link = _Link(conn)
     try:
         asyncio.run(_child(config, link))
+    except KeyboardInterrupt:  # Ctrl-C on the process group before the child's handlers were set
+        link.send(("done", "interrupted"))
     except BaseException as exc:
-        try:
-            link.send(("error", f"worker {index + 1}: {type(exc).__name__}: {exc}"))
-        except OSError:
-            pass
+        link.send(("error", f"worker {index + 1}: {type(exc).__name__}: {exc}"))
 
 
 async def _child(config: Any, link: _Link) -> None:
@@ -458,9 +532,13 @@ async def _child(config: Any, link: _Link) -> None:
         await pool.start()
         while not await loop.run_in_executor(None, link.conn.poll, 0.2):
             if cancel.is_set():
+                link.send(("done", "interrupted"))  # said, so the parent does not report a worker lost
                 return
         start = link.conn.recv()
-        if start[0] != "start" or cancel.is_set():
+        if start[0] != "start":
+            return  # a surplus child: the parent counted it done
+        if cancel.is_set():
+            link.send(("done", "interrupted"))
             return
         _, db_path, run_id = start
         writer = GroupWriter(

@@ -2,15 +2,14 @@
 
 It calls the same `run_batch` the `tokview batch` command calls, in an async worker on the app's
 loop; progress arrives through `on_progress` as coalescing messages and is shown as the CLI prints it
-(`progress_line`, then `BatchSummary.render`), samples land in the store as they are captured (the list
-recounts as they do), and Cancel sets the batch's cancel event. A run that fails (no server, unreadable
+(`progress_line`, then `BatchSummary.render`), samples land in the store as they are captured (a live run:
+each part lands as soon as it is written, and each landing recounts the list), and Cancel sets the batch's cancel event. A run that fails (no server, unreadable
 prompts) raises: the progress line says why and the app's one handler notifies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,6 +99,12 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, GenerateScreen.Progress)
 
+    class Landed(Message):
+        """Samples of the run reached the store (sent from the landing thread)."""
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, GenerateScreen.Landed)
+
     class Finished(Message):
         def __init__(self, summary: BatchSummary) -> None:
             super().__init__()
@@ -110,7 +115,6 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
         self.session = session
         self.cancel_event: asyncio.Event | None = None
         self.last_summary: BatchSummary | None = None
-        self._last_reload = 0.0
         self.url_notes: list[str] = []
         """What was changed about the typed server URL (e.g. a dropped /v1), set by build_config."""
 
@@ -271,8 +275,13 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             prompts,
             on_progress=self._post_progress,
             cancel=cancel,
+            live=True,  # each sample lands as soon as it is written: the list shows it at once
+            on_landed=self._post_landed,
         )
         self.post_message(self.Finished(summary))
+
+    def _post_landed(self, _samples: int) -> None:
+        self.post_message(self.Landed())  # from the landing thread; coalesced like progress
 
     def _post_progress(self, progress: BatchProgress) -> None:
         self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
@@ -297,10 +306,10 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
         bar = self.query_one("#bar", ProgressBar)
         bar.update(total=max(1, p.total), progress=p.done)
         self.query_one("#progress-line", Static).update(progress_line(p))  # the line `tokview batch` prints
-        now = time.monotonic()
-        if now - self._last_reload > 0.5:  # results appear in the list as they land
-            self._last_reload = now
-            self._samples_changed()
+
+    @on(Landed)
+    def _landed(self, event: Landed) -> None:
+        self._samples_changed()  # results appear in the list the moment they land
 
     @on(Finished)
     def _finished(self, event: Finished) -> None:

@@ -1,0 +1,114 @@
+"""Issue 30: a run's samples land when their part is written (the lander is woken by the part, not by a
+beat), the last landing happens as the last group is written, and `--workers` children are spawned only
+for a plan big enough, once the first requests are out. Real simulator behind a gate (`gated_sim.py`)
+that holds every answer past the first until the test opens it: no sleeps, no timing bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+from pathlib import Path
+
+from gated_sim import gated
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+
+def prompts_file(path: Path, n: int) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"l{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    return path
+
+
+async def until(condition, what: str, limit_s: float = 30.0) -> None:
+    """Wait for `condition()` (a state the run reaches by itself); fail with `what` if it never does."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not condition():
+        assert loop.time() < deadline, f"never: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_written_part_lands_while_the_rest_of_the_run_is_held(tmp_path):
+    """The first answer lands while the others are held at the server: with a landing beat that fires
+    only after a part is written, the writer waited for the next answer to land the first (forever, here)."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 3)
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=1) as (url, gate):
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=40, concurrency=2, workers=1)
+            run = asyncio.create_task(run_batch(config, store))
+            await until(lambda: store.count_samples() == 1 or run.done(), "the first sample landed")
+            assert not run.done() and gate.real == 3 and gate.answered == 1  # the others are still held
+            gate.open()
+            summary = await run
+            assert store.count_samples() == 3  # landed by the time run_batch returns, not a beat later
+    assert summary.ok == 3 and summary.balanced
+
+
+async def test_a_small_plan_spawns_no_worker(tmp_path):
+    prompts = prompts_file(tmp_path / "p.jsonl", 10)
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=1) as (url, gate):
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=40, concurrency=4, workers=2)
+            run = asyncio.create_task(run_batch(config, store))
+            await until(lambda: gate.real >= 4 or run.done(), "every slot sent a request")
+            children = multiprocessing.active_children()
+            gate.open()
+            summary = await run
+    assert children == [] and summary.ok == 10 and summary.notes == []
+
+
+async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path):
+    """A big plan spawns its child, but only after this process's first request reached the server
+    (spawned before, its start-up took the CPU the parent's own start-up needed)."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 70)
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=1) as (url, gate):
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=20, concurrency=4, workers=2)
+            run = asyncio.create_task(run_batch(config, store))
+            await until(lambda: multiprocessing.active_children() or run.done(), "a child was spawned")
+            gate.open()
+            summary = await run
+            ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
+    assert gate.first_children == 0
+    assert summary.ok == 70 and summary.balanced and len(set(ids)) == len(ids) == 70
+
+
+def test_a_kill_anywhere_in_the_shutdown_loses_nothing(tmp_path):
+    """SIGKILL `tokview batch` once its last answer has left the server, at several points of what
+    follows (analysis of the last answers, the last part, the flush, the last landing, the summary);
+    a resume then stores every sample exactly once, with balanced accounting."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    n = 12
+    prompts = prompts_file(tmp_path / "p.jsonl", n)
+    cli = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=10**6) as (url, gate):
+        gate.open()
+        for k, after_s in enumerate((0.0, 0.02, 0.06, 0.15)):
+            db = tmp_path / f"k{k}.duckdb"
+            argv = [*cli, "batch", str(prompts), "--server", url, "--db", str(db), "--max-new-tokens", "40"]
+            argv += ["--workers", "1", "--concurrency", "4", "--summary-json"]
+            start = gate.answered
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 60
+            while gate.answered < start + n and proc.poll() is None:
+                assert time.monotonic() < deadline, "the run never got its answers"
+                time.sleep(0.002)
+            time.sleep(after_s)
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=30)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-800:]
+            summary = json.loads(done.stdout.strip().splitlines()[-1])
+            assert summary["balanced"] and summary["resumed"] + summary["ok"] == n, summary
+            with Store(db) as store:
+                ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
+            assert len(ids) == len(set(ids)) == n, (after_s, len(ids))

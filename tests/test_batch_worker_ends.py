@@ -1,0 +1,73 @@
+"""Issue 26 (low): how a `--workers` child ends when the run is interrupted or its parent is gone.
+Real children, a real simulator; the parent's side is driven through `WorkerGroup` and `run_batch`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import time
+from collections import deque
+from pathlib import Path
+
+from gated_sim import gated
+
+from tokview.batch import BatchConfig, plan, read_prompts, run_batch
+from tokview.batch.workers import WorkerGroup, WorkFeed
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+from tokview.store.parts import parts_dir
+
+
+def prompts_file(path: Path, n: int) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"e{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    return path
+
+
+async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path):
+    """Cancelled once the run is generating, its child still starting: the child is stopped with the run, which says
+    'interrupted', not 'worker 1 exited with 0' (or -15) as if it had been lost."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 200)
+    cancel = asyncio.Event()
+    sim_config = SimConfig(kind="vllm", quirks={"latency": 0.05})
+    with start_simulator(sim_config) as sim, gated(sim.url, free=10**6) as (url, gate):
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=20, concurrency=2, workers=2)
+            run = asyncio.create_task(run_batch(config, store, cancel=cancel))
+            deadline = time.monotonic() + 60
+            while not (multiprocessing.active_children() and gate.real) and not run.done():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
+            cancel.set()
+            summary = await run
+    assert summary.interrupted and summary.balanced, summary.render()
+    assert not any("exited with" in note or "stopped on its own" in note for note in summary.notes), summary.notes
+    assert summary.stopped is None
+
+
+def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_path, capfd):
+    """The parent's end of the pipe closes mid-run (what a dead parent looks like to the child): the child
+    writes what it holds, ends with exit code 0 and no BrokenPipeError traceback from its writer thread."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 64)
+    rows, _ = read_prompts(prompts)
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim:
+        config = BatchConfig(servers=[sim.url], max_new_tokens=20, concurrency=2)
+        identity = {"model": "tokview-sim", "tokenizer": "x", "profile": "y"}
+        items, _ = plan(rows, config, config.sample_settings(identity))
+        group = WorkerGroup(config, 1)
+        feed = WorkFeed(deque(items))
+        (tally,) = group.start(str(db), "run-x", feed, 1)
+        deadline = time.monotonic() + 60
+        while tally.taken == 0:
+            assert time.monotonic() < deadline, "the child never took work"
+            time.sleep(0.005)
+        group.conns[0].close()  # the parent is gone, as far as the child can tell
+        group.procs[0].join(timeout=60)
+        code = group.procs[0].exitcode
+    err = capfd.readouterr().err
+    assert code == 0 and "Traceback" not in err and "BrokenPipeError" not in err, err[-1500:]
+    written = [p for p in parts_dir(db).iterdir() if p.name.endswith(".jsonl")] if parts_dir(db).exists() else []
+    assert written  # what it captured is on disk for the parent's next run to land
