@@ -295,7 +295,10 @@ def test_a_failure_later_captured_is_not_in_errors_jsonl(store, tmp_path):
 
 
 def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
-    from tokview.export.formats import JSONL_FORMATS, specforge_row
+    from dataclasses import replace
+
+    from tokview.export.formats import specforge_row
+    from tokview.export.registry import FORMATS
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -307,7 +310,7 @@ def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
         rows.append(item.sample_id)
         return specforge_row(item, prof, tok)
 
-    monkeypatch.setitem(JSONL_FORMATS, "specforge", fails_on_the_second_row)
+    monkeypatch.setitem(FORMATS, "specforge", replace(FORMATS["specforge"], build_row=fails_on_the_second_row))
     # one row is already in the temp file: an ExportError (one line for the CLI and the app), no file left
     with pytest.raises(ExportError, match="No space left"):
         _export(store, "specforge", out_dir / "sf.jsonl")

@@ -22,15 +22,18 @@ from tokview.errors import UserError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.export import FORMATS, SELECTIONS
+    from tokview.export.registry import DEFAULT_FORMAT
 
     p = sub.add_parser(
         "export",
-        help="write samples as speculators / SpecForge / ShareGPT / Kimi inline / Parquet",
+        help="write samples as " + " / ".join(f.label for f in FORMATS.values()),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
-    p.add_argument("--format", default="speculators", choices=FORMATS, help="default: speculators (token-exact)")
+    p.add_argument(
+        "--format", default=DEFAULT_FORMAT, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)"
+    )
     p.add_argument("--out", required=True, help="output file (.jsonl, or .parquet for parquet); - for stdout")
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
     p.add_argument(

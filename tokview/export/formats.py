@@ -1,4 +1,5 @@
-"""One exported row per sample, in the shape each trainer reads (pipelines.md §7).
+"""One exported row per sample, in the shape each trainer reads (pipelines.md §7); `registry` says which
+builder each format uses.
 
 The speculators row is token-exact: `input_ids` are the served prompt ids + output ids, nothing
 re-derived. The text formats (SpecForge, ShareGPT, Kimi inline) take their reasoning and answer
@@ -9,7 +10,6 @@ the server's reasoning/content split, which a parser may have got wrong.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,13 +214,3 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
     return {**_row_id(item), "conversations": _history(item) + [{"role": "assistant", "content": content}]}
-
-
-RowBuilder = Callable[[ExportItem, ModelProfile, Any], dict[str, Any]]
-JSONL_FORMATS: dict[str, RowBuilder] = {
-    "speculators": speculators_row,
-    "specforge": specforge_row,
-    "sharegpt": sharegpt_row,
-    "kimi-inline": kimi_inline_row,
-}
-FORMATS = (*JSONL_FORMATS, "parquet")

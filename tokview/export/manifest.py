@@ -14,23 +14,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tokview.export.output import Plan
+from tokview.export.registry import FORMATS, ExportFormat, Rows
 from tokview.export.specforge_template import BUILTIN_WARNING
 from tokview.export.trainers import section
 from tokview.store import Store
 
-_REGISTER_SENTENCE = " Register the .specforge_template.json written beside this file."
 
-
-def builtin_template_warning(fmt: str, template_name: str | None) -> str:
+def builtin_template_warning(fmt: ExportFormat, template_name: str | None) -> str:
     """The warning against SpecForge's built-in Kimi templates, ending with what this export offers instead:
-    only the specforge format writes a template to register (the speculators manifest told its reader to
-    register one that was never written)."""
-    base = BUILTIN_WARNING.removesuffix(_REGISTER_SENTENCE)
+    only a format with the template sidecar writes a template to register (the speculators manifest told its
+    reader to register one that was never written)."""
     if template_name:
-        return f"{base} Register {template_name}, written beside this file."
-    if fmt == "speculators":
-        return f"{base} This file needs no template: set data.prompts_path to it (input_ids and loss_mask as served)."
-    return f"{base} export --format specforge writes a template to register (a .specforge_template.json)."
+        return f"{BUILTIN_WARNING} Register {template_name}, written beside this file."
+    if fmt.rows is Rows.IDS:
+        return (
+            f"{BUILTIN_WARNING} This file needs no template: set data.prompts_path to it (input_ids and loss_mask "
+            "as served)."
+        )
+    writer = next(f.name for f in FORMATS.values() if f.writes_template)
+    return f"{BUILTIN_WARNING} export --format {writer} writes a template to register (a .specforge_template.json)."
 
 
 class Provenance:
@@ -57,7 +59,7 @@ class Provenance:
         self.finish[str(capture.finish_reason)] += 1
 
 
-def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str, Any]:
+def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: Any) -> dict[str, Any]:
     seen, profiles, tokenizer = result.seen, result.profiles, result.tokenizer
     runs = [r for r in store.runs() if r["run_id"] in seen.runs]
     used = sorted({p.name for p in profiles.cache.values()})
@@ -65,8 +67,8 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
     fingerprint = tokenizer.fingerprint()
     kimi = any(name.startswith("kimi") for name in used)
     template_name = result.template_path.name if result.template_path else None
-    warnings = [builtin_template_warning(fmt, template_name)] if kimi and fmt != "parquet" else []
-    if result.template_refused and fmt != "parquet":
+    warnings = [builtin_template_warning(fmt, template_name)] if kimi and fmt.uses_template else []
+    if result.template_refused and fmt.uses_template:
         warnings.append(
             f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
             "train on the speculators export through data.prompts_path"
@@ -85,7 +87,7 @@ def build_manifest(store: Store, fmt: str, plan: Plan, result: Any) -> dict[str,
         counts["left_out"] = result.left_out
     return {
         "tokview_export": 2,
-        "format": fmt,
+        "format": fmt.name,
         "data": plan.name,
         "data_sha256": result.data_sha256,
         "data_bytes": result.data_bytes,

@@ -25,8 +25,9 @@ BUILTIN_WARNING = (
     "Do not train this file with SpecForge's built-in kimi-k2-thinking or kimi-k2-instruct templates: "
     "kimi-k2-thinking injects a system turn ('You are a helpful assistant.') into every row without one and starts "
     "the loss mask at the pre-filled <think>, which the model never generated; kimi-k2-instruct renders "
-    "<think></think> and drops the reasoning. Register the .specforge_template.json written beside this file."
+    "<think></think> and drops the reasoning."
 )
+"""The manifest ends it with what the export offers instead (see `manifest.builtin_template_warning`)."""
 
 
 class TemplateRefused(ValueError):

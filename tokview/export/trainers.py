@@ -11,20 +11,37 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tokview.export import rerender as rr
 
-SPECFORGE_PATH = "specforge"
-RENDER_PATH = "speculators_render"
-PREFORMATTED_PATH = "specforge_preformatted_text"
-TEXT_FORMATS = ("specforge", "sharegpt", "kimi-inline")
+if TYPE_CHECKING:
+    from tokview.export.registry import ExportFormat
 
 
-TRAINER_LIMITS = {"speculators": ("--seq-length", rr.SPECULATORS_SEQ_LENGTH), "specforge": ("data.max_length", 2048)}
-"""Each trainer's default maximum sequence length (speculators c05b95b `prepare_data.py --seq-length`,
-SpecForge a6b6b02 `data.max_length`): both cut a longer row to it, on every path, so the end of its
-answer (the stop id included) is never trained, while the row still looks healthy."""
+@dataclass(frozen=True)
+class Trainer:
+    """A trainer that reads exports, and the maximum sequence length its default cuts rows to.
+
+    speculators c05b95b `prepare_data.py --seq-length`, SpecForge a6b6b02 `data.max_length`: both cut a
+    longer row to it, on every path, so the end of its answer (the stop id included) is never trained,
+    while the row still looks healthy."""
+
+    name: str
+    length_setting: str
+    default_length: int
+
+    def length_flag(self, n_ids: int) -> str:
+        """The setting as its command line writes it: ` --seq-length N` or ` data.max_length=N`."""
+        setting = self.length_setting
+        return f" {setting} {n_ids}" if setting.startswith("--") else f" {setting}={n_ids}"
+
+
+SPECULATORS = Trainer("speculators", "--seq-length", rr.SPECULATORS_SEQ_LENGTH)
+SPECFORGE = Trainer("specforge", "data.max_length", 2048)
+TRAINERS = (SPECULATORS, SPECFORGE)
 
 
 class Lengths:
@@ -38,83 +55,97 @@ class Lengths:
     def add(self, n_ids: int) -> None:
         self.rows += 1
         self.longest = max(self.longest, n_ids)
-        for trainer, (_, limit) in TRAINER_LIMITS.items():
-            self.over[trainer] += n_ids > limit
+        for trainer in TRAINERS:
+            self.over[trainer.name] += n_ids > trainer.default_length
 
     def summary(self) -> dict[str, Any]:
         return {
             "longest_row_ids": self.longest,
             **{
-                trainer: {"setting": setting, "default": limit, "rows_longer": self.over[trainer]}
-                for trainer, (setting, limit) in TRAINER_LIMITS.items()
+                t.name: {"setting": t.length_setting, "default": t.default_length, "rows_longer": self.over[t.name]}
+                for t in TRAINERS
             },
         }
 
     def warnings(self) -> list[str]:
         out = []
-        for trainer, (setting, limit) in TRAINER_LIMITS.items():
-            if self.over[trainer]:
+        for t in TRAINERS:
+            if self.over[t.name]:
                 out.append(
-                    f"{self.over[trainer]} of {self.rows} rows are longer than {trainer}'s default {setting} "
-                    f"{limit} (the longest: {self.longest} ids): set {setting} to at least {self.longest}, or "
-                    f"{trainer} cuts them and never trains the end of their answers"
+                    f"{self.over[t.name]} of {self.rows} rows are longer than {t.name}'s default {t.length_setting} "
+                    f"{t.default_length} (the longest: {self.longest} ids): set {t.length_setting} to at least "
+                    f"{self.longest}, or {t.name} cuts them and never trains the end of their answers"
                 )
         return out
 
-    def setting(self, trainer: str) -> str:
+    def setting(self, trainer: Trainer) -> str:
         """The flag a trainer's exact command needs so no row is cut ('' when its default holds every row)."""
-        name, limit = TRAINER_LIMITS[trainer]
-        if self.longest <= limit:
-            return ""
-        return f" {name} {self.longest}" if name.startswith("--") else f" {name}={self.longest}"
+        return "" if self.longest <= trainer.default_length else trainer.length_flag(self.longest)
+
+
+@dataclass(frozen=True)
+class RerenderPath:
+    """One way a trainer re-reads an exported row (its name is the manifest's `rerender` key)."""
+
+    name: str
+    needs_template: bool
+    """Read through the SpecForge ChatTemplate derived from the served layout: counted only when there is one."""
+    outcome: Callable[[dict[str, Any], rr.Rendered, Any, dict[str, Any] | None, dict[str, Any]], str]
+    """(row, served ids and mask, tokenizer, template, served template kwargs) -> an `rr.OUTCOMES` value."""
+
+
+def _speculators_render(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, _t: Any, kwargs: Any) -> str:
+    return rr.compare_render_rows(served, rr.render_boundaries(row["conversations"], tokenizer, kwargs))
+
+
+def _specforge_parse(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, template: Any, _k: Any) -> str:
+    return rr.compare(served, rr.specforge_parse(row, template, tokenizer))
+
+
+def _specforge_preformatted(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, template: Any, _k: Any) -> str:
+    return rr.compare(served, rr.specforge_mask(row["text"], template, tokenizer))
+
+
+SPECFORGE_PATH = RerenderPath("specforge", True, _specforge_parse)
+RENDER_PATH = RerenderPath("speculators_render", False, _speculators_render)
+PREFORMATTED_PATH = RerenderPath("specforge_preformatted_text", True, _specforge_preformatted)
+TEXT_ROW_PATHS = (SPECFORGE_PATH, RENDER_PATH)
+"""A conversation row: SpecForge's own parse with the derived template, and speculators' render endpoint."""
 
 
 class Conformance:
-    """Re-renders each written row through the trainers' paths and counts the outcomes."""
+    """Re-renders each written row through the trainer paths its format names and counts the outcomes."""
 
-    def __init__(self, fmt: str, tokenizer: Any, template: dict[str, Any] | None) -> None:
-        self.fmt, self.tokenizer, self.template = fmt, tokenizer, template
+    def __init__(self, rerender: tuple[RerenderPath, ...], tokenizer: Any, template: dict[str, Any] | None) -> None:
+        self.rerender, self.tokenizer, self.template = rerender, tokenizer, template
         self.outcomes: dict[str, Counter[str]] = {}
         self.examples: dict[str, list[str]] = {}
 
-    def paths(self) -> list[str]:
-        if self.fmt in TEXT_FORMATS:
-            return [SPECFORGE_PATH, RENDER_PATH] if self.template else [RENDER_PATH]
-        if self.fmt == "speculators" and self.template:
-            return [PREFORMATTED_PATH]
-        return []
+    def paths(self) -> list[RerenderPath]:
+        return [p for p in self.rerender if self.template or not p.needs_template]
 
     def check(self, row: dict[str, Any], served: rr.Rendered, kwargs: dict[str, Any]) -> dict[str, str]:
         out = {}
         for path in self.paths():
-            if path == RENDER_PATH:
-                outcome = rr.compare_render_rows(
-                    served, rr.render_boundaries(row["conversations"], self.tokenizer, kwargs)
-                )
-            elif self.template is None:  # paths() names the template's paths only when there is one
-                continue
-            elif path == SPECFORGE_PATH:
-                outcome = rr.compare(served, rr.specforge_parse(row, self.template, self.tokenizer))
-            else:
-                outcome = rr.compare(served, rr.specforge_mask(row["text"], self.template, self.tokenizer))
-            self.outcomes.setdefault(path, Counter())[outcome] += 1
-            if not rr.is_exact(outcome) and len(self.examples.setdefault(path, [])) < 5:
-                self.examples[path].append(str(row.get("id")))
-            out[path] = outcome
+            outcome = path.outcome(row, served, self.tokenizer, self.template, kwargs)
+            self.outcomes.setdefault(path.name, Counter())[outcome] += 1
+            if not rr.is_exact(outcome) and len(self.examples.setdefault(path.name, [])) < 5:
+                self.examples[path.name].append(str(row.get("id")))
+            out[path.name] = outcome
         return out
 
     def summary(self) -> dict[str, Any]:
         result = {}
         for path in self.paths():
-            counts = self.outcomes.get(path, Counter())
+            counts = self.outcomes.get(path.name, Counter())
             rows = sum(counts.values())
             exact = counts[rr.EXACT] + counts[rr.EXACT_PLUS_SUFFIX]
-            result[path] = {
+            result[path.name] = {
                 "rows": rows,
                 "exact": exact,
                 "differ": rows - exact,
                 **{k: counts[k] for k in rr.OUTCOMES if counts[k]},
-                "first_differing_ids": self.examples.get(path, []),
+                "first_differing_ids": self.examples.get(path.name, []),
             }
         return result
 
@@ -128,8 +159,20 @@ class Conformance:
         return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class PathsContext:
+    """What a format's trainer paths are written from: the data file's name and what was written beside it."""
+
+    data_name: str
+    template_name: str | None
+    kwargs: list[dict[str, Any]]
+    lengths: Lengths
+    hf_loader: str
+    """The `datasets.load_dataset` builder for the data file ('json' or 'parquet')."""
+
+
 def section(
-    fmt: str,
+    fmt: ExportFormat,
     data_name: str,
     template_name: str | None,
     kwargs: list[dict[str, Any]],
@@ -138,78 +181,87 @@ def section(
     lengths: Lengths | None = None,
 ) -> dict[str, Any]:
     """The manifest's `trainers` section: per trainer, the exact way to train on this file (with the
-    maximum length its longest row needs, when that is over the trainer's default)."""
-    lengths = lengths or Lengths()
-    seq_length, max_length = lengths.setting("speculators"), lengths.setting("specforge")
-    kw = json.dumps(kwargs[0]) if len(kwargs) == 1 and kwargs[0] else None
-    render = (
-        f"python scripts/prepare_data.py --model <target model> --data {data_name}{seq_length} --render-endpoint "
-        "http://<vLLM serving the same model and chat template>"
-        + (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else "")
-    )
-    drift = (
+    maximum length its longest row needs, when that is over the trainer's default), as `fmt` declares it."""
+    context = PathsContext(data_name, template_name, kwargs, lengths or Lengths(), fmt.file.hf_loader)
+    out = fmt.trainer_paths(context)
+    out["retokenize_drift"] = (
         f"{retokenize_drift} of {exported} rows carry retokenize_drift: their output ids are not what the "
         "tokenizer gives for their text, so every path that tokenizes text trains on other ids for them; "
         "only pre-tokenized paths are exact for those rows"
     )
-    if fmt in ("speculators", "parquet"):
-        loader = (
-            f"load_dataset('parquet', data_files='{data_name}')"
-            if fmt == "parquet"
-            else f"load_dataset('json', data_files='{data_name}')"
-        )
-        out: dict[str, Any] = {
-            "speculators": {
-                "exact": f"python scripts/prepare_data.py --model <target model> --data {data_name}{seq_length} "
-                "--output <dir> (pre-tokenized rows pass through as served)"
-            },
-            "specforge": {
-                "exact": f"data.prompts_path={data_name}{max_length} (prepare_prompt_tasks reads input_ids + "
-                "loss_mask as they are)",
-                "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
-                "template's regex: not exact (see rerender)",
-            },
-            "hf_trl": {
-                "exact": f"{loader}; train on input_ids with labels = input_ids where loss_mask == 1, else -100",
-                "retokenizing": "any loader that tokenizes `text` (or a chat template) again",
-            },
-        }
-        if fmt == "parquet":  # both trainers' loaders read .json/.jsonl only (speculators c05b95b, SpecForge a6b6b02)
-            out["speculators"]["exact"] = (
-                "not read directly (prepare_data.py loads .json/.jsonl): export --format "
-                "speculators and pass that file with --data"
-            )
-            out["specforge"]["exact"] = (
-                "not read directly (prompts_path reads JSONL): export --format speculators "
-                "and set data.prompts_path to it"
-            )
-    else:
-        register = (
-            "from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
-            f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{template_name}')))); "
-            f"then train with data.chat_template=tokview{max_length} and train_only_last_turn: true"
-        )
-        out = {
-            "specforge": {
-                "path": register
-                if template_name
-                else "no template written: this format is read through its own chat template only",
-                "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
-                "reproduce a Kimi server's ids: see warnings",
-            },
-            "speculators": {
-                "path": render,
-                "note": "speculators refuses conversation files without --render-endpoint; it makes "
-                "one row per assistant turn, the last of which is this row's generation: the rows of a "
-                "multi-turn sample's history turns supervise the prompts file's answers, which this run "
-                "did not serve (counted as history_supervised in rerender); the exact_alternative has none",
-            },
-            "hf_trl": {
-                "path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "
-                "template kwargs, supervising only the last assistant turn"
-            },
-            "exact_alternative": "export --format speculators: input_ids + loss_mask exactly as served, for "
-            "speculators prepare_data.py --data and SpecForge data.prompts_path",
-        }
-    out["retokenize_drift"] = drift
     return out
+
+
+def ids_row_paths(ctx: PathsContext) -> dict[str, Any]:
+    """Pre-tokenized rows (input_ids + loss_mask): every trainer reads them exactly as served."""
+    seq_length, max_length = ctx.lengths.setting(SPECULATORS), ctx.lengths.setting(SPECFORGE)
+    return {
+        "speculators": {
+            "exact": f"python scripts/prepare_data.py --model <target model> --data {ctx.data_name}{seq_length} "
+            "--output <dir> (pre-tokenized rows pass through as served)"
+        },
+        "specforge": {
+            "exact": f"data.prompts_path={ctx.data_name}{max_length} (prepare_prompt_tasks reads input_ids + "
+            "loss_mask as they are)",
+            "retokenizing": "data.is_preformatted=true re-tokenizes `text` and masks it with a chat "
+            "template's regex: not exact (see rerender)",
+        },
+        "hf_trl": {
+            "exact": f"load_dataset('{ctx.hf_loader}', data_files='{ctx.data_name}'); train on input_ids with "
+            "labels = input_ids where loss_mask == 1, else -100",
+            "retokenizing": "any loader that tokenizes `text` (or a chat template) again",
+        },
+    }
+
+
+def parquet_paths(ctx: PathsContext) -> dict[str, Any]:
+    """The same columns as the JSONL ids rows, but both trainers' loaders read .json/.jsonl only
+    (speculators c05b95b, SpecForge a6b6b02): they go through the JSONL export."""
+    out = ids_row_paths(ctx)
+    out["speculators"]["exact"] = (
+        "not read directly (prepare_data.py loads .json/.jsonl): export --format speculators and pass that file "
+        "with --data"
+    )
+    out["specforge"]["exact"] = (
+        "not read directly (prompts_path reads JSONL): export --format speculators and set data.prompts_path to it"
+    )
+    return out
+
+
+def conversation_paths(ctx: PathsContext) -> dict[str, Any]:
+    """Conversation rows (text): read through a chat template, so exact only where it renders the served ids."""
+    max_length = ctx.lengths.setting(SPECFORGE)
+    kw = json.dumps(ctx.kwargs[0]) if len(ctx.kwargs) == 1 and ctx.kwargs[0] else None
+    render = (
+        f"python scripts/prepare_data.py --model <target model> --data {ctx.data_name}"
+        f"{ctx.lengths.setting(SPECULATORS)} --render-endpoint "
+        "http://<vLLM serving the same model and chat template>"
+        + (f" (start vLLM with --default-chat-template-kwargs '{kw}': prepare_data.py sends none)" if kw else "")
+    )
+    register = (
+        "from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate; "
+        f"TEMPLATE_REGISTRY.register('tokview', ChatTemplate(**json.load(open('{ctx.template_name}')))); "
+        f"then train with data.chat_template=tokview{max_length} and train_only_last_turn: true"
+    )
+    return {
+        "specforge": {
+            "path": register
+            if ctx.template_name
+            else "no template written: this format is read through its own chat template only",
+            "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
+            "reproduce a Kimi server's ids: see warnings",
+        },
+        "speculators": {
+            "path": render,
+            "note": "speculators refuses conversation files without --render-endpoint; it makes "
+            "one row per assistant turn, the last of which is this row's generation: the rows of a "
+            "multi-turn sample's history turns supervise the prompts file's answers, which this run "
+            "did not serve (counted as history_supervised in rerender); the exact_alternative has none",
+        },
+        "hf_trl": {
+            "path": "tokenizer.apply_chat_template(conversation) with the run's chat template and "
+            "template kwargs, supervising only the last assistant turn"
+        },
+        "exact_alternative": "export --format speculators: input_ids + loss_mask exactly as served, for "
+        "speculators prepare_data.py --data and SpecForge data.prompts_path",
+    }

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.findings import ERROR, default_severity
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
-from tokview.errors import TokviewError, describe_error
+from tokview.errors import describe_error
 from tokview.export import rerender as rr
-from tokview.export.formats import FORMATS, JSONL_FORMATS, ExportItem, Refused, row_ids
+from tokview.export.export_error import ExportError
+from tokview.export.formats import ExportItem, Refused, row_ids
 from tokview.export.manifest import Provenance, build_manifest
 from tokview.export.output import (
     OutputError,
@@ -35,6 +35,7 @@ from tokview.export.output import (
     open_stream,
     plan_output,
 )
+from tokview.export.registry import ERRORS, MANIFEST, TEMPLATE, TOKEN_FREQ, ExportFormat, Rows, export_format
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance, Lengths
@@ -44,12 +45,6 @@ from tokview.store.records import capture_from_row, scrub, scrub_optional
 from tokview.store.store import is_duckdb_file
 
 CHUNK = 256
-
-
-class ExportError(TokviewError):
-    """The export cannot be made (unknown format, nothing selected, unwritable path)."""
-
-    title = "export"
 
 
 @dataclass
@@ -150,12 +145,12 @@ def export(
     max_acceptance: float | None = None,
     max_nll: float | None = None,
 ) -> ExportResult:
-    """Write the selected samples in `fmt` with their sidecars; ExportError (one line) when it cannot."""
-    if fmt not in FORMATS:
-        raise ExportError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    _check_suffix(fmt, out)
+    """Write the selected samples in the format named `fmt` with its sidecars; ExportError (one line) when it
+    cannot."""
+    form = export_format(fmt)
+    form.check_out_name(out)
     try:
-        plan = plan_output(out, f"train.{_suffix(fmt)}")
+        plan = plan_output(out, f"train.{form.file.suffix}")
         selection = Selection(select, run, max_acceptance, max_nll)
         ids, left_out = selected_ids(store, selection, include_invalid=include_invalid)
         thresholds = thresholds_manifest(store, selection)
@@ -170,12 +165,8 @@ def export(
                 )
                 + (f" ({_left_out_text(left_out)})" if left_out else "")
             )
-        add_sidecar(plan, "manifest", "manifest.json")
-        add_sidecar(plan, "token_freq", "token_freq.json")
-        if fmt == "speculators":
-            add_sidecar(plan, "errors", "errors.jsonl")
-        if fmt == "specforge":
-            add_sidecar(plan, "template", "specforge_template.json")
+        for side in form.sidecars:
+            add_sidecar(plan, side.key, side.suffix)
         _refuse_the_store(plan, Path(store.path))
     except OutputError as exc:
         raise ExportError(str(exc)) from None
@@ -185,10 +176,10 @@ def export(
     # manifest, under the names a trainer reads; the temp files go either way.
     make_temps(plan)
     try:
-        result = _export_to(store, fmt, plan, ids, select, run, tokenizer, profile)
+        result = _export_to(store, form, plan, ids, select, run, tokenizer, profile)
         result.left_out = left_out
         result.thresholds = thresholds
-        _write_sidecars(store, fmt, plan, run, result)
+        _write_sidecars(store, form, plan, run, result)
         commit(plan)
     except BrokenPipeError:  # `export --out - | head`: the reader has what it wanted (exit 141, like stats)
         raise
@@ -231,25 +222,6 @@ def _database_behind(path: Path) -> str | None:
     return None
 
 
-def _check_suffix(fmt: str, out: str | Path) -> None:
-    """`--format parquet --out x.jsonl` (or the reverse) would put one format under the other's name."""
-    suffix = Path(str(out)).suffix.lower()
-    if fmt == "parquet" and suffix in (".jsonl", ".json", ".ndjson"):
-        raise ExportError(
-            f"--format parquet writes Parquet, but --out {out} names a {suffix} file: "
-            f"use {Path(str(out)).with_suffix('.parquet')} (or --format speculators for JSONL)"
-        )
-    if fmt != "parquet" and suffix == ".parquet":
-        raise ExportError(
-            f"--format {fmt} writes JSONL, but --out {out} names a .parquet file: "
-            f"use {Path(str(out)).with_suffix('.jsonl')} (or --format parquet)"
-        )
-
-
-def _suffix(fmt: str) -> str:
-    return "parquet" if fmt == "parquet" else "jsonl"
-
-
 def _left_out_text(left_out: dict[str, Any]) -> str:
     reasons = ", ".join(f"{n} {code}" for code, n in left_out.get("by_reason", {}).items())
     return (
@@ -279,7 +251,7 @@ class _Sink:
 
 def _export_to(
     store: Store,
-    fmt: str,
+    fmt: ExportFormat,
     plan: Plan,
     ids: list[tuple],
     select: str,
@@ -293,20 +265,20 @@ def _export_to(
     seen = Provenance()
     exported: list[tuple[str, str]] = []
     drift = 0
-    builder = JSONL_FORMATS.get(fmt)
+    builder = fmt.build_row
     chooser = _choose_template(store, fmt, ids, profiles, tokenizer)
     template = chooser.template if chooser else None
-    conformance = Conformance(fmt, tokenizer, template)
+    conformance = Conformance(fmt.rerender, tokenizer, template)
     lengths = Lengths()
     row_id_of = dict(
         zip(
             (i[0] for i in ids),
-            row_ids([(i[1], i[4], i[2], i[3]) for i in ids], gen0=fmt in ("speculators", "parquet")),
+            row_ids([(i[1], i[4], i[2], i[3]) for i in ids], gen0=fmt.rows is Rows.IDS),
         )
     )
-    if fmt == "kimi-inline":  # before anything is written (or a FIFO's reader is woken)
+    if fmt.preflight is not None:  # before anything is written (or a FIFO's reader is woken)
         for name in export_rows.profile_names(store, [i[0] for i in ids]):
-            _check_inline(tokenizer, profiles.get(name))
+            fmt.preflight(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
         for start in range(0, len(ids), CHUNK):
@@ -324,9 +296,9 @@ def _export_to(
                     row["gen_index"],
                     row_id_of[row["sample_id"]],
                 )
-                if builder is not None and sink is not None:  # a JSONL format (Parquet is written by DuckDB below)
+                if builder is not None and sink is not None:  # row by row (a table format is written below)
                     try:
-                        if chooser is not None and fmt == "specforge":
+                        if chooser is not None and fmt.writes_template:  # rows are masked by that one template
                             chooser.check(chooser.layout(capture.settings, prof))
                         record = builder(item, prof, tokenizer)
                     except Refused as why:
@@ -343,15 +315,15 @@ def _export_to(
                 drift += "retokenize_drift" in (row.get("codes") or [])
                 freq.update(capture.output_ids)
                 seen.add(row, capture, served_kwargs(capture.settings, prof))
-        if fmt == "parquet":
-            _write_parquet(store, exported, plan)
+        if fmt.write_table is not None:
+            fmt.write_table(store, exported, plan)
     finally:
         if sink is not None:
             sink.close()
     result = ExportResult(
         plan.data.final if plan.data else Path(plan.stream_path or "-"),
-        _final(plan, "manifest"),
-        _final(plan, "token_freq"),
+        _final(plan, MANIFEST.key),
+        _final(plan, TOKEN_FREQ.key),
         len(ids),
         len(exported),
         dict(sorted(refused.items())),
@@ -382,34 +354,11 @@ def _file_hash(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def _check_inline(tokenizer: Any, profile: ModelProfile) -> None:
-    """Refuse kimi-inline when the template writes its own think tags around inline reasoning."""
-    if not profile.has_reasoning:
-        return  # a plain model's rows are answers only: nothing goes inline
-    user = [{"role": "user", "content": "q"}]
-    kwargs = profile.template_kwargs(True)
-    inline = {"role": "assistant", "content": f"{profile.think_open}r{profile.think_close}a"}
-    structured = {"role": "assistant", "content": "a", "reasoning_content": "r"}
-    try:
-        same = tokenizer.render_text(
-            user + [inline], add_generation_prompt=False, template_kwargs=kwargs
-        ) == tokenizer.render_text(user + [structured], add_generation_prompt=False, template_kwargs=kwargs)
-    except Exception as exc:
-        raise ExportError(f"--format kimi-inline: the chat template failed on a probe conversation ({exc})") from None
-    if not same:
-        raise ExportError(
-            f"--format kimi-inline refused: the run's chat template writes its own {profile.think_open} tags for an "
-            f"assistant message, so reasoning inline in the content would render doubled "
-            f"({profile.think_open}{profile.think_close}{profile.think_open}…); use --format specforge (with its "
-            "template) or --format speculators (token-exact)"
-        )
-
-
 def _choose_template(
-    store: Store, fmt: str, ids: list[tuple], profiles: _Profiles, tokenizer: Any
+    store: Store, fmt: ExportFormat, ids: list[tuple], profiles: _Profiles, tokenizer: Any
 ) -> TemplateChooser | None:
-    """Derive the ChatTemplate from the served layouts (specforge: refuse when none fits)."""
-    if fmt not in ("specforge", "sharegpt", "kimi-inline", "speculators"):
+    """Derive the ChatTemplate from the served layouts (a format that writes it: refuse when none fits)."""
+    if not fmt.uses_template:
         return None
     chooser = TemplateChooser(tokenizer)
     for start in range(0, len(ids), CHUNK):
@@ -419,56 +368,32 @@ def _choose_template(
     try:
         chooser.template = chooser.choose()
     except TemplateRefused as exc:
-        if fmt == "specforge":
+        if fmt.writes_template:
             raise ExportError(
-                f"--format specforge refused: no SpecForge ChatTemplate can express the served "
+                f"--format {fmt.name} refused: no SpecForge ChatTemplate can express the served "
                 f"layout: {exc}; use --format speculators (token-exact)"
             ) from None
         chooser.refused = str(exc)
     return chooser
 
 
-def _write_sidecars(store: Store, fmt: str, plan: Plan, run: str | None, result: ExportResult) -> None:
+def _write_sidecars(store: Store, fmt: ExportFormat, plan: Plan, run: str | None, result: ExportResult) -> None:
     """Token counts, errors, SpecForge template and manifest, into their temp files (committed later)."""
-    if "token_freq" in plan.sidecars:
-        with open(plan.sidecars["token_freq"].temp, "w", encoding="utf-8") as fh:
+    if TOKEN_FREQ.key in plan.sidecars:
+        with open(plan.sidecars[TOKEN_FREQ.key].temp, "w", encoding="utf-8") as fh:
             json.dump({str(t): n for t, n in sorted(result.freq.items())}, fh)
-    if "errors" in plan.sidecars:
-        _write_errors(store, run, plan.sidecars["errors"].temp)
-    if "template" in plan.sidecars:
-        with open(plan.sidecars["template"].temp, "w", encoding="utf-8") as fh:
+    if ERRORS.key in plan.sidecars:
+        _write_errors(store, run, plan.sidecars[ERRORS.key].temp)
+    if TEMPLATE.key in plan.sidecars:
+        with open(plan.sidecars[TEMPLATE.key].temp, "w", encoding="utf-8") as fh:
             json.dump(result.template, fh, indent=2, ensure_ascii=False)
-        result.template_path = plan.sidecars["template"].final
+        result.template_path = plan.sidecars[TEMPLATE.key].final
     result.manifest = scrub(build_manifest(store, fmt, plan, result))
     if result.thresholds:  # --max-acceptance / --max-nll and what they left out
         result.manifest["thresholds"] = result.thresholds
-    if "manifest" in plan.sidecars:
-        with open(plan.sidecars["manifest"].temp, "w", encoding="utf-8") as fh:
+    if MANIFEST.key in plan.sidecars:
+        with open(plan.sidecars[MANIFEST.key].temp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
-
-
-def _write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) -> None:
-    """DuckDB's own Parquet writer, with the speculators columns plus tokview's review columns.
-
-    The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target
-    (-, FIFO) gets the file's bytes once DuckDB has written it to a temp file.
-    """
-    tmp = plan.data.temp if plan.data else None
-    spill = None
-    if tmp is None:
-        import tempfile
-
-        fd, name = tempfile.mkstemp(prefix=".tokview-export.", suffix=".parquet.partial")
-        os.close(fd)
-        spill = tmp = Path(name)
-    try:
-        export_rows.write_parquet(store, [e[0] for e in exported], [e[1] for e in exported], tmp)
-        if spill is not None:
-            with open(spill, "rb") as src, open_stream(plan) as dst:
-                shutil.copyfileobj(src, dst)
-    finally:
-        if spill is not None:
-            spill.unlink(missing_ok=True)
 
 
 def _write_errors(store: Store, run: str | None, path: Path) -> None:
