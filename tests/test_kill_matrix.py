@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hostile_events import IN_CLOSE_WRITE, IN_CREATE, IN_MOVED_TO, Proc, Watch, workers
+from hostile_events import IN_CLOSE_WRITE, IN_CREATE, IN_MODIFY, IN_MOVED_TO, Proc, Watch, workers
 
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
@@ -149,7 +149,8 @@ def part_landed(watch: Watch) -> bool:
 
 def test_workers_killed_one_child_then_the_parent_alone_then_resumed(sim, prompts, reference, tmp_path):
     """`--workers 2` on 96 prompts: SIGKILL a worker child, then SIGINT the parent alone (it stops the other
-    workers and lands what they wrote); SIGKILL the parent alone (its child must die with it); then a resume."""
+    workers and lands what they wrote); SIGKILL the parent alone (its child must die with it, quietly: PDEATHSIG);
+    then a resume."""
     db = tmp_path / "w2.duckdb"
     argv = batch_argv(sim.url, prompts, db, "--workers", "2")
 
@@ -169,6 +170,7 @@ def test_workers_killed_one_child_then_the_parent_alone_then_resumed(sim, prompt
     since = sim.stats.generation
     assert kill_at(proc, signal.SIGKILL, "process", "a worker taking work", lambda: child_working(proc, since))
     assert proc.finish() == -signal.SIGKILL and len(proc.tree) > 1  # finish() waits for the orphaned child
+    assert "Traceback" not in proc.stderr, proc.stderr  # the child died quietly (its stderr is this pipe too)
     second = len(content(db))
     assert 0 < first <= second < PROMPTS, (first, second)
     summary = resume(sim, prompts, db, "--workers", "1")
@@ -215,12 +217,28 @@ def test_a_killed_export_leaves_its_output_absent_old_or_whole(reference, tmp_pa
             assert not old, f"{what}: the existing output was removed"
 
 
+def _checkpointing(names: list[str]) -> bool:
+    """The store file written after its write-ahead log appeared: the merge's data going into it."""
+    return any(n.endswith(".wal") for n in names) and names[-1] == "into.duckdb"
+
+
 MERGE_KILLS = [
-    (signal.SIGKILL, "the target store created", IN_CREATE, lambda name: name == "into.duckdb"),
-    (signal.SIGTERM, "the target's write-ahead log created", IN_CREATE, lambda name: name.endswith(".wal")),
-    (signal.SIGINT, "the write-ahead log closed", IN_CLOSE_WRITE, lambda name: name.endswith(".wal")),
-    (signal.SIGKILL, "the target's write-ahead log written", IN_CLOSE_WRITE, lambda name: name.endswith(".wal")),
+    (
+        signal.SIGKILL,
+        "the target's write-ahead log created",
+        IN_CREATE,
+        lambda names: names[-1:] == ["into.duckdb.wal"],
+    ),
+    (
+        signal.SIGTERM,
+        "the target's write-ahead log created",
+        IN_CREATE,
+        lambda names: names[-1:] == ["into.duckdb.wal"],
+    ),
+    (signal.SIGINT, "the write-ahead log closed", IN_CLOSE_WRITE, lambda names: any(n.endswith(".wal") for n in names)),
+    (signal.SIGKILL, "the store file written after the log", IN_CREATE | IN_MODIFY, _checkpointing),
 ]
+"""Into an existing (empty) store: a kill while a new store is being created is its own case below."""
 
 
 def test_a_killed_merge_leaves_source_and_target_whole_and_a_rerun_lands_everything_once(reference, tmp_path):
@@ -230,21 +248,59 @@ def test_a_killed_merge_leaves_source_and_target_whole_and_a_rerun_lands_everyth
     into = tmp_path / "target" / "into.duckdb"
     argv = [*TOKVIEW, "merge", str(source), "--into", str(into)]
     for sig, what, mask, matches in MERGE_KILLS:
+        if not into.exists():
+            into.parent.mkdir(exist_ok=True)
+            Store(into).close()
         with Watch(into.parent, mask) as watch:
             proc = Proc(argv, ROOT)
-            kill_at(proc, sig, "process", what, lambda: any(matches(name) for name in watch.poll()))
+            kill_at(proc, sig, "process", what, lambda: matches(watch.poll()))
             code = proc.finish()
         assert code in KILLED_AT_ONCE[sig] | {0} and "Traceback" not in proc.stderr, (sig, code, proc.stderr)
         assert content(source) == reference[1], f"{what}: the source changed"
-        if into.exists():
-            landed = content(into)
-            assert len(landed) in (0, PROMPTS), f"{what}: a merge half landed ({len(landed)})"
-            assert all(reference[1][sid] == row for sid, row in landed.items())
-            if landed:
-                shutil.rmtree(into.parent)  # start the next kill from an empty target again
-                into.parent.mkdir()
+        landed = content(into)
+        assert len(landed) in (0, PROMPTS), f"{what}: a merge half landed ({len(landed)})"
+        assert all(reference[1][sid] == row for sid, row in landed.items())
+        if landed:
+            shutil.rmtree(into.parent)  # start the next kill from an empty target again
     for _ in range(2):  # the re-run lands everything; a second adds nothing
         done = Proc(argv, ROOT)
         assert done.finish() == 0, done.stderr
         assert_same_as_reference(into, reference[1])
     assert content(source) == reference[1]
+
+
+def subset_of_reference(db: Path, expected: dict[str, tuple[Any, ...]]) -> int:
+    """What a killed run left is all true (nothing corrupt, nothing twice); returns how much."""
+    got = content(db) if db.exists() else {}
+    assert all(expected.get(sid) == row for sid, row in got.items())
+    return len(got)
+
+
+def test_ctrl_c_while_the_workers_start_ends_the_run_quietly(sim, prompts, reference, tmp_path):
+    """Ctrl-C in a terminal reaches the whole group: here while the `--workers 2` child is still starting."""
+    db = tmp_path / "start.duckdb"
+    proc = Proc(batch_argv(sim.url, prompts, db, "--workers", "2"), ROOT)
+    assert kill_at(proc, signal.SIGINT, "group", "a worker spawned", lambda: bool(workers(proc.pid)))
+    code = proc.finish()
+    assert code == 130 and "Traceback" not in proc.stderr, (code, proc.stderr)
+    subset_of_reference(db, reference[1])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a kill while a command creates a new store (its first migration) leaves a file holding only "
+    "schema_version, refused by every later command as 'not a tokview store (it has tables schema_version)'",
+)
+def test_a_merge_killed_while_it_creates_its_target_leaves_a_store_the_rerun_completes(reference, tmp_path):
+    """SIGKILL the moment the new target's write-ahead log appears (DuckDB's first write: the schema). A batch
+    killed the same way meets the same refusal in some runs (its store is created beside other threads)."""
+    into = tmp_path / "new" / "into.duckdb"
+    argv = [*TOKVIEW, "merge", str(reference[0]), "--into", str(into)]
+    with Watch(into.parent, IN_CREATE) as watch:
+        proc = Proc(argv, ROOT)
+        ready = lambda: any(n.endswith(".wal") for n in watch.poll())  # noqa: E731
+        assert kill_at(proc, signal.SIGKILL, "process", "the new store's write-ahead log", ready)
+        assert proc.finish() == -signal.SIGKILL
+    rerun = Proc(argv, ROOT)
+    assert rerun.finish() == 0, rerun.stderr
+    assert_same_as_reference(into, reference[1])
