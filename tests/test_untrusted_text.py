@@ -401,3 +401,18 @@ def test_an_impossible_id_among_the_logprob_alternatives_is_a_malformed_response
     assert len(reasons) == 2 and all(r.startswith("malformed response from POST /v1/") for r in reasons), reasons
     assert all(str(2**41) in r for r in reasons)
     assert tokview("stats", "--db", str(db)).returncode == 0  # nothing unlandable was left behind
+
+
+def test_a_model_name_with_a_lone_surrogate_and_escapes_ends_in_recorded_failures(vllm_sim, tmp_path):
+    """The name a server lists is stored with the run and each sample's id: its lone surrogate once made
+    the run record unwritable ('cannot write to …: surrogate'); the requests that name it are refused by
+    the server, and those failures are recorded and printed safely."""
+    db = tmp_path / "s.duckdb"
+    with proxy(vllm_sim.url, hostile_everywhere) as url:
+        done = batch(url, db, limit=2)
+    assert done.returncode == 3, done.stderr
+    assert_terminal_safe(done.stderr + done.stdout)
+    assert len(failure_reasons(db)) == 2
+    with Store(db) as store:
+        (server_info,) = store.query("SELECT server_info FROM runs")[0]
+    assert json.loads(server_info)[0]["model"] == "evil\x1b]0;pwned\x07\x1b[2J\\ud800"  # kept, as text

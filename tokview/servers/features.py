@@ -18,6 +18,7 @@ from tokview.servers.info import ServerInfo
 from tokview.servers.registry import for_kind
 from tokview.servers.retry import GaveUp, RetryPolicy
 from tokview.servers.shapes import int_list
+from tokview.untrusted_text import storable
 
 
 async def ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
@@ -86,17 +87,19 @@ async def detect(
         info.kind = "sglang"
     elif isinstance(version, dict) and "version" in version:
         info.kind = "vllm"
+    # the version and model name go into the run record and every sample id: a lone surrogate in them
+    # (a JSON "\ud800") made the run unwritable, so they are kept storable (written as its escape)
     for src in (version, server_info):
         if isinstance(src, dict) and src.get("version") and info.version is None:
-            info.version = str(src["version"])
+            info.version = storable(str(src["version"]))
     data = models.get("data") if isinstance(models, dict) else None
     if isinstance(data, list) and data and isinstance(data[0], dict):
         model_id = data[0].get("id")
-        info.model = model_id if isinstance(model_id, str) else None
+        info.model = storable(model_id) if isinstance(model_id, str) else None
     info.max_model_len = context_limit(models, model_info, server_info)
     info.details["max_model_len"] = info.max_model_len
     if info.model is None and isinstance(model_info, dict) and isinstance(model_info.get("model_path"), str):
-        info.model = model_info["model_path"]
+        info.model = storable(model_info["model_path"])
     info.features["simulator"] = is_simulator(model_info, models)
     await probe_endpoints(client, policy, info, profile, prompt_ids)
     return info
