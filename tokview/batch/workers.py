@@ -26,7 +26,6 @@ SIGINT/SIGTERM, like the parent.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import signal
 import threading
@@ -34,10 +33,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
-from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.batch.writer import COUNT_FIELDS
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 MIN_ITEMS_PER_WORKER = 32
 """Spawning a worker costs a tokenizer load (~1 s of CPU): small runs stay in one process."""
@@ -252,6 +253,8 @@ class WorkerGroup:
     """The children of a `--workers N` run and the thread that serves them work and reads their reports."""
 
     def __init__(self, config: Any, children: int) -> None:
+        import multiprocessing  # here: ~25 ms of imports a one-process run never needs
+
         ctx = multiprocessing.get_context("spawn")
         child_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
         self.tallies = [RemoteTally() for _ in range(children)]
@@ -299,6 +302,8 @@ class WorkerGroup:
             pass
 
     def _serve(self) -> None:
+        from multiprocessing.connection import wait
+
         open_conns: dict[Any, int] = {conn: i for i, conn in enumerate(self.conns)}
         while open_conns:
             for ready in wait(list(open_conns), timeout=0.5):

@@ -1,0 +1,155 @@
+"""Issue 30's goals for small and mid-size runs, tokview beside the peers, one replay server, one run.
+
+    pip install -e '.[bench]'
+    python benchmarks/bench_goals.py [--repeat 5] [--sizes 1 10 300] [--before-tree DIR]
+
+Goals (2 cores, `replay_server.py`: every generation replays one 2,000-token answer):
+- 1 prompt: tokview ≤ 0.5 s wall;
+- 10 prompts: ≤ 0.6 s with any `--workers` (the default, one per core, and `--workers 1`);
+- 300 prompts: ≤ 1.6 s (the default workers), and ≥ 3x SpecForge's script and ≥ 1.5x speculators'
+  client in samples/s, per round (each ratio from runs of the same round);
+- start-up to the first request (any request, the probe included) < 0.3 s.
+Every client is its own process (`bench_peers.clients`: the peers' structures are reproduced there),
+run one after another on the same prompts, `--repeat` rounds, the order rotating each round; the
+figures are medians over the rounds. The machine may be shared: the load average before each round
+is printed, and the ratios within a round mean more than the absolute walls.
+
+`--before-tree DIR` adds a client `tokview-before`: the same command with `DIR` (a checkout of another
+commit, e.g. `git archive REV tokview | tar -x -C DIR`) first on PYTHONPATH, so a change is measured
+against the code before it in the same rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_peers import HERE, clean, clients, done_count, measured, write_prompts
+from replay_server import replay_servers
+
+GOAL_WALL_S = {1: 0.5, 10: 0.6, 300: 1.6}
+GOAL_FIRST_REQUEST_S = 0.3
+GOAL_RATIO = {"specforge": 3.0, "speculators": 1.5}
+TOKVIEW_VARIANTS = {"tokview": [], "tokview-w1": ["--workers", "1"]}
+"""tokview with the default workers (one per core) and with one process."""
+
+
+def argvs_for(tmp: Path, prompts: Path, url: str, port: int, args: argparse.Namespace) -> dict[str, list[str]]:
+    base = clients(tmp, prompts, url, port, argparse.Namespace(**{**vars(args), "tokview_args": ""}))
+    out = {name: [*base["tokview"], *extra] for name, extra in TOKVIEW_VARIANTS.items()}
+    if args.before_tree:
+        out["tokview-before"] = list(base["tokview"])
+    if not args.no_peers:
+        out["speculators"], out["specforge"] = base["speculators"], base["specforge"]
+    return out
+
+
+def env_for(name: str, args: argparse.Namespace) -> dict[str, str] | None:
+    if name != "tokview-before":
+        return None
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [args.before_tree, os.environ.get("PYTHONPATH")]))}
+
+
+def run_size(n: int, tmp: Path, url: str, pid: int, args: argparse.Namespace) -> dict[str, list[dict]]:
+    prompts = tmp / f"prompts-{n}.jsonl"
+    write_prompts(prompts, n)
+    port = int(url.rsplit(":", 1)[1])
+    argvs = argvs_for(tmp, prompts, url, port, args)
+    names = list(argvs)
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for k in range(args.repeat):
+        order = names[k % len(names) :] + names[: k % len(names)]
+        for name in order:
+            clean(tmp)
+            r = measured(name, argvs[name], url, pid, env_for(name, args))
+            r["done"] = done_count("tokview" if name.startswith("tokview") else name, r, tmp)
+            if r["code"] != 0:
+                print(f"  {name} exited {r['code']}: {r['stderr'][-400:]}", file=sys.stderr)
+            results[name].append(r)
+    return results
+
+
+def report(n: int, results: dict[str, list[dict]]) -> list[bool]:
+    print(f"{n} prompts ({len(next(iter(results.values())))} rounds, medians):")
+    print(f"  {'client':<16}{'done':>6}{'wall s':>9}{'CPU s':>8}{'1st request s':>15}{'1st generation s':>18}")
+    for name, runs in results.items():
+        med = {key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "first_any", "first_gen")}
+        print(
+            f"  {name:<16}{min(r['done'] for r in runs):>6}{med['wall']:>9.2f}{med['cpu']:>8.2f}"
+            f"{med['first_any']:>15.2f}{med['first_gen']:>18.2f}"
+        )
+    met: list[bool] = []
+    goal = GOAL_WALL_S.get(n)
+    variants = [name for name in TOKVIEW_VARIANTS if name in results and (n == 10 or name == "tokview")]
+    for name in variants:
+        wall = statistics.median(r["wall"] for r in results[name])
+        ok = goal is not None and wall <= goal and all(r["done"] == n for r in results[name])
+        if goal is not None:
+            met.append(ok)
+            print(f"  goal {name} ≤ {goal} s: {'met' if ok else 'MISSED'} ({wall:.2f} s)")
+    first = statistics.median(r["first_any"] for r in results["tokview"])
+    met.append(first < GOAL_FIRST_REQUEST_S)
+    print(
+        f"  goal start-up to the first request < {GOAL_FIRST_REQUEST_S} s: {'met' if met[-1] else 'MISSED'} ({first:.2f} s)"
+    )
+    if "tokview-before" in results:
+        ratio = [b["wall"] / a["wall"] for a, b in zip(results["tokview"], results["tokview-before"])]
+        print(f"  tokview-before / tokview wall, per round: median x{statistics.median(ratio):.2f}")
+    for peer, want in GOAL_RATIO.items():
+        if peer not in results or n != 300:
+            continue
+        ratios = [
+            (t["done"] / t["wall"]) / max(p["done"] / p["wall"], 1e-9)
+            for t, p in zip(results["tokview"], results[peer])
+        ]
+        got = statistics.median(ratios)
+        met.append(got >= want)
+        print(
+            f"  goal tokview ≥ x{want} {peer}'s samples/s: {'met' if got >= want else 'MISSED'} (median x{got:.2f}, rounds {', '.join(f'{r:.2f}' for r in ratios)})"
+        )
+    return met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 300])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--output-tokens", type=int, default=2000)
+    parser.add_argument("--before-tree", help="a checkout of another commit, measured as tokview-before")
+    parser.add_argument("--no-peers", action="store_true", help="tokview only")
+    args = parser.parse_args()
+    missing = [m for m in ("aiohttp", "openai", "datasets") if importlib.util.find_spec(m) is None]
+    if missing and not args.no_peers:
+        print(f"bench_goals: skipped, the baselines need {', '.join(missing)}: pip install -e '.[bench]'")
+        return 0
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    compileall.compile_dir(str(HERE.parent / "tokview"), quiet=1)  # what `pip install` does (bench_peers)
+    if args.before_tree:
+        compileall.compile_dir(str(Path(args.before_tree) / "tokview"), quiet=1)
+    met: list[bool] = []
+    with tempfile.TemporaryDirectory() as tmp_name, replay_servers(args.output_tokens) as (url, pid):
+        tmp = Path(tmp_name)
+        warm = tmp / "prompts-warm.jsonl"
+        write_prompts(warm, 1)
+        port = int(url.rsplit(":", 1)[1])
+        for name, argv in argvs_for(tmp, warm, url, port, args).items():  # fill the replay cache, outside the runs
+            subprocess.run(argv, capture_output=True, env=env_for(name, args))
+        print(f"goals: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
+        for n in args.sizes:
+            results = run_size(n, tmp, url, pid, args)
+            met += report(n, results)
+            print(f"  (load average {os.getloadavg()[0]:.1f})", flush=True)
+    print(f"goals met: {sum(met)} of {len(met)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
