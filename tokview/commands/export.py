@@ -4,6 +4,10 @@
 is valid (`--include-invalid` exports approved samples with error findings too); `all`: everything
 stored. A sample whose loss mask has no 1 is refused and counted in the manifest.
 
+`--tag T` keeps only samples tagged T (repeat it: tagged with every one), `--without-tag T` leaves out samples
+tagged T (repeat it: with any one); tags are compared without case, and the manifest counts the exported samples
+by tag (Parquet has a `tags` column when any has one).
+
 `--out -` streams the data to stdout (no sidecars); a FIFO is streamed to, a symlink written through.
 Each text format is re-rendered through the run's chat template the way the trainers do, and the
 rows whose ids or loss mask would differ are counted (printed, and in the manifest's `rerender`).
@@ -42,6 +46,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --select approved: also export approved samples that have error findings",
     )
     p.add_argument("--run", dest="run_name", help="only this run")
+    p.add_argument(
+        "--tag",
+        dest="tags",
+        action="append",
+        default=[],
+        metavar="T",
+        help="only samples tagged T (repeatable: every one; tags compared without case)",
+    )
+    p.add_argument(
+        "--without-tag",
+        dest="without_tags",
+        action="append",
+        default=[],
+        metavar="T",
+        help="leave out samples tagged T (repeatable: any one)",
+    )
     p.add_argument(
         "--max-acceptance",
         type=float,
@@ -129,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
             include_invalid=args.include_invalid,
             max_acceptance=args.max_acceptance,
             max_nll=args.max_nll,
+            tags=args.tags,
+            without_tags=args.without_tags,
         )
     print(summary(result), file=sys.stderr)
     return 0

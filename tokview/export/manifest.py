@@ -85,6 +85,8 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: Any) -> 
     }
     if result.left_out:
         counts["left_out"] = result.left_out
+    if result.by_tag or result.tag_selection:
+        counts["by_tag"] = result.by_tag
     return {
         "tokview_export": 2,
         "format": fmt.name,
@@ -96,6 +98,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: Any) -> 
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "select": result.select,
         "run": result.run,
+        **({"tags": result.tag_selection} if result.tag_selection else {}),
         "counts": counts,
         "tokenizer": {
             "source": tokenizer.name,

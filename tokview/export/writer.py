@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance, Lengths
 from tokview.store import Store, export_rows
-from tokview.store.export_rows import SELECTIONS, SampleKey, Selection
+from tokview.store.export_rows import SELECTIONS, SampleKey, Selection, normal_tags
 from tokview.store.records import capture_from_row, scrub, scrub_optional
 from tokview.store.store import is_duckdb_file
 
@@ -76,6 +77,10 @@ class ExportResult:
     tokenizer: Any = None
     thresholds: dict[str, Any] | None = None
     """--max-acceptance / --max-nll and what they left out (the manifest records them)."""
+    tag_selection: dict[str, list[str]] | None = None
+    """--tag / --without-tag as compared (lower case), when given."""
+    by_tag: dict[str, int] = field(default_factory=dict)
+    """How many exported samples carry each tag (lower case)."""
 
 
 def sidecar(out: Path, suffix: str) -> Path:
@@ -144,25 +149,21 @@ def export(
     include_invalid: bool = False,
     max_acceptance: float | None = None,
     max_nll: float | None = None,
+    tags: Sequence[str] = (),
+    without_tags: Sequence[str] = (),
 ) -> ExportResult:
     """Write the selected samples in the format named `fmt` with its sidecars; ExportError (one line) when it
-    cannot."""
+    cannot. `tags`: only samples carrying every one; `without_tags`: none carrying any (without case)."""
     form = export_format(fmt)
     form.check_out_name(out)
+    selection = Selection(select, run, max_acceptance, max_nll, _tags(tags), _tags(without_tags))
     try:
         plan = plan_output(out, f"train.{form.file.suffix}")
-        selection = Selection(select, run, max_acceptance, max_nll)
         ids, left_out = selected_ids(store, selection, include_invalid=include_invalid)
         thresholds = thresholds_manifest(store, selection)
         if not ids:
             raise ExportError(
-                f"no samples match --select {select}"
-                + (f" --run {run}" if run else "")
-                + "".join(
-                    f" --{k.replace('_', '-')} {v:g}"
-                    for k, v in (("max_acceptance", max_acceptance), ("max_nll", max_nll))
-                    if v is not None
-                )
+                f"no samples match {_selection_text(selection)}"
                 + (f" ({_left_out_text(left_out)})" if left_out else "")
             )
         for side in form.sidecars:
@@ -179,6 +180,11 @@ def export(
         result = _export_to(store, form, plan, ids, select, run, tokenizer, profile)
         result.left_out = left_out
         result.thresholds = thresholds
+        result.tag_selection = (
+            {"with": list(selection.tags), "without": list(selection.without_tags)}
+            if selection.tags or selection.without_tags
+            else None
+        )
         _write_sidecars(store, form, plan, run, result)
         commit(plan)
     except BrokenPipeError:  # `export --out - | head`: the reader has what it wanted (exit 141, like stats)
@@ -220,6 +226,27 @@ def _database_behind(path: Path) -> str | None:
         if folder.name.endswith(".parts") and is_duckdb_file(folder.with_name(folder.name[: -len(".parts")])):
             return f"is in the parts folder of the DuckDB database {folder.with_name(folder.name[: -len('.parts')])}"
     return None
+
+
+def _tags(tags: Sequence[str]) -> tuple[str, ...]:
+    """`--tag` values as the selection compares them; ExportError for an empty one (it would match nothing)."""
+    normal = normal_tags(tags)
+    if "" in normal:
+        raise ExportError("a tag cannot be empty (--tag / --without-tag)")
+    return normal
+
+
+def _selection_text(selection: Selection) -> str:
+    """The selection as the flags that ask for it: `--select all --run r1 --tag hard --max-nll 2`."""
+    flags = [f"--select {selection.select}"]
+    flags += [f"--run {selection.run}"] if selection.run else []
+    flags += [f"--tag {t}" for t in selection.tags] + [f"--without-tag {t}" for t in selection.without_tags]
+    flags += [
+        f"--{k.replace('_', '-')} {v:g}"
+        for k, v in (("max_acceptance", selection.max_acceptance), ("max_nll", selection.max_nll))
+        if v is not None
+    ]
+    return " ".join(flags)
 
 
 def _left_out_text(left_out: dict[str, Any]) -> str:
@@ -331,6 +358,7 @@ def _export_to(
     result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
     result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
     result.lengths = lengths
+    result.by_tag = export_rows.tag_counts(store, [e[0] for e in exported])
     result.template = template
     result.template_refused = chooser.refused if chooser else None
     if sink is not None:

@@ -1,15 +1,16 @@
 """The reads (and the one Parquet `COPY`) exports and `tokview score` make, so that neither
 `tokview/export/` nor `tokview/batch/` writes SQL against the store's tables.
 
-Why here: the selection rules (`--select`, `--run`, `--max-acceptance`, `--max-nll`), the Parquet
-columns and the loss-mask rule in SQL are all statements about the store's tables; when a column or
-a table changes, the statements that name it change in the store package, not in the writers.
-Every function goes through `Store.query` / `Store.execute`, so each runs under the store's lock and
+Why here: the selection rules (`--select`, `--run`, `--tag`, `--without-tag`, `--max-acceptance`,
+`--max-nll`), the Parquet columns and the loss-mask rule in SQL are all statements about the store's
+tables; when a column or a table changes, the statements that name it change in the store package, not
+in the writers. Every function goes through `Store.query` / `Store.execute`, so each runs under the store's lock and
 its DuckDB errors become `StoreError`s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,27 @@ SIDE_COLUMN_GROUPS = {
 
 _IN_IDS = "JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid"
 
+LIVE_TAG_ROWS = (
+    "NOT v.undone AND (v.kind = 'note' OR v.seq = (SELECT max(w.seq) FROM verdicts w "
+    "WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone))"
+)
+"""The verdict rows whose tags a sample carries, as `Store.load_sample` reads them: every note not undone, and
+the latest verdict not undone (an earlier verdict's tags went with it)."""
+
+
+def live_tags() -> str:
+    """SQL for (sample_id, tag) of every live tag, once per sample, in lower case: tags are compared without
+    case (`--tag Hard` selects a sample tagged 'hard'), and exports write them in that form."""
+    return (
+        "SELECT DISTINCT sample_id, lower(tag) AS tag FROM "
+        f"(SELECT v.sample_id, unnest(v.tags) AS tag FROM verdicts v WHERE {LIVE_TAG_ROWS})"
+    )
+
+
+def normal_tags(tags: Sequence[str]) -> tuple[str, ...]:
+    """Tags as selections compare them: stripped, lower case, each once, in the order given."""
+    return tuple(dict.fromkeys(t.strip().lower() for t in tags))
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -50,6 +72,10 @@ class Selection:
     run: str | None = None
     max_acceptance: float | None = None
     max_nll: float | None = None
+    tags: tuple[str, ...] = ()
+    """A sample must carry every one of these (see `normal_tags`)."""
+    without_tags: tuple[str, ...] = ()
+    """A sample must carry none of these."""
 
     def where(self, *, thresholds: bool = True) -> tuple[str, list[Any]]:
         """The WHERE clause (without the keyword) and its parameters; ValueError on an unknown name."""
@@ -60,6 +86,9 @@ class Selection:
         if self.run is not None:
             where += " AND run_id = ?"
             params.append(self.run)
+        for tag, negate in [(t, "") for t in self.tags] + [(t, "NOT ") for t in self.without_tags]:
+            where += f" AND sample_id {negate}IN (SELECT sample_id FROM ({live_tags()}) WHERE tag = ?)"
+            params.append(tag)
         if thresholds and self.max_acceptance is not None:
             where += " AND acceptance_length <= ?"
             params.append(float(self.max_acceptance))
@@ -150,18 +179,34 @@ def side_columns(store: Store, sample_ids: list[str]) -> list[str]:
     return [c for (_, cols), has in zip(SIDE_COLUMN_GROUPS.items(), present) if has for c in cols]
 
 
+def tag_counts(store: Store, sample_ids: list[str]) -> dict[str, int]:
+    """{tag: how many of these samples carry it}, tags in lower case, sorted."""
+    if not sample_ids:
+        return {}
+    rows = store.query(
+        f"SELECT t.tag, count(*) FROM ({live_tags()}) t JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q "
+        "ON t.sample_id = q.sid GROUP BY t.tag ORDER BY t.tag",
+        [sample_ids],
+    )
+    return {tag: int(n) for tag, n in rows}
+
+
 def write_parquet(store: Store, sample_ids: list[str], row_ids: list[str], target: Path) -> None:
     """DuckDB's own Parquet writer: the speculators columns (`id`, `input_ids`, `loss_mask`), tokview's
-    review columns and the side columns any of these samples has, in export order, into `target`."""
+    review columns (with `tags`, a list, when any of these samples carries one) and the side columns any of
+    these samples has, in export order, into `target`."""
     extra = "".join(f", s.{c}" for c in side_columns(store, sample_ids))
+    tags = ", coalesce(t.tags, []::VARCHAR[]) AS tags" if tag_counts(store, sample_ids) else ""
     path = str(target).replace("'", "''")
     store.execute(
         "COPY (SELECT q.rid AS id, s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
         "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
         f"{PARQUET_LOSS_MASK} AS loss_mask, "
-        f"s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes{extra} "
+        f"s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes{tags}{extra} "
         "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
         "ON s.sample_id = q.sid "
+        f"LEFT JOIN (SELECT sample_id, list_sort(list(tag)) AS tags FROM ({live_tags()}) GROUP BY sample_id) t "
+        "ON t.sample_id = s.sample_id "
         f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
         f"TO '{path}' (FORMAT parquet)",
         [sample_ids, row_ids],

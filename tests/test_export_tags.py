@@ -1,0 +1,109 @@
+"""Tags as export selectors: `export --tag T` / `--without-tag T` (repeatable, compared without case, selected
+in SQL), a `tags` list column in Parquet, and the manifest's counts by tag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from builders import kimi, make_capture, profile, put
+
+from tokview.cli import main
+from tokview.export import ExportError, export
+from tokview.store.export_rows import live_tags
+
+
+@pytest.fixture
+def tagged(sample_store):
+    """p1 tagged 'Hard' (a note), p2 approved with 'hard' and 'math', p3's 'math' undone, p4 a verdict tagged
+    'old' then a later verdict without tags (only the latest verdict's tags are live)."""
+    s = sample_store
+    put(s, "p3", make_capture(answer="three"))
+    put(s, "p4", make_capture(answer="four"))
+    ids = {r[0]: r[1] for r in s.query("SELECT prompt_id, sample_id FROM samples")}
+    s.add_note(ids["p1"], "", tags=["Hard"])
+    s.record_verdict(ids["p2"], "approved", tags=["hard", "math"])
+    s.add_note(ids["p3"], "", tags=["math"])
+    s.undo_latest(ids["p3"])
+    s.record_verdict(ids["p4"], "approved", tags=["old"])
+    s.record_verdict(ids["p4"], "approved")
+    return s
+
+
+def _prompts(path: Path) -> list[str]:
+    return [json.loads(line)["primary_id"] for line in path.read_text().splitlines()]
+
+
+def _export(store, out, fmt="speculators", **kw):
+    return export(store, fmt, out, select="all", tokenizer=kimi(), profile=profile(), **kw)
+
+
+def test_tag_selects_the_samples_carrying_it_without_case(tagged, tmp_path):
+    _export(tagged, tmp_path / "a.jsonl", tags=["HARD"])
+    assert _prompts(tmp_path / "a.jsonl") == ["p1", "p2"]
+
+
+def test_repeated_tags_select_samples_carrying_all_of_them(tagged, tmp_path):
+    _export(tagged, tmp_path / "a.jsonl", tags=["hard", "Math"])
+    assert _prompts(tmp_path / "a.jsonl") == ["p2"]
+
+
+def test_without_tag_leaves_out_the_samples_carrying_any_of_them(tagged, tmp_path):
+    _export(tagged, tmp_path / "a.jsonl", without_tags=["math"])
+    assert _prompts(tmp_path / "a.jsonl") == ["p1", "p3", "p4"]  # p3's math was undone
+    _export(tagged, tmp_path / "b.jsonl", without_tags=["math", "HARD"])
+    assert _prompts(tmp_path / "b.jsonl") == ["p3", "p4"]
+
+
+def test_a_superseded_verdicts_tags_do_not_select(tagged, tmp_path):
+    with pytest.raises(ExportError, match="no samples match --select all --tag old"):
+        _export(tagged, tmp_path / "a.jsonl", tags=["old"])
+
+
+def test_the_live_tags_in_sql_are_the_tags_a_sample_shows(tagged):
+    """The SQL rule and `load_sample` (what the app and `show` display) must never disagree."""
+    shown = {
+        r[0]: sorted({t.lower() for t in tagged.load_sample(r[0]).tags})
+        for r in tagged.query("SELECT sample_id FROM samples")
+    }
+    in_sql = {sid: [] for sid in shown}
+    for sid, tag in tagged.query(f"SELECT sample_id, tag FROM ({live_tags()}) ORDER BY tag"):
+        in_sql[sid].append(tag)
+    assert in_sql == shown
+
+
+def test_the_manifest_counts_exported_samples_by_tag(tagged, tmp_path):
+    result = _export(tagged, tmp_path / "a.jsonl")
+    assert result.manifest["counts"]["by_tag"] == {"hard": 2, "math": 1}
+    assert "tags" not in result.manifest  # no tag selection
+    result = _export(tagged, tmp_path / "b.jsonl", tags=["Hard"], without_tags=["math"])
+    assert result.manifest["counts"]["by_tag"] == {"hard": 1}
+    assert result.manifest["tags"] == {"with": ["hard"], "without": ["math"]}
+
+
+def test_parquet_has_a_tags_list_column(tagged, tmp_path):
+    out = tmp_path / "a.parquet"
+    _export(tagged, out, fmt="parquet")
+    rows = (
+        duckdb.connect().execute(f"SELECT primary_id, tags FROM read_parquet('{out}') ORDER BY primary_id").fetchall()
+    )
+    assert rows == [("p1", ["hard"]), ("p2", ["hard", "math"]), ("p3", []), ("p4", [])]
+
+
+def test_cli_tag_and_without_tag(tagged, tmp_path, kimi_tok_dir, capsys):
+    db = tagged.path
+    tagged.close()
+    base = ["export", "--db", str(db), "--select", "all", "--tokenizer", str(kimi_tok_dir), "--profile", "kimi-k2.5"]
+    out = tmp_path / "a.jsonl"
+    assert main([*base, "--tag", "hard", "--without-tag", "MATH", "--out", str(out)]) == 0
+    assert _prompts(out) == ["p1"]
+    capsys.readouterr()
+    assert main([*base, "--tag", "nope", "--out", str(tmp_path / "b.jsonl")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no samples match --select all --tag nope" in err[0]
+    assert main([*base, "--tag", " ", "--out", str(tmp_path / "c.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a tag cannot be empty" in err
+    assert not (tmp_path / "c.jsonl").exists()
