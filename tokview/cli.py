@@ -23,7 +23,21 @@ from tokview.errors import ExitCode, TokviewError, UserError, one_line
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Order is the order shown in --help.
-COMMANDS = ("demo", "ui", "batch", "export", "audit", "stats", "doctor", "sim", "show", "tokenize", "merge", "score")
+COMMANDS = (
+    "demo",
+    "ui",
+    "batch",
+    "export",
+    "audit",
+    "stats",
+    "doctor",
+    "sim",
+    "show",
+    "tokenize",
+    "merge",
+    "score",
+    "proxy",
+)
 
 DEBUG_HINT = "run with TOKVIEW_DEBUG=1 for the traceback"
 

@@ -1,0 +1,132 @@
+"""The proxy's id fields: added to requests, taken out of answers byte for byte (real-server recordings)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tokview.proxy.ids import Injection, id_only_chunk, inject, strip_body
+from tokview.proxy.sse import DONE, EventSplitter, data_of
+
+REC = Path(__file__).resolve().parent / "recordings" / "proxy_tools"
+_VARYING = re.compile(rb'"id":"[^"]*"|"created":\d+')
+
+
+def _same_but_ids(a: bytes, b: bytes) -> bool:
+    """Equal once the per-request `id` and `created` values are blanked (two runs of one request)."""
+    return _VARYING.sub(b"", a) == _VARYING.sub(b"", b)
+
+
+def _events(raw: bytes) -> list[bytes]:
+    splitter = EventSplitter()
+    events = list(splitter.feed(raw))
+    assert splitter.rest() == b""
+    return events
+
+
+def _relay(raw: bytes, injection: Injection) -> bytes:
+    out = []
+    for event in _events(raw):
+        data = data_of(event)
+        if data is not DONE and id_only_chunk(data, injection):
+            continue
+        out.append(strip_body(event, injection))
+    return b"".join(out)
+
+
+def test_vllm_stream_with_ids_becomes_the_stream_vllm_sends_without_them() -> None:
+    with_ids = (REC / "vllm_t1_stream.txt").read_bytes()
+    without = (REC / "vllm_t1_stream_noids.txt").read_bytes()
+    injection = Injection("vllm", ("return_token_ids",), True)
+    relayed = _relay(with_ids, injection)
+    assert len(_events(relayed)) == len(_events(without)) == 20  # 31 chunks + DONE → 19 + DONE
+    assert _same_but_ids(relayed, without)
+
+
+def test_vllm_stream_where_the_parser_hides_the_whole_section_keeps_only_its_text_chunks() -> None:
+    raw = (REC / "vllm_choice_none_stream.txt").read_bytes()
+    relayed = _relay(raw, Injection("vllm", ("return_token_ids",), True))
+    for event in _events(relayed):
+        data = data_of(event)
+        if data is DONE or not data.get("choices"):
+            continue
+        choice = data["choices"][0]
+        assert choice.get("token_ids") is None
+        assert choice["delta"] != {} or choice["finish_reason"] is not None
+
+
+def test_vllm_json_answer_keeps_its_keys_with_null_as_vllm_does() -> None:
+    raw = (REC / "vllm_t1.json").read_bytes()
+    stripped = strip_body(raw, Injection("vllm", ("return_token_ids",), False))
+    original, edited = orjson.loads(raw), orjson.loads(stripped)
+    assert edited["prompt_token_ids"] is None and edited["choices"][0]["token_ids"] is None
+    original["prompt_token_ids"] = original["choices"][0]["token_ids"] = None
+    assert edited == original
+    assert b'"token_ids":null,"routed_experts":null' in stripped  # the bytes around it untouched
+
+
+def test_sglang_json_answer_loses_the_keys_it_would_not_have_had() -> None:
+    with_ids = strip_body((REC / "sgl_t1.json").read_bytes(), Injection("sglang", ("return_token_ids",), False))
+    sglext = (REC / "sgl_t1_sglext.json").read_bytes()
+    without_ext = strip_body(sglext, Injection("sglang", ("return_input_ids_in_sglext",), False))
+    assert b"token_ids" not in with_ids and b"sglext" not in without_ext
+    assert _same_but_ids(with_ids, without_ext)
+
+
+def test_sglang_stream_drops_the_sglext_chunk() -> None:
+    raw = (REC / "sgl_t1_stream_sglext.txt").read_bytes()
+    injection = Injection("sglang", ("return_input_ids_in_sglext", "return_output_ids_in_sglext"), True)
+    relayed = _relay(raw, injection)
+    events = _events(raw)
+    assert len(_events(relayed)) == len(events) - 1
+    assert b"sglext" not in relayed
+    assert relayed == b"".join(e for e in events if b"sglext" not in e)
+
+
+def test_a_client_that_asked_for_ids_gets_them() -> None:
+    body, injection = inject({"messages": [], "return_token_ids": True}, "vllm")
+    assert not injection.strips and body["return_token_ids"] is True
+    raw = (REC / "vllm_t1.json").read_bytes()
+    assert strip_body(raw, injection) == raw
+
+
+@pytest.mark.parametrize(
+    ("kind", "stream", "added"),
+    [
+        ("vllm", False, ("return_token_ids",)),
+        ("vllm", True, ("return_token_ids",)),
+        ("sglang", False, ("return_token_ids",)),
+        ("sglang", True, ("return_input_ids_in_sglext", "return_output_ids_in_sglext")),
+    ],
+)
+def test_inject_adds_the_fields_each_server_needs_and_leaves_the_client_body_alone(
+    kind: str, stream: bool, added: tuple[str, ...]
+) -> None:
+    client = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    body, injection = inject(client, kind)
+    assert injection.fields == added
+    assert all(body[f] is True for f in added)
+    assert "return_token_ids" not in client  # the client's own dict is not changed
+
+
+def test_splitter_waits_for_whole_events_across_reads() -> None:
+    raw = (REC / "vllm_t1_stream.txt").read_bytes()
+    splitter = EventSplitter()
+    got = [e for i in range(0, len(raw), 7) for e in splitter.feed(raw[i : i + 7])]
+    assert b"".join(got) == raw and got == _events(raw)
+
+
+def test_an_id_key_inside_text_is_not_touched() -> None:
+    raw = b'{"choices":[{"message":{"content":"say \\"token_ids\\":[1,2]"},"token_ids":[5]}],"prompt_token_ids":[1]}'
+    out = strip_body(raw, Injection("vllm", ("return_token_ids",), False))
+    assert (
+        out
+        == b'{"choices":[{"message":{"content":"say \\"token_ids\\":[1,2]"},"token_ids":null}],"prompt_token_ids":null}'
+    )
+    sgl = strip_body(
+        b'{"choices":[{"prompt_token_ids":[1],"index":0}]}', Injection("sglang", ("return_token_ids",), False)
+    )
+    assert sgl == b'{"choices":[{"index":0}]}'

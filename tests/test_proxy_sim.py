@@ -1,0 +1,230 @@
+"""`tokview proxy` over real sockets: the simulator (vLLM and SGLang) upstream, the proxy as a real server,
+httpx as the harness. The client's bytes must be the upstream's own, the store must hold every request
+token-exact with the ids the simulator served, and conversations must come out grouped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+
+_VARYING = re.compile(rb'"id":"[^"]*"|"created":\d+')
+QUESTION = [{"role": "user", "content": "What is 17 times 3?"}]
+
+
+def _blank(raw: bytes) -> bytes:
+    """The bytes with the values the simulator makes new per request (response id, timestamp) blanked."""
+    return _VARYING.sub(b"", raw)
+
+
+def _sim_vllm_stream_as_vllm_sends_it(raw: bytes) -> bytes:
+    """The simulator's vLLM stream without return_token_ids, as real vLLM 0.32 sends it (recordings/tools,
+    vllm_t1_stream_noids.txt): the id keys are there as null, and no chunk carries only an empty delta.
+    The simulator differs in both (reported); the proxy follows the real server."""
+    out = []
+    for event in raw.split(b"\n\n"):
+        if not event:
+            continue
+        if event.startswith(b"data: {") and b'"delta":{}' in event and b'"finish_reason":null' in event:
+            continue
+        event = (
+            event.replace(
+                b'"finish_reason":null}]}', b'"finish_reason":null}],"prompt_token_ids":null,"prompt_text":null}', 1
+            )
+            if b'"role":"assistant"' in event
+            else event
+        )
+        event = (
+            re.sub(
+                rb'("finish_reason":(?:null|"[a-z_]+")(?:,"stop_reason":(?:null|\d+|"[^"]*"))?)\}',
+                rb'\1,"token_ids":null}',
+                event,
+            )
+            if b'"role":"assistant"' not in event and b'"choices":[{' in event
+            else event
+        )
+        out.append(event + b"\n\n")
+    return b"".join(out)
+
+
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def sim(request) -> Iterator[Any]:
+    with start_simulator(SimConfig(kind=request.param)) as running:
+        yield running
+
+
+@pytest.fixture
+def proxy(sim, tmp_path, kimi_tok, kimi_profile) -> Iterator[Any]:
+    config = ProxyConfig(
+        [sim.url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=kimi_tok, profile=kimi_profile
+    )
+    with start_proxy(config) as running:
+        running.db = config.db
+        yield running
+
+
+def _chat(model: str, stream: bool, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": QUESTION, "max_tokens": 200, "temperature": 0, "stream": stream, **extra}
+
+
+def _stored(db: str) -> list[dict[str, Any]]:
+    with Store(db) as store:
+        rows = store.query(
+            "SELECT sample_id, prompt_id, turn, prompt_ids, output_ids, codes, raw_request, endpoint FROM samples "
+            "ORDER BY sample_id"
+        )
+    keys = ("sample_id", "prompt_id", "turn", "prompt_ids", "output_ids", "codes", "raw_request", "endpoint")
+    return [dict(zip(keys, row)) for row in rows]
+
+
+def _failures(db: str) -> list[str]:
+    with Store(db) as store:
+        return [r[0] for r in store.query("SELECT reason FROM failures ORDER BY reason")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_answer_is_the_upstreams_own_bytes_and_is_stored_token_exact(sim, proxy, stream) -> None:
+    body = _chat(sim.cfg.model_name, stream)
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body)
+    assert through.status_code == 200
+    expected = _sim_vllm_stream_as_vllm_sends_it(direct) if stream and sim.cfg.kind == "vllm" else direct
+    assert _blank(through.content) == _blank(expected)
+    proxy.stop()
+    if stream and sim.cfg.kind == "sglang":  # the simulator's SGLang streams carry no sglext ids (reported)
+        assert _failures(proxy.db) == ["the upstream returned no token ids on chat (stream) (the sglext ids asked)"]
+        return
+    served = orjson.loads(
+        httpx.post(
+            sim.url + "/v1/chat/completions", json=_chat(sim.cfg.model_name, False, return_token_ids=True)
+        ).content
+    )
+    choice = served["choices"][0]
+    prompt_ids = served.get("prompt_token_ids") or choice["prompt_token_ids"]
+    output_ids = choice.get("token_ids") or choice["response_token_ids"]
+    [row] = _stored(proxy.db)
+    assert row["prompt_ids"] == prompt_ids and row["output_ids"] == output_ids
+    assert row["endpoint"] == f"{sim.cfg.kind}-chat" and row["turn"] == 0
+
+
+def test_completions_token_prompt_stream_and_not(sim, proxy) -> None:
+    if sim.cfg.kind == "sglang":
+        pytest.skip("the simulator's SGLang has no /v1/completions")
+    prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
+    for stream in (False, True):
+        body = {"model": sim.cfg.model_name, "prompt": prompt, "max_tokens": 30, "temperature": 0, "stream": stream}
+        direct = httpx.post(sim.url + "/v1/completions", json=body).content
+        through = httpx.post(proxy.url + "/v1/completions", json=body).content
+        if stream:  # the simulator leaves the null id keys out of a completions stream: compare as JSON
+            d = [orjson.loads(e[6:]) for e in direct.split(b"\n\n") if e.startswith(b"data: {")]
+            t = [orjson.loads(e[6:]) for e in through.split(b"\n\n") if e.startswith(b"data: {")]
+            for chunk in d + t:
+                chunk.pop("id"), chunk.pop("created")
+                for c in chunk["choices"]:
+                    assert c.pop("token_ids", None) is None and c.pop("prompt_token_ids", None) is None
+            assert d == t and through.endswith(b"data: [DONE]\n\n")
+        else:
+            assert _blank(through) == _blank(direct)
+    proxy.stop()
+    rows = _stored(proxy.db)
+    assert [r["prompt_ids"] for r in rows] == [prompt, prompt]
+    assert rows[0]["output_ids"] == rows[1]["output_ids"] and rows[0]["output_ids"]
+    # the second continues nothing: the same prompt again is a new conversation, not turn 1 of the first
+    assert rows[0]["prompt_id"] != rows[1]["prompt_id"]
+
+
+def test_a_client_that_asks_for_ids_gets_them(sim, proxy) -> None:
+    body = _chat(sim.cfg.model_name, False, return_token_ids=True)
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+    assert _blank(through) == _blank(direct) and b'token_ids":[' in through
+
+
+def test_other_paths_pass_through(sim, proxy) -> None:
+    for path in ("/v1/models", "/health"):
+        assert _blank(httpx.get(proxy.url + path).content) == _blank(httpx.get(sim.url + path).content)
+    tok = {"model": sim.cfg.model_name, "messages": QUESTION}
+    assert httpx.post(proxy.url + "/tokenize", json=tok).content == httpx.post(sim.url + "/tokenize", json=tok).content
+    assert httpx.get(proxy.url + "/nope").status_code == httpx.get(sim.url + "/nope").status_code == 404
+    proxy.stop()
+    assert _stored(proxy.db) == [] and _failures(proxy.db) == []
+
+
+def test_a_refused_request_reaches_the_client_as_sent_and_is_recorded_as_refused(sim, proxy) -> None:
+    body = {"model": sim.cfg.model_name, "messages": QUESTION, "max_tokens": -5}
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body)
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body)
+    assert through.status_code == direct.status_code == 400
+    assert through.content == direct.content
+    proxy.stop()
+    [reason] = _failures(proxy.db)
+    assert reason.startswith("refused by the upstream: HTTP 400")
+
+
+def test_completions_prefix_groups_turns_into_one_session(sim, proxy) -> None:
+    if sim.cfg.kind == "sglang":
+        pytest.skip("the simulator's SGLang has no /v1/completions")
+    prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
+    ids_body = {"model": sim.cfg.model_name, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    turns = []
+    for _ in range(3):
+        answer = httpx.post(proxy.url + "/v1/completions", json={**ids_body, "prompt": prompt}).json()
+        out = answer["choices"][0]["token_ids"]
+        turns.append((list(prompt), out))
+        prompt = prompt + out + [163587, 455, 163601, 88, 163586, 163588, 400, 163601, 163606]
+    httpx.post(proxy.url + "/v1/completions", json={**ids_body, "prompt": [163587, 455, 163601, 99]})
+    proxy.stop()
+    rows = _stored(proxy.db)
+    sessions = [r["prompt_id"] for r in rows]
+    assert sessions[0] == sessions[1] == sessions[2] != sessions[3]
+    assert [r["turn"] for r in rows] == [0, 1, 2, 0]
+    assert [(r["prompt_ids"], r["output_ids"]) for r in rows[:3]] == turns
+
+
+def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(sim, proxy) -> None:
+    first = httpx.post(proxy.url + "/v1/chat/completions", json=_chat(sim.cfg.model_name, False)).json()
+    reply = first["choices"][0]["message"]
+    history = [
+        *QUESTION,
+        {"role": "assistant", "content": reply.get("content")},
+        {"role": "user", "content": "And 18 times 3?"},
+    ]
+    httpx.post(proxy.url + "/v1/chat/completions", json={**_chat(sim.cfg.model_name, False), "messages": history})
+    proxy.stop()
+    one, two = _stored(proxy.db)
+    assert one["prompt_id"] == two["prompt_id"] and two["turn"] == 1
+    assert "session_prefix_break" in two["codes"] and "session_prefix_break" not in one["codes"]
+    with Store(proxy.db) as store:
+        [(detail, positions)] = store.query(
+            "SELECT detail, positions FROM findings WHERE sample_id = ? AND code = 'session_prefix_break'",
+            [two["sample_id"]],
+        )
+    at = positions[0]
+    served = one["prompt_ids"] + one["output_ids"]
+    assert two["prompt_ids"][:at] == served[:at] and two["prompt_ids"][at] != served[at]
+    assert f"first differ at position {at}" in detail
+
+
+def test_header_and_user_name_sessions(sim, proxy) -> None:
+    body = _chat(sim.cfg.model_name, False)
+    httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Tokview-Session": "agent-7"})
+    httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Tokview-Session": "agent-7"})
+    httpx.post(proxy.url + "/v1/chat/completions", json={**body, "user": "alice"})
+    proxy.stop()
+    rows = _stored(proxy.db)
+    assert [(r["prompt_id"], r["turn"]) for r in rows] == [
+        ("session:agent-7", 0),
+        ("session:agent-7", 1),
+        ("user:alice", 0),
+    ]
+    stored = orjson.loads(rows[0]["raw_request"])
+    assert stored["body"] == body and "x-tokview-session" in stored["headers"]

@@ -1,0 +1,59 @@
+"""`tokview proxy --server URL`: record any harness's traffic to vLLM or SGLang, token-exact, as it runs.
+
+Point the harness's OpenAI base URL at the proxy (`http://127.0.0.1:8900/v1`). Every chat or completions
+request is forwarded with the fields that return token ids added, the answer goes back exactly as the
+server would have sent it without them, and each generation becomes a sample (grouped into sessions) in
+the store, which the app and `stats` read while the harness runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    from tokview.core.resolve import add_tokenizer_arguments
+    from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV
+
+    p = sub.add_parser("proxy", help="an OpenAI-compatible proxy that records every generation token-exact")
+    p.add_argument(
+        "--server", required=True, action="append", metavar="URL", help="upstream vLLM or SGLang (repeat for several)"
+    )
+    p.add_argument(
+        "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"where to listen (default {DEFAULT_LISTEN})"
+    )
+    p.add_argument(
+        "--db", default="tokview.duckdb", metavar="PATH", help="the store to record into (default tokview.duckdb)"
+    )
+    p.add_argument(
+        "--kind", choices=("auto", "vllm", "sglang"), default="auto", help="upstream kind (default: detected)"
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help=f"listen on a non-loopback address; clients must then present the key in {PROXY_KEY_ENV}",
+    )
+    add_tokenizer_arguments(
+        p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
+    )
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from tokview.core.resolve import load_tokenizer_and_profile
+    from tokview.proxy.serve import ProxyConfig, check_listen, key_from_env, serve_forever
+
+    config = ProxyConfig(
+        servers=list(args.server),
+        listen=args.listen,
+        db=args.db,
+        allow_remote=args.allow_remote,
+        key=key_from_env(),
+        kind=args.kind,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    check_listen(config)  # refused before the tokenizer loads
+    config.tokenizer, config.profile = load_tokenizer_and_profile(
+        args.tokenizer, args.profile, trust_remote_code=args.trust_remote_code
+    )
+    return serve_forever(config)

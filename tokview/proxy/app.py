@@ -1,0 +1,393 @@
+"""The proxy's HTTP front: a plain ASGI app (uvicorn serves it) that forwards to the upstream with httpx.
+
+Per request: check the proxy key (when one is required), read the body, add the id fields on the two
+generation endpoints (`ids.inject`), forward, and send back what the upstream sends as it arrives: a
+JSON answer whole with the added ids taken out (`ids.strip_body`), a stream event by event with the
+id-only events dropped. Every other path goes through untouched. When the client goes away the upstream
+request is closed at once (the server stops generating), and the request is recorded as abandoned.
+A finished generation is handed to the recorder after its last byte went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from tokview.proxy import ids
+from tokview.proxy.capture import CHAT, ENDPOINT_PATHS, NoIds, build_capture, settings_of
+from tokview.proxy.recorder import Recorder
+from tokview.proxy.sessions import SESSION_HEADER
+from tokview.proxy.sse import DONE, EventSplitter, data_of
+from tokview.servers.http import error_message
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+PROXY_KEY_HEADER = "x-tokview-proxy-key"
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+    }
+)
+"""Request headers never forwarded as they are (httpx sets length and host; the answer must come unencoded)."""
+STORED_HEADERS = ("content-type", "user-agent", "accept", SESSION_HEADER)
+"""The only client headers a stored request keeps: never Authorization, cookies or keys."""
+
+
+@dataclass
+class Upstream:
+    """One server behind the proxy: its public URL, kind, the Authorization it is sent, and the stamp
+    a capture made there carries."""
+
+    url: str
+    kind: str
+    auth: str | None = None
+    stamp: dict[str, Any] = field(default_factory=dict)
+    max_model_len: int | None = None
+    client: httpx.AsyncClient | None = None
+
+    def http(self) -> httpx.AsyncClient:
+        if self.client is None:  # made inside the serving loop
+            self.client = httpx.AsyncClient(
+                base_url=self.url,
+                timeout=httpx.Timeout(None, connect=10.0),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                transport=httpx.AsyncHTTPTransport(retries=0),
+            )
+        return self.client
+
+
+class Abandoned(Exception):
+    """The client went away before the answer was complete."""
+
+
+@dataclass
+class _Exchange:
+    """One request as it goes through: what the recorder needs once it is over."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    upstream: Upstream
+    endpoint: str | None = None
+    request: dict[str, Any] | None = None
+    injection: ids.Injection | None = None
+    started: float = field(default_factory=time.perf_counter)
+    chunks_sent: int = 0
+
+
+class ProxyApp:
+    def __init__(
+        self, upstreams: list[Upstream], recorder: Recorder | None, *, profile: Any = None, key: str | None = None
+    ) -> None:
+        self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
+        self._next = itertools.cycle(range(len(upstreams)))
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams:
+            if upstream.client is not None:
+                await upstream.client.aclose()
+                upstream.client = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.key is not None and not self._authorised(headers):
+            await _json_error(send, 401, "tokview proxy: missing or wrong proxy key (TOKVIEW_PROXY_KEY)")
+            return
+        body = await _read_body(receive)
+        if body is None:
+            return  # gone before it finished sending its request
+        path = scope["path"]
+        query = scope.get("query_string") or b""
+        ex = _Exchange(scope["method"], path, headers, body, self.upstreams[next(self._next)])
+        forward = asyncio.ensure_future(self._forward(ex, query, send))
+        watch = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait((forward, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if not forward.done():
+            forward.cancel()
+            try:
+                await forward
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._abandoned(ex)
+            return
+        try:
+            forward.result()
+        except Abandoned:
+            self._abandoned(ex)
+
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        assert self.key is not None
+        given = headers.get(PROXY_KEY_HEADER)
+        if given is None:
+            auth = headers.get("authorization", "")
+            given = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        return given is not None and hmac.compare_digest(given.encode(), self.key.encode())
+
+    # -- forwarding -----------------------------------------------------------------------------
+    def _upstream_headers(self, ex: _Exchange) -> dict[str, str]:
+        out = {k: v for k, v in ex.headers.items() if k not in HOP_BY_HOP and k != PROXY_KEY_HEADER}
+        out["accept-encoding"] = "identity"
+        if self.key is not None and "authorization" in out and PROXY_KEY_HEADER not in ex.headers:
+            del out["authorization"]  # that was the proxy key: the upstream gets its own credentials
+        if "authorization" not in out and ex.upstream.auth:
+            out["authorization"] = ex.upstream.auth
+        out.pop(SESSION_HEADER, None)
+        return out
+
+    def _prepare(self, ex: _Exchange) -> bytes:
+        """The body to send: the client's, or on a generation endpoint the same with the id fields added."""
+        endpoint = ENDPOINT_PATHS.get(ex.path) if ex.method == "POST" else None
+        if endpoint is None:
+            return ex.body
+        try:
+            request = orjson.loads(ex.body)
+        except orjson.JSONDecodeError:
+            return ex.body  # the upstream answers a broken body itself
+        if not isinstance(request, dict):
+            return ex.body
+        ex.endpoint, ex.request = endpoint, request
+        sent, ex.injection = ids.inject(request, ex.upstream.kind)
+        return ex.body if sent is request else orjson.dumps(sent)
+
+    async def _forward(self, ex: _Exchange, query: bytes, send: Send) -> None:
+        content = self._prepare(ex)
+        client = ex.upstream.http()
+        url = httpx.URL(ex.path, query=query) if query else ex.path
+        request = client.build_request(ex.method, url, content=content, headers=self._upstream_headers(ex))
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            reason = f"upstream {ex.upstream.url} unreachable: {type(exc).__name__}"
+            await _json_error(send, 502, f"tokview proxy: {reason}")
+            self._failure(ex, reason)
+            return
+        try:
+            if ex.endpoint is None:
+                await self._pass_through(response, send)
+            elif response.status_code != 200:
+                body = await response.aread()
+                await _start(send, response, len(body))
+                await _send_body(send, body, False)
+                self._failure(ex, f"refused by the upstream: HTTP {response.status_code}: {error_message(body)}")
+            elif "text/event-stream" in response.headers.get("content-type", ""):
+                await self._relay_stream(ex, response, send)
+            else:
+                await self._relay_json(ex, response, send)
+        finally:
+            await response.aclose()
+
+    async def _pass_through(self, response: httpx.Response, send: Send) -> None:
+        await _start(send, response, None, keep_length=True)
+        async for piece in response.aiter_raw():
+            await _send_body(send, piece, True)
+        await _send_body(send, b"", False)
+
+    async def _relay_json(self, ex: _Exchange, response: httpx.Response, send: Send) -> None:
+        raw = await response.aread()
+        injection = ex.injection
+        out = ids.strip_body(raw, injection) if injection is not None else raw
+        await _start(send, response, len(out))
+        await _send_body(send, out, False)
+        try:
+            answer = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            self._failure(ex, "malformed response: the upstream's answer is not JSON")
+            return
+        self._record(ex, answer, stream=False)
+
+    async def _relay_stream(self, ex: _Exchange, response: httpx.Response, send: Send) -> None:
+        injection = ex.injection
+        assert injection is not None
+        await _start(send, response, None)
+        splitter = EventSplitter()
+        chunks: list[dict[str, Any]] = []
+        done = False
+        async for piece in response.aiter_raw():
+            out = []
+            for event in splitter.feed(piece):
+                data = data_of(event)
+                if data is DONE:
+                    done = True
+                elif isinstance(data, dict):
+                    chunks.append(data)
+                    if ids.id_only_chunk(data, injection):
+                        continue
+                out.append(ids.strip_body(event, injection) if injection.strips else event)
+            if out:
+                await _send_body(send, b"".join(out) if len(out) > 1 else out[0], True)
+                ex.chunks_sent += len(out)
+        await _send_body(send, splitter.rest(), False)
+        if not done:
+            self._failure(ex, f"the upstream's stream ended without [DONE] after {len(chunks)} chunks")
+            return
+        self._record(ex, chunks, stream=True)
+
+    # -- recording ------------------------------------------------------------------------------
+    def _session_of(self, ex: _Exchange) -> tuple[str | None, str | None]:
+        named = ex.headers.get(SESSION_HEADER) or None
+        user = ex.request.get("user") if ex.request else None
+        return named, user if isinstance(user, str) and user else None
+
+    def _failure(self, ex: _Exchange, reason: str) -> None:
+        if self.recorder is None or ex.endpoint is None:
+            return
+        named, user = self._session_of(ex)
+        self.recorder.failure(reason, ex.upstream.url, named=named, user=user)
+
+    def _abandoned(self, ex: _Exchange) -> None:
+        self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
+
+    def _record(self, ex: _Exchange, answer: Any, *, stream: bool) -> None:
+        if self.recorder is None or ex.request is None or ex.endpoint is None:
+            return
+        request = ex.request
+        messages = request.get("messages") if isinstance(request.get("messages"), list) else None
+        try:
+            capture = build_capture(
+                ex.endpoint,
+                ex.upstream.kind,
+                answer,
+                stream=stream,
+                settings=settings_of(request, self.profile, ex.upstream.max_model_len),
+                # rendered locally to check the served prompt, only when the local render can match it
+                messages=messages if messages and not request.get("tools") else None,
+                raw_request=self._stored_request(ex),
+                stamp=ex.upstream.stamp,
+                latency_s=time.perf_counter() - ex.started,
+            )
+        except NoIds as exc:
+            self._failure(ex, str(exc))
+            return
+        except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
+            self._failure(ex, f"malformed response: {getattr(exc, 'reason', exc)}")
+            return
+        named, user = self._session_of(ex)
+        self.recorder.sample(
+            capture, messages=messages, named=named, user=user, answer_message=_answer(capture, answer, ex.endpoint)
+        )
+
+    def _stored_request(self, ex: _Exchange) -> dict[str, Any]:
+        headers = {k: v for k, v in ex.headers.items() if k in STORED_HEADERS}
+        return {
+            "method": ex.method,
+            "url": ex.upstream.url + ex.path,
+            "headers": headers,
+            "body": ex.request,
+            "injected": list(ex.injection.fields) if ex.injection else [],
+        }
+
+
+def _answer(capture: Any, answer: Any, endpoint: str) -> dict[str, Any] | None:
+    """The assistant message a harness would append for this answer (what the next request's messages hold)."""
+    if endpoint != CHAT:
+        return None
+    calls = None
+    if isinstance(answer, dict):
+        choices = answer.get("choices") or [{}]
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+    elif isinstance(capture.raw_response, dict):
+        calls = capture.raw_response.get("tool_calls")
+    return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
+
+
+# -- ASGI plumbing -------------------------------------------------------------------------------------
+async def _read_body(receive: Receive) -> bytes | None:
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _response_headers(response: httpx.Response, length: int | None, keep_length: bool) -> list[tuple[bytes, bytes]]:
+    out = []
+    for k, v in response.headers.raw:
+        name = k.lower()
+        if name in (b"content-length", b"transfer-encoding", b"connection", b"keep-alive") and not (
+            keep_length and name == b"content-length"
+        ):
+            continue
+        out.append((name, v))
+    if length is not None:
+        out.append((b"content-length", str(length).encode()))
+    return out
+
+
+async def _start(send: Send, response: httpx.Response, length: int | None, keep_length: bool = False) -> None:
+    try:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": _response_headers(response, length, keep_length),
+            }
+        )
+    except OSError as exc:
+        raise Abandoned() from exc
+
+
+async def _send_body(send: Send, body: bytes, more: bool) -> None:
+    try:
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+    except OSError as exc:  # uvicorn's ClientDisconnected
+        raise Abandoned() from exc
+
+
+async def _json_error(send: Send, status: int, message: str) -> None:
+    body = orjson.dumps({"error": {"message": message, "type": "tokview_proxy", "code": status}})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

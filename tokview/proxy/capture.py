@@ -1,0 +1,212 @@
+"""A proxied generation as the capture record `tokview batch` makes: the same fields from the same parsers.
+
+Chat answers go through `servers.chat.parse_chat` and chat streams through `servers.vllm.merge_chat_stream`
+(both servers' deltas); the proxy adds only what a harness's traffic has that a batch's has not: SGLang's
+`sglext` ids on a stream, completions with a text prompt, and the `tool_calls` of a stream folded into one
+list (kept in the raw response beside the chunks, as the server sent them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokview.core.record import Capture
+from tokview.servers.chat import parse_chat
+from tokview.servers.request import normalize_usage
+from tokview.servers.shapes import finish_of, ids_of, object_of, optional_ids_of, text_of
+from tokview.servers.vllm import merge_chat_stream
+
+CHAT, COMPLETIONS = "chat", "completions"
+ENDPOINT_PATHS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
+SAMPLING_KEYS = (
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "n",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logprobs",
+    "top_logprobs",
+    "ignore_eos",
+    "skip_special_tokens",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "reasoning_effort",
+    "include_reasoning",
+)
+
+
+class NoIds(ValueError):
+    """The upstream answered but gave no token ids (a build without them): recorded as a failure."""
+
+
+def settings_of(body: dict[str, Any], profile: Any, max_model_len: int | None) -> dict[str, Any]:
+    """The request's sampling settings, tools and template kwargs, as a capture's settings."""
+    settings = {k: body[k] for k in SAMPLING_KEYS if k in body}
+    kwargs = body.get("chat_template_kwargs")
+    key = getattr(profile, "thinking_kwarg", None)
+    settings["chat_template_kwargs"] = dict(kwargs) if isinstance(kwargs, dict) else None
+    settings["thinking"] = bool(kwargs[key]) if isinstance(kwargs, dict) and key and key in kwargs else None
+    settings["stream"] = bool(body.get("stream"))
+    settings["mode"] = "proxy"
+    if max_model_len:
+        settings["max_model_len"] = max_model_len
+    return settings
+
+
+def merge_tool_calls(chunks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """A stream's `delta.tool_calls` folded per index (id, type, name, arguments concatenated)."""
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            for call in (delta.get("tool_calls") if isinstance(delta, dict) else None) or ():
+                if not isinstance(call, dict):
+                    continue
+                index = call.get("index", len(calls))
+                merged = calls.setdefault(
+                    index, {"id": None, "type": "function", "function": {"name": None, "arguments": ""}}
+                )
+                for key in ("id", "type"):
+                    if call.get(key):
+                        merged[key] = call[key]
+                function = call["function"] if isinstance(call.get("function"), dict) else {}
+                if function.get("name"):
+                    merged["function"]["name"] = function["name"]
+                if isinstance(function.get("arguments"), str):
+                    merged["function"]["arguments"] += function["arguments"]
+    return [calls[i] for i in sorted(calls)] or None
+
+
+def _sglext(data: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
+    ext = data.get("sglext")
+    if not isinstance(ext, dict):
+        return None, None
+    prompt, out = ext.get("input_ids"), ext.get("output_ids")
+    if isinstance(out, list) and out and isinstance(out[0], list):
+        out = out[0]
+    return prompt, out
+
+
+def chat_fields(data: Any) -> dict[str, Any]:
+    return parse_chat(data, "POST /v1/chat/completions")
+
+
+def chat_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    where = "POST /v1/chat/completions (stream)"
+    fields = merge_chat_stream(chunks, where)
+    for chunk in chunks:
+        prompt, out = _sglext(chunk)
+        if fields["prompt_ids"] is None and prompt is not None:
+            fields["prompt_ids"] = ids_of(prompt, where, "sglext.input_ids")
+        if fields["output_ids"] is None and out is not None:
+            fields["output_ids"] = ids_of(out, where, "sglext.output_ids")
+    return fields
+
+
+def completion_fields(data: Any) -> dict[str, Any]:
+    where = "POST /v1/completions"
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
+        raise ValueError(f"malformed response from {where}: expected an object with choices")
+    choice = object_of(data["choices"][0], where, "choices[0]")
+    ext_prompt, ext_out = _sglext(data)
+    prompt = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or ext_prompt
+    out = next((choice[k] for k in ("token_ids", "response_token_ids") if isinstance(choice.get(k), list)), ext_out)
+    finish, matched = finish_of(choice.get("finish_reason"), where)
+    return {
+        "prompt_ids": optional_ids_of(prompt, where, "prompt token ids"),
+        "output_ids": optional_ids_of(out, where, "output token ids"),
+        "finish_reason": finish,
+        "matched_stop": choice.get("matched_stop", choice.get("stop_reason", matched)),
+        "text": text_of(choice.get("text"), where, "text"),
+        "usage": normalize_usage(data.get("usage")),
+    }
+
+
+def completion_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    where = "POST /v1/completions (stream)"
+    prompt: list[int] | None = None
+    out: list[int] = []
+    saw_ids = False
+    texts: list[str] = []
+    finish = matched = None
+    usage: dict[str, Any] = {}
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        ext_prompt, ext_out = _sglext(chunk)
+        prompt = prompt or ext_prompt
+        if ext_out is not None:
+            saw_ids, out = True, list(ext_out)
+        for choice in chunk.get("choices") or ():
+            choice = object_of(choice, where, "a choice")
+            if choice.get("index", 0) != 0:
+                continue
+            prompt = prompt or choice.get("prompt_token_ids")
+            if choice.get("token_ids") is not None:
+                saw_ids = True
+                out.extend(ids_of(choice["token_ids"], where, "token_ids"))
+            if text_of(choice.get("text"), where, "text"):
+                texts.append(choice["text"])
+            if choice.get("finish_reason"):
+                finish, _ = finish_of(choice["finish_reason"], where)
+                matched = choice.get("matched_stop", choice.get("stop_reason"))
+    return {
+        "prompt_ids": optional_ids_of(prompt, where, "prompt token ids"),
+        "output_ids": out if saw_ids else None,
+        "finish_reason": finish,
+        "matched_stop": matched,
+        "text": "".join(texts),
+        "usage": normalize_usage(usage),
+    }
+
+
+def build_capture(
+    endpoint: str,
+    kind: str,
+    answer: Any,
+    *,
+    stream: bool,
+    settings: dict[str, Any],
+    messages: list[dict[str, Any]] | None,
+    raw_request: dict[str, Any],
+    stamp: dict[str, Any],
+    latency_s: float,
+) -> Capture:
+    """The capture of one finished answer (`answer`: the parsed body, or the list of parsed stream chunks).
+
+    Raises NoIds when the upstream sent no ids, ValueError (Retryable is one) when the answer is malformed."""
+    if endpoint == CHAT:
+        fields = chat_stream_fields(answer) if stream else chat_fields(answer)
+    else:
+        fields = completion_stream_fields(answer) if stream else completion_fields(answer)
+    if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
+        how = "the sglext ids" if kind == "sglang" and stream else "return_token_ids"
+        raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
+    raw_response: Any = answer
+    if stream:
+        raw_response = {"stream": True, "n_chunks": len(answer), "chunks": answer}
+        if endpoint == CHAT:
+            raw_response["tool_calls"] = merge_tool_calls(answer)
+    return Capture(
+        **fields,
+        settings=settings,
+        messages=messages,
+        endpoint=f"{kind}-{endpoint}",
+        raw_request=raw_request,
+        raw_response=raw_response,
+        latency_s=latency_s,
+        **stamp,
+    )

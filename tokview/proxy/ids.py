@@ -1,0 +1,148 @@
+"""Which request fields make a server return token ids, and how to take them out of its answer again.
+
+The client must get exactly what the upstream would have sent without them (issue 24), so the answer is
+edited as bytes, never re-serialised: only the spans of the id values the proxy asked for change.
+What each server sends without them (recordings/tools/README.md §3, §4):
+
+- vLLM (`return_token_ids`): the keys are always there; without the flag they hold `null`
+  (`"token_ids":null`, `"prompt_token_ids":null`). On a stream, a chunk that only carries an id (the
+  delta is `{}` and nothing finishes: think and tool-call markers) is not sent at all.
+- SGLang, not streaming (`return_token_ids`): `prompt_token_ids` / `response_token_ids` (`token_ids` on
+  other builds) are added to the choice; without the flag they are absent.
+- SGLang, streaming: `return_token_ids` is refused (HTTP 400), so the proxy asks for
+  `return_input_ids_in_sglext` + `return_output_ids_in_sglext` instead; the ids come in one extra chunk
+  (`choices: []`, `sglext: {input_ids, output_ids}`) that is dropped, or as an `sglext` key that is removed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+VLLM, SGLANG = "vllm", "sglang"
+RETURN_TOKEN_IDS = "return_token_ids"
+SGLEXT_FLAGS = ("return_input_ids_in_sglext", "return_output_ids_in_sglext")
+VLLM_ID_KEYS = (b"token_ids", b"prompt_token_ids")
+SGLANG_ID_KEYS = (b"prompt_token_ids", b"response_token_ids", b"token_ids")
+SGLEXT_KEY = b"sglext"
+
+
+@dataclass(frozen=True)
+class Injection:
+    """What the proxy added to one request, and so what it takes out of the answer."""
+
+    kind: str
+    """vllm | sglang (what the upstream is)."""
+    fields: tuple[str, ...]
+    """The request fields the proxy set to true (those the client had not asked for itself)."""
+    stream: bool
+
+    @property
+    def strips(self) -> bool:
+        return bool(self.fields)
+
+    @property
+    def token_ids(self) -> bool:
+        return RETURN_TOKEN_IDS in self.fields
+
+    @property
+    def sglext(self) -> bool:
+        return any(f in self.fields for f in SGLEXT_FLAGS)
+
+
+def id_fields(kind: str, stream: bool) -> tuple[str, ...]:
+    """The request fields that make this server return ids on this kind of request."""
+    if kind == SGLANG and stream:
+        return SGLEXT_FLAGS
+    return (RETURN_TOKEN_IDS,)
+
+
+def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:
+    """The body to send upstream (the client's own dict with the id fields set) and what was added.
+
+    A field the client set true itself is left alone and its ids reach the client: it asked for them."""
+    stream = bool(body.get("stream"))
+    added = tuple(f for f in id_fields(kind, stream) if body.get(f) is not True)
+    if not added:
+        return body, Injection(kind, (), stream)
+    sent = dict(body)
+    for name in added:
+        sent[name] = True
+    return sent, Injection(kind, added, stream)
+
+
+_KEY = re.compile(rb'"(token_ids|prompt_token_ids|response_token_ids|sglext)"\s*:\s*')
+_SPACE = b" \t\r\n"
+
+
+def _value_end(raw: bytes, start: int) -> int:
+    """The index just past the JSON array or object that starts at `start` (ids hold no strings)."""
+    depth = 0
+    for i in range(start, len(raw)):
+        c = raw[i]
+        if c in b"[{":
+            depth += 1
+        elif c in b"]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    raise ValueError("an id value is not closed")
+
+
+def strip_body(raw: bytes, injection: Injection) -> bytes:
+    """One JSON answer (a whole body or one SSE chunk's data) without the ids the proxy asked for."""
+    if not injection.strips:
+        return raw
+    keys: tuple[bytes, ...]
+    if injection.kind == VLLM:
+        keys, remove = (VLLM_ID_KEYS if injection.token_ids else ()), False
+    else:
+        keys = (SGLANG_ID_KEYS if injection.token_ids else ()) + ((SGLEXT_KEY,) if injection.sglext else ())
+        remove = True
+    if not keys:
+        return raw
+    out, pos = [], 0
+    for m in _KEY.finditer(raw):
+        if m.start() < pos or m.group(1) not in keys:
+            continue
+        value_start = m.end()
+        if raw[value_start : value_start + 1] not in (b"[", b"{"):
+            continue  # null already, or a shape we did not ask for: left as sent
+        value_end = _value_end(raw, value_start)
+        if not remove:
+            out += [raw[pos:value_start], b"null"]
+            pos = value_end
+            continue
+        start, end = m.start(), value_end
+        before = raw[:start].rstrip(_SPACE)
+        if before.endswith(b","):
+            start = len(before) - 1
+        else:  # the first key of its object: take the comma after it instead
+            after = len(raw) - len(raw[end:].lstrip(_SPACE))
+            if raw[after : after + 1] == b",":
+                end = after + 1
+        out.append(raw[pos:start])
+        pos = end
+    if pos == 0:
+        return raw
+    out.append(raw[pos:])
+    return b"".join(out)
+
+
+def id_only_chunk(chunk: Any, injection: Injection) -> bool:
+    """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
+
+    vLLM: every choice's delta is empty and none finishes (a marker id), and no usage rides it.
+    SGLang: the sglext chunk (`choices: []`, no usage, `sglext`)."""
+    if not injection.strips or not isinstance(chunk, dict):
+        return False
+    choices = chunk.get("choices")
+    if injection.kind == SGLANG:
+        return injection.sglext and "sglext" in chunk and choices == [] and not chunk.get("usage")
+    if not injection.token_ids or not isinstance(choices, list) or not choices or chunk.get("usage"):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("delta") != {} or choice.get("finish_reason") is not None:
+            return False
+    return True

@@ -1,0 +1,167 @@
+"""Each proxied generation becomes a sample, through the batch's own writer (`batch.writer.GroupWriter`).
+
+The writer analyses on its thread and writes crash-safe parts (`store.parts`), so forwarding never waits
+on the analysis or the disk: handing a capture over is a queue put. When the store cannot be written (a
+full disk, a store another process holds too long) the writer stops, the proxy keeps forwarding, and
+says so loudly once: nothing from then on is recorded, and the harness never notices.
+
+Session findings ride the same record: `_WithSessionFindings` wraps the store the writer writes through
+and adds a turn's `session_prefix_break` finding to its part line (a finding of the conversation, which
+`core.analysis` cannot see from one capture).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tokview.batch.writer import GroupWriter
+from tokview.core.findings import WARN
+from tokview.core.record import Capture
+from tokview.proxy.sessions import SessionBook, Turn
+
+PREFIX_BREAK = "session_prefix_break"
+
+
+@dataclass(frozen=True)
+class _Item:
+    """What the writer needs of a work item: ids, and where the sample sits in its conversation."""
+
+    sample_id: str
+    prompt_id: str
+    turn: int | None
+    index: int = 0
+
+
+class _WithSessionFindings:
+    """The store as the writer sees it, with the session findings of some samples added to their lines."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.extra: dict[str, dict[str, Any]] = {}
+
+    def sample_record(self, sample_id: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        record = self.store.sample_record(sample_id, *args, **kwargs)
+        finding = self.extra.pop(sample_id, None)
+        if finding is not None:
+            record["findings"] = [*record["findings"], finding]
+            record["codes"] = [*record["codes"], finding["code"]]
+        return record
+
+    def write_part(self, samples: Sequence[Any], failures: Sequence[Any] = ()) -> None:
+        self.store.write_part(samples, failures)
+
+    def ingest(self) -> tuple[int, int]:
+        return self.store.ingest()
+
+
+def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Any) -> dict[str, Any]:
+    """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""
+    at = turn.break_at or 0
+    here = _piece(tokenizer, prompt_ids, at)
+    detail = (
+        f"turn {turn.turn} continues its conversation by its messages, but its prompt ids do not extend turn "
+        f"{turn.turn - 1}'s prompt + output ids ({turn.previous_len} ids): they first differ at position {at} "
+        f"(here {here}). The harness re-rendered the history (reasoning dropped, arguments re-serialised or call "
+        f"ids renumbered): a drafter trained on these turns sees a prompt the model never continued."
+    )
+    return {
+        "code": PREFIX_BREAK,
+        "severity": WARN,
+        "detail": detail,
+        "positions": [min(at, max(len(prompt_ids) - 1, 0))],
+    }
+
+
+def _piece(tokenizer: Any, ids: list[int], at: int) -> str:
+    if at >= len(ids):
+        return "the prompt ends"
+    if tokenizer is None:
+        return f"id {ids[at]}"
+    try:
+        return f"id {ids[at]} {tokenizer.piece_text(ids[at])!r}"
+    except Exception:  # a display nicety: never a reason to lose the sample
+        return f"id {ids[at]}"
+
+
+class Recorder:
+    """Sessions, sample ids and the writer of one proxy run."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        profile: Any,
+        tokenizer: Any,
+        run_id: str,
+        say: Callable[[str], None] | None = None,
+        group_s: float = 0.25,
+        ingest_s: float = 1.0,
+    ) -> None:
+        self.run_id, self.tokenizer = run_id, tokenizer
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.sessions = SessionBook(run_id)
+        self._sink = _WithSessionFindings(store)
+        self.writer = GroupWriter(
+            self._sink, profile=profile, tokenizer=tokenizer, run_id=run_id, group_s=group_s, ingest_s=ingest_s
+        )
+        self._seq = itertools.count(1)
+        self._warned = False
+        self.recorded = self.failed = self.not_recorded = 0
+
+    @property
+    def recording(self) -> bool:
+        return self.writer.error is None
+
+    def _next_id(self) -> str:
+        return f"proxy:{self.run_id}:{next(self._seq):07d}"
+
+    def _check(self) -> bool:
+        if self.writer.error is None:
+            return True
+        self.not_recorded += 1
+        if not self._warned:
+            self._warned = True
+            self.say(
+                f"tokview proxy: STOPPED RECORDING: {self.writer.error}. Requests are still forwarded, but "
+                "nothing is stored from now on (what was written is kept); restart the proxy once the store "
+                "can be written."
+            )
+        return False
+
+    def sample(
+        self,
+        capture: Capture,
+        *,
+        messages: list[Any] | None,
+        named: str | None,
+        user: str | None,
+        answer_message: dict[str, Any] | None,
+    ) -> tuple[str, Turn] | None:
+        """Place a finished generation in its session and hand it to the writer: (sample id, turn)."""
+        if not self._check():
+            return None
+        turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
+        sample_id = self._next_id()
+        if turn.break_at is not None:
+            self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
+        self.sessions.add(turn, sample_id, capture.prompt_ids, capture.output_ids, messages, answer_message)
+        self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn), capture)
+        self.recorded += 1
+        return sample_id, turn
+
+    def failure(self, reason: str, server: str | None, *, named: str | None = None, user: str | None = None) -> None:
+        """A request the upstream refused, the client abandoned, or that came back without ids."""
+        if not self._check():
+            return
+        session = f"session:{named}" if named else (f"user:{user}" if user else f"proxy:{self.run_id}:unplaced")
+        self.writer.add_failure(_Item(self._next_id(), session, None), reason, server)
+        self.failed += 1
+
+    def close(self) -> None:
+        """Write and land what was handed over (blocks for the last group)."""
+        self.writer.close()
+        self._check()

@@ -1,0 +1,272 @@
+"""Start a proxy: check where it may listen, find out what each upstream is, open the store, serve.
+
+Safe by default: it listens on a loopback address; any other address needs `allow_remote` and a key
+(`TOKVIEW_PROXY_KEY`) that every client must present. Upstream credentials come from the environment
+and the server URL, as for `tokview batch`; a client's own Authorization header is forwarded instead
+when it sends one (a proxy key is never forwarded), and never stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokview.errors import ExitCode, UserError
+from tokview.proxy.app import ProxyApp, Upstream
+from tokview.proxy.recorder import Recorder
+
+PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
+DEFAULT_LISTEN = "127.0.0.1:8900"
+
+
+@dataclass
+class ProxyConfig:
+    servers: list[str]
+    listen: str = DEFAULT_LISTEN
+    db: str | None = "tokview.duckdb"
+    """None: forward only, record nothing (the benchmark's bare mode)."""
+    tokenizer: Any = None
+    profile: Any = None
+    allow_remote: bool = False
+    key: str | None = None
+    kind: str = "auto"
+    """auto (detected like `tokview batch` does), vllm or sglang."""
+    run_id: str = field(default_factory=lambda: "proxy-" + time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6])
+    say: Callable[[str], None] | None = None
+    lock_timeout: float = 10.0
+    """How long the recorder waits for a store another process holds before it stops recording."""
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 in brackets) as a pair; UserError for anything else."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise UserError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:8900")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(config: ProxyConfig) -> tuple[str, int]:
+    """Where to listen, refused unless loopback or explicitly allowed with a key."""
+    host, port = listen_address(config.listen)
+    if is_loopback(host):
+        return host, port
+    if not config.allow_remote:
+        raise UserError(
+            f"--listen {config.listen}: the proxy listens only on a loopback address unless --allow-remote is given "
+            f"(and then every client must present the key in {PROXY_KEY_ENV})"
+        )
+    if not config.key:
+        raise UserError(f"--allow-remote needs a key: set {PROXY_KEY_ENV} (clients send it as their bearer token)")
+    return host, port
+
+
+def upstream_auth(url: str) -> str | None:
+    """The Authorization the batch would send this server: the URL's user:password, else TOKVIEW_API_KEY."""
+    from tokview.servers.urls import api_key_from_env, parse_server_url
+
+    parts = parse_server_url(url)
+    if parts.auth is not None:
+        return "Basic " + base64.b64encode(f"{parts.auth[0]}:{parts.auth[1]}".encode()).decode("ascii")
+    key = api_key_from_env()
+    return f"Bearer {key}" if key else None
+
+
+async def _detect(url: str, kind: str, profile: Any) -> Upstream:
+    from tokview.servers import ServerUnreachable
+    from tokview.servers.features import detect
+    from tokview.servers.http import ServerClient
+    from tokview.servers.retry import RetryPolicy
+
+    client = ServerClient(url, timeout=30.0, concurrency=2)
+    try:
+        info = await detect(client, RetryPolicy(retries=1, backoff=0.2), profile)
+    except ServerUnreachable as exc:
+        raise UserError(f"server unreachable: {exc.reason}", exit_code=ExitCode.UNREACHABLE) from None
+    finally:
+        await client.aclose()
+    found = info.kind if kind == "auto" else kind
+    if found not in ("vllm", "sglang"):
+        raise UserError(
+            f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: give the "
+            "server's root URL, or --kind vllm|sglang"
+        )
+    return Upstream(info.url, found, upstream_auth(url), info.stamp() | {"server_kind": found}, info.max_model_len)
+
+
+def detect_upstreams(config: ProxyConfig) -> list[Upstream]:
+    from tokview.servers.urls import validate_server_url
+
+    for url in config.servers:
+        try:
+            validate_server_url(url)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+
+    async def all_of() -> list[Upstream]:
+        return list(await asyncio.gather(*(_detect(u, config.kind, config.profile) for u in config.servers)))
+
+    return asyncio.run(all_of())
+
+
+def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | None:
+    if config.db is None:
+        return None
+    from tokview.core.profiles import profile_fields
+    from tokview.store.store import Store
+
+    store = Store(config.db, server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=config.say)
+    tok = config.tokenizer
+    store.put_run(
+        config.run_id,
+        settings={"mode": "proxy", "listen": config.listen},
+        profile=config.profile.name if config.profile is not None else None,
+        tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
+        tokenizer_hash=tok.fingerprint() if tok is not None else None,
+        template_hash=tok.template_hash() if tok is not None else None,
+        server_info=[{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
+        source="tokview proxy",
+        profile_def=profile_fields(config.profile) if config.profile is not None else None,
+    )
+    return Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=config.say)
+
+
+class RunningProxy:
+    """A proxy serving on a thread: `url`, `recorder`; `stop()` ends it and lands what it recorded."""
+
+    def __init__(self, server: Any, thread: threading.Thread, app: ProxyApp, url: str) -> None:
+        self._server, self._thread, self.app, self.url = server, thread, app, url
+        self.recorder = app.recorder
+        self._stopped = False
+
+    def stop(self) -> None:
+        """Stop serving (uvicorn lets the requests in flight finish), then write and land the records. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    return sock
+
+
+def _uvicorn(app: ProxyApp) -> Any:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        server_header=False,  # the upstream's own server and date headers go through
+        date_header=False,
+        timeout_graceful_shutdown=2,
+        ws="none",
+        http="h11",
+        loop="asyncio",
+    )
+    return uvicorn.Server(config)
+
+
+def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
+    address = check_listen(config)
+    upstreams = detect_upstreams(config)
+    recorder = open_recorder(config, upstreams)
+    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key), address
+
+
+@contextmanager
+def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
+    """Serve on a background thread (tests, the benchmark): yields once it accepts connections."""
+    app, (host, port) = build(config)
+    sock = _bind(host, port)
+    server = _uvicorn(app)
+
+    def run() -> None:
+        async def main() -> None:
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                await app.aclose()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=run, name="tokview-proxy", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    running = RunningProxy(server, thread, app, f"http://{host}:{sock.getsockname()[1]}")
+    try:
+        yield running
+    finally:
+        running.stop()
+        sock.close()
+
+
+def serve_forever(config: ProxyConfig) -> int:
+    """`tokview proxy`: serve in the foreground until Ctrl-C or SIGTERM, then land what was recorded."""
+    say = config.say or print
+    app, (host, port) = build(config)
+    sock = _bind(host, port)
+    server = _uvicorn(app)
+    where = f"http://{host}:{sock.getsockname()[1]}"
+    for upstream in app.upstreams:
+        say(f"tokview proxy: {where}/v1 → {upstream.kind} {upstream.url}")
+    if app.recorder is not None:
+        say(f"tokview proxy: recording into {config.db} (run {config.run_id})")
+    if config.key:
+        say(f"tokview proxy: clients must present the key from {PROXY_KEY_ENV}")
+
+    async def main() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await app.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sock.close()
+        if app.recorder is not None:
+            app.recorder.close()
+            say(
+                f"tokview proxy: {app.recorder.recorded} generations recorded, {app.recorder.failed} refused/abandoned/"
+                f"without ids{f', {app.recorder.not_recorded} NOT recorded' if app.recorder.not_recorded else ''}"
+            )
+    return ExitCode.OK if app.recorder is None or app.recorder.recording else ExitCode.FAILURES
+
+
+def key_from_env() -> str | None:
+    return os.environ.get(PROXY_KEY_ENV) or None

@@ -1,0 +1,201 @@
+"""Which conversation a proxied request belongs to, and which turn of it it is.
+
+A harness names its conversation with the session header or the request's `user` field; otherwise the
+ids decide: a request whose prompt ids begin with an earlier request's prompt + output ids continues
+that conversation (architecture.md, "conversations as chains"). A harness that re-renders its history
+(drops the reasoning, re-serialises arguments, renumbers call ids) breaks that prefix; when its messages
+still continue a conversation, the turn joins it and says where the ids first differ, which is what a
+team needs to know about the prompts its drafter will see.
+
+Only ids and messages of finished requests are kept (the newest turn of each session), in memory, for
+the `max_sessions` most recently used sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+SESSION_HEADER = "x-tokview-session"
+KEY_IDS = 16
+"""Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
+_INT32 = next(code for code in "il" if array(code).itemsize == 4)
+
+
+@dataclass
+class _Session:
+    session_id: str
+    turns: int = 0
+    sequence: bytes = b""
+    """prompt + output ids of the newest turn, as 32-bit ints (compared with `startswith`)."""
+    last_sample: str | None = None
+    message_keys: list[str] = field(default_factory=list)
+    """Digests of the newest turn's messages plus its answer, each prefix's digest (see `_digests`)."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """Where one request goes: its session, its turn index (0 first) and how it joined."""
+
+    session_id: str
+    turn: int
+    joined_by: str
+    """header | user | prefix | messages | new"""
+    parent_sample: str | None = None
+    break_at: int | None = None
+    """When it joined by messages only: the first position where its prompt ids differ from the
+    previous turn's prompt + output ids."""
+    previous_len: int = 0
+
+
+def _pack(ids: list[int]) -> bytes:
+    try:
+        return array(_INT32, ids).tobytes()
+    except (OverflowError, TypeError):
+        return orjson.dumps(ids)
+
+
+def _message_text(message: Any) -> bytes:
+    """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing)."""
+    if not isinstance(message, dict):
+        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    names = [c.get("function", {}).get("name") for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    return orjson.dumps([message.get("role"), content if content else None, names], option=orjson.OPT_SORT_KEYS)
+
+
+def _digests(messages: list[Any]) -> list[str]:
+    """The digest of every prefix of `messages` (index k: the first k+1 messages)."""
+    h = hashlib.blake2b(digest_size=16)
+    out = []
+    for message in messages:
+        h.update(_message_text(message))
+        h.update(b"\x1e")
+        out.append(h.copy().hexdigest())
+    return out
+
+
+class SessionBook:
+    def __init__(self, run_id: str, max_sessions: int = 10_000) -> None:
+        self.run_id, self.max_sessions = run_id, max_sessions
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._by_start: dict[bytes, list[str]] = {}
+        self._by_messages: dict[str, str] = {}
+        self._counter = itertools.count(1)
+
+    def place(
+        self,
+        prompt_ids: list[int],
+        messages: list[Any] | None,
+        *,
+        named: str | None = None,
+        user: str | None = None,
+    ) -> Turn:
+        """The session and turn of a finished request (call `add` with its output next)."""
+        packed = _pack(prompt_ids)
+        if named or user:
+            session_id = f"session:{named}" if named else f"user:{user}"
+            session = self._sessions.get(session_id)
+            how = "header" if named else "user"
+            if session is None:
+                return Turn(session_id, 0, how)
+            breaks = None if packed.startswith(session.sequence) else _first_difference(packed, session.sequence)
+            return Turn(session_id, session.turns, how, session.last_sample, breaks, len(session.sequence) // 4)
+        session = self._longest_prefix(packed)
+        if session is not None:
+            return Turn(session.session_id, session.turns, "prefix", session.last_sample)
+        session = self._by_message_prefix(messages)
+        if session is not None:
+            return Turn(
+                session.session_id,
+                session.turns,
+                "messages",
+                session.last_sample,
+                _first_difference(packed, session.sequence),
+                len(session.sequence) // 4,
+            )
+        return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
+
+    def add(
+        self,
+        turn: Turn,
+        sample_id: str,
+        prompt_ids: list[int],
+        output_ids: list[int],
+        messages: list[Any] | None,
+        answer: dict[str, Any] | None,
+    ) -> None:
+        """Remember a finished turn as its session's newest (the one a next request may extend)."""
+        session = self._sessions.get(turn.session_id)
+        if session is None:
+            session = _Session(turn.session_id)
+            self._sessions[turn.session_id] = session
+            self._evict()
+        else:
+            self._sessions.move_to_end(turn.session_id)
+            self._unindex(session)
+        session.turns = max(session.turns, turn.turn + 1)
+        session.sequence = _pack(list(prompt_ids) + list(output_ids))
+        session.last_sample = sample_id
+        conversation = list(messages or [])
+        if answer is not None:
+            conversation.append(answer)
+        session.message_keys = _digests(conversation) if messages else []
+        self._index(session)
+
+    # -- indexes -------------------------------------------------------------------------------------
+    def _index(self, session: _Session) -> None:
+        self._by_start.setdefault(session.sequence[: KEY_IDS * 4], []).append(session.session_id)
+        if session.message_keys:
+            self._by_messages[session.message_keys[-1]] = session.session_id
+
+    def _unindex(self, session: _Session) -> None:
+        ids = self._by_start.get(session.sequence[: KEY_IDS * 4])
+        if ids and session.session_id in ids:
+            ids.remove(session.session_id)
+            if not ids:
+                del self._by_start[session.sequence[: KEY_IDS * 4]]
+        if session.message_keys and self._by_messages.get(session.message_keys[-1]) == session.session_id:
+            del self._by_messages[session.message_keys[-1]]
+
+    def _evict(self) -> None:
+        while len(self._sessions) > self.max_sessions:
+            _, oldest = self._sessions.popitem(last=False)
+            self._unindex(oldest)
+
+    def _longest_prefix(self, packed: bytes) -> _Session | None:
+        best: _Session | None = None
+        for session_id in self._by_start.get(packed[: KEY_IDS * 4], ()):
+            session = self._sessions[session_id]
+            if packed.startswith(session.sequence) and (best is None or len(session.sequence) > len(best.sequence)):
+                best = session
+        return best
+
+    def _by_message_prefix(self, messages: list[Any] | None) -> _Session | None:
+        if not messages:
+            return None
+        for key in reversed(_digests(messages)[:-1]):  # the longest earlier conversation it continues
+            session_id = self._by_messages.get(key)
+            if session_id is not None and session_id in self._sessions:
+                return self._sessions[session_id]
+        return None
+
+
+def _first_difference(packed: bytes, sequence: bytes) -> int:
+    """The first id position where the two packed sequences differ (the shorter length if one is a prefix)."""
+    n = min(len(packed), len(sequence)) // 4
+    lo, hi = 0, n
+    while lo < hi:  # bisect on prefix equality: memcmp in C instead of a Python loop over thousands of ids
+        mid = (lo + hi + 1) // 2
+        if packed[: mid * 4] == sequence[: mid * 4]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,61 @@
+"""Server-sent events cut out of a byte stream as they arrive, each kept as the bytes the server sent.
+
+The proxy forwards a stream event by event (never a half event: a client's SSE parser would see a cut
+JSON chunk), and edits only the events that carry ids it asked for, so the rest go out byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+DONE = object()
+"""What `data_of` returns for `data: [DONE]`."""
+
+
+class EventSplitter:
+    """Feed bytes as they come; get back every event completed so far (its bytes, terminator included)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        buffer = self._buffer + data if self._buffer else data
+        start = 0
+        while True:
+            end, size = _event_end(buffer, start)
+            if end < 0:
+                break
+            yield buffer[start : end + size]
+            start = end + size
+        self._buffer = buffer[start:]
+
+    def rest(self) -> bytes:
+        """What is left when the stream ends (a server that closed mid-event): forwarded as it is."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+
+def _event_end(buffer: bytes, start: int) -> tuple[int, int]:
+    """(index of the blank line that ends the next event, its length), or (-1, 0)."""
+    lf = buffer.find(b"\n\n", start)
+    crlf = buffer.find(b"\r\n\r\n", start)
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, 4
+    return (lf, 2) if lf >= 0 else (-1, 0)
+
+
+def data_of(event: bytes) -> Any:
+    """The JSON of an event's `data:` lines, DONE for `[DONE]`, None for an event without (or with bad) data."""
+    lines = [line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")]
+    if not lines:
+        return None
+    payload = b"\n".join(lines)
+    if payload == b"[DONE]":
+        return DONE
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
