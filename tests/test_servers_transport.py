@@ -259,14 +259,16 @@ async def test_bad_chunk_size_is_a_lost_connection() -> None:
         await client.aclose()
 
 
-async def test_silence_is_a_timeout_and_trickling_bytes_are_not() -> None:
+async def test_silence_is_a_timeout_and_trickling_bytes_within_the_deadline_are_not() -> None:
+    """Trickling past the deadline is a timeout too: tests/test_request_deadline.py (issue 26, item 2)."""
+
     def factory(server):
         async def handler(reader, writer, conn):
             await server.read_request(reader)
             if conn == 1:
                 await asyncio.sleep(5)  # nothing at all
                 return
-            for b in ok(b'{"slow": "but alive"}'):  # one byte every 0.03 s: longer than the timeout in all
+            for b in ok(b'{"slow": "but alive"}'):  # one byte every 4 ms: ~0.3 s in all, within the deadline
                 writer.write(bytes([b]))
                 await writer.drain()
                 await asyncio.sleep(0.004)
@@ -280,6 +282,8 @@ async def test_silence_is_a_timeout_and_trickling_bytes_are_not() -> None:
         with pytest.raises(Retryable, match=r"timed out after 0.2s waiting for GET"):
             await client.get_json("/x")
         assert loop.time() - started < 1.0
+        await client.aclose()
+        client = ServerClient(url, timeout=3)
         assert await client.get_json("/x") == {"slow": "but alive"}
         await client.aclose()
 

@@ -39,6 +39,23 @@ JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"
 _JSON_BLOCK = transport.header_block(JSON_HEADERS)
 USER_AGENT = "tokview"
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+MAX_RESPONSE_ENV = "TOKVIEW_MAX_RESPONSE_MB"
+"""Environment variable raising (or lowering) the size limit of one answer, in MiB."""
+
+
+def max_response_bytes() -> int:
+    """The most bytes one answer may hold: `TOKVIEW_MAX_RESPONSE_MB` MiB, else 128 MiB.
+
+    Why a limit: an answer is held whole, parsed and stored, at several times its size in memory (a
+    300 MB body took 2.3 GB). The default is far above any real one: a 32k-token generation with 20
+    logprob alternatives per token is ~40 MB, scoring a 64k-token sample with --top-k 20 ~100 MB.
+    An unreadable value is ignored (the default stands) rather than failing every request."""
+    value = os.environ.get(MAX_RESPONSE_ENV, "").strip()
+    try:
+        mib = float(value) if value else 0.0
+    except ValueError:
+        mib = 0.0
+    return int(mib * (1 << 20)) if mib > 0 and mib < 1 << 40 else transport.DEFAULT_MAX_BODY
 
 
 def dumps(body: Any) -> bytes:
@@ -137,6 +154,7 @@ class ServerClient:
             self._auth_header = {"authorization": f"Bearer {api_key}"}
         self._concurrency = concurrency
         self._connect_timeout = connect_timeout or min(timeout, 10.0)
+        self.max_body = max_response_bytes()
         self._http: httpx.AsyncClient | None = None
         origin = plain_http_origin(self.url) if fast else None
         self._prefix = origin[2] if origin else ""
@@ -148,6 +166,7 @@ class ServerClient:
                 timeout=timeout,
                 connect_timeout=self._connect_timeout,
                 headers={**self.headers, **self._auth_header},
+                max_body=self.max_body,
             )
             if origin
             else None
@@ -159,12 +178,15 @@ class ServerClient:
         if self._http is None:
             import httpx
 
+            from tokview.servers.bounded_httpx import BoundedTransport
+
+            inner = httpx.AsyncHTTPTransport(retries=0)
             self._http = httpx.AsyncClient(
                 base_url=self.url,
                 headers={**self.headers, **self._auth_header},
                 timeout=httpx.Timeout(self.timeout, connect=self._connect_timeout),
                 limits=httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency),
-                transport=httpx.AsyncHTTPTransport(retries=0),
+                transport=BoundedTransport(inner, timeout=self.timeout, max_body=self.max_body),
             )
         return self._http
 
@@ -283,6 +305,12 @@ class _Classifier:
             return False
         where = f"{self.method} {self.client.url}{self.path}"
         scrub = self.client.secrets.scrub
+        if isinstance(exc, transport.ResponseTooLarge):  # asking again would read as much again
+            raise CaptureFailed(
+                f"the answer to {self.method} {self.path} was refused unread: {exc}; "
+                f"set {MAX_RESPONSE_ENV} (MiB) to accept larger answers",
+                url=self.client.url,
+            ) from None
         if isinstance(exc, transport.TransportError):  # the small transport's three kinds
             if isinstance(exc, transport.ConnectFailed):
                 raise Retryable(

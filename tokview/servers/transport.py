@@ -12,10 +12,14 @@ This client does only what those requests need, with no per-request task or stre
 - bodies framed by `content-length`, `transfer-encoding: chunked` or the close of the connection;
 - a request that meets a kept-alive connection the server had just closed is sent once more on a
   new one (nothing of the answer had arrived), as browsers and httpx do;
-- a read timeout: the request fails when no byte arrives for `timeout` seconds.
+- a deadline: the request fails when its answer is not complete `timeout` seconds after it got its
+  connection slot (connecting included). A read timeout alone let a server that sends one byte every
+  few seconds hold a request forever;
+- a size limit: an answer longer than `max_body` bytes fails as soon as that is known (at once when
+  its content-length says so, else when the bytes read pass it), and the rest is never read.
 
-Errors are raised as `ConnectFailed`, `TimedOut` or `ConnectionLost`; `servers/http.py` turns them
-into its retry classification, as it does httpx's.
+Errors are raised as `ConnectFailed`, `TimedOut`, `ConnectionLost` or `ResponseTooLarge`;
+`servers/http.py` turns them into its retry classification, as it does httpx's.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from collections import deque
 
 MAX_HEAD_BYTES = 1 << 16
 """A status line plus headers longer than this is not an HTTP server we can talk to."""
+DEFAULT_MAX_BODY = 128 << 20
+"""Bytes of one answer body read at most (see `servers.http.max_response_bytes`)."""
 
 
 class TransportError(Exception):
@@ -36,11 +42,20 @@ class ConnectFailed(TransportError):
 
 
 class TimedOut(TransportError):
-    """No byte of the answer arrived for `timeout` seconds."""
+    """The answer was not complete `timeout` seconds after the request started."""
 
 
 class ConnectionLost(TransportError):
     """The connection closed, or the server spoke something that is not HTTP/1.x, mid-answer."""
+
+
+class ResponseTooLarge(TransportError):
+    """The answer's body is longer than the limit; `size` is its announced length (None: not announced)."""
+
+    def __init__(self, limit: int, size: int | None = None) -> None:
+        told = f"{size:,} bytes" if size is not None else "more"
+        super().__init__(f"the answer's body is {told}, over the {limit:,}-byte limit")
+        self.limit, self.size = limit, size
 
 
 class Response:
@@ -61,8 +76,9 @@ class Response:
 class _Connection(asyncio.Protocol):
     """One socket: sends a request, parses one answer at a time, reports back through a future."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_body: int = DEFAULT_MAX_BODY) -> None:
         self.loop = loop
+        self.max_body = max_body
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.buffer = bytearray()
@@ -71,7 +87,6 @@ class _Connection(asyncio.Protocol):
         self.head_only = False
         self.received = False
         """Whether any byte of the current answer arrived (a request on a stale connection is resent only if not)."""
-        self.last_data = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -81,6 +96,7 @@ class _Connection(asyncio.Protocol):
         self.chunked = False
         self.until_close = False
         self.chunks: list[bytes] = []
+        self.chunked_bytes = 0
         self.chunk_left = -1
 
     # -- asyncio callbacks ---------------------------------------------------------------------
@@ -92,11 +108,10 @@ class _Connection(asyncio.Protocol):
             self._abort()  # bytes nobody asked for: the connection cannot be trusted any more
             return
         self.received = True
-        self.last_data = self.loop.time()
         self.buffer += data
         try:
             self._parse()
-        except ConnectionLost as exc:
+        except (ConnectionLost, ResponseTooLarge) as exc:
             self._fail(exc)
             self._abort()
 
@@ -120,7 +135,6 @@ class _Connection(asyncio.Protocol):
         self.waiter = self.loop.create_future()
         self.received = False
         self.head_only = head_only
-        self.last_data = self.loop.time()
         assert self.transport is not None
         self.transport.write(data)
         return self.waiter
@@ -158,6 +172,8 @@ class _Connection(asyncio.Protocol):
                 if self.length == 0 or self.head_only or self.status in (204, 304):
                     self._finish(b"")
                     return
+                if self.length is not None and self.length > self.max_body:
+                    raise ResponseTooLarge(self.max_body, self.length)  # refused before a byte of it is kept
             if self.length is not None:
                 if len(buf) < self.length:
                     return
@@ -173,6 +189,8 @@ class _Connection(asyncio.Protocol):
                 if self._read_chunks():
                     self._finish(b"".join(self.chunks))
                 return
+            if len(buf) > self.max_body:
+                raise ResponseTooLarge(self.max_body)
             return  # until_close: connection_lost finishes it
 
     def _read_head(self, head: bytes) -> None:
@@ -224,6 +242,9 @@ class _Connection(asyncio.Protocol):
                 if size == 0:
                     self.chunk_left = -2
                 else:
+                    self.chunked_bytes += size
+                    if self.chunked_bytes > self.max_body:
+                        raise ResponseTooLarge(self.max_body)
                     self.chunk_left = size
             if self.chunk_left == -2:  # trailers end with an empty line
                 end = buf.find(b"\r\n")
@@ -258,9 +279,11 @@ class HTTPPool:
         timeout: float,
         connect_timeout: float,
         headers: dict[str, str] | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
         self.host, self.port = host, port
         self.timeout, self.connect_timeout = timeout, connect_timeout
+        self.max_body = max_body
         host_header = host if ":" not in host else f"[{host}]"
         if port != 80:
             host_header = f"{host_header}:{port}"
@@ -277,10 +300,11 @@ class HTTPPool:
         head.append(b"\r\n")
         data = b"".join(head) + (body or b"")
         async with self._slots:
+            deadline = asyncio.get_running_loop().time() + self.timeout
             for attempt in (0, 1):
-                conn, reused = await self._connection()
+                conn, reused = await self._connection(deadline)
                 try:
-                    response = await self._exchange(conn, data, method == "HEAD")
+                    response = await self._exchange(conn, data, method == "HEAD", deadline)
                 except ConnectionLost:
                     self._drop(conn)
                     if reused and not conn.received and attempt == 0:
@@ -296,37 +320,34 @@ class HTTPPool:
                 return response
         raise AssertionError("unreachable")
 
-    async def _exchange(self, conn: _Connection, data: bytes, head_only: bool) -> Response:
+    async def _exchange(self, conn: _Connection, data: bytes, head_only: bool, deadline: float) -> Response:
         waiter = conn.send(data, head_only)
-        loop = conn.loop
-        timer = loop.call_later(self.timeout, self._check_idle, conn, waiter)
+        timer = conn.loop.call_at(deadline, self._expire, waiter)
         try:
             return await waiter
         finally:
             timer.cancel()
 
-    def _check_idle(self, conn: _Connection, waiter: asyncio.Future[Response]) -> None:
-        """Fail the request when nothing arrived for `timeout` seconds; otherwise look again later."""
-        if waiter.done():
-            return
-        quiet = conn.loop.time() - conn.last_data
-        if quiet >= self.timeout - 1e-3:
-            waiter.set_exception(TimedOut(f"no answer for {self.timeout:g}s"))
-            return
-        conn.loop.call_later(self.timeout - quiet, self._check_idle, conn, waiter)
+    def _expire(self, waiter: asyncio.Future[Response]) -> None:
+        """The deadline passed: fail the request however many bytes are still trickling in."""
+        if not waiter.done():
+            waiter.set_exception(TimedOut(f"no complete answer within {self.timeout:g}s"))
 
-    async def _connection(self) -> tuple[_Connection, bool]:
+    async def _connection(self, deadline: float) -> tuple[_Connection, bool]:
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn, True
             self._all.discard(conn)
         loop = asyncio.get_running_loop()
+        if loop.time() >= deadline:
+            raise TimedOut(f"no complete answer within {self.timeout:g}s")
+        wait = min(self.connect_timeout, deadline - loop.time())  # connecting counts toward the deadline
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(lambda: _Connection(loop), self.host, self.port)
+            async with asyncio.timeout(wait):
+                _, conn = await loop.create_connection(lambda: _Connection(loop, self.max_body), self.host, self.port)
         except TimeoutError:
-            raise ConnectFailed(f"connect timed out after {self.connect_timeout:g}s") from None
+            raise ConnectFailed(f"connect timed out after {round(wait, 1):g}s") from None
         except OSError as exc:
             raise ConnectFailed(exc.strerror or str(exc) or type(exc).__name__) from None
         self._all.add(conn)
