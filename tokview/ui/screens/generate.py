@@ -10,6 +10,7 @@ prompts) raises: the progress line says why and the app's one handler notifies.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -276,12 +277,14 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             on_progress=self._post_progress,
             cancel=cancel,
             live=True,  # each sample lands as soon as it is written: the list shows it at once
-            on_landed=self._post_landed,
+            on_landed=partial(self._post_landed, asyncio.get_running_loop()),
         )
         self.post_message(self.Finished(summary))
 
-    def _post_landed(self, _samples: int) -> None:
-        self.post_message(self.Landed())  # from the landing thread; coalesced like progress
+    def _post_landed(self, loop: asyncio.AbstractEventLoop, _samples: int) -> None:
+        """Called on the landing thread: the message is posted from the app's loop (its queue is not
+        thread-safe), without waiting for it."""
+        loop.call_soon_threadsafe(self.post_message, self.Landed())
 
     def _post_progress(self, progress: BatchProgress) -> None:
         self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
