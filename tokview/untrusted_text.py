@@ -3,13 +3,17 @@ safe to store and safe to print.
 
 A server may send any JSON string: a `\\ud800` escape decodes to a lone surrogate, which no UTF-8 file,
 orjson dump or DuckDB column accepts (one in a failure reason killed the batch's writer thread), and an
-ESC, BEL or C1 control in an error body printed as is clears the screen or retitles the window. Two
-functions, one per place such text goes:
+ESC, BEL or C1 control in an error body printed as is clears the screen or retitles the window. One
+function per place such text goes:
 
 - `storable(text)`: each lone surrogate written as its escape (`\\ud800`), everything else kept;
 - `printable(text)`: for a terminal, every control character but newline and tab (C0, DEL, C1) and
   every lone surrogate written as an escape (`\\x1b`, `\\x9b`, `\\ud800`), so what a server said is
-  still readable and can no longer act on the terminal.
+  still readable and can no longer act on the terminal; `printable_line` keeps it on one line too;
+- `printable_json(dump)`: a JSON dump for a terminal (the C1 controls JSON leaves raw, escaped).
+
+Model output that is training data is never rewritten here: a lone surrogate in an answer's text is a
+malformed answer (`servers/shapes.py`), not something to repair.
 
 This module imports nothing from tokview, so every layer can use it.
 """
@@ -53,7 +57,8 @@ _RAW_IN_JSON = re.compile("[\x7f-\x9f]")
 
 def printable_json(text: str) -> str:
     """A JSON document for a terminal: the DEL and C1 controls JSON leaves raw inside strings escaped as
-    `\\u009b` (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be `storable` first."""
+    `\\u009b` (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be
+    made `storable` first."""
     return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
