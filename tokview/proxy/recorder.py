@@ -98,7 +98,7 @@ class Recorder:
         tokenizer: Any,
         run_id: str,
         say: Callable[[str], None] | None = None,
-        group_s: float = 0.25,
+        group_s: float = 0.05,
         ingest_s: float = 1.0,
     ) -> None:
         self.run_id, self.tokenizer = run_id, tokenizer

@@ -1,0 +1,116 @@
+"""A SIGKILL of a running `tokview proxy` loses only the requests in flight: every generation that was
+answered before it is in the store once any tokview command opens it (the crash-safe parts land)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+from tokview.sim.config import SimConfig
+from tokview.sim.faults import FaultBook
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_until(check, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_sigkill_mid_run_loses_only_the_request_in_flight(tmp_path):
+    db = tmp_path / "p.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        port = _free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tokview",
+                "proxy",
+                "--server",
+                sim.url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--db",
+                str(db),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            answered = []
+            for n in range(5):
+                body = {
+                    "model": sim.cfg.model_name,
+                    "messages": [{"role": "user", "content": f"question {n}"}],
+                    "max_tokens": 40,
+                }
+                answered.append(httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code)
+            assert answered == [200] * 5
+            parts = tmp_path / "p.duckdb.parts"
+            _wait_until(
+                lambda: sum(f.read_bytes().count(b"\n") for f in parts.glob("*.samples.jsonl")) + _landed(db) >= 5,
+                "the 5 answered generations to be written",
+            )
+            sim.state.faults = FaultBook({"stall": 1})  # the next generation hangs: it is in flight at the kill
+            hung = threading.Thread(target=_ask_and_lose, args=(url, {**body, "stream": True}), daemon=True)
+            hung.start()
+            _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    with Store(db) as store:  # opening lands what the killed proxy left in parts
+        rows = store.query("SELECT prompt_id, messages FROM samples ORDER BY sample_id")
+        failures = store.query("SELECT reason FROM failures")
+    assert len(rows) == 5 and len({r[0] for r in rows}) == 5  # five one-turn conversations
+    assert [f"question {n}" in r[1] for n, r in enumerate(rows)] == [True] * 5
+    assert failures == []  # the one in flight left nothing, not a half record
+
+
+def _ask_and_lose(url: str, body: dict) -> None:
+    """The request in flight: the proxy dies under it."""
+    try:
+        httpx.post(url + "/v1/chat/completions", json=body, timeout=30)
+    except httpx.HTTPError:
+        pass
+
+
+def _landed(db) -> int:
+    if not db.exists():
+        return 0
+    try:
+        import duckdb
+
+        with duckdb.connect(str(db), read_only=True) as conn:
+            return conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+    except Exception:  # held by the proxy's landing this instant: the parts count says the rest
+        return 0
