@@ -14,6 +14,9 @@ from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
 
+NARROW_BREAKPOINTS = [(0, "-narrow"), (30, "-roomy")]
+"""A dialog under 30 columns wide drops its frame and padding (the `-narrow` class, styles/app.tcss)."""
+
 REJECT_REASONS = (
     "truncated (no end of turn)",
     "think delimiters wrong",
@@ -27,6 +30,7 @@ REJECT_REASONS = (
 class TextPrompt(ModalScreen[str | None]):
     """One line of text; Enter keeps it, Escape cancels."""
 
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
     BINDINGS: ClassVar[list[BindingType]] = [*bindings("note / tag prompt")]
 
     def __init__(self, title: str, placeholder: str = "", value: str = "") -> None:
@@ -49,6 +53,7 @@ class TextPrompt(ModalScreen[str | None]):
 class RejectReason(ModalScreen[str | None]):
     """Pick a reason from the list (Enter), or type one and press Enter; Escape cancels."""
 
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
     BINDINGS: ClassVar[list[BindingType]] = [*bindings("reject dialog")]
 
     def __init__(self, reasons: tuple[str, ...] = REJECT_REASONS) -> None:
@@ -77,6 +82,7 @@ class RejectReason(ModalScreen[str | None]):
 class Confirm(ModalScreen[bool]):
     """A yes/no question: y says yes, n or Escape says no (the safe answer)."""
 
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
     BINDINGS: ClassVar[list[BindingType]] = [*bindings("confirm dialog")]
 
     def __init__(self, question: str, detail: str = "") -> None:
