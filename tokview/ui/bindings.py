@@ -234,7 +234,26 @@ KEYS: tuple[Key, ...] = (
         footer=True,
         label="Check",
     ),
-    Key("doctor.back", "escape", "close", "Back", "doctor", "Back to the samples list.", footer=True),
+    Key(
+        "doctor.cancel",
+        "ctrl+c",
+        "cancel",
+        "Cancel checks",
+        "doctor",
+        "Stop the running checks (a server that never answers held them for minutes).",
+        footer=True,
+        priority=True,
+        label="Cancel",
+    ),
+    Key(
+        "doctor.back",
+        "escape",
+        "close",
+        "Back",
+        "doctor",
+        "Stop the running checks; when none run, back to the samples list.",
+        footer=True,
+    ),
     Key("stats.reload", "ctrl+r", "reload", "Reload", "stats", "Read the numbers again.", footer=True),
     Key("stats.back", "escape", "close", "Back", "stats", "Back to the samples list.", footer=True),
     # modals and help: they take every key while open
@@ -295,14 +314,41 @@ def keys_of(key: Key, keymap: dict[str, str]) -> list[str]:
     return split_keys(keymap.get(key.id, key.keys))
 
 
+TEXTUAL_KEYS = {
+    "tab": "moves the focus to the next field",
+    "shift+tab": "moves the focus back",
+    "ctrl+q": "quits",
+    "ctrl+p": "opens the command palette",
+    "ctrl+c": "copies the selected text",
+}
+"""Keys Textual binds on every screen or the app itself: a binding remapped to one never runs (Textual's
+comes first), unless it takes its key first (a priority binding, as `generate.cancel` takes ctrl+c)."""
+
+
+def _taken_by_textual(keymap: dict[str, str]) -> str | None:
+    for binding_id, keys in keymap.items():
+        key = BY_ID[binding_id]
+        for name in split_keys(keys):
+            if name in TEXTUAL_KEYS and not key.priority:
+                return (
+                    f"keymap binds {name!r} to {binding_id}, but {name} {TEXTUAL_KEYS[name]} in every screen, so "
+                    f"{binding_id} would never run: choose another key"
+                )
+    return None
+
+
 def keymap_problem(keymap: dict[str, str]) -> str | None:
-    """Why this keymap cannot be used (an unknown id, a key bound twice where both are live), or None."""
+    """Why this keymap cannot be used (an unknown id, a key bound twice where both are live, a key Textual
+    keeps for itself), or None."""
     unknown = sorted(set(keymap) - set(BY_ID))
     if unknown:
         return (
             f'keymap names unknown binding ids {unknown} (ids look like "curate.approve"; '
             f"the help screen, ?, lists them all)"
         )
+    taken = _taken_by_textual(keymap)
+    if taken:
+        return taken
     for scope, groups in SCOPES.items():
         owner: dict[str, str] = {}
         for key in (k for k in KEYS if k.group in groups):

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Input, Static
-from textual.worker import Worker
+from textual.worker import Worker, WorkerState
 
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.footer import KeysFooter
@@ -35,6 +35,13 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         super().__init__()
         self.session = session
         self.report: DoctorReport | None = None
+        self._worker: Worker | None = None
+
+    @property
+    def running(self) -> Worker | None:
+        """The doctor worker while it runs, else None."""
+        worker = self._worker
+        return worker if worker is not None and worker.state in (WorkerState.PENDING, WorkerState.RUNNING) else None
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
@@ -58,8 +65,8 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         except ValueError as exc:  # a bad URL, worded as the CLI words it
             self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {exc}", "bold red"))
             return
-        self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}…")
-        self._run(url, notes)
+        self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}… (esc or ctrl+c cancels)")
+        self._worker = self._run(url, notes)
 
     @work(exclusive=True, group="doctor", exit_on_error=False)
     async def _run(self, url: str, notes: list[str]) -> None:
@@ -81,5 +88,20 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         self.report = event.report
         self.query_one("#doctor-report", Static).update(event.report.render_rich())  # as `tokview doctor` prints it
 
+    def action_cancel(self) -> None:
+        """Stop the running checks; the panel stays, saying so."""
+        worker = self.running
+        if worker is None:
+            self.notify("no checks are running", timeout=3)
+            return
+        worker.cancel()
+        self.query_one("#doctor-report", Static).update(
+            Text("doctor cancelled: press Run checks (ctrl+s) to try again, esc to go back", "bold")
+        )
+
     def action_close(self) -> None:
+        """esc: a run in progress is cancelled first (one press, the panel stays); else back to the list."""
+        if self.running is not None:
+            self.action_cancel()
+            return
         self.app.pop_screen()
