@@ -99,7 +99,7 @@ def test_cli_tag_and_without_tag(tagged, tmp_path, kimi_tok_dir, capsys):
     out = tmp_path / "a.jsonl"
     assert main([*base, "--tag", "hard", "--without-tag", "MATH", "--out", str(out)]) == 0
     assert _prompts(out) == ["p1"]
-    capsys.readouterr()
+    assert "by tag: 1 hard" in capsys.readouterr().err  # the summary says what the manifest counts
     assert main([*base, "--tag", "nope", "--out", str(tmp_path / "b.jsonl")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no samples match --select all --tag nope" in err[0]

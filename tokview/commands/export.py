@@ -170,6 +170,8 @@ def summary(result) -> str:
             f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
             "--include-invalid exports them"
         )
+    if result.by_tag:
+        lines.append("by tag: " + ", ".join(f"{n} {tag}" for tag, n in result.by_tag.items()))
     lines.append(
         f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
         "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)"
