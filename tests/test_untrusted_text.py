@@ -236,10 +236,18 @@ def lone_surrogate_text(choice: dict[str, Any]) -> None:
         message["content"] = "\ud800" + message["content"]
 
 
+def lone_surrogate_finish(choice: dict[str, Any]) -> None:
+    choice["finish_reason"] = "stop\udfff"
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
-    [(huge_id, "malformed response from POST /v1/"), (lone_surrogate_text, "malformed response from POST /v1/")],
-    ids=["id-2**41", "lone-surrogate"],
+    [
+        (huge_id, "malformed response from POST /v1/"),
+        (lone_surrogate_text, "malformed response from POST /v1/"),
+        (lone_surrogate_finish, "malformed response from POST /v1/"),
+    ],
+    ids=["id-2**41", "lone-surrogate", "lone-surrogate-finish-reason"],
 )
 def test_an_impossible_id_or_text_is_a_malformed_response_with_its_reason(vllm_sim, tmp_path, change, said):
     db = tmp_path / "s.duckdb"

@@ -67,7 +67,11 @@ def finish_of(value: Any, where: str) -> tuple[str | None, int | str | None]:
     """normalize_finish, refusing shapes no server sends (a number, a list)."""
     if value is not None and not isinstance(value, (str, dict)):
         raise Retryable(f"malformed response from {where}: finish_reason is a {type(value).__name__}")
-    return normalize_finish(value)
+    finish, matched = normalize_finish(value)
+    for name, text in (("finish_reason", finish), ("matched stop", matched)):
+        if isinstance(text, str) and has_lone_surrogate(text):  # no server's reason or stop string holds one
+            raise Retryable(f"malformed response from {where}: {name} holds a lone surrogate ({lone_surrogates(text)})")
+    return finish, matched
 
 
 def logprob_fields(found: lp.TokenLogprobs | None) -> dict[str, Any]:
