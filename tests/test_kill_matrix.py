@@ -60,8 +60,8 @@ def prompts(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sim():
-    """The simulator the killed runs talk to: 0.05 s an answer, so every kill point has room."""
-    with start_simulator(SimConfig(**SIM, quirks={"latency": 0.05})) as running:
+    """The simulator the killed runs talk to: 0.03 s an answer, so every kill point has room."""
+    with start_simulator(SimConfig(**SIM, quirks={"latency": 0.03})) as running:
         yield running
 
 
@@ -105,7 +105,8 @@ def kill_at(proc: Proc, sig: int, target: str, what: str, ready) -> bool:
 
 
 def resume(sim, prompts: Path, db: Path, *extra: str) -> dict:
-    proc = Proc(batch_argv(sim.url, prompts, db, "--summary-json", *extra), ROOT)
+    """Run to completion (8 requests in flight: the concurrency is not part of a sample's identity)."""
+    proc = Proc(batch_argv(sim.url, prompts, db, "--summary-json", *extra, concurrency=8), ROOT)
     code = proc.finish()
     assert code == 0 and "Traceback" not in proc.stderr, proc.stderr
     summary = json.loads(proc.stdout)
