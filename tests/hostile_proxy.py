@@ -99,6 +99,12 @@ def _set_output_id(value: Any) -> Callable[[Any], None]:
     return edit
 
 
+def _surrogate_text(data: Any) -> None:
+    """A lone UTF-16 surrogate in the output text, as the JSON escape a server's encoder writes for it."""
+    choice = _first_choice(data)
+    choice["text"] = "half a pair: \ud800 " + (choice.get("text") or "")
+
+
 def _drop_prompt_ids(data: Any) -> None:
     choice = _first_choice(data)
     for key in ("prompt_token_ids",):
@@ -165,6 +171,7 @@ FAULTS: dict[str, Fault] = {
     "output-id-string": lambda h, up: _edit_json(up, _set_output_id("12")),
     "output-id-huge": lambda h, up: _edit_json(up, _set_output_id(2**40)),
     "prompt-ids-shifted": lambda h, up: _edit_json(up, _drop_prompt_ids),
+    "output-text-surrogate": lambda h, up: _edit_json(up, _surrogate_text),
     "surrogate-error-body": lambda h, up: Answer(500, b'{"error": {"message": "bad byte \\ud800 here"}}'),
     "control-chars-error-body": lambda h, up: _json_answer(
         500, {"error": {"message": f"nul\x00 bell\x07 {TERMINAL_ESCAPES} end"}}
