@@ -1,0 +1,107 @@
+"""Issue 25, curation at scale: `tokview review` gives every sample a filter selects a verdict, a tag, an
+untag or a note in one step, recorded as the app's key press records it, and says what it changed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import pytest
+
+from tokview.commands import review as review_command
+from tokview.errors import UserError
+from tokview.store import SampleFilter, Store
+
+
+def review(db, *argv: str, capsys=None) -> str:
+    parser = argparse.ArgumentParser(prog="tokview")
+    review_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["review", "--db", str(db), "--reviewer", "carol", *argv])
+    assert args.run(args) == 0
+    return capsys.readouterr().out.strip() if capsys is not None else ""
+
+
+@pytest.fixture
+def db(tmp_path, put, make_capture):
+    path = tmp_path / "r.duckdb"
+    with Store(path) as store:
+        for i in range(6):
+            put(store, f"ok{i}", make_capture(question=f"why is the sky blue, take {i}"))
+        for i in range(3):
+            put(store, f"cut{i}", make_capture(finish_reason="length", stop=False), run_id="run2")
+    return path
+
+
+def test_reject_approve_tag_untag_and_note_from_the_shell(db, capsys):
+    said = review(db, "--finding", "truncated", "--reject", "cut short", capsys=capsys)
+    assert said == "rejected 3 of 3 selected samples"
+    with Store(db) as store:
+        cut = store.load_sample(store.samples_page(SampleFilter(run_id="run2"))[0].sample_id)
+        last = cut.history[-1]
+        assert (cut.status, last["kind"], last["who"], last["reason"], last["override"]) == (
+            "rejected",
+            "verdict",
+            "carol",
+            "cut short",
+            False,
+        )
+    assert review(db, "--finding", "truncated", "--reject", "cut short", capsys=capsys) == (
+        "rejected 0 of 3 selected samples (3 already rejected)"
+    )
+    with pytest.raises(UserError, match="3 of the 9 selected samples have error findings.*--override"):
+        review(db, "--approve")
+    assert review(db, "--status", "pending", "--approve", capsys=capsys) == "approved 6 of 6 selected samples"
+    assert review(db, "--search", "TAKE 1", "--tag", "Sky", capsys=capsys) == "tagged 1 of 1 selected sample"
+    assert review(db, "--search", "sky", "--tag", "sky", capsys=capsys) == (
+        "tagged 5 of 6 selected samples (1 already tagged)"
+    )
+    out = json.loads(review(db, "--with-tag", "SKY", "--untag", "sky", "--dry-run", "--json", capsys=capsys))
+    assert (out["changed"], out["dry_run"], out["who"]) == (6, True, "carol")
+    with Store(db) as store:
+        assert store.count_samples(SampleFilter(text="sky")) == 6
+        tags = sorted(t for s in out["sample_ids"] for t in store.load_sample(s).tags)
+        assert tags == ["Sky"] + ["sky"] * 5  # the dry run wrote nothing
+    assert review(db, "--search", "take 2", "--note", "reads well", capsys=capsys) == "noted 1 of 1 selected sample"
+    assert review(db, "--with-tag", "SKY", "--untag", "sky", capsys=capsys) == "untagged 6 of 6 selected samples"
+    with Store(db) as store:
+        noted = store.load_sample(store.samples_page(SampleFilter(text="reads well"))[0].sample_id)
+        assert noted.tags == [] and noted.notes == ["reads well"] and noted.status == "approved"
+        assert noted.history[-1]["kind"] == "undo" and noted.history[-1]["who"] == "carol"
+    assert review(db, "--with-tag", "sky", "--approve", capsys=capsys) == "approved 0 of 0 selected samples"
+
+
+def test_approving_invalid_samples_is_an_override_once_for_the_group(db, capsys):
+    assert review(db, "--approve", "--override", capsys=capsys) == "approved 9 of 9 selected samples"
+    with Store(db) as store:
+        rows = store.query("SELECT count(*) FILTER (WHERE override), count(*) FROM verdicts WHERE kind = 'verdict'")
+    assert rows == [(3, 9)]
+
+
+def test_bad_filters_are_one_line(db):
+    with pytest.raises(UserError, match="unknown finding code 'truncatd'"):
+        review(db, "--finding", "truncatd", "--approve")
+    with pytest.raises(UserError, match="no sample of a run 'nope'"):
+        review(db, "--run", "nope", "--approve")
+    with pytest.raises(UserError, match="--tag must not be empty"):
+        review(db, "--tag", " ")
+    with pytest.raises(UserError, match="database not found"):
+        review(db.parent / "missing.duckdb", "--approve")
+
+
+def test_ten_thousand_samples_take_under_a_second(tmp_path, put, make_capture, capsys):
+    path = tmp_path / "big.duckdb"
+    with Store(path) as store:
+        put(store, "seed", make_capture())
+        store.execute(
+            "INSERT INTO samples SELECT s.* REPLACE (s.sample_id || '-' || r.i AS sample_id) "
+            "FROM samples s, range(9999) r(i)"
+        )
+        assert store.count_samples() == 10_000
+    timings = {}
+    for action in (["--reject", "loops"], ["--tag", "batch-7"], ["--untag", "batch-7"], ["--note", "seen"]):
+        start = time.perf_counter()
+        said = review(path, *action, capsys=capsys)
+        timings[action[0]] = time.perf_counter() - start
+        assert said.split()[1:4] == ["10000", "of", "10000"], said
+    assert max(timings.values()) < 1.0, timings

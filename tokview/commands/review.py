@@ -1,0 +1,145 @@
+"""`tokview review`: approve, reject, tag, untag or note every sample a filter selects, in one step.
+
+The filters are the app's: `--run`, `--finding`, `--status`, `--with-tag` and `--search` (what `/` finds:
+ids, prompt and answer text, tags, notes; `acc<=2.5` and `nll<=1.5` terms too). Each sample gets the row
+a key press in the app writes, recorded under the reviewer (`--reviewer`, else the config's [ui]
+reviewer, else $USER). Samples already in the asked state are left alone and counted. Approving samples
+with an error finding needs `--override` (the app asks once for the group; here the flag is the answer).
+Prints what it changed (`--json`: the same as JSON, with the sample ids); `--dry-run` writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tokview.errors import UserError
+
+STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("review", help="approve, reject, tag, untag or note many samples at once", description=__doc__)
+    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    p.add_argument("--run", metavar="RUN", dest="run_name", help="only this run's samples")
+    p.add_argument("--finding", metavar="CODE", help="only samples with this finding code")
+    p.add_argument("--status", choices=STATUSES, help="only samples with this verdict, or only valid/invalid ones")
+    p.add_argument("--with-tag", metavar="TAG", help="only samples carrying this tag (any case)")
+    p.add_argument("--search", metavar="TEXT", help="only samples the app's / finds for TEXT")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--approve", action="store_true", help="approve them")
+    action.add_argument("--reject", metavar="REASON", help="reject them with this reason")
+    action.add_argument("--tag", metavar="TAG", help="tag them")
+    action.add_argument("--untag", metavar="TAG", help="take this tag off them (any case)")
+    action.add_argument("--note", metavar="TEXT", help="attach this note to them")
+    p.add_argument("--override", action="store_true", help="with --approve: approve samples with error findings too")
+    p.add_argument("--reviewer", metavar="NAME", help="who the rows are recorded as (default: config, else $USER)")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(run=run)
+
+
+def _text(value: str | None, flag: str) -> str | None:
+    if value is not None and not value.strip():
+        raise UserError(f"{flag} must not be empty")
+    return value.strip() if value is not None else None
+
+
+def _filters(args: argparse.Namespace, store) -> tuple:
+    from tokview.core.findings import FINDING_CODES
+    from tokview.store.records import SampleFilter
+    from tokview.ui.search_terms import parse_search
+
+    if args.finding is not None and args.finding not in FINDING_CODES:
+        raise UserError(f"unknown finding code {args.finding!r} (tokview stats lists the codes a store has)")
+    if args.run_name is not None and not store.query("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", [args.run_name]):
+        raise UserError(f"no sample of a run {args.run_name!r} in {args.db} (tokview stats --samples shows them)")
+    text, max_acceptance, max_nll = parse_search(args.search.strip()) if args.search else (None, None, None)
+    status = args.status if args.status in ("pending", "approved", "rejected") else None
+    valid = {"valid": True, "invalid": False}.get(args.status or "")
+    filters = SampleFilter(
+        status=status,
+        code=args.finding,
+        run_id=args.run_name,
+        text=text,
+        valid=valid,
+        max_acceptance=max_acceptance,
+        max_nll=max_nll,
+    )
+    return filters, _text(args.with_tag, "--with-tag")
+
+
+def _reviewer(given: str | None) -> str | None:
+    from tokview.commands.ui import reviewer_name
+
+    if given is not None:
+        return reviewer_name(given, None)
+    from tokview.ui.config import ConfigError, load_config
+
+    try:
+        return reviewer_name(None, load_config().reviewer)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+
+
+def describe(outcome, dry_run: bool) -> str:
+    """One line: what changed out of what was selected, and why the rest did not."""
+    verb = {
+        "approved": "approved",
+        "rejected": "rejected",
+        "tag": "tagged",
+        "untag": "untagged",
+        "note": "noted",
+    }[outcome.action]
+    n = len(outcome.changed)
+    line = f"{'would have ' if dry_run else ''}{verb} {n} of {outcome.selected} selected sample{'s' * (outcome.selected != 1)}"
+    if outcome.unchanged:
+        line += " (" + ", ".join(f"{count} {why}" for why, count in outcome.unchanged.items()) + ")"
+    return line
+
+
+def apply(store, args: argparse.Namespace, ids: list[str], who: str | None):
+    """Run the asked action on `ids` (with --dry-run: work out what it would change, write nothing)."""
+    from tokview.store import bulk_review as bulk
+
+    write = not args.dry_run
+    if args.approve:
+        invalid = bulk.invalid_among(store, ids)
+        if invalid and not args.override:
+            raise UserError(
+                f"{len(invalid)} of the {len(ids)} selected samples have error findings (e.g. {invalid[0]}): "
+                "add --override to approve them anyway (recorded as overrides), or --status valid to leave them out"
+            )
+        return bulk.set_status(store, ids, "approved", who=who, override_invalid=True, write=write)
+    if args.reject is not None:
+        return bulk.set_status(store, ids, "rejected", who=who, reason=_text(args.reject, "--reject"), write=write)
+    if args.tag is not None:
+        return bulk.add_notes(store, ids, who=who, tags=(_text(args.tag, "--tag") or "",), write=write)
+    if args.untag is not None:
+        return bulk.remove_tag(store, ids, _text(args.untag, "--untag") or "", who=who, write=write)
+    return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokview.store import Store
+
+    if not Path(args.db).is_file():
+        raise UserError(f"database not found: {args.db}")
+    who = _reviewer(args.reviewer)
+    with Store(args.db) as store:
+        if store.read_only:
+            raise UserError(f"{args.db} cannot be written (read-only): nothing reviewed")
+        filters, with_tag = _filters(args, store)
+        from tokview.store import bulk_review as bulk
+
+        ids = bulk.select(store, filters, with_tag)
+        outcome = apply(store, args, ids, who)
+    if args.json:
+        print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))
+    else:
+        print(describe(outcome, args.dry_run))
+    if not ids:
+        print("tokview: note: no sample matches these filters", file=sys.stderr)
+    return 0
