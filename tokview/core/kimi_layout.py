@@ -27,7 +27,7 @@ from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
 VOCAB_SIZE = 163840
 SPECIAL_START = 163584  # first id of the Kimi special range; 163583 is the last ordinary id
 LAYOUT_MARKER = "tokview_layout.json"
-LAYOUT_VERSION = 2  # 2: added_tokens_decoder written explicitly (transformers 4 and 5 agree)
+LAYOUT_VERSION = 3  # 2: added_tokens_decoder written explicitly (transformers 4 and 5 agree); 3: tool rules
 
 KIMI_SPECIAL_TOKENS: dict[int, str] = {
     163584: "[BOS]",
@@ -124,27 +124,60 @@ WORDS = [
 EXTRA_PIECES = ("ĠLet", "ĠOkay", "ĠThe")  # appended after the word list; only ĠLet (379) is new
 
 # Kimi-style template, no newlines between turns.  Differences from the real one are deliberate
-# (§3.4): no default system prompt, no tool rendering, history turns keep their reasoning.
-# Unknown roles (e.g. "tool") are rendered like a system turn carrying the role name.
+# (§3.4): no default system prompt, and a conversation without tools keeps every history turn's
+# reasoning.  A conversation with tools (a `tools` list, an assistant `tool_calls` or a `tool` turn)
+# follows Kimi-K2-Thinking / K2.5 exactly (the recordings' tiny_kimi_tools.jinja, tools README §7):
+# the `tool_declare` turn first (`tools | tojson`), assistant turns up to the last one without
+# `tool_calls` render `<think></think>`, the turns after it (the tool loop in progress) render
+# `<think>{reasoning_content}</think>` (empty with thinking=false), the calls as Kimi's section, and a
+# result as `<|im_system|>{name or 'tool'}<|im_middle|>## Return of {tool_call_id}\n{content}`.
+# Other unknown roles are rendered like a system turn carrying the role name.
 CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
+    "{%- macro text_of(message) -%}"
     "{%- set content = message.content -%}"
-    "{%- if content is none or content is not defined -%}{%- set content = '' -%}"
-    "{%- elif content is not string -%}"
-    "{%- set ns = namespace(text='') -%}"
-    "{%- for part in content -%}{%- if part.type == 'text' -%}"
-    "{%- set ns.text = ns.text ~ part.text -%}{%- endif -%}{%- endfor -%}"
-    "{%- set content = ns.text -%}"
+    "{%- if content is none or content is not defined -%}"
+    "{%- elif content is string -%}{{ content }}"
+    "{%- else -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{ part.text }}{%- endif -%}{%- endfor -%}"
     "{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- set ns = namespace(tools_used=false, last_plain=-1) -%}"
+    "{%- if tools -%}{%- set ns.tools_used = true -%}{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message.tool_calls or message.role == 'tool' -%}{%- set ns.tools_used = true -%}{%- endif -%}"
+    "{%- if message.role == 'assistant' and not message.tool_calls -%}{%- set ns.last_plain = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if tools -%}"
+    "<|im_system|>tool_declare<|im_middle|>"
+    "{%- if tools_ts_str is defined -%}{{ tools_ts_str }}{%- else -%}{{ tools | tojson }}{%- endif -%}"
+    "<|im_end|>"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
     "{%- if message.role == 'user' -%}"
-    "<|im_user|>user<|im_middle|>{{ content }}<|im_end|>"
+    "<|im_user|>user<|im_middle|>{{ text_of(message) }}<|im_end|>"
     "{%- elif message.role == 'assistant' -%}"
     "<|im_assistant|>assistant<|im_middle|>"
-    "{%- if message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
+    "{%- if ns.tools_used -%}"
+    "{%- if loop.index0 <= ns.last_plain or (thinking is defined and thinking is false) -%}<think></think>"
+    "{%- else -%}<think>{{ message.reasoning_content or '' }}</think>{%- endif -%}"
+    "{%- elif message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
     "{%- else -%}<think></think>{%- endif -%}"
-    "{{ content }}<|im_end|>"
+    "{{ text_of(message) }}"
+    "{%- if message.tool_calls -%}"
+    "<|tool_calls_section_begin|>"
+    "{%- for tool_call in message.tool_calls -%}"
+    "<|tool_call_begin|>{{ tool_call.id }}<|tool_call_argument_begin|>"
+    "{%- if tool_call.function.arguments is string -%}{{ tool_call.function.arguments }}"
+    "{%- else -%}{{ tool_call.function.arguments | tojson }}{%- endif -%}"
+    "<|tool_call_end|>"
+    "{%- endfor -%}"
+    "<|tool_calls_section_end|>"
+    "{%- endif -%}"
+    "<|im_end|>"
+    "{%- elif message.role == 'tool' -%}"
+    "<|im_system|>{{ message.name or 'tool' }}<|im_middle|>## Return of {{ message.tool_call_id }}\n"
+    "{{ text_of(message) }}<|im_end|>"
     "{%- else -%}"
-    "<|im_system|>{{ message.role }}<|im_middle|>{{ content }}<|im_end|>"
+    "<|im_system|>{{ message.role }}<|im_middle|>{{ text_of(message) }}<|im_end|>"
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}"
