@@ -190,3 +190,13 @@ def tokenizer_free_store(tmp_path):
     with Store(path) as store:
         store.put_sample("p0@demo_gen0", "p0", "run-a", capture, analyze(capture, profile, tokenizer))
     return path
+
+
+def test_an_error_quoting_server_text_reaches_the_terminal_with_its_controls_escaped(capsys, monkeypatch):
+    """A server's text in an error (here a model name) must not clear the screen or retitle the window."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    hostile = "a\x1b]0;pwned\x07\x1b[2J\x9b"
+    monkeypatch.setattr(stats_command, "run", _raising(CaptureFailed(f"model {hostile}\nsaid no", url="http://x")))
+    assert main(["stats"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err == "tokview: error: model a\\x1b]0;pwned\\x07\\x1b[2J\\x9b said no\n"

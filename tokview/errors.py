@@ -17,6 +17,8 @@ import os
 from enum import IntEnum
 from pathlib import Path
 
+from tokview.untrusted_text import printable_line
+
 
 class ExitCode(IntEnum):
     """The process exit codes of every `tokview` command, defined here only."""
@@ -71,7 +73,13 @@ def first_line(exc: BaseException, limit: int | None = None) -> str:
 
 def one_line(exc: BaseException) -> str:
     """What a user sees for any exception on one line: a TokviewError's whole message (its lines joined, a
-    server's multi-line reason included); for anything else (a bug) its type and first line."""
+    server's multi-line reason included); for anything else (a bug) its type and first line. Control
+    characters are escaped: a message may quote a server's text (a model name, an error body), and an ESC
+    in it would act on the terminal."""
+    return printable_line(_one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
     if isinstance(exc, TokviewError):
         return " ".join(line.strip() for line in exc.message.splitlines() if line.strip()) or exc.title
     text = first_line(exc)
