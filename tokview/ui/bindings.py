@@ -314,26 +314,27 @@ def keys_of(key: Key, keymap: dict[str, str]) -> list[str]:
     return split_keys(keymap.get(key.id, key.keys))
 
 
-TEXTUAL_KEYS = {
-    "tab": "moves the focus to the next field",
-    "shift+tab": "moves the focus back",
-    "ctrl+q": "quits",
-    "ctrl+p": "opens the command palette",
-    "ctrl+c": "copies the selected text",
-}
-"""Keys Textual binds on every screen or the app itself: a binding remapped to one never runs (Textual's
-comes first), unless it takes its key first (a priority binding, as `generate.cancel` takes ctrl+c)."""
+FOCUS_KEYS = {"tab": "moves the focus to the next field", "shift+tab": "moves the focus back"}
+"""Keys every Textual screen binds: an app-wide binding ("everywhere") remapped to one never runs (the
+screen's comes first); a screen's or a widget's own binding does, before the screen's default."""
+PRIORITY_KEYS = {"ctrl+q": "quits", "ctrl+p": "opens the command palette"}
+"""Keys the Textual app takes before any screen or widget sees them (priority bindings)."""
 
 
 def _taken_by_textual(keymap: dict[str, str]) -> str | None:
+    """A remap to a key Textual's own binding takes first: accepted, it would do nothing (found by a curator)."""
     for binding_id, keys in keymap.items():
         key = BY_ID[binding_id]
         for name in split_keys(keys):
-            if name in TEXTUAL_KEYS and not key.priority:
-                return (
-                    f"keymap binds {name!r} to {binding_id}, but {name} {TEXTUAL_KEYS[name]} in every screen, so "
-                    f"{binding_id} would never run: choose another key"
-                )
+            if name in FOCUS_KEYS and key.group == "everywhere":
+                why = f"{name} {FOCUS_KEYS[name]} in every screen first"
+            elif name in PRIORITY_KEYS and not key.priority and (name != "ctrl+q" or key.group != "everywhere"):
+                why = f"{name} {PRIORITY_KEYS[name]} before any screen sees it"
+            else:
+                continue
+            return (
+                f"keymap binds {name!r} to {binding_id}, but {why}, so {binding_id} would never run: choose another key"
+            )
     return None
 
 
