@@ -20,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from tokview.commands.store_arg import existing_store
 from tokview.errors import UserError
 
 
@@ -130,10 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.export import export
     from tokview.store import Store
 
-    if Path(args.db).is_dir():
-        raise UserError(f"--db {args.db} is a directory, not a store: name its .duckdb file")
-    if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    existing_store(args.db)
     with Store(args.db) as store:
         tokenizer, profile = resolve_tokenizer(
             store, args.run_name, args.tokenizer, args.trust_remote_code, args.profile

@@ -21,9 +21,9 @@ import asyncio
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
 
 from tokview.batch.tasks import cancel_on_signals
+from tokview.commands.store_arg import existing_store
 from tokview.errors import ExitCode, UserError
 
 
@@ -74,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store import Store, StoreError
     from tokview.store.records import scrub_text
 
-    if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    existing_store(args.db)
     try:
         servers = [validate_server_url(url) for url in args.server]
     except ValueError as exc:

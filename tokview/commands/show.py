@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+from tokview.commands.store_arg import existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable
 
@@ -30,15 +31,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from tokview.core.analysis import analyze
     from tokview.core.resolve import resolve_for_stored
     from tokview.store import Store, UnknownSample
     from tokview.store.side_stats import sample_side_json
 
-    if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    existing_store(args.db)
     if args.count < 1:
         raise UserError("--count must be at least 1")
     with Store(args.db) as store:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
+from tokview.commands.store_arg import existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
 
@@ -97,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
     from tokview.store.side_stats import render_side, store_side_stats
 
-    if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db} (pass --db PATH)")
+    existing_store(args.db)
     if args.limit < 1:
         raise UserError("--limit must be at least 1")
     with Store(args.db) as store:

@@ -1,0 +1,37 @@
+"""Every command that reads a store names a folder or a missing file for what it is, in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokview.cli import main
+from tokview.errors import ExitCode
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stats", "--db", "{db}"],
+        ["show", "x", "--db", "{db}"],
+        ["score", "--db", "{db}", "--server", "http://127.0.0.1:9"],
+        ["export", "--db", "{db}", "--out", "{out}"],
+    ],
+    ids=["stats", "show", "score", "export"],
+)
+def test_a_folder_given_as_a_store_is_named_a_directory(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    args = [a.format(db=folder, out=tmp_path / "o.jsonl") for a in argv]
+    assert main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err == f"tokview: error: --db {folder} is a directory, not a store: name its .duckdb file\n"
+
+
+@pytest.mark.parametrize("command", ["stats", "export"])
+def test_a_missing_store_is_named_with_the_flag_to_pass(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    missing = tmp_path / "missing.duckdb"
+    argv = [command, "--db", str(missing)] + (["--out", str(tmp_path / "o.jsonl")] if command == "export" else [])
+    assert main(argv) == ExitCode.USAGE
+    assert capsys.readouterr().err == f"tokview: error: database not found: {missing} (pass --db PATH)\n"

@@ -1,0 +1,20 @@
+"""The `--db` a reading command was given, checked once for every command.
+
+A folder, a missing file and a store are told apart here, in the same words everywhere: a user who
+gives `--db runs/` learns it is a directory, not that the database is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokview.errors import UserError
+
+
+def existing_store(db: str | Path) -> Path:
+    """`db` as a Path when it is a file; a one-line UserError when it is a folder or absent."""
+    path = Path(db)
+    if path.is_dir():
+        raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
+    if not path.is_file():
+        raise UserError(f"database not found: {db} (pass --db PATH)")
+    return path
