@@ -87,6 +87,7 @@ def flood(served: Served, size: int, *, framed: bool, piece: int = 1 << 20) -> R
                 yield b"a" * n
                 done += n
                 served.sent[-1] = done
+                await asyncio.sleep(0.005)  # time for Starlette to notice a client that hung up
             yield b'"}'
         finally:
             served.hung_up.append(done < size - 9)

@@ -9,10 +9,17 @@ ids, and only then refused by the server with a 400. The servers report their co
 2. an upper bound, without tokenizing: every token stands for at least one byte of the rendered text
    (byte-level BPE), so a prompt whose rendered text has fewer bytes than the limit fits.
 3. only in between, the exact count: the prompt rendered and tokenized as the raw path sends it.
+
+Before any of that, a prompt whose text is larger than `max_prompt_bytes()` (8 MiB unless
+`TOKVIEW_MAX_PROMPT_MB` says otherwise) is failed as `prompt_too_large`, naming the limit: tokenizing
+text costs ~200 bytes of memory per byte (a 50 MB prompt against a server reporting a 4M context
+peaked at 10 GB, counting its 45M tokens to learn it did not fit), and no context a server offers today
+holds more than a few MiB of text.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -21,6 +28,9 @@ from tokview.core.tokenizer import TokenizerError
 from tokview.servers.request import CaptureRequest, resolve_settings
 
 OVER_MAX_LENGTH = "over_max_length"
+PROMPT_TOO_LARGE = "prompt_too_large"
+MAX_PROMPT_ENV = "TOKVIEW_MAX_PROMPT_MB"
+DEFAULT_MAX_PROMPT_BYTES = 8 << 20
 SLACK_PER_MESSAGE = 2
 """Tokens a tokenizer may add that no rendered byte stands for (a SentencePiece word-start marker)."""
 
@@ -29,6 +39,29 @@ UNKNOWN_LONGEST_TOKEN = 1024
 longest entries are a few dozen bytes)."""
 
 _longest_token: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def max_prompt_bytes() -> int:
+    """The most bytes of text one prompt may hold: `TOKVIEW_MAX_PROMPT_MB` MiB, else 8 MiB (an unreadable
+    or non-positive value leaves the default)."""
+    value = os.environ.get(MAX_PROMPT_ENV, "").strip()
+    try:
+        mib = float(value) if value else 0.0
+    except ValueError:
+        mib = 0.0
+    return int(mib * (1 << 20)) if 0 < mib < 1 << 40 else DEFAULT_MAX_PROMPT_BYTES
+
+
+def too_large(request: CaptureRequest) -> str | None:
+    """`prompt_too_large: …` naming the limit when the prompt's text is over it; counted without copying it."""
+    limit = max_prompt_bytes()
+    size = text_bytes(request.messages or [])
+    if size <= limit:
+        return None
+    return (
+        f"{PROMPT_TOO_LARGE}: the prompt has {size:,} bytes of text, over the {limit:,}-byte limit "
+        f"({MAX_PROMPT_ENV}={limit / (1 << 20):g}); not tokenized or sent"
+    )
 
 
 def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
@@ -89,7 +122,11 @@ def check_prompt(pool: Any, request: CaptureRequest) -> tuple[str | None, int | 
     so a generous `--max-new-tokens` failed every long prompt that fits (and 20 in a row stopped the
     run); the answer is now cut at the limit (`finish_reason` length: `truncated`), as SGLang cuts it.
     A server that reports no context length, or a run without a local tokenizer, is not checked (the
-    server's own refusal is recorded as before). Only prompts near the limit are tokenized."""
+    server's own refusal is recorded as before). Only prompts near the limit are tokenized. A prompt
+    over the size limit (`too_large`) is failed first, whatever the server and tokenizer."""
+    oversized = too_large(request)
+    if oversized is not None:
+        return oversized, None
     tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
     limit = server_limit(pool.server_info())
     if limit is None or tokenizer is None:
@@ -122,4 +159,7 @@ def exact_prompt_tokens(request: CaptureRequest, tokenizer: Any, profile: Any) -
         return len(request.prompt_ids)
     messages = request.messages or []
     kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
-    return len(tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs))
+    count = getattr(tokenizer, "render_length", None)  # the cached ids' length, not a copy of them
+    if count is None:
+        return len(tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs))
+    return int(count(messages, add_generation_prompt=True, template_kwargs=kwargs))

@@ -192,11 +192,16 @@ class RecentRenders:
     each other, so a few entries catch them all; a conversation's JSON names it exactly (a template
     that reads the clock renders once per sample instead of three times, which is only more
     consistent). Shared by the batch's threads: one lock, held for a dict operation.
+
+    Entries are also bounded by their size (`max_bytes`, counted as a str's length and 36 bytes per id,
+    what a Python list of ints costs): a few huge prompts must not stay for the next 64 renders.
     """
 
-    def __init__(self, size: int = 64) -> None:
+    def __init__(self, size: int = 64, max_bytes: int = 64 << 20) -> None:
         self.size = size
+        self.max_bytes = max_bytes
         self._entries: dict[tuple[str, Any], Any] = {}
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, Any]) -> Any:
@@ -204,21 +209,35 @@ class RecentRenders:
             return self._entries.get(key)
 
     def put(self, key: tuple[str, Any], value: Any) -> None:
+        cost = _cost(value)
+        if cost > self.max_bytes:
+            return  # rendered once more if asked again: cheaper than holding it
         with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes -= _cost(old) if old is not None else 0
             self._entries[key] = value
-            while len(self._entries) > self.size:
-                del self._entries[next(iter(self._entries))]  # the oldest (dicts keep insertion order)
+            self._bytes += cost
+            while len(self._entries) > self.size or self._bytes > self.max_bytes:
+                oldest = next(iter(self._entries))  # dicts keep insertion order
+                self._bytes -= _cost(self._entries.pop(oldest))
+
+
+def _cost(value: Any) -> int:
+    """Roughly the memory a cached render holds: a str's length, 36 bytes per id of a list."""
+    return len(value) * 36 if isinstance(value, list) else len(value)
 
 
 def _render_key(
     messages: Any, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None, template: str | None
 ) -> tuple[bytes, str | None] | None:
-    """The render's inputs: the conversation and flags as JSON, and the template itself (compared by value,
-    hashed once per string); None when they are not plain JSON (then nothing is remembered)."""
+    """The render's inputs: a digest of the conversation and flags as JSON (a huge prompt is not kept a
+    second time as its key), and the template itself (compared by value, hashed once per string); None
+    when they are not plain JSON (then nothing is remembered)."""
     try:
-        return json.dumps([messages, add_generation_prompt, template_kwargs], sort_keys=True).encode(), template
+        inputs = json.dumps([messages, add_generation_prompt, template_kwargs], sort_keys=True)
     except (TypeError, ValueError):
         return None
+    return hashlib.blake2b(inputs.encode("utf-8", "surrogatepass"), digest_size=32).digest(), template
 
 
 class TokenizerAdapter:
@@ -312,7 +331,8 @@ class TokenizerAdapter:
         return token_id in self._control_ids
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False))
+        ids = self.tok.encode(text, add_special_tokens=False)
+        return ids if type(ids) is list else list(ids)  # a fresh list already: no second copy of a long prompt
 
     def encode_prompt(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """Ids for a raw text prompt as a server's `/tokenize` or completions endpoint makes them: with the
@@ -346,13 +366,29 @@ class TokenizerAdapter:
         template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
         """Prompt ids exactly as the server's template would make them."""
+        return list(self._rendered_ids(messages, add_generation_prompt, template_kwargs))
+
+    def render_length(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> int:
+        """How many ids `render` gives, without a copy of them (the ids are kept for the raw path's render)."""
+        return len(self._rendered_ids(messages, add_generation_prompt, template_kwargs))
+
+    def _rendered_ids(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool, template_kwargs: dict[str, Any] | None
+    ) -> list[int]:
+        """The ids of a render, from the recent renders when there (never to be changed by the caller)."""
         key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         ids = self._renders.get(("ids", key)) if key is not None else None
         if ids is None:
             ids = self.encode(self._render_text(messages, add_generation_prompt, template_kwargs, key))
             if key is not None:
                 self._renders.put(("ids", key), ids)
-        return list(ids)
+        return ids
 
     def render_text(
         self,

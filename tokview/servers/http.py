@@ -307,8 +307,8 @@ class _Classifier:
         scrub = self.client.secrets.scrub
         if isinstance(exc, transport.ResponseTooLarge):  # asking again would read as much again
             raise CaptureFailed(
-                f"the answer to {self.method} {self.path} was refused unread: {exc}; "
-                f"set {MAX_RESPONSE_ENV} (MiB) to accept larger answers",
+                f"the answer to {self.method} {self.path} was not read further: {exc} "
+                f"({MAX_RESPONSE_ENV}, in MiB, allows larger answers)",
                 url=self.client.url,
             ) from None
         if isinstance(exc, transport.TransportError):  # the small transport's three kinds

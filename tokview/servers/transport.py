@@ -53,8 +53,10 @@ class ResponseTooLarge(TransportError):
     """The answer's body is longer than the limit; `size` is its announced length (None: not announced)."""
 
     def __init__(self, limit: int, size: int | None = None) -> None:
-        told = f"{size:,} bytes" if size is not None else "more"
-        super().__init__(f"the answer's body is {told}, over the {limit:,}-byte limit")
+        if size is not None:
+            super().__init__(f"its body is {size:,} bytes, over the {limit:,}-byte limit")
+        else:
+            super().__init__(f"its body passed the {limit:,}-byte limit")
         self.limit, self.size = limit, size
 
 
