@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -195,6 +196,11 @@ class ProxyServer(ThreadingHTTPServer):
         self.closing = threading.Event()
         self.seen_headers: list[dict[str, str]] = []
         """Every request's headers (lower-cased names), in arrival order."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet when the client hung up mid-answer (tokview giving up on a drip, a cut, a timeout)."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def take_fault(self) -> str:
         """The fault for the next generation request: the configured one for the first `times`, then pass."""
