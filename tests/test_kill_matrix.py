@@ -128,6 +128,7 @@ def test_one_process_killed_four_ways_then_resumed_loses_duplicates_and_corrupts
         (signal.SIGINT, "group", "a part renamed into place", lambda s: part_landed(s["watch"])),
         (signal.SIGKILL, "group", "the first progress line", lambda s: bool(s["proc"].lines)),
     ]
+    Store(db).close()  # a kill inside the store's creation is its own case (the expected failure at the end)
     killed = []
     for sig, target, what, ready in plan:
         with Watch(parts, IN_MOVED_TO) as watch:
