@@ -9,7 +9,8 @@ Goals (2 cores, `replay_server.py`: every generation replays one 2,000-token ans
 - 300 prompts: ≤ 1.6 s (the default workers), and ≥ 3x SpecForge's script and ≥ 1.5x speculators'
   client in samples/s, per round (each ratio from runs of the same round);
 - start-up to the first request (any request, the probe included) < 0.3 s.
-Every client is its own process (`bench_peers.clients`: the peers' structures are reproduced there),
+"after last s" is the time from the last answer the server sent to the client's exit (its tail:
+analysing the last answers, writing and landing them, the summary). Every client is its own process (`bench_peers.clients`: the peers' structures are reproduced there),
 run one after another on the same prompts, `--repeat` rounds, the order rotating each round; the
 figures are medians over the rounds. The machine may be shared: the load average before each round
 is printed, and the ratios within a round mean more than the absolute walls.
@@ -78,12 +79,17 @@ def run_size(n: int, tmp: Path, url: str, pid: int, args: argparse.Namespace) ->
 
 def report(n: int, results: dict[str, list[dict]]) -> list[bool]:
     print(f"{n} prompts ({len(next(iter(results.values())))} rounds, medians):")
-    print(f"  {'client':<16}{'done':>6}{'wall s':>9}{'CPU s':>8}{'1st request s':>15}{'1st generation s':>18}")
+    print(
+        f"  {'client':<16}{'done':>6}{'wall s':>9}{'CPU s':>8}{'1st request s':>15}{'1st generation s':>18}"
+        f"{'after last s':>14}"
+    )
     for name, runs in results.items():
-        med = {key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "first_any", "first_gen")}
+        med = {
+            key: statistics.median(r[key] for r in runs) for key in ("wall", "cpu", "first_any", "first_gen", "tail")
+        }
         print(
             f"  {name:<16}{min(r['done'] for r in runs):>6}{med['wall']:>9.2f}{med['cpu']:>8.2f}"
-            f"{med['first_any']:>15.2f}{med['first_gen']:>18.2f}"
+            f"{med['first_any']:>15.2f}{med['first_gen']:>18.2f}{med['tail']:>14.2f}"
         )
     met: list[bool] = []
     goal = GOAL_WALL_S.get(n)
