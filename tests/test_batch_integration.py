@@ -260,7 +260,7 @@ def test_a_server_that_does_not_answer_is_named_at_the_start(vllm_sim, tmp_path)
 
 
 async def test_an_error_on_one_sample_is_recorded_and_the_run_goes_on(tmp_path, replay_server):
-    """An id no tokenizer (or DuckDB INTEGER) holds: analysing it fails; the batch records why, not crash."""
+    """An id no tokenizer (or DuckDB INTEGER) holds is a malformed answer: the batch records why, not crash."""
     import copy
 
     from replay import OUTPUT, Replay, vllm_routes
@@ -275,7 +275,9 @@ async def test_an_error_on_one_sample_is_recorded_and_the_run_goes_on(tmp_path, 
         summary = await run_batch(config, store)
         assert (summary.ok, summary.failed, summary.exit_code) == (0, 2, 3) and summary.balanced
         reasons = [f["reason"] for f in store.failures()]
-        assert len(reasons) == 2 and all(r.startswith("unexpected error: ") for r in reasons)
+        assert len(reasons) == 2
+        assert all(r.startswith("malformed response from POST /v1/completions: ") for r in reasons)
+        assert all("id 1099511627776, beyond any vocabulary" in r for r in reasons)
 
 
 def test_an_unreachable_server_exits_2_and_leaves_no_database(tmp_path, capsys):
