@@ -144,3 +144,43 @@ def test_after_a_full_disk_kept_the_store_from_being_created_a_rerun_creates_it(
 
 def _sim():
     return start_simulator(SimConfig(kind="vllm", seed=3))
+
+
+def test_an_export_onto_a_full_disk_fails_in_one_line_and_leaves_the_old_file_alone(small_disk, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"x{i}", "prompt": f"Export {i}?"}) + "\n" for i in range(8)))
+    db = tmp_path / "roomy.duckdb"
+    with _sim() as sim:
+        assert batch(sim.url, prompts, db).returncode == 0
+    out = small_disk / "out.jsonl"
+    out.write_text('{"old": true}\n')
+    fill(small_disk, 8_000)  # room for the sidecars, not for the data
+    argv = [*TOKVIEW, "export", "--db", str(db), "--select", "all", "--out", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert "no space left on device" in done.stderr.lower() and done.stderr.count("\n") == 1, done.stderr
+    assert out.read_text() == '{"old": true}\n'
+    assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "out.jsonl"]  # no temp file left behind
+
+
+def test_a_merge_into_a_store_on_a_full_disk_lands_nothing_then_everything_once_after_freeing(small_disk, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"m{i}", "prompt": f"Merge {i}?"}) + "\n" for i in range(12)))
+    source = tmp_path / "shard.duckdb"
+    with _sim() as sim:
+        assert batch(sim.url, prompts, source).returncode == 0
+    expected = content(source)
+    into = small_disk / "into.duckdb"
+    Store(into).close()
+    ballast = fill(small_disk, 4_096)
+    argv = [*TOKVIEW, "merge", str(source), "--into", str(into)]
+    full = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert full.returncode == 1 and "Traceback" not in full.stderr and "internal error" not in full.stderr, full.stderr
+    assert "no space left on device" in full.stderr.lower() and full.stderr.count("\n") == 1, full.stderr
+    assert content(source) == expected
+    ballast.unlink()
+    assert content(into) == {}  # all or nothing: the merge is one transaction
+    for _ in range(2):  # after freeing space it lands everything; again, nothing more
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert content(into) == expected
