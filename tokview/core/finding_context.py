@@ -60,7 +60,7 @@ def vocabulary_of(tokenizer: TokenizerAdapter) -> Vocabulary:
     known = _vocabularies.get(tokenizer)
     if known is None:
         try:
-            ids = set(tokenizer.tok.get_vocab().values())
+            ids = tokenizer.vocab_ids()
         except Exception:  # a tokenizer class without a readable table: its length is all there is
             ids = set()
         size = max(ids) + 1 if ids else tokenizer.vocab_size

@@ -351,6 +351,11 @@ class TokenizerAdapter:
         except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
             return self.encode(text)
 
+    def vocab_ids(self) -> set[int]:
+        """Every id the vocabulary has (special and added ones included): a table with a gap is not
+        mistaken for a shorter one."""
+        return {int(i) for i in self.tok.get_vocab().values()}
+
     def vocab_tokens(self) -> list[str]:
         """Every token string of the vocabulary (special and added ones included)."""
         return [str(t) for t in self.tok.get_vocab()]
