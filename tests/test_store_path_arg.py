@@ -35,3 +35,10 @@ def test_a_missing_store_is_named_with_the_flag_to_pass(command, tmp_path, capsy
     argv = [command, "--db", str(missing)] + (["--out", str(tmp_path / "o.jsonl")] if command == "export" else [])
     assert main(argv) == ExitCode.USAGE
     assert capsys.readouterr().err == f"tokview: error: database not found: {missing} (pass --db PATH)\n"
+
+
+def test_review_is_a_command_and_names_a_missing_store(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    missing = tmp_path / "missing.duckdb"
+    assert main(["review", "--db", str(missing), "--approve"]) == ExitCode.USAGE
+    assert capsys.readouterr().err == f"tokview: error: database not found: {missing} (pass --db PATH)\n"

@@ -30,6 +30,7 @@ COMMANDS = (
     "export",
     "audit",
     "stats",
+    "review",
     "doctor",
     "sim",
     "show",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from tokview.commands.store_arg import existing_store
 from tokview.errors import UserError
 
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
@@ -125,8 +125,7 @@ def apply(store, args: argparse.Namespace, ids: list[str], who: str | None):
 def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
 
-    if not Path(args.db).is_file():
-        raise UserError(f"database not found: {args.db}")
+    existing_store(args.db)
     who = _reviewer(args.reviewer)
     with Store(args.db) as store:
         if store.read_only:
