@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PROXY_KEY_HEADER = "x-tokview-proxy-key"
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -71,7 +73,8 @@ class Upstream:
                 base_url=self.url,
                 timeout=httpx.Timeout(None, connect=10.0),
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-                transport=httpx.AsyncHTTPTransport(retries=0),
+                # no Nagle wait for the body after the headers (40 ms a request against a delayed ACK)
+                transport=httpx.AsyncHTTPTransport(retries=0, socket_options=NODELAY),
             )
         return self.client
 
@@ -94,6 +97,8 @@ class _Exchange:
     injection: ids.Injection | None = None
     started: float = field(default_factory=time.perf_counter)
     chunks_sent: int = 0
+    answered: bool = False
+    """The last byte of the answer was handed to the server."""
 
 
 class ProxyApp:
@@ -125,12 +130,20 @@ class ProxyApp:
         path = scope["path"]
         query = scope.get("query_string") or b""
         ex = _Exchange(scope["method"], path, headers, body, self.upstreams[next(self._next)])
-        forward = asyncio.ensure_future(self._forward(ex, query, send))
+
+        async def send_tracked(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                ex.answered = True  # from here on receive() says "disconnect" even with the client still there
+            await send(message)
+
+        forward = asyncio.ensure_future(self._forward(ex, query, send_tracked))
         watch = asyncio.ensure_future(_disconnected(receive))
         try:
             await asyncio.wait((forward, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
+        if not forward.done() and ex.answered:
+            await asyncio.wait((forward,))  # the answer is out: let it be recorded
         if not forward.done():
             forward.cancel()
             try:

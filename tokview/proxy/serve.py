@@ -13,6 +13,7 @@ import base64
 import ipaddress
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from tokview.proxy.recorder import Recorder
 
 PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
 DEFAULT_LISTEN = "127.0.0.1:8900"
+SWITCH_INTERVAL_S = 0.0002
 
 
 @dataclass
@@ -172,6 +174,7 @@ def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it: no Nagle wait
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -201,6 +204,12 @@ def _uvicorn(app: ProxyApp) -> Any:
 
 def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
     address = check_listen(config)
+    if config.db is not None and (config.tokenizer is None or config.profile is None):
+        from tokview.core.resolve import load_tokenizer_and_profile  # what `tokview proxy` loads with no flags
+
+        config.tokenizer, config.profile = load_tokenizer_and_profile(
+            tokenizer=config.tokenizer, model_profile=config.profile
+        )
     upstreams = detect_upstreams(config)
     recorder = open_recorder(config, upstreams)
     return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key), address
@@ -238,6 +247,9 @@ def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
 def serve_forever(config: ProxyConfig) -> int:
     """`tokview proxy`: serve in the foreground until Ctrl-C or SIGTERM, then land what was recorded."""
     say = config.say or print
+    # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
+    # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     app, (host, port) = build(config)
     sock = _bind(host, port)
     server = _uvicorn(app)

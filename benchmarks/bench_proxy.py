@@ -1,0 +1,297 @@
+"""`tokview proxy` against a direct connection and a bare pass-through forwarder, in one run (issue 24 item 5).
+
+    python benchmarks/bench_proxy.py [--requests 200] [--streams 30] [--concurrent 64] [--total 256]
+                                     [--output-tokens 256]
+
+Upstream: `replay_server.py` in front of `tokview sim --output-tokens N` (JSON answers replayed from one
+pre-encoded body, cached from a request with `return_token_ids`, so every target gets the ids in its JSON
+answers and only the proxy takes them out; streams come from the simulator itself). Three targets, each its own process: the upstream
+itself (direct), a bare forwarder (this file with `--bare`: uvicorn + httpx, raw bytes through, nothing
+parsed) and `tokview proxy` recording into a fresh store (ids injected and stripped, every finding,
+sessions, parts landed). Rounds alternate the targets so a busy shared machine hurts all three alike.
+
+Printed: added latency per request (p50, p99 over sequential non-streamed requests), added time per
+streamed chunk (median stream time minus direct's, over the chunks), CPU per request of the forwarder
+and of the proxy (their process CPU over the sequential requests), and throughput (streams/s) at
+`--concurrent` concurrent streams; then the goals and whether each is met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_server import replay_servers, server_cpu_s
+
+GOALS = {"p50_ms": 1.0, "chunk_ms": 0.3, "p99_ms": 5.0, "throughput_x": 0.9, "cpu_x": 1.5}
+
+
+# -- the bare forwarder ------------------------------------------------------------------------------
+def bare_forwarder(upstream: str) -> Any:
+    """The minimal pass-through: request body and answer bytes through httpx, nothing looked at."""
+    client: httpx.AsyncClient | None = None
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal client
+        if scope["type"] != "http":
+            return
+        if client is None:
+            client = httpx.AsyncClient(base_url=upstream, timeout=None, limits=httpx.Limits(max_connections=None))
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
+        request = client.build_request(scope["method"], scope["path"], content=body, headers=headers)
+        response = await client.send(request, stream=True)
+        try:
+            out = [
+                (k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")
+            ]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
+            async for piece in response.aiter_raw():
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    return app
+
+
+def serve_bare(port: int, upstream: str) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        bare_forwarder(upstream),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        http="h11",
+        loop="asyncio",
+    )
+
+
+# -- measuring ---------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not answer")
+
+
+def body(n: int, tokens: int, stream: bool) -> dict[str, Any]:
+    return {
+        "model": "tokview-sim",
+        "messages": [{"role": "user", "content": f"benchmark question {n}"}],
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": stream,
+    }
+
+
+async def one(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> tuple[float, int]:
+    """(seconds to the last byte, chunks received)."""
+    started = time.perf_counter()
+    if not payload["stream"]:
+        response = await client.post(url + "/v1/chat/completions", json=payload)
+        assert response.status_code == 200, response.text[:200]
+        return time.perf_counter() - started, 1
+    chunks = 0
+    async with client.stream("POST", url + "/v1/chat/completions", json=payload) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            chunks += line.startswith("data:")
+    return time.perf_counter() - started, chunks
+
+
+async def sequential(
+    client: httpx.AsyncClient, url: str, n: int, tokens: int, stream: bool, base: int
+) -> list[tuple[float, int]]:
+    return [await one(client, url, body(base + i, tokens, stream)) for i in range(n)]
+
+
+async def concurrent(client: httpx.AsyncClient, url: str, total: int, width: int, tokens: int, base: int) -> float:
+    """Streams per second with `width` streams open at once."""
+    todo = iter(range(total))
+
+    async def worker() -> None:
+        for i in todo:
+            await one(client, url, body(base + i, tokens, True))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(width)))
+    return total / (time.perf_counter() - started)
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {
+        name: {"lat": [], "stream": [], "chunks": [], "cpu": 0.0, "tput": []} for name in targets
+    }
+    limits = httpx.Limits(max_connections=args.concurrent * 2, max_keepalive_connections=args.concurrent * 2)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        # the replay server caches the first answer it replays: one with ids, as the proxy asks for them
+        warm = {**body(0, args.output_tokens, False), "return_token_ids": True}
+        assert (await client.post(targets["direct"][0] + "/v1/chat/completions", json=warm)).status_code == 200
+        for url, _ in targets.values():  # warm connections and caches
+            await sequential(client, url, 5, args.output_tokens, False, 0)
+            await sequential(client, url, 2, args.output_tokens, True, 0)
+        rounds = 4
+        for r in range(rounds):
+            for name, (url, pid) in targets.items():
+                cpu0 = server_cpu_s(pid) if pid else 0.0
+                got = await sequential(client, url, args.requests // rounds, args.output_tokens, False, 1000 * r)
+                out[name]["cpu"] += (server_cpu_s(pid) - cpu0) if pid else 0.0
+                out[name]["lat"] += [t for t, _ in got]
+            for name, (url, _) in targets.items():
+                got = await sequential(
+                    client, url, max(1, args.streams // rounds), args.output_tokens, True, 50_000 + 1000 * r
+                )
+                out[name]["stream"] += [t for t, _ in got]
+                out[name]["chunks"] += [c for _, c in got]
+        for r in range(2):
+            for name, (url, _) in targets.items():
+                out[name]["tput"].append(
+                    await concurrent(client, url, args.total, args.concurrent, args.output_tokens, 100_000 * (r + 1))
+                )
+    return out
+
+
+def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: int) -> None:
+    direct = out["direct"]
+    n_seq = len(direct["lat"])
+    print(
+        f"\nupstream: replay server + tokview sim, {args.output_tokens} output tokens; {n_seq} sequential requests, "
+        f"{len(direct['stream'])} sequential streams, {args.total} streams at {args.concurrent} concurrent (x2)"
+    )
+    print(
+        f"{'target':8} {'p50 ms':>8} {'p99 ms':>8} {'stream ms':>10} {'chunks':>7} {'CPU ms/req':>11} {'streams/s':>10}"
+    )
+    rows = {}
+    for name, m in out.items():
+        rows[name] = {
+            "p50": pct(m["lat"], 0.5) * 1000,
+            "p99": pct(m["lat"], 0.99) * 1000,
+            "stream": statistics.median(m["stream"]) * 1000,
+            "chunks": statistics.median(m["chunks"]),
+            "cpu": m["cpu"] / len(m["lat"]) * 1000,
+            "tput": max(m["tput"]),
+        }
+        r = rows[name]
+        cpu = f"{r['cpu']:.3f}" if name != "direct" else "-"
+        print(
+            f"{name:8} {r['p50']:8.2f} {r['p99']:8.2f} {r['stream']:10.1f} {r['chunks']:7.0f} {cpu:>11} {r['tput']:10.1f}"
+        )
+    d, b, p = rows["direct"], rows["bare"], rows["proxy"]
+    figures = {
+        "p50_ms": p["p50"] - d["p50"],
+        "p99_ms": p["p99"] - d["p99"],
+        "chunk_ms": (p["stream"] - d["stream"]) / max(1.0, d["chunks"]),
+        "throughput_x": p["tput"] / d["tput"],
+        "cpu_x": p["cpu"] / b["cpu"] if b["cpu"] else float("inf"),
+    }
+    bare = {
+        "p50_ms": b["p50"] - d["p50"],
+        "p99_ms": b["p99"] - d["p99"],
+        "chunk_ms": (b["stream"] - d["stream"]) / max(1.0, d["chunks"]),
+        "throughput_x": b["tput"] / d["tput"],
+    }
+    print(f"\nproxy recorded {recorded} samples in this run (every request, findings and sessions included)")
+    print(f"{'goal':34} {'proxy':>9} {'bare':>9}  met")
+    labels = {
+        "p50_ms": ("added p50 per request ≤ 1 ms", "≤"),
+        "p99_ms": ("added p99 per request ≤ 5 ms", "≤"),
+        "chunk_ms": ("added per streamed chunk ≤ 0.3 ms", "≤"),
+        "throughput_x": ("throughput ≥ 0.9× direct", "≥"),
+        "cpu_x": ("CPU/request ≤ 1.5× bare forwarder", "≤"),
+    }
+    for key, (label, way) in labels.items():
+        value, goal = figures[key], GOALS[key]
+        met = value <= goal if way == "≤" else value >= goal
+        other = f"{bare[key]:9.3f}" if key in bare else f"{'':9}"
+        print(f"{label:34} {value:9.3f} {other}  {'yes' if met else 'NO'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--streams", type=int, default=30)
+    parser.add_argument("--concurrent", type=int, default=64)
+    parser.add_argument("--total", type=int, default=256)
+    parser.add_argument("--output-tokens", type=int, default=256)
+    parser.add_argument("--bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare:
+        serve_bare(args.bare, args.upstream)
+        return
+    py = sys.executable
+    with replay_servers(args.output_tokens) as (upstream, _), tempfile.TemporaryDirectory() as tmp:
+        bare_port, proxy_port = free_port(), free_port()
+        bare = subprocess.Popen(
+            [py, __file__, "--bare", str(bare_port), "--upstream", upstream], stderr=subprocess.DEVNULL
+        )
+        db = str(Path(tmp) / "bench.duckdb")
+        proxy = subprocess.Popen(
+            [py, "-m", "tokview", "proxy", "--server", upstream, "--listen", f"127.0.0.1:{proxy_port}", "--db", db],
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_http(f"http://127.0.0.1:{bare_port}", bare)
+            wait_http(f"http://127.0.0.1:{proxy_port}", proxy)
+            targets = {
+                "direct": (upstream, None),
+                "bare": (f"http://127.0.0.1:{bare_port}", bare.pid),
+                "proxy": (f"http://127.0.0.1:{proxy_port}", proxy.pid),
+            }
+            out = asyncio.run(measure(targets, args))
+        finally:
+            for p in (bare, proxy):
+                p.terminate()
+            for p in (bare, proxy):
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        from tokview.store import Store
+
+        with Store(db) as store:
+            recorded = store.count_samples()
+    report(out, args, recorded)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()
