@@ -22,9 +22,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tokview.core.profiles import ModelProfile
 from tokview.core.tokenizer import TokenizerError
-from tokview.sim import faults
+from tokview.sim import faults, tools
 from tokview.sim.config import SimConfig
-from tokview.sim.model import SimModel
+from tokview.sim.model import Generation, SimModel, request_seed
 from tokview.sim.spec import SimDistribution
 
 DONE = "data: [DONE]\n\n"
@@ -96,6 +96,37 @@ class SimState:
         kwargs = template_kwargs or {}
         key = self.profile.thinking_kwarg
         return not (key and kwargs.get(key) is False)
+
+    def count_quirk(self, name: str) -> int:
+        """`tool-calls` / `tool-rounds`: the count given, 1 when absent or a bare flag."""
+        value = self.cfg.quirk(name)
+        return 1 if value is None or value is True else int(value)
+
+    def generate(self, prompt: list[int], body: dict[str, Any], **sampling: Any) -> Generation:
+        """The model's answer to `prompt`, calling tools when the prompt declares them (`tokview.sim.tools`)."""
+        seed = (
+            body.get("seed")
+            if "sampling_params" not in body
+            else (body.get("sampling_params") or {}).get("sampling_seed", body.get("seed"))
+        )
+        choice, named = tools.tool_choice(body)
+        planned = tools.plan_calls(
+            self.tokenizer,
+            prompt,
+            request_seed(prompt, seed, self.cfg.seed),
+            calls=self.count_quirk("tool-calls"),
+            rounds=self.count_quirk("tool-rounds"),
+            forced=choice in ("required", "named"),
+            named=named,
+        )
+        section = tools.section_ids(self.tokenizer, planned, closed=not self.cfg.quirk("unclosed-section"))
+        return self.model.generate(
+            prompt,
+            seed=seed,
+            tool_section=section if planned else None,
+            section_in_reasoning=bool(self.cfg.quirk("section-in-reasoning")),
+            **sampling,
+        )
 
     def render(
         self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None, add_generation_prompt: bool = True

@@ -28,7 +28,19 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "sglang-chat-ids": "SGLang chat id field name: response_token_ids (0.5.23, default) or token_ids",
     "incremental-streaming": "SGLang /generate streams delta text/output_ids (--incremental-streaming-output)",
     "latency": "extra seconds before every generation response",
+    "tool-calls": "calls the model writes in one tool-call section when the prompt declares tools (default 1)",
+    "tool-rounds": "tool-calling turns per tool loop (since the last user turn) before the model answers in text "
+    "(default 1: it answers once the prompt ends with its results)",
+    "section-in-reasoning": "the model opens its tool-call section inside its reasoning: no </think> before it "
+    "(Kimi-K2.5, SGLang #18086, vLLM #34955; thinking off: a sentence of content before it)",
+    "unclosed-section": "the model ends a tool-calling turn without <|tool_calls_section_end|> (the parsers still "
+    "return the calls)",
+    "uuid-call-ids": "tool_calls[].id is chatcmpl-tool-<uuid>, not the call id the model wrote (vLLM 0.11.2, #29596)",
+    "parser-drops-call": "the tool parser returns every call of a section but the last one (none when it had one)",
+    "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's marker ids "
+    "(#27482), SGLang's final sglext output_ids lack them",
 }
+TOOL_COUNT_QUIRKS = ("tool-calls", "tool-rounds")
 # Counted faults: value N = the first N generation requests (in order, one fault each); a bare
 # flag (True) = every generation request, for "fails forever" tests.
 FAULTS: dict[str, str] = {
@@ -85,6 +97,12 @@ class SimConfig:
         ids_name = self.quirks.get("sglang-chat-ids", "response_token_ids")
         if ids_name not in ("response_token_ids", "token_ids"):
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
+        for name in TOOL_COUNT_QUIRKS:
+            value = self.quirks.get(name, 1)
+            if value is True:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SimConfigError(f"quirk {name} takes a count (a whole number >= 1), got {value!r}")
         for name in FAULTS:
             value = self.quirks.get(name)
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):

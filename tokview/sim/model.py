@@ -43,6 +43,13 @@ ANSWER_SENTENCES = (
 )
 
 
+TOOL_REASONING = ("Okay, let me think.", "Okay, let me think about this.", "Let me think about this carefully.")
+"""Short on purpose: a tool-calling turn fits the recordings' `max_tokens: 64` with its call."""
+TOOL_LEAD = "I will call a tool"
+"""What the model writes as content before its section when thinking is off and it opens the section
+where its reasoning would be (the recordings' model B)."""
+
+
 @dataclass(frozen=True)
 class Generation:
     """One generated output and why it ended."""
@@ -135,6 +142,21 @@ class SimModel:
         closer = [self.close_id] if self.close_id is not None else []
         return head + reasoning + closer + answer + [self.stop_id]
 
+    def tool_output(self, prompt_ids: Sequence[int], seed: int, section: list[int], in_reasoning: bool) -> list[int]:
+        """A tool-calling turn (tools README §2): reasoning, `</think>`, the section, the stop id.
+
+        `in_reasoning` (Kimi opening the section inside its reasoning, model B of the recordings): no
+        `</think>`; with thinking off the model then writes a sentence of content before the section."""
+        rng = random.Random(seed)
+        mode = self.mode(prompt_ids)
+        if mode == "closed":
+            lead = list(self._encode(TOOL_LEAD)) if in_reasoning else []
+            return lead + section + [self.stop_id]
+        head = [self.open_id] if mode == "open" and self.open_id is not None else []
+        reasoning = list(self._encode(TOOL_REASONING[rng.randrange(len(TOOL_REASONING))]))
+        closer = [] if in_reasoning or self.close_id is None else [self.close_id]
+        return head + reasoning + closer + section + [self.stop_id]
+
     def generate(
         self,
         prompt_ids: Sequence[int],
@@ -143,10 +165,17 @@ class SimModel:
         max_tokens: int | None = None,
         stop_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,
+        tool_section: list[int] | None = None,
+        section_in_reasoning: bool = False,
     ) -> Generation:
-        """Generate like a server would: stop at the first stop id, or cut at `max_tokens`."""
+        """Generate like a server would: stop at the first stop id, or cut at `max_tokens`.
+
+        With `tool_section` (the calls `tokview.sim.tools` planned for this prompt) the turn calls tools."""
         s = request_seed(prompt_ids, seed, self.base_seed)
-        out = self.natural_output(prompt_ids, s)
+        if tool_section:
+            out = self.tool_output(prompt_ids, s, tool_section, section_in_reasoning)
+        else:
+            out = self.natural_output(prompt_ids, s)
         if ignore_eos and max_tokens:
             while len(out) < max_tokens:  # keep writing answers, as a model ignoring EOS does
                 s += 1

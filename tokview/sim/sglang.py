@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults, requests, sglang_chat, spec
+from tokview.sim import common, faults, requests, sglang_chat, spec, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -100,15 +100,14 @@ def routes(state: SimState) -> list[Route]:
         if early is not None:
             return early
         started = time.monotonic()
-        seed = sp.get("sampling_seed", body.get("seed"))
         results = []
         for prompt in prompts:
             max_tokens = common.context_room(state, prompt, max_new)
             if isinstance(max_tokens, Response):
                 return max_tokens
-            gen = state.model.generate(
+            gen = state.generate(
                 prompt,
-                seed=seed,
+                body,
                 max_tokens=max_tokens,
                 stop_token_ids=sp.get("stop_token_ids") or (),
                 ignore_eos=bool(sp.get("ignore_eos")),
@@ -262,7 +261,7 @@ def _generate_events(
 
 def tokenize_body(state: SimState, body: dict[str, Any]) -> list[int]:
     if body.get("messages") is not None:
-        return state.render(
-            body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
-        )
+        kwargs = body.get("chat_template_kwargs") or {}
+        messages, render_kwargs = tools.request_render(body["messages"], body, kwargs, "sglang")
+        return state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
     return requests.tokenize_text(state.tokenizer, body)

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokview.sim import common, faults, requests
+from tokview.sim import common, faults, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -33,11 +33,13 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
             if body.get(flag):
                 return faults.error_response("sglang", 400, STREAM_IDS_ERROR.format(field=flag), "BadRequest")
     kwargs = requests.sglang_template_kwargs(body)
+    tool_parser = tools.has_tools(body) and body.get("tool_choice") != "none"
     try:
         if body.get("input_ids") is not None:
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
-            prompt = state.render(requests.chat_messages(body), kwargs)
+            messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, kwargs, "sglang")
+            prompt = state.render(messages, render_kwargs)
         max_tokens = requests.chat_max_tokens(body)
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
@@ -48,20 +50,23 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     if early is not None:
         return early
     started = time.monotonic()
-    gen = state.model.generate(
+    gen = state.generate(
         prompt,
-        seed=body.get("seed"),
+        body,
         max_tokens=cut,
         stop_token_ids=body.get("stop_token_ids") or (),
         ignore_eos=bool(body.get("ignore_eos")),
     )
-    skip = bool(body.get("skip_special_tokens", True))
+    # with tools (and tool_choice not none) SGLang decodes with the special tokens for its tool parser
+    skip = bool(body.get("skip_special_tokens", True)) and not tool_parser
     thinking = state.thinking(kwargs)
     separate = bool(body.get("separate_reasoning", True))
     out = gen.output_ids
     r_tokens = 0
     if thinking and separate:
         r_tokens = out.index(state.profile.think_close_id) + 1 if state.profile.think_close_id in out else len(out)
+    if tool_parser:
+        return _tool_chat(state, body, prompt, gen, thinking and separate, r_tokens, stream, fault)
     if stream:
         events = chat_events(state, body, prompt, gen, skip, thinking and separate, r_tokens)
         return common.deliver_stream(
@@ -107,6 +112,79 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
             "weight_versions": [{"version": "default", "start": 0, "end": len(out)}],
         },
     }
+    ext = tool_shapes.sglext(body, prompt, out)
+    if ext is not None and not no_ids:
+        payload["sglext"] = ext
+    return common.deliver_json(payload, fault)
+
+
+def _ids_fields(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float) -> dict:
+    """The id fields a non-streamed chat choice carries for the request's flags (none with no-id-fields)."""
+    cfg, out = state.cfg, gen.output_ids
+    fields: dict[str, Any] = {}
+    if cfg.quirk("no-id-fields"):
+        return fields
+    if body.get("return_token_ids") or body.get("return_prompt_token_ids"):
+        fields["prompt_token_ids"] = list(prompt)
+    if body.get("return_token_ids"):
+        fields[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
+    if body.get("return_meta_info"):
+        fields["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started)
+    return fields
+
+
+def _tool_chat(
+    state: SimState,
+    body: dict[str, Any],
+    prompt: list[int],
+    gen: Generation,
+    thinking: bool,
+    r_tokens: int,
+    stream: bool,
+    fault: str | None,
+) -> Response:
+    """A chat request with tools: SGLang's kimi_k2 tool parser's answer (tools README §3-§5)."""
+    started = time.monotonic()
+    out = gen.output_ids
+    history = tools.history_tool_calls(body.get("messages") or [])
+    turn = tool_shapes.read_turn(state, body, gen, thinking, history)
+    usage = {
+        "prompt_tokens": len(prompt),
+        "total_tokens": len(prompt) + len(out),
+        "completion_tokens": len(out),
+        "prompt_tokens_details": None,
+        "reasoning_tokens": r_tokens,
+        "completion_tokens_details": {"reasoning_tokens": r_tokens} if r_tokens else None,
+    }
+    text_ids = shapes.text_ids(gen, bool(body.get("no_stop_trim")))
+    if stream:
+        events = tool_shapes.sglang_events(state, body, prompt, gen, turn, text_ids, usage)
+        error = {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
+        return common.deliver_stream(events, fault, error)
+    finish = tool_shapes.finish_reason(turn, gen, "sglang")
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": tool_shapes.sglang_message(state, turn, out),
+        "logprobs": None,
+        "finish_reason": finish,
+        "matched_stop": None if finish == "tool_calls" else gen.matched,
+        **_ids_fields(state, body, prompt, gen, started),
+    }
+    payload: dict[str, Any] = {
+        "id": common.new_id(),
+        "object": "chat.completion",
+        "created": common.now(),
+        "model": state.cfg.model_name,
+        "choices": [choice],
+        "usage": usage,
+        "metadata": {
+            "weight_version": "default",
+            "weight_versions": [{"version": "default", "start": 0, "end": len(out)}],
+        },
+    }
+    ext = tool_shapes.sglext(body, prompt, out)
+    if ext is not None and not state.cfg.quirk("no-id-fields"):
+        payload["sglext"] = ext
     return common.deliver_json(payload, fault)
 
 
@@ -144,6 +222,21 @@ def chat_events(
             continue
         events.append(chunk({"reasoning_content": piece} if region == "reasoning" else {"content": piece}))
     events.append(chunk({}, gen.finish_reason, gen.matched))
+    ext = tool_shapes.sglext(body, prompt, out)
+    if ext is not None and not state.cfg.quirk("no-id-fields"):
+        events.append(
+            sse(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": None,
+                    "sglext": ext,
+                }
+            )
+        )
     if (body.get("stream_options") or {}).get("include_usage"):
         events.append(
             sse(

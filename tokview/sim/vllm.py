@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults, requests, spec
+from tokview.sim import common, faults, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import vllm_id_regions
@@ -64,9 +64,10 @@ def routes(state: SimState) -> list[Route]:
             if body.get("messages") is not None:
                 if body.get("add_generation_prompt", True) and body.get("continue_final_message"):
                     raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-                tokens = state.render(
-                    body["messages"], body.get("chat_template_kwargs"), bool(body.get("add_generation_prompt", True))
+                messages, render_kwargs = tools.request_render(
+                    body["messages"], body, body.get("chat_template_kwargs") or {}, "vllm", endpoint="tokenize"
                 )
+                tokens = state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
             else:
                 tokens = requests.tokenize_text(state.tokenizer, body)
         except ValueError as exc:
@@ -216,7 +217,8 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     kwargs = requests.vllm_template_kwargs(body)
     effort = body.get("reasoning_effort")
     try:
-        prompt = state.render(requests.chat_messages(body), kwargs, bool(body.get("add_generation_prompt", True)))
+        messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, kwargs, "vllm")
+        prompt = state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
@@ -224,11 +226,13 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
-    gen = state.model.generate(prompt, seed=body.get("seed"), **sampling)
+    gen = state.generate(prompt, body, **sampling)
     out = gen.output_ids
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     field = "reasoning_content" if cfg.quirk("vllm-pre-0.16") else "reasoning"
     thinking = state.thinking(kwargs) and effort != "none"
+    if tools.has_tools(body):
+        return _tool_chat(state, body, prompt, gen, thinking, field, ids, stream, fault)
     regions = vllm_id_regions(
         out,
         state.profile.think_open_id,
@@ -255,7 +259,8 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         )
     reasoning_ids = [t for t, r in zip(out[:text_len], regions) if r == "reasoning"]
     content_ids = [t for t, r in zip(out[:text_len], regions) if r == "content"]
-    reasoning = state.decode(reasoning_ids, skip) or None
+    hide = body.get("include_reasoning") is False  # vLLM then nulls the reasoning and token_ids (tools §8, bug 2)
+    reasoning = None if hide else state.decode(reasoning_ids, skip) or None
     content = state.decode(content_ids, skip) or None
     message = {
         "role": "assistant",
@@ -275,7 +280,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         "logprobs": logprobs,
         "finish_reason": gen.finish_reason,
         "stop_reason": _stop_reason(gen),
-        "token_ids": list(out) if ids else None,
+        "token_ids": list(out) if ids and not hide else None,
         "routed_experts": None,
     }
     payload: dict[str, Any] = {
@@ -372,7 +377,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
-    gen = state.model.generate(prompt, seed=body.get("seed"), **sampling)
+    gen = state.generate(prompt, body, **sampling)
     out = gen.output_ids
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     skip = bool(body.get("skip_special_tokens", True))
@@ -449,4 +454,70 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         "ec_transfer_params": None,
         "metrics": _metrics(state, out),
     }
+    return common.deliver_json(payload, fault)
+
+
+def _tool_chat(
+    state: SimState,
+    body: dict[str, Any],
+    prompt: list[int],
+    gen: Generation,
+    thinking: bool,
+    field: str,
+    ids: bool,
+    stream: bool,
+    fault: str | None,
+) -> Response:
+    """A chat request with `tools`: the kimi_k2 tool parser's answer (tools README §3-§5)."""
+    cfg, out = state.cfg, gen.output_ids
+    turn = tool_shapes.read_turn(state, body, gen, thinking, 0)
+    r_tokens = turn.parsed.regions.count("reasoning")
+    usage: dict[str, Any] = {
+        "prompt_tokens": len(prompt),
+        "total_tokens": len(prompt) + len(out),
+        "completion_tokens": len(out),
+        "completion_tokens_details": {"reasoning_tokens": r_tokens},
+    }
+    details = {"prompt_tokens_details": None, "completion_tokens_details": usage["completion_tokens_details"]}
+    logprob = None
+    if body.get("logprobs"):
+        logprob = lambda tid, pos: _chat_logprob(state, body, tid, pos)  # noqa: E731
+    if stream:
+        events = tool_shapes.vllm_events(
+            state, body, prompt, gen, turn, field, ids, usage, _fingerprint(state), logprob
+        )
+        error = {"error": {"message": "simulated failure mid-stream (fault stream-error)", "code": 500}}
+        return common.deliver_stream(events, fault, error)
+    message = tool_shapes.vllm_message(state, turn, out, field)
+    hide = body.get("include_reasoning") is False  # vLLM then nulls the reasoning and token_ids (bug 2, §8)
+    if hide:
+        message[field] = None
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": {"content": [logprob(t, len(prompt) + p) for p, t in enumerate(out)]} if logprob else None,
+        "finish_reason": tool_shapes.finish_reason(turn, gen, "vllm"),
+        "stop_reason": _stop_reason(gen),
+        "token_ids": list(out) if ids and not hide else None,
+        "routed_experts": None,
+    }
+    payload: dict[str, Any] = {
+        "id": common.new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": common.now(),
+        "model": cfg.model_name,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": _fingerprint(state),
+        "usage": {**usage, **details},
+        "prompt_logprobs": None,
+        "prompt_token_ids": list(prompt) if ids else None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": _metrics(state, out),
+    }
+    if cfg.quirk("no-id-fields"):
+        choice.pop("token_ids")
+        payload.pop("prompt_token_ids")
     return common.deliver_json(payload, fault)

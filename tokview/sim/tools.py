@@ -1,0 +1,339 @@
+"""The simulated model's tool calls and the servers' kimi_k2 tool parser (tools README §2-§6, issue 23 item 7).
+
+The model decides from the prompt ids alone, as a real one does, so every endpoint (chat, vLLM
+completions, SGLang `/generate`) gets the same output for the same prompt: when the prompt declares
+tools (a `tool_declare` turn) and the current tool loop (the turns since the last user turn) has had
+fewer tool-calling turns than `tool-rounds` (default 1), it calls `tool-calls` (default 1) declared
+tools in one section; otherwise (the loop is done: the prompt ends with its results) it answers in
+text. Call ids are Kimi's `functions.NAME:IDX`, IDX counting the calls already in the prompt; the
+arguments are JSON (`json.dumps`, the separators both servers re-serialise history with) built
+deterministically from each tool's parameters schema.
+
+The output layout (§2): reasoning, `</think>`, the section
+`<|tool_calls_section_begin|>` (`<|tool_call_begin|>` id `<|tool_call_argument_begin|>` args
+`<|tool_call_end|>`)… `<|tool_calls_section_end|>`, then `<|im_end|>`. The quirks
+`section-in-reasoning` (no `</think>`: Kimi opening the section inside its reasoning) and
+`unclosed-section` (no section end) change it.
+
+The parser side works on ids (both servers' regexes match exactly the spans between these special
+ids): `parse_output` splits an output into reasoning, content, hidden ids and the calls.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokview.core.kimi_layout import KIMI_ID
+
+IM_END = KIMI_ID["<|im_end|>"]
+IM_USER = KIMI_ID["<|im_user|>"]
+IM_SYSTEM = KIMI_ID["<|im_system|>"]
+IM_MIDDLE = KIMI_ID["<|im_middle|>"]
+THINK_CLOSE = KIMI_ID["</think>"]
+SECTION_BEGIN = KIMI_ID["<|tool_calls_section_begin|>"]
+SECTION_END = KIMI_ID["<|tool_calls_section_end|>"]
+CALL_BEGIN = KIMI_ID["<|tool_call_begin|>"]
+ARG_BEGIN = KIMI_ID["<|tool_call_argument_begin|>"]
+CALL_END = KIMI_ID["<|tool_call_end|>"]
+MARKERS = frozenset({SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END})
+
+WORDS = ("Paris", "Oslo", "Rome", "Lima", "Kyoto", "Cairo", "Quito", "Dakar")
+SGLANG_NAME = re.compile(r"^(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)$")
+SGLANG_BAD_ARGS = "Assistant tool call function.arguments must be valid JSON."
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """One call the model will write: its header id text and its arguments' JSON text."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class ParsedCall:
+    """One call as the parser finds it in the output ids (`args_at` = output positions of its arguments)."""
+
+    header: str
+    arguments: str
+    args_at: list[int] = field(default_factory=list)
+    arg_begin_at: int = -1
+    end_at: int = -1
+
+
+@dataclass
+class ParsedOutput:
+    """Per output position a region (`reasoning`, `content`, `hidden`, `header`, `args`), and the calls."""
+
+    regions: list[str]
+    calls: list[ParsedCall]
+    section_at: int | None
+
+
+# -- the model -------------------------------------------------------------------------------------
+def declared_tools(tokenizer: Any, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
+    """The tools of the prompt's `tool_declare` turn (None without one, or when its JSON does not parse)."""
+    ids = list(prompt_ids)
+    pos = -1
+    while IM_SYSTEM in ids[pos + 1 :]:  # list.index scans in C: cheap on long prompts without tools
+        pos = ids.index(IM_SYSTEM, pos + 1)
+        try:
+            middle = ids.index(IM_MIDDLE, pos + 1)
+            end = ids.index(IM_END, middle + 1)
+        except ValueError:
+            return None
+        if tokenizer.decode(ids[pos + 1 : middle], skip_special_tokens=False) != "tool_declare":
+            continue
+        try:
+            tools = json.loads(tokenizer.decode(ids[middle + 1 : end], skip_special_tokens=False))
+        except ValueError:
+            return None
+        return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
+    return None
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    function = _as_dict(tool.get("function")) or tool
+    return str(function.get("name") or "tool")
+
+
+def _tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    function = _as_dict(tool.get("function")) or tool
+    schema = function.get("parameters")
+    return schema if isinstance(schema, dict) else {}
+
+
+def example_value(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+    """A value of this JSON schema (enum first, then its type), the same for the same rng state."""
+    if not isinstance(schema, dict):
+        return rng.choice(WORDS)
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][rng.randrange(len(schema["enum"]))]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "integer":
+        return rng.randint(1, 9)
+    if kind == "number":
+        return rng.randint(1, 40) / 2
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [example_value(schema.get("items"), rng, depth + 1)] if depth < 4 else []
+    if kind == "object" or "properties" in schema:
+        props = _as_dict(schema.get("properties"))
+        return {name: example_value(sub, rng, depth + 1) for name, sub in props.items()} if depth < 4 else {}
+    return rng.choice(WORDS)
+
+
+def loop_rounds(prompt_ids: Sequence[int]) -> int:
+    """Tool-calling turns in the current loop: sections after the last user turn."""
+    ids = list(prompt_ids)
+    start = len(ids) - ids[::-1].index(IM_USER) if IM_USER in ids else 0
+    return ids[start:].count(SECTION_BEGIN)
+
+
+def plan_calls(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    seed: int,
+    *,
+    calls: int = 1,
+    rounds: int = 1,
+    forced: bool = False,
+    named: str | None = None,
+) -> list[PlannedCall]:
+    """The calls the model writes for this prompt ([] = it answers in text).
+
+    `forced` (tool_choice required or named: the servers' grammar makes a call) ignores `rounds`."""
+    tools = declared_tools(tokenizer, prompt_ids)
+    if not tools:
+        return []
+    done = loop_rounds(prompt_ids)
+    if done >= rounds and not forced:
+        return []
+    rng = random.Random(seed)
+    first_index = list(prompt_ids).count(CALL_BEGIN)
+    planned = []
+    for k in range(max(1, calls)):
+        tool = tools[(done * max(1, calls) + k) % len(tools)]
+        name = named or _tool_name(tool)
+        if named is not None:
+            tool = next((t for t in tools if _tool_name(t) == named), tool)
+        args = example_value(_tool_schema(tool) or {"type": "object"}, rng)
+        args = args if isinstance(args, dict) else {"value": args}
+        planned.append(PlannedCall(f"functions.{name}:{first_index + k}", name, json.dumps(args, ensure_ascii=False)))
+    return planned
+
+
+def section_ids(tokenizer: Any, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
+    """Kimi's tool-call section for these calls (without its end marker when not `closed`)."""
+    ids = [SECTION_BEGIN]
+    for call in calls:
+        ids += [CALL_BEGIN, *tokenizer.encode(call.call_id), ARG_BEGIN, *tokenizer.encode(call.arguments), CALL_END]
+    return ids + [SECTION_END] if closed else ids
+
+
+# -- the parser --------------------------------------------------------------------------------------
+def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool) -> ParsedOutput:
+    """Split output ids as the kimi_k2 reasoning + tool parsers do (both servers agree, README §3).
+
+    Reasoning runs to `</think>` or, when the model opened the section inside its reasoning, to the
+    section's start; a call is parsed only when it is complete (begin, id, argument begin, args, end)."""
+    n = len(out)
+    section_at = out.index(SECTION_BEGIN) if SECTION_BEGIN in out else None
+    regions = ["reasoning" if thinking else "content"] * n
+    state = regions[0] if n else "content"
+    for pos, tid in enumerate(out):
+        if section_at is not None and pos >= section_at:
+            regions[pos] = "hidden"
+            continue
+        if tid == THINK_CLOSE and state == "reasoning":
+            regions[pos], state = "hidden", "content"
+        elif tid == IM_END:
+            regions[pos] = "hidden"
+        else:
+            regions[pos] = state
+    calls: list[ParsedCall] = []
+    if section_at is not None:
+        calls = _parse_calls(tokenizer, out, section_at, regions)
+    return ParsedOutput(regions, calls, section_at)
+
+
+def _parse_calls(tokenizer: Any, out: Sequence[int], start: int, regions: list[str]) -> list[ParsedCall]:
+    calls: list[ParsedCall] = []
+    pos = start
+    while CALL_BEGIN in out[pos:]:
+        begin = out.index(CALL_BEGIN, pos)
+        try:
+            arg_begin = out.index(ARG_BEGIN, begin + 1)
+            end = out.index(CALL_END, arg_begin + 1)
+        except ValueError:
+            break
+        if any(t in MARKERS or t == IM_END for t in out[begin + 1 : arg_begin]):
+            pos = begin + 1
+            continue
+        header = tokenizer.decode(list(out[begin + 1 : arg_begin]), skip_special_tokens=False).strip()
+        args = tokenizer.decode(list(out[arg_begin + 1 : end]), skip_special_tokens=False).strip()
+        for p in range(begin + 1, arg_begin):
+            regions[p] = "header"
+        for p in range(arg_begin + 1, end):
+            regions[p] = "args"
+        if header and not re.search(r"[\s<|]", header) and args.startswith("{") and args.endswith("}"):
+            calls.append(ParsedCall(header, args, list(range(arg_begin + 1, end)), arg_begin, end))
+        pos = end + 1
+    return calls
+
+
+def function_name(header: str) -> str:
+    """vLLM kimi_k2: `functions.get_weather:0` → `get_weather` (the part before `:`, after the last `.`)."""
+    return header.split(":")[0].split(".")[-1]
+
+
+# -- the request side ---------------------------------------------------------------------------------
+def history_tool_calls(messages: Sequence[Any]) -> int:
+    """Calls in the request's history (SGLang numbers returned ids from this count)."""
+    total = 0
+    for message in messages:
+        if isinstance(message, dict) and isinstance(message.get("tool_calls"), list):
+            total += len(message["tool_calls"])
+    return total
+
+
+def _parsed_arguments(call: Any, kind: str) -> Any:
+    """Both servers `json.loads` a string; invalid JSON: vLLM renders `{}`, SGLang answers 400 (§6)."""
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    arguments = call["function"].get("arguments")
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        if kind == "sglang":
+            raise ValueError(SGLANG_BAD_ARGS) from None
+        parsed = {}
+    return {**call, "function": {**call["function"], "arguments": parsed}}
+
+
+def prepare_messages(messages: list[Any], kind: str, endpoint: str = "chat") -> list[Any]:
+    """The messages as each server hands them to the template.
+
+    vLLM chat reads history reasoning from `reasoning` or `reasoning_content`; vLLM `/tokenize` only
+    from `reasoning` (bug 1 of §8: it drops `reasoning_content`); SGLang only `reasoning_content`
+    (it ignores `reasoning`, bug 3). Tool-call arguments are parsed to objects (the template's
+    `tojson` re-serialises them)."""
+    prepared = []
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            prepared.append(message)
+            continue
+        message = dict(message)
+        if kind == "vllm":
+            reasoning = message.pop("reasoning", None)
+            kept = message.pop("reasoning_content", None)
+            value = reasoning if endpoint == "tokenize" else (reasoning if reasoning is not None else kept)
+            if value is not None:
+                message["reasoning_content"] = value
+        else:
+            message.pop("reasoning", None)
+        if isinstance(message.get("tool_calls"), list):
+            message["tool_calls"] = [_parsed_arguments(c, kind) for c in message["tool_calls"]]
+        prepared.append(message)
+    return prepared
+
+
+def rendered_tools(body: dict[str, Any], kind: str) -> list[Any] | None:
+    """The `tools` the server renders: none for SGLang with tool_choice none (bug 5), and SGLang's
+    `"defer_loading": null` in every tool (its Tool model's dump, bug 4)."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools:
+        return None
+    if kind == "sglang":
+        if body.get("tool_choice") == "none":
+            return None
+        return [{**t, "defer_loading": None} if isinstance(t, dict) else t for t in tools]
+    return tools
+
+
+def tool_choice(body: dict[str, Any]) -> tuple[str, str | None]:
+    """(`auto`, `none`, `required` or `named`; the named function)."""
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        function = _as_dict(choice.get("function"))
+        return "named", str(function.get("name") or "") or None
+    if choice in ("none", "required"):
+        return str(choice), None
+    return "auto", None
+
+
+def has_tools(body: dict[str, Any]) -> bool:
+    """Whether the request declares tools (the tool parser then reads the output)."""
+    return isinstance(body.get("tools"), list) and bool(body["tools"])
+
+
+def uses_tools(messages: Sequence[Any], body: dict[str, Any]) -> bool:
+    """A request with tools, history calls or tool results: the servers' tool handling applies."""
+    return has_tools(body) or any(
+        isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in messages
+    )
+
+
+def request_render(
+    messages: list[Any], body: dict[str, Any], kwargs: dict[str, Any], kind: str, endpoint: str = "chat"
+) -> tuple[list[Any], dict[str, Any]]:
+    """(messages, template kwargs) as the server renders the request; requests without tools unchanged."""
+    if not uses_tools(messages, body):
+        return messages, kwargs
+    declared = rendered_tools(body, kind)
+    return prepare_messages(messages, kind, endpoint), ({**kwargs, "tools": declared} if declared else kwargs)
