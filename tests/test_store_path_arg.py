@@ -42,3 +42,19 @@ def test_review_is_a_command_and_names_a_missing_store(tmp_path, capsys, monkeyp
     missing = tmp_path / "missing.duckdb"
     assert main(["review", "--db", str(missing), "--approve"]) == ExitCode.USAGE
     assert capsys.readouterr().err == f"tokview: error: database not found: {missing} (pass --db PATH)\n"
+
+
+def test_stats_reads_a_store_holding_a_failure_without_a_reason(tmp_path, capsys, monkeypatch):
+    """An older store may hold a failure whose reason is NULL (parts once landed them so): stats counts it."""
+    import duckdb
+
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    db = tmp_path / "old.duckdb"
+    with Store(db):
+        pass
+    with duckdb.connect(str(db)) as conn:
+        conn.execute("INSERT INTO failures (prompt_id, sample_id, reason) VALUES ('p', 's', NULL)")
+    assert main(["stats", "--db", str(db)]) == 0
+    assert "(no reason recorded)" in capsys.readouterr().out

@@ -11,6 +11,9 @@ from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
 
+NO_REASON = "'(no reason recorded)'"
+"""SQL for a failure that holds no reason (an older part landed it so): named, never a NULL to trip on."""
+
 INT64_MAX = 2**63 - 1
 """The largest LIMIT or OFFSET DuckDB takes: a larger one from the command line means "all"."""
 
@@ -169,7 +172,9 @@ def stats(conn: Any) -> dict[str, Any]:
         "truncated": truncated,
         "failures": {
             "total": one("SELECT count(*) FROM failures"),
-            "by_reason": pairs("SELECT reason, count(*) FROM failures GROUP BY reason ORDER BY 2 DESC"),
+            "by_reason": pairs(
+                f"SELECT coalesce(reason, {NO_REASON}) AS r, count(*) FROM failures GROUP BY r ORDER BY 2 DESC"
+            ),
         },
         "findings": by_code,
         "runs": one("SELECT count(*) FROM runs"),

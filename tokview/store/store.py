@@ -69,8 +69,6 @@ _LOCK_WORDS = ("Could not set lock", "Conflicting lock")
 _PID = re.compile(r"\(PID (\d+)\)")
 _DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
 """What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""
-_NO_REASON = "'(no reason recorded)'"
-"""A failure line without a reason (a hand-made part) lands with this one: every reader expects text."""
 
 
 def holder_of(message: str) -> str:
@@ -652,7 +650,7 @@ class Store(PartSink):
         conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_fail)")
         conn.execute(
             'INSERT INTO failures (prompt_id, sample_id, run_id, reason, "at", server) '
-            f'SELECT prompt_id, sample_id, run_id, coalesce(reason, {_NO_REASON}), "at", server FROM _part_fail '
+            f'SELECT prompt_id, sample_id, run_id, coalesce(reason, {queries.NO_REASON}), "at", server FROM _part_fail '
             'QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY "at" DESC) = 1'
         )
         n = conn.execute("SELECT count(*) FROM _part_fail").fetchone()[0]
@@ -664,7 +662,7 @@ class Store(PartSink):
         what errors.jsonl lists."""
         where, params = ("WHERE f.run_id = ?", [run_id]) if run_id else ("", [])
         rows = self.query(
-            f'SELECT f.prompt_id, f.sample_id, f.run_id, coalesce(f.reason, {_NO_REASON}), f.server, f."at", '
+            f'SELECT f.prompt_id, f.sample_id, f.run_id, coalesce(f.reason, {queries.NO_REASON}), f.server, f."at", '
             "coalesce(a.attempts, 1) FROM failures f LEFT JOIN failure_attempts a USING (sample_id) "
             f'{where} ORDER BY f.prompt_id, f.sample_id, f."at"',
             params,
