@@ -3,9 +3,9 @@
 Run as `python tests/hostile_readers.py KIND DB STOP OUT [SAMPLE_ID …]`. Each call goes through
 `tokview.cli.main` inside this process (the start-up is paid once, so a dozen readers fit on a busy
 2-core box and each still opens the store for every call, competing for the file like separate
-commands), 0.2 s apart. After the first call it prints "ready"; it loops until the file STOP exists (at most 400
-calls), then prints one JSON line: how many calls, and every call that failed with its exit code and
-stderr. An export reader also checks each file it wrote is whole JSON lines with unique ids.
+commands), 0.2 s apart. After the first call it prints "ready"; it loops until the file STOP exists
+(at least 2 calls, at most 400), then prints one JSON line: how many calls, and every call that failed
+with its exit code and stderr. An export reader also checks each file it wrote is whole JSON lines with unique ids.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> int:
     kind, db, stop, out, *sample_ids = sys.argv[1:]
     failures = []
     calls = 0
-    while calls < MAX_CALLS and (calls == 0 or not Path(stop).exists()):
+    while calls < MAX_CALLS and (calls < 2 or not Path(stop).exists()):
         code, stderr, wrong = one_call(kind, db, Path(out), sample_ids, calls)
         calls += 1
         if code != 0 or wrong or "Traceback" in stderr or "internal error" in stderr:
