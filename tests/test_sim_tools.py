@@ -199,3 +199,283 @@ def test_simulator_answers_each_recorded_request_in_the_recorded_shape(tool_sims
         return
     assert status == 200, text
     assert stream_skeleton(sse_events(text)) == stream_skeleton(sse_events(recorded))
+
+
+# -- facts of the recordings, checked on the simulator's own ids ----------------------------------------
+IM_END, THINK_CLOSE, SECTION_BEGIN, SECTION_END = 163586, 163607, 163595, 163596
+MARKER_IDS = {163595, 163596, 163597, 163598, 163599}
+
+
+def _chat(sim: Any, messages: list[Any], **extra: Any) -> dict[str, Any]:
+    body = {"messages": messages, "tools": TOOLS, "max_tokens": 200, "return_token_ids": True, **extra}
+    response = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _ids(data: dict[str, Any]) -> tuple[list[int], list[int]]:
+    choice = data["choices"][0]
+    return choice.get("prompt_token_ids") or data["prompt_token_ids"], choice.get("token_ids") or choice[
+        "response_token_ids"
+    ]
+
+
+def _decode(ids: list[int]) -> str:
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    return load_tokenizer(kimi_tokenizer_dir()).decode(ids, skip_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def sims():
+    """Default simulators (one call per turn, loops end after one round)."""
+    from contextlib import ExitStack
+
+    from tokview.sim import SimConfig, start_simulator
+
+    with ExitStack() as stack:
+        yield {kind: stack.enter_context(start_simulator(SimConfig(kind=kind))) for kind in ("vllm", "sglang")}
+
+
+def test_each_server_renders_the_tools_as_recorded(sims):
+    vllm_prompt, _ = _ids(_chat(sims["vllm"], [USER]))
+    sgl_prompt, _ = _ids(_chat(sims["sglang"], [USER]))
+    assert _decode(vllm_prompt).startswith(DECLARE)
+    assert '"defer_loading": null}]<|im_end|>' in _decode(sgl_prompt), "SGLang bug 4: defer_loading rendered"
+    assert len(sgl_prompt) > len(vllm_prompt)
+    none_prompt, _ = _ids(_chat(sims["sglang"], [USER], tool_choice="none", max_tokens=600))
+    assert "tool_declare" not in _decode(none_prompt), "SGLang bug 5: tool_choice none drops the tools"
+    vllm_none, _ = _ids(_chat(sims["vllm"], [USER], tool_choice="none"))
+    assert vllm_none == vllm_prompt
+
+
+def test_history_reasoning_and_arguments_per_server(sims):
+    with_r = [
+        T2[0],
+        {**{k: v for k, v in T2[1].items() if k != "reasoning_content"}, "reasoning": "Okay, I check"},
+        T2[2],
+    ]
+    for kind in ("vllm", "sglang"):
+        rc, _ = _ids(_chat(sims[kind], T2))
+        r, _ = _ids(_chat(sims[kind], with_r))
+        assert "<think>Okay, I check</think><|tool_calls_section_begin|>" in _decode(rc)
+        if kind == "vllm":
+            assert r == rc, "vLLM reads history reasoning from `reasoning` too"
+        else:
+            assert "<think></think><|tool_calls_section_begin|>" in _decode(r), "SGLang ignores `reasoning` (bug 3)"
+        compact = [
+            T2[0],
+            {**T2[1], "tool_calls": [{**CALL, "function": {**CALL["function"], "arguments": '{"city":"Paris"}'}}]},
+            T2[2],
+        ]
+        assert _ids(_chat(sims[kind], compact))[0] == rc, "history arguments are re-serialised by tojson"
+    bad = [
+        T2[0],
+        {**T2[1], "tool_calls": [{**CALL, "function": {**CALL["function"], "arguments": '{"city": "Paris"'}}]},
+        T2[2],
+    ]
+    assert "<|tool_call_argument_begin|>{}<|tool_call_end|>" in _decode(_ids(_chat(sims["vllm"], bad))[0])
+    refused = httpx.post(sims["sglang"].url + "/v1/chat/completions", json={"messages": bad, "tools": TOOLS})
+    assert (
+        refused.status_code == 400
+        and refused.json()["message"] == "Assistant tool call function.arguments must be valid JSON."
+    )
+    tokenize = {"messages": T2, "tools": TOOLS, "add_generation_prompt": True}
+    dropped = httpx.post(sims["vllm"].url + "/tokenize", json=tokenize).json()["tokens"]
+    kept = httpx.post(sims["vllm"].url + "/tokenize", json={**tokenize, "messages": with_r}).json()["tokens"]
+    assert "Okay, I check" not in _decode(dropped) and kept == _ids(_chat(sims["vllm"], T2))[0], "vLLM bug 1"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_the_next_prompt_extends_the_served_turn_and_the_loop_ends_in_text(sims, kind):
+    """Sent back as served (reasoning_content, the returned call), turn 2's prompt is turn 1's prompt + its
+    output ids + the result turn + the generation prompt; the model then answers in text."""
+    first = _chat(sims[kind], [USER])
+    prompt, out = _ids(first)
+    message = first["choices"][0]["message"]
+    (call,) = message["tool_calls"]
+    assert call["id"] == "functions.get_weather:0" and json.loads(call["function"]["arguments"]).keys() == {"city"}
+    assert out[-1] == IM_END and out.count(THINK_CLOSE) == 1 and out.index(THINK_CLOSE) < out.index(SECTION_BEGIN)
+    reasoning = message.get("reasoning") or message.get("reasoning_content")
+    assistant = {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": reasoning,
+        "tool_calls": [{"id": call["id"], "type": "function", "function": call["function"]}],
+    }
+    result = {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}
+    second = _chat(sims[kind], [USER, assistant, result])
+    prompt2, out2 = _ids(second)
+    assert prompt2[: len(prompt) + len(out)] == prompt + out
+    assert _decode(prompt2[len(prompt) + len(out) :]).startswith("<|im_system|>tool<|im_middle|>## Return of")
+    choice = second["choices"][0]
+    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
+    assert SECTION_BEGIN not in out2 and choice["message"]["content"]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_several_calls_in_one_section_and_further_rounds(kind):
+    from tokview.sim import SimConfig, start_simulator
+
+    two_tools = [
+        *TOOLS,
+        {
+            "type": "function",
+            "function": {
+                "name": "get_time",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}, "hours": {"type": "integer"}},
+                },
+            },
+        },
+    ]
+    with start_simulator(SimConfig(kind=kind, quirks={"tool-calls": 3, "tool-rounds": 2})) as sim:
+        first = _chat(sim, [USER], tools=two_tools)
+        calls = first["choices"][0]["message"]["tool_calls"]
+        again = _chat(
+            sim,
+            [
+                USER,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls],
+                },
+                *[{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls],
+            ],
+            tools=two_tools,
+        )
+    assert [c["id"] for c in calls] == ["functions.get_weather:0", "functions.get_time:1", "functions.get_weather:2"]
+    assert json.loads(calls[1]["function"]["arguments"])["zone"] in ("UTC", "CET")
+    _, out = _ids(first)
+    assert (
+        out.count(163597) == 3
+        and out.count(SECTION_BEGIN) == 1
+        and first["choices"][0]["finish_reason"] == "tool_calls"
+    )
+    assert again["choices"][0]["message"]["tool_calls"][0]["id"].endswith(":3"), "round 2 numbers on"
+
+
+def test_vllm_stream_ids_and_arguments_add_up_to_the_non_stream_answer(sims):
+    plain = _chat(sims["vllm"], [USER], seed=7)
+    body = {"messages": [USER], "tools": TOOLS, "max_tokens": 200, "return_token_ids": True, "seed": 7, "stream": True}
+    events = sse_events(httpx.post(sims["vllm"].url + "/v1/chat/completions", json=body).text)
+    chunks = [e for e in events[1:] if isinstance(e, dict) and e["choices"]]
+    assert [i for c in chunks for i in c["choices"][0]["token_ids"]] == _ids(plain)[1]
+    deltas = [d for c in chunks for d in c["choices"][0]["delta"].get("tool_calls") or []]
+    want = plain["choices"][0]["message"]["tool_calls"][0]
+    assert (
+        deltas[0]["id"] == want["id"]
+        and "".join(d["function"]["arguments"] for d in deltas) == want["function"]["arguments"]
+    )
+    assert events[-1] == "[DONE]" and chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    noids = sse_events(
+        httpx.post(sims["vllm"].url + "/v1/chat/completions", json={**body, "return_token_ids": False}).text
+    )
+    assert all(c["choices"][0]["delta"] or c["choices"][0]["finish_reason"] for c in noids[1:-1] if c.get("choices"))
+
+
+def test_generate_runs_no_parser(sims):
+    prompt, out = _ids(_chat(sims["sglang"], [USER]))
+    plain = httpx.post(
+        sims["sglang"].url + "/generate", json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 200}}
+    ).json()
+    raw = httpx.post(
+        sims["sglang"].url + "/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 200, "skip_special_tokens": False}},
+    ).json()
+    assert plain["output_ids"] == raw["output_ids"] == out
+    assert "functions.get_weather:0{" in plain["text"] and "<|" not in plain["text"] and "</think>" not in plain["text"]
+    assert (
+        raw["text"].endswith("<|tool_call_end|><|tool_calls_section_end|>")
+        and "</think><|tool_calls_section_begin|>" in raw["text"]
+    )
+
+
+# -- quirks -------------------------------------------------------------------------------------------
+def _quirked(kind: str, quirks: dict[str, Any], **extra: Any) -> tuple[dict[str, Any], str | None]:
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind=kind, quirks=quirks)) as sim:
+        data = _chat(sim, [USER], **extra)
+        stream_body = {
+            "messages": [USER],
+            "tools": TOOLS,
+            "max_tokens": 200,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if kind == "vllm":
+            stream_body["return_token_ids"] = True
+        else:
+            stream_body.update(return_input_ids_in_sglext=True, return_output_ids_in_sglext=True)
+        text = httpx.post(sim.url + "/v1/chat/completions", json=stream_body).text
+    return data, text
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_quirk_section_in_reasoning(kind):
+    data, _ = _quirked(kind, {"section-in-reasoning": True})
+    _, out = _ids(data)
+    message = data["choices"][0]["message"]
+    assert (
+        THINK_CLOSE not in out
+        and message["tool_calls"]
+        and (message.get("reasoning") or message.get("reasoning_content"))
+    )
+    if kind == "sglang":
+        assert data["usage"]["reasoning_tokens"] == len(out), "SGLang counts every id as reasoning (bug 6)"
+    else:
+        assert data["usage"]["completion_tokens_details"]["reasoning_tokens"] == out.index(SECTION_BEGIN)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_quirk_unclosed_section(kind):
+    data, _ = _quirked(kind, {"unclosed-section": True})
+    _, out = _ids(data)
+    assert SECTION_END not in out and out[-2:] == [163599, IM_END]
+    assert data["choices"][0]["message"]["tool_calls"] and data["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_quirk_uuid_call_ids():
+    import re
+
+    data, _ = _quirked("vllm", {"uuid-call-ids": True})
+    (call,) = data["choices"][0]["message"]["tool_calls"]
+    assert re.fullmatch(r"chatcmpl-tool-[0-9a-f]{32}", call["id"])
+    assert "functions.get_weather:0" in _decode(_ids(data)[1]), "the model still wrote Kimi's id"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_quirk_parser_drops_call(kind):
+    data, _ = _quirked(kind, {"parser-drops-call": True, "tool-calls": 2})
+    assert len(data["choices"][0]["message"]["tool_calls"]) == 1 and _ids(data)[1].count(163597) == 2
+    one, _ = _quirked(kind, {"parser-drops-call": True})
+    assert "tool_calls" not in one["choices"][0]["message"] and one["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_quirk_stream_misses_ids(kind):
+    data, text = _quirked(kind, {"stream-misses-ids": True})
+    _, out = _ids(data)
+    events = [e for e in sse_events(text) if isinstance(e, dict)]
+    section = out.index(SECTION_BEGIN)
+    if kind == "vllm":  # lost: every section id whose chunk had no delta (all but the arguments and call end)
+        streamed = [i for e in events if e["choices"] for i in e["choices"][0].get("token_ids") or []]
+        assert streamed[:section] == out[:section] and streamed[-1] == IM_END
+        assert not {163595, 163597, 163598, 163596} & set(streamed) and 163599 in streamed
+        assert _decode(streamed[section:]).startswith('{"city": "'), "the call id's ids are gone"
+    else:
+        (streamed,) = next(e for e in events if "sglext" in e)["sglext"]["output_ids"]
+        assert streamed == [i for i in out if i not in MARKER_IDS]
+    assert len(streamed) < events[-1]["usage"]["completion_tokens"]
+
+
+def test_tool_count_quirks_are_validated():
+    from tokview.sim import SimConfig, SimConfigError
+
+    for bad in (0, -1, "x", 1.5):
+        with pytest.raises(SimConfigError, match="tool-calls takes a count"):
+            SimConfig(quirks={"tool-calls": bad})

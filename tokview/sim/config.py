@@ -37,8 +37,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "return the calls)",
     "uuid-call-ids": "tool_calls[].id is chatcmpl-tool-<uuid>, not the call id the model wrote (vLLM 0.11.2, #29596)",
     "parser-drops-call": "the tool parser returns every call of a section but the last one (none when it had one)",
-    "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's marker ids "
-    "(#27482), SGLang's final sglext output_ids lack them",
+    "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's ids that give "
+    "no delta (markers and call id, #27482), SGLang's final sglext output_ids lack the section's marker ids",
 }
 TOOL_COUNT_QUIRKS = ("tool-calls", "tool-rounds")
 # Counted faults: value N = the first N generation requests (in order, one fault each); a bare

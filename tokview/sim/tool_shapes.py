@@ -169,7 +169,8 @@ def vllm_events(
     misses = bool(state.cfg.quirk("stream-misses-ids"))
     for pos, (tid, delta) in enumerate(zip(out, vllm_deltas(state, turn, out, field))):
         last = pos == len(out) - 1
-        if not last and not delta and (not ids or (misses and tid in tools.MARKERS)):
+        in_section = turn.parsed.section_at is not None and pos >= turn.parsed.section_at
+        if not last and not delta and (not ids or (misses and in_section)):
             continue
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         if logprob is not None:
