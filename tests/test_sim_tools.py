@@ -479,3 +479,17 @@ def test_tool_count_quirks_are_validated():
     for bad in (0, -1, "x", 1.5):
         with pytest.raises(SimConfigError, match="tool-calls takes a count"):
             SimConfig(quirks={"tool-calls": bad})
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_qwen3_simulator_with_tools_answers_in_text_split_at_its_own_delimiters(kind, qwen_tok_dir):
+    """The tool-calling model is Kimi's layout; another profile's model answers in text, and the tool path
+    still splits its reasoning at that profile's `</think>` (a Qwen3 answer was all reasoning)."""
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as sim:
+        data = _chat(sim, [USER], max_tokens=400)
+    message = data["choices"][0]["message"]
+    assert "tool_calls" not in message and data["choices"][0]["finish_reason"] == "stop"
+    assert message["content"] and (message.get("reasoning") or message.get("reasoning_content"))
+    assert "<think>" not in message["content"] and "</think>" not in message["content"]

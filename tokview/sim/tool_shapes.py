@@ -44,7 +44,9 @@ class ToolTurn:
 def read_turn(state: SimState, body: dict[str, Any], gen: Generation, thinking: bool, history: int) -> ToolTurn:
     """Parse the output and decide the returned calls' ids and names per server (and the parser quirks)."""
     choice, _ = tools.tool_choice(body)
-    parsed = tools.parse_output(state.tokenizer, gen.output_ids, thinking)
+    profile = state.profile
+    delims = tools.Delimiters(profile.think_open_id, profile.think_close_id, tuple(profile.stop_ids))
+    parsed = tools.parse_output(state.tokenizer, gen.output_ids, thinking, delims)
     calls = list(parsed.calls)
     kind = state.cfg.kind
     if kind == "sglang":

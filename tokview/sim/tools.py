@@ -185,7 +185,16 @@ def section_ids(tokenizer: Any, calls: Sequence[PlannedCall], closed: bool = Tru
 
 
 # -- the parser --------------------------------------------------------------------------------------
-def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool) -> ParsedOutput:
+@dataclass(frozen=True)
+class Delimiters:
+    """The profile's reasoning delimiters and stop ids (Kimi's by default)."""
+
+    open_id: int | None = KIMI_ID["<think>"]
+    close_id: int | None = THINK_CLOSE
+    stop_ids: tuple[int, ...] = (IM_END,)
+
+
+def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool, delims: Delimiters = Delimiters()) -> ParsedOutput:
     """Split output ids as the kimi_k2 reasoning + tool parsers do (both servers agree, README §3).
 
     Reasoning runs to `</think>` or, when the model opened the section inside its reasoning, to the
@@ -195,13 +204,11 @@ def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool) -> ParsedOu
     regions = ["reasoning" if thinking else "content"] * n
     state = regions[0] if n else "content"
     for pos, tid in enumerate(out):
-        if section_at is not None and pos >= section_at:
+        in_section = section_at is not None and pos >= section_at
+        if in_section or tid in delims.stop_ids or (pos == 0 and thinking and tid == delims.open_id):
             regions[pos] = "hidden"
-            continue
-        if tid == THINK_CLOSE and state == "reasoning":
+        elif tid == delims.close_id and state == "reasoning":
             regions[pos], state = "hidden", "content"
-        elif tid == IM_END:
-            regions[pos] = "hidden"
         else:
             regions[pos] = state
     calls: list[ParsedCall] = []
