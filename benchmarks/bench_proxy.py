@@ -35,6 +35,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_server import replay_servers, server_cpu_s
 
+TARGETS: dict[str, tuple[str, int | None]] = {}
+ERRORS: dict[str, int] = {}
+LAST_ERROR: dict[str, str] = {}
 GOALS = {"p50_ms": 1.0, "chunk_ms": 0.3, "p99_ms": 5.0, "throughput_x": 0.9, "cpu_x": 1.5}
 
 
@@ -144,7 +147,11 @@ async def concurrent(client: httpx.AsyncClient, url: str, total: int, width: int
 
     async def worker() -> None:
         for i in todo:
-            await one(client, url, body(base + i, tokens, True))
+            try:
+                await one(client, url, body(base + i, tokens, True))
+            except (httpx.HTTPError, AssertionError) as exc:  # counted and said, never a crashed benchmark
+                ERRORS[url] = ERRORS.get(url, 0) + 1
+                LAST_ERROR[url] = f"{type(exc).__name__}: {exc}"
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(width)))
@@ -228,6 +235,9 @@ def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: i
         "chunk_ms": (b["stream"] - d["stream"]) / max(1.0, d["chunks"]),
         "throughput_x": b["tput"] / d["tput"],
     }
+    for url, n in ERRORS.items():
+        name = next((k for k, (u, _) in TARGETS.items() if u == url), url)
+        print(f"{n} concurrent streams failed at {name} (last: {LAST_ERROR[url]})")
     print(f"\nproxy recorded {recorded} samples in this run (every request, findings and sessions included)")
     print(f"{'goal':34} {'proxy':>9} {'bare':>9}  met")
     labels = {
@@ -264,9 +274,10 @@ def main() -> None:
             [py, __file__, "--bare", str(bare_port), "--upstream", upstream], stderr=subprocess.DEVNULL
         )
         db = str(Path(tmp) / "bench.duckdb")
+        log = open(Path(tmp) / "proxy.log", "w")  # noqa: SIM115 (closed with the run)
         proxy = subprocess.Popen(
             [py, "-m", "tokview", "proxy", "--server", upstream, "--listen", f"127.0.0.1:{proxy_port}", "--db", db],
-            stderr=subprocess.DEVNULL,
+            stderr=log,
         )
         try:
             wait_http(f"http://127.0.0.1:{bare_port}", bare)
@@ -276,6 +287,7 @@ def main() -> None:
                 "bare": (f"http://127.0.0.1:{bare_port}", bare.pid),
                 "proxy": (f"http://127.0.0.1:{proxy_port}", proxy.pid),
             }
+            TARGETS.update(targets)
             out = asyncio.run(measure(targets, args))
         finally:
             for p in (bare, proxy):
@@ -285,6 +297,10 @@ def main() -> None:
                     p.wait(60)
                 except subprocess.TimeoutExpired:
                     p.kill()
+        log.close()
+        said = (Path(tmp) / "proxy.log").read_text().splitlines()
+        if ERRORS:
+            print("the proxy said:", *said[-15:], sep="\n  ")
         from tokview.store import Store
 
         with Store(db) as store:
