@@ -242,3 +242,29 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(upstream, tm
             holder.kill()
             holder.wait()
     assert sum("STOPPED RECORDING" in line for line in said) == 1
+
+
+def test_two_upstreams_share_the_requests_and_each_sample_names_its_server(tmp_path, kimi_tok, kimi_profile):
+    from tokview.sim.config import SimConfig
+    from tokview.sim.server import start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as one, start_simulator(SimConfig(kind="vllm")) as two:
+        db = str(tmp_path / "p.duckdb")
+        config = ProxyConfig([one.url, two.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+        with start_proxy(config) as proxy:
+            for n in range(4):
+                body = {"model": "tokview-sim", "messages": [{"role": "user", "content": f"q{n}"}], "max_tokens": 30}
+                assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
+            proxy.stop()
+        assert one.stats.requests["/v1/chat/completions"] >= 2 and two.stats.requests["/v1/chat/completions"] >= 2
+    servers = sorted(r[0] for r in _rows(db, "SELECT server_url FROM samples"))
+    assert servers == sorted([one.url, one.url, two.url, two.url])
+
+
+def test_an_upstream_that_is_neither_vllm_nor_sglang_is_refused_in_one_line(tmp_path):
+    from tests.loopback import serve_json
+
+    with serve_json({"/health": {"ok": True}}) as (url, _):
+        with pytest.raises(UserError, match="neither SGLang nor vLLM"):
+            with start_proxy(ProxyConfig([url], listen="127.0.0.1:0", db=None)):
+                pass
