@@ -6,6 +6,10 @@ a key press in the app writes, recorded under the reviewer (`--reviewer`, else t
 reviewer, else $USER). Samples already in the asked state are left alone and counted. Approving samples
 with an error finding needs `--override` (the app asks once for the group; here the flag is the answer).
 Prints what it changed (`--json`: the same as JSON, with the sample ids); `--dry-run` writes nothing.
+
+Each run is one action, as a key press in the app is: `--history` lists the latest actions (the app's and
+these), `--undo last` takes back the latest one wherever it was made, `--undo ID` an earlier one, each as
+one step (the app's `u` does the same). An untag takes the tag off notes and verdicts alike.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     action.add_argument("--tag", metavar="TAG", help="tag them")
     action.add_argument("--untag", metavar="TAG", help="take this tag off them (any case)")
     action.add_argument("--note", metavar="TEXT", help="attach this note to them")
+    action.add_argument(
+        "--undo", metavar="ID", help="take back action ID (see --history), or 'last': the latest not undone"
+    )
+    action.add_argument("--history", action="store_true", help="list the latest actions (the app's too), newest first")
     p.add_argument("--override", action="store_true", help="with --approve: approve samples with error findings too")
     p.add_argument("--reviewer", metavar="NAME", help="who the rows are recorded as (default: config, else $USER)")
     p.add_argument("--dry-run", action="store_true", help="say what would change, write nothing")
@@ -112,14 +120,62 @@ def apply(store, args: argparse.Namespace, ids: list[str], who: str | None):
                 f"{len(invalid)} of the {len(ids)} selected samples have error findings (e.g. {invalid[0]}): "
                 "add --override to approve them anyway (recorded as overrides), or --status valid to leave them out"
             )
-        return bulk.set_status(store, ids, "approved", who=who, override_invalid=True, write=write)
+        return bulk.set_status(store, ids, "approved", who=who, override_invalid=True, write=write, source=SOURCE)
     if args.reject is not None:
-        return bulk.set_status(store, ids, "rejected", who=who, reason=_text(args.reject, "--reject"), write=write)
+        reason = _text(args.reject, "--reject")
+        return bulk.set_status(store, ids, "rejected", who=who, reason=reason, write=write, source=SOURCE)
     if args.tag is not None:
-        return bulk.add_notes(store, ids, who=who, tags=(_text(args.tag, "--tag") or "",), write=write)
+        return bulk.add_notes(store, ids, who=who, tags=(_text(args.tag, "--tag") or "",), write=write, source=SOURCE)
     if args.untag is not None:
-        return bulk.remove_tag(store, ids, _text(args.untag, "--untag") or "", who=who, write=write)
-    return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write)
+        return bulk.remove_tag(store, ids, _text(args.untag, "--untag") or "", who=who, write=write, source=SOURCE)
+    return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write, source=SOURCE)
+
+
+SOURCE = "review"
+"""What `actions.source` records for a change made here (the app records `app`)."""
+
+
+def history_line(action) -> str:
+    """`#812  2026-12-02 01:30  carol  rejected 200 samples (loops)  [review]`, `(undone by #830)` when so."""
+    when = action.at.strftime("%Y-%m-%d %H:%M") if action.at is not None else "?"
+    line = f"#{action.action_id}  {when}  {action.who or '?'}  {action.described}  [{action.source or '?'}]"
+    return line + (f"  (undone by #{action.undone_by})" if action.undone_by else "")
+
+
+def undo_line(undone) -> str:
+    """`undid #812 rejected 200 samples (loops) by carol: 200 samples (a, b, c …)`."""
+    ids = undone.sample_ids
+    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    a = undone.action
+    return (
+        f"undid #{a.action_id} {a.described} by {a.who or '?'}: {len(ids)} sample{'s' * (len(ids) != 1)} "
+        f"({shown}) back to {', '.join(sorted(set(undone.statuses.values())))}"
+    )
+
+
+def _undo(store, args: argparse.Namespace, who: str | None) -> int:
+    target = args.undo.strip().lstrip("#")
+    if target != "last" and not target.isdigit():
+        raise UserError(f"--undo takes an action id from --history or 'last', not {args.undo!r}")
+    if args.dry_run:
+        raise UserError("--undo writes at once: leave out --dry-run (--history shows what it would take back)")
+    try:
+        undone = store.undo_action(None if target == "last" else int(target), who=who, source=SOURCE)
+    except ValueError as exc:
+        raise UserError(f"{exc} (tokview review --history lists the actions)") from None
+    if undone is None:
+        raise UserError(f"nothing left to undo in {args.db}")
+    print(json.dumps({**undone.to_dict(), "by": who}) if args.json else undo_line(undone))
+    return 0
+
+
+def _history(store, args: argparse.Namespace) -> int:
+    listed = store.actions(50)
+    if args.json:
+        print(json.dumps([{**vars(a), "at": str(a.at)} for a in listed]))
+    for a in [] if args.json else listed:
+        print(history_line(a))
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,8 +184,12 @@ def run(args: argparse.Namespace) -> int:
     existing_store(args.db)
     who = _reviewer(args.reviewer)
     with Store(args.db) as store:
+        if args.history:
+            return _history(store, args)
         if store.read_only:
             raise UserError(f"{args.db} cannot be written (read-only): nothing reviewed")
+        if args.undo is not None:
+            return _undo(store, args, who)
         filters, with_tag = _filters(args, store)
         from tokview.store import bulk_review as bulk
 

@@ -9,8 +9,13 @@ transaction's timestamp, which names the action as a whole. `write=False` works 
 writes nothing (a dry run).
 
 Tags follow `Store.load_sample`: a sample's tags are those of its notes not undone and of its latest
-verdict not undone; they are compared without case. Removing a tag undoes the notes that carry it
-(nothing is deleted) and writes each such note again with its text and other tags, under its author.
+verdict not undone; they are compared without case. Removing a tag undoes the notes and the latest verdict
+that carry it (nothing is deleted) and writes each again with its text and other tags, under its author.
+
+Every write is one *action* (schema 8): a row in `actions` (who, what, how many samples, from the app or
+`tokview review`) whose id every verdict row it wrote carries, and which every row it took back names in
+`undone_by`. `undo_action` takes an action back as one step, wherever it was made: its rows are undone,
+the rows it undid come back, and each touched sample's status is its latest live verdict's again.
 """
 
 from __future__ import annotations
@@ -43,10 +48,13 @@ class Outcome:
     changed: list[str] = field(default_factory=list)
     unchanged: dict[str, int] = field(default_factory=dict)
     """reason -> how many selected samples it left alone (already approved, not tagged …)."""
+    action_id: int | None = None
+    """The action's id in `actions` (None: nothing was written)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "action": self.action,
+            "action_id": self.action_id,
             "selected": self.selected,
             "changed": len(self.changed),
             "unchanged": self.unchanged,
@@ -91,6 +99,7 @@ def set_status(
     reason: str | None = None,
     override_invalid: bool = False,
     write: bool = True,
+    source: str = "app",
 ) -> Outcome:
     """Approve or reject every id not already so (a reject counts as done only with the same reason).
 
@@ -104,13 +113,15 @@ def set_status(
         raise ValueError(f"{len(invalid)} of the samples to approve have error findings")
     if not todo or not write:
         return outcome
+    outcome.action_id = new_action_id(store)
     store._tx(
         [
+            action_row(outcome.action_id, who, status, reason, len(todo), source),
             (
-                'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, tags, override) '
+                'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, tags, override, action_id) '
                 f"SELECT s.sample_id, now(), ?, 'verdict', ?, ?, []::VARCHAR[], "
-                f"(? AND NOT s.valid) FROM samples s WHERE s.sample_id IN {IDS} ORDER BY s.sample_id",
-                [who, status, reason, status == "approved", todo],
+                f"(? AND NOT s.valid), ? FROM samples s WHERE s.sample_id IN {IDS} ORDER BY s.sample_id",
+                [who, status, reason, status == "approved", outcome.action_id, todo],
             ),
             (f"UPDATE samples SET status = ? WHERE sample_id IN {IDS}", [status, todo]),
         ]
@@ -119,7 +130,14 @@ def set_status(
 
 
 def add_notes(
-    store: Any, ids: Sequence[str], *, who: str | None, note: str = "", tags: Sequence[str] = (), write: bool = True
+    store: Any,
+    ids: Sequence[str],
+    *,
+    who: str | None,
+    note: str = "",
+    tags: Sequence[str] = (),
+    write: bool = True,
+    source: str = "app",
 ) -> Outcome:
     """A note (and/or tags) on every id; a tag a sample already carries (any case) is not added again."""
     todo = list(ids)
@@ -131,54 +149,198 @@ def add_notes(
             outcome.unchanged["already tagged"] = len(carried)
     outcome.changed = todo
     if todo and write:
+        outcome.action_id = new_action_id(store)
         store._tx(
             [
+                action_row(outcome.action_id, who, outcome.action, note or ", ".join(tags), len(todo), source),
                 (
-                    'INSERT INTO verdicts (sample_id, "at", who, kind, note, tags) '
-                    f"SELECT id, now(), ?, 'note', ?, ? FROM {IDS} AS t(id) ORDER BY id",
-                    [who, note, list(tags), todo],
-                )
+                    'INSERT INTO verdicts (sample_id, "at", who, kind, note, tags, action_id) '
+                    f"SELECT id, now(), ?, 'note', ?, ?, ? FROM {IDS} AS t(id) ORDER BY id",
+                    [who, note, list(tags), outcome.action_id, todo],
+                ),
             ]
         )
     return outcome
 
 
-def remove_tag(store: Any, ids: Sequence[str], tag: str, *, who: str | None, write: bool = True) -> Outcome:
-    """Take `tag` (any case) off every id: each live note carrying it is undone and written again without it
-    (its text and other tags kept, under its author); an undo row says who removed it. A tag that only the
-    latest verdict carries stays (a verdict is taken back with undo, not edited): counted as such."""
+def remove_tag(
+    store: Any, ids: Sequence[str], tag: str, *, who: str | None, write: bool = True, source: str = "app"
+) -> Outcome:
+    """Take `tag` (any case) off every id: each live note carrying it, and the latest live verdict carrying it,
+    is undone and written again without it (its text, status and other tags kept, under its author); an undo
+    row says who removed it. All of it is one action, so `undo_action` puts the tag back."""
     outcome = Outcome("untag", len(ids))
-    notes = store.query(
-        f"SELECT v.seq, v.sample_id FROM verdicts v WHERE NOT v.undone AND v.kind = 'note' AND {HAS_TAG} "
-        f"AND v.sample_id IN {IDS}",
+    rows = store.query(
+        f"SELECT v.seq, v.sample_id FROM verdicts v WHERE NOT v.undone AND {HAS_TAG} "
+        f"AND (v.kind = 'note' OR v.seq = {LATEST_VERDICT}) AND v.sample_id IN {IDS}",
         [tag, list(ids)],
     )
-    seqs = [r[0] for r in notes]
-    touched = sorted({r[1] for r in notes})
-    on_verdicts = {r[0] for r in store.query(f"{TAGGED} AND v.sample_id IN {IDS}", [tag, list(ids)])} - set(touched)
+    seqs = [r[0] for r in rows]
+    touched = sorted({r[1] for r in rows})
     outcome.changed = touched
-    if on_verdicts:
-        outcome.unchanged["tag on the latest verdict (undo the verdict to drop it)"] = len(on_verdicts)
-    untagged = len(ids) - len(touched) - len(on_verdicts)
-    if untagged:
-        outcome.unchanged["not tagged"] = untagged
+    if len(ids) > len(touched):
+        outcome.unchanged["not tagged"] = len(ids) - len(touched)
     if not seqs or not write:
         return outcome
+    outcome.action_id = action = new_action_id(store)
     rest = "list_filter(tags, lambda t: lower(t) <> lower(?))"
+    seq_list = "(SELECT unnest(?::BIGINT[]))"
     store._tx(
         [
-            (
-                f'INSERT INTO verdicts (sample_id, "at", who, kind, note, tags) SELECT sample_id, "at", who, '
-                f"'note', note, {rest} FROM verdicts WHERE seq IN (SELECT unnest(?::BIGINT[])) "
-                f"AND (coalesce(note, '') <> '' OR len({rest}) > 0) ORDER BY seq",
-                [tag, seqs, tag],
+            action_row(action, who, "untag", tag, len(touched), source),
+            (  # the copies keep their order: a verdict copy is its sample's latest verdict again
+                'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, note, tags, override, action_id) '
+                f'SELECT sample_id, "at", who, kind, status, reason, note, {rest}, override, ? FROM verdicts '
+                f"WHERE seq IN {seq_list} AND (kind = 'verdict' OR coalesce(note, '') <> '' OR len({rest}) > 0) "
+                "ORDER BY seq",
+                [tag, action, seqs, tag],
             ),
-            ("UPDATE verdicts SET undone = true WHERE seq IN (SELECT unnest(?::BIGINT[]))", [seqs]),
+            (f"UPDATE verdicts SET undone = true, undone_by = ? WHERE seq IN {seq_list}", [action, seqs]),
             (
-                f"INSERT INTO verdicts (sample_id, \"at\", who, kind, reason) SELECT id, now(), ?, 'undo', ? "
-                f"FROM {IDS} AS t(id) ORDER BY id",
-                [who, f"untag {tag}", touched],
+                'INSERT INTO verdicts (sample_id, "at", who, kind, reason, action_id) '
+                f"SELECT id, now(), ?, 'undo', ?, ? FROM {IDS} AS t(id) ORDER BY id",
+                [who, f"untag {tag}", action, touched],
             ),
         ]
     )
     return outcome
+
+
+# -- actions and their undo ------------------------------------------------------------------------
+VERBS = {"approved": "approved", "rejected": "rejected", "tag": "tagged", "untag": "untagged", "note": "noted"}
+
+
+def new_action_id(store: Any) -> int:
+    """A fresh action id, from the verdict rows' own sequence (older stores' actions are named by a row's seq)."""
+    return int(store.query("SELECT nextval('verdict_seq')")[0][0])
+
+
+def action_row(action_id: int, who: str | None, kind: str, detail: str | None, samples: int, source: str) -> tuple:
+    return (
+        'INSERT INTO actions (action_id, "at", who, kind, detail, samples, source) VALUES (?, now(), ?, ?, ?, ?, ?)',
+        [action_id, who, kind, detail or None, samples, source],
+    )
+
+
+def describe_action(kind: str, detail: str | None, samples: int) -> str:
+    """`rejected 200 samples (loops)`, `tagged 1 sample (math)`: what an action did, in one phrase."""
+    verb = VERBS.get(kind, kind)
+    return f"{verb} {samples} sample{'s' * (samples != 1)}" + (f" ({detail})" if detail else "")
+
+
+@dataclass
+class Action:
+    """One row of `actions`: who did what to how many samples, when, from where; undone by which action."""
+
+    action_id: int
+    at: Any
+    who: str | None
+    kind: str
+    detail: str | None
+    samples: int
+    source: str | None
+    undone_by: int | None
+
+    @property
+    def described(self) -> str:
+        return describe_action(self.kind, self.detail, self.samples)
+
+
+@dataclass
+class Undone:
+    """What an undo took back: the action, and the samples it touched (their statuses now)."""
+
+    action: Action
+    undo_id: int
+    sample_ids: list[str]
+    statuses: dict[str, str]
+
+    @property
+    def kind(self) -> str:
+        return self.action.kind
+
+    @property
+    def who(self) -> str | None:
+        return self.action.who
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.action
+        return {
+            "undid": a.action_id,
+            "kind": a.kind,
+            "detail": a.detail,
+            "who": a.who,
+            "source": a.source,
+            "undo_id": self.undo_id,
+            "sample_ids": self.sample_ids,
+        }
+
+
+ACTION_COLUMNS = 'action_id, "at", who, kind, detail, samples, source, undone_by'
+
+
+def actions(store: Any, limit: int = 50) -> list[Action]:
+    """The latest actions first (undos included, each naming what it took back in its detail)."""
+    rows = store.query(f"SELECT {ACTION_COLUMNS} FROM actions ORDER BY action_id DESC LIMIT ?", [int(limit)])
+    return [Action(*r) for r in rows]
+
+
+def _target(store: Any, action_id: int | None) -> Action | None:
+    if action_id is None:
+        rows = store.query(
+            f"SELECT {ACTION_COLUMNS} FROM actions WHERE undone_by IS NULL AND kind <> 'undo' "
+            "ORDER BY action_id DESC LIMIT 1"
+        )
+        return Action(*rows[0]) if rows else None
+    rows = store.query(f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id = ?", [int(action_id)])
+    if not rows:
+        raise ValueError(f"no action #{action_id} in this store")
+    action = Action(*rows[0])
+    if action.kind == "undo":
+        raise ValueError(f"#{action_id} is an undo: take back the action it undid again instead")
+    if action.undone_by is not None:
+        raise ValueError(f"#{action_id} ({action.described}) is already undone")
+    return action
+
+
+def undo_action(store: Any, action_id: int | None = None, *, who: str | None, source: str = "app") -> Undone | None:
+    """Take back one action (the latest one not undone, or `action_id`) as one step; None when none is left.
+
+    Its rows are undone and the rows it undid come back, so an undone untag puts the tag back; each touched
+    sample's status becomes its latest live verdict's (else pending), whatever came after the action."""
+    target = _target(store, action_id)
+    if target is None:
+        return None
+    a = target.action_id
+    touched = [
+        r[0]
+        for r in store.query(
+            "SELECT DISTINCT sample_id FROM verdicts WHERE action_id = ? OR undone_by = ? ORDER BY 1", [a, a]
+        )
+    ]
+    undo = new_action_id(store)
+    latest_status = (
+        "coalesce((SELECT arg_max(v.status, v.seq) FROM verdicts v WHERE v.sample_id = samples.sample_id "
+        "AND v.kind = 'verdict' AND NOT v.undone), 'pending')"
+    )
+    store._tx(
+        [
+            action_row(undo, who, "undo", f"#{a} {target.described}", len(touched), source),
+            (
+                "UPDATE verdicts SET undone = true, undone_by = ? WHERE action_id = ? AND kind IN ('verdict', 'note') "
+                "AND NOT undone",
+                [undo, a],
+            ),
+            ("UPDATE verdicts SET undone = false, undone_by = NULL WHERE undone_by = ?", [a]),
+            (f"UPDATE samples SET status = {latest_status} WHERE sample_id IN {IDS}", [touched]),
+            (
+                'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, action_id) '
+                f"SELECT sample_id, now(), ?, 'undo', status, ?, ? FROM samples WHERE sample_id IN {IDS} "
+                "ORDER BY sample_id",
+                [who, f"undo #{a} {target.described}", undo, touched],
+            ),
+            ("UPDATE actions SET undone_by = ? WHERE action_id = ?", [undo, a]),
+        ]
+    )
+    statuses = dict(store.query(f"SELECT sample_id, status FROM samples WHERE sample_id IN {IDS}", [touched]))
+    return Undone(target, undo, touched, statuses)

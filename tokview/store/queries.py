@@ -7,6 +7,7 @@ page of 100,000 samples is a column scan, never a join or a fetch of id arrays.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
@@ -82,6 +83,25 @@ LIVE_NOTES_AND_TAGS = (
 )
 """A sample whose live notes or tags hold the text, as `load_sample` reads them: every note not undone, the tags
 of notes not undone and of the latest verdict not undone (tags joined by a character nobody types)."""
+
+
+LIVE_TAG_ROWS = (
+    "NOT v.undone AND (v.kind = 'note' OR v.seq = "
+    "(SELECT max(w.seq) FROM verdicts w WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone))"
+)
+"""The verdict rows whose tags are the sample's: live notes and the latest live verdict (as `load_sample`)."""
+TAG_COUNTS = (
+    "SELECT min(t) AS tag, count(DISTINCT v.sample_id) FROM verdicts v, unnest(v.tags) AS u(t) "
+    f"WHERE {LIVE_TAG_ROWS} GROUP BY lower(t) ORDER BY lower(min(t))"
+)
+
+
+def caseless_tags(tags: Iterable[str]) -> list[str]:
+    """Tags compared without case: one spelling each (the smallest, as `TAG_COUNTS` picks), sorted without case."""
+    seen: dict[str, str] = {}
+    for tag in tags:
+        seen[tag.lower()] = min(seen.get(tag.lower(), tag), tag)
+    return sorted(seen.values(), key=str.lower)
 
 
 def like_pattern(text: str) -> str:

@@ -144,6 +144,34 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # JSON of the ModelProfile's fields: a .toml profile (GLM, a custom stop id) is read back as it was
         ("ALTER TABLE runs ADD COLUMN profile_def VARCHAR",),
     ),
+    (
+        8,
+        "every verdict, note and tag row names the action that wrote it; actions can be undone as one",
+        (
+            # an action (one key press, one bulk action, one `tokview review`) groups the rows it wrote;
+            # `undone_by` names the action that took a row back, so undoing that one brings the row back
+            "ALTER TABLE verdicts ADD COLUMN action_id BIGINT",
+            "ALTER TABLE verdicts ADD COLUMN undone_by BIGINT",
+            """CREATE TABLE actions (
+            action_id BIGINT PRIMARY KEY,  -- from verdict_seq: later actions have larger ids
+            "at" TIMESTAMP NOT NULL,
+            who VARCHAR,
+            kind VARCHAR NOT NULL,       -- approved | rejected | tag | untag | note | undo
+            detail VARCHAR,              -- the reason, the tags, the note
+            samples INTEGER NOT NULL,
+            source VARCHAR,              -- app | review | (older rows) before
+            undone_by BIGINT
+        )""",
+            # older rows: the rows of one transaction (a bulk `tokview review`) share their timestamp and author
+            'UPDATE verdicts SET action_id = g.first FROM (SELECT "at", who, kind, min(seq) AS first FROM verdicts '
+            "WHERE kind IN ('verdict', 'note') GROUP BY ALL) g WHERE verdicts.kind IN ('verdict', 'note') "
+            'AND verdicts."at" = g."at" AND verdicts.who IS NOT DISTINCT FROM g.who AND verdicts.kind = g.kind',
+            'INSERT INTO actions SELECT action_id, any_value("at"), any_value(who), '
+            "CASE WHEN any_value(kind) = 'note' THEN (CASE WHEN bool_and(coalesce(note, '') = '') THEN 'tag' ELSE "
+            "'note' END) ELSE any_value(status) END, any_value(coalesce(reason, note)), count(DISTINCT sample_id), "
+            "'before', CASE WHEN bool_and(undone) THEN 0 END FROM verdicts WHERE action_id IS NOT NULL GROUP BY action_id",
+        ),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -155,7 +183,7 @@ class SchemaError(TokviewError):
     title = "store schema"
 
 
-TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts"}
+TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "verdicts", "actions"}
 
 
 _TABLES_AND_VIEWS = (

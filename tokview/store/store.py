@@ -26,7 +26,7 @@ import duckdb
 from tokview.core.findings import Finding
 from tokview.core.record import Capture
 from tokview.errors import describe_error, first_line
-from tokview.store import parts, queries
+from tokview.store import bulk_review, parts, queries
 from tokview.store.part_sink import PartSink, StoreError, StoreFull, is_disk_full
 from tokview.store.records import (
     ALIGN_STATUS,
@@ -706,22 +706,27 @@ class Store(PartSink):
         tags: Sequence[str] = (),
         who: str | None = None,
         override: bool = False,
-    ) -> None:
-        """`override`: the reviewer approved although the sample has an error finding (asked and confirmed)."""
+        source: str = "app",
+    ) -> int:
+        """`override`: the reviewer approved although the sample has an error finding (asked and confirmed).
+        One action of one sample (see `bulk_review`); returns its id."""
         if status not in STATUSES:
             raise ValueError(f"unknown status {status!r} (choose from {', '.join(STATUSES)})")
         with self._connection():
             self._status(sample_id)
+            action = bulk_review.new_action_id(self)
             self._tx(
                 [
+                    bulk_review.action_row(action, who, status, reason, 1, source),
                     (
-                        'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, note, tags, override) '
-                        "VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?, ?)",
-                        [sample_id, who, status, reason, note, list(tags), override],
+                        'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, note, tags, override, '
+                        "action_id) VALUES (?, now(), ?, 'verdict', ?, ?, ?, ?, ?, ?)",
+                        [sample_id, who, status, reason, note, list(tags), override, action],
                     ),
                     ("UPDATE samples SET status = ? WHERE sample_id = ?", [status, sample_id]),
                 ]
             )
+            return action
 
     def undo_verdict(self, sample_id: str, who: str | None = None) -> str:
         """Take back the latest verdict; the status it had before comes back. Returns the new status."""
@@ -775,17 +780,41 @@ class Store(PartSink):
             self.undo_verdict(sample_id, who=who)
             return "verdict"
 
-    def add_note(self, sample_id: str, note: str, who: str | None = None, tags: Sequence[str] = ()) -> None:
+    def add_note(
+        self, sample_id: str, note: str, who: str | None = None, tags: Sequence[str] = (), source: str = "app"
+    ) -> int:
+        """A note and/or tags on one sample: one action; returns its id."""
         with self._connection():
             self._status(sample_id)
+            action = bulk_review.new_action_id(self)
+            kind = "tag" if tags and not note else "note"
             self._tx(
                 [
+                    bulk_review.action_row(action, who, kind, note or ", ".join(tags), 1, source),
                     (
-                        "INSERT INTO verdicts (sample_id, \"at\", who, kind, note, tags) VALUES (?, now(), ?, 'note', ?, ?)",
-                        [sample_id, who, note, list(tags)],
-                    )
+                        'INSERT INTO verdicts (sample_id, "at", who, kind, note, tags, action_id) '
+                        "VALUES (?, now(), ?, 'note', ?, ?, ?)",
+                        [sample_id, who, note, list(tags), action],
+                    ),
                 ]
             )
+            return action
+
+    def undo_action(
+        self, action_id: int | None = None, who: str | None = None, source: str = "app"
+    ) -> bulk_review.Undone | None:
+        """Take back the latest action not undone (or `action_id`), a bulk one as one step, wherever it was made
+        (what `u` means in the app); None when nothing is left to undo."""
+        with self._connection():
+            return bulk_review.undo_action(self, action_id, who=who, source=source)
+
+    def actions(self, limit: int = 50) -> list[bulk_review.Action]:
+        """The latest actions first: what `tokview review --history` and the app's undo list show."""
+        return bulk_review.actions(self, limit)
+
+    def tag_counts(self) -> list[tuple[str, int]]:
+        """(tag, samples carrying it) for every live tag, tags compared without case (one spelling shown)."""
+        return [(r[0], r[1]) for r in self.query(queries.TAG_COUNTS)]
 
     # -- reads ------------------------------------------------------------------------------
     def samples_page(
@@ -823,7 +852,7 @@ class Store(PartSink):
             ]
         live = [h for h in history if h["kind"] == "verdict" and not h["undone"]]
         notes_live = [h for h in history if h["kind"] == "note" and not h["undone"]]
-        tags = sorted({t for h in notes_live + live[-1:] for t in (h["tags"] or [])})
+        tags = queries.caseless_tags(t for h in notes_live + live[-1:] for t in (h["tags"] or []))
         return StoredSample(
             sample_id=row["sample_id"],
             prompt_id=row["prompt_id"],

@@ -1,0 +1,137 @@
+"""Issue 25, undo across samples: every verdict, note, tag or untag is one action (a bulk one too); `u` and
+`tokview review --undo` take back the latest action wherever it was, or a chosen earlier one, as one step."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import duckdb
+import pytest
+
+from tokview.commands import review as review_command
+from tokview.errors import UserError
+from tokview.store import SampleFilter, Store
+from tokview.store import bulk_review as bulk
+from tokview.store.schema import LATEST_VERSION
+
+
+def review(db, *argv: str, capsys) -> str:
+    parser = argparse.ArgumentParser(prog="tokview")
+    review_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["review", "--db", str(db), "--reviewer", "carol", *argv])
+    assert args.run(args) == 0
+    return capsys.readouterr().out.strip()
+
+
+@pytest.fixture
+def db(tmp_path, put, make_capture):
+    path = tmp_path / "u.duckdb"
+    with Store(path) as store:
+        for i in range(6):
+            put(store, f"ok{i}", make_capture(question=f"why is the sky blue, take {i}"))
+        for i in range(3):
+            put(store, f"cut{i}", make_capture(finish_reason="length", stop=False), run_id="run2")
+    return path
+
+
+def statuses(store) -> dict[str, str]:
+    return dict(store.query("SELECT prompt_id, status FROM samples ORDER BY 1"))
+
+
+def test_a_bulk_action_is_undone_as_one_step_and_an_earlier_one_by_its_id(db):
+    with Store(db) as store:
+        ids = bulk.select(store, SampleFilter())
+        cut = bulk.select(store, SampleFilter(run_id="run2"))
+        ok = [i for i in ids if i not in cut]
+        rejected = bulk.set_status(store, cut, "rejected", who="ann", reason="cut short")
+        tagged = bulk.add_notes(store, ok[:2], who="ann", tags=("Math",))
+        store.record_verdict(ok[3], "approved", who="bob")
+        approved = bulk.set_status(store, ok, "approved", who="ann")
+        assert {rejected.action_id, tagged.action_id, approved.action_id} and rejected.action_id < approved.action_id
+
+        undone = store.undo_action(who="ann")  # the latest: the bulk approve, five samples as one step
+        assert (
+            undone is not None
+            and undone.kind == "approved"
+            and sorted(undone.sample_ids) == sorted(i for i in ok if i != ok[3])
+        )
+        assert statuses(store)["ok3"] == "approved" and statuses(store)["ok0"] == "pending"
+
+        undone = store.undo_action(rejected.action_id, who="ann")  # an earlier one, by its id
+        assert undone is not None and sorted(undone.sample_ids) == sorted(cut)
+        assert {statuses(store)[f"cut{i}"] for i in range(3)} == {"pending"}
+        assert store.load_sample(cut[0]).history[-1]["kind"] == "undo"
+        assert store.load_sample(ok[0]).tags == ["Math"]  # the tag (between the two) stays
+
+        undone = store.undo_action(who="ann")  # the undone actions are skipped: bob's single approve is next
+        assert undone is not None and undone.sample_ids == [ok[3]] and undone.who == "bob"
+        assert statuses(store)["ok3"] == "pending"
+        with pytest.raises(ValueError, match="already undone"):
+            store.undo_action(rejected.action_id, who="ann")
+
+
+def test_untag_takes_a_tag_off_a_verdict_too_and_its_undo_puts_it_back(db):
+    with Store(db) as store:
+        sid = bulk.select(store, SampleFilter(text="take 1"))[0]
+        store.record_verdict(sid, "rejected", reason="dull", tags=["Hard"], who="ann")
+        store.add_note(sid, "look again", who="ann", tags=["hard", "math"])
+        out = bulk.remove_tag(store, [sid], "HARD", who="ann")
+        assert out.changed == [sid] and out.unchanged == {}
+        sample = store.load_sample(sid)
+        assert sample.tags == ["math"] and sample.status == "rejected" and sample.notes == ["look again"]
+        assert sample.history[-1]["reason"] == "untag HARD"
+        store.undo_action(who="ann")
+        sample = store.load_sample(sid)
+        assert sorted(sample.tags, key=str.lower) == ["Hard", "math"] and sample.status == "rejected"
+
+
+def test_tags_are_compared_without_case_in_a_sample_and_in_the_store(db):
+    with Store(db) as store:
+        sid = bulk.select(store, SampleFilter(text="take 2"))[0]
+        store.add_note(sid, "", tags=["Math"], who="ann")
+        store.add_note(sid, "", tags=["math", "long"], who="ann")
+        assert store.load_sample(sid).tags == ["long", "Math"]
+        assert store.tag_counts() == [("long", 1), ("Math", 1)]
+
+
+def test_review_undo_from_the_shell_says_what_it_touched(db, capsys):
+    review(db, "--finding", "truncated", "--reject", "cut short", capsys=capsys)
+    review(db, "--status", "valid", "--approve", capsys=capsys)
+    listed = review(db, "--history", capsys=capsys).splitlines()
+    assert "approved 6 samples" in listed[0] and "carol" in listed[0]
+    assert "rejected 3 samples (cut short)" in listed[1]
+    reject_id = listed[1].split()[0].lstrip("#")
+    said = review(db, "--undo", reject_id, capsys=capsys)
+    assert said.startswith(f"undid #{reject_id} rejected 3 samples (cut short) by carol: 3 samples")
+    with Store(db) as store:
+        assert store.count_samples(SampleFilter(status="rejected")) == 0
+        assert store.count_samples(SampleFilter(status="approved")) == 6
+    out = json.loads(review(db, "--undo", "last", "--json", capsys=capsys))
+    assert out["kind"] == "approved" and len(out["sample_ids"]) == 6
+    with pytest.raises(UserError, match="nothing left to undo"):
+        review(db, "--undo", "last", capsys=capsys)
+    with pytest.raises(UserError, match="no action #999999"):
+        review(db, "--undo", "999999", capsys=capsys)
+
+
+def test_a_version_7_store_gains_actions_and_keeps_its_verdicts(tmp_path, put, make_capture):
+    path = tmp_path / "old.duckdb"
+    with Store(path) as store:
+        a = put(store, "a", make_capture())
+        b = put(store, "b", make_capture())
+        store.record_verdict(a, "approved", who="ann")
+        store.record_verdict(b, "rejected", reason="x", who="ann")
+    conn = duckdb.connect(str(path))  # as version 7 left it: no action columns, no actions table
+    conn.execute("DROP TABLE actions")
+    conn.execute("DROP INDEX verdicts_sample_idx")  # DuckDB drops no column of an indexed table
+    conn.execute("ALTER TABLE verdicts DROP COLUMN undone_by")
+    conn.execute("ALTER TABLE verdicts DROP COLUMN action_id")
+    conn.execute("CREATE INDEX verdicts_sample_idx ON verdicts(sample_id)")
+    conn.execute("DELETE FROM schema_version WHERE version = 8")
+    conn.close()
+    with Store(path) as store:
+        assert store.query("SELECT max(version) FROM schema_version")[0][0] == LATEST_VERSION
+        undone = store.undo_action(who="ann")  # the latest older verdict is an action of its own
+        assert undone is not None and undone.sample_ids == [b]
+        assert store.load_sample(b).status == "pending" and store.load_sample(a).status == "approved"
