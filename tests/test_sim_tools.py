@@ -493,3 +493,22 @@ def test_a_qwen3_simulator_with_tools_answers_in_text_split_at_its_own_delimiter
     assert "tool_calls" not in message and data["choices"][0]["finish_reason"] == "stop"
     assert message["content"] and (message.get("reasoning") or message.get("reasoning_content"))
     assert "<think>" not in message["content"] and "</think>" not in message["content"]
+
+
+def test_sglang_sglext_flags_without_tools(sims):
+    """`return_input_ids_in_sglext` / `return_output_ids_in_sglext`: a response-level `sglext` object, and
+    streamed one extra chunk (`choices: []`) before the usage; the ids are the non-streamed ones."""
+    url = sims["sglang"].url + "/v1/chat/completions"
+    flags = {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True, "seed": 3, "max_tokens": 300}
+    body = {"messages": [USER], **flags}
+    ids = httpx.post(url, json={**body, "return_token_ids": True}).json()["choices"][0]
+    plain = httpx.post(url, json=body).json()
+    assert plain["sglext"] == {"input_ids": ids["prompt_token_ids"], "output_ids": [ids["response_token_ids"]]}
+    assert "response_token_ids" not in plain["choices"][0]
+    only_out = httpx.post(url, json={**body, "return_input_ids_in_sglext": False}).json()
+    assert only_out["sglext"] == {"output_ids": [ids["response_token_ids"]]}
+    stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    events = sse_events(httpx.post(url, json=stream).text)
+    ext = [e for e in events if isinstance(e, dict) and "sglext" in e]
+    assert len(ext) == 1 and ext[0]["choices"] == [] and ext[0]["sglext"] == plain["sglext"]
+    assert events.index(ext[0]) == len(events) - 3, "then the usage chunk and [DONE]"
