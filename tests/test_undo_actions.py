@@ -135,3 +135,45 @@ def test_a_version_7_store_gains_actions_and_keeps_its_verdicts(tmp_path, put, m
         undone = store.undo_action(who="ann")  # the latest older verdict is an action of its own
         assert undone is not None and undone.sample_ids == [b]
         assert store.load_sample(b).status == "pending" and store.load_sample(a).status == "approved"
+
+
+def test_done_when_from_a_shell(tmp_path, capsys):
+    """Issue 25's "Done when", from a shell: filter by finding, reject 200 with a reason, tag 50, approve the
+    rest, undo the reject, export --tag with the right counts."""
+    from bulk_store import FINDING, fill_500
+
+    from tokview.commands import export as export_command
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+
+    db = tmp_path / "500.duckdb"
+    with Store(db) as store:
+        fill_500(store)
+    said = review(db, "--finding", FINDING, "--run", "r1", "--reject", "loops", capsys=capsys)
+    assert said == "rejected 200 of 200 selected samples"
+    assert review(db, "--run", "r2", "--tag", "hard", capsys=capsys) == "tagged 50 of 50 selected samples"
+    with pytest.raises(UserError, match="50 of the 200 selected samples have error findings"):
+        review(db, "--finding", FINDING, "--status", "pending", "--approve", capsys=capsys)
+    said = review(db, "--finding", FINDING, "--status", "pending", "--approve", "--override", capsys=capsys)
+    assert said == "approved 200 of 200 selected samples"
+    history = review(db, "--history", capsys=capsys).splitlines()
+    assert [line.split("  ")[3] for line in history] == [
+        "approved 200 samples",
+        "tagged 50 samples (hard)",
+        "rejected 200 samples (loops)",
+    ]
+    said = review(db, "--undo", history[2].split()[0], capsys=capsys)
+    assert said.startswith("undid #") and ": 200 samples (a-000, a-001, a-002 and 197 more) back to pending" in said
+    with Store(db) as store:
+        counts = dict(store.query("SELECT status, count(*) FROM samples GROUP BY 1"))
+    assert counts == {"pending": 300, "approved": 200}
+
+    parser = argparse.ArgumentParser(prog="tokview")
+    export_command.add_parser(parser.add_subparsers())
+    out = tmp_path / "hard.jsonl"
+    args = parser.parse_args(
+        ["export", "--db", str(db), "--out", str(out), "--tag", "HARD", "--tokenizer", str(kimi_tokenizer_dir())]
+    )
+    assert args.run(args) == 0
+    err = capsys.readouterr().err
+    assert "exported 50 of 50 selected samples" in err and "by tag: 50 hard" in err
+    assert len(out.read_text().splitlines()) == 50
