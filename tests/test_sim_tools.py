@@ -448,3 +448,20 @@ def test_sglang_sglext_flags_without_tools(sims):
     ext = [e for e in events if isinstance(e, dict) and "sglext" in e]
     assert len(ext) == 1 and ext[0]["choices"] == [] and ext[0]["sglext"] == plain["sglext"]
     assert events.index(ext[0]) == len(events) - 3, "then the usage chunk and [DONE]"
+
+
+def test_no_id_fields_and_meta_info_on_the_tool_path():
+    """An old build (no-id-fields) has no id keys at all, streamed or not; SGLang's meta_info counts the
+    reasoning tokens as usage does."""
+    from tokview.sim import SimConfig, start_simulator
+
+    body = {"messages": [USER], "tools": TOOLS, "max_tokens": 200, "return_token_ids": True}
+    with start_simulator(SimConfig(kind="vllm", quirks={"no-id-fields": True})) as sim:
+        url = sim.url + "/v1/chat/completions"
+        plain = httpx.post(url, json=body).json()
+        events = sse_events(httpx.post(url, json={**body, "stream": True}).text)
+    assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]
+    assert not any("token_ids" in json.dumps(e) for e in events), "no id key in any chunk"
+    with start_simulator(SimConfig(kind="sglang")) as sim:
+        data = httpx.post(sim.url + "/v1/chat/completions", json={**body, "return_meta_info": True}).json()
+    assert data["choices"][0]["meta_info"]["reasoning_tokens"] == data["usage"]["reasoning_tokens"] > 0

@@ -118,7 +118,9 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     return common.deliver_json(payload, fault)
 
 
-def _ids_fields(state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float) -> dict:
+def _ids_fields(
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float, r_tokens: int
+) -> dict:
     """The id fields a non-streamed chat choice carries for the request's flags (none with no-id-fields)."""
     cfg, out = state.cfg, gen.output_ids
     fields: dict[str, Any] = {}
@@ -129,7 +131,7 @@ def _ids_fields(state: SimState, body: dict[str, Any], prompt: list[int], gen: G
     if body.get("return_token_ids"):
         fields[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
     if body.get("return_meta_info"):
-        fields["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started)
+        fields["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started, r_tokens)
     return fields
 
 
@@ -168,7 +170,7 @@ def _tool_chat(
         "logprobs": None,
         "finish_reason": finish,
         "matched_stop": None if finish == "tool_calls" else gen.matched,
-        **_ids_fields(state, body, prompt, gen, started),
+        **_ids_fields(state, body, prompt, gen, started, r_tokens),
     }
     payload: dict[str, Any] = {
         "id": common.new_id(),

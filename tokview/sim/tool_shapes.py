@@ -166,6 +166,9 @@ def vllm_events(
         "prompt_token_ids": list(prompt) if ids else None,
         "prompt_text": None,
     }
+    keyless = bool(state.cfg.quirk("no-id-fields"))  # a build before return_token_ids: no id keys at all
+    if keyless:
+        first.pop("prompt_token_ids")
     events = [sse(first)]
     with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     misses = bool(state.cfg.quirk("stream-misses-ids"))
@@ -184,7 +187,8 @@ def vllm_events(
                 choice["stop_reason"] = gen.matched
             if not with_usage:
                 chunk["system_fingerprint"] = fingerprint
-        choice["token_ids"] = [tid] if ids else None
+        if not keyless:
+            choice["token_ids"] = [tid] if ids else None
         events.append(sse(chunk))
     if with_usage:
         events.append(sse({**head, "choices": [], "usage": usage, "system_fingerprint": fingerprint}))
