@@ -465,3 +465,19 @@ def test_no_id_fields_and_meta_info_on_the_tool_path():
     with start_simulator(SimConfig(kind="sglang")) as sim:
         data = httpx.post(sim.url + "/v1/chat/completions", json={**body, "return_meta_info": True}).json()
     assert data["choices"][0]["meta_info"]["reasoning_tokens"] == data["usage"]["reasoning_tokens"] > 0
+
+
+def test_tool_calls_each_calls_every_declared_tool_once():
+    """`tool-calls=each`: as many parallel calls as the request declares tools, so one run can serve a
+    one-tool row with one call and a three-tool row with three."""
+    from tokview.sim import SimConfig, start_simulator
+
+    names = ["get_weather", "get_time", "get_news"]
+    declared = [
+        {"type": "function", "function": {"name": n, "parameters": TOOLS[0]["function"]["parameters"]}} for n in names
+    ]
+    with start_simulator(SimConfig(kind="sglang", quirks={"tool-calls": "each"})) as sim:
+        three = _chat(sim, [USER], tools=declared)["choices"][0]["message"]["tool_calls"]
+        one = _chat(sim, [USER])["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in three] == names and [c["id"] for c in three][-1] == "functions.get_news:2"
+    assert [c["function"]["name"] for c in one] == ["get_weather"]

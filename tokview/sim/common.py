@@ -98,8 +98,10 @@ class SimState:
         return not (key and kwargs.get(key) is False)
 
     def count_quirk(self, name: str) -> int:
-        """`tool-calls` / `tool-rounds`: the count given, 1 when absent or a bare flag."""
+        """`tool-calls` / `tool-rounds`: the count given, 1 when absent or a bare flag, 0 for `each`."""
         value = self.cfg.quirk(name)
+        if value == "each":
+            return 0
         return 1 if value is None or value is True else int(value)
 
     def generate(self, prompt: list[int], body: dict[str, Any], **sampling: Any) -> Generation:

@@ -28,7 +28,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "sglang-chat-ids": "SGLang chat id field name: response_token_ids (0.5.23, default) or token_ids",
     "incremental-streaming": "SGLang /generate streams delta text/output_ids (--incremental-streaming-output)",
     "latency": "extra seconds before every generation response",
-    "tool-calls": "calls the model writes in one tool-call section when the prompt declares tools (default 1)",
+    "tool-calls": "calls the model writes in one tool-call section when the prompt declares tools (default 1; "
+    "each: one call to every declared tool)",
     "tool-rounds": "tool-calling turns per tool loop (since the last user turn) before the model answers in text "
     "(default 1: it answers once the prompt ends with its results)",
     "section-in-reasoning": "the model opens its tool-call section inside its reasoning: no </think> before it "
@@ -99,10 +100,13 @@ class SimConfig:
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
         for name in TOOL_COUNT_QUIRKS:
             value = self.quirks.get(name, 1)
-            if value is True:
+            if value is True or (name == "tool-calls" and value == "each"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SimConfigError(f"quirk {name} takes a count (a whole number >= 1), got {value!r}")
+                raise SimConfigError(
+                    f"quirk {name} takes a count (a whole number >= 1{', or each' if name == 'tool-calls' else ''}), "
+                    f"got {value!r}"
+                )
         for name in FAULTS:
             value = self.quirks.get(name)
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):

@@ -3,9 +3,9 @@
 The model decides from the prompt ids alone, as a real one does, so every endpoint (chat, vLLM
 completions, SGLang `/generate`) gets the same output for the same prompt: when the prompt declares
 tools (a `tool_declare` turn) and the current tool loop (the turns since the last user turn) has had
-fewer tool-calling turns than `tool-rounds` (default 1), it calls `tool-calls` (default 1) declared
-tools in one section; otherwise (the loop is done: the prompt ends with its results) it answers in
-text. Call ids are Kimi's `functions.NAME:IDX`, IDX counting the calls already in the prompt; the
+fewer tool-calling turns than `tool-rounds` (default 1), it calls `tool-calls` (default 1; `each`:
+every declared tool once) declared tools in one section, in declaration order (cycling); otherwise
+(the loop is done: the prompt ends with its results) it answers in text. Call ids are Kimi's `functions.NAME:IDX`, IDX counting the calls already in the prompt; the
 arguments are JSON (`json.dumps`, the separators both servers re-serialise history with) built
 deterministically from each tool's parameters schema.
 
@@ -155,7 +155,8 @@ def plan_calls(
 ) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text).
 
-    `forced` (tool_choice required or named: the servers' grammar makes a call) ignores `rounds`."""
+    `calls` 0 calls every declared tool once; `forced` (tool_choice required or named: the servers'
+    grammar makes a call) ignores `rounds`. Round r's call k is to declared tool (r * calls + k) mod n."""
     tools = declared_tools(tokenizer, prompt_ids)
     if not tools:
         return []
@@ -165,8 +166,9 @@ def plan_calls(
     rng = random.Random(seed)
     first_index = list(prompt_ids).count(CALL_BEGIN)
     planned = []
-    for k in range(max(1, calls)):
-        tool = tools[(done * max(1, calls) + k) % len(tools)]
+    per_turn = calls if calls > 0 else len(tools)  # 0: one call to each declared tool
+    for k in range(per_turn):
+        tool = tools[(done * per_turn + k) % len(tools)]
         name = named or _tool_name(tool)
         if named is not None:
             tool = next((t for t in tools if _tool_name(t) == named), tool)
