@@ -75,7 +75,8 @@ def run(args) -> int:
         print()
         return 0
     # the text and model name came from a server: an escape sequence in them is shown, never run
-    print(printable(render(stored, analysis, tokenizer, args.start, args.count)))
+    parser = profile.tool_calls.parser if profile.tool_calls else None
+    print(printable(render(stored, analysis, tokenizer, args.start, args.count, parser)))
     return 0
 
 
@@ -103,7 +104,23 @@ def review_lines(stored) -> list[str]:
     return ["review:", *lines] if lines else ["review: none yet"]
 
 
-def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
+def text_field_column(analysis, out_pos: int, kind: str, parser: str | None) -> str:
+    """What became of one output id: kept (in which field: reasoning, content, `tool_calls[k].id`, …), partial,
+    drift, or hidden (a tool-call marker: by the tool parser)."""
+    from tokview.core import segments as seg
+    from tokview.core.tool_calls import field_name
+
+    al = analysis.alignment
+    status = al.statuses[out_pos]
+    text = MARK.get(status, "?") + " " + status
+    if status == "hidden":
+        return text + (" (tool parser)" if kind == seg.TOOL_MARKER else "")
+    landed = field_name(al.fields[out_pos], parser) if out_pos < len(al.fields) else ""
+    return f"{text} {landed}" if landed else text
+
+
+def render(stored, analysis, tokenizer, start: int | None, count: int, parser: str | None = None) -> str:
+    """`parser`: the profile's tool-call layout (names the field a hermes call's name lands in)."""
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
     lines = [
@@ -131,7 +148,7 @@ def render(stored, analysis, tokenizer, start: int | None, count: int) -> str:
         # the statuses are of the aligned ids: the output's own unless a dual capture's two paths diverged
         same_ids = not cap.parsed_output_ids or not cap.paths_diverge
         if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and same_ids:
-            status = MARK.get(align[pos - n_prompt], "?") + " " + align[pos - n_prompt]
+            status = text_field_column(analysis, pos - n_prompt, analysis.kinds[pos], parser)
         lines.append(
             f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from itertools import accumulate, compress, groupby
 
 from tokview.core.segments import positions_of
+from tokview.core.tool_calls import ToolCallsOnIds
 
 KEPT = "kept"
 PARTIAL = "partial"
@@ -291,3 +292,81 @@ class _Walk:
             tuple(self.statuses), self.unmatched.decode("utf-8", errors="replace"), tuple(self.fields)
         )
         return alignment._with_runs(self.runs)
+
+
+def align_with_tool_calls(
+    pieces: Sequence[bytes],
+    texts: Sequence[str | None],
+    special: Sequence[bool],
+    on_ids: ToolCallsOnIds,
+    server_calls: Sequence[dict] | None,
+    *,
+    special_at: Sequence[int] | None = None,
+) -> Alignment:
+    """`align`, with the ids of the tool calls aligned to the server's `tool_calls` field instead of the text.
+
+    A tool parser takes the calls out of the text: the markers are hidden, the call id text comes back only
+    as `tool_calls[k].id` (Kimi) and the arguments as `tool_calls[k].function.arguments`. So the ids outside
+    the calls are aligned to `texts` (reasoning, content) as ever, and each call's id and arguments ids to
+    the k-th server call's own text (field `len(texts) + 2k` and `+ 2k + 1`; hermes, which writes no id,
+    aligns its JSON to the name and the arguments). A call the server did not return stays hidden.
+    Without calls on the ids, or without calls in the `tool_calls` field (no tool parser ran, or it ran with
+    `tool_choice: none`, or the call text came back in `content`), it is plain `align`."""
+    if not on_ids.found or not server_calls:
+        return align(pieces, texts, special, special_at=special_at)
+    ranges = _merged([*on_ids.sections, *(c.span for c in on_ids.calls), *((m, m + 1) for m in on_ids.markers)])
+    outside = _complement(ranges, len(pieces))
+    out_pieces = [p for a, b in outside for p in pieces[a:b]]
+    out_special = [s for a, b in outside for s in special[a:b]]
+    main = align(out_pieces, texts, out_special)
+    statuses: list[str] = [HIDDEN] * len(pieces)
+    fields: list[int | None] = [None] * len(pieces)
+    unmatched = [main.unmatched_text]
+    at = 0
+    for a, b in outside:
+        statuses[a:b] = main.statuses[at : at + b - a]
+        fields[a:b] = main.fields[at : at + b - a]
+        at += b - a
+    base = len(texts)
+    for k, call in enumerate(on_ids.calls):
+        server = server_calls[k] if k < len(server_calls) else None
+        if server is None:
+            continue
+        offset = base + 2 * k
+        if call.id_span is None:  # hermes: the JSON holds the name and the arguments, and no id
+            parts = [(call.arguments_span, [server.get("name"), server.get("arguments")], offset)]
+        else:
+            parts = [
+                (call.id_span, [server.get("id")], offset),
+                (call.arguments_span, [server.get("arguments")], offset + 1),
+            ]
+        for span, field_texts, first_field in parts:
+            if span is None or span[0] >= span[1]:
+                continue
+            a, b = span
+            sub = align(pieces[a:b], field_texts, special[a:b])
+            statuses[a:b] = sub.statuses
+            fields[a:b] = [None if f is None else first_field + f for f in sub.fields]
+            unmatched.append(sub.unmatched_text)
+    return Alignment(tuple(statuses), "".join(unmatched), tuple(fields))
+
+
+def _merged(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _complement(ranges: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    out, at = [], 0
+    for a, b in ranges:
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < n:
+        out.append((at, n))
+    return out

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
-from tokview.core.alignment import Alignment, align
+from tokview.core.alignment import Alignment, align, align_with_tool_calls
 from tokview.core.finding_context import Context, OutputPieces
 from tokview.core.findings import ERROR, Finding, run_checks
 from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
+from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -42,20 +43,36 @@ class Analysis:
 
 
 def align_text_fields(
-    capture: Capture, tokenizer: TokenizerAdapter, pieces: OutputPieces | None = None
+    capture: Capture,
+    tokenizer: TokenizerAdapter,
+    pieces: OutputPieces | None = None,
+    tool_calls: ToolCallsOnIds | None = None,
 ) -> Alignment | None:
     """Align the returned text fields to the ids they came from (None when no text came back).
 
-    `pieces`: those of `capture.aligned_output_ids`, when the caller has them already."""
-    if not capture.has_text_fields:
+    `pieces`: those of `capture.aligned_output_ids`, when the caller has them already. `tool_calls`: the
+    calls on those ids (the profile's layout): their ids are aligned to the server's `tool_calls` field
+    (`alignment.align_with_tool_calls`), their markers hidden by the tool parser."""
+    if not capture.has_text_fields and not capture.tool_calls:
         return None
-    if capture.reasoning is not None or capture.content is not None:
+    if capture.reasoning is not None or capture.content is not None or capture.tool_calls:
         texts = [capture.reasoning, capture.content]
     else:
         texts = [capture.text]
     if pieces is None:
         pieces = OutputPieces.of(capture.aligned_output_ids, tokenizer)
-    return align(pieces.piece_bytes, texts, pieces.special, special_at=pieces.special_at)
+    if tool_calls is None or not tool_calls.found:
+        return align(pieces.piece_bytes, texts, pieces.special, special_at=pieces.special_at)
+    return align_with_tool_calls(
+        pieces.piece_bytes, texts, pieces.special, tool_calls, capture.tool_calls, special_at=pieces.special_at
+    )
+
+
+def tool_calls_of(
+    output_ids: Sequence[int], profile: ModelProfile, tokenizer: TokenizerAdapter | None
+) -> ToolCallsOnIds | None:
+    """The profile's tool calls in these ids, with their texts when there is a tokenizer (None: no layout)."""
+    return None if profile.tool_calls is None else parse_tool_calls(output_ids, profile.tool_calls, tokenizer)
 
 
 def analyze(
@@ -75,17 +92,21 @@ def analyze(
     profile = with_tokenizer_stops(profile, tokenizer)
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
     delimiters = seg.delimiter_positions(capture.output_ids, profile)
-    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters))
-    starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters)
+    calls = tool_calls_of(capture.output_ids, profile, tokenizer)
+    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters, calls))
+    starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters, calls)
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt, starts))
     # One pass over the output's pieces serves the alignment and the checks that read bytes.
     pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
+    aligned_calls = tool_calls_of(capture.aligned_output_ids, profile, tokenizer) if diverge else calls
     alignment = None
     if tokenizer is not None:
-        alignment = align_text_fields(capture, tokenizer, None if diverge else pieces)
+        alignment = align_text_fields(capture, tokenizer, None if diverge else pieces, aligned_calls)
     aligned_kinds, aligned_segments = kinds, None
     if diverge:
-        aligned_kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile))
+        aligned_kinds = tuple(
+            seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile, tool_calls=aligned_calls)
+        )
         aligned_segments = seg.segments_from_kinds(aligned_kinds, n_prompt)
     ctx = Context(
         capture=capture,
@@ -97,6 +118,8 @@ def analyze(
         output_pieces=pieces,
         delimiters=delimiters,
         reencoded=reencoded,
+        tool_calls=calls,
+        aligned_tool_calls=aligned_calls,
     )
     return Analysis(
         segments=segments,

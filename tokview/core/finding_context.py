@@ -21,6 +21,7 @@ from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, true_positions
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.core.tool_calls import ToolCallsOnIds
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -128,6 +129,10 @@ class Context:
     """Where the output holds the opener and closer, when `analyze` found them for the kinds (else found on first use)."""
     reencoded: Sequence[int] | None = None
     """`reencode_output` of the output ids, when the caller made it ahead (else made on first use)."""
+    tool_calls: ToolCallsOnIds | None = None
+    """The profile's tool calls on the output ids, with their texts (None: the profile has no layout)."""
+    aligned_tool_calls: ToolCallsOnIds | None = None
+    """The same of the aligned ids (the parsed path's in a diverged dual capture); None: `tool_calls`."""
 
     # -- what analyze gave, in the checks' words -------------------------------------------------
     @property
@@ -205,6 +210,11 @@ class Context:
         if self.tokenizer is None:
             return None
         return reencode_output(self.tokenizer, self.output)
+
+    @cached_property
+    def calls(self) -> ToolCallsOnIds | None:
+        """The tool calls on the output ids, when there are any (None: no layout or no marker)."""
+        return self.tool_calls if self.tool_calls is not None and self.tool_calls.found else None
 
     @cached_property
     def id_split(self) -> tuple[str, str] | None:

@@ -19,8 +19,10 @@ from itertools import compress, count
 from operator import or_
 
 from tokview.core import segments as seg
+from tokview.core import tool_calls as tc
 from tokview.core.alignment import HIDDEN, true_positions
 from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
+from tokview.core.profiles import KIMI_K2
 from tokview.core.record import Capture
 
 INFO, WARN, ERROR = "info", "warn", "error"
@@ -233,6 +235,8 @@ def think_open_missing(ctx: Context) -> Hit | None:
 def think_close_missing(ctx: Context) -> Hit | None:
     if not ctx.output or not ctx.open_at_end:
         return None
+    if not ctx.out_closers and _section_in_reasoning(ctx) is not None:
+        return None  # the tool calls ended the reasoning (both servers read it so): tool_section_in_reasoning
     cause = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
     if ctx.out_closers:
         reopened = ctx.out_openers[-1]  # open at the end after a closer: an output opener came last
@@ -320,8 +324,8 @@ def empty_answer(ctx: Context) -> Hit | None:
     if not ctx.output or ctx.open_at_end:
         return None  # no answer was due yet: think_close_missing says why
     ids = ctx.ids_of(ctx.output, ctx.output_runs(seg.ANSWER))
-    if not ctx.blank(ids):
-        return None
+    if not ctx.blank(ids) or ctx.calls is not None:
+        return None  # an answer, or tool calls: a turn that calls tools has answered
     after = " after the reasoning" if ctx.reasoning_opened else ""
     stops = [p for s in ctx.output_runs(seg.STOP) for p in range(s.start, s.end)]
     # Where the answer should have been: the stop that ended the turn, else the output's last id.
@@ -543,6 +547,254 @@ def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> 
                 return True
         start = cut + 1
     return False
+
+
+# -- tool calls on ids (the profile's layout: core/tool_calls.py) ------------------------------------
+
+
+def _problems(ctx: Context, code: str) -> list[tc.Problem]:
+    calls = ctx.calls
+    return [] if calls is None else [p for p in calls.problems if p.code == code]
+
+
+def _problem_hit(ctx: Context, code: str, advice: str) -> Hit | None:
+    found = _problems(ctx, code)
+    if not found:
+        return None
+    said = "; ".join(p.detail for p in found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+    return Hit.at(f"{said}: {advice}", [ctx.n_prompt + q for p in found for q in p.positions])
+
+
+@rule(
+    "tool_section_unclosed",
+    ERROR,
+    "A tool-call section opened and never closed: the server's parser drops or mangles the calls.",
+)
+def tool_section_unclosed(ctx: Context) -> Hit | None:
+    cause = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
+    return _problem_hit(
+        ctx, tc.SECTION_UNCLOSED, f"the turn ends inside its tool calls{cause}, a shape the template never renders."
+    )
+
+
+@rule("tool_call_unclosed", ERROR, "A tool call began and never ended: its arguments are cut, the parser drops it.")
+def tool_call_unclosed(ctx: Context) -> Hit | None:
+    return _problem_hit(ctx, tc.CALL_UNCLOSED, "the call is cut; no parser returns it whole.")
+
+
+@rule(
+    "tool_call_out_of_order",
+    ERROR,
+    "Tool-call markers out of their order (a call inside a call, no argument marker, an end without a begin).",
+)
+def tool_call_out_of_order(ctx: Context) -> Hit | None:
+    return _problem_hit(
+        ctx, tc.OUT_OF_ORDER, "the calls do not follow the layout, so the parser's tool_calls cannot describe them."
+    )
+
+
+def _closed_calls(ctx: Context) -> list[tc.CallOnIds]:
+    return [] if ctx.calls is None else [c for c in ctx.calls.calls if c.closed]
+
+
+def _call_at(ctx: Context, call: tc.CallOnIds, span: tuple[int, int] | None = None) -> list[int]:
+    """The absolute positions naming a call: its span's ids (`span`), else its begin marker."""
+    if span is not None and span[0] < span[1]:
+        return list(range(ctx.n_prompt + span[0], ctx.n_prompt + span[1]))
+    return [ctx.n_prompt + call.span[0]]
+
+
+@rule(
+    "tool_arguments_not_object",
+    WARN,
+    "A call's arguments are not a JSON object: the tool cannot run it, and servers rewrite it ({}) or refuse it.",
+)
+def tool_arguments_not_object(ctx: Context) -> Hit | None:
+    bad = [c for c in _closed_calls(ctx) if c.arguments_error is not None and c.arguments_span is not None]
+    if not bad:
+        return None
+    said = "; ".join(f"the call at output[{c.span[0]}]: {c.arguments_error}" for c in bad[:4])
+    return Hit.at(
+        f"{said}. As history, vLLM renders such arguments as {{}} and SGLang answers 400: the next turn's prompt "
+        f"cannot extend these ids.",
+        [p for c in bad for p in _call_at(ctx, c, c.arguments_span)],
+    )
+
+
+@rule("tool_not_declared", WARN, "A call names a function the request's `tools` does not declare.")
+def tool_not_declared(ctx: Context) -> Hit | None:
+    declared = tc.declared_tools(ctx.capture.settings)
+    if declared is None:
+        return None  # the capture did not record the request's tools
+    bad = [c for c in _closed_calls(ctx) if c.name is not None and c.name not in declared]
+    if not bad:
+        return None
+    names = ", ".join(sorted(declared)) or "none"
+    said = ", ".join(f"{c.name!r} at output[{c.span[0]}]" for c in bad[:6])
+    return Hit.at(
+        f"The calls name {said}, which the request's tools do not declare (declared: {names}): the model called a "
+        f"function it was not offered.",
+        [p for c in bad for p in _call_at(ctx, c, c.id_span or c.arguments_span)],
+    )
+
+
+@rule(
+    "tool_call_id_form",
+    WARN,
+    "A Kimi call id is not `functions.NAME:IDX`: Kimi's parsers read the name from it, and may drop the call.",
+)
+def tool_call_id_form(ctx: Context) -> Hit | None:
+    if ctx.calls is None or ctx.calls.layout.parser != KIMI_K2:
+        return None
+    bad = [c for c in _closed_calls(ctx) if c.call_id is not None and not tc.KIMI_CALL_ID.fullmatch(c.call_id)]
+    if not bad:
+        return None
+    said = ", ".join(f"{c.call_id!r} at output[{c.span[0]}]" for c in bad[:6])
+    return Hit.at(
+        f"Call ids {said} are not in Kimi's functions.NAME:IDX form (what its template renders and its parsers read).",
+        [p for c in bad for p in _call_at(ctx, c, c.id_span)],
+    )
+
+
+def _reasoning_open_at(ctx: Context, out_pos: int) -> bool:
+    """Whether reasoning is open just before this output position (the last think delimiter before it opened)."""
+    if not ctx.profile.has_reasoning:
+        return False
+    state = ctx.prefilled_opener is not None
+    for pos, opens in sorted([(p, True) for p in ctx.out_openers] + [(p, False) for p in ctx.out_closers]):
+        if pos >= out_pos:
+            break
+        state = opens
+    return state
+
+
+def _section_in_reasoning(ctx: Context) -> int | None:
+    """The output position of the first tool marker when it comes while reasoning is still open."""
+    first = ctx.calls.first_marker if ctx.calls is not None else None
+    return first if first is not None and _reasoning_open_at(ctx, first) else None
+
+
+@rule(
+    "tool_section_in_reasoning",
+    WARN,
+    "The tool calls open before the reasoning closed (Kimi-K2.5 does this): the history re-render inserts the "
+    "closer, so the next turn's prompt does not extend these ids.",
+)
+def tool_section_in_reasoning(ctx: Context) -> Hit | None:
+    first = _section_in_reasoning(ctx)
+    if first is None:
+        return None
+    p = ctx.profile
+    return Hit.at(
+        f"{ctx.name(ctx.output[first])} at {ctx.where(first)} opens the tool calls while reasoning is open (no "
+        f"{p.think_close}, id {p.think_close_id}, before it). Both servers end the reasoning there; the chat "
+        f"template renders {p.think_close} before the calls in the history, an id this output never produced.",
+        [ctx.n_prompt + first],
+    )
+
+
+@rule(
+    "text_after_tool_calls",
+    WARN,
+    "Text after the tool calls, before the stop: parsers drop it or file it elsewhere, templates never render it.",
+)
+def text_after_tool_calls(ctx: Context) -> Hit | None:
+    calls = ctx.calls
+    if calls is None:
+        return None
+    end = len(ctx.output) - (1 if ctx.output and ctx.output[-1] in ctx.profile.stop_ids else 0)
+    after = ctx.output[calls.end : end]
+    if calls.end >= end or ctx.blank(after):
+        return None
+    return Hit.at(
+        f"{len(after)} id(s) after the tool calls, from {ctx.where(calls.end)}: the template renders nothing "
+        f"after the calls, so a history re-render drops them.",
+        list(range(ctx.n_prompt + calls.end, ctx.n_prompt + end)),
+    )
+
+
+def _server_call_differences(ctx: Context) -> tuple[list[str], list[int], list[str], list[int]]:
+    """(differences, their positions, renumbered ids, their positions) between the server's tool_calls and
+    the calls on the ids the text fields came from."""
+    c = ctx.capture
+    on_ids = ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
+    calls = [] if on_ids is None else list(on_ids.calls)
+    server = c.tool_calls or []
+    kimi = on_ids is not None and on_ids.layout.parser == KIMI_K2
+    diffs: list[str] = []
+    renumbered: list[str] = []
+    at: list[int] = []
+    renumbered_at: list[int] = []
+    n = ctx.n_prompt
+    positions_ok = not ctx.paths_diverge  # a diverged dual capture's calls are on the parsed path's ids
+    if len(server) != len(calls):
+        diffs.append(f"the server returned {len(server)} call(s), the ids hold {len(calls)}")
+        at += [n + calls[len(server)].span[0]] if len(calls) > len(server) and positions_ok else []
+    for k, (mine, theirs) in enumerate(zip(calls, server)):
+        where = [n + mine.span[0]] if positions_ok else []
+        if mine.name != theirs.get("name"):
+            diffs.append(f"call {k}: name {theirs.get('name')!r} vs {mine.name!r} on the ids")
+            at += where
+        if mine.arguments is not None and mine.arguments != theirs.get("arguments"):
+            diffs.append(f"call {k}: arguments {theirs.get('arguments')!r} vs {mine.arguments!r} on the ids")
+            at += where
+        if kimi and mine.call_id is not None and mine.call_id != theirs.get("id"):
+            said = f"call {k}: id {theirs.get('id')!r} vs {mine.call_id!r} on the ids"
+            if c.server_kind == "sglang" and _only_counter_differs(mine.call_id, theirs.get("id")):
+                renumbered.append(said)
+                renumbered_at += where
+            else:
+                diffs.append(said)
+                at += where
+    return diffs, at, renumbered, renumbered_at
+
+
+def _only_counter_differs(mine: str, theirs: object) -> bool:
+    a, b = tc.KIMI_CALL_ID.fullmatch(mine), tc.KIMI_CALL_ID.fullmatch(theirs) if isinstance(theirs, str) else None
+    return a is not None and b is not None and a.group("name") == b.group("name")
+
+
+def _server_parsed_calls(ctx: Context) -> bool:
+    """A chat answer whose calls a tool parser could have returned: the ids hold calls, or it returned some."""
+    c = ctx.capture
+    if c.endpoint not in CHAT_ENDPOINTS or ctx.tokenizer is None or ctx.tool_calls is None:
+        return False  # not a chat answer, or no layout to read calls on the ids by
+    return bool(c.tool_calls) or ctx.calls is not None
+
+
+@rule(
+    "tool_calls_field_mismatch",
+    WARN,
+    "The server's tool_calls differ from the calls on the ids: a history built from the field re-renders other ids.",
+)
+def tool_calls_field_mismatch(ctx: Context) -> Hit | None:
+    if not _server_parsed_calls(ctx):
+        return None
+    diffs, at, _, _ = _server_call_differences(ctx)
+    if not diffs:
+        return None
+    none = " (no tool_calls came back: the server ran no tool parser, or tool_choice was none)"
+    detail = "; ".join(diffs[:4]) + ("" if ctx.capture.tool_calls else none)
+    detail += ": a client that sends the field back as history gets a prompt that does not extend these ids."
+    return Hit.at(detail, at) if at else Hit.missing(detail)
+
+
+@rule(
+    "tool_call_id_renumbered",
+    INFO,
+    "SGLang returned a call id with its own counter (calls in the history + index), not the id the model wrote.",
+)
+def tool_call_id_renumbered(ctx: Context) -> Hit | None:
+    if not _server_parsed_calls(ctx):
+        return None
+    _, _, renumbered, at = _server_call_differences(ctx)
+    if not renumbered:
+        return None
+    detail = "; ".join(renumbered[:4]) + (
+        ": SGLang renumbers call ids by the calls in the history; sent back, its id renders other ids than "
+        "these (vLLM echoes the model's)."
+    )
+    return Hit.at(detail, at) if at else Hit.missing(detail)
 
 
 @rule(

@@ -6,10 +6,15 @@ does, so its output starts *inside* reasoning and never contains 163606).
 
 Drafters are trained for plain chat models too (Llama, Qwen2.5, SmolLM…): the built-in `plain`
 profile has no delimiters at all, and takes its stop ids from the tokenizer (`with_tokenizer_stops`).
+
+A profile may also say how the family writes tool calls on ids (`ToolCallLayout`): Kimi's section and
+call markers, or Qwen3's hermes `<tool_call>` JSON `</tool_call>`, so the calls are read off the ids
+(`core.tool_calls`) the way the think delimiters are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -24,6 +29,138 @@ class ProfileError(TokviewError):
     """A profile could not be found, parsed or detected."""
 
     title = "profile"
+
+
+KIMI_K2, HERMES = "kimi_k2", "hermes"
+TOOL_PARSERS = (KIMI_K2, HERMES)
+"""The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
+
+
+@dataclass(frozen=True)
+class ToolCallLayout:
+    """Where a model family's tool calls sit on the ids: the marker ids its server's tool parser cuts at.
+
+    `kimi_k2`: `section_begin (call_begin CALL-ID argument_begin ARGUMENTS call_end)* section_end`,
+    the call id text `functions.NAME:IDX`. `hermes` (Qwen3): `call_begin JSON call_end` per call,
+    the JSON `{"name": …, "arguments": {…}}`, no section markers and no argument marker."""
+
+    parser: str
+    call_begin: str
+    call_end: str
+    call_begin_id: int
+    call_end_id: int
+    section_begin: str = ""
+    section_end: str = ""
+    section_begin_id: int | None = None
+    section_end_id: int | None = None
+    argument_begin: str = ""
+    argument_begin_id: int | None = None
+
+    def named_ids(self) -> list[tuple[str, int, str]]:
+        """(key, id, text) of every marker this layout uses (what a tokenizer must have)."""
+        named = [
+            ("section_begin_id", self.section_begin_id, self.section_begin),
+            ("section_end_id", self.section_end_id, self.section_end),
+            ("call_begin_id", self.call_begin_id, self.call_begin),
+            ("argument_begin_id", self.argument_begin_id, self.argument_begin),
+            ("call_end_id", self.call_end_id, self.call_end),
+        ]
+        return [(key, i, text) for key, i, text in named if i is not None]
+
+    @property
+    def marker_ids(self) -> frozenset[int]:
+        return frozenset(i for _, i, _ in self.named_ids())
+
+
+KIMI_TOOL_CALLS = ToolCallLayout(
+    parser=KIMI_K2,
+    call_begin="<|tool_call_begin|>",
+    call_end="<|tool_call_end|>",
+    call_begin_id=KIMI_ID["<|tool_call_begin|>"],
+    call_end_id=KIMI_ID["<|tool_call_end|>"],
+    section_begin="<|tool_calls_section_begin|>",
+    section_end="<|tool_calls_section_end|>",
+    section_begin_id=KIMI_ID["<|tool_calls_section_begin|>"],
+    section_end_id=KIMI_ID["<|tool_calls_section_end|>"],
+    argument_begin="<|tool_call_argument_begin|>",
+    argument_begin_id=KIMI_ID["<|tool_call_argument_begin|>"],
+)
+QWEN3_TOOL_CALLS = ToolCallLayout(
+    parser=HERMES, call_begin="<tool_call>", call_end="</tool_call>", call_begin_id=151657, call_end_id=151658
+)
+BUILTIN_TOOL_LAYOUTS = {KIMI_K2: KIMI_TOOL_CALLS, HERMES: QWEN3_TOOL_CALLS}
+
+
+def tool_layout_from_fields(fields: Any, where: str) -> ToolCallLayout | None:
+    """A layout from its name (`"kimi_k2"`, `"hermes"`: the built-in ids, `"none"`: no tool calls) or a
+    table naming `parser` and the ids that differ from that parser's built-in layout.
+
+    Raises ProfileError naming `where` for anything else."""
+    if fields is None or fields == "none":
+        return None
+    if isinstance(fields, str):
+        if fields not in BUILTIN_TOOL_LAYOUTS:
+            raise ProfileError(f"{where}: tool_calls = {fields!r} (known: {', '.join(TOOL_PARSERS)}, none)")
+        return BUILTIN_TOOL_LAYOUTS[fields]
+    if not isinstance(fields, dict):
+        raise ProfileError(f"{where}: tool_calls must be a parser name or a table, not {type(fields).__name__}")
+    data = dict(fields)
+    parser = data.get("parser")
+    if parser not in BUILTIN_TOOL_LAYOUTS:
+        raise ProfileError(f"{where}: tool_calls.parser must be one of {', '.join(TOOL_PARSERS)} ({parser!r})")
+    allowed = set(ToolCallLayout.__dataclass_fields__)
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ProfileError(f"{where}: tool_calls has unknown keys {unknown}")
+    for key, value in data.items():
+        wants_int = key.endswith("_id")
+        ok = (isinstance(value, int) and not isinstance(value, bool)) if wants_int else isinstance(value, str)
+        if not ok and not (wants_int and value is None):
+            raise ProfileError(f"{where}: tool_calls.{key} has the wrong type ({value!r})")
+    layout = replace(BUILTIN_TOOL_LAYOUTS[parser], **data)
+    if layout.parser == KIMI_K2 and None in (layout.section_begin_id, layout.section_end_id, layout.argument_begin_id):
+        raise ProfileError(f"{where}: a kimi_k2 tool-call layout needs section and argument_begin ids")
+    if layout.parser == HERMES:
+        layout = replace(layout, section_begin="", section_end="", argument_begin="")
+        layout = replace(layout, section_begin_id=None, section_end_id=None, argument_begin_id=None)
+    return layout
+
+
+def tool_layout_fields(layout: ToolCallLayout | None) -> dict[str, Any] | None:
+    return None if layout is None else dataclasses.asdict(layout)
+
+
+def check_tool_layout_fits(profile: ModelProfile, tokenizer: Any, given: str) -> None:
+    """A tool-call layout whose ids this tokenizer lacks, or has as other tokens, is refused in one line (as the
+    think delimiters are): reading Qwen3's 151657 as a call opener in another vocabulary would invent calls."""
+    layout = profile.tool_calls
+    if layout is None:
+        return
+    seen: dict[int, str] = {}
+    taken = set(profile.stop_ids) | profile.delimiter_ids
+    for key, token_id, text in layout.named_ids():
+        if token_id < 0 or tokenizer.piece_text(token_id) == f"<id {token_id}>":
+            raise ProfileError(f"profile {given}: tool_calls.{key} = {token_id} is not an id of this tokenizer")
+        piece = tokenizer.piece_text(token_id)
+        if piece.strip() != text.strip():
+            raise ProfileError(
+                f"profile {given}: tool_calls.{key} {token_id} is {piece!r} in this tokenizer, not {text!r}: "
+                "the layout is another model's"
+            )
+        if token_id in seen:
+            raise ProfileError(f"profile {given}: tool_calls.{key} and {seen[token_id]} are the same id ({token_id})")
+        if token_id in taken:
+            raise ProfileError(f"profile {given}: tool_calls.{key} {token_id} is also a stop id or think delimiter")
+        seen[token_id] = f"tool_calls.{key}"
+
+
+def fitting_tool_layout(tokenizer: Any, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
+    """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None."""
+    candidates = [preferred, *BUILTIN_TOOL_LAYOUTS.values()]
+    for layout in candidates:
+        if layout is not None and all(tokenizer.token_to_id(text) == i for _, i, text in layout.named_ids()):
+            return layout
+    return None
 
 
 @dataclass(frozen=True)
@@ -46,6 +183,8 @@ class ModelProfile:
     """The model's context length as the profile knows it (detected: the tokenizer's model_max_length).
     `over_max_length` uses it only when neither the server's reported max_model_len nor the tokenizer's
     limit is known; a trainer's limit is the export's (`--seq-length`, `data.max_length`)."""
+    tool_calls: ToolCallLayout | None = None
+    """How the family writes tool calls on ids (None: tokview reads no tool calls for it)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -78,6 +217,7 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         prefills_opener=True,
         thinking_kwarg="thinking",
         reasoning_parser="kimi_k2",
+        tool_calls=KIMI_TOOL_CALLS,
     ),
     "kimi-k2-thinking": ModelProfile(
         name="kimi-k2-thinking",
@@ -89,6 +229,7 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         prefills_opener=False,
         thinking_kwarg=None,
         reasoning_parser="kimi_k2",
+        tool_calls=KIMI_TOOL_CALLS,
     ),
     "qwen3": ModelProfile(
         name="qwen3",
@@ -100,6 +241,7 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         prefills_opener=False,
         thinking_kwarg="enable_thinking",
         reasoning_parser="qwen3",
+        tool_calls=QWEN3_TOOL_CALLS,
     ),
     "deepseek-r1": ModelProfile(
         name="deepseek-r1",
@@ -173,10 +315,12 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 def profile_fields(profile: ModelProfile) -> dict[str, Any]:
     """A profile as plain JSON values: what a run records, so its samples are read back with it."""
-    return {
+    fields = {
         name: list(value) if isinstance(value, tuple) else value
         for name, value in ((f, getattr(profile, f)) for f in ModelProfile.__dataclass_fields__ if f != "extra")
     }
+    fields["tool_calls"] = tool_layout_fields(profile.tool_calls)
+    return fields
 
 
 def profile_from_fields(fields: Any) -> ModelProfile | None:
@@ -186,8 +330,13 @@ def profile_from_fields(fields: Any) -> ModelProfile | None:
     try:
         data = {k: v for k, v in fields.items() if k in ModelProfile.__dataclass_fields__ and k != "extra"}
         data["stop_ids"] = tuple(int(i) for i in data.get("stop_ids") or ())
+        if "tool_calls" in data:
+            data["tool_calls"] = tool_layout_from_fields(data["tool_calls"], "recorded profile")
+        else:  # recorded before profiles had tool-call layouts: a built-in's is its layout today
+            builtin = BUILTIN_PROFILES.get(str(data.get("name")))
+            data["tool_calls"] = builtin.tool_calls if builtin else None
         return ModelProfile(**data)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, ProfileError):
         return None
 
 
@@ -217,6 +366,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     if reasoning is not None and not isinstance(reasoning, bool):
         raise ProfileError(f"profile file {path}: reasoning must be true or false ({reasoning!r})")
     allowed = set(ModelProfile.__dataclass_fields__) - {"extra"}
+    if "tool_calls" in data:
+        data["tool_calls"] = tool_layout_from_fields(data["tool_calls"], f"profile file {path}")
     unknown = set(data) - allowed
     if unknown:
         raise ProfileError(f"profile file {path}: unknown keys {sorted(unknown)}")
@@ -285,7 +436,9 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
     close_id = tokenizer.token_to_id("</think>")
     if open_id is None or close_id is None:
         # A plain chat model (or one whose delimiters have other names: then --profile says so).
-        plain = BUILTIN_PROFILES["plain"].with_overrides(max_length=tokenizer.model_max_length)
+        plain = BUILTIN_PROFILES["plain"].with_overrides(
+            max_length=tokenizer.model_max_length, tool_calls=fitting_tool_layout(tokenizer)
+        )
         return with_tokenizer_stops(plain, tokenizer)
     template = tokenizer.chat_template or ""
     kwarg = "enable_thinking" if "enable_thinking" in template else ("thinking" if "thinking" in template else None)
@@ -319,6 +472,7 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
         thinking_kwarg=kwarg,
         reasoning_parser=base.reasoning_parser if base else None,
         max_length=tokenizer.model_max_length,
+        tool_calls=fitting_tool_layout(tokenizer, base.tool_calls if base else None),
     )
 
 

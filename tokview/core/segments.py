@@ -2,7 +2,8 @@
 
 The reasoning structure of a sample is decided by the delimiter *ids*, never by re-rendered or
 decoded text. The rule for the start state is the one vLLM uses (`is_reasoning_end`): if the last
-think delimiter in the prompt is the opener, the output starts inside reasoning.
+think delimiter in the prompt is the opener, the output starts inside reasoning. The tool calls, by
+the profile's layout (`core.tool_calls`), then get kinds of their own over those ids.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from itertools import groupby
 from typing import NamedTuple
 
 from tokview.core.profiles import ModelProfile
+from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
 PROMPT = "prompt"
 PREFILLED_OPENER = "prefilled_opener"
@@ -21,7 +23,18 @@ REASONING = "reasoning"
 CLOSER = "closer"
 ANSWER = "answer"
 STOP = "stop"
-SEGMENT_KINDS = (PROMPT, PREFILLED_OPENER, OPENER, REASONING, CLOSER, ANSWER, STOP)
+TOOL_MARKER = "tool_marker"
+"""A marker id of the profile's tool-call layout (section/call begin and end, argument begin): every tool
+parser hides it from every text field."""
+TOOL_CALL_ID = "tool_call_id"
+"""Kimi: the call id text (`functions.NAME:IDX`), returned only as `tool_calls[].id`."""
+TOOL_ARGUMENTS = "tool_arguments"
+"""The call's arguments (`tool_calls[].function.arguments`); hermes: the whole JSON with the name."""
+TOOL_SECTION = "tool_section"
+"""Any other id inside the calls' section (whitespace between calls)."""
+TOOL_KINDS = (TOOL_MARKER, TOOL_CALL_ID, TOOL_ARGUMENTS, TOOL_SECTION)
+SEGMENT_KINDS = (PROMPT, PREFILLED_OPENER, OPENER, REASONING, CLOSER, ANSWER, STOP, *TOOL_KINDS)
+_KEPT_OVER_TOOL_KINDS = frozenset((PREFILLED_OPENER, OPENER, CLOSER, STOP))
 
 
 @dataclass(frozen=True)
@@ -72,17 +85,25 @@ def delimiter_positions(output_ids: Sequence[int], profile: ModelProfile) -> Del
     )
 
 
+def tool_calls_on_ids(output_ids: Sequence[int], profile: ModelProfile) -> ToolCallsOnIds | None:
+    """The profile's tool calls in these ids, spans only (no tokenizer); None when the profile reads none."""
+    return None if profile.tool_calls is None else parse_tool_calls(output_ids, profile.tool_calls)
+
+
 def token_kinds(
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
     profile: ModelProfile,
     delimiters: DelimiterPositions | None = None,
+    tool_calls: ToolCallsOnIds | None = None,
 ) -> list[str]:
     """The segment kind of every id in prompt_ids + output_ids.
 
     Kinds change only at a think delimiter and at a final stop id, so the delimiters are found with
-    `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them
-    filled whole: no Python step per id."""
+    `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them filled
+    whole: no Python step per id. `tool_calls` (`tool_calls_on_ids` of these output ids, as `analyze`
+    passes it): the ids of the calls then get their tool kinds (`paint_tool_kinds`); without it the kinds
+    are the reasoning structure alone."""
     kinds = [PROMPT] * len(prompt_ids)
     prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
@@ -101,7 +122,40 @@ def token_kinds(
     kinds += [REASONING if in_reasoning else ANSWER] * (len(output) - done)
     if output and done < len(output) and output[-1] in profile.stop_ids:
         kinds[-1] = STOP
+    if tool_calls is not None and tool_calls.found:
+        paint_tool_kinds(kinds, len(prompt_ids), tool_calls)
     return kinds
+
+
+def paint_tool_kinds(kinds: list[str], n_prompt: int, calls: ToolCallsOnIds) -> None:
+    """Give the ids of the calls their tool kinds; the think delimiters and the final stop keep theirs (the
+    reasoning checks read them). Only the few ids of the calls are visited."""
+
+    def paint(span: tuple[int, int] | None, kind: str) -> None:
+        if span is None:
+            return
+        for i in range(n_prompt + span[0], n_prompt + span[1]):
+            if kinds[i] not in _KEPT_OVER_TOOL_KINDS:
+                kinds[i] = kind
+
+    for section in calls.sections:
+        paint(section, TOOL_SECTION)
+    for call in calls.calls:
+        paint(call.span, TOOL_SECTION)
+        paint(call.id_span, TOOL_CALL_ID)
+        paint(call.arguments_span, TOOL_ARGUMENTS)
+    for pos in calls.markers:
+        paint((pos, pos + 1), TOOL_MARKER)
+
+
+def tool_run_starts(n_prompt: int, calls: ToolCallsOnIds | None) -> set[int]:
+    """Every absolute position where a tool kind may begin or end (for `run_starts`)."""
+    if calls is None or not calls.found:
+        return set()
+    spans = [*calls.sections, *(c.span for c in calls.calls)]
+    spans += [s for c in calls.calls for s in (c.id_span, c.arguments_span) if s is not None]
+    spans += [(p, p + 1) for p in calls.markers]
+    return {n_prompt + edge for span in spans for edge in span}
 
 
 def positions_of(ids: Sequence[int], token_id: int | None) -> list[int]:
@@ -119,19 +173,30 @@ def positions_of(ids: Sequence[int], token_id: int | None) -> list[int]:
         return found
 
 
-def segment(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile) -> list[Segment]:
-    """Consecutive runs of one kind; together they partition prompt_ids + output_ids exactly."""
-    return segments_from_kinds(token_kinds(prompt_ids, output_ids, profile), len(prompt_ids))
+def segment(
+    prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile, *, tool_calls: bool = False
+) -> list[Segment]:
+    """Consecutive runs of one kind; together they partition prompt_ids + output_ids exactly.
+
+    `tool_calls`: the ids of the profile's tool calls get their own kinds (as `analyze` gives them)."""
+    calls = tool_calls_on_ids(output_ids, profile) if tool_calls else None
+    return segments_from_kinds(token_kinds(prompt_ids, output_ids, profile, tool_calls=calls), len(prompt_ids))
 
 
 def run_starts(
-    prompt_ids: Sequence[int], output_len: int, profile: ModelProfile, delimiters: DelimiterPositions
+    prompt_ids: Sequence[int],
+    output_len: int,
+    profile: ModelProfile,
+    delimiters: DelimiterPositions,
+    tool_calls: ToolCallsOnIds | None = None,
 ) -> list[int]:
     """Every position where `token_kinds` may start a new run (and some where it does not): the
     prompt's pre-filled opener and the id after it, each output delimiter and the id after it, the
-    output's first and last ids. `segments_from_kinds` looks only there instead of at every id."""
+    output's first and last ids, the edges of the tool calls (`tool_calls`: the parse `token_kinds`
+    was given). `segments_from_kinds` looks only there instead of at every id."""
     n = len(prompt_ids)
     starts = {0, n, n + output_len - 1}
+    starts |= {p for p in tool_run_starts(n, tool_calls) if p < n + output_len}
     prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
         starts.update((prefill, prefill + 1))

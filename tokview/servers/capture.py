@@ -132,6 +132,7 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
         reasoning=chat.reasoning,
         content=chat.content,
         reasoning_field=chat.reasoning_field,
+        tool_calls=chat.tool_calls,
         parsed_output_ids=None if chat_ids is None else list(chat_ids),
         parsed_raw_response=chat.raw_response,
         raw_request=raw_request,

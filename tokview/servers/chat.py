@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from tokview.core import logprobs as lp
 from tokview.core import spec_decode
 from tokview.core.record import Capture
+from tokview.core.tool_calls import server_tool_calls
 from tokview.servers.backend import Backend, Captured, Probe
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
@@ -95,6 +96,7 @@ def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str,
         "reasoning": text_of(reasoning, where, f"message.{field_name}"),
         "content": text_of(message.get("content"), where, "message.content"),
         "reasoning_field": field_name,
+        "tool_calls": server_tool_calls(message.get("tool_calls")),
         "usage": normalize_usage(data.get("usage")),
     }
 

@@ -14,6 +14,7 @@ from typing import Any
 from tokview.core import logprobs as lp
 from tokview.core import spec_decode
 from tokview.core.record import Capture
+from tokview.core.tool_calls import fold_stream_tool_calls
 from tokview.servers.backend import Advice, Backend, Call, Captured, Probe
 from tokview.servers.chat import ChatBackend, chat_logprob_fields, finish_chat_capture, parse_chat
 from tokview.servers.errors import CaptureFailed, Retryable
@@ -131,6 +132,7 @@ def merge_chat_stream(
         "reasoning": reasoning,
         "content": content,
         "reasoning_field": field_name,
+        "tool_calls": fold_stream_tool_calls(chunks),
         "usage": normalize_usage(usage),
         "spec_decode": None if spec is None else spec.to_dict(),
         **side,

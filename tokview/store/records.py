@@ -26,6 +26,7 @@ import orjson
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
+from tokview.core.tool_calls import tool_calls_of_response
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 from tokview.untrusted_text import storable
@@ -414,4 +415,7 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
     data["prompt_ids"] = list(data["prompt_ids"])
     data["output_ids"] = list(data["output_ids"])
     data.update(side_fields(row))
+    # the server's tool_calls are in the stored chat body (a dual capture's parsed path): no column of their own
+    chat_body = data.get("parsed_raw_response") if data.get("endpoint") == "dual" else data.get("raw_response")
+    data["tool_calls"] = tool_calls_of_response(chat_body)
     return Capture(**data)

@@ -1,0 +1,320 @@
+"""The tool-call findings (issue 23 item 4): each fires on its case and on nothing clean, on both real
+tokenizers (Kimi's layout and Qwen3's hermes), and on the recorded real vLLM and SGLang answers.
+
+`TOOL_CASES` has the shape of test_findings.CASES (positive, negative, exact positions, given a family with
+`tok`, `p`, `prompt`, `reasoning`, `capture(**changes)`, `output(...)`), so the registry's own positive and
+negative tests can run them too; `KIMI_ONLY` are the codes the hermes layout cannot have (no section
+markers, no call id on the ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from test_tool_calls import TOOL_CODES, recorded_capture
+
+from tokview.core.analysis import analyze
+from tokview.core.findings import ERROR, RULES, default_severity
+from tokview.core.record import Capture
+from tokview.core.tool_calls import parse_tool_calls
+
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+REASONING = "Okay, I should check the weather in Paris."
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+ARGS = '{"city": "Paris"}'
+KIMI_ONLY = {"tool_section_unclosed", "tool_call_id_form", "tool_call_id_renumbered"}
+
+
+@dataclasses.dataclass
+class Family:
+    """A tokenizer + profile and a valid reasoning sample built from them (as in test_findings)."""
+
+    tok: Any
+    p: Any
+    prompt: list[int]
+    reasoning: list[int]
+    answer: list[int]
+
+    @property
+    def profile(self) -> Any:
+        return self.p
+
+    def output(self, reasoning=None, answer=None, close=True, stop=True) -> list[int]:
+        ids = list(self.reasoning if reasoning is None else reasoning)
+        if close:
+            ids.append(self.p.think_close_id)
+        ids += self.answer if answer is None else answer
+        if stop:
+            ids.append(self.p.stop_ids[0])
+        return ids
+
+    def capture(self, **changes: Any) -> Capture:
+        out = changes.pop("output_ids") if "output_ids" in changes else self.output()
+        base: dict[str, Any] = dict(
+            prompt_ids=list(self.prompt),
+            output_ids=out,
+            finish_reason="stop",
+            endpoint="sglang-generate",
+            settings={"thinking": True, "max_new_tokens": 256},
+            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
+        )
+        base.update(changes)
+        return Capture(**base)
+
+
+@pytest.fixture(params=["kimi", "qwen"])
+def fam(request, kimi_tok, qwen_tok, kimi_profile, qwen_profile) -> Family:
+    if request.param == "kimi":
+        prompt = kimi_tok.render(QUESTION, template_kwargs={"thinking": True})
+        return Family(kimi_tok, kimi_profile, prompt, kimi_tok.encode(REASONING), kimi_tok.encode("Sunny."))
+    prompt = qwen_tok.render(QUESTION, template_kwargs={"enable_thinking": True})
+    prompt += [qwen_profile.think_open_id] + qwen_tok.encode("\n")
+    return Family(qwen_tok, qwen_profile, prompt, qwen_tok.encode(REASONING + "\n"), qwen_tok.encode("\n\nSunny."))
+
+
+# -- building calls in a family's layout ------------------------------------------------------------------
+
+
+def kimi(f: Any) -> bool:
+    return f.p.tool_calls.parser == "kimi_k2"
+
+
+def call(f: Any, name: str = "get_weather", args: str = ARGS, call_id: str | None = None, end: bool = True):
+    """One call's ids: Kimi `begin ID argument_begin ARGS end`, hermes `<tool_call>\\nJSON\\n</tool_call>`."""
+    lay, enc = f.p.tool_calls, f.tok.encode
+    if kimi(f):
+        ids = [lay.call_begin_id, *enc(call_id or f"functions.{name}:0"), lay.argument_begin_id, *enc(args)]
+    else:
+        ids = [lay.call_begin_id, *enc(f'\n{{"name": "{name}", "arguments": {args}}}\n')]
+    return ids + ([lay.call_end_id] if end else [])
+
+
+def section(f: Any, *calls: list[int], close: bool = True) -> list[int]:
+    lay = f.p.tool_calls
+    if not kimi(f):
+        return [i for k, c in enumerate(calls) for i in ([*f.tok.encode("\n")] if k else []) + c]
+    return [lay.section_begin_id, *[i for c in calls for i in c]] + ([lay.section_end_id] if close else [])
+
+
+def with_tools(f: Any, output: list[int], **changes: Any) -> Capture:
+    settings = {"thinking": True, "max_new_tokens": 256, "tools": TOOLS}
+    return f.capture(output_ids=output, settings=settings, finish_reason="tool_calls", **changes)
+
+
+def clean(f: Any) -> Capture:
+    return with_tools(f, f.output(answer=section(f, call(f))))
+
+
+def server_call(f: Any, args: str = ARGS, call_id: str = "functions.get_weather:0") -> dict[str, Any]:
+    return {"id": call_id if kimi(f) else "chatcmpl-tool-9a1b", "name": "get_weather", "arguments": args}
+
+
+def chat(f: Any, calls: list[dict[str, Any]] | None, server: str = "vllm") -> Capture:
+    """The clean call as a chat answer whose `tool_calls` field is `calls`."""
+    base = clean(f)
+    return dataclasses.replace(
+        base,
+        endpoint=f"{server}-chat",
+        server_kind=server,
+        reasoning=f.tok.decode(f.reasoning),
+        content=None,
+        reasoning_field="reasoning",
+        tool_calls=calls,
+    )
+
+
+def calls_of(f: Any, c: Capture):
+    return parse_tool_calls(c.output_ids, f.p.tool_calls, f.tok)
+
+
+def at(c: Capture, *out_positions: int) -> tuple[int, ...]:
+    return tuple(len(c.prompt_ids) + i for i in out_positions)
+
+
+def span_at(c: Capture, span: tuple[int, int]) -> tuple[int, ...]:
+    return at(c, *range(*span))
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    positive: Callable[[Any], Capture]
+    negative: Callable[[Any], Capture]
+    positions: Callable[[Any, Capture], tuple[int, ...]]
+
+
+def _stray_end(f: Any) -> list[int]:
+    lay = f.p.tool_calls
+    return f.output(answer=section(f, call(f) + [lay.call_end_id]))
+
+
+def _text_after(f: Any) -> list[int]:
+    return f.output(answer=section(f, call(f)) + f.tok.encode(" Done, calling it."))
+
+
+TOOL_CASES = {
+    "tool_section_unclosed": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f), close=False))),
+        clean,
+        lambda f, c: at(c, calls_of(f, c).sections[0][0]),
+    ),
+    "tool_call_unclosed": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f, end=False)))),
+        clean,
+        lambda f, c: at(c, calls_of(f, c).calls[0].span[0]),
+    ),
+    "tool_call_out_of_order": Case(
+        lambda f: with_tools(f, _stray_end(f)),
+        clean,
+        lambda f, c: at(c, calls_of(f, c).calls[0].span[1]),  # the second end, right after the call's own
+    ),
+    "tool_arguments_not_object": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f, args="[1]")))),
+        clean,
+        lambda f, c: span_at(c, calls_of(f, c).calls[0].arguments_span),
+    ),
+    "tool_not_declared": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f, name="get_time")))),
+        clean,
+        lambda f, c: span_at(c, calls_of(f, c).calls[0].id_span or calls_of(f, c).calls[0].arguments_span),
+    ),
+    "tool_call_id_form": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f, call_id="get_weather:0")))),
+        clean,
+        lambda f, c: span_at(c, calls_of(f, c).calls[0].id_span),
+    ),
+    "tool_section_in_reasoning": Case(
+        lambda f: with_tools(f, f.output(answer=section(f, call(f)), close=False)),
+        clean,
+        lambda f, c: at(c, calls_of(f, c).markers[0]),
+    ),
+    "text_after_tool_calls": Case(
+        lambda f: with_tools(f, _text_after(f)),
+        clean,
+        lambda f, c: at(c, *range(calls_of(f, c).end, len(c.output_ids) - 1)),
+    ),
+    "tool_calls_field_mismatch": Case(
+        lambda f: chat(f, [server_call(f, args='{"city": "Lyon"}')]),
+        lambda f: chat(f, [server_call(f)]),
+        lambda f, c: at(c, calls_of(f, c).calls[0].span[0]),
+    ),
+    "tool_call_id_renumbered": Case(
+        lambda f: chat(f, [server_call(f, call_id="functions.get_weather:1")], server="sglang"),
+        lambda f: chat(f, [server_call(f)], server="sglang"),
+        lambda f, c: at(c, calls_of(f, c).calls[0].span[0]),
+    ),
+}
+
+
+def test_every_tool_code_has_a_case_and_is_registered():
+    assert set(TOOL_CASES) == TOOL_CODES and set(RULES) >= TOOL_CODES
+
+
+@pytest.mark.parametrize("code", sorted(TOOL_CASES))
+def test_positive(fam, code):
+    if code in KIMI_ONLY and not kimi(fam):
+        pytest.skip("the hermes layout has no section markers and writes no call id")
+    case = TOOL_CASES[code]
+    capture = case.positive(fam)
+    analysis = analyze(capture, fam.p, fam.tok)
+    hits = [f for f in analysis.findings if f.code == code]
+    assert len(hits) == 1 and hits[0].severity == default_severity(code), analysis.codes
+    assert hits[0].positions == case.positions(fam, capture)
+    assert hits[0].detail
+    assert analysis.valid == (default_severity(code) != ERROR)
+
+
+@pytest.mark.parametrize("code", sorted(TOOL_CASES))
+def test_negative(fam, code):
+    capture = TOOL_CASES[code].negative(fam)
+    assert code not in analyze(capture, fam.p, fam.tok).codes
+
+
+def test_clean_calls_have_no_tool_finding_and_are_valid(fam):
+    for capture in (clean(fam), chat(fam, [server_call(fam)])):
+        analysis = analyze(capture, fam.p, fam.tok)
+        assert not set(analysis.codes) & TOOL_CODES and analysis.valid, analysis.codes
+
+
+def test_a_call_begun_inside_a_call_is_out_of_order_and_the_first_unclosed(fam):
+    lay = fam.p.tool_calls
+    inner = call(fam)
+    output = fam.output(answer=section(fam, [lay.call_begin_id, *fam.tok.encode("x")] + inner))
+    found = {f.code: f for f in analyze(with_tools(fam, output), fam.p, fam.tok).findings}
+    assert {"tool_call_out_of_order", "tool_call_unclosed"} <= set(found)
+    begin = output.index(lay.call_begin_id)
+    assert found["tool_call_unclosed"].positions == (len(fam.prompt) + begin,)
+
+
+def test_a_kimi_call_without_argument_begin_is_out_of_order(kimi_tok, kimi_profile):
+    lay = kimi_profile.tool_calls
+    ids = [lay.call_begin_id, *kimi_tok.encode("functions.get_weather:0" + ARGS), lay.call_end_id]
+    fam = Family(kimi_tok, kimi_profile, kimi_tok.render(QUESTION), kimi_tok.encode(REASONING), [])
+    capture = with_tools(fam, fam.output(answer=section(fam, ids)))
+    hit = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "tool_call_out_of_order")
+    assert "has no <|tool_call_argument_begin|>" in hit.detail
+
+
+# -- the recorded real answers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("vllm_t1", set()),
+        ("sgl_t1", set()),
+        ("vllm_b_nothink", set()),
+        ("sgl_b_nothink", set()),
+        ("vllm_t2_rc", set()),  # vLLM echoes the model's :0
+        ("vllm_b_think", {"tool_section_in_reasoning"}),
+        ("sgl_b_think", {"tool_section_in_reasoning"}),
+        ("sgl_t2_rc", {"tool_call_id_renumbered"}),  # SGLang's :1 (one call in the history)
+        ("vllm_choice_none", {"tool_calls_field_mismatch"}),  # the parser ate the calls, returned none
+    ],
+)
+def test_recorded_answers(name, expected, kimi_tok, kimi_profile):
+    analysis = analyze(recorded_capture(name, kimi_tok), kimi_profile, kimi_tok)
+    assert set(analysis.codes) & TOOL_CODES == expected
+    assert analysis.valid, analysis.codes
+    assert "think_close_missing" not in analysis.codes  # model B: the section ended the reasoning
+
+
+def test_a_renumbered_id_from_a_server_that_should_echo_it_is_a_mismatch(kimi_tok, kimi_profile):
+    capture = recorded_capture("sgl_t2_rc", kimi_tok, server_kind="vllm", endpoint="vllm-chat")
+    assert set(analyze(capture, kimi_profile, kimi_tok).codes) & TOOL_CODES == {"tool_calls_field_mismatch"}
+
+
+def test_a_recorded_call_to_a_function_the_request_did_not_offer(kimi_tok, kimi_profile):
+    other = [{"type": "function", "function": {"name": "get_time"}}]
+    capture = recorded_capture("vllm_t1", kimi_tok)
+    capture = dataclasses.replace(capture, settings={**capture.settings, "tools": other})
+    hit = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "tool_not_declared")
+    assert "'get_weather'" in hit.detail and "declared: get_time" in hit.detail
+
+
+def test_without_recorded_tools_nothing_is_undeclared(kimi_tok, kimi_profile):
+    capture = recorded_capture("vllm_t1", kimi_tok)
+    capture = dataclasses.replace(capture, settings={"thinking": True})
+    assert "tool_not_declared" not in analyze(capture, kimi_profile, kimi_tok).codes
+
+
+def test_the_tool_findings_keep_the_thinking_findings_of_a_truly_open_reasoning(kimi_tok, kimi_profile):
+    """A section inside reasoning is no excuse for a closer that never comes when there are no calls."""
+    capture = recorded_capture("vllm_t1", kimi_tok)
+    cut = capture.output_ids[: capture.output_ids.index(163607)] + [163586]
+    analysis = analyze(dataclasses.replace(capture, output_ids=cut), kimi_profile, kimi_tok)
+    assert "think_close_missing" in analysis.codes
+
+
+def test_serialised_findings_name_positions_inside_the_sample(fam):
+    for code, case in TOOL_CASES.items():
+        if code in KIMI_ONLY and not kimi(fam):
+            continue
+        capture = case.positive(fam)
+        total = len(capture.prompt_ids) + len(capture.output_ids)
+        for finding in analyze(capture, fam.p, fam.tok).findings:
+            assert all(0 <= p < total for p in finding.positions), (code, finding)
+            json.dumps(finding.__dict__)

@@ -1,0 +1,369 @@
+"""Tool calls read off the output ids, by the profile's tool-call layout, and the server's `tool_calls` field.
+
+A server's tool parser (`--tool-call-parser kimi_k2`, `hermes`) cuts the decoded text at marker ids and
+returns `tool_calls[]` (id, name, arguments); every marker is hidden from every text field. This module
+reads the same calls from the ids alone (`parse_tool_calls`): where the section and each call sit, the
+call id text, the name and the arguments text, and what is malformed about them. The findings
+(`findings.py`), the segment kinds (`segments.py`) and the alignment of the `tool_calls` field to its ids
+(`analysis.align_text_fields`) all read this one parse.
+
+Positions here are output-relative; spans are [start, end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.profiles import HERMES, KIMI_K2, ToolCallLayout
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+Span = tuple[int, int]
+KIMI_CALL_ID = re.compile(r"functions\.(?P<name>[\w.\-]+):(?P<index>\d+)")
+"""Kimi's call id form (`functions.get_weather:0`): what its template renders and its chat format expects."""
+KIMI_NAME = re.compile(r"^(?:functions\.)?(?P<name>[\w.\-]+):(?P<index>\d+)$")
+"""How SGLang's kimik2 detector reads the name from a call id (vLLM takes the text between `.` and `:`)."""
+
+# Problems the parse records (each becomes a finding of the same code).
+SECTION_UNCLOSED = "tool_section_unclosed"
+CALL_UNCLOSED = "tool_call_unclosed"
+OUT_OF_ORDER = "tool_call_out_of_order"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something malformed in the layout: its finding code, what happened, and the output positions."""
+
+    code: str
+    detail: str
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CallOnIds:
+    """One call as the ids hold it."""
+
+    span: Span
+    """From its begin marker through its end marker (or the output's end, when unclosed)."""
+    id_span: Span | None = None
+    """Kimi: the call id text's ids, between call begin and argument begin."""
+    arguments_span: Span | None = None
+    """Kimi: the arguments' ids; hermes: the whole JSON body's ids (name and arguments together)."""
+    closed: bool = True
+    call_id: str | None = None
+    """The call id text as the ids spell it (Kimi); None for hermes, which writes no id."""
+    name: str | None = None
+    arguments: str | None = None
+    """The arguments' text: Kimi's as written; hermes' re-serialised as its parser does (json.dumps)."""
+    arguments_error: str | None = None
+    """Why the arguments are not a JSON object (None when they are, or without a tokenizer)."""
+
+
+@dataclass(frozen=True)
+class ToolCallsOnIds:
+    """Every call the output ids hold, the sections around them, and the layout's problems."""
+
+    layout: ToolCallLayout
+    sections: tuple[Span, ...]
+    """Kimi: begin marker through end marker (the output's end when unclosed). Hermes: first call to last."""
+    calls: tuple[CallOnIds, ...]
+    problems: tuple[Problem, ...]
+    markers: tuple[int, ...]
+    """Output positions of every marker id, in order."""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.markers)
+
+    @property
+    def first_marker(self) -> int | None:
+        return self.markers[0] if self.markers else None
+
+    @property
+    def end(self) -> int:
+        """One past the last position the calls occupy (their last marker, or the end of an unclosed one)."""
+        ends = [s[1] for s in self.sections] + [c.span[1] for c in self.calls] + [m + 1 for m in self.markers]
+        return max(ends, default=0)
+
+
+NO_CALLS: tuple[CallOnIds, ...] = ()
+
+
+def marker_positions(ids: list[int], layout: ToolCallLayout) -> list[tuple[int, int]]:
+    """(output position, marker id) of every marker, in order: `list.index` scans (in C) per marker id, so an
+    output without calls costs no Python step per id. (`segments.positions_of` does the same; segments
+    imports this module, so it cannot be imported here.)"""
+    found: list[tuple[int, int]] = []
+    for token_id in layout.marker_ids:
+        at = -1
+        try:
+            while True:
+                at = ids.index(token_id, at + 1)
+                found.append((at, token_id))
+        except ValueError:
+            pass
+    return sorted(found)
+
+
+def parse_tool_calls(
+    output_ids: Sequence[int], layout: ToolCallLayout, tokenizer: TokenizerAdapter | None = None
+) -> ToolCallsOnIds:
+    """The calls in `output_ids` by `layout`; texts (call id, name, arguments) only with a tokenizer."""
+    ids = output_ids if isinstance(output_ids, list) else list(output_ids)
+    markers = marker_positions(ids, layout)
+    if not markers:
+        return ToolCallsOnIds(layout, (), NO_CALLS, (), ())
+    walk = _Walk(layout, len(ids))
+    for pos, token_id in markers:
+        walk.marker(pos, token_id)
+    walk.finish()
+    calls = tuple(_with_texts(call, ids, layout, tokenizer) for call in walk.calls)
+    sections = tuple(walk.sections)
+    if layout.parser == HERMES and calls:
+        sections = ((calls[0].span[0], calls[-1].span[1]),)
+    return ToolCallsOnIds(layout, sections, calls, tuple(walk.problems), tuple(p for p, _ in markers))
+
+
+class _Walk:
+    """The markers in order, through the states outside → section → call id → arguments (Kimi) or
+    outside → call (hermes), recording spans and every marker out of its place."""
+
+    def __init__(self, layout: ToolCallLayout, n: int) -> None:
+        self.layout, self.n = layout, n
+        self.sections: list[Span] = []
+        self.calls: list[CallOnIds] = []
+        self.problems: list[Problem] = []
+        self.section_start: int | None = None
+        self.call_start: int | None = None
+        self.argument_start: int | None = None
+
+    def out_of_order(self, pos: int, what: str) -> None:
+        self.problems.append(Problem(OUT_OF_ORDER, f"{what} at output[{pos}]", (pos,)))
+
+    def marker(self, pos: int, token_id: int) -> None:
+        lay = self.layout
+        if token_id == lay.section_begin_id:
+            if self.section_start is not None:
+                self.out_of_order(
+                    pos,
+                    f"{lay.section_begin} opens a section inside the section opened at output[{self.section_start}]",
+                )
+                self.close_section(pos)
+            self.section_start = pos
+        elif token_id == lay.section_end_id:
+            if self.call_start is not None:
+                self.unclosed_call(pos)
+            if self.section_start is None:
+                self.out_of_order(pos, f"{lay.section_end} closes a section that was never opened")
+            else:
+                self.close_section(pos + 1)
+        elif token_id == lay.call_begin_id:
+            if self.call_start is not None:
+                self.out_of_order(
+                    pos, f"{lay.call_begin} begins a call inside the call begun at output[{self.call_start}]"
+                )
+                self.unclosed_call(pos)
+            elif lay.section_begin_id is not None and self.section_start is None:
+                self.out_of_order(pos, f"{lay.call_begin} begins a call outside any {lay.section_begin} section")
+            self.call_start, self.argument_start = pos, None
+        elif token_id == lay.argument_begin_id:
+            if self.call_start is None:
+                self.out_of_order(pos, f"{lay.argument_begin} outside any call")
+            elif self.argument_start is not None:
+                self.out_of_order(pos, f"{lay.argument_begin} repeated in the call begun at output[{self.call_start}]")
+            else:
+                self.argument_start = pos
+        elif token_id == lay.call_end_id:
+            if self.call_start is None:
+                self.out_of_order(pos, f"{lay.call_end} ends a call that never began")
+                return
+            if lay.argument_begin_id is not None and self.argument_start is None:
+                self.out_of_order(pos, f"the call begun at output[{self.call_start}] has no {lay.argument_begin}")
+            self.end_call(pos + 1, closed=True)
+
+    def close_section(self, end: int) -> None:
+        assert self.section_start is not None
+        self.sections.append((self.section_start, end))
+        self.section_start = None
+
+    def unclosed_call(self, end: int) -> None:
+        self.problems.append(
+            Problem(
+                CALL_UNCLOSED,
+                f"the call begun at output[{self.call_start}] never reaches {self.layout.call_end}",
+                (self.call_start or 0,),
+            )
+        )
+        self.end_call(end, closed=False)
+
+    def end_call(self, end: int, closed: bool) -> None:
+        start, arg = self.call_start, self.argument_start
+        assert start is not None
+        body_end = end - 1 if closed else end
+        if self.layout.parser == KIMI_K2:
+            id_span = (start + 1, arg if arg is not None else body_end)
+            arguments_span = (arg + 1, body_end) if arg is not None else None
+            call = CallOnIds((start, end), id_span, arguments_span, closed)
+        else:
+            call = CallOnIds((start, end), None, (start + 1, body_end), closed)
+        self.calls.append(call)
+        self.call_start = self.argument_start = None
+
+    def finish(self) -> None:
+        end = self.n
+        if self.call_start is not None:
+            self.unclosed_call(end)
+        if self.section_start is not None:
+            start = self.section_start
+            self.problems.append(
+                Problem(
+                    SECTION_UNCLOSED,
+                    f"the section opened at output[{start}] never reaches {self.layout.section_end}",
+                    (start,),
+                )
+            )
+            self.close_section(end)
+
+
+def _with_texts(
+    call: CallOnIds, ids: list[int], layout: ToolCallLayout, tokenizer: TokenizerAdapter | None
+) -> CallOnIds:
+    """The call with its texts decoded (as the parser reads them: special ids dropped)."""
+    if tokenizer is None:
+        return call
+
+    def text(span: Span | None) -> str | None:
+        return None if span is None else tokenizer.decode(ids[span[0] : span[1]], skip_special_tokens=True)
+
+    if layout.parser == KIMI_K2:
+        call_id, arguments = text(call.id_span), text(call.arguments_span)
+        match = KIMI_NAME.match((call_id or "").strip())
+        name = match.group("name") if match else None
+        return _replace(call, call_id=call_id, name=name, arguments=arguments, arguments_error=_not_object(arguments))
+    body = text(call.arguments_span) or ""
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return _replace(call, arguments_error=f"the call's JSON does not parse ({exc.msg} at char {exc.pos})")
+    if not isinstance(parsed, dict) or "name" not in parsed:
+        return _replace(call, arguments_error='the call\'s JSON is not an object {"name": …, "arguments": …}')
+    name = parsed.get("name") if isinstance(parsed.get("name"), str) else None
+    args = parsed.get("arguments", parsed.get("parameters"))
+    error = None if isinstance(args, dict) else f"arguments is {type(args).__name__}, not a JSON object"
+    return _replace(call, name=name, arguments=json.dumps(args, ensure_ascii=False), arguments_error=error)
+
+
+def _replace(call: CallOnIds, **changes: Any) -> CallOnIds:
+    from dataclasses import replace
+
+    return replace(call, **changes)
+
+
+def _not_object(text: str | None) -> str | None:
+    if text is None:
+        return "no arguments"
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"the arguments do not parse as JSON ({exc.msg} at char {exc.pos})"
+    return None if isinstance(parsed, dict) else f"the arguments are a JSON {type(parsed).__name__}, not an object"
+
+
+# -- the server's `tool_calls` field ------------------------------------------------------------------
+
+
+def server_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """A message's `tool_calls` (OpenAI shape) as plain records {id, name, arguments}; None when absent.
+
+    Anything that is not a list of objects is None (nothing a server sends that way is a call)."""
+    if not isinstance(calls, list):
+        return None
+    found = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        function = call["function"] if isinstance(call.get("function"), dict) else {}
+        found.append(
+            {
+                "id": _str_or_none(call.get("id")),
+                "name": _str_or_none(function.get("name")),
+                "arguments": _str_or_none(function.get("arguments")),
+            }
+        )
+    return found
+
+
+def fold_stream_tool_calls(chunks: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """A chat stream's `delta.tool_calls` folded per index: the first id and name, the arguments concatenated
+    (both servers send id and name once, then argument pieces). None when no chunk carried a call."""
+    calls: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for choice in (chunk.get("choices") if isinstance(chunk, dict) else None) or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            for call in (delta.get("tool_calls") if isinstance(delta, dict) else None) or ():
+                if not isinstance(call, dict):
+                    continue
+                index = call["index"] if isinstance(call.get("index"), int) else len(calls)
+                merged = calls.setdefault(index, {"id": None, "name": None, "arguments": None})
+                function: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
+                if isinstance(call.get("id"), str) and call["id"]:
+                    merged["id"] = merged["id"] or call["id"]
+                if isinstance(function.get("name"), str) and function["name"]:
+                    merged["name"] = merged["name"] or function["name"]
+                if isinstance(function.get("arguments"), str):
+                    merged["arguments"] = (merged["arguments"] or "") + function["arguments"]
+    return [calls[i] for i in sorted(calls)] or None
+
+
+def tool_calls_of_response(body: Any) -> list[dict[str, Any]] | None:
+    """The `tool_calls` of a stored chat answer: a plain body's first message, or a stored stream's chunks
+    (`{"stream": true, "chunks": [...]}`, as the chat backends and the proxy keep them)."""
+    if not isinstance(body, dict):
+        return None
+    if body.get("stream") and isinstance(body.get("chunks"), list):
+        return fold_stream_tool_calls(body["chunks"])
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    message = choices[0].get("message")
+    return server_tool_calls(message.get("tool_calls")) if isinstance(message, dict) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def declared_tools(settings: dict[str, Any]) -> set[str] | None:
+    """The function names the request's `tools` declared (None when the capture did not record `tools`)."""
+    tools = settings.get("tools")
+    if not isinstance(tools, list):
+        return None
+    names = set()
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.add(function["name"])
+        elif isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            names.add(tool["name"])
+    return names
+
+
+def field_name(index: int | None, parser: str | None = None) -> str:
+    """The text field an alignment field index stands for: 0 reasoning, 1 content, then per server call
+    its id (hermes, which writes none: its name) and its arguments (`align_with_tool_calls` orders them so)."""
+    if index is None:
+        return ""
+    if index == 0:
+        return "reasoning"
+    if index == 1:
+        return "content"
+    call, part = divmod(index - 2, 2)
+    first = "function.name" if parser == HERMES else "id"
+    return f"tool_calls[{call}].{first if part == 0 else 'function.arguments'}"
