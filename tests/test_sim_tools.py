@@ -481,3 +481,17 @@ def test_tool_calls_each_calls_every_declared_tool_once():
         one = _chat(sim, [USER])["choices"][0]["message"]["tool_calls"]
     assert [c["function"]["name"] for c in three] == names and [c["id"] for c in three][-1] == "functions.get_news:2"
     assert [c["function"]["name"] for c in one] == ["get_weather"]
+
+
+def test_quirk_call_ids_restart_shows_sglang_renumbering():
+    """The recorded chain model writes `:0` in every turn: vLLM returns that header (a duplicate of the
+    history id), SGLang its own count (`:1`), which no longer matches the output ids (README §3, bug 8)."""
+    from tokview.sim import SimConfig, start_simulator
+
+    returned = {}
+    for kind in ("vllm", "sglang"):
+        with start_simulator(SimConfig(kind=kind, quirks={"call-ids-restart": True, "tool-rounds": 2})) as sim:
+            data = _chat(sim, T2)
+        assert "functions.get_weather:0" in _decode(_ids(data)[1])
+        returned[kind] = data["choices"][0]["message"]["tool_calls"][0]["id"]
+    assert returned == {"vllm": "functions.get_weather:0", "sglang": "functions.get_weather:1"}

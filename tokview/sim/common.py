@@ -120,6 +120,7 @@ class SimState:
             rounds=self.count_quirk("tool-rounds"),
             forced=choice in ("required", "named"),
             named=named,
+            restart_ids=bool(self.cfg.quirk("call-ids-restart")),
         )
         section = tools.section_ids(self.tokenizer, planned, closed=not self.cfg.quirk("unclosed-section"))
         return self.model.generate(

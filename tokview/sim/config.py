@@ -36,6 +36,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "(Kimi-K2.5, SGLang #18086, vLLM #34955; thinking off: a sentence of content before it)",
     "unclosed-section": "the model ends a tool-calling turn without <|tool_calls_section_end|> (the parsers still "
     "return the calls)",
+    "call-ids-restart": "the model numbers its calls from 0 in every turn (the recorded chain model): vLLM returns "
+    "that duplicate id, SGLang its own count of history calls, which then differs from the output ids",
     "uuid-call-ids": "tool_calls[].id is chatcmpl-tool-<uuid>, not the call id the model wrote (vLLM 0.11.2, #29596)",
     "parser-drops-call": "the tool parser returns every call of a section but the last one (none when it had one)",
     "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's ids that give "

@@ -152,10 +152,12 @@ def plan_calls(
     rounds: int = 1,
     forced: bool = False,
     named: str | None = None,
+    restart_ids: bool = False,
 ) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text).
 
-    `calls` 0 calls every declared tool once; `forced` (tool_choice required or named: the servers'
+    `calls` 0 calls every declared tool once; `restart_ids` numbers the calls from 0 (not from the calls
+    already in the prompt); `forced` (tool_choice required or named: the servers'
     grammar makes a call) ignores `rounds`. Round r's call k is to declared tool (r * calls + k) mod n."""
     tools = declared_tools(tokenizer, prompt_ids)
     if not tools:
@@ -164,7 +166,7 @@ def plan_calls(
     if done >= rounds and not forced:
         return []
     rng = random.Random(seed)
-    first_index = list(prompt_ids).count(CALL_BEGIN)
+    first_index = 0 if restart_ids else list(prompt_ids).count(CALL_BEGIN)
     planned = []
     per_turn = calls if calls > 0 else len(tools)  # 0: one call to each declared tool
     for k in range(per_turn):
