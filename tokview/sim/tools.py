@@ -25,7 +25,7 @@ import json
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tokview.core.kimi_layout import KIMI_ID
@@ -58,13 +58,13 @@ class PlannedCall:
 
 @dataclass
 class ParsedCall:
-    """One call as the parser finds it in the output ids (`args_at` = output positions of its arguments)."""
+    """One call as the parser finds it in the output ids: its arguments are the ids strictly between the
+    output positions `arg_begin_at` (`<|tool_call_argument_begin|>`) and `end_at` (`<|tool_call_end|>`)."""
 
     header: str
     arguments: str
-    args_at: list[int] = field(default_factory=list)
-    arg_begin_at: int = -1
-    end_at: int = -1
+    arg_begin_at: int
+    end_at: int
 
 
 @dataclass
@@ -241,7 +241,7 @@ def _parse_calls(tokenizer: Any, out: Sequence[int], start: int, regions: list[s
         for p in range(arg_begin + 1, end):
             regions[p] = "args"
         if header and not re.search(r"[\s<|]", header) and args.startswith("{") and args.endswith("}"):
-            calls.append(ParsedCall(header, args, list(range(arg_begin + 1, end)), arg_begin, end))
+            calls.append(ParsedCall(header, args, arg_begin, end))
         pos = end + 1
     return calls
 
