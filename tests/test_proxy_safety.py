@@ -39,6 +39,20 @@ ASK = {
 }
 
 
+HOLD = """
+import duckdb, time
+while True:  # the proxy keeps the file open for a moment after each short use
+    try:
+        c = duckdb.connect({db!r})
+        break
+    except duckdb.Error:
+        time.sleep(0.01)
+print("held", flush=True)
+time.sleep(30)
+"""
+"""Another process holding the store (DuckDB lets one process at a time have it)."""
+
+
 class ScriptedSGLang:
     """Answers chat as the recorded SGLang 0.5.23 did; a request whose last message says "hang" streams one
     chunk and then waits for the client to go away (noting when it did)."""
@@ -219,11 +233,7 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(upstream, tm
     )
     with start_proxy(config) as proxy:
         holder = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"import duckdb,sys,time; c=duckdb.connect({db!r}); print('held', flush=True); time.sleep(30)",
-            ],
+            [sys.executable, "-c", HOLD.format(db=db)],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -301,3 +301,21 @@ def test_every_answered_request_is_recorded_none_as_abandoned(sim, proxy) -> Non
         assert len(rows) == 6 and all("no token ids" in f for f in failures) and len(failures) == 6
     else:
         assert len(rows) == 12 and failures == []
+
+
+def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_path, kimi_tok, kimi_profile) -> None:
+    if sim.cfg.kind == "sglang":
+        pytest.skip("the simulator's SGLang has no /v1/completions")
+    db = str(tmp_path / "p.duckdb")
+    prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
+    body = {"model": sim.cfg.model_name, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
+    for _ in range(2):  # two proxy runs on one store, one turn each
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+        with start_proxy(config) as proxy:
+            out = httpx.post(proxy.url + "/v1/completions", json={**body, "prompt": prompt}).json()["choices"][0][
+                "token_ids"
+            ]
+            proxy.stop()
+        prompt = prompt + out + [163587, 455, 163601, 88, 163586, 163588, 400, 163601, 163606]
+    first, second = _stored(db)
+    assert second["prompt_id"] == first["prompt_id"] and (first["turn"], second["turn"]) == (0, 1)

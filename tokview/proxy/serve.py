@@ -149,7 +149,11 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
         source="tokview proxy",
         profile_def=profile_fields(config.profile) if config.profile is not None else None,
     )
-    return Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=config.say)
+    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=config.say)
+    from tokview.proxy.sessions import RESTORE_SQL, restore
+
+    restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
+    return recorder
 
 
 class RunningProxy:

@@ -199,3 +199,37 @@ def _first_difference(packed: bytes, sequence: bytes) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+RESTORE_SQL = """
+SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content
+FROM samples
+WHERE sample_id LIKE 'proxy:%' AND turn IS NOT NULL
+QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC) = 1
+ORDER BY max(created_at) OVER (PARTITION BY prompt_id) DESC
+LIMIT ?
+"""
+"""The newest turn of each of the most recently active proxied sessions in a store."""
+
+
+def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
+    """Put the newest turn of stored sessions back in `book` (oldest first, so the newest stay): a harness
+    whose conversation outlived a proxy restart continues its session instead of starting a new one."""
+    for session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content in reversed(rows):
+        try:
+            request = orjson.loads(raw_request) if raw_request else {}
+        except orjson.JSONDecodeError:
+            request = {}
+        body = request.get("body") if isinstance(request, dict) else None
+        messages = body.get("messages") if isinstance(body, dict) else None
+        answer = {"role": "assistant", "content": content} if isinstance(messages, list) else None
+        placed = Turn(session_id, int(turn), "restored")
+        book.add(
+            placed,
+            sample_id,
+            list(prompt_ids),
+            list(output_ids),
+            messages if isinstance(messages, list) else None,
+            answer,
+        )
+    return len(rows)
