@@ -362,3 +362,29 @@ def test_hermes_calls_on_qwen3_ids(qwen_tok, qwen_profile):
 def test_hermes_json_that_is_no_call_object_is_found(qwen_tok, qwen_profile):
     for body in ('{"name": "get_weather", "arguments": [1]}', '{"name": "get_weather", "arguments": {"city": "Par'):
         assert "tool_arguments_not_object" in tool_codes(hermes_capture(qwen_tok, body), qwen_profile, qwen_tok)
+
+
+def test_runs_read_at_the_tool_edges_match_the_runs_found_id_by_id():
+    """`run_starts` with the calls names every edge where a tool kind begins or ends: the runs read off those
+    few positions are the runs `groupby` finds over every id, whatever order the markers come in."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tokview.core.profiles import BUILTIN_PROFILES
+
+    ids = st.lists(st.one_of(st.sampled_from([*MARKERS, 163606, 163607, 163586, 151657, 151658]), st.integers(0, 99)))
+
+    @settings(max_examples=400, deadline=None)
+    @given(prompt=ids, output=ids, name=st.sampled_from(["kimi-k2.5", "qwen3"]))
+    def check(prompt, output, name):
+        profile = BUILTIN_PROFILES[name]
+        calls = seg.tool_calls_on_ids(output, profile)
+        kinds = seg.token_kinds(prompt, output, profile, tool_calls=calls)
+        found = seg.delimiter_positions(output, profile)
+        starts = seg.run_starts(prompt, len(output), profile, found, calls)
+        assert seg.segments_from_kinds(kinds, len(prompt), starts) == seg.segments_from_kinds(kinds, len(prompt))
+        plain = seg.token_kinds(prompt, output, profile)
+        changed = {i for i, (a, b) in enumerate(zip(kinds, plain)) if a != b}
+        assert all(kinds[i] in seg.TOOL_KINDS and plain[i] in (seg.REASONING, seg.ANSWER) for i in changed)
+
+    check()
