@@ -319,3 +319,22 @@ def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_pa
         prompt = prompt + out + [163587, 455, 163601, 88, 163586, 163588, 400, 163601, 163606]
     first, second = _stored(db)
     assert second["prompt_id"] == first["prompt_id"] and (first["turn"], second["turn"]) == (0, 1)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_that_breaks_off_is_recorded_and_the_client_is_not_handed_a_whole_answer(
+    sim, proxy, stream
+) -> None:
+    from tokview.sim.faults import FaultBook
+
+    sim.state.faults = FaultBook({"drop-connection": 1})
+    body = _chat(sim.cfg.model_name, stream)
+    try:
+        response = httpx.post(proxy.url + "/v1/chat/completions", json=body)
+        complete = response.status_code == 200 and (not stream or response.content.endswith(b"data: [DONE]\n\n"))
+    except httpx.HTTPError:  # the stream was cut, as the upstream cut it
+        complete = False
+    assert not complete
+    proxy.stop()
+    [reason] = _failures(proxy.db)
+    assert reason.startswith("the upstream's answer broke off")

@@ -97,6 +97,7 @@ class _Exchange:
     injection: ids.Injection | None = None
     started: float = field(default_factory=time.perf_counter)
     chunks_sent: int = 0
+    started_response: bool = False
     answered: bool = False
     """The last byte of the answer was handed to the server."""
 
@@ -132,6 +133,7 @@ class ProxyApp:
         ex = _Exchange(scope["method"], path, headers, body, self.upstreams[next(self._next)])
 
         async def send_tracked(message: dict[str, Any]) -> None:
+            ex.started_response = True
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 ex.answered = True  # from here on receive() says "disconnect" even with the client still there
             await send(message)
@@ -215,6 +217,12 @@ class ProxyApp:
                 await self._relay_stream(ex, response, send)
             else:
                 await self._relay_json(ex, response, send)
+        except httpx.HTTPError as exc:
+            self._failure(ex, f"the upstream's answer broke off after {ex.chunks_sent} chunks: {type(exc).__name__}")
+            if not ex.started_response:  # nothing sent yet: the harness gets an error, not a cut answer it might trust
+                await _json_error(send, 502, f"tokview proxy: the upstream's answer broke off ({type(exc).__name__})")
+            # else: the answer is left incomplete (no final chunk), so the client's connection is cut, as the
+            # upstream cut the proxy's
         finally:
             await response.aclose()
 
