@@ -14,8 +14,18 @@ import sys
 def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV
+    from tokview.proxy.sessions import SESSION_HEADER
 
-    p = sub.add_parser("proxy", help="an OpenAI-compatible proxy that records every generation token-exact")
+    p = sub.add_parser(
+        "proxy",
+        help="an OpenAI-compatible proxy that records every generation token-exact",
+        description="Point a harness's OpenAI base URL at http://HOST:PORT/v1. Chat and completions requests are "
+        "forwarded with the token-id fields added and answered exactly as the server would have answered "
+        "without them; every other path passes through. Each generation becomes a sample in --db, grouped into "
+        f"sessions by the {SESSION_HEADER} header, else the request's `user`, else by prompt-id prefix. "
+        "Upstream credentials: user:password in the URL or TOKVIEW_API_KEY (a client's own Authorization "
+        "header is forwarded instead, never stored).",
+    )
     p.add_argument(
         "--server", required=True, action="append", metavar="URL", help="upstream vLLM or SGLang (repeat for several)"
     )
