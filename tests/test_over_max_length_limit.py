@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture
 from tokview.sim import SimConfig, start_simulator
@@ -59,13 +57,6 @@ def test_without_a_server_limit_the_tokenizers_is_used_and_named(kimi_tok, kimi_
     assert _over(_long_capture(kimi_tok, kimi_profile, 4000), kimi_tok, kimi_profile) == []
 
 
-NEEDS_RECORDED_LIMIT = (
-    "the batch does not yet record the server's max_model_len in each capture's settings "
-    "(tokview/batch/capture_loop.py: request.settings['max_model_len'] = server_limit(pool.server_info()))"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=NEEDS_RECORDED_LIMIT)
 def test_a_batch_sample_longer_than_4096_from_a_32768_server_is_not_over_max_length(tmp_path):
     """Driven as the curator saw it: `tokview batch` against a server reporting max_model_len 32,768."""
     prompts = tmp_path / "long.jsonl"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import BatchConfig
-from tokview.batch.limits import check_prompt
+from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import run_workers
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.store.records import scrub_text
@@ -49,6 +49,9 @@ async def capture_all(
     from tokview.servers import CaptureFailed, CaptureRequest
 
     settings = {k: v for k, v in config.generation_settings().items() if k != "mode"}
+    context = server_limit(pool.server_info())
+    if context is not None:  # over_max_length compares with the server's context, not the tokenizer's guess
+        settings["max_model_len"] = context
     limit = config.max_consecutive_failures
     max_pending = 4 * max(config.concurrency * len(config.servers), 16)
     state: dict[str, Any] = {"consecutive": 0, "stop": None}
