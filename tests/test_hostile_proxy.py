@@ -217,9 +217,6 @@ def test_an_output_id_outside_the_vocabulary_is_flagged_and_never_exported(sim, 
     assert len(lines) == 2 and all(max(r["input_ids"]) < 163840 for r in lines)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 26 (low): a 307 redirect is reported as \"malformed response … not JSON ('')\""
-)
 @pytest.mark.parametrize("fault", ["redirect-307", "redirect-loop"])
 def test_a_redirect_is_followed_or_reported_as_a_redirect(sim, prompts, tmp_path, fault):
     db = tmp_path / "s.duckdb"

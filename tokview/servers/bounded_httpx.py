@@ -5,7 +5,8 @@ stream) forever, and nothing limits how many bytes an answer may hold. `servers/
 httpx transport in `BoundedTransport`, so the requests it sends through httpx (https, proxies, SSE
 streams, health checks) end like the small transport's: `timeout` seconds after they start, headers and
 body, streamed or not, and as soon as the body passes `max_body` bytes (at once when its content-length
-says so). Imported only when httpx is (see `ServerClient.http`).
+says so). A redirect's Location is percent-encoded where it is not printable ASCII, as the small transport's
+is (`servers/http.py` decides whether to follow it). Imported only when httpx is (see `ServerClient.http`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from tokview.servers.transport import ResponseTooLarge
+from tokview.servers.transport import ResponseTooLarge, quoted_location
 
 
 class BodyTooLarge(httpx.ReadError, ResponseTooLarge):
@@ -76,9 +77,11 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             raise BodyTooLarge(self.max_body, size, request)
         assert isinstance(response.stream, httpx.AsyncByteStream)
         stream = _BoundedStream(response.stream, request, deadline, self.timeout, self.max_body)
-        return httpx.Response(
-            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
-        )
+        headers = response.headers
+        if "location" in headers:  # httpx fails a redirect whose Location it cannot parse as "connection lost"
+            headers = headers.copy()
+            headers["location"] = quoted_location(headers["location"])
+        return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -10,12 +10,24 @@ a fraction of httpx's per-request Python; `https://`, proxies and SSE streams us
 first use (so a batch that never needs it never imports it). Bodies are encoded and decoded with
 orjson (a 2,000-id answer parses ~10x faster than with `json`), falling back to `json` for what
 orjson refuses (NaN, integers beyond 64 bits).
+
+Redirects, the same through both transports (`ServerClient._redirect_target`): a 307 or 308 on the
+server the user gave (same scheme, host and port: FastAPI's trailing-slash redirect, a gateway moving a
+path) is followed with the same method and body, at most `MAX_REDIRECTS` times, and the redirects of one
+request together get one more `timeout`; a GET follows a 301/302/303 on that server too. Everything else
+fails at once, as a `CaptureFailed` naming the status and the Location: a redirect to another server (the
+request carries the user's credentials, which must never leave the server they were given for; pointing
+`--server` at the other one is the user's decision), a 301/302/303 of a POST (a client would re-send it as
+a GET without its body: never what a generation request means), a redirect without a Location, and a
+loop. Asking again would be redirected again, so none of these is retried.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import email.utils
+import itertools
 import json
 import os
 import sys
@@ -23,18 +35,24 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import orjson
 
 from tokview.servers import transport
 from tokview.servers.errors import CaptureFailed, Retryable
-from tokview.servers.urls import Secrets, api_key_from_env, credential_notes, parse_server_url
+from tokview.servers.urls import Secrets, api_key_from_env, credential_notes, parse_server_url, redact
+from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
     import httpx
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+KEEPS_METHOD = frozenset({307, 308})
+"""The redirects that keep the method and body; a client turns a POST into a bodiless GET on the others."""
+MAX_REDIRECTS = 5
+"""Redirects followed for one request: a gateway moving a path needs one or two; more is a loop."""
 JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"}
 _JSON_BLOCK = transport.header_block(JSON_HEADERS)
 USER_AGENT = "tokview"
@@ -207,19 +225,39 @@ class ServerClient:
     async def get_json(self, path: str) -> Any:
         """GET returning parsed JSON; raises Retryable / CaptureFailed like a POST."""
         with self._classify("GET", path):
-            if self._fast is not None:
-                response: Any = await self._fast.request("GET", self._prefix + path)
-            else:
-                response = await self.http.get(path)
-            return self._json_of(response, "GET", path)
+            return self._json_of(await self._request("GET", path), "GET", path)
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         with self._classify("POST", path):
-            if self._fast is not None:
-                response: Any = await self._fast.request("POST", self._prefix + path, dumps(body), _JSON_BLOCK)
-            else:
-                response = await self.http.post(path, content=dumps(body), headers=JSON_HEADERS)
-            return self._json_of(response, "POST", path)
+            return self._json_of(await self._request("POST", path, dumps(body)), "POST", path)
+
+    async def _request(self, method: str, path: str, body: bytes | None = None) -> Any:
+        """One GET or POST and the redirects it is allowed to follow (module docstring)."""
+        response = await self._send(method, path, body)
+        url, deadline = self.url + path, None
+        for hops in itertools.count():
+            target = self._redirect_target(response, method, path, url, hops)
+            if target is None:
+                return response
+            url = target
+            loop = asyncio.get_running_loop()
+            deadline = deadline if deadline is not None else loop.time() + self.timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    response = await self._send(method, url, body)
+            except TimeoutError:
+                raise transport.TimedOut(f"no complete answer within {self.timeout:g}s") from None
+        raise AssertionError("unreachable")
+
+    async def _send(self, method: str, target: str, body: bytes | None) -> Any:
+        """`target`: a path under the server URL, or an absolute URL on the same server (a redirect's).
+        Returns an httpx.Response or a transport.Response (same attribute names)."""
+        if self._fast is not None:
+            on_wire = self._prefix + target if target.startswith("/") else _path_and_query(target)
+            return await self._fast.request(method, on_wire, body, _JSON_BLOCK if method == "POST" else b"")
+        if method == "POST":
+            return await self.http.post(target, content=body, headers=JSON_HEADERS)
+        return await self.http.get(target)  # an absolute URL replaces the client's base URL
 
     async def stream_sse(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """POST and yield each SSE `data:` JSON object until `[DONE]`.
@@ -256,12 +294,22 @@ class ServerClient:
 
     @asynccontextmanager
     async def _open_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """The stream's answer once it is a 200, after the redirects it may follow (each within `timeout`)."""
         headers = {**JSON_HEADERS, "accept": "text/event-stream"}
-        async with self.http.stream("POST", path, content=dumps(body), headers=headers) as response:
-            if response.status_code != 200:
-                await response.aread()
-                self._raise_for_status(response, "POST", path)
-            yield response
+        content = dumps(body)
+        url, target = self.url + path, path
+        for hops in itertools.count():
+            async with self.http.stream("POST", target, content=content, headers=headers) as response:
+                following = None
+                if response.status_code != 200:
+                    await response.aread()
+                    following = self._redirect_target(response, "POST", path, url, hops)
+                    if following is None:
+                        self._raise_for_status(response, "POST", path)
+                if following is None:
+                    yield response
+                    return
+            url = target = following
 
     # -- classification --------------------------------------------------------------------
     def _classify(self, method: str, path: str) -> _Classifier:
@@ -276,6 +324,43 @@ class ServerClient:
             snippet = " ".join(response.content.decode("utf-8", "replace").split())[:80]
             raise Retryable(f"malformed response from {method} {path}: not JSON ({snippet!r})") from None
 
+    def _redirect_target(self, response: Any, method: str, path: str, url: str, hops: int) -> str | None:
+        """None when `response` (the answer to `url`) is no redirect; the absolute URL to ask next when it is
+        one to follow (same server, method kept, fewer than MAX_REDIRECTS so far); CaptureFailed naming the
+        redirect and its Location otherwise (module docstring)."""
+        status = response.status_code
+        if status not in REDIRECT_STATUSES:
+            return None
+        said = f"HTTP {status} from {method} {path}"
+        location = transport.quoted_location(response.headers.get("location", "").strip())
+        if not location:
+            raise CaptureFailed(
+                f"{said}: a redirect without a Location (is --server the server itself?)", status=status
+            )
+        target = urljoin(url, location)
+        shown = printable_line(redact(target))[:300]
+        if not _same_origin(target, self.url):
+            raise CaptureFailed(
+                f"{said}: redirected to another server, {shown}, where tokview does not follow (the request "
+                f"carries this server's credentials); pass --server {_origin(target)} if that is the server meant",
+                status=status,
+                url=self.url,
+            )
+        if status not in KEEPS_METHOD and method != "GET":
+            raise CaptureFailed(
+                f"{said}: redirected to {shown} as a GET without the request's body (only a 307 or 308 keeps "
+                "a POST): point --server at the server itself",
+                status=status,
+                url=self.url,
+            )
+        if hops >= MAX_REDIRECTS:
+            raise CaptureFailed(
+                f"{said}: still redirected after {MAX_REDIRECTS} redirects (a loop?), the last to {shown}",
+                status=status,
+                url=self.url,
+            )
+        return target
+
     def _raise_for_status(self, response: Any, method: str, path: str) -> None:
         status = response.status_code
         if status < 400:
@@ -285,6 +370,32 @@ class ServerClient:
         if is_retry_status(status):
             raise Retryable(reason, status=status, retry_after=parse_retry_after(response.headers.get("retry-after")))
         raise CaptureFailed(reason, status=status, url=self.url)
+
+
+def _origin_parts(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is no number: no origin anything shares
+        port = -1
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def _same_origin(url: str, server_url: str) -> bool:
+    """Same scheme, host and port: where the server's credentials may go."""
+    return _origin_parts(url) == _origin_parts(server_url)
+
+
+def _origin(url: str) -> str:
+    """`scheme://host:port` of `url`, without any `user:password@`, printable."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return printable_line(f"{parts.scheme}://{host}")[:200]
+
+
+def _path_and_query(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 class _Classifier:

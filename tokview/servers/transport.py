@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from urllib.parse import quote
 
 MAX_HEAD_BYTES = 1 << 16
 """A status line plus headers longer than this is not an HTTP server we can talk to."""
@@ -262,6 +263,14 @@ class _Connection(asyncio.Protocol):
             self.chunks.append(bytes(buf[: self.chunk_left]))
             del buf[: self.chunk_left + 2]
             self.chunk_left = -1
+
+
+def quoted_location(value: str) -> str:
+    """A redirect's Location with every byte outside printable ASCII percent-encoded, as browsers send it:
+    a URL that can be parsed, followed and shown (a raw ESC or space in it is neither)."""
+    if all("!" <= c <= "~" for c in value):
+        return value
+    return quote(value, safe="".join(chr(c) for c in range(0x21, 0x7F)), encoding="utf-8", errors="surrogateescape")
 
 
 def header_block(headers: dict[str, str]) -> bytes:
