@@ -79,11 +79,11 @@ class ParsedOutput:
 # -- the model -------------------------------------------------------------------------------------
 def declared_tools(tokenizer: Any, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
     """The tools of the prompt's `tool_declare` turn (None without one, or when its JSON does not parse)."""
-    ids = list(prompt_ids)
+    ids = prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids)
     pos = -1
-    while IM_SYSTEM in ids[pos + 1 :]:  # list.index scans in C: cheap on long prompts without tools
-        pos = ids.index(IM_SYSTEM, pos + 1)
+    while True:  # list.index scans in C, without copies: cheap on long prompts without tools
         try:
+            pos = ids.index(IM_SYSTEM, pos + 1)
             middle = ids.index(IM_MIDDLE, pos + 1)
             end = ids.index(IM_END, middle + 1)
         except ValueError:
@@ -95,7 +95,6 @@ def declared_tools(tokenizer: Any, prompt_ids: Sequence[int]) -> list[dict[str, 
         except ValueError:
             return None
         return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
-    return None
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
