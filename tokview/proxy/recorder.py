@@ -57,6 +57,9 @@ class _WithSessionFindings:
     def ingest(self) -> tuple[int, int]:
         return self.store.ingest()
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)  # anything else the writer asks of its store
+
 
 def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Any) -> dict[str, Any]:
     """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""

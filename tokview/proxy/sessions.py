@@ -8,7 +8,9 @@ still continue a conversation, the turn joins it and says where the ids first di
 team needs to know about the prompts its drafter will see.
 
 Only ids and messages of finished requests are kept (the newest turn of each session), in memory, for
-the `max_sessions` most recently used sessions.
+the `max_sessions` most recently used sessions. A new prompt is compared (memcmp) with every kept session
+that shares its first KEY_IDS ids: a harness whose sessions all share a long system prompt pays one
+comparison per open session.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import orjson
 SESSION_HEADER = "x-tokview-session"
 KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
+MAX_SESSIONS = 2_000
+"""Sessions kept (the least recently used go first): each holds its newest turn's ids, up to ~0.5 MB for a
+long agent trace, so this bounds the proxy's memory; a harness rarely has more conversations open at once."""
 _INT32 = next(code for code in "il" if array(code).itemsize == 4)
 
 
@@ -83,7 +88,7 @@ def _digests(messages: list[Any]) -> list[str]:
 
 
 class SessionBook:
-    def __init__(self, run_id: str, max_sessions: int = 10_000) -> None:
+    def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS) -> None:
         self.run_id, self.max_sessions = run_id, max_sessions
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._by_start: dict[bytes, list[str]] = {}
