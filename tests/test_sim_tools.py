@@ -495,3 +495,30 @@ def test_quirk_call_ids_restart_shows_sglang_renumbering():
         assert "functions.get_weather:0" in _decode(_ids(data)[1])
         returned[kind] = data["choices"][0]["message"]["tool_calls"][0]["id"]
     assert returned == {"vllm": "functions.get_weather:0", "sglang": "functions.get_weather:1"}
+
+
+def test_tool_rounds_each_goes_on_until_every_declared_tool_was_called():
+    """`tool-rounds=each`: a loop lasts until every declared tool has been called (one round per tool with
+    one call a turn), so a row's number of tools decides its loop's length within one run."""
+    from tokview.sim import SimConfig, start_simulator
+
+    names = ["get_weather", "get_time", "get_news"]
+    declared = [
+        {"type": "function", "function": {"name": n, "parameters": TOOLS[0]["function"]["parameters"]}} for n in names
+    ]
+    messages: list[Any] = [USER]
+    called = []
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-rounds": "each"})) as sim:
+        for _ in range(4):
+            message = _chat(sim, messages, tools=declared)["choices"][0]["message"]
+            if not message.get("tool_calls"):
+                break
+            (call,) = message["tool_calls"]
+            called.append(call["function"]["name"])
+            messages += [
+                {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": message["reasoning"]},
+                {"role": "tool", "tool_call_id": call["id"], "content": "ok"},
+            ]
+        single = _chat(sim, [USER, *messages[1:3]])["choices"][0]["message"]
+    assert called == names and message["content"], "three rounds, then the answer"
+    assert "tool_calls" not in single, "one declared tool: one round"

@@ -31,7 +31,7 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "tool-calls": "calls the model writes in one tool-call section when the prompt declares tools (default 1; "
     "each: one call to every declared tool)",
     "tool-rounds": "tool-calling turns per tool loop (since the last user turn) before the model answers in text "
-    "(default 1: it answers once the prompt ends with its results)",
+    "(default 1: it answers once the prompt ends with its results; each: until every declared tool was called)",
     "section-in-reasoning": "the model opens its tool-call section inside its reasoning: no </think> before it "
     "(Kimi-K2.5, SGLang #18086, vLLM #34955; thinking off: a sentence of content before it)",
     "unclosed-section": "the model ends a tool-calling turn without <|tool_calls_section_end|> (the parsers still "
@@ -102,13 +102,10 @@ class SimConfig:
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
         for name in TOOL_COUNT_QUIRKS:
             value = self.quirks.get(name, 1)
-            if value is True or (name == "tool-calls" and value == "each"):
+            if value is True or value == "each":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SimConfigError(
-                    f"quirk {name} takes a count (a whole number >= 1{', or each' if name == 'tool-calls' else ''}), "
-                    f"got {value!r}"
-                )
+                raise SimConfigError(f"quirk {name} takes a count (a whole number >= 1, or each), got {value!r}")
         for name in FAULTS:
             value = self.quirks.get(name)
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):

@@ -3,11 +3,12 @@
 The model decides from the prompt ids alone, as a real one does, so every endpoint (chat, vLLM
 completions, SGLang `/generate`) gets the same output for the same prompt: when the prompt declares
 tools (a `tool_declare` turn) and the current tool loop (the turns since the last user turn) has had
-fewer tool-calling turns than `tool-rounds` (default 1), it calls `tool-calls` (default 1; `each`:
-every declared tool once) declared tools in one section, in declaration order (cycling); otherwise
-(the loop is done: the prompt ends with its results) it answers in text. Call ids are Kimi's `functions.NAME:IDX`, IDX counting the calls already in the prompt; the
-arguments are JSON (`json.dumps`, the separators both servers re-serialise history with) built
-deterministically from each tool's parameters schema.
+fewer tool-calling turns than `tool-rounds` (default 1; `each`: until every declared tool was
+called), it calls `tool-calls` (default 1; `each`: every declared tool once) declared tools in one
+section, in declaration order (cycling); otherwise (the loop is done: the prompt ends with its
+results) it answers in text. Call ids are Kimi's `functions.NAME:IDX`, IDX counting the calls
+already in the prompt; the arguments are JSON (`json.dumps`, the separators both servers
+re-serialise history with) built deterministically from each tool's parameters schema.
 
 The output layout (§2): reasoning, `</think>`, the section
 `<|tool_calls_section_begin|>` (`<|tool_call_begin|>` id `<|tool_call_argument_begin|>` args
@@ -155,19 +156,20 @@ def plan_calls(
 ) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text).
 
-    `calls` 0 calls every declared tool once; `restart_ids` numbers the calls from 0 (not from the calls
+    `calls` 0 calls every declared tool once; `rounds` 0 goes on until every declared tool was called; `restart_ids` numbers the calls from 0 (not from the calls
     already in the prompt); `forced` (tool_choice required or named: the servers'
     grammar makes a call) ignores `rounds`. Round r's call k is to declared tool (r * calls + k) mod n."""
     tools = declared_tools(tokenizer, prompt_ids)
     if not tools:
         return []
+    per_turn = calls if calls > 0 else len(tools)  # 0: one call to each declared tool
+    rounds = rounds if rounds > 0 else -(-len(tools) // per_turn)  # 0: until every tool was called
     done = loop_rounds(prompt_ids)
     if done >= rounds and not forced:
         return []
     rng = random.Random(seed)
     first_index = 0 if restart_ids else list(prompt_ids).count(CALL_BEGIN)
     planned = []
-    per_turn = calls if calls > 0 else len(tools)  # 0: one call to each declared tool
     for k in range(per_turn):
         tool = tools[(done * per_turn + k) % len(tools)]
         name = named or _tool_name(tool)
