@@ -284,11 +284,14 @@ def serve_forever(config: ProxyConfig) -> int:
         sock.close()
         if app.recorder is not None:
             app.recorder.close()
-            say(
-                f"tokview proxy: {app.recorder.recorded} generations recorded, {app.recorder.failed} refused/abandoned/"
-                f"without ids{f', {app.recorder.not_recorded} NOT recorded' if app.recorder.not_recorded else ''}"
-            )
+            rec = app.recorder
+            said = f"tokview proxy: {_count(rec.recorded, 'generation')} recorded, {rec.failed} refused/abandoned/without ids"
+            say(said + (f", {rec.not_recorded} NOT recorded" if rec.not_recorded else ""))
     return ExitCode.OK if app.recorder is None or app.recorder.recording else ExitCode.FAILURES
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def key_from_env() -> str | None:
