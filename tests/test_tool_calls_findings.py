@@ -296,9 +296,19 @@ def test_a_recorded_call_to_a_function_the_request_did_not_offer(kimi_tok, kimi_
 
 
 def test_without_recorded_tools_nothing_is_undeclared(kimi_tok, kimi_profile):
+    """An imported capture (no `mode`: not tokview's own request) may have lost the request's tools."""
     capture = recorded_capture("vllm_t1", kimi_tok)
-    capture = dataclasses.replace(capture, settings={"thinking": True})
+    capture = dataclasses.replace(capture, settings={"thinking": True}, endpoint="imported")
     assert "tool_not_declared" not in analyze(capture, kimi_profile, kimi_tok).codes
+
+
+@pytest.mark.parametrize("mode", ["proxy", "raw", "chat", "dual"])
+def test_a_call_in_a_request_of_ours_without_tools_is_undeclared(mode, kimi_tok, kimi_profile):
+    """The proxy records a request's tools, and the batch sends none: a call there was never offered."""
+    capture = recorded_capture("vllm_t1", kimi_tok)
+    capture = dataclasses.replace(capture, settings={"thinking": True, "mode": mode})
+    hit = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "tool_not_declared")
+    assert "declared: none" in hit.detail
 
 
 def test_the_tool_findings_keep_the_thinking_findings_of_a_truly_open_reasoning(kimi_tok, kimi_profile):

@@ -341,8 +341,14 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def declared_tools(settings: dict[str, Any]) -> set[str] | None:
-    """The function names the request's `tools` declared (None when the capture did not record `tools`)."""
+    """The function names the request's `tools` declared; None when unknown.
+
+    A request tokview made itself (its settings record the `mode`: `tokview proxy` records the request's
+    `tools`, `tokview batch` sends none) without `tools` declared none. Any other capture (imported) without
+    them may have lost them: unknown."""
     tools = settings.get("tools")
+    if tools is None and "mode" in settings:
+        return set()
     if not isinstance(tools, list):
         return None
     names = set()
