@@ -11,6 +11,7 @@ import pytest
 from rich.color import Color
 from rich.style import Style
 
+from tests.ui import contrast_scan as scan
 from tests.ui.conftest import settle
 from tests.ui.test_token_view import InspectApp
 from tokview.ui.display import STYLE_CLASSES
@@ -41,8 +42,9 @@ def test_the_contrast_formula_matches_wcag():
     assert contrast(Style(color="#777777", bgcolor="#ffffff")) == pytest.approx(4.48, abs=0.01)
 
 
+@pytest.mark.parametrize("palette_256", [False, True], ids=["truecolor", "256"])
 @pytest.mark.parametrize("theme", THEMES)
-async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
+async def test_token_panes_reach_aa(theme, palette_256, short, tokenizer, profile):
     capture, analysis = short
     app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -60,7 +62,8 @@ async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
                     for alt in (False, True):
                         for cursor in (False, True):
                             for mark in (False, True):
-                                ratio = contrast(view.cell_style(cls, alt=alt, cursor=cursor, mark=mark))
+                                style = view.cell_style(cls, alt=alt, cursor=cursor, mark=mark)
+                                ratio = scan.ratio(*scan.painted(style, style.bgcolor, palette_256))
                                 if ratio < AA:
                                     low.append((view.id, focused, name, alt, cursor, mark, round(ratio, 2)))
         assert not low, low
@@ -92,3 +95,56 @@ async def test_sample_list_rows_reach_aa_as_painted(theme, make_app, store):
         if contrast(title.rich_style) < AA:
             low.add(("samples-title", round(contrast(title.rich_style), 2)))
         assert not low, sorted(low, key=str)[:10]
+
+
+# -- every painted cell of a screen, truecolor and 256 colours (tests/ui/contrast_scan.py) -------------------
+PAINTS = [pytest.param(False, id="truecolor"), pytest.param(True, id="256")]
+
+
+async def _open_inspect(app, pilot, theme: str) -> None:
+    """Opened in the dark theme, then switched: the title and findings must follow a theme change."""
+    await settle(app, pilot)
+    for key in ("down", "enter"):
+        await pilot.press(key)
+        await settle(app, pilot)
+    app.theme = theme
+    await settle(app, pilot)
+
+
+@pytest.mark.parametrize("palette_256", PAINTS)
+@pytest.mark.parametrize("theme", THEMES)
+async def test_inspect_screen_reaches_aa_as_painted(theme, palette_256, make_app, store):
+    """Title, review line, pane labels, tokens, detail panel, footer keys, and each finding highlighted in turn
+    (the info label on a highlighted finding measured 1.7:1)."""
+    from tests.ui.contrast_scan import low_contrast
+
+    store.add_note("p001@demo_gen0", "looks fine", who="tester", tags=("math",))
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _open_inspect(app, pilot, theme)
+        low = set(low_contrast(app, palette_256))
+        findings = app.screen.query_one("#findings")
+        findings.focus()
+        for index in range(findings.option_count):
+            findings.highlighted = index
+            await pilot.pause()
+            low |= set(low_contrast(app, palette_256))
+        assert not low, sorted(low)[:12]
+
+
+@pytest.mark.parametrize("palette_256", PAINTS)
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("key", ["question_mark", "S"], ids=["help", "stats"])
+async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, store):
+    from tests.ui.contrast_scan import low_contrast
+
+    store.record_verdict("p001@demo_gen0", "approved")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.theme = theme
+        await settle(app, pilot)
+        await pilot.press(key)
+        await settle(app, pilot)
+        region = app.screen.query_one("#help").region if key == "question_mark" else None
+        low = low_contrast(app, palette_256, region=region)
+        assert not low, sorted(set(low))[:12]

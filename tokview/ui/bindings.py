@@ -392,9 +392,42 @@ KEYS: tuple[Key, ...] = (
         "export.run", "ctrl+s", "run", "Export", "export dialog", "Write the export with these settings.", palette=False
     ),
     Key("export.cancel", "escape", "cancel", "Close", "export dialog", "Close the export dialog.", palette=False),
-    Key("help.close", "escape,question_mark,q", "dismiss", "Close help", "help", "Close this screen.", palette=False),
-    Key("help.first", "home", "first_row", "First row", "help", "Scroll to the top.", palette=False, priority=True),
-    Key("help.last", "end", "last_row", "Last row", "help", "Scroll to the bottom.", palette=False, priority=True),
+    # a dialog's footer shows its own keys (footer=True), never the screen's under it
+    Key(
+        "help.close",
+        "escape,question_mark,q",
+        "dismiss",
+        "Close help",
+        "help",
+        "Close this screen.",
+        palette=False,
+        footer=True,
+        label="Close",
+    ),
+    Key(
+        "help.first",
+        "home",
+        "first_row",
+        "First row",
+        "help",
+        "Scroll to the top.",
+        palette=False,
+        priority=True,
+        footer=True,
+        label="Top",
+    ),
+    Key(
+        "help.last",
+        "end",
+        "last_row",
+        "Last row",
+        "help",
+        "Scroll to the bottom.",
+        palette=False,
+        priority=True,
+        footer=True,
+        label="Bottom",
+    ),
 )
 
 SCOPES: dict[str, tuple[str, ...]] = {

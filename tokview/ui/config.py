@@ -10,6 +10,7 @@ a keymap id must be one of the bindings registry's, and a key bound twice where 
     view_mode = "both"
     reject_reasons = ["truncated", "bad answer"]
     reviewer = "alice"          # who verdicts are recorded as (default: $USER)
+    auto_advance = true         # a verdict in inspect opens the next pending sample (> toggles it)
 
     [keymap]
     "curate.approve" = "y"
@@ -18,7 +19,9 @@ a keymap id must be one of the bindings registry's, and a key bound twice where 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ class UIConfig:
     reject_reasons: tuple[str, ...] = REJECT_REASONS
     keymap: dict[str, str] = field(default_factory=dict)
     reviewer: str | None = None
+    auto_advance: bool = False
     path: Path | None = None
 
 
@@ -72,7 +76,7 @@ def load_config(path: Path | None = None) -> UIConfig:
     keymap = data.get("keymap", {})
     if not isinstance(ui, dict) or not isinstance(keymap, dict):
         raise ConfigError(f"config {path}: [ui] and [keymap] must be tables")
-    unknown = set(ui) - {"theme", "view_mode", "reject_reasons", "reviewer"}
+    unknown = set(ui) - {"theme", "view_mode", "reject_reasons", "reviewer", "auto_advance"}
     if unknown:
         raise ConfigError(f"config {path}: unknown [ui] keys {sorted(unknown)}")
     config = UIConfig(path=path)
@@ -84,6 +88,10 @@ def load_config(path: Path | None = None) -> UIConfig:
         if not isinstance(ui["reviewer"], str) or not ui["reviewer"].strip():
             raise ConfigError(f"config {path}: reviewer must be a non-empty string")
         config.reviewer = ui["reviewer"].strip()
+    if "auto_advance" in ui:
+        if not isinstance(ui["auto_advance"], bool):
+            raise ConfigError(f"config {path}: auto_advance must be true or false")
+        config.auto_advance = ui["auto_advance"]
     if "view_mode" in ui:
         if ui["view_mode"] not in VIEW_MODES:
             raise ConfigError(f"config {path}: view_mode must be one of {', '.join(VIEW_MODES)}")
@@ -101,3 +109,58 @@ def load_config(path: Path | None = None) -> UIConfig:
     if problem:
         raise ConfigError(f"config {path}: {problem}")
     return config
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\]]*?)\s*\]\s*(#.*)?$")
+_THEME_LINE = re.compile(r"^(\s*)theme\s*=")
+
+
+def remember_theme(theme: str, path: Path | None = None) -> Path:
+    """Write `[ui] theme` into the config file in use, touching nothing else: one line replaced or added,
+    every other byte as it was (comments, other tables, the keymap). Checked by reading the result back: when
+    the edit would change anything else (e.g. `ui` written as an inline table), nothing is written and a
+    ConfigError says why. Written to a temporary file and renamed, so a crash leaves the old file whole."""
+    path = path or config_path()
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        before = tomllib.loads(old)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path} is not valid TOML, so the theme was not written: {exc}") from None
+    new = _with_ui_theme(old, theme)
+    expected = {**before, "ui": {**before.get("ui", {}), "theme": theme}}
+    try:
+        after = tomllib.loads(new)
+    except tomllib.TOMLDecodeError:
+        after = None
+    if after != expected:
+        raise ConfigError(
+            f"config {path}: cannot add the theme without changing other settings; set [ui] theme by hand"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tokview-tmp")
+    temporary.write_text(new, encoding="utf-8")
+    if path.exists():
+        os.chmod(temporary, path.stat().st_mode & 0o7777)
+    os.replace(temporary, path)
+    return path
+
+
+def _with_ui_theme(text: str, theme: str) -> str:
+    """`text` with the `[ui]` table's theme line replaced, or added under `[ui]`, or a `[ui]` table appended."""
+    value = f"theme = {json.dumps(theme)}"  # a theme name is a TOML basic string written as JSON writes it
+    lines = text.splitlines(keepends=True)
+    headers = [(i, m.group(1)) for i, line in enumerate(lines) if (m := _HEADER.match(line))]
+    ui = next((i for i, name in headers if name == "ui"), None)
+    if ui is None:
+        separator = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+        return text + separator + "[ui]\n" + value + "\n"
+    end = next((i for i, _ in headers if i > ui), len(lines))
+    for i in range(ui + 1, end):
+        match = _THEME_LINE.match(lines[i])
+        if match:
+            lines[i] = match.group(1) + value + ("\n" if lines[i].endswith("\n") else "")
+            return "".join(lines)
+    if not lines[ui].endswith("\n"):
+        lines[ui] += "\n"
+    lines.insert(ui + 1, value + "\n")
+    return "".join(lines)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tokview.core import spec_decode as sd
+from tokview.ui.display import plural
 
 if TYPE_CHECKING:
     from tokview.core.record import Capture
@@ -127,7 +128,8 @@ def heat_detail(capture: Capture, position: int, piece: Callable[[int], str] | N
             rows.append(
                 (
                     "acceptance run",
-                    f"step {placed.step_of[p]}: {placed.run[p]} of {drafted} drafts accepted; this is the {kind}",
+                    f"step {placed.step_of[p]}: {placed.run[p]} of {drafted} {'draft' if drafted == 1 else 'drafts'} "
+                    f"accepted; this is the {kind}",
                 )
             )
     if capture.output_logprobs is not None and p < len(capture.output_logprobs):
@@ -160,7 +162,10 @@ def acceptance_bars(side: dict | None) -> tuple[str, dict[str, float]]:
                 if v.get("mean_acceptance_length") is not None
             }
         )
-        return f"mean acceptance length ({spec['placed_samples']} of {spec['samples']} samples placed)", bars
+        return (
+            f"mean acceptance length ({spec['placed_samples']:,} of {plural(spec['samples'], 'sample')} placed)",
+            bars,
+        )
     return "mean acceptance length (per segment unavailable: steps not placed)", bars
 
 

@@ -1,8 +1,11 @@
 """Help generated from the bindings registry (`ui/bindings.py`): every binding, modals included, with its id,
-so the help cannot drift from the keys, and a remapped key (config `[keymap]`) shows as remapped."""
+so the help cannot drift from the keys, and a remapped key (config `[keymap]`) shows as remapped. Textual's own
+keys (the palette, focus, enter in a dialog) are listed too, without an id: they cannot be remapped. The title
+names the config file in use (or the one that would be read), so a remap that "does nothing" is traced fast."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -12,10 +15,27 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from tokview.ui.bindings import bindings, help_rows
+from tokview.ui.config import config_path
+from tokview.ui.widgets.footer import KeysFooter
+
+TEXTUAL_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("everywhere", "^p", "Command palette: every command of the screen, by name.", "(Textual)"),
+    ("everywhere", "tab shift+tab", "Move the focus to the next (previous) field or pane.", "(Textual)"),
+    ("everywhere", "^q", "Leave tokview (q does too).", "(Textual)"),
+    ("dialogs", "⏎", "Keep what was typed, or the reason picked (note, tag, reject, go to).", "(Textual)"),
+)
+"""Keys Textual handles itself: listed so help names every key, marked as not remappable."""
+
+
+def config_in_use(app: object) -> str:
+    """Which config file the app read, or which one it would read (none there: the defaults)."""
+    config = getattr(app, "config", None)
+    path: Path = getattr(config, "path", None) or config_path()
+    return f"config {path}" + ("" if path.is_file() else " (not there: defaults)")
 
 
 class HelpScreen(ModalScreen[None]):
-    """All keys in one table; Escape or ? closes it."""
+    """All keys in one table; Escape or ? closes it; Home/End go to its first and last rows."""
 
     BINDINGS: ClassVar[list[BindingType]] = [*bindings("help")]
 
@@ -26,15 +46,24 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
             yield Label(
-                "tokview keys · remap any of them by id in ~/.config/tokview/config.toml [keymap]",
+                f"tokview keys · remap any of them by id in [keymap] · {config_in_use(self.app)}",
                 classes="modal-title",
+                id="help-title",
             )
             table: DataTable[str] = DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
             # keys and id first: at 80 columns the long description is what gets cut, never the id
             table.add_columns("keys", "id", "where", "what it does")
-            for where, keys, what, binding_id in help_rows(self.keymap):
+            for where, keys, what, binding_id in [*help_rows(self.keymap), *TEXTUAL_ROWS]:
                 table.add_row(keys, binding_id, where, what)
             yield table
+        yield KeysFooter()
+
+    def action_first_row(self) -> None:
+        self.query_one(DataTable).move_cursor(row=0, animate=False)
+
+    def action_last_row(self) -> None:
+        table = self.query_one(DataTable)
+        table.move_cursor(row=table.row_count - 1, animate=False)
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(None)

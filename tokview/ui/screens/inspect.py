@@ -8,22 +8,25 @@ hid shown as gaps. Both panes wrap to one width, so cursor and scroll stay in st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Label, OptionList, Static
-from textual.widgets.option_list import Option
 
 from tokview.core.findings import why
+from tokview.ui import goto
 from tokview.ui.bindings import bindings
-from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, served_seq
+from tokview.ui.config import UIConfig
+from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, plural, served_seq, visible
 from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
 from tokview.ui.heat import unavailable as heat_unavailable
-from tokview.ui.widgets.findings_list import FindingsList
+from tokview.ui.screens.modals import TextPrompt
+from tokview.ui.widgets.findings_list import FindingRow, FindingsList
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
@@ -33,8 +36,6 @@ if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
-
-SEVERITY_STYLE = {"error": "bold red", "warn": "yellow", "info": "cyan"}
 
 
 @dataclass
@@ -54,19 +55,29 @@ class InspectData:
 SEVERITY_RANK = {"error": 0, "warn": 1, "info": 2}
 
 
-def review_text(status: str, history: list[dict], notes: list[str]) -> Text:
+def live_verdicts(history: list[dict]) -> int:
+    """How many verdicts of the history stand (not undone)."""
+    return sum(1 for h in history if h.get("kind") == "verdict" and not h.get("undone"))
+
+
+ROLES = ("approved", "rejected", "valid", "invalid")
+"""Text roles the title and review line colour from the screen's component classes (theme-aware)."""
+
+
+def review_text(status: str, history: list[dict], notes: list[str], roles: dict[str, Style] | None = None) -> Text:
     """The latest live verdict (who, when, why, override) and the notes: what earlier reviewers said."""
+    roles = roles or {}
     text = Text()
     live = [h for h in history if h.get("kind") == "verdict" and not h.get("undone")]
     if live:
         h = live[-1]
         at = h.get("at")
-        text.append(f"{h['status']}", {"approved": "bold green", "rejected": "bold red"}.get(h["status"], "bold"))
+        text.append(f"{h['status']}", roles.get(h["status"], Style(bold=True)))
         text.append(f" by {h.get('who') or 'unknown'}" + (f" at {at:%Y-%m-%d %H:%M}" if at else ""))
         if h.get("reason"):
             text.append(f" · reason: {h['reason']}", "bold")
         if h.get("override"):
-            text.append(" · override: approved despite error findings", "bold red")
+            text.append(" · override: approved despite error findings", roles.get("invalid", Style(bold=True)))
     else:
         text.append(f"{status} · no verdict yet", "italic")
     for note in notes:
@@ -90,6 +101,13 @@ class InspectScreen(Screen):
     """Two synchronised token panes, a detail panel and the findings of one sample."""
 
     BINDINGS = bindings("inspect")
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"inspect--{role}" for role in ROLES}
+    DEFAULT_CSS = """
+    InspectScreen > .inspect--approved, InspectScreen > .inspect--valid { color: $text-success; text-style: bold; }
+    InspectScreen > .inspect--rejected, InspectScreen > .inspect--invalid { color: $text-error; text-style: bold; }
+    InspectScreen:light > .inspect--approved, InspectScreen:light > .inspect--valid { color: #005f00; }
+    InspectScreen:light > .inspect--rejected, InspectScreen:light > .inspect--invalid { color: #5f0000; }
+    """
 
     def __init__(
         self, data: InspectData, tokenizer: TokenizerAdapter, profile: ModelProfile, mode: str = "pieces"
@@ -101,6 +119,8 @@ class InspectScreen(Screen):
         self.kept = TokenView(kept_seq(capture, analysis, tokenizer), mode=mode, id="kept")
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         self.heat = HEAT_MODES[0]
+        self._last_goto = ""
+        """The last go-to query: the prompt offers it again, so enter repeats it (the next occurrence)."""
         self.chosen: tuple[int, int] | None = None
         """(finding index, position index) of the finding being stepped through, once one is chosen."""
         self._segment_classes = list(self.served.seq.classes)
@@ -110,7 +130,7 @@ class InspectScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title(), id="inspect-title")
-        yield Static(review_text(self.data.status, self.data.history, self.data.notes), id="inspect-review")
+        yield Static(id="inspect-review")
         with Horizontal(id="panes"):
             with Vertical(classes="pane"):
                 yield Label(self._served_label(), classes="pane-label", id="served-label")
@@ -120,10 +140,11 @@ class InspectScreen(Screen):
                 yield self.kept
         with Horizontal(id="inspect-bottom"):
             yield TokenDetail(id="detail")
-            yield FindingsList(*self._finding_options(), id="findings")
+            yield FindingsList(self._finding_rows(), id="findings")
         yield KeysFooter()
 
     def on_mount(self) -> None:
+        self._paint_texts()
         self.served.focus()
         start = first_position(self.data.analysis, len(self.data.capture.prompt_ids))
         opened_at = opening_finding(self.data.analysis)
@@ -136,15 +157,29 @@ class InspectScreen(Screen):
         self.call_after_refresh(self.kept.scroll_to_cursor)
 
     # -- text --------------------------------------------------------------------------------
+    def _roles(self) -> dict[str, Style]:
+        return {role: self.get_component_rich_style(f"inspect--{role}", partial=True) for role in ROLES}
+
+    def _paint_texts(self) -> None:
+        """Title and review line, coloured for the current theme."""
+        d = self.data
+        self.query_one("#inspect-title", Static).update(self._title())
+        self.query_one("#inspect-review", Static).update(review_text(d.status, d.history, d.notes, self._roles()))
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        if self.is_mounted:  # a theme change: the title's colours come from the theme, once its styles are in
+            self.call_after_refresh(self._paint_texts)
+
     def _title(self) -> Text:
         d, c = self.data, self.data.capture
-        status_style = {"approved": "bold green", "rejected": "bold red"}.get(d.status, "bold")
+        roles = self._roles()
         title = Text.assemble(
             (d.sample_id, "bold"),
             "  ",
-            (d.status, status_style),
+            (d.status, roles.get(d.status, Style(bold=True))),
             f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
-            ("  valid" if d.analysis.valid else "  INVALID", "green" if d.analysis.valid else "bold red"),
+            ("  valid", roles["valid"]) if d.analysis.valid else ("  INVALID", roles["invalid"]),
         )
         if d.tags:
             title.append("  tags: " + ", ".join(d.tags), "italic")
@@ -153,7 +188,7 @@ class InspectScreen(Screen):
         return title
 
     def _served_label(self) -> str:
-        label = f"served ids · {len(self.data.capture.output_ids)} output ids · view {self.served.mode}"
+        label = f"served ids · {plural(len(self.data.capture.output_ids), 'output id')} · view {self.served.mode}"
         if self.heat != HEAT_MODES[0]:
             why = heat_unavailable(self.data.capture, self.heat)
             label += f" · heat {HEAT_LABELS[self.heat]}" + (f": {why}" if why else " (green likely/easy … red)")
@@ -165,36 +200,23 @@ class InspectScreen(Screen):
             name for name, v in (("reasoning", c.reasoning), ("content", c.content), ("text", c.text)) if v is not None
         ]
         al = self.data.analysis.alignment
-        extra = f" · unmatched text {len(al.unmatched_text)} chars" if al is not None and al.unmatched_text else ""
+        extra = (
+            f" · unmatched text {plural(len(al.unmatched_text), 'char')}"
+            if al is not None and al.unmatched_text
+            else ""
+        )
         return f"kept by {'+'.join(fields) or 'no text field'} · ░ hidden{extra}"
 
-    def _finding_options(self) -> list[Option]:
-        options = []
+    def _finding_rows(self) -> list[FindingRow]:
+        rows = []
         findings = self.data.analysis.findings
         order = sorted(range(len(findings)), key=lambda i: (SEVERITY_RANK.get(findings[i].severity, 3), i))
         for i in order:  # errors first: they decide whether the sample is valid
             f = findings[i]
             count = len(f.positions)
-            where = f" · {count} position{'s' if count != 1 else ''}, enter steps" if count else " · no positions"
-            text = Text.assemble(
-                (f"{f.severity:5} ", SEVERITY_STYLE.get(f.severity, "")),
-                (f.code, "bold"),
-                (where, "dim"),
-                "\n",
-                f.detail,
-            )
-            if why(f.code):
-                text.append("\n" + why(f.code), "dim italic")
-            options.append(Option(text, id=f"finding-{i}"))
-        if not options:
-            options.append(
-                Option(
-                    Text("no findings: the ids look like a clean training sample", "green"),
-                    id="finding-none",
-                    disabled=True,
-                )
-            )
-        return options
+            where = f" · {plural(count, 'position')}, enter steps" if count else " · no positions"
+            rows.append(FindingRow(f"finding-{i}", f.severity, f.code, where, f.detail, why(f.code) or ""))
+        return rows
 
     # -- sync --------------------------------------------------------------------------------
     def _other(self, view: TokenView) -> TokenView:
@@ -306,6 +328,63 @@ class InspectScreen(Screen):
         self.served.mode = mode
         self.kept.mode = mode
         self.query_one("#served-label", Label).update(self._served_label())
+        config = self._config()
+        if config is not None:
+            config.view_mode = mode  # the next sample opens in the mode chosen here (not written to the file)
+
+    def _config(self) -> UIConfig | None:
+        """The app's settings, when this screen runs in the tokview app (tests also host it alone)."""
+        config = getattr(self.app, "config", None)
+        return config if isinstance(config, UIConfig) else None
+
+    def _pane(self) -> TokenView:
+        """The pane keys act on: the focused one, else the served ids."""
+        return self.focused if isinstance(self.focused, TokenView) else self.served
+
+    def action_goto(self) -> None:
+        """Ask for a position, an id or a text (goto.py), and move the focused pane's cursor there."""
+
+        def answered(query: str | None) -> None:
+            target = goto.parse(query or "")
+            if target is None:
+                return
+            self._last_goto = query or ""
+            pane = self._pane()
+            index = goto.find(pane.seq, target, pane.cursor)
+            if index is None:
+                where = f"0–{len(pane.seq) - 1}" if target.kind == "position" else "this pane"
+                self.notify(f"{target.describe()} is not in {where}", severity="warning", timeout=3)
+                return
+            pane.cursor = index
+            pane.focus()
+            self.notify(f"{target.describe()}: position {index} (: again goes on to the next)", timeout=2)
+
+        self.app.push_screen(
+            TextPrompt("Go to: a position (120), an id (#163607) or a text", "120, #163607 or text", self._last_goto),
+            answered,
+        )
+
+    def action_copy_sample_id(self) -> None:
+        self.app.copy_to_clipboard(self.data.sample_id)
+        self.notify(f"copied the sample id {self.data.sample_id}", timeout=2)
+
+    def action_copy_token(self) -> None:
+        """The text of the token under the focused pane's cursor (a special token's name, e.g. </think>)."""
+        pane = self._pane()
+        if not len(pane.seq):
+            return
+        token_id = pane.seq.ids[pane.cursor]
+        text = self.tokenizer.piece_bytes(token_id).decode("utf-8", errors="replace") or pane.seq.pieces[pane.cursor]
+        self.app.copy_to_clipboard(text)
+        self.notify(f"copied token {token_id} {visible(text)!r} (position {pane.cursor})", timeout=2)
+
+    def action_toggle_auto_advance(self) -> None:
+        config = self._config()
+        if config is None:
+            return
+        config.auto_advance = not config.auto_advance
+        said = "on: a verdict opens the next pending sample" if config.auto_advance else "off"
+        self.notify(f"auto-advance {said} (> toggles; [ui] auto_advance in the config sets it)", timeout=3)
 
     def action_cycle_heat(self) -> None:
         """Next heat mode: the served pane's output tokens take heat classes (segments colours come back last)."""
@@ -330,7 +409,11 @@ class InspectScreen(Screen):
             self.app.pop_screen()
 
     def refresh_verdict(self, status: str, notes: list[str], tags: list[str], history: list[dict]) -> None:
-        """The store recorded a verdict: update the title and review lines (attributes down)."""
+        """The store recorded a verdict: update the title and review lines (attributes down); with auto-advance
+        on, a new verdict (not a note, a tag or an undo) moves on to the next pending sample."""
+        before = live_verdicts(self.data.history)
         self.data.status, self.data.notes, self.data.tags, self.data.history = status, notes, tags, history
-        self.query_one("#inspect-title", Static).update(self._title())
-        self.query_one("#inspect-review", Static).update(review_text(status, history, notes))
+        self._paint_texts()
+        config = self._config()
+        if config is not None and config.auto_advance and live_verdicts(history) > before:
+            self.call_later(self.app.run_action, "next_unreviewed")

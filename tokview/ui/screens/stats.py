@@ -24,6 +24,7 @@ from textual_plotext import PlotextPlot
 
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
+from tokview.ui.display import plural
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
@@ -114,7 +115,8 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
         reviewed = by_status.get("approved", 0) + by_status.get("rejected", 0)
         total = max(1, s["samples"])
         self.query_one("#stats-summary", Static).update(
-            f"{s['samples']:,} samples · {s['prompts']:,} prompts · valid {s['valid']:,} · invalid {s['invalid']:,} · "
+            f"{plural(s['samples'], 'sample')} · {plural(s['prompts'], 'prompt')} · valid {s['valid']:,} · "
+            f"invalid {s['invalid']:,} · "
             f"reviewed {reviewed:,}/{s['samples']:,} ({100 * reviewed / total:.0f}%): approved "
             f"{by_status.get('approved', 0):,}, rejected {by_status.get('rejected', 0):,}, "
             f"pending {by_status.get('pending', 0):,}"

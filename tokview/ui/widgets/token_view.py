@@ -75,22 +75,25 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
     TokenView > .token-view--partial { color: $text-warning; text-style: underline; }
     TokenView > .token-view--drift { color: $text-error; text-style: bold underline; }
     TokenView > .token-view--empty { color: $text-disabled; }
-    /* light themes: warning and accent are light oranges, unreadable on a light surface; darkened */
-    TokenView:light > .token-view--delimiter { color: #5c2a00; }
-    TokenView:light > .token-view--partial { color: #7a3d00; }
-    TokenView:light > .token-view--reasoning { color: #753a00; }
+    /* light themes: warning and accent are light oranges, unreadable on a light surface; darkened to colours of
+       the xterm 256-colour cube, so a 256-colour terminal paints them as they are (a brown rounded to #875f00
+       and measured 3.0:1 there) */
+    TokenView:light > .token-view--delimiter { color: #5f0000; }
+    TokenView:light > .token-view--partial { color: #5f0000; }
+    TokenView:light > .token-view--reasoning { color: #5f005f; }
     TokenView:light > .token-view--prompt { color: $foreground-darken-1; }
     TokenView:light > .token-view--prompt-special { color: $foreground-darken-1; }
     TokenView > .token-view--alt { background: $primary 8%; }
+    TokenView:light > .token-view--alt { background: $primary 5%; }
     TokenView > .token-view--heat-0 { color: #3fb950; }
     TokenView > .token-view--heat-1 { color: #9be9a8; }
     TokenView > .token-view--heat-2 { color: #e3b341; }
     TokenView > .token-view--heat-3 { color: #f0883e; text-style: bold; }
     TokenView > .token-view--heat-4 { color: #f85149; text-style: bold reverse; }
-    TokenView:light > .token-view--heat-0 { color: #0a5223; }
-    TokenView:light > .token-view--heat-1 { color: #2f5a00; }
-    TokenView:light > .token-view--heat-2 { color: #5c4300; }
-    TokenView:light > .token-view--heat-3 { color: #7a3000; }
+    TokenView:light > .token-view--heat-0 { color: #005f00; }
+    TokenView:light > .token-view--heat-1 { color: #00005f; }
+    TokenView:light > .token-view--heat-2 { color: #5f005f; }
+    TokenView:light > .token-view--heat-3 { color: #870000; }
     TokenView:light > .token-view--heat-4 { color: #9a0d23; }
     TokenView > .token-view--mark { text-style: underline; }
     TokenView > .token-view--cursor { background: $primary 40%; text-style: bold; }

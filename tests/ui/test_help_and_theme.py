@@ -1,0 +1,92 @@
+"""Help names every key (Textual's palette and dialogs' enter too) and the config file in use, scrolls with
+Home/End and has its own footer; the theme chosen with T is remembered in that file, one key written
+(issue 25, curation at scale 8)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from tests.ui.conftest import settle
+from tokview.ui.config import ConfigError, load_config, remember_theme
+
+USER_CONFIG = """# my tokview settings
+[ui]
+reviewer = "alice"   # me
+view_mode = "both"
+
+[keymap]
+"curate.approve" = "A"
+
+[other_tool]
+x = 1
+"""
+
+
+def test_remember_theme_writes_one_line_and_keeps_every_other_byte(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(USER_CONFIG)
+    remember_theme("textual-light", path)
+    written = path.read_text()
+    assert written == USER_CONFIG.replace("[ui]\n", '[ui]\ntheme = "textual-light"\n')
+    remember_theme("textual-dark", path)  # the line is replaced, not added twice
+    assert path.read_text() == USER_CONFIG.replace("[ui]\n", '[ui]\ntheme = "textual-dark"\n')
+    assert load_config(path).reviewer == "alice" and load_config(path).keymap == {"curate.approve": "A"}
+
+
+def test_remember_theme_creates_a_missing_file_and_appends_a_ui_table(tmp_path):
+    path = tmp_path / "sub" / "config.toml"
+    remember_theme("textual-light", path)
+    assert tomllib.loads(path.read_text()) == {"ui": {"theme": "textual-light"}}
+    other = tmp_path / "other.toml"
+    other.write_text('[keymap]\n"curate.approve" = "A"')  # no newline at the end
+    remember_theme("textual-light", other)
+    assert tomllib.loads(other.read_text()) == {"keymap": {"curate.approve": "A"}, "ui": {"theme": "textual-light"}}
+
+
+def test_remember_theme_refuses_rather_than_clobber(tmp_path):
+    path = tmp_path / "config.toml"
+    text = 'ui = { reviewer = "alice" }\n'
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="by hand"):
+        remember_theme("textual-light", path)
+    assert path.read_text() == text
+    assert list(tmp_path.iterdir()) == [path]  # no temporary left behind
+
+
+async def test_t_remembers_the_theme_in_the_config_in_use(make_app, tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text(USER_CONFIG)
+    app = make_app(load_config(path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("T")
+        await settle(app, pilot)
+    assert app.theme == "textual-light"
+    assert load_config(path).theme == "textual-light"
+    assert path.read_text() == USER_CONFIG.replace("[ui]\n", '[ui]\ntheme = "textual-light"\n')
+
+
+async def test_help_names_the_config_lists_textual_keys_scrolls_and_shows_its_own_keys(make_app, tmp_path):
+    from textual.widgets import DataTable, Label
+
+    path = tmp_path / "mine.toml"
+    path.write_text(USER_CONFIG)
+    app = make_app(load_config(path))
+    async with app.run_test(size=(100, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("question_mark")
+        await settle(app, pilot)
+        title = str(app.screen.query_one("#help-title", Label).render())
+        assert str(path) in title and "not there" not in title
+        table = app.screen.query_one(DataTable)
+        keys = [table.get_row_at(i)[0] for i in range(table.row_count)]
+        assert "^p" in keys and "⏎" in keys
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1
+        assert table.scroll_y == table.max_scroll_y > 0
+        await pilot.press("home")
+        assert table.cursor_row == 0 and table.scroll_y == 0
+        footer = {b.id for _, b, _, _ in app.screen.active_bindings.values() if b.show}
+        assert "help.close" in footer and "curate.approve" not in footer
