@@ -128,11 +128,6 @@ def test_a_batch_whose_store_cannot_be_created_on_a_full_disk_says_so_in_one_lin
         start_on_a_full_disk(small_disk, tmp_path, sim.url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a store the full disk kept DuckDB from creating is left as a 0-byte file; after freeing space every "
-    "command refuses it ('exists, but it is not a valid DuckDB database file')",
-)
 def test_after_a_full_disk_kept_the_store_from_being_created_a_rerun_creates_it(small_disk, tmp_path):
     with _sim() as sim:
         prompts, db, ballast = start_on_a_full_disk(small_disk, tmp_path, sim.url)

@@ -288,11 +288,6 @@ def test_ctrl_c_while_the_workers_start_ends_the_run_quietly(sim, prompts, refer
     subset_of_reference(db, reference[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a kill while a command creates a new store (its first migration) leaves a file holding only "
-    "schema_version, refused by every later command as 'not a tokview store (it has tables schema_version)'",
-)
 def test_a_merge_killed_while_it_creates_its_target_leaves_a_store_the_rerun_completes(reference, tmp_path):
     """SIGKILL the moment the new target's write-ahead log appears (DuckDB's first write: the schema). A batch
     killed the same way meets the same refusal in some runs (its store is created beside other threads)."""

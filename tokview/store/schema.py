@@ -198,9 +198,11 @@ every batch)."""
 def refuse_foreign(conn: Any, path: str) -> None:
     """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
 
-    Empty files and tokview stores (a `schema_version` table beside `samples`) are fine."""
+    Empty files, tokview stores (a `schema_version` table beside `samples`) and a store whose creation never
+    finished (an empty `schema_version` alone: what a kill during creation left before tokview created it in
+    the same transaction as the rest) are fine: `migrate` creates or completes them."""
     tables = {r[0] for r in conn.execute(f"SELECT name FROM {_TABLES_AND_VIEWS} WHERE schema_name = 'main'").fetchall()}
-    if not tables or {"schema_version", "samples"} <= tables:
+    if not tables or {"schema_version", "samples"} <= tables or _unfinished_creation(conn, tables):
         return
     shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
     raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): pass another --db")
@@ -231,9 +233,15 @@ def current_version(conn: Any) -> int:
     return int(row[0] or 0)
 
 
+def _unfinished_creation(conn: Any, tables: set[str]) -> bool:
+    """Only `schema_version`, holding no row: no migration ever committed, so the file holds nothing at all."""
+    if tables != {"schema_version"}:
+        return False
+    return conn.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 0
+
+
 def migrate(conn: Any) -> int:
     """Bring the file up to LATEST_VERSION; return the version it had before."""
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)")
     before = current_version(conn)
     if before > LATEST_VERSION:
         raise SchemaError(
@@ -253,9 +261,17 @@ def migrate(conn: Any) -> int:
 def _create(conn: Any) -> None:
     """A new store gets every migration in one transaction, sent as one script: the same schema and
     `schema_version` rows as applying them one by one, in one call to DuckDB instead of ~30 (a new
-    store opens in ~33 ms instead of ~38)."""
-    statements = [sql for version, name, sqls in MIGRATIONS for sql in (*sqls, _version_row(version, name))]
+    store opens in ~33 ms instead of ~38). `schema_version` is created in that transaction too: a process
+    killed while it creates a store leaves a file with no table (or no file), never a half-made store."""
+    statements = [_SCHEMA_VERSION_TABLE]
+    statements += [sql for version, name, sqls in MIGRATIONS for sql in (*sqls, _version_row(version, name))]
     _in_transaction(conn, statements)
+
+
+_SCHEMA_VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, name VARCHAR, applied_at TIMESTAMP)"
+)
+"""IF NOT EXISTS: a store whose creation an older tokview left unfinished already has it (empty)."""
 
 
 def _version_row(version: int, name: str) -> str:

@@ -11,6 +11,7 @@ Within a process, threads (the UI's workers, a batch's writer) share one lock.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import sys
@@ -153,6 +154,47 @@ def _refuse_other_files(path: str) -> None:
         raise StoreError(f"{path} is not a DuckDB database (a tokview store is one): pass another --db")
 
 
+_NOT_A_DATABASE = "not a valid DuckDB database file"
+UNFINISHED_AFTER_S = 2.0
+"""A 0-byte file younger than this may be a store another process is creating this instant (DuckDB creates the
+file, then locks it and writes its header): it is waited for, never removed."""
+
+
+def _clear_unfinished_file(path: str, wait: _LockWait) -> bool:
+    """A 0-byte store file is what DuckDB leaves when it could not write a new file's header (a full disk): it
+    holds nothing, so it is removed and the store created anew. True: try opening again (removed, or too young
+    to tell and waited for); False: not such a file (it has bytes, a write-ahead log beside it, or another
+    process holds its lock), left as it is for DuckDB's own error."""
+    file = Path(path).expanduser()
+    wal = Path(f"{file}.wal")
+    try:
+        if wal.exists() and wal.stat().st_size > 0:
+            return False
+        fd = os.open(file, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        seen = os.fstat(fd)
+        if seen.st_size != 0:
+            return False
+        if time.time() - seen.st_mtime < UNFINISHED_AFTER_S:
+            wait.again(f"{path} is being created")
+            return True
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: DuckDB's next try waits for it
+        now = os.stat(file)
+        if (now.st_ino, now.st_dev, now.st_size) != (seen.st_ino, seen.st_dev, 0):
+            return True  # replaced meanwhile: open what is there now
+        file.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class Store(PartSink):
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
@@ -241,6 +283,8 @@ class Store(PartSink):
                     wait.again(message)
                 elif not self.read_only and _cannot_write(message) and Path(self.path).expanduser().is_file():
                     self.read_only = True  # read without writing: stats, show and export need no more
+                elif not self.read_only and _NOT_A_DATABASE in message and _clear_unfinished_file(self.path, wait):
+                    continue  # a 0-byte file a full disk left: removed (or given time to become a store)
                 else:
                     raise StoreError(f"cannot open database {self.path}: {first_line(exc)}") from None
 
