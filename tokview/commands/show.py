@@ -105,8 +105,8 @@ def review_lines(stored) -> list[str]:
 
 
 def text_field_column(analysis, out_pos: int, kind: str, parser: str | None) -> str:
-    """What became of one output id: kept (in which field: reasoning, content, `tool_calls[k].id`, …), partial,
-    drift, or hidden (a tool-call marker: by the tool parser)."""
+    """What became of one output id: kept, partial, drift (naming the `tool_calls[k]` field it landed in, when
+    a tool parser put it there), or hidden (a tool-call marker: by the tool parser)."""
     from tokview.core import segments as seg
     from tokview.core.tool_calls import field_name
 
@@ -115,7 +115,10 @@ def text_field_column(analysis, out_pos: int, kind: str, parser: str | None) -> 
     text = MARK.get(status, "?") + " " + status
     if status == "hidden":
         return text + (" (tool parser)" if kind == seg.TOOL_MARKER else "")
-    landed = field_name(al.fields[out_pos], parser) if out_pos < len(al.fields) else ""
+    field = al.fields[out_pos] if out_pos < len(al.fields) else None
+    landed = (
+        field_name(field, parser) if field is not None and field >= 2 else ""
+    )  # reasoning/content: the segment says
     return f"{text} {landed}" if landed else text
 
 
