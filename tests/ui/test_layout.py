@@ -61,10 +61,16 @@ async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         lst = app.screen.sample_list
-        header = lst.render_line(0).text
-        assert header.startswith("verdict    valid finish") and " run " in header and "st ok" not in header
+        header = lst.render_line(0).text  # 80 columns: verdict and validity as glyphs, no finish or prompt column
+        assert header.startswith("  v ok output run") and " sample " in header and " tags " in header
         first = lst.render_line(1).text
-        assert "pending" in first and "run-a" in first and "gen0" in first
+        assert first.startswith("  · ✗  ") and "run-a" in first and "gen0" in first
+    wide = make_app()
+    async with wide.run_test(size=(120, 24)) as pilot:
+        await settle(wide, pilot)
+        header = wide.screen.sample_list.render_line(0).text
+        assert header.startswith("  verdict    valid finish prompt output run")
+        assert "pending" in wide.screen.sample_list.render_line(1).text
     cut = fit_middle("typed-3f2a9c1b77@demo-chat_gen12", 16)
     assert len(cut) == 16 and cut.startswith("typed") and cut.endswith("_gen12")
 
@@ -99,7 +105,10 @@ async def test_approve_reject_and_undo_say_what_they_did(make_app):
         await pilot.pause()
         said = [str(m.notification.message) for m in notes if isinstance(m, Notify)]
         assert any("p001@demo_gen0: approved" in m and "u undoes" in m for m in said)
-        assert any("undid the last verdict" in m and "now pending" in m for m in said)
+        assert any(
+            "undid #" in m and "approved 1 sample by tester" in m and "(p001@demo_gen0) back to pending" in m
+            for m in said
+        )
 
 
 async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):

@@ -94,18 +94,7 @@ def _reviewer(given: str | None) -> str | None:
 
 def describe(outcome, dry_run: bool) -> str:
     """One line: what changed out of what was selected, and why the rest did not."""
-    verb = {
-        "approved": "approved",
-        "rejected": "rejected",
-        "tag": "tagged",
-        "untag": "untagged",
-        "note": "noted",
-    }[outcome.action]
-    n = len(outcome.changed)
-    line = f"{'would have ' if dry_run else ''}{verb} {n} of {outcome.selected} selected sample{'s' * (outcome.selected != 1)}"
-    if outcome.unchanged:
-        line += " (" + ", ".join(f"{count} {why}" for why, count in outcome.unchanged.items()) + ")"
-    return line
+    return outcome.summary("selected", dry_run)
 
 
 def apply(store, args: argparse.Namespace, ids: list[str], who: str | None):
@@ -135,24 +124,6 @@ SOURCE = "review"
 """What `actions.source` records for a change made here (the app records `app`)."""
 
 
-def history_line(action) -> str:
-    """`#812  2026-12-02 01:30  carol  rejected 200 samples (loops)  [review]`, `(undone by #830)` when so."""
-    when = action.at.strftime("%Y-%m-%d %H:%M") if action.at is not None else "?"
-    line = f"#{action.action_id}  {when}  {action.who or '?'}  {action.described}  [{action.source or '?'}]"
-    return line + (f"  (undone by #{action.undone_by})" if action.undone_by else "")
-
-
-def undo_line(undone) -> str:
-    """`undid #812 rejected 200 samples (loops) by carol: 200 samples (a, b, c …)`."""
-    ids = undone.sample_ids
-    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-    a = undone.action
-    return (
-        f"undid #{a.action_id} {a.described} by {a.who or '?'}: {len(ids)} sample{'s' * (len(ids) != 1)} "
-        f"({shown}) back to {', '.join(sorted(set(undone.statuses.values())))}"
-    )
-
-
 def _undo(store, args: argparse.Namespace, who: str | None) -> int:
     target = args.undo.strip().lstrip("#")
     if target != "last" and not target.isdigit():
@@ -165,7 +136,7 @@ def _undo(store, args: argparse.Namespace, who: str | None) -> int:
         raise UserError(f"{exc} (tokview review --history lists the actions)") from None
     if undone is None:
         raise UserError(f"nothing left to undo in {args.db}")
-    print(json.dumps({**undone.to_dict(), "by": who}) if args.json else undo_line(undone))
+    print(json.dumps({**undone.to_dict(), "by": who}) if args.json else undone.line)
     return 0
 
 
@@ -174,7 +145,7 @@ def _history(store, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**vars(a), "at": str(a.at)} for a in listed]))
     for a in [] if args.json else listed:
-        print(history_line(a))
+        print(a.line)
     return 0
 
 

@@ -30,7 +30,7 @@ from tokview.store.records import SampleFilter
 LATEST_VERDICT = (
     "(SELECT max(w.seq) FROM verdicts w WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone)"
 )
-HAS_TAG = "list_contains(list_transform(coalesce(v.tags, []), lambda t: lower(t)), lower(?))"
+HAS_TAG = queries.HAS_TAG
 TAGGED = (
     f"SELECT DISTINCT v.sample_id FROM verdicts v WHERE NOT v.undone AND {HAS_TAG} "
     f"AND (v.kind = 'note' OR v.seq = {LATEST_VERDICT})"
@@ -51,6 +51,17 @@ class Outcome:
     action_id: int | None = None
     """The action's id in `actions` (None: nothing was written)."""
 
+    def summary(self, what: str = "selected", dry_run: bool = False) -> str:
+        """One line: what changed out of what was selected (or marked), and why the rest did not."""
+        verb = VERBS[self.action]
+        n = len(self.changed)
+        line = (
+            f"{'would have ' if dry_run else ''}{verb} {n} of {self.selected} {what} sample{'s' * (self.selected != 1)}"
+        )
+        if self.unchanged:
+            line += " (" + ", ".join(f"{count} {why}" for why, count in self.unchanged.items()) + ")"
+        return line
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "action": self.action,
@@ -69,6 +80,16 @@ def select(store: Any, filters: SampleFilter, with_tag: str | None = None) -> li
         where = (where + " AND " if where else " WHERE ") + f"sample_id IN ({TAGGED})"
         params.append(with_tag)
     return [r[0] for r in store.query(f"SELECT sample_id FROM samples{where} ORDER BY sample_id", params)]
+
+
+def tags_of(store: Any, ids: Sequence[str]) -> list[str]:
+    """Every live tag any of `ids` carries (one spelling each): what the tag dialog offers to take off."""
+    rows = store.query(
+        f"SELECT DISTINCT t FROM verdicts v, unnest(v.tags) AS u(t) WHERE v.sample_id IN {IDS} "
+        f"AND {queries.LIVE_TAG_ROWS}",
+        [list(ids)],
+    )
+    return queries.caseless_tags(r[0] for r in rows)
 
 
 def invalid_among(store: Any, ids: Sequence[str]) -> list[str]:
@@ -245,6 +266,13 @@ class Action:
     def described(self) -> str:
         return describe_action(self.kind, self.detail, self.samples)
 
+    @property
+    def line(self) -> str:
+        """`#812  2026-12-02 01:30  carol  rejected 200 samples (loops)  [review]`, `(undone by #830)` when so."""
+        when = self.at.strftime("%Y-%m-%d %H:%M") if self.at is not None else "?"
+        text = f"#{self.action_id}  {when}  {self.who or '?'}  {self.described}  [{self.source or '?'}]"
+        return text + (f"  (undone by #{self.undone_by})" if self.undone_by else "")
+
 
 @dataclass
 class Undone:
@@ -262,6 +290,17 @@ class Undone:
     @property
     def who(self) -> str | None:
         return self.action.who
+
+    @property
+    def line(self) -> str:
+        """`undid #812 rejected 200 samples (loops) by carol: 200 samples (a, b, c and 197 more) back to pending`."""
+        ids = self.sample_ids
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        a = self.action
+        return (
+            f"undid #{a.action_id} {a.described} by {a.who or '?'}: {len(ids)} sample{'s' * (len(ids) != 1)} "
+            f"({shown}) back to {', '.join(sorted(set(self.statuses.values())))}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         a = self.action

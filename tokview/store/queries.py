@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from tokview.store.records import SampleFilter, SampleRow
@@ -38,10 +39,28 @@ ROW_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class ListFilter(SampleFilter):
+    """The list's filter: a `SampleFilter` and a tag (any case), as `tokview review --with-tag` selects."""
+
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
+class TaggedRow(SampleRow):
+    """A list row with the sample's live tags (one spelling each, as `caseless_tags`)."""
+
+    tags: tuple[str, ...] = ()
+
+
 def where_clause(filters: SampleFilter | None) -> tuple[str, list[Any]]:
     f = filters or SampleFilter()
     parts: list[str] = []
     params: list[Any] = []
+    tag = getattr(f, "tag", None)
+    if tag:
+        parts.append(f"sample_id IN (SELECT DISTINCT v.sample_id FROM verdicts v WHERE {HAS_TAG} AND {LIVE_TAG_ROWS})")
+        params.append(tag)
     if f.status is not None:
         parts.append("status = ?")
         params.append(f.status)
@@ -85,6 +104,8 @@ LIVE_NOTES_AND_TAGS = (
 of notes not undone and of the latest verdict not undone (tags joined by a character nobody types)."""
 
 
+HAS_TAG = "list_contains(list_transform(coalesce(v.tags, []), lambda t: lower(t)), lower(?))"
+"""A verdict row `v` carries the tag (one parameter), compared without case."""
 LIVE_TAG_ROWS = (
     "NOT v.undone AND (v.kind = 'note' OR v.seq = "
     "(SELECT max(w.seq) FROM verdicts w WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone))"
@@ -148,10 +169,37 @@ def samples_page(
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
     rows = conn.execute(sql, [*params, min(int(limit), INT64_MAX), min(int(offset), INT64_MAX)]).fetchall()
+    tags = page_tags(conn, [r[0] for r in rows])
     return [
-        SampleRow(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7], list(r[8] or []), r[9], r[10], r[11])
+        TaggedRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            bool(r[4]),
+            r[5],
+            r[6],
+            r[7],
+            list(r[8] or []),
+            r[9],
+            r[10],
+            r[11],
+            tags=tuple(tags.get(r[0], ())),
+        )
         for r in rows
     ]
+
+
+def page_tags(conn: Any, sample_ids: list[str]) -> dict[str, list[str]]:
+    """sample id -> its live tags, for one page of the list (one query over the page's ids)."""
+    if not sample_ids:
+        return {}
+    rows = conn.execute(
+        "SELECT v.sample_id, list(t) FROM verdicts v, unnest(v.tags) AS u(t) "
+        f"WHERE v.sample_id IN (SELECT unnest(?::VARCHAR[])) AND {LIVE_TAG_ROWS} GROUP BY 1",
+        [sample_ids],
+    ).fetchall()
+    return {sid: caseless_tags(tags) for sid, tags in rows}
 
 
 def count_samples(conn: Any, filters: SampleFilter | None) -> int:

@@ -22,11 +22,20 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError
+from tokview.store import bulk_review
 from tokview.store.part_sink import StoreError
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
-from tokview.ui.screens.modals import Confirm, RejectReason, TextPrompt
+from tokview.ui.screens.modals import (
+    ActionsDialog,
+    BulkApprove,
+    Confirm,
+    RejectReason,
+    TagDialog,
+    TagEdit,
+    TextPrompt,
+)
 from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import failure_notice
@@ -35,7 +44,7 @@ if TYPE_CHECKING:
     from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
-CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "next_unreviewed"}
+CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "undo_history", "export", "next_unreviewed"}
 
 
 class SampleReady(Message):
@@ -160,15 +169,17 @@ class TokviewApp(App):
                 override=kwargs.get("override", False),
             )
             said = kwargs["status"] + (" (overriding its error findings)" if kwargs.get("override") else "")
-        elif op == "undo":
-            undone = store.undo_latest(sample_id, who=self.session.who)
-            said = {None: "nothing to undo", "note": "undid the last note/tag"}.get(undone, "undid the last verdict")
+        elif op == "untag":
+            bulk_review.remove_tag(store, [sample_id], kwargs["tag"], who=self.session.who)
+            said = f"took off {kwargs['tag']}"
         else:
             store.add_note(sample_id, kwargs.get("note") or "", who=self.session.who, tags=kwargs.get("tags", ()))
             said = "tagged " + ", ".join(kwargs["tags"]) if kwargs.get("tags") else "note saved"
         stored = store.load_sample(sample_id)
         self._show_verdict(sample_id, index, stored)
-        self.notify(f"{sample_id}: {said} · now {stored.status}" + ("" if op == "undo" else " (u undoes)"), timeout=2)
+        self.notify(f"{sample_id}: {said} · now {stored.status} (u undoes)", timeout=2)
+        if op != "verdict" and self.samples_screen is not None:
+            self.samples_screen.action_reload()  # the tags column and the tag filter's choices
 
     def _show_verdict(self, sample_id: str, index: int | None, stored) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -179,7 +190,73 @@ class TokviewApp(App):
             if row is not None and row.sample_id == sample_id:
                 lst.update_row(index, replace(row, status=stored.status))
 
+    # -- many samples at once: the marked ones ----------------------------------------------------
+    def _marked(self) -> list[str]:
+        """The marked samples when the list is the screen keys are for and has marks (a bulk action), else []."""
+        screen = self._work_screen()
+        if isinstance(screen, SamplesScreen) and len(screen.marks):
+            return screen.marks.ids()
+        return []
+
+    def _bulk(self, write, what: str = "marked") -> None:
+        """Run one bulk write (a function of no arguments returning an Outcome), then say what it changed,
+        clear the marks and read the list again; a store another process holds is a notification."""
+        try:
+            outcome = write()
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        self._samples_changed(outcome.changed)
+        self.notify(outcome.summary(what) + (" · u undoes" if outcome.changed else ""), timeout=4)
+
+    def _samples_changed(self, sample_ids: list[str]) -> None:
+        """Samples changed in bulk (an action or its undo): clear the marks, read the list and its choices
+        again, and refresh the inspected sample when it is one of them."""
+        if self.samples_screen is not None:
+            self.samples_screen.clear_marks()
+            self.samples_screen.action_reload()
+        if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id in set(sample_ids):
+            stored = self.session.store.load_sample(self.screen.data.sample_id)
+            self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
+
+    def _confirm(self, question: str, detail: str, then) -> None:
+        self.push_screen(Confirm(question, detail), lambda yes: then() if yes else None)
+
+    def _bulk_approve(self, ids: list[str]) -> None:
+        store, who, n = self.session.store, self.session.who, len(ids)
+        invalid = bulk_review.invalid_among(store, ids)
+        if not invalid:
+            self._confirm(
+                f"Approve {n} marked samples?",
+                "one action: u takes it back",
+                lambda: self._bulk(lambda: bulk_review.set_status(store, ids, "approved", who=who)),
+            )
+            return
+        valid = [i for i in ids if i not in set(invalid)]
+
+        def answered(choice: str | None) -> None:
+            if choice == "all":
+                self._bulk(lambda: bulk_review.set_status(store, ids, "approved", who=who, override_invalid=True))
+            elif choice == "valid":
+                self._bulk(lambda: bulk_review.set_status(store, valid, "approved", who=who), "valid marked")
+
+        self.push_screen(
+            BulkApprove(
+                f"Approve {n} marked samples?",
+                f"{len(invalid)} of them have error findings (e.g. {invalid[0]}): a trainer would learn from broken "
+                f"samples; approving them is recorded as overrides.",
+            ),
+            answered,
+        )
+
     def action_approve(self) -> None:
+        marked = self._marked()
+        if marked:
+            try:
+                self._bulk_approve(marked)
+            except StoreError as exc:
+                self._store_failed(exc)
+            return
         target = self._target()
         if target is None:
             return
@@ -209,43 +286,123 @@ class TokviewApp(App):
         )
 
     def action_reject(self) -> None:
-        target = self._target()
-        if target is None:
+        marked = self._marked()
+        target = None if marked else self._target()
+        if not marked and target is None:
             return
+        store, who = self.session.store, self.session.who
 
         def chosen(reason: str | None) -> None:
-            if reason:
+            if not reason:
+                return
+            if target is not None:
                 self._record(target, "verdict", status="rejected", reason=reason)
+                return
+            self._confirm(
+                f"Reject {len(marked)} marked samples?",
+                f"reason: {reason} · one action: u takes it back",
+                lambda: self._bulk(lambda: bulk_review.set_status(store, marked, "rejected", who=who, reason=reason)),
+            )
 
         self.push_screen(RejectReason(self.config.reject_reasons), chosen)
 
     def action_note(self) -> None:
-        target = self._target()
-        if target is None:
+        marked = self._marked()
+        target = None if marked else self._target()
+        if not marked and target is None:
             return
+        store, who = self.session.store, self.session.who
 
         def written(note: str | None) -> None:
-            if note:
+            if not note:
+                return
+            if target is not None:
                 self._record(target, "note", note=note)
+                return
+            self._confirm(
+                f"Note on {len(marked)} marked samples?",
+                note,
+                lambda: self._bulk(lambda: bulk_review.add_notes(store, marked, who=who, note=note)),
+            )
 
-        self.push_screen(TextPrompt("Note for this sample", "what a reviewer should know"), written)
+        title = f"Note for the {len(marked)} marked samples" if marked else "Note for this sample"
+        self.push_screen(TextPrompt(title, "what a reviewer should know"), written)
 
     def action_tag(self) -> None:
-        target = self._target()
-        if target is None:
+        marked = self._marked()
+        target = None if marked else self._target()
+        if not marked and target is None:
+            return
+        store, who = self.session.store, self.session.who
+        try:
+            carried = bulk_review.tags_of(store, marked if marked else [target[0]] if target is not None else [])
+            existing = store.tag_counts()
+        except StoreError as exc:
+            self._store_failed(exc)
             return
 
-        def chosen(text: str | None) -> None:
-            tags = [t.strip() for t in (text or "").split(",") if t.strip()]
-            if tags:
-                self._record(target, "note", note="", tags=tags)
+        def chosen(edit: TagEdit | None) -> None:
+            if edit is None or (not edit.add and not edit.remove):
+                return
+            if target is not None:
+                if edit.remove:
+                    self._record(target, "untag", tag=edit.remove)
+                else:
+                    self._record(target, "note", note="", tags=edit.add)
+                return
+            n = len(marked)
+            if edit.remove:
+                tag = edit.remove
+                self._confirm(
+                    f"Take tag {tag} off {n} marked samples?",
+                    "one action: u puts it back",
+                    lambda: self._bulk(lambda: bulk_review.remove_tag(store, marked, tag, who=who)),
+                )
+            else:
+                tags = edit.add
+                self._confirm(
+                    f"Tag {n} marked samples with {', '.join(tags)}?",
+                    "one action: u takes it back",
+                    lambda: self._bulk(lambda: bulk_review.add_notes(store, marked, who=who, tags=tags)),
+                )
 
-        self.push_screen(TextPrompt("Tags (comma-separated)", "e.g. math, long"), chosen)
+        title = f"Tags for the {len(marked)} marked samples" if marked else "Tags for this sample"
+        self.push_screen(TagDialog(existing, carried, title), chosen)
 
     def action_undo(self) -> None:
-        target = self._target()
-        if target is not None:
-            self._record(target, "undo")
+        """Take back the latest action wherever it was made (this sample or not, a bulk one, tokview review's)."""
+        self._undo(None)
+
+    def action_undo_history(self) -> None:
+        try:
+            listed = self.session.store.actions(30)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        self.push_screen(ActionsDialog(listed), lambda action_id: self._undo(action_id) if action_id else None)
+
+    def _undo(self, action_id: int | None) -> None:
+        try:
+            undone = self.session.store.undo_action(action_id, who=self.session.who)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        except ValueError as exc:  # chosen from a list another process changed since
+            self.notify(str(exc), severity="warning", timeout=4)
+            return
+        if undone is None:
+            self.notify("nothing to undo in this store", timeout=2)
+            return
+        self._samples_changed(undone.sample_ids)
+        self.notify(undone.line, title="undo", timeout=6)
+
+    def action_export(self) -> None:
+        from tokview.ui.screens.export_dialog import ExportDialog
+
+        filters = self.samples_screen.filters if self.samples_screen is not None else None
+        self.push_screen(
+            ExportDialog(self.session, run=getattr(filters, "run_id", None), tag=getattr(filters, "tag", None))
+        )
 
     def action_next_unreviewed(self) -> None:
         if self.samples_screen is None:

@@ -59,15 +59,29 @@ class Session:
     # -- the server (generate, doctor) ------------------------------------------------------------
     @property
     def server_shown(self) -> str:
-        """The server URL as the panels display it: without `user:password@` (those stay in the session)."""
+        """The server URL as the panels display it: without `user:password@` (those stay in the session). With
+        none named, the server the store's latest run recorded (generate and doctor start from it)."""
         from tokview.servers.urls import public_url, redact
 
         if not self.server_url:
-            return ""
+            return self.recorded_server() or ""
         try:
             return public_url(self.server_url)
         except ValueError:
             return redact(self.server_url)  # shown as typed, password masked; the panel then says why it is bad
+
+    def recorded_server(self) -> str | None:
+        """The first server URL the store's latest run with one recorded (as stored: without credentials)."""
+        for run in reversed(list(self._run_table(refresh=False).values())):
+            for info in run.get("server_info") or []:
+                if isinstance(info, dict) and info.get("url"):
+                    return str(info["url"])
+        return None
+
+    def use_server(self, url: str) -> None:
+        """The one server setting: a URL a panel ran against (as `server_for` returned it) is the one both
+        panels show from now on."""
+        self.server_url = url
 
     def server_for(self, typed: str) -> tuple[str, list[str]]:
         """(URL to connect to, notes about it) for what the user left or typed in a panel's URL box.
@@ -96,6 +110,16 @@ class Session:
         """The named pair, else the latest run's recorded one, else tokview's Kimi-layout default."""
         latest = next((r for r in reversed(self._run_table(refresh=False).values()) if r.get("tokenizer_dir")), {})
         return self.resolve(latest.get("tokenizer_dir"), latest.get("profile"))
+
+    def export_pair(self, run: str | None) -> tuple[TokenizerAdapter, ModelProfile]:
+        """The tokenizer and profile an export from the app uses: the objects handed in (the demo, tests),
+        else what `tokview export` resolves for these flags (`commands.export.resolve_tokenizer`: the runs'
+        recorded pair, a mix of vocabularies refused)."""
+        if self._given_tokenizer is not None:
+            return self._given_tokenizer, self._given_profile or self.for_run(run)[1]
+        from tokview.commands.export import resolve_tokenizer
+
+        return resolve_tokenizer(self.store, run, self.tokenizer_dir, self.trust_remote_code, self.profile_name)
 
     # -- stored samples -------------------------------------------------------------------------
     def for_sample(self, stored: StoredSample) -> tuple[TokenizerAdapter, ModelProfile]:

@@ -65,6 +65,7 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         except ValueError as exc:  # a bad URL, worded as the CLI words it
             self.query_one("#doctor-report", Static).update(Text(f"doctor failed: {exc}", "bold red"))
             return
+        self.session.use_server(url)  # the generate panel runs against the server checked here
         self.query_one("#doctor-report", Static).update(f"checking {public_url(url)}… (esc or ctrl+c cancels)")
         self._worker = self._run(url, notes)
 

@@ -124,6 +124,8 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             with Horizontal(classes="form-row"):
                 yield Label("server", classes="form-label")
                 yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="server")
+                yield Label("run", classes="form-label")
+                yield Input("", placeholder="automatic (batch-<settings>)", id="run-name")
             with Horizontal(classes="form-row"):
                 yield Label("prompts", classes="form-label")
                 yield Select(
@@ -204,6 +206,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
 
         # a bad URL is a one-line ValueError, shown by action_run; the session's credentials stay out of the box
         server, self.url_notes = self.session.server_for(self._value("#server"))
+        self.session.use_server(server)  # the doctor panel checks the server generate used, and the reverse
         source = self.query_one("#source", Select).value
         config = BatchConfig(
             **{
@@ -216,6 +219,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
                 "max_new_tokens": self._number("max-tokens", "max tok", int),
                 "thinking": self.query_one("#thinking", Switch).value,
                 "logprobs": self._logprobs(),
+                "run": self._value("#run-name") or None,  # a name for the run; empty: one from its settings
             }
         )
         config.validate()  # range checks before a worker starts: said in the form's words by action_run

@@ -1,8 +1,11 @@
-"""Small modal screens for curation: a reject reason (picked or typed), a note, tags, a yes/no question."""
+"""Small modal screens for curation: a reject reason (picked or typed), a note, tags (added or removed), a
+yes/no question, the bulk approval's question about invalid samples, and the list of actions to undo."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -101,3 +104,139 @@ class Confirm(ModalScreen[bool]):
 
     def action_decline(self) -> None:
         self.dismiss(False)
+
+
+@dataclass
+class TagEdit:
+    """What the tag dialog asks for: tags to add, or one tag to take off."""
+
+    add: list[str] = field(default_factory=list)
+    remove: str | None = None
+
+
+def parse_tags(text: str) -> TagEdit | None:
+    """`math, long` adds both; `-math` takes math off (one at a time); nothing typed: None."""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    removed = [t[1:].strip() for t in parts if t.startswith("-") and t[1:].strip()]
+    if removed:
+        return TagEdit(remove=removed[0])
+    return TagEdit(add=parts) if parts else None
+
+
+class TagDialog(ModalScreen[TagEdit | None]):
+    """Type tags (Enter adds them; `-tag` removes one), or pick one the store already has: a tag the sample
+    (or a marked one) carries is offered for removal, the others for adding. Escape cancels."""
+
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("note / tag prompt")]
+    DEFAULT_CSS = """
+    TagDialog { align: center middle; }
+    TagDialog #tag-options { height: auto; max-height: 10; min-width: 8; }
+    """
+
+    def __init__(self, existing: Sequence[tuple[str, int]], carried: Sequence[str], title: str = "Tags") -> None:
+        super().__init__()
+        self.title_text = title
+        self.carried = list(carried)
+        lower = {t.lower() for t in carried}
+        self.offered: list[tuple[str, str]] = [("remove", t) for t in carried]
+        self.offered += [("add", t) for t, _n in existing if t.lower() not in lower]
+        self.counts = {t: n for t, n in existing}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal"):
+            yield Label(self.title_text, classes="modal-title")
+            yield Input(placeholder="new tags, comma-separated (-tag removes one)", id="modal-input")
+            if self.offered:
+                options = [
+                    Option(f"remove {t}" if op == "remove" else f"add {t} ({self.counts.get(t, 0)})", id=f"tag-{i}")
+                    for i, (op, t) in enumerate(self.offered)
+                ]
+                yield OptionList(*options, id="tag-options")
+
+    def on_mount(self) -> None:
+        if self.offered:
+            self.query_one("#tag-options", OptionList).highlighted = 0
+
+    @on(Input.Submitted, "#modal-input")
+    def _typed(self, event: Input.Submitted) -> None:
+        self.dismiss(parse_tags(event.value))
+
+    @on(OptionList.OptionSelected, "#tag-options")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        op, tag = self.offered[event.option_index]
+        self.dismiss(TagEdit(remove=tag) if op == "remove" else TagEdit(add=[tag]))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class BulkApprove(ModalScreen[str | None]):
+    """Approving marked samples some of which have error findings, asked once for the group: y approves all
+    (those as overrides), v only the valid ones, n or Escape none."""
+
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("bulk approve dialog")]
+    DEFAULT_CSS = "BulkApprove { align: center middle; }"
+
+    def __init__(self, question: str, detail: str) -> None:
+        super().__init__()
+        self.question, self.detail = question, detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal"):
+            yield Label(self.question, classes="modal-title")
+            yield Label(self.detail, id="confirm-detail")
+            yield Label("y all · v only the valid · n / esc none", classes="modal-keys")
+
+    def action_approve_all(self) -> None:
+        self.dismiss("all")
+
+    def action_approve_valid(self) -> None:
+        self.dismiss("valid")
+
+    def action_decline(self) -> None:
+        self.dismiss(None)
+
+
+class ActionsDialog(ModalScreen[int | None]):
+    """The latest actions, newest first (the app's and `tokview review`'s); Enter takes the chosen one back as
+    one step. Undone actions and undos are listed, not offered."""
+
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("undo list")]
+    DEFAULT_CSS = """
+    ActionsDialog { align: center middle; }
+    ActionsDialog .modal { width: 100; }
+    ActionsDialog #actions-list { height: auto; max-height: 16; min-width: 8; }
+    """
+
+    def __init__(self, actions: Sequence[Any]) -> None:
+        super().__init__()
+        self.actions = list(actions)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="modal"):
+            yield Label("Undo which action? (enter takes it back)", classes="modal-title")
+            if not self.actions:
+                yield Label("nothing has been done in this store yet")
+                return
+            yield OptionList(
+                *[
+                    Option(a.line, id=f"action-{a.action_id}", disabled=a.undone_by is not None or a.kind == "undo")
+                    for a in self.actions
+                ],
+                id="actions-list",
+            )
+
+    def on_mount(self) -> None:
+        live = [i for i, a in enumerate(self.actions) if a.undone_by is None and a.kind != "undo"]
+        if live:
+            self.query_one("#actions-list", OptionList).highlighted = live[0]
+
+    @on(OptionList.OptionSelected, "#actions-list")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.actions[event.option_index].action_id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

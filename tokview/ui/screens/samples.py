@@ -1,7 +1,8 @@
 """The samples screen: every stored sample, filtered and sorted, read page by page from the store.
 
-Filters (status, finding code, run, text) and the order become one `SampleFilter` + `order_by`
-for `Store.samples_page`; the count runs in a worker, pages load as they scroll into view.
+Filters (status, finding code, run, tag, text) and the order become one `ListFilter` + `order_by`
+for `Store.samples_page`; the count runs in a worker, pages load as they scroll into view. The screen
+owns the marks (`Marks`): the samples a bulk verdict, tag or note applies to.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from textual.screen import Screen
 from textual.widgets import Input, Select, Static
 
 from tokview.store import STATUSES, SampleFilter
+from tokview.store.queries import ListFilter
 from tokview.ui.bindings import bindings
 from tokview.ui.search_terms import parse_search
+from tokview.ui.selection import Marks
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
 from tokview.ui.worker_errors import ForwardsWorkerErrors
@@ -52,16 +55,18 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
             self.generation, self.count = generation, count
 
     class Choices(Message):
-        def __init__(self, codes: list[str], runs: list[str]) -> None:
+        def __init__(self, codes: list[str], runs: list[str], tags: list[tuple[str, int]]) -> None:
             super().__init__()
-            self.codes, self.runs = codes, runs
+            self.codes, self.runs, self.tags = codes, runs, tags
 
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
         self.order = ORDERS[0]
-        self.filters = SampleFilter()
+        self.filters: ListFilter = ListFilter()
+        self.marks = Marks()
         self._generation = 0
+        self._count_shown = 0
 
     def compose(self) -> ComposeResult:
         yield Static("", id="samples-title")
@@ -70,7 +75,8 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
             yield Select([(s, s) for s in STATUSES] + [("invalid", "invalid")], prompt="status", id="status")
             yield Select([], prompt="finding", id="code")
             yield Select([], prompt="run", id="run")
-        yield SampleList(id="samples")
+            yield Select([], prompt="tag", id="tag")
+        yield SampleList(id="samples", marks=self.marks)
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -94,7 +100,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
     @work(thread=True, group="samples-choices", exit_on_error=False)
     def _load_choices(self) -> None:
         store = self.session.store
-        self.post_message(self.Choices(store.finding_codes(), store.run_ids()))
+        self.post_message(self.Choices(store.finding_codes(), store.run_ids(), store.tag_counts()))
 
     @on(Counted)
     def _counted(self, event: Counted) -> None:
@@ -108,17 +114,19 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
 
     @on(Choices)
     def _choices(self, event: Choices) -> None:
-        for select, values in (
-            (self.query_one("#code", Select), event.codes),
-            (self.query_one("#run", Select), event.runs),
+        tags = [(f"{t} ({n})", t.lower()) for t, n in event.tags]  # a tag's value: any case finds it
+        for select, options in (
+            (self.query_one("#code", Select), [(v, v) for v in event.codes]),
+            (self.query_one("#run", Select), [(v, v) for v in event.runs]),
+            (self.query_one("#tag", Select), tags),
         ):
             keep = select.value  # new options reset a Select: a reload (ctrl+r, a running generate) kept no filter
-            if keep is not Select.NULL and keep in values:
+            if keep is not Select.NULL and keep in [v for _label, v in options]:
                 with select.prevent(Select.Changed):
-                    select.set_options([(v, v) for v in values])
+                    select.set_options(options)
                     select.value = keep
             else:
-                select.set_options([(v, v) for v in values])
+                select.set_options(options)
 
     def empty_text(self) -> str:
         """What to do when the list is empty: clear the filter, or make samples (press g, run the demo)."""
@@ -130,6 +138,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
                 ("status", f.status),
                 ("finding", f.code),
                 ("run", f.run_id),
+                ("tag", f.tag),
                 ("invalid only", f.valid is False),
             )
             if v
@@ -145,15 +154,20 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
             "or quit and run `tokview demo` for a store filled from the built-in simulator."
         )
 
-    def _update_title(self, count: int) -> None:
+    def _update_title(self, count: int | None = None) -> None:
+        if count is None:
+            count = self._count_shown
+        self._count_shown = count
         f = self.filters
-        parts = [f"{count:,} samples", f"order {self.order}"]
+        parts = [f"{count:,} samples"] + ([f"{len(self.marks):,} marked"] if len(self.marks) else [])
+        parts.append(f"order {self.order}")
         parts += [
             f"{k}={v}"
             for k, v in (
                 ("status", f.status),
                 ("code", f.code),
                 ("run", f.run_id),
+                ("tag", f.tag),
                 ("text", f.text),
                 ("acc<", f.max_acceptance),
                 ("nll<", f.max_nll),
@@ -168,10 +182,10 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
     def set_filters(self, **changes) -> None:
         values = {
             k: getattr(self.filters, k)
-            for k in ("status", "code", "run_id", "text", "valid", "max_acceptance", "max_nll")
+            for k in ("status", "code", "run_id", "text", "valid", "max_acceptance", "max_nll", "tag")
         }
         values.update(changes)
-        self.filters = SampleFilter(**values)
+        self.filters = ListFilter(**values)
         self.reload()
 
     @on(Input.Changed, "#search")
@@ -198,6 +212,33 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
     @on(Select.Changed, "#run")
     def _run(self, event: Select.Changed) -> None:
         self.set_filters(run_id=None if event.value is Select.NULL else str(event.value))
+
+    @on(Select.Changed, "#tag")
+    def _tag(self, event: Select.Changed) -> None:
+        self.set_filters(tag=None if event.value is Select.NULL else str(event.value))
+
+    # -- marks -------------------------------------------------------------------------------
+    @on(SampleList.MarksChanged)
+    def _marks_changed(self) -> None:
+        self._update_title()
+
+    @on(SampleList.MarkAllAsked)
+    def _mark_all(self) -> None:
+        """`*`: everything the filter shows (read from the store: rows not loaded count too), or, with marks
+        set, none."""
+        from tokview.store import bulk_review
+
+        if len(self.marks):
+            self.marks.clear()
+        else:
+            self.marks.add(bulk_review.select(self.session.store, self.filters))
+        self.sample_list.marks_changed()
+        self._update_title()
+
+    def clear_marks(self) -> None:
+        self.marks.clear()
+        self.sample_list.marks_changed()
+        self._update_title()
 
     # -- actions -----------------------------------------------------------------------------
     def action_focus_search(self) -> None:

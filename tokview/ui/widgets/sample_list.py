@@ -27,6 +27,7 @@ from textual.strip import Strip
 
 from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
+from tokview.ui.selection import Marks
 from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
 from tokview.ui.worker_errors import ForwardsWorkerErrors
@@ -109,8 +110,62 @@ class PageRequests:
 
 
 STATUS_GLYPH = {"approved": "✓", "rejected": "✗", "pending": "·"}
-FIXED = 11 + 6 + 7 + 7 + 7
-"""verdict, valid, finish, prompt, output: the columns of fixed width."""
+MARK_GLYPH = "●"
+
+
+def column_widths(width: int) -> dict[str, int]:
+    """Column -> cells for a list `width` cells wide. As it narrows, the low-value columns go first (the
+    prompt length, then the finish reason; verdict and validity become their glyphs), so the sample id, the
+    run and the findings keep their room: at 80 columns an id still shows the part that tells rows apart."""
+    if width >= 100:
+        cols = {"mark": 2, "verdict": 11, "valid": 6, "finish": 7, "prompt": 7, "output": 7}
+    elif width >= 88:
+        cols = {"mark": 2, "verdict": 11, "valid": 6, "finish": 7, "output": 7}
+    else:
+        cols = {"mark": 2, "verdict": 2, "valid": 3, "output": 7}
+    rest = max(0, width - sum(cols.values()))
+    run_w = max(6, min(16, rest // 5)) if rest >= 40 else 0
+    tags_w = max(5, min(16, rest // 6)) if rest - run_w >= 36 else 0
+    id_w = max(12, min(48, (rest - run_w - tags_w) * 3 // 5))
+    return cols | {"run": run_w, "sample": id_w, "tags": tags_w, "findings": max(0, rest - run_w - tags_w - id_w)}
+
+
+def shared_affixes(values: Sequence[str]) -> tuple[int, int]:
+    """(common prefix, common suffix) lengths of `values` (0, 0 for fewer than two distinct ones): what every
+    row shares says nothing about a row, so a narrow column gives it up first."""
+    distinct = set(values)
+    if len(distinct) < 2:
+        return 0, 0
+    prefix = _common_prefix(distinct)
+    suffix = _common_prefix({v[::-1] for v in distinct})
+    shortest = min(len(v) for v in distinct)
+    return prefix, max(0, min(suffix, shortest - prefix))
+
+
+def _common_prefix(values: set[str]) -> int:
+    """How many leading characters all `values` share (the smallest and the largest share the fewest)."""
+    first, last = min(values), max(values)
+    n = 0
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return n
+
+
+def fit_distinct(text: str, width: int, prefix: int, suffix: int) -> str:
+    """Fit `text` in `width` keeping what differs from its neighbours (the middle between the shared prefix
+    and suffix), then the end of the prefix and the start of the suffix as room allows; `…` marks a cut."""
+    if len(text) <= width:
+        return text.ljust(width)
+    core = text[prefix : len(text) - suffix]
+    room = width - len(core) - (prefix > 0) - (suffix > 0)
+    if room < 0 or not core:
+        return fit_middle(text[prefix:] if prefix else text, width)
+    pre = min(prefix, room // 2)
+    post = min(suffix, room - pre)
+    pre = min(prefix, room - post)
+    head = ("…" if pre < prefix else "") + text[prefix - pre : prefix]
+    tail = text[len(text) - suffix : len(text) - suffix + post] + ("…" if post < suffix else "")
+    return (head + core + tail)[:width].ljust(width)
 
 
 def _fit(text: str, width: int) -> str:
@@ -141,6 +196,8 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         "sample-list--badge-info",
         "sample-list--loading",
         "sample-list--empty",
+        "sample-list--mark",
+        "sample-list--tags",
     }
     DEFAULT_CSS = """
     SampleList { overflow-x: hidden; background: $surface; }
@@ -155,6 +212,9 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
     SampleList > .sample-list--badge-info { color: $text-muted; }
     SampleList > .sample-list--loading { color: $text-muted; }
     SampleList > .sample-list--empty { color: $text; text-style: italic; }
+    SampleList > .sample-list--mark { color: $accent; text-style: bold; }
+    SampleList > .sample-list--tags { color: $text-accent; }
+    SampleList:light > .sample-list--tags { color: #3b2a7a; }
     /* light themes: the stock warning/error/success colours are too light on a light surface */
     SampleList:light > .sample-list--approved { color: #1d5e20; }
     SampleList:light > .sample-list--rejected { color: #a11212; }
@@ -173,13 +233,22 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             super().__init__()
             self.sample_id = sample_id
 
+    class MarksChanged(Message):
+        """The marks changed (the screen's title counts them)."""
+
+    class MarkAllAsked(Message):
+        """`*`: mark everything the filter shows, or clear the marks (the screen knows the filter)."""
+
     class PageLoaded(Message):
         def __init__(self, generation: int, page: int, rows: list) -> None:
             super().__init__()
             self.generation, self.page, self.rows = generation, page, rows
 
-    def __init__(self, *, id: str | None = None, max_pages: int = MAX_PAGES) -> None:
+    def __init__(self, *, id: str | None = None, max_pages: int = MAX_PAGES, marks: Marks | None = None) -> None:
         super().__init__(id=id)
+        self.marks = marks if marks is not None else Marks()
+        self._affixes: dict[str, tuple[int, int]] = {}
+        """column -> (shared prefix, shared suffix) over the loaded rows' ids and runs."""
         self.count = 0
         self.max_pages = max_pages
         self.page_loads: Counter[int] = Counter()
@@ -188,7 +257,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self._generation = 0
         self._pages: OrderedDict[int, list] = OrderedDict()
         self._requests = PageRequests()
-        self._cache: LRUCache[tuple[int, int, bool], Strip] = LRUCache(512)
+        self._cache: LRUCache[tuple[int, int, bool, bool], Strip] = LRUCache(512)
         self.empty_text = ""
         """What to say when there are no rows (set by the screen: an empty store and a filter with no hits
         need different advice)."""
@@ -200,6 +269,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self._generation += 1
         self.count, self._fetch = count, fetch
         self._pages.clear()
+        self._affixes.clear()
         self._requests.want(self._generation, [])
         self.page_loads.clear()
         self._cache.clear()
@@ -221,10 +291,15 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         page = self._pages.get(index // PAGE)
         if page is not None and index % PAGE < len(page):
             page[index % PAGE] = row
-            width = self.scrollable_content_region.width  # the width lines are cached under (see render_line)
-            for cur in (True, False):
-                self._cache.discard((index, width, cur))
-            self.refresh_lines(index + 1, 1)
+            self.repaint_row(index)
+
+    def repaint_row(self, index: int) -> None:
+        """Forget one row's cached line (its status or mark changed) and repaint it."""
+        width = self.scrollable_content_region.width  # the width lines are cached under (see render_line)
+        for cur in (True, False):
+            for marked in (True, False):
+                self._cache.discard((index, width, cur, marked))
+        self.refresh_lines(index + 1, 1)
 
     def _want_visible_pages(self) -> None:
         """Once per frame: ask for the missing pages from half a page above to half a page below the view,
@@ -267,29 +342,44 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self.page_loads[event.page] += 1
         while len(self._pages) > self.max_pages:
             self._pages.popitem(last=False)
+        self._update_affixes()
         self.refresh()
+
+    def _update_affixes(self) -> None:
+        rows = [r for page in self._pages.values() for r in page]
+        affixes = {
+            "sample": shared_affixes([r.sample_id for r in rows]),
+            "run": shared_affixes([str(r.run_id or "—") for r in rows]),
+        }
+        if affixes != self._affixes:
+            self._affixes = affixes
+            self._cache.clear()
 
     # -- rendering ------------------------------------------------------------------------------
     def render_lines(self, crop: Region) -> list[Strip]:
         self._want_visible_pages()
         return super().render_lines(crop)
 
-    def _columns(self, width: int) -> tuple[int, int, int]:
-        """(run, sample id, findings) widths for a total width."""
-        rest = max(0, width - FIXED)
-        run_width = max(8, min(16, rest // 5))
-        id_width = max(12, min(48, (rest - run_width) * 3 // 5))
-        return run_width, id_width, max(0, rest - run_width - id_width)
+    HEADERS: ClassVar[dict[str, tuple[str, str]]] = {
+        "mark": ("", ""),
+        "verdict": ("verdict", "v"),
+        "valid": ("valid", "ok"),
+        "finish": ("finish", "finish"),
+        "prompt": ("prompt", "prompt"),
+        "output": ("output", "output"),
+        "run": ("run", "run"),
+        "sample": ("sample", "sample"),
+        "tags": ("tags", "tags"),
+        "findings": ("findings", "findings"),
+    }
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         if y == 0:
-            run_w, id_w, codes_w = self._columns(width)
-            text = (
-                "verdict    valid finish prompt output "
-                + _fit("run", run_w)
-                + _fit("sample", id_w)
-                + _fit("findings", codes_w)
+            text = "".join(
+                _fit(self.HEADERS[name][0] if len(self.HEADERS[name][0]) < w else self.HEADERS[name][1], w)
+                for name, w in column_widths(width).items()
+                if w
             )
             return Strip(
                 [
@@ -315,7 +405,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             return Strip.blank(width, self.rich_style)
         row = self.row(index)
         is_cursor = index == self.cursor
-        key = (index, width, is_cursor)
+        key = (index, width, is_cursor, row is not None and row.sample_id in self.marks)
         cached = self._cache.get(key)
         if cached is not None and row is not None:
             return cached
@@ -339,24 +429,39 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         return strip
 
     def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
-        run_w, id_w, codes_w = self._columns(width)
+        cols = column_widths(width)
+        compact = cols["verdict"] < 10
         status_style = (
             base + self.get_component_rich_style(f"sample-list--{row.status}", partial=True)
             if row.status in ("approved", "rejected")
             else base
         )
         valid_style = base if row.valid else base + self.get_component_rich_style("sample-list--invalid", partial=True)
-        return [
-            Segment(_fit(f"{STATUS_GLYPH.get(row.status, '?')} {row.status}", 10) + " ", status_style),
-            Segment("✓ yes " if row.valid else "✗ no  ", valid_style),
-            Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base),
-            Segment(f"{row.prompt_len:>6} ", base),
-            Segment(f"{row.output_len:>6} ", base),
-            *side_segments(row, base),
-            Segment(fit_middle(str(row.run_id or "—"), run_w - 1) + " ", base),
-            Segment(fit_middle(row.sample_id, id_w - 1) + " ", status_style),
-            *self._badges(row.codes, codes_w, base),
+        marked = row.sample_id in self.marks
+        mark_style = base + self.get_component_rich_style("sample-list--mark", partial=True)
+        glyph = STATUS_GLYPH.get(row.status, "?")
+        segments = [
+            Segment(f"{MARK_GLYPH} " if marked else "  ", mark_style),
+            Segment(f"{glyph} " if compact else _fit(f"{glyph} {row.status}", 10) + " ", status_style),
+            Segment(("✓  " if row.valid else "✗  ") if compact else ("✓ yes " if row.valid else "✗ no  "), valid_style),
         ]
+        if "finish" in cols:
+            segments.append(Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base))
+        if "prompt" in cols:
+            segments.append(Segment(f"{row.prompt_len:>6} ", base))
+        segments.append(Segment(f"{row.output_len:>6} ", base))
+        if not compact:
+            segments += side_segments(row, base)
+        if cols["run"]:
+            run = fit_distinct(str(row.run_id or "—"), cols["run"] - 1, *self._affixes.get("run", (0, 0)))
+            segments.append(Segment(run + " ", base))
+        sample = fit_distinct(row.sample_id, cols["sample"] - 1, *self._affixes.get("sample", (0, 0)))
+        segments.append(Segment(sample + " ", status_style))
+        if cols["tags"]:
+            tags = ",".join(getattr(row, "tags", ()))
+            tag_style = base + self.get_component_rich_style("sample-list--tags", partial=True)
+            segments.append(Segment(_fit(tags, cols["tags"] - 1) + " ", tag_style))
+        return segments + self._badges(row.codes, cols["findings"], base)
 
     def _badges(self, codes: Sequence[str], width: int, base: Style) -> list[Segment]:
         """Finding codes, most severe first, each coloured by its severity, cut to the column width."""
@@ -404,6 +509,41 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
 
     def action_last(self) -> None:
         self.cursor = self.count - 1
+
+    def action_toggle_mark(self) -> None:
+        row = self.row(self.cursor)
+        if row is None:
+            self.app.bell()
+            return
+        self.marks.toggle(row.sample_id, self.cursor)
+        self.repaint_row(self.cursor)
+        self.post_message(self.MarksChanged())
+        self.cursor += 1
+
+    def action_mark_range(self) -> None:
+        """Mark every row from the last one marked (else the cursor's) to the cursor; rows not loaded yet are
+        read from the store here, page by page (a range is a few pages at most)."""
+        if self._fetch is None or not self.count:
+            return
+        anchor = self.marks.anchor if self.marks.anchor is not None else self.cursor
+        low, high = sorted((min(anchor, self.count - 1), self.cursor))
+        ids: list[str] = []
+        for page in range(low // PAGE, high // PAGE + 1):
+            rows = self._pages.get(page) or list(self._fetch(page * PAGE, PAGE))
+            ids += [r.sample_id for i, r in enumerate(rows, page * PAGE) if low <= i <= high]
+        self.marks.add(ids)
+        self.marks.anchor = self.cursor
+        self._cache.clear()
+        self.refresh()
+        self.post_message(self.MarksChanged())
+
+    def action_mark_all(self) -> None:
+        self.post_message(self.MarkAllAsked())
+
+    def marks_changed(self) -> None:
+        """Repaint after the marks changed from outside (marked all, cleared after an action)."""
+        self._cache.clear()
+        self.refresh()
 
     def action_open(self) -> None:
         row = self.row(self.cursor)

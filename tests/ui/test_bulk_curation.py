@@ -1,0 +1,190 @@
+"""Issue 25, curation at scale, in the app: marks (one, a range, everything the filter shows), bulk verdicts,
+tags and notes confirmed with the count, `u` undoing the latest action wherever it was made, an earlier one
+from the undo list, the tag dialog, the tag filter and column, and the export dialog."""
+
+from __future__ import annotations
+
+import pytest
+from bulk_store import FINDING, fill_500
+from textual.widgets import Input, Select
+
+from tests.ui.conftest import settle
+from tokview.store import SampleFilter, Store
+from tokview.store import bulk_review as bulk
+from tokview.ui.screens.export_dialog import ExportDialog
+from tokview.ui.screens.modals import ActionsDialog, BulkApprove, Confirm, RejectReason, TagDialog
+from tokview.ui.screens.samples import SamplesScreen
+
+
+@pytest.fixture
+def store500(tmp_path):
+    with Store(tmp_path / "500.duckdb") as store:
+        fill_500(store)
+        yield store
+
+
+def app_on(store, tokenizer, profile):
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    return TokviewApp(Session(store, tokenizer=tokenizer, profile=profile, who="tester"))
+
+
+def counts(store) -> dict[str, int]:
+    return dict(store.query("SELECT status, count(*) FROM samples GROUP BY 1"))
+
+
+async def mark_rows(app, pilot, first: int, last: int) -> None:
+    """Mark rows first..last as a person does: space on the first, move, M on the last."""
+    screen = app.screen
+    screen.sample_list.cursor = first
+    await pilot.press("space")
+    screen.sample_list.cursor = last
+    await pilot.press("M")
+    await pilot.pause()
+
+
+async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
+    """Issue 25's "Done when": filter by finding, bulk-reject 200 with a reason, tag 50, approve the rest
+    (the invalid ones asked about once), undo the bulk reject, export --tag with the right counts."""
+    app = app_on(store500, tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        screen.query_one("#code", Select).value = FINDING
+        await settle(app, pilot)
+        assert screen.sample_list.count == 400
+
+        await mark_rows(app, pilot, 0, 199)
+        assert len(screen.marks) == 200 and "200 marked" in str(screen.query_one("#samples-title").render())
+        await pilot.press("r")
+        assert isinstance(app.screen, RejectReason)
+        await pilot.press("tab", *"loops", "enter")
+        assert isinstance(app.screen, Confirm) and "200" in app.screen.question
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert counts(store500) == {"rejected": 200, "pending": 300}
+        assert len(screen.marks) == 0  # done: the marks go
+
+        await mark_rows(app, pilot, 200, 249)
+        await pilot.press("t")
+        assert isinstance(app.screen, TagDialog)
+        await pilot.press(*"hard", "enter")
+        assert isinstance(app.screen, Confirm) and "50" in app.screen.question
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert store500.count_samples() == 500 and len(bulk.select(store500, SampleFilter(), "hard")) == 50
+
+        screen.query_one("#status", Select).value = "pending"
+        await settle(app, pilot)
+        assert screen.sample_list.count == 200
+        await pilot.press("asterisk")  # everything the filter shows
+        assert len(screen.marks) == 200
+        await pilot.press("a")
+        assert isinstance(app.screen, BulkApprove)  # asked once for the 50 invalid ones
+        assert "50 of them have error findings" in app.screen.detail
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert counts(store500) == {"rejected": 200, "approved": 200, "pending": 100}
+        overrides = store500.query("SELECT count(*) FROM verdicts WHERE override AND NOT undone")[0][0]
+        assert overrides == 50
+
+        await pilot.press("U")  # the undo list: the bulk reject is third, after the approve and the tag
+        assert isinstance(app.screen, ActionsDialog)
+        await pilot.press("down", "down", "enter")
+        await settle(app, pilot)
+        assert counts(store500) == {"approved": 200, "pending": 300}
+        said = [n.message for n in app._notifications]
+        assert any("undid" in m and "rejected 200 samples (loops)" in m and "a-000" in m for m in said), said
+
+        await pilot.press("E")
+        dialog = app.screen
+        assert isinstance(dialog, ExportDialog)
+        out = tmp_path / "hard.jsonl"
+        dialog.query_one("#export-tags", Input).value = "hard"
+        dialog.query_one("#export-path", Input).value = str(out)
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        summary = str(dialog.query_one("#export-summary").render())
+        assert "exported 50 of 50 selected samples" in summary and "by tag: 50 hard" in summary
+        assert len(out.read_text().splitlines()) == 50
+
+
+async def test_u_undoes_the_latest_action_from_tokview_review_and_names_its_samples(make_app, store):
+    ids = bulk.select(store, SampleFilter(run_id="run-b"))
+    store.record_verdict(ids[0], "approved", who="ann")
+    bulk.set_status(store, ids, "rejected", who="carol", reason="loops", source="review")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("u")  # the cursor is on a run-a sample: u still undoes carol's bulk reject
+        await settle(app, pilot)
+        assert store.count_samples(SampleFilter(status="rejected")) == 0
+        assert store.load_sample(ids[0]).status == "approved"
+        message = [n.message for n in app._notifications][-1]
+        assert f"rejected {len(ids)} samples (loops) by carol" in message and ids[0] in message
+        assert app.screen.sample_list.row(0).status == "pending"
+
+
+async def test_the_tag_dialog_offers_the_stores_tags_and_removes_one(make_app, store):
+    sid = "p000@demo_gen0"
+    store.add_note("p001@demo_gen0", "", tags=["Math", "easy"], who="ann")
+    store.add_note(sid, "", tags=["long", "math"], who="ann")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("t")
+        dialog = app.screen
+        assert isinstance(dialog, TagDialog)
+        options = dialog.query_one("#tag-options")
+        offered = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert offered == ["remove long", "remove math", "add easy (1)"]  # Math is math: not offered twice
+        await pilot.press("tab", "down", "enter")  # the second offered: take math off
+        await settle(app, pilot)
+        assert store.load_sample(sid).tags == ["long"]
+        assert store.load_sample("p001@demo_gen0").tags == ["easy", "Math"]  # only the sample under the cursor
+        await pilot.press("t", *"-LONG", "enter")  # typed: -tag takes one off, any case
+        await settle(app, pilot)
+        assert store.load_sample(sid).tags == []
+        await pilot.press("u")  # the untag is one action: u puts long back
+        await settle(app, pilot)
+        assert store.load_sample(sid).tags == ["long"]
+
+
+async def test_tags_column_and_tag_filter(make_app, store):
+    store.add_note("p002@demo_gen0", "", tags=["Hard"], who="ann")
+    store.add_note("p004@demo_gen0", "", tags=["hard", "x"], who="ann")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        lst = screen.sample_list
+        assert "tags" in lst.render_line(0).text
+        assert "Hard" in lst.render_line(3).text and "hard" not in lst.render_line(2).text.lower()
+        tag_select = screen.query_one("#tag", Select)
+        assert [str(o[0]) for o in tag_select._options[1:]] == ["Hard (2)", "x (1)"]
+        tag_select.value = "hard"
+        await settle(app, pilot)
+        assert lst.count == 2 and "tag=hard" in str(screen.query_one("#samples-title").render())
+
+
+async def test_at_80x24_rows_keep_the_part_of_the_id_that_differs(store, tokenizer, profile):
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    store.execute(
+        "UPDATE samples SET sample_id = 'typed-conversation-' || prompt_id || '-of-0030@qwen3-8b-nightly-run_gen0', "
+        "run_id = 'nightly-2026-12-01-' || run_id"
+    )
+    app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile, who="tester"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        lst = app.screen.sample_list
+        lines = [lst.render_line(y).text for y in range(1, 11)]
+        assert len(set(lines)) == 10
+        assert all(f"p{i:03d}" in line for i, line in enumerate(lines)), lines
+        assert all("run-a" in line for line in lines[:10])  # the run's differing end too
+        assert "sample" in lst.render_line(0).text
+        for widget_id in ("#search", "#status", "#code", "#run", "#tag"):  # every filter keeps a usable width
+            assert app.screen.query_one(widget_id).size.width >= 10, widget_id

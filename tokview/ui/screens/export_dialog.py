@@ -1,0 +1,164 @@
+"""The export dialog: format, selection, run, tags and path, written by the same `tokview.export.export` the
+`tokview export` command runs, and its summary shown as the command prints it (`commands.export.summary`).
+
+The export runs in a thread worker (a large store takes seconds); the dialog stays open to show the summary
+or the one-line error, so a second export with other settings is one edit away. Escape closes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Select, Static, Switch
+from textual.worker import Worker
+
+from tokview.ui.bindings import bindings
+from tokview.ui.screens.modals import NARROW_BREAKPOINTS
+from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+
+if TYPE_CHECKING:
+    from tokview.ui.session import Session
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What the dialog asks for, read on the UI thread and handed to the worker as plain values."""
+
+    fmt: str
+    out: str
+    select: str
+    run: str | None
+    tags: tuple[str, ...]
+    without_tags: tuple[str, ...]
+    include_invalid: bool
+
+
+def split_tags(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
+    BINDINGS: ClassVar[list[BindingType]] = [*bindings("export dialog")]
+    DEFAULT_CSS = """
+    ExportDialog { align: center middle; }
+    ExportDialog .modal { width: 90; max-height: 100%; padding: 0 1; }
+    ExportDialog .export-row { height: 3; }
+    ExportDialog .export-row Label { width: 12; padding: 1 1 0 0; }
+    ExportDialog .export-row Input, ExportDialog .export-row Select { width: 1fr; }
+    ExportDialog #export-summary { height: auto; max-height: 8; }
+    """
+
+    class Done(Message):
+        def __init__(self, summary: str) -> None:
+            super().__init__()
+            self.summary = summary
+
+    def __init__(self, session: Session, run: str | None = None, tag: str | None = None) -> None:
+        super().__init__()
+        self.session, self.run, self.tag = session, run, tag
+
+    def compose(self) -> ComposeResult:
+        from tokview.export import FORMATS, SELECTIONS
+        from tokview.export.registry import DEFAULT_FORMAT
+
+        with Vertical(classes="modal"):
+            yield Label("Export (as tokview export does) · ctrl+s writes · esc closes", classes="modal-title")
+            with Horizontal(classes="export-row"):
+                yield Label("format")
+                yield Select(
+                    [(f"{n} ({f.label})", n) for n, f in FORMATS.items()],
+                    value=DEFAULT_FORMAT,
+                    id="export-format",
+                    allow_blank=False,
+                )
+                yield Select([(s, s) for s in SELECTIONS], value="valid", id="export-select", allow_blank=False)
+            with Horizontal(classes="export-row"):
+                yield Label("tags")
+                yield Input(self.tag or "", placeholder="only samples tagged (a, b: every one)", id="export-tags")
+                yield Input(placeholder="without tags", id="export-without-tags")
+            with Horizontal(classes="export-row"):
+                yield Label("run")
+                yield Input(self.run or "", placeholder="every run", id="export-run")
+                yield Label("+invalid")
+                yield Switch(False, id="export-invalid")
+            with Horizontal(classes="export-row"):
+                yield Label("path")
+                yield Input(self._default_path(DEFAULT_FORMAT), id="export-path")
+            yield Static("", id="export-summary")
+
+    @staticmethod
+    def _default_path(fmt: str) -> str:
+        from tokview.export.registry import export_format
+
+        return f"export.{export_format(fmt).file.suffix}"
+
+    @on(Select.Changed, "#export-format")
+    def _format_changed(self, event: Select.Changed) -> None:
+        """A path still at a default name follows the format's suffix (Parquet writes .parquet)."""
+        path = self.query_one("#export-path", Input)
+        if path.value.startswith("export.") and event.value is not Select.NULL:
+            path.value = self._default_path(str(event.value))
+
+    def request(self) -> ExportRequest:
+        value = lambda widget_id: self.query_one(widget_id, Input).value.strip()  # noqa: E731
+        return ExportRequest(
+            fmt=str(self.query_one("#export-format", Select).value),
+            out=value("#export-path"),
+            select=str(self.query_one("#export-select", Select).value),
+            run=value("#export-run") or None,
+            tags=split_tags(value("#export-tags")),
+            without_tags=split_tags(value("#export-without-tags")),
+            include_invalid=self.query_one("#export-invalid", Switch).value,
+        )
+
+    def action_run(self) -> None:
+        request = self.request()
+        summary = self.query_one("#export-summary", Static)
+        if not request.out:
+            summary.update("give a path to write to")
+            return
+        summary.update(f"exporting to {request.out} …")
+        self._export(request)
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.action_run()
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False)
+    def _export(self, request: ExportRequest) -> None:
+        from tokview.commands.export import summary
+        from tokview.export import export
+
+        store = self.session.store
+        tokenizer, profile = self.session.export_pair(request.run)
+        result = export(
+            store,
+            request.fmt,
+            request.out,
+            select=request.select,
+            run=request.run,
+            tokenizer=tokenizer,
+            profile=profile,
+            include_invalid=request.include_invalid,
+            tags=request.tags,
+            without_tags=request.without_tags,
+        )
+        self.post_message(self.Done(summary(result)))
+
+    @on(Done)
+    def _done(self, event: Done) -> None:
+        self.query_one("#export-summary", Static).update(event.summary)
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        self.query_one("#export-summary", Static).update(failure_text(error))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
