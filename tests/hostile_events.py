@@ -142,6 +142,8 @@ class Proc:
             if self.popen.poll() is None:
                 self.tree.update(workers(self.pid))
             if ready():
+                if self.popen.poll() is None:  # a child may have been spawned since the look above
+                    self.tree.update(workers(self.pid))
                 return True
             if self.popen.poll() is not None:
                 return False

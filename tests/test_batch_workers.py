@@ -130,7 +130,9 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
 
     monkeypatch.setattr(WorkerGroup, "_handle", handle)
     db = tmp_path / "s.duckdb"
-    with start_simulator(SimConfig(kind="vllm")) as sim, Store(db) as store:
+    # Answers take a little while, so the parent (whose requests go out before the child is spawned) cannot
+    # finish all 96 before the child asks for its first chunk.
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim, Store(db) as store:
         config = config_for(sim, prompts)
         summary = await run_batch(config, store)
         first = stored_ids(store)

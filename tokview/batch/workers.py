@@ -31,7 +31,8 @@ import signal
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -265,7 +266,8 @@ class WorkerGroup:
             proc = ctx.Process(
                 target=child_main, args=(i, child_config, theirs), daemon=True, name=f"tokview-worker-{i}"
             )
-            proc.start()
+            with _sigint_blocked():  # the child starts with it blocked and takes it once its handlers are set
+                proc.start()
             theirs.close()
             self.conns.append(mine)
             self.procs.append(proc)
@@ -501,6 +503,19 @@ class RemoteTodo:
             return item
 
 
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while a child is spawned. A spawned child inherits the mask, so a
+    Ctrl-C on the process group during its interpreter's start-up waits for `_child` to set its handlers
+    instead of ending it with a KeyboardInterrupt traceback (or a fatal error while `site` imports). Only
+    this thread blocks it: the parent's main thread still takes a Ctrl-C at once."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _die_with_parent() -> None:
     try:
         import ctypes
@@ -531,6 +546,7 @@ async def _child(config: Any, link: _Link) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the spawn: a Ctrl-C now cancels
     tokenizer, profile = config.tokenizer_and_profile()  # while the parent loads its own and plans
     pool = config.server_pool(tokenizer, profile)
     try:
