@@ -50,3 +50,20 @@ async def test_a_server_typed_in_one_panel_is_the_other_panels(make_app):
         await settle(app, pilot)
         await pilot.press("D")
         assert app.screen.query_one("#doctor-url", Input).value == "http://127.0.0.1:9"
+
+
+async def test_at_80x24_the_generate_panel_shows_every_control(make_app):
+    from textual.widgets import Button, Switch
+
+    app = make_app(server_url="http://127.0.0.1:30000")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        await settle(app, pilot)
+        form = app.screen.query_one("#generate-form")
+        assert form.virtual_size.height <= form.size.height  # nothing below the fold
+        for control in app.screen.query_one("#generate-form").query("Input, Select, Switch, Button, TextArea"):
+            region = control.region
+            assert region.right <= 80 and region.bottom <= 22 and region.width > 0, (control.id, region)
+            if not isinstance(control, (Button, Switch)):
+                assert region.width >= 10, (control.id, region)

@@ -91,6 +91,13 @@ def store_prompts(store) -> list:
 
 class GenerateScreen(ForwardsWorkerErrors, Screen):
     BINDINGS = bindings("generate")
+    DEFAULT_CSS = """
+    /* at 80 columns the last row holds thinking, mode, logprobs and both buttons: the buttons take their
+       label's width, not Textual's 16 cells (Cancel fell off the screen) */
+    GenerateScreen #run, GenerateScreen #cancel { min-width: 8; width: auto; }
+    GenerateScreen #logprobs { min-width: 10; }
+    GenerateScreen #thinking { padding: 0 1; }
+    """
 
     class Progress(Message):
         def __init__(self, progress: BatchProgress) -> None:
