@@ -27,7 +27,7 @@ from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
 VOCAB_SIZE = 163840
 SPECIAL_START = 163584  # first id of the Kimi special range; 163583 is the last ordinary id
 LAYOUT_MARKER = "tokview_layout.json"
-LAYOUT_VERSION = 3  # 2: added_tokens_decoder written explicitly (transformers 4 and 5 agree); 3: tool rules
+LAYOUT_VERSION = 4  # 2: added_tokens_decoder written explicitly (transformers 4 and 5 agree); 3, 4: tool rules
 
 KIMI_SPECIAL_TOKENS: dict[int, str] = {
     163584: "[BOS]",
@@ -159,8 +159,10 @@ CHAT_TEMPLATE = (
     "{%- if ns.tools_used -%}"
     "{%- if loop.index0 <= ns.last_plain or (thinking is defined and thinking is false) -%}<think></think>"
     "{%- else -%}<think>{{ message.reasoning_content or '' }}</think>{%- endif -%}"
-    "{%- elif message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
+    "{%- else -%}"
+    "{%- if message.reasoning_content -%}<think>{{ message.reasoning_content }}</think>"
     "{%- else -%}<think></think>{%- endif -%}"
+    "{%- endif -%}"
     "{{ text_of(message) }}"
     "{%- if message.tool_calls -%}"
     "<|tool_calls_section_begin|>"
