@@ -155,9 +155,10 @@ def _refuse_other_files(path: str) -> None:
 
 
 _NOT_A_DATABASE = "not a valid DuckDB database file"
-UNFINISHED_AFTER_S = 2.0
+UNFINISHED_AFTER_S = 0.5
 """A 0-byte file younger than this may be a store another process is creating this instant (DuckDB creates the
-file, then locks it and writes its header): it is waited for, never removed."""
+file, locks it at once and then writes its header): it is waited for, never removed. Shorter than
+LOCK_SAY_AFTER_S, so a re-run right after a failed creation waits without announcing a holder that is gone."""
 
 
 def _clear_unfinished_file(path: str, wait: _LockWait) -> bool:
