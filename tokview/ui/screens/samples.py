@@ -48,6 +48,10 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
     """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
 
     BINDINGS = bindings("samples")
+    DEFAULT_CSS = """
+    /* a narrow filter cuts its label with an ellipsis instead of wrapping it under the frame */
+    SamplesScreen #filter-bar SelectCurrent Static#label { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
 
     class Counted(Message):
         def __init__(self, generation: int, count: int) -> None:
