@@ -388,3 +388,18 @@ def test_runs_read_at_the_tool_edges_match_the_runs_found_id_by_id():
         assert all(kinds[i] in seg.TOOL_KINDS and plain[i] in (seg.REASONING, seg.ANSWER) for i in changed)
 
     check()
+
+
+def test_a_profile_file_whose_tool_ids_this_tokenizer_lacks_is_refused_where_profiles_are_resolved(
+    tmp_path: Path, kimi_tok
+):
+    """Every command resolves `--profile` through core.resolve: the tool-call ids are checked there too."""
+    from tokview.core.profiles import ProfileError
+    from tokview.core.resolve import load_tokenizer_and_profile
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[profile]\nbase = "kimi-k2.5"\nname = "bad"\n[profile.tool_calls]\nparser = "kimi_k2"\nsection_begin_id = 5\n'
+    )
+    with pytest.raises(ProfileError, match=r"tool_calls.section_begin_id 5 is .* not '<\|tool_calls_section_begin\|>'"):
+        load_tokenizer_and_profile(profile=str(bad), tokenizer=kimi_tok)

@@ -13,6 +13,7 @@ from tokview.core.profiles import (
     BUILTIN_PROFILES,
     ModelProfile,
     ProfileError,
+    check_tool_layout_fits,
     detect_profile,
     get_profile,
     profile_from_fields,
@@ -40,6 +41,7 @@ def load_tokenizer_and_profile(
         if profile:
             model_profile = get_profile(profile)
             check_profile_fits(model_profile, tokenizer, profile)
+            check_tool_layout_fits(model_profile, tokenizer, profile)
         else:
             model_profile = detect_profile(tokenizer)
     return tokenizer, with_tokenizer_stops(model_profile, tokenizer)
