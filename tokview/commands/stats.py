@@ -1,6 +1,8 @@
 """`tokview stats`: what is in a store: prompts, samples by status and validity, failures by reason,
 findings by code, token-length percentiles. `--samples` also lists sample ids (what `tokview show`
-takes), oldest first, `--limit` of them. `--json` prints the same as JSON."""
+takes), oldest first, `--limit` of them. `--by run` prints the same numbers per run instead (samples by status,
+validity, truncation, failures, lengths, acceptance, target NLL, findings), to compare regeneration runs.
+`--json` prints the same as JSON."""
 
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_LIMIT,
         metavar="N",
         help=f"with --samples: list at most N (default {DEFAULT_LIMIT})",
+    )
+    p.add_argument(
+        "--by",
+        choices=["run"],
+        help="per run: samples by status, findings, lengths, acceptance, target NLL (to compare runs)",
     )
     p.set_defaults(run=run)
 
@@ -93,6 +100,50 @@ def render(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _number(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 sample', '2 samples' (a command does not import the UI's copy of this)."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    """Three lines per run: counts; lengths, acceptance and NLL; findings (samples per code)."""
+    lines = []
+    width = max((len(r["run"]) for r in runs), default=0) + 2
+    pad = " " * width
+    for r in runs:
+        s, out, acc, nll = r["by_status"], r["output_len"], r["acceptance"], r["target_nll"]
+        lines.append(
+            f"{r['run']:<{width}}{plural(r['samples'], 'sample')} (pending {s['pending']}, approved "
+            f"{s['approved']}, rejected {s['rejected']}) · valid {r['valid']} invalid {r['invalid']} · "
+            f"truncated {r['truncated']} · {plural(r['failures'], 'failure')}"
+        )
+        lines.append(
+            f"{pad}output p50 {out['p50']} p90 {out['p90']} max {out['max']} mean {out['mean']} · prompt p50 "
+            f"{r['prompt_len']['p50']} · acceptance length {_number(acc['mean_acceptance_length'])} "
+            f"({acc['samples']} with metrics) · target NLL {_number(nll['mean'], 3)} ({nll['samples']} scored)"
+        )
+        found = ", ".join(f"{code} {n}" for code, n in r["findings"].items()) or "none"
+        lines.append(f"{pad}findings (samples per code): {found}")
+    return "\n".join(lines) if lines else "no samples and no failures in this store"
+
+
+def run_by_run(args: argparse.Namespace) -> int:
+    from tokview.store import Store
+    from tokview.store.run_stats import run_stats
+
+    with Store(args.db) as store:
+        runs = run_stats(store)
+    if args.json:
+        print(json.dumps({"runs": runs}, indent=2, default=str))
+    else:
+        print(printable(render_runs(runs)))  # run names and finding codes come from files and servers
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from tokview.store import Store
     from tokview.store.side_stats import render_side, store_side_stats
@@ -100,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
     existing_store(args.db)
     if args.limit < 1:
         raise UserError("--limit must be at least 1")
+    if args.by == "run":
+        if args.samples:
+            raise UserError("--samples lists the whole store: leave out --by run, or --samples")
+        return run_by_run(args)
     with Store(args.db) as store:
         st = {**store.stats(), **store_side_stats(store)}  # + spec_decode, logprobs, target_logprobs
         rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Label, OptionList, Static
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.ui.session import Session
 
 
 @dataclass
@@ -377,6 +379,36 @@ class InspectScreen(Screen):
         text = self.tokenizer.piece_bytes(token_id).decode("utf-8", errors="replace") or pane.seq.pieces[pane.cursor]
         self.app.copy_to_clipboard(text)
         self.notify(f"copied token {token_id} {visible(text)!r} (position {pane.cursor})", timeout=2)
+
+    def action_compare(self) -> None:
+        """Open compare with this prompt's sample from another run (or another generation of this run)."""
+        session = getattr(self.app, "session", None)
+        if session is None:
+            return
+        self._find_sibling(session)
+
+    @work(thread=True, exclusive=True, group="compare-sibling", exit_on_error=False)
+    def _find_sibling(self, session: Session) -> None:
+        from tokview.store.run_stats import siblings
+
+        self.post_message(self.SiblingFound(session, siblings(session.store, self.data.sample_id)))
+
+    class SiblingFound(Message):
+        def __init__(self, session: Session, found: list[tuple[str, str | None]]) -> None:
+            super().__init__()
+            self.session, self.found = session, found
+
+    @on(SiblingFound)
+    def _sibling_found(self, event: SiblingFound) -> None:
+        from tokview.ui.screens.compare import CompareScreen
+
+        if not event.found:
+            self.notify("no other sample of this prompt to compare with (another run's or generation's)", timeout=3)
+            return
+        other, run = event.found[0]
+        more = f" (and {plural(len(event.found) - 1, 'other')})" if len(event.found) > 1 else ""
+        self.notify(f"comparing with {other} from {run or 'no run'}{more}", timeout=2)
+        self.app.push_screen(CompareScreen(event.session, self.data.sample_id, other, self.served.mode))
 
     def action_toggle_auto_advance(self) -> None:
         config = self._config()

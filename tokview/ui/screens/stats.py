@@ -10,7 +10,7 @@ length columns for the histograms, in a thread worker; plotting is textual-plote
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -18,10 +18,11 @@ from textual.app import ComposeResult
 from textual.containers import Grid
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker
 from textual_plotext import PlotextPlot
 
+from tokview.store.run_stats import run_stats
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plural
@@ -44,6 +45,8 @@ class StatsData:
     finish: dict[str, int]
     side: dict | None = None
     """`spec_decode`, `logprobs`, `target_logprobs` as `tokview stats --json` has them."""
+    runs: list[dict] = field(default_factory=list)
+    """Per run, as `tokview stats --by run --json` has them (store/run_stats.py)."""
 
 
 def read_stats(session: Session) -> StatsData:
@@ -57,12 +60,58 @@ def read_stats(session: Session) -> StatsData:
     close_ids = {(run, name): session.for_run(run, name)[1].think_close_id for run, name in store.profile_pairs()}
     output_lens, reasoning_lens = store.length_distribution(default.think_close_id, MAX_ROWS, close_ids)
     return StatsData(
-        store.stats(), output_lens, reasoning_lens, store.finish_reasons(), store_side_stats(store, default)
+        store.stats(),
+        output_lens,
+        reasoning_lens,
+        store.finish_reasons(),
+        store_side_stats(store, default),
+        run_stats(store),
+    )
+
+
+RUN_COLUMNS = (
+    "run",
+    "samples",
+    "approved",
+    "rejected",
+    "pending",
+    "invalid",
+    "truncated",
+    "failures",
+    "output p50",
+    "output max",
+    "acceptance",
+    "target NLL",
+    "top findings",
+)
+
+
+def run_row(r: dict) -> tuple[str, ...]:
+    """One run as the panel's table shows it (the numbers of `tokview stats --by run`)."""
+    acc, nll = r["acceptance"]["mean_acceptance_length"], r["target_nll"]["mean"]
+    top = sorted(r["findings"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return (
+        r["run"],
+        str(r["samples"]),
+        str(r["by_status"]["approved"]),
+        str(r["by_status"]["rejected"]),
+        str(r["by_status"]["pending"]),
+        str(r["invalid"]),
+        str(r["truncated"]),
+        str(r["failures"]),
+        "—" if r["output_len"]["p50"] is None else str(r["output_len"]["p50"]),
+        "—" if r["output_len"]["max"] is None else str(r["output_len"]["max"]),
+        "—" if acc is None else f"{acc:.2f}",
+        "—" if nll is None else f"{nll:.3f}",
+        ", ".join(f"{code} {n}" for code, n in top) or "none",
     )
 
 
 class StatsScreen(ForwardsWorkerErrors, Screen):
     BINDINGS = bindings("stats")
+    DEFAULT_CSS = """
+    #stats-runs { height: auto; max-height: 8; }
+    """
 
     class Loaded(Message):
         def __init__(self, data: StatsData) -> None:
@@ -82,6 +131,9 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
             yield BarChart(id="plot-finish")
             yield BarChart(id="plot-findings")
             yield BarChart(id="plot-review")
+        runs: DataTable[str] = DataTable(id="stats-runs", cursor_type="row", zebra_stripes=True)
+        runs.add_columns(*RUN_COLUMNS)
+        yield runs
         yield KeysFooter()
 
     def on_mount(self) -> None:
@@ -132,6 +184,9 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
             {k: by_status.get(k, 0) for k in ("approved", "rejected", "pending")},
         )
         self._side_plots(d.side)
+        table = self.query_one("#stats-runs", DataTable)
+        table.clear()
+        table.add_rows(run_row(r) for r in d.runs)
 
     def _side_plots(self, side: dict | None) -> None:
         """Acceptance per segment and the target-NLL distribution: two more charts, only for a store that has them."""

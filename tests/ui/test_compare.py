@@ -1,0 +1,113 @@
+"""Compare two samples of one prompt (ids diffed, first divergence marked) and per-run stats, in the app and
+from `tokview stats --by run` (issue 25, curation at scale 4)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.ui.conftest import settle
+from tokview.core.analysis import analyze
+from tokview.store.run_stats import run_stats, siblings
+from tokview.ui.examples import short_capture
+from tokview.ui.id_diff import diff_ids, first_divergence
+
+
+def test_first_divergence_and_marks():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+    diff = diff_ids([1, 2, 3, 4, 5], [1, 2, 9, 3, 4, 5])  # one id inserted: only it differs, not all after
+    assert diff.first == 2 and diff.left == frozenset() and diff.right == frozenset({2})
+
+
+def _sibling(store, tokenizer, profile, changed_at: int = 3) -> tuple[str, int]:
+    """p001's prompt again, in run-c, its output differing from output[changed_at] on."""
+    capture = short_capture()
+    capture.output_ids = list(capture.output_ids)
+    capture.output_ids[changed_at] = tokenizer.encode(" banana")[0]
+    store.put_sample("p001@run-c", "p001", "run-c", capture, analyze(capture, profile, tokenizer))
+    return "p001@run-c", len(capture.prompt_ids) + changed_at
+
+
+def test_siblings_are_the_same_prompt_other_runs_first(store, tokenizer, profile):
+    _sibling(store, tokenizer, profile)
+    assert siblings(store, "p001@demo_gen0") == [("p001@run-c", "run-c")]
+    assert siblings(store, "p002@demo_gen0") == []
+
+
+def test_run_stats_count_each_run(store, tokenizer, profile):
+    _sibling(store, tokenizer, profile)
+    store.record_verdict("p001@demo_gen0", "approved")
+    store.record_verdict("p020@demo_gen0", "rejected", reason="duplicate")
+    runs = {r["run"]: r for r in run_stats(store)}
+    assert sorted(runs) == ["run-a", "run-b", "run-c"]
+    assert runs["run-a"]["samples"] == 15 and runs["run-a"]["by_status"]["approved"] == 1
+    assert runs["run-b"]["by_status"]["rejected"] == 1 and runs["run-c"]["samples"] == 1
+    assert runs["run-a"]["truncated"] == 3  # every fifth of p000..p014
+    assert runs["run-a"]["output_len"]["max"] >= 560
+    assert runs["run-c"]["findings"] == {code: 1 for code in {f.code for f in store.load_sample("p001@run-c").findings}}
+
+
+async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(make_app, store, tokenizer, profile):
+    from tokview.ui.screens.compare import CompareScreen
+
+    other, position = _sibling(store, tokenizer, profile)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "enter")
+        await settle(app, pilot)
+        await pilot.press("d")
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        assert screen.compared is not None and screen.compared.right.sample_id == other
+        assert screen.compared.diff.first == position
+        assert screen.left.cursor == screen.right.cursor == position
+        assert position in screen.left._marks and position in screen.right._marks
+        assert f"first divergence at position {position}" in str(screen.query_one("#compare-title").render())
+        await pilot.press("right")
+        assert screen.right.cursor == position + 1  # the other pane follows
+        await pilot.press("escape")
+        assert app.screen.__class__.__name__ == "InspectScreen"
+
+
+async def test_d_without_a_sibling_says_so(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("down", "enter")
+        await settle(app, pilot)
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert app.screen.__class__.__name__ == "InspectScreen"
+        assert any("no other sample of this prompt" in n.message for n in app._notifications)
+
+
+def test_stats_by_run_prints_one_block_per_run(store, tokenizer, profile, capsys):
+    from tokview.cli import main
+
+    _sibling(store, tokenizer, profile)
+    path = store.path
+    store.close()
+    assert main(["stats", "--db", str(path), "--by", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "run-a" in out and "run-c" in out and "1 sample " in out
+    assert main(["stats", "--db", str(path), "--by", "run", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["run"] for r in runs] == ["run-a", "run-b", "run-c"]
+
+
+async def test_the_stats_panel_lists_each_run(make_app, store):
+    from textual.widgets import DataTable
+
+    store.record_verdict("p001@demo_gen0", "approved")
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        table = app.screen.query_one("#stats-runs", DataTable)
+        rows = [table.get_row_at(i) for i in range(table.row_count)]
+        assert [r[0] for r in rows] == ["run-a", "run-b"]
+        assert rows[0][1] == "15" and rows[0][2] == "1"  # samples, approved
