@@ -457,7 +457,15 @@ class TokviewApp(App):
         self.push_screen(StatsScreen(self.session))
 
     def action_toggle_theme(self) -> None:
+        """Switch light/dark and remember it: `[ui] theme` in the config file in use, that one key only."""
+        from tokview.ui.config import ConfigError, remember_theme
+
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+        self.config.theme = self.theme
+        try:
+            remember_theme(self.theme, self.config.path)
+        except (ConfigError, OSError) as exc:
+            self.notify(f"theme not remembered: {exc}", title="config", severity="warning", timeout=5)
 
     def action_help(self) -> None:
         from tokview.ui.screens.help import HelpScreen
