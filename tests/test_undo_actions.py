@@ -162,6 +162,9 @@ def test_done_when_from_a_shell(tmp_path, capsys):
         "rejected 200 samples (loops)",
     ]
     said = review(db, "--undo", history[2].split()[0], capsys=capsys)
+    undo_listed = review(db, "--history", capsys=capsys).splitlines()[0]
+    assert f"undo of {history[2].split()[0]} rejected 200 samples (loops)" in undo_listed
+    assert review(db, "--history", capsys=capsys).splitlines()[3].endswith(f"(undone by {undo_listed.split()[0]})")
     assert said.startswith("undid #") and ": 200 samples (a-000, a-001, a-002 and 197 more) back to pending" in said
     with Store(db) as store:
         counts = dict(store.query("SELECT status, count(*) FROM samples GROUP BY 1"))

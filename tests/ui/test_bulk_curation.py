@@ -188,3 +188,76 @@ async def test_at_80x24_rows_keep_the_part_of_the_id_that_differs(store, tokeniz
         assert "sample" in lst.render_line(0).text
         for widget_id in ("#search", "#status", "#code", "#run", "#tag"):  # every filter keeps a usable width
             assert app.screen.query_one(widget_id).size.width >= 10, widget_id
+
+
+async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_app, store):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        await mark_rows(app, pilot, 0, 5)  # p000 and p005 are truncated: invalid
+        await pilot.press("a")
+        assert isinstance(app.screen, BulkApprove) and "2 of them have error findings" in app.screen.detail
+        await pilot.press("v")
+        await settle(app, pilot)
+        assert [r.status for r in store.samples_page(SampleFilter(), "sample_id", 0, 6)] == [
+            "pending",
+            "approved",
+            "approved",
+            "approved",
+            "approved",
+            "pending",
+        ]
+        assert len(screen.marks) == 0
+        await mark_rows(app, pilot, 1, 3)
+        await pilot.press("t", *"Math, long", "enter", "y")
+        await settle(app, pilot)
+        assert len(bulk.select(store, SampleFilter(), "math")) == 3
+        await mark_rows(app, pilot, 2, 3)
+        await pilot.press("t")
+        assert [str(o.prompt) for o in app.screen.query_one("#tag-options").options] == ["remove long", "remove Math"]
+        await pilot.press("tab", "down", "enter")
+        assert isinstance(app.screen, Confirm) and app.screen.question == "Take tag Math off 2 marked samples?"
+        await pilot.press("y")
+        await settle(app, pilot)
+        assert bulk.select(store, SampleFilter(), "MATH") == ["p001@demo_gen0"]
+        await pilot.press("asterisk", "n", *"seen twice", "enter", "y")  # every sample the list shows
+        await settle(app, pilot)
+        assert store.count_samples(SampleFilter(text="seen twice")) == 30
+        await pilot.press("u")  # the note on 30, as one step
+        await settle(app, pilot)
+        assert store.count_samples(SampleFilter(text="seen twice")) == 0
+        await pilot.press("u")  # then the untag: Math is back on both
+        await settle(app, pilot)
+        assert len(bulk.select(store, SampleFilter(), "math")) == 3
+
+
+async def test_the_palette_offers_export_and_the_undo_list(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Export" in titles and "Undo an earlier action" in titles
+
+
+async def test_the_export_dialog_says_a_bad_path_in_one_line(make_app, tmp_path):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        dialog = app.screen
+        dialog.query_one("#export-path", Input).value = str(tmp_path / "out.parquet")  # the default format: JSONL
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        said = str(dialog.query_one("#export-summary").render())
+        assert "names a .parquet file" in said and "\n" not in said.strip()
+        assert not (tmp_path / "out.parquet").exists()
+        dialog.query_one("#export-format", Select).value = "parquet"
+        await pilot.pause()
+        assert dialog.query_one("#export-path", Input).value.endswith("out.parquet")  # a typed path is kept
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert str(dialog.query_one("#export-summary").render()).startswith("exported 24 of 24 selected samples")
+        assert (tmp_path / "out.parquet").exists()
+        await pilot.press("escape")
+        assert isinstance(app.screen, SamplesScreen)

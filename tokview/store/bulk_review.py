@@ -245,6 +245,8 @@ def action_row(action_id: int, who: str | None, kind: str, detail: str | None, s
 
 def describe_action(kind: str, detail: str | None, samples: int) -> str:
     """`rejected 200 samples (loops)`, `tagged 1 sample (math)`: what an action did, in one phrase."""
+    if kind == "undo":
+        return f"undo of {detail}"  # the detail names the action taken back: `#812 rejected 200 samples (loops)`
     verb = VERBS.get(kind, kind)
     return f"{verb} {samples} sample{'s' * (samples != 1)}" + (f" ({detail})" if detail else "")
 
