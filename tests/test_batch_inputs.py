@@ -211,46 +211,42 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
     assert [r.get("prompt") for r in from_parquet] == [r.get("prompt") for r in from_jsonl]
 
 
-@pytest.mark.parametrize(
-    "row, says",
-    [
-        (
-            {
-                "id": "t1",
-                "tools": [{"type": "function", "function": {"name": "get_weather"}}],
-                "messages": [{"role": "user", "content": "weather?"}],
-            },
-            "the row has `tools`, which tokview does not send yet",
-        ),
-        (
-            {
-                "id": "t2",
-                "messages": [
-                    {"role": "user", "content": "weather?"},
-                    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function"}]},
-                    {"role": "tool", "content": "sunny"},
-                ],
-            },
-            "a turn has tool_calls, which tokview does not send yet",
-        ),
-    ],
-)
-def test_rows_with_tools_are_refused_not_generated_without_them(tmp_path, row, says):
-    """A row's tool definitions and an assistant turn's tool_calls were dropped without a word: the server
-    generated from another prompt and every sample looked healthy."""
+def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would_drop_their_tools(tmp_path):
+    """A row's tool definitions and an assistant turn's tool_calls were once dropped without a word (the server
+    generated from another prompt); then refused outright. Now the chat path sends them, and the raw and dual
+    paths, which render no tools and read no calls, refuse the row on the path `tokview batch` plans with (its
+    fast reader once let a `tools` row through)."""
     import json
 
     from tokview.batch.config import BatchConfig
     from tokview.batch.worklist import plan_work
     from tokview.core.prompts import PromptError, parse_row
 
-    with pytest.raises(PromptError, match=says):
-        parse_row(row, line=3)
-    # and on the path `tokview batch` plans with (its fast reader once let a `tools` row through)
+    tools_row = {
+        "id": "t1",
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+        "messages": [{"role": "user", "content": "weather?"}],
+    }
+    nameless_call = {
+        "id": "t2",
+        "tools": tools_row["tools"],
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function"}]},
+            {"role": "tool", "content": "sunny"},
+        ],
+    }
+    assert parse_row(tools_row, line=3).tools == tools_row["tools"]
+    with pytest.raises(PromptError, match="line 3: turn 2: call 1 has no function name"):
+        parse_row(nameless_call, line=3)
     path = tmp_path / "p.jsonl"
-    path.write_text(
-        json.dumps(row) + "\n" + json.dumps({"id": "ok", "messages": [{"role": "user", "content": "hi"}]}) + "\n"
-    )
-    config = BatchConfig(servers=[], prompts_path=path)
-    work = plan_work(config, config.sample_settings({"model": "m", "tokenizer": "t", "profile": "p"}), lambda _f: set())
-    assert work.planned == 1 and len(work.bad) == 1 and says in work.bad[0]
+    ok = {"id": "ok", "messages": [{"role": "user", "content": "hi"}]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (tools_row, nameless_call, ok)))
+    identity = {"model": "m", "tokenizer": "t", "profile": "p"}
+    for mode, planned in (("raw", 1), ("dual", 1), ("chat", 2)):
+        config = BatchConfig(servers=[], prompts_path=path, mode=mode)
+        work = plan_work(config, config.sample_settings(identity), lambda _f: set())
+        assert work.planned == planned and work.bad[-1].startswith("line 2: turn 2: call 1 has no function name")
+        if mode != "chat":
+            assert len(work.bad) == 2 and work.bad[0].startswith("line 1: the row is an agent trace")
+            assert "only --mode chat" in work.bad[0]

@@ -19,6 +19,7 @@ from facts import (
     KIMI_PROMPT_6X7,
     RECORDINGS,
 )
+from test_chain_findings import CHAIN_CASES
 from test_tool_calls_findings import KIMI_ONLY, TOOL_CASES
 
 from tokview.core.analysis import analyze
@@ -289,6 +290,7 @@ CASES = {
     ),
 }
 CASES.update(TOOL_CASES)  # the tool-call codes: their cases live beside the tool-call tests
+CASES.update(CHAIN_CASES)  # the chain codes: beside the chain tests
 
 
 def test_every_code_has_cases():

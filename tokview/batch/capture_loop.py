@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tokview.batch.chains import ChainItem, run_chain
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import run_workers
@@ -57,10 +58,58 @@ async def capture_all(
     state: dict[str, Any] = {"consecutive": 0, "stop": None}
 
     def fail(item: Any, reason: str, url: str | None) -> None:
-        writer.add_failure(item, reason, url)
+        if item is not None:  # None: a chain's failure, already handed to the writer with its chain
+            writer.add_failure(item, reason, url)
         state["consecutive"] += 1
         if limit and state["consecutive"] >= limit and state["stop"] is None:
             state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
+
+    async def attempt(item: Any, messages: list[dict[str, Any]], extra_kwargs: dict[str, Any] | None = None) -> Any:
+        """One request: the capture, or (failure reason, server, whether it was sent) once it failed."""
+        request = CaptureRequest(messages=messages, settings=request_settings(item, extra_kwargs), mode=config.mode)
+        too_long, room = check_prompt(pool, request)
+        if too_long is not None:  # never sent; not the server's fault
+            return too_long, None, False
+        if room is not None:  # what fits under the server's context length
+            request.settings["max_new_tokens"] = room
+        try:
+            return await pool.capture(request)
+        except CaptureFailed as exc:
+            return exc.reason, exc.url, True
+        except Exception as exc:  # a malformed response the servers layer did not classify
+            return failure_reason(exc), None, True
+
+    def request_settings(item: Any, extra_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+        out = dict(settings)
+        if getattr(item, "tools", None):
+            out["tools"] = item.tools  # sent by the chat endpoints; read by the `tool_not_declared` check
+        if extra_kwargs:
+            profile = getattr(pool, "profile", None)
+            base = profile.template_kwargs(config.thinking) if profile is not None else {}
+            out["chat_template_kwargs"] = {**base, **extra_kwargs}
+        return out
+
+    async def one(item: Any) -> None:
+        got = await attempt(item, item.messages)
+        if isinstance(got, tuple):
+            reason, url, sent = got
+            if sent:
+                fail(item, reason, url)
+            else:  # never sent (too long): the prompt's fault, not the server's
+                writer.add_failure(item, reason, None)
+            return
+        state["consecutive"] = 0
+        writer.add_sample(item, got)  # handed over at once: a cancel can no longer lose it
+
+    async def chain(item: ChainItem) -> None:
+        result = await run_chain(
+            item, lambda messages, kw: attempt(item, messages, kw), pool.tokenizer, getattr(pool, "profile", None)
+        )
+        if result.failure is None:
+            state["consecutive"] = 0
+        writer.add_chain(item, result)  # the whole chain in one part: a resume never meets half of one
+        if result.failure is not None and result.failure[2]:
+            fail(None, *result.failure[:2])
 
     async def worker() -> None:
         while state["stop"] is None and writer.error is None and todo:  # `todo` last: testing it may take an item
@@ -69,23 +118,10 @@ async def capture_all(
             if not todo:
                 break
             item = todo.popleft()
-            request = CaptureRequest(messages=item.messages, settings=dict(settings), mode=config.mode)
-            too_long, room = check_prompt(pool, request)
-            if too_long is not None:  # never sent; not the server's fault
-                writer.add_failure(item, too_long, None)
-                continue
-            if room is not None:  # what fits under the server's context length
-                request.settings["max_new_tokens"] = room
-            try:
-                capture = await pool.capture(request)
-            except CaptureFailed as exc:
-                fail(item, exc.reason, exc.url)
-                continue
-            except Exception as exc:  # a malformed response the servers layer did not classify
-                fail(item, failure_reason(exc), None)
-                continue
-            state["consecutive"] = 0
-            writer.add_sample(item, capture)  # handed over at once: a cancel can no longer lose it
+            if isinstance(item, ChainItem):
+                await chain(item)
+            else:
+                await one(item)
 
     async def ticker() -> None:
         while True:

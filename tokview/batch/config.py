@@ -56,6 +56,11 @@ class BatchConfig:
     """`auto` or a Ray address: prompt shards run as Ray tasks (`--ray`)."""
     logprobs: int | None = None
     """Capture each output token's logprob and this many top alternatives (ids); None: no logprobs."""
+    history: str = "served"
+    """A multi-turn row's history: `served` regenerates its turns as a chain (`batch/chains.py`), `file`
+    sends each turn with the file's history (independent turns, earlier reasoning dropped)."""
+    history_reasoning: str = "template"
+    """What reasoning a chain's served turns carry back: `template`, `all` or `none` (`chains.HISTORY_REASONING`)."""
 
     def __post_init__(self) -> None:
         # Stored in the runs table (`source`, `tokenizer_dir`) and read back by export/show/ui from
@@ -152,6 +157,11 @@ class BatchConfig:
             (self.max_consecutive_failures >= 0, "--max-consecutive-failures must be 0 or more"),
             (self.workers >= 1, "--workers must be at least 1"),
             (self.shard is None or 1 <= self.shard[0] <= self.shard[1], "--shard K/N needs 1 <= K <= N"),
+            (self.history in ("served", "file"), f"--history must be served or file, not {self.history!r}"),
+            (
+                self.history_reasoning in ("template", "all", "none"),
+                f"--history-reasoning must be template, all or none, not {self.history_reasoning!r}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -229,10 +239,14 @@ class BatchSummary:
     notes: list[str] = field(default_factory=list)
     """What happened that did not cost the run a sample (a `--workers` child that died, its work done
     by the others)."""
+    chain_stopped: int = 0
+    """Turns of multi-turn rows not generated because their chain stopped before them (`batch/chains.py`),
+    in this run or an earlier one; `chain_stops` says why, per reason."""
+    chain_stops: dict[str, int] = field(default_factory=dict)
 
     @property
     def balanced(self) -> bool:
-        return self.ok + self.failed + self.skipped + self.abandoned == self.input
+        return self.ok + self.failed + self.skipped + self.chain_stopped + self.abandoned == self.input
 
     @property
     def exit_code(self) -> int:
@@ -257,8 +271,9 @@ class BatchSummary:
         rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
         lines = [
             f"run {self.run_id}: ok {self.ok} + failed {self.failed} + skipped {self.skipped}"
+            + (f" + chain-stopped {self.chain_stopped}" if self.chain_stopped else "")
             + (f" + abandoned {self.abandoned}" if self.abandoned else "")
-            + f" = {self.ok + self.failed + self.skipped + self.abandoned} of input {self.input} "
+            + f" = {self.ok + self.failed + self.skipped + self.chain_stopped + self.abandoned} of input {self.input} "
             + ("(balanced)" if self.balanced else "(DOES NOT BALANCE)"),
             f"  skipped: {self.resumed} already stored, {self.duplicates} duplicate prompt ids, "
             f"{len(self.bad_rows)} bad rows",
@@ -270,6 +285,8 @@ class BatchSummary:
             example = printable_line(examples[cls][:200])
             shown = printable_line(cls)
             lines.append(f"  failed x{n}: {shown}" + (f" (e.g. {example})" if examples[cls] != cls else ""))
+        for why, n in sorted(self.chain_stops.items(), key=lambda kv: -kv[1])[:10]:
+            lines.append(f"  chain stopped, {n} turn(s) not generated: {printable_line(why[:200])}")
         lines += [f"  note: {printable_line(note)}" for note in self.notes]
         if self.stopped:
             lines.append(

@@ -197,6 +197,8 @@ class CheckedRow:
     row: PromptRow | None = None
     bad: str | None = None
     first: bool = True
+    agent: bool = False
+    """The row is an agent trace (`tools`, `tool_calls` or tool results): only the chat path sends those."""
 
 
 def check_prompts_path(path: str | Path) -> Path:
@@ -304,8 +306,11 @@ def _check_chunk(
             except PromptError as exc:
                 out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
                 continue
-            prompt_id, digest = row.prompt_id, conversation_digest(row.messages)
-            out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row))
+            prompt_id, digest = (
+                row.prompt_id,
+                conversation_digest([row.tools, *row.messages] if row.tools else row.messages),
+            )
+            out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row, agent=is_agent_trace(row)))
         keys.append(hash(prompt_id))
         digests.append(digest)
         lines.append(n)
@@ -339,12 +344,30 @@ def _bad_message(message: str, n: int, label: str) -> str:
     return message
 
 
-def conversation_digest(messages: list[dict[str, Any]]) -> int:
+def conversation_digest(messages: list[Any]) -> int:
     """A 64-bit digest of a conversation, to tell a duplicate row from a conflicting one within one read."""
     return hash(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS, default=str))
 
 
-_ROLES = frozenset(("system", "user", "assistant", "tool"))
+_ROLES = frozenset(("system", "user", "assistant"))
+"""Roles the fast path takes: a tool result needs `parse_row`'s trace checks (the call it answers)."""
+
+
+def is_agent_trace(row: PromptRow) -> bool:
+    return bool(row.tools) or any(m["role"] == "tool" or "tool_calls" in m for m in row.messages)
+
+
+def agent_mode_refusal(checked: CheckedRow, mode: str) -> str | None:
+    """Why an agent trace cannot run in `mode` (None: it can). The raw path renders the prompt itself with no
+    tools and has no tool parser to read the served calls back, so a chain could not go on; dual runs it too."""
+    if not checked.agent or mode == "chat":
+        return None
+    return _bad_message(
+        f"line {checked.line}: the row is an agent trace (tools, tool calls or results), which only --mode chat "
+        f"sends as the file means it (--mode {mode} renders no tools and reads no calls)",
+        checked.line,
+        "line",
+    )
 
 
 def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:

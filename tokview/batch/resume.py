@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.identity import known_identity
 from tokview.batch.worklist import WorkList, plan_work
@@ -63,6 +64,8 @@ async def resume_shortcut(
         skipped=work.resumed + work.duplicates + len(work.bad),
         elapsed_s=time.monotonic() - started,
     )
+    if work.chain_left:  # chains an earlier run stored up to where they stopped
+        summary.chain_stopped, summary.chain_stops = work.chain_left, {EARLIER_STOP: work.chain_left}
     if on_progress is not None:
         on_progress(BatchProgress(total=summary.input, skipped=summary.skipped, elapsed_s=summary.elapsed_s))
     return store, summary, work

@@ -28,11 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tokview.batch.capture_loop import capture_all
+from tokview.batch.chains import EARLIER_STOP, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.tasks import unless_cancelled
 from tokview.batch.workers import worker_count
-from tokview.batch.worklist import WorkItem, WorkList, plan_work
+from tokview.batch.worklist import WorkItem, WorkList, chain_settings, plan_work
 from tokview.batch.writer import GroupWriter
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
@@ -61,9 +62,13 @@ def plan(
     (this one stays as the reference the tests hold it to)."""
     settings = config.sample_settings() if settings is None else settings
     key = settings_key(settings)  # once, not per sample: hashing the settings 100,000 times took seconds
+    served = config.history == "served"
+    chain_key = settings_key(chain_settings(settings, config)) if served else key
 
     def sample_id(prompt_id: str, index: int, turn: int | None) -> str:
-        return f"{prompt_id}{'' if turn is None else f'#turn{turn}'}@{key}_gen{index}"
+        if turn is None:
+            return f"{prompt_id}@{key}_gen{index}"
+        return f"{prompt_id}#turn{turn}@{chain_key}_gen{index}"
 
     items: list[WorkItem] = []
     seen_prompts: set[str] = set()
@@ -78,7 +83,12 @@ def plan(
             for index in range(config.samples_per_prompt):
                 items.append(
                     WorkItem(
-                        sample_id(row.prompt_id, index, point.turn), row.prompt_id, point.turn, index, point.history
+                        sample_id(row.prompt_id, index, point.turn),
+                        row.prompt_id,
+                        point.turn,
+                        index,
+                        point.history,
+                        row.tools,
                     )
                 )
     if items:  # the one definition of a sample id stays core.record's
@@ -299,7 +309,7 @@ async def _run(
         reasons: Counter[str] = Counter()
         for t in tallies:
             reasons.update(t.reasons)
-        summary.failures_by_reason = dict(reasons)
+        summary.failures_by_reason, summary.chain_stops = split_chain_stops(reasons)
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (
@@ -308,7 +318,10 @@ async def _run(
         p.output_tokens,
         p.elapsed_s,
     )
-    summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped
+    if work.chain_left:
+        summary.chain_stops[EARLIER_STOP] = summary.chain_stops.get(EARLIER_STOP, 0) + work.chain_left
+    summary.chain_stopped = sum(summary.chain_stops.values())
+    summary.abandoned = summary.input - summary.ok - summary.failed - summary.skipped - summary.chain_stopped
     deaths = [t.died for t in tallies if getattr(t, "died", None)]
     if deaths and summary.abandoned and not summary.stopped and not summary.interrupted:
         summary.stopped = deaths.pop(0)  # it left samples for a resume: the run is not whole

@@ -29,11 +29,14 @@ from typing import Any
 
 import orjson
 
+from tokview.batch.chains import ChainItem
 from tokview.batch.inputs import (
     InputError,
+    agent_mode_refusal,
     check_prompts_path,
     checked_row,
     generation_turns,
+    is_agent_trace,
     is_parquet,
     iter_checked_chunks,
     iter_rows_flagged,
@@ -49,6 +52,7 @@ class WorkItem:
     turn: int | None
     index: int
     messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -76,19 +80,40 @@ class WorkList:
     size stay the same."""
     stored: frozenset[str] | set[str] = frozenset()
     file_state: tuple[int, int] | None = None
+    chain_key: str | None = None
+    """The settings key of a multi-turn row's turns regenerated as a chain (`--history served`: the key of
+    the settings plus the history mode); None with `--history file`, whose turns keep `key` (today's ids)."""
+    history_reasoning: str = "template"
+    chain_left: int = 0
+    """Slots of chains an earlier run stored only up to where they stopped: planned, not to do."""
 
     @property
     def input(self) -> int:
         return self.planned + self.duplicates + len(self.bad)
 
     def sample_ids(self, prompt_id: str, turns: list[int | None]) -> Iterator[tuple[int | None, int, str]]:
-        """(turn, index, sample id) of a row's slots in this shard: `runner.plan`'s ids."""
+        """(turn, index, sample id) of a row's slots in this shard: `runner.plan`'s ids.
+
+        A chain's turns go to the shard of its first turn: a chain is regenerated in one piece."""
+        if self.is_chain(turns):
+            for index in range(self.samples_per_prompt):
+                ids = [f"{prompt_id}#turn{turn}@{self.chain_key}_gen{index}" for turn in turns]
+                if self._in_shard(ids[0]):
+                    yield from ((turn, index, sample_id) for turn, sample_id in zip(turns, ids, strict=True))
+            return
         for turn in turns:
             head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
             for index in range(self.samples_per_prompt):
                 sample_id = f"{head}@{self.key}_gen{index}"
-                if self.shard is None or zlib.crc32(sample_id.encode()) % self.shard[1] == self.shard[0] - 1:
+                if self._in_shard(sample_id):
                     yield turn, index, sample_id
+
+    def is_chain(self, turns: list[int | None]) -> bool:
+        """Whether a row's turns are regenerated as a chain: a multi-turn row under `--history served`."""
+        return self.chain_key is not None and bool(turns) and turns[0] is not None
+
+    def _in_shard(self, sample_id: str) -> bool:
+        return self.shard is None or zlib.crc32(sample_id.encode()) % self.shard[1] == self.shard[0] - 1
 
     def queue(self) -> TodoQueue:
         """The slots still to do, in file order, read from the file as they are taken."""
@@ -96,7 +121,7 @@ class WorkList:
             raise InputError(f"{self.path} changed while the batch was planned: run the batch again")
         return TodoQueue(self)
 
-    def todo_items(self) -> Iterator[WorkItem]:
+    def todo_items(self) -> Iterator[WorkItem | ChainItem]:
         """Every slot still to do, in file order (the file read again, only the rows with work parsed)."""
         if self.rows is not None:
             for i in self.lines:
@@ -123,7 +148,7 @@ class WorkList:
             yield from self._items(row)
             next_line, check = next(wanted, (None, 0))
 
-    def _jsonl_items(self, path: Path) -> Iterator[WorkItem]:
+    def _jsonl_items(self, path: Path) -> Iterator[WorkItem | ChainItem]:
         """The rows with work, each checked against the hash of the line planning read, then parsed
         as `inputs.iter_jsonl_fast` parses it (orjson, else the standard library's reader)."""
         changed = InputError(f"{path} changed while the batch ran: run the batch again to resume")
@@ -146,12 +171,37 @@ class WorkList:
         if next_line is not None:
             raise changed  # the file got shorter
 
-    def _items(self, row: PromptRow) -> Iterator[WorkItem]:
+    def _items(self, row: PromptRow) -> Iterator[WorkItem | ChainItem]:
         points = generation_points(row)
+        turns = [p.turn for p in points]
+        if self.is_chain(turns):
+            yield from self._chains(row, points)
+            return
         histories = {p.turn: p.history for p in points}
-        for turn, index, sample_id in self.sample_ids(row.prompt_id, [p.turn for p in points]):
+        for turn, index, sample_id in self.sample_ids(row.prompt_id, turns):
             if sample_id not in self.stored:
-                yield WorkItem(sample_id, row.prompt_id, turn, index, histories[turn])
+                yield WorkItem(sample_id, row.prompt_id, turn, index, histories[turn], row.tools)
+
+    def _chains(self, row: PromptRow, points: list[Any]) -> Iterator[ChainItem]:
+        """One chain per generation index whose first turn is not stored (a stored first turn: done)."""
+        at = {p.turn: p.at for p in points}
+        slots: dict[int, list[tuple[int, int, str]]] = {}
+        for turn, index, sample_id in self.sample_ids(row.prompt_id, [p.turn for p in points]):
+            assert turn is not None
+            slots.setdefault(index, []).append((turn, at[turn], sample_id))
+        for index, turns in slots.items():
+            if turns[0][2] not in self.stored:
+                absent = sum(1 for turn in turns if turn[2] not in self.stored)
+                yield ChainItem(
+                    turns[0][2],
+                    row.prompt_id,
+                    index,
+                    row.messages,
+                    row.tools,
+                    tuple(turns),
+                    self.history_reasoning,
+                    absent,
+                )
 
 
 class TodoQueue:
@@ -162,7 +212,7 @@ class TodoQueue:
     def __init__(self, work: WorkList) -> None:
         self._work = work
         self._left = work.todo
-        self._items: Iterator[WorkItem] | None = None
+        self._items: Iterator[WorkItem | ChainItem] | None = None
 
     def __len__(self) -> int:
         return self._left
@@ -170,7 +220,7 @@ class TodoQueue:
     def __bool__(self) -> bool:
         return self._left > 0
 
-    def popleft(self) -> WorkItem:
+    def popleft(self) -> WorkItem | ChainItem:
         if self._left <= 0:
             raise IndexError("pop from an empty TodoQueue")
         if self._items is None:
@@ -179,10 +229,10 @@ class TodoQueue:
         if item is None:
             self._left = 0
             raise InputError("the prompts file changed while the batch ran: run the batch again to resume")
-        self._left -= 1
+        self._left -= item.todo if isinstance(item, ChainItem) else 1
         return item
 
-    def __iter__(self) -> Iterator[WorkItem]:
+    def __iter__(self) -> Iterator[WorkItem | ChainItem]:
         while self:
             yield self.popleft()
 
@@ -198,14 +248,18 @@ def plan_work(
     `stored_ids(fragment)` gives the stored sample ids that contain `fragment` (`@KEY_gen`, what
     every id of these settings holds): the resume anti-join, as one set."""
     key = settings_key(settings)
+    chain_key = settings_key(chain_settings(settings, config)) if config.history == "served" else None
     for turn in (None, 1):  # the one definition of a sample id stays core.record's
         if next(WorkList(key=key).sample_ids("p", [turn]))[2] != sample_id_for("p", settings, 0, turn):
             raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
     work = WorkList(key=key, samples_per_prompt=config.samples_per_prompt, shard=config.shard, rows=rows)
+    work.chain_key, work.history_reasoning = chain_key, config.history_reasoning
     path = None if rows is not None else check_prompts_path(config.prompts_path)
     if path is not None:
         work.path, work.file_state = path, _file_state(path)
     work.stored = stored_ids(f"@{key}_gen")
+    if chain_key is not None:
+        work.stored = {*work.stored, *stored_ids(f"@{chain_key}_gen")}
     with gc_paused():  # ~35% of planning went to the cycle collector walking a chunk's fresh rows
         _plan_rows(work, config, path, rows)
     if path is not None and work.lines and not is_parquet(path):
@@ -219,6 +273,9 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
     if rows is not None:
         seen: set[str] = set()
         for i, row in enumerate(rows):
+            if is_agent_trace(row) and config.mode != "chat":
+                work.bad.append(f"row {i + 1}: an agent trace needs --mode chat (--mode {config.mode} sends no tools)")
+                continue
             _count(work, i, row.prompt_id, generation_turns(row.messages), row.prompt_id not in seen)
             seen.add(row.prompt_id)
     elif path is not None:
@@ -226,6 +283,8 @@ def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[Prompt
         tail, stored, lines, checks = f"@{work.key}_gen0", work.stored, work.lines, work.id_checks
         for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
             for checked in chunk:
+                if checked.bad is None and checked.agent:
+                    checked.bad = agent_mode_refusal(checked, config.mode)
                 if checked.bad is not None:
                     work.bad.append(checked.bad)
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
@@ -245,6 +304,9 @@ def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], 
     if not first:
         work.duplicates += len(turns) * work.samples_per_prompt
         return
+    if work.is_chain(turns):
+        _count_chains(work, where, prompt_id, turns)
+        return
     stored = work.stored
     planned = to_do = 0
     for _turn, _index, sample_id in work.sample_ids(prompt_id, turns):
@@ -252,6 +314,32 @@ def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], 
         to_do += sample_id not in stored
     work.planned += planned
     work.resumed += planned - to_do
+    if to_do:
+        work.todo += to_do
+        work.lines.append(where)
+        work.id_checks.append(zlib.crc32(prompt_id.encode()))
+
+
+def chain_settings(settings: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The settings a chain's sample ids hash: the run's plus how its history was made."""
+    return {**settings, "history": "served", "history_reasoning": config.history_reasoning}
+
+
+def _count_chains(work: WorkList, where: int, prompt_id: str, turns: list[int | None]) -> None:
+    """A multi-turn row's chains: one to do per generation index whose first turn is not stored (chains
+    are written whole, so a stored first turn means the chain ended; its absent turns stopped)."""
+    chains: dict[int, list[str]] = {}
+    for _turn, index, sample_id in work.sample_ids(prompt_id, turns):
+        chains.setdefault(index, []).append(sample_id)
+    stored, to_do = work.stored, 0
+    for sample_ids in chains.values():
+        absent = sum(1 for sample_id in sample_ids if sample_id not in stored)
+        work.planned += len(sample_ids)
+        work.resumed += len(sample_ids) - absent
+        if sample_ids[0] in stored:
+            work.chain_left += absent
+        else:
+            to_do += absent
     if to_do:
         work.todo += to_do
         work.lines.append(where)

@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokview.batch.chains import CHAIN_STOP_PREFIX
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
 from tokview.errors import first_line
@@ -55,6 +56,8 @@ class _Group:
     """The ids of `samples`, in order (what `on_part` names)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     stats: list[tuple[bool, bool, int]] = field(default_factory=list)
+    chain_stops: list[tuple[str, int]] = field(default_factory=list)
+    """(why, turns left) of the chains in this group that stopped early (`batch.chains`)."""
 
 
 class _Reencoder:
@@ -149,6 +152,16 @@ class GroupWriter:
         self._handed += 1
         self._queue.put(("failure", item, (reason, server)))
 
+    def add_chain(self, item: Any, result: Any) -> None:
+        """A regenerated chain (`batch.chains.ChainResult`), written in one part: its turns' samples, or its
+        failure (named by its first turn's sample id), and the count of the turns it left with the reason."""
+        self._handed += 1
+        aheads = [
+            self._reencoder.submit(capture.output_ids) if self._reencoder and capture.output_ids else None
+            for _, capture in result.samples
+        ]
+        self._queue.put(("chain", item, (result, aheads)))
+
     def close(self) -> None:
         """Write what was handed over, ingest (unless a child), and stop. Blocks.
 
@@ -213,7 +226,21 @@ class GroupWriter:
         if kind == "failure":
             group.failures.append(self._failure(item, *payload))
             return
-        capture, ahead = payload
+        if kind == "chain":
+            self._take_chain(item, payload[0], payload[1], group)
+            return
+        self._take_sample(item, payload[0], payload[1], group)
+
+    def _take_chain(self, item: Any, result: Any, aheads: list[Future | None], group: _Group) -> None:
+        for (turn_item, capture), ahead in zip(result.samples, aheads, strict=True):
+            self._take_sample(turn_item, capture, ahead, group)
+        if result.failure is not None:
+            group.failures.append(self._failure(item, *result.failure[:2]))
+        if result.left:
+            why = result.stop or "its chain failed at an earlier turn (the chain is retried whole on the next run)"
+            group.chain_stops.append((why, result.left))
+
+    def _take_sample(self, item: Any, capture: Any, ahead: Future | None, group: _Group) -> None:
         try:
             analysis = analyze(capture, self.profile, self.tokenizer, reencoded=_ahead(ahead))
             _check_ids(capture)
@@ -251,6 +278,8 @@ class GroupWriter:
         self.failed += len(group.failures)
         for f in group.failures:
             self.reasons[scrub_text(f["reason"])] += 1
+        for why, left in group.chain_stops:  # counted beside the failure reasons, told apart by the runner
+            self.reasons[CHAIN_STOP_PREFIX + scrub_text(why)] += left
         if self.on_commit is not None:
             self.on_commit(self)
 

@@ -78,6 +78,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="also capture each output token's logprob and its top-K alternatives (ids), 0-20",
     )
+    p.add_argument(
+        "--history",
+        default=D["history"],
+        choices=("served", "file"),
+        help="a multi-turn row's history: served = regenerate its turns as a chain, each served turn (reasoning "
+        "and tool calls as generated) the history of the next, the file's tool results spliced in after the "
+        "served calls; file = each turn on the file's own history, independently (default served)",
+    )
+    p.add_argument(
+        "--history-reasoning",
+        default=D["history_reasoning"],
+        choices=("template", "all", "none"),
+        help="reasoning a chain's served turns carry back as reasoning_content: template = all of it, the "
+        "template keeps what it keeps (Kimi: the tool loop in progress); all = also preserve_thinking for "
+        "templates that keep every turn's (K2.6); none = none (default template)",
+    )
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
     p.add_argument(
         "--max-consecutive-failures",
@@ -147,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         ray=args.ray,
         workers=args.workers if args.workers is not None else (os.cpu_count() or 1),
         logprobs=args.logprobs,
+        history=args.history,
+        history_reasoning=args.history_reasoning,
     )
     try:
         config.validate()  # before the database file is created

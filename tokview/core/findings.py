@@ -797,6 +797,57 @@ def tool_call_id_renumbered(ctx: Context) -> Hit | None:
     return Hit.at(detail, at) if at else Hit.missing(detail)
 
 
+def _chain(ctx: Context) -> dict | None:
+    """The capture's place in a regenerated chain (`batch/chains.py` records it in the settings), if any."""
+    chain = ctx.capture.settings.get("chain")
+    return chain if isinstance(chain, dict) else None
+
+
+@rule(
+    "session_prefix_break",
+    WARN,
+    "A conversation's turn whose prompt ids do not extend the previous turn's prompt + output ids.",
+)
+def session_prefix_break(ctx: Context) -> Hit | None:
+    """A batch chain's turn (`tokview proxy` adds the same finding for a proxied session's turn)."""
+    chain = _chain(ctx)
+    if chain is None or chain.get("extends") is not False:
+        return None
+    at = int(chain.get("break_at") or 0)
+    if at < ctx.n_prompt and ctx.tokenizer is not None:
+        try:
+            here = f"id {ctx.capture.prompt_ids[at]} {ctx.tokenizer.piece_text(ctx.capture.prompt_ids[at])!r}"
+        except Exception:  # a display nicety: never a reason to lose the finding
+            here = f"id {ctx.capture.prompt_ids[at]}"
+    else:
+        here = "the prompt ends" if at >= ctx.n_prompt else f"id {ctx.capture.prompt_ids[at]}"
+    detail = (
+        f"turn {chain.get('turn')} of chain {chain.get('conversation')} does not extend turn "
+        f"{chain.get('parent')}'s prompt + output ids ({chain.get('previous_len')} ids): they first differ at "
+        f"position {at} (here {here}). The template re-rendered the history (reasoning dropped outside the tool "
+        "loop, a `</think>` the model never wrote, arguments re-serialised or call ids renumbered): a drafter "
+        "trained on this turn sees a prompt the model never continued."
+    )
+    if not ctx.n_prompt:
+        return Hit.missing(detail)
+    return Hit.at(detail, [min(at, ctx.n_prompt - 1)])
+
+
+@rule(
+    "chain_stopped",
+    INFO,
+    "A regenerated chain stopped after this turn: the file's tool results do not answer the calls it made.",
+)
+def chain_stopped(ctx: Context) -> Hit | None:
+    chain = _chain(ctx)
+    if chain is None or not chain.get("stopped"):
+        return None
+    return Hit.missing(
+        f"the chain {chain.get('conversation')} stopped after this turn: {chain['stopped']}. This sample is exact; "
+        "the turns after it were not generated (counted in the batch summary)."
+    )
+
+
 @rule(
     "retokenize_drift",
     WARN,
@@ -829,6 +880,8 @@ def prompt_render_mismatch(ctx: Context) -> Hit | None:
     kwargs = c.settings.get("chat_template_kwargs")
     if kwargs is None:
         kwargs = ctx.profile.template_kwargs(c.thinking)
+    if c.settings.get("tools"):  # an agent trace's tools are rendered too (HF's `tools` argument)
+        kwargs = {**kwargs, "tools": c.settings["tools"]}
     try:
         local = tok.render(c.messages, add_generation_prompt=True, template_kwargs=kwargs)
     except Exception as exc:  # a broken template is itself a mismatch worth showing

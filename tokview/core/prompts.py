@@ -1,9 +1,11 @@
 """Prompt rows in the shapes users have, turned into the conversations a server is asked to continue.
 
 Accepted row shapes: OpenAI `messages` (role/content), ShareGPT `conversations` (from/value, as in
-mlabonne/open-perfectblend) or SpecForge `conversations` (role/content), and a plain `prompt`.
-A multi-turn row becomes one generation point per assistant turn, its history stripped of earlier
-reasoning exactly as a Kimi/Qwen template would show it to the server.
+mlabonne/open-perfectblend) or SpecForge `conversations` (role/content), and a plain `prompt`; any of
+them may be an agent trace (row-level `tools`, assistant `tool_calls`, tool results: `agent_traces.py`).
+A multi-turn row becomes one generation point per assistant turn. Its history is either the file's
+(`--history file`: earlier reasoning dropped, each turn independent) or the served turns before it
+(`--history served`: `batch/chains.py` builds it turn by turn from what the server generated).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokview.core import agent_traces as traces
+from tokview.core.agent_traces import PromptError
 from tokview.core.record import canonical_hash
-from tokview.errors import TokviewError
 
 ROLE_FROM_SHAREGPT = {
     "human": "user",
@@ -29,14 +32,13 @@ ROLE_FROM_SHAREGPT = {
     "tool": "tool",
     "function": "tool",
     "observation": "tool",
+    "function_response": "tool",
+    "ipython": "tool",
+    "function_call": "assistant",
 }
+"""ShareGPT speakers. `function_call` is an assistant turn whose value is its calls as JSON (LLaMA-Factory);
+a `gpt` turn with Hermes `<tool_call>` blocks carries its calls in them."""
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
-
-
-class PromptError(TokviewError):
-    """A prompt row is not in any shape tokview reads."""
-
-    title = "prompt row"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class PromptRow:
     prompt_id: str
     messages: list[dict[str, Any]]
     line: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    """The row's `tools`, as sent (None: the row declares none)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class GenerationPoint:
     turn: int | None
     """Index of the assistant turn in a multi-turn row; None for a single generation."""
     history: list[dict[str, Any]]
+    at: int = 0
+    """Where the turn sits in the row's messages (the assistant turn it regenerates, or len(messages))."""
 
 
 def prompt_id_for(row: dict[str, Any]) -> str:
@@ -81,31 +87,42 @@ def kind_of(value: Any) -> str:
 def _message(raw: Any, where: str, number: int = 1) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PromptError(f"{where}: a turn is not an object")
-    if raw.get("tool_calls"):
-        raise PromptError(
-            f"{where}: a turn has tool_calls, which tokview does not send yet: the server would generate "
-            "from a conversation without them"
-        )
     sharegpt = "from" in raw or "value" in raw
     key = "value" if sharegpt else "content"
     content = raw.get(key)
-    if content is None:  # absent or null: sent as an empty turn, the model would answer something else
-        raise PromptError(f'{where}: turn {number} has no `{key}` (an empty turn is written "{key}": "")')
+    calls: list[Any] = list(raw.get("tool_calls") or [])
     if sharegpt:
-        role = ROLE_FROM_SHAREGPT.get(str(raw.get("from", "")).lower())
+        speaker = str(raw.get("from", "")).lower()
+        role = ROLE_FROM_SHAREGPT.get(speaker)
         if role is None:
             raise PromptError(f"{where}: unknown ShareGPT speaker {raw.get('from')!r}")
+        if speaker == "function_call" and isinstance(content, str):
+            calls, content = traces.sharegpt_calls(content, f"{where}: turn {number}"), ""
+        elif role == "assistant" and isinstance(content, str) and "<tool_call>" in content:
+            content, calls = traces.hermes_calls(content, f"{where}: turn {number}")
     else:
         role = raw.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             raise PromptError(f"{where}: unknown role {role!r}")
         if isinstance(content, list):  # OpenAI content parts: keep the text parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if calls and role != "assistant":
+        raise PromptError(f"{where}: turn {number} is a {role} turn with tool_calls (only assistant turns call)")
+    if content is None and calls:
+        content = ""  # OpenAI's null content beside tool_calls: nothing to render
+    if content is None:  # absent or null: sent as an empty turn, the model would answer something else
+        raise PromptError(f'{where}: turn {number} has no `{key}` (an empty turn is written "{key}": "")')
     msg: dict[str, Any] = {"role": role, "content": content}
-    for key in REASONING_KEYS:
-        if raw.get(key):
-            msg["reasoning_content"] = raw[key]
+    for rkey in REASONING_KEYS:
+        if raw.get(rkey):
+            msg["reasoning_content"] = raw[rkey]
             break
+    if calls:
+        msg["tool_calls"] = [traces.normal_call(c, f"{where}: turn {number}", k) for k, c in enumerate(calls, 1)]
+    if role == "tool":
+        for field in ("tool_call_id", "name"):
+            if raw.get(field) is not None:
+                msg[field] = str(raw[field])
     return msg
 
 
@@ -123,15 +140,13 @@ def parse_row(row: Any, line: int | None = None) -> PromptRow:
             turns.insert(0, {"role": "system", "content": row["system"]})
     else:
         raise PromptError(f"{where}: {_no_turns(row)}")
-    if row.get("tools"):  # dropped, the template would render no tool definitions: generated on another prompt
-        raise PromptError(
-            f"{where}: the row has `tools`, which tokview does not send yet: the server would generate from a "
-            "prompt without the tool definitions"
-        )
+    tools = traces.row_tools(row.get("tools"), where)
     messages = [_message(t, where, k) for k, t in enumerate(turns, start=1)]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
-    return PromptRow(prompt_id_for(row), messages, line)
+    if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
+        traces.check_trace(messages, tools, where)
+    return PromptRow(prompt_id_for(row), messages, line, tools)
 
 
 def _no_turns(row: dict[str, Any]) -> str:
@@ -150,11 +165,10 @@ def generation_points(row: PromptRow) -> list[GenerationPoint]:
     assistant_turns = [i for i, m in enumerate(row.messages) if m["role"] == "assistant"]
     multi = len(assistant_turns) > 1 or (assistant_turns and row.messages[-1]["role"] != "assistant")
     for k, idx in enumerate(assistant_turns):
-        points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx])))
+        points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx]), idx))
     if row.messages[-1]["role"] != "assistant":
-        points.append(
-            GenerationPoint(row.prompt_id, len(assistant_turns) if assistant_turns else None, _history(row.messages))
-        )
+        turn = len(assistant_turns) if assistant_turns else None
+        points.append(GenerationPoint(row.prompt_id, turn, _history(row.messages), len(row.messages)))
     return points
 
 

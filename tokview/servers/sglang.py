@@ -253,6 +253,8 @@ def chat_body(
         body["model"] = model
     if settings.get("seed") is not None:
         body["seed"] = settings["seed"]
+    if settings.get("tools"):  # an agent trace's row-level tools: rendered by the template, parsed back as calls
+        body["tools"] = settings["tools"]
     if not messages and prompt_ids:
         body["input_ids"] = list(prompt_ids)  # SGLang then skips its own template
     return body

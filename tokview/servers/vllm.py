@@ -60,6 +60,8 @@ def chat_body(
     }
     if settings.get("logprobs") is not None:  # ids, not strings: two tokens can print the same
         body.update(logprobs=True, top_logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
+    if settings.get("tools"):  # an agent trace's row-level tools: rendered by the template, parsed back as calls
+        body["tools"] = settings["tools"]
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body

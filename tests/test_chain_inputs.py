@@ -1,0 +1,140 @@
+"""Agent traces as prompt rows (issue 23 item 1): OpenAI `tools`/`tool_calls`/tool results with reasoning,
+ShareGPT `function_call` and Hermes `<tool_call>` turns, and the malformed traces refused as bad rows with
+their line numbers, on the slow parse and on the planner's fast path alike."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.batch import read_prompts
+from tokview.batch.inputs import iter_checked
+from tokview.core.prompts import generation_points
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+TIME = {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}}
+USER = {"role": "user", "content": "Weather and time in Paris?"}
+
+
+def _call(cid: str | None, name: str, args: object) -> dict:
+    call: dict = {"type": "function", "function": {"name": name, "arguments": args}}
+    if cid is not None:
+        call["id"] = cid
+    return call
+
+
+PARALLEL = {
+    "id": "par",
+    "tools": [WEATHER, TIME],
+    "messages": [
+        USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning": "Two tools at once.",
+            "tool_calls": [_call("c1", "get_weather", {"city": "Paris"}), _call("c2", "get_time", '{"zone":"CET"}')],
+        },
+        {"role": "tool", "tool_call_id": "c2", "name": "get_time", "content": "14:00"},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny, 14:00.", "reasoning_content": "Both answered."},
+    ],
+}
+
+
+def _file(tmp_path: Path, *rows: object) -> Path:
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_an_openai_trace_with_parallel_calls_is_read_as_sent(tmp_path):
+    rows, bad = read_prompts(_file(tmp_path, PARALLEL))
+    assert bad == []
+    row = rows[0]
+    assert row.tools == [WEATHER, {"type": "function", "function": TIME}], "a bare function is wrapped"
+    calls = row.messages[1]["tool_calls"]
+    assert [c["id"] for c in calls] == ["c1", "c2"]
+    assert calls[0]["function"]["arguments"] == '{"city": "Paris"}', "an object is serialised as the servers do"
+    assert calls[1]["function"]["arguments"] == '{"zone":"CET"}', "a string is kept verbatim"
+    assert row.messages[1]["reasoning_content"] == "Two tools at once." and row.messages[1]["content"] == ""
+    assert [(m["tool_call_id"], m.get("name")) for m in row.messages[2:4]] == [("c2", "get_time"), ("c1", None)]
+    points = generation_points(row)
+    assert [(p.turn, p.at) for p in points] == [(0, 1), (1, 4)]
+    assert "reasoning_content" not in points[1].history[1], "file history drops reasoning, as before"
+
+
+def test_sharegpt_function_call_and_hermes_turns_become_calls_with_kimi_ids(tmp_path):
+    llama_factory = {
+        "tools": json.dumps([TIME]),
+        "conversations": [
+            {"from": "human", "value": "Time?"},
+            {"from": "function_call", "value": json.dumps({"name": "get_time", "arguments": {"zone": "UTC"}})},
+            {"from": "observation", "value": "12:00"},
+            {"from": "gpt", "value": "Noon."},
+        ],
+    }
+    hermes = {
+        "tools": [WEATHER],
+        "conversations": [
+            {"from": "human", "value": "Weather?"},
+            {
+                "from": "gpt",
+                "value": 'Checking.<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
+            },
+            {"from": "tool", "value": "rain"},
+            {"from": "gpt", "value": "Rain."},
+        ],
+    }
+    rows, bad = read_prompts(_file(tmp_path, llama_factory, hermes))
+    assert bad == []
+    first, second = rows
+    assert first.messages[1]["tool_calls"][0]["id"] == "functions.get_time:0"
+    assert first.messages[2] == {"role": "tool", "content": "12:00", "tool_call_id": "functions.get_time:0"}
+    assert second.messages[1]["content"] == "Checking."
+    assert second.messages[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert second.messages[2]["tool_call_id"] == "functions.get_weather:0"
+
+
+def _with(messages: list, tools: list | None = None) -> dict:
+    return {"id": "bad", "tools": [WEATHER] if tools is None else tools, "messages": messages}
+
+
+CALL = {"role": "assistant", "content": "", "tool_calls": [_call("c1", "get_weather", {"city": "Paris"})]}
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        (_with([USER, {"role": "tool", "tool_call_id": "c9", "content": "x"}]), "answers no call"),
+        (_with([USER, {"role": "tool", "content": "x"}]), "answers no call"),
+        (_with([USER, CALL, {"role": "user", "content": "go on"}]), "has no result"),
+        (_with([USER, CALL, {"role": "tool", "tool_call_id": "c1", "content": "x"}], tools=[TIME]), "does not"),
+        (_with([USER, CALL, {"role": "tool", "content": "x"}], tools=[]), "has no `tools`"),
+        (
+            _with([USER, {**CALL, "tool_calls": [_call("c1", "get_weather", '{"city": "Par')]}]),
+            "not a JSON object",
+        ),
+        (
+            _with([USER, CALL, {"role": "tool", "tool_call_id": "c1", "name": "get_time", "content": "x"}]),
+            "answers call c1",
+        ),
+    ],
+)
+def test_a_malformed_trace_is_a_bad_row_with_its_line(tmp_path, row, says):
+    good = {"id": "good", "prompt": "fine"}
+    rows, bad = read_prompts(_file(tmp_path, good, row))
+    assert [r.prompt_id for r in rows] == ["good"]
+    assert len(bad) == 1 and bad[0].startswith("line 2: ") and says in bad[0], bad
+
+
+def test_a_trace_ending_on_its_calls_is_fine_and_a_plain_tool_turn_takes_the_checked_path(tmp_path):
+    ends_on_calls = _with([USER, CALL])
+    lone_tool = {"id": "lone", "messages": [USER, {"role": "tool", "content": "x"}]}  # two keys: fast-path shaped
+    checked = list(iter_checked(_file(tmp_path, ends_on_calls, lone_tool), rows=False))
+    assert checked[0].bad is None and checked[0].agent
+    assert checked[1].bad is not None and "answers no call" in checked[1].bad

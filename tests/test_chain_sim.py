@@ -1,0 +1,162 @@
+"""Regeneration as a chain (issue 23 item 2) against the simulated vLLM and SGLang over real sockets: a trace
+with parallel calls, a 3-round loop, a final answer and a second user turn with its own loop, regenerated end
+to end; every stored id is what the server served; each turn's prompt extends the previous turn's prompt +
+output ids inside a tool loop, and the break after a finished loop is a finding; a chain whose served calls
+the file's results do not answer stops there, counted with its reason; `--history file` keeps today's turns."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tokview.cli import main
+from tokview.core.record import sample_id_for
+from tokview.errors import ExitCode
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
+    },
+]
+
+
+def _round(n: int) -> list[dict]:
+    """One round of the file's loop: two parallel calls and their results (the file's own ids and words)."""
+    calls = [
+        {"id": f"w{n}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": f"t{n}", "type": "function", "function": {"name": "get_time", "arguments": '{"zone": "CET"}'}},
+    ]
+    return [
+        {"role": "assistant", "content": "", "reasoning_content": "file reasoning", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": f"w{n}", "content": f"sunny {n}"},
+        {"role": "tool", "tool_call_id": f"t{n}", "content": "error: zone unknown" if n == 2 else f"1{n}:00"},
+    ]
+
+
+LOOP_TRACE = {
+    "id": "agent",
+    "tools": TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather and time in Paris?"},
+        *_round(0),
+        *_round(1),
+        *_round(2),
+        {"role": "assistant", "content": "Sunny.", "reasoning_content": "done"},
+        {"role": "user", "content": "And again?"},
+        *_round(3),
+        *_round(4),
+        *_round(5),
+        {"role": "assistant", "content": "Still sunny."},
+    ],
+}
+EXTENDS = [None, True, True, True, False, True, True, True]
+"""Turn 4 follows a finished loop and a new user turn: the template drops the loop's reasoning there."""
+
+
+def _batch(tmp_path: Path, url: str, rows: list[dict], *extra: str) -> tuple[int, dict, Store]:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = tmp_path / "s.duckdb"
+    args = ["batch", str(prompts), "--server", url, "--db", str(db), "--mode", "chat", "--workers", "1"]
+    args += ["--temperature", "0", "--max-new-tokens", "400", "--summary-json", *extra]
+    code = main(args)
+    return code, {}, Store(str(db))
+
+
+def _chain(store: Store, prompt_id: str) -> list:
+    ids = [r[0] for r in store.query("SELECT sample_id FROM samples WHERE prompt_id = ? ORDER BY turn", [prompt_id])]
+    return [store.load_sample(i) for i in ids]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_tool_loop_trace_is_regenerated_as_a_chain_token_exact(tmp_path, kind, capsys):
+    cfg = SimConfig(kind=kind, quirks={"tool-calls": "each", "tool-rounds": 3})
+    with start_simulator(cfg) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [LOOP_TRACE])
+        summary = json.loads(capsys.readouterr().out)
+        assert code == ExitCode.OK and summary["ok"] == 8 and summary["chain_stopped"] == 0, summary
+        turns = _chain(store, "agent")
+        for s in turns:  # what the server served, asked again with the stored request body
+            body = {k: v for k, v in s.capture.raw_request["body"].items()}
+            again = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()
+            choice = again["choices"][0]
+            served_prompt = choice.get("prompt_token_ids") or again.get("prompt_token_ids")
+            served_out = choice.get("token_ids") or choice.get("response_token_ids")
+            assert s.capture.prompt_ids == served_prompt and s.capture.output_ids == served_out
+    chain = [s.capture.settings["chain"] for s in turns]
+    assert [c["turn"] for c in chain] == list(range(8)) and {c["history"] for c in chain} == {"served"}
+    assert [c["extends"] for c in chain] == EXTENDS
+    assert [c["parent"] for c in chain[1:]] == [s.sample_id for s in turns[:-1]]
+    for previous, s in itertools.pairwise(turns):
+        if s.capture.settings["chain"]["extends"]:
+            n = len(previous.capture.prompt_ids) + len(previous.capture.output_ids)
+            assert s.capture.prompt_ids[:n] == previous.capture.prompt_ids + previous.capture.output_ids
+    codes = [{f.code for f in s.findings} for s in turns]
+    assert ["session_prefix_break" in c for c in codes] == [e is False for e in EXTENDS]
+    assert all("prompt_render_mismatch" not in c for c in codes) or kind == "sglang"
+    served_calls = turns[0].capture.tool_calls
+    assert [c["name"] for c in served_calls] == ["get_weather", "get_time"], "two parallel calls served"
+    sent = turns[1].capture.messages
+    assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == [c["id"] for c in served_calls]
+    assert [m["content"] for m in sent if m["role"] == "tool"] == ["sunny 0", "10:00"], "the file's results"
+    assert sent[1]["reasoning_content"] == turns[0].capture.reasoning, "served reasoning goes back"
+    assert turns[3].capture.tool_calls in (None, []) and turns[3].capture.content
+
+
+def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_path, capsys):
+    one_result = {
+        "id": "short",
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": [_round(0)[0]["tool_calls"][0]]},
+            {"role": "tool", "tool_call_id": "w0", "content": "sunny"},
+            {"role": "assistant", "content": "Sunny."},
+            {"role": "user", "content": "Thanks"},
+        ],
+    }
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK and summary["ok"] == 2 and summary["chain_stopped"] == 2 and summary["balanced"]
+    (why,) = summary["chain_stops"]
+    assert "turn 0 called 2 tool(s) (get_weather, get_time) where the file has 1 result(s) (get_weather)" in why
+    (kept,) = _chain(store, "short")
+    stop = next(f for f in kept.findings if f.code == "chain_stopped")
+    assert "called 2 tool(s)" in stop.detail and kept.capture.settings["chain"]["stopped"]
+
+
+def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):
+    row = {
+        "id": "m",
+        "messages": [
+            {"role": "user", "content": "6 times 7?"},
+            {"role": "assistant", "content": "42.", "reasoning_content": "6*7"},
+            {"role": "user", "content": "And 6 times 8?"},
+        ],
+    }
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [row], "--history", "file")
+    capsys.readouterr()
+    assert code == ExitCode.OK
+    turns = _chain(store, "m")
+    assert [s.turn for s in turns] == [0, 1]
+    settings = turns[0].capture.settings
+    assert "chain" not in settings
+    run = store.runs()[0]
+    assert turns[1].sample_id == sample_id_for("m", run["settings"], 0, 1), "today's ids"
+    assert turns[1].capture.messages[1] == {"role": "assistant", "content": "42."}, "the file's answer, no reasoning"
