@@ -18,13 +18,14 @@ from tokview.ui.bindings import bindings, help_rows
 from tokview.ui.config import config_path
 from tokview.ui.widgets.footer import KeysFooter
 
-TEXTUAL_ROWS: tuple[tuple[str, str, str, str], ...] = (
-    ("everywhere", "^p", "Command palette: every command of the screen, by name.", "(Textual)"),
-    ("everywhere", "tab shift+tab", "Move the focus to the next (previous) field or pane.", "(Textual)"),
-    ("everywhere", "^q", "Leave tokview (q does too).", "(Textual)"),
-    ("dialogs", "⏎", "Keep what was typed, or the reason picked (note, tag, reject, go to).", "(Textual)"),
+TEXTUAL_KEYS: tuple[tuple[str, str], ...] = (
+    ("^p", "command palette (every command of the screen, by name)"),
+    ("tab / shift+tab", "next / previous field or pane"),
+    ("⏎", "in a dialog: keep what was typed, or the reason picked"),
+    ("^q", "quit"),
 )
-"""Keys Textual handles itself: listed so help names every key, marked as not remappable."""
+"""Keys Textual handles itself: listed under the table (they have no id and cannot be remapped), so help names
+every key."""
 
 
 def config_in_use(app: object) -> str:
@@ -53,9 +54,13 @@ class HelpScreen(ModalScreen[None]):
             table: DataTable[str] = DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
             # keys and id first: at 80 columns the long description is what gets cut, never the id
             table.add_columns("keys", "id", "where", "what it does")
-            for where, keys, what, binding_id in [*help_rows(self.keymap), *TEXTUAL_ROWS]:
+            for where, keys, what, binding_id in help_rows(self.keymap):
                 table.add_row(keys, binding_id, where, what)
             yield table
+            yield Label(
+                "Textual's own keys (no id, not remappable): " + " · ".join(f"{k} {what}" for k, what in TEXTUAL_KEYS),
+                id="help-textual",
+            )
         yield KeysFooter()
 
     def action_first_row(self) -> None:

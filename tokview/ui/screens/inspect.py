@@ -57,6 +57,12 @@ class InspectData:
 SEVERITY_RANK = {"error": 0, "warn": 1, "info": 2}
 
 
+SHORT_BREAKPOINTS = [(0, "-short"), (20, "-tall")]
+NARROW_BREAKPOINTS = [(0, "-narrow"), (70, "-wide")]
+"""Under 20 rows the review line goes, the bottom panel and the footer shrink (styles/app.tcss, KeysFooter), so a
+40x12 terminal keeps token rows and Quit; under 70 columns detail and findings share the width."""
+
+
 def live_verdicts(history: list[dict]) -> int:
     """How many verdicts of the history stand (not undone)."""
     return sum(1 for h in history if h.get("kind") == "verdict" and not h.get("undone"))
@@ -103,6 +109,8 @@ class InspectScreen(Screen):
     """Two synchronised token panes, a detail panel and the findings of one sample."""
 
     BINDINGS = bindings("inspect")
+    VERTICAL_BREAKPOINTS = SHORT_BREAKPOINTS
+    HORIZONTAL_BREAKPOINTS = NARROW_BREAKPOINTS
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"inspect--{role}" for role in ROLES}
     DEFAULT_CSS = """
     InspectScreen > .inspect--approved, InspectScreen > .inspect--valid { color: $text-success; text-style: bold; }

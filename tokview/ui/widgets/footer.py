@@ -17,12 +17,18 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.geometry import Size
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 if TYPE_CHECKING:
     from textual._arrange import DockArrangeResult
 
 CELL = 10
 """Columns per key cell: the longest footer entry ("a Approve", "^r Reload") fits with a space after it."""
+
+
+ESSENTIAL_ACTIONS = frozenset({"help", "quit", "close", "dismiss", "cancel", "decline"})
+"""Keys a short screen's one-row footer keeps (class -essential; styles/app.tcss `.-short KeysFooter`, a screen
+breakpoint: DEFAULT_CSS here is scoped to the footer and cannot see the screen's class): help, back, leave."""
 
 
 class KeysFooter(Footer):
@@ -37,7 +43,10 @@ class KeysFooter(Footer):
         super().__init__(compact=True, show_command_palette=False)
 
     def compose(self) -> ComposeResult:
-        yield from super().compose()
+        for widget in super().compose():
+            if isinstance(widget, FooterKey) and widget.action in ESSENTIAL_ACTIONS:
+                widget.add_class("-essential")
+            yield widget
         self._fit_columns(self.size.width or self.app.size.width)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
