@@ -338,3 +338,23 @@ def test_an_upstream_that_breaks_off_is_recorded_and_the_client_is_not_handed_a_
     proxy.stop()
     [reason] = _failures(proxy.db)
     assert reason.startswith("the upstream's answer broke off")
+
+
+def _landed_count(proxy: Any) -> int:
+    return proxy.recorder.writer.store.query("SELECT count(*) FROM samples")[0][0]
+
+
+def test_each_sample_is_in_the_store_at_once_while_the_proxy_runs(sim, proxy) -> None:
+    """The app shows a proxied sample as soon as it lands: the writer's 1 s ingest timer left the second of two
+    answers 0.1 s apart unlanded for up to a second; the Lander lands each part when it is written."""
+    import time
+
+    with httpx.Client() as client:
+        for n in range(3):
+            body = {**_chat(sim.cfg.model_name, False), "messages": [{"role": "user", "content": f"live {n}"}]}
+            assert client.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
+            answered = time.monotonic()
+            while _landed_count(proxy) < n + 1 and time.monotonic() - answered < 2.0:
+                time.sleep(0.01)
+            took = time.monotonic() - answered
+            assert _landed_count(proxy) == n + 1 and took < 0.6, f"sample {n} landed {took:.2f} s after its answer"

@@ -5,7 +5,9 @@ generation endpoints (`ids.inject`), forward, and send back what the upstream se
 JSON answer whole with the added ids taken out (`ids.strip_body`), a stream event by event with the
 id-only events dropped. Every other path goes through untouched. When the client goes away the upstream
 request is closed at once (the server stops generating), and the request is recorded as abandoned.
-A finished generation is handed to the recorder after its last byte went out.
+A finished generation is handed to the recorder after its last byte went out, as the bytes that came
+in: parsing them, the capture, the session and the analysis all happen on the recorder's threads
+(`Recorder.later`), never on the loop a client's bytes go through.
 """
 
 from __future__ import annotations
@@ -238,39 +240,27 @@ class ProxyApp:
         out = ids.strip_body(raw, injection) if injection is not None else raw
         await _start(send, response, len(out))
         await _send_body(send, out, False)
-        try:
-            answer = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            self._failure(ex, "malformed response: the upstream's answer is not JSON")
-            return
-        self._record(ex, answer, stream=False)
+        self._record_later(ex, raw, stream=False)
 
     async def _relay_stream(self, ex: _Exchange, response: httpx.Response, send: Send) -> None:
         injection = ex.injection
         assert injection is not None
         await _start(send, response, None)
         splitter = EventSplitter()
-        chunks: list[dict[str, Any]] = []
-        done = False
+        events: list[bytes] = []  # parsed on the recorder's thread, once the client has them all
+        strips = injection.strips
         async for piece in response.aiter_raw():
             out = []
             for event in splitter.feed(piece):
-                data = data_of(event)
-                if data is DONE:
-                    done = True
-                elif isinstance(data, dict):
-                    chunks.append(data)
-                    if ids.id_only_chunk(data, injection):
-                        continue
-                out.append(ids.strip_body(event, injection) if injection.strips else event)
+                events.append(event)
+                if strips and ids.may_be_id_only(event, injection) and ids.id_only_chunk(data_of(event), injection):
+                    continue
+                out.append(ids.strip_body(event, injection) if strips else event)
             if out:
                 await _send_body(send, b"".join(out) if len(out) > 1 else out[0], True)
                 ex.chunks_sent += len(out)
         await _send_body(send, splitter.rest(), False)
-        if not done:
-            self._failure(ex, f"the upstream's stream ended without [DONE] after {len(chunks)} chunks")
-            return
-        self._record(ex, chunks, stream=True)
+        self._record_later(ex, events, stream=True)
 
     # -- recording ------------------------------------------------------------------------------
     def _session_of(self, ex: _Exchange) -> tuple[str | None, str | None]:
@@ -282,13 +272,29 @@ class ProxyApp:
         if self.recorder is None or ex.endpoint is None:
             return
         named, user = self._session_of(ex)
-        self.recorder.failure(reason, ex.upstream.url, named=named, user=user)
+        recorder, server = self.recorder, ex.upstream.url
+        recorder.later(lambda: recorder.failure(reason, server, named=named, user=user))
 
     def _abandoned(self, ex: _Exchange) -> None:
         self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
 
-    def _record(self, ex: _Exchange, answer: Any, *, stream: bool) -> None:
+    def _record_later(self, ex: _Exchange, raw: bytes | list[bytes], *, stream: bool) -> None:
+        """Hand the finished exchange to the recorder's thread (the client has every byte by now)."""
         if self.recorder is None or ex.request is None or ex.endpoint is None:
+            return
+        latency_s = time.perf_counter() - ex.started
+        self.recorder.later(lambda: self._record(ex, raw, stream=stream, latency_s=latency_s))
+
+    def _record(self, ex: _Exchange, raw: bytes | list[bytes], *, stream: bool, latency_s: float) -> None:
+        """On the recorder's thread: the answer's bytes parsed into a capture, placed in its session."""
+        assert self.recorder is not None and ex.request is not None and ex.endpoint is not None
+        answer = _parsed_stream(raw) if isinstance(raw, list) else _parsed_json(raw)
+        if answer is None:
+            if isinstance(raw, list):
+                n = sum(1 for event in raw if isinstance(data_of(event), dict))
+                self._failure_now(ex, f"the upstream's stream ended without [DONE] after {n} chunks")
+            else:
+                self._failure_now(ex, "malformed response: the upstream's answer is not JSON")
             return
         request = ex.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
@@ -303,18 +309,24 @@ class ProxyApp:
                 messages=messages if messages and not request.get("tools") else None,
                 raw_request=self._stored_request(ex),
                 stamp=ex.upstream.stamp,
-                latency_s=time.perf_counter() - ex.started,
+                latency_s=latency_s,
             )
         except NoIds as exc:
-            self._failure(ex, str(exc))
+            self._failure_now(ex, str(exc))
             return
         except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
-            self._failure(ex, f"malformed response: {getattr(exc, 'reason', exc)}")
+            self._failure_now(ex, f"malformed response: {getattr(exc, 'reason', exc)}")
             return
         named, user = self._session_of(ex)
         self.recorder.sample(
             capture, messages=messages, named=named, user=user, answer_message=_answer(capture, answer, ex.endpoint)
         )
+
+    def _failure_now(self, ex: _Exchange, reason: str) -> None:
+        """On the recorder's thread: a failure found while recording."""
+        assert self.recorder is not None
+        named, user = self._session_of(ex)
+        self.recorder.failure(reason, ex.upstream.url, named=named, user=user)
 
     def _stored_request(self, ex: _Exchange) -> dict[str, Any]:
         headers = {k: v for k, v in ex.headers.items() if k in STORED_HEADERS}
@@ -336,9 +348,35 @@ def _answer(capture: Any, answer: Any, endpoint: str) -> dict[str, Any] | None:
         choices = answer.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
-    elif isinstance(capture.raw_response, dict):
-        calls = capture.raw_response.get("tool_calls")
+    elif capture.tool_calls:  # a stream's calls as the server parsed them, in the shape a harness appends
+        calls = [
+            {
+                "id": c.get("id"),
+                "type": "function",
+                "function": {"name": c.get("name"), "arguments": c.get("arguments")},
+            }
+            for c in capture.tool_calls
+        ]
     return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
+
+
+def _parsed_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _parsed_stream(events: list[bytes]) -> list[dict[str, Any]] | None:
+    """A stream's JSON chunks, or None when it never said [DONE] (it was cut off)."""
+    chunks, done = [], False
+    for event in events:
+        data = data_of(event)
+        if data is DONE:
+            done = True
+        elif isinstance(data, dict):
+            chunks.append(data)
+    return chunks if done else None
 
 
 # -- ASGI plumbing -------------------------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """A proxied generation as the capture record `tokview batch` makes: the same fields from the same parsers.
 
 Chat answers go through `servers.chat.parse_chat` and chat streams through `servers.vllm.merge_chat_stream`
-(both servers' deltas); the proxy adds only what a harness's traffic has that a batch's has not: SGLang's
-`sglext` ids on a stream, completions with a text prompt, and the `tool_calls` of a stream folded into one
-list (kept in the raw response beside the chunks, as the server sent them).
+(both servers' deltas, their `tool_calls` folded); the proxy adds only what a harness's traffic has that a
+batch's has not: SGLang's `sglext` ids on a stream and completions with a text prompt.
 """
 
 from __future__ import annotations
@@ -62,32 +61,6 @@ def settings_of(body: dict[str, Any], profile: Any, max_model_len: int | None) -
     if max_model_len:
         settings["max_model_len"] = max_model_len
     return settings
-
-
-def merge_tool_calls(chunks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """A stream's `delta.tool_calls` folded per index (id, type, name, arguments concatenated)."""
-    calls: dict[int, dict[str, Any]] = {}
-    for chunk in chunks:
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta")
-            for call in (delta.get("tool_calls") if isinstance(delta, dict) else None) or ():
-                if not isinstance(call, dict):
-                    continue
-                index = call.get("index", len(calls))
-                merged = calls.setdefault(
-                    index, {"id": None, "type": "function", "function": {"name": None, "arguments": ""}}
-                )
-                for key in ("id", "type"):
-                    if call.get(key):
-                        merged[key] = call[key]
-                function = call["function"] if isinstance(call.get("function"), dict) else {}
-                if function.get("name"):
-                    merged["function"]["name"] = function["name"]
-                if isinstance(function.get("arguments"), str):
-                    merged["function"]["arguments"] += function["arguments"]
-    return [calls[i] for i in sorted(calls)] or None
 
 
 def _sglext(data: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
@@ -197,9 +170,8 @@ def build_capture(
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
     raw_response: Any = answer
     if stream:
+        # the chunks as sent: their tool calls are folded from them (`core.tool_calls`), as fields["tool_calls"]
         raw_response = {"stream": True, "n_chunks": len(answer), "chunks": answer}
-        if endpoint == CHAT:
-            raw_response["tool_calls"] = merge_tool_calls(answer)
     return Capture(
         **fields,
         settings=settings,

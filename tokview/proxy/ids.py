@@ -130,6 +130,12 @@ def strip_body(raw: bytes, injection: Injection) -> bytes:
     return b"".join(out)
 
 
+def may_be_id_only(event: bytes, injection: Injection) -> bool:
+    """Whether a stream event could be an id-only chunk (`id_only_chunk` decides): a byte search, so the
+    loop parses only the few events that might be (an empty delta `{}`, or SGLang's `sglext` chunk)."""
+    return SGLEXT_KEY in event if injection.kind == SGLANG else b"{}" in event
+
+
 def id_only_chunk(chunk: Any, injection: Injection) -> bool:
     """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
 

@@ -1,9 +1,13 @@
-"""Each proxied generation becomes a sample, through the batch's own writer (`batch.writer.GroupWriter`).
+"""Each proxied generation becomes a sample, through the batch's own writer (`batch.writer.GroupWriter`),
+off the path of the client's bytes.
 
-The writer analyses on its thread and writes crash-safe parts (`store.parts`), so forwarding never waits
-on the analysis or the disk: handing a capture over is a queue put. When the store cannot be written (a
-full disk, a store another process holds too long) the writer stops, the proxy keeps forwarding, and
-says so loudly once: nothing from then on is recorded, and the harness never notices.
+The event loop only forwards: once an answer's last byte is out it hands the raw exchange over with
+`later` (a queue put). The recorder's thread parses it into a capture, places it in its session and
+hands it to the writer, whose thread analyses it and writes a crash-safe part (`store.parts`); the
+batch's `Lander` lands each part the moment it is written (at most every `land_s`), so the app and
+`stats` see a sample as soon as it is recorded. When the store cannot be written (a full disk, a
+store another process holds too long) the writer or the Lander stops, the proxy keeps forwarding,
+and says so loudly once: nothing from then on is recorded, and the harness never notices.
 
 Session findings ride the same record: `_WithSessionFindings` wraps the store the writer writes through
 and adds a turn's `session_prefix_break` finding to its part line (a finding of the conversation, which
@@ -13,12 +17,15 @@ and adds a turn's `session_prefix_break` finding to its part line (a finding of 
 from __future__ import annotations
 
 import itertools
+import queue
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokview.batch.writer import GroupWriter
+from tokview.batch.workers import Lander
+from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.sessions import SessionBook, Turn
@@ -91,7 +98,7 @@ def _piece(tokenizer: Any, ids: list[int], at: int) -> str:
 
 
 class Recorder:
-    """Sessions, sample ids and the writer of one proxy run."""
+    """Sessions, sample ids, the writer and the Lander of one proxy run, on threads of their own."""
 
     def __init__(
         self,
@@ -102,38 +109,72 @@ class Recorder:
         run_id: str,
         say: Callable[[str], None] | None = None,
         group_s: float = 0.05,
-        ingest_s: float = 1.0,
+        land_s: float = 0.2,
     ) -> None:
-        self.run_id, self.tokenizer = run_id, tokenizer
+        self.run_id, self.tokenizer, self.store = run_id, tokenizer, store
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions = SessionBook(run_id)
         self._sink = _WithSessionFindings(store)
+        self.lander = Lander(store, every_s=land_s, live=True, on_error=self._warn)
         self.writer = GroupWriter(
-            self._sink, profile=profile, tokenizer=tokenizer, run_id=run_id, group_s=group_s, ingest_s=ingest_s
+            self._sink,
+            profile=profile,
+            tokenizer=tokenizer,
+            run_id=run_id,
+            ingest=False,
+            group_s=group_s,
+            on_commit=lambda _: self.lander.poke(),
         )
         self._seq = itertools.count(1)
-        self._warned = False
+        self._warned = threading.Lock()
         self.recorded = self.failed = self.not_recorded = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
+        self._thread.start()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.writer.error or self.lander.error
 
     @property
     def recording(self) -> bool:
-        return self.writer.error is None
+        return self.error is None
+
+    def later(self, job: Callable[[], None]) -> None:
+        """Run `job` (parse an answer, then `sample` or `failure`) on the recorder's thread, in order: what
+        the event loop calls once the client has its last byte, so no recording work delays a client."""
+        if self.error is not None:  # said and counted now: nothing recorded from here on
+            self._check()
+            return
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception as exc:  # a bug: this request is lost and said, the thread goes on
+                self.say(f"tokview proxy: a request was not recorded: {failure_reason(exc)}")
+                self.not_recorded += 1
 
     def _next_id(self) -> str:
         return f"proxy:{self.run_id}:{next(self._seq):07d}"
 
     def _check(self) -> bool:
-        if self.writer.error is None:
+        error = self.error
+        if error is None:
             return True
         self.not_recorded += 1
-        if not self._warned:
-            self._warned = True
+        self._warn()
+        return False
+
+    def _warn(self) -> None:
+        error = self.error
+        if error is not None and self._warned.acquire(blocking=False):  # once, from whichever thread sees it
             self.say(
-                f"tokview proxy: STOPPED RECORDING: {self.writer.error}. Requests are still forwarded, but "
+                f"tokview proxy: STOPPED RECORDING: {error}. Requests are still forwarded, but "
                 "nothing is stored from now on (what was written is kept); restart the proxy once the store "
                 "can be written."
             )
-        return False
 
     def sample(
         self,
@@ -165,6 +206,9 @@ class Recorder:
         self.failed += 1
 
     def close(self) -> None:
-        """Write and land what was handed over (blocks for the last group)."""
+        """Record what was handed over, write it and land it (blocks for the last group)."""
+        self._jobs.put(None)
+        self._thread.join()
         self.writer.close()
-        self._check()
+        self.lander.close()
+        self._warn()
