@@ -359,7 +359,16 @@ KEYS: tuple[Key, ...] = (
         footer=True,
         label="Diverge",
     ),
-    Key("compare.swap", "s", "swap_pane", "Other pane", "compare", "Move focus to the other sample.", footer=True),
+    Key(
+        "compare.swap",
+        "s",
+        "swap_pane",
+        "Other pane",
+        "compare",
+        "Move focus to the other sample.",
+        footer=True,
+        label="Pane",
+    ),
     Key("compare.back", "escape", "close", "Back", "compare", "Back to where compare was opened.", footer=True),
     # modals and help: they take every key while open
     Key("modal.cancel", "escape", "cancel", "Cancel", "note / tag prompt", "Close without saving.", palette=False),
