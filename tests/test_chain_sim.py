@@ -19,6 +19,7 @@ from tokview.errors import ExitCode
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 TOOLS = [
     {
         "type": "function",
@@ -160,3 +161,54 @@ def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):
     run = store.runs()[0]
     assert turns[1].sample_id == sample_id_for("m", run["settings"], 0, 1), "today's ids"
     assert turns[1].capture.messages[1] == {"role": "assistant", "content": "42."}, "the file's answer, no reasoning"
+
+
+def test_plain_multi_turn_rows_chain_on_the_raw_path_split_on_ids(tmp_path, capsys):
+    """The raw path returns no reasoning/answer split: the served ids are split at the profile's closer and
+    decoded, and the next prompt (rendered locally) extends the served turn's ids."""
+    rows = [json.loads(line) for line in (SAMPLES / "multiturn.jsonl").read_text().splitlines()[:3]]
+    with start_simulator(SimConfig(kind="sglang")) as sim:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        db = tmp_path / "s.duckdb"
+        code = main(["batch", str(prompts), "--server", sim.url, "--db", str(db), "--workers", "1"])
+    capsys.readouterr()
+    assert code == ExitCode.OK
+    store = Store(str(db))
+    for row in rows:
+        turns = _chain(store, row["id"])
+        assert len(turns) > 1 and [t.capture.endpoint for t in turns] == ["sglang-generate"] * len(turns)
+        assert [t.capture.settings["chain"]["extends"] for t in turns] == [None] + [True] * (len(turns) - 1)
+        served = next(m for m in turns[1].capture.messages if m["role"] == "assistant")
+        assert served["reasoning_content"] and served["content"]
+        assert served["content"] not in json.dumps(row), "the served answer, not the file's"
+
+
+def test_chains_run_side_by_side_and_each_one_in_order(tmp_path, capsys):
+    """Turns of one conversation are sequential, conversations are not: 8 two-turn chains at 0.25 s a request
+    take about two requests' time at --concurrency 8, not sixteen."""
+    rows = [
+        {
+            "id": f"c{i}",
+            "messages": [
+                {"role": "user", "content": f"Question {i}?"},
+                {"role": "assistant", "content": "A."},
+                {"role": "user", "content": "And?"},
+            ],
+        }
+        for i in range(8)
+    ]
+    with start_simulator(SimConfig(kind="vllm", latency_s=0.25)) as sim:
+        code, _, _store = _batch(tmp_path, sim.url, rows, "--concurrency", "8")
+    summary = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK and summary["ok"] == 16
+    assert summary["elapsed_s"] < 8 * 0.25, f"chains ran one after another: {summary['elapsed_s']:.1f}s"
+
+
+def test_the_sample_agent_traces_read_without_a_bad_row():
+    from tokview.batch import read_prompts
+
+    for name, expected in (("agent_traces.jsonl", 6), ("agent_traces_sharegpt.jsonl", 3)):
+        rows, bad = read_prompts(SAMPLES / name)
+        assert bad == [] and len(rows) == expected
+        assert all(r.tools for r in rows)
