@@ -456,6 +456,11 @@ class TokviewApp(App):
 
         self.push_screen(StatsScreen(self.session))
 
+    def action_sessions(self) -> None:
+        from tokview.ui.screens.sessions import SessionsScreen
+
+        self.push_screen(SessionsScreen(self.session))
+
     def action_toggle_theme(self) -> None:
         """Switch light/dark and remember it: `[ui] theme` in the config file in use, that one key only."""
         from tokview.ui.config import ConfigError, remember_theme

@@ -148,6 +148,14 @@ KEYS: tuple[Key, ...] = (
         footer=True,
         label="Theme",
     ),
+    Key(
+        "app.sessions",
+        "V",
+        "sessions",
+        "Sessions",
+        "everywhere",
+        "The conversations tokview proxy recorded, live; enter opens one as its chain of turns.",
+    ),
     Key("app.quit", "q", "quit", "Quit", "everywhere", "Leave tokview.", footer=True),
     # the samples screen and its list
     Key(
@@ -370,6 +378,13 @@ KEYS: tuple[Key, ...] = (
         label="Pane",
     ),
     Key("compare.back", "escape", "close", "Back", "compare", "Back to where compare was opened.", footer=True),
+    # the proxied sessions list and a session's turns
+    Key("sessions.open", "enter", "open", "Open", "sessions", "Open the session as its chain of turns.", footer=True),
+    Key("sessions.reload", "ctrl+r", "reload", "Reload", "sessions", "Read the sessions again.", footer=True),
+    Key("sessions.back", "escape", "close", "Back", "sessions", "Back to where sessions was opened.", footer=True),
+    Key("turns.open", "enter", "open", "Inspect", "session turns", "Open the turn in the inspect screen.", footer=True),
+    Key("turns.reload", "ctrl+r", "reload", "Reload", "session turns", "Read the turns again.", footer=True),
+    Key("turns.back", "escape", "close", "Back", "session turns", "Back to the sessions list.", footer=True),
     # modals and help: they take every key while open
     Key("modal.cancel", "escape", "cancel", "Cancel", "note / tag prompt", "Close without saving.", palette=False),
     Key(
@@ -446,6 +461,8 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "doctor": ("everywhere", "doctor"),
     "stats": ("everywhere", "stats"),
     "compare": ("everywhere", "compare", "token panes"),
+    "sessions": ("everywhere", "sessions"),
+    "session turns": ("everywhere", "session turns"),
     "note / tag prompt": ("note / tag prompt",),
     "reject dialog": ("reject dialog",),
     "confirm dialog": ("confirm dialog",),

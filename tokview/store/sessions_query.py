@@ -1,0 +1,121 @@
+"""The conversations `tokview proxy` recorded, as the app's sessions list and a session's chain of turns.
+
+How the proxy stores them (`proxy/recorder.py`, `proxy/sessions.py`): each generation is a sample whose id
+starts `proxy:`, whose `prompt_id` is its session id (`session:NAME` from the session header, `user:NAME`
+from the request's `user` field, `proxy:RUN:sN` for a conversation found by its ids) and whose `turn` is
+its index in that session; the request's headers (the harness's user-agent among them) are in
+`raw_request`. A request that failed is a failure row under the same session id.
+
+Why a module of its own: the screen only shows rows; the grouping is SQL, answered by DuckDB in one pass
+however many turns a store holds, and testable without Textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+PROXIED = "sample_id LIKE 'proxy:%' AND turn IS NOT NULL"
+"""The samples `tokview proxy` recorded into a conversation."""
+
+_SESSIONS = f"""
+WITH s AS (
+    SELECT prompt_id,
+           count(*) AS turns,
+           arg_max(json_extract_string(raw_request, '$.headers."user-agent"'), created_at) AS harness,
+           arg_max(prompt_len + output_len, turn) AS context,
+           sum(output_len) AS output_tokens,
+           sum(len(codes)) AS findings,
+           count(*) FILTER (WHERE NOT valid) AS invalid,
+           min(created_at) AS started,
+           max(created_at) AS last
+    FROM samples WHERE {PROXIED}
+    GROUP BY prompt_id
+), f AS (
+    SELECT prompt_id, count(*) AS failed FROM failures WHERE sample_id LIKE 'proxy:%' GROUP BY prompt_id
+)
+SELECT s.prompt_id, s.harness, s.turns, s.context, s.output_tokens, s.findings, s.invalid,
+       coalesce(f.failed, 0), s.started, s.last
+FROM s LEFT JOIN f USING (prompt_id)
+ORDER BY s.last DESC, s.prompt_id
+LIMIT ?
+"""
+
+_TURNS = f"""
+SELECT sample_id, turn, prompt_len, output_len, finish_reason, status, codes, valid, latency_s,
+       left(coalesce(content, text, reasoning, ''), 200), created_at
+FROM samples WHERE {PROXIED} AND prompt_id = ?
+ORDER BY turn, created_at, sample_id
+"""
+
+_VERSION = f"""
+SELECT (SELECT count(*) FROM samples WHERE {PROXIED}),
+       (SELECT max(created_at) FROM samples WHERE {PROXIED}),
+       (SELECT count(*) FROM failures WHERE sample_id LIKE 'proxy:%'),
+       (SELECT count(*) FROM verdicts)
+"""
+
+MAX_SESSIONS = 5_000
+"""Sessions listed (the most recently active first): a list a person scrolls, not an export."""
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One recorded conversation as the sessions list shows it."""
+
+    session_id: str
+    harness: str | None
+    """The user-agent the harness sent with its newest turn (never its credentials: those are not stored)."""
+    turns: int
+    context: int
+    """Ids in the newest turn's prompt + output: how long the conversation has grown."""
+    output_tokens: int
+    findings: int
+    invalid: int
+    failed: int
+    started: datetime
+    last: datetime
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """One turn of a conversation: a sample, opened in the inspect screen."""
+
+    sample_id: str
+    turn: int
+    prompt_len: int
+    output_len: int
+    finish_reason: str | None
+    status: str
+    codes: list[str]
+    valid: bool
+    latency_s: float | None
+    answer: str
+    """The start of the answer's text (content, else text, else reasoning), for the list."""
+    created_at: datetime
+
+
+def list_sessions(store: Any, limit: int = MAX_SESSIONS) -> list[SessionRow]:
+    """The proxied conversations in a store, the most recently active first."""
+    return [SessionRow(*row) for row in store.query(_SESSIONS, [limit])]
+
+
+def session_turns(store: Any, session_id: str) -> list[TurnRow]:
+    """A conversation's turns in order (turn index, then arrival)."""
+    out = []
+    for sample_id, turn, prompt_len, output_len, finish, status, codes, valid, latency, answer, created in store.query(
+        _TURNS, [session_id]
+    ):
+        out.append(
+            TurnRow(
+                sample_id, turn, prompt_len, output_len, finish, status, list(codes), valid, latency, answer, created
+            )
+        )
+    return out
+
+
+def sessions_version(store: Any) -> tuple[Any, ...]:
+    """What changes when the proxy lands a turn or a failure, or a turn is reviewed: the screens reload
+    when it does (a cheap read, polled while they are open)."""
+    return tuple(store.query(_VERSION)[0])

@@ -1,0 +1,245 @@
+"""The conversations `tokview proxy` recorded: a list of sessions, live, and each session as its chain of turns.
+
+`SessionsScreen` lists every proxied session (its id, the harness's user-agent, turns, how long the context
+has grown, output tokens, findings, failed requests), the most recently active first. `SessionTurnsScreen`
+shows one session's turns in order; enter opens a turn in the inspect screen (escape comes back here).
+
+Live: while a screen is open it reads `sessions_version` every `poll_s` in a worker (one cheap query) and
+reloads when the proxy landed a turn or a failure, or a turn was reviewed. Reads happen in thread workers
+(the SQL is in `store/sessions_query.py`); handlers on the UI thread own the tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+from textual.worker import Worker
+
+from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, session_turns, sessions_version
+from tokview.ui.bindings import bindings
+from tokview.ui.display import plural
+from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
+
+if TYPE_CHECKING:
+    from tokview.ui.session import Session
+
+POLL_S = 1.0
+"""How often an open sessions screen asks whether the store changed (the proxy lands within ~0.2 s)."""
+
+SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings", "invalid", "failed", "last turn")
+TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
+
+
+def session_cells(row: SessionRow) -> tuple[str, ...]:
+    return (
+        row.session_id,
+        row.harness or "—",
+        str(row.turns),
+        f"{row.context:,}",
+        f"{row.output_tokens:,}",
+        str(row.findings),
+        str(row.invalid),
+        str(row.failed),
+        row.last.strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+def turn_cells(row: TurnRow) -> tuple[str, ...]:
+    answer = " ".join(row.answer.split())
+    return (
+        str(row.turn),
+        row.sample_id,
+        f"{row.prompt_len:,}",
+        f"{row.output_len:,}",
+        row.finish_reason or "—",
+        row.status if row.valid else f"{row.status} (invalid)",
+        ", ".join(row.codes) or "none",
+        "—" if row.latency_s is None else f"{row.latency_s:.2f} s",
+        answer[:60] + ("…" if len(answer) > 60 else ""),
+    )
+
+
+class _LivePolling(ForwardsWorkerErrors, Screen):
+    """Loads its rows in a worker, and again whenever the store's proxied sessions change."""
+
+    poll_s = POLL_S
+
+    class Changed(Message):
+        """The store's proxied sessions changed since the last load (posted by the poll worker)."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+        self._version: tuple[Any, ...] | None = None
+        self.loads = 0
+        """Loads shown so far (what the tests wait on)."""
+
+    def on_mount(self) -> None:
+        self.action_reload()
+        self.set_interval(self.poll_s, self._poll)
+
+    def action_reload(self) -> None:
+        self._load()
+
+    def action_close(self) -> None:
+        self.app.pop_screen()
+
+    @work(thread=True, exclusive=True, group="sessions-load", exit_on_error=False)
+    def _load(self) -> None:
+        self._version = sessions_version(self.session.store)  # read first: a turn landing meanwhile reloads
+        self.post_message(self.read_rows())
+
+    def read_rows(self) -> Message:
+        """The screen's rows as its Loaded message (worker thread)."""
+        raise NotImplementedError
+
+    @work(thread=True, exclusive=True, group="sessions-poll", exit_on_error=False)
+    def _poll(self) -> None:
+        version = sessions_version(self.session.store)
+        if self._version is not None and version != self._version:
+            self.post_message(self.Changed())
+        self._version = version
+
+    @on(Changed)
+    def _changed(self) -> None:
+        self._load()
+
+    def _table(self) -> DataTable[str]:
+        return self.query_one(DataTable)
+
+    def _keep_cursor(self, table: DataTable[str], rows: list[tuple[str, tuple[str, ...]]]) -> None:
+        """Refill `table` with (key, cells) rows, the cursor staying on the row it was on."""
+        current = None
+        if table.row_count and table.cursor_row < table.row_count:
+            current = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        keys = [key for key, _ in rows]
+        if current in keys:
+            table.move_cursor(row=keys.index(current))
+        self.loads += 1
+
+
+class SessionsScreen(_LivePolling):
+    """Every conversation the proxy recorded in this store."""
+
+    BINDINGS = bindings("sessions")
+    DEFAULT_CSS = """
+    SessionsScreen #sessions-summary { height: auto; padding: 0 1; }
+    SessionsScreen DataTable { height: 1fr; }
+    """
+
+    class Loaded(Message):
+        def __init__(self, rows: list[SessionRow]) -> None:
+            super().__init__()
+            self.rows = rows
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self.rows: list[SessionRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("loading sessions…", id="sessions-summary")
+        table: DataTable[str] = DataTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*SESSION_COLUMNS)
+        yield table
+        yield KeysFooter()
+
+    def read_rows(self) -> Message:
+        return self.Loaded(list_sessions(self.session.store))
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        self.query_one("#sessions-summary", Static).update(f"cannot read sessions: {failure_text(error)}")
+
+    @on(Loaded)
+    def _loaded(self, event: Loaded) -> None:
+        self.rows = event.rows
+        summary = self.query_one("#sessions-summary", Static)
+        if not self.rows:
+            summary.update(
+                "No proxied sessions in this store yet. Run `tokview proxy --server URL --db THIS_STORE` and point "
+                "a harness at it: its conversations appear here as it runs."
+            )
+        else:
+            turns = sum(r.turns for r in self.rows)
+            summary.update(
+                f"{plural(len(self.rows), 'session')} · {plural(turns, 'turn')} · "
+                f"{plural(sum(r.findings for r in self.rows), 'finding')} · enter opens a session's turns"
+            )
+        self._keep_cursor(self._table(), [(r.session_id, session_cells(r)) for r in self.rows])
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        table = self._table()
+        if not self.rows or table.cursor_row >= table.row_count:
+            return
+        session_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if session_id is not None:
+            self.app.push_screen(SessionTurnsScreen(self.session, session_id))
+
+
+class SessionTurnsScreen(_LivePolling):
+    """One conversation as its chain of turns, in order; enter inspects a turn."""
+
+    BINDINGS = bindings("session turns")
+    DEFAULT_CSS = """
+    SessionTurnsScreen #turns-summary { height: auto; padding: 0 1; }
+    SessionTurnsScreen DataTable { height: 1fr; }
+    """
+
+    class Loaded(Message):
+        def __init__(self, rows: list[TurnRow]) -> None:
+            super().__init__()
+            self.rows = rows
+
+    def __init__(self, session: Session, session_id: str) -> None:
+        super().__init__(session)
+        self.session_id = session_id
+        self.rows: list[TurnRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"session {self.session_id}", id="turns-summary")
+        table: DataTable[str] = DataTable(id="turns-table", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*TURN_COLUMNS)
+        yield table
+        yield KeysFooter()
+
+    def read_rows(self) -> Message:
+        return self.Loaded(session_turns(self.session.store, self.session_id))
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        self.query_one("#turns-summary", Static).update(f"cannot read the session's turns: {failure_text(error)}")
+
+    @on(Loaded)
+    def _loaded(self, event: Loaded) -> None:
+        self.rows = event.rows
+        tokens = sum(r.output_len for r in self.rows)
+        self.query_one("#turns-summary", Static).update(
+            f"session {self.session_id} · {plural(len(self.rows), 'turn')} · {plural(tokens, 'output token')} · "
+            "enter inspects a turn"
+        )
+        self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows])
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        table = self._table()
+        if not self.rows or table.cursor_row >= table.row_count:
+            return
+        sample_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        if sample_id is not None:
+            self.app.open_sample(sample_id)  # type: ignore[attr-defined]  # TokviewApp: pushes the inspect screen
