@@ -148,3 +148,20 @@ async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, sto
         region = app.screen.query_one("#help").region if key == "question_mark" else None
         low = low_contrast(app, palette_256, region=region)
         assert not low, sorted(set(low))[:12]
+
+
+@pytest.mark.parametrize("palette_256", PAINTS)
+@pytest.mark.parametrize("theme", THEMES)
+async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app, store, tokenizer, profile):
+    from tests.ui.contrast_scan import low_contrast
+    from tests.ui.test_compare import _sibling
+
+    _sibling(store, tokenizer, profile)
+    app = make_app()
+    async with app.run_test(size=(120, 30)) as pilot:
+        await _open_inspect(app, pilot, theme)
+        await pilot.press("d")
+        await settle(app, pilot)
+        assert app.screen.__class__.__name__ == "CompareScreen"
+        low = low_contrast(app, palette_256)
+        assert not low, sorted(set(low))[:12]

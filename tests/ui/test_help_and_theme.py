@@ -90,3 +90,20 @@ async def test_help_names_the_config_lists_textual_keys_scrolls_and_shows_its_ow
         assert table.cursor_row == 0 and table.scroll_y == 0
         footer = {b.id for _, b, _, _ in app.screen.active_bindings.values() if b.show}
         assert "help.close" in footer and "curate.approve" not in footer
+
+
+async def test_under_help_the_screens_footer_is_hidden_and_back_after(make_app):
+    from tokview.ui.widgets.footer import KeysFooter
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        footer = screen.query_one(KeysFooter)
+        await pilot.press("question_mark")
+        await settle(app, pilot)
+        assert footer.styles.visibility == "hidden"
+        assert app.screen.query_one(KeysFooter).styles.visibility == "visible"
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert app.screen is screen and footer.styles.visibility == "visible"

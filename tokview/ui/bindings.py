@@ -450,7 +450,7 @@ KEYS: tuple[Key, ...] = (
         palette=False,
         priority=True,
         footer=True,
-        label="Bottom",
+        label="Last",
     ),
 )
 

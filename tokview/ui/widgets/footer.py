@@ -21,6 +21,7 @@ from textual.widgets._footer import FooterKey
 
 if TYPE_CHECKING:
     from textual._arrange import DockArrangeResult
+    from textual.screen import Screen
 
 CELL = 10
 """Columns per key cell: the longest footer entry ("a Approve", "^r Reload") fits with a space after it."""
@@ -48,6 +49,15 @@ class KeysFooter(Footer):
                 widget.add_class("-essential")
             yield widget
         self._fit_columns(self.size.width or self.app.size.width)
+
+    def on_mount(self) -> None:
+        self.app.screen_change_signal.subscribe(self, self._screen_changed)
+
+    def _screen_changed(self, active: Screen) -> None:
+        """Under a dialog that shows its own keys, this footer (the screen's keys, which are not live there)
+        is hidden: it showed through around the dialog's footer. Hidden, not removed: nothing is laid out again."""
+        covered = active is not self.screen and bool(active.query(KeysFooter))
+        self.styles.visibility = "hidden" if covered else "visible"
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         self._fit_columns(width)  # the height (one or two rows of keys) follows from the columns
