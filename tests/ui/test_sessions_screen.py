@@ -1,0 +1,128 @@
+"""The sessions list (V) and a session's chain of turns, on a store a real `tokview proxy` recorded from the
+simulator: two turns named by the request's `user`, one conversation found by its ids, and a turn landed while
+the list is open (it must show up without a key press)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+from tokview.store.sessions_query import list_sessions, session_turns
+
+UA = "agent-harness/1.0"
+
+
+def _ask(client: httpx.Client, url: str, model: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    body = {"model": model, "messages": messages, "max_tokens": 30, "temperature": 0, **extra}
+    response = client.post(url + "/v1/chat/completions", json=body, headers={"user-agent": UA})
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Any]:
+    with start_simulator(SimConfig(kind="vllm")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def recorded(sim, tmp_path_factory, tokenizer, profile) -> Iterator[str]:
+    """A store holding user:alice (2 turns) and one unnamed conversation (1 turn), recorded by a real proxy."""
+    db = str(tmp_path_factory.mktemp("sessions") / "proxy.duckdb")
+    config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=tokenizer, profile=profile)
+    model = sim.cfg.model_name
+    with start_proxy(config) as proxy, httpx.Client() as client:
+        first = [{"role": "user", "content": "What is 2 + 2?"}]
+        answer = _ask(client, proxy.url, model, first, user="alice")
+        _ask(client, proxy.url, model, [*first, answer, {"role": "user", "content": "And 3 + 3?"}], user="alice")
+        _ask(client, proxy.url, model, [{"role": "user", "content": "Name a colour."}])
+    yield db
+
+
+def test_sessions_are_grouped_with_their_turns_in_order(recorded) -> None:
+    with Store(recorded) as store:
+        sessions = {row.session_id: row for row in list_sessions(store)}
+        alice = sessions.pop("user:alice")
+        assert alice.turns == 2 and alice.harness == UA and alice.failed == 0
+        [(other_id, other)] = sessions.items()
+        assert other_id.startswith("proxy:") and other.turns == 1
+        turns = session_turns(store, "user:alice")
+    assert [t.turn for t in turns] == [0, 1]
+    assert turns[0].prompt_len < turns[1].prompt_len
+    assert alice.context == turns[1].prompt_len + turns[1].output_len
+    assert alice.output_tokens == sum(t.output_len for t in turns)
+
+
+def _app(db: str, tokenizer: Any, profile: Any) -> Any:
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    return TokviewApp(Session(Store(db), tokenizer=tokenizer, profile=profile, who="tester"))
+
+
+async def _until(pilot: Any, done: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.02)
+
+
+async def test_v_lists_sessions_enter_opens_the_turns_and_a_turn_in_inspect(recorded, tokenizer, profile) -> None:
+    from tokview.ui.screens.inspect import InspectScreen
+    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+
+    app = _app(recorded, tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        screen = app.screen
+        assert len(screen.rows) == 2 and {r.session_id for r in screen.rows} >= {"user:alice"}
+        while screen.rows[screen.query_one("DataTable").cursor_row].session_id != "user:alice":
+            await pilot.press("down")
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        turns = app.screen
+        assert turns.session_id == "user:alice" and [t.turn for t in turns.rows] == [0, 1]
+        await pilot.press("down", "enter")
+        await _until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
+        assert app.screen.data.sample_id == turns.rows[1].sample_id
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is turns, "the turns again")
+        await pilot.press("escape")
+        await _until(pilot, lambda: app.screen is screen, "the sessions list again")
+
+
+async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
+    sim, recorded, tmp_path, tokenizer, profile
+) -> None:
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    db = str(tmp_path / "live.duckdb")
+    Path(db).write_bytes(Path(recorded).read_bytes())
+    app = _app(db, tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        screen = app.screen
+        assert len(screen.rows) == 2
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=tokenizer, profile=profile)
+        running = start_proxy(config)  # it detects its upstream with asyncio.run: started off the app's loop
+        proxy = await asyncio.to_thread(running.__enter__)
+        try:
+            with httpx.Client() as client:
+                ask = [{"role": "user", "content": "Live?"}]
+                await asyncio.to_thread(_ask, client, proxy.url, sim.cfg.model_name, ask, user="bob")
+            await _until(pilot, lambda: any(r.session_id == "user:bob" for r in screen.rows), "bob's session")
+        finally:
+            await asyncio.to_thread(running.__exit__, None, None, None)
+        assert len(screen.rows) == 3 and screen.rows[0].session_id == "user:bob"  # the most recent first
