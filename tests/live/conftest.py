@@ -19,3 +19,18 @@ def vllm_surface_url() -> str:
     if not url:
         pytest.skip(f"{LIVE_URL_ENV} is not set: run `bash .ci/live.sh` to start a real vLLM and the live tier")
     return url.rstrip("/")
+
+
+TOOLS_URL_ENV, TOOLS_DIR_ENV = "TOKVIEW_LIVE_TOOLS_URL", "TOKVIEW_LIVE_TOOLS_DIR"
+
+
+@pytest.fixture(scope="session")
+def tools_server() -> tuple[str, str]:
+    """(URL, model dir) of the real vLLM serving the tiny tool model, started by .ci/live_tools.sh."""
+    url, model_dir = os.environ.get(TOOLS_URL_ENV), os.environ.get(TOOLS_DIR_ENV)
+    if not url or not model_dir:
+        pytest.skip(
+            f"{TOOLS_URL_ENV}/{TOOLS_DIR_ENV} are not set: run `bash .ci/live_tools.sh` (or .ci/live.sh) to start "
+            "a real vLLM with the tool model and the live tool tier"
+        )
+    return url.rstrip("/"), model_dir

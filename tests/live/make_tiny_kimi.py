@@ -6,17 +6,26 @@ Kimi's tokenizer layout (our own ``build_kimi_tokenizer_dir``) and pairs it with
 64-wide Llama whose "chain" weights (§3.6) make the next chain token win with probability ≈1, so
 every faithful server produces the same 18 ids after a prompt that ends with ``<think>``.
 
+The "tools" variant (recordings/tools README §1) is a tool-calling model: its greedy output after a prompt
+without a tool result is reasoning, ``</think>`` and a Kimi tool-call section calling
+``functions.get_weather:0`` with ``{"city": "Paris"}``, then ``<|im_end|>``; once the prompt holds a tool result
+(the template's ``## Return of …`` turn) it answers in text. One attention head of layer 0 looks for the
+`` Return`` token and writes a "result seen" signal that the two branch points (``<think>`` and ``</think>``)
+read. Its tokenizer is tokview's Kimi layout plus the words of its chains (each with every prefix, merged
+first), so every chain is the canonical encoding of its text; its chat template is tokview's.
+
 Usage (run with the vLLM venv's python; tokview itself need not be installed there)::
 
-    make_tiny_kimi.py OUT_DIR [chain|random] [bf16|fp32] [--non-special-think] [--verify]
+    make_tiny_kimi.py OUT_DIR [chain|tools|random] [bf16|fp32] [--non-special-think] [--verify]
 
-``--verify`` loads the result with HF transformers and checks the greedy chain output.
+``--verify`` loads the result with HF transformers and checks the greedy chain output (both turns for tools).
 Deterministic: same torch/transformers → byte-identical files.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -77,17 +86,176 @@ def apply_chain(model) -> None:
             head[CHAIN_IDS[i + 1], i] = LM_HEAD_SCALE
 
 
+# -- the tool-calling variant ---------------------------------------------------------------------------
+SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END = 163595, 163596, 163597, 163598, 163599
+THINK_CLOSE_ID = 163607
+TOOL_REASONING = "Okay, I should check the weather in Paris"
+TOOL_CALL_ID = "functions.get_weather:0"
+TOOL_ARGUMENTS = '{"city": "Paris"}'
+ANSWER_REASONING = "Tool result received"
+ANSWER_TEXT = "It is sunny today!"
+RESULT_MARKER = " Return"
+"""The word of the template's tool-result turn (`## Return of {id}`) whose presence switches the model to answering."""
+TOOL_QUESTION = "What is the weather in Paris?"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TOOL_RESULT = "sunny, 21 degrees"
+# Hidden dimensions of the tool model beyond the chain's one-hot ones (64 in all; the chains use 37).
+DIM_QUERY, DIM_RESULT, DIM_MODE = 61, 62, 63
+ROPE_DIM = 31
+"""Query/key dimension of the head: RoPE's slowest pair (31, 63), so the score barely moves with distance."""
+BRANCH_WIN, BRANCH_ALT, MODE_WEIGHT = 8.0, 6.0, 12.0
+
+
+def byte_level_pieces(text: str) -> list[str]:
+    """The pre-tokenizer's pieces of `text` in byte-level form (GPT-2 regex, `Ġ` for a space)."""
+    from tokenizers import pre_tokenizers
+
+    return [p for p, _ in pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)]
+
+
+def tool_pieces() -> list[str]:
+    """Every pre-token piece of the tool model's texts: each must become a single token."""
+    texts = (TOOL_REASONING, TOOL_CALL_ID, TOOL_ARGUMENTS, ANSWER_REASONING, ANSWER_TEXT, RESULT_MARKER)
+    return list(dict.fromkeys(p for t in texts for p in byte_level_pieces(t)))
+
+
+def extend_tokenizer(out_dir: Path) -> None:
+    """Make each tool piece one token: its missing prefixes take the last pseudo-word ids, its merges rank first.
+
+    The pseudo-words given up are the last ones of the layout (4-letter junk near id 163583), so every
+    special id and every word-list id stays where tokview's layout has it.
+    """
+    path = out_dir / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    vocab: dict[str, int] = data["model"]["vocab"]
+    pieces = tool_pieces()
+    needed = [p[:k] for p in pieces for k in range(1, len(p) + 1)]
+    missing = list(dict.fromkeys(s for s in needed if s not in vocab))
+    keep = set(needed)
+    spare = (s for s, i in sorted(vocab.items(), key=lambda kv: -kv[1]) if i < 163584 and s not in keep and len(s) > 1)
+    for s in missing:
+        old = next(spare)
+        vocab[s] = vocab.pop(old)
+    merges = []
+    for p in pieces:
+        merges += [(p[: k - 1], p[k - 1]) for k in range(2, len(p) + 1)]
+    merges = list(dict.fromkeys(merges))
+    old_merges = data["model"]["merges"]
+    as_lists = bool(old_merges) and isinstance(old_merges[0], list)
+    ours = [list(m) if as_lists else f"{m[0]} {m[1]}" for m in merges]
+    taken = {tuple(m) if as_lists else tuple(m.split(" ", 1)) for m in ours}
+    rest = [m for m in old_merges if (tuple(m) if as_lists else tuple(m.split(" ", 1))) not in taken]
+    data["model"]["merges"] = ours + rest
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    marker = out_dir / "tokview_layout.json"
+    info = json.loads(marker.read_text(encoding="utf-8"))
+    marker.write_text(json.dumps({**info, "variant": "tools"}, indent=2) + "\n", encoding="utf-8")
+
+
+def tool_chains(out_dir: Path) -> dict[str, list[int]]:
+    """The two chains on the built tokenizer's ids, each text as its canonical encoding (checked)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
+
+    def enc(text: str) -> list[int]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        if len(ids) != len(byte_level_pieces(text)):
+            raise SystemExit(f"{text!r} is not one token per piece: {tok.encode(text).tokens}")
+        if tok.encode(tok.decode(ids, skip_special_tokens=False), add_special_tokens=False).ids != ids:
+            raise SystemExit(f"{text!r} does not round-trip")
+        return ids
+
+    call = [
+        SECTION_BEGIN,
+        CALL_BEGIN,
+        *enc(TOOL_CALL_ID),
+        ARG_BEGIN,
+        *enc(TOOL_ARGUMENTS),
+        CALL_END,
+        SECTION_END,
+        EOS_ID,
+    ]
+    return {
+        "call": [*enc(TOOL_REASONING), THINK_CLOSE_ID, *call],
+        "answer": [*enc(ANSWER_REASONING), THINK_CLOSE_ID, *enc(ANSWER_TEXT), EOS_ID],
+        "result_marker": enc(RESULT_MARKER),
+    }
+
+
+def apply_tool_chains(model, chains: dict[str, list[int]]) -> None:
+    """Two chains that share `<think>`, `</think>` and `<|im_end|>`; the branch after the first two reads the mode.
+
+    Each source token gets its own one-hot dimension (as §3.6). Layer 0's attention is replaced by one
+    circuit: `<think>` and `</think>` also carry DIM_QUERY, the ` Return` token carries only DIM_RESULT, the
+    head scores query × result (≈35: the result wins over every other position, which scores exactly 0
+    because DIM_QUERY/DIM_RESULT are zero in every other embedding) and copies 1.0 into DIM_MODE. At a
+    branch the call chain's next token wins without the mode (8 vs 6 per unit) and loses with it (−12 vs +12).
+    """
+    import torch
+
+    call, answer = chains["call"], chains["answer"]
+    sources = list(dict.fromkeys([THINK_OPEN, *call[:-1], *answer[:-1]]))
+    if len(sources) > DIM_QUERY or len(set(call) & set(answer)) != 2:  # shared: </think> and <|im_end|>
+        raise SystemExit(f"chains do not fit: {len(sources)} sources, shared {set(call) & set(answer)}")
+    dim = {tid: i for i, tid in enumerate(sources)}
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        emb[:, [DIM_QUERY, DIM_RESULT, DIM_MODE]] = 0.0
+        head[:, [DIM_QUERY, DIM_RESULT, DIM_MODE]] = 0.0
+        for tid, i in dim.items():
+            emb[tid].zero_()
+            emb[tid, i] = 1.0
+        [marker] = chains["result_marker"]
+        emb[marker].zero_()
+        emb[marker, DIM_RESULT] = 1.0
+        for tid in (THINK_OPEN, THINK_CLOSE_ID):
+            emb[tid, DIM_QUERY] = 1.0
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            proj.weight.zero_()
+        attn.q_proj.weight[ROPE_DIM, DIM_QUERY] = 2.5
+        attn.k_proj.weight[ROPE_DIM, DIM_RESULT] = 2.5
+        attn.v_proj.weight[0, DIM_RESULT] = 0.125  # RMSNorm scales the one-hot marker to 8: value 1.0
+        attn.o_proj.weight[DIM_MODE, 0] = 1.0
+        branches = {THINK_OPEN: (call[0], answer[0])}
+        branches[THINK_CLOSE_ID] = (call[call.index(THINK_CLOSE_ID) + 1], answer[answer.index(THINK_CLOSE_ID) + 1])
+        for seq in ([THINK_OPEN, *call], [THINK_OPEN, *answer]):
+            for a, b in itertools.pairwise(seq):
+                if a not in branches:
+                    head[b, dim[a]] = LM_HEAD_SCALE
+        for src, (to_call, to_answer) in branches.items():
+            head[to_call, dim[src]] = BRANCH_WIN
+            head[to_call, DIM_MODE] = -MODE_WEIGHT
+            head[to_answer, dim[src]] = BRANCH_ALT
+            head[to_answer, DIM_MODE] = MODE_WEIGHT
+
+
 def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special: bool = True) -> Path:
     """Write tokenizer + config + safetensors weights into ``out_dir`` (replaced if present)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out_dir = build_kimi_tokenizer_dir(Path(out_dir), think_special=think_special)
+    chains = None
+    if mode == "tools":
+        extend_tokenizer(out_dir)
+        chains = tool_chains(out_dir)
     torch.manual_seed(0)
     config = LlamaConfig(**LLAMA_CONFIG)
     model = LlamaForCausalLM(config).float()
     if mode == "chain":
         apply_chain(model)
+    elif chains is not None:
+        apply_tool_chains(model, chains)
     model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=BOS_ID, eos_token_id=[EOS_ID], pad_token_id=PAD_ID)
     model.save_pretrained(str(out_dir), safe_serialization=True)
@@ -98,6 +266,19 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
         "chain_ids": CHAIN_IDS if mode == "chain" else None,
         "expected_output_ids": CHAIN_OUTPUT if mode == "chain" else None,
     }
+    if chains is not None:
+        info.update(
+            call_output_ids=chains["call"],
+            answer_output_ids=chains["answer"],
+            result_marker_id=chains["result_marker"][0],
+            texts={
+                "call_reasoning": TOOL_REASONING,
+                "call_id": TOOL_CALL_ID,
+                "call_arguments": TOOL_ARGUMENTS,
+                "answer_reasoning": ANSWER_REASONING,
+                "answer": ANSWER_TEXT,
+            },
+        )
     (out_dir / MODEL_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -131,10 +312,46 @@ def verify(model_dir: Path) -> None:
     print(f"verified: prompt {len(PROMPT_IDS)} ids, greedy output {got}")
 
 
+def tool_turns() -> tuple[list[dict], list[dict]]:
+    """The two turns of the weather conversation (recordings/tools README, turns 1 and 2 with reasoning_content)."""
+    first = [{"role": "user", "content": TOOL_QUESTION}]
+    call = {"id": TOOL_CALL_ID, "type": "function", "function": {"name": "get_weather", "arguments": TOOL_ARGUMENTS}}
+    second = [
+        *first,
+        {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": TOOL_REASONING},
+        {"role": "tool", "tool_call_id": TOOL_CALL_ID, "content": TOOL_RESULT},
+    ]
+    return first, second
+
+
+def verify_tools(model_dir: Path) -> None:
+    """Turn 1 calls the tool, turn 2 answers, and turn 2's prompt = turn 1's prompt + output + tool turn + gen prompt."""
+    from transformers import AutoTokenizer
+
+    info = json.loads((model_dir / MODEL_INFO).read_text(encoding="utf-8"))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+
+    def render(messages: list[dict]) -> list[int]:
+        ids = tok.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    first, second = tool_turns()
+    p1, p2 = render(first), render(second)
+    out1 = greedy_output(model_dir, p1, 64)
+    if out1 != info["call_output_ids"]:
+        raise SystemExit(f"turn 1 output mismatch: {out1}")
+    if p2[: len(p1) + len(out1)] != p1 + out1:
+        raise SystemExit("turn 2 prompt does not extend turn 1's prompt + output ids")
+    out2 = greedy_output(model_dir, p2, 64)
+    if out2 != info["answer_output_ids"]:
+        raise SystemExit(f"turn 2 output mismatch: {out2}")
+    print(f"verified: turn 1 prompt {len(p1)} ids -> {len(out1)} ids (tool call); turn 2 prompt {len(p2)} -> {out2}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "random"))
+    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "tools", "random"))
     p.add_argument("dtype", nargs="?", default="bf16", choices=("bf16", "fp32"))
     p.add_argument(
         "--non-special-think",
@@ -146,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     out = build(args.out_dir, args.mode, args.dtype, think_special=not args.non_special_think)
     print(f"built {args.mode} {args.dtype} model in {out}")
     if args.verify:
-        if args.mode != "chain":
-            print("--verify applies to the chain model only", file=sys.stderr)
+        if args.mode == "random":
+            print("--verify applies to the chain and tools models only", file=sys.stderr)
             return 1
-        verify(out)
+        verify(out) if args.mode == "chain" else verify_tools(out)
     return 0
 
 
