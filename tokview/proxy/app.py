@@ -6,8 +6,8 @@ JSON answer whole with the added ids taken out (`ids.strip_body`), a stream even
 id-only events dropped. Every other path goes through untouched. When the client goes away the upstream
 request is closed at once (the server stops generating), and the request is recorded as abandoned.
 A finished generation is handed to the recorder after its last byte went out, as the bytes that came
-in: parsing them, the capture, the session and the analysis all happen on the recorder's threads
-(`Recorder.later`), never on the loop a client's bytes go through.
+in (`recorder.Finished`): parsing them, the capture, the session and the analysis all happen in the
+recorder (its threads, or its own process), never on the loop a client's bytes go through.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import httpx
 import orjson
 
 from tokview.proxy import ids
-from tokview.proxy.capture import CHAT, ENDPOINT_PATHS, NoIds, build_capture, settings_of
-from tokview.proxy.recorder import Recorder
+from tokview.proxy.capture import ENDPOINT_PATHS
+from tokview.proxy.recorder import Failed, Finished, Recorder
 from tokview.proxy.sessions import SESSION_HEADER
-from tokview.proxy.sse import DONE, EventSplitter, data_of
+from tokview.proxy.sse import EventSplitter, data_of
 from tokview.servers.http import error_message
 
 Scope = dict[str, Any]
@@ -272,61 +272,33 @@ class ProxyApp:
         if self.recorder is None or ex.endpoint is None:
             return
         named, user = self._session_of(ex)
-        recorder, server = self.recorder, ex.upstream.url
-        recorder.later(lambda: recorder.failure(reason, server, named=named, user=user))
+        self.recorder.take(Failed(reason, ex.upstream.url, named, user))
 
     def _abandoned(self, ex: _Exchange) -> None:
         self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
 
     def _record_later(self, ex: _Exchange, raw: bytes | list[bytes], *, stream: bool) -> None:
-        """Hand the finished exchange to the recorder's thread (the client has every byte by now)."""
+        """Hand the finished exchange over as the bytes that came in (the client has every one of them)."""
         if self.recorder is None or ex.request is None or ex.endpoint is None:
             return
-        latency_s = time.perf_counter() - ex.started
-        self.recorder.later(lambda: self._record(ex, raw, stream=stream, latency_s=latency_s))
-
-    def _record(self, ex: _Exchange, raw: bytes | list[bytes], *, stream: bool, latency_s: float) -> None:
-        """On the recorder's thread: the answer's bytes parsed into a capture, placed in its session."""
-        assert self.recorder is not None and ex.request is not None and ex.endpoint is not None
-        answer = _parsed_stream(raw) if isinstance(raw, list) else _parsed_json(raw)
-        if answer is None:
-            if isinstance(raw, list):
-                n = sum(1 for event in raw if isinstance(data_of(event), dict))
-                self._failure_now(ex, f"the upstream's stream ended without [DONE] after {n} chunks")
-            else:
-                self._failure_now(ex, "malformed response: the upstream's answer is not JSON")
-            return
-        request = ex.request
-        messages = request.get("messages") if isinstance(request.get("messages"), list) else None
-        try:
-            capture = build_capture(
+        named, user = self._session_of(ex)
+        up = ex.upstream
+        self.recorder.take(
+            Finished(
                 ex.endpoint,
-                ex.upstream.kind,
-                answer,
-                stream=stream,
-                settings=settings_of(request, self.profile, ex.upstream.max_model_len),
-                # rendered locally to check the served prompt, only when the local render can match it
-                messages=messages if messages and not request.get("tools") else None,
-                raw_request=self._stored_request(ex),
-                stamp=ex.upstream.stamp,
-                latency_s=latency_s,
+                up.kind,
+                up.url,
+                up.stamp,
+                up.max_model_len,
+                ex.request,
+                self._stored_request(ex),
+                raw,
+                stream,
+                time.perf_counter() - ex.started,
+                named,
+                user,
             )
-        except NoIds as exc:
-            self._failure_now(ex, str(exc))
-            return
-        except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
-            self._failure_now(ex, f"malformed response: {getattr(exc, 'reason', exc)}")
-            return
-        named, user = self._session_of(ex)
-        self.recorder.sample(
-            capture, messages=messages, named=named, user=user, answer_message=_answer(capture, answer, ex.endpoint)
         )
-
-    def _failure_now(self, ex: _Exchange, reason: str) -> None:
-        """On the recorder's thread: a failure found while recording."""
-        assert self.recorder is not None
-        named, user = self._session_of(ex)
-        self.recorder.failure(reason, ex.upstream.url, named=named, user=user)
 
     def _stored_request(self, ex: _Exchange) -> dict[str, Any]:
         headers = {k: v for k, v in ex.headers.items() if k in STORED_HEADERS}
@@ -337,46 +309,6 @@ class ProxyApp:
             "body": ex.request,
             "injected": list(ex.injection.fields) if ex.injection else [],
         }
-
-
-def _answer(capture: Any, answer: Any, endpoint: str) -> dict[str, Any] | None:
-    """The assistant message a harness would append for this answer (what the next request's messages hold)."""
-    if endpoint != CHAT:
-        return None
-    calls = None
-    if isinstance(answer, dict):
-        choices = answer.get("choices") or [{}]
-        message = choices[0].get("message") if isinstance(choices[0], dict) else None
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-    elif capture.tool_calls:  # a stream's calls as the server parsed them, in the shape a harness appends
-        calls = [
-            {
-                "id": c.get("id"),
-                "type": "function",
-                "function": {"name": c.get("name"), "arguments": c.get("arguments")},
-            }
-            for c in capture.tool_calls
-        ]
-    return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
-
-
-def _parsed_json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _parsed_stream(events: list[bytes]) -> list[dict[str, Any]] | None:
-    """A stream's JSON chunks, or None when it never said [DONE] (it was cut off)."""
-    chunks, done = [], False
-    for event in events:
-        data = data_of(event)
-        if data is DONE:
-            done = True
-        elif isinstance(data, dict):
-            chunks.append(data)
-    return chunks if done else None
 
 
 # -- ASGI plumbing -------------------------------------------------------------------------------------

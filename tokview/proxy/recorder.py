@@ -2,7 +2,7 @@
 off the path of the client's bytes.
 
 The event loop only forwards: once an answer's last byte is out it hands the raw exchange over with
-`later` (a queue put). The recorder's thread parses it into a capture, places it in its session and
+`take` (a queue put; `recorder_process` puts it on a pipe to a child running this same Recorder). The recorder's thread parses it into a capture, places it in its session and
 hands it to the writer, whose thread analyses it and writes a crash-safe part (`store.parts`); the
 batch's `Lander` lands each part the moment it is written (at most every `land_s`), so the app and
 `stats` see a sample as soon as it is recorded. When the store cannot be written (a full disk, a
@@ -24,13 +24,47 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tokview.batch.workers import Lander
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
+from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
+from tokview.proxy.sse import DONE, data_of
 
 PREFIX_BREAK = "session_prefix_break"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An answered generation as the proxy's loop hands it over: plain data (it may cross to another
+    process), the answer still the bytes that came in."""
+
+    endpoint: str
+    kind: str
+    server: str
+    stamp: dict[str, Any]
+    max_model_len: int | None
+    request: dict[str, Any]
+    stored_request: dict[str, Any]
+    raw: bytes | list[bytes]
+    """The JSON answer's bytes, or a stream's events."""
+    stream: bool
+    latency_s: float
+    named: str | None
+    user: str | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A request the upstream refused, the client abandoned, or that broke off."""
+
+    reason: str
+    server: str
+    named: str | None
+    user: str | None
 
 
 @dataclass(frozen=True)
@@ -111,7 +145,7 @@ class Recorder:
         group_s: float = 0.05,
         land_s: float = 0.2,
     ) -> None:
-        self.run_id, self.tokenizer, self.store = run_id, tokenizer, store
+        self.run_id, self.tokenizer, self.store, self.profile = run_id, tokenizer, store, profile
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions = SessionBook(run_id)
         self._sink = _WithSessionFindings(store)
@@ -128,7 +162,7 @@ class Recorder:
         self._seq = itertools.count(1)
         self._warned = threading.Lock()
         self.recorded = self.failed = self.not_recorded = 0
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
         self._thread.start()
 
@@ -140,21 +174,65 @@ class Recorder:
     def recording(self) -> bool:
         return self.error is None
 
-    def later(self, job: Callable[[], None]) -> None:
-        """Run `job` (parse an answer, then `sample` or `failure`) on the recorder's thread, in order: what
-        the event loop calls once the client has its last byte, so no recording work delays a client."""
+    def take(self, item: Finished | Failed) -> None:
+        """Record `item` on the recorder's thread, in order: what the event loop calls once the client has
+        its last byte (a queue put), so no recording work delays a client."""
         if self.error is not None:  # said and counted now: nothing recorded from here on
             self._check()
             return
-        self._jobs.put(job)
+        self._jobs.put(item)
 
     def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while (item := self._jobs.get()) is not None:
             try:
-                job()
+                self.record(item)
             except Exception as exc:  # a bug: this request is lost and said, the thread goes on
                 self.say(f"tokview proxy: a request was not recorded: {failure_reason(exc)}")
                 self.not_recorded += 1
+
+    def record(self, item: Finished | Failed) -> None:
+        """The answer's bytes parsed into a capture and placed in its session, or the failure written."""
+        if isinstance(item, Failed):
+            self.failure(item.reason, item.server, named=item.named, user=item.user)
+            return
+        answer = _parsed_stream(item.raw) if isinstance(item.raw, list) else _parsed_json(item.raw)
+        if answer is None:
+            if isinstance(item.raw, list):
+                n = sum(1 for event in item.raw if isinstance(data_of(event), dict))
+                reason = f"the upstream's stream ended without [DONE] after {n} chunks"
+            else:
+                reason = "malformed response: the upstream's answer is not JSON"
+            self.failure(reason, item.server, named=item.named, user=item.user)
+            return
+        request = item.request
+        messages = request.get("messages") if isinstance(request.get("messages"), list) else None
+        try:
+            capture = build_capture(
+                item.endpoint,
+                item.kind,
+                answer,
+                stream=item.stream,
+                settings=settings_of(request, self.profile, item.max_model_len),
+                # rendered locally to check the served prompt, only when the local render can match it
+                messages=messages if messages and not request.get("tools") else None,
+                raw_request=item.stored_request,
+                stamp=item.stamp,
+                latency_s=item.latency_s,
+            )
+        except NoIds as exc:
+            self.failure(str(exc), item.server, named=item.named, user=item.user)
+            return
+        except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
+            reason = f"malformed response: {getattr(exc, 'reason', exc)}"
+            self.failure(reason, item.server, named=item.named, user=item.user)
+            return
+        self.sample(
+            capture,
+            messages=messages,
+            named=item.named,
+            user=item.user,
+            answer_message=_answer(capture, answer, item.endpoint),
+        )
 
     def _next_id(self) -> str:
         return f"proxy:{self.run_id}:{next(self._seq):07d}"
@@ -212,3 +290,43 @@ class Recorder:
         self.writer.close()
         self.lander.close()
         self._warn()
+
+
+def _answer(capture: Any, answer: Any, endpoint: str) -> dict[str, Any] | None:
+    """The assistant message a harness would append for this answer (what the next request's messages hold)."""
+    if endpoint != CHAT:
+        return None
+    calls = None
+    if isinstance(answer, dict):
+        choices = answer.get("choices") or [{}]
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+    elif capture.tool_calls:  # a stream's calls as the server parsed them, in the shape a harness appends
+        calls = [
+            {
+                "id": c.get("id"),
+                "type": "function",
+                "function": {"name": c.get("name"), "arguments": c.get("arguments")},
+            }
+            for c in capture.tool_calls
+        ]
+    return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
+
+
+def _parsed_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _parsed_stream(events: list[bytes]) -> list[dict[str, Any]] | None:
+    """A stream's JSON chunks, or None when it never said [DONE] (it was cut off)."""
+    chunks, done = [], False
+    for event in events:
+        data = data_of(event)
+        if data is DONE:
+            done = True
+        elif isinstance(data, dict):
+            chunks.append(data)
+    return chunks if done else None
