@@ -34,6 +34,8 @@ def _batch(url: str, prompts: Path, db: Path, *extra: str) -> list[str]:
         "3",
         "--max-new-tokens",
         "120",
+        "--history",  # each turn its own slot (chains are killed and resumed in test_chain_sigkill.py)
+        "file",
         *extra,
     ]
 
@@ -42,7 +44,7 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(PROMPTS.read_text() + EXTRA.read_text())
     rows, _ = read_prompts(prompts)
-    config = BatchConfig(servers=[], max_new_tokens=120)
+    config = BatchConfig(servers=[], max_new_tokens=120, history="file")
     identity = {"model": "tokview-sim", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}
     items, _ = plan(rows, config, config.sample_settings(identity))
     expected = {i.sample_id for i in items}

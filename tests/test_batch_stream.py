@@ -110,9 +110,12 @@ def test_streamed_plan_equals_the_held_plan(tmp_path, monkeypatch, per_prompt, s
     monkeypatch.setattr(inputs_module, "CHUNK_ROWS", 4)  # duplicates and conflicts across chunk borders
     rows = mixed_rows()
     path = write(tmp_path / "p.jsonl", rows, ("{not json", '{"id": "lone", "prompt": "\\ud800"}'))
-    config = BatchConfig(servers=[], prompts_path=path, samples_per_prompt=per_prompt, shard=shard, limit=limit)
+    # per slot: `--history file` (a chain is planned whole: tests/test_chain_plan.py)
+    config = BatchConfig(
+        servers=[], prompts_path=path, samples_per_prompt=per_prompt, shard=shard, limit=limit, history="file"
+    )
     settings = config.sample_settings(IDENTITY)
-    everything = reference(path, BatchConfig(servers=[], samples_per_prompt=per_prompt), set())[4]
+    everything = reference(path, BatchConfig(servers=[], samples_per_prompt=per_prompt, history="file"), set())[4]
     stored = {i.sample_id for i in everything[::3]}  # a third already stored: a resume
     planned, duplicates, bad, resumed, todo = reference(path, config, stored)
     work = plan_work(config, settings, lambda fragment: {s for s in stored if fragment in s})

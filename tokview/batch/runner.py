@@ -93,7 +93,8 @@ def plan(
                 )
     if items:  # the one definition of a sample id stays core.record's
         first = items[0]
-        if first.sample_id != sample_id_for(first.prompt_id, settings, first.index, first.turn):
+        hashed = chain_settings(settings, config) if served and first.turn is not None else settings
+        if first.sample_id != sample_id_for(first.prompt_id, hashed, first.index, first.turn):
             raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
     return items, duplicates
 
