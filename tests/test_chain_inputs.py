@@ -138,3 +138,11 @@ def test_a_trace_ending_on_its_calls_is_fine_and_a_plain_tool_turn_takes_the_che
     checked = list(iter_checked(_file(tmp_path, ends_on_calls, lone_tool), rows=False))
     assert checked[0].bad is None and checked[0].agent
     assert checked[1].bad is not None and "answers no call" in checked[1].bad
+
+
+def test_a_lone_surrogate_in_the_tools_is_a_bad_row_not_a_template_error(tmp_path):
+    path = tmp_path / "p.jsonl"
+    tools = '[{"type": "function", "function": {"name": "f", "description": "bad \\ud800"}}]'
+    path.write_text('{"id": "s", "tools": ' + tools + ', "messages": [{"role": "user", "content": "hi"}]}\n')
+    rows, bad = read_prompts(path)
+    assert rows == [] and len(bad) == 1 and "lone UTF-16 surrogate U+D800" in bad[0] and bad[0].startswith("line 1")

@@ -212,3 +212,27 @@ def test_the_sample_agent_traces_read_without_a_bad_row():
         rows, bad = read_prompts(SAMPLES / name)
         assert bad == [] and len(rows) == expected
         assert all(r.tools for r in rows)
+
+
+def _loop_of(rounds: int) -> dict:
+    messages: list[dict] = [{"role": "user", "content": "Weather and time in Paris?"}]
+    for n in range(rounds):
+        messages += _round(n)
+    return {"id": f"loop{rounds}", "tools": TOOLS, "messages": [*messages, {"role": "assistant", "content": "Ok."}]}
+
+
+@pytest.mark.parametrize(("mode", "extends"), [("none", False), ("all", True)])
+def test_history_reasoning_none_breaks_the_loop_and_all_asks_to_preserve_thinking(tmp_path, capsys, mode, extends):
+    """Without its reasoning a served tool-calling turn renders as `<think></think>` + calls: the next prompt no
+    longer extends its ids (speculators #864). `all` sends it and asks the template to keep every turn's."""
+    with start_simulator(SimConfig(kind="sglang", quirks={"tool-calls": "each", "tool-rounds": 2})) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [_loop_of(2)], "--history-reasoning", mode)
+    capsys.readouterr()
+    assert code == ExitCode.OK
+    turns = _chain(store, "loop2")
+    assert [t.capture.settings["chain"]["extends"] for t in turns] == [None, extends, extends]
+    assert [t.capture.settings["chain"]["history_reasoning"] for t in turns] == [mode] * 3
+    sent = [m for m in turns[1].capture.messages if m["role"] == "assistant"]
+    assert ("reasoning_content" in sent[0]) is (mode == "all")
+    kwargs = turns[1].capture.raw_request["body"]["chat_template_kwargs"]
+    assert kwargs.get("preserve_thinking") is (True if mode == "all" else None)

@@ -112,7 +112,7 @@ def check_row(raw: dict[str, Any], where: str) -> None:
             value = turn.get(rkey)
             if value is not None and not isinstance(value, str):
                 raise PromptError(f"{here} `{rkey}` must be a string, not {_kind(value)}")
-    for key in ("id", "messages", "conversations", "prompt", "system"):  # what becomes the prompt or its id
+    for key in ("id", "messages", "conversations", "prompt", "system", "tools"):  # what becomes the prompt or its id
         _check_text(raw.get(key), where)
 
 
