@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,10 @@ def test_a_client_that_goes_away_closes_the_upstream_request(upstream, tmp_path,
     assert reason.startswith("abandoned by the client after 1 chunks")
 
 
-def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(upstream, tmp_path, kimi_tok, kimi_profile):
+@pytest.mark.parametrize("record_in", ["thread", "process"])
+def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(
+    upstream, tmp_path, kimi_tok, kimi_profile, record_in
+):
     url, _ = upstream
     said: list[str] = []
     stopped = threading.Event()
@@ -228,6 +232,7 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(upstream, tm
         kind="sglang",
         say=say,
         lock_timeout=0.3,
+        record_in=record_in,
     )
     with start_proxy(config) as proxy:
         holder = subprocess.Popen(
@@ -245,6 +250,9 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(upstream, tm
             assert stopped.is_set(), said
             after = [httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code for _ in range(3)]
             assert set(statuses) == set(after) == {200}
+            deadline = time.monotonic() + 5  # a child reports its counters after each item
+            while proxy.recorder.not_recorded < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert proxy.recorder.not_recorded >= 3
         finally:
             holder.kill()

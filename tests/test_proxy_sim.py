@@ -358,3 +358,31 @@ def test_each_sample_is_in_the_store_at_once_while_the_proxy_runs(sim, proxy) ->
                 time.sleep(0.01)
             took = time.monotonic() - answered
             assert _landed_count(proxy) == n + 1 and took < 0.6, f"sample {n} landed {took:.2f} s after its answer"
+
+
+def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_does_none(
+    sim, tmp_path, kimi_tok, kimi_profile
+) -> None:
+    """`tokview proxy` records in a child of its own (the analysis CPU off the forwarding process): the store must
+    hold the same samples, sessions and ids as the in-process recorder's."""
+    import os
+
+    db = str(tmp_path / "child.duckdb")
+    config = ProxyConfig(
+        [sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, record_in="process"
+    )
+    with start_proxy(config) as proxy, httpx.Client() as client:
+        assert proxy.recorder.process.pid != os.getpid() and proxy.recorder.process.is_alive()
+        first = _chat(sim.cfg.model_name, False, user="carol")
+        answer = client.post(proxy.url + "/v1/chat/completions", json=first).json()["choices"][0]["message"]
+        second = {**_chat(sim.cfg.model_name, True, user="carol")}
+        second["messages"] = [*QUESTION, answer, {"role": "user", "content": "And times 4?"}]
+        assert client.post(proxy.url + "/v1/chat/completions", json=second).status_code == 200
+        proxy.stop()
+        assert proxy.recorder.recorded + proxy.recorder.failed == 2 and proxy.recorder.recording
+    rows = _stored(db)
+    if sim.cfg.kind == "sglang" and not _sglang_streams_ids(sim):
+        assert len(rows) == 1 and len(_failures(db)) == 1
+    else:
+        assert [(r["prompt_id"], r["turn"]) for r in rows] == [("user:carol", 0), ("user:carol", 1)]
+        assert rows[1]["prompt_ids"][: len(rows[0]["prompt_ids"])] == rows[0]["prompt_ids"]

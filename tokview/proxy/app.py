@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -30,6 +30,9 @@ from tokview.proxy.recorder import Failed, Finished, Recorder
 from tokview.proxy.sessions import SESSION_HEADER
 from tokview.proxy.sse import EventSplitter, data_of
 from tokview.servers.http import error_message
+
+if TYPE_CHECKING:
+    from tokview.proxy.recorder_process import RecorderProcess
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -106,7 +109,12 @@ class _Exchange:
 
 class ProxyApp:
     def __init__(
-        self, upstreams: list[Upstream], recorder: Recorder | None, *, profile: Any = None, key: str | None = None
+        self,
+        upstreams: list[Upstream],
+        recorder: Recorder | RecorderProcess | None,
+        *,
+        profile: Any = None,
+        key: str | None = None,
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
         self._next = itertools.cycle(range(len(upstreams)))

@@ -21,11 +21,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.errors import ExitCode, UserError
 from tokview.proxy.app import ProxyApp, Upstream
 from tokview.proxy.recorder import Recorder
+
+if TYPE_CHECKING:
+    from tokview.proxy.recorder_process import RecorderProcess
 
 PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
 DEFAULT_LISTEN = "127.0.0.1:8900"
@@ -48,6 +51,9 @@ class ProxyConfig:
     say: Callable[[str], None] | None = None
     lock_timeout: float = 10.0
     """How long the recorder waits for a store another process holds before it stops recording."""
+    record_in: str = "auto"
+    """Where recording runs: "process" (a child of its own: `tokview proxy`), "thread" (this process, on
+    threads: the tests' proxies, which start faster), or "auto" (process when serving in the foreground)."""
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -130,14 +136,33 @@ def detect_upstreams(config: ProxyConfig) -> list[Upstream]:
     return asyncio.run(all_of())
 
 
-def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | None:
+def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | RecorderProcess | None:
+    """The recorder: in a child process (`recorder_process`) or on this process's threads."""
     if config.db is None:
         return None
+    source = getattr(config.tokenizer, "source", None)
+    if config.record_in == "process" and (config.tokenizer is None or source is not None):
+        from dataclasses import replace
+
+        from tokview.proxy.recorder_process import ChildSpec, RecorderProcess
+
+        spec = ChildSpec(replace(config, tokenizer=None, say=None), upstreams, None if source is None else str(source))
+        return RecorderProcess(spec, config.say or _say_on_stderr)
+    return open_recorder_here(config, upstreams, config.tokenizer, config.say)
+
+
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def open_recorder_here(
+    config: ProxyConfig, upstreams: list[Upstream], tok: Any, say: Callable[[str], None] | None
+) -> Recorder:
+    """The store, the run row, the recorder and the sessions put back from the store, in this process."""
     from tokview.core.profiles import profile_fields
     from tokview.store.store import Store
 
-    store = Store(config.db, server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=config.say)
-    tok = config.tokenizer
+    store = Store(config.db or "", server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=say)
     store.put_run(
         config.run_id,
         settings={"mode": "proxy", "listen": config.listen},
@@ -149,7 +174,7 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
         source="tokview proxy",
         profile_def=profile_fields(config.profile) if config.profile is not None else None,
     )
-    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=config.say)
+    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=say)
     from tokview.proxy.sessions import RESTORE_SQL, restore
 
     restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
@@ -255,6 +280,8 @@ def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
 def serve_forever(config: ProxyConfig) -> int:
     """`tokview proxy`: serve in the foreground until Ctrl-C or SIGTERM, then land what was recorded."""
     say = config.say or print
+    if config.record_in == "auto":
+        config.record_in = "process"
     # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
     # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)

@@ -1,0 +1,179 @@
+"""The proxy's recorder in a child process of its own, so recording never takes the forwarding process's CPU.
+
+Why: in one process the analysis (≈0.4–3 ms a generation), the capture parsing and the landings hold the
+GIL the event loop needs, so a request arriving meanwhile waited (the benchmark's added p50 and p99) and the
+proxy's CPU per request was 2–3× a bare forwarder's. Here the proxy's loop only pickles a `Finished` onto a
+pipe (on a feeder thread), and a spawned child runs the same `Recorder` (its threads, writer and Lander, the
+store) as the in-process mode does. The child reports back what the parent says and counts: its lines
+(STOPPED RECORDING among them) and its counters.
+
+Spawned like the batch's `--workers` children (never forked: the parent holds threads and a tokenizer by
+then), with SIGINT blocked during the spawn and ignored after: a Ctrl-C on the terminal reaches the parent,
+which stops serving and closes the pipe; the child then records what it was handed, lands it and exits.
+When the parent is SIGKILLed the pipe ends the same way, so what was answered before the kill is still
+recorded: only the requests in flight are lost.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tokview.errors import TokviewError, UserError
+from tokview.proxy.recorder import Failed, Finished
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+READY_TIMEOUT_S = 300.0
+"""How long the parent waits for the child to load its tokenizer and open the store."""
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What the child needs to open the same recorder (plain data: it is pickled to the child)."""
+
+    config: Any
+    """The ProxyConfig, without its tokenizer object and its `say` callable."""
+    upstreams: list[Any]
+    tokenizer_dir: str | None
+
+
+class RecorderProcess:
+    """The parent's handle on the child: `take`, the counters and `close`, as `Recorder` has them."""
+
+    def __init__(self, spec: ChildSpec, say: Any) -> None:
+        import multiprocessing
+
+        from tokview.batch.workers import _sigint_blocked
+
+        self.say = say
+        self.recorded = self.failed = self.not_recorded = 0
+        self.recording = True
+        ctx = multiprocessing.get_context("spawn")
+        jobs_in, self._jobs = ctx.Pipe(duplex=False)
+        self._said, said_out = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=child_main, args=(spec, jobs_in, said_out), name="tokview-proxy-recorder")
+        with _sigint_blocked():  # the child ignores SIGINT once it runs: the parent decides when it stops
+            self.process.start()
+        jobs_in.close()
+        said_out.close()
+        self._wait_ready()
+        self._queue: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
+        self._feeder = threading.Thread(target=self._feed, name="tokview-proxy-feed", daemon=True)
+        self._feeder.start()
+        self._reader = threading.Thread(target=self._read, name="tokview-proxy-said", daemon=True)
+        self._reader.start()
+
+    def _wait_ready(self) -> None:
+        if not self._said.poll(READY_TIMEOUT_S):
+            self.process.kill()
+            raise UserError("the proxy's recorder process did not start (tokenizer or store)")
+        while True:
+            try:
+                message = self._said.recv()
+            except EOFError:
+                self.process.join()
+                raise UserError("the proxy's recorder process ended as it started") from None
+            if message[0] == "ready":
+                return
+            if message[0] == "said":
+                self.say(message[1])
+            elif message[0] == "failed":
+                self.process.join()
+                raise TokviewError(message[1], exit_code=message[2], title=message[3])
+
+    def take(self, item: Finished | Failed) -> None:
+        """Hand an item to the child: a queue put here; a feeder thread pickles it onto the pipe."""
+        self._queue.put(item)
+
+    def _feed(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._jobs.send(item)
+            except (OSError, ValueError):  # the child is gone: counted, never a broken forwarding loop
+                self.not_recorded += 1
+                self.recording = False
+        self._jobs.close()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self._said.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "said":
+                self.say(message[1])
+            elif message[0] == "counts":
+                self.recorded, self.failed, self.not_recorded, self.recording = message[1:]
+
+    def close(self) -> None:
+        """Let the child record and land what it was handed, and wait for it."""
+        self._queue.put(None)
+        self._feeder.join()
+        self.process.join()
+        self._reader.join(timeout=5)
+        if self.process.exitcode not in (0, None):
+            self.recording = False
+            self.say(f"tokview proxy: the recorder process ended with exit code {self.process.exitcode}")
+
+
+class _Link:
+    """The child's side of the report pipe, shared by its threads (a Connection is not thread-safe)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.lock = conn, threading.Lock()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self.lock:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError):  # the parent is gone: nobody to tell
+                pass
+
+
+def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
+    """The recorder process: open the recorder, record everything the pipe brings until it ends, land it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    link = _Link(said)
+    recorder = _open(spec, link)
+    if recorder is None:
+        return
+    link.send(("ready",))
+    while True:
+        try:
+            item = jobs.recv()
+        except (EOFError, OSError):  # the parent closed the pipe or died: what came is recorded
+            break
+        if item is None:
+            break
+        recorder.take(item)
+        link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
+    recorder.close()
+    link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
+
+
+def _open(spec: ChildSpec, link: _Link) -> Any:
+    import gc
+
+    from tokview.proxy.serve import open_recorder_here
+
+    try:
+        tokenizer = None
+        if spec.tokenizer_dir is not None:
+            from tokview.core.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(spec.tokenizer_dir)
+        recorder = open_recorder_here(spec.config, spec.upstreams, tokenizer, lambda line: link.send(("said", line)))
+    except TokviewError as exc:
+        link.send(("failed", exc.message, int(exc.exit_code), exc.title))
+        return None
+    except Exception as exc:
+        link.send(("failed", f"the proxy's recorder could not start: {type(exc).__name__}: {exc}", 1, "error"))
+        return None
+    gc.freeze()  # the tokenizer's vocabulary: never walked again by the collector
+    return recorder
