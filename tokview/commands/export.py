@@ -39,6 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format", default=DEFAULT_FORMAT, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)"
     )
+    p.add_argument(
+        "--trajectory",
+        action="store_true",
+        help="one row per conversation (a proxy session, a batch chain): the whole conversation as served, "
+        "every served output supervised; split where a turn's prompt does not extend the previous turn "
+        "(same as --format trajectory)",
+    )
     p.add_argument("--out", required=True, help="output file (.jsonl, or .parquet for parquet); - for stdout")
     p.add_argument("--select", default="valid", choices=tuple(SELECTIONS))
     p.add_argument(
@@ -129,8 +136,15 @@ def _refuse_mixed_vocabularies(runs: list[dict]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tokview.export import export
+    from tokview.export.registry import DEFAULT_FORMAT, TRAJECTORY_FORMAT
     from tokview.store import Store
 
+    if args.trajectory:
+        if args.format not in (DEFAULT_FORMAT, TRAJECTORY_FORMAT):
+            raise UserError(
+                f"--trajectory writes --format {TRAJECTORY_FORMAT}: it cannot be combined with --format {args.format}"
+            )
+        args.format = TRAJECTORY_FORMAT
     existing_store(args.db)
     with Store(args.db) as store:
         tokenizer, profile = resolve_tokenizer(

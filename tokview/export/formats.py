@@ -9,6 +9,7 @@ the server's reasoning/content split, which a parser may have got wrong.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.side_fields import speculators_fields
 from tokview.store.records import scrub_text
 
@@ -72,7 +74,10 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> T
     only the segmentation is computed, not the whole analysis (alignment, findings) per row.
     """
     ids, n_prompt = capture.input_ids, len(capture.prompt_ids)
-    output_segments = [s for s in seg.segment(capture.prompt_ids, capture.output_ids, profile) if s.start >= n_prompt]
+    # tool_calls=True: the calls' ids get their own kinds, so they are neither answer nor reasoning text
+    output_segments = [
+        s for s in seg.segment(capture.prompt_ids, capture.output_ids, profile, tool_calls=True) if s.start >= n_prompt
+    ]
 
     def text_of(kind: str) -> str:
         return tokenizer.decode([t for s in output_segments if s.kind == kind for t in ids[s.start : s.end]])
@@ -166,7 +171,7 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
             "idx": item.gen_index or 0,
             "turn": item.turn,
             "finish_reason": c.finish_reason,
-            "is_tool_call": False,
+            "is_tool_call": bool(profile.tool_calls and parse_tool_calls(c.output_ids, profile.tool_calls).calls),
             "usage": usage_of(c.usage),
             "endpoint": endpoint_url(c),
             "sampling_params": sampling_params(c.settings),
@@ -176,10 +181,99 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> 
     }
 
 
+CHAT_ENDPOINTS = ("sglang-chat", "vllm-chat")
+
+
+def conversation_of(capture: Capture) -> list[dict[str, Any]] | None:
+    """The messages the prompt ids were rendered from: the capture's own, else (a request `tokview proxy`
+    recorded with tools, whose messages it does not render locally) the stored chat request's."""
+    if capture.messages:
+        return capture.messages
+    body = (capture.raw_request or {}).get("body") if capture.endpoint in CHAT_ENDPOINTS else None
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return messages if isinstance(messages, list) and messages else None
+
+
+def tools_of(capture: Capture) -> list[dict[str, Any]] | None:
+    """The request's `tools` (settings record them for batch and proxy captures alike)."""
+    tools = capture.settings.get("tools")
+    return tools if isinstance(tools, list) and tools else None
+
+
+def tools_column(capture: Capture) -> dict[str, Any]:
+    """`{"tools": "<JSON text>"}` when the request declared tools, else nothing.
+
+    A JSON string, not a list: both trainers json.loads a string `tools` (SpecForge `build_eagle3_dataset`,
+    speculators `_parse_conv_tools`), while a list goes through `datasets`' Arrow schema, which unifies the
+    tool schemas of all rows and gives every tool the others' keys as null: the template would then render
+    `"description": null` where the server rendered nothing."""
+    tools = tools_of(capture)
+    return {"tools": json.dumps(tools, ensure_ascii=False)} if tools else {}
+
+
+def _openai_call(call: Any) -> dict[str, Any]:
+    """A history tool call in the OpenAI shape both trainers and templates read (arguments as sent)."""
+    call = call if isinstance(call, dict) else {}
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    return {
+        "id": call.get("id") or "",
+        "type": call.get("type") or "function",
+        "function": {"name": function.get("name") or "", "arguments": function.get("arguments", "")},
+    }
+
+
+def history_message(message: dict[str, Any], server_kind: str | None) -> dict[str, Any]:
+    """One message of the conversation as the server rendered it: role and content, an assistant's tool
+    calls and the reasoning the server kept (`reasoning_content`; vLLM also reads `reasoning`, SGLang
+    ignores it, so it is carried only where the server used it), a tool result's call id and name."""
+    out: dict[str, Any] = {"role": message.get("role"), "content": message.get("content") or ""}
+    reasoning = message.get("reasoning_content")
+    if reasoning is None and server_kind != "sglang":
+        reasoning = message.get("reasoning")
+    if isinstance(reasoning, str) and message.get("role") == "assistant":
+        out["reasoning_content"] = reasoning
+    if isinstance(message.get("tool_calls"), list) and message["tool_calls"]:
+        out["tool_calls"] = [_openai_call(c) for c in message["tool_calls"]]
+    for key in ("tool_call_id", "name"):
+        if message.get("role") == "tool" and isinstance(message.get(key), str):
+            out[key] = message[key]
+    return out
+
+
 def _history(item: ExportItem) -> list[dict[str, Any]]:
-    if not item.capture.messages:
+    messages = conversation_of(item.capture)
+    if not messages:
         raise Refused("no_conversation")  # e.g. an imported speculators row: ids only, no messages
-    return [{"role": m["role"], "content": m.get("content") or ""} for m in item.capture.messages]
+    return [history_message(m, item.capture.server_kind) for m in messages if isinstance(m, dict)]
+
+
+def served_calls(capture: Capture, profile: ModelProfile, tokenizer: Any) -> list[dict[str, Any]]:
+    """The calls the output ids hold, in the OpenAI shape, as the model wrote them: the call id text and the
+    arguments text from the ids (the template renders them back verbatim), not the server's `tool_calls`
+    (SGLang renumbers ids, a parser may drop a call). A layout without call ids (hermes) takes the
+    server's id for the same call, else `call_{i}`."""
+    if profile.tool_calls is None:
+        return []
+    parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer)
+    server = capture.tool_calls or []
+    out = []
+    for i, call in enumerate(parsed.calls):
+        call_id = call.call_id or (server[i].get("id") if i < len(server) else None) or f"call_{i}"
+        function = {"name": call.name or "", "arguments": call.arguments if call.arguments is not None else ""}
+        out.append({"id": call_id, "type": "function", "function": function})
+    return out
+
+
+def served_assistant(capture: Capture, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+    """The generated turn as an assistant message: answer and reasoning from the ids' segments, and its calls."""
+    texts = texts_from_ids(capture, profile, tokenizer)
+    assistant: dict[str, Any] = {"role": "assistant", "content": texts.content}
+    if texts.reasoning is not None:
+        assistant["reasoning_content"] = texts.reasoning
+    calls = served_calls(capture, profile, tokenizer)
+    if calls:
+        assistant["tool_calls"] = calls
+    return assistant
 
 
 def _row_id(item: ExportItem) -> dict[str, Any]:
@@ -191,26 +285,36 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
 
 
 def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
-    texts = texts_from_ids(item.capture, profile, tokenizer)
-    assistant: dict[str, Any] = {"role": "assistant", "content": texts.content}
-    if texts.reasoning is not None:
-        assistant["reasoning_content"] = texts.reasoning
-    return {**_row_id(item), "conversations": _history(item) + [assistant], "status": "success"}
+    conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
+    return {**_row_id(item), "conversations": conversation, **tools_column(item.capture), "status": "success"}
+
+
+def to_sharegpt(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as ShareGPT writes it: `from`/`value`, its other keys (reasoning, calls, call id) as they are."""
+    rest = {k: v for k, v in message.items() if k not in ("role", "content")}
+    return {"from": SHAREGPT_FROM.get(message["role"], message["role"]), "value": message["content"], **rest}
 
 
 def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
-    texts = texts_from_ids(item.capture, profile, tokenizer)
-    turns = [{"from": SHAREGPT_FROM.get(m["role"], m["role"]), "value": m["content"]} for m in _history(item)]
-    last: dict[str, Any] = {"from": "gpt", "value": texts.content}
-    if texts.reasoning is not None:
-        last["reasoning_content"] = texts.reasoning
-    return {**_row_id(item), "conversations": turns + [last]}
+    conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
+    return {**_row_id(item), "conversations": [to_sharegpt(m) for m in conversation], **tools_column(item.capture)}
 
 
 def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
-    """TorchSpec's Kimi-K2.5 shape: reasoning inline as `<think>…</think>` in the assistant content."""
+    """TorchSpec's Kimi-K2.5 shape: reasoning inline as `<think>…</think>` in the assistant content.
+
+    A row with tools, tool calls or tool results is refused (`tool_calls_not_inline`): TorchSpec rejects
+    the `tool` role, and the shape has no field for calls the template would render back; the specforge
+    and speculators formats carry them."""
+    history = _history(item)
+    if (
+        tools_of(item.capture)
+        or served_calls(item.capture, profile, tokenizer)
+        or any(m.get("tool_calls") or m["role"] == "tool" for m in history)
+    ):
+        raise Refused("tool_calls_not_inline")
     texts = texts_from_ids(item.capture, profile, tokenizer)
     content = texts.content
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
-    return {**_row_id(item), "conversations": _history(item) + [{"role": "assistant", "content": content}]}
+    return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": content}]}

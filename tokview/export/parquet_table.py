@@ -7,12 +7,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
 
 
-def write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan) -> None:
+def write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan, _profile_of: Any = None) -> None:
     """The speculators columns plus tokview's review columns, for (sample_id, row id) in export order.
 
     The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target

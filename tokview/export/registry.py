@@ -21,6 +21,7 @@ from tokview.export import formats, preflight, trainers
 from tokview.export.export_error import ExportError
 from tokview.export.output import Plan
 from tokview.export.parquet_table import write_parquet
+from tokview.export.trajectory import write_trajectories
 from tokview.store import Store
 
 
@@ -70,8 +71,9 @@ TEMPLATE = Sidecar("template", "specforge_template.json")
 EVERY_EXPORT = (MANIFEST, TOKEN_FREQ)
 
 RowBuilder = Callable[[formats.ExportItem, ModelProfile, Any], dict[str, Any]]
-TableWriter = Callable[[Store, list[tuple[str, str]], Plan], None]
-"""(store, [(sample_id, row id)] in export order, plan): writes the whole data file at once."""
+TableWriter = Callable[[Store, list[tuple[str, str]], Plan, Callable[[str | None], ModelProfile]], Any]
+"""(store, [(sample_id, row id)] in export order, plan, the profile of a stored profile name): writes the whole
+data file at once; may return what it made (an object with `section()` for the manifest and `row_lengths`)."""
 Preflight = Callable[[Any, ModelProfile], None]
 """(tokenizer, a profile the selection was analysed with): raises ExportError when the format cannot serve it."""
 TrainerPaths = Callable[[trainers.PathsContext], dict[str, Any]]
@@ -177,6 +179,14 @@ FORMATS: dict[str, ExportFormat] = {
             preflight=preflight.reasoning_renders_once_inline,
         ),
         ExportFormat(
+            name="trajectory",
+            label="trajectory (one row per conversation)",
+            file=JSONL,
+            rows=Rows.IDS,
+            write_table=write_trajectories,
+            trainer_paths=trainers.trajectory_paths,
+        ),
+        ExportFormat(
             name="parquet",
             label="Parquet",
             file=PARQUET,
@@ -188,6 +198,8 @@ FORMATS: dict[str, ExportFormat] = {
 }
 DEFAULT_FORMAT = "speculators"
 """Token-exact, and read by both trainers as it is."""
+TRAJECTORY_FORMAT = "trajectory"
+"""What `tokview export --trajectory` means."""
 
 
 def export_format(name: str) -> ExportFormat:

@@ -8,13 +8,18 @@ trainers' own rules (read from their code, not imported: tokview never depends o
   `conv[:j+1]` without; the full render is the row, the mask is 1 from the end of the generation
   prompt (or, where the two diverge, from their common prefix). A turn whose context alone fills
   `--seq-length` is skipped. Turns are normalised as it does: `from`/`value` accepted, `thinking` or
-  `reasoning_content` (when non-empty) carried as both. So a multi-turn row also trains on its
+  `reasoning_content` (when non-empty) carried as both, `tool_calls` and `tool_call_id` kept (a tool's
+  `name` is not); the row's `tools` (a list or its JSON text) go to the render, and vLLM's render loads each
+  call's `arguments` text as JSON before the template sees it (invalid: `{}`). So a multi-turn row also trains on its
   history's assistant turns, which this run did not serve (`history_supervised`).
 - SpecForge `build_eagle3_dataset` (`GeneralParser` / `ThinkingParser.parse`): a system prompt from
   the template when the row has none, the conversation rendered without the generation prompt
   (`enable_thinking=True` when the template says so, plus every extra column of the row as a
   template kwarg), encoded whole; the mask is 1 over `assistant_header(.*?)(end_of_turn|$)` with
-  positions found by encoding each string prefix; `ignore_token` strings masked back to 0.
+  positions found by encoding each string prefix; `ignore_token` strings masked back to 0. Messages
+  are sanitised as `_sanitize_message` does: only role/content/tool_calls kept (`ThinkingParser` also
+  reasoning_content, name, tool_call_id), each call cut to id/type/function{name, arguments}, the
+  arguments text loaded as JSON (invalid: `{}`); the row's `tools` (JSON text or list) rendered as `tools`.
 - SpecForge `is_preformatted=True` on a speculators row's `text`: the same mask rule over the text.
 
 `compare` then says whether the trainer trains on the served ids with the served mask.
@@ -22,6 +27,7 @@ trainers' own rules (read from their code, not imported: tokview never depends o
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,8 +78,58 @@ def is_exact(outcome: str) -> bool:
 # -- speculators prepare_data.py --render-endpoint ---------------------------------------------------------
 
 
+def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A row's `tools` as both trainers read it: a list, or JSON text loaded (unreadable or empty: none)."""
+    tools = row.get("tools")
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except json.JSONDecodeError:
+            return None
+    return tools if isinstance(tools, list) and tools else None
+
+
+def _loaded_arguments(arguments: Any) -> Any:
+    """A call's arguments as the trainers hand them to the template: JSON text loaded, `{}` when invalid."""
+    if not isinstance(arguments, str):
+        return arguments if arguments is not None else {}
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return {}
+
+
+def sanitized_calls(calls: Any) -> list[dict[str, Any]] | None:
+    """SpecForge `_sanitize_message` on `tool_calls` (vLLM's render does the same to the arguments)."""
+    if isinstance(calls, str):
+        try:
+            calls = json.loads(calls)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(calls, list):
+        return calls
+    out = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        clean: dict[str, Any] = {"id": call.get("id", ""), "type": call.get("type", "function")}
+        function = call.get("function", {})
+        if isinstance(function, dict):
+            clean["function"] = {
+                "name": function.get("name", ""),
+                "arguments": _loaded_arguments(function.get("arguments", {})),
+            }
+        out.append(clean)
+    return out
+
+
+def with_tools(kwargs: dict[str, Any] | None, tools: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    return {**(kwargs or {}), "tools": tools} if tools else kwargs
+
+
 def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """speculators' `_normalize_conversation`: role/content, reasoning as `thinking` + `reasoning_content`."""
+    """speculators' `_normalize_conversation`: role/content, reasoning as `thinking` + `reasoning_content`,
+    `tool_calls` (arguments loaded as vLLM's render loads them) and `tool_call_id` kept."""
     out = []
     for turn in conversation:
         role = turn.get("from", turn.get("role", ""))
@@ -81,6 +137,10 @@ def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, 
         if role not in ("user", "assistant", "system", "tool"):
             role = "assistant"
         norm = {"role": role, "content": turn.get("value") or turn.get("content") or ""}
+        if turn.get("tool_calls"):
+            norm["tool_calls"] = sanitized_calls(turn["tool_calls"])
+        if turn.get("tool_call_id"):
+            norm["tool_call_id"] = turn["tool_call_id"]
         thinking = turn.get("thinking") or turn.get("reasoning_content")
         if thinking:
             norm["thinking"] = norm["reasoning_content"] = thinking
@@ -159,6 +219,10 @@ def specforge_messages(conversation: Sequence[dict[str, Any]], template: dict[st
         role = SHAREGPT_ROLES.get(role, role)
         norm = {k: v for k, v in m.items() if k not in ("from", "value")}
         norm.update(role=role, content=m.get("content") or m.get("value") or "")
+        if "tool_calls" in norm:
+            norm["tool_calls"] = sanitized_calls(norm["tool_calls"])
+            if norm["tool_calls"] is None:
+                del norm["tool_calls"]
         conv.append(norm)
     messages: list[dict[str, Any]] = []
     if conv and conv[0]["role"] == "system":
@@ -183,7 +247,9 @@ def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: Any
     if template.get("parser_type") == "thinking" and template.get("enable_thinking"):
         kwargs["enable_thinking"] = True
     messages = specforge_messages(row["conversations"], template)
-    return tokenizer.render_text(messages, add_generation_prompt=False, template_kwargs=kwargs)
+    return tokenizer.render_text(
+        messages, add_generation_prompt=False, template_kwargs=with_tools(kwargs, row_tools(row))
+    )
 
 
 def specforge_mask(

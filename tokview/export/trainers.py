@@ -83,6 +83,23 @@ class Lengths:
         return "" if self.longest <= trainer.default_length else trainer.length_flag(self.longest)
 
 
+TOOL_ROWS_WHY = (
+    "a tool row re-renders exactly only where the template renders its history as the server did for that turn "
+    "and each call's arguments text is what loading it as JSON and the template's tojson give back (the trainer "
+    "loads the arguments): the Kimi template writes the reasoning of a tool loop in progress but drops it once a "
+    "plain answer follows, so a row ending in the answer after a loop re-renders without the reasoning it was "
+    "served with"
+)
+
+
+def is_tool_row(row: dict[str, Any]) -> bool:
+    """The row declares tools, or a turn of it calls one or is a tool's result."""
+    turns = row.get("conversations") or []
+    return bool(row.get("tools")) or any(
+        isinstance(t, dict) and (t.get("tool_calls") or t.get("role", t.get("from")) == "tool") for t in turns
+    )
+
+
 @dataclass(frozen=True)
 class RerenderPath:
     """One way a trainer re-reads an exported row (its name is the manifest's `rerender` key)."""
@@ -92,9 +109,12 @@ class RerenderPath:
     """Read through the SpecForge ChatTemplate derived from the served layout: counted only when there is one."""
     outcome: Callable[[dict[str, Any], rr.Rendered, Any, dict[str, Any] | None, dict[str, Any]], str]
     """(row, served ids and mask, tokenizer, template, served template kwargs) -> an `rr.OUTCOMES` value."""
+    tool_rows_why: str = ""
+    """Why a tool row may not be exact on this path (the manifest says it beside the tool rows' count)."""
 
 
 def _speculators_render(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, _t: Any, kwargs: Any) -> str:
+    kwargs = rr.with_tools(kwargs, rr.row_tools(row))
     return rr.compare_render_rows(served, rr.render_boundaries(row["conversations"], tokenizer, kwargs))
 
 
@@ -106,8 +126,14 @@ def _specforge_preformatted(row: dict[str, Any], served: rr.Rendered, tokenizer:
     return rr.compare(served, rr.specforge_mask(row["text"], template, tokenizer))
 
 
-SPECFORGE_PATH = RerenderPath("specforge", True, _specforge_parse)
-RENDER_PATH = RerenderPath("speculators_render", False, _speculators_render)
+SPECFORGE_PATH = RerenderPath("specforge", True, _specforge_parse, TOOL_ROWS_WHY)
+RENDER_PATH = RerenderPath(
+    "speculators_render",
+    False,
+    _speculators_render,
+    TOOL_ROWS_WHY + "; a render whose history changes between turns makes speculators drop the conversation "
+    "(BoundaryUnstableError: render_failed)",
+)
 PREFORMATTED_PATH = RerenderPath("specforge_preformatted_text", True, _specforge_preformatted)
 TEXT_ROW_PATHS = (SPECFORGE_PATH, RENDER_PATH)
 """A conversation row: SpecForge's own parse with the derived template, and speculators' render endpoint."""
@@ -119,6 +145,7 @@ class Conformance:
     def __init__(self, rerender: tuple[RerenderPath, ...], tokenizer: Any, template: dict[str, Any] | None) -> None:
         self.rerender, self.tokenizer, self.template = rerender, tokenizer, template
         self.outcomes: dict[str, Counter[str]] = {}
+        self.tool_outcomes: dict[str, Counter[str]] = {}
         self.examples: dict[str, list[str]] = {}
 
     def paths(self) -> list[RerenderPath]:
@@ -129,6 +156,8 @@ class Conformance:
         for path in self.paths():
             outcome = path.outcome(row, served, self.tokenizer, self.template, kwargs)
             self.outcomes.setdefault(path.name, Counter())[outcome] += 1
+            if is_tool_row(row):
+                self.tool_outcomes.setdefault(path.name, Counter())[outcome] += 1
             if not rr.is_exact(outcome) and len(self.examples.setdefault(path.name, [])) < 5:
                 self.examples[path.name].append(str(row.get("id")))
             out[path.name] = outcome
@@ -147,6 +176,15 @@ class Conformance:
                 **{k: counts[k] for k in rr.OUTCOMES if counts[k]},
                 "first_differing_ids": self.examples.get(path.name, []),
             }
+            tools = self.tool_outcomes.get(path.name)
+            if tools:
+                exact_tools = tools[rr.EXACT] + tools[rr.EXACT_PLUS_SUFFIX]
+                result[path.name]["tool_rows"] = {
+                    "rows": sum(tools.values()),
+                    "exact": exact_tools,
+                    **{k: tools[k] for k in rr.OUTCOMES if tools[k] and not rr.is_exact(k)},
+                    "why_not_exact": path.tool_rows_why,
+                }
         return result
 
     def line(self) -> str:
@@ -212,6 +250,18 @@ def ids_row_paths(ctx: PathsContext) -> dict[str, Any]:
             "retokenizing": "any loader that tokenizes `text` (or a chat template) again",
         },
     }
+
+
+def trajectory_paths(ctx: PathsContext) -> dict[str, Any]:
+    """Conversation rows of served ids: read exactly as the per-generation ids rows, one row per conversation."""
+    out = ids_row_paths(ctx)
+    out["note"] = (
+        "one row per conversation (split where a turn's prompt does not extend the previous turn's prompt + "
+        "output ids, see trajectory): every served output has mask 1, the ids between them (tool results, "
+        "user turns, headers) mask 0; metadata.turns gives each turn's output span"
+    )
+    out["specforge"].pop("retokenizing", None)  # no `text` field: nothing to re-tokenize
+    return out
 
 
 def parquet_paths(ctx: PathsContext) -> dict[str, Any]:

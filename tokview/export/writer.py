@@ -81,6 +81,8 @@ class ExportResult:
     """--tag / --without-tag as compared (lower case), when given."""
     by_tag: dict[str, int] = field(default_factory=dict)
     """How many exported samples carry each tag (lower case)."""
+    table_section: dict[str, Any] = field(default_factory=dict)
+    """What a table writer reports for the manifest (`trajectory`: conversations, rows, splits)."""
 
 
 def sidecar(out: Path, suffix: str) -> Path:
@@ -297,6 +299,7 @@ def _export_to(
     template = chooser.template if chooser else None
     conformance = Conformance(fmt.rerender, tokenizer, template)
     lengths = Lengths()
+    table_section: dict[str, Any] = {}
     row_id_of = dict(
         zip(
             (i[0] for i in ids),
@@ -343,7 +346,12 @@ def _export_to(
                 freq.update(capture.output_ids)
                 seen.add(row, capture, served_kwargs(capture.settings, prof))
         if fmt.write_table is not None:
-            fmt.write_table(store, exported, plan)
+            made = fmt.write_table(store, exported, plan, profiles.get)
+            if hasattr(made, "section"):  # rows that are not one per sample (trajectory): their own lengths
+                table_section = {fmt.name: made.section()}
+                lengths = Lengths()
+                for n in made.row_lengths:
+                    lengths.add(n)
     finally:
         if sink is not None:
             sink.close()
@@ -358,6 +366,7 @@ def _export_to(
     result.freq, result.seen, result.profiles, result.select, result.run = freq, seen, profiles, select, run
     result.tokenizer, result.retokenize_drift, result.conformance = tokenizer, drift, conformance
     result.lengths = lengths
+    result.table_section = table_section
     result.by_tag = export_rows.tag_counts(store, [e[0] for e in exported])
     result.template = template
     result.template_refused = chooser.refused if chooser else None
@@ -419,6 +428,7 @@ def _write_sidecars(store: Store, fmt: ExportFormat, plan: Plan, run: str | None
     result.manifest = scrub(build_manifest(store, fmt, plan, result))
     if result.thresholds:  # --max-acceptance / --max-nll and what they left out
         result.manifest["thresholds"] = result.thresholds
+    result.manifest.update(result.table_section)
     if MANIFEST.key in plan.sidecars:
         with open(plan.sidecars[MANIFEST.key].temp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)

@@ -211,3 +211,25 @@ def write_parquet(store: Store, sample_ids: list[str], row_ids: list[str], targe
         f"TO '{path}' (FORMAT parquet)",
         [sample_ids, row_ids],
     )
+
+
+CONVERSATION_ORDER = "run_id, prompt_id, coalesce(gen_index, 0), coalesce(turn, -1), sample_id"
+ConversationKey = tuple[str | None, str, int, str, int | None]
+"""(run_id, prompt_id, gen_index, sample_id, turn): one turn of one conversation."""
+
+
+def conversation_turns(store: Store, sample_ids: list[str]) -> list[ConversationKey]:
+    """These samples as turns of conversations, in conversation order.
+
+    A conversation is every sample of one run with one prompt_id and generation index, its turns by `turn`:
+    `tokview proxy` stores a session as prompt_id = the session id, turn = its turn index, and `tokview batch`
+    stores a chain's turns as samples of one prompt with their turn index (`{prompt}#turn{t}` rows); a sample
+    without a turn is a conversation of one turn."""
+    if not sample_ids:
+        return []
+    rows = store.query(
+        f"SELECT s.run_id, s.prompt_id, coalesce(s.gen_index, 0), s.sample_id, s.turn FROM samples s {_IN_IDS} "
+        f"ORDER BY {CONVERSATION_ORDER}",
+        [sample_ids],
+    )
+    return [(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]

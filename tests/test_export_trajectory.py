@@ -1,0 +1,69 @@
+"""`tokview export --trajectory`: one row per conversation of served ids (issue 23 item 5), on a session
+`tokview proxy` recorded against the simulator: mask 1 on exactly every served output, the ids between them
+mask 0, split where a turn's prompt does not extend the previous turn's prompt + output ids, and the manifest
+says where (turn, position) and why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from export_tool_sessions import SESSION, record_tool_session, stored_turns
+
+from tokview.cli import main
+from tokview.store import Store
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, kimi_tok, kimi_profile):
+    db = tmp_path_factory.mktemp("trajectory") / "p.duckdb"
+    record_tool_session(db, kimi_tok, kimi_profile)
+    return db, stored_turns(db)
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+def test_a_session_is_one_row_of_served_ids_until_its_prompt_breaks_then_split_there(recorded, tmp_path) -> None:
+    db, (t0, t1, t2) = recorded
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    served0 = t0["prompt_ids"] + t0["output_ids"]
+    assert t1["prompt_ids"][: len(served0)] == served0  # the loop's reasoning was sent back: turn 1 extends
+    assert first["input_ids"] == t1["prompt_ids"] + t1["output_ids"]
+    added = len(t1["prompt_ids"]) - len(served0)
+    assert first["loss_mask"] == (
+        [0] * len(t0["prompt_ids"]) + [1] * len(t0["output_ids"]) + [0] * added + [1] * len(t1["output_ids"])
+    )
+    assert [t["output_span"] for t in first["metadata"]["turns"]] == [
+        [len(t0["prompt_ids"]), len(served0)],
+        [len(t1["prompt_ids"]), len(first["input_ids"])],
+    ]
+    assert second["input_ids"] == t2["prompt_ids"] + t2["output_ids"]
+    assert second["loss_mask"] == [0] * len(t2["prompt_ids"]) + [1] * len(t2["output_ids"])
+    at = _first_difference(t2["prompt_ids"], t1["prompt_ids"] + t1["output_ids"])
+    split = {"conversation": f"session:{SESSION}_gen0", "turn": 2, "position": at, "reason": "prompt_does_not_extend"}
+    assert {k: second["metadata"]["split_from"][k] for k in split} == split
+    assert (first["id"], second["id"]) == (f"session:{SESSION}_gen0", f"session:{SESSION}_gen0_from_turn2")
+    manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
+    assert (manifest["conversations"], manifest["rows"], manifest["turns"], manifest["breaks"]) == (1, 2, 3, 1)
+    assert manifest["split_conversations"] == 1 and manifest["first_breaks"][0]["position"] == at
+
+
+def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded, tmp_path) -> None:
+    db, (t0, t1, t2) = recorded
+    with Store(db) as store:
+        store.record_verdict(t1["sample_id"], "rejected", reason="test")
+    out = tmp_path / "v.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["input_ids"] for r in rows] == [t0["prompt_ids"] + t0["output_ids"], t2["prompt_ids"] + t2["output_ids"]]
+    assert rows[1]["metadata"]["split_from"]["reason"] == "turn_missing"
+
+
+def test_trajectory_cannot_be_combined_with_a_text_format(recorded, tmp_path, capsys) -> None:
+    db, _ = recorded
+    code = main(["export", "--db", str(db), "--trajectory", "--format", "sharegpt", "--out", str(tmp_path / "x.jsonl")])
+    assert code != 0 and "--trajectory writes --format trajectory" in capsys.readouterr().err

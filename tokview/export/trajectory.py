@@ -1,0 +1,184 @@
+"""`--format trajectory` (`--trajectory`): one row per conversation, the whole conversation as served.
+
+A conversation is the selection's samples of one run, prompt_id and generation index in turn order
+(`store.export_rows.conversation_turns`): a `tokview proxy` session (prompt_id = the session id) or a
+`tokview batch` chain. Its row is speculators' shape (`input_ids`, `loss_mask`): the first turn's prompt
+and output, then for each next turn the ids its prompt adds after the previous turn's prompt + output
+(the tool results, the next user turn, the next assistant header) with mask 0, and its output with mask 1
+(reasoning, calls and stop: everything the model generated). That is exact only while each turn's prompt
+extends the previous turn's prompt + output ids; where one does not (the harness re-rendered its history:
+reasoning dropped, arguments re-serialised, call ids renumbered; or a turn is not in the selection), the
+conversation is split there and the next row starts at that turn: the manifest's `trajectory` section
+counts the splits and says where each one is (turn, position of the first differing id). No id is
+re-derived: every row is concatenated served ids, so no trainer path re-tokenizes anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokview.core.profiles import ModelProfile
+from tokview.core.record import Capture
+from tokview.core.tool_calls import parse_tool_calls
+from tokview.export.output import Plan, open_stream
+from tokview.store import Store, export_rows
+from tokview.store.records import capture_from_row
+
+MAX_LISTED_BREAKS = 20
+"""Breaks listed one by one in the manifest (all are counted)."""
+
+
+@dataclass
+class _Row:
+    """One trajectory row under construction: the served ids so far and where each turn's output sits."""
+
+    conversation: str
+    run_id: str | None
+    first_turn: int | None
+    split_from: dict[str, Any] | None = None
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: int = 0
+
+    def add(self, turn: int | None, sample_id: str, capture: Capture, calls: int) -> None:
+        new_prompt = capture.prompt_ids[len(self.input_ids) :]
+        self.input_ids += new_prompt
+        self.loss_mask += [0] * len(new_prompt)
+        start = len(self.input_ids)
+        self.input_ids += capture.output_ids
+        self.loss_mask += [1] * len(capture.output_ids)
+        self.tool_calls += calls
+        self.turns.append(
+            {
+                "turn": turn,
+                "sample_id": sample_id,
+                "output_span": [start, len(self.input_ids)],
+                "finish_reason": capture.finish_reason,
+            }
+        )
+
+
+@dataclass
+class Trajectories:
+    """What the rows were made of, for the manifest's `trajectory` section."""
+
+    conversations: int = 0
+    rows: int = 0
+    turns: int = 0
+    split_conversations: int = 0
+    breaks: list[dict[str, Any]] = field(default_factory=list)
+    row_lengths: list[int] = field(default_factory=list)
+
+    def section(self) -> dict[str, Any]:
+        by_reason: dict[str, int] = {}
+        for b in self.breaks:
+            by_reason[b["reason"]] = by_reason.get(b["reason"], 0) + 1
+        return {
+            "conversations": self.conversations,
+            "rows": self.rows,
+            "turns": self.turns,
+            "on_break": "split: the row ends before the turn whose prompt does not extend the previous turn's "
+            "prompt + output ids, and the next row starts at that turn with its whole prompt (mask 0)",
+            "split_conversations": self.split_conversations,
+            "breaks": len(self.breaks),
+            "breaks_by_reason": dict(sorted(by_reason.items())),
+            "first_breaks": self.breaks[:MAX_LISTED_BREAKS],
+        }
+
+
+def extends(previous: list[int], prompt: list[int]) -> int | None:
+    """None when `prompt` begins with `previous`, else the first position where they differ."""
+    if prompt[: len(previous)] == previous:
+        return None
+    for at, (a, b) in enumerate(zip(previous, prompt)):
+        if a != b:
+            return at
+    return min(len(previous), len(prompt))
+
+
+def build(store: Store, sample_ids: list[str], profile_of: Any, summary: Trajectories) -> Iterator[_Row]:
+    """Every row of the selected conversations, in order (a split conversation's later rows say where)."""
+    keys = export_rows.conversation_turns(store, sample_ids)
+    by_sample = {}
+    for start in range(0, len(keys), 256):
+        for row in store.rows_for([k[3] for k in keys[start : start + 256]]):
+            by_sample[row["sample_id"]] = row
+    conversation: tuple[str | None, str, int] | None = None
+    current: _Row | None = None
+    previous_turn: int | None = None
+    for run_id, prompt_id, gen_index, sample_id, turn in keys:
+        row = by_sample[sample_id]
+        capture = capture_from_row(row)
+        prof: ModelProfile = profile_of(row["profile"])
+        calls = len(parse_tool_calls(capture.output_ids, prof.tool_calls).calls) if prof.tool_calls else 0
+        name = f"{prompt_id}_gen{gen_index}"
+        summary.turns += 1
+        if (run_id, prompt_id, gen_index) != conversation:
+            if current is not None:
+                yield current
+            conversation, previous_turn = (run_id, prompt_id, gen_index), turn
+            summary.conversations += 1
+            current = _Row(name, run_id, turn)
+            current.add(turn, sample_id, capture, calls)
+            continue
+        assert current is not None
+        reason, at = None, extends(current.input_ids, capture.prompt_ids)
+        if previous_turn is not None and turn is not None and turn != previous_turn + 1:
+            reason, at = "turn_missing", 0
+        elif at is not None:
+            reason = "prompt_does_not_extend"
+        previous_turn = turn
+        if reason is None:
+            current.add(turn, sample_id, capture, calls)
+            continue
+        split = {"conversation": name, "run": run_id, "turn": turn, "position": at, "reason": reason}
+        summary.breaks.append(split)
+        summary.split_conversations += current.split_from is None  # the conversation's first break
+        yield current
+        current = _Row(name, run_id, turn, split)
+        current.add(turn, sample_id, capture, calls)
+    if current is not None:
+        yield current
+
+
+def trajectory_row(row: _Row, row_id: str) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "primary_id": row.conversation,
+        "input_ids": row.input_ids,
+        "loss_mask": row.loss_mask,
+        "metadata": {
+            "turns": row.turns,
+            "first_turn": row.first_turn,
+            "is_tool_call": row.tool_calls > 0,
+            "tool_calls": row.tool_calls,
+            "split_from": row.split_from,
+        },
+    }
+
+
+def write_trajectories(store: Store, exported: list[tuple[str, str]], plan: Plan, profile_of: Any) -> Trajectories:
+    """The trajectory JSONL of the exported samples (each turn already passed the per-sample checks)."""
+    summary = Trajectories()
+    runs: dict[str, str | None] = {}
+    fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed below)
+    try:
+        for row in build(store, [e[0] for e in exported], profile_of, summary):
+            row_id = (
+                row.conversation
+                if runs.setdefault(row.conversation, row.run_id) == row.run_id
+                else (f"{row.conversation}@{row.run_id}")
+            )
+            if row.split_from is not None:
+                row_id += f"_from_turn{row.first_turn}"
+            summary.rows += 1
+            summary.row_lengths.append(len(row.input_ids))
+            record = trajectory_row(row, row_id)
+            fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+    finally:
+        fh.close()
+    return summary
