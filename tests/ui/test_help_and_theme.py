@@ -80,6 +80,7 @@ async def test_help_names_the_config_lists_textual_keys_scrolls_and_shows_its_ow
         await settle(app, pilot)
         title = str(app.screen.query_one("#help-title", Label).render())
         assert str(path) in title and "not there" not in title
+
         table = app.screen.query_one(DataTable)
         textual_keys = str(app.screen.query_one("#help-textual", Label).render())
         assert "^p command palette" in textual_keys and "⏎ in a dialog" in textual_keys
@@ -107,3 +108,14 @@ async def test_under_help_the_screens_footer_is_hidden_and_back_after(make_app):
         await pilot.press("escape")
         await settle(app, pilot)
         assert app.screen is screen and footer.styles.visibility == "visible"
+
+
+def test_help_without_a_config_file_names_where_it_would_be(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from tokview.ui.screens.help import config_in_use
+
+    assert config_in_use(SimpleNamespace()) == "no config file ($TOKVIEW_CONFIG is not there: defaults)"
+    monkeypatch.delenv("TOKVIEW_CONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert config_in_use(SimpleNamespace()) == "no config file (~/.config/tokview/config.toml is not there: defaults)"

@@ -5,6 +5,7 @@ names the config file in use (or the one that would be read), so a remap that "d
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,10 +30,14 @@ every key."""
 
 
 def config_in_use(app: object) -> str:
-    """Which config file the app read, or which one it would read (none there: the defaults)."""
+    """Which config file the app read; with none there, where it would be read from (named by the variable
+    or the default path, not a temporary path, so the help reads the same on every machine)."""
     config = getattr(app, "config", None)
     path: Path = getattr(config, "path", None) or config_path()
-    return f"config {path}" + ("" if path.is_file() else " (not there: defaults)")
+    if path.is_file():
+        return f"config {path}"
+    where = "$TOKVIEW_CONFIG" if os.environ.get("TOKVIEW_CONFIG") else "~/.config/tokview/config.toml"
+    return f"no config file ({where} is not there: defaults)"
 
 
 class HelpScreen(ModalScreen[None]):
