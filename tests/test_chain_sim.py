@@ -132,7 +132,11 @@ def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_pa
     }
     with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
         code, _, store = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
-    summary = json.loads(capsys.readouterr().out)
+        summary = json.loads(capsys.readouterr().out)
+        again_code, _, _ = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
+    again = json.loads(capsys.readouterr().out)
+    assert again_code == ExitCode.OK and again["ok"] == 0 and again["resumed"] == 2 and again["balanced"]
+    assert again["chain_stopped"] == 2 and "stopped in an earlier run" in next(iter(again["chain_stops"]))
     assert code == ExitCode.OK and summary["ok"] == 2 and summary["chain_stopped"] == 2 and summary["balanced"]
     (why,) = summary["chain_stops"]
     assert "turn 0 called 2 tool(s) (get_weather, get_time) where the file has 1 result(s) (get_weather)" in why
