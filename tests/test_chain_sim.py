@@ -240,3 +240,23 @@ def test_history_reasoning_none_breaks_the_loop_and_all_asks_to_preserve_thinkin
     assert ("reasoning_content" in sent[0]) is (mode == "all")
     kwargs = turns[1].capture.raw_request["body"]["chat_template_kwargs"]
     assert kwargs.get("preserve_thinking") is (True if mode == "all" else None)
+
+
+def test_progress_counts_a_stopped_chain_s_turns_as_done(tmp_path):
+    import asyncio
+
+    from tokview.batch import run_batch
+    from tokview.batch.config import BatchConfig
+
+    row = {"id": "short", "tools": TOOLS, "messages": [*_loop_of(1)["messages"][:2], *_round(0)[1:2]]}
+    row["messages"][1] = {**row["messages"][1], "tool_calls": row["messages"][1]["tool_calls"][:1]}
+    row["messages"] += [{"role": "assistant", "content": "Ok."}]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(row) + "\n")
+    seen = []
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, mode="chat", workers=1, temperature=0)
+        with Store(str(tmp_path / "s.duckdb")) as store:
+            summary = asyncio.run(run_batch(config, store, on_progress=seen.append))
+    assert summary.chain_stopped == 1 and summary.balanced
+    assert (seen[-1].done, seen[-1].total) == (2, 2), "the stopped turn is done, not pending"

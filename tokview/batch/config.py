@@ -194,10 +194,12 @@ class BatchProgress:
     truncated: int = 0
     output_tokens: int = 0
     elapsed_s: float = 0.0
+    chain_stopped: int = 0
+    """Turns not generated because their chain stopped before them: settled, not pending."""
 
     @property
     def done(self) -> int:
-        return self.ok + self.failed + self.skipped
+        return self.ok + self.failed + self.skipped + self.chain_stopped
 
     @property
     def req_per_s(self) -> float:

@@ -67,5 +67,7 @@ async def resume_shortcut(
     if work.chain_left:  # chains an earlier run stored up to where they stopped
         summary.chain_stopped, summary.chain_stops = work.chain_left, {EARLIER_STOP: work.chain_left}
     if on_progress is not None:
-        on_progress(BatchProgress(total=summary.input, skipped=summary.skipped, elapsed_s=summary.elapsed_s))
+        progress = BatchProgress(total=summary.input, skipped=summary.skipped, elapsed_s=summary.elapsed_s)
+        progress.chain_stopped = summary.chain_stopped
+        on_progress(progress)
     return store, summary, work

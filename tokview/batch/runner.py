@@ -233,12 +233,15 @@ async def _run(
 
     def snapshot() -> BatchProgress:
         p = BatchProgress(total=summary.input, skipped=skipped, elapsed_s=time.monotonic() - started)
+        p.chain_stopped = work.chain_left
         for t in tallies:
             p.ok += t.ok
             p.failed += t.failed
             p.flagged += t.flagged
             p.truncated += t.truncated
             p.output_tokens += t.output_tokens
+            reasons = dict.copy(t.reasons)  # in C: a writer thread may be adding a reason meanwhile
+            p.chain_stopped += sum(split_chain_stops(reasons)[1].values())
         return p
 
     report = (lambda: on_progress(snapshot())) if on_progress else (lambda: None)
