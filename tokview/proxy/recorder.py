@@ -32,7 +32,7 @@ from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
-from tokview.proxy.sse import DONE, data_of
+from tokview.proxy.sse import DONE, EventSplitter, data_of
 
 PREFIX_BREAK = "session_prefix_break"
 
@@ -49,8 +49,8 @@ class Finished:
     max_model_len: int | None
     request: dict[str, Any]
     stored_request: dict[str, Any]
-    raw: bytes | list[bytes]
-    """The JSON answer's bytes, or a stream's events."""
+    raw: bytes
+    """The answer's bytes as they came: a JSON body, or a whole stream (one bytes: pickled as a copy)."""
     stream: bool
     latency_s: float
     named: str | None
@@ -195,10 +195,11 @@ class Recorder:
         if isinstance(item, Failed):
             self.failure(item.reason, item.server, named=item.named, user=item.user)
             return
-        answer = _parsed_stream(item.raw) if isinstance(item.raw, list) else _parsed_json(item.raw)
+        events = _events(item.raw) if item.stream else []
+        answer = _parsed_stream(events) if item.stream else _parsed_json(item.raw)
         if answer is None:
-            if isinstance(item.raw, list):
-                n = sum(1 for event in item.raw if isinstance(data_of(event), dict))
+            if item.stream:
+                n = sum(1 for event in events if isinstance(data_of(event), dict))
                 reason = f"the upstream's stream ended without [DONE] after {n} chunks"
             else:
                 reason = "malformed response: the upstream's answer is not JSON"
@@ -318,6 +319,13 @@ def _parsed_json(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
+
+
+def _events(raw: bytes) -> list[bytes]:
+    splitter = EventSplitter()
+    events = list(splitter.feed(raw))
+    rest = splitter.rest()
+    return [*events, rest] if rest else events
 
 
 def _parsed_stream(events: list[bytes]) -> list[dict[str, Any]] | None:

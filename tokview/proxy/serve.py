@@ -282,9 +282,10 @@ def serve_forever(config: ProxyConfig) -> int:
     say = config.say or print
     if config.record_in == "auto":
         config.record_in = "process"
-    # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
-    # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if config.record_in == "thread":
+        # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
+        # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
     app, (host, port) = build(config)
     # The tokenizer's vocabulary and the loaded modules are millions of objects that live as long as the
     # proxy: frozen, the collector stops walking them in the pauses a request would wait through.

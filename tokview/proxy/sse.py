@@ -39,12 +39,19 @@ class EventSplitter:
 
 
 def _event_end(buffer: bytes, start: int) -> tuple[int, int]:
-    """(index of the blank line that ends the next event, its length), or (-1, 0)."""
-    lf = buffer.find(b"\n\n", start)
-    crlf = buffer.find(b"\r\n\r\n", start)
-    if crlf >= 0 and (lf < 0 or crlf < lf):
-        return crlf, 4
-    return (lf, 2) if lf >= 0 else (-1, 0)
+    """(index of the blank line that ends the next event, its length), or (-1, 0).
+
+    Line by line from `start`: searching the whole rest of the buffer for each kind of terminator (LF LF,
+    CR LF CR LF) scanned a read to its end once per event, quadratic in a read holding a whole stream."""
+    i = buffer.find(b"\n", start)
+    while i >= 0:
+        after = buffer[i + 1 : i + 2]
+        if after == b"\n":
+            return i, 2
+        if after == b"\r" and buffer[i + 2 : i + 3] == b"\n" and i > start and buffer[i - 1 : i] == b"\r":
+            return i - 1, 4
+        i = buffer.find(b"\n", i + 1)
+    return -1, 0
 
 
 def data_of(event: bytes) -> Any:
