@@ -14,8 +14,10 @@ whether its prompt ids extend the previous turn's prompt + output ids, else wher
 `session_prefix_break` finding, the proxy's code for the same fact).
 
 A chain is written whole when it ends (`GroupWriter.add_chain`, one part), so a resume never finds half a
-chain: a chain whose first turn is stored is done (its later turns, if absent, stopped); one that failed
-is recorded as a failure on its first turn's sample id, naming the turn, and is retried whole.
+chain: a chain whose first turn is stored is done (its later turns, if absent, stopped); one whose request
+failed (after the pool's retries) is recorded as a failure on its first turn's sample id, naming the turn,
+and is retried whole by the next run. A later turn whose prompt cannot be sent at all (over the server's
+context length) ends the chain like a stop: the turns before it are kept.
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ async def run_chain(item: ChainItem, attempt: Attempt, tokenizer: Any = None, pr
         got = await attempt(sent, kwargs)
         if not isinstance(got, Capture):
             reason, server, sent = got
+            if k and not sent:  # the prompt itself cannot go (too long): as final as a stop, the turns before kept
+                result.stop, result.left = f"turn {turn} was not sent: {reason}", item.slots - k
+                result.samples[-1][1].settings["chain"]["stopped"] = result.stop
+                return result
             result.samples, result.left = [], item.slots - 1
             result.failure = (f"chain turn {turn} failed: {reason}" if k else reason, server, sent)
             return result

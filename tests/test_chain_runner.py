@@ -1,0 +1,66 @@
+"""How a chain ends when a turn cannot be generated: a failed request (after the pool's retries) fails the
+whole chain, recorded on its first turn's sample id and retried whole by the next run; a later turn whose
+prompt is over the server's context length ends it like a stop, the turns before kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tokview.batch.chains import ChainItem, run_chain
+from tokview.cli import main
+from tokview.core.record import Capture
+from tokview.errors import ExitCode
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+MESSAGES = [
+    {"role": "user", "content": "1"},
+    {"role": "assistant", "content": "x"},
+    {"role": "user", "content": "2"},
+    {"role": "assistant", "content": "y"},
+]
+ITEM = ChainItem("p#turn0@k_gen0", "p", 0, MESSAGES, None, ((0, 1, "p#turn0@k_gen0"), (1, 3, "p#turn1@k_gen0")), todo=2)
+
+
+def _served(prompt: list[int]) -> Capture:
+    return Capture(prompt_ids=prompt, output_ids=[7, 8], finish_reason="stop", content="a", reasoning="r")
+
+
+def test_a_failed_request_fails_the_whole_chain_naming_its_turn():
+    answers = iter([_served([1, 2]), ("HTTP 500 from POST /v1/chat/completions", "http://s", True)])
+
+    async def attempt(messages, kwargs):
+        return next(answers)
+
+    result = asyncio.run(run_chain(ITEM, attempt))
+    assert result.samples == [] and result.left == 1 and result.stop is None
+    assert result.failure == ("chain turn 1 failed: HTTP 500 from POST /v1/chat/completions", "http://s", True)
+
+
+def test_a_later_turn_too_long_to_send_ends_the_chain_keeping_the_turns_before():
+    answers = iter([_served([1, 2]), ("over_max_length: 90 prompt ids for a context of 64", None, False)])
+
+    async def attempt(messages, kwargs):
+        return next(answers)
+
+    result = asyncio.run(run_chain(ITEM, attempt))
+    assert [t.turn for t, _ in result.samples] == [0] and result.failure is None and result.left == 1
+    assert result.stop == "turn 1 was not sent: over_max_length: 90 prompt ids for a context of 64"
+    assert result.samples[0][1].settings["chain"]["stopped"] == result.stop
+
+
+def test_over_the_context_length_on_the_simulator_ends_the_chain_counted(tmp_path, capsys):
+    row = {"id": "long", "messages": [*MESSAGES[:2], {"role": "user", "content": "word " * 200}]}
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(row) + "\n")
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm", max_model_len=160, output_tokens=8)) as sim:
+        code = main(["batch", str(prompts), "--server", sim.url, "--db", str(db), "--mode", "chat", "--summary-json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK and summary["ok"] == 1 and summary["chain_stopped"] == 1 and summary["failed"] == 0
+    (why,) = summary["chain_stops"]
+    assert why.startswith("turn 1 was not sent: over_max_length")
+    with Store(str(db)) as store:
+        (kept,) = [store.load_sample(r[0]) for r in store.query("SELECT sample_id FROM samples")]
+    assert kept.turn == 0 and "chain_stopped" in [f.code for f in kept.findings]
