@@ -22,7 +22,7 @@ from tokview.core import segments as seg
 from tokview.core import tool_calls as tc
 from tokview.core.alignment import HIDDEN, true_positions
 from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
-from tokview.core.profiles import KIMI_K2
+from tokview.core.profiles import HARMONY, KIMI_K2
 from tokview.core.record import Capture
 
 INFO, WARN, ERROR = "info", "warn", "error"
@@ -321,6 +321,8 @@ def empty_reasoning(ctx: Context) -> Hit | None:
 
 @rule("empty_answer", ERROR, "No answer after the closer: a drafter would learn to stop right after reasoning.")
 def empty_answer(ctx: Context) -> Hit | None:
+    if ctx.profile.format == HARMONY:
+        return None  # a Harmony answer is its final channel: harmony_no_final
     if not ctx.output or ctx.open_at_end:
         return None  # no answer was due yet: think_close_missing says why
     ids = ctx.ids_of(ctx.output, ctx.output_runs(seg.ANSWER))
@@ -461,6 +463,8 @@ def parser_split_mismatch(ctx: Context) -> Hit | None:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or (c.reasoning is None and c.content is None) or _reasoning_unreturned(ctx):
         return None
+    if ctx.profile.format == HARMONY:
+        return None  # the channels split a Harmony output: harmony_split_mismatch
     split = ctx.id_split
     if split is None:
         return None
@@ -975,5 +979,8 @@ def off_policy_finding(capture: Capture) -> Finding | None:
     hit = _off_policy(capture, len(capture.prompt_ids))
     return None if hit is None else RULES["off_policy"].finding(hit)
 
+
+# The Harmony (gpt-oss) checks live beside the Harmony reader; importing it registers them here, last.
+from tokview.core import harmony as _harmony  # noqa: E402, F401
 
 FINDING_CODES = tuple(RULES)

@@ -31,6 +31,15 @@ class ProfileError(TokviewError):
     title = "profile"
 
 
+THINK, HARMONY, PLAIN = "think", "harmony", "plain"
+FORMATS = (THINK, HARMONY, PLAIN)
+"""How an output is structured: think tags (Kimi, Qwen3, DeepSeek, GLM), Harmony channels (gpt-oss,
+`core.harmony`), or plain (prompt → answer → stop)."""
+HISTORY_REASONING = ("after_last_user", "last_loop", "all", "none")
+"""How the family's template renders reasoning of earlier assistant turns: kept after the last user message
+(Qwen3, Kimi-K2.5, GLM), kept only while a tool loop is open (Harmony), kept everywhere (Kimi-K2.6 with
+preserve_thinking), or never."""
+
 KIMI_K2, HERMES = "kimi_k2", "hermes"
 TOOL_PARSERS = (KIMI_K2, HERMES)
 """The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
@@ -185,6 +194,15 @@ class ModelProfile:
     limit is known; a trainer's limit is the export's (`--seq-length`, `data.max_length`)."""
     tool_calls: ToolCallLayout | None = None
     """How the family writes tool calls on ids (None: tokview reads no tool calls for it)."""
+    format: str = THINK
+    """THINK, HARMONY or PLAIN (`FORMATS`): what reads the output's structure off the ids."""
+    history_reasoning: str = "after_last_user"
+    """How the template treats history reasoning (`HISTORY_REASONING`)."""
+    history_kwarg: str | None = None
+    """The chat_template_kwargs key that keeps all history reasoning (`preserve_thinking` for Kimi-K2.6,
+    `clear_thinking` (false) for GLM-4.7)."""
+    effort_kwarg: str | None = None
+    """The chat_template_kwargs key for reasoning effort (`reasoning_effort` for gpt-oss)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -265,6 +283,62 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         prefills_opener=False,
         thinking_kwarg=None,
         reasoning_parser=None,
+        format=PLAIN,
+        history_reasoning="none",
+    ),
+    # Harmony channels, not think tags: core.harmony reads the output (o200k_harmony ids).
+    "gpt-oss": ModelProfile(
+        name="gpt-oss",
+        think_open="",
+        think_close="",
+        think_open_id=None,
+        think_close_id=None,
+        stop_ids=(200002, 200012, 199999),
+        prefills_opener=False,
+        thinking_kwarg=None,
+        reasoning_parser="openai_gptoss",
+        format=HARMONY,
+        history_reasoning="last_loop",
+        effort_kwarg="reasoning_effort",
+    ),
+    "glm-4.5": ModelProfile(
+        name="glm-4.5",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=151350,
+        think_close_id=151351,
+        stop_ids=(151329, 151336, 151338),
+        prefills_opener=False,
+        thinking_kwarg="enable_thinking",
+        reasoning_parser="glm45",
+    ),
+    # GLM-4.7: the generation prompt ends <think>; reasoning kept after the last user turn, everywhere with
+    # clear_thinking=false.
+    "glm-4.7": ModelProfile(
+        name="glm-4.7",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=151350,
+        think_close_id=151351,
+        stop_ids=(151329, 151336, 151338),
+        prefills_opener=True,
+        thinking_kwarg="enable_thinking",
+        reasoning_parser="glm45",
+        history_kwarg="clear_thinking",
+    ),
+    # Kimi-K2.6: K2.5's layout, plus preserve_thinking (all history reasoning kept).
+    "kimi-k2.6": ModelProfile(
+        name="kimi-k2.6",
+        think_open="<think>",
+        think_close="</think>",
+        think_open_id=KIMI_ID["<think>"],
+        think_close_id=KIMI_ID["</think>"],
+        stop_ids=(KIMI_ID["<|im_end|>"],),
+        prefills_opener=True,
+        thinking_kwarg="thinking",
+        reasoning_parser="kimi_k2",
+        tool_calls=KIMI_TOOL_CALLS,
+        history_kwarg="preserve_thinking",
     ),
 }
 _NO_REASONING = {
@@ -283,6 +357,11 @@ ALIASES = {
     "qwen": "qwen3",
     "deepseek": "deepseek-r1",
     "r1": "deepseek-r1",
+    "gpt-oss": "gpt-oss",
+    "gptoss": "gpt-oss",
+    "harmony": "gpt-oss",
+    "glm": "glm-4.5",
+    "kimi-k26": "kimi-k2.6",
     "none": "plain",
     "chat": "plain",
 }
@@ -310,6 +389,10 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "thinking_kwarg": (str, type(None)),
     "reasoning_parser": (str, type(None)),
     "max_length": (int, type(None)),
+    "format": str,
+    "history_reasoning": str,
+    "history_kwarg": (str, type(None)),
+    "effort_kwarg": (str, type(None)),
 }
 
 
@@ -385,6 +468,10 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         value = data.get(key)
         if key in data and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool)):
             raise ProfileError(f"profile file {path}: {key} has the wrong type ({value!r})")
+    _check_choice(path, data, "format", FORMATS)
+    _check_choice(path, data, "history_reasoning", HISTORY_REASONING)
+    if data.get("format") == HARMONY:
+        data.update(_NO_REASONING)  # Harmony has channels, no think delimiters
     if base_name:
         if not isinstance(base_name, str):
             raise ProfileError(f"profile file {path}: base must be a profile name or a .toml path")
@@ -418,6 +505,11 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     return ModelProfile(**data)
 
 
+def _check_choice(path: Path, data: dict[str, Any], key: str, choices: tuple[str, ...]) -> None:
+    if key in data and data[key] not in choices:
+        raise ProfileError(f"profile file {path}: {key} = {data[key]!r} (known: {', '.join(choices)})")
+
+
 _FAMILY_BY_OPEN_ID = {
     KIMI_ID["<think>"]: ("kimi-k2.5", "kimi-k2-thinking"),
     151667: ("qwen3", "qwen3"),
@@ -432,6 +524,8 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
     `add_generation_prompt=True` to see whether it ends with the opener. A tokenizer without think
     tokens is a plain chat model: the `plain` profile, with the tokenizer's stop ids.
     """
+    if _is_harmony(tokenizer):
+        return BUILTIN_PROFILES["gpt-oss"].with_overrides(max_length=tokenizer.model_max_length)
     open_id = tokenizer.token_to_id("<think>")
     close_id = tokenizer.token_to_id("</think>")
     if open_id is None or close_id is None:
@@ -474,6 +568,17 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
         max_length=tokenizer.model_max_length,
         tool_calls=fitting_tool_layout(tokenizer, base.tool_calls if base else None),
     )
+
+
+_HARMONY_IDS = {"<|start|>": 200006, "<|channel|>": 200005, "<|message|>": 200008, "<|return|>": 200002}
+
+
+def _is_harmony(tokenizer: Any) -> bool:
+    """o200k_harmony: the Harmony markers at their ids, and a template (when there is one) that writes channels."""
+    if any(tokenizer.token_to_id(text) != i for text, i in _HARMONY_IDS.items()):
+        return False
+    template = tokenizer.chat_template or ""
+    return not template or "<|channel|>" in template
 
 
 def tokenizer_stop_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import NamedTuple
 
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
 PROMPT = "prompt"
@@ -33,7 +33,17 @@ TOOL_ARGUMENTS = "tool_arguments"
 TOOL_SECTION = "tool_section"
 """Any other id inside the calls' section (whitespace between calls)."""
 TOOL_KINDS = (TOOL_MARKER, TOOL_CALL_ID, TOOL_ARGUMENTS, TOOL_SECTION)
-SEGMENT_KINDS = (PROMPT, PREFILLED_OPENER, OPENER, REASONING, CLOSER, ANSWER, STOP, *TOOL_KINDS)
+HARMONY_HEADER = "harmony_header"
+"""Harmony (gpt-oss): an id of a message header (`<|start|>`, the role, `<|channel|>`, the channel name, the
+recipient, `<|constrain|>`, the constraint, `<|message|>`)."""
+ANALYSIS = "analysis"
+COMMENTARY = "commentary"
+FINAL = "final"
+"""Harmony: the body of an analysis / commentary / final message (vLLM: reasoning / tool calls / content)."""
+MESSAGE_END = "message_end"
+"""Harmony: a message's end token (`<|end|>`, or a `<|return|>`/`<|call|>` that is not the final stop)."""
+HARMONY_KINDS = (HARMONY_HEADER, ANALYSIS, COMMENTARY, FINAL, MESSAGE_END)
+SEGMENT_KINDS = (PROMPT, PREFILLED_OPENER, OPENER, REASONING, CLOSER, ANSWER, STOP, *TOOL_KINDS, *HARMONY_KINDS)
 _KEPT_OVER_TOOL_KINDS = frozenset((PREFILLED_OPENER, OPENER, CLOSER, STOP))
 
 
@@ -103,7 +113,11 @@ def token_kinds(
     `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them filled
     whole: no Python step per id. `tool_calls` (`tool_calls_on_ids` of these output ids, as `analyze`
     passes it): the ids of the calls then get their tool kinds (`paint_tool_kinds`); without it the kinds
-    are the reasoning structure alone."""
+    are the reasoning structure alone. A Harmony profile's kinds are its messages' (`harmony.harmony_kinds`)."""
+    if profile.format == HARMONY:
+        from tokview.core.harmony import harmony_kinds
+
+        return harmony_kinds(prompt_ids, output_ids, profile)
     kinds = [PROMPT] * len(prompt_ids)
     prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
@@ -195,6 +209,8 @@ def run_starts(
     output's first and last ids, the edges of the tool calls (`tool_calls`: the parse `token_kinds`
     was given). `segments_from_kinds` looks only there instead of at every id."""
     n = len(prompt_ids)
+    if profile.format == HARMONY:
+        return list(range(n + output_len))  # Harmony kinds change at every header: every position may start a run
     starts = {0, n, n + output_len - 1}
     starts |= {p for p in tool_run_starts(n, tool_calls) if p < n + output_len}
     prefill = prefilled_opener_position(prompt_ids, profile)

@@ -1,0 +1,214 @@
+"""Harmony (gpt-oss) on ids: messages, channels and headers, segment kinds, and each Harmony finding on
+its case and on nothing clean, on the real o200k_harmony tokenizer (tests/test_harmony_tokenizer.py builds
+it offline; skipped with the reason when js-tiktoken's ranks are not on this machine).
+
+`HARMONY_CASES` has the shape of test_findings.CASES (positive, negative, exact positions), given a
+`HarmonyFamily` instead of a think-tag family."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tokview.core import gpt_oss_tokenizer as g
+from tokview.core import segments as seg
+from tokview.core.analysis import analyze
+from tokview.core.findings import ERROR, RULES, default_severity
+from tokview.core.harmony import CALL, END, RETURN, parse_harmony
+from tokview.core.profiles import HARMONY, get_profile
+from tokview.core.record import Capture
+
+QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
+CLEAN = "<|channel|>analysis<|message|>Six sevens.<|end|><|start|>assistant<|channel|>final<|message|>42.<|return|>"
+CALLING = (
+    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+    'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+
+
+@pytest.fixture(scope="module")
+def oss_tok():
+    from tokview.core.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(g.gpt_oss_tokenizer_dir())
+    except g.GptOssDataError as exc:
+        pytest.skip(f"no o200k ranks on this machine (npm pack js-tiktoken into ~/.cache/tokview): {exc}")
+
+
+@dataclasses.dataclass
+class HarmonyFamily:
+    tok: Any
+    profile: Any
+    prompt: list[int]
+
+    def ids(self, text: str) -> list[int]:
+        return self.tok.encode(text)
+
+    def capture(self, text: str = CLEAN, **changes: Any) -> Capture:
+        out = self.ids(text)
+        base = dict(
+            prompt_ids=list(self.prompt),
+            output_ids=out,
+            finish_reason="stop",
+            endpoint="sglang-generate",
+            settings={"max_new_tokens": 256, "chat_template_kwargs": {"current_date": "2026-01-01"}},
+            messages=QUESTION,
+            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
+        )
+        base.update(changes)
+        return Capture(**base)
+
+    def at(self, c: Capture, token_id: int, nth: int = 0) -> int:
+        """The absolute position of the nth occurrence of an id in the output."""
+        found = [i for i, t in enumerate(c.output_ids) if t == token_id]
+        return len(c.prompt_ids) + found[nth]
+
+
+@pytest.fixture(scope="module")
+def hfam(oss_tok) -> HarmonyFamily:
+    prompt = oss_tok.render(QUESTION, template_kwargs={"current_date": "2026-01-01"})
+    return HarmonyFamily(oss_tok, get_profile("gpt-oss"), prompt)
+
+
+@dataclasses.dataclass
+class HarmonyCase:
+    positive: Callable[[HarmonyFamily], Capture]
+    negative: Callable[[HarmonyFamily], Capture]
+    positions: Callable[[HarmonyFamily, Capture], tuple[int, ...]]
+
+
+CHANNEL = 200005
+CONSTRAIN = 200003
+MESSAGE = 200008
+NO_CHANNEL = "<|channel|>analysis<|message|>Six sevens.<|end|><|start|>assistant<|message|>42.<|return|>"
+CONSTRAIN_FOR_START = "<|channel|>analysis<|message|>Six sevens.<|end|><|constrain|>json<|message|>42.<|return|>"
+AFTER_FINAL = (
+    "<|channel|>final<|message|>42.<|end|><|start|>assistant<|channel|>analysis<|message|>Hmm.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>42.<|return|>"
+)
+RECIPIENT_ON_ANALYSIS = '<|channel|>analysis to=functions.get_weather<|message|>{"city": "Paris"}<|call|>'
+BAD_JSON = CALLING.replace('{"city": "Paris"}', '{"city": Paris}')
+FINAL_ENDS_END = CLEAN.replace("<|return|>", "<|end|>")
+
+
+def _chat(f: HarmonyFamily, text: str = CLEAN, reasoning: str = "Six sevens.", content: str = "42.") -> Capture:
+    return f.capture(text, endpoint="vllm-chat", reasoning=reasoning, content=content, reasoning_field="reasoning")
+
+
+HARMONY_CASES = {
+    "harmony_malformed_header": HarmonyCase(
+        lambda f: f.capture(NO_CHANNEL),
+        lambda f: f.capture(CALLING),
+        lambda f, c: (f.at(c, MESSAGE, 1),),  # the <|message|> the second header reached without a channel
+    ),
+    "harmony_no_final": HarmonyCase(
+        lambda f: f.capture("<|channel|>analysis<|message|>Six sevens.<|end|>"),
+        lambda f: f.capture(CALLING),  # a turn that calls a tool answers later
+        lambda f, c: (),
+    ),
+    "harmony_analysis_after_final": HarmonyCase(
+        lambda f: f.capture(AFTER_FINAL),
+        lambda f: f.capture(),
+        lambda f, c: (f.at(c, CHANNEL, 1),),
+    ),
+    "harmony_recipient_on_analysis": HarmonyCase(
+        lambda f: f.capture(RECIPIENT_ON_ANALYSIS),
+        lambda f: f.capture(CALLING),
+        lambda f, c: (len(c.prompt_ids),),
+    ),
+    "harmony_tool_json_invalid": HarmonyCase(
+        lambda f: f.capture(BAD_JSON),
+        lambda f: f.capture(CALLING),
+        lambda f, c: (f.at(c, MESSAGE, 1) + 1,),  # the arguments' first id
+    ),
+    "harmony_wrong_end_token": HarmonyCase(
+        lambda f: f.capture(FINAL_ENDS_END),
+        lambda f: f.capture(CALLING),
+        lambda f, c: (f.at(c, END, 1),),
+    ),
+    "harmony_split_mismatch": HarmonyCase(
+        lambda f: _chat(f, reasoning="", content="Six sevens.42."),
+        lambda f: _chat(f),
+        lambda f, c: (f.at(c, CHANNEL, 1),),
+    ),
+}
+
+
+def test_every_harmony_code_is_registered_and_has_a_case():
+    assert {code for code in RULES if code.startswith("harmony_")} == set(HARMONY_CASES)
+
+
+@pytest.mark.parametrize("code", sorted(HARMONY_CASES))
+def test_harmony_positive(hfam, code):
+    case = HARMONY_CASES[code]
+    capture = case.positive(hfam)
+    analysis = analyze(capture, hfam.profile, hfam.tok)
+    hits = [f for f in analysis.findings if f.code == code]
+    assert len(hits) == 1, f"{code} not found once; got {analysis.codes}"
+    assert hits[0].severity == default_severity(code) and hits[0].detail
+    assert hits[0].positions == case.positions(hfam, capture)
+    if default_severity(code) == ERROR:
+        assert not analysis.valid
+
+
+@pytest.mark.parametrize("code", sorted(HARMONY_CASES))
+def test_harmony_negative(hfam, code):
+    assert code not in analyze(HARMONY_CASES[code].negative(hfam), hfam.profile, hfam.tok).codes
+
+
+@pytest.mark.parametrize("text", [CLEAN, CALLING])
+def test_a_clean_harmony_turn_has_no_findings(hfam, text):
+    assert analyze(hfam.capture(text), hfam.profile, hfam.tok).codes == []
+    chat = analyze(_chat(hfam, text) if text == CLEAN else hfam.capture(text), hfam.profile, hfam.tok).codes
+    assert [c for c in chat if c != "parser_hidden_ids"] == []  # the headers and end ids are hidden: info only
+
+
+def test_harmony_codes_never_fire_on_think_tag_samples(kimi_tok, kimi_profile, make_capture):
+    codes = analyze(make_capture(), kimi_profile, kimi_tok).codes
+    assert not [c for c in codes if c.startswith("harmony_")]
+
+
+def test_messages_channels_recipient_constraint_and_end_tokens(hfam):
+    out = hfam.ids(CALLING)
+    first, call = parse_harmony(out, hfam.tok)
+    assert (first.channel, first.end_id, first.recipient, first.problems) == ("analysis", END, None, [])
+    assert (call.channel, call.recipient, call.constraint, call.end_id) == (
+        "commentary",
+        "functions.get_weather",
+        "json",
+        CALL,
+    )
+    assert hfam.tok.decode(out[call.body[0] : call.body[1]]) == '{"city": "Paris"}'
+    (a, f) = parse_harmony(hfam.ids(CLEAN))
+    assert (a.channel, f.channel, f.end_id) == ("analysis", "final", RETURN)
+
+
+def test_segment_kinds_follow_the_channels(hfam):
+    c = hfam.capture()
+    analysis = analyze(c, hfam.profile, hfam.tok)
+    kinds = [s.kind for s in analysis.segments]
+    assert kinds == [
+        seg.PROMPT,
+        seg.HARMONY_HEADER,
+        seg.ANALYSIS,
+        seg.MESSAGE_END,
+        seg.HARMONY_HEADER,
+        seg.FINAL,
+        seg.STOP,
+    ]
+    final = next(s for s in analysis.segments if s.kind == seg.FINAL)
+    ids = [*c.prompt_ids, *c.output_ids]
+    assert hfam.tok.decode(ids[final.start : final.end]) == "42."
+    assert set(seg.HARMONY_KINDS) <= set(seg.SEGMENT_KINDS)
+
+
+def test_gpt_oss_profile_is_detected_from_the_tokenizer(oss_tok):
+    from tokview.core.profiles import detect_profile
+
+    p = detect_profile(oss_tok)
+    assert (p.name, p.format, p.has_reasoning, p.effort_kwarg) == ("gpt-oss", HARMONY, False, "reasoning_effort")
+    assert set(p.stop_ids) >= {RETURN, CALL}
