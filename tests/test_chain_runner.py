@@ -64,3 +64,21 @@ def test_over_the_context_length_on_the_simulator_ends_the_chain_counted(tmp_pat
     with Store(str(db)) as store:
         (kept,) = [store.load_sample(r[0]) for r in store.query("SELECT sample_id FROM samples")]
     assert kept.turn == 0 and "chain_stopped" in [f.code for f in kept.findings]
+
+
+def test_the_writer_records_a_failed_chain_on_its_first_turn_and_counts_the_rest(tmp_path):
+    from builders import kimi, profile
+
+    from tokview.batch.chains import ChainResult, split_chain_stops
+    from tokview.batch.writer import GroupWriter
+
+    with Store(str(tmp_path / "s.duckdb")) as store:
+        writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01)
+        writer.add_chain(ITEM, ChainResult(failure=("chain turn 1 failed: HTTP 500", "http://s", True), left=1))
+        writer.close()
+        (failure,) = store.failures()
+        assert store.count_samples() == 0
+    assert (failure["sample_id"], failure["reason"]) == ("p#turn0@k_gen0", "chain turn 1 failed: HTTP 500")
+    failures, stops = split_chain_stops(writer.reasons)
+    assert writer.failed == 1 and failures == {"chain turn 1 failed: HTTP 500": 1}
+    assert stops == {"its chain failed (recorded on its first turn; the next run retries the chain whole)": 1}

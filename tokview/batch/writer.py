@@ -237,7 +237,7 @@ class GroupWriter:
         if result.failure is not None:
             group.failures.append(self._failure(item, *result.failure[:2]))
         if result.left:
-            why = result.stop or "its chain failed at an earlier turn (the chain is retried whole on the next run)"
+            why = result.stop or "its chain failed (recorded on its first turn; the next run retries the chain whole)"
             group.chain_stops.append((why, result.left))
 
     def _take_sample(self, item: Any, capture: Any, ahead: Future | None, group: _Group) -> None:
