@@ -212,3 +212,49 @@ def test_gpt_oss_profile_is_detected_from_the_tokenizer(oss_tok):
     p = detect_profile(oss_tok)
     assert (p.name, p.format, p.has_reasoning, p.effort_kwarg) == ("gpt-oss", HARMONY, False, "reasoning_effort")
     assert set(p.stop_ids) >= {RETURN, CALL}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem", "at"),
+    [
+        (CONSTRAIN_FOR_START, "<|constrain|> where <|start|> is expected", (CONSTRAIN, 0)),
+        (CLEAN.replace("<|start|>", "<|call|>", 1), "<|call|> where <|start|> is expected", (CALL, 0)),
+        ("<|channel|>final 42.<|return|>", "no <|message|>", (RETURN, 0)),
+        ("<|channel|>thoughts<|message|>42.<|return|>", "a channel name Harmony does not have", (CHANNEL, 0)),
+        (
+            "<|constrain|>json<|channel|>final<|message|>42.<|return|>",
+            "<|constrain|> before the channel",
+            (CONSTRAIN, 0),
+        ),
+        (
+            "<|channel|>analysis<|message|>Six sevens.<|start|>assistant<|channel|>final<|message|>42.<|return|>",
+            "no end token before <|start|>",
+            (200006, 0),
+        ),
+    ],
+)
+def test_each_malformed_header_is_named_where_it_is(hfam, text, problem, at):
+    c = hfam.capture(text)
+    hits = [f for f in analyze(c, hfam.profile, hfam.tok).findings if f.code == "harmony_malformed_header"]
+    assert len(hits) == 1 and problem in hits[0].detail, hits
+    assert hfam.at(c, *at) in hits[0].positions
+
+
+def test_any_id_sequence_parses_and_its_kinds_partition_the_ids(hfam):
+    """Random mixes of Harmony specials and text: the reader never loops or raises, every id gets one kind,
+    and the runs read at `run_starts` are those `groupby` finds."""
+    import random
+
+    from tokview.core.harmony import CHANNEL_IDS
+
+    rng = random.Random(28)
+    pool = [[200002], [200003], [200005], [200006], [200007], [200008], [200012], [316, 28], [13], [4108]]
+    pool += [list(v) for v in CHANNEL_IDS.values()]
+    for _ in range(400):
+        out = [i for _ in range(rng.randrange(0, 14)) for i in rng.choice(pool)]
+        prompt = hfam.prompt[-3:]
+        kinds = seg.token_kinds(prompt, out, hfam.profile)
+        assert len(kinds) == len(prompt) + len(out)
+        starts = seg.run_starts(prompt, len(out), hfam.profile, seg.delimiter_positions(out, hfam.profile))
+        assert seg.segments_from_kinds(kinds, len(prompt), starts) == seg.segments_from_kinds(kinds, len(prompt))
+        analyze(hfam.capture(hfam.tok.decode(out)), hfam.profile, hfam.tok)

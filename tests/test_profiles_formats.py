@@ -94,3 +94,29 @@ def test_think_tag_tokenizers_are_detected_as_before(kimi_tok, qwen_tok):
     from tokview.core.profiles import detect_profile
 
     assert detect_profile(kimi_tok).format == THINK and detect_profile(qwen_tok).name == "qwen3"
+
+
+def test_kimi_k26_is_detected_from_a_template_that_reads_preserve_thinking(kimi_tok_dir, tmp_path):
+    """K2.6's template is K2.5's plus `preserve_thinking`: the detected profile keeps all history reasoning."""
+    import json
+    import shutil
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+
+    folder = shutil.copytree(kimi_tok_dir, tmp_path / "k26")
+    extra = "{%- if preserve_thinking is defined and preserve_thinking %}{% endif -%}"
+    template = extra + (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    p = detect_profile(load_tokenizer(folder))
+    assert (p.name, p.history_kwarg, p.prefills_opener, p.format) == ("kimi-k2.6", "preserve_thinking", True, THINK)
+
+
+def test_a_detected_builtin_family_keeps_its_history_rule(kimi_tok):
+    from tokview.core.profiles import detect_profile
+
+    p = detect_profile(kimi_tok)
+    assert (p.name, p.history_reasoning, p.history_kwarg) == ("kimi-k2.5", "after_last_user", None)

@@ -125,10 +125,10 @@ def parse_harmony(output: Sequence[int], tokenizer: TokenizerAdapter | None = No
         if k < n and out[k] in END_IDS:
             msg.end_pos, msg.end_id = k, out[k]
             k += 1
+        elif k < n:  # a <|start|> cut the message before any end token
+            msg.problems.append(("no end token before <|start|>", k))
         messages.append(msg)
-        if k <= i:
-            break
-        i = k
+        i = k  # at an id past this message, or at the <|start|> the next turn of the loop reads
     if tokenizer is not None:
         for msg in messages:
             msg.recipient = tokenizer.decode(list(msg.recipient_ids)).strip() if msg.recipient_ids else None

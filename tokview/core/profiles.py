@@ -514,7 +514,10 @@ _FAMILY_BY_OPEN_ID = {
     KIMI_ID["<think>"]: ("kimi-k2.5", "kimi-k2-thinking"),
     151667: ("qwen3", "qwen3"),
     128798: ("deepseek-r1", "deepseek-r1"),
+    151350: ("glm-4.7", "glm-4.5"),  # GLM-4.7's generation prompt ends <think>, GLM-4.5's does not
 }
+_KEEPS_ALL_HISTORY = {"kimi-k2.5": ("preserve_thinking", "kimi-k2.6")}
+"""A family whose next version's template reads a kwarg that keeps all history reasoning."""
 
 
 def detect_profile(tokenizer: Any) -> ModelProfile:
@@ -554,6 +557,9 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
             stops.append(tid)
     with_prefill, without_prefill = _FAMILY_BY_OPEN_ID.get(open_id, ("custom", "custom"))
     name = with_prefill if prefills else without_prefill
+    newer = _KEEPS_ALL_HISTORY.get(name)
+    if newer and newer[0] in template:
+        name = newer[1]
     base = BUILTIN_PROFILES.get(name)
     return ModelProfile(
         name=name,
@@ -567,6 +573,9 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
         reasoning_parser=base.reasoning_parser if base else None,
         max_length=tokenizer.model_max_length,
         tool_calls=fitting_tool_layout(tokenizer, base.tool_calls if base else None),
+        history_reasoning=base.history_reasoning if base else "after_last_user",
+        history_kwarg=base.history_kwarg if base else None,
+        effort_kwarg=base.effort_kwarg if base else None,
     )
 
 
