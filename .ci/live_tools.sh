@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The live tier's tool-calling phase (issues 23 item 8, 24 item 7): real vLLM serving tokview's tiny Kimi-layout
-# *tool* model (tests/live/make_tiny_kimi.py, variant `tools`) with the kimi_k2 reasoning and tool parsers, and
-# tests/live/test_live_tools.py + tests/live/test_live_agent.py run against it (batch, proxy, the openai-client
-# agent harness). Called by .ci/live.sh once the chain model's server is stopped; runs on its own too:
+# The live tier's tool-calling phase (issues 23 item 8, 24 item 7): real vLLM with the kimi_k2 reasoning and tool
+# parsers serving, one after the other, two tiny Kimi-layout models built by tests/live/make_tiny_kimi.py:
+#   tools: one call (get_weather), then a text answer once a result is in the prompt -> tests/live/test_live_tools.py
+#          (exact ids, tool_calls vs the calls on ids, `tokview batch --history served`, `tokview proxy`);
+#   agent: two parallel calls, a second round, then the answer -> tests/live/test_live_agent.py (the openai-client
+#          agent harness, direct vs through the proxy).
+# Called by .ci/live.sh once the chain model's server is stopped; runs on its own too:
 #
 #   VLLM_VENV=.venv-vllm bash .ci/live_tools.sh
 #
@@ -12,9 +15,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 VLLM_VENV=${VLLM_VENV:-.venv-vllm}
-MODEL_DIR=build/tiny-kimi-tools
-LOG=build/vllm-tools.log
-START_TIMEOUT=${LIVE_START_TIMEOUT:-180}
 t0=$(date +%s)
 phase_start=$t0
 phase() {
@@ -24,41 +24,53 @@ phase() {
   phase_start=$now
 }
 mkdir -p build
-
-# 1. The model, built by our own code (deterministic, a few seconds) and checked in HF transformers: turn 1 calls
-#    the tool, turn 2 answers, turn 2's prompt extends turn 1's prompt + output ids.
-HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 \
-  "$VLLM_VENV/bin/python" tests/live/make_tiny_kimi.py "$MODEL_DIR" tools bf16 --verify
-phase "model build"
-
-# 2. The server, with the tool parser as the recordings were made (recordings/tools README). No prefix cache, so
-#    a greedy request computes the same way however often it is sent.
-PORT=${LIVE_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
-URL="http://127.0.0.1:$PORT"
-HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
-  "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
-  --served-model-name tiny-kimi-tools --host 127.0.0.1 --port "$PORT" --max-model-len 2048 \
-  --reasoning-parser kimi_k2 --tool-call-parser kimi_k2 --enable-auto-tool-choice \
-  --no-enable-prefix-caching --enforce-eager >"$LOG" 2>&1 &
-SERVER_PID=$!
+START_TIMEOUT=${LIVE_START_TIMEOUT:-180}
 . .ci/vllm_server.sh
-trap stop_server EXIT INT TERM
-wait_healthy live-tools
-phase "server start"
+SERVER_PID=
+trap 'if [ -n "$SERVER_PID" ]; then stop_server; fi' EXIT INT TERM
 
-# 3. The tests. `-m live` overrides the default `-m 'not live'`.
-export TOKVIEW_LIVE_TOOLS_URL="$URL" TOKVIEW_LIVE_TOOLS_DIR="$MODEL_DIR"
-export TOKVIEW_LIVE_TOOLS_RECORD="build/tools-live.json"
-rm -f "$TOKVIEW_LIVE_TOOLS_RECORD"
-set +e
-"$PYTHON" -m pytest -m live tests/live/test_live_tools.py tests/live/test_live_agent.py -q -p no:cacheprovider \
-  --durations=5 -o timeout=900
-rc=$?
-set -e
-phase "tests"
-if [ -s "$TOKVIEW_LIVE_TOOLS_RECORD" ]; then
+# serve_and_test MODE NAME TEST_FILE URL_ENV DIR_ENV: build the model (deterministic, a few seconds, checked in HF
+# transformers: every turn's greedy output and that each prompt extends the previous prompt + output ids), serve it
+# with the tool parser as the recordings were made (recordings/tools README; no prefix cache, so a greedy request
+# computes the same way however often it is sent), run the tests, stop the server.
+serve_and_test() {
+  local mode=$1 name=$2 tests=$3 url_env=$4 dir_env=$5
+  local model_dir="build/tiny-kimi-$mode" port
+  LOG="build/vllm-$mode.log"
+  HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 \
+    "$VLLM_VENV/bin/python" tests/live/make_tiny_kimi.py "$model_dir" "$mode" bf16 --verify || return 1
+  phase "$mode model build"
+  port=${LIVE_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
+  URL="http://127.0.0.1:$port"
+  HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+    "$VLLM_VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$model_dir" \
+    --served-model-name "$name" --host 127.0.0.1 --port "$port" --max-model-len 2048 \
+    --reasoning-parser kimi_k2 --tool-call-parser kimi_k2 --enable-auto-tool-choice \
+    --no-enable-prefix-caching --enforce-eager >"$LOG" 2>&1 &
+  SERVER_PID=$!
+  wait_healthy "live-tools ($mode)"
+  phase "$mode server start"
+  set +e
+  env "$url_env=$URL" "$dir_env=$model_dir" TOKVIEW_LIVE_TOOLS_RECORD="build/tools-live.json" \
+    "$PYTHON" -m pytest -m live "$tests" -q -p no:cacheprovider --durations=5 -o timeout=900
+  local code=$?
+  set -e
+  phase "$mode tests"
+  stop_server
+  SERVER_PID=
+  return $code
+}
+
+rc=0
+rc_agent=0
+rm -f build/tools-live.json
+serve_and_test tools tiny-kimi-tools tests/live/test_live_tools.py TOKVIEW_LIVE_TOOLS_URL TOKVIEW_LIVE_TOOLS_DIR || rc=$?
+serve_and_test agent tiny-kimi-agent tests/live/test_live_agent.py TOKVIEW_LIVE_AGENT_URL TOKVIEW_LIVE_AGENT_DIR \
+  || rc_agent=$?
+[ "$rc" != 0 ] || rc=$rc_agent
+if [ -s build/tools-live.json ]; then
   echo "live-tools: the tool model's two turns on the real server (prompt lengths, output ids, tool_calls):"
-  cat "$TOKVIEW_LIVE_TOOLS_RECORD"
+  cat build/tools-live.json
 fi
 echo "live-tools: total $(( $(date +%s) - t0 )) s"
 exit $rc

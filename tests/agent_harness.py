@@ -24,6 +24,10 @@ def _multiply(a: float, b: float) -> float:
     return a * b
 
 
+def _square(n: int) -> int:
+    return n * n
+
+
 def _word_count(text: str) -> int:
     return len(str(text).split())
 
@@ -51,6 +55,7 @@ NUMBER = {"type": "integer"}
 TOOLS: dict[str, tuple[dict[str, Any], Callable[..., Any]]] = {
     "add": (_fn("add", "Add two integers", {"a": NUMBER, "b": NUMBER}), _add),
     "multiply": (_fn("multiply", "Multiply two integers", {"a": NUMBER, "b": NUMBER}), _multiply),
+    "square": (_fn("square", "Square an integer", {"n": NUMBER}), _square),
     "word_count": (_fn("word_count", "Count the words of a text", {"text": {"type": "string"}}), _word_count),
     "get_weather": (_fn("get_weather", "Get the weather for a city", {"city": {"type": "string"}}), _get_weather),
 }

@@ -34,3 +34,15 @@ def tools_server() -> tuple[str, str]:
             "a real vLLM with the tool model and the live tool tier"
         )
     return url.rstrip("/"), model_dir
+
+
+AGENT_URL_ENV, AGENT_DIR_ENV = "TOKVIEW_LIVE_AGENT_URL", "TOKVIEW_LIVE_AGENT_DIR"
+
+
+@pytest.fixture(scope="session")
+def agent_server() -> tuple[str, str]:
+    """(URL, model dir) of the real vLLM serving the tiny agent model (two tool rounds), from .ci/live_tools.sh."""
+    url, model_dir = os.environ.get(AGENT_URL_ENV), os.environ.get(AGENT_DIR_ENV)
+    if not url or not model_dir:
+        pytest.skip(f"{AGENT_URL_ENV}/{AGENT_DIR_ENV} are not set: run `bash .ci/live_tools.sh` (or .ci/live.sh)")
+    return url.rstrip("/"), model_dir

@@ -120,13 +120,14 @@ def byte_level_pieces(text: str) -> list[str]:
     return [p for p, _ in pre_tokenizers.ByteLevel(add_prefix_space=False).pre_tokenize_str(text)]
 
 
-def tool_pieces() -> list[str]:
-    """Every pre-token piece of the tool model's texts: each must become a single token."""
-    texts = (TOOL_REASONING, TOOL_CALL_ID, TOOL_ARGUMENTS, ANSWER_REASONING, ANSWER_TEXT, RESULT_MARKER)
+def tool_pieces(texts: list[str] | None = None) -> list[str]:
+    """Every pre-token piece of the model's texts (the tool model's by default): each must become one token."""
+    if texts is None:
+        texts = [TOOL_REASONING, TOOL_CALL_ID, TOOL_ARGUMENTS, ANSWER_REASONING, ANSWER_TEXT, RESULT_MARKER]
     return list(dict.fromkeys(p for t in texts for p in byte_level_pieces(t)))
 
 
-def extend_tokenizer(out_dir: Path) -> None:
+def extend_tokenizer(out_dir: Path, texts: list[str] | None = None) -> None:
     """Make each tool piece one token: its missing prefixes take the last pseudo-word ids, its merges rank first.
 
     The pseudo-words given up are the last ones of the layout (4-letter junk near id 163583), so every
@@ -135,7 +136,7 @@ def extend_tokenizer(out_dir: Path) -> None:
     path = out_dir / "tokenizer.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     vocab: dict[str, int] = data["model"]["vocab"]
-    pieces = tool_pieces()
+    pieces = tool_pieces(texts)
     needed = [p[:k] for p in pieces for k in range(1, len(p) + 1)]
     missing = list(dict.fromkeys(s for s in needed if s not in vocab))
     keep = set(needed)
@@ -156,7 +157,8 @@ def extend_tokenizer(out_dir: Path) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     marker = out_dir / "tokview_layout.json"
     info = json.loads(marker.read_text(encoding="utf-8"))
-    marker.write_text(json.dumps({**info, "variant": "tools"}, indent=2) + "\n", encoding="utf-8")
+    variant = "tools" if texts is None else "agent"
+    marker.write_text(json.dumps({**info, "variant": variant}, indent=2) + "\n", encoding="utf-8")
 
 
 def tool_chains(out_dir: Path) -> dict[str, list[int]]:
@@ -239,16 +241,166 @@ def apply_tool_chains(model, chains: dict[str, list[int]]) -> None:
             head[to_answer, DIM_MODE] = MODE_WEIGHT
 
 
+# -- the agent variant: two tool rounds, the first with two parallel calls ------------------------------
+# Turn 1 (no call in the prompt): reasoning, then get_weather and square in one section. Turn 2 (one section in
+# the history): another square. Turn 3: a text answer. Each branch point reads a ratio off one attention head:
+# `<think>` / `</think>` the share of `<|tool_calls_section_begin|>` among {sections, `<|im_user|>`} (0, 1/2, 2/3:
+# the round), the section's branch tokens the share of `<|tool_call_end|>` among {call ends, `<|im_user|>`} (0: the
+# first call, 1/2: the second, ≥ 2/3: the second round). One user turn per conversation, as in the tasks.
+AGENT_REASONING = ("Okay, I should check the weather in Paris", "Then square nine", "All results received")
+AGENT_CALLS = (
+    (("functions.get_weather:0", '{"city": "Paris"}'), ("functions.square:1", '{"n": 7}')),
+    (("functions.square:2", '{"n": 9}'),),
+)
+AGENT_ANSWER = "It is sunny today!"
+IM_USER_ID = 163587
+SQUARE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "square",
+        "description": "Square an integer",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    },
+}
+PHASES = "ABC"
+LINES = {"A": (28.0, -24.0), "B": (24.0, 0.0), "C": (-11.0, 60.0), "AB": (24.0, 0.0), "BC": (24.0, 0.0)}
+"""(intercept, slope in the ratio) per group of phases a target wins: at ratio 0, 1/2 and ≥ 2/3 exactly its
+group's line is the highest, by ≥ 4 (× the RMSNorm scale ≈ 5)."""
+LINE_BASE = 50.0
+"""Added to every candidate at its source's dimension, above any non-candidate's slope term (≤ 60 × 0.8)."""
+Q_ROUND, Q_CALL, K_ROUND, K_CALL, M_ROUND, M_CALL = 58, 59, 60, 61, 62, 63
+AGENT_SCORE = 3.0
+
+
+def agent_texts() -> list[str]:
+    args = [a for calls in AGENT_CALLS for call in calls for a in call]
+    return [*AGENT_REASONING, AGENT_ANSWER, *args]
+
+
+def agent_turns(tok) -> list[list[int]]:
+    """The three turns' output ids (each text its canonical encoding)."""
+
+    def enc(text: str) -> list[int]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        if len(ids) != len(byte_level_pieces(text)):
+            raise SystemExit(f"{text!r} is not one token per piece: {tok.encode(text).tokens}")
+        return ids
+
+    def section(calls) -> list[int]:
+        body = [t for cid, args in calls for t in (CALL_BEGIN, *enc(cid), ARG_BEGIN, *enc(args), CALL_END)]
+        return [SECTION_BEGIN, *body, SECTION_END, EOS_ID]
+
+    r1, r2, r3 = (enc(t) for t in AGENT_REASONING)
+    return [
+        [*r1, THINK_CLOSE_ID, *section(AGENT_CALLS[0])],
+        [*r2, THINK_CLOSE_ID, *section(AGENT_CALLS[1])],
+        [*r3, THINK_CLOSE_ID, *enc(AGENT_ANSWER), EOS_ID],
+    ]
+
+
+def agent_program(
+    turns: list[list[int]],
+) -> tuple[dict[int, int], dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """Plain transitions, round branches and call branches, read off the turns with each position's phase."""
+    seen: dict[int, dict[str, int]] = {}
+    kinds: dict[int, str] = {}
+    ends_before = 0
+    for round_index, out in enumerate(turns):
+        seq = [THINK_OPEN, *out]
+        ends = ends_before
+        for a, b in itertools.pairwise(seq):
+            ends += a == CALL_END
+            kind = "round" if a in (THINK_OPEN, THINK_CLOSE_ID) else "call"
+            phase = PHASES[round_index] if kind == "round" else PHASES[min(ends, 2)]
+            kinds[a] = kind
+            if seen.setdefault(a, {}).setdefault(phase, b) != b:
+                raise SystemExit(f"id {a} has two successors in phase {phase}")
+        ends_before = ends + (seq[-1] == CALL_END)
+    plain: dict[int, int] = {}
+    branches: dict[str, dict[int, dict[str, int]]] = {"round": {}, "call": {}}
+    for a, by_phase in seen.items():
+        if len(set(by_phase.values())) == 1:
+            plain[a] = next(iter(by_phase.values()))
+            continue
+        full = {}
+        for i, ph in enumerate(PHASES):  # a phase the source never meets takes its neighbour's successor
+            near = [PHASES[j] for j in sorted(range(3), key=lambda j: abs(j - i)) if PHASES[j] in by_phase]
+            full[ph] = by_phase[near[0]]
+        branches[kinds[a]][a] = full
+    return plain, branches["round"], branches["call"]
+
+
+def apply_agent(model, turns: list[list[int]]) -> dict[int, int]:
+    """One-hot source dimensions, the ratio head of layer 0, plain rows (4.0) and branch lines; returns the dims."""
+    import torch
+
+    plain, round_branches, call_branches = agent_program(turns)
+    sources = list(dict.fromkeys([*plain, *round_branches, *call_branches]))
+    if len(sources) > Q_ROUND:
+        raise SystemExit(f"{len(sources)} source tokens do not fit in {Q_ROUND} dimensions")
+    dim = {tid: i for i, tid in enumerate(sources)}
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    attn = model.model.layers[0].self_attn
+    extra = [Q_ROUND, Q_CALL, K_ROUND, K_CALL, M_ROUND, M_CALL]
+    slopes: dict[int, tuple[int, float]] = {}
+    with torch.no_grad():
+        emb[:, extra] = 0.0
+        head[:, extra] = 0.0
+        for tid, i in dim.items():
+            emb[tid].zero_()
+            emb[tid, i] = 1.0
+        for tid in round_branches:
+            emb[tid, Q_ROUND] = 1.0
+        for tid in call_branches:
+            emb[tid, Q_CALL] = 1.0
+        emb[IM_USER_ID].zero_()
+        emb[IM_USER_ID, K_ROUND] = emb[IM_USER_ID, K_CALL] = 1.0  # the anchor of both ratios: no value
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            proj.weight.zero_()
+        # RoPE's two slowest pairs (30, 62) and (31, 63): the scores barely move with distance.
+        attn.q_proj.weight[31, Q_ROUND] = attn.k_proj.weight[31, K_ROUND] = AGENT_SCORE
+        attn.q_proj.weight[30, Q_CALL] = attn.k_proj.weight[30, K_CALL] = AGENT_SCORE
+        for key_id, key_dim, value_row in ((SECTION_BEGIN, K_ROUND, 0), (CALL_END, K_CALL, 1)):
+            # After RMSNorm the key component must equal the anchor's (8/√2, two unit components), whatever else
+            # the token carries: with r² the sum of its other squares, a key component r does that. The value
+            # reads the token's own dimension, scaled back to 1.
+            r = float(emb[key_id].float().pow(2).sum()) ** 0.5
+            emb[key_id, key_dim] = r
+            attn.v_proj.weight[value_row, dim[key_id]] = r * 2**0.5 / 8
+        attn.o_proj.weight[M_ROUND, 0] = 1.0
+        attn.o_proj.weight[M_CALL, 1] = 1.0
+        for a, b in plain.items():
+            head[b, dim[a]] = LM_HEAD_SCALE
+        for branches, mode in ((round_branches, M_ROUND), (call_branches, M_CALL)):
+            for a, by_phase in branches.items():
+                groups: dict[int, str] = {}
+                for ph in PHASES:
+                    groups[by_phase[ph]] = groups.get(by_phase[ph], "") + ph
+                for b, group in groups.items():
+                    intercept, slope = LINES[group]
+                    if slopes.setdefault(b, (mode, slope)) != (mode, slope):
+                        raise SystemExit(f"id {b} needs two slopes {slopes[b]} and {(mode, slope)}")
+                    head[b, dim[a]] = LINE_BASE + intercept
+                    head[b, mode] = slope
+    return dim
+
+
 def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special: bool = True) -> Path:
     """Write tokenizer + config + safetensors weights into ``out_dir`` (replaced if present)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out_dir = build_kimi_tokenizer_dir(Path(out_dir), think_special=think_special)
-    chains = None
+    chains = turns = None
     if mode == "tools":
         extend_tokenizer(out_dir)
         chains = tool_chains(out_dir)
+    elif mode == "agent":
+        from tokenizers import Tokenizer
+
+        extend_tokenizer(out_dir, agent_texts())
+        turns = agent_turns(Tokenizer.from_file(str(out_dir / "tokenizer.json")))
     torch.manual_seed(0)
     config = LlamaConfig(**LLAMA_CONFIG)
     model = LlamaForCausalLM(config).float()
@@ -256,6 +408,8 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
         apply_chain(model)
     elif chains is not None:
         apply_tool_chains(model, chains)
+    elif turns is not None:
+        apply_agent(model, turns)
     model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=BOS_ID, eos_token_id=[EOS_ID], pad_token_id=PAD_ID)
     model.save_pretrained(str(out_dir), safe_serialization=True)
@@ -279,6 +433,9 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
                 "answer": ANSWER_TEXT,
             },
         )
+    if turns is not None:
+        info.update(turn_output_ids=turns, calls=[[list(c) for c in calls] for calls in AGENT_CALLS])
+        info.update(texts={"reasoning": list(AGENT_REASONING), "answer": AGENT_ANSWER})
     (out_dir / MODEL_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -348,10 +505,48 @@ def verify_tools(model_dir: Path) -> None:
     print(f"verified: turn 1 prompt {len(p1)} ids -> {len(out1)} ids (tool call); turn 2 prompt {len(p2)} -> {out2}")
 
 
+def agent_messages(turn: int, results: list[str]) -> list[dict]:
+    """The conversation before `turn` (0-based), each round's calls answered by the next of `results`."""
+    messages: list[dict] = [{"role": "user", "content": TOOL_QUESTION}]
+    used = iter(results)
+    for r in range(turn):
+        calls = [
+            {"id": cid, "type": "function", "function": {"name": cid.split(".")[1].split(":")[0], "arguments": args}}
+            for cid, args in AGENT_CALLS[r]
+        ]
+        messages.append(
+            {"role": "assistant", "content": None, "tool_calls": calls, "reasoning_content": AGENT_REASONING[r]}
+        )
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": next(used)} for c in calls]
+    return messages
+
+
+def verify_agent(model_dir: Path) -> None:
+    """Each turn's greedy output is the planned one, and each prompt extends the previous prompt + output ids."""
+    from transformers import AutoTokenizer
+
+    info = json.loads((model_dir / MODEL_INFO).read_text(encoding="utf-8"))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    results = ["rainy, 21 degrees", "49", "81"]
+    previous: list[int] = []
+    for turn, expected in enumerate(info["turn_output_ids"]):
+        ids = tok.apply_chat_template(
+            agent_messages(turn, results), tools=[WEATHER_TOOL, SQUARE_TOOL], add_generation_prompt=True, tokenize=True
+        )
+        prompt = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        if prompt[: len(previous)] != previous:
+            raise SystemExit(f"turn {turn} prompt does not extend the previous prompt + output ids")
+        got = greedy_output(model_dir, prompt, 80)
+        if got != expected:
+            raise SystemExit(f"turn {turn} output mismatch: {got} (expected {expected})")
+        previous = prompt + got
+        print(f"verified: turn {turn}: prompt {len(prompt)} ids -> {len(got)} output ids")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "tools", "random"))
+    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "tools", "agent", "random"))
     p.add_argument("dtype", nargs="?", default="bf16", choices=("bf16", "fp32"))
     p.add_argument(
         "--non-special-think",
@@ -366,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "random":
             print("--verify applies to the chain and tools models only", file=sys.stderr)
             return 1
-        verify(out) if args.mode == "chain" else verify_tools(out)
+        {"chain": verify, "tools": verify_tools, "agent": verify_agent}[args.mode](out)
     return 0
 
 

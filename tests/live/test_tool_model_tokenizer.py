@@ -11,9 +11,13 @@ from tokenizers import Tokenizer
 from live.make_tiny_kimi import (
     ANSWER_TEXT,
     DIM_QUERY,
+    Q_ROUND,
     TOOL_ARGUMENTS,
     TOOL_CALL_ID,
     TOOL_REASONING,
+    agent_program,
+    agent_texts,
+    agent_turns,
     byte_level_pieces,
     extend_tokenizer,
     tool_chains,
@@ -45,3 +49,17 @@ def test_the_tool_tokenizer_encodes_each_chain_canonically_and_keeps_the_layout(
     assert set(call) & set(answer) == {163607, 163586}
     assert len(set(call[:-1])) == len(call) - 1 and len(set(answer)) == len(answer)
     assert len(set(call[:-1]) | set(answer[:-1])) < DIM_QUERY, "every source token has a hidden dimension"
+
+
+def test_the_agent_model_turns_are_canonical_and_fit_one_program(tmp_path: Path) -> None:
+    out = build_kimi_tokenizer_dir(tmp_path / "agent")
+    extend_tokenizer(out, agent_texts())
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    turns = agent_turns(tok)
+    for ids in turns:
+        assert tok.encode(tok.decode(ids, skip_special_tokens=False)).ids == ids
+    assert [ids.count(163597) for ids in turns] == [2, 1, 0], "two parallel calls, then one, then the answer"
+    plain, round_branches, call_branches = agent_program(turns)
+    assert set(round_branches) == {163606, 163607}
+    assert 163599 in call_branches and call_branches[163599] == {"A": 163597, "B": 163597, "C": 163596}
+    assert len({*plain, *round_branches, *call_branches}) <= Q_ROUND
