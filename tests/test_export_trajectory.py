@@ -11,6 +11,7 @@ import pytest
 from export_tool_sessions import SESSION, record_tool_session, stored_turns
 
 from tokview.cli import main
+from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
 
@@ -67,3 +68,66 @@ def test_trajectory_cannot_be_combined_with_a_text_format(recorded, tmp_path, ca
     db, _ = recorded
     code = main(["export", "--db", str(db), "--trajectory", "--format", "sharegpt", "--out", str(tmp_path / "x.jsonl")])
     assert code != 0 and "--trajectory writes --format trajectory" in capsys.readouterr().err
+
+
+def _round(n: int) -> list[dict]:
+    """Two parallel calls and their results, as a prompts file writes them."""
+    calls = [
+        {"id": f"w{n}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": f"t{n}", "type": "function", "function": {"name": "get_time", "arguments": '{"zone": "CET"}'}},
+    ]
+    return [
+        {"role": "assistant", "content": "", "reasoning_content": "file reasoning", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": f"w{n}", "content": f"sunny {n}"},
+        {"role": "tool", "tool_call_id": f"t{n}", "content": f"1{n}:00"},
+    ]
+
+
+CHAIN_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+    for name in ("get_weather", "get_time")
+]
+CHAIN_TRACE = {
+    "id": "agent",
+    "tools": CHAIN_TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather and time in Paris?"},
+        *_round(0),
+        *_round(1),
+        {"role": "assistant", "content": "Sunny, 10:00."},
+        {"role": "user", "content": "And again?"},
+        *_round(2),
+        {"role": "assistant", "content": "Still sunny."},
+    ],
+}
+
+
+def test_a_batch_chain_is_one_row_per_unbroken_stretch_with_parallel_calls_supervised(tmp_path, capsys) -> None:
+    """`tokview batch --history served` stores a chain as turns of one prompt (`{prompt}#turn{t}`): the same
+    entry makes its rows; the break after the finished loop (the template drops its reasoning) splits it."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(CHAIN_TRACE) + "\n")
+    db = tmp_path / "s.duckdb"
+    cfg = SimConfig(kind="vllm", quirks={"tool-calls": "each", "tool-rounds": 2})
+    with start_simulator(cfg) as sim:
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(db), "--mode", "chat", "--workers", "1"]
+        assert main([*args, "--temperature", "0", "--max-new-tokens", "400"]) == 0
+    with Store(db) as store:
+        turns = store.query("SELECT turn, prompt_ids, output_ids FROM samples WHERE prompt_id = 'agent' ORDER BY turn")
+    assert [t[0] for t in turns] == [0, 1, 2, 3, 4]
+    out = tmp_path / "t.jsonl"
+    capsys.readouterr()
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [[t["turn"] for t in r["metadata"]["turns"]] for r in rows] == [[0, 1, 2], [3, 4]]
+    for row, stretch in zip(rows, (turns[:3], turns[3:])):
+        last = stretch[-1]
+        assert row["input_ids"] == list(last[1]) + list(last[2])
+        supervised = [i for i, m in enumerate(row["loss_mask"]) if m]
+        spans = [range(*t["output_span"]) for t in row["metadata"]["turns"]]
+        assert supervised == [i for span in spans for i in span]
+        for span, (_, _, output) in zip(spans, stretch):
+            assert [row["input_ids"][i] for i in span] == list(output)
+    assert rows[0]["metadata"]["tool_calls"] == 4  # two rounds of two parallel calls
+    manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
+    assert manifest["breaks_by_reason"] == {"prompt_does_not_extend": 1} and manifest["first_breaks"][0]["turn"] == 3

@@ -8,6 +8,12 @@ stored. A sample whose loss mask has no 1 is refused and counted in the manifest
 tagged T (repeat it: with any one); tags are compared without case, and the manifest counts the exported samples
 by tag (Parquet has a `tags` column when any has one).
 
+`--trajectory` (`--format trajectory`) writes one row per conversation (a `tokview proxy` session, a `tokview
+batch` chain): the served ids of every turn in order, each served output with mask 1; a conversation is split
+where a turn's prompt does not extend the previous turn's prompt + output ids (the manifest's `trajectory` says
+where and why). Text formats carry the request's `tools` (as JSON text), the assistant's `tool_calls` and the
+tool results; kimi-inline refuses rows with tools.
+
 `--out -` streams the data to stdout (no sidecars); a FIFO is streamed to, a symlink written through.
 Each text format is re-rendered through the run's chat template the way the trainers do, and the
 rows whose ids or loss mask would differ are counted (printed, and in the manifest's `rerender`).
