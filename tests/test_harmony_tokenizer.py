@@ -33,8 +33,15 @@ def harmony(oss_dir):
     oh = pytest.importorskip("openai_harmony", reason="openai-harmony is not installed (pip install openai-harmony)")
     import os
 
+    before = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
     os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(oss_dir)  # the vocabulary file, offline: no download
-    return oh, oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
+    try:
+        yield oh, oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
+    finally:  # the rest of the suite sees the environment it had
+        if before is None:
+            os.environ.pop("TIKTOKEN_ENCODINGS_BASE", None)
+        else:
+            os.environ["TIKTOKEN_ENCODINGS_BASE"] = before
 
 
 TEXTS = [
