@@ -76,17 +76,27 @@ _KEY = re.compile(rb'"(token_ids|prompt_token_ids|response_token_ids|sglext)"\s*
 _SPACE = b" \t\r\n"
 
 
+_BRACKET = re.compile(rb"[\[\]{}]")
+
+
 def _value_end(raw: bytes, start: int) -> int:
-    """The index just past the JSON array or object that starts at `start` (ids hold no strings)."""
+    """The index just past the JSON array or object that starts at `start` (ids hold no strings).
+
+    A byte-by-byte walk cost 65 µs for 256 ids, ~1 ms for a 2,000-token answer, on the client's path: a flat
+    array (every id list but SGLang's nested ones) ends at its first `]`, one search in C; anything nested
+    goes from bracket to bracket (the regex skips the digits in C)."""
+    if raw[start : start + 1] == b"[":
+        end = raw.find(b"]", start)
+        if end >= 0 and raw.find(b"[", start + 1, end) < 0 and raw.find(b"{", start + 1, end) < 0:
+            return end + 1
     depth = 0
-    for i in range(start, len(raw)):
-        c = raw[i]
-        if c in b"[{":
+    for m in _BRACKET.finditer(raw, start):
+        if m.group() in b"[{":
             depth += 1
-        elif c in b"]}":
+        else:
             depth -= 1
             if depth == 0:
-                return i + 1
+                return m.end()
     raise ValueError("an id value is not closed")
 
 
