@@ -82,3 +82,21 @@ def test_the_writer_records_a_failed_chain_on_its_first_turn_and_counts_the_rest
     failures, stops = split_chain_stops(writer.reasons)
     assert writer.failed == 1 and failures == {"chain turn 1 failed: HTTP 500": 1}
     assert stops == {"its chain failed (recorded on its first turn; the next run retries the chain whole)": 1}
+
+
+def test_history_reasoning_all_asks_for_the_profile_s_keep_all_kwarg():
+    import dataclasses
+
+    from builders import profile
+
+    asked = []
+
+    async def attempt(messages, kwargs):
+        asked.append(kwargs)
+        return _served([1, 2, 3])
+
+    glm_like = dataclasses.replace(profile(), history_kwarg="clear_thinking")
+    for prof, want in ((profile(), {"preserve_thinking": True}), (glm_like, {"clear_thinking": False})):
+        asked.clear()
+        asyncio.run(run_chain(dataclasses.replace(ITEM, history_reasoning="all"), attempt, None, prof))
+        assert asked == [want, want]

@@ -31,8 +31,8 @@ from tokview.core.record import Capture
 HISTORY_MODES = ("served", "file")
 HISTORY_REASONING = ("template", "all", "none")
 """`template`: every served turn goes back with its `reasoning_content` and the template keeps what it keeps
-(Kimi: the turns of the tool loop in progress); `all`: the same plus `preserve_thinking: true` (Kimi-K2.6's
-kwarg to keep every turn's reasoning); `none`: no reasoning goes back."""
+(Kimi: the turns of the tool loop in progress); `all`: the same plus the kwarg that keeps every turn's reasoning
+(`keep_all_reasoning`: Kimi-K2.6 `preserve_thinking`); `none`: no reasoning goes back."""
 CHAIN_STOP_PREFIX = "\x00chain stopped: "
 """How a writer's `reasons` counts the turns a stopped chain left (read apart from failures by the runner)."""
 EARLIER_STOP = "stopped in an earlier run (its first turns are stored; another --run regenerates it whole)"
@@ -105,7 +105,7 @@ Attempt = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Any]]
 async def run_chain(item: ChainItem, attempt: Attempt, tokenizer: Any = None, profile: Any = None) -> ChainResult:
     """Regenerate `item`'s turns in order; what to write and what to count."""
     result = ChainResult()
-    kwargs = {"preserve_thinking": True} if item.history_reasoning == "all" else {}
+    kwargs = keep_all_reasoning(profile) if item.history_reasoning == "all" else {}
     sent = [dict(m) for m in item.messages[: item.turns[0][1]]]
     previous: tuple[str, Capture] | None = None
     for k, (turn, _at, sample_id) in enumerate(item.turns):
@@ -131,6 +131,13 @@ async def run_chain(item: ChainItem, attempt: Attempt, tokenizer: Any = None, pr
             sent = [*sent, *spliced]
         previous = (sample_id, got)
     return result
+
+
+def keep_all_reasoning(profile: Any) -> dict[str, bool]:
+    """The template kwarg that keeps every history turn's reasoning: the profile's (`history_kwarg`:
+    Kimi-K2.6 `preserve_thinking: true`, GLM-4.7 `clear_thinking: false`), else `preserve_thinking`."""
+    key = getattr(profile, "history_kwarg", None) or "preserve_thinking"
+    return {key: not key.startswith("clear")}
 
 
 def _chain_entry(
