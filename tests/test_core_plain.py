@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from plain_tokenizer import ENDOFTEXT, IM_END, build_plain_tokenizer_dir
+from test_chain_findings import CHAIN_CASES
+from test_harmony_findings import HARMONY_CASES
 from test_tool_calls import TOOL_CODES
 
 from tokview.core import segments as seg
@@ -216,7 +218,7 @@ CASES = {
 
 
 def test_cases_cover_every_code_but_the_think_ones():
-    assert set(CASES) == set(FINDING_CODES) - THINK_CODES - TOOL_CODES
+    assert set(CASES) == set(FINDING_CODES) - THINK_CODES - TOOL_CODES - set(HARMONY_CASES) - set(CHAIN_CASES)
 
 
 def test_a_plain_sample_is_prompt_answer_stop_and_valid(fam):
