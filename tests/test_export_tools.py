@@ -14,6 +14,11 @@ from export_tool_sessions import TOOLS, record_tool_session, stored_turns
 from transformers import AutoTokenizer
 
 from tokview.cli import main
+from tokview.core.analysis import analyze
+from tokview.core.record import Capture
+from tokview.export import export
+from tokview.export.formats import history_message
+from tokview.store import Store
 
 SECTION_BEGIN, STOP = 163595, 163586
 
@@ -100,3 +105,88 @@ def test_sharegpt_rows_carry_the_same_tool_fields_under_from_and_value(recorded,
     assert [t["from"] for t in turns] == ["human", "gpt", "tool", "gpt"]
     assert turns[1]["tool_calls"][0]["id"] == answers[0]["tool_calls"][0]["id"]
     assert turns[2]["tool_call_id"] == answers[0]["tool_calls"][0]["id"] and json.loads(rows[1]["tools"]) == TOOLS
+
+
+# -- rows built from served ids (no server): argument spelling, a hermes layout, the history's reasoning ----------
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def _served(prompt, output, settings, server_kind="vllm") -> Capture:
+    return Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="tool_calls",
+        messages=QUESTION,
+        settings=settings,
+        endpoint="vllm-chat",
+        server_url="http://127.0.0.1:8000",
+        server_kind=server_kind,
+    )
+
+
+def _export_one(tmp_path, capture, tok, prof, fmt):
+    store = Store(tmp_path / f"{fmt}.duckdb")
+    store.put_run("run1", profile=prof.name, tokenizer_hash=tok.fingerprint())
+    store.put_sample("s1", "p1", "run1", capture, analyze(capture, prof, tok), gen_index=0, profile=prof.name)
+    result = export(store, fmt, tmp_path / f"{fmt}.jsonl", select="all", tokenizer=tok, profile=prof)
+    store.close()
+    return result
+
+
+def _kimi_call(kimi_tok, kimi_profile, arguments: str) -> Capture:
+    kwargs = kimi_profile.template_kwargs(True)
+    prompt = kimi_tok.render(QUESTION, template_kwargs={**kwargs, "tools": WEATHER})
+    call = [163595, 163597, *kimi_tok.encode("functions.get_weather:0"), 163598, *kimi_tok.encode(arguments)]
+    output = kimi_tok.encode("I check") + [kimi_profile.think_close_id, *call, 163599, 163596, STOP]
+    return _served(prompt, output, {"thinking": True, "chat_template_kwargs": kwargs, "tools": WEATHER})
+
+
+@pytest.mark.parametrize(("arguments", "exact"), [('{"city": "Paris"}', 1), ('{"city":"Paris"}', 0)])
+def test_a_call_is_exact_on_specforges_path_only_when_its_arguments_are_spelled_as_tojson_writes_them(
+    tmp_path, kimi_tok, kimi_profile, arguments, exact
+) -> None:
+    """SpecForge loads the arguments as JSON and the template writes them back with tojson: a model that wrote
+    `{"city":"Paris"}` is re-rendered as `{"city": "Paris"}`; the row keeps the text, the count says so."""
+    result = _export_one(tmp_path, _kimi_call(kimi_tok, kimi_profile, arguments), kimi_tok, kimi_profile, "specforge")
+    [row] = [json.loads(line) for line in (tmp_path / "specforge.jsonl").read_text().splitlines()]
+    assert row["conversations"][-1]["tool_calls"][0]["function"]["arguments"] == arguments
+    rerender = result.manifest["rerender"]["specforge"]
+    assert (rerender["exact"], rerender["tool_rows"]["exact"]) == (exact, exact)
+
+
+def test_a_hermes_call_row_re_renders_exactly_and_kimi_inline_refuses_it_with_the_reason(
+    tmp_path, qwen_tok, qwen_profile
+) -> None:
+    """Qwen3 writes `</think>\\n\\n<tool_call>…`: the blank between is the template's, not content (as content
+    the template would write one more newline); the call's id is the server's (hermes writes none)."""
+    p = qwen_profile
+    kwargs = p.template_kwargs(True)
+    prompt = qwen_tok.render(QUESTION, template_kwargs={**kwargs, "tools": WEATHER})
+    body = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+    output = [p.think_open_id, *qwen_tok.encode("\nI check\n"), p.think_close_id, *qwen_tok.encode("\n\n")]
+    output += [151657, *qwen_tok.encode(body), 151658, p.stop_ids[0]]
+    capture = _served(prompt, output, {"thinking": True, "chat_template_kwargs": kwargs, "tools": WEATHER})
+    server_call = {"id": "chatcmpl-tool-7", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    capture.raw_response = {"choices": [{"message": {"content": None, "tool_calls": [server_call]}}]}
+    result = _export_one(tmp_path, capture, qwen_tok, p, "specforge")
+    [row] = [json.loads(line) for line in (tmp_path / "specforge.jsonl").read_text().splitlines()]
+    last = row["conversations"][-1]
+    assert last["content"] == "" and last["tool_calls"][0]["id"] == "chatcmpl-tool-7"
+    assert json.loads(last["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    assert result.manifest["rerender"]["specforge"]["exact"] == 1
+    inline = _export_one(tmp_path, capture, qwen_tok, p, "kimi-inline")
+    assert inline.exported == 0 and inline.refused == {"tool_calls_not_inline": 1}
+
+
+def test_history_reasoning_is_carried_where_the_server_read_it() -> None:
+    """vLLM renders history reasoning sent as `reasoning_content` or `reasoning`; SGLang ignores `reasoning`."""
+    sent = {"role": "assistant", "content": None, "reasoning": "I check", "tool_calls": [{"id": "c0"}]}
+    assert history_message(sent, "vllm")["reasoning_content"] == "I check"
+    assert "reasoning_content" not in history_message(sent, "sglang")
+    assert history_message(sent, "sglang")["tool_calls"] == [
+        {"id": "c0", "type": "function", "function": {"name": "", "arguments": ""}}
+    ]
+    result = {"role": "tool", "tool_call_id": "c0", "name": "get_weather", "content": "sunny"}
+    assert history_message(result, "sglang") == result

@@ -267,10 +267,13 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: Any) -> lis
 def served_assistant(capture: Capture, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
     """The generated turn as an assistant message: answer and reasoning from the ids' segments, and its calls."""
     texts = texts_from_ids(capture, profile, tokenizer)
-    assistant: dict[str, Any] = {"role": "assistant", "content": texts.content}
+    calls = served_calls(capture, profile, tokenizer)
+    # only whitespace beside the calls (Qwen3's "\n\n" after </think>) is the template's own: as content, a
+    # template that writes a separator before the first call of a turn with content would write one more
+    content = "" if calls and not texts.content.strip() else texts.content
+    assistant: dict[str, Any] = {"role": "assistant", "content": content}
     if texts.reasoning is not None:
         assistant["reasoning_content"] = texts.reasoning
-    calls = served_calls(capture, profile, tokenizer)
     if calls:
         assistant["tool_calls"] = calls
     return assistant
