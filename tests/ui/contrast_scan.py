@@ -48,19 +48,34 @@ GRAPHICS = set("▀▄▁▂▃▄▅▆▇█▔▕▏▎▍▌▋▊▉━─�
 """Drawn lines (borders, bars, scrollbars): no text to read."""
 
 
+def disabled_regions(app) -> list:
+    """Where disabled widgets are painted: WCAG 1.4.3 exempts inactive controls (a Cancel with nothing to cancel)."""
+    return [w.region for w in app.screen.walk_children() if w.disabled and w.region]
+
+
 def low_contrast(app, palette_256: bool = False, minimum: float = AA, region=None) -> list[tuple[int, str, float]]:
     """(row, text, ratio) of every painted run of text under `minimum` on the app's current screen, or inside
-    `region` of it (a dialog: the screen under a modal shows through dimmed on purpose)."""
+    `region` of it (a dialog: the screen under a modal shows through dimmed on purpose); disabled widgets'
+    cells are left out."""
+    from rich.cells import cell_len
+    from textual.geometry import Offset
+
+    exempt = disabled_regions(app)
     from textual.color import Color as TColor
 
     background = TColor.parse(app.current_theme.background or "#000000").rich_color
     low = []
     for y, strip in enumerate(app.screen._compositor.render_strips()):
+        x = 0
         if region is not None:
             if not region.y <= y < region.bottom:
                 continue
             strip = strip.crop(region.x, region.right)
+            x = region.x
         for segment in strip:
+            at, x = x, x + cell_len(segment.text)
+            if any(r.contains_point(Offset(at, y)) for r in exempt):
+                continue
             text = segment.text.strip()
             if not text or segment.style is None or set(text) <= GRAPHICS:
                 continue

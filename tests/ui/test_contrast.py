@@ -165,3 +165,36 @@ async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app
         assert app.screen.__class__.__name__ == "CompareScreen"
         low = low_contrast(app, palette_256)
         assert not low, sorted(set(low))[:12]
+
+
+KNOWN_LOW = {
+    (("D",), "textual-light"): "doctor.py paints its failure line in a fixed red: 3.0:1 on the light panel",
+    ((), "textual-light", True): "sample_list.py's light badge colour rounds to 4.4:1 in 256 colours",
+}
+"""Measured, in files of the other helper's (issue 25 item 11): left as strict expected failures until fixed."""
+
+
+@pytest.mark.parametrize("palette_256", PAINTS)
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize(
+    "keys", [(), ("g",), ("D",), ("r",), ("n",)], ids=["samples", "generate", "doctor", "reject", "note"]
+)
+async def test_other_screens_reach_aa_as_painted(theme, palette_256, keys, make_app, store, request):
+    """The samples screen, the generate and doctor panels and the curation dialogs (a dialog: inside its frame)."""
+    from tests.ui.contrast_scan import low_contrast
+
+    known = KNOWN_LOW.get((keys, theme)) or KNOWN_LOW.get((keys, theme, palette_256))
+    if known:  # strict: once fixed, this flags itself to be removed
+        request.applymarker(pytest.mark.xfail(strict=True, reason=known))
+
+    store.record_verdict("p001@demo_gen0", "approved")
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.theme = theme
+        await settle(app, pilot)
+        for key in keys:
+            await pilot.press(key)
+            await settle(app, pilot)
+        dialog = app.screen.query(".modal")
+        low = low_contrast(app, palette_256, region=dialog.first().region if dialog else None)
+        assert not low, sorted(set(low))[:12]
