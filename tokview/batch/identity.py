@@ -112,3 +112,43 @@ def remember_identity(config: Any, identity: dict[str, Any]) -> None:
     entry = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
     if known.get(key) != entry:
         _write_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
+
+
+def special_tokens_record(tokenizer: Any) -> dict[str, str]:
+    """What a run's stored settings add about its tokenizer's special ids (`store.merge.SPECIAL_KEY`).
+
+    Never part of the sample settings: sample ids hold only the vocabulary fingerprint, so adding this
+    changes no stored id. Two folders alike but for `</think>`'s special flag record different values."""
+    from tokview.store.merge import SPECIAL_IDS_KEY, SPECIAL_KEY, id_ranges
+
+    ids = (i for i in tokenizer.special_ids | tokenizer.added_ids if tokenizer.is_special(i))
+    return {SPECIAL_KEY: tokenizer.special_fingerprint(), SPECIAL_IDS_KEY: id_ranges(ids)}
+
+
+def checked_special_tokens(store: Any, settings: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+    """`special_tokens_record(tokenizer)`, once no stored run of the same model, vocabulary and profile
+    recorded other special ids: those runs' sample ids are this run's, so a resume would finish their
+    prompts with a tokenizer that decodes and splits reasoning otherwise. Raises InputError in one line
+    naming the ids; runs recorded before the record existed are not compared (they resume as before)."""
+    from tokview.batch.inputs import InputError
+    from tokview.store.merge import (
+        SPECIAL_IDS_KEY,
+        SPECIAL_KEY,
+        identity_of,
+        special_difference,
+        stored_special_sets,
+    )
+
+    mine = special_tokens_record(tokenizer)
+    known = stored_special_sets(store).get(identity_of(settings), {})
+    other = sorted(set(known) - {mine[SPECIAL_KEY]}) if known else []
+    if other:
+        difference = special_difference(
+            known[other[0]], mine[SPECIAL_IDS_KEY], "the stored runs", "this tokenizer", tokenizer.piece_text
+        )
+        raise InputError(
+            f"this store's samples of the same model, vocabulary and profile were made with a tokenizer whose "
+            f"special tokens differ from {tokenizer.name}'s ({difference}): resuming would mix the two; use that "
+            "tokenizer or another --db"
+        )
+    return mine

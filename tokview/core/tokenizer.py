@@ -315,6 +315,16 @@ class TokenizerAdapter:
             self._vocab_fingerprint = h.hexdigest()[:16]
         return self._vocab_fingerprint
 
+    def special_fingerprint(self) -> str:
+        """sha256 over the sorted ids `is_special` holds: what `skip_special_tokens`, decoding and the
+        reasoning split treat as control tokens.
+
+        Two folders can share the id → token table (so `vocab_fingerprint` and every sample id) and differ
+        only in whether `</think>` is special. Kept apart from `vocab_fingerprint` so that stored sample ids
+        stay as they are; runs record it and merge and resume compare it (`batch.identity`).
+        """
+        return hashlib.sha256(",".join(map(str, sorted(self._control_ids))).encode()).hexdigest()[:16]
+
     def template_hash(self) -> str | None:
         tpl = self.chat_template
         return hashlib.sha256(tpl.encode()).hexdigest()[:16] if tpl else None

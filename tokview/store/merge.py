@@ -2,7 +2,8 @@
 
 Idempotent by sample id: merging the same file twice adds nothing. A store of another model,
 tokenizer vocabulary or profile is refused in one line (its samples would mix into the training
-set unnoticed). The source is attached read-only; everything lands in one transaction.
+set unnoticed), and so is one whose runs recorded other special ids for the same vocabulary (a
+`</think>` special in one folder and not the other: same sample ids, another decoding). The source is attached read-only; everything lands in one transaction.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from tokview.store.parts import sql_list
 from tokview.store.schema import LATEST_VERSION
 
 IDENTITY_KEYS = ("model", "tokenizer", "profile")
+SPECIAL_KEY, SPECIAL_IDS_KEY = "tokenizer_special", "tokenizer_special_ids"
+"""Keys a run's stored settings add beside its sample settings (never in sample ids): the fingerprint of
+the tokenizer's special id set and the set itself as ranges ("0-2,163584-163605"), to name what differs."""
+SHOWN_IDS = 8
 
 
 class MergeRefused(TokviewError):
@@ -24,21 +29,110 @@ class MergeRefused(TokviewError):
     title = "merge refused"
 
 
-def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
-    """(model, tokenizer vocabulary, profile) of every run in a store that has samples or failures
-    (a run of another model whose every request failed would otherwise land its failures unchecked)."""
-    out = set()
-    for settings, profile in conn.execute(
+def runs_with_data_sql(schema: str) -> str:
+    """(settings, profile) of every run in `schema` that has samples or failures (a run of another model
+    whose every request failed would otherwise land its failures unchecked)."""
+    return (
         f"SELECT r.settings, r.profile FROM {schema}.runs r WHERE EXISTS "
         f"(SELECT 1 FROM {schema}.samples s WHERE s.run_id = r.run_id) OR EXISTS "
         f"(SELECT 1 FROM {schema}.failures f WHERE f.run_id = r.run_id)"
-    ).fetchall():
-        try:
-            data = json.loads(settings or "{}")
-        except ValueError:
-            data = {}
-        out.add((data.get("model"), data.get("tokenizer"), data.get("profile") or profile))
+    )
+
+
+def _settings(text: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def identity_of(settings: dict[str, Any], profile: Any = None) -> tuple[Any, ...]:
+    """(model, tokenizer vocabulary, profile) of a run's settings: what decides "the same data"."""
+    return (settings.get("model"), settings.get("tokenizer"), settings.get("profile") or profile)
+
+
+def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
+    """(model, tokenizer vocabulary, profile) of every run in a store that has samples or failures."""
+    return {identity_of(_settings(s), p) for s, p in conn.execute(runs_with_data_sql(schema)).fetchall()}
+
+
+def special_sets(rows: list[tuple[Any, Any]]) -> dict[tuple[Any, ...], dict[str, str]]:
+    """identity → {special fingerprint: its id ranges} of the `runs_with_data_sql` rows that recorded one
+    (runs written before the record existed add nothing, so they are compared as before)."""
+    out: dict[tuple[Any, ...], dict[str, str]] = {}
+    for text, profile in rows:
+        data = _settings(text)
+        if isinstance(data.get(SPECIAL_KEY), str):
+            ranges = data.get(SPECIAL_IDS_KEY)
+            out.setdefault(identity_of(data, profile), {})[data[SPECIAL_KEY]] = (
+                ranges if isinstance(ranges, str) else ""
+            )
     return out
+
+
+def stored_special_sets(store: Any) -> dict[tuple[Any, ...], dict[str, str]]:
+    """`special_sets` of an open Store's runs (what a resume compares its tokenizer with)."""
+    return special_sets(store.query(runs_with_data_sql("main")))
+
+
+def id_ranges(ids: Any) -> str:
+    """Sorted ids as "a-b,c" (Kimi's 256 special ids are two ranges, not 256 numbers in every run row)."""
+    spans: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def ids_of_ranges(text: str) -> set[int]:
+    """The ids of an `id_ranges` text; a malformed part (hand-edited) is skipped."""
+    out: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        try:
+            out.update(range(int(first), int(last or first) + 1))
+        except ValueError:
+            continue
+    return out
+
+
+def special_difference(ranges_a: str, ranges_b: str, name_a: str, name_b: str, piece: Any = None) -> str:
+    """ "163606, 163607 special only in A; 5 only in B": the ids whose special flag differs, at most
+    SHOWN_IDS of each side; `piece(id)` adds the token's text where a tokenizer is at hand."""
+    a, b = ids_of_ranges(ranges_a), ids_of_ranges(ranges_b)
+    parts = []
+    for ids, where in ((a - b, name_a), (b - a, name_b)):
+        if ids:
+            shown = [f"{i} {piece(i)}" if piece else str(i) for i in sorted(ids)[:SHOWN_IDS]]
+            more = f" and {len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
+            parts.append(f"{', '.join(shown)}{more} special only in {where}")
+    return "; ".join(parts) or "the recorded special id sets differ"
+
+
+def _check_special_tokens(conn: Any, source: Path, target_name: str) -> None:
+    """Refuse a source whose runs recorded other special ids than the target's runs of the same model,
+    vocabulary and profile (their sample ids are the same, their decoding and reasoning split are not)."""
+    theirs = special_sets(conn.execute(runs_with_data_sql("src")).fetchall())
+    ours = special_sets(conn.execute(runs_with_data_sql("main")).fetchall())
+    for identity, sets in sorted(theirs.items(), key=str):
+        mine = ours.get(identity, {})
+        other = sorted(set(sets) - set(mine))
+        if mine and other:
+            ours_ranges = mine[sorted(mine)[0]]
+            raise MergeRefused(
+                f"{source} holds samples or failures of {_describe(identity)} made with other special tokens "
+                f"than {target_name} ({special_difference(ours_ranges, sets[other[0]], target_name, str(source))}): "
+                "merge refused"
+            )
+        if not mine and len(sets) > 1:
+            a, b = sorted(sets)[:2]
+            raise MergeRefused(
+                f"{source} mixes runs of {_describe(identity)} made with other special tokens "
+                f"({special_difference(sets[a], sets[b], 'one', 'the other')}): merge refused"
+            )
 
 
 def _shared_columns(conn: Any, table: str) -> list[str]:
@@ -88,6 +182,7 @@ def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
                 )
         elif len(theirs) > 1:
             raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
+        _check_special_tokens(conn, source, target_name)
         col_list = ", ".join(_shared_columns(conn, "samples"))
         conn.execute("BEGIN TRANSACTION")
         try:

@@ -1,0 +1,154 @@
+"""Two tokenizers alike but for which ids are special are not the same tokenizer (issue 26, low).
+
+The Kimi-layout folder and its `think_special=False` twin have the same id → token table, so the
+same vocabulary fingerprint and the same sample ids; only `<think>`/`</think>` (163606, 163607) are
+special in one and ordinary in the other, which changes `skip_special_tokens`, decoding and the
+reasoning split. A run records the special id set beside its settings; `merge` and a resume refuse
+to mix the two in one line, and runs recorded before that record existed keep working as before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tokview.cli import main
+from tokview.core.kimi_layout import kimi_tokenizer_dir
+from tokview.core.tokenizer import load_tokenizer
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+THINK, THINK_END = 163606, 163607
+RUNNER_RECORDS = pytest.mark.xfail(
+    strict=True,
+    reason="needs batch/runner.py (helper K's) to store `checked_special_tokens(...)` beside the run's settings "
+    "(helper U's report): remove this mark with that change",
+)
+SPECIAL_KEYS = ("tokenizer_special", "tokenizer_special_ids")
+
+
+@pytest.fixture(scope="module")
+def folders() -> dict[str, Path]:
+    return {"special": kimi_tokenizer_dir(), "plain": kimi_tokenizer_dir(think_special=False)}
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        yield sim.url
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
+            for i in range(2)
+        )
+    )
+    return path
+
+
+def batch(prompts: Path, url: str, db: Path, folder: Path, *more: str) -> int:
+    return main(
+        [
+            "batch",
+            str(prompts),
+            "--server",
+            url,
+            "--db",
+            str(db),
+            "--tokenizer",
+            str(folder),
+            "--max-new-tokens",
+            "24",
+            *more,
+        ]
+    )
+
+
+def stored(db: Path) -> int:
+    with Store(db) as store:
+        return int(store.query("SELECT count(*) FROM samples")[0][0])
+
+
+def forget_special_record(db: Path) -> None:
+    """What a store written before runs recorded their special ids holds: settings without those keys."""
+    import duckdb
+
+    stored(db)  # parts a batch left are landed
+    with duckdb.connect(str(db)) as conn:
+        for run_id, settings in conn.execute("SELECT run_id, settings FROM runs").fetchall():
+            older = {k: v for k, v in json.loads(settings).items() if k not in SPECIAL_KEYS}
+            conn.execute("UPDATE runs SET settings = ? WHERE run_id = ?", [json.dumps(older), run_id])
+
+
+def expand(ranges: str) -> set[int]:
+    """The ids of a recorded "a-b,c" list."""
+    out: set[int] = set()
+    for part in ranges.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
+def test_the_twin_folders_share_a_vocabulary_but_not_their_special_ids(folders):
+    special, plain = load_tokenizer(folders["special"]), load_tokenizer(folders["plain"])
+    assert special.vocab_fingerprint() == plain.vocab_fingerprint()  # sample ids cannot tell them apart
+    assert special.special_fingerprint() != plain.special_fingerprint()
+    assert special.special_fingerprint() == load_tokenizer(folders["special"]).special_fingerprint()
+
+
+@RUNNER_RECORDS
+def test_a_run_records_its_special_ids(folders, sim_url, prompts, tmp_path):
+    db = tmp_path / "a.duckdb"
+    assert batch(prompts, sim_url, db, folders["plain"]) == 0
+    with Store(db) as store:
+        (run,) = store.runs()
+        settings = store.run(run["run_id"])["settings"]
+    assert settings["tokenizer_special"] == load_tokenizer(folders["plain"]).special_fingerprint()
+    ids = expand(settings["tokenizer_special_ids"])
+    assert THINK not in ids and THINK_END not in ids and {163584, 163605, 163608, 163839} <= ids
+
+
+@RUNNER_RECORDS
+def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(folders, sim_url, prompts, tmp_path, capsys):
+    dbs = {name: tmp_path / f"{name}.duckdb" for name in folders}
+    for name, db in dbs.items():
+        assert batch(prompts, sim_url, db, folders[name]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "merge refused" in err and "Traceback" not in err, err
+    assert f"{THINK}, {THINK_END}" in err and "special only in" in err, err
+    assert stored(dbs["special"]) == 2  # nothing landed
+
+
+@RUNNER_RECORDS
+def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim_url, prompts, tmp_path, capsys):
+    db = tmp_path / "r.duckdb"
+    assert batch(prompts, sim_url, db, folders["special"], "--limit", "1") == 0
+    capsys.readouterr()
+    assert batch(prompts, sim_url, db, folders["plain"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert "</think>" in err and str(THINK_END) in err and "special" in err, err
+    assert stored(db) == 1  # nothing generated with the other tokenizer
+    assert batch(prompts, sim_url, db, folders["special"]) == 0  # the same tokenizer resumes
+    assert stored(db) == 2
+
+
+def test_runs_recorded_before_the_special_ids_merge_and_resume_as_before(folders, sim_url, prompts, tmp_path):
+    dbs = {name: tmp_path / f"{name}.duckdb" for name in folders}
+    assert batch(prompts, sim_url, dbs["special"], folders["special"]) == 0
+    assert batch(prompts, sim_url, dbs["plain"], folders["plain"], "--limit", "1") == 0
+    for db in dbs.values():
+        forget_special_record(db)
+    assert batch(prompts, sim_url, dbs["plain"], folders["special"]) == 0  # nothing recorded: no check
+    assert stored(dbs["plain"]) == 2
+    forget_special_record(dbs["plain"])
+    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 0
+    assert stored(dbs["special"]) == 2
