@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,16 @@ SPECIAL_KEYS = ("tokenizer_special", "tokenizer_special_ids")
 @pytest.fixture(scope="module")
 def folders() -> dict[str, Path]:
     return {"special": kimi_tokenizer_dir(), "plain": kimi_tokenizer_dir(think_special=False)}
+
+
+_ADAPTERS: dict[Path, Any] = {}
+
+
+def adapter(folder: Path) -> Any:
+    """The folder's tokenizer, loaded once per test module."""
+    if folder not in _ADAPTERS:
+        _ADAPTERS[folder] = load_tokenizer(folder)
+    return _ADAPTERS[folder]
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +97,23 @@ def forget_special_record(db: Path) -> None:
             conn.execute("UPDATE runs SET settings = ? WHERE run_id = ?", [json.dumps(older), run_id])
 
 
+def record_special_ids(db: Path, folder: Path) -> None:
+    """Store the folder's special-id record beside every run's settings, as the batch runner does once it
+    passes `checked_special_tokens` to `put_run`: merge is checked on exactly what runs will hold."""
+    import duckdb
+
+    from tokview.batch.identity import special_tokens_record
+
+    record = special_tokens_record(adapter(folder))
+    stored(db)  # parts a batch left are landed
+    with duckdb.connect(str(db)) as conn:
+        for run_id, settings in conn.execute("SELECT run_id, settings FROM runs").fetchall():
+            conn.execute(
+                "UPDATE runs SET settings = ? WHERE run_id = ?",
+                [json.dumps({**json.loads(settings), **record}), run_id],
+            )
+
+
 def expand(ranges: str) -> set[int]:
     """The ids of a recorded "a-b,c" list."""
     out: set[int] = set()
@@ -96,10 +124,10 @@ def expand(ranges: str) -> set[int]:
 
 
 def test_the_twin_folders_share_a_vocabulary_but_not_their_special_ids(folders):
-    special, plain = load_tokenizer(folders["special"]), load_tokenizer(folders["plain"])
+    special, plain = adapter(folders["special"]), adapter(folders["plain"])
     assert special.vocab_fingerprint() == plain.vocab_fingerprint()  # sample ids cannot tell them apart
     assert special.special_fingerprint() != plain.special_fingerprint()
-    assert special.special_fingerprint() == load_tokenizer(folders["special"]).special_fingerprint()
+    assert special.is_special(THINK_END) and not plain.is_special(THINK_END)
 
 
 @RUNNER_RECORDS
@@ -109,7 +137,7 @@ def test_a_run_records_its_special_ids(folders, sim_url, prompts, tmp_path):
     with Store(db) as store:
         (run,) = store.runs()
         settings = store.run(run["run_id"])["settings"]
-    assert settings["tokenizer_special"] == load_tokenizer(folders["plain"]).special_fingerprint()
+    assert settings["tokenizer_special"] == adapter(folders["plain"]).special_fingerprint()
     ids = expand(settings["tokenizer_special_ids"])
     assert THINK not in ids and THINK_END not in ids and {163584, 163605, 163608, 163839} <= ids
 
@@ -152,3 +180,35 @@ def test_runs_recorded_before_the_special_ids_merge_and_resume_as_before(folders
     forget_special_record(dbs["plain"])
     assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 0
     assert stored(dbs["special"]) == 2
+
+
+def test_merge_compares_the_special_ids_each_store_recorded(folders, sim_url, prompts, tmp_path, capsys):
+    dbs = {name: tmp_path / f"{name}.duckdb" for name in ("special", "plain", "special2")}
+    for name, db in dbs.items():
+        folder = folders["plain" if name == "plain" else "special"]
+        assert batch(prompts, sim_url, db, folder, "--limit", "1" if name == "special" else "2") == 0
+        record_special_ids(db, folder)
+    capsys.readouterr()
+    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "merge refused" in err and "other special tokens" in err, err
+    assert f"{THINK}, {THINK_END} special only in {dbs['special']}" in err, err
+    assert stored(dbs["special"]) == 1
+    assert main(["merge", str(dbs["special2"]), "--into", str(dbs["special"])]) == 0  # the same special ids
+    assert stored(dbs["special"]) == 2
+    # an empty store takes one tokenizer's runs, then refuses the other's
+    into = tmp_path / "into.duckdb"
+    assert main(["merge", str(dbs["plain"]), "--into", str(into)]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(dbs["special"]), "--into", str(into)]) == 1
+    assert f"special only in {dbs['special']}" in capsys.readouterr().err
+
+
+def test_the_recorded_ranges_name_every_id():
+    from tokview.store.merge import id_ranges, ids_of_ranges, special_difference
+
+    ids = {0, 1, 2, 7, 163584, 163585, 163839}
+    assert id_ranges(ids) == "0-2,7,163584-163585,163839" and ids_of_ranges(id_ranges(ids)) == ids
+    assert id_ranges([]) == "" and ids_of_ranges("") == set()
+    many = special_difference(id_ranges(range(20)), "", "a", "b")
+    assert many == "0, 1, 2, 3, 4, 5, 6, 7 and 12 more special only in a"
