@@ -118,6 +118,8 @@ def test_a_batch_chain_is_one_row_per_unbroken_stretch_with_parallel_calls_super
     out = tmp_path / "t.jsonl"
     capsys.readouterr()
     assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    said = capsys.readouterr().err
+    assert "trajectory: 1 conversations (5 turns) as 2 rows; 1 split at 1 breaks (1 prompt_does_not_extend" in said
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [[t["turn"] for t in r["metadata"]["turns"]] for r in rows] == [[0, 1, 2], [3, 4]]
     for row, stretch in zip(rows, (turns[:3], turns[3:])):

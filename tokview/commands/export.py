@@ -188,6 +188,14 @@ def summary(result) -> str:
             f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
             "--include-invalid exports them"
         )
+    trajectory = result.table_section.get("trajectory")
+    if trajectory:
+        reasons = ", ".join(f"{n} {why}" for why, n in trajectory["breaks_by_reason"].items())
+        lines.append(
+            f"trajectory: {trajectory['conversations']} conversations ({trajectory['turns']} turns) as "
+            f"{trajectory['rows']} rows; {trajectory['split_conversations']} split at {trajectory['breaks']} breaks"
+            + (f" ({reasons}; where: the manifest's trajectory.first_breaks)" if reasons else "")
+        )
     if result.by_tag:
         lines.append("by tag: " + ", ".join(f"{n} {tag}" for tag, n in result.by_tag.items()))
     lines.append(

@@ -204,9 +204,9 @@ def tools_column(capture: Capture) -> dict[str, Any]:
     """`{"tools": "<JSON text>"}` when the request declared tools, else nothing.
 
     A JSON string, not a list: both trainers json.loads a string `tools` (SpecForge `build_eagle3_dataset`,
-    speculators `_parse_conv_tools`), while a list goes through `datasets`' Arrow schema, which unifies the
-    tool schemas of all rows and gives every tool the others' keys as null: the template would then render
-    `"description": null` where the server rendered nothing."""
+    speculators `_parse_conv_tools`), while a list goes through `datasets`' Arrow schema: versions that infer
+    one struct for all rows (datasets 5.2 keeps nested dicts as Json and does not) give every tool the other
+    rows' keys as null, and the template would render `"description": null` where the server rendered none."""
     tools = tools_of(capture)
     return {"tools": json.dumps(tools, ensure_ascii=False)} if tools else {}
 

@@ -314,4 +314,10 @@ def conversation_paths(ctx: PathsContext) -> dict[str, Any]:
         },
         "exact_alternative": "export --format speculators: input_ids + loss_mask exactly as served, for "
         "speculators prepare_data.py --data and SpecForge data.prompts_path",
+        "tools": "a row with tools carries `tools` as JSON text (both trainers json.loads it; as a list, "
+        "datasets versions that infer one Arrow struct for all rows give each tool the other rows' keys as "
+        "null, which the template then renders), assistant `tool_calls` in the "
+        "OpenAI shape with the call id and arguments text as the model wrote them, and `tool` turns with "
+        "`tool_call_id` (and `name`); SpecForge keeps tool_call_id and name only with a thinking parser, "
+        "speculators drops name; see rerender.*.tool_rows for which tool rows are exact on which path",
     }
