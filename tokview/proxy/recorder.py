@@ -4,8 +4,9 @@ off the path of the client's bytes.
 The event loop only forwards: once an answer's last byte is out it hands the raw exchange over with
 `take` (a queue put; `recorder_process` puts it on a pipe to a child running this same Recorder). The recorder's thread parses it into a capture, places it in its session and
 hands it to the writer, whose thread analyses it and writes a crash-safe part (`store.parts`); the
-batch's `Lander` lands each part the moment it is written (at most every `land_s`), so the app and
-`stats` see a sample as soon as it is recorded. When the store cannot be written (a full disk, a
+batch's `Lander` lands each part the moment it is written (at most every `land_s`: each landing costs
+~50 ms of CPU however small, so under a steady stream of answers they land twice a second), so the app
+and `stats` see a sample as soon as it is recorded. When the store cannot be written (a full disk, a
 store another process holds too long) the writer or the Lander stops, the proxy keeps forwarding,
 and says so loudly once: nothing from then on is recorded, and the harness never notices.
 
@@ -143,7 +144,7 @@ class Recorder:
         run_id: str,
         say: Callable[[str], None] | None = None,
         group_s: float = 0.05,
-        land_s: float = 0.2,
+        land_s: float = 0.5,
     ) -> None:
         self.run_id, self.tokenizer, self.store, self.profile = run_id, tokenizer, store, profile
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tokview.ui.session import Session
 
 POLL_S = 1.0
-"""How often an open sessions screen asks whether the store changed (the proxy lands within ~0.2 s)."""
+"""How often an open sessions screen asks whether the store changed (the proxy lands within ~0.5 s)."""
 
 SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings", "invalid", "failed", "last turn")
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
