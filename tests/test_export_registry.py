@@ -92,12 +92,13 @@ def test_every_format_declares_its_file_rows_sidecars_and_template_use():
         assert fmt.name == name
         assert (fmt.build_row is None) != (fmt.write_table is None), name  # rows streamed, or a table written
     assert FORMATS["parquet"].file is registry.PARQUET
-    assert [f.name for f in FORMATS.values() if f.rows is registry.Rows.IDS] == ["speculators", "parquet"]
+    assert [f.name for f in FORMATS.values() if f.rows is registry.Rows.IDS] == ["speculators", "trajectory", "parquet"]
     assert {f.name: [s.suffix for s in f.sidecars] for f in FORMATS.values()} == {
         "speculators": ["manifest.json", "token_freq.json", "errors.jsonl"],
         "specforge": ["manifest.json", "token_freq.json", "specforge_template.json"],
         "sharegpt": ["manifest.json", "token_freq.json"],
         "kimi-inline": ["manifest.json", "token_freq.json"],
+        "trajectory": ["manifest.json", "token_freq.json"],
         "parquet": ["manifest.json", "token_freq.json"],
     }
     assert [f.name for f in FORMATS.values() if f.preflight is not None] == ["kimi-inline"]
