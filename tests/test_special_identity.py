@@ -10,6 +10,7 @@ to mix the two in one line, and runs recorded before that record existed keep wo
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,35 @@ def sim_url():
         yield sim.url
 
 
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "p.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
-            for i in range(2)
-        )
-    )
+PROMPTS = "".join(
+    json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n" for i in range(2)
+)
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "p.jsonl"
+    path.write_text(PROMPTS)
     return path
+
+
+@pytest.fixture(scope="module")
+def made(folders, sim_url, prompts, tmp_path_factory) -> dict[str, Path]:
+    """Stores made once by `tokview batch` (each test works on copies): both prompts with each folder, and
+    one prompt with the special folder (what a resume finishes)."""
+    where = tmp_path_factory.mktemp("made")
+    dbs = {"special": where / "special.duckdb", "plain": where / "plain.duckdb", "special1": where / "special1.duckdb"}
+    for name, db in dbs.items():
+        folder = folders["plain" if name == "plain" else "special"]
+        assert batch(prompts, sim_url, db, folder, *(["--limit", "1"] if name == "special1" else [])) == 0
+        stored(db)  # parts a batch left are landed: the file alone is the store
+    return dbs
+
+
+def copy_of(made: dict[str, Path], name: str, tmp_path: Path, as_name: str | None = None) -> Path:
+    target = tmp_path / f"{as_name or name}.duckdb"
+    shutil.copyfile(made[name], target)
+    return target
 
 
 def batch(prompts: Path, url: str, db: Path, folder: Path, *more: str) -> int:
@@ -131,71 +151,62 @@ def test_the_twin_folders_share_a_vocabulary_but_not_their_special_ids(folders):
 
 
 @RUNNER_RECORDS
-def test_a_run_records_its_special_ids(folders, sim_url, prompts, tmp_path):
-    db = tmp_path / "a.duckdb"
-    assert batch(prompts, sim_url, db, folders["plain"]) == 0
-    with Store(db) as store:
+def test_a_run_records_its_special_ids(folders, made):
+    with Store(made["plain"]) as store:
         (run,) = store.runs()
-        settings = store.run(run["run_id"])["settings"]
+        settings = run["settings"]
     assert settings["tokenizer_special"] == adapter(folders["plain"]).special_fingerprint()
     ids = expand(settings["tokenizer_special_ids"])
     assert THINK not in ids and THINK_END not in ids and {163584, 163605, 163608, 163839} <= ids
 
 
 @RUNNER_RECORDS
-def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(folders, sim_url, prompts, tmp_path, capsys):
-    dbs = {name: tmp_path / f"{name}.duckdb" for name in folders}
-    for name, db in dbs.items():
-        assert batch(prompts, sim_url, db, folders[name]) == 0
+def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(made, tmp_path, capsys):
+    into = copy_of(made, "special", tmp_path)
     capsys.readouterr()
-    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 1
+    assert main(["merge", str(made["plain"]), "--into", str(into)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "merge refused" in err and "Traceback" not in err, err
-    assert f"{THINK}, {THINK_END}" in err and "special only in" in err, err
-    assert stored(dbs["special"]) == 2  # nothing landed
+    assert f"{THINK}, {THINK_END} special only in {into}" in err, err
+    assert stored(into) == 2 and stored(made["plain"]) == 2  # nothing landed, nothing lost
 
 
 @RUNNER_RECORDS
-def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim_url, prompts, tmp_path, capsys):
-    db = tmp_path / "r.duckdb"
-    assert batch(prompts, sim_url, db, folders["special"], "--limit", "1") == 0
+def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim_url, prompts, made, tmp_path, capsys):
+    db = copy_of(made, "special1", tmp_path)
     capsys.readouterr()
     assert batch(prompts, sim_url, db, folders["plain"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err, err
-    assert "</think>" in err and str(THINK_END) in err and "special" in err, err
+    assert f"{THINK_END} </think> special only in the stored runs" in err, err
     assert stored(db) == 1  # nothing generated with the other tokenizer
     assert batch(prompts, sim_url, db, folders["special"]) == 0  # the same tokenizer resumes
     assert stored(db) == 2
 
 
-def test_runs_recorded_before_the_special_ids_merge_and_resume_as_before(folders, sim_url, prompts, tmp_path):
-    dbs = {name: tmp_path / f"{name}.duckdb" for name in folders}
-    assert batch(prompts, sim_url, dbs["special"], folders["special"]) == 0
-    assert batch(prompts, sim_url, dbs["plain"], folders["plain"], "--limit", "1") == 0
-    for db in dbs.values():
+def test_runs_recorded_before_the_special_ids_merge_and_resume_as_before(folders, sim_url, prompts, made, tmp_path):
+    into, other = copy_of(made, "special", tmp_path), copy_of(made, "special1", tmp_path)
+    for db in (into, other):
         forget_special_record(db)
-    assert batch(prompts, sim_url, dbs["plain"], folders["special"]) == 0  # nothing recorded: no check
-    assert stored(dbs["plain"]) == 2
-    forget_special_record(dbs["plain"])
-    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 0
-    assert stored(dbs["special"]) == 2
+    assert batch(prompts, sim_url, other, folders["plain"]) == 0  # nothing recorded: no check
+    assert stored(other) == 2
+    forget_special_record(other)
+    assert main(["merge", str(other), "--into", str(into)]) == 0
+    assert stored(into) == 2
 
 
-def test_merge_compares_the_special_ids_each_store_recorded(folders, sim_url, prompts, tmp_path, capsys):
-    dbs = {name: tmp_path / f"{name}.duckdb" for name in ("special", "plain", "special2")}
+def test_merge_compares_the_special_ids_each_store_recorded(folders, made, tmp_path, capsys):
+    dbs = {name: copy_of(made, name, tmp_path) for name in ("special1", "plain", "special")}
     for name, db in dbs.items():
-        folder = folders["plain" if name == "plain" else "special"]
-        assert batch(prompts, sim_url, db, folder, "--limit", "1" if name == "special" else "2") == 0
-        record_special_ids(db, folder)
+        record_special_ids(db, folders["plain" if name == "plain" else "special"])
     capsys.readouterr()
-    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special"])]) == 1
+    assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special1"])]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "merge refused" in err and "other special tokens" in err, err
-    assert f"{THINK}, {THINK_END} special only in {dbs['special']}" in err, err
-    assert stored(dbs["special"]) == 1
-    assert main(["merge", str(dbs["special2"]), "--into", str(dbs["special"])]) == 0  # the same special ids
-    assert stored(dbs["special"]) == 2
+    assert f"{THINK}, {THINK_END} special only in {dbs['special1']}" in err, err
+    assert stored(dbs["special1"]) == 1
+    assert main(["merge", str(dbs["special"]), "--into", str(dbs["special1"])]) == 0  # the same special ids
+    assert stored(dbs["special1"]) == 2
     # an empty store takes one tokenizer's runs, then refuses the other's
     into = tmp_path / "into.duckdb"
     assert main(["merge", str(dbs["plain"]), "--into", str(into)]) == 0
