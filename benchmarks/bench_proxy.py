@@ -172,6 +172,18 @@ def children_cpu_s(pid: int) -> float:
     return total
 
 
+async def settled(pid: int, quiet_s: float = 0.6) -> None:
+    """Wait until the proxy's recorder process has used no CPU for `quiet_s` (it has recorded what it was handed)."""
+    last = children_cpu_s(pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = children_cpu_s(pid)
+        if now - last < 0.02:
+            return
+        last = now
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
@@ -196,7 +208,7 @@ async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Nam
                 rec0 = children_cpu_s(pid) if pid else 0.0
                 got = await sequential(client, url, args.requests // rounds, args.output_tokens, False, 1000 * r)
                 if name == "proxy":  # let the recorder finish these before its CPU is read
-                    await asyncio.sleep(0.5)
+                    await settled(pid)
                 out[name]["cpu"] += (server_cpu_s(pid) - cpu0) if pid else 0.0
                 out[name]["cpu_rec"] += (children_cpu_s(pid) - rec0) if pid else 0.0
                 out[name]["lat"] += [t for t, _ in got]
@@ -319,7 +331,7 @@ def main() -> None:
                 p.terminate()
             for p in (bare, proxy):
                 try:
-                    p.wait(60)
+                    p.wait(300)  # the proxy lands what its recorder still holds before it exits
                 except subprocess.TimeoutExpired:
                     p.kill()
         log.close()

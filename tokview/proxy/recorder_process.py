@@ -16,7 +16,6 @@ recorded: only the requests in flight are lost.
 
 from __future__ import annotations
 
-import os
 import queue
 import signal
 import threading
@@ -29,8 +28,6 @@ from tokview.proxy.recorder import Failed, Finished
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-RECORDER_NICE = 10
-"""The child's niceness, added to the proxy's: recording may lag behind a burst (it queues), forwarding never."""
 READY_TIMEOUT_S = 300.0
 """How long the parent waits for the child to load its tokenizer and open the store."""
 
@@ -142,10 +139,6 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     """The recorder process: open the recorder, record everything the pipe brings until it ends, land it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:  # forwarding first: on a busy machine the recorder takes the CPU the harness's requests leave
-        os.nice(RECORDER_NICE)
-    except OSError:
-        pass
     link = _Link(said)
     recorder = _open(spec, link)
     if recorder is None:
