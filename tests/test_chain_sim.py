@@ -18,6 +18,7 @@ from tokview.core.record import sample_id_for
 from tokview.errors import ExitCode
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
+from tokview.store.merge import SPECIAL_IDS_KEY, SPECIAL_KEY
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 TOOLS = [
@@ -163,7 +164,8 @@ def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):
     settings = turns[0].capture.settings
     assert "chain" not in settings
     run = store.runs()[0]
-    assert turns[1].sample_id == sample_id_for("m", run["settings"], 0, 1), "today's ids"
+    sample_settings = {k: v for k, v in run["settings"].items() if k not in (SPECIAL_KEY, SPECIAL_IDS_KEY)}
+    assert turns[1].sample_id == sample_id_for("m", sample_settings, 0, 1), "today's ids"
     assert turns[1].capture.messages[1] == {"role": "assistant", "content": "42."}, "the file's answer, no reasoning"
 
 

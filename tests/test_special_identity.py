@@ -23,11 +23,6 @@ from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
 THINK, THINK_END = 163606, 163607
-RUNNER_RECORDS = pytest.mark.xfail(
-    strict=True,
-    reason="needs batch/runner.py (helper K's) to store `checked_special_tokens(...)` beside the run's settings "
-    "(helper U's report): remove this mark with that change",
-)
 SPECIAL_KEYS = ("tokenizer_special", "tokenizer_special_ids")
 
 
@@ -150,7 +145,6 @@ def test_the_twin_folders_share_a_vocabulary_but_not_their_special_ids(folders):
     assert special.is_special(THINK_END) and not plain.is_special(THINK_END)
 
 
-@RUNNER_RECORDS
 def test_a_run_records_its_special_ids(folders, made):
     with Store(made["plain"]) as store:
         (run,) = store.runs()
@@ -160,7 +154,6 @@ def test_a_run_records_its_special_ids(folders, made):
     assert THINK not in ids and THINK_END not in ids and {163584, 163605, 163608, 163839} <= ids
 
 
-@RUNNER_RECORDS
 def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(made, tmp_path, capsys):
     into = copy_of(made, "special", tmp_path)
     capsys.readouterr()
@@ -171,7 +164,6 @@ def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(made,
     assert stored(into) == 2 and stored(made["plain"]) == 2  # nothing landed, nothing lost
 
 
-@RUNNER_RECORDS
 def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim_url, prompts, made, tmp_path, capsys):
     db = copy_of(made, "special1", tmp_path)
     capsys.readouterr()

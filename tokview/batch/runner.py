@@ -204,7 +204,7 @@ async def _run(
     live: bool = False,
     on_landed: Callable[[int], None] | None = None,
 ) -> BatchSummary:
-    from tokview.batch.identity import remember_identity
+    from tokview.batch.identity import checked_special_tokens, remember_identity
 
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
@@ -249,9 +249,10 @@ async def _run(
     if todo:
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
         check_run_provenance(store, run_id, sample_settings)
+        special = checked_special_tokens(store, sample_settings, tokenizer)  # another special set: refused
         store.put_run(
             run_id,
-            settings=sample_settings,
+            settings={**sample_settings, **special},  # beside the sample settings, never in sample ids
             profile=profile.name,
             tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
             tokenizer_hash=tokenizer.fingerprint(),
