@@ -161,3 +161,12 @@ def test_stripping_a_long_id_array_does_not_walk_it_byte_by_byte() -> None:
     took = time.perf_counter() - started
     assert out == b'{"choices":[{"message":{"content":"x"},"token_ids":null}],"prompt_token_ids":null}'
     assert took < 0.1, f"{took:.3f} s"
+
+
+def test_feed_whole_gives_the_same_bytes_as_the_events_across_reads() -> None:
+    raw = (REC / "vllm_t1_stream.txt").read_bytes()
+    for step in (7, 100, 5000):
+        splitter = EventSplitter()
+        got = [splitter.feed_whole(raw[i : i + step]) for i in range(0, len(raw), step)]
+        assert b"".join(got) + splitter.rest() == raw
+        assert all(piece.endswith(b"\n\n") for piece in got if piece)

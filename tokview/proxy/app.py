@@ -259,14 +259,23 @@ class ProxyApp:
         strips = injection.strips
         async for piece in response.aiter_raw():
             pieces.append(piece)
-            out = []
-            for event in splitter.feed(piece):
-                if strips and ids.may_be_id_only(event, injection) and ids.id_only_chunk(data_of(event), injection):
-                    continue
-                out.append(ids.strip_body(event, injection) if strips else event)
+            whole = splitter.feed_whole(piece)
+            if not whole:
+                continue
+            if not strips:
+                out, n = whole, whole.count(b"\n\n")
+            elif b"\r" not in whole and not ids.may_be_id_only(whole, injection):
+                out, n = ids.strip_body(whole, injection), whole.count(b"\n\n")  # one pass over the read's events
+            else:  # an id-only chunk may be there (or CRLF events): event by event
+                kept = [
+                    ids.strip_body(event, injection)
+                    for event in EventSplitter().feed(whole)
+                    if not (ids.may_be_id_only(event, injection) and ids.id_only_chunk(data_of(event), injection))
+                ]
+                out, n = b"".join(kept), len(kept)
             if out:
-                await _send_body(send, b"".join(out) if len(out) > 1 else out[0], True)
-                ex.chunks_sent += len(out)
+                await _send_body(send, out, True)
+                ex.chunks_sent += n
         await _send_body(send, splitter.rest(), False)
         self._record_later(ex, b"".join(pieces), stream=True)
 

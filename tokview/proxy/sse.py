@@ -32,6 +32,15 @@ class EventSplitter:
             start = end + size
         self._buffer = buffer[start:]
 
+    def feed_whole(self, data: bytes) -> bytes:
+        """Like `feed`, but every event completed so far as one bytes (no object per event): a read holding
+        many events is then edited in one pass. Events end at the last blank line (LF LF or CR LF CR LF)."""
+        buffer = self._buffer + data if self._buffer else data
+        lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        self._buffer = buffer[end:]
+        return buffer[:end]
+
     def rest(self) -> bytes:
         """What is left when the stream ends (a server that closed mid-event): forwarded as it is."""
         rest, self._buffer = self._buffer, b""
