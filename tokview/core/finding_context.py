@@ -10,7 +10,7 @@ and only for the captures whose checks ask for it.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import compress, count, islice
@@ -34,39 +34,38 @@ _BLANK_PROBE = 64
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Which ids a tokenizer has: 0 … size-1, less the few a sparse vocabulary skips."""
+    """Which ids a tokenizer has: 0 … size-1 (its length), and any id past that it names itself.
+
+    Reading the whole id table to find gaps cost the first analysis of every run 0.12–0.17 s (a 160k-entry
+    dict built from Rust), enough to hold the first sample of a small batch back by a landing. The length is
+    cached, and an id at or past it (999999 from a gateway, a negative id) is looked up one by one: exact
+    for every id past the length. A vocabulary with a gap under its length (ids that run past their count)
+    is taken at its word below it."""
 
     size: int
-    """One past the largest id the tokenizer has."""
-    holes: frozenset[int] = frozenset()
-    """Ids under `size` the tokenizer does not have (none in a dense vocabulary, the usual case)."""
+    """The tokenizer's length: every id under it is taken as the tokenizer's."""
+    has_id: Callable[[int], bool]
+    """Whether the tokenizer names this id: asked only of ids at or past `size`."""
 
     def unknown_positions(self, ids: Sequence[int]) -> list[int]:
         """Positions of the ids this vocabulary lacks. Two C-level passes (`min`, `max`) settle the usual
         case of none; only then is each id looked at."""
         if not ids:
             return []
-        if not self.holes and min(ids) >= 0 and max(ids) < self.size:
+        size = self.size
+        if min(ids) >= 0 and max(ids) < size:
             return []
-        size, holes = self.size, self.holes
-        return [i for i, t in enumerate(ids) if not 0 <= t < size or t in holes]
+        return [i for i, t in enumerate(ids) if not 0 <= t < size and (t < 0 or not self.has_id(t))]
 
 
 _vocabularies: weakref.WeakKeyDictionary[object, Vocabulary] = weakref.WeakKeyDictionary()
 
 
 def vocabulary_of(tokenizer: TokenizerAdapter) -> Vocabulary:
-    """The ids a tokenizer has, read once per tokenizer from its id table (its length alone would take a
-    vocabulary with a gap for a shorter one and call its top ids unknown)."""
+    """The tokenizer's ids, its length read once per tokenizer (cached by the adapter)."""
     known = _vocabularies.get(tokenizer)
     if known is None:
-        try:
-            ids = tokenizer.vocab_ids()
-        except Exception:  # a tokenizer class without a readable table: its length is all there is
-            ids = set()
-        size = max(ids) + 1 if ids else tokenizer.vocab_size
-        holes = frozenset(range(size)) - ids if ids and len(ids) < size else frozenset()
-        known = _vocabularies[tokenizer] = Vocabulary(size, holes)
+        known = _vocabularies[tokenizer] = Vocabulary(tokenizer.vocab_size, tokenizer.has_id)
     return known
 
 

@@ -361,10 +361,14 @@ class TokenizerAdapter:
         except TypeError:  # a tokenizer without split_special_tokens: fall back to plain encoding
             return self.encode(text)
 
-    def vocab_ids(self) -> set[int]:
-        """Every id the vocabulary has (special and added ones included): a table with a gap is not
-        mistaken for a shorter one."""
-        return {int(i) for i in self.tok.get_vocab().values()}
+    def has_id(self, token_id: int) -> bool:
+        """Whether the vocabulary names this id (special and added ones included)."""
+        if token_id < 0:
+            return False
+        try:
+            return self.tok.convert_ids_to_tokens(token_id) is not None
+        except (OverflowError, IndexError, KeyError, ValueError, TypeError):
+            return False
 
     def vocab_tokens(self) -> list[str]:
         """Every token string of the vocabulary (special and added ones included)."""
