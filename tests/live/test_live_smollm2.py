@@ -209,7 +209,12 @@ def test_every_export_reads_back_exactly(sampled, tok, tmp_path):
             assert result.exported == len(samples), (fmt, result.refused)
             rows = [row for _, row in iter_rows(out)]
             assert len(rows) == len(samples), fmt
-            if fmt in ("speculators", "parquet"):
+            if fmt == "trajectory":  # one row per conversation: here one single-turn sample each, ids as served
+                got = sorted((list(r["input_ids"]), list(r["loss_mask"])) for r in rows)
+                caps = [s.capture for s in samples.values()]
+                want = [(c.prompt_ids + c.output_ids, [0] * len(c.prompt_ids) + [1] * len(c.output_ids)) for c in caps]
+                assert got == sorted(want), fmt
+            elif fmt in ("speculators", "parquet"):
                 key = "sample_id" if fmt == "parquet" else None
                 for row in rows:
                     sid = row["sample_id"] if key else row["metadata"]["tokview_sample_id"]
