@@ -167,11 +167,9 @@ async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app
         assert not low, sorted(set(low))[:12]
 
 
-KNOWN_LOW = {
-    (("D",), "textual-light"): "doctor.py paints its failure line in a fixed red: 3.0:1 on the light panel",
-    ((), "textual-light", True): "sample_list.py's light badge colour rounds to 4.4:1 in 256 colours",
-}
-"""Measured, in files of the other helper's (issue 25 item 11): left as strict expected failures until fixed."""
+KNOWN_LOW: dict[tuple, str] = {}
+"""Measured contrast failures left as strict expected failures until fixed (none left: the doctor's failure line
+and the list's light badges were fixed in their files)."""
 
 
 @pytest.mark.parametrize("palette_256", PAINTS)

@@ -21,6 +21,7 @@ from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
 from tokview.ui.screens.modals import NARROW_BREAKPOINTS
+from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
                 yield Label("path")
                 yield Input(self._default_path(DEFAULT_FORMAT), id="export-path")
             yield Static("", id="export-summary")
+        yield KeysFooter()
 
     @staticmethod
     def _default_path(fmt: str) -> str:

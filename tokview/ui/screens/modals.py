@@ -16,6 +16,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
+from tokview.ui.widgets.footer import KeysFooter
 
 NARROW_BREAKPOINTS = [(0, "-narrow"), (30, "-roomy")]
 """A dialog under 30 columns wide drops its frame and padding (the `-narrow` class, styles/app.tcss)."""
@@ -44,6 +45,7 @@ class TextPrompt(ModalScreen[str | None]):
         with Vertical(classes="modal"):
             yield Label(self.title_text, classes="modal-title")
             yield Input(self.value, placeholder=self.placeholder, id="modal-input")
+        yield KeysFooter()
 
     @on(Input.Submitted, "#modal-input")
     def _submitted(self, event: Input.Submitted) -> None:
@@ -68,6 +70,7 @@ class RejectReason(ModalScreen[str | None]):
             yield Label("Reject: pick a reason, or type one below", classes="modal-title")
             yield OptionList(*[Option(r, id=f"reason-{i}") for i, r in enumerate(self.reasons)], id="reasons")
             yield Input(placeholder="other reason…", id="reason-typed")
+        yield KeysFooter()
 
     @on(OptionList.OptionSelected, "#reasons")
     def _picked(self, event: OptionList.OptionSelected) -> None:
@@ -98,6 +101,7 @@ class Confirm(ModalScreen[bool]):
             if self.detail:
                 yield Label(self.detail, id="confirm-detail")
             yield Label("y yes · n / esc no", classes="modal-keys")
+        yield KeysFooter()
 
     def action_confirm(self) -> None:
         self.dismiss(True)
@@ -153,6 +157,7 @@ class TagDialog(ModalScreen[TagEdit | None]):
                     for i, (op, t) in enumerate(self.offered)
                 ]
                 yield OptionList(*options, id="tag-options")
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         if self.offered:
@@ -188,6 +193,7 @@ class BulkApprove(ModalScreen[str | None]):
             yield Label(self.question, classes="modal-title")
             yield Label(self.detail, id="confirm-detail")
             yield Label("y all · v only the valid · n / esc none", classes="modal-keys")
+        yield KeysFooter()
 
     def action_approve_all(self) -> None:
         self.dismiss("all")
@@ -220,14 +226,15 @@ class ActionsDialog(ModalScreen[int | None]):
             yield Label("Undo which action? (enter takes it back)", classes="modal-title")
             if not self.actions:
                 yield Label("nothing has been done in this store yet")
-                return
-            yield OptionList(
-                *[
-                    Option(a.line, id=f"action-{a.action_id}", disabled=a.undone_by is not None or a.kind == "undo")
-                    for a in self.actions
-                ],
-                id="actions-list",
-            )
+            else:
+                yield OptionList(
+                    *[
+                        Option(a.line, id=f"action-{a.action_id}", disabled=a.undone_by is not None or a.kind == "undo")
+                        for a in self.actions
+                    ],
+                    id="actions-list",
+                )
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         live = [i for i, a in enumerate(self.actions) if a.undone_by is None and a.kind != "undo"]

@@ -219,8 +219,9 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
     SampleList:light > .sample-list--approved { color: #1d5e20; }
     SampleList:light > .sample-list--rejected { color: #a11212; }
     SampleList:light > .sample-list--badge-error { color: #a11212; }
-    SampleList:light > .sample-list--invalid { color: #6b3500; }
-    SampleList:light > .sample-list--badge-warn { color: #6b3500; }
+    /* warnings: #6b3500 is painted #5f5f00 in 256 colours (4.4:1); #5f0000 is a cube colour, a dark brown */
+    SampleList:light > .sample-list--invalid { color: #5f0000; }
+    SampleList:light > .sample-list--badge-warn { color: #5f0000; }
     SampleList:light > .sample-list--badge-info { color: #4a4a4a; }
     SampleList:light > .sample-list--loading { color: #4a4a4a; }
     """
@@ -549,6 +550,56 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         row = self.row(self.cursor)
         if row is not None:
             self.post_message(self.Opened(row.sample_id))
+
+    def action_copy_id(self) -> None:
+        row = self.row(self.cursor)
+        if row is None:
+            self.app.bell()
+            return
+        self.app.copy_to_clipboard(row.sample_id)
+        self.notify(f"copied the sample id {row.sample_id}", timeout=2)
+
+    def action_compare(self) -> None:
+        """Two marked samples are compared with each other; otherwise the cursor's sample with its prompt's
+        first sibling (another run's first, as inspect's d), looked up in a thread (a store query)."""
+        session = getattr(self.app, "session", None)
+        if session is None:
+            return
+        if len(self.marks) == 2:
+            self._open_compare(*self.marks.ids())
+            return
+        row = self.row(self.cursor)
+        if row is None:
+            self.app.bell()
+            return
+        self._find_sibling(session.store, row.sample_id)
+
+    @work(thread=True, exclusive=True, group="list-compare", exit_on_error=False)
+    def _find_sibling(self, store, sample_id: str) -> None:
+        from tokview.store.run_stats import siblings
+
+        self.post_message(self.SiblingFound(sample_id, siblings(store, sample_id)))
+
+    class SiblingFound(Message):
+        def __init__(self, sample_id: str, found: list[tuple[str, str | None]]) -> None:
+            super().__init__()
+            self.sample_id, self.found = sample_id, found
+
+    def on_sample_list_sibling_found(self, event: SiblingFound) -> None:
+        if not event.found:
+            self.notify(
+                f"no other sample of {event.sample_id}'s prompt to compare with (mark two samples to compare them)",
+                timeout=3,
+            )
+            return
+        other, run = event.found[0]
+        self.notify(f"comparing with {other} from {run or 'no run'}", timeout=2)
+        self._open_compare(event.sample_id, other)
+
+    def _open_compare(self, left: str, right: str) -> None:
+        from tokview.ui.screens.compare import CompareScreen
+
+        self.app.push_screen(CompareScreen(self.app.session, left, right))  # type: ignore[attr-defined]
 
     def on_click(self, event: events.Click) -> None:
         if event.y >= 1:
