@@ -18,6 +18,8 @@ from rich.cells import cell_len
 
 from tokview.core import segments as seg
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
+from tokview.core.profiles import HERMES
+from tokview.core.tool_calls import field_name
 from tokview.untrusted_text import printable
 
 if TYPE_CHECKING:
@@ -44,6 +46,15 @@ PROMPT, PROMPT_SPECIAL, DELIMITER, REASONING, ANSWER, STOP, SPECIAL = (
     "special",
 )
 GAP, PARTIAL_CLS, DRIFT_CLS, EMPTY = "gap", "partial", "drift", "empty"
+TOOL_MARKER_CLS, TOOL_ID, TOOL_ARGS, COMMENTARY_CLS, HEADER = (
+    "tool-marker",
+    "tool-id",
+    "tool-args",
+    "commentary",
+    "header",
+)
+"""A tool call's markers, its id text and its arguments (issue 23: the ids a tool parser turns into the
+`tool_calls` field, told apart from the answer); Harmony's commentary channel and its message headers."""
 HEAT_CLASSES = tuple(f"heat-{level}" for level in range(5))
 """The inspect heat view (ui/heat.py): 0 easy/likely … 4 hard/unlikely."""
 STYLE_CLASSES = (
@@ -59,6 +70,11 @@ STYLE_CLASSES = (
     DRIFT_CLS,
     EMPTY,
     *HEAT_CLASSES,
+    TOOL_MARKER_CLS,
+    TOOL_ID,
+    TOOL_ARGS,
+    COMMENTARY_CLS,
+    HEADER,
 )
 CLASS_INDEX = {name: i for i, name in enumerate(STYLE_CLASSES)}
 
@@ -94,21 +110,46 @@ class TokenSeq:
     """True where the piece ends in a newline: pieces mode starts a new row after it."""
     status: list[str | None] = field(default_factory=list)
     """Alignment status per token (None for prompt tokens or when no text fields came back)."""
+    fields: list[str] = field(default_factory=list)
+    """The right pane: the text field that kept each token (`reasoning`, `tool_calls[0].id`…), "" if none."""
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
+_BY_KIND = {
+    seg.PREFILLED_OPENER: DELIMITER,
+    seg.OPENER: DELIMITER,
+    seg.CLOSER: DELIMITER,
+    seg.STOP: STOP,
+    seg.TOOL_MARKER: TOOL_MARKER_CLS,
+    seg.TOOL_CALL_ID: TOOL_ID,
+    seg.TOOL_ARGUMENTS: TOOL_ARGS,
+    seg.TOOL_SECTION: HEADER,
+    seg.HARMONY_HEADER: HEADER,
+    seg.MESSAGE_END: DELIMITER,
+}
+"""Kinds painted the same whether their ids are special or not (a marker, a header, a delimiter)."""
+_BODY = {seg.REASONING: REASONING, seg.ANALYSIS: REASONING, seg.COMMENTARY: COMMENTARY_CLS, seg.FINAL: ANSWER}
+"""Message bodies (a special id inside one shows as special): Harmony's analysis is the reasoning, final the
+answer."""
+
+
 def _class_for(kind: str, special: bool) -> int:
     if kind == seg.PROMPT:
         return CLASS_INDEX[PROMPT_SPECIAL if special else PROMPT]
-    if kind in (seg.PREFILLED_OPENER, seg.OPENER, seg.CLOSER):
-        return CLASS_INDEX[DELIMITER]
-    if kind == seg.STOP:
-        return CLASS_INDEX[STOP]
+    if kind in _BY_KIND:
+        return CLASS_INDEX[_BY_KIND[kind]]
     if special:
         return CLASS_INDEX[SPECIAL]
-    return CLASS_INDEX[REASONING if kind == seg.REASONING else ANSWER]
+    return CLASS_INDEX[_BODY.get(kind, ANSWER)]
+
+
+def _kept_class(field_index: int) -> int:
+    """The class of an id a text field kept: reasoning, content, or a server call's id / arguments."""
+    if field_index >= 2:
+        return CLASS_INDEX[TOOL_ID if field_index % 2 == 0 else TOOL_ARGS]
+    return CLASS_INDEX[REASONING if field_index == 0 else ANSWER]
 
 
 def served_seq(capture: Capture, analysis: Analysis, tokenizer: TokenizerAdapter) -> TokenSeq:
@@ -144,15 +185,19 @@ def kept_seq(capture: Capture, analysis: Analysis, tokenizer: TokenizerAdapter) 
     statuses: list[str | None] = list(al.statuses) if al is not None else [HIDDEN] * len(out_ids)
     # Which text field kept each id (core's alignment knows): an answer the parser filed as reasoning
     # shows in reasoning colour here while the left pane, coloured by the ids, shows answer.
-    split = capture.reasoning is not None or capture.content is not None
+    split = capture.reasoning is not None or capture.content is not None or bool(capture.tool_calls)
     fields = al.fields if al is not None and split else None
+    parser = HERMES if seg.TOOL_ARGUMENTS in kinds and seg.TOOL_CALL_ID not in kinds else None
+    names = [field_name(f, parser) for f in fields] if fields is not None else []
     pieces = [" " * cell_len(visible(p)) for p in prompt_raw]
     classes = [CLASS_INDEX[EMPTY]] * n_prompt
     status: list[str | None] = [None] * n_prompt
+    kept_in = [""] * n_prompt
     for i, (tid, piece) in enumerate(zip(out_ids, out_raw)):
         shown = visible(piece)
         st = statuses[i] if i < len(statuses) else HIDDEN
         status.append(st)
+        kept_in.append(names[i] if st != HIDDEN and i < len(names) else "")
         if st == HIDDEN:
             pieces.append(GAP_CHAR * cell_len(shown))
             classes.append(CLASS_INDEX[GAP])
@@ -162,12 +207,15 @@ def kept_seq(capture: Capture, analysis: Analysis, tokenizer: TokenizerAdapter) 
             classes.append(CLASS_INDEX[PARTIAL_CLS])
         elif st == DRIFT:
             classes.append(CLASS_INDEX[DRIFT_CLS])
-        elif fields is None or tokenizer.is_special(tid):
-            classes.append(_class_for(kinds[n_prompt + i], tokenizer.is_special(tid)))
         else:
-            classes.append(CLASS_INDEX[REASONING if fields[i] == 0 else ANSWER])
+            kept_by = fields[i] if fields is not None and i < len(fields) else None
+            special = tokenizer.is_special(tid)
+            if kept_by is None or special:
+                classes.append(_class_for(kinds[n_prompt + i], special))
+            else:
+                classes.append(_kept_class(kept_by))
     breaks = [p.endswith("\n") for p in prompt_raw + out_raw]
-    return TokenSeq(ids, pieces, classes, n_prompt, breaks, status)
+    return TokenSeq(ids, pieces, classes, n_prompt, breaks, status, kept_in)
 
 
 def cell_texts(seq: TokenSeq, mode: str) -> tuple[list[str], list[str] | None]:
@@ -276,13 +324,16 @@ def detail_lines(
     if logprobs is not None and 0 <= out_pos < len(logprobs):
         rows.append(("logprob", f"{logprobs[out_pos]:.4f}"))
     status = seq.status[index] if index < len(seq.status) else None
+    kept_in = seq.fields[index] if index < len(seq.fields) else ""
     rows.append(
         (
             "text field",
             {
                 None: "— (prompt)" if out_pos < 0 else "— (no text fields)",
-                KEPT: "kept",
-                PARTIAL: "partly kept (whitespace trimmed)",
+                KEPT: f"kept in {kept_in}" if kept_in else "kept",
+                PARTIAL: f"partly kept in {kept_in} (whitespace trimmed)"
+                if kept_in
+                else "partly kept (whitespace trimmed)",
                 HIDDEN: "hidden by the parser",
                 DRIFT: "drift: text before it no id explains",
             }.get(status, status or "—"),

@@ -83,6 +83,17 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
     TokenView:light > .token-view--reasoning { color: #5f005f; }
     TokenView:light > .token-view--prompt { color: $foreground-darken-1; }
     TokenView:light > .token-view--prompt-special { color: $foreground-darken-1; }
+    /* tool calls and Harmony (issue 23): 256-colour cube colours, so a 256-colour terminal paints them as is */
+    TokenView > .token-view--tool-marker { color: #87afff; text-style: bold; }
+    TokenView > .token-view--tool-id { color: #5fd7ff; text-style: bold; }
+    TokenView > .token-view--tool-args { color: #d7af87; }
+    TokenView > .token-view--commentary { color: #afd787; }
+    TokenView > .token-view--header { color: $text-warning; text-style: italic; }
+    TokenView:light > .token-view--tool-marker { color: #5f0087; }
+    TokenView:light > .token-view--tool-id { color: #00005f; }
+    TokenView:light > .token-view--tool-args { color: #005f00; }
+    TokenView:light > .token-view--commentary { color: #870087; }
+    TokenView:light > .token-view--header { color: #5f0000; }
     TokenView > .token-view--alt { background: $primary 8%; }
     TokenView:light > .token-view--alt { background: $primary 5%; }
     TokenView > .token-view--heat-0 { color: #3fb950; }
