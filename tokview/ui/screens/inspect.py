@@ -191,6 +191,10 @@ class InspectScreen(Screen):
             f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
             ("  valid", roles["valid"]) if d.analysis.valid else ("  INVALID", roles["invalid"]),
         )
+        chain = (c.settings or {}).get("chain")
+        if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation)
+            history = chain.get("history") or "served"
+            title.append(f"  conversation {chain.get('conversation')} turn {chain.get('turn')} · {history} history")
         if d.tags:
             title.append("  tags: " + ", ".join(d.tags), "italic")
         if d.notes:
@@ -417,6 +421,43 @@ class InspectScreen(Screen):
         more = f" (and {plural(len(event.found) - 1, 'other')})" if len(event.found) > 1 else ""
         self.notify(f"comparing with {other} from {run or 'no run'}{more}", timeout=2)
         self.app.push_screen(CompareScreen(event.session, self.data.sample_id, other, self.served.mode))
+
+    def action_walk_turn(self, step: int) -> None:
+        """Open the conversation's next (or previous) turn: the samples of this prompt and generation by turn."""
+        session = getattr(self.app, "session", None)
+        if session is not None:
+            self._find_turns(session, step)
+
+    @work(thread=True, exclusive=True, group="walk-turns", exit_on_error=False)
+    def _find_turns(self, session: Session, step: int) -> None:
+        from tokview.store.conversation_turns import conversation_turns
+
+        self.post_message(self.TurnsFound(conversation_turns(session.store, self.data.sample_id), step))
+
+    class TurnsFound(Message):
+        def __init__(self, turns: list, step: int) -> None:
+            super().__init__()
+            self.turns, self.step = turns, step
+
+    @on(TurnsFound)
+    def _turns_found(self, event: TurnsFound) -> None:
+        ids = [t.sample_id for t in event.turns]
+        if self.data.sample_id not in ids or len(ids) < 2:
+            self.notify("not a turn of a conversation (no other turn of this prompt and generation)", timeout=3)
+            return
+        at = ids.index(self.data.sample_id) + event.step
+        if not 0 <= at < len(ids):
+            self.app.bell()
+            self.notify("the last turn of the conversation" if at else "the first turn of the conversation", timeout=2)
+            return
+        turn = event.turns[at]
+        how = f"turn {at + 1} of {len(ids)} · {turn.history} history"
+        if turn.extends is True:
+            how += " · extends the previous turn's ids"
+        elif turn.extends is False:
+            how += f" · breaks at {turn.break_at}" if turn.break_at is not None else " · does not extend"
+        self.notify(how, timeout=3)
+        self.app.open_sample(turn.sample_id)  # type: ignore[attr-defined]
 
     def action_toggle_auto_advance(self) -> None:
         config = self._config()

@@ -1,0 +1,80 @@
+"""A conversation is visible from inspect as a chain: w / W walk its turns (the samples of one prompt and
+generation across `turn`, in order), saying which turn of how many and whether its history was served or the
+file's (issue 23 item 6)."""
+
+from __future__ import annotations
+
+from builders import make_capture, put
+
+from tests.ui.conftest import settle
+from tokview.store.conversation_turns import conversation_turns
+
+
+def _conversation(store, prompt_id: str, served: bool) -> list[str]:
+    """Three turns of one conversation; a served chain records `settings.chain` (turn 2's prompt breaks)."""
+    ids = []
+    for turn in range(3):
+        capture = make_capture(f"question {turn}")
+        if served:
+            capture.settings["chain"] = {
+                "conversation": prompt_id,
+                "turn": turn,
+                "history": "served",
+                "parent": ids[-1] if ids else None,
+                "extends": None if turn == 0 else turn == 1,
+                "break_at": 17 if turn == 2 else None,
+            }
+        ids.append(put(store, prompt_id, capture, run_id="chains", turn=turn))
+    put(store, prompt_id, make_capture("another generation"), run_id="chains", index=1, turn=1)
+    return ids
+
+
+def test_the_turns_of_a_conversation_in_order(store):
+    served = _conversation(store, "conv-s", served=True)
+    file = _conversation(store, "conv-f", served=False)
+    turns = conversation_turns(store, served[1])
+    assert [t.sample_id for t in turns] == served  # not the other generation's turn, not conv-f
+    assert [t.history for t in turns] == ["served"] * 3
+    assert [(t.extends, t.break_at) for t in turns] == [(None, None), (True, None), (False, 17)]
+    assert [t.history for t in conversation_turns(store, file[0])] == ["file"] * 3
+    assert conversation_turns(store, "p001@demo_gen0") == []  # a sample with no turns
+
+
+async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):
+    served = _conversation(store, "conv-s", served=True)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.open_sample(served[0])
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == served[0]
+        for expected in (served[1], served[2], served[2]):  # the last turn stays
+            await pilot.press("w")
+            await settle(app, pilot)
+            assert app.screen.data.sample_id == expected
+        messages = [str(n.message) for n in app._notifications]
+        assert any("turn 3 of 3" in m and "served history" in m and "breaks at 17" in m for m in messages), messages
+        assert any("last turn" in m for m in messages), messages
+        assert "conversation conv-s turn 2 · served history" in str(app.screen.query_one("#inspect-title").render())
+        await pilot.press("W")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == served[1]
+
+
+async def test_w_on_a_file_history_turn_and_on_a_single_sample(make_app, store):
+    file = _conversation(store, "conv-f", served=False)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.open_sample(file[1])
+        await settle(app, pilot)
+        await pilot.press("w")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == file[2]
+        assert any("turn 3 of 3" in str(n.message) and "file history" in str(n.message) for n in app._notifications)
+        app.open_sample("p001@demo_gen0")
+        await settle(app, pilot)
+        await pilot.press("w")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == "p001@demo_gen0"
+        assert any("not a turn of a conversation" in str(n.message) for n in app._notifications)
