@@ -317,8 +317,11 @@ def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_pa
             ]
             proxy.stop()
         prompt = prompt + out + [163587, 455, 163601, 88, 163586, 163588, 400, 163601, 163606]
-    first, second = _stored(db)
-    assert second["prompt_id"] == first["prompt_id"] and (first["turn"], second["turn"]) == (0, 1)
+    with Store(db) as store:  # in the order they were made: two runs started in one second sort by their uuids
+        (first_session, first_turn), (second_session, second_turn) = store.query(
+            "SELECT prompt_id, turn FROM samples ORDER BY created_at"
+        )
+    assert second_session == first_session and (first_turn, second_turn) == (0, 1)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -387,3 +390,28 @@ def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_do
     else:
         assert [(r["prompt_id"], r["turn"]) for r in rows] == [("user:carol", 0), ("user:carol", 1)]
         assert rows[1]["prompt_ids"][: len(rows[0]["prompt_ids"])] == rows[0]["prompt_ids"]
+
+
+def test_a_burst_bigger_than_the_pipe_reaches_the_recorder_process_whole(tmp_path, kimi_tok, kimi_profile) -> None:
+    """16 long streams at once hand the child several MB, each answer (~300 KB) more than a pipe takes in one
+    write: the rest waits for the loop to say the pipe is writable, in order, and every answer is recorded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = str(tmp_path / "burst.duckdb")
+    with start_simulator(SimConfig(kind="vllm", output_tokens=1500)) as sim:
+        config = ProxyConfig(
+            [sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, record_in="process"
+        )
+        with start_proxy(config) as proxy:
+
+            def ask(n: int) -> int:
+                body = {**_chat(sim.cfg.model_name, True), "messages": [{"role": "user", "content": f"burst {n}"}]}
+                body["max_tokens"] = 1500
+                return httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=60).status_code
+
+            with ThreadPoolExecutor(16) as pool:
+                assert list(pool.map(ask, range(16))) == [200] * 16
+            proxy.stop()
+            assert proxy.recorder.recorded == 16 and proxy.recorder.recording
+    rows = _stored(db)
+    assert len(rows) == 16 and _failures(db) == [] and all(len(r["output_ids"]) == 1500 for r in rows)

@@ -3,7 +3,7 @@
 Why: in one process the analysis (≈0.4–3 ms a generation), the capture parsing and the landings hold the
 GIL the event loop needs, so a request arriving meanwhile waited (the benchmark's added p50 and p99) and the
 proxy's CPU per request was 2–3× a bare forwarder's. Here the proxy's loop only pickles a `Finished` onto a
-pipe (on a feeder thread), and a spawned child runs the same `Recorder` (its threads, writer and Lander, the
+non-blocking pipe (`take`), and a spawned child runs the same `Recorder` (its threads, writer and Lander, the
 store) as the in-process mode does. The child reports back what the parent says and counts: its lines
 (STOPPED RECORDING among them) and its counters.
 
@@ -16,9 +16,13 @@ recorded: only the requests in flight are lost.
 
 from __future__ import annotations
 
-import queue
+import asyncio
+import os
+import pickle
 import signal
+import struct
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +33,9 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 READY_TIMEOUT_S = 300.0
+COUNTS_EVERY_S = 0.25
+"""The child reports its counters when it is idle this long (not after every item: each report woke a
+thread of the forwarding process)."""
 """How long the parent waits for the child to load its tokenizer and open the store."""
 
 
@@ -62,9 +69,10 @@ class RecorderProcess:
         jobs_in.close()
         said_out.close()
         self._wait_ready()
-        self._queue: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
-        self._feeder = threading.Thread(target=self._feed, name="tokview-proxy-feed", daemon=True)
-        self._feeder.start()
+        self._fd = self._jobs.fileno()
+        os.set_blocking(self._fd, False)
+        self._pending: deque[bytes] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._reader = threading.Thread(target=self._read, name="tokview-proxy-said", daemon=True)
         self._reader.start()
 
@@ -87,17 +95,64 @@ class RecorderProcess:
                 raise TokviewError(message[1], exit_code=message[2], title=message[3])
 
     def take(self, item: Finished | Failed) -> None:
-        """Hand an item to the child: a queue put here; a feeder thread pickles it onto the pipe."""
-        self._queue.put(item)
+        """Hand an item to the child, from the event loop: pickled (one copy of the answer's bytes) and written
+        to the pipe as a `Connection.recv` frame, without blocking; what the pipe cannot take now is written
+        when the loop says it can. No thread: a feeder thread cost a GIL hand-over per request."""
+        data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        frame = struct.pack("!i", len(data)) + data
+        if self._pending:
+            self._pending.append(frame)
+            return
+        try:
+            written = os.write(self._fd, frame)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the child is gone: counted, never a broken forwarding loop
+            self._lost()
+            return
+        if written < len(frame):
+            self._pending.append(frame[written:])
+            self._wait_writable()
 
-    def _feed(self) -> None:
-        while (item := self._queue.get()) is not None:
+    def _wait_writable(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop (a caller outside the server): write it out now
+            self._drain_blocking()
+            return
+        self._loop.add_writer(self._fd, self._flush)
+
+    def _flush(self) -> None:
+        while self._pending:
             try:
-                self._jobs.send(item)
-            except (OSError, ValueError):  # the child is gone: counted, never a broken forwarding loop
-                self.not_recorded += 1
-                self.recording = False
-        self._jobs.close()
+                written = os.write(self._fd, self._pending[0])
+            except BlockingIOError:
+                return
+            except OSError:
+                self._pending.clear()
+                self._lost()
+                break
+            if written < len(self._pending[0]):
+                self._pending[0] = self._pending[0][written:]
+                return
+            self._pending.popleft()
+        if self._loop is not None:
+            self._loop.remove_writer(self._fd)
+
+    def _drain_blocking(self) -> None:
+        os.set_blocking(self._fd, True)
+        try:
+            while self._pending:
+                os.write(self._fd, self._pending.popleft())  # blocking: writes it all
+        except OSError:
+            self._pending.clear()
+            self._lost()
+        finally:
+            os.set_blocking(self._fd, False)
+
+    def _lost(self) -> None:
+        self.not_recorded += 1
+        self.recording = False
 
     def _read(self) -> None:
         while True:
@@ -111,9 +166,9 @@ class RecorderProcess:
                 self.recorded, self.failed, self.not_recorded, self.recording = message[1:]
 
     def close(self) -> None:
-        """Let the child record and land what it was handed, and wait for it."""
-        self._queue.put(None)
-        self._feeder.join()
+        """Let the child record and land what it was handed, and wait for it (the loop has stopped by now)."""
+        self._drain_blocking()
+        self._jobs.close()  # the child reads to the end, records, lands and exits
         self.process.join()
         self._reader.join(timeout=5)
         if self.process.exitcode not in (0, None):
@@ -144,15 +199,18 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     if recorder is None:
         return
     link.send(("ready",))
+    sent: tuple[Any, ...] = ()
     while True:
         try:
-            item = jobs.recv()
+            if jobs.poll(COUNTS_EVERY_S):
+                recorder.take(jobs.recv())
         except (EOFError, OSError):  # the parent closed the pipe or died: what came is recorded
             break
-        if item is None:
-            break
-        recorder.take(item)
-        link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
+        counts = (recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording)
+        stopped = bool(sent) and counts[3] != sent[3]
+        if counts != sent and (stopped or not jobs.poll(0)):  # when idle, or at once when recording stopped
+            link.send(("counts", *counts))
+            sent = counts
     recorder.close()
     link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
 
