@@ -110,6 +110,12 @@ def test_every_export_of_plain_samples_reads_back_exactly(db, tok, tmp_path, cap
                 assert list(row["input_ids"]) == cap.prompt_ids + cap.output_ids
                 assert list(row["loss_mask"]) == [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids)
                 continue
+            if fmt == "trajectory":  # a single-turn sample is a one-turn conversation: its served ids
+                (turn,) = row["metadata"]["turns"]
+                cap = caps[turn["sample_id"].split("@")[0]]
+                assert row["input_ids"] == cap.prompt_ids + cap.output_ids
+                assert row["loss_mask"] == [0] * len(cap.prompt_ids) + [1] * len(cap.output_ids)
+                continue
             key = row["id"]
             last = row["conversations"][-1]
             said = last.get("content", last.get("value"))
