@@ -509,6 +509,11 @@ def _sigint_blocked() -> Iterator[None]:
     Ctrl-C on the process group during its interpreter's start-up waits for `_child` to set its handlers
     instead of ending it with a KeyboardInterrupt traceback (or a fatal error while `site` imports). Only
     this thread blocks it: the parent's main thread still takes a Ctrl-C at once."""
+    from multiprocessing import resource_tracker
+
+    # The spawn starts multiprocessing's resource tracker first if it is not running, and that start unblocks
+    # SIGINT in this thread when it is done: start it before blocking, or the child starts unprotected.
+    resource_tracker.ensure_running()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
