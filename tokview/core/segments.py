@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import NamedTuple
 
+from tokview.core.harmony import parse_harmony
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
@@ -113,10 +114,8 @@ def token_kinds(
     `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them filled
     whole: no Python step per id. `tool_calls` (`tool_calls_on_ids` of these output ids, as `analyze`
     passes it): the ids of the calls then get their tool kinds (`paint_tool_kinds`); without it the kinds
-    are the reasoning structure alone. A Harmony profile's kinds are its messages' (`harmony.harmony_kinds`)."""
+    are the reasoning structure alone. A Harmony profile's kinds are its messages' (`harmony_kinds`)."""
     if profile.format == HARMONY:
-        from tokview.core.harmony import harmony_kinds
-
         return harmony_kinds(prompt_ids, output_ids, profile)
     kinds = [PROMPT] * len(prompt_ids)
     prefill = prefilled_opener_position(prompt_ids, profile)
@@ -256,3 +255,22 @@ def _segments_at(kinds: Sequence[str], n_prompt: int, starts: Sequence[int]) -> 
 def loss_mask(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> list[int]:
     """0 over every prompt id (the pre-filled opener included: the model never generated it), 1 over output."""
     return [0] * len(prompt_ids) + [1] * len(output_ids)
+
+
+CHANNEL_KIND = {"analysis": ANALYSIS, "commentary": COMMENTARY, "final": FINAL}
+
+
+def harmony_kinds(prompt_ids: Sequence[int], output_ids: Sequence[int], profile: ModelProfile) -> list[str]:
+    """The segment kind of every id: prompt, header ids, each channel's body, end tokens (the last one a
+    stop when it is one of the profile's stop ids)."""
+    kinds = [PROMPT] * len(prompt_ids)
+    out = output_ids if isinstance(output_ids, list) else list(output_ids)
+    body = [HARMONY_HEADER] * len(out)
+    for msg in parse_harmony(out):
+        kind = CHANNEL_KIND.get(msg.channel or "", COMMENTARY)
+        body[msg.body[0] : msg.body[1]] = [kind] * (msg.body[1] - msg.body[0])
+        if msg.end_pos is not None:
+            body[msg.end_pos] = MESSAGE_END
+    if out and out[-1] in profile.stop_ids and body[-1] == MESSAGE_END:
+        body[-1] = STOP
+    return kinds + body

@@ -218,7 +218,7 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
 def _open(spec: ChildSpec, link: _Link) -> Any:
     import gc
 
-    from tokview.proxy.serve import open_recorder_here
+    from tokview.proxy.recorder_store import open_recorder_here
 
     try:
         tokenizer = None
