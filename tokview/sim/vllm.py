@@ -283,26 +283,12 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         "token_ids": list(out) if ids and not hide else None,
         "routed_experts": None,
     }
-    payload: dict[str, Any] = {
-        "id": common.new_id("chatcmpl-"),
-        "object": "chat.completion",
-        "created": common.now(),
-        "model": cfg.model_name,
-        "choices": [choice],
-        "service_tier": None,
-        "system_fingerprint": _fingerprint(state),
-        "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
-        "prompt_logprobs": None,
-        "prompt_token_ids": list(prompt) if ids else None,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": _metrics(state, out),
+    full_usage: dict[str, Any] = {
+        **usage,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": {"reasoning_tokens": r_tokens},
     }
-    if cfg.quirk("no-id-fields"):
-        choice.pop("token_ids")
-        payload.pop("prompt_token_ids")
-    return common.deliver_json(payload, fault)
+    return _deliver_chat(cfg, state, choice, full_usage, prompt, out, ids=ids, fault=fault)
 
 
 def _chat_events(
@@ -501,6 +487,13 @@ def _tool_chat(
         "token_ids": list(out) if ids and not hide else None,
         "routed_experts": None,
     }
+    return _deliver_chat(cfg, state, choice, {**usage, **details}, prompt, out, ids=ids, fault=fault)
+
+
+def _deliver_chat(
+    cfg: Any, state: Any, choice: dict[str, Any], usage: dict[str, Any], prompt: Any, out: Any, *, ids: bool, fault: Any
+) -> Any:
+    """A non-streamed chat answer around its one choice, as vLLM 0.32 sends it (text and tool-call paths alike)."""
     payload: dict[str, Any] = {
         "id": common.new_id("chatcmpl-"),
         "object": "chat.completion",
@@ -509,7 +502,7 @@ def _tool_chat(
         "choices": [choice],
         "service_tier": None,
         "system_fingerprint": _fingerprint(state),
-        "usage": {**usage, **details},
+        "usage": usage,
         "prompt_logprobs": None,
         "prompt_token_ids": list(prompt) if ids else None,
         "prompt_text": None,
