@@ -312,35 +312,18 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         thinking_kwarg="enable_thinking",
         reasoning_parser="glm45",
     ),
-    # GLM-4.7: the generation prompt ends <think>; reasoning kept after the last user turn, everywhere with
-    # clear_thinking=false.
-    "glm-4.7": ModelProfile(
-        name="glm-4.7",
-        think_open="<think>",
-        think_close="</think>",
-        think_open_id=151350,
-        think_close_id=151351,
-        stop_ids=(151329, 151336, 151338),
-        prefills_opener=True,
-        thinking_kwarg="enable_thinking",
-        reasoning_parser="glm45",
-        history_kwarg="clear_thinking",
-    ),
-    # Kimi-K2.6: K2.5's layout, plus preserve_thinking (all history reasoning kept).
-    "kimi-k2.6": ModelProfile(
-        name="kimi-k2.6",
-        think_open="<think>",
-        think_close="</think>",
-        think_open_id=KIMI_ID["<think>"],
-        think_close_id=KIMI_ID["</think>"],
-        stop_ids=(KIMI_ID["<|im_end|>"],),
-        prefills_opener=True,
-        thinking_kwarg="thinking",
-        reasoning_parser="kimi_k2",
-        tool_calls=KIMI_TOOL_CALLS,
-        history_kwarg="preserve_thinking",
-    ),
 }
+
+# GLM-4.7: GLM-4.5's ids and stops; the generation prompt ends <think>, and reasoning is kept after the last user
+# turn (everywhere with clear_thinking=false).
+BUILTIN_PROFILES["glm-4.7"] = BUILTIN_PROFILES["glm-4.5"].with_overrides(
+    name="glm-4.7", prefills_opener=True, history_kwarg="clear_thinking"
+)
+# Kimi-K2.6: K2.5's layout, plus preserve_thinking (all history reasoning kept).
+BUILTIN_PROFILES["kimi-k2.6"] = BUILTIN_PROFILES["kimi-k2.5"].with_overrides(
+    name="kimi-k2.6", history_kwarg="preserve_thinking"
+)
+
 _NO_REASONING = {
     "think_open": "",
     "think_close": "",
