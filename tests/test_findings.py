@@ -19,6 +19,7 @@ from facts import (
     KIMI_PROMPT_6X7,
     RECORDINGS,
 )
+from finding_family import Family
 from test_chain_findings import CHAIN_CASES
 from test_harmony_findings import HARMONY_CASES
 from test_tool_calls_findings import KIMI_ONLY, TOOL_CASES
@@ -31,46 +32,6 @@ from tokview.core.record import Capture
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 REASONING = "Okay, let me think about this carefully."
 ANSWER = "The answer is forty-two!"
-
-
-@dataclasses.dataclass
-class Family:
-    """A tokenizer + profile and the ids of one valid sample built from them."""
-
-    tok: object
-    profile: object
-    prompt: list[int]
-    reasoning: list[int]
-    answer: list[int]
-    messages: list | None = None
-    """The conversation the prompt renders from (None when the prompt was edited after rendering)."""
-
-    @property
-    def p(self):
-        return self.profile
-
-    def output(self, reasoning=None, answer=None, close=True, stop=True) -> list[int]:
-        ids = list(self.reasoning if reasoning is None else reasoning)
-        if close:
-            ids.append(self.p.think_close_id)
-        ids += self.answer if answer is None else answer
-        if stop:
-            ids.append(self.p.stop_ids[0])
-        return ids
-
-    def capture(self, **changes) -> Capture:
-        out = changes.pop("output_ids") if "output_ids" in changes else self.output()
-        base = dict(
-            prompt_ids=list(self.prompt),
-            output_ids=out,
-            finish_reason="stop",
-            endpoint="sglang-generate",
-            settings={"thinking": True, "max_new_tokens": 256},
-            messages=self.messages,
-            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
-        )
-        base.update(changes)
-        return Capture(**base)
 
 
 @pytest.fixture(params=["kimi", "qwen"])

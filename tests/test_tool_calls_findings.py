@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from finding_family import Family
 from test_tool_calls import TOOL_CODES, recorded_capture
 
 from tokview.core.analysis import analyze
@@ -27,43 +28,6 @@ REASONING = "Okay, I should check the weather in Paris."
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 ARGS = '{"city": "Paris"}'
 KIMI_ONLY = {"tool_section_unclosed", "tool_call_id_form", "tool_call_id_renumbered"}
-
-
-@dataclasses.dataclass
-class Family:
-    """A tokenizer + profile and a valid reasoning sample built from them (as in test_findings)."""
-
-    tok: Any
-    p: Any
-    prompt: list[int]
-    reasoning: list[int]
-    answer: list[int]
-
-    @property
-    def profile(self) -> Any:
-        return self.p
-
-    def output(self, reasoning=None, answer=None, close=True, stop=True) -> list[int]:
-        ids = list(self.reasoning if reasoning is None else reasoning)
-        if close:
-            ids.append(self.p.think_close_id)
-        ids += self.answer if answer is None else answer
-        if stop:
-            ids.append(self.p.stop_ids[0])
-        return ids
-
-    def capture(self, **changes: Any) -> Capture:
-        out = changes.pop("output_ids") if "output_ids" in changes else self.output()
-        base: dict[str, Any] = dict(
-            prompt_ids=list(self.prompt),
-            output_ids=out,
-            finish_reason="stop",
-            endpoint="sglang-generate",
-            settings={"thinking": True, "max_new_tokens": 256},
-            usage={"prompt_tokens": len(self.prompt), "completion_tokens": len(out)},
-        )
-        base.update(changes)
-        return Capture(**base)
 
 
 @pytest.fixture(params=["kimi", "qwen"])
