@@ -266,7 +266,7 @@ class WorkerGroup:
             proc = ctx.Process(
                 target=child_main, args=(i, child_config, theirs), daemon=True, name=f"tokview-worker-{i}"
             )
-            with _sigint_blocked():  # the child starts with it blocked and takes it once its handlers are set
+            with sigint_blocked():  # the child starts with it blocked and takes it once its handlers are set
                 proc.start()
             theirs.close()
             self.conns.append(mine)
@@ -504,7 +504,7 @@ class RemoteTodo:
 
 
 @contextmanager
-def _sigint_blocked() -> Iterator[None]:
+def sigint_blocked() -> Iterator[None]:
     """SIGINT blocked in this thread while a child is spawned. A spawned child inherits the mask, so a
     Ctrl-C on the process group during its interpreter's start-up waits for `_child` to set its handlers
     instead of ending it with a KeyboardInterrupt traceback (or a fatal error while `site` imports). Only

@@ -55,7 +55,7 @@ class RecorderProcess:
     def __init__(self, spec: ChildSpec, say: Any) -> None:
         import multiprocessing
 
-        from tokview.batch.workers import _sigint_blocked
+        from tokview.batch.workers import sigint_blocked
 
         self.say = say
         self.recorded = self.failed = self.not_recorded = 0
@@ -64,7 +64,7 @@ class RecorderProcess:
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._said, said_out = ctx.Pipe(duplex=False)
         self.process = ctx.Process(target=child_main, args=(spec, jobs_in, said_out), name="tokview-proxy-recorder")
-        with _sigint_blocked():  # the child ignores SIGINT once it runs: the parent decides when it stops
+        with sigint_blocked():  # the child ignores SIGINT once it runs: the parent decides when it stops
             self.process.start()
         jobs_in.close()
         said_out.close()
