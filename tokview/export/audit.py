@@ -103,7 +103,7 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
 
 
 def from_conversation(
-    row: dict[str, Any], tokenizer: Any, profile: ModelProfile, thinking: bool
+    row: dict[str, Any], tokenizer: TokenizerAdapter, profile: ModelProfile, thinking: bool
 ) -> tuple[str, int | None, Capture]:
     parsed = parse_row(row)
     messages = parsed.messages
@@ -158,7 +158,7 @@ def audit(
     store: Store,
     path: str | Path,
     *,
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     profile: ModelProfile,
     name: str | None = None,
     thinking: bool = True,
@@ -206,7 +206,7 @@ def _audit_rows(
     report: AuditReport,
     settings: dict[str, Any],
     seen: Counter,
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     profile: ModelProfile,
     thinking: bool,
 ) -> None:

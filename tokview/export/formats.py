@@ -17,6 +17,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
+from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.side_fields import speculators_fields
 from tokview.store.records import scrub_text
@@ -66,7 +67,7 @@ class Texts:
 REASONING_KINDS = (seg.PREFILLED_OPENER, seg.OPENER, seg.REASONING, seg.CLOSER)
 
 
-def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Any) -> Texts:
+def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAdapter) -> Texts:
     """The text of the exported ids' reasoning and answer segments.
 
     Cut by `core.segments.segment` over `output_ids` (the ids the row trains on), the same cut
@@ -158,7 +159,7 @@ def row_ids(items: list[tuple[str, str | None, int | None, int | None]], *, gen0
     return out
 
 
-def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     c = item.capture
     input_ids = list(c.prompt_ids) + list(c.output_ids)
     return {
@@ -247,7 +248,7 @@ def _history(item: ExportItem) -> list[dict[str, Any]]:
     return [history_message(m, item.capture.server_kind) for m in messages if isinstance(m, dict)]
 
 
-def served_calls(capture: Capture, profile: ModelProfile, tokenizer: Any) -> list[dict[str, Any]]:
+def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
     """The calls the output ids hold, in the OpenAI shape, as the model wrote them: the call id text and the
     arguments text from the ids (the template renders them back verbatim), not the server's `tool_calls`
     (SGLang renumbers ids, a parser may drop a call). A layout without call ids (hermes) takes the
@@ -264,7 +265,7 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: Any) -> lis
     return out
 
 
-def served_assistant(capture: Capture, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+def served_assistant(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     """The generated turn as an assistant message: answer and reasoning from the ids' segments, and its calls."""
     texts = texts_from_ids(capture, profile, tokenizer)
     calls = served_calls(capture, profile, tokenizer)
@@ -287,7 +288,7 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
     return head
 
 
-def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
     return {**_row_id(item), "conversations": conversation, **tools_column(item.capture), "status": "success"}
 
@@ -298,12 +299,12 @@ def to_sharegpt(message: dict[str, Any]) -> dict[str, Any]:
     return {"from": SHAREGPT_FROM.get(message["role"], message["role"]), "value": message["content"], **rest}
 
 
-def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
     return {**_row_id(item), "conversations": [to_sharegpt(m) for m in conversation], **tools_column(item.capture)}
 
 
-def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Any) -> dict[str, Any]:
+def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
     """TorchSpec's Kimi-K2.5 shape: reasoning inline as `<think>…</think>` in the assistant content.
 
     A row with tools, tool calls or tool results is refused (`tool_calls_not_inline`): TorchSpec rejects

@@ -31,7 +31,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 EXACT = "exact"
 EXACT_PLUS_SUFFIX = "exact_plus_unsupervised_suffix"
@@ -150,7 +153,7 @@ def speculators_turns(conversation: Sequence[dict[str, Any]]) -> list[dict[str, 
 
 def render_boundaries(
     conversation: Sequence[dict[str, Any]],
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     template_kwargs: dict[str, Any] | None,
     seq_length: int = SPECULATORS_SEQ_LENGTH,
 ) -> list[Rendered] | None:
@@ -180,7 +183,11 @@ def render_boundaries(
 
 
 def _boundary_row(
-    conv: list[dict[str, Any]], j: int, prompt: list[int], tokenizer: Any, template_kwargs: dict[str, Any] | None
+    conv: list[dict[str, Any]],
+    j: int,
+    prompt: list[int],
+    tokenizer: TokenizerAdapter,
+    template_kwargs: dict[str, Any] | None,
 ) -> Rendered | None:
     full = tokenizer.render(conv[: j + 1], add_generation_prompt=False, template_kwargs=template_kwargs)
     if full[: len(prompt)] == prompt:
@@ -241,7 +248,7 @@ def specforge_messages(conversation: Sequence[dict[str, Any]], template: dict[st
     return messages
 
 
-def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: Any) -> str:
+def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: TokenizerAdapter) -> str:
     """The string SpecForge renders a conversation row to (extra columns become template kwargs)."""
     kwargs = {k: v for k, v in row.items() if k not in SPECFORGE_ROW_KEYS_NOT_KWARGS}
     if template.get("parser_type") == "thinking" and template.get("enable_thinking"):
@@ -253,7 +260,7 @@ def specforge_text(row: dict[str, Any], template: dict[str, Any], tokenizer: Any
 
 
 def specforge_mask(
-    text: str, template: dict[str, Any], tokenizer: Any, *, train_only_last_turn: bool = True
+    text: str, template: dict[str, Any], tokenizer: TokenizerAdapter, *, train_only_last_turn: bool = True
 ) -> Rendered:
     """SpecForge's encoding and regex loss mask over a rendered (or preformatted) string."""
     ids = tokenizer.encode(text)
@@ -277,7 +284,7 @@ def specforge_mask(
     return Rendered(ids, mask)
 
 
-def specforge_parse(row: dict[str, Any], template: dict[str, Any], tokenizer: Any) -> Rendered | None:
+def specforge_parse(row: dict[str, Any], template: dict[str, Any], tokenizer: TokenizerAdapter) -> Rendered | None:
     """What `build_eagle3_dataset` (train_only_last_turn: true) trains on for one conversation row."""
     try:
         text = specforge_text(row, template, tokenizer)

@@ -20,6 +20,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.findings import ERROR, default_severity
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
+from tokview.core.tokenizer import TokenizerAdapter
 from tokview.errors import describe_error
 from tokview.export import rerender as rr
 from tokview.export.export_error import ExportError
@@ -64,17 +65,17 @@ class ExportResult:
     template_path: Path | None = None
     data_sha256: str | None = None
     data_bytes: int | None = None
-    conformance: Any = None
-    lengths: Any = None
+    conformance: Conformance | None = None
+    lengths: Lengths | None = None
     """`trainers.Lengths` of the exported rows: the longest, and the rows each trainer's default would cut."""
     template: dict[str, Any] | None = None
     template_refused: str | None = None
     freq: Counter = field(default_factory=Counter)
-    seen: Any = None
-    profiles: Any = None
+    seen: Provenance | None = None
+    profiles: _Profiles | None = None
     select: str = ""
     run: str | None = None
-    tokenizer: Any = None
+    tokenizer: TokenizerAdapter | None = None
     thresholds: dict[str, Any] | None = None
     """--max-acceptance / --max-nll and what they left out (the manifest records them)."""
     tag_selection: dict[str, list[str]] | None = None
@@ -118,7 +119,7 @@ def selected_ids(
 class _Profiles:
     """The profile each sample was analysed with, by name, with one fallback for unknown names."""
 
-    def __init__(self, default: ModelProfile | None, tokenizer: Any) -> None:
+    def __init__(self, default: ModelProfile | None, tokenizer: TokenizerAdapter) -> None:
         self.default, self.tokenizer = default, tokenizer
         self.cache: dict[str | None, ModelProfile] = {}
 
@@ -146,7 +147,7 @@ def export(
     *,
     select: str = "valid",
     run: str | None = None,
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     profile: ModelProfile | None = None,
     include_invalid: bool = False,
     max_acceptance: float | None = None,
@@ -285,7 +286,7 @@ def _export_to(
     ids: list[tuple],
     select: str,
     run: str | None,
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     profile: ModelProfile | None,
 ) -> ExportResult:
     profiles = _Profiles(profile, tokenizer)
@@ -392,7 +393,7 @@ def _file_hash(path: Path) -> tuple[str, int]:
 
 
 def _choose_template(
-    store: Store, fmt: ExportFormat, ids: list[tuple], profiles: _Profiles, tokenizer: Any
+    store: Store, fmt: ExportFormat, ids: list[tuple], profiles: _Profiles, tokenizer: TokenizerAdapter
 ) -> TemplateChooser | None:
     """Derive the ChatTemplate from the served layouts (a format that writes it: refuse when none fits)."""
     if not fmt.uses_template:
