@@ -95,6 +95,15 @@ BAD_JSON = CALLING.replace('{"city": "Paris"}', '{"city": Paris}')
 FINAL_ENDS_END = CLEAN.replace("<|return|>", "<|end|>")
 
 
+def _served_on(f: HarmonyFamily, day: str) -> list[int]:
+    """The prompt a server that stamps its own date (not the recorded 2026-01-01) serves."""
+    return f.tok.render(QUESTION, template_kwargs={"current_date": day})
+
+
+def _first_change(a: list[int], b: list[int]) -> int:
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
 def _chat(f: HarmonyFamily, text: str = CLEAN, reasoning: str = "Six sevens.", content: str = "42.") -> Capture:
     return f.capture(text, endpoint="vllm-chat", reasoning=reasoning, content=content, reasoning_field="reasoning")
 
@@ -130,6 +139,11 @@ HARMONY_CASES = {
         lambda f: f.capture(CALLING),
         lambda f, c: (f.at(c, END, 1),),
     ),
+    "prompt_date_mismatch": HarmonyCase(  # any date-stamping template; gpt-oss's is the one that matters
+        lambda f: f.capture(prompt_ids=_served_on(f, "2026-01-02")),
+        lambda f: f.capture(),
+        lambda f, c: (_first_change(f.prompt, c.prompt_ids),),
+    ),
     "harmony_split_mismatch": HarmonyCase(
         lambda f: _chat(f, reasoning="", content="Six sevens.42."),
         lambda f: _chat(f),
@@ -139,7 +153,7 @@ HARMONY_CASES = {
 
 
 def test_every_harmony_code_is_registered_and_has_a_case():
-    assert {code for code in RULES if code.startswith("harmony_")} == set(HARMONY_CASES)
+    assert {code for code in RULES if code.startswith("harmony_")} | {"prompt_date_mismatch"} == set(HARMONY_CASES)
 
 
 @pytest.mark.parametrize("code", sorted(HARMONY_CASES))

@@ -181,3 +181,8 @@ def harmony_split_mismatch(ctx: Context) -> Hit | None:
         f"did not recognise, a final it put into reasoning).",
         _abs(ctx, at),
     )
+
+
+# A date-stamping template's prompt that differs only by its date (gpt-oss's above all): registered here, after
+# prompt_render_mismatch, since `findings` imports this module last.
+from tokview.core import prompt_dates as _prompt_dates  # noqa: E402, F401

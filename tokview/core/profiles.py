@@ -18,6 +18,7 @@ import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field, replace
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,13 @@ class ModelProfile:
     `clear_thinking` (false) for GLM-4.7)."""
     effort_kwarg: str | None = None
     """The chat_template_kwargs key for reasoning effort (`reasoning_effort` for gpt-oss)."""
+    date_kwarg: str | None = None
+    """The chat_template_kwargs key of the date the template stamps into the prompt (`current_date` for gpt-oss):
+    every request names it (today, unless pinned), so the capture records the date its prompt was rendered
+    with and a rerun on another day renders the same ids from it. None: the template stamps no settable date."""
+    default_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
+    """chat_template_kwargs every request sends (and records) unless the run says otherwise: gpt-oss's reasoning
+    effort; a profile file can pin `current_date` here (`[default_kwargs]`)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -214,11 +222,16 @@ class ModelProfile:
     def delimiter_ids(self) -> frozenset[int]:
         return frozenset(i for i in (self.think_open_id, self.think_close_id) if i is not None)
 
-    def template_kwargs(self, thinking: bool | None) -> dict[str, Any]:
-        """The chat_template_kwargs to send (and to render locally) for this thinking setting."""
-        if thinking is None or not self.thinking_kwarg:
-            return {}
-        return {self.thinking_kwarg: bool(thinking)}
+    def template_kwargs(self, thinking: bool | None, today: str | None = None) -> dict[str, Any]:
+        """The chat_template_kwargs to send (and to render locally) for this thinking setting: the profile's
+        defaults, the thinking switch, and the date the template stamps (`today`, else the local date) unless a
+        default pins it. Sent and recorded explicitly so a sample's prompt renders the same ids on another day."""
+        kwargs = dict(self.default_kwargs)
+        if thinking is not None and self.thinking_kwarg:
+            kwargs[self.thinking_kwarg] = bool(thinking)
+        if self.date_kwarg and not kwargs.get(self.date_kwarg):
+            kwargs[self.date_kwarg] = today or date.today().isoformat()
+        return kwargs
 
     def with_overrides(self, **changes: Any) -> ModelProfile:
         return replace(self, **changes)
@@ -300,6 +313,8 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         format=HARMONY,
         history_reasoning="last_loop",
         effort_kwarg="reasoning_effort",
+        date_kwarg="current_date",
+        default_kwargs={"reasoning_effort": "medium"},
     ),
     "glm-4.5": ModelProfile(
         name="glm-4.5",
@@ -376,6 +391,8 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "history_reasoning": str,
     "history_kwarg": (str, type(None)),
     "effort_kwarg": (str, type(None)),
+    "date_kwarg": (str, type(None)),
+    "default_kwargs": dict,
 }
 
 
@@ -451,6 +468,10 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         value = data.get(key)
         if key in data and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool)):
             raise ProfileError(f"profile file {path}: {key} has the wrong type ({value!r})")
+    if "default_kwargs" in data:  # a TOML date (current_date = 2025-08-05, unquoted) is sent as the template's text
+        data["default_kwargs"] = {
+            k: v.isoformat() if isinstance(v, date) else v for k, v in data["default_kwargs"].items()
+        }
     _check_choice(path, data, "format", FORMATS)
     _check_choice(path, data, "history_reasoning", HISTORY_REASONING)
     if data.get("format") == HARMONY:
@@ -462,6 +483,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
             base = load_profile_toml((path.parent / base_name), _seen + (resolved,))
         else:
             base = get_profile(base_name)
+        if "default_kwargs" in data:  # the keys a file names change the base's; the others stay
+            data["default_kwargs"] = {**base.default_kwargs, **data["default_kwargs"]}
         merged = base.with_overrides(**data)
         if reasoning is True and not merged.has_reasoning:
             raise ProfileError(f"profile file {path}: reasoning = true needs think_open_id and think_close_id")

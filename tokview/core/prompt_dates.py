@@ -1,0 +1,84 @@
+"""Prompts that differ only by the date the chat template stamps into them, and the finding that says so.
+
+gpt-oss's template (and Llama 3's) writes today's date into the system message, so the same conversation
+renders other ids on another day. tokview sends the date explicitly (`ModelProfile.date_kwarg`) and records
+it; a server that stamps its own date instead (vLLM renders gpt-oss prompts through openai-harmony with the
+server's `datetime.now()`) serves prompt ids that differ from the local render only there. That is no
+tokenizer or template mismatch: `prompt_date_mismatch` names both dates, so the sample can be rendered again
+with the server's date.
+
+Registered by `harmony_findings` (which `findings` imports last), after `prompt_render_mismatch`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from tokview.core.finding_context import first_difference
+from tokview.core.finding_rules import WARN, Hit, rule
+
+if TYPE_CHECKING:
+    from tokview.core.finding_context import Context
+    from tokview.core.tokenizer import TokenizerAdapter
+
+_MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+DATE = re.compile(rf"\d{{4}}-\d{{2}}-\d{{2}}|\d{{1,2}} (?:{_MONTHS}) \d{{4}}")
+"""The dates templates stamp: gpt-oss's `%Y-%m-%d`, Llama 3's `%d %b %Y`."""
+
+
+def date_only_difference(local: str, served: str) -> tuple[str, str] | None:
+    """(the local date, the served date) of the first date that differs, when the two texts are the same
+    but for their dates; None when they are equal or differ anywhere else."""
+    if local == served:
+        return None
+    local_dates, served_dates = DATE.findall(local), DATE.findall(served)
+    if len(local_dates) != len(served_dates) or DATE.split(local) != DATE.split(served):
+        return None
+    return next(((a, b) for a, b in zip(local_dates, served_dates) if a != b), None)
+
+
+def local_prompt(ctx: Context) -> list[int] | None:
+    """The prompt ids this tokenizer renders for the capture's messages with the kwargs it recorded (None: it
+    cannot render them, or there is nothing to render)."""
+    c, tok = ctx.capture, ctx.tokenizer
+    if tok is None or not c.messages or not tok.chat_template:
+        return None
+    kwargs = c.settings.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = ctx.profile.template_kwargs(c.thinking)
+    if c.settings.get("tools"):
+        kwargs = {**kwargs, "tools": c.settings["tools"]}
+    try:
+        return tok.render(c.messages, add_generation_prompt=True, template_kwargs=kwargs)
+    except Exception:  # prompt_render_mismatch reports a template that cannot render
+        return None
+
+
+def served_date(tokenizer: TokenizerAdapter, local: list[int], served: list[int]) -> tuple[str, str] | None:
+    """(local date, served date) when the served prompt ids differ from `local` only by a stamped date."""
+    return date_only_difference(tokenizer.decode(local), tokenizer.decode(served))
+
+
+@rule(
+    "prompt_date_mismatch",
+    WARN,
+    "The served prompt differs from the local render only by the date the template stamps: render it with that date.",
+)
+def prompt_date_mismatch(ctx: Context) -> Hit | None:
+    local = local_prompt(ctx)
+    if local is None or ctx.tokenizer is None:
+        return None
+    first = first_difference(local, ctx.capture.prompt_ids)
+    if first is None:
+        return None
+    dates = served_date(ctx.tokenizer, local, ctx.capture.prompt_ids)
+    if dates is None:
+        return None
+    key = ctx.profile.date_kwarg or "the template's date kwarg"
+    return Hit.at(
+        f"The server stamped the prompt with {dates[1]}, the local render (chat_template_kwargs {key} = "
+        f"{dates[0]}) with {dates[0]}; nothing else differs. The stored ids are the server's: a rerun renders "
+        f"them again with {key} = {dates[1]} (--chat-template-kwargs or the profile's default_kwargs).",
+        [min(first, ctx.n_prompt - 1)],
+    )
