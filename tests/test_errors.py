@@ -124,12 +124,12 @@ def test_an_unreachable_server_exits_2_in_one_line(capsys, monkeypatch):
     "bug", [ValueError("a value no check expected"), OSError(5, "Input/output error"), KeyError("k")]
 )
 def test_a_bug_is_one_line_with_the_debug_hint(bug, capsys, monkeypatch):
-    """A ValueError or OSError that no layer turned into a TokviewError is a bug, not a usage error."""
+    """A ValueError or OSError that no layer turned into a TokviewError is a bug: exit 70, not a usage error."""
     monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
     monkeypatch.setattr(stats_command, "run", _raising(bug))
     code = main(["stats"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == ExitCode.USAGE and len(err) == 1
+    assert code == ExitCode.INTERNAL and len(err) == 1
     assert err[0] == f"tokview: internal error: {one_line(bug)} ({DEBUG_HINT})"
     assert "TOKVIEW_DEBUG=1" in err[0] and type(bug).__name__ in err[0]
 
@@ -144,7 +144,7 @@ def test_a_bug_shows_its_traceback_under_tokview_debug(capsys, monkeypatch):
     monkeypatch.setattr(stats_command, "run", deep_inside)
     code = main(["stats"])
     err = capsys.readouterr().err
-    assert code == ExitCode.USAGE
+    assert code == ExitCode.INTERNAL
     assert err.startswith("Traceback (most recent call last):")
     assert "in deep_inside" in err and err.rstrip().endswith(
         "ValueError: invalid literal for int() with base 10: 'not a number'"

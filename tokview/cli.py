@@ -137,14 +137,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name in COMMANDS:
         if only is not None and name != only:
             continue
-        try:
-            module = importlib.import_module(f"tokview.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"tokview.commands.{name}":
-                continue
-            raise
-        module.add_parser(sub)
+        _load_command(name).add_parser(sub)
     return parser
+
+
+class CommandDidNotLoad(Exception):
+    """A command's module failed to import: a broken install or a bug, never a command to leave out."""
+
+
+def _load_command(name: str) -> Any:
+    """The module of command `name`; any failure to import it is said (CommandDidNotLoad), so a command
+    never silently vanishes from `--help` or turns into argparse's 'invalid choice'."""
+    try:
+        return importlib.import_module(f"tokview.commands.{name}")
+    except Exception as exc:  # ImportError, or whatever the module's top level raised
+        raise CommandDidNotLoad(f"the {name} command did not load: {one_line(exc)}") from exc
 
 
 def _version() -> str:
@@ -171,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"tokview: error: {one_line(exc)}", file=sys.stderr)
         return ExitCode.USAGE
+    except CommandDidNotLoad as exc:
+        return report_bug(exc.__cause__ or exc, line=str(exc))
     except KeyboardInterrupt:  # Ctrl-C while the command's modules load
         print("tokview: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED
@@ -223,13 +232,14 @@ def _run_command(args: argparse.Namespace) -> int:
         return report_bug(exc)
 
 
-def report_bug(exc: BaseException) -> int:
-    """An exception that is not a TokviewError: its one line and a hint, or the whole traceback under TOKVIEW_DEBUG."""
+def report_bug(exc: BaseException, line: str | None = None) -> int:
+    """An exception that is not a TokviewError: one line (`line`, else the exception's) and a hint, or the
+    whole traceback under TOKVIEW_DEBUG; either way the exit code of a bug, not of a usage error."""
     if os.environ.get("TOKVIEW_DEBUG"):
         traceback.print_exception(exc, file=sys.stderr)
-        return ExitCode.USAGE
-    print(f"tokview: internal error: {one_line(exc)} ({DEBUG_HINT})", file=sys.stderr)
-    return ExitCode.USAGE
+        return ExitCode.INTERNAL
+    print(f"tokview: internal error: {line or one_line(exc)} ({DEBUG_HINT})", file=sys.stderr)
+    return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

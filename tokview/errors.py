@@ -35,6 +35,9 @@ class ExitCode(IntEnum):
     whole file, and a script must not mistake that for a clean run."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT); committed samples are kept."""
+    INTERNAL = 70
+    """A bug in tokview (an exception no layer worded for the user): sysexits' EX_SOFTWARE, so a script
+    tells a broken tool from a usage error (1) and from a finished run's outcomes (2-4)."""
     PIPE_CLOSED = 141
     """128 + SIGPIPE: what a shell reports for a writer whose reader went away (`tokview stats | head`)."""
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tokview.commands.store_arg import add_db_argument
 from tokview.errors import ExitCode, UserError
 
 BAD_ROWS_SHOWN = 20
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_tokenizer_arguments(
         p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
     )
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     p.add_argument("--name", help="run name suffix (default: the dataset's file name)")
     p.add_argument(
         "--thinking",

@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from tokview.commands.store_arg import add_db_argument
 from tokview.errors import ExitCode, UserError
 
 BAD_ROWS_SHOWN = 20
@@ -33,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("prompts", type=Path, help="JSONL or Parquet prompts (messages / conversations / prompt rows)")
     p.add_argument("--server", action="append", required=True, metavar="URL", help="server URL (repeatable)")
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     add_tokenizer_arguments(
         p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
     )

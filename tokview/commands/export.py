@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from tokview.commands.store_arg import existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 
 
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     p.add_argument(
         "--format", default=DEFAULT_FORMAT, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)"
     )

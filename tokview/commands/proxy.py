@@ -13,6 +13,7 @@ import sys
 
 def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
+    from tokview.default_store import DEFAULT_DB
     from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV
     from tokview.proxy.sessions import SESSION_HEADER
 
@@ -32,9 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"where to listen (default {DEFAULT_LISTEN})"
     )
-    p.add_argument(
-        "--db", default="tokview.duckdb", metavar="PATH", help="the store to record into (default tokview.duckdb)"
-    )
+    p.add_argument("--db", default=DEFAULT_DB, metavar="PATH", help=f"the store to record into (default {DEFAULT_DB})")
     p.add_argument(
         "--kind", choices=("auto", "vllm", "sglang"), default="auto", help="upstream kind (default: detected)"
     )

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from tokview.commands.store_arg import existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
@@ -26,7 +26,7 @@ STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("review", help="approve, reject, tag, untag or note many samples at once", description=__doc__)
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     p.add_argument("--run", metavar="RUN", dest="run_name", help="only this run's samples")
     p.add_argument("--finding", metavar="CODE", help="only samples with this finding code")
     p.add_argument("--status", choices=STATUSES, help="only samples with this verdict, or only valid/invalid ones")

@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict
 
 from tokview.batch.tasks import cancel_on_signals
-from tokview.commands.store_arg import existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import ExitCode, UserError
 
 
@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     p.add_argument("--server", action="append", required=True, metavar="URL", help="target server URL (repeatable)")
     p.add_argument("--backend", default="auto", choices=("auto", "sglang", "vllm"))
     p.add_argument("--run", dest="run_name", help="only samples of this run")

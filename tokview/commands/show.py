@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tokview.commands.store_arg import existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable
 
@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("show", help="print one sample's ids, segments and findings")
     p.add_argument("sample_id", help="a sample id (`tokview stats --samples` and the app list them)")
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
+    add_db_argument(p, "DuckDB file")
     p.add_argument(
         "--from", dest="start", type=int, default=None, help="first position to list (default: output start)"
     )

@@ -10,14 +10,14 @@ import argparse
 import json
 from typing import Any
 
-from tokview.commands.store_arg import existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stats", help="counts, failures, findings and token lengths in a store", description=__doc__)
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB store (default: ./tokview.duckdb)")
+    add_db_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
         "--samples",

@@ -1,13 +1,21 @@
-"""The `--db` a reading command was given, checked once for every command.
+"""The `--db` flag: declared once (its default is the store's one default name), checked once for every
+reading command.
 
 A folder, a missing file and a store are told apart here, in the same words everywhere: a user who
 gives `--db runs/` learns it is a directory, not that the database is missing."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from tokview.default_store import DEFAULT_DB
 from tokview.errors import UserError
+
+
+def add_db_argument(parser: argparse.ArgumentParser, what: str = "DuckDB store") -> None:
+    """`--db PATH`, defaulting to the store's default name (`what` starts its help line)."""
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"{what} (default: ./{DEFAULT_DB})")
 
 
 def existing_store(db: str | Path) -> Path:

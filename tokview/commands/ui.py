@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from tokview.commands.store_arg import add_db_argument
 from tokview.errors import UserError
 
 APP_LOCK_TIMEOUT_S = 15.0
@@ -18,7 +19,7 @@ def add_parser(sub) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("ui", help="open the app: inspect tokens, curate, generate (the default command)")
-    p.add_argument("--db", default="tokview.duckdb", help="DuckDB file (default: ./tokview.duckdb)")
+    add_db_argument(p, "DuckDB file")
     p.add_argument(
         "--create",
         action="store_true",

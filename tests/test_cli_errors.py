@@ -1,0 +1,105 @@
+"""How the CLI ends: a bug has its own exit code, a command that does not load is said, the store's name is one.
+
+A script must tell "I typed it wrong" (1) from "tokview broke" (70, sysexits' EX_SOFTWARE), and neither
+may print a raw traceback unless asked for it. A command module that fails to import is a broken install,
+said in one line, never a command that silently vanished from `--help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import tokview.commands.stats as stats_command
+from tokview.cli import DEBUG_HINT, build_parser, main
+from tokview.default_store import DEFAULT_DB
+from tokview.errors import ExitCode
+from tokview.store import Store
+
+COMMANDS_DIR = Path(__file__).resolve().parents[1] / "tokview" / "commands"
+
+
+def _raising(exc: BaseException):
+    def run(args):
+        raise exc
+
+    return run
+
+
+# -- bugs ---------------------------------------------------------------------------------------------
+def test_a_bug_exits_with_the_internal_code_not_the_usage_code(capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    monkeypatch.setattr(stats_command, "run", _raising(ZeroDivisionError("division by zero")))
+    code = main(["stats"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.INTERNAL == 70
+    assert ExitCode.INTERNAL != ExitCode.USAGE
+    assert err == [f"tokview: internal error: ZeroDivisionError: division by zero ({DEBUG_HINT})"]
+
+
+def test_a_bug_under_tokview_debug_shows_the_traceback_and_still_exits_internal(capsys, monkeypatch):
+    monkeypatch.setenv("TOKVIEW_DEBUG", "1")
+    monkeypatch.setattr(stats_command, "run", _raising(ZeroDivisionError("division by zero")))
+    code = main(["stats"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.INTERNAL
+    assert err.startswith("Traceback (most recent call last):")
+
+
+# -- commands that do not load ------------------------------------------------------------------------
+def test_a_missing_command_module_is_said_not_dropped(capsys, monkeypatch):
+    """`None` in sys.modules makes the import fail as a missing module would (a broken install)."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    monkeypatch.setitem(sys.modules, "tokview.commands.stats", None)
+    code = main(["stats"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.INTERNAL
+    assert len(err) == 1
+    assert err[0].startswith("tokview: internal error: the stats command did not load: ")
+    assert DEBUG_HINT in err[0]
+
+
+def test_a_command_whose_dependency_fails_to_import_is_one_line_not_a_traceback(capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    monkeypatch.delitem(sys.modules, "tokview.commands.stats")
+    monkeypatch.setitem(sys.modules, "tokview.commands.store_arg", None)
+    code = main(["stats"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.INTERNAL
+    assert len(err) == 1
+    assert err[0].startswith("tokview: internal error: the stats command did not load: ")
+
+
+def test_help_fails_loudly_when_one_command_does_not_load(capsys, monkeypatch):
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    monkeypatch.setitem(sys.modules, "tokview.commands.merge", None)
+    code = main(["--help"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.INTERNAL
+    assert "the merge command did not load" in err
+
+
+# -- the default store's name -------------------------------------------------------------------------
+def test_every_db_flag_defaults_to_the_one_store_name():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    defaults = {
+        name: action.default
+        for name, parser in sub.choices.items()
+        for action in parser._actions
+        if action.dest == "db" and name != "demo"  # demo makes its own store in a temporary folder
+    }
+    assert len(defaults) >= 9
+    assert set(defaults.values()) == {DEFAULT_DB}
+
+
+def test_the_store_name_is_written_in_no_command():
+    literal = '"' + DEFAULT_DB + '"'
+    holders = [p.name for p in sorted(COMMANDS_DIR.glob("*.py")) if literal in p.read_text()]
+    assert holders == []
+
+
+def test_the_store_opens_the_same_default():
+    import inspect
+
+    assert inspect.signature(Store).parameters["path"].default == DEFAULT_DB
