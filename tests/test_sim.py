@@ -75,8 +75,10 @@ def test_vllm_info_endpoints_say_simulator(vllm_sim):
     assert CLIENT.get(vllm_sim.url + "/health").status_code == 200
     assert CLIENT.get(vllm_sim.url + "/version").json() == {"version": "0.32.0"}
     model = CLIENT.get(vllm_sim.url + "/v1/models").json()["data"][0]
-    assert model["simulator"] is True and model["owned_by"] == "tokview-sim"
-    assert model["id"] == "tokview-sim" and model["max_model_len"] > 0
+    assert model["simulator"] is True
+    assert model["owned_by"] == "tokview-sim"
+    assert model["id"] == "tokview-sim"
+    assert model["max_model_len"] > 0
 
 
 def test_vllm_chat_matches_recorded_shape(vllm_sim):
@@ -93,19 +95,23 @@ def test_vllm_chat_matches_recorded_shape(vllm_sim):
     assert body["usage"].keys() == rec["usage"].keys()
     assert body["prompt_token_ids"] == rec["prompt_token_ids"] == RECORDED_PROMPT
     ids = choice["token_ids"]
-    assert ids[-1] == STOP and ids.count(CLOSE) == 1 and OPEN not in ids
+    assert ids[-1] == STOP
+    assert ids.count(CLOSE) == 1
+    assert OPEN not in ids
     cut = ids.index(CLOSE)
     tok = vllm_sim.tokenizer
     assert choice["message"]["reasoning"] == tok.decode(ids[:cut], skip_special_tokens=True)
     assert choice["message"]["content"] == tok.decode(ids[cut + 1 : -1], skip_special_tokens=True)
     assert body["usage"]["completion_tokens"] == len(ids)
     assert body["usage"]["completion_tokens_details"]["reasoning_tokens"] == cut  # vLLM: 9 for the recording
-    assert choice["finish_reason"] == "stop" and choice["stop_reason"] is None
+    assert choice["finish_reason"] == "stop"
+    assert choice["stop_reason"] is None
 
 
 def test_vllm_chat_without_ids_flag_returns_null_ids(vllm_sim):
     body = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES}).json()
-    assert body["prompt_token_ids"] is None and body["choices"][0]["token_ids"] is None
+    assert body["prompt_token_ids"] is None
+    assert body["choices"][0]["token_ids"] is None
 
 
 def test_vllm_stream_matches_recorded_chunks(vllm_sim):
@@ -115,18 +121,22 @@ def test_vllm_stream_matches_recorded_chunks(vllm_sim):
     resp = post(vllm_sim, "/v1/chat/completions", {**req, "stream": True, "stream_options": {"include_usage": True}})
     assert resp.headers["content-type"].startswith("text/event-stream")
     events = sse_events(resp.text)
-    assert events[-1] == "[DONE]" and rec[-1] == "[DONE]"
+    assert events[-1] == "[DONE]"
+    assert rec[-1] == "[DONE]"
     first, usage, token_chunks = events[0], events[-2], events[1:-2]
-    assert first.keys() == rec[0].keys() and first["prompt_token_ids"] == RECORDED_PROMPT
+    assert first.keys() == rec[0].keys()
+    assert first["prompt_token_ids"] == RECORDED_PROMPT
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert usage.keys() == rec[-2].keys() and usage["choices"] == []
+    assert usage.keys() == rec[-2].keys()
+    assert usage["choices"] == []
     assert usage["usage"] == rec[-2]["usage"] | {
         k: full["usage"][k] for k in ("prompt_tokens", "total_tokens", "completion_tokens")
     } | {"completion_tokens_details": full["usage"]["completion_tokens_details"]}
     ids = [i for c in token_chunks for i in c["choices"][0]["token_ids"]]
     assert ids == full["choices"][0]["token_ids"]
     by_id = {c["choices"][0]["token_ids"][0]: c["choices"][0] for c in token_chunks}
-    assert by_id[CLOSE]["delta"] == {} and by_id[CLOSE].keys() == rec[10]["choices"][0].keys()
+    assert by_id[CLOSE]["delta"] == {}
+    assert by_id[CLOSE].keys() == rec[10]["choices"][0].keys()
     last = token_chunks[-1]["choices"][0]
     assert last == {**rec[-3]["choices"][0], "token_ids": [STOP]}  # finish chunk exactly as recorded
     reasoning = "".join(c["choices"][0]["delta"].get("reasoning", "") for c in token_chunks)
@@ -141,7 +151,8 @@ def test_vllm_completions_with_token_id_prompt(vllm_sim):
     ).json()
     choice = body["choices"][0]
     assert body["object"] == "text_completion"
-    assert choice["prompt_token_ids"] == RECORDED_PROMPT and choice["token_ids"][-1] == STOP
+    assert choice["prompt_token_ids"] == RECORDED_PROMPT
+    assert choice["token_ids"][-1] == STOP
     assert choice["text"] == vllm_sim.tokenizer.decode(choice["token_ids"][:-1], skip_special_tokens=True)
     chat = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "seed": 1}).json()
     assert chat["choices"][0]["token_ids"] == choice["token_ids"]  # same prompt ids + seed -> same output
@@ -159,7 +170,9 @@ def test_vllm_completions_with_token_id_prompt(vllm_sim):
 
 def test_vllm_tokenize_and_detokenize(vllm_sim):
     tok = post(vllm_sim, "/tokenize", {"messages": MESSAGES, "add_generation_prompt": True}).json()
-    assert tok["tokens"] == RECORDED_PROMPT and tok["count"] == 28 and tok["max_model_len"] > 0
+    assert tok["tokens"] == RECORDED_PROMPT
+    assert tok["count"] == 28
+    assert tok["max_model_len"] > 0
     off = post(vllm_sim, "/tokenize", {"messages": MESSAGES, "chat_template_kwargs": {"thinking": False}}).json()
     assert off["tokens"][-2:] == [OPEN, CLOSE]
     assert post(vllm_sim, "/detokenize", {"tokens": [CLOSE, STOP]}).json() == {"prompt": "</think><|im_end|>"}
@@ -173,25 +186,33 @@ def test_vllm_thinking_off_and_max_tokens_cut(vllm_sim):
     ).json()
     choice = off["choices"][0]
     assert off["prompt_token_ids"][-2:] == [OPEN, CLOSE]
-    assert CLOSE not in choice["token_ids"] and choice["token_ids"][-1] == STOP
-    assert choice["message"]["reasoning"] is None and choice["message"]["content"]
+    assert CLOSE not in choice["token_ids"]
+    assert choice["token_ids"][-1] == STOP
+    assert choice["message"]["reasoning"] is None
+    assert choice["message"]["content"]
     cut = post(
         vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "max_tokens": 5}
     ).json()["choices"][0]
-    assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5 and cut["message"]["content"] is None
+    assert cut["finish_reason"] == "length"
+    assert len(cut["token_ids"]) == 5
+    assert cut["message"]["content"] is None
 
 
 def test_vllm_client_errors_like_real_vllm(vllm_sim):
     unknown = post(vllm_sim, "/v1/chat/completions", {"model": "no-such-model", "messages": MESSAGES})
-    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "NotFoundError"
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "NotFoundError"
     too_long = post(vllm_sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 10**6})
-    assert too_long.status_code == 400 and "too large" in too_long.json()["error"]["message"]
+    assert too_long.status_code == 400
+    assert "too large" in too_long.json()["error"]["message"]
     bad_json = httpx.post(
         vllm_sim.url + "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
+    assert bad_json.status_code == 400
+    assert set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
     missing = CLIENT.get(vllm_sim.url + "/get_model_info")
-    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": "Not Found"}
     named = post(vllm_sim, "/v1/completions", {"model": "tokview-sim", "prompt": RECORDED_PROMPT})
     assert named.status_code == 200
     assert set(named.json()) >= {"kv_transfer_params", "ec_transfer_params", "metrics"}
@@ -219,7 +240,8 @@ def test_vllm_logprobs(vllm_sim):
 # -- SGLang surface ----------------------------------------------------------------------------
 def test_sglang_info_endpoints_say_simulator(sgl_sim):
     info = CLIENT.get(sgl_sim.url + "/get_model_info").json()
-    assert info["simulator"] is True and info["model_path"] == "tokview-sim"
+    assert info["simulator"] is True
+    assert info["model_path"] == "tokview-sim"
     assert {"model_path", "tokenizer_path", "is_generation", "weight_version"} <= info.keys()
     assert CLIENT.get(sgl_sim.url + "/get_server_info").json()["version"] == "0.5.23"
     assert CLIENT.get(sgl_sim.url + "/health").status_code == 200
@@ -232,10 +254,14 @@ def test_sglang_generate_matches_recorded_shape(sgl_sim):
         "/generate",
         {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 500, "temperature": 0}},
     ).json()
-    assert body.keys() == rec.keys() and body["meta_info"].keys() == rec["meta_info"].keys()
+    assert body.keys() == rec.keys()
+    assert body["meta_info"].keys() == rec["meta_info"].keys()
     ids, meta = body["output_ids"], body["meta_info"]
-    assert meta["finish_reason"] == {"type": "stop", "matched": STOP} and ids[-1] == STOP
-    assert meta["completion_tokens"] == len(ids) and meta["prompt_tokens"] == 28 and meta["reasoning_tokens"] == 0
+    assert meta["finish_reason"] == {"type": "stop", "matched": STOP}
+    assert ids[-1] == STOP
+    assert meta["completion_tokens"] == len(ids)
+    assert meta["prompt_tokens"] == 28
+    assert meta["reasoning_tokens"] == 0
     assert body["text"] == sgl_sim.tokenizer.decode(ids[:-1], skip_special_tokens=True)
     raw = post(
         sgl_sim,
@@ -245,23 +271,28 @@ def test_sglang_generate_matches_recorded_shape(sgl_sim):
             "sampling_params": {"max_new_tokens": 500, "skip_special_tokens": False, "no_stop_trim": True},
         },
     ).json()
-    assert raw["output_ids"] == ids and raw["text"].endswith("<|im_end|>") and "</think>" in raw["text"]
+    assert raw["output_ids"] == ids
+    assert raw["text"].endswith("<|im_end|>")
+    assert "</think>" in raw["text"]
     by_text = post(sgl_sim, "/generate", {"text": sgl_sim.tokenizer.decode(RECORDED_PROMPT)}).json()
     assert by_text["output_ids"] == ids
 
 
 def test_sglang_generate_length_and_stop_token_ids(sgl_sim):
     cut = post(sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"max_new_tokens": 4}}).json()
-    assert cut["meta_info"]["finish_reason"] == {"type": "length", "length": 4} and len(cut["output_ids"]) == 4
+    assert cut["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+    assert len(cut["output_ids"]) == 4
     at_close = post(
         sgl_sim, "/generate", {"input_ids": RECORDED_PROMPT, "sampling_params": {"stop_token_ids": [CLOSE]}}
     ).json()
-    assert at_close["output_ids"][-1] == CLOSE and at_close["meta_info"]["finish_reason"]["matched"] == CLOSE
+    assert at_close["output_ids"][-1] == CLOSE
+    assert at_close["meta_info"]["finish_reason"]["matched"] == CLOSE
 
 
 def test_sglang_generate_validation_errors(sgl_sim):
     bad = post(sgl_sim, "/generate", {"input_ids": [1, 999_999_999]})
-    assert bad.status_code == 400 and bad.json()["object"] == "error"
+    assert bad.status_code == 400
+    assert bad.json()["object"] == "error"
     no_ct = httpx.post(sgl_sim.url + "/generate", content=json.dumps({"input_ids": RECORDED_PROMPT}))
     assert no_ct.status_code == 400
 
@@ -280,7 +311,8 @@ def test_sglang_generate_stream_cumulative(sgl_sim):
     for prev, cur in itertools.pairwise(chunks):
         assert cur["output_ids"][: len(prev["output_ids"])] == prev["output_ids"]
         assert prev["meta_info"]["finish_reason"] is None
-    assert chunks[-1]["output_ids"] == full["output_ids"] and chunks[-1]["text"] == full["text"]
+    assert chunks[-1]["output_ids"] == full["output_ids"]
+    assert chunks[-1]["text"] == full["text"]
     assert chunks[-1]["meta_info"]["finish_reason"] == full["meta_info"]["finish_reason"]
 
 
@@ -299,9 +331,11 @@ def test_sglang_chat_special_think_hides_split(sgl_sim):
     body = post(sgl_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()
     assert body.keys() == rec.keys()
     choice = body["choices"][0]
-    assert choice.keys() == rec["choices"][0].keys() and choice["message"].keys() == rec["choices"][0]["message"].keys()
+    assert choice.keys() == rec["choices"][0].keys()
+    assert choice["message"].keys() == rec["choices"][0]["message"].keys()
     assert body["usage"].keys() == rec["usage"].keys()
-    assert choice["prompt_token_ids"] == RECORDED_PROMPT and choice["matched_stop"] == STOP
+    assert choice["prompt_token_ids"] == RECORDED_PROMPT
+    assert choice["matched_stop"] == STOP
     ids = choice["response_token_ids"]
     # like the recording: the text parser cannot see a special </think>, so everything is reasoning
     assert choice["message"]["content"] == ""
@@ -335,7 +369,8 @@ def test_sglang_chat_non_special_think_splits(sgl_ns_sim):
 def test_sglang_chat_stream_with_ids_is_refused_like_recorded(sgl_sim):
     rec = recording("sgl_chat_stream.txt")
     resp = post(sgl_sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "stream": True})
-    assert resp.status_code == 400 and resp.json() == rec
+    assert resp.status_code == 400
+    assert resp.json() == rec
 
 
 def test_sglang_chat_thinking_off(sgl_sim):
@@ -345,14 +380,17 @@ def test_sglang_chat_thinking_off(sgl_sim):
         {"messages": MESSAGES, "return_token_ids": True, "chat_template_kwargs": {"thinking": False}},
     ).json()
     choice = body["choices"][0]
-    assert choice["prompt_token_ids"][-2:] == [OPEN, CLOSE] and CLOSE not in choice["response_token_ids"]
-    assert choice["message"]["reasoning_content"] is None and choice["message"]["content"]
+    assert choice["prompt_token_ids"][-2:] == [OPEN, CLOSE]
+    assert CLOSE not in choice["response_token_ids"]
+    assert choice["message"]["reasoning_content"] is None
+    assert choice["message"]["content"]
     assert body["usage"]["reasoning_tokens"] == 0
 
 
 def test_sglang_tokenize(sgl_sim):
     body = post(sgl_sim, "/tokenize", {"messages": MESSAGES}).json()
-    assert body["tokens"] == RECORDED_PROMPT and body["count"] == 28
+    assert body["tokens"] == RECORDED_PROMPT
+    assert body["count"] == 28
     assert post(sgl_sim, "/detokenize", {"tokens": [CLOSE, 256]}).json() == {"text": "Okay"}
 
 
@@ -361,16 +399,19 @@ def test_quirk_vllm_pre_016():
     with start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True})) as sim:
         assert CLIENT.get(sim.url + "/version").json()["version"] == "0.15.1"
         msg = post(sim, "/v1/chat/completions", {"messages": MESSAGES}).json()["choices"][0]["message"]
-        assert "reasoning" not in msg and msg["reasoning_content"]
+        assert "reasoning" not in msg
+        assert msg["reasoning_content"]
         events = sse_events(post(sim, "/v1/chat/completions", {"messages": MESSAGES, "stream": True}).text)
         keys = {k for e in events[1:-1] for k in e["choices"][0]["delta"]}
-        assert "reasoning_content" in keys and "reasoning" not in keys
+        assert "reasoning_content" in keys
+        assert "reasoning" not in keys
 
 
 def test_quirk_no_id_fields():
     with start_simulator(SimConfig(kind="vllm", quirks={"no-id-fields": True})) as sim:
         body = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()
-        assert "prompt_token_ids" not in body and "token_ids" not in body["choices"][0]
+        assert "prompt_token_ids" not in body
+        assert "token_ids" not in body["choices"][0]
         events = sse_events(
             post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True, "stream": True}).text
         )
@@ -392,7 +433,8 @@ def test_quirk_prompt_prefix_bug_and_chat_ids_name():
         choice = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()["choices"][
             0
         ]
-        assert "token_ids" in choice and "response_token_ids" not in choice
+        assert "token_ids" in choice
+        assert "response_token_ids" not in choice
 
 
 def test_quirk_parser_all_reasoning():
@@ -401,7 +443,8 @@ def test_quirk_parser_all_reasoning():
             0
         ]
         ids = choice["token_ids"]
-        assert CLOSE in ids and choice["message"]["content"] is None
+        assert CLOSE in ids
+        assert choice["message"]["content"] is None
         assert choice["message"]["reasoning"] == sim.tokenizer.decode(ids[:-1], skip_special_tokens=True)
 
 
@@ -433,7 +476,8 @@ def test_counted_faults_in_order_then_success():
             "http-429": 1,
             "malformed-json": 1,
         }
-        assert sim.stats.generation == 8 and sim.stats.requests["/v1/chat/completions"] == 8
+        assert sim.stats.generation == 8
+        assert sim.stats.requests["/v1/chat/completions"] == 8
 
 
 def test_bare_fault_flag_fails_every_request():
@@ -456,9 +500,12 @@ def test_stream_error_chunk():
         plain = post(sim, "/generate", {"input_ids": RECORDED_PROMPT})  # non-streaming requests are not hit
         assert plain.status_code == 200
         events = sse_events(post(sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True}).text)
-        assert events[-1] == "[DONE]" and "error" in events[-2] and events[-2]["error"]["message"]
+        assert events[-1] == "[DONE]"
+        assert "error" in events[-2]
+        assert events[-2]["error"]["message"]
         events = sse_events(post(sim, "/generate", {"input_ids": RECORDED_PROMPT, "stream": True}).text)
-        assert "error" not in events[-2] and events[-2]["meta_info"]["finish_reason"]["matched"] == STOP
+        assert "error" not in events[-2]
+        assert events[-2]["meta_info"]["finish_reason"]["matched"] == STOP
 
 
 def test_latency_delays_generation():
@@ -509,9 +556,12 @@ def test_model_round_trips_and_long_outputs(vllm_sim):
     assert tok.encode(tok.decode(out[:cut])) == out[:cut]
     assert tok.encode(tok.decode(out[cut + 1 : -1])) == out[cut + 1 : -1]
     long = SimModel(tok, profile, output_tokens=2000).generate(RECORDED_PROMPT, seed=4)
-    assert len(long.output_ids) == 2000 and long.output_ids[-1] == STOP and long.output_ids.count(CLOSE) == 1
+    assert len(long.output_ids) == 2000
+    assert long.output_ids[-1] == STOP
+    assert long.output_ids.count(CLOSE) == 1
     cut_long = SimModel(tok, profile, output_tokens=2000).generate(RECORDED_PROMPT, seed=4, max_tokens=100)
-    assert cut_long.finish_reason == "length" and cut_long.output_ids == long.output_ids[:100]
+    assert cut_long.finish_reason == "length"
+    assert cut_long.output_ids == long.output_ids[:100]
 
 
 def test_qwen3_model_opens_reasoning_itself():
@@ -521,15 +571,20 @@ def test_qwen3_model_opens_reasoning_itself():
         assert sim.profile.name == "qwen3"
         on = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "return_token_ids": True}).json()
         ids = on["choices"][0]["token_ids"]
-        assert ids[0] == 151667 and ids.count(151668) == 1 and ids[-1] == 151645
-        assert on["choices"][0]["message"]["reasoning"] and on["choices"][0]["message"]["content"]
+        assert ids[0] == 151667
+        assert ids.count(151668) == 1
+        assert ids[-1] == 151645
+        assert on["choices"][0]["message"]["reasoning"]
+        assert on["choices"][0]["message"]["content"]
         off = post(
             sim,
             "/v1/chat/completions",
             {"messages": MESSAGES, "return_token_ids": True, "chat_template_kwargs": {"enable_thinking": False}},
         ).json()
         off_ids = off["choices"][0]["token_ids"]
-        assert 151667 not in off_ids and 151668 not in off_ids and off["choices"][0]["message"]["reasoning"] is None
+        assert 151667 not in off_ids
+        assert 151668 not in off_ids
+        assert off["choices"][0]["message"]["reasoning"] is None
 
 
 # -- CLI -------------------------------------------------------------------------------------
@@ -551,7 +606,8 @@ def test_cli_starts_answers_and_stops():
     )
     try:
         banner = proc.stdout.readline()
-        assert "SIMULATOR of SGLang 0.5.23" in banner and f"127.0.0.1:{port}" in banner
+        assert "SIMULATOR of SGLang 0.5.23" in banner
+        assert f"127.0.0.1:{port}" in banner
         url = f"http://127.0.0.1:{port}"
         assert CLIENT.get(url + "/health", timeout=5).status_code == 200
         assert CLIENT.get(url + "/get_model_info", timeout=5).json()["simulator"] is True
@@ -566,7 +622,8 @@ def test_cli_starts_answers_and_stops():
 def test_cli_bad_quirk_is_one_line_error():
     proc = subprocess.run([*TOKVIEW, "sim", "--quirk", "http-999=1"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "unknown quirk" in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "unknown quirk" in proc.stderr
 
 
 def test_sim_on_a_port_in_use_says_so_in_one_line(capsys):
@@ -579,6 +636,8 @@ def test_sim_on_a_port_in_use_says_so_in_one_line(capsys):
         port = taken.getsockname()[1]
         code = main(["sim", "--port", str(port)])
     err = capsys.readouterr().err.strip()
-    assert code == 1 and len(err.splitlines()) == 1, err
-    assert f"cannot listen on 127.0.0.1:{port}" in err and "choose another --port" in err
+    assert code == 1, err
+    assert len(err.splitlines()) == 1, err
+    assert f"cannot listen on 127.0.0.1:{port}" in err
+    assert "choose another --port" in err
     assert "internal error" not in err
