@@ -7,13 +7,18 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
 
+if TYPE_CHECKING:
+    from tokview.export.registry import ProfileOf
 
-def write_parquet(store: Store, exported: list[tuple[str, str]], plan: Plan, _profile_of: Any = None) -> None:
+
+def write_parquet(
+    store: Store, exported: list[tuple[str, str]], plan: Plan, _profile_of: ProfileOf | None = None
+) -> None:
     """The speculators columns plus tokview's review columns, for (sample_id, row id) in export order.
 
     The `id` column is the same `{prompt}[#turn]_gen{gen_index}` as the JSONL rows'. A stream target

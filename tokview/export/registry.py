@@ -71,7 +71,10 @@ TEMPLATE = Sidecar("template", "specforge_template.json")
 EVERY_EXPORT = (MANIFEST, TOKEN_FREQ)
 
 RowBuilder = Callable[[formats.ExportItem, ModelProfile, Any], dict[str, Any]]
-TableWriter = Callable[[Store, list[tuple[str, str]], Plan, Callable[[str | None], ModelProfile]], Any]
+ProfileOf = Callable[[str | None], ModelProfile]
+"""The profile a stored sample was analysed with, by its recorded name."""
+
+TableWriter = Callable[[Store, list[tuple[str, str]], Plan, ProfileOf], Any]
 """(store, [(sample_id, row id)] in export order, plan, the profile of a stored profile name): writes the whole
 data file at once; may return what it made (an object with `section()` for the manifest and `row_lengths`)."""
 Preflight = Callable[[Any, ModelProfile], None]

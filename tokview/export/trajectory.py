@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
@@ -26,6 +26,9 @@ from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
 from tokview.store.records import capture_from_row
+
+if TYPE_CHECKING:
+    from tokview.export.registry import ProfileOf
 
 MAX_LISTED_BREAKS = 20
 """Breaks listed one by one in the manifest (all are counted)."""
@@ -100,7 +103,7 @@ def extends(previous: list[int], prompt: list[int]) -> int | None:
     return min(len(previous), len(prompt))
 
 
-def build(store: Store, sample_ids: list[str], profile_of: Any, summary: Trajectories) -> Iterator[_Row]:
+def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: Trajectories) -> Iterator[_Row]:
     """Every row of the selected conversations, in order (a split conversation's later rows say where)."""
     keys = export_rows.conversation_turns(store, sample_ids)
     by_sample = {}
@@ -161,7 +164,9 @@ def trajectory_row(row: _Row, row_id: str) -> dict[str, Any]:
     }
 
 
-def write_trajectories(store: Store, exported: list[tuple[str, str]], plan: Plan, profile_of: Any) -> Trajectories:
+def write_trajectories(
+    store: Store, exported: list[tuple[str, str]], plan: Plan, profile_of: ProfileOf
+) -> Trajectories:
     """The trajectory JSONL of the exported samples (each turn already passed the per-sample checks)."""
     summary = Trajectories()
     runs: dict[str, str | None] = {}
