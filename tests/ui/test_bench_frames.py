@@ -19,7 +19,8 @@ from tokview.ui.widgets.token_view import TokenView
 def bench():
     path = Path(__file__).parents[2] / "benchmarks" / "bench_render.py"
     spec = importlib.util.spec_from_file_location("bench_render_under_test", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

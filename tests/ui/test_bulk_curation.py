@@ -57,11 +57,13 @@ async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
         assert screen.sample_list.count == 400
 
         await mark_rows(app, pilot, 0, 199)
-        assert len(screen.marks) == 200 and "200 marked" in str(screen.query_one("#samples-title").render())
+        assert len(screen.marks) == 200
+        assert "200 marked" in str(screen.query_one("#samples-title").render())
         await pilot.press("r")
         assert isinstance(app.screen, RejectReason)
         await pilot.press("tab", *"loops", "enter")
-        assert isinstance(app.screen, Confirm) and "200" in app.screen.question
+        assert isinstance(app.screen, Confirm)
+        assert "200" in app.screen.question
         await pilot.press("y")
         await settle(app, pilot)
         assert counts(store500) == {"rejected": 200, "pending": 300}
@@ -71,10 +73,12 @@ async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
         await pilot.press("t")
         assert isinstance(app.screen, TagDialog)
         await pilot.press(*"hard", "enter")
-        assert isinstance(app.screen, Confirm) and "50" in app.screen.question
+        assert isinstance(app.screen, Confirm)
+        assert "50" in app.screen.question
         await pilot.press("y")
         await settle(app, pilot)
-        assert store500.count_samples() == 500 and len(bulk.select(store500, SampleFilter(), "hard")) == 50
+        assert store500.count_samples() == 500
+        assert len(bulk.select(store500, SampleFilter(), "hard")) == 50
 
         screen.query_one("#status", Select).value = "pending"
         await settle(app, pilot)
@@ -107,7 +111,8 @@ async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         summary = str(dialog.query_one("#export-summary").render())
-        assert "exported 50 of 50 selected samples" in summary and "by tag: 50 hard" in summary
+        assert "exported 50 of 50 selected samples" in summary
+        assert "by tag: 50 hard" in summary
         assert len(out.read_text().splitlines()) == 50
 
 
@@ -123,7 +128,8 @@ async def test_u_undoes_the_latest_action_from_tokview_review_and_names_its_samp
         assert store.count_samples(SampleFilter(status="rejected")) == 0
         assert store.load_sample(ids[0]).status == "approved"
         message = [n.message for n in app._notifications][-1]
-        assert f"rejected {len(ids)} samples (loops) by carol" in message and ids[0] in message
+        assert f"rejected {len(ids)} samples (loops) by carol" in message
+        assert ids[0] in message
         assert app.screen.sample_list.row(0).status == "pending"
 
 
@@ -161,12 +167,14 @@ async def test_tags_column_and_tag_filter(make_app, store):
         screen = app.screen
         lst = screen.sample_list
         assert "tags" in lst.render_line(0).text
-        assert "Hard" in lst.render_line(3).text and "hard" not in lst.render_line(2).text.lower()
+        assert "Hard" in lst.render_line(3).text
+        assert "hard" not in lst.render_line(2).text.lower()
         tag_select = screen.query_one("#tag", Select)
         assert [str(o[0]) for o in tag_select._options[1:]] == ["Hard (2)", "x (1)"]
         tag_select.value = "hard"
         await settle(app, pilot)
-        assert lst.count == 2 and "tag=hard" in str(screen.query_one("#samples-title").render())
+        assert lst.count == 2
+        assert "tag=hard" in str(screen.query_one("#samples-title").render())
 
 
 async def test_at_80x24_rows_keep_the_part_of_the_id_that_differs(store, tokenizer, profile):
@@ -197,7 +205,8 @@ async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_
         screen = app.screen
         await mark_rows(app, pilot, 0, 5)  # p000 and p005 are truncated: invalid
         await pilot.press("a")
-        assert isinstance(app.screen, BulkApprove) and "2 of them have error findings" in app.screen.detail
+        assert isinstance(app.screen, BulkApprove)
+        assert "2 of them have error findings" in app.screen.detail
         await pilot.press("v")
         await settle(app, pilot)
         assert [r.status for r in store.samples_page(SampleFilter(), "sample_id", 0, 6)] == [
@@ -217,7 +226,8 @@ async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_
         await pilot.press("t")
         assert [str(o.prompt) for o in app.screen.query_one("#tag-options").options] == ["remove long", "remove Math"]
         await pilot.press("tab", "down", "enter")
-        assert isinstance(app.screen, Confirm) and app.screen.question == "Take tag Math off 2 marked samples?"
+        assert isinstance(app.screen, Confirm)
+        assert app.screen.question == "Take tag Math off 2 marked samples?"
         await pilot.press("y")
         await settle(app, pilot)
         assert bulk.select(store, SampleFilter(), "MATH") == ["p001@demo_gen0"]
@@ -237,7 +247,8 @@ async def test_the_palette_offers_export_and_the_undo_list(make_app):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        assert "Export" in titles and "Undo an earlier action" in titles
+        assert "Export" in titles
+        assert "Undo an earlier action" in titles
 
 
 async def test_the_export_dialog_says_a_bad_path_in_one_line(make_app, tmp_path):
@@ -250,7 +261,8 @@ async def test_the_export_dialog_says_a_bad_path_in_one_line(make_app, tmp_path)
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         said = str(dialog.query_one("#export-summary").render())
-        assert "names a .parquet file" in said and "\n" not in said.strip()
+        assert "names a .parquet file" in said
+        assert "\n" not in said.strip()
         assert not (tmp_path / "out.parquet").exists()
         dialog.query_one("#export-format", Select).value = "parquet"
         await pilot.pause()

@@ -17,7 +17,9 @@ def test_first_divergence_and_marks():
     assert first_divergence([1, 2, 3], [1, 9, 3]) == 1
     assert first_divergence([1, 2], [1, 2, 3]) == 2
     diff = diff_ids([1, 2, 3, 4, 5], [1, 2, 9, 3, 4, 5])  # one id inserted: only it differs, not all after
-    assert diff.first == 2 and diff.left == frozenset() and diff.right == frozenset({2})
+    assert diff.first == 2
+    assert diff.left == frozenset()
+    assert diff.right == frozenset({2})
 
 
 def _sibling(store, tokenizer, profile, changed_at: int = 3) -> tuple[str, int]:
@@ -41,8 +43,10 @@ def test_run_stats_count_each_run(store, tokenizer, profile):
     store.record_verdict("p020@demo_gen0", "rejected", reason="duplicate")
     runs = {r["run"]: r for r in run_stats(store)}
     assert sorted(runs) == ["run-a", "run-b", "run-c"]
-    assert runs["run-a"]["samples"] == 15 and runs["run-a"]["by_status"]["approved"] == 1
-    assert runs["run-b"]["by_status"]["rejected"] == 1 and runs["run-c"]["samples"] == 1
+    assert runs["run-a"]["samples"] == 15
+    assert runs["run-a"]["by_status"]["approved"] == 1
+    assert runs["run-b"]["by_status"]["rejected"] == 1
+    assert runs["run-c"]["samples"] == 1
     assert runs["run-a"]["truncated"] == 3  # every fifth of p000..p014
     assert runs["run-a"]["output_len"]["max"] >= 560
     assert runs["run-c"]["findings"] == {code: 1 for code in {f.code for f in store.load_sample("p001@run-c").findings}}
@@ -61,10 +65,12 @@ async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(
         await settle(app, pilot)
         screen = app.screen
         assert isinstance(screen, CompareScreen)
-        assert screen.compared is not None and screen.compared.right.sample_id == other
+        assert screen.compared is not None
+        assert screen.compared.right.sample_id == other
         assert screen.compared.diff.first == position
         assert screen.left.cursor == screen.right.cursor == position
-        assert position in screen.left._marks and position in screen.right._marks
+        assert position in screen.left._marks
+        assert position in screen.right._marks
         assert f"first divergence at position {position}" in str(screen.query_one("#compare-title").render())
         await pilot.press("right")
         assert screen.right.cursor == position + 1  # the other pane follows
@@ -92,7 +98,9 @@ def test_stats_by_run_prints_one_block_per_run(store, tokenizer, profile, capsys
     store.close()
     assert main(["stats", "--db", str(path), "--by", "run"]) == 0
     out = capsys.readouterr().out
-    assert "run-a" in out and "run-c" in out and "1 sample " in out
+    assert "run-a" in out
+    assert "run-c" in out
+    assert "1 sample " in out
     assert main(["stats", "--db", str(path), "--by", "run", "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)["runs"]
     assert [r["run"] for r in runs] == ["run-a", "run-b", "run-c"]
@@ -110,4 +118,5 @@ async def test_the_stats_panel_lists_each_run(make_app, store):
         table = app.screen.query_one("#stats-runs", DataTable)
         rows = [table.get_row_at(i) for i in range(table.row_count)]
         assert [r[0] for r in rows] == ["run-a", "run-b"]
-        assert rows[0][1] == "15" and rows[0][2] == "1"  # samples, approved
+        assert rows[0][1] == "15"
+        assert rows[0][2] == "1"  # samples, approved

@@ -32,7 +32,8 @@ def luminance(color: Color) -> float:
 
 
 def contrast(style: Style) -> float:
-    assert style.color is not None and style.bgcolor is not None, style
+    assert style.color is not None, style
+    assert style.bgcolor is not None, style
     a, b = sorted((luminance(style.color), luminance(style.bgcolor)), reverse=True)
     return (a + 0.05) / (b + 0.05)
 

@@ -24,7 +24,8 @@ async def test_approve_reject_undo_land_in_duckdb(make_app, store):
         sid = await open_first(app, pilot)
         assert sid == "p000@demo_gen0"  # truncated: an error finding, so approving asks first
         await pilot.press("a")
-        assert isinstance(app.screen, Confirm) and "truncated" in str(app.screen.detail)
+        assert isinstance(app.screen, Confirm)
+        assert "truncated" in str(app.screen.detail)
         await pilot.press("escape")
         await pilot.pause()
         assert store.load_sample(sid).status == "pending"
@@ -32,7 +33,8 @@ async def test_approve_reject_undo_land_in_duckdb(make_app, store):
         await pilot.pause()
         stored = store.load_sample(sid)
         assert stored.status == "approved"
-        assert stored.history[-1]["override"] is True and stored.history[-1]["who"] == "tester"
+        assert stored.history[-1]["override"] is True
+        assert stored.history[-1]["who"] == "tester"
         await pilot.press("r")
         assert isinstance(app.screen, RejectReason)
         await pilot.press("down", "enter")  # the second listed reason
@@ -55,7 +57,8 @@ async def test_typed_reject_reason_note_and_tags(make_app, store):
         await pilot.press(*"loops", "enter")
         await pilot.pause()
         stored = store.load_sample(sid)
-        assert stored.status == "rejected" and stored.history[-1]["reason"] == "loops"
+        assert stored.status == "rejected"
+        assert stored.history[-1]["reason"] == "loops"
         await pilot.press("n")
         assert isinstance(app.screen, TextPrompt)
         await pilot.press(*"closer", "enter")
@@ -95,7 +98,9 @@ async def test_a_reviewed_row_repaints_when_the_list_has_a_scrollbar(make_app, s
         await pilot.press("a")
         await settle(app, pilot)
         after = lst.render_line(2).text
-    assert lst.row(1).status == "approved" and after != before and "approved" in after
+    assert lst.row(1).status == "approved"
+    assert after != before
+    assert "approved" in after
 
 
 async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
@@ -111,7 +116,8 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         await settle(app, pilot)
         await pilot.press("a", "right_square_bracket")  # from inspect: opens the next pending sample
         await settle(app, pilot)
-        assert isinstance(app.screen, InspectScreen) and app.screen.data.sample_id == "p004@demo_gen0"
+        assert isinstance(app.screen, InspectScreen)
+        assert app.screen.data.sample_id == "p004@demo_gen0"
         assert store.load_sample("p003@demo_gen0").status == "approved"
 
 
@@ -136,7 +142,8 @@ async def test_undo_after_a_tag_takes_back_the_tag_not_the_verdict(make_app, sto
         assert store.load_sample("p001@demo_gen0").tags == ["math"]
         await pilot.press("u")
         stored = store.load_sample("p001@demo_gen0")
-        assert stored.tags == [] and stored.status == "approved"
+        assert stored.tags == []
+        assert stored.status == "approved"
         await pilot.press("u")
         assert store.load_sample("p001@demo_gen0").status == "pending"
 
@@ -166,12 +173,15 @@ async def test_inspect_shows_who_rejected_it_why_and_the_notes(make_app, store):
     async with app.run_test(size=(120, 40)) as pilot:
         await open_first(app, pilot)
         review = str(app.screen.query_one("#inspect-review").render())
-        assert "rejected by alice" in review and "reason: duplicate" in review and "note: same as p007" in review
+        assert "rejected by alice" in review
+        assert "reason: duplicate" in review
+        assert "note: same as p007" in review
         await pilot.press("u")  # the note goes first, then the verdict
         await pilot.press("u")
         await pilot.pause()
         review = str(app.screen.query_one("#inspect-review").render())
-        assert "no verdict yet" in review and "same as p007" not in review
+        assert "no verdict yet" in review
+        assert "same as p007" not in review
 
 
 def test_reviewer_is_the_flag_else_the_config_else_the_login(monkeypatch):
@@ -221,7 +231,8 @@ async def test_a_store_held_too_long_is_a_notification_not_a_crash(make_app, sto
         await settle(app, pilot)
         await pilot.press("down", "a")
         await settle(app, pilot)
-        assert app.is_running and isinstance(app.screen, SamplesScreen)
+        assert app.is_running
+        assert isinstance(app.screen, SamplesScreen)
         said = [n.message for n in app._notifications]
         assert any("gave up after 15s" in m for m in said)
     assert store.load_sample("p001@demo_gen0").status == "pending"

@@ -12,12 +12,15 @@ def test_demo_headless_fills_a_store_with_findings(tmp_path, capsys):
     db = tmp_path / "demo.duckdb"
     assert main(["demo", "--no-ui", "--db", str(db), "--limit", "3"]) == 0
     out = capsys.readouterr().out
-    assert "demo-chat" in out and "demo-old-vllm" in out and "demo-truncated" in out
+    assert "demo-chat" in out
+    assert "demo-old-vllm" in out
+    assert "demo-truncated" in out
     with Store(db) as store:
         stats = store.stats()
         assert stats["samples"] == 9
         assert {"parser_hidden_ids", "parser_split_mismatch", "truncated"} <= set(stats["findings"])
-        assert stats["truncated"] == 3 and stats["invalid"] >= 3
+        assert stats["truncated"] == 3
+        assert stats["invalid"] >= 3
     assert "parser_split_mismatch" in out
     assert out.splitlines()[-1] == f"  open it: tokview ui --db {db}"  # how to look at what was made
 
@@ -25,7 +28,8 @@ def test_demo_headless_fills_a_store_with_findings(tmp_path, capsys):
 def test_demo_headless_without_db_says_the_store_is_temporary(capsys):
     assert main(["demo", "--no-ui", "--limit", "1"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert "temporary store, removed on exit" in last and "tokview ui --db demo.duckdb" in last
+    assert "temporary store, removed on exit" in last
+    assert "tokview ui --db demo.duckdb" in last
 
 
 def test_demo_refuses_a_bad_limit(capsys):
@@ -55,8 +59,11 @@ def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store
     assert main(["demo", "--limit", "2"]) == 0
     captured = capsys.readouterr()
     assert "temporary store (removed when you quit" in captured.err
-    assert "run 1/3" in captured.err and "run 3/3" in captured.err and "2/2" in captured.err
+    assert "run 1/3" in captured.err
+    assert "run 3/3" in captured.err
+    assert "2/2" in captured.err
     assert f"  {seen['before'] + 1} samples" in captured.out  # counted after the app, not before it
     assert "the temporary store is removed now" in captured.out.splitlines()[-1]
-    assert not seen["path"].exists() and seen["who"] == "dana"
+    assert not seen["path"].exists()
+    assert seen["who"] == "dana"
     assert str(seen["path"]) not in captured.out  # no path to a store that is gone

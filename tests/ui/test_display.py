@@ -25,17 +25,22 @@ def test_served_seq_classes_name_delimiters_stop_and_specials(short, tokenizer):
     seq = d.served_seq(capture, analysis, tokenizer)
     cls = {name: d.CLASS_INDEX[name] for name in d.STYLE_CLASSES}
     n = len(capture.prompt_ids)
-    assert seq.n_prompt == n and len(seq) == n + len(capture.output_ids)
+    assert seq.n_prompt == n
+    assert len(seq) == n + len(capture.output_ids)
     assert seq.classes[0] == cls["prompt-special"]  # <|im_user|>
     assert seq.classes[3] == cls["prompt"]  # 'W'
     assert seq.classes[n - 1] == cls["delimiter"]  # pre-filled <think> 163606
     assert seq.classes[n] == cls["reasoning"]  # 'Okay'
     close = n + capture.output_ids.index(THINK_CLOSE)
-    assert seq.classes[close] == cls["delimiter"] and seq.pieces[close] == "</think>"
+    assert seq.classes[close] == cls["delimiter"]
+    assert seq.pieces[close] == "</think>"
     assert seq.classes[close + 1] == cls["answer"]
-    assert seq.classes[-1] == cls["stop"] and seq.ids[-1] == IM_END
+    assert seq.classes[-1] == cls["stop"]
+    assert seq.ids[-1] == IM_END
     assert seq.pieces[n + 2] == "·let"  # the space made visible
-    assert seq.status[n] == "kept" and seq.status[close] == "hidden" and seq.status[0] is None
+    assert seq.status[n] == "kept"
+    assert seq.status[close] == "hidden"
+    assert seq.status[0] is None
 
 
 def test_kept_seq_shows_hidden_ids_as_gaps_of_equal_width(short, tokenizer, profile):
@@ -47,8 +52,10 @@ def test_kept_seq_shows_hidden_ids_as_gaps_of_equal_width(short, tokenizer, prof
     assert kept.pieces[close] == d.GAP_CHAR * len("</think>")
     assert kept.classes[close] == d.CLASS_INDEX["gap"]
     assert kept.classes[-1] == d.CLASS_INDEX["gap"]  # <|im_end|> is in no text field either
-    assert kept.pieces[close + 1] == "The" and kept.classes[close + 1] == d.CLASS_INDEX["answer"]
-    assert kept.classes[0] == d.CLASS_INDEX["empty"] and kept.pieces[0].strip() == ""
+    assert kept.pieces[close + 1] == "The"
+    assert kept.classes[close + 1] == d.CLASS_INDEX["answer"]
+    assert kept.classes[0] == d.CLASS_INDEX["empty"]
+    assert kept.pieces[0].strip() == ""
 
 
 def test_kept_seq_marks_partial_and_drift(tokenizer, profile):
@@ -61,7 +68,8 @@ def test_kept_seq_marks_partial_and_drift(tokenizer, profile):
     analysis = analyze(capture, profile, tokenizer)
     kept = d.kept_seq(capture, analysis, tokenizer)
     forty = kept.n_prompt + capture.output_ids.index(279)
-    assert kept.status[forty] == "drift" and kept.classes[forty] == d.CLASS_INDEX["drift"]
+    assert kept.status[forty] == "drift"
+    assert kept.classes[forty] == d.CLASS_INDEX["drift"]
 
 
 def test_wrap_flows_tokens_and_breaks_after_newlines():
@@ -69,7 +77,8 @@ def test_wrap_flows_tokens_and_breaks_after_newlines():
     assert d.wrap([3, 3, 3], 100, [True, False, False]) == [0, 1]
     assert d.wrap([10, 2], 4) == [0, 1]  # a token wider than the pane gets its own row
     assert d.wrap([], 10) == []
-    assert d.row_of([0, 2, 5], 4) == 1 and d.row_of([0, 2, 5], 5) == 2
+    assert d.row_of([0, 2, 5], 4) == 1
+    assert d.row_of([0, 2, 5], 5) == 2
 
 
 def test_wrap_by_running_sum_agrees_with_the_token_by_token_rule():
@@ -108,7 +117,8 @@ def test_cell_texts_both_mode_puts_piece_over_id_in_equal_width(short, tokenizer
         assert cell_len(top) == cell_len(bottom)
         assert bottom.strip() == str(tid)
     ids_only, none = d.cell_texts(seq, "ids")
-    assert none is None and ids_only[0] == f"{IM_USER} "
+    assert none is None
+    assert ids_only[0] == f"{IM_USER} "
 
 
 def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
@@ -116,14 +126,17 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     seq = d.served_seq(capture, analysis, tokenizer)
     close = seq.n_prompt + capture.output_ids.index(THINK_CLOSE)
     rows = dict(d.detail_lines(seq, close, tokenizer, analysis.kinds, analysis.loss_mask, [-0.5] * 18))
-    assert rows["id"] == str(THINK_CLOSE) and rows["piece"] == "</think>"
+    assert rows["id"] == str(THINK_CLOSE)
+    assert rows["piece"] == "</think>"
     assert rows["bytes"] == b"</think>".hex(" ")
-    assert rows["segment"] == "closer" and rows["loss mask"] == "1"
+    assert rows["segment"] == "closer"
+    assert rows["loss mask"] == "1"
     assert rows["position"] == f"{close} (output[9])"
     assert rows["logprob"] == "-0.5000"
     assert rows["text field"] == "hidden by the parser"
     prompt_rows = dict(d.detail_lines(seq, 0, tokenizer, analysis.kinds, analysis.loss_mask, None))
-    assert prompt_rows["loss mask"] == "0" and "logprob" not in prompt_rows
+    assert prompt_rows["loss mask"] == "0"
+    assert "logprob" not in prompt_rows
 
 
 def test_kept_seq_colours_pieces_by_the_field_that_kept_them(tokenizer, profile):
@@ -157,11 +170,13 @@ def test_dual_capture_whose_paths_diverge_shows_the_parsed_ids_with_their_own_ki
     capture = _dual(parsed)
     capture.reasoning, capture.content = REASONING_AND_ANSWER, None
     analysis = analyze(capture, profile, tokenizer)
-    assert capture.paths_diverge and analysis.aligned_kinds != analysis.kinds
+    assert capture.paths_diverge
+    assert analysis.aligned_kinds != analysis.kinds
     served = d.served_seq(capture, analysis, tokenizer)
     kept = d.kept_seq(capture, analysis, tokenizer)
     n = served.n_prompt
-    assert kept.ids == capture.prompt_ids + parsed and served.ids == capture.prompt_ids + capture.output_ids
+    assert kept.ids == capture.prompt_ids + parsed
+    assert served.ids == capture.prompt_ids + capture.output_ids
     assert set(served.status[n:]) == {None}  # the statuses belong to the other path's ids
     assert kept.status[n:] == list(analysis.alignment.statuses)
     special = {i for i, t in enumerate(kept.ids) if tokenizer.is_special(t)}

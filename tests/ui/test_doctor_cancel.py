@@ -40,14 +40,16 @@ async def test_esc_and_ctrl_c_cancel_the_running_doctor_and_esc_then_goes_back(m
             worker = screen.running
             await pilot.press("escape")  # cancels; the panel stays
             await pilot.pause()
-            assert worker.state is WorkerState.CANCELLED and app.screen is screen
+            assert worker.state is WorkerState.CANCELLED
+            assert app.screen is screen
             assert "cancelled" in str(screen.query_one("#doctor-report", Static).render())
             await pilot.press("ctrl+s")  # again, and stopped with ctrl+c this time
             await _running(screen)
             worker = screen.running
             await pilot.press("ctrl+c")
             await pilot.pause()
-            assert worker.state is WorkerState.CANCELLED and app.screen is screen
+            assert worker.state is WorkerState.CANCELLED
+            assert app.screen is screen
             await pilot.press("escape")  # nothing runs: back to the list
             await pilot.pause()
             assert isinstance(app.screen, SamplesScreen)

@@ -28,7 +28,9 @@ async def test_an_empty_store_says_press_g_or_run_the_demo(empty_app):
     async with app.run_test(size=(100, 30)) as pilot:
         await settle(app, pilot)
         text = list_text(app.screen.sample_list)
-        assert "no samples yet" in text and "Press g" in text and "tokview demo" in text
+        assert "no samples yet" in text
+        assert "Press g" in text
+        assert "tokview demo" in text
 
 
 async def test_a_search_with_no_hits_says_clear_the_filter(make_app):
@@ -39,7 +41,8 @@ async def test_a_search_with_no_hits_says_clear_the_filter(make_app):
         await settle(app, pilot)
         text = list_text(app.screen.sample_list)
         assert app.screen.sample_list.count == 0
-        assert "No sample matches this search" in text and "Clear the search" in text
+        assert "No sample matches this search" in text
+        assert "Clear the search" in text
 
 
 async def test_an_empty_stats_panel_says_what_to_do(empty_app):
@@ -50,4 +53,5 @@ async def test_an_empty_stats_panel_says_what_to_do(empty_app):
         await settle(app, pilot)
         assert isinstance(app.screen, StatsScreen)
         summary = str(app.screen.query_one("#stats-summary", Static).render())
-        assert "No samples yet" in summary and "g to generate" in summary
+        assert "No samples yet" in summary
+        assert "g to generate" in summary

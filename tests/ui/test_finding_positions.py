@@ -33,7 +33,8 @@ async def test_repeated_enter_steps_through_every_position_of_a_finding(make_app
         assert hidden.positions == (37, 45)
         _choose(screen, "parser_hidden_ids")
         await pilot.press("enter")
-        assert screen.served.cursor == 37 and screen.focused is screen.served
+        assert screen.served.cursor == 37
+        assert screen.focused is screen.served
         await pilot.press("enter")  # from the served pane: the chosen finding's next position
         assert screen.served.cursor == 45
         await pilot.press("enter")  # past the last: round to the first

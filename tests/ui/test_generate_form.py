@@ -20,7 +20,8 @@ async def test_the_form_defaults_are_what_runs(make_app, tmp_path, monkeypatch):
         screen = app.screen
         assert isinstance(screen, GenerateScreen)
         prompts = screen.query_one("#prompts-file", Input).value
-        assert os.path.isabs(prompts) and os.path.isfile(prompts)
+        assert os.path.isabs(prompts)
+        assert os.path.isfile(prompts)
         for name in ("temperature", "samples", "max-tokens"):
             box = screen.query_one(f"#{name}", Input)
             box.value = ""
@@ -39,5 +40,6 @@ async def test_panel_errors_name_the_form_fields(make_app):
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         line = str(screen.query_one("#progress-line", Static).render())
-        assert "max tok must be at least 1" in line and "--" not in line
+        assert "max tok must be at least 1" in line
+        assert "--" not in line
     assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"

@@ -32,8 +32,11 @@ async def test_a_sample_shows_in_the_list_while_the_rest_of_the_run_is_held(make
             while listed.count < 31:  # the landing's message reloads the list; nothing else would now
                 assert asyncio.get_running_loop().time() < deadline, "the first sample never showed"
                 await pilot.pause(0.01)
-            assert gate.answered == 1 and screen.cancel_event is not None  # the run is still going
+            assert gate.answered == 1
+            assert screen.cancel_event is not None  # the run is still going
             gate.open()
             await settle(app, pilot)
-            assert screen.last_summary is not None and screen.last_summary.ok == 3
-            assert store.count_samples() == 33 and listed.count == 33
+            assert screen.last_summary is not None
+            assert screen.last_summary.ok == 3
+            assert store.count_samples() == 33
+            assert listed.count == 33

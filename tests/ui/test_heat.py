@@ -60,19 +60,24 @@ def test_logprob_modes_and_details():
         output_top_logprobs=[[-0.01, -5.0]] * 6,
     )
     assert heat_levels(cap, "sampled")[3:] == [0, 3, 1, 0, 4, 0]
-    assert heat_levels(cap, "target") is None and "tokview score" in unavailable(cap, "target")
+    assert heat_levels(cap, "target") is None
+    assert "tokview score" in unavailable(cap, "target")
     rows = dict(heat_detail(cap, 3, piece=lambda t: f"t{t}"))
-    assert "sampled logprob" not in rows and rows["sampled top-K"] == "10 't10' -0.010, 99 't99' -5.000"
+    assert "sampled logprob" not in rows
+    assert rows["sampled top-K"] == "10 't10' -0.010, 99 't99' -5.000"
     scored = _capture(target_logprobs=[-4.0] * 6)
-    assert heat_levels(scored, "target")[3:] == [3] * 6 and "target logprob" in dict(heat_detail(scored, 5))
-    assert heat_levels(cap, "segments") is None and unavailable(cap, "segments") is None
+    assert heat_levels(scored, "target")[3:] == [3] * 6
+    assert "target logprob" in dict(heat_detail(scored, 5))
+    assert heat_levels(cap, "segments") is None
+    assert unavailable(cap, "segments") is None
     assert HEAT_MODES[0] == "segments"
 
 
 def test_stats_bars():
     from tokview.ui.heat import acceptance_bars, nll_bars
 
-    assert acceptance_bars(None)[1] == {} and "not scored" in nll_bars({"target_logprobs": None})[0]
+    assert acceptance_bars(None)[1] == {}
+    assert "not scored" in nll_bars({"target_logprobs": None})[0]
     side = {
         "spec_decode": {
             "mean_acceptance_length": 2.0,
@@ -87,7 +92,8 @@ def test_stats_bars():
         },
     }
     title, bars = acceptance_bars(side)
-    assert bars == {"all": 2.0, "reasoning": 2.5} and "2 of 3 samples placed" in title
+    assert bars == {"all": 2.0, "reasoning": 2.5}
+    assert "2 of 3 samples placed" in title
     side["spec_decode"]["segments"] = None
     assert "unavailable" in acceptance_bars(side)[0]
     assert nll_bars(side)[1] == {"≤0.5": 1, "≤2": 1, ">2": 1}

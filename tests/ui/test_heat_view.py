@@ -50,7 +50,8 @@ async def test_heat_key_cycles_modes_colours_and_fills_the_detail_panel(tokenize
         heat = {d.CLASS_INDEX[name]: level for level, name in enumerate(d.HEAT_CLASSES)}
 
         await pilot.press("h")  # acceptance run: accepted 2 of 3 everywhere → level 1; prefill uncoloured
-        assert screen.heat == "acceptance" and "heat acceptance run" in str(screen.query_one("#served-label").content)
+        assert screen.heat == "acceptance"
+        assert "heat acceptance run" in str(screen.query_one("#served-label").content)
         assert served.seq.classes[:n_prompt] == segments[:n_prompt]
         assert served.seq.classes[n_prompt] == segments[n_prompt]
         assert {heat.get(c) for c in served.seq.classes[n_prompt + 1 :]} == {1}
@@ -58,15 +59,18 @@ async def test_heat_key_cycles_modes_colours_and_fills_the_detail_panel(tokenize
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows
         assert rows["acceptance run"].startswith("step 0: 2 of 3 drafts accepted")
-        assert rows["logprob"].startswith("-0.0100") and rows["target logprob"].startswith("-3.0000")
+        assert rows["logprob"].startswith("-0.0100")
+        assert rows["target logprob"].startswith("-3.0000")
         assert rows["sampled top-K"].startswith(f"{cap.output_ids[2]} ")
 
         await pilot.press("h")  # sampled logprob: the last token is unlikely
-        assert heat[served.seq.classes[last]] == 4 and heat[served.seq.classes[last - 1]] == 0
+        assert heat[served.seq.classes[last]] == 4
+        assert heat[served.seq.classes[last - 1]] == 0
         await pilot.press("h")  # target logprob: p = e^-3 ≈ 0.05 → level 3 everywhere
         assert {heat.get(c) for c in served.seq.classes[n_prompt:]} == {3}
         await pilot.press("h")  # back to segments
-        assert screen.heat == "segments" and served.seq.classes == segments
+        assert screen.heat == "segments"
+        assert served.seq.classes == segments
 
 
 async def test_heat_says_unavailable_when_steps_cannot_be_placed(tokenizer, profile):
@@ -80,5 +84,6 @@ async def test_heat_says_unavailable_when_steps_cannot_be_placed(tokenizer, prof
         await pilot.press("h")
         await pilot.pause()
         label = str(app.screen.query_one("#served-label").content)
-        assert "unavailable" in label and "not every decode step drafted" in label
+        assert "unavailable" in label
+        assert "not every decode step drafted" in label
         assert served.seq.classes == before  # nothing coloured: never a guess

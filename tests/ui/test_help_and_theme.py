@@ -32,7 +32,8 @@ def test_remember_theme_writes_one_line_and_keeps_every_other_byte(tmp_path):
     assert written == USER_CONFIG.replace("[ui]\n", '[ui]\ntheme = "textual-light"\n')
     remember_theme("textual-dark", path)  # the line is replaced, not added twice
     assert path.read_text() == USER_CONFIG.replace("[ui]\n", '[ui]\ntheme = "textual-dark"\n')
-    assert load_config(path).reviewer == "alice" and load_config(path).keymap == {"curate.approve": "A"}
+    assert load_config(path).reviewer == "alice"
+    assert load_config(path).keymap == {"curate.approve": "A"}
 
 
 def test_remember_theme_creates_a_missing_file_and_appends_a_ui_table(tmp_path):
@@ -79,18 +80,22 @@ async def test_help_names_the_config_lists_textual_keys_scrolls_and_shows_its_ow
         await pilot.press("question_mark")
         await settle(app, pilot)
         title = str(app.screen.query_one("#help-title", Label).render())
-        assert str(path) in title and "not there" not in title
+        assert str(path) in title
+        assert "not there" not in title
 
         table = app.screen.query_one(DataTable)
         textual_keys = str(app.screen.query_one("#help-textual", Label).render())
-        assert "^p command palette" in textual_keys and "⏎ in a dialog" in textual_keys
+        assert "^p command palette" in textual_keys
+        assert "⏎ in a dialog" in textual_keys
         await pilot.press("end")
         assert table.cursor_row == table.row_count - 1
         assert table.scroll_y == table.max_scroll_y > 0
         await pilot.press("home")
-        assert table.cursor_row == 0 and table.scroll_y == 0
+        assert table.cursor_row == 0
+        assert table.scroll_y == 0
         footer = {b.id for _, b, _, _ in app.screen.active_bindings.values() if b.show}
-        assert "help.close" in footer and "curate.approve" not in footer
+        assert "help.close" in footer
+        assert "curate.approve" not in footer
 
 
 async def test_under_help_the_screens_footer_is_hidden_and_back_after(make_app):
@@ -107,7 +112,8 @@ async def test_under_help_the_screens_footer_is_hidden_and_back_after(make_app):
         assert app.screen.query_one(KeysFooter).styles.visibility == "visible"
         await pilot.press("escape")
         await settle(app, pilot)
-        assert app.screen is screen and footer.styles.visibility == "visible"
+        assert app.screen is screen
+        assert footer.styles.visibility == "visible"
 
 
 def test_help_without_a_config_file_names_where_it_would_be(monkeypatch, tmp_path):

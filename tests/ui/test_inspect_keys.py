@@ -28,7 +28,8 @@ def test_goto_finds_ids_and_text_after_the_cursor_round_to_the_start(short, toke
     assert goto.find(seq, goto.Target("position", "5"), 0) == 5
     assert goto.find(seq, goto.Target("position", str(len(seq))), 0) is None
     hit = goto.find(seq, goto.Target("text", "let me"), 0)
-    assert hit is not None and "let" in seq.pieces[hit].lower()
+    assert hit is not None
+    assert "let" in seq.pieces[hit].lower()
     assert goto.find(seq, goto.Target("text", "no such words"), 0) is None
 
 

@@ -50,9 +50,12 @@ def test_every_binding_of_every_screen_and_widget_comes_from_the_registry():
 def test_help_lists_every_binding_with_its_id_and_remapped_keys():
     rows = {r[3]: r for r in help_rows({"curate.approve": "y", "modal.cancel": "ctrl+g"})}
     assert set(rows) == set(BY_ID)
-    assert rows["curate.approve"][1] == "y" and rows["modal.cancel"][1] == "^g"
-    assert rows["curate.reject"][1] == "r" and rows["samples.search"][1] == "/"
-    assert rows["help.close"][1] == "esc ? q" and rows["app.help"][1] == "? f1"
+    assert rows["curate.approve"][1] == "y"
+    assert rows["modal.cancel"][1] == "^g"
+    assert rows["curate.reject"][1] == "r"
+    assert rows["samples.search"][1] == "/"
+    assert rows["help.close"][1] == "esc ? q"
+    assert rows["app.help"][1] == "? f1"
 
 
 def test_modal_and_help_keys_can_be_remapped(tmp_path):
@@ -79,7 +82,8 @@ def test_an_unknown_theme_lists_the_themes(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TOKVIEW_CONFIG", str(cfg))
     assert main(["ui", "--db", str(tmp_path / "x.duckdb")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "textual-dark" in err
+    assert err.count("\n") == 1
+    assert "textual-dark" in err
 
 
 def readme_toml_blocks() -> list[str]:

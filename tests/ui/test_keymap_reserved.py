@@ -24,7 +24,9 @@ def test_a_key_textual_takes_first_is_refused_naming_it(tmp_path, binding, keys,
     with pytest.raises(ConfigError) as raised:
         load_config(cfg)
     message = str(raised.value)
-    assert "\n" not in message and binding in message and why in message
+    assert "\n" not in message
+    assert binding in message
+    assert why in message
 
 
 async def test_a_screen_binding_on_tab_and_an_app_binding_on_ctrl_q_work(make_app):
@@ -35,7 +37,8 @@ async def test_a_screen_binding_on_tab_and_an_app_binding_on_ctrl_q_work(make_ap
     from tokview.ui.screens.help import HelpScreen
 
     keymap = {"inspect.findings": "tab", "app.help": "ctrl+q"}
-    assert keymap_problem(keymap) is None and keymap_problem({"inspect.swap": "ctrl+c"}) is None
+    assert keymap_problem(keymap) is None
+    assert keymap_problem({"inspect.swap": "ctrl+c"}) is None
     app = make_app(UIConfig(keymap=keymap))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
@@ -45,4 +48,5 @@ async def test_a_screen_binding_on_tab_and_an_app_binding_on_ctrl_q_work(make_ap
         assert app.screen.focused.id == "findings"  # focus_next would have gone to the other pane
         await pilot.press("ctrl+q")
         await pilot.pause()
-        assert isinstance(app.screen, HelpScreen) and app.is_running
+        assert isinstance(app.screen, HelpScreen)
+        assert app.is_running

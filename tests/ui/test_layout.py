@@ -24,7 +24,9 @@ async def test_at_80_columns_the_footer_shows_every_key_of_the_screen(make_app):
         shown = footer_keys(app)
         assert {"g", "D", "S", "n", "t", "T", "?", "a", "r", "u", "]", "/", "o", "q"} <= set(shown)
         for key, region in shown.items():
-            assert region.right <= 80 and region.y < 24 and region.width >= len(key) + 2, (key, region)
+            assert region.right <= 80, (key, region)
+            assert region.y < 24, (key, region)
+            assert region.width >= len(key) + 2, (key, region)
         await pilot.press("enter")
         await settle(app, pilot)
         shown = footer_keys(app)
@@ -53,7 +55,8 @@ async def test_generate_focuses_its_first_field(make_app):
         await settle(app, pilot)
         await pilot.press("g")
         await settle(app, pilot)
-        assert isinstance(app.focused, Input) and app.focused.id == "server"
+        assert isinstance(app.focused, Input)
+        assert app.focused.id == "server"
 
 
 async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app):
@@ -62,9 +65,13 @@ async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app
         await settle(app, pilot)
         lst = app.screen.sample_list
         header = lst.render_line(0).text  # 80 columns: verdict and validity as glyphs, no finish or prompt column
-        assert header.startswith("  v ok output run") and " sample " in header and " tags " in header
+        assert header.startswith("  v ok output run")
+        assert " sample " in header
+        assert " tags " in header
         first = lst.render_line(1).text
-        assert first.startswith("  · ✗  ") and "run-a" in first and "gen0" in first
+        assert first.startswith("  · ✗  ")
+        assert "run-a" in first
+        assert "gen0" in first
     wide = make_app()
     async with wide.run_test(size=(120, 24)) as pilot:
         await settle(wide, pilot)
@@ -72,7 +79,9 @@ async def test_the_list_names_its_columns_and_shows_the_run_and_id_ends(make_app
         assert header.startswith("  verdict    valid finish prompt output run")
         assert "pending" in wide.screen.sample_list.render_line(1).text
     cut = fit_middle("typed-3f2a9c1b77@demo-chat_gen12", 16)
-    assert len(cut) == 16 and cut.startswith("typed") and cut.endswith("_gen12")
+    assert len(cut) == 16
+    assert cut.startswith("typed")
+    assert cut.endswith("_gen12")
 
 
 async def test_inspect_opens_at_the_first_error_and_lists_errors_first(make_app, store):
@@ -90,7 +99,8 @@ async def test_inspect_opens_at_the_first_error_and_lists_errors_first(make_app,
         await settle(app, pilot)
         await pilot.press("enter")
         await settle(app, pilot)
-        assert app.screen.data.sample_id == "p001@demo_gen0" and app.screen.data.analysis.valid
+        assert app.screen.data.sample_id == "p001@demo_gen0"
+        assert app.screen.data.analysis.valid
         assert app.screen.served.cursor == len(app.screen.data.capture.prompt_ids)  # the output start
         assert sid != app.screen.data.sample_id
 
@@ -161,4 +171,6 @@ async def test_the_palette_lists_each_command_once(make_app):
             await settle(app, pilot)
             titles = [c.title for c in app.get_system_commands(app.screen)]
             assert len(titles) == len(set(titles)), titles
-            assert "Quit" in titles and "Light / dark" in titles and "List" not in titles
+            assert "Quit" in titles
+            assert "Light / dark" in titles
+            assert "List" not in titles

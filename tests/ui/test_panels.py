@@ -31,7 +31,8 @@ async def test_filters_and_sort_query_the_store(make_app, store):
         await settle(app, pilot)
         screen = app.screen
         lst = screen.sample_list
-        assert lst.count == 30 and lst.row(29).sample_id == "p029@demo_gen0"
+        assert lst.count == 30
+        assert lst.row(29).sample_id == "p029@demo_gen0"
         screen.query_one("#status", Select).value = "invalid"
         await settle(app, pilot)
         assert lst.count == store.count_samples(screen.filters) == 6  # the truncated ones
@@ -39,16 +40,18 @@ async def test_filters_and_sort_query_the_store(make_app, store):
         screen.query_one("#status", Select).value = Select.NULL
         screen.query_one("#run", Select).value = "run-b"
         await settle(app, pilot)
-        assert lst.count == 15 and all(lst.row(i).run_id == "run-b" for i in range(15))
+        assert lst.count == 15
+        assert all(lst.row(i).run_id == "run-b" for i in range(15))
         screen.query_one("#code", Select).value = "truncated"
         await settle(app, pilot)
         assert lst.count == 3
         await pilot.press("ctrl+r")  # a reload (also what a running generate does) keeps the filters it can
         await settle(app, pilot)
-        assert (
-            screen.query_one("#code", Select).value == "truncated" and screen.query_one("#run", Select).value == "run-b"
-        )
-        assert lst.count == 3 and screen.filters.code == "truncated" and screen.filters.run_id == "run-b"
+        assert screen.query_one("#code", Select).value == "truncated"
+        assert screen.query_one("#run", Select).value == "run-b"
+        assert lst.count == 3
+        assert screen.filters.code == "truncated"
+        assert screen.filters.run_id == "run-b"
         await pilot.press("slash", *"p02", "enter")
         await settle(app, pilot)
         assert sorted(lst.row(i).sample_id for i in range(lst.count)) == ["p020@demo_gen0", "p025@demo_gen0"]
@@ -60,7 +63,8 @@ async def test_filters_and_sort_query_the_store(make_app, store):
         await settle(app, pilot)
         assert screen.order == "-output_len"
         lens = [lst.row(i).output_len for i in range(lst.count)]
-        assert lens == sorted(lens, reverse=True) and lens[0] == 560 + 27
+        assert lens == sorted(lens, reverse=True)
+        assert lens[0] == 560 + 27
 
 
 async def test_generate_runs_against_the_simulator_and_rows_appear(make_app, store, sim):
@@ -79,11 +83,14 @@ async def test_generate_runs_against_the_simulator_and_rows_appear(make_app, sto
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         summary = screen.last_summary
-        assert summary is not None and summary.ok == 4 and summary.failed == 0
+        assert summary is not None
+        assert summary.ok == 4
+        assert summary.failed == 0
         assert store.count_samples() == 34
         sent = {path: n - before.get(path, 0) for path, n in sim.stats.requests.items()}
         # the requests really went over the socket: dual mode asks both paths for each of the 4 samples
-        assert sent.get("/v1/chat/completions", 0) >= 4 and sent.get("/v1/completions", 0) >= 4, sent
+        assert sent.get("/v1/chat/completions", 0) >= 4, sent
+        assert sent.get("/v1/completions", 0) >= 4, sent
         await pilot.press("escape")
         await settle(app, pilot)
         assert app.screen.sample_list.count == 34
@@ -104,7 +111,9 @@ async def test_generate_captures_logprobs_when_the_form_asks(make_app, store, si
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         summary = screen.last_summary
-        assert summary is not None and summary.ok == 1 and summary.failed == 0
+        assert summary is not None
+        assert summary.ok == 1
+        assert summary.failed == 0
     fresh = [row for row in store.samples_page(limit=1000) if row.run_id == summary.run_id]
     assert len(fresh) == 1
     cap = store.load_sample(fresh[0].sample_id).capture
@@ -123,7 +132,8 @@ async def test_generate_refuses_logprobs_out_of_range_in_the_form_words(make_app
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         line = str(screen.query_one("#progress-line", Static).render())
-        assert "logprobs must be between 0 and 20" in line and "--" not in line
+        assert "logprobs must be between 0 and 20" in line
+        assert "--" not in line
 
 
 async def test_generate_cancel_stops_the_batch(make_app, store, slow_sim):
@@ -141,7 +151,8 @@ async def test_generate_cancel_stops_the_batch(make_app, store, slow_sim):
         await pilot.press("ctrl+c")
         await settle(app, pilot)
         summary = screen.last_summary
-        assert summary is not None and summary.interrupted
+        assert summary is not None
+        assert summary.interrupted
         assert 0 < summary.ok < 40
         assert store.count_samples() == 30 + summary.ok
         assert "cancelled" in str(screen.query_one("#progress-line", Static).render())
@@ -156,7 +167,8 @@ async def test_generate_reports_an_unreachable_server(make_app):
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         assert "failed:" in str(screen.query_one("#progress-line", Static).render())
-        assert screen.cancel_event is None and not screen.query_one("#run").disabled
+        assert screen.cancel_event is None
+        assert not screen.query_one("#run").disabled
 
 
 async def test_generate_refuses_a_bad_server_url_with_its_reason(make_app, store):
@@ -169,8 +181,10 @@ async def test_generate_refuses_a_bad_server_url_with_its_reason(make_app, store
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         line = str(screen.query_one("#progress-line", Static).render())
-        assert "bad server URL" in line and "port 99999 is out of range" in line
-        assert screen.cancel_event is None and not screen.query_one("#run").disabled
+        assert "bad server URL" in line
+        assert "port 99999 is out of range" in line
+        assert screen.cancel_event is None
+        assert not screen.query_one("#run").disabled
         assert store.count_samples() == 30
 
 
@@ -181,7 +195,8 @@ async def test_doctor_panel_refuses_a_bad_server_url(make_app):
         await pilot.press("D")
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, DoctorScreen) and screen.report is None
+        assert isinstance(screen, DoctorScreen)
+        assert screen.report is None
         assert "bad server URL" in str(screen.query_one("#doctor-report", Static).render())
 
 
@@ -193,7 +208,8 @@ async def test_doctor_panel_shows_the_report(make_app, sim):
         await settle(app, pilot)
         screen = app.screen
         assert isinstance(screen, DoctorScreen)
-        assert screen.report is not None and screen.report.checks
+        assert screen.report is not None
+        assert screen.report.checks
         shown = str(screen.query_one("#doctor-report", Static).render())
         assert screen.report.checks[0].title in shown
 
@@ -206,12 +222,15 @@ async def test_stats_panel_counts_and_plots(make_app, store):
         await pilot.press("S")
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, StatsScreen) and screen.data is not None
+        assert isinstance(screen, StatsScreen)
+        assert screen.data is not None
         assert len(screen.data.output_lens) == 30
         assert screen.data.finish == {"stop": 24, "length": 6}
-        assert len(screen.data.reasoning_lens) == 30 and max(screen.data.reasoning_lens) > 500
+        assert len(screen.data.reasoning_lens) == 30
+        assert max(screen.data.reasoning_lens) > 500
         summary = str(screen.query_one("#stats-summary", Static).render())
-        assert "30 samples" in summary and "reviewed 1/30" in summary
+        assert "30 samples" in summary
+        assert "reviewed 1/30" in summary
 
 
 async def test_panels_show_the_server_without_credentials_and_still_send_them(make_app, sim):
@@ -224,7 +243,8 @@ async def test_panels_show_the_server_without_credentials_and_still_send_them(ma
         await settle(app, pilot)
         doctor = app.screen
         assert doctor.query_one("#doctor-url", Input).value == sim.url
-        assert doctor.report is not None and "s3cret" not in str(doctor.query_one("#doctor-report", Static).render())
+        assert doctor.report is not None
+        assert "s3cret" not in str(doctor.query_one("#doctor-report", Static).render())
         await pilot.press("escape", "g")
         await settle(app, pilot)
         assert app.screen.query_one("#server", Input).value == sim.url
@@ -244,7 +264,8 @@ async def test_doctor_panel_notes_a_dropped_v1(make_app, sim):
         screen.query_one("#doctor-url", Input).value = sim.url + "/v1"
         screen.action_run()
         await settle(app, pilot)
-        assert screen.report is not None and screen.report.url == sim.url
+        assert screen.report is not None
+        assert screen.report.url == sim.url
         assert "note: dropped the trailing /v1" in str(screen.query_one("#doctor-report", Static).render())
 
 
@@ -255,7 +276,8 @@ async def test_doctor_panel_words_an_unreachable_server_as_the_cli_does(make_app
         await pilot.press("D")
         await settle(app, pilot)
         shown = str(app.screen.query_one("#doctor-report", Static).render())
-        assert shown.startswith("doctor failed: server unreachable: ") and app.screen.report is None
+        assert shown.startswith("doctor failed: server unreachable: ")
+        assert app.screen.report is None
 
 
 async def test_esc_during_a_run_says_how_to_stop_it_instead_of_ending_it_silently(make_app, store):
@@ -277,14 +299,16 @@ async def test_esc_during_a_run_says_how_to_stop_it_instead_of_ending_it_silentl
                     break
             await pilot.press("escape")
             await pilot.pause(0.2)
-            assert app.screen is screen and screen.cancel_event is not None
+            assert app.screen is screen
+            assert screen.cancel_event is not None
             assert any("a run is in progress" in n.message for n in app._notifications)
             await pilot.press("ctrl+c")
             for _ in range(100):  # the requests in flight are abandoned, what was written is kept
                 await pilot.pause(0.1)
                 if screen.cancel_event is None:
                     break
-            assert screen.last_summary is not None and screen.last_summary.interrupted
+            assert screen.last_summary is not None
+            assert screen.last_summary.interrupted
             await pilot.press("escape")
             await settle(app, pilot)
             assert isinstance(app.screen, SamplesScreen)

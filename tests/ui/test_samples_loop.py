@@ -44,17 +44,21 @@ async def test_sort_and_filter_by_acceptance_and_nll(make_app, store):
             await pilot.press("o")
         await settle(app, pilot)
         accs = [lst.row(i).acceptance_length for i in range(lst.count)]
-        assert accs[:15] == sorted(accs[:15]) and accs[0] == 1.0 and accs[15:] == [None] * 15
+        assert accs[:15] == sorted(accs[:15])
+        assert accs[0] == 1.0
+        assert accs[15:] == [None] * 15
         await pilot.press("o")
         await settle(app, pilot)
-        assert screen.order == "-mean_nll" and lst.row(0).mean_nll == 0.9
+        assert screen.order == "-mean_nll"
+        assert lst.row(0).mean_nll == 0.9
         screen.query_one("#search", Input).value = "acc<=2 nll<=0.45"
         await settle(app, pilot)
         got = sorted(lst.row(i).sample_id for i in range(lst.count))
         assert got == sorted(ids[k] for k in range(0, 5, 2))  # acc 1.0, 1.5, 2.0 and nll ≤ 0.45
         assert "acc<=2.0" in str(screen.query_one("#samples-title").render())
         strip = lst.render_line(1).text
-        assert "acc " in strip and "nll " in strip
+        assert "acc " in strip
+        assert "nll " in strip
 
 
 async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store):
@@ -87,8 +91,11 @@ async def test_stats_panel_plots_acceptance_per_segment_and_nll(make_app, store)
         screen = app.screen
         assert isinstance(screen, StatsScreen)
         acceptance, nll = screen.query_one("#plot-acceptance", BarChart), screen.query_one("#plot-nll", BarChart)
-        assert set(acceptance.counts) == {"all", "reasoning", "answer"} and "4 of 4 samples placed" in acceptance.title
-        assert sum(nll.counts.values()) == 10 and "10 scored" in nll.title
+        assert set(acceptance.counts) == {"all", "reasoning", "answer"}
+        assert "4 of 4 samples placed" in acceptance.title
+        assert sum(nll.counts.values()) == 10
+        assert "10 scored" in nll.title
         spec = screen.data.side["spec_decode"]
-        assert spec["placed_samples"] == 4 and set(spec["segments"]) == {"reasoning", "answer"}
+        assert spec["placed_samples"] == 4
+        assert set(spec["segments"]) == {"reasoning", "answer"}
         assert screen.data.side["target_logprobs"]["samples"] == 10

@@ -33,7 +33,8 @@ async def test_generate_and_doctor_share_the_recorded_server_and_a_run_has_the_n
             screen.query_one("#max-tokens", Input).value = "16"
             await pilot.press("ctrl+s")
             await settle(app, pilot)
-            assert screen.last_summary is not None and screen.last_summary.ok == 1
+            assert screen.last_summary is not None
+            assert screen.last_summary.ok == 1
             assert store.query("SELECT count(*) FROM samples WHERE run_id = 'nightly-1'")[0][0] == 1
             await pilot.press("escape")
 
@@ -64,6 +65,8 @@ async def test_at_80x24_the_generate_panel_shows_every_control(make_app):
         assert form.virtual_size.height <= form.size.height  # nothing below the fold
         for control in app.screen.query_one("#generate-form").query("Input, Select, Switch, Button, TextArea"):
             region = control.region
-            assert region.right <= 80 and region.bottom <= 22 and region.width > 0, (control.id, region)
+            assert region.right <= 80, (control.id, region)
+            assert region.bottom <= 22, (control.id, region)
+            assert region.width > 0, (control.id, region)
             if not isinstance(control, (Button, Switch)):
                 assert region.width >= 10, (control.id, region)

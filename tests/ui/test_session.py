@@ -58,14 +58,17 @@ def mixed_store(tmp_path, qwen, tokenizer, profile):
 def test_each_sample_is_analysed_with_its_runs_tokenizer_and_profile(mixed_store):
     session = Session(mixed_store)
     stored, analysis, tok, prof = session.load("q@0")
-    assert Path(tok.source) == QWEN_DIR and prof.name == "qwen3"
+    assert Path(tok.source) == QWEN_DIR
+    assert prof.name == "qwen3"
     assert sorted(analysis.codes) == sorted(f.code for f in stored.findings)  # agrees with the stored codes
     kimi_codes = analyze(stored.capture, get_profile("kimi-k2.5"), tok).codes
     assert sorted(kimi_codes) != sorted(analysis.codes)  # Kimi's rules would have invented findings
     kinds = dict(zip(stored.capture.input_ids, analysis.kinds))
-    assert kinds[QWEN_THINK_OPEN] == "opener" and kinds[QWEN_THINK_CLOSE] == "closer"
+    assert kinds[QWEN_THINK_OPEN] == "opener"
+    assert kinds[QWEN_THINK_CLOSE] == "closer"
     _, _, ktok, kprof = session.load("k@0")
-    assert Path(ktok.source) == Path(kimi_tokenizer_dir()) and kprof.name == "kimi-k2.5"
+    assert Path(ktok.source) == Path(kimi_tokenizer_dir())
+    assert kprof.name == "kimi-k2.5"
 
 
 def test_a_tokenizer_shared_by_two_runs_loads_once_each_with_its_own_profile(mixed_store):
@@ -74,16 +77,19 @@ def test_a_tokenizer_shared_by_two_runs_loads_once_each_with_its_own_profile(mix
     _, _, tok_b, prof_b = session.load("t@0")
     assert tok_a is tok_b
     assert (prof_a.name, prof_b.name) == ("kimi-k2.5", "kimi-k2-thinking")
-    assert session.load("k@0")[2] is tok_a and session.load("q@0")[2] is not tok_a
+    assert session.load("k@0")[2] is tok_a
+    assert session.load("q@0")[2] is not tok_a
 
 
 def test_named_tokenizer_and_profile_win_over_what_the_runs_recorded(mixed_store, tokenizer, profile):
     session = Session(mixed_store, tokenizer=tokenizer, profile=profile)
     _, _, tok, prof = session.load("q@0")
-    assert tok is tokenizer and prof is profile
+    assert tok is tokenizer
+    assert prof is profile
     named = Session(mixed_store, profile_name="plain")
     _, _, tok, prof = named.load("q@0")
-    assert Path(tok.source) == QWEN_DIR and prof.name == "plain"  # the profile named, the run's tokenizer
+    assert Path(tok.source) == QWEN_DIR
+    assert prof.name == "plain"  # the profile named, the run's tokenizer
     with pytest.raises(ProfileError, match="163606 is not an id of this tokenizer"):  # one that cannot fit it
         Session(mixed_store, profile_name="kimi-k2.5").load("q@0")
 
@@ -118,10 +124,12 @@ async def test_app_opens_a_qwen_sample_with_the_qwen_tokenizer(mixed_store):
         app.open_sample("q@0")
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, InspectScreen) and Path(screen.tokenizer.source) == QWEN_DIR
+        assert isinstance(screen, InspectScreen)
+        assert Path(screen.tokenizer.source) == QWEN_DIR
         seq = screen.served.seq
         opener = seq.ids.index(QWEN_THINK_OPEN, seq.n_prompt)
-        assert seq.classes[opener] == d.CLASS_INDEX["delimiter"] and seq.pieces[opener] == "<think>"
+        assert seq.classes[opener] == d.CLASS_INDEX["delimiter"]
+        assert seq.pieces[opener] == "<think>"
         assert sorted(screen.data.analysis.codes) == sorted(f.code for f in mixed_store.load_sample("q@0").findings)
 
 
@@ -151,4 +159,5 @@ def test_two_runs_profiles_that_share_a_name_are_kept_apart(mixed_store):
     other = qwen.with_overrides(stop_ids=(151643,))
     _, first = session.resolve(str(QWEN_DIR), "qwen3", profile_fields(qwen))
     _, second = session.resolve(str(QWEN_DIR), "qwen3", profile_fields(other))
-    assert first.stop_ids == qwen.stop_ids and second.stop_ids == (151643,)
+    assert first.stop_ids == qwen.stop_ids
+    assert second.stop_ids == (151643,)

@@ -53,9 +53,12 @@ def test_sessions_are_grouped_with_their_turns_in_order(recorded) -> None:
     with Store(recorded) as store:
         sessions = {row.session_id: row for row in list_sessions(store)}
         alice = sessions.pop("user:alice")
-        assert alice.turns == 2 and alice.harness == UA and alice.failed == 0
+        assert alice.turns == 2
+        assert alice.harness == UA
+        assert alice.failed == 0
         [(other_id, other)] = sessions.items()
-        assert other_id.startswith("proxy:") and other.turns == 1
+        assert other_id.startswith("proxy:")
+        assert other.turns == 1
         turns = session_turns(store, "user:alice")
     assert [t.turn for t in turns] == [0, 1]
     assert turns[0].prompt_len < turns[1].prompt_len
@@ -86,13 +89,15 @@ async def test_v_lists_sessions_enter_opens_the_turns_and_a_turn_in_inspect(reco
         await pilot.press("V")
         await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
         screen = app.screen
-        assert len(screen.rows) == 2 and {r.session_id for r in screen.rows} >= {"user:alice"}
+        assert len(screen.rows) == 2
+        assert {r.session_id for r in screen.rows} >= {"user:alice"}
         while screen.rows[screen.query_one("DataTable").cursor_row].session_id != "user:alice":
             await pilot.press("down")
         await pilot.press("enter")
         await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         turns = app.screen
-        assert turns.session_id == "user:alice" and [t.turn for t in turns.rows] == [0, 1]
+        assert turns.session_id == "user:alice"
+        assert [t.turn for t in turns.rows] == [0, 1]
         await pilot.press("down", "enter")
         await _until(pilot, lambda: isinstance(app.screen, InspectScreen), "the inspect screen")
         assert app.screen.data.sample_id == turns.rows[1].sample_id
@@ -125,4 +130,5 @@ async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
             await _until(pilot, lambda: any(r.session_id == "user:bob" for r in screen.rows), "bob's session")
         finally:
             await asyncio.to_thread(running.__exit__, None, None, None)
-        assert len(screen.rows) == 3 and screen.rows[0].session_id == "user:bob"  # the most recent first
+        assert len(screen.rows) == 3
+        assert screen.rows[0].session_id == "user:bob"  # the most recent first

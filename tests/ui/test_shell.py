@@ -69,7 +69,9 @@ def test_ui_command_refuses_bad_input_in_one_line(tmp_path, capsys, monkeypatch)
     for bad in ("http://127.0.0.1:99999", "http://", "ftp://127.0.0.1:8000", "http://u:s3cret@127.0.0.1:99999"):
         assert main(["ui", "--db", str(tmp_path / "x.duckdb"), "--server", bad]) == 1
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "bad server URL" in err and "s3cret" not in err
+        assert err.count("\n") == 1
+        assert "bad server URL" in err
+        assert "s3cret" not in err
     assert not (tmp_path / "x.duckdb").exists()  # refused before the store was created
     cfg = tmp_path / "c.toml"
     cfg.write_text('[keymap]\n"no.such.binding" = "x"\n')
@@ -88,7 +90,8 @@ def test_ui_command_prints_what_it_changed_about_the_server_url(tmp_path, capsys
     assert err[0] == (
         "tokview: note: dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"
     )
-    assert len(err) == 2 and err[1].startswith("tokview: error:")
+    assert len(err) == 2
+    assert err[1].startswith("tokview: error:")
 
 
 def test_textual_is_imported_only_by_the_ui():
@@ -98,7 +101,8 @@ def test_textual_is_imported_only_by_the_ui():
         if "ui" in path.relative_to(ROOT / "tokview").parts[:1] or path in allowed:
             continue
         text = path.read_text(encoding="utf-8")
-        assert "import textual" not in text and "from textual" not in text, path
+        assert "import textual" not in text, path
+        assert "from textual" not in text, path
 
 
 def test_headless_commands_never_load_textual():
@@ -118,7 +122,9 @@ def test_a_store_that_does_not_exist_is_not_created_without_asking(tmp_path, cap
     typo = tmp_path / "tpyo" / "x.duckdb"
     assert main(["ui", "--db", str(typo)]) == 1  # stdin is not a terminal here: no question, a clear refusal
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "database not found" in err and "--create" in err
+    assert err.count("\n") == 1
+    assert "database not found" in err
+    assert "--create" in err
     assert not typo.parent.exists()
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     answers = iter(["n", "y"])

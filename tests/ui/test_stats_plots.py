@@ -16,8 +16,11 @@ from tokview.ui.widgets.bar_chart import BarChart, bar_lines
 def test_integer_ticks_cover_the_top_in_whole_steps():
     for top in (1, 2, 3, 6, 7, 64, 99, 1234):
         ticks = integer_ticks(top)
-        assert ticks[0] == 0 and ticks[-1] >= top and len(ticks) <= 7
-        assert all(isinstance(t, int) for t in ticks) and len({b - a for a, b in itertools.pairwise(ticks)}) == 1
+        assert ticks[0] == 0
+        assert ticks[-1] >= top
+        assert len(ticks) <= 7
+        assert all(isinstance(t, int) for t in ticks)
+        assert len({b - a for a, b in itertools.pairwise(ticks)}) == 1
 
 
 def test_bars_are_proportional_and_a_small_count_stays_visible():
@@ -25,7 +28,8 @@ def test_bars_are_proportional_and_a_small_count_stays_visible():
     assert lines["pending"] > lines["approved"] >= lines["rejected"] >= 1
     assert lines["approved"] == pytest.approx(lines["pending"] * 4 / 64, abs=1)
     wide = {label: cells for label, cells, _ in bar_lines({"approved": 4, "rejected": 1, "pending": 64}, 200)}
-    assert wide["approved"] >= 10 and wide["pending"] > lines["pending"]
+    assert wide["approved"] >= 10
+    assert wide["pending"] > lines["pending"]
     assert bar_lines({"a": 0, "b": 3}, 40)[0][1] == 0
 
 
@@ -43,15 +47,18 @@ async def test_stats_panel_lists_every_code_with_integer_ticks(size, make_app, s
         codes = set(screen.data.stats["findings"])
         findings = screen.query_one("#plot-findings", BarChart)
         listed = {line.split()[0] for line in str(findings.render()).splitlines()[1:] if line.strip()}
-        assert codes and listed == codes
+        assert codes
+        assert listed == codes
         review = {
             label: cells for label, cells, _ in bar_lines(screen.query_one("#plot-review", BarChart).counts, size[0])
         }
-        assert review["pending"] > review["approved"] >= 1 and review["rejected"] >= 1
+        assert review["pending"] > review["approved"] >= 1
+        assert review["rejected"] >= 1
         for plot in screen.query(PlotextPlot):
             axis = [line.split("┤")[0] for line in str(plot.render()).splitlines() if "┤" in line]
             labels = [label.strip() for label in axis if label.strip()]
-            assert labels and all(re.fullmatch(r"[0-9,]+", label) for label in labels), labels
+            assert labels, labels
+            assert all(re.fullmatch(r"[0-9,]+", label) for label in labels), labels
 
 
 def test_reasoning_length_uses_each_runs_own_closer(tmp_path, tokenizer):

@@ -76,7 +76,9 @@ async def test_cursor_keys_move_and_repaint_only_touched_rows(short, tokenizer):
         view.refresh_lines = lambda y, n=1: (refreshed.append((y, n)), original(y, n))[1]
         await pilot.press("right", "right")
         assert view.cursor == 2
-        assert refreshed and all(n == 1 for _, n in refreshed) and {y for y, _ in refreshed} == {0}
+        assert refreshed
+        assert all(n == 1 for _, n in refreshed)
+        assert {y for y, _ in refreshed} == {0}
         await pilot.press("down")
         assert d.row_of(view.row_starts, view.cursor) == 1
         await pilot.press("end")
@@ -160,7 +162,8 @@ async def test_inspect_panes_move_together_and_detail_follows(short, tokenizer, 
         await pilot.pause()
         assert screen.kept.cursor == close
         rows = app.screen.query_one(TokenDetail).rows
-        assert rows["id"] == str(THINK_CLOSE) and rows["text field"] == "hidden by the parser"
+        assert rows["id"] == str(THINK_CLOSE)
+        assert rows["text field"] == "hidden by the parser"
         await pilot.press("s", "left")
         await pilot.pause()
         assert screen.served.cursor == close - 1
@@ -193,10 +196,12 @@ async def test_long_sample_scrolls_both_panes_in_step(long, tokenizer, profile):
         await pilot.press("end")
         await pilot.pause()
         assert screen.served.cursor == len(capture.prompt_ids) + len(capture.output_ids) - 1
-        assert screen.served.scroll_y > 500 and screen.kept.scroll_y == screen.served.scroll_y
+        assert screen.served.scroll_y > 500
+        assert screen.kept.scroll_y == screen.served.scroll_y
         await pilot.press("v")
         await pilot.pause()
-        assert screen.kept.mode == "ids" and screen.kept.scroll_y == screen.served.scroll_y
+        assert screen.kept.mode == "ids"
+        assert screen.kept.scroll_y == screen.served.scroll_y
 
 
 async def test_diverged_dual_capture_detail_names_the_parsed_paths_segments(tokenizer, profile):
@@ -211,18 +216,22 @@ async def test_diverged_dual_capture_detail_names_the_parsed_paths_segments(toke
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         screen = app.screen
-        assert not screen.mirrored and len(screen.kept.seq) == len(screen.served.seq) - 1
+        assert not screen.mirrored
+        assert len(screen.kept.seq) == len(screen.served.seq) - 1
         answer = len(capture.prompt_ids) + capture.output_ids.index(THINK_CLOSE)  # 'The' in the parsed path
         screen.kept.focus()
         screen.kept.cursor = answer
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows
-        assert rows["segment"] == "reasoning" and rows["loss mask"] == "—" and "logprob" not in rows
+        assert rows["segment"] == "reasoning"
+        assert rows["loss mask"] == "—"
+        assert "logprob" not in rows
         screen.served.focus()
         screen.served.cursor = answer
         await pilot.pause()
         rows = app.screen.query_one(TokenDetail).rows
-        assert rows["segment"] == "closer" and rows["loss mask"] == "1"
+        assert rows["segment"] == "closer"
+        assert rows["loss mask"] == "1"
 
 
 async def test_a_burst_of_keys_lands_where_it_should_and_the_app_goes_idle(short, tokenizer, profile):
@@ -272,5 +281,6 @@ async def test_a_burst_on_a_long_sample_goes_idle_in_step(long, tokenizer, profi
         for _ in range(5):
             await pilot.pause()
         row = row_of(screen.served.row_starts, screen.served.cursor)
-        assert row == 60 and screen.kept.cursor == screen.served.cursor
+        assert row == 60
+        assert screen.kept.cursor == screen.served.cursor
         assert screen.kept.scroll_y == screen.served.scroll_y > 0

@@ -66,7 +66,9 @@ def test_a_calls_markers_id_and_arguments_have_their_own_classes_in_both_panes(t
     analysis = analyze(capture, profile, tokenizer)
     served, kept = served_seq(capture, analysis, tokenizer), kept_seq(capture, analysis, tokenizer)
     ids, args, markers = (_positions(analysis, k) for k in (seg.TOOL_CALL_ID, seg.TOOL_ARGUMENTS, seg.TOOL_MARKER))
-    assert ids and args and len(markers) == 5
+    assert ids
+    assert args
+    assert len(markers) == 5
     assert {served.classes[i] for i in ids} == {CLASS_INDEX[TOOL_ID]}
     assert {served.classes[i] for i in args} == {CLASS_INDEX[TOOL_ARGS]}
     assert {served.classes[i] for i in markers} == {CLASS_INDEX[TOOL_MARKER_CLS]}
@@ -106,4 +108,5 @@ async def test_inspect_paints_a_call_id_in_its_own_colour(tokenizer, profile):
                 }
                 tools = [colours[name] for name in (TOOL_ID, TOOL_ARGS, TOOL_MARKER_CLS)]
                 others = {colours[name] for name in (ANSWER, REASONING, DELIMITER)}
-                assert len(set(tools)) == 3 and not others & set(tools), (theme, colours)
+                assert len(set(tools)) == 3, (theme, colours)
+                assert not others & set(tools), (theme, colours)

@@ -33,7 +33,8 @@ async def test_a_store_error_from_the_count_after_ctrl_r_is_notified(make_app, s
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
-        assert isinstance(app.screen, SamplesScreen) and not errors_shown(app)
+        assert isinstance(app.screen, SamplesScreen)
+        assert not errors_shown(app)
 
         def locked(filters=None):
             raise StoreError(f"the store {store.path} is in use by another program (pid 7): gave up after 10s")
@@ -58,7 +59,9 @@ async def test_a_bug_in_a_worker_is_notified_as_one(make_app, monkeypatch):
         await pilot.press("enter")
         await settle(app, pilot)
         [(title, message)] = errors_shown(app)
-        assert title == BUG_TITLE and message.startswith("KeyError: 'capture'") and "bug" in message
+        assert title == BUG_TITLE
+        assert message.startswith("KeyError: 'capture'")
+        assert "bug" in message
         assert isinstance(app.screen, SamplesScreen)  # the app goes on
 
 
@@ -74,11 +77,14 @@ async def test_stats_panel_says_why_it_cannot_read_and_the_app_notifies(store, t
         await pilot.press("S")
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, StatsScreen) and screen.data is None
+        assert isinstance(screen, StatsScreen)
+        assert screen.data is None
         summary = str(screen.query_one("#stats-summary", Static).render())
-        assert summary.startswith("cannot read stats: tokenizer: the run's tokenizer folder") and "gone" in summary
+        assert summary.startswith("cannot read stats: tokenizer: the run's tokenizer folder")
+        assert "gone" in summary
         [(title, message)] = errors_shown(app)
-        assert title == "tokenizer" and "gone-tokenizer is gone" in message
+        assert title == "tokenizer"
+        assert "gone-tokenizer is gone" in message
 
 
 async def test_generate_panel_failure_is_notified_and_the_form_comes_back(make_app):
@@ -90,9 +96,11 @@ async def test_generate_panel_failure_is_notified_and_the_form_comes_back(make_a
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         assert str(screen.query_one("#progress-line", Static).render()).startswith("failed: server unreachable: ")
-        assert screen.cancel_event is None and not screen.query_one("#run").disabled
+        assert screen.cancel_event is None
+        assert not screen.query_one("#run").disabled
         [(title, message)] = errors_shown(app)
-        assert title == "server unreachable" and "127.0.0.1:9" in message
+        assert title == "server unreachable"
+        assert "127.0.0.1:9" in message
 
 
 async def test_generate_panel_shows_the_cli_progress_line_and_summary(make_app, sim):
@@ -112,7 +120,8 @@ async def test_generate_panel_shows_the_cli_progress_line_and_summary(make_app, 
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         summary = screen.last_summary
-        assert summary is not None and summary.ok == 1
+        assert summary is not None
+        assert summary.ok == 1
         assert str(screen.query_one("#progress-line", Static).render()) == f"done: {summary.render()}"
 
 
@@ -123,6 +132,7 @@ async def test_doctor_panel_shows_the_report_as_the_cli_prints_it(make_app, sim)
         await pilot.press("D")
         await settle(app, pilot)
         screen = app.screen
-        assert isinstance(screen, DoctorScreen) and screen.report is not None
+        assert isinstance(screen, DoctorScreen)
+        assert screen.report is not None
         shown = str(screen.query_one("#doctor-report", Static).render())
         assert shown.rstrip("\n") == screen.report.render_text()
