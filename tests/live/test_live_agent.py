@@ -56,9 +56,11 @@ def test_the_agent_gives_the_same_transcript_through_the_proxy_on_real_vllm(tmp_
         assert [r["results"] for r in t.rounds] == [
             [run_tool(c["name"], c["arguments"]) for c in calls] for calls in [*planned, []]
         ]
-        assert t.rounds[0]["results"] == ['"rainy, 21 degrees"', "49"] and t.rounds[1]["results"] == ["81"]
+        assert t.rounds[0]["results"] == ['"rainy, 21 degrees"', "49"]
+        assert t.rounds[1]["results"] == ["81"]
         assert [r["finish_reason"] for r in t.rounds] == ["tool_calls", "tool_calls", "stop"]
-        assert t.answer == "It is sunny today!" and t.parallel_rounds == 1
+        assert t.answer == "It is sunny today!"
+        assert t.parallel_rounds == 1
 
     with Store(db) as store:
         rows = store.query("SELECT sample_id, prompt_id, turn FROM samples ORDER BY prompt_id, turn")

@@ -25,21 +25,28 @@ ECHO = [{"role": "user", "content": "Okay, let me think about this carefully. Th
 
 def _check_spec(cap) -> sd.SpecDecode:
     spec = sd.SpecDecode.from_dict(cap.spec_decode)
-    assert spec is not None and spec.schema == "vllm", cap.spec_decode
+    assert spec is not None, cap.spec_decode
+    assert spec.schema == "vllm", cap.spec_decode
     assert spec.num_spec_tokens == 3
     out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, surface_profile())
     if spec.steps == 0:  # nothing repeated: vLLM sends null per-step lists
-        assert spec.per_step_accepted is None and spec.mean_acceptance_length == 1.0
-        assert out["segments"] is None and "no step drafted" in out["segments_unavailable"]
+        assert spec.per_step_accepted is None
+        assert spec.mean_acceptance_length == 1.0
+        assert out["segments"] is None
+        assert "no step drafted" in out["segments_unavailable"]
         return spec
-    assert spec.per_step_accepted is not None and len(spec.per_step_accepted) == spec.steps  # detailed mode
-    assert sum(spec.per_step_accepted) == spec.accepted and sum(spec.per_step_drafted) == spec.drafted
+    assert spec.per_step_accepted is not None
+    assert len(spec.per_step_accepted) == spec.steps  # detailed mode
+    assert sum(spec.per_step_accepted) == spec.accepted
+    assert sum(spec.per_step_drafted) == spec.drafted
     assert sum(spec.histogram) == spec.steps
     covered = 1 + sum(a + 1 for a in spec.per_step_accepted)
     if covered == len(cap.output_ids):
-        assert out["placed"] and out["segments"] is not None
+        assert out["placed"]
+        assert out["segments"] is not None
     else:  # ngram skipped steps: totals only
-        assert out["segments"] is None and "not every decode step drafted" in out["segments_unavailable"]
+        assert out["segments"] is None
+        assert "not every decode step drafted" in out["segments_unavailable"]
     return spec
 
 
@@ -48,7 +55,9 @@ async def test_ngram_drafts_on_a_prompt_that_repeats_the_answer(vllm_surface_url
     cap = await capture(vllm_surface_url, mode="chat", stream=stream, messages=ECHO)
     assert cap.output_ids == KIMI_CHAIN_OUTPUT
     spec = _check_spec(cap)
-    assert spec.steps > 0 and spec.per_step_drafted and 1 + sum(a + 1 for a in spec.per_step_accepted) < 18
+    assert spec.steps > 0
+    assert spec.per_step_drafted
+    assert 1 + sum(a + 1 for a in spec.per_step_accepted) < 18
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -71,7 +80,8 @@ async def test_logprobs_with_ids(vllm_surface_url: str, mode: str) -> None:
     assert len(cap.output_logprobs) == len(cap.output_top_ids) == len(cap.output_top_logprobs) == 18
     assert all(len(top) == 2 for top in cap.output_top_ids)
     assert [top[0] for top in cap.output_top_ids] == KIMI_CHAIN_OUTPUT  # greedy: the sampled id is the best
-    assert max(cap.output_logprobs) <= 0.0 and min(cap.output_logprobs) > -0.1  # the chain is near-certain
+    assert max(cap.output_logprobs) <= 0.0
+    assert min(cap.output_logprobs) > -0.1  # the chain is near-certain
 
 
 async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface_url: str, tmp_path) -> None:
@@ -89,9 +99,11 @@ async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface
         scored = store.load_sample("own@live_gen0").capture
         assert scored.target_logprobs == pytest.approx(scored.output_logprobs, abs=0.05)
         assert [top[0] for top in scored.target_top_ids] == KIMI_CHAIN_OUTPUT
-        assert scored.target_score["mean_nll"] < 0.1 and not scored.target_score["off_policy"]
+        assert scored.target_score["mean_nll"] < 0.1
+        assert not scored.target_score["off_policy"]
         off = store.load_sample("foreign@live_gen0")
-        assert off.capture.target_score["off_policy"] and off.capture.target_score["mean_nll"] > 2.0
+        assert off.capture.target_score["off_policy"]
+        assert off.capture.target_score["mean_nll"] > 2.0
         assert "off_policy" in [f.code for f in off.findings]
         assert (await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2), store)).skipped == 2
     assert own.prompt_ids == PROMPT_IDS

@@ -103,7 +103,8 @@ def _samples(store: Store) -> list:
 
 def test_the_plain_profile_is_detected(tok):
     profile = detect_profile(tok)
-    assert profile.name == "plain" and not profile.has_reasoning
+    assert profile.name == "plain"
+    assert not profile.has_reasoning
     assert profile.stop_ids == (2,)  # <|im_end|>: the tokenizer's eos and generation_config.json agree
 
 
@@ -121,7 +122,9 @@ async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_d
     )  # one at a time, as the direct requests: CPU kernels differ by batch size
     with Store(tmp_path / "greedy.duckdb") as store:
         summary = await run_batch(config, store)
-        assert summary.balanced and summary.failed == 0 and summary.ok == len(GREEDY_QUESTIONS)
+        assert summary.balanced
+        assert summary.failed == 0
+        assert summary.ok == len(GREEDY_QUESTIONS)
         samples = _samples(store)
     async with httpx.AsyncClient(timeout=300) as client:
         for sample in samples:
@@ -140,7 +143,8 @@ async def test_greedy_batch_stores_the_ids_a_direct_request_returns(url, model_d
             assert cap.prompt_ids == direct["prompt_token_ids"] == tok.render(cap.messages)
             assert cap.output_ids == choice["token_ids"], sample.prompt_id
             if cap.finish_reason == "stop":
-                assert cap.output_ids[-1] == 2 and sample.valid, [f.code for f in sample.findings]
+                assert cap.output_ids[-1] == 2, [f.code for f in sample.findings]
+                assert sample.valid, [f.code for f in sample.findings]
     france = next(s for s in samples if "France" in s.capture.messages[0]["content"])
     assert "Paris" in tok.decode(france.capture.output_ids)
 
@@ -165,7 +169,9 @@ def sampled(url, model_dir, tmp_path_factory):
     db = tmp / "sampled.duckdb"
     with Store(db) as store:
         summary = asyncio.run(run_batch(config, store))
-        assert summary.balanced and summary.failed == 0 and summary.ok == SAMPLED_PROMPTS
+        assert summary.balanced
+        assert summary.failed == 0
+        assert summary.ok == SAMPLED_PROMPTS
     return db
 
 
@@ -197,7 +203,8 @@ def test_drift_is_reported_on_exactly_the_samples_that_drift(sampled, tok):
         assert kinds <= {seg.PROMPT, seg.ANSWER, seg.STOP}, (s.sample_id, kinds)
         if s.capture.finish_reason == "stop":
             errors = [f.code for f in s.findings if f.severity == ERROR]
-            assert errors == [] and s.capture.output_ids[-1] == 2, (s.sample_id, errors)
+            assert errors == [], (s.sample_id, errors)
+            assert s.capture.output_ids[-1] == 2, (s.sample_id, errors)
 
 
 def test_every_export_reads_back_exactly(sampled, tok, tmp_path):
@@ -230,7 +237,8 @@ def test_every_export_reads_back_exactly(sampled, tok, tmp_path):
                     answer_ids = cap.output_ids[:-1] if cap.finish_reason == "stop" else cap.output_ids
                     said = last["content"] if "content" in last else last["value"]
                     assert said == tok.decode(answer_ids), (fmt, row["id"])
-                    assert "reasoning_content" not in last and "<think>" not in said
+                    assert "reasoning_content" not in last
+                    assert "<think>" not in said
                     first = turns[0]
                     assert (first.get("content") or first.get("value")) == cap.messages[0]["content"]
 

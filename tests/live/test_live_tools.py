@@ -70,11 +70,14 @@ def test_the_model_calls_the_tool_then_answers_on_the_real_server(model: ToolMod
     first, second = tool_turns()
     one = ask(model.url, first)
     message = one["choices"][0]["message"]
-    assert served_ids(one)[1] == model.call_ids and one["choices"][0]["finish_reason"] == "tool_calls"
+    assert served_ids(one)[1] == model.call_ids
+    assert one["choices"][0]["finish_reason"] == "tool_calls"
     assert served_calls(message) == [model.served_call] == calls_on_ids(model.dir, model.call_ids)
-    assert message["reasoning"] == model.texts["call_reasoning"] and not message["content"]
+    assert message["reasoning"] == model.texts["call_reasoning"]
+    assert not message["content"]
     two = ask(model.url, second)
-    assert served_ids(two)[1] == model.answer_ids and two["choices"][0]["finish_reason"] == "stop"
+    assert served_ids(two)[1] == model.answer_ids
+    assert two["choices"][0]["finish_reason"] == "stop"
     assert two["choices"][0]["message"]["content"] == model.texts["answer"]
     assert two["choices"][0]["message"]["reasoning"] == model.texts["answer_reasoning"]
     assert not two["choices"][0]["message"].get("tool_calls")
@@ -114,12 +117,16 @@ def test_batch_regenerates_the_two_turn_trace_as_a_chain_token_exact(tmp_path, m
     }
     code, _, store = _batch(tmp_path, model, [row], "--history", "served")
     summary = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.OK and summary["ok"] == 2 and summary["chain_stopped"] == 0, summary
+    assert code == ExitCode.OK, summary
+    assert summary["ok"] == 2, summary
+    assert summary["chain_stopped"] == 0, summary
     with store:
         call, answer = _chain(store, "weather")
-    assert call.capture.output_ids == model.call_ids and answer.capture.output_ids == model.answer_ids
+    assert call.capture.output_ids == model.call_ids
+    assert answer.capture.output_ids == model.answer_ids
     assert call.capture.tool_calls == [model.served_call] == calls_on_ids(model.dir, call.capture.output_ids)
-    assert answer.capture.tool_calls in (None, []) and answer.capture.content == model.texts["answer"]
+    assert answer.capture.tool_calls in (None, [])
+    assert answer.capture.content == model.texts["answer"]
     expected = call.capture.prompt_ids + call.capture.output_ids + tool_turn_ids(model.dir, model.texts["call_id"])
     assert answer.capture.prompt_ids == expected
     assert answer.capture.settings["chain"]["extends"] is True
@@ -171,7 +178,8 @@ def test_proxy_answers_the_tool_call_as_the_server_does_and_stores_it_exact(tmp_
         [(sid,)] = store.query("SELECT sample_id FROM samples")
         sample = store.load_sample(sid)
     p1, o1 = served_ids(ask(model.url, first))
-    assert (sample.capture.prompt_ids, sample.capture.output_ids) == (p1, o1) and o1 == model.call_ids
+    assert (sample.capture.prompt_ids, sample.capture.output_ids) == (p1, o1)
+    assert o1 == model.call_ids
     assert sample.capture.tool_calls == [model.served_call]
     _clean(sample)
 
@@ -200,7 +208,8 @@ def test_proxy_groups_an_explicit_second_turn_by_prefix(tmp_path, model: ToolMod
         ids = [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY turn")]
         one, two = (store.load_sample(i) for i in ids)
         [sessions] = store.query("SELECT count(DISTINCT prompt_id) FROM samples")[0]
-    assert sessions == 1 and (one.turn, two.turn) == (0, 1)
+    assert sessions == 1
+    assert (one.turn, two.turn) == (0, 1)
     assert two.capture.prompt_ids == (
         one.capture.prompt_ids + one.capture.output_ids + tool_turn_ids(model.dir, model.texts["call_id"])
     )

@@ -70,7 +70,8 @@ async def test_chain_stream_and_dual_exact(vllm_surface_url: str) -> None:
 async def test_chain_raw_text_keeps_delimiters(vllm_surface_url: str) -> None:
     raw = await capture(vllm_surface_url, mode="raw")
     assert raw.output_ids == KIMI_CHAIN_OUTPUT
-    assert raw.text is not None and raw.text.startswith(REASONING + "</think>" + ANSWER)
+    assert raw.text is not None
+    assert raw.text.startswith(REASONING + "</think>" + ANSWER)
 
 
 async def test_chain_thinking_off_exact(vllm_surface_url: str) -> None:

@@ -39,7 +39,8 @@ def test_the_tool_tokenizer_encodes_each_chain_canonically_and_keeps_the_layout(
     for text in (TOOL_REASONING, TOOL_CALL_ID, TOOL_ARGUMENTS, ANSWER_TEXT):
         ids = tok.encode(text).ids
         assert [tok.id_to_token(i) for i in ids] == byte_level_pieces(text), "one token per pre-token piece"
-        assert tok.decode(ids) == text and tok.encode(tok.decode(ids)).ids == ids
+        assert tok.decode(ids) == text
+        assert tok.encode(tok.decode(ids)).ids == ids
     decoded = tok.decode(call, skip_special_tokens=False)
     assert decoded == (
         f"{TOOL_REASONING}</think><|tool_calls_section_begin|><|tool_call_begin|>{TOOL_CALL_ID}"
@@ -47,7 +48,8 @@ def test_the_tool_tokenizer_encodes_each_chain_canonically_and_keeps_the_layout(
     )
     assert tok.encode(decoded).ids == call, "the whole turn re-encodes to the served ids"
     assert set(call) & set(answer) == {163607, 163586}
-    assert len(set(call[:-1])) == len(call) - 1 and len(set(answer)) == len(answer)
+    assert len(set(call[:-1])) == len(call) - 1
+    assert len(set(answer)) == len(answer)
     assert len(set(call[:-1]) | set(answer[:-1])) < DIM_QUERY, "every source token has a hidden dimension"
 
 
@@ -61,5 +63,6 @@ def test_the_agent_model_turns_are_canonical_and_fit_one_program(tmp_path: Path)
     assert [ids.count(163597) for ids in turns] == [2, 1, 0], "two parallel calls, then one, then the answer"
     plain, round_branches, call_branches = agent_program(turns)
     assert set(round_branches) == {163606, 163607}
-    assert 163599 in call_branches and call_branches[163599] == {"A": 163597, "B": 163597, "C": 163596}
+    assert 163599 in call_branches
+    assert call_branches[163599] == {"A": 163597, "B": 163597, "C": 163596}
     assert len({*plain, *round_branches, *call_branches}) <= Q_ROUND
