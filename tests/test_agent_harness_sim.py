@@ -48,7 +48,8 @@ def test_the_tools_really_compute() -> None:
     assert run_tool("multiply", '{"a": 6, "b": 7}') == "42"
     assert run_tool("word_count", '{"text": "one two three"}') == "3"
     assert run_tool("get_weather", '{"city": "Paris"}') == '"rainy, 21 degrees"'  # 511 % 35, len 5 % 3
-    assert run_tool("nope", "{}").startswith("error") and run_tool("add", "{bad").startswith("error")
+    assert run_tool("nope", "{}").startswith("error")
+    assert run_tool("add", "{bad").startswith("error")
 
 
 def test_the_agent_gives_the_same_transcript_through_the_proxy_and_every_request_is_stored_exact(
@@ -64,8 +65,10 @@ def test_the_agent_gives_the_same_transcript_through_the_proxy_and_every_request
 
     # The loop really ran: several rounds, parallel calls in the three-tool tasks, every call answered.
     for t in direct:
-        assert len(t.rounds) == ROUNDS + 1 and t.answer, t
-        assert all(r["finish_reason"] == "tool_calls" for r in t.rounds[:-1]) and t.rounds[-1]["tool_calls"] == []
+        assert len(t.rounds) == ROUNDS + 1, t
+        assert t.answer, t
+        assert all(r["finish_reason"] == "tool_calls" for r in t.rounds[:-1])
+        assert t.rounds[-1]["tool_calls"] == []
     assert [t.parallel_rounds for t in direct] == [ROUNDS, ROUNDS, 0, 0]
     first = direct[0].rounds[0]
     assert [c["name"] for c in first["tool_calls"]] == ["add", "multiply", "word_count"]
@@ -90,7 +93,8 @@ def test_the_agent_gives_the_same_transcript_through_the_proxy_and_every_request
         }
         again = httpx.post(sim.url + "/v1/chat/completions", json={**body, "return_token_ids": True}, timeout=30).json()
         choice = again["choices"][0]
-        assert row["prompt_ids"] == again["prompt_token_ids"] and row["output_ids"] == choice["token_ids"]
+        assert row["prompt_ids"] == again["prompt_token_ids"]
+        assert row["output_ids"] == choice["token_ids"]
         served = [
             {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
             for c in choice["message"].get("tool_calls") or []

@@ -27,7 +27,8 @@ def _codes(store: Store, run_id: str) -> dict[str, list[str]]:
 
 def test_encode_literal_keeps_typed_markers_literal():
     ids = encode_literal(kimi(), "a <think> b")
-    assert 163606 not in ids and kimi().decode(ids) == "a <think> b"
+    assert 163606 not in ids
+    assert kimi().decode(ids) == "a <think> b"
 
 
 def test_specforge_rows(tmp_path):
@@ -70,15 +71,19 @@ def test_specforge_rows(tmp_path):
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, _write(tmp_path / "sf.jsonl", rows), tokenizer=kimi(), profile=profile())
         assert (report.rows, report.imported, len(report.bad_rows)) == (6, 4, 2)
-        assert report.bad_rows[0].startswith("line 5") and "line 6" in report.bad_rows[1]
+        assert report.bad_rows[0].startswith("line 5")
+        assert "line 6" in report.bad_rows[1]
         codes = _codes(store, "audit-sf")
         assert "empty_reasoning" in codes["wrong-field"]
         assert "literal_think_text" in codes["typed-think"]
-        assert "truncated" in codes["cut"] and "think_close_missing" not in codes["good"]
+        assert "truncated" in codes["cut"]
+        assert "think_close_missing" not in codes["good"]
         assert not [c for c in codes["good"] if c not in ("think_open_in_prompt", "parser_hidden_ids")]
-        assert report.by_code["empty_reasoning"] == 1 and "audit-sf" in [r["run_id"] for r in store.runs()]
+        assert report.by_code["empty_reasoning"] == 1
+        assert "audit-sf" in [r["run_id"] for r in store.runs()]
         good = store.load_sample(store.samples_page(SampleFilter(text="good"))[0].sample_id).capture
-        assert good.endpoint == "imported" and good.reasoning_field == "reasoning_content"
+        assert good.endpoint == "imported"
+        assert good.reasoning_field == "reasoning_content"
 
 
 def test_speculators_rows_round_trip_and_bad_ids_are_found(tmp_path):
@@ -98,7 +103,8 @@ def test_speculators_rows_round_trip_and_bad_ids_are_found(tmp_path):
     _write(out, lines + [json.dumps(broken)])
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, out, tokenizer=kimi(), profile=profile(), name="spec")
-        assert report.imported == 3 and not report.bad_rows
+        assert report.imported == 3
+        assert not report.bad_rows
         codes = _codes(store, "audit-spec")
         assert "truncated" in codes["conv-b"]
         assert {"think_close_missing", "literal_think_text"} <= set(codes["conv-x"])
@@ -127,9 +133,12 @@ def test_audit_cli_report_and_errors(tmp_path):
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert "audit audit-d: 1 rows, 1 imported" in done.stdout and "empty_reasoning" in done.stdout
+    assert "audit audit-d: 1 rows, 1 imported" in done.stdout
+    assert "empty_reasoning" in done.stdout
     missing = subprocess.run(cmd[:4] + [str(tmp_path / "none.jsonl")], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 1 and "not found" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
 
 def test_one_out_of_range_id_is_a_bad_row_with_its_line_and_the_rest_goes_on(tmp_path):
@@ -149,10 +158,12 @@ def test_one_out_of_range_id_is_a_bad_row_with_its_line_and_the_rest_goes_on(tmp
     _write(out, rows + [huge_idx, good])
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, out, tokenizer=kimi(), profile=profile(), name="ids")
-        assert report.rows == 5 and report.imported == 1  # the good row after the bad ones still goes in
+        assert report.rows == 5
+        assert report.imported == 1  # the good row after the bad ones still goes in
         assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3", "line 4"]
         assert "input_ids[3] = -1 is not a token id" in report.bad_rows[0]
-        assert "input_ids[3] = 2147483648" in report.bad_rows[1] and "18446744073709551616" in report.bad_rows[2]
+        assert "input_ids[3] = 2147483648" in report.bad_rows[1]
+        assert "18446744073709551616" in report.bad_rows[2]
         assert [r.prompt_id for r in store.samples_page(SampleFilter(run_id="audit-ids"))] == ["conv-a"]
 
 
@@ -174,9 +185,11 @@ def test_an_assistant_turn_that_is_not_text_is_a_bad_row_and_the_rest_goes_on(tm
     _write(data, rows)
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, data, tokenizer=kimi(), profile=profile(), name="odd")
-    assert report.rows == 5 and report.imported == 1
+    assert report.rows == 5
+    assert report.imported == 1
     assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3", "line 4"]
-    assert "content is a int, not text" in report.bad_rows[0] and "reasoning is a int" in report.bad_rows[3]
+    assert "content is a int, not text" in report.bad_rows[0]
+    assert "reasoning is a int" in report.bad_rows[3]
 
 
 def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
@@ -194,9 +207,11 @@ def test_audit_of_a_non_utf8_file_names_the_file_in_one_line(tmp_path):
         str(tmp_path / "c.duckdb"),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
-    assert str(data) in done.stderr and "not UTF-8 text (line 2, byte 0xe9" in done.stderr
+    assert str(data) in done.stderr
+    assert "not UTF-8 text (line 2, byte 0xe9" in done.stderr
 
 
 def test_kimi_inline_rows_are_audited_as_structure_not_literal_text(tmp_path):
@@ -220,7 +235,8 @@ def test_kimi_inline_rows_are_audited_as_structure_not_literal_text(tmp_path):
         codes = _codes(store, "audit-ki")
         sample = store.load_sample(store.samples_page(SampleFilter(text="ki"))[0].sample_id).capture
     assert report.imported == 2
-    assert "literal_think_text" not in codes["ki"] and sample.output_ids == served.output_ids
+    assert "literal_think_text" not in codes["ki"]
+    assert sample.output_ids == served.output_ids
     assert "literal_think_text" in codes["typed"]  # a reasoning field beside it: "<think>" in content was typed
 
 
@@ -233,12 +249,15 @@ def test_a_plain_models_rows_are_never_split_on_empty_think_delimiters(tmp_path)
 
     tok = load_tokenizer(build_plain_tokenizer_dir(tmp_path / "plain-tok"))
     plain = detect_profile(tok)
-    assert not plain.has_reasoning and split_inline("hello there", plain) is None
+    assert not plain.has_reasoning
+    assert split_inline("hello there", plain) is None
     row = {"id": "p", "conversations": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, _write(tmp_path / "plain.jsonl", [row]), tokenizer=tok, profile=plain)
         sample = store.load_sample(store.samples_page(SampleFilter(text="p"))[0].sample_id).capture
-    assert report.imported == 1 and sample.content == "hello" and sample.reasoning is None
+    assert report.imported == 1
+    assert sample.content == "hello"
+    assert sample.reasoning is None
 
 
 def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
@@ -255,4 +274,5 @@ def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
     with Store(tmp_path / "a.duckdb") as store:
         from_jsonl = audit(store, tmp_path / "d.jsonl", tokenizer=kimi(), profile=profile())
         from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile())
-    assert from_jsonl.imported == from_parquet.imported == 2 and from_parquet.by_code == from_jsonl.by_code
+    assert from_jsonl.imported == from_parquet.imported == 2
+    assert from_parquet.by_code == from_jsonl.by_code

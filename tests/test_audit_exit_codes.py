@@ -25,17 +25,23 @@ def test_unreadable_rows_exit_4_and_are_listed(tmp_path):
     )
     done = _audit(data, tmp_path / "a.duckdb")
     assert done.returncode == 4, done.stderr
-    assert "1 imported" in done.stdout and "2 unreadable" in done.stdout
+    assert "1 imported" in done.stdout
+    assert "2 unreadable" in done.stdout
     prefix = "tokview: bad row skipped: "
     skipped = [line.removeprefix(prefix) for line in done.stderr.splitlines() if line.startswith(prefix)]
-    assert len(skipped) == 2 and skipped[0].startswith(f"{data}:2: ") and skipped[1].startswith(f"{data}:3: ")
-    assert "no assistant turn" in skipped[1] and "Traceback" not in done.stderr
+    assert len(skipped) == 2
+    assert skipped[0].startswith(f"{data}:2: ")
+    assert skipped[1].startswith(f"{data}:3: ")
+    assert "no assistant turn" in skipped[1]
+    assert "Traceback" not in done.stderr
     js = _audit(data, tmp_path / "b.duckdb", "--json")
-    assert js.returncode == 4 and len(json.loads(js.stdout)["bad_rows"]) == 2
+    assert js.returncode == 4
+    assert len(json.loads(js.stdout)["bad_rows"]) == 2
 
 
 def test_a_clean_audit_exits_0(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps(GOOD) + "\n")
     done = _audit(data, tmp_path / "a.duckdb")
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr

@@ -40,7 +40,8 @@ RECORDED_ENDPOINT = {
 
 # -- the registry -------------------------------------------------------------------------------
 def test_every_backend_endpoint_pair_is_registered_once() -> None:
-    assert set(ENDPOINTS) == PAIRS and len(ENDPOINTS) == len(PAIRS)
+    assert set(ENDPOINTS) == PAIRS
+    assert len(ENDPOINTS) == len(PAIRS)
     assert len({type(b) for b in ENDPOINTS.values()}) == len(PAIRS)  # one class per endpoint family
     for key, backend in ENDPOINTS.items():
         assert backend.key == key
@@ -50,7 +51,8 @@ def test_every_backend_endpoint_pair_is_registered_once() -> None:
 def test_each_backend_implements_the_protocol(key: tuple[str, str]) -> None:
     backend = ENDPOINTS[key]
     cls = type(backend)
-    assert isinstance(backend, Backend) and not inspect.isabstract(cls)
+    assert isinstance(backend, Backend)
+    assert not inspect.isabstract(cls)
     for method in ("capture", "stream", "probe"):
         impl = getattr(cls, method)
         assert impl is not getattr(Backend, method), f"{cls.__name__} does not implement {method}"
@@ -58,18 +60,22 @@ def test_each_backend_implements_the_protocol(key: tuple[str, str]) -> None:
         assert list(inspect.signature(impl).parameters) == list(inspect.signature(getattr(Backend, method)).parameters)
     for attr in ("server", "server_name", "endpoint", "path", "ids_field", "exact_ids", "recorded_as"):
         assert getattr(cls, attr, None) is not None, f"{cls.__name__}.{attr} is not set"
-    assert backend.path.startswith("/") and server_name(backend.server) == backend.server_name
+    assert backend.path.startswith("/")
+    assert server_name(backend.server) == backend.server_name
     assert backend.recorded_as == RECORDED_ENDPOINT[key]  # a stored field: never renamed
 
 
 def test_choices_pair_a_raw_path_with_a_chat_path_of_one_server() -> None:
     assert BACKEND_NAMES == ("auto", "sglang", "sglang-chat", "vllm")  # what --backend takes, in its order
     for name, choice in CHOICES.items():
-        assert choice.raw.exact_ids and not choice.chat.exact_ids, name
+        assert choice.raw.exact_ids, name
+        assert not choice.chat.exact_ids, name
         assert choice.raw.server == choice.chat.server == choice.server
-    assert CHOICES["sglang-chat"].chat_only and not CHOICES["sglang"].chat_only
+    assert CHOICES["sglang-chat"].chat_only
+    assert not CHOICES["sglang"].chat_only
     info = ServerInfo(url="http://127.0.0.1:1", kind="vllm")
-    assert choose("auto", info) is CHOICES["vllm"] and choose("sglang", info) is CHOICES["sglang"]
+    assert choose("auto", info) is CHOICES["vllm"]
+    assert choose("sglang", info) is CHOICES["sglang"]
     assert {b.key for b in for_kind("unknown")} == PAIRS
     assert {b.key for b in for_kind("sglang")} == {("sglang", "generate"), ("sglang", "chat")}
 
@@ -103,7 +109,8 @@ async def test_each_backend_captures_streams_and_probes_on_the_simulator(kimi_to
     for got in (plain, streamed):
         assert got.capture.endpoint == RECORDED_ENDPOINT[key]
         assert got.capture.prompt_ids == prompt_ids  # the served prompt is the locally rendered one
-        assert got.capture.output_ids and got.returned_ids == got.capture.output_ids
+        assert got.capture.output_ids
+        assert got.returned_ids == got.capture.output_ids
         assert got.capture.server_kind == backend.server
     assert streamed.capture.output_ids == plain.capture.output_ids  # same seed, same ids either way
     assert fresh.features, "the probe recorded nothing"
@@ -126,8 +133,11 @@ async def test_the_probe_asks_only_the_endpoints_of_the_kind_it_found(
             await client.aclose()
         asked = dict(sim.stats.requests)
     assert info.kind == kind
-    assert asked.get("/v1/chat/completions") == 1 and asked.get(raw_path) == 1 and other_raw_path not in asked
-    assert info.features["chat_ids_field"] and info.features["generate_ids" if kind == "sglang" else "completions_ids"]
+    assert asked.get("/v1/chat/completions") == 1
+    assert asked.get(raw_path) == 1
+    assert other_raw_path not in asked
+    assert info.features["chat_ids_field"]
+    assert info.features["generate_ids" if kind == "sglang" else "completions_ids"]
 
 
 # -- the code's shape ---------------------------------------------------------------------------
@@ -268,10 +278,12 @@ def test_the_adapter_gives_what_its_callers_reached_into_tok_for(kimi_tok: Any) 
     typed "<think>" stays ordinary ids; the vocabulary lists every token."""
     assert kimi_tok.encode_prompt("hi <think>")[-1] == KIMI.think_open_id
     literal = kimi_tok.encode_literal("hi <think>")
-    assert KIMI.think_open_id not in literal and kimi_tok.decode(literal) == "hi <think>"
+    assert KIMI.think_open_id not in literal
+    assert kimi_tok.decode(literal) == "hi <think>"
     assert kimi_tok.encode_literal("") == []
     tokens = kimi_tok.vocab_tokens()
-    assert len(tokens) == kimi_tok.vocab_size and "<think>" in tokens
+    assert len(tokens) == kimi_tok.vocab_size
+    assert "<think>" in tokens
 
 
 @pytest.mark.parametrize("kind", ["sglang", "vllm"])
@@ -282,7 +294,8 @@ def test_the_simulator_tokenizes_text_prompts_through_the_adapter(kimi_tok: Any,
         got = httpx.post(f"{sim.url}/tokenize", json={"prompt": "hi <think>"}).json()["tokens"]
         bad = httpx.post(f"{sim.url}/tokenize", json={"prompt": 3})
     assert got == kimi_tok.encode_prompt("hi <think>")
-    assert bad.status_code == 400 and "give prompt (a string) or messages" in bad.text
+    assert bad.status_code == 400
+    assert "give prompt (a string) or messages" in bad.text
 
 
 # -- the doctor report's one renderer -----------------------------------------------------------
@@ -311,6 +324,7 @@ def test_the_cli_text_and_the_app_rich_text_are_one_rendering() -> None:
     report = report_with_every_status()
     rich = report.render_rich()
     assert rich.plain == report.render_text()
-    assert "    → do this" in report.render_text() and report.render_text().endswith("problems found (✗ above)")
+    assert "    → do this" in report.render_text()
+    assert report.render_text().endswith("problems found (✗ above)")
     warn_at = rich.plain.index("! warn check")
     assert any(span.start <= warn_at < span.end and "yellow" in str(span.style) for span in rich.spans)

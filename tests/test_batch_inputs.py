@@ -44,13 +44,16 @@ def test_a_bad_row_is_named_by_line_when_the_file_is_read(tmp_path, row, expecte
     path = _write(tmp_path, row, _row(id="good", prompt="fine"))
     rows, bad = read_prompts(path)
     assert [r.prompt_id for r in rows] == ["good"]
-    assert len(bad) == 1 and bad[0].startswith("line 1:") and expected.split("line 1: ")[-1] in bad[0], bad
+    assert len(bad) == 1, bad
+    assert bad[0].startswith("line 1:"), bad
+    assert expected.split("line 1: ")[-1] in bad[0], bad
 
 
 def test_an_object_as_content_is_not_stored_as_an_empty_prompt(tmp_path):
     # before: parse_row kept {"a": 1} as the content and the template rendered an empty user turn
     rows, bad = read_prompts(_write(tmp_path, _row(id="x", messages=[{"role": "user", "content": {"a": 1}}])))
-    assert rows == [] and "turn 1 `content` must be a string or a list of text parts, not an object" in bad[0]
+    assert rows == []
+    assert "turn 1 `content` must be a string or a list of text parts, not an object" in bad[0]
 
 
 def test_text_parts_still_read(tmp_path):
@@ -63,7 +66,8 @@ def test_text_parts_still_read(tmp_path):
             ),
         )
     )
-    assert not bad and rows[0].messages[0]["content"] == "ab"
+    assert not bad
+    assert rows[0].messages[0]["content"] == "ab"
 
 
 def test_the_same_id_with_other_text_is_a_conflict_not_a_duplicate(tmp_path):
@@ -77,7 +81,8 @@ def test_the_same_id_with_other_text_is_a_conflict_not_a_duplicate(tmp_path):
 
 def test_a_byte_order_mark_is_not_a_bad_row(tmp_path):
     rows, bad = read_prompts(_write(tmp_path, _row(id="a", prompt="hi"), bom=True))
-    assert not bad and [r.prompt_id for r in rows] == ["a"]
+    assert not bad
+    assert [r.prompt_id for r in rows] == ["a"]
 
 
 def test_json_errors_have_a_clean_message(tmp_path):
@@ -99,7 +104,9 @@ def test_an_empty_or_blank_file_is_an_error_not_a_run_of_zero(tmp_path, capsys, 
     db = tmp_path / "never.duckdb"
     code = main(["batch", str(path), "--server", "http://127.0.0.1:9", "--db", str(db)])
     err = capsys.readouterr().err
-    assert code == 1 and len(err.strip().splitlines()) == 1 and "holds no prompt rows" in err
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert "holds no prompt rows" in err
     assert not db.exists()
 
 
@@ -118,7 +125,9 @@ def test_non_finite_numbers_are_refused(tmp_path, capsys, flag, value):
     path = _write(tmp_path, _row(id="a", prompt="hi"))
     code = main(["batch", str(path), "--server", "http://127.0.0.1:9", "--db", str(db), f"{flag}={value}"])
     err = capsys.readouterr().err
-    assert code == 1 and f"{flag} must be a finite number" in err and len(err.strip().splitlines()) == 1
+    assert code == 1
+    assert f"{flag} must be a finite number" in err
+    assert len(err.strip().splitlines()) == 1
     with pytest.raises(InputError, match="finite"):
         BatchConfig(
             servers=["http://x"], temperature=float(value)
@@ -131,7 +140,8 @@ def test_sim_and_doctor_refuse_non_finite_seconds(capsys):
     assert main(["sim", "--latency", "inf", "--port", "0"]) == 1
     assert main(["doctor", "--server", "http://127.0.0.1:9", "--timeout", "nan"]) == 1
     err = capsys.readouterr().err
-    assert "--latency must be a finite number" in err and "--timeout must be a finite number" in err
+    assert "--latency must be a finite number" in err
+    assert "--timeout must be a finite number" in err
 
 
 def test_failures_are_grouped_by_reason_class():
@@ -162,7 +172,8 @@ def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path)
             '{"id": "b", "prompt": "hi", "system": "\\udc80"}',
         )
     )
-    assert [r.prompt_id for r in rows] == ["a"] and bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")
+    assert [r.prompt_id for r in rows] == ["a"]
+    assert bad[0].startswith("line 2: a lone UTF-16 surrogate U+DC80")
 
 
 BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_prompts.jsonl"
@@ -192,7 +203,10 @@ def test_bad_numbers_and_urls_are_one_line_usage_errors(tmp_path, capsys, flags,
     server = [] if "--server" in flags else ["--server", "http://127.0.0.1:9"]
     code = main(["batch", str(BATCH_PROMPTS), "--db", str(db), *server, *flags])
     err = capsys.readouterr().err
-    assert code == 1 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert code == 1
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
     assert not db.exists()  # refused before the database file was created
 
 
@@ -207,7 +221,8 @@ def test_iter_rows_is_the_public_reader_for_jsonl_and_parquet(tmp_path):
     )
     from_jsonl = [row for _, row in iter_rows(BATCH_PROMPTS)][:3]
     from_parquet = [row for _, row in iter_rows(pq)]
-    assert len(from_parquet) == 3 and [r["id"] for r in from_parquet] == [r["id"] for r in from_jsonl]
+    assert len(from_parquet) == 3
+    assert [r["id"] for r in from_parquet] == [r["id"] for r in from_jsonl]
     assert [r.get("prompt") for r in from_parquet] == [r.get("prompt") for r in from_jsonl]
 
 
@@ -246,7 +261,9 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
     for mode, planned in (("raw", 1), ("dual", 1), ("chat", 2)):
         config = BatchConfig(servers=[], prompts_path=path, mode=mode)
         work = plan_work(config, config.sample_settings(identity), lambda _f: set())
-        assert work.planned == planned and work.bad[-1].startswith("line 2: turn 2: call 1 has no function name")
+        assert work.planned == planned
+        assert work.bad[-1].startswith("line 2: turn 2: call 1 has no function name")
         if mode != "chat":
-            assert len(work.bad) == 2 and work.bad[0].startswith("line 1: the row is an agent trace")
+            assert len(work.bad) == 2
+            assert work.bad[0].startswith("line 1: the row is an agent trace")
             assert "only --mode chat" in work.bad[0]

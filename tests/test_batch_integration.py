@@ -47,12 +47,16 @@ def _config(url: str, path: Path, **kw) -> BatchConfig:
 async def test_every_sample_shape_and_exported_ids_equal_served_ids(vllm_sim, tmp_path, shape):
     path = SAMPLES / f"{shape}.jsonl"
     rows, bad = read_prompts(path)
-    assert rows and not bad
+    assert rows
+    assert not bad
     with Store(tmp_path / "b.duckdb") as store:
         seen: list[BatchProgress] = []
         summary = await run_batch(_config(vllm_sim.url, path, limit=8), store, on_progress=seen.append)
-        assert summary.balanced and summary.failed == 0 and summary.ok == summary.input > 0
-        assert seen[-1].ok == summary.ok and store.count_samples() == summary.ok
+        assert summary.balanced
+        assert summary.failed == 0
+        assert summary.ok == summary.input > 0
+        assert seen[-1].ok == summary.ok
+        assert store.count_samples() == summary.ok
         out = tmp_path / "s.jsonl"
         export(store, "speculators", out, select="all", tokenizer=kimi(), profile=profile())
         for line in out.read_text().splitlines():
@@ -81,23 +85,30 @@ async def test_resume_skips_and_other_settings_do_not_collide(vllm_sim, tmp_path
     with Store(tmp_path / "r.duckdb") as store:
         first = await run_batch(_config(vllm_sim.url, path, limit=5), store)
         again = await run_batch(_config(vllm_sim.url, path, limit=7), store)
-        assert (first.ok, again.ok, again.resumed) == (5, 2, 5) and again.balanced
+        assert (first.ok, again.ok, again.resumed) == (5, 2, 5)
+        assert again.balanced
         other = await run_batch(_config(vllm_sim.url, path, limit=5, temperature=0.5), store)
-        assert other.ok == 5 and store.count_samples() == 12
+        assert other.ok == 5
+        assert store.count_samples() == 12
         k = await run_batch(_config(vllm_sim.url, path, limit=2, samples_per_prompt=3), store)
-        assert k.ok == 4 and k.resumed == 2
+        assert k.ok == 4
+        assert k.resumed == 2
 
 
 async def test_failures_are_recorded_and_retried_on_resume(tmp_path):
     db = tmp_path / "f.duckdb"
     with start_simulator(SimConfig(kind="sglang", quirks={"http-500": True})) as sim, Store(db) as store:
         summary = await run_batch(_config(sim.url, SAMPLES / "plain_prompts.jsonl", limit=3, retries=0), store)
-        assert (summary.ok, summary.failed, summary.exit_code) == (0, 3, 3) and summary.balanced
-        assert store.stats()["failures"]["total"] == 3 and store.count_samples() == 0
-        assert summary.failures_by_reason and sum(summary.failures_by_reason.values()) == 3
+        assert (summary.ok, summary.failed, summary.exit_code) == (0, 3, 3)
+        assert summary.balanced
+        assert store.stats()["failures"]["total"] == 3
+        assert store.count_samples() == 0
+        assert summary.failures_by_reason
+        assert sum(summary.failures_by_reason.values()) == 3
     with start_simulator(SimConfig(kind="sglang", quirks={"http-503": 1})) as sim, Store(db) as store:
         again = await run_batch(_config(sim.url, SAMPLES / "plain_prompts.jsonl", limit=3, retries=2), store)
-        assert (again.ok, again.failed, again.resumed) == (3, 0, 0) and again.exit_code == 0
+        assert (again.ok, again.failed, again.resumed) == (3, 0, 0)
+        assert again.exit_code == 0
 
 
 async def test_cancel_keeps_committed_work(tmp_path):
@@ -114,8 +125,11 @@ async def test_cancel_keeps_committed_work(tmp_path):
             on_progress=on_progress,
             cancel=cancel,
         )
-        assert summary.interrupted and summary.exit_code == 130 and summary.balanced
-        assert 2 <= summary.ok < summary.input and summary.abandoned > 0
+        assert summary.interrupted
+        assert summary.exit_code == 130
+        assert summary.balanced
+        assert 2 <= summary.ok < summary.input
+        assert summary.abandoned > 0
         assert store.count_samples() == summary.ok
 
 
@@ -127,7 +141,8 @@ async def test_parquet_prompts(vllm_sim, tmp_path):
     )
     rows, bad = read_prompts(pq)
     jrows, _ = read_prompts(SAMPLES / "openai_messages.jsonl", limit=4)
-    assert [r.prompt_id for r in rows] == [r.prompt_id for r in jrows] and not bad
+    assert [r.prompt_id for r in rows] == [r.prompt_id for r in jrows]
+    assert not bad
     with Store(":memory:") as store:
         summary = await run_batch(_config(vllm_sim.url, pq), store)
         assert summary.ok == 4
@@ -146,9 +161,13 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
     ok = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--max-new-tokens", "100")
     assert ok.returncode == 4, ok.stderr  # finished, but two rows were skipped: not a clean 0
     assert ok.stdout == ""  # data never goes to stdout unless asked
-    assert f"{bad}:2: not valid JSON" in ok.stderr and f"{bad}:3:" in ok.stderr and "(balanced)" in ok.stderr
+    assert f"{bad}:2: not valid JSON" in ok.stderr
+    assert f"{bad}:3:" in ok.stderr
+    assert "(balanced)" in ok.stderr
     stop = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--on-bad-row", "stop")
-    assert stop.returncode == 1 and f"{bad}:2: not valid JSON" in stop.stderr and "Traceback" not in stop.stderr
+    assert stop.returncode == 1
+    assert f"{bad}:2: not valid JSON" in stop.stderr
+    assert "Traceback" not in stop.stderr
     down = _cli(
         "batch",
         str(SAMPLES / "plain_prompts.jsonl"),
@@ -161,12 +180,16 @@ def test_cli_exit_codes_and_clean_stdout(vllm_sim, tmp_path):
         "--run",
         "down",
     )
-    assert down.returncode == 2 and "Traceback" not in down.stderr
+    assert down.returncode == 2
+    assert "Traceback" not in down.stderr
     missing = _cli("batch", str(tmp_path / "nope.jsonl"), "--server", vllm_sim.url, "--db", db)
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr
     js = _cli("batch", str(bad), "--server", vllm_sim.url, "--db", db, "--max-new-tokens", "100", "--summary-json")
     summary = json.loads(js.stdout)
-    assert summary["resumed"] == 1 and summary["balanced"] and summary["exit_code"] == 4
+    assert summary["resumed"] == 1
+    assert summary["balanced"]
+    assert summary["exit_code"] == 4
 
 
 def test_sigint_exits_130_and_keeps_work(tmp_path):
@@ -195,7 +218,8 @@ def test_sigint_exits_130_and_keeps_work(tmp_path):
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
-        assert "interrupted" in err and "(balanced)" in err
+        assert "interrupted" in err
+        assert "(balanced)" in err
         with Store(db) as store:
             n = store.count_samples()
         assert n >= 2
@@ -273,7 +297,8 @@ async def test_an_error_on_one_sample_is_recorded_and_the_run_goes_on(tmp_path, 
     with Store(tmp_path / "e.duckdb") as store:
         config = _config(url, SAMPLES / "plain_prompts.jsonl", limit=2, retries=0, max_new_tokens=60)
         summary = await run_batch(config, store)
-        assert (summary.ok, summary.failed, summary.exit_code) == (0, 2, 3) and summary.balanced
+        assert (summary.ok, summary.failed, summary.exit_code) == (0, 2, 3)
+        assert summary.balanced
         reasons = [f["reason"] for f in store.failures()]
         assert len(reasons) == 2
         assert all(r.startswith("malformed response from POST /v1/completions: ") for r in reasons)
@@ -289,5 +314,8 @@ def test_an_unreachable_server_exits_2_and_leaves_no_database(tmp_path, capsys):
         ["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(db), "--retries", "0", "--timeout", "2"]
     )
     err = capsys.readouterr().err.strip()
-    assert code == 2 and not db.exists() and not db.parent.exists()
-    assert err.startswith("tokview: error: server unreachable: ") and len(err.splitlines()) == 1, err
+    assert code == 2
+    assert not db.exists()
+    assert not db.parent.exists()
+    assert err.startswith("tokview: error: server unreachable: "), err
+    assert len(err.splitlines()) == 1, err

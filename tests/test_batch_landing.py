@@ -42,11 +42,14 @@ async def test_a_written_part_lands_while_the_rest_of_the_run_is_held(tmp_path):
             config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=40, concurrency=2, workers=1)
             run = asyncio.create_task(run_batch(config, store))
             await until(lambda: store.count_samples() == 1 or run.done(), "the first sample landed")
-            assert not run.done() and gate.real == 3 and gate.answered == 1  # the others are still held
+            assert not run.done()
+            assert gate.real == 3
+            assert gate.answered == 1  # the others are still held
             gate.open()
             summary = await run
             assert store.count_samples() == 3  # landed by the time run_batch returns, not a beat later
-    assert summary.ok == 3 and summary.balanced
+    assert summary.ok == 3
+    assert summary.balanced
 
 
 async def test_a_small_plan_spawns_no_worker(tmp_path):
@@ -59,7 +62,9 @@ async def test_a_small_plan_spawns_no_worker(tmp_path):
             children = multiprocessing.active_children()
             gate.open()
             summary = await run
-    assert children == [] and summary.ok == 10 and summary.notes == []
+    assert children == []
+    assert summary.ok == 10
+    assert summary.notes == []
 
 
 async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path):
@@ -75,7 +80,9 @@ async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path):
             summary = await run
             ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
     assert gate.first_children == 0
-    assert summary.ok == 70 and summary.balanced and len(set(ids)) == len(ids) == 70
+    assert summary.ok == 70
+    assert summary.balanced
+    assert len(set(ids)) == len(ids) == 70
 
 
 def test_a_kill_anywhere_in_the_shutdown_loses_nothing(tmp_path):
@@ -108,7 +115,8 @@ def test_a_kill_anywhere_in_the_shutdown_loses_nothing(tmp_path):
             done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stderr[-800:]
             summary = json.loads(done.stdout.strip().splitlines()[-1])
-            assert summary["balanced"] and summary["resumed"] + summary["ok"] == n, summary
+            assert summary["balanced"], summary
+            assert summary["resumed"] + summary["ok"] == n, summary
             with Store(db) as store:
                 ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
             assert len(ids) == len(set(ids)) == n, (after_s, len(ids))

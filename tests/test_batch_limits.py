@@ -47,7 +47,8 @@ async def test_over_max_length_is_recorded_and_never_sent(tmp_path, kind, genera
             summary = await run_batch(config, store)
             reasons = dict(store.query("SELECT prompt_id, reason FROM failures"))
         sent = sim.stats.requests[generate_path]
-    assert (summary.ok, summary.failed) == (2, 2) and summary.balanced
+    assert (summary.ok, summary.failed) == (2, 2)
+    assert summary.balanced
     assert summary.failures_by_class == {"over_max_length": 2}
     assert reasons["long"] == (
         f"over_max_length: the prompt has 2013 tokens; the server's max_model_len is {LIMIT}, "
@@ -80,7 +81,8 @@ def test_bounds_decide_without_tokenizing_and_agree_with_the_exact_count():
     short = CaptureRequest(messages=[{"role": "user", "content": "hello"}])
     tokens, exact = prompt_length(short, tok, prof, LIMIT)
     real = len(tok.render(short.messages, template_kwargs=prof.template_kwargs(True)))
-    assert not exact and real <= tokens < LIMIT  # an upper bound under the limit: no tokenizing needed
+    assert not exact
+    assert real <= tokens < LIMIT  # an upper bound under the limit: no tokenizing needed
     fits = CaptureRequest(messages=[{"role": "user", "content": "the " * 150}])
     assert prompt_length(fits, tok, prof, LIMIT) == (313, True)
 
@@ -107,7 +109,9 @@ async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_
         )
         with Store(tmp_path / "s.duckdb") as store:
             summary = await run_batch(config, store)
-    assert summary.stopped is None and (summary.ok, summary.failed) == (1, 4) and summary.exit_code == 3
+    assert summary.stopped is None
+    assert (summary.ok, summary.failed) == (1, 4)
+    assert summary.exit_code == 3
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -128,5 +132,7 @@ async def test_a_prompt_near_the_limit_is_sent_with_the_room_there_is(tmp_path, 
             summary = await run_batch(config, store)
             rows = dict(store.query("SELECT prompt_id, len(prompt_ids) + len(output_ids) FROM samples"))
             finish = dict(store.query("SELECT prompt_id, finish_reason FROM samples"))
-    assert (summary.ok, summary.failed) == (2, 2) and summary.failures_by_class == {"over_max_length": 2}
-    assert rows == {"short": LIMIT, "fits": LIMIT} and set(finish.values()) == {"length"}
+    assert (summary.ok, summary.failed) == (2, 2)
+    assert summary.failures_by_class == {"over_max_length": 2}
+    assert rows == {"short": LIMIT, "fits": LIMIT}
+    assert set(finish.values()) == {"length"}

@@ -44,7 +44,9 @@ async def test_live_batch_exports_served_ids(live_url, tmp_path, mode):
     )
     with Store(tmp_path / "live.duckdb") as store:
         summary = await run_batch(config, store)
-        assert summary.balanced and summary.failed == 0 and summary.ok == summary.input > 1
+        assert summary.balanced
+        assert summary.failed == 0
+        assert summary.ok == summary.input > 1
         out = tmp_path / "live.jsonl"
         export(store, "speculators", out, select="all", tokenizer=kimi(), profile=profile())
         for line in out.read_text().splitlines():

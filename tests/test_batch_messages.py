@@ -19,7 +19,8 @@ def test_a_database_under_a_file_names_the_file(tmp_path, capsys):
         code = main(["batch", str(prompts), "--server", sim.url, "--db", str(blocker / "sub" / "s.duckdb")])
     err = capsys.readouterr().err.strip().splitlines()
     expected = f"tokview: error: cannot create {blocker / 'sub'}: {blocker} is a file, not a folder"
-    assert code == 1 and err[-1] == expected
+    assert code == 1
+    assert err[-1] == expected
     assert not any("Errno" in line for line in err)
 
 
@@ -42,6 +43,8 @@ def test_sim_does_not_suggest_a_flag_it_does_not_take(tmp_path, capsys):
     )
     code = main(["sim", "--tokenizer", str(folder), "--port", "0"])
     err = capsys.readouterr().err
-    assert code == 1 and len(err.strip().splitlines()) == 1
-    assert "--trust-remote-code" not in err and "`tokview sim` never runs a folder's code" in err
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1
+    assert "--trust-remote-code" not in err
+    assert "`tokview sim` never runs a folder's code" in err
     assert "tokenization_kimi.py" in err

@@ -33,17 +33,21 @@ async def test_no_thinking_keeps_the_profile_and_the_output_holds_no_reasoning(t
             timeout=10.0,
         )
         summary = await run_batch(config, store)
-        assert summary.balanced and summary.failed == 0 and summary.ok == 3
+        assert summary.balanced
+        assert summary.failed == 0
+        assert summary.ok == 3
         rows = store.samples_page(limit=10)
         for row in rows:
             sample = store.load_sample(row.sample_id)
             cap = sample.capture
-            assert sample.profile == "kimi-k2.5" and cap.thinking is False
+            assert sample.profile == "kimi-k2.5"
+            assert cap.thinking is False
             assert cap.settings["chat_template_kwargs"] == {"thinking": False}
             assert cap.prompt_ids[-2:] == [profile().think_open_id, profile().think_close_id]  # closed in the prompt
             kinds = set(analyze(cap, profile(), kimi()).kinds[len(cap.prompt_ids) :])
             assert kinds <= {seg.ANSWER, seg.STOP}
-            assert sample.valid and "reasoning_with_thinking_off" not in row.codes
+            assert sample.valid
+            assert "reasoning_with_thinking_off" not in row.codes
         # the same ids, said to come from a thinking-off run although they reason, are an error
         reasoning = [profile().think_open_id] + kimi().encode("Hmm.") + [profile().think_close_id]
         cap.output_ids = reasoning + cap.output_ids

@@ -47,7 +47,8 @@ def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(
     ), capsys.readouterr().err
     with Store(db) as store:
         (run,) = store.runs()
-    assert run["tokenizer_dir"] == str(work / "tokcopy") and run["source"] == str(work / "p.jsonl")
+    assert run["tokenizer_dir"] == str(work / "tokcopy")
+    assert run["source"] == str(work / "p.jsonl")
 
     monkeypatch.chdir(elsewhere)
     elsewhere_tokcopy = elsewhere / "tokcopy"  # a folder of the same name here must not be picked up
@@ -61,7 +62,8 @@ def test_relative_paths_are_stored_absolute_and_a_swapped_tokenizer_is_caught(
     capsys.readouterr()
     assert main([*export, str(tmp_path / "b.jsonl")]) == 1
     err = capsys.readouterr().err
-    assert f"the tokenizer at {work / 'tokcopy'} is not the one the run used" in err and "--tokenizer" in err
+    assert f"the tokenizer at {work / 'tokcopy'} is not the one the run used" in err
+    assert "--tokenizer" in err
     with Store(db) as store:
         sample_id = store.query("SELECT sample_id FROM samples ORDER BY sample_id LIMIT 1")[0][0]
     capsys.readouterr()

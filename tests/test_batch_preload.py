@@ -29,7 +29,8 @@ def test_the_run_takes_the_preloaded_tokenizer(qwen_tok_dir):
     preload.start(config)  # a second start while one is under way adds nothing
     tokenizer, profile = config.tokenizer_and_profile()
     assert len(loads) == 1  # the run waited for the preload instead of loading again
-    assert profile.name == "qwen3" and tokenizer.decode(tokenizer.encode("hello world")) == "hello world"
+    assert profile.name == "qwen3"
+    assert tokenizer.decode(tokenizer.encode("hello world")) == "hello world"
     assert preload.take(config) is None  # taken once
     config.tokenizer_and_profile()
     assert len(loads) == 2  # nothing preloaded: loaded now, as before
@@ -107,8 +108,10 @@ def test_batch_as_its_own_process_ends_without_teardown_yet_keeps_everything(tmp
         )
         assert proc.returncode == 0, proc.stderr.decode()[-800:]
         summary = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-        assert summary["ok"] == 6 and summary["balanced"]
-        assert marker.read_text() == "yes" and not freed.exists()  # atexit ran; the teardown did not
+        assert summary["ok"] == 6
+        assert summary["balanced"]
+        assert marker.read_text() == "yes"
+        assert not freed.exists()  # atexit ran; the teardown did not
         assert not tokenizer_freed.exists()  # never freed: the process ended holding it
         assert "run " in proc.stderr.decode()  # the summary written to stderr arrived
         with Store(tmp_path / "a.duckdb") as store:

@@ -47,12 +47,14 @@ async def test_two_workers_store_every_sample_once_with_the_planned_ids(tmp_path
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(db) as store:
         config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=4, workers=2)
         summary = await run_batch(config, store)
-        assert summary.balanced and (summary.ok, summary.failed) == (80, 0), summary.render()
+        assert summary.balanced, summary.render()
+        assert (summary.ok, summary.failed) == (80, 0), summary.render()
         assert sim.stats.generation >= 80
         again = await run_batch(config, store)  # resume: nothing to do
         assert (again.ok, again.resumed) == (0, 80)
     ids = stored_ids(db)
-    assert len(ids) == len(set(ids)) == 80 and set(ids) == expected_ids(prompts, 40)
+    assert len(ids) == len(set(ids)) == 80
+    assert set(ids) == expected_ids(prompts, 40)
 
 
 def test_shards_cover_every_id_once_and_merge_is_idempotent(tmp_path):
@@ -82,10 +84,12 @@ def test_shards_cover_every_id_once_and_merge_is_idempotent(tmp_path):
             )
             assert out.returncode == 0, out.stderr
             summary = json.loads(out.stdout)
-            assert summary["balanced"] and summary["ok"] == summary["input"]
+            assert summary["balanced"]
+            assert summary["ok"] == summary["input"]
             dbs.append(db)
     shard_ids = [set(stored_ids(db)) for db in dbs]
-    assert all(shard_ids) and sum(len(s) for s in shard_ids) == 24
+    assert all(shard_ids)
+    assert sum(len(s) for s in shard_ids) == 24
     assert set().union(*shard_ids) == expected_ids(prompts, 40)
     into = tmp_path / "all.duckdb"
     for _ in range(2):  # the second merge adds nothing
@@ -119,7 +123,9 @@ def test_merge_refuses_a_store_of_another_model_in_one_line(tmp_path):
         [*TOKVIEW, "merge", str(dbs[1]), "--into", str(dbs[0])], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 1
-    assert out.stderr.strip().count("\n") == 0 and "model model-b" in out.stderr and "merge refused" in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+    assert "model model-b" in out.stderr
+    assert "merge refused" in out.stderr
     assert "Traceback" not in out.stderr
     assert len(stored_ids(dbs[0])) == 2
 
@@ -139,10 +145,14 @@ async def test_a_server_that_fails_everything_stops_the_run_with_the_reason(tmp_
             max_consecutive_failures=5,
         )
         summary = await run_batch(config, store)
-    assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
+    assert summary.stopped
+    assert "stopped after 5 consecutive failures" in summary.stopped
     assert "500" in summary.stopped
-    assert summary.failed < 60 and summary.abandoned > 0 and summary.balanced
-    assert summary.exit_code == 1 and "stopped: stopped after 5" in summary.render()
+    assert summary.failed < 60
+    assert summary.abandoned > 0
+    assert summary.balanced
+    assert summary.exit_code == 1
+    assert "stopped: stopped after 5" in summary.render()
 
 
 def _unshare_tmpfs_works(tmp_path: Path) -> bool:
@@ -179,7 +189,8 @@ def test_a_full_disk_stops_taking_work_says_so_and_keeps_what_was_generated(tmp_
         out = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stderr[-2000:]
     assert f"no space left on device ({db}" in out.stderr
-    assert "Future exception was never retrieved" not in out.stderr and "Traceback" not in out.stderr
+    assert "Future exception was never retrieved" not in out.stderr
+    assert "Traceback" not in out.stderr
     assert "cannot rollback" not in out.stderr
     kept = keep / "full.duckdb"
     with Store(kept) as store:  # parts that reached the disk land now; nothing generated became a failure
@@ -234,7 +245,8 @@ def test_stats_show_and_a_second_batch_work_while_a_batch_fills_the_store(tmp_pa
                 some = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
                 store.record_verdict(some, "approved", who="live-test")  # a verdict lands mid-run
             out = subprocess.run([*TOKVIEW, "show", some, "--db", str(db)], capture_output=True, text=True, timeout=120)
-            assert out.returncode == 0 and some in out.stdout, out.stderr
+            assert out.returncode == 0, out.stderr
+            assert some in out.stdout, out.stderr
             out = subprocess.run(
                 [
                     *TOKVIEW,
@@ -299,12 +311,14 @@ def test_the_vocabulary_fingerprint_is_cached_by_the_tokenizer_files(tmp_path, m
     calls = []
     fresh = load_tokenizer(folder)
     fresh.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
-    assert identity.vocab_fingerprint(fresh) == tok.vocab_fingerprint() and not calls  # from the cache
+    assert identity.vocab_fingerprint(fresh) == tok.vocab_fingerprint()
+    assert not calls  # from the cache
     config = folder / "tokenizer_config.json"
     config.write_text(config.read_text() + " ")  # other files: the cache entry no longer applies
     edited = load_tokenizer(folder)
     edited.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
-    assert identity.vocab_fingerprint(edited) == "recomputed" and calls == [1]
+    assert identity.vocab_fingerprint(edited) == "recomputed"
+    assert calls == [1]
 
 
 async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_lists_it_once(tmp_path):
@@ -327,7 +341,8 @@ async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_list
         assert (await run_batch(BatchConfig(servers=[sim.url], prompts_path=other, max_new_tokens=30), store)).ok == 1
         export(store, "speculators", tmp_path / "out.jsonl", select="all", tokenizer=kimi(), profile=profile())
     lines = (tmp_path / "out.errors.jsonl").read_text().splitlines()
-    assert len(lines) == 3 and len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3
+    assert len(lines) == 3
+    assert len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3
 
 
 def test_two_workers_stop_at_once_when_the_parent_cannot_write_a_part(tmp_path):
@@ -371,7 +386,8 @@ async def test_merge_takes_the_samples_a_killed_batch_left_in_parts(tmp_path):
     assert len(os.listdir(str(src) + ".parts")) == 1
     with Store(into) as target:
         assert target.merge(src)["samples"] == 4
-        assert sorted(stored_ids(into)) == sorted(stored_ids(src)) and "extra@x_gen0" in stored_ids(into)
+        assert sorted(stored_ids(into)) == sorted(stored_ids(src))
+        assert "extra@x_gen0" in stored_ids(into)
 
 
 async def test_merge_waits_for_a_source_another_process_holds(tmp_path):
@@ -388,13 +404,15 @@ async def test_merge_waits_for_a_source_another_process_holds(tmp_path):
         text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
         said: list[str] = []
         with Store(tmp_path / "all.duckdb", on_wait=said.append) as target:
             assert target.merge(src)["samples"] == 2  # it failed at once with DuckDB's lock message
     finally:
         holder.wait(timeout=30)
-    assert said and said[0].startswith(f"waiting for {src}: in use by")
+    assert said
+    assert said[0].startswith(f"waiting for {src}: in use by")
 
 
 async def test_merge_refuses_a_store_of_another_model_that_holds_only_failures(tmp_path):
@@ -407,8 +425,10 @@ async def test_merge_refuses_a_store_of_another_model_that_holds_only_failures(t
         theirs, prompts, SimConfig(kind="vllm", model_name="other-model", quirks={"http-500": True}), retries=0
     )
     with Store(theirs) as store:
-        assert store.count_samples() == 0 and store.query("SELECT count(*) FROM failures")[0][0] == 3
+        assert store.count_samples() == 0
+        assert store.query("SELECT count(*) FROM failures")[0][0] == 3
     with Store(ours) as target:
         with pytest.raises(MergeRefused, match="model other-model"):
             target.merge(theirs)
-        assert len(target.runs()) == 1 and target.query("SELECT count(*) FROM failures")[0][0] == 0
+        assert len(target.runs()) == 1
+        assert target.query("SELECT count(*) FROM failures")[0][0] == 0

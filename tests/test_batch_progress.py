@@ -17,7 +17,8 @@ def test_plain_lines_are_throttled_and_final_line_printed_once():
     printer(BatchProgress(total=4, ok=2, failed=1, skipped=1, flagged=1, truncated=1, output_tokens=300, elapsed_s=3.0))
     printer(BatchProgress(total=4, ok=2, failed=1, skipped=1, elapsed_s=3.0))
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and "\r" not in out.getvalue()
+    assert len(lines) == 2
+    assert "\r" not in out.getvalue()
     assert lines[1].startswith("4/4 100.0% | ok 2 failed 1 skipped 1 flagged 1 truncated 1 | 1.0 req/s 100 tok/s")
 
 
@@ -28,14 +29,23 @@ def test_tty_redraws_one_line():
     printer(BatchProgress(total=10, ok=2, elapsed_s=2.0))
     printer.finish()
     text = out.getvalue()
-    assert text.count("\r") == 2 and text.count("\x1b[K") == 2 and text.endswith("\n") and text.count("\n") == 1
+    assert text.count("\r") == 2
+    assert text.count("\x1b[K") == 2
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
 
 
 def test_eta_and_summary_balance():
     p = BatchProgress(total=100, ok=10, failed=0, skipped=50, elapsed_s=10.0)
-    assert p.req_per_s == 1.0 and p.eta_s == 40.0 and "ETA 00:40" in progress_line(p)
+    assert p.req_per_s == 1.0
+    assert p.eta_s == 40.0
+    assert "ETA 00:40" in progress_line(p)
     s = BatchSummary(run_id="r", input=10, ok=6, failed=1, skipped=2, abandoned=1, interrupted=True)
-    assert s.balanced and s.exit_code == 130 and "(balanced)" in s.render()
+    assert s.balanced
+    assert s.exit_code == 130
+    assert "(balanced)" in s.render()
     s = BatchSummary(run_id="r", input=10, ok=6, failed=1, skipped=2)
-    assert not s.balanced and "DOES NOT BALANCE" in s.render() and s.exit_code == 3
+    assert not s.balanced
+    assert "DOES NOT BALANCE" in s.render()
+    assert s.exit_code == 3
     assert BatchSummary(run_id="r", input=1, ok=1).exit_code == 0

@@ -44,7 +44,8 @@ async def test_ray_shards_land_with_the_same_ids_resume_and_accounting(tmp_path,
         assert local.ok == 6
         config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=40, concurrency=2, ray="auto")
         summary = await run_batch(config, store)
-        assert summary.balanced and (summary.ok, summary.failed, summary.resumed) == (34, 0, 6), summary.render()
+        assert summary.balanced, summary.render()
+        assert (summary.ok, summary.failed, summary.resumed) == (34, 0, 6), summary.render()
         again = await run_batch(config, store)
         assert (again.ok, again.resumed) == (0, 40)
         ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
@@ -52,7 +53,8 @@ async def test_ray_shards_land_with_the_same_ids_resume_and_accounting(tmp_path,
     rows, _ = read_prompts(prompts)
     identity = {"model": "tokview-sim", "tokenizer": kimi().vocab_fingerprint(), "profile": profile().name}
     expected = {i.sample_id for i in plan(rows, config, config.sample_settings(identity))[0]}
-    assert len(ids) == len(set(ids)) == 40 and set(ids) == expected
+    assert len(ids) == len(set(ids)) == 40
+    assert set(ids) == expected
 
 
 async def test_failed_requests_on_ray_are_recorded_once_per_sample(tmp_path, local_ray):
@@ -70,7 +72,8 @@ async def test_failed_requests_on_ray_are_recorded_once_per_sample(tmp_path, loc
             max_consecutive_failures=0,
         )
         summary = await run_batch(config, store)
-        assert summary.balanced and (summary.ok, summary.failed) == (0, 20)
+        assert summary.balanced
+        assert (summary.ok, summary.failed) == (0, 20)
         await run_batch(config, store)
         assert store.stats()["failures"]["total"] == 20
         assert store.query("SELECT min(attempts), max(attempts) FROM failure_attempts") == [(2, 2)]

@@ -93,9 +93,11 @@ def test_shards_are_cut_as_they_are_submitted_with_a_bounded_number_in_flight(tm
     tally = ray_shards.Tally()
     outcomes = asyncio.run(ray_shards.run_on_ray(config, NoStore(), "run", queue, tally, None, lambda: None))
     size = ray_shards.SHARD_MAX
-    assert tally.ok == 5000 and outcomes == [None] * len(fake.submitted)
+    assert tally.ok == 5000
+    assert outcomes == [None] * len(fake.submitted)
     ids = [i for shard in fake.submitted for i in shard]
-    assert len(ids) == len(set(ids)) == 5000 and Counter(len(s) for s in fake.submitted)[size] == 5000 // size
+    assert len(ids) == len(set(ids)) == 5000
+    assert Counter(len(s) for s in fake.submitted)[size] == 5000 // size
     assert fake.most_out <= ray_shards.SHARDS_IN_FLIGHT_PER_CPU * fake.cpus * size < 5000
 
 
@@ -115,4 +117,6 @@ def test_a_cancel_submits_nothing_more(tmp_path, monkeypatch):
     cancel = asyncio.Event()
     cancel.set()
     outcomes = asyncio.run(ray_shards.run_on_ray(config, NoStore(), "run", queue, ray_shards.Tally(), cancel, list))
-    assert outcomes == ["interrupted"] and fake.submitted == [] and len(queue) == 2000
+    assert outcomes == ["interrupted"]
+    assert fake.submitted == []
+    assert len(queue) == 2000

@@ -35,7 +35,8 @@ async def test_another_model_into_the_same_store_is_not_a_resume(tmp_path, confi
             first = await run_batch(config(a.url, limit=3), store)
         with start_simulator(SimConfig(kind="vllm", model_name="model-b")) as b:
             second = await run_batch(config(b.url, limit=3), store)
-        assert (first.ok, second.ok, second.resumed) == (3, 3, 0) and first.run_id != second.run_id
+        assert (first.ok, second.ok, second.resumed) == (3, 3, 0)
+        assert first.run_id != second.run_id
         with start_simulator(SimConfig(kind="vllm", model_name="model-a")) as moved:  # same model, other port
             again = await run_batch(config(moved.url, limit=3), store)
         assert (again.ok, again.resumed, again.run_id) == (0, 3, first.run_id)

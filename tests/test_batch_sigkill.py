@@ -75,11 +75,14 @@ def test_sigkill_at_several_points_then_resume(tmp_path):
         )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["balanced"] and summary["input"] == len(expected)
-    assert summary["resumed"] == partial and summary["ok"] == len(expected) - partial
+    assert summary["balanced"]
+    assert summary["input"] == len(expected)
+    assert summary["resumed"] == partial
+    assert summary["ok"] == len(expected) - partial
     with Store(db) as store:
         ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
-        assert len(ids) == len(set(ids)) == len(expected) and set(ids) == expected
+        assert len(ids) == len(set(ids)) == len(expected)
+        assert set(ids) == expected
         assert store.query("SELECT count(*) FROM findings f ANTI JOIN samples s USING (sample_id)")[0][0] == 0
         out = tmp_path / "out.jsonl"
         result = export(store, "speculators", out, select="all", tokenizer=kimi(), profile=profile())

@@ -39,7 +39,8 @@ async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkey
             servers=[sim.url], prompts_path=_prompts(tmp_path / "p.jsonl", 6), max_new_tokens=30, concurrency=2
         )
         summary = await run_batch(config, store)
-    assert summary.ok == 6 and len(seen) == 6
+    assert summary.ok == 6
+    assert len(seen) == 6
     assert set(seen) == {min(before, runner.CAPTURE_SWITCH_INTERVAL_S)}
     assert sys.getswitchinterval() == before
 
@@ -59,4 +60,5 @@ async def test_the_small_transport_and_httpx_store_the_same_samples(tmp_path, mo
                 stored.append(
                     store.query("SELECT sample_id, prompt_ids, output_ids, codes FROM samples ORDER BY sample_id")
                 )
-    assert stored[0] == stored[1] and len(stored[0]) == 5
+    assert stored[0] == stored[1]
+    assert len(stored[0]) == 5

@@ -120,10 +120,13 @@ def test_streamed_plan_equals_the_held_plan(tmp_path, monkeypatch, per_prompt, s
     planned, duplicates, bad, resumed, todo = reference(path, config, stored)
     work = plan_work(config, settings, lambda fragment: {s for s in stored if fragment in s})
     assert (work.planned, work.duplicates, work.bad, work.resumed) == (planned, duplicates, bad, resumed)
-    assert work.todo == len(todo) and work.input == planned + duplicates + len(bad)
+    assert work.todo == len(todo)
+    assert work.input == planned + duplicates + len(bad)
     assert list(work.queue()) == todo  # same ids, turns, indexes and messages, in the same order
     if shard is None and limit is None:
-        assert len(bad) == 9 and duplicates == 3 * per_prompt and todo
+        assert len(bad) == 9
+        assert duplicates == 3 * per_prompt
+        assert todo
 
 
 def test_chunk_size_changes_nothing(tmp_path, monkeypatch):
@@ -187,7 +190,8 @@ def test_orjson_reader_reads_what_the_standard_reader_reads(tmp_path):
     fast = [(n, outcome(lambda n, o: checked_row(n, o, text), n, obj)) for n, obj, text in iter_jsonl_fast(path)]
     slow = [(n, outcome(lambda n, o: parse_checked(o, n), n, obj)) for n, obj in iter_jsonl(path)]
     assert fast == slow
-    assert dict(slow)[4].prompt_id == "big" and "not valid JSON" in dict(slow)[7]
+    assert dict(slow)[4].prompt_id == "big"
+    assert "not valid JSON" in dict(slow)[7]
     assert [n for n, _, text in iter_jsonl_fast(path) if text is None] == [3, 5, 6, 7]  # what orjson refuses
     _rows, bad = read_prompts(path)
     assert any("lone UTF-16 surrogate U+D800" in b for b in bad)  # orjson's refusal did not hide the reason
@@ -302,7 +306,9 @@ async def test_a_stored_run_resumes_without_loading_the_tokenizer(sim, tmp_path,
     path = write(tmp_path / "p.jsonl", rows, ("{bad",))
     with Store(tmp_path / "s.duckdb") as store:
         first = await run_batch(_resume_config(sim.url, path), store)
-        assert first.ok == 6 and first.duplicates == 1 and len(first.bad_rows) == 1
+        assert first.ok == 6
+        assert first.duplicates == 1
+        assert len(first.bad_rows) == 1
         full = await run_batch(_resume_config(sim.url, path), store)  # loads the tokenizer: the reference
 
         def no_tokenizer(_config):
@@ -313,7 +319,8 @@ async def test_a_stored_run_resumes_without_loading_the_tokenizer(sim, tmp_path,
         for summary in (full, quick):
             assert (summary.run_id, summary.input, summary.ok, summary.resumed) == (first.run_id, 8, 0, 6)
             assert (summary.skipped, summary.duplicates, summary.bad_rows) == (8, 1, first.bad_rows)
-            assert summary.balanced and summary.exit_code == full.exit_code
+            assert summary.balanced
+            assert summary.exit_code == full.exit_code
         with pytest.raises(AssertionError, match="tokenizer was loaded"):  # work left: the ordinary path
             await run_batch(_resume_config(sim.url, path, samples_per_prompt=2), store)
 
@@ -326,7 +333,8 @@ async def test_what_is_left_after_the_shortcut_is_generated_once(sim, tmp_path, 
     with Store(tmp_path / "s.duckdb") as store:
         assert (await run_batch(_resume_config(sim.url, path, limit=2), store)).ok == 2
         summary = await run_batch(_resume_config(sim.url, path), store)  # the plan made without a tokenizer is reused
-        assert (summary.ok, summary.resumed, summary.input) == (3, 2, 5) and summary.balanced
+        assert (summary.ok, summary.resumed, summary.input) == (3, 2, 5)
+        assert summary.balanced
         assert store.count_samples() == 5
 
 

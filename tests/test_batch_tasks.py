@@ -77,6 +77,7 @@ def test_ctrl_c_while_a_stalled_server_is_probed_ends_the_batch_at_once(tmp_path
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - started
     assert proc.returncode == 130, err[-800:]
-    assert took < 10 and err.strip().splitlines()[-1].startswith("tokview: ")
+    assert took < 10
+    assert err.strip().splitlines()[-1].startswith("tokview: ")
     assert "interrupted while the servers were probed: nothing was written" in err
     assert not db.exists()

@@ -42,7 +42,8 @@ async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path):
                 await asyncio.sleep(0.005)
             cancel.set()
             summary = await run
-    assert summary.interrupted and summary.balanced, summary.render()
+    assert summary.interrupted, summary.render()
+    assert summary.balanced, summary.render()
     assert not any("exited with" in note or "stopped on its own" in note for note in summary.notes), summary.notes
     assert summary.stopped is None
 
@@ -68,6 +69,8 @@ def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_p
         group.procs[0].join(timeout=60)
         code = group.procs[0].exitcode
     err = capfd.readouterr().err
-    assert code == 0 and "Traceback" not in err and "BrokenPipeError" not in err, err[-1500:]
+    assert code == 0, err[-1500:]
+    assert "Traceback" not in err, err[-1500:]
+    assert "BrokenPipeError" not in err, err[-1500:]
     written = [p for p in parts_dir(db).iterdir() if p.name.endswith(".jsonl")] if parts_dir(db).exists() else []
     assert written  # what it captured is on disk for the parent's next run to land

@@ -92,9 +92,11 @@ async def test_a_child_that_cannot_start_leaves_all_the_work_to_the_parent(tmp_p
     finally:
         watchdog.cancel()
         resume_children()
-    assert summary.balanced and (summary.ok, summary.failed, summary.stopped) == (N, 0, None), summary.render()
+    assert summary.balanced, summary.render()
+    assert (summary.ok, summary.failed, summary.stopped) == (N, 0, None), summary.render()
     assert [t.taken for t in made[0].tallies] == [0]  # the parent did every sample
-    assert len(ids) == len(set(ids)) == N and set(ids) == expected_ids(prompts, config)
+    assert len(ids) == len(set(ids)) == N
+    assert set(ids) == expected_ids(prompts, config)
 
 
 async def test_both_processes_take_work_and_store_every_sample_once(tmp_path, groups):
@@ -104,10 +106,13 @@ async def test_both_processes_take_work_and_store_every_sample_once(tmp_path, gr
         config = config_for(sim, prompts)
         summary = await run_batch(config, store)
         ids = stored_ids(store)
-    assert summary.balanced and (summary.ok, summary.failed) == (400, 0), summary.render()
+    assert summary.balanced, summary.render()
+    assert (summary.ok, summary.failed) == (400, 0), summary.render()
     child = made[0].tallies[0]
-    assert child.taken == child.ok and child.leased == {}  # every item the child took, it wrote
-    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
+    assert child.taken == child.ok
+    assert child.leased == {}  # every item the child took, it wrote
+    assert len(ids) == len(set(ids)) == 400
+    assert set(ids) == expected_ids(prompts, config)
 
 
 @pytest.mark.parametrize("at_take", [1, 3])
@@ -138,21 +143,28 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
         first = stored_ids(store)
         assert summary.balanced, summary.render()
         said = summary.stopped if summary.abandoned else " ".join(summary.notes)
-        assert said and "worker 1 exited with -9" in said
+        assert said
+        assert "worker 1 exited with -9" in said
         if summary.abandoned:  # a part it was writing is left for the resume: the run is not whole
-            assert summary.stopped and summary.exit_code != 0
+            assert summary.stopped
+            assert summary.exit_code != 0
         else:  # the others did all its work: the run is whole, and says what happened
-            assert summary.stopped is None and summary.exit_code == 0
+            assert summary.stopped is None
+            assert summary.exit_code == 0
             assert "note: worker 1 exited with -9" in summary.render()
         child = made[0].tallies[0]
         if at_take == 1:  # it had written nothing: all its items went back and were done by the parent
-            assert (summary.ok, summary.abandoned) == (N, 0) and child.taken == 16
+            assert (summary.ok, summary.abandoned) == (N, 0)
+            assert child.taken == 16
             assert "16 of its samples went back to the others" in said
         assert len(first) == len(set(first)) >= summary.ok
         again = await run_batch(config, store)
         ids = stored_ids(store)
-    assert again.balanced and again.ok == N - len(first) and again.resumed == len(first)
-    assert len(ids) == len(set(ids)) == N and set(ids) == expected_ids(prompts, config)
+    assert again.balanced
+    assert again.ok == N - len(first)
+    assert again.resumed == len(first)
+    assert len(ids) == len(set(ids)) == N
+    assert set(ids) == expected_ids(prompts, config)
 
 
 async def test_a_cancel_stops_every_process_and_what_they_wrote_is_counted(tmp_path, groups):
@@ -169,26 +181,35 @@ async def test_a_cancel_stops_every_process_and_what_they_wrote_is_counted(tmp_p
         config = config_for(sim, prompts)
         summary = await run_batch(config, store, on_progress=on_progress, cancel=cancel)
         first = stored_ids(store)
-        assert summary.interrupted and summary.balanced and summary.abandoned > 0, summary.render()
+        assert summary.interrupted, summary.render()
+        assert summary.balanced, summary.render()
+        assert summary.abandoned > 0, summary.render()
         assert len(first) == len(set(first)) == summary.ok
         again = await run_batch(config, store)
         ids = stored_ids(store)
-    assert again.balanced and again.ok == 400 - len(first)
-    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
+    assert again.balanced
+    assert again.ok == 400 - len(first)
+    assert len(ids) == len(set(ids)) == 400
+    assert set(ids) == expected_ids(prompts, config)
 
 
 def test_the_feed_hands_out_given_back_items_first_and_nothing_once_closed():
     feed = WorkFeed(deque(range(10)))
     assert feed.take(3) == [0, 1, 2]
     feed.give_back([1, 2])
-    assert len(feed) == 9 and feed.take(4) == [1, 2, 3, 4]
+    assert len(feed) == 9
+    assert feed.take(4) == [1, 2, 3, 4]
     local = FeedTodo(feed)
-    assert local and local.popleft() == 5 and len(local) == 4
+    assert local
+    assert local.popleft() == 5
+    assert len(local) == 4
     assert feed.take(4) == [6, 7, 8, 9]
     feed.give_back([9])
     assert feed.take(2) == [9]
     feed.close()
-    assert not local and feed.take(5) == [] and len(feed) == 0
+    assert not local
+    assert feed.take(5) == []
+    assert len(feed) == 0
 
 
 def test_an_edited_prompts_file_closes_the_feed_with_the_error():
@@ -200,7 +221,9 @@ def test_an_edited_prompts_file_closes_the_feed_with_the_error():
             raise ValueError("the prompts file changed")
 
     feed = WorkFeed(Broken())
-    assert feed.take(2) == [] and feed.closed and isinstance(feed.error, ValueError)
+    assert feed.take(2) == []
+    assert feed.closed
+    assert isinstance(feed.error, ValueError)
 
 
 async def test_a_server_that_fails_everything_stops_every_process(tmp_path):
@@ -219,8 +242,11 @@ async def test_a_server_that_fails_everything_stops_every_process(tmp_path):
             workers=2,
         )
         summary = await run_batch(config, store)
-    assert summary.stopped and "stopped after 5 consecutive failures" in summary.stopped
-    assert summary.failed < 100 and summary.abandoned > 300 and summary.balanced, summary.render()
+    assert summary.stopped
+    assert "stopped after 5 consecutive failures" in summary.stopped
+    assert summary.failed < 100, summary.render()
+    assert summary.abandoned > 300, summary.render()
+    assert summary.balanced, summary.render()
 
 
 def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_feed():
@@ -240,7 +266,8 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     store = Parts()
     lander = Lander(store, every_s=3600)  # no beat within the test: only the landing on close
     lander.close()
-    assert store.landed == 1 and lander.error is None
+    assert store.landed == 1
+    assert lander.error is None
     drained = Parts()
     lander = Lander(drained, every_s=0.001, drained=lambda: True)  # the feed is empty: no beat lands
     threading.Event().wait(0.05)
@@ -250,7 +277,9 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     full = Parts(StoreFull("the disk is full"))
     lander = Lander(full, every_s=3600, on_error=feed.close)
     lander.close()
-    assert isinstance(lander.error, StoreFull) and feed.closed and feed.take(1) == []
+    assert isinstance(lander.error, StoreFull)
+    assert feed.closed
+    assert feed.take(1) == []
 
 
 async def test_rows_given_in_memory_start_the_children_once_planned(tmp_path, groups):
@@ -263,9 +292,13 @@ async def test_rows_given_in_memory_start_the_children_once_planned(tmp_path, gr
         config = BatchConfig(servers=[sim.url], max_new_tokens=40, concurrency=4, workers=2)
         summary = await run_batch(config, store, prompts=rows)
         ids = stored_ids(store)
-    assert summary.balanced and (summary.ok, summary.failed) == (200, 0), summary.render()
-    assert len(made) == 1 and made[0].tallies[0].done.is_set() and made[0].tallies[0].leased == {}
-    assert len(ids) == len(set(ids)) == 200 and set(ids) == expected_ids(prompts, config)
+    assert summary.balanced, summary.render()
+    assert (summary.ok, summary.failed) == (200, 0), summary.render()
+    assert len(made) == 1
+    assert made[0].tallies[0].done.is_set()
+    assert made[0].tallies[0].leased == {}
+    assert len(ids) == len(set(ids)) == 200
+    assert set(ids) == expected_ids(prompts, config)
 
 
 def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tmp_path):
@@ -288,7 +321,9 @@ def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tm
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         summary = json.loads(out.decode().strip().splitlines()[-1])
-        assert proc.returncode == 130 and summary["interrupted"] and summary["balanced"], err.decode()[-800:]
+        assert proc.returncode == 130, err.decode()[-800:]
+        assert summary["interrupted"], err.decode()[-800:]
+        assert summary["balanced"], err.decode()[-800:]
         with Store(db) as store:
             first = stored_ids(store)
         assert len(first) == len(set(first)) == summary["ok"] < 400
@@ -296,5 +331,7 @@ def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tm
         with Store(db) as store:
             again = asyncio.run(run_batch(config, store))
             ids = stored_ids(store)
-    assert again.ok == 400 - len(first) and again.resumed == len(first)
-    assert len(ids) == len(set(ids)) == 400 and set(ids) == expected_ids(prompts, config)
+    assert again.ok == 400 - len(first)
+    assert again.resumed == len(first)
+    assert len(ids) == len(set(ids)) == 400
+    assert set(ids) == expected_ids(prompts, config)

@@ -54,10 +54,13 @@ def test_closing_lands_the_written_parts_while_the_last_captures_are_still_analy
             if landed_by:
                 break
             threading.Event().wait(0.01)
-        assert landed_by == ["closing"] and store.count_samples() == 1  # landed before the last analysis ended
+        assert landed_by == ["closing"]
+        assert store.count_samples() == 1  # landed before the last analysis ended
         release.set()
         closing.join(30)
-        assert store.count_samples() == 2 and writer.ok == 2 and writer.error is None
+        assert store.count_samples() == 2
+        assert writer.ok == 2
+        assert writer.error is None
         assert landed_by == ["closing", "tokview-writer"]
 
 

@@ -61,7 +61,8 @@ def test_an_openai_trace_with_parallel_calls_is_read_as_sent(tmp_path):
     assert [c["id"] for c in calls] == ["c1", "c2"]
     assert calls[0]["function"]["arguments"] == '{"city": "Paris"}', "an object is serialised as the servers do"
     assert calls[1]["function"]["arguments"] == '{"zone":"CET"}', "a string is kept verbatim"
-    assert row.messages[1]["reasoning_content"] == "Two tools at once." and row.messages[1]["content"] == ""
+    assert row.messages[1]["reasoning_content"] == "Two tools at once."
+    assert row.messages[1]["content"] == ""
     assert [(m["tool_call_id"], m.get("name")) for m in row.messages[2:4]] == [("c2", "get_time"), ("c1", None)]
     points = generation_points(row)
     assert [(p.turn, p.at) for p in points] == [(0, 1), (1, 4)]
@@ -129,15 +130,19 @@ def test_a_malformed_trace_is_a_bad_row_with_its_line(tmp_path, row, says):
     good = {"id": "good", "prompt": "fine"}
     rows, bad = read_prompts(_file(tmp_path, good, row))
     assert [r.prompt_id for r in rows] == ["good"]
-    assert len(bad) == 1 and bad[0].startswith("line 2: ") and says in bad[0], bad
+    assert len(bad) == 1, bad
+    assert bad[0].startswith("line 2: "), bad
+    assert says in bad[0], bad
 
 
 def test_a_trace_ending_on_its_calls_is_fine_and_a_plain_tool_turn_takes_the_checked_path(tmp_path):
     ends_on_calls = _with([USER, CALL])
     lone_tool = {"id": "lone", "messages": [USER, {"role": "tool", "content": "x"}]}  # two keys: fast-path shaped
     checked = list(iter_checked(_file(tmp_path, ends_on_calls, lone_tool), rows=False))
-    assert checked[0].bad is None and checked[0].agent
-    assert checked[1].bad is not None and "answers no call" in checked[1].bad
+    assert checked[0].bad is None
+    assert checked[0].agent
+    assert checked[1].bad is not None
+    assert "answers no call" in checked[1].bad
 
 
 def test_a_lone_surrogate_in_the_tools_is_a_bad_row_not_a_template_error(tmp_path):
@@ -145,4 +150,7 @@ def test_a_lone_surrogate_in_the_tools_is_a_bad_row_not_a_template_error(tmp_pat
     tools = '[{"type": "function", "function": {"name": "f", "description": "bad \\ud800"}}]'
     path.write_text('{"id": "s", "tools": ' + tools + ', "messages": [{"role": "user", "content": "hi"}]}\n')
     rows, bad = read_prompts(path)
-    assert rows == [] and len(bad) == 1 and "lone UTF-16 surrogate U+D800" in bad[0] and bad[0].startswith("line 1")
+    assert rows == []
+    assert len(bad) == 1
+    assert "lone UTF-16 surrogate U+D800" in bad[0]
+    assert bad[0].startswith("line 1")

@@ -52,8 +52,10 @@ def test_a_multi_turn_row_is_one_chain_per_index_and_a_stored_first_turn_ends_it
 
 def test_history_file_plans_slots_as_before_and_a_chain_keeps_to_one_shard(tmp_path):
     work = _plan(tmp_path, history="file")
-    assert work.chain_key is None and not any(isinstance(i, ChainItem) for i in work.queue())
+    assert work.chain_key is None
+    assert not any(isinstance(i, ChainItem) for i in work.queue())
     for k in (1, 2, 3):
         shard = _plan(tmp_path, shard=(k, 3))
         for chain in (i for i in shard.queue() if isinstance(i, ChainItem)):
-            assert zlib.crc32(chain.sample_id.encode()) % 3 == k - 1 and chain.todo == 3
+            assert zlib.crc32(chain.sample_id.encode()) % 3 == k - 1
+            assert chain.todo == 3

@@ -34,7 +34,9 @@ def test_a_failed_request_fails_the_whole_chain_naming_its_turn():
         return next(answers)
 
     result = asyncio.run(run_chain(ITEM, attempt))
-    assert result.samples == [] and result.left == 1 and result.stop is None
+    assert result.samples == []
+    assert result.left == 1
+    assert result.stop is None
     assert result.failure == ("chain turn 1 failed: HTTP 500 from POST /v1/chat/completions", "http://s", True)
 
 
@@ -45,7 +47,9 @@ def test_a_later_turn_too_long_to_send_ends_the_chain_keeping_the_turns_before()
         return next(answers)
 
     result = asyncio.run(run_chain(ITEM, attempt))
-    assert [t.turn for t, _ in result.samples] == [0] and result.failure is None and result.left == 1
+    assert [t.turn for t, _ in result.samples] == [0]
+    assert result.failure is None
+    assert result.left == 1
     assert result.stop == "turn 1 was not sent: over_max_length: 90 prompt ids for a context of 64"
     assert result.samples[0][1].settings["chain"]["stopped"] == result.stop
 
@@ -58,12 +62,16 @@ def test_over_the_context_length_on_the_simulator_ends_the_chain_counted(tmp_pat
     with start_simulator(SimConfig(kind="vllm", max_model_len=160, output_tokens=8)) as sim:
         code = main(["batch", str(prompts), "--server", sim.url, "--db", str(db), "--mode", "chat", "--summary-json"])
     summary = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.OK and summary["ok"] == 1 and summary["chain_stopped"] == 1 and summary["failed"] == 0
+    assert code == ExitCode.OK
+    assert summary["ok"] == 1
+    assert summary["chain_stopped"] == 1
+    assert summary["failed"] == 0
     (why,) = summary["chain_stops"]
     assert why.startswith("turn 1 was not sent: over_max_length")
     with Store(str(db)) as store:
         (kept,) = [store.load_sample(r[0]) for r in store.query("SELECT sample_id FROM samples")]
-    assert kept.turn == 0 and "chain_stopped" in [f.code for f in kept.findings]
+    assert kept.turn == 0
+    assert "chain_stopped" in [f.code for f in kept.findings]
 
 
 def test_the_writer_records_a_failed_chain_on_its_first_turn_and_counts_the_rest(tmp_path):
@@ -80,7 +88,8 @@ def test_the_writer_records_a_failed_chain_on_its_first_turn_and_counts_the_rest
         assert store.count_samples() == 0
     assert (failure["sample_id"], failure["reason"]) == ("p#turn0@k_gen0", "chain turn 1 failed: HTTP 500")
     failures, stops = split_chain_stops(writer.reasons)
-    assert writer.failed == 1 and failures == {"chain turn 1 failed: HTTP 500": 1}
+    assert writer.failed == 1
+    assert failures == {"chain turn 1 failed: HTTP 500": 1}
     assert stops == {"its chain failed (recorded on its first turn; the next run retries the chain whole)": 1}
 
 

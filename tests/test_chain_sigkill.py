@@ -42,7 +42,8 @@ def test_a_killed_chained_batch_resumes_to_whole_chains(tmp_path):
         done = subprocess.run([*args, "--summary-json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["balanced"] and summary["input"] == 36
+    assert summary["balanced"]
+    assert summary["input"] == 36
     with Store(db) as store:
         rows = store.query("SELECT sample_id, prompt_id, turn, settings FROM samples ORDER BY prompt_id, turn")
     assert len({r[0] for r in rows}) == len(rows) == summary["ok"] + summary["resumed"]

@@ -90,7 +90,9 @@ def test_a_tool_loop_trace_is_regenerated_as_a_chain_token_exact(tmp_path, kind,
     with start_simulator(cfg) as sim:
         code, _, store = _batch(tmp_path, sim.url, [LOOP_TRACE])
         summary = json.loads(capsys.readouterr().out)
-        assert code == ExitCode.OK and summary["ok"] == 8 and summary["chain_stopped"] == 0, summary
+        assert code == ExitCode.OK, summary
+        assert summary["ok"] == 8, summary
+        assert summary["chain_stopped"] == 0, summary
         turns = _chain(store, "agent")
         for s in turns:  # what the server served, asked again with the stored request body
             body = {k: v for k, v in s.capture.raw_request["body"].items()}
@@ -98,9 +100,11 @@ def test_a_tool_loop_trace_is_regenerated_as_a_chain_token_exact(tmp_path, kind,
             choice = again["choices"][0]
             served_prompt = choice.get("prompt_token_ids") or again.get("prompt_token_ids")
             served_out = choice.get("token_ids") or choice.get("response_token_ids")
-            assert s.capture.prompt_ids == served_prompt and s.capture.output_ids == served_out
+            assert s.capture.prompt_ids == served_prompt
+            assert s.capture.output_ids == served_out
     chain = [s.capture.settings["chain"] for s in turns]
-    assert [c["turn"] for c in chain] == list(range(8)) and {c["history"] for c in chain} == {"served"}
+    assert [c["turn"] for c in chain] == list(range(8))
+    assert {c["history"] for c in chain} == {"served"}
     assert [c["extends"] for c in chain] == EXTENDS
     assert [c["parent"] for c in chain[1:]] == [s.sample_id for s in turns[:-1]]
     for previous, s in itertools.pairwise(turns):
@@ -116,7 +120,8 @@ def test_a_tool_loop_trace_is_regenerated_as_a_chain_token_exact(tmp_path, kind,
     assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == [c["id"] for c in served_calls]
     assert [m["content"] for m in sent if m["role"] == "tool"] == ["sunny 0", "10:00"], "the file's results"
     assert sent[1]["reasoning_content"] == turns[0].capture.reasoning, "served reasoning goes back"
-    assert turns[3].capture.tool_calls in (None, []) and turns[3].capture.content
+    assert turns[3].capture.tool_calls in (None, [])
+    assert turns[3].capture.content
 
 
 def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_path, capsys):
@@ -136,14 +141,22 @@ def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_pa
         summary = json.loads(capsys.readouterr().out)
         again_code, _, _ = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
     again = json.loads(capsys.readouterr().out)
-    assert again_code == ExitCode.OK and again["ok"] == 0 and again["resumed"] == 2 and again["balanced"]
-    assert again["chain_stopped"] == 2 and "stopped in an earlier run" in next(iter(again["chain_stops"]))
-    assert code == ExitCode.OK and summary["ok"] == 2 and summary["chain_stopped"] == 2 and summary["balanced"]
+    assert again_code == ExitCode.OK
+    assert again["ok"] == 0
+    assert again["resumed"] == 2
+    assert again["balanced"]
+    assert again["chain_stopped"] == 2
+    assert "stopped in an earlier run" in next(iter(again["chain_stops"]))
+    assert code == ExitCode.OK
+    assert summary["ok"] == 2
+    assert summary["chain_stopped"] == 2
+    assert summary["balanced"]
     (why,) = summary["chain_stops"]
     assert "turn 0 called 2 tool(s) (get_weather, get_time) where the file has 1 result(s) (get_weather)" in why
     (kept,) = _chain(store, "short")
     stop = next(f for f in kept.findings if f.code == "chain_stopped")
-    assert "called 2 tool(s)" in stop.detail and kept.capture.settings["chain"]["stopped"]
+    assert "called 2 tool(s)" in stop.detail
+    assert kept.capture.settings["chain"]["stopped"]
 
 
 def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):
@@ -183,10 +196,12 @@ def test_plain_multi_turn_rows_chain_on_the_raw_path_split_on_ids(tmp_path, caps
     store = Store(str(db))
     for row in rows:
         turns = _chain(store, row["id"])
-        assert len(turns) > 1 and [t.capture.endpoint for t in turns] == ["sglang-generate"] * len(turns)
+        assert len(turns) > 1
+        assert [t.capture.endpoint for t in turns] == ["sglang-generate"] * len(turns)
         assert [t.capture.settings["chain"]["extends"] for t in turns] == [None] + [True] * (len(turns) - 1)
         served = next(m for m in turns[1].capture.messages if m["role"] == "assistant")
-        assert served["reasoning_content"] and served["content"]
+        assert served["reasoning_content"]
+        assert served["content"]
         assert served["content"] not in json.dumps(row), "the served answer, not the file's"
 
 
@@ -207,7 +222,8 @@ def test_chains_run_side_by_side_and_each_one_in_order(tmp_path, capsys):
     with start_simulator(SimConfig(kind="vllm", latency_s=0.25)) as sim:
         code, _, _store = _batch(tmp_path, sim.url, rows, "--concurrency", "8")
     summary = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.OK and summary["ok"] == 16
+    assert code == ExitCode.OK
+    assert summary["ok"] == 16
     assert summary["elapsed_s"] < 8 * 0.25, f"chains ran one after another: {summary['elapsed_s']:.1f}s"
 
 
@@ -216,7 +232,8 @@ def test_the_sample_agent_traces_read_without_a_bad_row():
 
     for name, expected in (("agent_traces.jsonl", 6), ("agent_traces_sharegpt.jsonl", 3)):
         rows, bad = read_prompts(SAMPLES / name)
-        assert bad == [] and len(rows) == expected
+        assert bad == []
+        assert len(rows) == expected
         assert all(r.tools for r in rows)
 
 
@@ -260,5 +277,6 @@ def test_progress_counts_a_stopped_chain_s_turns_as_done(tmp_path):
         config = BatchConfig(servers=[sim.url], prompts_path=prompts, mode="chat", workers=1, temperature=0)
         with Store(str(tmp_path / "s.duckdb")) as store:
             summary = asyncio.run(run_batch(config, store, on_progress=seen.append))
-    assert summary.chain_stopped == 1 and summary.balanced
+    assert summary.chain_stopped == 1
+    assert summary.balanced
     assert (seen[-1].done, seen[-1].total) == (2, 2), "the stopped turn is done, not pending"

@@ -39,7 +39,9 @@ def test_an_argument_error_is_a_usage_error_in_one_line(argv, says, capsys):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE
-    assert err.count("\n") == 1 and err.startswith("tokview: error: ") and says in err, err
+    assert err.count("\n") == 1, err
+    assert err.startswith("tokview: error: "), err
+    assert says in err, err
     assert "--help" in err  # where the usage is
 
 
@@ -72,7 +74,8 @@ def test_batch_with_stdout_closed_finishes_and_exits_0(sim_url, tmp_path):
     db = tmp_path / "a.duckdb"
     done = _shell(">&-", *_batch(sim_url, db))
     assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr and "ok 3" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "ok 3" in done.stderr
 
 
 def test_batch_summary_json_to_a_closed_stdout_is_one_line_after_the_work(sim_url, tmp_path):
@@ -80,7 +83,9 @@ def test_batch_summary_json_to_a_closed_stdout_is_one_line_after_the_work(sim_ur
     done = _shell(">&-", *_batch(sim_url, db, "--summary-json"))
     lines = done.stderr.strip().splitlines()
     assert done.returncode == ExitCode.USAGE, done.stderr
-    assert "Traceback" not in done.stderr and lines[-1].startswith("tokview: error: ") and "stdout" in lines[-1]
+    assert "Traceback" not in done.stderr
+    assert lines[-1].startswith("tokview: error: ")
+    assert "stdout" in lines[-1]
     again = _shell("", *_batch(sim_url, db, "--summary-json"))  # the work was kept
     assert json.loads(again.stdout)["resumed"] == 3
 
@@ -88,9 +93,11 @@ def test_batch_summary_json_to_a_closed_stdout_is_one_line_after_the_work(sim_ur
 def test_batch_with_stderr_closed_finishes_and_exits_0(sim_url, tmp_path):
     db = tmp_path / "a.duckdb"
     done = _shell("2>&-", *_batch(sim_url, db, "--summary-json"))
-    assert done.returncode == 0 and done.stderr == ""
+    assert done.returncode == 0
+    assert done.stderr == ""
     summary = json.loads(done.stdout)  # stdout holds the data only: no message strayed into it
-    assert summary["ok"] == 3 and summary["exit_code"] == 0
+    assert summary["ok"] == 3
+    assert summary["exit_code"] == 0
 
 
 def test_export_to_a_closed_stdout_is_one_line_not_an_internal_error(sim_url, tmp_path):
@@ -98,10 +105,13 @@ def test_export_to_a_closed_stdout_is_one_line_not_an_internal_error(sim_url, tm
     assert _shell("", *_batch(sim_url, db)).returncode == 0
     done = _shell(">&-", "export", "--db", str(db), "--out", "-")
     err = done.stderr.strip().splitlines()
-    assert done.returncode == ExitCode.USAGE and len(err) == 1, done.stderr
-    assert err[0].startswith("tokview: error: ") and "stdout is closed" in err[0]
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert len(err) == 1, done.stderr
+    assert err[0].startswith("tokview: error: ")
+    assert "stdout is closed" in err[0]
     quiet = _shell("2>&-", "export", "--db", str(db), "--out", "-")
-    assert quiet.returncode == 0 and len(quiet.stdout.splitlines()) == 3
+    assert quiet.returncode == 0
+    assert len(quiet.stdout.splitlines()) == 3
 
 
 def test_a_closed_stdout_never_lends_its_descriptor_to_a_file(tmp_path):
@@ -123,7 +133,8 @@ def test_a_closed_stdout_never_lends_its_descriptor_to_a_file(tmp_path):
         timeout=60,
         cwd=ROOT,
     )
-    assert done.returncode == 0 and int(done.stderr) > 2, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert int(done.stderr) > 2, done.stderr
     assert os.path.getsize(target) == 0
 
 
@@ -139,5 +150,7 @@ def test_nan_is_refused_by_every_number_option(argv, capsys):
     """`--max-nll nan` was accepted (every comparison with NaN is false: it kept nothing, or everything)."""
     code = main(argv)
     err = capsys.readouterr().err
-    assert code == ExitCode.USAGE and err.count("\n") == 1 and "must be a finite number, not nan" in err, err
+    assert code == ExitCode.USAGE, err
+    assert err.count("\n") == 1, err
+    assert "must be a finite number, not nan" in err, err
     assert argv[-2] in err

@@ -68,9 +68,11 @@ def test_two_batches_and_ten_readers_store_every_sample_once_and_no_reader_fails
             assert reader.returncode == 0, err.decode()
             reports.append(json.loads(out.decode().splitlines()[-1]))
     for b, code in zip(batches, codes):
-        assert code == 0 and "Traceback" not in b.stderr, b.stderr
+        assert code == 0, b.stderr
+        assert "Traceback" not in b.stderr, b.stderr
         summary = json.loads(b.stdout)
-        assert summary["balanced"] and summary["failed"] == 0, summary
+        assert summary["balanced"], summary
+        assert summary["failed"] == 0, summary
         assert summary["ok"] + summary["resumed"] + summary["skipped"] >= PROMPTS - SEEDED, summary
     assert [r for r in reports if r["failures"]] == []
     assert all(r["calls"] >= 2 for r in reports), [(r["kind"], r["calls"]) for r in reports]
@@ -81,4 +83,5 @@ def test_two_batches_and_ten_readers_store_every_sample_once_and_no_reader_fails
         assert reference.finish() == 0, reference.stderr
     expected = content(tmp_path / "ref.duckdb")
     corrupted = sorted(sid for sid in expected if got.get(sid) != expected[sid])
-    assert sorted(got) == sorted(expected) and corrupted == [], corrupted
+    assert sorted(got) == sorted(expected), corrupted
+    assert corrupted == [], corrupted

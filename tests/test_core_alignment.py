@@ -37,7 +37,8 @@ def test_resync_needs_the_next_piece_too():
 
 def test_text_no_id_accounts_for_is_reported():
     result = align([b"a"], ["a and more"], [False])
-    assert result.statuses == (KEPT,) and result.unmatched_text == " and more"
+    assert result.statuses == (KEPT,)
+    assert result.unmatched_text == " and more"
 
 
 def test_fields_say_which_text_kept_each_id():
@@ -81,7 +82,8 @@ def test_kept_runs_match_the_id_by_id_walk():
         read_off = [(status, len(list(run))) for status, run in groupby(fast.statuses)]
         assert fast.status_runs() == slow.status_runs() == read_off  # as recorded by the walk
         assert replace(fast).status_runs() == read_off  # a copy carries no recorded runs: read off the statuses
-        assert "_runs" not in replace(fast).__dict__ and "_runs" in fast.__dict__
+        assert "_runs" not in replace(fast).__dict__
+        assert "_runs" in fast.__dict__
 
     check()
 
@@ -94,11 +96,13 @@ def test_a_long_answer_in_two_fields_matches_the_walk(kimi_tok):
     ids = kimi_tok.encode(reasoning) + [close] + kimi_tok.encode(content)
     pieces = kimi_tok.pieces_bytes(ids)
     special = kimi_tok.special_flags(ids)
-    assert pieces == [kimi_tok.piece_bytes(i) for i in ids] and special == [kimi_tok.is_special(i) for i in ids]
+    assert pieces == [kimi_tok.piece_bytes(i) for i in ids]
+    assert special == [kimi_tok.is_special(i) for i in ids]
     for texts in ([reasoning, content], [reasoning[:100], reasoning[100:] + content], [reasoning + content]):
         fast = align(pieces, texts, special)
         assert fast == align(pieces, texts, special, fast_runs=False)
-        assert fast.statuses.count(HIDDEN) == 1 and not fast.unmatched_text
+        assert fast.statuses.count(HIDDEN) == 1
+        assert not fast.unmatched_text
     split = align(pieces, [reasoning[:100], reasoning[100:] + content], special)
     first_of_second = next(i for i, f in enumerate(split.fields) if f == 1)
     assert len(b"".join(pieces[:first_of_second])) >= 100 > len(b"".join(pieces[: first_of_second - 1]))
@@ -128,7 +132,8 @@ def test_runs_are_cut_at_every_special_flag_whatever_sequence_holds_the_flags():
     pieces = [b"a", b"<s>", b"b", b"c", b"<e>", b"d"]
     flags = [False, True, False, False, True, False]
     assert true_positions(flags) == true_positions(tuple(flags)) == [1, 4]
-    assert true_positions([False] * 5) == [] and true_positions([True, True]) == [0, 1]
+    assert true_positions([False] * 5) == []
+    assert true_positions([True, True]) == [0, 1]
     for given, at in ((flags, None), (tuple(flags), None), (flags, [1, 4])):
         result = align(pieces, ["a", "bc", "d"], given, special_at=at)
         assert result.statuses == (KEPT, HIDDEN, KEPT, KEPT, HIDDEN, KEPT)
@@ -146,7 +151,8 @@ def test_ids_the_text_never_held_are_hidden_and_the_text_still_starts_at_its_fir
     for fast in (True, False):
         result = align([p.encode() for p in pieces], [text + "Yes", None], special, fast_runs=fast)
         assert result.positions(HIDDEN) == [0, 1, 2, 3, 4, 13, 15]
-        assert result.statuses[5:13] == (KEPT,) * 8 and not result.unmatched_text
+        assert result.statuses[5:13] == (KEPT,) * 8
+        assert not result.unmatched_text
 
 
 def test_an_echo_longer_than_the_drift_it_could_be_is_still_drift():

@@ -20,8 +20,10 @@ def rec(name):
 def test_sglang_output_triples_with_top_k():
     meta = rec("sgl_generate_logprobs.json")["meta_info"]
     got = lp.from_sglang_output(meta, KIMI_CHAIN_OUTPUT)
-    assert len(got.logprobs) == 18 and got.logprobs[0] == 0.0
-    assert got.top_ids[0] == [256, 264] and got.top_logprobs[0] == [0.0, -30.5]
+    assert len(got.logprobs) == 18
+    assert got.logprobs[0] == 0.0
+    assert got.top_ids[0] == [256, 264]
+    assert got.top_logprobs[0] == [0.0, -30.5]
     assert all(len(t) == 2 for t in got.top_ids)
 
 
@@ -39,10 +41,12 @@ def test_sglang_and_vllm_scoring_agree_on_the_same_stored_sample():
     vll = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, len(SCORE_PROMPT), 2)
     assert len(sgl.logprobs) == len(vll.logprobs) == 18
     assert sgl.logprobs == pytest.approx(vll.logprobs, abs=1e-3)
-    assert len(vll.top_ids[0]) == 2 and vll.top_logprobs[0][0] >= vll.top_logprobs[0][1]
+    assert len(vll.top_ids[0]) == 2
+    assert vll.top_logprobs[0][0] >= vll.top_logprobs[0][1]
     # the whole prompt side: the first position has no logprob on either server
     whole = lp.from_vllm_prompt(choice["prompt_logprobs"], ids, 0, 0)
-    assert whole.logprobs[0] is None and whole.logprobs[1] == pytest.approx(-11.918, abs=1e-3)
+    assert whole.logprobs[0] is None
+    assert whole.logprobs[1] == pytest.approx(-11.918, abs=1e-3)
     assert whole.top_ids is None
 
 
@@ -77,7 +81,8 @@ def test_vllm_chat_logprobs_need_token_ids_not_strings():
         ]
     }
     got = lp.from_vllm_chat(as_ids, choice["token_ids"])
-    assert got.logprobs == [0.0] * 18 and got.top_ids[3] == [choice["token_ids"][3], 264]
+    assert got.logprobs == [0.0] * 18
+    assert got.top_ids[3] == [choice["token_ids"][3], 264]
     with pytest.raises(lp.LogprobShapeError):
         lp.from_vllm_chat(as_ids, choice["token_ids"][:-1])
 
@@ -86,23 +91,29 @@ def test_vllm_completion_logprobs_sorted_by_value():
     got = lp.from_vllm_completion(
         {"token_logprobs": [-0.1, None], "top_logprobs": [{"token_id:5": -2.0, "token_id:7": -0.1}, None]}, [7, 9]
     )
-    assert got.logprobs == [-0.1, None] and got.top_ids == [[7, 5], []]
+    assert got.logprobs == [-0.1, None]
+    assert got.top_ids == [[7, 5], []]
     assert got.top_logprobs == [[-0.1, -2.0], []]
 
 
 def test_infinite_logprobs_are_floored_for_json():
     got = lp.from_sglang_output({"output_token_logprobs": [[-math.inf, 3, None]]}, [3])
-    assert got.logprobs == [lp.FLOOR] and json.dumps(got.logprobs)
+    assert got.logprobs == [lp.FLOOR]
+    assert json.dumps(got.logprobs)
 
 
 def test_mean_nll_low_share_and_off_policy():
-    assert lp.mean_nll([-1.0, -3.0, None]) == 2.0 and lp.mean_nll([None]) is None
+    assert lp.mean_nll([-1.0, -3.0, None]) == 2.0
+    assert lp.mean_nll([None]) is None
     assert lp.low_share([-0.1, -5.0, -4.0], 0.01) == pytest.approx(1 / 3)  # log(0.01) = -4.605
     on = lp.score_summary([-0.2, -0.5, -1.0])
     off = lp.score_summary([-3.0, -6.0, -0.5])
-    assert not on["off_policy"] and off["off_policy"] and off["mean_nll"] == pytest.approx(3.1667, abs=1e-3)
+    assert not on["off_policy"]
+    assert off["off_policy"]
+    assert off["mean_nll"] == pytest.approx(3.1667, abs=1e-3)
     assert lp.score_summary([-3.0], off_policy_nll=5.0)["off_policy"] is False
-    assert on["off_policy_nll"] == lp.DEFAULT_OFF_POLICY_NLL and on["tokens"] == 3
+    assert on["off_policy_nll"] == lp.DEFAULT_OFF_POLICY_NLL
+    assert on["tokens"] == 3
 
 
 def test_a_sure_alternative_keeps_its_zero_logprob():
@@ -121,10 +132,14 @@ def test_a_sure_alternative_keeps_its_zero_logprob():
         ]
     }
     got = lp.from_vllm_chat(chat, [5])
-    assert got is not None and got.top_logprobs == [[0.0, -30.8203125]] and got.logprobs == [0.0]
+    assert got is not None
+    assert got.top_logprobs == [[0.0, -30.8203125]]
+    assert got.logprobs == [0.0]
     completion = {"token_logprobs": [0.0], "top_logprobs": [{"token_id:5": 0.0, "token_id:9": None}]}
     got = lp.from_vllm_completion(completion, [5])
-    assert got is not None and got.top_logprobs == [[0.0, lp.FLOOR]] and got.top_ids == [[5, 9]]
+    assert got is not None
+    assert got.top_logprobs == [[0.0, lp.FLOOR]]
+    assert got.top_ids == [[5, 9]]
     assert math.copysign(1.0, lp.mean_nll([0.0, -0.0])) == 1.0  # 0.0, not -0.0
 
 
@@ -133,6 +148,11 @@ def test_vllm_completions_alternatives_are_cut_to_the_k_asked_for():
     alternative there and nothing on the other endpoints."""
     body = {"token_logprobs": [-0.5], "top_logprobs": [{"token_id:7": -0.5, "token_id:3": -0.2, "token_id:9": -2.0}]}
     two = lp.from_vllm_completion(body, [7], 2)
-    assert two is not None and two.top_ids == [[3, 7]] and two.top_logprobs == [[-0.2, -0.5]]
+    assert two is not None
+    assert two.top_ids == [[3, 7]]
+    assert two.top_logprobs == [[-0.2, -0.5]]
     none = lp.from_vllm_completion({"token_logprobs": [-0.5], "top_logprobs": [{"token_id:7": -0.5}]}, [7], 0)
-    assert none is not None and none.top_ids is None and none.top_logprobs is None and none.logprobs == [-0.5]
+    assert none is not None
+    assert none.top_ids is None
+    assert none.top_logprobs is None
+    assert none.logprobs == [-0.5]

@@ -65,11 +65,15 @@ def plain(plain_tok):
 
 
 def test_a_tokenizer_without_think_tokens_gets_the_plain_profile(plain_tok, plain):
-    assert plain.name == "plain" and not plain.has_reasoning
-    assert plain.think_open_id is None and plain.think_close_id is None and plain.delimiter_ids == frozenset()
+    assert plain.name == "plain"
+    assert not plain.has_reasoning
+    assert plain.think_open_id is None
+    assert plain.think_close_id is None
+    assert plain.delimiter_ids == frozenset()
     # eos first, then what generation_config.json adds (servers stop on both)
     assert plain.stop_ids == (IM_END, ENDOFTEXT)
-    assert plain.template_kwargs(True) == {} and plain.template_kwargs(False) == {}
+    assert plain.template_kwargs(True) == {}
+    assert plain.template_kwargs(False) == {}
     assert plain.max_length == 2048
 
 
@@ -91,7 +95,8 @@ def test_plain_by_name_takes_the_tokenizers_stops_wherever_it_is_resolved(plain_
     _, named = load_tokenizer_and_profile(plain_dir, "plain")
     assert named.stop_ids == (IM_END, ENDOFTEXT)
     _, detected = load_tokenizer_and_profile(plain_dir)
-    assert detected.name == "plain" and detected.stop_ids == (IM_END, ENDOFTEXT)
+    assert detected.name == "plain"
+    assert detected.stop_ids == (IM_END, ENDOFTEXT)
     # a stored run recorded "plain": re-analysed with the tokenizer's stops
     _, stored = resolve_for_stored(None, None, recorded_tokenizer_dir=str(plain_dir), recorded_profile="plain")
     assert stored.stop_ids == (IM_END, ENDOFTEXT)
@@ -114,7 +119,9 @@ def test_reasoning_false_in_a_profile_file(tmp_path, plain_tok):
     off = tmp_path / "qwen-plain.toml"
     off.write_text('base = "qwen3"\nname = "qwen3-plain"\nreasoning = false\n')
     q = load_profile_toml(off)
-    assert not q.has_reasoning and q.stop_ids == (151645, 151643) and q.reasoning_parser is None
+    assert not q.has_reasoning
+    assert q.stop_ids == (151645, 151643)
+    assert q.reasoning_parser is None
 
 
 @pytest.mark.parametrize(
@@ -230,14 +237,17 @@ def test_a_plain_sample_is_prompt_answer_stop_and_valid(fam):
         (seg.ANSWER, n, n + len(fam.answer)),
         (seg.STOP, n + len(fam.answer), n + len(fam.answer) + 1),
     ]
-    assert analysis.codes == [] and analysis.valid
+    assert analysis.codes == []
+    assert analysis.valid
     assert analysis.loss_mask == (0,) * n + (1,) * (len(fam.answer) + 1)
 
 
 def test_the_generation_configs_extra_stop_is_a_stop(fam):
     out = fam.output(stop=False) + [ENDOFTEXT]
     analysis = analyze(fam.capture(output_ids=out), fam.profile, fam.tok)
-    assert analysis.kinds[-1] == seg.STOP and analysis.valid and analysis.codes == []
+    assert analysis.kinds[-1] == seg.STOP
+    assert analysis.valid
+    assert analysis.codes == []
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
@@ -273,7 +283,8 @@ def test_think_findings_never_fire_on_a_plain_model(fam):
 def test_plain_output_segments_without_a_tokenizer(plain):
     prompt, out = [1, 50, 60, 2, 1, 70], [80, 81, 82, IM_END]
     assert seg.token_kinds(prompt, out, plain) == [seg.PROMPT] * 6 + [seg.ANSWER] * 3 + [seg.STOP]
-    assert not seg.prompt_opens_reasoning(prompt, plain) and seg.prefilled_opener_position(prompt, plain) is None
+    assert not seg.prompt_opens_reasoning(prompt, plain)
+    assert seg.prefilled_opener_position(prompt, plain) is None
 
 
 # -- a reasoning model run with thinking off keeps its profile ------------------------------------------
@@ -289,7 +300,8 @@ def test_thinking_off_keeps_the_reasoning_profile_and_checks_for_no_reasoning(qw
         qwen_profile,
         qwen_tok,
     )
-    assert clean.valid and clean.codes == []
+    assert clean.valid
+    assert clean.codes == []
     assert {s.kind for s in clean.segments} == {seg.PROMPT, seg.ANSWER, seg.STOP}
 
     reasoned = [qwen_profile.think_open_id] + qwen_tok.encode("Hmm.") + [qwen_profile.think_close_id] + answer
@@ -299,7 +311,9 @@ def test_thinking_off_keeps_the_reasoning_profile_and_checks_for_no_reasoning(qw
         qwen_tok,
     )
     hit = next(f for f in bad.findings if f.code == "reasoning_with_thinking_off")
-    assert not bad.valid and hit.positions == (len(prompt), len(prompt) + 3) and "151667" in hit.detail
+    assert not bad.valid
+    assert hit.positions == (len(prompt), len(prompt) + 3)
+    assert "151667" in hit.detail
     # the same ids with thinking on are a normal sample
     on = analyze(
         Capture(prompt_ids=prompt, output_ids=reasoned, finish_reason="stop", settings={"thinking": True}),

@@ -8,19 +8,22 @@ from tokview.core.tokenizer import TokenizerError
 
 def test_default_is_the_kimi_layout(kimi_tok_dir):
     tok, profile = load_tokenizer_and_profile()
-    assert tok.source == kimi_tok_dir and profile.name == "kimi-k2.5"
+    assert tok.source == kimi_tok_dir
+    assert profile.name == "kimi-k2.5"
 
 
 def test_recorded_run_wins_over_the_default(qwen_tok_dir):
     tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir=str(qwen_tok_dir), recorded_profile="qwen3")
-    assert tok.source == qwen_tok_dir and profile.name == "qwen3"
+    assert tok.source == qwen_tok_dir
+    assert profile.name == "qwen3"
 
 
 def test_named_wins_over_recorded(qwen_tok_dir, kimi_tok_dir):
     tok, profile = resolve_for_stored(
         kimi_tok_dir, "kimi-k2.5", recorded_tokenizer_dir=str(qwen_tok_dir), recorded_profile="qwen3"
     )
-    assert tok.source == kimi_tok_dir and profile.name == "kimi-k2.5"
+    assert tok.source == kimi_tok_dir
+    assert profile.name == "kimi-k2.5"
 
 
 def test_custom_recorded_profile_is_detected(qwen_tok_dir):
@@ -37,7 +40,8 @@ def test_loaded_tokenizer_is_reused(qwen_tok):
     tok, profile = resolve_for_stored(
         None, None, recorded_tokenizer_dir="/nonexistent", recorded_profile="qwen3", tokenizer=qwen_tok
     )
-    assert tok is qwen_tok and profile.name == "qwen3"
+    assert tok is qwen_tok
+    assert profile.name == "qwen3"
 
 
 def _code_folder(tmp_path, kimi_tok_dir):
@@ -76,7 +80,8 @@ def test_recorded_kimi_tiktoken_folder_needs_no_flag(tmp_path):
 
     d = build_kimi_tiktoken_dir(tmp_path / "kimi")
     tok, profile = resolve_for_stored(None, None, recorded_tokenizer_dir=str(d), recorded_profile="kimi-k2.5")
-    assert tok.loaded_by == "native tiktoken" and profile.name == "kimi-k2.5"
+    assert tok.loaded_by == "native tiktoken"
+    assert profile.name == "kimi-k2.5"
 
 
 def test_a_runs_recorded_profile_wins_over_a_builtin_of_the_same_name(qwen_tok_dir, tmp_path):
@@ -95,7 +100,8 @@ def test_a_runs_recorded_profile_wins_over_a_builtin_of_the_same_name(qwen_tok_d
         recorded_profile="qwen3",
         recorded_profile_def=profile_fields(custom),
     )
-    assert got == custom and got.stop_ids == (4, 0)
+    assert got == custom
+    assert got.stop_ids == (4, 0)
     _, named = resolve_for_stored(  # a profile named on the command line still wins
         None,
         "qwen3",
@@ -123,7 +129,8 @@ def test_a_detected_reasoning_profile_stops_on_generation_config_eos_ids(qwen_to
     shutil.copytree(qwen_tok_dir, folder)
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, 151644]}))
     profile = detect_profile(load_tokenizer(folder))
-    assert 151644 in profile.stop_ids and 151645 in profile.stop_ids
+    assert 151644 in profile.stop_ids
+    assert 151645 in profile.stop_ids
     assert 151644 not in detect_profile(load_tokenizer(qwen_tok_dir)).stop_ids
 
 

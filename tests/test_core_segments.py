@@ -152,8 +152,10 @@ def test_prompt_shapes_and_ids():
     a = parse_row({"id": "x1", "messages": [{"role": "user", "content": "hi"}]})
     b = parse_row({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})
     c = parse_row({"prompt": "hi"})
-    assert a.prompt_id == "x1" and a.messages == [{"role": "user", "content": "hi"}]
-    assert b.prompt_id.startswith("hash_") and len(b.prompt_id) == 5 + 64
+    assert a.prompt_id == "x1"
+    assert a.messages == [{"role": "user", "content": "hi"}]
+    assert b.prompt_id.startswith("hash_")
+    assert len(b.prompt_id) == 5 + 64
     assert b.prompt_id == prompt_id_for(
         {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}
     )
@@ -192,7 +194,8 @@ def test_sample_data_files_parse():
     for f in sorted(root.glob("*.jsonl")):
         rows = [parse_row(obj, n) for n, obj in iter_jsonl(f)]
         counts[f.name] = sum(len(generation_points(r)) for r in rows)
-    assert counts["openai_messages.jsonl"] == 30 and counts["multiturn.jsonl"] > 6
+    assert counts["openai_messages.jsonl"] == 30
+    assert counts["multiturn.jsonl"] > 6
 
 
 def test_profile_toml_rejects_bad_files(tmp_path):

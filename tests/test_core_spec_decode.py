@@ -14,10 +14,13 @@ from tokview.core.profiles import get_profile
 def test_vllm_detailed_recording_normalises_with_per_step_lists():
     body = json.loads((RECORDINGS / "vllm_chat_specdec_logprobs.json").read_text())
     spec = sd.from_vllm(body)
-    assert spec is not None and spec.schema == "vllm"
+    assert spec is not None
+    assert spec.schema == "vllm"
     assert (spec.steps, spec.drafted, spec.accepted) == (3, 9, 3)
-    assert spec.histogram == [2, 0, 0, 1] and sum(spec.histogram) == spec.steps
-    assert spec.per_step_accepted == [0, 0, 3] and spec.per_step_drafted == [3, 3, 3]
+    assert spec.histogram == [2, 0, 0, 1]
+    assert sum(spec.histogram) == spec.steps
+    assert spec.per_step_accepted == [0, 0, 3]
+    assert spec.per_step_drafted == [3, 3, 3]
     assert spec.mean_acceptance_length == pytest.approx(
         body["metrics"]["speculative_decoding"]["mean_acceptance_length"]
     )
@@ -31,7 +34,9 @@ def test_ngram_recording_cannot_be_placed_so_segments_are_unavailable():
     spec = sd.from_vllm(body)
     assert sd.place_steps(spec, 18, "stop") is None
     out = sd.summary(spec.to_dict(), KIMI_PROMPT_6X7, KIMI_CHAIN_OUTPUT, "stop", get_profile("kimi-k2.5"))
-    assert out["segments"] is None and out["runs"] is None and out["placed"] is False
+    assert out["segments"] is None
+    assert out["runs"] is None
+    assert out["placed"] is False
     assert "1 + Σ(accepted+1) = 7, 18 output tokens" in out["segments_unavailable"]
     assert out["mean_acceptance_length"] == 2.0
 
@@ -39,7 +44,9 @@ def test_ngram_recording_cannot_be_placed_so_segments_are_unavailable():
 def test_summary_mode_has_totals_only():
     body = json.loads((RECORDINGS / "vllm_completions_specdec_prompt_logprobs.json").read_text())
     spec = sd.from_vllm(body)
-    assert spec.steps == 0 and spec.per_step_accepted is None and spec.mean_acceptance_length == 1.0
+    assert spec.steps == 0
+    assert spec.per_step_accepted is None
+    assert spec.mean_acceptance_length == 1.0
     assert sd.place_steps(spec, 18, "stop") is None
     assert "no step drafted" in sd.summary(spec.to_dict(), [1], [2, 3], "stop", None)["segments_unavailable"]
     with_steps = sd.SpecDecode("vllm", 4, 12, 5)
@@ -47,7 +54,8 @@ def test_summary_mode_has_totals_only():
 
 
 def test_no_metrics_means_none():
-    assert sd.from_vllm({"metrics": None}) is None and sd.from_vllm({}) is None
+    assert sd.from_vllm({"metrics": None}) is None
+    assert sd.from_vllm({}) is None
     assert sd.from_sglang({"completion_tokens": 3}) is None
     assert sd.summary(None, [1], [2], "stop", None) is None
 
@@ -81,7 +89,8 @@ def test_all_three_sglang_schemas_give_the_same_numbers(schema, meta):
     spec = sd.from_sglang({**base, **meta})
     assert spec.schema == schema
     assert (spec.steps, spec.accepted, spec.drafted) == (4, 6, 12)
-    assert spec.mean_acceptance_length == 2.5 and spec.acceptance_rate == 0.5
+    assert spec.mean_acceptance_length == 2.5
+    assert spec.acceptance_rate == 0.5
     assert spec.histogram == [1, 1, 0, 2]
     assert spec.reported["spec_accept_length"] == 2.5
     assert sd.place_steps(spec, 10, "stop") is None  # SGLang gives no per-step lists
@@ -90,12 +99,16 @@ def test_all_three_sglang_schemas_give_the_same_numbers(schema, meta):
 def test_sglang_0_5_10_without_a_histogram_says_none():
     """0.5.10.post1 omits spec_accept_histogram when the scheduler sent an empty one."""
     spec = sd.from_sglang({"spec_verify_ct": 4, "spec_accept_token_num": 6, "spec_draft_token_num": 12})
-    assert spec.schema == "sglang-0.5.10" and spec.histogram is None and spec.accepted == 6
+    assert spec.schema == "sglang-0.5.10"
+    assert spec.histogram is None
+    assert spec.accepted == 6
 
 
 def test_old_sglang_with_only_verify_count_keeps_what_it_said():
     spec = sd.from_sglang({"spec_verify_ct": 5, "spec_accept_length": 2.0})
-    assert spec.schema == "sglang" and spec.accepted is None and spec.mean_acceptance_length == 2.0
+    assert spec.schema == "sglang"
+    assert spec.accepted is None
+    assert spec.mean_acceptance_length == 2.0
 
 
 def test_malformed_values_are_dropped_not_guessed():
@@ -106,7 +119,9 @@ def test_malformed_values_are_dropped_not_guessed():
             }
         }
     )
-    assert spec.steps is None and spec.per_step_accepted is None and spec.drafted is None
+    assert spec.steps is None
+    assert spec.per_step_accepted is None
+    assert spec.drafted is None
 
 
 def _spec(accepted, drafted=None, steps=None):
@@ -158,5 +173,8 @@ def test_acceptance_per_segment_counts_each_step_where_it_starts():
         "mean_acceptance_length": pytest.approx(1 + 7 / 3),
         "acceptance_rate": pytest.approx(7 / 9),
     }
-    assert segs["answer"]["steps"] == 3 and segs["answer"]["accepted"] == 5 and segs["answer"]["tokens"] == 8
-    assert result["runs"][:6] == [0, 3, 3, 3, 3, 3] and len(result["runs"]) == 18
+    assert segs["answer"]["steps"] == 3
+    assert segs["answer"]["accepted"] == 5
+    assert segs["answer"]["tokens"] == 8
+    assert result["runs"][:6] == [0, 3, 3, 3, 3, 3]
+    assert len(result["runs"]) == 18
