@@ -60,7 +60,7 @@ class TokenLogprobs:
             self.top_logprobs = (self.top_logprobs or []) + (other.top_logprobs or [])
 
 
-def _lp(value: Any) -> float | None:
+def _lp(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -72,14 +72,14 @@ def _lp(value: Any) -> float | None:
     raise MalformedLogprob(f"a logprob is {'NaN' if math.isnan(value) else value}, not a log-probability")
 
 
-def _alt_lp(value: Any) -> float:
+def _alt_lp(value: object) -> float:
     """An alternative's logprob: a missing one is FLOOR. Not `_lp(v) or FLOOR`: a sure token's 0.0 is
     falsy, and it became "impossible" (-9999) in every top-K list where the model was certain."""
     lp = _lp(value)
     return FLOOR if lp is None else lp
 
 
-def token_id_of(token: Any) -> int:
+def token_id_of(token: object) -> int:
     """vLLM's `token_id:123` (return_tokens_as_token_ids) → 123."""
     if isinstance(token, str) and token.startswith("token_id:"):
         try:
@@ -99,13 +99,13 @@ def checked_id(value: int) -> int:
 
 
 # -- SGLang: [logprob, id, text|null] triples --------------------------------------------------
-def _triple(entry: Any) -> tuple[float | None, int]:
+def _triple(entry: object) -> tuple[float | None, int]:
     if not isinstance(entry, (list, tuple)) or len(entry) < 2 or not isinstance(entry[1], int):
         raise LogprobShapeError("a logprob entry is not [logprob, id, text]")
     return _lp(entry[0]), checked_id(entry[1])
 
 
-def _top_of(entries: Any) -> tuple[list[int], list[float]]:
+def _top_of(entries: object) -> tuple[list[int], list[float]]:
     if entries is None:
         return [], []
     if not isinstance(entries, list):
@@ -154,7 +154,7 @@ def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> T
 
 
 # -- vLLM ---------------------------------------------------------------------------------------
-def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | None:
+def from_vllm_chat(logprobs: object, output_ids: Sequence[int]) -> TokenLogprobs | None:
     """`choices[].logprobs.content[]` ({token, logprob, top_logprobs[]}), positions aligned to the ids."""
     if not isinstance(logprobs, dict) or logprobs.get("content") is None:
         return None
@@ -177,7 +177,7 @@ def from_vllm_chat(logprobs: Any, output_ids: Sequence[int]) -> TokenLogprobs | 
     return out
 
 
-def from_vllm_completion(logprobs: Any, output_ids: Sequence[int], k: int | None = None) -> TokenLogprobs | None:
+def from_vllm_completion(logprobs: object, output_ids: Sequence[int], k: int | None = None) -> TokenLogprobs | None:
     """Completions: `{token_logprobs[], top_logprobs[{"token_id:N": lp}], tokens[]}`.
 
     Each `top_logprobs` entry holds the sampled token as well as the top `k` (k + 1 entries when the
@@ -203,7 +203,7 @@ def from_vllm_completion(logprobs: Any, output_ids: Sequence[int], k: int | None
     return out
 
 
-def from_vllm_prompt(prompt_logprobs: Any, ids: Sequence[int], start: int, k: int) -> TokenLogprobs:
+def from_vllm_prompt(prompt_logprobs: object, ids: Sequence[int], start: int, k: int) -> TokenLogprobs:
     """Scoring: `prompt_logprobs` ([null, {"<id>": {logprob, rank, decoded_token}}, …]) from `start`.
 
     Each position names the prompt token itself plus the top-k; the token's own entry gives the

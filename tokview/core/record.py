@@ -97,7 +97,7 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def canonical_hash(obj: Any) -> str:
+def canonical_hash(obj: object) -> str:
     canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

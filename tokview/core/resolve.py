@@ -6,6 +6,7 @@ cached). No `--profile`: detected from the tokenizer (think tokens + a rendered 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ RECORDED_PROFILE = "the run's, else detected from the tokenizer"
 
 
 def add_tokenizer_arguments(
-    parser: Any,
+    parser: argparse.ArgumentParser,
     *,
     tokenizer_default: str = RECORDED_TOKENIZER,
     profile_default: str = RECORDED_PROFILE,

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokview.core import segments as seg
+from tokview.core.profiles import ModelProfile
 
 SGLANG_SCHEMAS: dict[str, tuple[str, str, str]] = {
     # schema: (accepted key, drafted key, histogram key), newest first: 0.5.12 keeps 0.5.11's names as aliases
@@ -47,17 +48,17 @@ PREFILL = -1
 """`Placement.step_of` for output position 0: the token the prefill pass sampled, before any step."""
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _counts(value: Any) -> list[int] | None:
+def _counts(value: object) -> list[int] | None:
     if not isinstance(value, list) or not all(_count(v) is not None for v in value):
         return None
     return list(value)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -120,7 +121,7 @@ class SpecDecode:
         return cls(**{k: data[k] for k in names if k in data})
 
 
-def from_vllm(body: Any) -> SpecDecode | None:
+def from_vllm(body: object) -> SpecDecode | None:
     """From a vLLM response (or its final usage chunk): top-level `metrics.speculative_decoding`."""
     metrics = body.get("metrics") if isinstance(body, dict) else None
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
@@ -140,7 +141,7 @@ def from_vllm(body: Any) -> SpecDecode | None:
     )
 
 
-def from_sglang(meta: Any) -> SpecDecode | None:
+def from_sglang(meta: object) -> SpecDecode | None:
     """From SGLang's `meta_info` (the final chunk's when streaming); None when it ran no drafter."""
     if not isinstance(meta, dict):
         return None
@@ -233,7 +234,7 @@ def summary(
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
     finish_reason: str | None,
-    profile: Any,
+    profile: ModelProfile | None,
 ) -> dict[str, Any] | None:
     """What `show --json` and the UI print for one sample: totals, per-position runs, segments (or null)."""
     spec = SpecDecode.from_dict(spec_data)

@@ -208,7 +208,7 @@ class RecentRenders:
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: tuple[str, Any], value: Any) -> None:
+    def put(self, key: tuple[str, Any], value: str | list[int]) -> None:
         cost = _cost(value)
         if cost > self.max_bytes:
             return  # rendered once more if asked again: cheaper than holding it
@@ -222,7 +222,7 @@ class RecentRenders:
                 self._bytes -= _cost(self._entries.pop(oldest))
 
 
-def _cost(value: Any) -> int:
+def _cost(value: str | list[int]) -> int:
     """Roughly the memory a cached render holds: a str's length, 36 bytes per id of a list."""
     return len(value) * 36 if isinstance(value, list) else len(value)
 

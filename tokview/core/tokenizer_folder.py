@@ -152,7 +152,7 @@ class TokenizerFolder:
         return found
 
 
-def token_text(value: Any) -> str | None:
+def token_text(value: object) -> str | None:
     if isinstance(value, str):
         return value or None
     if isinstance(value, dict) and isinstance(value.get("content"), str):
@@ -160,7 +160,7 @@ def token_text(value: Any) -> str | None:
     return None
 
 
-def _template_value(value: Any) -> str | None:
+def _template_value(value: object) -> str | None:
     if isinstance(value, str):
         return value or None
     if isinstance(value, list):  # [{"name": "default", "template": …}, {"name": "tool_use", …}]
