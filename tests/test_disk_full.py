@@ -85,10 +85,12 @@ def test_a_batch_on_a_full_disk_stops_with_exit_1_and_a_rerun_after_freeing_spac
 
         stopped = batch(sim.url, prompts, db)
         assert stopped.returncode == 1, (stopped.returncode, stopped.stderr)
-        assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr, stopped.stderr
+        assert "Traceback" not in stopped.stderr, stopped.stderr
+        assert "internal error" not in stopped.stderr, stopped.stderr
         assert "no space left on device" in stopped.stderr, stopped.stderr
         summary = json.loads(stopped.stdout)
-        assert summary["stopped"] and summary["exit_code"] == 1, summary
+        assert summary["stopped"], summary
+        assert summary["exit_code"] == 1, summary
         reading = subprocess.run(
             [*TOKVIEW, "stats", "--db", str(db)], cwd=ROOT, capture_output=True, text=True, timeout=60
         )
@@ -98,7 +100,8 @@ def test_a_batch_on_a_full_disk_stops_with_exit_1_and_a_rerun_after_freeing_spac
         done = batch(sim.url, prompts, db)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["balanced"] and summary["failed"] == 0, summary
+    assert summary["balanced"], summary
+    assert summary["failed"] == 0, summary
     assert 0 < summary["resumed"] < PROMPTS, summary  # the full disk stopped it part way, and kept that part
     got = content(db)
     lost = sorted(set(expected) - set(got))
@@ -118,8 +121,10 @@ def start_on_a_full_disk(small_disk: Path, tmp_path: Path, url: str) -> tuple[Pa
     db = small_disk / "new.duckdb"
     stopped = batch(url, prompts, db)
     assert stopped.returncode == 1, (stopped.returncode, stopped.stderr)
-    assert "Traceback" not in stopped.stderr and "internal error" not in stopped.stderr, stopped.stderr
-    assert "no space left on device" in stopped.stderr.lower() and stopped.stderr.count("\n") == 1, stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
+    assert "internal error" not in stopped.stderr, stopped.stderr
+    assert "no space left on device" in stopped.stderr.lower(), stopped.stderr
+    assert stopped.stderr.count("\n") == 1, stopped.stderr
     return prompts, db, ballast
 
 
@@ -152,8 +157,11 @@ def test_an_export_onto_a_full_disk_fails_in_one_line_and_leaves_the_old_file_al
     fill(small_disk, 8_000)  # room for the sidecars, not for the data
     argv = [*TOKVIEW, "export", "--db", str(db), "--select", "all", "--out", str(out)]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
-    assert "no space left on device" in done.stderr.lower() and done.stderr.count("\n") == 1, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "internal error" not in done.stderr, done.stderr
+    assert "no space left on device" in done.stderr.lower(), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
     assert out.read_text() == '{"old": true}\n'
     assert sorted(p.name for p in small_disk.iterdir()) == ["ballast", "out.jsonl"]  # no temp file left behind
 
@@ -170,8 +178,11 @@ def test_a_merge_into_a_store_on_a_full_disk_lands_nothing_then_everything_once_
     ballast = fill(small_disk, 4_096)
     argv = [*TOKVIEW, "merge", str(source), "--into", str(into)]
     full = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert full.returncode == 1 and "Traceback" not in full.stderr and "internal error" not in full.stderr, full.stderr
-    assert "no space left on device" in full.stderr.lower() and full.stderr.count("\n") == 1, full.stderr
+    assert full.returncode == 1, full.stderr
+    assert "Traceback" not in full.stderr, full.stderr
+    assert "internal error" not in full.stderr, full.stderr
+    assert "no space left on device" in full.stderr.lower(), full.stderr
+    assert full.stderr.count("\n") == 1, full.stderr
     assert content(source) == expected
     ballast.unlink()
     assert content(into) == {}  # all or nothing: the merge is one transaction

@@ -28,18 +28,21 @@ async def doctor_for(kind: str, tok: Any, **quirks: Any) -> Any:
 async def test_vllm_all_good(kimi_tok: Any) -> None:
     report = await doctor_for("vllm", kimi_tok)
     checks = by_title(report)
-    assert report.info.kind == "vllm" and not report.failed
-    assert "vLLM 0.32.0" in checks["Server kind"]["detail"] and "simulator" in checks["Server kind"]["detail"]
+    assert report.info.kind == "vllm"
+    assert not report.failed
+    assert "vLLM 0.32.0" in checks["Server kind"]["detail"]
+    assert "simulator" in checks["Server kind"]["detail"]
     assert "/v1/chat/completions → prompt_token_ids + token_ids" in checks["Token-id fields"]["detail"]
     assert "/v1/completions → choices[].token_ids" in checks["Token-id fields"]["detail"]
-    assert (
-        checks["Think opener in the prompt"]["ok"] is True
-        and "163606" in checks["Think opener in the prompt"]["detail"]
-    )
+    assert checks["Think opener in the prompt"]["ok"] is True
+    assert "163606" in checks["Think opener in the prompt"]["detail"]
     parser = checks["Reasoning parser"]
-    assert parser["ok"] is True and "`reasoning`" in parser["detail"] and "163607" in parser["detail"]
+    assert parser["ok"] is True
+    assert "`reasoning`" in parser["detail"]
+    assert "163607" in parser["detail"]
     assert checks["output_ids honesty"]["ok"] is True
-    assert checks["skip_special_tokens"]["status"] == "warn" and "163607" in checks["skip_special_tokens"]["detail"]
+    assert checks["skip_special_tokens"]["status"] == "warn"
+    assert "163607" in checks["skip_special_tokens"]["detail"]
     assert checks["Local tokenizer"]["ok"] is True
 
 
@@ -50,13 +53,15 @@ async def test_sglang_kind_sees_special_closer_trap(kimi_tok: Any) -> None:
     assert "/generate → output_ids" in checks["Token-id fields"]["detail"]
     assert "response_token_ids" in checks["Token-id fields"]["detail"]
     # A special </think> is invisible to SGLang's text parser: everything lands in reasoning_content.
-    assert checks["Reasoning parser"]["ok"] is False and "reasoning_content" in checks["Reasoning parser"]["detail"]
+    assert checks["Reasoning parser"]["ok"] is False
+    assert "reasoning_content" in checks["Reasoning parser"]["detail"]
 
 
 async def test_vllm_pre_016_says_reasoning_content(kimi_tok: Any) -> None:
     checks = by_title(await doctor_for("vllm", kimi_tok, **{"vllm-pre-0.16": True}))
     parser = checks["Reasoning parser"]
-    assert parser["status"] == "warn" and "reasoning arrives in `reasoning_content`" in parser["detail"]
+    assert parser["status"] == "warn"
+    assert "reasoning arrives in `reasoning_content`" in parser["detail"]
     assert "fall back" in parser["recommendation"]
     assert "0.15.1" in checks["Server kind"]["detail"]
 
@@ -64,27 +69,32 @@ async def test_vllm_pre_016_says_reasoning_content(kimi_tok: Any) -> None:
 async def test_parser_all_reasoning_is_a_failure(kimi_tok: Any) -> None:
     report = await doctor_for("vllm", kimi_tok, **{"parser-all-reasoning": True})
     parser = by_title(report)["Reasoning parser"]
-    assert parser["ok"] is False and "split reasoning/content" in parser["detail"] and report.failed
+    assert parser["ok"] is False
+    assert "split reasoning/content" in parser["detail"]
+    assert report.failed
 
 
 async def test_no_id_fields_says_no_ids(kimi_tok: Any) -> None:
     report = await doctor_for("vllm", kimi_tok, **{"no-id-fields": True})
     checks = by_title(report)
-    assert checks["Token-id fields"]["ok"] is False and checks["Token-id fields"]["detail"].startswith("no ids")
+    assert checks["Token-id fields"]["ok"] is False
+    assert checks["Token-id fields"]["detail"].startswith("no ids")
     assert "✗ Token-id fields: no ids" in report.render_text()
 
 
 async def test_prompt_prefix_bug_caught(kimi_tok: Any) -> None:
     checks = by_title(await doctor_for("sglang", kimi_tok, **{"prompt-prefix-bug": True}))
     honesty = checks["output_ids honesty"]
-    assert honesty["ok"] is False and "prompt" in honesty["detail"]
+    assert honesty["ok"] is False
+    assert "prompt" in honesty["detail"]
 
 
 async def test_without_tokenizer_non_kimi_checks_skip(kimi_tok: Any) -> None:
     with start_simulator(SimConfig(kind="vllm")) as sim:
         report = await run_doctor(sim.url, tokenizer=None, profile=KIMI, default_tokenizer=False)
     checks = by_title(report)
-    assert checks["Local tokenizer"]["status"] == "skip" and "needs --tokenizer" in checks["Local tokenizer"]["detail"]
+    assert checks["Local tokenizer"]["status"] == "skip"
+    assert "needs --tokenizer" in checks["Local tokenizer"]["detail"]
     assert "skipped (needs --tokenizer)" in checks["Reasoning parser"]["detail"]
     assert checks["Think opener in the prompt"]["ok"] is True  # from the served ids alone
 
@@ -95,10 +105,15 @@ def test_cli_text_json_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> Non
         text = capsys.readouterr().out
         assert main(["doctor", "--server", sim.url, "--json", "--no-thinking"]) == 0
         data = json.loads(capsys.readouterr().out)
-    assert "✓ Server kind: vLLM" in text and "→" in text and "no blocking problems" in text
-    assert data["kind"] == "vllm" and data["simulator"] is True and data["tokenizer"]  # Kimi layout found on its own
+    assert "✓ Server kind: vLLM" in text
+    assert "→" in text
+    assert "no blocking problems" in text
+    assert data["kind"] == "vllm"
+    assert data["simulator"] is True
+    assert data["tokenizer"]  # Kimi layout found on its own
     opener = {c["title"]: c for c in data["checks"]}["Think opener in the prompt"]
-    assert opener["ok"] is True and "thinking off" in opener["detail"]
+    assert opener["ok"] is True
+    assert "thinking off" in opener["detail"]
 
 
 def test_cli_failures_and_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +126,8 @@ def test_cli_failures_and_unreachable(capsys: pytest.CaptureFixture[str]) -> Non
     capsys.readouterr()
     assert main(["doctor", "--server", f"http://127.0.0.1:{port}", "--timeout", "1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tokview: error: server unreachable") and "\n" not in err
+    assert err.startswith("tokview: error: server unreachable")
+    assert "\n" not in err
 
 
 async def test_local_tokenizer_check_is_analyzes_prompt_render_mismatch_finding(qwen_tok: Any) -> None:
@@ -120,7 +136,8 @@ async def test_local_tokenizer_check_is_analyzes_prompt_render_mismatch_finding(
         report = await run_doctor(sim.url, tokenizer=qwen_tok, profile=KIMI, timeout=5.0)
     local = by_title(report)["Local tokenizer"]
     assert local["ok"] is False
-    assert local["detail"].startswith("The local tokenizer renders") and "the server used" in local["detail"]
+    assert local["detail"].startswith("The local tokenizer renders")
+    assert "the server used" in local["detail"]
     assert "the local template or tokenizer is not the server's" in local["detail"]
 
 
@@ -141,10 +158,12 @@ async def test_the_think_opener_check_says_only_what_the_probes_output_bears_out
         no_switch = get_profile("kimi-k2.5").with_overrides(thinking_kwarg=None, prefills_opener=False)
         off = await run_doctor(sim.url, tokenizer=kimi_tok, profile=no_switch, timeout=5.0, thinking=False)
     opener = by_title(qwen)["Think opener in the prompt"]
-    assert opener["status"] == "warn" and "yet the output starts with" in opener["detail"]
+    assert opener["status"] == "warn"
+    assert "yet the output starts with" in opener["detail"]
     assert "check --profile" in opener["recommendation"]
     said = json.dumps(off.to_dict())
-    assert "'None'" not in said and "None template kwarg" not in said
+    assert "'None'" not in said
+    assert "None template kwarg" not in said
 
 
 async def test_skip_special_names_only_the_ids_whose_text_was_lost(kimi_tok: Any) -> None:
@@ -153,5 +172,7 @@ async def test_skip_special_names_only_the_ids_whose_text_was_lost(kimi_tok: Any
     detail = by_title(await doctor_for("sglang", kimi_tok, **{"prompt-prefix-bug": True}))["skip_special_tokens"][
         "detail"
     ]
-    assert "163607" in detail and "163586" in detail
-    assert "163601" not in detail and "163606" not in detail
+    assert "163607" in detail
+    assert "163586" in detail
+    assert "163601" not in detail
+    assert "163606" not in detail

@@ -80,9 +80,12 @@ async def test_recorded_bodies_are_stored_without_their_ids_and_read_back_as_ser
             for text in (raw_request, raw_response, parsed_raw):
                 assert text is None or _id_run(cap.output_ids) not in text.replace(" ", "")
             assert _id_run(cap.prompt_ids) not in (raw_request or "").replace(" ", "")
-            assert places is not None and "output_ids" in places
+            assert places is not None
+            assert "output_ids" in places
             got = store.load_sample(sid).capture
-            assert got.raw_request == req and got.raw_response == resp and got.parsed_raw_response == parsed
+            assert got.raw_request == req
+            assert got.raw_response == resp
+            assert got.parsed_raw_response == parsed
             assert json.dumps(got.raw_response) == json.dumps(resp)  # key order too
     # the capture handed in was never changed
     assert [(c.raw_request, c.raw_response, c.parsed_raw_response) for c in captures] == served
@@ -98,8 +101,11 @@ def test_a_list_equal_only_by_value_stays_in_the_body() -> None:
     }
     out, places = elide(body, {"output_ids": IDS, "prompt_ids": [1] * len(IDS)})
     assert places == [[["choices", 0, "token_ids"], "output_ids"]]
-    assert out["floats"] is body["floats"] and out["flags"] is body["flags"] and out["tuple"] is body["tuple"]
-    assert out["choices"][0]["token_ids"] is None and body["choices"][0]["token_ids"] == IDS
+    assert out["floats"] is body["floats"]
+    assert out["flags"] is body["flags"]
+    assert out["tuple"] is body["tuple"]
+    assert out["choices"][0]["token_ids"] is None
+    assert body["choices"][0]["token_ids"] == IDS
 
 
 @pytest.mark.parametrize("kind", [float, bool])

@@ -209,7 +209,9 @@ def test_pretokenized_formats_are_exact_even_for_a_non_canonical_split(family, t
     for row in rows:  # speculators _passthrough_pretokenized and SpecForge prepare_prompt_tasks: as they are
         ids, mask, _ = served[row["metadata"]["tokview_sample_id"]]
         assert (row["input_ids"], row["loss_mask"]) == (ids, mask)
-    assert len(rows) == 3 and result.retokenize_drift == 1 and result.manifest["counts"]["retokenize_drift"] == 1
+    assert len(rows) == 3
+    assert result.retokenize_drift == 1
+    assert result.manifest["counts"]["retokenize_drift"] == 1
     export(store, "parquet", tmp_path / "p.parquet", select="all", tokenizer=fam.tok, profile=fam.p)
     for sid, ids, mask in (
         duckdb.connect()
@@ -257,7 +259,8 @@ def test_text_formats_rerender_to_the_served_ids_except_a_non_canonical_split(fa
         assert sum(render_exact.values()) == 0
     else:  # the multi-turn row's own turn is exact, but the trainer also supervises its history's answer
         multi = next(sid for sid in by_sample if sid.startswith("multi"))
-        assert len(render_rows[multi]) == 2 and _exact(render_rows[multi][-1], served[multi])
+        assert len(render_rows[multi]) == 2
+        assert _exact(render_rows[multi][-1], served[multi])
         assert sum(render_exact.values()) == 1
         assert rerender["speculators_render"]["history_supervised"] == 1
 
@@ -283,7 +286,8 @@ def test_specforge_builtin_kimi_templates_do_not_reproduce_the_served_ids(kimi_t
     plain = next(r for r in rows if r["id"] == "plain")
     sid = next(s for s in served if s.startswith("plain"))
     ids, mask = specforge_build(plain, builtin_thinking, kimi_tok.tok)
-    assert len(ids) > len(served[sid][0]) and not _exact((ids, mask), served[sid])  # a system turn injected
+    assert len(ids) > len(served[sid][0])
+    assert not _exact((ids, mask), served[sid])  # a system turn injected
     ids, mask = specforge_build(plain, builtin_instruct, kimi_tok.tok)
     assert sum(mask) < sum(served[sid][1])  # reasoning dropped: fewer supervised ids
     assert _exact(specforge_build(plain, json.loads(result.template_path.read_text()), kimi_tok.tok), served[sid])
@@ -325,7 +329,8 @@ def test_kimi_inline_on_qwen3_rerenders_and_audits_as_structure(qwen_tok, qwen_p
         report = audit(s2, tmp_path / "ki.jsonl", tokenizer=qwen_tok, profile=qwen_profile)
         pages = {r.prompt_id: r for r in s2.samples_page(SampleFilter(run_id="audit-ki"), limit=10)}
         audited = s2.load_sample(pages["plain"].sample_id).capture
-    assert report.imported == 3 and "literal_think_text" not in report.by_code
+    assert report.imported == 3
+    assert "literal_think_text" not in report.by_code
     plain = next(v for s, v in served.items() if s.startswith("plain"))
     assert audited.prompt_ids + audited.output_ids == plain[0]  # the served ids, think block as structure
     assert not [c for c in pages["plain"].codes if c in ("literal_think_text", "think_close_repeated")]
@@ -355,10 +360,8 @@ def test_export_summary_counts_drift_and_rows_a_rerender_changes(kimi_tok, kimi_
         "specforge 2/3 exact (1 ids_differ); speculators_render 1/3 exact (1 ids_differ, 1 history_supervised)" in err
     )
     manifest = json.loads((tmp_path / "sf.manifest.json").read_text())
-    assert (
-        manifest["counts"]["retokenize_drift"] == 1
-        and "1 of 3 rows carry retokenize_drift" in manifest["trainers"]["retokenize_drift"]
-    )
+    assert manifest["counts"]["retokenize_drift"] == 1
+    assert "1 of 3 rows carry retokenize_drift" in manifest["trainers"]["retokenize_drift"]
 
 
 def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_layout(kimi_tok, kimi_profile, tmp_path):
@@ -378,7 +381,8 @@ def test_specforge_refuses_in_one_line_when_no_template_can_express_the_served_l
     with _store(tmp_path / "k.duckdb", Family(kimi_tok, kimi_profile)) as store, pytest.raises(ExportError) as err:
         export(store, "specforge", tmp_path / "sf.jsonl", select="all", tokenizer=odd, profile=kimi_profile)
     message = str(err.value)
-    assert "\n" not in message and message.startswith("--format specforge refused: no SpecForge ChatTemplate")
+    assert "\n" not in message
+    assert message.startswith("--format specforge refused: no SpecForge ChatTemplate")
     assert "renders differently from the served generation prompt" in message
     assert not list(tmp_path.glob("sf*"))
 

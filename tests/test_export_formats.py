@@ -79,7 +79,9 @@ def test_text_exports_never_run_the_full_analysis_per_row(sample_store, tmp_path
         out = tmp_path / f"{fmt}.jsonl"
         with calls_of(analyze) as seen:
             result = export(sample_store, fmt, out, select="all", tokenizer=kimi_tok, profile=kimi_profile)
-        assert seen == [] and result.exported == 2 and len(out.read_text().splitlines()) == 2
+        assert seen == []
+        assert result.exported == 2
+        assert len(out.read_text().splitlines()) == 2
 
 
 def test_each_exported_row_builds_its_loss_mask_once(sample_store, tmp_path, monkeypatch, kimi_tok, make_capture, put):
@@ -94,4 +96,5 @@ def test_each_exported_row_builds_its_loss_mask_once(sample_store, tmp_path, mon
     put(sample_store, "p9", empty)
     calls.clear()
     result = export(sample_store, "speculators", tmp_path / "t.jsonl", **opts)
-    assert result.refused == {"no_supervised_tokens": 1} and len(calls) == 2
+    assert result.refused == {"no_supervised_tokens": 1}
+    assert len(calls) == 2

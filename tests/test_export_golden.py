@@ -79,12 +79,14 @@ def _stable_manifest(path: Path) -> dict:
         m.pop(key)
     # the fingerprint hashes the tokenizer files, which the installed transformers writes: check, then mask
     fingerprint = kimi().fingerprint()
-    assert m["tokenizer"]["hash"] == fingerprint and all(r["tokenizer_hash"] == fingerprint for r in m["runs"])
+    assert m["tokenizer"]["hash"] == fingerprint
+    assert all(r["tokenizer_hash"] == fingerprint for r in m["runs"])
     m["tokenizer"]["hash"] = "<fingerprint>"
     for r in m["runs"]:
         r["tokenizer_hash"] = "<fingerprint>"
     m["data"] = m["data"].replace(".parquet", "").replace(".jsonl", "")
-    assert len(m.pop("data_sha256")) == 64 and m.pop("data_bytes") > 0  # checked against the file elsewhere
+    assert len(m.pop("data_sha256")) == 64
+    assert m.pop("data_bytes") > 0  # checked against the file elsewhere
     m["tokenizer"]["source"] = "<source>"
     return m
 
@@ -105,7 +107,9 @@ def test_jsonl_formats_match_golden(store, tmp_path, fmt):
     # specforge: one ChatTemplate per file, from the layout most samples were served with (thinking on);
     # the thinking-off sample would be masked wrongly by it, so it is refused, not written
     refused = {"no_supervised_tokens": 1, **({"other_served_layout": 1} if fmt == "specforge" else {})}
-    assert result.refused == refused and result.exported == 6 - sum(refused.values()) and result.selected == 6
+    assert result.refused == refused
+    assert result.exported == 6 - sum(refused.values())
+    assert result.selected == 6
     _check(f"{fmt}.rows", _jsonl(out))
     _check(f"{fmt}.manifest", _stable_manifest(result.manifest_path))
     _check(f"{fmt}.token_freq", json.loads(result.token_freq_path.read_text()))
@@ -180,8 +184,10 @@ def test_speculators_fields_as_prepare_data_reads_them(store, tmp_path):
     out = tmp_path / "s.jsonl"
     export(store, "speculators", out, tokenizer=kimi(), profile=profile())
     for row in _jsonl(out):  # prepare_data.py --data: input_ids + loss_mask of equal length, >0 supervised
-        assert isinstance(row["input_ids"], list) and all(isinstance(i, int) for i in row["input_ids"])
-        assert len(row["input_ids"]) == len(row["loss_mask"]) and sum(row["loss_mask"]) > 0
+        assert isinstance(row["input_ids"], list)
+        assert all(isinstance(i, int) for i in row["input_ids"])
+        assert len(row["input_ids"]) == len(row["loss_mask"])
+        assert sum(row["loss_mask"]) > 0
         turn = row["metadata"]["turn"]
         assert row["id"] == f"{row['primary_id']}{'' if turn is None else f'#turn{turn}'}_gen{row['metadata']['idx']}"
         assert set(row["metadata"]) >= {"idx", "finish_reason", "is_tool_call", "usage", "endpoint", "sampling_params"}
@@ -190,7 +196,9 @@ def test_speculators_fields_as_prepare_data_reads_them(store, tmp_path):
 def _specforge_valid(conv: list[dict]) -> None:
     """SpecForge conversation_validation.py's rules."""
     roles = [m["role"] for m in conv]
-    assert roles and "user" in roles and roles[-1] == "assistant"
+    assert roles
+    assert "user" in roles
+    assert roles[-1] == "assistant"
     assert all(r != "system" for r in roles[1:])
     body = roles[1:] if roles[0] == "system" else roles
     assert all(r == ("user" if i % 2 == 0 else "assistant") for i, r in enumerate(body))
@@ -202,20 +210,26 @@ def test_specforge_fields_as_regenerate_and_train_read_them(store, tmp_path):
     export(store, "specforge", out, tokenizer=kimi(), profile=profile())
     rows = _jsonl(out)
     for row in rows:
-        assert isinstance(row["id"], str) and row["id"] and row["status"] == "success"
+        assert isinstance(row["id"], str)
+        assert row["id"]
+        assert row["status"] == "success"
         _specforge_valid(row["conversations"])
         parse_row(row)  # tokview reads it back too
     thinking = [r for r in rows if "reasoning_content" in r["conversations"][-1]]
-    assert thinking and all("<think>" not in r["conversations"][-1]["content"] for r in rows)
+    assert thinking
+    assert all("<think>" not in r["conversations"][-1]["content"] for r in rows)
     multi = [r for r in rows if "#turn" in r["id"]]
-    assert multi and multi[0]["source_id"] == "conv-b" and multi[0]["assistant_turn_index"] == 1
+    assert multi
+    assert multi[0]["source_id"] == "conv-b"
+    assert multi[0]["assistant_turn_index"] == 1
 
 
 def test_sharegpt_fields(store, tmp_path):
     export(store, "sharegpt", tmp_path / "sg.jsonl", tokenizer=kimi(), profile=profile())
     for row in _jsonl(tmp_path / "sg.jsonl"):  # EAGLE's ge_data reads conversations[*].from/value
         assert {t["from"] for t in row["conversations"]} <= {"system", "human", "gpt"}
-        assert row["conversations"][-1]["from"] == "gpt" and all("value" in t for t in row["conversations"])
+        assert row["conversations"][-1]["from"] == "gpt"
+        assert all("value" in t for t in row["conversations"])
         assert parse_row(row).messages[-1]["role"] == "assistant"
     # kimi-inline's fields are checked on Qwen3, whose template reads inline <think> (test_export_conformance.py)
 
@@ -226,7 +240,9 @@ def test_parquet_loads_with_input_ids_and_loss_mask(store, tmp_path):
     types = dict(
         (d[0], d[1]) for d in duckdb.connect().execute(f"DESCRIBE SELECT * FROM read_parquet('{out}')").fetchall()
     )
-    assert types["input_ids"] == "INTEGER[]" and types["loss_mask"] == "INTEGER[]" and types["id"] == "VARCHAR"
+    assert types["input_ids"] == "INTEGER[]"
+    assert types["loss_mask"] == "INTEGER[]"
+    assert types["id"] == "VARCHAR"
     n = (
         duckdb.connect()
         .execute(

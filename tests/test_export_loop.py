@@ -55,7 +55,8 @@ def test_speculators_rows_gain_aligned_optional_fields(scored_db, tmp_path):
             assert row["target_score"]["model"] == "tokview-sim"
             if cap.output_logprobs is not None:
                 assert row["output_logprobs"] == pytest.approx(cap.output_logprobs)
-                assert row["output_top_ids"] == cap.output_top_ids and len(row["output_top_ids"][0]) == 2
+                assert row["output_top_ids"] == cap.output_top_ids
+                assert len(row["output_top_ids"][0]) == 2
             else:
                 assert "output_logprobs" not in row  # only what was captured
     # another pipeline's reader (tokview audit) still reads the rows as plain speculators rows
@@ -91,7 +92,8 @@ def test_parquet_columns_when_captured(scored_db, tmp_path):
         f"SELECT sample_id, output_logprobs, target_logprobs, acceptance_length, mean_nll FROM read_parquet('{out}')"
     ).fetchall():
         s_olp, s_tlp, s_acc, s_nll = stored[sid]
-        assert (olp, acc, nll) == (s_olp, s_acc, s_nll) and tlp == pytest.approx(s_tlp)
+        assert (olp, acc, nll) == (s_olp, s_acc, s_nll)
+        assert tlp == pytest.approx(s_tlp)
 
 
 def test_no_side_data_no_extra_fields(tmp_path):
@@ -139,8 +141,10 @@ def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
     assert len(kept) == sum(1 for a in accs if a <= middle) == 2
     manifest = json.loads((tmp_path / "hard.manifest.json").read_text())
     th = manifest["thresholds"]
-    assert th["max_acceptance"] == middle and th["max_nll"] is None
-    assert th["left_out_no_spec_decode"] == 1 and th["left_out_above_max_acceptance"] == 1  # the import, the easy one
+    assert th["max_acceptance"] == middle
+    assert th["max_nll"] is None
+    assert th["left_out_no_spec_decode"] == 1
+    assert th["left_out_above_max_acceptance"] == 1  # the import, the easy one
 
     out = tmp_path / "on.jsonl"
     assert (
@@ -162,7 +166,8 @@ def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
         == 0
     )
     ids = {r["metadata"]["tokview_sample_id"] for r in _rows(out)}
-    assert len(ids) == 3 and "foreign@x_gen0" not in ids
+    assert len(ids) == 3
+    assert "foreign@x_gen0" not in ids
     th = json.loads((tmp_path / "on.manifest.json").read_text())["thresholds"]
     assert (th["max_nll"], th["left_out_above_max_nll"], th["left_out_not_scored"]) == (2.0, 1, 0)
 

@@ -51,13 +51,16 @@ def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(store, tmp_p
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
     result = _export(store, "speculators", link)
-    assert link.is_symlink() and os.readlink(link) == str(target)
-    assert len(_jsonl(target)) == 2 and result.out == target
+    assert link.is_symlink()
+    assert os.readlink(link) == str(target)
+    assert len(_jsonl(target)) == 2
+    assert result.out == target
     assert (real_dir / "train.manifest.json").is_file()  # sidecars live beside the data they describe
     dangling = tmp_path / "dangling.jsonl"
     dangling.symlink_to(real_dir / "new.jsonl")
     _export(store, "speculators", dangling)
-    assert dangling.is_symlink() and len(_jsonl(real_dir / "new.jsonl")) == 2
+    assert dangling.is_symlink()
+    assert len(_jsonl(real_dir / "new.jsonl")) == 2
 
 
 def test_out_to_a_fifo_streams_and_keeps_the_fifo(store, tmp_path):
@@ -70,7 +73,8 @@ def test_out_to_a_fifo_streams_and_keeps_the_fifo(store, tmp_path):
     reader.join(timeout=60)
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # not replaced by a regular file
     rows = [json.loads(line) for line in received[0].decode().splitlines()]
-    assert len(rows) == 2 and result.manifest["data_sha256"] == hashlib.sha256(received[0]).hexdigest()
+    assert len(rows) == 2
+    assert result.manifest["data_sha256"] == hashlib.sha256(received[0]).hexdigest()
     assert json.loads((tmp_path / "pipe.manifest.json").read_text())["counts"]["exported"] == 2
 
 
@@ -91,7 +95,8 @@ def test_out_dash_streams_to_stdout_without_sidecars(store, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["primary_id"] for line in done.stdout.splitlines()] == ["p1", "p2"]
-    assert "no sidecars" in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
+    assert "no sidecars" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
 
 
 def test_a_socket_or_a_sidecar_that_is_not_a_file_is_never_replaced(store, tmp_path):
@@ -121,10 +126,14 @@ def test_format_and_out_suffix_must_agree(store, tmp_path, capsys):
     db = str(tmp_path / "x.duckdb")
     code = main(["export", "--db", db, "--format", "parquet", "--out", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err
-    assert code != 0 and len(err.strip().splitlines()) == 1 and "writes Parquet" in err and "x.parquet" in err
+    assert code != 0
+    assert len(err.strip().splitlines()) == 1
+    assert "writes Parquet" in err
+    assert "x.parquet" in err
     code = main(["export", "--db", db, "--format", "sharegpt", "--out", str(tmp_path / "x.parquet")])
     err = capsys.readouterr().err
-    assert code != 0 and "writes JSONL" in err
+    assert code != 0
+    assert "writes JSONL" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.duckdb"]
 
 
@@ -146,7 +155,8 @@ def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
         if out.name.endswith(".parquet"):
             assert code == 0, err
             continue
-        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert code == 1, err
+        assert len(err.strip().splitlines()) == 1, err
         assert "would overwrite the store it exports" in err
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     assert not (tmp_path / "x.duckdb.wal").exists()
@@ -164,7 +174,8 @@ def test_a_kill_at_any_rename_never_leaves_new_data_beside_an_old_manifest(store
     monkeypatch.setattr(output_module.os, "replace", lambda a, b: renames.append(b) or real_replace(a, b))
     _export(store, "speculators", out)
     n = len(renames)
-    assert n == 4 and Path(renames[-1]) == out  # manifest, token counts, errors first; the data last
+    assert n == 4
+    assert Path(renames[-1]) == out  # manifest, token counts, errors first; the data last
     for crash_at in range(n):
         _export(store, "sharegpt", out)  # the "old" export: sharegpt data + its manifest
         calls = []
@@ -201,7 +212,10 @@ def test_partial_files_of_a_killed_export_are_cleaned_up(store, tmp_path):
     for p in (stale, stale_manifest, old_style, live):
         p.write_bytes(b"x" * 1000)
     _export(store, "speculators", tmp_path / "train.jsonl")
-    assert not stale.exists() and not stale_manifest.exists() and not old_style.exists() and live.exists()
+    assert not stale.exists()
+    assert not stale_manifest.exists()
+    assert not old_style.exists()
+    assert live.exists()
 
 
 # -- issue 8 item 2: approved exports only valid samples unless --include-invalid ------------------------
@@ -217,18 +231,22 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
         s.record_verdict(cut, "approved")
         result = _export(s, "speculators", tmp_path / "a.jsonl", select="approved")
         assert [r["primary_id"] for r in _jsonl(tmp_path / "a.jsonl")] == ["good"]
-        assert result.left_out["invalid"] == 1 and "truncated" in result.left_out["by_reason"]
+        assert result.left_out["invalid"] == 1
+        assert "truncated" in result.left_out["by_reason"]
         assert result.manifest["counts"]["left_out"] == result.left_out
         both = _export(s, "speculators", tmp_path / "b.jsonl", select="approved", include_invalid=True)
-        assert both.exported == 2 and not both.left_out
+        assert both.exported == 2
+        assert not both.left_out
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "c.jsonl"), "--select", "approved"])
     err = capsys.readouterr().err
-    assert code == 0 and "left out 1 approved samples that are invalid (1 truncated" in err
+    assert code == 0
+    assert "left out 1 approved samples that are invalid (1 truncated" in err
     assert "--include-invalid" in err
     code = main(
         ["export", "--db", str(db), "--out", str(tmp_path / "d.jsonl"), "--select", "approved", "--include-invalid"]
     )
-    assert code == 0 and len(_jsonl(tmp_path / "d.jsonl")) == 2
+    assert code == 0
+    assert len(_jsonl(tmp_path / "d.jsonl")) == 2
 
 
 # -- issue 13 item 4: ids and metadata that stay stable across runs ---------------------------------------
@@ -314,7 +332,8 @@ def test_a_failed_export_leaves_no_partial_file(store, tmp_path, monkeypatch):
     # one row is already in the temp file: an ExportError (one line for the CLI and the app), no file left
     with pytest.raises(ExportError, match="No space left"):
         _export(store, "specforge", out_dir / "sf.jsonl")
-    assert len(rows) == 1 and list(out_dir.iterdir()) == []
+    assert len(rows) == 1
+    assert list(out_dir.iterdir()) == []
 
 
 def test_exported_data_has_the_mode_of_any_new_file(store, tmp_path):
@@ -338,7 +357,9 @@ def test_out_is_a_directory_or_nothing_is_selected(store, tmp_path, capsys):
     store.close()
     code = main(["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 1 and "is a directory" in err and len(err.strip().splitlines()) == 1
+    assert code == 1
+    assert "is a directory" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_an_export_reads_the_runs_own_toml_profile_not_the_builtin_of_its_name(tmp_path):

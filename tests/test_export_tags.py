@@ -102,8 +102,10 @@ def test_cli_tag_and_without_tag(tagged, tmp_path, kimi_tok_dir, capsys):
     assert "by tag: 1 hard" in capsys.readouterr().err  # the summary says what the manifest counts
     assert main([*base, "--tag", "nope", "--out", str(tmp_path / "b.jsonl")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no samples match --select all --tag nope" in err[0]
+    assert len(err) == 1
+    assert "no samples match --select all --tag nope" in err[0]
     assert main([*base, "--tag", " ", "--out", str(tmp_path / "c.jsonl")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "a tag cannot be empty" in err
+    assert err.count("\n") == 1
+    assert "a tag cannot be empty" in err
     assert not (tmp_path / "c.jsonl").exists()

@@ -47,8 +47,11 @@ def test_speculators_tool_rows_are_the_served_ids_with_every_generated_id_superv
         assert row["loss_mask"] == [0] * n + [1] * len(turn["output_ids"])
     calling = rows[0]
     out = calling["input_ids"][len(turns[0]["prompt_ids"]) :]
-    assert SECTION_BEGIN in out and out[-1] == STOP and calling["metadata"]["is_tool_call"] is True
-    assert rows[1]["metadata"]["is_tool_call"] is False and rows[2]["metadata"]["is_tool_call"] is True
+    assert SECTION_BEGIN in out
+    assert out[-1] == STOP
+    assert calling["metadata"]["is_tool_call"] is True
+    assert rows[1]["metadata"]["is_tool_call"] is False
+    assert rows[2]["metadata"]["is_tool_call"] is True
 
 
 def test_specforge_rows_carry_tools_calls_and_results_in_specforges_shapes(recorded, tmp_path) -> None:
@@ -59,10 +62,12 @@ def test_specforge_rows_carry_tools_calls_and_results_in_specforges_shapes(recor
     [call] = first["conversations"][-1]["tool_calls"]
     served = answers[0]["tool_calls"][0]
     assert call == {"id": served["id"], "type": "function", "function": served["function"]}
-    assert first["conversations"][-1]["content"] == "" and first["conversations"][-1]["reasoning_content"]
+    assert first["conversations"][-1]["content"] == ""
+    assert first["conversations"][-1]["reasoning_content"]
     history = second["conversations"]
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
-    assert history[1]["tool_calls"][0]["id"] == served["id"] and history[2]["tool_call_id"] == served["id"]
+    assert history[1]["tool_calls"][0]["id"] == served["id"]
+    assert history[2]["tool_call_id"] == served["id"]
     assert history[1]["reasoning_content"] == answers[0]["reasoning"]
 
 
@@ -92,10 +97,12 @@ def test_the_manifest_counts_which_tool_rows_are_exact_on_which_path_and_why(rec
     # turn 1 ends in a plain answer: re-rendered whole, the template drops the loop's reasoning it was served with
     assert (specforge["rows"], specforge["exact"], specforge["ids_differ"]) == (3, 2, 1)
     assert specforge["first_differing_ids"] == ["session:weather#turn1"]
-    assert specforge["tool_rows"]["rows"] == 3 and specforge["tool_rows"]["exact"] == 2
+    assert specforge["tool_rows"]["rows"] == 3
+    assert specforge["tool_rows"]["exact"] == 2
     assert "reasoning" in specforge["tool_rows"]["why_not_exact"]
     render = manifest["rerender"]["speculators_render"]
-    assert render["render_failed"] == 2 and render["tool_rows"]["rows"] == 3
+    assert render["render_failed"] == 2
+    assert render["tool_rows"]["rows"] == 3
 
 
 def test_sharegpt_rows_carry_the_same_tool_fields_under_from_and_value(recorded, tmp_path) -> None:
@@ -104,7 +111,8 @@ def test_sharegpt_rows_carry_the_same_tool_fields_under_from_and_value(recorded,
     turns = rows[1]["conversations"]
     assert [t["from"] for t in turns] == ["human", "gpt", "tool", "gpt"]
     assert turns[1]["tool_calls"][0]["id"] == answers[0]["tool_calls"][0]["id"]
-    assert turns[2]["tool_call_id"] == answers[0]["tool_calls"][0]["id"] and json.loads(rows[1]["tools"]) == TOOLS
+    assert turns[2]["tool_call_id"] == answers[0]["tool_calls"][0]["id"]
+    assert json.loads(rows[1]["tools"]) == TOOLS
 
 
 # -- rows built from served ids (no server): argument spelling, a hermes layout, the history's reasoning ----------
@@ -173,11 +181,13 @@ def test_a_hermes_call_row_re_renders_exactly_and_kimi_inline_refuses_it_with_th
     result = _export_one(tmp_path, capture, qwen_tok, p, "specforge")
     [row] = [json.loads(line) for line in (tmp_path / "specforge.jsonl").read_text().splitlines()]
     last = row["conversations"][-1]
-    assert last["content"] == "" and last["tool_calls"][0]["id"] == "chatcmpl-tool-7"
+    assert last["content"] == ""
+    assert last["tool_calls"][0]["id"] == "chatcmpl-tool-7"
     assert json.loads(last["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     assert result.manifest["rerender"]["specforge"]["exact"] == 1
     inline = _export_one(tmp_path, capture, qwen_tok, p, "kimi-inline")
-    assert inline.exported == 0 and inline.refused == {"tool_calls_not_inline": 1}
+    assert inline.exported == 0
+    assert inline.refused == {"tool_calls_not_inline": 1}
 
 
 def test_history_reasoning_is_carried_where_the_server_read_it() -> None:

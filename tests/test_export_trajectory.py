@@ -50,7 +50,8 @@ def test_a_session_is_one_row_of_served_ids_until_its_prompt_breaks_then_split_t
     assert (first["id"], second["id"]) == (f"session:{SESSION}_gen0", f"session:{SESSION}_gen0_from_turn2")
     manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
     assert (manifest["conversations"], manifest["rows"], manifest["turns"], manifest["breaks"]) == (1, 2, 3, 1)
-    assert manifest["split_conversations"] == 1 and manifest["first_breaks"][0]["position"] == at
+    assert manifest["split_conversations"] == 1
+    assert manifest["first_breaks"][0]["position"] == at
 
 
 def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded, tmp_path) -> None:
@@ -67,7 +68,8 @@ def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded
 def test_trajectory_cannot_be_combined_with_a_text_format(recorded, tmp_path, capsys) -> None:
     db, _ = recorded
     code = main(["export", "--db", str(db), "--trajectory", "--format", "sharegpt", "--out", str(tmp_path / "x.jsonl")])
-    assert code != 0 and "--trajectory writes --format trajectory" in capsys.readouterr().err
+    assert code != 0
+    assert "--trajectory writes --format trajectory" in capsys.readouterr().err
 
 
 def _round(n: int) -> list[dict]:
@@ -132,4 +134,5 @@ def test_a_batch_chain_is_one_row_per_unbroken_stretch_with_parallel_calls_super
             assert [row["input_ids"][i] for i in span] == list(output)
     assert rows[0]["metadata"]["tool_calls"] == 4  # two rounds of two parallel calls
     manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
-    assert manifest["breaks_by_reason"] == {"prompt_does_not_extend": 1} and manifest["first_breaks"][0]["turn"] == 3
+    assert manifest["breaks_by_reason"] == {"prompt_does_not_extend": 1}
+    assert manifest["first_breaks"][0]["turn"] == 3

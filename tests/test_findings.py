@@ -263,9 +263,13 @@ def test_every_code_has_cases():
 @pytest.mark.parametrize("code", FINDING_CODES)
 def test_every_code_is_declared_with_severity_why_and_a_check_named_after_it(code):
     declared = RULES[code]
-    assert declared.code == code and declared.check.__name__ == code
-    assert declared.severity in (INFO, WARN, ERROR) and default_severity(code) == declared.severity
-    assert declared.why and "\n" not in declared.why and why(code) == declared.why
+    assert declared.code == code
+    assert declared.check.__name__ == code
+    assert declared.severity in (INFO, WARN, ERROR)
+    assert default_severity(code) == declared.severity
+    assert declared.why
+    assert "\n" not in declared.why
+    assert why(code) == declared.why
 
 
 @pytest.mark.parametrize("code", FINDING_CODES)
@@ -279,7 +283,8 @@ def test_positive(fam, code):
     analysis = analyze(capture, fam.profile, fam.tok)
     hits = [f for f in analysis.findings if f.code == code]
     assert hits, f"{code} not found; got {analysis.codes}"
-    assert len(hits) == 1 and hits[0].severity == default_severity(code)
+    assert len(hits) == 1
+    assert hits[0].severity == default_severity(code)
     assert hits[0].detail
     assert hits[0].positions == case.positions(fam, capture)
     if default_severity(code) == ERROR:
@@ -301,13 +306,15 @@ def test_seed_case_kimi_prefilled_opener(kimi_tok, kimi_profile):
     assert "think_open_in_prompt" in analysis.codes
     assert analysis.valid
     info = next(f for f in analysis.findings if f.code == "think_open_in_prompt")
-    assert "163606" in info.detail and info.positions == (27,)
+    assert "163606" in info.detail
+    assert info.positions == (27,)
 
 
 def test_seed_case_without_opener_in_prompt(kimi_tok, kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7[:-1], output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop")
     analysis = analyze(capture, kimi_profile, kimi_tok)
-    assert "think_open_missing" in analysis.codes and not analysis.valid
+    assert "think_open_missing" in analysis.codes
+    assert not analysis.valid
     missing = next(f for f in analysis.findings if f.code == "think_open_missing")
     assert missing.positions == (27 + 9,)  # the closer, output[9], after 27 prompt ids
 
@@ -342,7 +349,8 @@ def test_recorded_vllm_response_hides_closer_and_stop(kimi_tok, kimi_profile):
     analysis = analyze(capture, kimi_profile, kimi_tok)
     hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
     assert hidden.positions == (28 + 9, 28 + 17)
-    assert "163607" in hidden.detail and "163586" in hidden.detail
+    assert "163607" in hidden.detail
+    assert "163586" in hidden.detail
     assert "parser_split_mismatch" not in analysis.codes
     assert analysis.valid
 
@@ -382,7 +390,8 @@ def test_reasoning_reopened_after_the_answer_is_an_error(fam):
     capture = fam.capture(output_ids=out)
     analysis = analyze(capture, fam.profile, fam.tok)
     hit = next(f for f in analysis.findings if f.code == "think_close_missing")
-    assert not analysis.valid and "reopened" in hit.detail
+    assert not analysis.valid
+    assert "reopened" in hit.detail
     assert hit.positions == (len(fam.prompt) + len(fam.output(stop=False)),)  # the opener after the answer
 
 
@@ -401,21 +410,24 @@ def test_divergent_dual_capture_names_no_trained_positions(fam):
     longer = fam.output(answer=fam.answer + fam.answer)
     analysis = analyze(_dual(fam, longer), fam.profile, fam.tok)
     hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
-    assert hidden.positions == () and "parsed-path output" in hidden.detail
+    assert hidden.positions == ()
+    assert "parsed-path output" in hidden.detail
     assert len(analysis.aligned_kinds) == len(fam.prompt) + len(longer)
 
 
 def test_empty_parsed_path_aligns_to_nothing(fam):
     analysis = analyze(_dual(fam, []), fam.profile, fam.tok)
     assert "dual_divergence" in analysis.codes
-    assert analysis.alignment is not None and analysis.alignment.statuses == ()
+    assert analysis.alignment is not None
+    assert analysis.alignment.statuses == ()
 
 
 def test_literal_think_only_in_prompt_is_a_warning(fam):
     literal = [i for ch in "Explain <think> tags" for i in fam.tok.encode(ch)]
     analysis = analyze(fam.capture(prompt_ids=literal + fam.prompt, messages=None, usage={}), fam.profile, fam.tok)
     hit = next(f for f in analysis.findings if f.code == "literal_think_text")
-    assert hit.severity == "warn" and analysis.valid
+    assert hit.severity == "warn"
+    assert analysis.valid
     assert hit.positions == tuple(range(literal.index(fam.tok.encode("<")[0]), len(literal) - len(" tags")))
 
 
@@ -436,7 +448,9 @@ def test_off_policy_with_no_token_below_p_names_the_least_likely_ones(fam):
     values[1], values[4] = -4.0, -3.5  # none below log(0.01), the mean above 2 nats
     hit = next(f for f in analyze(_scored(fam, values), fam.profile, fam.tok).findings if f.code == "off_policy")
     n = len(fam.prompt)
-    assert hit.positions[:2] == (n, n + 1) and n + 4 in hit.positions and len(hit.positions) == min(100, len(values))
+    assert hit.positions[:2] == (n, n + 1)
+    assert n + 4 in hit.positions
+    assert len(hit.positions) == min(100, len(values))
 
 
 def test_whitespace_that_is_not_ascii_still_reads_as_blank(fam):
@@ -450,10 +464,13 @@ def test_whitespace_that_is_not_ascii_still_reads_as_blank(fam):
 def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], (1, 5, 3)) == 1
-    assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([1, 2, 3], [1]) == 1
-    assert first_difference([], []) is None and first_difference([], [7]) == 0
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    assert first_difference([1, 2, 3], [1]) == 1
+    assert first_difference([], []) is None
+    assert first_difference([], [7]) == 0
     # equal lists are told by `==`; a tuple against a list takes the walk and still finds them equal
-    assert first_difference([5] * 3000, [5] * 3000) is None and first_difference((5, 6), [5, 6]) is None
+    assert first_difference([5] * 3000, [5] * 3000) is None
+    assert first_difference((5, 6), [5, 6]) is None
     assert first_difference([5] * 3000, [5] * 2999 + [6]) == 2999
 
 
@@ -470,8 +487,11 @@ def test_a_new_finding_is_one_declaration(fam):
     try:
         analysis = analyze(fam.capture(), fam.profile, fam.tok)
         hit = next(f for f in analysis.findings if f.code == "first_id_is_answer")
-        assert hit.positions == (len(fam.prompt),) and hit.severity == ERROR and not analysis.valid
-        assert why("first_id_is_answer") == "A made-up finding." and default_severity("first_id_is_answer") == ERROR
+        assert hit.positions == (len(fam.prompt),)
+        assert hit.severity == ERROR
+        assert not analysis.valid
+        assert why("first_id_is_answer") == "A made-up finding."
+        assert default_severity("first_id_is_answer") == ERROR
     finally:
         RULES.pop("first_id_is_answer", None)
 
@@ -491,11 +511,13 @@ def test_a_hit_names_positions_unless_it_is_about_an_absence():
         Hit("something", ())
     with pytest.raises(ValueError, match="names positions"):
         Hit("something", (3,), absent=True)
-    assert Hit.missing("no field").positions == () and Hit.at("here", [4]).positions == (4,)
+    assert Hit.missing("no field").positions == ()
+    assert Hit.at("here", [4]).positions == (4,)
 
 
 def test_unknown_codes_from_a_newer_store_read_as_info_without_help():
-    assert default_severity("a_code_from_the_future") == INFO and why("a_code_from_the_future") == ""
+    assert default_severity("a_code_from_the_future") == INFO
+    assert why("a_code_from_the_future") == ""
 
 
 def test_the_readme_table_lists_every_code_with_its_severity():
@@ -537,7 +559,8 @@ def test_literal_think_text_sees_a_spelled_marker_wherever_the_reference_buffer_
         found = any(f.code == "literal_think_text" for f in analyze(capture, p, tok).findings)
         assert found == expected, (prompt, output)
         seen[expected] += 1
-    assert seen[True] > 10 and seen[False] > 10  # both outcomes were exercised
+    assert seen[True] > 10
+    assert seen[False] > 10  # both outcomes were exercised
     assert "literal_think_text" in RULES
 
 

@@ -108,9 +108,11 @@ def resume(sim, prompts: Path, db: Path, *extra: str) -> dict:
     """Run to completion (8 requests in flight: the concurrency is not part of a sample's identity)."""
     proc = Proc(batch_argv(sim.url, prompts, db, "--summary-json", *extra, concurrency=8), ROOT)
     code = proc.finish()
-    assert code == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert code == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["balanced"] and summary["failed"] == 0, summary
+    assert summary["balanced"], summary
+    assert summary["failed"] == 0, summary
     return summary
 
 
@@ -137,11 +139,13 @@ def test_one_process_killed_four_ways_then_resumed_loses_duplicates_and_corrupts
             hit = kill_at(proc, sig, target, what, lambda: ready(state))
             code = proc.finish()
         assert hit, f"the run ended before {what}: {proc.stderr}"
-        assert code in KILLED[sig] and "Traceback" not in proc.stderr, (sig, target, what, code, proc.stderr)
+        assert code in KILLED[sig], (sig, target, what, code, proc.stderr)
+        assert "Traceback" not in proc.stderr, (sig, target, what, code, proc.stderr)
         killed.append(len(content(db)))
     assert 0 < killed[-1] < len(expected), killed  # the kills left work for the resume
     summary = resume(sim, prompts, db, "--workers", "1", "--limit", str(ONE_WORKER_LIMIT))
-    assert summary["resumed"] == killed[-1] and summary["ok"] == len(expected) - killed[-1], summary
+    assert summary["resumed"] == killed[-1], summary
+    assert summary["ok"] == len(expected) - killed[-1], summary
     assert_same_as_reference(db, expected)
 
 
@@ -165,18 +169,21 @@ def test_workers_killed_one_child_then_the_parent_alone_then_resumed(sim, prompt
     since = sim.stats.generation
     assert kill_at(proc, signal.SIGINT, "process", "the others working on", lambda: sim.stats.generation > since + 4)
     code = proc.finish()
-    assert code == 130 and "Traceback" not in proc.stderr, (code, proc.stderr)
+    assert code == 130, (code, proc.stderr)
+    assert "Traceback" not in proc.stderr, (code, proc.stderr)
     first = len(content(db))
 
     proc = Proc(argv, ROOT)
     since = sim.stats.generation
     assert kill_at(proc, signal.SIGKILL, "process", "a worker taking work", lambda: child_working(proc, since))
-    assert proc.finish() == -signal.SIGKILL and len(proc.tree) > 1  # finish() waits for the orphaned child
+    assert proc.finish() == -signal.SIGKILL
+    assert len(proc.tree) > 1  # finish() waits for the orphaned child
     assert "Traceback" not in proc.stderr, proc.stderr  # the child died quietly (its stderr is this pipe too)
     second = len(content(db))
     assert 0 < first <= second < PROMPTS, (first, second)
     summary = resume(sim, prompts, db, "--workers", "1")
-    assert summary["resumed"] == second and summary["ok"] == PROMPTS - second, summary
+    assert summary["resumed"] == second, summary
+    assert summary["ok"] == PROMPTS - second, summary
     assert_same_as_reference(db, reference[1])
 
 
@@ -211,7 +218,8 @@ def test_a_killed_export_leaves_its_output_absent_old_or_whole(reference, tmp_pa
             proc = Proc([*argv, str(out)], ROOT)
             kill_at(proc, sig, "process", what, lambda: any(matches(name) for name in watch.poll()))
             code = proc.finish()
-        assert code in KILLED_AT_ONCE[sig] | {0} and "Traceback" not in proc.stderr, (sig, code, proc.stderr)
+        assert code in KILLED_AT_ONCE[sig] | {0}, (sig, code, proc.stderr)
+        assert "Traceback" not in proc.stderr, (sig, code, proc.stderr)
         if out.exists():
             got = export_lines(out)
             assert got == whole or (old and got == [{"old": True}]), f"{what}: a partial export ({len(got)} rows)"
@@ -257,7 +265,8 @@ def test_a_killed_merge_leaves_source_and_target_whole_and_a_rerun_lands_everyth
             proc = Proc(argv, ROOT)
             kill_at(proc, sig, "process", what, lambda: matches(watch.poll()))
             code = proc.finish()
-        assert code in KILLED_AT_ONCE[sig] | {0} and "Traceback" not in proc.stderr, (sig, code, proc.stderr)
+        assert code in KILLED_AT_ONCE[sig] | {0}, (sig, code, proc.stderr)
+        assert "Traceback" not in proc.stderr, (sig, code, proc.stderr)
         assert content(source) == reference[1], f"{what}: the source changed"
         landed = content(into)
         assert len(landed) in (0, PROMPTS), f"{what}: a merge half landed ({len(landed)})"
@@ -284,7 +293,8 @@ def test_ctrl_c_while_the_workers_start_ends_the_run_quietly(sim, prompts, refer
     proc = Proc(batch_argv(sim.url, prompts, db, "--workers", "2"), ROOT)
     assert kill_at(proc, signal.SIGINT, "group", "a worker spawned", lambda: bool(workers(proc.pid)))
     code = proc.finish()
-    assert code == 130 and "Traceback" not in proc.stderr, (code, proc.stderr)
+    assert code == 130, (code, proc.stderr)
+    assert "Traceback" not in proc.stderr, (code, proc.stderr)
     subset_of_reference(db, reference[1])
 
 

@@ -102,7 +102,8 @@ def _ids(result) -> list[int]:
 def test_the_product_table_is_the_documented_one():
     """tokview's own Kimi table (which builds every Kimi-layout tokenizer) against the facts the docs state."""
     assert kimi_layout.KIMI_SPECIAL_TOKENS == KIMI_SPECIAL_TOKENS
-    assert kimi_layout.VOCAB_SIZE == KIMI_VOCAB_SIZE and min(KIMI_SPECIAL_TOKENS) == kimi_layout.SPECIAL_START
+    assert kimi_layout.VOCAB_SIZE == KIMI_VOCAB_SIZE
+    assert min(KIMI_SPECIAL_TOKENS) == kimi_layout.SPECIAL_START
 
 
 def test_the_facts_are_the_recorded_ids():
@@ -118,8 +119,10 @@ def test_the_facts_are_the_recorded_ids():
 def test_loads_as_fast_tokenizer(tok):
     assert tok.is_fast
     assert len(tok) == KIMI_VOCAB_SIZE
-    assert tok.eos_token == "<|im_end|>" and tok.bos_token == "[BOS]"
-    assert tok.unk_token == "[UNK]" and tok.pad_token == "[PAD]"
+    assert tok.eos_token == "<|im_end|>"
+    assert tok.bos_token == "[BOS]"
+    assert tok.unk_token == "[UNK]"
+    assert tok.pad_token == "[PAD]"
     assert tok.model_max_length == 4096
 
 

@@ -51,17 +51,20 @@ def vllm_detailed():
 async def test_vllm_detailed_batch_stores_placed_steps_and_logprobs(vllm_detailed, tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
         summary = await run_batch(_config(vllm_detailed.url, logprobs=2), store)
-        assert summary.ok == 4 and summary.failed == 0
+        assert summary.ok == 4
+        assert summary.failed == 0
         for row in store.samples_page():
             cap = store.load_sample(row.sample_id).capture
             assert cap.settings["logprobs"] == 2
             n = len(cap.output_ids)
-            assert len(cap.output_logprobs) == n and all(len(t) == 2 for t in cap.output_top_ids)
+            assert len(cap.output_logprobs) == n
+            assert all(len(t) == 2 for t in cap.output_top_ids)
             assert all(top[0] == tid for top, tid in zip(cap.output_top_ids, cap.output_ids))  # sampled = most likely
             spec = sd.SpecDecode.from_dict(cap.spec_decode)
             assert spec.steps == len(spec.per_step_accepted) > 0
             out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, profile())
-            assert out["placed"] and len(out["runs"]) == n
+            assert out["placed"]
+            assert len(out["runs"]) == n
             segs = out["segments"]
             assert segs["reasoning"]["steps"] + segs["answer"]["steps"] == spec.steps
             assert segs["reasoning"]["tokens"] + segs["answer"]["tokens"] == n
@@ -84,8 +87,10 @@ async def test_vllm_chat_streamed_and_not(mode):
                 CaptureRequest(messages=MESSAGES, mode="chat", stream=True, settings={"logprobs": 1})
             )
     assert plain.output_ids == streamed.output_ids
-    assert plain.spec_decode == streamed.spec_decode and plain.spec_decode["schema"] == "vllm"
-    assert plain.output_logprobs == streamed.output_logprobs and len(plain.output_logprobs) == len(plain.output_ids)
+    assert plain.spec_decode == streamed.spec_decode
+    assert plain.spec_decode["schema"] == "vllm"
+    assert plain.output_logprobs == streamed.output_logprobs
+    assert len(plain.output_logprobs) == len(plain.output_ids)
     placed = sd.place_steps(sd.SpecDecode.from_dict(plain.spec_decode), len(plain.output_ids), plain.finish_reason)
     assert (placed is not None) == (mode == "vllm-detailed")
 
@@ -98,11 +103,15 @@ async def test_sglang_every_schema_streamed_and_not(mode, quirks):
             plain = await pool.capture(CaptureRequest(messages=MESSAGES, settings={"logprobs": 3}))
             streamed = await pool.capture(CaptureRequest(messages=MESSAGES, stream=True, settings={"logprobs": 3}))
     assert plain.output_ids == streamed.output_ids
-    assert plain.spec_decode == streamed.spec_decode and plain.spec_decode["schema"] == mode
-    assert plain.output_top_ids == streamed.output_top_ids and len(plain.output_top_ids[0]) == 3
+    assert plain.spec_decode == streamed.spec_decode
+    assert plain.spec_decode["schema"] == mode
+    assert plain.output_top_ids == streamed.output_top_ids
+    assert len(plain.output_top_ids[0]) == 3
     spec = sd.SpecDecode.from_dict(plain.spec_decode)
-    assert spec.accepted is not None and spec.drafted == 3 * spec.steps
-    assert spec.histogram is not None and sum(spec.histogram) == spec.steps  # 0.5.10.post1 sends it too
+    assert spec.accepted is not None
+    assert spec.drafted == 3 * spec.steps
+    assert spec.histogram is not None
+    assert sum(spec.histogram) == spec.steps  # 0.5.10.post1 sends it too
     assert sd.place_steps(spec, len(plain.output_ids), plain.finish_reason) is None  # totals only
 
 
@@ -123,24 +132,32 @@ async def test_score_agrees_with_generation_flags_foreign_samples_and_resumes(ki
         for row in store.samples_page():
             stored = store.load_sample(row.sample_id)
             cap = stored.capture
-            assert len(cap.target_logprobs) == len(cap.output_ids) and cap.target_score["top_k"] == 2
+            assert len(cap.target_logprobs) == len(cap.output_ids)
+            assert cap.target_score["top_k"] == 2
             if row.sample_id == "foreign@x_gen0":
-                assert cap.target_score["off_policy"] and cap.target_score["mean_nll"] > 2.0
-                assert "off_policy" in row.codes and row.valid == stored.valid
+                assert cap.target_score["off_policy"]
+                assert cap.target_score["mean_nll"] > 2.0
+                assert "off_policy" in row.codes
+                assert row.valid == stored.valid
                 finding = next(f for f in stored.findings if f.code == "off_policy")
-                assert finding.severity == "warn" and finding.positions[0] == len(cap.prompt_ids)
+                assert finding.severity == "warn"
+                assert finding.positions[0] == len(cap.prompt_ids)
             else:  # the simulator's own output: the target agrees with what generation said
                 assert cap.target_logprobs == pytest.approx(cap.output_logprobs, abs=1e-6)
                 assert cap.target_top_ids == cap.output_top_ids
-                assert "off_policy" not in row.codes and cap.target_score["mean_nll"] < 0.5
+                assert "off_policy" not in row.codes
+                assert cap.target_score["mean_nll"] < 0.5
                 # the same rule runs when the sample is analysed again
                 assert "off_policy" not in analyze(cap, profile(), kimi()).codes
         again = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
         assert (again.ok, again.skipped) == (0, 4)
         more = await run_score(ScoreConfig(servers=[sim.url], top_k=3, off_policy_nll=100.0), store)
-        assert more.ok == 4 and more.off_policy == 0  # more alternatives asked: scored again
+        assert more.ok == 4
+        assert more.off_policy == 0  # more alternatives asked: scored again
         rescored = store.load_sample("foreign@x_gen0").capture.target_score
-        assert rescored["off_policy"] is False and rescored["off_policy_nll"] == 100.0 and rescored["top_k"] == 3
+        assert rescored["off_policy"] is False
+        assert rescored["off_policy_nll"] == 100.0
+        assert rescored["top_k"] == 3
         assert all("off_policy" not in r.codes for r in store.samples_page())
         assert store.query("SELECT count(*) FROM findings WHERE code = 'off_policy'") == [(0,)]
 
@@ -153,12 +170,17 @@ def test_score_cli_exit_codes_and_json(tmp_path, capsys):
             put_foreign(store, "foreign@x_gen0")
         code = main(["score", "--db", str(db), "--server", sim.url, "--summary-json"])
         out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-        assert code == 0 and out["ok"] == 3 and out["off_policy"] == 1 and out["exit_code"] == 0
+        assert code == 0
+        assert out["ok"] == 3
+        assert out["off_policy"] == 1
+        assert out["exit_code"] == 0
         assert math.isfinite(out["mean_nll"])
         capsys.readouterr()
         code = main(["score", "--db", str(db), "--server", sim.url, "--run", "nope"])  # a typo: not "0 scored"
         err = capsys.readouterr().err.strip()
-        assert code == 1 and err.startswith("tokview: error: no run 'nope' in") and "(runs: " in err, err
+        assert code == 1, err
+        assert err.startswith("tokview: error: no run 'nope' in"), err
+        assert "(runs: " in err, err
     assert main(["score", "--db", str(tmp_path / "missing.duckdb"), "--server", "http://127.0.0.1:9"]) == 1
     assert "database not found" in capsys.readouterr().err
     assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--top-k", "50"]) == 1
@@ -189,29 +211,41 @@ def test_stats_and_show_json_carry_spec_decode_logprobs_and_target(tmp_path, cap
     assert main(["stats", "--db", str(db), "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     spec = st["spec_decode"]
-    assert spec["samples"] == 3 and spec["placed_samples"] == 3 and spec["schemas"] == {"vllm": 3}
+    assert spec["samples"] == 3
+    assert spec["placed_samples"] == 3
+    assert spec["schemas"] == {"vllm": 3}
     assert spec["segments"]["reasoning"]["steps"] + spec["segments"]["answer"]["steps"] == spec["steps"]
     assert spec["mean_acceptance_length"] == pytest.approx(1 + spec["accepted"] / spec["steps"])
-    assert st["logprobs"]["samples"] == 3 and st["logprobs"]["samples_with_top_k"] == 3
+    assert st["logprobs"]["samples"] == 3
+    assert st["logprobs"]["samples_with_top_k"] == 3
     target = st["target_logprobs"]
-    assert target["samples"] == 4 and target["off_policy"] == 1 and target["models"] == ["tokview-sim"]
+    assert target["samples"] == 4
+    assert target["off_policy"] == 1
+    assert target["models"] == ["tokview-sim"]
     counts = target["nll_histogram"]["counts"]
-    assert sum(counts) == 4 and counts[0] + counts[1] == 3 and sum(counts[4:]) == 1  # own ≤ 0.5, foreign > 4
+    assert sum(counts) == 4
+    assert counts[0] + counts[1] == 3
+    assert sum(counts[4:]) == 1  # own ≤ 0.5, foreign > 4
 
     assert main(["stats", "--db", str(db)]) == 0
     text = capsys.readouterr().out
-    assert "spec-decode 3 samples, mean acceptance length" in text and "per segment (3 samples placed)" in text
-    assert "target      4 scored" in text and "off_policy 1" in text
+    assert "spec-decode 3 samples, mean acceptance length" in text
+    assert "per segment (3 samples placed)" in text
+    assert "target      4 scored" in text
+    assert "off_policy 1" in text
 
     assert main(["show", sid, "--db", str(db), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["spec_decode"]["placed"] and set(shown["spec_decode"]["segments"]) == {"reasoning", "answer"}
+    assert shown["spec_decode"]["placed"]
+    assert set(shown["spec_decode"]["segments"]) == {"reasoning", "answer"}
     assert len(shown["spec_decode"]["runs"]) == len(shown["capture"]["output_ids"])
     assert len(shown["logprobs"]["sampled"]) == len(shown["capture"]["output_ids"])
-    assert shown["target_logprobs"]["mean_nll"] < 0.5 and len(shown["target_logprobs"]["top_ids"][0]) == 1
+    assert shown["target_logprobs"]["mean_nll"] < 0.5
+    assert len(shown["target_logprobs"]["top_ids"][0]) == 1
     assert main(["show", "foreign@x_gen0", "--db", str(db), "--json"]) == 0
     foreign = json.loads(capsys.readouterr().out)
-    assert foreign["spec_decode"] is None and foreign["logprobs"] is None
+    assert foreign["spec_decode"] is None
+    assert foreign["logprobs"] is None
     assert foreign["target_logprobs"]["off_policy"] is True
     assert "off_policy" in [f["code"] for f in foreign["findings"]]
 
@@ -235,10 +269,12 @@ def test_summary_mode_store_has_no_segments(tmp_path, capsys):
     capsys.readouterr()
     main(["stats", "--db", str(db), "--json"])
     st = json.loads(capsys.readouterr().out)
-    assert st["spec_decode"]["samples"] == 2 and st["spec_decode"]["segments"] is None
+    assert st["spec_decode"]["samples"] == 2
+    assert st["spec_decode"]["segments"] is None
     main(["show", sid, "--db", str(db), "--json"])
     shown = json.loads(capsys.readouterr().out)
-    assert shown["spec_decode"]["segments"] is None and "totals only" in shown["spec_decode"]["segments_unavailable"]
+    assert shown["spec_decode"]["segments"] is None
+    assert "totals only" in shown["spec_decode"]["segments_unavailable"]
 
 
 def test_score_a_dataset_imported_with_audit(tmp_path, capsys):
@@ -260,7 +296,8 @@ def test_score_a_dataset_imported_with_audit(tmp_path, capsys):
         capsys.readouterr()
         assert main(["score", "--db", str(db), "--server", sim.url, "--summary-json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["ok"] == 2 and out["off_policy"] == 1
+    assert out["ok"] == 2
+    assert out["off_policy"] == 1
     with Store(db) as store:
         flagged = {r.prompt_id: "off_policy" in r.codes for r in store.samples_page()}
     assert sorted(flagged.values()) == [False, True]
@@ -279,7 +316,9 @@ async def test_score_interrupted_keeps_what_it_scored_and_resumes(tmp_path):
             first = await run_score(
                 ScoreConfig(servers=[sim.url], concurrency=1), store, on_progress=progress, cancel=cancel
             )
-            assert first.interrupted and first.exit_code == 130 and 2 <= first.ok < 6
+            assert first.interrupted
+            assert first.exit_code == 130
+            assert 2 <= first.ok < 6
             stored = store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL")[0][0]
             assert stored == first.ok  # every score counted was written, none half-written
             rest = await run_score(ScoreConfig(servers=[sim.url]), store)
@@ -305,4 +344,5 @@ async def test_a_sample_that_fills_the_context_fails_scoring_with_the_reason(tmp
         assert all(reason in r for r in summary.failures_by_reason)
     with start_simulator(SimConfig(kind="sglang", max_model_len=60)) as sim, Store(store_path) as store:
         again = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
-        assert again.failed == len(full) and all(reason in r for r in again.failures_by_reason)
+        assert again.failed == len(full)
+        assert all(reason in r for r in again.failures_by_reason)

@@ -15,10 +15,13 @@ def test_the_kimi_template_warning_names_what_this_export_offers(sample_store, k
     assert len(kimi) == 1
     written = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("specforge_template.json"))
     if fmt == "specforge":
-        assert written and f"Register {written[0]}" in kimi[0]
+        assert written
+        assert f"Register {written[0]}" in kimi[0]
     else:
-        assert not written and "specforge_template.json written beside" not in kimi[0]
+        assert not written
+        assert "specforge_template.json written beside" not in kimi[0]
     if fmt == "speculators":
-        assert "data.prompts_path" in kimi[0] and "no template" in kimi[0]
+        assert "data.prompts_path" in kimi[0]
+        assert "no template" in kimi[0]
     if fmt == "sharegpt":
         assert "export --format specforge" in kimi[0]

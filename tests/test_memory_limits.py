@@ -61,11 +61,13 @@ def test_an_answer_over_the_size_limit_is_a_failure_and_is_not_read(vllm_sim, tm
     with Store(tmp_path / "b.duckdb") as store:
         reasons = [f["reason"] for f in store.failures()]
     assert len(reasons) == 1, reasons
-    assert "1,048,576-byte limit" in reasons[0] and "TOKVIEW_MAX_RESPONSE_MB" in reasons[0], reasons
+    assert "1,048,576-byte limit" in reasons[0], reasons
+    assert "TOKVIEW_MAX_RESPONSE_MB" in reasons[0], reasons
     if framed:
         assert f"is {FLOOD:,} bytes, over the 1,048,576-byte limit" in reasons[0]  # refused on its content-length
     assert len(served.sent) == 1  # refused for good, not asked again
-    assert served.hung_up == [True] and served.sent[0] < FLOOD // 2  # the client stopped reading
+    assert served.hung_up == [True]
+    assert served.sent[0] < FLOOD // 2  # the client stopped reading
 
 
 def test_the_httpx_transport_refuses_an_answer_over_the_limit_too(monkeypatch):
@@ -111,9 +113,11 @@ def test_a_prompt_over_the_size_limit_is_a_failure_naming_the_limit_and_is_never
     assert (summary["ok"], summary["failed"]) == (1, 1)
     with Store(tmp_path / "b.duckdb") as store:
         reasons = [f["reason"] for f in store.failures()]
-    assert len(reasons) == 1 and reasons[0].startswith("prompt_too_large: the prompt has 2,621,44"), reasons
+    assert len(reasons) == 1, reasons
+    assert reasons[0].startswith("prompt_too_large: the prompt has 2,621,44"), reasons
     assert "over the 1,048,576-byte limit (TOKVIEW_MAX_PROMPT_MB=1)" in reasons[0], reasons
-    assert len(sent) == 1 and max(sent) < 10_000  # only the small prompt went to the server
+    assert len(sent) == 1
+    assert max(sent) < 10_000  # only the small prompt went to the server
 
 
 def test_recent_renders_hold_no_huge_prompt_and_no_copy_of_it_as_a_key(kimi_tok):
@@ -123,12 +127,15 @@ def test_recent_renders_hold_no_huge_prompt_and_no_copy_of_it_as_a_key(kimi_tok)
     renders.put(("ids", b"a"), list(range(100)))  # 3,600 bytes as Python ints
     renders.put(("ids", b"b"), list(range(100)))
     renders.put(("ids", b"huge"), list(range(1_000)))  # over the budget by itself: not kept
-    assert renders.get(("ids", b"huge")) is None and renders.get(("ids", b"a")) is not None
+    assert renders.get(("ids", b"huge")) is None
+    assert renders.get(("ids", b"a")) is not None
     renders.put(("ids", b"c"), list(range(100)))  # 10,800 > 10,000: the oldest goes
-    assert renders.get(("ids", b"a")) is None and renders.get(("ids", b"c")) is not None
+    assert renders.get(("ids", b"a")) is None
+    assert renders.get(("ids", b"c")) is not None
 
     tok = TokenizerAdapter(kimi_tok.tok, source=kimi_tok.source, loaded_by=kimi_tok.loaded_by)
     messages = [{"role": "user", "content": "word " * 20_000}]
     assert tok.render_length(messages) == len(tok.render(messages))
     keys = [key for _, (key, _template) in tok._renders._entries]
-    assert keys and all(len(key) == 32 for key in keys)  # a digest, not the 100 kB conversation again
+    assert keys
+    assert all(len(key) == 32 for key in keys)  # a digest, not the 100 kB conversation again

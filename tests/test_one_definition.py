@@ -64,7 +64,8 @@ def test_every_command_takes_the_one_tokenizer_and_profile_flags(command):
             ref.default,
         ), (command, dest)
     assert actions["tokenizer"].help.startswith("local tokenizer/model folder (default: ")
-    assert actions["profile"].help.startswith("kimi-k2.5, ") and "or a .toml (default: " in actions["profile"].help
+    assert actions["profile"].help.startswith("kimi-k2.5, ")
+    assert "or a .toml (default: " in actions["profile"].help
     assert actions["trust_remote_code"].help == reference["trust_remote_code"].help
 
 
@@ -73,10 +74,12 @@ def test_one_run_row_lookup(tmp_path):
         store.put_run("run-a", settings={"temperature": 0.6}, profile="qwen3", tokenizer_dir="/models/q")
         store.put_run("run-b", profile="kimi-k2.5")
         run = store.run("run-a")
-        assert run is not None and (run["run_id"], run["profile"], run["tokenizer_dir"]) == (
+        assert run is not None
+        assert (run["run_id"], run["profile"], run["tokenizer_dir"]) == (
             "run-a",
             "qwen3",
             "/models/q",
         )
         assert run["settings"] == {"temperature": 0.6}
-        assert store.run("missing") is None and store.run(None) is None
+        assert store.run("missing") is None
+        assert store.run(None) is None

@@ -132,7 +132,8 @@ async def test_chat_capture_ids(vllm_surface_url: str) -> None:
     raw = cap.raw_response
     assert raw["prompt_token_ids"] == PROMPT_IDS, "vLLM puts prompt ids at the top level"
     assert raw["choices"][0]["token_ids"] == cap.output_ids, "and output ids in the choice"
-    assert cap.raw_request is not None and "return_token_ids" in json.dumps(cap.raw_request)
+    assert cap.raw_request is not None
+    assert "return_token_ids" in json.dumps(cap.raw_request)
 
 
 async def test_chat_capture_usage(vllm_surface_url: str) -> None:
@@ -150,10 +151,12 @@ async def test_chat_reasoning_field_is_reasoning(vllm_surface_url: str) -> None:
     cap = await capture(vllm_surface_url, mode="chat")
     message = cap.raw_response["choices"][0]["message"]
     assert cap.reasoning_field == "reasoning"
-    assert isinstance(message.get("reasoning"), str) and message["reasoning"].strip()
+    assert isinstance(message.get("reasoning"), str)
+    assert message["reasoning"].strip()
     assert message.get("reasoning_content") is None
     assert cap.reasoning == message["reasoning"]
-    assert isinstance(cap.content, str) and cap.content.strip()
+    assert isinstance(cap.content, str)
+    assert cap.content.strip()
     tok = surface_tokenizer()
     closer = cap.output_ids.index(THINK_CLOSE)
     assert cap.reasoning == tok.decode(cap.output_ids[:closer], skip_special_tokens=True)
@@ -168,7 +171,8 @@ async def test_chat_findings(vllm_surface_url: str) -> None:
     assert [f.code for f in analysis.findings if f.severity == ERROR] == []
     assert analysis.valid
     hidden = codes.get("parser_hidden_ids", "")
-    assert str(THINK_CLOSE) in hidden and str(IM_END) in hidden, codes
+    assert str(THINK_CLOSE) in hidden, codes
+    assert str(IM_END) in hidden, codes
     for code in (
         "parser_split_mismatch",
         "reasoning_field_missing",
@@ -204,7 +208,8 @@ async def test_raw_capture_matches_chat(vllm_surface_url: str) -> None:
     assert raw.prompt_ids == PROMPT_IDS
     assert raw.output_ids == chat.output_ids
     assert raw.raw_response["choices"][0]["prompt_token_ids"] == PROMPT_IDS
-    assert raw.text is not None and "</think>" in raw.text, "skip_special_tokens=false keeps the closer in text"
+    assert raw.text is not None, "skip_special_tokens=false keeps the closer in text"
+    assert "</think>" in raw.text, "skip_special_tokens=false keeps the closer in text"
     analysis = analysed(raw)
     assert analysis.valid, analysis.findings
     assert "think_open_in_prompt" in _codes(analysis)
@@ -215,12 +220,15 @@ async def test_dual_capture(vllm_surface_url: str) -> None:
     _assert_kimi_output_shape(cap)
     assert cap.endpoint == "dual"
     assert cap.parsed_output_ids == cap.output_ids
-    assert cap.reasoning_field == "reasoning" and cap.reasoning and cap.content
+    assert cap.reasoning_field == "reasoning"
+    assert cap.reasoning
+    assert cap.content
     analysis = analysed(cap)
     codes = _codes(analysis)
     assert "think_open_in_prompt" in codes
     hidden = codes.get("parser_hidden_ids", "")
-    assert str(THINK_CLOSE) in hidden and str(IM_END) in hidden, codes
+    assert str(THINK_CLOSE) in hidden, codes
+    assert str(IM_END) in hidden, codes
     assert not {"parser_split_mismatch", "reasoning_field_missing"} & set(codes), codes
     assert analysis.valid, analysis.findings
 
@@ -229,10 +237,12 @@ async def test_thinking_off(vllm_surface_url: str) -> None:
     """thinking=false: the prompt ends with <think></think>, the output is answer + stop, no reasoning."""
     cap = await capture(vllm_surface_url, mode="chat", settings={**GREEDY, "thinking": False})
     assert cap.prompt_ids == PROMPT_IDS + [THINK_CLOSE]
-    assert THINK_CLOSE not in cap.output_ids and THINK_OPEN not in cap.output_ids
+    assert THINK_CLOSE not in cap.output_ids
+    assert THINK_OPEN not in cap.output_ids
     assert cap.output_ids[-1] == IM_END
     assert not cap.reasoning
-    assert cap.content and cap.content == surface_tokenizer().decode(cap.output_ids, skip_special_tokens=True)
+    assert cap.content
+    assert cap.content == surface_tokenizer().decode(cap.output_ids, skip_special_tokens=True)
     codes = _codes(analysed(cap))
     assert "think_open_in_prompt" not in codes
     assert not any(c.startswith("think_") for c in codes), codes
@@ -250,21 +260,28 @@ async def test_doctor(vllm_surface_url: str) -> None:
 
     report = await run_doctor(vllm_surface_url, tokenizer=surface_tokenizer(), profile=surface_profile())
     data = json.loads(json.dumps(report.to_dict()))  # what --json prints: one JSON object
-    assert data["kind"] == "vllm" and data["version"]
+    assert data["kind"] == "vllm"
+    assert data["version"]
     assert data["features"]["reasoning_field"] == "reasoning"
     assert data["features"]["chat_ids_field"] == "token_ids"
     checks = data["checks"]
-    assert checks and all({"ok", "title", "detail", "recommendation"} <= set(c) for c in checks)
+    assert checks
+    assert all({"ok", "title", "detail", "recommendation"} <= set(c) for c in checks)
     assert [c["title"] for c in checks if c["ok"] is False] == []
     opener = _check(data, "opener")
-    assert opener["ok"] is True and str(THINK_OPEN) in opener["detail"] and "pre-fill" in opener["detail"]
+    assert opener["ok"] is True
+    assert str(THINK_OPEN) in opener["detail"]
+    assert "pre-fill" in opener["detail"]
     parser = _check(data, "reasoning")
-    assert parser["ok"] is True and "`reasoning`" in parser["detail"]
-    assert str(THINK_CLOSE) in parser["detail"] and str(IM_END) in parser["detail"], "names the hidden ids"
+    assert parser["ok"] is True
+    assert "`reasoning`" in parser["detail"]
+    assert str(THINK_CLOSE) in parser["detail"], "names the hidden ids"
+    assert str(IM_END) in parser["detail"], "names the hidden ids"
     assert _check(data, "local tokenizer")["ok"] is True
     assert _check(data, "honesty")["ok"] is True
     text = report.render_text()
-    assert "vLLM" in text and str(THINK_OPEN) in text
+    assert "vLLM" in text
+    assert str(THINK_OPEN) in text
 
 
 OTHER_QUESTIONS = ["Say hello to the world.", "Why is the sky blue?", "What is 6 times 7?"]
@@ -291,7 +308,8 @@ async def test_concurrent_captures_match_sequential(vllm_surface_url: str) -> No
     for request, a, b in zip(requests, together, alone):
         assert a.prompt_ids == tok.render(request.messages, add_generation_prompt=True)
         assert (a.prompt_ids, a.output_ids) == (b.prompt_ids, b.output_ids)
-        assert a.output_ids[-1] == IM_END and a.output_ids.count(THINK_CLOSE) == 1
+        assert a.output_ids[-1] == IM_END
+        assert a.output_ids.count(THINK_CLOSE) == 1
     assert together[-1].prompt_ids == PROMPT_IDS
 
 
@@ -301,5 +319,6 @@ async def test_seeded_sampling_reproducible(vllm_surface_url: str) -> None:
     first = await capture(vllm_surface_url, mode="chat", settings=settings)
     again = await capture(vllm_surface_url, mode="chat", settings=settings)
     assert first.output_ids == again.output_ids
-    assert first.settings.get("seed") == 1234 and first.settings.get("temperature") == 1.0
+    assert first.settings.get("seed") == 1234
+    assert first.settings.get("temperature") == 1.0
     _assert_kimi_output_shape(first)

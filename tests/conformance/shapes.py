@@ -95,8 +95,10 @@ def test_chat_response_keys(vllm_surface_url: str) -> None:
     assert set(choice["message"]) == MESSAGE_KEYS
     assert set(data["usage"]) == USAGE_KEYS
     assert set(data["usage"]["completion_tokens_details"]) == {"reasoning_tokens"}
-    assert choice["finish_reason"] == "stop" and choice["stop_reason"] is None, "EOS stops report stop_reason null"
-    assert data["object"] == "chat.completion" and data["id"].startswith("chatcmpl-")
+    assert choice["finish_reason"] == "stop", "EOS stops report stop_reason null"
+    assert choice["stop_reason"] is None, "EOS stops report stop_reason null"
+    assert data["object"] == "chat.completion"
+    assert data["id"].startswith("chatcmpl-")
 
 
 def test_stream_chunk_keys(vllm_surface_url: str) -> None:
@@ -119,13 +121,15 @@ def test_stream_chunk_keys(vllm_surface_url: str) -> None:
         # one id a chunk, but vLLM merges the outputs a slow reader has not taken yet into one chunk
         # (seen once in CI on a loaded box: a chunk with 2 ids), so the ids of all chunks are what is checked
         ids = chunk["choices"][0]["token_ids"]
-        assert ids and all(type(i) is int for i in ids)
+        assert ids
+        assert all(type(i) is int for i in ids)
         streamed += ids
     assert set(final["choices"][0]) == {"index", "delta", "logprobs", "finish_reason", "stop_reason", "token_ids"}
     assert final["choices"][0]["finish_reason"] == "stop"
     streamed += final["choices"][0]["token_ids"]
     # a server started with --per-request-spec-decode-metrics adds `metrics` (speculative_decoding) here
-    assert set(usage) - {"metrics"} == USAGE_CHUNK_KEYS and usage["choices"] == []
+    assert set(usage) - {"metrics"} == USAGE_CHUNK_KEYS
+    assert usage["choices"] == []
     assert set(usage["usage"]) == {"prompt_tokens", "total_tokens", "completion_tokens", "completion_tokens_details"}
     assert len(streamed) == usage["usage"]["completion_tokens"], "every generated id is in exactly one chunk"
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
@@ -172,7 +176,11 @@ def test_error_statuses(vllm_surface_url: str) -> None:
         )
         missing = client.get("/get_model_info")
     assert unknown.status_code == 404
-    assert set(unknown.json()["error"]) == ERROR_KEYS and unknown.json()["error"]["code"] == 404
-    assert too_long.status_code == 400 and set(too_long.json()["error"]) == ERROR_KEYS
-    assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == ERROR_KEYS
-    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    assert set(unknown.json()["error"]) == ERROR_KEYS
+    assert unknown.json()["error"]["code"] == 404
+    assert too_long.status_code == 400
+    assert set(too_long.json()["error"]) == ERROR_KEYS
+    assert bad_json.status_code == 400
+    assert set(bad_json.json()["error"]) == ERROR_KEYS
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": "Not Found"}
