@@ -83,7 +83,8 @@ def _run(capsys, *argv: str) -> str:
 
 def test_stats_says_how_many_samples_drift(db, capsys):
     data = json.loads(_run(capsys, "stats", "--db", str(db), "--json"))
-    assert data["retokenize_drift"] == 1 and data["samples"] == 4
+    assert data["retokenize_drift"] == 1
+    assert data["samples"] == 4
     assert data["valid"] == 3  # the cut one is truncated; the drifted one is valid (a warning)
     assert "retokenize drift 1 samples" in _run(capsys, "stats", "--db", str(db))
 
@@ -120,7 +121,8 @@ def test_every_export_of_plain_samples_reads_back_exactly(db, tok, tmp_path, cap
             last = row["conversations"][-1]
             said = last.get("content", last.get("value"))
             answer = caps[key].output_ids[:-1] if caps[key].finish_reason == "stop" else caps[key].output_ids
-            assert said == tok.decode(answer) and "reasoning_content" not in last, (fmt, key)
+            assert said == tok.decode(answer), (fmt, key)
+            assert "reasoning_content" not in last, (fmt, key)
         manifest = (
             json.loads(out.with_name(out.name + ".manifest.json").read_text())
             if out.with_name(out.name + ".manifest.json").exists()
@@ -145,7 +147,8 @@ def test_audit_reads_plain_exports_back(db, plain_dir, tok, tmp_path, capsys):
         assert set(ids) == set(ANSWERS)
         for key, r in ids.items():  # ids rows: exactly the stored ids, drift still seen
             got = store.load_sample(r.sample_id)
-            assert got.profile == "plain" and got.capture.input_ids == caps[key].input_ids
+            assert got.profile == "plain"
+            assert got.capture.input_ids == caps[key].input_ids
             assert not any(c.startswith("think") or c == "literal_think_text" for c in r.codes)
             assert ("retokenize_drift" in r.codes) == (key == "drift")
         texts = {
@@ -153,7 +156,8 @@ def test_audit_reads_plain_exports_back(db, plain_dir, tok, tmp_path, capsys):
             for r in store.samples_page(SampleFilter(run_id="audit-forge"), limit=100)
         }
     assert texts["ok"].capture.input_ids == caps["ok"].input_ids
-    assert texts["ok"].valid and texts["ok"].capture.settings["thinking"] is None
+    assert texts["ok"].valid
+    assert texts["ok"].capture.settings["thinking"] is None
     # A text row cannot give the drifted ids back: re-encoding its text yields other (canonical) ids.
     drift = caps["drift"].output_ids
     assert texts["drift"].capture.output_ids != drift
@@ -174,7 +178,8 @@ async def test_the_app_opens_a_plain_sample(db):
             app.open_sample("ok@0")
             await settle(app, pilot)
             screen = app.screen
-            assert isinstance(screen, InspectScreen) and screen.profile.name == "plain"
+            assert isinstance(screen, InspectScreen)
+            assert screen.profile.name == "plain"
             assert screen.profile.stop_ids == (IM_END, 0)
             seq = screen.served.seq
             assert seq.pieces[-1] == "<|im_end|>"
@@ -201,7 +206,8 @@ def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
         model = httpx.get(f"{sim.url}/v1/models").json()["data"][0]["id"]
         body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
         message = httpx.post(f"{sim.url}/v1/chat/completions", json=body).json()["choices"][0]["message"]
-        assert message["content"] and not message.get("reasoning")
+        assert message["content"]
+        assert not message.get("reasoning")
     with start_simulator(SimConfig(kind="vllm", tokenizer_dir=plain_dir, quirks={"parser-all-reasoning": True})) as sim:
         assert main(["doctor", "--server", sim.url, "--tokenizer", str(plain_dir), "--json"]) == 3
     data = json.loads(capsys.readouterr().out)
@@ -210,7 +216,8 @@ def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
     assert checks["Think opener in the prompt"]["ok"] is True
     assert "no think delimiters" in checks["Think opener in the prompt"]["detail"]
     parser = checks["Reasoning parser"]
-    assert parser["ok"] is False and "has no think delimiters" in parser["detail"]
+    assert parser["ok"] is False
+    assert "has no think delimiters" in parser["detail"]
     assert parser["recommendation"].startswith("start the server without --reasoning-parser")
     assert all(checks[t]["ok"] is True for t in ("Token-id fields", "output_ids honesty", "Local tokenizer"))
 
@@ -251,6 +258,9 @@ def test_batch_loads_a_plain_tokenizer_without_profile(plain_dir, tmp_path, caps
         for row in rows:
             sample = store.load_sample(row.sample_id)
             cap = sample.capture
-            assert sample.profile == "plain" and cap.thinking is None  # nothing to switch, nothing recorded
-            assert cap.settings["chat_template_kwargs"] == {} and cap.output_ids[-1] == IM_END
-            assert sample.valid and not [c for c in row.codes if c.startswith("think")], row.codes
+            assert sample.profile == "plain"
+            assert cap.thinking is None  # nothing to switch, nothing recorded
+            assert cap.settings["chat_template_kwargs"] == {}
+            assert cap.output_ids[-1] == IM_END
+            assert sample.valid, row.codes
+            assert not [c for c in row.codes if c.startswith("think")], row.codes

@@ -31,8 +31,10 @@ def test_only_the_echoed_prefix_and_the_delimiters_are_hidden(tmp_path, capsys):
     echoed = len(codes["output_prefix_overlap"]["positions"])
     n_prompt, output = len(data["capture"]["prompt_ids"]), data["capture"]["output_ids"]
     hidden = [p - n_prompt for p in codes["parser_hidden_ids"]["positions"]]
-    assert echoed >= 3 and hidden == list(range(echoed))  # this parser's text shows the delimiters and stop
+    assert echoed >= 3
+    assert hidden == list(range(echoed))  # this parser's text shows the delimiters and stop
     assert len(output) > 60
     assert main(["show", sample_id, "--db", str(db), "--from", str(n_prompt + echoed), "--count", "3"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == [str(n_prompt + echoed)]]
-    assert rows and rows[0].rstrip().endswith("kept")  # "Okay, let me…" is in the text
+    assert rows
+    assert rows[0].rstrip().endswith("kept")  # "Okay, let me…" is in the text

@@ -28,11 +28,14 @@ def test_every_builtin_names_its_format_and_history_rule():
 
 def test_the_new_builtins():
     oss, glm45, glm47, k26 = (get_profile(n) for n in ("gpt-oss", "glm-4.5", "glm-4.7", "kimi-k2.6"))
-    assert not oss.has_reasoning and oss.effort_kwarg == "reasoning_effort" and oss.reasoning_parser == "openai_gptoss"
+    assert not oss.has_reasoning
+    assert oss.effort_kwarg == "reasoning_effort"
+    assert oss.reasoning_parser == "openai_gptoss"
     assert set(oss.stop_ids) == {200002, 200012, 199999}
     assert (glm45.think_open_id, glm45.think_close_id, glm45.prefills_opener) == (151350, 151351, False)
     assert (glm47.prefills_opener, glm47.history_kwarg) == (True, "clear_thinking")
-    assert k26.history_kwarg == "preserve_thinking" and k26.tool_calls == get_profile("kimi-k2.5").tool_calls
+    assert k26.history_kwarg == "preserve_thinking"
+    assert k26.tool_calls == get_profile("kimi-k2.5").tool_calls
     assert get_profile("harmony") is oss
 
 
@@ -93,7 +96,8 @@ def test_a_bad_format_key_is_one_clear_error(tmp_path, body, message):
 def test_think_tag_tokenizers_are_detected_as_before(kimi_tok, qwen_tok):
     from tokview.core.profiles import detect_profile
 
-    assert detect_profile(kimi_tok).format == THINK and detect_profile(qwen_tok).name == "qwen3"
+    assert detect_profile(kimi_tok).format == THINK
+    assert detect_profile(qwen_tok).name == "qwen3"
 
 
 def test_kimi_k26_is_detected_from_a_template_that_reads_preserve_thinking(kimi_tok_dir, tmp_path):

@@ -42,17 +42,22 @@ GOOD = {"id": "good", "prompt": "fine"}
 def test_a_row_that_is_not_what_it_looks_like_says_what_is_wrong(tmp_path, row, says):
     rows, bad = read_prompts(_file(tmp_path, row, GOOD))
     assert [r.prompt_id for r in rows] == ["good"]
-    assert len(bad) == 1 and bad[0].startswith("line 1: ") and says in bad[0], bad
+    assert len(bad) == 1, bad
+    assert bad[0].startswith("line 1: "), bad
+    assert says in bad[0], bad
 
 
 def test_an_empty_string_is_still_an_explicit_empty_turn(tmp_path):
     rows, bad = read_prompts(_file(tmp_path, {"id": "a", "messages": [{"role": "user", "content": ""}]}))
-    assert bad == [] and rows[0].messages == [{"role": "user", "content": ""}]
+    assert bad == []
+    assert rows[0].messages == [{"role": "user", "content": ""}]
 
 
 @pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])
 def test_a_prompts_path_that_is_a_device_is_not_called_missing(path, capsys):
     code = main(["batch", path, "--server", "http://127.0.0.1:9", "--db", "/nonexistent/x.duckdb"])
     err = capsys.readouterr().err
-    assert code == ExitCode.USAGE and err.count("\n") == 1
-    assert "not found" not in err and f"{path} is not a regular file" in err, err
+    assert code == ExitCode.USAGE
+    assert err.count("\n") == 1
+    assert "not found" not in err, err
+    assert f"{path} is not a regular file" in err, err

@@ -62,7 +62,8 @@ def test_vllm_json_answer_keeps_its_keys_with_null_as_vllm_does() -> None:
     raw = (REC / "vllm_t1.json").read_bytes()
     stripped = strip_body(raw, Injection("vllm", ("return_token_ids",), False))
     original, edited = orjson.loads(raw), orjson.loads(stripped)
-    assert edited["prompt_token_ids"] is None and edited["choices"][0]["token_ids"] is None
+    assert edited["prompt_token_ids"] is None
+    assert edited["choices"][0]["token_ids"] is None
     original["prompt_token_ids"] = original["choices"][0]["token_ids"] = None
     assert edited == original
     assert b'"token_ids":null,"routed_experts":null' in stripped  # the bytes around it untouched
@@ -72,7 +73,8 @@ def test_sglang_json_answer_loses_the_keys_it_would_not_have_had() -> None:
     with_ids = strip_body((REC / "sgl_t1.json").read_bytes(), Injection("sglang", ("return_token_ids",), False))
     sglext = (REC / "sgl_t1_sglext.json").read_bytes()
     without_ext = strip_body(sglext, Injection("sglang", ("return_input_ids_in_sglext",), False))
-    assert b"token_ids" not in with_ids and b"sglext" not in without_ext
+    assert b"token_ids" not in with_ids
+    assert b"sglext" not in without_ext
     assert _same_but_ids(with_ids, without_ext)
 
 
@@ -88,7 +90,8 @@ def test_sglang_stream_drops_the_sglext_chunk() -> None:
 
 def test_a_client_that_asked_for_ids_gets_them() -> None:
     body, injection = inject({"messages": [], "return_token_ids": True}, "vllm")
-    assert not injection.strips and body["return_token_ids"] is True
+    assert not injection.strips
+    assert body["return_token_ids"] is True
     raw = (REC / "vllm_t1.json").read_bytes()
     assert strip_body(raw, injection) == raw
 
@@ -116,7 +119,8 @@ def test_splitter_waits_for_whole_events_across_reads() -> None:
     raw = (REC / "vllm_t1_stream.txt").read_bytes()
     splitter = EventSplitter()
     got = [e for i in range(0, len(raw), 7) for e in splitter.feed(raw[i : i + 7])]
-    assert b"".join(got) == raw and got == _events(raw)
+    assert b"".join(got) == raw
+    assert got == _events(raw)
 
 
 def test_an_id_key_inside_text_is_not_touched() -> None:
@@ -140,13 +144,15 @@ def test_splitting_a_read_of_many_events_takes_linear_time() -> None:
     raw = b"".join(b'data: {"choices":[{"delta":{"content":"x%d"}}]}\n\n' % i for i in range(20_000))
     started = time.perf_counter()
     got = list(EventSplitter().feed(raw))
-    assert len(got) == 20_000 and time.perf_counter() - started < 1.0
+    assert len(got) == 20_000
+    assert time.perf_counter() - started < 1.0
 
 
 def test_crlf_and_lf_terminated_events_are_both_split() -> None:
     splitter = EventSplitter()
     got = list(splitter.feed(b"data: 1\r\n\r\ndata: 2\n\ndata: 3\r\n\r\ndata: 4"))
-    assert got == [b"data: 1\r\n\r\n", b"data: 2\n\n", b"data: 3\r\n\r\n"] and splitter.rest() == b"data: 4"
+    assert got == [b"data: 1\r\n\r\n", b"data: 2\n\n", b"data: 3\r\n\r\n"]
+    assert splitter.rest() == b"data: 4"
 
 
 def test_stripping_a_long_id_array_does_not_walk_it_byte_by_byte() -> None:

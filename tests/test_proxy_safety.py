@@ -127,12 +127,15 @@ def test_sglang_stream_ids_come_from_the_sglext_chunk_the_client_never_sees(upst
         proxy.stop()
     recorded = (REC / "sgl_t1_stream_sglext.txt").read_bytes()
     assert got == b"".join(e + b"\n\n" for e in recorded.split(b"\n\n")[:-1] if b"sglext" not in e)
-    assert app.seen[-1][1]["return_input_ids_in_sglext"] is True and "return_token_ids" not in app.seen[-1][1]
+    assert app.seen[-1][1]["return_input_ids_in_sglext"] is True
+    assert "return_token_ids" not in app.seen[-1][1]
     ext = orjson.loads(next(e for e in recorded.split(b"\n\n") if b"sglext" in e)[6:])["sglext"]
     [(prompt_ids, output_ids, raw_response, settings)] = _rows(
         str(tmp_path / "p.duckdb"), "SELECT prompt_ids, output_ids, raw_response, settings FROM samples"
     )
-    assert prompt_ids == ext["input_ids"] and output_ids == ext["output_ids"][0] and len(output_ids) == 29
+    assert prompt_ids == ext["input_ids"]
+    assert output_ids == ext["output_ids"][0]
+    assert len(output_ids) == 29
     # the stored stream's calls, folded from its chunks as the store reads them (no second copy beside them)
     assert tool_calls_of_response(orjson.loads(raw_response)) == [
         {"id": "functions.get_weather:0", "name": "get_weather", "arguments": '{"city": "Paris"}'}
@@ -163,7 +166,8 @@ def test_client_authorization_is_forwarded_and_never_stored(upstream, tmp_path, 
     assert app.seen[-2][0]["authorization"] == "Bearer client-secret-123"
     assert app.seen[-1][0]["authorization"] == "Bearer env-key-for-the-upstream"
     dump = orjson.dumps(_rows(str(tmp_path / "p.duckdb"), "SELECT * FROM samples"), default=str)
-    assert b"client-secret-123" not in dump and b"env-key-for-the-upstream" not in dump
+    assert b"client-secret-123" not in dump
+    assert b"env-key-for-the-upstream" not in dump
     assert len(_rows(str(tmp_path / "p.duckdb"), "SELECT sample_id FROM samples")) == 2
 
 
@@ -173,7 +177,8 @@ def test_a_proxy_key_is_required_and_never_forwarded(upstream, tmp_path, kimi_to
         refused = httpx.post(proxy.url + "/v1/chat/completions", json=ASK)
         wrong = httpx.post(proxy.url + "/v1/chat/completions", json=ASK, headers={"Authorization": "Bearer nope"})
         ok = httpx.post(proxy.url + "/v1/chat/completions", json=ASK, headers={"Authorization": "Bearer proxy-key-42"})
-    assert refused.status_code == wrong.status_code == 401 and ok.status_code == 200
+    assert refused.status_code == wrong.status_code == 401
+    assert ok.status_code == 200
     assert "authorization" not in app.seen[-1][0]  # the proxy key stays at the proxy
 
 
@@ -191,7 +196,8 @@ def test_cli_refuses_a_remote_address_in_one_line(capsys, monkeypatch):
     monkeypatch.delenv("TOKVIEW_PROXY_KEY", raising=False)
     assert main(["proxy", "--server", "http://127.0.0.1:1", "--listen", "0.0.0.0:8900"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("tokview: error: --listen 0.0.0.0:8900: the proxy listens only")
+    assert len(err) == 1
+    assert err[0].startswith("tokview: error: --listen 0.0.0.0:8900: the proxy listens only")
     assert main(["proxy", "--server", "ftp://x", "--listen", "127.0.0.1:0"]) == 1
     assert capsys.readouterr().err.startswith("tokview: error: bad server URL")
 
@@ -241,7 +247,8 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(
             text=True,
         )
         try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
             statuses = []
             for _ in range(40):
                 statuses.append(httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code)
@@ -272,7 +279,8 @@ def test_two_upstreams_share_the_requests_and_each_sample_names_its_server(tmp_p
                 body = {"model": "tokview-sim", "messages": [{"role": "user", "content": f"q{n}"}], "max_tokens": 30}
                 assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
             proxy.stop()
-        assert one.stats.requests["/v1/chat/completions"] >= 2 and two.stats.requests["/v1/chat/completions"] >= 2
+        assert one.stats.requests["/v1/chat/completions"] >= 2
+        assert two.stats.requests["/v1/chat/completions"] >= 2
     servers = sorted(r[0] for r in _rows(db, "SELECT server_url FROM samples"))
     assert servers == sorted([one.url, one.url, two.url, two.url])
 

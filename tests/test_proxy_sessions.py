@@ -20,7 +20,8 @@ def test_a_prompt_that_extends_prompt_plus_output_continues_the_longest_such_ses
     other = _turn(book, SYSTEM + [9], [8])
     second = _turn(book, SYSTEM + [1, 2, 3, 4, 5], [6])
     third = _turn(book, SYSTEM + [1, 2, 3, 4, 5, 6, 7], [8])
-    assert first.joined_by == other.joined_by == "new" and first.session_id != other.session_id
+    assert first.joined_by == other.joined_by == "new"
+    assert first.session_id != other.session_id
     assert (second.session_id, second.turn, second.joined_by) == (first.session_id, 1, "prefix")
     assert (third.session_id, third.turn) == (first.session_id, 2)
     assert book.place(SYSTEM + [1, 2, 3], None).joined_by == "new"  # a retry of turn 0 is no continuation
@@ -37,7 +38,8 @@ def test_messages_join_a_turn_whose_ids_break_the_prefix_and_say_where() -> None
     ]
     second = book.place(SYSTEM + [1, 2, 3, 7, 7], history)
     assert (second.session_id, second.turn, second.joined_by) == (first.session_id, 1, "messages")
-    assert second.break_at == len(SYSTEM) + 3 and second.previous_len == len(SYSTEM) + 5
+    assert second.break_at == len(SYSTEM) + 3
+    assert second.previous_len == len(SYSTEM) + 5
     assert book.place(SYSTEM + [0], [{"role": "user", "content": "z"}]).joined_by == "new"
 
 
@@ -46,8 +48,10 @@ def test_named_sessions_count_turns_and_note_a_break() -> None:
     a = _turn(book, [1, 2], [3], named="agent")
     b = _turn(book, [1, 2, 3, 4], [5], named="agent")
     c = _turn(book, [9, 9], [5], named="agent")
-    assert [t.turn for t in (a, b, c)] == [0, 1, 2] and a.session_id == "session:agent"
-    assert b.break_at is None and c.break_at == 0
+    assert [t.turn for t in (a, b, c)] == [0, 1, 2]
+    assert a.session_id == "session:agent"
+    assert b.break_at is None
+    assert c.break_at == 0
 
 
 def test_the_least_recently_used_sessions_are_forgotten_first() -> None:

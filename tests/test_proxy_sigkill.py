@@ -91,7 +91,8 @@ def test_sigkill_mid_run_loses_only_the_request_in_flight(tmp_path):
     with Store(db) as store:  # opening lands what the killed proxy left in parts
         rows = store.query("SELECT prompt_id, messages FROM samples ORDER BY sample_id")
         failures = store.query("SELECT reason FROM failures")
-    assert len(rows) == 5 and len({r[0] for r in rows}) == 5  # five one-turn conversations
+    assert len(rows) == 5
+    assert len({r[0] for r in rows}) == 5  # five one-turn conversations
     assert [f"question {n}" in r[1] for n, r in enumerate(rows)] == [True] * 5
     assert failures == []  # the one in flight left nothing, not a half record
 

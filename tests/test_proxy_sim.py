@@ -111,8 +111,10 @@ def test_chat_answer_is_the_upstreams_own_bytes_and_is_stored_token_exact(sim, p
     prompt_ids = served.get("prompt_token_ids") or choice["prompt_token_ids"]
     output_ids = choice.get("token_ids") or choice["response_token_ids"]
     [row] = _stored(proxy.db)
-    assert row["prompt_ids"] == prompt_ids and row["output_ids"] == output_ids
-    assert row["endpoint"] == f"{sim.cfg.kind}-chat" and row["turn"] == 0
+    assert row["prompt_ids"] == prompt_ids
+    assert row["output_ids"] == output_ids
+    assert row["endpoint"] == f"{sim.cfg.kind}-chat"
+    assert row["turn"] == 0
 
 
 def test_completions_token_prompt_stream_and_not(sim, proxy) -> None:
@@ -129,14 +131,17 @@ def test_completions_token_prompt_stream_and_not(sim, proxy) -> None:
             for chunk in d + t:
                 chunk.pop("id"), chunk.pop("created")
                 for c in chunk["choices"]:
-                    assert c.pop("token_ids", None) is None and c.pop("prompt_token_ids", None) is None
-            assert d == t and through.endswith(b"data: [DONE]\n\n")
+                    assert c.pop("token_ids", None) is None
+                    assert c.pop("prompt_token_ids", None) is None
+            assert d == t
+            assert through.endswith(b"data: [DONE]\n\n")
         else:
             assert _blank(through) == _blank(direct)
     proxy.stop()
     rows = _stored(proxy.db)
     assert [r["prompt_ids"] for r in rows] == [prompt, prompt]
-    assert rows[0]["output_ids"] == rows[1]["output_ids"] and rows[0]["output_ids"]
+    assert rows[0]["output_ids"] == rows[1]["output_ids"]
+    assert rows[0]["output_ids"]
     # the second continues nothing: the same prompt again is a new conversation, not turn 1 of the first
     assert rows[0]["prompt_id"] != rows[1]["prompt_id"]
 
@@ -145,7 +150,8 @@ def test_a_client_that_asks_for_ids_gets_them(sim, proxy) -> None:
     body = _chat(sim.cfg.model_name, False, return_token_ids=True)
     direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
     through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
-    assert _blank(through) == _blank(direct) and b'token_ids":[' in through
+    assert _blank(through) == _blank(direct)
+    assert b'token_ids":[' in through
 
 
 def test_other_paths_pass_through(sim, proxy) -> None:
@@ -155,7 +161,8 @@ def test_other_paths_pass_through(sim, proxy) -> None:
     assert httpx.post(proxy.url + "/tokenize", json=tok).content == httpx.post(sim.url + "/tokenize", json=tok).content
     assert httpx.get(proxy.url + "/nope").status_code == httpx.get(sim.url + "/nope").status_code == 404
     proxy.stop()
-    assert _stored(proxy.db) == [] and _failures(proxy.db) == []
+    assert _stored(proxy.db) == []
+    assert _failures(proxy.db) == []
 
 
 def test_a_refused_request_reaches_the_client_as_sent_and_is_recorded_as_refused(sim, proxy) -> None:
@@ -200,8 +207,10 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
     httpx.post(proxy.url + "/v1/chat/completions", json={**_chat(sim.cfg.model_name, False), "messages": history})
     proxy.stop()
     one, two = _stored(proxy.db)
-    assert one["prompt_id"] == two["prompt_id"] and two["turn"] == 1
-    assert "session_prefix_break" in two["codes"] and "session_prefix_break" not in one["codes"]
+    assert one["prompt_id"] == two["prompt_id"]
+    assert two["turn"] == 1
+    assert "session_prefix_break" in two["codes"]
+    assert "session_prefix_break" not in one["codes"]
     with Store(proxy.db) as store:
         [(detail, positions)] = store.query(
             "SELECT detail, positions FROM findings WHERE sample_id = ? AND code = 'session_prefix_break'",
@@ -209,7 +218,8 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
         )
     at = positions[0]
     served = one["prompt_ids"] + one["output_ids"]
-    assert two["prompt_ids"][:at] == served[:at] and two["prompt_ids"][at] != served[at]
+    assert two["prompt_ids"][:at] == served[:at]
+    assert two["prompt_ids"][at] != served[at]
     assert f"first differ at position {at}" in detail
 
 
@@ -226,7 +236,8 @@ def test_header_and_user_name_sessions(sim, proxy) -> None:
         ("user:alice", 0),
     ]
     stored = orjson.loads(rows[0]["raw_request"])
-    assert stored["body"] == body and "x-tokview-session" in stored["headers"]
+    assert stored["body"] == body
+    assert "x-tokview-session" in stored["headers"]
 
 
 async def _answer_recorded_vllm(scope: Any, receive: Any, send: Any) -> None:
@@ -298,9 +309,12 @@ def test_every_answered_request_is_recorded_none_as_abandoned(sim, proxy) -> Non
     proxy.stop()
     rows, failures = _stored(proxy.db), _failures(proxy.db)
     if sim.cfg.kind == "sglang" and not _sglang_streams_ids(sim):  # each stream is a failure saying so
-        assert len(rows) == 6 and all("no token ids" in f for f in failures) and len(failures) == 6
+        assert len(rows) == 6
+        assert all("no token ids" in f for f in failures)
+        assert len(failures) == 6
     else:
-        assert len(rows) == 12 and failures == []
+        assert len(rows) == 12
+        assert failures == []
 
 
 def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_path, kimi_tok, kimi_profile) -> None:
@@ -321,7 +335,8 @@ def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_pa
         (first_session, first_turn), (second_session, second_turn) = store.query(
             "SELECT prompt_id, turn FROM samples ORDER BY created_at"
         )
-    assert second_session == first_session and (first_turn, second_turn) == (0, 1)
+    assert second_session == first_session
+    assert (first_turn, second_turn) == (0, 1)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -361,7 +376,8 @@ def test_each_sample_is_in_the_store_at_once_while_the_proxy_runs(sim, proxy) ->
             while _landed_count(proxy) < n + 1 and time.monotonic() - answered < 2.0:
                 time.sleep(0.01)
             took = time.monotonic() - answered
-            assert _landed_count(proxy) == n + 1 and took < 1.5, f"sample {n} landed {took:.2f} s after its answer"
+            assert _landed_count(proxy) == n + 1, f"sample {n} landed {took:.2f} s after its answer"
+            assert took < 1.5, f"sample {n} landed {took:.2f} s after its answer"
 
 
 def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_does_none(
@@ -376,17 +392,20 @@ def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_do
         [sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, record_in="process"
     )
     with start_proxy(config) as proxy, httpx.Client() as client:
-        assert proxy.recorder.process.pid != os.getpid() and proxy.recorder.process.is_alive()
+        assert proxy.recorder.process.pid != os.getpid()
+        assert proxy.recorder.process.is_alive()
         first = _chat(sim.cfg.model_name, False, user="carol")
         answer = client.post(proxy.url + "/v1/chat/completions", json=first).json()["choices"][0]["message"]
         second = {**_chat(sim.cfg.model_name, True, user="carol")}
         second["messages"] = [*QUESTION, answer, {"role": "user", "content": "And times 4?"}]
         assert client.post(proxy.url + "/v1/chat/completions", json=second).status_code == 200
         proxy.stop()
-        assert proxy.recorder.recorded + proxy.recorder.failed == 2 and proxy.recorder.recording
+        assert proxy.recorder.recorded + proxy.recorder.failed == 2
+        assert proxy.recorder.recording
     rows = _stored(db)
     if sim.cfg.kind == "sglang" and not _sglang_streams_ids(sim):
-        assert len(rows) == 1 and len(_failures(db)) == 1
+        assert len(rows) == 1
+        assert len(_failures(db)) == 1
     else:
         assert [(r["prompt_id"], r["turn"]) for r in rows] == [("user:carol", 0), ("user:carol", 1)]
         assert rows[1]["prompt_ids"][: len(rows[0]["prompt_ids"])] == rows[0]["prompt_ids"]
@@ -412,6 +431,9 @@ def test_a_burst_bigger_than_the_pipe_reaches_the_recorder_process_whole(tmp_pat
             with ThreadPoolExecutor(16) as pool:
                 assert list(pool.map(ask, range(16))) == [200] * 16
             proxy.stop()
-            assert proxy.recorder.recorded == 16 and proxy.recorder.recording
+            assert proxy.recorder.recorded == 16
+            assert proxy.recorder.recording
     rows = _stored(db)
-    assert len(rows) == 16 and _failures(db) == [] and all(len(r["output_ids"]) == 1500 for r in rows)
+    assert len(rows) == 16
+    assert _failures(db) == []
+    assert all(len(r["output_ids"]) == 1500 for r in rows)

@@ -66,8 +66,11 @@ def test_reject_approve_tag_untag_and_note_from_the_shell(db, capsys):
     assert review(db, "--with-tag", "SKY", "--untag", "sky", capsys=capsys) == "untagged 6 of 6 selected samples"
     with Store(db) as store:
         noted = store.load_sample(store.samples_page(SampleFilter(text="reads well"))[0].sample_id)
-        assert noted.tags == [] and noted.notes == ["reads well"] and noted.status == "approved"
-        assert noted.history[-1]["kind"] == "undo" and noted.history[-1]["who"] == "carol"
+        assert noted.tags == []
+        assert noted.notes == ["reads well"]
+        assert noted.status == "approved"
+        assert noted.history[-1]["kind"] == "undo"
+        assert noted.history[-1]["who"] == "carol"
     assert review(db, "--with-tag", "sky", "--approve", capsys=capsys) == "approved 0 of 0 selected samples"
 
 

@@ -16,7 +16,8 @@ def test_search_finds_prompt_text_tags_and_notes(store, put, make_capture):
     put(store, "plain", make_capture(question="what is six times seven"))
     store.add_note(tagged, "", who="ann", tags=("Loop-Suspect",))
     store.add_note(noted, "the reasoning restarts twice", who="ann")
-    assert _found(store, "SKY") == ["sky"] and store.count_samples(SampleFilter(text="sky")) == 1
+    assert _found(store, "SKY") == ["sky"]
+    assert store.count_samples(SampleFilter(text="sky")) == 1
     assert _found(store, "loop-suspect") == ["tagged"]
     assert _found(store, "restarts twice") == ["noted"]
     for structure in ("role", "content", "user"):  # the messages' JSON keys and roles are not prompt text
@@ -27,7 +28,8 @@ def test_search_finds_prompt_text_tags_and_notes(store, put, make_capture):
     assert _found(store, "physics") == _found(store, "about colour") == []
     store.record_verdict(noted, "approved", tags=("first",), who="bob")
     store.record_verdict(noted, "approved", tags=("second",), who="bob")
-    assert _found(store, "second") == ["noted"] and _found(store, "first") == []  # the latest verdict's tags
+    assert _found(store, "second") == ["noted"]
+    assert _found(store, "first") == []  # the latest verdict's tags
 
 
 def test_search_reads_text_parts_and_a_percent_sign_literally(store, put, make_capture):

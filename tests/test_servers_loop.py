@@ -42,11 +42,15 @@ async def test_vllm_chat_spec_metrics_and_logprobs_recorded():
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("chat", logprobs=2))
     sent = [b for p, b, _ in replay.seen if p == "/v1/chat/completions"][-1]
-    assert sent["logprobs"] is True and sent["top_logprobs"] == 2 and sent["return_tokens_as_token_ids"] is True
-    assert cap.spec_decode["schema"] == "vllm" and cap.spec_decode["per_step_accepted"] == [0, 0, 3]
+    assert sent["logprobs"] is True
+    assert sent["top_logprobs"] == 2
+    assert sent["return_tokens_as_token_ids"] is True
+    assert cap.spec_decode["schema"] == "vllm"
+    assert cap.spec_decode["per_step_accepted"] == [0, 0, 3]
     assert cap.spec_decode["mean_acceptance_length"] == 2.0
     assert len(cap.output_logprobs) == len(cap.output_ids) == 18
-    assert cap.output_top_ids[0] == [cap.output_ids[0], 279] and cap.output_top_logprobs[0][1] < -30
+    assert cap.output_top_ids[0] == [cap.output_ids[0], 279]
+    assert cap.output_top_logprobs[0][1] < -30
 
 
 async def test_vllm_chat_logprobs_as_strings_are_refused_when_asked_and_ignored_otherwise():
@@ -55,7 +59,8 @@ async def test_vllm_chat_logprobs_as_strings_are_refused_when_asked_and_ignored_
     with serve(Replay(routes)) as url:
         async with fast_pool(url, retries=0) as pool:
             cap = await pool.capture(request("chat"))
-            assert cap.output_logprobs is None and cap.spec_decode["steps"] == 3
+            assert cap.output_logprobs is None
+            assert cap.spec_decode["steps"] == 3
             with pytest.raises(CaptureFailed, match="return_tokens_as_token_ids"):
                 await pool.capture(request("chat", logprobs=2))
 
@@ -66,7 +71,8 @@ async def test_vllm_chat_stream_metrics_ride_the_usage_chunk():
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("chat", stream=True))
-    assert len(cap.output_ids) == 18 and cap.spec_decode["steps"] == 3
+    assert len(cap.output_ids) == 18
+    assert cap.spec_decode["steps"] == 3
     assert cap.spec_decode["histogram"] == [2, 0, 0, 1]
 
 
@@ -84,9 +90,12 @@ async def test_vllm_completions_summary_metrics_and_logprobs():
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("raw", logprobs=1))
     sent = [b for p, b, _ in replay.seen if p == "/v1/completions"][-1]
-    assert sent["logprobs"] == 1 and sent["return_tokens_as_token_ids"] is True
-    assert cap.spec_decode["steps"] == 0 and cap.spec_decode["per_step_accepted"] is None
-    assert cap.output_logprobs == [0.0] * 18 and cap.output_top_ids[0] == [ids[0]]
+    assert sent["logprobs"] == 1
+    assert sent["return_tokens_as_token_ids"] is True
+    assert cap.spec_decode["steps"] == 0
+    assert cap.spec_decode["per_step_accepted"] is None
+    assert cap.output_logprobs == [0.0] * 18
+    assert cap.output_top_ids[0] == [ids[0]]
 
 
 async def test_sglang_generate_logprobs_recorded():
@@ -97,8 +106,10 @@ async def test_sglang_generate_logprobs_recorded():
             cap = await pool.capture(request("raw", logprobs=2))
     sent = [b for p, b, _ in replay.seen if p == "/generate"][-1]
     assert (sent["return_logprob"], sent["top_logprobs_num"], sent["logprob_start_len"]) == (True, 2, -1)
-    assert cap.output_ids == KIMI_CHAIN_OUTPUT and len(cap.output_logprobs) == 18
-    assert cap.output_top_ids[0] == [256, 264] and cap.spec_decode is None
+    assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    assert len(cap.output_logprobs) == 18
+    assert cap.output_top_ids[0] == [256, 264]
+    assert cap.spec_decode is None
 
 
 SPEC_META = {
@@ -131,8 +142,10 @@ async def test_sglang_generate_spec_metrics_every_schema(schema, stream):
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("raw", stream=stream))
     spec = cap.spec_decode
-    assert spec["schema"] == schema and (spec["steps"], spec["accepted"], spec["drafted"]) == (8, 8, 24)
-    assert spec["mean_acceptance_length"] == 2.0 and spec["reported"]["spec_accept_length"] == 18 / 8
+    assert spec["schema"] == schema
+    assert (spec["steps"], spec["accepted"], spec["drafted"]) == (8, 8, 24)
+    assert spec["mean_acceptance_length"] == 2.0
+    assert spec["reported"]["spec_accept_length"] == 18 / 8
     assert spec["histogram"] == [4, 2, 1, 1]
     assert cap.prompt_ids == PROMPT
 
@@ -155,4 +168,6 @@ async def test_sglang_cumulative_stream_with_sliced_logprobs_is_joined():
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("raw", stream=True, logprobs=2))
-    assert cap.output_ids == OUTPUT and len(cap.output_logprobs) == 18 and cap.output_top_ids[0] == [256, 264]
+    assert cap.output_ids == OUTPUT
+    assert len(cap.output_logprobs) == 18
+    assert cap.output_top_ids[0] == [256, 264]

@@ -39,11 +39,14 @@ async def test_sglang_generate_recorded() -> None:
     assert info["features"]["generate_ids"] is True
     assert info["features"]["chat_ids_field"] == "response_token_ids"
     assert info["features"]["reasoning_field"] == "reasoning_content"
-    assert cap.prompt_ids == PROMPT and cap.output_ids == OUTPUT
+    assert cap.prompt_ids == PROMPT
+    assert cap.output_ids == OUTPUT
     assert (cap.finish_reason, cap.matched_stop, cap.endpoint) == ("stop", IM_END, "sglang-generate")
     assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 0}
-    assert cap.settings["seed"] == 7 and cap.settings["chat_template_kwargs"] == {"thinking": True}
-    assert cap.settings["backend"] == "sglang" and cap.messages == MESSAGES
+    assert cap.settings["seed"] == 7
+    assert cap.settings["chat_template_kwargs"] == {"thinking": True}
+    assert cap.settings["backend"] == "sglang"
+    assert cap.messages == MESSAGES
     _path, body, headers = [s for s in replay.seen if s[0] == "/generate"][-1]
     assert headers["content-type"] == "application/json"
     assert body["input_ids"] == PROMPT
@@ -55,7 +58,8 @@ async def test_sglang_generate_recorded() -> None:
         "no_stop_trim": True,
         "sampling_seed": 7,
     }
-    assert cap.raw_request["body"] == body and cap.raw_response == rec("sgl_generate.json")
+    assert cap.raw_request["body"] == body
+    assert cap.raw_response == rec("sgl_generate.json")
 
 
 def _generate_chunks(ids: list[int], cumulative: bool) -> list[str]:
@@ -79,7 +83,9 @@ async def test_sglang_generate_stream_modes(cumulative: bool) -> None:
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("raw", stream=True))
-    assert cap.output_ids == OUTPUT and cap.finish_reason == "stop" and cap.matched_stop == IM_END
+    assert cap.output_ids == OUTPUT
+    assert cap.finish_reason == "stop"
+    assert cap.matched_stop == IM_END
     assert cap.raw_response["mode"] == ("cumulative" if cumulative else "incremental")
 
 
@@ -110,13 +116,21 @@ async def test_sglang_chat_and_dual_recorded() -> None:
         async with fast_pool(url) as pool:
             chat = await pool.capture(request("chat"))
             dual = await pool.capture(request("dual"))
-    assert chat.endpoint == "sglang-chat" and chat.prompt_ids == PROMPT and chat.output_ids == OUTPUT
-    assert chat.reasoning == "Okay, let me think about this carefully." and chat.reasoning_field == "reasoning_content"
-    assert chat.content == "The answer is forty-two!" and chat.matched_stop == IM_END
+    assert chat.endpoint == "sglang-chat"
+    assert chat.prompt_ids == PROMPT
+    assert chat.output_ids == OUTPUT
+    assert chat.reasoning == "Okay, let me think about this carefully."
+    assert chat.reasoning_field == "reasoning_content"
+    assert chat.content == "The answer is forty-two!"
+    assert chat.matched_stop == IM_END
     assert chat.usage["reasoning_tokens"] == 10
-    assert dual.endpoint == "dual" and dual.output_ids == OUTPUT and dual.parsed_output_ids == OUTPUT
-    assert dual.reasoning == chat.reasoning and dual.parsed_raw_response == rec("sgl_chat_ns.json")
-    assert dual.raw_response == rec("sgl_generate.json") and dual.raw_request["parsed"]["body"]["return_token_ids"]
+    assert dual.endpoint == "dual"
+    assert dual.output_ids == OUTPUT
+    assert dual.parsed_output_ids == OUTPUT
+    assert dual.reasoning == chat.reasoning
+    assert dual.parsed_raw_response == rec("sgl_chat_ns.json")
+    assert dual.raw_response == rec("sgl_generate.json")
+    assert dual.raw_request["parsed"]["body"]["return_token_ids"]
 
 
 async def test_sglang_chat_stream_refusal_is_clear() -> None:
@@ -129,7 +143,8 @@ async def test_sglang_chat_stream_refusal_is_clear() -> None:
         async with fast_pool(url, backend="sglang-chat") as pool:
             with pytest.raises(CaptureFailed) as exc:
                 await pool.capture(request("chat"))
-    assert "HTTP 400" in exc.value.reason and "not supported with streaming" in exc.value.reason
+    assert "HTTP 400" in exc.value.reason
+    assert "not supported with streaming" in exc.value.reason
 
 
 # -- vLLM -------------------------------------------------------------------------------------
@@ -143,15 +158,23 @@ async def test_vllm_chat_completions_and_stream_recorded() -> None:
             streamed = await pool.capture(request("chat", stream=True))
             info = pool.server_info()[0]
     assert (info["kind"], info["version"]) == ("vllm", "0.32.0")
-    assert info["features"]["chat_ids_field"] == "token_ids" and info["features"]["completions_ids"] is True
+    assert info["features"]["chat_ids_field"] == "token_ids"
+    assert info["features"]["completions_ids"] is True
     assert info["features"]["reasoning_field"] == "reasoning"
     for cap in (chat, streamed):
-        assert cap.prompt_ids == PROMPT and cap.output_ids == OUTPUT and cap.endpoint == "vllm-chat"
-        assert cap.reasoning == "Okay, let me think about this carefully." and cap.reasoning_field == "reasoning"
-        assert cap.content == "The answer is forty-two!" and cap.finish_reason == "stop"
+        assert cap.prompt_ids == PROMPT
+        assert cap.output_ids == OUTPUT
+        assert cap.endpoint == "vllm-chat"
+        assert cap.reasoning == "Okay, let me think about this carefully."
+        assert cap.reasoning_field == "reasoning"
+        assert cap.content == "The answer is forty-two!"
+        assert cap.finish_reason == "stop"
         assert cap.usage == {"prompt_tokens": 28, "completion_tokens": 18, "reasoning_tokens": 9}
-    assert comp.endpoint == "vllm-completions" and comp.output_ids == OUTPUT and comp.prompt_ids == PROMPT
-    assert comp.raw_request["body"]["prompt"] == PROMPT and comp.raw_request["body"]["return_token_ids"] is True
+    assert comp.endpoint == "vllm-completions"
+    assert comp.output_ids == OUTPUT
+    assert comp.prompt_ids == PROMPT
+    assert comp.raw_request["body"]["prompt"] == PROMPT
+    assert comp.raw_request["body"]["return_token_ids"] is True
 
 
 async def test_vllm_reasoning_content_fallback() -> None:
@@ -163,8 +186,11 @@ async def test_vllm_reasoning_content_fallback() -> None:
     with serve(Replay(routes)) as url:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("dual"))
-    assert cap.reasoning_field == "reasoning_content" and cap.reasoning.startswith("Okay")
-    assert cap.endpoint == "dual" and cap.output_ids == OUTPUT and cap.parsed_output_ids == OUTPUT
+    assert cap.reasoning_field == "reasoning_content"
+    assert cap.reasoning.startswith("Okay")
+    assert cap.endpoint == "dual"
+    assert cap.output_ids == OUTPUT
+    assert cap.parsed_output_ids == OUTPUT
 
 
 async def test_vllm_render_via_server_tokenize_without_tokenizer() -> None:
@@ -174,7 +200,8 @@ async def test_vllm_render_via_server_tokenize_without_tokenizer() -> None:
             cap = await pool.capture(CaptureRequest(messages=MESSAGES, settings={"thinking": True}))
     assert cap.prompt_ids == PROMPT
     tok_body = [b for p, b, _ in replay.seen if p == "/tokenize"][-1]
-    assert tok_body["messages"] == MESSAGES and tok_body["chat_template_kwargs"] == {"thinking": True}
+    assert tok_body["messages"] == MESSAGES
+    assert tok_body["chat_template_kwargs"] == {"thinking": True}
 
 
 # -- faults -----------------------------------------------------------------------------------
@@ -196,7 +223,8 @@ async def test_retryable_faults_then_success(fault: dict[str, Any]) -> None:
             started = time.monotonic()
             cap = await pool.capture(request("raw"))
             elapsed = time.monotonic() - started
-    assert cap.output_ids == OUTPUT and elapsed < 3
+    assert cap.output_ids == OUTPUT
+    assert elapsed < 3
 
 
 @pytest.mark.parametrize(
@@ -214,7 +242,8 @@ async def test_retryable_faults_forever_fail_clearly(fault: dict[str, Any], reas
         async with fast_pool(url, timeout=0.3, retries=1) as pool:
             with pytest.raises(CaptureFailed) as exc:
                 await pool.capture(request("raw"))
-    assert reason in exc.value.reason and "gave up after 2 attempts" in exc.value.reason
+    assert reason in exc.value.reason
+    assert "gave up after 2 attempts" in exc.value.reason
 
 
 async def test_client_errors_fail_at_once_with_server_message() -> None:
@@ -228,7 +257,8 @@ async def test_client_errors_fail_at_once_with_server_message() -> None:
         async with fast_pool(url) as pool:
             with pytest.raises(CaptureFailed) as exc:
                 await pool.capture(request("raw"))
-    assert exc.value.reason == "HTTP 400 from POST /generate: input_ids too long" and exc.value.status == 400
+    assert exc.value.reason == "HTTP 400 from POST /generate: input_ids too long"
+    assert exc.value.status == 400
     assert replay.counts["/generate"] == 2  # the probe and one attempt: no retry
 
 

@@ -78,7 +78,8 @@ async def test_a_308_on_a_get_and_a_301_on_a_get_are_followed(fast: bool) -> Non
             answer = await client.get_json("/v1/models")
         finally:
             await client.aclose()
-    assert answer["path"] == "/models" and len(seen) == 3
+    assert answer["path"] == "/models"
+    assert len(seen) == 3
 
 
 @TRANSPORTS
@@ -92,8 +93,11 @@ async def test_a_redirect_loop_stops_after_the_limit_and_names_the_location(fast
             await client.aclose()
     assert len(seen) == MAX_REDIRECTS + 1
     reason = failed.value.reason
-    assert "307" in reason and f"{MAX_REDIRECTS} redirects" in reason and f"{url}/v1/completions" in reason, reason
-    assert "not JSON" not in reason and "\n" not in reason
+    assert "307" in reason, reason
+    assert f"{MAX_REDIRECTS} redirects" in reason, reason
+    assert f"{url}/v1/completions" in reason, reason
+    assert "not JSON" not in reason
+    assert "\n" not in reason
 
 
 @TRANSPORTS
@@ -111,11 +115,14 @@ async def test_a_redirect_to_another_server_is_not_followed_and_no_credential_go
                 await client.post_json("/v1/completions", {"prompt": [1]})
         finally:
             await client.aclose()
-    assert other_seen == [] and len(seen) == 1
+    assert other_seen == []
+    assert len(seen) == 1
     reason = failed.value.reason
     assert reason.startswith("HTTP 307 from POST /v1/completions: redirected to another server"), reason
-    assert f"{other}/v1/completions" in reason and f"--server {other}" in reason, reason
-    assert "secret" not in reason and "alice" not in reason
+    assert f"{other}/v1/completions" in reason, reason
+    assert f"--server {other}" in reason, reason
+    assert "secret" not in reason
+    assert "alice" not in reason
 
 
 @TRANSPORTS
@@ -146,7 +153,9 @@ async def test_a_redirect_without_a_location_or_with_terminal_escapes_fails_in_o
         finally:
             await client.aclose()
     reason = escaped.value.reason
-    assert "\x1b" not in reason and "\x07" not in reason and "http://127.0.0.2:9/%1B]0;pwned%07" in reason, reason
+    assert "\x1b" not in reason, reason
+    assert "\x07" not in reason, reason
+    assert "http://127.0.0.2:9/%1B]0;pwned%07" in reason, reason
     assert followed["path"] == seen[-1]["path"] == "/d\x1b[2J"  # sent as /d%1B[2J, decoded by the server
 
 

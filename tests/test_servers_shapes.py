@@ -24,7 +24,8 @@ async def test_unknown_kind_fails_start_clearly_unless_backend_given(json_server
             pass
     async with ServerPool(url, backend="vllm", profile=KIMI, retries=0, timeout=5.0) as pool:
         assert pool.server_info()[0]["healthy"]
-    assert "neither SGLang nor vLLM" in info.value.reason and "--backend" in info.value.reason
+    assert "neither SGLang nor vLLM" in info.value.reason
+    assert "--backend" in info.value.reason
 
 
 SGLANG_INFO = {"/get_model_info": {"model_path": "m", "is_generation": True}}
@@ -98,4 +99,5 @@ async def test_a_model_list_that_is_not_a_list_is_ignored(json_server: Any, data
     url, _ = json_server({**VLLM_INFO, "/v1/models": {"data": data}})
     async with ServerPool(url, profile=KIMI, retries=0, timeout=5.0) as pool:
         info = pool.server_info()[0]
-    assert info["kind"] == "vllm" and info["healthy"]
+    assert info["kind"] == "vllm"
+    assert info["healthy"]

@@ -42,8 +42,10 @@ def req(mode: str = "raw", stream: bool = False, **settings: Any) -> CaptureRequ
 
 
 def assert_kimi_shape(cap: Any) -> None:
-    assert cap.prompt_ids[-1] == THINK_OPEN and cap.output_ids[-1] == IM_END
-    assert cap.output_ids.count(THINK_CLOSE) == 1 and cap.finish_reason == "stop"
+    assert cap.prompt_ids[-1] == THINK_OPEN
+    assert cap.output_ids[-1] == IM_END
+    assert cap.output_ids.count(THINK_CLOSE) == 1
+    assert cap.finish_reason == "stop"
 
 
 @pytest.mark.parametrize("quirks", [{}, {"incremental-streaming": True}])
@@ -53,11 +55,14 @@ async def test_sglang_generate_plain_and_both_stream_modes(kimi_tok: Any, quirks
             plain = await pool.capture(req("raw"))
             streamed = await pool.capture(req("raw", stream=True))
     assert_kimi_shape(plain)
-    assert plain.endpoint == streamed.endpoint == "sglang-generate" and plain.matched_stop == IM_END
-    assert streamed.output_ids == plain.output_ids and streamed.text == plain.text
+    assert plain.endpoint == streamed.endpoint == "sglang-generate"
+    assert plain.matched_stop == IM_END
+    assert streamed.output_ids == plain.output_ids
+    assert streamed.text == plain.text
     assert streamed.raw_response["mode"] == ("incremental" if quirks else "cumulative")
     assert plain.usage["completion_tokens"] == len(plain.output_ids)
-    assert "</think>" in plain.text and plain.text.endswith("<|im_end|>")  # skip_special false, no_stop_trim
+    assert "</think>" in plain.text
+    assert plain.text.endswith("<|im_end|>")  # skip_special false, no_stop_trim
     assert analyze(plain, KIMI, kimi_tok).valid
 
 
@@ -69,10 +74,16 @@ async def test_sglang_chat_and_dual(kimi_tok: Any, ids_name: str) -> None:
             chat = await pool.capture(req("chat"))
             dual = await pool.capture(req("dual"))
             features = pool.server_info()[0]["features"]
-    assert features["chat_ids_field"] == ids_name and features["reasoning_field"] == "reasoning_content"
-    assert chat.endpoint == "sglang-chat" and chat.reasoning_field == "reasoning_content" and chat.reasoning
-    assert dual.endpoint == "dual" and dual.parsed_output_ids == dual.output_ids == chat.output_ids
-    assert dual.reasoning == chat.reasoning and dual.content == chat.content and dual.text is None
+    assert features["chat_ids_field"] == ids_name
+    assert features["reasoning_field"] == "reasoning_content"
+    assert chat.endpoint == "sglang-chat"
+    assert chat.reasoning_field == "reasoning_content"
+    assert chat.reasoning
+    assert dual.endpoint == "dual"
+    assert dual.parsed_output_ids == dual.output_ids == chat.output_ids
+    assert dual.reasoning == chat.reasoning
+    assert dual.content == chat.content
+    assert dual.text is None
 
 
 async def test_vllm_all_paths_agree(kimi_tok: Any) -> None:
@@ -90,12 +101,15 @@ async def test_vllm_all_paths_agree(kimi_tok: Any) -> None:
             }
     ids = {name: cap.output_ids for name, cap in caps.items()}
     assert len({tuple(v) for v in ids.values()}) == 1, ids
-    assert caps["raw"].endpoint == "vllm-completions" and caps["stream"].endpoint == "vllm-chat"
-    assert caps["stream"].reasoning == caps["chat"].reasoning and caps["stream"].reasoning_field == "reasoning"
+    assert caps["raw"].endpoint == "vllm-completions"
+    assert caps["stream"].endpoint == "vllm-chat"
+    assert caps["stream"].reasoning == caps["chat"].reasoning
+    assert caps["stream"].reasoning_field == "reasoning"
     assert caps["dual_stream"].parsed_output_ids == caps["raw"].output_ids
     for cap in caps.values():
         assert_kimi_shape(cap)
-        assert cap.settings["seed"] == 3 and cap.settings["chat_template_kwargs"] == {"thinking": True}
+        assert cap.settings["seed"] == 3
+        assert cap.settings["chat_template_kwargs"] == {"thinking": True}
 
 
 async def test_vllm_pre_016_reasoning_content(kimi_tok: Any) -> None:
@@ -104,7 +118,8 @@ async def test_vllm_pre_016_reasoning_content(kimi_tok: Any) -> None:
             plain = await pool.capture(req("chat"))
             streamed = await pool.capture(req("chat", stream=True))
     assert plain.reasoning_field == streamed.reasoning_field == "reasoning_content"
-    assert plain.reasoning and plain.reasoning == streamed.reasoning
+    assert plain.reasoning
+    assert plain.reasoning == streamed.reasoning
 
 
 async def test_no_id_fields_fails_clearly_on_chat(kimi_tok: Any) -> None:
@@ -130,7 +145,8 @@ async def test_fault_retried_then_captured(kimi_tok: Any, kind: str, fault: str)
             cap = await pool.capture(req("raw", stream=kind == "sglang"))
             elapsed = time.monotonic() - started
     assert_kimi_shape(cap)
-    assert sim.stats.faults[fault] == 2 and elapsed < 5
+    assert sim.stats.faults[fault] == 2
+    assert elapsed < 5
 
 
 @pytest.mark.parametrize(
@@ -152,7 +168,8 @@ async def test_fault_forever_is_capture_failed(kimi_tok: Any, fault: str, reason
             with pytest.raises(CaptureFailed) as exc:
                 await pool.capture(req("raw"))
             elapsed = time.monotonic() - started
-    assert reason in exc.value.reason and "gave up after 3 attempts" in exc.value.reason, exc.value.reason
+    assert reason in exc.value.reason, exc.value.reason
+    assert "gave up after 3 attempts" in exc.value.reason, exc.value.reason
     assert elapsed < 5
 
 
@@ -180,10 +197,13 @@ async def test_pool_one_of_three_dead(kimi_tok: Any) -> None:
         async with pool_for([a.url, dead, b.url], kimi_tok, concurrency=2, connect_timeout=0.5) as pool:
             caps = [await pool.capture(req("raw")) for _ in range(6)]
             info = {s["url"]: s for s in pool.server_info()}
-        assert a.stats.generation >= 3 and b.stats.generation >= 3  # round-robin over the live two
+        assert a.stats.generation >= 3
+        assert b.stats.generation >= 3  # round-robin over the live two
     assert len({tuple(c.output_ids) for c in caps}) == 1
-    assert not info[dead]["healthy"] and "cannot connect" in info[dead]["last_error"]
-    assert info[a.url]["healthy"] and info[b.url]["kind"] == "vllm"
+    assert not info[dead]["healthy"]
+    assert "cannot connect" in info[dead]["last_error"]
+    assert info[a.url]["healthy"]
+    assert info[b.url]["kind"] == "vllm"
 
 
 async def test_pool_evicts_a_server_that_dies_and_reprobes_it(kimi_tok: Any) -> None:
@@ -207,4 +227,5 @@ async def test_concurrent_captures_over_a_capped_server_all_complete(kimi_tok: A
     with start_simulator(SimConfig(kind="vllm", latency_s=0.05)) as sim:
         async with pool_for(sim.url, kimi_tok, concurrency=3) as pool:
             caps = await asyncio.gather(*(pool.capture(req("raw", seed=i)) for i in range(9)))
-    assert len(caps) == 9 and all(c.output_ids[-1] == IM_END for c in caps)
+    assert len(caps) == 9
+    assert all(c.output_ids[-1] == IM_END for c in caps)

@@ -93,7 +93,8 @@ async def test_keep_alive_reuses_one_connection_for_sequential_requests() -> Non
         for _ in range(5):
             assert await client.post_json("/v1/completions", {"prompt": [1, 2, 3]}) == {"ok": True}
         await client.aclose()
-    assert server.connections == 1 and len(server.requests) == 5
+    assert server.connections == 1
+    assert len(server.requests) == 5
 
 
 async def test_chunked_body_with_extensions_and_trailers() -> None:
@@ -220,7 +221,8 @@ async def test_a_close_mid_body_is_a_retryable_lost_connection() -> None:
         with pytest.raises(Retryable) as exc:
             await client.post_json("/v1/completions", {"prompt": [1]})
         await client.aclose()
-    assert "connection lost during POST" in exc.value.reason and not exc.value.connection
+    assert "connection lost during POST" in exc.value.reason
+    assert not exc.value.connection
     assert server.connections == 1  # part of the answer had arrived: not sent again
 
 
@@ -295,7 +297,8 @@ async def test_refused_connection_counts_against_the_server() -> None:
     with pytest.raises(Retryable) as exc:
         await client.post_json("/v1/completions", {})
     await client.aclose()
-    assert exc.value.connection and exc.value.reason.startswith(f"cannot connect to {url}")
+    assert exc.value.connection
+    assert exc.value.reason.startswith(f"cannot connect to {url}")
 
 
 async def test_at_most_concurrency_connections_at_once() -> None:
@@ -314,7 +317,8 @@ async def test_at_most_concurrency_connections_at_once() -> None:
         results = await asyncio.gather(*(client.get_json("/x") for _ in range(7)))
         await client.aclose()
     assert results == [{"ok": True}] * 7
-    assert server.most_open == 2 and server.connections == 2
+    assert server.most_open == 2
+    assert server.connections == 2
 
 
 async def test_headers_sent_bearer_key_and_basic_auth(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -332,10 +336,13 @@ async def test_headers_sent_bearer_key_and_basic_auth(monkeypatch: pytest.Monkey
     lines = head.decode().lower().split("\r\n")
     assert lines[0] == "post /v1/completions http/1.1"
     assert f"host: {url.removeprefix('http://')}" in lines
-    assert "authorization: bearer sk-secret-key" in lines and "content-type: application/json" in lines
-    assert f"content-length: {len(body)}" in lines and "user-agent: tokview" in lines
+    assert "authorization: bearer sk-secret-key" in lines
+    assert "content-type: application/json" in lines
+    assert f"content-length: {len(body)}" in lines
+    assert "user-agent: tokview" in lines
     assert loads(body) == {"prompt": [1], "logit_bias": {"5": 1.0}}
-    assert "sk-secret-key" not in str(audit) and audit["headers"]["content-type"] == "application/json"
+    assert "sk-secret-key" not in str(audit)
+    assert audit["headers"]["content-type"] == "application/json"
     basic_head = server.requests[1].split(b"\r\n\r\n")[0].decode()
     assert f"authorization: Basic {base64.b64encode(b'alice:pa ss').decode()}" in basic_head
     assert "sk-secret-key" not in basic_head  # the URL's credentials win over the key
@@ -379,7 +386,8 @@ async def test_both_transports_give_the_same_answers(kimi_tok: Any, kind: str) -
         else:
             body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 64, "temperature": 0.0}}
             fast, slow = await _capture_both(sim.url, kimi_tok, "/generate", body)
-            assert fast["output_ids"] == slow["output_ids"] and fast["text"] == slow["text"]
+            assert fast["output_ids"] == slow["output_ids"]
+            assert fast["text"] == slow["text"]
             assert fast["meta_info"]["finish_reason"] == slow["meta_info"]["finish_reason"]
             return
         for answer in (fast, slow):

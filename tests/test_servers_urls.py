@@ -55,14 +55,16 @@ def test_validator_normalises_and_keeps_credentials_only_where_needed() -> None:
     ):
         with pytest.raises(ValueError, match="query or fragment") as info:  # a key in the query is a key too
             validate_server_url(url)
-        assert PASSWORD not in str(info.value) and "http://h:8000/" in str(info.value)
+        assert PASSWORD not in str(info.value)
+        assert "http://h:8000/" in str(info.value)
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://", f"http://u:{PASSWORD}@127.0.0.1:70000"])
 def test_doctor_cli_bad_url_is_exit_1_one_line(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--server", url, "--timeout", "1"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tokview: error: bad server URL") and "\n" not in err  # worded as batch and ui
+    assert err.startswith("tokview: error: bad server URL")
+    assert "\n" not in err  # worded as batch and ui
     assert PASSWORD not in err
 
 
@@ -77,16 +79,21 @@ async def test_trailing_v1_is_dropped_with_a_note(kimi_tok: Any) -> None:
             cap = await pool.capture(CaptureRequest(messages=QUESTION, settings={"max_new_tokens": 20}))
             (info,) = pool.server_info()
         report = await run_doctor(sim.url + "/v1", tokenizer=kimi_tok, profile=KIMI, timeout=5.0)
-    assert info["url"] == sim.url and info["kind"] == "vllm" and "/v1" in info["notes"][0]
-    assert cap.server_url == sim.url and cap.output_ids
-    assert report.info.kind == "vllm" and "note: dropped the trailing /v1" in report.render_text()
+    assert info["url"] == sim.url
+    assert info["kind"] == "vllm"
+    assert "/v1" in info["notes"][0]
+    assert cap.server_url == sim.url
+    assert cap.output_ids
+    assert report.info.kind == "vllm"
+    assert "note: dropped the trailing /v1" in report.render_text()
 
 
 def test_server_url_notes_say_what_the_validator_changed() -> None:
     assert server_url_notes("http://h:8000/v1/") == [
         "dropped the trailing /v1 from the server URL: tokview adds /v1/... and /generate itself"
     ]
-    assert server_url_notes("http://h:8000") == [] and validate_server_url("http://h:8000/v1") == "http://h:8000"
+    assert server_url_notes("http://h:8000") == []
+    assert validate_server_url("http://h:8000/v1") == "http://h:8000"
     with pytest.raises(ValueError, match="bad server URL"):
         server_url_notes("http://h:99999/v1")
 
@@ -99,7 +106,9 @@ def test_doctor_cli_tells_the_user_about_a_dropped_v1(capsys: pytest.CaptureFixt
         assert main(["doctor", "--server", sim.url + "/v1/", "--timeout", "5"]) == 0
         text = capsys.readouterr().out
     data = json.loads(out)
-    assert data["url"] == sim.url and len(data["notes"]) == 1 and "trailing /v1" in data["notes"][0]
+    assert data["url"] == sim.url
+    assert len(data["notes"]) == 1
+    assert "trailing /v1" in data["notes"][0]
     assert err.strip() == f"tokview: note: {data['notes'][0]}"
     assert text.count("note: dropped the trailing /v1") == 1
 

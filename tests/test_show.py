@@ -35,9 +35,12 @@ def test_show_prints_segments_findings_and_hidden_ids(tmp_path, capsys, kimi_tok
     db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
     assert main(["show", "s1", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "prefilled_opener" in out and "think_open_in_prompt" in out and "parser_hidden_ids" in out
+    assert "prefilled_opener" in out
+    assert "think_open_in_prompt" in out
+    assert "parser_hidden_ids" in out
     closer_line = next(line for line in out.splitlines() if line.split()[:2] == ["37", "163607"])
-    assert "closer" in closer_line and "hidden" in closer_line
+    assert "closer" in closer_line
+    assert "hidden" in closer_line
 
 
 def test_show_marks_hidden_ids_of_a_dual_capture_whose_paths_agree(tmp_path, capsys, kimi_tok, kimi_profile):
@@ -63,7 +66,8 @@ def test_show_errors_are_one_line(tmp_path, capsys, kimi_tok, kimi_profile):
     db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
     assert main(["show", "nope", "--db", str(db)]) == 1
     err = capsys.readouterr().err
-    assert "no sample 'nope'" in err and err.count("\n") == 1
+    assert "no sample 'nope'" in err
+    assert err.count("\n") == 1
 
 
 def test_show_tells_who_reviewed_it_why_and_the_notes(tmp_path, capsys, kimi_tok, kimi_profile):
@@ -73,11 +77,14 @@ def test_show_tells_who_reviewed_it_why_and_the_notes(tmp_path, capsys, kimi_tok
         store.add_note("s1", "loops after the closer", who="bob", tags=["loop"])
     assert main(["show", "s1", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    assert "rejected by alice at " in out and ": repetition / degenerate output" in out
-    assert "note: loops after the closer" in out and "tags: loop" in out
+    assert "rejected by alice at " in out
+    assert ": repetition / degenerate output" in out
+    assert "note: loops after the closer" in out
+    assert "tags: loop" in out
     assert main(["show", "s1", "--db", str(db), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["notes"] == ["loops after the closer"] and data["tags"] == ["loop"]
+    assert data["notes"] == ["loops after the closer"]
+    assert data["tags"] == ["loop"]
     verdict = next(h for h in data["review"] if h["kind"] == "verdict")
     assert (verdict["who"], verdict["reason"], verdict["override"]) == (
         "alice",

@@ -59,9 +59,11 @@ def test_template_drops_reasoning_before_the_last_plain_answer_and_with_thinking
     t3 = [*T2, {"role": "assistant", "content": "It is sunny.", "reasoning_content": "The tool said"}, USER]
     text = kimi_tok.render_text(t3, template_kwargs={"tools": TOOLS})
     assert "<|im_middle|><think></think><|tool_calls_section_begin|>" in text
-    assert "<think></think>It is sunny.<|im_end|>" in text and "The tool said" not in text
+    assert "<think></think>It is sunny.<|im_end|>" in text
+    assert "The tool said" not in text
     off = kimi_tok.render_text(T2, template_kwargs={"tools": TOOLS, "thinking": False})
-    assert "Okay, I check" not in off and off.endswith("<think></think>")
+    assert "Okay, I check" not in off
+    assert off.endswith("<think></think>")
     named = kimi_tok.render_text([USER, {**T2[2], "name": "get_weather"}], template_kwargs={})
     assert "<|im_system|>get_weather<|im_middle|>## Return of functions.get_weather:0\n" in named
     plain = [USER, {"role": "assistant", "content": "A", "reasoning_content": "R"}, USER]
@@ -213,14 +215,13 @@ def test_history_reasoning_and_arguments_per_server(sims):
     ]
     assert "<|tool_call_argument_begin|>{}<|tool_call_end|>" in _decode(_ids(_chat(sims["vllm"], bad))[0])
     refused = httpx.post(sims["sglang"].url + "/v1/chat/completions", json={"messages": bad, "tools": TOOLS})
-    assert (
-        refused.status_code == 400
-        and refused.json()["message"] == "Assistant tool call function.arguments must be valid JSON."
-    )
+    assert refused.status_code == 400
+    assert refused.json()["message"] == "Assistant tool call function.arguments must be valid JSON."
     tokenize = {"messages": T2, "tools": TOOLS, "add_generation_prompt": True}
     dropped = httpx.post(sims["vllm"].url + "/tokenize", json=tokenize).json()["tokens"]
     kept = httpx.post(sims["vllm"].url + "/tokenize", json={**tokenize, "messages": with_r}).json()["tokens"]
-    assert "Okay, I check" not in _decode(dropped) and kept == _ids(_chat(sims["vllm"], T2))[0], "vLLM bug 1"
+    assert "Okay, I check" not in _decode(dropped), "vLLM bug 1"
+    assert kept == _ids(_chat(sims["vllm"], T2))[0], "vLLM bug 1"
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -231,8 +232,11 @@ def test_the_next_prompt_extends_the_served_turn_and_the_loop_ends_in_text(sims,
     prompt, out = _ids(first)
     message = first["choices"][0]["message"]
     (call,) = message["tool_calls"]
-    assert call["id"] == "functions.get_weather:0" and json.loads(call["function"]["arguments"]).keys() == {"city"}
-    assert out[-1] == IM_END and out.count(THINK_CLOSE) == 1 and out.index(THINK_CLOSE) < out.index(SECTION_BEGIN)
+    assert call["id"] == "functions.get_weather:0"
+    assert json.loads(call["function"]["arguments"]).keys() == {"city"}
+    assert out[-1] == IM_END
+    assert out.count(THINK_CLOSE) == 1
+    assert out.index(THINK_CLOSE) < out.index(SECTION_BEGIN)
     reasoning = message.get("reasoning") or message.get("reasoning_content")
     assistant = {
         "role": "assistant",
@@ -246,8 +250,10 @@ def test_the_next_prompt_extends_the_served_turn_and_the_loop_ends_in_text(sims,
     assert prompt2[: len(prompt) + len(out)] == prompt + out
     assert _decode(prompt2[len(prompt) + len(out) :]).startswith("<|im_system|>tool<|im_middle|>## Return of")
     choice = second["choices"][0]
-    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"
-    assert SECTION_BEGIN not in out2 and choice["message"]["content"]
+    assert "tool_calls" not in choice["message"]
+    assert choice["finish_reason"] == "stop"
+    assert SECTION_BEGIN not in out2
+    assert choice["message"]["content"]
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -286,11 +292,9 @@ def test_several_calls_in_one_section_and_further_rounds(kind):
     assert [c["id"] for c in calls] == ["functions.get_weather:0", "functions.get_time:1", "functions.get_weather:2"]
     assert json.loads(calls[1]["function"]["arguments"])["zone"] in ("UTC", "CET")
     _, out = _ids(first)
-    assert (
-        out.count(163597) == 3
-        and out.count(SECTION_BEGIN) == 1
-        and first["choices"][0]["finish_reason"] == "tool_calls"
-    )
+    assert out.count(163597) == 3
+    assert out.count(SECTION_BEGIN) == 1
+    assert first["choices"][0]["finish_reason"] == "tool_calls"
     assert again["choices"][0]["message"]["tool_calls"][0]["id"].endswith(":3"), "round 2 numbers on"
 
 
@@ -302,11 +306,10 @@ def test_vllm_stream_ids_and_arguments_add_up_to_the_non_stream_answer(sims):
     assert [i for c in chunks for i in c["choices"][0]["token_ids"]] == _ids(plain)[1]
     deltas = [d for c in chunks for d in c["choices"][0]["delta"].get("tool_calls") or []]
     want = plain["choices"][0]["message"]["tool_calls"][0]
-    assert (
-        deltas[0]["id"] == want["id"]
-        and "".join(d["function"]["arguments"] for d in deltas) == want["function"]["arguments"]
-    )
-    assert events[-1] == "[DONE]" and chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert deltas[0]["id"] == want["id"]
+    assert "".join(d["function"]["arguments"] for d in deltas) == want["function"]["arguments"]
+    assert events[-1] == "[DONE]"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     noids = sse_events(
         httpx.post(sims["vllm"].url + "/v1/chat/completions", json={**body, "return_token_ids": False}).text
     )
@@ -323,11 +326,11 @@ def test_generate_runs_no_parser(sims):
         json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 200, "skip_special_tokens": False}},
     ).json()
     assert plain["output_ids"] == raw["output_ids"] == out
-    assert "functions.get_weather:0{" in plain["text"] and "<|" not in plain["text"] and "</think>" not in plain["text"]
-    assert (
-        raw["text"].endswith("<|tool_call_end|><|tool_calls_section_end|>")
-        and "</think><|tool_calls_section_begin|>" in raw["text"]
-    )
+    assert "functions.get_weather:0{" in plain["text"]
+    assert "<|" not in plain["text"]
+    assert "</think>" not in plain["text"]
+    assert raw["text"].endswith("<|tool_call_end|><|tool_calls_section_end|>")
+    assert "</think><|tool_calls_section_begin|>" in raw["text"]
 
 
 # -- quirks -------------------------------------------------------------------------------------------
@@ -356,11 +359,9 @@ def test_quirk_section_in_reasoning(kind):
     data, _ = _quirked(kind, {"section-in-reasoning": True})
     _, out = _ids(data)
     message = data["choices"][0]["message"]
-    assert (
-        THINK_CLOSE not in out
-        and message["tool_calls"]
-        and (message.get("reasoning") or message.get("reasoning_content"))
-    )
+    assert THINK_CLOSE not in out
+    assert message["tool_calls"]
+    assert message.get("reasoning") or message.get("reasoning_content")
     if kind == "sglang":
         assert data["usage"]["reasoning_tokens"] == len(out), "SGLang counts every id as reasoning (bug 6)"
     else:
@@ -371,8 +372,10 @@ def test_quirk_section_in_reasoning(kind):
 def test_quirk_unclosed_section(kind):
     data, _ = _quirked(kind, {"unclosed-section": True})
     _, out = _ids(data)
-    assert SECTION_END not in out and out[-2:] == [163599, IM_END]
-    assert data["choices"][0]["message"]["tool_calls"] and data["choices"][0]["finish_reason"] == "tool_calls"
+    assert SECTION_END not in out
+    assert out[-2:] == [163599, IM_END]
+    assert data["choices"][0]["message"]["tool_calls"]
+    assert data["choices"][0]["finish_reason"] == "tool_calls"
 
 
 def test_quirk_uuid_call_ids():
@@ -387,9 +390,11 @@ def test_quirk_uuid_call_ids():
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_quirk_parser_drops_call(kind):
     data, _ = _quirked(kind, {"parser-drops-call": True, "tool-calls": 2})
-    assert len(data["choices"][0]["message"]["tool_calls"]) == 1 and _ids(data)[1].count(163597) == 2
+    assert len(data["choices"][0]["message"]["tool_calls"]) == 1
+    assert _ids(data)[1].count(163597) == 2
     one, _ = _quirked(kind, {"parser-drops-call": True})
-    assert "tool_calls" not in one["choices"][0]["message"] and one["choices"][0]["finish_reason"] == "stop"
+    assert "tool_calls" not in one["choices"][0]["message"]
+    assert one["choices"][0]["finish_reason"] == "stop"
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -400,8 +405,10 @@ def test_quirk_stream_misses_ids(kind):
     section = out.index(SECTION_BEGIN)
     if kind == "vllm":  # lost: every section id whose chunk had no delta (all but the arguments and call end)
         streamed = [i for e in events if e["choices"] for i in e["choices"][0].get("token_ids") or []]
-        assert streamed[:section] == out[:section] and streamed[-1] == IM_END
-        assert not {163595, 163597, 163598, 163596} & set(streamed) and 163599 in streamed
+        assert streamed[:section] == out[:section]
+        assert streamed[-1] == IM_END
+        assert not {163595, 163597, 163598, 163596} & set(streamed)
+        assert 163599 in streamed
         assert _decode(streamed[section:]).startswith('{"city": "'), "the call id's ids are gone"
     else:
         (streamed,) = next(e for e in events if "sglext" in e)["sglext"]["output_ids"]
@@ -426,9 +433,12 @@ def test_a_qwen3_simulator_with_tools_answers_in_text_split_at_its_own_delimiter
     with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as sim:
         data = _chat(sim, [USER], max_tokens=400)
     message = data["choices"][0]["message"]
-    assert "tool_calls" not in message and data["choices"][0]["finish_reason"] == "stop"
-    assert message["content"] and (message.get("reasoning") or message.get("reasoning_content"))
-    assert "<think>" not in message["content"] and "</think>" not in message["content"]
+    assert "tool_calls" not in message
+    assert data["choices"][0]["finish_reason"] == "stop"
+    assert message["content"]
+    assert message.get("reasoning") or message.get("reasoning_content")
+    assert "<think>" not in message["content"]
+    assert "</think>" not in message["content"]
 
 
 def test_sglang_sglext_flags_without_tools(sims):
@@ -446,7 +456,9 @@ def test_sglang_sglext_flags_without_tools(sims):
     stream = {**body, "stream": True, "stream_options": {"include_usage": True}}
     events = sse_events(httpx.post(url, json=stream).text)
     ext = [e for e in events if isinstance(e, dict) and "sglext" in e]
-    assert len(ext) == 1 and ext[0]["choices"] == [] and ext[0]["sglext"] == plain["sglext"]
+    assert len(ext) == 1
+    assert ext[0]["choices"] == []
+    assert ext[0]["sglext"] == plain["sglext"]
     assert events.index(ext[0]) == len(events) - 3, "then the usage chunk and [DONE]"
 
 
@@ -460,7 +472,8 @@ def test_no_id_fields_and_meta_info_on_the_tool_path():
         url = sim.url + "/v1/chat/completions"
         plain = httpx.post(url, json=body).json()
         events = sse_events(httpx.post(url, json={**body, "stream": True}).text)
-    assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]
+    assert "prompt_token_ids" not in plain
+    assert "token_ids" not in plain["choices"][0]
     assert not any("token_ids" in json.dumps(e) for e in events), "no id key in any chunk"
     with start_simulator(SimConfig(kind="sglang")) as sim:
         data = httpx.post(sim.url + "/v1/chat/completions", json={**body, "return_meta_info": True}).json()
@@ -479,7 +492,8 @@ def test_tool_calls_each_calls_every_declared_tool_once():
     with start_simulator(SimConfig(kind="sglang", quirks={"tool-calls": "each"})) as sim:
         three = _chat(sim, [USER], tools=declared)["choices"][0]["message"]["tool_calls"]
         one = _chat(sim, [USER])["choices"][0]["message"]["tool_calls"]
-    assert [c["function"]["name"] for c in three] == names and [c["id"] for c in three][-1] == "functions.get_news:2"
+    assert [c["function"]["name"] for c in three] == names
+    assert [c["id"] for c in three][-1] == "functions.get_news:2"
     assert [c["function"]["name"] for c in one] == ["get_weather"]
 
 
@@ -520,5 +534,6 @@ def test_tool_rounds_each_goes_on_until_every_declared_tool_was_called():
                 {"role": "tool", "tool_call_id": call["id"], "content": "ok"},
             ]
         single = _chat(sim, [USER, *messages[1:3]])["choices"][0]["message"]
-    assert called == names and message["content"], "three rounds, then the answer"
+    assert called == names, "three rounds, then the answer"
+    assert message["content"], "three rounds, then the answer"
     assert "tool_calls" not in single, "one declared tool: one round"

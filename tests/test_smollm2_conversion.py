@@ -135,7 +135,8 @@ def test_convert_gives_back_the_hf_weights_config_and_tokenizer(tiny_gguf, tmp_p
     assert set(weights) == set(hf)
     for name, want in hf.items():
         got = weights[name].astype(np.float32)
-        assert got.shape == want.shape and weights[name].dtype == np.float16, name
+        assert got.shape == want.shape, name
+        assert weights[name].dtype == np.float16, name
         # Q4_1 keeps 16 levels per 32-value block (Q8_0 255); a q/k row left in llama.cpp's order would be
         # off by whole values (the test above shows the permutation is not the identity)
         step = (want.max() - want.min()) / 15 if want.ndim == 2 and name != "model.embed_tokens.weight" else 0.02
@@ -153,16 +154,20 @@ def test_convert_gives_back_the_hf_weights_config_and_tokenizer(tiny_gguf, tmp_p
         config["intermediate_size"],
         config["tie_word_embeddings"],
     ) == (LAYERS, HEADS, KV_HEADS, HIDDEN // HEADS, FFN, True)
-    assert "quantization_config" not in config and config["architectures"] == ["LlamaForCausalLM"]
+    assert "quantization_config" not in config
+    assert config["architectures"] == ["LlamaForCausalLM"]
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 2
 
     tok = load_tokenizer(out)
-    assert tok.eos_token_id == 2 and tok.is_special(1) and tok.is_special(2)
+    assert tok.eos_token_id == 2
+    assert tok.is_special(1)
+    assert tok.is_special(2)
     assert tok.pieces(tok.encode("in 2024"))[-4:] == ["2", "0", "2", "4"]  # SmolLM2 splits digits
     text = "Hello there! The capital of France is Paris."
     assert tok.decode(tok.encode(text)) == text
     assert tok.encode("<|im_end|>") == [2]
-    assert detect_profile(tok).name == "plain" and detect_profile(tok).stop_ids == (2,)
+    assert detect_profile(tok).name == "plain"
+    assert detect_profile(tok).stop_ids == (2,)
 
 
 def test_a_converted_folder_is_reused(tiny_gguf, tmp_path):

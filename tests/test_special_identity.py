@@ -142,7 +142,8 @@ def test_the_twin_folders_share_a_vocabulary_but_not_their_special_ids(folders):
     special, plain = adapter(folders["special"]), adapter(folders["plain"])
     assert special.vocab_fingerprint() == plain.vocab_fingerprint()  # sample ids cannot tell them apart
     assert special.special_fingerprint() != plain.special_fingerprint()
-    assert special.is_special(THINK_END) and not plain.is_special(THINK_END)
+    assert special.is_special(THINK_END)
+    assert not plain.is_special(THINK_END)
 
 
 def test_a_run_records_its_special_ids(folders, made):
@@ -151,7 +152,9 @@ def test_a_run_records_its_special_ids(folders, made):
         settings = run["settings"]
     assert settings["tokenizer_special"] == adapter(folders["plain"]).special_fingerprint()
     ids = expand(settings["tokenizer_special_ids"])
-    assert THINK not in ids and THINK_END not in ids and {163584, 163605, 163608, 163839} <= ids
+    assert THINK not in ids
+    assert THINK_END not in ids
+    assert {163584, 163605, 163608, 163839} <= ids
 
 
 def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(made, tmp_path, capsys):
@@ -159,9 +162,12 @@ def test_merge_refuses_a_store_whose_tokenizer_differs_only_in_special_ids(made,
     capsys.readouterr()
     assert main(["merge", str(made["plain"]), "--into", str(into)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "merge refused" in err and "Traceback" not in err, err
+    assert err.count("\n") == 0, err
+    assert "merge refused" in err, err
+    assert "Traceback" not in err, err
     assert f"{THINK}, {THINK_END} special only in {into}" in err, err
-    assert stored(into) == 2 and stored(made["plain"]) == 2  # nothing landed, nothing lost
+    assert stored(into) == 2
+    assert stored(made["plain"]) == 2  # nothing landed, nothing lost
 
 
 def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim_url, prompts, made, tmp_path, capsys):
@@ -169,7 +175,8 @@ def test_a_resume_with_the_other_special_ids_is_refused_in_one_line(folders, sim
     capsys.readouterr()
     assert batch(prompts, sim_url, db, folders["plain"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert err.count("\n") == 0, err
+    assert "Traceback" not in err, err
     assert f"{THINK_END} </think> special only in the stored runs" in err, err
     assert stored(db) == 1  # nothing generated with the other tokenizer
     assert batch(prompts, sim_url, db, folders["special"]) == 0  # the same tokenizer resumes
@@ -194,7 +201,9 @@ def test_merge_compares_the_special_ids_each_store_recorded(folders, made, tmp_p
     capsys.readouterr()
     assert main(["merge", str(dbs["plain"]), "--into", str(dbs["special1"])]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "merge refused" in err and "other special tokens" in err, err
+    assert err.count("\n") == 0, err
+    assert "merge refused" in err, err
+    assert "other special tokens" in err, err
     assert f"{THINK}, {THINK_END} special only in {dbs['special1']}" in err, err
     assert stored(dbs["special1"]) == 1
     assert main(["merge", str(dbs["special"]), "--into", str(dbs["special1"])]) == 0  # the same special ids
@@ -211,7 +220,9 @@ def test_the_recorded_ranges_name_every_id():
     from tokview.store.merge import id_ranges, ids_of_ranges, special_difference
 
     ids = {0, 1, 2, 7, 163584, 163585, 163839}
-    assert id_ranges(ids) == "0-2,7,163584-163585,163839" and ids_of_ranges(id_ranges(ids)) == ids
-    assert id_ranges([]) == "" and ids_of_ranges("") == set()
+    assert id_ranges(ids) == "0-2,7,163584-163585,163839"
+    assert ids_of_ranges(id_ranges(ids)) == ids
+    assert id_ranges([]) == ""
+    assert ids_of_ranges("") == set()
     many = special_difference(id_ranges(range(20)), "", "a", "b")
     assert many == "0, 1, 2, 3, 4, 5, 6, 7 and 12 more special only in a"

@@ -35,12 +35,16 @@ def test_stats_text_and_json(tmp_path):
     text = _cli("stats", "--db", str(db))
     assert text.returncode == 0, text.stderr
     assert "samples   3  (pending 2, approved 1, rejected 0)" in text.stdout
-    assert "HTTP 503 after 3 retries" in text.stdout and "truncated [error]" in text.stdout
+    assert "HTTP 503 after 3 retries" in text.stdout
+    assert "truncated [error]" in text.stdout
     js = json.loads(_cli("stats", "--db", str(db), "--json").stdout)
-    assert js["prompts"] == 3 and js["invalid"] == 1 and js["failures"]["total"] == 1
+    assert js["prompts"] == 3
+    assert js["invalid"] == 1
+    assert js["failures"]["total"] == 1
     assert js["output_len"]["max"] >= js["output_len"]["p50"]
     missing = _cli("stats", "--db", str(tmp_path / "none.duckdb"))
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr
 
 
 def test_export_cli_selects_and_writes_sidecars(tmp_path):
@@ -51,12 +55,16 @@ def test_export_cli_selects_and_writes_sidecars(tmp_path):
     assert done.stdout == ""
     assert len(out.read_text().splitlines()) == 1
     manifest = json.loads((out.parent / "train.manifest.json").read_text())
-    assert manifest["counts"]["exported"] == 1 and manifest["select"] == "approved"
+    assert manifest["counts"]["exported"] == 1
+    assert manifest["select"] == "approved"
     assert json.loads((out.parent / "train.token_freq.json").read_text())
     valid = _cli("export", "--db", str(db), "--out", str(tmp_path / "v.parquet"), "--format", "parquet")
-    assert valid.returncode == 0 and "exported 2 of 2" in valid.stderr
+    assert valid.returncode == 0
+    assert "exported 2 of 2" in valid.stderr
     none = _cli("export", "--db", str(db), "--out", str(tmp_path / "n.jsonl"), "--run", "nope")
-    assert none.returncode == 1 and "no samples match" in none.stderr and "Traceback" not in none.stderr
+    assert none.returncode == 1
+    assert "no samples match" in none.stderr
+    assert "Traceback" not in none.stderr
 
 
 def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
@@ -77,7 +85,8 @@ def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["stats", "--db", str(db), "--samples", "--limit", "2", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
-    assert js["samples"] == 3 and len(js["sample_list"]) == 2
+    assert js["samples"] == 3
+    assert len(js["sample_list"]) == 2
     assert set(js["sample_list"][0]) == {"sample_id", "status", "valid", "finish_reason", "codes"}
     assert main(["stats", "--db", str(db), "--samples", "--limit", "0"]) == 1
     capsys.readouterr()

@@ -17,24 +17,32 @@ def test_capture_round_trips_and_secrets_are_scrubbed(store, monkeypatch):
     cap.raw_request["headers"] = {"Authorization": "Bearer sk-envkey", "note": "key sk-envkey inline"}
     sid = put(store, "p1", cap)
     got = store.load_sample(sid)
-    assert got.capture.prompt_ids == cap.prompt_ids and got.capture.output_ids == cap.output_ids
-    assert got.capture.reasoning == cap.reasoning and got.capture.usage == cap.usage
+    assert got.capture.prompt_ids == cap.prompt_ids
+    assert got.capture.output_ids == cap.output_ids
+    assert got.capture.reasoning == cap.reasoning
+    assert got.capture.usage == cap.usage
     assert got.capture.raw_request["api_key"] == "[redacted]"
     assert got.capture.raw_request["headers"]["Authorization"] == "[redacted]"
     assert "sk-envkey" not in got.capture.raw_request["headers"]["note"]
-    assert got.status == "pending" and got.valid and got.n_errors == 0
-    assert got.alignment and set(got.alignment) <= {"kept", "partial", "hidden", "drift"}
+    assert got.status == "pending"
+    assert got.valid
+    assert got.n_errors == 0
+    assert got.alignment
+    assert set(got.alignment) <= {"kept", "partial", "hidden", "drift"}
     raw = store.query("SELECT raw_request FROM samples")[0][0]
-    assert "sk-secret" not in raw and "sk-envkey" not in raw
+    assert "sk-secret" not in raw
+    assert "sk-envkey" not in raw
 
 
 def test_findings_stored_with_codes_denormalised(store):
     sid = put(store, "p1", make_capture(finish_reason="length", stop=False))
     got = store.load_sample(sid)
     assert "truncated" in [f.code for f in got.findings]
-    assert not got.valid and got.n_errors >= 1
+    assert not got.valid
+    assert got.n_errors >= 1
     row = store.samples_page()[0]
-    assert "truncated" in row.codes and row.n_errors == got.n_errors
+    assert "truncated" in row.codes
+    assert row.n_errors == got.n_errors
     assert store.finding_codes() == sorted({f.code for f in got.findings})
 
 
@@ -59,7 +67,9 @@ def test_verdict_history_and_undo(store):
     store.record_verdict(sid, "approved", who="ann", tags=("good",))
     store.record_verdict(sid, "rejected", reason="loops", note="reasoning repeats", tags=("loop",), who="bob")
     s = store.load_sample(sid)
-    assert s.status == "rejected" and s.tags == ["loop"] and s.notes == ["reasoning repeats"]
+    assert s.status == "rejected"
+    assert s.tags == ["loop"]
+    assert s.notes == ["reasoning repeats"]
     assert store.undo_verdict(sid) == "approved"
     assert store.load_sample(sid).status == "approved"
     assert store.undo_verdict(sid) == "pending"
@@ -67,7 +77,8 @@ def test_verdict_history_and_undo(store):
     store.add_note(sid, "look again", who="ann", tags=("recheck",))
     s = store.load_sample(sid)
     assert [h["kind"] for h in s.history] == ["verdict", "verdict", "undo", "undo", "note"]
-    assert "recheck" in s.tags and "look again" in s.notes
+    assert "recheck" in s.tags
+    assert "look again" in s.notes
     with pytest.raises(ValueError):
         store.record_verdict(sid, "maybe")
     with pytest.raises(UnknownSample):
@@ -106,12 +117,18 @@ def test_failures_runs_and_stats(store):
     put(store, "p2", make_capture(finish_reason="length", stop=False))
     store.put_failure("p3", "p3@x_gen0", "run1", "HTTP 500", server="http://x")
     st = store.stats()
-    assert st["prompts"] == 2 and st["samples"] == 2 and st["valid"] == 1 and st["invalid"] == 1
+    assert st["prompts"] == 2
+    assert st["samples"] == 2
+    assert st["valid"] == 1
+    assert st["invalid"] == 1
     assert st["failures"] == {"total": 1, "by_reason": {"HTTP 500": 1}}
-    assert st["findings"]["truncated"]["samples"] == 1 and st["truncated"] == 1
+    assert st["findings"]["truncated"]["samples"] == 1
+    assert st["truncated"] == 1
     assert st["output_len"]["max"] >= st["output_len"]["p50"] > 0
     runs = store.runs()
-    assert runs[0]["run_id"] == "run1" and runs[0]["samples"] == 2 and runs[0]["failures"] == 1
+    assert runs[0]["run_id"] == "run1"
+    assert runs[0]["samples"] == 2
+    assert runs[0]["failures"] == 1
     assert runs[0]["server_info"][0]["kind"] == "vllm"
 
 
@@ -185,7 +202,8 @@ def test_duckdb_errors_become_store_errors(store, tmp_path, kimi_tok, kimi_profi
     with pytest.raises(StoreError):  # a write transaction that fails (the id is taken) is rolled back
         store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
     assert store.query("SELECT 1") == [(1,)]  # the connection is still usable
-    assert store.count_samples() == 1 and store.load_sample(sid).capture.output_ids == cap.output_ids
+    assert store.count_samples() == 1
+    assert store.load_sample(sid).capture.output_ids == cap.output_ids
 
 
 def test_put_sample_new_skips_the_lookup_and_none_still_checks(store, kimi_tok, kimi_profile, make_capture):
@@ -203,7 +221,8 @@ def test_put_sample_new_skips_the_lookup_and_none_still_checks(store, kimi_tok, 
         store.put_sample(sid, "p1", "run1", cap, analysis, new=True)
     store.record_verdict(sid, "approved")
     store.put_sample(sid, "p1", "run1", cap, analysis)  # None: looked up, upserted, status kept
-    assert store.count_samples() == 1 and store.load_sample(sid).status == "approved"
+    assert store.count_samples() == 1
+    assert store.load_sample(sid).status == "approved"
 
 
 def test_a_version_1_file_migrates_to_2_with_its_data_and_a_failures_index(tmp_path):

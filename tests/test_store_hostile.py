@@ -162,8 +162,10 @@ def test_an_export_onto_another_store_or_duckdb_file_is_refused_and_changes_noth
         if out.suffix == ".parquet":
             assert code == 0, err
             continue
-        assert code == 1 and len(err.strip().splitlines()) == 1, err
-        assert "refusing to overwrite" in err and "choose another file" in err, err
+        assert code == 1, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "refusing to overwrite" in err, err
+        assert "choose another file" in err, err
     assert {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (other, plain)} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [
@@ -244,7 +246,9 @@ def test_an_export_across_runs_of_two_tokenizers_is_refused_even_with_tokenizer(
     for extra in ([], ["--tokenizer", str(kimi_tok_dir)]):  # the refusal's hint used to be to pass --tokenizer
         assert main(base + extra) == 1
         err = capsys.readouterr().err
-        assert len(err.strip().splitlines()) == 1 and "--run" in err and "r1, r2" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert "--run" in err, err
+        assert "r1, r2" in err, err
         assert not out.exists()
     assert main([*base, "--run", "r1"]) == 0
     assert len(out.read_text().splitlines()) == 1
@@ -267,5 +271,7 @@ def test_merge_and_export_name_a_file_or_folder_that_is_not_a_store(tmp_path, ca
     for argv, said in cases:
         assert main(argv) == 1
         err = capsys.readouterr().err
-        assert said in err and "read-only" not in err and len(err.strip().splitlines()) == 1, err
+        assert said in err, err
+        assert "read-only" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
     assert prompts.read_text() == '{"id": "a", "prompt": "x"}\n'

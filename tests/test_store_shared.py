@@ -40,7 +40,8 @@ def test_parts_land_in_one_ingest_and_ingest_is_idempotent(tmp_path):
         assert got.capture.raw_request["api_key"] == "[redacted]"
         # a part whose samples are already stored (ingested, then the process died before deleting it)
         store.write_part([record(store, "b")])
-        assert store.ingest() == (0, 0) and store.count_samples() == 2
+        assert store.ingest() == (0, 0)
+        assert store.count_samples() == 2
 
 
 def test_a_damaged_part_is_set_aside_with_its_whole_lines_kept_and_the_store_still_opens(tmp_path):
@@ -139,7 +140,8 @@ def test_a_file_that_is_not_duckdb_is_named_as_such_and_left_alone(tmp_path, nam
     path.write_bytes(data)
     with pytest.raises(StoreError, match=f"{name} is not a DuckDB database"):
         Store(path)
-    assert path.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == [name]
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
 
 
 def test_a_foreign_duckdb_file_is_refused_and_left_alone(tmp_path):
@@ -197,7 +199,8 @@ def test_the_lock_message_names_the_tokview_command_that_holds_the_store(tmp_pat
             Store(db, lock_timeout=0.3)
         message = str(err.value)
         assert f"in use by `tokview batch` (pid {proc.pid})" in message
-        assert "python" not in message and "\n" not in message
+        assert "python" not in message
+        assert "\n" not in message
     finally:
         proc.kill()
         proc.wait()
@@ -236,7 +239,8 @@ def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
         )
         assert out.stdout.strip() == "1", out.stderr
         with store.hold():
-            assert store.count_samples() == 1 and store.stats()["samples"] == 1
+            assert store.count_samples() == 1
+            assert store.stats()["samples"] == 1
 
 
 def test_the_file_stays_open_for_a_burst_then_closes(tmp_path, monkeypatch):
@@ -251,14 +255,16 @@ def test_the_file_stays_open_for_a_burst_then_closes(tmp_path, monkeypatch):
         opened.clear()
         store.count_samples()
         store.samples_page()
-        assert store.is_open and len(opened) <= 1  # one warm connection for the burst (reused if still open)
+        assert store.is_open
+        assert len(opened) <= 1  # one warm connection for the burst (reused if still open)
         deadline = time.monotonic() + 30
         while store.is_open and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not store.is_open  # then the file is free for other processes
         before = len(opened)
         store.count_samples()
-        assert len(opened) == before + 1 and store.is_open  # opened again on the next use
+        assert len(opened) == before + 1
+        assert store.is_open  # opened again on the next use
 
 
 def test_landed_parts_are_removed_while_the_file_is_still_held(tmp_path, monkeypatch):

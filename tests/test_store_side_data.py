@@ -42,9 +42,12 @@ def test_side_data_round_trips(tmp_path):
             output_top_logprobs=[[-0.5, -1.5]] * 3,
         )
         got = store.load_sample("a@x_gen0").capture
-        assert got.spec_decode == spec and got.output_top_ids == [[1, 2]] * 3
-        assert got.output_top_logprobs == [[-0.5, -1.5]] * 3 and got.output_logprobs == [-0.5] * 3
-        assert got.target_logprobs is None and got.target_score is None
+        assert got.spec_decode == spec
+        assert got.output_top_ids == [[1, 2]] * 3
+        assert got.output_top_logprobs == [[-0.5, -1.5]] * 3
+        assert got.output_logprobs == [-0.5] * 3
+        assert got.target_logprobs is None
+        assert got.target_score is None
         assert store.query("SELECT acceptance_length FROM samples") == [(2.5,)]
         assert len(cap.output_ids) > 0
 
@@ -62,12 +65,16 @@ def test_target_score_update_keeps_everything_else(tmp_path):
         put_target_score(store, "a@x_gen0", cap, finding)
         put_target_score(store, "a@x_gen0", cap, finding)  # twice: one finding, one code
         after = store.load_sample("a@x_gen0")
-        assert after.status == "approved" and after.valid == before.valid and after.n_errors == before.n_errors
+        assert after.status == "approved"
+        assert after.valid == before.valid
+        assert after.n_errors == before.n_errors
         assert [f.code for f in after.findings].count("off_policy") == 1
         row = store.samples_page()[0]
         assert row.codes.count("off_policy") == 1
-        assert set(row.codes) == {f.code for f in before.findings} | {"off_policy"} and "truncated" in row.codes
-        assert row.mean_nll == 3.0 and after.capture.output_ids == before.capture.output_ids
+        assert set(row.codes) == {f.code for f in before.findings} | {"off_policy"}
+        assert "truncated" in row.codes
+        assert row.mean_nll == 3.0
+        assert after.capture.output_ids == before.capture.output_ids
         cap.target_score = {**cap.target_score, "off_policy_nll": 5.0}
         put_target_score(store, "a@x_gen0", cap, off_policy_finding(cap))  # a looser threshold clears it
         assert "off_policy" not in store.samples_page()[0].codes
@@ -109,5 +116,7 @@ def test_a_version_2_file_gains_the_columns_with_its_data(tmp_path):
         _put(store, "old@x_gen0")
     with Store(path) as store:  # reopening: nothing re-applied
         got = store.load_sample("old@x_gen0").capture
-        assert got.spec_decode is None and got.output_top_ids is None and got.target_score is None
+        assert got.spec_decode is None
+        assert got.output_top_ids is None
+        assert got.target_score is None
         assert store.query("SELECT max(version) FROM schema_version")[0][0] >= 5

@@ -80,7 +80,8 @@ def test_a_zero_byte_file_made_this_instant_may_be_a_store_being_created_and_is_
     inode = db.stat().st_ino
     with pytest.raises(StoreError, match="gave up"):
         Store(db, lock_timeout=0.3, on_wait=lambda message: None)
-    assert db.stat().st_ino == inode and db.stat().st_size == 0
+    assert db.stat().st_ino == inode
+    assert db.stat().st_size == 0
 
 
 def test_a_zero_byte_file_beside_a_write_ahead_log_is_left_alone(tmp_path):
@@ -91,7 +92,8 @@ def test_a_zero_byte_file_beside_a_write_ahead_log_is_left_alone(tmp_path):
     Path(f"{db}.wal").write_bytes(b"some log")
     with pytest.raises(StoreError, match="not a valid DuckDB database file"):
         Store(db)
-    assert db.stat().st_size == 0 and Path(f"{db}.wal").read_bytes() == b"some log"
+    assert db.stat().st_size == 0
+    assert Path(f"{db}.wal").read_bytes() == b"some log"
 
 
 def test_a_zero_byte_file_another_process_holds_locked_is_not_replaced(tmp_path):
@@ -112,10 +114,12 @@ def test_a_zero_byte_file_another_process_holds_locked_is_not_replaced(tmp_path)
         text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "locked\n"
         inode = db.stat().st_ino
         with pytest.raises(StoreError, match="in use"):
             Store(db, lock_timeout=0.3, on_wait=lambda message: None)
-        assert db.stat().st_ino == inode and db.stat().st_size == 0
+        assert db.stat().st_ino == inode
+        assert db.stat().st_size == 0
     finally:
         holder.communicate("")

@@ -26,12 +26,14 @@ def _run(capsys, *argv):
 
 def test_texts_with_special_ids_marked(capsys, tiktoken_dir):
     code, out, err = _run(capsys, "--tokenizer", tiktoken_dir, "Hello <think>世界", "x")
-    assert code == 0 and err == ""
+    assert code == 0
+    assert err == ""
     lines = out.splitlines()
     assert lines[0] == (f"tokenizer {tiktoken_dir} (loaded from native tiktoken), 163842 ids; * marks special ids")
     assert "text 'Hello <think>世界': 9 ids" in lines
     assert "  288 32 163606* 228 184 150 231 149 140" in lines
-    assert "      2   163606* '<think>'" in lines and "      5      150  '世'" in lines
+    assert "      2   163606* '<think>'" in lines
+    assert "      5      150  '世'" in lines
     assert "      3      228  '‹e4›'" in lines  # a byte that completes no character
 
 
@@ -39,10 +41,12 @@ def test_json_one_object_per_line_from_stdin(capsys, monkeypatch, kimi_tok_dir, 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a b\n<|im_end|>\n\n")))
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--json", "first", "-")
     rows = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [r["text"] for r in rows] == ["first", "a b", "<|im_end|>", ""]
+    assert code == 0
+    assert [r["text"] for r in rows] == ["first", "a b", "<|im_end|>", ""]
     for row in rows:
         assert set(row) == {"text", "ids", "pieces"}
-        assert row["ids"] == kimi_tok.encode(row["text"]) and row["pieces"] == kimi_tok.pieces(row["ids"])
+        assert row["ids"] == kimi_tok.encode(row["text"])
+        assert row["pieces"] == kimi_tok.pieces(row["ids"])
     assert rows[2]["ids"] == [163586]
 
 
@@ -56,8 +60,10 @@ def test_chat_prints_the_prompt_ids_tokview_sends(capsys, tmp_path, tiktoken_dir
     )
     (row,) = [json.loads(line) for line in out.splitlines()]
     expected = load_tokenizer(tiktoken_dir).render(messages, template_kwargs={"thinking": thinking})
-    assert code == 0 and row["ids"] == expected
-    assert row["ids"][-1] == (163606 if thinking else 163607) and row["text"].startswith("<|im_user|>user")
+    assert code == 0
+    assert row["ids"] == expected
+    assert row["ids"][-1] == (163606 if thinking else 163607)
+    assert row["text"].startswith("<|im_user|>user")
 
 
 def test_chat_with_several_assistant_turns(capsys, tmp_path, kimi_tok_dir):
@@ -94,8 +100,10 @@ def test_chat_with_several_assistant_turns(capsys, tmp_path, kimi_tok_dir):
 )
 def test_folders_that_cannot_load_are_one_line(capsys, tmp_path, setup, expected):
     code, out, err = _run(capsys, "--tokenizer", setup(tmp_path), "hi")
-    assert code == 1 and out == ""
-    assert err.startswith("tokview: error: " + expected.format(d=tmp_path)) and err.count("\n") == 1
+    assert code == 1
+    assert out == ""
+    assert err.startswith("tokview: error: " + expected.format(d=tmp_path))
+    assert err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -110,17 +118,25 @@ def test_bad_chat_files_are_one_line(capsys, tmp_path, kimi_tok_dir, content, ex
     chat = tmp_path / "chat.json"
     chat.write_text(content)
     code, _, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", chat)
-    assert code == 1 and expected in err and err.startswith(f"tokview: error: {chat}") and err.count("\n") == 1
+    assert code == 1
+    assert expected in err
+    assert err.startswith(f"tokview: error: {chat}")
+    assert err.count("\n") == 1
 
 
 def test_nothing_to_tokenize(capsys):
     code, _, err = _run(capsys)
-    assert code == 1 and "nothing to tokenize" in err
+    assert code == 1
+    assert "nothing to tokenize" in err
 
 
 def test_an_unknown_profile_is_refused_without_chat_too(capsys, kimi_tok_dir):
     """--profile is read only with --chat; a name that is no profile was silently ignored without it."""
     code, out, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "nosuch", "hi")
-    assert code == 1 and not out and len(err.strip().splitlines()) == 1 and "unknown profile 'nosuch'" in err
+    assert code == 1
+    assert not out
+    assert len(err.strip().splitlines()) == 1
+    assert "unknown profile 'nosuch'" in err
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "qwen3", "hi")
-    assert code == 0 and "ids" in out
+    assert code == 0
+    assert "ids" in out

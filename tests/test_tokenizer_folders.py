@@ -55,7 +55,8 @@ def _same_as(tok, ref):
     for text in TEXTS:
         assert tok.encode(text) == ref.encode(text)
         assert tok.decode(tok.encode(text)) == text
-    assert tok.vocab_size == ref.vocab_size and tok.eos_token_id == ref.eos_token_id
+    assert tok.vocab_size == ref.vocab_size
+    assert tok.eos_token_id == ref.eos_token_id
     assert tok.render(MESSAGES, template_kwargs={"thinking": True}) == ref.render(
         MESSAGES, template_kwargs={"thinking": True}
     )
@@ -126,7 +127,8 @@ def test_transformers_5_qwen_config_loads(tmp_path, qwen_tok_dir, qwen_tok):
     assert tok.loaded_by == LOADED_TOKENIZER_JSON
     for text in TEXTS + ["<|im_start|>user\nhi<|im_end|>"]:
         assert tok.encode(text) == qwen_tok.encode(text)
-    assert tok.eos_token_id == 151645 and {151644, 151645} <= tok.special_ids
+    assert tok.eos_token_id == 151645
+    assert {151644, 151645} <= tok.special_ids
     assert tok.render(MESSAGES, template_kwargs={"enable_thinking": True}) == qwen_tok.render(
         MESSAGES, template_kwargs={"enable_thinking": True}
     )
@@ -147,7 +149,8 @@ def _error(path) -> str:
     with pytest.raises(TokenizerError) as info:
         load_tokenizer(path)
     message = str(info.value)
-    assert "\n" not in message and "NoneType" not in message
+    assert "\n" not in message
+    assert "NoneType" not in message
     return message
 
 
@@ -223,12 +226,14 @@ def test_recent_renders_are_remembered_exactly(qwen_tok, monkeypatch):
     messages = [{"role": "user", "content": "A question only this test asks?"}]
     text = qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True})
     ids = qwen_tok.render(messages, template_kwargs={"enable_thinking": True})
-    assert len(calls) == 1 and ids == qwen_tok.encode(text)
+    assert len(calls) == 1
+    assert ids == qwen_tok.encode(text)
     ids.append(-1)
     assert qwen_tok.render(messages, template_kwargs={"enable_thinking": True}) == qwen_tok.encode(text)
     assert len(calls) == 1
     other = qwen_tok.render_text(messages, template_kwargs={"enable_thinking": False})
-    assert len(calls) == 2 and other != text
+    assert len(calls) == 2
+    assert other != text
     messages[0]["content"] += " And another?"
     assert qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True}) != text
     assert len(calls) == 3

@@ -129,19 +129,22 @@ def custom_code_dir(tmp_path_factory, kimi_tok_dir):
 def test_refuses_remote_code_without_the_flag(custom_code_dir):
     with pytest.raises(TokenizerError, match="--trust-remote-code") as info:
         load_tokenizer(custom_code_dir)
-    assert info.value.needs_remote_code and "tokenization_custom.py" in str(info.value)
+    assert info.value.needs_remote_code
+    assert "tokenization_custom.py" in str(info.value)
 
 
 def test_custom_code_runs_with_the_flag_on_both_transformers_lines(custom_code_dir):
     tok = load_tokenizer(custom_code_dir, trust_remote_code=True)
-    assert type(tok.tok).__name__ == "CustomTokenizer" and tok.loaded_by == "remote code"
+    assert type(tok.tok).__name__ == "CustomTokenizer"
+    assert tok.loaded_by == "remote code"
     assert [tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>")] == [163606, 163607, 163586]
     assert tok.pieces(KIMI_CHAIN_OUTPUT[:3] + [163607]) == ["Okay", ",", " let", "</think>"]
 
 
 def test_kimi_folder_without_the_flag_runs_no_code(remote_code_dir):
     tok = load_tokenizer(remote_code_dir)
-    assert tok.loaded_by == "native tiktoken" and type(tok.tok).__name__ == "KimiTiktokenTokenizer"
+    assert tok.loaded_by == "native tiktoken"
+    assert type(tok.tok).__name__ == "KimiTiktokenTokenizer"
 
 
 @pytest.mark.skipif(not TRANSFORMERS_5, reason="Kimi's own file runs on transformers 4")
@@ -153,12 +156,14 @@ def test_kimi_code_on_transformers_5_says_to_drop_the_flag(remote_code_dir):
 @pytest.mark.skipif(TRANSFORMERS_5, reason="Kimi's file imports bytes_to_unicode from gpt2, gone in transformers 5")
 def test_loads_with_the_flag_and_keeps_kimi_ids(remote_code_dir):
     tok = load_tokenizer(remote_code_dir, trust_remote_code=True)
-    assert type(tok.tok).__name__ == "TikTokenTokenizer" and tok.loaded_by == "remote code"
+    assert type(tok.tok).__name__ == "TikTokenTokenizer"
+    assert tok.loaded_by == "remote code"
     assert [tok.token_to_id(t) for t in ("<think>", "</think>", "<|im_end|>")] == [163606, 163607, 163586]
     assert tok.pieces(KIMI_CHAIN_OUTPUT[:3] + [163607]) == ["Okay", ",", " let", "</think>"]
     assert tok.is_special(163586)
     prompt = tok.render([{"role": "user", "content": "hi"}], template_kwargs={"thinking": True})
-    assert prompt[-1] == 163606 and prompt[0] == 163587
+    assert prompt[-1] == 163606
+    assert prompt[0] == 163587
 
 
 def test_missing_directory_is_a_clear_error(tmp_path):
@@ -194,7 +199,10 @@ def test_trust_remote_code_never_runs_a_folder_the_database_names(tmp_path, caps
     code = main(["export", "--db", str(db), "--out", str(tmp_path / "o.jsonl"), "--trust-remote-code"])
     err = capsys.readouterr().err
     assert not marker.exists()  # the recorded folder's code did not run
-    assert code == 0 and (tmp_path / "o.jsonl").is_file() and "Traceback" not in err  # loaded without its code
+    assert code == 0
+    assert (tmp_path / "o.jsonl").is_file()
+    assert "Traceback" not in err  # loaded without its code
     out2 = str(tmp_path / "o2.jsonl")
     code = main(["export", "--db", str(db), "--out", out2, "--tokenizer", str(folder), "--trust-remote-code"])
-    assert code == 0 and marker.exists()  # named on the command line: the user asked for it
+    assert code == 0
+    assert marker.exists()  # named on the command line: the user asked for it

@@ -39,6 +39,9 @@ def test_a_raw_batch_with_a_tokenizer_without_a_chat_template_is_refused_up_fron
     argv += ["--tokenizer", str(folder_without_template), "--mode", mode]
     done = subprocess.run([*TOKVIEW, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
     err = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(err) == 1, done.stderr  # not 2: no server was asked
-    assert "no chat template" in err[0] and "--mode chat" in err[0] and str(folder_without_template) in err[0]
+    assert done.returncode == 1, done.stderr
+    assert len(err) == 1, done.stderr  # not 2: no server was asked
+    assert "no chat template" in err[0]
+    assert "--mode chat" in err[0]
+    assert str(folder_without_template) in err[0]
     assert not db.exists()

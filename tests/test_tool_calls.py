@@ -113,7 +113,8 @@ def test_builtin_profiles_name_their_tool_call_layout():
     assert get_profile("kimi-k2.5").tool_calls == KIMI_TOOL_CALLS
     assert get_profile("kimi-k2-thinking").tool_calls == KIMI_TOOL_CALLS
     assert get_profile("qwen3").tool_calls == QWEN3_TOOL_CALLS
-    assert get_profile("plain").tool_calls is None and get_profile("deepseek-r1").tool_calls is None
+    assert get_profile("plain").tool_calls is None
+    assert get_profile("deepseek-r1").tool_calls is None
     assert [i for _, i, _ in KIMI_TOOL_CALLS.named_ids()] == [163595, 163596, 163597, 163598, 163599]
     assert [i for _, i, _ in QWEN3_TOOL_CALLS.named_ids()] == [151657, 151658]
 
@@ -148,7 +149,8 @@ def test_a_profile_file_names_the_tool_call_ids(tmp_path: Path):
         'call_begin = "<tc>"\ncall_begin_id = 7\n'
     )
     layout = load_profile_toml(table).tool_calls
-    assert layout is not None and (layout.call_begin_id, layout.call_begin, layout.call_end_id) == (7, "<tc>", 151658)
+    assert layout is not None
+    assert (layout.call_begin_id, layout.call_begin, layout.call_end_id) == (7, "<tc>", 151658)
     none = tmp_path / "c.toml"
     none.write_text('[profile]\nbase = "kimi-k2.5"\nname = "c"\ntool_calls = "none"\n')
     assert load_profile_toml(none).tool_calls is None
@@ -180,10 +182,12 @@ def test_parse_of_a_recorded_kimi_call(kimi_tok):
     out = capture.output_ids
     calls = parse_tool_calls(out, KIMI_TOOL_CALLS, kimi_tok)
     begin = out.index(163595)
-    assert calls.sections == ((begin, out.index(163596) + 1),) and not calls.problems
+    assert calls.sections == ((begin, out.index(163596) + 1),)
+    assert not calls.problems
     (call,) = calls.calls
     assert (call.call_id, call.name, call.arguments) == ("functions.get_weather:0", "get_weather", '{"city": "Paris"}')
-    assert call.span == (out.index(163597), out.index(163599) + 1) and call.arguments_error is None
+    assert call.span == (out.index(163597), out.index(163599) + 1)
+    assert call.arguments_error is None
     assert kimi_tok.decode(out[slice(*call.id_span)]) == "functions.get_weather:0"
     assert calls.markers == tuple(i for i, t in enumerate(out) if t in MARKERS)
 
@@ -197,7 +201,8 @@ def test_tool_ids_get_their_own_kinds_and_the_rest_keeps_its_own(kimi_tok, kimi_
     call = parse_tool_calls(out, KIMI_TOOL_CALLS).calls[0]
     assert set(kinds[slice(*call.id_span)]) == {seg.TOOL_CALL_ID}
     assert set(kinds[slice(*call.arguments_span)]) == {seg.TOOL_ARGUMENTS}
-    assert kinds[out.index(163607)] == seg.CLOSER and kinds[-1] == seg.STOP
+    assert kinds[out.index(163607)] == seg.CLOSER
+    assert kinds[-1] == seg.STOP
     assert set(kinds[: out.index(163607)]) == {seg.REASONING}
     # the segments partition the ids and agree with the kinds (the run starts include the calls' edges)
     assert [k for s in analysis.segments for k in [s.kind] * len(s)] == list(analysis.kinds)
@@ -207,10 +212,12 @@ def test_tool_ids_get_their_own_kinds_and_the_rest_keeps_its_own(kimi_tok, kimi_
 def test_an_output_without_calls_keeps_the_kinds_it_had(kimi_tok, kimi_profile, make_capture):
     capture = make_capture()
     calls = seg.tool_calls_on_ids(capture.output_ids, kimi_profile)
-    assert calls is not None and not calls.found
+    assert calls is not None
+    assert not calls.found
     kinds = seg.token_kinds(capture.prompt_ids, capture.output_ids, kimi_profile, tool_calls=calls)
     assert kinds == seg.token_kinds(capture.prompt_ids, capture.output_ids, kimi_profile)
-    assert list(analyze(capture, kimi_profile, kimi_tok).kinds) == kinds and not set(kinds) & set(seg.TOOL_KINDS)
+    assert list(analyze(capture, kimi_profile, kimi_tok).kinds) == kinds
+    assert not set(kinds) & set(seg.TOOL_KINDS)
 
 
 # -- the alignment: call id and arguments kept by tool_calls, markers hidden by the tool parser ------------
@@ -221,7 +228,8 @@ def test_call_id_and_arguments_are_kept_by_the_tool_calls_field(name, kimi_tok, 
     capture = recorded_capture(name, kimi_tok)
     analysis = analyze(capture, kimi_profile, kimi_tok)
     al, out = analysis.alignment, capture.output_ids
-    assert al is not None and al.unmatched_text == ""
+    assert al is not None
+    assert al.unmatched_text == ""
     call = parse_tool_calls(out, KIMI_TOOL_CALLS).calls[0]
     assert {al.statuses[i] for i in range(*call.id_span)} == {KEPT}
     assert {field_name(al.fields[i]) for i in range(*call.id_span)} == {"tool_calls[0].id"}
@@ -231,7 +239,8 @@ def test_call_id_and_arguments_are_kept_by_the_tool_calls_field(name, kimi_tok, 
     assert {field_name(al.fields[i]) for i in range(out.index(163607))} == {"reasoning"}
     hidden = next(f for f in analysis.findings if f.code == "parser_hidden_ids")
     assert len(hidden.positions) == 7
-    assert analysis.valid and not set(analysis.codes) & TOOL_CODES, analysis.codes
+    assert analysis.valid, analysis.codes
+    assert not set(analysis.codes) & TOOL_CODES, analysis.codes
     assert "parser_split_mismatch" not in analysis.codes  # the call text is no answer the content lost
 
 
@@ -240,9 +249,12 @@ def test_model_b_content_before_the_calls_aligns_to_content(kimi_tok, kimi_profi
     analysis = analyze(capture, kimi_profile, kimi_tok)
     al, out = analysis.alignment, capture.output_ids
     before = out.index(163595)
-    assert capture.content == "I will call a tool" and al is not None and al.unmatched_text == ""
+    assert capture.content == "I will call a tool"
+    assert al is not None
+    assert al.unmatched_text == ""
     assert {field_name(al.fields[i]) for i in range(before)} == {"content"}
-    assert analysis.valid and not set(analysis.codes) & TOOL_CODES, analysis.codes
+    assert analysis.valid, analysis.codes
+    assert not set(analysis.codes) & TOOL_CODES, analysis.codes
 
 
 # -- the server's tool_calls in the capture ----------------------------------------------------------------
@@ -272,7 +284,8 @@ def test_a_dual_capture_takes_the_chat_paths_tool_calls(kimi_tok):
     chat = recorded_capture("vllm_t1", kimi_tok)
     raw = dataclasses.replace(chat, endpoint="sglang-generate", tool_calls=None, raw_response={"text": ""})
     dual = merge_dual(raw, chat, chat.output_ids)
-    assert dual.tool_calls == chat.tool_calls and dual.parsed_raw_response == chat.raw_response
+    assert dual.tool_calls == chat.tool_calls
+    assert dual.parsed_raw_response == chat.raw_response
 
 
 def test_tool_calls_survive_the_store(store, kimi_tok, kimi_profile):
@@ -308,9 +321,8 @@ def test_show_names_the_field_each_id_landed_in(tmp_path, capsys, kimi_tok, kimi
     rows = {int(line.split()[0]): line for line in lines if line.strip() and line.split()[0].isdigit()}
     out = capture.output_ids
     call = parse_tool_calls(out, KIMI_TOOL_CALLS).calls[0]
-    assert (
-        "tool_marker" in rows[start + out.index(163595)] and "hidden (tool parser)" in rows[start + out.index(163595)]
-    )
+    assert "tool_marker" in rows[start + out.index(163595)]
+    assert "hidden (tool parser)" in rows[start + out.index(163595)]
     assert rows[start + call.id_span[0]].rstrip().endswith("kept tool_calls[0].id")
     assert rows[start + call.arguments_span[0]].rstrip().endswith("kept tool_calls[0].function.arguments")
     assert rows[start].rstrip().endswith("kept")  # reasoning: its segment column says so
@@ -347,12 +359,14 @@ def test_hermes_calls_on_qwen3_ids(qwen_tok, qwen_profile):
     calls = parse_tool_calls(out, QWEN3_TOOL_CALLS, qwen_tok)
     (call,) = calls.calls
     assert (call.name, call.arguments, call.call_id) == ("get_weather", '{"city": "Paris"}', None)
-    assert calls.sections == ((out.index(151657), out.index(151658) + 1),) and not calls.problems
+    assert calls.sections == ((out.index(151657), out.index(151658) + 1),)
+    assert not calls.problems
     analysis = analyze(capture, qwen_profile, qwen_tok)
     n = len(capture.prompt_ids)
     assert analysis.kinds[n + out.index(151657)] == seg.TOOL_MARKER == analysis.kinds[n + out.index(151658)]
     al = analysis.alignment
-    assert al is not None and al.statuses[out.index(151657)] == HIDDEN == al.statuses[out.index(151658)]
+    assert al is not None
+    assert al.statuses[out.index(151657)] == HIDDEN == al.statuses[out.index(151658)]
     named = {field_name(al.fields[i], "hermes") for i in range(*call.arguments_span) if al.statuses[i] == KEPT}
     assert named == {"tool_calls[0].function.name", "tool_calls[0].function.arguments"}
     assert not set(analysis.codes) & TOOL_CODES, analysis.codes

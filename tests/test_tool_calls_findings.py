@@ -174,7 +174,8 @@ TOOL_CASES = {
 
 
 def test_every_tool_code_has_a_case_and_is_registered():
-    assert set(TOOL_CASES) == TOOL_CODES and set(RULES) >= TOOL_CODES
+    assert set(TOOL_CASES) == TOOL_CODES
+    assert set(RULES) >= TOOL_CODES
 
 
 @pytest.mark.parametrize("code", sorted(TOOL_CASES))
@@ -185,7 +186,8 @@ def test_positive(fam, code):
     capture = case.positive(fam)
     analysis = analyze(capture, fam.p, fam.tok)
     hits = [f for f in analysis.findings if f.code == code]
-    assert len(hits) == 1 and hits[0].severity == default_severity(code), analysis.codes
+    assert len(hits) == 1, analysis.codes
+    assert hits[0].severity == default_severity(code), analysis.codes
     assert hits[0].positions == case.positions(fam, capture)
     assert hits[0].detail
     assert analysis.valid == (default_severity(code) != ERROR)
@@ -200,7 +202,8 @@ def test_negative(fam, code):
 def test_clean_calls_have_no_tool_finding_and_are_valid(fam):
     for capture in (clean(fam), chat(fam, [server_call(fam)])):
         analysis = analyze(capture, fam.p, fam.tok)
-        assert not set(analysis.codes) & TOOL_CODES and analysis.valid, analysis.codes
+        assert not set(analysis.codes) & TOOL_CODES, analysis.codes
+        assert analysis.valid, analysis.codes
 
 
 def test_a_call_begun_inside_a_call_is_out_of_order_and_the_first_unclosed(fam):
@@ -256,7 +259,8 @@ def test_a_recorded_call_to_a_function_the_request_did_not_offer(kimi_tok, kimi_
     capture = recorded_capture("vllm_t1", kimi_tok)
     capture = dataclasses.replace(capture, settings={**capture.settings, "tools": other})
     hit = next(f for f in analyze(capture, kimi_profile, kimi_tok).findings if f.code == "tool_not_declared")
-    assert "'get_weather'" in hit.detail and "declared: get_time" in hit.detail
+    assert "'get_weather'" in hit.detail
+    assert "declared: get_time" in hit.detail
 
 
 def test_without_recorded_tools_nothing_is_undeclared(kimi_tok, kimi_profile):

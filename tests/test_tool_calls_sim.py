@@ -91,11 +91,14 @@ def test_a_proxied_call_is_stored_with_the_servers_tool_calls_and_no_tool_findin
 ):
     direct, capture = _through_proxy(tmp_path, kimi_tok, kimi_profile, kind, {}, stream)
     want = server_tool_calls(direct["choices"][0]["message"]["tool_calls"])
-    assert want and capture.tool_calls == want
+    assert want
+    assert capture.tool_calls == want
     assert capture.settings["tools"] == TOOLS
     analysis = analyze(capture, kimi_profile, kimi_tok)
-    assert not set(analysis.codes) & TOOL_CODES and analysis.valid, analysis.codes
-    assert analysis.alignment is not None and analysis.alignment.unmatched_text == ""
+    assert not set(analysis.codes) & TOOL_CODES, analysis.codes
+    assert analysis.valid, analysis.codes
+    assert analysis.alignment is not None
+    assert analysis.alignment.unmatched_text == ""
 
 
 @pytest.mark.parametrize(

@@ -48,24 +48,27 @@ def test_a_bulk_action_is_undone_as_one_step_and_an_earlier_one_by_its_id(db):
         tagged = bulk.add_notes(store, ok[:2], who="ann", tags=("Math",))
         store.record_verdict(ok[3], "approved", who="bob")
         approved = bulk.set_status(store, ok, "approved", who="ann")
-        assert {rejected.action_id, tagged.action_id, approved.action_id} and rejected.action_id < approved.action_id
+        assert {rejected.action_id, tagged.action_id, approved.action_id}
+        assert rejected.action_id < approved.action_id
 
         undone = store.undo_action(who="ann")  # the latest: the bulk approve, five samples as one step
-        assert (
-            undone is not None
-            and undone.kind == "approved"
-            and sorted(undone.sample_ids) == sorted(i for i in ok if i != ok[3])
-        )
-        assert statuses(store)["ok3"] == "approved" and statuses(store)["ok0"] == "pending"
+        assert undone is not None
+        assert undone.kind == "approved"
+        assert sorted(undone.sample_ids) == sorted(i for i in ok if i != ok[3])
+        assert statuses(store)["ok3"] == "approved"
+        assert statuses(store)["ok0"] == "pending"
 
         undone = store.undo_action(rejected.action_id, who="ann")  # an earlier one, by its id
-        assert undone is not None and sorted(undone.sample_ids) == sorted(cut)
+        assert undone is not None
+        assert sorted(undone.sample_ids) == sorted(cut)
         assert {statuses(store)[f"cut{i}"] for i in range(3)} == {"pending"}
         assert store.load_sample(cut[0]).history[-1]["kind"] == "undo"
         assert store.load_sample(ok[0]).tags == ["Math"]  # the tag (between the two) stays
 
         undone = store.undo_action(who="ann")  # the undone actions are skipped: bob's single approve is next
-        assert undone is not None and undone.sample_ids == [ok[3]] and undone.who == "bob"
+        assert undone is not None
+        assert undone.sample_ids == [ok[3]]
+        assert undone.who == "bob"
         assert statuses(store)["ok3"] == "pending"
         with pytest.raises(ValueError, match="already undone"):
             store.undo_action(rejected.action_id, who="ann")
@@ -77,13 +80,17 @@ def test_untag_takes_a_tag_off_a_verdict_too_and_its_undo_puts_it_back(db):
         store.record_verdict(sid, "rejected", reason="dull", tags=["Hard"], who="ann")
         store.add_note(sid, "look again", who="ann", tags=["hard", "math"])
         out = bulk.remove_tag(store, [sid], "HARD", who="ann")
-        assert out.changed == [sid] and out.unchanged == {}
+        assert out.changed == [sid]
+        assert out.unchanged == {}
         sample = store.load_sample(sid)
-        assert sample.tags == ["math"] and sample.status == "rejected" and sample.notes == ["look again"]
+        assert sample.tags == ["math"]
+        assert sample.status == "rejected"
+        assert sample.notes == ["look again"]
         assert sample.history[-1]["reason"] == "untag HARD"
         store.undo_action(who="ann")
         sample = store.load_sample(sid)
-        assert sorted(sample.tags, key=str.lower) == ["Hard", "math"] and sample.status == "rejected"
+        assert sorted(sample.tags, key=str.lower) == ["Hard", "math"]
+        assert sample.status == "rejected"
 
 
 def test_tags_are_compared_without_case_in_a_sample_and_in_the_store(db):
@@ -99,7 +106,8 @@ def test_review_undo_from_the_shell_says_what_it_touched(db, capsys):
     review(db, "--finding", "truncated", "--reject", "cut short", capsys=capsys)
     review(db, "--status", "valid", "--approve", capsys=capsys)
     listed = review(db, "--history", capsys=capsys).splitlines()
-    assert "approved 6 samples" in listed[0] and "carol" in listed[0]
+    assert "approved 6 samples" in listed[0]
+    assert "carol" in listed[0]
     assert "rejected 3 samples (cut short)" in listed[1]
     reject_id = listed[1].split()[0].lstrip("#")
     said = review(db, "--undo", reject_id, capsys=capsys)
@@ -108,7 +116,8 @@ def test_review_undo_from_the_shell_says_what_it_touched(db, capsys):
         assert store.count_samples(SampleFilter(status="rejected")) == 0
         assert store.count_samples(SampleFilter(status="approved")) == 6
     out = json.loads(review(db, "--undo", "last", "--json", capsys=capsys))
-    assert out["kind"] == "approved" and len(out["sample_ids"]) == 6
+    assert out["kind"] == "approved"
+    assert len(out["sample_ids"]) == 6
     with pytest.raises(UserError, match="nothing left to undo"):
         review(db, "--undo", "last", capsys=capsys)
     with pytest.raises(UserError, match="no action #999999"):
@@ -133,8 +142,10 @@ def test_a_version_7_store_gains_actions_and_keeps_its_verdicts(tmp_path, put, m
     with Store(path) as store:
         assert store.query("SELECT max(version) FROM schema_version")[0][0] == LATEST_VERSION
         undone = store.undo_action(who="ann")  # the latest older verdict is an action of its own
-        assert undone is not None and undone.sample_ids == [b]
-        assert store.load_sample(b).status == "pending" and store.load_sample(a).status == "approved"
+        assert undone is not None
+        assert undone.sample_ids == [b]
+        assert store.load_sample(b).status == "pending"
+        assert store.load_sample(a).status == "approved"
 
 
 def test_done_when_from_a_shell(tmp_path, capsys):
@@ -165,7 +176,8 @@ def test_done_when_from_a_shell(tmp_path, capsys):
     undo_listed = review(db, "--history", capsys=capsys).splitlines()[0]
     assert f"undo of {history[2].split()[0]} rejected 200 samples (loops)" in undo_listed
     assert review(db, "--history", capsys=capsys).splitlines()[3].endswith(f"(undone by {undo_listed.split()[0]})")
-    assert said.startswith("undid #") and ": 200 samples (a-000, a-001, a-002 and 197 more) back to pending" in said
+    assert said.startswith("undid #")
+    assert ": 200 samples (a-000, a-001, a-002 and 197 more) back to pending" in said
     with Store(db) as store:
         counts = dict(store.query("SELECT status, count(*) FROM samples GROUP BY 1"))
     assert counts == {"pending": 300, "approved": 200}
@@ -178,5 +190,6 @@ def test_done_when_from_a_shell(tmp_path, capsys):
     )
     assert args.run(args) == 0
     err = capsys.readouterr().err
-    assert "exported 50 of 50 selected samples" in err and "by tag: 50 hard" in err
+    assert "exported 50 of 50 selected samples" in err
+    assert "by tag: 50 hard" in err
     assert len(out.read_text().splitlines()) == 50

@@ -43,10 +43,13 @@ def test_ids_past_the_vocabulary_are_an_error_naming_each_position(family, reque
     capture = Capture(prompt_ids=prompt_with_bad, output_ids=output, finish_reason="stop")
     analysis = analyze(capture, profile, tok)
     found = [f for f in analysis.findings if f.code == "unknown_token_id"]
-    assert len(found) == 1 and found[0].severity == "error" and not analysis.valid
+    assert len(found) == 1
+    assert found[0].severity == "error"
+    assert not analysis.valid
     n = len(prompt_with_bad)
     assert found[0].positions == (2, n + len(answer), n + len(answer) + 1)
-    assert "999999" in found[0].detail and f"{tok.vocab_size:,}" in found[0].detail
+    assert "999999" in found[0].detail
+    assert f"{tok.vocab_size:,}" in found[0].detail
     clean = analyze(Capture(prompt_ids=prompt, output_ids=answer + [profile.stop_ids[0]]), profile, tok)
     assert "unknown_token_id" not in clean.codes
 
@@ -78,7 +81,8 @@ def test_a_mutated_output_id_is_stored_invalid_and_not_exported(tmp_path):
     exported = _cli("export", "--db", str(db), "--out", str(out))
     assert exported.returncode == 0, exported.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(lines) == 2 and all(999999 not in line["input_ids"] for line in lines)
+    assert len(lines) == 2
+    assert all(999999 not in line["input_ids"] for line in lines)
 
 
 def test_audit_flags_a_dataset_row_with_an_id_the_tokenizer_does_not_have(tmp_path, kimi_tok):
@@ -92,7 +96,8 @@ def test_audit_flags_a_dataset_row_with_an_id_the_tokenizer_does_not_have(tmp_pa
     done = _cli("audit", str(data), "--db", str(tmp_path / "a.duckdb"), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["by_code"]["unknown_token_id"] == 1 and report["invalid"] >= 1
+    assert report["by_code"]["unknown_token_id"] == 1
+    assert report["invalid"] >= 1
     with Store(tmp_path / "a.duckdb") as store:
         (positions,) = store.query(
             "SELECT f.positions FROM findings f JOIN samples s USING (sample_id) "

@@ -89,14 +89,19 @@ def hostile_500(path: str, status: int, body: bytes, headers: dict[str, str]) ->
 
 def assert_no_traceback(output: bytes) -> None:
     text = output.decode("utf-8", "backslashreplace")
-    assert "Traceback" not in text and "internal error" not in text and "Exception in thread" not in text, text
+    assert "Traceback" not in text, text
+    assert "internal error" not in text, text
+    assert "Exception in thread" not in text, text
 
 
 def assert_terminal_safe(output: bytes) -> None:
     """No escape sequence, NUL, BEL or C1 control reaches the terminal, and no traceback does."""
     assert_no_traceback(output)
     text = output.decode("utf-8", "backslashreplace")
-    assert "\x1b" not in text and "\x00" not in text and "\x07" not in text and "\x9b" not in text, text
+    assert "\x1b" not in text, text
+    assert "\x00" not in text, text
+    assert "\x07" not in text, text
+    assert "\x9b" not in text, text
 
 
 def failure_reasons(db: Path) -> list[str]:
@@ -116,7 +121,9 @@ def test_every_request_failing_with_a_lone_surrogate_is_recorded_and_exits_3(vll
     reasons = failure_reasons(db)
     assert len(reasons) == 4
     for reason in reasons:  # stored whole, the unstorable surrogate written as its escape
-        assert "boom \\ud800 nul" in reason and "clear" in reason and "end" in reason
+        assert "boom \\ud800 nul" in reason
+        assert "clear" in reason
+        assert "end" in reason
 
 
 def test_a_run_where_some_error_bodies_hold_lone_surrogates_never_freezes(vllm_sim, tmp_path):
@@ -141,7 +148,9 @@ def test_a_run_where_some_error_bodies_hold_lone_surrogates_never_freezes(vllm_s
     with Store(db) as store:
         ok = store.query("SELECT count(*) FROM samples")[0][0]
         failed = store.query("SELECT count(*) FROM failures")[0][0]
-    assert ok + failed == 80 and ok >= 20 and failed >= 20
+    assert ok + failed == 80
+    assert ok >= 20
+    assert failed >= 20
     assert f"ok {ok} + failed {failed} + skipped 0 = 80 of input 80 (balanced)".encode() in done.stderr
 
 
@@ -164,8 +173,10 @@ def test_a_writer_whose_part_cannot_be_written_stops_the_run_instead_of_dying(tm
     closing = threading.Thread(target=writer.close)
     closing.start()
     closing.join(30)
-    assert not closing.is_alive() and writer.pending == 0
-    assert isinstance(writer.error, StoreError) and "TypeError: str is not valid UTF-8" in str(writer.error)
+    assert not closing.is_alive()
+    assert writer.pending == 0
+    assert isinstance(writer.error, StoreError)
+    assert "TypeError: str is not valid UTF-8" in str(writer.error)
 
 
 HOSTILE_MODEL = "evil\\u001b]0;pwned\\u0007\\u001b[2J\\ud800"
@@ -188,7 +199,8 @@ def test_doctor_on_a_server_sending_lone_surrogates_and_escapes_reports_them_saf
     if as_json:
         report = json.loads(text)
         details = " ".join(check["detail"] for check in report["checks"])
-        assert not report["ok"] and "boom \\ud800 nul \x00 title \x1b]0;pwned\x07 clear" in details
+        assert not report["ok"]
+        assert "boom \\ud800 nul \x00 title \x1b]0;pwned\x07 clear" in details
     else:
         assert "boom \\ud800 nul \\x00 title \\x1b]0;pwned\\x07 clear \\x1b[2J c1 \\x9b31m end" in text
 
@@ -204,7 +216,8 @@ def test_escape_sequences_in_error_bodies_reach_neither_the_batch_summary_nor_st
     stats = tokview("stats", "--db", str(db), "--samples")
     assert stats.returncode == 0, stats.stderr
     assert_terminal_safe(stats.stdout + stats.stderr)
-    assert b"failures  4" in stats.stdout and b"title \\x1b]0;pwned\\x07 clear" in stats.stdout
+    assert b"failures  4" in stats.stdout
+    assert b"title \\x1b]0;pwned\\x07 clear" in stats.stdout
 
 
 # -- item 14: ids no tokenizer has, lone surrogates in the output text ---------------------------------
@@ -258,7 +271,8 @@ def test_an_impossible_id_or_text_is_a_malformed_response_with_its_reason(vllm_s
     reasons = failure_reasons(db)
     assert len(reasons) == 2, done.stderr
     for reason in reasons:
-        assert reason.startswith(said) and "unexpected error" not in reason, reason
+        assert reason.startswith(said), reason
+        assert "unexpected error" not in reason, reason
     with Store(db) as store:
         assert store.count_samples() == 0
 
@@ -284,10 +298,13 @@ def test_a_nan_logprob_from_the_target_is_a_malformed_response_and_is_scored_aga
         scored = tokview("score", "--db", str(db), "--server", url, "--retries", "0")
     assert scored.returncode == 3, scored.stderr
     assert_no_traceback(scored.stderr)
-    assert b"scored 0 + failed 2" in scored.stderr and b"9999" not in scored.stderr
-    assert b"malformed response from " in scored.stderr and b"NaN" in scored.stderr
+    assert b"scored 0 + failed 2" in scored.stderr
+    assert b"9999" not in scored.stderr
+    assert b"malformed response from " in scored.stderr
+    assert b"NaN" in scored.stderr
     again = tokview("score", "--db", str(db), "--server", vllm_sim.url, "--retries", "0")
-    assert again.returncode == 0 and b"scored 2 + failed 0 + already scored 0" in again.stderr, again.stderr
+    assert again.returncode == 0, again.stderr
+    assert b"scored 2 + failed 0 + already scored 0" in again.stderr, again.stderr
 
 
 # -- item 3: a gateway echoing the request's Basic credential in a 200 body -----------------------------
@@ -312,11 +329,14 @@ def test_an_echoed_basic_credential_is_neither_stored_nor_shown(vllm_sim, tmp_pa
     with Store(db) as store:
         raw = [row[0] for row in store.query("SELECT raw_response FROM samples")]
         sample_id = store.query("SELECT sample_id FROM samples LIMIT 1")[0][0]
-    assert len(raw) == 2 and all("gateway" in r for r in raw)  # the echo came back and was stored …
+    assert len(raw) == 2
+    assert all("gateway" in r for r in raw)  # the echo came back and was stored …
     shown = tokview("show", sample_id, "--db", str(db), "--json")
     assert shown.returncode == 0, shown.stderr
     for text in (*raw, shown.stdout.decode()):
-        assert token not in text and token.rstrip("=") not in text and "pw-s3cret" not in text  # … masked
+        assert token not in text
+        assert token.rstrip("=") not in text
+        assert "pw-s3cret" not in text  # … masked
 
 
 def escapes_in_text_and_model(choice: dict[str, Any]) -> None:
@@ -406,7 +426,8 @@ def test_an_impossible_id_among_the_logprob_alternatives_is_a_malformed_response
     assert done.returncode == 3, done.stderr
     assert_no_traceback(done.stderr)
     reasons = failure_reasons(db)
-    assert len(reasons) == 2 and all(r.startswith("malformed response from POST /v1/") for r in reasons), reasons
+    assert len(reasons) == 2, reasons
+    assert all(r.startswith("malformed response from POST /v1/") for r in reasons), reasons
     assert all(str(2**41) in r for r in reasons)
     assert tokview("stats", "--db", str(db)).returncode == 0  # nothing unlandable was left behind
 
