@@ -9,7 +9,7 @@ that fails reaches one handler here (`on_worker_state_changed`), which notifies;
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +41,7 @@ from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import failure_notice
 
 if TYPE_CHECKING:
+    from tokview.store import Store
     from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
@@ -146,40 +147,50 @@ class TokviewApp(App):
             self.notify("no sample here: open one, or move the list cursor onto one", severity="warning", timeout=2)
         return current
 
-    def _record(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
-        """Write a verdict, note or tag; a store another process holds too long is a notification, not a
-        crash (the write is not made: press the key again)."""
+    def _record_verdict(
+        self, target: tuple[str, int | None], status: str, *, reason: str | None = None, override: bool = False
+    ) -> None:
+        """Approve or reject one sample (`override`: approved although it has error findings)."""
+        who = self.session.who
+        said = status + (" (overriding its error findings)" if override else "")
+        self._record(
+            target,
+            lambda store: store.record_verdict(target[0], status, reason=reason, who=who, override=override),
+            said,
+            tags_changed=False,
+        )
+
+    def _record_note(self, target: tuple[str, int | None], note: str, *, tags: Sequence[str] = ()) -> None:
+        """A note, or tags put on (a note may be empty when only tags are added)."""
+        who = self.session.who
+        said = "tagged " + ", ".join(tags) if tags else "note saved"
+        self._record(target, lambda store: store.add_note(target[0], note, who=who, tags=tags), said)
+
+    def _record_untag(self, target: tuple[str, int | None], tag: str) -> None:
+        who = self.session.who
+        self._record(target, lambda store: bulk_review.remove_tag(store, [target[0]], tag, who=who), f"took off {tag}")
+
+    def _record(
+        self, target: tuple[str, int | None], write: Callable[[Store], object], said: str, *, tags_changed: bool = True
+    ) -> None:
+        """Make one sample's write, then show its new state; a store another process holds too long is a
+        notification, not a crash (the write is not made: press the key again). `tags_changed`: the list's
+        tags column and the tag filter's choices are read again."""
+        sample_id, index = target
+        store = self.session.store
         try:
-            self._write(target, op, **kwargs)
+            write(store)
+            stored = store.load_sample(sample_id)
         except StoreError as exc:
             self._store_failed(exc)
+            return
+        self._show_verdict(sample_id, index, stored)
+        self.notify(f"{sample_id}: {said} · now {stored.status} (u undoes)", timeout=2)
+        if tags_changed and self.samples_screen is not None:
+            self.samples_screen.action_reload()
 
     def _store_failed(self, exc: StoreError) -> None:
         self.notify(str(exc), title="store", severity="error", timeout=8)
-
-    def _write(self, target: tuple[str, int | None], op: str, **kwargs) -> None:
-        sample_id, index = target
-        store = self.session.store
-        if op == "verdict":
-            store.record_verdict(
-                sample_id,
-                kwargs["status"],
-                reason=kwargs.get("reason"),
-                who=self.session.who,
-                override=kwargs.get("override", False),
-            )
-            said = kwargs["status"] + (" (overriding its error findings)" if kwargs.get("override") else "")
-        elif op == "untag":
-            bulk_review.remove_tag(store, [sample_id], kwargs["tag"], who=self.session.who)
-            said = f"took off {kwargs['tag']}"
-        else:
-            store.add_note(sample_id, kwargs.get("note") or "", who=self.session.who, tags=kwargs.get("tags", ()))
-            said = "tagged " + ", ".join(kwargs["tags"]) if kwargs.get("tags") else "note saved"
-        stored = store.load_sample(sample_id)
-        self._show_verdict(sample_id, index, stored)
-        self.notify(f"{sample_id}: {said} · now {stored.status} (u undoes)", timeout=2)
-        if op != "verdict" and self.samples_screen is not None:
-            self.samples_screen.action_reload()  # the tags column and the tag filter's choices
 
     def _show_verdict(self, sample_id: str, index: int | None, stored) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -267,12 +278,12 @@ class TokviewApp(App):
             return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
         if not errors:
-            self._record(target, "verdict", status="approved")
+            self._record_verdict(target, "approved")
             return
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._record(target, "verdict", status="approved", override=True)
+                self._record_verdict(target, "approved", override=True)
             else:
                 self.notify(f"{target[0]}: not approved", timeout=1.5)
 
@@ -296,7 +307,7 @@ class TokviewApp(App):
             if not reason:
                 return
             if target is not None:
-                self._record(target, "verdict", status="rejected", reason=reason)
+                self._record_verdict(target, "rejected", reason=reason)
                 return
             self._confirm(
                 f"Reject {len(marked)} marked samples?",
@@ -317,7 +328,7 @@ class TokviewApp(App):
             if not note:
                 return
             if target is not None:
-                self._record(target, "note", note=note)
+                self._record_note(target, note)
                 return
             self._confirm(
                 f"Note on {len(marked)} marked samples?",
@@ -346,9 +357,9 @@ class TokviewApp(App):
                 return
             if target is not None:
                 if edit.remove:
-                    self._record(target, "untag", tag=edit.remove)
+                    self._record_untag(target, edit.remove)
                 else:
-                    self._record(target, "note", note="", tags=edit.add)
+                    self._record_note(target, "", tags=edit.add)
                 return
             n = len(marked)
             if edit.remove:
