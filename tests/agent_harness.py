@@ -1,4 +1,4 @@
-"""A scripted tool-using agent on the `openai` client: the "real harness loop" of issue 24 item 7.
+"""A scripted tool-using agent on the `openai` client: a real harness loop.
 
 It does what an agent harness does: sends the conversation with its tools, runs every tool call the model
 makes on this machine (the tools really compute: arithmetic, word counts, a weather table with a computed

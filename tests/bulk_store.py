@@ -1,4 +1,4 @@
-"""The 500-sample store of issue 25's "Done when" (a helper module, no tests): shared by the shell test
+"""The 500-sample store of the curation-at-scale scenario (a helper module, no tests): shared by the shell test
 (`tokview review`) and the Pilot-driven one, so both review the same samples.
 
 350 `a-NNN` (a parser_split_mismatch warning, valid), 50 `b-NNN` (the same warning and truncated: invalid),

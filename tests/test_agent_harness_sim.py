@@ -1,4 +1,4 @@
-"""Issue 24 item 7 in the fast tier: a scripted agent on the `openai` client (tests/agent_harness.py) runs the
+"""The agent harness in the fast tier: a scripted agent on the `openai` client (tests/agent_harness.py) runs the
 same tasks directly against the simulated vLLM (kimi_k2 tool parser emulated: several calls per turn, several
 rounds) and through `tokview proxy`: its transcript must be identical both ways, and the store must hold every
 request it made, token-exact (asked again of the simulator with the stored body), grouped into one session per

@@ -1,5 +1,5 @@
 """`tokview audit` exits as `tokview batch` does when rows are unreadable: 4 (finished, but the data set
-is not the whole file), with each skipped row named `FILE:LINE: why` on stderr. It used to exit 0."""
+is not the whole file), with each skipped row named `FILE:LINE: why` on stderr, not 0."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A prompts file edited while a batch on it runs (issue 26 item 5): the README says an edited row is noticed
+"""A prompts file edited while a batch on it runs: the README says an edited row is noticed
 and the run stops. A row is checked against a hash of the whole line planning read, not only its id, so an
 edit that keeps the id and the file's size is noticed too; rows appended after the plan still wait."""
 

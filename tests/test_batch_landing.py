@@ -1,4 +1,4 @@
-"""Issue 30: a run's samples land when their part is written (the lander is woken by the part, not by a
+"""Landing: a run's samples land when their part is written (the lander is woken by the part, not by a
 beat), the last landing happens as the last group is written, and `--workers` children are spawned only
 for a plan big enough, once the first requests are out. Real simulator behind a gate (`gated_sim.py`)
 that holds every answer past the first until the test opens it: no sleeps, no timing bounds."""

@@ -1,4 +1,4 @@
-"""Messages that used to leave the user guessing: a parent path that is a file, and `sim --tokenizer` on a
+"""Messages that say what is wrong: a parent path that is a file, and `sim --tokenizer` on a
 folder that needs its own code."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Streamed planning (issue 11 item 5): the same ids and accounting as `runner.plan`, in bounded memory.
+"""Streamed planning: the same ids and accounting as `runner.plan`, in bounded memory.
 
 `worklist.plan_work` reads the prompts file a chunk at a time and `TodoQueue` reads the rows with work
 again as they are taken; these tests hold it to the reference (`read_prompts` + `plan` + the stored-id

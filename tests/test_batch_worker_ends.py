@@ -1,4 +1,4 @@
-"""Issue 26 (low): how a `--workers` child ends when the run is interrupted or its parent is gone.
+"""How a `--workers` child ends when the run is interrupted or its parent is gone.
 Real children, a real simulator; the parent's side is driven through `WorkerGroup` and `run_batch`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Agent traces as prompt rows (issue 23 item 1): OpenAI `tools`/`tool_calls`/tool results with reasoning,
+"""Agent traces as prompt rows: OpenAI `tools`/`tool_calls`/tool results with reasoning,
 ShareGPT `function_call` and Hermes `<tool_call>` turns, and the malformed traces refused as bad rows with
 their line numbers, on the slow parse and on the planner's fast path alike."""
 

@@ -1,4 +1,4 @@
-"""Regeneration as a chain (issue 23 item 2) against the simulated vLLM and SGLang over real sockets: a trace
+"""Regeneration as a chain against the simulated vLLM and SGLang over real sockets: a trace
 with parallel calls, a 3-round loop, a final answer and a second user turn with its own loop, regenerated end
 to end; every stored id is what the server served; each turn's prompt extends the previous turn's prompt +
 output ids inside a tool loop, and the break after a finished loop is a finding; a chain whose served calls

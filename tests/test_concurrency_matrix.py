@@ -1,4 +1,4 @@
-"""Two batches on the same prompts and ten readers on one store at once (issue 26's concurrency matrix).
+"""Two batches on the same prompts and ten readers on one store at once (the concurrency matrix).
 
 README: "two batches on the same prompts store every sample once" and stats, show and export all work
 on a store a batch is filling. Here 10 reader processes (`stats`, `show`, `export` in a loop, see

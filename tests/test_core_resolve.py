@@ -66,7 +66,7 @@ def _code_folder(tmp_path, kimi_tok_dir):
 
 @pytest.mark.parametrize("flag", [False, True])
 def test_recorded_folder_with_code_names_the_exact_flags(tmp_path, kimi_tok_dir, flag):
-    """`export --trust-remote-code` without --tokenizer used to answer "pass --trust-remote-code" again."""
+    """`export --trust-remote-code` without --tokenizer names both flags to pass, not --trust-remote-code alone."""
     d = _code_folder(tmp_path, kimi_tok_dir)
     with pytest.raises(TokenizerError) as info:
         resolve_for_stored(None, None, recorded_tokenizer_dir=str(d), recorded_profile=None, trust_remote_code=flag)

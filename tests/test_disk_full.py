@@ -1,4 +1,4 @@
-"""A real full disk: a 20 MB tmpfs holds the store while a batch fills it (issue 26's disk-full matrix).
+"""A real full disk: a 20 MB tmpfs holds the store while a batch fills it (the disk-full matrix).
 
 The batch must stop by itself with the documented exit code (1: "a run that stopped early (disk full …)")
 and a one-line reason, keep what it generated, and, once space is freed, a re-run must complete with

@@ -324,7 +324,7 @@ def test_kimi_inline_on_qwen3_rerenders_and_audits_as_structure(qwen_tok, qwen_p
         for r, s in zip(rows, sorted(served, key=lambda s: (s.split("@")[0].split("#")[0], s)))
     )
     assert result.manifest["rerender"]["specforge"]["exact"] == exact == 2
-    # item 21: auditing our own kimi-inline export reads <think>…</think> in content as structure
+    # auditing our own kimi-inline export reads <think>…</think> in content as structure
     with Store(tmp_path / "a.duckdb") as s2:
         report = audit(s2, tmp_path / "ki.jsonl", tokenizer=qwen_tok, profile=qwen_profile)
         pages = {r.prompt_id: r for r in s2.samples_page(SampleFilter(run_id="audit-ki"), limit=10)}

@@ -40,7 +40,7 @@ def _export(store, fmt, out, **kw):
     return export(store, fmt, out, select=kw.pop("select", "all"), tokenizer=kimi(), profile=profile(), **kw)
 
 
-# -- item 10: symlinks, FIFOs, stdout, never replace a non-regular file -----------------------------------
+# -- symlinks, FIFOs, stdout, never replace a non-regular file --------------------------------------------
 
 
 def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(store, tmp_path):
@@ -164,7 +164,7 @@ def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
         assert again.count_samples() == 2
 
 
-# -- item 11: sidecars land with the data; stale temp files are cleaned ---------------------------------
+# -- sidecars land with the data; stale temp files are cleaned ------------------------------------------
 
 
 def test_a_kill_at_any_rename_never_leaves_new_data_beside_an_old_manifest(store, tmp_path, monkeypatch):
@@ -218,7 +218,7 @@ def test_partial_files_of_a_killed_export_are_cleaned_up(store, tmp_path):
     assert live.exists()
 
 
-# -- issue 8 item 2: approved exports only valid samples unless --include-invalid ------------------------
+# -- approved exports only valid samples unless --include-invalid ----------------------------------------
 
 
 def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsys):
@@ -249,7 +249,7 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
     assert len(_jsonl(tmp_path / "d.jsonl")) == 2
 
 
-# -- issue 13 item 4: ids and metadata that stay stable across runs ---------------------------------------
+# -- ids and metadata that stay stable across runs --------------------------------------------------------
 
 
 def test_gen_n_is_the_samples_generation_index_and_metadata_has_one_schema(tmp_path):

@@ -1,4 +1,4 @@
-"""Per-generation exports of tool-calling samples (issue 23 item 5), recorded by `tokview proxy` against the
+"""Per-generation exports of tool-calling samples, recorded by `tokview proxy` against the
 simulator: the speculators row is the served ids with every generated id supervised (reasoning, the call
 section, the stop); the SpecForge and ShareGPT rows carry the request's `tools`, the assistant's `tool_calls`
 and the tool results in the shapes SpecForge reads, re-render to the served ids through the template where the

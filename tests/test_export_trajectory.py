@@ -1,4 +1,4 @@
-"""`tokview export --trajectory`: one row per conversation of served ids (issue 23 item 5), on a session
+"""`tokview export --trajectory`: one row per conversation of served ids, on a session
 `tokview proxy` recorded against the simulator: mask 1 on exactly every served output, the ids between them
 mask 0, split where a turn's prompt does not extend the previous turn's prompt + output ids, and the manifest
 says where (turn, position) and why."""

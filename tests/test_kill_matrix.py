@@ -1,7 +1,7 @@
 """The kill matrix: real signals at chosen events of `batch`, `export` and `merge`, then the run finished.
 
 test_batch_sigkill.py kills one process with SIGKILL at request counts and checks the ids; this keeps the
-rest of the tester's matrix (issue 26): SIGKILL, SIGTERM and SIGINT, to the process, to its process group
+rest of the kill matrix: SIGKILL, SIGTERM and SIGINT, to the process, to its process group
 and to one `--workers 2` child, at events (the first probe, the first request in flight, a part renamed
 into place, the first progress line), then a re-run to completion. The final store is compared id by
 id with a clean reference run of the same prompts against the same deterministic simulator: 0 samples

@@ -1,4 +1,4 @@
-"""Issue 25: the manifest tells the reader to register a SpecForge template only when the export wrote one."""
+"""The manifest tells the reader to register a SpecForge template only when the export wrote one."""
 
 from __future__ import annotations
 

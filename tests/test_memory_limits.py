@@ -1,4 +1,4 @@
-"""Limits on what one request may hold in memory (issue 26, item 13).
+"""Limits on what one request may hold in memory.
 
 An answer longer than the response size limit is refused as soon as that is known and the rest is
 never read (a 300 MB body took 2.3 GB and was stored whole); a prompt whose text is over the prompt

@@ -223,7 +223,7 @@ def test_doctor_on_a_plain_model_behind_a_reasoning_parser(plain_dir, capsys):
 
 
 def test_batch_loads_a_plain_tokenizer_without_profile(plain_dir, tmp_path, capsys):
-    """Issue 14's first try: `tokview batch … --tokenizer <plain folder>` used to stop with 'give --profile'."""
+    """`tokview batch … --tokenizer <plain folder>` runs without --profile, on the plain profile."""
     from tokview.sim import SimConfig, start_simulator
 
     root = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Issue 25: an SGLang output that echoes the prompt's tail, with every text in `reasoning`.
+"""An SGLang output that echoes the prompt's tail, with every text in `reasoning`.
 
 Reproduced as a curator found it: the simulator with `prompt-prefix-bug` and `parser-all-reasoning`, a batch,
 then `show`: only the echoed prompt ids are hidden (this parser's `reasoning` shows even the delimiters and the

@@ -1,6 +1,6 @@
-"""`--timeout` is a deadline for the whole request (issue 26, item 2).
+"""`--timeout` is a deadline for the whole request.
 
-It used to limit each read: a server that sent one byte every 2 s kept `batch --timeout 5` and
+Not a limit on each read: a server that sends one byte every 2 s would keep `batch --timeout 5` and
 `score --timeout 3` running forever. Here a real proxy on 127.0.0.1 (tests/drip_server.py) stands between
 tokview and the simulator and drips its answers to captures and scoring requests one byte every 0.2 s;
 the runs must end within a bound, each with the timed-out failure recorded (and retried, as timeouts are).
@@ -68,7 +68,7 @@ def test_batch_against_a_dripping_server_ends_at_the_deadline(vllm_sim, tmp_path
     assert "gave up after 2 attempts" in done.stderr, done.stderr
     assert len(served.sent) == 2
     assert all(n >= 2 for n in served.sent)  # retried; each answer had begun to arrive
-    assert took < 15, took  # two 1 s attempts, a backoff and start-up; it used to run forever
+    assert took < 15, took  # two 1 s attempts, a backoff and start-up; a per-read limit would run forever
     with Store(tmp_path / "b.duckdb") as store:
         reasons = [f["reason"] for f in store.failures()]
     assert len(reasons) == 1, reasons

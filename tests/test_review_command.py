@@ -1,4 +1,4 @@
-"""Issue 25, curation at scale: `tokview review` gives every sample a filter selects a verdict, a tag, an
+"""Curation at scale: `tokview review` gives every sample a filter selects a verdict, a tag, an
 untag or a note in one step, recorded as the app's key press records it, and says what it changed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25: `/` searches the prompt's text, the tags and the notes too, not only ids and the answer."""
+"""`/` searches the prompt's text, the tags and the notes too, not only ids and the answer."""
 
 from __future__ import annotations
 

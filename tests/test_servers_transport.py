@@ -262,7 +262,7 @@ async def test_bad_chunk_size_is_a_lost_connection() -> None:
 
 
 async def test_silence_is_a_timeout_and_trickling_bytes_within_the_deadline_are_not() -> None:
-    """Trickling past the deadline is a timeout too: tests/test_request_deadline.py (issue 26, item 2)."""
+    """Trickling past the deadline is a timeout too: tests/test_request_deadline.py."""
 
     def factory(server):
         async def handler(reader, writer, conn):

@@ -1,4 +1,4 @@
-"""The simulator's kimi_k2 tool parser on both servers (issue 23 item 7), against the tools recordings.
+"""The simulator's kimi_k2 tool parser on both servers, against the tools recordings.
 
 Template rules first (the Kimi-layout tokenizer renders tools as Kimi-K2.5 does), then the simulated
 model's calls, the chat and stream shapes of each server, `/generate`, and one test per tool quirk.

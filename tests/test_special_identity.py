@@ -1,4 +1,4 @@
-"""Two tokenizers alike but for which ids are special are not the same tokenizer (issue 26, low).
+"""Two tokenizers alike but for which ids are special are not the same tokenizer.
 
 The Kimi-layout folder and its `think_special=False` twin have the same id → token table, so the
 same vocabulary fingerprint and the same sample ids; only `<think>`/`</think>` (163606, 163607) are

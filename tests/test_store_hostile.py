@@ -1,4 +1,4 @@
-"""The store against hostile input (issue 26): odd parts, server text no encoder takes, read-only stores,
+"""The store against hostile input: odd parts, server text no encoder takes, read-only stores,
 exports aimed at other stores, closed pipes. Driven through the real commands where a user meets them."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _ids(db: Path) -> list[str]:
         return sorted(r[0] for r in store.query("SELECT sample_id FROM samples"))
 
 
-# -- item 1: a lone surrogate from a server never stops a part being written ----------------------------
+# -- a lone surrogate from a server never stops a part being written ------------------------------------
 
 
 def test_a_lone_surrogate_in_a_failure_reason_is_written_and_landed_as_its_escape(tmp_path):
@@ -112,7 +112,7 @@ def test_odd_parts_a_directory_and_a_null_reason_cause_no_error_on_later_command
     assert len(_ids(db)) == 2
 
 
-# -- item 10: an export into a pipe the reader closed ends like `stats | head` ---------------------------
+# -- an export into a pipe the reader closed ends like `stats | head` ------------------------------------
 
 
 def test_export_to_a_pipe_the_reader_closes_exits_141_quietly(tmp_path):
@@ -133,7 +133,7 @@ def test_export_to_a_pipe_the_reader_closes_exits_141_quietly(tmp_path):
     assert not list(tmp_path.glob("*.partial"))
 
 
-# -- item 6: an export never overwrites another store or any DuckDB file ---------------------------------
+# -- an export never overwrites another store or any DuckDB file -----------------------------------------
 
 
 def test_an_export_onto_another_store_or_duckdb_file_is_refused_and_changes_nothing(tmp_path, capsys):
@@ -181,7 +181,7 @@ def test_an_export_onto_another_store_or_duckdb_file_is_refused_and_changes_noth
     assert list((tmp_path / "other.duckdb.parts").iterdir()) == []
 
 
-# -- item 8: a store on a read-only file system is read without writing ----------------------------------
+# -- a store on a read-only file system is read without writing ------------------------------------------
 
 
 @pytest.fixture
@@ -229,7 +229,7 @@ def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_
             store.record_verdict(sid, "approved")
 
 
-# -- item 16: one training file never mixes two vocabularies ----------------------------------------------
+# -- one training file never mixes two vocabularies -------------------------------------------------------
 
 
 def test_an_export_across_runs_of_two_tokenizers_is_refused_even_with_tokenizer(
@@ -243,7 +243,7 @@ def test_an_export_across_runs_of_two_tokenizers_is_refused_even_with_tokenizer(
         put(store, "p2", make_capture(), run_id="r2")
     out = tmp_path / "o.jsonl"
     base = ["export", "--db", str(db), "--select", "all", "--out", str(out)]
-    for extra in ([], ["--tokenizer", str(kimi_tok_dir)]):  # the refusal's hint used to be to pass --tokenizer
+    for extra in ([], ["--tokenizer", str(kimi_tok_dir)]):  # with --tokenizer too: the refusal asks for --run
         assert main(base + extra) == 1
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1, err

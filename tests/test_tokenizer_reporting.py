@@ -73,7 +73,7 @@ async def test_doctor_report(tiktoken_dir, kimi_profile):
 
 
 def test_export_trust_remote_code_without_tokenizer_says_what_to_pass(db, tmp_path, capsys, kimi_tok_dir):
-    """`export --trust-remote-code` with no --tokenizer used to ask for --trust-remote-code again."""
+    """`export --trust-remote-code` with no --tokenizer says to pass --tokenizer, not --trust-remote-code again."""
     import shutil
 
     code_dir = tmp_path / "custom"

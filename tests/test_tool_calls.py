@@ -1,4 +1,4 @@
-"""Tool calls on ids (issue 23 items 3-4): the profile's layout, the parse, the segment kinds, the server's
+"""Tool calls on ids: the profile's layout, the parse, the segment kinds, the server's
 `tool_calls` in the capture (plain, stream, dual, the store), and the alignment of the call ids to that field.
 
 Real answers: the vLLM and SGLang recordings in tests/recordings/tools (their ordinary ids are the tiny

@@ -1,4 +1,4 @@
-"""The tool-call findings (issue 23 item 4): each fires on its case and on nothing clean, on both real
+"""The tool-call findings: each fires on its case and on nothing clean, on both real
 tokenizers (Kimi's layout and Qwen3's hermes), and on the recorded real vLLM and SGLang answers.
 
 `TOOL_CASES` has the shape of test_findings.CASES (positive, negative, exact positions, given a family with

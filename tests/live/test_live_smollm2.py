@@ -59,7 +59,7 @@ STYLES = [
     "a mystery about",
     "a two-word title for a story about",
 ]
-SAMPLED_PROMPTS = 64  # about 1 in 8 sampled outputs drifts (issue 14): (7/8)**64 < 0.0002 to see none
+SAMPLED_PROMPTS = 64  # about 1 in 8 sampled outputs drifts: (7/8)**64 < 0.0002 to see none
 MAX_NEW = 96
 
 

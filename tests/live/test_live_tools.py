@@ -1,4 +1,4 @@
-"""The live tier for agent traces (issue 23 item 8): real vLLM 0.32 serving the tiny Kimi-layout tool model
+"""The live tier for agent traces: real vLLM 0.32 serving the tiny Kimi-layout tool model
 (make_tiny_kimi.py `tools`) with `--reasoning-parser kimi_k2 --tool-call-parser kimi_k2
 --enable-auto-tool-choice`, driven through `tokview batch` (a two-turn chain with `--history served`) and
 `tokview proxy` (streamed and not, then an explicit second turn). The weights fix the output: turn 1 is

@@ -1,4 +1,4 @@
-"""Issue 25, curation at scale, in the app: marks (one, a range, everything the filter shows), bulk verdicts,
+"""Curation at scale, in the app: marks (one, a range, everything the filter shows), bulk verdicts,
 tags and notes confirmed with the count, `u` undoing the latest action wherever it was made, an earlier one
 from the undo list, the tag dialog, the tag filter and column, and the export dialog."""
 
@@ -45,7 +45,7 @@ async def mark_rows(app, pilot, first: int, last: int) -> None:
 
 
 async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
-    """Issue 25's "Done when": filter by finding, bulk-reject 200 with a reason, tag 50, approve the rest
+    """Curation at scale end to end: filter by finding, bulk-reject 200 with a reason, tag 50, approve the rest
     (the invalid ones asked about once), undo the bulk reject, export --tag with the right counts."""
     app = app_on(store500, tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -1,4 +1,4 @@
-"""Issue 25 "Done when": at 80x24 the list shows rows that can be told apart (long ids sharing their start and
+"""Curation at scale: at 80x24 the list shows rows that can be told apart (long ids sharing their start and
 end keep the part that differs), with marks and a tags column."""
 
 from __future__ import annotations

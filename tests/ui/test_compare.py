@@ -1,5 +1,5 @@
 """Compare two samples of one prompt (ids diffed, first divergence marked) and per-run stats, in the app and
-from `tokview stats --by run` (issue 25, curation at scale 4)."""
+from `tokview stats --by run`."""
 
 from __future__ import annotations
 

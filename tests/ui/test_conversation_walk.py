@@ -1,6 +1,6 @@
 """A conversation is visible from inspect as a chain: w / W walk its turns (the samples of one prompt and
 generation across `turn`, in order), saying which turn of how many and whether its history was served or the
-file's (issue 23 item 6)."""
+file's."""
 
 from __future__ import annotations
 

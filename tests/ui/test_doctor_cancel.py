@@ -1,5 +1,5 @@
-"""Issue 25: the doctor panel against a server that accepts connections and never answers can be cancelled
-(it took about 4 minutes, with no way out but leaving the panel)."""
+"""The doctor panel against a server that accepts connections and never answers can be cancelled
+(its checks would wait about 4 minutes, with no way out but leaving the panel)."""
 
 from __future__ import annotations
 

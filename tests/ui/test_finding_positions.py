@@ -1,4 +1,4 @@
-"""Issue 25: a finding with several positions is stepped through, not only its first position shown."""
+"""A finding with several positions is stepped through, not only its first position shown."""
 
 from __future__ import annotations
 

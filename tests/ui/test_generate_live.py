@@ -1,4 +1,4 @@
-"""Issue 30: a sample generated from the app appears in the list as soon as it lands, while the rest of
+"""Live generation: a sample generated from the app appears in the list as soon as it lands, while the rest of
 the run is still out (a gate in front of the simulator holds every answer past the first)."""
 
 from __future__ import annotations

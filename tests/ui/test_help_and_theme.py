@@ -1,6 +1,5 @@
 """Help names every key (Textual's palette and dialogs' enter too) and the config file in use, scrolls with
-Home/End and has its own footer; the theme chosen with T is remembered in that file, one key written
-(issue 25, curation at scale 8)."""
+Home/End and has its own footer; the theme chosen with T is remembered in that file, one key written."""
 
 from __future__ import annotations
 

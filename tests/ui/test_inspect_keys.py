@@ -1,5 +1,5 @@
 """Inside a sample: go to a position, an id or a text; copy the sample id and the token; j/k; the view mode
-and auto-advance across samples (issue 25, curation at scale 5, 6, 8)."""
+and auto-advance across samples."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Inspect in a small terminal keeps some token rows and Quit on screen, down to 40x12 (issue 25, curation at
-scale 10)."""
+"""Inspect in a small terminal keeps some token rows and Quit on screen, down to 40x12."""
 
 from __future__ import annotations
 

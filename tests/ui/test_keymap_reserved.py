@@ -1,5 +1,5 @@
-"""Issue 25: a remap to a key Textual keeps for itself (tab moves the focus) is refused in one line; it was
-accepted and then did nothing."""
+"""A remap to a key Textual keeps for itself (tab moves the focus) is refused in one line, not accepted to
+do nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The samples list copies an id (c) and compares two samples (d); every dialog shows its own keys in a
-footer (issue 25, curation at scale 4, 6, 8: follow-ups left by the first round)."""
+footer."""
 
 from __future__ import annotations
 

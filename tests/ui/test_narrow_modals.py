@@ -1,4 +1,4 @@
-"""Issue 25: the curation dialogs open at any terminal width (the reject dialog crashed at widths 10–12)."""
+"""The curation dialogs open at any terminal width (the reject dialog at widths 10–12 too)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Why these are not timed: the speed is measured in benchmarks/bench_render.py. Here: the scroll bar never
 asks for a layout of its own, a layout pass that changes nothing leaves it alone, the picture after a
 resize is the one an app started at that size shows, and the footer's columns are right in the very
-layout the resize runs (they used to follow on the Resize event, after a frame, with a second layout).
+layout the resize runs (not on the Resize event, a frame later, with a second layout).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 25: `/` finds a prompt's words, a tag and a note (it found only ids and the answer's text)."""
+"""`/` finds a prompt's words, a tag and a note, not only ids and the answer's text."""
 
 from __future__ import annotations
 

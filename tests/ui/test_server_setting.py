@@ -1,4 +1,4 @@
-"""Issue 25, curation at scale 7: one server setting for generate and doctor, defaulting to the server the
+"""One server setting for generate and doctor, defaulting to the server the
 store's latest run recorded; generate asks for a run name, and the run is stored under it."""
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ async def test_app_opens_a_qwen_sample_with_the_qwen_tokenizer(mixed_store):
 
 
 def test_a_sample_without_a_runs_row_reads_the_runs_table_once(tmp_path, tokenizer, profile):
-    """Review item 10: each open (every `]`) of such a sample used to re-read the whole runs table."""
+    """Opening such a sample again (every `]`) does not re-read the whole runs table."""
     from tokview.store import Store
 
     with Store(tmp_path / "orphan.duckdb") as store:

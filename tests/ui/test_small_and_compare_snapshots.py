@@ -1,5 +1,4 @@
-"""SVG snapshots: inspect at 40x12 (token rows and Quit kept) and the compare screen (issue 25, curation at
-scale 4 and 10)."""
+"""SVG snapshots: inspect at 40x12 (token rows and Quit kept) and the compare screen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool calls and Harmony messages in their own colours (issue 23 item 6): a call's markers, its id and its
+"""Tool calls and Harmony messages in their own colours: a call's markers, its id and its
 arguments each have a style class in both panes; the right pane says which `tool_calls` field kept an id;
 Harmony's analysis / final / commentary / header / end kinds map to reasoning / answer / commentary / header /
 delimiter. Contrast of every class: test_contrast.py::test_token_panes_reach_aa walks STYLE_CLASSES."""

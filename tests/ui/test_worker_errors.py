@@ -29,7 +29,7 @@ def errors_shown(app) -> list[tuple[str, str]]:
 
 
 async def test_a_store_error_from_the_count_after_ctrl_r_is_notified(make_app, store, monkeypatch):
-    """`count_samples` runs in a worker started with exit_on_error=False: its failure used to show nothing."""
+    """`count_samples` runs in a worker started with exit_on_error=False: its failure is notified, not lost."""
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
