@@ -20,7 +20,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tokenizer import TokenizerError
 from tokview.sim import faults, tools
 from tokview.sim.config import SimConfig
@@ -105,7 +105,12 @@ class SimState:
         return 1 if value is None or value is True else int(value)
 
     def generate(self, prompt: list[int], body: dict[str, Any], **sampling: Any) -> Generation:
-        """The model's answer to `prompt`, calling tools when the prompt declares them (`tokview.sim.tools`)."""
+        """The model's answer to `prompt`, calling tools when the prompt declares them (`tokview.sim.tools`);
+        a Harmony model's (gpt-oss) Harmony messages (`tokview.sim.harmony`)."""
+        if self.profile.format == HARMONY:
+            from tokview.sim import harmony
+
+            return harmony.generate(self, prompt, body, **sampling)
         seed = (
             body.get("seed")
             if "sampling_params" not in body

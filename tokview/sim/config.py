@@ -9,6 +9,7 @@ without id fields, a bug that leaks prompt ids into `output_ids`) and fail in a 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,23 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's ids that give "
     "no delta (markers and call id, #27482), SGLang's final sglext output_ids lack the section's marker ids",
 }
+# A Harmony (gpt-oss) model's failures (`tokview.sim.harmony`), one quirk per Harmony finding.
+HARMONY_QUIRKS: dict[str, str] = {
+    "harmony-no-channel": "gpt-oss: the final header has no <|channel|> (`<|start|>assistant<|message|>`: "
+    "llama.cpp #27720, the missing final header under EAGLE-3 of TensorRT-LLM #16377)",
+    "harmony-constrain-for-start": "gpt-oss: <|constrain|> where <|start|> is due after the analysis message "
+    "(vLLM #23567, HarmonyError)",
+    "harmony-no-final": "gpt-oss: the analysis ends <|return|> and no final message follows",
+    "harmony-analysis-after-final": "gpt-oss: the model reasons again after a final message (final <|end|>, "
+    "analysis, final <|return|>)",
+    "harmony-recipient-on-analysis": "gpt-oss: a tool call on the analysis channel (`analysis to=functions.NAME`: "
+    "llama.cpp #15181, vllm-mlx #562)",
+    "harmony-json-garbage": "gpt-oss: text before a tool call's JSON arguments (vLLM #43338, EAGLE-3 + json_schema)",
+    "harmony-final-ends-call": "gpt-oss: the final message ends <|call|>, not <|return|>",
+    "server-date": "gpt-oss: the chat surface stamps prompts with this date (YYYY-MM-DD) whatever chat_template_kwargs "
+    "say, as vLLM's openai-harmony rendering stamps the server's own date",
+}
+BEHAVIOUR_QUIRKS.update(HARMONY_QUIRKS)
 TOOL_COUNT_QUIRKS = ("tool-calls", "tool-rounds")
 # Counted faults: value N = the first N generation requests (in order, one fault each); a bare
 # flag (True) = every generation request, for "fails forever" tests.
@@ -100,6 +118,9 @@ class SimConfig:
         ids_name = self.quirks.get("sglang-chat-ids", "response_token_ids")
         if ids_name not in ("response_token_ids", "token_ids"):
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
+        day = self.quirks.get("server-date")
+        if day is not None and not (isinstance(day, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", day)):
+            raise SimConfigError(f"quirk server-date takes a date YYYY-MM-DD, got {day!r}")
         for name in TOOL_COUNT_QUIRKS:
             value = self.quirks.get(name, 1)
             if value is True or value == "each":

@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.sim import common, faults, requests, spec, tool_shapes, tools
+from tokview.core.profiles import HARMONY
+from tokview.sim import common, faults, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import vllm_id_regions
@@ -216,8 +217,10 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         return missing
     kwargs = requests.vllm_template_kwargs(body)
     effort = body.get("reasoning_effort")
+    harmony_model = state.profile.format == HARMONY
     try:
-        messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, kwargs, "vllm")
+        render = harmony.server_kwargs(state, body, kwargs) if harmony_model else kwargs
+        messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, render, "vllm")
         prompt = state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
@@ -231,7 +234,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     field = "reasoning_content" if cfg.quirk("vllm-pre-0.16") else "reasoning"
     thinking = state.thinking(kwargs) and effort != "none"
-    if tools.has_tools(body):
+    if tools.has_tools(body) or harmony_model:
         return _tool_chat(state, body, prompt, gen, thinking, field, ids, stream, fault)
     regions = vllm_id_regions(
         out,
@@ -454,9 +457,13 @@ def _tool_chat(
     stream: bool,
     fault: str | None,
 ) -> Response:
-    """A chat request with `tools`: the kimi_k2 tool parser's answer (tools README §3-§5)."""
+    """A chat request with `tools`: the kimi_k2 tool parser's answer (tools README §3-§5); every chat request of a
+    Harmony model (gpt-oss): the openai_gptoss parse of its channels and calls, in the same shapes."""
     cfg, out = state.cfg, gen.output_ids
-    turn = tool_shapes.read_turn(state, body, gen, thinking, 0)
+    if state.profile.format == HARMONY:  # vLLM's openai_gptoss parser: channels, not think tags
+        turn = harmony.read_turn(state, body, gen)
+    else:
+        turn = tool_shapes.read_turn(state, body, gen, thinking, 0)
     r_tokens = turn.parsed.regions.count("reasoning")
     usage: dict[str, Any] = {
         "prompt_tokens": len(prompt),

@@ -1,0 +1,216 @@
+"""A gpt-oss-layout run of `tokview batch` against the simulated vLLM over real sockets (issue 28 items 3 and 5):
+the simulator serves Harmony messages on o200k_harmony ids (chat with `reasoning` and tool calls, streamed or not,
+and completions); the stored ids are the served ones; each `harmony-*` quirk is found by its finding and clean
+samples have no warning or error; the recorded date renders the same prompt ids again on another day."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.cli import main
+from tokview.core import gpt_oss_tokenizer as g
+from tokview.core.profiles import get_profile
+from tokview.errors import ExitCode
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+QUESTION = {"id": "q", "messages": [{"role": "user", "content": "What is 6 times 7?"}]}
+AGENT = {"id": "agent", "tools": TOOLS, "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+LOOP = {
+    "id": "loop",
+    "tools": TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "Need the weather.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"},
+    ],
+}
+QUIET = {"parser_hidden_ids"}
+"""Info only: vLLM's parser gives no text for the headers and end tokens (the ids are kept)."""
+
+
+@pytest.fixture(scope="module")
+def oss_dir() -> Path:
+    try:
+        return g.gpt_oss_tokenizer_dir()
+    except g.GptOssDataError as exc:
+        pytest.skip(f"no o200k ranks on this machine (npm pack js-tiktoken into ~/.cache/tokview): {exc}")
+
+
+@pytest.fixture(scope="module")
+def oss_tok(oss_dir):
+    from tokview.core.tokenizer import load_tokenizer
+
+    return load_tokenizer(oss_dir)
+
+
+async def _batch(
+    tmp_path: Path, url: str, tok, rows: list[dict], mode: str = "chat", profile=None, db: str = "s.duckdb"
+) -> Store:
+    """A batch run through `run_batch` with the loaded tokenizer (the CLI's own path: `_cli_batch`)."""
+    prompts = tmp_path / f"{db}.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    store = Store(str(tmp_path / db))
+    config = BatchConfig(
+        servers=[url],
+        prompts_path=prompts,
+        tokenizer=tok,
+        model_profile=profile or get_profile("gpt-oss"),
+        mode=mode,
+        max_new_tokens=300,
+        history="file",
+        timeout=30.0,
+    )
+    summary = await run_batch(config, store)
+    assert summary.ok == summary.input and not summary.failed, summary
+    return store
+
+
+def _cli_batch(tmp_path: Path, url: str, oss_dir: Path, rows: list[dict], *extra: str) -> Store:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["batch", str(prompts), "--server", url, "--db", str(tmp_path / "cli.duckdb"), "--tokenizer", str(oss_dir)]
+    args += ["--workers", "1", "--max-new-tokens", "300", "--history", "file", *extra]
+    assert main(args) == ExitCode.OK
+    return Store(str(tmp_path / "cli.duckdb"))
+
+
+def _samples(store: Store) -> list:
+    ids = [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY prompt_id, turn")]
+    return [store.load_sample(i) for i in ids]
+
+
+def _check_clean(sim, store: Store, mode: str) -> None:
+    """Every stored id is the server's, the recorded kwargs render the served prompt, and no sample has a warning
+    or an error."""
+    samples = _samples(store)
+    assert len(samples) == (1 if mode in ("raw", "dual") else 4)  # the loop row: its call turn and its answer
+    for s in samples:
+        c = s.capture
+        choice = c.raw_response["choices"][0]
+        assert choice["token_ids"] == c.output_ids
+        assert (choice.get("prompt_token_ids") or c.raw_response.get("prompt_token_ids")) == c.prompt_ids
+        kwargs = c.settings["chat_template_kwargs"]
+        assert kwargs["reasoning_effort"] == "medium"
+        assert len(kwargs["current_date"]) == 10
+        served = sim.tokenizer.render(c.messages, template_kwargs={**kwargs, "tools": c.settings.get("tools")})
+        assert served == c.prompt_ids  # the recorded kwargs render the served prompt
+        assert {f.code for f in s.findings} <= QUIET, (s.sample_id, [(f.code, f.detail) for f in s.findings])
+    question = next(s for s in samples if s.prompt_id == "q")
+    decoded = sim.tokenizer.decode(question.capture.output_ids)
+    assert decoded.startswith("<|channel|>analysis<|message|>")
+    assert decoded.endswith("<|return|>")
+    if mode != "chat":
+        return
+    call = next(s for s in samples if s.prompt_id == "agent").capture
+    assert call.tool_calls
+    assert call.tool_calls[0]["name"] == "get_weather"
+
+
+@pytest.mark.parametrize("mode", ["raw", "chat", "dual"])
+async def test_a_clean_gpt_oss_run_stores_the_served_ids_and_has_no_alarm(tmp_path, oss_dir, oss_tok, mode):
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        rows = [QUESTION, AGENT, LOOP] if mode == "chat" else [QUESTION]  # agent traces go by chat only
+        with await _batch(tmp_path, sim.url, oss_tok, rows, mode) as store:
+            _check_clean(sim, store, mode)
+
+
+def test_tokview_batch_detects_gpt_oss_from_the_folder_and_runs_clean(tmp_path, oss_dir):
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        with _cli_batch(tmp_path, sim.url, oss_dir, [QUESTION, AGENT, LOOP], "--mode", "chat") as store:
+            _check_clean(sim, store, "chat")
+
+
+QUIRK_FINDS = {
+    "harmony-no-channel": ("harmony_malformed_header", QUESTION),
+    "harmony-constrain-for-start": ("harmony_malformed_header", QUESTION),
+    "harmony-no-final": ("harmony_no_final", QUESTION),
+    "harmony-analysis-after-final": ("harmony_analysis_after_final", QUESTION),
+    "harmony-recipient-on-analysis": ("harmony_recipient_on_analysis", AGENT),
+    "harmony-json-garbage": ("harmony_tool_json_invalid", AGENT),
+    "harmony-final-ends-call": ("harmony_wrong_end_token", QUESTION),
+    "parser-all-reasoning": ("harmony_split_mismatch", QUESTION),
+    "server-date": ("prompt_date_mismatch", QUESTION),
+}
+
+
+def test_every_harmony_finding_has_a_quirk():
+    from tokview.core.findings import RULES
+
+    harmony_codes = {code for code in RULES if code.startswith("harmony_")} | {"prompt_date_mismatch"}
+    assert {code for code, _ in QUIRK_FINDS.values()} == harmony_codes
+
+
+@pytest.mark.parametrize("quirk", sorted(QUIRK_FINDS))
+async def test_each_harmony_quirk_is_found_on_the_served_ids(tmp_path, oss_dir, oss_tok, quirk):
+    code, row = QUIRK_FINDS[quirk]
+    value = "2025-08-05" if quirk == "server-date" else True
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir, quirks={quirk: value})) as sim:
+        with await _batch(tmp_path, sim.url, oss_tok, [row]) as store:
+            (s,) = _samples(store)
+            assert s.capture.output_ids == s.capture.raw_response["choices"][0]["token_ids"]
+            assert code in {f.code for f in s.findings}, [(f.code, f.detail) for f in s.findings]
+
+
+async def test_the_recorded_date_renders_the_same_prompt_on_another_day(tmp_path, oss_dir, oss_tok):
+    """Day 1 records its date; day 2 (another date) renders other ids; day 2 given day 1's date renders day 1's."""
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        with await _batch(tmp_path, sim.url, oss_tok, [QUESTION], "raw", db="day1.duckdb") as store:
+            (day1,) = _samples(store)
+        recorded = day1.capture.settings["chat_template_kwargs"]["current_date"]
+        other = tmp_path / "other-day.toml"
+        other.write_text('base = "gpt-oss"\n[default_kwargs]\ncurrent_date = "2031-05-06"\n', encoding="utf-8")
+        day2_profile = get_profile(str(other))
+        with await _batch(tmp_path, sim.url, oss_tok, [QUESTION], "raw", day2_profile, db="day2.duckdb") as store:
+            (day2,) = _samples(store)
+        pinned = tmp_path / "day1.toml"
+        pinned.write_text(f'base = "gpt-oss"\n[default_kwargs]\ncurrent_date = "{recorded}"\n', encoding="utf-8")
+        pinned_profile = get_profile(str(pinned))
+        with await _batch(tmp_path, sim.url, oss_tok, [QUESTION], "raw", pinned_profile, db="again.duckdb") as store:
+            (again,) = _samples(store)
+    assert day2.capture.prompt_ids != day1.capture.prompt_ids
+    assert "2031-05-06" in sim.tokenizer.decode(day2.capture.prompt_ids)
+    assert again.capture.prompt_ids == day1.capture.prompt_ids
+    assert again.capture.settings["chat_template_kwargs"]["current_date"] == recorded
+
+
+def test_harmony_chat_streams_reasoning_content_and_calls_as_the_answer_does(oss_dir):
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        for row in (QUESTION, AGENT):
+            body = {"messages": row["messages"], "return_token_ids": True, "seed": 3, "tools": row.get("tools")}
+            whole = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()["choices"][0]
+            stream = httpx.post(sim.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=30)
+            chunks = [json.loads(line[6:]) for line in stream.text.splitlines() if line.startswith("data: {")]
+            deltas = [c["choices"][0] for c in chunks if c["choices"]]
+            assert [t for d in deltas for t in d.get("token_ids") or []] == whole["token_ids"]
+            reasoning = "".join(d["delta"].get("reasoning") or "" for d in deltas)
+            content = "".join(d["delta"].get("content") or "" for d in deltas)
+            args = "".join(
+                call["function"].get("arguments") or "" for d in deltas for call in d["delta"].get("tool_calls") or []
+            )
+            message = whole["message"]
+            assert reasoning == message["reasoning"] and content == (message["content"] or "")
+            assert args == "".join(c["function"]["arguments"] for c in message.get("tool_calls") or [])
+            assert deltas[-1]["finish_reason"] == whole["finish_reason"]
