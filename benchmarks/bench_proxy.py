@@ -6,7 +6,7 @@
 Upstream: `replay_server.py` in front of `tokview sim --output-tokens N` (JSON answers replayed from one
 pre-encoded body, cached from a request with `return_token_ids`, so every target gets the ids in its JSON
 answers and only the proxy takes them out; streams come from the simulator itself). Three targets, each its own process: the upstream
-itself (direct), a bare forwarder (this file with `--bare`: uvicorn + httpx, raw bytes through, nothing
+itself (direct), a bare forwarder (`bare_forwarder.py`: aiohttp server and client, raw bytes through, nothing
 parsed) and `tokview proxy` recording into a fresh store (ids injected and stripped, every finding,
 sessions, parts landed). Rounds alternate the targets so a busy shared machine hurts all three alike.
 
@@ -14,7 +14,11 @@ Printed: added latency per request (p50, p99 over sequential non-streamed reques
 streamed chunk (median stream time minus direct's, over the chunks), CPU per request of the forwarder
 and of the proxy (their process CPU over the sequential requests; the proxy's recorder process, which
 parses, analyses and lands, apart and then added), and throughput (streams/s) at
-`--concurrent` concurrent streams; then the goals and whether each is met.
+`--concurrent` concurrent streams; then the goals and whether each is met. For the throughput phase it
+also prints the CPU each process spent per stream (the client, the upstream: replay server + simulator,
+the forwarder, the proxy's recorder) and the box's CPU use: when the direct run already keeps every core
+busy, a forwarder can only reach direct's throughput by using no CPU at all, and the ceiling is
+(client + upstream) / (client + upstream + forwarder [+ recorder]) of direct.
 """
 
 from __future__ import annotations
@@ -37,58 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_server import replay_servers, server_cpu_s
 
 TARGETS: dict[str, tuple[str, int | None]] = {}
+UPSTREAM_PID: dict[str, int] = {}
 ERRORS: dict[str, int] = {}
 LAST_ERROR: dict[str, str] = {}
 GOALS = {"p50_ms": 1.0, "chunk_ms": 0.3, "p99_ms": 5.0, "throughput_x": 0.9, "cpu_x": 1.5}
-
-
-# -- the bare forwarder ------------------------------------------------------------------------------
-def bare_forwarder(upstream: str) -> Any:
-    """The minimal pass-through: request body and answer bytes through httpx, nothing looked at."""
-    client: httpx.AsyncClient | None = None
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        nonlocal client
-        if scope["type"] != "http":
-            return
-        if client is None:
-            client = httpx.AsyncClient(base_url=upstream, timeout=None, limits=httpx.Limits(max_connections=None))
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        headers = [(k, v) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
-        request = client.build_request(scope["method"], scope["path"], content=body, headers=headers)
-        response = await client.send(request, stream=True)
-        try:
-            out = [
-                (k, v) for k, v in response.headers.raw if k.lower() not in (b"content-length", b"transfer-encoding")
-            ]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-            async for piece in response.aiter_raw():
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await response.aclose()
-
-    return app
-
-
-def serve_bare(port: int, upstream: str) -> None:
-    import uvicorn
-
-    uvicorn.run(
-        bare_forwarder(upstream),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        http="h11",
-        loop="asyncio",
-    )
 
 
 # -- measuring ---------------------------------------------------------------------------------------
@@ -159,6 +115,28 @@ async def concurrent(client: httpx.AsyncClient, url: str, total: int, width: int
     return total / (time.perf_counter() - started)
 
 
+def sim_pid() -> int | None:
+    """The simulator behind the replay server (a child of this process)."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == me and b"sim" in cmd and b"tokview" in cmd:
+            return int(stat.parent.name)
+    return None
+
+
+def box_cpu_s() -> float:
+    """CPU seconds every process on the machine has used (busy time summed over the cores)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(f) for f in fields]
+    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu_s(pid: int) -> float:
     """CPU seconds of a process's children (the proxy's recorder process; multiprocessing's resource tracker)."""
     total = 0.0
@@ -191,8 +169,10 @@ def pct(values: list[float], q: float) -> float:
 
 async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {
-        name: {"lat": [], "stream": [], "chunks": [], "cpu": 0.0, "cpu_rec": 0.0, "tput": []} for name in targets
+        name: {"lat": [], "stream": [], "chunks": [], "cpu": 0.0, "cpu_rec": 0.0, "tput": [], "phase": []}
+        for name in targets
     }
+    upstream_pids = [p for p in (UPSTREAM_PID.get("replay"), sim_pid()) if p]
     limits = httpx.Limits(max_connections=args.concurrent * 2, max_keepalive_connections=args.concurrent * 2)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         # the replay server caches the first answer it replays: one with ids, as the proxy asks for them
@@ -219,11 +199,28 @@ async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Nam
                 out[name]["stream"] += [t for t, _ in got]
                 out[name]["chunks"] += [c for _, c in got]
         for r in range(2):
-            for name, (url, _) in targets.items():
+            for name, (url, pid) in targets.items():
+                before = _cpu_now(pid, upstream_pids)
                 out[name]["tput"].append(
                     await concurrent(client, url, args.total, args.concurrent, args.output_tokens, 100_000 * (r + 1))
                 )
+                after = _cpu_now(pid, upstream_pids)
+                if name == "proxy":
+                    await settled(pid)  # its recorder's share of these streams, too
+                    after["recorder"] = children_cpu_s(pid)
+                out[name]["phase"].append({k: (after[k] - before[k]) / args.total for k in after})
     return out
+
+
+def _cpu_now(pid: int | None, upstream_pids: list[int]) -> dict[str, float]:
+    return {
+        "client": time.process_time(),
+        "upstream": sum(server_cpu_s(p) for p in upstream_pids),
+        "forwarder": server_cpu_s(pid) if pid else 0.0,
+        "recorder": children_cpu_s(pid) if pid else 0.0,
+        "box": box_cpu_s(),
+        "wall": time.perf_counter(),
+    }
 
 
 def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: int) -> None:
@@ -275,7 +272,28 @@ def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: i
         f"CPU ms/request: forwarding process {p['cpu']:.3f}, its recorder process {p['cpu_rec']:.3f} "
         f"(parsing, sessions, analysis, parts, landings)"
     )
-    print(f"{'goal':34} {'proxy':>9} {'bare':>9}  met")
+    print(
+        f"\nthroughput phase ({args.concurrent} concurrent), CPU ms per stream (of the round the box was least busy in)"
+    )
+    print(f"{'target':8} {'client':>7} {'upstream':>9} {'forwarder':>10} {'recorder':>9} {'box busy':>9}")
+    ceilings = {}
+    for name, m in out.items():
+        phase = min(m["phase"], key=lambda c: c["box"])
+        ms = {k: v * 1000 for k, v in phase.items()}
+        busy = phase["box"] / phase["wall"]
+        print(
+            f"{name:8} {ms['client']:7.2f} {ms['upstream']:9.2f} {ms['forwarder']:10.2f} {ms['recorder']:9.2f} "
+            f"{busy:8.2f}c"
+        )
+        ceilings[name] = ms
+    base = ceilings["direct"]["client"] + ceilings["direct"]["upstream"]
+    for name in ("bare", "proxy"):
+        c = ceilings[name]
+        print(
+            f"  {name}: if the cores are the limit, at most {base / (base + c['forwarder'] + c['recorder']):.2f}× direct "
+            f"(direct's client + upstream {base:.2f} ms per stream, plus its {c['forwarder'] + c['recorder']:.2f} ms)"
+        )
+    print(f"\n{'goal':34} {'proxy':>9} {'bare':>9}  met")
     labels = {
         "p50_ms": ("added p50 per request ≤ 1 ms", "≤"),
         "p99_ms": ("added p99 per request ≤ 5 ms", "≤"),
@@ -298,17 +316,14 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=64)
     parser.add_argument("--total", type=int, default=256)
     parser.add_argument("--output-tokens", type=int, default=256)
-    parser.add_argument("--bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.bare:
-        serve_bare(args.bare, args.upstream)
-        return
     py = sys.executable
-    with replay_servers(args.output_tokens) as (upstream, _), tempfile.TemporaryDirectory() as tmp:
+    with replay_servers(args.output_tokens) as (upstream, replay_pid), tempfile.TemporaryDirectory() as tmp:
+        UPSTREAM_PID["replay"] = replay_pid
         bare_port, proxy_port = free_port(), free_port()
+        forwarder = str(Path(__file__).resolve().parent / "bare_forwarder.py")
         bare = subprocess.Popen(
-            [py, __file__, "--bare", str(bare_port), "--upstream", upstream], stderr=subprocess.DEVNULL
+            [py, forwarder, "--port", str(bare_port), "--upstream", upstream], stderr=subprocess.DEVNULL
         )
         db = str(Path(tmp) / "bench.duckdb")
         log = open(Path(tmp) / "proxy.log", "w")  # noqa: SIM115 (closed with the run)

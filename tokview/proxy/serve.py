@@ -13,12 +13,13 @@ import base64
 import gc
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from tokview.errors import ExitCode, UserError
 from tokview.proxy.app import ProxyApp, Upstream
 from tokview.proxy.recorder import Recorder
 from tokview.proxy.recorder_store import open_recorder_here
+from tokview.proxy.wire import FrontServer
 
 if TYPE_CHECKING:
     from tokview.proxy.recorder_process import RecorderProcess
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
 DEFAULT_LISTEN = "127.0.0.1:8900"
 SWITCH_INTERVAL_S = 0.0002
+GRACE_S = 2.0
+"""How long a stopping proxy lets the answers in flight finish."""
 
 
 @dataclass
@@ -159,20 +163,60 @@ def _say_on_stderr(line: str) -> None:
 class RunningProxy:
     """A proxy serving on a thread: `url`, `recorder`; `stop()` ends it and lands what it recorded."""
 
-    def __init__(self, server: Any, thread: threading.Thread, app: ProxyApp, url: str) -> None:
+    def __init__(self, server: Serving, thread: threading.Thread, app: ProxyApp, url: str) -> None:
         self._server, self._thread, self.app, self.url = server, thread, app, url
         self.recorder = app.recorder
         self._stopped = False
 
     def stop(self) -> None:
-        """Stop serving (uvicorn lets the requests in flight finish), then write and land the records. Idempotent."""
+        """Stop serving (the answers in flight finish, for up to 2 s), then write and land the records. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
-        self._server.should_exit = True
+        self._server.stop_soon()
         self._thread.join(timeout=10)
         if self.recorder is not None:
             self.recorder.close()
+
+
+class Serving:
+    """The proxy's front on one listening socket, served on a loop until `stop_soon` (any thread) or a signal."""
+
+    def __init__(self, app: ProxyApp, sock: socket.socket) -> None:
+        self.app, self.sock = app, sock
+        self.started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def stop_soon(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def serve(self, signals: bool = False) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._loop.add_signal_handler(sig, self._stop.set)
+        front = FrontServer(self.app)
+        try:
+            await front.start(self.sock)
+            self.started = True
+            await self._stop.wait()
+            await front.shutdown(GRACE_S)
+        finally:
+            await self.app.aclose()
+
+
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """Run the serving loop: uvloop's when it is installed (vLLM's and SGLang's environments ship it),
+    else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -187,28 +231,6 @@ def _bind(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.listen(1024)
     return sock
-
-
-def _uvicorn(app: ProxyApp) -> Any:
-    import uvicorn
-
-    config = uvicorn.Config(
-        app,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        server_header=False,  # the upstream's own server and date headers go through
-        date_header=False,
-        timeout_graceful_shutdown=2,
-        # a harness keeps its connections: uvicorn's 5 s closed idle ones under clients about to reuse them
-        # (a ReadError on a new request; seen at 64 concurrent streams in the benchmark)
-        timeout_keep_alive=75,
-        ws="none",
-        proxy_headers=False,  # X-Forwarded-* are the upstream's to read: uvicorn's middleware cost ~70 µs a request
-        http="h11",
-        loop="asyncio",
-    )
-    return uvicorn.Server(config)
 
 
 def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
@@ -229,16 +251,10 @@ def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
     """Serve on a background thread (tests, the benchmark): yields once it accepts connections."""
     app, (host, port) = build(config)
     sock = _bind(host, port)
-    server = _uvicorn(app)
+    server = Serving(app, sock)
 
     def run() -> None:
-        async def main() -> None:
-            try:
-                await server.serve(sockets=[sock])
-            finally:
-                await app.aclose()
-
-        asyncio.run(main())
+        run_loop(server.serve())
 
     thread = threading.Thread(target=run, name="tokview-proxy", daemon=True)
     thread.start()
@@ -267,7 +283,7 @@ def serve_forever(config: ProxyConfig) -> int:
     # proxy: frozen, the collector stops walking them in the pauses a request would wait through.
     gc.freeze()
     sock = _bind(host, port)
-    server = _uvicorn(app)
+    server = Serving(app, sock)
     where = f"http://{host}:{sock.getsockname()[1]}"
     for upstream in app.upstreams:
         say(f"tokview proxy: {where}/v1 → {upstream.kind} {upstream.url}")
@@ -276,14 +292,8 @@ def serve_forever(config: ProxyConfig) -> int:
     if config.key:
         say(f"tokview proxy: clients must present the key from {PROXY_KEY_ENV}")
 
-    async def main() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            await app.aclose()
-
     try:
-        asyncio.run(main())
+        run_loop(server.serve(signals=True))
     finally:
         sock.close()
         if app.recorder is not None:

@@ -1,0 +1,670 @@
+"""HTTP/1.1 on asyncio protocols: the proxy's front (its clients' connections) and its keep-alive pool to
+each upstream.
+
+uvicorn on pure-Python h11 plus httpx cost the proxy ~1 ms of CPU a request and halved throughput at 64
+concurrent streams on a 2-core box (issue 24 item 5): two general HTTP stacks, each with its own
+parser, event objects, ASGI dicts, anyio layers and header models, for what is a byte relay. A proxy
+needs a small part of HTTP/1.1: a request line and headers, a body by length or chunked, keep-alive, and
+an answer relayed by length, chunked or until close, read by read. That part is here, on the loop's
+protocol callbacks (no stream reader, no task per connection), and a request costs a few string splits.
+
+What it does not do: pipelined requests are answered one after the other (as HTTP/1.1 requires);
+upgrades (WebSocket) are not forwarded; request trailers are read and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import urlsplit
+
+MAX_HEAD = 1 << 16
+"""A request or response head longer than this is refused (431 to a client, an error from an upstream)."""
+BUFFERED = 1 << 20
+"""An upstream's answer waiting for a slow client beyond this pauses reading from the upstream."""
+IDLE_KEPT = 256
+"""Idle connections kept open to each upstream."""
+NO_BODY_STATUS = frozenset({204, 304})
+
+
+class BadRequest(Exception):
+    """A client sent something that is not HTTP/1.1 this front reads: answered 400 (or 431) and closed."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ClientGone(Exception):
+    """The client's connection closed before its answer was complete."""
+
+
+class UpstreamError(Exception):
+    """The upstream could not be reached, or its connection broke; `str()` says what happened."""
+
+
+class UpstreamUnreachable(UpstreamError):
+    pass
+
+
+class UpstreamBrokeOff(UpstreamError):
+    pass
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    path: str
+    query: str
+    """Without the `?`; empty when there is none."""
+    headers: dict[str, str]
+    """Names lower-cased; a repeated header keeps its last value."""
+    body: bytes
+    http10: bool
+
+
+Handler = Callable[[Request, "Responder"], Awaitable[None]]
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b"Unknown"
+
+
+# -- the front: one protocol per client connection --------------------------------------------------------
+class Responder(asyncio.Protocol):
+    """One client connection: reads its requests one at a time, hands each to the handler, and writes the
+    answer the handler gives (`start`, `send`, `end`, or `whole`). A client that goes away mid-answer
+    cancels the handler's task, so whatever it awaits upstream is closed at once."""
+
+    def __init__(self, handler: Handler, server: FrontServer) -> None:
+        self._handler, self._server = handler, server
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._head: tuple[str, str, str, dict[str, str], bool, int, bool] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._continued = False
+        self.lost = False
+        self.started = False
+        self.finished = False
+        """The last byte of the answer was handed to the transport."""
+        self._chunked = False
+        self._keep_alive = True
+        self._head_only = False
+        self._http10 = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._task is None:
+            self._next_request()
+        elif len(self._buffer) > BUFFERED and self._transport is not None:
+            self._transport.pause_reading()  # a client pipelining faster than it is answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._server.connections.discard(self)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_exception(ClientGone())
+        if self._task is not None and not self.finished:
+            self._task.cancel()
+
+    def pause_writing(self) -> None:
+        if self._drained is None or self._drained.done():
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- reading requests -------------------------------------------------------------------------------
+    def _next_request(self) -> None:
+        try:
+            request = self._parse()
+        except BadRequest as exc:
+            self._refuse(exc)
+            return
+        if request is None:
+            return
+        self.started = self.finished = self._chunked = self._head_only = False
+        self._keep_alive = request.headers.get("connection", "").lower() != "close" and not (
+            request.http10 and request.headers.get("connection", "").lower() != "keep-alive"
+        )
+        self._head_only, self._http10 = request.method == "HEAD", request.http10
+        self._task = asyncio.get_running_loop().create_task(self._run(request))
+
+    async def _run(self, request: Request) -> None:
+        try:
+            await self._handler(request, self)
+        except (ClientGone, asyncio.CancelledError):
+            self._keep_alive = False
+        except Exception:  # a bug in the handler: said, and this client's answer ends here
+            import logging
+
+            logging.getLogger("tokview.proxy").exception("tokview proxy: the request failed")
+            if not self.started and not self.lost:
+                await self.whole(500, [(b"content-type", b"text/plain")], b"tokview proxy: internal error")
+            self._keep_alive = False
+        finally:
+            self._task = None
+            if not self.finished:
+                self._keep_alive = False
+            if self._transport is not None and not self.lost:
+                if not self._keep_alive:
+                    self._transport.close()
+                else:
+                    self._transport.resume_reading()
+                    if self._buffer:
+                        self._next_request()
+
+    def _parse(self) -> Request | None:
+        """The next whole request in the buffer, or None until it has all arrived."""
+        buffer = self._buffer
+        if self._head is None:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > MAX_HEAD:
+                    raise BadRequest("request head too large", 431)
+                return None
+            self._head = _request_head(bytes(buffer[:end]).decode("latin-1"))
+            del buffer[: end + 4]
+        method, path, query, headers, http10, length, chunked = self._head
+        if chunked:
+            parsed = _dechunk(buffer)
+            if parsed is None:
+                self._continue(headers)
+                return None
+            body, used = parsed
+        else:
+            if len(buffer) < length:
+                self._continue(headers)
+                return None
+            body, used = bytes(buffer[:length]), length
+        del buffer[:used]
+        self._head, self._continued = None, False
+        return Request(method, path, query, headers, body, http10)
+
+    def _continue(self, headers: dict[str, str]) -> None:
+        if not self._continued and headers.get("expect", "").lower() == "100-continue" and self._transport:
+            self._continued = True
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _refuse(self, exc: BadRequest) -> None:
+        body = str(exc).encode()
+        if self._transport is not None:
+            self._transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (exc.status, _reason(exc.status), len(body), body)
+            )
+            self._transport.close()
+
+    # -- writing the answer --------------------------------------------------------------------------------
+    def _head_bytes(
+        self, status: int, reason: bytes | None, headers: list[tuple[bytes, bytes]], length: int | None
+    ) -> bytes:
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, reason or _reason(status))]
+        lines += [b"%s: %s\r\n" % pair for pair in headers]
+        if length is not None:
+            lines.append(b"content-length: %d\r\n" % length)
+        elif not (self._head_only or status in NO_BODY_STATUS or status < 200):
+            if self._http10:
+                self._keep_alive = False  # the body ends where the connection closes
+            else:
+                self._chunked = True
+                lines.append(b"transfer-encoding: chunked\r\n")
+        if not self._keep_alive:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"\r\n")
+        return b"".join(lines)
+
+    def _write(self, data: bytes) -> None:
+        if self.lost or self._transport is None:
+            raise ClientGone()
+        self._transport.write(data)
+
+    async def start(
+        self, status: int, headers: list[tuple[bytes, bytes]], length: int | None, reason: bytes | None = None
+    ) -> None:
+        """Send the head: `length` None means a body of unknown length (chunked; until close for HTTP/1.0)."""
+        self.started = True
+        self._write(self._head_bytes(status, reason, headers, length))
+
+    async def send(self, data: bytes) -> None:
+        """One piece of the body, out at once (a stream's events reach the client as they come)."""
+        if not data or self._head_only:
+            return
+        self._write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+        if self._drained is not None and not self._drained.done():
+            await self._drained  # the client reads slower than the upstream answers
+
+    async def end(self, data: bytes = b"") -> None:
+        if data and not self._head_only:
+            self._write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data) if self._chunked else data)
+        elif self._chunked:
+            self._write(b"0\r\n\r\n")
+        elif self.lost:
+            raise ClientGone()
+        self.finished = True
+
+    async def whole(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, reason: bytes | None = None
+    ) -> None:
+        """A complete answer in one write."""
+        self.started = True
+        head = self._head_bytes(status, reason, headers, len(body))
+        self._write(head if self._head_only else head + body)
+        self.finished = True
+
+    def cut(self) -> None:
+        """End the connection without ending the answer: the client sees it was cut off."""
+        self._keep_alive = False
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _request_head(head: str) -> tuple[str, str, str, dict[str, str], bool, int, bool]:
+    lines = head.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadRequest("not an HTTP/1.1 request line")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name[-1] in " \t":
+            raise BadRequest("malformed header line")
+        headers[name.lower()] = value.strip()
+    path, _, query = target.partition("?")
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    length = 0
+    if not chunked and "content-length" in headers:
+        text = headers["content-length"]
+        if not text.isdigit():
+            raise BadRequest("bad content-length")
+        length = int(text)
+    return method, path, query, headers, version == "HTTP/1.0", length, chunked
+
+
+def _dechunk(buffer: bytearray) -> tuple[bytes, int] | None:
+    """A whole chunked body at the start of `buffer`: (its data, bytes used), or None until it has all come."""
+    parts: list[bytes] = []
+    pos = 0
+    while True:
+        line_end = buffer.find(b"\r\n", pos)
+        if line_end < 0:
+            return None
+        size_text = bytes(buffer[pos:line_end]).split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise BadRequest("bad chunk size") from None
+        pos = line_end + 2
+        if size == 0:
+            end = buffer.find(b"\r\n\r\n", pos - 2)  # trailers, if any, end with a blank line
+            return (b"".join(parts), end + 4) if end >= 0 else None
+        if len(buffer) < pos + size + 2:
+            return None
+        parts.append(bytes(buffer[pos : pos + size]))
+        pos += size + 2
+
+
+class FrontServer:
+    """The listening socket's server and the connections it has open (to wait for or close on shutdown)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections: set[Responder] = set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: Responder(self.handler, self), sock=sock, backlog=1024)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop accepting, let answers in progress finish for up to `grace_s`, then close every connection."""
+        if self.server is not None:
+            self.server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while any(c._task is not None for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            if connection._transport is not None:
+                connection._transport.close()
+        if self.server is not None:
+            await self.server.wait_closed()
+
+
+# -- the upstream side: a pool of keep-alive connections --------------------------------------------------
+class UpstreamResponse(asyncio.Protocol):
+    """One connection to the upstream, and the answer it is reading: its status and headers, then its body
+    read by read (`next_piece`). After a complete answer the connection goes back to its pool."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self._pool = pool
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._pieces: deque[bytes] = deque()
+        self._queued = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._head_only = False
+        self._error: UpstreamError | None = None
+        self.reused = False
+        self.got_bytes = False
+        self.closed = False
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        """Names lower-cased, in the order sent."""
+        self._has_head = False
+        self._framing = ""  # length | chunked | close | none
+        self._remaining = 0
+        self._done = False
+        self._keep_alive = True
+        self._idle_transport: asyncio.Transport | None = None
+        """Its connection, once handed back to the pool (closed by the upstream while idle: forgotten)."""
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        self._buffer += data
+        try:
+            self._parse()
+        except UpstreamError as exc:
+            self._fail(exc)
+            if self._transport is not None:
+                self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pool.forget(self)
+        if self._framing == "close" and self._has_head and not self._done:
+            self._done = True
+            self._wake()
+        elif not self._done:
+            what = "the upstream closed the connection" + (f" ({exc})" if exc else "")
+            self._fail(UpstreamBrokeOff(what) if self._has_head else UpstreamUnreachable(what))
+
+    def pause_writing(self) -> None:  # a request body larger than the socket buffer: the loop buffers it
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # -- reading the answer ------------------------------------------------------------------------------
+    def _parse(self) -> None:
+        if not self._has_head:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buffer) > MAX_HEAD:
+                    raise UpstreamBrokeOff("the upstream's answer head is too large")
+                return
+            self._read_head(bytes(self._buffer[:end]))
+            del self._buffer[: end + 4]
+            self._wake()
+        if self._done or not self._buffer:
+            return
+        if self._framing == "chunked":
+            self._read_chunks()
+        else:
+            data = bytes(self._buffer)
+            self._buffer.clear()
+            if self._framing == "length":
+                if len(data) >= self._remaining:
+                    data, extra = data[: self._remaining], data[self._remaining :]
+                    if extra:
+                        self._keep_alive = False  # more than it announced: not a connection to reuse
+                    self._done = True
+                self._remaining -= len(data)
+            self._push(data)
+
+    def _read_head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise UpstreamBrokeOff("the upstream's answer is not HTTP/1.1")
+        self.status, self.reason = int(parts[1]), parts[2] if len(parts) > 2 else b""
+        headers = []
+        length, chunked, connection = None, False, b""
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                continue
+            name, value = name.strip().lower(), value.strip()
+            headers.append((name, value))
+            if name == b"content-length":
+                length = int(value) if value.isdigit() else None
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                connection = value.lower()
+        self.headers = headers
+        self._has_head = True
+        self._keep_alive = connection != b"close" and (parts[0] != b"HTTP/1.0" or connection == b"keep-alive")
+        if self._head_only or self.status in NO_BODY_STATUS or self.status < 200:
+            self._framing, self._done = "none", True
+        elif chunked:
+            self._framing = "chunked"
+        elif length is not None:
+            self._framing, self._remaining = "length", length
+            self._done = length == 0
+        else:
+            self._framing, self._keep_alive = "close", False
+
+    def _read_chunks(self) -> None:
+        buffer, pos, parts = self._buffer, 0, list[bytes]()
+        while True:
+            if self._remaining > 0:  # inside a chunk's data
+                take = min(self._remaining, len(buffer) - pos)
+                if take <= 0:
+                    break
+                parts.append(bytes(buffer[pos : pos + take]))
+                pos += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._remaining = -2  # its CRLF next
+                continue
+            if self._remaining == -2:
+                if len(buffer) - pos < 2:
+                    break
+                pos += 2
+                self._remaining = 0
+                continue
+            line_end = buffer.find(b"\r\n", pos)
+            if line_end < 0:
+                break
+            if self._remaining == -1:  # trailers after the last chunk, up to a blank line
+                blank = line_end == pos
+                pos = line_end + 2
+                if blank:
+                    self._done = True
+                    break
+                continue
+            try:
+                size = int(bytes(buffer[pos:line_end]).split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise UpstreamBrokeOff("the upstream sent a bad chunk size") from None
+            pos = line_end + 2
+            if size == 0:
+                self._remaining = -1
+                continue
+            self._remaining = size
+        del buffer[:pos]
+        if parts or self._done:
+            self._push(b"".join(parts))
+
+    def _push(self, data: bytes) -> None:
+        if data:
+            self._pieces.append(data)
+            self._queued += len(data)
+            if self._queued > BUFFERED and self._transport is not None:
+                self._transport.pause_reading()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _fail(self, exc: UpstreamError) -> None:
+        if self._error is None and not self._done:
+            self._error = exc
+        self._wake()
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def _head(self) -> None:
+        while not self._has_head:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+
+    async def next_piece(self) -> bytes | None:
+        """The body as it comes: every byte read since the last call (at least one), None at its end."""
+        while not self._pieces:
+            if self._done:
+                self._release()
+                return None
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        piece = b"".join(self._pieces) if len(self._pieces) > 1 else self._pieces[0]
+        self._pieces.clear()
+        if self._queued > BUFFERED and self._transport is not None:
+            self._transport.resume_reading()
+        self._queued = 0
+        return piece
+
+    async def read(self) -> bytes:
+        parts = []
+        while (piece := await self.next_piece()) is not None:
+            parts.append(piece)
+        return b"".join(parts)
+
+    def header(self, name: bytes) -> bytes:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return b""
+
+    def _release(self) -> None:
+        if self._transport is None:
+            return
+        transport, self._transport = self._transport, None
+        self._idle_transport = transport
+        if self._keep_alive and not self.closed and not self._buffer:
+            self._pool.give_back(transport)
+        else:
+            transport.close()
+
+    def close(self) -> None:
+        """Done with this answer: a connection whose answer was read whole goes back to the pool; one
+        still answering is closed, so the upstream stops generating."""
+        if self._transport is None:
+            return
+        if self._done and not self._pieces:
+            self._release()
+        else:
+            self._transport.abort()
+            self._transport = None
+
+
+class UpstreamPool:
+    """Keep-alive connections to one upstream (`http://` or `https://`, optionally under a path)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self.https else 80)
+        self.prefix = parts.path.rstrip("/")
+        default = 443 if self.https else 80
+        self.host_header = (self.host if ":" not in self.host else f"[{self.host}]") + (
+            "" if self.port == default else f":{self.port}"
+        )
+        self._ssl = ssl.create_default_context() if self.https else None
+        self._idle: list[asyncio.Transport] = []
+
+    def forget(self, response: UpstreamResponse) -> None:
+        """A connection closed (by the upstream while idle, or after its answer)."""
+        transport = response._idle_transport
+        if transport is not None and transport in self._idle:
+            self._idle.remove(transport)
+
+    def give_back(self, transport: asyncio.Transport) -> None:
+        if len(self._idle) < IDLE_KEPT and not transport.is_closing():
+            self._idle.append(transport)
+        else:
+            transport.close()
+
+    async def request(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
+        """Send one request and wait for the answer's head. A kept connection the upstream closed while it
+        sat idle (vLLM's uvicorn closes them after 5 s) is retried once on a new one, as nothing was read."""
+        lines = [f"{method} {self.prefix}{target} HTTP/1.1\r\nhost: {self.host_header}\r\n"]
+        lines += [f"{k}: {v}\r\n" for k, v in headers]
+        if body or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"content-length: {len(body)}\r\n")
+        lines.append("\r\n")
+        data = "".join(lines).encode("latin-1") + body
+        for attempt in (0, 1):
+            response = await self._connection(method == "HEAD")
+            assert response._transport is not None
+            response._transport.write(data)
+            try:
+                await response._head()
+                return response
+            except UpstreamError:
+                response.close()
+                if attempt or not response.reused or response.got_bytes:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _connection(self, head_only: bool) -> UpstreamResponse:
+        while self._idle:
+            transport = self._idle.pop()
+            if transport.is_closing():
+                continue
+            response = UpstreamResponse(self)
+            response._head_only, response.reused = head_only, True
+            transport.set_protocol(response)
+            response._transport = transport
+            return response
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await loop.create_connection(
+                lambda: UpstreamResponse(self),
+                self.host,
+                self.port,
+                ssl=self._ssl,
+                server_hostname=self.host if self.https else None,
+            )
+        except OSError as exc:
+            raise UpstreamUnreachable(f"cannot connect: {exc.strerror or exc}") from None
+        protocol._head_only = head_only
+        return protocol
+
+    def close(self) -> None:
+        for transport in self._idle:
+            transport.close()
+        self._idle.clear()
