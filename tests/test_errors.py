@@ -107,7 +107,7 @@ def test_a_tokview_error_keeps_its_own_exit_code_and_no_traceback_even_under_deb
     monkeypatch.setattr(stats_command, "run", _raising(ServerUnreachable("nothing answered")))
     assert main(["stats"]) == ExitCode.UNREACHABLE
     err = capsys.readouterr().err.splitlines()
-    assert err == ["tokview: error: HTTP 500 body", "tokview: error: nothing answered"]
+    assert err == ["tokview: error: HTTP 500 body", "tokview: error: server unreachable: nothing answered"]
 
 
 def test_an_unreachable_server_exits_2_in_one_line(capsys, monkeypatch):

@@ -18,12 +18,12 @@ import pytest
 from tokview.cli import main
 from tokview.core.profiles import get_profile
 from tokview.export import export
+from tokview.secrets import Secrets, scrub
 from tokview.servers import CaptureFailed, CaptureRequest, ServerPool
 from tokview.servers.doctor import run_doctor
-from tokview.servers.urls import Secrets, parse_server_url, server_url_notes
+from tokview.servers.urls import parse_server_url, server_url_notes
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-from tokview.store.records import scrub
 
 KIMI = get_profile("kimi-k2.5")
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
@@ -246,15 +246,15 @@ async def test_doctor_never_prints_an_echoed_basic_header_or_a_short_password(mo
     assert any(h.get("authorization") == f"Basic {token}" for h in seen)  # it was sent…
     out = report.render_text() + json.dumps(report.to_dict())
     assert "denied header=" in out  # …the server's message is shown…
-    assert token not in out and token.rstrip("=") not in out and "Basic ***" in out  # …never the header
+    assert token not in out and token.rstrip("=") not in out and "Basic [redacted]" in out  # …never the header
     assert f"{user}:{password}" not in out and f":{password}'" not in out and f"'{password}'" not in out
 
 
 def test_scrub_masks_header_values_but_keeps_words():
     secrets = Secrets.for_server(parse_server_url("http://al:p4@h:1"), None)
     assert secrets.scrub("Basic authentication required") == "Basic authentication required"
-    assert secrets.scrub("got 'Bearer sk-abc123XYZ'") == "got 'Bearer ***'"
-    assert secrets.scrub("decoded='al:p4' pw=p4 and p4p4 stays") == "decoded='***' pw=*** and p4p4 stays"
+    assert secrets.scrub("got 'Bearer sk-abc123XYZ'") == "got 'Bearer [redacted]'"
+    assert secrets.scrub("decoded='al:p4' pw=p4 and p4p4 stays") == "decoded='[redacted]' pw=[redacted] and p4p4 stays"
 
 
 async def test_url_credentials_and_api_key_say_which_is_sent(monkeypatch, json_server):
@@ -276,7 +276,7 @@ def _walked(value: Any, secrets: list[str]) -> str:
     """The reference: every payload walked by `scrub_payload`, then dumped (the stdlib when orjson cannot)."""
     import orjson
 
-    from tokview.store.records import scrub_payload
+    from tokview.secrets import scrub_payload
 
     clean = scrub_payload(value, secrets)
     try:
@@ -339,6 +339,6 @@ def test_to_json_skips_the_walk_only_when_nothing_could_be_masked(monkeypatch):
 
 
 def test_every_secret_key_name_holds_a_hint_the_shortcut_looks_for():
-    from tokview.store.records import _SECRET_KEY_HINTS, SECRET_KEYS
+    from tokview.secrets import SECRET_KEY_HINTS, SECRET_KEYS
 
-    assert all(any(hint in key for hint in _SECRET_KEY_HINTS) for key in SECRET_KEYS)
+    assert all(any(hint in key for hint in SECRET_KEY_HINTS) for key in SECRET_KEYS)

@@ -216,8 +216,9 @@ def exit_without_teardown(code: int) -> NoReturn:
 def _run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args) or 0)
-    except TokviewError as exc:
-        print(f"tokview: error: {one_line(exc)}", file=sys.stderr)
+    except TokviewError as exc:  # raised where it happened, already worded and masked: never re-wrapped
+        title = f"{exc.title}: " if exc.titled else ""
+        print(f"tokview: error: {title}{one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("tokview: interrupted", file=sys.stderr)

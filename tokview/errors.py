@@ -7,7 +7,11 @@ The CLI prints such an error as its one line and exits with its `exit_code`; the
 notification titled `title`. Any other exception is a bug in tokview: the CLI says so in one line and
 shows the traceback under `TOKVIEW_DEBUG=1`, the app says so in a generic notification.
 
-This module imports nothing from tokview, so every layer (core included) can raise these.
+A message is masked when the error is made (tokview/secrets.py's rules): whoever shows it (the CLI, a
+notification, a stored failure) never shows a credential.
+
+This module imports nothing from tokview but two leaves (secrets, untrusted_text), so every layer (core
+included) can raise these.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 from enum import IntEnum
 from pathlib import Path
 
+from tokview.secrets import scrub_text
 from tokview.untrusted_text import printable_line
 
 
@@ -47,8 +52,12 @@ class TokviewError(Exception):
 
     title: str = "error"
     exit_code: int = ExitCode.USAGE
+    titled: bool = False
+    """The CLI's line starts with the title (`server unreachable: …`) where the message alone does not say
+    what kind of failure it is; the app shows the title anyway, as the notification's heading."""
 
     def __init__(self, message: str, *, title: str | None = None, exit_code: int | None = None) -> None:
+        message = scrub_text(message)  # an error may quote a URL or a server's text: no credential in it
         super().__init__(message)
         self.message = message
         if title is not None:

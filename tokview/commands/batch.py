@@ -1,7 +1,7 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
 Exit codes: 0 done, 1 usage or input error (an empty prompts file too), 2 server unreachable,
-3 finished with failures, 4 finished but bad input rows were skipped, 130 interrupted (Ctrl-C;
+3 finished with failures, 4 finished but bad input rows were skipped, 70 a bug in tokview, 130 interrupted (Ctrl-C;
 committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
 """
@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tokview.commands.store_arg import add_db_argument
-from tokview.errors import ExitCode, UserError
+from tokview.errors import UserError
 
 BAD_ROWS_SHOWN = 20
 
@@ -129,15 +129,9 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     from tokview.batch import preload
     from tokview.batch.config import BatchConfig
-    from tokview.batch.inputs import InputError
     from tokview.servers.urls import server_url_notes, validate_server_url
 
-    try:
-        servers = [validate_server_url(url) for url in args.server]
-    except ValueError as exc:
-        from tokview.store.records import scrub_text
-
-        raise UserError(scrub_text(str(exc))) from None
+    servers = [validate_server_url(url) for url in args.server]  # BadServerURL: one line, masked
     for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
         print(f"tokview: note: {note}", file=sys.stderr)
     config = BatchConfig(
@@ -167,10 +161,7 @@ def run(args: argparse.Namespace) -> int:
         history=args.history,
         history_reasoning=args.history_reasoning,
     )
-    try:
-        config.validate()  # before the database file is created
-    except InputError as exc:
-        raise UserError(str(exc)) from None
+    config.validate()  # before the database file is created (InputError)
     check_chat_template(args.tokenizer, args.mode)
     # The tokenizer loads while the rest is imported, the servers probed, the store opened. Its future
     # is kept on `args`, which `cli.main` holds until it ends the process without teardown: the
@@ -180,9 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch import run_batch
     from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter
-    from tokview.servers import ServerUnreachable
-    from tokview.store import Store, StoreError
-    from tokview.store.records import scrub_text
+    from tokview.store import Store
 
     printer = ProgressPrinter(sys.stderr)
     opened: list[Store] = []
@@ -192,12 +181,8 @@ def run(args: argparse.Namespace) -> int:
         opened.append(Store(args.db, server_urls=servers))
         return opened[-1]
 
-    try:
+    try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         summary = asyncio.run(_run(config, open_store, printer, run_batch))
-    except (InputError, StoreError) as exc:
-        raise UserError(scrub_text(str(exc))) from None
-    except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
         preload.discard(config)  # untaken when a fully stored resume needed no tokenizer
         printer.finish()

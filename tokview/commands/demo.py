@@ -186,13 +186,10 @@ def run(args) -> int:
                 return 0
             from tokview.commands.ui import reviewer_name
             from tokview.ui.app import TokviewApp
-            from tokview.ui.config import ConfigError, load_config
+            from tokview.ui.config import load_config
             from tokview.ui.session import Session
 
-            try:
-                config = load_config()
-            except ConfigError as exc:
-                raise UserError(str(exc)) from None
+            config = load_config()  # ConfigError: one line
             summaries = asyncio.run(
                 fill_store(store, prompts, tokenizer, profile, current.url, old.url, stream=sys.stderr)
             )

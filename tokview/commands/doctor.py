@@ -41,30 +41,23 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tokview.core.profiles import get_profile
     from tokview.core.tokenizer import load_tokenizer
-    from tokview.servers import ServerUnreachable
     from tokview.servers.doctor import run_doctor
     from tokview.servers.urls import server_url_notes, validate_server_url
 
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UserError("--timeout must be a finite number of seconds above 0")
-    try:
-        server = validate_server_url(args.server)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None  # "bad server URL …", worded as batch and ui word it
+    server = validate_server_url(args.server)  # BadServerURL: "bad server URL …", as batch and ui word it
     notes = server_url_notes(args.server)
     if args.json:  # the text report shows its notes on stdout; JSON readers get them on stderr too
         for note in notes:
             print(f"tokview: note: {note}", file=sys.stderr)
     tokenizer = load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code) if args.tokenizer else None
     profile = get_profile(args.profile) if args.profile else None
-    try:
-        report = asyncio.run(
-            run_doctor(
-                server, tokenizer=tokenizer, profile=profile, thinking=args.thinking, timeout=args.timeout, notes=notes
-            )
+    report = asyncio.run(  # ServerUnreachable: exit 2
+        run_doctor(
+            server, tokenizer=tokenizer, profile=profile, thinking=args.thinking, timeout=args.timeout, notes=notes
         )
-    except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {exc.reason}", exit_code=ExitCode.UNREACHABLE) from None
+    )
     if args.json:
         print(printable_json(json.dumps(report.to_dict(), ensure_ascii=False)))
     else:

@@ -21,22 +21,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.store import Store, StoreError
-    from tokview.store.merge import MergeRefused
+    from tokview.store import Store
 
     for src in args.sources:
         if src.is_dir():
             raise UserError(f"{src} is a directory, not a store: name its .duckdb file")
         if not src.is_file():
             raise UserError(f"database not found: {src}")
-    try:
-        with Store(args.into) as store:
-            for src in args.sources:
-                added = store.merge(src)
-                print(
-                    f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
-                    file=sys.stderr,
-                )
-    except (MergeRefused, StoreError) as exc:
-        raise UserError(str(exc)) from None
+    with Store(args.into) as store:  # MergeRefused, StoreError: one line
+        for src in args.sources:
+            added = store.merge(src)
+            print(
+                f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
+                file=sys.stderr,
+            )
     return 0

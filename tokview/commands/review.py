@@ -84,12 +84,9 @@ def _reviewer(given: str | None) -> str | None:
 
     if given is not None:
         return reviewer_name(given, None)
-    from tokview.ui.config import ConfigError, load_config
+    from tokview.ui.config import load_config
 
-    try:
-        return reviewer_name(None, load_config().reviewer)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    return reviewer_name(None, load_config().reviewer)  # ConfigError: one line
 
 
 def describe(outcome, dry_run: bool) -> str:

@@ -24,7 +24,6 @@ from dataclasses import asdict
 
 from tokview.batch.tasks import cancel_on_signals
 from tokview.commands.store_arg import add_db_argument, existing_store
-from tokview.errors import ExitCode, UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,19 +65,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.batch.inputs import InputError
     from tokview.batch.progress import ProgressPrinter
     from tokview.batch.scoring import ScoreConfig, run_score
-    from tokview.servers import ServerUnreachable
     from tokview.servers.urls import validate_server_url
-    from tokview.store import Store, StoreError
-    from tokview.store.records import scrub_text
+    from tokview.store import Store
 
     existing_store(args.db)
-    try:
-        servers = [validate_server_url(url) for url in args.server]
-    except ValueError as exc:
-        raise UserError(scrub_text(str(exc))) from None
+    servers = [validate_server_url(url) for url in args.server]  # BadServerURL: one line, masked
     config = ScoreConfig(
         servers=servers,
         backend=args.backend,
@@ -93,18 +86,11 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         rescore=args.rescore,
     )
-    try:
-        config.validate()
-    except InputError as exc:
-        raise UserError(str(exc)) from None
+    config.validate()  # InputError
     printer = ProgressPrinter(sys.stderr)
-    try:
+    try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         with Store(args.db, server_urls=servers) as store:
             summary = asyncio.run(_run(config, store, printer, run_score))
-    except (InputError, StoreError) as exc:
-        raise UserError(scrub_text(str(exc))) from None
-    except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {scrub_text(exc.reason)}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
         printer.finish()
     print(summary.render(), file=sys.stderr)

@@ -89,36 +89,32 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_config(args: argparse.Namespace) -> SimConfig:
-    from tokview.errors import UserError
     from tokview.sim.config import SimConfig, SimConfigError, parse_quirk
 
-    try:
-        quirks = dict(parse_quirk(spec) for spec in args.quirk)
-        port = DEFAULT_PORTS[args.kind] if args.port is None else args.port
-        if not 0 <= port < 65536:
-            raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
-        if not math.isfinite(args.latency) or args.latency < 0:
-            raise SimConfigError("--latency must be a finite number >= 0")
-        if args.max_model_len is not None and args.max_model_len < 2:
-            raise SimConfigError("--max-model-len must be at least 2")
-        if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
-            raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
-        return SimConfig(
-            kind=args.kind,
-            tokenizer_dir=args.tokenizer,
-            think_special=not args.non_special_think,
-            quirks=quirks,
-            latency_s=args.latency,
-            output_tokens=args.output_tokens,
-            seed=args.seed,
-            model_name=args.model_name,
-            version=args.server_version,
-            port=port,
-            spec_decode=args.spec_decode,
-            **({"max_model_len": args.max_model_len} if args.max_model_len else {}),
-        )
-    except SimConfigError as exc:
-        raise UserError(str(exc)) from None
+    quirks = dict(parse_quirk(spec) for spec in args.quirk)
+    port = DEFAULT_PORTS[args.kind] if args.port is None else args.port
+    if not 0 <= port < 65536:
+        raise SimConfigError(f"--port must be between 0 and 65535, got {port}")
+    if not math.isfinite(args.latency) or args.latency < 0:
+        raise SimConfigError("--latency must be a finite number >= 0")
+    if args.max_model_len is not None and args.max_model_len < 2:
+        raise SimConfigError("--max-model-len must be at least 2")
+    if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
+        raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
+    return SimConfig(
+        kind=args.kind,
+        tokenizer_dir=args.tokenizer,
+        think_special=not args.non_special_think,
+        quirks=quirks,
+        latency_s=args.latency,
+        output_tokens=args.output_tokens,
+        seed=args.seed,
+        model_name=args.model_name,
+        version=args.server_version,
+        port=port,
+        spec_decode=args.spec_decode,
+        **({"max_model_len": args.max_model_len} if args.max_model_len else {}),
+    )
 
 
 def banner(sim: Simulator) -> str:

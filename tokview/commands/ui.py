@@ -77,24 +77,18 @@ def open_app(
 ) -> int:
     """Open the store, check the config, run the app until the user quits."""
     from tokview.store import Store
-    from tokview.ui.config import ConfigError, load_config
+    from tokview.ui.config import load_config
     from tokview.ui.session import Session
 
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
+    config = load_config()  # ConfigError: one line
     who = reviewer_name(reviewer, config.reviewer)
     from tokview.ui.app import TokviewApp
 
     if server is not None:
         from tokview.servers.urls import server_url_notes, validate_server_url
 
-        try:
-            notes = server_url_notes(server)
-            server = validate_server_url(server)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        notes = server_url_notes(server)  # BadServerURL: one line
+        server = validate_server_url(server)
         for note in notes:  # before the app takes the terminal, so it is still there after quitting
             print(f"tokview: note: {note}", file=sys.stderr)
     if tokenizer is not None and not tokenizer.is_dir():

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, detect_profile, get_profile
 from tokview.core.record import Capture
+from tokview.secrets import Secrets
 from tokview.servers import doctor_checks as checks
 from tokview.servers.chat import served_prompt_ids
 from tokview.servers.doctor_context import QUESTION, DoctorCheck, DoctorContext
@@ -23,7 +24,6 @@ from tokview.servers.features import detect
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.retry import RetryPolicy
-from tokview.servers.urls import Secrets
 from tokview.untrusted_text import printable_line, storable
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ class CaptureFailed(TokviewError):
 
     def __init__(self, reason: str, *, status: int | None = None, url: str | None = None) -> None:
         super().__init__(reason)
-        self.reason = reason
+        self.reason = self.message
+        """Masked like the message (see TokviewError)."""
         self.status = status
         self.url = url
 
@@ -27,6 +28,7 @@ class ServerUnreachable(CaptureFailed):
 
     title = "server unreachable"
     exit_code = ExitCode.UNREACHABLE
+    titled = True
 
 
 class Retryable(Exception):

@@ -39,9 +39,10 @@ from urllib.parse import urljoin, urlsplit
 
 import orjson
 
+from tokview.secrets import Secrets, api_key_from_env, redact_url
 from tokview.servers import transport
 from tokview.servers.errors import CaptureFailed, Retryable
-from tokview.servers.urls import Secrets, api_key_from_env, credential_notes, parse_server_url, redact
+from tokview.servers.urls import credential_notes, parse_server_url
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
@@ -338,7 +339,7 @@ class ServerClient:
                 f"{said}: a redirect without a Location (is --server the server itself?)", status=status
             )
         target = urljoin(url, location)
-        shown = printable_line(redact(target))[:300]
+        shown = printable_line(redact_url(target))[:300]
         if not _same_origin(target, self.url):
             raise CaptureFailed(
                 f"{said}: redirected to another server, {shown}, where tokview does not follow (the request "
@@ -453,3 +454,5 @@ def scrub_reason(exc: CaptureFailed | Retryable, secrets: Secrets) -> None:
     """Mask secrets in an exception's reason in place, so whoever stores or prints it sees none."""
     exc.reason = secrets.scrub(exc.reason)
     exc.args = (exc.reason,)
+    if isinstance(exc, CaptureFailed):
+        exc.message = exc.reason  # what the CLI prints and the app notifies

@@ -6,22 +6,30 @@ else, so a bad URL is a one-line error and never reaches httpx (whose own failur
 part tokview records and prints (no `user:password@`), the credentials (sent as httpx Basic auth)
 and notes (e.g. a trailing `/v1` that was dropped: tokview adds the paths itself).
 `server_url_notes` gives those notes for the URL the user typed, to print.
-`Secrets` masks the credential values and the API key in any text a server sent back.
+A bad URL is a `BadServerURL` (a TokviewError); the masking of credentials is tokview/secrets.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import ipaddress
-import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote
 
-from tokview.errors import first_line
+from tokview.errors import UserError, first_line
+from tokview.secrets import Secrets, api_key_from_env, redact_url
 
-API_KEY_ENV = "TOKVIEW_API_KEY"
-MASK = "***"
+__all__ = [
+    "BadServerURL",
+    "Secrets",
+    "ServerURL",
+    "api_key_from_env",
+    "credential_notes",
+    "parse_server_url",
+    "public_url",
+    "server_url_notes",
+    "validate_server_url",
+]
 
 
 @dataclass(frozen=True)
@@ -33,25 +41,17 @@ class ServerURL:
     notes: tuple[str, ...] = ()
 
 
-def _fail(url: str, why: str) -> ValueError:
-    return ValueError(f"bad server URL {redact(url)!r}: {why}")
+class BadServerURL(UserError, ValueError):
+    """A server URL tokview cannot use, said in one line with its credentials masked.
+
+    Still a ValueError for the callers that catch one (ui/session.py, ui/screens, proxy/serve.py); once
+    they catch BadServerURL (or TokviewError), the ValueError base can go."""
+
+    title = "server URL"
 
 
-def redact(url: str) -> str:
-    """The URL with any `user:password@` replaced by `***@` and every query value and fragment by `***`
-    (`?api_key=…` is a key too), for error messages about a bad URL."""
-    url, hashmark, fragment = url.partition("#")
-    url, qmark, query = url.partition("?")
-    if query:
-        query = "&".join(k + "=" + MASK if sep else MASK for k, sep, _ in (p.partition("=") for p in query.split("&")))
-    tail = qmark + query + hashmark + (MASK if fragment else "")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url + tail
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = MASK + "@" + authority.rsplit("@", 1)[1]
-    return f"{scheme}{sep}{authority}{slash}{path}{tail}"
+def _fail(url: str, why: str) -> BadServerURL:
+    return BadServerURL(f"bad server URL {redact_url(url)!r}: {why}")
 
 
 _PLAIN = re.compile(
@@ -89,9 +89,9 @@ def _canonical_ipv4(host: str) -> bool:
 
 
 def parse_server_url(url: str) -> ServerURL:
-    """Validate and split a server URL; raises ValueError with a one-line reason."""
+    """Validate and split a server URL; raises BadServerURL with a one-line reason."""
     if not isinstance(url, str) or not url.strip():
-        raise ValueError("bad server URL: it is empty (expected e.g. http://127.0.0.1:8000)")
+        raise BadServerURL("bad server URL: it is empty (expected e.g. http://127.0.0.1:8000)")
     url = url.strip()
     plain = _plain_url(url)
     if plain is not None:
@@ -125,7 +125,7 @@ def parse_server_url(url: str) -> ServerURL:
 
 
 def validate_server_url(url: str) -> str:
-    """The normalised URL (credentials kept, so it can be passed on to `ServerPool`), or ValueError.
+    """The normalised URL (credentials kept, so it can be passed on to `ServerPool`), or BadServerURL.
 
     Show or store `public_url(url)` instead of the returned string: it may still hold a password.
     """
@@ -142,7 +142,7 @@ def server_url_notes(url: str) -> list[str]:
 
     `validate_server_url` returns only the URL, and the URL it returns no longer shows what was changed,
     so a command calls this on the user's original text and prints each note on stderr (or in its report).
-    Raises ValueError for a bad URL, like `validate_server_url`.
+    Raises BadServerURL for a bad URL, like `validate_server_url`.
     """
     parts = parse_server_url(url)
     return [*parts.notes, *credential_notes(parts, api_key_from_env())]
@@ -166,62 +166,3 @@ def credential_notes(parts: ServerURL, api_key: str | None) -> list[str]:
 def public_url(url: str) -> str:
     """The URL as tokview records and prints it: normalised, without credentials."""
     return parse_server_url(url).url
-
-
-@dataclass(frozen=True)
-class Secrets:
-    """Values that must never appear in a stored or printed reason: the API key and URL credentials."""
-
-    values: tuple[str, ...] = field(default_factory=tuple)
-
-    short: tuple[str, ...] = field(default_factory=tuple)
-    """Credential values under 3 characters: masked only where they stand as a value (`user:pw`,
-    `'pw'`, `=pw`), since replacing every `p4` or `a` in a message would garble it."""
-
-    @classmethod
-    def for_server(cls, parts: ServerURL, api_key: str | None) -> Secrets:
-        found: list[str] = []
-        if api_key:
-            found.append(api_key)
-        if parts.auth is not None:
-            import httpx
-
-            user, password = parts.auth
-            for value in parts.auth:
-                if value:
-                    found += [value, httpx.URL("http://h/").copy_with(username=value).userinfo.decode()]
-            pair = f"{user}:{password}"
-            # a server or proxy echoing the Authorization header shows the pair base64-encoded
-            token = base64.b64encode(pair.encode("utf-8")).decode("ascii")
-            found += [pair, token, token.rstrip("=")]
-        short = {v for v in found if 0 < len(v) < 3}
-        return cls(
-            tuple(sorted({v for v in found if len(v) >= 3}, key=len, reverse=True)),
-            tuple(sorted(short, key=len, reverse=True)),
-        )
-
-    def scrub(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, MASK)
-        for value in self.short:
-            text = re.sub(rf"(?<=[:='\"@]){re.escape(value)}(?=$|[@'\"\s,;)}}\]])", MASK, text)
-        return AUTH_VALUE.sub(_mask_auth_value, text)
-
-
-AUTH_VALUE = re.compile(r"\b(Basic|Bearer)(\s+)([A-Za-z0-9+/=._~-]{8,})", re.IGNORECASE)
-"""An Authorization header value quoted back by a server: masked whoever's it is."""
-
-
-def _mask_auth_value(match: re.Match[str]) -> str:
-    """`Basic YWxpY2U6…` → `Basic ***`; `Basic authentication` (a word, not a token) stays."""
-    token = match.group(3)
-    tail = token[1:]
-    looks_like_token = any(c.isdigit() or c in "+/=" for c in token) or (
-        any(c.isupper() for c in tail) and any(c.islower() for c in tail)
-    )
-    return f"{match.group(1)}{match.group(2)}{MASK}" if looks_like_token else match.group(0)
-
-
-def api_key_from_env() -> str | None:
-    """The API key, only ever from the environment."""
-    return os.environ.get(API_KEY_ENV) or None

@@ -61,14 +61,15 @@ class Session:
     def server_shown(self) -> str:
         """The server URL as the panels display it: without `user:password@` (those stay in the session). With
         none named, the server the store's latest run recorded (generate and doctor start from it)."""
-        from tokview.servers.urls import public_url, redact
+        from tokview.secrets import redact_url
+        from tokview.servers.urls import public_url
 
         if not self.server_url:
             return self.recorded_server() or ""
         try:
             return public_url(self.server_url)
         except ValueError:
-            return redact(self.server_url)  # shown as typed, password masked; the panel then says why it is bad
+            return redact_url(self.server_url)  # shown as typed, password masked; the panel then says why it is bad
 
     def recorded_server(self) -> str | None:
         """The first server URL the store's latest run with one recorded (as stored: without credentials)."""
