@@ -17,7 +17,7 @@ from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import run_workers
 from tokview.batch.writer import GroupWriter, failure_reason
-from tokview.store.records import scrub_text
+from tokview.secrets import scrub_text
 
 if TYPE_CHECKING:
     from typing import Protocol

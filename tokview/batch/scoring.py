@@ -26,9 +26,9 @@ from tokview.core import logprobs as lp
 from tokview.core.findings import off_policy_finding
 from tokview.core.record import Capture
 from tokview.errors import ExitCode
+from tokview.secrets import scrub, scrub_text
 from tokview.store import Store
 from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
-from tokview.store.records import scrub, scrub_text
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
 

@@ -35,9 +35,9 @@ from tokview.batch.chains import CHAIN_STOP_PREFIX
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
 from tokview.errors import first_line
+from tokview.secrets import scrub_text
 from tokview.store.part_sink import StoreError
 from tokview.store.parts import dumps_lines
-from tokview.store.records import scrub_text
 from tokview.untrusted_text import storable
 
 INT32_MAX = 2**31 - 1

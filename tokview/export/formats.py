@@ -20,7 +20,7 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.side_fields import speculators_fields
-from tokview.store.records import scrub_text
+from tokview.secrets import scrub_text
 
 ENDPOINT_PATHS = {
     "sglang-generate": "/generate",

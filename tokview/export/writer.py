@@ -41,9 +41,10 @@ from tokview.export.registry import ERRORS, MANIFEST, TEMPLATE, TOKEN_FREQ, Expo
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance, Lengths
+from tokview.secrets import scrub, scrub_optional
 from tokview.store import Store, export_rows
 from tokview.store.export_rows import SELECTIONS, SampleKey, Selection, normal_tags
-from tokview.store.records import capture_from_row, scrub, scrub_optional
+from tokview.store.records import capture_from_row
 from tokview.store.store import is_duckdb_file
 
 CHUNK = 256
