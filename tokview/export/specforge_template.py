@@ -8,6 +8,9 @@ render of the conversation before it, i.e. exactly the text the server put befor
 generated id (the pre-filled `<think>` included when the template pre-fills it). `system_prompt`
 stays null: the template then renders a row without a system turn the way the server did.
 
+A Harmony (gpt-oss) run is refused with the reason (`HARMONY_REFUSAL`): SpecForge routes Harmony through its own
+parser, not a ChatTemplate, and that parser reproduces neither the served prompt nor the served mask.
+
 Fields are those of `specforge.data.template.ChatTemplate` (SpecForge a6b6b02, 2026-08):
 assistant_header, user_header, system_prompt, end_of_turn_token, parser_type,
 assistant_pattern_type, enable_thinking, ignore_token.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.export.formats import Refused
 
 USER, USER2, REASONING, ANSWER = "tokviewprobeuser", "tokviewprobenext", "tokviewproberea", "tokviewprobeans"
@@ -28,6 +31,17 @@ BUILTIN_WARNING = (
     "<think></think> and drops the reasoning."
 )
 """The manifest ends it with what the export offers instead (see `manifest.builtin_template_warning`)."""
+
+
+HARMONY_REFUSAL = (
+    "a Harmony (gpt-oss) turn is several channel messages, and SpecForge renders and masks it its own way: its "
+    "HarmonyParser writes a fixed system message (Current date: 2025-06-28, Reasoning: low) and no tools section, "
+    "ends every final message <|end|> where the model wrote <|return|>, and masks from the first <|start|>assistant "
+    "after the last user message to the end, so inside a tool loop it also trains the history's calls and tool "
+    "results"
+)
+"""Why the SpecForge template route is refused for a Harmony profile (SpecForge a6b6b02 `specforge/data/parse.py`
+`HarmonyParser`): its text route can reproduce neither the served prompt nor the served mask."""
 
 
 class TemplateRefused(ValueError):
@@ -41,6 +55,8 @@ def served_kwargs(settings: dict[str, Any], profile: ModelProfile) -> dict[str, 
 
 def derive(tokenizer: Any, profile: ModelProfile, kwargs: dict[str, Any], thinking: bool) -> dict[str, Any]:
     """The ChatTemplate fields for samples served with these template kwargs, or TemplateRefused."""
+    if profile.format == HARMONY:
+        raise TemplateRefused(HARMONY_REFUSAL)
     if not tokenizer.chat_template:
         raise TemplateRefused("the tokenizer has no chat template to derive a SpecForge template from")
     stop = profile.stop_ids[0] if profile.stop_ids else None
