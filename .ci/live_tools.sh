@@ -4,13 +4,16 @@
 #   tools: one call (get_weather), then a text answer once a result is in the prompt -> tests/live/test_live_tools.py
 #          (exact ids, tool_calls vs the calls on ids, `tokview batch --history served`, `tokview proxy`);
 #   agent: two parallel calls, a second round, then the answer -> tests/live/test_live_agent.py (the openai-client
-#          agent harness, direct vs through the proxy).
+#          agent harness, direct vs through the proxy);
+#   turns: the same loop (3 rounds), then a second user turn with its own call and answer ->
+#          tests/live/test_live_agent_turns.py (`tokview batch --history served` regenerates that trace, token-exact).
 # Called by .ci/live.sh once the chain model's server is stopped; runs on its own too:
 #
 #   VLLM_VENV=.venv-vllm bash .ci/live_tools.sh
 #
 # Environment: PYTHON (tokview's venv python, default .venv/bin/python), VLLM_VENV (default .venv-vllm, made by
-# .ci/live.sh), LIVE_PORT (default: a free port), LIVE_START_TIMEOUT (seconds, default 180).
+# .ci/live.sh), LIVE_PORT (default: a free port), LIVE_START_TIMEOUT (seconds, default 180), LIVE_TOOLS_MODELS
+# (the models to serve, default "tools agent turns").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
@@ -52,6 +55,7 @@ serve_and_test() {
   phase "$mode server start"
   set +e
   env "$url_env=$URL" "$dir_env=$model_dir" TOKVIEW_LIVE_TOOLS_RECORD="build/tools-live.json" \
+    TOKVIEW_LIVE_TURNS_RECORD="build/turns-live.json" \
     "$PYTHON" -m pytest -m live "$tests" -q -p no:cacheprovider --durations=5 -o timeout=900
   local code=$?
   set -e
@@ -61,16 +65,25 @@ serve_and_test() {
   return $code
 }
 
+MODELS=" ${LIVE_TOOLS_MODELS:-tools agent turns} "
 rc=0
-rc_agent=0
-rm -f build/tools-live.json
-serve_and_test tools tiny-kimi-tools tests/live/test_live_tools.py TOKVIEW_LIVE_TOOLS_URL TOKVIEW_LIVE_TOOLS_DIR || rc=$?
-serve_and_test agent tiny-kimi-agent tests/live/test_live_agent.py TOKVIEW_LIVE_AGENT_URL TOKVIEW_LIVE_AGENT_DIR \
-  || rc_agent=$?
-[ "$rc" != 0 ] || rc=$rc_agent
+rm -f build/tools-live.json build/turns-live.json
+run_model() {  # MODE NAME TEST_FILE URL_ENV DIR_ENV, if MODE is asked for; the first failure's code is kept
+  local code=0
+  case "$MODELS" in *" $1 "*) ;; *) return 0 ;; esac
+  serve_and_test "$@" || code=$?
+  [ "$rc" != 0 ] || rc=$code
+}
+run_model tools tiny-kimi-tools tests/live/test_live_tools.py TOKVIEW_LIVE_TOOLS_URL TOKVIEW_LIVE_TOOLS_DIR
+run_model agent tiny-kimi-agent tests/live/test_live_agent.py TOKVIEW_LIVE_AGENT_URL TOKVIEW_LIVE_AGENT_DIR
+run_model turns tiny-kimi-turns tests/live/test_live_agent_turns.py TOKVIEW_LIVE_TURNS_URL TOKVIEW_LIVE_TURNS_DIR
 if [ -s build/tools-live.json ]; then
   echo "live-tools: the tool model's two turns on the real server (prompt lengths, output ids, tool_calls):"
   cat build/tools-live.json
+fi
+if [ -s build/turns-live.json ]; then
+  echo "live-tools: the turns model's chain on the real server (prompt and output lengths per turn):"
+  cat build/turns-live.json
 fi
 echo "live-tools: total $(( $(date +%s) - t0 )) s"
 exit $rc

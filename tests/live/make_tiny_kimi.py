@@ -14,11 +14,15 @@ without a tool result is reasoning, ``</think>`` and a Kimi tool-call section ca
 read. Its tokenizer is tokview's Kimi layout plus the words of its chains (each with every prefix, merged
 first), so every chain is the canonical encoding of its text; its chat template is tokview's.
 
+The "agent" variant runs a tool loop of two rounds (two parallel calls, then one) before its answer; the "turns"
+variant adds a second user turn with its own call and answer (issue 23's done-when trace: parallel calls, a
+3-round loop, a second user turn), its branches read off two ratios of one attention head.
+
 Usage (run with the vLLM venv's python; tokview itself need not be installed there)::
 
-    make_tiny_kimi.py OUT_DIR [chain|tools|random] [bf16|fp32] [--non-special-think] [--verify]
+    make_tiny_kimi.py OUT_DIR [chain|tools|agent|turns|random] [bf16|fp32] [--non-special-think] [--verify]
 
-``--verify`` loads the result with HF transformers and checks the greedy chain output (both turns for tools).
+``--verify`` loads the result with HF transformers and checks the greedy chain output (every turn of the tool models).
 Deterministic: same torch/transformers → byte-identical files.
 """
 
@@ -127,7 +131,7 @@ def tool_pieces(texts: list[str] | None = None) -> list[str]:
     return list(dict.fromkeys(p for t in texts for p in byte_level_pieces(t)))
 
 
-def extend_tokenizer(out_dir: Path, texts: list[str] | None = None) -> None:
+def extend_tokenizer(out_dir: Path, texts: list[str] | None = None, variant: str | None = None) -> None:
     """Make each tool piece one token: its missing prefixes take the last pseudo-word ids, its merges rank first.
 
     The pseudo-words given up are the last ones of the layout (4-letter junk near id 163583), so every
@@ -157,7 +161,7 @@ def extend_tokenizer(out_dir: Path, texts: list[str] | None = None) -> None:
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     marker = out_dir / "tokview_layout.json"
     info = json.loads(marker.read_text(encoding="utf-8"))
-    variant = "tools" if texts is None else "agent"
+    variant = variant or ("tools" if texts is None else "agent")
     marker.write_text(json.dumps({**info, "variant": variant}, indent=2) + "\n", encoding="utf-8")
 
 
@@ -386,6 +390,245 @@ def apply_agent(model, turns: list[list[int]]) -> dict[int, int]:
     return dim
 
 
+# -- the turns variant: a second user turn with its own loop --------------------------------------------
+# Five generations, one conversation: A reasoning and two parallel calls (get_weather, square); B another square;
+# C the text answer; the user's second turn; D reasoning, a line of content and a square of its own; E a text
+# answer. Each branch point reads one ratio off layer 0's head, as in the agent variant: `<think>` / `</think>`
+# the round ratio over {`<|im_user|>` 0, section begins 1, ROUND_MARKER v}, every other branch the call ratio
+# over {`<|im_user|>` 0, call ends 1, CALL_MARKER w}. The markers are words only the second user turn holds:
+# a second `<|im_user|>` alone would give D the round ratio B has (2/4); with them D is -0.6, E -1/3 (the first
+# turn's 0, 1/2, 2/3 unchanged) and D's call 1.0 (the first turn's calls 0, 1/2, 2/3). D writes content before its
+# section so that `</think>` is followed by the section in A and B only, adjacent on the ratio line. The
+# lines at each branch are built from the ratios of the prompts the template renders, so each successor wins on
+# its own interval of the ratio by SLOPE_STEP times half the gap to the next one.
+TURNS_QUESTION_2 = "Next, square twelve please?"
+ROUND_MARKER, CALL_MARKER = " twelve", " please"
+ROUND_MARKER_VALUE, CALL_MARKER_VALUE = -5.0, 3.0
+TURNS_REASONING = (*AGENT_REASONING, "One more call", "Got one result")
+TURNS_CONTENT = {3: "Calling it"}
+TURNS_CALLS = {0: AGENT_CALLS[0], 1: AGENT_CALLS[1], 3: (("functions.square:3", '{"n": 12}'),)}
+TURNS_ANSWERS = {2: AGENT_ANSWER, 4: "Answer 144!"}
+TURNS_RESULTS = {0: ("rainy, 21 degrees", "49"), 1: ("81",), 3: ("144",)}
+TURNS_GENERATIONS = 5
+TURNS_SECOND_USER_BEFORE = 3
+"""The second user turn comes before generation D (index 3)."""
+TURNS_HIDDEN = 128
+TURNS_ROPE_THETA = 1e7
+"""RoPE barely turns over a 700-id prompt, so every key of a ratio scores the same wherever it stands."""
+T_Q_ROUND, T_Q_CALL, T_K_ROUND, T_K_CALL, T_M_ROUND, T_M_CALL, T_ROUND_MARK, T_CALL_MARK = range(120, 128)
+TURNS_SCORE = 2.0
+"""q and k weight of the ratio head: a key scores 8 * 2.0² = 32 (every other position 0)."""
+SLOPE_STEP, LINE_FLOOR, MIN_MARGIN = 40.0, 100.0, 2.0
+
+
+def turns_texts() -> list[str]:
+    """The markers first: their merges rank above the others' (` twelve` is ` t`+`we`… once `we` ranks first)."""
+    args = [a for calls in TURNS_CALLS.values() for call in calls for a in call]
+    return [ROUND_MARKER, CALL_MARKER, *TURNS_REASONING, *TURNS_CONTENT.values(), *TURNS_ANSWERS.values(), *args]
+
+
+def turns_outputs(tok) -> list[list[int]]:
+    """The five generations' output ids (each text its canonical encoding)."""
+
+    def enc(text: str) -> list[int]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        if len(ids) != len(byte_level_pieces(text)):
+            raise SystemExit(f"{text!r} is not one token per piece: {tok.encode(text).tokens}")
+        return ids
+
+    outputs = []
+    for g in range(TURNS_GENERATIONS):
+        out = [*enc(TURNS_REASONING[g]), THINK_CLOSE_ID, *(enc(TURNS_CONTENT[g]) if g in TURNS_CONTENT else [])]
+        if g in TURNS_CALLS:
+            body = [t for cid, a in TURNS_CALLS[g] for t in (CALL_BEGIN, *enc(cid), ARG_BEGIN, *enc(a), CALL_END)]
+            out += [SECTION_BEGIN, *body, SECTION_END]
+        else:
+            out += enc(TURNS_ANSWERS[g])
+        outputs.append([*out, EOS_ID])
+    return outputs
+
+
+def turns_messages(generation: int) -> list[dict]:
+    """The conversation before `generation` (0-4): the planned outputs as history, the row's results after calls."""
+    messages: list[dict] = [{"role": "user", "content": TOOL_QUESTION}]
+    for g in range(generation + 1):
+        if g == TURNS_SECOND_USER_BEFORE:
+            messages.append({"role": "user", "content": TURNS_QUESTION_2})
+        if g == generation:
+            break
+        turn: dict = {"role": "assistant", "content": TURNS_CONTENT.get(g), "reasoning_content": TURNS_REASONING[g]}
+        if g in TURNS_CALLS:
+            turn["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": cid.split(".")[1].split(":")[0], "arguments": a}}
+                for cid, a in TURNS_CALLS[g]
+            ]
+        else:
+            turn["content"] = TURNS_ANSWERS[g]
+        messages.append(turn)
+        for (cid, _), result in zip(TURNS_CALLS.get(g, ()), TURNS_RESULTS.get(g, ()), strict=True):
+            messages.append({"role": "tool", "tool_call_id": cid, "content": result})
+    return messages
+
+
+def render_prompt(tok, messages: list[dict]) -> list[int]:
+    """The template's prompt ids for `messages` with both tools (an HF tokenizer)."""
+    ids = tok.apply_chat_template(
+        messages, tools=[WEATHER_TOOL, SQUARE_TOOL], add_generation_prompt=True, tokenize=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def turns_decisions(tok, outputs: list[list[int]], markers: tuple[int, int]) -> list[tuple[int, int, float, float]]:
+    """(source, successor, round ratio, call ratio) at every position whose next id the model must choose."""
+    round_marker, call_marker = markers
+    decisions = []
+    for g, out in enumerate(outputs):
+        prompt = render_prompt(tok, turns_messages(g))
+        seq = prompt + out
+        expected = (g >= TURNS_SECOND_USER_BEFORE, g >= TURNS_SECOND_USER_BEFORE)
+        if (seq.count(round_marker), seq.count(call_marker)) != expected or round_marker in out or call_marker in out:
+            raise SystemExit(f"generation {g}: a marker word stands where it must not")
+        counts = dict.fromkeys((IM_USER_ID, SECTION_BEGIN, CALL_END, round_marker, call_marker), 0)
+        for i, tid in enumerate(seq[:-1]):
+            if tid in counts:
+                counts[tid] += 1
+            if i < len(prompt) - 1:
+                continue
+            u, s, e = counts[IM_USER_ID], counts[SECTION_BEGIN], counts[CALL_END]
+            m1, m2 = counts[round_marker], counts[call_marker]
+            x_round = (s + ROUND_MARKER_VALUE * m1) / (u + s + m1)
+            x_call = (e + CALL_MARKER_VALUE * m2) / (u + e + m2)
+            decisions.append((tid, seq[i + 1], x_round, x_call))
+    return decisions
+
+
+def turns_lines(points: dict[int, list[float]]) -> dict[int, tuple[float, float]]:
+    """(intercept, slope) per successor of one branch source: successor k wins on the k-th interval of the ratio.
+
+    Slopes rise by SLOPE_STEP from interval to interval (centred on 0); two neighbours' lines cross halfway
+    between their points; the intercepts are shifted so the winner's line is at least LINE_FLOOR at its points.
+    """
+    groups = sorted(points.items(), key=lambda kv: min(kv[1]))
+    for (b1, xs1), (b2, xs2) in itertools.pairwise(groups):
+        if max(xs1) >= min(xs2):
+            raise SystemExit(f"successors {b1} and {b2} interleave on the ratio: {sorted(xs1)} vs {sorted(xs2)}")
+    n = len(groups)
+    slopes = [SLOPE_STEP * (k - (n - 1) / 2) for k in range(n)]
+    intercepts = [0.0]
+    for k in range(n - 1):
+        boundary = (max(groups[k][1]) + min(groups[k + 1][1])) / 2
+        intercepts.append(intercepts[k] + (slopes[k] - slopes[k + 1]) * boundary)
+    low = min(slopes[k] * x + intercepts[k] for k, (_, xs) in enumerate(groups) for x in xs)
+    return {b: (intercepts[k] + LINE_FLOOR - low, slopes[k]) for k, (b, _) in enumerate(groups)}
+
+
+def turns_program(decisions: list[tuple[int, int, float, float]]):
+    """Plain transitions, and per branch source its kind ('round' or 'call') and lines; the margins checked."""
+    successors: dict[int, dict[int, list[tuple[float, float]]]] = {}
+    for a, b, xr, xc in decisions:
+        successors.setdefault(a, {}).setdefault(b, []).append((xr, xc))
+    plain = {a: next(iter(bs)) for a, bs in successors.items() if len(bs) == 1}
+    branches: dict[int, tuple[str, dict[int, tuple[float, float]]]] = {}
+    slope_of: dict[int, tuple[str, float]] = {}
+    for a, bs in successors.items():
+        if a in plain:
+            continue
+        kind = "round" if a in (THINK_OPEN, THINK_CLOSE_ID) else "call"
+        axis = 0 if kind == "round" else 1
+        lines = turns_lines({b: [x[axis] for x in xs] for b, xs in bs.items()})
+        for b, (_, slope) in lines.items():
+            if slope_of.setdefault(b, (kind, slope)) != (kind, slope):
+                raise SystemExit(f"id {b} needs two slopes: {slope_of[b]} and {(kind, slope)}")
+        branches[a] = (kind, lines)
+    # The winner against every candidate of its source and every other branch successor's slope term.
+    worst = min(_turns_margin(a, b, xr, xc, branches, slope_of) for a, b, xr, xc in decisions if a in branches)
+    if worst < MIN_MARGIN:
+        raise SystemExit(f"a branch is won by only {worst:.2f} (need {MIN_MARGIN})")
+    return plain, branches, worst
+
+
+def _turns_margin(a, b, xr, xc, branches, slope_of) -> float:
+    kind, lines = branches[a]
+    x = xr if kind == "round" else xc
+    value = {c: i + s * x for c, (i, s) in lines.items()}
+    for c, (c_kind, s) in slope_of.items():
+        if c not in lines:
+            value[c] = s * (xr if c_kind == "round" else xc if kind == "call" else 0.0)
+    winner = value.pop(b)
+    return winner - max(value.values())
+
+
+def turns_markers(tok) -> tuple[int, int]:
+    """The ids of the two marker words (a `tokenizers.Tokenizer`)."""
+    ids = tuple(tok.token_to_id(byte_level_pieces(w)[0]) for w in (ROUND_MARKER, CALL_MARKER))
+    if None in ids:
+        raise SystemExit(f"a marker word is not one token: {ids}")
+    return ids  # type: ignore[return-value]
+
+
+def apply_turns(model, hf_tok, outputs: list[list[int]]) -> float:
+    """One-hot sources, the two-ratio head of layer 0 (marker keys included), plain rows and branch lines.
+
+    Returns the smallest planned margin of a branch (in line units, before the final norm's scale)."""
+    import torch
+
+    markers = turns_markers(hf_tok.backend_tokenizer)
+    plain, branches, worst = turns_program(turns_decisions(hf_tok, outputs, markers))
+    sources = list(dict.fromkeys([*plain, *branches]))
+    if len(sources) > T_Q_ROUND:
+        raise SystemExit(f"{len(sources)} source tokens do not fit in {T_Q_ROUND} dimensions")
+    dim = {tid: i for i, tid in enumerate(sources)}
+    reserved = list(range(T_Q_ROUND, TURNS_HIDDEN))
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    attn = model.model.layers[0].self_attn
+    unit = TURNS_HIDDEN**0.5  # a lone one-hot component after RMSNorm
+    with torch.no_grad():
+        # Only layer 0's head writes into the residual stream: the random MLPs and layer 1's head would add noise
+        # that the branch lines' large intercepts turn into logits (a 0.02 leak in a source dimension won a plain
+        # position in the first build). No token but a source carries a source dimension (no value leaks either).
+        model.model.layers[0].mlp.down_proj.weight.zero_()
+        for module in (model.model.layers[1].self_attn.o_proj, model.model.layers[1].mlp.down_proj):
+            module.weight.zero_()
+        emb[:, reserved] = 0.0
+        head[:, reserved] = 0.0
+        emb[:, list(dim.values())] = 0.0
+        for tid, i in dim.items():
+            emb[tid].zero_()
+            emb[tid, i] = 1.0
+        for tid, (kind, _) in branches.items():
+            emb[tid, T_Q_ROUND if kind == "round" else T_Q_CALL] = 1.0
+        emb[IM_USER_ID].zero_()
+        emb[IM_USER_ID, T_K_ROUND] = emb[IM_USER_ID, T_K_CALL] = 1.0  # the anchor of both ratios: no value
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            proj.weight.zero_()
+        # RoPE's two slowest pairs (30, 62) and (31, 63), with a large theta: the scores do not move with distance.
+        attn.q_proj.weight[31, T_Q_ROUND] = attn.k_proj.weight[31, T_K_ROUND] = TURNS_SCORE
+        attn.q_proj.weight[30, T_Q_CALL] = attn.k_proj.weight[30, T_K_CALL] = TURNS_SCORE
+        for key_id, key_dim, row in ((SECTION_BEGIN, T_K_ROUND, 0), (CALL_END, T_K_CALL, 1)):
+            # The key component after RMSNorm must equal the anchor's (unit/√2 each of two components) whatever
+            # else the token carries: with r² the sum of its other squares, a component r does it.
+            r = float(emb[key_id].float().pow(2).sum()) ** 0.5
+            emb[key_id, key_dim] = r
+            attn.v_proj.weight[row, dim[key_id]] = r * 2**0.5 / unit
+        for marker, own, key_dim, row, value in (
+            (markers[0], T_ROUND_MARK, T_K_ROUND, 0, ROUND_MARKER_VALUE),
+            (markers[1], T_CALL_MARK, T_K_CALL, 1, CALL_MARKER_VALUE),
+        ):
+            emb[marker].zero_()
+            emb[marker, own] = emb[marker, key_dim] = 1.0
+            attn.v_proj.weight[row, own] = value * 2**0.5 / unit
+        attn.o_proj.weight[T_M_ROUND, 0] = 1.0
+        attn.o_proj.weight[T_M_CALL, 1] = 1.0
+        for a, b in plain.items():
+            head[b, dim[a]] = LM_HEAD_SCALE
+        for a, (kind, lines) in branches.items():
+            for b, (intercept, slope) in lines.items():
+                head[b, dim[a]] = intercept
+                head[b, T_M_ROUND if kind == "round" else T_M_CALL] = slope
+    return worst
+
+
 def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special: bool = True) -> Path:
     """Write tokenizer + config + safetensors weights into ``out_dir`` (replaced if present)."""
     import torch
@@ -401,8 +644,19 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
 
         extend_tokenizer(out_dir, agent_texts())
         turns = agent_turns(Tokenizer.from_file(str(out_dir / "tokenizer.json")))
+    elif mode == "turns":
+        from transformers import AutoTokenizer
+
+        extend_tokenizer(out_dir, turns_texts(), "turns")
+        hf_tok = AutoTokenizer.from_pretrained(str(out_dir))
+        outputs = turns_outputs(hf_tok.backend_tokenizer)
     torch.manual_seed(0)
     config = LlamaConfig(**LLAMA_CONFIG)
+    if mode == "turns":
+        config = LlamaConfig(
+            **{**LLAMA_CONFIG, "hidden_size": TURNS_HIDDEN},
+            rope_parameters={"rope_type": "default", "rope_theta": TURNS_ROPE_THETA},
+        )
     model = LlamaForCausalLM(config).float()
     if mode == "chain":
         apply_chain(model)
@@ -410,6 +664,8 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
         apply_tool_chains(model, chains)
     elif turns is not None:
         apply_agent(model, turns)
+    elif mode == "turns":
+        margin = apply_turns(model, hf_tok, outputs)
     model = model.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=BOS_ID, eos_token_id=[EOS_ID], pad_token_id=PAD_ID)
     model.save_pretrained(str(out_dir), safe_serialization=True)
@@ -436,6 +692,20 @@ def build(out_dir: Path, mode: str = "chain", dtype: str = "bf16", think_special
     if turns is not None:
         info.update(turn_output_ids=turns, calls=[[list(c) for c in calls] for calls in AGENT_CALLS])
         info.update(texts={"reasoning": list(AGENT_REASONING), "answer": AGENT_ANSWER})
+    if mode == "turns":
+        info.update(
+            turn_output_ids=outputs,
+            planned_margin=margin,
+            calls={str(g): [list(c) for c in calls] for g, calls in TURNS_CALLS.items()},
+            results={str(g): list(r) for g, r in TURNS_RESULTS.items()},
+            texts={
+                "question": TOOL_QUESTION,
+                "question_2": TURNS_QUESTION_2,
+                "reasoning": list(TURNS_REASONING),
+                "content": {str(g): c for g, c in TURNS_CONTENT.items()},
+                "answers": {str(g): a for g, a in TURNS_ANSWERS.items()},
+            },
+        )
     (out_dir / MODEL_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return out_dir
 
@@ -543,10 +813,45 @@ def verify_agent(model_dir: Path) -> None:
         print(f"verified: turn {turn}: prompt {len(prompt)} ids -> {len(got)} output ids")
 
 
+def turns_extends(previous: list[int], prompt: list[int]) -> bool:
+    return bool(previous) and prompt[: len(previous)] == previous
+
+
+def verify_turns(model_dir: Path) -> None:
+    """Each generation's greedy output is the planned one, with a margin; each prompt extends the previous prompt +
+    output ids inside a tool loop, and D's (after the finished loop and the second user turn) does not: the
+    template drops the loop's reasoning there (recordings/tools README §6)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    info = json.loads((model_dir / MODEL_INFO).read_text(encoding="utf-8"))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="auto")
+    model.eval()
+    previous: list[int] = []
+    for g, expected in enumerate(info["turn_output_ids"]):
+        prompt = render_prompt(tok, turns_messages(g))
+        if g > 0 and turns_extends(previous, prompt) != (g != TURNS_SECOND_USER_BEFORE):
+            raise SystemExit(
+                f"generation {g}: the prompt's extension of the previous prompt + output is not as planned"
+            )
+        got = greedy_output(model_dir, prompt, 80)
+        if got != expected:
+            raise SystemExit(f"generation {g} output mismatch: {got} (expected {expected})")
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + got])).logits[0, len(prompt) - 1 : -1].float()
+        top2 = logits.topk(2, dim=-1).values
+        gap = float((top2[:, 0] - top2[:, 1]).min())
+        previous = prompt + got
+        print(
+            f"verified: generation {g}: prompt {len(prompt)} ids -> {len(got)} output ids, smallest logit gap {gap:.1f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "tools", "agent", "random"))
+    p.add_argument("mode", nargs="?", default="chain", choices=("chain", "tools", "agent", "turns", "random"))
     p.add_argument("dtype", nargs="?", default="bf16", choices=("bf16", "fp32"))
     p.add_argument(
         "--non-special-think",
@@ -561,7 +866,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "random":
             print("--verify applies to the chain and tools models only", file=sys.stderr)
             return 1
-        {"chain": verify, "tools": verify_tools, "agent": verify_agent}[args.mode](out)
+        verifiers = {"chain": verify, "tools": verify_tools, "agent": verify_agent, "turns": verify_turns}
+        verifiers[args.mode](out)
     return 0
 
 
