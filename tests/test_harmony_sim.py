@@ -214,3 +214,18 @@ def test_harmony_chat_streams_reasoning_content_and_calls_as_the_answer_does(oss
             assert reasoning == message["reasoning"] and content == (message["content"] or "")
             assert args == "".join(c["function"]["arguments"] for c in message.get("tool_calls") or [])
             assert deltas[-1]["finish_reason"] == whole["finish_reason"]
+
+
+def test_chat_template_kwargs_pin_the_date_over_the_profile_defaults(tmp_path, oss_dir, capsys):
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=oss_dir)) as sim:
+        pinned = '{"current_date": "2025-08-05"}'
+        with _cli_batch(tmp_path, sim.url, oss_dir, [QUESTION], "--chat-template-kwargs", pinned) as store:
+            (s,) = _samples(store)
+    assert s.capture.settings["chat_template_kwargs"] == {"reasoning_effort": "medium", "current_date": "2025-08-05"}
+    assert "Current date: 2025-08-05" in sim.tokenizer.decode(s.capture.prompt_ids)
+    capsys.readouterr()
+    args = ["batch", str(tmp_path / "p.jsonl"), "--server", sim.url, "--chat-template-kwargs", "{current_date"]
+    assert main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tokview: error: batch: argument --chat-template-kwargs: not valid JSON")
+    assert "\n" not in err

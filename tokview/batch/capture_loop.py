@@ -83,10 +83,11 @@ async def capture_all(
         out = dict(settings)
         if getattr(item, "tools", None):
             out["tools"] = item.tools  # sent by the chat endpoints; read by the `tool_not_declared` check
-        if extra_kwargs:
+        given = settings.get("chat_template_kwargs")
+        if extra_kwargs or given:  # over the profile's own kwargs (thinking, a date), not instead of them
             profile = getattr(pool, "profile", None)
             base = profile.template_kwargs(config.thinking) if profile is not None else {}
-            out["chat_template_kwargs"] = {**base, **extra_kwargs}
+            out["chat_template_kwargs"] = {**base, **(given or {}), **(extra_kwargs or {})}
         return out
 
     async def one(item: Any) -> None:

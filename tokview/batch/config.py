@@ -61,6 +61,9 @@ class BatchConfig:
     sends each turn with the file's history (independent turns, earlier reasoning dropped)."""
     history_reasoning: str = "template"
     """What reasoning a chain's served turns carry back: `template`, `all` or `none` (`chains.HISTORY_REASONING`)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """`--chat-template-kwargs`: sent (and rendered locally) over the profile's own (thinking, gpt-oss's date and
+    effort); part of the sample ids, since they change the prompt."""
 
     def __post_init__(self) -> None:
         # Stored in the runs table (`source`, `tokenizer_dir`) and read back by export/show/ui from
@@ -72,7 +75,7 @@ class BatchConfig:
 
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
-        settings = {
+        settings: dict[str, Any] = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_new_tokens": self.max_new_tokens,
@@ -81,6 +84,8 @@ class BatchConfig:
         }
         if self.logprobs is not None:  # only when asked: earlier runs' sample ids stay the same
             settings["logprobs"] = self.logprobs
+        if self.chat_template_kwargs:  # only when given, for the same reason
+            settings["chat_template_kwargs"] = dict(self.chat_template_kwargs)
         return settings
 
     def sample_settings(self, identity: dict[str, Any] | None = None) -> dict[str, Any]:

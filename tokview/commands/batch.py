@@ -95,6 +95,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "template keeps what it keeps (Kimi: the tool loop in progress); all = also preserve_thinking for "
         "templates that keep every turn's (K2.6); none = none (default template)",
     )
+    p.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="chat template kwargs sent with every request and used to render prompts locally, over the profile's "
+        '(e.g. \'{"current_date": "2025-08-05", "reasoning_effort": "high"}\' to render gpt-oss prompts again)',
+    )
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
     p.add_argument(
         "--max-consecutive-failures",
@@ -114,6 +121,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
     p.set_defaults(run=run, exit_without_teardown=True)
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object of kwargs")
+    return value
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -160,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
         logprobs=args.logprobs,
         history=args.history,
         history_reasoning=args.history_reasoning,
+        chat_template_kwargs=args.chat_template_kwargs,
     )
     config.validate()  # before the database file is created (InputError)
     check_chat_template(args.tokenizer, args.mode)
