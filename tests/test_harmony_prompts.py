@@ -99,7 +99,9 @@ def test_a_served_prompt_stamped_with_another_date_is_prompt_date_mismatch(oss_t
     c = _capture(oss_tok, "2026-03-03", "2026-03-02")
     found = {f.code: f for f in analyze(c, oss, oss_tok).findings}
     hit = found["prompt_date_mismatch"]
-    assert "2026-03-03" in hit.detail and "2026-03-02" in hit.detail and "current_date" in hit.detail
+    assert "2026-03-03" in hit.detail
+    assert "2026-03-02" in hit.detail
+    assert "current_date" in hit.detail
     local = oss_tok.render(QUESTION, template_kwargs={"reasoning_effort": "medium", "current_date": "2026-03-02"})
     first = next(i for i, (a, b) in enumerate(zip(local, c.prompt_ids)) if a != b)
     assert hit.positions == (first,)
@@ -118,7 +120,9 @@ def test_a_date_only_difference_is_no_template_mismatch(oss_tok):
 def test_no_date_finding_on_the_same_date_or_on_another_difference(oss_tok):
     oss = get_profile("gpt-oss")
     same = analyze(_capture(oss_tok, "2026-03-02", "2026-03-02"), oss, oss_tok).codes
-    assert "prompt_date_mismatch" not in same and "prompt_render_mismatch" not in same
+    assert "prompt_date_mismatch" not in same
+    assert "prompt_render_mismatch" not in same
     other = [{"role": "user", "content": "What is 6 times 8?"}]
     codes = analyze(_capture(oss_tok, "2026-03-03", "2026-03-02", other), oss, oss_tok).codes
-    assert "prompt_date_mismatch" not in codes and "prompt_render_mismatch" in codes
+    assert "prompt_date_mismatch" not in codes
+    assert "prompt_render_mismatch" in codes

@@ -84,7 +84,8 @@ async def _batch(
         timeout=30.0,
     )
     summary = await run_batch(config, store)
-    assert summary.ok == summary.input and not summary.failed, summary
+    assert summary.ok == summary.input, summary
+    assert not summary.failed, summary
     return store
 
 
@@ -211,7 +212,8 @@ def test_harmony_chat_streams_reasoning_content_and_calls_as_the_answer_does(oss
                 call["function"].get("arguments") or "" for d in deltas for call in d["delta"].get("tool_calls") or []
             )
             message = whole["message"]
-            assert reasoning == message["reasoning"] and content == (message["content"] or "")
+            assert reasoning == message["reasoning"]
+            assert content == (message["content"] or "")
             assert args == "".join(c["function"]["arguments"] for c in message.get("tool_calls") or [])
             assert deltas[-1]["finish_reason"] == whole["finish_reason"]
 
