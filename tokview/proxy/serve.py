@@ -155,7 +155,8 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
 
         spec = ChildSpec(replace(config, tokenizer=None, say=None), upstreams, None if source is None else str(source))
         process = RecorderProcess(spec, config.say or _say_on_stderr)
-        lower_priority(process.process.pid)
+        if process.process.pid is not None:  # started (RecorderProcess waits until it is ready)
+            lower_priority(process.process.pid)
         return process
     return open_recorder_here(config, upstreams, config.tokenizer, config.say)
 
