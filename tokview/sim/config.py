@@ -108,6 +108,9 @@ class SimConfig:
     max_model_len: int = 32768
     spec_decode: str | None = None
     """Report speculative-decoding metrics like this build (`tokview.sim.spec.SPEC_DECODE_MODES`); None: none."""
+    profile: str | None = None
+    """Serve the tokenizer as this profile (a name or a .toml), not the one detected from it: Kimi-K2.6 is
+    K2.5's layout with `preserve_thinking`, a GLM-4.7-style family a think-tag model with its own ids."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -21,10 +21,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tokview.core.profiles import ModelProfile, detect_profile
+from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.sim import faults, sglang, vllm
 from tokview.sim.common import SimState, SimStats
-from tokview.sim.config import SimConfig
+from tokview.sim.config import SimConfig, SimConfigError
 
 
 class CannotListen(OSError):
@@ -47,7 +47,25 @@ def tokenizer_for(cfg: SimConfig) -> tuple[Any, ModelProfile]:
         path = kimi_tokenizer_dir(think_special=cfg.think_special)
     else:
         path = Path(cfg.tokenizer_dir).expanduser().absolute()
-    return _tokenizer_and_profile(str(path))
+    tokenizer, detected = _tokenizer_and_profile(str(path))
+    return tokenizer, detected if cfg.profile is None else served_profile(cfg.profile, tokenizer)
+
+
+def served_profile(name: str, tokenizer: Any) -> ModelProfile:
+    """The profile the simulator serves its tokenizer as; SimConfigError when its ids are not this tokenizer's
+    (its think delimiters would be other tokens, and every answer a malformed one)."""
+    try:
+        profile = with_tokenizer_stops(get_profile(name), tokenizer)
+    except ProfileError as exc:
+        raise SimConfigError(str(exc)) from None
+    named = [(profile.think_open, profile.think_open_id), (profile.think_close, profile.think_close_id)]
+    for text, token_id in named:
+        if token_id is not None and tokenizer.token_to_id(text) != token_id:
+            raise SimConfigError(
+                f"profile {profile.name}: {text} is id {token_id} there, {tokenizer.token_to_id(text)} in this "
+                "tokenizer: serve it with its own tokenizer"
+            )
+    return profile
 
 
 class _CountRequests:
