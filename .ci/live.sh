@@ -65,7 +65,7 @@ export TOKVIEW_LIVE_VLLM_URL="$URL"
 export TOKVIEW_LIVE_RECORD="$ROOT/build/live-capture.json"
 rm -f "$TOKVIEW_LIVE_RECORD"
 set +e
-"$PYTHON" -m pytest -m live tests/live tests/test_batch_live.py -q -p no:cacheprovider -o timeout=900
+"$PYTHON" -m pytest -m live tests/live -q -p no:cacheprovider -o timeout=900
 rc=$?
 set -e
 phase "tests"

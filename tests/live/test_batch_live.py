@@ -6,7 +6,6 @@ Exported speculators `input_ids` must equal the ids the real server reported it 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,13 @@ from tokview.export import export
 from tokview.store import Store
 
 pytestmark = pytest.mark.live
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
-
-
-@pytest.fixture(scope="module")
-def live_url() -> str:
-    url = os.environ.get("TOKVIEW_LIVE_VLLM_URL")
-    if not url:
-        pytest.skip("TOKVIEW_LIVE_VLLM_URL is not set: run `bash .ci/live.sh` to start a real vLLM")
-    return url.rstrip("/")
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_data"
 
 
 @pytest.mark.parametrize("mode", ["raw", "chat"])
-async def test_live_batch_exports_served_ids(live_url, tmp_path, mode):
+async def test_live_batch_exports_served_ids(vllm_surface_url, tmp_path, mode):
     config = BatchConfig(
-        servers=[live_url],
+        servers=[vllm_surface_url],
         prompts_path=SAMPLES / "multiturn.jsonl",
         tokenizer=kimi(),
         model_profile=profile(),
