@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.identity import known_identity
+from tokview.batch.preload import probe
 from tokview.batch.worklist import WorkList, plan_work
-from tokview.store import Store
+
+if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
+    from tokview.store import Store
 
 
 async def resume_shortcut(
@@ -35,12 +39,13 @@ async def resume_shortcut(
     known = known_identity(config)
     if known is None:
         return store, None, None
-    from tokview.store.records import scrub
-
     started = time.monotonic()
     pool = config.server_pool()
     try:
-        await pool.start()  # the model name is part of the ids; ServerUnreachable propagates (nothing written)
+        await probe(pool)  # the model name is part of the ids; ServerUnreachable propagates (nothing written)
+        from tokview.store import Store
+        from tokview.store.records import scrub
+
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
         servers = scrub(pool.server_info())
     finally:

@@ -25,22 +25,21 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tokview.batch.capture_loop import capture_all
+from tokview.batch import preload
 from tokview.batch.chains import EARLIER_STOP, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.tasks import unless_cancelled
-from tokview.batch.workers import worker_count
 from tokview.batch.worklist import WorkItem, WorkList, chain_settings, plan_work
-from tokview.batch.writer import GroupWriter
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
-from tokview.store import Store
-from tokview.store.part_sink import StoreFull
-from tokview.store.records import scrub
+
+if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
+    from tokview.batch.writer import GroupWriter
+    from tokview.store import Store
 
 LANDING_S = 1.0
 """At most one landing a second in a batch (each costs ~50 ms of CPU however small; see workers.Lander)."""
@@ -181,7 +180,9 @@ async def run_batch(
     pool = config.server_pool(tokenizer, profile)
     try:
         # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
-        await unless_cancelled(pool.start(), cancel, "the servers were probed")
+        await unless_cancelled(preload.probe(pool), cancel, "the servers were probed")
+        from tokview.store import Store
+
         if not isinstance(store, Store):
             store = store()
         return await _run(
@@ -204,7 +205,12 @@ async def _run(
     live: bool = False,
     on_landed: Callable[[int], None] | None = None,
 ) -> BatchSummary:
+    from tokview.batch.capture_loop import capture_all
     from tokview.batch.identity import checked_special_tokens, remember_identity
+    from tokview.batch.workers import worker_count
+    from tokview.batch.writer import GroupWriter
+    from tokview.store.part_sink import StoreFull
+    from tokview.store.records import scrub
 
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
@@ -411,6 +417,7 @@ async def _share_with_children(
     """This process's part of a `--workers` run: capture from the feed, spawn the children once its
     first requests are out, then capture beside them until every child is done, taking up work a
     child gave back (it died or was stopped alone), and pass a cancel or a stop on to them."""
+    from tokview.batch.capture_loop import capture_all
     from tokview.batch.workers import FeedTodo
 
     todo = FeedTodo(feed)

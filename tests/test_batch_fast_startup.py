@@ -1,0 +1,97 @@
+"""`tokview batch` sends its first request before the slow parts of its start-up (issue 30, item 3).
+
+The tokenizer's load (`batch/preload.py`) waits until the run's first probe request is on its way, and
+DuckDB and the analysis are imported after it: they overlap the probe's waiting on the servers instead
+of delaying its first request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+from tokview.batch import preload
+from tokview.batch.config import BatchConfig
+
+
+def _counting_config(tokenizer_dir) -> tuple[BatchConfig, threading.Event]:
+    config = BatchConfig(servers=["http://127.0.0.1:1"], tokenizer_dir=tokenizer_dir)
+    loading = threading.Event()
+    load = config.load_tokenizer_and_profile
+
+    def counted():
+        loading.set()
+        return load()
+
+    config.load_tokenizer_and_profile = counted  # type: ignore[method-assign]
+    return config, loading
+
+
+def test_a_started_load_waits_for_the_release(qwen_tok_dir):
+    config, loading = _counting_config(qwen_tok_dir)
+    future = preload.start(config)
+    assert future is not None
+    assert not loading.wait(0.2)  # started, not released: nothing loads yet
+    preload.release()
+    _tokenizer, profile = future.result(timeout=60)
+    assert loading.is_set()
+    assert profile.name == "qwen3"
+    assert preload.take(config) is future
+
+
+def test_a_discarded_load_that_was_never_released_never_loads(qwen_tok_dir):
+    config, loading = _counting_config(qwen_tok_dir)
+    before = set(threading.enumerate())
+    future = preload.start(config)
+    (thread,) = [t for t in threading.enumerate() if t not in before and t.name == "tokview-tokenizer"]
+    preload.discard(config)
+    thread.join(timeout=10)
+    assert not thread.is_alive()  # its thread ended
+    assert future is not None
+    assert future.cancelled()
+    assert not loading.is_set()  # without loading anything
+
+
+FIRST_REQUEST_PROBE = """
+import json, socket, sys
+from tokview.batch.config import BatchConfig
+seen = {}
+load = BatchConfig.load_tokenizer_and_profile
+def counted(self):
+    seen.setdefault("tokenizer_load_began_before_the_first_request", "first_request" not in seen)
+    return load(self)
+BatchConfig.load_tokenizer_and_profile = counted
+connect = socket.socket.connect
+def first(self, address):
+    if "first_request" not in seen:
+        seen["first_request"] = sorted(m for m in ("duckdb", "tokview.core.analysis", "tokenizers") if m in sys.modules)
+    return connect(self, address)
+socket.socket.connect = first
+from tokview.cli import main
+code = main(sys.argv[1:])
+print(json.dumps(seen))
+sys.exit(code)
+"""
+
+
+def test_the_first_request_goes_out_before_the_tokenizer_duckdb_and_the_analysis(tmp_path, monkeypatch):
+    from tokview.cli import main
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))  # a run remembers its identity here
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        common = ["batch", str(prompts), "--server", sim.url, "--max-new-tokens", "8", "--workers", "1"]
+        assert main([*common, "--db", str(tmp_path / "first.duckdb")]) == 0  # the identity is now known
+        done = subprocess.run(
+            [sys.executable, "-c", FIRST_REQUEST_PROBE, *common, "--db", str(tmp_path / "second.duckdb")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-800:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["first_request"] == []  # neither DuckDB, the analysis nor the tokenizers library yet
+    assert seen["tokenizer_load_began_before_the_first_request"] is False
