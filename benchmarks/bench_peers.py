@@ -53,13 +53,20 @@ def get_json(url: str) -> dict:
         return json.loads(r.read())
 
 
-def measured(name: str, argv: list[str], replay: str, server_pid: int, env: dict[str, str] | None = None) -> dict:
+def measured(
+    name: str,
+    argv: list[str],
+    replay: str,
+    server_pid: int,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> dict:
     get_json(f"{replay}/_bench/first")
     server0 = server_cpu_s(server_pid)
     t0_wall = time.time()
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
