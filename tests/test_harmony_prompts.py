@@ -12,8 +12,8 @@ import pytest
 from tokview.core import gpt_oss_tokenizer as g
 from tokview.core.analysis import analyze
 from tokview.core.profiles import get_profile, profile_fields, profile_from_fields
-from tokview.core.prompt_dates import date_only_difference
 from tokview.core.record import Capture
+from tokview.core.template_dates import date_only_difference
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 CLEAN = "<|channel|>analysis<|message|>Six sevens.<|end|><|start|>assistant<|channel|>final<|message|>42.<|return|>"
@@ -107,11 +107,6 @@ def test_a_served_prompt_stamped_with_another_date_is_prompt_date_mismatch(oss_t
     assert hit.positions == (first,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs core/findings.py (not this helper's): prompt_render_mismatch returns None when "
-    "prompt_dates.served_date(tok, local, served) names a date-only difference",
-)
 def test_a_date_only_difference_is_no_template_mismatch(oss_tok):
     codes = analyze(_capture(oss_tok, "2026-03-03", "2026-03-02"), get_profile("gpt-oss"), oss_tok).codes
     assert "prompt_render_mismatch" not in codes  # the template and tokenizer are the server's: only the date

@@ -37,6 +37,7 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
 )
 from tokview.core.profiles import HARMONY, KIMI_K2
 from tokview.core.record import Capture
+from tokview.core.template_dates import served_date
 
 UNKNOWN_IDS_SHOWN = 12
 """How many unknown ids a detail spells out (a whole output of them would be a page)."""
@@ -818,8 +819,8 @@ def prompt_render_mismatch(ctx: Context) -> Hit | None:
     except Exception as exc:  # a broken template is itself a mismatch worth showing
         return Hit.missing(f"The local chat template failed to render this conversation: {exc}")
     first = first_difference(local, c.prompt_ids)
-    if first is None:
-        return None
+    if first is None or served_date(tok, local, c.prompt_ids) is not None:
+        return None  # equal, or only the stamped date differs (`prompt_date_mismatch` says so)
     detail = (
         f"The local tokenizer renders {len(local)} prompt ids, the server used {ctx.n_prompt}; they differ from "
         f"position {first}: the local template or tokenizer is not the server's."
