@@ -13,14 +13,22 @@ store made without `--db` is temporary, and the last line says so and how to kee
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from tokview.errors import UserError
+
+if TYPE_CHECKING:
+    from tokview.batch.config import BatchSummary
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.prompts import PromptRow
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store import Store
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "sample_data" / "openai_messages.jsonl"
 FALLBACK_PROMPTS = [
@@ -32,7 +40,7 @@ FALLBACK_PROMPTS = [
 ]
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="start a simulator, fill a demo store with a first batch, open the app")
     p.add_argument("--db", default=None, help="DuckDB file (default: a fresh one in a temporary folder)")
     p.add_argument(
@@ -49,7 +57,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _prompts(path: Path | None, limit: int):
+def _prompts(path: Path | None, limit: int) -> list[PromptRow]:
     from tokview.batch import read_prompts
     from tokview.core.prompts import parse_row
 
@@ -108,8 +116,14 @@ def demo_runs(current_url: str, old_url: str) -> list[tuple[str, dict]]:
 
 
 async def fill_store(
-    store, prompts, tokenizer, profile, current_url: str, old_url: str, stream: TextIO | None = None
-) -> list:
+    store: Store,
+    prompts: list[PromptRow],
+    tokenizer: TokenizerAdapter,
+    profile: ModelProfile,
+    current_url: str,
+    old_url: str,
+    stream: TextIO | None = None,
+) -> list[tuple[str, BatchSummary]]:
     """The three demo runs; with a `stream`, a progress line per run on it (the app is not up yet)."""
     from tokview.batch import BatchConfig, run_batch
     from tokview.batch.progress import ProgressPrinter
@@ -129,7 +143,7 @@ async def fill_store(
     return summaries
 
 
-def summary_text(store, summaries, temporary: bool = False) -> str:
+def summary_text(store: Store, summaries: list[tuple[str, BatchSummary]], temporary: bool = False) -> str:
     """The demo runs and the store's counts as they are now (read at the call, so after the app they are current)."""
     stats = store.stats()
     where = "temporary (deleted on exit, so no path to keep)" if temporary else str(store.path)
@@ -159,7 +173,7 @@ def open_hint(db: str | None, removed: bool = False) -> str:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
     from tokview.store import Store

@@ -16,7 +16,7 @@ from tokview.errors import ExitCode, UserError
 from tokview.untrusted_text import printable_json
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("doctor", help="probe a server: id fields, think opener, reasoning field, hidden ids")
@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tokview.core.profiles import get_profile
     from tokview.core.tokenizer import load_tokenizer
     from tokview.servers.doctor import run_doctor

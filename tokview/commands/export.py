@@ -25,9 +25,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.export.writer import ExportResult
+    from tokview.store import Store
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -93,8 +100,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def resolve_tokenizer(
-    store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool, profile: str | None = None
-):
+    store: Store, run_name: str | None, tokenizer_dir: Path | None, trust_remote_code: bool, profile: str | None = None
+) -> tuple[TokenizerAdapter, ModelProfile]:
     """The tokenizer and fallback profile the samples were made with: the flags, else what the runs recorded.
 
     Goes through `core.resolve.resolve_for_stored`, so `--trust-remote-code` only ever applies to a
@@ -174,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary(result) -> str:
+def summary(result: ExportResult) -> str:
     """What the user needs to know about the file just written, a line per topic."""
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]

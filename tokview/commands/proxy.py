@@ -8,10 +8,11 @@ the store, which the app and `stats` read while the harness runs.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.default_store import DEFAULT_DB
     from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV
@@ -48,7 +49,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.proxy.serve import ProxyConfig, check_listen, key_from_env, serve_forever
 

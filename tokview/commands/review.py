@@ -17,9 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
+
+if TYPE_CHECKING:
+    from tokview.store import Store
+    from tokview.store.bulk_review import Outcome
+    from tokview.store.records import SampleFilter
 
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
@@ -55,7 +61,7 @@ def _text(value: str | None, flag: str) -> str | None:
     return value.strip() if value is not None else None
 
 
-def _filters(args: argparse.Namespace, store) -> tuple:
+def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str | None]:
     from tokview.core.findings import FINDING_CODES
     from tokview.store.records import SampleFilter
     from tokview.ui.search_terms import parse_search
@@ -89,12 +95,12 @@ def _reviewer(given: str | None) -> str | None:
     return reviewer_name(None, load_config().reviewer)  # ConfigError: one line
 
 
-def describe(outcome, dry_run: bool) -> str:
+def describe(outcome: Outcome, dry_run: bool) -> str:
     """One line: what changed out of what was selected, and why the rest did not."""
     return outcome.summary("selected", dry_run)
 
 
-def apply(store, args: argparse.Namespace, ids: list[str], who: str | None):
+def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | None) -> Outcome:
     """Run the asked action on `ids` (with --dry-run: work out what it would change, write nothing)."""
     from tokview.store import bulk_review as bulk
 
@@ -121,7 +127,7 @@ SOURCE = "review"
 """What `actions.source` records for a change made here (the app records `app`)."""
 
 
-def _undo(store, args: argparse.Namespace, who: str | None) -> int:
+def _undo(store: Store, args: argparse.Namespace, who: str | None) -> int:
     target = args.undo.strip().lstrip("#")
     if target != "last" and not target.isdigit():
         raise UserError(f"--undo takes an action id from --history or 'last', not {args.undo!r}")
@@ -137,7 +143,7 @@ def _undo(store, args: argparse.Namespace, who: str | None) -> int:
     return 0
 
 
-def _history(store, args: argparse.Namespace) -> int:
+def _history(store: Store, args: argparse.Namespace) -> int:
     listed = store.actions(50)
     if args.json:
         print(json.dumps([{**vars(a), "at": str(a.at)} for a in listed]))

@@ -21,9 +21,17 @@ import asyncio
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from tokview.batch.tasks import cancel_on_signals
 from tokview.commands.store_arg import add_db_argument, existing_store
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from tokview.batch.progress import ProgressPrinter
+    from tokview.batch.scoring import ScoreConfig, ScoreSummary
+    from tokview.store import Store
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -99,7 +107,12 @@ def run(args: argparse.Namespace) -> int:
     return summary.exit_code
 
 
-async def _run(config, store, printer, run_score):
+async def _run(
+    config: ScoreConfig,
+    store: Store,
+    printer: ProgressPrinter,
+    run_score: Callable[..., Awaitable[ScoreSummary]],
+) -> ScoreSummary:
     """Ctrl-C sets the cancel event: in-flight requests are abandoned, written scores kept."""
     cancel = asyncio.Event()
     cancel_on_signals(cancel)

@@ -5,17 +5,25 @@ The headless twin of the inspect screen, for terminals without the app, for logs
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable
 
+if TYPE_CHECKING:
+    from tokview.core.alignment import Alignment
+    from tokview.core.analysis import Analysis
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store.records import StoredSample
+
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("show", help="print one sample's ids, segments and findings")
@@ -30,7 +38,7 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tokview.core.analysis import analyze
     from tokview.core.resolve import resolve_for_stored
     from tokview.store import Store, UnknownSample
@@ -86,7 +94,7 @@ def review_history(history: list[dict]) -> list[dict]:
     return [{k: (h[k].isoformat() if k == "at" and h.get(k) is not None else h.get(k)) for k in keys} for h in history]
 
 
-def review_lines(stored) -> list[str]:
+def review_lines(stored: StoredSample) -> list[str]:
     """The review as text: each live verdict with who/when/why, then the notes and tags."""
     lines = []
     for h in stored.history:
@@ -104,13 +112,12 @@ def review_lines(stored) -> list[str]:
     return ["review:", *lines] if lines else ["review: none yet"]
 
 
-def text_field_column(analysis, out_pos: int, kind: str, parser: str | None) -> str:
+def text_field_column(al: Alignment, out_pos: int, kind: str, parser: str | None) -> str:
     """What became of one output id: kept, partial, drift (naming the `tool_calls[k]` field it landed in, when
     a tool parser put it there), or hidden (a tool-call marker: by the tool parser)."""
     from tokview.core import segments as seg
     from tokview.core.tool_calls import field_name
 
-    al = analysis.alignment
     status = al.statuses[out_pos]
     text = MARK.get(status, "?") + " " + status
     if status == "hidden":
@@ -122,7 +129,14 @@ def text_field_column(analysis, out_pos: int, kind: str, parser: str | None) -> 
     return f"{text} {landed}" if landed else text
 
 
-def render(stored, analysis, tokenizer, start: int | None, count: int, parser: str | None = None) -> str:
+def render(
+    stored: StoredSample,
+    analysis: Analysis,
+    tokenizer: TokenizerAdapter,
+    start: int | None,
+    count: int,
+    parser: str | None = None,
+) -> str:
     """`parser`: the profile's tool-call layout (names the field a hermes call's name lands in)."""
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
@@ -143,15 +157,15 @@ def render(stored, analysis, tokenizer, start: int | None, count: int, parser: s
         lines.append(f"  {f.severity.upper():<5} {f.code}: {f.detail}")
     first = n_prompt if start is None else max(0, min(start, len(cap.input_ids) - 1))
     pieces = tokenizer.pieces(ids[max(0, first - 8) : first + count])[min(8, first) :]
-    align = analysis.alignment.statuses if analysis.alignment else None
+    al = analysis.alignment
     lines.append(f"ids {first}..{min(len(ids), first + count) - 1}  (pos  id  piece  segment  mask  text-field)")
     for offset, piece in enumerate(pieces):
         pos = first + offset
         status = ""
         # the statuses are of the aligned ids: the output's own unless a dual capture's two paths diverged
         same_ids = not cap.parsed_output_ids or not cap.paths_diverge
-        if align is not None and pos >= n_prompt and pos - n_prompt < len(align) and same_ids:
-            status = text_field_column(analysis, pos - n_prompt, analysis.kinds[pos], parser)
+        if al is not None and pos >= n_prompt and pos - n_prompt < len(al.statuses) and same_ids:
+            status = text_field_column(al, pos - n_prompt, analysis.kinds[pos], parser)
         lines.append(
             f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
         )

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tokview.sim.config import SimConfig
     from tokview.sim.server import Simulator
 
@@ -134,7 +136,7 @@ def banner(sim: Simulator) -> str:
     return "\n".join(lines)
 
 
-def launch_or_explain(cfg: SimConfig, launch) -> Simulator:
+def launch_or_explain(cfg: SimConfig, launch: Callable[[SimConfig], Simulator]) -> Simulator:
     """The simulator never runs a tokenizer folder's own code, so a loader hint to pass
     --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
     from tokview.core.tokenizer import TokenizerError

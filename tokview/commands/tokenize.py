@@ -13,9 +13,12 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.errors import UserError
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_tokenizer():
+def _default_tokenizer() -> TokenizerAdapter:
     from tokview.core.kimi_layout import kimi_tokenizer_dir
     from tokview.core.tokenizer import load_tokenizer
 
@@ -129,7 +132,7 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     return [(f" (assistant turn {p.turn})" if many else "", p.history) for p in points]
 
 
-def _template_kwargs(tokenizer, profile_name: str | None, thinking: bool) -> dict[str, Any]:
+def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thinking: bool) -> dict[str, Any]:
     from tokview.core.profiles import ProfileError, detect_profile, get_profile
 
     try:
@@ -141,7 +144,7 @@ def _template_kwargs(tokenizer, profile_name: str | None, thinking: bool) -> dic
     return profile.template_kwargs(thinking)
 
 
-def _emit(as_json: bool, text: str, ids: list[int], tokenizer, label: str | None = None) -> None:
+def _emit(as_json: bool, text: str, ids: list[int], tokenizer: TokenizerAdapter, label: str | None = None) -> None:
     pieces = tokenizer.pieces(ids)
     if as_json:
         print(json.dumps({"text": text, "ids": ids, "pieces": pieces}, ensure_ascii=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import os
 import sys
@@ -15,7 +16,7 @@ APP_LOCK_TIMEOUT_S = 15.0
 its one thread, so the batch default (minutes) would freeze the screen."""
 
 
-def add_parser(sub) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("ui", help="open the app: inspect tokens, curate, generate (the default command)")
@@ -69,7 +70,7 @@ def open_app(
     db: str,
     *,
     server: str | None = None,
-    tokenizer=None,
+    tokenizer: Path | None = None,
     profile: str | None = None,
     trust_remote_code: bool = False,
     create: bool = True,
@@ -112,7 +113,7 @@ def open_app(
     return app.return_code or 0  # non-zero when the app ended on an error
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     return open_app(
         args.db,
         server=args.server,

@@ -13,7 +13,7 @@ from tokview.core import logprobs as lp
 from tokview.core import spec_decode
 from tokview.core.record import Capture
 from tokview.core.tool_calls import server_tool_calls
-from tokview.servers.backend import Backend, Captured, Probe
+from tokview.servers.backend import Backend, Call, Captured, Probe
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
@@ -103,18 +103,19 @@ def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str,
 
 def finish_chat_capture(
     fields: dict[str, Any],
-    require_ids: bool,
+    *,
+    call: Call,
     client: ServerClient,
     info: ServerInfo,
     body: dict[str, Any],
     raw: Any,
-    settings: dict[str, Any],
-    messages: list[dict[str, Any]] | None,
     endpoint: str,
     latency: float,
 ) -> Captured:
+    """The capture of a plain chat answer whose `fields` were read off `raw` (the parsed answer to
+    `body`), for SGLang's and vLLM's chat alike; keyword-only, since its inputs are alike in type."""
     returned = fields["output_ids"]
-    if (fields["output_ids"] is None or fields["prompt_ids"] is None) and require_ids:
+    if (fields["output_ids"] is None or fields["prompt_ids"] is None) and call.require_ids:
         raise CaptureFailed(
             "the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
             "response_token_ids): this server build cannot give exact ids on chat; use the "
@@ -125,8 +126,8 @@ def finish_chat_capture(
     fields["output_ids"] = list(fields["output_ids"] or [])
     capture = Capture(
         **fields,
-        settings=settings,
-        messages=messages,
+        settings=call.settings,
+        messages=call.messages,
         endpoint=endpoint,
         raw_request=client.audit_request("POST", CHAT_PATH, body),
         raw_response=raw,

@@ -274,7 +274,7 @@ class SglangChat(ChatBackend):
         fields = parse_chat(data, "POST /v1/chat/completions")
         latency = time.perf_counter() - started
         return finish_chat_capture(
-            fields, call.require_ids, client, info, body, data, call.settings, call.messages, self.recorded_as, latency
+            fields, call=call, client=client, info=info, body=body, raw=data, endpoint=self.recorded_as, latency=latency
         )
 
     async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:

@@ -214,7 +214,7 @@ class VllmChat(ChatBackend):
     ) -> Captured:
         latency = time.perf_counter() - started
         return finish_chat_capture(
-            fields, call.require_ids, client, info, body, raw, call.settings, call.messages, self.recorded_as, latency
+            fields, call=call, client=client, info=info, body=body, raw=raw, endpoint=self.recorded_as, latency=latency
         )
 
     def reasoning_field_advice(self, field: str | None) -> Advice | None:
