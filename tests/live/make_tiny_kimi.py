@@ -478,12 +478,15 @@ def render_prompt(tok, messages: list[dict]) -> list[int]:
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
-def turns_decisions(tok, outputs: list[list[int]], markers: tuple[int, int]) -> list[tuple[int, int, float, float]]:
-    """(source, successor, round ratio, call ratio) at every position whose next id the model must choose."""
+def turns_decisions(render, outputs: list[list[int]], markers: tuple[int, int]) -> list[tuple[int, int, float, float]]:
+    """(source, successor, round ratio, call ratio) at every position whose next id the model must choose.
+
+    `render(messages)` gives the template's prompt ids with both tools (`render_prompt` here; tokview's own
+    renderer in the fast tier, which has no torch and need not import transformers)."""
     round_marker, call_marker = markers
     decisions = []
     for g, out in enumerate(outputs):
-        prompt = render_prompt(tok, turns_messages(g))
+        prompt = render(turns_messages(g))
         seq = prompt + out
         expected = (g >= TURNS_SECOND_USER_BEFORE, g >= TURNS_SECOND_USER_BEFORE)
         if (seq.count(round_marker), seq.count(call_marker)) != expected or round_marker in out or call_marker in out:
@@ -573,7 +576,7 @@ def apply_turns(model, hf_tok, outputs: list[list[int]]) -> float:
     import torch
 
     markers = turns_markers(hf_tok.backend_tokenizer)
-    plain, branches, worst = turns_program(turns_decisions(hf_tok, outputs, markers))
+    plain, branches, worst = turns_program(turns_decisions(lambda m: render_prompt(hf_tok, m), outputs, markers))
     sources = list(dict.fromkeys([*plain, *branches]))
     if len(sources) > T_Q_ROUND:
         raise SystemExit(f"{len(sources)} source tokens do not fit in {T_Q_ROUND} dimensions")
