@@ -22,6 +22,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.pop("TOKVIEW_API_KEY", None)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject's addopts; files go to workers whole, `--dist loadfile`): one per CPU
+    for the suite or a directory, at most one per file for named files, and none for a single file (it runs
+    in this process: a worker would only add its start-up)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    files = {arg.split("::")[0] for arg in config.args}
+    if not files or not all(Path(f).is_file() for f in files):
+        return cpus
+    return 0 if len(files) == 1 else min(len(files), cpus)
+
+
 @pytest.fixture(scope="session")
 def kimi_tok_dir() -> Path:
     from tokview.core.kimi_layout import kimi_tokenizer_dir
