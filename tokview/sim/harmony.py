@@ -23,8 +23,7 @@ from typing import Any
 
 from tokview.core.harmony import CALL, MESSAGE, parse_harmony
 from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES, TOOL_REASONING, Generation, request_seed
-from tokview.sim.tool_shapes import ToolTurn
-from tokview.sim.tools import WORDS, ParsedCall, ParsedOutput, tool_choice
+from tokview.sim.tools import WORDS, ParsedCall, ParsedOutput, ToolTurn, tool_choice
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 FINAL = "<|start|>assistant<|channel|>final<|message|>"

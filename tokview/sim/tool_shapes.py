@@ -14,31 +14,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tokview.sim import common, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
-from tokview.sim.tools import ParsedCall, ParsedOutput
-
-
-@dataclass
-class ToolTurn:
-    """A generation as the tool parser reads it: the parse, the calls it returns, and their ids."""
-
-    parsed: ParsedOutput
-    calls: list[ParsedCall]
-    ids: list[str]
-    names: list[str]
-    choice: str
-
-    def call_at(self, pos: int) -> int | None:
-        """The index of the returned call whose arguments hold output position `pos`."""
-        for k, call in enumerate(self.calls):
-            if call.arg_begin_at < pos <= call.end_at:
-                return k
-        return None
+from tokview.sim.tools import ToolTurn
 
 
 def read_turn(state: SimState, body: dict[str, Any], gen: Generation, thinking: bool, history: int) -> ToolTurn:

@@ -349,3 +349,21 @@ def request_render(
         return messages, kwargs
     declared = rendered_tools(body, kind)
     return prepare_messages(messages, kind, endpoint), ({**kwargs, "tools": declared} if declared else kwargs)
+
+
+@dataclass
+class ToolTurn:
+    """A generation as the tool parser reads it: the parse, the calls it returns, and their ids."""
+
+    parsed: ParsedOutput
+    calls: list[ParsedCall]
+    ids: list[str]
+    names: list[str]
+    choice: str
+
+    def call_at(self, pos: int) -> int | None:
+        """The index of the returned call whose arguments hold output position `pos`."""
+        for k, call in enumerate(self.calls):
+            if call.arg_begin_at < pos <= call.end_at:
+                return k
+        return None
