@@ -11,8 +11,9 @@ parsed), the proxy not recording ("front": ids injected and stripped, nothing st
 recording into a fresh store (every finding, sessions, parts landed). Rounds alternate the targets so a
 busy shared machine hurts them all alike.
 
-Printed: added latency per request (p50, p99 over sequential non-streamed requests), added time per
-streamed chunk (median stream time minus direct's, over the chunks), CPU per request of the forwarder
+Printed: added latency per request (p50, p99 over sequential non-streamed requests, one to each target in
+turn, so a shared box's bursts of load fall on all of them alike), added time per streamed chunk (median
+stream time minus direct's, over the chunks; streams also in turn), CPU per request of the forwarder
 and of the proxy (their process CPU over the sequential requests; the proxy's recorder process, which
 parses, analyses and lands, apart and then added), and throughput (streams/s) at
 `--concurrent` concurrent streams; then the goals and whether each is met. For the throughput phase it
@@ -187,23 +188,22 @@ async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Nam
         for url, _ in targets.values():  # warm connections and caches
             await sequential(client, url, 5, args.output_tokens, False, 0)
             await sequential(client, url, 2, args.output_tokens, True, 0)
-        rounds = 4
-        for r in range(rounds):
-            for name, (url, pid) in targets.items():
-                cpu0 = server_cpu_s(pid) if pid else 0.0
-                rec0 = children_cpu_s(pid) if pid else 0.0
-                got = await sequential(client, url, args.requests // rounds, args.output_tokens, False, 1000 * r)
-                if name == "proxy":  # let the recorder finish these before its CPU is read
-                    await settled(pid)
-                out[name]["cpu"] += (server_cpu_s(pid) - cpu0) if pid else 0.0
-                out[name]["cpu_rec"] += (children_cpu_s(pid) - rec0) if pid else 0.0
-                out[name]["lat"] += [t for t, _ in got]
+        # one request to each target in turn: a shared box's bursts of load then fall on every target alike
+        cpu0 = {name: server_cpu_s(pid) if pid else 0.0 for name, (_, pid) in targets.items()}
+        rec0 = {name: children_cpu_s(pid) if pid else 0.0 for name, (_, pid) in targets.items()}
+        for i in range(args.requests):
             for name, (url, _) in targets.items():
-                got = await sequential(
-                    client, url, max(1, args.streams // rounds), args.output_tokens, True, 50_000 + 1000 * r
-                )
-                out[name]["stream"] += [t for t, _ in got]
-                out[name]["chunks"] += [c for _, c in got]
+                out[name]["lat"].append((await one(client, url, body(1000 + i, args.output_tokens, False)))[0])
+        for name, (_, pid) in targets.items():
+            if pid:
+                await settled(pid)  # the recorder has finished these before its CPU is read
+                out[name]["cpu"] = server_cpu_s(pid) - cpu0[name]
+                out[name]["cpu_rec"] = children_cpu_s(pid) - rec0[name]
+        for i in range(args.streams):
+            for name, (url, _) in targets.items():
+                took, chunks = await one(client, url, body(50_000 + i, args.output_tokens, True))
+                out[name]["stream"].append(took)
+                out[name]["chunks"].append(chunks)
         for r in range(2):
             for name, (url, pid) in targets.items():
                 before = _cpu_now(pid, upstream_pids)
@@ -211,7 +211,7 @@ async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Nam
                     await concurrent(client, url, args.total, args.concurrent, args.output_tokens, 100_000 * (r + 1))
                 )
                 after = _cpu_now(pid, upstream_pids)
-                if name == "proxy":
+                if pid:
                     await settled(pid)  # its recorder's share of these streams, too
                     after["recorder"] = children_cpu_s(pid)
                 out[name]["phase"].append({k: (after[k] - before[k]) / args.total for k in after})

@@ -151,3 +151,13 @@ def test_head_and_kept_connections_go_through(sim, proxy) -> None:
 def test_a_malformed_request_is_refused_with_400_and_the_connection_closed(proxy) -> None:
     got = _exchange(proxy.url, b"NONSENSE\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 400 ") and b"connection: close" in got.lower()
+
+
+def test_the_front_serves_on_uvloop_when_it_is_installed(sim) -> None:
+    """vLLM's and SGLang's environments ship uvloop, and the proxy then serves on it: its transports are not
+    asyncio.Transport subclasses (an isinstance check refused every connection)."""
+    pytest.importorskip("uvloop")
+    with start_proxy(ProxyConfig([sim.url], listen="127.0.0.1:0", db=None)) as proxy, httpx.Client() as client:
+        assert client.get(proxy.url + "/v1/models").json()["data"]
+        stream = client.post(proxy.url + "/v1/chat/completions", json=_chat(sim, True)).content
+        assert stream.endswith(b"data: [DONE]\n\n")

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import cast
 from urllib.parse import urlsplit
 
 MAX_HEAD = 1 << 16
@@ -103,8 +104,7 @@ class Responder(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self._server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -379,8 +379,7 @@ class UpstreamResponse(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
