@@ -21,6 +21,10 @@ from tokview.commands.store_arg import add_db_argument
 from tokview.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from tokview.batch.config import BatchConfig, BatchSummary
+    from tokview.batch.progress import ProgressPrinter
     from tokview.store import Store
 
 BAD_ROWS_SHOWN = 20
@@ -254,7 +258,12 @@ def check_chat_template(tokenizer_dir: str | Path | None, mode: str) -> None:
         )
 
 
-async def _run(config, store, printer, run_batch):
+async def _run(
+    config: BatchConfig,
+    store: Callable[[], Store],
+    printer: ProgressPrinter,
+    run_batch: Callable[..., Awaitable[BatchSummary]],
+) -> BatchSummary:
     """Ctrl-C sets the cancel event: in-flight requests are abandoned, committed samples kept."""
     from tokview.batch.tasks import cancel_on_signals
 
