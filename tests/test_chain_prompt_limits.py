@@ -1,0 +1,55 @@
+"""An agent trace's prompt is measured against the server's context with its tools, as the server renders it.
+
+Found by profiling bench_chain.py: `batch.limits.prompt_length` renders a chat request's messages with the
+profile's template kwargs but without the row's `tools` (which `prompt_render_mismatch` and the servers render),
+so (1) a prompt that fits only without its tool declaration is sent, and the server refuses it instead of the
+batch recording `over_max_length` unsent; (2) every agent turn is rendered twice in full, since the finding's
+render (with tools) never finds the length check's in the recent renders: a third of a long turn's client CPU.
+The fix is one line in tokview/batch/limits.py (not this helper's file): add `tools` to the kwargs as the
+finding does. Until then this test is a strict xfail, so it fails (XPASS) the moment the fix lands, and the
+marker goes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from builders import kimi, profile
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+LIMIT = 400
+BIG_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up. " * 60,  # ~1,000 ids of tool_declare: over LIMIT only with it
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+    },
+}
+
+
+@pytest.mark.xfail(strict=True, reason="limits.prompt_length renders without the row's tools (helper B's file)")
+async def test_a_prompt_over_the_context_only_with_its_tools_is_failed_unsent(tmp_path):
+    row = {"id": "tools", "tools": [BIG_TOOL], "messages": [{"role": "user", "content": "Look up 'drafter'."}]}
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(row) + "\n")
+    with start_simulator(SimConfig(kind="vllm", max_model_len=LIMIT)) as sim:
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=prompts,
+            tokenizer=kimi(),
+            model_profile=profile(),
+            mode="chat",
+            max_new_tokens=20,
+            timeout=10.0,
+        )
+        with Store(tmp_path / "s.duckdb") as store:
+            summary = await run_batch(config, store)
+            reasons = dict(store.query("SELECT prompt_id, reason FROM failures"))
+        sent = sim.stats.requests.get("/v1/chat/completions", 0)
+    assert summary.failed == 1 and summary.balanced
+    assert reasons["tools"].startswith("over_max_length: the prompt has "), reasons
+    assert sent == 1, "the probe's request only: measured with its tools, the prompt is not sent"
