@@ -161,3 +161,23 @@ def test_the_front_serves_on_uvloop_when_it_is_installed(sim) -> None:
         assert client.get(proxy.url + "/v1/models").json()["data"]
         stream = client.post(proxy.url + "/v1/chat/completions", json=_chat(sim, True)).content
         assert stream.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_client_expecting_100_continue_gets_it_once_and_then_the_upstreams_answer(sim, proxy) -> None:
+    """curl sends `Expect: 100-continue` before a body over 1 KB; the front answers the interim 100 itself and
+    forwards no `expect` (an upstream's own interim 100 read as its answer would have been the client's)."""
+    body = orjson.dumps({**_chat(sim, False), "messages": [{"role": "user", "content": "x" * 2000}]})
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        parts = []
+        while chunk := sock.recv(65536):
+            parts.append(chunk)
+    got = b"".join(parts)
+    assert got.startswith(b"HTTP/1.1 200 ") and b"100 Continue" not in got
+    assert orjson.loads(got.partition(b"\r\n\r\n")[2])["choices"][0]["message"]

@@ -47,9 +47,11 @@ HOP_BY_HOP = frozenset(
         "host",
         "content-length",
         "accept-encoding",
+        "expect",
     }
 )
-"""Request headers never forwarded as they are (the pool sets length and host; the answer must come unencoded)."""
+"""Request headers never forwarded as they are (the pool sets length and host; the answer must come unencoded;
+the front has answered a client's `Expect: 100-continue` itself and forwards the whole body)."""
 STORED_HEADERS = ("content-type", "user-agent", "accept", SESSION_HEADER)
 """The only client headers a stored request keeps: never Authorization, cookies or keys."""
 

@@ -31,6 +31,7 @@ BUFFERED = 1 << 20
 IDLE_KEPT = 256
 """Idle connections kept open to each upstream."""
 NO_BODY_STATUS = frozenset({204, 304})
+CONNECT_TIMEOUT_S = 10.0
 
 
 class BadRequest(Exception):
@@ -409,7 +410,7 @@ class UpstreamResponse(asyncio.Protocol):
 
     # -- reading the answer ------------------------------------------------------------------------------
     def _parse(self) -> None:
-        if not self._has_head:
+        while not self._has_head:  # interim 1xx answers (100 Continue, 103 Early Hints) are skipped
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buffer) > MAX_HEAD:
@@ -417,7 +418,7 @@ class UpstreamResponse(asyncio.Protocol):
                 return
             self._read_head(bytes(self._buffer[:end]))
             del self._buffer[: end + 4]
-            self._wake()
+        self._wake()
         if self._done or not self._buffer:
             return
         if self._framing == "chunked":
@@ -454,6 +455,8 @@ class UpstreamResponse(asyncio.Protocol):
                 chunked = b"chunked" in value.lower()
             elif name == b"connection":
                 connection = value.lower()
+        if 100 <= self.status < 200 and self.status != 101:
+            return  # interim: the real answer's head follows
         self.headers = headers
         self._has_head = True
         self._keep_alive = connection != b"close" and (parts[0] != b"HTTP/1.0" or connection == b"keep-alive")
@@ -651,13 +654,18 @@ class UpstreamPool:
             return response
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await loop.create_connection(
-                lambda: UpstreamResponse(self),
-                self.host,
-                self.port,
-                ssl=self._ssl,
-                server_hostname=self.host if self.https else None,
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: UpstreamResponse(self),
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self.host if self.https else None,
+                ),
+                CONNECT_TIMEOUT_S,
             )
+        except TimeoutError:
+            raise UpstreamUnreachable(f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
         except OSError as exc:
             raise UpstreamUnreachable(f"cannot connect: {exc.strerror or exc}") from None
         protocol._head_only = head_only
