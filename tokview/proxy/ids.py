@@ -146,7 +146,7 @@ def may_be_id_only(event: bytes, injection: Injection) -> bool:
     return SGLEXT_KEY in event if injection.kind == SGLANG else b"{}" in event
 
 
-def id_only_chunk(chunk: Any, injection: Injection) -> bool:
+def id_only_chunk(chunk: object, injection: Injection) -> bool:
     """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
 
     vLLM: every choice's delta is empty and none finishes (a marker id), and no usage rides it.

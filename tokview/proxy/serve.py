@@ -31,6 +31,8 @@ from tokview.proxy.recorder_store import open_recorder_here
 from tokview.proxy.wire import FrontServer
 
 if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
     from tokview.proxy.recorder_process import RecorderProcess
 
 PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
@@ -48,8 +50,8 @@ class ProxyConfig:
     listen: str = DEFAULT_LISTEN
     db: str | None = "tokview.duckdb"
     """None: forward only, record nothing (the benchmark's bare mode)."""
-    tokenizer: Any = None
-    profile: Any = None
+    tokenizer: TokenizerAdapter | None = None
+    profile: ModelProfile | None = None
     allow_remote: bool = False
     key: str | None = None
     kind: str = "auto"
@@ -106,7 +108,7 @@ def upstream_auth(url: str) -> str | None:
     return f"Bearer {key}" if key else None
 
 
-async def _detect(url: str, kind: str, profile: Any) -> Upstream:
+async def _detect(url: str, kind: str, profile: ModelProfile | None) -> Upstream:
     from tokview.servers import ServerUnreachable
     from tokview.servers.features import detect
     from tokview.servers.http import ServerClient
