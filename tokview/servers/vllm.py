@@ -33,6 +33,9 @@ from tokview.servers.shapes import (
 )
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
+EFFORT_FIELD = "reasoning_effort"
+"""vLLM's request field for the reasoning effort, and gpt-oss's template kwarg of the same name: sent in both places
+with one value (serving_chat applies chat_template_kwargs after it, so the templates that read the kwarg agree)."""
 
 
 def sampling_body(settings: dict[str, Any], model: str | None) -> dict[str, Any]:
@@ -62,6 +65,9 @@ def chat_body(
         body.update(logprobs=True, top_logprobs=int(settings["logprobs"]), return_tokens_as_token_ids=True)
     if settings.get("tools"):  # an agent trace's row-level tools: rendered by the template, parsed back as calls
         body["tools"] = settings["tools"]
+    effort = (settings["chat_template_kwargs"] or {}).get(EFFORT_FIELD)
+    if isinstance(effort, str):  # vLLM's Harmony path (gpt-oss) reads the effort here, never the template kwargs
+        body[EFFORT_FIELD] = effort
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
