@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
+
+if TYPE_CHECKING:
+    from tokview.store.records import SampleRow
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 DEFAULT_LIMIT = 50
 
 
-def sample_line(row: Any) -> str:
+def sample_line(row: SampleRow) -> str:
     """One listed sample: its id first, so `cut -f1` gives ids for `tokview show`."""
     return "\t".join(
         [
@@ -55,7 +58,7 @@ def sample_line(row: Any) -> str:
     )
 
 
-def sample_dict(row: Any) -> dict[str, Any]:
+def sample_dict(row: SampleRow) -> dict[str, Any]:
     return {
         "sample_id": row.sample_id,
         "status": row.status,

@@ -52,7 +52,7 @@ def chat_ids(data: dict[str, Any], choice: dict[str, Any]) -> tuple[list[int] | 
     return prompt, None, None
 
 
-def served_prompt_ids(data: Any) -> list[int] | None:
+def served_prompt_ids(data: object) -> list[int] | None:
     """The prompt ids a chat answer says the server rendered (None when it names none)."""
     if isinstance(data, dict) and data.get("choices"):
         prompt, _, _ = chat_ids(data, data["choices"][0])
@@ -61,7 +61,7 @@ def served_prompt_ids(data: Any) -> list[int] | None:
     return None
 
 
-def chat_logprob_fields(logprobs: Any, output_ids: list[int] | None, where: str, asked: bool) -> dict[str, Any]:
+def chat_logprob_fields(logprobs: object, output_ids: list[int] | None, where: str, asked: bool) -> dict[str, Any]:
     """OpenAI-style `logprobs.content` (asked with return_tokens_as_token_ids) aligned to the output ids.
 
     Read only when we asked: logprobs someone else's defaults added carry strings, not ids."""
@@ -73,7 +73,7 @@ def chat_logprob_fields(logprobs: Any, output_ids: list[int] | None, where: str,
         raise Retryable(f"malformed response from {where}: {exc}") from None
 
 
-def parse_chat(data: Any, where: str, logprobs_asked: bool = False) -> dict[str, Any]:
+def parse_chat(data: object, where: str, logprobs_asked: bool = False) -> dict[str, Any]:
     """Capture fields of an OpenAI-style chat answer (SGLang or vLLM), ids possibly None."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise Retryable(f"malformed response from {where}: expected an object with choices")
@@ -108,7 +108,7 @@ def finish_chat_capture(
     client: ServerClient,
     info: ServerInfo,
     body: dict[str, Any],
-    raw: Any,
+    raw: object,
     endpoint: str,
     latency: float,
 ) -> Captured:

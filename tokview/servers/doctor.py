@@ -65,7 +65,7 @@ class DoctorReport:
     def to_dict(self) -> dict[str, Any]:
         """The report as data: secrets masked, and any lone surrogate a server sent written as its escape
         (`--json` must be encodable; JSON itself escapes the control characters)."""
-        return _scrubbed(self._dict(), self.secrets)
+        return {key: _scrubbed(value, self.secrets) for key, value in self._dict().items()}
 
     def _dict(self) -> dict[str, Any]:
         return {
@@ -124,7 +124,7 @@ class DoctorReport:
         return text
 
 
-def _scrubbed(value: Any, secrets: Secrets) -> Any:
+def _scrubbed(value: object, secrets: Secrets) -> object:
     if isinstance(value, str):
         return storable(secrets.scrub(value))
     if isinstance(value, dict):

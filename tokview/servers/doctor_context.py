@@ -6,8 +6,9 @@ it and neither imports the other's internals.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
@@ -19,6 +20,8 @@ from tokview.servers.info import ServerInfo
 from tokview.servers.registry import ServerChoice, choose
 from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -81,7 +84,7 @@ class DoctorContext:
         scrub = self.client.secrets.scrub  # details quote server answers, which may echo a key
         self.checks.append(DoctorCheck(status, title, scrub(detail), scrub(recommendation)))
 
-    async def attempt(self, fn: Any) -> tuple[Any, str | None]:
+    async def attempt(self, fn: Callable[[], Awaitable[T]]) -> tuple[T | None, str | None]:
         """(result, None) or (None, why): a failed request is evidence for a check, never the doctor's end."""
         if self.choice is None:
             return None, "the server kind is unknown"

@@ -7,7 +7,8 @@ says which id fields and which reasoning field really come back.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from tokview.core.profiles import ModelProfile
 from tokview.servers.backend import Probe
@@ -20,8 +21,10 @@ from tokview.servers.retry import GaveUp, RetryPolicy
 from tokview.servers.shapes import int_list
 from tokview.untrusted_text import storable
 
+T = TypeVar("T")
 
-async def ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
+
+async def ask(policy: RetryPolicy, fn: Callable[[], Awaitable[T]]) -> tuple[T | None, str | None]:
     """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable."""
     try:
         return await policy.run(fn), None
@@ -36,7 +39,7 @@ async def ask(policy: RetryPolicy, fn: Any) -> tuple[Any, str | None]:
 LIMIT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_len")
 
 
-def context_limit(*answers: Any) -> int | None:
+def context_limit(*answers: object) -> int | None:
     """The server's context length in tokens, from the first answer that reports one.
 
     vLLM puts `max_model_len` on each `/v1/models` entry and on `/tokenize`; SGLang reports it on
@@ -57,7 +60,7 @@ def context_limit(*answers: Any) -> int | None:
     return None
 
 
-def is_simulator(*answers: Any) -> bool:
+def is_simulator(*answers: object) -> bool:
     """The tokview simulator says so in /get_model_info and /v1/models."""
     for answer in answers:
         data = answer.get("data") if isinstance(answer, dict) else None
@@ -132,12 +135,13 @@ async def probe_endpoints(
     if info.model:
         tok_body["model"] = info.model
     tokens, _ = await ask(policy, lambda: client.post_json("/tokenize", tok_body))
-    f["tokenize_messages"] = isinstance(tokens, dict) and int_list(tokens.get("tokens")) is not None
-    if f["tokenize_messages"]:
-        info.details["tokenize_prompt_ids"] = tokens["tokens"]
+    served = int_list(tokens.get("tokens")) if isinstance(tokens, dict) else None
+    f["tokenize_messages"] = served is not None
+    if served is not None:
+        info.details["tokenize_prompt_ids"] = served
         if info.max_model_len is None:
             info.max_model_len = context_limit(tokens)
-        prompt_ids = prompt_ids or tokens["tokens"]
+        prompt_ids = prompt_ids or served
     probe.prompt_ids = prompt_ids
     for backend in candidates:
         if backend.exact_ids:

@@ -46,7 +46,12 @@ from tokview.servers.urls import credential_notes, parse_server_url
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     import httpx
+
+    Answer = httpx.Response | transport.Response
+    """What `_request` returns: the two have the same attribute names (status_code, headers, content)."""
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -77,7 +82,7 @@ def max_response_bytes() -> int:
     return int(mib * (1 << 20)) if mib > 0 and mib < 1 << 40 else transport.DEFAULT_MAX_BODY
 
 
-def dumps(body: Any) -> bytes:
+def dumps(body: object) -> bytes:
     """A request body as JSON bytes (orjson; `json` for what it refuses, e.g. integers beyond 64 bits)."""
     try:
         return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
@@ -215,7 +220,7 @@ class ServerClient:
         if self._http is not None:
             await self._http.aclose()
 
-    def audit_request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def audit_request(self, method: str, path: str, body: object = None) -> dict[str, Any]:
         """The request as it will be stored: never the Authorization header."""
         headers = dict(self.headers)
         if body is not None:
@@ -232,7 +237,7 @@ class ServerClient:
         with self._classify("POST", path):
             return self._json_of(await self._request("POST", path, dumps(body)), "POST", path)
 
-    async def _request(self, method: str, path: str, body: bytes | None = None) -> Any:
+    async def _request(self, method: str, path: str, body: bytes | None = None) -> Answer:
         """One GET or POST and the redirects it is allowed to follow (module docstring)."""
         response = await self._send(method, path, body)
         url, deadline = self.url + path, None
@@ -316,7 +321,7 @@ class ServerClient:
     def _classify(self, method: str, path: str) -> _Classifier:
         return _Classifier(self, method, path)
 
-    def _json_of(self, response: Any, method: str, path: str) -> Any:
+    def _json_of(self, response: Answer, method: str, path: str) -> Any:
         """The body of an httpx.Response or a transport.Response (same attribute names) as JSON."""
         self._raise_for_status(response, method, path)
         try:
@@ -325,7 +330,7 @@ class ServerClient:
             snippet = " ".join(response.content.decode("utf-8", "replace").split())[:80]
             raise Retryable(f"malformed response from {method} {path}: not JSON ({snippet!r})") from None
 
-    def _redirect_target(self, response: Any, method: str, path: str, url: str, hops: int) -> str | None:
+    def _redirect_target(self, response: Answer, method: str, path: str, url: str, hops: int) -> str | None:
         """None when `response` (the answer to `url`) is no redirect; the absolute URL to ask next when it is
         one to follow (same server, method kept, fewer than MAX_REDIRECTS so far); CaptureFailed naming the
         redirect and its Location otherwise (module docstring)."""
@@ -362,7 +367,7 @@ class ServerClient:
             )
         return target
 
-    def _raise_for_status(self, response: Any, method: str, path: str) -> None:
+    def _raise_for_status(self, response: Answer, method: str, path: str) -> None:
         status = response.status_code
         if status < 400:
             return
@@ -409,7 +414,9 @@ class _Classifier:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> Literal[False]:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         if exc is None:
             return False
         if isinstance(exc, (CaptureFailed, Retryable)):

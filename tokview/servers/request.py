@@ -75,7 +75,7 @@ def normalize_usage(*sources: dict[str, Any] | None) -> dict[str, int]:
     return usage
 
 
-def normalize_finish(finish: Any) -> tuple[str | None, int | str | None]:
+def normalize_finish(finish: object) -> tuple[str | None, int | str | None]:
     """SGLang's `{"type": "stop", "matched": 163586}` → ("stop", 163586); strings pass through."""
     if isinstance(finish, dict):
         return finish.get("type"), finish.get("matched")

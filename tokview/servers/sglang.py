@@ -68,7 +68,7 @@ def stream_mode(chunks_ids: list[list[int]], completion_tokens: int | None) -> s
     return "cumulative" if extends else "incremental"
 
 
-def capture_from_generate(data: Any, prompt_ids: list[int], *, where: str = "POST /generate") -> dict[str, Any]:
+def capture_from_generate(data: object, prompt_ids: list[int], *, where: str = "POST /generate") -> dict[str, Any]:
     """The id and text fields of one /generate answer (a dict, or a one-element batch list)."""
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
@@ -191,7 +191,7 @@ class SglangGenerate(Backend):
         call: Call,
         body: dict[str, Any],
         fields: dict[str, Any],
-        raw: Any,
+        raw: object,
         started: float,
     ) -> Captured:
         capture = Capture(

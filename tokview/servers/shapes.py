@@ -7,18 +7,21 @@ TypeError deep in the analysis.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from tokview.core import logprobs as lp
 from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.request import normalize_finish
 from tokview.untrusted_text import has_lone_surrogate, lone_surrogates
 
+if TYPE_CHECKING:
+    from tokview.servers.info import ServerInfo
+
 MAX_ID = lp.MAX_TOKEN_ID
 """No tokenizer has a larger id, and the store keeps ids as 32-bit integers: a larger one is malformed."""
 
 
-def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
+def ids_of(value: object, where: str, what: str = "output ids") -> list[int]:
     """`value` when it is a list of token ids: ints from 0 to MAX_ID (no tokenizer has a negative id, and an
     id of 2**41 is not an id but a broken answer, said as one instead of an OverflowError deep inside)."""
     if not _all_ints(value):
@@ -33,18 +36,18 @@ def ids_of(value: Any, where: str, what: str = "output ids") -> list[int]:
     return value
 
 
-def _all_ints(value: Any) -> bool:
+def _all_ints(value: object) -> TypeGuard[list[int]]:
     """A list of ints (bools are not ids); what JSON gives is checked in one C-level pass."""
     if isinstance(value, list) and set(map(type, value)) <= {int}:
         return True
     return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
-def optional_ids_of(value: Any, where: str, what: str) -> list[int] | None:
+def optional_ids_of(value: object, where: str, what: str) -> list[int] | None:
     return None if value is None else ids_of(value, where, what)
 
 
-def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
+def object_of(value: object, where: str, what: str) -> dict[str, Any]:
     """`value` as a dict (None → {}); anything else is a malformed answer, retried like garbage."""
     if value is None:
         return {}
@@ -53,17 +56,19 @@ def object_of(value: Any, where: str, what: str) -> dict[str, Any]:
     return value
 
 
-def text_of(value: Any, where: str, what: str) -> str | None:
+def text_of(value: object, where: str, what: str) -> str | None:
     """`value` when it is a string a model could have generated: not another type, and no lone surrogate
     (a JSON `\\ud800` escape decodes to one; no tokenizer decodes to it and no store or file holds it)."""
-    if value is not None and not isinstance(value, str):
+    if value is None:
+        return None
+    if not isinstance(value, str):
         raise Retryable(f"malformed response from {where}: {what} is not a string ({type(value).__name__})")
     if value and has_lone_surrogate(value):
         raise Retryable(f"malformed response from {where}: {what} holds a lone surrogate ({lone_surrogates(value)})")
     return value
 
 
-def finish_of(value: Any, where: str) -> tuple[str | None, int | str | None]:
+def finish_of(value: object, where: str) -> tuple[str | None, int | str | None]:
     """normalize_finish, refusing shapes no server sends (a number, a list)."""
     if value is not None and not isinstance(value, (str, dict)):
         raise Retryable(f"malformed response from {where}: finish_reason is a {type(value).__name__}")
@@ -85,7 +90,7 @@ def logprob_fields(found: lp.TokenLogprobs | None) -> dict[str, Any]:
     }
 
 
-def first_choice(answer: Any) -> dict[str, Any]:
+def first_choice(answer: object) -> dict[str, Any]:
     """`answer["choices"][0]` when the answer has that shape, else {} (a probe never trusts garbage)."""
     choices = answer.get("choices") if isinstance(answer, dict) else None
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
@@ -93,17 +98,16 @@ def first_choice(answer: Any) -> dict[str, Any]:
     return {}
 
 
-def int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        return value
-    return None
+def int_list(value: object) -> list[int] | None:
+    """`value` when it is a list of ints (bools are not ids), else None: for probes, which never raise."""
+    return value if _all_ints(value) else None
 
 
-def too_long_to_score(where: str, info: Any, ids: list[int], url: str) -> None:
+def too_long_to_score(where: str, info: ServerInfo, ids: list[int], url: str) -> None:
     """A sample that fills the server's context cannot be scored there: vLLM and SGLang both refuse an
     input of max_model_len ids or more (vLLM also needs room for the one token it generates). Said in
     one line instead of the server's HTTP 400."""
-    limit = getattr(info, "max_model_len", None)
+    limit = info.max_model_len
     if limit and len(ids) >= limit:
         raise CaptureFailed(
             f"{where}: prompt + output are {len(ids)} ids, and the server scores only inputs shorter than its "

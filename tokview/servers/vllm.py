@@ -215,7 +215,7 @@ class VllmChat(ChatBackend):
         call: Call,
         body: dict[str, Any],
         fields: dict[str, Any],
-        raw: Any,
+        raw: object,
         started: float,
     ) -> Captured:
         latency = time.perf_counter() - started
