@@ -43,8 +43,8 @@ async def resume_shortcut(
     pool = config.server_pool()
     try:
         await probe(pool)  # the model name is part of the ids; ServerUnreachable propagates (nothing written)
+        from tokview.secrets import scrub
         from tokview.store import Store
-        from tokview.store.records import scrub
 
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
         servers = scrub(pool.server_info())
