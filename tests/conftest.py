@@ -62,6 +62,14 @@ def qwen_tok(qwen_tok_dir):
 
 
 @pytest.fixture(scope="session")
+def glm_tok_dir() -> Path:
+    """The GLM-layout tokenizer (GLM-4.5/4.7's special ids, a GLM-4.7-style template), built like the Kimi one."""
+    from tokview.core.glm_layout import glm_tokenizer_dir
+
+    return glm_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
 def kimi_profile():
     from tokview.core.profiles import get_profile
 
