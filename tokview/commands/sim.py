@@ -57,6 +57,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="tokenizer directory (default: the built-in Kimi-layout tokenizer; a Qwen3 one also works)",
     )
     p.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        default=None,
+        help="serve the tokenizer as this profile (a built-in name like glm-4.7 or kimi-k2.6, or a .toml file) "
+        "instead of the one detected from it; its think ids must be the tokenizer's",
+    )
+    p.add_argument(
         "--non-special-think",
         action="store_true",
         help="Kimi-layout tokenizer with a non-special </think> (SGLang's text parser can then split)",
@@ -115,6 +122,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         version=args.server_version,
         port=port,
         spec_decode=args.spec_decode,
+        profile=args.profile,
         **({"max_model_len": args.max_model_len} if args.max_model_len else {}),
     )
 
