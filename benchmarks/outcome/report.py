@@ -103,7 +103,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         b = d.get("B_vs_A", {})
         lines += [
             "",
-            f"Generation: {d.get('generated')}; tokview flagged {d.get('drift_tagged')} samples with retokenize_drift; "
+            f"Generation: {d.get('generated')}; tokview flagged {d.get('drift_tagged')} valid samples with retokenize_drift; "
             f"B's re-tokenized rows differ from A's served ids in {b.get('ids_differ')} of {b.get('rows')} rows "
             f"(mask only: {b.get('mask_differs')}); D keeps mean NLL <= {d.get('max_nll_D')}.",
         ]

@@ -88,8 +88,8 @@ class Settings:
     measure_concurrency: int
 
 
-PILOT = Settings("pilot", 80, 24, 128, 48, 1, 1024, 8192, 1e-3, 32, 24)
-FULL = Settings("full", 2000, 200, 256, 96, 2, 2048, 8192, 1e-3, 32, 8)
+PILOT = Settings("pilot", 80, 24, 128, 32, 1, 1024, 8192, 1e-3, 32, 24)
+FULL = Settings("full", 2000, 200, 256, 96, 1, 2048, 8192, 1e-3, 32, 32)
 
 
 class Stages:
@@ -320,7 +320,7 @@ def stage_export(st: Stages) -> None:
         meta["generated"] = dict(con.execute(
             "SELECT coalesce(finish_reason, '?'), count(*) FROM samples WHERE run_id = 'gen' GROUP BY 1").fetchall())  # fmt: skip
         meta["drift_tagged"] = con.execute(
-            "SELECT count(*) FROM samples WHERE run_id = 'gen' AND list_contains(codes, 'retokenize_drift')").fetchone()[0]  # fmt: skip
+            "SELECT count(*) FROM samples WHERE run_id = 'gen' AND valid AND list_contains(codes, 'retokenize_drift')").fetchone()[0]  # fmt: skip
     (st.work / "data_meta.json").write_text(json.dumps(meta, indent=1))
 
 
