@@ -1,19 +1,13 @@
 """An agent trace's prompt is measured against the server's context with its tools, as the server renders it.
 
-Found by profiling bench_chain.py: `batch.limits.prompt_length` renders a chat request's messages with the
-profile's template kwargs but without the row's `tools` (which `prompt_render_mismatch` and the servers render),
-so (1) a prompt that fits only without its tool declaration is sent, and the server refuses it instead of the
-batch recording `over_max_length` unsent; (2) every agent turn is rendered twice in full, since the finding's
-render (with tools) never finds the length check's in the recent renders: a third of a long turn's client CPU.
-The fix is one line in tokview/batch/limits.py (not this helper's file): add `tools` to the kwargs as the
-finding does. Until then this test is a strict xfail, so it fails (XPASS) the moment the fix lands, and the
-marker goes."""
+The tool declarations are part of the prompt (`prompt_render_mismatch` and the servers render them), so a
+prompt that fits only without them is recorded `over_max_length` unsent rather than refused by the server;
+and the length check's render is the one the finding reuses from the recent renders."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
 from builders import kimi, profile
 
 from tokview.batch import BatchConfig, run_batch
@@ -31,7 +25,6 @@ BIG_TOOL = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="limits.prompt_length renders without the row's tools (helper B's file)")
 async def test_a_prompt_over_the_context_only_with_its_tools_is_failed_unsent(tmp_path):
     row = {"id": "tools", "tools": [BIG_TOOL], "messages": [{"role": "user", "content": "Look up 'drafter'."}]}
     prompts = tmp_path / "p.jsonl"

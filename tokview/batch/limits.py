@@ -93,6 +93,15 @@ def text_bytes(value: Any) -> int:
     return 0
 
 
+def render_kwargs(request: CaptureRequest, profile: Any) -> dict[str, Any]:
+    """The template kwargs a server renders this request's prompt with: the profile's and the request's, and
+    an agent trace's `tools` (the tool declarations are part of the prompt, as `prompt_render_mismatch` and
+    the servers render them; without them a prompt that fits only without its tools would be sent)."""
+    kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
+    tools = request.settings.get("tools")
+    return {**kwargs, "tools": tools} if tools else kwargs
+
+
 def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: int) -> tuple[int, bool]:
     """(tokens, exact): `exact` False means a bound that already decides the comparison with `limit`."""
     if request.prompt_ids:
@@ -103,7 +112,7 @@ def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: 
         lower = -(-content // longest_token_bytes(tokenizer))
         if lower >= limit:
             return lower, False
-    kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
+    kwargs = render_kwargs(request, profile)
     text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
     upper = text_bytes(text) + SLACK_PER_MESSAGE * (len(messages) + 1)
     if upper < limit:
@@ -158,7 +167,7 @@ def exact_prompt_tokens(request: CaptureRequest, tokenizer: Any, profile: Any) -
     if request.prompt_ids:
         return len(request.prompt_ids)
     messages = request.messages or []
-    kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
+    kwargs = render_kwargs(request, profile)
     count = getattr(tokenizer, "render_length", None)  # the cached ids' length, not a copy of them
     if count is None:
         return len(tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs))
