@@ -79,16 +79,6 @@ def make_app(store, tokenizer, profile):
     return make
 
 
-async def settle(app, pilot) -> None:
-    """Wait for workers and the messages they posted (never for wall-clock time)."""
-    import asyncio
-
-    for _ in range(3):
-        # a failed worker is normal (the app notifies it): wait for every worker, whatever its end
-        await asyncio.gather(*(w.wait() for w in list(app.workers)), return_exceptions=True)
-        await pilot.pause()
-
-
 @pytest.fixture(autouse=True)
 def no_heap_collections(monkeypatch):
     """A full collection of pytest's heap takes about 0.25 s, once per screen that opens token views: the

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.ui.conftest import settle
-from tokview.core.analysis import analyze
+from tests.ui.helpers import add_sibling, settle
 from tokview.store.run_stats import run_stats, siblings
-from tokview.ui.examples import short_capture
 from tokview.ui.id_diff import diff_ids, first_divergence
 
 
@@ -22,23 +20,14 @@ def test_first_divergence_and_marks():
     assert diff.right == frozenset({2})
 
 
-def _sibling(store, tokenizer, profile, changed_at: int = 3) -> tuple[str, int]:
-    """p001's prompt again, in run-c, its output differing from output[changed_at] on."""
-    capture = short_capture()
-    capture.output_ids = list(capture.output_ids)
-    capture.output_ids[changed_at] = tokenizer.encode(" banana")[0]
-    store.put_sample("p001@run-c", "p001", "run-c", capture, analyze(capture, profile, tokenizer))
-    return "p001@run-c", len(capture.prompt_ids) + changed_at
-
-
 def test_siblings_are_the_same_prompt_other_runs_first(store, tokenizer, profile):
-    _sibling(store, tokenizer, profile)
+    add_sibling(store, tokenizer, profile)
     assert siblings(store, "p001@demo_gen0") == [("p001@run-c", "run-c")]
     assert siblings(store, "p002@demo_gen0") == []
 
 
 def test_run_stats_count_each_run(store, tokenizer, profile):
-    _sibling(store, tokenizer, profile)
+    add_sibling(store, tokenizer, profile)
     store.record_verdict("p001@demo_gen0", "approved")
     store.record_verdict("p020@demo_gen0", "rejected", reason="duplicate")
     runs = {r["run"]: r for r in run_stats(store)}
@@ -55,7 +44,7 @@ def test_run_stats_count_each_run(store, tokenizer, profile):
 async def test_d_in_inspect_compares_with_the_other_run_at_the_first_divergence(make_app, store, tokenizer, profile):
     from tokview.ui.screens.compare import CompareScreen
 
-    other, position = _sibling(store, tokenizer, profile)
+    other, position = add_sibling(store, tokenizer, profile)
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
@@ -93,7 +82,7 @@ async def test_d_without_a_sibling_says_so(make_app):
 def test_stats_by_run_prints_one_block_per_run(store, tokenizer, profile, capsys):
     from tokview.cli import main
 
-    _sibling(store, tokenizer, profile)
+    add_sibling(store, tokenizer, profile)
     path = store.path
     store.close()
     assert main(["stats", "--db", str(path), "--by", "run"]) == 0

@@ -12,8 +12,7 @@ from rich.color import Color
 from rich.style import Style
 
 from tests.ui import contrast_scan as scan
-from tests.ui.conftest import settle
-from tests.ui.test_token_view import InspectApp
+from tests.ui.helpers import InspectApp, settle
 from tokview.ui.display import STYLE_CLASSES
 from tokview.ui.screens.inspect import InspectData
 
@@ -155,9 +154,9 @@ async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, sto
 @pytest.mark.parametrize("theme", THEMES)
 async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app, store, tokenizer, profile):
     from tests.ui.contrast_scan import low_contrast
-    from tests.ui.test_compare import _sibling
+    from tests.ui.helpers import add_sibling
 
-    _sibling(store, tokenizer, profile)
+    add_sibling(store, tokenizer, profile)
     app = make_app()
     async with app.run_test(size=(120, 30)) as pilot:
         await _open_inspect(app, pilot, theme)

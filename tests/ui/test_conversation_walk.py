@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from builders import make_capture, put
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.store.conversation_turns import conversation_turns
 
 

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from textual.notifications import Notify
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import open_first, settle
 from tokview.ui.screens.inspect import InspectScreen
 from tokview.ui.screens.modals import REJECT_REASONS, Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen
-
-
-async def open_first(app, pilot):
-    await settle(app, pilot)
-    await pilot.press("enter")
-    await settle(app, pilot)
-    assert isinstance(app.screen, InspectScreen)
-    return app.screen.data.sample_id
 
 
 async def test_approve_reject_undo_land_in_duckdb(make_app, store):

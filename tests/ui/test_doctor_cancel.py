@@ -9,7 +9,7 @@ from textual.widgets import Static
 from textual.worker import WorkerState
 
 from tests.loopback import serve_asgi
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.samples import SamplesScreen
 

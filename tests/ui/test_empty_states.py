@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Static
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui.screens.stats import StatsScreen
 
 

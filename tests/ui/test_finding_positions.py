@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.widgets import OptionList
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui.screens.inspect import InspectScreen
 
 

@@ -7,7 +7,7 @@ import os
 
 from textual.widgets import Input, Static
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui.screens.generate import GenerateScreen, in_form_words
 
 

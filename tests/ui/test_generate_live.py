@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import settle
 from gated_sim import gated
 from textual.widgets import Input, Select, TextArea
 
+from tests.ui.helpers import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.generate import GenerateScreen
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from test_token_view import InspectApp
-
+from tests.ui.helpers import InspectApp
 from tokview.core import spec_decode as sd
 from tokview.core.analysis import analyze
 from tokview.ui import display as d

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui.config import ConfigError, load_config, remember_theme
 
 USER_CONFIG = """# my tokview settings

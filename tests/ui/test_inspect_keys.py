@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from facts import THINK_CLOSE
 
-from tests.ui.conftest import settle
-from tests.ui.test_token_view import InspectApp
+from tests.ui.helpers import InspectApp, settle
 from tokview.ui import goto
 from tokview.ui.display import plural, served_seq
 from tokview.ui.screens.inspect import InspectData

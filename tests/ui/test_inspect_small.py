@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 
 
 def _visible_footer_keys(app) -> set[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.cli import main
 from tokview.ui.bindings import BY_ID, KEYS, SCOPES, help_rows, keymap_problem
 from tokview.ui.config import ConfigError, load_config

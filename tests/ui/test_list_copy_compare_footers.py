@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.core.analysis import analyze
 from tokview.ui.bindings import KEYS
 from tokview.ui.examples import short_capture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.generate import GenerateScreen

@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.scrollbar import ScrollBar
 from textual.widget import Widget
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.store import Store
 from tokview.ui import display as d
 from tokview.ui.examples import long_capture

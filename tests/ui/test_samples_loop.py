@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import settle
 from textual.widgets import Input
 
+from tests.ui.helpers import settle
 from tokview.core.spec_decode import SpecDecode
 from tokview.store.token_data import put_target_score
 from tokview.ui.search_terms import parse_search

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.ui import examples
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tests.ui.test_compare import _sibling
-from tests.ui.test_snapshots import run_before
+from tests.ui.helpers import add_sibling, run_before
 
 
 def test_inspect_40x12(snap_compare, make_app):
@@ -11,5 +10,5 @@ def test_inspect_40x12(snap_compare, make_app):
 
 
 def test_compare_first_divergence(snap_compare, make_app, store, tokenizer, profile):
-    _sibling(store, tokenizer, profile)
+    add_sibling(store, tokenizer, profile)
     assert snap_compare(make_app(), terminal_size=(120, 30), run_before=run_before("down", "enter", "d"))

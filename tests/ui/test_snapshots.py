@@ -10,25 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import NARROW, WIDE, run_before
 from tokview.core.analysis import analyze
 from tokview.ui.examples import short_capture
-
-WIDE, NARROW = (120, 40), (80, 24)
-
-
-def run_before(*keys: str, then=None):
-    async def before(pilot) -> None:
-        app = pilot.app
-        await settle(app, pilot)
-        for key in keys:  # one at a time, settled: a key pressed while a sample still loads in its worker
-            await pilot.press(key)  # would land on the list instead of the inspect screen
-            await settle(app, pilot)
-        if then is not None:
-            then(app)
-            await settle(app, pilot)
-
-    return before
 
 
 @pytest.mark.parametrize("size", [WIDE, NARROW], ids=["120x40", "80x24"])

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from facts import IM_USER, THINK_CLOSE
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
 
+from tests.ui.helpers import InspectApp
 from tokview.core.analysis import analyze
 from tokview.ui import display as d
 from tokview.ui.examples import long_capture
-from tokview.ui.screens.inspect import InspectData, InspectScreen
+from tokview.ui.screens.inspect import InspectData
 from tokview.ui.widgets.token_detail import TokenDetail
 from tokview.ui.widgets.token_view import TokenView
-
-CSS = Path(__file__).parents[2] / "tokview" / "ui" / "styles" / "app.tcss"
 
 
 class OneView(App):
@@ -26,17 +23,6 @@ class OneView(App):
 
     def compose(self) -> ComposeResult:
         yield TokenView(self.seq)
-
-
-class InspectApp(App):
-    CSS_PATH = CSS
-
-    def __init__(self, data: InspectData, tokenizer, profile) -> None:
-        super().__init__()
-        self.args = (data, tokenizer, profile)
-
-    def on_mount(self) -> None:
-        self.push_screen(InspectScreen(*self.args))
 
 
 @pytest.fixture(scope="module")

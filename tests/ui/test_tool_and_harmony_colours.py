@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from facts import IM_END, THINK_CLOSE
 
-from tests.ui.test_token_view import InspectApp
+from tests.ui.helpers import InspectApp
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
 
-from tests.ui.conftest import settle
+from tests.ui.helpers import settle
 from tokview.batch.config import BatchProgress
 from tokview.batch.progress import progress_line
 from tokview.sim import SimConfig, start_simulator

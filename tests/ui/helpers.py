@@ -1,0 +1,78 @@
+"""What the UI tests share besides fixtures (a helper module, no tests): waiting for workers, the snapshot sizes
+and key sequences, a sibling sample for the compare screen, and an app that shows one inspect screen.
+
+Fixtures stay in tests/ui/conftest.py; test modules import these from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+
+from tokview.core.analysis import analyze
+from tokview.ui.examples import short_capture
+from tokview.ui.screens.inspect import InspectData, InspectScreen
+
+CSS = Path(__file__).parents[2] / "tokview" / "ui" / "styles" / "app.tcss"
+WIDE, NARROW = (120, 40), (80, 24)
+"""The snapshot tests' terminal sizes."""
+
+
+async def settle(app: Any, pilot: Any) -> None:
+    """Wait for workers and the messages they posted (never for wall-clock time)."""
+    for _ in range(3):
+        # a failed worker is normal (the app notifies it): wait for every worker, whatever its end
+        await asyncio.gather(*(w.wait() for w in list(app.workers)), return_exceptions=True)
+        await pilot.pause()
+
+
+def run_before(*keys: str, then: Callable[[Any], None] | None = None) -> Callable[[Any], Awaitable[None]]:
+    """A snapshot's `run_before`: press `keys` one at a time, settled, then call `then(app)` if given."""
+
+    async def before(pilot: Any) -> None:
+        app = pilot.app
+        await settle(app, pilot)
+        for key in keys:  # one at a time, settled: a key pressed while a sample still loads in its worker
+            await pilot.press(key)  # would land on the list instead of the inspect screen
+            await settle(app, pilot)
+        if then is not None:
+            then(app)
+            await settle(app, pilot)
+
+    return before
+
+
+async def open_first(app: Any, pilot: Any) -> str:
+    """Open the list's first sample in the inspect screen; its sample id."""
+    await settle(app, pilot)
+    await pilot.press("enter")
+    await settle(app, pilot)
+    assert isinstance(app.screen, InspectScreen)
+    return app.screen.data.sample_id
+
+
+def add_sibling(store: Any, tokenizer: Any, profile: Any, changed_at: int = 3) -> tuple[str, int]:
+    """p001's prompt again, in run-c, its output differing from output[changed_at] on: (its sample id, the
+    position of the first differing id)."""
+    capture = short_capture()
+    capture.output_ids = list(capture.output_ids)
+    capture.output_ids[changed_at] = tokenizer.encode(" banana")[0]
+    store.put_sample("p001@run-c", "p001", "run-c", capture, analyze(capture, profile, tokenizer))
+    return "p001@run-c", len(capture.prompt_ids) + changed_at
+
+
+class InspectApp(App[None]):
+    """An app showing only the inspect screen of `data`, with the real stylesheet."""
+
+    CSS_PATH = CSS
+
+    def __init__(self, data: InspectData, tokenizer: Any, profile: Any) -> None:
+        super().__init__()
+        self.args = (data, tokenizer, profile)
+
+    def on_mount(self) -> None:
+        self.push_screen(InspectScreen(*self.args))
