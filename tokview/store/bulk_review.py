@@ -22,10 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from tokview.store import queries
 from tokview.store.records import SampleFilter
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database, Statement
 
 LATEST_VERDICT = (
     "(SELECT max(w.seq) FROM verdicts w WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone)"
@@ -73,7 +77,7 @@ class Outcome:
         }
 
 
-def select(store: Any, filters: SampleFilter, with_tag: str | None = None) -> list[str]:
+def select(store: Database, filters: SampleFilter, with_tag: str | None = None) -> list[str]:
     """The ids the filters select (the list's own WHERE, so `--search` is the app's `/`), by sample id."""
     where, params = queries.where_clause(filters)
     if with_tag is not None:
@@ -82,7 +86,7 @@ def select(store: Any, filters: SampleFilter, with_tag: str | None = None) -> li
     return [r[0] for r in store.query(f"SELECT sample_id FROM samples{where} ORDER BY sample_id", params)]
 
 
-def tags_of(store: Any, ids: Sequence[str]) -> list[str]:
+def tags_of(store: Database, ids: Sequence[str]) -> list[str]:
     """Every live tag any of `ids` carries (one spelling each): what the tag dialog offers to take off."""
     rows = store.query(
         f"SELECT DISTINCT t FROM verdicts v, unnest(v.tags) AS u(t) WHERE v.sample_id IN {IDS} "
@@ -92,13 +96,13 @@ def tags_of(store: Any, ids: Sequence[str]) -> list[str]:
     return queries.caseless_tags(r[0] for r in rows)
 
 
-def invalid_among(store: Any, ids: Sequence[str]) -> list[str]:
+def invalid_among(store: Database, ids: Sequence[str]) -> list[str]:
     """The ids with an error finding: approving them is an override, asked about once for the group."""
     rows = store.query(f"SELECT sample_id FROM samples WHERE NOT valid AND sample_id IN {IDS} ORDER BY 1", [list(ids)])
     return [r[0] for r in rows]
 
 
-def _in_status(store: Any, ids: Sequence[str], status: str, reason: str | None = None) -> set[str]:
+def _in_status(store: Database, ids: Sequence[str], status: str, reason: str | None = None) -> set[str]:
     """The ids already `status` (for a reject: with this reason as their latest verdict's)."""
     if reason is None:
         sql, params = f"SELECT sample_id FROM samples WHERE status = ? AND sample_id IN {IDS}", [status, list(ids)]
@@ -112,7 +116,7 @@ def _in_status(store: Any, ids: Sequence[str], status: str, reason: str | None =
 
 
 def set_status(
-    store: Any,
+    store: Database,
     ids: Sequence[str],
     status: str,
     *,
@@ -135,9 +139,9 @@ def set_status(
     if not todo or not write:
         return outcome
     outcome.action_id = new_action_id(store)
-    store._tx(
+    store.write(
         [
-            action_row(outcome.action_id, who, status, reason, len(todo), source),
+            action_row(outcome.action_id, who=who, kind=status, detail=reason, samples=len(todo), source=source),
             (
                 'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, tags, override, action_id) '
                 f"SELECT s.sample_id, now(), ?, 'verdict', ?, ?, []::VARCHAR[], "
@@ -151,7 +155,7 @@ def set_status(
 
 
 def add_notes(
-    store: Any,
+    store: Database,
     ids: Sequence[str],
     *,
     who: str | None,
@@ -171,9 +175,16 @@ def add_notes(
     outcome.changed = todo
     if todo and write:
         outcome.action_id = new_action_id(store)
-        store._tx(
+        store.write(
             [
-                action_row(outcome.action_id, who, outcome.action, note or ", ".join(tags), len(todo), source),
+                action_row(
+                    outcome.action_id,
+                    who=who,
+                    kind=outcome.action,
+                    detail=note or ", ".join(tags),
+                    samples=len(todo),
+                    source=source,
+                ),
                 (
                     'INSERT INTO verdicts (sample_id, "at", who, kind, note, tags, action_id) '
                     f"SELECT id, now(), ?, 'note', ?, ?, ? FROM {IDS} AS t(id) ORDER BY id",
@@ -185,7 +196,7 @@ def add_notes(
 
 
 def remove_tag(
-    store: Any, ids: Sequence[str], tag: str, *, who: str | None, write: bool = True, source: str = "app"
+    store: Database, ids: Sequence[str], tag: str, *, who: str | None, write: bool = True, source: str = "app"
 ) -> Outcome:
     """Take `tag` (any case) off every id: each live note carrying it, and the latest live verdict carrying it,
     is undone and written again without it (its text, status and other tags kept, under its author); an undo
@@ -206,9 +217,9 @@ def remove_tag(
     outcome.action_id = action = new_action_id(store)
     rest = "list_filter(tags, lambda t: lower(t) <> lower(?))"
     seq_list = "(SELECT unnest(?::BIGINT[]))"
-    store._tx(
+    store.write(
         [
-            action_row(action, who, "untag", tag, len(touched), source),
+            action_row(action, who=who, kind="untag", detail=tag, samples=len(touched), source=source),
             (  # the copies keep their order: a verdict copy is its sample's latest verdict again
                 'INSERT INTO verdicts (sample_id, "at", who, kind, status, reason, note, tags, override, action_id) '
                 f'SELECT sample_id, "at", who, kind, status, reason, note, {rest}, override, ? FROM verdicts '
@@ -231,12 +242,15 @@ def remove_tag(
 VERBS = {"approved": "approved", "rejected": "rejected", "tag": "tagged", "untag": "untagged", "note": "noted"}
 
 
-def new_action_id(store: Any) -> int:
+def new_action_id(store: Database) -> int:
     """A fresh action id, from the verdict rows' own sequence (older stores' actions are named by a row's seq)."""
     return int(store.query("SELECT nextval('verdict_seq')")[0][0])
 
 
-def action_row(action_id: int, who: str | None, kind: str, detail: str | None, samples: int, source: str) -> tuple:
+def action_row(
+    action_id: int, *, who: str | None, kind: str, detail: str | None, samples: int, source: str
+) -> Statement:
+    """The `actions` row of one action: who did what (`kind`, `detail`) to how many samples, from where."""
     return (
         'INSERT INTO actions (action_id, "at", who, kind, detail, samples, source) VALUES (?, now(), ?, ?, ?, ?, ?)',
         [action_id, who, kind, detail or None, samples, source],
@@ -256,7 +270,7 @@ class Action:
     """One row of `actions`: who did what to how many samples, when, from where; undone by which action."""
 
     action_id: int
-    at: Any
+    at: datetime | None
     who: str | None
     kind: str
     detail: str | None
@@ -320,13 +334,13 @@ class Undone:
 ACTION_COLUMNS = 'action_id, "at", who, kind, detail, samples, source, undone_by'
 
 
-def actions(store: Any, limit: int = 50) -> list[Action]:
+def actions(store: Database, limit: int = 50) -> list[Action]:
     """The latest actions first (undos included, each naming what it took back in its detail)."""
     rows = store.query(f"SELECT {ACTION_COLUMNS} FROM actions ORDER BY action_id DESC LIMIT ?", [int(limit)])
     return [Action(*r) for r in rows]
 
 
-def _target(store: Any, action_id: int | None) -> Action | None:
+def _target(store: Database, action_id: int | None) -> Action | None:
     if action_id is None:
         rows = store.query(
             f"SELECT {ACTION_COLUMNS} FROM actions WHERE undone_by IS NULL AND kind <> 'undo' "
@@ -344,7 +358,9 @@ def _target(store: Any, action_id: int | None) -> Action | None:
     return action
 
 
-def undo_action(store: Any, action_id: int | None = None, *, who: str | None, source: str = "app") -> Undone | None:
+def undo_action(
+    store: Database, action_id: int | None = None, *, who: str | None, source: str = "app"
+) -> Undone | None:
     """Take back one action (the latest one not undone, or `action_id`) as one step; None when none is left.
 
     Its rows are undone and the rows it undid come back, so an undone untag puts the tag back; each touched
@@ -364,9 +380,11 @@ def undo_action(store: Any, action_id: int | None = None, *, who: str | None, so
         "coalesce((SELECT arg_max(v.status, v.seq) FROM verdicts v WHERE v.sample_id = samples.sample_id "
         "AND v.kind = 'verdict' AND NOT v.undone), 'pending')"
     )
-    store._tx(
+    store.write(
         [
-            action_row(undo, who, "undo", f"#{a} {target.described}", len(touched), source),
+            action_row(
+                undo, who=who, kind="undo", detail=f"#{a} {target.described}", samples=len(touched), source=source
+            ),
             (
                 "UPDATE verdicts SET undone = true, undone_by = ? WHERE action_id = ? AND kind IN ('verdict', 'note') "
                 "AND NOT undone",

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ def _turn(sample_id: str, turn: int, settings: str | None) -> Turn:
     return Turn(sample_id, turn, str(chain.get("history") or "served"), chain.get("extends"), chain.get("break_at"))
 
 
-def conversation_turns(store: Any, sample_id: str) -> list[Turn]:
+def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn."""
     rows = store.query(
         "SELECT o.sample_id, o.turn, o.settings FROM samples s JOIN samples o ON o.prompt_id = s.prompt_id "

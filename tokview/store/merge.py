@@ -1,20 +1,26 @@
-"""Land a store made elsewhere (a Slurm array task, another box) into this one.
+"""Which store made elsewhere (a Slurm array task, another box) may land in this one, and what tells them apart.
 
 Idempotent by sample id: merging the same file twice adds nothing. A store of another model,
 tokenizer vocabulary or profile is refused in one line (its samples would mix into the training
 set unnoticed), and so is one whose runs recorded other special ids for the same vocabulary (a
-`</think>` special in one folder and not the other: same sample ids, another decoding). The source is attached read-only; everything lands in one transaction.
+`</think>` special in one folder and not the other: same sample ids, another decoding). The rows
+themselves land in `landing.py`: the source attached read-only, everything in one transaction.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.errors import TokviewError
-from tokview.store.parts import sql_list
 from tokview.store.schema import LATEST_VERSION
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
+
+    from tokview.store.connection import Database
 
 IDENTITY_KEYS = ("model", "tokenizer", "profile")
 SPECIAL_KEY, SPECIAL_IDS_KEY = "tokenizer_special", "tokenizer_special_ids"
@@ -39,7 +45,7 @@ def runs_with_data_sql(schema: str) -> str:
     )
 
 
-def _settings(text: Any) -> dict[str, Any]:
+def _settings(text: str | None) -> dict[str, Any]:
     try:
         data = json.loads(text or "{}")
     except (TypeError, ValueError):
@@ -47,17 +53,17 @@ def _settings(text: Any) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def identity_of(settings: dict[str, Any], profile: Any = None) -> tuple[Any, ...]:
+def identity_of(settings: dict[str, Any], profile: str | None = None) -> tuple[Any, ...]:
     """(model, tokenizer vocabulary, profile) of a run's settings: what decides "the same data"."""
     return (settings.get("model"), settings.get("tokenizer"), settings.get("profile") or profile)
 
 
-def identities(conn: Any, schema: str) -> set[tuple[Any, ...]]:
+def identities(conn: DuckDBPyConnection, schema: str) -> set[tuple[Any, ...]]:
     """(model, tokenizer vocabulary, profile) of every run in a store that has samples or failures."""
     return {identity_of(_settings(s), p) for s, p in conn.execute(runs_with_data_sql(schema)).fetchall()}
 
 
-def special_sets(rows: list[tuple[Any, Any]]) -> dict[tuple[Any, ...], dict[str, str]]:
+def special_sets(rows: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, str]]:
     """identity → {special fingerprint: its id ranges} of the `runs_with_data_sql` rows that recorded one
     (runs written before the record existed add nothing, so they are compared as before)."""
     out: dict[tuple[Any, ...], dict[str, str]] = {}
@@ -71,12 +77,12 @@ def special_sets(rows: list[tuple[Any, Any]]) -> dict[tuple[Any, ...], dict[str,
     return out
 
 
-def stored_special_sets(store: Any) -> dict[tuple[Any, ...], dict[str, str]]:
+def stored_special_sets(store: Database) -> dict[tuple[Any, ...], dict[str, str]]:
     """`special_sets` of an open Store's runs (what a resume compares its tokenizer with)."""
     return special_sets(store.query(runs_with_data_sql("main")))
 
 
-def id_ranges(ids: Any) -> str:
+def id_ranges(ids: Iterable[int]) -> str:
     """Sorted ids as "a-b,c" (Kimi's 256 special ids are two ranges, not 256 numbers in every run row)."""
     spans: list[list[int]] = []
     for i in sorted(set(ids)):
@@ -99,7 +105,9 @@ def ids_of_ranges(text: str) -> set[int]:
     return out
 
 
-def special_difference(ranges_a: str, ranges_b: str, name_a: str, name_b: str, piece: Any = None) -> str:
+def special_difference(
+    ranges_a: str, ranges_b: str, name_a: str, name_b: str, piece: Callable[[int], str] | None = None
+) -> str:
     """ "163606, 163607 special only in A; 5 only in B": the ids whose special flag differs, at most
     SHOWN_IDS of each side; `piece(id)` adds the token's text where a tokenizer is at hand."""
     a, b = ids_of_ranges(ranges_a), ids_of_ranges(ranges_b)
@@ -112,7 +120,7 @@ def special_difference(ranges_a: str, ranges_b: str, name_a: str, name_b: str, p
     return "; ".join(parts) or "the recorded special id sets differ"
 
 
-def _check_special_tokens(conn: Any, source: Path, target_name: str) -> None:
+def _check_special_tokens(conn: DuckDBPyConnection, source: Path, target_name: str) -> None:
     """Refuse a source whose runs recorded other special ids than the target's runs of the same model,
     vocabulary and profile (their sample ids are the same, their decoding and reasoning split are not)."""
     theirs = special_sets(conn.execute(runs_with_data_sql("src")).fetchall())
@@ -135,7 +143,7 @@ def _check_special_tokens(conn: Any, source: Path, target_name: str) -> None:
             )
 
 
-def _shared_columns(conn: Any, table: str) -> list[str]:
+def shared_columns(conn: DuckDBPyConnection, table: str) -> list[str]:
     """The columns of `table` both stores have, in the source's order (a source may be of an older schema)."""
     return [
         r[0]
@@ -153,87 +161,31 @@ def _describe(identity: tuple[Any, ...]) -> str:
     return ", ".join(f"{k} {v}" for k, v in zip(IDENTITY_KEYS, identity) if v is not None) or "unknown identity"
 
 
-def merge_into(conn: Any, source: Path, target_name: str) -> dict[str, int]:
-    """Merge `source` into the open connection's store; returns what was added."""
-    literal = sql_list([source])[1:-1]
-    conn.execute(f"ATTACH {literal} AS src (READ_ONLY)")
-    try:
-        tables = {
-            r[0]
-            for r in conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'src'"
-            ).fetchall()
-        }
-        if not {"schema_version", "samples", "runs"} <= tables:
-            raise MergeRefused(f"{source} is not a tokview store")
-        version = conn.execute("SELECT max(version) FROM src.schema_version").fetchone()[0] or 0
-        if version > LATEST_VERSION:  # its rows may hold what this tokview cannot read (see schema.py)
+def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str) -> set[str]:
+    """MergeRefused unless the attached `src` is a tokview store this tokview reads, of the target's model,
+    tokenizer, profile and special tokens; returns the source's tables (an older one lacks some)."""
+    tables = {
+        r[0]
+        for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = 'src'").fetchall()
+    }
+    if not {"schema_version", "samples", "runs"} <= tables:
+        raise MergeRefused(f"{source} is not a tokview store")
+    row = conn.execute("SELECT max(version) FROM src.schema_version").fetchone()
+    version = (row[0] if row else 0) or 0
+    if version > LATEST_VERSION:  # its rows may hold what this tokview cannot read (see schema.py)
+        raise MergeRefused(
+            f"{source} was written by a newer tokview (schema version {version}; this one understands "
+            f"{LATEST_VERSION}): upgrade tokview to merge it"
+        )
+    theirs, ours = identities(conn, "src"), identities(conn, "main")
+    if ours:
+        foreign = sorted(theirs - ours, key=str)
+        if foreign:
             raise MergeRefused(
-                f"{source} was written by a newer tokview (schema version {version}; this one understands "
-                f"{LATEST_VERSION}): upgrade tokview to merge it"
+                f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
+                f"{_describe(sorted(ours, key=str)[0])}: merge refused"
             )
-        theirs, ours = identities(conn, "src"), identities(conn, "main")
-        if ours:
-            foreign = sorted(theirs - ours, key=str)
-            if foreign:
-                raise MergeRefused(
-                    f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
-                    f"{_describe(sorted(ours, key=str)[0])}: merge refused"
-                )
-        elif len(theirs) > 1:
-            raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
-        _check_special_tokens(conn, source, target_name)
-        col_list = ", ".join(_shared_columns(conn, "samples"))
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            conn.execute(
-                "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
-                "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
-            )
-            run_cols = ", ".join(_shared_columns(conn, "runs"))  # an older source lacks the newer columns
-            runs = conn.execute(
-                f"INSERT INTO main.runs ({run_cols}) SELECT {run_cols} FROM src.runs r WHERE NOT EXISTS "
-                "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)"
-            ).fetchone()[0]
-            samples = conn.execute(
-                f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "
-                "WHERE sample_id IN (SELECT sample_id FROM _merge_new)"
-            ).fetchone()[0]
-            conn.execute(
-                "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
-                "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"
-            )
-            conn.execute(
-                'INSERT INTO main.verdicts (sample_id, "at", who, kind, status, reason, note, tags, undone) '
-                'SELECT sample_id, "at", who, kind, status, reason, note, tags, undone FROM src.verdicts '
-                "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq"
-            )
-            conn.execute("DELETE FROM main.failures WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
-            conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
-            # failures of samples stored nowhere yet: one per sample id, added once
-            failures = conn.execute(
-                'INSERT INTO main.failures SELECT prompt_id, sample_id, run_id, reason, "at", server FROM '
-                "src.failures f WHERE (f.sample_id IS NULL OR (NOT EXISTS (SELECT 1 FROM main.samples s WHERE "
-                "s.sample_id = f.sample_id) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id = "
-                "f.sample_id))) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id IS NULL AND "
-                "f.sample_id IS NULL AND g.prompt_id IS NOT DISTINCT FROM f.prompt_id AND g.reason IS NOT DISTINCT "
-                "FROM f.reason)"
-            ).fetchone()[0]
-            if "failure_attempts" in tables:
-                conn.execute(
-                    "INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM src.failure_attempts a "
-                    "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
-                    "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
-                    "EXCLUDED.attempts)"
-                )
-            conn.execute("DROP TABLE _merge_new")
-            conn.execute("COMMIT")
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except Exception:
-                pass
-            raise
-        return {"samples": int(samples), "runs": int(runs), "failures": int(failures)}
-    finally:
-        conn.execute("DETACH src")
+    elif len(theirs) > 1:
+        raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
+    _check_special_tokens(conn, source, target_name)
+    return tables

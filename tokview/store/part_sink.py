@@ -7,47 +7,42 @@ apart from `store.py`: a child never imports DuckDB (a test holds the worker's i
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
-from tokview.errors import TokviewError
 from tokview.store import parts
+from tokview.store.errors import StoreError as StoreError
+from tokview.store.errors import StoreFull as StoreFull
+from tokview.store.errors import is_disk_full
 from tokview.store.records import SAMPLE_COLUMNS, sample_params, scrub_optional, scrub_text, url_secrets
 
-
-class StoreError(TokviewError):
-    """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
-
-    title = "store"
-
-
-class StoreFull(StoreError):
-    """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
-
-    title = "disk full"
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(exc).lower()
-    return "no space left on device" in text or "disk quota exceeded" in text
+if TYPE_CHECKING:
+    from tokview.core.analysis import Analysis
 
 
 class PartSink:
     """Writes parts for a store without opening its DuckDB file: what `--workers` children and Ray tasks use."""
 
-    def __init__(self, path: str | Path, server_urls: Iterable[str] = ()) -> None:
+    def __init__(
+        self, path: str | Path, server_urls: Iterable[str] = (), *, parts_dir: Callable[[], Path] | None = None
+    ) -> None:
+        """`parts_dir`: where the parts go when not beside the file (a `:memory:` store's folder, made on first
+        use)."""
         self.path = str(path)
         self._secrets: tuple[str, ...] = ()
+        self._parts_dir = parts_dir
         self.add_server_urls(server_urls)
 
     @property
     def parts_dir(self) -> Path:
-        return parts.parts_dir(self.path)
+        return self._parts_dir() if self._parts_dir is not None else parts.parts_dir(self.path)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The server credentials masked in every payload written (see `add_server_urls`)."""
+        return self._secrets
 
     def add_server_urls(self, urls: Iterable[str]) -> None:
         """Mask these URLs' user names and passwords in every payload written from now on."""
@@ -62,7 +57,7 @@ class PartSink:
         prompt_id: str,
         run_id: str | None,
         capture: Capture,
-        analysis: Any,
+        analysis: Analysis,
         *,
         gen_index: int | None = None,
         turn: int | None = None,
@@ -72,7 +67,17 @@ class PartSink:
         record = dict(
             zip(
                 SAMPLE_COLUMNS,
-                sample_params(sample_id, prompt_id, run_id, capture, analysis, gen_index, turn, profile, self._secrets),
+                sample_params(
+                    capture,
+                    analysis,
+                    sample_id=sample_id,
+                    prompt_id=prompt_id,
+                    run_id=run_id,
+                    gen_index=gen_index,
+                    turn=turn,
+                    profile=profile,
+                    secrets=self._secrets,
+                ),
             )
         )
         record["findings"] = [

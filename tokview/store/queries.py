@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.store.records import SampleFilter, SampleRow
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 NO_REASON = "'(no reason recorded)'"
 """SQL for a failure that holds no reason (an older part landed it so): named, never a NULL to trip on."""
@@ -164,7 +167,7 @@ def order_clause(order_by: str | None) -> str:
 
 
 def samples_page(
-    conn: Any, filters: SampleFilter | None, order_by: str | None, offset: int, limit: int
+    conn: DuckDBPyConnection, filters: SampleFilter | None, order_by: str | None, offset: int, limit: int
 ) -> list[SampleRow]:
     where, params = where_clause(filters)
     sql = f"SELECT {ROW_COLUMNS} FROM samples{where}{order_clause(order_by)} LIMIT ? OFFSET ?"
@@ -172,25 +175,25 @@ def samples_page(
     tags = page_tags(conn, [r[0] for r in rows])
     return [
         TaggedRow(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            bool(r[4]),
-            r[5],
-            r[6],
-            r[7],
-            list(r[8] or []),
-            r[9],
-            r[10],
-            r[11],
+            sample_id=r[0],
+            prompt_id=r[1],
+            run_id=r[2],
+            status=r[3],
+            valid=bool(r[4]),
+            finish_reason=r[5],
+            prompt_len=r[6],
+            output_len=r[7],
+            codes=list(r[8] or []),
+            n_errors=r[9],
+            acceptance_length=r[10],
+            mean_nll=r[11],
             tags=tuple(tags.get(r[0], ())),
         )
         for r in rows
     ]
 
 
-def page_tags(conn: Any, sample_ids: list[str]) -> dict[str, list[str]]:
+def page_tags(conn: DuckDBPyConnection, sample_ids: list[str]) -> dict[str, list[str]]:
     """sample id -> its live tags, for one page of the list (one query over the page's ids)."""
     if not sample_ids:
         return {}
@@ -202,20 +205,28 @@ def page_tags(conn: Any, sample_ids: list[str]) -> dict[str, list[str]]:
     return {sid: caseless_tags(tags) for sid, tags in rows}
 
 
-def count_samples(conn: Any, filters: SampleFilter | None) -> int:
+def count_samples(conn: DuckDBPyConnection, filters: SampleFilter | None) -> int:
     where, params = where_clause(filters)
-    return int(conn.execute(f"SELECT count(*) FROM samples{where}", params).fetchone()[0])
+    return int(one_row(conn, f"SELECT count(*) FROM samples{where}", params)[0])
 
 
-def _percentiles(values: list[Any] | None, top: Any, mean: Any) -> dict[str, Any]:
+def one_row(conn: DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> tuple[Any, ...]:
+    """The one row an aggregate query (count, max, a FILTER list) returns."""
+    row = conn.execute(sql, params or []).fetchone()
+    if row is None:  # never for an aggregate: a query that is not one
+        raise LookupError(f"no row from {sql[:80]}")
+    return row
+
+
+def _percentiles(values: list[Any] | None, top: float | None, mean: float | None) -> dict[str, Any]:
     p50, p90, p99 = values if values else (None, None, None)
     return {"p50": p50, "p90": p90, "p99": p99, "max": top, "mean": None if mean is None else round(mean, 1)}
 
 
-def stats(conn: Any) -> dict[str, Any]:
+def stats(conn: DuckDBPyConnection) -> dict[str, Any]:
     """Everything `tokview stats` prints, in few scans: one pass over the light sample columns for
     the counts and percentiles (a million samples in ~0.1 s), one GROUP BY for distinct prompts."""
-    one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    one = lambda sql: one_row(conn, sql)[0]  # noqa: E731
     pairs = lambda sql: {k: v for k, v in conn.execute(sql).fetchall()}  # noqa: E731
     by_code = {}
     for code, severity, n in conn.execute(
@@ -223,12 +234,13 @@ def stats(conn: Any) -> dict[str, Any]:
         "ORDER BY count(DISTINCT sample_id) DESC, code"
     ).fetchall():
         by_code[code] = {"severity": severity, "samples": n}
-    (samples, valid, invalid, exportable, truncated, p_q, p_max, p_mean, o_q, o_max, o_mean) = conn.execute(
+    (samples, valid, invalid, exportable, truncated, p_q, p_max, p_mean, o_q, o_max, o_mean) = one_row(
+        conn,
         "SELECT count(*), count(*) FILTER (WHERE valid), count(*) FILTER (WHERE NOT valid), "
         "count(*) FILTER (WHERE valid AND status <> 'rejected'), count(*) FILTER (WHERE finish_reason = 'length'), "
         "quantile_disc(prompt_len, [0.5, 0.9, 0.99]), max(prompt_len), avg(prompt_len), "
-        "quantile_disc(output_len, [0.5, 0.9, 0.99]), max(output_len), avg(output_len) FROM samples"
-    ).fetchone()
+        "quantile_disc(output_len, [0.5, 0.9, 0.99]), max(output_len), avg(output_len) FROM samples",
+    )
     return {
         "prompts": one("SELECT count(*) FROM (SELECT prompt_id FROM samples GROUP BY prompt_id)"),
         "samples": samples,

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -29,6 +29,9 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
+
+if TYPE_CHECKING:
+    from tokview.core.analysis import Analysis
 from tokview.untrusted_text import storable
 
 STATUSES = ("pending", "approved", "rejected")
@@ -75,9 +78,9 @@ class SampleFilter:
     """Only samples whose target mean NLL is at most this (unscored samples are left out)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampleRow:
-    """The light columns of one sample: what a list of 100,000 needs and nothing more."""
+    """The light columns of one sample: what a list of 100,000 needs and nothing more (built by keyword)."""
 
     sample_id: str
     prompt_id: str
@@ -342,16 +345,19 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
 
 
 def sample_params(
+    capture: Capture,
+    analysis: Analysis,
+    *,
     sample_id: str,
     prompt_id: str,
     run_id: str | None,
-    capture: Capture,
-    analysis: Any,
     gen_index: int | None,
     turn: int | None,
     profile: str | None,
     secrets: tuple[str, ...] | list[str] = (),
 ) -> list[Any]:
+    """The values of one sample's row, in SAMPLE_COLUMNS order: its payloads masked (`capture_secrets`), its
+    id lists taken out of the raw bodies (`elided_ids.py`)."""
     c = capture
     masked = capture_secrets(c, secrets)
     findings = analysis.findings

@@ -8,7 +8,10 @@ panel and the command must print the same thing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database
 
 NO_RUN = "(no run)"
 
@@ -52,7 +55,7 @@ def _empty(run: str) -> dict[str, Any]:
     }
 
 
-def run_stats(store: Any) -> list[dict[str, Any]]:
+def run_stats(store: Database) -> list[dict[str, Any]]:
     """One dict per run (samples by status, valid, truncated, failures, lengths, acceptance, target NLL, samples
     per finding code), runs in name order; a run that only failed is listed with its failures."""
     runs: dict[str, dict[str, Any]] = {}
@@ -78,7 +81,7 @@ def run_stats(store: Any) -> list[dict[str, Any]]:
     return [runs[name] for name in sorted(runs)]
 
 
-def siblings(store: Any, sample_id: str) -> list[tuple[str, str | None]]:
+def siblings(store: Database, sample_id: str) -> list[tuple[str, str | None]]:
     """(sample_id, run) of the other samples of this sample's prompt: other runs first (what compare is for),
     then other generations of the same run, each in run and id order."""
     rows = store.query(

@@ -9,10 +9,14 @@ Append new migrations; never edit an applied one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tokview.errors import TokviewError
+from tokview.store.connection import transaction
 from tokview.store.token_data import MIGRATION_SQL as _SIDE_DATA_SQL
+
+if TYPE_CHECKING:
+    from duckdb import DuckDBPyConnection
 
 MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
     (
@@ -195,7 +199,7 @@ functions (~0.5 ms; the information_schema views cost 3–6 ms on a new connecti
 every batch)."""
 
 
-def refuse_foreign(conn: Any, path: str) -> None:
+def refuse_foreign(conn: DuckDBPyConnection, path: str) -> None:
     """A DuckDB file that holds other tables is somebody else's data: never add tokview's tables to it.
 
     Empty files, tokview stores (a `schema_version` table beside `samples`) and a store whose creation never
@@ -208,7 +212,7 @@ def refuse_foreign(conn: Any, path: str) -> None:
     raise SchemaError(f"{path} is a DuckDB database but not a tokview store (it has tables {shown}): pass another --db")
 
 
-def refuse_unmigrated(conn: Any, path: str) -> None:
+def refuse_unmigrated(conn: DuckDBPyConnection, path: str) -> None:
     """A store opened read-only is read as it is: only when it has this tokview's schema (upgrading writes)."""
     version = current_version(conn)
     if version > LATEST_VERSION:
@@ -225,22 +229,26 @@ def refuse_unmigrated(conn: Any, path: str) -> None:
         )
 
 
-def current_version(conn: Any) -> int:
-    has = conn.execute(f"SELECT count(*) FROM {_TABLES_AND_VIEWS} WHERE name = 'schema_version'").fetchone()[0]
-    if not has:
+def current_version(conn: DuckDBPyConnection) -> int:
+    if not _one_number(conn, f"SELECT count(*) FROM {_TABLES_AND_VIEWS} WHERE name = 'schema_version'"):
         return 0
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    return _one_number(conn, "SELECT max(version) FROM schema_version")
 
 
-def _unfinished_creation(conn: Any, tables: set[str]) -> bool:
+def _one_number(conn: DuckDBPyConnection, sql: str) -> int:
+    """The single number a count or max query returns (0 for no row or NULL)."""
+    row = conn.execute(sql).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _unfinished_creation(conn: DuckDBPyConnection, tables: set[str]) -> bool:
     """Only `schema_version`, holding no row: no migration ever committed, so the file holds nothing at all."""
     if tables != {"schema_version"}:
         return False
-    return conn.execute("SELECT count(*) FROM schema_version").fetchone()[0] == 0
+    return _one_number(conn, "SELECT count(*) FROM schema_version") == 0
 
 
-def migrate(conn: Any) -> int:
+def migrate(conn: DuckDBPyConnection) -> int:
     """Bring the file up to LATEST_VERSION; return the version it had before."""
     before = current_version(conn)
     if before > LATEST_VERSION:
@@ -258,11 +266,12 @@ def migrate(conn: Any) -> int:
     return before
 
 
-def _create(conn: Any) -> None:
+def _create(conn: DuckDBPyConnection) -> None:
     """A new store gets every migration in one transaction, sent as one script: the same schema and
-    `schema_version` rows as applying them one by one, in one call to DuckDB instead of ~30 (a new
-    store opens in ~33 ms instead of ~38). `schema_version` is created in that transaction too: a process
-    killed while it creates a store leaves a file with no table (or no file), never a half-made store."""
+    `schema_version` rows as applying them one by one, in three calls to DuckDB (BEGIN, the script, COMMIT)
+    instead of ~30 (a new store opens in ~33 ms instead of ~38). `schema_version` is created in that
+    transaction too: a process killed while it creates a store leaves a file with no table (or no file),
+    never a half-made store."""
     statements = [_SCHEMA_VERSION_TABLE]
     statements += [sql for version, name, sqls in MIGRATIONS for sql in (*sqls, _version_row(version, name))]
     _in_transaction(conn, statements)
@@ -279,12 +288,7 @@ def _version_row(version: int, name: str) -> str:
     return f"INSERT INTO schema_version VALUES ({int(version)}, '{quoted}', now())"
 
 
-def _in_transaction(conn: Any, statements: list[str]) -> None:
-    try:
-        conn.execute(";\n".join(["BEGIN TRANSACTION", *statements, "COMMIT"]))
-    except Exception:
-        try:
-            conn.execute("ROLLBACK")
-        except Exception:  # nothing was begun (the script failed to parse)
-            pass
-        raise
+def _in_transaction(conn: DuckDBPyConnection, statements: list[str]) -> None:
+    """The statements as one script in one transaction: one call to DuckDB between BEGIN and COMMIT."""
+    with transaction(conn):
+        conn.execute(";\n".join(statements))

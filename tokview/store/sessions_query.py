@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database
 
 PROXIED = "sample_id LIKE 'proxy:%' AND turn IS NOT NULL"
 """The samples `tokview proxy` recorded into a conversation."""
@@ -96,12 +99,12 @@ class TurnRow:
     created_at: datetime
 
 
-def list_sessions(store: Any, limit: int = MAX_SESSIONS) -> list[SessionRow]:
+def list_sessions(store: Database, limit: int = MAX_SESSIONS) -> list[SessionRow]:
     """The proxied conversations in a store, the most recently active first."""
     return [SessionRow(*row) for row in store.query(_SESSIONS, [limit])]
 
 
-def session_turns(store: Any, session_id: str) -> list[TurnRow]:
+def session_turns(store: Database, session_id: str) -> list[TurnRow]:
     """A conversation's turns in order (turn index, then arrival)."""
     out = []
     for sample_id, turn, prompt_len, output_len, finish, status, codes, valid, latency, answer, created in store.query(
@@ -115,7 +118,7 @@ def session_turns(store: Any, session_id: str) -> list[TurnRow]:
     return out
 
 
-def sessions_version(store: Any) -> tuple[Any, ...]:
+def sessions_version(store: Database) -> tuple[Any, ...]:
     """What changes when the proxy lands a turn or a failure, or a turn is reviewed: the screens reload
     when it does (a cheap read, polled while they are open)."""
     return tuple(store.query(_VERSION)[0])

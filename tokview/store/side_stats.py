@@ -9,12 +9,15 @@ step drafted); `segments` is null when no sample could, never an estimate from t
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core import spec_decode as sd
 from tokview.core.logprobs import mean_nll
 from tokview.core.profiles import ModelProfile, ProfileError, get_profile
 from tokview.core.record import Capture
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database
 
 NLL_BINS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Upper edges (nats/token) of the NLL histogram; the last bin is everything above 8."""
@@ -51,7 +54,7 @@ def _profile(name: str | None, cache: dict[str | None, ModelProfile | None]) -> 
     return cache[name]
 
 
-def _spec_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any] | None:
+def _spec_stats(store: Database, default_profile: ModelProfile | None = None) -> dict[str, Any] | None:
     rows = store.query(
         "SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples WHERE spec_decode IS NOT NULL"
     )
@@ -106,7 +109,7 @@ def _rates(counts: dict[str, int]) -> dict[str, float | None]:
     }
 
 
-def _logprob_stats(store: Any) -> dict[str, Any] | None:
+def _logprob_stats(store: Database) -> dict[str, Any] | None:
     n, tokens, mean = store.query(
         "SELECT count(*), sum(len(output_logprobs)), avg(list_avg(output_logprobs)) FROM samples "
         "WHERE output_logprobs IS NOT NULL"
@@ -122,7 +125,7 @@ def _logprob_stats(store: Any) -> dict[str, Any] | None:
     }
 
 
-def _target_stats(store: Any) -> dict[str, Any] | None:
+def _target_stats(store: Database) -> dict[str, Any] | None:
     n, mean, p50, p90, top = store.query(
         "SELECT count(*), avg(mean_nll), quantile_cont(mean_nll, 0.5), quantile_cont(mean_nll, 0.9), max(mean_nll) "
         "FROM samples WHERE target_score IS NOT NULL"
@@ -155,7 +158,7 @@ def _target_stats(store: Any) -> dict[str, Any] | None:
     }
 
 
-def store_side_stats(store: Any, default_profile: ModelProfile | None = None) -> dict[str, Any]:
+def store_side_stats(store: Database, default_profile: ModelProfile | None = None) -> dict[str, Any]:
     """The three keys over the whole store (each null when no sample has that kind of data).
 
     `default_profile` segments samples stored without a known profile name (the app passes its own)."""

@@ -9,10 +9,14 @@ and filter on them and `--select` can threshold them in SQL without parsing JSON
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
 from tokview.core.spec_decode import SpecDecode
+
+if TYPE_CHECKING:
+    from tokview.core.findings import Finding
+    from tokview.store.connection import Database
 
 SIDE_COLUMNS = (
     "spec_decode",
@@ -88,7 +92,7 @@ def side_fields(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def target_statements(sample_id: str, capture: Capture, finding: Any | None) -> list[tuple[str, list[Any]]]:
+def target_statements(sample_id: str, capture: Capture, finding: Finding | None) -> list[tuple[str, list[Any]]]:
     """The statements that write one sample's target scores and its `off_policy` finding (added or cleared).
 
     Only the target columns, the finding and the denormalised codes change: the sample's ids, its
@@ -113,12 +117,12 @@ def target_statements(sample_id: str, capture: Capture, finding: Any | None) -> 
     return statements
 
 
-def put_target_scores(store: Any, items: list[tuple[str, Capture, Any | None]]) -> None:
+def put_target_scores(store: Database, items: list[tuple[str, Capture, Finding | None]]) -> None:
     """Write several samples' scores in one short transaction (the store is shared: keep it brief)."""
     statements = [st for sample_id, capture, finding in items for st in target_statements(sample_id, capture, finding)]
     if statements:
-        store._tx(statements)  # the store's own locked transaction helper
+        store.write(statements)  # one transaction under the store's lock
 
 
-def put_target_score(store: Any, sample_id: str, capture: Capture, finding: Any | None) -> None:
+def put_target_score(store: Database, sample_id: str, capture: Capture, finding: Finding | None) -> None:
     put_target_scores(store, [(sample_id, capture, finding)])

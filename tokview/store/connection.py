@@ -1,0 +1,364 @@
+"""The store's file: opening it under other processes' locks, keeping it open for a burst, and transactions.
+
+DuckDB lets one process at a time open a file, so the store never keeps it open: every operation opens it,
+runs one short transaction or query and closes it again (`StoreFile.connection()` nested keeps it open across
+related calls); a process that finds it taken waits, and says which tokview command holds it if the wait gets
+long. Within a process, threads (the UI's workers, a batch's writer) share one lock. `transaction()` is the
+one place BEGIN, COMMIT and ROLLBACK are written: every write of the store package goes through it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import duckdb
+
+from tokview.errors import describe_error, first_line
+from tokview.store import parts
+from tokview.store.errors import StoreError, StoreFull, is_disk_full
+from tokview.store.records import scrub_text
+
+Statement = tuple[str, Sequence[Any]]
+"""One SQL statement and its parameters (DuckDB takes any JSON-like value, lists of ids, None)."""
+
+LOCK_TIMEOUT_S = 120.0
+"""How long an operation waits for another process to release the file before it gives up."""
+LOCK_SAY_AFTER_S = 1.0
+"""Waits longer than this are announced (once) with the holder's tokview command."""
+LINGER_S = 0.2
+"""After an operation the file stays open this long for the next one (the app's count, page and sample
+of one keypress reuse one warm connection); then it is closed for other processes."""
+MAX_HOLD_S = 1.0
+"""Never longer than this in one stretch, however busy: other processes always get their turn."""
+LOCK_WORDS = ("Could not set lock", "Conflicting lock")
+"""What DuckDB's message says when another process holds the file."""
+_PID = re.compile(r"\(PID (\d+)\)")
+DUCKDB_MAGIC = b"DUCK"
+"""What every DuckDB database file holds at bytes 8-11 of its header."""
+_NOT_A_DATABASE = "not a valid DuckDB database file"
+UNFINISHED_AFTER_S = 0.5
+"""A 0-byte file younger than this may be a store another process is creating this instant (DuckDB creates the
+file, locks it at once and then writes its header): it is waited for, never removed. Shorter than
+LOCK_SAY_AFTER_S, so a re-run right after a failed creation waits without announcing a holder that is gone."""
+
+
+class Database(Protocol):
+    """What the store's SQL helpers (bulk review, side data, sessions, stats) need of a store: reads and one
+    transaction of writes, under the store's lock. `Store` and `StoreFile` both are one."""
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def write(self, statements: Iterable[Statement]) -> None: ...
+
+
+def holder_of(message: str) -> str:
+    """Which program holds the file, from DuckDB's lock message: `tokview batch (pid 12)` when it is ours."""
+    match = _PID.search(message)
+    if not match:
+        return "another process"
+    pid = int(match.group(1))
+    argv: list[str] = []
+    try:
+        argv = [a.decode("utf-8", "replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        pass
+    for i, arg in enumerate(argv):
+        name = os.path.basename(arg)
+        if name == "tokview" or (name == "-m" and i + 1 < len(argv) and argv[i + 1] == "tokview"):
+            rest = argv[i + (2 if name == "-m" else 1) :]
+            command = next((a for a in rest if not a.startswith("-")), "")
+            return f"`tokview {command}`".replace(" `", "`") + f" (pid {pid})" if command else f"tokview (pid {pid})"
+    return f"another program (pid {pid}{': ' + os.path.basename(argv[0]) if argv else ''})"
+
+
+@contextmanager
+def duckdb_errors(what: str, path: str = "") -> Iterator[None]:
+    """Turn a DuckDB error into a one-line StoreError: callers and the CLI never see duckdb's types."""
+    try:
+        yield
+    except duckdb.Error as exc:
+        if is_disk_full(exc):
+            raise StoreFull(f"no space left on device ({path or what})") from None
+        first = scrub_text(first_line(exc))
+        raise StoreError(f"{what}: {first}") from None
+
+
+@contextmanager
+def transaction(conn: duckdb.DuckDBPyConnection, *, commit: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    """BEGIN, the block, COMMIT; ROLLBACK when the block (or the COMMIT) raises. `commit=False` rolls back either
+    way: a trial that only asks whether the block runs.
+
+    A ROLLBACK that fails is passed over: a failed COMMIT (a full disk) has already ended the transaction, and
+    the error that ended it is the one to tell."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        yield conn
+        if commit:
+            conn.execute("COMMIT")
+            return
+    except BaseException:
+        _rollback(conn)
+        raise
+    _rollback(conn)
+
+
+def _rollback(conn: duckdb.DuckDBPyConnection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except duckdb.Error:  # a connection the error invalidated, or a transaction a failed COMMIT ended
+        pass
+
+
+class LockWait:
+    """Waiting for a DuckDB file another process holds: backing off, said once after a second, given up
+    (one line naming the holder) after `timeout` seconds."""
+
+    def __init__(self, path: str, timeout: float, on_wait: Callable[[str], None]) -> None:
+        self.path, self.timeout, self.on_wait = path, timeout, on_wait
+        self.started, self.said, self.delay = time.monotonic(), False, 0.005
+
+    def again(self, message: str) -> None:
+        """Sleep before the next try; StoreError when the wait is over."""
+        waited = time.monotonic() - self.started
+        if waited >= self.timeout:
+            raise StoreError(
+                f"the store {self.path} is in use by {holder_of(message)}: gave up after {waited:.0f}s "
+                "(try again when it finishes)"
+            ) from None
+        if not self.said and waited >= LOCK_SAY_AFTER_S:
+            self.said = True
+            self.on_wait(f"waiting for {self.path}: in use by {holder_of(message)}")
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 0.1)
+
+
+def is_duckdb_file(path: str | Path) -> bool:
+    """Whether `path` is a DuckDB database file (its header's magic bytes): False when absent or unreadable."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            return f.read(12)[8:12] == DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
+def refuse_other_files(path: str) -> None:
+    """A --db that is some other file (a prompts file given in the wrong place, a Parquet or CSV file)
+    is named as such: DuckDB itself opens some of them as a database of their own and lists their tables."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            head = f.read(12)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return  # a new store, or a folder DuckDB names itself
+    except OSError:
+        return  # unreadable: DuckDB's own error says why
+    if head and head[8:12] != DUCKDB_MAGIC:
+        raise StoreError(f"{path} is not a DuckDB database (a tokview store is one): pass another --db")
+
+
+def clear_unfinished_file(path: str, wait: LockWait) -> bool:
+    """A 0-byte store file is what DuckDB leaves when it could not write a new file's header (a full disk): it
+    holds nothing, so it is removed and the store created anew. True: try opening again (removed, or too young
+    to tell and waited for); False: not such a file (it has bytes, a write-ahead log beside it, or another
+    process holds its lock), left as it is for DuckDB's own error."""
+    file = Path(path).expanduser()
+    wal = Path(f"{file}.wal")
+    try:
+        if wal.exists() and wal.stat().st_size > 0:
+            return False
+        fd = os.open(file, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        seen = os.fstat(fd)
+        if seen.st_size != 0:
+            return False
+        if time.time() - seen.st_mtime < UNFINISHED_AFTER_S:
+            wait.again(f"{path} is being created")
+            return True
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: DuckDB's next try waits for it
+        now = os.stat(file)
+        if (now.st_ino, now.st_dev, now.st_size) != (seen.st_ino, seen.st_dev, 0):
+            return True  # replaced meanwhile: open what is there now
+        file.unlink()
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def cannot_write(message: str) -> bool:
+    """DuckDB's open failed because the file or its file system cannot be written (it may still be read)."""
+    return "Read-only file system" in message or "Permission denied" in message
+
+
+def say_on_stderr(message: str) -> None:
+    print(f"tokview: {message}", file=sys.stderr, flush=True)
+
+
+class StoreFile:
+    """One store file shared with other processes: opened for an operation, left open `linger` seconds for the
+    next one (never longer than MAX_HOLD_S in one stretch), read-only when it cannot be written.
+
+    `":memory:"` is a throwaway database, kept open; its parts go to a private temporary folder."""
+
+    def __init__(
+        self, path: str, *, lock_timeout: float, on_wait: Callable[[str], None], linger: float = LINGER_S
+    ) -> None:
+        self.path = path
+        self.lock_timeout = lock_timeout
+        self.on_wait = on_wait
+        self.linger = linger
+        self.memory = path == ":memory:"
+        self.lock = threading.RLock()
+        self.depth = 0
+        """How many operations of this process use the open connection now (it is closed only at 0)."""
+        self.read_only = False
+        """Opened read-only: the file (or its file system) cannot be written; set by `_connect` when it finds so."""
+        self._conn: duckdb.DuckDBPyConnection | None = None
+        self._opened_at = 0.0
+        self._release_seq = 0
+        self._memory_parts: Path | None = None
+
+    @property
+    def parts_dir(self) -> Path:
+        """Where writers put parts: beside the file (a private temporary folder for `:memory:`)."""
+        if self.memory:
+            if self._memory_parts is None:
+                import tempfile
+
+                self._memory_parts = Path(tempfile.mkdtemp(prefix="tokview-parts-"))
+            return self._memory_parts
+        return parts.parts_dir(self.path)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether this process has the database file open right now (it lingers open for a burst)."""
+        return self._conn is not None
+
+    def prepare(self) -> None:
+        """Make the file's folder and refuse a file that is not DuckDB's, before DuckDB opens it."""
+        if self.memory:
+            return
+        try:
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # the user's --db names a folder that cannot be made
+            raise StoreError(describe_error(exc)) from None
+        refuse_other_files(self.path)
+
+    def open_checked(self, check: Callable[[duckdb.DuckDBPyConnection], None]) -> None:
+        """Open the file for the first time and run `check` (the schema's) on it; closed at once when it fails."""
+        with self.lock:
+            try:
+                conn = self._connect()
+                with duckdb_errors(f"cannot migrate database {self.path}", self.path):
+                    check(conn)
+            except BaseException:
+                self.release(force=True)
+                raise
+            self.release()
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        if self._conn is None:
+            self._conn = self._open()
+            self._opened_at = time.monotonic()
+        return self._conn
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        """Open the file, waiting while another process holds it (announced after a second)."""
+        wait = LockWait(self.path, self.lock_timeout, self.on_wait)
+        while True:
+            try:
+                return duckdb.connect(self.path, read_only=self.read_only)
+            except duckdb.Error as exc:
+                message = str(exc).strip()
+                if any(w in message for w in LOCK_WORDS):
+                    wait.again(message)
+                elif not self.read_only and cannot_write(message) and Path(self.path).expanduser().is_file():
+                    self.read_only = True  # read without writing: stats, show and export need no more
+                elif not self.read_only and _NOT_A_DATABASE in message and clear_unfinished_file(self.path, wait):
+                    continue  # a 0-byte file a full disk left: removed (or given time to become a store)
+                else:
+                    raise StoreError(f"cannot open database {self.path}: {first_line(exc)}") from None
+
+    def release(self, force: bool = False) -> None:
+        """Close the file now (`force`, or held MAX_HOLD_S already), or after `linger` unless used again."""
+        if self._conn is None or (not force and (self.depth > 0 or self.memory)):
+            return
+        self._release_seq += 1
+        if force or self.linger <= 0 or time.monotonic() - self._opened_at >= MAX_HOLD_S:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+            return
+        closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
+        closer.daemon = True
+        closer.start()
+
+    def _close_if_idle(self, seq: int) -> None:
+        with self.lock:
+            if seq == self._release_seq and self.depth == 0 and self._conn is not None:
+                self.release(force=True)
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The open connection for one operation: opened here unless an enclosing operation keeps one."""
+        with self.lock:
+            conn = self._connect()
+            self.depth += 1
+            try:
+                yield conn
+            finally:
+                self.depth -= 1
+                self.release()
+
+    @contextmanager
+    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """`connection()` whose DuckDB errors say `cannot read PATH: …`."""
+        with self.connection() as conn, duckdb_errors(f"cannot read {self.path}", self.path):
+            yield conn
+
+    @contextmanager
+    def writing(self, what: str = "") -> Iterator[duckdb.DuckDBPyConnection]:
+        """`connection()` whose DuckDB errors say `cannot write to PATH: …` (or `what`)."""
+        with self.connection() as conn, duckdb_errors(what or f"cannot write to {self.path}", self.path):
+            yield conn
+
+    def close(self) -> None:
+        """Close the file now and remove a `:memory:` store's parts folder."""
+        with self.lock:
+            self.release(force=True)
+            if self._memory_parts is not None:
+                import shutil
+
+                shutil.rmtree(self._memory_parts, ignore_errors=True)
+                self._memory_parts = None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run read-only SQL under the lock."""
+        with self.reading() as conn:
+            return conn.execute(sql, list(params)).fetchall()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement under the lock (e.g. DuckDB's `COPY … TO` for Parquet exports)."""
+        with self.writing("database statement failed") as conn:
+            conn.execute(sql, list(params))
+
+    def write(self, statements: Iterable[Statement]) -> None:
+        """Run these statements in one transaction under the lock: all of them land, or none."""
+        with self.writing() as conn, transaction(conn):
+            for sql, params in statements:
+                conn.execute(sql, list(params))

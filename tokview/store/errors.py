@@ -1,0 +1,32 @@
+"""The store's errors, apart from DuckDB and from any one writer.
+
+Why a module of their own: a `--workers` child and a Ray task raise and catch them without opening the store
+(and without importing DuckDB, see `part_sink.py`), the store's connection, repositories and facade raise them,
+and callers import them from `tokview.store`. They lived in `part_sink.py`, which named the wrong thing.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from tokview.errors import TokviewError
+
+
+class StoreError(TokviewError):
+    """The database cannot be opened, read or written (locked, not DuckDB, disk full, unwritable COPY target…)."""
+
+    title = "store"
+
+
+class StoreFull(StoreError):
+    """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
+
+    title = "disk full"
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether an OS or DuckDB error says the disk (or the user's quota) is full."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc).lower()
+    return "no space left on device" in text or "disk quota exceeded" in text

@@ -1,0 +1,274 @@
+"""Landing what was written elsewhere: batches' parts (`ingest`) and other tokview stores (`merge`).
+
+Both land in one transaction and are idempotent by sample id: a sample id already stored is stored once,
+and landing the same parts or the same store again adds nothing. A part that cannot land (cut short by a
+power loss, or a line whose values do not fit the table) is found by trial landings that are rolled back
+(`salvage`); what a merge refuses (another model, tokenizer or profile) is decided in `merge.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+
+from tokview.store import parts, queries
+from tokview.store.connection import LOCK_WORDS, LockWait, StoreFile, is_duckdb_file, transaction
+from tokview.store.errors import StoreError, is_disk_full
+from tokview.store.merge import refuse_unmergeable, shared_columns
+from tokview.store.parts import sql_list
+from tokview.store.records import SAMPLE_COLUMNS
+
+_DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
+"""What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""
+_FINDINGS_TYPE = "STRUCT(code VARCHAR, severity VARCHAR, detail VARCHAR, positions INTEGER[])[]"
+
+
+class Landing:
+    """Ingest and merge for one store file (the repository of what arrives from outside the process)."""
+
+    def __init__(self, file: StoreFile) -> None:
+        self.file = file
+        self._column_types: dict[str, str] | None = None
+
+    def _columns(self, conn: duckdb.DuckDBPyConnection) -> tuple[list[str], dict[str, str]]:
+        """(the sample columns this file has, in part order; every column's type), read once per store."""
+        if self._column_types is None:
+            rows = conn.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() "
+                "WHERE table_name = 'samples' AND schema_name = 'main' AND database_name = current_database()"
+            ).fetchall()
+            self._column_types = {name: kind for name, kind in rows}
+        types = self._column_types
+        return [c for c in SAMPLE_COLUMNS if c in types], types
+
+    def land_parts(self) -> tuple[int, int]:
+        """Land every complete part in one transaction: (new samples, failures recorded)."""
+        with self.file.writing() as conn:
+            sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
+            if not sample_files and not failure_files:
+                return 0, 0
+            columns, types = self._columns(conn)
+            # One DuckDB thread: for a landing's few MB of JSON lines, its parallel reader cost more
+            # than it saved (300 rows: 66 -> 55 ms and 65 -> 52 ms of CPU; 1,200 rows: 217 -> 182 ms),
+            # and the other core is the batch's, analysing. Queries keep every thread.
+            conn.execute("SET threads = 1")
+            try:
+                with transaction(conn):
+                    new = land_samples(conn, sample_files, columns, types) if sample_files else 0
+                    failed = land_failures(conn, failure_files) if failure_files else 0
+            finally:
+                try:
+                    conn.execute("RESET threads")
+                except duckdb.Error:  # a connection a full disk invalidated: the first error is the one to tell
+                    pass
+            # Removed while the file is still held: another ingest (a thread here, or a process that
+            # opens the file the moment it is free) must never list a part that is about to vanish.
+            parts.remove(sample_files + failure_files)
+        return new, failed
+
+    def salvage(self) -> tuple[int, int]:
+        """Set aside the parts (and their lines) that cannot land, found by trial landings rolled back with the
+        file held: (damaged parts, whole lines of them kept)."""
+        with self.file.writing() as conn:
+            sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
+            columns, types = self._columns(conn)
+            trial = 0
+
+            def lands(part: Path, lines: list[bytes] | None) -> bool:
+                nonlocal trial
+                if lines is None:
+                    return _trial_landing(conn, part, part, columns, types)
+                trial += 1
+                probe = part.with_name(f".trial-{os.getpid()}-{trial}{part.name[part.name.index('.') :]}.tmp")
+                try:
+                    probe.write_bytes(b"".join(line + b"\n" for line in lines))
+                    return _trial_landing(conn, part, probe, columns, types)
+                finally:
+                    probe.unlink(missing_ok=True)
+
+            return parts.salvage(sample_files + failure_files, lands)
+
+    def merge(self, source: Path) -> dict[str, int]:
+        """Land `source` (checked by `merge_source`), waiting while a batch writing it holds it."""
+        wait = LockWait(str(source), self.file.lock_timeout, self.file.on_wait)
+        while True:
+            try:
+                with self.file.writing(f"cannot merge {source}") as conn:
+                    return merge_into(conn, source, self.file.path)
+            except StoreError as exc:  # the source is held by a batch writing it: wait as for our own file
+                if not any(w in str(exc) for w in LOCK_WORDS):
+                    raise
+                wait.again(str(exc))
+
+
+def _trial_landing(
+    conn: duckdb.DuckDBPyConnection, part: Path, file: Path, columns: list[str], types: dict[str, str]
+) -> bool:
+    """Whether `file` (lines of `part`) lands, in a transaction that is rolled back either way.
+
+    Only an error in the data says no (a value of the wrong type, a missing required one, broken
+    JSON); any other (a full disk, a lost file) is raised: it is no reason to set a part aside."""
+    try:
+        with transaction(conn, commit=False):
+            if part.name.endswith(parts.SAMPLES_SUFFIX):
+                land_samples(conn, [file], columns, types)
+            else:
+                land_failures(conn, [file])
+        return True
+    except _DATA_ERRORS as exc:
+        if is_disk_full(exc):
+            raise
+        return False
+
+
+def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: list[str], types: dict[str, str]) -> int:
+    """Insert the parts' samples not stored yet (and their findings); their earlier failures go. Returns how many."""
+    spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns) + f", 'findings': '{_FINDINGS_TYPE}'"
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _part_new AS SELECT * FROM read_json({sql_list(files)}, "
+        f"columns={{{spec}}}, format='newline_delimited', maximum_object_size=1073741824) p "
+        "WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id)"
+    )
+    # A sample id twice in the parts keeps its first capture. Ranked over three narrow columns and
+    # deleted by rowid: a window over the wide rows (2,000-id lists, raw bodies) cost 40% of a landing.
+    conn.execute(
+        "DELETE FROM _part_new WHERE rowid IN (SELECT rowid FROM (SELECT rowid, row_number() OVER "
+        "(PARTITION BY sample_id ORDER BY created_at) AS n FROM _part_new) WHERE n > 1)"
+    )
+    cols = ", ".join(columns)
+    conn.execute(f"INSERT INTO samples ({cols}) SELECT {cols} FROM _part_new")
+    conn.execute(
+        "INSERT INTO findings SELECT sample_id, f.code, f.severity, f.detail, f.positions FROM "
+        "(SELECT sample_id, unnest(findings) AS f FROM _part_new)"
+    )
+    conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_new)")
+    conn.execute("DELETE FROM failure_attempts WHERE sample_id IN (SELECT sample_id FROM _part_new)")
+    n = _count(conn, "_part_new")
+    conn.execute("DROP TABLE _part_new")
+    return n
+
+
+def land_failures(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
+    """Record the parts' failures of samples not stored: one current failure per sample id (the latest), its
+    attempts counted. Returns how many failure lines there were."""
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _part_fail AS SELECT * FROM read_json({sql_list(files)}, "
+        "columns={'prompt_id': 'VARCHAR', 'sample_id': 'VARCHAR', 'run_id': 'VARCHAR', "
+        "'reason': 'VARCHAR', 'server': 'VARCHAR', 'at': 'TIMESTAMP'}, format='newline_delimited') f "
+        "WHERE f.sample_id IS NULL OR "
+        "NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = f.sample_id)"
+    )
+    conn.execute(
+        "INSERT INTO failure_attempts SELECT sample_id, count(*) FROM _part_fail WHERE sample_id IS NOT "
+        "NULL GROUP BY sample_id ON CONFLICT (sample_id) DO UPDATE SET attempts = "
+        "failure_attempts.attempts + EXCLUDED.attempts"
+    )
+    conn.execute("DELETE FROM failures WHERE sample_id IN (SELECT sample_id FROM _part_fail)")
+    conn.execute(
+        'INSERT INTO failures (prompt_id, sample_id, run_id, reason, "at", server) '
+        f'SELECT prompt_id, sample_id, run_id, coalesce(reason, {queries.NO_REASON}), "at", server FROM _part_fail '
+        'QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY "at" DESC) = 1'
+    )
+    n = _count(conn, "_part_fail")
+    conn.execute("DROP TABLE _part_fail")
+    return n
+
+
+def _count(conn: duckdb.DuckDBPyConnection, table: str) -> int:
+    row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(row[0]) if row else 0
+
+
+def merge_source(source: str | Path, target: str) -> Path:
+    """`source` as a path to merge into the store at `target`; StoreError when it is none (a folder, missing, not
+    DuckDB, the store itself)."""
+    src = Path(source).expanduser()
+    if src.is_dir():
+        raise StoreError(f"{src} is a directory, not a store: name its .duckdb file")
+    if not src.is_file():
+        raise StoreError(f"database not found: {src}")
+    if not is_duckdb_file(src):  # DuckDB would say "Cannot launch in-memory database in read-only mode!"
+        raise StoreError(f"{src} is not a DuckDB database (a tokview store is one): nothing merged")
+    if src.resolve() == Path(target).expanduser().resolve():
+        raise StoreError(f"{src} is the store itself")
+    return src
+
+
+def has_parts(store_file: Path) -> bool:
+    """Whether a killed (or running) batch left parts beside this store file."""
+    return parts.complete_parts(parts.parts_dir(store_file)) != ([], [])
+
+
+def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) -> dict[str, int]:
+    """Merge `source` into the open connection's store (attached read-only); returns what was added."""
+    literal = sql_list([source])[1:-1]
+    conn.execute(f"ATTACH {literal} AS src (READ_ONLY)")
+    try:
+        tables = refuse_unmergeable(conn, source, target_name)
+        with transaction(conn):
+            return _merge_rows(conn, with_attempts="failure_attempts" in tables)
+    finally:
+        conn.execute("DETACH src")
+
+
+def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict[str, int]:
+    """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`."""
+    col_list = ", ".join(shared_columns(conn, "samples"))
+    conn.execute(
+        "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
+        "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
+    )
+    run_cols = ", ".join(shared_columns(conn, "runs"))  # an older source lacks the newer columns
+    runs = _changed(
+        conn,
+        f"INSERT INTO main.runs ({run_cols}) SELECT {run_cols} FROM src.runs r WHERE NOT EXISTS "
+        "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)",
+    )
+    samples = _changed(
+        conn,
+        f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "
+        "WHERE sample_id IN (SELECT sample_id FROM _merge_new)",
+    )
+    conn.execute(
+        "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
+        "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"
+    )
+    conn.execute(
+        'INSERT INTO main.verdicts (sample_id, "at", who, kind, status, reason, note, tags, undone) '
+        'SELECT sample_id, "at", who, kind, status, reason, note, tags, undone FROM src.verdicts '
+        "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq"
+    )
+    conn.execute("DELETE FROM main.failures WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
+    conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
+    failures = _merge_failures(conn, with_attempts=with_attempts)
+    conn.execute("DROP TABLE _merge_new")
+    return {"samples": samples, "runs": runs, "failures": failures}
+
+
+def _merge_failures(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> int:
+    """Failures of samples stored nowhere yet: one per sample id, added once (with their attempts)."""
+    failures = _changed(
+        conn,
+        'INSERT INTO main.failures SELECT prompt_id, sample_id, run_id, reason, "at", server FROM '
+        "src.failures f WHERE (f.sample_id IS NULL OR (NOT EXISTS (SELECT 1 FROM main.samples s WHERE "
+        "s.sample_id = f.sample_id) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id = "
+        "f.sample_id))) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id IS NULL AND "
+        "f.sample_id IS NULL AND g.prompt_id IS NOT DISTINCT FROM f.prompt_id AND g.reason IS NOT DISTINCT "
+        "FROM f.reason)",
+    )
+    if with_attempts:
+        conn.execute(
+            "INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM src.failure_attempts a "
+            "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
+            "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
+            "EXCLUDED.attempts)"
+        )
+    return failures
+
+
+def _changed(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
+    """Run an INSERT and return how many rows it added."""
+    row = conn.execute(sql).fetchone()
+    return int(row[0]) if row else 0
