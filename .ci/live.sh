@@ -65,7 +65,7 @@ export TOKVIEW_LIVE_VLLM_URL="$URL"
 export TOKVIEW_LIVE_RECORD="$ROOT/build/live-capture.json"
 rm -f "$TOKVIEW_LIVE_RECORD"
 set +e
-"$PYTHON" -m pytest -m live tests/live -q -p no:cacheprovider -o timeout=900
+"$PYTHON" -m pytest -m live tests/live -n 0 -q -p no:cacheprovider -o timeout=900  # one vLLM: one test at a time
 rc=$?
 set -e
 phase "tests"
