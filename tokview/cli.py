@@ -16,7 +16,9 @@ import math
 import os
 import sys
 import traceback
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from types import ModuleType
+from typing import NoReturn
 
 from tokview.errors import ExitCode, TokviewError, UserError, one_line
 
@@ -57,7 +59,10 @@ class _Parser(argparse.ArgumentParser):
     A float option given NaN is refused here, for every command: every comparison with NaN is false, so
     `--max-nll nan` kept everything and `--off-policy-nll nan` was refused as 'not more than 0'."""
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+    # typeshed overloads parse_known_args on the namespace type; this one takes and gives a Namespace
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             value = getattr(parsed, action.dest, None)
@@ -145,7 +150,7 @@ class CommandDidNotLoad(Exception):
     """A command's module failed to import: a broken install or a bug, never a command to leave out."""
 
 
-def _load_command(name: str) -> Any:
+def _load_command(name: str) -> ModuleType:
     """The module of command `name`; any failure to import it is said (CommandDidNotLoad), so a command
     never silently vanishes from `--help` or turns into argparse's 'invalid choice'."""
     try:
