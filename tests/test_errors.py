@@ -50,15 +50,19 @@ ERRORS = (
 
 @pytest.mark.parametrize("cls", ERRORS, ids=lambda c: c.__name__)
 def test_every_error_type_is_a_titled_tokview_error_not_a_value_error(cls):
-    assert issubclass(cls, TokviewError) and not issubclass(cls, ValueError)
-    assert cls.title != TokviewError.title and cls.title.strip()  # its own kind, for the app's notification
+    assert issubclass(cls, TokviewError)
+    assert not issubclass(cls, ValueError)
+    assert cls.title != TokviewError.title
+    assert cls.title.strip()  # its own kind, for the app's notification
 
 
 def test_titles_name_the_kind_of_problem():
     error = ServerUnreachable("cannot connect to http://127.0.0.1:9")
     assert (error.title, error.message, error.reason) == ("server unreachable", error.reason, error.reason)
-    assert error.exit_code == ExitCode.UNREACHABLE and StoreError("x").exit_code == ExitCode.USAGE
-    assert StoreFull("no space").title == "disk full" and StoreError("x").title == "store"
+    assert error.exit_code == ExitCode.UNREACHABLE
+    assert StoreError("x").exit_code == ExitCode.USAGE
+    assert StoreFull("no space").title == "disk full"
+    assert StoreError("x").title == "store"
     assert TokviewError("m", title="custom", exit_code=7).title == "custom"
 
 
@@ -117,7 +121,9 @@ def test_an_unreachable_server_exits_2_in_one_line(capsys, monkeypatch):
         port = s.getsockname()[1]
     code = main(["doctor", "--server", f"http://127.0.0.1:{port}", "--timeout", "5"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == ExitCode.UNREACHABLE and len(err) == 1 and err[0].startswith("tokview: error: server unreachable")
+    assert code == ExitCode.UNREACHABLE
+    assert len(err) == 1
+    assert err[0].startswith("tokview: error: server unreachable")
 
 
 @pytest.mark.parametrize(
@@ -129,9 +135,11 @@ def test_a_bug_is_one_line_with_the_debug_hint(bug, capsys, monkeypatch):
     monkeypatch.setattr(stats_command, "run", _raising(bug))
     code = main(["stats"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == ExitCode.INTERNAL and len(err) == 1
+    assert code == ExitCode.INTERNAL
+    assert len(err) == 1
     assert err[0] == f"tokview: internal error: {one_line(bug)} ({DEBUG_HINT})"
-    assert "TOKVIEW_DEBUG=1" in err[0] and type(bug).__name__ in err[0]
+    assert "TOKVIEW_DEBUG=1" in err[0]
+    assert type(bug).__name__ in err[0]
 
 
 def test_a_bug_shows_its_traceback_under_tokview_debug(capsys, monkeypatch):
@@ -146,9 +154,8 @@ def test_a_bug_shows_its_traceback_under_tokview_debug(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == ExitCode.INTERNAL
     assert err.startswith("Traceback (most recent call last):")
-    assert "in deep_inside" in err and err.rstrip().endswith(
-        "ValueError: invalid literal for int() with base 10: 'not a number'"
-    )
+    assert "in deep_inside" in err
+    assert err.rstrip().endswith("ValueError: invalid literal for int() with base 10: 'not a number'")
     assert DEBUG_HINT not in err
 
 
@@ -170,8 +177,10 @@ def test_an_unwritable_out_folder_is_one_line_not_a_bug(tmp_path, capsys, monkey
     finally:
         blocked.chmod(0o700)
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == ExitCode.USAGE and len(err) == 1
-    assert err[0].startswith(f"tokview: error: cannot write {out}") and "internal error" not in err[0]
+    assert code == ExitCode.USAGE
+    assert len(err) == 1
+    assert err[0].startswith(f"tokview: error: cannot write {out}")
+    assert "internal error" not in err[0]
 
 
 @pytest.fixture

@@ -163,7 +163,8 @@ def test_harmony_positive(hfam, code):
     analysis = analyze(capture, hfam.profile, hfam.tok)
     hits = [f for f in analysis.findings if f.code == code]
     assert len(hits) == 1, f"{code} not found once; got {analysis.codes}"
-    assert hits[0].severity == default_severity(code) and hits[0].detail
+    assert hits[0].severity == default_severity(code)
+    assert hits[0].detail
     assert hits[0].positions == case.positions(hfam, capture)
     if default_severity(code) == ERROR:
         assert not analysis.valid
@@ -250,7 +251,8 @@ def test_gpt_oss_profile_is_detected_from_the_tokenizer(oss_tok):
 def test_each_malformed_header_is_named_where_it_is(hfam, text, problem, at):
     c = hfam.capture(text)
     hits = [f for f in analyze(c, hfam.profile, hfam.tok).findings if f.code == "harmony_malformed_header"]
-    assert len(hits) == 1 and problem in hits[0].detail, hits
+    assert len(hits) == 1, hits
+    assert problem in hits[0].detail, hits
     assert hfam.at(c, *at) in hits[0].positions
 
 

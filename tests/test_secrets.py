@@ -85,7 +85,9 @@ def test_credentials_never_reach_the_database_file(store, monkeypatch, make_capt
         "p2", "p2@x_gen0", "run1", "HTTP 401: invalid api key sk-envkey", server="http://alice:tok3n@127.0.0.1:8000"
     )
     dump = _dump(store)
-    assert "tok3n" not in dump and "sk-envkey" not in dump and "alice" not in dump
+    assert "tok3n" not in dump
+    assert "sk-envkey" not in dump
+    assert "alice" not in dump
     assert "127.0.0.1:8000" in dump
 
 
@@ -131,7 +133,9 @@ def test_credentials_in_the_server_url_reach_neither_stderr_nor_the_store(tmp_pa
         dump = _dump(store)
         assert store.stats()["failures"]["total"] == 2  # the failures were stored, scrubbed
     for text in (out.out, out.err, dump):
-        assert "tok3n" not in text and "sk-envkey-123" not in text and "alice" not in text
+        assert "tok3n" not in text
+        assert "sk-envkey-123" not in text
+        assert "alice" not in text
 
 
 def test_batch_prints_which_credential_is_sent(monkeypatch, capsys, tmp_path):
@@ -153,8 +157,10 @@ def test_batch_prints_which_credential_is_sent(monkeypatch, capsys, tmp_path):
         ]
     )
     err = capsys.readouterr().err
-    assert code == 2 and "tokview: note: http://127.0.0.1:9: user:password in the URL and TOKVIEW_API_KEY" in err
-    assert "hunter2pw" not in err and "sk-both" not in err
+    assert code == 2
+    assert "tokview: note: http://127.0.0.1:9: user:password in the URL and TOKVIEW_API_KEY" in err
+    assert "hunter2pw" not in err
+    assert "sk-both" not in err
 
 
 # -- export --------------------------------------------------------------------------------------------
@@ -171,9 +177,12 @@ def test_credentials_an_older_store_kept_never_reach_an_export(sample_store, tmp
     result = export(sample_store, "speculators", out, select="all", tokenizer=kimi_tok, profile=KIMI)
     texts = [out.read_text(), result.manifest_path.read_text(), (tmp_path / "s.errors.jsonl").read_text()]
     for text in texts:
-        assert "tok3n" not in text and "alice" not in text and "sk-envkey-9" not in text
+        assert "tok3n" not in text
+        assert "alice" not in text
+        assert "sk-envkey-9" not in text
     assert _jsonl(out)[0]["metadata"]["endpoint"] == "http://127.0.0.1:8000/v1/chat/completions"
-    assert "127.0.0.1:8000" in texts[1] and "HTTP 401: invalid key [redacted]" in texts[2]
+    assert "127.0.0.1:8000" in texts[1]
+    assert "HTTP 401: invalid key [redacted]" in texts[2]
 
 
 def test_prose_survives_a_store_export_round_trip_while_secrets_do_not(
@@ -215,9 +224,13 @@ async def test_url_credentials_sent_as_auth_and_never_stored(kimi_tok, monkeypat
         info = pool.server_info()
     assert cap.output_ids == [5, 6, 163586]  # Basic auth reached the server
     stored = json.dumps([cap.to_dict(), info, failed.value.reason, str(failed.value)], default=str)
-    assert cap.server_url == url and cap.raw_request["url"] == url + "/v1/completions"
-    assert "HTTP 401" in failed.value.reason and "rejected" in failed.value.reason
-    assert PASSWORD not in stored and API_KEY not in stored and "tok:" not in stored
+    assert cap.server_url == url
+    assert cap.raw_request["url"] == url + "/v1/completions"
+    assert "HTTP 401" in failed.value.reason
+    assert "rejected" in failed.value.reason
+    assert PASSWORD not in stored
+    assert API_KEY not in stored
+    assert "tok:" not in stored
 
 
 async def test_doctor_sends_the_api_key_and_never_prints_it(monkeypatch, json_server):
@@ -230,9 +243,11 @@ async def test_doctor_sends_the_api_key_and_never_prints_it(monkeypatch, json_se
     }
     url, seen = json_server(routes)
     report = await run_doctor(url, profile=KIMI, timeout=5.0, retries=0, default_tokenizer=False)
-    assert seen and all(h.get("authorization") == f"Bearer {API_KEY}" for h in seen)
+    assert seen
+    assert all(h.get("authorization") == f"Bearer {API_KEY}" for h in seen)
     out = report.render_text() + json.dumps(report.to_dict())
-    assert "rejected" in out and "HTTP 401" in out  # the server's message is shown…
+    assert "rejected" in out
+    assert "HTTP 401" in out  # the server's message is shown…
     assert API_KEY not in out  # …with the key masked
 
 
@@ -246,8 +261,12 @@ async def test_doctor_never_prints_an_echoed_basic_header_or_a_short_password(mo
     assert any(h.get("authorization") == f"Basic {token}" for h in seen)  # it was sent…
     out = report.render_text() + json.dumps(report.to_dict())
     assert "denied header=" in out  # …the server's message is shown…
-    assert token not in out and token.rstrip("=") not in out and "Basic [redacted]" in out  # …never the header
-    assert f"{user}:{password}" not in out and f":{password}'" not in out and f"'{password}'" not in out
+    assert token not in out
+    assert token.rstrip("=") not in out
+    assert "Basic [redacted]" in out  # …never the header
+    assert f"{user}:{password}" not in out
+    assert f":{password}'" not in out
+    assert f"'{password}'" not in out
 
 
 def test_scrub_masks_header_values_but_keeps_words():
@@ -263,10 +282,12 @@ async def test_url_credentials_and_api_key_say_which_is_sent(monkeypatch, json_s
     authed = url.replace("http://", "http://alice:hunter2pw@")
     notes = server_url_notes(authed)
     report = await run_doctor(authed, profile=KIMI, timeout=5.0, retries=0, default_tokenizer=False, notes=notes)
-    assert seen and all(h.get("authorization", "").startswith("Basic ") for h in seen)
+    assert seen
+    assert all(h.get("authorization", "").startswith("Basic ") for h in seen)
     (note,) = [n for n in report.notes if "TOKVIEW_API_KEY" in n]
     assert "sends the URL's user:password (Basic auth) and NOT the TOKVIEW_API_KEY bearer token" in note
-    assert "hunter2pw" not in note and "sk-both" not in note
+    assert "hunter2pw" not in note
+    assert "sk-both" not in note
     assert report.render_text().count("TOKVIEW_API_KEY are both set") == 1
     monkeypatch.delenv("TOKVIEW_API_KEY")
     assert not [n for n in server_url_notes(authed) if "TOKVIEW_API_KEY" in n]
