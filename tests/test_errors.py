@@ -143,7 +143,7 @@ def test_a_bug_is_one_line_with_the_debug_hint(bug, capsys, monkeypatch):
 
 
 def test_a_bug_shows_its_traceback_under_tokview_debug(capsys, monkeypatch):
-    """A ValueError used to be taken for a usage error, its traceback lost even under TOKVIEW_DEBUG."""
+    """A ValueError inside a command is an internal error, not a usage error: under TOKVIEW_DEBUG its traceback shows."""
     monkeypatch.setenv("TOKVIEW_DEBUG", "1")
 
     def deep_inside(args):
