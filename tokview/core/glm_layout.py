@@ -7,9 +7,10 @@ BPE over the same word list as the Kimi layout (so any text encodes and round-tr
 GLM's special tokens at their ids, reserved tokens up to the model's 151552 rows, and a GLM-4.7-style template.
 
 The special ids: 151329 ``<|endoftext|>``, 151331 ``[gMASK]``, 151333 ``<sop>``, 151336 ``<|user|>``, 151337
-``<|assistant|>``, 151338 ``<|observation|>`` (ChatGLM4's tokenization_chatglm.py special table), 151350/151351
-``<think>``/``</think>`` (docs protocols.md §reasoning table, and the profiles); 151352-151364 follow GLM-4.5's
-tokenizer_config.json order (``<tool_call>`` … ``<|video|>``), recalled, not confirmed against a stored copy.
+``<|assistant|>``, 151338 ``<|observation|>`` (ChatGLM4's tokenization_chatglm.py special table; the same ids read
+from GLM-4.5's added vocabulary in ik_llama.cpp PR #668's GGUF conversion), 151350/151351 ``<think>``/``</think>``
+(the profiles; protocols.md's reasoning table believes them); 151352-151364 follow GLM-4.5's tokenizer_config.json
+order (``<tool_call>`` … ``<|video|>``), recalled, not confirmed against a stored copy.
 
 The template (``CHAT_TEMPLATE``) follows GLM-4.7's chat_template.jinja (zai-org/GLM-4.7 and GLM-4.7-Flash; read
 from llama.cpp's models/templates/GLM-4.7-Flash.jinja): ``[gMASK]<sop>``, no newlines between turns;
