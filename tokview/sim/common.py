@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -26,6 +26,9 @@ from tokview.sim import faults, tools
 from tokview.sim.config import SimConfig
 from tokview.sim.model import Generation, SimModel, request_seed
 from tokview.sim.spec import SimDistribution
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 DONE = "data: [DONE]\n\n"
 
@@ -47,7 +50,7 @@ class SimStats:
 class SimState:
     """The tokenizer, profile, model and counters one simulator instance answers with."""
 
-    def __init__(self, cfg: SimConfig, tokenizer: Any, profile: ModelProfile) -> None:
+    def __init__(self, cfg: SimConfig, tokenizer: TokenizerAdapter, profile: ModelProfile) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.profile = profile

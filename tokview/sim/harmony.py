@@ -19,11 +19,14 @@ import random
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.harmony import CALL, MESSAGE, parse_harmony
 from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES, TOOL_REASONING, Generation, request_seed
 from tokview.sim.tools import WORDS, ParsedCall, ParsedOutput, ToolTurn, tool_choice
+
+if TYPE_CHECKING:
+    from tokview.sim.common import SimState
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 FINAL = "<|start|>assistant<|channel|>final<|message|>"
@@ -92,7 +95,7 @@ def output_text(rng: random.Random, quirk: Any, call: tuple[str, dict[str, Any]]
 
 
 def generate(
-    state: Any,
+    state: SimState,
     prompt: list[int],
     body: dict[str, Any],
     *,
@@ -122,7 +125,7 @@ def generate(
     return Generation(out, "stop", None, eos_stop=False)
 
 
-def server_kwargs(state: Any, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def server_kwargs(state: SimState, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The kwargs vLLM renders a gpt-oss chat prompt with: the request's top-level `reasoning_effort` wins, and
     with `server-date` the server's own date replaces the one the request named."""
     out = dict(kwargs)
@@ -134,7 +137,7 @@ def server_kwargs(state: Any, body: dict[str, Any], kwargs: dict[str, Any]) -> d
     return out
 
 
-def read_turn(state: Any, body: dict[str, Any], gen: Generation) -> ToolTurn:
+def read_turn(state: SimState, body: dict[str, Any], gen: Generation) -> ToolTurn:
     """vLLM's openai_gptoss parse of the output: per id a region, and the calls (`functions.*` recipients)."""
     out = gen.output_ids
     all_reasoning = bool(state.cfg.quirk("parser-all-reasoning"))

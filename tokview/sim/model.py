@@ -15,9 +15,12 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.profiles import ModelProfile
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 REASONING_SENTENCES = (
     "Okay, let me think about this carefully.",
@@ -78,7 +81,12 @@ class SimModel:
     """Produces output ids for prompt ids, for one tokenizer and profile."""
 
     def __init__(
-        self, tokenizer: Any, profile: ModelProfile, *, output_tokens: int | None = None, base_seed: int = 0
+        self,
+        tokenizer: TokenizerAdapter,
+        profile: ModelProfile,
+        *,
+        output_tokens: int | None = None,
+        base_seed: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
         self.profile = profile

@@ -13,7 +13,7 @@ from typing import Any
 from tokview.core.tokenizer import TokenizerAdapter
 
 
-def positive_int(value: Any, name: str) -> int | None:
+def positive_int(value: object, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -21,7 +21,7 @@ def positive_int(value: Any, name: str) -> int | None:
     return value
 
 
-def valid_ids(tokenizer: TokenizerAdapter, ids: Any) -> list[int]:
+def valid_ids(tokenizer: TokenizerAdapter, ids: object) -> list[int]:
     """`ids` when it is a non-empty list of ids of this vocabulary."""
     vocab = tokenizer.vocab_size
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
@@ -77,7 +77,7 @@ def vllm_template_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def completion_prompt(tokenizer: TokenizerAdapter, prompt: Any) -> list[int]:
+def completion_prompt(tokenizer: TokenizerAdapter, prompt: object) -> list[int]:
     """vLLM completions: a text or one token-id prompt (a one-element list of either is unwrapped)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
         prompt = prompt[0]

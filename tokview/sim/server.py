@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -25,6 +25,9 @@ from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, ge
 from tokview.sim import faults, sglang, vllm
 from tokview.sim.common import SimState, SimStats
 from tokview.sim.config import SimConfig, SimConfigError
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 
 class CannotListen(OSError):
@@ -51,7 +54,7 @@ def tokenizer_for(cfg: SimConfig) -> tuple[Any, ModelProfile]:
     return tokenizer, detected if cfg.profile is None else served_profile(cfg.profile, tokenizer)
 
 
-def served_profile(name: str, tokenizer: Any) -> ModelProfile:
+def served_profile(name: str, tokenizer: TokenizerAdapter) -> ModelProfile:
     """The profile the simulator serves its tokenizer as; SimConfigError when its ids are not this tokenizer's
     (its think delimiters would be other tokens, and every answer a malformed one)."""
     try:

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 SPEC_DECODE_MODES = ("vllm-summary", "vllm-detailed", "sglang-0.5.10", "sglang-0.5.11", "sglang-0.5.12")
 DRAFT_TOKENS = 3
@@ -96,7 +99,7 @@ def sglang_meta(mode: str | None, output_ids: Sequence[int]) -> dict[str, Any]:
 class SimDistribution:
     """logprob(position, token) and top-K(position): a function of (position, token) only."""
 
-    def __init__(self, tokenizer: Any, special_ids: Sequence[int | None]) -> None:
+    def __init__(self, tokenizer: TokenizerAdapter, special_ids: Sequence[int | None]) -> None:
         texts = [*REASONING_SENTENCES, *ANSWER_SENTENCES]
         ids: set[int] = {i for i in special_ids if i is not None}
         for text in texts:

@@ -27,9 +27,12 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.kimi_layout import KIMI_ID
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 IM_END = KIMI_ID["<|im_end|>"]
 IM_USER = KIMI_ID["<|im_user|>"]
@@ -78,7 +81,7 @@ class ParsedOutput:
 
 
 # -- the model -------------------------------------------------------------------------------------
-def declared_tools(tokenizer: Any, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
+def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
     """The tools of the prompt's `tool_declare` turn (None without one, or when its JSON does not parse)."""
     ids = prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids)
     pos = -1
@@ -98,7 +101,7 @@ def declared_tools(tokenizer: Any, prompt_ids: Sequence[int]) -> list[dict[str, 
         return [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def _as_dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -144,7 +147,7 @@ def loop_rounds(prompt_ids: Sequence[int]) -> int:
 
 
 def plan_calls(
-    tokenizer: Any,
+    tokenizer: TokenizerAdapter,
     prompt_ids: Sequence[int],
     seed: int,
     *,
@@ -181,7 +184,7 @@ def plan_calls(
     return planned
 
 
-def section_ids(tokenizer: Any, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
+def section_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
     """Kimi's tool-call section for these calls (without its end marker when not `closed`)."""
     ids = [SECTION_BEGIN]
     for call in calls:
@@ -199,7 +202,9 @@ class Delimiters:
     stop_ids: tuple[int, ...] = (IM_END,)
 
 
-def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool, delims: Delimiters = Delimiters()) -> ParsedOutput:
+def parse_output(
+    tokenizer: TokenizerAdapter, out: Sequence[int], thinking: bool, delims: Delimiters = Delimiters()
+) -> ParsedOutput:
     """Split output ids as the kimi_k2 reasoning + tool parsers do (both servers agree, README §3).
 
     Reasoning runs to `</think>` or, when the model opened the section inside its reasoning, to the
@@ -222,7 +227,7 @@ def parse_output(tokenizer: Any, out: Sequence[int], thinking: bool, delims: Del
     return ParsedOutput(regions, calls, section_at)
 
 
-def _parse_calls(tokenizer: Any, out: Sequence[int], start: int, regions: list[str]) -> list[ParsedCall]:
+def _parse_calls(tokenizer: TokenizerAdapter, out: Sequence[int], start: int, regions: list[str]) -> list[ParsedCall]:
     calls: list[ParsedCall] = []
     pos = start
     while CALL_BEGIN in out[pos:]:
