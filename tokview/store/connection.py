@@ -23,9 +23,9 @@ from typing import Any, Protocol
 import duckdb
 
 from tokview.errors import describe_error, first_line
+from tokview.secrets import scrub_text
 from tokview.store import parts
 from tokview.store.errors import StoreError, StoreFull, is_disk_full
-from tokview.store.records import scrub_text
 
 Statement = tuple[str, Sequence[Any]]
 """One SQL statement and its parameters (DuckDB takes any JSON-like value, lists of ids, None)."""

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
+from tokview.secrets import scrub_optional, scrub_text, url_secrets
 from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.errors import is_disk_full
-from tokview.store.records import SAMPLE_COLUMNS, sample_params, scrub_optional, scrub_text, url_secrets
+from tokview.store.records import SAMPLE_COLUMNS, sample_params
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis

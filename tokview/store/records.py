@@ -1,21 +1,14 @@
 """What the store hands out (rows for lists, whole samples for the detail view) and how a capture
 becomes a database row and back.
 
-Secrets never reach the file, and training data is never rewritten to keep them out. Two rules:
-- metadata (server URLs, failure reasons, server info): `scrub_text` strips URL userinfo, masks
-  `Bearer …`/`Basic …` tokens and the `TOKVIEW_API_KEY` value — such text is ours, not a prompt;
-- payloads (messages, raw request and response bodies, settings): `scrub_payload` masks only
-  secret-named keys (authorization, api_key, …), the userinfo of URL-valued keys (`url`, …) and the
-  exact known secret values (the env key, the user/password of the server URLs in use). Prose such
-  as "the basic idea of a bearer token" or "https://alice@example.com" is stored as it was sent,
-  so the stored messages still render to the stored prompt ids.
+Secrets never reach the file, and training data is never rewritten to keep them out: metadata goes
+through `scrub`, payloads (messages, bodies, settings) through `scrub_payload`, with the known values of
+`capture_secrets` (tokview/secrets.py holds the rules).
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,23 +20,22 @@ from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
+from tokview.secrets import (
+    SECRET_KEY_HINTS,
+    SECRET_KEYS,
+    known_secrets,
+    scrub,
+    scrub_optional,
+    scrub_payload,
+    url_secrets,
+)
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
-from tokview.untrusted_text import storable
 
 STATUSES = ("pending", "approved", "rejected")
-SECRET_KEYS = {"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"}
-_SECRET_KEY_HINTS = ("api", "authorization")
-"""Every name in SECRET_KEYS holds one of these (a test checks it)."""
-URL_KEYS = {"url", "base_url", "server_url", "endpoint_url"}
-REDACTED = "[redacted]"
-MIN_SECRET_LEN = 3
-"""Shorter user names/passwords are not masked as bare values (they would mask ordinary words)."""
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
@@ -121,88 +113,6 @@ class StoredSample:
     created_at: datetime | None = None
 
 
-def scrub_text(text: str) -> str:
-    """One string without credentials: URL userinfo removed (the URL stays usable), bearer/basic
-    tokens and the env key's value masked, and storable (a lone surrogate a server sent, which no part or
-    column takes, written as its escape). Used for failure reasons, server URLs and anything printed."""
-    key = os.environ.get("TOKVIEW_API_KEY") or ""
-    if key and key in text:
-        text = text.replace(key, REDACTED)
-    if "@" in text:
-        text = _URL_USERINFO.sub(r"\1", text)
-    return storable(_BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text))
-
-
-def scrub(value: Any) -> Any:
-    """Metadata without credentials: secret-named keys masked, every string passed through `scrub_text`.
-
-    Never for payloads (messages, bodies): see `scrub_payload`."""
-    if isinstance(value, dict):
-        return {k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub(v)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [scrub(v) for v in value]
-    if isinstance(value, str):
-        return scrub_text(value)
-    return value
-
-
-def url_secrets(url: str | None) -> list[str]:
-    """The user name and password in a URL's `user:password@` (raw and percent-decoded), if any, and the
-    Basic credential they are sent as: base64 of `user:password`, with and without its `=` padding (a
-    gateway that echoes the request's Authorization header puts it in a 200 body, and the raw body is
-    stored; the bearer key was masked there already, being a known value)."""
-    if not url or "@" not in url:
-        return []
-    match = _URL_USERINFO.match(url.strip())
-    if not match:
-        return []
-    userinfo = url.strip()[match.end(1) : match.end() - 1]
-    from urllib.parse import unquote
-
-    out = []
-    for part in userinfo.split(":", 1):
-        out += [part, unquote(part)]
-    user, _, password = userinfo.partition(":")
-    sent = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")  # as servers/http.py
-    out += [sent, sent.rstrip("=")]
-    return [p for p in dict.fromkeys(out) if len(p) >= MIN_SECRET_LEN]
-
-
-def known_secrets(extra: tuple[str, ...] | list[str] = ()) -> list[str]:
-    """The exact values to mask in payloads, longest first: the env key plus `extra`."""
-    key = os.environ.get("TOKVIEW_API_KEY") or ""
-    values = {v for v in extra if v and len(v) >= MIN_SECRET_LEN} | ({key} if key else set())
-    return sorted(values, key=len, reverse=True)
-
-
-def scrub_payload(value: Any, secrets: list[str], key: str | None = None) -> Any:
-    """A request/response body or message list with its secrets masked and everything else untouched.
-
-    Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change: text a
-    person wrote or a model produced is training data and must survive byte for byte."""
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        if value and type(value[0]) is int and all(type(v) is int for v in value):
-            return list(value)  # an id array (2,000+ ids in every body): nothing to mask, no per-id call
-        return [scrub_payload(v, secrets) for v in value]
-    if isinstance(value, str):
-        if key in URL_KEYS and "@" in value:
-            value = _URL_USERINFO.sub(r"\1", value)
-        for secret in secrets:
-            if secret in value:
-                value = value.replace(secret, REDACTED)
-        return value
-    return value
-
-
-def scrub_optional(text: str | None) -> str | None:
-    return None if text is None else scrub_text(text)
-
-
 def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
     """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only).
 
@@ -236,7 +146,7 @@ def _nothing_to_mask(text: str, secrets: list[str]) -> bool:
     if "@" in text or any(secret in text or _json_escaped(secret) for secret in secrets):
         return False
     lowered = text.lower()
-    if not any(hint in lowered for hint in _SECRET_KEY_HINTS):
+    if not any(hint in lowered for hint in SECRET_KEY_HINTS):
         return True  # two scans of a 10 kB body instead of one per secret key name
     return not any(key in lowered for key in SECRET_KEYS)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokview.core.findings import Finding
+from tokview.secrets import known_secrets, scrub_optional, scrub_text
 from tokview.store import queries
 from tokview.store.connection import Statement, StoreFile
 from tokview.store.part_sink import PartSink
@@ -21,10 +22,7 @@ from tokview.store.records import (
     StoredSample,
     UnknownSample,
     capture_from_row,
-    known_secrets,
     metadata_json,
-    scrub_optional,
-    scrub_text,
     to_json,
 )
 
