@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from tokview.core.record import Capture
+from tokview.default_store import DEFAULT_DB as DEFAULT_DB
 from tokview.store import bulk_review, parts
 from tokview.store.connection import LINGER_S as LINGER_S
 from tokview.store.connection import LOCK_TIMEOUT_S as LOCK_TIMEOUT_S
@@ -31,7 +32,6 @@ from tokview.store.connection import UNFINISHED_AFTER_S as UNFINISHED_AFTER_S
 from tokview.store.connection import Statement, StoreFile, say_on_stderr
 from tokview.store.connection import holder_of as holder_of
 from tokview.store.connection import is_duckdb_file as is_duckdb_file
-from tokview.store.default_name import DEFAULT_DB as DEFAULT_DB
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.landing import Landing, has_parts, merge_source
