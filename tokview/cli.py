@@ -3,7 +3,8 @@
 Each subcommand lives in `tokview/commands/<name>.py` with `add_parser(subparsers)` and
 `run(args) -> int`; modules are imported only for the command being run, so `tokview batch`
 never pays for Textual. A TokviewError (tokview/errors.py) becomes its one line on stderr and its exit
-code; any other exception is a bug: one line with a hint, or its traceback under TOKVIEW_DEBUG=1.
+code; any other exception is a bug: one line with a hint, or its traceback under TOKVIEW_DEBUG=1, and
+exit code 70 (ExitCode.INTERNAL). A command whose module does not import is such a bug, said as one.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Everything a user can fix or act on (a missing file, a locked store, an unreacha
 that will not load, a bad row) is raised as a `TokviewError` subclass with a short `title` (what kind of
 problem, the heading of an app notification) and a one-line `message` (what happened and what to do).
 The CLI prints such an error as its one line and exits with its `exit_code`; the app shows it as a
-notification titled `title`. Any other exception is a bug in tokview: the CLI says so in one line and
-shows the traceback under `TOKVIEW_DEBUG=1`, the app says so in a generic notification.
+notification titled `title`. Any other exception is a bug in tokview: the CLI says so in one line (the
+traceback under `TOKVIEW_DEBUG=1`) and exits `ExitCode.INTERNAL`, the app says so in a generic notification.
 
 A message is masked when the error is made (tokview/secrets.py's rules): whoever shows it (the CLI, a
 notification, a stored failure) never shows a credential.
