@@ -95,3 +95,30 @@ def test_the_first_request_goes_out_before_the_tokenizer_duckdb_and_the_analysis
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["first_request"] == []  # neither DuckDB, the analysis nor the tokenizers library yet
     assert seen["tokenizer_load_began_before_the_first_request"] is False
+
+
+async def test_a_probe_cancelled_before_its_first_request_is_out_ends_with_it():
+    """Ctrl-C while the probe is still opening its first connection: the probe is cancelled with the run,
+    not left running behind it, and the tokenizer's load is released (whoever waits for it gets it)."""
+    import asyncio
+
+    class Pool:
+        cancelled = False
+
+        async def start(self) -> None:
+            try:
+                await asyncio.Event().wait()  # a server that never answers
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+    pool = Pool()
+    probing = asyncio.create_task(preload.probe(pool))  # type: ignore[arg-type]
+    await asyncio.sleep(0)  # the probe's first turn: its start is under way
+    probing.cancel()
+    try:
+        await probing
+    except asyncio.CancelledError:
+        pass
+    await asyncio.sleep(0)  # the cancelled start runs to its end
+    assert pool.cancelled

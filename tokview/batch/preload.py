@@ -21,18 +21,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokview.batch.config import BatchConfig
+    from tokview.servers import ServerPool
 
 _started: dict[tuple[str, str | None, bool], tuple[Future, threading.Event]] = {}
 """Each load begun and not yet taken: its future and its gate (set: the load may run)."""
 _lock = threading.Lock()
 
 
-def _key(config: Any) -> tuple[str, str | None, bool]:
+def _key(config: BatchConfig) -> tuple[str, str | None, bool]:
     return (str(config.tokenizer_dir), config.profile, bool(config.trust_remote_code))
 
 
-def start(config: Any) -> Future | None:
+def start(config: BatchConfig) -> Future | None:
     """Begin loading the tokenizer and profile `config` names (nothing when it carries loaded ones).
 
     Returns the load's future, which the caller may keep: whoever holds it last frees the tokenizer,
@@ -73,7 +77,7 @@ PROBE_FIRST_TURNS = 8
 the 6th (connect in the 2nd, measured on loopback); a few more cost microseconds."""
 
 
-async def probe(pool: Any) -> None:
+async def probe(pool: ServerPool) -> None:
     """`pool.start()`, releasing the loads `start` began once the probe's first request is written: the
     tokenizer's parse then overlaps the probe's waiting on the servers instead of coming before it."""
     probing = asyncio.ensure_future(pool.start())
@@ -82,12 +86,15 @@ async def probe(pool: Any) -> None:
             if probing.done():
                 break
             await asyncio.sleep(0)
+        release()
+        await probing
     finally:
         release()
-    await probing
+        if not probing.done():  # cancelled (Ctrl-C) before the probe ended: it ends with us
+            probing.cancel()
 
 
-def take(config: Any) -> Future | None:
+def take(config: BatchConfig) -> Future | None:
     """The load `start` began for this config (once), released now if it was not yet, or None."""
     with _lock:
         started = _started.pop(_key(config), None)
@@ -98,7 +105,7 @@ def take(config: Any) -> Future | None:
     return future
 
 
-def discard(config: Any) -> None:
+def discard(config: BatchConfig) -> None:
     """Forget an untaken load, so a later run in this process loads the folder afresh; one not yet
     released is called off (its thread ends without loading)."""
     with _lock:
