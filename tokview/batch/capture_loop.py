@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any
 from tokview.batch.chains import ChainItem, run_chain
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
-from tokview.batch.tasks import run_workers
+from tokview.batch.tasks import INTERRUPTED, run_workers
 from tokview.batch.writer import GroupWriter, failure_reason
 from tokview.secrets import scrub_text
 
 if TYPE_CHECKING:
     from typing import Protocol
+
+    from tokview.batch.worklist import WorkItem
+    from tokview.servers import ServerPool
 
     class Todo(Protocol):
         """What the loop takes work from (a deque, the streamed `TodoQueue`, a `--workers` feed…); its
@@ -36,15 +39,16 @@ CAPTURE_SWITCH_INTERVAL_S = 0.0005
 
 async def capture_all(
     config: BatchConfig,
-    pool: Any,
+    pool: ServerPool,
     todo: Todo,
     writer: GroupWriter,
+    *,
     cancel: asyncio.Event | None,
     report: Callable[[], None],
 ) -> str | None:
     """Capture every item in `todo` and hand it to the writer; None when all were tried.
 
-    Otherwise why it stopped early: "interrupted" (cancel), the writer's error (a full disk), or
+    Otherwise why it stopped early: INTERRUPTED (cancel), the writer's error (a full disk), or
     `max_consecutive_failures` failures in a row (a server that fails every request would
     otherwise get every prompt with full retries)."""
     from tokview.servers import CaptureFailed, CaptureRequest
@@ -57,14 +61,16 @@ async def capture_all(
     max_pending = 4 * max(config.concurrency * len(config.servers), 16)
     state: dict[str, Any] = {"consecutive": 0, "stop": None}
 
-    def fail(item: Any, reason: str, url: str | None) -> None:
+    def fail(item: WorkItem | None, reason: str, url: str | None) -> None:
         if item is not None:  # None: a chain's failure, already handed to the writer with its chain
             writer.add_failure(item, reason, url)
         state["consecutive"] += 1
         if limit and state["consecutive"] >= limit and state["stop"] is None:
             state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
 
-    async def attempt(item: Any, messages: list[dict[str, Any]], extra_kwargs: dict[str, Any] | None = None) -> Any:
+    async def attempt(
+        item: WorkItem | ChainItem, messages: list[dict[str, Any]], extra_kwargs: dict[str, Any] | None = None
+    ) -> Any:
         """One request: the capture, or (failure reason, server, whether it was sent) once it failed."""
         request = CaptureRequest(messages=messages, settings=request_settings(item, extra_kwargs), mode=config.mode)
         too_long, room = check_prompt(pool, request)
@@ -79,7 +85,7 @@ async def capture_all(
         except Exception as exc:  # a malformed response the servers layer did not classify
             return failure_reason(exc), None, True
 
-    def request_settings(item: Any, extra_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    def request_settings(item: WorkItem | ChainItem, extra_kwargs: dict[str, Any] | None) -> dict[str, Any]:
         out = dict(settings)
         if getattr(item, "tools", None):
             out["tools"] = item.tools  # sent by the chat endpoints; read by the `tool_not_declared` check
@@ -90,7 +96,7 @@ async def capture_all(
             out["chat_template_kwargs"] = {**base, **(given or {}), **(extra_kwargs or {})}
         return out
 
-    async def one(item: Any) -> None:
+    async def one(item: WorkItem) -> None:
         got = await attempt(item, item.messages)
         if isinstance(got, tuple):
             reason, url, sent = got
@@ -142,7 +148,7 @@ async def capture_all(
         tick.cancel()
         await asyncio.gather(tick, return_exceptions=True)
     if interrupted:
-        return "interrupted"
+        return INTERRUPTED
     if writer.error is not None:
         return str(writer.error)
     return state["stop"]

@@ -18,9 +18,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tokview.batch.tasks import INTERRUPTED
 from tokview.errors import TokviewError, first_line
+
+if TYPE_CHECKING:
+    from tokview.batch.config import BatchConfig
 
 SHARD_MIN = 16
 SHARD_MAX = 256
@@ -56,12 +60,12 @@ class CollectingSink:
         return 0, 0
 
 
-def run_shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
+def run_shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, Any]:
     """The body of one Ray task: capture + analyse `items`; return the part lines and the counts."""
     return asyncio.run(_shard(config, run_id, items))
 
 
-async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
+async def _shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, Any]:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer import GroupWriter
 
@@ -72,7 +76,7 @@ async def _shard(config: Any, run_id: str, items: list[Any]) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     try:
         await pool.start()
-        outcome = await capture_all(config, pool, deque(items), writer, None, lambda: None)
+        outcome = await capture_all(config, pool, deque(items), writer, cancel=None, report=lambda: None)
     finally:
         await loop.run_in_executor(None, writer.close)
         await pool.aclose()
@@ -110,7 +114,7 @@ class Tally:
 
 
 async def run_on_ray(
-    config: Any,
+    config: BatchConfig,
     store: Any,
     run_id: str,
     todo: Any,
@@ -126,6 +130,8 @@ async def run_on_ray(
     (Ray's retries spent) leaves its shard to the resume and says so."""
     from tokview.batch.writer import COUNT_FIELDS
 
+    if config.ray is None:
+        raise ValueError("run_on_ray needs config.ray: a Ray address or auto")
     ray = connect(config.ray)
     remote = ray.remote(run_shard).options(max_retries=2)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -139,7 +145,7 @@ async def run_on_ray(
         if cancel is not None and cancel.is_set():
             for ref in pending:
                 ray.cancel(ref, force=True)
-            outcomes.append("interrupted")
+            outcomes.append(INTERRUPTED)
             break
         while len(pending) < SHARDS_IN_FLIGHT_PER_CPU * cpus and (shard := next(shards, None)) is not None:
             pending.append(remote.remote(shard_config, run_id, shard))

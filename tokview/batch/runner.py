@@ -31,14 +31,18 @@ from tokview.batch import preload
 from tokview.batch.chains import EARLIER_STOP, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
-from tokview.batch.tasks import unless_cancelled
+from tokview.batch.tasks import INTERRUPTED, unless_cancelled
 from tokview.batch.worklist import WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
 
 if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
+    from tokview.batch.workers import Lander, WorkerGroup, WorkFeed
     from tokview.batch.writer import GroupWriter
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.servers import ServerPool
     from tokview.store import Store
 
 LANDING_S = 1.0
@@ -107,7 +111,7 @@ def select_shard(items: list[WorkItem], shard: tuple[int, int] | None) -> list[W
     return [i for i in items if zlib.crc32(i.sample_id.encode()) % n == k - 1]
 
 
-def served_identity(pool: Any, tokenizer: Any, profile: Any) -> dict[str, Any]:
+def served_identity(pool: ServerPool, tokenizer: TokenizerAdapter, profile: ModelProfile) -> dict[str, Any]:
     """What sample ids must include besides the settings: model name, tokenizer vocabulary, profile.
 
     The tokenizer enters by its vocabulary (`vocab_fingerprint`: the id → token table), not by its
@@ -186,7 +190,17 @@ async def run_batch(
         if not isinstance(store, Store):
             store = store()
         return await _run(
-            config, store, pool, prompts, planned, tokenizer, profile, on_progress, cancel, live, on_landed
+            config,
+            store,
+            pool,
+            prompts=prompts,
+            planned=planned,
+            tokenizer=tokenizer,
+            profile=profile,
+            on_progress=on_progress,
+            cancel=cancel,
+            live=live,
+            on_landed=on_landed,
         )
     finally:
         await pool.aclose()
@@ -195,11 +209,12 @@ async def run_batch(
 async def _run(
     config: BatchConfig,
     store: Store,
-    pool: Any,
+    pool: ServerPool,
+    *,
     prompts: list[PromptRow] | None,
     planned: WorkList | None,
-    tokenizer: Any,
-    profile: Any,
+    tokenizer: TokenizerAdapter,
+    profile: ModelProfile,
     on_progress: Callable[[BatchProgress], None] | None,
     cancel: asyncio.Event | None,
     live: bool = False,
@@ -302,16 +317,26 @@ async def _run(
                 tallies.append(ray_tally)
                 outcomes += await run_on_ray(config, store, run_id, queue, ray_tally, cancel, report)
             elif feed is not None:
-                spawn = _Spawn(config, n - 1, store.path, run_id, lander, tallies, groups)
-                outcomes += await _share_with_children(config, pool, feed, spawn, writer, cancel, report)
+                spawn = _Spawn(
+                    config,
+                    children=n - 1,
+                    db_path=store.path,
+                    run_id=run_id,
+                    lander=lander,
+                    tallies=tallies,
+                    made=groups,
+                )
+                outcomes += await _share_with_children(
+                    config, pool, feed, spawn=spawn, writer=writer, cancel=cancel, report=report
+                )
             else:
-                outcomes.append(await capture_all(config, pool, intake, writer, cancel, report))
+                outcomes.append(await capture_all(config, pool, intake, writer, cancel=cancel, report=report))
         finally:
             await _shut_down(loop, groups[0] if groups else None, writer, lander)
         if feed is not None and feed.error is not None:
             raise feed.error
-        summary.interrupted = "interrupted" in outcomes
-        summary.stopped = next((o for o in outcomes if o not in (None, "interrupted")), None)
+        summary.interrupted = INTERRUPTED in outcomes
+        summary.stopped = next((o for o in outcomes if o not in (None, INTERRUPTED)), None)
         for error in (writer.error, lander.error):
             if error is not None:
                 if not isinstance(error, StoreFull):
@@ -374,12 +399,20 @@ class _Spawn:
     sending meanwhile; each child's parts wake the lander through its counts."""
 
     def __init__(
-        self, config: BatchConfig, children: int, db_path: str, run_id: str, lander: Any, tallies: list, made: list
+        self,
+        config: BatchConfig,
+        *,
+        children: int,
+        db_path: str,
+        run_id: str,
+        lander: Lander,
+        tallies: list[Any],
+        made: list[WorkerGroup],
     ) -> None:
         self.config, self.children, self.db_path, self.run_id = config, children, db_path, run_id
         self.lander, self.tallies, self.made = lander, tallies, made
 
-    async def __call__(self, feed: Any) -> Any:
+    async def __call__(self, feed: WorkFeed) -> WorkerGroup | None:
         from tokview.batch.workers import WorkerGroup
 
         group = await asyncio.get_running_loop().run_in_executor(None, WorkerGroup.spawn, self.config, self.children)
@@ -390,7 +423,9 @@ class _Spawn:
         return group
 
 
-async def _shut_down(loop: asyncio.AbstractEventLoop, group: Any, writer: GroupWriter, lander: Any) -> None:
+async def _shut_down(
+    loop: asyncio.AbstractEventLoop, group: WorkerGroup | None, writer: GroupWriter, lander: Lander
+) -> None:
     """End a run's processes and threads, landing every part written: the children report their end
     (or are stopped), the parts already written land while the writer analyses its last answers
     (`flush`), and the last landing happens the moment the writer has written its last group."""
@@ -407,8 +442,9 @@ async def _shut_down(loop: asyncio.AbstractEventLoop, group: Any, writer: GroupW
 
 async def _share_with_children(
     config: BatchConfig,
-    pool: Any,
-    feed: Any,
+    pool: ServerPool,
+    feed: WorkFeed,
+    *,
     spawn: _Spawn,
     writer: GroupWriter,
     cancel: asyncio.Event | None,
@@ -422,7 +458,7 @@ async def _share_with_children(
 
     todo = FeedTodo(feed)
     outcomes: list[str | None] = []
-    group: Any = None
+    group: WorkerGroup | None = None
     cancelled = stopped = False
 
     def settle(outcome: str | None) -> None:
@@ -430,7 +466,7 @@ async def _share_with_children(
         if outcome is None:
             return
         outcomes.append(outcome)
-        if outcome == "interrupted":
+        if outcome == INTERRUPTED:
             cancelled = True
             if group is not None:
                 group.cancel()
@@ -438,7 +474,7 @@ async def _share_with_children(
             stopped = True
             feed.close()
 
-    capture = asyncio.create_task(capture_all(config, pool, todo, writer, cancel, report))
+    capture = asyncio.create_task(capture_all(config, pool, todo, writer, cancel=cancel, report=report))
     taken = asyncio.create_task(todo.first_taken.wait())
     try:
         await asyncio.wait({capture, taken}, return_when=asyncio.FIRST_COMPLETED)
@@ -457,9 +493,9 @@ async def _share_with_children(
             cancelled = True
             group.cancel()
         if not cancelled and not stopped and todo:
-            settle(await capture_all(config, pool, todo, writer, cancel, report))
+            settle(await capture_all(config, pool, todo, writer, cancel=cancel, report=report))
             continue
         await asyncio.sleep(0.02)
         report()
     await asyncio.get_running_loop().run_in_executor(None, group.close)
-    return [t.error or t.outcome for t in group.tallies] + outcomes + (["interrupted"] if cancelled else [])
+    return [t.error or t.outcome for t in group.tallies] + outcomes + ([INTERRUPTED] if cancelled else [])

@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from tokview.errors import ExitCode, TokviewError
 
 T = TypeVar("T")
+
+INTERRUPTED: Final = "interrupted"
+"""The outcome of a capture loop, a `--workers` child or a Ray shard that a cancel stopped (Ctrl-C, SIGTERM,
+the app's cancel). Every other outcome is None (all its work was tried) or the reason it stopped early."""
 
 
 class StartInterrupted(TokviewError):

@@ -36,10 +36,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tokview.batch.tasks import INTERRUPTED
 from tokview.batch.writer import COUNT_FIELDS
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+
+    from tokview.batch.config import BatchConfig
 
 MIN_ITEMS_PER_WORKER = 32
 """Spawning a worker costs a tokenizer load (~1 s of CPU): small runs stay in one process."""
@@ -253,7 +256,7 @@ class RemoteTally:
 class WorkerGroup:
     """The children of a `--workers N` run and the thread that serves them work and reads their reports."""
 
-    def __init__(self, config: Any, children: int) -> None:
+    def __init__(self, config: BatchConfig, children: int) -> None:
         import multiprocessing  # here: ~25 ms of imports a one-process run never needs
 
         ctx = multiprocessing.get_context("spawn")
@@ -281,7 +284,7 @@ class WorkerGroup:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def spawn(cls, config: Any, children: int) -> WorkerGroup | None:
+    def spawn(cls, config: BatchConfig, children: int) -> WorkerGroup | None:
         return cls(config, children) if children > 0 else None
 
     def start(self, db_path: str, run_id: str, feed: WorkFeed, children: int) -> list[RemoteTally]:
@@ -361,7 +364,7 @@ class WorkerGroup:
         if self.feed is not None and back:
             self.feed.give_back(back)
         if how is None and self.cancelled:  # SIGTERM'd mid start-up: stopped with the run, nothing to say
-            tally.outcome = "interrupted"
+            tally.outcome = INTERRUPTED
         elif how is None:
             self.procs[i].join(timeout=5)
             tally.died = (
@@ -370,7 +373,7 @@ class WorkerGroup:
             )
         elif how[0] == "error":
             tally.error = how[1]
-        elif how[1] == "interrupted" and self.feed is not None and not self.feed.closed:
+        elif how[1] == INTERRUPTED and self.feed is not None and not self.feed.closed:
             tally.died = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
         else:
             tally.outcome = how[1]
@@ -530,19 +533,19 @@ def _die_with_parent() -> None:
         pass
 
 
-def child_main(index: int, config: Any, conn: Connection) -> None:
+def child_main(index: int, config: BatchConfig, conn: Connection) -> None:
     """Entry point of a spawned worker: get ready, wait for the run, capture what the feed hands out."""
     _die_with_parent()
     link = _Link(conn)
     try:
         asyncio.run(_child(config, link))
     except KeyboardInterrupt:  # Ctrl-C on the process group before the child's handlers were set
-        link.send(("done", "interrupted"))
+        link.send(("done", INTERRUPTED))
     except BaseException as exc:
         link.send(("error", f"worker {index + 1}: {type(exc).__name__}: {exc}"))
 
 
-async def _child(config: Any, link: _Link) -> None:
+async def _child(config: BatchConfig, link: _Link) -> None:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer import GroupWriter
     from tokview.store.part_sink import PartSink
@@ -558,13 +561,13 @@ async def _child(config: Any, link: _Link) -> None:
         await pool.start()
         while not await loop.run_in_executor(None, link.conn.poll, 0.2):
             if cancel.is_set():
-                link.send(("done", "interrupted"))  # said, so the parent does not report a worker lost
+                link.send(("done", INTERRUPTED))  # said, so the parent does not report a worker lost
                 return
         start = link.conn.recv()
         if start[0] != "start":
             return  # a surplus child: the parent counted it done
         if cancel.is_set():
-            link.send(("done", "interrupted"))
+            link.send(("done", INTERRUPTED))
             return
         _, db_path, run_id = start
         writer = GroupWriter(
@@ -578,7 +581,7 @@ async def _child(config: Any, link: _Link) -> None:
         )
         todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
         try:
-            outcome = await capture_all(config, pool, todo, writer, cancel, lambda: None)
+            outcome = await capture_all(config, pool, todo, writer, cancel=cancel, report=lambda: None)
         finally:
             todo.close()
             await loop.run_in_executor(None, writer.close)

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokview.batch.chains import CHAIN_STOP_PREFIX
 from tokview.core.analysis import analyze
@@ -39,6 +39,27 @@ from tokview.secrets import scrub_text
 from tokview.store.part_sink import StoreError
 from tokview.store.parts import dumps_lines
 from tokview.untrusted_text import storable
+
+if TYPE_CHECKING:
+    from tokview.batch.chains import ChainResult
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.record import Capture
+    from tokview.core.tokenizer import TokenizerAdapter
+
+
+class Slot(Protocol):
+    """What the writer reads of a piece of work (a `WorkItem`, a chain's `TurnItem`, the proxy's exchange):
+    the sample's ids and where it sits in its conversation."""
+
+    @property
+    def sample_id(self) -> str: ...
+    @property
+    def prompt_id(self) -> str: ...
+    @property
+    def turn(self) -> int | None: ...
+    @property
+    def index(self) -> int: ...
+
 
 INT32_MAX = 2**31 - 1
 _STOP = object()
@@ -66,7 +87,7 @@ class _Reencoder:
     Not a ThreadPoolExecutor: its idle worker is a thread the interpreter waits for at exit, which a
     writer left unclosed after an error would turn into a hang."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: TokenizerAdapter) -> None:
         self.tokenizer = tokenizer
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="tokview-reencode", daemon=True)
@@ -106,8 +127,8 @@ class GroupWriter:
         self,
         store: Any,
         *,
-        profile: Any,
-        tokenizer: Any,
+        profile: ModelProfile,
+        tokenizer: TokenizerAdapter | None,
         run_id: str,
         ingest: bool = True,
         group_s: float = 0.25,
@@ -143,16 +164,16 @@ class GroupWriter:
         """Captures handed over and not yet written: the runner waits when too many pile up."""
         return self._handed - self._written
 
-    def add_sample(self, item: Any, capture: Any) -> None:
+    def add_sample(self, item: Slot, capture: Capture) -> None:
         self._handed += 1
         ahead = self._reencoder.submit(capture.output_ids) if self._reencoder and capture.output_ids else None
         self._queue.put(("sample", item, (capture, ahead)))
 
-    def add_failure(self, item: Any, reason: str, server: str | None) -> None:
+    def add_failure(self, item: Slot, reason: str, server: str | None) -> None:
         self._handed += 1
         self._queue.put(("failure", item, (reason, server)))
 
-    def add_chain(self, item: Any, result: Any) -> None:
+    def add_chain(self, item: Slot, result: ChainResult) -> None:
         """A regenerated chain (`batch.chains.ChainResult`), written in one part: its turns' samples, or its
         failure (named by its first turn's sample id), and the count of the turns it left with the reason."""
         self._handed += 1
@@ -231,7 +252,7 @@ class GroupWriter:
             return
         self._take_sample(item, payload[0], payload[1], group)
 
-    def _take_chain(self, item: Any, result: Any, aheads: list[Future | None], group: _Group) -> None:
+    def _take_chain(self, item: Slot, result: ChainResult, aheads: list[Future | None], group: _Group) -> None:
         for (turn_item, capture), ahead in zip(result.samples, aheads, strict=True):
             self._take_sample(turn_item, capture, ahead, group)
         if result.failure is not None:
@@ -240,7 +261,7 @@ class GroupWriter:
             why = result.stop or "its chain failed (recorded on its first turn; the next run retries the chain whole)"
             group.chain_stops.append((why, result.left))
 
-    def _take_sample(self, item: Any, capture: Any, ahead: Future | None, group: _Group) -> None:
+    def _take_sample(self, item: Slot, capture: Capture, ahead: Future | None, group: _Group) -> None:
         try:
             analysis = analyze(capture, self.profile, self.tokenizer, reencoded=_ahead(ahead))
             _check_ids(capture)
@@ -283,7 +304,7 @@ class GroupWriter:
         if self.on_commit is not None:
             self.on_commit(self)
 
-    def _failure(self, item: Any, reason: str, server: str | None) -> dict[str, Any]:
+    def _failure(self, item: Slot, reason: str, server: str | None) -> dict[str, Any]:
         """A failure as a part takes it: its reason quotes a server, whose lone surrogates no part holds."""
         return {
             "prompt_id": item.prompt_id,
@@ -294,7 +315,7 @@ class GroupWriter:
         }
 
 
-def _check_ids(capture: Any) -> None:
+def _check_ids(capture: Capture) -> None:
     """DuckDB keeps ids as INTEGER: an id it cannot hold fails this sample, not the whole part.
 
     Packing the ids into a 32-bit `array` is the range check, in one C pass (half of `min` + `max`)."""
