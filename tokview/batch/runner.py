@@ -224,8 +224,8 @@ async def _run(
     from tokview.batch.identity import checked_special_tokens, remember_identity
     from tokview.batch.workers import worker_count
     from tokview.batch.writer import GroupWriter
+    from tokview.secrets import scrub
     from tokview.store.part_sink import StoreFull
-    from tokview.store.records import scrub
 
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
