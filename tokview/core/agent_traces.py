@@ -36,7 +36,7 @@ class PromptError(TokviewError):
     title = "prompt row"
 
 
-def row_tools(raw: Any, where: str) -> list[dict[str, Any]] | None:
+def row_tools(raw: object, where: str) -> list[dict[str, Any]] | None:
     """The row's `tools` as the servers take them (None: the row has none)."""
     if raw is None or raw == [] or raw == "":
         return None
@@ -62,7 +62,7 @@ def tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
     return {t["function"]["name"] for t in tools or []}
 
 
-def normal_call(raw: Any, where: str, number: int) -> dict[str, Any]:
+def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
     """One call as the servers take it: {id, type, function: {name, arguments as a JSON-object string}}."""
     if not isinstance(raw, dict):
         raise PromptError(f"{where}: call {number} is not an object")

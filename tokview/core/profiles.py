@@ -20,10 +20,13 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.kimi_layout import KIMI_ID
 from tokview.errors import TokviewError
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 
 class ProfileError(TokviewError):
@@ -140,7 +143,7 @@ def tool_layout_fields(layout: ToolCallLayout | None) -> dict[str, Any] | None:
     return None if layout is None else dataclasses.asdict(layout)
 
 
-def check_tool_layout_fits(profile: ModelProfile, tokenizer: Any, given: str) -> None:
+def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, given: str) -> None:
     """A tool-call layout whose ids this tokenizer lacks, or has as other tokens, is refused in one line (as the
     think delimiters are): reading Qwen3's 151657 as a call opener in another vocabulary would invent calls."""
     layout = profile.tool_calls
@@ -164,7 +167,7 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: Any, given: str) ->
         seen[token_id] = f"tool_calls.{key}"
 
 
-def fitting_tool_layout(tokenizer: Any, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
+def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
     """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None."""
     candidates = [preferred, *BUILTIN_TOOL_LAYOUTS.values()]
     for layout in candidates:
@@ -526,7 +529,7 @@ _KEEPS_ALL_HISTORY = {"kimi-k2.5": ("preserve_thinking", "kimi-k2.6")}
 """A family whose next version's template reads a kwarg that keeps all history reasoning."""
 
 
-def detect_profile(tokenizer: Any) -> ModelProfile:
+def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
     """Work out the profile from a loaded tokenizer (a `TokenizerAdapter`).
 
     Finds the think tokens in the vocabulary and renders the chat template with
@@ -588,7 +591,7 @@ def detect_profile(tokenizer: Any) -> ModelProfile:
 _HARMONY_IDS = {"<|start|>": 200006, "<|channel|>": 200005, "<|message|>": 200008, "<|return|>": 200002}
 
 
-def _is_harmony(tokenizer: Any) -> bool:
+def _is_harmony(tokenizer: TokenizerAdapter) -> bool:
     """o200k_harmony: the Harmony markers at their ids, and a template (when there is one) that writes channels."""
     if any(tokenizer.token_to_id(text) != i for text, i in _HARMONY_IDS.items()):
         return False
@@ -596,7 +599,7 @@ def _is_harmony(tokenizer: Any) -> bool:
     return not template or "<|channel|>" in template
 
 
-def tokenizer_stop_ids(tokenizer: Any) -> tuple[int, ...]:
+def tokenizer_stop_ids(tokenizer: TokenizerAdapter) -> tuple[int, ...]:
     """The ids a model ends its turn with: the tokenizer's eos, then generation_config.json's eos_token_id(s).
 
     generation_config.json is what servers stop on (vLLM and SGLang read it), and it often lists more
@@ -618,7 +621,7 @@ def tokenizer_stop_ids(tokenizer: Any) -> tuple[int, ...]:
     return tuple(stops)
 
 
-def with_tokenizer_stops(profile: ModelProfile, tokenizer: Any) -> ModelProfile:
+def with_tokenizer_stops(profile: ModelProfile, tokenizer: TokenizerAdapter | None) -> ModelProfile:
     """A plain profile that names no stop ids (`plain`, `reasoning = false` without stop_ids) gets the tokenizer's.
 
     A reasoning profile always names its own (an empty list there means: do not check stops).

@@ -70,7 +70,7 @@ def prompt_id_for(row: dict[str, Any]) -> str:
     return "hash_" + canonical_hash(row)
 
 
-def kind_of(value: Any) -> str:
+def kind_of(value: object) -> str:
     """A JSON value's kind in words, for a message that says what a field held instead."""
     names = {
         dict: "an object",
@@ -84,7 +84,7 @@ def kind_of(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _message(raw: Any, where: str, number: int = 1) -> dict[str, Any]:
+def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PromptError(f"{where}: a turn is not an object")
     sharegpt = "from" in raw or "value" in raw
@@ -126,7 +126,7 @@ def _message(raw: Any, where: str, number: int = 1) -> dict[str, Any]:
     return msg
 
 
-def parse_row(row: Any, line: int | None = None) -> PromptRow:
+def parse_row(row: object, line: int | None = None) -> PromptRow:
     where = f"line {line}" if line is not None else "row"
     if not isinstance(row, dict):
         raise PromptError(f"{where}: expected a JSON object, got {type(row).__name__}")

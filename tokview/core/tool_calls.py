@@ -277,7 +277,7 @@ def _not_object(text: str | None) -> str | None:
 # -- the server's `tool_calls` field ------------------------------------------------------------------
 
 
-def server_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
+def server_tool_calls(calls: object) -> list[dict[str, Any]] | None:
     """A message's `tool_calls` (OpenAI shape) as plain records {id, name, arguments}; None when absent.
 
     Anything that is not a list of objects is None (nothing a server sends that way is a call)."""
@@ -322,7 +322,7 @@ def fold_stream_tool_calls(chunks: Sequence[Any]) -> list[dict[str, Any]] | None
     return [calls[i] for i in sorted(calls)] or None
 
 
-def tool_calls_of_response(body: Any) -> list[dict[str, Any]] | None:
+def tool_calls_of_response(body: object) -> list[dict[str, Any]] | None:
     """The `tool_calls` of a stored chat answer: a plain body's first message, or a stored stream's chunks
     (`{"stream": true, "chunks": [...]}`, as the chat backends and the proxy keep them)."""
     if not isinstance(body, dict):
@@ -336,7 +336,7 @@ def tool_calls_of_response(body: Any) -> list[dict[str, Any]] | None:
     return server_tool_calls(message.get("tool_calls")) if isinstance(message, dict) else None
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 

@@ -212,13 +212,14 @@ def tools_column(capture: Capture) -> dict[str, Any]:
     return {"tools": json.dumps(tools, ensure_ascii=False)} if tools else {}
 
 
-def _openai_call(call: Any) -> dict[str, Any]:
+def _openai_call(call: object) -> dict[str, Any]:
     """A history tool call in the OpenAI shape both trainers and templates read (arguments as sent)."""
-    call = call if isinstance(call, dict) else {}
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    fields: dict[str, Any] = call if isinstance(call, dict) else {}
+    function = fields.get("function")
+    function = function if isinstance(function, dict) else {}
     return {
-        "id": call.get("id") or "",
-        "type": call.get("type") or "function",
+        "id": fields.get("id") or "",
+        "type": fields.get("type") or "function",
         "function": {"name": function.get("name") or "", "arguments": function.get("arguments", "")},
     }
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.export.output import Plan
 from tokview.export.registry import FORMATS, ExportFormat, Rows
 from tokview.export.specforge_template import BUILTIN_WARNING
 from tokview.export.trainers import section
 from tokview.store import Store
+
+if TYPE_CHECKING:
+    from tokview.core.record import Capture
+    from tokview.export.writer import ExportResult
 
 
 def builtin_template_warning(fmt: ExportFormat, template_name: str | None) -> str:
@@ -47,7 +51,7 @@ class Provenance:
         self.finish: Counter[str] = Counter()
         self.kwargs: dict[str, dict] = {}
 
-    def add(self, row: dict[str, Any], capture: Any, kwargs: dict[str, Any]) -> None:
+    def add(self, row: dict[str, Any], capture: Capture, kwargs: dict[str, Any]) -> None:
         self.kwargs[json.dumps(kwargs, sort_keys=True, default=str)] = kwargs
         self.servers.add((capture.server_kind, capture.server_version, capture.server_url))
         self.settings[json.dumps(capture.settings, sort_keys=True, default=str)] = capture.settings
@@ -59,8 +63,11 @@ class Provenance:
         self.finish[str(capture.finish_reason)] += 1
 
 
-def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: Any) -> dict[str, Any]:
+def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportResult) -> dict[str, Any]:
     seen, profiles, tokenizer = result.seen, result.profiles, result.tokenizer
+    assert seen is not None, "the writer fills in what it saw before the manifest is built"
+    assert profiles is not None, "the writer fills in the profiles before the manifest is built"
+    assert tokenizer is not None, "the writer fills in the tokenizer before the manifest is built"
     runs = [r for r in store.runs() if r["run_id"] in seen.runs]
     used = sorted({p.name for p in profiles.cache.values()})
     parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})

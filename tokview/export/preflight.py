@@ -3,13 +3,16 @@ cannot be trained on as served, for the run's chat template, is refused as a who
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tokview.core.profiles import ModelProfile
 from tokview.export.export_error import ExportError
 
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
-def reasoning_renders_once_inline(tokenizer: Any, profile: ModelProfile) -> None:
+
+def reasoning_renders_once_inline(tokenizer: TokenizerAdapter, profile: ModelProfile) -> None:
     """Refuse reasoning inline in the content when the template writes its own think tags around it
     (kimi-inline): the rendered row would hold the tags twice (`<think></think><think>…`)."""
     if not profile.has_reasoning:

@@ -18,10 +18,13 @@ assistant_pattern_type, enable_thinking, ignore_token.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.export.formats import Refused
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
 
 USER, USER2, REASONING, ANSWER = "tokviewprobeuser", "tokviewprobenext", "tokviewproberea", "tokviewprobeans"
 BUILTIN_WARNING = (
@@ -53,7 +56,9 @@ def served_kwargs(settings: dict[str, Any], profile: ModelProfile) -> dict[str, 
     return dict(kwargs) if isinstance(kwargs, dict) else profile.template_kwargs(settings.get("thinking"))
 
 
-def derive(tokenizer: Any, profile: ModelProfile, kwargs: dict[str, Any], thinking: bool) -> dict[str, Any]:
+def derive(
+    tokenizer: TokenizerAdapter, profile: ModelProfile, kwargs: dict[str, Any], thinking: bool
+) -> dict[str, Any]:
     """The ChatTemplate fields for samples served with these template kwargs, or TemplateRefused."""
     if profile.format == HARMONY:
         raise TemplateRefused(HARMONY_REFUSAL)
@@ -117,7 +122,7 @@ class TemplateChooser:
     wrongly by that template, so it is refused (`other_served_layout`), never written silently.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: TokenizerAdapter) -> None:
         self.tokenizer = tokenizer
         self.by_layout: dict[str, dict[str, Any] | TemplateRefused] = {}
         self.counts: dict[str, int] = {}

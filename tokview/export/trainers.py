@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.export import rerender as rr
 
 if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
     from tokview.export.registry import ExportFormat
 
 
@@ -107,22 +108,42 @@ class RerenderPath:
     name: str
     needs_template: bool
     """Read through the SpecForge ChatTemplate derived from the served layout: counted only when there is one."""
-    outcome: Callable[[dict[str, Any], rr.Rendered, Any, dict[str, Any] | None, dict[str, Any]], str]
+    outcome: Callable[[dict[str, Any], rr.Rendered, TokenizerAdapter, dict[str, Any] | None, dict[str, Any]], str]
     """(row, served ids and mask, tokenizer, template, served template kwargs) -> an `rr.OUTCOMES` value."""
     tool_rows_why: str = ""
     """Why a tool row may not be exact on this path (the manifest says it beside the tool rows' count)."""
 
 
-def _speculators_render(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, _t: Any, kwargs: Any) -> str:
-    kwargs = rr.with_tools(kwargs, rr.row_tools(row))
-    return rr.compare_render_rows(served, rr.render_boundaries(row["conversations"], tokenizer, kwargs))
+def _speculators_render(
+    row: dict[str, Any],
+    served: rr.Rendered,
+    tokenizer: TokenizerAdapter,
+    _t: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> str:
+    with_tools = rr.with_tools(kwargs, rr.row_tools(row))
+    return rr.compare_render_rows(served, rr.render_boundaries(row["conversations"], tokenizer, with_tools))
 
 
-def _specforge_parse(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, template: Any, _k: Any) -> str:
+def _specforge_parse(
+    row: dict[str, Any],
+    served: rr.Rendered,
+    tokenizer: TokenizerAdapter,
+    template: dict[str, Any] | None,
+    _k: dict[str, Any],
+) -> str:
+    assert template is not None  # needs_template: asked only when there is one
     return rr.compare(served, rr.specforge_parse(row, template, tokenizer))
 
 
-def _specforge_preformatted(row: dict[str, Any], served: rr.Rendered, tokenizer: Any, template: Any, _k: Any) -> str:
+def _specforge_preformatted(
+    row: dict[str, Any],
+    served: rr.Rendered,
+    tokenizer: TokenizerAdapter,
+    template: dict[str, Any] | None,
+    _k: dict[str, Any],
+) -> str:
+    assert template is not None  # needs_template: asked only when there is one
     return rr.compare(served, rr.specforge_mask(row["text"], template, tokenizer))
 
 
@@ -142,7 +163,9 @@ TEXT_ROW_PATHS = (SPECFORGE_PATH, RENDER_PATH)
 class Conformance:
     """Re-renders each written row through the trainer paths its format names and counts the outcomes."""
 
-    def __init__(self, rerender: tuple[RerenderPath, ...], tokenizer: Any, template: dict[str, Any] | None) -> None:
+    def __init__(
+        self, rerender: tuple[RerenderPath, ...], tokenizer: TokenizerAdapter, template: dict[str, Any] | None
+    ) -> None:
         self.rerender, self.tokenizer, self.template = rerender, tokenizer, template
         self.outcomes: dict[str, Counter[str]] = {}
         self.tool_outcomes: dict[str, Counter[str]] = {}
