@@ -82,10 +82,10 @@ def make_app(store, tokenizer, profile):
 @pytest.fixture(autouse=True)
 def no_heap_collections(monkeypatch):
     """A full collection of pytest's heap takes about 0.25 s, once per screen that opens token views: the
-    heap policy (widgets/heap.py) is tested by itself in test_heap.py; elsewhere views still count in and out."""
-    from tokview.ui.widgets import heap
+    heap policy (ui/gc_pause.py) is tested by itself in test_gc_pause.py; elsewhere views still count in and out."""
+    from tokview.ui import gc_pause
 
-    monkeypatch.setattr(heap, "collect_and_freeze", lambda: None)
+    monkeypatch.setattr(gc_pause, "collect_and_freeze", lambda: None)
 
 
 @pytest.fixture(autouse=True)

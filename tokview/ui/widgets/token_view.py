@@ -22,9 +22,9 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tokview.ui import gc_pause
 from tokview.ui.bindings import bindings
 from tokview.ui.display import STYLE_CLASSES, VIEW_MODES, CellWidths, TokenSeq, cell_texts, row_of
-from tokview.ui.widgets import heap
 from tokview.ui.widgets.scrollbar import OnePassScrolling
 
 
@@ -170,7 +170,7 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[int, bool, bool, bool], Style] = {}
         self._heap_screen: object | None = None
-        """The screen this view was counted open on, for the long-lived heap (widgets/heap.py)."""
+        """The screen this view was counted open on, for the long-lived heap (ui/gc_pause.py)."""
         self._prepare_cells()
 
     def on_mount(self) -> None:
@@ -179,11 +179,11 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
     def _hold_heap(self) -> None:
         if self.is_attached and self._heap_screen is None:
             self._heap_screen = self.screen
-            heap.view_opened(self._heap_screen)
+            gc_pause.view_opened(self._heap_screen)
 
     def on_unmount(self) -> None:
         if self._heap_screen is not None:
-            heap.view_closed(self._heap_screen)
+            gc_pause.view_closed(self._heap_screen)
             self._heap_screen = None
 
     # -- data ---------------------------------------------------------------------------------

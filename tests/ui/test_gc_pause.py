@@ -14,11 +14,11 @@ from textual.app import App, ComposeResult
 from textual.screen import Screen
 
 from tokview.ui import display as d
+from tokview.ui import gc_pause
 from tokview.ui.examples import short_capture
-from tokview.ui.widgets import heap
 from tokview.ui.widgets.token_view import TokenView
 
-REAL_COLLECT_AND_FREEZE = heap.collect_and_freeze
+REAL_COLLECT_AND_FREEZE = gc_pause.collect_and_freeze
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def real_collections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         runs.append(1)
         REAL_COLLECT_AND_FREEZE()
 
-    monkeypatch.setattr(heap, "collect_and_freeze", counted)
+    monkeypatch.setattr(gc_pause, "collect_and_freeze", counted)
     return runs
 
 
