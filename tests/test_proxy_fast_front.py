@@ -181,3 +181,34 @@ def test_a_client_expecting_100_continue_gets_it_once_and_then_the_upstreams_ans
     got = b"".join(parts)
     assert got.startswith(b"HTTP/1.1 200 ") and b"100 Continue" not in got
     assert orjson.loads(got.partition(b"\r\n\r\n")[2])["choices"][0]["message"]
+
+
+def test_a_connection_idle_or_stalled_past_the_keep_alive_limit_is_closed() -> None:
+    """uvicorn closed a client's idle connection after 75 s; the front must too, or every client that vanished
+    without a FIN (a NAT dropping it, a killed VM) would hold a socket for the proxy's lifetime."""
+    from tokview.proxy.wire import FrontServer
+
+    async def answer(request: Any, client: Any) -> None:
+        await client.whole(200, [], b"ok")
+
+    async def main() -> tuple[bytes, bytes]:
+        front = FrontServer(answer, idle_timeout_s=0.2)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        await front.start(sock)
+        port = sock.getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        answered = await reader.readuntil(b"ok")
+        closed = await asyncio.wait_for(reader.read(), 5)  # b"" once the front closes the idle connection
+        stalled_reader, stalled = await asyncio.open_connection("127.0.0.1", port)
+        stalled.write(b"GET / HTTP/1.1\r\nho")  # a head that never ends
+        assert await asyncio.wait_for(stalled_reader.read(), 5) == b""
+        writer.close()
+        stalled.close()
+        await front.shutdown(0)
+        return answered, closed
+
+    answered, closed = asyncio.run(main())
+    assert answered.startswith(b"HTTP/1.1 200 ") and closed == b""

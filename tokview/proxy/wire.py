@@ -32,6 +32,9 @@ IDLE_KEPT = 256
 """Idle connections kept open to each upstream."""
 NO_BODY_STATUS = frozenset({204, 304})
 CONNECT_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 75.0
+"""A client connection with no request under way (or one whose request stalls) for this long is closed, as
+uvicorn's `timeout_keep_alive` was set: harnesses keep their connections, vanished clients must not."""
 
 
 class BadRequest(Exception):
@@ -102,22 +105,37 @@ class Responder(asyncio.Protocol):
         self._keep_alive = True
         self._head_only = False
         self._http10 = False
+        self._idle: asyncio.TimerHandle | None = None
+
+    def _wait_idle(self) -> None:
+        """Close the connection unless a whole request arrives within the idle timeout."""
+        self._idle = asyncio.get_running_loop().call_later(self._server.idle_timeout_s, self._close_idle)
+
+    def _close_idle(self) -> None:
+        if self._task is None and self._transport is not None:
+            self._transport.close()
 
     # -- asyncio.Protocol ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport subclasses
         self._server.connections.add(self)
+        self._wait_idle()
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
         if self._task is None:
             self._next_request()
+            if self._task is None and self._idle is not None and not self.lost:  # a request still coming in:
+                self._idle.cancel()  # a slow upload that moves is not idle, only one that stops
+                self._wait_idle()
         elif len(self._buffer) > BUFFERED and self._transport is not None:
             self._transport.pause_reading()  # a client pipelining faster than it is answered
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._server.connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
         if self._drained is not None and not self._drained.done():
             self._drained.set_exception(ClientGone())
         if self._task is not None and not self.finished:
@@ -140,6 +158,9 @@ class Responder(asyncio.Protocol):
             return
         if request is None:
             return
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         self.started = self.finished = self._chunked = self._head_only = False
         self._keep_alive = request.headers.get("connection", "").lower() != "close" and not (
             request.http10 and request.headers.get("connection", "").lower() != "keep-alive"
@@ -168,6 +189,7 @@ class Responder(asyncio.Protocol):
                     self._transport.close()
                 else:
                     self._transport.resume_reading()
+                    self._wait_idle()
                     if self._buffer:
                         self._next_request()
 
@@ -325,8 +347,8 @@ def _dechunk(buffer: bytearray) -> tuple[bytes, int] | None:
 class FrontServer:
     """The listening socket's server and the connections it has open (to wait for or close on shutdown)."""
 
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
+    def __init__(self, handler: Handler, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+        self.handler, self.idle_timeout_s = handler, idle_timeout_s
         self.connections: set[Responder] = set()
         self.server: asyncio.Server | None = None
 
