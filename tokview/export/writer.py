@@ -284,7 +284,7 @@ def _export_to(
     store: Store,
     fmt: ExportFormat,
     plan: Plan,
-    ids: list[tuple],
+    ids: list[SampleKey],
     select: str,
     run: str | None,
     tokenizer: TokenizerAdapter,
@@ -304,17 +304,17 @@ def _export_to(
     table_section: dict[str, Any] = {}
     row_id_of = dict(
         zip(
-            (i[0] for i in ids),
-            row_ids([(i[1], i[4], i[2], i[3]) for i in ids], gen0=fmt.rows is Rows.IDS),
+            (i.sample_id for i in ids),
+            row_ids([(i.prompt_id, i.run_id, i.turn, i.gen_index) for i in ids], gen0=fmt.rows is Rows.IDS),
         )
     )
     if fmt.preflight is not None:  # before anything is written (or a FIFO's reader is woken)
-        for name in export_rows.profile_names(store, [i[0] for i in ids]):
+        for name in export_rows.profile_names(store, [i.sample_id for i in ids]):
             fmt.preflight(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
     try:
         for start in range(0, len(ids), CHUNK):
-            for row in store.rows_for([i[0] for i in ids[start : start + CHUNK]]):
+            for row in store.rows_for([i.sample_id for i in ids[start : start + CHUNK]]):
                 if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
                     refused["no_supervised_tokens"] += 1
                     continue
@@ -394,14 +394,14 @@ def _file_hash(path: Path) -> tuple[str, int]:
 
 
 def _choose_template(
-    store: Store, fmt: ExportFormat, ids: list[tuple], profiles: _Profiles, tokenizer: TokenizerAdapter
+    store: Store, fmt: ExportFormat, ids: list[SampleKey], profiles: _Profiles, tokenizer: TokenizerAdapter
 ) -> TemplateChooser | None:
     """Derive the ChatTemplate from the served layouts (a format that writes it: refuse when none fits)."""
     if not fmt.uses_template:
         return None
     chooser = TemplateChooser(tokenizer)
     for start in range(0, len(ids), CHUNK):
-        chunk = [i[0] for i in ids[start : start + CHUNK]]
+        chunk = [i.sample_id for i in ids[start : start + CHUNK]]
         for settings, prof in export_rows.served_layouts(store, chunk):
             chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
     try:

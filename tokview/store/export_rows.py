@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.store.queries import INT64_MAX
 
@@ -23,8 +23,16 @@ if TYPE_CHECKING:
 SELECTIONS = {"valid": "valid AND status <> 'rejected'", "approved": "status = 'approved'", "all": "true"}
 """`--select` name → the rows it means (exports and `tokview score` share them)."""
 
-SampleKey = tuple[str, str, int | None, int | None, str | None]
-"""(sample_id, prompt_id, turn, gen_index, run_id): one selected sample, in export order."""
+
+class SampleKey(NamedTuple):
+    """One selected sample, in export order."""
+
+    sample_id: str
+    prompt_id: str
+    turn: int | None
+    gen_index: int | None
+    run_id: str | None
+
 
 EXPORT_ORDER = "prompt_id, coalesce(turn, -1), coalesce(gen_index, 0), run_id, sample_id"
 
@@ -107,7 +115,7 @@ def selected_keys(store: Store, selection: Selection, *, valid_only: bool = Fals
         f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} ORDER BY {EXPORT_ORDER}",
         params,
     )
-    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return [SampleKey(*r) for r in rows]
 
 
 def invalid_codes(store: Store, selection: Selection) -> list[list[str]]:
