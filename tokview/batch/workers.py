@@ -34,7 +34,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.batch.tasks import INTERRUPTED
 from tokview.batch.writer import COUNT_FIELDS
@@ -50,6 +50,73 @@ MIN_ITEMS_PER_WORKER = 32
 
 def worker_count(requested: int, todo: int) -> int:
     return max(1, min(requested, todo // MIN_ITEMS_PER_WORKER))
+
+
+# -- the messages over a child's pipe ----------------------------------------------------------
+# Named tuples read by name on both sides. Their kind comes first, so a message is still the tuple it was
+# for whatever reads its kind as message[0] (the tests' hooks): every field has a default (a tuple field
+# without one cannot follow one with), and messages are built by keyword.
+
+
+class Start(NamedTuple):
+    """Parent → child: take work from the feed and write parts beside `db_path` for `run_id`."""
+
+    kind: str = "start"
+    db_path: str = ""
+    run_id: str = ""
+
+
+class Stop(NamedTuple):
+    """Parent → child: a surplus child, not needed for this run (the parent counts it done)."""
+
+    kind: str = "stop"
+
+
+class Items(NamedTuple):
+    """Parent → child: the chunk asked for (empty: the feed is done) and how much the feed still holds."""
+
+    kind: str = "items"
+    items: tuple[Any, ...] | list[Any] = ()
+    remaining: int = 0
+
+
+class Take(NamedTuple):
+    """Child → parent: up to `n` more items, please."""
+
+    kind: str = "take"
+    n: int = 0
+
+
+class Writing(NamedTuple):
+    """Child → parent: the sample ids of the part it is about to write."""
+
+    kind: str = "writing"
+    sample_ids: tuple[str, ...] | list[str] = ()
+
+
+class Counts(NamedTuple):
+    """Child → parent: its counters once a part is on disk (`GroupWriter.counts`)."""
+
+    kind: str = "counts"
+    counts: dict[str, Any] | None = None
+
+
+class Done(NamedTuple):
+    """Child → parent, its last word: how its capture loop ended (None, INTERRUPTED or why it stopped)."""
+
+    kind: str = "done"
+    outcome: str | None = None
+
+
+class Failed(NamedTuple):
+    """Child → parent, its last word: the error that ended it."""
+
+    kind: str = "error"
+    error: str = ""
+
+
+ToChild = Start | Stop | Items
+ToParent = Take | Writing | Counts | Done | Failed
 
 
 # -- the parent's side -----------------------------------------------------------------------
@@ -291,7 +358,7 @@ class WorkerGroup:
         """Let the first `children` take work from `feed` (the others are told to stop); their tallies."""
         self.feed = feed
         for i in range(len(self.conns)):
-            self._send(i, ("start", db_path, run_id) if i < children else ("stop",))
+            self._send(i, Start(db_path=db_path, run_id=run_id) if i < children else Stop())
             if i >= children:
                 self.tallies[i].done.set()
         self._surplus = list(zip(self.procs[children:], self.conns[children:]))
@@ -300,7 +367,7 @@ class WorkerGroup:
         self._thread.start()
         return self.tallies
 
-    def _send(self, index: int, message: tuple) -> None:
+    def _send(self, index: int, message: ToChild) -> None:
         try:
             self.conns[index].send(message)
         except (OSError, ValueError):  # the child is gone: its end is noticed by the reader
@@ -327,34 +394,32 @@ class WorkerGroup:
                     del open_conns[conn]
                     self._ended(i, None)
 
-    def _handle(self, i: int, message: tuple) -> bool:
+    def _handle(self, i: int, message: ToParent) -> bool:
         """One message of child `i`; True when it was its last."""
-        tally, kind = self.tallies[i], message[0]
-        if kind == "take":
+        tally = self.tallies[i]
+        if isinstance(message, Take):
             assert self.feed is not None
-            items = self.feed.take(message[1])
+            items = self.feed.take(message.n)
             tally.taken += len(items)
             tally.leased.update((item.sample_id, item) for item in items)
-            self._send(i, ("items", items, len(self.feed)))
-        elif kind == "writing":
-            for sample_id in message[1]:
+            self._send(i, Items(items=items, remaining=len(self.feed)))
+        elif isinstance(message, Writing):
+            for sample_id in message.sample_ids:
                 tally.leased.pop(sample_id, None)
-            tally.unconfirmed = len(message[1])
-        elif kind == "counts":
+            tally.unconfirmed = len(message.sample_ids)
+        elif isinstance(message, Counts):
+            counts = message.counts or {}
             for key in COUNT_FIELDS:
-                setattr(tally, key, message[1][key])
-            tally.reasons = Counter(message[1]["reasons"])
+                setattr(tally, key, counts[key])
+            tally.reasons = Counter(counts["reasons"])
             tally.unconfirmed = 0
             self.on_counts()
-        elif kind == "done":
-            self._ended(i, ("done", message[1]))
-            return True
-        elif kind == "error":
-            self._ended(i, ("error", message[1]))
+        elif isinstance(message, (Done, Failed)):
+            self._ended(i, message)
             return True
         return False
 
-    def _ended(self, i: int, how: tuple[str, Any] | None) -> None:
+    def _ended(self, i: int, how: Done | Failed | None) -> None:
         """Child `i` is finished (`how` None: it died without a word): what it took and never wrote goes back."""
         tally = self.tallies[i]
         if tally.done.is_set():
@@ -371,13 +436,13 @@ class WorkerGroup:
                 f"worker {i + 1} exited with {self.procs[i].exitcode}: {len(back)} of its samples went back "
                 f"to the others, {tally.unconfirmed} left for a resume"
             )
-        elif how[0] == "error":
-            tally.error = how[1]
-        elif how[1] == INTERRUPTED and self.feed is not None and not self.feed.closed:
+        elif isinstance(how, Failed):
+            tally.error = how.error
+        elif how.outcome == INTERRUPTED and self.feed is not None and not self.feed.closed:
             tally.died = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
         else:
-            tally.outcome = how[1]
-            if how[1] is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
+            tally.outcome = how.outcome
+            if how.outcome is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
                 self.feed.close()
         tally.done.set()
 
@@ -435,7 +500,7 @@ class _Link:
         self.gone = False
         self._lock = threading.Lock()
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: ToParent) -> None:
         with self._lock:
             if self.gone:
                 return
@@ -462,8 +527,9 @@ class RemoteTodo:
         self._thread.start()
 
     def _fetch(self) -> None:
-        self._link.send(("take", self._chunk))
-        _, items, remaining = self._link.conn.recv()
+        self._link.send(Take(n=self._chunk))
+        answer: Items = self._link.conn.recv()
+        items, remaining = answer.items, answer.remaining
         with self._cond:
             self._buffer.extend(items)
             self._remaining = remaining
@@ -540,9 +606,9 @@ def child_main(index: int, config: BatchConfig, conn: Connection) -> None:
     try:
         asyncio.run(_child(config, link))
     except KeyboardInterrupt:  # Ctrl-C on the process group before the child's handlers were set
-        link.send(("done", INTERRUPTED))
+        link.send(Done(outcome=INTERRUPTED))
     except BaseException as exc:
-        link.send(("error", f"worker {index + 1}: {type(exc).__name__}: {exc}"))
+        link.send(Failed(error=f"worker {index + 1}: {type(exc).__name__}: {exc}"))
 
 
 async def _child(config: BatchConfig, link: _Link) -> None:
@@ -561,23 +627,22 @@ async def _child(config: BatchConfig, link: _Link) -> None:
         await pool.start()
         while not await loop.run_in_executor(None, link.conn.poll, 0.2):
             if cancel.is_set():
-                link.send(("done", INTERRUPTED))  # said, so the parent does not report a worker lost
+                link.send(Done(outcome=INTERRUPTED))  # said, so the parent does not report a worker lost
                 return
         start = link.conn.recv()
-        if start[0] != "start":
+        if not isinstance(start, Start):
             return  # a surplus child: the parent counted it done
         if cancel.is_set():
-            link.send(("done", INTERRUPTED))
+            link.send(Done(outcome=INTERRUPTED))
             return
-        _, db_path, run_id = start
         writer = GroupWriter(
-            PartSink(db_path, server_urls=config.servers),
+            PartSink(start.db_path, server_urls=config.servers),
             profile=profile,
             tokenizer=tokenizer,
-            run_id=run_id,
+            run_id=start.run_id,
             ingest=False,
-            on_commit=lambda w: link.send(("counts", w.counts())),
-            on_part=lambda ids: link.send(("writing", ids)),  # named before the part is written
+            on_commit=lambda w: link.send(Counts(counts=w.counts())),
+            on_part=lambda ids: link.send(Writing(sample_ids=ids)),  # named before the part is written
         )
         todo: Any = RemoteTodo(link, max(16, config.concurrency * len(config.servers)))
         try:
@@ -589,5 +654,5 @@ async def _child(config: BatchConfig, link: _Link) -> None:
         await pool.aclose()
     if writer.error is not None:
         outcome = str(writer.error)
-    link.send(("counts", writer.counts()))
-    link.send(("done", outcome))
+    link.send(Counts(counts=writer.counts()))
+    link.send(Done(outcome=outcome))
