@@ -8,8 +8,9 @@ Drafters are trained for plain chat models too (Llama, Qwen2.5, SmolLM…): the 
 profile has no delimiters at all, and takes its stop ids from the tokenizer (`with_tokenizer_stops`).
 
 A profile may also say how the family writes tool calls on ids (`ToolCallLayout`): Kimi's section and
-call markers, or Qwen3's hermes `<tool_call>` JSON `</tool_call>`, so the calls are read off the ids
-(`core.tool_calls`) the way the think delimiters are.
+call markers, Qwen3's hermes `<tool_call>` JSON `</tool_call>`, or GLM's `<tool_call>` name and
+`<arg_key>`/`<arg_value>` pairs, so the calls are read off the ids (`core.tool_calls`) the way the think
+delimiters are.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.glm_layout import GLM_ID
 from tokview.core.kimi_layout import KIMI_ID
 from tokview.errors import TokviewError
 
@@ -44,8 +46,8 @@ HISTORY_REASONING = ("after_last_user", "last_loop", "all", "none")
 (Qwen3, Kimi-K2.5, GLM), kept only while a tool loop is open (Harmony), kept everywhere (Kimi-K2.6 with
 preserve_thinking), or never."""
 
-KIMI_K2, HERMES = "kimi_k2", "hermes"
-TOOL_PARSERS = (KIMI_K2, HERMES)
+KIMI_K2, HERMES, GLM47 = "kimi_k2", "hermes", "glm47"
+TOOL_PARSERS = (KIMI_K2, HERMES, GLM47)
 """The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
 
 
@@ -55,7 +57,10 @@ class ToolCallLayout:
 
     `kimi_k2`: `section_begin (call_begin CALL-ID argument_begin ARGUMENTS call_end)* section_end`,
     the call id text `functions.NAME:IDX`. `hermes` (Qwen3): `call_begin JSON call_end` per call,
-    the JSON `{"name": …, "arguments": {…}}`, no section markers and no argument marker."""
+    the JSON `{"name": …, "arguments": {…}}`, no section markers and no argument marker. `glm47` (GLM-4.5/4.6/4.7):
+    `call_begin NAME (arg_key_begin KEY arg_key_end arg_value_begin VALUE arg_value_end)* call_end` per call, no
+    section and no call id; GLM-4.5 writes a newline after the name and after each pair, GLM-4.7 none (vLLM's
+    `glm47` parser reads both, its `glm45` parser needs the newline after the name)."""
 
     parser: str
     call_begin: str
@@ -68,6 +73,14 @@ class ToolCallLayout:
     section_end_id: int | None = None
     argument_begin: str = ""
     argument_begin_id: int | None = None
+    arg_key_begin: str = ""
+    arg_key_end: str = ""
+    arg_value_begin: str = ""
+    arg_value_end: str = ""
+    arg_key_begin_id: int | None = None
+    arg_key_end_id: int | None = None
+    arg_value_begin_id: int | None = None
+    arg_value_end_id: int | None = None
 
     def named_ids(self) -> list[tuple[str, int, str]]:
         """(key, id, text) of every marker this layout uses (what a tokenizer must have)."""
@@ -76,6 +89,10 @@ class ToolCallLayout:
             ("section_end_id", self.section_end_id, self.section_end),
             ("call_begin_id", self.call_begin_id, self.call_begin),
             ("argument_begin_id", self.argument_begin_id, self.argument_begin),
+            ("arg_key_begin_id", self.arg_key_begin_id, self.arg_key_begin),
+            ("arg_key_end_id", self.arg_key_end_id, self.arg_key_end),
+            ("arg_value_begin_id", self.arg_value_begin_id, self.arg_value_begin),
+            ("arg_value_end_id", self.arg_value_end_id, self.arg_value_end),
             ("call_end_id", self.call_end_id, self.call_end),
         ]
         return [(key, i, text) for key, i, text in named if i is not None]
@@ -101,11 +118,31 @@ KIMI_TOOL_CALLS = ToolCallLayout(
 QWEN3_TOOL_CALLS = ToolCallLayout(
     parser=HERMES, call_begin="<tool_call>", call_end="</tool_call>", call_begin_id=151657, call_end_id=151658
 )
-BUILTIN_TOOL_LAYOUTS = {KIMI_K2: KIMI_TOOL_CALLS, HERMES: QWEN3_TOOL_CALLS}
+GLM_TOOL_CALLS = ToolCallLayout(
+    parser=GLM47,
+    call_begin="<tool_call>",
+    call_end="</tool_call>",
+    call_begin_id=GLM_ID["<tool_call>"],
+    call_end_id=GLM_ID["</tool_call>"],
+    arg_key_begin="<arg_key>",
+    arg_key_end="</arg_key>",
+    arg_value_begin="<arg_value>",
+    arg_value_end="</arg_value>",
+    arg_key_begin_id=GLM_ID["<arg_key>"],
+    arg_key_end_id=GLM_ID["</arg_key>"],
+    arg_value_begin_id=GLM_ID["<arg_value>"],
+    arg_value_end_id=GLM_ID["</arg_value>"],
+)
+"""GLM-4.5/4.6/4.7 (zai-org's chat_template.jinja: `<tool_call>{{ tc.name }}` then per `arguments.items()`
+`<arg_key>{{ k }}</arg_key><arg_value>{{ v if v is string else v | tojson(ensure_ascii=False) }}</arg_value>`, then
+`</tool_call>`; vLLM's glm4_moe_tool_parser.py / glm47_moe_tool_parser.py cut at the same six texts). The ids are
+`core.glm_layout`'s table (GLM-4.5's added vocabulary, 151352-151359)."""
+BUILTIN_TOOL_LAYOUTS = {KIMI_K2: KIMI_TOOL_CALLS, HERMES: QWEN3_TOOL_CALLS, GLM47: GLM_TOOL_CALLS}
+_GLM_ARG_KEYS = ("arg_key_begin", "arg_key_end", "arg_value_begin", "arg_value_end")
 
 
 def tool_layout_from_fields(fields: Any, where: str) -> ToolCallLayout | None:
-    """A layout from its name (`"kimi_k2"`, `"hermes"`: the built-in ids, `"none"`: no tool calls) or a
+    """A layout from its name (`"kimi_k2"`, `"hermes"`, `"glm47"`: the built-in ids, `"none"`: no tool calls) or a
     table naming `parser` and the ids that differ from that parser's built-in layout.
 
     Raises ProfileError naming `where` for anything else."""
@@ -133,9 +170,16 @@ def tool_layout_from_fields(fields: Any, where: str) -> ToolCallLayout | None:
     layout = replace(BUILTIN_TOOL_LAYOUTS[parser], **data)
     if layout.parser == KIMI_K2 and None in (layout.section_begin_id, layout.section_end_id, layout.argument_begin_id):
         raise ProfileError(f"{where}: a kimi_k2 tool-call layout needs section and argument_begin ids")
-    if layout.parser == HERMES:
+    if layout.parser == GLM47 and any(getattr(layout, f"{key}_id") is None for key in _GLM_ARG_KEYS):
+        raise ProfileError(f"{where}: a glm47 tool-call layout needs arg_key and arg_value begin and end ids")
+    if layout.parser in (HERMES, GLM47):
         layout = replace(layout, section_begin="", section_end="", argument_begin="")
         layout = replace(layout, section_begin_id=None, section_end_id=None, argument_begin_id=None)
+    if layout.parser != GLM47:
+        layout = replace(layout, arg_key_begin="", arg_key_end="", arg_value_begin="", arg_value_end="")
+        layout = replace(
+            layout, arg_key_begin_id=None, arg_key_end_id=None, arg_value_begin_id=None, arg_value_end_id=None
+        )
     return layout
 
 
@@ -329,6 +373,7 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
         prefills_opener=False,
         thinking_kwarg="enable_thinking",
         reasoning_parser="glm45",
+        tool_calls=GLM_TOOL_CALLS,
     ),
 }
 

@@ -1,24 +1,31 @@
 """Tool calls read off the output ids, by the profile's tool-call layout, and the server's `tool_calls` field.
 
-A server's tool parser (`--tool-call-parser kimi_k2`, `hermes`) cuts the decoded text at marker ids and
+A server's tool parser (`--tool-call-parser kimi_k2`, `hermes`, `glm47`) cuts the decoded text at marker ids and
 returns `tool_calls[]` (id, name, arguments); every marker is hidden from every text field. This module
 reads the same calls from the ids alone (`parse_tool_calls`): where the section and each call sit, the
 call id text, the name and the arguments text, and what is malformed about them. The findings
 (`findings.py`), the segment kinds (`segments.py`) and the alignment of the `tool_calls` field to its ids
 (`analysis.align_text_fields`) all read this one parse.
 
+GLM (`glm47`): each call is `<tool_call>NAME` then `<arg_key>K</arg_key><arg_value>V</arg_value>` pairs, then
+`</tool_call>`; the arguments are the JSON object vLLM's glm4_moe_tool_parser.py (`extract_tool_calls`, which the
+glm47 parser extends with regexes that allow no newline after the name) builds: keys stripped, a value kept as
+written when the request's `tools` type that parameter `string`, else `json.loads` of the stripped value, else
+`ast.literal_eval`, else the stripped text; `json.dumps(..., ensure_ascii=False)`.
+
 Positions here are output-relative; spans are [start, end).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tokview.core.profiles import HERMES, KIMI_K2, ToolCallLayout
+from tokview.core.profiles import GLM47, HERMES, KIMI_K2, ToolCallLayout
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -62,6 +69,10 @@ class CallOnIds:
     """The arguments' text: Kimi's as written; hermes' re-serialised as its parser does (json.dumps)."""
     arguments_error: str | None = None
     """Why the arguments are not a JSON object (None when they are, or without a tokenizer)."""
+    name_span: Span | None = None
+    """GLM: the name's ids, between `<tool_call>` and the first argument marker (or the call's end)."""
+    argument_pairs: tuple[tuple[Span, Span], ...] = ()
+    """GLM: each complete pair's (key ids, value ids), between their markers."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ class ToolCallsOnIds:
 
     layout: ToolCallLayout
     sections: tuple[Span, ...]
-    """Kimi: begin marker through end marker (the output's end when unclosed). Hermes: first call to last."""
+    """Kimi: begin marker through end marker (the output's end when unclosed). Hermes, GLM: first call to last."""
     calls: tuple[CallOnIds, ...]
     problems: tuple[Problem, ...]
     markers: tuple[int, ...]
@@ -111,9 +122,15 @@ def marker_positions(ids: list[int], layout: ToolCallLayout) -> list[tuple[int, 
 
 
 def parse_tool_calls(
-    output_ids: Sequence[int], layout: ToolCallLayout, tokenizer: TokenizerAdapter | None = None
+    output_ids: Sequence[int],
+    layout: ToolCallLayout,
+    tokenizer: TokenizerAdapter | None = None,
+    tools: object = None,
 ) -> ToolCallsOnIds:
-    """The calls in `output_ids` by `layout`; texts (call id, name, arguments) only with a tokenizer."""
+    """The calls in `output_ids` by `layout`; texts (call id, name, arguments) only with a tokenizer.
+
+    `tools` (the request's): GLM keeps the values of parameters they type `string` as written, as vLLM's parser
+    does; without them every value is json-decoded where it parses (what that parser does without tools)."""
     ids = output_ids if isinstance(output_ids, list) else list(output_ids)
     markers = marker_positions(ids, layout)
     if not markers:
@@ -122,16 +139,17 @@ def parse_tool_calls(
     for pos, token_id in markers:
         walk.marker(pos, token_id)
     walk.finish()
-    calls = tuple(_with_texts(call, ids, layout, tokenizer) for call in walk.calls)
+    calls = tuple(_with_texts(call, ids, layout, tokenizer, tools) for call in walk.calls)
     sections = tuple(walk.sections)
-    if layout.parser == HERMES and calls:
+    if layout.parser in (HERMES, GLM47) and calls:
         sections = ((calls[0].span[0], calls[-1].span[1]),)
     return ToolCallsOnIds(layout, sections, calls, tuple(walk.problems), tuple(p for p, _ in markers))
 
 
 class _Walk:
-    """The markers in order, through the states outside → section → call id → arguments (Kimi) or
-    outside → call (hermes), recording spans and every marker out of its place."""
+    """The markers in order, through the states outside → section → call id → arguments (Kimi),
+    outside → call (hermes), or outside → call name → (key → value)* (GLM), recording spans and every marker
+    out of its place."""
 
     def __init__(self, layout: ToolCallLayout, n: int) -> None:
         self.layout, self.n = layout, n
@@ -141,13 +159,21 @@ class _Walk:
         self.section_start: int | None = None
         self.call_start: int | None = None
         self.argument_start: int | None = None
+        self.arg_state = ""
+        """GLM, inside a call: `name`, `key`, `keyed` (after `</arg_key>`), `value`, `valued`, `broken`."""
+        self.arg_open = -1
+        self.name_end: int | None = None
+        self.key_span: Span = (0, 0)
+        self.pairs: list[tuple[Span, Span]] = []
 
     def out_of_order(self, pos: int, what: str) -> None:
         self.problems.append(Problem(OUT_OF_ORDER, f"{what} at output[{pos}]", (pos,)))
 
     def marker(self, pos: int, token_id: int) -> None:
         lay = self.layout
-        if token_id == lay.section_begin_id:
+        if lay.parser == GLM47 and token_id in self.glm_argument_ids:
+            self.glm_argument(pos, token_id)
+        elif token_id == lay.section_begin_id:
             if self.section_start is not None:
                 self.out_of_order(
                     pos,
@@ -171,6 +197,7 @@ class _Walk:
             elif lay.section_begin_id is not None and self.section_start is None:
                 self.out_of_order(pos, f"{lay.call_begin} begins a call outside any {lay.section_begin} section")
             self.call_start, self.argument_start = pos, None
+            self.arg_state, self.name_end, self.pairs = "name", None, []
         elif token_id == lay.argument_begin_id:
             if self.call_start is None:
                 self.out_of_order(pos, f"{lay.argument_begin} outside any call")
@@ -184,7 +211,39 @@ class _Walk:
                 return
             if lay.argument_begin_id is not None and self.argument_start is None:
                 self.out_of_order(pos, f"the call begun at output[{self.call_start}] has no {lay.argument_begin}")
+            if self.arg_state in ("key", "keyed", "value"):
+                self.out_of_order(
+                    pos, f"{lay.call_end} ends the call begun at output[{self.call_start}] in an argument"
+                )
             self.end_call(pos + 1, closed=True)
+
+    @property
+    def glm_argument_ids(self) -> tuple[int | None, ...]:
+        lay = self.layout
+        return (lay.arg_key_begin_id, lay.arg_key_end_id, lay.arg_value_begin_id, lay.arg_value_end_id)
+
+    def glm_argument(self, pos: int, token_id: int) -> None:
+        """One GLM argument marker: each is due in one state only (`<arg_key>` after the name or a value,
+        `</arg_key>` inside a key, `<arg_value>` after a key, `</arg_value>` inside a value)."""
+        lay = self.layout
+        which = self.glm_argument_ids.index(token_id)
+        text = (lay.arg_key_begin, lay.arg_key_end, lay.arg_value_begin, lay.arg_value_end)[which]
+        due = (("name", "valued"), ("key",), ("keyed",), ("value",))[which]
+        if self.call_start is None:
+            self.out_of_order(pos, f"{text} outside any call")
+            return
+        if self.name_end is None:
+            self.name_end = pos
+        if self.arg_state not in due:
+            self.out_of_order(pos, f"{text} out of place in the call begun at output[{self.call_start}]")
+            self.arg_state = "broken"
+            return
+        if which == 1:
+            self.key_span = (self.arg_open + 1, pos)
+        elif which == 3:
+            self.pairs.append((self.key_span, (self.arg_open + 1, pos)))
+        self.arg_open = pos
+        self.arg_state = ("key", "keyed", "value", "valued")[which]
 
     def close_section(self, end: int) -> None:
         assert self.section_start is not None
@@ -209,10 +268,17 @@ class _Walk:
             id_span = (start + 1, arg if arg is not None else body_end)
             arguments_span = (arg + 1, body_end) if arg is not None else None
             call = CallOnIds((start, end), id_span, arguments_span, closed)
+        elif self.layout.parser == GLM47:
+            name_span = (start + 1, self.name_end if self.name_end is not None else body_end)
+            pairs = tuple(self.pairs)
+            call = CallOnIds(
+                (start, end), None, (start + 1, body_end), closed, name_span=name_span, argument_pairs=pairs
+            )
         else:
             call = CallOnIds((start, end), None, (start + 1, body_end), closed)
         self.calls.append(call)
         self.call_start = self.argument_start = None
+        self.arg_state, self.name_end, self.pairs = "", None, []
 
     def finish(self) -> None:
         end = self.n
@@ -231,7 +297,7 @@ class _Walk:
 
 
 def _with_texts(
-    call: CallOnIds, ids: list[int], layout: ToolCallLayout, tokenizer: TokenizerAdapter | None
+    call: CallOnIds, ids: list[int], layout: ToolCallLayout, tokenizer: TokenizerAdapter | None, tools: object = None
 ) -> CallOnIds:
     """The call with its texts decoded (as the parser reads them: special ids dropped)."""
     if tokenizer is None:
@@ -245,6 +311,13 @@ def _with_texts(
         match = KIMI_NAME.match((call_id or "").strip())
         name = match.group("name") if match else None
         return _replace(call, call_id=call_id, name=name, arguments=arguments, arguments_error=_not_object(arguments))
+    if layout.parser == GLM47:
+        name = (text(call.name_span) or "").strip()
+        values: dict[str, Any] = {}
+        for key_span, value_span in call.argument_pairs:
+            key, value = (text(key_span) or "").strip(), text(value_span) or ""
+            values[key] = value if _is_string_parameter(tools, name, key) else glm_value(value.strip())
+        return _replace(call, name=name, arguments=json.dumps(values, ensure_ascii=False))
     body = text(call.arguments_span) or ""
     try:
         parsed = json.loads(body)
@@ -256,6 +329,33 @@ def _with_texts(
     args = parsed.get("arguments", parsed.get("parameters"))
     error = None if isinstance(args, dict) else f"arguments is {type(args).__name__}, not a JSON object"
     return _replace(call, name=name, arguments=json.dumps(args, ensure_ascii=False), arguments_error=error)
+
+
+def glm_value(text: str) -> Any:
+    """A GLM argument value as vLLM's glm4_moe parser `_deserialize`s it: JSON, else a Python literal, else the
+    text (`ast.literal_eval` errors other than the two it catches are taken as text here: vLLM's would fail the
+    whole parse)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _is_string_parameter(tools: object, name: str, key: str) -> bool:
+    """vLLM's `_is_string_type`: the first declared tool of this name types the parameter `string`."""
+    for tool in tools if isinstance(tools, list) else ():
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or function.get("name") != name:
+            continue
+        parameters = function.get("parameters")
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        schema = properties.get(key) if isinstance(properties, dict) else None
+        return isinstance(schema, dict) and schema.get("type") == "string"
+    return False
 
 
 def _replace(call: CallOnIds, **changes: Any) -> CallOnIds:
