@@ -188,16 +188,18 @@ class RecentRenders:
 
     A batch renders each conversation up to three times: to measure it against the server's context
     (`batch.limits`), to send its ids on the raw path, and to compare them with what the server saw
-    (`prompt_render_mismatch`): ~0.3 ms of a sample's ~2 ms. The three happen within moments of
-    each other, so a few entries catch them all; a conversation's JSON names it exactly (a template
+    (`prompt_render_mismatch`): ~0.3 ms of a sample's ~2 ms. The length check runs for a whole batch's
+    first requests before their answers come back to be checked (a 300-prompt run re-rendered 285 prompts
+    with 64 entries), so the cache holds up to 1,024 and its byte bound decides; a conversation's JSON
+    names it exactly (a template
     that reads the clock renders once per sample instead of three times, which is only more
     consistent). Shared by the batch's threads: one lock, held for a dict operation.
 
     Entries are also bounded by their size (`max_bytes`, counted as a str's length and 36 bytes per id,
-    what a Python list of ints costs): a few huge prompts must not stay for the next 64 renders.
+    what a Python list of ints costs): a few huge prompts must not stay for the next renders.
     """
 
-    def __init__(self, size: int = 64, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, size: int = 1024, max_bytes: int = 64 << 20) -> None:
         self.size = size
         self.max_bytes = max_bytes
         self._entries: dict[tuple[str, Any], Any] = {}
