@@ -17,9 +17,11 @@ from llama.cpp's models/templates/GLM-4.7-Flash.jinja): ``[gMASK]<sop>``, no new
 an assistant turn after the last user turn, or any with ``clear_thinking=false``, renders
 ``<think>{reasoning|trim}</think>``, every other one ``</think>`` alone; content trimmed; tool calls as
 ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`` over ``arguments.items()`` (a JSON
-string renders no arguments, as in the real template); results after one ``<|observation|>`` per run of tool turns;
-the generation prompt ``<|assistant|><think>`` (``</think>`` with ``enable_thinking=false``). Left out: the tools
-system prompt's wording is shorter.
+string renders no arguments, as in the real template: vLLM parses JSON-string arguments before rendering, and so does
+`TokenizerAdapter.render`); string results after one ``<|observation|>`` per run of tool turns, a list result as
+``<|observation|>`` and one ``<tool_response>`` per item (its ``output``); ``tools`` as the real template's system
+block, word for word, one ``tojson`` line per tool; the generation prompt ``<|assistant|><think>`` (``</think>`` with
+``enable_thinking=false``). Left out: a ``None`` tool content renders empty (the real template fails on it).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from tokview.core.kimi_layout import EXTRA_PIECES, WORDS
 VOCAB_SIZE = 151552
 SPECIAL_START = 151329
 LAYOUT_MARKER = "tokview_layout.json"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 3
 
 GLM_SPECIAL_TOKENS: dict[int, str] = {
     151329: "<|endoftext|>",
@@ -97,9 +99,12 @@ CHAT_TEMPLATE = (
     "{%- endmacro -%}"
     "[gMASK]<sop>"
     "{%- if tools -%}"
-    "<|system|>\n# Tools\n\nFunction signatures within <tools></tools>:\n<tools>\n"
-    "{%- for tool in tools %}{{ tool | tojson }}\n{% endfor -%}"
-    "</tools>"
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    "{% for tool in tools %}{{ tool | tojson(ensure_ascii=False) }}\n{% endfor -%}"
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>"
     "{%- endif -%}"
     "{%- set ns = namespace(last_user=-1) -%}"
     "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
@@ -123,13 +128,18 @@ CHAT_TEMPLATE = (
     "<tool_call>{{ f.name }}"
     "{%- set args = f.arguments if f.arguments is mapping else {} -%}"
     "{%- for k, v in args.items() -%}"
-    "<arg_key>{{ k }}</arg_key><arg_value>{{ v if v is string else v | tojson }}</arg_value>"
+    "<arg_key>{{ k }}</arg_key><arg_value>{{ v if v is string else v | tojson(ensure_ascii=False) }}</arg_value>"
     "{%- endfor -%}"
     "</tool_call>"
     "{%- endfor -%}"
     "{%- elif m.role == 'tool' -%}"
+    "{%- if m.content is string or m.content is none -%}"
     "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}<|observation|>{%- endif -%}"
-    "<tool_response>{{ text_of(m.content) }}</tool_response>"
+    "<tool_response>{{ m.content or '' }}</tool_response>"
+    "{%- else -%}<|observation|>"
+    "{%- for tr in m.content -%}<tool_response>{{ tr.output if tr.output is defined else tr }}</tool_response>"
+    "{%- endfor -%}"
+    "{%- endif -%}"
     "{%- else -%}<|system|>{{ text_of(m.content) }}"
     "{%- endif -%}"
     "{%- endfor -%}"

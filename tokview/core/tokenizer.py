@@ -229,6 +229,38 @@ def _cost(value: str | list[int]) -> int:
     return len(value) * 36 if isinstance(value, list) else len(value)
 
 
+def server_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as a server hands them to the template: assistant tool-call arguments sent as JSON text (the
+    OpenAI wire form) parsed to the object they hold, empty ones `{}` (vLLM's chat_utils `_postprocess_messages`;
+    SGLang does the same). GLM's template reads arguments only as a mapping, so a local render without this would
+    drop them. Text that is not JSON stays text. The caller's messages are not changed."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if not isinstance(calls, list) or message.get("role") != "assistant":
+            out.append(message)
+            continue
+        out.append({**message, "tool_calls": [_parsed_call(c) for c in calls]})
+    return out
+
+
+def _parsed_call(call: object) -> object:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict):
+        return call
+    arguments = function.get("arguments")
+    if not arguments:
+        parsed: object = {}
+    elif isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return call
+    else:
+        return call
+    return {**call, "function": {**function, "arguments": parsed}}
+
+
 def _render_key(
     messages: Any, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None, template: str | None
 ) -> tuple[bytes, str | None] | None:
@@ -436,7 +468,10 @@ class TokenizerAdapter:
             return text
         try:
             text = self.tok.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=add_generation_prompt, **(template_kwargs or {})
+                server_messages(messages),
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                **(template_kwargs or {}),
             )
         except Exception as exc:  # jinja errors
             raise TokenizerError(f"chat template failed: {exc}") from None
