@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     colors = ["#1f77b4", "#ff7f0e", "#7f7f7f", "#2ca02c"][: len(rows)]
     left.bar(names, values, yerr=errs, capsize=6, color=colors)
     left.set_ylabel("mean acceptance length (tokens / verify step)")
-    left.set_ylim(1.0, max(r["acceptance_length"]["high"] for r in rows) * 1.08)
+    left.set_ylim(1.0, max(1.2, max(r["acceptance_length"]["high"] for r in rows) * 1.08))
     left.set_title("acceptance length, 95% bootstrap CI")
     for i, r in enumerate(rows):
         left.text(

@@ -1,6 +1,6 @@
 """The outcome benchmark's table: acceptance per condition from the measurement store, with intervals.
 
-Reads the held-out samples `tokview batch` stored for each head (`measure.duckdb`, runs `head-A` … `head-D`,
+Reads the held-out samples `tokview batch` stored for each head (`measure-{A..D}.duckdb`, runs `head-A` … `head-D`,
 their `spec_decode` JSON), the data summary of the export stage and the trainer's logged validation
 metrics, and returns one JSON-able dict; `markdown` renders it.
 """
@@ -18,12 +18,12 @@ POSITIONS = 3
 DRAWS = 2000
 
 
-def _measured(db: Path, conditions: Sequence[str]) -> dict[str, list[stats.SampleSpec]]:
+def _measured(work: Path, conditions: Sequence[str]) -> dict[str, list[stats.SampleSpec]]:
     import duckdb
 
     out: dict[str, list[stats.SampleSpec]] = {}
-    with duckdb.connect(str(db), read_only=True) as con:
-        for cond in conditions:
+    for cond in conditions:
+        with duckdb.connect(str(work / f"measure-{cond}.duckdb"), read_only=True) as con:
             rows = con.execute(
                 "SELECT prompt_id, spec_decode FROM samples WHERE run_id = ? AND spec_decode IS NOT NULL",
                 [f"head-{cond}"],
@@ -46,7 +46,7 @@ def offline_full_acc(heads: Path) -> list[float] | None:
 def build(
     work: Path, conditions: Sequence[str], labels: Mapping[str, str], settings: Mapping[str, Any]
 ) -> dict[str, Any]:
-    measured = stats.paired(_measured(work / "measure.duckdb", conditions))
+    measured = stats.paired(_measured(work, conditions))
     base = measured[conditions[0]]
     meta = json.loads((work / "data_meta.json").read_text()) if (work / "data_meta.json").exists() else {}
     rows = []
@@ -105,7 +105,7 @@ def markdown(results: Mapping[str, Any]) -> str:
             "",
             f"Generation: {d.get('generated')}; tokview flagged {d.get('drift_tagged')} valid samples with retokenize_drift; "
             f"B's re-tokenized rows differ from A's served ids in {b.get('ids_differ')} of {b.get('rows')} rows "
-            f"(mask only: {b.get('mask_differs')}); D keeps mean NLL <= {d.get('max_nll_D')}.",
+            f"(mask only: {b.get('mask_differs')}); D keeps mean NLL <= {d.get('max_nll_D') or float('nan'):.3f} nats/token (A's 75th percentile).",
         ]
     t = results.get("timings_s", {})
     if t:

@@ -382,10 +382,12 @@ def head_dir(st: Stages, cond: str) -> Path:
 
 
 def stage_measure(st: Stages) -> None:
+    """One store per head: tokview's sample ids name the prompt and settings, not the run, so a second head's
+    run in the same store would find every held-out sample already stored and generate nothing."""
     import duckdb
 
-    db = st.work / "measure.duckdb"
     for cond in CONDITIONS:
+        db = st.work / f"measure-{cond}.duckdb"
         if db.exists():
             with duckdb.connect(str(db), read_only=True) as con:
                 have = con.execute("SELECT count(*) FROM samples WHERE run_id = ?", [f"head-{cond}"]).fetchone()[0]
