@@ -14,7 +14,7 @@ from tokview.core.profiles import get_profile
 from tokview.servers import CaptureRequest, ServerPool
 from tokview.servers import urls as urls_module
 from tokview.servers.doctor import run_doctor
-from tokview.servers.urls import public_url, server_url_notes, validate_server_url
+from tokview.servers.urls import BadServerURL, public_url, server_url_notes, validate_server_url
 from tokview.sim import SimConfig, start_simulator
 
 KIMI = get_profile("kimi-k2.5")
@@ -34,10 +34,10 @@ PASSWORD = "pw-s3cret-4567"
     ],
 )
 def test_bad_urls_are_one_line_value_errors(url: str, why: str) -> None:
-    with pytest.raises(ValueError, match=why) as info:
+    with pytest.raises(BadServerURL, match=why) as info:
         validate_server_url(url)
     assert "\n" not in str(info.value)
-    with pytest.raises(ValueError, match=why):
+    with pytest.raises(BadServerURL, match=why):
         ServerPool(url, profile=KIMI)
 
 
@@ -45,7 +45,7 @@ def test_validator_normalises_and_keeps_credentials_only_where_needed() -> None:
     assert validate_server_url(" http://127.0.0.1:8000/ ") == "http://127.0.0.1:8000"
     assert validate_server_url(f"http://tok:{PASSWORD}@h:8000") == f"http://tok:{PASSWORD}@h:8000"
     assert public_url(f"http://tok:{PASSWORD}@h:8000/v1/") == "http://h:8000"
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(BadServerURL) as info:
         validate_server_url(f"http://tok:{PASSWORD}@h:99999")
     assert PASSWORD not in str(info.value)
     for url in (
@@ -53,7 +53,7 @@ def test_validator_normalises_and_keeps_credentials_only_where_needed() -> None:
         f"http://h:8000/?a=1&key={PASSWORD}",
         f"http://h:8000/#{PASSWORD}",
     ):
-        with pytest.raises(ValueError, match="query or fragment") as info:  # a key in the query is a key too
+        with pytest.raises(BadServerURL, match="query or fragment") as info:  # a key in the query is a key too
             validate_server_url(url)
         assert PASSWORD not in str(info.value)
         assert "http://h:8000/" in str(info.value)
@@ -69,7 +69,7 @@ def test_doctor_cli_bad_url_is_exit_1_one_line(url: str, capsys: pytest.CaptureF
 
 
 async def test_run_doctor_rejects_a_bad_url_before_httpx() -> None:
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(BadServerURL, match="out of range"):
         await run_doctor("http://127.0.0.1:99999", profile=KIMI)
 
 
@@ -94,7 +94,7 @@ def test_server_url_notes_say_what_the_validator_changed() -> None:
     ]
     assert server_url_notes("http://h:8000") == []
     assert validate_server_url("http://h:8000/v1") == "http://h:8000"
-    with pytest.raises(ValueError, match="bad server URL"):
+    with pytest.raises(BadServerURL, match="bad server URL"):
         server_url_notes("http://h:99999/v1")
 
 
@@ -116,7 +116,7 @@ def test_doctor_cli_tells_the_user_about_a_dropped_v1(capsys: pytest.CaptureFixt
 def _parsed(url):
     try:
         return urls_module.parse_server_url(url)
-    except ValueError as exc:
+    except BadServerURL as exc:
         return str(exc)
 
 

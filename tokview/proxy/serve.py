@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tokview.default_store import DEFAULT_DB
 from tokview.errors import ExitCode, UserError
 from tokview.proxy.app import ProxyApp, Upstream
 from tokview.proxy.recorder import Recorder
@@ -48,7 +49,7 @@ GRACE_S = 2.0
 class ProxyConfig:
     servers: list[str]
     listen: str = DEFAULT_LISTEN
-    db: str | None = "tokview.duckdb"
+    db: str | None = DEFAULT_DB
     """None: forward only, record nothing (the benchmark's bare mode)."""
     tokenizer: TokenizerAdapter | None = None
     profile: ModelProfile | None = None
@@ -109,16 +110,13 @@ def upstream_auth(url: str) -> str | None:
 
 
 async def _detect(url: str, kind: str, profile: ModelProfile | None) -> Upstream:
-    from tokview.servers import ServerUnreachable
     from tokview.servers.features import detect
     from tokview.servers.http import ServerClient
     from tokview.servers.retry import RetryPolicy
 
     client = ServerClient(url, timeout=30.0, concurrency=2)
-    try:
+    try:  # ServerUnreachable goes up as the TokviewError it is: "server unreachable: …", its exit code
         info = await detect(client, RetryPolicy(retries=1, backoff=0.2), profile)
-    except ServerUnreachable as exc:
-        raise UserError(f"server unreachable: {exc.reason}", exit_code=ExitCode.UNREACHABLE) from None
     finally:
         await client.aclose()
     found = info.kind if kind == "auto" else kind
@@ -134,10 +132,7 @@ def detect_upstreams(config: ProxyConfig) -> list[Upstream]:
     from tokview.servers.urls import validate_server_url
 
     for url in config.servers:
-        try:
-            validate_server_url(url)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+        validate_server_url(url)  # BadServerURL: one line, credentials masked, before any connection
 
     async def all_of() -> list[Upstream]:
         return list(await asyncio.gather(*(_detect(u, config.kind, config.profile) for u in config.servers)))

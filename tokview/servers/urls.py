@@ -41,11 +41,11 @@ class ServerURL:
     notes: tuple[str, ...] = ()
 
 
-class BadServerURL(UserError, ValueError):
+class BadServerURL(UserError):
     """A server URL tokview cannot use, said in one line with its credentials masked.
 
-    Still a ValueError for the callers that catch one (ui/session.py, ui/screens, proxy/serve.py); once
-    they catch BadServerURL (or TokviewError), the ValueError base can go."""
+    Not a ValueError: a caller catches exactly this (a `except ValueError` around a URL check also
+    swallowed every other ValueError of the code it guarded)."""
 
     title = "server URL"
 

@@ -62,13 +62,13 @@ class Session:
         """The server URL as the panels display it: without `user:password@` (those stay in the session). With
         none named, the server the store's latest run recorded (generate and doctor start from it)."""
         from tokview.secrets import redact_url
-        from tokview.servers.urls import public_url
+        from tokview.servers.urls import BadServerURL, public_url
 
         if not self.server_url:
             return self.recorded_server() or ""
         try:
             return public_url(self.server_url)
-        except ValueError:
+        except BadServerURL:
             return redact_url(self.server_url)  # shown as typed, password masked; the panel then says why it is bad
 
     def recorded_server(self) -> str | None:
@@ -88,13 +88,14 @@ class Session:
         """(URL to connect to, notes about it) for what the user left or typed in a panel's URL box.
 
         The box shows `server_shown`; when it still names that server, the session's credentials go back
-        on. Raises ValueError ("bad server URL …") for a bad URL, like `validate_server_url`.
+        on. Raises BadServerURL ("bad server URL …", or "give a server URL" for an empty box), like
+        `validate_server_url`.
         """
-        from tokview.servers.urls import parse_server_url, server_url_notes, validate_server_url
+        from tokview.servers.urls import BadServerURL, parse_server_url, server_url_notes, validate_server_url
 
         typed = typed.strip()
         if not typed:
-            raise ValueError("give a server URL")
+            raise BadServerURL("give a server URL")
         validate_server_url(typed)
         if self.server_url and typed == self.server_shown and parse_server_url(typed).auth is None:
             typed = self.server_url

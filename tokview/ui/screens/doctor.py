@@ -63,11 +63,11 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
     @on(Button.Pressed, "#doctor-run")
     @on(Input.Submitted, "#doctor-url")
     def action_run(self) -> None:
-        from tokview.servers.urls import public_url
+        from tokview.servers.urls import BadServerURL, public_url
 
         try:
             url, notes = self.session.server_for(self.query_one("#doctor-url", Input).value)
-        except ValueError as exc:  # a bad URL, worded as the CLI words it
+        except BadServerURL as exc:  # a bad URL, worded as the CLI words it
             self._say(f"doctor failed: {exc}", failed=True)
             return
         self.session.use_server(url)  # the generate panel runs against the server checked here

@@ -211,7 +211,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
     def build_config(self):
         from tokview.batch import BatchConfig
 
-        # a bad URL is a one-line ValueError, shown by action_run; the session's credentials stay out of the box
+        # a bad URL is a one-line BadServerURL, shown by action_run; the session's credentials stay out of the box
         server, self.url_notes = self.session.server_for(self._value("#server"))
         self.session.use_server(server)  # the doctor panel checks the server generate used, and the reverse
         source = self.query_one("#source", Select).value
@@ -238,7 +238,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             return
         try:
             config = self.build_config()
-        except (ValueError, TokviewError) as exc:  # a bad URL or number, or a value out of range
+        except (ValueError, TokviewError) as exc:  # a bad number (ValueError), a bad URL (BadServerURL), a range
             said = in_form_words(str(exc))
             self.notify(f"cannot run: {said}", severity="error")
             self.query_one("#progress-line", Static).update(Text(f"cannot run: {said}", "bold red"))
