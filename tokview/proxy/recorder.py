@@ -5,8 +5,8 @@ The event loop only forwards: once an answer's last byte is out it hands the raw
 `take` (a queue put; `recorder_process` puts it on a pipe to a child running this same Recorder). The recorder's thread parses it into a capture, places it in its session and
 hands it to the writer, whose thread analyses it and writes a crash-safe part (`store.parts`); the
 batch's `Lander` lands each part the moment it is written (at most every `land_s`: each landing costs
-~50 ms of CPU however small, so under a steady stream of answers they land twice a second), so the app
-and `stats` see a sample as soon as it is recorded. When the store cannot be written (a full disk, a
+~30-50 ms of CPU however small, so under a steady stream of answers they land every LAND_BUSY_S), so the
+app and `stats` see a sample as soon as it is recorded (within two seconds while a harness is busy). When the store cannot be written (a full disk, a
 store another process holds too long) the writer or the Lander stops, the proxy keeps forwarding,
 and says so loudly once: nothing from then on is recorded, and the harness never notices.
 
@@ -21,6 +21,7 @@ import itertools
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +34,13 @@ from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
-from tokview.proxy.sse import DONE, EventSplitter, data_of
+from tokview.proxy.sse import stream_chunks
 
 PREFIX_BREAK = "session_prefix_break"
+LAND_BUSY_S = 2.0
+"""The gap between landings while a harness keeps answers coming (`Recorder._landed`)."""
+BUSY_RATE = 8.0
+"""Samples a second (over the last landing's gap) from which the recorder counts as busy."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,8 @@ class Recorder:
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions = SessionBook(run_id)
         self._sink = _WithSessionFindings(store)
-        self.lander = Lander(store, every_s=land_s, live=True, on_error=self._warn)
+        self.land_s, self._landed_at = land_s, time.monotonic()
+        self.lander = Lander(store, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed)
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -166,6 +172,18 @@ class Recorder:
         self._jobs: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
         self._thread.start()
+
+    def _landed(self, samples: int) -> None:
+        """Space the landings out while answers keep coming, back to `land_s` once they ease.
+
+        A landing costs ~30-50 ms of CPU however few samples it holds (the store opened, a transaction, the
+        store closed): one every `land_s` under a harness's steady traffic was a third of the recorder's CPU
+        per stream. Busy, a sample shows in the app within LAND_BUSY_S instead; its part is on disk at once
+        either way (a kill loses nothing it holds)."""
+        now = time.monotonic()
+        rate = samples / max(now - self._landed_at, 1e-3)
+        self._landed_at = now
+        self.lander.every_s = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
 
     @property
     def error(self) -> BaseException | None:
@@ -196,12 +214,11 @@ class Recorder:
         if isinstance(item, Failed):
             self.failure(item.reason, item.server, named=item.named, user=item.user)
             return
-        events = _events(item.raw) if item.stream else []
-        answer = _parsed_stream(events) if item.stream else _parsed_json(item.raw)
+        chunks, done = stream_chunks(item.raw) if item.stream else ([], False)
+        answer = (chunks if done else None) if item.stream else _parsed_json(item.raw)
         if answer is None:
             if item.stream:
-                n = sum(1 for event in events if isinstance(data_of(event), dict))
-                reason = f"the upstream's stream ended without [DONE] after {n} chunks"
+                reason = f"the upstream's stream ended without [DONE] after {len(chunks)} chunks"
             else:
                 reason = "malformed response: the upstream's answer is not JSON"
             self.failure(reason, item.server, named=item.named, user=item.user)
@@ -320,22 +337,3 @@ def _parsed_json(raw: bytes) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-
-
-def _events(raw: bytes) -> list[bytes]:
-    splitter = EventSplitter()
-    events = list(splitter.feed(raw))
-    rest = splitter.rest()
-    return [*events, rest] if rest else events
-
-
-def _parsed_stream(events: list[bytes]) -> list[dict[str, Any]] | None:
-    """A stream's JSON chunks, or None when it never said [DONE] (it was cut off)."""
-    chunks, done = [], False
-    for event in events:
-        data = data_of(event)
-        if data is DONE:
-            done = True
-        elif isinstance(data, dict):
-            chunks.append(data)
-    return chunks if done else None

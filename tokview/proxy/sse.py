@@ -75,3 +75,58 @@ def data_of(event: bytes) -> Any:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
+
+
+def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
+    """A whole stream's JSON chunks (the objects of its `data:` events, in order) and whether it said [DONE].
+
+    The recorder's reading of every stream it records: in bulk when the stream is the plain shape both servers
+    send (each event one `data:` line, LF-terminated, [DONE] last), as one JSON array in one `orjson.loads`;
+    otherwise, or when that array does not parse (a bad event, dropped alone), event by event."""
+    bulk = _plain_chunks(raw)
+    return bulk if bulk is not None else _chunks_one_by_one(raw)
+
+
+_DATA_SEP = b"\n\ndata:"
+_DONE_TAILS = (b"data: [DONE]\n\n", b"data:[DONE]\n\n")
+
+
+def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool] | None:
+    """The chunks of a plain stream, or None when the stream is not plain or its array does not parse.
+
+    Plain: it starts with `data:`, ends with a [DONE] event, and every newline in it is part of an event's
+    blank line followed by the next `data:` (or of the last blank line): so no event has a second line or
+    field, and the payloads joined by commas are exactly the events' JSON (a JSON text never holds a raw
+    newline: a string's newlines are escaped)."""
+    tail = next((t for t in _DONE_TAILS if raw.endswith(t)), None)
+    if tail is None or not raw.startswith(b"data:"):
+        return None
+    body = raw[: -len(tail)]
+    n = body.count(_DATA_SEP) + 1  # JSON events: the blank line before [DONE] is not in `body`'s separators
+    if raw.count(b"\n") != 2 * n + 2 or (body and not body.endswith(b"\n\n")):
+        return None
+    if not body:
+        return [], True
+    try:
+        values = orjson.loads(b"[" + body[5:-2].replace(_DATA_SEP, b",") + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(values) != n:  # a payload holding a top-level comma (`data: 1, 2`): not one JSON value an event
+        return None
+    return [v for v in values if type(v) is dict], True
+
+
+def _chunks_one_by_one(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
+    splitter = EventSplitter()
+    events = list(splitter.feed(raw))
+    rest = splitter.rest()
+    if rest:
+        events.append(rest)
+    chunks, done = [], False
+    for event in events:
+        data = data_of(event)
+        if data is DONE:
+            done = True
+        elif isinstance(data, dict):
+            chunks.append(data)
+    return chunks, done
