@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tokenizer import TokenizerError
-from tokview.sim import faults, tools
+from tokview.sim import faults, glm_tools, tools
 from tokview.sim.config import SimConfig
 from tokview.sim.model import Generation, SimModel, request_seed
 from tokview.sim.spec import SimDistribution
@@ -119,6 +119,12 @@ class SimState:
             if "sampling_params" not in body
             else (body.get("sampling_params") or {}).get("sampling_seed", body.get("seed"))
         )
+        if glm_tools.is_glm(self):  # GLM's <tool_call> layout, not Kimi's section
+            planned = glm_tools.plan_calls(self, prompt, request_seed(prompt, seed, self.cfg.seed), body)
+            calls = glm_tools.calls_ids(self.tokenizer, planned, closed=not self.cfg.quirk("unclosed-section"))
+            return self.model.generate(
+                prompt, seed=seed, tool_section=calls or None, tool_stop=glm_tools.OBSERVATION, **sampling
+            )
         choice, named = tools.tool_choice(body)
         planned = tools.plan_calls(
             self.tokenizer,

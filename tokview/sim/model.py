@@ -150,20 +150,24 @@ class SimModel:
         closer = [self.close_id] if self.close_id is not None else []
         return head + reasoning + closer + answer + [self.stop_id]
 
-    def tool_output(self, prompt_ids: Sequence[int], seed: int, section: list[int], in_reasoning: bool) -> list[int]:
+    def tool_output(
+        self, prompt_ids: Sequence[int], seed: int, section: list[int], in_reasoning: bool, stop_id: int | None = None
+    ) -> list[int]:
         """A tool-calling turn (tools README §2): reasoning, `</think>`, the section, the stop id.
 
         `in_reasoning` (Kimi opening the section inside its reasoning, model B of the recordings): no
-        `</think>`; with thinking off the model then writes a sentence of content before the section."""
+        `</think>`; with thinking off the model then writes a sentence of content before the section. `stop_id`:
+        the id the family ends a tool-calling turn with, when not its usual stop (GLM: `<|observation|>`)."""
+        stop = self.stop_id if stop_id is None else stop_id
         rng = random.Random(seed)
         mode = self.mode(prompt_ids)
         if mode == "closed":
             lead = list(self._encode(TOOL_LEAD)) if in_reasoning else []
-            return lead + section + [self.stop_id]
+            return lead + section + [stop]
         head = [self.open_id] if mode == "open" and self.open_id is not None else []
         reasoning = list(self._encode(TOOL_REASONING[rng.randrange(len(TOOL_REASONING))]))
         closer = [] if in_reasoning or self.close_id is None else [self.close_id]
-        return head + reasoning + closer + section + [self.stop_id]
+        return head + reasoning + closer + section + [stop]
 
     def generate(
         self,
@@ -175,13 +179,14 @@ class SimModel:
         ignore_eos: bool = False,
         tool_section: list[int] | None = None,
         section_in_reasoning: bool = False,
+        tool_stop: int | None = None,
     ) -> Generation:
         """Generate like a server would: stop at the first stop id, or cut at `max_tokens`.
 
         With `tool_section` (the calls `tokview.sim.tools` planned for this prompt) the turn calls tools."""
         s = request_seed(prompt_ids, seed, self.base_seed)
         if tool_section:
-            out = self.tool_output(prompt_ids, s, tool_section, section_in_reasoning)
+            out = self.tool_output(prompt_ids, s, tool_section, section_in_reasoning, tool_stop)
         else:
             out = self.natural_output(prompt_ids, s)
         if ignore_eos and max_tokens:
@@ -191,9 +196,10 @@ class SimModel:
         stops = set(int(i) for i in stop_token_ids or ())
         if not ignore_eos:
             stops.add(self.stop_id)
+            stops.update([tool_stop] if tool_stop is not None and tool_section else [])
         for pos, tid in enumerate(out):
             if tid in stops and (max_tokens is None or pos < max_tokens):
-                return Generation(out[: pos + 1], "stop", tid, eos_stop=tid == self.stop_id)
+                return Generation(out[: pos + 1], "stop", tid, eos_stop=tid in (self.stop_id, tool_stop))
         if max_tokens is not None and len(out) > max_tokens:
             return Generation(out[:max_tokens], "length", None, eos_stop=False)
         return Generation(out, "length" if ignore_eos else "stop", None, eos_stop=False)

@@ -165,13 +165,31 @@ def plan_calls(
     tools = declared_tools(tokenizer, prompt_ids)
     if not tools:
         return []
+    first_index = 0 if restart_ids else list(prompt_ids).count(CALL_BEGIN)
+    planned = plan_from(
+        tools, loop_rounds(prompt_ids), first_index, seed, calls=calls, rounds=rounds, forced=forced, named=named
+    )
+    return [PlannedCall(f"functions.{c.name}:{first_index + k}", c.name, c.arguments) for k, c in enumerate(planned)]
+
+
+def plan_from(
+    tools: list[dict[str, Any]],
+    done: int,
+    first_index: int,
+    seed: int,
+    *,
+    calls: int = 1,
+    rounds: int = 1,
+    forced: bool = False,
+    named: str | None = None,
+) -> list[PlannedCall]:
+    """The calls to these declared tools after `done` tool-calling turns of the loop ([] = answer in text), for
+    any layout (Kimi's call ids `functions.NAME:IDX` from `first_index`; other layouts ignore them)."""
     per_turn = calls if calls > 0 else len(tools)  # 0: one call to each declared tool
     rounds = rounds if rounds > 0 else -(-len(tools) // per_turn)  # 0: until every tool was called
-    done = loop_rounds(prompt_ids)
     if done >= rounds and not forced:
         return []
     rng = random.Random(seed)
-    first_index = 0 if restart_ids else list(prompt_ids).count(CALL_BEGIN)
     planned = []
     for k in range(per_turn):
         tool = tools[(done * per_turn + k) % len(tools)]

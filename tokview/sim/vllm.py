@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tokview.core.profiles import HARMONY
-from tokview.sim import common, faults, harmony, requests, spec, tool_shapes, tools
+from tokview.sim import common, faults, glm_tools, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.reasoning import vllm_id_regions
@@ -462,6 +462,8 @@ def _tool_chat(
     cfg, out = state.cfg, gen.output_ids
     if state.profile.format == HARMONY:  # vLLM's openai_gptoss parser: channels, not think tags
         turn = harmony.read_turn(state, body, gen)
+    elif glm_tools.is_glm(state):  # vLLM's glm47 tool parser: <tool_call> name and <arg_key>/<arg_value> pairs
+        turn = glm_tools.read_turn(state, body, gen, thinking)
     else:
         turn = tool_shapes.read_turn(state, body, gen, thinking, 0)
     r_tokens = turn.parsed.regions.count("reasoning")

@@ -1,0 +1,97 @@
+"""A GLM-4.7 agent trace with tools regenerated on the simulator over loopback (issue 28 item 5, issue 23 item 4).
+
+`tokview batch --history served` on the GLM-layout tokenizer, the simulator serving it as `glm-4.7`: the model calls
+a declared tool in GLM's `<tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value></tool_call>` layout, the
+simulated vLLM returns `tool_calls` as its glm47 parser would, the file's result goes back and the model answers.
+Stored ids are what the server serves for the stored request, the server's calls are the calls on the ids, the next
+prompt extends the tool turn id for id, and a clean run has no warning; an unclosed call, or a call the parser drops, is found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tokview.cli import main
+from tokview.core.profiles import BUILTIN_PROFILES
+from tokview.core.tool_calls import parse_tool_calls
+from tokview.errors import ExitCode
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city", "days"],
+            },
+        },
+    }
+]
+CALL = {
+    "id": "w0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'},
+}
+TRACE = {
+    "id": "agent",
+    "tools": TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": "file reasoning", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "w0", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."},
+    ],
+}
+LAYOUT = BUILTIN_PROFILES["glm-4.7"].tool_calls
+
+
+def _run(tmp_path: Path, tok_dir: Path, quirks: dict) -> list:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(TRACE) + "\n")
+    db = tmp_path / "s.duckdb"
+    cfg = SimConfig(kind="vllm", tokenizer_dir=tok_dir, profile="glm-4.7", quirks=quirks)
+    args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
+    args += ["--max-new-tokens", "400", "--history", "served", "--tokenizer", str(tok_dir), "--profile", "glm-4.7"]
+    with start_simulator(cfg) as sim:
+        assert main([*args, "--server", sim.url]) == ExitCode.OK
+        store = Store(str(db))
+        ids = [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY turn")]
+        turns = [store.load_sample(i) for i in ids]
+        for s in turns:  # the stored request asked again: the server serves the stored ids
+            again = httpx.post(sim.url + "/v1/chat/completions", json=s.capture.raw_request["body"], timeout=30).json()
+            assert s.capture.prompt_ids == again["prompt_token_ids"]
+            assert s.capture.output_ids == again["choices"][0]["token_ids"]
+    return turns
+
+
+def test_a_glm_tool_loop_is_served_token_exact_with_no_finding(tmp_path, glm_tok_dir):
+    from tokview.core.tokenizer import load_tokenizer
+
+    turns = _run(tmp_path, glm_tok_dir, {})
+    assert len(turns) == 2
+    call_turn, answer = turns
+    served = call_turn.capture.tool_calls
+    on_ids = parse_tool_calls(call_turn.capture.output_ids, LAYOUT, load_tokenizer(glm_tok_dir), TOOLS).calls
+    assert [(c["name"], c["arguments"]) for c in served] == [(c.name, c.arguments) for c in on_ids]
+    assert json.loads(served[0]["arguments"]).keys() == {"city", "days"}
+    assert answer.capture.settings["chain"]["extends"] is True
+    assert answer.capture.content and not answer.capture.tool_calls
+    assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], []]
+    # what every GLM-4.7 chat sample shows: the prefilled <think>, and the ids no text field carries
+    assert {f.code for s in turns for f in s.findings} <= {"think_open_in_prompt", "parser_hidden_ids"}
+
+
+@pytest.mark.parametrize(
+    ("quirk", "code"),
+    [("unclosed-section", "tool_call_unclosed"), ("parser-drops-call", "tool_calls_field_mismatch")],
+)
+def test_a_glm_tool_quirk_fires_its_finding(tmp_path, glm_tok_dir, quirk, code):
+    turns = _run(tmp_path, glm_tok_dir, {quirk: True})
+    assert code in {f.code for f in turns[0].findings}

@@ -1,0 +1,135 @@
+"""The simulated GLM-4.7's tool calls and vLLM's glm47 tool parser (issue 28 item 5: GLM as a profile of the think-tag
+model; the layout is `core.profiles.GLM_TOOL_CALLS`).
+
+The model: when the prompt declares tools (GLM-4.7's `# Tools` system block, one JSON line per tool between
+`<tools>` and `</tools>`) and the current tool loop (since the last `<|user|>`) has had fewer tool-calling turns than
+`tool-rounds`, it writes its reasoning, `</think>`, then per call `<tool_call>NAME<arg_key>K</arg_key><arg_value>V
+</arg_value>…</tool_call>` with no newlines (GLM-4.7's template layout: a string value as it is, any other
+`json.dumps`), and stops with `<|observation|>`, the id GLM ends a tool-calling turn with (its generation_config's
+eos list), so the next prompt, which renders `<|observation|>` before the results, extends the output id for id.
+The arguments are `tools.example_value`'s, the calls chosen as for Kimi (`tools.plan_from`). `unclosed-section`
+drops the last `</tool_call>` (GLM has no section marker: its calls are the section).
+
+The parser (`read_turn`) is vLLM's glm45 reasoning parser and glm47 tool parser, non-streamed
+(glm4_moe_tool_parser.py `extract_tool_calls`): reasoning up to `</think>`, content the text before the first
+`<tool_call>`, every closed call returned with id `chatcmpl-tool-<uuid>`, its arguments `json.dumps` of the pairs
+(a value of a parameter the request's tools type `string` as written, any other json-decoded). Streamed, each call's
+id, name and whole arguments come in one delta at its `</tool_call>` (vLLM streams the arguments in pieces; the
+folded call is the same).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.glm_layout import GLM_ID
+from tokview.core.profiles import GLM_TOOL_CALLS
+from tokview.core.tool_calls import parse_tool_calls
+from tokview.sim import tools
+from tokview.sim.tools import ParsedCall, ParsedOutput, PlannedCall, ToolTurn
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.sim.common import SimState
+    from tokview.sim.model import Generation
+
+CALL_BEGIN, CALL_END = GLM_ID["<tool_call>"], GLM_ID["</tool_call>"]
+KEY_BEGIN, KEY_END = GLM_ID["<arg_key>"], GLM_ID["</arg_key>"]
+VALUE_BEGIN, VALUE_END = GLM_ID["<arg_value>"], GLM_ID["</arg_value>"]
+USER, OBSERVATION, SYSTEM = GLM_ID["<|user|>"], GLM_ID["<|observation|>"], GLM_ID["<|system|>"]
+TOOLS_OPEN, TOOLS_CLOSE = "\n<tools>\n", "</tools>"
+
+
+def is_glm(state: SimState) -> bool:
+    """Whether the served profile writes GLM's tool calls."""
+    layout = state.profile.tool_calls
+    return layout is not None and layout.parser == GLM_TOOL_CALLS.parser
+
+
+def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
+    """The tools of the prompt's `# Tools` system block (None without one, or when a line is not JSON)."""
+    ids = list(prompt_ids)
+    if SYSTEM not in ids:
+        return None
+    text = tokenizer.decode(ids[ids.index(SYSTEM) + 1 :], skip_special_tokens=False)
+    start = text.find(TOOLS_OPEN)
+    end = text.find(TOOLS_CLOSE, start + 1)
+    if start < 0 or end < 0:
+        return None
+    try:
+        declared = [json.loads(line) for line in text[start + len(TOOLS_OPEN) : end].splitlines() if line.strip()]
+    except ValueError:
+        return None
+    return [t for t in declared if isinstance(t, dict)]
+
+
+def loop_rounds(prompt_ids: Sequence[int]) -> int:
+    """Tool-calling turns in the current loop: the runs of results (`<|observation|>`) since the last user turn."""
+    ids = list(prompt_ids)
+    start = len(ids) - ids[::-1].index(USER) if USER in ids else 0
+    return ids[start:].count(OBSERVATION)
+
+
+def plan_calls(state: SimState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
+    """The calls the model writes for this prompt ([] = it answers in text)."""
+    declared = declared_tools(state.tokenizer, prompt)
+    if not declared:
+        return []
+    choice, named = tools.tool_choice(body)
+    return tools.plan_from(
+        declared,
+        loop_rounds(prompt),
+        0,
+        seed,
+        calls=state.count_quirk("tool-calls"),
+        rounds=state.count_quirk("tool-rounds"),
+        forced=choice in ("required", "named"),
+        named=named,
+    )
+
+
+def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
+    """GLM-4.7's ids for these calls (the last without `</tool_call>` when not `closed`)."""
+    ids: list[int] = []
+    for call in calls:
+        ids += [CALL_BEGIN, *tokenizer.encode(call.name)]
+        for key, value in json.loads(call.arguments).items():
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            ids += [KEY_BEGIN, *tokenizer.encode(key), KEY_END, VALUE_BEGIN, *tokenizer.encode(text), VALUE_END]
+        ids.append(CALL_END)
+    return ids if closed or not ids else ids[:-1]
+
+
+def read_turn(state: SimState, body: dict[str, Any], gen: Generation, thinking: bool) -> ToolTurn:
+    """vLLM's glm45 reasoning + glm47 tool parse of the output: per id a region, and the closed calls."""
+    out = gen.output_ids
+    close = state.profile.think_close_id
+    stops = set(state.profile.stop_ids)
+    answer_at = out.index(close) + 1 if thinking and close in out else (len(out) if thinking else 0)
+    regions = ["reasoning" if p < answer_at else "content" for p in range(len(out))]
+    if answer_at:
+        regions[answer_at - 1] = "hidden" if close in out else regions[answer_at - 1]
+    on_ids = parse_tool_calls(out[answer_at:], GLM_TOOL_CALLS, state.tokenizer, body.get("tools"))
+    first = on_ids.first_marker
+    calls: list[ParsedCall] = []
+    names: list[str] = []
+    if first is not None:
+        for p in range(answer_at + first, len(out)):
+            regions[p] = "hidden"
+        for call in on_ids.calls:
+            if call.closed and call.name:
+                end_at = answer_at + call.span[1] - 1
+                calls.append(ParsedCall(call.name, call.arguments or "{}", end_at - 1, end_at))
+                names.append(call.name)
+    for p, tid in enumerate(out):
+        if tid in stops:
+            regions[p] = "hidden"
+    choice = tools.tool_choice(body)[0]
+    if choice == "none" or state.cfg.quirk("parser-drops-call"):
+        calls, names = ([], []) if choice == "none" else (calls[:-1], names[:-1])
+    ids = [f"chatcmpl-tool-{uuid.uuid4().hex}" for _ in calls]
+    parsed = ParsedOutput(regions, calls, answer_at + first if first is not None else None)
+    return ToolTurn(parsed, calls, ids, names, choice)
