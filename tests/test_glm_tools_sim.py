@@ -28,8 +28,12 @@ TOOLS = [
             "name": "get_weather",
             "parameters": {
                 "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city", "days"],
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "zip": {"type": "string", "enum": ["75001"]},  # text that json-decodes: kept a string
+                },
+                "required": ["city", "days", "zip"],
             },
         },
     }
@@ -80,7 +84,8 @@ def test_a_glm_tool_loop_is_served_token_exact_with_no_finding(tmp_path, glm_tok
     served = call_turn.capture.tool_calls
     on_ids = parse_tool_calls(call_turn.capture.output_ids, LAYOUT, load_tokenizer(glm_tok_dir), TOOLS).calls
     assert [(c["name"], c["arguments"]) for c in served] == [(c.name, c.arguments) for c in on_ids]
-    assert json.loads(served[0]["arguments"]).keys() == {"city", "days"}
+    assert json.loads(served[0]["arguments"])["zip"] == "75001"
+    assert isinstance(json.loads(served[0]["arguments"])["days"], int)
     assert answer.capture.settings["chain"]["extends"] is True
     assert answer.capture.content and not answer.capture.tool_calls
     assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], []]

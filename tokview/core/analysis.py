@@ -69,10 +69,14 @@ def align_text_fields(
 
 
 def tool_calls_of(
-    output_ids: Sequence[int], profile: ModelProfile, tokenizer: TokenizerAdapter | None
+    output_ids: Sequence[int], profile: ModelProfile, tokenizer: TokenizerAdapter | None, tools: object = None
 ) -> ToolCallsOnIds | None:
-    """The profile's tool calls in these ids, with their texts when there is a tokenizer (None: no layout)."""
-    return None if profile.tool_calls is None else parse_tool_calls(output_ids, profile.tool_calls, tokenizer)
+    """The profile's tool calls in these ids, with their texts when there is a tokenizer (None: no layout).
+
+    `tools`, the request's: GLM's parser keeps the values of `string` parameters as written (`"75001"` stays text)."""
+    if profile.tool_calls is None:
+        return None
+    return parse_tool_calls(output_ids, profile.tool_calls, tokenizer, tools)
 
 
 def analyze(
@@ -92,13 +96,14 @@ def analyze(
     profile = with_tokenizer_stops(profile, tokenizer)
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
     delimiters = seg.delimiter_positions(capture.output_ids, profile)
-    calls = tool_calls_of(capture.output_ids, profile, tokenizer)
+    calls = tool_calls_of(capture.output_ids, profile, tokenizer, capture.settings.get("tools"))
     kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters, calls))
     starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters, calls)
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt, starts))
     # One pass over the output's pieces serves the alignment and the checks that read bytes.
     pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
-    aligned_calls = tool_calls_of(capture.aligned_output_ids, profile, tokenizer) if diverge else calls
+    tools = capture.settings.get("tools")
+    aligned_calls = tool_calls_of(capture.aligned_output_ids, profile, tokenizer, tools) if diverge else calls
     alignment = None
     if tokenizer is not None:
         alignment = align_text_fields(capture, tokenizer, None if diverge else pieces, aligned_calls)
