@@ -100,3 +100,19 @@ def test_a_glm_tool_loop_is_served_token_exact_with_no_finding(tmp_path, glm_tok
 def test_a_glm_tool_quirk_fires_its_finding(tmp_path, glm_tok_dir, quirk, code):
     turns = _run(tmp_path, glm_tok_dir, {quirk: True})
     assert code in {f.code for f in turns[0].findings}
+
+
+def test_a_streamed_glm_call_folds_to_the_plain_answers_call(glm_tok_dir):
+    from tokview.core.tool_calls import fold_stream_tool_calls
+
+    body = {"model": "tokview-sim", "messages": TRACE["messages"][:1], "tools": TOOLS, "temperature": 0, "seed": 1}
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=glm_tok_dir, profile="glm-4.7")) as sim:
+        plain = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()
+        with httpx.stream("POST", sim.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=30) as r:
+            lines = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: {")]
+    folded = fold_stream_tool_calls([json.loads(line) for line in lines])
+    calls = plain["choices"][0]["message"]["tool_calls"]
+    assert [(c["name"], c["arguments"]) for c in folded or []] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in calls
+    ]
+    assert plain["choices"][0]["finish_reason"] == "tool_calls"
