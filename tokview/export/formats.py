@@ -256,7 +256,7 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAd
     server's id for the same call, else `call_{i}`."""
     if profile.tool_calls is None:
         return []
-    parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer)
+    parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer, capture.settings.get("tools"))
     server = capture.tool_calls or []
     out = []
     for i, call in enumerate(parsed.calls):
