@@ -80,6 +80,8 @@ def chat_fields(data: Any) -> dict[str, Any]:
 def chat_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     where = "POST /v1/chat/completions (stream)"
     fields = merge_chat_stream(chunks, where)
+    if fields["prompt_ids"] is not None and fields["output_ids"] is not None:
+        return fields  # vLLM's ids (or SGLang's non-streamed): no sglext to look for chunk by chunk
     for chunk in chunks:
         prompt, out = _sglext(chunk)
         if fields["prompt_ids"] is None and prompt is not None:
