@@ -114,7 +114,14 @@ class SimModel:
 
     # -- text ------------------------------------------------------------------------------
     def _sentences_ids(
-        self, rng: random.Random, bank: tuple[str, ...], n_sentences: int, target: int | None, prefix: str, suffix: str
+        self,
+        rng: random.Random,
+        bank: tuple[str, ...],
+        *,
+        n_sentences: int,
+        target: int | None,
+        prefix: str,
+        suffix: str,
     ) -> list[int]:
         """Encode a few seeded sentences; with `target`, exactly that many ids."""
         if target is None:
@@ -135,7 +142,12 @@ class SimModel:
         nl = self.newlines
         if mode == "closed":
             answer = self._sentences_ids(
-                rng, ANSWER_SENTENCES, rng.randint(1, 2), None if total is None else total - 1, "", ""
+                rng,
+                ANSWER_SENTENCES,
+                n_sentences=rng.randint(1, 2),
+                target=None if total is None else total - 1,
+                prefix="",
+                suffix="",
             )
             return answer + [self.stop_id]
         head = [self.open_id] if mode == "open" and self.open_id is not None else []
@@ -144,9 +156,21 @@ class SimModel:
             answer_target = max(1, min(64, total // 8))
             reasoning_target = max(1, total - answer_target - 2 - len(head))
         reasoning = self._sentences_ids(
-            rng, REASONING_SENTENCES, rng.randint(2, 4), reasoning_target, "\n" if nl else "", "\n" if nl else ""
+            rng,
+            REASONING_SENTENCES,
+            n_sentences=rng.randint(2, 4),
+            target=reasoning_target,
+            prefix="\n" if nl else "",
+            suffix="\n" if nl else "",
         )
-        answer = self._sentences_ids(rng, ANSWER_SENTENCES, rng.randint(1, 2), answer_target, "\n\n" if nl else "", "")
+        answer = self._sentences_ids(
+            rng,
+            ANSWER_SENTENCES,
+            n_sentences=rng.randint(1, 2),
+            target=answer_target,
+            prefix="\n\n" if nl else "",
+            suffix="",
+        )
         closer = [self.close_id] if self.close_id is not None else []
         return head + reasoning + closer + answer + [self.stop_id]
 

@@ -208,7 +208,9 @@ def _generate_result(
 ) -> dict[str, Any]:
     sp = body.get("sampling_params") or {}
     text = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
-    meta = shapes.meta(prompt, len(gen.output_ids), shapes.finish(gen), common.new_id(), started)
+    meta = shapes.meta(
+        prompt, len(gen.output_ids), finish_reason=shapes.finish(gen), rid=common.new_id(), started=started
+    )
     meta.update(_logprob_fields(state, body, prompt, gen.output_ids))
     meta.update(spec.sglang_meta(state.spec_decode, gen.output_ids))
     result: dict[str, Any] = {
@@ -246,7 +248,9 @@ def _generate_events(
             ids = ids_field[: offset + 1] if k == 1 else [out[k - 1]]
         else:
             text, ids = texts[k], ids_field[: offset + k]
-        meta = shapes.meta(prompt, k, shapes.finish(gen) if last else None, rid, started if last else None)
+        meta = shapes.meta(
+            prompt, k, finish_reason=shapes.finish(gen) if last else None, rid=rid, started=started if last else None
+        )
         # logprob arrays: cumulative by default, the chunk's slice with incremental streaming
         meta.update(_logprob_fields(state, body, prompt, out[:k], k - 1 if incremental else 0))
         if last:

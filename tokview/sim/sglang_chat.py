@@ -66,9 +66,11 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     if thinking and separate:
         r_tokens = out.index(state.profile.think_close_id) + 1 if state.profile.think_close_id in out else len(out)
     if tool_parser:
-        return _tool_chat(state, body, prompt, gen, thinking and separate, r_tokens, stream, fault)
+        return _tool_chat(
+            state, body, prompt, gen, thinking=thinking and separate, r_tokens=r_tokens, stream=stream, fault=fault
+        )
     if stream:
-        events = chat_events(state, body, prompt, gen, skip, thinking and separate, r_tokens)
+        events = chat_events(state, body, prompt, gen, skip=skip, split=thinking and separate, r_tokens=r_tokens)
         return common.deliver_stream(
             events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
         )
@@ -92,7 +94,14 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("return_token_ids"):
             choice[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
         if body.get("return_meta_info"):
-            choice["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started, r_tokens)
+            choice["meta_info"] = shapes.meta(
+                prompt,
+                len(out),
+                finish_reason=shapes.finish(gen),
+                rid=common.new_id(),
+                started=started,
+                reasoning_tokens=r_tokens,
+            )
     payload = {
         "id": common.new_id(),
         "object": "chat.completion",
@@ -119,7 +128,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
 
 
 def _ids_fields(
-    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float, r_tokens: int
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, *, started: float, r_tokens: int
 ) -> dict:
     """The id fields a non-streamed chat choice carries for the request's flags (none with no-id-fields)."""
     cfg, out = state.cfg, gen.output_ids
@@ -131,7 +140,14 @@ def _ids_fields(
     if body.get("return_token_ids"):
         fields[cfg.quirk("sglang-chat-ids") or "response_token_ids"] = list(out)
     if body.get("return_meta_info"):
-        fields["meta_info"] = shapes.meta(prompt, len(out), shapes.finish(gen), common.new_id(), started, r_tokens)
+        fields["meta_info"] = shapes.meta(
+            prompt,
+            len(out),
+            finish_reason=shapes.finish(gen),
+            rid=common.new_id(),
+            started=started,
+            reasoning_tokens=r_tokens,
+        )
     return fields
 
 
@@ -140,6 +156,7 @@ def _tool_chat(
     body: dict[str, Any],
     prompt: list[int],
     gen: Generation,
+    *,
     thinking: bool,
     r_tokens: int,
     stream: bool,
@@ -160,7 +177,7 @@ def _tool_chat(
     }
     text_ids = shapes.text_ids(gen, bool(body.get("no_stop_trim")))
     if stream:
-        events = tool_shapes.sglang_events(state, body, prompt, gen, turn, text_ids, usage)
+        events = tool_shapes.sglang_events(state, body, prompt, gen, turn=turn, text_ids=text_ids, usage=usage)
         error = {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
         return common.deliver_stream(events, fault, error)
     finish = tool_shapes.finish_reason(turn, gen, "sglang")
@@ -170,7 +187,7 @@ def _tool_chat(
         "logprobs": None,
         "finish_reason": finish,
         "matched_stop": None if finish == "tool_calls" else gen.matched,
-        **_ids_fields(state, body, prompt, gen, started, r_tokens),
+        **_ids_fields(state, body, prompt, gen, started=started, r_tokens=r_tokens),
     }
     payload: dict[str, Any] = {
         "id": common.new_id(),
@@ -191,7 +208,7 @@ def _tool_chat(
 
 
 def chat_events(
-    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, skip: bool, split: bool, r_tokens: int
+    state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, *, skip: bool, split: bool, r_tokens: int
 ) -> list[str]:
     """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
     rid, created, model = common.new_id(), common.now(), state.cfg.model_name

@@ -25,6 +25,7 @@ def text_ids(gen: Generation, no_stop_trim: bool) -> list[int]:
 def meta(
     prompt: list[int],
     n_out: int,
+    *,
     finish_reason: Any,
     rid: str,
     started: float | None,

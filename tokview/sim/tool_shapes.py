@@ -94,14 +94,14 @@ def vllm_deltas(state: SimState, turn: ToolTurn, out: list[int], field: str) -> 
         elif region == "content":
             deltas.append({"content": state.piece(tid, True)})
         elif k is not None:
-            deltas.append(_vllm_argument_delta(state, turn, out, k, pos, sent))
+            deltas.append(_vllm_argument_delta(state, turn, out=out, k=k, pos=pos, sent=sent))
         else:
             deltas.append({})
     return deltas
 
 
 def _vllm_argument_delta(
-    state: SimState, turn: ToolTurn, out: list[int], k: int, pos: int, sent: dict[int, str]
+    state: SimState, turn: ToolTurn, *, out: list[int], k: int, pos: int, sent: dict[int, str]
 ) -> dict[str, Any]:
     """vLLM streams the arguments parsed so far and holds back a trailing `}` until `<|tool_call_end|>`."""
     call = turn.calls[k]
@@ -124,6 +124,7 @@ def vllm_events(
     body: dict[str, Any],
     prompt: list[int],
     gen: Generation,
+    *,
     turn: ToolTurn,
     field: str,
     ids: bool,
@@ -232,6 +233,7 @@ def sglang_events(
     body: dict[str, Any],
     prompt: list[int],
     gen: Generation,
+    *,
     turn: ToolTurn,
     text_ids: list[int],
     usage: dict[str, Any],

@@ -235,7 +235,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     field = "reasoning_content" if cfg.quirk("vllm-pre-0.16") else "reasoning"
     thinking = state.thinking(kwargs) and effort != "none"
     if tools.has_tools(body) or harmony_model:
-        return _tool_chat(state, body, prompt, gen, thinking, field, ids, stream, fault)
+        return _tool_chat(state, body, prompt, gen, thinking=thinking, field=field, ids=ids, stream=stream, fault=fault)
     regions = vllm_id_regions(
         out,
         state.profile.think_open_id,
@@ -248,7 +248,19 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     r_tokens = regions.count("reasoning")
     usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out), "completion_tokens": len(out)}
     if stream:
-        events = _chat_events(state, body, prompt, gen, regions, text_len, skip, field, ids, usage, r_tokens)
+        events = _chat_events(
+            state,
+            body,
+            prompt,
+            gen,
+            regions=regions,
+            text_len=text_len,
+            skip=skip,
+            field=field,
+            ids=ids,
+            usage=usage,
+            r_tokens=r_tokens,
+        )
         return common.deliver_stream(
             events,
             fault,
@@ -291,7 +303,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         "prompt_tokens_details": None,
         "completion_tokens_details": {"reasoning_tokens": r_tokens},
     }
-    return _deliver_chat(cfg, state, choice, full_usage, prompt, out, ids=ids, fault=fault)
+    return _deliver_chat(cfg, state, choice=choice, usage=full_usage, prompt=prompt, out=out, ids=ids, fault=fault)
 
 
 def _chat_events(
@@ -299,6 +311,7 @@ def _chat_events(
     body: dict[str, Any],
     prompt: list[int],
     gen: Generation,
+    *,
     regions: list[str],
     text_len: int,
     skip: bool,
@@ -451,6 +464,7 @@ def _tool_chat(
     body: dict[str, Any],
     prompt: list[int],
     gen: Generation,
+    *,
     thinking: bool,
     field: str,
     ids: bool,
@@ -479,7 +493,16 @@ def _tool_chat(
         logprob = lambda tid, pos: _chat_logprob(state, body, tid, pos)  # noqa: E731
     if stream:
         events = tool_shapes.vllm_events(
-            state, body, prompt, gen, turn, field, ids, usage, _fingerprint(state), logprob
+            state,
+            body,
+            prompt,
+            gen,
+            turn=turn,
+            field=field,
+            ids=ids,
+            usage=usage,
+            fingerprint=_fingerprint(state),
+            logprob=logprob,
         )
         error = {"error": {"message": "simulated failure mid-stream (fault stream-error)", "code": 500}}
         return common.deliver_stream(events, fault, error)
@@ -496,11 +519,13 @@ def _tool_chat(
         "token_ids": list(out) if ids and not hide else None,
         "routed_experts": None,
     }
-    return _deliver_chat(cfg, state, choice, {**usage, **details}, prompt, out, ids=ids, fault=fault)
+    return _deliver_chat(
+        cfg, state, choice=choice, usage={**usage, **details}, prompt=prompt, out=out, ids=ids, fault=fault
+    )
 
 
 def _deliver_chat(
-    cfg: Any, state: Any, choice: dict[str, Any], usage: dict[str, Any], prompt: Any, out: Any, *, ids: bool, fault: Any
+    cfg: Any, state: Any, *, choice: dict[str, Any], usage: dict[str, Any], prompt: Any, out: Any, ids: bool, fault: Any
 ) -> Any:
     """A non-streamed chat answer around its one choice, as vLLM 0.32 sends it (text and tool-call paths alike)."""
     payload: dict[str, Any] = {
