@@ -250,7 +250,7 @@ async def _run(
             try:
                 result = await pool.call(
                     lambda client, info, prompt=prompt, output=output: score_on(
-                        client, info, config.backend, prompt, output, config.top_k
+                        client, info, backend=config.backend, prompt_ids=prompt, output_ids=output, top_k=config.top_k
                     )
                 )
                 scored(sample_id, prompt, output, result)

@@ -77,11 +77,11 @@ async def prompt_ids_for(
 async def raw_capture(
     client: ServerClient,
     info: ServerInfo,
+    *,
     choice: ServerChoice,
     request: CaptureRequest,
     settings: dict[str, Any],
     tokenizer: TokenizerAdapter | None,
-    *,
     skip_special_tokens: bool = False,
 ) -> Capture:
     """The exact-id path of `choice` with our prompt ids (rendered here when only messages were given)."""
@@ -143,6 +143,7 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
 async def capture_on(
     client: ServerClient,
     info: ServerInfo,
+    *,
     backend: str,
     request: CaptureRequest,
     settings: dict[str, Any],
@@ -155,11 +156,13 @@ async def capture_on(
         mode = "chat"  # the user asked for SGLang's chat endpoint: its ids are the only ones
     recorded = {**settings, "backend": choice.name, "mode": mode, "stream": request.stream}
     if mode == "raw":
-        capture = await raw_capture(client, info, choice, request, settings, tokenizer)
+        capture = await raw_capture(
+            client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer
+        )
     elif mode == "chat":
         capture = (await chat_capture(client, info, choice, request, settings)).capture
     else:
-        raw = await raw_capture(client, info, choice, request, settings, tokenizer)
+        raw = await raw_capture(client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer)
         chat = await chat_capture(client, info, choice, request, settings, require_ids=False)
         capture = merge_dual(raw, chat.capture, chat.returned_ids)
     capture.settings = recorded

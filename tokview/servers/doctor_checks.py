@@ -39,6 +39,7 @@ def check_server(doc: DoctorContext) -> None:
 
 def check_ids(
     doc: DoctorContext,
+    *,
     raw: Capture | None,
     raw_error: str | None,
     chat: Capture | None,

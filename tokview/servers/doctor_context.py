@@ -98,10 +98,10 @@ class DoctorContext:
         cap = await raw_capture(
             self.client,
             self.info,
-            self.choice,
-            self.request,
-            self.settings,
-            self.tokenizer,
+            choice=self.choice,
+            request=self.request,
+            settings=self.settings,
+            tokenizer=self.tokenizer,
             skip_special_tokens=skip_special_tokens,
         )
         cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.choice.name, "mode": "raw"}

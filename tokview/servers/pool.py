@@ -55,12 +55,12 @@ class ServerPool:
         self,
         urls: list[str] | str,
         backend: str = "auto",
+        *,
         tokenizer: TokenizerAdapter | None = None,
         profile: ModelProfile | None = None,
         concurrency: int = 8,
         timeout: float = 60.0,
         retries: int = 3,
-        *,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         evict_after: int = 3,
@@ -130,7 +130,9 @@ class ServerPool:
         """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
         settings = resolve_settings(request.settings, self.profile)
         return await self.call(
-            lambda client, info: capture_on(client, info, self.backend, request, settings, self.tokenizer)
+            lambda client, info: capture_on(
+                client, info, backend=self.backend, request=request, settings=settings, tokenizer=self.tokenizer
+            )
         )
 
     async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]]) -> T:

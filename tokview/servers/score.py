@@ -33,7 +33,13 @@ class TargetScore:
 
 
 async def score_on(
-    client: ServerClient, info: ServerInfo, backend: str, prompt_ids: list[int], output_ids: list[int], top_k: int = 0
+    client: ServerClient,
+    info: ServerInfo,
+    *,
+    backend: str,
+    prompt_ids: list[int],
+    output_ids: list[int],
+    top_k: int = 0,
 ) -> TargetScore:
     """One scoring request on one server, by its raw endpoint family (retries are the pool's business)."""
     if not output_ids:

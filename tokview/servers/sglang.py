@@ -166,12 +166,20 @@ class SglangGenerate(Backend):
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
         data = await client.post_json(self.path, body)
-        return self._captured(client, info, call, body, capture_from_generate(data, prompt_ids), data, started)
+        return self._captured(
+            client,
+            info,
+            call=call,
+            body=body,
+            fields=capture_from_generate(data, prompt_ids),
+            raw=data,
+            started=started,
+        )
 
     async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
         fields, raw = await generate_stream(client, body, prompt_ids)
-        return self._captured(client, info, call, body, fields, raw, started)
+        return self._captured(client, info, call=call, body=body, fields=fields, raw=raw, started=started)
 
     @staticmethod
     def _prompt_ids(call: Call) -> list[int]:
@@ -188,6 +196,7 @@ class SglangGenerate(Backend):
         self,
         client: ServerClient,
         info: ServerInfo,
+        *,
         call: Call,
         body: dict[str, Any],
         fields: dict[str, Any],

@@ -188,7 +188,7 @@ class VllmChat(ChatBackend):
         started = time.perf_counter()
         raw = await client.post_json(self.path, body)
         fields = parse_chat(raw, "POST /v1/chat/completions", "logprobs" in body)
-        return self._captured(client, info, call, body, fields, raw, started)
+        return self._captured(client, info, call=call, body=body, fields=fields, raw=raw, started=started)
 
     async def stream(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = self._body(client, info, call)
@@ -196,7 +196,7 @@ class VllmChat(ChatBackend):
         chunks = [c async for c in client.stream_sse(self.path, body)]
         fields = merge_chat_stream(chunks, "POST /v1/chat/completions (stream)", "logprobs" in body)
         raw = {"stream": True, "n_chunks": len(chunks), "chunks": chunks}
-        return self._captured(client, info, call, body, fields, raw, started)
+        return self._captured(client, info, call=call, body=body, fields=fields, raw=raw, started=started)
 
     @staticmethod
     def _body(client: ServerClient, info: ServerInfo, call: Call) -> dict[str, Any]:
@@ -212,6 +212,7 @@ class VllmChat(ChatBackend):
         self,
         client: ServerClient,
         info: ServerInfo,
+        *,
         call: Call,
         body: dict[str, Any],
         fields: dict[str, Any],
