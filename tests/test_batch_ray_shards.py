@@ -91,7 +91,11 @@ def test_shards_are_cut_as_they_are_submitted_with_a_bounded_number_in_flight(tm
     fake = FakeRay(queue)
     monkeypatch.setattr(ray_shards, "connect", lambda address: fake)
     tally = ray_shards.Tally()
-    outcomes = asyncio.run(ray_shards.run_on_ray(config, NoStore(), "run", queue, tally, None, lambda: None))
+    outcomes = asyncio.run(
+        ray_shards.run_on_ray(
+            config, NoStore(), run_id="run", todo=queue, tally=tally, cancel=None, report=lambda: None
+        )
+    )
     size = ray_shards.SHARD_MAX
     assert tally.ok == 5000
     assert outcomes == [None] * len(fake.submitted)
@@ -116,7 +120,11 @@ def test_a_cancel_submits_nothing_more(tmp_path, monkeypatch):
     monkeypatch.setattr(ray_shards, "connect", lambda address: fake)
     cancel = asyncio.Event()
     cancel.set()
-    outcomes = asyncio.run(ray_shards.run_on_ray(config, NoStore(), "run", queue, ray_shards.Tally(), cancel, list))
+    outcomes = asyncio.run(
+        ray_shards.run_on_ray(
+            config, NoStore(), run_id="run", todo=queue, tally=ray_shards.Tally(), cancel=cancel, report=list
+        )
+    )
     assert outcomes == ["interrupted"]
     assert fake.submitted == []
     assert len(queue) == 2000
