@@ -33,10 +33,14 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 READY_TIMEOUT_S = 300.0
+"""How long the parent waits for the child to load its tokenizer and open the store."""
 COUNTS_EVERY_S = 0.25
 """The child reports its counters when it is idle this long (not after every item: each report woke a
 thread of the forwarding process)."""
-"""How long the parent waits for the child to load its tokenizer and open the store."""
+GC_THRESHOLDS = (100_000, 20, 100)
+"""The child's cyclic collector runs every 100,000 allocations instead of 700: a stream's few hundred parsed
+chunks, its capture and its record are acyclic (freed by their counts), and the young collections that
+walked them were ~10% of the recorder's CPU per stream (a replay of 160 streams: 2.9 -> 2.5-2.7 ms)."""
 
 
 @dataclass(frozen=True)
@@ -234,4 +238,5 @@ def _open(spec: ChildSpec, link: _Link) -> Any:
         link.send(("failed", f"the proxy's recorder could not start: {type(exc).__name__}: {exc}", 1, "error"))
         return None
     gc.freeze()  # the tokenizer's vocabulary: never walked again by the collector
+    gc.set_threshold(*GC_THRESHOLDS)
     return recorder
