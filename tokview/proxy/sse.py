@@ -113,6 +113,9 @@ def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool] | None:
         return None
     if len(values) != n:  # a payload holding a top-level comma (`data: 1, 2`): not one JSON value an event
         return None
+    # Equal to event by event whenever each event is one JSON value (every stream vLLM and SGLang send). Only
+    # broken events that make up for each other (one cut in two, another holding two values) could parse here
+    # and not there; a stream like that was never a valid answer, and its ids are then checked like any other.
     return [v for v in values if type(v) is dict], True
 
 
