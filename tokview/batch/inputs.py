@@ -274,9 +274,9 @@ def iter_checked_chunks(
             count += 1
             pending.append(entry)
             if len(pending) >= size:
-                yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
+                yield _check_chunk(path, pending, seen=seen, label=label, want_rows=rows, on_bad_row=on_bad_row)
                 pending = []
-        yield _check_chunk(path, pending, seen, label, rows, on_bad_row)
+        yield _check_chunk(path, pending, seen=seen, label=label, want_rows=rows, on_bad_row=on_bad_row)
     except UnicodeDecodeError:
         raise InputError(f"{path} is not UTF-8 text (JSONL expected; Parquet files need a .parquet name)") from None
     if count == 0:
@@ -287,7 +287,13 @@ _TAKEN = (0, None, None)
 
 
 def _check_chunk(
-    path: Path, pending: list[tuple[int, Any, str | None]], seen: SeenIds, label: str, want_rows: bool, on_bad_row: str
+    path: Path,
+    pending: list[tuple[int, Any, str | None]],
+    *,
+    seen: SeenIds,
+    label: str,
+    want_rows: bool,
+    on_bad_row: str,
 ) -> list[CheckedRow]:
     """Parse and check a chunk row by row, then settle its ids against every earlier row's at once."""
     out: list[CheckedRow] = []

@@ -116,6 +116,7 @@ class Tally:
 async def run_on_ray(
     config: BatchConfig,
     store: Any,
+    *,
     run_id: str,
     todo: Any,
     tally: Tally,

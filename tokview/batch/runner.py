@@ -146,6 +146,7 @@ async def run_batch(
     config: BatchConfig,
     store: Store | Callable[[], Store],
     prompts: list[PromptRow] | None = None,
+    *,
     on_progress: Callable[[BatchProgress], None] | None = None,
     cancel: asyncio.Event | None = None,
     live: bool = False,
@@ -315,7 +316,9 @@ async def _run(
 
                 ray_tally = Tally()
                 tallies.append(ray_tally)
-                outcomes += await run_on_ray(config, store, run_id, queue, ray_tally, cancel, report)
+                outcomes += await run_on_ray(
+                    config, store, run_id=run_id, todo=queue, tally=ray_tally, cancel=cancel, report=report
+                )
             elif feed is not None:
                 spawn = _Spawn(
                     config,

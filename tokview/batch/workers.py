@@ -215,6 +215,7 @@ class Lander:
     def __init__(
         self,
         store: Any,
+        *,
         every_s: float = 1.0,
         on_error: Callable[[], None] = lambda: None,
         drained: Callable[[], bool] = lambda: False,
