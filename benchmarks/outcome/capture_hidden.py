@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
             reused += 1
             continue
         with torch.inference_mode():
-            result = model(torch.tensor([ids]), output_hidden_states=True)
+            result = model.model(torch.tensor([ids]), output_hidden_states=True)  # no lm_head: logits unused
         layers = [result.hidden_states[k][0] for k in args.layers] + [captured["pre_norm"][0]]
         states = torch.stack(layers, dim=1).to(torch.bfloat16).contiguous()  # [T, len(layers)+1, H]
         tmp = path.with_suffix(".tmp")
