@@ -180,7 +180,16 @@ def audit(
     )  # read back from any folder
     seen: Counter[str] = Counter()
     try:
-        _audit_rows(store, path, report, settings, seen, tokenizer, profile, thinking)
+        _audit_rows(
+            store,
+            path,
+            report=report,
+            settings=settings,
+            seen=seen,
+            tokenizer=tokenizer,
+            profile=profile,
+            thinking=thinking,
+        )
     except UnicodeDecodeError:
         raise UserError(
             f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
@@ -203,6 +212,7 @@ def _first_non_utf8(path: Path) -> str:
 def _audit_rows(
     store: Store,
     path: Path,
+    *,
     report: AuditReport,
     settings: dict[str, Any],
     seen: Counter,

@@ -234,6 +234,7 @@ class PathsContext:
 
 def section(
     fmt: ExportFormat,
+    *,
     data_name: str,
     template_name: str | None,
     kwargs: list[dict[str, Any]],

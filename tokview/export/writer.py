@@ -181,7 +181,9 @@ def export(
     # manifest, under the names a trainer reads; the temp files go either way.
     make_temps(plan)
     try:
-        result = _export_to(store, form, plan, ids, select, run, tokenizer, profile)
+        result = _export_to(
+            store, form, plan=plan, ids=ids, select=select, run=run, tokenizer=tokenizer, profile=profile
+        )
         result.left_out = left_out
         result.thresholds = thresholds
         result.tag_selection = (
@@ -283,6 +285,7 @@ class _Sink:
 def _export_to(
     store: Store,
     fmt: ExportFormat,
+    *,
     plan: Plan,
     ids: list[SampleKey],
     select: str,
