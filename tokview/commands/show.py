@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # the text and model name came from a server: an escape sequence in them is shown, never run
     parser = profile.tool_calls.parser if profile.tool_calls else None
-    print(printable(render(stored, analysis, tokenizer, args.start, args.count, parser)))
+    print(printable(render(stored, analysis, tokenizer=tokenizer, start=args.start, count=args.count, parser=parser)))
     return 0
 
 
@@ -132,6 +132,7 @@ def text_field_column(al: Alignment, out_pos: int, kind: str, parser: str | None
 def render(
     stored: StoredSample,
     analysis: Analysis,
+    *,
     tokenizer: TokenizerAdapter,
     start: int | None,
     count: int,

@@ -93,6 +93,7 @@ def _keep_run(
     pieces: Sequence[bytes],
     start: int,
     end: int,
+    *,
     cursor: int,
     size: int,
     encoded: list[tuple[int, bytes]],
@@ -163,7 +164,16 @@ def align(
     for stop in [*(true_positions(special) if special_at is None else special_at), n]:
         if stop - run_start > 1 and target.startswith(joined := b"".join(pieces[run_start:stop]), walk.cursor):
             walk.add(KEPT, stop - run_start)
-            walk.cursor = _keep_run(pieces, run_start, stop, walk.cursor, len(joined), encoded, starts, walk.fields)
+            walk.cursor = _keep_run(
+                pieces,
+                run_start,
+                stop,
+                cursor=walk.cursor,
+                size=len(joined),
+                encoded=encoded,
+                starts=starts,
+                fields=walk.fields,
+            )
         else:  # this run drifts or trims: id by id
             for index in range(run_start, stop):
                 walk.step(index)
