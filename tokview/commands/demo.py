@@ -118,6 +118,7 @@ def demo_runs(current_url: str, old_url: str) -> list[tuple[str, dict]]:
 async def fill_store(
     store: Store,
     prompts: list[PromptRow],
+    *,
     tokenizer: TokenizerAdapter,
     profile: ModelProfile,
     current_url: str,
@@ -194,7 +195,11 @@ def run(args: argparse.Namespace) -> int:
         old_server = SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})
         with start_simulator(SimConfig(kind="vllm")) as current, start_simulator(old_server) as old, Store(db) as store:
             if args.no_ui:
-                summaries = asyncio.run(fill_store(store, prompts, tokenizer, profile, current.url, old.url))
+                summaries = asyncio.run(
+                    fill_store(
+                        store, prompts, tokenizer=tokenizer, profile=profile, current_url=current.url, old_url=old.url
+                    )
+                )
                 print(summary_text(store, summaries, temporary=tmp is not None))
                 print(open_hint(args.db))
                 return 0
@@ -205,7 +210,15 @@ def run(args: argparse.Namespace) -> int:
 
             config = load_config()  # ConfigError: one line
             summaries = asyncio.run(
-                fill_store(store, prompts, tokenizer, profile, current.url, old.url, stream=sys.stderr)
+                fill_store(
+                    store,
+                    prompts,
+                    tokenizer=tokenizer,
+                    profile=profile,
+                    current_url=current.url,
+                    old_url=old.url,
+                    stream=sys.stderr,
+                )
             )
             session = Session(
                 store,
