@@ -125,7 +125,9 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     capture, analysis = short
     seq = d.served_seq(capture, analysis, tokenizer)
     close = seq.n_prompt + capture.output_ids.index(THINK_CLOSE)
-    rows = dict(d.detail_lines(seq, close, tokenizer, analysis.kinds, analysis.loss_mask, [-0.5] * 18))
+    rows = dict(
+        d.detail_lines(seq, close, tokenizer, kinds=analysis.kinds, loss_mask=analysis.loss_mask, logprobs=[-0.5] * 18)
+    )
     assert rows["id"] == str(THINK_CLOSE)
     assert rows["piece"] == "</think>"
     assert rows["bytes"] == b"</think>".hex(" ")
@@ -134,7 +136,9 @@ def test_detail_lines_name_bytes_segment_mask_and_field(short, tokenizer):
     assert rows["position"] == f"{close} (output[9])"
     assert rows["logprob"] == "-0.5000"
     assert rows["text field"] == "hidden by the parser"
-    prompt_rows = dict(d.detail_lines(seq, 0, tokenizer, analysis.kinds, analysis.loss_mask, None))
+    prompt_rows = dict(
+        d.detail_lines(seq, 0, tokenizer, kinds=analysis.kinds, loss_mask=analysis.loss_mask, logprobs=None)
+    )
     assert prompt_rows["loss mask"] == "0"
     assert "logprob" not in prompt_rows
 

@@ -77,10 +77,14 @@ def test_a_calls_markers_id_and_arguments_have_their_own_classes_in_both_panes(t
     assert {kept.classes[i] for i in args} == {CLASS_INDEX[TOOL_ARGS]}
     assert {kept.fields[i] for i in ids} == {"tool_calls[0].id"}
     assert {kept.fields[i] for i in args} == {"tool_calls[0].function.arguments"}
-    rows = dict(detail_lines(kept, ids[0], tokenizer, analysis.kinds, analysis.loss_mask, None))
+    rows = dict(
+        detail_lines(kept, ids[0], tokenizer, kinds=analysis.kinds, loss_mask=analysis.loss_mask, logprobs=None)
+    )
     assert rows["text field"] == "kept in tool_calls[0].id"
     reasoning_at = _positions(analysis, seg.REASONING)[0]
-    rows = dict(detail_lines(kept, reasoning_at, tokenizer, analysis.kinds, analysis.loss_mask, None))
+    rows = dict(
+        detail_lines(kept, reasoning_at, tokenizer, kinds=analysis.kinds, loss_mask=analysis.loss_mask, logprobs=None)
+    )
     assert rows["text field"] == "kept in reasoning"
 
 

@@ -304,6 +304,7 @@ def detail_lines(
     seq: TokenSeq,
     index: int,
     tokenizer: TokenizerAdapter | None,
+    *,
     kinds: Sequence[str],
     loss_mask: Sequence[int],
     logprobs: Sequence[float] | None,

@@ -261,16 +261,18 @@ class InspectScreen(Screen):
         a, c = self.data.analysis, self.data.capture
         if view is self.kept and c.paths_diverge:
             # The parsed path's ids: their own kinds; the loss mask and logprobs belong to the raw ids.
-            self.query_one(TokenDetail).show_token(view.seq, index, self.tokenizer, a.aligned_kinds, (), None)
+            self.query_one(TokenDetail).show_token(
+                view.seq, index, self.tokenizer, kinds=a.aligned_kinds, loss_mask=(), logprobs=None
+            )
             return
         self.query_one(TokenDetail).show_token(
             view.seq,
             index,
             self.tokenizer,
-            a.kinds,
-            a.loss_mask,
-            c.output_logprobs,
-            heat_detail(c, index, self.tokenizer.piece_text),
+            kinds=a.kinds,
+            loss_mask=a.loss_mask,
+            logprobs=c.output_logprobs,
+            extra=heat_detail(c, index, self.tokenizer.piece_text),
         )
 
     @on(OptionList.OptionHighlighted, "#findings")

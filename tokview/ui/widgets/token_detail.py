@@ -31,6 +31,7 @@ class TokenDetail(Static):
         seq: TokenSeq,
         index: int,
         tokenizer: TokenizerAdapter | None,
+        *,
         kinds: Sequence[str],
         loss_mask: Sequence[int],
         logprobs: Sequence[float] | None,
@@ -42,7 +43,7 @@ class TokenDetail(Static):
         table = Table.grid(padding=(0, 1))
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
-        self.rows = dict(detail_lines(seq, index, tokenizer, kinds, loss_mask, logprobs))
+        self.rows = dict(detail_lines(seq, index, tokenizer, kinds=kinds, loss_mask=loss_mask, logprobs=logprobs))
         self.rows.update(extra)  # the heat view's values: acceptance run, sampled / target logprob, top-K
         for label, value in self.rows.items():
             table.add_row(label, value)
