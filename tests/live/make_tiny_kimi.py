@@ -15,7 +15,7 @@ read. Its tokenizer is tokview's Kimi layout plus the words of its chains (each 
 first), so every chain is the canonical encoding of its text; its chat template is tokview's.
 
 The "agent" variant runs a tool loop of two rounds (two parallel calls, then one) before its answer; the "turns"
-variant adds a second user turn with its own call and answer (issue 23's done-when trace: parallel calls, a
+variant adds a second user turn with its own call and answer (the agent-trace scenario: parallel calls, a
 3-round loop, a second user turn), its branches read off two ratios of one attention head.
 
 Usage (run with the vLLM venv's python; tokview itself need not be installed there)::
