@@ -33,8 +33,8 @@ from tokview.sim.tools import ParsedCall, ParsedOutput, PlannedCall, ToolTurn
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
-    from tokview.sim.common import SimState
-    from tokview.sim.model import Generation
+    from tokview.sim.model import Generation, ModelState
+
 
 CALL_BEGIN, CALL_END = GLM_ID["<tool_call>"], GLM_ID["</tool_call>"]
 KEY_BEGIN, KEY_END = GLM_ID["<arg_key>"], GLM_ID["</arg_key>"]
@@ -43,7 +43,7 @@ USER, OBSERVATION, SYSTEM = GLM_ID["<|user|>"], GLM_ID["<|observation|>"], GLM_I
 TOOLS_OPEN, TOOLS_CLOSE = "\n<tools>\n", "</tools>"
 
 
-def is_glm(state: SimState) -> bool:
+def is_glm(state: ModelState) -> bool:
     """Whether the served profile writes GLM's tool calls."""
     layout = state.profile.tool_calls
     return layout is not None and layout.parser == GLM_TOOL_CALLS.parser
@@ -73,7 +73,7 @@ def loop_rounds(prompt_ids: Sequence[int]) -> int:
     return ids[start:].count(OBSERVATION)
 
 
-def plan_calls(state: SimState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
+def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text)."""
     declared = declared_tools(state.tokenizer, prompt)
     if not declared:
@@ -103,7 +103,7 @@ def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed:
     return ids if closed or not ids else ids[:-1]
 
 
-def read_turn(state: SimState, body: dict[str, Any], gen: Generation, thinking: bool) -> ToolTurn:
+def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking: bool) -> ToolTurn:
     """vLLM's glm45 reasoning + glm47 tool parse of the output: per id a region, and the closed calls."""
     out = gen.output_ids
     close = state.profile.think_close_id

@@ -26,7 +26,7 @@ from tokview.sim.model import ANSWER_SENTENCES, REASONING_SENTENCES, TOOL_REASON
 from tokview.sim.tools import WORDS, ParsedCall, ParsedOutput, ToolTurn, tool_choice
 
 if TYPE_CHECKING:
-    from tokview.sim.common import SimState
+    from tokview.sim.model import ModelState
 
 ANALYSIS = "<|channel|>analysis<|message|>"
 FINAL = "<|start|>assistant<|channel|>final<|message|>"
@@ -95,7 +95,7 @@ def output_text(rng: random.Random, quirk: Any, call: tuple[str, dict[str, Any]]
 
 
 def generate(
-    state: SimState,
+    state: ModelState,
     prompt: list[int],
     body: dict[str, Any],
     *,
@@ -125,7 +125,7 @@ def generate(
     return Generation(out, "stop", None, eos_stop=False)
 
 
-def server_kwargs(state: SimState, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def server_kwargs(state: ModelState, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The kwargs vLLM renders a gpt-oss chat prompt with: the request's top-level `reasoning_effort` wins, and
     with `server-date` the server's own date replaces the one the request named."""
     out = dict(kwargs)
@@ -137,7 +137,7 @@ def server_kwargs(state: SimState, body: dict[str, Any], kwargs: dict[str, Any])
     return out
 
 
-def read_turn(state: SimState, body: dict[str, Any], gen: Generation) -> ToolTurn:
+def read_turn(state: ModelState, body: dict[str, Any], gen: Generation) -> ToolTurn:
     """vLLM's openai_gptoss parse of the output: per id a region, and the calls (`functions.*` recipients)."""
     out = gen.output_ids
     all_reasoning = bool(state.cfg.quirk("parser-all-reasoning"))

@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokview.core.profiles import ModelProfile
 
@@ -227,3 +227,33 @@ class SimModel:
         if max_tokens is not None and len(out) > max_tokens:
             return Generation(out[:max_tokens], "length", None, eos_stop=False)
         return Generation(out, "length" if ignore_eos else "stop", None, eos_stop=False)
+
+
+class Quirks(Protocol):
+    """What those models read of the simulator's configuration (`config.SimConfig` is one)."""
+
+    seed: int
+
+    def quirk(self, name: str) -> Any: ...
+
+
+class ModelState(Protocol):
+    """What a model other than the think-tag one (Harmony's, GLM's tool calls) reads of the simulator's state;
+    `common.SimState` is one. A protocol, so those modules, which `common` imports, need nothing of `common`
+    back, not even for their types."""
+
+    @property
+    def cfg(self) -> Quirks: ...
+
+    @property
+    def tokenizer(self) -> TokenizerAdapter: ...
+
+    @property
+    def profile(self) -> ModelProfile: ...
+
+    @property
+    def model(self) -> SimModel: ...
+
+    def count_quirk(self, name: str) -> int: ...
+
+    def decode(self, ids: Sequence[int], skip_special: bool) -> str: ...
