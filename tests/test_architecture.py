@@ -228,7 +228,7 @@ sys.path.insert(0, {str(ROOT / "tests")!r})
 from tokview.batch.workers import child_main, RemoteTodo
 from tokview.batch.config import BatchConfig
 from tokview.batch.capture_loop import capture_all
-from tokview.batch.writer import GroupWriter
+from tokview.batch.writer_thread import GroupWriter
 from tokview.store.part_sink import PartSink
 import tokview.batch.ray_shards
 import builders

@@ -1,4 +1,4 @@
-"""The batch's writer thread (`batch/writer.py`): what it lands, and when."""
+"""The batch's writer thread (`batch/writer_thread.py`): what it lands, and when."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import threading
 
 from builders import kimi, make_capture, profile
 
-import tokview.batch.writer as writer_module
+import tokview.batch.writer_thread as writer_module
 from tokview.batch.worklist import WorkItem
-from tokview.batch.writer import GroupWriter
+from tokview.batch.writer_thread import GroupWriter
 from tokview.store import Store
 
 

@@ -78,7 +78,7 @@ def test_the_writer_records_a_failed_chain_on_its_first_turn_and_counts_the_rest
     from builders import kimi, profile
 
     from tokview.batch.chains import ChainResult, split_chain_stops
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
 
     with Store(str(tmp_path / "s.duckdb")) as store:
         writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01)

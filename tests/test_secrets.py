@@ -337,26 +337,26 @@ class _Str(str):
 @pytest.mark.parametrize("secrets", [[], ["sk-live-1234"], ["1234567"], ['we"ird'], ["ctl\x01secret"]])
 def test_to_json_equals_the_walk_whether_or_not_it_skips_it(payload, secrets):
     """`to_json` skips the walk when the dumped JSON shows nothing to mask: its text must equal the walk's."""
-    from tokview.store.records import to_json
+    from tokview.store.sample_rows import to_json
 
     assert to_json(payload, secrets) == _walked(payload, secrets)
 
 
 def test_to_json_skips_the_walk_only_when_nothing_could_be_masked(monkeypatch):
     """The shortcut is taken for a plain body and never for one with a secret, a secret key or userinfo."""
-    from tokview.store import records
+    from tokview.store import sample_rows
 
     walked: list[Any] = []
-    real = records.scrub_payload
-    monkeypatch.setattr(records, "scrub_payload", lambda v, s, key=None: walked.append(v) or real(v, s, key))
+    real = sample_rows.scrub_payload
+    monkeypatch.setattr(sample_rows, "scrub_payload", lambda v, s, key=None: walked.append(v) or real(v, s, key))
     plain = {"choices": [{"token_ids": [1, 2, 3], "text": "hello"}]}
-    assert records.to_json(plain, ["sk-live-1234"]) == '{"choices":[{"token_ids":[1,2,3],"text":"hello"}]}'
+    assert sample_rows.to_json(plain, ["sk-live-1234"]) == '{"choices":[{"token_ids":[1,2,3],"text":"hello"}]}'
     assert walked == []
     for risky in ({"x": "sk-live-1234"}, {"Api-Key": "v"}, {"url": "http://u:p@h/"}):
         walked.clear()
-        assert "sk-live-1234" not in records.to_json(risky, ["sk-live-1234"])
+        assert "sk-live-1234" not in sample_rows.to_json(risky, ["sk-live-1234"])
         assert walked, risky
-    assert records.to_json({"Api-Key": "v"}, []) == '{"Api-Key":"[redacted]"}'
+    assert sample_rows.to_json({"Api-Key": "v"}, []) == '{"Api-Key":"[redacted]"}'
 
 
 def test_every_secret_key_name_holds_a_hint_the_shortcut_looks_for():

@@ -72,7 +72,7 @@ def test_the_store_errors_live_in_their_own_module_and_are_the_same_class_everyw
 
 
 def test_sample_params_takes_the_sample_identity_by_keyword_only():
-    from tokview.store.records import sample_params
+    from tokview.store.sample_rows import sample_params
 
     kinds = {name: p.kind for name, p in inspect.signature(sample_params).parameters.items()}
     keyword_only = [name for name, kind in kinds.items() if kind is inspect.Parameter.KEYWORD_ONLY]
@@ -80,7 +80,7 @@ def test_sample_params_takes_the_sample_identity_by_keyword_only():
 
 
 def test_a_sample_row_is_built_by_keyword():
-    from tokview.store.records import SampleRow
+    from tokview.store.sample_rows import SampleRow
 
     with pytest.raises(TypeError):
         SampleRow("s", "p", None, "pending", True, "stop", 1, 2, [], 0)  # type: ignore[misc]

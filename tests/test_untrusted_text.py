@@ -160,7 +160,7 @@ def test_a_writer_whose_part_cannot_be_written_stops_the_run_instead_of_dying(tm
     from builders import kimi, make_capture, profile
 
     from tokview.batch.worklist import WorkItem
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
     from tokview.store.part_sink import PartSink, StoreError
 
     class BrokenSink(PartSink):

@@ -16,7 +16,7 @@ Two ways to apply the rules, because text differs:
 
 This module imports nothing from tokview but `untrusted_text`, so every layer (errors.py included) can
 use it. It replaces two maskers that disagreed (`***` for 8+ character header values in servers/urls.py,
-`[redacted]` for any header value in store/records.py); each now masks what either masked.
+`[redacted]` for any header value in store/sample_rows.py); each now masks what either masked.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from tokview.batch.chains import ChainItem, run_chain
 from tokview.batch.config import BatchConfig
 from tokview.batch.limits import check_prompt, server_limit
 from tokview.batch.tasks import INTERRUPTED, run_workers
-from tokview.batch.writer import GroupWriter, failure_reason
+from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.secrets import scrub_text
 
 if TYPE_CHECKING:

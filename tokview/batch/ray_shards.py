@@ -67,7 +67,7 @@ def run_shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, A
 
 async def _shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, Any]:
     from tokview.batch.capture_loop import capture_all
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
 
     tokenizer, profile = config.tokenizer_and_profile()
     pool = config.server_pool(tokenizer, profile)
@@ -129,7 +129,7 @@ async def run_on_ray(
     Bounded memory: the work list is never materialised, only the shards in flight and one returned
     shard are held. Returns the shards' outcomes (None: all tried); a task that failed for good
     (Ray's retries spent) leaves its shard to the resume and says so."""
-    from tokview.batch.writer import COUNT_FIELDS
+    from tokview.batch.writer_thread import COUNT_FIELDS
 
     if config.ray is None:
         raise ValueError("run_on_ray needs config.ray: a Ray address or auto")

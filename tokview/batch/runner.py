@@ -39,7 +39,7 @@ from tokview.core.record import sample_id_for, settings_key
 
 if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
     from tokview.batch.workers import Lander, WorkerGroup, WorkFeed
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
     from tokview.core.profiles import ModelProfile
     from tokview.core.tokenizer import TokenizerAdapter
     from tokview.servers import ServerPool
@@ -224,7 +224,7 @@ async def _run(
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.identity import checked_special_tokens, remember_identity
     from tokview.batch.workers import worker_count
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
     from tokview.secrets import scrub
     from tokview.store.part_sink import StoreFull
 

@@ -37,7 +37,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.batch.tasks import INTERRUPTED
-from tokview.batch.writer import COUNT_FIELDS
+from tokview.batch.writer_thread import COUNT_FIELDS
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -614,7 +614,7 @@ def child_main(index: int, config: BatchConfig, conn: Connection) -> None:
 
 async def _child(config: BatchConfig, link: _Link) -> None:
     from tokview.batch.capture_loop import capture_all
-    from tokview.batch.writer import GroupWriter
+    from tokview.batch.writer_thread import GroupWriter
     from tokview.store.part_sink import PartSink
 
     cancel = asyncio.Event()

@@ -25,7 +25,7 @@ from tokview.errors import UserError
 if TYPE_CHECKING:
     from tokview.store import Store
     from tokview.store.bulk_review import Outcome
-    from tokview.store.records import SampleFilter
+    from tokview.store.sample_rows import SampleFilter
 
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
@@ -63,7 +63,7 @@ def _text(value: str | None, flag: str) -> str | None:
 
 def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str | None]:
     from tokview.core.findings import FINDING_CODES
-    from tokview.store.records import SampleFilter
+    from tokview.store.sample_rows import SampleFilter
     from tokview.ui.search_terms import parse_search
 
     if args.finding is not None and args.finding not in FINDING_CODES:

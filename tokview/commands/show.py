@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
     from tokview.core.analysis import Analysis
     from tokview.core.tokenizer import TokenizerAdapter
-    from tokview.store.records import StoredSample
+    from tokview.store.sample_rows import StoredSample
 
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
 

@@ -15,7 +15,7 @@ from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
-    from tokview.store.records import SampleRow
+    from tokview.store.sample_rows import SampleRow
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

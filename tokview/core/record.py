@@ -33,7 +33,7 @@ class Capture:
     tool_calls: list[dict[str, Any]] | None = None
     """The server's `tool_calls` as {id, name, arguments} records (`core.tool_calls.server_tool_calls`), in its
     order; None when the answer had no such field (a raw endpoint, or no tool parser ran). Not a store column:
-    read back from the stored raw body (`store.records.capture_from_row`)."""
+    read back from the stored raw body (`store.sample_rows.capture_from_row`)."""
     parsed_output_ids: list[int] | None = None
     """In a dual capture, the ids the parsed chat path returned (None if it returned none)."""
     usage: dict[str, Any] = field(default_factory=dict)

@@ -25,7 +25,7 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
-from tokview.store.records import capture_from_row
+from tokview.store.sample_rows import capture_from_row
 
 if TYPE_CHECKING:
     from tokview.export.registry import ProfileOf

@@ -44,7 +44,7 @@ from tokview.export.trainers import Conformance, Lengths
 from tokview.secrets import scrub, scrub_optional
 from tokview.store import Store, export_rows
 from tokview.store.export_rows import SELECTIONS, SampleKey, Selection, normal_tags
-from tokview.store.records import capture_from_row
+from tokview.store.sample_rows import capture_from_row
 from tokview.store.store import is_duckdb_file
 
 CHUNK = 256

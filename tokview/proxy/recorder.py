@@ -1,4 +1,4 @@
-"""Each proxied generation becomes a sample, through the batch's own writer (`batch.writer.GroupWriter`),
+"""Each proxied generation becomes a sample, through the batch's own writer (`batch.writer_thread.GroupWriter`),
 off the path of the client's bytes.
 
 The event loop only forwards: once an answer's last byte is out it hands the raw exchange over with
@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from tokview.batch.workers import Lander
-from tokview.batch.writer import GroupWriter, failure_reason
+from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.store.errors import StoreError, StoreFull
 from tokview.store.part_sink import PartSink
-from tokview.store.records import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
+from tokview.store.sample_rows import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
 
 if TYPE_CHECKING:
     from tokview.store.schema import LATEST_VERSION, SchemaError

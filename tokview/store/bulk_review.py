@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tokview.store import queries
-from tokview.store.records import SampleFilter
+from tokview.store.sample_rows import SampleFilter
 
 if TYPE_CHECKING:
     from tokview.store.connection import Database, Statement

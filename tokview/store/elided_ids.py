@@ -9,7 +9,7 @@ long JSON strings of the bodies cost it twice what the id lists do (measured: a 
 
 So a body is stored with `null` where such a list was, and the row's `raw_ids_at` (JSON) says
 which column's list goes back where: `{"raw_response": [[["choices", 0, "token_ids"], "output_ids"]]}`.
-`records.capture_from_row` puts them back, so every reader of a capture sees the body as served.
+`sample_rows.capture_from_row` puts them back, so every reader of a capture sees the body as served.
 Only a list equal to the column element for element *and type for type* is taken out (a list of
 floats or bools that compares equal to the ids stays), so putting it back is exact; a row without
 `raw_ids_at` (written before schema version 6) holds its bodies whole.

@@ -18,7 +18,7 @@ from tokview.store.connection import LOCK_WORDS, LockWait, StoreFile, is_duckdb_
 from tokview.store.errors import StoreError, is_disk_full
 from tokview.store.merge import refuse_unmergeable, shared_columns
 from tokview.store.parts import sql_list
-from tokview.store.records import SAMPLE_COLUMNS
+from tokview.store.sample_rows import SAMPLE_COLUMNS
 
 _DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
 """What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""

@@ -17,7 +17,7 @@ from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.errors import is_disk_full
-from tokview.store.records import SAMPLE_COLUMNS, sample_params
+from tokview.store.sample_rows import SAMPLE_COLUMNS, sample_params
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tokview.store.records import SampleFilter, SampleRow
+from tokview.store.sample_rows import SampleFilter, SampleRow
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokview.store import queries
 from tokview.store.connection import StoreFile
-from tokview.store.records import SampleFilter, SampleRow, from_json
+from tokview.store.sample_rows import SampleFilter, SampleRow, from_json
 
 RUN_FIELDS = (
     "run_id",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from tokview.store import bulk_review
 from tokview.store.connection import StoreFile
-from tokview.store.records import STATUSES, UnknownSample
+from tokview.store.sample_rows import STATUSES, UnknownSample
 
 
 class ReviewRepository:

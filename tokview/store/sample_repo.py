@@ -16,7 +16,7 @@ from tokview.secrets import known_secrets, scrub_optional, scrub_text
 from tokview.store import queries
 from tokview.store.connection import Statement, StoreFile
 from tokview.store.part_sink import PartSink
-from tokview.store.records import (
+from tokview.store.sample_rows import (
     ALIGN_STATUS,
     SAMPLE_COLUMNS,
     StoredSample,

@@ -37,9 +37,9 @@ from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.landing import Landing, has_parts, merge_source
 from tokview.store.part_sink import PartSink
 from tokview.store.query_repo import CloserKey, QueryRepository
-from tokview.store.records import SampleFilter, SampleRow, StoredSample
 from tokview.store.review_repo import ReviewRepository
 from tokview.store.sample_repo import RunProvenance, SampleRepository
+from tokview.store.sample_rows import SampleFilter, SampleRow, StoredSample
 from tokview.store.schema import migrate, refuse_foreign, refuse_unmigrated
 
 if TYPE_CHECKING:

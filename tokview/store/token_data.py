@@ -1,7 +1,7 @@
 """Per-token side data stored with a sample: spec-decode metrics, logprobs, target scores.
 
 Kept in its own module so the sample columns it adds (schema version 5) are listed once: the
-writer (`records.sample_params`), the reader (`records.capture_from_row`) and `tokview score`'s
+writer (`sample_rows.sample_params`), the reader (`sample_rows.capture_from_row`) and `tokview score`'s
 update all use these names. `acceptance_length` and `mean_nll` are plain columns so lists can sort
 and filter on them and `--select` can threshold them in SQL without parsing JSON.
 """
