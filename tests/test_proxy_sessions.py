@@ -10,7 +10,14 @@ USER_A = [{"role": "user", "content": "a"}]
 
 def _turn(book: SessionBook, prompt: list[int], output: list[int], messages=None, **names):
     turn = book.place(prompt, messages, **names)
-    book.add(turn, f"s{len(book._sessions)}-{turn.turn}", prompt, output, messages, None)
+    book.add(
+        turn,
+        f"s{len(book._sessions)}-{turn.turn}",
+        prompt_ids=prompt,
+        output_ids=output,
+        messages=messages,
+        answer=None,
+    )
     return turn
 
 
@@ -30,7 +37,14 @@ def test_a_prompt_that_extends_prompt_plus_output_continues_the_longest_such_ses
 def test_messages_join_a_turn_whose_ids_break_the_prefix_and_say_where() -> None:
     book = SessionBook("r")
     first = book.place(SYSTEM + [1, 2], USER_A)
-    book.add(first, "s1", SYSTEM + [1, 2], [3, 4, 5], USER_A, {"role": "assistant", "content": "hi"})
+    book.add(
+        first,
+        "s1",
+        prompt_ids=SYSTEM + [1, 2],
+        output_ids=[3, 4, 5],
+        messages=USER_A,
+        answer={"role": "assistant", "content": "hi"},
+    )
     history = [
         *USER_A,
         {"role": "assistant", "content": "hi", "reasoning_content": "dropped later"},

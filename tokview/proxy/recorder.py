@@ -289,7 +289,14 @@ class Recorder:
         sample_id = self._next_id()
         if turn.break_at is not None:
             self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
-        self.sessions.add(turn, sample_id, capture.prompt_ids, capture.output_ids, messages, answer_message)
+        self.sessions.add(
+            turn,
+            sample_id,
+            prompt_ids=capture.prompt_ids,
+            output_ids=capture.output_ids,
+            messages=messages,
+            answer=answer_message,
+        )
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn), capture)
         self.recorded += 1
         return sample_id, turn

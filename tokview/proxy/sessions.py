@@ -132,6 +132,7 @@ class SessionBook:
         self,
         turn: Turn,
         sample_id: str,
+        *,
         prompt_ids: list[int],
         output_ids: list[int],
         messages: list[Any] | None,
@@ -232,9 +233,9 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
         book.add(
             placed,
             sample_id,
-            list(prompt_ids),
-            list(output_ids),
-            messages if isinstance(messages, list) else None,
-            answer,
+            prompt_ids=list(prompt_ids),
+            output_ids=list(output_ids),
+            messages=messages if isinstance(messages, list) else None,
+            answer=answer,
         )
     return len(rows)
