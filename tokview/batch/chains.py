@@ -24,9 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
 
 HISTORY_MODES = ("served", "file")
 HISTORY_REASONING = ("template", "all", "none")
@@ -102,7 +106,9 @@ Attempt = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[Any]]
 """Capture one turn (messages, extra template kwargs): the capture, or (failure reason, server, sent)."""
 
 
-async def run_chain(item: ChainItem, attempt: Attempt, tokenizer: Any = None, profile: Any = None) -> ChainResult:
+async def run_chain(
+    item: ChainItem, attempt: Attempt, tokenizer: TokenizerAdapter | None = None, profile: ModelProfile | None = None
+) -> ChainResult:
     """Regenerate `item`'s turns in order; what to write and what to count."""
     result = ChainResult()
     kwargs = keep_all_reasoning(profile) if item.history_reasoning == "all" else {}
@@ -133,7 +139,7 @@ async def run_chain(item: ChainItem, attempt: Attempt, tokenizer: Any = None, pr
     return result
 
 
-def keep_all_reasoning(profile: Any) -> dict[str, bool]:
+def keep_all_reasoning(profile: ModelProfile | None) -> dict[str, bool]:
     """The template kwarg that keeps every history turn's reasoning: the profile's (`history_kwarg`:
     Kimi-K2.6 `preserve_thinking: true`, GLM-4.7 `clear_thinking: false`), else `preserve_thinking`."""
     key = getattr(profile, "history_kwarg", None) or "preserve_thinking"
@@ -177,7 +183,7 @@ def first_difference(before: Sequence[int], prompt: Sequence[int]) -> int | None
 
 
 def _next_history(
-    item: ChainItem, k: int, served: Capture, tokenizer: Any, profile: Any
+    item: ChainItem, k: int, served: Capture, tokenizer: TokenizerAdapter | None, profile: ModelProfile | None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """(the served turn + the file's results and turns up to the next assistant turn, why the chain stops)."""
     turn, at, _ = item.turns[k]
@@ -208,7 +214,12 @@ def _next_history(
     return spliced, None
 
 
-def served_message(capture: Capture, history_reasoning: str, tokenizer: Any = None, profile: Any = None) -> dict:
+def served_message(
+    capture: Capture,
+    history_reasoning: str,
+    tokenizer: TokenizerAdapter | None = None,
+    profile: ModelProfile | None = None,
+) -> dict:
     """The served turn as an assistant message: its content, reasoning and calls as the server returned them.
 
     A raw endpoint returns no split: the ids are split at the profile's closer and decoded."""
@@ -230,7 +241,7 @@ def served_message(capture: Capture, history_reasoning: str, tokenizer: Any = No
     return msg
 
 
-def split_on_ids(capture: Capture, tokenizer: Any, profile: Any) -> tuple[str | None, str]:
+def split_on_ids(capture: Capture, tokenizer: TokenizerAdapter, profile: ModelProfile) -> tuple[str | None, str]:
     """(reasoning, answer) of a raw capture: the ids before and after the profile's closer, the stop id dropped."""
     out = list(capture.output_ids)
     if out and out[-1] in profile.stop_ids:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.batch.config import BatchConfig
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store import Store
 
 
 def cache_file() -> Path:
@@ -19,7 +24,7 @@ def cache_file() -> Path:
     return base / "vocab-fingerprints.json"
 
 
-def vocab_fingerprint(tokenizer: Any) -> str:
+def vocab_fingerprint(tokenizer: TokenizerAdapter) -> str:
     """`tokenizer.vocab_fingerprint()`, read from the cache when the tokenizer files are unchanged."""
     if getattr(tokenizer, "source", None) is None:
         return tokenizer.vocab_fingerprint()
@@ -60,7 +65,7 @@ def identities_file() -> Path:
     return cache_file().parent / "run-identities.json"
 
 
-def identity_key(config: Any) -> str | None:
+def identity_key(config: BatchConfig) -> str | None:
     """A hash of everything that decides a batch's tokenizer fingerprint and profile name, read from files
     without loading the tokenizer: the folder's tokenizer files, `--profile` (and its .toml), the remote-code
     flag and tokview's version. None when the caller passed already loaded objects (the app)."""
@@ -91,7 +96,7 @@ def identity_key(config: Any) -> str | None:
     return h.hexdigest()[:32]
 
 
-def known_identity(config: Any) -> dict[str, str] | None:
+def known_identity(config: BatchConfig) -> dict[str, str] | None:
     """{"tokenizer": vocabulary fingerprint, "profile": name} remembered from an earlier run with the same
     tokenizer files and --profile, else None: what lets a resume skip loading the tokenizer."""
     key = identity_key(config)
@@ -103,7 +108,7 @@ def known_identity(config: Any) -> dict[str, str] | None:
     return None
 
 
-def remember_identity(config: Any, identity: dict[str, Any]) -> None:
+def remember_identity(config: BatchConfig, identity: dict[str, Any]) -> None:
     """Note the tokenizer fingerprint and profile name a run computed (the tokenizer loaded), for `known_identity`."""
     key = identity_key(config)
     if key is None or not isinstance(identity.get("tokenizer"), str) or not isinstance(identity.get("profile"), str):
@@ -114,7 +119,7 @@ def remember_identity(config: Any, identity: dict[str, Any]) -> None:
         _write_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
 
 
-def special_tokens_record(tokenizer: Any) -> dict[str, str]:
+def special_tokens_record(tokenizer: TokenizerAdapter) -> dict[str, str]:
     """What a run's stored settings add about its tokenizer's special ids (`store.merge.SPECIAL_KEY`).
 
     Never part of the sample settings: sample ids hold only the vocabulary fingerprint, so adding this
@@ -125,7 +130,7 @@ def special_tokens_record(tokenizer: Any) -> dict[str, str]:
     return {SPECIAL_KEY: tokenizer.special_fingerprint(), SPECIAL_IDS_KEY: id_ranges(ids)}
 
 
-def checked_special_tokens(store: Any, settings: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+def checked_special_tokens(store: Store, settings: dict[str, Any], tokenizer: TokenizerAdapter) -> dict[str, str]:
     """`special_tokens_record(tokenizer)`, once no stored run of the same model, vocabulary and profile
     recorded other special ids: those runs' sample ids are this run's, so a resume would finish their
     prompts with a tokenizer that decodes and splits reasoning otherwise. Raises InputError in one line

@@ -116,7 +116,7 @@ def check_row(raw: dict[str, Any], where: str) -> None:
         _check_text(raw.get(key), where)
 
 
-def _check_content(content: Any, here: str) -> None:
+def _check_content(content: object, here: str) -> None:
     if content is None or isinstance(content, str):
         return
     if isinstance(content, list):  # OpenAI content parts: text parts only
@@ -135,7 +135,7 @@ def _check_content(content: Any, here: str) -> None:
     raise PromptError(f"{here} must be a string or a list of text parts, not {_kind(content)}")
 
 
-def _check_text(value: Any, where: str) -> None:
+def _check_text(value: object, where: str) -> None:
     """Every string must encode as UTF-8: a lone surrogate (`\\ud800` in JSON) cannot be tokenized."""
     if isinstance(value, str):
         try:
@@ -157,7 +157,7 @@ def _check_text(value: Any, where: str) -> None:
 _kind = kind_of
 
 
-def parse_checked(obj: Any, n: int, label: str = "line") -> PromptRow:
+def parse_checked(obj: object, n: int, label: str = "line") -> PromptRow:
     """`parse_row` plus `check_row`: the prompt row, or a PromptError that names the line."""
     if isinstance(obj, PromptError):
         raise obj
@@ -386,7 +386,7 @@ def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
     return (*checked, hash(orjson.dumps(obj["messages"], option=orjson.OPT_SORT_KEYS)))
 
 
-def _fast_check(obj: Any) -> tuple[str, list[int | None]] | None:
+def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
     """(prompt id, generation turns) of a `fast_row` row, else None: one walk, nothing serialised."""
     if type(obj) is not dict:
         return None
@@ -477,7 +477,7 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
 _LONG_NUMBER = re.compile(r"\d{19}")
 
 
-def checked_row(n: int, obj: Any, text: str | None) -> PromptRow:
+def checked_row(n: int, obj: object, text: str | None) -> PromptRow:
     """The prompt row of an `iter_rows_flagged` entry: `fast_row` when it applies, else `parse_checked`.
 
     Raises PromptError. A row orjson read (`text`) holds no lone surrogate, the one check `fast_row`

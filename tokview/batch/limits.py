@@ -22,10 +22,15 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.request import CaptureRequest, resolve_settings
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.servers.pool import ServerPool
 
 OVER_MAX_LENGTH = "over_max_length"
 PROMPT_TOO_LARGE = "prompt_too_large"
@@ -70,7 +75,7 @@ def server_limit(server_info: Iterable[dict[str, Any]]) -> int | None:
     return min(limits) if limits else None
 
 
-def longest_token_bytes(tokenizer: Any) -> int:
+def longest_token_bytes(tokenizer: TokenizerAdapter) -> int:
     """Bytes of the longest vocabulary entry (special tokens included), counted generously."""
     if tokenizer not in _longest_token:
         try:
@@ -82,7 +87,7 @@ def longest_token_bytes(tokenizer: Any) -> int:
     return _longest_token[tokenizer]
 
 
-def text_bytes(value: Any) -> int:
+def text_bytes(value: object) -> int:
     """UTF-8 bytes of every string in a message list (contents, roles, reasoning), without copying it."""
     if isinstance(value, str):
         return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
@@ -93,7 +98,7 @@ def text_bytes(value: Any) -> int:
     return 0
 
 
-def render_kwargs(request: CaptureRequest, profile: Any) -> dict[str, Any]:
+def render_kwargs(request: CaptureRequest, profile: ModelProfile | None) -> dict[str, Any]:
     """The template kwargs a server renders this request's prompt with: the profile's and the request's, and
     an agent trace's `tools` (the tool declarations are part of the prompt, as `prompt_render_mismatch` and
     the servers render them; without them a prompt that fits only without its tools would be sent)."""
@@ -102,7 +107,9 @@ def render_kwargs(request: CaptureRequest, profile: Any) -> dict[str, Any]:
     return {**kwargs, "tools": tools} if tools else kwargs
 
 
-def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: int) -> tuple[int, bool]:
+def prompt_length(
+    request: CaptureRequest, tokenizer: TokenizerAdapter, profile: ModelProfile | None, limit: int
+) -> tuple[int, bool]:
     """(tokens, exact): `exact` False means a bound that already decides the comparison with `limit`."""
     if request.prompt_ids:
         return len(request.prompt_ids), True
@@ -120,7 +127,7 @@ def prompt_length(request: CaptureRequest, tokenizer: Any, profile: Any, limit: 
     return exact_prompt_tokens(request, tokenizer, profile), True
 
 
-def check_prompt(pool: Any, request: CaptureRequest) -> tuple[str | None, int | None]:
+def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None, int | None]:
     """(`over_max_length: …` when the prompt leaves no room for one output token, the output tokens that
     fit when fewer than `max_new_tokens` do): one measure of the prompt answers both.
 
@@ -162,7 +169,7 @@ def check_prompt(pool: Any, request: CaptureRequest) -> tuple[str | None, int | 
     return None, (room if wanted and room < wanted else None)
 
 
-def exact_prompt_tokens(request: CaptureRequest, tokenizer: Any, profile: Any) -> int:
+def exact_prompt_tokens(request: CaptureRequest, tokenizer: TokenizerAdapter, profile: ModelProfile | None) -> int:
     """The prompt's token count as the raw path sends it (rendered and tokenized; the render is cached)."""
     if request.prompt_ids:
         return len(request.prompt_ids)

@@ -17,7 +17,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import BatchProgress
 from tokview.batch.inputs import InputError
@@ -31,6 +31,9 @@ from tokview.store import Store
 from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
+
+if TYPE_CHECKING:
+    pass
 
 CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""

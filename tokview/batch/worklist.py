@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -43,6 +43,9 @@ from tokview.batch.inputs import (
 )
 from tokview.core.prompts import PromptError, PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
+
+if TYPE_CHECKING:
+    from tokview.batch.config import BatchConfig
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,7 @@ class TodoQueue:
 
 
 def plan_work(
-    config: Any,
+    config: BatchConfig,
     settings: dict[str, Any],
     stored_ids: Callable[[str], set[str]],
     rows: list[PromptRow] | None = None,
@@ -254,7 +257,9 @@ def plan_work(
             raise AssertionError("batch sample ids diverge from core.record.sample_id_for")
     work = WorkList(key=key, samples_per_prompt=config.samples_per_prompt, shard=config.shard, rows=rows)
     work.chain_key, work.history_reasoning = chain_key, config.history_reasoning
-    path = None if rows is not None else check_prompts_path(config.prompts_path)
+    if rows is None and config.prompts_path is None:
+        raise InputError("no prompts: give a prompts file")
+    path = None if rows is not None or config.prompts_path is None else check_prompts_path(config.prompts_path)
     if path is not None:
         work.path, work.file_state = path, _file_state(path)
     work.stored = stored_ids(f"@{key}_gen")
@@ -269,7 +274,7 @@ def plan_work(
     return work
 
 
-def _plan_rows(work: WorkList, config: Any, path: Path | None, rows: list[PromptRow] | None) -> None:
+def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: list[PromptRow] | None) -> None:
     if rows is not None:
         seen: set[str] = set()
         for i, row in enumerate(rows):
@@ -320,7 +325,7 @@ def _count(work: WorkList, where: int, prompt_id: str, turns: list[int | None], 
         work.id_checks.append(zlib.crc32(prompt_id.encode()))
 
 
-def chain_settings(settings: dict[str, Any], config: Any) -> dict[str, Any]:
+def chain_settings(settings: dict[str, Any], config: BatchConfig) -> dict[str, Any]:
     """The settings a chain's sample ids hash: the run's plus how its history was made."""
     return {**settings, "history": "served", "history_reasoning": config.history_reasoning}
 
