@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import compress, count, islice
 from operator import ne
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, true_positions
@@ -261,3 +261,15 @@ class Context:
             if not tok.is_special(tid) and tok.piece_bytes(tid).translate(None, _NOT_VISIBLE_ASCII):
                 return False
         return not tok.decode(ids, skip_special_tokens=True).strip()
+
+
+def template_kwargs_of(ctx: Context) -> dict[str, Any]:
+    """The template kwargs the capture's prompt was rendered with: those it recorded, else its profile's for its
+    thinking setting, and the request's `tools` (rendered too, as HF's `tools` argument)."""
+    c = ctx.capture
+    kwargs = c.settings.get("chat_template_kwargs")
+    if kwargs is None:
+        kwargs = ctx.profile.template_kwargs(c.thinking)
+    if c.settings.get("tools"):
+        kwargs = {**kwargs, "tools": c.settings["tools"]}
+    return kwargs

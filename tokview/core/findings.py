@@ -19,7 +19,7 @@ from operator import or_
 from tokview.core import segments as seg
 from tokview.core import tool_calls as tc
 from tokview.core.alignment import HIDDEN, true_positions
-from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
+from tokview.core.finding_context import Context, OutputPieces, first_difference, template_kwargs_of, vocabulary_of
 from tokview.core.finding_rules import (  # the registry, re-exported for the modules that read findings here
     CHAT_ENDPOINTS,
     ERROR,
@@ -809,13 +809,8 @@ def prompt_render_mismatch(ctx: Context) -> Hit | None:
     c, tok = ctx.capture, ctx.tokenizer
     if tok is None or not c.messages or not tok.chat_template:
         return None
-    kwargs = c.settings.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = ctx.profile.template_kwargs(c.thinking)
-    if c.settings.get("tools"):  # an agent trace's tools are rendered too (HF's `tools` argument)
-        kwargs = {**kwargs, "tools": c.settings["tools"]}
     try:
-        local = tok.render(c.messages, add_generation_prompt=True, template_kwargs=kwargs)
+        local = tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(ctx))
     except Exception as exc:  # a broken template is itself a mismatch worth showing
         return Hit.missing(f"The local chat template failed to render this conversation: {exc}")
     first = first_difference(local, c.prompt_ids)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokview.core.finding_context import first_difference
+from tokview.core.finding_context import first_difference, template_kwargs_of
 from tokview.core.finding_rules import WARN, Hit, rule
 from tokview.core.template_dates import served_date
 
@@ -28,13 +28,8 @@ def local_prompt(ctx: Context) -> list[int] | None:
     c, tok = ctx.capture, ctx.tokenizer
     if tok is None or not c.messages or not tok.chat_template:
         return None
-    kwargs = c.settings.get("chat_template_kwargs")
-    if kwargs is None:
-        kwargs = ctx.profile.template_kwargs(c.thinking)
-    if c.settings.get("tools"):
-        kwargs = {**kwargs, "tools": c.settings["tools"]}
     try:
-        return tok.render(c.messages, add_generation_prompt=True, template_kwargs=kwargs)
+        return tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(ctx))
     except Exception:  # prompt_render_mismatch reports a template that cannot render
         return None
 
