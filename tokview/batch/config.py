@@ -8,6 +8,7 @@ finished run satisfies `ok + failed + skipped == input` (an interrupted one adds
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
@@ -171,6 +172,8 @@ class BatchConfig:
         for ok, message in checks:
             if not ok:
                 raise InputError(message)
+        if self.workers > 1:  # a bad TOKVIEW_MIN_PROMPTS_PER_WORKER fails here, before the store is created
+            min_prompts_per_worker()
 
 
 BATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(BatchConfig) if f.default is not MISSING}
@@ -342,3 +345,25 @@ def reason_class(reason: str) -> str:
     head = text.split(": ", 1)[0]
     head = re.sub(r"\s*\(.*$", "", head)
     return head[:100] or "unknown"
+
+
+MIN_PROMPTS_PER_WORKER = 200
+"""Work items (prompts x samples) each process needs before `--workers` spawns another: a child costs
+~0.5 s of CPU to start (imports, a tokenizer) on cores the parent needs. Measured on 2 idle cores
+(`benchmarks/bench_goals.py`, 2,000-token answers), a second process lost at 300 prompts (1.17 s vs
+0.94 s with one) and won from 400-600 (600: 1.40 vs 1.58 s); at 32 a worker it was spawned from 64."""
+
+MIN_PROMPTS_ENV = "TOKVIEW_MIN_PROMPTS_PER_WORKER"
+"""Overrides `MIN_PROMPTS_PER_WORKER` (another machine, or the tests, which want a child on ~100 prompts)."""
+
+
+def min_prompts_per_worker() -> int:
+    """The threshold in force: `MIN_PROMPTS_ENV` if set (and not empty), else the measured default."""
+    from tokview.batch.inputs import InputError
+
+    value = os.environ.get(MIN_PROMPTS_ENV, "").strip()
+    if not value:
+        return MIN_PROMPTS_PER_WORKER
+    if not value.isdigit() or int(value) < 1:
+        raise InputError(f"{MIN_PROMPTS_ENV} must be a whole number of at least 1, not {value!r}")
+    return int(value)

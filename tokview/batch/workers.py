@@ -8,7 +8,7 @@ ready takes work, so all finish together: a split fixed up front left the parent
 that started a second late (spawn, imports, tokenizer load) still worked through its share.
 
 Children are spawned only when the plan is big enough to pay for their start-up (`worker_count`:
-~0.5 s of CPU each, imports and a tokenizer), and only once the parent's first requests are out
+~0.5 s of CPU each, imports and a tokenizer; `config.MIN_PROMPTS_PER_WORKER` items a process), and only once the parent's first requests are out
 (`runner._Spawn`): spawned earlier, they took the CPU the parent's own start-up needed on a 2-core
 box, and a small run's first answers came later. A resume with nothing to do spawns none.
 Spawned, not forked: by then the parent may hold tokenizer thread pools, DuckDB connections and
@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tokview.batch.config import min_prompts_per_worker
 from tokview.batch.tasks import INTERRUPTED
 from tokview.batch.writer_thread import COUNT_FIELDS
 
@@ -44,12 +45,10 @@ if TYPE_CHECKING:
 
     from tokview.batch.config import BatchConfig
 
-MIN_ITEMS_PER_WORKER = 32
-"""Spawning a worker costs a tokenizer load (~1 s of CPU): small runs stay in one process."""
-
 
 def worker_count(requested: int, todo: int) -> int:
-    return max(1, min(requested, todo // MIN_ITEMS_PER_WORKER))
+    """Processes for `todo` work items: at most `requested`, one per `min_prompts_per_worker()` items."""
+    return max(1, min(requested, todo // min_prompts_per_worker()))
 
 
 # -- the messages over a child's pipe ----------------------------------------------------------

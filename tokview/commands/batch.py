@@ -32,6 +32,7 @@ BAD_ROWS_SHOWN = 20
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from tokview.batch.config import BATCH_DEFAULTS as D
+    from tokview.batch.config import MIN_PROMPTS_ENV, MIN_PROMPTS_PER_WORKER
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser(
@@ -124,7 +125,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="processes that capture and analyse (default: the machine's cores)",
+        help="processes that capture and analyse (default: the machine's cores); a process is added only "
+        f"per {MIN_PROMPTS_PER_WORKER} samples still to generate, as a smaller run is faster in one "
+        f"(the environment variable {MIN_PROMPTS_ENV} changes that number)",
     )
     p.add_argument("--shard", type=_shard, metavar="K/N", help="generate only the K-th of N shards of the sample ids")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run prompt shards as Ray tasks (pip install 'tokview[ray]')")
