@@ -20,7 +20,7 @@ os.environ.setdefault("TOKVIEW_CACHE", str(REPO / ".cache" / "tokview-test"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.pop("TOKVIEW_API_KEY", None)
-# `--workers N` spawns a child only per 200 samples to do (measured: fewer run faster in one process); the
+# `--workers N` spawns a child only per 250 samples to do (measured: fewer run faster in one process); the
 # tests that need a child use ~100 prompts, so they lower it (tests/test_batch_worker_threshold.py sees the default).
 os.environ["TOKVIEW_MIN_PROMPTS_PER_WORKER"] = "32"
 

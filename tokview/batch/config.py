@@ -347,11 +347,12 @@ def reason_class(reason: str) -> str:
     return head[:100] or "unknown"
 
 
-MIN_PROMPTS_PER_WORKER = 200
+MIN_PROMPTS_PER_WORKER = 250
 """Work items (prompts x samples) each process needs before `--workers` spawns another: a child costs
 ~0.5 s of CPU to start (imports, a tokenizer) on cores the parent needs. Measured on 2 idle cores
 (`benchmarks/bench_goals.py`, 2,000-token answers), a second process lost at 300 prompts (1.17 s vs
-0.94 s with one) and won from 400-600 (600: 1.40 vs 1.58 s); at 32 a worker it was spawned from 64."""
+0.94 s with one) and won at 600 (1.40 vs 1.58 s): the lines cross near 470. On a loaded box (load 5-7)
+it still lost at 400 and 500 and broke even at 600. At 32 a worker it was spawned from 64 prompts."""
 
 MIN_PROMPTS_ENV = "TOKVIEW_MIN_PROMPTS_PER_WORKER"
 """Overrides `MIN_PROMPTS_PER_WORKER` (another machine, or the tests, which want a child on ~100 prompts)."""
