@@ -165,7 +165,8 @@ def test_audit_reads_plain_exports_back(db, plain_dir, tok, tmp_path, capsys):
 
 
 async def test_the_app_opens_a_plain_sample(db):
-    from tests.ui.helpers import settle
+    from ui.helpers import settle
+
     from tokview.ui import display as d
     from tokview.ui.app import TokviewApp
     from tokview.ui.screens.inspect import InspectScreen

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from loopback import serve_asgi
 
-from tests.loopback import serve_asgi
 from tokview.cli import main
 from tokview.core.tool_calls import tool_calls_of_response
 from tokview.errors import UserError
@@ -286,7 +286,7 @@ def test_two_upstreams_share_the_requests_and_each_sample_names_its_server(tmp_p
 
 
 def test_an_upstream_that_is_neither_vllm_nor_sglang_is_refused_in_one_line(tmp_path):
-    from tests.loopback import serve_json
+    from loopback import serve_json
 
     with serve_json({"/health": {"ok": True}}) as (url, _):
         with pytest.raises(UserError, match="neither SGLang nor vLLM"):

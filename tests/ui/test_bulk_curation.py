@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from bulk_store import FINDING, fill_500
 from textual.widgets import Input, Select
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.store import SampleFilter, Store
 from tokview.store import bulk_review as bulk
 from tokview.ui.screens.export_dialog import ExportDialog

@@ -3,7 +3,7 @@ end keep the part that differs), with marks and a tags column."""
 
 from __future__ import annotations
 
-from tests.ui.helpers import NARROW, run_before
+from ui.helpers import NARROW, run_before
 
 LONG_IDS = (
     "UPDATE samples SET sample_id = 'typed-conversation-' || prompt_id || '-of-0030@qwen3-8b-nightly-run_gen0', "

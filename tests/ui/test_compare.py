@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from tests.ui.helpers import add_sibling, settle
+from ui.helpers import add_sibling, settle
+
 from tokview.store.run_stats import run_stats, siblings
 from tokview.ui.id_diff import diff_ids, first_divergence
 

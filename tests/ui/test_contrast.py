@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from rich.color import Color
 from rich.style import Style
+from ui import contrast_scan as scan
+from ui.helpers import InspectApp, settle
 
-from tests.ui import contrast_scan as scan
-from tests.ui.helpers import InspectApp, settle
 from tokview.ui.display import STYLE_CLASSES
 from tokview.ui.screens.inspect import InspectData
 
@@ -23,8 +23,8 @@ AA = 4.5
 def luminance(color: Color) -> float:
     r, g, b = color.get_truecolor()
 
-    def channel(c: int) -> float:
-        c = c / 255
+    def channel(byte: int) -> float:
+        c = byte / 255
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
     return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
@@ -116,7 +116,7 @@ async def _open_inspect(app, pilot, theme: str) -> None:
 async def test_inspect_screen_reaches_aa_as_painted(theme, palette_256, make_app, store):
     """Title, review line, pane labels, tokens, detail panel, footer keys, and each finding highlighted in turn
     (the info label on a highlighted finding measured 1.7:1)."""
-    from tests.ui.contrast_scan import low_contrast
+    from ui.contrast_scan import low_contrast
 
     store.add_note("p001@demo_gen0", "looks fine", who="tester", tags=("math",))
     app = make_app()
@@ -136,7 +136,7 @@ async def test_inspect_screen_reaches_aa_as_painted(theme, palette_256, make_app
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("key", ["question_mark", "S"], ids=["help", "stats"])
 async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, store):
-    from tests.ui.contrast_scan import low_contrast
+    from ui.contrast_scan import low_contrast
 
     store.record_verdict("p001@demo_gen0", "approved")
     app = make_app()
@@ -153,8 +153,8 @@ async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, sto
 @pytest.mark.parametrize("palette_256", PAINTS)
 @pytest.mark.parametrize("theme", THEMES)
 async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app, store, tokenizer, profile):
-    from tests.ui.contrast_scan import low_contrast
-    from tests.ui.helpers import add_sibling
+    from ui.contrast_scan import low_contrast
+    from ui.helpers import add_sibling
 
     add_sibling(store, tokenizer, profile)
     app = make_app()
@@ -179,7 +179,7 @@ and the list's light badges were fixed in their files)."""
 )
 async def test_other_screens_reach_aa_as_painted(theme, palette_256, keys, make_app, store, request):
     """The samples screen, the generate and doctor panels and the curation dialogs (a dialog: inside its frame)."""
-    from tests.ui.contrast_scan import low_contrast
+    from ui.contrast_scan import low_contrast
 
     known = KNOWN_LOW.get((keys, theme)) or KNOWN_LOW.get((keys, theme, palette_256))
     if known:  # strict: once fixed, this flags itself to be removed

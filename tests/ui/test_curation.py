@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from textual.notifications import Notify
+from ui.helpers import open_first, settle
 
-from tests.ui.helpers import open_first, settle
 from tokview.ui.screens.inspect import InspectScreen
 from tokview.ui.screens.modals import REJECT_REASONS, Confirm, RejectReason, TextPrompt
 from tokview.ui.screens.samples import SamplesScreen

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+from loopback import serve_asgi
 from textual.widgets import Static
 from textual.worker import WorkerState
+from ui.helpers import settle
 
-from tests.loopback import serve_asgi
-from tests.ui.helpers import settle
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.samples import SamplesScreen
 

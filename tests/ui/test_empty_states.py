@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Static
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.screens.stats import StatsScreen
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from textual.widgets import OptionList
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.screens.inspect import InspectScreen
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from textual.widgets import Input, Static
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.screens.generate import GenerateScreen, in_form_words
 
 

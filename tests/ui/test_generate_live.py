@@ -7,8 +7,8 @@ import asyncio
 
 from gated_sim import gated
 from textual.widgets import Input, Select, TextArea
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.generate import GenerateScreen
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.ui.helpers import InspectApp
+from ui.helpers import InspectApp
+
 from tokview.core import spec_decode as sd
 from tokview.core.analysis import analyze
 from tokview.ui import display as d

@@ -6,8 +6,8 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.config import ConfigError, load_config, remember_theme
 
 USER_CONFIG = """# my tokview settings

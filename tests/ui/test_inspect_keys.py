@@ -4,8 +4,8 @@ and auto-advance across samples."""
 from __future__ import annotations
 
 from facts import THINK_CLOSE
+from ui.helpers import InspectApp, settle
 
-from tests.ui.helpers import InspectApp, settle
 from tokview.ui import goto
 from tokview.ui.display import plural, served_seq
 from tokview.ui.screens.inspect import InspectData

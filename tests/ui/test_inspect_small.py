@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.ui.helpers import settle
+from ui.helpers import settle
 
 
 def _visible_footer_keys(app) -> set[str]:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.cli import main
 from tokview.ui.bindings import BY_ID, KEYS, SCOPES, help_rows, keymap_problem
 from tokview.ui.config import ConfigError, load_config

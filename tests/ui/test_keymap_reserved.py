@@ -32,7 +32,8 @@ def test_a_key_textual_takes_first_is_refused_naming_it(tmp_path, binding, keys,
 async def test_a_screen_binding_on_tab_and_an_app_binding_on_ctrl_q_work(make_app):
     """What Textual lets through stays allowed: a screen's own binding comes before its tab, and an app-wide
     binding replaces Textual's app-level ctrl+q (ctrl+c stays free of this check too)."""
-    from tests.ui.helpers import settle
+    from ui.helpers import settle
+
     from tokview.ui.config import UIConfig
     from tokview.ui.screens.help import HelpScreen
 

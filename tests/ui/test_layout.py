@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from textual.notifications import Notify
 from textual.widgets import DataTable, Input
+from ui.helpers import open_first, settle
 
-from tests.ui.helpers import open_first, settle
 from tokview.ui.bindings import KEYS
 from tokview.ui.screens.help import HelpScreen
 from tokview.ui.widgets.sample_list import fit_middle
@@ -143,7 +143,8 @@ async def test_the_finding_filter_dropdown_fits_the_longest_code(make_app):
 async def test_enter_on_a_finding_without_positions_says_so(short, tokenizer, profile):
     from dataclasses import replace
 
-    from tests.ui.helpers import InspectApp
+    from ui.helpers import InspectApp
+
     from tokview.core.findings import Finding
     from tokview.ui.screens.inspect import InspectData
 

@@ -4,8 +4,8 @@ footer."""
 from __future__ import annotations
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.core.analysis import analyze
 from tokview.ui.bindings import KEYS
 from tokview.ui.examples import short_capture

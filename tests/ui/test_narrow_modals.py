@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.screens.modals import RejectReason, TextPrompt
 
 

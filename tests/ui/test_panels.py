@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.generate import GenerateScreen

@@ -12,8 +12,8 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.scrollbar import ScrollBar
 from textual.widget import Widget
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.store import Store
 from tokview.ui import display as d
 from tokview.ui.examples import long_capture

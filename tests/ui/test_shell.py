@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.cli import main
 from tokview.ui.bindings import help_rows
 from tokview.ui.config import ConfigError, load_config

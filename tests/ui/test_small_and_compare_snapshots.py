@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.ui.helpers import add_sibling, run_before
+from ui.helpers import add_sibling, run_before
 
 
 def test_inspect_40x12(snap_compare, make_app):

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ui.helpers import NARROW, WIDE, run_before
 
-from tests.ui.helpers import NARROW, WIDE, run_before
 from tokview.core.analysis import analyze
 from tokview.ui.examples import short_capture
 

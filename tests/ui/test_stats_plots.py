@@ -7,8 +7,8 @@ import re
 
 import pytest
 from textual_plotext import PlotextPlot
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.ui.screens.stats import StatsScreen, integer_ticks
 from tokview.ui.widgets.bar_chart import BarChart, bar_lines
 

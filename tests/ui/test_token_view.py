@@ -6,8 +6,8 @@ import pytest
 from facts import IM_USER, THINK_CLOSE
 from rich.cells import cell_len
 from textual.app import App, ComposeResult
+from ui.helpers import InspectApp
 
-from tests.ui.helpers import InspectApp
 from tokview.core.analysis import analyze
 from tokview.ui import display as d
 from tokview.ui.examples import long_capture

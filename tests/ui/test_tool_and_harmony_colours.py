@@ -6,8 +6,8 @@ delimiter. Contrast of every class: test_contrast.py::test_token_panes_reach_aa 
 from __future__ import annotations
 
 from facts import IM_END, THINK_CLOSE
+from ui.helpers import InspectApp
 
-from tests.ui.helpers import InspectApp
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture

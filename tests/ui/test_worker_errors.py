@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from textual.widgets import Input, Select, Static, TextArea
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.batch.config import BatchProgress
 from tokview.batch.progress import progress_line
 from tokview.sim import SimConfig, start_simulator
