@@ -8,9 +8,11 @@ The finding filter parser_split_mismatch shows 400, a first, in id order (one se
 
 from __future__ import annotations
 
+from typing import Any
+
 from builders import make_capture, put
 
-KINDS = (
+KINDS: tuple[tuple[str, int, dict[str, Any]], ...] = (
     ("a", 350, {"reasoning_text": "x"}),
     ("b", 50, {"reasoning_text": "x", "finish_reason": "length", "stop": False}),
     ("c", 100, {}),

@@ -131,6 +131,7 @@ def _redirect(handler: Handler, upstream: Upstream) -> Answer:
 
 def _redirect_to_self(handler: Handler, upstream: Upstream) -> Answer:
     host, port = handler.server.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     return Answer(307, b"", headers={"location": f"http://{host}:{port}{handler.path}"}, content_type="text/plain")
 
 
@@ -235,6 +236,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _upstream(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
         parts = urlsplit(self.server.upstream_url)
+        assert parts.hostname is not None
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
         try:
             keep = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection", "content-length")}
@@ -296,4 +298,5 @@ def hostile_proxy(
 
 def proxy_url(server: ProxyServer, userinfo: str = "") -> str:
     host, port = server.server_address[:2]
+    host = host.decode() if isinstance(host, bytes) else host
     return f"http://{userinfo + '@' if userinfo else ''}{host}:{port}"

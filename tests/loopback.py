@@ -19,7 +19,13 @@ def serve_asgi(app: Any) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="error", lifespan="off", access_log=False, timeout_graceful_shutdown=0.2)
+        uvicorn.Config(
+            app,
+            log_level="error",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=0.2,  # type: ignore[arg-type]  # uvicorn waits a float of seconds; typed int
+        )
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

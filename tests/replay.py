@@ -79,7 +79,7 @@ def serve(replay: Replay) -> Iterator[str]:
 
 
 def sglang_routes(**overrides: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    routes = {
+    routes: dict[str, list[dict[str, Any]]] = {
         "/get_model_info": [{"json": {"model_path": "tiny-kimi", "is_generation": True}}],
         "/get_server_info": [{"json": {"version": "0.5.23"}}],
         "/v1/models": [{"json": {"object": "list", "data": [{"id": "tiny-kimi"}]}}],

@@ -306,6 +306,7 @@ async def test_concurrent_captures_match_sequential(vllm_surface_url: str) -> No
         await pool.aclose()
     tok = surface_tokenizer()
     for request, a, b in zip(requests, together, alone):
+        assert request.messages is not None
         assert a.prompt_ids == tok.render(request.messages, add_generation_prompt=True)
         assert (a.prompt_ids, a.output_ids) == (b.prompt_ids, b.output_ids)
         assert a.output_ids[-1] == IM_END

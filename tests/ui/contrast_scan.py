@@ -18,8 +18,8 @@ AA = 4.5
 def luminance(color: Color) -> float:
     r, g, b = color.get_truecolor()
 
-    def channel(c: int) -> float:
-        c = c / 255
+    def channel(byte: int) -> float:
+        c = byte / 255
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
     return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
