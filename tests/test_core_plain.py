@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from plain_tokenizer import ENDOFTEXT, IM_END, build_plain_tokenizer_dir
@@ -20,6 +21,7 @@ from tokview.core.analysis import analyze
 from tokview.core.findings import FINDING_CODES, default_severity
 from tokview.core.profiles import (
     BUILTIN_PROFILES,
+    ModelProfile,
     ProfileError,
     detect_profile,
     get_profile,
@@ -29,7 +31,7 @@ from tokview.core.profiles import (
 )
 from tokview.core.record import Capture
 from tokview.core.resolve import load_tokenizer_and_profile, resolve_for_stored
-from tokview.core.tokenizer import load_tokenizer
+from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 ANSWER = "The answer is forty-two."
@@ -151,8 +153,8 @@ def test_plain_aliases():
 
 @dataclasses.dataclass
 class Plain:
-    tok: object
-    profile: object
+    tok: TokenizerAdapter
+    profile: ModelProfile
 
     @property
     def prompt(self) -> list[int]:
@@ -167,7 +169,7 @@ class Plain:
 
     def capture(self, **changes) -> Capture:
         out = changes.pop("output_ids") if "output_ids" in changes else self.output()
-        base = dict(
+        base: dict[str, Any] = dict(
             prompt_ids=self.prompt,
             output_ids=out,
             finish_reason="stop",

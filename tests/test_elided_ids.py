@@ -93,7 +93,7 @@ async def test_recorded_bodies_are_stored_without_their_ids_and_read_back_as_ser
 
 def test_a_list_equal_only_by_value_stays_in_the_body() -> None:
     """1.0 == 1 and True == 1 in Python: such a list is not the ids' copy and is stored as it came."""
-    body = {
+    body: dict[str, Any] = {
         "floats": [float(i) for i in IDS],
         "flags": [True] + [1] * (len(IDS) - 1),
         "tuple": tuple(IDS),

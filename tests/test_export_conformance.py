@@ -162,7 +162,8 @@ def speculators_render(conversation: list[dict], hf_tok, kwargs: dict) -> list[t
     """speculators prepare_data.py --render-endpoint (`_render_boundary_rows`): a row per assistant turn."""
     conv = []
     for t in conversation:
-        role = {"human": "user", "gpt": "assistant"}.get(t.get("from", t.get("role")), t.get("from", t.get("role")))
+        speaker = t.get("from", t.get("role"))
+        role = {"human": "user", "gpt": "assistant"}.get(speaker, speaker) if speaker is not None else None
         turn = {"role": role, "content": t.get("value") or t.get("content") or ""}
         if t.get("thinking") or t.get("reasoning_content"):
             turn["thinking"] = turn["reasoning_content"] = t.get("thinking") or t.get("reasoning_content")

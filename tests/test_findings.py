@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from facts import (
@@ -20,9 +21,10 @@ from facts import (
     RECORDINGS,
 )
 from finding_family import Family
-from test_chain_findings import CHAIN_CASES
-from test_harmony_findings import HARMONY_CASES
+from test_chain_findings import CHAIN_CASES, ChainCase
+from test_harmony_findings import HARMONY_CASES, HarmonyCase
 from test_tool_calls_findings import KIMI_ONLY, TOOL_CASES
+from test_tool_calls_findings import Case as ToolCallCase
 
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import first_difference
@@ -140,7 +142,7 @@ class Case:
 
 ABSENT: Callable[[Family, Capture], tuple[int, ...]] = lambda f, c: ()  # noqa: E731
 
-CASES = {
+CASES: dict[str, Case | ToolCallCase | ChainCase | HarmonyCase] = {
     "empty_output": Case(lambda f: f.capture(output_ids=[], usage={}), lambda f: f.capture(), ABSENT),
     "unknown_token_id": Case(
         lambda f: f.capture(output_ids=f.output(answer=[*f.answer, f.tok.vocab_size])),
@@ -573,7 +575,7 @@ def test_a_reencode_made_ahead_is_what_the_drift_check_compares(kimi_tok, kimi_p
     again = reencode_output(kimi_tok, capture.output_ids)
     assert again == kimi_tok.encode(kimi_tok.decode(capture.output_ids))
 
-    def drift(**kw: object) -> list[str]:
+    def drift(**kw: Any) -> list[str]:
         found = analyze(capture, kimi_profile, kimi_tok, **kw).findings
         return [f.detail for f in found if f.code == "retokenize_drift"]
 

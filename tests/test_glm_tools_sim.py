@@ -69,6 +69,7 @@ def _run(tmp_path: Path, tok_dir: Path, quirks: dict) -> list:
         ids = [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY turn")]
         turns = [store.load_sample(i) for i in ids]
         for s in turns:  # the stored request asked again: the server serves the stored ids
+            assert s.capture.raw_request is not None
             again = httpx.post(sim.url + "/v1/chat/completions", json=s.capture.raw_request["body"], timeout=30).json()
             assert s.capture.prompt_ids == again["prompt_token_ids"]
             assert s.capture.output_ids == again["choices"][0]["token_ids"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -43,7 +44,7 @@ CALL = {
     ],
 }
 RESULT = {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny"}
-OUTPUTS = {
+OUTPUTS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]] = {
     "answer": (
         ASK,
         None,

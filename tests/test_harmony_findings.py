@@ -50,7 +50,7 @@ class HarmonyFamily:
 
     def capture(self, text: str = CLEAN, **changes: Any) -> Capture:
         out = self.ids(text)
-        base = dict(
+        base: dict[str, Any] = dict(
             prompt_ids=list(self.prompt),
             output_ids=out,
             finish_reason="stop",

@@ -31,7 +31,7 @@ TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.
 PROMPTS = 96
 """Enough for `--workers 2` to spawn its child (32 items a worker at least) on the first two starts."""
 ONE_WORKER_LIMIT = 40
-SIM = {"kind": "vllm", "seed": 7}
+SIM: dict[str, Any] = {"kind": "vllm", "seed": 7}
 
 
 def batch_argv(url: str, prompts: Path, db: Path, *extra: str, concurrency: int = 2) -> list[str]:

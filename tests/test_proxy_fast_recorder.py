@@ -7,6 +7,7 @@ import os
 import httpx
 import pytest
 
+from tokview.proxy.recorder_process import RecorderProcess
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
 from tokview.sim.server import start_simulator
@@ -29,6 +30,7 @@ def test_the_recorder_process_runs_every_thread_at_a_lower_priority_and_still_re
             record_in="process",
         )
         with start_proxy(config) as proxy:
+            assert isinstance(proxy.recorder, RecorderProcess)
             pid = proxy.recorder.process.pid
             body = {"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
             assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200

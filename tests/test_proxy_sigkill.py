@@ -112,6 +112,8 @@ def _landed(db) -> int:
         import duckdb
 
         with duckdb.connect(str(db), read_only=True) as conn:
-            return conn.execute("SELECT count(*) FROM samples").fetchone()[0]
+            row = conn.execute("SELECT count(*) FROM samples").fetchone()
+            assert row is not None
+            return row[0]
     except Exception:  # held by the proxy's landing this instant: the parts count says the rest
         return 0

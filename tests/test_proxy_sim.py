@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from tokview.proxy.recorder_process import RecorderProcess
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
 from tokview.sim.server import start_simulator
@@ -67,7 +68,7 @@ def proxy(sim, tmp_path, kimi_tok, kimi_profile) -> Iterator[Any]:
         [sim.url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=kimi_tok, profile=kimi_profile
     )
     with start_proxy(config) as running:
-        running.db = config.db
+        running.db = config.db  # type: ignore[attr-defined]  # the tests read the proxy's store beside it
         yield running
 
 
@@ -242,7 +243,7 @@ def test_header_and_user_name_sessions(sim, proxy) -> None:
 
 async def _answer_recorded_vllm(scope: Any, receive: Any, send: Any) -> None:
     """A vLLM that answers every request with the recorded tool-call answer."""
-    from tests.test_proxy_ids import REC
+    from test_proxy_ids import REC
 
     if scope["type"] != "http":
         return
@@ -392,6 +393,7 @@ def test_recording_in_a_child_process_records_every_turn_and_the_loop_process_do
         [sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, record_in="process"
     )
     with start_proxy(config) as proxy, httpx.Client() as client:
+        assert isinstance(proxy.recorder, RecorderProcess)
         assert proxy.recorder.process.pid != os.getpid()
         assert proxy.recorder.process.is_alive()
         first = _chat(sim.cfg.model_name, False, user="carol")
@@ -431,6 +433,7 @@ def test_a_burst_bigger_than_the_pipe_reaches_the_recorder_process_whole(tmp_pat
             with ThreadPoolExecutor(16) as pool:
                 assert list(pool.map(ask, range(16))) == [200] * 16
             proxy.stop()
+            assert proxy.recorder is not None
             assert proxy.recorder.recorded == 16
             assert proxy.recorder.recording
     rows = _stored(db)

@@ -58,6 +58,7 @@ async def test_sglang_generate_recorded() -> None:
         "no_stop_trim": True,
         "sampling_seed": 7,
     }
+    assert cap.raw_request is not None
     assert cap.raw_request["body"] == body
     assert cap.raw_response == rec("sgl_generate.json")
 
@@ -130,6 +131,7 @@ async def test_sglang_chat_and_dual_recorded() -> None:
     assert dual.reasoning == chat.reasoning
     assert dual.parsed_raw_response == rec("sgl_chat_ns.json")
     assert dual.raw_response == rec("sgl_generate.json")
+    assert dual.raw_request is not None
     assert dual.raw_request["parsed"]["body"]["return_token_ids"]
 
 
@@ -173,6 +175,7 @@ async def test_vllm_chat_completions_and_stream_recorded() -> None:
     assert comp.endpoint == "vllm-completions"
     assert comp.output_ids == OUTPUT
     assert comp.prompt_ids == PROMPT
+    assert comp.raw_request is not None
     assert comp.raw_request["body"]["prompt"] == PROMPT
     assert comp.raw_request["body"]["return_token_ids"] is True
 
@@ -187,6 +190,7 @@ async def test_vllm_reasoning_content_fallback() -> None:
         async with fast_pool(url) as pool:
             cap = await pool.capture(request("dual"))
     assert cap.reasoning_field == "reasoning_content"
+    assert cap.reasoning is not None
     assert cap.reasoning.startswith("Okay")
     assert cap.endpoint == "dual"
     assert cap.output_ids == OUTPUT

@@ -61,6 +61,7 @@ async def test_sglang_generate_plain_and_both_stream_modes(kimi_tok: Any, quirks
     assert streamed.text == plain.text
     assert streamed.raw_response["mode"] == ("incremental" if quirks else "cumulative")
     assert plain.usage["completion_tokens"] == len(plain.output_ids)
+    assert plain.text is not None
     assert "</think>" in plain.text
     assert plain.text.endswith("<|im_end|>")  # skip_special false, no_stop_trim
     assert analyze(plain, KIMI, kimi_tok).valid

@@ -186,6 +186,7 @@ def _hold(tmp_path: Path, db: Path, seconds: float) -> subprocess.Popen:
     script = tmp_path / "tokview"
     script.write_text(HOLDER)
     proc = subprocess.Popen([sys.executable, str(script), "batch", str(db), str(seconds)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"held"
     return proc
 

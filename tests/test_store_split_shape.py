@@ -83,7 +83,7 @@ def test_a_sample_row_is_built_by_keyword():
     from tokview.store.sample_rows import SampleRow
 
     with pytest.raises(TypeError):
-        SampleRow("s", "p", None, "pending", True, "stop", 1, 2, [], 0)  # type: ignore[misc]
+        SampleRow("s", "p", None, "pending", True, "stop", 1, 2, [], 0)
 
 
 def test_record_verdict_takes_what_follows_the_reason_by_keyword(tmp_path):

@@ -5,14 +5,14 @@ file's."""
 from __future__ import annotations
 
 from builders import make_capture, put
+from ui.helpers import settle
 
-from tests.ui.helpers import settle
 from tokview.store.conversation_turns import conversation_turns
 
 
 def _conversation(store, prompt_id: str, served: bool) -> list[str]:
     """Three turns of one conversation; a served chain records `settings.chain` (turn 2's prompt breaks)."""
-    ids = []
+    ids: list[str] = []
     for turn in range(3):
         capture = make_capture(f"question {turn}")
         if served:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from tokview.core import spec_decode as sd
 from tokview.core.record import Capture
@@ -10,7 +11,7 @@ from tokview.ui.heat import HEAT_MODES, heat_detail, heat_levels, prob_level, un
 
 
 def _capture(**kw) -> Capture:
-    base = dict(prompt_ids=[1, 2, 3], output_ids=[10, 11, 12, 13, 14, 15], finish_reason="stop")
+    base: dict[str, Any] = dict(prompt_ids=[1, 2, 3], output_ids=[10, 11, 12, 13, 14, 15], finish_reason="stop")
     base.update(kw)
     return Capture(**base)
 
