@@ -29,7 +29,8 @@ from tokview.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
 PROMPTS = 96
-"""Enough for `--workers 2` to spawn its child (32 items a worker at least) on the first two starts."""
+"""Enough for `--workers 2` to spawn its child on the first two starts (conftest sets TOKVIEW_MIN_PROMPTS_PER_WORKER
+to 32 items a worker; by default one is spawned per 250)."""
 ONE_WORKER_LIMIT = 40
 SIM: dict[str, Any] = {"kind": "vllm", "seed": 7}
 
