@@ -113,7 +113,7 @@ async def test_a_probe_cancelled_before_its_first_request_is_out_ends_with_it():
                 raise
 
     pool = Pool()
-    probing = asyncio.create_task(preload.probe(pool))  # type: ignore[arg-type]
+    probing = asyncio.create_task(preload.probe(pool))
     await asyncio.sleep(0)  # the probe's first turn: its start is under way
     probing.cancel()
     try:

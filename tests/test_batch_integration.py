@@ -240,7 +240,9 @@ def _count(db: Path) -> int:
             wal_copy.unlink()
         con = duckdb.connect(str(copy), read_only=True)
         try:
-            return con.execute("SELECT count(*) FROM samples").fetchone()[0]
+            row = con.execute("SELECT count(*) FROM samples").fetchone()
+            assert row is not None
+            return row[0]
         finally:
             con.close()
     except (duckdb.Error, OSError):

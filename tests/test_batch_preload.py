@@ -24,7 +24,7 @@ def test_the_run_takes_the_preloaded_tokenizer(qwen_tok_dir):
         loads.append(1)
         return load()
 
-    config.load_tokenizer_and_profile = counted  # type: ignore[method-assign]
+    config.load_tokenizer_and_profile = counted
     preload.start(config)
     preload.start(config)  # a second start while one is under way adds nothing
     tokenizer, profile = config.tokenizer_and_profile()

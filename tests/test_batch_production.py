@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import kimi, profile
@@ -310,13 +311,13 @@ def test_the_vocabulary_fingerprint_is_cached_by_the_tokenizer_files(tmp_path, m
     assert identity.vocab_fingerprint(tok) == tok.vocab_fingerprint()
     calls = []
     fresh = load_tokenizer(folder)
-    fresh.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
+    fresh.vocab_fingerprint = lambda: calls.append(1) or "recomputed"
     assert identity.vocab_fingerprint(fresh) == tok.vocab_fingerprint()
     assert not calls  # from the cache
     config = folder / "tokenizer_config.json"
     config.write_text(config.read_text() + " ")  # other files: the cache entry no longer applies
     edited = load_tokenizer(folder)
-    edited.vocab_fingerprint = lambda: calls.append(1) or "recomputed"  # type: ignore[method-assign]
+    edited.vocab_fingerprint = lambda: calls.append(1) or "recomputed"
     assert identity.vocab_fingerprint(edited) == "recomputed"
     assert calls == [1]
 
@@ -363,7 +364,7 @@ def test_two_workers_stop_at_once_when_the_parent_cannot_write_a_part(tmp_path):
     assert out.stderr.strip().splitlines()[-1] == f"tokview: error: cannot write to {db}.parts: File exists"
 
 
-async def _filled(db: Path, prompts: Path, sim_config: SimConfig, **config: object) -> None:
+async def _filled(db: Path, prompts: Path, sim_config: SimConfig, **config: Any) -> None:
     with start_simulator(sim_config) as sim, Store(db) as store:
         await run_batch(BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=30, **config), store)
 

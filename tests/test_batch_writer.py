@@ -39,7 +39,7 @@ def test_closing_lands_the_written_parts_while_the_last_captures_are_still_analy
                 landed_by.append(threading.current_thread().name)
             return got
 
-        store.ingest = ingest  # type: ignore[method-assign]
+        store.ingest = ingest
         writer = GroupWriter(store, profile=profile(), tokenizer=kimi(), run_id="r", group_s=0.01, ingest_s=3600)
         writer.add_sample(item(0), make_capture("q0"))
         for _ in range(3000):
