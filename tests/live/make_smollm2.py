@@ -126,7 +126,7 @@ def build_tokenizer(tokens: list[str], merges: list[str], token_types: list[int]
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    pairs = [(left, right) for left, right in (m.split(" ", 1) for m in merges)]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [

@@ -33,6 +33,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # Run as a script under the vLLM venv, where neither tokview nor the tests are on sys.path: the repository root
 # gives the layout builder, tests/ the Kimi facts (a standard-library-only module) every test also reads.
@@ -55,7 +56,7 @@ LM_HEAD_SCALE = 4.0
 PROMPT_IDS = list(KIMI_PROMPT_6X7)
 MODEL_INFO = "tiny_kimi.json"
 
-LLAMA_CONFIG = dict(
+LLAMA_CONFIG: dict[str, Any] = dict(
     vocab_size=VOCAB_SIZE,
     hidden_size=64,
     intermediate_size=128,
@@ -155,7 +156,7 @@ def extend_tokenizer(out_dir: Path, texts: list[str] | None = None, variant: str
     old_merges = data["model"]["merges"]
     as_lists = bool(old_merges) and isinstance(old_merges[0], list)
     ours = [list(m) if as_lists else f"{m[0]} {m[1]}" for m in merges]
-    taken = {tuple(m) if as_lists else tuple(m.split(" ", 1)) for m in ours}
+    taken = {tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in ours}
     rest = [m for m in old_merges if (tuple(m) if as_lists else tuple(m.split(" ", 1))) not in taken]
     data["model"]["merges"] = ours + rest
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -566,7 +567,7 @@ def turns_markers(tok) -> tuple[int, int]:
     ids = tuple(tok.token_to_id(byte_level_pieces(w)[0]) for w in (ROUND_MARKER, CALL_MARKER))
     if None in ids:
         raise SystemExit(f"a marker word is not one token: {ids}")
-    return ids  # type: ignore[return-value]
+    return ids
 
 
 def apply_turns(model, hf_tok, outputs: list[list[int]]) -> float:
@@ -730,7 +731,7 @@ def verify(model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    rendered = tok.apply_chat_template(
+    rendered: Any = tok.apply_chat_template(
         [{"role": "user", "content": "What is 6 times 7?"}], add_generation_prompt=True, tokenize=True
     )
     rendered = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
@@ -746,7 +747,7 @@ def tool_turns() -> tuple[list[dict], list[dict]]:
     """The two turns of the weather conversation (recordings/tools README, turns 1 and 2 with reasoning_content)."""
     first = [{"role": "user", "content": TOOL_QUESTION}]
     call = {"id": TOOL_CALL_ID, "type": "function", "function": {"name": "get_weather", "arguments": TOOL_ARGUMENTS}}
-    second = [
+    second: list[dict] = [
         *first,
         {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": TOOL_REASONING},
         {"role": "tool", "tool_call_id": TOOL_CALL_ID, "content": TOOL_RESULT},
@@ -762,7 +763,7 @@ def verify_tools(model_dir: Path) -> None:
     tok = AutoTokenizer.from_pretrained(str(model_dir))
 
     def render(messages: list[dict]) -> list[int]:
-        ids = tok.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
+        ids: Any = tok.apply_chat_template(messages, tools=[WEATHER_TOOL], add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     first, second = tool_turns()
@@ -803,7 +804,7 @@ def verify_agent(model_dir: Path) -> None:
     results = ["rainy, 21 degrees", "49", "81"]
     previous: list[int] = []
     for turn, expected in enumerate(info["turn_output_ids"]):
-        ids = tok.apply_chat_template(
+        ids: Any = tok.apply_chat_template(
             agent_messages(turn, results), tools=[WEATHER_TOOL, SQUARE_TOOL], add_generation_prompt=True, tokenize=True
         )
         prompt = list(ids["input_ids"] if hasattr(ids, "keys") else ids)

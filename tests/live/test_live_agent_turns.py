@@ -112,12 +112,13 @@ def test_a_two_user_turn_loop_trace_is_regenerated_as_a_chain_token_exact(tmp_pa
     assert break_at == len(turns[0].capture.prompt_ids)
     assert turns[3].capture.prompt_ids[break_at] == 163607 != turns[0].capture.output_ids[0]
     sent = turns[3].capture.messages
+    assert sent is not None
     assert [m["content"] for m in sent if m["role"] == "user"] == [
         info["texts"]["question"],
         info["texts"]["question_2"],
     ]
     assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == [
-        c["id"] for s in turns[:2] for c in s.capture.tool_calls
+        c["id"] for s in turns[:2] for c in s.capture.tool_calls or []
     ], "the file's results follow the served calls, under the served ids"
 
     for g, sample in enumerate(turns):  # token-exact: the server serves these ids for the stored body again

@@ -29,6 +29,7 @@ def _check_spec(cap) -> sd.SpecDecode:
     assert spec.schema == "vllm", cap.spec_decode
     assert spec.num_spec_tokens == 3
     out = sd.summary(cap.spec_decode, cap.prompt_ids, cap.output_ids, cap.finish_reason, surface_profile())
+    assert out is not None
     if spec.steps == 0:  # nothing repeated: vLLM sends null per-step lists
         assert spec.per_step_accepted is None
         assert spec.mean_acceptance_length == 1.0
@@ -36,6 +37,7 @@ def _check_spec(cap) -> sd.SpecDecode:
         assert "no step drafted" in out["segments_unavailable"]
         return spec
     assert spec.per_step_accepted is not None
+    assert spec.per_step_drafted is not None and spec.histogram is not None
     assert len(spec.per_step_accepted) == spec.steps  # detailed mode
     assert sum(spec.per_step_accepted) == spec.accepted
     assert sum(spec.per_step_drafted) == spec.drafted
@@ -55,8 +57,9 @@ async def test_ngram_drafts_on_a_prompt_that_repeats_the_answer(vllm_surface_url
     cap = await capture(vllm_surface_url, mode="chat", stream=stream, messages=ECHO)
     assert cap.output_ids == KIMI_CHAIN_OUTPUT
     spec = _check_spec(cap)
-    assert spec.steps > 0
+    assert spec.steps is not None and spec.steps > 0
     assert spec.per_step_drafted
+    assert spec.per_step_accepted is not None
     assert 1 + sum(a + 1 for a in spec.per_step_accepted) < 18
 
 
@@ -77,6 +80,7 @@ async def test_spec_metrics_on_completions(vllm_surface_url: str) -> None:
 async def test_logprobs_with_ids(vllm_surface_url: str, mode: str) -> None:
     cap = await capture(vllm_surface_url, mode=mode, settings={**GREEDY, "thinking": True, "logprobs": 2})
     assert cap.output_ids == KIMI_CHAIN_OUTPUT
+    assert cap.output_logprobs is not None and cap.output_top_ids is not None and cap.output_top_logprobs is not None
     assert len(cap.output_logprobs) == len(cap.output_top_ids) == len(cap.output_top_logprobs) == 18
     assert all(len(top) == 2 for top in cap.output_top_ids)
     assert [top[0] for top in cap.output_top_ids] == KIMI_CHAIN_OUTPUT  # greedy: the sampled id is the best
@@ -97,11 +101,13 @@ async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface
         summary = await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2, timeout=120.0), store)
         assert (summary.ok, summary.failed, summary.off_policy) == (2, 0, 1)
         scored = store.load_sample("own@live_gen0").capture
+        assert scored.target_top_ids is not None and scored.target_score is not None
         assert scored.target_logprobs == pytest.approx(scored.output_logprobs, abs=0.05)
         assert [top[0] for top in scored.target_top_ids] == KIMI_CHAIN_OUTPUT
         assert scored.target_score["mean_nll"] < 0.1
         assert not scored.target_score["off_policy"]
         off = store.load_sample("foreign@live_gen0")
+        assert off.capture.target_score is not None
         assert off.capture.target_score["off_policy"]
         assert off.capture.target_score["mean_nll"] > 2.0
         assert "off_policy" in [f.code for f in off.findings]
