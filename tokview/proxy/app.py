@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from tokview.proxy.recorder_process import RecorderProcess
 
 PROXY_KEY_HEADER = "x-tokview-proxy-key"
+DONE_EVENT = b"data: [DONE]"
+"""The event that ends an OpenAI-compatible stream (vLLM and SGLang send it last)."""
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -88,6 +90,10 @@ class _Exchange:
     injection: ids.Injection | None = None
     started: float = field(default_factory=time.perf_counter)
     chunks_sent: int = 0
+    delivered: list[bytes] | None = None
+    """A stream whose `data: [DONE]` the client has been sent: the pieces read so far. The client holds the
+    whole answer then, so its leaving before the upstream's body ends (the `openai` client stops reading at
+    `[DONE]`) is no abandonment: the answer is recorded."""
 
 
 class ProxyApp:
@@ -118,11 +124,11 @@ class ProxyApp:
         try:
             await self._forward(ex, request.query, client)
         except ClientGone:
-            self._abandoned(ex)
+            self._left(ex)
         except asyncio.CancelledError:
             if not client.lost:
                 raise
-            self._abandoned(ex)  # the upstream request was closed on the way out
+            self._left(ex)  # the upstream request was closed on the way out
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         assert self.key is not None
@@ -230,6 +236,8 @@ class ProxyApp:
             if out:
                 await client.send(out)
                 ex.chunks_sent += n
+                if DONE_EVENT in out:
+                    ex.delivered = pieces
         await client.end(splitter.rest())
         self._record_later(ex, b"".join(pieces), stream=True)
 
@@ -245,7 +253,11 @@ class ProxyApp:
         named, user = self._session_of(ex)
         self.recorder.take(Failed(reason, ex.upstream.url, named, user))
 
-    def _abandoned(self, ex: _Exchange) -> None:
+    def _left(self, ex: _Exchange) -> None:
+        """The client went away: after its stream's `[DONE]` the answer is whole and recorded, else abandoned."""
+        if ex.delivered is not None:
+            self._record_later(ex, b"".join(ex.delivered), stream=True)
+            return
         self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
 
     def _record_later(self, ex: _Exchange, raw: bytes, *, stream: bool) -> None:
