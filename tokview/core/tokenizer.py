@@ -244,6 +244,12 @@ def server_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _is_harmony_template(template: str | None) -> bool:
+    """A Harmony (gpt-oss) template. vLLM renders those conversations through openai-harmony, which writes a
+    history call's arguments as the text the client sent, not the parsed object the Jinja path gets."""
+    return template is not None and "<|channel|>" in template
+
+
 def _parsed_call(call: object) -> object:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(call, dict) or not isinstance(function, dict):
@@ -468,7 +474,7 @@ class TokenizerAdapter:
             return text
         try:
             text = self.tok.apply_chat_template(
-                server_messages(messages),
+                messages if _is_harmony_template(self.chat_template) else server_messages(messages),
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
                 **(template_kwargs or {}),
