@@ -8,6 +8,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,7 +148,11 @@ def test_head_and_kept_connections_go_through(sim, proxy) -> None:
         assert through.status_code == direct.status_code and through.content == b""
         answers = [client.get(proxy.url + "/v1/models") for _ in range(3)]  # one client connection, one upstream
     assert all(a.status_code == 200 and a.json()["data"] for a in answers)
-    assert len(proxy.app.upstreams[0].pool._idle) == 1
+    pool = proxy.app.upstreams[0].pool
+    deadline = time.monotonic() + 5  # the connection goes back to the pool just after the client has its answer
+    while not pool._idle and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(pool._idle) == 1
 
 
 def test_a_malformed_request_is_refused_with_400_and_the_connection_closed(proxy) -> None:
