@@ -149,12 +149,9 @@ def launch_or_explain(cfg: SimConfig, launch: Callable[[SimConfig], Simulator]) 
     --trust-remote-code (a flag `sim` does not take) is replaced by what does work."""
     from tokview.core.tokenizer import TokenizerError
     from tokview.errors import UserError
-    from tokview.sim.server import CannotListen
 
     try:
         return launch(cfg)
-    except CannotListen as exc:
-        raise UserError(f"{exc}: choose another --port (0 picks a free one)") from None
     except TokenizerError:
         folder = cfg.tokenizer_dir
         code = sorted(p.name for p in Path(folder).expanduser().glob("tokenization_*.py")) if folder else []

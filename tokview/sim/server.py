@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
+from tokview.errors import UserError
 from tokview.sim import faults, sglang, vllm
 from tokview.sim.common import SimState, SimStats
 from tokview.sim.config import SimConfig, SimConfigError
@@ -30,8 +31,14 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 
-class CannotListen(OSError):
-    """The simulator's address is taken or not allowed: the user's to change (`--port`), not a bug."""
+LISTEN_HINT = "choose another --port (0 picks a free one)"
+
+
+class CannotListen(UserError):
+    """The simulator's address is taken or not allowed: the user's to change (`--port`), not a bug. Raised
+    worded for the user, so every caller of `launch` (the command, the demo, a test) shows the same line."""
+
+    title = "cannot listen"
 
 
 @lru_cache(maxsize=8)
@@ -143,7 +150,7 @@ def launch(cfg: SimConfig) -> Simulator:
         sock.bind((cfg.host, cfg.port))
     except OSError as exc:
         sock.close()
-        raise CannotListen(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}") from None
+        raise CannotListen(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}: {LISTEN_HINT}") from None
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
