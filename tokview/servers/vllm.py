@@ -8,6 +8,7 @@ after; on completions, both in the choice. The reasoning field is `reasoning` fr
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ from tokview.servers.shapes import (
     text_of,
     too_long_to_score,
 )
+from tokview.untrusted_text import has_lone_surrogate
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 EFFORT_FIELD = "reasoning_effort"
@@ -80,7 +82,105 @@ def merge_chat_stream(
 
     Any shape no server sends (a choice that is not an object, ids that are not integers, a text
     delta that is not a string) raises Retryable "malformed response", never a TypeError.
-    """
+
+    A stream of plain chunks (one choice, text deltas and ids, no logprobs or tool calls: what every
+    generation without them streams) is merged in one quick pass (`_merge_plain`) whose checks run once over
+    the whole answer; anything else, or anything those checks refuse, takes the chunk-by-chunk walk
+    (`merge_chat_stream_walk`), so the result and every error are the walk's. Why: the walk's dozen calls per
+    chunk were ~10% of the proxy recorder's CPU per stream (0.35 ms of a 256-chunk stream)."""
+    merged = _merge_plain(chunks, where, logprobs_asked)
+    return merged if merged is not None else merge_chat_stream_walk(chunks, where, logprobs_asked)
+
+
+_PLAIN_DELTA_KEYS = frozenset(("role", "content", "reasoning", "reasoning_content"))
+
+
+def _merge_plain(chunks: list[dict[str, Any]], where: str, logprobs_asked: bool) -> dict[str, Any] | None:
+    """`merge_chat_stream_walk`'s result for a stream of plain chunks, or None when a chunk is not one (or a
+    check fails: the walk then says which and where)."""
+    prompt_ids: Any = None
+    id_lists: list[list[Any]] = []
+    texts: dict[str, list[str]] = {"content": [], "reasoning": [], "reasoning_content": []}
+    seen_keys: set[str] = set()
+    finish = matched = None
+    usage: dict[str, Any] = {}
+    spec = None
+    for chunk in chunks:
+        if type(chunk) is not dict:
+            return None
+        if prompt_ids is None and type(chunk.get("prompt_token_ids")) is list:
+            prompt_ids = chunk["prompt_token_ids"]
+        if type(chunk.get("usage")) is dict:
+            usage = chunk["usage"]
+        if "metrics" in chunk:
+            spec = spec_decode.from_vllm(chunk) or spec
+        choices = chunk.get("choices")
+        if not choices:
+            continue
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("index", 0) != 0 or choice.get("logprobs") is not None:
+            return None
+        if "prompt_token_ids" in choice:
+            return None
+        ids = choice.get("token_ids")
+        if ids is not None:
+            if type(ids) is not list:
+                return None
+            id_lists.append(ids)
+        delta = choice.get("delta")
+        if type(delta) is not dict or not delta.keys() <= _PLAIN_DELTA_KEYS:
+            return None
+        for key, text in delta.items():
+            if key != "role":
+                seen_keys.add(key)
+                if type(text) is str:
+                    if text:
+                        texts[key].append(text)
+                elif text is not None:
+                    return None
+        if choice.get("finish_reason"):
+            try:
+                finish, _ = finish_of(choice["finish_reason"], where)
+            except Retryable:
+                return None
+            matched = choice.get("matched_stop", choice.get("stop_reason"))
+    joined = {key: "".join(parts) for key, parts in texts.items() if parts}
+    if any(has_lone_surrogate(text) for text in joined.values()):
+        return None
+    output = list(itertools.chain.from_iterable(id_lists))
+    try:
+        ids_of(output, where, "token_ids")
+        if prompt_ids is not None:
+            ids_of(prompt_ids, where, "prompt_token_ids")
+    except Retryable:
+        return None
+    field_name = next((k for k in REASONING_KEYS if k in joined), None) or next(
+        (k for k in REASONING_KEYS if k in seen_keys), None
+    )
+    saw_ids = bool(id_lists)
+    side = chat_logprob_fields(None, output if saw_ids else None, where, logprobs_asked)
+    return {
+        "prompt_ids": prompt_ids,
+        "output_ids": output if saw_ids else None,
+        "finish_reason": finish,
+        "matched_stop": matched,
+        "reasoning": joined.get(field_name) if field_name else None,
+        "content": joined.get("content"),
+        "reasoning_field": field_name,
+        "tool_calls": None,
+        "usage": normalize_usage(usage),
+        "spec_decode": None if spec is None else spec.to_dict(),
+        **side,
+    }
+
+
+def merge_chat_stream_walk(
+    chunks: list[dict[str, Any]], where: str = "POST /v1/chat/completions (stream)", logprobs_asked: bool = False
+) -> dict[str, Any]:
+    """`merge_chat_stream` chunk by chunk, every field of every chunk checked where it is: any stream's merge,
+    and the reference the quick pass is tested against."""
     prompt_ids: list[int] | None = None
     output_ids: list[int] = []
     saw_ids = False
