@@ -8,15 +8,18 @@ still continue a conversation, the turn joins it and says where the ids first di
 team needs to know about the prompts its drafter will see.
 
 Only ids and messages of finished requests are kept (the newest turn of each session), in memory, for
-the `max_sessions` most recently used sessions. A new prompt is compared (memcmp) with every kept session
-that shares its first KEY_IDS ids: a harness whose sessions all share a long system prompt pays one
-comparison per open session.
+the `max_sessions` most recently used sessions. A new prompt is compared (memcmp) with the kept sessions
+that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
+sorted by length, so a new conversation among thousands that share one system prompt (shorter than any of
+their prompt + output ids) costs a bisection, not a comparison per open session.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
+import math
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -42,6 +45,8 @@ class _Session:
     last_sample: str | None = None
     message_keys: list[str] = field(default_factory=list)
     """Digests of the newest turn's messages plus its answer, each prefix's digest (see `_digests`)."""
+    indexed: tuple[int, int, str] = (0, 0, "")
+    """Its entry in `SessionBook._by_start`: (sequence length, order indexed, session id)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,9 @@ class SessionBook:
     def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS) -> None:
         self.run_id, self.max_sessions = run_id, max_sessions
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._by_start: dict[bytes, list[str]] = {}
+        self._by_start: dict[bytes, list[tuple[int, int, str]]] = {}
+        """Sessions by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
+        self._order = itertools.count()
         self._by_messages: dict[str, str] = {}
         self._counter = itertools.count(1)
 
@@ -158,16 +165,20 @@ class SessionBook:
 
     # -- indexes -------------------------------------------------------------------------------------
     def _index(self, session: _Session) -> None:
-        self._by_start.setdefault(session.sequence[: KEY_IDS * 4], []).append(session.session_id)
+        session.indexed = (len(session.sequence), next(self._order), session.session_id)
+        bisect.insort(self._by_start.setdefault(session.sequence[: KEY_IDS * 4], []), session.indexed)
         if session.message_keys:
             self._by_messages[session.message_keys[-1]] = session.session_id
 
     def _unindex(self, session: _Session) -> None:
-        ids = self._by_start.get(session.sequence[: KEY_IDS * 4])
-        if ids and session.session_id in ids:
-            ids.remove(session.session_id)
-            if not ids:
-                del self._by_start[session.sequence[: KEY_IDS * 4]]
+        key = session.sequence[: KEY_IDS * 4]
+        entries = self._by_start.get(key)
+        if entries:
+            at = bisect.bisect_left(entries, session.indexed)
+            if at < len(entries) and entries[at] == session.indexed:
+                del entries[at]
+            if not entries:
+                del self._by_start[key]
         if session.message_keys and self._by_messages.get(session.message_keys[-1]) == session.session_id:
             del self._by_messages[session.message_keys[-1]]
 
@@ -177,11 +188,21 @@ class SessionBook:
             self._unindex(oldest)
 
     def _longest_prefix(self, packed: bytes) -> _Session | None:
+        """The longest kept session whose prompt + output ids `packed` starts with; of equals, the first indexed."""
+        entries = self._by_start.get(packed[: KEY_IDS * 4])
+        if not entries:
+            return None
         best: _Session | None = None
-        for session_id in self._by_start.get(packed[: KEY_IDS * 4], ()):
+        best_len = -1
+        at = bisect.bisect_right(entries, (len(packed), math.inf))  # past every session no longer than the prompt
+        while at > 0:
+            at -= 1
+            length, _, session_id = entries[at]
+            if length < best_len:
+                break
             session = self._sessions[session_id]
-            if packed.startswith(session.sequence) and (best is None or len(session.sequence) > len(best.sequence)):
-                best = session
+            if packed.startswith(session.sequence):
+                best, best_len = session, length  # equals go on down to the first indexed
         return best
 
     def _by_message_prefix(self, messages: list[Any] | None) -> _Session | None:
