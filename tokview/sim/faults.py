@@ -15,6 +15,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from tokview.sim.config import FAULT_ORDER
 
@@ -116,7 +117,7 @@ class DroppedResponse(Response):
     def __init__(self, body: bytes, media_type: str = "application/json") -> None:
         super().__init__(content=body, media_type=media_type)
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         await send({"type": "http.response.body", "body": self.body[: max(1, len(self.body) // 2)], "more_body": True})
         raise ConnectionDropped("simulated dropped connection (fault drop-connection)")

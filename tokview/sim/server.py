@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.errors import UserError
@@ -28,6 +29,8 @@ from tokview.sim.common import SimState, SimStats
 from tokview.sim.config import SimConfig, SimConfigError
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from tokview.core.tokenizer import TokenizerAdapter
 
 
@@ -42,7 +45,7 @@ class CannotListen(UserError):
 
 
 @lru_cache(maxsize=8)
-def _tokenizer_and_profile(path: str) -> tuple[Any, ModelProfile]:
+def _tokenizer_and_profile(path: str) -> tuple[TokenizerAdapter, ModelProfile]:
     """Load once per process: tests start many simulators over the same tokenizer."""
     from tokview.core.tokenizer import load_tokenizer
 
@@ -50,7 +53,7 @@ def _tokenizer_and_profile(path: str) -> tuple[Any, ModelProfile]:
     return tok, detect_profile(tok)
 
 
-def tokenizer_for(cfg: SimConfig) -> tuple[Any, ModelProfile]:
+def tokenizer_for(cfg: SimConfig) -> tuple[TokenizerAdapter, ModelProfile]:
     if cfg.tokenizer_dir is None:
         from tokview.core.kimi_layout import kimi_tokenizer_dir
 
@@ -81,10 +84,10 @@ def served_profile(name: str, tokenizer: TokenizerAdapter) -> ModelProfile:
 class _CountRequests:
     """ASGI middleware: count every HTTP request per path."""
 
-    def __init__(self, app: Any, stats: SimStats) -> None:
+    def __init__(self, app: ASGIApp, stats: SimStats) -> None:
         self.app, self.stats = app, stats
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self.stats.requests[scope["path"]] += 1
         await self.app(scope, receive, send)
@@ -100,7 +103,7 @@ SURFACES = {"sglang": sglang.routes, "vllm": vllm.routes}
 """Server kind → the routes of its HTTP surface."""
 
 
-def build_app(state: SimState) -> Any:
+def build_app(state: SimState) -> ASGIApp:
     routes = SURFACES[state.cfg.kind](state)
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     return _CountRequests(app, state.stats)
@@ -109,7 +112,9 @@ def build_app(state: SimState) -> Any:
 class Simulator:
     """A running simulator: `url`, `stats`, `state`; `stop()` shuts it down."""
 
-    def __init__(self, cfg: SimConfig, state: SimState, server: Any, thread: threading.Thread, port: int) -> None:
+    def __init__(
+        self, cfg: SimConfig, state: SimState, server: uvicorn.Server, thread: threading.Thread, port: int
+    ) -> None:
         self.cfg, self.state, self._server, self._thread, self.port = cfg, state, server, thread, port
         self.url = f"http://{cfg.host}:{port}"
 
@@ -122,7 +127,7 @@ class Simulator:
         return self.state.profile
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> TokenizerAdapter:
         return self.state.tokenizer
 
     def stop(self) -> None:
@@ -133,7 +138,7 @@ class Simulator:
     def __enter__(self) -> Simulator:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
