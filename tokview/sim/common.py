@@ -13,9 +13,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -24,7 +24,7 @@ from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tokenizer import TokenizerError
 from tokview.sim import faults, glm_tools, tools
 from tokview.sim.config import SimConfig
-from tokview.sim.model import Generation, SimModel, request_seed
+from tokview.sim.model import Generation, Sampling, SimModel, request_seed
 from tokview.sim.spec import SimDistribution
 
 if TYPE_CHECKING:
@@ -37,10 +37,10 @@ DONE = "data: [DONE]\n\n"
 class SimStats:
     """Request counts, for tests and the demo (read from other threads; ints only)."""
 
-    requests: Counter = field(default_factory=Counter)
+    requests: Counter[str] = field(default_factory=Counter)
     """Per path."""
     generation: int = 0
-    faults: Counter = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -107,7 +107,7 @@ class SimState:
             return 0
         return 1 if value is None or value is True else int(value)
 
-    def generate(self, prompt: list[int], body: dict[str, Any], **sampling: Any) -> Generation:
+    def generate(self, prompt: list[int], body: dict[str, Any], **sampling: Unpack[Sampling]) -> Generation:
         """The model's answer to `prompt`, calling tools when the prompt declares them (`tokview.sim.tools`);
         a Harmony model's (gpt-oss) Harmony messages (`tokview.sim.harmony`)."""
         if self.profile.format == HARMONY:
@@ -215,7 +215,7 @@ def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: Any = 
         keep = max(1, min(3, len(events) - 2))
         events = events[:keep] + [sse(error_chunk), DONE]
 
-    async def gen() -> Any:
+    async def gen() -> AsyncIterator[str]:
         for event in events:
             yield event
 

@@ -18,7 +18,7 @@ import json
 import random
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.harmony import CALL, MESSAGE, parse_harmony
@@ -65,8 +65,8 @@ def ends_with_tool_result(prompt_text: str) -> bool:
     return last >= 0 and head.startswith("<|start|>functions.", last)
 
 
-def output_text(rng: random.Random, quirk: Any, call: tuple[str, dict[str, Any]] | None) -> str:
-    """The Harmony text the model writes, with the active quirks' failures in it."""
+def output_text(rng: random.Random, quirk: Callable[[str], object], call: tuple[str, dict[str, Any]] | None) -> str:
+    """The Harmony text the model writes, with the failures of the quirks `quirk` (name → its value) finds on."""
     if call is not None:
         name, args = call
         arguments = json.dumps(args)

@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from tokview.core.profiles import ModelProfile
 
@@ -66,9 +66,17 @@ class Generation:
     """True when the model's own stop id ended it (vLLM reports stop_reason null then)."""
 
 
-def request_seed(prompt_ids: Sequence[int], seed: Any, base_seed: int = 0) -> int:
-    """The request's `seed` if it sent one, else a stable hash of the prompt ids."""
-    if seed is not None and not isinstance(seed, bool):
+class Sampling(TypedDict, total=False):
+    """The sampling settings a request gives its generation (each server reads them from its own fields)."""
+
+    max_tokens: int | None
+    stop_token_ids: Sequence[int]
+    ignore_eos: bool
+
+
+def request_seed(prompt_ids: Sequence[int], seed: object, base_seed: int = 0) -> int:
+    """The request's `seed` if it sent one (a number, or text of one), else a stable hash of the prompt ids."""
+    if isinstance(seed, (int, float, str)) and not isinstance(seed, bool):
         try:
             return int(seed) + base_seed
         except (TypeError, ValueError):
@@ -197,7 +205,7 @@ class SimModel:
         self,
         prompt_ids: Sequence[int],
         *,
-        seed: Any = None,
+        seed: object = None,
         max_tokens: int | None = None,
         stop_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,

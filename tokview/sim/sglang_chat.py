@@ -129,7 +129,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
 
 def _ids_fields(
     state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, *, started: float, r_tokens: int
-) -> dict:
+) -> dict[str, Any]:
     """The id fields a non-streamed chat choice carries for the request's flags (none with no-id-fields)."""
     cfg, out = state.cfg, gen.output_ids
     fields: dict[str, Any] = {}
@@ -221,7 +221,7 @@ def chat_events(
     else:
         regions = ["content"] * len(pieces)
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, matched: Any = None) -> str:
+    def chunk(delta: dict[str, Any], finish: str | None = None, matched: int | None = None) -> str:
         return sse(
             {
                 "id": rid,

@@ -4,12 +4,26 @@ reason object, and which ids its detokenizer turns into `text`."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from tokview.sim.model import Generation
 
 
-def finish(gen: Generation) -> dict[str, Any]:
+class LengthFinish(TypedDict):
+    """`meta_info.finish_reason` of an output cut at its length."""
+
+    type: Literal["length"]
+    length: int
+
+
+class StopFinish(TypedDict):
+    """`meta_info.finish_reason` of an output that stopped (`matched`: the stop id, None when none matched)."""
+
+    type: Literal["stop"]
+    matched: int | None
+
+
+def finish(gen: Generation) -> LengthFinish | StopFinish:
     if gen.finish_reason == "length":
         return {"type": "length", "length": len(gen.output_ids)}
     return {"type": "stop", "matched": gen.matched}
@@ -26,7 +40,7 @@ def meta(
     prompt: list[int],
     n_out: int,
     *,
-    finish_reason: Any,
+    finish_reason: LengthFinish | StopFinish | None,
     rid: str,
     started: float | None,
     reasoning_tokens: int = 0,

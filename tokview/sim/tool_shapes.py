@@ -246,7 +246,7 @@ def sglang_events(
         "model": state.cfg.model_name,
     }
 
-    def chunk(delta: dict[str, Any], with_usage: bool, finish: str | None = None, matched: Any = None) -> str:
+    def chunk(delta: dict[str, Any], with_usage: bool, finish: str | None = None, matched: int | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
         return sse({**head, "choices": [choice], **({"usage": None} if with_usage else {})})
 

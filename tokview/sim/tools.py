@@ -116,7 +116,7 @@ def _tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
     return schema if isinstance(schema, dict) else {}
 
 
-def example_value(schema: Any, rng: random.Random, depth: int = 0) -> Any:
+def example_value(schema: object, rng: random.Random, depth: int = 0) -> Any:
     """A value of this JSON schema (enum first, then its type), the same for the same rng state."""
     if not isinstance(schema, dict):
         return rng.choice(WORDS)
@@ -285,7 +285,7 @@ def history_tool_calls(messages: Sequence[Any]) -> int:
     return total
 
 
-def _parsed_arguments(call: Any, kind: str) -> Any:
+def _parsed_arguments(call: object, kind: str) -> object:
     """Both servers `json.loads` a string; invalid JSON: vLLM renders `{}`, SGLang answers 400 (§6)."""
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         return call

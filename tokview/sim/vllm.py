@@ -16,7 +16,7 @@ from starlette.routing import Route
 from tokview.core.profiles import HARMONY
 from tokview.sim import common, faults, glm_tools, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
-from tokview.sim.model import Generation
+from tokview.sim.model import Generation, Sampling
 from tokview.sim.reasoning import vllm_id_regions
 
 
@@ -99,7 +99,7 @@ def _fingerprint(state: SimState) -> str:
     return f"vllm-{state.cfg.server_version}-tokview-sim"
 
 
-def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> dict[str, Any]:
+def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_max: int | None) -> Sampling:
     max_tokens = requests.chat_max_tokens(body, default_max)
     limit = state.cfg.max_model_len
     room = limit - len(prompt)
@@ -129,7 +129,7 @@ def _unknown_model(state: SimState, body: dict[str, Any]) -> Response | None:
     return faults.error_response("vllm", 404, f"The model `{model}` does not exist.", "NotFoundError")
 
 
-def _stop_reason(gen: Generation) -> Any:
+def _stop_reason(gen: Generation) -> int | None:
     return None if gen.eos_stop or gen.finish_reason == "length" else gen.matched
 
 
@@ -303,7 +303,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         "prompt_tokens_details": None,
         "completion_tokens_details": {"reasoning_tokens": r_tokens},
     }
-    return _deliver_chat(cfg, state, choice=choice, usage=full_usage, prompt=prompt, out=out, ids=ids, fault=fault)
+    return _deliver_chat(state, choice=choice, usage=full_usage, prompt=prompt, out=out, ids=ids, fault=fault)
 
 
 def _chat_events(
@@ -473,7 +473,7 @@ def _tool_chat(
 ) -> Response:
     """A chat request with `tools`: the kimi_k2 tool parser's answer (tools README §3-§5); every chat request of a
     Harmony model (gpt-oss): the openai_gptoss parse of its channels and calls, in the same shapes."""
-    cfg, out = state.cfg, gen.output_ids
+    out = gen.output_ids
     if state.profile.format == HARMONY:  # vLLM's openai_gptoss parser: channels, not think tags
         turn = harmony.read_turn(state, body, gen)
     elif glm_tools.is_glm(state):  # vLLM's glm47 tool parser: <tool_call> name and <arg_key>/<arg_value> pairs
@@ -519,15 +519,21 @@ def _tool_chat(
         "token_ids": list(out) if ids and not hide else None,
         "routed_experts": None,
     }
-    return _deliver_chat(
-        cfg, state, choice=choice, usage={**usage, **details}, prompt=prompt, out=out, ids=ids, fault=fault
-    )
+    return _deliver_chat(state, choice=choice, usage={**usage, **details}, prompt=prompt, out=out, ids=ids, fault=fault)
 
 
 def _deliver_chat(
-    cfg: Any, state: Any, *, choice: dict[str, Any], usage: dict[str, Any], prompt: Any, out: Any, ids: bool, fault: Any
-) -> Any:
+    state: SimState,
+    *,
+    choice: dict[str, Any],
+    usage: dict[str, Any],
+    prompt: list[int],
+    out: list[int],
+    ids: bool,
+    fault: str | None,
+) -> Response:
     """A non-streamed chat answer around its one choice, as vLLM 0.32 sends it (text and tool-call paths alike)."""
+    cfg = state.cfg
     payload: dict[str, Any] = {
         "id": common.new_id("chatcmpl-"),
         "object": "chat.completion",
