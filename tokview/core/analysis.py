@@ -7,12 +7,13 @@ sample is judged the same way wherever it is looked at.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align, align_with_tool_calls
-from tokview.core.finding_context import Context, OutputPieces
+from tokview.core.finding_context import Context, OutputPieces, output_id_set
 from tokview.core.findings import ERROR, Finding, run_checks
 from tokview.core.profiles import ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
@@ -69,14 +70,23 @@ def align_text_fields(
 
 
 def tool_calls_of(
-    output_ids: Sequence[int], profile: ModelProfile, tokenizer: TokenizerAdapter | None, tools: object = None
+    output_ids: Sequence[int],
+    profile: ModelProfile,
+    tokenizer: TokenizerAdapter | None,
+    tools: object = None,
+    held: AbstractSet[int] | None = None,
 ) -> ToolCallsOnIds | None:
     """The profile's tool calls in these ids, with their texts when there is a tokenizer (None: no layout).
 
-    `tools`, the request's: GLM's parser keeps the values of `string` parameters as written (`"75001"` stays text)."""
-    if profile.tool_calls is None:
+    `tools`, the request's: GLM's parser keeps the values of `string` parameters as written (`"75001"` stays text).
+    `held`: the set of these ids, when the caller has it: without a marker id in it there is no call, and the
+    parser is given no ids (the same empty result, without its pass over the output per marker id)."""
+    layout = profile.tool_calls
+    if layout is None:
         return None
-    return parse_tool_calls(output_ids, profile.tool_calls, tokenizer, tools)
+    if held is not None and held.isdisjoint(layout.marker_ids):
+        output_ids = ()
+    return parse_tool_calls(output_ids, layout, tokenizer, tools)
 
 
 def analyze(
@@ -95,8 +105,9 @@ def analyze(
     """
     profile = with_tokenizer_stops(profile, tokenizer)
     n_prompt, diverge = len(capture.prompt_ids), capture.paths_diverge
-    delimiters = seg.delimiter_positions(capture.output_ids, profile)
-    calls = tool_calls_of(capture.output_ids, profile, tokenizer, capture.settings.get("tools"))
+    held = output_id_set(capture.output_ids)  # one pass instead of one per id looked for
+    delimiters = seg.delimiter_positions(capture.output_ids, profile, held)
+    calls = tool_calls_of(capture.output_ids, profile, tokenizer, capture.settings.get("tools"), held)
     kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters, calls))
     starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters, calls)
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt, starts))
@@ -125,6 +136,7 @@ def analyze(
         reencoded=reencoded,
         tool_calls=calls,
         aligned_tool_calls=aligned_calls,
+        held_output_ids=held,
     )
     return Analysis(
         segments=segments,

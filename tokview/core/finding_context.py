@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import compress, count, islice
@@ -47,13 +48,15 @@ class Vocabulary:
     has_id: Callable[[int], bool]
     """Whether the tokenizer names this id: asked only of ids at or past `size`."""
 
-    def unknown_positions(self, ids: Sequence[int]) -> list[int]:
+    def unknown_positions(self, ids: Sequence[int], held: AbstractSet[int] | None = None) -> list[int]:
         """Positions of the ids this vocabulary lacks. Two C-level passes (`min`, `max`) settle the usual
-        case of none; only then is each id looked at."""
+        case of none; only then is each id looked at. `held`: the set of these ids, when the caller has it
+        (then `min` and `max` pass over its few hundred distinct ids, not the thousands of the list)."""
         if not ids:
             return []
         size = self.size
-        if min(ids) >= 0 and max(ids) < size:
+        values = ids if held is None else held
+        if min(values) >= 0 and max(values) < size:
             return []
         return [i for i, t in enumerate(ids) if not 0 <= t < size and (t < 0 or not self.has_id(t))]
 
@@ -89,6 +92,16 @@ def reencode_output(tokenizer: TokenizerAdapter, output_ids: Sequence[int]) -> l
     but the ids, so the batch writer starts it on another thread as soon as a capture is handed over
     and passes the result to `analyze`."""
     return tokenizer.encode(tokenizer.decode(output_ids))
+
+
+def output_id_set(ids: Sequence[int]) -> AbstractSet[int] | None:
+    """The distinct ids of an output, built in one C-level pass: what lets `analyze` skip the passes that
+    look for an id the output does not hold (the tool-call markers, a delimiter) and find the smallest and
+    largest id among a few hundred values. None for ids a set cannot hold (they then take the passes)."""
+    try:
+        return set(ids)
+    except TypeError:
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,6 +145,8 @@ class Context:
     """The profile's tool calls on the output ids, with their texts (None: the profile has no layout)."""
     aligned_tool_calls: ToolCallsOnIds | None = None
     """The same of the aligned ids (the parsed path's in a diverged dual capture); None: `tool_calls`."""
+    held_output_ids: AbstractSet[int] | None = None
+    """The set of the output ids, when `analyze` made it (`output_id_set`); else the checks pass over the list."""
 
     # -- what analyze gave, in the checks' words -------------------------------------------------
     @property
@@ -172,7 +187,9 @@ class Context:
 
     @cached_property
     def _delimiters(self) -> seg.DelimiterPositions:
-        return self.delimiters if self.delimiters is not None else seg.delimiter_positions(self.output, self.profile)
+        if self.delimiters is not None:
+            return self.delimiters
+        return seg.delimiter_positions(self.output, self.profile, self.held_output_ids)
 
     @cached_property
     def prefilled_opener(self) -> int | None:
@@ -235,7 +252,7 @@ class Context:
             return []
         vocabulary = vocabulary_of(self.tokenizer)
         prompt = vocabulary.unknown_positions(self.capture.prompt_ids)
-        return prompt + [self.n_prompt + i for i in vocabulary.unknown_positions(self.output)]
+        return prompt + [self.n_prompt + i for i in vocabulary.unknown_positions(self.output, self.held_output_ids)]
 
     # -- words for the details ---------------------------------------------------------------------
     def name(self, token_id: int) -> str:

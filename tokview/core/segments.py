@@ -9,6 +9,7 @@ the profile's layout (`core.tool_calls`), then get kinds of their own over those
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import groupby
 from typing import NamedTuple
@@ -89,11 +90,19 @@ class DelimiterPositions(NamedTuple):
     closers: tuple[int, ...]
 
 
-def delimiter_positions(output_ids: Sequence[int], profile: ModelProfile) -> DelimiterPositions:
+def delimiter_positions(
+    output_ids: Sequence[int], profile: ModelProfile, held: AbstractSet[int] | None = None
+) -> DelimiterPositions:
+    """`held`: the set of these ids, when the caller has it: a delimiter it lacks is not searched for (each
+    search is a pass over the whole output; most answers hold the closer and not the opener)."""
     output = output_ids if isinstance(output_ids, list) else list(output_ids)
-    return DelimiterPositions(
-        tuple(positions_of(output, profile.think_open_id)), tuple(positions_of(output, profile.think_close_id))
-    )
+
+    def at(token_id: int | None) -> tuple[int, ...]:
+        if held is not None and token_id not in held:
+            return ()
+        return tuple(positions_of(output, token_id))
+
+    return DelimiterPositions(at(profile.think_open_id), at(profile.think_close_id))
 
 
 def tool_calls_on_ids(output_ids: Sequence[int], profile: ModelProfile) -> ToolCallsOnIds | None:
