@@ -11,9 +11,15 @@ transformers' own rendering in tests/test_tokenizer_native.py), and skips the ~1
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+    from jinja2.nodes import Node
+    from jinja2.parser import Parser
 
 
 def _raise_exception(message: str) -> None:
@@ -23,7 +29,11 @@ def _raise_exception(message: str) -> None:
 
 
 def _tojson(
-    x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+    x: object,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
 ) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -33,7 +43,7 @@ def _strftime_now(fmt: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def compile_template(source: str):
+def compile_template(source: str) -> Template:
     import jinja2
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -43,12 +53,12 @@ def compile_template(source: str):
 
         tags: set[str] = {"generation"}  # noqa: RUF012 - jinja2 declares it a plain set[str] on Extension
 
-        def parse(self, parser):
+        def parse(self, parser: Parser) -> Node:
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
 
-        def _body(self, caller):
+        def _body(self, caller: Callable[[], str]) -> str:
             return caller()
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
@@ -63,15 +73,16 @@ def render_chat_template(
     messages: list[dict[str, Any]],
     *,
     add_generation_prompt: bool,
-    special_tokens: dict[str, Any] | None = None,
-    tools: list[dict] | None = None,
-    documents: list[dict] | None = None,
-    **kwargs: Any,
+    special_tokens: Mapping[str, object] | None = None,
+    tools: object = None,
+    **variables: object,
 ) -> str:
-    """The prompt text for `messages`; `kwargs` (e.g. `thinking=False`) override special-token variables."""
-    variables = {**(special_tokens or {}), **kwargs}
+    """The prompt text for `messages`; `variables` (e.g. `thinking=False`, `documents=[…]`) override
+    special-token variables. `documents` is None unless given, as transformers passes it."""
+    context: dict[str, object] = {**(special_tokens or {}), **variables}
+    context.setdefault("documents", None)
     return compile_template(source).render(
-        messages=messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt, **variables
+        messages=messages, tools=tools, add_generation_prompt=add_generation_prompt, **context
     )
 
 
@@ -79,10 +90,10 @@ def render_tokenizer_template(
     chat_template: str | None,
     conversation: list[dict[str, Any]],
     *,
-    special_tokens: dict[str, Any],
-    tools: list[dict] | None,
+    special_tokens: Mapping[str, object],
+    tools: object,
     add_generation_prompt: bool,
-    options: dict[str, Any],
+    options: dict[str, object],
 ) -> str:
     """The body of a native tokenizer's `apply_chat_template` (tokenizer.json and Kimi tiktoken readers share it):
     refuse a tokenizer without a template, drop transformers' `return_dict`, render with the special tokens."""

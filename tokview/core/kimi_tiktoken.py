@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from tokview.core.tokenizer_folder import FolderError, TokenizerFolder, byte_alphabet, token_text
 
@@ -248,7 +248,13 @@ class KimiTiktokenTokenizer:
         enc, _ = self._bytes_alphabet()
         return "".join(enc[b] for b in raw)
 
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+    @overload
+    def convert_ids_to_tokens(self, ids: int) -> str | None: ...
+
+    @overload
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str | None]: ...
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str | None] | None:
         if isinstance(ids, int):
             return self._token(ids)
         return [self._token(int(i)) for i in ids]
@@ -261,7 +267,13 @@ class KimiTiktokenTokenizer:
             return self.unk_token_id
         return self._ranks.get(bytes(dec[c] for c in token), self.unk_token_id)
 
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+    @overload
+    def convert_tokens_to_ids(self, tokens: str) -> int | None: ...
+
+    @overload
+    def convert_tokens_to_ids(self, tokens: list[str] | tuple[str, ...]) -> list[int | None]: ...
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int | None] | None:
         if isinstance(tokens, str):
             return self._token_id(tokens)
         return [self._token_id(t) for t in tokens]
@@ -273,7 +285,7 @@ class KimiTiktokenTokenizer:
         return vocab
 
     def encode(
-        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: Any
+        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: object
     ) -> list[int]:
         """Kimi's `encode`: special-token text becomes its id (unless `split_special_tokens`); no BOS is added."""
         if not isinstance(text, str):
@@ -287,11 +299,11 @@ class KimiTiktokenTokenizer:
         return out
 
     def __call__(
-        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **kwargs: Any
+        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **kwargs: object
     ) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text, add_special_tokens, split_special_tokens=split_special_tokens)}
 
-    def decode(self, ids: int | Iterable[int], skip_special_tokens: bool = False, **_: Any) -> str:
+    def decode(self, ids: int | Iterable[int], skip_special_tokens: bool = False, **_: object) -> str:
         ids = [ids] if isinstance(ids, int) else list(map(int, ids))
         n = self.model.n_vocab
         if ids and not (min(ids) >= 0 and max(ids) < n):  # the common case costs two C-level scans
@@ -305,11 +317,11 @@ class KimiTiktokenTokenizer:
     def apply_chat_template(
         self,
         conversation: list[dict[str, Any]],
-        tools: list[dict] | None = None,
+        tools: object = None,
         tokenize: bool = False,
         add_generation_prompt: bool = True,
-        **kwargs: Any,
-    ) -> Any:
+        **kwargs: object,
+    ) -> str | list[int]:
         """Kimi's override: tools with their keys sorted, generation prompt on by default."""
         from tokview.core.chat_template import render_tokenizer_template
 
@@ -324,7 +336,8 @@ class KimiTiktokenTokenizer:
         return self.encode(text) if tokenize else text
 
 
-def _deep_sort(value: Any) -> Any:
+def _deep_sort(value: object) -> object:
+    """`value` with every object's keys sorted, at every depth (Kimi's template sees tools in that order)."""
     if isinstance(value, dict):
         return {k: _deep_sort(value[k]) for k in sorted(value)}
     if isinstance(value, list):

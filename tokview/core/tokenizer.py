@@ -11,14 +11,18 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast, overload
 
 from tokview.errors import TokviewError, first_line
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer_folder import TokenizerFolder
 
 
 class TokenizerError(TokviewError):
@@ -40,6 +44,36 @@ LOADED_TOKENIZER_JSON = "tokenizer.json"
 LOADED_NATIVE_TIKTOKEN = "native tiktoken"
 LOADED_REMOTE_CODE = "remote code"
 LOADED_TRANSFORMERS = "transformers"  # a transformers class built from other files (vocab.json, tokenizer.model)
+
+
+class TokenizerLike(Protocol):
+    """What `TokenizerAdapter` calls on the tokenizer it wraps: the slice of transformers' interface that
+    tokview's native readers (`TokenizerJson`, `KimiTiktokenTokenizer`) implement. Attributes not every
+    tokenizer has (`all_special_ids`, `added_tokens_decoder`, `chat_template`, …) are read with getattr."""
+
+    def __len__(self) -> int: ...
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def convert_tokens_to_ids(self, tokens: str) -> int | None: ...
+
+    @overload
+    def convert_ids_to_tokens(self, ids: int) -> str | None: ...
+
+    @overload
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str | None]: ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> Sequence[int]: ...
+
+    def __call__(
+        self, text: str, *, add_special_tokens: bool, split_special_tokens: bool
+    ) -> Mapping[str, Sequence[int]]: ...
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool, clean_up_tokenization_spaces: bool = ...) -> str: ...
+
+    def apply_chat_template(
+        self, conversation: list[dict[str, Any]], *, tokenize: bool, add_generation_prompt: bool, **kwargs: object
+    ) -> str | list[int]: ...
 
 
 @lru_cache(maxsize=1)
@@ -89,14 +123,14 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
         raise TokenizerError(str(exc)) from None
 
 
-def _load_with_transformers(folder: Any, trust_remote_code: bool) -> TokenizerAdapter:
+def _load_with_transformers(folder: TokenizerFolder, trust_remote_code: bool) -> TokenizerAdapter:
     directory = folder.path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import transformers  # lazily: importing transformers costs ~1 s
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(logging.ERROR)  # what set_verbosity_error() does (it is untyped)
     known = _class_known(folder.tokenizer_class)
     if folder.auto_map_class and not known and not trust_remote_code:
         raise TokenizerError(
@@ -133,7 +167,7 @@ def _load_with_transformers(folder: Any, trust_remote_code: bool) -> TokenizerAd
         loaded_by = LOADED_TOKENIZER_JSON
     else:
         loaded_by = LOADED_TRANSFORMERS
-    return TokenizerAdapter(tok, source=directory, loaded_by=loaded_by)
+    return TokenizerAdapter(_as_tokenizer_like(tok), source=directory, loaded_by=loaded_by)
 
 
 def _class_known(name: str | None) -> bool:
@@ -152,7 +186,7 @@ def _class_known(name: str | None) -> bool:
     return False
 
 
-def _from_tokenizer_json(folder: Any) -> TokenizerAdapter:
+def _from_tokenizer_json(folder: TokenizerFolder) -> TokenizerAdapter:
     """A fast tokenizer over the folder's tokenizer.json, with the config's special tokens and template.
 
     What a class-agnostic reader does with a tokenizer_class this transformers does not know: the
@@ -173,14 +207,25 @@ def _from_tokenizer_json(folder: Any) -> TokenizerAdapter:
     if isinstance(max_len, int) and not isinstance(max_len, bool):
         kwargs["model_max_length"] = max_len
     try:
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(folder.path / "tokenizer.json"), **kwargs)
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(folder.path / "tokenizer.json"), **kwargs)  # type: ignore[no-untyped-call, unused-ignore]
     except Exception as exc:
         raise TokenizerError(f"cannot load {folder.path / 'tokenizer.json'}: {first_line(exc)}") from None
     tok.name_or_path = str(folder.path)
     template = folder.chat_template()
     if template:
         tok.chat_template = template
-    return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)
+    return TokenizerAdapter(_as_tokenizer_like(tok), source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)
+
+
+def _as_tokenizer_like(tok: object) -> TokenizerLike:
+    """A transformers tokenizer as the adapter sees it. Its declared types are wider than the calls the adapter
+    makes (`decode` of one flat id list gives a str, `apply_chat_template(tokenize=False)` a str; the unions
+    also cover batches, tensors and BatchEncodings), and they differ between transformers 4 and 5."""
+    return cast(TokenizerLike, tok)
+
+
+RenderKey: TypeAlias = tuple[bytes, str | None]
+"""A render's inputs: the digest of the conversation and flags, and the template (see `_render_key`)."""
 
 
 class RecentRenders:
@@ -202,15 +247,15 @@ class RecentRenders:
     def __init__(self, size: int = 1024, max_bytes: int = 64 << 20) -> None:
         self.size = size
         self.max_bytes = max_bytes
-        self._entries: dict[tuple[str, Any], Any] = {}
+        self._entries: dict[tuple[str, RenderKey], str | list[int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, Any]) -> Any:
+    def get(self, key: tuple[str, RenderKey]) -> str | list[int] | None:
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: tuple[str, Any], value: str | list[int]) -> None:
+    def put(self, key: tuple[str, RenderKey], value: str | list[int]) -> None:
         cost = _cost(value)
         if cost > self.max_bytes:
             return  # rendered once more if asked again: cheaper than holding it
@@ -268,8 +313,11 @@ def _parsed_call(call: object) -> object:
 
 
 def _render_key(
-    messages: Any, add_generation_prompt: bool, template_kwargs: dict[str, Any] | None, template: str | None
-) -> tuple[bytes, str | None] | None:
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    template_kwargs: Mapping[str, object] | None,
+    template: str | None,
+) -> RenderKey | None:
     """The render's inputs: a digest of the conversation and flags as JSON (a huge prompt is not kept a
     second time as its key), and the template itself (compared by value, hashed once per string); None
     when they are not plain JSON (then nothing is remembered)."""
@@ -283,7 +331,7 @@ def _render_key(
 class TokenizerAdapter:
     """The few tokenizer operations tokview relies on, over a Hugging Face tokenizer or a native one."""
 
-    def __init__(self, tok: Any, source: Path | None = None, loaded_by: str = LOADED_TRANSFORMERS) -> None:
+    def __init__(self, tok: TokenizerLike, source: Path | None = None, loaded_by: str = LOADED_TRANSFORMERS) -> None:
         self.tok = tok
         self.source = source
         self.loaded_by = loaded_by  # LOADED_TOKENIZER_JSON, LOADED_NATIVE_TIKTOKEN, LOADED_REMOTE_CODE, …
@@ -443,7 +491,7 @@ class TokenizerAdapter:
         """The ids of a render, from the recent renders when there (never to be changed by the caller)."""
         key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         ids = self._renders.get(("ids", key)) if key is not None else None
-        if ids is None:
+        if not isinstance(ids, list):  # not remembered ("ids" entries are always lists)
             ids = self.encode(self._render_text(messages, add_generation_prompt, template_kwargs, key))
             if key is not None:
                 self._renders.put(("ids", key), ids)
@@ -465,13 +513,13 @@ class TokenizerAdapter:
         messages: list[dict[str, Any]],
         add_generation_prompt: bool,
         template_kwargs: dict[str, Any] | None,
-        key: tuple[bytes, str | None] | None,
+        key: RenderKey | None,
     ) -> str:
         if not self.chat_template:
             raise TokenizerError(f"tokenizer {self.name} has no chat template")
-        text = self._renders.get(("text", key)) if key is not None else None
-        if text is not None:
-            return text
+        remembered = self._renders.get(("text", key)) if key is not None else None
+        if isinstance(remembered, str):  # "text" entries are always strings
+            return remembered
         try:
             text = self.tok.apply_chat_template(
                 messages if _is_harmony_template(self.chat_template) else server_messages(messages),
@@ -481,6 +529,8 @@ class TokenizerAdapter:
             )
         except Exception as exc:  # jinja errors
             raise TokenizerError(f"chat template failed: {exc}") from None
+        if not isinstance(text, str):  # tokenize=False gives text: ids here mean a tokenizer that ignores it
+            raise TokenizerError(f"chat template gave {type(text).__name__}, not text")
         if key is not None:
             self._renders.put(("text", key), text)
         return text

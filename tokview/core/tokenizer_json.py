@@ -19,9 +19,9 @@ rendered prompts against transformers on the same folders, on both transformers 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
-from typing import Any
+from typing import Any, Protocol, overload
 
 from tokview.core.kimi_tiktoken import AddedToken
 from tokview.core.tokenizer_folder import TokenizerFolder, byte_of_character, token_text
@@ -34,6 +34,49 @@ CHANGING_KEYS = ("add_bos_token", "add_eos_token", "add_prefix_space", "split_sp
 """Config keys with which transformers edits the tokenizer it loads (a true value sends the folder there)."""
 VERY_LARGE_INTEGER = int(1e30)
 """transformers' `model_max_length` when the config names none."""
+
+
+class _Encoding(Protocol):
+    @property
+    def ids(self) -> list[int]: ...
+
+
+class _AddedTokenView(Protocol):
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def special(self) -> bool: ...
+
+
+class _EncodeBatch(Protocol):
+    def __call__(self, input: Sequence[str], *, add_special_tokens: bool) -> list[_Encoding]: ...
+
+
+class RustTokenizer(Protocol):
+    """What `TokenizerJson` uses of a `tokenizers.Tokenizer` (the Rust library's Python class)."""
+
+    encode_special_tokens: bool
+
+    @property
+    def model(self) -> object: ...
+
+    @property
+    def decoder(self) -> object: ...
+
+    def get_added_tokens_decoder(self) -> Mapping[int, _AddedTokenView]: ...
+
+    def get_vocab_size(self, with_added_tokens: bool = ...) -> int: ...
+
+    def get_vocab(self, with_added_tokens: bool = ...) -> dict[str, int]: ...
+
+    def token_to_id(self, token: str) -> int | None: ...
+
+    def id_to_token(self, id: int) -> str | None: ...
+
+    def encode(self, sequence: str, *, add_special_tokens: bool = ...) -> _Encoding: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
 
 def read_natively(folder: TokenizerFolder, trust_remote_code: bool = False) -> bool:
@@ -58,7 +101,12 @@ class TokenizerJson:
     is_fast = True
 
     def __init__(
-        self, tokenizer: Any, config: dict[str, Any], *, chat_template: str | None = None, name_or_path: str = ""
+        self,
+        tokenizer: RustTokenizer,
+        config: dict[str, Any],
+        *,
+        chat_template: str | None = None,
+        name_or_path: str = "",
     ) -> None:
         self._tokenizer = tokenizer
         self.name_or_path = name_or_path
@@ -82,7 +130,7 @@ class TokenizerJson:
         }
         self._is_bpe = type(tokenizer.model).__name__ == "BPE"
         self._byte_level = type(tokenizer.decoder).__name__ == "ByteLevel"
-        self._batch_fast = getattr(tokenizer, "encode_batch_fast", None)  # tokenizers >= 0.21
+        self._batch_fast: _EncodeBatch | None = getattr(tokenizer, "encode_batch_fast", None)  # tokenizers >= 0.21
         self._piece_bytes: dict[int, bytes] = {}
         self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
         self._kept_when_skipping: dict[int, bool] = {}
@@ -173,18 +221,30 @@ class TokenizerJson:
             return int(found)
         return None if self.unk_token is None else self._tokenizer.token_to_id(self.unk_token)
 
-    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> Any:
+    @overload
+    def convert_tokens_to_ids(self, tokens: str) -> int | None: ...
+
+    @overload
+    def convert_tokens_to_ids(self, tokens: list[str] | tuple[str, ...]) -> list[int | None]: ...
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int | None] | None:
         if isinstance(tokens, str):
             return self._convert_token(tokens)
         return [self._convert_token(t) for t in tokens]
 
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> Any:
+    @overload
+    def convert_ids_to_tokens(self, ids: int) -> str | None: ...
+
+    @overload
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str | None]: ...
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str | None] | None:
         if isinstance(ids, int):
             return self._tokenizer.id_to_token(ids)
         return [self._tokenizer.id_to_token(int(i)) for i in ids]
 
     def encode(
-        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: Any
+        self, text: str, add_special_tokens: bool = True, *, split_special_tokens: bool = False, **_: object
     ) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"text to encode must be a string, not {type(text).__name__}")
@@ -204,7 +264,7 @@ class TokenizerJson:
         return self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def __call__(
-        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **_: Any
+        self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **_: object
     ) -> dict[str, list[int]]:
         return {"input_ids": self.encode(text, add_special_tokens, split_special_tokens=split_special_tokens)}
 
@@ -213,7 +273,7 @@ class TokenizerJson:
         ids: int | Iterable[int],
         skip_special_tokens: bool = False,
         clean_up_tokenization_spaces: bool | None = None,
-        **_: Any,
+        **_: object,
     ) -> str:
         ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else list(ids)
         if self._byte_level:
@@ -259,11 +319,11 @@ class TokenizerJson:
     def apply_chat_template(
         self,
         conversation: list[dict[str, Any]],
-        tools: list[dict] | None = None,
+        tools: object = None,
         tokenize: bool = False,
         add_generation_prompt: bool = False,
-        **kwargs: Any,
-    ) -> Any:
+        **kwargs: object,
+    ) -> str | list[int]:
         from tokview.core.chat_template import render_tokenizer_template
 
         text = render_tokenizer_template(
