@@ -7,13 +7,16 @@ batch's has not: SGLang's `sglext` ids on a stream and completions with a text p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import Capture
 from tokview.servers.chat import parse_chat
 from tokview.servers.request import normalize_usage
 from tokview.servers.shapes import finish_of, ids_of, object_of, optional_ids_of, text_of
 from tokview.servers.vllm import merge_chat_stream
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
 
 CHAT, COMPLETIONS = "chat", "completions"
 ENDPOINT_PATHS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
@@ -49,7 +52,7 @@ class NoIds(ValueError):
     """The upstream answered but gave no token ids (a build without them): recorded as a failure."""
 
 
-def settings_of(body: dict[str, Any], profile: Any, max_model_len: int | None) -> dict[str, Any]:
+def settings_of(body: dict[str, Any], profile: ModelProfile | None, max_model_len: int | None) -> dict[str, Any]:
     """The request's sampling settings, tools and template kwargs, as a capture's settings."""
     settings = {k: body[k] for k in SAMPLING_KEYS if k in body}
     kwargs = body.get("chat_template_kwargs")
@@ -73,7 +76,7 @@ def _sglext(data: dict[str, Any]) -> tuple[list[int] | None, list[int] | None]:
     return prompt, out
 
 
-def chat_fields(data: Any) -> dict[str, Any]:
+def chat_fields(data: object) -> dict[str, Any]:
     return parse_chat(data, "POST /v1/chat/completions")
 
 
@@ -91,7 +94,7 @@ def chat_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     return fields
 
 
-def completion_fields(data: Any) -> dict[str, Any]:
+def completion_fields(data: object) -> dict[str, Any]:
     where = "POST /v1/completions"
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
         raise ValueError(f"malformed response from {where}: expected an object with choices")
@@ -151,7 +154,7 @@ def completion_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 def build_capture(
     endpoint: str,
     kind: str,
-    answer: Any,
+    answer: object,
     *,
     stream: bool,
     settings: dict[str, Any],
@@ -163,17 +166,18 @@ def build_capture(
     """The capture of one finished answer (`answer`: the parsed body, or the list of parsed stream chunks).
 
     Raises NoIds when the upstream sent no ids, ValueError (Retryable is one) when the answer is malformed."""
-    if endpoint == CHAT:
-        fields = chat_stream_fields(answer) if stream else chat_fields(answer)
+    raw_response: object = answer
+    if stream:
+        if not isinstance(answer, list):
+            raise ValueError(f"a stream's answer is its list of chunks, not a {type(answer).__name__}")
+        fields = chat_stream_fields(answer) if endpoint == CHAT else completion_stream_fields(answer)
+        # the chunks as sent: their tool calls are folded from them (`core.tool_calls`), as fields["tool_calls"]
+        raw_response = {"stream": True, "n_chunks": len(answer), "chunks": answer}
     else:
-        fields = completion_stream_fields(answer) if stream else completion_fields(answer)
+        fields = chat_fields(answer) if endpoint == CHAT else completion_fields(answer)
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
         how = "the sglext ids" if kind == "sglang" and stream else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
-    raw_response: Any = answer
-    if stream:
-        # the chunks as sent: their tool calls are folded from them (`core.tool_calls`), as fields["tool_calls"]
-        raw_response = {"stream": True, "n_chunks": len(answer), "chunks": answer}
     return Capture(
         **fields,
         settings=settings,

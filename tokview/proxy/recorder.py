@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -35,6 +35,12 @@ from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
 from tokview.proxy.sse import stream_chunks
+
+if TYPE_CHECKING:
+    from tokview.core.analysis import Analysis
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store.store import Store
 
 PREFIX_BREAK = "session_prefix_break"
 LAND_BUSY_S = 2.0
@@ -86,12 +92,25 @@ class _Item:
 class _WithSessionFindings:
     """The store as the writer sees it, with the session findings of some samples added to their lines."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.extra: dict[str, dict[str, Any]] = {}
 
-    def sample_record(self, sample_id: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        record = self.store.sample_record(sample_id, *args, **kwargs)
+    def sample_record(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Analysis,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        record = self.store.sample_record(
+            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
+        )
         finding = self.extra.pop(sample_id, None)
         if finding is not None:
             record["findings"] = [*record["findings"], finding]
@@ -108,7 +127,7 @@ class _WithSessionFindings:
         return getattr(self.store, name)  # anything else the writer asks of its store
 
 
-def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Any) -> dict[str, Any]:
+def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: TokenizerAdapter | None) -> dict[str, Any]:
     """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
@@ -126,7 +145,7 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Any) -> d
     }
 
 
-def _piece(tokenizer: Any, ids: list[int], at: int) -> str:
+def _piece(tokenizer: TokenizerAdapter | None, ids: list[int], at: int) -> str:
     if at >= len(ids):
         return "the prompt ends"
     if tokenizer is None:
@@ -142,15 +161,19 @@ class Recorder:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
-        profile: Any,
-        tokenizer: Any,
+        profile: ModelProfile,
+        tokenizer: TokenizerAdapter | None,
         run_id: str,
         say: Callable[[str], None] | None = None,
         group_s: float = 0.05,
         land_s: float = 0.5,
+        threaded: bool = True,
     ) -> None:
+        """`threaded`: `take` hands an item to a thread of the recorder's own (the forwarding loop must not wait
+        for it); False records it on the caller's thread (the recorder process's main thread, which does
+        nothing else: a thread between it and the writer only cost a GIL hand-over per request)."""
         self.run_id, self.tokenizer, self.store, self.profile = run_id, tokenizer, store, profile
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.sessions = SessionBook(run_id)
@@ -170,8 +193,10 @@ class Recorder:
         self._warned = threading.Lock()
         self.recorded = self.failed = self.not_recorded = 0
         self._jobs: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
+            self._thread.start()
 
     def _landed(self, samples: int) -> None:
         """Space the landings out while answers keep coming, back to `land_s` once they ease.
@@ -199,15 +224,21 @@ class Recorder:
         if self.error is not None:  # said and counted now: nothing recorded from here on
             self._check()
             return
-        self._jobs.put(item)
+        if self._thread is None:
+            self._record_or_say(item)
+        else:
+            self._jobs.put(item)
 
     def _loop(self) -> None:
         while (item := self._jobs.get()) is not None:
-            try:
-                self.record(item)
-            except Exception as exc:  # a bug: this request is lost and said, the thread goes on
-                self.say(f"tokview proxy: a request was not recorded: {failure_reason(exc)}")
-                self.not_recorded += 1
+            self._record_or_say(item)
+
+    def _record_or_say(self, item: Finished | Failed) -> None:
+        try:
+            self.record(item)
+        except Exception as exc:  # a bug: this request is lost and said, recording goes on
+            self.say(f"tokview proxy: a request was not recorded: {failure_reason(exc)}")
+            self.not_recorded += 1
 
     def record(self, item: Finished | Failed) -> None:
         """The answer's bytes parsed into a capture and placed in its session, or the failure written."""
@@ -311,14 +342,15 @@ class Recorder:
 
     def close(self) -> None:
         """Record what was handed over, write it and land it (blocks for the last group)."""
-        self._jobs.put(None)
-        self._thread.join()
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join()
         self.writer.close()
         self.lander.close()
         self._warn()
 
 
-def _answer(capture: Any, answer: Any, endpoint: str) -> dict[str, Any] | None:
+def _answer(capture: Capture, answer: object, endpoint: str) -> dict[str, Any] | None:
     """The assistant message a harness would append for this answer (what the next request's messages hold)."""
     if endpoint != CHAT:
         return None

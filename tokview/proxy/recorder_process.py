@@ -23,6 +23,7 @@ import signal
 import struct
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ class ChildSpec:
 class RecorderProcess:
     """The parent's handle on the child: `take`, the counters and `close`, as `Recorder` has them."""
 
-    def __init__(self, spec: ChildSpec, say: Any) -> None:
+    def __init__(self, spec: ChildSpec, say: Callable[[str], None]) -> None:
         import multiprocessing
 
         from tokview.batch.workers import sigint_blocked
@@ -230,7 +231,9 @@ def _open(spec: ChildSpec, link: _Link) -> Any:
             from tokview.core.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer(spec.tokenizer_dir)
-        recorder = open_recorder_here(spec.config, spec.upstreams, tokenizer, lambda line: link.send(("said", line)))
+        recorder = open_recorder_here(
+            spec.config, spec.upstreams, tokenizer, lambda line: link.send(("said", line)), threaded=False
+        )
     except TokviewError as exc:
         link.send(("failed", exc.message, int(exc.exit_code), exc.title))
         return None

@@ -6,35 +6,47 @@ that spawned it (the two imported each other)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tokview.proxy.recorder import Recorder
 
 if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
     from tokview.proxy.app import Upstream
     from tokview.proxy.serve import ProxyConfig
 
 
 def open_recorder_here(
-    config: ProxyConfig, upstreams: list[Upstream], tok: Any, say: Callable[[str], None] | None
+    config: ProxyConfig,
+    upstreams: list[Upstream],
+    tok: TokenizerAdapter | None,
+    say: Callable[[str], None] | None,
+    *,
+    threaded: bool = True,
 ) -> Recorder:
-    """The store, the run row, the recorder and the sessions put back from the store, in this process."""
+    """The store, the run row, the recorder and the sessions put back from the store, in this process.
+    `threaded`: see `Recorder` (False in the recorder process, which records on its main thread)."""
     from tokview.core.profiles import profile_fields
+    from tokview.errors import UserError
     from tokview.store.store import Store
 
+    if config.profile is None:  # `serve.build` resolves one whenever the proxy records
+        raise UserError(
+            "the proxy records with a model profile: give --profile (or a tokenizer it can detect one from)"
+        )
     store = Store(config.db or "", server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=say)
     store.put_run(
         config.run_id,
         settings={"mode": "proxy", "listen": config.listen},
-        profile=config.profile.name if config.profile is not None else None,
+        profile=config.profile.name,
         tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
         tokenizer_hash=tok.fingerprint() if tok is not None else None,
         template_hash=tok.template_hash() if tok is not None else None,
         server_info=[{"url": u.url, "kind": u.kind, **u.stamp} for u in upstreams],
         source="tokview proxy",
-        profile_def=profile_fields(config.profile) if config.profile is not None else None,
+        profile_def=profile_fields(config.profile),
     )
-    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=say)
+    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=say, threaded=threaded)
     from tokview.proxy.sessions import RESTORE_SQL, restore
 
     restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))

@@ -71,7 +71,7 @@ def _pack(ids: list[int]) -> bytes:
         return orjson.dumps(ids)
 
 
-def _message_text(message: Any) -> bytes:
+def _message_text(message: object) -> bytes:
     """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing)."""
     if not isinstance(message, dict):
         return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
