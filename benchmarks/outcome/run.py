@@ -70,6 +70,7 @@ TOKVIEW = ROOT / ".venv" / "bin" / "tokview"
 TOKVIEW_PY = ROOT / ".venv" / "bin" / "python"
 NICE = ["nice", "-n", "19"]
 NICE_ON = [True]  # `--no-nice` clears it: on a box where other work runs, nice 19 starves every stage
+THREADS: dict[str, str] = {}  # `--threads N`: OMP_NUM_THREADS for every stage (1 holds up on a shared box)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Stages:
             out.write(f"\n$ {' '.join(full)}\n")
             out.flush()
             code = subprocess.call(
-                full, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
+                full, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **THREADS, **(env or {})}
             )
         if code != 0:
             tail = (self.logs / log).read_text(encoding="utf-8", errors="replace").splitlines()[-25:]
@@ -153,6 +154,7 @@ class Stages:
             "HF_HUB_OFFLINE": "1",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            **THREADS,
         }
         out = open(self.logs / log, "a", encoding="utf-8")  # noqa: SIM115
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
@@ -420,6 +422,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pilot", action="store_true", help="about 200 samples, one epoch (under 20 minutes)")
     parser.add_argument("--work", type=Path, default=None, help="work folder (default build/outcome/pilot or full)")
     parser.add_argument("--no-nice", action="store_true", help="run the heavy stages at normal priority")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="OMP threads per process (default: torch's, i.e. one per core)"
+    )
     parser.add_argument("--fresh", action="store_true", help="delete the work folder first")
     parser.add_argument(
         "--until",
@@ -428,6 +433,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     settings = PILOT if args.pilot else FULL
     NICE_ON[0] = not args.no_nice
+    if args.threads > 0:  # OpenMP threads that spin at barriers collapse when another process takes a core
+        THREADS["OMP_NUM_THREADS"] = str(args.threads)
     work = args.work or ROOT / "build" / "outcome" / settings.name
     if args.fresh and work.exists():
         shutil.rmtree(work)
