@@ -21,7 +21,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from tokview.core.glm_layout import GLM_ID
 from tokview.core.kimi_layout import KIMI_ID
@@ -141,7 +141,7 @@ BUILTIN_TOOL_LAYOUTS = {KIMI_K2: KIMI_TOOL_CALLS, HERMES: QWEN3_TOOL_CALLS, GLM4
 _GLM_ARG_KEYS = ("arg_key_begin", "arg_key_end", "arg_value_begin", "arg_value_end")
 
 
-def tool_layout_from_fields(fields: Any, where: str) -> ToolCallLayout | None:
+def tool_layout_from_fields(fields: object, where: str) -> ToolCallLayout | None:
     """A layout from its name (`"kimi_k2"`, `"hermes"`, `"glm47"`: the built-in ids, `"none"`: no tool calls) or a
     table naming `parser` and the ids that differ from that parser's built-in layout.
 
@@ -220,6 +220,29 @@ def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout |
     return None
 
 
+class ProfileChanges(TypedDict, total=False):
+    """The fields `ModelProfile.with_overrides` may change, with their types (the dataclass's, field for field)."""
+
+    name: str
+    think_open: str
+    think_close: str
+    think_open_id: int | None
+    think_close_id: int | None
+    stop_ids: tuple[int, ...]
+    prefills_opener: bool
+    thinking_kwarg: str | None
+    reasoning_parser: str | None
+    max_length: int | None
+    tool_calls: ToolCallLayout | None
+    format: str
+    history_reasoning: str
+    history_kwarg: str | None
+    effort_kwarg: str | None
+    date_kwarg: str | None
+    default_kwargs: dict[str, Any]
+    extra: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """What one model family does with reasoning delimiters and stops."""
@@ -280,7 +303,7 @@ class ModelProfile:
             kwargs[self.date_kwarg] = today or date.today().isoformat()
         return kwargs
 
-    def with_overrides(self, **changes: Any) -> ModelProfile:
+    def with_overrides(self, **changes: Unpack[ProfileChanges]) -> ModelProfile:
         return replace(self, **changes)
 
 
@@ -454,7 +477,7 @@ def profile_fields(profile: ModelProfile) -> dict[str, Any]:
     return fields
 
 
-def profile_from_fields(fields: Any) -> ModelProfile | None:
+def profile_from_fields(fields: object) -> ModelProfile | None:
     """The profile `profile_fields` recorded; None for anything that is not one (an older or damaged row)."""
     if not isinstance(fields, dict):
         return None

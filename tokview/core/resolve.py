@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from tokview.core.profiles import (
     BUILTIN_PROFILES,
@@ -123,7 +122,7 @@ def resolve_for_stored(
     tokenizer: TokenizerAdapter | None = None,
     model_profile: ModelProfile | None = None,
     recorded_tokenizer_hash: str | None = None,
-    recorded_profile_def: Any = None,
+    recorded_profile_def: object = None,
 ) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 

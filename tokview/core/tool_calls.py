@@ -22,7 +22,7 @@ import ast
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.profiles import GLM47, HERMES, KIMI_K2, ToolCallLayout
@@ -310,25 +310,25 @@ def _with_texts(
         call_id, arguments = text(call.id_span), text(call.arguments_span)
         match = KIMI_NAME.match((call_id or "").strip())
         name = match.group("name") if match else None
-        return _replace(call, call_id=call_id, name=name, arguments=arguments, arguments_error=_not_object(arguments))
+        return replace(call, call_id=call_id, name=name, arguments=arguments, arguments_error=_not_object(arguments))
     if layout.parser == GLM47:
         name = (text(call.name_span) or "").strip()
         values: dict[str, Any] = {}
         for key_span, value_span in call.argument_pairs:
             key, value = (text(key_span) or "").strip(), text(value_span) or ""
             values[key] = value if _is_string_parameter(tools, name, key) else glm_value(value.strip())
-        return _replace(call, name=name, arguments=json.dumps(values, ensure_ascii=False))
+        return replace(call, name=name, arguments=json.dumps(values, ensure_ascii=False))
     body = text(call.arguments_span) or ""
     try:
         parsed = json.loads(body)
     except json.JSONDecodeError as exc:
-        return _replace(call, arguments_error=f"the call's JSON does not parse ({exc.msg} at char {exc.pos})")
+        return replace(call, arguments_error=f"the call's JSON does not parse ({exc.msg} at char {exc.pos})")
     if not isinstance(parsed, dict) or "name" not in parsed:
-        return _replace(call, arguments_error='the call\'s JSON is not an object {"name": …, "arguments": …}')
+        return replace(call, arguments_error='the call\'s JSON is not an object {"name": …, "arguments": …}')
     name = parsed.get("name") if isinstance(parsed.get("name"), str) else None
     args = parsed.get("arguments", parsed.get("parameters"))
     error = None if isinstance(args, dict) else f"arguments is {type(args).__name__}, not a JSON object"
-    return _replace(call, name=name, arguments=json.dumps(args, ensure_ascii=False), arguments_error=error)
+    return replace(call, name=name, arguments=json.dumps(args, ensure_ascii=False), arguments_error=error)
 
 
 def glm_value(text: str) -> Any:
@@ -356,12 +356,6 @@ def _is_string_parameter(tools: object, name: str, key: str) -> bool:
         schema = properties.get(key) if isinstance(properties, dict) else None
         return isinstance(schema, dict) and schema.get("type") == "string"
     return False
-
-
-def _replace(call: CallOnIds, **changes: Any) -> CallOnIds:
-    from dataclasses import replace
-
-    return replace(call, **changes)
 
 
 def _not_object(text: str | None) -> str | None:

@@ -150,7 +150,7 @@ class Session:
         return stored, analyze(stored.capture, profile, tokenizer), tokenizer, profile
 
     def resolve(
-        self, recorded_tokenizer_dir: str | None, recorded_profile: str | None, recorded_profile_def: Any = None
+        self, recorded_tokenizer_dir: str | None, recorded_profile: str | None, recorded_profile_def: object = None
     ) -> tuple[TokenizerAdapter, ModelProfile]:
         """Cached per (tokenizer, profile); a tokenizer shared by two profiles loads once. A recorded profile
         is keyed by its whole definition too: two runs' .toml profiles may share a name."""
@@ -172,7 +172,7 @@ class Session:
         tok_key: str | None,
         recorded_tokenizer_dir: str | None,
         recorded_profile: str | None,
-        recorded_profile_def: Any = None,
+        recorded_profile_def: object = None,
     ) -> tuple[TokenizerAdapter, ModelProfile]:
         from tokview.core.resolve import resolve_for_stored
 
