@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from tokview.core.json_value import JsonValue
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tokenizer import TokenizerError
 from tokview.sim import faults, glm_tools, tools
@@ -164,7 +165,7 @@ def new_id(prefix: str = "") -> str:
     return prefix + uuid.uuid4().hex[: 16 if prefix else 32]
 
 
-def sse(payload: Any) -> str:
+def sse(payload: JsonValue) -> str:
     return "data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
 
@@ -195,7 +196,7 @@ async def admit(state: SimState, request: Request, streaming: bool) -> tuple[str
     return fault, early
 
 
-def deliver_json(payload: Any, fault: str | None) -> Response:
+def deliver_json(payload: JsonValue, fault: str | None) -> Response:
     body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
     if fault == "drop-connection":
         return faults.DroppedResponse(body)
@@ -204,7 +205,7 @@ def deliver_json(payload: Any, fault: str | None) -> Response:
     return Response(body, media_type="application/json")
 
 
-def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: Any = None) -> Response:
+def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: JsonValue = None) -> Response:
     """Send SSE events (each already `data: …\\n\\n`), broken as the fault says."""
     events = list(events)
     if fault == "drop-connection":

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tokview.core.json_value import JsonValue
 from tokview.sim import common, faults, requests, sglang_chat, spec, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
@@ -119,7 +120,7 @@ def routes(state: SimState) -> list[Route]:
             return common.deliver_stream(
                 events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
             )
-        payload = [_generate_result(state, body, p, g, started) for p, g in results]
+        payload: list[JsonValue] = [_generate_result(state, body, p, g, started) for p, g in results]
         return common.deliver_json(payload if batch else payload[0], fault)
 
     async def chat(request: Request) -> Response:

@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tokview.core.json_value import JsonObject
 from tokview.sim import common, faults, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
@@ -102,7 +103,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
                 started=started,
                 reasoning_tokens=r_tokens,
             )
-    payload = {
+    payload: JsonObject = {
         "id": common.new_id(),
         "object": "chat.completion",
         "created": common.now(),
@@ -178,7 +179,7 @@ def _tool_chat(
     text_ids = shapes.text_ids(gen, bool(body.get("no_stop_trim")))
     if stream:
         events = tool_shapes.sglang_events(state, body, prompt, gen, turn=turn, text_ids=text_ids, usage=usage)
-        error = {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
+        error: JsonObject = {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
         return common.deliver_stream(events, fault, error)
     finish = tool_shapes.finish_reason(turn, gen, "sglang")
     choice: dict[str, Any] = {

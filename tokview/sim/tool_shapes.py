@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from tokview.core.json_value import JsonObject
 from tokview.sim import common, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -134,13 +135,13 @@ def vllm_events(
 ) -> list[str]:
     """The chat stream of a tool request: role chunk, one chunk per id (empty ones only with ids), usage."""
     out = gen.output_ids
-    head = {
+    head: JsonObject = {
         "id": common.new_id("chatcmpl-"),
         "object": "chat.completion.chunk",
         "created": common.now(),
         "model": state.cfg.model_name,
     }
-    first = {
+    first: JsonObject = {
         **head,
         "choices": [
             {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
@@ -239,7 +240,7 @@ def sglang_events(
     usage: dict[str, Any],
 ) -> list[str]:
     """SGLang's chat stream of a tool request: role chunk, deltas, finish chunk, `sglext`, usage, [DONE]."""
-    head = {
+    head: JsonObject = {
         "id": common.new_id(),
         "object": "chat.completion.chunk",
         "created": common.now(),
@@ -247,7 +248,13 @@ def sglang_events(
     }
 
     def chunk(delta: dict[str, Any], with_usage: bool, finish: str | None = None, matched: int | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+        choice: JsonObject = {
+            "index": 0,
+            "delta": delta,
+            "logprobs": None,
+            "finish_reason": finish,
+            "matched_stop": matched,
+        }
         return sse({**head, "choices": [choice], **({"usage": None} if with_usage else {})})
 
     events = [chunk({"reasoning_content": None, "role": "assistant", "content": ""}, False)]

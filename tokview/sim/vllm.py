@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tokview.core.json_value import JsonObject
 from tokview.core.profiles import HARMONY
 from tokview.sim import common, faults, glm_tools, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
@@ -322,7 +323,7 @@ def _chat_events(
 ) -> list[str]:
     """As recorded (vllm_chat_stream.txt): role chunk with prompt ids, one chunk per id, usage, [DONE]."""
     rid, created, model = common.new_id("chatcmpl-"), common.now(), state.cfg.model_name
-    head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
+    head: JsonObject = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
     first: dict[str, Any] = {
         **head,
         "choices": [
@@ -352,7 +353,7 @@ def _chat_events(
             choice["token_ids"] = [tid]
         events.append(sse({**head, "choices": [choice]}))
     if (body.get("stream_options") or {}).get("include_usage"):
-        final = {
+        final: JsonObject = {
             **head,
             "choices": [],
             "usage": {**usage, "completion_tokens_details": {"reasoning_tokens": r_tokens}},
@@ -385,7 +386,11 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     skip = bool(body.get("skip_special_tokens", True))
     text_ids = _text_ids(gen, body)
     rid, created = common.new_id("cmpl-"), common.now()
-    usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(out), "completion_tokens": len(out)}
+    usage: JsonObject = {
+        "prompt_tokens": len(prompt),
+        "total_tokens": len(prompt) + len(out),
+        "completion_tokens": len(out),
+    }
     if stream:
         events = []
         for pos, tid in enumerate(out):
@@ -443,7 +448,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     if cfg.quirk("no-id-fields"):
         choice.pop("token_ids")
         choice.pop("prompt_token_ids")
-    payload = {
+    payload: JsonObject = {
         "id": rid,
         "object": "text_completion",
         "created": created,
@@ -504,7 +509,7 @@ def _tool_chat(
             fingerprint=_fingerprint(state),
             logprob=logprob,
         )
-        error = {"error": {"message": "simulated failure mid-stream (fault stream-error)", "code": 500}}
+        error: JsonObject = {"error": {"message": "simulated failure mid-stream (fault stream-error)", "code": 500}}
         return common.deliver_stream(events, fault, error)
     message = tool_shapes.vllm_message(state, turn, out, field)
     hide = body.get("include_reasoning") is False  # vLLM then nulls the reasoning and token_ids (bug 2, §8)
