@@ -24,8 +24,9 @@ from __future__ import annotations
 import base64
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, overload
 from urllib.parse import unquote
 
 from tokview.untrusted_text import storable
@@ -165,8 +166,25 @@ def scrub_optional(text: str | None) -> str | None:
     return None if text is None else scrub_text(text)
 
 
-def scrub(value: Any) -> Any:
-    """Metadata without credentials: secret-named keys masked, every string through `scrub_text`.
+@overload
+def scrub(value: str) -> str: ...
+
+
+@overload
+def scrub(value: Mapping[str, object]) -> dict[str, object]: ...
+
+
+@overload
+def scrub(value: Sequence[Mapping[str, object]]) -> list[dict[str, object]]: ...
+
+
+@overload
+def scrub(value: object) -> object: ...
+
+
+def scrub(value: object) -> object:
+    """Metadata without credentials: secret-named keys masked, every string through `scrub_text`. The value keeps
+    its shape (a tuple becomes a list).
 
     Never for payloads (messages, bodies): see `scrub_payload`."""
     if isinstance(value, dict):
@@ -188,7 +206,7 @@ def redact_url(url: str) -> str:
 
 
 # -- payloads: keys and known values only ------------------------------------------------------------
-def scrub_payload(value: Any, secrets: list[str], key: str | None = None) -> Any:
+def scrub_payload(value: object, secrets: list[str], key: str | None = None) -> object:
     """A request/response body or message list with its secrets masked and everything else untouched.
 
     Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change: text a

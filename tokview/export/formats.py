@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from tokview.core import segments as seg
 from tokview.core.profiles import ModelProfile
@@ -112,9 +112,22 @@ SAMPLING_TYPES = (("temperature", float), ("top_p", float), ("max_tokens", int),
 `datasets.load_dataset("json")` can load a file that mixes runs with other settings."""
 
 
-def _typed(value: Any, kind: type) -> Any:
-    """`value` as `kind`, or None when unset or not representable (a bool is never a number)."""
-    if value is None or (isinstance(value, bool) != (kind is bool)):
+@overload
+def _typed(value: object, kind: type[bool]) -> bool | None: ...
+
+
+@overload
+def _typed(value: object, kind: type[int]) -> int | None: ...
+
+
+@overload
+def _typed(value: object, kind: type[float]) -> float | None: ...
+
+
+def _typed(value: object, kind: type[float]) -> float | None:
+    """`value` as `kind`, or None when unset or not representable (a bool is never a number; JSON's lists and
+    objects are not numbers either)."""
+    if value is None or (isinstance(value, bool) != (kind is bool)) or not isinstance(value, (int, float, str)):
         return None
     try:
         out = kind(value)

@@ -92,7 +92,7 @@ def row_tools(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     return tools if isinstance(tools, list) and tools else None
 
 
-def _loaded_arguments(arguments: Any) -> Any:
+def _loaded_arguments(arguments: object) -> object:
     """A call's arguments as the trainers hand them to the template: JSON text loaded, `{}` when invalid."""
     if not isinstance(arguments, str):
         return arguments if arguments is not None else {}
@@ -102,8 +102,9 @@ def _loaded_arguments(arguments: Any) -> Any:
         return {}
 
 
-def sanitized_calls(calls: Any) -> list[dict[str, Any]] | None:
-    """SpecForge `_sanitize_message` on `tool_calls` (vLLM's render does the same to the arguments)."""
+def sanitized_calls(calls: object) -> object:
+    """SpecForge `_sanitize_message` on `tool_calls` (vLLM's render does the same to the arguments): a list of
+    calls cleaned (JSON text loaded first; unreadable text gives None), anything else as it was."""
     if isinstance(calls, str):
         try:
             calls = json.loads(calls)

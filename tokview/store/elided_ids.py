@@ -17,10 +17,12 @@ floats or bools that compares equal to the ids stays), so putting it back is exa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import orjson
+
+from tokview.core.json_value import JsonValue
 
 BODY_COLUMNS = ("raw_request", "raw_response", "parsed_raw_response")
 ID_COLUMNS = ("output_ids", "prompt_ids", "parsed_output_ids")
@@ -31,52 +33,61 @@ MAX_DEPTH = 4
 MAX_FANOUT = 8
 """Lists of objects longer than this (one entry per token: logprobs) are not searched."""
 
-Path = list[Any]
+Path: TypeAlias = list[str | int]
+"""Keys and indexes from a body's top down to one of its lists."""
+Place: TypeAlias = list[object]
+"""`[path, column]`: where `elide` took a list out and which id column holds it (JSON: a two-element array)."""
 
 
-def elide(body: Any, id_lists: Mapping[str, Sequence[int] | None]) -> tuple[Any, list[list[Any]]]:
+def elide(body: object, id_lists: Mapping[str, Sequence[int] | None]) -> tuple[Any, list[Place]]:
     """`body` with each list equal to one of `id_lists` replaced by None, and where each was:
-    `[[path, column], ...]`. The body itself is never changed: containers on a changed path are copied."""
+    `[[path, column], ...]`. The body itself is never changed: containers on a changed path are copied.
+
+    The body comes back in its own shape (typed Any: only some lists inside it are now None)."""
     candidates = [(name, ids) for name, ids in id_lists.items() if ids is not None and len(ids) >= MIN_IDS]
-    found: list[list[Any]] = []
+    found: list[Place] = []
     if not candidates:
         return body, found
     return _elide(body, candidates, [], found, 0), found
 
 
-def _elide(value: Any, candidates: list[tuple[str, Sequence[int]]], path: Path, found: list, depth: int) -> Any:
-    kind = type(value)
-    if kind is list:
+def _elide(
+    value: object, candidates: list[tuple[str, Sequence[int]]], path: Path, found: list[Place], depth: int
+) -> object:
+    if type(value) is list:
         name = _same_ids(value, candidates)
         if name is not None:
             found.append([list(path), name])
             return None
         if depth >= MAX_DEPTH or len(value) > MAX_FANOUT:
             return value
-        items: Any = enumerate(value)
-    elif kind is dict:
+        items: Iterable[tuple[object, object]] = enumerate(value)
+    elif type(value) is dict:
         if depth >= MAX_DEPTH:
             return value
         items = value.items()
     else:
         return value
-    copy: Any = None
+    copy: dict[str, object] | list[object] | None = None
     for key, item in items:
         if type(item) is not list and type(item) is not dict:
             continue
-        if kind is dict and type(key) is not str:  # JSON writes it as a string: the path would not find it
-            continue
+        if not (type(key) is str or (type(value) is list and type(key) is int)):
+            continue  # a dict's other keys: JSON writes them as strings, so the path would not find them
         path.append(key)
         new = _elide(item, candidates, path, found, depth + 1)
         path.pop()
         if new is not item:
             if copy is None:
-                copy = dict(value) if kind is dict else list(value)
-            copy[key] = new
+                copy = dict(value) if isinstance(value, dict) else list(value)
+            if isinstance(copy, dict):
+                copy[str(key)] = new  # a str already: a dict's other keys were skipped above
+            else:
+                copy[int(key)] = new  # a list's index
     return value if copy is None else copy
 
 
-def _same_ids(value: list, candidates: list[tuple[str, Sequence[int]]]) -> str | None:
+def _same_ids(value: list[object], candidates: list[tuple[str, Sequence[int]]]) -> str | None:
     for name, ids in candidates:
         if len(value) != len(ids):
             continue
@@ -90,7 +101,7 @@ def _same_ids(value: list, candidates: list[tuple[str, Sequence[int]]]) -> str |
 _INT_LIST_BYTES = b"0123456789-,[]"
 
 
-def _all_ints(value: list) -> bool:
+def _all_ints(value: list[object]) -> bool:
     """Whether every element is an int, not a float or bool equal to one: the list's JSON then holds only
     digits, minus signs, commas and brackets (~6 µs for 2,000 ids; `set(map(type, …))` took ~22)."""
     try:
@@ -99,14 +110,16 @@ def _all_ints(value: list) -> bool:
         return False
 
 
-def restore(body: Any, places: Sequence[Sequence[Any]], id_lists: Mapping[str, Sequence[int] | None]) -> Any:
+def restore(
+    body: JsonValue, places: Iterable[Sequence[JsonValue]], id_lists: Mapping[str, Sequence[int] | None]
+) -> JsonValue:
     """Put the lists `elide` took out back into `body` (freshly parsed: changed in place) and return it.
 
     A place that no longer holds the null `elide` left (the store masked it: a list under a key named
     like `authorization` is stored as "[redacted]") keeps what the store wrote."""
     for path, name in places:
-        ids = id_lists.get(name)
-        if ids is None:  # a row whose column was cleared: the body keeps its null
+        ids = id_lists.get(name) if isinstance(name, str) else None
+        if ids is None or not isinstance(path, list):  # a row whose column was cleared: the body keeps its null
             continue
         if not path:
             body = list(ids) if body is None else body
@@ -114,9 +127,27 @@ def restore(body: Any, places: Sequence[Sequence[Any]], id_lists: Mapping[str, S
         try:
             node = body
             for key in path[:-1]:
-                node = node[key]
-            if node[path[-1]] is None:
-                node[path[-1]] = list(ids)
+                node = _child(node, key)
+            _fill(node, path[-1], ids)
         except (KeyError, IndexError, TypeError):
             continue
     return body
+
+
+def _child(node: JsonValue, key: JsonValue) -> JsonValue:
+    """`node[key]` along a place's path; TypeError where JSON holds no such step (as indexing would raise)."""
+    if isinstance(node, dict) and isinstance(key, str):
+        return node[key]
+    if isinstance(node, list) and isinstance(key, int):
+        return node[key]
+    raise TypeError(f"no {key!r} in a JSON {type(node).__name__}")
+
+
+def _fill(node: JsonValue, key: JsonValue, ids: Sequence[int]) -> None:
+    """`node[key] = list(ids)` when it still holds the null `elide` left."""
+    filled: list[JsonValue] = list(ids)
+    if isinstance(node, dict) and isinstance(key, str):
+        if node[key] is None:
+            node[key] = filled
+    elif isinstance(node, list) and isinstance(key, int) and node[key] is None:
+        node[key] = filled

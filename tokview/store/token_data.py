@@ -54,7 +54,7 @@ MIGRATION_SQL = (
 )
 
 
-def _dump(value: Any) -> str | None:
+def _dump(value: object) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
 
 
