@@ -13,11 +13,16 @@ import re
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import settings_key
 from tokview.errors import ExitCode
 from tokview.untrusted_text import printable_line
+
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.servers import ServerPool
 
 
 @dataclass
@@ -109,7 +114,7 @@ class BatchConfig:
             return started.result()
         return self.load_tokenizer_and_profile()
 
-    def server_pool(self, tokenizer: Any = None, profile: Any = None) -> Any:
+    def server_pool(self, tokenizer: TokenizerAdapter | None = None, profile: ModelProfile | None = None) -> ServerPool:
         """The pool this run's requests go through: every process of a run (the parent, `--workers`
         children, Ray tasks, the resume shortcut's probe) builds the same one from the same flags."""
         from tokview.servers import ServerPool

@@ -376,12 +376,12 @@ def agent_mode_refusal(checked: CheckedRow, mode: str) -> str | None:
     )
 
 
-def _fast_scan(obj: Any) -> tuple[str, list[int | None], int] | None:
+def _fast_scan(obj: object) -> tuple[str, list[int | None], int] | None:
     """(prompt id, generation turns, conversation digest) of a `fast_row` row without building it, else None.
 
     Its turns are exactly the parsed messages (role and content only), so their digest is the same."""
     checked = _fast_check(obj)
-    if checked is None:
+    if checked is None or not isinstance(obj, dict):  # `_fast_check` took only a dict: said for the types
         return None
     return (*checked, hash(orjson.dumps(obj["messages"], option=orjson.OPT_SORT_KEYS)))
 
@@ -417,13 +417,13 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
     return rid, points
 
 
-def fast_row(obj: Any, n: int) -> PromptRow | None:
+def fast_row(obj: object, n: int) -> PromptRow | None:
     """The common row (a printable ASCII string id, `messages` of plain role/content string turns) checked
     and parsed in one walk; None for any other row, which takes `parse_checked` (the same answer, slower).
 
     Only for rows parsed by orjson, which refuses lone surrogates: the one check it leaves out.
     """
-    if _fast_check(obj) is None:
+    if _fast_check(obj) is None or not isinstance(obj, dict):  # `_fast_check` took only a dict
         return None
     return PromptRow(obj["id"], [{"role": t["role"], "content": t["content"]} for t in obj["messages"]], n)
 

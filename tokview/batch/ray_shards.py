@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,18 @@ from tokview.batch.tasks import INTERRUPTED
 from tokview.errors import TokviewError, first_line
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
+    from tokview.batch.chains import ChainItem
     from tokview.batch.config import BatchConfig
+    from tokview.batch.worklist import WorkItem
+    from tokview.core.analysis import Analysis
+    from tokview.core.record import Capture
+    from tokview.store import Store
+
+    class SizedItems(Sized, Iterable["WorkItem | ChainItem"], Protocol):
+        """The work a Ray run shards: a `TodoQueue`, or any sized iterable of items."""
+
 
 SHARD_MIN = 16
 SHARD_MAX = 256
@@ -49,8 +60,21 @@ class CollectingSink:
         self.samples: list[bytes] = []
         self.failures: list[dict[str, Any]] = []
 
-    def sample_record(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return self._sink.sample_record(*args, **kwargs)
+    def sample_record(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Analysis,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        return self._sink.sample_record(
+            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
+        )
 
     def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] | None = None) -> None:
         self.samples += samples
@@ -115,10 +139,10 @@ class Tally:
 
 async def run_on_ray(
     config: BatchConfig,
-    store: Any,
+    store: Store,
     *,
     run_id: str,
-    todo: Any,
+    todo: SizedItems,
     tally: Tally,
     cancel: asyncio.Event | None,
     report: Callable[[], None],
@@ -179,7 +203,7 @@ def shard_size(todo: int, cpus: int) -> int:
     return max(SHARD_MIN, min(SHARD_MAX, -(-todo // (4 * cpus))))
 
 
-def _shards(todo: Any, size: int) -> Iterator[list[Any]]:
+def _shards(todo: Iterable[WorkItem | ChainItem], size: int) -> Iterator[list[Any]]:
     items = iter(todo)
     while shard := list(islice(items, size)):
         yield shard

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch import preload
-from tokview.batch.chains import EARLIER_STOP, split_chain_stops
+from tokview.batch.chains import EARLIER_STOP, ChainItem, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.tasks import INTERRUPTED, unless_cancelled
-from tokview.batch.worklist import WorkItem, WorkList, chain_settings, plan_work
+from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
@@ -373,7 +373,7 @@ class _Intake:
     """A one-process run's work as `capture_all` takes it: the queue, closed at once by a landing error
     (a full disk), and `drained` once it is empty (a flag: the lander reads it from its own thread)."""
 
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: TodoQueue) -> None:
         self.queue = queue
         self.closed = self.drained = False
 
@@ -389,7 +389,7 @@ class _Intake:
         self.drained = not self.queue
         return not self.drained
 
-    def popleft(self) -> Any:
+    def popleft(self) -> WorkItem | ChainItem:
         return self.queue.popleft()
 
 

@@ -17,6 +17,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch.config import BatchProgress
@@ -33,7 +34,8 @@ from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
-    pass
+    from tokview.servers import ServerPool
+    from tokview.servers.score import TargetScore
 
 CHUNK = 256
 """Samples read per query (one short read of the shared store each)."""
@@ -121,7 +123,7 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 
-def already_scored(stored: Any, model: str | None, top_k: int) -> bool:
+def already_scored(stored: str | None, model: str | None, top_k: int) -> bool:
     """Scored by the same served model with at least this many alternatives."""
     if not stored:
         return False
@@ -156,7 +158,7 @@ async def run_score(
 async def _run(
     config: ScoreConfig,
     store: Store,
-    pool: Any,
+    pool: ServerPool,
     on_progress: Callable[[BatchProgress], None] | None,
     cancel: asyncio.Event | None,
 ) -> ScoreSummary:
@@ -216,7 +218,7 @@ async def _run(
         del pending[: len(items)]
         put_target_scores(store, items)
 
-    def scored(sample_id: str, prompt: list[int], output: list[int], result: Any) -> Capture:
+    def scored(sample_id: str, prompt: list[int], output: list[int], result: TargetScore) -> Capture:
         nonlocal nll_sum
         found = result.logprobs
         score = {
@@ -252,9 +254,7 @@ async def _run(
             sample_id, prompt, output = item
             try:
                 result = await pool.call(
-                    lambda client, info, prompt=prompt, output=output: score_on(
-                        client, info, backend=config.backend, prompt_ids=prompt, output_ids=output, top_k=config.top_k
-                    )
+                    partial(score_on, backend=config.backend, prompt_ids=prompt, output_ids=output, top_k=config.top_k)
                 )
                 scored(sample_id, prompt, output, result)
                 if len(pending) >= FLUSH:

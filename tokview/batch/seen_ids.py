@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # numpy is imported only once `SMALL` ids were met (see `SeenIds`)
+    import numpy as np
+    from numpy.typing import NDArray
+
+    Int64s = NDArray[np.int64]
+    """A run's keys, digests or lines."""
 
 
 class SeenIds:
@@ -85,7 +92,7 @@ class SeenIds:
                 np.array([line for line, _ in small.values()], dtype=np.int64),
             )
 
-    def _add(self, keys: Any, digests: Any, lines: Any) -> None:
+    def _add(self, keys: Int64s, digests: Int64s, lines: Int64s) -> None:
         import numpy as np
 
         order = np.argsort(keys, kind="stable")

@@ -42,8 +42,20 @@ from tokview.batch.writer_thread import COUNT_FIELDS
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+    from typing import Protocol
 
     from tokview.batch.config import BatchConfig
+
+    class Queue(Protocol):
+        """What a feed hands out from: the streamed `TodoQueue` (a deque in tests)."""
+
+        def __len__(self) -> int: ...
+        def popleft(self) -> Any: ...
+
+    class Landable(Protocol):
+        """What the lander lands into: a `Store` (its `ingest` lands every complete part)."""
+
+        def ingest(self) -> tuple[int, int]: ...
 
 
 def worker_count(requested: int, todo: int) -> int:
@@ -128,7 +140,7 @@ class WorkFeed:
     feed hands out nothing more: a stop (cancel, full disk, too many failures) ends every worker's
     intake at once. A prompts file edited under the run closes it with that error."""
 
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: Queue) -> None:
         self._queue = queue
         self._returned: deque[Any] = deque()
         self._lock = threading.Lock()
@@ -213,7 +225,7 @@ class Lander:
 
     def __init__(
         self,
-        store: Any,
+        store: Landable,
         *,
         every_s: float = 1.0,
         on_error: Callable[[], None] = lambda: None,

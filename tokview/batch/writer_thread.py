@@ -42,9 +42,30 @@ from tokview.untrusted_text import storable
 
 if TYPE_CHECKING:
     from tokview.batch.chains import ChainResult
+    from tokview.core.analysis import Analysis
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
+
+
+class PartWriter(Protocol):
+    """What the writer writes through: a `Store`, a `PartSink` (a `--workers` child) or a Ray task's
+    `CollectingSink`. `ingest` lands the parts written (a sink that does not own the store lands nothing)."""
+
+    def sample_record(
+        self,
+        sample_id: str,
+        prompt_id: str,
+        run_id: str | None,
+        capture: Capture,
+        analysis: Analysis,
+        *,
+        gen_index: int | None = None,
+        turn: int | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]: ...
+    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]]) -> None: ...
+    def ingest(self) -> tuple[int, int]: ...
 
 
 class Slot(Protocol):
@@ -125,7 +146,7 @@ def _ahead(ahead: Future | None) -> list[int] | None:
 class GroupWriter:
     def __init__(
         self,
-        store: Any,
+        store: PartWriter,
         *,
         profile: ModelProfile,
         tokenizer: TokenizerAdapter | None,

@@ -891,8 +891,8 @@ def _off_policy(capture: Capture, n_prompt: int) -> Hit | None:
         f"trains a drafter the target then rejects."
     )
     if not unlikely:  # none below p, yet unlikely on the whole: name the least likely tokens
-        scored = [p for p, v in enumerate(values) if v is not None]
-        unlikely = sorted(n_prompt + p for p in sorted(scored, key=lambda p: values[p])[:100])
+        least = sorted((v, p) for p, v in enumerate(values) if v is not None)[:100]  # ties: the earlier first
+        unlikely = sorted(n_prompt + p for _, p in least)
     return Hit.at(detail, unlikely[:100])
 
 

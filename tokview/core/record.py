@@ -53,7 +53,7 @@ class Capture:
     output_top_logprobs: list[list[float]] | None = None
     spec_decode: dict[str, Any] | None = None
     """The server's speculative-decoding metrics, normalised (`core.spec_decode.SpecDecode.to_dict`)."""
-    target_logprobs: list[float] | None = None
+    target_logprobs: list[float | None] | None = None
     """Per output position: the logprob a target gave the stored token (`tokview score`)."""
     target_top_ids: list[list[int]] | None = None
     target_top_logprobs: list[list[float]] | None = None
