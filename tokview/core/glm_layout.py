@@ -192,7 +192,7 @@ def _write_tokenizer(out: Path) -> None:
     tok.add_tokens([AddedToken(s, special=False, normalized=False) for s in names if s in NOT_SPECIAL])
     for s in ("<|endoftext|>", "<think>", "</think>", "<|user|>", "<|reserved_token_151551|>"):
         assert tok.token_to_id(s) == vocab[s], s
-    hf = PreTrainedTokenizerFast(
+    hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call, unused-ignore]  # untyped in transformers 5
         tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=4096
     )
     hf.chat_template = CHAT_TEMPLATE
@@ -220,13 +220,14 @@ def _write_tokenizer(out: Path) -> None:
     (out / LAYOUT_MARKER).write_text(json.dumps(_marker(), indent=2) + "\n", encoding="utf-8")
 
 
-def _marker() -> dict:
+def _marker() -> dict[str, str | int]:
     return {"layout": "glm-4.7", "version": LAYOUT_VERSION}
 
 
 def _is_built(d: Path) -> bool:
     try:
-        return json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8")) == _marker()
+        marker: object = json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8"))
+        return marker == _marker()
     except (OSError, ValueError):
         return False
 

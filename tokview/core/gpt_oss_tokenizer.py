@@ -214,13 +214,13 @@ def tokenizer_json(ranks: dict[bytes, int]) -> str:
 LAYOUT_MARKER = "tokview_layout.json"
 
 
-def _layout() -> dict:
+def _layout() -> dict[str, str | int]:
     """The cache marker: a build with another template (or layout version) is rebuilt."""
     template = hashlib.sha256(GPT_OSS_TEMPLATE.encode()).hexdigest()[:16]
     return {"layout": "gpt-oss", "encoding": "o200k_harmony", "version": 1, "template": template}
 
 
-def _config() -> dict:
+def _config() -> dict[str, object]:
     specials = harmony_special_tokens()
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -253,7 +253,8 @@ def write_gpt_oss_folder(ranks: dict[bytes, int], out: Path) -> Path:
 
 def _is_built(folder: Path) -> bool:
     try:
-        return json.loads((folder / LAYOUT_MARKER).read_text(encoding="utf-8")) == _layout()
+        marker: object = json.loads((folder / LAYOUT_MARKER).read_text(encoding="utf-8"))
+        return marker == _layout()
     except (OSError, ValueError):
         return False
 

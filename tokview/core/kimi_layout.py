@@ -252,7 +252,7 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
     for s in ("<|im_end|>", "<think>", "</think>", "<|im_user|>"):
         assert tok.token_to_id(s) == vocab[s], s
 
-    hf = PreTrainedTokenizerFast(
+    hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call, unused-ignore]  # untyped in transformers 5
         tokenizer_object=tok,
         bos_token="[BOS]",
         eos_token="<|im_end|>",
@@ -287,13 +287,14 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
     (out / LAYOUT_MARKER).write_text(json.dumps(_marker(think_special), indent=2) + "\n", encoding="utf-8")
 
 
-def _marker(think_special: bool) -> dict:
+def _marker(think_special: bool) -> dict[str, str | bool | int]:
     return {"layout": "kimi-k2.5", "think_special": think_special, "version": LAYOUT_VERSION}
 
 
 def _is_built(d: Path, think_special: bool) -> bool:
     try:
-        return json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8")) == _marker(think_special)
+        marker: object = json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8"))
+        return marker == _marker(think_special)
     except (OSError, ValueError):
         return False
 
