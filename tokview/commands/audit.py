@@ -17,7 +17,7 @@ from tokview.errors import ExitCode, UserError
 BAD_ROWS_SHOWN = 20
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser(

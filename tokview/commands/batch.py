@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 
     from tokview.batch.config import BatchConfig, BatchSummary
     from tokview.batch.progress import ProgressPrinter
+    from tokview.core.json_value import JsonObject
     from tokview.store import Store
 
 BAD_ROWS_SHOWN = 20
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.batch.config import BATCH_DEFAULTS as D
     from tokview.batch.config import MIN_PROMPTS_ENV, MIN_PROMPTS_PER_WORKER
     from tokview.core.resolve import add_tokenizer_arguments
@@ -134,7 +135,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run, exit_without_teardown=True)
 
 
-def _json_object(text: str) -> dict:
+def _json_object(text: str) -> JsonObject:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -19,7 +19,7 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from tokview.errors import UserError
 
@@ -40,7 +40,20 @@ FALLBACK_PROMPTS = [
 ]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+class DemoRunFields(TypedDict):
+    """The BatchConfig fields a demo run sets (typed, so mypy checks each against BatchConfig)."""
+
+    servers: list[str]
+    mode: str
+    max_new_tokens: int
+    temperature: float
+    run: str
+    concurrency: int
+    timeout: float
+    retries: int
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="start a simulator, fill a demo store with a first batch, open the app")
     p.add_argument("--db", default=None, help="DuckDB file (default: a fresh one in a temporary folder)")
     p.add_argument(
@@ -71,47 +84,29 @@ def _prompts(path: Path | None, limit: int) -> list[PromptRow]:
     return rows
 
 
-def demo_runs(current_url: str, old_url: str) -> list[tuple[str, dict]]:
+def demo_runs(current_url: str, old_url: str) -> list[tuple[str, DemoRunFields]]:
     """(description, BatchConfig fields) of the three demo runs.
 
     Each run has its own temperature: sample ids derive from the settings, so equal settings on the
     second server would count as already captured and be skipped.
     """
-    common = {"concurrency": 4, "timeout": 20.0, "retries": 2}
+
+    def fields(server: str, mode: str, max_new_tokens: int, temperature: float, run: str) -> DemoRunFields:
+        return DemoRunFields(
+            servers=[server],
+            mode=mode,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            run=run,
+            concurrency=4,
+            timeout=20.0,
+            retries=2,
+        )
+
     return [
-        (
-            "parsed chat · vLLM 0.32",
-            {
-                "servers": [current_url],
-                "mode": "chat",
-                "max_new_tokens": 256,
-                "temperature": 0.6,
-                "run": "demo-chat",
-                **common,
-            },
-        ),
-        (
-            "parsed chat · old vLLM, bad parser",
-            {
-                "servers": [old_url],
-                "mode": "chat",
-                "max_new_tokens": 256,
-                "temperature": 0.7,
-                "run": "demo-old-vllm",
-                **common,
-            },
-        ),
-        (
-            "raw ids · max 24 tokens",
-            {
-                "servers": [current_url],
-                "mode": "raw",
-                "max_new_tokens": 24,
-                "temperature": 1.0,
-                "run": "demo-truncated",
-                **common,
-            },
-        ),
+        ("parsed chat · vLLM 0.32", fields(current_url, "chat", 256, 0.6, "demo-chat")),
+        ("parsed chat · old vLLM, bad parser", fields(old_url, "chat", 256, 0.7, "demo-old-vllm")),
+        ("raw ids · max 24 tokens", fields(current_url, "raw", 24, 1.0, "demo-truncated")),
     ]
 
 

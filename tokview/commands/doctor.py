@@ -16,7 +16,7 @@ from tokview.errors import ExitCode, UserError
 from tokview.untrusted_text import printable_json
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("doctor", help="probe a server: id fields, think opener, reasoning field, hidden ids")

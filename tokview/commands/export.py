@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from tokview.store import Store
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.export import FORMATS, SELECTIONS
     from tokview.export.registry import DEFAULT_FORMAT
@@ -128,7 +128,7 @@ def resolve_tokenizer(
     )
 
 
-def _refuse_mixed_vocabularies(runs: list[dict]) -> None:
+def _refuse_mixed_vocabularies(runs: list[dict[str, Any]]) -> None:
     """Samples made with two different tokenizers cannot share one training file: their ids mean different
     tokens, and no `--tokenizer` makes both right (it only picks whose rules the other's ids are read by).
     Runs are told apart by the tokenizer's file hash (two copies of one folder are one tokenizer), by

@@ -11,7 +11,7 @@ from pathlib import Path
 from tokview.errors import UserError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "merge", help="land stores made elsewhere (e.g. --shard K/N runs) into one store", description=__doc__
     )

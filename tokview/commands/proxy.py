@@ -12,7 +12,7 @@ import argparse
 import sys
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.default_store import DEFAULT_DB
     from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("review", help="approve, reject, tag, untag or note many samples at once", description=__doc__)
     add_db_argument(p)
     p.add_argument("--run", metavar="RUN", dest="run_name", help="only this run's samples")

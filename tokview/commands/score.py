@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tokview.store import Store
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.logprobs import DEFAULT_LOW_PROB, DEFAULT_OFF_POLICY_NLL
 
     p = sub.add_parser(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("show", help="print one sample's ids, segments and findings")
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def review_history(history: list[dict]) -> list[dict]:
+def review_history(history: list[dict[str, Any]]) -> list[dict[str, object]]:
     """Every verdict, note and undo: who, when, status, reason, note, tags, whether undone or an override."""
     keys = ("at", "who", "kind", "status", "reason", "note", "tags", "undone", "override")
     return [{k: (h[k].isoformat() if k == "at" and h.get(k) is not None else h.get(k)) for k in keys} for h in history]

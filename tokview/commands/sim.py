@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000}
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.sim.config import FAULTS, QUIRKS
 
     width = max(map(len, QUIRKS)) + 2

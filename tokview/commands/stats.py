@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from tokview.store.sample_rows import SampleRow
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("stats", help="counts, failures, findings and token lengths in a store", description=__doc__)
     add_db_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -70,7 +70,8 @@ def sample_dict(row: SampleRow) -> dict[str, Any]:
 
 def drift_samples(st: dict[str, Any]) -> int:
     """Samples whose output ids a text-based pipeline would corrupt (encode(decode(ids)) != ids)."""
-    return st["findings"].get("retokenize_drift", {}).get("samples", 0)
+    samples: int = st["findings"].get("retokenize_drift", {}).get("samples", 0)  # a COUNT(DISTINCT …)
+    return samples
 
 
 def render(st: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser(
@@ -111,7 +111,8 @@ def _texts(items: list[str]) -> Iterator[str]:
 
 def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     """(label, messages) for each generation point batch would send for this conversation."""
-    from tokview.core.prompts import PromptError, generation_points, parse_row
+    from tokview.core.agent_traces import PromptError
+    from tokview.core.prompts import generation_points, parse_row
 
     if not path.is_file():
         raise UserError(f"chat file not found: {path}")

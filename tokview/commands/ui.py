@@ -16,7 +16,7 @@ APP_LOCK_TIMEOUT_S = 15.0
 its one thread, so the batch default (minutes) would freeze the screen."""
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.core.resolve import add_tokenizer_arguments
 
     p = sub.add_parser("ui", help="open the app: inspect tokens, curate, generate (the default command)")
