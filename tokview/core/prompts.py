@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.core import agent_traces as traces
-from tokview.core.agent_traces import PromptError
+from tokview.core.agent_traces import PromptError as PromptError  # re-exported: callers import it from here
 from tokview.core.record import canonical_hash
 
 ROLE_FROM_SHAREGPT = {

@@ -36,7 +36,7 @@ class AuditReport:
     imported: int = 0
     invalid: int = 0
     bad_rows: list[str] = field(default_factory=list)
-    by_code: Counter = field(default_factory=Counter)
+    by_code: Counter[str] = field(default_factory=Counter)
     severity: dict[str, str] = field(default_factory=dict)
 
     def render(self) -> str:
@@ -215,7 +215,7 @@ def _audit_rows(
     *,
     report: AuditReport,
     settings: dict[str, Any],
-    seen: Counter,
+    seen: Counter[str],
     tokenizer: TokenizerAdapter,
     profile: ModelProfile,
     thinking: bool,

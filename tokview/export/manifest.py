@@ -43,13 +43,13 @@ class Provenance:
     """Servers, settings, parsers and runs seen across the exported samples."""
 
     def __init__(self) -> None:
-        self.servers: set[tuple] = set()
-        self.settings: dict[str, dict] = {}
+        self.servers: set[tuple[str | None, str | None, str | None]] = set()
+        self.settings: dict[str, dict[str, Any]] = {}
         self.fields: set[str] = set()
         self.endpoints: set[str] = set()
         self.runs: set[str] = set()
         self.finish: Counter[str] = Counter()
-        self.kwargs: dict[str, dict] = {}
+        self.kwargs: dict[str, dict[str, Any]] = {}
 
     def add(self, row: dict[str, Any], capture: Capture, kwargs: dict[str, Any]) -> None:
         self.kwargs[json.dumps(kwargs, sort_keys=True, default=str)] = kwargs

@@ -71,7 +71,7 @@ class ExportResult:
     """`trainers.Lengths` of the exported rows: the longest, and the rows each trainer's default would cut."""
     template: dict[str, Any] | None = None
     template_refused: str | None = None
-    freq: Counter = field(default_factory=Counter)
+    freq: Counter[int] = field(default_factory=Counter)
     seen: Provenance | None = None
     profiles: _Profiles | None = None
     select: str = ""

@@ -226,8 +226,15 @@ def _percentiles(values: list[Any] | None, top: float | None, mean: float | None
 def stats(conn: DuckDBPyConnection) -> dict[str, Any]:
     """Everything `tokview stats` prints, in few scans: one pass over the light sample columns for
     the counts and percentiles (a million samples in ~0.1 s), one GROUP BY for distinct prompts."""
-    one = lambda sql: one_row(conn, sql)[0]  # noqa: E731
-    pairs = lambda sql: {k: v for k, v in conn.execute(sql).fetchall()}  # noqa: E731
+
+    def one(sql: str) -> int:
+        """A count."""
+        return int(one_row(conn, sql)[0])
+
+    def pairs(sql: str) -> dict[str, int]:
+        """A name → count GROUP BY."""
+        return {k: v for k, v in conn.execute(sql).fetchall()}
+
     by_code = {}
     for code, severity, n in conn.execute(
         "SELECT code, any_value(severity), count(DISTINCT sample_id) FROM findings GROUP BY code "
