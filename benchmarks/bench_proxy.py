@@ -20,7 +20,10 @@ parses, analyses and lands, apart and then added), and throughput (streams/s) at
 also prints the CPU each process spent per stream (the client, the upstream: replay server + simulator,
 the forwarder, the proxy's recorder) and the box's CPU use: when the direct run already keeps every core
 busy, a forwarder can only reach direct's throughput by using no CPU at all, and the ceiling is
-(client + upstream) / (client + upstream + forwarder [+ recorder]) of direct.
+(client + upstream) / (client + upstream + forwarder [+ recorder]) of direct. The proxy's recorder runs at a
+lower priority and may fall behind in a round: the catch-up time (from the round's last response to the
+recorder's last CPU use, its last landing: `caught_up`) and the peak of its backlog (the proxy's own last
+line) are printed beside the throughput, since a throughput bought by recording later must say so.
 """
 
 from __future__ import annotations
@@ -169,6 +172,25 @@ async def settled(pid: int, quiet_s: float = 0.6) -> None:
         last = now
 
 
+CATCH_UP_QUIET_S = 2.5
+"""How long the recorder must use no CPU to count as caught up: longer than the gap between its landings under
+load (`proxy.recorder.LAND_BUSY_S`), so its last landing is seen."""
+
+
+async def caught_up(pid: int, since: float) -> float:
+    """Seconds from `since` (the round's last response) to the recorder process's last CPU use (its last landing),
+    read every 50 ms; /proc counts CPU in 10 ms ticks, so a rise of two ticks counts as work."""
+    last = children_cpu_s(pid)
+    worked_at = since
+    deadline = time.perf_counter() + 300
+    while time.perf_counter() - worked_at < CATCH_UP_QUIET_S and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+        now = children_cpu_s(pid)
+        if now - last >= 0.02:
+            worked_at, last = time.perf_counter(), now
+    return max(0.0, worked_at - since)
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
@@ -176,7 +198,16 @@ def pct(values: list[float], q: float) -> float:
 
 async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {
-        name: {"lat": [], "stream": [], "chunks": [], "cpu": 0.0, "cpu_rec": 0.0, "tput": [], "phase": []}
+        name: {
+            "lat": [],
+            "stream": [],
+            "chunks": [],
+            "cpu": 0.0,
+            "cpu_rec": 0.0,
+            "tput": [],
+            "phase": [],
+            "catch_up": [],
+        }
         for name in targets
     }
     upstream_pids = [p for p in (UPSTREAM_PID.get("replay"), sim_pid()) if p]
@@ -212,6 +243,8 @@ async def measure(targets: dict[str, tuple[str, int | None]], args: argparse.Nam
                 )
                 after = _cpu_now(pid, upstream_pids)
                 if pid:
+                    if name == "proxy":
+                        out[name]["catch_up"].append(await caught_up(pid, after["wall"]))
                     await settled(pid)  # its recorder's share of these streams, too
                     after["recorder"] = children_cpu_s(pid)
                 out[name]["phase"].append({k: (after[k] - before[k]) / args.total for k in after})
@@ -229,7 +262,7 @@ def _cpu_now(pid: int | None, upstream_pids: list[int]) -> dict[str, float]:
     }
 
 
-def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: int) -> None:
+def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: int, backlog: str | None) -> None:
     direct = out["direct"]
     n_seq = len(direct["lat"])
     print(
@@ -278,6 +311,12 @@ def report(out: dict[str, dict[str, Any]], args: argparse.Namespace, recorded: i
         f"\nproxy recorded {recorded} samples in this run (every request, findings and sessions included); "
         f"CPU ms/request: forwarding process {p['cpu']:.3f}, its recorder process {p['cpu_rec']:.3f} "
         f"(parsing, sessions, analysis, parts, landings)"
+    )
+    catch_up = out["proxy"]["catch_up"]
+    print(
+        f"proxy recorder: caught up {statistics.median(catch_up):.2f} s after a round's last response (median; "
+        f"rounds {', '.join(f'{c:.2f}' for c in catch_up)} s: to its last CPU use, its last landing); "
+        + (backlog or "its backlog never built up (the proxy said no peak)")
     )
     print(
         f"\nthroughput phase ({args.concurrent} concurrent), CPU ms per stream (of the round the box was least busy in)"
@@ -372,7 +411,9 @@ def main() -> None:
 
         with Store(db) as store:
             recorded = store.count_samples()
-    report(out, args, recorded)
+    backlog = next((line.split(": ", 1)[1] for line in said if "backlog peaked" in line), None)
+    report(out, args, recorded, backlog)
+    print(f"load average during the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

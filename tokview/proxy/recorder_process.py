@@ -12,6 +12,14 @@ then), with SIGINT blocked during the spawn and ignored after: a Ctrl-C on the t
 which stops serving and closes the pipe; the child then records what it was handed, lands it and exits.
 When the parent is SIGKILLed the pipe ends the same way, so what was answered before the kill is still
 recorded: only the requests in flight are lost.
+
+The child runs at a lower priority (`serve.lower_priority`): under a burst the harness and the upstream get
+the cores and the recorder catches up after. Its backlog never blocks the forwarding loop and is bounded in
+the loop's memory: what the pipe cannot take waits in memory up to SPOOL_OVER_BYTES, and past that each answer
+is appended to a spool file (`_Spool`) with only a small `Spooled` note queued in its place; the child reads the
+answer back from the file when it comes to the note. Nothing is dropped: a spool that cannot be written keeps
+the answer in memory instead, and a child whose parent was killed records the spooled answers it had no note
+for yet (they are whole on disk) before it exits.
 """
 
 from __future__ import annotations
@@ -19,9 +27,11 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import shutil
 import signal
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +48,9 @@ READY_TIMEOUT_S = 300.0
 COUNTS_EVERY_S = 0.25
 """The child reports its counters when it is idle this long (not after every item: each report woke a
 thread of the forwarding process)."""
+SPOOL_OVER_BYTES = 16 * 1024 * 1024
+"""How many bytes of answers the forwarding process keeps in memory for a recorder that is behind (a burst on
+busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory."""
 GC_THRESHOLDS = (100_000, 20, 100)
 """The child's cyclic collector runs every 100,000 allocations instead of 700: a stream's few hundred parsed
 chunks, its capture and its record are acyclic (freed by their counts), and the young collections that
@@ -52,6 +65,47 @@ class ChildSpec:
     """The ProxyConfig, without its tokenizer object and its `say` callable."""
     upstreams: list[Any]
     tokenizer_dir: str | None
+    spool_dir: str | None = None
+    """Where the parent spools the answers the pipe cannot take (`_Spool`); the child removes it when it ends."""
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """In the pipe in place of an answer: read it from the spool file `path`, `length` bytes at `offset`."""
+
+    path: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class SpoolDone:
+    """Every answer of the spool file `path` is noted before this in the pipe: the child removes the file."""
+
+    path: str
+
+
+class _Spool:
+    """One spool file of the parent: answers appended as `!i`-length-prefixed pickles, each whole in one write."""
+
+    def __init__(self, directory: str, number: int) -> None:
+        self.path = os.path.join(directory, f"spool-{number:06d}")
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.size = 0
+
+    def append(self, data: bytes) -> Spooled:
+        """The answer on disk (OSError when it is not: a full disk), and the note that finds it."""
+        record = struct.pack("!i", len(data)) + data
+        written = os.write(self.fd, record)
+        if written != len(record):
+            os.ftruncate(self.fd, self.size)  # a short write on a full disk: the answer stays in memory instead
+            raise OSError("the spool file took only part of an answer")
+        note = Spooled(self.path, self.size + 4, len(data))
+        self.size += len(record)
+        return note
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class RecorderProcess:
@@ -65,6 +119,19 @@ class RecorderProcess:
         self.say = say
         self.recorded = self.failed = self.not_recorded = 0
         self.recording = True
+        self.taken = 0
+        """Answers and failures handed over (`take`): with the child's counts, how far behind it is."""
+        self.backlog_peak = 0
+        """The most answers the child was behind by, as its counts showed (see `backlog`)."""
+        self.memory_peak = self.spooled = 0
+        """Bytes: the most the loop held in memory for the pipe, and all it spooled to disk."""
+        self.spool_over = SPOOL_OVER_BYTES
+        """Bytes held in memory for the pipe past which answers are spooled."""
+        self._pending_bytes = 0
+        self._spool: _Spool | None = None
+        self._spools = 0
+        self._spool_dir = spec.spool_dir
+        self._spool_failed = False
         ctx = multiprocessing.get_context("spawn")
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._said, said_out = ctx.Pipe(duplex=False)
@@ -99,15 +166,25 @@ class RecorderProcess:
                 self.process.join()
                 raise TokviewError(message[1], exit_code=message[2], title=message[3])
 
+    @property
+    def backlog(self) -> int:
+        """Answers and failures handed over that the child has not recorded yet (as of its last counts)."""
+        return max(0, self.taken - self.recorded - self.failed - self.not_recorded)
+
     def take(self, item: Finished | Failed) -> None:
         """Hand an item to the child, from the event loop: pickled (one copy of the answer's bytes) and written
         to the pipe as a `Connection.recv` frame, without blocking; what the pipe cannot take now is written
-        when the loop says it can. No thread: a feeder thread cost a GIL hand-over per request."""
+        when the loop says it can, from memory or, past SPOOL_OVER_BYTES, from a spool file (`_Spool`). No
+        thread: a feeder thread cost a GIL hand-over per request."""
+        self.taken += 1
         data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = struct.pack("!i", len(data)) + data
         if self._pending:
-            self._pending.append(frame)
+            self._queue(data)
             return
+        self._send(_frame(data))
+
+    def _send(self, frame: bytes) -> None:
+        """Write a frame to the pipe now, what it cannot take queued whole for `_flush` (the pipe is idle)."""
         try:
             written = os.write(self._fd, frame)
         except BlockingIOError:
@@ -116,8 +193,37 @@ class RecorderProcess:
             self._lost()
             return
         if written < len(frame):
-            self._pending.append(frame[written:])
+            self._hold(frame[written:])
             self._wait_writable()
+
+    def _queue(self, data: bytes) -> None:
+        """Behind frames already waiting: in memory, or spooled once the memory held passes SPOOL_OVER_BYTES."""
+        if self._pending_bytes + len(data) > self.spool_over and self._spool_dir and not self._spool_failed:
+            try:
+                if self._spool is None:
+                    self._spools += 1
+                    self._spool = _Spool(self._spool_dir, self._spools)
+                note = self._spool.append(data)
+            except OSError as exc:  # a full disk: kept in memory instead, never dropped
+                self._spool_failed = True
+                self.say(f"tokview proxy: cannot spool the recorder's backlog ({exc}): it is kept in memory")
+            else:
+                self.spooled += len(data)
+                self._hold(_frame(pickle.dumps(note, protocol=pickle.HIGHEST_PROTOCOL)))
+                return
+        self._hold(_frame(data))
+
+    def _hold(self, frame: bytes) -> None:
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        self.memory_peak = max(self.memory_peak, self._pending_bytes)
+
+    def _spool_done(self) -> None:
+        """The pipe took everything held: the spool file is closed and its removal queued behind its notes."""
+        spool, self._spool = self._spool, None
+        if spool is not None:
+            spool.close()
+            self._send(_frame(pickle.dumps(SpoolDone(spool.path), protocol=pickle.HIGHEST_PROTOCOL)))
 
     def _wait_writable(self) -> None:
         try:
@@ -135,24 +241,32 @@ class RecorderProcess:
                 return
             except OSError:
                 self._pending.clear()
+                self._pending_bytes = 0
                 self._lost()
                 break
+            self._pending_bytes -= written
             if written < len(self._pending[0]):
                 self._pending[0] = self._pending[0][written:]
                 return
             self._pending.popleft()
         if self._loop is not None:
             self._loop.remove_writer(self._fd)
+        self._spool_done()
 
     def _drain_blocking(self) -> None:
         os.set_blocking(self._fd, True)
         try:
+            if self._spool is not None:
+                self._spool.close()
+                self._pending.append(_frame(pickle.dumps(SpoolDone(self._spool.path))))
+                self._spool = None
             while self._pending:
                 os.write(self._fd, self._pending.popleft())  # blocking: writes it all
         except OSError:
             self._pending.clear()
             self._lost()
         finally:
+            self._pending_bytes = 0
             os.set_blocking(self._fd, False)
 
     def _lost(self) -> None:
@@ -169,6 +283,7 @@ class RecorderProcess:
                 self.say(message[1])
             elif message[0] == "counts":
                 self.recorded, self.failed, self.not_recorded, self.recording = message[1:]
+                self.backlog_peak = max(self.backlog_peak, self.backlog)
 
     def close(self) -> None:
         """Let the child record and land what it was handed, and wait for it (the loop has stopped by now)."""
@@ -176,9 +291,26 @@ class RecorderProcess:
         self._jobs.close()  # the child reads to the end, records, lands and exits
         self.process.join()
         self._reader.join(timeout=5)
+        if self._spool_dir is not None:
+            shutil.rmtree(self._spool_dir, ignore_errors=True)
         if self.process.exitcode not in (0, None):
             self.recording = False
             self.say(f"tokview proxy: the recorder process ended with exit code {self.process.exitcode}")
+
+    def backlog_said(self) -> str | None:
+        """The recorder's backlog at its peak, for the proxy's last line; None when it never fell behind."""
+        if not self.backlog_peak and not self.spooled:
+            return None
+        mb = 1024 * 1024
+        return (
+            f"the recorder's backlog peaked at {self.backlog_peak} answers ({self.memory_peak / mb:.1f} MB held in "
+            f"memory, {self.spooled / mb:.1f} MB spooled to disk)"
+        )
+
+
+def _frame(data: bytes) -> bytes:
+    """`data` as `Connection.recv` reads one message: its length, then the bytes."""
+    return struct.pack("!i", len(data)) + data
 
 
 class _Link:
@@ -204,20 +336,86 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     if recorder is None:
         return
     link.send(("ready",))
+    spools = _SpoolReader(spec.spool_dir)
     sent: tuple[Any, ...] = ()
+    sent_at = time.monotonic()
     while True:
         try:
             if jobs.poll(COUNTS_EVERY_S):
-                recorder.take(jobs.recv())
+                item = spools.item(jobs.recv())
+                if item is not None:
+                    recorder.take(item)
         except (EOFError, OSError):  # the parent closed the pipe or died: what came is recorded
             break
         counts = (recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording)
         stopped = bool(sent) and counts[3] != sent[3]
-        if counts != sent and (stopped or not jobs.poll(0)):  # when idle, or at once when recording stopped
+        due = time.monotonic() - sent_at >= COUNTS_EVERY_S  # while behind too: the parent reads its backlog
+        if counts != sent and (stopped or due or not jobs.poll(0)):  # idle, due, or at once when recording stopped
             link.send(("counts", *counts))
-            sent = counts
+            sent, sent_at = counts, time.monotonic()
+    for item in spools.rest():  # spooled before the parent died, their notes lost with it: whole on disk
+        recorder.take(item)
+    spools.remove()
     recorder.close()
     link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
+
+
+class _SpoolReader:
+    """The child's side of the parent's spool files: an answer read back for its note, and the answers a killed
+    parent spooled without their notes reaching the pipe."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory
+        self.read_to: dict[str, int] = {}
+        """How far each spool file's answers are recorded (bytes)."""
+
+    def item(self, message: object) -> Finished | Failed | None:
+        if isinstance(message, Spooled):
+            with open(message.path, "rb") as f:
+                f.seek(message.offset)
+                data = f.read(message.length)
+            self.read_to[message.path] = message.offset + message.length
+            loaded: Finished | Failed = pickle.loads(data)
+            return loaded
+        if isinstance(message, SpoolDone):
+            self.read_to.pop(message.path, None)
+            try:
+                os.unlink(message.path)
+            except OSError:
+                pass
+            return None
+        if isinstance(message, (Finished, Failed)):
+            return message
+        raise TypeError(f"the recorder's pipe brought a {type(message).__name__}")
+
+    def rest(self) -> list[Finished | Failed]:
+        """The answers spooled after the last note that came, in order (none unless the parent was killed)."""
+        if self.directory is None or not os.path.isdir(self.directory):
+            return []
+        out: list[Finished | Failed] = []
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            with open(path, "rb") as f:
+                f.seek(max(0, self.read_to.get(path, 0)))
+                out.extend(_whole_records(f.read()))
+        return out
+
+    def remove(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _whole_records(data: bytes) -> list[Finished | Failed]:
+    """The length-prefixed pickles in `data`, up to the first that is not whole."""
+    out: list[Finished | Failed] = []
+    at = 0
+    while at + 4 <= len(data):
+        (n,) = struct.unpack_from("!i", data, at)
+        if n < 0 or at + 4 + n > len(data):
+            break
+        out.append(pickle.loads(data[at + 4 : at + 4 + n]))
+        at += 4 + n
+    return out
 
 
 def _open(spec: ChildSpec, link: _Link) -> Any:

@@ -150,12 +150,26 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
 
         from tokview.proxy.recorder_process import ChildSpec, RecorderProcess
 
-        spec = ChildSpec(replace(config, tokenizer=None, say=None), upstreams, None if source is None else str(source))
+        spec = ChildSpec(
+            replace(config, tokenizer=None, say=None),
+            upstreams,
+            None if source is None else str(source),
+            spool_dir=spool_dir_for(config.db),
+        )
         process = RecorderProcess(spec, config.say or _say_on_stderr)
         if process.process.pid is not None:  # started (RecorderProcess waits until it is ready)
             lower_priority(process.process.pid)
         return process
     return open_recorder_here(config, upstreams, config.tokenizer, config.say)
+
+
+def spool_dir_for(db: str) -> str:
+    """A new folder beside the store for the answers the recorder process is behind on (`recorder_process`):
+    on the store's disk, not in /tmp, which is often memory."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(os.path.expanduser(db)))
+    return tempfile.mkdtemp(prefix=".tokview-proxy-spool-", dir=folder)
 
 
 def lower_priority(pid: int) -> None:
@@ -324,6 +338,9 @@ def serve_forever(config: ProxyConfig) -> int:
             rec = app.recorder
             said = f"tokview proxy: {_count(rec.recorded, 'generation')} recorded, {rec.failed} refused/abandoned/without ids"
             say(said + (f", {rec.not_recorded} NOT recorded" if rec.not_recorded else ""))
+            backlog = rec.backlog_said() if not isinstance(rec, Recorder) else None
+            if backlog is not None:
+                say(f"tokview proxy: {backlog}")
     return ExitCode.OK if app.recorder is None or app.recorder.recording else ExitCode.FAILURES
 
 
