@@ -41,7 +41,10 @@ from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import failure_notice
 
 if TYPE_CHECKING:
-    from tokview.store import Store
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store import Store, StoredSample
+    from tokview.store.bulk_review import Outcome
     from tokview.ui.screens.samples import PendingSearch
     from tokview.ui.session import Session
 
@@ -51,7 +54,9 @@ CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "undo_history", 
 class SampleReady(Message):
     """A sample loaded in a worker, with the tokenizer and profile its run resolved to."""
 
-    def __init__(self, data: InspectData, index: int | None, tokenizer, profile) -> None:
+    def __init__(
+        self, data: InspectData, index: int | None, tokenizer: TokenizerAdapter, profile: ModelProfile
+    ) -> None:
         super().__init__()
         self.data, self.index, self.tokenizer, self.profile = data, index, tokenizer, profile
 
@@ -62,7 +67,7 @@ class NextFound(Message):
         self.found, self.open_it = found, open_it
 
 
-class TokviewApp(App):
+class TokviewApp(App[None]):
     """Inspect and curate captured samples; drive small batches against a server."""
 
     CSS_PATH = Path(__file__).parent / "styles" / "app.tcss"
@@ -116,10 +121,10 @@ class TokviewApp(App):
             self.push_screen(screen)
 
     # -- curation ------------------------------------------------------------------------------
-    def _work_screen(self) -> Screen:
+    def _work_screen(self) -> Screen[object]:
         """The screen a key or palette command is for: the top one, under the command palette when it is open
         (asked for its commands, the palette itself is the active screen)."""
-        for screen in reversed(self.screen_stack):
+        for screen in self.screen_stack[::-1]:  # (reversed() of a Screen[Any] list is Any to mypy)
             if not isinstance(screen, CommandPalette):
                 return screen
         return self.screen
@@ -192,7 +197,7 @@ class TokviewApp(App):
     def _store_failed(self, exc: StoreError) -> None:
         self.notify(str(exc), title="store", severity="error", timeout=8)
 
-    def _show_verdict(self, sample_id: str, index: int | None, stored) -> None:
+    def _show_verdict(self, sample_id: str, index: int | None, stored: StoredSample) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
             self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
         if self.samples_screen is not None and index is not None:
@@ -209,7 +214,7 @@ class TokviewApp(App):
             return screen.marks.ids()
         return []
 
-    def _bulk(self, write, what: str = "marked") -> None:
+    def _bulk(self, write: Callable[[], Outcome], what: str = "marked") -> None:
         """Run one bulk write (a function of no arguments returning an Outcome), then say what it changed,
         clear the marks and read the list again; a store another process holds is a notification."""
         try:
@@ -230,7 +235,7 @@ class TokviewApp(App):
             stored = self.session.store.load_sample(self.screen.data.sample_id)
             self.screen.refresh_verdict(stored.status, stored.notes, stored.tags, stored.history)
 
-    def _confirm(self, question: str, detail: str, then) -> None:
+    def _confirm(self, question: str, detail: str, then: Callable[[], None]) -> None:
         self.push_screen(Confirm(question, detail), lambda yes: then() if yes else None)
 
     def _bulk_approve(self, ids: list[str]) -> None:
@@ -494,7 +499,7 @@ class TokviewApp(App):
         if self.samples_screen is not None:
             self.samples_screen.action_reload()
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """The registry's commands live on this screen (once each), then Textual's own but Quit (ours)."""
         live = {b.id: node for node, b, _enabled, _tip in screen.active_bindings.values() if b.id}
         for key in KEYS:

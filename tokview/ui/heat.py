@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.core import spec_decode as sd
 from tokview.ui.display import plural
@@ -147,7 +147,7 @@ def heat_detail(capture: Capture, position: int, piece: Callable[[int], str] | N
     return rows
 
 
-def acceptance_bars(side: dict | None) -> tuple[str, dict[str, float]]:
+def acceptance_bars(side: dict[str, Any] | None) -> tuple[str, dict[str, float]]:
     """(title, bars) for the stats panel: mean acceptance length overall and per segment when placed."""
     spec = (side or {}).get("spec_decode")
     if not spec or spec.get("mean_acceptance_length") is None:
@@ -169,7 +169,7 @@ def acceptance_bars(side: dict | None) -> tuple[str, dict[str, float]]:
     return "mean acceptance length (per segment unavailable: steps not placed)", bars
 
 
-def nll_bars(side: dict | None) -> tuple[str, dict[str, int]]:
+def nll_bars(side: dict[str, Any] | None) -> tuple[str, dict[str, int]]:
     """(title, bars) for the stats panel: how many scored samples fall in each mean-NLL bin."""
     target = (side or {}).get("target_logprobs")
     if not target:

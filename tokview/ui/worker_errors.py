@@ -8,11 +8,14 @@ to the app. Workers therefore carry no try/except of their own: an error is rais
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError, one_line
+
+if TYPE_CHECKING:
+    from textual.app import App
 
 BUG_TITLE = "unexpected error"
 
@@ -32,15 +35,23 @@ def failure_text(error: BaseException) -> str:
     return one_line(error)
 
 
+class _NodeInAnApp(Protocol):
+    """What the mixin needs of the Screen or Widget it is mixed into."""
+
+    @property
+    def app(self) -> App[object]: ...
+
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None: ...
+
+
 class ForwardsWorkerErrors:
     """Mixin for a Screen or Widget that starts workers: its failures reach the app's one handler."""
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         """This node's own reaction to a failed worker (the app notifies in any case); the default: none."""
 
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+    def on_worker_state_changed(self: _NodeInAnApp, event: Worker.StateChanged) -> None:
         if event.state is not WorkerState.ERROR or event.worker.error is None:
             return
         self.worker_failed(event.worker, event.worker.error)
-        node: Any = self
-        node.app.post_message(event)
+        self.app.post_message(event)

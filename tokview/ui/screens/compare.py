@@ -94,7 +94,7 @@ def token_line(name: str, side: Side, index: int) -> str:
     return f"{name}[{index}]: {side.seq.ids[index]} {visible(side.seq.pieces[index])}"
 
 
-class CompareScreen(ForwardsWorkerErrors, Screen):
+class CompareScreen(ForwardsWorkerErrors, Screen[None]):
     """Two samples' ids side by side; x goes to the first divergence."""
 
     BINDINGS = bindings("compare")
@@ -137,7 +137,7 @@ class CompareScreen(ForwardsWorkerErrors, Screen):
     def _load(self) -> None:
         self.post_message(self.Loaded(load_pair(self.session, *self.ids, self.mode)))
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#compare-title", Static).update(f"cannot compare: {failure_text(error)}")
 
     @on(Loaded)

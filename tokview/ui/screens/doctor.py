@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tokview.ui.session import Session
 
 
-class DoctorScreen(ForwardsWorkerErrors, Screen):
+class DoctorScreen(ForwardsWorkerErrors, Screen[None]):
     BINDINGS = bindings("doctor")
     DEFAULT_CSS = """
     DoctorScreen #doctor-report.-failed { color: $text-error; }
@@ -40,10 +40,10 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         super().__init__()
         self.session = session
         self.report: DoctorReport | None = None
-        self._worker: Worker | None = None
+        self._worker: Worker[None] | None = None
 
     @property
-    def running(self) -> Worker | None:
+    def running(self) -> Worker[None] | None:
         """The doctor worker while it runs, else None."""
         worker = self._worker
         return worker if worker is not None and worker.state in (WorkerState.PENDING, WorkerState.RUNNING) else None
@@ -85,7 +85,7 @@ class DoctorScreen(ForwardsWorkerErrors, Screen):
         report = await run_doctor(url, tokenizer=tokenizer, profile=profile, notes=notes)
         self.post_message(self.Done(report))  # an error: worker_failed below, and the app notifies
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         """Said in place of the report, worded as `tokview doctor` words it (`server unreachable: …`)."""
         self._say(f"doctor failed: {failure_text(error)}", failed=True)
 

@@ -110,7 +110,9 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             path.value = self._default_path(str(event.value))
 
     def request(self) -> ExportRequest:
-        value = lambda widget_id: self.query_one(widget_id, Input).value.strip()  # noqa: E731
+        def value(widget_id: str) -> str:
+            return self.query_one(widget_id, Input).value.strip()
+
         return ExportRequest(
             fmt=str(self.query_one("#export-format", Select).value),
             out=value("#export-path"),
@@ -159,7 +161,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
     def _done(self, event: Done) -> None:
         self.query_one("#export-summary", Static).update(event.summary)
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#export-summary", Static).update(failure_text(error))
 
     def action_cancel(self) -> None:

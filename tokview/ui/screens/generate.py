@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.text import Text
 from textual import on, work
@@ -31,8 +31,14 @@ from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
-    from tokview.batch import BatchProgress, BatchSummary
+    from collections.abc import Callable
+
+    from tokview.batch import BatchConfig, BatchProgress, BatchSummary
+    from tokview.core.prompts import PromptRow
+    from tokview.store import Store
     from tokview.ui.session import Session
+
+Number = TypeVar("Number", int, float)
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parents[3] / "sample_data" / "openai_messages.jsonl"
 """Absolute: the app may be started from any folder."""
@@ -71,7 +77,7 @@ def in_form_words(message: str) -> str:
     return message
 
 
-def typed_prompts(text: str) -> list:
+def typed_prompts(text: str) -> list[PromptRow]:
     """One prompt per non-empty line: a single user message, with a stable id from its text."""
     from tokview.core.prompts import parse_row
 
@@ -82,14 +88,14 @@ def typed_prompts(text: str) -> list:
     ]
 
 
-def store_prompts(store) -> list:
+def store_prompts(store: Store) -> list[PromptRow]:
     """The conversations already in the store, one per prompt id (to sample them again)."""
     from tokview.core.prompts import PromptRow
 
     return [PromptRow(pid, messages) for pid, messages in store.stored_conversations()]
 
 
-class GenerateScreen(ForwardsWorkerErrors, Screen):
+class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
     BINDINGS = bindings("generate")
     DEFAULT_CSS = """
     /* at 80 columns the last row holds thinking, mode, logprobs and both buttons: the buttons take their
@@ -189,7 +195,11 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
     def _value(self, selector: str) -> str:
         return self.query_one(selector, Input).value.strip()
 
-    def _number(self, name: str, label: str, kind: type):
+    def _choice(self, selector: str) -> str:
+        """A Select's value (each has allow_blank=False: always one of its options)."""
+        return str(self.query_one(selector, Select).value)
+
+    def _number(self, name: str, label: str, kind: Callable[[str], Number]) -> Number:
         """A numeric field; empty means the default its placeholder shows."""
         text = self._value(f"#{name}") or FORM_DEFAULTS[name]
         try:
@@ -208,19 +218,19 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
         except ValueError:
             raise ValueError(f"logprobs: {text!r} is not a number") from None
 
-    def build_config(self):
+    def build_config(self) -> BatchConfig:
         from tokview.batch import BatchConfig
 
         # a bad URL is a one-line BadServerURL, shown by action_run; the session's credentials stay out of the box
         server, self.url_notes = self.session.server_for(self._value("#server"))
         self.session.use_server(server)  # the doctor panel checks the server generate used, and the reverse
-        source = self.query_one("#source", Select).value
+        source = self._choice("#source")
         config = BatchConfig(
             **{
                 **PANEL_DEFAULTS,
                 "servers": [server],
                 "prompts_path": Path(self._value("#prompts-file")) if source == "file" else None,
-                "mode": str(self.query_one("#mode", Select).value),
+                "mode": self._choice("#mode"),
                 "samples_per_prompt": self._number("samples", "samples", int),
                 "temperature": self._number("temperature", "temp", float),
                 "max_new_tokens": self._number("max-tokens", "max tok", int),
@@ -245,7 +255,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
             return
         for note in self.url_notes:
             self.notify(note, title="server URL")
-        source = self.query_one("#source", Select).value
+        source = self._choice("#source")
         self.cancel_event = asyncio.Event()
         self.query_one("#run", Button).disabled = True
         self.query_one("#cancel", Button).disabled = False
@@ -268,7 +278,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
 
     # -- the run -----------------------------------------------------------------------------
     @work(exclusive=True, group="generate", exit_on_error=False)
-    async def _run_batch(self, config, source: str, typed: str, cancel: asyncio.Event) -> None:
+    async def _run_batch(self, config: BatchConfig, source: str, typed: str, cancel: asyncio.Event) -> None:
         """An unreachable server or unreadable prompts raise: `worker_failed` resets the form, the app notifies."""
         from tokview.batch import InputError, run_batch
 
@@ -300,7 +310,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen):
     def _post_progress(self, progress: BatchProgress) -> None:
         self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         from tokview.batch.tasks import StartInterrupted
 
         self._idle()

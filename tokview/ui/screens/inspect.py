@@ -8,11 +8,11 @@ hid shown as gaps. Both panes wrap to one width, so cursor and scroll stay in st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -34,9 +34,11 @@ from tokview.ui.widgets.token_view import TokenView
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
+    from tokview.core.findings import Finding
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store.conversation_turns import Turn
     from tokview.ui.session import Session
 
 
@@ -50,7 +52,7 @@ class InspectData:
     status: str = "pending"
     notes: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
     """The store's verdict history (who, when, status, reason, note, override), oldest first."""
 
 
@@ -63,7 +65,7 @@ NARROW_BREAKPOINTS = [(0, "-narrow"), (70, "-wide")]
 40x12 terminal keeps token rows and Quit; under 70 columns detail and findings share the width."""
 
 
-def live_verdicts(history: list[dict]) -> int:
+def live_verdicts(history: list[dict[str, Any]]) -> int:
     """How many verdicts of the history stand (not undone)."""
     return sum(1 for h in history if h.get("kind") == "verdict" and not h.get("undone"))
 
@@ -72,7 +74,9 @@ ROLES = ("approved", "rejected", "valid", "invalid")
 """Text roles the title and review line colour from the screen's component classes (theme-aware)."""
 
 
-def review_text(status: str, history: list[dict], notes: list[str], roles: dict[str, Style] | None = None) -> Text:
+def review_text(
+    status: str, history: list[dict[str, Any]], notes: list[str], roles: dict[str, Style] | None = None
+) -> Text:
     """The latest live verdict (who, when, why, override) and the notes: what earlier reviewers said."""
     roles = roles or {}
     text = Text()
@@ -105,7 +109,7 @@ def first_position(analysis: Analysis, n_prompt: int) -> int:
     return analysis.findings[index].positions[0] if index is not None else n_prompt
 
 
-class InspectScreen(Screen):
+class InspectScreen(Screen[None]):
     """Two synchronised token panes, a detail panel and the findings of one sample."""
 
     BINDINGS = bindings("inspect")
@@ -241,7 +245,7 @@ class InspectScreen(Screen):
         # mirrored panes share one cursor (TokenView.share_cursor): nothing to copy back and forth here
         self._show_detail(event.view, event.view.cursor)
 
-    def on_descendant_focus(self, event) -> None:
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         """The detail panel describes the focused pane's cursor (the panes differ in a diverged dual capture)."""
         if isinstance(event.widget, TokenView):
             self._show_detail(event.widget, event.widget.cursor)
@@ -329,7 +333,7 @@ class InspectScreen(Screen):
             return None
         return int(option_id.split("-", 1)[1])
 
-    def _finding(self, option_id: str | None):
+    def _finding(self, option_id: str | None) -> Finding | None:
         index = self._finding_index(option_id)
         return self.data.analysis.findings[index] if index is not None else None
 
@@ -437,7 +441,7 @@ class InspectScreen(Screen):
         self.post_message(self.TurnsFound(conversation_turns(session.store, self.data.sample_id), step))
 
     class TurnsFound(Message):
-        def __init__(self, turns: list, step: int) -> None:
+        def __init__(self, turns: list[Turn], step: int) -> None:
             super().__init__()
             self.turns, self.step = turns, step
 
@@ -491,7 +495,7 @@ class InspectScreen(Screen):
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
 
-    def refresh_verdict(self, status: str, notes: list[str], tags: list[str], history: list[dict]) -> None:
+    def refresh_verdict(self, status: str, notes: list[str], tags: list[str], history: list[dict[str, Any]]) -> None:
         """The store recorded a verdict: update the title and review lines (attributes down); with auto-advance
         on, a new verdict (not a note, a tag or an undo) moves on to the next pending sample."""
         before = live_verdicts(self.data.history)

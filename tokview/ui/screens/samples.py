@@ -7,9 +7,9 @@ owns the marks (`Marks`): the samples a bulk verdict, tag or note applies to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -31,6 +31,20 @@ if TYPE_CHECKING:
     from tokview.store import Store
     from tokview.ui.session import Session
 
+
+class FilterChanges(TypedDict, total=False):
+    """The `ListFilter` fields a filter box changes (typed, so mypy checks each against the filter)."""
+
+    status: str | None
+    code: str | None
+    run_id: str | None
+    text: str | None
+    valid: bool | None
+    max_acceptance: float | None
+    max_nll: float | None
+    tag: str | None
+
+
 ORDERS = (
     "created_at",
     "-output_len",
@@ -44,7 +58,7 @@ ORDERS = (
 )
 
 
-class SamplesScreen(ForwardsWorkerErrors, Screen):
+class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     """The list with its filter bar; Enter opens the inspect screen (handled by the app)."""
 
     BINDINGS = bindings("samples")
@@ -183,13 +197,8 @@ class SamplesScreen(ForwardsWorkerErrors, Screen):
         self.query_one("#samples-title", Static).update(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
 
     # -- filters -----------------------------------------------------------------------------
-    def set_filters(self, **changes) -> None:
-        values = {
-            k: getattr(self.filters, k)
-            for k in ("status", "code", "run_id", "text", "valid", "max_acceptance", "max_nll", "tag")
-        }
-        values.update(changes)
-        self.filters = ListFilter(**values)
+    def set_filters(self, **changes: Unpack[FilterChanges]) -> None:
+        self.filters = replace(self.filters, **changes)
         self.reload()
 
     @on(Input.Changed, "#search")

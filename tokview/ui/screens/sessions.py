@@ -65,7 +65,7 @@ def turn_cells(row: TurnRow) -> tuple[str, ...]:
     )
 
 
-class _LivePolling(ForwardsWorkerErrors, Screen):
+class _LivePolling(ForwardsWorkerErrors, Screen[None]):
     """Loads its rows in a worker, and again whenever the store's proxied sessions change."""
 
     poll_s = POLL_S
@@ -155,7 +155,7 @@ class SessionsScreen(_LivePolling):
     def read_rows(self) -> Message:
         return self.Loaded(list_sessions(self.session.store))
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#sessions-summary", Static).update(f"cannot read sessions: {failure_text(error)}")
 
     @on(Loaded)
@@ -218,7 +218,7 @@ class SessionTurnsScreen(_LivePolling):
     def read_rows(self) -> Message:
         return self.Loaded(session_turns(self.session.store, self.session_id))
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#turns-summary", Static).update(f"cannot read the session's turns: {failure_text(error)}")
 
     @on(Loaded)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -39,13 +39,13 @@ MAX_ROWS = 200_000
 
 @dataclass
 class StatsData:
-    stats: dict
+    stats: dict[str, Any]
     output_lens: list[int]
     reasoning_lens: list[int]
     finish: dict[str, int]
-    side: dict | None = None
+    side: dict[str, Any] | None = None
     """`spec_decode`, `logprobs`, `target_logprobs` as `tokview stats --json` has them."""
-    runs: list[dict] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
     """Per run, as `tokview stats --by run --json` has them (store/run_stats.py)."""
 
 
@@ -86,7 +86,7 @@ RUN_COLUMNS = (
 )
 
 
-def run_row(r: dict) -> tuple[str, ...]:
+def run_row(r: dict[str, Any]) -> tuple[str, ...]:
     """One run as the panel's table shows it (the numbers of `tokview stats --by run`)."""
     acc, nll = r["acceptance"]["mean_acceptance_length"], r["target_nll"]["mean"]
     top = sorted(r["findings"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
@@ -107,7 +107,7 @@ def run_row(r: dict) -> tuple[str, ...]:
     )
 
 
-class StatsScreen(ForwardsWorkerErrors, Screen):
+class StatsScreen(ForwardsWorkerErrors, Screen[None]):
     BINDINGS = bindings("stats")
     DEFAULT_CSS = """
     #stats-runs { height: auto; max-height: 8; }
@@ -149,7 +149,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
     def _load(self) -> None:
         self.post_message(self.Loaded(read_stats(self.session)))  # an error: worker_failed, and the app notifies
 
-    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         """E.g. the run's tokenizer folder is gone: said in place of the summary (the app notifies too)."""
         self.query_one("#stats-summary", Static).update(f"cannot read stats: {failure_text(error)}")
 
@@ -188,7 +188,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen):
         table.clear()
         table.add_rows(run_row(r) for r in d.runs)
 
-    def _side_plots(self, side: dict | None) -> None:
+    def _side_plots(self, side: dict[str, Any] | None) -> None:
         """Acceptance per segment and the target-NLL distribution: two more charts, only for a store that has them."""
         plots: list[tuple[str, str, Mapping[str, float]]] = [
             ("plot-acceptance", *acceptance_bars(side)),

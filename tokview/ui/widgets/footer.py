@@ -20,7 +20,7 @@ from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
 if TYPE_CHECKING:
-    from textual._arrange import DockArrangeResult
+    from textual.layout import DockArrangeResult
     from textual.screen import Screen
 
 CELL = 10
@@ -53,7 +53,7 @@ class KeysFooter(Footer):
     def on_mount(self) -> None:
         self.app.screen_change_signal.subscribe(self, self._screen_changed)
 
-    def _screen_changed(self, active: Screen) -> None:
+    def _screen_changed(self, active: Screen[object]) -> None:
         """Under a dialog that shows its own keys, this footer (the screen's keys, which are not live there)
         is hidden: it showed through around the dialog's footer. Hidden, not removed: nothing is laid out again."""
         covered = active is not self.screen and bool(active.query(KeysFooter))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -32,16 +32,19 @@ from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
+if TYPE_CHECKING:
+    from tokview.store import SampleRow, Store
+
 PAGE = 200
 _RANK = {"error": 0, "warn": 1, "info": 2}
 
 
-def side_segments(row, base: Style) -> list[Segment]:
+def side_segments(row: SampleRow, base: Style) -> list[Segment]:
     """`acc 2.33` / `nll 0.41` when the sample has spec-decode metrics / a target score (else nothing)."""
     out = []
-    if getattr(row, "acceptance_length", None) is not None:
+    if row.acceptance_length is not None:
         out.append(Segment(f"acc {row.acceptance_length:4.2f} ", base))
-    if getattr(row, "mean_nll", None) is not None:
+    if row.mean_nll is not None:
         out.append(Segment(f"nll {row.mean_nll:4.2f} ", base))
     return out
 
@@ -51,7 +54,7 @@ def badge_order(codes: Sequence[str]) -> list[str]:
     return sorted(codes, key=lambda c: (_RANK.get(default_severity(c), 3), c))
 
 
-Fetch = Callable[[int, int], Sequence]
+Fetch = Callable[[int, int], Sequence["SampleRow"]]
 MAX_PAGES = 16
 """Pages the list keeps (3,200 rows); the least recently shown goes first."""
 
@@ -241,7 +244,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         """`*`: mark everything the filter shows, or clear the marks (the screen knows the filter)."""
 
     class PageLoaded(Message):
-        def __init__(self, generation: int, page: int, rows: list) -> None:
+        def __init__(self, generation: int, page: int, rows: list[SampleRow]) -> None:
             super().__init__()
             self.generation, self.page, self.rows = generation, page, rows
 
@@ -256,7 +259,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         """How many times each page was read from the store since the last `reset` (tests, benchmarks)."""
         self._fetch: Fetch | None = None
         self._generation = 0
-        self._pages: OrderedDict[int, list] = OrderedDict()
+        self._pages: OrderedDict[int, list[SampleRow]] = OrderedDict()
         self._requests = PageRequests()
         self._cache: LRUCache[tuple[int, int, bool, bool], Strip] = LRUCache(512)
         self.empty_text = ""
@@ -283,11 +286,11 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         """Pages held in memory now (never more than `max_pages`)."""
         return len(self._pages)
 
-    def row(self, index: int):
+    def row(self, index: int) -> SampleRow | None:
         page = self._pages.get(index // PAGE)
         return page[index % PAGE] if page is not None and index % PAGE < len(page) else None
 
-    def update_row(self, index: int, row) -> None:
+    def update_row(self, index: int, row: SampleRow) -> None:
         """Replace one loaded row (a verdict changed its status) and repaint that line only."""
         page = self._pages.get(index // PAGE)
         if page is not None and index % PAGE < len(page):
@@ -429,7 +432,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self._cache.set(key, strip)
         return strip
 
-    def _row_segments(self, row, width: int, base: Style) -> list[Segment]:
+    def _row_segments(self, row: SampleRow, width: int, base: Style) -> list[Segment]:
         cols = column_widths(width)
         compact = cols["verdict"] < 10
         status_style = (
@@ -575,7 +578,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         self._find_sibling(session.store, row.sample_id)
 
     @work(thread=True, exclusive=True, group="list-compare", exit_on_error=False)
-    def _find_sibling(self, store, sample_id: str) -> None:
+    def _find_sibling(self, store: Store, sample_id: str) -> None:
         from tokview.store.run_stats import siblings
 
         self.post_message(self.SiblingFound(sample_id, siblings(store, sample_id)))

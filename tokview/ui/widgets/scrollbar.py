@@ -37,7 +37,7 @@ class PaintOnlyScrollBar(ScrollBar):
 class OnePassScrolling(_Base):
     """For a scroll view that only ever scrolls vertically (overflow-x: hidden) and sets its own virtual size."""
 
-    _seen_by_layout: tuple | None = None
+    _seen_by_layout: tuple[object, ...] | None = None
 
     @property
     def vertical_scrollbar(self) -> ScrollBar:
