@@ -8,10 +8,13 @@ tests hold the results to those of the full searches and count the searches with
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from facts import IM_END, KIMI_SPECIAL_IDS, THINK_CLOSE, THINK_OPEN
 
 from tokview.core import segments as seg
+from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment, align
 from tokview.core.analysis import analyze, tool_calls_of
 from tokview.core.finding_context import vocabulary_of
 
@@ -64,3 +67,25 @@ def test_searching_only_the_held_ids_finds_what_the_full_searches_find(output, k
 def test_unknown_ids_are_found_from_the_held_ids_as_from_the_list(ids, kimi_tok):
     vocabulary = vocabulary_of(kimi_tok)
     assert vocabulary.unknown_positions(ids, set(ids)) == vocabulary.unknown_positions(ids)
+
+
+class CountedStatuses(tuple):
+    """Statuses that count the `index` searches made in them."""
+
+    searches = 0
+
+    def index(self, *args):
+        type(self).searches += 1
+        return super().index(*args)
+
+
+def test_an_alignment_finds_a_status_from_its_recorded_runs_without_searching_its_ids():
+    pieces = [b"Hi", b" there", b"<x>", b" and", b" more", b"<y>"]
+    special = [False, False, True, False, False, True]
+    walked = align(pieces, ["Hi there and more"], special)
+    counted = Alignment(CountedStatuses(walked.statuses), walked.unmatched_text, walked.fields)
+    counted._with_runs([[status, n] for status, n in walked.status_runs()])
+    for status in (KEPT, PARTIAL, HIDDEN, DRIFT):
+        assert counted.positions(status) == replace(walked).positions(status)  # a copy keeps no runs: searched
+    assert counted.positions(HIDDEN) == [2, 5]
+    assert CountedStatuses.searches == 0
