@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -48,9 +49,14 @@ async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path):
     assert summary.stopped is None
 
 
-def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_path, capfd):
+def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_path, capfd, monkeypatch):
     """The parent's end of the pipe closes mid-run (what a dead parent looks like to the child): the child
-    writes what it holds, ends with exit code 0 and no BrokenPipeError traceback from its writer thread."""
+    writes what it holds, ends with exit code 0 and no BrokenPipeError traceback from its writer thread.
+    The parent's feed thread, which had that end in its wait, ends cleanly too (it used to die on the closed
+    handle, and its check of the child's liveness reaped the child under this test's join, which then saw
+    no exit code)."""
+    thread_errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook_args: thread_errors.append(hook_args.exc_value))
     prompts = prompts_file(tmp_path / "p.jsonl", 64)
     rows, _ = read_prompts(prompts)
     db = tmp_path / "s.duckdb"
@@ -62,12 +68,17 @@ def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_p
         feed = WorkFeed(deque(items))
         (tally,) = group.start(str(db), "run-x", feed, 1)
         deadline = time.monotonic() + 60
-        while tally.taken == 0:
-            assert time.monotonic() < deadline, "the child never took work"
+        while tally.taken == 0 or len(tally.leased) == tally.taken:  # until it names its first part
+            assert time.monotonic() < deadline, "the child never wrote"
             time.sleep(0.005)
         group.conns[0].close()  # the parent is gone, as far as the child can tell
+        feed_thread = group._thread
+        assert feed_thread is not None
+        feed_thread.join(timeout=30)  # first: a join here and one in the feed thread would race on waitpid
         group.procs[0].join(timeout=60)
         code = group.procs[0].exitcode
+    assert not feed_thread.is_alive()
+    assert thread_errors == []
     err = capfd.readouterr().err
     assert code == 0, err[-1500:]
     assert "Traceback" not in err, err[-1500:]

@@ -34,7 +34,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from tokview.batch.config import min_prompts_per_worker
 from tokview.batch.tasks import INTERRUPTED
@@ -390,8 +390,16 @@ class WorkerGroup:
 
         open_conns: dict[Any, int] = {conn: i for i, conn in enumerate(self.conns)}
         while open_conns:
-            for ready in wait(list(open_conns), timeout=0.5):
-                conn: Connection = ready  # type: ignore[assignment]
+            for conn, i in list(open_conns.items()):  # our end closed under us: we let the child go
+                if conn.closed:
+                    del open_conns[conn]
+                    self._ended(i, Done(outcome=INTERRUPTED))  # not "died": nothing was heard, nothing to join
+            try:
+                ready_conns = wait(list(open_conns), timeout=0.5)
+            except (OSError, ValueError):  # closed between the check above and the wait: the loop drops it
+                continue
+            for ready in ready_conns:
+                conn = cast("Connection", ready)  # `wait` was given only connections
                 i = open_conns[conn]
                 try:
                     message = conn.recv()
@@ -401,8 +409,12 @@ class WorkerGroup:
                     continue
                 if self._handle(i, message):
                     del open_conns[conn]
-            for conn, i in list(open_conns.items()):  # a child that died without closing its pipe
-                if not self.procs[i].is_alive() and not conn.poll():
+            # A child that died without closing its pipe. Its sentinel says so without reaping it: a
+            # waitpid here (`is_alive`) would race the thread that joins the process, whose join could
+            # then see ECHILD and return with no exit code.
+            exited = set(wait([self.procs[i].sentinel for i in open_conns.values()], timeout=0))
+            for conn, i in list(open_conns.items()):
+                if self.procs[i].sentinel in exited and not conn.closed and not conn.poll():
                     del open_conns[conn]
                     self._ended(i, None)
 
