@@ -46,6 +46,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +71,7 @@ TOKVIEW = ROOT / ".venv" / "bin" / "tokview"
 TOKVIEW_PY = ROOT / ".venv" / "bin" / "python"
 NICE = ["nice", "-n", "19"]
 NICE_ON = [True]  # `--no-nice` clears it: on a box where other work runs, nice 19 starves every stage
+PARALLEL = [1]  # `--parallel N`: heads trained at once
 THREADS: dict[str, str] = {}  # `--threads N`: OMP_NUM_THREADS for every stage (1 holds up on a shared box)
 
 
@@ -358,10 +360,16 @@ def stage_capture(st: Stages) -> None:
 
 
 def stage_train(st: Stages) -> None:
-    for cond in CONDITIONS:
-        save = st.work / "heads" / cond
-        if (save / ".trained").exists():
-            continue
+    """One head per condition, up to `--parallel` at once (one OpenMP thread each with `--threads 1`: two
+    single-thread trainers on two cores beat one two-thread trainer, whose threads wait at every barrier)."""
+    with ThreadPoolExecutor(max_workers=PARALLEL[0]) as pool:
+        for future in [pool.submit(train_one, st, cond) for cond in CONDITIONS]:
+            future.result()
+
+
+def train_one(st: Stages, cond: str) -> None:
+    save = st.work / "heads" / cond
+    if not (save / ".trained").exists():
         if save.exists():
             shutil.rmtree(save)
         st.sh(st.vpy(str(HERE / "train_head.py"), "--verifier-name-or-path", str(MODEL_DIR),
@@ -425,6 +433,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--threads", type=int, default=0, help="OMP threads per process (default: torch's, i.e. one per core)"
     )
+    parser.add_argument("--parallel", type=int, default=1, help="heads trained at once (default 1)")
     parser.add_argument("--fresh", action="store_true", help="delete the work folder first")
     parser.add_argument(
         "--until",
@@ -433,6 +442,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     settings = PILOT if args.pilot else FULL
     NICE_ON[0] = not args.no_nice
+    PARALLEL[0] = max(1, args.parallel)
     if args.threads > 0:  # OpenMP threads that spin at barriers collapse when another process takes a core
         THREADS["OMP_NUM_THREADS"] = str(args.threads)
     work = args.work or ROOT / "build" / "outcome" / settings.name
