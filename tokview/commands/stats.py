@@ -15,6 +15,7 @@ from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
+    from tokview.core.json_value import JsonObject
     from tokview.store.sample_rows import SampleRow
 
 
@@ -58,7 +59,7 @@ def sample_line(row: SampleRow) -> str:
     )
 
 
-def sample_dict(row: SampleRow) -> dict[str, Any]:
+def sample_dict(row: SampleRow) -> JsonObject:
     return {
         "sample_id": row.sample_id,
         "status": row.status,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -17,6 +17,9 @@ from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
 from tokview.ui.widgets.footer import KeysFooter
+
+if TYPE_CHECKING:
+    from tokview.store.bulk_review import Action
 
 NARROW_BREAKPOINTS = [(0, "-narrow"), (30, "-roomy")]
 """A dialog under 30 columns wide drops its frame and padding (the `-narrow` class, styles/app.tcss)."""
@@ -217,7 +220,7 @@ class ActionsDialog(ModalScreen[int | None]):
     ActionsDialog #actions-list { height: auto; max-height: 16; min-width: 8; }
     """
 
-    def __init__(self, actions: Sequence[Any]) -> None:
+    def __init__(self, actions: Sequence[Action]) -> None:
         super().__init__()
         self.actions = list(actions)
 

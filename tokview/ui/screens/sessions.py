@@ -11,7 +11,7 @@ reloads when the proxy landed a turn or a failure, or a turn was reviewed. Reads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -76,7 +76,7 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
-        self._version: tuple[Any, ...] | None = None
+        self._version: tuple[object, ...] | None = None
         self.loads = 0
         """Loads shown so far (what the tests wait on)."""
 
