@@ -17,8 +17,8 @@ from tokview.core.prompts import PromptError
 from tokview.core.tokenizer import TokenizerError
 from tokview.core.tokenizer_folder import FolderError
 from tokview.errors import ExitCode, TokviewError, UserError, first_line, one_line
+from tokview.export.export_error import ExportError
 from tokview.export.output import OutputError
-from tokview.export.writer import ExportError
 from tokview.servers.errors import CaptureFailed, ServerUnreachable
 from tokview.sim.config import SimConfigError
 from tokview.store.merge import MergeRefused
