@@ -13,6 +13,7 @@ from tokview.commands import review as review_command
 from tokview.errors import UserError
 from tokview.store import SampleFilter, Store
 from tokview.store import bulk_review as bulk
+from tokview.store.errors import CannotUndo
 from tokview.store.schema import LATEST_VERSION
 
 
@@ -70,7 +71,7 @@ def test_a_bulk_action_is_undone_as_one_step_and_an_earlier_one_by_its_id(db):
         assert undone.sample_ids == [ok[3]]
         assert undone.who == "bob"
         assert statuses(store)["ok3"] == "pending"
-        with pytest.raises(ValueError, match="already undone"):
+        with pytest.raises(CannotUndo, match="already undone"):
             store.undo_action(rejected.action_id, who="ann")
 
 

@@ -133,10 +133,7 @@ def _undo(store: Store, args: argparse.Namespace, who: str | None) -> int:
         raise UserError(f"--undo takes an action id from --history or 'last', not {args.undo!r}")
     if args.dry_run:
         raise UserError("--undo writes at once: leave out --dry-run (--history shows what it would take back)")
-    try:
-        undone = store.undo_action(None if target == "last" else int(target), who=who, source=SOURCE)
-    except ValueError as exc:
-        raise UserError(f"{exc} (tokview review --history lists the actions)") from None
+    undone = store.undo_action(None if target == "last" else int(target), who=who, source=SOURCE)
     if undone is None:
         raise UserError(f"nothing left to undo in {args.db}")
     print(json.dumps({**undone.to_dict(), "by": who}) if args.json else undone.line)

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from tokview.store import queries
+from tokview.store.errors import CannotUndo
 from tokview.store.sample_rows import SampleFilter
 
 if TYPE_CHECKING:
@@ -349,12 +350,12 @@ def _target(store: Database, action_id: int | None) -> Action | None:
         return Action(*rows[0]) if rows else None
     rows = store.query(f"SELECT {ACTION_COLUMNS} FROM actions WHERE action_id = ?", [int(action_id)])
     if not rows:
-        raise ValueError(f"no action #{action_id} in this store")
+        raise CannotUndo(f"no action #{action_id} in this store")
     action = Action(*rows[0])
     if action.kind == "undo":
-        raise ValueError(f"#{action_id} is an undo: take back the action it undid again instead")
+        raise CannotUndo(f"#{action_id} is an undo: take back the action it undid again instead")
     if action.undone_by is not None:
-        raise ValueError(f"#{action_id} ({action.described}) is already undone")
+        raise CannotUndo(f"#{action_id} ({action.described}) is already undone")
     return action
 
 

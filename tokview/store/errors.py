@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from tokview.errors import TokviewError
+from tokview.errors import TokviewError, UserError
 
 
 class StoreError(TokviewError):
@@ -22,6 +22,16 @@ class StoreFull(StoreError):
     """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
 
     title = "disk full"
+
+
+class CannotUndo(UserError):
+    """The action asked for cannot be taken back (unknown, an undo itself, already undone): raised where the
+    store finds out, worded for the review command and the app's undo list alike."""
+
+    title = "undo"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message} (`tokview review --history` or the app's undo list shows the actions)")
 
 
 def is_disk_full(exc: BaseException) -> bool:

@@ -23,7 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError
 from tokview.store import bulk_review
-from tokview.store.part_sink import StoreError
+from tokview.store.errors import CannotUndo, StoreError
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
@@ -403,7 +403,7 @@ class TokviewApp(App[None]):
         except StoreError as exc:
             self._store_failed(exc)
             return
-        except ValueError as exc:  # chosen from a list another process changed since
+        except CannotUndo as exc:  # chosen from a list another process changed since
             self.notify(str(exc), severity="warning", timeout=4)
             return
         if undone is None:
