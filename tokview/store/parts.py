@@ -132,7 +132,7 @@ def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
     return sorted(samples), sorted(failures)
 
 
-def _is_regular(entry: os.DirEntry) -> bool:
+def _is_regular(entry: os.DirEntry[str]) -> bool:
     try:
         return entry.is_file()
     except OSError:

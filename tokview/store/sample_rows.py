@@ -39,7 +39,7 @@ STATUSES = ("pending", "approved", "rejected")
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
-class _Letters(dict):
+class _Letters(dict[str, str]):
     """Status → letter; an unknown status reads "?" (`__missing__`, so `map` can look up in C)."""
 
     def __missing__(self, _status: str) -> str:
