@@ -255,7 +255,7 @@ class ServerClient:
                 raise transport.TimedOut(f"no complete answer within {self.timeout:g}s") from None
         raise AssertionError("unreachable")
 
-    async def _send(self, method: str, target: str, body: bytes | None) -> Any:
+    async def _send(self, method: str, target: str, body: bytes | None) -> Answer:
         """`target`: a path under the server URL, or an absolute URL on the same server (a redirect's).
         Returns an httpx.Response or a transport.Response (same attribute names)."""
         if self._fast is not None:

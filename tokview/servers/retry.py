@@ -33,7 +33,7 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        base = min(self.max_backoff, self.backoff * (2**attempt))
+        base = min(self.max_backoff, self.backoff * (2.0**attempt))  # 2.0: an int to an int power is typed Any
         return max(0.0, base * (1 + self.rng.uniform(-self.jitter, self.jitter)))
 
     async def run(
