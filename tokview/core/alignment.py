@@ -9,7 +9,7 @@ do not (drift). The walk is linear: one pass over the ids with a bounded look-ah
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, groupby
 
@@ -46,10 +46,10 @@ class Alignment:
             return list(recorded)
         return [(status, len(list(run))) for status, run in groupby(self.statuses)]
 
-    def _with_runs(self, runs: list[list]) -> Alignment:
+    def _with_runs(self, runs: list[_Run]) -> Alignment:
         """This alignment, remembering the runs its walk recorded (not a field: equality and
         `dataclasses.replace` ignore it, so they can never be stale)."""
-        object.__setattr__(self, "_runs", tuple((status, n) for status, n in runs))
+        object.__setattr__(self, "_runs", tuple((run.status, run.count) for run in runs))
         return self
 
     def positions(self, status: str) -> list[int]:
@@ -200,6 +200,14 @@ def true_positions(flags: Sequence[bool]) -> list[int]:
     return positions_of(flags, True)
 
 
+@dataclass(slots=True)
+class _Run:
+    """A run of consecutive ids with one status, counted up in place as the walk adds to it."""
+
+    status: str
+    count: int
+
+
 class _Walk:
     """The id-by-id alignment: one `step` per id, in order."""
 
@@ -214,7 +222,7 @@ class _Walk:
         self.pieces, self.special, self.encoded, self.target, self.starts = pieces, special, encoded, target, starts
         self.cursor = 0
         self.statuses: list[str] = []
-        self.runs: list[list] = []  # [status, count] of consecutive equal statuses
+        self.runs: list[_Run] = []
         self.fields: list[int | None] = []
         self.unmatched = bytearray()
         self._ahead: tuple[int, int, int, int | None] = (-1, 0, 0, None)
@@ -227,10 +235,10 @@ class _Walk:
             self.statuses.append(status)
         else:
             self.statuses.extend([status] * n)
-        if self.runs and self.runs[-1][0] is status:
-            self.runs[-1][1] += n
+        if self.runs and self.runs[-1].status is status:
+            self.runs[-1].count += n
         else:
-            self.runs.append([status, n])
+            self.runs.append(_Run(status, n))
 
     def field_at(self, pos: int) -> int | None:
         encoded = self.encoded
@@ -318,7 +326,7 @@ def align_with_tool_calls(
     texts: Sequence[str | None],
     special: Sequence[bool],
     on_ids: ToolCallsOnIds,
-    server_calls: Sequence[dict] | None,
+    server_calls: Sequence[Mapping[str, str | None]] | None,
     *,
     special_at: Sequence[int] | None = None,
 ) -> Alignment:

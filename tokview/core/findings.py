@@ -35,6 +35,7 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
     run_checks,
     why,
 )
+from tokview.core.json_value import JsonObject
 from tokview.core.profiles import HARMONY, KIMI_K2
 from tokview.core.record import Capture
 from tokview.core.template_dates import served_date
@@ -729,7 +730,7 @@ def tool_call_id_renumbered(ctx: Context) -> Hit | None:
     return Hit.at(detail, at) if at else Hit.missing(detail)
 
 
-def _chain(ctx: Context) -> dict | None:
+def _chain(ctx: Context) -> JsonObject | None:
     """The capture's place in a regenerated chain (`batch/chains.py` records it in the settings), if any."""
     chain = ctx.capture.settings.get("chain")
     return chain if isinstance(chain, dict) else None
@@ -745,7 +746,8 @@ def session_prefix_break(ctx: Context) -> Hit | None:
     chain = _chain(ctx)
     if chain is None or chain.get("extends") is not False:
         return None
-    at = int(chain.get("break_at") or 0)
+    break_at = chain.get("break_at")
+    at = int(break_at) if isinstance(break_at, (int, float, str)) and break_at else 0
     if at < ctx.n_prompt and ctx.tokenizer is not None:
         try:
             here = f"id {ctx.capture.prompt_ids[at]} {ctx.tokenizer.piece_text(ctx.capture.prompt_ids[at])!r}"
