@@ -320,9 +320,13 @@ def _render_key(
 ) -> RenderKey | None:
     """The render's inputs: a digest of the conversation and flags as JSON (a huge prompt is not kept a
     second time as its key), and the template itself (compared by value, hashed once per string); None
-    when they are not plain JSON (then nothing is remembered)."""
+    when they are not plain JSON (then nothing is remembered).
+
+    Keys stay in their order: a template's `tojson` writes a mapping as ordered (a tool's parameters
+    listed `city, country` and `country, city` are two prompts), so sorted keys handed one of them the
+    other's render."""
     try:
-        inputs = json.dumps([messages, add_generation_prompt, template_kwargs], sort_keys=True)
+        inputs = json.dumps([messages, add_generation_prompt, template_kwargs])
     except (TypeError, ValueError):
         return None
     return hashlib.blake2b(inputs.encode("utf-8", "surrogatepass"), digest_size=32).digest(), template
