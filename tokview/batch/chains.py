@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
+    from tokview.core.json_value import JsonObject
     from tokview.core.profiles import ModelProfile
     from tokview.core.tokenizer import TokenizerAdapter
 
@@ -219,14 +220,14 @@ def served_message(
     history_reasoning: str,
     tokenizer: TokenizerAdapter | None = None,
     profile: ModelProfile | None = None,
-) -> dict:
+) -> JsonObject:
     """The served turn as an assistant message: its content, reasoning and calls as the server returned them.
 
     A raw endpoint returns no split: the ids are split at the profile's closer and decoded."""
     reasoning, content = capture.reasoning, capture.content
     if reasoning is None and content is None and tokenizer is not None and profile is not None:
         reasoning, content = split_on_ids(capture, tokenizer, profile)
-    msg: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    msg: JsonObject = {"role": "assistant", "content": content or ""}
     if history_reasoning != "none" and reasoning:
         msg["reasoning_content"] = reasoning
     if capture.tool_calls:

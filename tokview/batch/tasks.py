@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
 from tokview.errors import ExitCode, TokviewError
@@ -38,25 +38,25 @@ def cancel_on_signals(cancel: asyncio.Event) -> None:
         pass
 
 
-async def run_workers(workers: list[asyncio.Task], cancel: asyncio.Event | None) -> bool:
+async def run_workers(workers: Sequence[asyncio.Task[object]], cancel: asyncio.Event | None) -> bool:
     """Wait until every worker is done or `cancel` is set; return True when it was cancelled.
 
     A worker's exception is raised at once. Either way every worker still running is cancelled and
     awaited before this returns, so nothing keeps running behind the caller's summary."""
     stopper = asyncio.create_task(cancel.wait()) if cancel is not None else None
     try:
-        waiting: set[asyncio.Task] = set(workers) | ({stopper} if stopper else set())
+        waiting: set[asyncio.Task[object]] = set(workers) | ({stopper} if stopper else set())
         while any(not w.done() for w in workers):
             done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                if task is not stopper and (failed := task.exception()) is not None:
+                    raise failed
             if stopper is not None and stopper.done():
                 return True
             waiting -= done
         return False
     finally:
-        for task in workers + ([stopper] if stopper else []):
+        for task in [*workers, *([stopper] if stopper else [])]:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
 

@@ -75,9 +75,9 @@ class WorkList:
     shard: tuple[int, int] | None = None
     path: Path | None = None
     rows: list[PromptRow] | None = None
-    lines: array = field(default_factory=lambda: array("q"))
+    lines: array[int] = field(default_factory=lambda: array("q"))
     """Line numbers (or indexes into `rows`) of the first rows with at least one slot to do."""
-    id_checks: array = field(default_factory=lambda: array("L"))
+    id_checks: array[int] = field(default_factory=lambda: array("L"))
     """crc32 of each of those rows as planning read it (a JSONL row: its whole line; a Parquet row: its
     prompt id): a row edited since planning is noticed, not generated, even when its id and the file's
     size stay the same."""
@@ -363,7 +363,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _line_checks(path: Path, lines: array) -> array:
+def _line_checks(path: Path, lines: array[int]) -> array[int]:
     """crc32 of each of `lines` (ascending) as text, read the way the planner and `_jsonl_items` read them.
 
     A second pass over the file, after planning (`queue()` refuses a file whose size or mtime moved
