@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch.chains import ChainItem, run_chain
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
 
         def __len__(self) -> int: ...
         def popleft(self) -> Any: ...
+
+
+@dataclass
+class _Failures:
+    """The loop's failures in a row, and why it stops early (None: it goes on), shared by its workers."""
+
+    consecutive: int = 0
+    stop: str | None = None
 
 
 CAPTURE_SWITCH_INTERVAL_S = 0.0005
@@ -59,14 +68,14 @@ async def capture_all(
         settings["max_model_len"] = context
     limit = config.max_consecutive_failures
     max_pending = 4 * max(config.concurrency * len(config.servers), 16)
-    state: dict[str, Any] = {"consecutive": 0, "stop": None}
+    state = _Failures()
 
     def fail(item: WorkItem | None, reason: str, url: str | None) -> None:
         if item is not None:  # None: a chain's failure, already handed to the writer with its chain
             writer.add_failure(item, reason, url)
-        state["consecutive"] += 1
-        if limit and state["consecutive"] >= limit and state["stop"] is None:
-            state["stop"] = f"stopped after {state['consecutive']} consecutive failures (last: {scrub_text(reason)})"
+        state.consecutive += 1
+        if limit and state.consecutive >= limit and state.stop is None:
+            state.stop = f"stopped after {state.consecutive} consecutive failures (last: {scrub_text(reason)})"
 
     async def attempt(
         item: WorkItem | ChainItem, messages: list[dict[str, Any]], extra_kwargs: dict[str, Any] | None = None
@@ -105,7 +114,7 @@ async def capture_all(
             else:  # never sent (too long): the prompt's fault, not the server's
                 writer.add_failure(item, reason, None)
             return
-        state["consecutive"] = 0
+        state.consecutive = 0
         writer.add_sample(item, got)  # handed over at once: a cancel can no longer lose it
 
     async def chain(item: ChainItem) -> None:
@@ -113,13 +122,13 @@ async def capture_all(
             item, lambda messages, kw: attempt(item, messages, kw), pool.tokenizer, getattr(pool, "profile", None)
         )
         if result.failure is None:
-            state["consecutive"] = 0
+            state.consecutive = 0
         writer.add_chain(item, result)  # the whole chain in one part: a resume never meets half of one
         if result.failure is not None and result.failure[2]:
             fail(None, *result.failure[:2])
 
     async def worker() -> None:
-        while state["stop"] is None and writer.error is None and todo:  # `todo` last: testing it may take an item
+        while state.stop is None and writer.error is None and todo:  # `todo` last: testing it may take an item
             while writer.pending > max_pending and writer.error is None:  # analysis is behind: wait for it
                 await asyncio.sleep(0.005)
             if not todo:
@@ -151,4 +160,4 @@ async def capture_all(
         return INTERRUPTED
     if writer.error is not None:
         return str(writer.error)
-    return state["stop"]
+    return state.stop

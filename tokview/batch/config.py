@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tokview.core.record import settings_key
 from tokview.errors import ExitCode
@@ -104,14 +104,15 @@ class BatchConfig:
         """
         return {**self.generation_settings(), **(identity or {})}
 
-    def tokenizer_and_profile(self) -> tuple[Any, Any]:
+    def tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:
         """The tokenizer and profile this run uses: the loaded ones it was given, else the ones `preload.start`
         is loading, else loaded from its flags now."""
         from tokview.batch import preload
 
         started = preload.take(self)
         if started is not None:
-            return started.result()
+            # preload's future holds what `load_tokenizer_and_profile` returned (its thread sets nothing else)
+            return cast("tuple[TokenizerAdapter, ModelProfile]", started.result())
         return self.load_tokenizer_and_profile()
 
     def server_pool(self, tokenizer: TokenizerAdapter | None = None, profile: ModelProfile | None = None) -> ServerPool:
@@ -129,7 +130,7 @@ class BatchConfig:
             retries=self.retries,
         )
 
-    def load_tokenizer_and_profile(self) -> tuple[Any, Any]:
+    def load_tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:
         from tokview.core.resolve import load_tokenizer_and_profile
 
         return load_tokenizer_and_profile(
