@@ -29,7 +29,8 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from tokview.batch.chains import CHAIN_STOP_PREFIX
 from tokview.core.analysis import analyze
@@ -46,6 +47,15 @@ if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
+
+    Ahead: TypeAlias = "Future[list[int]]"
+    """A re-encode `_Reencoder` started ahead of the analysis."""
+    _Entry: TypeAlias = (
+        "tuple[Literal['sample'], Slot, tuple[Capture, Ahead | None]]"
+        " | tuple[Literal['failure'], Slot, tuple[str, str | None]]"
+        " | tuple[Literal['chain'], Slot, tuple[ChainResult, list[Ahead | None]]]"
+    )
+    """What the writer's queue carries: (kind, the slot, what it needs to write it)."""
 
 
 class PartWriter(Protocol):
@@ -83,7 +93,16 @@ class Slot(Protocol):
 
 
 INT32_MAX = 2**31 - 1
-_STOP = object()
+
+
+class _Stop(Enum):
+    """The end marker of the writer's queue: a one-member enum, so the queue's type can name it."""
+
+    STOP = "stop"
+
+
+_STOP: Final = _Stop.STOP
+"""Put on the writer's queue by `close`: write what came before it, then end."""
 COUNT_FIELDS = ("ok", "failed", "flagged", "truncated", "output_tokens")
 """A writer's counters, as `counts()` reports them to a parent (a `--workers` child, a Ray task)."""
 
@@ -110,12 +129,12 @@ class _Reencoder:
 
     def __init__(self, tokenizer: TokenizerAdapter) -> None:
         self.tokenizer = tokenizer
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Ahead, list[int]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="tokview-reencode", daemon=True)
         self._thread.start()
 
-    def submit(self, output_ids: list[int]) -> Future:
-        ahead: Future = Future()
+    def submit(self, output_ids: list[int]) -> Ahead:
+        ahead: Ahead = Future()
         self._jobs.put((ahead, output_ids))
         return ahead
 
@@ -133,7 +152,7 @@ class _Reencoder:
                 ahead.set_exception(exc)
 
 
-def _ahead(ahead: Future | None) -> list[int] | None:
+def _ahead(ahead: Ahead | None) -> list[int] | None:
     """The re-encode started ahead; None when none was started or it failed (the drift check tries again)."""
     if ahead is None:
         return None
@@ -168,7 +187,7 @@ class GroupWriter:
         self.reasons: Counter[str] = Counter()
         self.error: BaseException | None = None
         """The StoreError (StoreFull on a full disk) that stopped the writer, if any."""
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[_Entry | Literal[_Stop.STOP]] = queue.Queue()
         self._handed = 0  # moved only by the thread that hands work over
         self._written = 0  # moved only by the writer thread: `+=` from two threads could lose a count
         self._next_ingest = time.monotonic() + ingest_s
@@ -258,22 +277,24 @@ class GroupWriter:
         took = time.monotonic() - started
         self._next_ingest = time.monotonic() + max(self.ingest_s, 4 * took)  # a big store ingests less often
 
-    def _take(self, entry: tuple[str, Any, Any], group: _Group) -> None:
+    def _take(self, entry: _Entry, group: _Group) -> None:
         """Analyse one finished capture as it arrives (so the last group is not analysed after the last
         answer came in); it is written with its group."""
         group.count += 1
         if self.error is not None:
             return
-        kind, item, payload = entry
-        if kind == "failure":
-            group.failures.append(self._failure(item, *payload))
+        if entry[0] == "failure":
+            _, item, (reason, server) = entry
+            group.failures.append(self._failure(item, reason, server))
             return
-        if kind == "chain":
-            self._take_chain(item, payload[0], payload[1], group)
+        if entry[0] == "chain":
+            _, item, (result, aheads) = entry
+            self._take_chain(item, result, aheads, group)
             return
-        self._take_sample(item, payload[0], payload[1], group)
+        _, item, (capture, ahead) = entry
+        self._take_sample(item, capture, ahead, group)
 
-    def _take_chain(self, item: Slot, result: ChainResult, aheads: list[Future | None], group: _Group) -> None:
+    def _take_chain(self, item: Slot, result: ChainResult, aheads: list[Ahead | None], group: _Group) -> None:
         for (turn_item, capture), ahead in zip(result.samples, aheads, strict=True):
             self._take_sample(turn_item, capture, ahead, group)
         if result.failure is not None:
@@ -282,7 +303,7 @@ class GroupWriter:
             why = result.stop or "its chain failed (recorded on its first turn; the next run retries the chain whole)"
             group.chain_stops.append((why, result.left))
 
-    def _take_sample(self, item: Slot, capture: Capture, ahead: Future | None, group: _Group) -> None:
+    def _take_sample(self, item: Slot, capture: Capture, ahead: Ahead | None, group: _Group) -> None:
         try:
             analysis = analyze(capture, self.profile, self.tokenizer, reencoded=_ahead(ahead))
             _check_ids(capture)
