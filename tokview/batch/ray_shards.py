@@ -18,13 +18,15 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import replace
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tokview.batch.tasks import INTERRUPTED
 from tokview.errors import TokviewError, first_line
 
 if TYPE_CHECKING:
     from typing import Protocol
+
+    from ray import ObjectRef
 
     from tokview.batch.chains import ChainItem
     from tokview.batch.config import BatchConfig
@@ -35,6 +37,28 @@ if TYPE_CHECKING:
 
     class SizedItems(Sized, Iterable["WorkItem | ChainItem"], Protocol):
         """The work a Ray run shards: a `TodoQueue`, or any sized iterable of items."""
+
+    Shard: TypeAlias = "list[WorkItem | ChainItem]"
+    """The items one Ray task captures."""
+    ShardRef: TypeAlias = "ObjectRef[dict[str, Any]]"
+    """A submitted shard: Ray's handle on what its `run_shard` returns."""
+
+    class RemoteShard(Protocol):
+        """`run_shard` as a Ray remote function."""
+
+        def options(self, *, max_retries: int) -> RemoteShard: ...
+        def remote(self, config: BatchConfig, run_id: str, items: Shard, /) -> ShardRef: ...
+
+    class RayApi(Protocol):
+        """What a run uses of the `ray` module (`connect` returns the module; a test can hand in a fake)."""
+
+        def remote(self, function: Callable[[BatchConfig, str, Shard], dict[str, Any]], /) -> RemoteShard: ...
+        def cluster_resources(self) -> dict[str, float]: ...
+        def cancel(self, ray_waitable: ShardRef, /, *, force: bool = ...) -> None: ...
+        def wait(
+            self, ray_waitables: list[ShardRef], /, *, num_returns: int, timeout: float | None
+        ) -> tuple[list[ShardRef], list[ShardRef]]: ...
+        def get(self, object_refs: ShardRef, /) -> dict[str, Any]: ...
 
 
 SHARD_MIN = 16
@@ -84,12 +108,12 @@ class CollectingSink:
         return 0, 0
 
 
-def run_shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, Any]:
+def run_shard(config: BatchConfig, run_id: str, items: Shard) -> dict[str, Any]:
     """The body of one Ray task: capture + analyse `items`; return the part lines and the counts."""
     return asyncio.run(_shard(config, run_id, items))
 
 
-async def _shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str, Any]:
+async def _shard(config: BatchConfig, run_id: str, items: Shard) -> dict[str, Any]:
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer_thread import GroupWriter
 
@@ -112,7 +136,7 @@ async def _shard(config: BatchConfig, run_id: str, items: list[Any]) -> dict[str
     }
 
 
-def connect(address: str) -> Any:
+def connect(address: str) -> RayApi:
     try:
         import ray
     except ImportError:
@@ -128,7 +152,8 @@ def connect(address: str) -> Any:
                 ray.init(address=address, log_to_driver=False)
         except Exception as exc:
             raise RayUnavailable(f"cannot reach Ray at {address}: {first_line(exc)}") from None
-    return ray
+    api: RayApi = ray  # checked against Ray's own annotations where Ray is installed (Any where it is not)
+    return api
 
 
 class Tally:
@@ -163,7 +188,7 @@ async def run_on_ray(
     size = shard_size(len(todo), cpus)
     shard_config = replace(config, workers=1, tokenizer=None, model_profile=None, ray=None)
     shards = _shards(todo, size)
-    pending: list[Any] = []
+    pending: list[ShardRef] = []
     outcomes: list[str | None] = []
     loop = asyncio.get_running_loop()
     while True:
@@ -177,7 +202,7 @@ async def run_on_ray(
         if not pending:
             break
 
-        def wait_for_one(waiting: list[Any] = pending) -> tuple[list[Any], list[Any]]:
+        def wait_for_one(waiting: list[ShardRef] = pending) -> tuple[list[ShardRef], list[ShardRef]]:
             return ray.wait(waiting, num_returns=1, timeout=0.2)
 
         done, pending = await loop.run_in_executor(None, wait_for_one)
@@ -203,7 +228,7 @@ def shard_size(todo: int, cpus: int) -> int:
     return max(SHARD_MIN, min(SHARD_MAX, -(-todo // (4 * cpus))))
 
 
-def _shards(todo: Iterable[WorkItem | ChainItem], size: int) -> Iterator[list[Any]]:
+def _shards(todo: Iterable[WorkItem | ChainItem], size: int) -> Iterator[Shard]:
     items = iter(todo)
     while shard := list(islice(items, size)):
         yield shard
