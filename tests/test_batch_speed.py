@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tokview.batch.capture_loop as runner
-from tokview.batch import BatchConfig, run_batch
+from tokview.batch import BatchConfig, limits, run_batch
 from tokview.servers import http
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
@@ -26,7 +26,7 @@ def _prompts(path: Path, n: int) -> Path:
 
 async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[float] = []
-    original = runner.check_prompt
+    original = limits.check_prompt  # what the capture loop calls by the name it imported
 
     def spy(pool, request):  # called once per sample, inside the capture loop
         seen.append(sys.getswitchinterval())
