@@ -117,3 +117,14 @@ def test_answers_spooled_before_the_forwarding_process_dies_are_recorded_by_the_
     assert 40 - in_memory - 1 <= len(stored) <= 40 - in_memory  # the one cut mid-write to the pipe, at most
     assert stored == sorted(set(stored))
     assert {f"user:u{n}" for n in range(40 - 10, 40)} <= set(stored)  # the last answers: all spooled, all kept
+
+
+def test_a_store_folder_where_no_spool_can_be_made_leaves_the_backlog_in_memory(tmp_path: Path) -> None:
+    """Not a traceback at start: the store's own error says what is wrong with its folder."""
+    from tokview.proxy.serve import spool_dir_for
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    assert spool_dir_for(str(not_a_folder / "p.duckdb")) is None
+    made = spool_dir_for(str(tmp_path / "p.duckdb"))
+    assert made is not None and Path(made).parent == tmp_path and Path(made).name.startswith(".tokview-proxy-spool-")

@@ -246,11 +246,13 @@ class RecorderProcess:
                 written = os.write(self._fd, self._pending[0])
             except BlockingIOError:
                 return
-            except OSError:
+            except OSError:  # the child is gone: nothing more goes to the pipe
                 self._pending.clear()
                 self._pending_bytes = 0
                 self._lost()
-                break
+                if self._loop is not None:
+                    self._loop.remove_writer(self._fd)
+                return
             self._pending_bytes -= written
             if written < len(self._pending[0]):
                 self._pending[0] = self._pending[0][written:]

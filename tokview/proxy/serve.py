@@ -163,13 +163,17 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
     return open_recorder_here(config, upstreams, config.tokenizer, config.say)
 
 
-def spool_dir_for(db: str) -> str:
+def spool_dir_for(db: str) -> str | None:
     """A new folder beside the store for the answers the recorder process is behind on (`recorder_process`):
-    on the store's disk, not in /tmp, which is often memory."""
+    on the store's disk, not in /tmp, which is often memory. None when it cannot be made there (the backlog
+    then waits in memory; the store's own error says what is wrong with its folder)."""
     import tempfile
 
     folder = os.path.dirname(os.path.abspath(os.path.expanduser(db)))
-    return tempfile.mkdtemp(prefix=".tokview-proxy-spool-", dir=folder)
+    try:
+        return tempfile.mkdtemp(prefix=".tokview-proxy-spool-", dir=folder)
+    except OSError:
+        return None
 
 
 def lower_priority(pid: int) -> None:
