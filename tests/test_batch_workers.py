@@ -6,6 +6,7 @@ protocol, never by time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.batch.workers import FeedTodo, Lander, WorkerGroup, WorkFeed
+from tokview.servers import ServerPool
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
@@ -119,24 +121,36 @@ async def test_both_processes_take_work_and_store_every_sample_once(tmp_path, gr
 async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, groups, monkeypatch, at_take):
     """SIGKILL the child right after the feed answered its `at_take`-th request: what it took and never
     named in a part goes back to the feed (the parent does it); a part it was writing is left to the
-    resume. The run says the worker died; after a resume every sample is stored exactly once."""
+    resume. The run says the worker died; after a resume every sample is stored exactly once.
+
+    The parent's own captures wait until the child is killed, so the child is killed mid-run, with work
+    left in the feed, however slow its start-up: timed by the answers alone, a child that started late on
+    a busy box found the parent had done nearly everything, asked twice, and was never killed."""
     made, _ = groups
     prompts = many_prompts(tmp_path / "p.jsonl")
+    loop = asyncio.get_running_loop()
+    killed = asyncio.Event()
     takes: list[int] = []
-    real = WorkerGroup._handle
+    real_handle, real_capture = WorkerGroup._handle, ServerPool.capture
 
     def handle(self, i, message):
-        last = real(self, i, message)
+        last = real_handle(self, i, message)
         if message[0] == "take":
             takes.append(i)
             if len(takes) == at_take:
                 os.kill(self.procs[i].pid, signal.SIGKILL)
+                loop.call_soon_threadsafe(killed.set)
         return last
 
+    async def capture(self, request):  # patched in this process only: the spawned child captures freely
+        with contextlib.suppress(TimeoutError):  # only so that a regression fails instead of hanging
+            await asyncio.wait_for(killed.wait(), 120)
+        return await real_capture(self, request)
+
     monkeypatch.setattr(WorkerGroup, "_handle", handle)
+    monkeypatch.setattr(ServerPool, "capture", capture)
     db = tmp_path / "s.duckdb"
-    # Answers take a little while, so the parent (whose requests go out before the child is spawned) cannot
-    # finish all 96 before the child asks for its first chunk.
+    # Answers take a little while, so by its 3rd request the child may be writing a part (then left for the resume).
     with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim, Store(db) as store:
         config = config_for(sim, prompts)
         summary = await run_batch(config, store)
@@ -153,9 +167,12 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
             assert summary.exit_code == 0
             assert "note: worker 1 exited with -9" in summary.render()
         child = made[0].tallies[0]
+        assert child.taken == 16 * at_take  # a chunk each time: the parent held 4 items, the feed the rest
+        # Only the part it was writing is left for the resume: everything else it took went back and was done.
+        assert summary.abandoned == child.unconfirmed
+        assert f"{child.unconfirmed} left for a resume" in said
         if at_take == 1:  # it had written nothing: all its items went back and were done by the parent
             assert (summary.ok, summary.abandoned) == (N, 0)
-            assert child.taken == 16
             assert "16 of its samples went back to the others" in said
         assert len(first) == len(set(first)) >= summary.ok
         again = await run_batch(config, store)
