@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import settings_key
 from tokview.errors import ExitCode
@@ -111,8 +111,7 @@ class BatchConfig:
 
         started = preload.take(self)
         if started is not None:
-            # preload's future holds what `load_tokenizer_and_profile` returned (its thread sets nothing else)
-            return cast("tuple[TokenizerAdapter, ModelProfile]", started.result())
+            return started.result()
         return self.load_tokenizer_and_profile()
 
     def server_pool(self, tokenizer: TokenizerAdapter | None = None, profile: ModelProfile | None = None) -> ServerPool:

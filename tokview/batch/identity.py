@@ -30,8 +30,9 @@ def vocab_fingerprint(tokenizer: TokenizerAdapter) -> str:
         return tokenizer.vocab_fingerprint()
     key = tokenizer.fingerprint()
     known = _read_cache(cache_file())
-    if isinstance(known.get(key), str):
-        return known[key]
+    cached = known.get(key)
+    if isinstance(cached, str):
+        return cached
     value = tokenizer.vocab_fingerprint()
     _write_cache(cache_file(), {**known, key: value})  # a read-only home: computed each time
     return value

@@ -25,9 +25,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tokview.batch.config import BatchConfig
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
     from tokview.servers import ServerPool
 
-_started: dict[tuple[str, str | None, bool], tuple[Future, threading.Event]] = {}
+    Loaded = Future[tuple[TokenizerAdapter, ModelProfile]]
+    """What a load's future holds: what `BatchConfig.load_tokenizer_and_profile` returned."""
+
+_started: dict[tuple[str, str | None, bool], tuple[Loaded, threading.Event]] = {}
 """Each load begun and not yet taken: its future and its gate (set: the load may run)."""
 _lock = threading.Lock()
 
@@ -36,7 +41,7 @@ def _key(config: BatchConfig) -> tuple[str, str | None, bool]:
     return (str(config.tokenizer_dir), config.profile, bool(config.trust_remote_code))
 
 
-def start(config: BatchConfig) -> Future | None:
+def start(config: BatchConfig) -> Loaded | None:
     """Begin loading the tokenizer and profile `config` names (nothing when it carries loaded ones).
 
     Returns the load's future, which the caller may keep: whoever holds it last frees the tokenizer,
@@ -45,7 +50,7 @@ def start(config: BatchConfig) -> Future | None:
     if config.tokenizer is not None or config.model_profile is not None:
         return None
     key = _key(config)
-    future: Future = Future()
+    future: Loaded = Future()
     gate = threading.Event()
     with _lock:
         if key in _started:
@@ -94,7 +99,7 @@ async def probe(pool: ServerPool) -> None:
             probing.cancel()
 
 
-def take(config: BatchConfig) -> Future | None:
+def take(config: BatchConfig) -> Loaded | None:
     """The load `start` began for this config (once), released now if it was not yet, or None."""
     with _lock:
         started = _started.pop(_key(config), None)

@@ -266,7 +266,10 @@ async def _run(
             p.chain_stopped += sum(split_chain_stops(reasons)[1].values())
         return p
 
-    report = (lambda: on_progress(snapshot())) if on_progress else (lambda: None)
+    def report() -> None:
+        if on_progress is not None:
+            on_progress(snapshot())
+
     report()
     if todo:
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
