@@ -37,7 +37,7 @@ def parts_dir(db_path: str | Path) -> Path:
     return Path(str(db_path) + ".parts")
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> object:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
@@ -65,7 +65,7 @@ def dumps_lines(records: Iterable[dict[str, Any]]) -> bytes:
     return b"".join(out)
 
 
-def _escape_surrogates(value: Any) -> Any:
+def _escape_surrogates(value: object) -> object:
     """`value` with every str (dict keys too) that holds a lone surrogate replaced by its escaped form."""
     if isinstance(value, str):
         return storable(value)

@@ -113,7 +113,7 @@ class StoredSample:
     created_at: datetime | None = None
 
 
-def to_json(value: Any, secrets: list[str] | None = None) -> str | None:
+def to_json(value: object, secrets: list[str] | None = None) -> str | None:
     """A payload as JSON, through `scrub_payload` (`secrets` default: the env key only).
 
     A body of plain JSON types whose dump holds nothing `scrub_payload` could mask is returned as
@@ -156,7 +156,7 @@ def _json_escaped(value: str) -> bool:
     return _JSON_ESCAPED.search(value) is not None
 
 
-def metadata_json(value: Any) -> str | None:
+def metadata_json(value: object) -> str | None:
     """Metadata (server info) as JSON, through `scrub`."""
     return None if value is None else json.dumps(scrub(value), ensure_ascii=False, default=str)
 
