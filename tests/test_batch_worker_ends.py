@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import threading
-import time
 from collections import deque
 from pathlib import Path
-
-from gated_sim import gated
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.batch.workers import WorkerGroup, WorkFeed
@@ -27,22 +23,27 @@ def prompts_file(path: Path, n: int) -> Path:
     return path
 
 
-async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path):
+async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path, monkeypatch):
     """Cancelled once the run is generating, its child still starting: the child is stopped with the run, which says
-    'interrupted', not 'worker 1 exited with 0' (or -15) as if it had been lost."""
+    'interrupted', not 'worker 1 exited with 0' (or -15) as if it had been lost. The cancel comes the moment the
+    child is spawned (its first requests out, the parent spawns it): no polling for a child or a request."""
     prompts = prompts_file(tmp_path / "p.jsonl", 200)
     cancel = asyncio.Event()
-    sim_config = SimConfig(kind="vllm", quirks={"latency": 0.05})
-    with start_simulator(sim_config) as sim, gated(sim.url, free=10**6) as (url, gate):
+    loop = asyncio.get_running_loop()
+    spawned: list[WorkerGroup] = []
+    real_init = WorkerGroup.__init__
+
+    def init(self, config, children):
+        real_init(self, config, children)
+        spawned.append(self)
+        loop.call_soon_threadsafe(cancel.set)
+
+    monkeypatch.setattr(WorkerGroup, "__init__", init)
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim:
         with Store(tmp_path / "s.duckdb") as store:
-            config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=20, concurrency=2, workers=2)
-            run = asyncio.create_task(run_batch(config, store, cancel=cancel))
-            deadline = time.monotonic() + 60
-            while not (multiprocessing.active_children() and gate.real) and not run.done():
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.005)
-            cancel.set()
-            summary = await run
+            config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=20, concurrency=2, workers=2)
+            summary = await run_batch(config, store, cancel=cancel)
+    assert len(spawned) == 1
     assert summary.interrupted, summary.render()
     assert summary.balanced, summary.render()
     assert not any("exited with" in note or "stopped on its own" in note for note in summary.notes), summary.notes
@@ -66,11 +67,10 @@ def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_p
         items, _ = plan(rows, config, config.sample_settings(identity))
         group = WorkerGroup(config, 1)
         feed = WorkFeed(deque(items))
-        (tally,) = group.start(str(db), "run-x", feed, 1)
-        deadline = time.monotonic() + 60
-        while tally.taken == 0 or len(tally.leased) == tally.taken:  # until it names its first part
-            assert time.monotonic() < deadline, "the child never wrote"
-            time.sleep(0.005)
+        wrote = threading.Event()
+        group.on_counts = wrote.set  # called by the feed thread once a part of the child's is on disk
+        group.start(str(db), "run-x", feed, 1)
+        assert wrote.wait(120), "the child never wrote"  # the wait is only so that a regression fails
         group.conns[0].close()  # the parent is gone, as far as the child can tell
         feed_thread = group._thread
         assert feed_thread is not None

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
-from tokview.batch.workers import FeedTodo, Lander, WorkerGroup, WorkFeed
+from tokview.batch.workers import DRAINED_WAIT, FeedTodo, Lander, WorkerGroup, WorkFeed
 from tokview.servers import ServerPool
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
@@ -84,7 +85,7 @@ async def test_a_child_that_cannot_start_leaves_all_the_work_to_the_parent(tmp_p
         if p.ok + p.failed >= p.total:
             resume_children()
 
-    watchdog = threading.Timer(60, resume_children)  # only so that a regression fails instead of hanging
+    watchdog = threading.Timer(240, resume_children)  # only so that a regression fails instead of hanging
     watchdog.start()
     try:
         with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
@@ -285,9 +286,18 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     lander.close()
     assert store.landed == 1
     assert lander.error is None
+    # When a landing is due, read off the rule rather than waited for: with work left at the next gap;
+    # once the feed is drained, DRAINED_WAIT gaps after the part (the run's end usually lands it first)
+    # unless live. Never poked, it lands only on close.
+    left = [1]
     drained = Parts()
-    lander = Lander(drained, every_s=0.001, drained=lambda: True)  # the feed is empty: no beat lands
-    threading.Event().wait(0.05)
+    lander = Lander(drained, every_s=600, drained=lambda: not left)
+    now = time.monotonic()
+    assert lander._due(now) == lander._next
+    left.clear()
+    assert lander._due(now) == now + DRAINED_WAIT * 600
+    lander.live = True
+    assert lander._due(now) == lander._next
     lander.close()
     assert drained.landed == 1
     feed = WorkFeed(deque(range(3)))
@@ -323,7 +333,6 @@ def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tm
     what was in flight written, every child gone, and a resume stores each sample once."""
     import subprocess
     import sys
-    import time
 
     prompts = many_prompts(tmp_path / "p.jsonl", 400)
     db = tmp_path / "c.duckdb"
