@@ -192,7 +192,7 @@ class Recorder:
         self._seq = itertools.count(1)
         self._warned = threading.Lock()
         self.recorded = self.failed = self.not_recorded = 0
-        self._jobs: queue.SimpleQueue[Finished | Failed | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Finished | Failed, str | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if threaded:
             self._thread = threading.Thread(target=self._loop, name="tokview-proxy-recorder", daemon=True)
@@ -218,32 +218,33 @@ class Recorder:
     def recording(self) -> bool:
         return self.error is None
 
-    def take(self, item: Finished | Failed) -> None:
+    def take(self, item: Finished | Failed, sample_id: str | None = None) -> None:
         """Record `item` on the recorder's thread, in order: what the event loop calls once the client has
-        its last byte (a queue put), so no recording work delays a client."""
+        its last byte (a queue put), so no recording work delays a client. `sample_id`: the id a spooled answer
+        has wherever it is recorded (`spool_folder.spooled_id`); else the run's next."""
         if self.error is not None:  # said and counted now: nothing recorded from here on
             self._check()
             return
         if self._thread is None:
-            self._record_or_say(item)
+            self._record_or_say(item, sample_id)
         else:
-            self._jobs.put(item)
+            self._jobs.put((item, sample_id))
 
     def _loop(self) -> None:
-        while (item := self._jobs.get()) is not None:
-            self._record_or_say(item)
+        while (job := self._jobs.get()) is not None:
+            self._record_or_say(*job)
 
-    def _record_or_say(self, item: Finished | Failed) -> None:
+    def _record_or_say(self, item: Finished | Failed, sample_id: str | None = None) -> None:
         try:
-            self.record(item)
+            self.record(item, sample_id)
         except Exception as exc:  # a bug: this request is lost and said, recording goes on
             self.say(f"tokview proxy: a request was not recorded: {failure_reason(exc)}")
             self.not_recorded += 1
 
-    def record(self, item: Finished | Failed) -> None:
+    def record(self, item: Finished | Failed, sample_id: str | None = None) -> None:
         """The answer's bytes parsed into a capture and placed in its session, or the failure written."""
         if isinstance(item, Failed):
-            self.failure(item.reason, item.server, named=item.named, user=item.user)
+            self.failure(item.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
         chunks, done = stream_chunks(item.raw) if item.stream else ([], False)
         answer = (chunks if done else None) if item.stream else _parsed_json(item.raw)
@@ -252,7 +253,7 @@ class Recorder:
                 reason = f"the upstream's stream ended without [DONE] after {len(chunks)} chunks"
             else:
                 reason = "malformed response: the upstream's answer is not JSON"
-            self.failure(reason, item.server, named=item.named, user=item.user)
+            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
@@ -270,11 +271,11 @@ class Recorder:
                 latency_s=item.latency_s,
             )
         except NoIds as exc:
-            self.failure(str(exc), item.server, named=item.named, user=item.user)
+            self.failure(str(exc), item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
         except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
             reason = f"malformed response: {getattr(exc, 'reason', exc)}"
-            self.failure(reason, item.server, named=item.named, user=item.user)
+            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
         self.sample(
             capture,
@@ -282,6 +283,7 @@ class Recorder:
             named=item.named,
             user=item.user,
             answer_message=_answer(capture, answer, item.endpoint),
+            sample_id=sample_id,
         )
 
     def _next_id(self) -> str:
@@ -312,12 +314,13 @@ class Recorder:
         named: str | None,
         user: str | None,
         answer_message: dict[str, Any] | None,
+        sample_id: str | None = None,
     ) -> tuple[str, Turn] | None:
         """Place a finished generation in its session and hand it to the writer: (sample id, turn)."""
         if not self._check():
             return None
         turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
-        sample_id = self._next_id()
+        sample_id = sample_id or self._next_id()
         if turn.break_at is not None:
             self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
         self.sessions.add(
@@ -332,12 +335,20 @@ class Recorder:
         self.recorded += 1
         return sample_id, turn
 
-    def failure(self, reason: str, server: str | None, *, named: str | None = None, user: str | None = None) -> None:
+    def failure(
+        self,
+        reason: str,
+        server: str | None,
+        *,
+        named: str | None = None,
+        user: str | None = None,
+        sample_id: str | None = None,
+    ) -> None:
         """A request the upstream refused, the client abandoned, or that came back without ids."""
         if not self._check():
             return
         session = f"session:{named}" if named else (f"user:{user}" if user else f"proxy:{self.run_id}:unplaced")
-        self.writer.add_failure(_Item(self._next_id(), session, None), reason, server)
+        self.writer.add_failure(_Item(sample_id or self._next_id(), session, None), reason, server)
         self.failed += 1
 
     def close(self) -> None:

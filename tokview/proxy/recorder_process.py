@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokview.errors import TokviewError, UserError
+from tokview.proxy import spool_folder
 from tokview.proxy.recorder import Failed, Finished
 
 if TYPE_CHECKING:
@@ -302,6 +303,7 @@ class RecorderProcess:
         self._reader.join(timeout=5)
         if self._spool_dir is not None:
             shutil.rmtree(self._spool_dir, ignore_errors=True)
+            spool_folder.release(self._spool_dir)
         if self.process.exitcode not in (0, None):
             self.recording = False
             self.say(f"tokview proxy: the recorder process ended with exit code {self.process.exitcode}")
@@ -341,6 +343,7 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     link = _Link(said)
+    held = None if spec.spool_dir is None else spool_folder.hold(spec.spool_dir)  # its folder is alive while we are
     recorder = _open(spec, link)
     if recorder is None:
         return
@@ -352,9 +355,9 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     while not ended:
         messages, ended = gather(jobs, COUNTS_EVERY_S)
         for message in messages:
-            item = spools.item(message)
+            item, sample_id = spools.item(message, spec.config.run_id)
             if item is not None:
-                recorder.take(item)
+                recorder.take(item, sample_id)
         if ended:  # the parent closed the pipe or died: what came is recorded
             break
         counts = (recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording)
@@ -363,10 +366,12 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
         if counts != sent and (stopped or due or not jobs.poll(0)):  # idle, due, or at once when recording stopped
             link.send(("counts", *counts))
             sent, sent_at = counts, time.monotonic()
-    for item in spools.rest():  # spooled before the parent died, their notes lost with it: whole on disk
-        recorder.take(item)
+    for sample_id, item in spools.rest(spec.config.run_id):  # spooled before the parent died: whole on disk
+        recorder.take(item, sample_id)
+    recorder.close()  # written and landed before the folder goes (a kill before: the next start records it)
     spools.remove()
-    recorder.close()
+    if held is not None:
+        os.close(held)
     link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
 
 
@@ -396,53 +401,40 @@ class _SpoolReader:
         self.read_to: dict[str, int] = {}
         """How far each spool file's answers are recorded (bytes)."""
 
-    def item(self, message: object) -> Finished | Failed | None:
+    def item(self, message: object, run_id: str) -> tuple[Finished | Failed | None, str | None]:
+        """The item a message brings and, for a spooled one, its sample id (`spool_folder.spooled_id`)."""
         if isinstance(message, Spooled):
             with open(message.path, "rb") as f:
                 f.seek(message.offset)
                 data = f.read(message.length)
             self.read_to[message.path] = message.offset + message.length
             loaded: Finished | Failed = pickle.loads(data)
-            return loaded
+            return loaded, spool_folder.spooled_id(run_id, message.path, message.offset)
         if isinstance(message, SpoolDone):
             self.read_to.pop(message.path, None)
             try:
                 os.unlink(message.path)
             except OSError:
                 pass
-            return None
+            return None, None
         if isinstance(message, (Finished, Failed)):
-            return message
+            return message, None
         raise TypeError(f"the recorder's pipe brought a {type(message).__name__}")
 
-    def rest(self) -> list[Finished | Failed]:
-        """The answers spooled after the last note that came, in order (none unless the parent was killed)."""
+    def rest(self, run_id: str) -> list[tuple[str, Finished | Failed]]:
+        """(sample id, answer) of those spooled after the last note that came, in order (none unless the parent
+        was killed)."""
         if self.directory is None or not os.path.isdir(self.directory):
             return []
-        out: list[Finished | Failed] = []
-        for name in sorted(os.listdir(self.directory)):
-            path = os.path.join(self.directory, name)
-            with open(path, "rb") as f:
-                f.seek(max(0, self.read_to.get(path, 0)))
-                out.extend(_whole_records(f.read()))
+        out: list[tuple[str, Finished | Failed]] = []
+        for path in spool_folder.spool_files(self.directory):
+            for offset, item in spool_folder.records(path, max(0, self.read_to.get(path, 0))):
+                out.append((spool_folder.spooled_id(run_id, path, offset), item))
         return out
 
     def remove(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _whole_records(data: bytes) -> list[Finished | Failed]:
-    """The length-prefixed pickles in `data`, up to the first that is not whole."""
-    out: list[Finished | Failed] = []
-    at = 0
-    while at + 4 <= len(data):
-        (n,) = struct.unpack_from("!i", data, at)
-        if n < 0 or at + 4 + n > len(data):
-            break
-        out.append(pickle.loads(data[at + 4 : at + 4 + n]))
-        at += 4 + n
-    return out
 
 
 def _open(spec: ChildSpec, link: _Link) -> Any:

@@ -46,8 +46,14 @@ def open_recorder_here(
         source="tokview proxy",
         profile_def=profile_fields(config.profile),
     )
-    recorder = Recorder(store, profile=config.profile, tokenizer=tok, run_id=config.run_id, say=say, threaded=threaded)
     from tokview.proxy.sessions import RESTORE_SQL, restore
+    from tokview.proxy.spool_folder import record_leftovers
 
-    restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
-    return recorder
+    def recorder_of(run_id: str) -> Recorder:
+        recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
+        restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
+        return recorder
+
+    profile = config.profile
+    record_leftovers(config.db or "", recorder_of, say or (lambda line: None))  # before its sessions are read
+    return recorder_of(config.run_id)

@@ -154,7 +154,7 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
             replace(config, tokenizer=None, say=None),
             upstreams,
             None if source is None else str(source),
-            spool_dir=spool_dir_for(config.db),
+            spool_dir=spool_dir_for(config.db, config.run_id),
         )
         process = RecorderProcess(spec, config.say or _say_on_stderr)
         if process.process.pid is not None:  # started (RecorderProcess waits until it is ready)
@@ -163,17 +163,13 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
     return open_recorder_here(config, upstreams, config.tokenizer, config.say)
 
 
-def spool_dir_for(db: str) -> str | None:
-    """A new folder beside the store for the answers the recorder process is behind on (`recorder_process`):
-    on the store's disk, not in /tmp, which is often memory. None when it cannot be made there (the backlog
-    then waits in memory; the store's own error says what is wrong with its folder)."""
-    import tempfile
+def spool_dir_for(db: str, run_id: str = "") -> str | None:
+    """A new folder beside the store for the answers the recorder process is behind on (`recorder_process`,
+    `spool_folder`): on the store's disk, not in /tmp, which is often memory. None when it cannot be made there
+    (the backlog then waits in memory; the store's own error says what is wrong with its folder)."""
+    from tokview.proxy.spool_folder import make
 
-    folder = os.path.dirname(os.path.abspath(os.path.expanduser(db)))
-    try:
-        return tempfile.mkdtemp(prefix=".tokview-proxy-spool-", dir=folder)
-    except OSError:
-        return None
+    return make(db, run_id)
 
 
 def lower_priority(pid: int) -> None:

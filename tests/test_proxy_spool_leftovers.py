@@ -1,0 +1,129 @@
+"""A spool folder left beside the store when both proxy processes died (SIGKILL, power loss) is recorded at the
+next proxy start on that store, each answer once, then removed; a live proxy's folder is never touched
+(issue 24: nothing already stored is lost)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from test_proxy_recorder_spool import UP, _finished, _hand_over, _recorder, _stored_users
+
+from tokview.core.profiles import ModelProfile
+from tokview.core.tokenizer import TokenizerAdapter
+from tokview.proxy.app import Upstream
+from tokview.proxy.serve import ProxyConfig, open_recorder
+from tokview.store import Store
+
+_DYING_PROXY = r"""
+import os, pickle, signal, sys, time
+from test_proxy_recorder_spool import _hand_over
+from tokview.core.tokenizer import load_tokenizer
+from tokview.proxy.app import Upstream
+from tokview.proxy.serve import ProxyConfig, open_recorder
+from tokview.store import Store
+
+db, tok_dir, profile, items, up = pickle.load(open(sys.argv[1], "rb"))
+config = ProxyConfig([up], db=db, tokenizer=load_tokenizer(tok_dir), profile=profile, record_in="process")
+recorder = open_recorder(config, [Upstream(up, "vllm", None, {}, None)])
+recorder.spool_over = 100_000
+child = recorder.process.pid
+os.kill(child, signal.SIGSTOP)
+_hand_over(recorder, items)
+in_memory = sum(1 for frame in recorder._pending if len(frame) > 10_000)
+os.kill(child, signal.SIGCONT)
+recorder._spool.close()
+recorder._spool = None  # no SpoolDone: the child records every answer, notes and all, but keeps the spool file
+recorder._drain_blocking()
+
+
+def landed() -> int:
+    try:
+        with Store(db, lock_timeout=0.05) as store:
+            return int(store.query("SELECT count(*) FROM samples")[0][0])
+    except Exception:  # the child holds the store for a moment
+        return 0
+
+
+deadline = time.monotonic() + 120
+while landed() < len(items) and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(in_memory, flush=True)
+os.kill(child, signal.SIGKILL)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _spool_folders(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".tokview-proxy-spool*"))
+
+
+def test_a_spool_left_by_a_killed_proxy_is_recorded_once_at_the_next_start_and_removed(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """Both processes SIGKILLed after the child recorded the spooled answers but before it removed their spool
+    file: the next start records the spool again, and each answer is still stored once."""
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    db = tmp_path / "d.duckdb"
+    args = tmp_path / "args.pickle"
+    args.write_bytes(pickle.dumps((str(db), str(kimi_tok.source), kimi_profile, items, UP)))
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo / "tests"), str(repo)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _DYING_PROXY, str(args)], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    in_memory = int(done.stdout)
+    with Store(db) as store:  # lands the parts the child wrote before it was killed
+        assert store.query("SELECT count(*) FROM samples")[0][0] == 40
+    (left,) = _spool_folders(tmp_path)  # left behind, its answers whole: nobody picks it up
+    assert [p.name for p in left.iterdir() if p.name.startswith("spool-")] == ["spool-000001"]
+
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="process")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert recorder is not None
+    recorder.close()
+    stored = _stored_users(db)
+    assert stored == sorted(set(stored))  # each answer once
+    assert {f"user:u{n}" for n in range(in_memory, 40)} <= set(stored)  # every spooled answer
+    assert _spool_folders(tmp_path) == []
+
+
+def test_the_spool_folder_of_a_live_proxy_is_left_alone_and_an_empty_dead_one_removed(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """A second proxy on the same store while the first one's recorder is behind: the first one's spool is its
+    own (still being read); an empty folder of a dead proxy is simply removed."""
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    db = tmp_path / "l.duckdb"
+    dead = tmp_path / ".tokview-proxy-spool-deadbeef"  # a proxy's that died before it spooled anything
+    dead.mkdir()
+    (dead / "owner.lock").touch()
+    with _recorder(db, kimi_tok, kimi_profile) as first:
+        first.spool_over = 100_000
+        with Store(db):  # the child has let go of the store (the second proxy opens it), then it gets no CPU
+            os.kill(first.process.pid or 0, signal.SIGSTOP)
+        _hand_over(first, items)
+        live = Path(first._spool_dir or "")
+        before = sorted(p.name for p in live.iterdir())
+        config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+        second = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+        assert second is not None
+        second.close()
+        assert sorted(p.name for p in live.iterdir()) == before
+        assert _spool_folders(tmp_path) == [live]
+        with Store(db) as store:
+            assert store.query("SELECT count(*) FROM samples")[0][0] == 0
+        os.kill(first.process.pid or 0, signal.SIGCONT)
+        first.close()
+        assert (first.recorded, first.not_recorded) == (40, 0)
+    assert _stored_users(db) == sorted(f"user:u{n}" for n in range(40))
+    assert _spool_folders(tmp_path) == []
