@@ -18,7 +18,9 @@ from test_proxy_recorder_spool import UP, _finished, _hand_over, _recorder, _sto
 from tokview.core.profiles import ModelProfile
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.proxy.app import Upstream
+from tokview.proxy.recorder_process import RecorderProcess
 from tokview.proxy.serve import ProxyConfig, open_recorder
+from tokview.proxy.spool_folder import records
 from tokview.store import Store
 
 _DYING_PROXY = r"""
@@ -26,7 +28,9 @@ import os, pickle, signal, sys, time
 from test_proxy_recorder_spool import _hand_over
 from tokview.core.tokenizer import load_tokenizer
 from tokview.proxy.app import Upstream
+from tokview.proxy.recorder_process import RecorderProcess
 from tokview.proxy.serve import ProxyConfig, open_recorder
+from tokview.proxy.spool_folder import records
 from tokview.store import Store
 
 db, tok_dir, profile, items, up = pickle.load(open(sys.argv[1], "rb"))
@@ -85,14 +89,16 @@ def test_a_spool_left_by_a_killed_proxy_is_recorded_once_at_the_next_start_and_r
         assert store.query("SELECT count(*) FROM samples")[0][0] == 40
     (left,) = _spool_folders(tmp_path)  # left behind, its answers whole: nobody picks it up
     assert [p.name for p in left.iterdir() if p.name.startswith("spool-")] == ["spool-000001"]
+    spooled = len(list(records(str(left / "spool-000001"))))
+    assert 30 <= spooled <= 40 - in_memory  # all recorded by the child before the kill: to be stored once
 
     config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="process")
     recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
-    assert recorder is not None
+    assert isinstance(recorder, RecorderProcess)
+    _hand_over(recorder, [_finished(capture, 40)])  # and the new proxy records as usual
     recorder.close()
-    stored = _stored_users(db)
-    assert stored == sorted(set(stored))  # each answer once
-    assert {f"user:u{n}" for n in range(in_memory, 40)} <= set(stored)  # every spooled answer
+    assert (recorder.recorded, recorder.not_recorded) == (1, 0)
+    assert _stored_users(db) == sorted(f"user:u{n}" for n in range(41))  # each answer once
     assert _spool_folders(tmp_path) == []
 
 
