@@ -14,7 +14,7 @@ import pytest
 from facts import IM_END, KIMI_SPECIAL_IDS, THINK_CLOSE, THINK_OPEN
 
 from tokview.core import segments as seg
-from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment, align
+from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment, _Run, align
 from tokview.core.analysis import analyze, tool_calls_of
 from tokview.core.finding_context import vocabulary_of
 
@@ -84,7 +84,7 @@ def test_an_alignment_finds_a_status_from_its_recorded_runs_without_searching_it
     special = [False, False, True, False, False, True]
     walked = align(pieces, ["Hi there and more"], special)
     counted = Alignment(CountedStatuses(walked.statuses), walked.unmatched_text, walked.fields)
-    counted._with_runs([[status, n] for status, n in walked.status_runs()])
+    counted._with_runs([_Run(status, n) for status, n in walked.status_runs()])
     for status in (KEPT, PARTIAL, HIDDEN, DRIFT):
         assert counted.positions(status) == replace(walked).positions(status)  # a copy keeps no runs: searched
     assert counted.positions(HIDDEN) == [2, 5]
