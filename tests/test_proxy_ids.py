@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tokview.proxy.ids import Injection, id_only_chunk, inject, strip_body
+from tokview.proxy.ids import Injection, id_only_chunk, inject, strip_body, strip_events
 from tokview.proxy.sse import DONE, EventSplitter, data_of
 
 REC = Path(__file__).resolve().parent / "recordings" / "proxy_tools"
@@ -176,3 +176,44 @@ def test_feed_whole_gives_the_same_bytes_as_the_events_across_reads() -> None:
         got = [splitter.feed_whole(raw[i : i + step]) for i in range(0, len(raw), step)]
         assert b"".join(got) + splitter.rest() == raw
         assert all(piece.endswith(b"\n\n") for piece in got if piece)
+
+
+_VLLM_STREAM = Injection("vllm", ("return_token_ids",), True)
+_SGL_STREAM = Injection("sglang", ("return_input_ids_in_sglext", "return_output_ids_in_sglext"), True)
+_TRICKY = (  # "{}" in text, an id-only chunk first and last, a finish with an empty delta, ids in the text
+    b'data: {"choices":[{"delta":{},"token_ids":[1],"finish_reason":null}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"a {} b"},"token_ids":[2,3],"finish_reason":null}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"\\"token_ids\\": [9]"},"token_ids":[4],"finish_reason":null}]}\n\n'
+    b'data: {"choices":[{"delta":{},"token_ids":[5],"finish_reason":null}]}\n\n'
+    b'data: {"choices":[{"delta":{},"token_ids":[],"finish_reason":"stop"}]}\n\n'
+    b'data: {"choices":[{"delta":{},"token_ids":[6],"finish_reason":null}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "injection"),
+    [
+        ((REC / "vllm_t1_stream.txt").read_bytes(), _VLLM_STREAM),
+        ((REC / "vllm_choice_none_stream.txt").read_bytes(), _VLLM_STREAM),
+        ((REC / "sgl_t1_stream_sglext.txt").read_bytes(), _SGL_STREAM),
+        (_TRICKY, _VLLM_STREAM),
+        (_TRICKY.replace(b"\n", b"\r\n"), _VLLM_STREAM),
+    ],
+    ids=["vllm", "vllm-hidden-section", "sglang-sglext", "tricky", "tricky-crlf"],
+)
+def test_a_read_of_many_events_is_relayed_as_event_by_event_would(raw: bytes, injection: Injection) -> None:
+    """`strip_events` parses only the events that may be id-only; the client must still get exactly what
+    relaying each event alone gives, however the reads cut the stream."""
+    expected = _relay(raw, injection)
+    for step in (1, 50, 333, len(raw)):
+        splitter, out, counted = EventSplitter(), [], 0
+        for i in range(0, len(raw), step):
+            whole = splitter.feed_whole(raw[i : i + step])
+            if whole:
+                relayed, n = strip_events(whole, injection)
+                out.append(relayed)
+                counted += n
+        assert splitter.rest() == b""
+        assert b"".join(out) == expected, step
+        assert counted == len(_events(expected)), step

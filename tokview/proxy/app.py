@@ -25,7 +25,7 @@ from tokview.proxy import ids
 from tokview.proxy.capture import ENDPOINT_PATHS
 from tokview.proxy.recorder import Failed, Finished, Recorder
 from tokview.proxy.sessions import SESSION_HEADER
-from tokview.proxy.sse import EventSplitter, data_of
+from tokview.proxy.sse import EventSplitter
 from tokview.proxy.wire import ClientGone, Request, Responder, UpstreamError, UpstreamPool, UpstreamResponse
 from tokview.servers.http import error_message
 
@@ -216,23 +216,12 @@ class ProxyApp:
         await client.start(response.status, _response_headers(response), None, response.reason)
         splitter = EventSplitter()
         pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
-        strips = injection.strips
         while (piece := await response.next_piece()) is not None:
             pieces.append(piece)
             whole = splitter.feed_whole(piece)
             if not whole:
                 continue
-            if not strips:
-                out, n = whole, whole.count(b"\n\n")
-            elif b"\r" not in whole and not ids.may_be_id_only(whole, injection):
-                out, n = ids.strip_body(whole, injection), whole.count(b"\n\n")  # one pass over the read's events
-            else:  # an id-only chunk may be there (or CRLF events): event by event
-                kept = [
-                    ids.strip_body(event, injection)
-                    for event in EventSplitter().feed(whole)
-                    if not (ids.may_be_id_only(event, injection) and ids.id_only_chunk(data_of(event), injection))
-                ]
-                out, n = b"".join(kept), len(kept)
+            out, n = ids.strip_events(whole, injection)
             if out:
                 await client.send(out)
                 ex.chunks_sent += n
