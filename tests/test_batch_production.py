@@ -16,7 +16,7 @@ from builders import kimi, profile
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.sim import SimConfig, start_simulator
-from tokview.store import Store
+from tokview.store import SampleIdentity, Store
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_data"
@@ -381,7 +381,11 @@ async def test_merge_takes_the_samples_a_killed_batch_left_in_parts(tmp_path):
         run_id = store.runs()[0]["run_id"]
         capture = store.load_sample(stored_ids(src)[0]).capture
         store.write_part(
-            [store.sample_record("extra@x_gen0", "extra", run_id, capture, analyze(capture, profile(), kimi()))]
+            [
+                store.sample_record(
+                    SampleIdentity("extra@x_gen0", "extra", run_id), capture, analyze(capture, profile(), kimi())
+                )
+            ]
         )
         store.close()
     assert len(os.listdir(str(src) + ".parts")) == 1

@@ -16,7 +16,7 @@ import pytest
 from replay import fast_pool, request, serve, sglang_routes, vllm_routes
 
 from tokview.core.record import Capture
-from tokview.store import PartSink, Store
+from tokview.store import PartSink, SampleIdentity, Store
 from tokview.store.elided_ids import MIN_IDS, elide, restore
 
 IDS = list(range(100, 140))
@@ -68,7 +68,9 @@ async def test_recorded_bodies_are_stored_without_their_ids_and_read_back_as_ser
                 sink = PartSink(store.path)
                 sid = f"p{n}@part"
                 record = sink.sample_record(
-                    sid, f"p{n}", "run1", cap, builders.analyze(cap, builders.profile(), builders.kimi())
+                    SampleIdentity(sid, f"p{n}", "run1"),
+                    cap,
+                    builders.analyze(cap, builders.profile(), builders.kimi()),
                 )
                 sink.write_part([record])
                 ids.append(sid)

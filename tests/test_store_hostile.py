@@ -14,7 +14,7 @@ from builders import kimi, make_capture, profile, put
 
 from tokview.cli import main
 from tokview.core.analysis import analyze
-from tokview.store import Store
+from tokview.store import SampleIdentity, Store
 from tokview.store.parts import DAMAGED_DIR, complete_parts, dumps_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.
 
 def _record(store: Store, sid: str, prompt: str = "p1") -> dict:
     cap = make_capture("what is the answer")
-    return store.sample_record(sid, prompt, "run1", cap, analyze(cap, profile(), kimi()), gen_index=0)
+    return store.sample_record(SampleIdentity(sid, prompt, "run1", gen_index=0), cap, analyze(cap, profile(), kimi()))
 
 
 def _ids(db: Path) -> list[str]:

@@ -13,13 +13,13 @@ import pytest
 from builders import kimi, make_capture, profile
 
 from tokview.core.analysis import analyze
-from tokview.store import SchemaError, Store, StoreError
+from tokview.store import SampleIdentity, SchemaError, Store, StoreError
 from tokview.store.parts import complete_parts
 
 
 def record(store: Store, sid: str, prompt: str = "p1", question: str = "what is the answer") -> dict:
     cap = make_capture(question)
-    return store.sample_record(sid, prompt, "run1", cap, analyze(cap, profile(), kimi()), gen_index=0)
+    return store.sample_record(SampleIdentity(sid, prompt, "run1", gen_index=0), cap, analyze(cap, profile(), kimi()))
 
 
 def test_parts_land_in_one_ingest_and_ingest_is_idempotent(tmp_path):

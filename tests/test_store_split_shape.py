@@ -71,12 +71,16 @@ def test_the_store_errors_live_in_their_own_module_and_are_the_same_class_everyw
     assert store_module.StoreFull is errors.StoreFull
 
 
-def test_sample_params_takes_the_sample_identity_by_keyword_only():
-    from tokview.store.sample_rows import sample_params
+def test_a_sample_identity_is_one_value_whose_optional_ints_go_by_keyword():
+    from tokview.store.sample_rows import SampleIdentity, sample_params
 
     kinds = {name: p.kind for name, p in inspect.signature(sample_params).parameters.items()}
-    keyword_only = [name for name, kind in kinds.items() if kind is inspect.Parameter.KEYWORD_ONLY]
-    assert keyword_only == ["sample_id", "prompt_id", "run_id", "gen_index", "turn", "profile", "secrets"]
+    assert [name for name, kind in kinds.items() if kind is inspect.Parameter.KEYWORD_ONLY] == ["secrets"]
+    assert next(iter(kinds)) == "key"
+    with pytest.raises(TypeError):
+        SampleIdentity("s", "p", "run", 0, 1)  # gen_index and turn by position: refused
+    key = SampleIdentity("s", "p", "run", gen_index=0, turn=1)
+    assert (key.gen_index, key.turn, key.profile) == (0, 1, None)
 
 
 def test_a_sample_row_is_built_by_keyword():

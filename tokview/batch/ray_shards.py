@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
     from tokview.core.record import Capture
     from tokview.store import Store
+    from tokview.store.sample_rows import SampleIdentity
 
     class SizedItems(Sized, Iterable["WorkItem | ChainItem"], Protocol):
         """The work a Ray run shards: a `TodoQueue`, or any sized iterable of items."""
@@ -86,19 +87,11 @@ class CollectingSink:
 
     def sample_record(
         self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
+        key: SampleIdentity,
         capture: Capture,
         analysis: Analysis,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
     ) -> dict[str, Any]:
-        return self._sink.sample_record(
-            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
-        )
+        return self._sink.sample_record(key, capture, analysis)
 
     def write_part(self, samples: list[bytes], failures: list[dict[str, Any]] | None = None) -> None:
         self.samples += samples

@@ -37,13 +37,13 @@ from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
 from tokview.errors import first_line
 from tokview.secrets import scrub_text
-from tokview.store.part_sink import StoreError
+from tokview.store.part_sink import PartWriter, StoreError
 from tokview.store.parts import dumps_lines
+from tokview.store.sample_rows import SampleIdentity
 from tokview.untrusted_text import storable
 
 if TYPE_CHECKING:
     from tokview.batch.chains import ChainResult
-    from tokview.core.analysis import Analysis
     from tokview.core.profiles import ModelProfile
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
@@ -56,26 +56,6 @@ if TYPE_CHECKING:
         " | tuple[Literal['chain'], Slot, tuple[ChainResult, list[Ahead | None]]]"
     )
     """What the writer's queue carries: (kind, the slot, what it needs to write it)."""
-
-
-class PartWriter(Protocol):
-    """What the writer writes through: a `Store`, a `PartSink` (a `--workers` child) or a Ray task's
-    `CollectingSink`. `ingest` lands the parts written (a sink that does not own the store lands nothing)."""
-
-    def sample_record(
-        self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
-        capture: Capture,
-        analysis: Analysis,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
-    ) -> dict[str, Any]: ...
-    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]]) -> None: ...
-    def ingest(self) -> tuple[int, int]: ...
 
 
 class Slot(Protocol):
@@ -307,16 +287,15 @@ class GroupWriter:
         try:
             analysis = analyze(capture, self.profile, self.tokenizer, reencoded=_ahead(ahead))
             _check_ids(capture)
-            record = self.store.sample_record(
+            key = SampleIdentity(
                 item.sample_id,
                 item.prompt_id,
                 self.run_id,
-                capture,
-                analysis,
                 gen_index=item.index,
                 turn=item.turn,
                 profile=self.profile.name,
             )
+            record = self.store.sample_record(key, capture, analysis)
             group.samples.append(dumps_lines([record]))
             group.sample_ids.append(item.sample_id)
         except Exception as exc:  # this sample's analysis or data failed: record it, keep going

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
     from tokview.core.profiles import ModelProfile
     from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store.sample_rows import SampleIdentity
     from tokview.store.store import Store
 
 PREFIX_BREAK = "session_prefix_break"
@@ -98,20 +99,12 @@ class _WithSessionFindings:
 
     def sample_record(
         self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
+        key: SampleIdentity,
         capture: Capture,
         analysis: Analysis,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
     ) -> dict[str, Any]:
-        record = self.store.sample_record(
-            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
-        )
-        finding = self.extra.pop(sample_id, None)
+        record = self.store.sample_record(key, capture, analysis)
+        finding = self.extra.pop(key.sample_id, None)
         if finding is not None:
             record["findings"] = [*record["findings"], finding]
             record["codes"] = [*record["codes"], finding["code"]]

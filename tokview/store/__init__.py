@@ -1,4 +1,4 @@
-"""The DuckDB store (contract 3): `Store`, `SampleFilter`, `SampleRow`, `StoredSample`.
+"""The DuckDB store (contract 3): `Store`, `SampleFilter`, `SampleRow`, `StoredSample`, `SampleIdentity`.
 
 `Store` (and `DEFAULT_DB`) and the schema's `LATEST_VERSION` and `SchemaError` load DuckDB, on first use: a
 `--workers` child or a Ray task imports this package for `PartSink` and the store's errors, and never opens the
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tokview.store.errors import StoreError, StoreFull
-from tokview.store.part_sink import PartSink
-from tokview.store.sample_rows import STATUSES, SampleFilter, SampleRow, StoredSample, UnknownSample
+from tokview.store.part_sink import PartSink, PartWriter
+from tokview.store.sample_rows import STATUSES, SampleFilter, SampleIdentity, SampleRow, StoredSample, UnknownSample
 
 if TYPE_CHECKING:
     from tokview.store.schema import LATEST_VERSION, SchemaError
@@ -25,7 +25,9 @@ __all__ = [
     "LATEST_VERSION",
     "STATUSES",
     "PartSink",
+    "PartWriter",
     "SampleFilter",
+    "SampleIdentity",
     "SampleRow",
     "SchemaError",
     "Store",

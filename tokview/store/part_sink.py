@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokview.core.record import Capture
 from tokview.secrets import scrub_optional, scrub_text, url_secrets
@@ -17,10 +17,20 @@ from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.errors import is_disk_full
-from tokview.store.sample_rows import SAMPLE_COLUMNS, sample_params
+from tokview.store.sample_rows import SAMPLE_COLUMNS, SampleIdentity, sample_params
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
+
+
+class PartWriter(Protocol):
+    """What a batch writer writes through: a `Store`, a `PartSink` (a `--workers` child), a Ray task's
+    `CollectingSink` or the proxy's recorder. `ingest` lands the parts written (a sink that does not own the store
+    lands nothing)."""
+
+    def sample_record(self, key: SampleIdentity, capture: Capture, analysis: Analysis) -> dict[str, Any]: ...
+    def write_part(self, samples: list[bytes], failures: list[dict[str, Any]]) -> None: ...
+    def ingest(self) -> tuple[int, int]: ...
 
 
 class PartSink:
@@ -54,31 +64,15 @@ class PartSink:
 
     def sample_record(
         self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
+        key: SampleIdentity,
         capture: Capture,
         analysis: Analysis,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
     ) -> dict[str, Any]:
         """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
         record = dict(
             zip(
                 SAMPLE_COLUMNS,
-                sample_params(
-                    capture,
-                    analysis,
-                    sample_id=sample_id,
-                    prompt_id=prompt_id,
-                    run_id=run_id,
-                    gen_index=gen_index,
-                    turn=turn,
-                    profile=profile,
-                    secrets=self._secrets,
-                ),
+                sample_params(key, capture, analysis, secrets=self._secrets),
             )
         )
         record["findings"] = [

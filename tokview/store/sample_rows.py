@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,23 @@ if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
 
 STATUSES = ("pending", "approved", "rejected")
+
+
+@dataclass(frozen=True, slots=True)
+class SampleIdentity:
+    """Who a sample is: its id, the prompt and run it belongs to, where it sits (which generation of its prompt,
+    which turn of its chain) and the profile it was analysed under. One value, so the writers that hand a sample
+    on (`PartWriter`: the store, a worker's sink, a Ray task's sink, the proxy's recorder) pass it whole."""
+
+    sample_id: str
+    prompt_id: str
+    run_id: str | None
+    _: KW_ONLY  # two optional ints side by side: never by position
+    gen_index: int | None = None
+    turn: int | None = None
+    profile: str | None = None
+
+
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
 
 
@@ -255,16 +272,7 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
 
 
 def sample_params(
-    capture: Capture,
-    analysis: Analysis,
-    *,
-    sample_id: str,
-    prompt_id: str,
-    run_id: str | None,
-    gen_index: int | None,
-    turn: int | None,
-    profile: str | None,
-    secrets: tuple[str, ...] | list[str] = (),
+    key: SampleIdentity, capture: Capture, analysis: Analysis, *, secrets: tuple[str, ...] | list[str] = ()
 ) -> list[Any]:
     """The values of one sample's row, in SAMPLE_COLUMNS order: its payloads masked (`capture_secrets`), its
     id lists taken out of the raw bodies (`elided_ids.py`)."""
@@ -272,11 +280,11 @@ def sample_params(
     masked = capture_secrets(c, secrets)
     findings = analysis.findings
     values = {
-        "sample_id": sample_id,
-        "prompt_id": prompt_id,
-        "run_id": run_id,
-        "gen_index": gen_index,
-        "turn": turn,
+        "sample_id": key.sample_id,
+        "prompt_id": key.prompt_id,
+        "run_id": key.run_id,
+        "gen_index": key.gen_index,
+        "turn": key.turn,
         "prompt_ids": list(c.prompt_ids),
         "output_ids": list(c.output_ids),
         "parsed_output_ids": None if c.parsed_output_ids is None else list(c.parsed_output_ids),
@@ -299,7 +307,7 @@ def sample_params(
         "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
         "alignment": alignment_letters(analysis.alignment),
-        "profile": profile,
+        "profile": key.profile,
         "created_at": datetime.now(),
     }
     id_lists = {name: getattr(c, name) for name in ID_COLUMNS}

@@ -39,7 +39,7 @@ from tokview.store.part_sink import PartSink
 from tokview.store.query_repo import CloserKey, QueryRepository
 from tokview.store.review_repo import ReviewRepository
 from tokview.store.sample_repo import RunProvenance, SampleRepository
-from tokview.store.sample_rows import SampleFilter, SampleRow, StoredSample
+from tokview.store.sample_rows import SampleFilter, SampleIdentity, SampleRow, StoredSample
 from tokview.store.schema import migrate, refuse_foreign, refuse_unmigrated
 
 if TYPE_CHECKING:
@@ -156,20 +156,12 @@ class Store:
 
     def sample_record(
         self,
-        sample_id: str,
-        prompt_id: str,
-        run_id: str | None,
+        key: SampleIdentity,
         capture: Capture,
         analysis: Analysis,
-        *,
-        gen_index: int | None = None,
-        turn: int | None = None,
-        profile: str | None = None,
     ) -> dict[str, Any]:
         """One sample as a part line (see `PartSink.sample_record`)."""
-        return self._sink.sample_record(
-            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
-        )
+        return self._sink.sample_record(key, capture, analysis)
 
     def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
         """Hand finished samples and failures to the store without holding the file (see `parts.py`)."""
@@ -265,7 +257,9 @@ class Store:
         transaction: stats and errors.jsonl list only requests that are still missing.
         """
         record = self.sample_record(
-            sample_id, prompt_id, run_id, capture, analysis, gen_index=gen_index, turn=turn, profile=profile
+            SampleIdentity(sample_id, prompt_id, run_id, gen_index=gen_index, turn=turn, profile=profile),
+            capture,
+            analysis,
         )
         self._samples.put_sample(record, new=new)
 
