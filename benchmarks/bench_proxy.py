@@ -16,7 +16,8 @@ turn, so a shared box's bursts of load fall on all of them alike), added time pe
 stream time minus direct's, over the chunks; streams also in turn), CPU per request of the forwarder
 and of the proxy (their process CPU over the sequential requests; the proxy's recorder process, which
 parses, analyses and lands, apart and then added), and throughput (streams/s) at
-`--concurrent` concurrent streams; then the goals and whether each is met. For the throughput phase it
+`--concurrent` concurrent streams (each target loaded from its own aiohttp session: see `concurrent`); then
+the goals and whether each is met. For the throughput phase it
 also prints the CPU each process spent per stream (the client, the upstream: replay server + simulator,
 the forwarder, the proxy's recorder) and the box's CPU use: when the direct run already keeps every core
 busy, a forwarder can only reach direct's throughput by using no CPU at all, and the ceiling is
