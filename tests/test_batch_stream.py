@@ -338,6 +338,43 @@ async def test_what_is_left_after_the_shortcut_is_generated_once(sim, tmp_path, 
         assert store.count_samples() == 5
 
 
+async def test_a_resume_with_work_left_sends_the_probe_generations_once(sim, tmp_path, monkeypatch):
+    """The shortcut needs only the model's name. It used to run the whole probe, and the ordinary path then ran it
+    again: on every run after the first, a live server answered the 1-token chat and raw probes and /tokenize
+    twice."""
+    from collections import Counter
+
+    from tokview.batch import run_batch
+
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    path = write(tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"question {i}"} for i in range(5)])
+    with Store(tmp_path / "s.duckdb") as store:
+        assert (await run_batch(_resume_config(sim.url, path, limit=2), store)).ok == 2
+        before = Counter(sim.stats.requests)
+        summary = await run_batch(_resume_config(sim.url, path), store)
+        sent = Counter(sim.stats.requests) - before
+        assert (summary.ok, summary.resumed) == (3, 2)
+        assert (sent["/v1/chat/completions"], sent["/tokenize"], sent["/v1/completions"]) == (1, 1, 1 + 3)
+        assert (
+            summary.servers[0]["features"]
+            == (await run_batch(_resume_config(sim.url, path), store)).servers[0]["features"]
+        )  # the nothing-to-do summary still says what the full probe found
+    from tokview.batch.store_opener import StoreOpener
+    from tokview.store import parts
+
+    fresh = StoreOpener(tmp_path / "new.duckdb")  # a store not made yet: planned without opening it
+    assert fresh.holds_nothing() and parts.parts_dir(fresh.path) == Path(fresh.path + ".parts")
+    before = Counter(sim.stats.requests)
+    try:
+        assert (await run_batch(_resume_config(sim.url, path), fresh)).ok == 5
+    finally:
+        for opened in fresh.opened:
+            opened.close()
+    sent = Counter(sim.stats.requests) - before
+    assert (sent["/v1/chat/completions"], sent["/tokenize"], sent["/v1/completions"]) == (1, 1, 1 + 5)
+    assert len(fresh.opened) == 1 and not fresh.holds_nothing()
+
+
 def test_the_remembered_identity_follows_the_tokenizer_files_and_the_profile(tmp_path, monkeypatch):
     import shutil
 

@@ -114,9 +114,16 @@ class BatchConfig:
             return started.result()
         return self.load_tokenizer_and_profile()
 
-    def server_pool(self, tokenizer: TokenizerAdapter | None = None, profile: ModelProfile | None = None) -> ServerPool:
+    def server_pool(
+        self,
+        tokenizer: TokenizerAdapter | None = None,
+        profile: ModelProfile | None = None,
+        *,
+        names_only: bool = False,
+    ) -> ServerPool:
         """The pool this run's requests go through: every process of a run (the parent, `--workers`
-        children, Ray tasks, the resume shortcut's probe) builds the same one from the same flags."""
+        children, Ray tasks, the resume shortcut's probe) builds the same one from the same flags.
+        `names_only`: its probe learns the servers' model names and sends no generation (`ServerPool`)."""
         from tokview.servers import ServerPool
 
         return ServerPool(
@@ -127,6 +134,7 @@ class BatchConfig:
             concurrency=self.concurrency,
             timeout=self.timeout,
             retries=self.retries,
+            names_only=names_only,
         )
 
     def load_tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:

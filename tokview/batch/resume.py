@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.identity import known_identity
 from tokview.batch.preload import probe
+from tokview.batch.store_opener import StoreOpener
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
@@ -40,25 +41,31 @@ async def resume_shortcut(
     if known is None:
         return store, None, None
     started = time.monotonic()
-    pool = config.server_pool()
+    # The model name is part of the ids: the info endpoints give it, without the 1-token generations the ordinary
+    # path's probe sends anyway when work is left. ServerUnreachable propagates (nothing written).
+    pool = config.server_pool(names_only=True)
     try:
-        await probe(pool)  # the model name is part of the ids; ServerUnreachable propagates (nothing written)
-        from tokview.secrets import scrub
+        await probe(pool)
         from tokview.store import Store
 
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
-        servers = scrub(pool.server_info())
     finally:
         await pool.aclose()
     if len(models) > 1:
         return store, None, None  # the ordinary path says so
     identity = {**({"model": models[0]} if models else {}), **known}
+    if isinstance(store, StoreOpener) and store.holds_nothing():
+        # No file and no parts: nothing stored. The plan needs no store, and none is made before the ordinary
+        # path's probe has seen the servers generate (a stalled server leaves no file).
+        work = plan_work(config, config.sample_settings(identity), lambda _suffix: set())
+        return store, None, (work if work.todo else None)
     if not isinstance(store, Store):
         store = store()
     store.ingest()  # parts a killed or concurrent batch left count as stored
     work = plan_work(config, config.sample_settings(identity), store.stored_ids_with)
     if work.todo:
         return store, None, work
+    servers = await _probed_servers(config)
     summary = BatchSummary(
         run_id=config.run_id(identity),
         input=work.input,
@@ -76,3 +83,16 @@ async def resume_shortcut(
         progress.chain_stopped = summary.chain_stopped
         on_progress(progress)
     return store, summary, work
+
+
+async def _probed_servers(config: BatchConfig) -> list[dict[str, Any]]:
+    """What the ordinary path's probe says of the servers (features included), for a summary with nothing to do."""
+    from tokview.secrets import scrub
+
+    pool = config.server_pool()
+    try:
+        await probe(pool)
+        servers: list[dict[str, Any]] = scrub(pool.server_info())
+        return servers
+    finally:
+        await pool.aclose()

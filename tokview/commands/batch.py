@@ -201,24 +201,19 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch import run_batch
     from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter
+    from tokview.batch.store_opener import StoreOpener
 
     printer = ProgressPrinter(sys.stderr)
-    opened: list[Store] = []
-
-    def open_store() -> Store:
-        """Called by run_batch once a server answered: an unreachable one leaves no database file. DuckDB
-        is imported here, after the first probe request went out (it was ~0.05-0.1 s of the start-up)."""
-        from tokview.store import Store
-
-        opened.append(Store(args.db, server_urls=servers))
-        return opened[-1]
+    # Called by run_batch once a server answered: an unreachable one leaves no database file. DuckDB is imported
+    # then, after the first probe request went out (it was ~0.05-0.1 s of the start-up).
+    open_store = StoreOpener(args.db, servers)
 
     try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         summary = asyncio.run(_run(config, open_store, printer, run_batch))
     finally:
         preload.discard(config)  # untaken when a fully stored resume needed no tokenizer
         printer.finish()
-        for store in opened:
+        for store in open_store.opened:
             store.close()
     for message in summary.bad_rows[:BAD_ROWS_SHOWN]:
         print(f"tokview: bad row skipped: {located(args.prompts, message)}", file=sys.stderr)

@@ -72,9 +72,17 @@ def is_simulator(*answers: object) -> bool:
 
 
 async def detect(
-    client: ServerClient, policy: RetryPolicy, profile: ModelProfile | None = None, prompt_ids: list[int] | None = None
+    client: ServerClient,
+    policy: RetryPolicy,
+    profile: ModelProfile | None = None,
+    prompt_ids: list[int] | None = None,
+    *,
+    endpoints: bool = True,
 ) -> ServerInfo:
-    """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all."""
+    """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all.
+
+    `endpoints=False` stops after the info endpoints: no 1-token generations, so a server known only by its raw
+    probe stays of kind "unknown"."""
     info = ServerInfo(url=client.url)
     model_info, _ = await ask(policy, lambda: client.get_json("/get_model_info"))
     server_info, _ = await ask(policy, lambda: client.get_json("/get_server_info"))
@@ -104,7 +112,8 @@ async def detect(
     if info.model is None and isinstance(model_info, dict) and isinstance(model_info.get("model_path"), str):
         info.model = storable(model_info["model_path"])
     info.features["simulator"] = is_simulator(model_info, models)
-    await probe_endpoints(client, policy, info, profile, prompt_ids)
+    if endpoints:
+        await probe_endpoints(client, policy, info, profile, prompt_ids)
     return info
 
 

@@ -66,7 +66,11 @@ class ServerPool:
         evict_after: int = 3,
         reprobe_interval: float = 30.0,
         connect_timeout: float | None = None,
+        names_only: bool = False,
     ) -> None:
+        """`names_only`: the probe reads only the info endpoints (kind, version, model name, context length) and
+        sends no generation: for a caller that needs to know which model it would talk to, not how to capture
+        from it (the batch's resume shortcut)."""
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
@@ -78,6 +82,7 @@ class ServerPool:
         self.policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self.probe_policy = RetryPolicy(retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff)
         self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
+        self.names_only = names_only
         for url in urls:
             parse_server_url(url)  # all of them before any client opens; ValueError with a one-line reason
         # ServerClient validates each URL (ValueError), strips credentials and reads TOKVIEW_API_KEY.
@@ -200,8 +205,14 @@ class ServerPool:
         server.probing = True
         try:
             if server.info is None:
-                info = await detect(server.client, self.probe_policy, self.profile, self._probe_prompt_ids())
-                if info.kind == "unknown" and self.backend == "auto":
+                info = await detect(
+                    server.client,
+                    self.probe_policy,
+                    self.profile,
+                    self._probe_prompt_ids(),
+                    endpoints=not self.names_only,
+                )
+                if info.kind == "unknown" and self.backend == "auto" and not self.names_only:
                     raise CaptureFailed(
                         f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
                         f"info endpoints say: give the server's root URL (not an API sub-path) or "
