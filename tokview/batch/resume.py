@@ -4,8 +4,9 @@ Resuming 100,000 stored samples took 4.6 s, about half of it loading the tokeniz
 import alone is ~1.8 s) only to learn its vocabulary fingerprint and profile name, which every
 sample id holds. `identity.known_identity` remembers both from the last run with the same tokenizer
 files and `--profile`; with them, a resume asks the servers' info endpoints for the model name (no
-generation: the ordinary path's probe sends those once, when work is left), plans from the prompts file and the stored ids (`worklist.plan_work`) and, when every
-slot is stored, reports exactly what the full path would (same run id and accounting) and stops.
+generation: the ordinary path's probe sends those once, when work is left), plans from the prompts file
+and the stored ids (`worklist.plan_work`) and, when every slot is stored, reports exactly what the full
+path would (same run id and accounting) and stops.
 When something is left to do, or nothing is remembered, the ordinary path runs and reuses the plan.
 """
 

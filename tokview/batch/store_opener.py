@@ -1,9 +1,10 @@
 """The store `tokview batch` opens only once a server has answered, and whether its file can hold anything yet.
 
 Opening creates the database file, so `run_batch` calls the opener only after a probe: an unreachable or stalled
-server leaves no file behind. `holds_nothing` lets the resume shortcut skip itself for a store that does not exist
-yet (nothing to resume). Both import nothing of the store package until a store is opened: that import is start-up
-time before the first request.
+server leaves no file behind. `holds_nothing` tells the resume shortcut that a store not made yet holds nothing, so
+it plans without opening one. Neither imports the store package until a store is opened: that import is start-up
+time before the first request (which is also why `PARTS_SUFFIX` is not read from `store.parts`; a test holds the
+two equal).
 """
 
 from __future__ import annotations

@@ -426,11 +426,7 @@ class _SpoolReader:
         was killed)."""
         if self.directory is None or not os.path.isdir(self.directory):
             return []
-        out: list[tuple[str, Finished | Failed]] = []
-        for path in spool_folder.spool_files(self.directory):
-            for offset, item in spool_folder.records(path, max(0, self.read_to.get(path, 0))):
-                out.append((spool_folder.spooled_id(run_id, path, offset), item))
-        return out
+        return list(spool_folder.spooled(self.directory, run_id, lambda path: max(0, self.read_to.get(path, 0))))
 
     def remove(self) -> None:
         if self.directory is not None:

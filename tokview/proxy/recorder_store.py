@@ -49,11 +49,12 @@ def open_recorder_here(
     from tokview.proxy.sessions import RESTORE_SQL, restore
     from tokview.proxy.spool_folder import record_leftovers
 
+    profile = config.profile  # known not None here, also inside `recorder_of`
+
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
         restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
         return recorder
 
-    profile = config.profile
     record_leftovers(config.db or "", recorder_of, say or (lambda line: None))  # before its sessions are read
     return recorder_of(config.run_id)

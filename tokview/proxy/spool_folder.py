@@ -95,19 +95,31 @@ def spooled_id(run_id: str, path: str, offset: int) -> str:
 def records(path: str, start: int = 0) -> Iterator[tuple[int, Finished | Failed]]:
     """(offset, item) of each whole `!i`-length-prefixed pickle of a spool file from `start` (a cut one ends it)."""
     with open(path, "rb") as f:
+        f.seek(start)
         data = f.read()
-    at = start
+    at = 0
     while at + 4 <= len(data):
         (n,) = struct.unpack_from("!i", data, at)
         if n < 0 or at + 4 + n > len(data):
             return
-        yield at + 4, pickle.loads(data[at + 4 : at + 4 + n])
+        yield start + at + 4, pickle.loads(data[at + 4 : at + 4 + n])
         at += 4 + n
 
 
 def spool_files(directory: str) -> list[str]:
     """The folder's spool files in the order they were written."""
     return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.startswith(SPOOL_PREFIX)]
+
+
+def spooled(
+    directory: str, run_id: str, start_of: Callable[[str], int] = lambda _path: 0
+) -> Iterator[tuple[str, Finished | Failed]]:
+    """(sample id, item) of every whole answer spooled in `directory`, in order, each file read from
+    `start_of(its path)`: what a dead proxy left (`Leftover`), or what a child's parent spooled after its last
+    note (`recorder_process`)."""
+    for path in spool_files(directory):
+        for offset, item in records(path, start_of(path)):
+            yield spooled_id(run_id, path, offset), item
 
 
 @dataclass
@@ -120,9 +132,7 @@ class Leftover:
 
     def items(self) -> Iterator[tuple[str, Finished | Failed]]:
         """(sample id, item) of every answer spooled in it, in order."""
-        for path in spool_files(self.path):
-            for offset, item in records(path):
-                yield spooled_id(self.run_id, path, offset), item
+        return spooled(self.path, self.run_id)
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
