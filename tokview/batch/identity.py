@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tokview.batch.config import BatchConfig
     from tokview.core.tokenizer import TokenizerAdapter
     from tokview.store import Store
@@ -131,11 +133,18 @@ def special_tokens_record(tokenizer: TokenizerAdapter) -> dict[str, str]:
     return {SPECIAL_KEY: tokenizer.special_fingerprint(), SPECIAL_IDS_KEY: id_ranges(ids)}
 
 
-def checked_special_tokens(store: Store, settings: dict[str, Any], tokenizer: TokenizerAdapter) -> dict[str, str]:
-    """`special_tokens_record(tokenizer)`, once no stored run of the same model, vocabulary and profile
-    recorded other special ids: those runs' sample ids are this run's, so a resume would finish their
-    prompts with a tokenizer that decodes and splits reasoning otherwise. Raises InputError in one line
-    naming the ids; runs recorded before the record existed are not compared (they resume as before)."""
+def refuse_other_special_tokens(
+    store: Store,
+    settings: dict[str, Any],
+    mine: dict[str, str],
+    tokenizer_name: str,
+    piece: Callable[[int], str] | None = None,
+) -> None:
+    """InputError, in one line naming the ids, when a stored run of the same model, vocabulary and profile
+    recorded other special ids than `mine`: those runs' sample ids are this run's, so a resume would finish their
+    prompts with a tokenizer that decodes and splits reasoning otherwise. Runs recorded before the record existed
+    are not compared (they resume as before). `piece` adds each id's text where a tokenizer is at hand (a landing
+    child has none)."""
     from tokview.batch.inputs import InputError
     from tokview.store.merge import (
         SPECIAL_IDS_KEY,
@@ -145,16 +154,14 @@ def checked_special_tokens(store: Store, settings: dict[str, Any], tokenizer: To
         stored_special_sets,
     )
 
-    mine = special_tokens_record(tokenizer)
     known = stored_special_sets(store).get(identity_of(settings), {})
     other = sorted(set(known) - {mine[SPECIAL_KEY]}) if known else []
     if other:
         difference = special_difference(
-            known[other[0]], mine[SPECIAL_IDS_KEY], "the stored runs", "this tokenizer", tokenizer.piece_text
+            known[other[0]], mine[SPECIAL_IDS_KEY], "the stored runs", "this tokenizer", piece
         )
         raise InputError(
             f"this store's samples of the same model, vocabulary and profile were made with a tokenizer whose "
-            f"special tokens differ from {tokenizer.name}'s ({difference}): resuming would mix the two; use that "
+            f"special tokens differ from {tokenizer_name}'s ({difference}): resuming would mix the two; use that "
             "tokenizer or another --db"
         )
-    return mine

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tokview.batch.worklist import WorkItem
     from tokview.core.analysis import Analysis
     from tokview.core.record import Capture
-    from tokview.store import Store
+    from tokview.store import PartWriter
     from tokview.store.sample_rows import SampleIdentity
 
     class SizedItems(Sized, Iterable["WorkItem | ChainItem"], Protocol):
@@ -157,7 +157,7 @@ class Tally:
 
 async def run_on_ray(
     config: BatchConfig,
-    store: Store,
+    store: PartWriter,
     *,
     run_id: str,
     todo: SizedItems,

@@ -47,8 +47,6 @@ async def resume_shortcut(
     pool = config.server_pool(names_only=True)
     try:
         await probe(pool)
-        from tokview.store import Store
-
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     finally:
         await pool.aclose()
@@ -60,7 +58,7 @@ async def resume_shortcut(
         # path's probe has seen the servers generate (a stalled server leaves no file).
         work = plan_work(config, config.sample_settings(identity), lambda _suffix: set())
         return store, None, (work if work.todo else None)
-    if not isinstance(store, Store):
+    if callable(store):
         store = store()
     store.ingest()  # parts a killed or concurrent batch left count as stored
     work = plan_work(config, config.sample_settings(identity), store.stored_ids_with)

@@ -282,7 +282,7 @@ class Lander:
                 return
 
     def _land(self) -> bool:
-        from tokview.store.part_sink import StoreError
+        from tokview.errors import TokviewError
 
         with self._lock:
             if self.error is not None:
@@ -290,7 +290,8 @@ class Lander:
             started = time.monotonic()
             try:
                 landed = self.store.ingest()
-            except StoreError as exc:  # a full disk: every process stops taking work (what was written stays)
+            except TokviewError as exc:  # a full disk, or a landing child refused the run (`landing_process`):
+                # every process stops taking work (what was written stays)
                 self.error = exc
                 self.on_error()
                 return False

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import duckdb
 
-from tokview.errors import describe_error, first_line
+from tokview.errors import first_line
 from tokview.secrets import scrub_text
 from tokview.store import parts
 from tokview.store.errors import StoreError, StoreFull, is_disk_full
@@ -252,10 +252,7 @@ class StoreFile:
         """Make the file's folder and refuse a file that is not DuckDB's, before DuckDB opens it."""
         if self.memory:
             return
-        try:
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # the user's --db names a folder that cannot be made
-            raise StoreError(describe_error(exc)) from None
+        parts.make_store_folder(self.path)
         refuse_other_files(self.path)
 
     def open_checked(self, check: Callable[[duckdb.DuckDBPyConnection], None]) -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokview.errors import TokviewError
-from tokview.store.schema import LATEST_VERSION
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -164,6 +163,8 @@ def _describe(identity: tuple[Any, ...]) -> str:
 def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str) -> set[str]:
     """MergeRefused unless the attached `src` is a tokview store this tokview reads, of the target's model,
     tokenizer, profile and special tokens; returns the source's tables (an older one lacks some)."""
+    from tokview.store.schema import LATEST_VERSION  # here: the schema imports DuckDB, the special-id helpers do not
+
     tables = {
         r[0]
         for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_catalog = 'src'").fetchall()

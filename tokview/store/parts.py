@@ -37,6 +37,20 @@ def parts_dir(db_path: str | Path) -> Path:
     return Path(str(db_path) + ".parts")
 
 
+def make_store_folder(db_path: str | Path) -> None:
+    """Make the folder a store file goes in (and its parts beside it); StoreError naming what is in the way.
+
+    Called by the store before DuckDB opens the file, and by a batch whose new store a child process creates
+    (`batch.landing_process`) before it writes its first part, so both say the same thing."""
+    from tokview.errors import describe_error
+    from tokview.store.errors import StoreError
+
+    try:
+        Path(db_path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # the user's --db names a folder that cannot be made
+        raise StoreError(describe_error(exc)) from None
+
+
 def _default(value: object) -> object:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)

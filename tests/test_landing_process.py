@@ -1,0 +1,254 @@
+"""A new store is created and landed into by a child process (`batch/landing_process.py`).
+
+What must hold: the batch's own process never imports DuckDB for a new store and every sample still lands by the
+time the run returns; a child that dies mid-run is replaced by landing in the batch's process (nothing lost, nothing
+doubled); a batch SIGKILLed mid-run leaves a child that lands what was written and ends; a run that never begins
+(nothing to do) creates no file; the child's refusal of the run reaches the batch as the one-line error it would
+have raised itself. Real simulator, real child processes, real DuckDB files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from gated_sim import gated
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.inputs import InputError
+from tokview.batch.landing_process import LandingChild
+from tokview.batch.run_record import RunRecord
+from tokview.batch.store_opener import StoreOpener
+from tokview.batch.tasks import StartInterrupted
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+CLI = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
+
+
+def prompts_file(path: Path, n: int) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"n{i:03d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    return path
+
+
+def landing_children(parent: int) -> list[int]:
+    """Pids of the landing processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"tokview.batch.landing_process" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+NO_DUCKDB_PROBE = """
+import json, sys
+from tokview.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "duckdb": "duckdb" in sys.modules}))
+"""
+
+
+def test_a_new_store_is_made_and_filled_without_duckdb_in_the_batch_process(tmp_path):
+    prompts = prompts_file(tmp_path / "p.jsonl", 12)
+    db = tmp_path / "new" / "store.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        argv = ["batch", str(prompts), "--server", sim.url, "--db", str(db), "--max-new-tokens", "16"]
+        done = subprocess.run(
+            [sys.executable, "-c", NO_DUCKDB_PROBE, *argv, "--workers", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-800:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"code": 0, "duckdb": False}
+        assert "Traceback" not in done.stderr
+        with Store(db) as store:
+            assert store.count_samples() == 12
+            assert store.query("SELECT count(*) FROM runs")[0][0] == 1
+        # The second run resumes an existing store: opened in the batch's process, nothing generated twice.
+        again = subprocess.run([*CLI, *argv, "--summary-json"], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, again.stderr[-800:]
+        summary = json.loads(again.stdout.strip().splitlines()[-1])
+        assert summary["resumed"] == 12 and summary["ok"] == 0
+
+
+async def test_a_landing_child_that_dies_mid_run_is_replaced_by_landing_here(tmp_path, monkeypatch):
+    """The child is SIGKILLed as soon as the run begins: the batch lands in its own process instead, every
+    sample once, and the run reports no error."""
+    killed: list[int] = []
+    begin = LandingChild.begin_run
+
+    def begin_then_die(self: LandingChild, run: RunRecord) -> None:
+        begin(self, run)
+        assert self._proc is not None
+        killed.append(self._proc.pid)
+        os.kill(self._proc.pid, signal.SIGKILL)
+
+    monkeypatch.setattr(LandingChild, "begin_run", begin_then_die)
+    prompts = prompts_file(tmp_path / "p.jsonl", 9)
+    db = tmp_path / "s.duckdb"
+    opener = StoreOpener(db)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, concurrency=3, workers=1)
+        try:
+            summary = await run_batch(config, opener)
+        finally:
+            for store in opener.opened:
+                store.close()
+    assert killed and not alive(killed[0])
+    assert len(opener.opened) == 1  # the store was opened here once the child was gone
+    assert summary.ok == 9 and summary.balanced and summary.stopped is None
+    with Store(db) as store:
+        ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
+        assert store.query("SELECT count(*) FROM runs")[0][0] == 1  # the run is recorded here too
+    assert len(ids) == len(set(ids)) == 9
+
+
+def test_a_batch_killed_mid_run_leaves_a_child_that_lands_what_was_written_and_ends(tmp_path):
+    """SIGKILL the batch while answers are held at the server: its landing child lands every part already
+    written, closes the store and exits; a resume then generates only the rest."""
+    n = 8
+    prompts = prompts_file(tmp_path / "p.jsonl", n)
+    db = tmp_path / "k.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=3) as (url, gate):
+        argv = [*CLI, "batch", str(prompts), "--server", url, "--db", str(db), "--max-new-tokens", "40"]
+        argv += ["--workers", "1", "--concurrency", "4", "--summary-json"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        parts = Path(str(db) + ".parts")
+        while gate.answered < 3:  # three answers are let through, the others held
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never got its first answers"
+            time.sleep(0.01)
+        children = landing_children(proc.pid)
+        assert len(children) == 1
+        time.sleep(0.5)  # the writer's group (0.25 s) is written as a part
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+        while alive(children[0]):  # it lands what was written, closes the store, and ends by itself
+            assert time.monotonic() < deadline, "the landing child outlived its batch"
+            time.sleep(0.01)
+        assert not any(parts.glob("*.jsonl")) if parts.is_dir() else True  # every part landed
+        with Store(db) as store:
+            landed = store.count_samples()
+        assert landed == 3
+        gate.open()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["resumed"] == 3 and summary["ok"] == n - 3 and summary["balanced"]
+
+
+async def test_a_run_with_nothing_to_do_creates_no_store(tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("not json\n")
+    db = tmp_path / "none.duckdb"
+    opener = StoreOpener(db)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=8, workers=1)
+        summary = await run_batch(config, opener)
+    assert summary.ok == 0 and len(summary.bad_rows) == 1
+    assert not db.exists() and not Path(str(db) + ".parts").exists()
+    assert opener.opened == []
+
+
+def record(run_id: str, settings: dict) -> RunRecord:
+    return RunRecord(
+        run_id=run_id,
+        settings=settings,
+        special={"tokenizer_special": "x", "tokenizer_special_ids": "1-2"},
+        tokenizer_name="test",
+        profile="generic",
+        tokenizer_dir=None,
+        tokenizer_hash="h",
+        template_hash=None,
+        server_info=[],
+        source=None,
+        profile_def={},
+    )
+
+
+def test_the_childs_refusal_reaches_the_batch_as_its_one_line_error(tmp_path):
+    """A store made meanwhile by another run of the same name with other settings: the child refuses to record
+    this run, and `ingest` raises the InputError the batch would have raised opening the store itself."""
+    db = tmp_path / "race.duckdb"
+    opener = StoreOpener(db)
+    child = LandingChild.for_new_store(opener)
+    assert child is not None
+    with Store(db) as other:  # another batch created it in the meantime
+        other.put_run("r1", settings={"temperature": 0.0})
+    child.begin_run(record("r1", {"temperature": 1.0}))
+    with pytest.raises(InputError, match="run r1 was made with other temperature"):
+        child.ingest()
+    child.close()
+    assert child._proc is None
+
+
+def test_an_opener_for_an_existing_store_or_ray_gets_no_child(tmp_path):
+    db = tmp_path / "old.duckdb"
+    Store(db).close()
+    assert LandingChild.for_new_store(StoreOpener(db)) is None
+    assert LandingChild.for_new_store(StoreOpener(tmp_path / "new.duckdb"), ray=True) is None
+    assert LandingChild.for_new_store(StoreOpener(":memory:")) is None
+
+
+async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_nothing(tmp_path):
+    """Ctrl-C while the servers are probed (they never answer): the child, started early, ends with nothing made."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 2)
+    db = tmp_path / "c.duckdb"
+    opener = StoreOpener(db)
+    spawned: list[LandingChild] = []
+    start = LandingChild.start
+
+    def remembered(self: LandingChild) -> None:
+        start(self)
+        spawned.append(self)
+
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=8, workers=1)
+        cancel = asyncio.Event()
+        mp = pytest.MonkeyPatch()
+        mp.setattr(LandingChild, "start", remembered)
+        try:
+            run = asyncio.create_task(run_batch(config, opener, cancel=cancel))
+            deadline = time.monotonic() + 30
+            while not spawned:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            cancel.set()
+            with pytest.raises(StartInterrupted, match="nothing was written"):
+                await run
+        finally:
+            mp.undo()
+    assert spawned[0]._proc is None
+    assert not db.exists() and not Path(str(db) + ".parts").exists()

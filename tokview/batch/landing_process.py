@@ -1,0 +1,297 @@
+"""A new store is made and filled by a child process, so the batch's own process never imports DuckDB.
+
+Why: for a store that did not exist yet, importing DuckDB and the store (~0.1 s of CPU, mostly under the GIL),
+creating the file (~50 ms) and recording the run sat between the probe and the first generation, and every
+landing (~50 ms of CPU however small) took the GIL that capturing and analysing need, the last one in the run's
+tail. Here a child started as the run begins does all of that on the other core: the batch's process only writes
+parts (`PartSink`, as a `--workers` child does) and asks the child to land them (`LandingChild.ingest`, which the
+`Lander` calls from its thread). A store that exists is opened in the batch's process as before: its stored ids
+are read to plan the run anyway.
+
+Nothing is lost however it ends. A part is whole on disk or absent, and landing is idempotent, so:
+- the batch is killed: the child reads the end of its input, lands every part written and exits;
+- the child is killed, dies or cannot start: the batch lands in its own process from then on, opening the store
+  then (a part the child landed before it died is not doubled);
+- Ctrl-C: the child runs in a session of its own, so the terminal's SIGINT reaches only the batch, whose
+  shutdown asks for the last landing as it always did.
+
+The protocol is JSON lines over the child's stdin and stdout. The batch writes the spec first (the store's path,
+the server URLs whose credentials are masked, the run to record: never on the command line, where `ps` shows
+it), then `"land"` lines. The child answers `{"ready": true}` once the run is recorded, then `{"landed":
+[samples, failures]}` per landing; or `{"error": kind, "message": …}`, and ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from tokview.batch.run_record import RunRecord
+from tokview.errors import TokviewError, first_line
+
+if TYPE_CHECKING:
+    from tokview.batch.store_opener import StoreOpener
+    from tokview.core.analysis import Analysis
+    from tokview.core.record import Capture
+    from tokview.store import Store
+    from tokview.store.part_sink import PartSink
+    from tokview.store.sample_rows import SampleIdentity
+
+CLOSE_TIMEOUT_S = 180.0
+"""How long the batch waits for the child's last landing and close: longer than a store's lock wait (120 s), so
+a child waiting for another process's hold is not cut short; one past it is killed (its parts stay)."""
+
+
+class ChildGone(Exception):
+    """The child ended without answering (killed, crashed, never started)."""
+
+
+class LandingChild:
+    """The batch's side: a `PartWriter` whose parts a child process lands in a store it creates.
+
+    `begin_run` starts the child; `ingest` (the `Lander`'s call) asks it to land and returns what it landed;
+    `close` ends it after its last landing. Once the child is gone, the store is opened here (`opener`) and
+    everything lands in this process."""
+
+    def __init__(self, opener: StoreOpener) -> None:
+        self.opener = opener
+        self.path = opener.path
+        self.landed_here: Store | None = None
+        """The store opened in this process after the child was gone (closed by the opener's caller)."""
+        self._sink: PartSink | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._run: RunRecord | None = None
+        self._lock = threading.Lock()  # one exchange with the child at a time
+
+    @classmethod
+    def for_new_store(cls, store: object, *, ray: bool = False) -> LandingChild | None:
+        """A started child for a store the opener says holds nothing yet; None for any other store (opened in
+        this process, which reads its stored ids to plan) and for Ray's runs (this process lands what their tasks
+        hand back). Started this early so that its imports overlap the batch's own start-up: it creates nothing
+        before `begin_run`."""
+        from tokview.batch.store_opener import StoreOpener
+
+        if ray or not isinstance(store, StoreOpener) or not store.holds_nothing():
+            return None
+        child = cls(store)
+        child.start()
+        return child
+
+    def start(self) -> None:
+        """Spawn the child; it imports the store and waits for `begin_run` (or the end of its input: it then ends
+        having created nothing)."""
+        # The child runs this tokview, whatever the working folder holds: `-P` keeps the folder off its path,
+        # and the folder this package was imported from goes first.
+        here = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "tokview.batch.landing_process"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # a Ctrl-C on the terminal is the batch's to handle
+            )
+        except OSError:  # no process could be started: land here
+            self._proc = None
+
+    @property
+    def sink(self) -> PartSink:
+        """Writes the parts (made on first use: `tokview.store` is imported after the first request is out)."""
+        if self._sink is None:
+            from tokview.store.part_sink import PartSink
+
+            self._sink = PartSink(self.path, self.opener.server_urls)
+        return self._sink
+
+    # -- what the writer writes through (`PartWriter`) ----------------------------------------------
+    def sample_record(self, key: SampleIdentity, capture: Capture, analysis: Analysis) -> dict[str, Any]:
+        return self.sink.sample_record(key, capture, analysis)
+
+    def write_part(self, samples: Sequence[dict[str, Any] | bytes], failures: Sequence[dict[str, Any]] = ()) -> None:
+        self.sink.write_part(samples, failures)
+
+    def add_server_urls(self, urls: Iterable[str]) -> None:
+        """Mask these URLs' credentials in what is written here and in what the child (or this process) stores."""
+        urls = list(urls)
+        self.opener.server_urls = list(dict.fromkeys([*self.opener.server_urls, *urls]))
+        self.sink.add_server_urls(urls)
+
+    def stored_ids_with(self, suffix: str) -> set[str]:
+        """The stored sample ids (ending with `suffix`) a plan skips: none, the store is not made yet."""
+        return set()
+
+    # -- the child ------------------------------------------------------------------------------------
+    def begin_run(self, run: RunRecord) -> None:
+        """Have the child create the store and record `run` while this process starts generating. Raises
+        StoreError, as opening the store here would, when the store's folder cannot be made."""
+        from tokview.store.parts import make_store_folder
+
+        make_store_folder(self.path)  # before any part is written beside the store
+        self._run = run
+        spec = {"path": self.path, "server_urls": self.opener.server_urls, "run": run.to_json()}
+        with self._lock:
+            if self._proc is None or self._proc.stdin is None:
+                return
+            try:
+                self._proc.stdin.write(json.dumps(spec).encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:  # it is gone already: land here
+                self._abandon()
+
+    def ingest(self) -> tuple[int, int]:
+        """Land every part written (in the child, or here once it is gone); raises what `Store.ingest` raises,
+        or InputError when the child's checks refused the run."""
+        with self._lock:
+            if self._proc is not None:
+                try:
+                    return self._ask_to_land()
+                except ChildGone:
+                    self._abandon()
+            return self._here().ingest()
+
+    def close(self) -> None:
+        """End the child: it lands what is left and closes the store. Blocks until it has (bounded)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        _end(proc)
+
+    def _ask_to_land(self) -> tuple[int, int]:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        try:
+            if not self._ready:
+                self._reply(proc.stdout)  # the store is open and the run recorded, or why not
+                self._ready = True
+            proc.stdin.write(b'"land"\n')
+            proc.stdin.flush()
+        except OSError as exc:
+            raise ChildGone from exc
+        landed = self._reply(proc.stdout)["landed"]
+        return int(landed[0]), int(landed[1])
+
+    def _reply(self, stdout: IO[bytes]) -> dict[str, Any]:
+        line = stdout.readline()
+        try:
+            reply = json.loads(line)
+        except ValueError as exc:  # nothing (it ended) or not a reply: it is not to be trusted with more
+            raise ChildGone from exc
+        if not isinstance(reply, dict):
+            raise ChildGone
+        if "error" in reply:
+            self._raise(reply)
+        return reply
+
+    def _raise(self, reply: dict[str, Any]) -> None:
+        """The child's error, as the error the batch would have raised opening the store itself."""
+        message = str(reply.get("message") or "the landing process failed")
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _end(proc)  # it ends after an error: reap it
+        from tokview.store.errors import StoreError, StoreFull
+
+        if reply["error"] == "input":
+            from tokview.batch.inputs import InputError
+
+            raise InputError(message)
+        raise (StoreFull if reply["error"] == "full" else StoreError)(message)
+
+    def _abandon(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            _end(proc)
+
+    def _here(self) -> Store:
+        """The store opened in this process (once), with the run recorded in it: the child is gone."""
+        if self.landed_here is None:
+            store = self.opener()
+            if self._run is not None:
+                self._run.record(store)
+            self.landed_here = store
+        return self.landed_here
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            if pipe is not None:
+                pipe.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=CLOSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# -- the child ------------------------------------------------------------------------------------------
+def child_main() -> int:
+    """Open (create) the store, record the run, land on each request, and on the end of input land and close."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    store: Store | None = None
+    try:
+        from tokview.store import Store  # while the batch loads its tokenizer and probes the servers
+
+        line = stdin.readline()
+        if not line:  # the run never began (nothing to do, an error, a kill): nothing is created
+            return 0
+        spec = json.loads(line)
+        store = Store(spec["path"], server_urls=spec["server_urls"])
+        RunRecord.from_json(spec["run"]).record(store)
+        _say(stdout, {"ready": True})
+        for line in stdin:
+            if json.loads(line) == "land":
+                _say(stdout, {"landed": list(store.ingest())})
+        store.ingest()  # the batch closed its end (done, or killed): what it wrote lands
+        return 0
+    except BaseException as exc:  # one line back to the batch, never a traceback on its terminal
+        _say(stdout, {"error": _kind(exc), "message": _message(exc)})
+        return 1
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _kind(exc: BaseException) -> str:
+    from tokview.batch.inputs import InputError
+    from tokview.store.errors import StoreFull
+
+    if isinstance(exc, StoreFull):
+        return "full"
+    if isinstance(exc, InputError):
+        return "input"
+    return "store"
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, TokviewError):
+        return str(exc)
+    return f"the landing process failed: {type(exc).__name__}: {first_line(exc, 300)}"
+
+
+def _say(stdout: IO[bytes], reply: dict[str, Any]) -> None:
+    try:
+        stdout.write(json.dumps(reply).encode() + b"\n")
+        stdout.flush()
+    except OSError:  # the batch is gone: what is landed stays landed
+        pass
+
+
+if __name__ == "__main__":
+    code = child_main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the store is closed: tearing down the interpreter and DuckDB's module took ~50 ms of the tail

@@ -1,0 +1,73 @@
+"""What a batch records about its run before its first sample lands, wherever the store is opened.
+
+A run's provenance row (`Store.put_run`) and the two checks before it (the run name is not another run's; the
+stored runs of the same model, vocabulary and profile recorded the same special ids) are one `RunRecord`: plain
+data, so a new store's landing child (`landing_process.py`) records it in its own process exactly as the batch's
+process records it in a store it opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokview.store import Store
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    settings: dict[str, Any]
+    """The sample settings (what sample ids hold): a stored run of the same name must have made them."""
+    special: dict[str, str]
+    """`identity.special_tokens_record` of the run's tokenizer, stored beside the settings."""
+    tokenizer_name: str
+    profile: str
+    tokenizer_dir: str | None
+    tokenizer_hash: str
+    template_hash: str | None
+    server_info: list[Any]
+    """The servers' info, credentials scrubbed."""
+    source: str | None
+    profile_def: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+        return cls(**data)
+
+    def record(self, store: Store, piece: Callable[[int], str] | None = None) -> None:
+        """Check the run against the store, then record it. InputError when a check refuses it (nothing written);
+        `piece` names the special ids' text in that error where a tokenizer is at hand."""
+        from tokview.batch.identity import refuse_other_special_tokens
+
+        check_run_provenance(store, self.run_id, self.settings)
+        refuse_other_special_tokens(store, self.settings, self.special, self.tokenizer_name, piece)
+        store.put_run(
+            self.run_id,
+            settings={**self.settings, **self.special},  # beside the sample settings, never in sample ids
+            profile=self.profile,
+            tokenizer_dir=self.tokenizer_dir,
+            tokenizer_hash=self.tokenizer_hash,
+            template_hash=self.template_hash,
+            server_info=self.server_info,
+            source=self.source,
+            profile_def=self.profile_def,
+        )
+
+
+def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
+    """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost."""
+    from tokview.batch.inputs import InputError
+
+    old = (store.run(run_id) or {}).get("settings") or {}
+    changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
+    if changed:
+        raise InputError(
+            f"run {run_id} was made with other {', '.join(changed)} "
+            f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
+        )
