@@ -122,3 +122,31 @@ async def test_a_probe_cancelled_before_its_first_request_is_out_ends_with_it():
         pass
     await asyncio.sleep(0)  # the cancelled start runs to its end
     assert pool.cancelled
+
+
+def test_a_resume_with_nothing_left_never_loads_the_tokenizer(tmp_path, monkeypatch):
+    """A store that exists may hold every sample: its resume keeps the tokenizer's load held until a plan shows
+    work left, so a resume with nothing to do never pays the parse (it holds the GIL the plan's reading of the
+    stored ids needs); a new store's run, which always has work, releases it with the first probe request."""
+    from tokview.cli import main
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    loads: list[str] = []
+    load = BatchConfig.load_tokenizer_and_profile
+
+    def counted(self):
+        loads.append(str(self.tokenizer_dir))
+        return load(self)
+
+    monkeypatch.setattr(BatchConfig, "load_tokenizer_and_profile", counted)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        common = ["batch", str(prompts), "--server", sim.url, "--max-new-tokens", "8", "--workers", "1"]
+        assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # the identity is now known
+        assert len(loads) == 1
+        assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # nothing left to do
+        assert len(loads) == 1
+        assert main([*common, "--db", str(tmp_path / "other.duckdb")]) == 0  # a new store: work left
+        assert len(loads) == 2

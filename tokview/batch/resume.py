@@ -45,15 +45,16 @@ async def resume_shortcut(
     # The model name is part of the ids: the info endpoints give it, without the 1-token generations the ordinary
     # path's probe sends anyway when work is left. ServerUnreachable propagates (nothing written).
     pool = config.server_pool(names_only=True)
+    new_store = isinstance(store, StoreOpener) and store.holds_nothing()  # then work is left: load the tokenizer now
     try:
-        await probe(pool)
+        await probe(pool, release_loads=new_store)
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     finally:
         await pool.aclose()
     if len(models) > 1:
         return store, None, None  # the ordinary path says so
     identity = {**({"model": models[0]} if models else {}), **known}
-    if isinstance(store, StoreOpener) and store.holds_nothing():
+    if new_store:
         # No file and no parts: nothing stored. The plan needs no store, and none is made before the ordinary
         # path's probe has seen the servers generate (a stalled server leaves no file).
         work = plan_work(config, config.sample_settings(identity), lambda _suffix: set())
@@ -90,7 +91,7 @@ async def _probed_servers(config: BatchConfig) -> list[dict[str, Any]]:
 
     pool = config.server_pool()
     try:
-        await probe(pool)
+        await probe(pool, release_loads=False)  # nothing is left to do: no tokenizer is needed
         servers: list[dict[str, Any]] = scrub(pool.server_info())
         return servers
     finally:
