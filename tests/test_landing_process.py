@@ -252,3 +252,35 @@ async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_noth
             mp.undo()
     assert spawned[0]._proc is None
     assert not db.exists() and not Path(str(db) + ".parts").exists()
+
+
+async def test_a_landing_child_killed_in_the_middle_of_a_landing_loses_and_doubles_nothing(tmp_path, monkeypatch):
+    """SIGKILL the child the moment it was asked to land (it is opening the file, inside the transaction, or
+    committing): the batch lands here from then on; every sample is stored exactly once."""
+    killed: list[int] = []
+    reply = LandingChild._reply
+
+    def killing_reply(self: LandingChild, stdout):
+        if self._ready and not killed and self._proc is not None:  # the request to land is written
+            killed.append(self._proc.pid)
+            os.kill(self._proc.pid, signal.SIGKILL)
+        return reply(self, stdout)
+
+    monkeypatch.setattr(LandingChild, "_reply", killing_reply)
+    prompts = prompts_file(tmp_path / "p.jsonl", 30)
+    db = tmp_path / "s.duckdb"
+    opener = StoreOpener(db)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, concurrency=4, workers=1)
+        try:
+            summary = await run_batch(config, opener)
+        finally:
+            for store in opener.opened:
+                store.close()
+    assert killed and not alive(killed[0])
+    assert summary.ok == 30 and summary.balanced and summary.stopped is None
+    with Store(db) as store:
+        ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
+        findings = store.query("SELECT count(*), count(DISTINCT (sample_id, code, detail)) FROM findings")[0]
+    assert len(ids) == len(set(ids)) == 30
+    assert findings[0] == findings[1]  # no finding landed twice either
