@@ -50,17 +50,15 @@ if TYPE_CHECKING:  # imported where they are used, after the first probe request
     from tokview.store import Store
 
 LANDING_S = 1.0
-"""At most one landing a second in a batch (each costs ~50 ms of CPU however small; see workers.Lander)."""
+"""At most one landing a second in a batch (each costs ~50 ms of CPU however small; see workers.Lander). Also when a
+landing child lands (`landing_process.py`): at most one every 0.15 s made its 300-prompt runs 0.03 s shorter, and
+its 2,400-prompt runs ~10% slower (its landings took the CPU the capture needs)."""
 GROUP_S = 0.25
 """How long the writer collects answers into one part in a batch (the writer's own default)."""
 LIVE_LANDING_S = 0.05
 LIVE_GROUP_S = 0.05
 """A live run (the app) lands each part as it is written, and writes a part every 50 ms: a sample shows
 within ~0.1 s of its answer."""
-CHILD_LANDING_S = 0.15
-"""A new store's landings, made by a child process (`landing_process.py`), cost this process nothing: at most one
-every 0.15 s (not 1 s) keeps the last one, in the run's tail, small (300 prompts: 0.76 -> 0.73 s wall; every
-0.05 s gave 0.72 s, for a child landing a third of the time on a core a `--workers` run needs)."""
 
 
 def plan(
@@ -304,7 +302,7 @@ async def _run(
         intake = _Intake(queue)
         lander = Lander(
             store,
-            every_s=LIVE_LANDING_S if live else (CHILD_LANDING_S if isinstance(store, LandingChild) else LANDING_S),
+            every_s=LIVE_LANDING_S if live else LANDING_S,
             on_error=feed.close if feed is not None else intake.close,  # a full disk: nobody takes more work
             drained=(lambda: not feed) if feed is not None else (lambda: intake.drained),
             live=live,
