@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from gated_sim import gated
 
-from tokview.batch import BatchConfig, run_batch
+from tokview.batch import BatchConfig, BatchSummary, run_batch
 from tokview.batch.inputs import InputError
 from tokview.batch.landing_process import LandingChild
 from tokview.batch.run_record import RunRecord
@@ -38,6 +38,18 @@ def prompts_file(path: Path, n: int) -> Path:
         for i in range(n):
             f.write(json.dumps({"id": f"n{i:03d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
     return path
+
+
+async def run_into(opener: StoreOpener, prompts: Path) -> BatchSummary:
+    """A one-process batch of `prompts` against a fresh simulator into the store `opener` makes; the stores it
+    opened here are closed."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, concurrency=4, workers=1)
+        try:
+            return await run_batch(config, opener)
+        finally:
+            for store in opener.opened:
+                store.close()
 
 
 def landing_children(parent: int) -> list[int]:
@@ -110,16 +122,9 @@ async def test_a_landing_child_that_dies_mid_run_is_replaced_by_landing_here(tmp
         os.kill(self._proc.pid, signal.SIGKILL)
 
     monkeypatch.setattr(LandingChild, "begin_run", begin_then_die)
-    prompts = prompts_file(tmp_path / "p.jsonl", 9)
     db = tmp_path / "s.duckdb"
     opener = StoreOpener(db)
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, concurrency=3, workers=1)
-        try:
-            summary = await run_batch(config, opener)
-        finally:
-            for store in opener.opened:
-                store.close()
+    summary = await run_into(opener, prompts_file(tmp_path / "p.jsonl", 9))
     assert killed and not alive(killed[0])
     assert len(opener.opened) == 1  # the store was opened here once the child was gone
     assert summary.ok == 9 and summary.balanced and summary.stopped is None
@@ -267,16 +272,8 @@ async def test_a_landing_child_killed_in_the_middle_of_a_landing_loses_and_doubl
         return reply(self, stdout)
 
     monkeypatch.setattr(LandingChild, "_reply", killing_reply)
-    prompts = prompts_file(tmp_path / "p.jsonl", 30)
     db = tmp_path / "s.duckdb"
-    opener = StoreOpener(db)
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=16, concurrency=4, workers=1)
-        try:
-            summary = await run_batch(config, opener)
-        finally:
-            for store in opener.opened:
-                store.close()
+    summary = await run_into(StoreOpener(db), prompts_file(tmp_path / "p.jsonl", 30))
     assert killed and not alive(killed[0])
     assert summary.ok == 30 and summary.balanced and summary.stopped is None
     with Store(db) as store:
