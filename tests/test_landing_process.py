@@ -281,3 +281,42 @@ async def test_a_landing_child_killed_in_the_middle_of_a_landing_loses_and_doubl
         findings = store.query("SELECT count(*), count(DISTINCT (sample_id, code, detail)) FROM findings")[0]
     assert len(ids) == len(set(ids)) == 30
     assert findings[0] == findings[1]  # no finding landed twice either
+
+
+GARBLED_CHILD = """
+import sys
+sys.stdin.readline()  # the spec
+print('{"ready": true}', flush=True)
+sys.stdin.readline()  # "land"
+print('{"landed": "many"}', flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_child_that_answers_garbage_is_dropped_and_the_batch_lands_here(tmp_path, monkeypatch):
+    """A reply that is not the one asked for: the child is killed, the store opened here, the run recorded and
+    the parts landed in this process (no error: nothing was lost)."""
+
+    def start_garbled(self: LandingChild) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", GARBLED_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    monkeypatch.setattr(LandingChild, "start", start_garbled)
+    db = tmp_path / "g.duckdb"
+    opener = StoreOpener(db)
+    child = LandingChild.for_new_store(opener)
+    assert child is not None and child._proc is not None
+    garbled = child._proc
+    child.begin_run(record("r1", {"temperature": 0.0}))
+    child.write_part([], [{"prompt_id": "p", "sample_id": "p@x", "run_id": "r1", "reason": "boom", "server": None}])
+    try:
+        child.ingest()  # (opening the store here lands the parts left beside it)
+        assert garbled.poll() is not None  # killed and reaped
+        assert child.landed_here is not None and opener.opened == [child.landed_here]
+        assert child.landed_here.query("SELECT run_id FROM runs") == [("r1",)]
+        assert child.landed_here.query("SELECT sample_id FROM failures") == [("p@x",)]
+    finally:
+        child.close()
+        for store in opener.opened:
+            store.close()
