@@ -29,6 +29,7 @@ from tokview.batch.store_opener import StoreOpener
 from tokview.batch.tasks import StartInterrupted
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
+from tokview.store.parts import complete_parts
 
 CLI = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
 
@@ -151,21 +152,23 @@ def test_a_batch_killed_mid_run_leaves_a_child_that_lands_what_was_written_and_e
             time.sleep(0.01)
         children = landing_children(proc.pid)
         assert len(children) == 1
-        time.sleep(0.5)  # the writer's group (0.25 s) is written as a part
+        while not (parts.is_dir() and complete_parts(parts)[0]):  # the answers are written as a part
+            assert proc.poll() is None and time.monotonic() < deadline, "the run never wrote a part"
+            time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
         while alive(children[0]):  # it lands what was written, closes the store, and ends by itself
             assert time.monotonic() < deadline, "the landing child outlived its batch"
             time.sleep(0.01)
-        assert not any(parts.glob("*.jsonl")) if parts.is_dir() else True  # every part landed
+        assert complete_parts(parts) == ([], [])  # the child landed every part written
         with Store(db) as store:
             landed = store.count_samples()
-        assert landed == 3
+        assert 1 <= landed <= 3  # the three answers let through, as far as they were written when it was killed
         gate.open()
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-800:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["resumed"] == 3 and summary["ok"] == n - 3 and summary["balanced"]
+    assert summary["resumed"] == landed and summary["ok"] == n - landed and summary["balanced"]
 
 
 async def test_a_run_with_nothing_to_do_creates_no_store(tmp_path):
