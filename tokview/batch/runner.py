@@ -155,8 +155,8 @@ async def run_batch(
 
     `store` is an open Store, or a function that opens one: called only once a server has answered
     the probe, so an unreachable server never creates a database file (the caller closes it). A
-    `StoreOpener` whose store does not exist yet is not called: a landing child creates that store once
-    the servers have answered, and lands into it (`landing_process.py`).
+    `StoreOpener` whose store does not exist yet is called only if its landing child dies: that child
+    creates the store once the servers have answered, and lands into it (`landing_process.py`).
     Raises InputError (bad config or prompts), ServerUnreachable (no server answered the probe) or
     StoreError (the database cannot be written). Any other error on one sample is recorded as that
     sample's failure and the run goes on.
