@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -224,7 +225,7 @@ def test_an_opener_for_an_existing_store_or_ray_gets_no_child(tmp_path):
     assert LandingChild.for_new_store(StoreOpener(":memory:")) is None
 
 
-async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_nothing(tmp_path):
+async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_nothing(tmp_path, monkeypatch):
     """Ctrl-C while the servers are probed (they never answer): the child, started early, ends with nothing made."""
     prompts = prompts_file(tmp_path / "p.jsonl", 2)
     db = tmp_path / "c.duckdb"
@@ -236,28 +237,22 @@ async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_noth
         start(self)
         spawned.append(self)
 
-    import socket
-
+    monkeypatch.setattr(LandingChild, "start", remembered)
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=8, workers=1)
         cancel = asyncio.Event()
-        mp = pytest.MonkeyPatch()
-        mp.setattr(LandingChild, "start", remembered)
-        try:
-            run = asyncio.create_task(run_batch(config, opener, cancel=cancel))
-            deadline = time.monotonic() + 30
-            while not spawned:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)
-            cancel.set()
-            with pytest.raises(StartInterrupted, match="nothing was written"):
-                await run
-        finally:
-            mp.undo()
+        run = asyncio.create_task(run_batch(config, opener, cancel=cancel))
+        deadline = time.monotonic() + 30
+        while not spawned:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the probe is waiting on the silent server
+        cancel.set()
+        with pytest.raises(StartInterrupted, match="nothing was written"):
+            await run
     assert spawned[0]._proc is None
     assert not db.exists() and not Path(str(db) + ".parts").exists()
 
