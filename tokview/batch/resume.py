@@ -20,7 +20,6 @@ from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.identity import known_identity
 from tokview.batch.preload import probe
-from tokview.batch.store_opener import StoreOpener
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
@@ -31,11 +30,15 @@ async def resume_shortcut(
     config: BatchConfig,
     store: Store | Callable[[], Store],
     on_progress: Callable[[BatchProgress], None] | None = None,
+    *,
+    new_store: bool = False,
 ) -> tuple[Store | Callable[[], Store], BatchSummary | None, WorkList | None]:
     """(the store, opened if this had to open it; the summary when nothing is left to do; the plan made).
 
-    Only for a prompts file and a tokenizer named by path; otherwise nothing is done here. Raises
-    what `run_batch` raises (ServerUnreachable before the store is opened, InputError, StoreError)."""
+    `new_store`: the store does not exist yet (`run_batch` decided it once, when it started the store's landing
+    child), so nothing is stored and work is left. Only for a prompts file and a tokenizer named by path;
+    otherwise nothing is done here. Raises what `run_batch` raises (ServerUnreachable before the store is opened,
+    InputError, StoreError)."""
     if config.prompts_path is None or config.ray:
         return store, None, None
     known = known_identity(config)
@@ -45,9 +48,8 @@ async def resume_shortcut(
     # The model name is part of the ids: the info endpoints give it, without the 1-token generations the ordinary
     # path's probe sends anyway when work is left. ServerUnreachable propagates (nothing written).
     pool = config.server_pool(names_only=True)
-    new_store = isinstance(store, StoreOpener) and store.holds_nothing()  # then work is left: load the tokenizer now
     try:
-        await probe(pool, release_loads=new_store)
+        await probe(pool, release_loads=new_store)  # a new store has work left: its tokenizer loads now
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
     finally:
         await pool.aclose()

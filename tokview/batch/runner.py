@@ -178,7 +178,9 @@ async def run_batch(
             from tokview.batch.resume import resume_shortcut
 
             store, finished, planned = await unless_cancelled(
-                resume_shortcut(config, store, on_progress), cancel, "the servers were probed"
+                resume_shortcut(config, store, on_progress, new_store=child is not None),
+                cancel,
+                "the servers were probed",
             )
             if finished is not None:
                 return finished
