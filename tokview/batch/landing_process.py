@@ -148,7 +148,7 @@ class LandingChild:
                 self._proc.stdin.write(json.dumps(spec).encode() + b"\n")
                 self._proc.stdin.flush()
             except OSError:  # it is gone already: land here
-                self._abandon()
+                self._drop(kill=True)
 
     def ingest(self) -> tuple[int, int]:
         """Land every part written (in the child, or here once it is gone); raises what `Store.ingest` raises,
@@ -158,7 +158,7 @@ class LandingChild:
                 try:
                     return self._ask_to_land()
                 except ChildGone:
-                    self._abandon()
+                    self._drop(kill=True)
             return self._here().ingest()
 
     def close(self) -> None:
@@ -200,9 +200,7 @@ class LandingChild:
     def _raise(self, reply: dict[str, Any]) -> None:
         """The child's error, as the error the batch would have raised opening the store itself."""
         message = str(reply.get("message") or "the landing process failed")
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            _end(proc)  # it ends after an error: reap it
+        self._drop(kill=False)  # it ends after an error: reap it
         from tokview.store.errors import StoreError, StoreFull
 
         if reply["error"] == "input":
@@ -211,10 +209,12 @@ class LandingChild:
             raise InputError(message)
         raise (StoreFull if reply["error"] == "full" else StoreError)(message)
 
-    def _abandon(self) -> None:
+    def _drop(self, *, kill: bool) -> None:
+        """Forget the child (killed first when `kill`) and reap it; landing happens here from now on."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            proc.kill()
+            if kill:
+                proc.kill()
             _end(proc)
 
     def _here(self) -> Store:
