@@ -113,27 +113,3 @@ async def test_the_next_screen_with_views_collects_what_died_since_the_first(tok
         await pilot.pause()
         assert len(real_collections) == 2
         assert ref() is None
-
-
-async def test_opening_a_sample_freezes_before_it_loads_and_a_failed_open_leaves_nothing_frozen(make_app):
-    """The open freezes what is alive the moment it starts (a full collection set off by the load and the new
-    screen's allocations then walks only what they made); the collection after the first frame unfreezes and
-    refreezes; a sample that cannot be loaded leaves nothing frozen."""
-    from helpers import settle
-
-    from tokview.ui.screens.inspect import InspectScreen
-
-    app = make_app()
-    async with app.run_test(size=(120, 40)) as pilot:
-        await settle(app, pilot)
-        assert gc.get_freeze_count() == 0  # the samples list holds no token view
-        app.open_sample("no-such-sample@x")
-        assert gc.get_freeze_count() > 0  # frozen before the load began
-        await settle(app, pilot)
-        assert not isinstance(app.screen, InspectScreen)
-        assert gc.get_freeze_count() == 0  # the load failed: nothing stays frozen
-        app.open_sample("p000@demo_gen0")
-        await settle(app, pilot)
-        assert isinstance(app.screen, InspectScreen)
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0

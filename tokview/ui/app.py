@@ -24,7 +24,6 @@ from textual.worker import Worker, WorkerState
 from tokview.errors import TokviewError
 from tokview.store import bulk_review
 from tokview.store.errors import CannotUndo, StoreError
-from tokview.ui import gc_pause
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
@@ -96,7 +95,6 @@ class TokviewApp(App[None]):
         self.open_sample(event.sample_id, index)
 
     def open_sample(self, sample_id: str, index: int | None = None) -> None:
-        gc_pause.opening()
         self._load_sample(sample_id, index)
 
     @work(thread=True, exclusive=True, group="open-sample", exit_on_error=False)
@@ -452,8 +450,6 @@ class TokviewApp(App[None]):
         by the error's kind for a TokviewError, a generic line for anything else (a bug)."""
         if event.state is not WorkerState.ERROR or event.worker.error is None:
             return
-        if event.worker.group == "open-sample":
-            gc_pause.open_failed()
         error = event.worker.error
         if not isinstance(error, TokviewError):
             self.log.error(event.worker, "".join(traceback.format_exception(error)))

@@ -26,21 +26,6 @@ def collect_and_freeze() -> None:
     gc.freeze()
 
 
-def opening() -> None:
-    """A sample is about to be loaded and shown: what is alive now is frozen, so a full collection that the
-    load's and the new screen's allocations set off before the first frame walks only what they made; it walked
-    everything (bench_render, a 32,000-token sample: the app's open 802 -> 603 ms, GC in it 413 -> 277 ms; alone in
-    a process 425-463 -> 374-389 ms). `view_opened` unfreezes and collects it all after the first frame, so what the
-    previous screen left (it is frozen with the rest) is still freed."""
-    gc.freeze()
-
-
-def open_failed() -> None:
-    """The sample could not be loaded: with no view on screen, nothing stays frozen."""
-    if not _views:
-        gc.unfreeze()
-
-
 def view_opened(screen: object) -> None:
     """A token view on `screen` painted its first frame; the screen's first one collects and freezes."""
     key = id(screen)
