@@ -88,7 +88,8 @@ async def probe(pool: ServerPool, *, release_loads: bool = True) -> None:
 
     `release_loads=False` (a resume of a store that exists, which may find nothing left to do): the loads stay
     held until taken, so a resume that needs no tokenizer never pays its parse (which holds the GIL the plan's
-    reading of the stored ids needs: 100,000 stored samples, nothing to do, 0.97 s held, 1.05 s released)."""
+    reading of the stored ids needs: 100,000 stored samples, nothing to do: 0.62-0.76 s of CPU and 123 MB held,
+    0.88-0.90 s and 170 MB released)."""
     probing = asyncio.ensure_future(pool.start())
     try:
         for _ in range(PROBE_FIRST_TURNS):
