@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import App
+from textual.widgets import DataTable
 
 from tokview.core.analysis import analyze
 from tokview.ui.examples import short_capture
@@ -23,11 +24,20 @@ WIDE, NARROW = (120, 40), (80, 24)
 
 
 async def settle(app: Any, pilot: Any) -> None:
-    """Wait for workers and the messages they posted (never for wall-clock time)."""
+    """Wait for workers, the messages they posted and the tables they filled (never for wall-clock time)."""
     for _ in range(3):
         # a failed worker is normal (the app notifies it): wait for every worker, whatever its end
         await asyncio.gather(*(w.wait() for w in list(app.workers)), return_exceptions=True)
         await pilot.pause()
+    for _ in range(20):  # a refilled DataTable sizes its columns on its own idle: a snapshot must not beat it
+        if not any(_table_pending(table) for table in app.screen.query(DataTable)):
+            return
+        await pilot.pause()
+
+
+def _table_pending(table: DataTable[Any]) -> bool:
+    """Whether the table still owes a resize for rows or cells it was given (Textual's own flags, read only)."""
+    return bool(getattr(table, "_require_update_dimensions", False) or getattr(table, "_updated_cells", None))
 
 
 def run_before(*keys: str, then: Callable[[Any], None] | None = None) -> Callable[[Any], Awaitable[None]]:
