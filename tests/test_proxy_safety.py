@@ -23,6 +23,7 @@ from tokview.core.tool_calls import tool_calls_of_response
 from tokview.errors import UserError
 from tokview.proxy.serve import ProxyConfig, check_listen, start_proxy
 from tokview.store import Store
+from tokview.store.packed_chunks import PACKED_KEY, unpack
 
 REC = Path(__file__).resolve().parent / "recordings" / "proxy_tools"
 TOOLS = [
@@ -136,8 +137,10 @@ def test_sglang_stream_ids_come_from_the_sglext_chunk_the_client_never_sees(upst
     assert prompt_ids == ext["input_ids"]
     assert output_ids == ext["output_ids"][0]
     assert len(output_ids) == 29
-    # the stored stream's calls, folded from its chunks as the store reads them (no second copy beside them)
-    assert tool_calls_of_response(orjson.loads(raw_response)) == [
+    # the stored stream's calls, folded from its chunks (packed: packed_chunks.py) as the store reads them (no
+    # second copy beside them)
+    assert PACKED_KEY in orjson.loads(raw_response)
+    assert tool_calls_of_response(unpack(orjson.loads(raw_response))) == [
         {"id": "functions.get_weather:0", "name": "get_weather", "arguments": '{"city": "Paris"}'}
     ]
     assert orjson.loads(settings)["tools"] == TOOLS

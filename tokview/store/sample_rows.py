@@ -30,6 +30,7 @@ from tokview.secrets import (
     url_secrets,
 )
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
+from tokview.store.packed_chunks import RESPONSE_COLUMNS, pack, unpack
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 
 if TYPE_CHECKING:
@@ -318,6 +319,8 @@ def sample_params(
             value, at = elide(value, id_lists)
             if at:
                 places[name] = at
+            if name in RESPONSE_COLUMNS:  # a long stream's chunks, packed (packed_chunks.py)
+                value = pack(value, lambda chunks: to_json(chunks, masked))
         values[name] = to_json(value, masked)
     values["raw_ids_at"] = orjson.dumps(places).decode() if places else None
     values.update(side_values(c))
@@ -329,6 +332,8 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
     for name in JSON_FIELDS:
         if name in data:
             data[name] = from_json(data[name])
+            if name in RESPONSE_COLUMNS:
+                data[name] = unpack(data[name])
     places = row.get("raw_ids_at")
     if places:
         id_lists = {name: row.get(name) for name in ID_COLUMNS}

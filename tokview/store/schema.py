@@ -176,6 +176,13 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             "'before', CASE WHEN bool_and(undone) THEN 0 END FROM verdicts WHERE action_id IS NOT NULL GROUP BY action_id",
         ),
     ),
+    (
+        9,
+        "a long stream's chunks may be stored packed in its raw body",
+        # no column changes: `chunks_zlib64` in a stream's raw body (packed_chunks.py). The version is what makes
+        # an older tokview refuse the store instead of reading such a stream as one without chunks
+        (),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

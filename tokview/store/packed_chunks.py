@@ -1,0 +1,75 @@
+"""A streamed answer's chunks are stored packed (zlib, base64) inside its raw body, and read back as served.
+
+A stream's raw body is tokview's own wrapper, `{"stream": true, "n_chunks": N, "chunks": [...]}`, holding every
+chunk the server sent. Each chunk repeats its envelope (id, object, created, model, index, logprobs,
+finish_reason) around a delta of a token or two: a 256-token vLLM stream is ~57 kB of JSON, nine tenths of it
+repeated. Stored as JSON text that was the costliest part of recording a stream through `tokview proxy`: dumped
+into the part line, parsed again by DuckDB's JSON reader, copied through the landing's temporary table and
+written whole to the WAL (measured on 300 recorded 256-token streams: sample_record + part + landing 0.94 ms a
+stream with the chunks as JSON, 0.32 ms without them). Packed, the same chunks are ~2–10 kB, whatever the
+model's text.
+
+So the wrapper's `chunks` list is stored as `chunks_zlib64` at the same place in the wrapper: the base64 of the
+zlib-compressed JSON text the store would otherwise have written, after the store's masking of secrets
+(`sample_rows.to_json`): nothing is packed that the store would not have written in clear. Everything else in
+the wrapper stays readable JSON (`raw_response->>'n_chunks'` still works in SQL). `unpack` (in
+`sample_rows.capture_from_row`, before any elided ids go back) restores the list, so every reader of a capture
+sees the chunks as served.
+
+Only a wrapper (`"stream": true` and a `chunks` list) of at least PACK_MIN_CHUNKS chunks is packed: a short stream
+saves nothing worth the opaque column. A chunks text that is not valid UTF-8 (a lone surrogate the stdlib's
+JSON wrote) stays as it was. Schema version 9 marks stores that may hold packed chunks, so an older tokview,
+which would read such a stream as having no chunks (and no tool calls), refuses the store instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+RESPONSE_COLUMNS = ("raw_response", "parsed_raw_response")
+"""The columns whose bodies may hold a stream wrapper (a request body is never packed)."""
+PACKED_KEY = "chunks_zlib64"
+PACK_MIN_CHUNKS = 16
+LEVEL = 1
+"""zlib's fastest level: the chunks' repetition is what it removes, and higher levels cost more than they save
+(a 57 kB stream: 1.6 kB at level 1 in 0.05 ms)."""
+
+
+def pack(body: Any, dump: Callable[[object], str | None]) -> Any:
+    """`body` with its chunks packed when it is a stream wrapper of at least PACK_MIN_CHUNKS chunks (a new dict,
+    the key in its place), else `body` itself. `dump`: how the store writes a value as JSON (masking it)."""
+    if type(body) is not dict or body.get("stream") is not True or PACKED_KEY in body:
+        return body
+    chunks = body.get("chunks")
+    if type(chunks) is not list or len(chunks) < PACK_MIN_CHUNKS:
+        return body
+    text = dump(chunks)
+    if text is None:
+        return body
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: stored as JSON, as before
+        return body
+    packed = base64.b64encode(zlib.compress(data, LEVEL)).decode("ascii")
+    return {
+        (PACKED_KEY if key == "chunks" else key): (packed if key == "chunks" else value) for key, value in body.items()
+    }
+
+
+def unpack(body: Any) -> Any:
+    """A stored body with its packed chunks back as the list they were (freshly parsed: a new dict); any other
+    body as it is. A packed value that does not decode (a store edited by hand) is left packed."""
+    if type(body) is not dict or "chunks" in body or type(body.get(PACKED_KEY)) is not str:
+        return body
+    try:
+        chunks = json.loads(zlib.decompress(base64.b64decode(body[PACKED_KEY], validate=True)).decode("utf-8"))
+    except (ValueError, zlib.error):
+        return body
+    return {
+        ("chunks" if key == PACKED_KEY else key): (chunks if key == PACKED_KEY else value)
+        for key, value in body.items()
+    }
