@@ -2,12 +2,13 @@
 
 A stream's raw body is tokview's own wrapper, `{"stream": true, "n_chunks": N, "chunks": [...]}`, holding every
 chunk the server sent. Each chunk repeats its envelope (id, object, created, model, index, logprobs,
-finish_reason) around a delta of a token or two: a 256-token vLLM stream is ~57 kB of JSON, nine tenths of it
-repeated. Stored as JSON text that was the costliest part of recording a stream through `tokview proxy`: dumped
-into the part line, parsed again by DuckDB's JSON reader, copied through the landing's temporary table and
-written whole to the WAL (measured on 300 recorded 256-token streams: sample_record + part + landing 0.94 ms a
-stream with the chunks as JSON, 0.32 ms without them). Packed, the same chunks are ~2–10 kB, whatever the
-model's text.
+finish_reason) around a delta of a token or two: a 256-token vLLM stream is ~57 kB of JSON, most of it repeated.
+Stored as JSON text that was the costliest part of recording a stream through `tokview proxy`: dumped into the
+part line, parsed again by DuckDB's JSON reader, copied through the landing's temporary table and written whole
+to the WAL. Measured on 300 streams of 256 tokens recorded through the proxy from `tokview sim` (whose text
+repeats more than a model's, so it packs smaller: 56 kB of JSON to 2.2 kB of base64), the row, the part and the
+landing cost 0.95 ms a stream with the chunks as JSON and 0.42 ms packed; in `bench_proxy` the recorder
+process's CPU per stream fell from 3.2-3.6 to 2.0-2.5 ms.
 
 So the wrapper's `chunks` list is stored as `chunks_zlib64` at the same place in the wrapper: the base64 of the
 zlib-compressed JSON text the store would otherwise have written, after the store's masking of secrets
