@@ -229,6 +229,31 @@ def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_
             store.record_verdict(sid, "approved")
 
 
+def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_since(read_only_mount):
+    """Schema 9 only marks that a stream's chunks may be stored packed: a version-8 store holds none, so it reads
+    as it is where it cannot be upgraded. Version 7 lacks the actions table of version 8: refused, as before."""
+    import duckdb
+
+    from tokview.store import LATEST_VERSION
+    from tokview.store.schema import MIGRATIONS, SchemaError
+
+    where, make_read_only = read_only_mount
+    assert [n for n, _, statements in MIGRATIONS if not statements] == [9] and LATEST_VERSION == 9
+    for version in (8, 7):
+        db = where / f"v{version}.duckdb"
+        with Store(db) as store:
+            sid = put(store, "p1", make_capture())
+        conn = duckdb.connect(str(db))
+        conn.execute("DELETE FROM schema_version WHERE version > ?", [version])  # the version's row is its mark
+        conn.close()
+    make_read_only()
+    with Store(where / "v8.duckdb") as store:
+        assert store.read_only
+        assert store.load_sample(sid).capture.output_ids == make_capture().output_ids
+    with pytest.raises(SchemaError, match="schema version 7; this tokview reads version 9"):
+        Store(where / "v7.duckdb")
+
+
 # -- one training file never mixes two vocabularies -------------------------------------------------------
 
 

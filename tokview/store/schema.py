@@ -229,11 +229,17 @@ def refuse_unmigrated(conn: DuckDBPyConnection, path: str) -> None:
         )
     if version == 0:
         raise SchemaError(f"{path} is read-only and holds no tokview store: pass another --db")
-    if version < LATEST_VERSION:
+    if version < LATEST_VERSION and _changes_tables_after(version):
         raise SchemaError(
             f"{path} has schema version {version}; this tokview reads version {LATEST_VERSION} and upgrades a store "
             "in place, which needs it writable (open it once with write access, or use the tokview that made it)"
         )
+
+
+def _changes_tables_after(version: int) -> bool:
+    """Whether a migration after `version` changes a table. One that only marks what rows may hold (9: packed
+    stream chunks) leaves an older store readable as it is: nothing it holds uses the newer format."""
+    return any(statements for number, _, statements in MIGRATIONS if number > version)
 
 
 def current_version(conn: DuckDBPyConnection) -> int:
