@@ -36,8 +36,8 @@ RESPONSE_COLUMNS = ("raw_response", "parsed_raw_response")
 PACKED_KEY = "chunks_zlib64"
 PACK_MIN_CHUNKS = 16
 LEVEL = 1
-"""zlib's fastest level: the chunks' repetition is what it removes, and higher levels cost more than they save
-(a 57 kB stream: 1.6 kB at level 1 in 0.05 ms)."""
+"""zlib's fastest level: the chunks' repetition is what it removes (56 kB of the simulator's chunks: 1.6 kB at
+level 1, dumped, compressed and base64'd in 0.10 ms; level 6 saves 0.2 kB more for 0.14 ms)."""
 
 
 def pack(body: Any, dump: Callable[[object], str | None]) -> Any:
