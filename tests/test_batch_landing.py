@@ -8,20 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-from pathlib import Path
 
 from gated_sim import gated
+from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-
-def prompts_file(path: Path, n: int) -> Path:
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"l{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
-    return path
 
 
 async def until(condition, what: str, limit_s: float = 30.0) -> None:

@@ -4,11 +4,9 @@ Tier: `.ci/ray.sh` (installs the `ray` extra, then `pytest -m ray`); the fast ti
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 from builders import kimi, profile
+from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.sim import SimConfig, start_simulator
@@ -23,16 +21,6 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
-
-
-def prompts_file(path: Path, n: int) -> Path:
-    path.write_text(
-        "".join(
-            json.dumps({"id": f"r{i:03d}", "messages": [{"role": "user", "content": f"q {i}"}]}) + "\n"
-            for i in range(n)
-        )
-    )
-    return path
 
 
 async def test_ray_shards_land_with_the_same_ids_resume_and_accounting(tmp_path, local_ray):

@@ -4,24 +4,16 @@ batch's tokenizer is read without transformers. (How fast: benchmarks/bench_peer
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import pytest
+from prompt_files import prompts_file
 
 import tokview.batch.capture_loop as runner
 from tokview.batch import BatchConfig, limits, run_batch
 from tokview.servers import http
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
-
-
-def _prompts(path: Path, n: int) -> Path:
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"s{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
-    return path
 
 
 async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,7 +28,7 @@ async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkey
     before = sys.getswitchinterval()
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
         config = BatchConfig(
-            servers=[sim.url], prompts_path=_prompts(tmp_path / "p.jsonl", 6), max_new_tokens=30, concurrency=2
+            servers=[sim.url], prompts_path=prompts_file(tmp_path / "p.jsonl", 6), max_new_tokens=30, concurrency=2
         )
         summary = await run_batch(config, store)
     assert summary.ok == 6
@@ -46,7 +38,7 @@ async def test_switch_interval_is_short_only_while_captures_run(tmp_path, monkey
 
 
 async def test_the_small_transport_and_httpx_store_the_same_samples(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    prompts = _prompts(tmp_path / "p.jsonl", 5)
+    prompts = prompts_file(tmp_path / "p.jsonl", 5)
     stored = []
     with start_simulator(SimConfig(kind="vllm")) as sim:
         for fast in (True, False):

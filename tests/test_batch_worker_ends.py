@@ -4,23 +4,16 @@ Real children, a real simulator; the parent's side is driven through `WorkerGrou
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections import deque
-from pathlib import Path
+
+from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, plan, read_prompts, run_batch
 from tokview.batch.workers import WorkerGroup, WorkFeed
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 from tokview.store.parts import parts_dir
-
-
-def prompts_file(path: Path, n: int) -> Path:
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"e{i:04d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
-    return path
 
 
 async def test_an_interrupted_run_does_not_report_its_workers_as_lost(tmp_path, monkeypatch):

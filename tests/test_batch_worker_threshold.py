@@ -8,13 +8,12 @@ sets it low so their children are spawned on ~100 prompts: these tests remove it
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, run_batch
 from tokview.batch.workers import WorkerGroup, worker_count
@@ -41,13 +40,6 @@ def spawned(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(WorkerGroup, "__init__", init)
     return counts
-
-
-def prompts_file(path: Path, n: int) -> Path:
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"t{i:04d}", "messages": [{"role": "user", "content": f"q {i}"}]}) + "\n")
-    return path
 
 
 def test_a_second_process_is_spawned_from_500_prompts_by_default(default_threshold):

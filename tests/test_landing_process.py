@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from gated_sim import gated
+from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, BatchSummary, run_batch
 from tokview.batch.inputs import InputError
@@ -33,13 +34,6 @@ from tokview.store import Store
 from tokview.store.parts import complete_parts
 
 CLI = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
-
-
-def prompts_file(path: Path, n: int) -> Path:
-    with path.open("w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"n{i:03d}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
-    return path
 
 
 async def run_into(opener: StoreOpener, prompts: Path) -> BatchSummary:
