@@ -55,10 +55,7 @@ def pack(body: Any, dump: Callable[[object], str | None]) -> Any:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: stored as JSON, as before
         return body
-    packed = base64.b64encode(zlib.compress(data, LEVEL)).decode("ascii")
-    return {
-        (PACKED_KEY if key == "chunks" else key): (packed if key == "chunks" else value) for key, value in body.items()
-    }
+    return _replaced(body, "chunks", PACKED_KEY, base64.b64encode(zlib.compress(data, LEVEL)).decode("ascii"))
 
 
 def unpack(body: Any) -> Any:
@@ -70,7 +67,9 @@ def unpack(body: Any) -> Any:
         chunks = json.loads(zlib.decompress(base64.b64decode(body[PACKED_KEY], validate=True)).decode("utf-8"))
     except (ValueError, zlib.error):
         return body
-    return {
-        ("chunks" if key == PACKED_KEY else key): (chunks if key == PACKED_KEY else value)
-        for key, value in body.items()
-    }
+    return _replaced(body, PACKED_KEY, "chunks", chunks)
+
+
+def _replaced(body: dict[str, Any], old: str, new: str, value: object) -> dict[str, Any]:
+    """A copy of `body` with its `old` entry replaced by `new` = `value` at the same place (key order is kept)."""
+    return {(new if key == old else key): (value if key == old else item) for key, item in body.items()}
