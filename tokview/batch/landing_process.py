@@ -60,8 +60,8 @@ class LandingChild:
     """The batch's side: a `PartWriter` whose parts a child process lands in a store it creates.
 
     `for_new_store` starts the child; `begin_run` has it create the store and record the run; `ingest` (the
-    `Lander`'s call) asks it to land and returns what it landed; `close` ends it after its last landing. Once the child is gone, the store is opened here (`opener`) and
-    everything lands in this process."""
+    `Lander`'s call) asks it to land and returns what it landed; `close` ends it after its last landing. Once
+    the child is gone, the store is opened here (`opener`) and everything lands in this process."""
 
     def __init__(self, opener: StoreOpener) -> None:
         self.opener = opener
