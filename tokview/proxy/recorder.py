@@ -18,6 +18,7 @@ and adds a turn's `session_prefix_break` finding to its part line (a finding of 
 from __future__ import annotations
 
 import itertools
+import json
 import queue
 import sys
 import threading
@@ -34,7 +35,8 @@ from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
-from tokview.proxy.sse import stream_chunks
+from tokview.proxy.sse import read_stream
+from tokview.servers.errors import Retryable
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -239,11 +241,16 @@ class Recorder:
         if isinstance(item, Failed):
             self.failure(item.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
-        chunks, done = stream_chunks(item.raw) if item.stream else ([], False)
-        answer = (chunks if done else None) if item.stream else _parsed_json(item.raw)
+        chunks, done, unreadable = read_stream(item.raw) if item.stream else ([], False, 0)
+        answer = (chunks if done and not unreadable else None) if item.stream else _parsed_json(item.raw)
         if answer is None:
-            if item.stream:
+            if item.stream and not done:
                 reason = f"the upstream's stream ended without [DONE] after {len(chunks)} chunks"
+            elif item.stream:
+                reason = (
+                    f"malformed response: {unreadable} of the upstream's stream events held no JSON object "
+                    "(the ids one carried would be missing from the sample)"
+                )
             else:
                 reason = "malformed response: the upstream's answer is not JSON"
             self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
@@ -266,9 +273,13 @@ class Recorder:
         except NoIds as exc:
             self.failure(str(exc), item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
-        except (ValueError, TypeError) as exc:  # Retryable is a ValueError: a malformed answer
-            reason = f"malformed response: {getattr(exc, 'reason', exc)}"
-            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
+        except Retryable as exc:  # the servers layer's "malformed response from …" (a lone surrogate in a text)
+            self.failure(exc.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
+            return
+        except (ValueError, TypeError) as exc:  # a malformed answer
+            self.failure(
+                f"malformed response: {exc}", item.server, named=item.named, user=item.user, sample_id=sample_id
+            )
             return
         self.sample(
             capture,
@@ -379,4 +390,8 @@ def _parsed_json(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
+        pass
+    try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses (as `sse.data_of` reads it)
+        return json.loads(raw)
+    except ValueError:
         return None

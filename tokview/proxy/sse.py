@@ -6,6 +6,7 @@ JSON chunk), and edits only the events that carry ids it asked for, so the rest 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,15 +75,26 @@ def data_of(event: bytes) -> Any:
     try:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:
+        pass
+    try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses: its ids are kept all the same
+        return json.loads(payload)
+    except ValueError:
         return None
 
 
 def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
-    """A whole stream's JSON chunks (the objects of its `data:` events, in order) and whether it said [DONE].
+    """A whole stream's JSON chunks (the objects of its `data:` events, in order) and whether it said [DONE]."""
+    chunks, done, _ = read_stream(raw)
+    return chunks, done
+
+
+def read_stream(raw: bytes) -> tuple[list[dict[str, Any]], bool, int]:
+    """`stream_chunks`, and how many `data:` events held no JSON object (skipped: the recorder refuses a stream
+    with any, since the ids such an event carried would be missing from the sample).
 
     The recorder's reading of every stream it records: in bulk when the stream is the plain shape both servers
     send (each event one `data:` line, LF-terminated, [DONE] last), as one JSON array in one `orjson.loads`;
-    otherwise, or when that array does not parse (a bad event, dropped alone), event by event."""
+    otherwise, or when that array does not parse (a bad event), event by event."""
     bulk = _plain_chunks(raw)
     return bulk if bulk is not None else _chunks_one_by_one(raw)
 
@@ -91,7 +103,7 @@ _DATA_SEP = b"\n\ndata:"
 _DONE_TAILS = (b"data: [DONE]\n\n", b"data:[DONE]\n\n")
 
 
-def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool] | None:
+def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool, int] | None:
     """The chunks of a plain stream, or None when the stream is not plain or its array does not parse.
 
     Plain: it starts with `data:`, ends with a [DONE] event, and every newline in it is part of an event's
@@ -106,7 +118,7 @@ def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool] | None:
     if raw.count(b"\n") != 2 * n + 2 or (body and not body.endswith(b"\n\n")):
         return None
     if not body:
-        return [], True
+        return [], True, 0
     try:
         values = orjson.loads(b"[" + body[5:-2].replace(_DATA_SEP, b",") + b"]")
     except orjson.JSONDecodeError:
@@ -116,20 +128,23 @@ def _plain_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool] | None:
     # Equal to event by event whenever each event is one JSON value (every stream vLLM and SGLang send). Only
     # broken events that make up for each other (one cut in two, another holding two values) could parse here
     # and not there; a stream like that was never a valid answer, and its ids are then checked like any other.
-    return [v for v in values if type(v) is dict], True
+    chunks = [v for v in values if type(v) is dict]
+    return chunks, True, n - len(chunks)
 
 
-def _chunks_one_by_one(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
+def _chunks_one_by_one(raw: bytes) -> tuple[list[dict[str, Any]], bool, int]:
     splitter = EventSplitter()
     events = list(splitter.feed(raw))
     rest = splitter.rest()
     if rest:
         events.append(rest)
-    chunks, done = [], False
+    chunks, done, unreadable = [], False, 0
     for event in events:
         data = data_of(event)
         if data is DONE:
             done = True
         elif isinstance(data, dict):
             chunks.append(data)
-    return chunks, done
+        elif any(line.startswith(b"data:") for line in event.splitlines()):  # not a comment: data, unreadable
+            unreadable += 1
+    return chunks, done, unreadable
