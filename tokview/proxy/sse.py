@@ -76,7 +76,8 @@ def data_of(event: bytes) -> Any:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:
         pass
-    try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses: its ids are kept all the same
+    try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses: read, the answer is then judged
+        # as the servers layer judges it (a malformed response), never silently short of this event's ids
         return json.loads(payload)
     except ValueError:
         return None
