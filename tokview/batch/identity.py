@@ -8,10 +8,11 @@ answer still holds, so an edited tokenizer folder is fingerprinted again.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tokview.core.json_cache import cache_folder, read_json_cache, write_json_cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def cache_file() -> Path:
-    base = Path(os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview")
-    return base / "vocab-fingerprints.json"
+    return cache_folder() / "vocab-fingerprints.json"
 
 
 def vocab_fingerprint(tokenizer: TokenizerAdapter) -> str:
@@ -31,33 +31,13 @@ def vocab_fingerprint(tokenizer: TokenizerAdapter) -> str:
     if getattr(tokenizer, "source", None) is None:
         return tokenizer.vocab_fingerprint()
     key = tokenizer.fingerprint()
-    known = _read_cache(cache_file())
+    known = read_json_cache(cache_file())
     cached = known.get(key)
     if isinstance(cached, str):
         return cached
     value = tokenizer.vocab_fingerprint()
-    _write_cache(cache_file(), {**known, key: value})  # a read-only home: computed each time
+    write_json_cache(cache_file(), {**known, key: value})  # a read-only home: computed each time
     return value
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    """A JSON object cache file; {} when it is missing, unreadable or not an object."""
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return known if isinstance(known, dict) else {}
-
-
-def _write_cache(path: Path, known: dict[str, Any]) -> None:
-    """Replace the cache file whole (a reader never sees half of it); a home that cannot be written is left alone."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known))
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 IDENTITY_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken", ".py", ".toml")
@@ -105,7 +85,7 @@ def known_identity(config: BatchConfig) -> dict[str, str] | None:
     key = identity_key(config)
     if key is None:
         return None
-    known = _read_cache(identities_file()).get(key)
+    known = read_json_cache(identities_file()).get(key)
     if isinstance(known, dict) and isinstance(known.get("tokenizer"), str) and isinstance(known.get("profile"), str):
         return {"tokenizer": known["tokenizer"], "profile": known["profile"]}
     return None
@@ -116,10 +96,10 @@ def remember_identity(config: BatchConfig, identity: dict[str, Any]) -> None:
     key = identity_key(config)
     if key is None or not isinstance(identity.get("tokenizer"), str) or not isinstance(identity.get("profile"), str):
         return
-    known = _read_cache(identities_file())
+    known = read_json_cache(identities_file())
     entry = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
     if known.get(key) != entry:
-        _write_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
+        write_json_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
 
 
 def special_tokens_record(tokenizer: TokenizerAdapter) -> dict[str, str]:

@@ -114,13 +114,36 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
 
             tok = KimiTiktokenTokenizer.from_folder(folder)
             return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_NATIVE_TIKTOKEN)
-        from tokview.core.tokenizer_json import TokenizerJson, read_natively
+        from tokview.core.tokenizer_json import TokenizerJson, plain_folder, read_natively
 
         if read_natively(folder, trust_remote_code) and (native := TokenizerJson.from_folder(folder)) is not None:
             return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
-        return _load_with_transformers(folder, trust_remote_code)
+        if not plain_folder(folder, trust_remote_code):
+            return _load_with_transformers(folder, trust_remote_code)
+        return _load_model_class(folder)
     except FolderError as exc:
         raise TokenizerError(str(exc)) from None
+
+
+def _load_model_class(folder: TokenizerFolder) -> TokenizerAdapter:
+    """A folder that names a model-specific class (Qwen3's `Qwen2Tokenizer`) and is otherwise plain: read natively
+    once the installed transformers has been seen to build the same tokenizer from it, else loaded by transformers
+    (and the two compared, the first time: `tokenizer_equivalence.py`)."""
+    from tokview.core import tokenizer_equivalence as equivalence
+    from tokview.core.tokenizer_json import TokenizerJson
+
+    key = equivalence.verdict_key(folder)
+    verdict = equivalence.known_verdict(key)
+    if verdict and (native := TokenizerJson.from_folder(folder)) is not None:
+        return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
+    reference = _load_with_transformers(folder, False)
+    if verdict is None and key is not None:
+        native = TokenizerJson.from_folder(folder)
+        same = native is not None and equivalence.same_tokenizer(
+            TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON), reference
+        )
+        equivalence.remember_verdict(key, same)
+    return reference
 
 
 def _load_with_transformers(folder: TokenizerFolder, trust_remote_code: bool) -> TokenizerAdapter:

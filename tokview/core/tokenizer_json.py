@@ -9,7 +9,8 @@ tokens, post-processor, decoder), and the config only names the special-token ro
 limit and the chat template. This module reads exactly that, and renders templates with
 `core.chat_template` (transformers' own Jinja set-up).
 
-`read_natively` says whether a folder qualifies. It refuses (so transformers loads it, as before)
+`read_natively` says whether a folder qualifies (a model-specific class qualifies once transformers has been
+shown to build the same tokenizer: `tokenizer_equivalence.py`). It refuses (so transformers loads it, as before)
 whenever transformers would change the tokenizer while loading it: a config that names tokens
 tokenizer.json lacks (transformers adds them), `add_bos_token`/`add_eos_token`/`add_prefix_space`,
 `split_special_tokens`, truncation or padding saved in the file, a clean-up of decoded spaces, or
@@ -81,10 +82,14 @@ class RustTokenizer(Protocol):
 
 def read_natively(folder: TokenizerFolder, trust_remote_code: bool = False) -> bool:
     """Whether `TokenizerJson.from_folder` gives the same tokenizer transformers would (see the docstring)."""
+    return folder.tokenizer_class in GENERIC_CLASSES and plain_folder(folder, trust_remote_code)
+
+
+def plain_folder(folder: TokenizerFolder, trust_remote_code: bool = False) -> bool:
+    """Everything `read_natively` asks but a generic class: for a model-specific class, whether the native
+    reading equals transformers' is decided by comparing them (`tokenizer_equivalence`)."""
     config = folder.config
     if trust_remote_code or folder.auto_map_class or not folder.has("tokenizer.json"):
-        return False
-    if folder.tokenizer_class not in GENERIC_CLASSES:
         return False
     if any(config.get(key) for key in CHANGING_KEYS) or config.get("clean_up_tokenization_spaces"):
         return False

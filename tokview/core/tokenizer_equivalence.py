@@ -1,0 +1,152 @@
+"""A model-specific tokenizer class read from tokenizer.json, once transformers has shown it changes nothing.
+
+Why: Qwen3's folder names `Qwen2Tokenizer`, so `read_natively` sent it to transformers on every load: importing
+transformers and building the tokenizer took ~1 s of every `tokview batch`, `show`, `export` and app start
+(the native reading takes ~0.2 s). A model-specific class may rebuild parts of the tokenizer in code
+(transformers 5's `Qwen2Tokenizer` rebuilds its normalizer, pre-tokenizer and decoder from the vocabulary and
+merges; 4.x's `Qwen2TokenizerFast` loads the file), so whether the native reading gives the same tokenizer depends
+on the class *and* on the installed transformers. No table of classes can know that; the installed transformers
+can. When it loads a folder that qualifies for the native reading in every respect but its class, the tokenizer
+it built is compared with the native reading (`same_tokenizer`): the Rust pipeline component by component
+(settings that only move character offsets aside), the special-token roles and ids, the added tokens, the length
+limit, the template, and encodes and decodes of probe texts. The verdict is kept in the tokview cache under a
+hash of the folder's tokenizer files and the transformers, tokenizers and tokview versions (`verdict_key`). From
+then on that folder is read natively when the verdict was "same"; an edited file or another transformers
+version is decided afresh, and a verdict of "differs" is kept too, so the comparison is paid once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.json_cache import cache_folder, read_json_cache, write_json_cache
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.core.tokenizer_folder import TokenizerFolder
+
+VERDICT_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken", ".py")
+"""Files of a folder transformers may read while it builds the tokenizer (configs, vocabularies, templates)."""
+TEMPLATE_SUBFOLDER = "additional_chat_templates"
+PROBE_TEXTS = (
+    "Okay, let me think about this carefully.",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is 42.<|im_end|>",
+    "<|endoftext|><|im_user|>user<|im_middle|>hi<|im_end|><think></think>[BOS] [EOS] [PAD]",
+    "中文 and émoji 👍 1234567 ﬁ Ångström Ω ① ｶﾀｶﾅ",
+    "   spaces\n\n\ttabs \r\n  trailing   ",
+    "Hello , world . It 's a test ! Isn 't it ? do n't",
+    "def f(x):\n    return x ** 2  # it's\n",
+    "",
+)
+"""Texts whose ids and decodes must agree: special and added tokens, Unicode a normalizer changes, whitespace runs a
+pre-tokenizer splits, and the spaces a decode-time clean-up would remove."""
+
+
+def cache_file() -> Path:
+    return cache_folder() / "native-tokenizers.json"
+
+
+def verdict_key(folder: TokenizerFolder) -> str | None:
+    """A hash of what decides the verdict: the folder's tokenizer files and the library versions. None when a
+    file cannot be read or transformers is not installed (then transformers loads the folder, as before)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tokview import __version__
+
+    h = hashlib.sha256()
+    try:
+        h.update(f"{__version__}\0{version('transformers')}\0{version('tokenizers')}\0".encode())
+        files = [e for e in os.scandir(folder.path) if e.name.endswith(VERDICT_SUFFIXES) and e.is_file()]
+        subfolder = folder.path / TEMPLATE_SUBFOLDER
+        if subfolder.is_dir():
+            files += [e for e in os.scandir(subfolder) if e.is_file()]
+        for entry in sorted(files, key=lambda e: e.path):
+            h.update(f"\0{os.path.relpath(entry.path, folder.path)}\0".encode())
+            h.update(Path(entry.path).read_bytes())
+    except (OSError, PackageNotFoundError):
+        return None
+    return h.hexdigest()[:32]
+
+
+def known_verdict(key: str | None) -> bool | None:
+    """True: read natively; False: transformers builds something else; None: not decided yet."""
+    if key is None:
+        return None
+    verdict = read_json_cache(cache_file()).get(key)
+    return verdict if isinstance(verdict, bool) else None
+
+
+def remember_verdict(key: str | None, same: bool) -> None:
+    if key is None:
+        return
+    known = read_json_cache(cache_file())
+    if known.get(key) is not same:
+        write_json_cache(cache_file(), {**known, key: same})  # a read-only home: decided again next time
+
+
+def same_tokenizer(native: TokenizerAdapter, reference: TokenizerAdapter) -> bool:
+    """Whether tokview sees no difference between the native reading and what transformers built: the same
+    pipeline, special and added tokens, length limit, template, ids and texts."""
+    backend = getattr(reference.tok, "backend_tokenizer", None)
+    rust = getattr(native.tok, "_tokenizer", None)
+    if backend is None or rust is None or getattr(reference.tok, "clean_up_tokenization_spaces", False):
+        return False
+    try:
+        if _pipeline(backend.to_str()) != _pipeline(rust.to_str()):
+            return False
+        if _attributes(native) != _attributes(reference):
+            return False
+        ids: list[int] = sorted(reference.special_ids | reference.added_ids)
+        for text in PROBE_TEXTS:
+            encoded = reference.encode(text)
+            if native.encode(text) != encoded:
+                return False
+            if list(native.tok.encode(text, add_special_tokens=True)) != list(
+                reference.tok.encode(text, add_special_tokens=True)
+            ):
+                return False  # a post-processor that adds a BOS or an EOS
+            ids += encoded
+        return all(
+            native.decode(ids, skip_special_tokens=skip) == reference.decode(ids, skip_special_tokens=skip)
+            for skip in (False, True)
+        )
+    except Exception:  # any comparison that cannot be made is a difference: transformers keeps loading it
+        return False
+
+
+def _attributes(tok: TokenizerAdapter) -> tuple[Any, ...]:
+    roles = tuple(getattr(tok.tok, f"{role}_token_id", None) for role in ("bos", "eos", "unk", "pad"))
+    added = {int(i): (str(t.content), bool(t.special)) for i, t in getattr(tok.tok, "added_tokens_decoder", {}).items()}
+    return (
+        tok.vocab_size,
+        tok.special_ids,
+        tok.added_ids,
+        tok._control_ids,
+        tok.model_max_length,
+        tok.chat_template,
+        roles,
+        added,
+    )
+
+
+def _pipeline(serialized: str) -> Any:
+    """A tokenizer's JSON without the settings that only move character offsets (ids and texts never change):
+    `trim_offsets` anywhere, and a byte-level decoder's flags (its decode maps characters back to bytes, whatever
+    they say)."""
+    data = json.loads(serialized)
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "trim_offsets"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    decoder = data.get("decoder")
+    if isinstance(decoder, dict) and decoder.get("type") == "ByteLevel":
+        data["decoder"] = {"type": "ByteLevel"}
+    return strip(data)
