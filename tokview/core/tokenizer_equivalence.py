@@ -18,10 +18,11 @@ version is decided afresh, and a verdict of "differs" is kept too, so the compar
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from tokview.core.json_cache import cache_folder, read_json_cache, write_json_cache
 
@@ -136,8 +137,8 @@ def _attributes(tok: TokenizerAdapter) -> tuple[Any, ...]:
 def _pipeline(serialized: str) -> Any:
     """A tokenizer's JSON without the settings that only move character offsets (ids and texts never change):
     `trim_offsets` anywhere, and a byte-level decoder's flags (its decode maps characters back to bytes, whatever
-    they say)."""
-    data = json.loads(serialized)
+    they say). The model (vocabulary and merges: most of the JSON) is compared as it is."""
+    data = orjson.loads(serialized)
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
@@ -149,4 +150,4 @@ def _pipeline(serialized: str) -> Any:
     decoder = data.get("decoder")
     if isinstance(decoder, dict) and decoder.get("type") == "ByteLevel":
         data["decoder"] = {"type": "ByteLevel"}
-    return strip(data)
+    return {k: (v if k == "model" else strip(v)) for k, v in data.items()}
