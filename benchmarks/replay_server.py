@@ -154,6 +154,7 @@ async def serve(upstream: str, port: int, ready_file: Path | None) -> None:
     replayer = Replayer(upstream)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited: no Nagle wait on a split write
     sock.bind(("127.0.0.1", port))
     server = await asyncio.start_server(replayer.handle, sock=sock, limit=1 << 24, backlog=1024)
     bound = sock.getsockname()[1]
@@ -166,11 +167,12 @@ async def serve(upstream: str, port: int, ready_file: Path | None) -> None:
 
 
 @contextmanager
-def replay_servers(output_tokens: int = 2000) -> Iterator[tuple[str, int]]:
+def replay_servers(output_tokens: int = 2000, tokenizer: str | None = None) -> Iterator[tuple[str, int]]:
     """`tokview sim` and this replay server in front of it, each its own process; yields (URL, replay pid).
 
     The replay server's pid lets a benchmark read how much CPU the server spent (`server_cpu_s`), to
-    tell whether the server, not the client, was the limit."""
+    tell whether the server, not the client, was the limit. `tokenizer`: the simulator's tokenizer folder
+    (default: the built-in Kimi layout)."""
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -178,7 +180,8 @@ def replay_servers(output_tokens: int = 2000) -> Iterator[tuple[str, int]]:
         s.close()
         procs = [
             subprocess.Popen(
-                [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", str(output_tokens)],
+                [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", str(output_tokens)]
+                + (["--tokenizer", tokenizer] if tokenizer else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

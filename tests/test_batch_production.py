@@ -177,7 +177,8 @@ def test_a_full_disk_stops_taking_work_says_so_and_keeps_what_was_generated(tmp_
     if not _unshare_tmpfs_works(mnt):
         pytest.skip("cannot mount a small tmpfs here (needs unshare and mount rights)")
     prompts = many_prompts(tmp_path / "p.jsonl", 400)
-    with start_simulator(SimConfig(kind="vllm", output_tokens=400)) as sim:
+    # 0.02 s an answer: the run spans several landings, so the 4 MB fill part way through
+    with start_simulator(SimConfig(kind="vllm", output_tokens=400, latency_s=0.02)) as sim:
         db = mnt / "full.duckdb"
         keep = tmp_path / "kept"
         # mount a 4 MB tmpfs in a private mount namespace, run the batch there, then copy what is left out

@@ -76,7 +76,9 @@ def test_a_batch_on_a_full_disk_stops_with_exit_1_and_a_rerun_after_freeing_spac
     ]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     db = small_disk / "full.duckdb"
-    with start_simulator(SimConfig(kind="vllm", seed=3)) as sim:
+    # 0.1 s an answer: the run spans several landings (the first a second in), so the disk fills part way
+    # through, with samples landed before it; a run that ends in one landing keeps all or nothing
+    with start_simulator(SimConfig(kind="vllm", seed=3, latency_s=0.1)) as sim:
         reference = batch(sim.url, prompts, tmp_path / "ref.duckdb")
         assert reference.returncode == 0, reference.stderr
         expected = content(tmp_path / "ref.duckdb")

@@ -641,3 +641,17 @@ def test_sim_on_a_port_in_use_says_so_in_one_line(capsys):
     assert f"cannot listen on 127.0.0.1:{port}" in err
     assert "choose another --port" in err
     assert "internal error" not in err
+
+
+def test_responses_on_a_kept_connection_are_not_held_back_by_nagle():
+    """uvicorn writes a response's headers and body apart: without TCP_NODELAY on the connection, Nagle held the
+    body until the headers were acknowledged, which a keep-alive client delays ~40 ms (every request after a
+    connection's first took ~44 ms instead of ~0.2 ms)."""
+    with start_simulator() as sim, httpx.Client(base_url=sim.url) as client:
+        for _ in range(2):
+            assert client.get("/version").status_code == 200
+        connections = list(sim._server.server_state.connections)
+        assert connections
+        for protocol in connections:
+            sock = protocol.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
