@@ -373,6 +373,32 @@ class TokenizerAdapter:
             int(i) for i, t in added.items() if getattr(t, "special", False)
         )
 
+    # -- what decides whether two loadings are one tokenizer (`tokenizer_equivalence`) ----------------
+    def backend_json(self) -> str | None:
+        """The wrapped Rust tokenizer's own serialization (its whole pipeline), when it wraps one."""
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        return None if backend is None else str(backend.to_str())
+
+    def encode_with_special_tokens(self, text: str) -> list[int]:
+        """`encode` with the post-processor's additions (a BOS or an EOS some tokenizers add)."""
+        return list(self.tok.encode(text, add_special_tokens=True))
+
+    @property
+    def cleans_up_spaces(self) -> bool:
+        """Whether a decode drops the spaces before punctuation (transformers' `clean_up_tokenization_spaces`)."""
+        return bool(getattr(self.tok, "clean_up_tokenization_spaces", False))
+
+    @property
+    def control_ids(self) -> frozenset[int]:
+        """Special ids and special added tokens: what is never text."""
+        return self._control_ids
+
+    def described_tokens(self) -> tuple[tuple[int | None, ...], dict[int, tuple[str, bool]]]:
+        """(the bos, eos, unk and pad ids; every added token's id → (text, special))."""
+        roles = tuple(getattr(self.tok, f"{role}_token_id", None) for role in ("bos", "eos", "unk", "pad"))
+        added = getattr(self.tok, "added_tokens_decoder", {}) or {}
+        return roles, {int(i): (str(t.content), bool(t.special)) for i, t in added.items()}
+
     # -- identity -------------------------------------------------------------------------
     @property
     def name(self) -> str:

@@ -92,12 +92,11 @@ def remember_verdict(key: str | None, same: bool) -> None:
 def same_tokenizer(native: TokenizerAdapter, reference: TokenizerAdapter) -> bool:
     """Whether tokview sees no difference between the native reading and what transformers built: the same
     pipeline, special and added tokens, length limit, template, ids and texts."""
-    backend = getattr(reference.tok, "backend_tokenizer", None)
-    rust = getattr(native.tok, "_tokenizer", None)
-    if backend is None or rust is None or getattr(reference.tok, "clean_up_tokenization_spaces", False):
+    if reference.cleans_up_spaces or native.cleans_up_spaces:
         return False
     try:
-        if _pipeline(backend.to_str()) != _pipeline(rust.to_str()):
+        built, read = reference.backend_json(), native.backend_json()
+        if built is None or read is None or _pipeline(built) != _pipeline(read):
             return False
         if _attributes(native) != _attributes(reference):
             return False
@@ -106,9 +105,7 @@ def same_tokenizer(native: TokenizerAdapter, reference: TokenizerAdapter) -> boo
             encoded = reference.encode(text)
             if native.encode(text) != encoded:
                 return False
-            if list(native.tok.encode(text, add_special_tokens=True)) != list(
-                reference.tok.encode(text, add_special_tokens=True)
-            ):
+            if native.encode_with_special_tokens(text) != reference.encode_with_special_tokens(text):
                 return False  # a post-processor that adds a BOS or an EOS
             ids += encoded
         return all(
@@ -120,17 +117,14 @@ def same_tokenizer(native: TokenizerAdapter, reference: TokenizerAdapter) -> boo
 
 
 def _attributes(tok: TokenizerAdapter) -> tuple[Any, ...]:
-    roles = tuple(getattr(tok.tok, f"{role}_token_id", None) for role in ("bos", "eos", "unk", "pad"))
-    added = {int(i): (str(t.content), bool(t.special)) for i, t in getattr(tok.tok, "added_tokens_decoder", {}).items()}
     return (
         tok.vocab_size,
         tok.special_ids,
         tok.added_ids,
-        tok._control_ids,
+        tok.control_ids,
         tok.model_max_length,
         tok.chat_template,
-        roles,
-        added,
+        tok.described_tokens(),
     )
 
 

@@ -79,6 +79,8 @@ class RustTokenizer(Protocol):
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
 
+    def to_str(self) -> str: ...
+
 
 def read_natively(folder: TokenizerFolder, trust_remote_code: bool = False) -> bool:
     """Whether `TokenizerJson.from_folder` gives the same tokenizer transformers would (see the docstring)."""
@@ -177,6 +179,11 @@ class TokenizerJson:
         return True
 
     # -- what transformers' tokenizers offer ---------------------------------------------------------
+    @property
+    def backend_tokenizer(self) -> RustTokenizer:
+        """The Rust tokenizer read from the file (transformers' fast tokenizers name theirs so too)."""
+        return self._tokenizer
+
     def __len__(self) -> int:
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
