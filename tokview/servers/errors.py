@@ -35,14 +35,22 @@ class Retryable(Exception):
     """One attempt failed in a way that another attempt may fix.
 
     `connection` marks failures that say the server itself is gone (they count toward eviction);
-    `retry_after` is the server's own `Retry-After` in seconds, when it sent one.
+    `timed_out` an attempt that got no answer within the timeout; `retry_after` is the server's own
+    `Retry-After` in seconds, when it sent one.
     """
 
     def __init__(
-        self, reason: str, *, status: int | None = None, retry_after: float | None = None, connection: bool = False
+        self,
+        reason: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        connection: bool = False,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.status = status
         self.retry_after = retry_after
         self.connection = connection
+        self.timed_out = timed_out

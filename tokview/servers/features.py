@@ -25,12 +25,17 @@ T = TypeVar("T")
 
 
 async def ask(policy: RetryPolicy, fn: Callable[[], Awaitable[T]]) -> tuple[T | None, str | None]:
-    """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable."""
+    """(answer, None) or (None, why it failed); a dead server raises ServerUnreachable, and so does one that
+    answered none of a probe's attempts within the timeout: the dozen probes after it would each wait as long
+    (a server that accepted connections and never answered held a batch for ~54 timeouts, and was then said to
+    answer "HTTP but neither SGLang nor vLLM")."""
     try:
         return await policy.run(fn), None
     except GaveUp as exc:
         if exc.last.connection:
             raise ServerUnreachable(exc.last.reason) from None
+        if exc.last.timed_out:
+            raise ServerUnreachable(exc.reason) from None
         return None, exc.reason
     except CaptureFailed as exc:
         return None, exc.reason

@@ -436,7 +436,9 @@ class _Classifier:
                     scrub(f"cannot connect to {self.client.url} (ConnectError: {exc or 'refused'})"), connection=True
                 ) from None
             if isinstance(exc, transport.TimedOut):
-                raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}") from None
+                raise Retryable(
+                    f"timed out after {self.client.timeout:g}s waiting for {where}", timed_out=True
+                ) from None
             raise Retryable(scrub(f"connection lost during {where} (ConnectionLost: {exc or 'closed'})")) from None
         httpx = sys.modules.get("httpx")  # only httpx itself can have raised its exceptions
         if isinstance(exc, OverflowError) or (
@@ -453,7 +455,7 @@ class _Classifier:
                 connection=True,
             ) from None
         if isinstance(exc, httpx.TimeoutException):
-            raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}") from None
+            raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}", timed_out=True) from None
         raise Retryable(scrub(f"connection lost during {where} ({type(exc).__name__}: {exc or 'closed'})")) from None
 
 

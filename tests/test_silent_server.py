@@ -1,0 +1,70 @@
+"""A server that accepts connections and never answers ends a batch after one probe's attempts, said as a timeout.
+
+Each of the dozen start-up probes waited the whole `--timeout` with every retry: with `--timeout 1` a batch held
+~55 s, then said the server "answers HTTP but is neither SGLang nor vLLM", though it had never answered."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def _silent_server() -> Iterator[tuple[str, list[bytes]]]:
+    """Accepts, reads, never answers; yields (URL, the request lines it read)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+    open_connections: list[socket.socket] = []
+
+    def read(conn: socket.socket) -> None:
+        try:
+            chunks = iter(lambda: conn.recv(65536), b"")
+            for data in chunks:
+                seen.extend(line for line in data.split(b"\r\n") if b" HTTP/1." in line)
+        except OSError:  # closed when the test ends
+            return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            open_connections.append(conn)
+            threading.Thread(target=read, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
+    finally:
+        listener.close()
+        for conn in open_connections:
+            conn.close()
+
+
+def test_a_batch_against_a_server_that_never_answers_stops_after_one_probe_and_says_it_timed_out(tmp_path: Path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
+    with _silent_server() as (url, seen):
+        argv = [
+            sys.executable,
+            "-m",
+            "tokview",
+            "batch",
+            str(prompts),
+            "--server",
+            url,
+            "--db",
+            str(tmp_path / "s.duckdb"),
+        ]
+        done = subprocess.run([*argv, "--timeout", "1", "--retries", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "timed out after 1s" in done.stderr and "neither SGLang nor vLLM" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(seen) == 2, seen  # the first probe and its one retry; none of the dozen after it
+    assert not (tmp_path / "s.duckdb").exists()
