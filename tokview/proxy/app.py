@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import orjson
 
@@ -26,7 +28,15 @@ from tokview.proxy.capture import ENDPOINT_PATHS
 from tokview.proxy.recorder import Failed, Finished, Recorder
 from tokview.proxy.sessions import SESSION_HEADER
 from tokview.proxy.sse import EventSplitter
-from tokview.proxy.wire import ClientGone, Request, Responder, UpstreamError, UpstreamPool, UpstreamResponse
+from tokview.proxy.wire import (
+    ClientGone,
+    Request,
+    Responder,
+    UpstreamBrokeOff,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+)
 from tokview.servers.http import error_message
 
 if TYPE_CHECKING:
@@ -151,7 +161,8 @@ class ProxyApp:
 
     def _prepare(self, ex: _Exchange) -> bytes:
         """The body to send: the client's, or on a generation endpoint the same with the id fields added."""
-        endpoint = ENDPOINT_PATHS.get(ex.path) if ex.method == "POST" else None
+        # the servers route a percent-encoded path as its decoded form (`/v1/chat/%63ompletions` generates too)
+        endpoint = ENDPOINT_PATHS.get(unquote(ex.path)) if ex.method == "POST" else None
         if endpoint is None:
             return ex.body
         try:
@@ -162,7 +173,17 @@ class ProxyApp:
             return ex.body
         ex.endpoint, ex.request = endpoint, request
         sent, ex.injection = ids.inject(request, ex.upstream.kind)
-        return ex.body if sent is request else orjson.dumps(sent)
+        if sent is request:
+            return ex.body
+        try:
+            return orjson.dumps(sent)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes (254), or a lone surrogate
+            pass
+        try:
+            return json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        except (RecursionError, ValueError):  # not to be re-written: sent as it came, so its answer has no ids
+            ex.injection = None  # (the recorder records it as a failure: the upstream returned no ids)
+            return ex.body
 
     async def _forward(self, ex: _Exchange, query: str, client: Responder) -> None:
         content = self._prepare(ex)
@@ -206,7 +227,10 @@ class ProxyApp:
     async def _relay_json(self, ex: _Exchange, response: UpstreamResponse, client: Responder) -> None:
         raw = await response.read()
         injection = ex.injection
-        out = ids.strip_body(raw, injection) if injection is not None else raw
+        try:
+            out = ids.strip_body(raw, injection) if injection is not None else raw
+        except ValueError as exc:  # an id value cut short: the proxy cannot give the answer without its ids
+            raise UpstreamBrokeOff(f"its answer is malformed ({exc})") from None
         await client.whole(response.status, _response_headers(response), out, response.reason)
         self._record_later(ex, raw, stream=False)
 
@@ -221,7 +245,10 @@ class ProxyApp:
             whole = splitter.feed_whole(piece)
             if not whole:
                 continue
-            out, n = ids.strip_events(whole, injection)
+            try:
+                out, n = ids.strip_events(whole, injection)
+            except ValueError as exc:  # an id value cut short in an event: the stream cannot go on unchanged
+                raise UpstreamBrokeOff(f"its stream is malformed ({exc})") from None
             if out:
                 await client.send(out)
                 ex.chunks_sent += n

@@ -60,12 +60,36 @@ def id_fields(kind: str, stream: bool) -> tuple[str, ...]:
     return (RETURN_TOKEN_IDS,)
 
 
+TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
+FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off"})
+"""The strings pydantic (both servers' request models) reads as a bool."""
+
+
+def _as_bool(value: object) -> bool | None:
+    """What a server makes of a boolean request field: True, False (absent and null too), or None when it
+    refuses the value (then the proxy leaves the field to the server, which answers the client's own error)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if type(value) is int and value in (0, 1):
+        return value == 1
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    return None
+
+
 def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:
     """The body to send upstream (the client's own dict with the id fields set) and what was added.
 
-    A field the client set true itself is left alone and its ids reach the client: it asked for them."""
-    stream = bool(body.get("stream"))
-    added = tuple(f for f in id_fields(kind, stream) if body.get(f) is not True)
+    A field the client set true itself (`true`, `1`, `"yes"`: what the server reads as true) is left alone and
+    its ids reach the client: it asked for them. A value the server would refuse is left alone too. When the
+    client set one of SGLang's two sglext flags itself, the other is not added: their ids share one object,
+    and an answer edited to take out only the other's would be a guess at what SGLang sends with one flag."""
+    stream = bool(_as_bool(body.get("stream")))  # "false" is a string the server reads as false
+    fields = id_fields(kind, stream)
+    asked = {f: _as_bool(body.get(f)) for f in fields}
+    if any(v is None for v in asked.values()) or (fields == SGLEXT_FLAGS and any(asked.values())):
+        return body, Injection(kind, (), stream)
+    added = tuple(f for f in fields if not asked[f])
     if not added:
         return body, Injection(kind, (), stream)
     sent = dict(body)

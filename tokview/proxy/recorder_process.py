@@ -185,7 +185,12 @@ class RecorderProcess:
         when the loop says it can, from memory or, past SPOOL_OVER_BYTES, from a spool file (`_Spool`). No
         thread: a feeder thread cost a GIL hand-over per request."""
         self.taken += 1
-        data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        except (RecursionError, pickle.PicklingError, TypeError, ValueError) as exc:  # a request nested too deep
+            server, named, user = item.server, item.named, item.user
+            reason = f"not recorded: the exchange could not be handed to the recorder ({type(exc).__name__})"
+            data = pickle.dumps(Failed(reason, server, named, user), protocol=pickle.HIGHEST_PROTOCOL)
         if self._pending:
             self._queue(data)
             return

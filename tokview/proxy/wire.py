@@ -15,6 +15,7 @@ upgrades (WebSocket) are not forwarded; request trailers are read and dropped.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 from collections import deque
@@ -26,6 +27,15 @@ from urllib.parse import urlsplit
 
 MAX_HEAD = 1 << 16
 """A request or response head longer than this is refused (431 to a client, an error from an upstream)."""
+MAX_BODY = 1 << 30
+"""A request body larger than this is refused (413): the front holds a request whole before forwarding it."""
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
+"""A chunk-size line: hex digits only (no sign, `0x` or `_`, which `int(…, 16)` accepts), then extensions."""
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP token: a method or a header name."""
+_FIELD_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Characters no header value may hold: a bare LF forwarded inside a value is a new header line (or a new
+request) to an upstream that splits on LF, so it is refused, not passed on."""
 BUFFERED = 1 << 20
 """An upstream's answer waiting for a slow client beyond this pauses reading from the upstream."""
 IDLE_KEPT = 256
@@ -106,6 +116,7 @@ class Responder(asyncio.Protocol):
         self._head_only = False
         self._http10 = False
         self._idle: asyncio.TimerHandle | None = None
+        self._chunks = _Chunks()
 
     def _wait_idle(self) -> None:
         """Close the connection unless a whole request arrives within the idle timeout."""
@@ -198,15 +209,18 @@ class Responder(asyncio.Protocol):
         buffer = self._buffer
         if self._head is None:
             end = buffer.find(b"\r\n\r\n")
+            if end < 0 and b"\n\n" in buffer:
+                raise BadRequest("the request's lines must end in CRLF")
+            if end > MAX_HEAD or (end < 0 and len(buffer) > MAX_HEAD):
+                raise BadRequest("request head too large", 431)
             if end < 0:
-                if len(buffer) > MAX_HEAD:
-                    raise BadRequest("request head too large", 431)
                 return None
             self._head = _request_head(bytes(buffer[:end]).decode("latin-1"))
             del buffer[: end + 4]
+            self._chunks = _Chunks()
         method, path, query, headers, http10, length, chunked = self._head
         if chunked:
-            parsed = _dechunk(buffer)
+            parsed = self._chunks.read(buffer)
             if parsed is None:
                 self._continue(headers)
                 return None
@@ -250,6 +264,8 @@ class Responder(asyncio.Protocol):
                 lines.append(b"transfer-encoding: chunked\r\n")
         if not self._keep_alive:
             lines.append(b"connection: close\r\n")
+        elif self._http10:  # an HTTP/1.0 client keeps the connection only when the answer says so
+            lines.append(b"connection: keep-alive\r\n")
         lines.append(b"\r\n")
         return b"".join(lines)
 
@@ -299,49 +315,80 @@ class Responder(asyncio.Protocol):
 
 
 def _request_head(head: str) -> tuple[str, str, str, dict[str, str], bool, int, bool]:
+    """The request line and headers, checked as strictly as the servers behind the proxy read them: anything
+    the proxy and an upstream could read two ways (a value holding a line break, two lengths, a coding other
+    than chunked, both a length and chunked) is refused, never forwarded."""
     lines = head.split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not _TOKEN.fullmatch(parts[0]):
         raise BadRequest("not an HTTP/1.1 request line")
     method, target, version = parts
+    if not target or _FIELD_CONTROLS.search(target):
+        raise BadRequest("bad request target")
     headers: dict[str, str] = {}
+    framing: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
-        if not sep or not name or name[-1] in " \t":
+        if not sep or not _TOKEN.fullmatch(name):
             raise BadRequest("malformed header line")
-        headers[name.lower()] = value.strip()
+        value = value.strip(" \t")
+        if _FIELD_CONTROLS.search(value):
+            raise BadRequest("a header value holds a control character")
+        name = name.lower()
+        if name in ("content-length", "transfer-encoding"):
+            if framing.get(name, value) != value:
+                raise BadRequest(f"two different {name} headers")
+            framing[name] = value
+        headers[name] = value
     path, _, query = target.partition("?")
-    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    chunked = "transfer-encoding" in framing
+    if chunked and (framing["transfer-encoding"].lower() != "chunked" or "content-length" in framing):
+        raise BadRequest("unsupported transfer-encoding (only chunked, and without a content-length)")
     length = 0
-    if not chunked and "content-length" in headers:
-        text = headers["content-length"]
-        if not text.isdigit():
+    if "content-length" in framing:
+        text = framing["content-length"]
+        if not (text.isascii() and text.isdigit()) or len(text) > 18:
             raise BadRequest("bad content-length")
         length = int(text)
+        if length > MAX_BODY:
+            raise BadRequest("request body too large", 413)
     return method, path, query, headers, version == "HTTP/1.0", length, chunked
 
 
-def _dechunk(buffer: bytearray) -> tuple[bytes, int] | None:
-    """A whole chunked body at the start of `buffer`: (its data, bytes used), or None until it has all come."""
-    parts: list[bytes] = []
-    pos = 0
-    while True:
-        line_end = buffer.find(b"\r\n", pos)
-        if line_end < 0:
-            return None
-        size_text = bytes(buffer[pos:line_end]).split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise BadRequest("bad chunk size") from None
-        pos = line_end + 2
-        if size == 0:
-            end = buffer.find(b"\r\n\r\n", pos - 2)  # trailers, if any, end with a blank line
-            return (b"".join(parts), end + 4) if end >= 0 else None
-        if len(buffer) < pos + size + 2:
-            return None
-        parts.append(bytes(buffer[pos : pos + size]))
-        pos += size + 2
+class _Chunks:
+    """A chunked request body read as it arrives, where the last read stopped (a slow upload that sends a byte
+    at a time is not parsed again from its start on every read)."""
+
+    def __init__(self) -> None:
+        self.pos = 0
+        self.size = 0
+        self.parts: list[bytes] = []
+
+    def read(self, buffer: bytearray) -> tuple[bytes, int] | None:
+        """(the body, bytes it used) once it has all come, else None; BadRequest for bad framing."""
+        while True:
+            line_end = buffer.find(b"\r\n", self.pos)
+            if line_end < 0:
+                if len(buffer) - self.pos > MAX_HEAD:
+                    raise BadRequest("bad chunk size")
+                return None
+            match = _CHUNK_SIZE.fullmatch(buffer, self.pos, line_end)
+            if match is None:
+                raise BadRequest("bad chunk size")
+            size = int(match.group(1), 16)
+            data = line_end + 2
+            if size == 0:
+                end = buffer.find(b"\r\n\r\n", line_end)  # trailers, if any, end with a blank line
+                return (b"".join(self.parts), end + 4) if end >= 0 else None
+            if len(buffer) < data + size + 2:
+                return None
+            if buffer[data + size : data + size + 2] != b"\r\n":
+                raise BadRequest("a chunk's data does not end in CRLF")
+            self.size += size
+            if self.size > MAX_BODY:
+                raise BadRequest("request body too large", 413)
+            self.parts.append(bytes(buffer[data : data + size]))
+            self.pos = data + size + 2
 
 
 class FrontServer:
@@ -508,6 +555,8 @@ class UpstreamResponse(asyncio.Protocol):
             if self._remaining == -2:
                 if len(buffer) - pos < 2:
                     break
+                if buffer[pos : pos + 2] != b"\r\n":
+                    raise UpstreamBrokeOff("the upstream's chunk data does not end in CRLF")
                 pos += 2
                 self._remaining = 0
                 continue
@@ -521,10 +570,10 @@ class UpstreamResponse(asyncio.Protocol):
                     self._done = True
                     break
                 continue
-            try:
-                size = int(bytes(buffer[pos:line_end]).split(b";", 1)[0].strip(), 16)
-            except ValueError:
-                raise UpstreamBrokeOff("the upstream sent a bad chunk size") from None
+            match = _CHUNK_SIZE.fullmatch(buffer, pos, line_end)
+            if match is None:
+                raise UpstreamBrokeOff("the upstream sent a bad chunk size")
+            size = int(match.group(1), 16)
             pos = line_end + 2
             if size == 0:
                 self._remaining = -1
@@ -662,6 +711,9 @@ class UpstreamPool:
                 response.close()
                 if attempt or not response.reused or response.got_bytes:
                     raise
+            except BaseException:  # cancelled: the client went away before the answer's head; the upstream stops
+                response.close()
+                raise
         raise AssertionError("unreachable")
 
     async def _connection(self, head_only: bool) -> UpstreamResponse:

@@ -1,0 +1,282 @@
+"""`tokview proxy` against hostile or unusual clients and upstreams: a clear HTTP error, never a hang, a request
+smuggled past the proxy, or a generation left running upstream. Each case was found by sending it.
+
+- a negative chunk size (`-6`, which `int(…, 16)` reads) looped the event loop forever: every client hung;
+- a bare LF inside a header value was forwarded as it came: a new header line (or a second request) to an
+  upstream that splits lines on LF;
+- a client gone before the upstream's head left the upstream connection open: the generation ran to its end;
+- a Content-Length `isdigit()` accepts and `int()` refuses (`²`) dropped the connection with a traceback;
+- two Content-Lengths, a coding other than chunked, `0x` chunk sizes, chunk data not ended by CRLF were read
+  one way by the proxy where an upstream could read them another;
+- lines ending in bare LF waited for the idle timeout; a head over the limit got through when it came in one read;
+- an HTTP/1.0 client asking for keep-alive got no `connection: keep-alive` and waited for the connection to end;
+- an answer with a cut id array was a 500 with a traceback; `"return_token_ids": 1` had the client's ids taken
+  out; a client's own sglext flag lost its sglext chunk; a percent-encoded generation path went unrecorded; a
+  request nested deeper than orjson writes was a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Any]:
+    with start_simulator(SimConfig(kind="vllm")) as running:
+        yield running
+
+
+@pytest.fixture
+def proxy(sim) -> Iterator[Any]:
+    with start_proxy(ProxyConfig([sim.url], listen="127.0.0.1:0", db=None)) as running:
+        yield running
+
+
+MARK = b"hostile-test"
+"""In the body of the test's own generation: the probes the proxy sends at start-up are answered as usual."""
+
+
+class _Upstream:
+    """A scripted upstream: answers each request with `answer`; a POST whose body holds MARK with `post_answer` when
+    given, or never when `hold_posts` (a generation that never answers). Keeps every request (`received`) and says
+    when a held request's connection closed (`held_closed`)."""
+
+    def __init__(self, answer: bytes, hold_posts: bool = False, post_answer: bytes | None = None) -> None:
+        self.answer, self.hold_posts, self.post_answer = answer, hold_posts, post_answer
+        self.received: list[bytes] = []
+        self.held_closed = threading.Event()
+        self.url = ""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        holding = False
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")), 0
+                )
+                request = head + await reader.readexactly(length)
+                self.received.append(request)
+                if MARK in request and self.hold_posts:
+                    holding = True
+                    await reader.read()  # until the proxy closes it
+                    break
+                marked = MARK in request and self.post_answer is not None
+                writer.write(self.post_answer if marked else self.answer)  # type: ignore[arg-type]
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        if holding:
+            self.held_closed.set()
+        writer.close()
+
+
+@contextmanager
+def _upstream(answer: bytes, hold_posts: bool = False, post_answer: bytes | None = None) -> Iterator[_Upstream]:
+    up = _Upstream(answer, hold_posts, post_answer)
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(up.handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    up.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        yield up
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+def _exchange(url: str, raw: bytes, timeout: float = 10) -> bytes:
+    """Send raw bytes and read until the proxy closes the connection (a hang fails on the socket's timeout)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(raw)
+        parts = []
+        while chunk := sock.recv(65536):
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+MODELS = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 37\r\n\r\n{"object":"list","data":[{"id":"m"}]}'
+CHAT = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+def _chat(sim: Any, **extra: Any) -> dict[str, Any]:
+    return {"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
+
+
+def test_a_negative_chunk_size_is_refused_and_other_clients_are_still_served(proxy) -> None:
+    raw = CHAT + b"transfer-encoding: chunked\r\n\r\n-6\r\nabcdef\r\n0\r\n\r\n"
+    assert _status(_exchange(proxy.url, raw)) == 400
+    assert httpx.get(proxy.url + "/v1/models", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"transfer-encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+        b"transfer-encoding: chunked\r\n\r\n1_0\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n",
+        b"transfer-encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+        b"transfer-encoding: gzip\r\ncontent-length: 2\r\n\r\n{}",
+        b"transfer-encoding: chunked\r\ncontent-length: 2\r\n\r\n0\r\n\r\n",
+        b"content-length: 2\r\ncontent-length: 3\r\n\r\n{}x",
+        b"content-length: \xc2\xb2\r\n\r\n{}",
+        b"content-length: " + b"9" * 5000 + b"\r\n\r\n{}",
+        b"content-length: 99999999999\r\n\r\n{}",
+    ],
+    ids=[
+        "0x",
+        "underscore",
+        "no-crlf-after-data",
+        "gzip",
+        "chunked-and-length",
+        "two-lengths",
+        "superscript",
+        "5000-digits",
+        "too-large",
+    ],
+)
+def test_framing_an_upstream_could_read_another_way_is_refused(proxy, framing) -> None:
+    got = _exchange(proxy.url, CHAT + framing)
+    assert _status(got) in (400, 413) and b"connection: close" in got.lower()
+
+
+def test_a_bad_length_behind_a_good_request_is_answered_not_left_hanging(sim, proxy) -> None:
+    body = orjson.dumps(_chat(sim))
+    good = CHAT + b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    got = _exchange(proxy.url, good + CHAT + b"content-length: \xc2\xb2\r\n\r\n{}")
+    assert got.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 400 " in got
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"x-a: 1\ntransfer-encoding: chunked", b"x-a: 1\rauthorization: Bearer injected", b"x-a: a\x00b"],
+    ids=["bare-lf", "bare-cr", "nul"],
+)
+def test_a_header_value_holding_a_line_break_or_nul_is_refused_and_never_forwarded(header) -> None:
+    with _upstream(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}") as up:
+        with start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy:
+            got = _exchange(proxy.url, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n" + header + b"\r\n\r\n")
+            assert _status(got) == 400
+            assert httpx.get(proxy.url + "/v1/models").status_code == 200  # the next request is forwarded
+    assert all(b"injected" not in r and b"chunked" not in r for r in up.received)
+
+
+def test_lines_ending_in_bare_lf_and_a_head_over_the_limit_get_their_answer_at_once(proxy) -> None:
+    assert _status(_exchange(proxy.url, b"GET /v1/models HTTP/1.1\nhost: x\n\n", timeout=5)) == 400
+    huge = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n"
+    assert _status(_exchange(proxy.url, huge, timeout=5)) == 431
+
+
+def test_an_http10_client_asking_for_keep_alive_is_told_and_kept(proxy) -> None:
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        answers = []
+        for _ in range(2):
+            sock.sendall(b"GET /v1/models HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += sock.recv(65536)
+            head, _, body = got.partition(b"\r\n\r\n")
+            length = int(next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")).split(b":")[1])
+            while len(body) < length:
+                body += sock.recv(65536)
+            answers.append(head.lower())
+    assert all(a.startswith(b"http/1.1 200 ") and b"connection: keep-alive" in a for a in answers)
+
+
+def test_a_client_gone_before_the_upstreams_head_closes_the_upstream_request() -> None:
+    with (
+        _upstream(MODELS, hold_posts=True) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        body = b'{"model":"m","messages":[{"role":"user","content":"%s"}]}' % MARK
+        host, port = proxy.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(CHAT + b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            deadline = time.monotonic() + 10
+            while not any(MARK in r for r in up.received) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert any(MARK in r for r in up.received)  # upstream, waiting for its answer
+        assert up.held_closed.wait(10), "the upstream request was left open after the client went away"
+
+
+def test_an_answer_with_a_cut_id_array_is_a_502_not_a_traceback() -> None:
+    cut = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"x"},"token_ids":[1,2,3'
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(cut), cut)
+    with (
+        _upstream(answer) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        got = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": []})
+    assert got.status_code == 502 and "malformed" in got.json()["error"]["message"]
+
+
+def test_a_negative_chunk_size_from_the_upstream_breaks_off_the_answer() -> None:
+    bad = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n-6\r\n"
+    with (
+        _upstream(MODELS, post_answer=bad) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        marked = {"model": "m", "messages": [{"role": "user", "content": MARK.decode()}]}
+        got = httpx.post(proxy.url + "/v1/chat/completions", json=marked, timeout=10)
+        assert got.status_code == 502
+        assert httpx.get(proxy.url + "/v1/models", timeout=10).status_code == 200  # and still serving
+
+
+@pytest.mark.parametrize("value", [1, "true", "yes"])
+def test_a_client_asking_for_ids_in_words_the_server_reads_as_true_gets_them(sim, proxy, value) -> None:
+    body = _chat(sim, return_token_ids=value)
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).json()
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body).json()
+    assert direct["choices"][0]["token_ids"] and through["choices"][0]["token_ids"] == direct["choices"][0]["token_ids"]
+
+
+def test_a_request_nested_deeper_than_orjson_writes_is_forwarded(sim, proxy) -> None:
+    nested: Any = "deep"
+    for _ in range(300):
+        nested = {"a": nested}
+    body = json.dumps({**_chat(sim), "metadata": nested})
+    direct = httpx.post(sim.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    through = httpx.post(proxy.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert through.status_code == direct.status_code != 500
+
+
+def test_an_sglang_client_asking_for_its_own_sglext_ids_keeps_them(kimi_tok, kimi_profile) -> None:
+    with start_simulator(SimConfig(kind="sglang")) as sglang:
+        body = _chat(sglang, stream=True, return_input_ids_in_sglext=True)
+        direct = httpx.post(sglang.url + "/v1/chat/completions", json=body).content
+        with start_proxy(ProxyConfig([sglang.url], listen="127.0.0.1:0", db=None)) as proxy:
+            through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+    assert direct.count(b'"sglext"') == through.count(b'"sglext"') >= 1
+    assert b'"output_ids"' not in through
+
+
+def test_a_percent_encoded_generation_path_is_recorded(sim, tmp_path, kimi_tok, kimi_profile) -> None:
+    db = str(tmp_path / "p.duckdb")
+    config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+    with start_proxy(config) as proxy:
+        for path in ("/v1/chat/completions", "/v1/chat/%63ompletions"):
+            assert httpx.post(proxy.url + path, json=_chat(sim)).status_code == 200
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(2,)]
