@@ -49,3 +49,17 @@ def test_rows_read_again_are_the_rows_planned_and_appended_rows_wait(tmp_path):
         fh.write(json.dumps({"id": "late", "prompt": "appended"}) + "\n")
     taken = [first.prompt_id] + [item.prompt_id for item in queue]
     assert taken == ["q0000", "q0001", "q0002", "nan"]
+
+
+def test_bytes_that_are_not_utf8_written_into_the_file_mid_run_stop_it_as_a_change(tmp_path):
+    """They were an internal error (UnicodeDecodeError, exit 70), where a cut file already said it changed."""
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(_rows(2000)) + "\n")
+    queue = _queue(path)
+    queue.popleft()
+    with path.open("r+b") as fh:
+        fh.seek(40_000)
+        fh.write(b"\xff\xfe\xff")
+    with pytest.raises(InputError, match="changed while the batch ran"):
+        while queue:
+            queue.popleft()

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+import sys
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -458,7 +459,15 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     so what is refused and every error message stay the same; `checked_row` re-reads the one kind of line
     orjson reads otherwise (a whole number past 64 bits becomes a float)."""
     with path.open("r", encoding="utf-8-sig") as fh:
-        for n, text in enumerate(fh, start=1):
+        lines = enumerate(fh, start=1)
+        n = 0
+        while True:
+            try:
+                n, text = next(lines)
+            except StopIteration:
+                return
+            except UnicodeDecodeError:  # read in blocks: this names the line after the last whole one read
+                raise InputError(f"{path}:{n + 1}: not UTF-8 text (JSONL must be UTF-8)") from None
             try:
                 yield n, orjson.loads(text), text
                 continue
@@ -472,9 +481,12 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}"), None
             except RecursionError:
                 yield n, PromptError(f"line {n}: not valid JSON: nested too deeply"), None
+            except ValueError:  # a whole number of more digits than Python converts (4,300)
+                yield n, PromptError(f"line {n}: not valid JSON: {TOO_MANY_DIGITS}"), None
 
 
 _LONG_NUMBER = re.compile(r"\d{19}")
+TOO_MANY_DIGITS = f"a number has more digits than Python reads ({sys.get_int_max_str_digits():,})"
 
 
 def checked_row(n: int, obj: object, text: str | None) -> PromptRow:
@@ -489,7 +501,10 @@ def checked_row(n: int, obj: object, text: str | None) -> PromptRow:
     if row is not None:
         return row
     if _LONG_NUMBER.search(text) is not None:
-        obj = json.loads(text)
+        try:
+            obj = json.loads(text)
+        except ValueError:  # more digits than Python converts: orjson read it as a float
+            raise PromptError(f"line {n}: not valid JSON: {TOO_MANY_DIGITS}") from None
     return parse_checked(obj, n)
 
 

@@ -158,9 +158,14 @@ class WorkList:
         wanted = zip(self.lines, self.id_checks)
         next_line, check = next(wanted, (None, 0))
         with path.open("r", encoding="utf-8-sig") as fh:
-            for n, text in enumerate(fh, start=1):
-                if next_line is None:
-                    return
+            lines = enumerate(fh, start=1)
+            while next_line is not None:
+                try:
+                    n, text = next(lines)
+                except StopIteration:
+                    break
+                except UnicodeDecodeError:  # bytes that are not UTF-8 written into it since it was planned
+                    raise changed from None
                 if n != next_line:
                     continue
                 if zlib.crc32(text.encode()) != check:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokview.commands.store_arg import store_path
 from tokview.errors import UserError
 
 
@@ -16,7 +17,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "merge", help="land stores made elsewhere (e.g. --shard K/N runs) into one store", description=__doc__
     )
     p.add_argument("sources", nargs="+", type=Path, metavar="A.duckdb", help="stores to merge")
-    p.add_argument("--into", required=True, metavar="STORE", help="the store to merge into (created if missing)")
+    p.add_argument(
+        "--into", required=True, metavar="STORE", type=store_path, help="the store to merge into (created if missing)"
+    )
     p.set_defaults(run=run)
 
 

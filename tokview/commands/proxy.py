@@ -13,6 +13,7 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from tokview.commands.store_arg import store_path
     from tokview.core.resolve import add_tokenizer_arguments
     from tokview.default_store import DEFAULT_DB
     from tokview.proxy.serve import DEFAULT_LISTEN, PROXY_KEY_ENV
@@ -34,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"where to listen (default {DEFAULT_LISTEN})"
     )
-    p.add_argument("--db", default=DEFAULT_DB, metavar="PATH", help=f"the store to record into (default {DEFAULT_DB})")
+    p.add_argument(
+        "--db", default=DEFAULT_DB, metavar="PATH", type=store_path, help=f"the store to record into (default {DEFAULT_DB})"
+    )
     p.add_argument(
         "--kind", choices=("auto", "vllm", "sglang"), default="auto", help="upstream kind (default: detected)"
     )

@@ -13,14 +13,24 @@ from tokview.default_store import DEFAULT_DB
 from tokview.errors import UserError
 
 
+def store_path(text: str) -> str:
+    """An argparse type for a store's path: an empty one is refused (DuckDB opens "" as a throwaway in-memory
+    database, so a run "into" it reported success and kept nothing)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give the store's .duckdb file")
+    return text
+
+
 def add_db_argument(parser: argparse.ArgumentParser, what: str = "DuckDB store") -> None:
     """`--db PATH`, defaulting to the store's default name (`what` starts its help line)."""
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"{what} (default: ./{DEFAULT_DB})")
+    parser.add_argument("--db", default=DEFAULT_DB, type=store_path, help=f"{what} (default: ./{DEFAULT_DB})")
 
 
 def existing_store(db: str | Path) -> Path:
     """`db` as a Path when it is a file; a one-line UserError when it is a folder or absent."""
     path = Path(db)
+    if not str(db).strip():
+        raise UserError("--db is empty: name the store's .duckdb file")
     if path.is_dir():
         raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
     if not path.is_file():

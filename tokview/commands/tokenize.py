@@ -124,6 +124,8 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise UserError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path} is not valid JSON: nested too deeply") from None
     row = {"messages": data} if isinstance(data, list) else data
     try:
         points = generation_points(parse_row(row))

@@ -184,7 +184,16 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     file's). `utf-8-sig`: a byte-order mark some editors write is not part of line 1's JSON.
     """
     with path.open("r", encoding="utf-8-sig") as fh:
-        for n, text in enumerate(fh, start=1):
+        lines = enumerate(fh, start=1)
+        n = 0
+        while True:
+            try:
+                n, text = next(lines)
+            except StopIteration:
+                return
+            except UnicodeDecodeError:  # read in blocks: the line after the last whole one read
+                yield n + 1, PromptError(f"line {n + 1}: not UTF-8 text (JSONL must be UTF-8)")
+                return
             if not text.strip():
                 continue
             try:
@@ -193,6 +202,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}")
             except RecursionError:
                 yield n, PromptError(f"line {n}: not valid JSON: nested too deeply")
+            except ValueError:  # a whole number of more digits than Python converts (4,300)
+                yield n, PromptError(f"line {n}: not valid JSON: a number has more digits than Python reads")
             del text
 
 

@@ -64,6 +64,8 @@ class Store:
         """`on_wait(message)` hears about a long wait for another process (default: one line on stderr);
         `linger`: seconds the file stays open after an operation (0: closed at once)."""
         self.path = str(path)
+        if not self.path.strip():  # DuckDB opens "" as a throwaway in-memory database: nothing would be kept
+            raise StoreError("no store named: give a .duckdb file path (the path given is empty)")
         self._file = StoreFile(
             self.path,
             lock_timeout=lock_timeout,
