@@ -165,6 +165,23 @@ async def capture_on(
         raw = await raw_capture(client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer)
         chat = await chat_capture(client, info, choice, request, settings, require_ids=False)
         capture = merge_dual(raw, chat.capture, chat.returned_ids)
+    _check_output_length(capture, settings.get("max_new_tokens"), info.url)
     capture.settings = recorded
     capture.messages = request.messages
     return capture
+
+
+OVERRUN_SLACK = 16
+"""Output ids past the `max_tokens` asked that are taken for a server's quirk rather than a broken answer."""
+
+
+def _check_output_length(capture: Capture, asked: object, url: str) -> None:
+    """An answer with far more output ids than `max_tokens` asked for is not a generation of this request: refused
+    before it is analysed. (A server answering 24 million ids to a 1,024-token request had them stored, flagged,
+    a 200 MB store, and the batch spent minutes analysing them, deaf to SIGTERM.)"""
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked < 1:
+        return
+    if len(capture.output_ids) > asked + OVERRUN_SLACK:
+        raise CaptureFailed(
+            f"malformed response: {len(capture.output_ids)} output ids for a request of max_tokens {asked}", url=url
+        )
