@@ -9,7 +9,9 @@ an answer relayed by length, chunked or until close, read by read. That part is 
 protocol callbacks (no stream reader, no task per connection), and a request costs a few string splits.
 
 What it does not do: pipelined requests are answered one after the other (as HTTP/1.1 requires);
-upgrades (WebSocket) are not forwarded; request trailers are read and dropped.
+upgrades (WebSocket) are not forwarded; request trailers are read and dropped. A client that shuts its
+sending side (a FIN) before its answer is taken as gone and its upstream request is closed, as nginx does by
+default: TCP cannot tell a half-close from a harness that gave up, and a generation nobody will read must stop.
 """
 
 from __future__ import annotations
