@@ -467,7 +467,9 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
             except StopIteration:
                 return
             except UnicodeDecodeError:  # read in blocks: this names the line after the last whole one read
-                raise InputError(f"{path}:{n + 1}: not UTF-8 text (JSONL must be UTF-8)") from None
+                raise InputError(
+                    f"{path}:{n + 1}: not UTF-8 text (JSONL expected; Parquet files need a .parquet name)"
+                ) from None
             try:
                 yield n, orjson.loads(text), text
                 continue

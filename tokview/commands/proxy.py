@@ -36,7 +36,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"where to listen (default {DEFAULT_LISTEN})"
     )
     p.add_argument(
-        "--db", default=DEFAULT_DB, metavar="PATH", type=store_path, help=f"the store to record into (default {DEFAULT_DB})"
+        "--db",
+        default=DEFAULT_DB,
+        metavar="PATH",
+        type=store_path,
+        help=f"the store to record into (default {DEFAULT_DB})",
     )
     p.add_argument(
         "--kind", choices=("auto", "vllm", "sglang"), default="auto", help="upstream kind (default: detected)"

@@ -183,17 +183,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     Read line by line, so a file is never held whole (one gigantic line costs its own size, not the
     file's). `utf-8-sig`: a byte-order mark some editors write is not part of line 1's JSON.
     """
-    with path.open("r", encoding="utf-8-sig") as fh:
-        lines = enumerate(fh, start=1)
-        n = 0
-        while True:
-            try:
-                n, text = next(lines)
-            except StopIteration:
-                return
-            except UnicodeDecodeError:  # read in blocks: the line after the last whole one read
-                yield n + 1, PromptError(f"line {n + 1}: not UTF-8 text (JSONL must be UTF-8)")
-                return
+    with path.open("r", encoding="utf-8-sig") as fh:  # bytes that are not UTF-8: UnicodeDecodeError, the caller's
+        for n, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
             try:
