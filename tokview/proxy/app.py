@@ -180,7 +180,7 @@ class ProxyApp:
         except orjson.JSONEncodeError:  # nested deeper than orjson writes (254), or a lone surrogate
             pass
         try:
-            return json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+            return json.dumps(sent, separators=(",", ":")).encode()  # ASCII: every character escaped as JSON allows
         except (RecursionError, ValueError):  # not to be re-written: sent as it came, so its answer has no ids
             ex.injection = None  # (the recorder records it as a failure: the upstream returned no ids)
             return ex.body
