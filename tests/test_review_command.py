@@ -92,6 +92,27 @@ def test_bad_filters_are_one_line(db):
         review(db.parent / "missing.duckdb", "--approve")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tag", "a\udc80b"],
+        ["--untag", "a\udc80b"],
+        ["--note", "a\udc80b"],
+        ["--reject", "a\udc80b"],
+        ["--with-tag", "a\udc80b", "--approve"],
+        ["--search", "a\udc80b", "--approve"],
+    ],
+    ids=["tag", "untag", "note", "reject", "with-tag", "search"],
+)
+def test_text_that_is_not_utf8_is_refused_in_the_flags_own_words(db, argv):
+    """Bytes a terminal passed that are not UTF-8 arrive as lone surrogates: DuckDB refused them as "cannot read
+    STORE: … Python Conversion Failure", which blamed the store."""
+    with pytest.raises(UserError, match=f"{argv[0]} holds bytes that are not UTF-8 text"):
+        review(db, *argv)
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM actions") == [(0,)]  # nothing done
+
+
 def test_ten_thousand_samples_take_under_a_second(tmp_path, put, make_capture, capsys):
     path = tmp_path / "big.duckdb"
     with Store(path) as store:

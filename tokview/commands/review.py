@@ -58,7 +58,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _text(value: str | None, flag: str) -> str | None:
     if value is not None and not value.strip():
         raise UserError(f"{flag} must not be empty")
+    _utf8(value, flag)
     return value.strip() if value is not None else None
+
+
+def _utf8(value: str | None, flag: str) -> None:
+    """Bytes the terminal passed that are not UTF-8 reach Python as lone surrogates, which the store cannot hold
+    (DuckDB said "cannot read STORE: … Python Conversion Failure")."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} holds bytes that are not UTF-8 text") from None
 
 
 def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str | None]:
@@ -70,6 +82,7 @@ def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str 
         raise UserError(f"unknown finding code {args.finding!r} (tokview stats lists the codes a store has)")
     if args.run_name is not None and not store.query("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", [args.run_name]):
         raise UserError(f"no sample of a run {args.run_name!r} in {args.db} (tokview stats --samples shows them)")
+    _utf8(args.search, "--search")
     text, max_acceptance, max_nll = parse_search(args.search.strip()) if args.search else (None, None, None)
     status = args.status if args.status in ("pending", "approved", "rejected") else None
     valid = {"valid": True, "invalid": False}.get(args.status or "")
