@@ -145,6 +145,28 @@ def test_vllm_stream_matches_recorded_chunks(vllm_sim):
     assert content == full["choices"][0]["message"]["content"]
 
 
+def test_vllm_stream_without_ids_has_real_vllms_shape(vllm_sim):
+    """Real vLLM 0.32 without `return_token_ids` (tests/recordings/proxy_tools/vllm_t1_stream_noids.txt): the id keys
+    are there as null, and an id that adds no text sends no chunk. The simulator left the keys out and sent an
+    empty-delta chunk for every marker id, so a proxy that followed the real server looked wrong against it."""
+    recorded = sse_events(
+        (Path(__file__).parent / "recordings" / "proxy_tools" / "vllm_t1_stream_noids.txt").read_text()
+    )
+    req = {"messages": MESSAGES, "seed": 5, "stream": True}
+    events = sse_events(post(vllm_sim, "/v1/chat/completions", req).text)
+    assert events[-1] == "[DONE]"
+    first, chunks = events[0], events[1:-1]
+    assert first.keys() == recorded[0].keys()
+    assert first["prompt_token_ids"] is None and first["prompt_text"] is None
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        assert "token_ids" in choice and choice["token_ids"] is None
+        assert choice["delta"] != {} or choice["finish_reason"] is not None
+    assert chunks[0]["choices"][0].keys() == recorded[1]["choices"][0].keys()
+    with_ids = sse_events(post(vllm_sim, "/v1/chat/completions", {**req, "return_token_ids": True}).text)
+    assert len(with_ids) > len(events)  # the marker ids' chunks come only with the ids
+
+
 def test_vllm_completions_with_token_id_prompt(vllm_sim):
     body = post(
         vllm_sim, "/v1/completions", {"prompt": RECORDED_PROMPT, "return_token_ids": True, "max_tokens": 400, "seed": 1}

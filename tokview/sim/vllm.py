@@ -321,8 +321,13 @@ def _chat_events(
     usage: dict[str, Any],
     r_tokens: int,
 ) -> list[str]:
-    """As recorded (vllm_chat_stream.txt): role chunk with prompt ids, one chunk per id, usage, [DONE]."""
+    """As recorded (vllm_chat_stream.txt): role chunk with prompt ids, one chunk per id, usage, [DONE].
+
+    Without `return_token_ids`, as vLLM 0.32 sends it (tools recordings, vllm_t1_stream_noids.txt): the id keys are
+    there as null, and an id that adds no text (a think or tool-call marker) sends no chunk at all. Before the
+    fields existed (the `no-id-fields` quirk) the keys are absent."""
     rid, created, model = common.new_id("chatcmpl-"), common.now(), state.cfg.model_name
+    null_ids = not ids and not state.cfg.quirk("no-id-fields")
     head: JsonObject = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model}
     first: dict[str, Any] = {
         **head,
@@ -332,6 +337,8 @@ def _chat_events(
     }
     if ids:
         first.update(prompt_token_ids=list(prompt), prompt_text=None)
+    elif null_ids:
+        first.update(prompt_token_ids=None, prompt_text=None)
     events = [sse(first)]
     out = gen.output_ids
     for pos, (tid, region) in enumerate(zip(out, regions)):
@@ -351,6 +358,10 @@ def _chat_events(
             choice["stop_reason"] = _stop_reason(gen)
         if ids:
             choice["token_ids"] = [tid]
+        elif null_ids:
+            if not delta and not last and not body.get("logprobs"):
+                continue  # nothing to say for this id
+            choice["token_ids"] = None
         events.append(sse({**head, "choices": [choice]}))
     if (body.get("stream_options") or {}).get("include_usage"):
         final: JsonObject = {
