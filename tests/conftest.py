@@ -152,3 +152,12 @@ def replay_server() -> Iterator[Callable[[Any], str]]:
 
     with ExitStack() as stack:
         yield lambda replay: stack.enter_context(serve(replay))
+
+
+@pytest.fixture(scope="module")
+def vllm_sim() -> Iterator[Any]:
+    """A vLLM simulator, one per test module that asks for it."""
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        yield sim

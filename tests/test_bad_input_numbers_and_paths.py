@@ -23,14 +23,6 @@ from tokview.core.prompts import PromptError, iter_jsonl
 TOKVIEW = [sys.executable, "-m", "tokview"]
 
 
-@pytest.fixture(scope="module")
-def vllm_sim_url():
-    from tokview.sim import SimConfig, start_simulator
-
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim.url
-
-
 HUGE = "9" * 5000
 
 
@@ -49,10 +41,10 @@ def test_a_number_too_long_for_python_is_a_bad_row_for_both_readers(tmp_path):
     assert "more digits than Python reads" in str(plain[1][1])
 
 
-def test_a_batch_with_a_number_too_long_skips_that_row_and_keeps_the_rest(tmp_path, vllm_sim_url):
+def test_a_batch_with_a_number_too_long_skips_that_row_and_keeps_the_rest(tmp_path, vllm_sim):
     path = tmp_path / "p.jsonl"
     path.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "hi", "x": ' + HUGE + "}\n")
-    done = _run("batch", str(path), "--server", vllm_sim_url, "--db", str(tmp_path / "b.duckdb"), cwd=tmp_path)
+    done = _run("batch", str(path), "--server", vllm_sim.url, "--db", str(tmp_path / "b.duckdb"), cwd=tmp_path)
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "more digits than Python reads" in done.stderr, done.stderr
     assert done.returncode not in (0, 70), done.stderr

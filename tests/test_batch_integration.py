@@ -25,12 +25,6 @@ SAMPLES = ROOT / "sample_data"
 TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())"]
 
 
-@pytest.fixture(scope="module")
-def vllm_sim():
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim
-
-
 def _config(url: str, path: Path, **kw) -> BatchConfig:
     return BatchConfig(
         servers=[url],

@@ -23,7 +23,6 @@ from starlette.routing import Route
 
 from tokview.servers.errors import CaptureFailed
 from tokview.servers.http import ServerClient
-from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,12 +36,6 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TOKVIEW, *args], capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, **env}
     )
-
-
-@pytest.fixture(scope="module")
-def vllm_sim():
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim
 
 
 @pytest.mark.parametrize("framed", [True, False], ids=["content-length", "chunked"])

@@ -17,21 +17,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from proxy_front import exchange
 
 from tokview.proxy.serve import ProxyConfig, start_proxy
-from tokview.sim.config import SimConfig
-from tokview.sim.server import start_simulator
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Any]:
-    with start_simulator(SimConfig(kind="vllm")) as running:
-        yield running
 
 
 @pytest.fixture
-def proxy(sim) -> Iterator[Any]:
-    with start_proxy(ProxyConfig([sim.url], listen="127.0.0.1:0", db=None)) as running:
+def proxy(vllm_sim) -> Iterator[Any]:
+    with start_proxy(ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=None)) as running:
         yield running
 
 
@@ -70,24 +63,13 @@ def _thread_cpu_s(native_id: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _chat(sim: Any, stream: bool) -> dict[str, Any]:
+def _chat(vllm_sim: Any, stream: bool) -> dict[str, Any]:
     return {
-        "model": sim.cfg.model_name,
+        "model": vllm_sim.cfg.model_name,
         "messages": [{"role": "user", "content": "hi"}],
         "max_tokens": 8,
         "stream": stream,
     }
-
-
-def _exchange(url: str, raw: bytes) -> bytes:
-    """Send raw bytes to the proxy and read until it closes the connection."""
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(raw)
-        parts = []
-        while chunk := sock.recv(65536):
-            parts.append(chunk)
-    return b"".join(parts)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads a thread's CPU time from /proc")
@@ -111,8 +93,8 @@ def test_a_forwarded_request_costs_the_serving_thread_well_under_a_millisecond_o
     assert spent / n < 0.0008, f"{spent / n * 1000:.2f} ms of CPU a request"
 
 
-def test_a_chunked_request_body_and_a_pipelined_request_are_answered_in_order(sim, proxy) -> None:
-    body = orjson.dumps(_chat(sim, False))
+def test_a_chunked_request_body_and_a_pipelined_request_are_answered_in_order(vllm_sim, proxy) -> None:
+    body = orjson.dumps(_chat(vllm_sim, False))
     half = len(body) // 2
     chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:])
     raw = (
@@ -121,7 +103,7 @@ def test_a_chunked_request_body_and_a_pipelined_request_are_answered_in_order(si
         + chunked
         + b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
     )
-    got = _exchange(proxy.url, raw)
+    got = exchange(proxy.url, raw)
     first, _, rest = got.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200 ")
     length = int(
@@ -133,17 +115,17 @@ def test_a_chunked_request_body_and_a_pipelined_request_are_answered_in_order(si
     assert second.startswith(b"HTTP/1.1 200 ") and b'"object":"list"' in second.replace(b" ", b"")
 
 
-def test_an_http10_client_gets_a_stream_that_ends_where_the_connection_closes(sim, proxy) -> None:
-    body = orjson.dumps(_chat(sim, True))
+def test_an_http10_client_gets_a_stream_that_ends_where_the_connection_closes(vllm_sim, proxy) -> None:
+    body = orjson.dumps(_chat(vllm_sim, True))
     raw = b"POST /v1/chat/completions HTTP/1.0\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-    head, _, stream = _exchange(proxy.url, raw).partition(b"\r\n\r\n")
+    head, _, stream = exchange(proxy.url, raw).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ") and b"transfer-encoding" not in head.lower()
     assert stream.endswith(b"data: [DONE]\n\n") and b'"token_ids":[' not in stream
 
 
-def test_head_and_kept_connections_go_through(sim, proxy) -> None:
+def test_head_and_kept_connections_go_through(vllm_sim, proxy) -> None:
     with httpx.Client() as client:
-        direct = client.head(sim.url + "/v1/models")
+        direct = client.head(vllm_sim.url + "/v1/models")
         through = client.head(proxy.url + "/v1/models")
         assert through.status_code == direct.status_code and through.content == b""
         answers = [client.get(proxy.url + "/v1/models") for _ in range(3)]  # one client connection, one upstream
@@ -156,24 +138,24 @@ def test_head_and_kept_connections_go_through(sim, proxy) -> None:
 
 
 def test_a_malformed_request_is_refused_with_400_and_the_connection_closed(proxy) -> None:
-    got = _exchange(proxy.url, b"NONSENSE\r\n\r\n")
+    got = exchange(proxy.url, b"NONSENSE\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 400 ") and b"connection: close" in got.lower()
 
 
-def test_the_front_serves_on_uvloop_when_it_is_installed(sim) -> None:
+def test_the_front_serves_on_uvloop_when_it_is_installed(vllm_sim) -> None:
     """vLLM's and SGLang's environments ship uvloop, and the proxy then serves on it: its transports are not
     asyncio.Transport subclasses (an isinstance check refused every connection)."""
     pytest.importorskip("uvloop")
-    with start_proxy(ProxyConfig([sim.url], listen="127.0.0.1:0", db=None)) as proxy, httpx.Client() as client:
+    with start_proxy(ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=None)) as proxy, httpx.Client() as client:
         assert client.get(proxy.url + "/v1/models").json()["data"]
-        stream = client.post(proxy.url + "/v1/chat/completions", json=_chat(sim, True)).content
+        stream = client.post(proxy.url + "/v1/chat/completions", json=_chat(vllm_sim, True)).content
         assert stream.endswith(b"data: [DONE]\n\n")
 
 
-def test_a_client_expecting_100_continue_gets_it_once_and_then_the_upstreams_answer(sim, proxy) -> None:
+def test_a_client_expecting_100_continue_gets_it_once_and_then_the_upstreams_answer(vllm_sim, proxy) -> None:
     """curl sends `Expect: 100-continue` before a body over 1 KB; the front answers the interim 100 itself and
     forwards no `expect` (an upstream's own interim 100 read as its answer would have been the client's)."""
-    body = orjson.dumps({**_chat(sim, False), "messages": [{"role": "user", "content": "x" * 2000}]})
+    body = orjson.dumps({**_chat(vllm_sim, False), "messages": [{"role": "user", "content": "x" * 2000}]})
     host, port = proxy.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from proxy_front import exchange
 
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
@@ -36,15 +37,9 @@ from tokview.sim.server import start_simulator
 from tokview.store import Store
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Any]:
-    with start_simulator(SimConfig(kind="vllm")) as running:
-        yield running
-
-
 @pytest.fixture
-def proxy(sim) -> Iterator[Any]:
-    with start_proxy(ProxyConfig([sim.url], listen="127.0.0.1:0", db=None)) as running:
+def proxy(vllm_sim) -> Iterator[Any]:
+    with start_proxy(ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=None)) as running:
         yield running
 
 
@@ -102,17 +97,6 @@ def _upstream(answer: bytes, hold_posts: bool = False, post_answer: bytes | None
         thread.join(5)
 
 
-def _exchange(url: str, raw: bytes, timeout: float = 10) -> bytes:
-    """Send raw bytes and read until the proxy closes the connection (a hang fails on the socket's timeout)."""
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        sock.sendall(raw)
-        parts = []
-        while chunk := sock.recv(65536):
-            parts.append(chunk)
-    return b"".join(parts)
-
-
 def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
@@ -121,13 +105,13 @@ MODELS = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 
 CHAT = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
 
 
-def _chat(sim: Any, **extra: Any) -> dict[str, Any]:
-    return {"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
+def _chat(vllm_sim: Any, **extra: Any) -> dict[str, Any]:
+    return {"model": vllm_sim.cfg.model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **extra}
 
 
 def test_a_negative_chunk_size_is_refused_and_other_clients_are_still_served(proxy) -> None:
     raw = CHAT + b"transfer-encoding: chunked\r\n\r\n-6\r\nabcdef\r\n0\r\n\r\n"
-    assert _status(_exchange(proxy.url, raw)) == 400
+    assert _status(exchange(proxy.url, raw)) == 400
     assert httpx.get(proxy.url + "/v1/models", timeout=5).status_code == 200
 
 
@@ -157,14 +141,14 @@ def test_a_negative_chunk_size_is_refused_and_other_clients_are_still_served(pro
     ],
 )
 def test_framing_an_upstream_could_read_another_way_is_refused(proxy, framing) -> None:
-    got = _exchange(proxy.url, CHAT + framing)
+    got = exchange(proxy.url, CHAT + framing)
     assert _status(got) in (400, 413) and b"connection: close" in got.lower()
 
 
-def test_a_bad_length_behind_a_good_request_is_answered_not_left_hanging(sim, proxy) -> None:
-    body = orjson.dumps(_chat(sim))
+def test_a_bad_length_behind_a_good_request_is_answered_not_left_hanging(vllm_sim, proxy) -> None:
+    body = orjson.dumps(_chat(vllm_sim))
     good = CHAT + b"content-length: %d\r\n\r\n%s" % (len(body), body)
-    got = _exchange(proxy.url, good + CHAT + b"content-length: \xc2\xb2\r\n\r\n{}")
+    got = exchange(proxy.url, good + CHAT + b"content-length: \xc2\xb2\r\n\r\n{}")
     assert got.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 400 " in got
 
 
@@ -176,16 +160,16 @@ def test_a_bad_length_behind_a_good_request_is_answered_not_left_hanging(sim, pr
 def test_a_header_value_holding_a_line_break_or_nul_is_refused_and_never_forwarded(header) -> None:
     with _upstream(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}") as up:
         with start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy:
-            got = _exchange(proxy.url, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n" + header + b"\r\n\r\n")
+            got = exchange(proxy.url, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n" + header + b"\r\n\r\n")
             assert _status(got) == 400
             assert httpx.get(proxy.url + "/v1/models").status_code == 200  # the next request is forwarded
     assert all(b"injected" not in r and b"chunked" not in r for r in up.received)
 
 
 def test_lines_ending_in_bare_lf_and_a_head_over_the_limit_get_their_answer_at_once(proxy) -> None:
-    assert _status(_exchange(proxy.url, b"GET /v1/models HTTP/1.1\nhost: x\n\n", timeout=5)) == 400
+    assert _status(exchange(proxy.url, b"GET /v1/models HTTP/1.1\nhost: x\n\n", timeout=5)) == 400
     huge = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n"
-    assert _status(_exchange(proxy.url, huge, timeout=5)) == 431
+    assert _status(exchange(proxy.url, huge, timeout=5)) == 431
 
 
 def test_an_http10_client_asking_for_keep_alive_is_told_and_kept(proxy) -> None:
@@ -245,19 +229,21 @@ def test_a_negative_chunk_size_from_the_upstream_breaks_off_the_answer() -> None
 
 
 @pytest.mark.parametrize("value", [1, "true", "yes"])
-def test_a_client_asking_for_ids_in_words_the_server_reads_as_true_gets_them(sim, proxy, value) -> None:
-    body = _chat(sim, return_token_ids=value)
-    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).json()
+def test_a_client_asking_for_ids_in_words_the_server_reads_as_true_gets_them(vllm_sim, proxy, value) -> None:
+    body = _chat(vllm_sim, return_token_ids=value)
+    direct = httpx.post(vllm_sim.url + "/v1/chat/completions", json=body).json()
     through = httpx.post(proxy.url + "/v1/chat/completions", json=body).json()
     assert direct["choices"][0]["token_ids"] and through["choices"][0]["token_ids"] == direct["choices"][0]["token_ids"]
 
 
-def test_a_request_nested_deeper_than_orjson_writes_is_forwarded(sim, proxy) -> None:
+def test_a_request_nested_deeper_than_orjson_writes_is_forwarded(vllm_sim, proxy) -> None:
     nested: Any = "deep"
     for _ in range(300):
         nested = {"a": nested}
-    body = json.dumps({**_chat(sim), "metadata": nested})
-    direct = httpx.post(sim.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    body = json.dumps({**_chat(vllm_sim), "metadata": nested})
+    direct = httpx.post(
+        vllm_sim.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
     through = httpx.post(proxy.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"})
     assert through.status_code == direct.status_code != 500
 
@@ -272,11 +258,11 @@ def test_an_sglang_client_asking_for_its_own_sglext_ids_keeps_them(kimi_tok, kim
     assert b'"output_ids"' not in through
 
 
-def test_a_percent_encoded_generation_path_is_recorded(sim, tmp_path, kimi_tok, kimi_profile) -> None:
+def test_a_percent_encoded_generation_path_is_recorded(vllm_sim, tmp_path, kimi_tok, kimi_profile) -> None:
     db = str(tmp_path / "p.duckdb")
-    config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+    config = ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
     with start_proxy(config) as proxy:
         for path in ("/v1/chat/completions", "/v1/chat/%63ompletions"):
-            assert httpx.post(proxy.url + path, json=_chat(sim)).status_code == 200
+            assert httpx.post(proxy.url + path, json=_chat(vllm_sim)).status_code == 200
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(2,)]

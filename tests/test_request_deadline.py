@@ -26,7 +26,6 @@ from starlette.routing import Route
 from tokview.batch import BatchConfig, run_batch
 from tokview.servers.errors import Retryable
 from tokview.servers.http import ServerClient
-from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,12 +39,6 @@ def _cli(*args: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess[s
         [*TOKVIEW, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ)
     )
     return done, time.monotonic() - started
-
-
-@pytest.fixture(scope="module")
-def vllm_sim():
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim
 
 
 def _dripping(served: Served):

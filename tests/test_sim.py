@@ -38,12 +38,6 @@ def sse_events(text: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def vllm_sim():
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim
-
-
-@pytest.fixture(scope="module")
 def sgl_sim():
     with start_simulator(SimConfig(kind="sglang")) as sim:
         yield sim

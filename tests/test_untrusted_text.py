@@ -25,7 +25,6 @@ import httpx
 import pytest
 from loopback import serve_asgi
 
-from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,12 +60,6 @@ def proxy(target: str, mutate: Mutate) -> Iterator[str]:
     app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
     with serve_asgi(app) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def vllm_sim() -> Iterator[Any]:
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        yield sim
 
 
 def tokview(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

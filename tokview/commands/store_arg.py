@@ -29,8 +29,6 @@ def add_db_argument(parser: argparse.ArgumentParser, what: str = "DuckDB store")
 def existing_store(db: str | Path) -> Path:
     """`db` as a Path when it is a file; a one-line UserError when it is a folder or absent."""
     path = Path(db)
-    if not str(db).strip():
-        raise UserError("--db is empty: name the store's .duckdb file")
     if path.is_dir():
         raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
     if not path.is_file():

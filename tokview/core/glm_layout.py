@@ -35,6 +35,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tokview.core.json_cache import cache_folder
 from tokview.core.kimi_layout import EXTRA_PIECES, WORDS
 
 VOCAB_SIZE = 151552
@@ -271,11 +272,7 @@ def build_glm_tokenizer_dir(out_dir: Path) -> Path:
 
 def glm_tokenizer_dir(*, cache_dir: Path | None = None) -> Path:
     """A cached build under ``cache_dir`` (default ``$TOKVIEW_CACHE`` or ``~/.cache/tokview``)/``glm-layout``."""
-    base = (
-        Path(cache_dir)
-        if cache_dir is not None
-        else Path(os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview")
-    )
+    base = Path(cache_dir) if cache_dir is not None else cache_folder()
     d = base.expanduser() / "glm-layout"
     if _is_built(d):
         return d.absolute()

@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tokview.core.json_cache import cache_folder
 from tokview.core.tokenizer_folder import byte_alphabet
 from tokview.errors import TokviewError
 
@@ -73,10 +74,6 @@ class GptOssDataError(TokviewError):
     title = "gpt-oss tokenizer"
 
 
-def cache_base() -> Path:
-    return Path(os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview").expanduser()
-
-
 def find_js_tiktoken() -> Path | None:
     """The js-tiktoken package (.tgz from `npm pack`, or its unpacked `package` folder, or the ranks .js):
     `$TOKVIEW_JS_TIKTOKEN`, else the newest `js-tiktoken-*.tgz` in the tokview cache, else in
@@ -84,7 +81,7 @@ def find_js_tiktoken() -> Path | None:
     named = os.environ.get("TOKVIEW_JS_TIKTOKEN")
     if named:
         return Path(named).expanduser()
-    for folder in (cache_base(), Path.home() / ".cache" / "tokview"):
+    for folder in (cache_folder(), Path.home() / ".cache" / "tokview"):
         packed = sorted(folder.glob("js-tiktoken-*.tgz"))
         if packed:
             return packed[-1]
@@ -263,7 +260,7 @@ def gpt_oss_tokenizer_dir(source: Path | None = None, cache_dir: Path | None = N
     """The cached gpt-oss tokenizer folder, built from js-tiktoken's ranks on first use (~30 s, once).
 
     Raises GptOssDataError naming what to fetch when the package is not on this machine."""
-    folder = (Path(cache_dir) if cache_dir else cache_base()) / "gpt-oss-o200k-harmony"
+    folder = (Path(cache_dir) if cache_dir else cache_folder()) / "gpt-oss-o200k-harmony"
     if _is_built(folder):
         return folder.absolute()
     where = source or find_js_tiktoken()

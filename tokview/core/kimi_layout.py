@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tokview.core.json_cache import cache_folder
 from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
 
 VOCAB_SIZE = 163840
@@ -357,11 +358,7 @@ def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = N
     build lives in its ``kimi-layout`` or ``kimi-layout-nonspecial`` subdirectory, so both
     variants can share one cache.
     """
-    base = (
-        Path(cache_dir)
-        if cache_dir is not None
-        else Path(os.environ.get("TOKVIEW_CACHE") or Path.home() / ".cache" / "tokview")
-    )
+    base = Path(cache_dir) if cache_dir is not None else cache_folder()
     d = base.expanduser() / ("kimi-layout" if think_special else "kimi-layout-nonspecial")
     if _is_built(d, think_special):
         return d.absolute()
