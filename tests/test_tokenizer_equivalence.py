@@ -88,6 +88,94 @@ def test_a_cache_that_cannot_be_written_loads_through_transformers_each_time(tmp
         assert not isinstance(load_tokenizer(d).tok, TokenizerJson)
 
 
+def test_an_unwritable_cache_skips_the_comparison(tmp_path, qwen_tok_dir, monkeypatch):
+    """A verdict that cannot be kept would be paid on every load (+40% over transformers' own load)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("TOKVIEW_CACHE", str(blocker))
+    monkeypatch.setattr(equivalence, "same_tokenizer", lambda native, ref: pytest.fail("compared"))
+    assert not isinstance(load_tokenizer(_copy(tmp_path, qwen_tok_dir, "qwen3")).tok, TokenizerJson)
+
+
+def test_a_folder_edited_while_it_was_compared_keeps_no_verdict(tmp_path, qwen_tok_dir, own_cache, monkeypatch):
+    """The verdict is for the files that were compared: a file that changed meanwhile (a download, a pull) would
+    have tied "same" to content nobody compared, and every later load would have read it natively."""
+    import tokview.core.tokenizer as tokenizer_module
+
+    d = _copy(tmp_path, qwen_tok_dir, "qwen3")
+    load = tokenizer_module._load_with_transformers
+
+    def load_then_edit(folder, trust):
+        loaded = load(folder, trust)
+        cfg = json.loads((d / "tokenizer_config.json").read_text())
+        (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": 4096}))
+        return loaded
+
+    monkeypatch.setattr(tokenizer_module, "_load_with_transformers", load_then_edit)
+    load_tokenizer(d)
+    assert _verdicts(own_cache) == {}
+    monkeypatch.setattr(tokenizer_module, "_load_with_transformers", load)
+    assert not isinstance(load_tokenizer(d).tok, TokenizerJson)  # decided now, on the files as they are
+    assert list(_verdicts(own_cache).values()) == [True]
+
+
+def test_a_change_to_the_comparing_code_decides_again(tmp_path, qwen_tok_dir, own_cache, monkeypatch):
+    """tokview's version string outlives many commits: the key holds the source of the reading and comparing
+    modules, so a fixed `TokenizerJson` or a stricter comparison is not overruled by an old verdict."""
+    d = _copy(tmp_path, qwen_tok_dir, "qwen3")
+    key = equivalence.verdict_key(TokenizerFolder.open(d))
+    monkeypatch.setattr(equivalence, "_source_hash", ["another source"])
+    assert equivalence.verdict_key(TokenizerFolder.open(d)) not in (None, key)
+
+
+def test_named_templates_are_loaded_by_transformers(tmp_path, qwen_tok_dir, own_cache):
+    """A request with tools renders by the template named `tool_use` (transformers, vLLM): the native reading knows
+    only the default one, so it would have rendered tool prompts otherwise from the second load on."""
+    d = _copy(tmp_path, qwen_tok_dir, "qwen3")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    default = cfg.get("chat_template") or (d / "chat_template.jinja").read_text()
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    named = [{"name": "default", "template": default}, {"name": "tool_use", "template": "TOOLS {{ tools | length }}"}]
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": named}))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    for _ in range(2):
+        tok = load_tokenizer(d)
+        assert not isinstance(tok.tok, TokenizerJson)
+        assert tok.render_text([{"role": "user", "content": "hi"}], template_kwargs={"tools": tools}) == "TOOLS 1"
+    assert _verdicts(own_cache) == {}
+
+
+def test_no_home_folder_means_no_cache_and_a_clear_error_where_one_is_needed(tmp_path, qwen_tok_dir, monkeypatch):
+    """A user id without a passwd entry (some containers) has no home: verdicts are not kept (transformers loads the
+    folder), and what must be built on disk says how to name a folder."""
+    from pathlib import Path
+
+    from tokview.core.json_cache import NoCacheFolder, cache_folder, read_json_cache, write_json_cache
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("TOKVIEW_CACHE", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert not isinstance(load_tokenizer(_copy(tmp_path, qwen_tok_dir, "qwen3")).tok, TokenizerJson)
+    with pytest.raises(NoCacheFolder, match="set TOKVIEW_CACHE"):
+        cache_folder()
+    assert read_json_cache(None) == {}
+    write_json_cache(None, {"a": 1})  # nothing to write to: nothing happens
+
+
+def test_cache_files_that_cannot_be_replaced_leave_no_temporary_file(tmp_path):
+    from tokview.core.json_cache import read_json_cache, write_json_cache
+
+    target = tmp_path / "cache" / "native-tokenizers.json"
+    target.mkdir(parents=True)  # a folder where the file should be: os.replace fails
+    write_json_cache(target, {"b": True})
+    assert [p.name for p in target.parent.iterdir()] == ["native-tokenizers.json"]
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 200_000)
+    assert read_json_cache(nested) == {}
+
+
 def test_a_class_that_builds_another_tokenizer_keeps_loading_through_transformers(tmp_path, kimi_tok_dir, own_cache):
     """Kimi's vocabulary under `Qwen2Tokenizer`: transformers 5 rebuilds it with Qwen's pre-tokenizer and
     normalizer (another tokenizer: the verdict is "differs"); 4.57 loads the file (the same: read natively).

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokview.core.json_cache import cache_folder, read_json_cache, write_json_cache
+from tokview.core.json_cache import cache_path, read_json_cache, write_json_cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from tokview.store import Store
 
 
-def cache_file() -> Path:
-    return cache_folder() / "vocab-fingerprints.json"
+def cache_file() -> Path | None:
+    return cache_path("vocab-fingerprints.json")
 
 
 def vocab_fingerprint(tokenizer: TokenizerAdapter) -> str:
@@ -44,8 +44,8 @@ IDENTITY_SUFFIXES = (".json", ".jinja", ".model", ".txt", ".tiktoken", ".py", ".
 """Files of a tokenizer folder that can change its vocabulary or the detected profile (never weights)."""
 
 
-def identities_file() -> Path:
-    return cache_file().parent / "run-identities.json"
+def identities_file() -> Path | None:
+    return cache_path("run-identities.json")
 
 
 def identity_key(config: BatchConfig) -> str | None:

@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tokview.core.json_cache import cache_folder
+from tokview.core.json_cache import NoCacheFolder, cache_folder
 from tokview.core.tokenizer_folder import byte_alphabet
 from tokview.errors import TokviewError
 
@@ -81,11 +81,25 @@ def find_js_tiktoken() -> Path | None:
     named = os.environ.get("TOKVIEW_JS_TIKTOKEN")
     if named:
         return Path(named).expanduser()
-    for folder in (cache_folder(), Path.home() / ".cache" / "tokview"):
+    for folder in _packed_folders():
         packed = sorted(folder.glob("js-tiktoken-*.tgz"))
         if packed:
             return packed[-1]
     return None
+
+
+def _packed_folders() -> list[Path]:
+    """The tokview cache, then ~/.cache/tokview: those of them there are (no home folder: neither may be)."""
+    folders = []
+    try:
+        folders.append(cache_folder())
+    except NoCacheFolder:
+        pass
+    try:
+        folders.append(Path.home() / ".cache" / "tokview")
+    except RuntimeError:
+        pass
+    return folders
 
 
 def _ranks_source(where: Path) -> str:

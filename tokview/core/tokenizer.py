@@ -137,12 +137,13 @@ def _load_model_class(folder: TokenizerFolder) -> TokenizerAdapter:
     if verdict and (native := TokenizerJson.from_folder(folder)) is not None:
         return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
     reference = _load_with_transformers(folder, False)
-    if verdict is None and key is not None:
+    if verdict is None and key is not None and equivalence.can_remember():
         native = TokenizerJson.from_folder(folder)
         same = native is not None and equivalence.same_tokenizer(
             TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON), reference
         )
-        equivalence.remember_verdict(key, same)
+        if equivalence.verdict_key(folder) == key:  # else a file changed while they loaded: decided next time
+            equivalence.remember_verdict(key, same)
     return reference
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from tokview.core.json_cache import cache_folder, read_json_cache, write_json_cache
+from tokview.core.json_cache import cache_path, cache_writable, read_json_cache, write_json_cache
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -47,8 +47,8 @@ PROBE_TEXTS = (
 pre-tokenizer splits, and the spaces a decode-time clean-up would remove."""
 
 
-def cache_file() -> Path:
-    return cache_folder() / "native-tokenizers.json"
+def cache_file() -> Path | None:
+    return cache_path("native-tokenizers.json")
 
 
 def verdict_key(folder: TokenizerFolder) -> str | None:
@@ -63,7 +63,7 @@ def verdict_key(folder: TokenizerFolder) -> str | None:
         return None
     h = hashlib.sha256()
     try:
-        h.update(f"{__version__}\0{transformers}\0{tokenizers.__version__}\0".encode())
+        h.update(f"{__version__}\0{transformers}\0{tokenizers.__version__}\0{_comparison_source()}\0".encode())
         files = [e for e in os.scandir(folder.path) if e.name.endswith(VERDICT_SUFFIXES) and e.is_file()]
         subfolder = folder.path / TEMPLATE_SUBFOLDER
         if subfolder.is_dir():
@@ -74,6 +74,29 @@ def verdict_key(folder: TokenizerFolder) -> str | None:
     except OSError:
         return None
     return h.hexdigest()[:32]
+
+
+_source_hash: list[str] = []
+
+
+def _comparison_source() -> str:
+    """A hash of the source of the modules that make the native reading and this comparison: tokview's version
+    string is not bumped by every commit, and a fix to `TokenizerJson` (or a stricter comparison) must decide
+    afresh a folder a verdict was kept for. Read once a process (~0.2 ms); a module without its source (a
+    frozen install) counts by name only."""
+    if not _source_hash:
+        from tokview.core import chat_template, tokenizer, tokenizer_folder, tokenizer_json
+
+        h = hashlib.sha256()
+        for module in (tokenizer, tokenizer_json, tokenizer_folder, chat_template):
+            h.update(module.__name__.encode())
+            try:
+                h.update(Path(module.__file__ or "").read_bytes())
+            except OSError:
+                pass
+        h.update(Path(__file__).read_bytes() if Path(__file__).is_file() else b"")
+        _source_hash.append(h.hexdigest()[:16])
+    return _source_hash[0]
 
 
 def _transformers_version() -> str | None:
@@ -101,6 +124,12 @@ def known_verdict(key: str | None) -> bool | None:
         return None
     verdict = read_json_cache(cache_file()).get(key)
     return verdict if isinstance(verdict, bool) else None
+
+
+def can_remember() -> bool:
+    """Whether a verdict can be kept: without a writable cache the comparison would be paid on every load, so
+    the folder is then loaded by transformers alone, as before the comparison existed."""
+    return cache_writable(cache_file())
 
 
 def remember_verdict(key: str | None, same: bool) -> None:

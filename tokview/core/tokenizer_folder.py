@@ -88,6 +88,24 @@ class TokenizerFolder:
         return (self.path / name).is_file()
 
     @property
+    def has_named_templates(self) -> bool:
+        """Templates besides the default one (a config's list naming `tool_use`, an `additional_chat_templates`
+        folder): transformers and the servers render a request with tools by the one named `tool_use`, and the
+        native reading knows only the default, so such a folder is loaded by transformers."""
+        values = [self.config.get("chat_template")]
+        if self.has("chat_template.json"):
+            try:
+                data = json.loads((self.path / "chat_template.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                data = None
+            values.append(data.get("chat_template") if isinstance(data, dict) else None)
+        for value in values:
+            if isinstance(value, list) and any(isinstance(t, dict) and t.get("name") != "default" for t in value):
+                return True
+        extra = self.path / "additional_chat_templates"
+        return extra.is_dir() and any(e.is_file() for e in extra.iterdir())
+
+    @property
     def tokenizer_class(self) -> str | None:
         name = self.config.get("tokenizer_class")
         return name if isinstance(name, str) and name else None

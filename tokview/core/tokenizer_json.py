@@ -91,7 +91,7 @@ def plain_folder(folder: TokenizerFolder, trust_remote_code: bool = False) -> bo
     """Everything `read_natively` asks but a generic class: for a model-specific class, whether the native
     reading equals transformers' is decided by comparing them (`tokenizer_equivalence`)."""
     config = folder.config
-    if trust_remote_code or folder.auto_map_class or not folder.has("tokenizer.json"):
+    if trust_remote_code or folder.auto_map_class or not folder.has("tokenizer.json") or folder.has_named_templates:
         return False
     if any(config.get(key) for key in CHANGING_KEYS) or config.get("clean_up_tokenization_spaces"):
         return False
