@@ -12,7 +12,10 @@ smuggled past the proxy, or a generation left running upstream. Each case was fo
 - an HTTP/1.0 client asking for keep-alive got no `connection: keep-alive` and waited for the connection to end;
 - an answer with a cut id array was a 500 with a traceback; `"return_token_ids": 1` had the client's ids taken
   out; a client's own sglext flag lost its sglext chunk; a percent-encoded generation path went unrecorded; a
-  request nested deeper than orjson writes was a 500.
+  request nested deeper than orjson writes was a 500; a streamed one nested too deep to re-write at all was a 500
+  after the upstream had generated;
+- with a key (`--allow-remote`), a client without it had its whole body read (up to 1 GiB a connection) and a
+  `100 Continue` before the 401; a key a header cannot carry (a trailing newline, non-ASCII) refused every client.
 """
 
 from __future__ import annotations
@@ -266,3 +269,54 @@ def test_a_percent_encoded_generation_path_is_recorded(vllm_sim, tmp_path, kimi_
             assert httpx.post(proxy.url + path, json=_chat(vllm_sim)).status_code == 200
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(2,)]
+
+
+def test_a_client_without_the_key_is_refused_before_its_body_is_read(vllm_sim) -> None:
+    config = ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=None, key="s3cret")
+    with start_proxy(config) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(CHAT + b"expect: 100-continue\r\ncontent-length: 1073741824\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            got = sock.recv(65536)
+            if not got:
+                break
+            answer += got
+        sock.close()
+        assert _status(answer) == 401 and b"100 Continue" not in answer and b"connection: close" in answer
+        ok = httpx.post(
+            proxy.url + "/v1/chat/completions", json=_chat(vllm_sim), headers={"authorization": "Bearer s3cret"}
+        )
+        assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("key", ["s3cret\n", " s3cret", "cl\u00e9"])
+def test_a_key_no_header_can_carry_is_refused_at_start(vllm_sim, key) -> None:
+    from tokview.errors import UserError
+
+    with (
+        pytest.raises(UserError, match="printable ASCII"),
+        start_proxy(ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=None, key=key)),
+    ):
+        pass
+
+
+def test_a_stream_too_deep_to_rewrite_is_relayed_without_ids_not_a_500() -> None:
+    """Past Python's recursion limit neither orjson nor json writes the body back: it goes as it came (no ids asked
+    for), and the upstream's stream reaches the client unchanged."""
+    events = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(events),
+        events,
+    )
+    head = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"' + MARK + b'"}],"x":'
+    body = head + b"[" * 1010 + b"]" * 1010 + b"}"
+    with (
+        _upstream(MODELS, post_answer=stream) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        got = httpx.post(proxy.url + "/v1/chat/completions", content=body, timeout=10)
+        sent = next(r for r in up.received if MARK in r)
+    assert got.status_code == 200 and got.content == events
+    assert b"return_token_ids" not in sent

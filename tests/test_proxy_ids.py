@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tokview.proxy.ids import Injection, id_only_chunk, inject, strip_body, strip_events
+from tokview.proxy.ids import Injection, id_only_chunk, inject, strip_body, strip_events, strip_rest
 from tokview.proxy.sse import DONE, EventSplitter, data_of
 
 REC = Path(__file__).resolve().parent / "recordings" / "proxy_tools"
@@ -217,3 +217,42 @@ def test_a_read_of_many_events_is_relayed_as_event_by_event_would(raw: bytes, in
         assert splitter.rest() == b""
         assert b"".join(out) == expected, step
         assert counted == len(_events(expected)), step
+
+
+def test_an_id_only_chunk_carrying_continuous_usage_is_still_dropped() -> None:
+    """`stream_options.continuous_usage_stats` puts a usage on every chunk vLLM sends; without `return_token_ids` it
+    skips an id-only chunk before the usage is added (serving_chat's `continue`), so the client never saw one."""
+    usage = ',"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}'
+    marker = '{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":null,"token_ids":[163606]}]' + usage + "}"
+    text = (
+        '{"id":"c","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null,"token_ids":[9]}]' + usage + "}"
+    )
+    final = '{"id":"c","choices":[]' + usage + "}"
+    vllm = Injection("vllm", ("return_token_ids",), True)
+    stream = b"".join(b"data: %s\n\n" % e.encode() for e in (marker, text, final)) + b"data: [DONE]\n\n"
+    out, n = strip_events(stream, vllm)
+    assert n == 3 and b'"delta":{}' not in out and out.count(b'"usage"') == 2
+    assert b'"choices":[]' in out  # the usage-only chunk the client asked for stays
+
+
+def test_sglang_ids_that_open_their_object_leave_valid_json() -> None:
+    sglang = Injection("sglang", ("return_token_ids",), False)
+    for raw, want in (
+        (b'{"choices":[{"prompt_token_ids":[1,2],"response_token_ids":[3],"index":0}]}', {"choices": [{"index": 0}]}),
+        (b'{"choices":[{"prompt_token_ids":[1], "response_token_ids":[3]}]}', {"choices": [{}]}),
+        (b'{"choices":[{"index":0,"prompt_token_ids":[1],"response_token_ids":[3]}]}', {"choices": [{"index": 0}]}),
+    ):
+        assert orjson.loads(strip_body(raw, sglang)) == want
+
+
+def test_a_last_event_without_its_blank_line_loses_its_ids_too() -> None:
+    """A stream that ends mid-event (no blank line after the last one) or parts its events with bare CRs: the
+    splitter's rest went out as it was, ids and id-only chunks included."""
+    vllm = Injection("vllm", ("return_token_ids",), True)
+    last = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop","token_ids":[1,2]}]}\n'
+    assert strip_rest(last, vllm) == last.replace(b"[1,2]", b"null")
+    marker = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":null,"token_ids":[5]}]}'
+    bare_cr = marker + b"\r\r" + last.replace(b"\n", b"\r\r") + b"data: [DONE]\r\r"
+    out = strip_rest(bare_cr, vllm)
+    assert b'token_ids":[' not in out and b'"delta":{}' not in out and out.endswith(b"data: [DONE]\r\r")
+    assert strip_rest(last, Injection("vllm", (), True)) == last  # nothing injected: nothing changed

@@ -128,7 +128,7 @@ class ProxyApp:
         """Answer one client request (`wire.Responder` calls this; a client gone mid-answer cancels it)."""
         headers = request.headers
         if self.key is not None and not self._authorised(headers):
-            await _json_error(client, 401, "tokview proxy: missing or wrong proxy key (TOKVIEW_PROXY_KEY)")
+            await _json_error(client, 401, UNAUTHORISED)
             return
         ex = _Exchange(request.method, request.path, headers, request.body, self.upstreams[next(self._next)])
         try:
@@ -139,6 +139,13 @@ class ProxyApp:
             if not client.lost:
                 raise
             self._left(ex)  # the upstream request was closed on the way out
+
+    def admit(self, headers: dict[str, str]) -> bytes | None:
+        """The front's check on a request's head, before its body is read: with a key, an unauthorised client
+        could otherwise make the proxy hold up to `wire.MAX_BODY` a connection. None: let in; else the 401's body."""
+        if self.key is None or self._authorised(headers):
+            return None
+        return _error_body(401, UNAUTHORISED)
 
     def _authorised(self, headers: dict[str, str]) -> bool:
         assert self.key is not None
@@ -235,8 +242,8 @@ class ProxyApp:
         self._record_later(ex, raw, stream=False)
 
     async def _relay_stream(self, ex: _Exchange, response: UpstreamResponse, client: Responder) -> None:
-        injection = ex.injection
-        assert injection is not None
+        # No injection: the body could not be re-written (`_prepare`), so the stream is the upstream's own
+        injection = ex.injection if ex.injection is not None else ids.Injection(ex.upstream.kind, (), True)
         await client.start(response.status, _response_headers(response), None, response.reason)
         splitter = EventSplitter()
         pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
@@ -254,7 +261,11 @@ class ProxyApp:
                 ex.chunks_sent += n
                 if DONE_EVENT in out:
                     ex.delivered = pieces
-        await client.end(splitter.rest())
+        try:  # a last event with no blank line after it: its ids are taken out too
+            rest = ids.strip_rest(splitter.rest(), injection)
+        except ValueError as exc:
+            raise UpstreamBrokeOff(f"its stream is malformed ({exc})") from None
+        await client.end(rest)
         self._record_later(ex, b"".join(pieces), stream=True)
 
     # -- recording ------------------------------------------------------------------------------
@@ -319,6 +330,12 @@ def _response_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in response.headers if k not in HOP_BY_HOP_ANSWER]
 
 
+UNAUTHORISED = "tokview proxy: missing or wrong proxy key (TOKVIEW_PROXY_KEY)"
+
+
+def _error_body(status: int, message: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "tokview_proxy", "code": status}})
+
+
 async def _json_error(client: Responder, status: int, message: str) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": "tokview_proxy", "code": status}})
-    await client.whole(status, [(b"content-type", b"application/json")], body)
+    await client.whole(status, [(b"content-type", b"application/json")], _error_body(status, message))

@@ -152,7 +152,7 @@ def strip_body(raw: bytes, injection: Injection) -> bytes:
             continue
         start, end = m.start(), value_end
         before = raw[:start].rstrip(_SPACE)
-        if before.endswith(b","):
+        if before.endswith(b",") and len(before) > pos:  # a comma a key removed before it took is not there
             start = len(before) - 1
         else:  # the first key of its object: take the comma after it instead
             after = len(raw) - len(raw[end:].lstrip(_SPACE))
@@ -175,19 +175,43 @@ def may_be_id_only(event: bytes, injection: Injection) -> bool:
 def id_only_chunk(chunk: object, injection: Injection) -> bool:
     """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
 
-    vLLM: every choice's delta is empty and none finishes (a marker id), and no usage rides it.
+    vLLM: every choice's delta is empty and none finishes (a marker id). A usage on it (`stream_options.
+    continuous_usage_stats`) does not keep it: without `return_token_ids` vLLM skips such a chunk before it adds
+    the usage (serving_chat's `continue`), and the next chunk's usage counts its token anyway.
     SGLang: the sglext chunk (`choices: []`, no usage, `sglext`)."""
     if not injection.strips or not isinstance(chunk, dict):
         return False
     choices = chunk.get("choices")
     if injection.kind == SGLANG:
         return injection.sglext and "sglext" in chunk and choices == [] and not chunk.get("usage")
-    if not injection.token_ids or not isinstance(choices, list) or not choices or chunk.get("usage"):
+    if not injection.token_ids or not isinstance(choices, list) or not choices:
         return False
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("delta") != {} or choice.get("finish_reason") is not None:
             return False
     return True
+
+
+_BLANK_LINE = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+def strip_rest(rest: bytes, injection: Injection) -> bytes:
+    """What is left of a stream when it ends (`EventSplitter.rest`), as the client gets it: a last event with no
+    blank line after it, or events parted by bare CRs (which no server sends), each taken out or stripped as
+    `strip_events` does whole ones, so no id the proxy asked for reaches the client."""
+    if not injection.strips or not rest:
+        return rest
+    events, start = [], 0
+    for m in _BLANK_LINE.finditer(rest):
+        events.append(rest[start : m.end()])
+        start = m.end()
+    if start < len(rest):
+        events.append(rest[start:])
+    return b"".join(
+        strip_body(event, injection)
+        for event in events
+        if not (may_be_id_only(event, injection) and id_only_chunk(data_of(event), injection))
+    )
 
 
 def strip_events(whole: bytes, injection: Injection) -> tuple[bytes, int]:

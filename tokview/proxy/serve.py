@@ -84,7 +84,13 @@ def is_loopback(host: str) -> bool:
 
 
 def check_listen(config: ProxyConfig) -> tuple[str, int]:
-    """Where to listen, refused unless loopback or explicitly allowed with a key."""
+    """Where to listen, refused unless loopback or explicitly allowed with a key (one a header can carry)."""
+    key = config.key
+    if key is not None and not (key.isascii() and key.isprintable() and key == key.strip()):
+        raise UserError(
+            f"{PROXY_KEY_ENV} must be printable ASCII with no spaces around it: an HTTP header cannot carry it "
+            "otherwise, and every client would be refused (a key read from a file often ends in a newline)"
+        )
     host, port = listen_address(config.listen)
     if is_loopback(host):
         return host, port
@@ -234,7 +240,7 @@ class Serving:
         if signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(sig, self._stop.set)
-        front = FrontServer(self.app)
+        front = FrontServer(self.app, admit=self.app.admit)
         try:
             await front.start(self.sock)
             self.started = True

@@ -52,9 +52,15 @@ uvicorn's `timeout_keep_alive` was set: harnesses keep their connections, vanish
 class BadRequest(Exception):
     """A client sent something that is not HTTP/1.1 this front reads: answered 400 (or 431) and closed."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, *, body: bytes | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
+        """The answer's JSON body (else the message, as text)."""
+
+
+Admit = Callable[[dict[str, str]], bytes | None]
+"""Judges a request by its head, before its body is read: None lets it in, else the JSON body of a 401."""
 
 
 class ClientGone(Exception):
@@ -220,6 +226,9 @@ class Responder(asyncio.Protocol):
             self._head = _request_head(bytes(buffer[:end]).decode("latin-1"))
             del buffer[: end + 4]
             self._chunks = _Chunks()
+            refusal = self._server.admit(self._head[3]) if self._server.admit is not None else None
+            if refusal is not None:  # before its body is read (up to MAX_BODY) or a 100 Continue invites it
+                raise BadRequest("unauthorised", 401, body=refusal)
         method, path, query, headers, http10, length, chunked = self._head
         if chunked:
             parsed = self._chunks.read(buffer)
@@ -242,11 +251,11 @@ class Responder(asyncio.Protocol):
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _refuse(self, exc: BadRequest) -> None:
-        body = str(exc).encode()
+        body, kind = (exc.body, b"application/json") if exc.body is not None else (str(exc).encode(), b"text/plain")
         if self._transport is not None:
             self._transport.write(
-                b"HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                % (exc.status, _reason(exc.status), len(body), body)
+                b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (exc.status, _reason(exc.status), kind, len(body), body)
             )
             self._transport.close()
 
@@ -396,8 +405,8 @@ class _Chunks:
 class FrontServer:
     """The listening socket's server and the connections it has open (to wait for or close on shutdown)."""
 
-    def __init__(self, handler: Handler, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
-        self.handler, self.idle_timeout_s = handler, idle_timeout_s
+    def __init__(self, handler: Handler, idle_timeout_s: float = IDLE_TIMEOUT_S, admit: Admit | None = None) -> None:
+        self.handler, self.idle_timeout_s, self.admit = handler, idle_timeout_s, admit
         self.connections: set[Responder] = set()
         self.server: asyncio.Server | None = None
 
