@@ -320,3 +320,20 @@ def test_a_stream_too_deep_to_rewrite_is_relayed_without_ids_not_a_500() -> None
         sent = next(r for r in up.received if MARK in r)
     assert got.status_code == 200 and got.content == events
     assert b"return_token_ids" not in sent
+
+
+def test_an_integer_past_64_bits_reaches_the_upstream_exact(vllm_sim) -> None:
+    """orjson reads such an integer as a float: the re-written body said `1e+23` where the client said
+    99999999999999999999999 (the servers' pydantic then reads another value, or refuses it)."""
+    seen: list[bytes] = []
+    answer = b'{"choices":[{"index":0,"message":{"role":"assistant","content":"x"},"token_ids":[1]}]}'
+    reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer)
+    body = b'{"model":"m","messages":[{"role":"user","content":"' + MARK + b'"}],"seed":99999999999999999999999}'
+    with (
+        _upstream(MODELS, post_answer=reply) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        assert httpx.post(proxy.url + "/v1/chat/completions", content=body, timeout=10).status_code == 200
+        seen = [r for r in up.received if MARK in r]
+    sent = json.loads(seen[0].split(b"\r\n\r\n", 1)[1])
+    assert sent["seed"] == 99999999999999999999999 and sent["return_token_ids"] is True
