@@ -15,7 +15,9 @@ smuggled past the proxy, or a generation left running upstream. Each case was fo
   request nested deeper than orjson writes was a 500; a streamed one nested too deep to re-write at all was a 500
   after the upstream had generated;
 - with a key (`--allow-remote`), a client without it had its whole body read (up to 1 GiB a connection) and a
-  `100 Continue` before the 401; a key a header cannot carry (a trailing newline, non-ASCII) refused every client.
+  `100 Continue` before the 401; a key a header cannot carry (a trailing newline, non-ASCII) refused every client;
+- an integer past 64 bits in a request went upstream as a float; a redirect naming the upstream sent the client
+  around the proxy.
 """
 
 from __future__ import annotations
@@ -337,3 +339,23 @@ def test_an_integer_past_64_bits_reaches_the_upstream_exact(vllm_sim) -> None:
         seen = [r for r in up.received if MARK in r]
     sent = json.loads(seen[0].split(b"\r\n\r\n", 1)[1])
     assert sent["seed"] == 99999999999999999999999 and sent["return_token_ids"] is True
+
+
+def test_a_redirect_naming_the_upstream_sends_the_client_back_through_the_proxy() -> None:
+    """FastAPI answers a trailing slash with a 307 built from the host header the proxy sent: forwarded as it was,
+    the client followed it to the upstream itself (unrecorded, or unreachable from a remote harness)."""
+    with (
+        _upstream(MODELS) as up,
+        start_proxy(ProxyConfig([up.url], listen="127.0.0.1:0", db=None, kind="vllm")) as proxy,
+    ):
+        for location, relayed in (
+            (up.url + "/v1/chat/completions", "/v1/chat/completions"),
+            (up.url + "?a=1", "/?a=1"),
+            (up.url + "9/v1/models", up.url + "9/v1/models"),  # another port: not this upstream, left alone
+            ("https://elsewhere.example/x", "https://elsewhere.example/x"),
+        ):
+            up.answer = (
+                b"HTTP/1.1 307 Temporary Redirect\r\nlocation: %s\r\ncontent-length: 0\r\n\r\n" % location.encode()
+            )
+            got = httpx.post(proxy.url + "/v1/chat/completions/", json={"model": "m"}, timeout=10)
+            assert (got.status_code, got.headers["location"]) == (307, relayed)

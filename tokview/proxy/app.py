@@ -197,7 +197,8 @@ class ProxyApp:
         content = self._prepare(ex)
         target = f"{ex.path}?{query}" if query else ex.path
         try:
-            response = await ex.upstream.connections().request(ex.method, target, self._upstream_headers(ex), content)
+            upstream = ex.upstream.connections()
+            response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
         except UpstreamError as exc:
             reason = f"upstream {ex.upstream.url} unreachable: {exc}"
             await _json_error(client, 502, f"tokview proxy: {reason}")
@@ -205,10 +206,10 @@ class ProxyApp:
             return
         try:
             if ex.endpoint is None:
-                await self._pass_through(response, client)
+                await self._pass_through(response, client, upstream)
             elif response.status != 200:
                 body = await response.read()
-                await client.whole(response.status, _response_headers(response), body, response.reason)
+                await client.whole(response.status, _response_headers(response, upstream), body, response.reason)
                 self._failure(ex, f"refused by the upstream: HTTP {response.status}: {error_message(body)}")
             elif b"text/event-stream" in response.header(b"content-type"):
                 await self._relay_stream(ex, response, client)
@@ -223,11 +224,12 @@ class ProxyApp:
         finally:
             response.close()
 
-    async def _pass_through(self, response: UpstreamResponse, client: Responder) -> None:
+    async def _pass_through(self, response: UpstreamResponse, client: Responder, upstream: UpstreamPool) -> None:
         length = response.header(b"content-length")
         chunked = b"chunked" in response.header(b"transfer-encoding").lower()
         keep = length.isdigit() and not chunked
-        await client.start(response.status, _response_headers(response), int(length) if keep else None, response.reason)
+        headers = _response_headers(response, upstream)
+        await client.start(response.status, headers, int(length) if keep else None, response.reason)
         while (piece := await response.next_piece()) is not None:
             await client.send(piece)
         await client.end()
@@ -327,8 +329,22 @@ HOP_BY_HOP_ANSWER = frozenset({b"content-length", b"transfer-encoding", b"connec
 """Answer headers the front sets itself (for the body as it sends it), never copied from the upstream."""
 
 
-def _response_headers(response: UpstreamResponse) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in response.headers if k not in HOP_BY_HOP_ANSWER]
+def _response_headers(response: UpstreamResponse, upstream: UpstreamPool | None = None) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers the client gets. A redirect that names the upstream (a FastAPI server's 307 for a
+    trailing slash builds it from the host header the proxy sent) is made relative, as a reverse proxy's
+    `proxy_redirect` does: the client follows it through the proxy, recorded, not to an upstream it may not reach."""
+    headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP_ANSWER]
+    if upstream is None or not any(k == b"location" for k, _ in headers):
+        return headers
+    origin = upstream.origin
+
+    def relative(value: bytes) -> bytes:
+        rest = value[len(origin) :]
+        if not value.startswith(origin) or rest[:1] not in (b"", b"/", b"?"):
+            return value  # another server's, or another port's (`…:8000` is a prefix of `…:80001`)
+        return rest if rest[:1] == b"/" else b"/" + rest
+
+    return [(k, relative(v) if k == b"location" else v) for k, v in headers]
 
 
 _LONG_NUMBER = re.compile(rb"\d{19}")

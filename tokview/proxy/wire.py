@@ -690,6 +690,11 @@ class UpstreamPool:
         self._ssl = ssl.create_default_context() if self.https else None
         self._idle: list[asyncio.Transport] = []
 
+    @property
+    def origin(self) -> bytes:
+        """The URL this upstream's answers name it by (scheme, the host header it is sent, the path prefix)."""
+        return f"{'https' if self.https else 'http'}://{self.host_header}{self.prefix}".encode()
+
     def forget(self, response: UpstreamResponse) -> None:
         """A connection closed (by the upstream while idle, or after its answer)."""
         transport = response._idle_transport
