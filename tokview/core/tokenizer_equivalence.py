@@ -77,6 +77,13 @@ def verdict_key(folder: TokenizerFolder) -> str | None:
 
 
 _source_hash: list[str] = []
+COMPARED_SOURCES = (
+    "tokenizer.py",
+    "tokenizer_json.py",
+    "tokenizer_folder.py",
+    "chat_template.py",
+    "tokenizer_equivalence.py",
+)
 
 
 def _comparison_source() -> str:
@@ -85,16 +92,13 @@ def _comparison_source() -> str:
     afresh a folder a verdict was kept for. Read once a process (~0.2 ms); a module without its source (a
     frozen install) counts by name only."""
     if not _source_hash:
-        from tokview.core import chat_template, tokenizer, tokenizer_folder, tokenizer_json
-
         h = hashlib.sha256()
-        for module in (tokenizer, tokenizer_json, tokenizer_folder, chat_template):
-            h.update(module.__name__.encode())
+        for name in COMPARED_SOURCES:  # read as files beside this one: importing them here would make a cycle
+            h.update(name.encode())
             try:
-                h.update(Path(module.__file__ or "").read_bytes())
+                h.update((Path(__file__).parent / name).read_bytes())
             except OSError:
                 pass
-        h.update(Path(__file__).read_bytes() if Path(__file__).is_file() else b"")
         _source_hash.append(h.hexdigest()[:16])
     return _source_hash[0]
 
