@@ -54,6 +54,20 @@ def test_a_later_turn_too_long_to_send_ends_the_chain_keeping_the_turns_before()
     assert result.samples[0][1].settings["chain"]["stopped"] == result.stop
 
 
+def test_a_turn_the_server_aborted_ends_the_chain_there():
+    """vLLM answers an engine abort with HTTP 200 and finish_reason abort: the turn is incomplete, so the next turn's
+    history (its calls, its answer) is not the model's; the chain stops as it does on a cut at the token limit."""
+    aborted = Capture(prompt_ids=[1, 2], output_ids=[7], finish_reason="abort", content="a", reasoning="r")
+    answers = iter([aborted, _served([1, 2, 7, 3])])
+
+    async def attempt(messages, kwargs):
+        return next(answers)
+
+    result = asyncio.run(run_chain(ITEM, attempt))
+    assert [t.turn for t, _ in result.samples] == [0]
+    assert result.stop == "turn 0 was ended by the server (finish_reason abort): it is incomplete"
+
+
 def test_over_the_context_length_on_the_simulator_ends_the_chain_counted(tmp_path, capsys):
     row = {"id": "long", "messages": [*MESSAGES[:2], {"role": "user", "content": "word " * 200}]}
     prompts = tmp_path / "p.jsonl"

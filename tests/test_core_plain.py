@@ -205,6 +205,10 @@ CASES = {
     ),
     "empty_answer": (lambda f: f.capture(output_ids=f.output(answer=f.tok.encode(" \n"))), lambda f: f.capture()),
     "truncated": (lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="length"), lambda f: f.capture()),
+    "generation_aborted": (
+        lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="abort"),
+        lambda f: f.capture(),
+    ),
     "no_stop_token": (lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture()),
     "output_prefix_overlap": (lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()), lambda f: f.capture()),
     "completion_count_mismatch": (lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture()),

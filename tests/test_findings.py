@@ -199,6 +199,11 @@ CASES: dict[str, Case | ToolCallCase | ChainCase | HarmonyCase] = {
         lambda f: f.capture(),
         lambda f, c: _last(c),
     ),
+    "generation_aborted": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False), finish_reason="abort"),
+        lambda f: f.capture(),
+        lambda f, c: _last(c),
+    ),
     "no_stop_token": Case(
         lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture(), lambda f, c: _last(c)
     ),
@@ -583,3 +588,14 @@ def test_a_reencode_made_ahead_is_what_the_drift_check_compares(kimi_tok, kimi_p
     other = [*again[:3], again[3] + 1, *again[4:]]
     (detail,) = drift(reencoded=other)
     assert "from output[3]" in detail
+
+
+@pytest.mark.parametrize("reason", ["abort", "error", "content_filter"])
+def test_a_generation_the_server_ended_is_an_error_and_not_also_a_missing_stop(fam, reason):
+    """vLLM answers an engine abort with HTTP 200 and `finish_reason: "abort"`: it was a valid sample, trained on."""
+    profile = fam.profile
+    result = analyze(fam.capture(output_ids=fam.output(stop=False), finish_reason=reason), profile, fam.tok)
+    assert "generation_aborted" in result.codes and "no_stop_token" not in result.codes
+    assert not result.valid
+    for whole in ("stop", "tool_calls"):
+        assert "generation_aborted" not in analyze(fam.capture(finish_reason=whole), profile, fam.tok).codes

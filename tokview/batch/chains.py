@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.findings import COMPLETE_FINISH_REASONS
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
@@ -197,6 +198,8 @@ def _next_history(
     calls = served.tool_calls or []
     if served.finish_reason == "length":
         return [], f"turn {turn} was cut at the token limit (finish_reason length): its calls or answer are incomplete"
+    if isinstance(served.finish_reason, str) and served.finish_reason not in COMPLETE_FINISH_REASONS:
+        return [], f"turn {turn} was ended by the server (finish_reason {served.finish_reason}): it is incomplete"
     file_calls = {c["id"]: c["function"]["name"] for c in item.messages[at].get("tool_calls") or []}
     wanted = [file_calls.get(r.get("tool_call_id", ""), "?") for r in results]
     got = [str(c.get("name")) for c in calls]

@@ -280,9 +280,37 @@ def truncated(ctx: Context) -> Hit | None:
     return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
 
 
+COMPLETE_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call", "eos"})
+"""Finish reasons of a turn the model ended itself (an end id, a stop string, its tool calls). `length` is
+`truncated`'s; anything else (`abort`, `error`, `content_filter`, …) is `generation_aborted`'s."""
+
+
+@rule(
+    "generation_aborted",
+    ERROR,
+    "The server ended the generation early (finish_reason abort, error, …): the output is not a whole turn.",
+)
+def generation_aborted(ctx: Context) -> Hit | None:
+    """vLLM answers an engine abort with HTTP 200 and `finish_reason: "abort"` (then `[DONE]`), SGLang's OpenAI
+    endpoints likewise: nothing else marks the sample as cut, and it was trained on as a real turn."""
+    reason = ctx.capture.finish_reason
+    if not isinstance(reason, str) or reason in COMPLETE_FINISH_REASONS or reason == "length":
+        return None
+    detail = (
+        f"finish_reason={reason} after {len(ctx.output)} output ids: the server stopped the generation before the "
+        "model ended its turn; a cut-off generation must not be trained on."
+    )
+    if not ctx.output:
+        return Hit.missing(detail)
+    return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
+
+
 @rule("no_stop_token", WARN, "The output does not end with the profile's stop id; the trainer sees no end of turn.")
 def no_stop_token(ctx: Context) -> Hit | None:
-    if ctx.capture.finish_reason == "length" or not ctx.output or not ctx.profile.stop_ids:
+    reason = ctx.capture.finish_reason
+    if reason == "length" or (isinstance(reason, str) and reason not in COMPLETE_FINISH_REASONS):
+        return None  # `truncated` or `generation_aborted` says why
+    if not ctx.output or not ctx.profile.stop_ids:
         return None  # no stop was due, nothing was generated, or the profile names no stop ids
     if ctx.output[-1] in ctx.profile.stop_ids:
         return None
