@@ -75,3 +75,48 @@ def test_the_least_recently_used_sessions_are_forgotten_first() -> None:
     _turn(book, SYSTEM + [5], [6])
     assert book.place(SYSTEM + [1, 2, 9], None).joined_by == "new"  # the first was evicted
     assert first.session_id not in book._sessions
+
+
+def test_new_sessions_are_numbered_past_those_the_run_already_stored() -> None:
+    """A dead proxy's spooled answers are recorded under its run id at the next start: numbering from s1 again named
+    a new conversation like a stored one (two conversations under one id, two turns 0)."""
+    import duckdb
+
+    from tokview.proxy.sessions import LAST_NUMBER_SQL
+
+    db = duckdb.connect()
+    db.execute("CREATE TABLE samples (prompt_id VARCHAR)")
+    stored = ["proxy:dead:s1", "proxy:dead:s12", "proxy:dead:s3", "proxy:dead_x:s40", "proxy:other:s99", "session:a"]
+    db.executemany("INSERT INTO samples VALUES (?)", [[s] for s in stored])
+    (last,) = db.execute(LAST_NUMBER_SQL, ["proxy:dead:s"]).fetchall()[0]  # `_` is no wildcard here
+    assert last == 12
+    book = SessionBook("dead")
+    book.number_after(last)
+    assert book.place([1, 2, 3], None).session_id == "proxy:dead:s13"
+    book = SessionBook("fresh")
+    book.number_after(db.execute(LAST_NUMBER_SQL, ["proxy:fresh:s"]).fetchall()[0][0])  # nothing stored: None
+    assert book.place([1, 2, 3], None).session_id == "proxy:fresh:s1"
+
+
+def test_parallel_rollouts_differing_only_in_arguments_keep_their_own_sessions() -> None:
+    """Two rollouts of one task call the same tool with other arguments; the harness drops the reasoning, so neither
+    continues by prefix: keyed by the tool's name alone, the later one took the other's session (and split its own).
+    Re-serialised arguments (spacing, key order) and renumbered call ids still join."""
+
+    def call(args: str, call_id: str) -> dict:
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": args}}],
+        }
+
+    book = SessionBook("r")
+    starts = {}
+    for name, args, prompt in (("a", '{"cmd": "ls", "n": 1}', [1]), ("b", '{"cmd": "pwd"}', [2])):
+        turn = book.place(SYSTEM + prompt, USER_A)
+        book.add(turn, name, prompt_ids=SYSTEM + prompt, output_ids=[7, 7], messages=USER_A, answer=call(args, name))
+        starts[name] = turn.session_id
+    result = {"role": "tool", "tool_call_id": "x", "content": "out"}
+    for name, args, prompt in (("a", '{"n":1,"cmd":"ls"}', [1, 5]), ("b", '{"cmd":"pwd"}', [2, 5])):
+        again = book.place(SYSTEM + prompt, [*USER_A, call(args, "renumbered"), result])
+        assert (again.session_id, again.turn, again.joined_by) == (starts[name], 1, "messages")

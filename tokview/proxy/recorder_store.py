@@ -46,7 +46,7 @@ def open_recorder_here(
         source="tokview proxy",
         profile_def=profile_fields(config.profile),
     )
-    from tokview.proxy.sessions import RESTORE_SQL, restore
+    from tokview.proxy.sessions import LAST_NUMBER_SQL, RESTORE_SQL, restore
     from tokview.proxy.spool_folder import record_leftovers
 
     profile = config.profile  # known not None here, also inside `recorder_of`
@@ -54,6 +54,7 @@ def open_recorder_here(
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
         restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]))
+        recorder.sessions.number_after(store.query(LAST_NUMBER_SQL, [f"proxy:{run_id}:s"])[0][0])
         return recorder
 
     record_leftovers(config.db or "", recorder_of, say or (lambda line: None))  # before its sessions are read

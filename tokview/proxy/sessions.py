@@ -72,13 +72,29 @@ def _pack(ids: list[int]) -> bytes:
 
 
 def _message_text(message: object) -> bytes:
-    """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing)."""
+    """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing and key order).
+
+    A call's arguments count as the JSON value they hold: parallel rollouts of one task (the same prompt, the same
+    first tool) differ only there, and keyed by the tool's name alone they were taken for one conversation."""
     if not isinstance(message, dict):
         return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
     content = message.get("content")
     calls = message.get("tool_calls")
-    names = [c.get("function", {}).get("name") for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-    return orjson.dumps([message.get("role"), content if content else None, names], option=orjson.OPT_SORT_KEYS)
+    said = [_call_text(c) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+    return orjson.dumps([message.get("role"), content if content else None, said], option=orjson.OPT_SORT_KEYS)
+
+
+def _call_text(call: dict[str, Any]) -> list[Any]:
+    function = call.get("function")
+    if not isinstance(function, dict):
+        return [None, None]
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            arguments = arguments.strip()
+    return [function.get("name"), arguments]
 
 
 def _digests(messages: list[Any]) -> list[str]:
@@ -101,6 +117,13 @@ class SessionBook:
         self._order = itertools.count()
         self._by_messages: dict[str, str] = {}
         self._counter = itertools.count(1)
+
+    def number_after(self, last: int | None) -> None:
+        """New sessions are numbered past `last`, the highest this run's store already holds: a dead proxy's spooled
+        answers are recorded under its run id, whose numbering otherwise began at s1 again and named a new
+        conversation like a stored one (two conversations under one id, two turns 0)."""
+        if last is not None:
+            self._counter = itertools.count(last + 1)
 
     def place(
         self,
@@ -237,6 +260,14 @@ ORDER BY max(created_at) OVER (PARTITION BY prompt_id) DESC
 LIMIT ?
 """
 """The newest turn of each of the most recently active proxied sessions in a store."""
+
+
+LAST_NUMBER_SQL = """
+SELECT max(try_cast(regexp_extract(prompt_id, ':s([0-9]+)$', 1) AS BIGINT))
+FROM samples
+WHERE starts_with(prompt_id, ?)
+"""
+"""The highest session number a run's proxy gave (its session ids are `proxy:RUN:sN`)."""
 
 
 def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
