@@ -63,6 +63,27 @@ def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["input_ids"] for r in rows] == [t0["prompt_ids"] + t0["output_ids"], t2["prompt_ids"] + t2["output_ids"]]
     assert rows[1]["metadata"]["split_from"]["reason"] == "turn_missing"
+    # not 0: the first id turn 2's prompt does not share with the row so far (turn 0's prompt + output)
+    at = _first_difference(t2["prompt_ids"], t0["prompt_ids"] + t0["output_ids"])
+    assert rows[1]["metadata"]["split_from"]["position"] == at > 0
+
+
+def test_a_conversation_whose_first_turn_is_left_out_says_so(recorded, tmp_path) -> None:
+    """Its row starts at turn 1: exact, but a manifest without a break said the conversation was whole."""
+    db, (t0, t1, _) = recorded
+    with Store(db) as store:
+        store.record_verdict(t0["sample_id"], "rejected", reason="test")
+    out = tmp_path / "v.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--out", str(out)]) == 0
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["metadata"]["first_turn"] == 1 and first["input_ids"][: len(t1["prompt_ids"])] == t1["prompt_ids"]
+    assert {k: first["metadata"]["split_from"][k] for k in ("turn", "position", "reason")} == {
+        "turn": 1,
+        "position": 0,
+        "reason": "turn_missing",
+    }
+    manifest = json.loads((tmp_path / "v.manifest.json").read_text())["trajectory"]
+    assert (manifest["split_conversations"], manifest["breaks"]) == (1, 2)  # and turn 2's re-rendered prompt
 
 
 def test_trajectory_cannot_be_combined_with_a_text_format(recorded, tmp_path, capsys) -> None:

@@ -125,13 +125,19 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
                 yield current
             conversation, previous_turn = (run_id, prompt_id, gen_index), turn
             summary.conversations += 1
-            current = _Row(name, run_id, turn)
+            split = None
+            if turn:  # its first turns are not in the selection (rejected, failed): said like any other gap
+                split = {"conversation": name, "run": run_id, "turn": turn, "position": 0, "reason": "turn_missing"}
+                summary.breaks.append(split)
+                summary.split_conversations += 1
+            current = _Row(name, run_id, turn, split)
             current.add(turn, sample_id, capture, calls)
             continue
         assert current is not None
         reason, at = None, extends(current.input_ids, capture.prompt_ids)
         if previous_turn is not None and turn is not None and turn != previous_turn + 1:
-            reason, at = "turn_missing", 0
+            # where the missing turns' ids begin: the first id the prompt does not share with the row so far
+            reason, at = "turn_missing", len(current.input_ids) if at is None else at
         elif at is not None:
             reason = "prompt_does_not_extend"
         previous_turn = turn
