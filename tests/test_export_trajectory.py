@@ -70,9 +70,14 @@ def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded
 
 def test_a_conversation_whose_first_turn_is_left_out_says_so(recorded, tmp_path) -> None:
     """Its row starts at turn 1: exact, but a manifest without a break said the conversation was whole."""
-    db, (t0, t1, _) = recorded
+    import shutil
+
+    shared, (t0, t1, _) = recorded
+    db = tmp_path / "own.duckdb"  # the module's store holds the other tests' verdicts
+    shutil.copy(shared, db)
     with Store(db) as store:
         store.record_verdict(t0["sample_id"], "rejected", reason="test")
+        store.record_verdict(t1["sample_id"], "approved", reason="test")
     out = tmp_path / "v.jsonl"
     assert main(["export", "--db", str(db), "--trajectory", "--out", str(out)]) == 0
     first = json.loads(out.read_text().splitlines()[0])
