@@ -52,8 +52,22 @@ def run_before(*keys: str, then: Callable[[Any], None] | None = None) -> Callabl
         if then is not None:
             then(app)
             await settle(app, pilot)
+        await steady(app, pilot)
 
     return before
+
+
+async def steady(app: Any, pilot: Any, tries: int = 20) -> None:
+    """Pause until two renders of the screen in a row are the same: a chart mounted after a load draws on the next
+    refresh (`call_after_refresh`) and the grid lays it out after that, so on a loaded machine a snapshot taken
+    when the workers were done caught the grid mid-layout (a title cut short, a column another width)."""
+    before = app.export_screenshot()
+    for _ in range(tries):
+        await pilot.pause()
+        now = app.export_screenshot()
+        if now == before:
+            return
+        before = now
 
 
 async def open_first(app: Any, pilot: Any) -> str:
