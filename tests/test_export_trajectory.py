@@ -162,3 +162,19 @@ def test_a_batch_chain_is_one_row_per_unbroken_stretch_with_parallel_calls_super
     manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
     assert manifest["breaks_by_reason"] == {"prompt_does_not_extend": 1}
     assert manifest["first_breaks"][0]["turn"] == 3
+
+
+def test_rows_are_read_a_few_at_a_time_as_conversations_are_written(recorded, tmp_path, monkeypatch) -> None:
+    """The same rows with one stored row read at a time (the build held every selected row before writing one)."""
+    import tokview.export.trajectory as trajectory
+
+    db, _ = recorded
+    whole, one_by_one = tmp_path / "whole.jsonl", tmp_path / "one.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--out", str(whole)]) == 0
+    reads: list[int] = []
+    rows_for = Store.rows_for
+    monkeypatch.setattr(Store, "rows_for", lambda self, ids: reads.append(len(ids)) or rows_for(self, ids))
+    monkeypatch.setattr(trajectory, "ROWS_READ_AT_ONCE", 1)
+    assert main(["export", "--db", str(db), "--trajectory", "--out", str(one_by_one)]) == 0
+    assert one_by_one.read_text() == whole.read_text()
+    assert reads[-3:] == [1, 1, 1]  # the three turns, one at a time (the first read is the per-sample checks)

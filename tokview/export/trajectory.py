@@ -103,18 +103,27 @@ def extends(previous: list[int], prompt: list[int]) -> int | None:
     return min(len(previous), len(prompt))
 
 
+ROWS_READ_AT_ONCE = 256
+
+
+def _rows_in_turn_order(store: Store, sample_ids: list[str]) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """Each selected turn's key and stored row, conversation by conversation, read ROWS_READ_AT_ONCE at a time: an
+    agent trace's prompts grow with every turn (its stored ids grow with turns squared), so a store's whole
+    selection read up front was a proxy store's size in memory before the first row was written."""
+    keys = export_rows.conversation_turns(store, sample_ids)
+    for start in range(0, len(keys), ROWS_READ_AT_ONCE):
+        chunk = keys[start : start + ROWS_READ_AT_ONCE]
+        rows = {row["sample_id"]: row for row in store.rows_for([k[3] for k in chunk])}
+        for key in chunk:
+            yield key, rows[key[3]]
+
+
 def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: Trajectories) -> Iterator[_Row]:
     """Every row of the selected conversations, in order (a split conversation's later rows say where)."""
-    keys = export_rows.conversation_turns(store, sample_ids)
-    by_sample = {}
-    for start in range(0, len(keys), 256):
-        for row in store.rows_for([k[3] for k in keys[start : start + 256]]):
-            by_sample[row["sample_id"]] = row
     conversation: tuple[str | None, str, int] | None = None
     current: _Row | None = None
     previous_turn: int | None = None
-    for run_id, prompt_id, gen_index, sample_id, turn in keys:
-        row = by_sample[sample_id]
+    for (run_id, prompt_id, gen_index, sample_id, turn), row in _rows_in_turn_order(store, sample_ids):
         capture = capture_from_row(row)
         prof: ModelProfile = profile_of(row["profile"])
         calls = len(parse_tool_calls(capture.output_ids, prof.tool_calls).calls) if prof.tool_calls else 0
