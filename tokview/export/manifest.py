@@ -130,8 +130,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
             }
             for r in runs
         ],
-        "loss_mask": "0 for every prompt id, 1 for every output id (stop id included); input_ids = prompt ids + "
-        "output ids exactly as served",
+        "loss_mask": fmt.loss_mask,
         "trainers": section(
             fmt,
             data_name=plan.name,

@@ -107,6 +107,11 @@ class ExportFormat:
     """The trainer paths each written row is re-rendered through (the manifest's `rerender`)."""
     preflight: Preflight | None = None
     """Run once per profile in the selection before anything is written."""
+    loss_mask: str = (
+        "0 for every prompt id, 1 for every output id (stop id included); input_ids = prompt ids + output ids exactly "
+        "as served"
+    )
+    """The manifest's `loss_mask`: what the rows' mask covers."""
 
     def __post_init__(self) -> None:
         if (self.build_row is None) == (self.write_table is None):
@@ -188,6 +193,8 @@ FORMATS: dict[str, ExportFormat] = {
             rows=Rows.IDS,
             write_table=write_trajectories,
             trainer_paths=trainers.trajectory_paths,
+            loss_mask="0 for every prompt id, 1 for every output id (stop id included); input_ids = the first turn's "
+            "prompt ids + output ids, then per turn the ids its prompt adds (mask 0) and its output ids, as served",
         ),
         ExportFormat(
             name="parquet",

@@ -284,7 +284,9 @@ def trajectory_paths(ctx: PathsContext) -> dict[str, Any]:
         "output ids, see trajectory): every served output has mask 1, the ids between them (tool results, "
         "user turns, headers) mask 0; metadata.turns gives each turn's output span"
     )
-    out["specforge"].pop("retokenizing", None)  # no `text` field: nothing to re-tokenize
+    for trainer in out.values():  # no `text` field: nothing to re-tokenize
+        if isinstance(trainer, dict):
+            trainer.pop("retokenizing", None)
     return out
 
 
