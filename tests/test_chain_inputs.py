@@ -114,6 +114,20 @@ CALL = {"role": "assistant", "content": "", "tool_calls": [_call("c1", "get_weat
         (_with([USER, {"role": "tool", "tool_call_id": "c9", "content": "x"}]), "answers no call"),
         (_with([USER, {"role": "tool", "content": "x"}]), "answers no call"),
         (_with([USER, CALL, {"role": "user", "content": "go on"}]), "has no result"),
+        (
+            _with(
+                [
+                    USER,
+                    {
+                        **CALL,
+                        "tool_calls": [_call("c1", "get_weather", {"city": "Paris"}), _call("c2", "get_time", {})],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                ],
+                tools=[WEATHER, TIME],
+            ),
+            "call c2 has none",  # the generation would follow a call nobody answered
+        ),
         (_with([USER, CALL, {"role": "tool", "tool_call_id": "c1", "content": "x"}], tools=[TIME]), "does not"),
         (_with([USER, CALL, {"role": "tool", "content": "x"}], tools=[]), "has no `tools`"),
         (

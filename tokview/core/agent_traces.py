@@ -140,6 +140,12 @@ def check_trace(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
         call_ids = [c["id"] for c in msg.get("tool_calls") or []]
         if len(set(call_ids)) != len(call_ids):
             raise PromptError(f"{where}: turn {number} gives two calls the same id {call_ids!r}")
+    if pending and messages[-1]["role"] == "tool":  # the generation follows these results: all must be there
+        ids = ", ".join(c["id"] for c in pending)
+        raise PromptError(
+            f"{where}: the row ends with results while call {ids} has none: the model would be asked for its next "
+            "turn after a call nobody answered"
+        )
 
 
 def _answer(msg: dict[str, Any], pending: list[dict[str, Any]], where: str, number: int) -> None:
