@@ -151,6 +151,42 @@ def completion_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def choice_indexes(answer: object, *, stream: bool) -> list[int]:
+    """The choice indexes an answer holds, in order: [0] unless the client asked for `n` > 1."""
+    seen: set[int] = set()
+    for chunk in (answer if isinstance(answer, list) else ()) if stream else (answer,):
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            index = choice.get("index", 0) if isinstance(choice, dict) else 0
+            if type(index) is int and 0 <= index < MAX_CHOICES:
+                seen.add(index)
+    return sorted(seen) or [0]
+
+
+MAX_CHOICES = 128
+"""More choices than this in one answer are not split (a malformed answer's index is not a count to loop to)."""
+
+
+def choice_view(answer: Any, index: int, *, stream: bool) -> Any:
+    """The answer as if choice `index` were its only one (as index 0): what `build_capture` reads. Its usage is left
+    out: it counts every choice's tokens, so each choice's count would disagree with its ids."""
+
+    def one(chunk: Any) -> Any:
+        if not isinstance(chunk, dict):
+            return chunk
+        out = {k: v for k, v in chunk.items() if k != "usage"}
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            out["choices"] = [{**c, "index": 0} for c in choices if isinstance(c, dict) and c.get("index", 0) == index]
+        ext = chunk.get("sglext")
+        outputs = ext.get("output_ids") if isinstance(ext, dict) else None
+        if isinstance(ext, dict) and isinstance(outputs, list) and outputs and isinstance(outputs[0], list):
+            out["sglext"] = {**ext, "output_ids": outputs[index] if index < len(outputs) else None}
+        return out
+
+    return [one(chunk) for chunk in answer] if stream else one(answer)
+
+
 def build_capture(
     endpoint: str,
     kind: str,

@@ -33,7 +33,7 @@ from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
-from tokview.proxy.capture import CHAT, NoIds, build_capture, settings_of
+from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
 from tokview.proxy.sessions import SessionBook, Turn
 from tokview.proxy.sse import read_stream
 from tokview.servers.errors import Retryable
@@ -257,6 +257,29 @@ class Recorder:
             return
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
+        indexes = choice_indexes(answer, stream=item.stream)
+        first: tuple[str, Turn] | None = None
+        for index in indexes:  # `n` > 1: every choice is a generation of its own, a sample of its own
+            view = answer if len(indexes) == 1 else choice_view(answer, index, stream=item.stream)
+            own_id = sample_id if index == indexes[0] or sample_id is None else f"{sample_id}.c{index}"
+            sibling = first[1] if first is not None else None
+            placed = self._record_choice(item, view, messages, own_id, index, sibling_of=sibling)
+            if first is None:
+                if placed is None:
+                    return  # choice 0 failed: the others would be placed nowhere
+                first = placed
+
+    def _record_choice(
+        self,
+        item: Finished,
+        answer: Any,
+        messages: list[Any] | None,
+        sample_id: str | None,
+        index: int,
+        *,
+        sibling_of: Turn | None,
+    ) -> tuple[str, Turn] | None:
+        request = item.request
         try:
             capture = build_capture(
                 item.endpoint,
@@ -272,22 +295,24 @@ class Recorder:
             )
         except NoIds as exc:
             self.failure(str(exc), item.server, named=item.named, user=item.user, sample_id=sample_id)
-            return
+            return None
         except Retryable as exc:  # the servers layer's "malformed response from …" (a lone surrogate in a text)
             self.failure(exc.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
-            return
+            return None
         except (ValueError, TypeError) as exc:  # a malformed answer
             self.failure(
                 f"malformed response: {exc}", item.server, named=item.named, user=item.user, sample_id=sample_id
             )
-            return
-        self.sample(
+            return None
+        return self.sample(
             capture,
             messages=messages,
             named=item.named,
             user=item.user,
             answer_message=_answer(capture, answer, item.endpoint),
             sample_id=sample_id,
+            index=index,
+            sibling_of=sibling_of,
         )
 
     def _next_id(self) -> str:
@@ -319,23 +344,32 @@ class Recorder:
         user: str | None,
         answer_message: dict[str, Any] | None,
         sample_id: str | None = None,
+        index: int = 0,
+        sibling_of: Turn | None = None,
     ) -> tuple[str, Turn] | None:
-        """Place a finished generation in its session and hand it to the writer: (sample id, turn)."""
+        """Place a finished generation in its session and hand it to the writer: (sample id, turn).
+
+        `sibling_of`: another choice of the same request (`n` > 1), stored at the same session and turn as its first
+        choice, generation `index`; the session goes on from the first choice only (a harness that continues from
+        another one starts a session of its own, or joins by messages)."""
         if not self._check():
             return None
-        turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
         sample_id = sample_id or self._next_id()
-        if turn.break_at is not None:
-            self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
-        self.sessions.add(
-            turn,
-            sample_id,
-            prompt_ids=capture.prompt_ids,
-            output_ids=capture.output_ids,
-            messages=messages,
-            answer=answer_message,
-        )
-        self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn), capture)
+        if sibling_of is not None:
+            turn = sibling_of
+        else:
+            turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
+            if turn.break_at is not None:
+                self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
+            self.sessions.add(
+                turn,
+                sample_id,
+                prompt_ids=capture.prompt_ids,
+                output_ids=capture.output_ids,
+                messages=messages,
+                answer=answer_message,
+            )
+        self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1
         return sample_id, turn
 

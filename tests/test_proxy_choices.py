@@ -1,0 +1,89 @@
+"""A request for `n` > 1 generations: every choice is a sample of its own (issue 24: each generation is a sample), at
+the same session and turn as the first, generation index k; the first alone carried on the session. Before, only
+choice 0 was stored, and flagged `completion_count_mismatch` by a usage that counts every choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tokview.core.profiles import ModelProfile
+from tokview.core.tokenizer import TokenizerAdapter
+from tokview.proxy.app import Upstream
+from tokview.proxy.capture import choice_indexes, choice_view
+from tokview.proxy.recorder import Finished, Recorder
+from tokview.proxy.serve import ProxyConfig, open_recorder
+from tokview.store import Store
+
+UP = "http://127.0.0.1:9"
+
+
+def _choices(tok: TokenizerAdapter, profile: ModelProfile) -> tuple[list[int], list[list[int]], list[str]]:
+    prompt = tok.render([{"role": "user", "content": "pick a number"}], template_kwargs={"thinking": True})
+    texts = ["Seven.", "Forty-two, clearly.", "Three."]
+    assert profile.think_close_id is not None
+    outputs = [[profile.think_close_id, *tok.encode(t), profile.stop_ids[0]] for t in texts]
+    return prompt, outputs, texts
+
+
+def _answer(prompt: list[int], outputs: list[list[int]], texts: list[str], stream: bool) -> bytes:
+    usage = {"prompt_tokens": len(prompt), "completion_tokens": sum(map(len, outputs)), "total_tokens": 0}
+    if not stream:
+        body = {
+            "id": "c",
+            "object": "chat.completion",
+            "prompt_token_ids": prompt,
+            "choices": [
+                {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop", "token_ids": o}
+                for i, (o, t) in enumerate(zip(outputs, texts, strict=True))
+            ],
+            "usage": usage,
+        }
+        return orjson.dumps(body)
+    chunks: list[dict[str, Any]] = []
+    for i in range(len(outputs)):  # every choice opens first, then their text: interleaved as vLLM sends them
+        first = {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "token_ids": []}
+        chunks.append({"id": "c", "choices": [first], **({"prompt_token_ids": prompt} if i == 0 else {})})
+    for i, (ids, text) in enumerate(zip(outputs, texts, strict=True)):
+        delta = {"index": i, "delta": {"content": text}, "finish_reason": None, "token_ids": ids[:-1]}
+        last = {"index": i, "delta": {}, "finish_reason": "stop", "token_ids": ids[-1:]}
+        chunks += [{"id": "c", "choices": [delta]}, {"id": "c", "choices": [last]}]
+    chunks.append({"id": "c", "choices": [], "usage": usage})
+    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_every_choice_of_an_n_request_is_a_sample(tmp_path: Path, kimi_tok, kimi_profile, stream: bool) -> None:
+    prompt, outputs, texts = _choices(kimi_tok, kimi_profile)
+    request = {"model": "m", "messages": [{"role": "user", "content": "pick a number"}], "n": 3, "stream": stream}
+    raw = _answer(prompt, outputs, texts, stream)
+    db = tmp_path / "n.duckdb"
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, Recorder)
+    recorder.record(Finished("chat", "vllm", UP, {}, None, request, {"body": request}, raw, stream, 0.01, None, None))
+    recorder.close()
+    with Store(db) as store:
+        rows = store.query(
+            "SELECT prompt_id, turn, gen_index, prompt_ids, output_ids, content, valid FROM samples ORDER BY gen_index"
+        )
+        codes = {c for (c,) in store.query("SELECT DISTINCT code FROM findings")}
+    assert [r[2] for r in rows] == [0, 1, 2]
+    assert len({(r[0], r[1]) for r in rows}) == 1  # one session, one turn
+    assert [list(r[3]) for r in rows] == [prompt] * 3
+    assert [list(r[4]) for r in rows] == outputs
+    assert [r[5] for r in rows] == texts
+    assert all(r[6] for r in rows), codes
+    assert "completion_count_mismatch" not in codes
+
+
+def test_a_single_choice_answer_is_read_as_it_is() -> None:
+    body = {"choices": [{"index": 0, "message": {"content": "x"}}], "usage": {"completion_tokens": 3}}
+    assert choice_indexes(body, stream=False) == [0]
+    assert choice_indexes([{"choices": []}], stream=True) == [0]
+    assert choice_indexes({"choices": [{"index": 10**9}]}, stream=False) == [0]  # not a count to loop to
+    view = choice_view({**body, "choices": [{"index": 1, "message": {"content": "y"}}]}, 1, stream=False)
+    assert view == {"choices": [{"index": 0, "message": {"content": "y"}}]}
