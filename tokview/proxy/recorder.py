@@ -264,9 +264,7 @@ class Recorder:
             own_id = sample_id if index == indexes[0] or sample_id is None else f"{sample_id}.c{index}"
             sibling = first[1] if first is not None else None
             placed = self._record_choice(item, view, messages, own_id, index, sibling_of=sibling)
-            if first is None:
-                if placed is None:
-                    return  # choice 0 failed: the others would be placed nowhere
+            if first is None:  # the first choice recorded carries the session (one that failed is a failure)
                 first = placed
 
     def _record_choice(
