@@ -120,3 +120,22 @@ def test_parallel_rollouts_differing_only_in_arguments_keep_their_own_sessions()
     for name, args, prompt in (("a", '{"n":1,"cmd":"ls"}', [1, 5]), ("b", '{"cmd":"pwd"}', [2, 5])):
         again = book.place(SYSTEM + prompt, [*USER_A, call(args, "renumbered"), result])
         assert (again.session_id, again.turn, again.joined_by) == (starts[name], 1, "messages")
+
+
+def test_a_named_session_s_retry_is_that_turn_again_and_the_session_goes_on_from_the_retry() -> None:
+    """The same prompt again in a named session was turn k+1 with a false break at the prompt's end; unnamed, the same
+    prompt may be a parallel rollout of one task, so it starts a session of its own (each goes on from its answer)."""
+    book = SessionBook("r")
+    first = _turn(book, [1, 2], [3], named="agent")
+    second = _turn(book, [1, 2, 3, 4], [5], named="agent")
+    retry = _turn(book, [1, 2, 3, 4], [6], named="agent")
+    assert (retry.turn, retry.break_at, retry.parent_sample) == (1, None, second.parent_sample)
+    assert second.parent_sample is not None and second.parent_sample.endswith("-0")  # turn 0's sample
+    after = _turn(book, [1, 2, 3, 4, 6, 7], [8], named="agent")  # continues the retry's answer
+    assert (after.turn, after.break_at) == (2, None)
+    assert first.turn == 0
+    one = _turn(book, SYSTEM + [1], [2])
+    other = _turn(book, SYSTEM + [1], [3])
+    assert other.joined_by == "new" and other.session_id != one.session_id
+    assert _turn(book, SYSTEM + [1, 3, 4], [5]).session_id == other.session_id
+    assert _turn(book, SYSTEM + [1, 2, 4], [5]).session_id == one.session_id

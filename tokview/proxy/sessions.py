@@ -43,6 +43,10 @@ class _Session:
     sequence: bytes = b""
     """prompt + output ids of the newest turn, as 32-bit ints (compared with `startswith`)."""
     last_sample: str | None = None
+    prompt_len: int = 0
+    """How many of `sequence`'s ids are the newest turn's prompt (the rest its output)."""
+    parent_sample: str | None = None
+    """The newest turn's own parent (a regeneration of it has the same one)."""
     message_keys: list[str] = field(default_factory=list)
     """Digests of the newest turn's messages plus its answer, each prefix's digest (see `_digests`)."""
     indexed: tuple[int, int, str] = (0, 0, "")
@@ -141,6 +145,8 @@ class SessionBook:
             how = "header" if named else "user"
             if session is None:
                 return Turn(session_id, 0, how)
+            if _is_regeneration(packed, session):  # a retry: that turn once more, not the next one with a break
+                return Turn(session_id, session.turns - 1, how, session.parent_sample)
             breaks = None if packed.startswith(session.sequence) else _first_difference(packed, session.sequence)
             return Turn(session_id, session.turns, how, session.last_sample, breaks, len(session.sequence) // 4)
         session = self._longest_prefix(packed)
@@ -179,6 +185,8 @@ class SessionBook:
             self._unindex(session)
         session.turns = max(session.turns, turn.turn + 1)
         session.sequence = _pack(list(prompt_ids) + list(output_ids))
+        session.prompt_len = len(prompt_ids)
+        session.parent_sample = turn.parent_sample
         session.last_sample = sample_id
         conversation = list(messages or [])
         if answer is not None:
@@ -236,6 +244,13 @@ class SessionBook:
             if session_id is not None and session_id in self._sessions:
                 return self._sessions[session_id]
         return None
+
+
+def _is_regeneration(packed: bytes, session: _Session) -> bool:
+    """Whether a prompt is the session's newest turn's own prompt again: in a session the harness names, a retry of
+    that turn. (Among unnamed ones the same prompt may as well start a parallel rollout of one task: it starts a
+    session of its own, and each rollout goes on from its own answer.)"""
+    return session.turns > 0 and len(packed) == session.prompt_len * 4 and session.sequence.startswith(packed)
 
 
 def _first_difference(packed: bytes, sequence: bytes) -> int:
