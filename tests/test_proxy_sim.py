@@ -211,7 +211,7 @@ def test_header_and_user_name_sessions(sim, proxy) -> None:
     rows = _stored(proxy.db)
     assert [(r["prompt_id"], r["turn"]) for r in rows] == [
         ("session:agent-7", 0),
-        ("session:agent-7", 1),
+        ("session:agent-7", 0),  # the same prompt again: a retry of turn 0, not turn 1 with a break
         ("user:alice", 0),
     ]
     stored = orjson.loads(rows[0]["raw_request"])
