@@ -103,7 +103,10 @@ class TokenizerFolder:
             if isinstance(value, list) and any(isinstance(t, dict) and t.get("name") != "default" for t in value):
                 return True
         extra = self.path / "additional_chat_templates"
-        return extra.is_dir() and any(e.is_file() for e in extra.iterdir())
+        try:
+            return extra.is_dir() and any(e.is_file() for e in extra.iterdir())
+        except OSError:  # unreadable: transformers could not read it either
+            return False
 
     @property
     def tokenizer_class(self) -> str | None:
