@@ -17,6 +17,7 @@ What each server sends without them (recordings/tools/README.md §3, §4):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,11 +208,14 @@ def strip_rest(rest: bytes, injection: Injection) -> bytes:
         start = m.end()
     if start < len(rest):
         events.append(rest[start:])
-    return b"".join(
-        strip_body(event, injection)
-        for event in events
-        if not (may_be_id_only(event, injection) and id_only_chunk(data_of(event), injection))
-    )
+    return b"".join(_kept_events(events, injection))
+
+
+def _kept_events(events: Iterable[bytes], injection: Injection) -> Iterator[bytes]:
+    """Each event as the client gets it, taken one by one: id-only chunks dropped, the others stripped."""
+    for event in events:
+        if not (may_be_id_only(event, injection) and id_only_chunk(data_of(event), injection)):
+            yield strip_body(event, injection)
 
 
 def strip_events(whole: bytes, injection: Injection) -> tuple[bytes, int]:
@@ -224,11 +228,7 @@ def strip_events(whole: bytes, injection: Injection) -> tuple[bytes, int]:
     if not injection.strips:
         return whole, whole.count(b"\n\n")
     if b"\r" in whole:
-        kept = [
-            strip_body(event, injection)
-            for event in EventSplitter().feed(whole)
-            if not (may_be_id_only(event, injection) and id_only_chunk(data_of(event), injection))
-        ]
+        kept = list(_kept_events(EventSplitter().feed(whole), injection))
         return b"".join(kept), len(kept)
     marker = SGLEXT_KEY if injection.kind == SGLANG else b"{}"
     hit = whole.find(marker)
