@@ -139,3 +139,60 @@ def test_a_named_session_s_retry_is_that_turn_again_and_the_session_goes_on_from
     assert other.joined_by == "new" and other.session_id != one.session_id
     assert _turn(book, SYSTEM + [1, 3, 4], [5]).session_id == other.session_id
     assert _turn(book, SYSTEM + [1, 2, 4], [5]).session_id == one.session_id
+
+
+def test_the_kept_ids_are_bounded_by_bytes_the_least_recently_used_going_first() -> None:
+    """Counted alone, 2,000 sessions of 128k-token agent traces held ~1 GB of ids."""
+    book = SessionBook("r", max_bytes=4 * 250)  # 250 ids
+    first = _turn(book, SYSTEM + [1], list(range(60)))  # 101 ids
+    second = _turn(book, SYSTEM + [2], list(range(60)))
+    assert book._bytes == 4 * 202
+    third = _turn(book, SYSTEM + [3], list(range(60)))  # 303 ids: the oldest goes
+    assert first.session_id not in book._sessions
+    assert {second.session_id, third.session_id} <= set(book._sessions)
+    assert book.place(SYSTEM + [2] + list(range(60)) + [7], None).session_id == second.session_id
+    longer = _turn(book, SYSTEM + [2] + list(range(60)) + [7], list(range(200)))  # alone past the bound: kept
+    assert list(book._sessions) == [longer.session_id]
+    assert book._bytes == 4 * (40 + 62 + 200)
+
+
+def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() -> None:
+    """After a proxy restart a session's newest turn is read back from the store; without its calls in the answer
+    message, a next request that re-rendered the history (no prefix) matched no session and started a new one."""
+    import duckdb
+    import orjson
+
+    from tokview.proxy.sessions import RESTORE_SQL, restore
+
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    stored_json = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+    delta = {"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    stored_stream = {"stream": True, "chunks": [{"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}]}
+    db = duckdb.connect()
+    db.execute(
+        "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
+        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP)"
+    )
+    for n, response in enumerate((stored_json, stored_stream)):
+        request = {"body": {"messages": [{"role": "user", "content": f"task {n}"}]}}
+        db.execute(
+            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now())",
+            [
+                f"proxy:old:s{n}",
+                f"proxy:old:{n}",
+                [*SYSTEM, n],
+                orjson.dumps(request).decode(),
+                orjson.dumps(response).decode(),
+            ],
+        )
+    book = SessionBook("new")
+    assert restore(book, db.execute(RESTORE_SQL, [10]).fetchall()) == 2
+    for n in range(2):
+        renumbered = {**call, "id": "call_0", "function": {"name": "add", "arguments": '{"b":2,"a":1}'}}
+        messages = [
+            {"role": "user", "content": f"task {n}"},
+            {"role": "assistant", "content": "", "tool_calls": [renumbered]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "3"},
+        ]
+        turn = book.place([*SYSTEM, n, 5, 5], messages)  # the history re-rendered: no prefix
+        assert (turn.session_id, turn.turn, turn.joined_by) == (f"proxy:old:s{n}", 1, "messages")

@@ -34,7 +34,7 @@ from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
-from tokview.proxy.sessions import SessionBook, Turn
+from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.servers.errors import Retryable
 
@@ -401,21 +401,12 @@ def _answer(capture: Capture, answer: object, endpoint: str) -> dict[str, Any] |
     """The assistant message a harness would append for this answer (what the next request's messages hold)."""
     if endpoint != CHAT:
         return None
-    calls = None
-    if isinstance(answer, dict):
+    if isinstance(answer, dict):  # the message's own calls, as the harness got them
         choices = answer.get("choices") or [{}]
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
-    elif capture.tool_calls:  # a stream's calls as the server parsed them, in the shape a harness appends
-        calls = [
-            {
-                "id": c.get("id"),
-                "type": "function",
-                "function": {"name": c.get("name"), "arguments": c.get("arguments")},
-            }
-            for c in capture.tool_calls
-        ]
-    return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
+        return {"role": "assistant", "content": capture.content, "tool_calls": calls or None}
+    return assistant_message(capture.content, capture.tool_calls)  # a stream's calls as the server parsed them
 
 
 def _parsed_json(raw: bytes) -> Any:

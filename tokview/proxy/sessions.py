@@ -31,8 +31,11 @@ SESSION_HEADER = "x-tokview-session"
 KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
 MAX_SESSIONS = 2_000
-"""Sessions kept (the least recently used go first): each holds its newest turn's ids, up to ~0.5 MB for a
-long agent trace, so this bounds the proxy's memory; a harness rarely has more conversations open at once."""
+"""Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
+MAX_SESSION_BYTES = 256 << 20
+"""The ids all kept sessions may hold together (4 bytes an id: ~67M ids), the least recently used going first
+beyond it. Each session holds its newest turn's prompt + output ids: 0.5 MB at a 128k-token agent trace, so
+the count alone let 2,000 long traces hold 1 GB."""
 _INT32 = next(code for code in "il" if array(code).itemsize == 4)
 
 
@@ -113,8 +116,10 @@ def _digests(messages: list[Any]) -> list[str]:
 
 
 class SessionBook:
-    def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS) -> None:
-        self.run_id, self.max_sessions = run_id, max_sessions
+    def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_SESSION_BYTES) -> None:
+        self.run_id, self.max_sessions, self.max_bytes = run_id, max_sessions, max_bytes
+        self._bytes = 0
+        """The length of every kept session's `sequence`, summed."""
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._by_start: dict[bytes, list[tuple[int, int, str]]] = {}
         """Sessions by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
@@ -179,12 +184,13 @@ class SessionBook:
         if session is None:
             session = _Session(turn.session_id)
             self._sessions[turn.session_id] = session
-            self._evict()
         else:
             self._sessions.move_to_end(turn.session_id)
             self._unindex(session)
         session.turns = max(session.turns, turn.turn + 1)
+        self._bytes -= len(session.sequence)
         session.sequence = _pack(list(prompt_ids) + list(output_ids))
+        self._bytes += len(session.sequence)
         session.prompt_len = len(prompt_ids)
         session.parent_sample = turn.parent_sample
         session.last_sample = sample_id
@@ -193,6 +199,7 @@ class SessionBook:
             conversation.append(answer)
         session.message_keys = _digests(conversation) if messages else []
         self._index(session)
+        self._evict()
 
     # -- indexes -------------------------------------------------------------------------------------
     def _index(self, session: _Session) -> None:
@@ -214,9 +221,11 @@ class SessionBook:
             del self._by_messages[session.message_keys[-1]]
 
     def _evict(self) -> None:
-        while len(self._sessions) > self.max_sessions:
+        """Forget the least recently used sessions past the count or the bytes (never the one just added)."""
+        while len(self._sessions) > 1 and (len(self._sessions) > self.max_sessions or self._bytes > self.max_bytes):
             _, oldest = self._sessions.popitem(last=False)
             self._unindex(oldest)
+            self._bytes -= len(oldest.sequence)
 
     def _longest_prefix(self, packed: bytes) -> _Session | None:
         """The longest kept session whose prompt + output ids `packed` starts with; of equals, the first indexed."""
@@ -267,7 +276,7 @@ def _first_difference(packed: bytes, sequence: bytes) -> int:
 
 
 RESTORE_SQL = """
-SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content
+SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response
 FROM samples
 WHERE sample_id LIKE 'proxy:%' AND turn IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC) = 1
@@ -285,17 +294,38 @@ WHERE starts_with(prompt_id, ?)
 """The highest session number a run's proxy gave (its session ids are `proxy:RUN:sN`)."""
 
 
+def assistant_message(content: str | None, calls: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The assistant message a harness appends for an answer (what its next request's messages hold), from the
+    server's calls as plain records {id, name, arguments} (`core.tool_calls.server_tool_calls`)."""
+    shaped = [
+        {"id": c.get("id"), "type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
+        for c in calls or ()
+    ]
+    return {"role": "assistant", "content": content, "tool_calls": shaped or None}
+
+
+def _json_or_empty(text: str | None) -> Any:
+    try:
+        return orjson.loads(text) if text else {}
+    except orjson.JSONDecodeError:
+        return {}
+
+
 def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
     """Put the newest turn of stored sessions back in `book` (oldest first, so the newest stay): a harness
-    whose conversation outlived a proxy restart continues its session instead of starting a new one."""
-    for session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content in reversed(rows):
-        try:
-            request = orjson.loads(raw_request) if raw_request else {}
-        except orjson.JSONDecodeError:
-            request = {}
+    whose conversation outlived a proxy restart continues its session instead of starting a new one.
+
+    The answer's tool calls are read back from the stored response: a turn that called tools is what the next
+    request's messages hold with those calls, and without them its key matched no next request."""
+    from tokview.core.tool_calls import tool_calls_of_response
+
+    for session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response in reversed(rows):
+        request = _json_or_empty(raw_request)
         body = request.get("body") if isinstance(request, dict) else None
         messages = body.get("messages") if isinstance(body, dict) else None
-        answer = {"role": "assistant", "content": content} if isinstance(messages, list) else None
+        answer = None
+        if isinstance(messages, list):
+            answer = assistant_message(content, tool_calls_of_response(_json_or_empty(raw_response)))
         placed = Turn(session_id, int(turn), "restored")
         book.add(
             placed,
