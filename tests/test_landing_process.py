@@ -25,7 +25,7 @@ from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, BatchSummary, run_batch
 from tokview.batch.inputs import InputError
-from tokview.batch.landing_process import LandingChild
+from tokview.batch.landing_process import LandingChild, make_spare, spare_path, take_spare
 from tokview.batch.run_record import RunRecord
 from tokview.batch.store_opener import StoreOpener
 from tokview.batch.tasks import StartInterrupted
@@ -177,6 +177,7 @@ async def test_a_run_with_nothing_to_do_creates_no_store(tmp_path):
     assert summary.ok == 0 and len(summary.bad_rows) == 1
     assert not db.exists() and not Path(str(db) + ".parts").exists()
     assert opener.opened == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]  # nor the spare the child had made
 
 
 def record(run_id: str, settings: dict) -> RunRecord:
@@ -249,6 +250,7 @@ async def test_a_cancel_before_the_run_begins_ends_the_child_having_created_noth
             await run
     assert spawned[0]._proc is None
     assert not db.exists() and not Path(str(db) + ".parts").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]  # nor the spare the child had made
 
 
 async def test_a_landing_child_killed_in_the_middle_of_a_landing_loses_and_doubles_nothing(tmp_path, monkeypatch):
@@ -312,3 +314,62 @@ def test_a_child_that_answers_garbage_is_dropped_and_the_batch_lands_here(tmp_pa
         child.close()
         for store in opener.opened:
             store.close()
+
+
+def _wait_for(check, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_store_is_made_as_a_spare_before_the_run_begins_and_linked_into_place(tmp_path):
+    """Creating the file and its schema (~0.1 s on 2 busy cores) was the tail of a one-prompt run: the child now
+    makes it as a hidden spare while the batch loads its tokenizer, and the run only links it into place."""
+    db = tmp_path / "s.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None and child._proc is not None
+    spare = spare_path(str(db), child._proc.pid)
+    _wait_for(spare.exists, "the child made no spare")
+    assert not db.exists()
+    child.begin_run(record("r1", {"temperature": 0.0}))
+    assert child.ingest() == (0, 0)
+    child.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb"]
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("r1",)]
+
+
+def test_a_spare_never_replaces_a_store_made_meanwhile(tmp_path):
+    db = tmp_path / "race.duckdb"
+    spare = make_spare(str(db))
+    assert spare is not None and spare.exists()
+    with Store(db) as other:
+        other.put_run("theirs", settings={})
+    take_spare(spare, str(db))
+    assert not spare.exists()
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("theirs",)]
+    assert make_spare(str(db)) is None  # the store is there: nothing to prepare
+    assert make_spare(str(tmp_path / "no" / "such.duckdb")) is None  # no folder is made before the run begins
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["race.duckdb"]
+
+
+def test_a_killed_childs_spare_is_removed_by_its_batch_or_the_next_child(tmp_path):
+    db = tmp_path / "k.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None and child._proc is not None
+    pid = child._proc.pid
+    _wait_for(spare_path(str(db), pid).exists, "the child made no spare")
+    os.kill(pid, signal.SIGKILL)
+    child.close()
+    assert list(tmp_path.iterdir()) == []
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = spare_path(str(db), int(dead.stdout))  # a child killed with its batch: nobody removed its spare
+    left.write_bytes(b"x")
+    left.with_name(left.name + ".wal").write_bytes(b"x")
+    spare = make_spare(str(db))
+    assert spare is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spare.name]
+    take_spare(spare, str(db))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.duckdb"]
