@@ -1,5 +1,5 @@
 """A request for `n` > 1 generations: every choice is a sample of its own (issue 24: each generation is a sample), at
-the same session and turn as the first, generation index k; the first alone carried on the session. Before, only
+the same session and turn as the first, generation index k, and the harness may go on from any of them. Before, only
 choice 0 was stored, and flagged `completion_count_mismatch` by a usage that counts every choice."""
 
 from __future__ import annotations
@@ -87,3 +87,29 @@ def test_a_single_choice_answer_is_read_as_it_is() -> None:
     assert choice_indexes({"choices": [{"index": 10**9}]}, stream=False) == [0]  # not a count to loop to
     view = choice_view({**body, "choices": [{"index": 1, "message": {"content": "y"}}]}, 1, stream=False)
     assert view == {"choices": [{"index": 0, "message": {"content": "y"}}]}
+
+
+def test_a_harness_that_goes_on_from_another_choice_stays_in_the_session(
+    tmp_path: Path, kimi_tok, kimi_profile
+) -> None:
+    """Best-of-n: the harness keeps choice 1 and sends its next turn. Only the first choice was kept as the session's
+    turn, so the next turn started a session of its own."""
+    prompt, outputs, texts = _choices(kimi_tok, kimi_profile)
+    request = {"model": "m", "messages": [{"role": "user", "content": "pick a number"}], "n": 3}
+    db = tmp_path / "n.duckdb"
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, Recorder)
+    raw = _answer(prompt, outputs, texts, stream=False)
+    recorder.record(Finished("chat", "vllm", UP, {}, None, request, {"body": request}, raw, False, 0.01, None, None))
+    messages = [*request["messages"], {"role": "assistant", "content": texts[1]}, {"role": "user", "content": "why?"}]
+    nxt = kimi_tok.render(messages, template_kwargs={"thinking": True})
+    assert nxt[: len(prompt) + len(outputs[1])] == prompt + outputs[1]  # it extends choice 1's ids, not choice 0's
+    more = _answer(nxt, [outputs[0]], [texts[0]], stream=False)
+    request2 = {"model": "m", "messages": messages}
+    recorder.record(Finished("chat", "vllm", UP, {}, None, request2, {"body": request2}, more, False, 0.01, None, None))
+    recorder.close()
+    with Store(db) as store:
+        rows = store.query("SELECT prompt_id, turn, gen_index FROM samples ORDER BY turn, gen_index")
+    assert len({r[0] for r in rows}) == 1, rows
+    assert [(r[1], r[2]) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]

@@ -196,3 +196,72 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
         ]
         turn = book.place([*SYSTEM, n, 5, 5], messages)  # the history re-rendered: no prefix
         assert (turn.session_id, turn.turn, turn.joined_by) == (f"proxy:old:s{n}", 1, "messages")
+
+
+def test_a_side_request_that_finished_first_leaves_the_main_loop_in_its_session() -> None:
+    """A harness asks for a title or a summary on the conversation so far: that request extends turn 0 and finishes
+    first. The main loop's next turn extends turn 0 too, not the side request: kept as the only turn, the side request
+    left the main loop nothing to continue, and it started a session of its own (split from its own history)."""
+    book = SessionBook("r")
+
+    def turn(name: str, prompt: list[int], output: list[int]):
+        placed = book.place(prompt, None)
+        book.add(placed, name, prompt_ids=prompt, output_ids=output, messages=None, answer=None)
+        return placed
+
+    first = turn("t0", SYSTEM + [1], [2, 3])
+    side = turn("side", SYSTEM + [1, 2, 3, 50, 51], [52])
+    main = turn("t1", SYSTEM + [1, 2, 3, 60], [61])
+    after = turn("t2", SYSTEM + [1, 2, 3, 60, 61, 62], [63])
+    assert {side.session_id, main.session_id, after.session_id} == {first.session_id}
+    assert (side.turn, main.turn, after.turn) == (1, 1, 2)
+    assert side.parent_sample == main.parent_sample == "t0"
+    assert (after.parent_sample, after.joined_by) == ("t1", "prefix")
+
+
+def test_a_re_rendered_main_turn_joins_by_messages_past_a_side_request() -> None:
+    book = SessionBook("r")
+    history = [{"role": "user", "content": "fix the bug"}]
+    answer = {"role": "assistant", "content": "ok", "tool_calls": None}
+    first = book.place(SYSTEM + [1], history)
+    book.add(first, "t0", prompt_ids=SYSTEM + [1], output_ids=[2, 3], messages=history, answer=answer)
+    ask = [*history, answer, {"role": "user", "content": "title?"}]
+    side = book.place(SYSTEM + [1, 2, 3, 9], ask)
+    book.add(side, "side", prompt_ids=SYSTEM + [1, 2, 3, 9], output_ids=[4], messages=ask, answer=None)
+    main = book.place(SYSTEM + [1, 2, 7, 8], [*history, answer, {"role": "tool", "content": "x"}])
+    assert (main.session_id, main.turn, main.joined_by, main.parent_sample) == (first.session_id, 1, "messages", "t0")
+    assert main.break_at == len(SYSTEM) + 2  # where its ids leave turn 0's prompt + output
+
+
+def test_an_unnamed_retry_of_a_later_turn_stays_in_its_session_as_that_turn() -> None:
+    """The same prompt as turn 1 again (a harness retrying after a tool error, unnamed): it extends turn 0, so it is
+    turn 1 once more; only a first prompt sent twice may be two rollouts of one task, each a session of its own."""
+    book = SessionBook("r")
+    first = _turn(book, SYSTEM + [1], [2])
+    second = _turn(book, SYSTEM + [1, 2, 3], [4])
+    retry = _turn(book, SYSTEM + [1, 2, 3], [5])
+    assert (retry.session_id, retry.turn, retry.parent_sample) == (first.session_id, 1, second.parent_sample)
+    assert _turn(book, SYSTEM + [1, 2, 3, 5, 6], [7]).turn == 2  # goes on from the retry's answer
+
+
+def test_a_harness_may_continue_any_choice_of_an_n_request() -> None:
+    book = SessionBook("r")
+    first = book.place(SYSTEM + [1], None)
+    for k, output in enumerate(([2], [3], [4])):  # three choices of one request: one turn, three samples
+        book.add(first, f"c{k}", prompt_ids=SYSTEM + [1], output_ids=output, messages=None, answer=None)
+    kept = book.place(SYSTEM + [1, 3, 9], None)  # the harness kept the second choice
+    assert (kept.session_id, kept.turn, kept.parent_sample, kept.joined_by) == (first.session_id, 1, "c1", "prefix")
+
+
+def test_a_long_trace_s_kept_turns_hold_its_ids_about_once() -> None:
+    """Each kept turn's ids are the next turn's first ids: held as views of the newest, not four copies."""
+    book = SessionBook("r")
+    prompt = list(SYSTEM)
+    for turn in range(6):
+        output = list(range(1000 * turn, 1000 * turn + 1000))
+        _turn(book, prompt, output)
+        prompt = prompt + output + [7]
+    [session] = book._sessions.values()
+    assert len(session.heads) == 4
+    assert book._bytes == 4 * (len(prompt) - 1)  # the newest turn's prompt + output, once
+    assert book.place(prompt, None).turn == 6

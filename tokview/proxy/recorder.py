@@ -348,8 +348,7 @@ class Recorder:
         """Place a finished generation in its session and hand it to the writer: (sample id, turn).
 
         `sibling_of`: another choice of the same request (`n` > 1), stored at the same session and turn as its first
-        choice, generation `index`; the session goes on from the first choice only (a harness that continues from
-        another one starts a session of its own, or joins by messages)."""
+        choice, generation `index`; a next request may continue any of the choices (the one the harness kept)."""
         if not self._check():
             return None
         sample_id = sample_id or self._next_id()
@@ -359,14 +358,14 @@ class Recorder:
             turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
             if turn.break_at is not None:
                 self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
-            self.sessions.add(
-                turn,
-                sample_id,
-                prompt_ids=capture.prompt_ids,
-                output_ids=capture.output_ids,
-                messages=messages,
-                answer=answer_message,
-            )
+        self.sessions.add(  # a sibling too: the harness may go on from any choice
+            turn,
+            sample_id,
+            prompt_ids=capture.prompt_ids,
+            output_ids=capture.output_ids,
+            messages=messages,
+            answer=answer_message,
+        )
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1
         return sample_id, turn

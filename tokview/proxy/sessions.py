@@ -7,11 +7,13 @@ that conversation (architecture.md, "conversations as chains"). A harness that r
 still continue a conversation, the turn joins it and says where the ids first differ, which is what a
 team needs to know about the prompts its drafter will see.
 
-Only ids and messages of finished requests are kept (the newest turn of each session), in memory, for
-the `max_sessions` most recently used sessions. A new prompt is compared (memcmp) with the kept sessions
-that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
+Only ids and messages of finished requests are kept (the HEADS_KEPT newest turns of each session: a side request
+that finished first, another choice or a retry leaves the turn the harness goes on from still there), in memory,
+for the most recently used sessions (`max_sessions`, `max_bytes`). A new prompt is compared (memcmp) with the kept
+turns that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
 sorted by length, so a new conversation among thousands that share one system prompt (shorter than any of
-their prompt + output ids) costs a bisection, not a comparison per open session.
+their prompt + output ids) costs a bisection, not a comparison per open session. It continues the turn it
+extends: turn k+1 of that turn's session, whichever turn of it is the newest.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
 MAX_SESSIONS = 2_000
 """Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
+HEADS_KEPT = 4
+"""Turns kept per session that a next request may continue: the newest, and the few before it that a side request
+(a title, a summary, a check) finishing first, the other choices of an `n` > 1 request, or a retry still leave
+someone to continue (the main loop's next turn extends the turn before the side request, not the side request)."""
 MAX_SESSION_BYTES = 256 << 20
 """The ids all kept sessions may hold together (4 bytes an id: ~67M ids), the least recently used going first
 beyond it. Each session holds its newest turn's prompt + output ids: 0.5 MB at a 128k-token agent trace, so
@@ -40,20 +46,34 @@ _INT32 = next(code for code in "il" if array(code).itemsize == 4)
 
 
 @dataclass
+class _Head:
+    """One finished turn a next request may continue: its prompt + output ids and its messages' digest."""
+
+    session_id: str
+    turn: int
+    sample_id: str
+    sequence: bytes | memoryview
+    """prompt + output ids, as 32-bit ints (compared with `startswith`): a view of a newer head's when they are its
+    first ids (as a turn's are its next turn's), so a long trace's kept turns hold its ids about once, not 4 times."""
+    prompt_len: int
+    """How many of `sequence`'s ids are the prompt (the rest the output)."""
+    parent_sample: str | None
+    """The turn's own parent (a regeneration of it has the same one)."""
+    message_key: str | None
+    """The digest of the turn's messages plus its answer (see `_digests`), None without messages."""
+    order: int = 0
+    """When it was indexed (unique): equal lengths in `SessionBook._by_start` go oldest first."""
+    owned: bool = True
+    """Its `sequence` is its own bytes (counted in `SessionBook._bytes`), not a view of a newer head's."""
+
+
+@dataclass
 class _Session:
     session_id: str
     turns: int = 0
-    sequence: bytes = b""
-    """prompt + output ids of the newest turn, as 32-bit ints (compared with `startswith`)."""
-    last_sample: str | None = None
-    prompt_len: int = 0
-    """How many of `sequence`'s ids are the newest turn's prompt (the rest its output)."""
-    parent_sample: str | None = None
-    """The newest turn's own parent (a regeneration of it has the same one)."""
-    message_keys: list[str] = field(default_factory=list)
-    """Digests of the newest turn's messages plus its answer, each prefix's digest (see `_digests`)."""
-    indexed: tuple[int, int, str] = (0, 0, "")
-    """Its entry in `SessionBook._by_start`: (sequence length, order indexed, session id)."""
+    """One past the highest turn placed in it."""
+    heads: list[_Head] = field(default_factory=list)
+    """Its HEADS_KEPT most recent turns, the newest last: a request may continue any of them."""
 
 
 @dataclass(frozen=True)
@@ -119,12 +139,12 @@ class SessionBook:
     def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_SESSION_BYTES) -> None:
         self.run_id, self.max_sessions, self.max_bytes = run_id, max_sessions, max_bytes
         self._bytes = 0
-        """The length of every kept session's `sequence`, summed."""
+        """The length of every kept head's `sequence`, summed."""
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._by_start: dict[bytes, list[tuple[int, int, str]]] = {}
-        """Sessions by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
+        self._by_start: dict[bytes, list[tuple[int, int, _Head]]] = {}
+        """Heads by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
         self._order = itertools.count()
-        self._by_messages: dict[str, str] = {}
+        self._by_messages: dict[str, _Head] = {}
         self._counter = itertools.count(1)
 
     def number_after(self, last: int | None) -> None:
@@ -145,29 +165,35 @@ class SessionBook:
         """The session and turn of a finished request (call `add` with its output next)."""
         packed = _pack(prompt_ids)
         if named or user:
-            session_id = f"session:{named}" if named else f"user:{user}"
-            session = self._sessions.get(session_id)
-            how = "header" if named else "user"
-            if session is None:
-                return Turn(session_id, 0, how)
-            if _is_regeneration(packed, session):  # a retry: that turn once more, not the next one with a break
-                return Turn(session_id, session.turns - 1, how, session.parent_sample)
-            breaks = None if packed.startswith(session.sequence) else _first_difference(packed, session.sequence)
-            return Turn(session_id, session.turns, how, session.last_sample, breaks, len(session.sequence) // 4)
-        session = self._longest_prefix(packed)
-        if session is not None:
-            return Turn(session.session_id, session.turns, "prefix", session.last_sample)
-        session = self._by_message_prefix(messages)
-        if session is not None:
-            return Turn(
-                session.session_id,
-                session.turns,
-                "messages",
-                session.last_sample,
-                _first_difference(packed, session.sequence),
-                len(session.sequence) // 4,
-            )
+            return self._place_named(packed, f"session:{named}" if named else f"user:{user}", named is not None)
+        head = self._longest_prefix(packed)
+        if head is not None:
+            return Turn(head.session_id, head.turn + 1, "prefix", head.sample_id)
+        head = self._by_message_prefix(messages)
+        if head is not None:
+            breaks = _first_difference(packed, head.sequence)
+            return Turn(head.session_id, head.turn + 1, "messages", head.sample_id, breaks, len(head.sequence) // 4)
         return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
+
+    def _place_named(self, packed: bytes, session_id: str, header: bool) -> Turn:
+        """A turn of the session the harness named: after the longest kept turn its prompt extends, else that turn
+        once more when it is one's prompt again (a retry), else after the newest with a break."""
+        how = "header" if header else "user"
+        session = self._sessions.get(session_id)
+        if session is None:
+            return Turn(session_id, 0, how)
+        extended = [h for h in session.heads if packed.startswith(h.sequence)]
+        if extended:
+            head = max(extended, key=lambda h: (len(h.sequence), h.order))
+            return Turn(session_id, head.turn + 1, how, head.sample_id)
+        again = [h for h in session.heads if _is_regeneration(packed, h)]
+        if again:
+            return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
+        newest = session.heads[-1] if session.heads else None
+        if newest is None:
+            return Turn(session_id, session.turns, how)
+        breaks = _first_difference(packed, newest.sequence)
+        return Turn(session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4)
 
     def add(
         self,
@@ -179,90 +205,102 @@ class SessionBook:
         messages: list[Any] | None,
         answer: dict[str, Any] | None,
     ) -> None:
-        """Remember a finished turn as its session's newest (the one a next request may extend)."""
+        """Remember a finished turn as one its session's next request may continue (the newest of its heads)."""
         session = self._sessions.get(turn.session_id)
         if session is None:
             session = _Session(turn.session_id)
             self._sessions[turn.session_id] = session
         else:
             self._sessions.move_to_end(turn.session_id)
-            self._unindex(session)
         session.turns = max(session.turns, turn.turn + 1)
-        self._bytes -= len(session.sequence)
-        session.sequence = _pack(list(prompt_ids) + list(output_ids))
-        self._bytes += len(session.sequence)
-        session.prompt_len = len(prompt_ids)
-        session.parent_sample = turn.parent_sample
-        session.last_sample = sample_id
         conversation = list(messages or [])
         if answer is not None:
             conversation.append(answer)
-        session.message_keys = _digests(conversation) if messages else []
-        self._index(session)
+        sequence = _pack(list(prompt_ids) + list(output_ids))
+        head = _Head(
+            turn.session_id,
+            turn.turn,
+            sample_id,
+            sequence,
+            len(prompt_ids),
+            turn.parent_sample,
+            _digests(conversation)[-1] if messages and conversation else None,
+        )
+        for older in session.heads:
+            if older.owned and sequence.startswith(older.sequence):
+                older.sequence, older.owned = memoryview(sequence)[: len(older.sequence)], False
+                self._bytes -= len(older.sequence)
+        session.heads.append(head)
+        self._index(head)
+        while len(session.heads) > HEADS_KEPT:  # the oldest first: a view is only ever of a newer head's ids
+            self._unindex(session.heads.pop(0))
         self._evict()
 
     # -- indexes -------------------------------------------------------------------------------------
-    def _index(self, session: _Session) -> None:
-        session.indexed = (len(session.sequence), next(self._order), session.session_id)
-        bisect.insort(self._by_start.setdefault(session.sequence[: KEY_IDS * 4], []), session.indexed)
-        if session.message_keys:
-            self._by_messages[session.message_keys[-1]] = session.session_id
+    def _index(self, head: _Head) -> None:
+        head.order = next(self._order)
+        entry = (len(head.sequence), head.order, head)
+        bisect.insort(self._by_start.setdefault(bytes(head.sequence[: KEY_IDS * 4]), []), entry)
+        if head.message_key is not None:
+            self._by_messages[head.message_key] = head
+        self._bytes += len(head.sequence)
 
-    def _unindex(self, session: _Session) -> None:
-        key = session.sequence[: KEY_IDS * 4]
+    def _unindex(self, head: _Head) -> None:
+        key = bytes(head.sequence[: KEY_IDS * 4])
         entries = self._by_start.get(key)
         if entries:
-            at = bisect.bisect_left(entries, session.indexed)
-            if at < len(entries) and entries[at] == session.indexed:
+            at = bisect.bisect_left(entries, (len(head.sequence), head.order))
+            if at < len(entries) and entries[at][2] is head:
                 del entries[at]
             if not entries:
                 del self._by_start[key]
-        if session.message_keys and self._by_messages.get(session.message_keys[-1]) == session.session_id:
-            del self._by_messages[session.message_keys[-1]]
+        if head.message_key is not None and self._by_messages.get(head.message_key) is head:
+            del self._by_messages[head.message_key]
+        if head.owned:
+            self._bytes -= len(head.sequence)
 
     def _evict(self) -> None:
         """Forget the least recently used sessions past the count or the bytes (never the one just added)."""
         while len(self._sessions) > 1 and (len(self._sessions) > self.max_sessions or self._bytes > self.max_bytes):
             _, oldest = self._sessions.popitem(last=False)
-            self._unindex(oldest)
-            self._bytes -= len(oldest.sequence)
+            for head in oldest.heads:
+                self._unindex(head)
 
-    def _longest_prefix(self, packed: bytes) -> _Session | None:
-        """The longest kept session whose prompt + output ids `packed` starts with; of equals, the first indexed."""
+    def _longest_prefix(self, packed: bytes) -> _Head | None:
+        """The longest kept head whose prompt + output ids `packed` starts with; of equals, the first indexed."""
         entries = self._by_start.get(packed[: KEY_IDS * 4])
         if not entries:
             return None
-        best: _Session | None = None
+        best: _Head | None = None
         best_len = -1
-        at = bisect.bisect_right(entries, (len(packed), math.inf))  # past every session no longer than the prompt
+        at = bisect.bisect_right(entries, (len(packed), math.inf))  # past every head no longer than the prompt
         while at > 0:
             at -= 1
-            length, _, session_id = entries[at]
+            length, _, head = entries[at]
             if length < best_len:
                 break
-            session = self._sessions[session_id]
-            if packed.startswith(session.sequence):
-                best, best_len = session, length  # equals go on down to the first indexed
+            if packed.startswith(head.sequence):
+                best, best_len = head, length  # equals go on down to the first indexed
         return best
 
-    def _by_message_prefix(self, messages: list[Any] | None) -> _Session | None:
+    def _by_message_prefix(self, messages: list[Any] | None) -> _Head | None:
         if not messages:
             return None
         for key in reversed(_digests(messages)[:-1]):  # the longest earlier conversation it continues
-            session_id = self._by_messages.get(key)
-            if session_id is not None and session_id in self._sessions:
-                return self._sessions[session_id]
+            head = self._by_messages.get(key)
+            if head is not None:
+                return head
         return None
 
 
-def _is_regeneration(packed: bytes, session: _Session) -> bool:
-    """Whether a prompt is the session's newest turn's own prompt again: in a session the harness names, a retry of
-    that turn. (Among unnamed ones the same prompt may as well start a parallel rollout of one task: it starts a
-    session of its own, and each rollout goes on from its own answer.)"""
-    return session.turns > 0 and len(packed) == session.prompt_len * 4 and session.sequence.startswith(packed)
+def _is_regeneration(packed: bytes, head: _Head) -> bool:
+    """Whether a prompt is this kept turn's own prompt again: in a session the harness names, a retry of that turn.
+    (Among unnamed ones the same first prompt may as well start a parallel rollout of one task: it starts a session
+    of its own, and each rollout goes on from its own answer.)"""
+    return len(packed) == head.prompt_len * 4 and head.sequence[: len(packed)] == packed
 
 
-def _first_difference(packed: bytes, sequence: bytes) -> int:
+def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
     """The first id position where the two packed sequences differ (the shorter length if one is a prefix)."""
     n = min(len(packed), len(sequence)) // 4
     lo, hi = 0, n
