@@ -163,20 +163,27 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
     import orjson
 
     from tokview.proxy.sessions import RESTORE_SQL, restore
+    from tokview.store.packed_chunks import pack
 
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
     stored_json = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
-    delta = {"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
-    stored_stream = {"stream": True, "chunks": [{"choices": [{"index": 0, "delta": {"tool_calls": [delta]}}]}]}
+    opening = {"index": 0, "id": "c1", "type": "function", "function": {"name": "add", "arguments": ""}}
+    pieces = [opening] + [{"index": 0, "function": {"arguments": c}} for c in '{"a": 1, "b": 2}']
+    chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]} for piece in pieces]
+    # as the store keeps a stream of 16 chunks or more: packed (`store.packed_chunks`)
+    stored_stream = pack(
+        {"stream": True, "n_chunks": len(chunks), "chunks": chunks}, lambda v: orjson.dumps(v).decode()
+    )
+    assert "chunks" not in stored_stream
     db = duckdb.connect()
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
-        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP)"
+        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT)"
     )
     for n, response in enumerate((stored_json, stored_stream)):
         request = {"body": {"messages": [{"role": "user", "content": f"task {n}"}]}}
         db.execute(
-            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now())",
+            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0)",
             [
                 f"proxy:old:s{n}",
                 f"proxy:old:{n}",
@@ -265,3 +272,100 @@ def test_a_long_trace_s_kept_turns_hold_its_ids_about_once() -> None:
     assert len(session.heads) == 4
     assert book._bytes == 4 * (len(prompt) - 1)  # the newest turn's prompt + output, once
     assert book.place(prompt, None).turn == 6
+
+
+def _held(book: SessionBook) -> int:
+    """The bytes the kept heads really hold: each distinct buffer once, a view's being its newer head's."""
+    buffers = {}
+    for session in book._sessions.values():
+        for head in session.heads:
+            whole = head.sequence.obj if isinstance(head.sequence, memoryview) else head.sequence
+            buffers[id(whole)] = len(whole)
+    return sum(buffers.values())
+
+
+def test_the_bytes_counted_are_the_bytes_held_whatever_the_turns() -> None:
+    """Views of views kept three buffers alive where one was counted: the byte bound held ~3x what it said."""
+    import random
+
+    rng = random.Random(7)
+    book = SessionBook("r", max_sessions=6, max_bytes=4 * 3000)
+    prompts: list[list[int]] = []
+    for step in range(600):
+        kind = rng.random()
+        if prompts and kind < 0.6:  # continue some conversation
+            base = rng.choice(prompts)
+            prompt = base + [rng.randrange(50)]
+        elif prompts and kind < 0.7:  # a retry
+            prompt = rng.choice(prompts)
+        else:
+            prompt = [*SYSTEM[:20], rng.randrange(5), step]
+        placed = book.place(prompt, None)
+        for k in range(rng.choice([1, 1, 1, 3, 6])):  # n choices, some of them the same
+            output = [rng.randrange(3) for _ in range(rng.randrange(0, 60))]
+            book.add(
+                placed, f"x{step}.{k}", prompt_ids=prompt, output_ids=output, messages=None, answer=None, sibling=k > 0
+            )
+            prompts.append(prompt + output)
+        prompts = prompts[-40:]
+        assert book._bytes == _held(book) >= 0, step
+        assert book._bytes <= book.max_bytes or len(book._sessions) == 1
+        live = {id(h) for s in book._sessions.values() for h in s.heads}
+        assert {id(e[2]) for entries in book._by_start.values() for e in entries} == live
+
+
+def test_any_of_eight_choices_may_be_continued_and_the_turn_before_them_stays() -> None:
+    """Five choices pushed out the first choice and the turn before them (four turns were kept, siblings counted)."""
+    book = SessionBook("r")
+    first = _turn(book, SYSTEM + [1], [2])
+    placed = book.place(SYSTEM + [1, 2, 3], None)
+    for k in range(10):
+        book.add(
+            placed,
+            f"c{k}",
+            prompt_ids=SYSTEM + [1, 2, 3],
+            output_ids=[10 + k],
+            messages=None,
+            answer=None,
+            sibling=k > 0,
+        )
+    for k in (0, 7):
+        kept = book.place(SYSTEM + [1, 2, 3, 10 + k, 5], None)
+        assert (kept.session_id, kept.turn, kept.parent_sample) == (first.session_id, 2, f"c{k}")
+    unkept = book.place(SYSTEM + [1, 2, 3, 19, 5], None)  # a choice past the 8 kept: after the turn it extends
+    assert (unkept.session_id, unkept.turn, unkept.parent_sample) == (first.session_id, 1, "s0-0")
+    retry = book.place(SYSTEM + [1, 2, 3], None)  # turn 1 once more: turn 0 is still kept
+    assert (retry.session_id, retry.turn) == (first.session_id, 1)
+
+
+def test_a_retry_of_a_turn_whose_answer_was_empty_is_that_turn_again() -> None:
+    for names in ({}, {"named": "a"}):
+        book = SessionBook("r")
+        first = _turn(book, SYSTEM + [1], [2], **names)
+        empty = _turn(book, SYSTEM + [1, 2, 3], [], **names)
+        retry = book.place(SYSTEM + [1, 2, 3], None, **names)
+        assert (retry.session_id, retry.turn, retry.parent_sample) == (first.session_id, 1, empty.parent_sample)
+
+
+def test_a_named_re_rendered_turn_breaks_against_the_turn_its_messages_continue() -> None:
+    """After a side request in a named session, the main loop's re-rendered turn was said to break against the side
+    request, and numbered past it."""
+    book = SessionBook("r")
+    history = [{"role": "user", "content": "fix the bug"}]
+    answer = {"role": "assistant", "content": "ok", "tool_calls": None}
+    first = book.place(SYSTEM + [1], history, named="a")
+    book.add(first, "t0", prompt_ids=SYSTEM + [1], output_ids=[2, 3], messages=history, answer=answer)
+    ask = [*history, answer, {"role": "user", "content": "title?"}]
+    side = book.place(SYSTEM + [1, 2, 3, 9], ask, named="a")
+    book.add(side, "side", prompt_ids=SYSTEM + [1, 2, 3, 9], output_ids=[4], messages=ask, answer=None)
+    main = book.place(SYSTEM + [1, 2, 7, 8], [*history, answer, {"role": "tool", "content": "x"}], named="a")
+    assert (main.turn, main.parent_sample, main.break_at) == (1, "t0", len(SYSTEM) + 2)
+
+
+def test_a_named_session_forgotten_for_room_goes_on_numbering_its_turns() -> None:
+    book = SessionBook("r", max_sessions=1)
+    _turn(book, [1, 2], [3], named="a")
+    _turn(book, [1, 2, 3, 4], [5], named="a")
+    _turn(book, [9], [9], named="b")  # "a" is forgotten
+    again = book.place([1, 2, 3, 4, 5, 6], None, named="a")
+    assert (again.session_id, again.turn) == ("session:a", 2)  # not a second turn 0

@@ -365,6 +365,7 @@ class Recorder:
             output_ids=capture.output_ids,
             messages=messages,
             answer=answer_message,
+            sibling=sibling_of is not None,
         )
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1

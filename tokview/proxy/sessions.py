@@ -34,14 +34,19 @@ KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
 MAX_SESSIONS = 2_000
 """Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
-HEADS_KEPT = 4
-"""Turns kept per session that a next request may continue: the newest, and the few before it that a side request
-(a title, a summary, a check) finishing first, the other choices of an `n` > 1 request, or a retry still leave
-someone to continue (the main loop's next turn extends the turn before the side request, not the side request)."""
+TURNS_KEPT = 4
+"""Requests kept per session that a next request may continue: the newest, and the few before it that a side request
+(a title, a summary, a check) finishing first or a retry still leave someone to continue (the main loop's next turn
+extends the turn before the side request, not the side request)."""
+CHOICES_KEPT = 8
+"""Of one request's `n` choices, the first this many are kept (each may be the one a best-of-n harness goes on from);
+they count as one request towards TURNS_KEPT."""
 MAX_SESSION_BYTES = 256 << 20
 """The ids all kept sessions may hold together (4 bytes an id: ~67M ids), the least recently used going first
-beyond it. Each session holds its newest turn's prompt + output ids: 0.5 MB at a 128k-token agent trace, so
-the count alone let 2,000 long traces hold 1 GB."""
+beyond it. A session holds its kept turns' prompt + output ids (about once: see `_Head.sequence`), 0.5 MB at a
+128k-token agent trace, so the count alone let 2,000 long traces hold 1 GB."""
+NAMED_TURNS_KEPT = 100_000
+"""Named sessions forgotten (evicted) whose turn count is still kept, so one that comes back goes on numbering."""
 _INT32 = next(code for code in "il" if array(code).itemsize == 4)
 
 
@@ -65,6 +70,8 @@ class _Head:
     """When it was indexed (unique): equal lengths in `SessionBook._by_start` go oldest first."""
     owned: bool = True
     """Its `sequence` is its own bytes (counted in `SessionBook._bytes`), not a view of a newer head's."""
+    request: int = 0
+    """The request it came from: the choices of one `n` > 1 request share it."""
 
 
 @dataclass
@@ -73,7 +80,7 @@ class _Session:
     turns: int = 0
     """One past the highest turn placed in it."""
     heads: list[_Head] = field(default_factory=list)
-    """Its HEADS_KEPT most recent turns, the newest last: a request may continue any of them."""
+    """Its TURNS_KEPT most recent requests' turns (their choices), the newest last: a request may continue any."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +146,16 @@ class SessionBook:
     def __init__(self, run_id: str, max_sessions: int = MAX_SESSIONS, max_bytes: int = MAX_SESSION_BYTES) -> None:
         self.run_id, self.max_sessions, self.max_bytes = run_id, max_sessions, max_bytes
         self._bytes = 0
-        """The length of every kept head's `sequence`, summed."""
+        """The length of every owned head `sequence`, summed (a view's bytes are its newer head's)."""
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._by_start: dict[bytes, list[tuple[int, int, _Head]]] = {}
         """Heads by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
         self._order = itertools.count()
-        self._by_messages: dict[str, _Head] = {}
+        self._requests = itertools.count()
+        self._by_messages: dict[str, list[_Head]] = {}
+        """Heads by their messages' digest, the newest last."""
+        self._named_turns: OrderedDict[str, int] = OrderedDict()
+        """How many turns each forgotten named session had."""
         self._counter = itertools.count(1)
 
     def number_after(self, last: int | None) -> None:
@@ -165,33 +176,33 @@ class SessionBook:
         """The session and turn of a finished request (call `add` with its output next)."""
         packed = _pack(prompt_ids)
         if named or user:
-            return self._place_named(packed, f"session:{named}" if named else f"user:{user}", named is not None)
+            session_id = f"session:{named}" if named else f"user:{user}"
+            return self._place_named(packed, messages, session_id, "header" if named else "user")
         head = self._longest_prefix(packed)
         if head is not None:
-            return Turn(head.session_id, head.turn + 1, "prefix", head.sample_id)
+            return _after(head, packed, "prefix")
         head = self._by_message_prefix(messages)
         if head is not None:
-            breaks = _first_difference(packed, head.sequence)
-            return Turn(head.session_id, head.turn + 1, "messages", head.sample_id, breaks, len(head.sequence) // 4)
+            return _after(head, packed, "messages", breaks=True)
         return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
 
-    def _place_named(self, packed: bytes, session_id: str, header: bool) -> Turn:
+    def _place_named(self, packed: bytes, messages: list[Any] | None, session_id: str, how: str) -> Turn:
         """A turn of the session the harness named: after the longest kept turn its prompt extends, else that turn
-        once more when it is one's prompt again (a retry), else after the newest with a break."""
-        how = "header" if header else "user"
+        once more when it is one's prompt again (a retry), else after the kept turn its messages continue, else after
+        the newest; the last two with the break."""
         session = self._sessions.get(session_id)
-        if session is None:
-            return Turn(session_id, 0, how)
+        if session is None or not session.heads:
+            return Turn(session_id, self._named_turns.get(session_id, 0), how)
         extended = [h for h in session.heads if packed.startswith(h.sequence)]
         if extended:
-            head = max(extended, key=lambda h: (len(h.sequence), h.order))
-            return Turn(session_id, head.turn + 1, how, head.sample_id)
+            return _after(max(extended, key=lambda h: (len(h.sequence), h.order)), packed, how)
         again = [h for h in session.heads if _is_regeneration(packed, h)]
         if again:
             return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
-        newest = session.heads[-1] if session.heads else None
-        if newest is None:
-            return Turn(session_id, session.turns, how)
+        head = self._by_message_prefix(messages, session_id)
+        if head is not None:
+            return _after(head, packed, how, breaks=True)
+        newest = session.heads[-1]
         breaks = _first_difference(packed, newest.sequence)
         return Turn(session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4)
 
@@ -204,8 +215,10 @@ class SessionBook:
         output_ids: list[int],
         messages: list[Any] | None,
         answer: dict[str, Any] | None,
+        sibling: bool = False,
     ) -> None:
-        """Remember a finished turn as one its session's next request may continue (the newest of its heads)."""
+        """Remember a finished turn as one its session's next request may continue (the newest of its heads).
+        `sibling`: another choice of the request `add` was last called for (`n` > 1)."""
         session = self._sessions.get(turn.session_id)
         if session is None:
             session = _Session(turn.session_id)
@@ -213,26 +226,25 @@ class SessionBook:
         else:
             self._sessions.move_to_end(turn.session_id)
         session.turns = max(session.turns, turn.turn + 1)
+        last = session.heads[-1] if session.heads else None
+        request = last.request if sibling and last is not None else next(self._requests)
+        if sum(h.request == request for h in session.heads) >= CHOICES_KEPT:
+            return
         conversation = list(messages or [])
         if answer is not None:
             conversation.append(answer)
         sequence = _pack(list(prompt_ids) + list(output_ids))
-        head = _Head(
-            turn.session_id,
-            turn.turn,
-            sample_id,
-            sequence,
-            len(prompt_ids),
-            turn.parent_sample,
-            _digests(conversation)[-1] if messages and conversation else None,
-        )
-        for older in session.heads:
-            if older.owned and sequence.startswith(older.sequence):
+        key = _digests(conversation)[-1] if messages and conversation else None
+        head = _Head(turn.session_id, turn.turn, sample_id, sequence, len(prompt_ids), turn.parent_sample, key)
+        head.request = request
+        for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
+            if sequence.startswith(older.sequence):
+                if older.owned:
+                    self._bytes -= len(older.sequence)
                 older.sequence, older.owned = memoryview(sequence)[: len(older.sequence)], False
-                self._bytes -= len(older.sequence)
         session.heads.append(head)
         self._index(head)
-        while len(session.heads) > HEADS_KEPT:  # the oldest first: a view is only ever of a newer head's ids
+        while len({h.request for h in session.heads}) > TURNS_KEPT:  # the oldest first: views are of newer heads
             self._unindex(session.heads.pop(0))
         self._evict()
 
@@ -242,7 +254,7 @@ class SessionBook:
         entry = (len(head.sequence), head.order, head)
         bisect.insort(self._by_start.setdefault(bytes(head.sequence[: KEY_IDS * 4]), []), entry)
         if head.message_key is not None:
-            self._by_messages[head.message_key] = head
+            self._by_messages.setdefault(head.message_key, []).append(head)
         self._bytes += len(head.sequence)
 
     def _unindex(self, head: _Head) -> None:
@@ -254,17 +266,26 @@ class SessionBook:
                 del entries[at]
             if not entries:
                 del self._by_start[key]
-        if head.message_key is not None and self._by_messages.get(head.message_key) is head:
-            del self._by_messages[head.message_key]
+        same = self._by_messages.get(head.message_key) if head.message_key is not None else None
+        if same is not None:
+            same[:] = [h for h in same if h is not head]
+            if not same:
+                del self._by_messages[head.message_key]  # type: ignore[arg-type]  # not None: `same` was found
         if head.owned:
             self._bytes -= len(head.sequence)
 
     def _evict(self) -> None:
-        """Forget the least recently used sessions past the count or the bytes (never the one just added)."""
+        """Forget the least recently used sessions past the count or the bytes (never the one just added); a named
+        one's turn count is kept, so if it comes back its turns go on from there."""
         while len(self._sessions) > 1 and (len(self._sessions) > self.max_sessions or self._bytes > self.max_bytes):
-            _, oldest = self._sessions.popitem(last=False)
+            session_id, oldest = self._sessions.popitem(last=False)
             for head in oldest.heads:
                 self._unindex(head)
+            if not session_id.startswith("proxy:"):
+                self._named_turns[session_id] = oldest.turns
+                self._named_turns.move_to_end(session_id)
+                if len(self._named_turns) > NAMED_TURNS_KEPT:
+                    self._named_turns.popitem(last=False)
 
     def _longest_prefix(self, packed: bytes) -> _Head | None:
         """The longest kept head whose prompt + output ids `packed` starts with; of equals, the first indexed."""
@@ -283,26 +304,44 @@ class SessionBook:
                 best, best_len = head, length  # equals go on down to the first indexed
         return best
 
-    def _by_message_prefix(self, messages: list[Any] | None) -> _Head | None:
+    def _by_message_prefix(self, messages: list[Any] | None, session_id: str | None = None) -> _Head | None:
+        """The newest kept head (of `session_id`, when given) whose messages plus answer the longest earlier part of
+        `messages` is."""
         if not messages:
             return None
         for key in reversed(_digests(messages)[:-1]):  # the longest earlier conversation it continues
-            head = self._by_messages.get(key)
-            if head is not None:
-                return head
+            for head in reversed(self._by_messages.get(key, ())):
+                if session_id is None or head.session_id == session_id:
+                    return head
         return None
+
+
+def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Turn:
+    """The turn after `head` (with where `packed` leaves its ids, when `breaks`); or `head`'s own turn once more when
+    its answer was empty and `packed` is its prompt again (a retry, not a turn that continues nothing)."""
+    if not breaks and len(packed) == len(head.sequence) == head.prompt_len * 4:
+        return Turn(head.session_id, head.turn, how, head.parent_sample)
+    at = _first_difference(packed, head.sequence) if breaks else None
+    return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, len(head.sequence) // 4 if breaks else 0)
 
 
 def _is_regeneration(packed: bytes, head: _Head) -> bool:
     """Whether a prompt is this kept turn's own prompt again: in a session the harness names, a retry of that turn.
     (Among unnamed ones the same first prompt may as well start a parallel rollout of one task: it starts a session
     of its own, and each rollout goes on from its own answer.)"""
-    return len(packed) == head.prompt_len * 4 and head.sequence[: len(packed)] == packed
+    return len(packed) == head.prompt_len * 4 and _whole(head.sequence).startswith(packed)
+
+
+def _whole(sequence: bytes | memoryview) -> bytes:
+    """The bytes a head's sequence is the start of (itself, or the newer head's a view is of): compared with
+    `bytes` methods (memcmp), where comparing a memoryview goes byte by byte (~16x slower at 128k ids)."""
+    return sequence.obj if isinstance(sequence, memoryview) else sequence  # type: ignore[return-value]
 
 
 def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
     """The first id position where the two packed sequences differ (the shorter length if one is a prefix)."""
     n = min(len(packed), len(sequence)) // 4
+    sequence = _whole(sequence)  # its first n ids are the view's
     lo, hi = 0, n
     while lo < hi:  # bisect on prefix equality: memcmp in C instead of a Python loop over thousands of ids
         mid = (lo + hi + 1) // 2
@@ -317,7 +356,7 @@ RESTORE_SQL = """
 SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response
 FROM samples
 WHERE sample_id LIKE 'proxy:%' AND turn IS NOT NULL
-QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC) = 1
+QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC, gen_index) = 1
 ORDER BY max(created_at) OVER (PARTITION BY prompt_id) DESC
 LIMIT ?
 """
@@ -356,6 +395,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
     The answer's tool calls are read back from the stored response: a turn that called tools is what the next
     request's messages hold with those calls, and without them its key matched no next request."""
     from tokview.core.tool_calls import tool_calls_of_response
+    from tokview.store.packed_chunks import unpack  # a stored stream of many chunks is kept packed
 
     for session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response in reversed(rows):
         request = _json_or_empty(raw_request)
@@ -363,7 +403,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
         messages = body.get("messages") if isinstance(body, dict) else None
         answer = None
         if isinstance(messages, list):
-            answer = assistant_message(content, tool_calls_of_response(_json_or_empty(raw_response)))
+            answer = assistant_message(content, tool_calls_of_response(unpack(_json_or_empty(raw_response))))
         placed = Turn(session_id, int(turn), "restored")
         book.add(
             placed,
