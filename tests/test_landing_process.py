@@ -373,3 +373,50 @@ def test_a_killed_childs_spare_is_removed_by_its_batch_or_the_next_child(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [spare.name]
     take_spare(spare, str(db))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.duckdb"]
+
+
+def test_names_that_only_look_like_spares_are_left_and_never_fail_the_run(tmp_path):
+    """A name whose "pid" `isdigit` accepts but `int` refuses, or one past any pid: the sweep raised, and the child
+    answered the run with that error."""
+    odd = [".s.duckdb.tokview-new-\u00b2", ".s.duckdb.tokview-new-99999999999999999999", ".s.duckdbX.tokview-new-1"]
+    for name in odd:
+        (tmp_path / name).write_bytes(b"x")
+    spare = make_spare(str(tmp_path / "s.duckdb"))
+    assert spare is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*odd, spare.name])
+    take_spare(spare, str(tmp_path / "s.duckdb"))
+    summary = asyncio.run(run_into(StoreOpener(tmp_path / "t.duckdb"), prompts_file(tmp_path / "p.jsonl", 2)))
+    assert summary.ok == 2 and summary.stopped is None
+    left = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".parts"))
+    assert left == sorted([*odd, "p.jsonl", "s.duckdb", "t.duckdb"])
+
+
+def test_a_spare_is_made_afresh_and_never_for_a_tilde_path(tmp_path, monkeypatch):
+    db = tmp_path / "s.duckdb"
+    own = spare_path(str(db), os.getpid())
+    own.write_bytes(b"an earlier process of this pid left this")  # a container's pids repeat
+    spare = make_spare(str(db))
+    assert spare == own
+    take_spare(spare, str(db))
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert make_spare("~/other.duckdb") is None  # DuckDB reads `~` its own way: the run creates it itself
+
+
+def test_a_spare_that_cannot_be_written_whole_is_not_used(tmp_path):
+    """On a nearly full disk the schema stayed in the spare's write-ahead log, which is not linked: the store put in
+    place was an empty DuckDB file, and the run then failed for the room the spare had taken."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("no tmpfs can be mounted here")
+    try:
+        ballast = disk / "ballast"
+        free = os.statvfs(disk)
+        ballast.write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 300 * 1024))
+        assert make_spare(str(disk / "s.duckdb")) is None
+        assert sorted(p.name for p in disk.iterdir()) == ["ballast"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)])

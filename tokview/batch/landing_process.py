@@ -280,20 +280,27 @@ def remove_database(file: Path) -> None:
 
 def make_spare(path: str) -> Path | None:
     """The store's schema in a new file beside `path`; None when there is nothing to prepare (the file exists, its
-    folder does not: it is made when the run begins, so a run that never begins leaves no folder) or it failed (the
-    run then creates the store itself, and says why it cannot)."""
-    from tokview.store.schema import migrate
-
-    file = Path(path).expanduser()
-    if file.exists() or not file.parent.is_dir():
+    folder does not: it is made when the run begins, so a run that never begins leaves no folder; a `~` path, which
+    DuckDB reads its own way) or anything failed (the run then creates the store itself, and says why it cannot)."""
+    try:
+        file = Path(path).expanduser()
+        _sweep(file)
+        if path.startswith("~") or file.exists() or not file.parent.is_dir():
+            return None
+        spare = spare_path(path, os.getpid())
+    except (OSError, ValueError):
         return None
-    _sweep(file)
-    spare = spare_path(path, os.getpid())
     try:
         import duckdb
 
+        from tokview.store.schema import migrate
+
+        remove_database(spare)  # a name left by an earlier process of this pid (a container's pids repeat)
         with duckdb.connect(str(spare)) as conn:
             migrate(conn)
+            conn.execute("CHECKPOINT")  # into the file that is linked: a full disk raises here, not silently later
+        if spare.with_name(spare.name + ".wal").exists():
+            raise OSError("the schema is not all in the file")
     except Exception:  # a folder it cannot write, a full disk: the ordinary creation says what is wrong
         remove_database(spare)
         return None
@@ -313,7 +320,7 @@ def take_spare(spare: Path | None, path: str) -> None:
 
 
 def _sweep(file: Path) -> None:
-    """Remove spares of this store whose child is gone (killed before its batch could remove them)."""
+    """Remove spares of this store whose child is gone (killed with its batch before either could remove them)."""
     prefix = f".{file.name}{SPARE_MARK}"
     try:
         names = os.listdir(file.parent)
@@ -321,7 +328,7 @@ def _sweep(file: Path) -> None:
         return
     for name in names:
         pid = name[len(prefix) :].removesuffix(".wal")
-        if name.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+        if name.startswith(prefix) and pid.isascii() and pid.isdigit() and not _alive(int(pid)):
             remove_database(file.with_name(prefix + pid))
 
 
@@ -330,7 +337,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process: alive
+    except (OSError, OverflowError):  # another user's process, or no pid at all: left alone
         return True
     return True
 
@@ -349,7 +356,10 @@ def child_main() -> int:
         line = stdin.readline()
         first = json.loads(line) if line else None
         if isinstance(first, dict) and isinstance(first.get("prepare"), str):
-            spare = make_spare(first["prepare"])
+            try:
+                spare = make_spare(first["prepare"])
+            except Exception:  # never the run's error: the run creates the store itself
+                spare = None
             line = stdin.readline()
         if not line:  # the run never began (nothing to do, an error, a kill): nothing is left
             return 0
