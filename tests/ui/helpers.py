@@ -57,13 +57,19 @@ def run_before(*keys: str, then: Callable[[Any], None] | None = None) -> Callabl
     return before
 
 
+STEADY_PAUSE_S = 0.05
+"""Between two renders `steady` compares: longer than a refresh (~1/60 s), so a change waiting for one is drawn."""
+
+
 async def steady(app: Any, pilot: Any, tries: int = 20) -> None:
     """Pause until two renders of the screen in a row are the same: a chart mounted after a load draws on the next
     refresh (`call_after_refresh`) and the grid lays it out after that, so on a loaded machine a snapshot taken
-    when the workers were done caught the grid mid-layout (a title cut short, a column another width)."""
+    when the workers were done caught the grid mid-layout (a title cut short, a column another width). The renders
+    are a refresh apart: with no wait between them, a table whose rows were added but whose column widths wait for
+    the next refresh gave the same stale render twice (a run id cut to its header's width)."""
     before = app.export_screenshot()
     for _ in range(tries):
-        await pilot.pause()
+        await pilot.pause(STEADY_PAUSE_S)
         now = app.export_screenshot()
         if now == before:
             return
