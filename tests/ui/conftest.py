@@ -56,12 +56,27 @@ def fill(store, tokenizer, profile, n: int = 30) -> list[str]:
     return ids
 
 
-@pytest.fixture
-def store(tmp_path, tokenizer, profile):
+@pytest.fixture(scope="session")
+def filled_store_file(tmp_path_factory, tokenizer, profile):
+    """The filled store, made once per test process and closed (checkpointed: one file, no log): analysing and
+    storing its 30 samples took ~0.45 s, paid again by each of ~150 tests; a copy takes milliseconds."""
     from tokview.store import Store
 
-    with Store(tmp_path / "ui.duckdb") as s:
+    path = tmp_path_factory.mktemp("filled") / "ui.duckdb"
+    with Store(path) as s:
         fill(s, tokenizer, profile)
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, filled_store_file):
+    """A store of its own for each test: a copy of the filled one."""
+    import shutil
+
+    from tokview.store import Store
+
+    shutil.copyfile(filled_store_file, tmp_path / "ui.duckdb")
+    with Store(tmp_path / "ui.duckdb") as s:
         yield s
 
 
