@@ -26,8 +26,8 @@ one prompt, the child's store was ready ~0.1 s after the run began, and the batc
 
 The protocol is JSON lines over the child's stdin and stdout. The batch writes `{"prepare": path}` at once, then
 the spec (the store's path, the server URLs whose credentials are masked, the run to record: never on the command
-line, where `ps` shows it), then `"land"` lines. The child answers `{"ready": true}` once the run is recorded, then `{"landed":
-[samples, failures]}` per landing; or `{"error": kind, "message": …}`, and ends.
+line, where `ps` shows it), then `"land"` lines. The child answers `{"ready": true}` once the run is recorded,
+then `{"landed": [samples, failures]}` per landing; or `{"error": kind, "message": …}`, and ends.
 """
 
 from __future__ import annotations
@@ -272,9 +272,7 @@ def remove_database(file: Path) -> None:
     for leftover in (file, file.with_name(file.name + ".wal")):
         try:
             leftover.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:  # not ours to insist on: a later child sweeps it
+        except OSError:  # not there, or not ours to insist on (a later child sweeps it)
             pass
 
 
