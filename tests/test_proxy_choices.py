@@ -95,14 +95,15 @@ def test_a_harness_that_goes_on_from_another_choice_stays_in_the_session(
     """Best-of-n: the harness keeps choice 1 and sends its next turn. Only the first choice was kept as the session's
     turn, so the next turn started a session of its own."""
     prompt, outputs, texts = _choices(kimi_tok, kimi_profile)
-    request = {"model": "m", "messages": [{"role": "user", "content": "pick a number"}], "n": 3}
+    asked = [{"role": "user", "content": "pick a number"}]
+    request = {"model": "m", "messages": asked, "n": 3}
     db = tmp_path / "n.duckdb"
     config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
     recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
     assert isinstance(recorder, Recorder)
     raw = _answer(prompt, outputs, texts, stream=False)
     recorder.record(Finished("chat", "vllm", UP, {}, None, request, {"body": request}, raw, False, 0.01, None, None))
-    messages = [*request["messages"], {"role": "assistant", "content": texts[1]}, {"role": "user", "content": "why?"}]
+    messages = [*asked, {"role": "assistant", "content": texts[1]}, {"role": "user", "content": "why?"}]
     nxt = kimi_tok.render(messages, template_kwargs={"thinking": True})
     assert nxt[: len(prompt) + len(outputs[1])] == prompt + outputs[1]  # it extends choice 1's ids, not choice 0's
     more = _answer(nxt, [outputs[0]], [texts[0]], stream=False)

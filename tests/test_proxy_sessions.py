@@ -280,7 +280,7 @@ def _held(book: SessionBook) -> int:
     for session in book._sessions.values():
         for head in session.heads:
             whole = head.sequence.obj if isinstance(head.sequence, memoryview) else head.sequence
-            buffers[id(whole)] = len(whole)
+            buffers[id(whole)] = len(bytes(whole))
     return sum(buffers.values())
 
 

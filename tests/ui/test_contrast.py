@@ -7,6 +7,8 @@ sample list's rows, badges and cursor.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from rich.color import Color
 from rich.style import Style
@@ -17,6 +19,8 @@ from tokview.ui.display import STYLE_CLASSES
 from tokview.ui.screens.inspect import InspectData
 
 THEMES = ("textual-dark", "textual-light")
+PALETTES = (False, True)
+"""Painted in truecolor, and in 256 colours (`palette_256`)."""
 AA = 4.5
 
 
@@ -42,9 +46,8 @@ def test_the_contrast_formula_matches_wcag():
     assert contrast(Style(color="#777777", bgcolor="#ffffff")) == pytest.approx(4.48, abs=0.01)
 
 
-@pytest.mark.parametrize("palette_256", [False, True], ids=["truecolor", "256"])
 @pytest.mark.parametrize("theme", THEMES)
-async def test_token_panes_reach_aa(theme, palette_256, short, tokenizer, profile):
+async def test_token_panes_reach_aa(theme, short, tokenizer, profile):
     capture, analysis = short
     app = InspectApp(InspectData("s1", capture, analysis), tokenizer, profile)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -61,11 +64,13 @@ async def test_token_panes_reach_aa(theme, palette_256, short, tokenizer, profil
                         continue  # blank cells (prompt positions in the right pane): no text to read
                     for alt in (False, True):
                         for cursor in (False, True):
-                            for mark in (False, True):
+                            for mark, palette_256 in itertools.product((False, True), PALETTES):
                                 style = view.cell_style(cls, alt=alt, cursor=cursor, mark=mark)
                                 ratio = scan.ratio(*scan.painted(style, style.bgcolor, palette_256))
                                 if ratio < AA:
-                                    low.append((view.id, focused, name, alt, cursor, mark, round(ratio, 2)))
+                                    low.append(
+                                        (view.id, focused, name, alt, cursor, mark, palette_256, round(ratio, 2))
+                                    )
         assert not low, low
 
 
@@ -98,7 +103,14 @@ async def test_sample_list_rows_reach_aa_as_painted(theme, make_app, store):
 
 
 # -- every painted cell of a screen, truecolor and 256 colours (tests/ui/contrast_scan.py) -------------------
-PAINTS = [pytest.param(False, id="truecolor"), pytest.param(True, id="256")]
+def _low_in_both_palettes(app, region=None) -> set:
+    """`low_contrast` of the screen as painted in truecolor and in 256 colours (one render, read both ways: an app
+    per palette only doubled the app starts)."""
+    from ui.contrast_scan import low_contrast
+
+    return {
+        (palette_256, *entry) for palette_256 in PALETTES for entry in low_contrast(app, palette_256, region=region)
+    }
 
 
 async def _open_inspect(app, pilot, theme: str) -> None:
@@ -111,33 +123,27 @@ async def _open_inspect(app, pilot, theme: str) -> None:
     await settle(app, pilot)
 
 
-@pytest.mark.parametrize("palette_256", PAINTS)
 @pytest.mark.parametrize("theme", THEMES)
-async def test_inspect_screen_reaches_aa_as_painted(theme, palette_256, make_app, store):
+async def test_inspect_screen_reaches_aa_as_painted(theme, make_app, store):
     """Title, review line, pane labels, tokens, detail panel, footer keys, and each finding highlighted in turn
     (the info label on a highlighted finding measured 1.7:1)."""
-    from ui.contrast_scan import low_contrast
-
     store.add_note("p001@demo_gen0", "looks fine", who="tester", tags=("math",))
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await _open_inspect(app, pilot, theme)
-        low = set(low_contrast(app, palette_256))
+        low = _low_in_both_palettes(app)
         findings = app.screen.query_one("#findings")
         findings.focus()
         for index in range(findings.option_count):
             findings.highlighted = index
             await pilot.pause()
-            low |= set(low_contrast(app, palette_256))
+            low |= _low_in_both_palettes(app)
         assert not low, sorted(low)[:12]
 
 
-@pytest.mark.parametrize("palette_256", PAINTS)
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("key", ["question_mark", "S"], ids=["help", "stats"])
-async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, store):
-    from ui.contrast_scan import low_contrast
-
+async def test_panels_reach_aa_as_painted(theme, key, make_app, store):
     store.record_verdict("p001@demo_gen0", "approved")
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -146,14 +152,12 @@ async def test_panels_reach_aa_as_painted(theme, palette_256, key, make_app, sto
         await pilot.press(key)
         await settle(app, pilot)
         region = app.screen.query_one("#help").region if key == "question_mark" else None
-        low = low_contrast(app, palette_256, region=region)
-        assert not low, sorted(set(low))[:12]
+        low = _low_in_both_palettes(app, region=region)
+        assert not low, sorted(low)[:12]
 
 
-@pytest.mark.parametrize("palette_256", PAINTS)
 @pytest.mark.parametrize("theme", THEMES)
-async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app, store, tokenizer, profile):
-    from ui.contrast_scan import low_contrast
+async def test_compare_screen_reaches_aa_as_painted(theme, make_app, store, tokenizer, profile):
     from ui.helpers import add_sibling
 
     add_sibling(store, tokenizer, profile)
@@ -163,8 +167,8 @@ async def test_compare_screen_reaches_aa_as_painted(theme, palette_256, make_app
         await pilot.press("d")
         await settle(app, pilot)
         assert app.screen.__class__.__name__ == "CompareScreen"
-        low = low_contrast(app, palette_256)
-        assert not low, sorted(set(low))[:12]
+        low = _low_in_both_palettes(app)
+        assert not low, sorted(low)[:12]
 
 
 KNOWN_LOW: dict[tuple, str] = {}
@@ -172,16 +176,13 @@ KNOWN_LOW: dict[tuple, str] = {}
 and the list's light badges were fixed in their files)."""
 
 
-@pytest.mark.parametrize("palette_256", PAINTS)
 @pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize(
     "keys", [(), ("g",), ("D",), ("r",), ("n",)], ids=["samples", "generate", "doctor", "reject", "note"]
 )
-async def test_other_screens_reach_aa_as_painted(theme, palette_256, keys, make_app, store, request):
+async def test_other_screens_reach_aa_as_painted(theme, keys, make_app, store, request):
     """The samples screen, the generate and doctor panels and the curation dialogs (a dialog: inside its frame)."""
-    from ui.contrast_scan import low_contrast
-
-    known = KNOWN_LOW.get((keys, theme)) or KNOWN_LOW.get((keys, theme, palette_256))
+    known = KNOWN_LOW.get((keys, theme))
     if known:  # strict: once fixed, this flags itself to be removed
         request.applymarker(pytest.mark.xfail(strict=True, reason=known))
 
@@ -194,5 +195,5 @@ async def test_other_screens_reach_aa_as_painted(theme, palette_256, keys, make_
             await pilot.press(key)
             await settle(app, pilot)
         dialog = app.screen.query(".modal")
-        low = low_contrast(app, palette_256, region=dialog.first().region if dialog else None)
-        assert not low, sorted(set(low))[:12]
+        low = _low_in_both_palettes(app, region=dialog.first().region if dialog else None)
+        assert not low, sorted(low)[:12]
