@@ -7,8 +7,8 @@ that conversation (architecture.md, "conversations as chains"). A harness that r
 still continue a conversation, the turn joins it and says where the ids first differ, which is what a
 team needs to know about the prompts its drafter will see.
 
-Only ids and messages of finished requests are kept (the HEADS_KEPT newest turns of each session: a side request
-that finished first, another choice or a retry leaves the turn the harness goes on from still there), in memory,
+Only ids and messages of finished requests are kept (the turns of each session's TURNS_KEPT newest requests: a side
+request that finished first, another choice or a retry leaves the turn the harness goes on from still there), in memory,
 for the most recently used sessions (`max_sessions`, `max_bytes`). A new prompt is compared (memcmp) with the kept
 turns that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
 sorted by length, so a new conversation among thousands that share one system prompt (shorter than any of
