@@ -178,10 +178,8 @@ class LandingChild:
         """End the child: it lands what is left and closes the store. Blocks until it has (bounded)."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        _end(proc)
-        remove_database(spare_path(self.path, proc.pid))  # one it left (it died before the run began): gone
+        if proc is not None:
+            self._reap(proc)
 
     def _ask_to_land(self) -> tuple[int, int]:
         proc = self._proc
@@ -229,8 +227,12 @@ class LandingChild:
         if proc is not None:
             if kill:
                 proc.kill()
-            _end(proc)
-            remove_database(spare_path(self.path, proc.pid))  # a spare it had not taken yet is ours to remove
+            self._reap(proc)
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        """Wait for the child's end (bounded), then remove a spare it had not taken (it died before the run began)."""
+        _end(proc)
+        remove_database(spare_path(self.path, proc.pid))
 
     def _here(self) -> Store:
         """The store opened in this process (once), with the run recorded in it: the child is gone."""

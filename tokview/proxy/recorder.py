@@ -258,14 +258,13 @@ class Recorder:
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
         indexes = choice_indexes(answer, stream=item.stream)
-        first: tuple[str, Turn] | None = None
+        first: Turn | None = None
         for index in indexes:  # `n` > 1: every choice is a generation of its own, a sample of its own
             view = answer if len(indexes) == 1 else choice_view(answer, index, stream=item.stream)
             own_id = sample_id if index == indexes[0] or sample_id is None else f"{sample_id}.c{index}"
-            sibling = first[1] if first is not None else None
-            placed = self._record_choice(item, view, messages, own_id, index, sibling_of=sibling)
-            if first is None:  # the first choice recorded carries the session (one that failed is a failure)
-                first = placed
+            placed = self._record_choice(item, view, messages, own_id, index, sibling_of=first)
+            if first is None and placed is not None:  # the first choice recorded carries the session
+                first = placed[1]
 
     def _record_choice(
         self,

@@ -235,8 +235,9 @@ class SessionBook:
             conversation.append(answer)
         sequence = _pack(list(prompt_ids) + list(output_ids))
         key = _digests(conversation)[-1] if messages and conversation else None
-        head = _Head(turn.session_id, turn.turn, sample_id, sequence, len(prompt_ids), turn.parent_sample, key)
-        head.request = request
+        head = _Head(
+            turn.session_id, turn.turn, sample_id, sequence, len(prompt_ids), turn.parent_sample, key, request=request
+        )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
                 if older.owned:
