@@ -150,3 +150,46 @@ def test_a_resume_with_nothing_left_never_loads_the_tokenizer(tmp_path, monkeypa
         assert len(loads) == 1
         assert main([*common, "--db", str(tmp_path / "other.duckdb")]) == 0  # a new store: work left
         assert len(loads) == 2
+
+
+def test_a_rerun_probes_the_servers_once_while_its_tokenizer_loads(tmp_path, monkeypatch):
+    """A run with a remembered identity probes the servers in full before its tokenizer has loaded (the probe's
+    1-token generations overlap the load) and the run takes that probe: one probe per run, where a new store, a
+    store with work left and one with nothing left each probed twice. A remembered entry of older tokview (no
+    template settings), or settings that no longer hold, are probed again, and the entry is brought up to date."""
+    from tokview.batch.identity import identities_file
+    from tokview.cli import main
+    from tokview.core.json_cache import read_json_cache, write_json_cache
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        common = ["batch", str(prompts), "--server", sim.url, "--max-new-tokens", "8", "--workers", "1"]
+
+        def probes(db: str) -> int:
+            before = sim.stats.requests["/version"]
+            assert main([*common, "--db", str(tmp_path / db)]) == 0
+            return sim.stats.requests["/version"] - before
+
+        assert probes("s.duckdb") == 1  # nothing remembered: the ordinary probe
+        (entry,) = read_json_cache(identities_file()).values()
+        assert entry["probe_kwargs"] == {"thinking": True}  # the Kimi layout's template switch
+        assert probes("new.duckdb") == 1  # a new store
+        prompts.write_text(prompts.read_text() + '{"id": "b", "messages": [{"role": "user", "content": "yo"}]}\n')
+        assert probes("s.duckdb") == 1  # work left in a store that exists
+        assert probes("s.duckdb") == 1  # nothing left
+        older = {k: v for k, v in entry.items() if k != "probe_kwargs"}
+        for db, stale in (("older.duckdb", older), ("other.duckdb", {**entry, "probe_kwargs": {}})):
+            write_json_cache(identities_file(), {key: stale for key in read_json_cache(identities_file())})
+            assert probes(db) == 2  # the shortcut's probe, then the run's own
+            assert list(read_json_cache(identities_file()).values()) == [entry]
+    from tokview.store import Store
+
+    for db, stored in (("s.duckdb", 2), ("new.duckdb", 1), ("older.duckdb", 2), ("other.duckdb", 2)):
+        store = Store(str(tmp_path / db))
+        try:
+            assert store.query("SELECT count(*) FROM samples")[0][0] == stored
+        finally:
+            store.close()

@@ -113,6 +113,31 @@ async def test_vllm_all_paths_agree(kimi_tok: Any) -> None:
         assert cap.settings["chat_template_kwargs"] == {"thinking": True}
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_a_pool_probed_before_the_tokenizer_adopts_it(kimi_tok: Any, kind: str) -> None:
+    """A pool probed with template settings and no tokenizer (a resume probing while its tokenizer loads) takes
+    the tokenizer and profile when the settings match and every raw probe had the server's own prompt ids, and
+    captures with them as a pool probed with them does; settings that differ, or a server whose raw probe had no
+    prompt ids (it was skipped), are refused and leave the pool as it was."""
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        async with ServerPool(sim.url, timeout=2.0, probe_kwargs={"thinking": False}) as other:
+            assert not other.adopt(kimi_tok, KIMI)
+            assert other.tokenizer is None and other.profile is None
+        async with ServerPool(sim.url, timeout=2.0, probe_kwargs=KIMI.template_kwargs(True)) as pool:
+            async with pool_for(sim.url, kimi_tok) as probed:
+                assert pool.server_info()[0]["features"] == probed.server_info()[0]["features"]
+                expected = await probed.capture(req("raw"))
+            assert pool.adopt(kimi_tok, KIMI)
+            assert (pool.tokenizer, pool.profile) == (kimi_tok, KIMI)
+            assert (await pool.capture(req("raw"))).output_ids == expected.output_ids
+        async with ServerPool(sim.url, timeout=2.0, probe_kwargs=KIMI.template_kwargs(True)) as unready:
+            for server in unready._servers:  # what a server without /tokenize nor chat prompt ids leaves
+                assert server.info is not None
+                server.info.details.pop("probe_prompt_ids", None)
+                server.info.details.pop("tokenize_prompt_ids", None)
+            assert not unready.adopt(kimi_tok, KIMI)
+
+
 async def test_vllm_pre_016_reasoning_content(kimi_tok: Any) -> None:
     with start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True})) as sim:
         async with pool_for(sim.url, kimi_tok) as pool:

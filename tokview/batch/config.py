@@ -120,10 +120,12 @@ class BatchConfig:
         profile: ModelProfile | None = None,
         *,
         names_only: bool = False,
+        probe_kwargs: dict[str, Any] | None = None,
     ) -> ServerPool:
         """The pool this run's requests go through: every process of a run (the parent, `--workers`
         children, Ray tasks, the resume shortcut's probe) builds the same one from the same flags.
-        `names_only`: its probe learns the servers' model names and sends no generation (`ServerPool`)."""
+        `names_only`: its probe learns the servers' model names and sends no generation; `probe_kwargs`: what
+        its probe renders with before the profile is known (`ServerPool`)."""
         from tokview.servers import ServerPool
 
         return ServerPool(
@@ -135,6 +137,7 @@ class BatchConfig:
             timeout=self.timeout,
             retries=self.retries,
             names_only=names_only,
+            probe_kwargs=probe_kwargs,
         )
 
     def load_tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:

@@ -82,22 +82,38 @@ def identity_key(config: BatchConfig) -> str | None:
 def known_identity(config: BatchConfig) -> dict[str, str] | None:
     """{"tokenizer": vocabulary fingerprint, "profile": name} remembered from an earlier run with the same
     tokenizer files and --profile, else None: what lets a resume skip loading the tokenizer."""
+    known = known_run(config)
+    return None if known is None else known[0]
+
+
+def known_run(config: BatchConfig) -> tuple[dict[str, str], dict[str, Any] | None] | None:
+    """`known_identity`, and the chat_template_kwargs that run's probe rendered with (None: not remembered), with
+    which a resume probes the servers in full while the tokenizer loads (`ServerPool.adopt`)."""
     key = identity_key(config)
     if key is None:
         return None
     known = read_json_cache(identities_file()).get(key)
     if isinstance(known, dict) and isinstance(known.get("tokenizer"), str) and isinstance(known.get("profile"), str):
-        return {"tokenizer": known["tokenizer"], "profile": known["profile"]}
+        probe_kwargs = known.get("probe_kwargs")
+        return (
+            {"tokenizer": known["tokenizer"], "profile": known["profile"]},
+            probe_kwargs if isinstance(probe_kwargs, dict) else None,
+        )
     return None
 
 
-def remember_identity(config: BatchConfig, identity: dict[str, Any]) -> None:
-    """Note the tokenizer fingerprint and profile name a run computed (the tokenizer loaded), for `known_identity`."""
+def remember_identity(
+    config: BatchConfig, identity: dict[str, Any], probe_kwargs: dict[str, Any] | None = None
+) -> None:
+    """Note the tokenizer fingerprint and profile name a run computed (the tokenizer loaded), for `known_identity`,
+    and the chat_template_kwargs its probe rendered with, for `known_run`."""
     key = identity_key(config)
     if key is None or not isinstance(identity.get("tokenizer"), str) or not isinstance(identity.get("profile"), str):
         return
     known = read_json_cache(identities_file())
-    entry = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
+    entry: dict[str, Any] = {"tokenizer": identity["tokenizer"], "profile": identity["profile"]}
+    if probe_kwargs is not None:
+        entry["probe_kwargs"] = probe_kwargs
     if known.get(key) != entry:
         write_json_cache(identities_file(), {**known, key: entry})  # a read-only home: resumes load the tokenizer
 

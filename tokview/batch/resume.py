@@ -2,28 +2,46 @@
 
 Resuming 100,000 stored samples took 4.6 s, about half of it loading the tokenizer (transformers'
 import alone is ~1.8 s) only to learn its vocabulary fingerprint and profile name, which every
-sample id holds. `identity.known_identity` remembers both from the last run with the same tokenizer
-files and `--profile`; with them, a resume asks the servers' info endpoints for the model name (no
-generation: the ordinary path's probe sends those once, when work is left), plans from the prompts file
+sample id holds. `identity.known_run` remembers both from the last run with the same tokenizer
+files and `--profile`, and the template settings that run's probe rendered with; with them, a resume probes
+the servers as the ordinary path would (the model name is part of the ids), plans from the prompts file
 and the stored ids (`worklist.plan_work`) and, when every slot is stored, reports exactly what the full
 path would (same run id and accounting) and stops.
-When something is left to do, or nothing is remembered, the ordinary path runs and reuses the plan.
+When something is left to do, the ordinary path runs and reuses the plan and the probed servers (probing
+while the tokenizer loads: on a real server the probe's three 1-token generations take real time). An
+older remembered entry, without the template settings, has the servers' info endpoints read instead, and
+the ordinary path probes again.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tokview.batch import identity
 from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
-from tokview.batch.identity import known_identity
 from tokview.batch.preload import probe
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
+    from tokview.servers import ServerPool
     from tokview.store import Store
+
+
+class Shortcut(NamedTuple):
+    """What `resume_shortcut` leaves the ordinary path."""
+
+    store: Store | Callable[[], Store]
+    """The store, opened if the shortcut had to open it."""
+    finished: BatchSummary | None
+    """The run's summary when nothing is left to do."""
+    planned: WorkList | None
+    """The plan made, for the ordinary path to reuse."""
+    pool: ServerPool | None
+    """The servers, probed in full with the remembered run's template settings, for the ordinary path to take
+    (`ServerPool.adopt`) instead of probing again after its tokenizer has loaded. The caller closes it."""
 
 
 async def resume_shortcut(
@@ -32,44 +50,49 @@ async def resume_shortcut(
     on_progress: Callable[[BatchProgress], None] | None = None,
     *,
     new_store: bool = False,
-) -> tuple[Store | Callable[[], Store], BatchSummary | None, WorkList | None]:
-    """(the store, opened if this had to open it; the summary when nothing is left to do; the plan made).
+) -> Shortcut:
+    """Plan from the remembered identity, and finish a run with nothing left to do, before the tokenizer is loaded.
 
     `new_store`: the store does not exist yet (`run_batch` decided it once, when it started the store's landing
     child), so nothing is stored and work is left. Only for a prompts file and a tokenizer named by path;
     otherwise nothing is done here. Raises what `run_batch` raises (ServerUnreachable before the store is opened,
     InputError, StoreError)."""
     if config.prompts_path is None or config.ray:
-        return store, None, None
-    known = known_identity(config)
-    if known is None:
-        return store, None, None
+        return Shortcut(store, None, None, None)
+    known_run = identity.known_run(config)
+    if known_run is None:
+        return Shortcut(store, None, None, None)
+    known, probe_kwargs = known_run
     started = time.monotonic()
-    # The model name is part of the ids: the info endpoints give it, without the 1-token generations the ordinary
-    # path's probe sends anyway when work is left. ServerUnreachable propagates (nothing written).
-    pool = config.server_pool(names_only=True)
+    # The model name is part of the ids: the info endpoints give it. With the remembered template settings the
+    # probe is the ordinary path's, 1-token generations and all, and the run takes it (no second probe after the
+    # tokenizer's load); without them it reads only the info endpoints. ServerUnreachable propagates.
+    pool = config.server_pool(names_only=probe_kwargs is None, probe_kwargs=probe_kwargs)
     try:
         await probe(pool, release_loads=new_store)  # a new store has work left: its tokenizer loads now
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
-    finally:
+        if len(models) > 1:
+            await pool.aclose()
+            return Shortcut(store, None, None, None)  # the ordinary path says so
+        ids = {**({"model": models[0]} if models else {}), **known}
+        if new_store:
+            # No file and no parts: nothing stored. The plan needs no store, and none is made before the ordinary
+            # path's probe has seen the servers generate (a stalled server leaves no file).
+            work = plan_work(config, config.sample_settings(ids), lambda _suffix: set())
+            return Shortcut(store, None, work if work.todo else None, pool)
+        if callable(store):
+            store = store()
+        store.ingest()  # parts a killed or concurrent batch left count as stored
+        work = plan_work(config, config.sample_settings(ids), store.stored_ids_with)
+        if work.todo:
+            return Shortcut(store, None, work, pool)
+        servers = await _probed_servers(config, None if pool.names_only else pool)
+    except BaseException:
         await pool.aclose()
-    if len(models) > 1:
-        return store, None, None  # the ordinary path says so
-    identity = {**({"model": models[0]} if models else {}), **known}
-    if new_store:
-        # No file and no parts: nothing stored. The plan needs no store, and none is made before the ordinary
-        # path's probe has seen the servers generate (a stalled server leaves no file).
-        work = plan_work(config, config.sample_settings(identity), lambda _suffix: set())
-        return store, None, (work if work.todo else None)
-    if callable(store):
-        store = store()
-    store.ingest()  # parts a killed or concurrent batch left count as stored
-    work = plan_work(config, config.sample_settings(identity), store.stored_ids_with)
-    if work.todo:
-        return store, None, work
-    servers = await _probed_servers(config)
+        raise
+    await pool.aclose()
     summary = BatchSummary(
-        run_id=config.run_id(identity),
+        run_id=config.run_id(ids),
         input=work.input,
         resumed=work.resumed,
         duplicates=work.duplicates,
@@ -84,17 +107,21 @@ async def resume_shortcut(
         progress = BatchProgress(total=summary.input, skipped=summary.skipped, elapsed_s=summary.elapsed_s)
         progress.chain_stopped = summary.chain_stopped
         on_progress(progress)
-    return store, summary, work
+    return Shortcut(store, summary, work, None)
 
 
-async def _probed_servers(config: BatchConfig) -> list[dict[str, Any]]:
-    """What the ordinary path's probe says of the servers (features included), for a summary with nothing to do."""
+async def _probed_servers(config: BatchConfig, probed: ServerPool | None) -> list[dict[str, Any]]:
+    """What the ordinary path's probe says of the servers (features included), for a summary with nothing to do:
+    `probed`'s, when the shortcut probed them in full, else a probe's now."""
     from tokview.secrets import scrub
 
+    if probed is not None:
+        servers: list[dict[str, Any]] = scrub(probed.server_info())
+        return servers
     pool = config.server_pool()
     try:
         await probe(pool, release_loads=False)  # nothing is left to do: no tokenizer is needed
-        servers: list[dict[str, Any]] = scrub(pool.server_info())
+        servers = scrub(pool.server_info())
         return servers
     finally:
         await pool.aclose()

@@ -173,22 +173,27 @@ async def run_batch(
 
     child = LandingChild.for_new_store(store, ray=bool(config.ray))  # started now: its imports overlap ours
     try:
-        planned = None
+        planned, pool, remembered_kwargs = None, None, None
         if prompts is None:  # a fully stored run ends here, without loading the tokenizer
             from tokview.batch.resume import resume_shortcut
 
-            store, finished, planned = await unless_cancelled(
+            shortcut = await unless_cancelled(
                 resume_shortcut(config, store, on_progress, new_store=child is not None),
                 cancel,
                 "the servers were probed",
             )
-            if finished is not None:
-                return finished
-        tokenizer, profile = config.tokenizer_and_profile()
-        pool = config.server_pool(tokenizer, profile)
+            if shortcut.finished is not None:
+                return shortcut.finished
+            store, planned, pool = shortcut.store, shortcut.planned, shortcut.pool
+            remembered_kwargs = pool.probe_kwargs if pool is not None and not pool.names_only else None
         try:
-            # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
-            await unless_cancelled(preload.probe(pool), cancel, "the servers were probed")
+            tokenizer, profile = config.tokenizer_and_profile()
+            if pool is None or not pool.adopt(tokenizer, profile):
+                if pool is not None:
+                    await pool.aclose()
+                pool = config.server_pool(tokenizer, profile)
+                # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
+                await unless_cancelled(preload.probe(pool), cancel, "the servers were probed")
             return await _run(
                 config,
                 child or (store() if callable(store) else store),
@@ -201,9 +206,11 @@ async def run_batch(
                 cancel=cancel,
                 live=live,
                 on_landed=on_landed,
+                remembered_kwargs=remembered_kwargs,
             )
         finally:
-            await pool.aclose()
+            if pool is not None:
+                await pool.aclose()
     finally:
         if child is not None:
             await asyncio.get_running_loop().run_in_executor(None, child.close)
@@ -222,7 +229,10 @@ async def _run(
     cancel: asyncio.Event | None,
     live: bool = False,
     on_landed: Callable[[int], None] | None = None,
+    remembered_kwargs: dict[str, Any] | None = None,
 ) -> BatchSummary:
+    """The run proper, on probed servers. `remembered_kwargs`: the template settings the resume shortcut probed
+    with (None: it did not), remembered again when this run's probe used others."""
     from tokview.batch.identity import remember_identity
     from tokview.batch.landing_process import LandingChild
     from tokview.secrets import scrub
@@ -230,10 +240,13 @@ async def _run(
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     loop = asyncio.get_running_loop()
-    if planned is None or planned.key != settings_key(sample_settings):
+    if planned is not None and planned.key != settings_key(sample_settings):
+        planned = None  # the resume shortcut's remembered identity no longer holds
+    if planned is None or remembered_kwargs != pool.probe_kwargs:
         # A plan from the resume shortcut's remembered identity that still holds needs no new entry: the
         # tokenizer files are hashed once per run, not again here.
-        remember_identity(config, identity)  # what lets the next resume skip loading the tokenizer
+        remember_identity(config, identity, pool.probe_kwargs)  # lets the next resume skip loading the tokenizer
+    if planned is None:
         if not isinstance(store, LandingChild):  # parts a killed or concurrent batch left count as stored
             await loop.run_in_executor(None, store.ingest)
         planned = await loop.run_in_executor(None, plan_work, config, sample_settings, store.stored_ids_with, prompts)

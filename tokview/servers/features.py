@@ -8,7 +8,7 @@ says which id fields and which reasoning field really come back.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tokview.core.profiles import ModelProfile
 from tokview.servers.backend import Probe
@@ -83,11 +83,13 @@ async def detect(
     prompt_ids: list[int] | None = None,
     *,
     endpoints: bool = True,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> ServerInfo:
     """Probe one server. Raises ServerUnreachable if it does not answer HTTP at all.
 
     `endpoints=False` stops after the info endpoints: no 1-token generations, so a server known only by its raw
-    probe stays of kind "unknown"."""
+    probe stays of kind "unknown". `template_kwargs`: what the 1-token requests render with, when not the
+    profile's with thinking on (a resume probing before its profile is loaded: `ServerPool.adopt`)."""
     info = ServerInfo(url=client.url)
     model_info, _ = await ask(policy, lambda: client.get_json("/get_model_info"))
     server_info, _ = await ask(policy, lambda: client.get_json("/get_server_info"))
@@ -118,8 +120,15 @@ async def detect(
         info.model = storable(model_info["model_path"])
     info.features["simulator"] = is_simulator(model_info, models)
     if endpoints:
-        await probe_endpoints(client, policy, info, profile, prompt_ids)
+        await probe_endpoints(client, policy, info, profile, prompt_ids, template_kwargs)
     return info
+
+
+def probe_template_kwargs(profile: ModelProfile | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chat_template_kwargs a probe renders with: `given`, else the profile's with thinking on, else none."""
+    if given is not None:
+        return dict(given)
+    return profile.template_kwargs(True) if profile is not None else {}
 
 
 async def probe_endpoints(
@@ -128,6 +137,7 @@ async def probe_endpoints(
     info: ServerInfo,
     profile: ModelProfile | None,
     prompt_ids: list[int] | None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> None:
     """1-token requests: which id fields come back on which endpoint, and the reasoning field name.
 
@@ -135,7 +145,7 @@ async def probe_endpoints(
     endpoint first (one request, whichever server answers it), then /tokenize, then the raw paths with
     the prompt ids those named. A server whose info endpoints said nothing is known by its raw probe.
     """
-    kwargs = profile.template_kwargs(True) if profile is not None else {}
+    kwargs = probe_template_kwargs(profile, template_kwargs)
     f = info.features
     probe = Probe(client, lambda fn: ask(policy, fn), info, kwargs)
     candidates = for_kind(info.kind)

@@ -19,7 +19,7 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
-from tokview.servers.features import detect, health
+from tokview.servers.features import detect, health, probe_template_kwargs
 from tokview.servers.http import ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
@@ -67,10 +67,12 @@ class ServerPool:
         reprobe_interval: float = 30.0,
         connect_timeout: float | None = None,
         names_only: bool = False,
+        probe_kwargs: dict[str, Any] | None = None,
     ) -> None:
         """`names_only`: the probe reads only the info endpoints (kind, version, model name, context length) and
         sends no generation: for a caller that needs to know which model it would talk to, not how to capture
-        from it (the batch's resume shortcut)."""
+        from it. `probe_kwargs`: the chat_template_kwargs the probe's 1-token requests render with, when there
+        is no profile yet (the batch's resume shortcut probes while the tokenizer loads: see `adopt`)."""
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
@@ -83,6 +85,7 @@ class ServerPool:
         self.probe_policy = RetryPolicy(retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff)
         self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
         self.names_only = names_only
+        self.probe_kwargs = probe_template_kwargs(profile, probe_kwargs)
         for url in urls:
             parse_server_url(url)  # all of them before any client opens; ValueError with a one-line reason
         # ServerClient validates each URL (ValueError), strips credentials and reads TOKVIEW_API_KEY.
@@ -211,6 +214,7 @@ class ServerPool:
                     self.profile,
                     self._probe_prompt_ids(),
                     endpoints=not self.names_only,
+                    template_kwargs=self.probe_kwargs,
                 )
                 if info.kind == "unknown" and self.backend == "auto" and not self.names_only:
                     raise CaptureFailed(
@@ -228,12 +232,26 @@ class ServerPool:
         finally:
             server.probing = False
 
+    def adopt(self, tokenizer: TokenizerAdapter, profile: ModelProfile) -> bool:
+        """Capture with `tokenizer` and `profile` from now on, if the probe this pool ran without them found what a
+        probe with them would have: it rendered with the same chat_template_kwargs, and every server that answered
+        gave its raw probe prompt ids of its own (its /tokenize or its chat answer; with the tokenizer they are
+        rendered here, and a raw probe without any is skipped). False, changing nothing: probe a new pool.
+        Why: `tokview batch` on a store it ran before probes while the tokenizer loads (~0.3 s of CPU); on a real
+        server the probe's three 1-token generations otherwise came after the load."""
+        if self.names_only or self.probe_kwargs != profile.template_kwargs(True):
+            return False
+        for s in self._servers:
+            details = s.info.details if s.info is not None else {}
+            if s.info is not None and not (details.get("probe_prompt_ids") or details.get("tokenize_prompt_ids")):
+                return False
+        self.tokenizer, self.profile = tokenizer, profile
+        return True
+
     def _probe_prompt_ids(self) -> list[int] | None:
         if self.tokenizer is None or self.profile is None:
             return None
         try:
-            return self.tokenizer.render(
-                [{"role": "user", "content": "hi"}], template_kwargs=self.profile.template_kwargs(True)
-            )
+            return self.tokenizer.render([{"role": "user", "content": "hi"}], template_kwargs=self.probe_kwargs)
         except (TokenizerError, ValueError):
             return None
