@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokview.proxy.sessions import SessionBook
+from tokview.proxy.sessions import KEY_IDS, SessionBook, _pack
 
 SYSTEM = list(range(100, 140))
 USER_A = [{"role": "user", "content": "a"}]
@@ -369,3 +369,31 @@ def test_a_named_session_forgotten_for_room_goes_on_numbering_its_turns() -> Non
     _turn(book, [9], [9], named="b")  # "a" is forgotten
     again = book.place([1, 2, 3, 4, 5, 6], None, named="a")
     assert (again.session_id, again.turn) == ("session:a", 2)  # not a second turn 0
+
+
+def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -> None:
+    """The placement's shortcut (a kept turn's last ids compared first) finds what comparing every kept turn that
+    shares the prompt's first KEY_IDS ids whole finds: short turns (fewer ids than it compares), turns sharing a
+    long start, equal lengths, views."""
+    import random
+
+    rng = random.Random(11)
+    book = SessionBook("r", max_sessions=50)
+    starts = [[], SYSTEM[:3], SYSTEM, SYSTEM * 3]
+    prompts: list[list[int]] = []
+    for step in range(800):
+        if prompts and rng.random() < 0.5:
+            base = rng.choice(prompts)
+            prompt = base[: rng.randrange(len(base) + 1)] + [rng.randrange(4) for _ in range(rng.randrange(3))]
+        else:
+            prompt = rng.choice(starts) + [rng.randrange(4) for _ in range(rng.randrange(4))]
+        packed = _pack(prompt)
+        live = [h for s in book._sessions.values() for h in s.heads]
+        key = packed[: 4 * KEY_IDS]  # the turns that share its first KEY_IDS ids (all of them, when fewer)
+        fits = [h for h in live if packed.startswith(h.sequence) and h.sequence[: 4 * KEY_IDS] == key]
+        expected = min(fits, key=lambda h: (-len(h.sequence), h.order)) if fits else None
+        assert book._longest_prefix(packed) is expected, step
+        placed = book.place(prompt, None)
+        output = [rng.randrange(4) for _ in range(rng.randrange(5))]
+        book.add(placed, f"x{step}", prompt_ids=prompt, output_ids=output, messages=None, answer=None)
+        prompts = [*prompts[-30:], prompt + output]

@@ -12,7 +12,8 @@ request that finished first, another choice or a retry leaves the turn the harne
 for the most recently used sessions (`max_sessions`, `max_bytes`). A new prompt is compared (memcmp) with the kept
 turns that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
 sorted by length, so a new conversation among thousands that share one system prompt (shorter than any of
-their prompt + output ids) costs a bisection, not a comparison per open session. It continues the turn it
+their prompt + output ids) costs a bisection, not a comparison per open session; a longer one is compared with each
+kept turn's last ids first (`TAIL_BYTES`), where turns that share a start differ. It continues the turn it
 extends: turn k+1 of that turn's session, whichever turn of it is the newest.
 """
 
@@ -32,6 +33,8 @@ import orjson
 SESSION_HEADER = "x-tokview-session"
 KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
+TAIL_BYTES = 16
+"""A kept turn's last 4 ids, compared before its whole sequence when a prompt is placed (`_longest_prefix`)."""
 MAX_SESSIONS = 2_000
 """Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
 TURNS_KEPT = 4
@@ -301,7 +304,10 @@ class SessionBook:
             length, _, head = entries[at]
             if length < best_len:
                 break
-            if packed.startswith(head.sequence):
+            # Its last ids first: heads that share a long start (a harness's system prompt) differ near their end,
+            # and comparing whole sequences cost 10 ms to place a new prompt among 2,000 such sessions.
+            sequence = head.sequence
+            if packed[max(0, length - TAIL_BYTES) : length] == sequence[-TAIL_BYTES:] and packed.startswith(sequence):
                 best, best_len = head, length  # equals go on down to the first indexed
         return best
 
