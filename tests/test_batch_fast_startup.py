@@ -193,3 +193,132 @@ def test_a_rerun_probes_the_servers_once_while_its_tokenizer_loads(tmp_path, mon
             assert store.query("SELECT count(*) FROM samples")[0][0] == stored
         finally:
             store.close()
+
+
+def _raw_only_gateway(upstream: str):
+    """A server known only by its raw probe: a gateway in front of vLLM that passes /v1/models and /v1/completions
+    and nothing else (chat answers 400: a model without a chat template; no /tokenize, no /version)."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(base_url=upstream)
+
+    async def forward(request: Request) -> Response:
+        if request.url.path == "/v1/chat/completions":
+            return JSONResponse({"error": {"message": "this model has no chat template"}}, status_code=400)
+        if request.url.path not in ("/v1/models", "/v1/completions", "/health"):
+            return Response(status_code=404)
+        answer = await client.request(
+            request.method, request.url.path, content=await request.body(), headers={"content-type": "application/json"}
+        )
+        return Response(answer.content, status_code=answer.status_code, media_type="application/json")
+
+    return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
+
+
+def test_a_server_known_only_by_its_raw_probe_is_probed_again_with_the_tokenizer(tmp_path, monkeypatch):
+    """The probe ahead of the tokenizer has no prompt ids for a server whose only id path is the raw one: it leaves
+    that server unknown instead of refusing it, and the run probes it again with the tokenizer (every run exits 0)."""
+    import socket
+    import time
+
+    import uvicorn
+
+    from tokview.cli import main
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    with start_simulator(SimConfig(kind="vllm")) as sim, socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(_raw_only_gateway(sim.url), log_level="error", lifespan="off"))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                time.sleep(0.01)
+            common = ["batch", str(prompts), "--server", f"http://127.0.0.1:{port}", "--max-new-tokens", "8"]
+            assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # nothing remembered
+            prompts.write_text(prompts.read_text() + '{"id": "b", "messages": [{"role": "user", "content": "y"}]}\n')
+            assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # remembered, work left
+            assert main([*common, "--db", str(tmp_path / "t.duckdb")]) == 0  # remembered, a new store
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+def test_a_cancel_while_the_tokenizer_loads_writes_nothing_and_leaves_no_connection_open(tmp_path, monkeypatch):
+    """Ctrl-C while the tokenizer loads, after the servers were probed ahead of it: the run stops before anything
+    is written (no store is made), as it did when the probe came after the load; and a Ctrl-C as the probe ahead
+    ends closes the servers it probed."""
+    import asyncio
+
+    from tokview.batch import resume, run_batch
+    from tokview.batch.store_opener import StoreOpener
+    from tokview.batch.tasks import StartInterrupted
+    from tokview.servers import ServerPool
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    made: list[ServerPool] = []
+    closed: set[int] = set()
+    init, aclose = ServerPool.__init__, ServerPool.aclose
+
+    def counted_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    async def counted_aclose(self):
+        closed.add(id(self))
+        await aclose(self)
+
+    monkeypatch.setattr(ServerPool, "__init__", counted_init)
+    monkeypatch.setattr(ServerPool, "aclose", counted_aclose)
+
+    def run(db: str, cancel_when: str | None) -> object:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=8, workers=1)
+        cancel = asyncio.Event()
+        if cancel_when == "load":
+            load = config.tokenizer_and_profile
+
+            def loaded():
+                out = load()
+                cancel.set()  # what the SIGINT handler does the moment the loop runs again
+                return out
+
+            config.tokenizer_and_profile = loaded  # type: ignore[method-assign]
+        plan = resume.plan_work  # type: ignore[attr-defined]  # imported there, and replaced there
+
+        def planned(*args, **kwargs):
+            out = plan(*args, **kwargs)
+            if cancel_when == "plan":
+                cancel.set()  # the shortcut's plan runs on the loop: the cancel is seen as the shortcut ends
+            return out
+
+        monkeypatch.setattr(resume, "plan_work", planned)
+        made.clear()
+        closed.clear()
+        opener = StoreOpener(str(tmp_path / db), config.servers)
+        try:
+            return asyncio.run(run_batch(config, opener, cancel=cancel))
+        except StartInterrupted as exc:
+            return exc
+        finally:
+            for store in opener.opened:
+                store.close()
+            assert made and all(id(pool) in closed for pool in made)
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        assert not run("warm.duckdb", None).interrupted  # the identity is remembered
+        for cancel_when in ("load", "plan"):
+            stopped = run(f"{cancel_when}.duckdb", cancel_when)
+            assert isinstance(stopped, StartInterrupted), stopped
+            assert "nothing was written" in str(stopped)
+            assert not (tmp_path / f"{cancel_when}.duckdb").exists()

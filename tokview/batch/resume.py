@@ -86,7 +86,7 @@ async def resume_shortcut(
         work = plan_work(config, config.sample_settings(ids), store.stored_ids_with)
         if work.todo:
             return Shortcut(store, None, work, pool)
-        servers = await _probed_servers(config, None if pool.names_only else pool)
+        servers = await _probed_servers(config, pool if pool.probed_in_full() else None)
     except BaseException:
         await pool.aclose()
         raise
@@ -112,7 +112,7 @@ async def resume_shortcut(
 
 async def _probed_servers(config: BatchConfig, probed: ServerPool | None) -> list[dict[str, Any]]:
     """What the ordinary path's probe says of the servers (features included), for a summary with nothing to do:
-    `probed`'s, when the shortcut probed them in full, else a probe's now."""
+    `probed`'s, when the shortcut's probe found what it would, else a probe's now."""
     from tokview.secrets import scrub
 
     if probed is not None:

@@ -34,7 +34,7 @@ from tokview.batch import preload
 from tokview.batch.chains import EARLIER_STOP, ChainItem, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
-from tokview.batch.tasks import INTERRUPTED, unless_cancelled
+from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
@@ -42,6 +42,7 @@ from tokview.core.record import sample_id_for, settings_key
 
 if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
     from tokview.batch.landing_process import LandingChild
+    from tokview.batch.resume import Shortcut
     from tokview.batch.workers import Lander, WorkerGroup, WorkFeed
     from tokview.batch.writer_thread import GroupWriter
     from tokview.core.profiles import ModelProfile
@@ -181,6 +182,7 @@ async def run_batch(
                 resume_shortcut(config, store, on_progress, new_store=child is not None),
                 cancel,
                 "the servers were probed",
+                discard=_close_probed,
             )
             if shortcut.finished is not None:
                 return shortcut.finished
@@ -194,6 +196,8 @@ async def run_batch(
                 pool = config.server_pool(tokenizer, profile)
                 # ServerUnreachable propagates: exit code 2, nothing written; a cancel meanwhile: exit code 130
                 await unless_cancelled(preload.probe(pool), cancel, "the servers were probed")
+            elif cancel is not None and cancel.is_set():  # a Ctrl-C while the tokenizer loaded, the servers probed
+                raise StartInterrupted("interrupted while the tokenizer loaded: nothing was written")
             return await _run(
                 config,
                 child or (store() if callable(store) else store),
@@ -214,6 +218,12 @@ async def run_batch(
     finally:
         if child is not None:
             await asyncio.get_running_loop().run_in_executor(None, child.close)
+
+
+async def _close_probed(shortcut: Shortcut) -> None:
+    """The resume shortcut's probed servers, closed when the run is interrupted before it takes them."""
+    if shortcut.pool is not None:
+        await shortcut.pool.aclose()
 
 
 async def _run(

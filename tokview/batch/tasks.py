@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
 from tokview.errors import ExitCode, TokviewError
@@ -61,12 +61,21 @@ async def run_workers(workers: Sequence[asyncio.Task[object]], cancel: asyncio.E
         await asyncio.gather(*workers, return_exceptions=True)
 
 
-async def unless_cancelled(step: Coroutine[Any, Any, T], cancel: asyncio.Event | None, what: str) -> T:
+async def unless_cancelled(
+    step: Coroutine[Any, Any, T],
+    cancel: asyncio.Event | None,
+    what: str,
+    discard: Callable[[T], Awaitable[None]] | None = None,
+) -> T:
     """`step` (probing the servers), abandoned the moment `cancel` is set.
 
     The probe waits on servers with timeouts and retries (minutes against one that accepts connections
-    and never answers); before this, Ctrl-C and SIGTERM only set an event nobody read until it ended."""
+    and never answers); before this, Ctrl-C and SIGTERM only set an event nobody read until it ended.
+    `discard` is given what `step` returned when it ended as the cancel came, and is abandoned all the same
+    (the resume shortcut's probed servers are closed: their connections were left open)."""
     task = asyncio.create_task(step)
     if await run_workers([task], cancel):
+        if discard is not None and task.done() and not task.cancelled() and task.exception() is None:
+            await discard(task.result())
         raise StartInterrupted(f"interrupted while {what}: nothing was written")
     return task.result()

@@ -86,6 +86,8 @@ class ServerPool:
         self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
         self.names_only = names_only
         self.probe_kwargs = probe_template_kwargs(profile, probe_kwargs)
+        self._ahead = probe_kwargs is not None and tokenizer is None
+        """Probing ahead of the tokenizer (the batch's resume shortcut), until `adopt` gives it one."""
         for url in urls:
             parse_server_url(url)  # all of them before any client opens; ValueError with a one-line reason
         # ServerClient validates each URL (ValueError), strips credentials and reads TOKVIEW_API_KEY.
@@ -216,7 +218,10 @@ class ServerPool:
                     endpoints=not self.names_only,
                     template_kwargs=self.probe_kwargs,
                 )
-                if info.kind == "unknown" and self.backend == "auto" and not self.names_only:
+                # Refused, unless this probe could not have told (no generations; or no tokenizer yet, whose
+                # prompt ids a server known only by its raw probe needs: `probed_in_full` says so, and the run
+                # probes it again with the tokenizer).
+                if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
                     raise CaptureFailed(
                         f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
                         f"info endpoints say: give the server's root URL (not an API sub-path) or "
@@ -232,20 +237,32 @@ class ServerPool:
         finally:
             server.probing = False
 
-    def adopt(self, tokenizer: TokenizerAdapter, profile: ModelProfile) -> bool:
-        """Capture with `tokenizer` and `profile` from now on, if the probe this pool ran without them found what a
-        probe with them would have: it rendered with the same chat_template_kwargs, and every server that answered
-        gave its raw probe prompt ids of its own (its /tokenize or its chat answer; with the tokenizer they are
-        rendered here, and a raw probe without any is skipped). False, changing nothing: probe a new pool.
-        Why: `tokview batch` on a store it ran before probes while the tokenizer loads (~0.3 s of CPU); on a real
-        server the probe's three 1-token generations otherwise came after the load."""
-        if self.names_only or self.probe_kwargs != profile.template_kwargs(True):
+    def probed_in_full(self) -> bool:
+        """Whether this pool's probe found every server's features as a probe with the tokenizer would have: it
+        sent the 1-token generations (not `names_only`), and each server that answered is of a known kind and
+        gave its raw probe prompt ids of its own (its /tokenize or its chat answer; without a tokenizer there are
+        no others, and a raw probe without any is skipped)."""
+        if self.names_only:
             return False
         for s in self._servers:
-            details = s.info.details if s.info is not None else {}
-            if s.info is not None and not (details.get("probe_prompt_ids") or details.get("tokenize_prompt_ids")):
+            if s.info is None:  # it did not answer: the run's own probes of it come later, as they would
+                continue
+            details = s.info.details
+            if s.info.kind == "unknown" and self.backend == "auto":
                 return False
-        self.tokenizer, self.profile = tokenizer, profile
+            if not (details.get("probe_prompt_ids") or details.get("tokenize_prompt_ids")):
+                return False
+        return True
+
+    def adopt(self, tokenizer: TokenizerAdapter, profile: ModelProfile) -> bool:
+        """Capture with `tokenizer` and `profile` from now on, if the probe this pool ran without them found what a
+        probe with them would have (`probed_in_full`), rendering with the same chat_template_kwargs. False,
+        changing nothing: probe a new pool.
+        Why: `tokview batch` on a store it ran before probes while the tokenizer loads (~0.3 s of CPU); on a real
+        server the probe's three 1-token generations otherwise came after the load."""
+        if self.probe_kwargs != profile.template_kwargs(True) or not self.probed_in_full():
+            return False
+        self.tokenizer, self.profile, self._ahead = tokenizer, profile, False
         return True
 
     def _probe_prompt_ids(self) -> list[int] | None:
