@@ -322,3 +322,41 @@ def test_a_cancel_while_the_tokenizer_loads_writes_nothing_and_leaves_no_connect
             assert isinstance(stopped, StartInterrupted), stopped
             assert "nothing was written" in str(stopped)
             assert not (tmp_path / f"{cancel_when}.duckdb").exists()
+
+
+def test_a_resume_with_work_left_loads_the_tokenizer_while_the_probe_generates(tmp_path, monkeypatch):
+    """A store that exists: the servers' names are read with the tokenizer's load held (a resume with nothing left
+    never parses it); once the plan shows work, the load is released before the probe's 1-token generations go
+    out, so the two overlap; with nothing left the load stays held and the generations are sent for the summary."""
+    from tokview.batch import resume
+    from tokview.cli import main
+    from tokview.servers import ServerPool
+    from tokview.sim import SimConfig, start_simulator
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
+    events: list[str] = []
+    release, generations = resume.release, ServerPool.probe_generations
+
+    def released() -> None:
+        events.append("release")
+        release()
+
+    async def generated(self: ServerPool) -> None:
+        events.append("generations")
+        await generations(self)
+
+    monkeypatch.setattr(resume, "release", released)
+    monkeypatch.setattr(ServerPool, "probe_generations", generated)
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        common = ["batch", str(prompts), "--server", sim.url, "--max-new-tokens", "8", "--workers", "1"]
+        db = str(tmp_path / "s.duckdb")
+        assert main([*common, "--db", db]) == 0  # the identity is now remembered
+        prompts.write_text(prompts.read_text() + '{"id": "b", "messages": [{"role": "user", "content": "y"}]}\n')
+        events.clear()
+        assert main([*common, "--db", db]) == 0
+        assert events == ["release", "generations"]
+        events.clear()
+        assert main([*common, "--db", db]) == 0  # nothing left
+        assert events == ["generations"]

@@ -3,14 +3,13 @@
 Resuming 100,000 stored samples took 4.6 s, about half of it loading the tokenizer (transformers'
 import alone is ~1.8 s) only to learn its vocabulary fingerprint and profile name, which every
 sample id holds. `identity.known_run` remembers both from the last run with the same tokenizer
-files and `--profile`, and the template settings that run's probe rendered with; with them, a resume probes
-the servers as the ordinary path would (the model name is part of the ids), plans from the prompts file
-and the stored ids (`worklist.plan_work`) and, when every slot is stored, reports exactly what the full
-path would (same run id and accounting) and stops.
-When something is left to do, the ordinary path runs and reuses the plan and the probed servers (probing
-while the tokenizer loads: on a real server the probe's three 1-token generations take real time). An
-older remembered entry, without the template settings, has the servers' info endpoints read instead, and
-the ordinary path probes again.
+files and `--profile`, and the template settings that run's probe rendered with; with them, a resume reads
+the servers' info endpoints for the model name (part of the ids), plans from the prompts file and the
+stored ids (`worklist.plan_work`) and, when every slot is stored, reports exactly what the full path would
+(same run id and accounting) and stops.
+When something is left to do, the probe's 1-token generations are sent while the tokenizer loads (on a
+real server they take real time), and the ordinary path runs on the probed servers and the plan. An older
+remembered entry, without the template settings, leaves the probe to the ordinary path, after the load.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tokview.batch import identity
 from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
-from tokview.batch.preload import probe
+from tokview.batch.preload import probe, release
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
@@ -64,10 +63,10 @@ async def resume_shortcut(
         return Shortcut(store, None, None, None)
     known, probe_kwargs = known_run
     started = time.monotonic()
-    # The model name is part of the ids: the info endpoints give it. With the remembered template settings the
-    # probe is the ordinary path's, 1-token generations and all, and the run takes it (no second probe after the
-    # tokenizer's load); without them it reads only the info endpoints. ServerUnreachable propagates.
-    pool = config.server_pool(names_only=probe_kwargs is None, probe_kwargs=probe_kwargs)
+    # The model name is part of the ids: the info endpoints give it. With the remembered template settings, once
+    # the plan shows work left, the probe's 1-token generations follow while the tokenizer loads, and the run takes
+    # the probe (`ServerPool.adopt`: no second probe after the load). ServerUnreachable propagates.
+    pool = config.server_pool(names_only=True, probe_kwargs=probe_kwargs)
     try:
         await probe(pool, release_loads=new_store)  # a new store has work left: its tokenizer loads now
         models = sorted({str(d["model"]) for d in pool.server_info() if d.get("model")})
@@ -79,11 +78,17 @@ async def resume_shortcut(
             # No file and no parts: nothing stored. The plan needs no store, and none is made before the ordinary
             # path's probe has seen the servers generate (a stalled server leaves no file).
             work = plan_work(config, config.sample_settings(ids), lambda _suffix: set())
+            if work.todo and probe_kwargs is not None:
+                await pool.probe_generations()
             return Shortcut(store, None, work if work.todo else None, pool)
         if callable(store):
             store = store()
         store.ingest()  # parts a killed or concurrent batch left count as stored
         work = plan_work(config, config.sample_settings(ids), store.stored_ids_with)
+        if probe_kwargs is not None:
+            if work.todo:
+                release()  # work is left: the tokenizer loads while the servers answer the probe's generations
+            await pool.probe_generations()  # nothing left: for the summary's server features
         if work.todo:
             return Shortcut(store, None, work, pool)
         servers = await _probed_servers(config, pool if pool.probed_in_full() else None)

@@ -19,7 +19,7 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
-from tokview.servers.features import detect, health, probe_template_kwargs
+from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs
 from tokview.servers.http import ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
@@ -218,20 +218,52 @@ class ServerPool:
                     endpoints=not self.names_only,
                     template_kwargs=self.probe_kwargs,
                 )
-                # Refused, unless this probe could not have told (no generations; or no tokenizer yet, whose
-                # prompt ids a server known only by its raw probe needs: `probed_in_full` says so, and the run
-                # probes it again with the tokenizer).
-                if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
-                    raise CaptureFailed(
-                        f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
-                        f"info endpoints say: give the server's root URL (not an API sub-path) or "
-                        f"pass --backend sglang|vllm"
-                    )
+                self._refuse_unknown(info)
                 server.info = info
             elif not await health(server.client):
                 raise ServerUnreachable(f"{server.client.url} is still not answering")
             server.evicted_at, server.failures = None, 0
         except CaptureFailed as exc:
+            server.last_error = server.client.secrets.scrub(exc.reason)
+            server.evicted_at = time.monotonic()
+        finally:
+            server.probing = False
+
+    def _refuse_unknown(self, info: ServerInfo) -> None:
+        """CaptureFailed for a server of no kind tokview knows, unless this probe could not have told: it sent no
+        generations (`names_only`), or it had no tokenizer yet, whose prompt ids a server known only by its raw
+        probe needs (`probed_in_full` says so, and the run probes it again with the tokenizer)."""
+        if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
+            raise CaptureFailed(
+                f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
+                f"info endpoints say: give the server's root URL (not an API sub-path) or "
+                f"pass --backend sglang|vllm"
+            )
+
+    async def probe_generations(self) -> None:
+        """Send the 1-token probe generations a `names_only` probe left out, to each server that answered it: the
+        pool is then what `start` without `names_only` makes. Why: the batch's resume shortcut learns the model
+        names first and, once its plan shows work left, probes the rest while the tokenizer loads. Raises
+        ServerUnreachable (the pool closed) when no server is left."""
+        if not self.names_only:
+            return
+        self.names_only = False
+        await asyncio.gather(*(self._probe_generations(s) for s in self._servers if s.info is not None))
+        if not any(s.healthy for s in self._servers):
+            reasons = "; ".join(f"{s.client.url}: {s.last_error}" for s in self._servers)
+            await self.aclose()
+            raise ServerUnreachable(f"no server answered ({reasons})")
+
+    async def _probe_generations(self, server: _Server) -> None:
+        assert server.info is not None
+        server.probing = True
+        try:
+            await probe_endpoints(
+                server.client, self.probe_policy, server.info, self.profile, self._probe_prompt_ids(), self.probe_kwargs
+            )
+            self._refuse_unknown(server.info)
+        except CaptureFailed as exc:  # as `_probe` leaves a server it refused: probed afresh when it is due
+            server.info = None
             server.last_error = server.client.secrets.scrub(exc.reason)
             server.evicted_at = time.monotonic()
         finally:
