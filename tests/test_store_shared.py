@@ -325,3 +325,40 @@ def test_a_sample_id_twice_in_the_parts_keeps_its_first_capture(tmp_path):
         assert store.ingest() == (2, 0)
         assert store.load_sample("a").capture.messages == make_capture("asked first").messages
         assert store.count_samples() == 2
+
+
+_OPEN_ELSEWHERE = (
+    "import duckdb, sys\n"
+    "try:\n"
+    "    duckdb.connect(sys.argv[1]).close()\n"
+    "    print('opened')\n"
+    "except duckdb.Error as exc:\n"
+    "    print('locked' if 'lock' in str(exc).lower() else f'error {exc}')\n"
+)
+
+
+def _elsewhere(db: Path) -> str:
+    """What another process gets when it opens `db`."""
+    out = subprocess.run([sys.executable, "-c", _OPEN_ELSEWHERE, str(db)], capture_output=True, text=True, timeout=60)
+    return out.stdout.strip() or out.stderr
+
+
+def test_a_second_store_of_a_file_open_here_leaves_the_file_locked_for_other_processes(tmp_path):
+    """DuckDB's lock on its file is a POSIX lock, which the kernel drops when the process closes any descriptor of
+    the file: the header check of a second Store of the same path (while the first one had it open) unlocked it,
+    and another process then wrote beside this one (the proxy's recorder child landing while a thread-mode
+    recorder's store lingered open: a landing lost, or a file DuckDB refused to open)."""
+    from tokview.store.connection import is_duckdb_file
+
+    db = tmp_path / "s.duckdb"
+    with Store(db, linger=0) as first:
+        first.write_part([record(first, "a")])
+        first.ingest()
+        with first.hold():  # the file open here, as a lingering connection has it
+            assert _elsewhere(db) == "locked"
+            second = Store(db, linger=0)  # its open checks the file's header
+            assert second.count_samples() == 1
+            second.close()
+            assert is_duckdb_file(db)
+            assert _elsewhere(db) == "locked"
+        assert _elsewhere(db) == "opened"  # closed here: free for others again

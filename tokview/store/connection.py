@@ -45,6 +45,18 @@ _PID = re.compile(r"\(PID (\d+)\)")
 DUCKDB_MAGIC = b"DUCK"
 """What every DuckDB database file holds at bytes 8-11 of its header."""
 _NOT_A_DATABASE = "not a valid DuckDB database file"
+_OPEN_HERE: dict[str, int] = {}
+"""Store files this process has open in DuckDB, by real path: how many connections (read and changed under
+_OPEN_HERE_LOCK).
+
+Why: DuckDB locks its file with a POSIX (fcntl) lock, and the kernel drops every such lock a process holds on a
+file the moment that process closes *any* descriptor of it. The header checks below open and close the file, so
+one made while a connection of this process had it open (a second Store of the same path while the first one
+lingered open: the proxy recording in a thread, a test) left the file unlocked, and another process (the proxy's
+recorder child, a batch) opened and wrote it beside this one: a landing lost, or a file DuckDB refused to open
+("the WAL checkpoint iteration does not match the database file"). A file open here is not read by them again."""
+_OPEN_HERE_LOCK = threading.Lock()
+"""Held while a connection is made or closed and while a header check reads the file: no check opens it between."""
 UNFINISHED_AFTER_S = 0.5
 """A 0-byte file younger than this may be a store another process is creating this instant (DuckDB creates the
 file, locks it at once and then writes its header): it is waited for, never removed. Shorter than
@@ -141,25 +153,40 @@ class LockWait:
         self.delay = min(self.delay * 2, 0.1)
 
 
+def _real(path: str | Path) -> str:
+    return os.path.realpath(Path(path).expanduser())
+
+
+def _open_here(path: str | Path) -> bool:
+    """Whether this process has `path` open in DuckDB (ask under _OPEN_HERE_LOCK)."""
+    return _OPEN_HERE.get(_real(path), 0) > 0
+
+
 def is_duckdb_file(path: str | Path) -> bool:
     """Whether `path` is a DuckDB database file (its header's magic bytes): False when absent or unreadable."""
-    try:
-        with open(Path(path).expanduser(), "rb") as f:
-            return f.read(12)[8:12] == DUCKDB_MAGIC
-    except OSError:
-        return False
+    with _OPEN_HERE_LOCK:
+        if _open_here(path):
+            return True  # open in DuckDB here (and reading it would drop this process's lock on it)
+        try:
+            with open(Path(path).expanduser(), "rb") as f:
+                return f.read(12)[8:12] == DUCKDB_MAGIC
+        except OSError:
+            return False
 
 
 def refuse_other_files(path: str) -> None:
     """A --db that is some other file (a prompts file given in the wrong place, a Parquet or CSV file)
     is named as such: DuckDB itself opens some of them as a database of their own and lists their tables."""
-    try:
-        with open(Path(path).expanduser(), "rb") as f:
-            head = f.read(12)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return  # a new store, or a folder DuckDB names itself
-    except OSError:
-        return  # unreadable: DuckDB's own error says why
+    with _OPEN_HERE_LOCK:
+        if _open_here(path):
+            return  # a store open here already (and reading it would drop this process's lock on it)
+        try:
+            with open(Path(path).expanduser(), "rb") as f:
+                head = f.read(12)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return  # a new store, or a folder DuckDB names itself
+        except OSError:
+            return  # unreadable: DuckDB's own error says why
     if head and head[8:12] != DUCKDB_MAGIC:
         raise StoreError(f"{path} is not a DuckDB database (a tokview store is one): pass another --db")
 
@@ -169,6 +196,18 @@ def clear_unfinished_file(path: str, wait: LockWait) -> bool:
     holds nothing, so it is removed and the store created anew. True: try opening again (removed, or too young
     to tell and waited for); False: not such a file (it has bytes, a write-ahead log beside it, or another
     process holds its lock), left as it is for DuckDB's own error."""
+    with _OPEN_HERE_LOCK:
+        if _open_here(path):
+            return False  # open here: DuckDB's error stands (and opening it would drop this process's lock)
+        cleared = _clear_unfinished_file(path)
+    if cleared is None:  # too young to tell: waited for (not under the lock), then tried again
+        wait.again(f"{path} is being created")
+        return True
+    return cleared
+
+
+def _clear_unfinished_file(path: str) -> bool | None:
+    """`clear_unfinished_file` under _OPEN_HERE_LOCK; None: a file too young to tell."""
     file = Path(path).expanduser()
     wal = Path(f"{file}.wal")
     try:
@@ -182,8 +221,7 @@ def clear_unfinished_file(path: str, wait: LockWait) -> bool:
         if seen.st_size != 0:
             return False
         if time.time() - seen.st_mtime < UNFINISHED_AFTER_S:
-            wait.again(f"{path} is being created")
-            return True
+            return None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -278,7 +316,11 @@ class StoreFile:
         wait = LockWait(self.path, self.lock_timeout, self.on_wait)
         while True:
             try:
-                return duckdb.connect(self.path, read_only=self.read_only)
+                with _OPEN_HERE_LOCK:  # no header check opens the file while DuckDB takes its lock
+                    conn = duckdb.connect(self.path, read_only=self.read_only)
+                    key = _real(self.path)
+                    _OPEN_HERE[key] = _OPEN_HERE.get(key, 0) + 1
+                return conn
             except duckdb.Error as exc:
                 message = str(exc).strip()
                 if any(w in message for w in LOCK_WORDS):
@@ -296,10 +338,15 @@ class StoreFile:
             return
         self._release_seq += 1
         if force or self.linger <= 0 or time.monotonic() - self._opened_at >= MAX_HOLD_S:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+            with _OPEN_HERE_LOCK:
+                try:
+                    self._conn.close()
+                finally:
+                    self._conn = None
+                    key = _real(self.path)
+                    _OPEN_HERE[key] -= 1
+                    if not _OPEN_HERE[key]:
+                        del _OPEN_HERE[key]
             return
         closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
         closer.daemon = True
