@@ -362,3 +362,25 @@ def test_a_second_store_of_a_file_open_here_leaves_the_file_locked_for_other_pro
             assert is_duckdb_file(db)
             assert _elsewhere(db) == "locked"
         assert _elsewhere(db) == "opened"  # closed here: free for others again
+
+
+def test_a_store_is_counted_open_under_the_path_it_opened_whatever_that_path_names_at_its_close(tmp_path, monkeypatch):
+    """The count of this process's open store files is lowered under the path it was raised under: a relative
+    path after a chdir (or a symlink re-pointed) resolved to another file at the close, which raised KeyError in
+    the linger timer, or lowered another open store's count (whose lock the next header check then dropped)."""
+    from tokview.store import connection
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with Store("s.duckdb", linger=0) as held:
+        with held.hold():
+            monkeypatch.chdir(tmp_path / "b")
+            with Store("s.duckdb", linger=0) as other, other.hold():  # another file: b/s.duckdb
+                assert sorted(connection._OPEN_HERE) == [str(tmp_path / "a/s.duckdb"), str(tmp_path / "b/s.duckdb")]
+            assert list(connection._OPEN_HERE) == [str(tmp_path / "a/s.duckdb")]
+            assert _elsewhere(tmp_path / "a/s.duckdb") == "locked"
+        assert connection._OPEN_HERE == {}
+    with Store(":memory:") as memory:
+        memory.count_samples()
+        assert connection._OPEN_HERE == {}

@@ -266,6 +266,9 @@ class StoreFile:
         self.read_only = False
         """Opened read-only: the file (or its file system) cannot be written; set by `_connect` when it finds so."""
         self._conn: duckdb.DuckDBPyConnection | None = None
+        self._counted_as: str | None = None
+        """The real path `_OPEN_HERE` counts the open connection under (resolved when it was opened: a symlink
+        re-pointed or a relative path after a chdir resolves otherwise by its close)."""
         self._opened_at = 0.0
         self._release_seq = 0
         self._memory_parts: Path | None = None
@@ -318,8 +321,9 @@ class StoreFile:
             try:
                 with _OPEN_HERE_LOCK:  # no header check opens the file while DuckDB takes its lock
                     conn = duckdb.connect(self.path, read_only=self.read_only)
-                    key = _real(self.path)
-                    _OPEN_HERE[key] = _OPEN_HERE.get(key, 0) + 1
+                    if not self.memory:  # counted under the path it resolves to now, and uncounted under that one
+                        self._counted_as = _real(self.path)
+                        _OPEN_HERE[self._counted_as] = _OPEN_HERE.get(self._counted_as, 0) + 1
                 return conn
             except duckdb.Error as exc:
                 message = str(exc).strip()
@@ -343,10 +347,11 @@ class StoreFile:
                     self._conn.close()
                 finally:
                     self._conn = None
-                    key = _real(self.path)
-                    _OPEN_HERE[key] -= 1
-                    if not _OPEN_HERE[key]:
-                        del _OPEN_HERE[key]
+                    key, self._counted_as = self._counted_as, None
+                    if key is not None:
+                        _OPEN_HERE[key] -= 1
+                        if not _OPEN_HERE[key]:
+                            del _OPEN_HERE[key]
             return
         closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
         closer.daemon = True
