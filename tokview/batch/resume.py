@@ -39,8 +39,9 @@ class Shortcut(NamedTuple):
     planned: WorkList | None
     """The plan made, for the ordinary path to reuse."""
     pool: ServerPool | None
-    """The servers, probed in full with the remembered run's template settings, for the ordinary path to take
-    (`ServerPool.adopt`) instead of probing again after its tokenizer has loaded. The caller closes it."""
+    """The servers the shortcut probed: in full, with the remembered run's template settings, when work is left and
+    the settings were remembered. The ordinary path takes them if the probe found what its own would
+    (`ServerPool.adopt`), instead of probing again after its tokenizer has loaded. The caller closes them."""
 
 
 async def resume_shortcut(
