@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from tokview.servers.errors import Retryable
@@ -116,20 +114,8 @@ def test_the_quick_merge_gives_what_the_chunk_by_chunk_walk_gives(name: str, ask
     assert _outcome(merge_chat_stream, chunks, asked) == _outcome(merge_chat_stream_walk, chunks, asked)
 
 
-def _best_of(fn: Callable[[Any], Any], arg: Any, rounds: int = 15) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        fn(arg)
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
-def test_merging_a_256_chunk_stream_costs_about_one_parse_of_its_json() -> None:
-    """The baseline: one `orjson.loads` of the same chunks as a JSON array, in the same process (a busy box slows
-    both alike; the best of several rounds). Chunk by chunk the merge cost ~2.7x that."""
+def test_a_256_chunk_stream_merges_as_the_chunk_by_chunk_walk_does() -> None:
+    """What the merge costs against one `orjson.loads` of its chunks is measured in `benchmarks/bench_recorder.py`
+    (x1.0 there; chunk by chunk it was ~2.7x): as a timed assertion here it could fail on a loaded CI machine."""
     chunks = _stream(256)
-    array = orjson.dumps(chunks)
     assert merge_chat_stream(chunks) == merge_chat_stream_walk(chunks)
-    ratio = _best_of(merge_chat_stream, chunks) / _best_of(orjson.loads, array)
-    assert ratio < 1.5, f"merging the stream cost {ratio:.1f}x one parse of its JSON"

@@ -4,8 +4,6 @@ first ids (issue 24 item 5: with every conversation opening on one system prompt
 
 from __future__ import annotations
 
-import time
-
 from tokview.proxy.sessions import SessionBook
 
 SYSTEM = list(range(1000, 1040))
@@ -21,22 +19,12 @@ def _book(sessions: int, output: int = 200) -> SessionBook:
     return book
 
 
-def _best_place(book: SessionBook, prompt: list[int], rounds: int = 7, each: int = 50) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(each):
-            book.place(prompt, None)
-        best = min(best, time.perf_counter() - started)
-    return best / each
-
-
-def test_placing_a_new_conversation_costs_no_more_among_2000_sessions_than_among_20() -> None:
-    few, many = _book(20), _book(2000)
-    new = [*SYSTEM, 6, 6]
-    assert many.place(new, None).joined_by == "new"
-    ratio = _best_place(many, new) / _best_place(few, new)
-    assert ratio < 3, f"placing among 2,000 sessions cost {ratio:.1f}x placing among 20"
+def test_a_new_conversation_among_2000_sessions_sharing_its_start_is_a_new_session() -> None:
+    """Placed by a bisection past every kept turn longer than it: what that costs against placing it among 20 is
+    measured in `benchmarks/bench_recorder.py` (x1.1 there; a comparison per open session was ~100x)."""
+    many = _book(2000)
+    assert many.place([*SYSTEM, 6, 6], None).joined_by == "new"
+    assert many.place([*SYSTEM, 5, 1999] + [7] * 200 + [3], None).parent_sample == "s1999"
 
 
 def test_a_continuation_still_joins_the_longest_session_it_extends_and_the_first_of_equals() -> None:
