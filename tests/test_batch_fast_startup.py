@@ -222,10 +222,7 @@ def _raw_only_gateway(upstream: str):
 def test_a_server_known_only_by_its_raw_probe_is_probed_again_with_the_tokenizer(tmp_path, monkeypatch):
     """The probe ahead of the tokenizer has no prompt ids for a server whose only id path is the raw one: it leaves
     that server unknown instead of refusing it, and the run probes it again with the tokenizer (every run exits 0)."""
-    import socket
-    import time
-
-    import uvicorn
+    from loopback import serve_asgi
 
     from tokview.cli import main
     from tokview.sim import SimConfig, start_simulator
@@ -233,23 +230,12 @@ def test_a_server_known_only_by_its_raw_probe_is_probed_again_with_the_tokenizer
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
     monkeypatch.setenv("TOKVIEW_CACHE", str(tmp_path / "cache"))
-    with start_simulator(SimConfig(kind="vllm")) as sim, socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(_raw_only_gateway(sim.url), log_level="error", lifespan="off"))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
-            while not server.started:
-                time.sleep(0.01)
-            common = ["batch", str(prompts), "--server", f"http://127.0.0.1:{port}", "--max-new-tokens", "8"]
-            assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # nothing remembered
-            prompts.write_text(prompts.read_text() + '{"id": "b", "messages": [{"role": "user", "content": "y"}]}\n')
-            assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # remembered, work left
-            assert main([*common, "--db", str(tmp_path / "t.duckdb")]) == 0  # remembered, a new store
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+    with start_simulator(SimConfig(kind="vllm")) as sim, serve_asgi(_raw_only_gateway(sim.url)) as url:
+        common = ["batch", str(prompts), "--server", url, "--max-new-tokens", "8"]
+        assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # nothing remembered
+        prompts.write_text(prompts.read_text() + '{"id": "b", "messages": [{"role": "user", "content": "y"}]}\n')
+        assert main([*common, "--db", str(tmp_path / "s.duckdb")]) == 0  # remembered, work left
+        assert main([*common, "--db", str(tmp_path / "t.duckdb")]) == 0  # remembered, a new store
 
 
 def test_a_cancel_while_the_tokenizer_loads_writes_nothing_and_leaves_no_connection_open(tmp_path, monkeypatch):
