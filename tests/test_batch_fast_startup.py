@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 from tokview.batch import preload
 from tokview.batch.config import BatchConfig
@@ -276,6 +277,11 @@ def test_a_cancel_while_the_tokenizer_loads_writes_nothing_and_leaves_no_connect
 
             def loaded():
                 out = load()
+                opened_ahead = tmp_path / db  # the landing child opened the new store as the tokenizer loaded
+                deadline = time.monotonic() + 30
+                while not opened_ahead.exists():
+                    assert time.monotonic() < deadline, "the store was not opened ahead of the run"
+                    time.sleep(0.01)
                 cancel.set()  # what the SIGINT handler does the moment the loop runs again
                 return out
 

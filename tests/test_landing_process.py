@@ -25,7 +25,14 @@ from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, BatchSummary, run_batch
 from tokview.batch.inputs import InputError
-from tokview.batch.landing_process import LandingChild, make_spare, spare_path, take_spare
+from tokview.batch.landing_process import (
+    LandingChild,
+    make_spare,
+    remove_unused_store,
+    spare_path,
+    take_spare,
+    wait_for_exit,
+)
 from tokview.batch.run_record import RunRecord
 from tokview.batch.store_opener import StoreOpener
 from tokview.batch.tasks import StartInterrupted
@@ -420,3 +427,113 @@ def test_a_spare_that_cannot_be_written_whole_is_not_used(tmp_path):
         assert sorted(p.name for p in disk.iterdir()) == ["ballast"]
     finally:
         subprocess.run(["umount", "-l", str(disk)])
+
+
+def _held_elsewhere(db: Path) -> subprocess.Popen[str]:
+    """Another process with `db` open in DuckDB (and so locked), until its stdin closes."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('open', flush=True); sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+    return holder
+
+
+def test_a_store_opened_ahead_takes_the_run_once_it_begins(tmp_path):
+    """`open_ahead` (the servers have generated, work is left): the spare goes into place and the child holds the
+    store open while the tokenizer loads; the run then records into it and lands as ever."""
+    db = tmp_path / "a.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None
+    child.open_ahead()
+    child.open_ahead()  # once is enough: a second call sends nothing
+    _wait_for(db.exists, "the store was not opened ahead")
+    probe = subprocess.run(  # held open by the child: another process waits for it
+        [sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1])", str(db)], capture_output=True
+    )
+    assert probe.returncode != 0 and "lock" in probe.stderr.decode().lower()
+    child.begin_run(record("r1", {"temperature": 0.0}))
+    assert child.ingest() == (0, 0)
+    child.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb"]
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("r1",)]
+
+
+def test_a_store_opened_ahead_for_a_run_that_never_begins_is_removed(tmp_path):
+    """The tokenizer fails to load, a Ctrl-C, a batch killed: the child's input ends before the run does, and the
+    file it put in place goes, as if it had never been opened."""
+    db = tmp_path / "gone.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None and child._proc is not None
+    child.open_ahead()
+    _wait_for(db.exists, "the store was not opened ahead")
+    proc = child._proc
+    child.close()
+    assert proc.returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_store_opened_ahead_is_not_made_where_no_spare_could_be(tmp_path):
+    """No spare (the store's folder does not exist yet): the early open makes nothing, the run's line makes the
+    store as before, and a run that never begins leaves no folder."""
+    never = tmp_path / "no" / "such.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(never))
+    assert child is not None and child._proc is not None
+    child.open_ahead()
+    proc = child._proc
+    child.close()
+    assert proc.returncode == 0 and not never.parent.exists()
+    db = tmp_path / "later" / "made.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None
+    child.open_ahead()
+    child.begin_run(record("r1", {}))
+    assert child.ingest() == (0, 0)
+    child.close()
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("r1",)]
+
+
+def test_an_unused_store_another_process_opened_is_left_to_it(tmp_path):
+    """The removal of a never-used store takes DuckDB's own lock first: a process that opened the file meanwhile
+    keeps it (here one holding it open); once nobody has it, it goes with its write-ahead log."""
+    db = tmp_path / "u.duckdb"
+    Store(db).close()
+    holder = _held_elsewhere(db)
+    try:
+        remove_unused_store(str(db))
+        assert db.exists()
+    finally:
+        holder.communicate("")
+    (tmp_path / "u.duckdb.wal").write_bytes(b"")
+    remove_unused_store(str(db))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    remove_unused_store(str(db))  # nothing there: nothing to do
+
+
+def test_waiting_for_a_childs_exit_returns_its_code_or_times_out(monkeypatch):
+    quick = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert wait_for_exit(quick, 60) == 3 and quick.returncode == 3
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_for_exit(slow, 0.05)
+        assert slow.returncode is None
+    finally:
+        slow.kill()
+        assert wait_for_exit(slow, 60) == -signal.SIGKILL
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError("no pidfd here")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    fallback = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(4)"])
+    assert wait_for_exit(fallback, 60) == 4

@@ -188,6 +188,8 @@ async def run_batch(
                 return shortcut.finished
             store, planned, pool = shortcut.store, shortcut.planned, shortcut.pool
             remembered_kwargs = pool.probe_kwargs if pool is not None and not pool.names_only else None
+            if child is not None and planned is not None and remembered_kwargs is not None:
+                child.open_ahead()  # the servers have generated and work is left: the store opens as the tokenizer loads
         try:
             tokenizer, profile = config.tokenizer_and_profile()
             if pool is None or not pool.adopt(tokenizer, profile):
