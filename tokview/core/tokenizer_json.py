@@ -25,6 +25,7 @@ from itertools import compress
 from typing import Any, Protocol, overload
 
 from tokview.core.kimi_tiktoken import AddedToken
+from tokview.core.segment_memo import MIN_CHARS, SegmentMemo, exact_markers
 from tokview.core.tokenizer_folder import TokenizerFolder, byte_of_character, token_text
 
 GENERIC_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
@@ -49,6 +50,18 @@ class _AddedTokenView(Protocol):
     @property
     def special(self) -> bool: ...
 
+    @property
+    def normalized(self) -> bool: ...
+
+    @property
+    def lstrip(self) -> bool: ...
+
+    @property
+    def rstrip(self) -> bool: ...
+
+    @property
+    def single_word(self) -> bool: ...
+
 
 class _EncodeBatch(Protocol):
     def __call__(self, input: Sequence[str], *, add_special_tokens: bool) -> list[_Encoding]: ...
@@ -64,6 +77,9 @@ class RustTokenizer(Protocol):
 
     @property
     def decoder(self) -> object: ...
+
+    @property
+    def pre_tokenizer(self) -> Any: ...
 
     def get_added_tokens_decoder(self) -> Mapping[int, _AddedTokenView]: ...
 
@@ -142,6 +158,9 @@ class TokenizerJson:
         self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
         self._kept_when_skipping: dict[int, bool] = {}
         """Per id seen: False for a special added token (`skip_special_tokens` drops it)."""
+        self._memo: SegmentMemo | bool | None = False
+        """`encode_rendered`'s remembered pieces; None when this tokenizer's pieces cannot be encoded apart, False
+        before the first use."""
 
     @classmethod
     def from_folder(cls, folder: TokenizerFolder) -> TokenizerJson | None:
@@ -267,6 +286,28 @@ class TokenizerJson:
             return self._encode(text, add_special_tokens)
         finally:
             self._tokenizer.encode_special_tokens = False
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """`encode(text, add_special_tokens=False)` of a rendered prompt, from the ids of its pieces between added
+        tokens where they were encoded before (`core.segment_memo`: a conversation's next prompt repeats it)."""
+        memo = self._segment_memo()
+        if memo is None or len(text) < MIN_CHARS:
+            return self.encode(text, add_special_tokens=False)
+        return memo.encode(text)
+
+    def _segment_memo(self) -> SegmentMemo | None:
+        if self._memo is False:
+            state = self._tokenizer.pre_tokenizer
+            markers = exact_markers(
+                self._tokenizer.get_added_tokens_decoder().items(), None if state is None else state.__getstate__()
+            )
+            self._memo = None if markers is None else SegmentMemo(markers, self._encode_pieces)
+        return self._memo if isinstance(self._memo, SegmentMemo) else None
+
+    def _encode_pieces(self, pieces: list[str]) -> list[list[int]]:
+        if self._batch_fast is not None:
+            return [e.ids for e in self._batch_fast(pieces, add_special_tokens=False)]
+        return [self._tokenizer.encode(p, add_special_tokens=False).ids for p in pieces]
 
     def _encode(self, text: str, add_special_tokens: bool) -> list[int]:
         """The ids only: `encode_batch_fast` skips the character offsets `encode` computes (~20% of a

@@ -1,0 +1,141 @@
+"""A rendered prompt encoded piece by piece between added tokens (`core.segment_memo`) gives the whole encoding.
+
+The memo is only worth having if it is exact: random texts made of every layout's added tokens and text around
+them (whitespace on both sides of a token, digits, unicode, newlines, a token's own prefix, empty pieces,
+repeats) encode to the same ids through the memo as whole, remembered or not, with a bound that forgets; a
+tokenizer whose pieces could depend on their neighbours gets no memo at all. Real tokenizer files (Qwen3's as
+shipped, the Kimi and GLM layouts tokview builds).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+from tokview.core.segment_memo import MIN_CHARS, SegmentMemo, exact_markers
+from tokview.core.tokenizer import TokenizerAdapter
+from tokview.core.tokenizer_folder import TokenizerFolder
+from tokview.core.tokenizer_json import TokenizerJson
+
+FILLERS = [
+    " ",
+    "  ",
+    "\n",
+    "\n\n",
+    "\t",
+    "hello",
+    " world",
+    "42",
+    "3.14159",
+    "naïve café",
+    "日本語のテキスト",
+    "🙂👍🏽",
+    "def f(x):\n    return x",
+    '{"a": [1, 2]}',
+    "<",
+    "<|",
+    "|>",
+    "think",
+    "'s",
+    "\u00a0",
+    "e\u0301",  # decomposed: NFC joins it with the letter before
+]
+
+
+def _native(folder: Path) -> TokenizerJson:
+    tok = TokenizerJson.from_folder(TokenizerFolder(folder))
+    assert tok is not None
+    return tok
+
+
+def _random_text(rng: random.Random, markers: list[str], parts: int) -> str:
+    out = []
+    for _ in range(parts):
+        roll = rng.random()
+        if roll < 0.3:
+            out.append(rng.choice(markers))
+        elif roll < 0.35 and out:
+            out.append(out[-1][:3])  # a token's first characters, or a filler's
+        else:
+            out.append("".join(rng.choices(FILLERS, k=rng.randint(1, 4))))
+    return "".join(out)
+
+
+@pytest.fixture(params=["qwen3", "kimi", "glm"])
+def native(request, qwen_tok_dir, kimi_tok_dir, glm_tok_dir) -> TokenizerJson:
+    return _native({"qwen3": qwen_tok_dir, "kimi": kimi_tok_dir, "glm": glm_tok_dir}[request.param])
+
+
+def test_pieces_encode_to_the_whole_texts_ids(native):
+    memo = native._segment_memo()
+    assert memo is not None  # every layout tokview ships cuts exactly
+    small = SegmentMemo(memo.markers, native._encode_pieces, max_bytes=400)  # forgets nearly everything
+    markers = sorted(memo.markers)
+    rng = random.Random(7)
+    texts = [_random_text(rng, markers, rng.randint(1, 40)) for _ in range(300)]
+    texts += ["", markers[0], markers[0] * 3, " " + markers[0] + " ", texts[5] + texts[9]]
+    for _round in range(2):  # the second time every piece is remembered (or forgotten, for `small`)
+        for text in texts:
+            whole = native.encode(text, add_special_tokens=False)
+            assert memo.encode(text) == whole, repr(text)
+            assert small.encode(text) == whole, repr(text)
+    assert small._bytes <= 400
+
+
+def test_a_conversation_rendered_turn_by_turn_gives_the_ids_of_its_whole_render(qwen_tok_dir, qwen_tok):
+    """The adapter's render (what `prompt_render_mismatch` compares with the served ids) goes through the memo once
+    the render is long; every turn's ids equal encoding its whole text, and the earlier turns' pieces are reused."""
+    native = _native(qwen_tok_dir)
+    native.chat_template = qwen_tok.chat_template  # the template tokview loads for Qwen3 (the package has none)
+    adapter = TokenizerAdapter(native, source=qwen_tok_dir)
+    rng = random.Random(3)
+    messages = [{"role": "system", "content": "You are terse. " * 200}]
+    for turn in range(6):
+        messages.append({"role": "user", "content": _random_text(rng, ["<think>", "</think>"], 30)})
+        ids = adapter.render(messages)
+        text = adapter.render_text(messages)
+        assert ids == native.encode(text, add_special_tokens=False)
+        if turn == 0:
+            assert len(text) >= MIN_CHARS
+        messages.append({"role": "assistant", "content": _random_text(rng, ["\n"], 20)})
+    memo = native._segment_memo()
+    assert memo is not None and len(memo._pieces) > 6
+
+
+def _toy(added: AddedToken, pre: pre_tokenizers.PreTokenizer | None = None) -> Tokenizer:
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate("abcdefghij <>x")}, merges=[]))
+    if pre is not None:
+        tok.pre_tokenizer = pre
+    tok.add_special_tokens([added])
+    return tok
+
+
+@pytest.mark.parametrize(
+    ("added", "pre", "exact"),
+    [
+        (AddedToken("<x>", special=True, normalized=False), pre_tokenizers.ByteLevel(add_prefix_space=False), True),
+        (AddedToken("<x>", special=True, normalized=False), None, True),
+        (AddedToken("<x>", special=True, normalized=False, lstrip=True), None, False),
+        (AddedToken("<x>", special=True, normalized=False, rstrip=True), None, False),
+        (AddedToken("<x>", special=True, normalized=False, single_word=True), None, False),
+        (AddedToken("<x>", special=True, normalized=False), pre_tokenizers.Metaspace(), False),
+        (
+            AddedToken("<x>", special=True, normalized=False),
+            pre_tokenizers.Sequence([pre_tokenizers.Digits(), pre_tokenizers.Metaspace()]),
+            False,
+        ),
+    ],
+)
+def test_a_tokenizer_whose_pieces_could_depend_on_their_neighbours_gets_no_memo(added, pre, exact):
+    tok = _toy(added, pre)
+    state = tok.pre_tokenizer.__getstate__() if tok.pre_tokenizer is not None else None
+    markers = exact_markers(tok.get_added_tokens_decoder().items(), state)
+    assert (markers == {"<x>": tok.token_to_id("<x>")}) if exact else markers is None
+
+
+def test_tokens_matched_in_normalized_text_are_left_to_the_pieces_encoding():
+    tok = _toy(AddedToken("<x>", special=False, normalized=True))
+    assert exact_markers(tok.get_added_tokens_decoder().items(), None) is None  # nothing to cut at
