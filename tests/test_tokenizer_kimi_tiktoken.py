@@ -246,3 +246,21 @@ def test_unknown_role_token_is_one_line(tmp_path, folder):
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     with pytest.raises(TokenizerError, match=re.escape("eos_token '<|nope|>'")):
         load_tokenizer(d)
+
+
+def test_a_rendered_prompt_encoded_by_remembered_pieces_gives_the_same_ids(tok):
+    """`encode_rendered` (an agent's next prompt repeats its conversation: pieces between special tokens are
+    remembered) equals `encode` on every text here, long runs and 400,000-character chunks included, and on
+    random texts of special tokens and text around them, the first time and again."""
+    import random
+
+    native = tok.tok
+    specials = list(KIMI_SPECIAL_TOKENS.values())
+    rng = random.Random(5)
+    fillers = [" ", "\n", "hello", " World", "123", "中文", "👍🏽", "<|", "|>", "\u3000", "'s", "x" * 50]
+    texts = [*CORPUS, *("".join(rng.choices(specials + fillers * 3, k=rng.randint(1, 600))) for _ in range(60))]
+    texts.append(CORPUS[6] * 300)  # a conversation-like prompt past the length the memo starts at
+    for _round in range(2):
+        for text in texts:
+            assert native.encode_rendered(text) == native.encode(text), repr(text[:80])
+    assert native._memo is not None and native._memo._pieces  # the memo was used, and holds pieces

@@ -150,6 +150,8 @@ class KimiTiktokenTokenizer:
             self.special_tokens[text] = i
             self.added_tokens_decoder[i] = AddedToken(text, special)
         self._special_by_id = {i: t for t, i in self.special_tokens.items()}
+        self._memo: Any = False
+        """`encode_rendered`'s remembered pieces (a `SegmentMemo`); None when they cannot be; False before first use."""
         self.model = tiktoken.Encoding(
             name="tiktoken.model", pat_str=KIMI_PATTERN, mergeable_ranks=ranks, special_tokens=self.special_tokens
         )
@@ -297,6 +299,29 @@ class KimiTiktokenTokenizer:
             else:
                 out.extend(self.model.encode(piece, allowed_special="all"))
         return out
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """`encode(text)` of a rendered prompt, from the ids of its pieces between special tokens where they were
+        encoded before (`core.segment_memo`: a conversation's next prompt repeats it).
+
+        Exact by construction: tiktoken encodes the text between two special tokens on its own, and the pieces are
+        cut within Kimi's chunks, as `encode` cuts them. Special tokens that begin with another (none of Kimi's)
+        could match otherwise than tiktoken matches them: then the text is encoded whole."""
+        from tokview.core.segment_memo import MIN_CHARS, SegmentMemo
+
+        if self._memo is False:
+            names = list(self.special_tokens)
+            unambiguous = not any(a != b and b.startswith(a) for a in names for b in names)
+            self._memo = SegmentMemo(self.special_tokens, self._encode_pieces) if unambiguous else None
+        if not isinstance(self._memo, SegmentMemo) or len(text) < MIN_CHARS:
+            return self.encode(text)
+        out: list[int] = []
+        for piece in split_for_encoding(text):
+            out.extend(self._memo.encode(piece))
+        return out
+
+    def _encode_pieces(self, pieces: list[str]) -> list[list[int]]:
+        return [self.model.encode_ordinary(p) for p in pieces]  # not `_batch`: it starts a thread pool every call
 
     def __call__(
         self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False, **kwargs: object
