@@ -537,3 +537,65 @@ def test_waiting_for_a_childs_exit_returns_its_code_or_times_out(monkeypatch):
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     fallback = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(4)"])
     assert wait_for_exit(fallback, 60) == 4
+
+
+def test_a_store_opened_ahead_keeps_what_it_landed_on_opening_when_the_run_never_begins(tmp_path):
+    """Opening a store lands the parts beside it: a concurrent batch's, written after this batch began. A run that
+    then never begins must not remove the file that now holds them."""
+    from tokview.store.part_sink import PartSink
+
+    db = tmp_path / "kept.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None
+    failure = {"prompt_id": "p", "sample_id": "p@x", "run_id": "theirs", "reason": "boom", "server": None}
+    PartSink(str(db), []).write_part([], [failure])  # the other batch's part
+    child.open_ahead()
+    _wait_for(db.exists, "the store was not opened ahead")
+    child.close()
+    with Store(db) as store:
+        assert store.query("SELECT sample_id FROM failures") == [("p@x",)]
+
+
+OPENS_WHEN_FREE = """
+import sys, time, duckdb
+deadline = time.monotonic() + 30
+while True:
+    try:
+        duckdb.connect(sys.argv[1]).close()
+        print("opened", flush=True)
+        break
+    except duckdb.Error:
+        assert time.monotonic() < deadline, "never free"
+        time.sleep(0.05)
+"""
+
+
+def test_a_store_opened_ahead_is_not_held_past_the_stores_longest_hold(tmp_path):
+    """The tokenizer loads for long (or a server is probed again): the store opened ahead is let go after
+    MAX_HOLD_S, so another process gets its turn before the run begins; the run is then recorded as ever."""
+    db = tmp_path / "free.duckdb"
+    child = LandingChild.for_new_store(StoreOpener(db))
+    assert child is not None and child._proc is not None
+    child.open_ahead()
+    _wait_for(db.exists, "the store was not opened ahead")
+    other = subprocess.run([sys.executable, "-c", OPENS_WHEN_FREE, str(db)], capture_output=True, text=True)
+    assert other.stdout == "opened\n", other.stderr
+    assert child._proc.poll() is None  # still waiting for the run
+    child.begin_run(record("r1", {}))
+    assert child.ingest() == (0, 0)
+    child.close()
+    with Store(db) as store:
+        assert store.query("SELECT run_id FROM runs") == [("r1",)]
+
+
+def test_waiting_for_a_child_reaped_already_never_watches_the_process_its_pid_names_now():
+    """`kill` polls first, so a child that had died is reaped before the wait: its pid may be reused."""
+    gone = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(5)"])
+    gone.wait()
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        gone.pid = stranger.pid  # the pid reused by another process
+        assert wait_for_exit(gone, 0.05) == 5
+    finally:
+        stranger.kill()
+        stranger.wait()

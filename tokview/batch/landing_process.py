@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -288,9 +289,11 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
     up to 50 ms between looks; the batch waits for its landing child at the very end of every run, and measured
     it returned ~20 ms after the child had exited. A pidfd (Linux 5.3+) becomes readable at the exit; elsewhere,
     or when it cannot be had, this is `proc.wait(timeout)`."""
+    if proc.poll() is not None:  # reaped already (`kill` polls first): its pid may be another process's by now
+        return proc.returncode
     try:
         fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # not Linux, an old kernel, or reaped already
+    except (AttributeError, OSError):  # not Linux, or an old kernel
         return proc.wait(timeout=timeout)
     try:
         poller = select.poll()  # not select.select: it refuses descriptors past 1023 (a proxy's many connections)
@@ -442,22 +445,20 @@ def child_main() -> int:
                 return 0
             spec = json.loads(line)
         store = Store(spec["path"], server_urls=spec["server_urls"])
+        lines: Iterable[bytes] = stdin
         if "run" in spec:
             RunRecord.from_json(spec["run"]).record(store)
-        else:  # opened ahead (`open_ahead`): held open (nobody else has a use for a store with no run yet) until then
-            with store.hold():
-                line = stdin.readline()
-                if line:
-                    spec = json.loads(line)
-                    store.add_server_urls(spec["server_urls"])
-                    RunRecord.from_json(spec["run"]).record(store)
-            if not line:  # the run never began: the file put in place here goes again
+        else:  # opened ahead (`open_ahead`): the run's line comes once the batch's tokenizer has loaded
+            lines = _Lines(stdin)
+            if not _record_when_it_begins(store, lines):  # it never began: the file put in place here goes again
+                empty = _holds_nothing(store)
                 store.close()
                 store = None
-                remove_unused_store(spec["path"])
+                if empty:  # else it holds what it landed on opening (a concurrent batch's parts): kept
+                    remove_unused_store(spec["path"])
                 return 0
         _say(stdout, {"ready": True})
-        for line in stdin:
+        for line in lines:
             if json.loads(line) == "land":
                 _say(stdout, {"landed": list(store.ingest())})
         store.ingest()  # the batch closed its end (done, or killed): what it wrote lands
@@ -470,6 +471,65 @@ def child_main() -> int:
             remove_database(spare)
         if store is not None:
             store.close()
+
+
+class _Lines:
+    """The batch's lines, read by a thread of their own, so that waiting for one can end (`get`'s timeout)."""
+
+    def __init__(self, stdin: IO[bytes]) -> None:
+        self._queue: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        threading.Thread(target=self._read, args=(stdin,), daemon=True).start()
+
+    def _read(self, stdin: IO[bytes]) -> None:
+        try:
+            for line in stdin:
+                self._queue.put(line)
+        finally:
+            self._queue.put(b"")  # the end of input
+
+    def get(self, timeout: float | None = None) -> bytes | None:
+        """The next line, b"" at the end of input, None when none came within `timeout` seconds."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self._queue.get():
+            yield line
+
+
+def _record_when_it_begins(store: Store, lines: _Lines) -> bool:
+    """Wait for the run's line and record the run; False when the input ended first (the run never began).
+
+    The store is held open meanwhile (nobody else has a use for a store without a run), so that the run is recorded
+    without opening the file again, but never longer than the store's MAX_HOLD_S in one stretch: a tokenizer that
+    loads for long, or a server probed again, must not keep other processes from the file."""
+    from tokview.store.connection import MAX_HOLD_S
+
+    with store.hold():
+        line = lines.get(timeout=MAX_HOLD_S)
+        if line:
+            _record(store, line)
+    if line is None:  # held long enough: it closes, and opens again for the record
+        line = lines.get()
+        if line:
+            _record(store, line)
+    return bool(line)
+
+
+def _record(store: Store, line: bytes) -> None:
+    spec = json.loads(line)
+    store.add_server_urls(spec["server_urls"])
+    RunRecord.from_json(spec["run"]).record(store)
+
+
+def _holds_nothing(store: Store) -> bool:
+    """Whether nothing was landed or recorded in the store (opening it lands parts a concurrent batch left)."""
+    held = store.query(
+        "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM failures) + (SELECT count(*) FROM runs)"
+    )
+    return bool(held) and held[0][0] == 0
 
 
 def _kind(exc: BaseException) -> str:
