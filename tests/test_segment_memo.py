@@ -10,12 +10,15 @@ shipped, the Kimi and GLM layouts tokview builds).
 from __future__ import annotations
 
 import random
+import re
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
-from tokview.core.segment_memo import MIN_CHARS, SegmentMemo, exact_markers
+from tokview.core.segment_memo import MIN_CHARS, SegmentMemo, exact_markers, longest_first
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tokenizer_folder import TokenizerFolder
 from tokview.core.tokenizer_json import TokenizerJson
@@ -139,3 +142,97 @@ def test_a_tokenizer_whose_pieces_could_depend_on_their_neighbours_gets_no_memo(
 def test_tokens_matched_in_normalized_text_are_left_to_the_pieces_encoding():
     tok = _toy(AddedToken("<x>", special=False, normalized=True))
     assert exact_markers(tok.get_added_tokens_decoder().items(), None) is None  # nothing to cut at
+
+
+def _leftmost_longest(text: str, markers: list[str]) -> list[str]:
+    """What `tokenizers` cuts a text into, by brute force: at the leftmost position where a marker starts, the
+    longest marker there."""
+    out, start, i = [], 0, 0
+    while i < len(text):
+        found = max((m for m in markers if text.startswith(m, i)), key=len, default=None)
+        if found is None:
+            i += 1
+            continue
+        out += [text[start:i], found]
+        i = start = i + len(found)
+    return [*out, text[start:]]
+
+
+def test_the_cutting_pattern_takes_the_leftmost_longest_marker():
+    """A trie, not an alternation (258 markers that all begin with `<|` made cutting cost more than encoding):
+    markers that are prefixes of each other, share long starts or sit inside others, on random texts of them."""
+    rng = random.Random(11)
+    for _ in range(200):
+        alphabet = rng.choice(["ab", "abc", "<|>ab"])
+        markers = list({"".join(rng.choices(alphabet, k=rng.randint(1, 6))) for _ in range(rng.randint(1, 8))})
+        pattern = re.compile(f"({longest_first(markers)})")
+        for _ in range(20):
+            text = "".join(rng.choices([*alphabet, "x", *markers], k=rng.randint(0, 30)))
+            assert pattern.split(text) == _leftmost_longest(text, markers), (markers, text)
+    assert re.compile(f"({longest_first([])})").split("abc") == ["abc"]  # no marker: no cut
+    deep = ["a" * k for k in range(1, 1500)]  # nested past the recursion limit: the alternation instead
+    assert re.compile(f"({longest_first(deep)})").split("b" + "a" * 1600) == ["b", "a" * 1499, "", "a" * 101, ""]
+
+
+def test_short_pieces_are_not_remembered_and_the_bound_counts_what_python_holds(native):
+    memo = native._segment_memo()
+    assert memo is not None
+    marker = next(iter(memo.markers))
+    short = [f"w{i}" for i in range(500)]  # distinct short pieces: encoded again each time, never kept
+    assert memo.encode(marker.join(short)) == native.encode(marker.join(short), add_special_tokens=False)
+    assert not any(p in memo._pieces for p in short)
+    tight = SegmentMemo(memo.markers, native._encode_pieces, max_bytes=20_000)
+    long_pieces = [f"{i} " + "word " * 40 for i in range(200)]
+    tight.encode(marker.join(long_pieces))
+    held = sum(sys.getsizeof(p) + sys.getsizeof(ids) for p, ids in tight._pieces.items())
+    assert 0 < held <= tight._bytes <= 20_000
+
+
+def test_bpe_dropout_gets_no_memo():
+    """With dropout each encoding is a random draw: remembered pieces would freeze one of them."""
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate("abc<>x")}, merges=[], dropout=0.5))
+    tok.add_special_tokens([AddedToken("<x>", special=True, normalized=False)])
+    assert TokenizerJson(tok, {})._segment_memo() is None
+
+
+def test_encoding_special_token_text_as_text_never_changes_other_threads_encodings(kimi_tok_dir):
+    """`split_special_tokens` (a dataset's literal text) once flipped a flag on the tokenizer every thread shares:
+    a render encoded at that moment had its markers as text."""
+    native = _native(kimi_tok_dir)
+    marker = "<|im_end|>"
+    marker_id = native.encode(marker, add_special_tokens=False)
+    assert len(marker_id) == 1
+    stop = threading.Event()
+    wrong: list[list[int]] = []
+
+    def literal() -> None:
+        while not stop.is_set():
+            assert len(native.encode(marker, add_special_tokens=False, split_special_tokens=True)) > 1
+
+    thread = threading.Thread(target=literal)
+    thread.start()
+    try:
+        for _ in range(2000):
+            got = native.encode("hi" + marker, add_special_tokens=False)
+            if got[-1:] != marker_id:
+                wrong.append(got)
+    finally:
+        stop.set()
+        thread.join()
+    assert wrong == []
+
+
+def test_a_tokenizer_with_its_memo_and_literal_copy_can_still_be_copied(kimi_tok_dir):
+    """`copy.deepcopy` of a tokenizer (an export copies one to change its template) once failed on the locks: a
+    copy starts with an empty memo and no literal copy, and encodes as the original does."""
+    import copy
+    import pickle
+
+    native = _native(kimi_tok_dir)
+    text = "<|im_end|>".join(["a long piece of text " * 5] * 200)
+    ids = native.encode_rendered(text)
+    literal = native.encode("<|im_end|>", split_special_tokens=True)
+    for twin in (copy.deepcopy(native), pickle.loads(pickle.dumps(native))):
+        assert twin.encode_rendered(text) == ids and twin.encode("<|im_end|>", split_special_tokens=True) == literal
+        memo = twin._segment_memo()
+        assert memo is not None and memo is not native._segment_memo()

@@ -451,7 +451,7 @@ def child_main() -> int:
         else:  # opened ahead (`open_ahead`): the run's line comes once the batch's tokenizer has loaded
             lines = _Lines(stdin)
             if not _record_when_it_begins(store, lines):  # it never began: the file put in place here goes again
-                empty = _holds_nothing(store)
+                empty = store.holds_nothing()
                 store.close()
                 store = None
                 if empty:  # else it holds what it landed on opening (a concurrent batch's parts): kept
@@ -522,14 +522,6 @@ def _record(store: Store, line: bytes) -> None:
     spec = json.loads(line)
     store.add_server_urls(spec["server_urls"])
     RunRecord.from_json(spec["run"]).record(store)
-
-
-def _holds_nothing(store: Store) -> bool:
-    """Whether nothing was landed or recorded in the store (opening it lands parts a concurrent batch left)."""
-    held = store.query(
-        "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM failures) + (SELECT count(*) FROM runs)"
-    )
-    return bool(held) and held[0][0] == 0
 
 
 def _kind(exc: BaseException) -> str:

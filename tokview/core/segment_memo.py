@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from array import array
 from collections.abc import Callable, Iterable
@@ -27,8 +28,14 @@ from typing import Any
 MIN_CHARS = 2_000
 """Shorter texts are encoded whole: cutting and looking up costs about what their encoding does."""
 MAX_BYTES = 64 << 20
-"""What the remembered pieces may hold: a piece's characters and 4 bytes per id (~30 agents' 40,000-token
-conversations)."""
+"""What the remembered pieces may take in memory (their strings, id arrays and dict entries, as Python counts
+them): ~30 agents' 40,000-token conversations."""
+MIN_PIECE_CHARS = 32
+"""Shorter pieces ("user\n", a newline between two tokens) are encoded again each time, with the new ones: one
+call for all of them costs little, and remembering thousands of distinct short pieces would cost more memory than
+their characters say."""
+ENTRY_BYTES = 100
+"""A remembered piece's dict entry and bookkeeping, beyond its string's and array's own size."""
 
 _PIECEWISE_PRE_TOKENIZERS = frozenset(
     {"ByteLevel", "Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit", "BertPreTokenizer"}
@@ -46,7 +53,7 @@ def exact_markers(added: Iterable[Any], pre_tokenizer_state: bytes | None) -> di
     for token_id, token in added:
         if token.lstrip or token.rstrip or token.single_word:
             return None
-        if not token.normalized:  # matched in normalized text, inside a piece, by the piece's own encoding
+        if not token.normalized and token.content:  # normalized: matched inside a piece, by its own encoding
             markers[str(token.content)] = int(token_id)
     if pre_tokenizer_state is not None and not _piecewise(json.loads(pre_tokenizer_state)):
         return None
@@ -75,23 +82,30 @@ class SegmentMemo:
         self.markers = markers
         self.max_bytes = max_bytes
         self._encode_many = encode_many
-        alternatives = "|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True))
-        self._cut = re.compile(f"({alternatives})")  # longest first: the leftmost-longest match tokenizers takes
+        self._cut = re.compile(f"({longest_first(markers)})")
         self._pieces: dict[str, array[int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (`copy.deepcopy` of a tokenizer) starts empty: the pieces are a cache, the lock is this one's."""
+        return {"markers": self.markers, "encode_many": self._encode_many, "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["markers"], state["encode_many"], state["max_bytes"])  # type: ignore[misc]
 
     def encode(self, text: str) -> list[int]:
         parts = self._cut.split(text)  # pieces at even indexes, markers at odd ones
         pieces = parts[0::2]
         with self._lock:
-            known = [self._touch(p) if p else None for p in pieces]
+            known = [self._touch(p) if len(p) >= MIN_PIECE_CHARS else None for p in pieces]
         missing = list(dict.fromkeys(p for p, ids in zip(pieces, known) if p and ids is None))
         fresh = dict(zip(missing, (array("i", ids) for ids in self._encode_many(missing)))) if missing else {}
         if fresh:
             with self._lock:
                 for piece, ids in fresh.items():
-                    self._remember(piece, ids)
+                    if len(piece) >= MIN_PIECE_CHARS:
+                        self._remember(piece, ids)
         out: list[int] = []
         for k, piece in enumerate(pieces):
             if piece:
@@ -108,12 +122,64 @@ class SegmentMemo:
         return ids
 
     def _remember(self, piece: str, ids: array[int]) -> None:
-        cost = len(piece) + 4 * len(ids)
+        cost = _cost(piece, ids)
         if cost > self.max_bytes or piece in self._pieces:
             return
         self._pieces[piece] = ids
         self._bytes += cost
         while self._bytes > self.max_bytes:
             oldest = next(iter(self._pieces))  # dicts keep insertion order
-            old = self._pieces.pop(oldest)
-            self._bytes -= len(oldest) + 4 * len(old)
+            self._bytes -= _cost(oldest, self._pieces.pop(oldest))
+
+
+def _cost(piece: str, ids: array[int]) -> int:
+    return sys.getsizeof(piece) + sys.getsizeof(ids) + ENTRY_BYTES
+
+
+def longest_first(markers: Iterable[str]) -> str:
+    """A regular expression matching the longest of `markers` that starts where it matches: the leftmost-longest
+    match `tokenizers` takes (its Aho-Corasick automaton). As a trie, so each position costs one step per character
+    matched: an alternation of 258 markers that all begin with `<|` (Kimi's) tried every one of them at each `<|`
+    of a text, and cutting could cost more than encoding the whole text. A marker that is a prefix of another is
+    an optional, greedy tail: the longer is tried first, the shorter taken when it fails."""
+    trie: dict[str, Any] = {}
+    for marker in markers:
+        node = trie
+        for ch in marker:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # a marker ends here
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = []
+        for ch, child in sorted(node.items()):
+            if not ch:
+                continue
+            chain = re.escape(ch)
+            while len(child) == 1 and "" not in child:  # a run of single characters: no recursion for it
+                ((ch, child),) = child.items()
+                chain += re.escape(ch)
+            branches.append(chain + emit(child))
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    if not trie:
+        return "(?!)"  # no marker: never matches
+    try:
+        return emit(trie)
+    except RecursionError:  # thousands of nested markers: the plain alternation, longest first
+        return "|".join(re.escape(m) for m in sorted(trie_words(trie), key=len, reverse=True))
+
+
+def trie_words(trie: dict[str, Any]) -> list[str]:
+    """The markers a trie holds (for the fallback of `longest_first`), without recursion."""
+    out, stack = [], [("", trie)]
+    while stack:
+        prefix, node = stack.pop()
+        for ch, child in node.items():
+            if ch:
+                stack.append((prefix + ch, child))
+            else:
+                out.append(prefix)
+    return out

@@ -20,6 +20,7 @@ rendered prompts against transformers on the same folders, on both transformers 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 from typing import Any, Protocol, overload
@@ -158,6 +159,8 @@ class TokenizerJson:
         self._special_contents = frozenset(t.content for t in self.added_tokens_decoder.values() if t.special)
         self._kept_when_skipping: dict[int, bool] = {}
         """Per id seen: False for a special added token (`skip_special_tokens` drops it)."""
+        self._literal: RustTokenizer | None = None
+        self._literal_lock = threading.Lock()
         self._memo: SegmentMemo | bool | None = False
         """`encode_rendered`'s remembered pieces; None when this tokenizer's pieces cannot be encoded apart, False
         before the first use."""
@@ -281,11 +284,34 @@ class TokenizerJson:
             raise TypeError(f"text to encode must be a string, not {type(text).__name__}")
         if not split_special_tokens:
             return self._encode(text, add_special_tokens)
-        self._tokenizer.encode_special_tokens = True
-        try:
-            return self._encode(text, add_special_tokens)
-        finally:
-            self._tokenizer.encode_special_tokens = False
+        literal = self._literal_tokenizer()
+        batch: _EncodeBatch | None = getattr(literal, "encode_batch_fast", None)
+        if batch is not None:
+            return batch([text], add_special_tokens=add_special_tokens)[0].ids
+        return literal.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (`copy.deepcopy`, a pickle) leaves out the literal copy and its lock, made again when needed."""
+        state = dict(self.__dict__)
+        state["_literal"], state["_literal_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._literal_lock = threading.Lock()
+
+    def _literal_tokenizer(self) -> RustTokenizer:
+        """A copy of the tokenizer that encodes special-token text as text (`split_special_tokens`): the flag is set
+        once on the copy. Flipping it on the shared tokenizer for one call made renders in other threads meanwhile
+        encode their markers as text."""
+        with self._literal_lock:
+            if self._literal is None:
+                from tokenizers import Tokenizer
+
+                literal = Tokenizer.from_str(self._tokenizer.to_str())
+                literal.encode_special_tokens = True
+                self._literal = literal
+            return self._literal
 
     def encode_rendered(self, text: str) -> list[int]:
         """`encode(text, add_special_tokens=False)` of a rendered prompt, from the ids of its pieces between added
@@ -301,6 +327,8 @@ class TokenizerJson:
             markers = exact_markers(
                 self._tokenizer.get_added_tokens_decoder().items(), None if state is None else state.__getstate__()
             )
+            if getattr(self._tokenizer.model, "dropout", None):  # BPE dropout: each encoding a random draw
+                markers = None
             self._memo = None if markers is None else SegmentMemo(markers, self._encode_pieces)
         return self._memo if isinstance(self._memo, SegmentMemo) else None
 

@@ -362,6 +362,14 @@ class Store:
     def count_samples(self, filters: SampleFilter | None = None) -> int:
         return self._reads.count_samples(filters)
 
+    def holds_nothing(self) -> bool:
+        """No sample, failure or run in it: a store just made (a batch's landing child removes one whose run never
+        began, unless opening it landed parts a concurrent batch had left)."""
+        held = self.query(
+            "SELECT (SELECT count(*) FROM samples) + (SELECT count(*) FROM failures) + (SELECT count(*) FROM runs)"
+        )
+        return bool(held) and held[0][0] == 0
+
     def stats(self) -> dict[str, Any]:
         return self._reads.stats()
 
