@@ -143,43 +143,32 @@ def main() -> int:
     tokenizer = args.tokenizer or qwen3_folder()
     py = sys.executable
     sim_port, proxy_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        sim_argv = [
-            py,
-            "-m",
-            "tokview",
-            "sim",
-            "--port",
-            str(sim_port),
-            "--output-tokens",
-            "16",
-            "--max-model-len",
-            "262144",
-        ]
-        sim = subprocess.Popen(
-            [*sim_argv, *(["--tokenizer", tokenizer] if tokenizer else [])],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        upstream = f"http://127.0.0.1:{sim_port}"
-        proxy = subprocess.Popen(
-            [py, "-m", "tokview", "proxy", "--server", upstream, "--listen", f"127.0.0.1:{proxy_port}"]
-            + ["--db", str(Path(tmp) / "agent.duckdb"), *(["--tokenizer", tokenizer] if tokenizer else [])],
-            stderr=subprocess.DEVNULL,
-        )
+    sim_argv = [py, "-m", "tokview", "sim", "--port", str(sim_port), "--output-tokens", "16"]
+    sim_argv += ["--max-model-len", "262144", *(["--tokenizer", tokenizer] if tokenizer else [])]
+    upstream, url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{proxy_port}"
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "proxy.log", "w") as said:
+        started: list[subprocess.Popen[bytes]] = []
         try:
-            wait_http(upstream, sim)
-            url = f"http://127.0.0.1:{proxy_port}"
+            started.append(subprocess.Popen(sim_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_http(upstream, started[0])  # before the proxy starts: it probes its server as it starts
+            proxy_argv = [py, "-m", "tokview", "proxy", "--server", upstream, "--listen", f"127.0.0.1:{proxy_port}"]
+            proxy_argv += ["--db", str(Path(tmp) / "agent.duckdb"), *(["--tokenizer", tokenizer] if tokenizer else [])]
+            proxy = subprocess.Popen(proxy_argv, stderr=said)
+            started.append(proxy)
             wait_http(url, proxy)
             session(url, 1_000, 2, seed=99)  # warm: the tokenizer and the template loaded, the store made
             short = recorder_cpu_per_request(url, proxy.pid, 1_000, args.turns, seed=1)
-            started = time.perf_counter()
+            began = time.perf_counter()
             long = recorder_cpu_per_request(url, proxy.pid, args.context_chars, args.turns, seed=2)
-            took = time.perf_counter() - started
+            took = time.perf_counter() - began
+        except BaseException:
+            said.flush()
+            print("the proxy said:", (Path(tmp) / "proxy.log").read_text()[-2000:], file=sys.stderr)
+            raise
         finally:
-            for p in (proxy, sim):
+            for p in reversed(started):
                 p.terminate()
-            for p in (proxy, sim):
+            for p in reversed(started):
                 try:
                     p.wait(120)
                 except subprocess.TimeoutExpired:
