@@ -167,7 +167,9 @@ def longest_first(markers: Iterable[str]) -> str:
     if not trie:
         return "(?!)"  # no marker: never matches
     try:
-        return emit(trie)
+        pattern = emit(trie)
+        re.compile(pattern)  # the regex parser recurses about twice per nested group: it gives up well before emit
+        return pattern
     except RecursionError:  # thousands of nested markers: the plain alternation, longest first
         return "|".join(re.escape(m) for m in sorted(trie_words(trie), key=len, reverse=True))
 

@@ -294,11 +294,13 @@ class TokenizerJson:
         """A copy (`copy.deepcopy`, a pickle) leaves out the literal copy and its lock, made again when needed."""
         state = dict(self.__dict__)
         state["_literal"], state["_literal_lock"] = None, None
+        state["_batch_fast"] = None  # bound to this tokenizer: `deepcopy` would keep it as it is, not the copy's
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._literal_lock = threading.Lock()
+        self._batch_fast = getattr(self._tokenizer, "encode_batch_fast", None)
 
     def _literal_tokenizer(self) -> RustTokenizer:
         """A copy of the tokenizer that encodes special-token text as text (`split_special_tokens`): the flag is set
