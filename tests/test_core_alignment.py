@@ -159,3 +159,27 @@ def test_an_echo_longer_than_the_drift_it_could_be_is_still_drift():
     """Text no id accounts for (' dog and') stays drift: skipping it costs fewer bytes than hiding ids."""
     assert _run([" the", " cat", " sat"], [" the dog and the cat sat"]) == (KEPT, DRIFT, KEPT)
     assert _run(["X", "Y", " the", " end"], [" the end"]) == (HIDDEN, HIDDEN, KEPT, KEPT)
+
+
+def test_pieces_of_a_long_prompt_with_a_few_new_ids_look_up_only_the_new_ones(kimi_tok_dir, monkeypatch):
+    """An agent's next prompt repeats ids seen before and adds a few: only those are looked up one by one (the
+    rest in C), and the pieces are those of `piece_bytes`, for ids of every kind (special, out of the vocabulary)."""
+    from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
+
+    tok = load_tokenizer(kimi_tok_dir)  # its own cache: the session's tokenizer is shared by other tests
+    seen = tok.encode("Okay, let me think about this carefully. " * 500)
+    assert tok.pieces_bytes(seen) == [tok.piece_bytes(i) for i in seen]
+    new = [tok.token_to_id("</think>"), 163_999_999, *tok.encode("zebra quux 中文 👍")]
+    looked_up: list[int] = []
+    piece_bytes = TokenizerAdapter.piece_bytes
+
+    def counted(self: TokenizerAdapter, token_id: int) -> bytes:
+        looked_up.append(token_id)
+        return piece_bytes(self, token_id)
+
+    monkeypatch.setattr(TokenizerAdapter, "piece_bytes", counted)
+    fresh = [t for t in new if t not in tok._bytes_cache]
+    got = tok.pieces_bytes([*seen, *new, *seen[:50], *new])
+    assert sorted(looked_up) == sorted(set(fresh))  # each new id once, no seen id
+    monkeypatch.setattr(TokenizerAdapter, "piece_bytes", piece_bytes)
+    assert got == [tok.piece_bytes(i) for i in [*seen, *new, *seen[:50], *new]]
