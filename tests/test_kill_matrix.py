@@ -93,8 +93,14 @@ def assert_same_as_reference(db: Path, expected: dict[str, tuple[Any, ...]]) -> 
 
 KILLED = {signal.SIGKILL: {-signal.SIGKILL}, signal.SIGTERM: {130}, signal.SIGINT: {130}}
 """Exit codes a batch may end with after each signal (README: 130 interrupted; it finishes what is in flight)."""
-KILLED_AT_ONCE = {signal.SIGKILL: {-signal.SIGKILL}, signal.SIGTERM: {-signal.SIGTERM, 130}, signal.SIGINT: {130}}
-"""`export` and `merge` may also just die on SIGTERM: their files are atomic either way."""
+KILLED_AT_ONCE = {
+    signal.SIGKILL: {-signal.SIGKILL},
+    signal.SIGTERM: {-signal.SIGTERM, 130},
+    signal.SIGINT: {-signal.SIGINT, 130},
+}
+"""`export` and `merge` may also just die on SIGTERM: their files are atomic either way. A SIGINT that arrives once
+the command has finished, while the interpreter tears down (Python has put back the default action), ends the
+process by the signal: 4 of 80 loops of the merge case, its output whole each time (its files are atomic)."""
 
 
 def kill_at(proc: Proc, sig: int, target: str, what: str, ready) -> bool:
