@@ -384,3 +384,28 @@ def test_a_store_is_counted_open_under_the_path_it_opened_whatever_that_path_nam
     with Store(":memory:") as memory:
         memory.count_samples()
         assert connection._OPEN_HERE == {}
+
+
+def test_lingering_connections_are_closed_before_the_interpreter_finalizes(tmp_path):
+    """The linger timer is a daemon thread: a process ending while it was inside DuckDB's close aborted (exit 134,
+    seen once in CI's live tier). At exit every lingering connection is closed in the exiting thread first."""
+    from tokview.store.connection import close_lingering_files
+
+    db = tmp_path / "linger.duckdb"
+    store = Store(db, linger=30.0)
+    store.count_samples()
+    assert store.is_open  # lingering, for its timer to close
+    close_lingering_files()
+    assert not store.is_open
+    store.count_samples()  # still usable: it opens again
+    store.close()
+    script = (
+        "import sys; from tokview.store import Store; s = Store(sys.argv[1], linger=30.0); s.count_samples(); "
+        "print(s.is_open)"
+    )
+    ended = subprocess.run([sys.executable, "-c", script, str(db)], capture_output=True, text=True, timeout=60)
+    assert (ended.returncode, ended.stdout) == (0, "True\n"), ended.stderr
+    other = subprocess.run(  # and the file was closed whole at that exit: another process opens it at once
+        [sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).close()", str(db)], timeout=60
+    )
+    assert other.returncode == 0

@@ -9,12 +9,14 @@ one place BEGIN, COMMIT and ROLLBACK are written: every write of the store packa
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import re
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -242,6 +244,27 @@ def cannot_write(message: str) -> bool:
     return "Read-only file system" in message or "Permission denied" in message
 
 
+_LINGERING: weakref.WeakSet[StoreFile] = weakref.WeakSet()
+"""Files whose connection was left open to linger (closed by a daemon timer thread)."""
+EXIT_CLOSE_WAIT_S = 5.0
+
+
+@atexit.register
+def close_lingering_files() -> None:
+    """Close every lingering connection before the interpreter finalizes.
+
+    Why: the linger timer is a daemon thread. When the process ended while it was inside DuckDB's close (C++ with
+    the GIL released), Python 3.11's finalization stopped it with `pthread_exit` as it came back for the GIL; the
+    forced unwinding through DuckDB's frames aborted the process ("FATAL: exception not rethrown", exit 134) after
+    its work was done. Each file's lock is taken first (a close in progress finishes), for at most a few seconds."""
+    for file in list(_LINGERING):
+        if file.lock.acquire(timeout=EXIT_CLOSE_WAIT_S):
+            try:
+                file.release(force=True)
+            finally:
+                file.lock.release()
+
+
 def say_on_stderr(message: str) -> None:
     print(f"tokview: {message}", file=sys.stderr, flush=True)
 
@@ -355,6 +378,7 @@ class StoreFile:
             return
         closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
         closer.daemon = True
+        _LINGERING.add(self)
         closer.start()
 
     def _close_if_idle(self, seq: int) -> None:
