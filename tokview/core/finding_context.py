@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, true_positions
+from tokview.core.prefix_memo import packed_ids
 from tokview.core.profiles import ModelProfile
+from tokview.core.prompt_scan import PromptScan, scan_prompt
 from tokview.core.record import Capture
 from tokview.core.tool_calls import ToolCallsOnIds
 
@@ -251,8 +253,32 @@ class Context:
         if self.tokenizer is None:
             return []
         vocabulary = vocabulary_of(self.tokenizer)
-        prompt = vocabulary.unknown_positions(self.capture.prompt_ids)
+        prompt = list(self.prompt_scan.unknown) if self.prompt_scan is not None else []
         return prompt + [self.n_prompt + i for i in vocabulary.unknown_positions(self.output, self.held_output_ids)]
+
+    @cached_property
+    def prompt_scan(self) -> PromptScan | None:
+        """The prompt's cuts, unknown ids and spelled markers, read past the longest prompt it extends that was
+        read before (`core.prompt_scan`); None without a tokenizer."""
+        if self.tokenizer is None:
+            return None
+        prompt, profile = self.capture.prompt_ids, self.profile
+        markers = tuple(m.encode() for m in (profile.think_open, profile.think_close) if m)
+        vocabulary = vocabulary_of(self.tokenizer)
+        return scan_prompt(prompt, self.tokenizer, vocabulary, profile.delimiter_ids, markers, packed_ids(prompt))
+
+    @cached_property
+    def local_render(self) -> list[int] | Exception | None:
+        """The prompt ids this tokenizer renders for the capture's messages with the kwargs it recorded; the error
+        when the template cannot render them; None when there is nothing to render. Rendered once for the checks
+        that compare it (`prompt_render_mismatch`, `prompt_date_mismatch`)."""
+        c, tok = self.capture, self.tokenizer
+        if tok is None or not c.messages or not tok.chat_template:
+            return None
+        try:
+            return tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(self))
+        except Exception as exc:  # a broken template is itself a mismatch worth showing
+            return exc
 
     # -- words for the details ---------------------------------------------------------------------
     def name(self, token_id: int) -> str:

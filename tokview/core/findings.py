@@ -18,8 +18,8 @@ from operator import or_
 
 from tokview.core import segments as seg
 from tokview.core import tool_calls as tc
-from tokview.core.alignment import HIDDEN, true_positions
-from tokview.core.finding_context import Context, OutputPieces, first_difference, template_kwargs_of, vocabulary_of
+from tokview.core.alignment import HIDDEN
+from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
 from tokview.core.finding_rules import (  # the registry, re-exported for the modules that read findings here
     CHAT_ENDPOINTS,
     ERROR,
@@ -37,6 +37,7 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
 )
 from tokview.core.json_value import JsonObject
 from tokview.core.profiles import HARMONY, KIMI_K2
+from tokview.core.prompt_scan import first_spelling_cut
 from tokview.core.record import Capture
 from tokview.core.template_dates import served_date
 
@@ -489,25 +490,20 @@ def literal_think_text(ctx: Context) -> Hit | None:
 def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> bool:
     """True when a marker is in the bytes of some run of prompt + output ids between two ids that spell
     no text (special ids, the delimiters): what `literal_think_text` looks for, decided without
-    building its per-id buffer. The cuts are few, so each run is one `join` and the scan stays in C."""
-    tok, prompt = ctx.tokenizer, ctx.capture.prompt_ids
-    assert tok is not None
-    n = ctx.n_prompt
-    cuts = set(true_positions(tok.special_flags(prompt)))
-    cuts.update(n + i for i in out.special_at)
-    for delimiter in ctx.profile.delimiter_ids:
-        cuts.update(seg.positions_of(prompt, delimiter))
+    building its per-id buffer. The cuts are few, so each run is one `join` and the scan stays in C.
+
+    The prompt's runs that end inside it are the prompt scan's (`core.prompt_scan`: read once per prompt prefix);
+    read here are the prompt's last run and the output's."""
+    tok, scan = ctx.tokenizer, ctx.prompt_scan
+    assert tok is not None and scan is not None
+    if scan.spelled_at is not None:
+        return True
+    tail = scan.text_from
+    offset = ctx.n_prompt - tail
     # the delimiters are the opener and closer, whose output positions the context already found
-    cuts.update(n + i for i in (*ctx.out_openers, *ctx.out_closers))
-    pieces = [*tok.pieces_bytes(prompt), *out.piece_bytes]
-    start = 0
-    for cut in [*sorted(cuts), len(pieces)]:
-        if cut > start:
-            run = b"".join(pieces[start:cut])
-            if any(m in run for m in markers):
-                return True
-        start = cut + 1
-    return False
+    cuts = {offset + i for i in (*out.special_at, *ctx.out_openers, *ctx.out_closers)}
+    pieces = [*tok.pieces_bytes(ctx.capture.prompt_ids[tail:]), *out.piece_bytes]
+    return first_spelling_cut(pieces, [*sorted(cuts), len(pieces)], markers) is not None
 
 
 # -- tool calls on ids (the profile's layout: core/tool_calls.py) ------------------------------------
@@ -836,13 +832,11 @@ def retokenize_drift(ctx: Context) -> Hit | None:
     "The served prompt ids differ from rendering the messages locally with this tokenizer.",
 )
 def prompt_render_mismatch(ctx: Context) -> Hit | None:
-    c, tok = ctx.capture, ctx.tokenizer
-    if tok is None or not c.messages or not tok.chat_template:
+    c, tok, local = ctx.capture, ctx.tokenizer, ctx.local_render
+    if tok is None or local is None:
         return None
-    try:
-        local = tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(ctx))
-    except Exception as exc:  # a broken template is itself a mismatch worth showing
-        return Hit.missing(f"The local chat template failed to render this conversation: {exc}")
+    if isinstance(local, Exception):  # a broken template is itself a mismatch worth showing
+        return Hit.missing(f"The local chat template failed to render this conversation: {local}")
     first = first_difference(local, c.prompt_ids)
     if first is None or served_date(tok, local, c.prompt_ids) is not None:
         return None  # equal, or only the stamped date differs (`prompt_date_mismatch` says so)

@@ -14,24 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokview.core.finding_context import first_difference, template_kwargs_of
+from tokview.core.finding_context import first_difference
 from tokview.core.finding_rules import WARN, Hit, rule
 from tokview.core.template_dates import served_date
 
 if TYPE_CHECKING:
     from tokview.core.finding_context import Context
-
-
-def local_prompt(ctx: Context) -> list[int] | None:
-    """The prompt ids this tokenizer renders for the capture's messages with the kwargs it recorded (None: it
-    cannot render them, or there is nothing to render)."""
-    c, tok = ctx.capture, ctx.tokenizer
-    if tok is None or not c.messages or not tok.chat_template:
-        return None
-    try:
-        return tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(ctx))
-    except Exception:  # prompt_render_mismatch reports a template that cannot render
-        return None
 
 
 @rule(
@@ -40,8 +28,8 @@ def local_prompt(ctx: Context) -> list[int] | None:
     "The served prompt differs from the local render only by the date the template stamps: render it with that date.",
 )
 def prompt_date_mismatch(ctx: Context) -> Hit | None:
-    local = local_prompt(ctx)
-    if local is None or ctx.tokenizer is None:
+    local = ctx.local_render
+    if not isinstance(local, list) or ctx.tokenizer is None:
         return None
     first = first_difference(local, ctx.capture.prompt_ids)
     if first is None:

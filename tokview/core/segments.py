@@ -8,10 +8,11 @@ the profile's layout (`core.tool_calls`), then get kinds of their own over those
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, islice
 from typing import NamedTuple
 
 from tokview.core.harmony import parse_harmony
@@ -63,23 +64,27 @@ class Segment:
 
 def prompt_opens_reasoning(prompt_ids: Sequence[int], profile: ModelProfile) -> bool:
     """True when the last think delimiter in the prompt is the opener (the template pre-filled it)."""
-    open_id, close_id = profile.think_open_id, profile.think_close_id
-    for tid in reversed(prompt_ids):
-        if tid == open_id:
-            return True
-        if tid == close_id:
-            return False
-    return False
+    return prefilled_opener_position(prompt_ids, profile) is not None
 
 
 def prefilled_opener_position(prompt_ids: Sequence[int], profile: ModelProfile) -> int | None:
-    """Position of the opener that the template pre-filled, if the prompt opened reasoning."""
-    if not prompt_opens_reasoning(prompt_ids, profile):
+    """Position of the opener that the template pre-filled, if the prompt opened reasoning: its last opener,
+    when no closer comes after it. Both are looked for from the end in C (`operator.indexOf`): a Python step
+    per id cost an agent's 46,000-id prompt 0.9 ms, twice per analysis."""
+    opener = _index_of(reversed(prompt_ids), profile.think_open_id)  # how many ids come after the last opener
+    if opener is None or _index_of(islice(reversed(prompt_ids), opener), profile.think_close_id) is not None:
         return None
-    for pos in range(len(prompt_ids) - 1, -1, -1):
-        if prompt_ids[pos] == profile.think_open_id:
-            return pos
-    return None
+    return len(prompt_ids) - 1 - opener
+
+
+def _index_of(ids: Iterable[int], token_id: int | None) -> int | None:
+    """Where `token_id` first is in `ids`, found in C; None when it is not there (or is None)."""
+    if token_id is None:
+        return None
+    try:
+        return operator.indexOf(ids, token_id)
+    except ValueError:
+        return None
 
 
 class DelimiterPositions(NamedTuple):
