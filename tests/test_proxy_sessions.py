@@ -397,3 +397,28 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
         output = [rng.randrange(4) for _ in range(rng.randrange(5))]
         book.add(placed, f"x{step}", prompt_ids=prompt, output_ids=output, messages=None, answer=None)
         prompts = [*prompts[-30:], prompt + output]
+
+
+def test_what_place_computed_for_a_request_is_what_add_would_compute_again() -> None:
+    """`add` reuses the prompt's packing and the messages' digests `place` made for the same request: the turn it keeps
+    (ids, messages key) is the one it keeps when called alone, ids past 32 bits and an answer or none included."""
+    history = [*USER_A, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "b"}]
+    answer = {"role": "assistant", "content": "there", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}
+    cases = [
+        (SYSTEM + [1, 2], [3, 4], history, answer),
+        (SYSTEM + [1, 2], [3, 2**40], history, None),
+        (SYSTEM + [2**40], [3], USER_A, answer),
+        (SYSTEM, [5], None, None),
+    ]
+    for prompt, output, messages, said in cases:
+        heads = []
+        for reuse in (True, False):
+            book = SessionBook("r")
+            turn = book.place(prompt, messages)
+            if not reuse:
+                book._placed = None
+            book.add(turn, "s", prompt_ids=prompt, output_ids=output, messages=messages, answer=said)
+            (head,) = book._sessions[turn.session_id].heads
+            heads.append((bytes(head.sequence), head.message_key))
+        assert heads[0] == heads[1]
+        assert heads[0][0] == _pack([*prompt, *output])

@@ -23,8 +23,9 @@ import bisect
 import hashlib
 import itertools
 import math
-from array import array
+import struct
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +51,6 @@ beyond it. A session holds its kept turns' prompt + output ids (about once: see 
 128k-token agent trace, so the count alone let 2,000 long traces hold 1 GB."""
 NAMED_TURNS_KEPT = 100_000
 """Named sessions forgotten (evicted) whose turn count is still kept, so one that comes back goes on numbering."""
-_INT32 = next(code for code in "il" if array(code).itemsize == 4)
 
 
 @dataclass
@@ -101,11 +101,32 @@ class Turn:
     previous_len: int = 0
 
 
-def _pack(ids: list[int]) -> bytes:
+def _pack(ids: Sequence[int]) -> bytes:
+    """The ids as 4-byte integers; an id past 32 bits or not an integer (a gateway's garbage) as JSON, which no
+    packed sequence starts with."""
+    packed = _pack_ints(ids)
+    return packed if packed is not None else orjson.dumps(list(ids))
+
+
+def _pack_ints(ids: Sequence[int]) -> bytes | None:
+    """The ids as 4-byte integers (`struct`: 0.3 ms for 46,000 ids, `array` took 1.0 ms), None when one is not."""
     try:
-        return array(_INT32, ids).tobytes()
-    except (OverflowError, TypeError):
-        return orjson.dumps(ids)
+        return struct.pack(f"={len(ids)}i", *ids)
+    except struct.error:
+        return None
+
+
+@dataclass
+class _Placed:
+    """What `place` computed for a request, which `add` (called next for it) reads again: on an agent's long
+    conversation each is a pass over all of it (packing 46,000 ids, hashing 150,000 characters of messages)."""
+
+    prompt_ids: Sequence[int]
+    packed: bytes | None
+    """`_pack_ints` of the prompt."""
+    messages: list[Any] | None = None
+    digests: tuple[list[str], Any] | None = None
+    """`_digests` of `messages`, once computed."""
 
 
 def _message_text(message: object) -> bytes:
@@ -134,15 +155,16 @@ def _call_text(call: dict[str, Any]) -> list[Any]:
     return [function.get("name"), arguments]
 
 
-def _digests(messages: list[Any]) -> list[str]:
-    """The digest of every prefix of `messages` (index k: the first k+1 messages)."""
-    h = hashlib.blake2b(digest_size=16)
+def _digests(messages: list[Any], after: Any = None) -> tuple[list[str], Any]:
+    """The digest of every prefix of `messages` (index k: the first k+1 messages), and the hash state after them all,
+    to go on from (`after`: the state of an earlier call, which these messages follow)."""
+    h = hashlib.blake2b(digest_size=16) if after is None else after.copy()
     out = []
     for message in messages:
         h.update(_message_text(message))
         h.update(b"\x1e")
         out.append(h.copy().hexdigest())
-    return out
+    return out, h
 
 
 class SessionBook:
@@ -160,6 +182,8 @@ class SessionBook:
         self._named_turns: OrderedDict[str, int] = OrderedDict()
         """How many turns each forgotten named session had."""
         self._counter = itertools.count(1)
+        self._placed: _Placed | None = None
+        """The last request `place` saw."""
 
     def number_after(self, last: int | None) -> None:
         """New sessions are numbered past `last`, the highest this run's store already holds: a dead proxy's spooled
@@ -177,7 +201,9 @@ class SessionBook:
         user: str | None = None,
     ) -> Turn:
         """The session and turn of a finished request (call `add` with its output next)."""
-        packed = _pack(prompt_ids)
+        packed_ints = _pack_ints(prompt_ids)
+        self._placed = _Placed(prompt_ids, packed_ints, messages)
+        packed = packed_ints if packed_ints is not None else _pack(prompt_ids)
         if named or user:
             session_id = f"session:{named}" if named else f"user:{user}"
             return self._place_named(packed, messages, session_id, "header" if named else "user")
@@ -236,8 +262,10 @@ class SessionBook:
         conversation = list(messages or [])
         if answer is not None:
             conversation.append(answer)
-        sequence = _pack(list(prompt_ids) + list(output_ids))
-        key = _digests(conversation)[-1] if messages and conversation else None
+        sequence, key = self._packed_turn(prompt_ids, output_ids), None
+        if messages and conversation:
+            digests, state = self._digests_of(messages)
+            key = _digests([answer], after=state)[0][-1] if answer is not None else digests[-1]
         head = _Head(
             turn.session_id, turn.turn, sample_id, sequence, len(prompt_ids), turn.parent_sample, key, request=request
         )
@@ -251,6 +279,24 @@ class SessionBook:
         while len({h.request for h in session.heads}) > TURNS_KEPT:  # the oldest first: views are of newer heads
             self._unindex(session.heads.pop(0))
         self._evict()
+
+    def _packed_turn(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> bytes:
+        """`_pack` of prompt + output ids, the prompt's packing `place` made reused."""
+        placed = self._placed
+        if placed is not None and placed.prompt_ids is prompt_ids and placed.packed is not None:
+            output = _pack_ints(output_ids)
+            if output is not None:
+                return placed.packed + output
+        return _pack([*prompt_ids, *output_ids])
+
+    def _digests_of(self, messages: list[Any]) -> tuple[list[str], Any]:
+        """`_digests(messages)`, once per request: `place` and `add` both read them."""
+        placed = self._placed
+        if placed is None or placed.messages is not messages:
+            return _digests(messages)
+        if placed.digests is None:
+            placed.digests = _digests(messages)
+        return placed.digests
 
     # -- indexes -------------------------------------------------------------------------------------
     def _index(self, head: _Head) -> None:
@@ -316,7 +362,7 @@ class SessionBook:
         `messages` is."""
         if not messages:
             return None
-        for key in reversed(_digests(messages)[:-1]):  # the longest earlier conversation it continues
+        for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues
             for head in reversed(self._by_messages.get(key, ())):
                 if session_id is None or head.session_id == session_id:
                     return head
