@@ -242,5 +242,5 @@ def test_a_tokenizer_with_its_memo_and_literal_copy_can_still_be_copied(kimi_tok
         memo = twin._segment_memo()
         assert memo is not None and memo is not native._segment_memo() and not memo._pieces  # starts empty
         assert twin._literal is None
-        assert twin._batch_fast is not None and twin._batch_fast.__self__ is twin.backend_tokenizer  # its own
+        assert memo._encode_many.__self__ is twin  # encodes with its own tokenizer
         assert twin.encode_rendered(text) == ids and twin.encode("<|im_end|>", split_special_tokens=True) == literal
