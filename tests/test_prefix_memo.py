@@ -67,6 +67,21 @@ def test_the_memo_is_bounded_by_bytes_and_entries_dropping_the_least_recently_us
     assert len(few) == 2 and few.longest(_packed(prompts[0])) is None
 
 
+def test_what_a_value_holds_counts_towards_the_bound():
+    """A scan of a prompt of unknown or special ids holds nine times its packed ids: `value_bytes` counts it."""
+    size = MIN_IDS * 4
+    memo: PrefixMemo[object] = PrefixMemo(max_bytes=3 * size)
+    prompts = [[k, *range(MIN_IDS - 1)] for k in range(3)]
+    memo.remember(_packed(prompts[0]), 0, value_bytes=size)
+    memo.remember(_packed(prompts[1]), 1, value_bytes=size)
+    assert len(memo) == 1 and _found(memo, prompts[1]) == (MIN_IDS, 1)
+    memo.remember(_packed(prompts[2]), 2, value_bytes=3 * size)  # more than the whole bound: not kept
+    assert len(memo) == 1 and _found(memo, prompts[2]) is None
+    memo.remember(_packed(prompts[1]), 1)  # remembered again, counted once
+    memo.remember(_packed(prompts[0]), 0)
+    assert len(memo) == 2
+
+
 def test_short_prompts_and_ids_past_32_bits_are_not_kept():
     assert packed_ids(list(range(MIN_IDS - 1))) is None
     assert packed_ids([2**31, *range(MIN_IDS)]) is None

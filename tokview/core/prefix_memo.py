@@ -18,6 +18,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -28,19 +29,36 @@ _ITEM = struct.calcsize("i")
 MIN_IDS = 2048
 """Shorter prompts are read whole each time (packing and comparing them costs about what reading them does)."""
 MAX_BYTES = 16 << 20
-"""Packed ids one memo keeps (4M ids: a hundred 40,000-id sessions), the least recently used dropped first."""
+"""What one memo keeps, its packed ids and what its values say they hold (`remember`'s `value_bytes`), the least
+recently used dropped first: a hundred 40,000-id sessions."""
 MAX_ENTRIES = 256
-"""Prompts one memo keeps: a lookup compares against each (a `memcmp` that stops at the first difference)."""
+"""Prompts one memo keeps. A lookup looks at each: the few ids before its shortest checkpoint first (an entry that
+differs there cannot match at all), then, for an entry that shares them, a `memcmp` of each length."""
+_TAIL = 16
+"""Bytes before a length compared first: prompts that share a long start (a batch's system prompt) differ after it."""
 
 
 def packed_ids(ids: Sequence[int]) -> bytes | None:
-    """The ids as 4-byte integers; None when they are too few to be worth keeping, or not all 32-bit integers."""
+    """The ids as 4-byte integers; None when they are too few to be worth keeping, or not all signed 32-bit integers."""
     if len(ids) < MIN_IDS:
         return None
     try:
         return struct.pack(f"{len(ids)}i", *ids)  # 0.3 ms for 46,000 ids; array("i", ids) takes 1.0 ms
-    except struct.error:  # an id past 32 bits, or not an integer
+    except struct.error:  # an id out of the int32 range, or not an integer
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry(Generic[T]):
+    lengths: tuple[int, ...]
+    """The lengths it can be read at (in ids), longest first: its own and its checkpoints'."""
+    value: T
+    size: int
+    """Bytes counted towards `max_bytes`."""
+    gate_from: int
+    gate_to: int
+    gate: bytes
+    """Its packed bytes [gate_from:gate_to): the last few before its shortest length."""
 
 
 class PrefixMemo(Generic[T]):
@@ -53,7 +71,7 @@ class PrefixMemo(Generic[T]):
 
     def __init__(self, max_bytes: int = MAX_BYTES, max_entries: int = MAX_ENTRIES) -> None:
         self.max_bytes, self.max_entries = max_bytes, max_entries
-        self._entries: OrderedDict[bytes, tuple[tuple[int, ...], T]] = OrderedDict()
+        self._entries: OrderedDict[bytes, _Entry[T]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -62,40 +80,62 @@ class PrefixMemo(Generic[T]):
         that `packed` starts with; the remembered sequence goes back to `remember` as `replaces`."""
         best: tuple[int, bytes, T] | None = None
         with self._lock:
-            for kept, (checkpoints, value) in self._entries.items():
-                for length in (len(kept) // _ITEM, *reversed(checkpoints)):
+            for kept, entry in self._entries.items():
+                if packed[entry.gate_from : entry.gate_to] != entry.gate:
+                    continue  # differs just before its shortest length: it cannot match at any (one slice, in C)
+                for length in entry.lengths:
                     if best is not None and length <= best[0]:
                         break
-                    size = length * _ITEM
-                    if size <= len(packed) and packed.startswith(memoryview(kept)[:size]):
-                        best = (length, kept, value)
+                    if _starts_with(packed, kept, length):
+                        best = (length, kept, entry.value)
                         break
             if best is not None:
                 self._entries.move_to_end(best[1])
             return best
 
     def remember(
-        self, packed: bytes, value: T, checkpoints: tuple[int, ...] = (), *, replaces: bytes | None = None
+        self,
+        packed: bytes,
+        value: T,
+        checkpoints: tuple[int, ...] = (),
+        *,
+        replaces: bytes | None = None,
+        value_bytes: int = 0,
     ) -> None:
-        """Keep `value` for `packed`, readable at these lengths too (ascending, in ids). `replaces`: the sequence
-        `longest` found, dropped, so that a session keeps one entry, not one per turn."""
-        if len(packed) > self.max_bytes:
+        """Keep `value` for `packed`, readable at these lengths too (in ids). `replaces`: the sequence `longest`
+        found, dropped, so that a session keeps one entry, not one per turn. `value_bytes`: what `value` holds,
+        counted towards `max_bytes` with the packed ids."""
+        size = len(packed) + value_bytes
+        if size > self.max_bytes:
             return
         with self._lock:
-            if replaces is not None and replaces != packed and replaces in self._entries:
-                del self._entries[replaces]
-                self._bytes -= len(replaces)
-            if packed in self._entries:
-                self._entries.move_to_end(packed)
-            else:
-                self._bytes += len(packed)
-            self._entries[packed] = (checkpoints, value)
+            if replaces is not None and replaces != packed:
+                self._drop(replaces)
+            self._drop(packed)
+            lengths = tuple(sorted({len(packed) // _ITEM, *checkpoints}, reverse=True))
+            gate_to = lengths[-1] * _ITEM
+            gate_from = max(0, gate_to - _TAIL)
+            self._entries[packed] = _Entry(lengths, value, size, gate_from, gate_to, packed[gate_from:gate_to])
+            self._bytes += size
             while self._bytes > self.max_bytes or len(self._entries) > self.max_entries:
-                dropped, _ = self._entries.popitem(last=False)
-                self._bytes -= len(dropped)
+                self._drop(next(iter(self._entries)))
+
+    def _drop(self, packed: bytes) -> None:
+        entry = self._entries.pop(packed, None)
+        if entry is not None:
+            self._bytes -= entry.size
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _starts_with(packed: bytes, kept: bytes, length: int) -> bool:
+    """Whether `packed` starts with `kept`'s first `length` ids: their last few bytes compared first, cheaply."""
+    size = length * _ITEM
+    if size > len(packed):
+        return False
+    view = memoryview(kept)
+    return packed[max(0, size - _TAIL) : size] == view[max(0, size - _TAIL) : size] and packed.startswith(view[:size])
 
 
 _memos: weakref.WeakKeyDictionary[Any, dict[Hashable, PrefixMemo[Any]]] = weakref.WeakKeyDictionary()

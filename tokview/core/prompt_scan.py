@@ -28,13 +28,18 @@ CHECKPOINTS = 4
 """The last cuts a remembered scan can be read at: a generation prompt holds two or three (Kimi's
 `<|im_assistant|>`, `<|im_middle|>`, `<think>`), and the next prompt may render any of them otherwise."""
 
+_BYTES_PER_POSITION = 36
+"""What a position kept in a scan's tuples costs: the tuple's pointer and the int (a prompt of unknown or special ids
+holds nine times its packed ids)."""
+
 
 @dataclass(frozen=True)
 class PromptScan:
     """One prompt's ids as the checks read them."""
 
     cuts: tuple[int, ...]
-    """Positions of the ids that spell no text (the tokenizer's special ids, the profile's delimiters), ascending."""
+    """Positions of the ids that spell no text (the tokenizer's special ids, the profile's delimiters), ascending; none
+    are looked for when nothing reads them (no markers, a prompt too short to remember)."""
     unknown: tuple[int, ...]
     """Positions of the ids the vocabulary lacks, ascending."""
     spelled_at: int | None
@@ -71,9 +76,11 @@ def scan_prompt(
     known = found[2].up_to(found[0]) if found is not None else PromptScan((), (), None)
     start = known.text_from
     rest = prompt[start:] if start else prompt
-    cuts = set(true_positions(tokenizer.special_flags(rest)))
-    for delimiter in hidden:
-        cuts.update(seg.positions_of(rest, delimiter))
+    cuts: set[int] = set()
+    if markers or memo is not None:  # the runs need them, and the memo's checkpoints
+        cuts.update(true_positions(tokenizer.special_flags(rest)))
+        for delimiter in hidden:
+            cuts.update(seg.positions_of(rest, delimiter))
     new_cuts = sorted(cuts)
     spelled = known.spelled_at
     if spelled is None and markers:
@@ -86,7 +93,8 @@ def scan_prompt(
     )
     if memo is not None and packed is not None:
         checkpoints = tuple(c + 1 for c in scan.cuts[-CHECKPOINTS:])
-        memo.remember(packed, scan, checkpoints, replaces=found[1] if found is not None else None)
+        held = (len(scan.cuts) + len(scan.unknown)) * _BYTES_PER_POSITION
+        memo.remember(packed, scan, checkpoints, replaces=found[1] if found is not None else None, value_bytes=held)
     return scan
 
 

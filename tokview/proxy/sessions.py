@@ -102,10 +102,10 @@ class Turn:
 
 
 def _pack(ids: Sequence[int]) -> bytes:
-    """The ids as 4-byte integers; an id past 32 bits or not an integer (a gateway's garbage) as JSON, which no
-    packed sequence starts with."""
+    """The ids as 4-byte integers, or, when one is not a signed 32-bit integer (a gateway's garbage), as JSON: placed
+    by those bytes like any other sequence (a packed one could share them only by holding ids like 858,927,451)."""
     packed = _pack_ints(ids)
-    return packed if packed is not None else orjson.dumps(list(ids))
+    return packed if packed is not None else _as_json(ids)
 
 
 def _pack_ints(ids: Sequence[int]) -> bytes | None:
@@ -116,10 +116,16 @@ def _pack_ints(ids: Sequence[int]) -> bytes | None:
         return None
 
 
+def _as_json(ids: Sequence[int]) -> bytes:
+    return orjson.dumps(list(ids))
+
+
 @dataclass
 class _Placed:
     """What `place` computed for a request, which `add` (called next for it) reads again: on an agent's long
-    conversation each is a pass over all of it (packing 46,000 ids, hashing 150,000 characters of messages)."""
+    conversation each is a pass over all of it (packing 46,000 ids, hashing 150,000 characters of messages).
+    Found by the lists' identity: `place` and `add` are given the same lists, unchanged in between (the recorder's
+    capture and request); held until the next `place`."""
 
     prompt_ids: Sequence[int]
     packed: bytes | None
@@ -203,7 +209,7 @@ class SessionBook:
         """The session and turn of a finished request (call `add` with its output next)."""
         packed_ints = _pack_ints(prompt_ids)
         self._placed = _Placed(prompt_ids, packed_ints, messages)
-        packed = packed_ints if packed_ints is not None else _pack(prompt_ids)
+        packed = packed_ints if packed_ints is not None else _as_json(prompt_ids)
         if named or user:
             session_id = f"session:{named}" if named else f"user:{user}"
             return self._place_named(packed, messages, session_id, "header" if named else "user")
