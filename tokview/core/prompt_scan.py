@@ -99,8 +99,8 @@ def scan_prompt(
 
 
 def first_spelling_cut(pieces: Sequence[bytes], cuts: Sequence[int], markers: Sequence[bytes]) -> int | None:
-    """The first of `cuts` (sorted; `len(pieces)` among them ends the last run) that ends a run of `pieces` whose
-    bytes hold a marker. Each run is one `join` and its search stays in C."""
+    """The first of `cuts` (sorted) that ends a run of `pieces` whose bytes hold a marker; the run after the last cut
+    is read only when `len(pieces)` is among them. Each run is one `join` and its search stays in C."""
     start = 0
     for cut in cuts:
         if cut > start:
