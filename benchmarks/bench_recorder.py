@@ -116,9 +116,9 @@ def main() -> int:
     sessions = best_of(place_50(many), rounds) / best_of(place_50(few), rounds)
 
     measured = {"stream": stream, "merge": merge, "sessions": sessions}
-    render, scan = next_turn_render(rounds), next_turn_scan(rounds)
-    if render is not None and scan is not None:
-        measured["render"], measured["scan"] = render, scan
+    agent = agent_turns(rounds + 1)
+    if agent is not None:  # the render first: it times the adapter's first renders of these turns
+        measured["render"], measured["scan"] = next_turn_render(*agent), next_turn_scan(*agent)
     labels = {
         "stream": "read a 256-chunk stream / one parse of its JSON",
         "merge": "merge a 256-chunk chat stream / one parse of its JSON",
@@ -189,12 +189,8 @@ def agent_turns(rounds: int) -> tuple[Any, Any, list[list[dict[str, str]]]] | No
     return native, TokenizerAdapter(native, source=folder), turns
 
 
-def next_turn_render(rounds: int) -> float | None:
-    """The render ratio (None without Qwen3's tokenizer)."""
-    made = agent_turns(rounds)
-    if made is None:
-        return None
-    native, fresh, turns = made
+def next_turn_render(native: Any, fresh: Any, turns: list[list[dict[str, str]]]) -> float:
+    """The render ratio: each turn's render by the adapter (its pieces remembered) against encoding it whole."""
     fresh.render(turns[0][:-2])  # the conversation up to the first timed turn: its pieces are remembered
     memo_s, whole_s = float("inf"), float("inf")
     for turn in turns:
@@ -210,19 +206,14 @@ def next_turn_render(rounds: int) -> float | None:
     return memo_s / whole_s
 
 
-def next_turn_scan(rounds: int) -> float | None:
+def next_turn_scan(native: Any, tok: Any, turns: list[list[dict[str, str]]]) -> float:
     """The prompt scan's ratio (`core.prompt_scan`: what `unknown_token_id` and `literal_think_text` read of every
-    prompt id), an agent's next prompt read past the one before it against read whole (None without Qwen3's
-    tokenizer)."""
+    prompt id), an agent's next prompt read past the one before it against read whole."""
     from tokview.core.finding_context import vocabulary_of
     from tokview.core.prefix_memo import packed_ids
     from tokview.core.profiles import detect_profile
     from tokview.core.prompt_scan import scan_prompt
 
-    made = agent_turns(rounds + 1)
-    if made is None:
-        return None
-    _, tok, turns = made
     profile = detect_profile(tok)
     markers = tuple(m.encode() for m in (profile.think_open, profile.think_close) if m)
     vocabulary, hidden = vocabulary_of(tok), profile.delimiter_ids

@@ -5,13 +5,14 @@ marker spelled across the point where the earlier prompt ended, unknown ids on e
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import replace
 
 import pytest
 
 from tokview.core import prefix_memo
 from tokview.core.analysis import analyze
-from tokview.core.prefix_memo import MIN_IDS, PrefixMemo, packed_ids
+from tokview.core.prefix_memo import MIN_IDS, REPLACE_SLACK, PrefixMemo, packed_ids, stands_for
 
 
 def _packed(ids: list[int]) -> bytes:
@@ -50,6 +51,35 @@ def test_a_sequence_is_found_by_its_checkpoints_when_the_next_one_rewrites_its_e
     assert _found(memo, [*prompt[: MIN_IDS + 50], 9, 9]) == (MIN_IDS + 50, "p")
     assert _found(memo, [*prompt[: MIN_IDS + 40], 9]) == (MIN_IDS + 10, "p")
     assert _found(memo, [*prompt[: MIN_IDS + 5], 9, *range(30)]) is None
+
+
+def test_a_turn_replaces_its_previous_turn_and_not_another_session_that_shares_its_start():
+    memo: PrefixMemo[object] = PrefixMemo()
+    system = list(range(MIN_IDS))
+    turn = [*system, *range(10)]
+    other = [*system, *range(100, 100 + REPLACE_SLACK + 1)]  # another session: past the shared start, its own ids
+    memo.remember(_packed(turn), "turn", (MIN_IDS,))
+    memo.remember(_packed(other), "other", (MIN_IDS,))
+    next_turn = [*turn[:-3], 7, 7]  # the previous turn but its last ids (a generation prompt re-rendered)
+    found = memo.longest(_packed(next_turn))
+    assert found is not None and found[2] == "turn" and stands_for(found, _packed(next_turn)) == _packed(turn)
+    third = [*system, 5]  # a new session of the same system prompt: found at the shared checkpoint
+    found = memo.longest(_packed(third))
+    assert found is not None and found[0] == MIN_IDS
+    assert stands_for(found, _packed(third)) is None  # what it found holds more than a generation prompt past it
+    assert stands_for(found, packed=found[1]) is None  # the same sequence again replaces nothing
+
+
+def test_lengths_and_checkpoints_of_any_size_are_compared_exactly():
+    """The gate (the bytes just before an entry's shortest length) at its edges: sequences of a few ids, a checkpoint
+    at the full length, checkpoints outside 1 … the length (not kept), a lookup shorter than the gate."""
+    memo: PrefixMemo[object] = PrefixMemo()
+    packed = struct.pack("=3i", 7, 8, 9)  # as `packed_ids` packs, which keeps only longer ones
+    memo.remember(packed, "v", (0, 1, 3, 9))
+    assert memo.longest(packed) == (3, packed, "v")
+    assert memo.longest(packed[:4] + b"\xff" * 8) == (1, packed, "v")
+    assert memo.longest(packed[:2]) is None  # shorter than any length it can be read at
+    assert memo.longest(b"\x00" * 12) is None  # no checkpoint 0: it would have matched anything
 
 
 def test_the_memo_is_bounded_by_bytes_and_entries_dropping_the_least_recently_used():

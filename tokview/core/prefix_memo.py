@@ -34,6 +34,9 @@ recently used dropped first: a hundred 40,000-id sessions."""
 MAX_ENTRIES = 256
 """Prompts one memo keeps. A lookup looks at each: the few ids before its shortest checkpoint first (an entry that
 differs there cannot match at all), then, for an entry that shares them, a `memcmp` of each length."""
+REPLACE_SLACK = 64
+"""Ids of a remembered sequence past where a new one leaves it, at most, for the new one to replace it: dropping it
+then costs a later lookup at most this many ids read again."""
 _TAIL = 16
 """Bytes before a length compared first: prompts that share a long start (a batch's system prompt) differ after it."""
 
@@ -102,17 +105,17 @@ class PrefixMemo(Generic[T]):
         replaces: bytes | None = None,
         value_bytes: int = 0,
     ) -> None:
-        """Keep `value` for `packed`, readable at these lengths too (in ids). `replaces`: the sequence `longest`
-        found, dropped, so that a session keeps one entry, not one per turn. `value_bytes`: what `value` holds,
-        counted towards `max_bytes` with the packed ids."""
-        size = len(packed) + value_bytes
+        """Keep `value` for `packed`, readable at these lengths too (in ids; those outside 1 … its length are not
+        kept). `replaces`: a sequence `longest` found, to drop (a session's previous turn, which this one now stands
+        for). `value_bytes`: what `value` holds, counted towards `max_bytes` with the packed ids."""
+        size, n = len(packed) + value_bytes, len(packed) // _ITEM
         if size > self.max_bytes:
             return
         with self._lock:
             if replaces is not None and replaces != packed:
                 self._drop(replaces)
             self._drop(packed)
-            lengths = tuple(sorted({len(packed) // _ITEM, *checkpoints}, reverse=True))
+            lengths = tuple(sorted({n, *(c for c in checkpoints if 0 < c <= n)}, reverse=True))
             gate_to = lengths[-1] * _ITEM
             gate_from = max(0, gate_to - _TAIL)
             self._entries[packed] = _Entry(lengths, value, size, gate_from, gate_to, packed[gate_from:gate_to])
@@ -127,6 +130,15 @@ class PrefixMemo(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def stands_for(found: tuple[int, bytes, Any], packed: bytes) -> bytes | None:
+    """The remembered sequence a new one replaces, given what `longest` found for it: the found one when the new
+    sequence starts with all of it but its last REPLACE_SLACK ids (its generation prompt, re-rendered), so that a
+    session keeps one entry, not one per turn; None when the two only share a start (two sessions of one system
+    prompt: each keeps its own)."""
+    length, kept, _ = found
+    return kept if len(kept) // _ITEM - length <= REPLACE_SLACK and kept != packed else None
 
 
 def _starts_with(packed: bytes, kept: bytes, length: int) -> bool:

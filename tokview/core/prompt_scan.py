@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core.alignment import true_positions
-from tokview.core.prefix_memo import prefix_memo
+from tokview.core.prefix_memo import prefix_memo, stands_for
 
 if TYPE_CHECKING:
     from tokview.core.finding_context import Vocabulary
@@ -39,7 +39,7 @@ class PromptScan:
 
     cuts: tuple[int, ...]
     """Positions of the ids that spell no text (the tokenizer's special ids, the profile's delimiters), ascending; none
-    are looked for when nothing reads them (no markers, a prompt too short to remember)."""
+    are looked for when nothing reads them (no markers and a prompt too short to remember)."""
     unknown: tuple[int, ...]
     """Positions of the ids the vocabulary lacks, ascending."""
     spelled_at: int | None
@@ -48,7 +48,7 @@ class PromptScan:
 
     @property
     def text_from(self) -> int:
-        """Where the prompt's last run of text ids begins."""
+        """Where the prompt's last run of text ids begins (0 when no cuts were looked for)."""
         return self.cuts[-1] + 1 if self.cuts else 0
 
     def up_to(self, length: int) -> PromptScan:
@@ -94,7 +94,8 @@ def scan_prompt(
     if memo is not None and packed is not None:
         checkpoints = tuple(c + 1 for c in scan.cuts[-CHECKPOINTS:])
         held = (len(scan.cuts) + len(scan.unknown)) * _BYTES_PER_POSITION
-        memo.remember(packed, scan, checkpoints, replaces=found[1] if found is not None else None, value_bytes=held)
+        replaces = stands_for(found, packed) if found is not None else None
+        memo.remember(packed, scan, checkpoints, replaces=replaces, value_bytes=held)
     return scan
 
 
