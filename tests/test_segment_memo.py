@@ -244,3 +244,17 @@ def test_a_tokenizer_with_its_memo_and_literal_copy_can_still_be_copied(kimi_tok
         assert twin._literal is None
         assert memo._encode_many.__self__ is twin  # encodes with its own tokenizer
         assert twin.encode_rendered(text) == ids and twin.encode("<|im_end|>", split_special_tokens=True) == literal
+
+
+def test_the_memo_is_built_at_the_first_long_text_not_at_a_short_render(kimi_tok_dir, tmp_path):
+    """Building it (the markers' pattern, 8 ms on Kimi's 256) at start-up's first render held back a one-prompt run's
+    first request; a short text is encoded whole either way."""
+    from tokview.core.kimi_layout import build_kimi_tiktoken_dir
+    from tokview.core.tokenizer import load_tokenizer
+
+    short, long = "<|im_end|>hello" * 10, "<|im_end|>a long piece of text " * 200
+    for native in (_native(kimi_tok_dir), load_tokenizer(build_kimi_tiktoken_dir(tmp_path / "tiktoken")).tok):
+        assert native.encode_rendered(short) == native.encode(short, add_special_tokens=False)
+        assert native._memo is False  # not built yet
+        assert native.encode_rendered(long) == native.encode(long, add_special_tokens=False)
+        assert native._memo  # built now

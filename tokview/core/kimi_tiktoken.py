@@ -309,11 +309,13 @@ class KimiTiktokenTokenizer:
         could match otherwise than tiktoken matches them: then the text is encoded whole."""
         from tokview.core.segment_memo import MIN_CHARS, SegmentMemo
 
+        if len(text) < MIN_CHARS:  # the memo is built for the first long text, not at start-up's short renders
+            return self.encode(text)
         if self._memo is False:
             names = list(self.special_tokens)
             unambiguous = not any(a != b and b.startswith(a) for a in names for b in names)
             self._memo = SegmentMemo(self.special_tokens, self._encode_pieces) if unambiguous else None
-        if not isinstance(self._memo, SegmentMemo) or len(text) < MIN_CHARS:
+        if not isinstance(self._memo, SegmentMemo):
             return self.encode(text)
         out: list[int] = []
         for piece in split_for_encoding(text):
