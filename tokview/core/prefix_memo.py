@@ -23,8 +23,8 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-_ITEM = struct.calcsize("i")
-"""Bytes per packed id (4 on every platform CPython runs on)."""
+_ITEM = struct.calcsize("=i")
+"""Bytes per packed id."""
 
 MIN_IDS = 2048
 """Shorter prompts are read whole each time (packing and comparing them costs about what reading them does)."""
@@ -43,11 +43,15 @@ _TAIL = 16
 
 def packed_ids(ids: Sequence[int]) -> bytes | None:
     """The ids as 4-byte integers; None when they are too few to be worth keeping, or not all signed 32-bit integers."""
-    if len(ids) < MIN_IDS:
-        return None
+    return pack_int32(ids) if len(ids) >= MIN_IDS else None
+
+
+def pack_int32(ids: Sequence[int]) -> bytes | None:
+    """The ids as 4-byte integers in native order (`struct`: 0.3 ms for 46,000 ids, `array` took 1.0 ms); None when
+    one is out of the int32 range or not an integer. The proxy's sessions pack with it too."""
     try:
-        return struct.pack(f"{len(ids)}i", *ids)  # 0.3 ms for 46,000 ids; array("i", ids) takes 1.0 ms
-    except struct.error:  # an id out of the int32 range, or not an integer
+        return struct.pack(f"={len(ids)}i", *ids)
+    except struct.error:
         return None
 
 
