@@ -262,10 +262,15 @@ class Context:
         read before (`core.prompt_scan`); None without a tokenizer."""
         if self.tokenizer is None:
             return None
-        prompt, profile = self.capture.prompt_ids, self.profile
-        markers = tuple(m.encode() for m in (profile.think_open, profile.think_close) if m)
-        vocabulary = vocabulary_of(self.tokenizer)
-        return scan_prompt(prompt, self.tokenizer, vocabulary, profile.delimiter_ids, markers, packed_ids(prompt))
+        prompt, vocabulary = self.capture.prompt_ids, vocabulary_of(self.tokenizer)
+        hidden, markers = self.profile.delimiter_ids, self.think_markers
+        return scan_prompt(prompt, self.tokenizer, vocabulary, hidden, markers, packed_ids(prompt))
+
+    @cached_property
+    def think_markers(self) -> tuple[bytes, ...]:
+        """The profile's think opener and closer as bytes: what `literal_think_text` must not find spelled in text
+        (the prompt scan looks for the same)."""
+        return tuple(m.encode() for m in (self.profile.think_open, self.profile.think_close) if m)
 
     @cached_property
     def local_render(self) -> list[int] | Exception | None:

@@ -458,7 +458,7 @@ def literal_think_text(ctx: Context) -> Hit | None:
     tok, out = ctx.tokenizer, ctx.pieces
     if tok is None or out is None:
         return None
-    wanted = [m.encode() for m in (ctx.profile.think_open, ctx.profile.think_close) if m]
+    wanted = ctx.think_markers
     if not wanted or not _spelled_anywhere(ctx, out, wanted):
         return None  # the common case: no need to map bytes back to ids
     hidden = ctx.profile.delimiter_ids  # the delimiters and special ids spell no text: b"\0" stands for them
@@ -487,7 +487,7 @@ def literal_think_text(ctx: Context) -> Hit | None:
     return Hit.at(detail + ": the output was re-tokenized from text or written in by hand.", hits)
 
 
-def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: list[bytes]) -> bool:
+def _spelled_anywhere(ctx: Context, out: OutputPieces, markers: tuple[bytes, ...]) -> bool:
     """True when a marker is in the bytes of some run of prompt + output ids between two ids that spell
     no text (special ids, the delimiters): what `literal_think_text` looks for, decided without
     building its per-id buffer. The cuts are few, so each run is one `join` and the scan stays in C.
