@@ -422,3 +422,15 @@ def test_what_place_computed_for_a_request_is_what_add_would_compute_again() -> 
             heads.append((bytes(head.sequence), head.message_key))
         assert heads[0] == heads[1]
         assert heads[0][0] == _pack([*prompt, *output])
+
+
+def test_messages_holding_a_lone_surrogate_are_keyed_like_any_others() -> None:
+    """A request's JSON may hold `"\\ud800"` (Python's json reads it, as the servers do), which orjson cannot write:
+    its turn is kept under its messages' key, and the next turn continues it by them."""
+    book = SessionBook("r")
+    said = [{"role": "user", "content": "a \ud800 b"}]
+    answer = {"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": '{"k": 1}'}}]}
+    first = _turn(book, SYSTEM + [1], [2], said)
+    book.add(first, "s1", prompt_ids=SYSTEM + [1], output_ids=[2], messages=said, answer=answer)
+    second = book.place(SYSTEM + [7], [*said, answer, {"role": "user", "content": "\udc00"}])
+    assert (second.session_id, second.turn, second.joined_by) == (first.session_id, 1, "messages")

@@ -354,8 +354,15 @@ that many digits only costs it the slower reading)."""
 
 
 def _read_body(body: bytes) -> Any:
-    """A request body as the servers read it (Python's json), quickly (orjson) when orjson reads it the same."""
-    return json.loads(body) if _LONG_NUMBER.search(body) else orjson.loads(body)
+    """A request body as the servers read it (Python's json), quickly (orjson) when orjson reads it the same. orjson
+    refuses a lone surrogate escape (`"\\ud800"`), which Python's json reads: such a body was forwarded unread, so
+    its generation was neither a sample nor a failure. ValueError when the servers' reading fails too."""
+    if not _LONG_NUMBER.search(body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(body)
 
 
 UNAUTHORISED = "tokview proxy: missing or wrong proxy key (TOKVIEW_PROXY_KEY)"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -134,11 +135,20 @@ def _message_text(message: object) -> bytes:
     A call's arguments count as the JSON value they hold: parallel rollouts of one task (the same prompt, the same
     first tool) differ only there, and keyed by the tool's name alone they were taken for one conversation."""
     if not isinstance(message, dict):
-        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        return _sorted_json(message)
     content = message.get("content")
     calls = message.get("tool_calls")
     said = [_call_text(c) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-    return orjson.dumps([message.get("role"), content if content else None, said], option=orjson.OPT_SORT_KEYS)
+    return _sorted_json([message.get("role"), content if content else None, said])
+
+
+def _sorted_json(value: object) -> bytes:
+    """`value` as JSON with sorted keys; by Python's json (every character escaped) when orjson cannot write it: a
+    lone surrogate, which a request's JSON may hold (`"\\ud800"`), or an int past 64 bits."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson's JSONEncodeError is one
+        return json.dumps(value, sort_keys=True).encode()
 
 
 def _call_text(call: dict[str, Any]) -> list[Any]:
