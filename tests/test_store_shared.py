@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -245,13 +248,11 @@ def test_a_store_never_keeps_the_file_open_between_operations(tmp_path):
 
 
 def test_the_file_stays_open_for_a_burst_then_closes(tmp_path, monkeypatch):
-    import duckdb
-
-    from tokview.store import store as store_module
+    from tokview.store import connection
 
     opened = []
-    real_connect = duckdb.connect
-    monkeypatch.setattr(store_module.duckdb, "connect", lambda *a, **kw: opened.append(a) or real_connect(*a, **kw))
+    real_attach = connection._attach
+    monkeypatch.setattr(connection, "_attach", lambda *a, **kw: opened.append(a) or real_attach(*a, **kw))
     with Store(tmp_path / "s.duckdb", linger=0.3) as store:
         opened.clear()
         store.count_samples()
@@ -409,3 +410,63 @@ def test_lingering_connections_are_closed_before_the_interpreter_finalizes(tmp_p
         [sys.executable, "-c", "import duckdb, sys; duckdb.connect(sys.argv[1]).close()", str(db)], timeout=60
     )
     assert other.returncode == 0
+
+
+class _InterruptedHost:
+    """The host instance, with a Ctrl-C arriving as a statement of `kind` starts (as one lands mid-checkpoint)."""
+
+    def __init__(self, host: Any, kind: str) -> None:
+        self.host, self.kind = host, kind
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql.startswith(self.kind):
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.host.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.host, name)
+
+
+@pytest.mark.parametrize("kind", ["ATTACH", "DETACH"])
+def test_a_ctrl_c_during_attach_or_detach_ends_with_the_file_whole_and_free(tmp_path, monkeypatch, kind):
+    """A store file is attached to and detached from one DuckDB instance of the process (`connection._attach`), and
+    DuckDB stops a statement the user interrupts: a Ctrl-C during the closing checkpoint left the file attached, its
+    lock held, and a merge ended with "internal error: Query interrupted" instead of exit 130."""
+    from tokview.store import connection
+
+    db = tmp_path / "s.duckdb"
+    with Store(db, linger=0) as store:
+        store.write_part([record(store, "a")])
+        store.ingest()
+        connection._attach(connection._real(db), read_only=False).close()  # the host exists, the file detached again
+        connection._detach(connection._real(db))
+        monkeypatch.setattr(connection, "_HOST", _InterruptedHost(connection._HOST, kind))
+        with pytest.raises(KeyboardInterrupt):
+            store.count_samples()  # opens (ATTACH) and closes (DETACH) the file
+        monkeypatch.setattr(connection, "_HOST", connection._HOST.host)
+        if kind == "ATTACH":  # the interrupt came after the file opened: it is open here until the close
+            assert store.is_open
+            store.close()
+        assert not store.is_open
+        assert connection._OPEN_HERE == {} and connection._ALIASES == {}
+        assert _elsewhere(db) == "opened"  # detached: free for other processes
+        assert store.count_samples() == 1
+
+
+def test_opening_a_store_again_starts_no_new_duckdb_instance(tmp_path, monkeypatch):
+    """Each operation opens and closes the file, and `duckdb.connect(path)` started a whole instance each time
+    (13-20 ms of CPU, a third of a proxy landing). The file is attached to one instance of the process instead."""
+    import duckdb
+
+    from tokview.store import connection
+
+    with Store(tmp_path / "s.duckdb", linger=0) as store:
+        store.count_samples()  # the host instance exists from here on
+        started = []
+        real_connect = duckdb.connect
+        monkeypatch.setattr(connection.duckdb, "connect", lambda *a, **kw: started.append(a) or real_connect(*a, **kw))
+        for _ in range(3):
+            store.count_samples()
+            assert not store.is_open
+            assert _elsewhere(tmp_path / "s.duckdb") == "opened"  # closed between operations, as before
+        assert started == []

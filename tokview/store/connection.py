@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import itertools
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -244,6 +246,93 @@ def cannot_write(message: str) -> bool:
     return "Read-only file system" in message or "Permission denied" in message
 
 
+_HOST: duckdb.DuckDBPyConnection | None = None
+"""One in-memory DuckDB of this process that store files are ATTACHed to and DETACHed from (under _OPEN_HERE_LOCK).
+
+Why: a store is opened and closed for every operation, so other processes get their turn (the module's
+docstring), and `duckdb.connect(path)` starts a whole DuckDB instance each time: 13-20 ms of CPU however small the
+operation, a third of a proxy landing's cost and a fixed cost of every `batch`, `stats` and app read. ATTACH on a
+living instance takes the same file lock and DETACH releases it (checkpointing as a close does) in ~1 ms."""
+_ALIASES: dict[str, str] = {}
+"""The name each store file open here is attached under, by real path (while _OPEN_HERE counts it)."""
+_ALIAS_SEQ = itertools.count(1)
+
+
+def _attach(real: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A connection of its own (its temporary tables and `USE` are its own) to the store file at `real`, attached
+    to this process's host instance unless it is already (another StoreFile of the same file shares it, as
+    `duckdb.connect` shared one instance per file). Called under _OPEN_HERE_LOCK."""
+    global _HOST
+    if _HOST is None:
+        _HOST = duckdb.connect(":memory:")
+    alias = _ALIASES.get(real)
+    if alias is None:
+        alias = f"tokview_store_{next(_ALIAS_SEQ)}"
+        literal = "'" + real.replace("'", "''") + "'"  # DuckDB keeps a relative path as given: a chdir re-aims it
+        _HOST.execute(f"ATTACH {literal} AS {alias}{' (READ_ONLY)' if read_only else ''}")
+        _ALIASES[real] = alias
+    conn = _HOST.cursor()
+    try:
+        conn.execute(f"USE {alias}")
+    except BaseException:
+        conn.close()
+        if not _OPEN_HERE.get(real):
+            _detach(real)
+        raise
+    return conn
+
+
+def _detach(real: str) -> None:
+    """Detach the file no connection here uses any more (DuckDB checkpoints it and releases its lock). Under
+    _OPEN_HERE_LOCK. A detach that fails (a checkpoint on a full disk) is tried once more without its checkpoint:
+    a file left attached would keep every other process out of it until this one ends."""
+    alias = _ALIASES.pop(real, None)
+    if alias is None or _HOST is None:
+        return
+    with _ctrl_c_after():
+        try:
+            _HOST.execute(f"DETACH {alias}")
+        except duckdb.Error:
+            _HOST.execute("SET checkpoint_on_detach = 'DISABLED'")
+            try:
+                _HOST.execute(f"DETACH {alias}")  # what the failed checkpoint did not write is in the WAL
+            finally:
+                _HOST.execute("RESET checkpoint_on_detach")
+            raise
+
+
+@contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives during the block until it ends, then deliver it as it came.
+
+    Why: DuckDB stops a statement the user interrupts, and ATTACH and DETACH are statements (DETACH writes the
+    checkpoint `close()` wrote, which no signal stopped): an interrupted one left the file attached, its lock held,
+    and surfaced as "Query interrupted" instead of the KeyboardInterrupt every command turns into exit 130. Only
+    the main thread receives signals; elsewhere the block just runs."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # no signal here, or a handler installed outside Python that could not be put back
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
+@atexit.register
+def _close_host() -> None:
+    """Close the host instance once the lingering files are closed (atexit runs `close_lingering_files`, registered
+    after this, first)."""
+    global _HOST
+    with _OPEN_HERE_LOCK:
+        if _HOST is not None:
+            host, _HOST = _HOST, None
+            host.close()
+
+
 _LINGERING: weakref.WeakSet[StoreFile] = weakref.WeakSet()
 """Files whose connection was left open to linger (closed by a daemon timer thread)."""
 EXIT_CLOSE_WAIT_S = 5.0
@@ -333,21 +422,28 @@ class StoreFile:
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         if self._conn is None:
-            self._conn = self._open()
-            self._opened_at = time.monotonic()
+            self._open()
+        assert self._conn is not None
         return self._conn
 
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        """Open the file, waiting while another process holds it (announced after a second)."""
+    def _open(self) -> None:
+        """Open the file, waiting while another process holds it (announced after a second).
+
+        A Ctrl-C during the opening itself is delivered once the connection is this StoreFile's (`_ctrl_c_after`),
+        so whatever it interrupts finds it counted and closable; during the waits it is delivered at once."""
         wait = LockWait(self.path, self.lock_timeout, self.on_wait)
         while True:
             try:
-                with _OPEN_HERE_LOCK:  # no header check opens the file while DuckDB takes its lock
-                    conn = duckdb.connect(self.path, read_only=self.read_only)
-                    if not self.memory:  # counted under the path it resolves to now, and uncounted under that one
-                        self._counted_as = _real(self.path)
-                        _OPEN_HERE[self._counted_as] = _OPEN_HERE.get(self._counted_as, 0) + 1
-                return conn
+                with _ctrl_c_after(), _OPEN_HERE_LOCK:  # no header check opens the file while DuckDB takes its lock
+                    if self.memory:
+                        self._conn = duckdb.connect(self.path)
+                    else:
+                        real = _real(self.path)  # counted under the path it resolves to now, uncounted under it
+                        self._conn = _attach(real, read_only=self.read_only)
+                        self._counted_as = real
+                        _OPEN_HERE[real] = _OPEN_HERE.get(real, 0) + 1
+                    self._opened_at = time.monotonic()
+                return
             except duckdb.Error as exc:
                 message = str(exc).strip()
                 if any(w in message for w in LOCK_WORDS):
@@ -375,6 +471,7 @@ class StoreFile:
                         _OPEN_HERE[key] -= 1
                         if not _OPEN_HERE[key]:
                             del _OPEN_HERE[key]
+                            _detach(key)
             return
         closer = threading.Timer(self.linger, self._close_if_idle, args=(self._release_seq,))
         closer.daemon = True

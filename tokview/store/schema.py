@@ -198,12 +198,13 @@ TOKVIEW_TABLES = {"schema_version", "runs", "samples", "findings", "failures", "
 
 
 _TABLES_AND_VIEWS = (
-    "(SELECT schema_name, table_name AS name FROM duckdb_tables() "
-    "UNION ALL SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal)"
+    "(SELECT schema_name, table_name AS name FROM duckdb_tables() WHERE database_name = current_database() "
+    "UNION ALL SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal AND database_name = current_database())"
 )
-"""Every table and view, what information_schema.tables lists, read from DuckDB's own catalog
+"""Every table and view of the store, what information_schema.tables lists, read from DuckDB's own catalog
 functions (~0.5 ms; the information_schema views cost 3–6 ms on a new connection, at the start of
-every batch)."""
+every batch). Only the store's own: other files this process has open are attached to the same instance
+(`connection._attach`)."""
 
 
 def refuse_foreign(conn: DuckDBPyConnection, path: str) -> None:
