@@ -101,3 +101,45 @@ async def test_a_model_list_that_is_not_a_list_is_ignored(json_server: Any, data
         info = pool.server_info()[0]
     assert info["kind"] == "vllm"
     assert info["healthy"]
+
+
+def _slow_ids_of(value: object) -> list[int] | str:
+    """What `ids_of` answered before its fast path: a type pass, then min and max."""
+    from tokview.servers.shapes import MAX_ID
+
+    if not (isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)):
+        return "not ints"
+    if value and min(value) < 0:
+        return "negative"
+    if value and max(value) > MAX_ID:
+        return "beyond"
+    return value
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ids_of_accepts_and_refuses_exactly_what_its_type_min_and_max_checks_do(seed):
+    """`ids_of` takes a list in two C passes (its JSON's bytes, then a 32-bit packing) before the type, min and max
+    passes that name what is wrong; every list either way gets the same answer."""
+    import random
+
+    from tokview.servers.errors import Retryable
+    from tokview.servers.shapes import MAX_ID, ids_of
+
+    class Id(int):
+        pass
+
+    rng = random.Random(seed)
+    odd: list[object] = [True, False, 1.0, -1, MAX_ID, MAX_ID + 1, 2**63, 2**64, -(2**63), "7", None, [3], Id(5), 0]
+    for _ in range(2_000):
+        value = [rng.randrange(200_000) for _ in range(rng.randrange(0, 40))]
+        for _ in range(rng.choice((0, 0, 1, 2))):
+            value.insert(rng.randrange(len(value) + 1), rng.choice(odd))
+        expected = _slow_ids_of(value)
+        try:
+            got: list[int] | str = ids_of(value, "here")
+        except Retryable as exc:
+            reason = str(exc)
+            got = "negative" if "negative" in reason else "beyond" if "beyond" in reason else "not ints"
+        assert got == expected, value
+        if isinstance(got, list):
+            assert got is value  # the list itself, not a copy

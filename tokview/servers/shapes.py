@@ -7,7 +7,10 @@ TypeError deep in the analysis.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any, TypeGuard
+
+import orjson
 
 from tokview.core import logprobs as lp
 from tokview.servers.errors import CaptureFailed, Retryable
@@ -24,6 +27,8 @@ MAX_ID = lp.MAX_TOKEN_ID
 def ids_of(value: object, where: str, what: str = "output ids") -> list[int]:
     """`value` when it is a list of token ids: ints from 0 to MAX_ID (no tokenizer has a negative id, and an
     id of 2**41 is not an id but a broken answer, said as one instead of an OverflowError deep inside)."""
+    if isinstance(value, list) and _plain_ids(value):
+        return value
     if not _all_ints(value):
         raise Retryable(f"malformed response from {where}: {what} are not a list of integers")
     if value and min(value) < 0:
@@ -34,6 +39,23 @@ def ids_of(value: object, where: str, what: str = "output ids") -> list[int]:
             f"{MAX_ID})"
         )
     return value
+
+
+_ID_LIST_BYTES = b"0123456789,[]"
+
+
+def _plain_ids(value: list[object]) -> bool:
+    """Whether every element is an int from 0 to MAX_ID, in two C passes (~0.75 ms for an agent's 45,000-id prompt,
+    where the type, min and max passes below took 2.2): its JSON holds only digits, commas and brackets (no minus
+    sign, no float, no `true`), and it packs as signed 32-bit integers (MAX_ID is the largest). False sends the
+    list to the checks below, which say what is wrong with it."""
+    try:
+        if orjson.dumps(value).translate(None, _ID_LIST_BYTES):
+            return False
+        struct.pack(f"={len(value)}i", *value)
+    except (TypeError, orjson.JSONEncodeError, struct.error):  # not JSON, an int past 64 bits, or past MAX_ID
+        return False
+    return True
 
 
 def _all_ints(value: object) -> TypeGuard[list[int]]:
