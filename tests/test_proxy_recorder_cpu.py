@@ -101,3 +101,59 @@ def test_under_a_steady_load_the_recorder_lands_every_few_seconds_not_every_gap(
         rows = store.query("SELECT prompt_ids, output_ids FROM samples ORDER BY sample_id")
     assert [(list(p), list(o)) for p, o in rows] == [(c.prompt_ids, c.output_ids) for c in captures]
     assert during <= 3, f"{during} landings in ~1 s of steady load"
+
+
+def test_landings_are_spaced_by_ten_times_what_they_took_up_to_a_bound(tmp_path, kimi_tok, kimi_profile) -> None:
+    """A landing of a few rows costs more the more the store holds (DuckDB's checkpoint rewrites the table's last
+    row group: 5 ms at an agent's first long row, 236 ms at its 120th), so the recorder spaces landings by their
+    cost: at most a tenth of its time, and never more than LAND_MAX_S apart."""
+    from tokview.proxy.recorder import LAND_MAX_S, Recorder
+    from tokview.store import Store
+
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.05)
+        try:
+            for took, gap in [(0.001, 0.05), (0.2, 2.0), (1.5, 15.0), (10.0, LAND_MAX_S)]:
+                recorder.lander.last_took = took
+                recorder._landed_at = time.monotonic() - 10
+                recorder._landed(1)  # one sample in 10 s since the last landing: not busy
+                assert recorder.lander.every_s == pytest.approx(gap)
+        finally:
+            recorder.close()
+
+
+def test_the_gap_set_as_a_landing_is_told_applies_after_that_landing() -> None:
+    """`on_landed` runs before the lander sets the time of its next landing, so a gap it sets (the recorder's) holds
+    from this landing on, not from the one after."""
+    import threading
+
+    from tokview.batch.workers import Lander
+
+    landed_at: list[float] = []
+
+    class Parts:
+        def ingest(self) -> tuple[int, int]:
+            landed_at.append(time.monotonic())
+            return 1, 0
+
+    lander: Lander | None = None
+
+    def widen(samples: int) -> None:
+        assert lander is not None
+        lander.every_s = 3600.0
+
+    lander = Lander(Parts(), every_s=0.0, live=True, on_landed=widen)
+    try:
+        lander.poke()
+        deadline = time.monotonic() + 30
+        while not landed_at and time.monotonic() < deadline:
+            time.sleep(0.01)
+        lander.poke()  # written right after: waits the gap the first landing set
+        time.sleep(0.5)
+        assert len(landed_at) == 1
+    finally:
+        closed = threading.Thread(target=lander.close)
+        closed.start()
+        closed.join(30)
+    assert len(landed_at) == 2  # the close lands what was poked

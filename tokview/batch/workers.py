@@ -238,6 +238,8 @@ class Lander:
         self.error: BaseException | None = None
         self.landings = 0
         """Landings made (the final one included): what the tests read."""
+        self.last_took = 0.0
+        """How long the last landing took, in seconds of wall time (read by `on_landed`)."""
         self._cond = threading.Condition()
         self._poked_at: float | None = None  # the first part written since the last landing
         self._flushing = self._stopping = False
@@ -295,11 +297,12 @@ class Lander:
                 self.error = exc
                 self.on_error()
                 return False
-            took = time.monotonic() - started
-            self._next = time.monotonic() + max(self.every_s, took)
+            ended = time.monotonic()
+            self.last_took = ended - started
             self.landings += 1
         if self.on_landed is not None and landed and landed[0]:
-            self.on_landed(landed[0])
+            self.on_landed(landed[0])  # may set the gap after this landing (`every_s`: the proxy's recorder)
+        self._next = ended + max(self.every_s, self.last_took)
         return True
 
     def close(self) -> None:
