@@ -438,17 +438,17 @@ def test_a_ctrl_c_during_attach_or_detach_ends_with_the_file_whole_and_free(tmp_
     with Store(db, linger=0) as store:
         store.write_part([record(store, "a")])
         store.ingest()
-        connection._attach(connection._real(db), read_only=False).close()  # the host exists, the file detached again
-        connection._detach(connection._real(db))
-        monkeypatch.setattr(connection, "_HOST", _InterruptedHost(connection._HOST, kind))
+        real = connection._real(db)
+        assert real in connection._HOSTS and not connection._OPEN_HERE  # its host instance, the file detached
+        monkeypatch.setitem(connection._HOSTS, real, _InterruptedHost(connection._HOSTS[real], kind))
         with pytest.raises(KeyboardInterrupt):
             store.count_samples()  # opens (ATTACH) and closes (DETACH) the file
-        monkeypatch.setattr(connection, "_HOST", connection._HOST.host)
+        connection._HOSTS[real] = connection._HOSTS[real].host
         if kind == "ATTACH":  # the interrupt came after the file opened: it is open here until the close
             assert store.is_open
             store.close()
         assert not store.is_open
-        assert connection._OPEN_HERE == {} and connection._ALIASES == {}
+        assert connection._OPEN_HERE == {} and not connection._attached(connection._HOSTS[real])
         assert _elsewhere(db) == "opened"  # detached: free for other processes
         assert store.count_samples() == 1
 

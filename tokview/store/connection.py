@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import fcntl
-import itertools
 import os
 import re
 import signal
@@ -19,6 +18,7 @@ import sys
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,8 +43,10 @@ LINGER_S = 0.2
 of one keypress reuse one warm connection); then it is closed for other processes."""
 MAX_HOLD_S = 1.0
 """Never longer than this in one stretch, however busy: other processes always get their turn."""
-LOCK_WORDS = ("Could not set lock", "Conflicting lock")
-"""What DuckDB's message says when another process holds the file."""
+LOCK_WORDS = ("Could not set lock", "Conflicting lock", "Unique file handle conflict")
+"""What DuckDB's message says when another process holds the file, or (the last) when this process's host instance
+still has it attached: a DETACH is put off while a statement on another store's connection refers to every attached
+database (a catalog query, a name looked up), so a store closed as another one opened is freed a moment later."""
 _PID = re.compile(r"\(PID (\d+)\)")
 DUCKDB_MAGIC = b"DUCK"
 """What every DuckDB database file holds at bytes 8-11 of its header."""
@@ -246,34 +248,40 @@ def cannot_write(message: str) -> bool:
     return "Read-only file system" in message or "Permission denied" in message
 
 
-_HOST: duckdb.DuckDBPyConnection | None = None
-"""One in-memory DuckDB of this process that store files are ATTACHed to and DETACHed from (under _OPEN_HERE_LOCK).
+ALIAS = "tokview_store"
+"""The name a store file is attached under in its host instance."""
+MAX_IDLE_HOSTS = 4
+"""Host instances kept for store files this process closed (each holds a thread pool): the oldest closes past it."""
+_HOSTS: OrderedDict[str, duckdb.DuckDBPyConnection] = OrderedDict()
+"""An in-memory DuckDB for each store file of this process, by real path, that the file is ATTACHed to while a
+connection here uses it and DETACHed from after (under _OPEN_HERE_LOCK); the most recently used last.
 
 Why: a store is opened and closed for every operation, so other processes get their turn (the module's
 docstring), and `duckdb.connect(path)` starts a whole DuckDB instance each time: 13-20 ms of CPU however small the
 operation, a third of a proxy landing's cost and a fixed cost of every `batch`, `stats` and app read. ATTACH on a
-living instance takes the same file lock and DETACH releases it (checkpointing as a close does) in ~1 ms."""
-_ALIASES: dict[str, str] = {}
-"""The name each store file open here is attached under, by real path (while _OPEN_HERE counts it)."""
-_ALIAS_SEQ = itertools.count(1)
+living instance takes the same file lock and DETACH releases it (checkpointing as a close does) in ~1 ms. One
+instance per file, not one for all: a statement that reads the catalog (a table listed, a name looked up) refers to
+every database of its instance, and DuckDB puts off the DETACH of one a statement refers to, so another store's
+long query kept a closed store's file locked; and a landing's `SET threads` or a merge's `src` stays the file's own."""
 
 
 def _attach(real: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """A connection of its own (its temporary tables and `USE` are its own) to the store file at `real`, attached
-    to this process's host instance unless it is already (another StoreFile of the same file shares it, as
-    `duckdb.connect` shared one instance per file). Called under _OPEN_HERE_LOCK."""
-    global _HOST
-    if _HOST is None:
-        _HOST = duckdb.connect(":memory:")
-    alias = _ALIASES.get(real)
-    if alias is None:
-        alias = f"tokview_store_{next(_ALIAS_SEQ)}"
+    """A connection of its own (its temporary tables are its own) to the store file at `real`, attached to the file's
+    host instance unless it is already (another StoreFile of the same file shares it, as `duckdb.connect` shared one
+    instance per file). Called under _OPEN_HERE_LOCK."""
+    host = _HOSTS.pop(real, None)
+    if host is None:
+        host = duckdb.connect(":memory:")
+        # what does not fit in memory spills beside the store, as `duckdb.connect(path)` did, not into ./.tmp
+        host.execute("SET temp_directory = ?", [real + ".tmp"])
+    _HOSTS[real] = host  # the most recently used last
+    _close_idle_hosts()
+    if not _attached(host):
         literal = "'" + real.replace("'", "''") + "'"  # DuckDB keeps a relative path as given: a chdir re-aims it
-        _HOST.execute(f"ATTACH {literal} AS {alias}{' (READ_ONLY)' if read_only else ''}")
-        _ALIASES[real] = alias
-    conn = _HOST.cursor()
+        host.execute(f"ATTACH {literal} AS {ALIAS}{' (READ_ONLY)' if read_only else ''}")
+    conn = host.cursor()
     try:
-        conn.execute(f"USE {alias}")
+        conn.execute(f"USE {ALIAS}")
     except BaseException:
         conn.close()
         if not _OPEN_HERE.get(real):
@@ -282,23 +290,45 @@ def _attach(real: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
     return conn
 
 
+def _close_idle_hosts() -> None:
+    """Close the oldest host instances whose files are closed, past MAX_IDLE_HOSTS."""
+    idle = [path for path in _HOSTS if not _OPEN_HERE.get(path)]
+    for path in idle[: max(0, len(idle) - MAX_IDLE_HOSTS)]:
+        _close_quietly(_HOSTS.pop(path))
+
+
 def _detach(real: str) -> None:
     """Detach the file no connection here uses any more (DuckDB checkpoints it and releases its lock). Under
-    _OPEN_HERE_LOCK. A detach that fails (a checkpoint on a full disk) is tried once more without its checkpoint:
-    a file left attached would keep every other process out of it until this one ends."""
-    alias = _ALIASES.pop(real, None)
-    if alias is None or _HOST is None:
+    _OPEN_HERE_LOCK. A checkpoint that fails (a full disk) leaves what it did not write in the WAL, as a close that
+    could not checkpoint did, and DuckDB detaches the file anyway; were it still attached, it is detached once more
+    without a checkpoint: a file left attached keeps every other process out of it until this one ends."""
+    host = _HOSTS.get(real)
+    if host is None or not _attached(host):
         return
     with _ctrl_c_after():
         try:
-            _HOST.execute(f"DETACH {alias}")
-        except duckdb.Error:
-            _HOST.execute("SET checkpoint_on_detach = 'DISABLED'")
-            try:
-                _HOST.execute(f"DETACH {alias}")  # what the failed checkpoint did not write is in the WAL
-            finally:
-                _HOST.execute("RESET checkpoint_on_detach")
-            raise
+            host.execute(f"DETACH {ALIAS}")
+        except duckdb.Error as exc:
+            if _attached(host):
+                host.execute("SET checkpoint_on_detach = 'DISABLED'")
+                try:
+                    host.execute(f"DETACH {ALIAS}")
+                except duckdb.Error:
+                    raise StoreError(f"cannot close {real}: {first_line(exc)}") from None
+                finally:
+                    host.execute("RESET checkpoint_on_detach")
+
+
+def _attached(host: duckdb.DuckDBPyConnection) -> bool:
+    found = host.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [ALIAS]).fetchone()
+    return bool(found and found[0])
+
+
+def _close_quietly(host: duckdb.DuckDBPyConnection) -> None:
+    try:
+        host.close()
+    except duckdb.Error:  # a daemon thread still inside a statement (at exit): the process ends around it
+        pass
 
 
 @contextmanager
@@ -323,14 +353,15 @@ def _ctrl_c_after() -> Iterator[None]:
 
 
 @atexit.register
-def _close_host() -> None:
-    """Close the host instance once the lingering files are closed (atexit runs `close_lingering_files`, registered
+def _close_hosts() -> None:
+    """Close the host instances once the lingering files are closed (atexit runs `close_lingering_files`, registered
     after this, first)."""
-    global _HOST
     with _OPEN_HERE_LOCK:
-        if _HOST is not None:
-            host, _HOST = _HOST, None
-            host.close()
+        hosts = list(_HOSTS.values())
+        _HOSTS.clear()  # an open after this starts anew
+        _OPEN_HERE.clear()
+        for host in hosts:
+            _close_quietly(host)
 
 
 _LINGERING: weakref.WeakSet[StoreFile] = weakref.WeakSet()

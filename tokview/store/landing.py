@@ -9,6 +9,7 @@ power loss, or a line whose values do not fit the table) is found by trial landi
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import duckdb
@@ -201,16 +202,22 @@ def has_parts(store_file: Path) -> bool:
     return parts.complete_parts(parts.parts_dir(store_file)) != ([], [])
 
 
+_MERGING = threading.Lock()
+"""One merge at a time in a process: its source is attached as `src` to the instance every store file of the process
+is attached to (`connection._attach`), where two merges' `src` would collide."""
+
+
 def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) -> dict[str, int]:
     """Merge `source` into the open connection's store (attached read-only); returns what was added."""
     literal = sql_list([source])[1:-1]
-    conn.execute(f"ATTACH {literal} AS src (READ_ONLY)")
-    try:
-        tables = refuse_unmergeable(conn, source, target_name)
-        with transaction(conn):
-            return _merge_rows(conn, with_attempts="failure_attempts" in tables)
-    finally:
-        conn.execute("DETACH src")
+    with _MERGING:
+        conn.execute(f"ATTACH {literal} AS src (READ_ONLY)")
+        try:
+            tables = refuse_unmergeable(conn, source, target_name)
+            with transaction(conn):
+                return _merge_rows(conn, with_attempts="failure_attempts" in tables)
+        finally:
+            conn.execute("DETACH src")
 
 
 def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict[str, int]:
