@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokview.proxy.sessions import KEY_IDS, SessionBook, _pack
 
 SYSTEM = list(range(100, 140))
@@ -178,22 +180,24 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
     db = duckdb.connect()
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
-        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT)"
+        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT)"
     )
     for n, response in enumerate((stored_json, stored_stream)):
         request = {"body": {"messages": [{"role": "user", "content": f"task {n}"}]}}
         db.execute(
-            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0)",
+            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0, NULL, NULL, ?)",
             [
                 f"proxy:old:s{n}",
                 f"proxy:old:{n}",
                 [*SYSTEM, n],
                 orjson.dumps(request).decode(),
                 orjson.dumps(response).decode(),
+                len(SYSTEM) + 1,
             ],
         )
     book = SessionBook("new")
-    assert restore(book, db.execute(RESTORE_SQL, [10]).fetchall()) == 2
+    assert restore(book, db.execute(RESTORE_SQL, [10]).fetchall(), _Db(db)) == 2
     for n in range(2):
         renumbered = {**call, "id": "call_0", "function": {"name": "add", "arguments": '{"b":2,"a":1}'}}
         messages = [
@@ -434,3 +438,16 @@ def test_messages_holding_a_lone_surrogate_are_keyed_like_any_others() -> None:
     book.add(first, "s1", prompt_ids=SYSTEM + [1], output_ids=[2], messages=said, answer=answer)
     second = book.place(SYSTEM + [7], [*said, answer, {"role": "user", "content": "\udc00"}])
     assert (second.session_id, second.turn, second.joined_by) == (first.session_id, 1, "messages")
+
+
+class _Db:
+    """A DuckDB connection as `store.connection.Database` (reads only)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, list(params)).fetchall()
+
+    def write(self, statements: Any) -> None:
+        raise AssertionError("restoring sessions writes nothing")

@@ -229,16 +229,24 @@ def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_
             store.record_verdict(sid, "approved")
 
 
-def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_since(read_only_mount):
+def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_since(read_only_mount, monkeypatch):
     """Schema 9 only marks that a stream's chunks may be stored packed: a version-8 store holds none, so it reads
-    as it is where it cannot be upgraded. Version 7 lacks the actions table of version 8: refused, as before."""
+    as it is where it cannot be upgraded (read here as a tokview of schema 9). Version 7 lacks the actions table of
+    version 8: refused, as before. Schema 10 adds the columns of prompts stored past a key turn: every older store is
+    refused read-only by this tokview (opened once with write access, it is upgraded)."""
     import duckdb
 
-    from tokview.store import LATEST_VERSION
+    from tokview.store import LATEST_VERSION, schema
     from tokview.store.schema import MIGRATIONS, SchemaError
 
     where, make_read_only = read_only_mount
-    assert [n for n, _, statements in MIGRATIONS if not statements] == [9] and LATEST_VERSION == 9
+    assert [n for n, _, statements in MIGRATIONS if not statements] == [9] and LATEST_VERSION == 10
+    for version in (9,):
+        db = where / f"v{version}.duckdb"
+        Store(db).close()
+        conn = duckdb.connect(str(db))
+        conn.execute("DELETE FROM schema_version WHERE version > ?", [version])
+        conn.close()
     for version in (8, 7):
         db = where / f"v{version}.duckdb"
         with Store(db) as store:
@@ -246,12 +254,17 @@ def test_a_read_only_store_of_an_older_schema_is_read_when_no_table_changed_sinc
         conn = duckdb.connect(str(db))
         conn.execute("DELETE FROM schema_version WHERE version > ?", [version])  # the version's row is its mark
         conn.close()
+    monkeypatch.setattr(schema, "MIGRATIONS", [m for m in MIGRATIONS if m[0] <= 9])
+    monkeypatch.setattr(schema, "LATEST_VERSION", 9)
     make_read_only()
     with Store(where / "v8.duckdb") as store:
         assert store.read_only
         assert store.load_sample(sid).capture.output_ids == make_capture().output_ids
     with pytest.raises(SchemaError, match="schema version 7; this tokview reads version 9"):
         Store(where / "v7.duckdb")
+    monkeypatch.undo()
+    with pytest.raises(SchemaError, match="schema version 9; this tokview reads version 10"):
+        Store(where / "v9.duckdb")
 
 
 # -- one training file never mixes two vocabularies -------------------------------------------------------

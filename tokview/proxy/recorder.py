@@ -23,6 +23,7 @@ import queue
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,9 @@ LAND_BUSY_S = 2.0
 """The gap between landings while a harness keeps answers coming (`Recorder._landed`)."""
 LANDING_SHARE = 10.0
 """A landing is followed by a gap of at least this many times what it took (`Recorder._landed`)."""
+KEYS_KEPT = 100_000
+"""Rows written whole that later turns may be stored past (`_WithSessionFindings.whole`): far more than the sessions
+keep turns of (a session keeps its last few)."""
 LAND_MAX_S = 30.0
 """The longest gap between landings, however long they take."""
 BUSY_RATE = 8.0
@@ -97,11 +101,17 @@ class _Item:
 
 
 class _WithSessionFindings:
-    """The store as the writer sees it, with the session findings of some samples added to their lines."""
+    """The store as the writer sees it, with the session findings of some samples added to their lines, and their
+    prompt ids stored past a key turn's where the sessions found one (`store.prompt_refs`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.extra: dict[str, dict[str, Any]] = {}
+        self.stored_past: dict[str, tuple[str, int]] = {}
+        """sample id → (key turn's sample id, shared ids), from `SessionBook.stored_past`."""
+        self.whole: OrderedDict[str, None] = OrderedDict()
+        """The most recent rows written (or restored) with their whole prompt ids: the only key turns a row may name
+        (a key turn whose analysis failed has no row; a row is never stored past one stored past another)."""
 
     def sample_record(
         self,
@@ -114,7 +124,19 @@ class _WithSessionFindings:
         if finding is not None:
             record["findings"] = [*record["findings"], finding]
             record["codes"] = [*record["codes"], finding["code"]]
+        past = self.stored_past.pop(key.sample_id, None)
+        if past is not None and past[0] in self.whole and record.get("prompt_len") == len(record["prompt_ids"]):
+            record["prompt_ids"] = record["prompt_ids"][past[1] :]
+            record["prompt_from"], record["prompt_from_len"] = past
+        else:
+            self.keys_written([key.sample_id])
         return record
+
+    def keys_written(self, sample_ids: Sequence[str]) -> None:
+        for sample_id in sample_ids:
+            self.whole[sample_id] = None
+        while len(self.whole) > KEYS_KEPT:
+            self.whole.popitem(last=False)
 
     def write_part(self, samples: Sequence[Any], failures: Sequence[Any] = ()) -> None:
         self.store.write_part(samples, failures)
@@ -217,6 +239,10 @@ class Recorder:
         self._landed_at = now
         gap = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
         self.lander.every_s = max(gap, min(LAND_MAX_S, LANDING_SHARE * self.lander.last_took))
+
+    def keys_written(self, sample_ids: Sequence[str]) -> None:
+        """Rows already in the store with their whole prompt ids (restored turns): later turns may be stored past them."""
+        self._sink.keys_written(sample_ids)
 
     @property
     def error(self) -> BaseException | None:
@@ -379,6 +405,9 @@ class Recorder:
             answer=answer_message,
             sibling=sibling_of is not None,
         )
+        past = self.sessions.stored_past(turn, sample_id, len(capture.prompt_ids))
+        if past is not None:  # before the writer takes it: its row is written with the prompt ids past the key's
+            self._sink.stored_past[sample_id] = past
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1
         return sample_id, turn

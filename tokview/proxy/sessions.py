@@ -27,11 +27,14 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tokview.core.prefix_memo import pack_int32
+
+if TYPE_CHECKING:
+    from tokview.store.connection import Database
 
 SESSION_HEADER = "x-tokview-session"
 KEY_IDS = 16
@@ -40,6 +43,9 @@ TAIL_BYTES = 16
 """A kept turn's last 4 ids, compared before its whole sequence when a prompt is placed (`_longest_prefix`)."""
 MAX_SESSIONS = 2_000
 """Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
+KEY_MIN_IDS = 2_048
+"""Ids a turn must share with its key turn to store its prompt past it (`SessionBook.stored_past`): fewer save less
+than the join that puts them back costs."""
 TURNS_KEPT = 4
 """Requests kept per session that a next request may continue: the newest, and the few before it that a side request
 (a title, a summary, a check) finishing first or a retry still leave someone to continue (the main loop's next turn
@@ -77,6 +83,8 @@ class _Head:
     """Its `sequence` is its own bytes (counted in `SessionBook._bytes`), not a view of a newer head's."""
     request: int = 0
     """The request it came from: the choices of one `n` > 1 request share it."""
+    stored_from: str | None = None
+    """The key turn its row's prompt ids are stored past (`store.prompt_refs`), None when stored whole."""
 
 
 @dataclass
@@ -254,9 +262,11 @@ class SessionBook:
         messages: list[Any] | None,
         answer: dict[str, Any] | None,
         sibling: bool = False,
+        stored_from: str | None = None,
     ) -> None:
         """Remember a finished turn as one its session's next request may continue (the newest of its heads).
-        `sibling`: another choice of the request `add` was last called for (`n` > 1)."""
+        `sibling`: another choice of the request `add` was last called for (`n` > 1); `stored_from`: the key turn
+        its stored row's prompt ids are past (a turn restored from the store; `stored_past` decides for new ones)."""
         session = self._sessions.get(turn.session_id)
         if session is None:
             session = _Session(turn.session_id)
@@ -273,7 +283,15 @@ class SessionBook:
             digests, state = self._digests_of(messages)
             key = _digests([answer], after=state)[0][-1] if answer is not None else digests[-1]
         head = _Head(
-            turn.session_id, turn.turn, sample_id, sequence, len(prompt_ids), turn.parent_sample, key, request=request
+            turn.session_id,
+            turn.turn,
+            sample_id,
+            sequence,
+            len(prompt_ids),
+            turn.parent_sample,
+            key,
+            request=request,
+            stored_from=stored_from,
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -285,6 +303,34 @@ class SessionBook:
         while len({h.request for h in session.heads}) > TURNS_KEPT:  # the oldest first: views are of newer heads
             self._unindex(session.heads.pop(0))
         self._evict()
+
+    def whole_rows(self) -> list[str]:
+        """The sample ids of the kept turns whose rows hold their whole prompt ids (what a key turn must be)."""
+        return [h.sample_id for s in self._sessions.values() for h in s.heads if h.stored_from is None]
+
+    def stored_past(self, turn: Turn, sample_id: str, prompt_len: int) -> tuple[str, int] | None:
+        """(key turn's sample id, how many of its prompt + output ids begin this prompt) when the turn `add` just kept
+        as `sample_id` may store its prompt ids past a key turn's (`store.prompt_refs`); None: stored whole.
+
+        The key is the turn it continues, when that one is stored whole, else that one's key (a row is never stored
+        past a row that is itself stored past another: one join puts any prompt back); it must still be kept here,
+        and share at least KEY_MIN_IDS ids and half the prompt, else this turn is stored whole and becomes a key."""
+        session = self._sessions.get(turn.session_id)
+        if session is None or turn.parent_sample is None or prompt_len < 2 * KEY_MIN_IDS:
+            return None
+        head = next((h for h in reversed(session.heads) if h.sample_id == sample_id), None)
+        parent = next((h for h in session.heads if h.sample_id == turn.parent_sample), None)
+        if head is None or parent is None:
+            return None
+        key_id = parent.sample_id if parent.stored_from is None else parent.stored_from
+        key = next((h for h in session.heads if h.sample_id == key_id and h.stored_from is None), None)
+        if key is None or key is head:
+            return None
+        shared = _first_difference(bytes(head.sequence[: prompt_len * 4]), key.sequence)
+        if shared < KEY_MIN_IDS or shared * 2 < prompt_len:
+            return None
+        head.stored_from = key.sample_id
+        return key.sample_id, shared
 
     def _packed_turn(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> bytes:
         """`_pack` of prompt + output ids, the prompt's packing `place` made reused."""
@@ -412,7 +458,8 @@ def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
 
 
 RESTORE_SQL = """
-SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response
+SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response, prompt_from,
+    prompt_from_len, prompt_len
 FROM samples
 WHERE sample_id LIKE 'proxy:%' AND turn IS NOT NULL
 QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC, gen_index) = 1
@@ -447,16 +494,25 @@ def _json_or_empty(text: str | None) -> Any:
         return {}
 
 
-def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
+def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int:
     """Put the newest turn of stored sessions back in `book` (oldest first, so the newest stay): a harness
     whose conversation outlived a proxy restart continues its session instead of starting a new one.
 
     The answer's tool calls are read back from the stored response: a turn that called tools is what the next
-    request's messages hold with those calls, and without them its key matched no next request."""
+    request's messages hold with those calls, and without them its key matched no next request. A row stored past a
+    key turn (`store.prompt_refs`) gets its whole prompt back from `db`, and its head remembers the key."""
     from tokview.core.tool_calls import tool_calls_of_response
     from tokview.store.packed_chunks import unpack  # a stored stream of many chunks is kept packed
+    from tokview.store.prompt_refs import whole_prompts
 
-    for session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response in reversed(rows):
+    columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
+    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len"), r)) for r in rows]
+    keys = {d["sample_id"]: d["prompt_from"] for d in dicts}
+    whole_prompts(db, dicts)
+    for d in reversed(dicts):
+        session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response = (
+            d[c] for c in columns
+        )
         request = _json_or_empty(raw_request)
         body = request.get("body") if isinstance(request, dict) else None
         messages = body.get("messages") if isinstance(body, dict) else None
@@ -471,5 +527,6 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]]) -> int:
             output_ids=list(output_ids),
             messages=messages if isinstance(messages, list) else None,
             answer=answer,
+            stored_from=keys[sample_id],
         )
     return len(rows)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tokview.store.errors import StoreError
+from tokview.store.prompt_refs import REF_COLUMNS, WHOLE_PROMPT_IDS, whole_prompts
 from tokview.store.queries import INT64_MAX
 
 if TYPE_CHECKING:
@@ -137,8 +139,14 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
 
 def token_ids(store: Store, sample_ids: list[str]) -> list[tuple[str, list[int], list[int]]]:
     """(sample_id, prompt ids, output ids) of these samples (what a scoring pass sends to the target)."""
-    rows = store.query(f"SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s {_IN_IDS}", [sample_ids])
-    return [(sid, list(prompt), list(output)) for sid, prompt, output in rows]
+    rows = store.query(
+        f"SELECT s.sample_id, s.prompt_ids, s.output_ids, s.prompt_from, s.prompt_from_len, s.prompt_len FROM samples s "
+        f"{_IN_IDS}",
+        [sample_ids],
+    )
+    dicts = [dict(zip(("sample_id", "prompt_ids", "output_ids", *REF_COLUMNS, "prompt_len"), r)) for r in rows]
+    whole_prompts(store, dicts)
+    return [(d["sample_id"], list(d["prompt_ids"]), list(d["output_ids"])) for d in dicts]
 
 
 def threshold_counts(store: Store, selection: Selection) -> dict[str, int]:
@@ -206,18 +214,45 @@ def write_parquet(store: Store, sample_ids: list[str], row_ids: list[str], targe
     extra = "".join(f", s.{c}" for c in side_columns(store, sample_ids))
     tags = ", coalesce(t.tags, []::VARCHAR[]) AS tags" if tag_counts(store, sample_ids) else ""
     path = str(target).replace("'", "''")
+    # rows stored as the ids past an earlier turn's (prompt_refs.py) read their whole prompt through the key turn
+    whole = _whole_prompt_rows(store, sample_ids)
     store.execute(
         "COPY (SELECT q.rid AS id, s.prompt_id AS primary_id, s.sample_id, s.run_id, s.turn, "
         "list_concat(s.prompt_ids, s.output_ids) AS input_ids, "
         f"{PARQUET_LOSS_MASK} AS loss_mask, "
         f"s.prompt_len, s.output_len, s.finish_reason, s.status, s.valid, s.codes{tags}{extra} "
-        "FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
+        f"FROM {whole} s JOIN (SELECT unnest(?::VARCHAR[]) AS sid, unnest(?::VARCHAR[]) AS rid) q "
         "ON s.sample_id = q.sid "
         f"LEFT JOIN (SELECT sample_id, list_sort(list(tag)) AS tags FROM ({live_tags()}) GROUP BY sample_id) t "
         "ON t.sample_id = s.sample_id "
         f"ORDER BY s.prompt_id, coalesce(s.turn, -1), coalesce(s.gen_index, 0), s.run_id, s.sample_id) "
         f"TO '{path}' (FORMAT parquet)",
         [sample_ids, row_ids],
+    )
+
+
+def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
+    """What the Parquet export reads its rows from: `samples` itself, unless one of these samples is stored as the
+    ids past an earlier turn's; then a subquery whose prompt_ids are whole (the key turns joined: only those)."""
+    refs = store.query(
+        f"SELECT count(*) FILTER (WHERE s.prompt_from IS NOT NULL) FROM samples s {_IN_IDS}", [sample_ids]
+    )[0][0]
+    if not refs:
+        return "samples"
+    broken = store.query(
+        f"SELECT s.sample_id, s.prompt_from FROM samples s {_IN_IDS} LEFT JOIN samples k ON k.sample_id = s.prompt_from "
+        "WHERE s.prompt_from IS NOT NULL AND (k.sample_id IS NULL OR k.prompt_from IS NOT NULL "
+        "OR len(k.prompt_ids) + len(k.output_ids) < s.prompt_from_len "
+        "OR s.prompt_from_len + len(s.prompt_ids) != s.prompt_len) LIMIT 1",
+        [sample_ids],
+    )
+    if broken:  # the join below would give a cut prompt
+        sample_id, key_id = broken[0]
+        raise StoreError(f"sample {sample_id}: its prompt ids do not add up with those of sample {key_id}")
+    return (
+        f"(SELECT s.* REPLACE ({WHOLE_PROMPT_IDS} AS prompt_ids) FROM samples s "
+        f"LEFT JOIN (SELECT sample_id, prompt_ids, output_ids FROM samples WHERE sample_id IN "
+        f"(SELECT prompt_from FROM samples WHERE prompt_from IS NOT NULL)) k ON k.sample_id = s.prompt_from)"
     )
 
 

@@ -16,6 +16,7 @@ from tokview.secrets import known_secrets, scrub_optional, scrub_text
 from tokview.store import queries
 from tokview.store.connection import Statement, StoreFile
 from tokview.store.part_sink import PartSink
+from tokview.store.prompt_refs import whole_prompts
 from tokview.store.sample_rows import (
     ALIGN_STATUS,
     SAMPLE_COLUMNS,
@@ -140,6 +141,7 @@ class SampleRepository:
             if found is None:
                 raise UnknownSample(sample_id)
             row = dict(zip(names, found))
+            whole_prompts(self.file, [row])
             findings = [
                 Finding(c, s, d, tuple(p or ()))
                 for c, s, d, p in self.file.query(
@@ -168,6 +170,7 @@ class SampleRepository:
             )
             names = [d[0] for d in cur.description or ()]
             by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+            whole_prompts(self.file, list(by_id.values()))
         return [by_id[i] for i in sample_ids if i in by_id]
 
     def failures(self, run_id: str | None = None) -> list[dict[str, Any]]:

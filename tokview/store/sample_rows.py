@@ -30,6 +30,7 @@ from tokview.secrets import (
     url_secrets,
 )
 from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
+from tokview.store.errors import StoreError
 from tokview.store.packed_chunks import RESPONSE_COLUMNS, pack, unpack
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
 
@@ -229,6 +230,8 @@ SAMPLE_COLUMNS = (
     "raw_response",
     "parsed_raw_response",
     "raw_ids_at",  # where the id lists taken out of the raw bodies go back (elided_ids.py)
+    "prompt_from",  # the earlier turn whose ids begin the prompt, when prompt_ids holds only the rest (prompt_refs.py)
+    "prompt_from_len",
     "latency_s",
     "alignment",
     "profile",
@@ -310,6 +313,8 @@ def sample_params(
         "alignment": alignment_letters(analysis.alignment),
         "profile": key.profile,
         "created_at": datetime.now(),
+        "prompt_from": None,  # the proxy's recorder sets them on the part line (prompt_refs.py)
+        "prompt_from_len": None,
     }
     id_lists = {name: getattr(c, name) for name in ID_COLUMNS}
     places: dict[str, list[list[Any]]] = {}
@@ -328,6 +333,8 @@ def sample_params(
 
 
 def capture_from_row(row: dict[str, Any]) -> Capture:
+    if row.get("prompt_from"):  # a reader that forgot `prompt_refs.whole_prompts` would read a cut prompt
+        raise StoreError(f"sample {row.get('sample_id')}: its prompt ids were read without their earlier turn's")
     data = {name: row[name] for name in CAPTURE_COLUMNS}
     for name in JSON_FIELDS:
         if name in data:

@@ -183,6 +183,16 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         # an older tokview refuse the store instead of reading such a stream as one without chunks
         (),
     ),
+    (
+        10,
+        "an agent turn's prompt ids may be stored as the ids past an earlier turn's",
+        (
+            # prompt_from: the sample whose prompt + output ids begin this prompt (its first prompt_from_len);
+            # prompt_ids then holds the rest (prompt_refs.py). NULL: prompt_ids is the whole prompt
+            "ALTER TABLE samples ADD COLUMN prompt_from VARCHAR",
+            "ALTER TABLE samples ADD COLUMN prompt_from_len INTEGER",
+        ),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

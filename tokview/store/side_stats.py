@@ -15,6 +15,7 @@ from tokview.core import spec_decode as sd
 from tokview.core.logprobs import mean_nll
 from tokview.core.profiles import ModelProfile, ProfileError, get_profile
 from tokview.core.record import Capture
+from tokview.store.prompt_refs import REF_COLUMNS, whole_prompts
 
 if TYPE_CHECKING:
     from tokview.store.connection import Database
@@ -55,11 +56,15 @@ def _profile(name: str | None, cache: dict[str | None, ModelProfile | None]) -> 
 
 
 def _spec_stats(store: Database, default_profile: ModelProfile | None = None) -> dict[str, Any] | None:
-    rows = store.query(
-        "SELECT spec_decode, prompt_ids, output_ids, finish_reason, profile FROM samples WHERE spec_decode IS NOT NULL"
+    names = ("spec_decode", "prompt_ids", "output_ids", "finish_reason", "profile", "sample_id", "prompt_len")
+    found = store.query(
+        f"SELECT {', '.join(names)}, {', '.join(REF_COLUMNS)} FROM samples WHERE spec_decode IS NOT NULL"
     )
-    if not rows:
+    if not found:
         return None
+    dicts = [dict(zip((*names, *REF_COLUMNS), r)) for r in found]
+    whole_prompts(store, dicts)  # a proxied turn may be stored past an earlier one (prompt_refs.py)
+    rows = [(d["spec_decode"], d["prompt_ids"], d["output_ids"], d["finish_reason"], d["profile"]) for d in dicts]
     totals = {"steps": 0, "accepted": 0, "drafted": 0}
     schemas: dict[str, int] = {}
     segments = {name: {"tokens": 0, "steps": 0, "accepted": 0, "drafted": 0} for name in sd.SEGMENTS}

@@ -1,0 +1,105 @@
+"""An agent turn recorded by the proxy stores its prompt ids past an earlier turn's (`store.prompt_refs`), and every
+reader gets the whole prompt back: the app's sample, exports (JSONL rows, Parquet, scoring ids), a merge, the
+sessions a restarted proxy restores. A missing key turn is an error naming both samples, never a cut prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from tokview.proxy.recorder import Recorder
+from tokview.proxy.sessions import KEY_MIN_IDS, RESTORE_SQL, SessionBook, restore
+from tokview.store import Store, StoreError, export_rows
+
+LONG = "tell me about the tool results of this long file, line by line " * 400
+"""An agent's long first message: several thousand ids on the Kimi layout."""
+
+
+def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
+    """One agent conversation: each request holds the whole history (its reasoning dropped by the template, so the
+    prompt shares all but the end of the previous prompt + output)."""
+    history: list[dict[str, Any]] = []
+    captures = []
+    for t in range(turns):
+        capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"done with step {t}", history=history)
+        answer = {"role": "assistant", "content": capture.content}
+        recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+        captures.append(capture)
+        history = [*capture.messages, answer]
+    return captures
+
+
+@pytest.fixture
+def recorded(tmp_path: Path, kimi_tok: Any, kimi_profile: Any, make_capture: Any) -> Iterator[tuple[Store, list[Any]]]:
+    store = Store(tmp_path / "r.duckdb")
+    store.put_run("r", settings={"mode": "proxy"})
+    recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r")
+    captures = _session(recorder, make_capture, 7)
+    recorder.close()
+    yield store, captures
+    store.close()
+
+
+def _ids(store: Store) -> list[str]:
+    return [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY sample_id")]
+
+
+def test_turns_past_the_first_store_only_the_ids_past_their_key_turn(recorded):
+    store, captures = recorded
+    rows = store.query(
+        "SELECT prompt_from, prompt_from_len, len(prompt_ids), prompt_len FROM samples ORDER BY sample_id"
+    )
+    assert len(captures[0].prompt_ids) >= 2 * KEY_MIN_IDS
+    assert rows[0][0] is None and rows[0][2] == rows[0][3]  # the first turn is whole: a key turn
+    past = [r for r in rows if r[0] is not None]
+    assert len(past) >= 4, rows
+    for key_id, shared, stored, whole in past:
+        assert shared + stored == whole and stored * 2 < whole
+        key = store.query("SELECT prompt_from FROM samples WHERE sample_id = ?", [key_id])
+        assert key == [(None,)]  # a key turn is stored whole: one join puts any prompt back
+
+
+def test_every_reader_gets_the_whole_prompt_back(recorded, tmp_path):
+    store, captures = recorded
+    ids = _ids(store)
+    for sample_id, capture in zip(ids, captures):
+        assert store.load_sample(sample_id).capture.prompt_ids == capture.prompt_ids
+    assert [r["prompt_ids"] for r in store.rows_for(ids)] == [c.prompt_ids for c in captures]
+    assert [p for _, p, _ in export_rows.token_ids(store, ids)] == [c.prompt_ids for c in captures]
+    target = tmp_path / "out.parquet"
+    export_rows.write_parquet(store, ids, ids, target)
+    got = duckdb.connect().execute(f"SELECT id, input_ids, loss_mask FROM '{target}' ORDER BY id").fetchall()
+    assert [r[1] for r in got] == [c.prompt_ids + c.output_ids for c in captures]
+    assert [r[2] for r in got] == [[0] * len(c.prompt_ids) + [1] * len(c.output_ids) for c in captures]
+    with Store(tmp_path / "merged.duckdb") as merged:
+        assert merged.merge(store.path)["samples"] == len(captures)
+        assert [merged.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
+
+
+def test_a_restarted_proxy_restores_its_sessions_with_their_whole_prompts(recorded):
+    """A request that extends the last turn's prompt + output continues its session only if the restored turn holds
+    its whole prompt (its row holds the ids past its key turn's)."""
+    store, captures = recorded
+    last_id = _ids(store)[-1]
+    assert store.query("SELECT prompt_from IS NOT NULL FROM samples WHERE sample_id = ?", [last_id]) == [(True,)]
+    book = SessionBook("new")
+    assert restore(book, store.query(RESTORE_SQL, [10]), store) == 1
+    last = captures[-1]
+    turn = book.place([*last.prompt_ids, *last.output_ids, 5, 6, 7], None)
+    assert (turn.turn, turn.parent_sample, turn.joined_by) == (len(captures), last_id, "prefix")
+
+
+def test_a_missing_key_turn_is_an_error_naming_both_samples_never_a_cut_prompt(recorded, tmp_path):
+    store, _ = recorded
+    key_id, child = store.query(
+        "SELECT prompt_from, sample_id FROM samples WHERE prompt_from IS NOT NULL ORDER BY sample_id LIMIT 1"
+    )[0]
+    store.write([("DELETE FROM samples WHERE sample_id = ?", [key_id])])
+    with pytest.raises(StoreError, match=f"{child}.*{key_id}"):
+        store.load_sample(child)
+    with pytest.raises(StoreError, match=f"{child}.*{key_id}"):
+        export_rows.write_parquet(store, [child], [child], tmp_path / "x.parquet")

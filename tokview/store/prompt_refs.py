@@ -1,0 +1,83 @@
+"""An agent turn's prompt ids stored as the ids past an earlier turn's: `prompt_from` names that turn's sample,
+`prompt_from_len` how many of its ids (its prompt's, then its output's) begin this prompt, and `prompt_ids` holds
+the rest.
+
+Why: an agent harness sends its whole conversation with every request, so its prompts' ids, stored whole, grow
+with the square of the session's length (100 turns of a 45,000-id context: 28 MB of ids for 2 MB of new ones),
+and landing them cost the proxy's recorder most of its time on long contexts: an agent's row of 45,000 prompt ids
+took 6.4 of the 12.9 ms of CPU its landing and checkpoint cost (24 rows landed six at a time), and DuckDB's
+checkpoint rewrites every row of the table's last row group at each landing.
+
+Only `tokview proxy` writes such rows (`proxy.sessions` decides, `proxy.recorder` marks the part line). The turn a
+row refers to is always stored whole (a "key" turn: one join puts any prompt back), in the same part or an earlier
+one (it was recorded first). Every reader of prompt ids puts them back: `whole_prompts` for rows read into Python
+(`Store.load_sample`, `rows_for`, the sessions a proxy restores, `token_ids`), `WHOLE_PROMPT_IDS` in SQL (the
+Parquet export). A row whose key turn is missing, or whose ids do not add up to its `prompt_len`, is an error that
+names both samples, never a shorter prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokview.store.connection import Database
+from tokview.store.errors import StoreError
+
+REF_COLUMNS = ("prompt_from", "prompt_from_len")
+
+WHOLE_PROMPT_IDS = (
+    "CASE WHEN s.prompt_from IS NULL THEN s.prompt_ids "
+    "ELSE list_concat(list_concat(k.prompt_ids, k.output_ids)[1:s.prompt_from_len], s.prompt_ids) END"
+)
+"""A row's whole prompt ids in SQL, with its key turn joined as `k` (`export_rows.write_parquet`)."""
+
+
+def whole_prompt(
+    sample_id: str, tail: Sequence[int], key_id: str, key_len: int, key: tuple[Any, Any] | None, prompt_len: int
+) -> list[int]:
+    """The prompt of `sample_id`: the first `key_len` ids of its key turn's prompt + output, then `tail`."""
+    if key is None:
+        raise StoreError(
+            f"sample {sample_id}: its prompt begins with {key_len} ids of sample {key_id}, which this store does not "
+            "hold (its line may have been set aside when it landed)"
+        )
+    key_prompt, key_output = list(key[0] or ()), list(key[1] or ())
+    head = (key_prompt + key_output)[:key_len]
+    whole = head + list(tail)
+    if len(head) != key_len or len(whole) != prompt_len:
+        raise StoreError(
+            f"sample {sample_id}: its prompt ids do not add up ({len(head)} of sample {key_id}'s and {len(tail)} of "
+            f"its own, for {prompt_len})"
+        )
+    return whole
+
+
+def whole_prompts(db: Database, rows: Sequence[dict[str, Any]]) -> None:
+    """Put the whole prompt ids back into rows (dicts of samples columns, changed in place) stored as the ids past an
+    earlier turn's: their key turns are read in one query. A row then reads like one stored whole (`prompt_from`
+    None)."""
+    keys = sorted({r["prompt_from"] for r in rows if r.get("prompt_from")})
+    if not keys:
+        return
+    found = {
+        sid: (prompt, output)
+        for sid, prompt, output in db.query(
+            "SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s "
+            "JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id",
+            [keys],
+        )
+    }
+    for row in rows:
+        key_id = row.get("prompt_from")
+        if not key_id:
+            continue
+        row["prompt_ids"] = whole_prompt(
+            row["sample_id"],
+            row["prompt_ids"],
+            key_id,
+            int(row["prompt_from_len"]),
+            found.get(key_id),
+            row["prompt_len"],
+        )
+        row["prompt_from"] = row["prompt_from_len"] = None
