@@ -8,6 +8,7 @@ suite is hermetic; subprocesses inherit TOKVIEW_CACHE and reuse the same build.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -169,3 +170,19 @@ def vllm_sim() -> Iterator[Any]:
 
     with start_simulator(SimConfig(kind="vllm")) as sim:
         yield sim
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real 20 MB tmpfs, unmounted afterwards whatever happens (skipped where mounting needs rights the tests lack)."""
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    tried = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)], capture_output=True, text=True
+    )
+    if tried.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {tried.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)

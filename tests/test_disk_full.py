@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 
@@ -25,22 +23,6 @@ TOKVIEW = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.
 PROMPTS = 60
 FREE_AFTER_BALLAST = 700_000
 """Bytes left free once the store exists: room for some samples, not for all of them."""
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A real 20 MB tmpfs, unmounted afterwards whatever happens."""
-    mountpoint = tmp_path / "disk"
-    mountpoint.mkdir()
-    tried = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)], capture_output=True, text=True
-    )
-    if tried.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {tried.stderr.strip()}")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
 def batch(url: str, prompts: Path, db: Path) -> subprocess.CompletedProcess:

@@ -11,7 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from builders import kimi as kimi_tokenizer
 from builders import make_capture, profile
 
@@ -27,22 +26,6 @@ def _records(store: Store, prefix: str, n: int) -> list[dict]:
         store.sample_record(SampleIdentity(f"{prefix}{i}", "p1", "run1", gen_index=0), capture, analysis)
         for i in range(n)
     ]
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A real 20 MB tmpfs, unmounted afterwards whatever happens."""
-    mountpoint = tmp_path / "disk"
-    mountpoint.mkdir()
-    tried = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mountpoint)], capture_output=True, text=True
-    )
-    if tried.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {tried.stderr.strip()}")
-    try:
-        yield mountpoint
-    finally:
-        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
 def test_a_checkpoint_that_fails_at_the_close_on_a_full_disk_keeps_the_commit_and_raises_nothing(small_disk):
