@@ -188,9 +188,10 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
         "an agent turn's prompt ids may be stored as the ids past an earlier turn's",
         (
             # prompt_from: the sample whose prompt + output ids begin this prompt (its first prompt_from_len);
-            # prompt_ids then holds the rest (prompt_refs.py). NULL: prompt_ids is the whole prompt
-            "ALTER TABLE samples ADD COLUMN prompt_from VARCHAR",
-            "ALTER TABLE samples ADD COLUMN prompt_from_len INTEGER",
+            # prompt_ids then holds the rest (prompt_refs.py). NULL: prompt_ids is the whole prompt. IF NOT EXISTS:
+            # DuckDB drops no column of an indexed table, so a store taken back to an older version by hand keeps them
+            "ALTER TABLE samples ADD COLUMN IF NOT EXISTS prompt_from VARCHAR",
+            "ALTER TABLE samples ADD COLUMN IF NOT EXISTS prompt_from_len INTEGER",
         ),
     ),
 ]
