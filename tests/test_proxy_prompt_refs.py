@@ -4,6 +4,7 @@ sessions a restarted proxy restores. A missing key turn is an error naming both 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ LONG = "tell me about the tool results of this long file, line by line " * 400
 
 def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
     """One agent conversation: each request holds the whole history (its reasoning dropped by the template, so the
-    prompt shares all but the end of the previous prompt + output)."""
+    prompt shares all but the end of the previous prompt + output). Each turn waits for the one before to land, as a
+    harness's next request waits for its answer (a key turn is one seen landed)."""
     history: list[dict[str, Any]] = []
     captures = []
     for t in range(turns):
@@ -30,6 +32,10 @@ def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
         recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
         captures.append(capture)
         history = [*capture.messages, answer]
+        deadline = time.monotonic() + 30
+        while recorder.store.count_samples() < t + 1 or recorder._sink.written:
+            assert time.monotonic() < deadline, "the turn never landed"
+            time.sleep(0.01)
     return captures
 
 
@@ -37,7 +43,7 @@ def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
 def recorded(tmp_path: Path, kimi_tok: Any, kimi_profile: Any, make_capture: Any) -> Iterator[tuple[Store, list[Any]]]:
     store = Store(tmp_path / "r.duckdb")
     store.put_run("r", settings={"mode": "proxy"})
-    recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r")
+    recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.01)
     captures = _session(recorder, make_capture, 7)
     recorder.close()
     yield store, captures
@@ -103,3 +109,35 @@ def test_a_missing_key_turn_is_an_error_naming_both_samples_never_a_cut_prompt(r
         store.load_sample(child)
     with pytest.raises(StoreError, match=f"{child}.*{key_id}"):
         export_rows.write_parquet(store, [child], [child], tmp_path / "x.parquet")
+
+
+def test_a_turn_is_stored_past_only_a_key_turn_seen_landed(tmp_path, kimi_tok, kimi_profile, make_capture):
+    """A key turn written but not yet landed may never land (a line cut by a power loss is set aside; a replayed
+    answer whose id is stored already is dropped), and the rows stored past it could never be read: until a landing
+    shows it in the store whole, the turns after it are stored whole."""
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        history: list[dict[str, Any]] = []
+        for t in range(4):  # no landing until the close
+            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
+            answer = {"role": "assistant", "content": capture.content}
+            recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+            history = [*capture.messages, answer]
+        recorder.close()
+        assert store.query("SELECT count(*), count(prompt_from) FROM samples") == [(4, 0)]
+
+
+def test_a_key_turn_stored_past_another_is_refused_and_a_restart_skips_what_it_cannot_read(recorded):
+    """One join puts a prompt back only from a key stored whole; a row naming a key that is a tail itself (never
+    written so) is refused, not read with the wrong ids; and a restarted proxy skips a turn it cannot read."""
+    store, _ = recorded
+    key_id, child = store.query(
+        "SELECT prompt_from, sample_id FROM samples WHERE prompt_from IS NOT NULL ORDER BY sample_id LIMIT 1"
+    )[0]
+    store.write([("UPDATE samples SET prompt_from = ? WHERE sample_id = ?", [child, key_id])])
+    with pytest.raises(StoreError, match=f"{child}.*{key_id}.*not stored whole"):
+        store.load_sample(child)
+    last = _ids(store)[-1]
+    store.write([("UPDATE samples SET prompt_from = 'gone' WHERE sample_id = ?", [last])])
+    assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0  # skipped, no error

@@ -34,6 +34,7 @@ from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import WARN
 from tokview.core.record import Capture
+from tokview.errors import TokviewError
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
@@ -52,8 +53,10 @@ LAND_BUSY_S = 2.0
 LANDING_SHARE = 10.0
 """A landing is followed by a gap of at least this many times what it took (`Recorder._landed`)."""
 KEYS_KEPT = 100_000
-"""Rows written whole that later turns may be stored past (`_WithSessionFindings.whole`): far more than the sessions
-keep turns of (a session keeps its last few)."""
+"""Key turns remembered (`_WithSessionFindings.keys`): far more than the sessions keep turns of (a session keeps its
+last few)."""
+KEY_LOOKS = 3
+"""Landings that look for a row written whole before it is given up as a key turn."""
 LAND_MAX_S = 30.0
 """The longest gap between landings, however long they take."""
 BUSY_RATE = 8.0
@@ -107,11 +110,16 @@ class _WithSessionFindings:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.extra: dict[str, dict[str, Any]] = {}
-        self.stored_past: dict[str, tuple[str, int]] = {}
-        """sample id → (key turn's sample id, shared ids), from `SessionBook.stored_past`."""
-        self.whole: OrderedDict[str, None] = OrderedDict()
-        """The most recent rows written (or restored) with their whole prompt ids: the only key turns a row may name
-        (a key turn whose analysis failed has no row; a row is never stored past one stored past another)."""
+        self.stored_past: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        """sample id → (key turn's sample id, shared ids), from `SessionBook.stored_past` (the newest KEYS_KEPT: one
+        whose analysis failed is never taken)."""
+        self._lock = threading.Lock()
+        self.keys: OrderedDict[str, None] = OrderedDict()
+        """Rows seen landed in the store with their whole prompt ids: the only key turns a row may name. Seen landed,
+        not only written: a line set aside at its landing (cut by a power loss) or a replayed answer whose id is
+        stored already would leave the rows stored past it unreadable."""
+        self.written: OrderedDict[str, int] = OrderedDict()
+        """Rows written whole and not yet seen landed, with how many landings have looked for them."""
 
     def sample_record(
         self,
@@ -125,18 +133,57 @@ class _WithSessionFindings:
             record["findings"] = [*record["findings"], finding]
             record["codes"] = [*record["codes"], finding["code"]]
         past = self.stored_past.pop(key.sample_id, None)
-        if past is not None and past[0] in self.whole and record.get("prompt_len") == len(record["prompt_ids"]):
+        with self._lock:
+            usable = past is not None and past[0] in self.keys
+            if not usable:
+                self.written[key.sample_id] = 0
+                _trim(self.written)
+        if past is not None and usable and record.get("prompt_len") == len(record["prompt_ids"]):
             record["prompt_ids"] = record["prompt_ids"][past[1] :]
             record["prompt_from"], record["prompt_from_len"] = past
-        else:
-            self.keys_written([key.sample_id])
         return record
 
-    def keys_written(self, sample_ids: Sequence[str]) -> None:
-        for sample_id in sample_ids:
-            self.whole[sample_id] = None
-        while len(self.whole) > KEYS_KEPT:
-            self.whole.popitem(last=False)
+    def is_key(self, sample_id: str) -> bool:
+        with self._lock:
+            return sample_id in self.keys
+
+    def store_past(self, sample_id: str, past: tuple[str, int]) -> None:
+        self.stored_past[sample_id] = past
+        _trim(self.stored_past)
+
+    def keys_landed(self, sample_ids: Sequence[str]) -> None:
+        """Rows in the store with their whole prompt ids (turns a restarted proxy restored)."""
+        with self._lock:
+            for sample_id in sample_ids:
+                self.keys[sample_id] = None
+            _trim(self.keys)
+
+    def confirm_keys(self) -> None:
+        """After a landing: the rows written whole that the store now holds whole become key turns (one query). A row
+        looked for by KEY_LOOKS landings and never found is given up."""
+        with self._lock:
+            waiting = list(self.written)
+        if not waiting:
+            return
+        try:
+            rows = self.store.query(
+                "SELECT s.sample_id FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id "
+                "WHERE s.prompt_from IS NULL",
+                [waiting],
+            )
+        except TokviewError:  # a store held or failing now: the next landing looks again (nothing is stored past them)
+            return
+        found = {r[0] for r in rows}
+        with self._lock:
+            for sample_id in waiting:
+                if sample_id in found:
+                    self.written.pop(sample_id, None)
+                    self.keys[sample_id] = None
+                elif sample_id in self.written:
+                    self.written[sample_id] += 1
+                    if self.written[sample_id] >= KEY_LOOKS:
+                        del self.written[sample_id]
+            _trim(self.keys)
 
     def write_part(self, samples: Sequence[Any], failures: Sequence[Any] = ()) -> None:
         self.store.write_part(samples, failures)
@@ -146,6 +193,12 @@ class _WithSessionFindings:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)  # anything else the writer asks of its store
+
+
+def _trim(entries: OrderedDict[str, Any]) -> None:
+    """Keep the newest KEYS_KEPT entries."""
+    while len(entries) > KEYS_KEPT:
+        entries.popitem(last=False)
 
 
 def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: TokenizerAdapter | None) -> dict[str, Any]:
@@ -239,10 +292,11 @@ class Recorder:
         self._landed_at = now
         gap = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
         self.lander.every_s = max(gap, min(LAND_MAX_S, LANDING_SHARE * self.lander.last_took))
+        self._sink.confirm_keys()
 
-    def keys_written(self, sample_ids: Sequence[str]) -> None:
+    def keys_landed(self, sample_ids: Sequence[str]) -> None:
         """Rows already in the store with their whole prompt ids (restored turns): later turns may be stored past them."""
-        self._sink.keys_written(sample_ids)
+        self._sink.keys_landed(sample_ids)
 
     @property
     def error(self) -> BaseException | None:
@@ -405,9 +459,9 @@ class Recorder:
             answer=answer_message,
             sibling=sibling_of is not None,
         )
-        past = self.sessions.stored_past(turn, sample_id, len(capture.prompt_ids))
+        past = self.sessions.stored_past(turn, sample_id, len(capture.prompt_ids), self._sink.is_key)
         if past is not None:  # before the writer takes it: its row is written with the prompt ids past the key's
-            self._sink.stored_past[sample_id] = past
+            self._sink.store_past(sample_id, past)
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1
         return sample_id, turn

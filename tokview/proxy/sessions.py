@@ -25,7 +25,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -308,13 +308,16 @@ class SessionBook:
         """The sample ids of the kept turns whose rows hold their whole prompt ids (what a key turn must be)."""
         return [h.sample_id for s in self._sessions.values() for h in s.heads if h.stored_from is None]
 
-    def stored_past(self, turn: Turn, sample_id: str, prompt_len: int) -> tuple[str, int] | None:
+    def stored_past(
+        self, turn: Turn, sample_id: str, prompt_len: int, is_key: Callable[[str], bool] = lambda sample_id: True
+    ) -> tuple[str, int] | None:
         """(key turn's sample id, how many of its prompt + output ids begin this prompt) when the turn `add` just kept
         as `sample_id` may store its prompt ids past a key turn's (`store.prompt_refs`); None: stored whole.
 
         The key is the turn it continues, when that one is stored whole, else that one's key (a row is never stored
         past a row that is itself stored past another: one join puts any prompt back); it must still be kept here,
-        and share at least KEY_MIN_IDS ids and half the prompt, else this turn is stored whole and becomes a key."""
+        be a key by `is_key` (the recorder's: its row seen landed whole), and share at least KEY_MIN_IDS ids and half
+        the prompt, else this turn is stored whole and may become a key itself."""
         session = self._sessions.get(turn.session_id)
         if session is None or turn.parent_sample is None or prompt_len < 2 * KEY_MIN_IDS:
             return None
@@ -324,7 +327,7 @@ class SessionBook:
             return None
         key_id = parent.sample_id if parent.stored_from is None else parent.stored_from
         key = next((h for h in session.heads if h.sample_id == key_id and h.stored_from is None), None)
-        if key is None or key is head:
+        if key is None or key is head or not is_key(key.sample_id):  # `is_key`: its row is seen landed whole
             return None
         shared = _first_difference(bytes(head.sequence[: prompt_len * 4]), key.sequence)
         if shared < KEY_MIN_IDS or shared * 2 < prompt_len:
@@ -508,7 +511,10 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
     columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
     dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len"), r)) for r in rows]
     keys = {d["sample_id"]: d["prompt_from"] for d in dicts}
-    whole_prompts(db, dicts)
+    broken: list[tuple[dict[str, Any], str]] = []
+    whole_prompts(db, dicts, broken=broken)  # a turn whose prompt cannot be put back is not restored (its session
+    unreadable = {id(row) for row, _ in broken}  # starts anew): it never keeps the proxy from starting
+    dicts = [d for d in dicts if id(d) not in unreadable]
     for d in reversed(dicts):
         session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response = (
             d[c] for c in columns
@@ -529,4 +535,4 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
             answer=answer,
             stored_from=keys[sample_id],
         )
-    return len(rows)
+    return len(dicts)

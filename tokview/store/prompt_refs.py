@@ -34,14 +34,17 @@ WHOLE_PROMPT_IDS = (
 
 
 def whole_prompt(
-    sample_id: str, tail: Sequence[int], key_id: str, key_len: int, key: tuple[Any, Any] | None, prompt_len: int
+    sample_id: str, tail: Sequence[int], key_id: str, key_len: int, key: tuple[Any, ...] | None, prompt_len: int
 ) -> list[int]:
-    """The prompt of `sample_id`: the first `key_len` ids of its key turn's prompt + output, then `tail`."""
+    """The prompt of `sample_id`: the first `key_len` ids of its key turn's prompt + output, then `tail`. `key`: the
+    key turn's (prompt ids, output ids, prompt_from), None when the store does not hold it."""
     if key is None:
         raise StoreError(
             f"sample {sample_id}: its prompt begins with {key_len} ids of sample {key_id}, which this store does not "
             "hold (its line may have been set aside when it landed)"
         )
+    if key[2] is not None:  # its ids are a tail themselves: never written so, and not these ids
+        raise StoreError(f"sample {sample_id}: its key turn {key_id} is not stored whole")
     key_prompt, key_output = list(key[0] or ()), list(key[1] or ())
     head = (key_prompt + key_output)[:key_len]
     whole = head + list(tail)
@@ -53,17 +56,20 @@ def whole_prompt(
     return whole
 
 
-def whole_prompts(db: Database, rows: Sequence[dict[str, Any]]) -> None:
+def whole_prompts(
+    db: Database, rows: Sequence[dict[str, Any]], *, broken: list[tuple[dict[str, Any], str]] | None = None
+) -> None:
     """Put the whole prompt ids back into rows (dicts of samples columns, changed in place) stored as the ids past an
     earlier turn's: their key turns are read in one query. A row then reads like one stored whole (`prompt_from`
-    None)."""
+    None). A row whose prompt cannot be put back raises StoreError, or, given `broken`, is listed there with why and
+    left as it is (a restarted proxy skips it instead of refusing to start)."""
     keys = sorted({r["prompt_from"] for r in rows if r.get("prompt_from")})
     if not keys:
         return
     found = {
-        sid: (prompt, output)
-        for sid, prompt, output in db.query(
-            "SELECT s.sample_id, s.prompt_ids, s.output_ids FROM samples s "
+        sid: (prompt, output, key_from)
+        for sid, prompt, output, key_from in db.query(
+            "SELECT s.sample_id, s.prompt_ids, s.output_ids, s.prompt_from FROM samples s "
             "JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id",
             [keys],
         )
@@ -72,12 +78,18 @@ def whole_prompts(db: Database, rows: Sequence[dict[str, Any]]) -> None:
         key_id = row.get("prompt_from")
         if not key_id:
             continue
-        row["prompt_ids"] = whole_prompt(
-            row["sample_id"],
-            row["prompt_ids"],
-            key_id,
-            int(row["prompt_from_len"]),
-            found.get(key_id),
-            row["prompt_len"],
-        )
+        try:
+            row["prompt_ids"] = whole_prompt(
+                row["sample_id"],
+                row["prompt_ids"],
+                key_id,
+                int(row["prompt_from_len"]),
+                found.get(key_id),
+                row["prompt_len"],
+            )
+        except StoreError as exc:
+            if broken is None:
+                raise
+            broken.append((row, str(exc)))
+            continue
         row["prompt_from"] = row["prompt_from_len"] = None
