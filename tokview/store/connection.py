@@ -360,6 +360,9 @@ def _close_hosts() -> None:
         hosts = list(_HOSTS.values())
         _HOSTS.clear()  # an open after this starts anew
         _OPEN_HERE.clear()
+        if hosts and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command is done: a late Ctrl-C has nothing to stop, and
+            # raised inside a close it printed a traceback from the exit hooks
         for host in hosts:
             _close_quietly(host)
 
