@@ -44,9 +44,9 @@ of one keypress reuse one warm connection); then it is closed for other processe
 MAX_HOLD_S = 1.0
 """Never longer than this in one stretch, however busy: other processes always get their turn."""
 LOCK_WORDS = ("Could not set lock", "Conflicting lock", "Unique file handle conflict")
-"""What DuckDB's message says when another process holds the file, or (the last) when this process's host instance
-still has it attached: a DETACH is put off while a statement on another store's connection refers to every attached
-database (a catalog query, a name looked up), so a store closed as another one opened is freed a moment later."""
+"""What DuckDB's message says when another process holds the file, or (the last) when another DuckDB instance of this
+process still has it open: DuckDB puts off a DETACH while a statement refers to the database, so a file closed a moment
+ago may still be attached; it is waited for like another process's lock."""
 _PID = re.compile(r"\(PID (\d+)\)")
 DUCKDB_MAGIC = b"DUCK"
 """What every DuckDB database file holds at bytes 8-11 of its header."""

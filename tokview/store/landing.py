@@ -203,8 +203,8 @@ def has_parts(store_file: Path) -> bool:
 
 
 _MERGING = threading.Lock()
-"""One merge at a time in a process: its source is attached as `src` to the instance every store file of the process
-is attached to (`connection._attach`), where two merges' `src` would collide."""
+"""One merge at a time in a process: its source is attached as `src` to the target's host instance
+(`connection._attach`), where two merges into one target would collide."""
 
 
 def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) -> dict[str, int]:
