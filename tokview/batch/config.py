@@ -149,6 +149,7 @@ class BatchConfig:
             trust_remote_code=self.trust_remote_code,
             tokenizer=self.tokenizer,
             model_profile=self.model_profile,
+            sliced=True,  # a run whose plan is big loads the whole tokenizer (`runner._run`)
         )
 
     def run_id(self, identity: dict[str, Any] | None = None) -> str:

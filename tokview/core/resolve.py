@@ -29,14 +29,16 @@ def load_tokenizer_and_profile(
     trust_remote_code: bool = False,
     tokenizer: TokenizerAdapter | None = None,
     model_profile: ModelProfile | None = None,
+    sliced: bool = False,
 ) -> tuple[TokenizerAdapter, ModelProfile]:
-    """Already-loaded objects win (the app holds them); otherwise load and detect by name."""
+    """Already-loaded objects win (the app holds them); otherwise load and detect by name. `sliced`: see
+    `load_tokenizer`."""
     if tokenizer is None:
         if tokenizer_dir is None:
             from tokview.core.kimi_layout import kimi_tokenizer_dir
 
             tokenizer_dir = kimi_tokenizer_dir()
-        tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code)
+        tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code, sliced=sliced)
     if model_profile is None:
         if profile:
             model_profile = get_profile(profile)

@@ -96,7 +96,9 @@ def _byte_decoder() -> dict[str, int]:
     return {c: b for b, c in bytes_to_unicode().items()}
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = False) -> TokenizerAdapter:
+def load_tokenizer(
+    path: str | os.PathLike[str], *, trust_remote_code: bool = False, sliced: bool = False
+) -> TokenizerAdapter:
     """Load a tokenizer from a local directory, never from the hub; `loaded_by` on the result says how.
 
     In order: Kimi's tiktoken layout is read natively (no folder code runs, no transformers import); so is
@@ -105,6 +107,9 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
     otherwise transformers' AutoTokenizer, and when the config names a class the installed transformers
     does not know (transformers 5's `TokenizersBackend` on 4.x, or a newer name) the folder's
     `tokenizer.json` with the config's special tokens and chat template.
+
+    `sliced`: a tokenizer.json read natively is answered from vocabulary slices until `load_whole()` asks for the
+    whole one (`core.vocab_slices`): for a caller that may encode little and wants its first ids soon.
     """
     from tokview.core.tokenizer_folder import FolderError, TokenizerFolder
 
@@ -117,16 +122,17 @@ def load_tokenizer(path: str | os.PathLike[str], *, trust_remote_code: bool = Fa
             return TokenizerAdapter(tok, source=folder.path, loaded_by=LOADED_NATIVE_TIKTOKEN)
         from tokview.core.tokenizer_json import TokenizerJson, plain_folder, read_natively
 
-        if read_natively(folder, trust_remote_code) and (native := TokenizerJson.from_folder(folder)) is not None:
+        native = TokenizerJson.from_folder(folder, sliced=sliced) if read_natively(folder, trust_remote_code) else None
+        if native is not None:
             return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
         if not plain_folder(folder, trust_remote_code):
             return _load_with_transformers(folder, trust_remote_code)
-        return _load_model_class(folder)
+        return _load_model_class(folder, sliced)
     except FolderError as exc:
         raise TokenizerError(str(exc)) from None
 
 
-def _load_model_class(folder: TokenizerFolder) -> TokenizerAdapter:
+def _load_model_class(folder: TokenizerFolder, sliced: bool = False) -> TokenizerAdapter:
     """A folder that names a model-specific class (Qwen3's `Qwen2Tokenizer`) and is otherwise plain: read natively
     once the installed transformers has been seen to build the same tokenizer from it, else loaded by transformers
     (and the two compared, the first time: `tokenizer_equivalence.py`)."""
@@ -135,7 +141,7 @@ def _load_model_class(folder: TokenizerFolder) -> TokenizerAdapter:
 
     key = equivalence.verdict_key(folder)
     verdict = equivalence.known_verdict(key)
-    if verdict and (native := TokenizerJson.from_folder(folder)) is not None:
+    if verdict and (native := TokenizerJson.from_folder(folder, sliced=sliced)) is not None:
         return TokenizerAdapter(native, source=folder.path, loaded_by=LOADED_TOKENIZER_JSON)  # no transformers
     reference = _load_with_transformers(folder, False)
     if verdict is None and key is not None and equivalence.can_remember():
@@ -428,6 +434,13 @@ class TokenizerAdapter:
         if self._vocab_size is None:
             self._vocab_size = len(self.tok)
         return self._vocab_size
+
+    def load_whole(self) -> None:
+        """Load the whole tokenizer in the background if it was loaded as vocabulary slices (`load_tokenizer(sliced=
+        True)`), for work that will encode a lot; nothing otherwise."""
+        load = getattr(self.tok, "load_whole", None)
+        if load is not None:
+            load()
 
     def fingerprint(self) -> str:
         """sha256 over the tokenizer's files (what the manifest records)."""

@@ -1,0 +1,480 @@
+"""Encode with a byte-level BPE tokenizer.json without loading it whole first.
+
+Why. `tokenizers` builds a tokenizer.json's whole vocabulary and merge table before it encodes anything, and
+holds the GIL throughout: Qwen3's (151,643 entries, 151,387 merges) took 0.3-0.5 s on this project's 2-core
+machines, and a small batch's first prompt waited for it (the rest of such a run took ~0.4 s). Yet BPE encodes
+each pre-tokenized word on its own, and a merge only ever joins two adjacent pieces of one word into a token that
+is a substring of that word. So a tokenizer holding only the vocabulary entries that are substrings of a text's
+words, with their merges in the same order, encodes that text to exactly the ids the whole one gives
+(tests/test_vocab_slices.py holds the two to the same ids on random and rendered text).
+
+`SlicedTokenizer` builds such a slice per call (a few ms for a prompt or a 2,000-token answer) from a
+`VocabCache`: the tokens in id order and each token's merge rank and split point, read in ~30 ms. The words come
+from a tokenizer of the same pipeline whose vocabulary is the 256 byte characters (so every added token, the
+normalizer and the pre-tokenizer split exactly as in the whole one). `upgrade()` loads the whole tokenizer on a
+thread, after which every call goes to it: a batch asks for it as soon as its plan is big (`batch.runner`), and
+it happens anyway after `AUTO_UPGRADE_CHARS` characters.
+
+The cache is built by a child process (`python -m tokview.core.vocab_slices FILE`, at a low priority) the first
+time a batch loads a tokenizer.json whole, and is named by the file's sha256, so an edited file is read whole
+until its own cache exists. It is only made for what the argument above holds for: a BPE model without dropout,
+subword prefix or suffix, or byte fallback, whose pre-tokenizer includes ByteLevel (a word is then made of byte
+characters, all in the vocabulary), ids 0..n-1, each token made by at most one merge. Anything else is loaded
+whole, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from array import array
+from itertools import groupby
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.json_cache import cache_path
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from tokenizers import Encoding, Tokenizer
+
+FORMAT = 1
+AUTO_UPGRADE_CHARS = 1_000_000
+"""Characters encoded through slices after which the whole tokenizer is loaded anyway (~1 s of slicing)."""
+MEMO_WORDS = 200_000
+"""Words whose vocabulary entries are remembered (then forgotten all at once)."""
+NOT_SLICEABLE = b"not sliceable\n"
+"""What a cache file holds for a tokenizer.json the argument does not cover (so no child is started again)."""
+
+
+def byte_characters() -> list[str]:
+    """The 256 characters a ByteLevel pre-tokenizer maps bytes to (GPT-2's table)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in kept]
+    table = dict(zip(kept, kept)) | {b: 256 + n for n, b in enumerate(shifted)}
+    return [chr(table[b]) for b in range(256)]
+
+
+def cache_key(data: bytes) -> str:
+    h = hashlib.sha256(f"vocab-slices {FORMAT}\0".encode())
+    h.update(data)
+    return h.hexdigest()[:32]
+
+
+def cache_file(key: str) -> Path | None:
+    return cache_path(f"vocab-slices/{key}.bin")
+
+
+def _uses_byte_level(pre_tokenizer: object) -> bool:
+    if not isinstance(pre_tokenizer, dict):
+        return False
+    if pre_tokenizer.get("type") == "ByteLevel":
+        return True
+    inner = pre_tokenizer.get("pretokenizers")
+    return isinstance(inner, list) and any(_uses_byte_level(p) for p in inner)
+
+
+class VocabCache:
+    """What slices are built from: one tokenizer.json's pipeline without its vocabulary, and the vocabulary."""
+
+    def __init__(self, skeleton: dict[str, Any], tokens: list[str], rank: array[int], split: array[int], max_len: int):
+        self.skeleton = skeleton
+        """The tokenizer.json, its model's vocab and merges left out."""
+        self.tokens = tokens
+        """Token text by id."""
+        self.rank = rank
+        """By id: the index of the merge that makes the token, -1 for none."""
+        self.split = split
+        """By id: where that merge splits the token's text."""
+        self.max_len = max_len
+        """The longest token, in characters: no longer substring can be one."""
+        self.vocab = dict(zip(tokens, range(len(tokens))))
+        self.added = {
+            t["content"]: t["id"] for t in skeleton.get("added_tokens") or () if t["content"] not in self.vocab
+        }
+        """Added tokens the model's vocabulary does not hold: in every slice's, or tokenizers would number them
+        after the slice's last entry."""
+
+    @classmethod
+    def from_spec(cls, spec: object) -> VocabCache | None:
+        """The cache of a parsed tokenizer.json, or None when slices would not encode as it does."""
+        if not isinstance(spec, dict) or spec.get("truncation") is not None or spec.get("padding") is not None:
+            return None
+        model = spec.get("model")
+        if not isinstance(model, dict) or model.get("type") != "BPE" or not _uses_byte_level(spec.get("pre_tokenizer")):
+            return None
+        if any(
+            model.get(k)
+            for k in ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback", "ignore_merges")
+        ):
+            return None  # ignore_merges: a word that is an added token's text would be encoded as that token
+        vocab, merges = model.get("vocab"), model.get("merges")
+        if not isinstance(vocab, dict) or not isinstance(merges, list):
+            return None
+        n = len(vocab)
+        tokens: list[str | None] = [None] * n
+        for token, i in vocab.items():
+            if type(i) is not int or not 0 <= i < n or tokens[i] is not None or "\0" in token:
+                return None
+            tokens[i] = token
+        if any(c not in vocab for c in byte_characters()):
+            return None
+        for added in spec.get("added_tokens") or ():
+            if (
+                not isinstance(added, dict)
+                or not isinstance(added.get("content"), str)
+                or type(added.get("id")) is not int
+            ):
+                return None
+            if vocab.get(added["content"], added["id"]) != added["id"] or (
+                added["content"] not in vocab and added["id"] < n
+            ):
+                return None  # an added token that is also another vocabulary entry
+        rank, split = array("i", [-1]) * n, array("i", [0]) * n
+        for r, merge in enumerate(merges):
+            pair = merge.split(" ") if isinstance(merge, str) else merge
+            if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(p, str) and p for p in pair):
+                return None
+            left, right = pair
+            made = vocab.get(left + right)
+            if made is None or left not in vocab or right not in vocab or rank[made] != -1 or " " in left + right:
+                return None  # a merge tokenizers refuses, or two merges making one token
+            rank[made], split[made] = r, len(left)
+        skeleton = {**spec, "model": {k: v for k, v in model.items() if k not in ("vocab", "merges")}}
+        return cls(skeleton, tokens, rank, split, max(map(len, vocab), default=1))  # type: ignore[arg-type]
+
+    def to_bytes(self) -> bytes:
+        blob = "\0".join(self.tokens).encode("utf-8", "surrogatepass")
+        header = {
+            "format": FORMAT,
+            "count": len(self.tokens),
+            "max_len": self.max_len,
+            "token_bytes": len(blob),
+            "byteorder": sys.byteorder,
+            "skeleton": self.skeleton,
+        }
+        return json.dumps(header).encode() + b"\n" + blob + self.rank.tobytes() + self.split.tobytes()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> VocabCache | None:
+        """None for anything but a whole cache of this format written on a machine of this byte order."""
+        try:
+            end = raw.index(b"\n")
+            header = json.loads(raw[:end])
+            count, size, max_len = header["count"], header["token_bytes"], header["max_len"]
+            if (
+                header["format"] != FORMAT
+                or header["byteorder"] != sys.byteorder
+                or not isinstance(header["skeleton"], dict)
+            ):
+                return None
+            start = end + 1
+            tokens = raw[start : start + size].decode("utf-8", "surrogatepass").split("\0")
+            rank, split = array("i"), array("i")
+            width = rank.itemsize * count
+            rank.frombytes(raw[start + size : start + size + width])
+            split.frombytes(raw[start + size + width : start + size + 2 * width])
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+            return None
+        if len(tokens) != count or len(rank) != count or len(split) != count or len(raw) != start + size + 2 * width:
+            return None
+        return cls(header["skeleton"], tokens, rank, split, int(max_len))
+
+    def tokenizer_of(self, ids: Iterable[int]) -> Tokenizer:
+        """The tokenizer of this pipeline whose vocabulary is `ids`, with the merges among them in their order."""
+        from tokenizers import Tokenizer
+
+        tokens, rank, split = self.tokens, self.rank, self.split
+        kept = sorted(set(ids))
+        vocab = {tokens[i]: i for i in kept} | self.added
+        merges = sorted(
+            (rank[i], i)
+            for i in kept
+            if rank[i] >= 0 and tokens[i][: split[i]] in vocab and tokens[i][split[i] :] in vocab
+        )
+        model = {
+            **self.skeleton["model"],
+            "vocab": vocab,
+            "merges": [f"{tokens[i][: split[i]]} {tokens[i][split[i] :]}" for _, i in merges],
+        }
+        return Tokenizer.from_str(json.dumps({**self.skeleton, "model": model}))
+
+
+def build_cache(json_path: Path) -> Path | None:
+    """Write the cache of a tokenizer.json (or that it is not sliceable); the cache file, None when none was made."""
+    data = json_path.read_bytes()
+    target = cache_file(cache_key(data))
+    if target is None:
+        return None
+    try:
+        spec = json.loads(data)
+    except (ValueError, RecursionError):
+        spec = None
+    cache = VocabCache.from_spec(spec)
+    content = NOT_SLICEABLE if cache is None else cache.to_bytes()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(content)
+        os.replace(temporary, target)
+    except OSError:
+        return None  # a read-only home: the whole tokenizer is loaded each time
+    return None if cache is None else target
+
+
+def start_building(json_path: Path) -> None:
+    """Build the cache in a child process at a low priority, which outlives this one if it must: a whole load
+    already paid for the parse, and parsing it again here would take the GIL from the run."""
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "tokview.core.vocab_slices", str(json_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError:
+        pass  # no cache: the next run loads the whole tokenizer again
+
+
+def sliced_tokenizer(json_path: Path) -> SlicedTokenizer | None:
+    """A sliced tokenizer of this tokenizer.json when its cache exists; otherwise None, and the cache is built
+    (for the next run) unless it was found not sliceable."""
+    try:
+        data = json_path.read_bytes()
+    except OSError:
+        return None
+    target = cache_file(cache_key(data))
+    if target is None:
+        return None
+    try:
+        raw = target.read_bytes()
+    except OSError:
+        start_building(json_path)
+        return None
+    cache = VocabCache.from_bytes(raw)
+    if cache is None:
+        if raw != NOT_SLICEABLE:
+            start_building(json_path)  # a torn or older file: made again
+        return None
+    try:
+        return SlicedTokenizer(cache, data)
+    except Exception:  # a skeleton tokenizers refuses: loaded whole, which says what is wrong
+        return None
+
+
+def _words(encoding: Encoding) -> Iterable[str]:
+    """The words of one encoding by the byte-character tokenizer: its tokens joined by word."""
+    for _, pieces in groupby(zip(encoding.word_ids, encoding.tokens), key=lambda pair: pair[0]):
+        yield "".join(piece for _, piece in pieces)
+
+
+class SlicedTokenizer:
+    """The part of `tokenizers.Tokenizer`'s interface `TokenizerJson` uses, answered from a `VocabCache` and a
+    slice per call until the whole tokenizer is loaded (`upgrade`), then by it."""
+
+    def __init__(self, cache: VocabCache, data: bytes, *, literal: bool = False) -> None:
+        self._cache = cache
+        self._data = data
+        """The tokenizer.json the cache was read for: what `upgrade` parses (the file may change meanwhile)."""
+        self._literal = literal
+        vocab = cache.vocab
+        self._base = {vocab[c] for c in byte_characters()}
+        self._base.update(
+            vocab[t["content"]] for t in cache.skeleton.get("added_tokens") or () if t["content"] in vocab
+        )
+        self._splitter = self._slice(self._base)
+        self._current: tuple[frozenset[int], Tokenizer] = (frozenset(self._base), self._splitter)
+        """The last slice and the ids it holds."""
+        self._word_ids: dict[str, tuple[int, ...]] = {}
+        """The vocabulary entries inside each word seen."""
+        self._added = {int(i): t.content for i, t in self._splitter.get_added_tokens_decoder().items()}
+        self._added_ids = {content: i for i, content in self._added.items()}
+        self._full: Tokenizer | None = None
+        self._lock = threading.Lock()
+        self._loading = False
+        self._sliced_chars = 0
+
+    # -- the whole tokenizer ---------------------------------------------------------------------------------------
+    def upgrade(self) -> None:
+        """Load the whole tokenizer on a thread; calls go to it once it is loaded."""
+        with self._lock:
+            if self._full is not None or self._loading:
+                return
+            self._loading = True
+        threading.Thread(target=self._load_whole, name="tokview-tokenizer-whole", daemon=True).start()
+
+    def whole(self) -> Tokenizer:
+        """The whole tokenizer, loaded here if it was not (what only the whole one can answer)."""
+        if self._full is None:
+            self._load_whole()
+        assert self._full is not None
+        return self._full
+
+    def _load_whole(self) -> None:
+        from tokenizers import Tokenizer
+
+        full = Tokenizer.from_buffer(self._data)
+        if self._literal:
+            full.encode_special_tokens = True
+        self._full = full
+
+    def _slice(self, ids: Iterable[int]) -> Tokenizer:
+        tokenizer = self._cache.tokenizer_of(ids)
+        if self._literal:
+            tokenizer.encode_special_tokens = True
+        return tokenizer
+
+    def _slice_for(self, texts: Sequence[str]) -> Tokenizer:
+        """A slice that encodes `texts` as the whole tokenizer does: one holding every vocabulary entry inside a
+        word of theirs. The last slice is used again when it holds them all (a bigger slice encodes as exactly),
+        else it grows: a run's answers share most of their words, so after a few the slice rarely changes."""
+        found: set[int] = set()
+        memo = self._word_ids
+        for encoding in self._splitter.encode_batch(list(texts), add_special_tokens=False):
+            for word in set(_words(encoding)):
+                ids = memo.get(word)
+                if ids is None:
+                    ids = memo[word] = self._ids_in(word)
+                found.update(ids)
+        if len(memo) > MEMO_WORDS:
+            memo.clear()
+        self._sliced_chars += sum(map(len, texts))
+        if self._sliced_chars > AUTO_UPGRADE_CHARS:
+            self.upgrade()
+        with self._lock:
+            held, tokenizer = self._current
+            if found <= held:
+                return tokenizer
+            held = held | found
+            self._current = (held, self._slice(held))
+            return self._current[1]
+
+    def _ids_in(self, word: str) -> tuple[int, ...]:
+        vocab, n = self._cache.vocab, len(word)
+        max_len = self._cache.max_len
+        ids = (vocab.get(word[i:j]) for i in range(n) for j in range(i + 1, min(n, i + max_len) + 1))
+        return tuple(i for i in ids if i is not None)
+
+    # -- what TokenizerJson asks -----------------------------------------------------------------------------------
+    @property
+    def model(self) -> object:
+        return (self._full or self._splitter).model
+
+    @property
+    def decoder(self) -> object:
+        return (self._full or self._splitter).decoder
+
+    @property
+    def pre_tokenizer(self) -> Any:
+        return (self._full or self._splitter).pre_tokenizer
+
+    @property
+    def normalizer(self) -> Any:
+        return (self._full or self._splitter).normalizer
+
+    @property
+    def post_processor(self) -> Any:
+        return (self._full or self._splitter).post_processor
+
+    @property
+    def encode_special_tokens(self) -> bool:
+        return self._literal
+
+    @encode_special_tokens.setter
+    def encode_special_tokens(self, value: bool) -> None:
+        self._literal = value
+        for tokenizer in (self._full, self._splitter, self._current[1]):
+            if tokenizer is not None:
+                tokenizer.encode_special_tokens = value
+
+    def literal_copy(self) -> SlicedTokenizer | Tokenizer:
+        """A copy that encodes special-token text as text (`encode_special_tokens`)."""
+        if self._full is not None:
+            from tokenizers import Tokenizer
+
+            copy = Tokenizer.from_str(self._full.to_str())
+            copy.encode_special_tokens = True
+            return copy
+        return SlicedTokenizer(self._cache, self._data, literal=True)
+
+    def get_added_tokens_decoder(self) -> Any:
+        return (self._full or self._splitter).get_added_tokens_decoder()
+
+    def get_vocab(self, with_added_tokens: bool = True) -> dict[str, int]:
+        if self._full is not None:
+            return dict(self._full.get_vocab(with_added_tokens=with_added_tokens))
+        vocab = dict(self._cache.vocab)
+        if with_added_tokens:
+            vocab.update(self._added_ids)
+        return vocab
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        if self._full is not None:
+            return int(self._full.get_vocab_size(with_added_tokens=with_added_tokens))
+        return len(self.get_vocab(with_added_tokens)) if with_added_tokens else len(self._cache.tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        if self._full is not None:
+            return self._full.token_to_id(token)
+        found = self._added_ids.get(token)
+        return self._cache.vocab.get(token) if found is None else found
+
+    def id_to_token(self, id: int) -> str | None:
+        if self._full is not None:
+            return self._full.id_to_token(id)
+        if not 0 <= id < 1 << 32:
+            raise OverflowError("can't convert negative int to unsigned" if id < 0 else "int too big to convert")
+        if id in self._added:
+            return self._added[id]
+        return self._cache.tokens[id] if id < len(self._cache.tokens) else None
+
+    def encode(self, sequence: str, add_special_tokens: bool = True) -> Encoding:
+        tokenizer = self._full or self._slice_for([sequence])
+        return tokenizer.encode(sequence, add_special_tokens=add_special_tokens)
+
+    def encode_batch(self, input: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
+        tokenizer = self._full or self._slice_for(input)
+        return tokenizer.encode_batch(list(input), add_special_tokens=add_special_tokens)
+
+    def encode_batch_fast(self, input: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
+        tokenizer = self._full or self._slice_for(input)
+        fast = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+        return list(fast(list(input), add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        if self._full is not None:
+            return str(self._full.decode(list(ids), skip_special_tokens=skip_special_tokens))
+        ids = [int(i) for i in ids]
+        for i in ids:
+            self.id_to_token(i)  # the whole tokenizer's OverflowError for an id outside u32
+        known = len(self._cache.tokens)
+        return str(
+            self._slice(self._base | {i for i in ids if i < known}).decode(ids, skip_special_tokens=skip_special_tokens)
+        )
+
+    def to_str(self) -> str:
+        return str(self.whole().to_str())
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tokview.core.vocab_slices FILE`: build FILE's cache (what `start_building` runs)."""
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    try:
+        build_cache(Path(argv[0]))
+    except (OSError, IndexError):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
