@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.file_digest import file_digest
 from tokview.core.json_cache import cache_path, read_json_cache, write_json_cache
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def identity_key(config: BatchConfig) -> str | None:
         for entry in sorted(os.scandir(directory), key=lambda e: e.name):
             if entry.name.endswith(IDENTITY_SUFFIXES) and entry.is_file():
                 h.update(f"\0{entry.name}\0".encode())
-                h.update(Path(entry.path).read_bytes())
+                h.update(file_digest(entry.path))  # remembered: the verdict and slice cache hash them too
     except OSError:
         return None  # the ordinary path says what is wrong with the folder
     return h.hexdigest()[:32]

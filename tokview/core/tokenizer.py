@@ -374,6 +374,7 @@ class TokenizerAdapter:
         self._renders = RecentRenders()
         self._vocab_size: int | None = None
         self._vocab_fingerprint: str | None = None
+        self._fingerprint: str | None = None
         self.special_ids: frozenset[int] = frozenset(int(i) for i in getattr(tok, "all_special_ids", []))
         added = getattr(tok, "added_tokens_decoder", {}) or {}
         self.added_ids: frozenset[int] = frozenset(int(i) for i in added)
@@ -443,7 +444,13 @@ class TokenizerAdapter:
             load()
 
     def fingerprint(self) -> str:
-        """sha256 over the tokenizer's files (what the manifest records)."""
+        """sha256 over the tokenizer's files (what the manifest records), as they were when first asked: a run
+        asks twice (its identity and its run record) and the files are 16 MB for Qwen3."""
+        if self._fingerprint is None:
+            self._fingerprint = self._files_fingerprint()
+        return self._fingerprint
+
+    def _files_fingerprint(self) -> str:
         h = hashlib.sha256()
         if self.source is not None:
             for name in sorted(

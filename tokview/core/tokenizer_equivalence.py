@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from tokview.core.file_digest import file_digest
 from tokview.core.json_cache import cache_path, cache_writable, read_json_cache, write_json_cache
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def verdict_key(folder: TokenizerFolder) -> str | None:
             files += [e for e in os.scandir(subfolder) if e.is_file()]
         for entry in sorted(files, key=lambda e: e.path):
             h.update(f"\0{os.path.relpath(entry.path, folder.path)}\0".encode())
-            h.update(Path(entry.path).read_bytes())
+            h.update(file_digest(entry.path))  # remembered: the run identity and slice cache hash them too
     except OSError:
         return None
     return h.hexdigest()[:32]

@@ -36,6 +36,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.file_digest import data_digest, file_digest
 from tokview.core.json_cache import cache_path
 
 if TYPE_CHECKING:
@@ -60,10 +61,9 @@ def byte_characters() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def cache_key(data: bytes) -> str:
-    h = hashlib.sha256(f"vocab-slices {FORMAT}\0".encode())
-    h.update(data)
-    return h.hexdigest()[:32]
+def cache_key(digest: bytes) -> str:
+    """The cache's name for a tokenizer.json of this sha256 (`file_digest`)."""
+    return hashlib.sha256(f"vocab-slices {FORMAT}\0".encode() + digest).hexdigest()[:32]
 
 
 def cache_file(key: str) -> Path | None:
@@ -208,7 +208,7 @@ class VocabCache:
 def build_cache(json_path: Path) -> Path | None:
     """Write the cache of a tokenizer.json (or that it is not sliceable); the cache file, None when none was made."""
     data = json_path.read_bytes()
-    target = cache_file(cache_key(data))
+    target = cache_file(cache_key(data_digest(data)))
     if target is None:
         return None
     try:
@@ -247,10 +247,10 @@ def sliced_tokenizer(json_path: Path) -> SlicedTokenizer | None:
     """A sliced tokenizer of this tokenizer.json when its cache exists; otherwise None, and the cache is built
     (for the next run) unless it was found not sliceable."""
     try:
-        data = json_path.read_bytes()
+        digest = file_digest(json_path)  # remembered: the run identity and the equivalence verdict hash it too
     except OSError:
         return None
-    target = cache_file(cache_key(data))
+    target = cache_file(cache_key(digest))
     if target is None:
         return None
     try:
@@ -264,7 +264,7 @@ def sliced_tokenizer(json_path: Path) -> SlicedTokenizer | None:
             start_building(json_path)  # a torn or older file: made again
         return None
     try:
-        return SlicedTokenizer(cache, data)
+        return SlicedTokenizer(cache, json_path, digest)
     except Exception:  # a skeleton tokenizers refuses: loaded whole, which says what is wrong
         return None
 
@@ -279,10 +279,11 @@ class SlicedTokenizer:
     """The part of `tokenizers.Tokenizer`'s interface `TokenizerJson` uses, answered from a `VocabCache` and a
     slice per call until the whole tokenizer is loaded (`upgrade`), then by it."""
 
-    def __init__(self, cache: VocabCache, data: bytes, *, literal: bool = False) -> None:
+    def __init__(self, cache: VocabCache, path: Path, digest: bytes, *, literal: bool = False) -> None:
         self._cache = cache
-        self._data = data
-        """The tokenizer.json the cache was read for: what `upgrade` parses (the file may change meanwhile)."""
+        self._path, self._digest = path, digest
+        """The tokenizer.json the cache was read for, and its sha256: the whole tokenizer is loaded only from the
+        same bytes."""
         self._literal = literal
         vocab = cache.vocab
         self._base = {vocab[c] for c in byte_characters()}
@@ -311,16 +312,28 @@ class SlicedTokenizer:
         threading.Thread(target=self._load_whole, name="tokview-tokenizer-whole", daemon=True).start()
 
     def whole(self) -> Tokenizer:
-        """The whole tokenizer, loaded here if it was not (what only the whole one can answer)."""
+        """The whole tokenizer, loaded here if it was not (what only the whole one can answer). Raises
+        TokenizerError when tokenizer.json has changed since the slices were read."""
         if self._full is None:
             self._load_whole()
-        assert self._full is not None
+        if self._full is None:
+            from tokview.core.tokenizer import TokenizerError
+
+            raise TokenizerError(f"{self._path} changed while it was in use: load the tokenizer again")
         return self._full
 
     def _load_whole(self) -> None:
+        """Parse the file if it still holds the bytes the slices were read for; otherwise the slices go on
+        answering (they are the tokenizer this process started with)."""
         from tokenizers import Tokenizer
 
-        full = Tokenizer.from_buffer(self._data)
+        try:
+            data = self._path.read_bytes()
+        except OSError:
+            return
+        if data_digest(data) != self._digest:
+            return
+        full = Tokenizer.from_buffer(data)
         if self._literal:
             full.encode_special_tokens = True
         self._full = full
@@ -402,7 +415,7 @@ class SlicedTokenizer:
             copy = Tokenizer.from_str(self._full.to_str())
             copy.encode_special_tokens = True
             return copy
-        return SlicedTokenizer(self._cache, self._data, literal=True)
+        return SlicedTokenizer(self._cache, self._path, self._digest, literal=True)
 
     def get_added_tokens_decoder(self) -> Any:
         return (self._full or self._splitter).get_added_tokens_decoder()

@@ -1,0 +1,41 @@
+"""The sha256 of a file's bytes, remembered for the process while the file's status says it is unchanged.
+
+A batch used to read and hash its tokenizer files several times before its first request: for the remembered run
+identity (`batch.identity`), the equivalence verdict (`tokenizer_equivalence`) and the slice cache
+(`vocab_slices`), each reading Qwen3's 16 MB of files again (~20 ms apiece on 2 cores). The status compared
+includes the change time, which every write moves and no user call sets back, so an edited file is hashed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+_known: dict[str, tuple[tuple[int, ...], bytes]] = {}
+_lock = threading.Lock()
+
+
+def _status(path: str) -> tuple[int, ...]:
+    st = os.stat(path)
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def file_digest(path: str | os.PathLike[str]) -> bytes:
+    """sha256 of the file's bytes (OSError as reading it raises)."""
+    name = os.fspath(path)
+    status = _status(name)  # before the read: a file written meanwhile has another status next time
+    with _lock:
+        known = _known.get(name)
+    if known is not None and known[0] == status:
+        return known[1]
+    with open(name, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").digest()
+    with _lock:
+        _known[name] = (status, digest)
+    return digest
+
+
+def data_digest(data: bytes) -> bytes:
+    """What `file_digest` gives for a file holding `data`."""
+    return hashlib.sha256(data).digest()
