@@ -108,27 +108,10 @@ class LandingChild:
     def start(self) -> None:
         """Spawn the child; it imports the store and waits for `begin_run` (or the end of its input: it then ends
         having created nothing)."""
-        # The child runs this tokview, whatever the working folder holds: `-P` keeps the folder off its path,
-        # and the folder this package was imported from goes first.
-        here = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
-        try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "tokview.batch.landing_process"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env=env,
-                start_new_session=True,  # a Ctrl-C on the terminal is the batch's to handle
-            )
-        except OSError:  # no process could be started: land here
-            self._proc = None
-            return
-        try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(json.dumps({"prepare": self.path}).encode() + b"\n")
-            self._proc.stdin.flush()
-        except OSError:  # it is gone already: land here
-            self._drop(kill=True)
+        from tokview.batch import early_landing
+
+        # The one `cli.main` started as the process started, if it is for this store; None: land here
+        self._proc = early_landing.take(self.path) or early_landing.spawn(self.path)
 
     @property
     def sink(self) -> PartSink:

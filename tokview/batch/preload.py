@@ -61,6 +61,10 @@ def start(config: BatchConfig) -> Loaded | None:
         gate.wait()
         if not future.set_running_or_notify_cancel():  # discarded before it was released
             return
+        if config.tokenizer_dir is not None:  # the run record's file hash, on the other core meanwhile
+            from tokview.core.tokenizer import start_files_fingerprint
+
+            start_files_fingerprint(config.tokenizer_dir)
         try:
             future.set_result(config.load_tokenizer_and_profile())
         except BaseException as exc:  # handed to whoever takes it: the same error, raised in the run

@@ -9,12 +9,15 @@ UI, the batch command and the simulator all see the same pieces.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import stat
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from functools import lru_cache
 from itertools import filterfalse
 from pathlib import Path
@@ -94,6 +97,56 @@ def bytes_to_unicode() -> dict[int, str]:
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     return {c: b for b, c in bytes_to_unicode().items()}
+
+
+FINGERPRINTED = ("merges.txt", "tiktoken.model", "tokenizer.json", "tokenizer_config.json", "vocab.json")
+_fingerprints: dict[tuple[str, tuple[tuple[int, ...] | None, ...]], Future[str]] = {}
+_fingerprints_lock = threading.Lock()
+
+
+def files_fingerprint(folder: str | os.PathLike[str]) -> str:
+    """sha256 over a tokenizer folder's files (`TokenizerAdapter.fingerprint`), computed once a process while their
+    status is unchanged, and shared by threads asking at once: `start_files_fingerprint` begins it on a thread of
+    its own, since reading and hashing 16 MB (Qwen3's) leave the GIL to a batch's other start-up work."""
+    statuses: list[tuple[int, ...] | None] = []
+    for name in FINGERPRINTED:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except OSError:
+            statuses.append(None)
+            continue
+        isfile = stat.S_ISREG(st.st_mode)
+        statuses.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) if isfile else None)
+    key = (os.path.abspath(folder), tuple(statuses))
+    with _fingerprints_lock:
+        future = _fingerprints.get(key)
+        mine = future is None
+        if mine:
+            future = _fingerprints[key] = Future()
+    assert future is not None
+    if mine:
+        try:
+            h = hashlib.sha256()
+            for name, status in zip(FINGERPRINTED, statuses):
+                if status is not None:
+                    h.update(name.encode())
+                    h.update(Path(folder, name).read_bytes())
+            future.set_result(h.hexdigest()[:16])
+        except BaseException as exc:
+            with _fingerprints_lock:
+                _fingerprints.pop(key, None)
+            future.set_exception(exc)
+    return future.result()
+
+
+def start_files_fingerprint(folder: str | os.PathLike[str]) -> None:
+    """Begin `files_fingerprint(folder)` on a daemon thread (errors are raised to whoever asks later)."""
+
+    def compute() -> None:
+        with contextlib.suppress(Exception):
+            files_fingerprint(folder)
+
+    threading.Thread(target=compute, name="tokview-fingerprint", daemon=True).start()
 
 
 def load_tokenizer(
@@ -451,18 +504,9 @@ class TokenizerAdapter:
         return self._fingerprint
 
     def _files_fingerprint(self) -> str:
-        h = hashlib.sha256()
         if self.source is not None:
-            for name in sorted(
-                ("tokenizer.json", "tokenizer_config.json", "tiktoken.model", "vocab.json", "merges.txt")
-            ):
-                f = self.source / name
-                if f.is_file():
-                    h.update(name.encode())
-                    h.update(f.read_bytes())
-        else:
-            h.update(str(self.vocab_size).encode())
-        return h.hexdigest()[:16]
+            return files_fingerprint(self.source)
+        return hashlib.sha256(str(self.vocab_size).encode()).hexdigest()[:16]
 
     def vocab_fingerprint(self) -> str:
         """sha256 over the id → token table only: what decides which ids mean what.

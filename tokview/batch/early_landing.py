@@ -1,0 +1,118 @@
+"""The landing child of a `tokview batch` into a new store, started as the process starts.
+
+Why: the child (`landing_process.py`) imports the store package and DuckDB (~0.25 s on 2 cores, half of it DuckDB
+2's own package) and makes a spare store before it can land anything. Started from `run_batch`, ~0.15 s into the
+process, it became the last thing a one-prompt run waited for once the tokenizer loaded in ~0.1 s
+(`core.vocab_slices`): the batch's answer was written and analysed ~0.1 s before the child was ready to land it.
+`cli.main` starts it before it builds the parser, from the command line alone (`batch`, its `--db`, neither
+`--help` nor `--ray`) and only when the store's file does not exist yet; `LandingChild.start` takes it when it was
+started for the same path. One nobody takes (another path, an error before the run began) is told to end at exit:
+its input closes, so it removes its spare and exits, as for any run that never begins.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+UNTAKEN_WAIT_S = 5.0
+"""How long the exit waits for an untaken child to remove its spare (it has nothing else to do)."""
+
+_started: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def spawn(path: str) -> subprocess.Popen[bytes] | None:
+    """Start a landing child and tell it the store it will make (`{"prepare": path}`); None when none could start."""
+    # The child runs this tokview, whatever the working folder holds: `-P` keeps the folder off its path,
+    # and the folder this package was imported from goes first.
+    here = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "tokview.batch.landing_process"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # a Ctrl-C on the terminal is the batch's to handle
+        )
+    except OSError:
+        return None
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"prepare": path}).encode() + b"\n")
+        proc.stdin.flush()
+    except OSError:  # it is gone already
+        _end(proc, kill=True)
+        return None
+    return proc
+
+
+def batch_store(argv: Sequence[str]) -> str | None:
+    """The store a `tokview batch` command line plainly names (its `--db`, else the default); None for any other
+    command, for `--help` and `--ray` (whose runs land in this process), and for a flag spelled otherwise (an
+    abbreviation): the run then starts its child itself, as before."""
+    from tokview.default_store import DEFAULT_DB
+
+    if not argv or argv[0] != "batch":
+        return None
+    path = DEFAULT_DB
+    rest = list(argv[1:])
+    for i, arg in enumerate(rest):
+        if arg in ("-h", "--help", "--ray") or arg.startswith("--ray="):
+            return None
+        if arg == "--db":
+            if i + 1 >= len(rest):
+                return None
+            path = rest[i + 1]
+        elif arg.startswith("--db="):
+            path = arg.removeprefix("--db=")
+    return path if path.strip() else None
+
+
+def start_early(argv: Sequence[str]) -> None:
+    """Start the child for the new store this command line names, if it names one that does not exist yet."""
+    from tokview.batch.store_opener import StoreOpener
+
+    path = batch_store(argv)
+    if path is None or path in _started or not StoreOpener(path).holds_nothing():
+        return
+    proc = spawn(path)
+    if proc is not None:
+        if not _started:
+            atexit.register(_end_untaken)
+        _started[path] = proc
+
+
+def take(path: str) -> subprocess.Popen[bytes] | None:
+    """The child `start_early` started for this path, if it is still running (then it is the caller's)."""
+    proc = _started.pop(path, None)
+    if proc is not None and proc.poll() is not None:
+        _end(proc)
+        return None
+    return proc
+
+
+def _end_untaken() -> None:
+    for path in list(_started):
+        _end(_started.pop(path))
+
+
+def _end(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    if kill:
+        proc.kill()
+    try:
+        proc.wait(timeout=UNTAKEN_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
