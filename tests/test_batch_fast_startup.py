@@ -21,9 +21,9 @@ def _counting_config(tokenizer_dir) -> tuple[BatchConfig, threading.Event]:
     loading = threading.Event()
     load = config.load_tokenizer_and_profile
 
-    def counted():
+    def counted(*, sliced=True):
         loading.set()
-        return load()
+        return load(sliced=sliced)
 
     config.load_tokenizer_and_profile = counted  # type: ignore[method-assign]
     return config, loading
@@ -275,8 +275,8 @@ def test_a_cancel_while_the_tokenizer_loads_writes_nothing_and_leaves_no_connect
         if cancel_when == "load":
             load = config.tokenizer_and_profile
 
-            def loaded():
-                out = load()
+            def loaded(*, sliced=True):
+                out = load(sliced=sliced)
                 opened_ahead = tmp_path / db  # the landing child opened the new store as the tokenizer loaded
                 deadline = time.monotonic() + 30
                 while not opened_ahead.exists():

@@ -104,15 +104,15 @@ class BatchConfig:
         """
         return {**self.generation_settings(), **(identity or {})}
 
-    def tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:
+    def tokenizer_and_profile(self, *, sliced: bool = True) -> tuple[TokenizerAdapter, ModelProfile]:
         """The tokenizer and profile this run uses: the loaded ones it was given, else the ones `preload.start`
-        is loading, else loaded from its flags now."""
+        is loading, else loaded from its flags now (`sliced`: see `load_tokenizer_and_profile`)."""
         from tokview.batch import preload
 
         started = preload.take(self)
         if started is not None:
             return started.result()
-        return self.load_tokenizer_and_profile()
+        return self.load_tokenizer_and_profile(sliced=sliced)
 
     def server_pool(
         self,
@@ -140,7 +140,10 @@ class BatchConfig:
             probe_kwargs=probe_kwargs,
         )
 
-    def load_tokenizer_and_profile(self) -> tuple[TokenizerAdapter, ModelProfile]:
+    def load_tokenizer_and_profile(self, *, sliced: bool = True) -> tuple[TokenizerAdapter, ModelProfile]:
+        """`sliced`: a tokenizer.json is answered from vocabulary slices until the run asks for the whole one
+        (`core.vocab_slices`; `runner.SLICED_SAMPLES`); a `--workers` child or a Ray shard, which has much to
+        encode, loads it whole at once."""
         from tokview.core.resolve import load_tokenizer_and_profile
 
         return load_tokenizer_and_profile(
@@ -149,7 +152,7 @@ class BatchConfig:
             trust_remote_code=self.trust_remote_code,
             tokenizer=self.tokenizer,
             model_profile=self.model_profile,
-            sliced=True,  # a run whose plan is big loads the whole tokenizer (`runner._run`)
+            sliced=sliced,
         )
 
     def run_id(self, identity: dict[str, Any] | None = None) -> str:

@@ -110,8 +110,7 @@ async def _shard(config: BatchConfig, run_id: str, items: Shard) -> dict[str, An
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.writer_thread import GroupWriter
 
-    tokenizer, profile = config.tokenizer_and_profile()
-    tokenizer.load_whole()  # a shard has much to encode
+    tokenizer, profile = config.tokenizer_and_profile(sliced=False)  # a shard has much to encode
     pool = config.server_pool(tokenizer, profile)
     sink = CollectingSink(config.servers)
     writer = GroupWriter(sink, profile=profile, tokenizer=tokenizer, run_id=run_id, ingest=False)

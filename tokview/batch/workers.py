@@ -649,8 +649,7 @@ async def _child(config: BatchConfig, link: _Link) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, cancel.set)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since the spawn: a Ctrl-C now cancels
-    tokenizer, profile = config.tokenizer_and_profile()  # while the parent loads its own and plans
-    tokenizer.load_whole()  # a run with workers has much to encode
+    tokenizer, profile = config.tokenizer_and_profile(sliced=False)  # while the parent loads its own and plans
     pool = config.server_pool(tokenizer, profile)
     try:
         await pool.start()

@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from array import array
 from itertools import groupby
 from pathlib import Path
@@ -44,9 +45,11 @@ if TYPE_CHECKING:
 
     from tokenizers import Encoding, Tokenizer
 
-FORMAT = 1
+FORMAT = 2
 AUTO_UPGRADE_CHARS = 1_000_000
 """Characters encoded through slices after which the whole tokenizer is loaded anyway (~1 s of slicing)."""
+LOOKUP_BUDGET = 400_000
+"""Substring lookups one call may make (~50 ms) before the whole tokenizer encodes it instead."""
 MEMO_WORDS = 200_000
 """Words whose vocabulary entries are remembered (then forgotten all at once)."""
 NOT_SLICEABLE = b"not sliceable\n"
@@ -70,13 +73,46 @@ def cache_file(key: str) -> Path | None:
     return cache_path(f"vocab-slices/{key}.bin")
 
 
-def _uses_byte_level(pre_tokenizer: object) -> bool:
+SPLITTING_ONLY = frozenset({"Split", "Digits", "Punctuation", "Whitespace", "WhitespaceSplit", "CharDelimiterSplit"})
+"""Pre-tokenizers that only cut text, adding no character (Metaspace's "▁" after ByteLevel would be a character the
+splitter's 256-entry vocabulary lacks, and its words would miss the entries holding it)."""
+
+
+def _byte_level_only(pre_tokenizer: object) -> bool:
+    """A ByteLevel pre-tokenizer, alone or in a Sequence of it and pre-tokenizers that only cut the text."""
     if not isinstance(pre_tokenizer, dict):
         return False
     if pre_tokenizer.get("type") == "ByteLevel":
         return True
     inner = pre_tokenizer.get("pretokenizers")
-    return isinstance(inner, list) and any(_uses_byte_level(p) for p in inner)
+    if pre_tokenizer.get("type") != "Sequence" or not isinstance(inner, list):
+        return False
+    kinds = [p.get("type") if isinstance(p, dict) else None for p in inner]
+    return "ByteLevel" in kinds and all(k == "ByteLevel" or k in SPLITTING_ONLY for k in kinds)
+
+
+def numbered_added_tokens(added_tokens: object, vocab: dict[str, int]) -> dict[str, int] | None:
+    """content → id of a tokenizer.json's added tokens as `tokenizers` numbers them on loading (it ignores the ids
+    the file declares: a content the model's vocabulary holds gets its id, any other the next id past the
+    vocabulary, in order, a repeated content its first id, an empty one none); None when the file declares any
+    other id (an edited file: slices would not number them as the whole tokenizer does)."""
+    if not isinstance(added_tokens, list):
+        return None if added_tokens is not None else {}
+    numbered: dict[str, int] = {}
+    next_id = len(vocab)
+    for added in added_tokens:
+        if not isinstance(added, dict) or not isinstance(added.get("content"), str) or type(added.get("id")) is not int:
+            return None
+        content = added["content"]
+        if not content:
+            return None  # unnumbered by tokenizers: too odd to slice
+        want = vocab.get(content, numbered.get(content))
+        if want is None:
+            want, next_id = next_id, next_id + 1
+        if added["id"] != want:
+            return None
+        numbered.setdefault(content, want)
+    return numbered
 
 
 class VocabCache:
@@ -94,9 +130,10 @@ class VocabCache:
         self.max_len = max_len
         """The longest token, in characters: no longer substring can be one."""
         self.vocab = dict(zip(tokens, range(len(tokens))))
-        self.added = {
-            t["content"]: t["id"] for t in skeleton.get("added_tokens") or () if t["content"] not in self.vocab
-        }
+        numbered = numbered_added_tokens(skeleton.get("added_tokens"), self.vocab)
+        if numbered is None:
+            raise ValueError("added tokens numbered otherwise than tokenizers numbers them")
+        self.added = {content: i for content, i in numbered.items() if content not in self.vocab}
         """Added tokens the model's vocabulary does not hold: in every slice's, or tokenizers would number them
         after the slice's last entry."""
 
@@ -106,7 +143,7 @@ class VocabCache:
         if not isinstance(spec, dict) or spec.get("truncation") is not None or spec.get("padding") is not None:
             return None
         model = spec.get("model")
-        if not isinstance(model, dict) or model.get("type") != "BPE" or not _uses_byte_level(spec.get("pre_tokenizer")):
+        if not isinstance(model, dict) or model.get("type") != "BPE" or not _byte_level_only(spec.get("pre_tokenizer")):
             return None
         if any(
             model.get(k)
@@ -124,17 +161,8 @@ class VocabCache:
             tokens[i] = token
         if any(c not in vocab for c in byte_characters()):
             return None
-        for added in spec.get("added_tokens") or ():
-            if (
-                not isinstance(added, dict)
-                or not isinstance(added.get("content"), str)
-                or type(added.get("id")) is not int
-            ):
-                return None
-            if vocab.get(added["content"], added["id"]) != added["id"] or (
-                added["content"] not in vocab and added["id"] < n
-            ):
-                return None  # an added token that is also another vocabulary entry
+        if numbered_added_tokens(spec.get("added_tokens"), vocab) is None:
+            return None
         rank, split = array("i", [-1]) * n, array("i", [0]) * n
         for r, merge in enumerate(merges):
             pair = merge.split(" ") if isinstance(merge, str) else merge
@@ -150,7 +178,7 @@ class VocabCache:
 
     def to_bytes(self) -> bytes:
         blob = "\0".join(self.tokens).encode("utf-8", "surrogatepass")
-        header = {
+        header: dict[str, object] = {
             "format": FORMAT,
             "count": len(self.tokens),
             "max_len": self.max_len,
@@ -158,32 +186,40 @@ class VocabCache:
             "byteorder": sys.byteorder,
             "skeleton": self.skeleton,
         }
-        return json.dumps(header).encode() + b"\n" + blob + self.rank.tobytes() + self.split.tobytes()
+        body = blob + self.rank.tobytes() + self.split.tobytes()
+        header["body_sha256"] = hashlib.sha256(body).hexdigest()
+        return json.dumps(header).encode() + b"\n" + body
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> VocabCache | None:
-        """None for anything but a whole cache of this format written on a machine of this byte order."""
+        """None for anything but a whole, undamaged cache of this format written on a machine of this byte order
+        (its body's sha256 is in its header: a flipped byte would otherwise give other ids, silently)."""
         try:
             end = raw.index(b"\n")
             header = json.loads(raw[:end])
-            count, size, max_len = header["count"], header["token_bytes"], header["max_len"]
-            if (
-                header["format"] != FORMAT
-                or header["byteorder"] != sys.byteorder
-                or not isinstance(header["skeleton"], dict)
-            ):
+            count, size, max_len, skeleton = (
+                header["count"],
+                header["token_bytes"],
+                header["max_len"],
+                header["skeleton"],
+            )
+            if header["format"] != FORMAT or header["byteorder"] != sys.byteorder or not isinstance(skeleton, dict):
                 return None
-            start = end + 1
-            tokens = raw[start : start + size].decode("utf-8", "surrogatepass").split("\0")
+            if any(type(v) is not int or v < 1 for v in (count, size, max_len)):
+                return None
+            body = raw[end + 1 :]
+            if hashlib.sha256(body).hexdigest() != header["body_sha256"]:
+                return None
+            tokens = body[:size].decode("utf-8", "surrogatepass").split("\0")
             rank, split = array("i"), array("i")
             width = rank.itemsize * count
-            rank.frombytes(raw[start + size : start + size + width])
-            split.frombytes(raw[start + size + width : start + size + 2 * width])
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+            rank.frombytes(body[size : size + width])
+            split.frombytes(body[size + width : size + 2 * width])
+            if len(tokens) != count or len(rank) != count or len(split) != count or len(body) != size + 2 * width:
+                return None
+            return cls(skeleton, tokens, rank, split, max_len)
+        except Exception:  # a damaged file of the right length and hash is not expected; any error: read it whole
             return None
-        if len(tokens) != count or len(rank) != count or len(split) != count or len(raw) != start + size + 2 * width:
-            return None
-        return cls(header["skeleton"], tokens, rank, split, int(max_len))
 
     def tokenizer_of(self, ids: Iterable[int]) -> Tokenizer:
         """The tokenizer of this pipeline whose vocabulary is `ids`, with the merges among them in their order."""
@@ -217,30 +253,65 @@ def build_cache(json_path: Path) -> Path | None:
         spec = None
     cache = VocabCache.from_spec(spec)
     content = NOT_SLICEABLE if cache is None else cache.to_bytes()
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         temporary.write_bytes(content)
         os.replace(temporary, target)
     except OSError:
-        return None  # a read-only home: the whole tokenizer is loaded each time
+        temporary.unlink(missing_ok=True)
+        return None  # a read-only home or a full disk: the whole tokenizer is loaded each time
+    finally:
+        _building_marker(target).unlink(missing_ok=True)
     return None if cache is None else target
 
 
-def start_building(json_path: Path) -> None:
-    """Build the cache in a child process at a low priority, which outlives this one if it must: a whole load
-    already paid for the parse, and parsing it again here would take the GIL from the run."""
+BUILDING_STALE_S = 300.0
+"""A "building" marker older than this is a builder that died: another may start."""
+
+
+def _building_marker(target: Path) -> Path:
+    return target.with_name(target.name + ".building")
+
+
+def start_building(json_path: Path, target: Path) -> None:
+    """Build the cache in a child process at a low priority (parsing the file here would hold the GIL the run
+    needs; the child may outlive this process). Only where the cache can be written, and one builder at a time
+    (a marker made with O_EXCL): a `--workers` run's processes, or a read-only home, do not start one each."""
+    from tokview.core.json_cache import cache_writable
+
+    if not cache_writable(target):
+        return
+    marker = _building_marker(target)
     try:
-        subprocess.Popen(
-            [sys.executable, "-m", "tokview.core.vocab_slices", str(json_path)],
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        try:
+            if time.time() - marker.stat().st_mtime < BUILDING_STALE_S:
+                return
+            marker.unlink(missing_ok=True)
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:
+            return
+    except OSError:
+        return
+    os.close(fd)
+    here = str(Path(__file__).resolve().parents[2])  # this tokview, whatever the working folder holds
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "tokview.core.vocab_slices", str(json_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,
             close_fds=True,
         )
     except OSError:
-        pass  # no cache: the next run loads the whole tokenizer again
+        marker.unlink(missing_ok=True)
+        return  # no cache: the next run loads the whole tokenizer again
+    threading.Thread(target=proc.wait, name="tokview-slices-builder", daemon=True).start()  # reaped, no zombie
 
 
 def sliced_tokenizer(json_path: Path) -> SlicedTokenizer | None:
@@ -256,12 +327,12 @@ def sliced_tokenizer(json_path: Path) -> SlicedTokenizer | None:
     try:
         raw = target.read_bytes()
     except OSError:
-        start_building(json_path)
+        start_building(json_path, target)
         return None
     cache = VocabCache.from_bytes(raw)
     if cache is None:
         if raw != NOT_SLICEABLE:
-            start_building(json_path)  # a torn or older file: made again
+            start_building(json_path, target)  # a torn or damaged file: made again
         return None
     try:
         return SlicedTokenizer(cache, json_path, digest)
@@ -290,6 +361,9 @@ class SlicedTokenizer:
         self._base.update(
             vocab[t["content"]] for t in cache.skeleton.get("added_tokens") or () if t["content"] in vocab
         )
+        unk = cache.skeleton["model"].get("unk_token")
+        if isinstance(unk, str) and unk in vocab:
+            self._base.add(vocab[unk])
         self._splitter = self._slice(self._base)
         self._current: tuple[frozenset[int], Tokenizer] = (frozenset(self._base), self._splitter)
         """The last slice and the ids it holds."""
@@ -299,44 +373,68 @@ class SlicedTokenizer:
         self._added_ids = {content: i for i, content in self._added.items()}
         self._full: Tokenizer | None = None
         self._lock = threading.Lock()
-        self._loading = False
+        self._loading: threading.Event | None = None
+        """Set when a load of the whole tokenizer has begun; the event is set when it has ended."""
         self._sliced_chars = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (`copy.deepcopy`, a pickle) is made from the same cache and file, sliced again."""
+        return {"cache": self._cache, "path": self._path, "digest": self._digest, "literal": self._literal}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["cache"], state["path"], state["digest"], literal=state["literal"])  # type: ignore[misc]
 
     # -- the whole tokenizer ---------------------------------------------------------------------------------------
     def upgrade(self) -> None:
         """Load the whole tokenizer on a thread; calls go to it once it is loaded."""
         with self._lock:
-            if self._full is not None or self._loading:
+            if self._full is not None or self._loading is not None:
                 return
-            self._loading = True
-        threading.Thread(target=self._load_whole, name="tokview-tokenizer-whole", daemon=True).start()
+            self._loading = loading = threading.Event()
+        threading.Thread(target=self._load_whole, args=(loading,), name="tokview-tokenizer-whole", daemon=True).start()
+
+    @property
+    def upgrading(self) -> bool:
+        """Whether the whole tokenizer is loaded or being loaded."""
+        return self._full is not None or self._loading is not None
 
     def whole(self) -> Tokenizer:
-        """The whole tokenizer, loaded here if it was not (what only the whole one can answer). Raises
+        """The whole tokenizer, loaded here if it was not (a load begun by `upgrade` is waited for). Raises
         TokenizerError when tokenizer.json has changed since the slices were read."""
-        if self._full is None:
-            self._load_whole()
+        with self._lock:
+            loading = self._loading
+            if loading is None and self._full is None:
+                self._loading = loading = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if mine:
+            assert loading is not None
+            self._load_whole(loading)
+        elif loading is not None:
+            loading.wait()
         if self._full is None:
             from tokview.core.tokenizer import TokenizerError
 
             raise TokenizerError(f"{self._path} changed while it was in use: load the tokenizer again")
         return self._full
 
-    def _load_whole(self) -> None:
+    def _load_whole(self, done: threading.Event) -> None:
         """Parse the file if it still holds the bytes the slices were read for; otherwise the slices go on
         answering (they are the tokenizer this process started with)."""
         from tokenizers import Tokenizer
 
         try:
             data = self._path.read_bytes()
-        except OSError:
-            return
-        if data_digest(data) != self._digest:
-            return
-        full = Tokenizer.from_buffer(data)
-        if self._literal:
-            full.encode_special_tokens = True
-        self._full = full
+            if data_digest(data) == self._digest:
+                full = Tokenizer.from_buffer(data)
+                if self._literal:
+                    full.encode_special_tokens = True
+                self._full = full
+        except Exception:  # unreadable, or refused: the slices go on answering
+            pass
+        finally:
+            done.set()
 
     def _slice(self, ids: Iterable[int]) -> Tokenizer:
         tokenizer = self._cache.tokenizer_of(ids)
@@ -347,15 +445,23 @@ class SlicedTokenizer:
     def _slice_for(self, texts: Sequence[str]) -> Tokenizer:
         """A slice that encodes `texts` as the whole tokenizer does: one holding every vocabulary entry inside a
         word of theirs. The last slice is used again when it holds them all (a bigger slice encodes as exactly),
-        else it grows: a run's answers share most of their words, so after a few the slice rarely changes."""
-        found: set[int] = set()
+        else it grows: a run's answers share most of their words, so after a few the slice rarely changes. Text
+        whose new words would take more than `LOOKUP_BUDGET` lookups (a long run of one kind of character: minified
+        code, base64) goes to the whole tokenizer instead."""
         memo = self._word_ids
+        words: set[str] = set()
         for encoding in self._splitter.encode_batch(list(texts), add_special_tokens=False):
-            for word in set(_words(encoding)):
-                ids = memo.get(word)
-                if ids is None:
-                    ids = memo[word] = self._ids_in(word)
-                found.update(ids)
+            words.update(_words(encoding))
+        new = [w for w in words if w not in memo]
+        max_len = self._cache.max_len
+        if sum(len(w) * min(len(w), max_len) for w in new) > LOOKUP_BUDGET:
+            return self.whole()
+        found: set[int] = set()
+        for word in words:
+            ids = memo.get(word)
+            if ids is None:
+                ids = memo[word] = self._ids_in(word)
+            found.update(ids)
         if len(memo) > MEMO_WORDS:
             memo.clear()
         self._sliced_chars += sum(map(len, texts))
@@ -412,10 +518,13 @@ class SlicedTokenizer:
         if self._full is not None:
             from tokenizers import Tokenizer
 
-            copy = Tokenizer.from_str(self._full.to_str())
-            copy.encode_special_tokens = True
-            return copy
-        return SlicedTokenizer(self._cache, self._path, self._digest, literal=True)
+            whole = Tokenizer.from_str(self._full.to_str())
+            whole.encode_special_tokens = True
+            return whole
+        sliced = SlicedTokenizer(self._cache, self._path, self._digest, literal=True)
+        if self.upgrading:  # asked for the whole one: so is the copy
+            sliced.upgrade()
+        return sliced
 
     def get_added_tokens_decoder(self) -> Any:
         return (self._full or self._splitter).get_added_tokens_decoder()
@@ -444,8 +553,8 @@ class SlicedTokenizer:
             return self._full.id_to_token(id)
         if not 0 <= id < 1 << 32:
             raise OverflowError("can't convert negative int to unsigned" if id < 0 else "int too big to convert")
-        if id in self._added:
-            return self._added[id]
+        if id in self._added:  # as the whole one shows it (tokenizers 0.23 shows a normalized token normalized)
+            return self._splitter.id_to_token(id)
         return self._cache.tokens[id] if id < len(self._cache.tokens) else None
 
     def encode(self, sequence: str, add_special_tokens: bool = True) -> Encoding:
