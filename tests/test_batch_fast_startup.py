@@ -59,9 +59,9 @@ import json, socket, sys
 from tokview.batch.config import BatchConfig
 seen = {}
 load = BatchConfig.load_tokenizer_and_profile
-def counted(self):
+def counted(self, **kw):
     seen.setdefault("tokenizer_load_began_before_the_first_request", "first_request" not in seen)
-    return load(self)
+    return load(self, **kw)
 BatchConfig.load_tokenizer_and_profile = counted
 connect = socket.socket.connect
 def first(self, address):
@@ -138,9 +138,9 @@ def test_a_resume_with_nothing_left_never_loads_the_tokenizer(tmp_path, monkeypa
     loads: list[str] = []
     load = BatchConfig.load_tokenizer_and_profile
 
-    def counted(self):
+    def counted(self, **kw):
         loads.append(str(self.tokenizer_dir))
-        return load(self)
+        return load(self, **kw)
 
     monkeypatch.setattr(BatchConfig, "load_tokenizer_and_profile", counted)
     with start_simulator(SimConfig(kind="vllm")) as sim:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.file_digest import data_digest, file_digest
 from tokview.core.json_cache import cache_path
+from tokview.errors import TokviewError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -54,6 +55,10 @@ MEMO_WORDS = 200_000
 """Words whose vocabulary entries are remembered (then forgotten all at once)."""
 NOT_SLICEABLE = b"not sliceable\n"
 """What a cache file holds for a tokenizer.json the argument does not cover (so no child is started again)."""
+
+
+class TokenizerFileChanged(TokviewError):
+    """tokenizer.json no longer holds the bytes the slices were read from, and the whole tokenizer was needed."""
 
 
 def byte_characters() -> list[str]:
@@ -414,9 +419,7 @@ class SlicedTokenizer:
         elif loading is not None:
             loading.wait()
         if self._full is None:
-            from tokview.core.tokenizer import TokenizerError
-
-            raise TokenizerError(f"{self._path} changed while it was in use: load the tokenizer again")
+            raise TokenizerFileChanged(f"{self._path} changed while it was in use: load the tokenizer again")
         return self._full
 
     def _load_whole(self, done: threading.Event) -> None:
