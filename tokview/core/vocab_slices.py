@@ -458,7 +458,10 @@ class SlicedTokenizer:
         new = [w for w in words if w not in memo]
         max_len = self._cache.max_len
         if sum(len(w) * min(len(w), max_len) for w in new) > LOOKUP_BUDGET:
-            return self.whole()
+            try:
+                return self.whole()
+            except TokenizerFileChanged:
+                pass  # the file is not the one this process started with: the slices still are, only slower
         found: set[int] = set()
         for word in words:
             ids = memo.get(word)
