@@ -140,3 +140,20 @@ def test_another_process_reads_what_this_one_compiled(fresh, qwen_tok_dir):
         [sys.executable, "-c", code], input=source, capture_output=True, text=True, check=True, env=os.environ
     )
     assert out.stdout == expected
+
+
+def test_a_template_holding_a_lone_surrogate_still_renders(fresh):
+    """JSON escapes let a template hold one; Jinja's cache checksum cannot encode it, so it is compiled each time."""
+    assert render("{{ '\\ud800' }}x") == "\ud800x"
+
+
+def test_a_cache_folder_others_can_write_is_not_used(fresh):
+    """Jinja runs what the folder holds: one that is group- or world-writable is left alone."""
+    import jinja2
+
+    folder = fresh / f"{chat_template.TEMPLATE_CODE}-jinja{jinja2.__version__}-{sys.implementation.cache_tag}"
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    assert chat_template._bytecode_cache(jinja2.__version__) is None
+    assert render("{{ messages[0].content }}") == "Be brief."
+    assert compiled_files(fresh) == []

@@ -44,6 +44,10 @@ def _no_leftover_children():
         (["batch", "p.jsonl", "--db"], None),
         (["batch", "p.jsonl", "--db", "  "], None),
         (["export", "--db", "a.duckdb"], None),
+        (["batch", "p.jsonl", "--d", "a.duckdb"], None),  # argparse reads --d as --db: left to the run
+        (["batch", "p.jsonl", "--ra", "auto"], None),
+        (["batch", "p.jsonl", "--he"], None),
+        (["batch", "p.jsonl", "--dry-run", "--db", "a.duckdb"], "a.duckdb"),  # not a prefix of these flags
         ([], None),
     ],
 )
@@ -58,6 +62,20 @@ def leftovers(folder: Path) -> list[str]:
         for p in folder.iterdir()
         if p.name != "p.jsonl" and not (p.name.endswith(".parts") and p.is_dir() and not any(p.iterdir()))
     )
+
+
+@pytest.mark.parametrize("db", ["a" * 300 + ".duckdb", "~no-such-user-here/x.duckdb"])
+def test_a_path_the_file_system_refuses_starts_no_child_and_raises_nothing(db):
+    early.start_early(["batch", "p.jsonl", "--db", db])
+    assert early.take(db) is None
+
+
+def test_a_cli_run_with_a_path_too_long_says_so_in_one_line(tmp_path):
+    prompts = prompts_file(tmp_path / "p.jsonl", 1)
+    argv = ["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(tmp_path / ("a" * 300))]
+    done = subprocess.run([sys.executable, "-m", "tokview", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
 
 
 def test_a_child_is_started_only_for_a_store_that_does_not_exist(tmp_path):

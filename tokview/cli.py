@@ -178,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
-    if argv is None and args_in[0] == "batch":
-        from tokview.batch.early_landing import start_early
-
-        start_early(args_in)  # its imports overlap ours from here, not from the run's start (~0.1 s later)
     try:
+        if argv is None and args_in[0] == "batch":
+            from tokview.batch.early_landing import start_early
+
+            start_early(args_in)  # its imports overlap ours from here, not from the run's start (~0.1 s later)
         parser = build_parser(args_in[0] if args_in[0] in COMMANDS else None)
         args = parser.parse_args(args_in)
     except UsageError as exc:

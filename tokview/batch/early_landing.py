@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+FLAGS = ("--db", "--ray", "--help")
 UNTAKEN_WAIT_S = 5.0
 """How long the exit waits for an untaken child to remove its spare (it has nothing else to do)."""
 
@@ -65,6 +66,9 @@ def batch_store(argv: Sequence[str]) -> str | None:
     for i, arg in enumerate(rest):
         if arg in ("-h", "--help", "--ray") or arg.startswith("--ray="):
             return None
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and len(flag) > 2 and flag not in FLAGS and any(f.startswith(flag) for f in FLAGS):
+            return None  # an abbreviation argparse would take for one of these
         if arg == "--db":
             if i + 1 >= len(rest):
                 return None
@@ -79,7 +83,10 @@ def start_early(argv: Sequence[str]) -> None:
     from tokview.batch.store_opener import StoreOpener
 
     path = batch_store(argv)
-    if path is None or path in _started or not StoreOpener(path).holds_nothing():
+    try:
+        if path is None or path in _started or not StoreOpener(path).holds_nothing():
+            return
+    except Exception:  # a path the run itself will report on (too long, an unknown ~user): only a speed-up lost
         return
     proc = spawn(path)
     if proc is not None:
@@ -99,10 +106,15 @@ def take(path: str) -> subprocess.Popen[bytes] | None:
 
 def _end_untaken() -> None:
     for path in list(_started):
-        _end(_started.pop(path))
+        proc = _started.pop(path)
+        if not _end(proc):  # killed: its spare is its own (named by its pid), removed here
+            from tokview.batch.landing_process import remove_database, spare_path
+
+            remove_database(spare_path(path, proc.pid))
 
 
-def _end(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+def _end(proc: subprocess.Popen[bytes], *, kill: bool = False) -> bool:
+    """Close its pipes and wait for it; False when it had to be killed after `UNTAKEN_WAIT_S`."""
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream is not None:
@@ -116,3 +128,5 @@ def _end(proc: subprocess.Popen[bytes], *, kill: bool = False) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return False
+    return not kill

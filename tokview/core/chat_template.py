@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import lru_cache
@@ -63,13 +65,17 @@ def compile_template(source: str) -> Template:
         def _body(self, caller: Callable[[], str]) -> str:
             return caller()
 
-    name = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    try:
+        name = hashlib.sha256(source.encode("utf-8")).hexdigest()[:32]
+        cache = _bytecode_cache(jinja2.__version__)
+    except UnicodeEncodeError:  # a lone surrogate (JSON escapes allow one): Jinja's checksum would refuse it
+        name, cache = "chat_template", None
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[GenerationTag, loopcontrols],
         loader=jinja2.DictLoader({name: source}),
-        bytecode_cache=_bytecode_cache(jinja2.__version__),
+        bytecode_cache=cache,
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -111,13 +117,16 @@ def _bytecode_cache(jinja_version: str) -> BytecodeCache | None:
 
     from tokview.core.json_cache import cache_path
 
-    folder = cache_path(f"{TEMPLATE_CODE}-jinja{jinja_version}")
+    folder = cache_path(f"{TEMPLATE_CODE}-jinja{jinja_version}-{sys.implementation.cache_tag}")
     if folder is None:
         return None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        status = folder.stat()
     except OSError:
         return None  # compiled each time
+    if status.st_uid != os.getuid() or status.st_mode & 0o022:
+        return None  # Jinja runs what is in it: only a folder no one else can write (as its own default requires)
     return _quiet_cache(FileSystemBytecodeCache(str(folder)))
 
 

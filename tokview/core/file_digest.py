@@ -3,7 +3,8 @@
 A batch used to read and hash its tokenizer files several times before its first request: for the remembered run
 identity (`batch.identity`), the equivalence verdict (`tokenizer_equivalence`) and the slice cache
 (`vocab_slices`), each reading Qwen3's 16 MB of files again (~20 ms apiece on 2 cores). The status compared
-includes the change time, which every write moves and no user call sets back, so an edited file is hashed again.
+includes the change time, which every write moves and no user call sets back, so an edited file is hashed again;
+a file changed within `RACY_S` of its reading is hashed each time.
 """
 
 from __future__ import annotations
@@ -11,9 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 
 _known: dict[str, tuple[tuple[int, ...], bytes]] = {}
 _lock = threading.Lock()
+
+
+RACY_S = 2.0
+"""A file changed less than this before it was read is not remembered: on a file system with coarse timestamps
+(1-2 s) a second write in the same tick would keep its status (git's "racily clean" rule)."""
 
 
 def _status(path: str) -> tuple[int, ...]:
@@ -31,8 +38,9 @@ def file_digest(path: str | os.PathLike[str]) -> bytes:
         return known[1]
     with open(name, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").digest()
-    with _lock:
-        _known[name] = (status, digest)
+    if time.time_ns() - max(status[1], status[2]) > RACY_S * 1e9:
+        with _lock:
+            _known[name] = (status, digest)
     return digest
 
 

@@ -136,6 +136,11 @@ def files_fingerprint(folder: str | os.PathLike[str]) -> str:
             with _fingerprints_lock:
                 _fingerprints.pop(key, None)
             future.set_exception(exc)
+    if not mine and future.exception() is not None:  # another thread's error (a file it could not read then)
+        with _fingerprints_lock:
+            if _fingerprints.get(key) is future:
+                del _fingerprints[key]
+        return files_fingerprint(folder)
     return future.result()
 
 
