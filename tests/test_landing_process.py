@@ -24,12 +24,12 @@ from gated_sim import gated
 from prompt_files import prompts_file
 
 from tokview.batch import BatchConfig, BatchSummary, run_batch
+from tokview.batch.early_landing import spare_path
 from tokview.batch.inputs import InputError
 from tokview.batch.landing_process import (
     LandingChild,
     make_spare,
     remove_unused_store,
-    spare_path,
     take_spare,
     wait_for_exit,
 )

@@ -27,6 +27,25 @@ UNTAKEN_WAIT_S = 5.0
 _started: dict[str, subprocess.Popen[bytes]] = {}
 
 
+SPARE_MARK = ".tokview-new-"
+
+
+def spare_path(path: str, pid: int) -> Path:
+    """Where the child `pid` makes the store `path` before the run begins: beside it (one file system, so it can be
+    linked into place), hidden, named by the pid that owns it."""
+    file = Path(path).expanduser()
+    return file.with_name(f".{file.name}{SPARE_MARK}{pid}")
+
+
+def remove_database(file: Path) -> None:
+    """Remove a DuckDB file and its write-ahead log, whichever exist."""
+    for leftover in (file, file.with_name(file.name + ".wal")):
+        try:
+            leftover.unlink()
+        except OSError:  # not there, or not ours to insist on (a later child sweeps it)
+            pass
+
+
 def spawn(path: str) -> subprocess.Popen[bytes] | None:
     """Start a landing child and tell it the store it will make (`{"prepare": path}`); None when none could start."""
     # The child runs this tokview, whatever the working folder holds: `-P` keeps the folder off its path,
@@ -108,8 +127,6 @@ def _end_untaken() -> None:
     for path in list(_started):
         proc = _started.pop(path)
         if not _end(proc):  # killed: its spare is its own (named by its pid), removed here
-            from tokview.batch.landing_process import remove_database, spare_path
-
             remove_database(spare_path(path, proc.pid))
 
 

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from tokview.batch.early_landing import SPARE_MARK, remove_database, spare_path
 from tokview.batch.run_record import RunRecord
 from tokview.errors import TokviewError, first_line
 
@@ -290,25 +291,6 @@ def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
 
 
 # -- the spare ------------------------------------------------------------------------------------------
-SPARE_MARK = ".tokview-new-"
-
-
-def spare_path(path: str, pid: int) -> Path:
-    """Where the child `pid` makes the store `path` before the run begins: beside it (one file system, so it can be
-    linked into place), hidden, named by the pid that owns it."""
-    file = Path(path).expanduser()
-    return file.with_name(f".{file.name}{SPARE_MARK}{pid}")
-
-
-def remove_database(file: Path) -> None:
-    """Remove a DuckDB file and its write-ahead log, whichever exist."""
-    for leftover in (file, file.with_name(file.name + ".wal")):
-        try:
-            leftover.unlink()
-        except OSError:  # not there, or not ours to insist on (a later child sweeps it)
-            pass
-
-
 def make_spare(path: str) -> Path | None:
     """The store's schema in a new file beside `path`; None when there is nothing to prepare (the file exists, its
     folder does not: it is made when the run begins, so a run that never begins leaves no folder; a `~` path, which

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.file_digest import data_digest, file_digest
 from tokview.core.json_cache import cache_path
+from tokview.core.tokenizer_folder import byte_alphabet
 from tokview.errors import TokviewError
 
 if TYPE_CHECKING:
@@ -62,11 +63,9 @@ class TokenizerFileChanged(TokviewError):
 
 
 def byte_characters() -> list[str]:
-    """The 256 characters a ByteLevel pre-tokenizer maps bytes to (GPT-2's table)."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(256) if b not in kept]
-    table = dict(zip(kept, kept)) | {b: 256 + n for n, b in enumerate(shifted)}
-    return [chr(table[b]) for b in range(256)]
+    """The 256 characters a ByteLevel pre-tokenizer maps bytes to (GPT-2's table), in byte order."""
+    alphabet = byte_alphabet()
+    return [alphabet[b] for b in range(256)]
 
 
 def cache_key(digest: bytes) -> str:
