@@ -15,11 +15,13 @@ normalizer and the pre-tokenizer split exactly as in the whole one). `upgrade()`
 thread, after which every call goes to it: a batch asks for it as soon as its plan is big (`batch.runner`), and
 it happens anyway after `AUTO_UPGRADE_CHARS` characters.
 
-The cache is built by a child process (`python -m tokview.core.vocab_slices FILE`, at a low priority) the first
-time a batch loads a tokenizer.json whole, and is named by the file's sha256, so an edited file is read whole
-until its own cache exists. It is only made for what the argument above holds for: a BPE model without dropout,
-subword prefix or suffix, or byte fallback, whose pre-tokenizer includes ByteLevel (a word is then made of byte
-characters, all in the vocabulary), ids 0..n-1, each token made by at most one merge. Anything else is loaded
+The cache is built by a child process (`python -m tokview.core.vocab_slices FILE`, at a low priority, one at a
+time, only where the cache can be written) when a batch finds none, while the batch reads the file whole itself.
+It is named by the file's sha256, so an edited file is read whole until its own cache exists, and it carries its
+body's sha256, so a damaged one is read whole too. It is only made for what the argument above holds for: a BPE
+model without dropout, subword prefix or suffix, byte fallback or ignore_merges; a pre-tokenizer that is ByteLevel
+beside ones that only cut the text (a word is then made of byte characters, all in the vocabulary); ids 0..n-1,
+each token made by at most one merge; added tokens numbered as `tokenizers` numbers them. Anything else is loaded
 whole, as before.
 """
 
