@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,16 +46,14 @@ def remove_database(file: Path) -> None:
 
 def spawn(path: str) -> subprocess.Popen[bytes] | None:
     """Start a landing child and tell it the store it will make (`{"prepare": path}`); None when none could start."""
-    # The child runs this tokview, whatever the working folder holds: `-P` keeps the folder off its path,
-    # and the folder this package was imported from goes first.
-    here = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    from tokview.child_process import child_env, module_command
+
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "tokview.batch.landing_process"],
+            module_command("tokview.batch.landing_process"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            env=child_env(),
             start_new_session=True,  # a Ctrl-C on the terminal is the batch's to handle
         )
     except OSError:

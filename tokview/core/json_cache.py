@@ -68,18 +68,23 @@ def cache_writable(path: Path | None) -> bool:
 
 def write_json_cache(path: Path | None, known: dict[str, Any]) -> None:
     """Replace the cache file whole; a home that cannot be written is left alone (no temporary file left)."""
-    if path is None:
-        return
+    if path is not None:
+        write_cache_file(path, json.dumps(known).encode())
+
+
+def write_cache_file(path: Path, data: bytes) -> bool:
+    """Replace a cache file whole with `data`; False (and no temporary file left) when it cannot be written."""
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(known))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
         tmp = None
+        return True
     except OSError:
-        pass
+        return False
     finally:
         if tmp is not None:
             try:

@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -108,15 +107,9 @@ def files_fingerprint(folder: str | os.PathLike[str]) -> str:
     """sha256 over a tokenizer folder's files (`TokenizerAdapter.fingerprint`), computed once a process while their
     status is unchanged, and shared by threads asking at once: `start_files_fingerprint` begins it on a thread of
     its own, since reading and hashing 16 MB (Qwen3's) leave the GIL to a batch's other start-up work."""
-    statuses: list[tuple[int, ...] | None] = []
-    for name in FINGERPRINTED:
-        try:
-            st = os.stat(os.path.join(folder, name))
-        except OSError:
-            statuses.append(None)
-            continue
-        isfile = stat.S_ISREG(st.st_mode)
-        statuses.append((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) if isfile else None)
+    from tokview.core.file_digest import file_status, settled
+
+    statuses = [file_status(os.path.join(folder, name)) for name in FINGERPRINTED]
     key = (os.path.abspath(folder), tuple(statuses))
     with _fingerprints_lock:
         future = _fingerprints.get(key)
@@ -132,6 +125,9 @@ def files_fingerprint(folder: str | os.PathLike[str]) -> str:
                     h.update(name.encode())
                     h.update(Path(folder, name).read_bytes())
             future.set_result(h.hexdigest()[:16])
+            if not all(map(settled, statuses)):  # a file changed just now: computed again next time
+                with _fingerprints_lock:
+                    _fingerprints.pop(key, None)
         except BaseException as exc:
             with _fingerprints_lock:
                 _fingerprints.pop(key, None)

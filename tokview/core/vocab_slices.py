@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.file_digest import data_digest, file_digest
-from tokview.core.json_cache import cache_path
+from tokview.core.json_cache import cache_path, write_cache_file
 from tokview.core.tokenizer_folder import byte_alphabet
 from tokview.errors import TokviewError
 
@@ -258,18 +258,11 @@ def build_cache(json_path: Path) -> Path | None:
     except (ValueError, RecursionError):
         spec = None
     cache = VocabCache.from_spec(spec)
-    content = NOT_SLICEABLE if cache is None else cache.to_bytes()
-    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_bytes(content)
-        os.replace(temporary, target)
-    except OSError:
-        temporary.unlink(missing_ok=True)
-        return None  # a read-only home or a full disk: the whole tokenizer is loaded each time
+        written = write_cache_file(target, NOT_SLICEABLE if cache is None else cache.to_bytes())
     finally:
         _building_marker(target).unlink(missing_ok=True)
-    return None if cache is None else target
+    return target if written and cache is not None else None  # not written: the whole tokenizer is loaded each time
 
 
 BUILDING_STALE_S = 300.0
@@ -302,15 +295,15 @@ def start_building(json_path: Path, target: Path) -> None:
     except OSError:
         return
     os.close(fd)
-    here = str(Path(__file__).resolve().parents[2])  # this tokview, whatever the working folder holds
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    from tokview.child_process import child_env, module_command
+
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "tokview.core.vocab_slices", str(json_path)],
+            [*module_command("tokview.core.vocab_slices"), str(json_path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env=env,
+            env=child_env(),
             start_new_session=True,
             close_fds=True,
         )
