@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from tokview.proxy.recorder import Recorder
-from tokview.proxy.sessions import KEY_MIN_IDS, RESTORE_SQL, SessionBook, restore
+from tokview.proxy.sessions import KEY_MIN_IDS, RESTORE_SQL, TURNS_KEPT, SessionBook, restore
 from tokview.store import Store, StoreError, export_rows
 
 LONG = "tell me about the tool results of this long file, line by line " * 400
@@ -128,6 +128,37 @@ def test_a_turn_is_stored_past_only_a_key_turn_seen_landed(tmp_path, kimi_tok, k
         assert store.query("SELECT count(*), count(prompt_from) FROM samples") == [(4, 0)]
 
 
+def test_turns_that_come_faster_than_landings_stay_past_the_last_key_turn_seen_landed(
+    tmp_path, kimi_tok, kimi_profile, make_capture
+):
+    """A recorder that gets an agent's turns faster than it lands them (a lower-priority child after a burst) sees the
+    turn before unlanded every time: each turn is stored past the newest key turn seen landed, for as long as the
+    session goes on, even once that key is no longer among the turns a next request may continue (it was made whole
+    again every TURNS_KEPT turns). Every prompt reads back whole."""
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        history: list[dict[str, Any]] = []
+        captures, ids = [], []
+        for t in range(2 + 2 * TURNS_KEPT):  # one landing, after the first turn only
+            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
+            answer = {"role": "assistant", "content": capture.content}
+            placed = recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+            assert placed is not None
+            ids.append(placed[0])
+            captures.append(capture)
+            history = [*capture.messages, answer]
+            deadline = time.monotonic() + 30
+            while t == 0 and not recorder._sink.is_key(ids[0]):  # its part written, landed, seen landed
+                assert time.monotonic() < deadline, "the first turn never landed"
+                recorder.lander.flush()
+                time.sleep(0.05)
+        recorder.close()
+        rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
+        assert rows == [(ids[0], None)] + [(i, ids[0]) for i in ids[1:]]
+        assert [store.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
+
+
 def test_a_key_turn_stored_past_another_is_refused_and_a_restart_skips_what_it_cannot_read(recorded):
     """One join puts a prompt back only from a key stored whole; a row naming a key that is a tail itself (never
     written so) is refused, not read with the wrong ids; and a restarted proxy skips a turn it cannot read."""
@@ -141,3 +172,38 @@ def test_a_key_turn_stored_past_another_is_refused_and_a_restart_skips_what_it_c
     last = _ids(store)[-1]
     store.write([("UPDATE samples SET prompt_from = 'gone' WHERE sample_id = ?", [last])])
     assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0  # skipped, no error
+
+
+def test_a_landing_sees_its_key_turns_landed_without_opening_the_store_again(
+    tmp_path, kimi_tok, kimi_profile, make_capture, monkeypatch
+):
+    """Which rows written whole are now key turns is asked of the store the landing still holds open: asked after
+    it, each landing opened and closed the store twice (an attach and a detach: a few ms each time)."""
+    from tokview.store import connection
+
+    opened: list[str] = []
+    attach = connection._attach
+
+    def counted(real: str, *, read_only: bool) -> Any:
+        opened.append(real)
+        return attach(real, read_only=read_only)
+
+    with Store(tmp_path / "r.duckdb", linger=0) as store:  # as the proxy opens it: closed after each use
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        capture = make_capture(LONG, answer="step 0", history=[])
+        placed = recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=None)
+        assert placed is not None
+        deadline = time.monotonic() + 30
+        while recorder.writer.pending:  # its part written
+            assert time.monotonic() < deadline, "the turn was never written"
+            time.sleep(0.01)
+        monkeypatch.setattr(connection, "_attach", counted)
+        landings = recorder.lander.landings
+        recorder.lander.flush()
+        while recorder.lander.landings == landings:  # counted once the landing has closed the store
+            assert time.monotonic() < deadline, "the turn never landed"
+            time.sleep(0.01)
+        assert recorder._sink.is_key(placed[0])
+        assert len(opened) == 1, opened
+        recorder.close()

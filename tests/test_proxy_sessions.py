@@ -451,3 +451,46 @@ class _Db:
 
     def write(self, statements: Any) -> None:
         raise AssertionError("restoring sessions writes nothing")
+
+
+def test_a_turn_is_stored_past_the_key_it_shares_most_with_among_the_kept_turns() -> None:
+    """Each kept turn offers a key: itself when stored whole, else its own key for the ids up to where it is stored
+    past it. The most shared is taken (so a newer key turn wins over an older one the parent is stored past), a turn
+    not seen landed offers nothing, and nothing under KEY_MIN_IDS or half the prompt is taken."""
+    from tokview.proxy.sessions import KEY_MIN_IDS
+
+    book = SessionBook("r")
+    base = list(range(1000, 1000 + 3 * KEY_MIN_IDS))
+    landed: set[str] = set()
+
+    def turn(prompt: list[int], output: list[int]) -> tuple[str, tuple[str, int] | None]:
+        placed = book.place(prompt, None)
+        sample_id = f"t{placed.turn}"
+        book.add(placed, sample_id, prompt_ids=prompt, output_ids=output, messages=None, answer=None)
+        return sample_id, book.stored_past(placed, sample_id, len(prompt), lambda s: s in landed)
+
+    a, past_a = turn(base, [1, 2])
+    assert past_a is None  # a new session: whole
+    landed.add(a)
+    b_prompt = [*base, 1, 2, 3]
+    _b, past_b = turn(b_prompt, [4])
+    assert past_b == (a, len(base) + 2)  # the whole of a's prompt + output
+    c_prompt = [*b_prompt, 4, *range(5, 5 + KEY_MIN_IDS)]
+    c, past_c = turn(c_prompt, [9])  # b offers a, for the ids up to where b is stored past it
+    assert past_c == (a, len(base) + 2)
+    book._sessions[next(iter(book._sessions))].heads[-1].stored_from = None  # as if c had been written whole
+    landed.add(c)
+    _d, past_d = turn([*c_prompt, 9, 10], [11])
+    assert past_d == (c, len(c_prompt) + 1)  # c shares more than a: the newer key wins
+    landed.discard(c)
+    landed.discard(a)
+    _e, past_e = turn([*c_prompt, 9, 10, 11, 12], [13])
+    assert past_e is None  # no kept turn offers a key seen landed: whole
+    landed.add(c)
+    _h, past_h = turn([*c_prompt, 9, 10, 11, 12, 13, 14], [15])
+    assert past_h == (c, len(c_prompt) + 1)  # its parent e is not seen landed: an older kept key is taken
+    f, past_f = turn([*base[: KEY_MIN_IDS - 1], 7], [8])
+    assert past_f is None  # a new session
+    landed.add(f)
+    _g, past_g = turn([*base[: KEY_MIN_IDS - 1], 7, 8, *range(50_000, 50_000 + 2 * KEY_MIN_IDS)], [9])
+    assert past_g is None  # f, a key, shares 2,049 ids: under half this prompt

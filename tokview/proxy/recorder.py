@@ -189,7 +189,13 @@ class _WithSessionFindings:
         self.store.write_part(samples, failures)
 
     def ingest(self) -> tuple[int, int]:
-        return self.store.ingest()
+        """Land the parts, then see which rows written whole are now key turns, with the store still open: the
+        look opened and closed it again after each landing (a few ms of an attach and a detach each time)."""
+        with self.store.hold():
+            landed = self.store.ingest()
+            if landed[0]:
+                self.confirm_keys()
+        return landed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)  # anything else the writer asks of its store
@@ -253,7 +259,7 @@ class Recorder:
         self.sessions = SessionBook(run_id)
         self._sink = _WithSessionFindings(store)
         self.land_s, self._landed_at = land_s, time.monotonic()
-        self.lander = Lander(store, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed)
+        self.lander = Lander(self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed)
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -292,7 +298,6 @@ class Recorder:
         self._landed_at = now
         gap = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
         self.lander.every_s = max(gap, min(LAND_MAX_S, LANDING_SHARE * self.lander.last_took))
-        self._sink.confirm_keys()
 
     def keys_landed(self, sample_ids: Sequence[str]) -> None:
         """Rows already in the store with their whole prompt ids (restored turns): later turns may be stored past them."""

@@ -85,6 +85,8 @@ class _Head:
     """The request it came from: the choices of one `n` > 1 request share it."""
     stored_from: str | None = None
     """The key turn its row's prompt ids are stored past (`store.prompt_refs`), None when stored whole."""
+    stored_len: int = 0
+    """With `stored_from`: how many of the key turn's prompt + output ids begin its prompt (its `prompt_from_len`)."""
 
 
 @dataclass
@@ -263,10 +265,12 @@ class SessionBook:
         answer: dict[str, Any] | None,
         sibling: bool = False,
         stored_from: str | None = None,
+        stored_len: int = 0,
     ) -> None:
         """Remember a finished turn as one its session's next request may continue (the newest of its heads).
         `sibling`: another choice of the request `add` was last called for (`n` > 1); `stored_from`: the key turn
-        its stored row's prompt ids are past (a turn restored from the store; `stored_past` decides for new ones)."""
+        its stored row's prompt ids are past (a turn restored from the store; `stored_past` decides for new ones), and
+        `stored_len` how many of that key's ids they are past."""
         session = self._sessions.get(turn.session_id)
         if session is None:
             session = _Session(turn.session_id)
@@ -292,6 +296,7 @@ class SessionBook:
             key,
             request=request,
             stored_from=stored_from,
+            stored_len=stored_len if stored_from is not None else 0,
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -314,26 +319,37 @@ class SessionBook:
         """(key turn's sample id, how many of its prompt + output ids begin this prompt) when the turn `add` just kept
         as `sample_id` may store its prompt ids past a key turn's (`store.prompt_refs`); None: stored whole.
 
-        The key is the turn it continues, when that one is stored whole, else that one's key (a row is never stored
-        past a row that is itself stored past another: one join puts any prompt back); it must still be kept here,
-        be a key by `is_key` (the recorder's: its row seen landed whole), and share at least KEY_MIN_IDS ids and half
-        the prompt, else this turn is stored whole and may become a key itself."""
+        A key turn is stored whole (one join puts any prompt back) and is a key by `is_key` (the recorder's: its row
+        seen landed whole); the turn must share at least KEY_MIN_IDS ids and half its prompt with it, else it is
+        stored whole and may become a key itself. Each kept turn of the session offers one key, the most shared
+        taken: a turn stored whole offers itself (the ids its prompt shares with it, compared); a turn stored past a
+        key offers that key, for the ids the prompt shares with the turn up to the turn's own `stored_len` (those are
+        the key's ids too), so the key need not still be kept here. Why not only the turn it continues: a recorder
+        that gets turns faster than its landings (a lower-priority child after a burst) saw the turn before
+        unlanded every time, and a key dropped from the kept turns made the next turn whole: a long agent session
+        stored its whole conversation again every few turns."""
         session = self._sessions.get(turn.session_id)
         if session is None or turn.parent_sample is None or prompt_len < 2 * KEY_MIN_IDS:
             return None
         head = next((h for h in reversed(session.heads) if h.sample_id == sample_id), None)
-        parent = next((h for h in session.heads if h.sample_id == turn.parent_sample), None)
-        if head is None or parent is None:
+        if head is None:
             return None
-        key_id = parent.sample_id if parent.stored_from is None else parent.stored_from
-        key = next((h for h in session.heads if h.sample_id == key_id and h.stored_from is None), None)
-        if key is None or key is head or not is_key(key.sample_id):  # `is_key`: its row is seen landed whole
-            return None
-        shared = _first_difference(bytes(head.sequence[: prompt_len * 4]), key.sequence)
-        if shared < KEY_MIN_IDS or shared * 2 < prompt_len:
-            return None
-        head.stored_from = key.sample_id
-        return key.sample_id, shared
+        prompt = bytes(head.sequence[: prompt_len * 4])
+        best: tuple[str, int] | None = None
+        for other in reversed(session.heads):
+            if other is head or other.sample_id == head.sample_id:
+                continue
+            key_id = other.sample_id if other.stored_from is None else other.stored_from
+            if not is_key(key_id):
+                continue
+            shared = _first_difference(prompt, other.sequence)
+            if other.stored_from is not None:
+                shared = min(shared, other.stored_len)
+            if shared >= KEY_MIN_IDS and shared * 2 >= prompt_len and (best is None or shared > best[1]):
+                best = (key_id, shared)
+        if best is not None:
+            head.stored_from, head.stored_len = best
+        return best
 
     def _packed_turn(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> bytes:
         """`_pack` of prompt + output ids, the prompt's packing `place` made reused."""
@@ -510,7 +526,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
 
     columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
     dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len"), r)) for r in rows]
-    keys = {d["sample_id"]: d["prompt_from"] for d in dicts}
+    keys = {d["sample_id"]: (d["prompt_from"], d["prompt_from_len"] or 0) for d in dicts}
     broken: list[tuple[dict[str, Any], str]] = []
     whole_prompts(db, dicts, broken=broken)  # a turn whose prompt cannot be put back is not restored (its session
     unreadable = {id(row) for row, _ in broken}  # starts anew): it never keeps the proxy from starting
@@ -533,6 +549,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
             output_ids=list(output_ids),
             messages=messages if isinstance(messages, list) else None,
             answer=answer,
-            stored_from=keys[sample_id],
+            stored_from=keys[sample_id][0],
+            stored_len=keys[sample_id][1],
         )
     return len(dicts)
