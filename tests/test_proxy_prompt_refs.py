@@ -99,6 +99,24 @@ def test_a_restarted_proxy_restores_its_sessions_with_their_whole_prompts(record
     assert (turn.turn, turn.parent_sample, turn.joined_by) == (len(captures), last_id, "prefix")
 
 
+def test_a_restarted_proxy_stores_the_next_turn_past_the_key_its_restored_turn_is_stored_past(recorded):
+    """The restored turn is stored past a key turn: that key (read whole by `restore`) is a key turn to the restarted
+    proxy too, so the session's next turn is stored past it instead of whole."""
+    store, captures = recorded
+    last_id = _ids(store)[-1]
+    [(key_id, key_len)] = store.query("SELECT prompt_from, prompt_from_len FROM samples WHERE sample_id = ?", [last_id])
+    assert key_id is not None
+    book = SessionBook("new")
+    assert restore(book, store.query(RESTORE_SQL, [10]), store) == 1
+    keys = set(book.whole_rows())
+    assert key_id in keys and last_id not in keys  # the restored turn itself is stored past the key
+    last = captures[-1]
+    prompt = [*last.prompt_ids, *last.output_ids, 5, 6, 7]
+    turn = book.place(prompt, None)
+    book.add(turn, "next", prompt_ids=prompt, output_ids=[8], messages=None, answer=None)
+    assert book.stored_past(turn, "next", len(prompt), keys.__contains__) == (key_id, key_len)
+
+
 def test_a_missing_key_turn_is_an_error_naming_both_samples_never_a_cut_prompt(recorded, tmp_path):
     store, _ = recorded
     key_id, child = store.query(

@@ -494,3 +494,19 @@ def test_a_turn_is_stored_past_the_key_it_shares_most_with_among_the_kept_turns(
     landed.add(f)
     _g, past_g = turn([*base[: KEY_MIN_IDS - 1], 7, 8, *range(50_000, 50_000 + 2 * KEY_MIN_IDS)], [9])
     assert past_g is None  # f, a key, shares 2,049 ids: under half this prompt
+
+
+def test_turns_whose_ids_are_kept_as_json_share_no_key() -> None:
+    """An id past 32 bits (a gateway's garbage) keeps a turn's ids as JSON (`_pack`): its bytes are no ids, so
+    neither it nor a turn after it is stored past a key by comparing them."""
+    from tokview.proxy.sessions import KEY_MIN_IDS
+
+    book = SessionBook("r")
+    base = list(range(1000, 1000 + 3 * KEY_MIN_IDS))
+    first = book.place(base, None, named="agent")
+    book.add(first, "a", prompt_ids=base, output_ids=[2**40], messages=None, answer=None)
+    prompt = [*base, 2**40, 5]
+    turn = book.place(prompt, None, named="agent")
+    book.add(turn, "b", prompt_ids=prompt, output_ids=[6], messages=None, answer=None)
+    assert turn.parent_sample == "a"
+    assert book.stored_past(turn, "b", len(prompt)) is None

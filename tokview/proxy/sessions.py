@@ -87,6 +87,9 @@ class _Head:
     """The key turn its row's prompt ids are stored past (`store.prompt_refs`), None when stored whole."""
     stored_len: int = 0
     """With `stored_from`: how many of the key turn's prompt + output ids begin its prompt (its `prompt_from_len`)."""
+    int32: bool = True
+    """`sequence` holds its ids as 32-bit ints (False: as JSON, `_pack`'s fallback): only such turns share ids by
+    their bytes with a prompt (`stored_past`)."""
 
 
 @dataclass
@@ -297,6 +300,7 @@ class SessionBook:
             request=request,
             stored_from=stored_from,
             stored_len=stored_len if stored_from is not None else 0,
+            int32=len(sequence) == 4 * (len(prompt_ids) + len(output_ids)),
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -310,8 +314,10 @@ class SessionBook:
         self._evict()
 
     def whole_rows(self) -> list[str]:
-        """The sample ids of the kept turns whose rows hold their whole prompt ids (what a key turn must be)."""
-        return [h.sample_id for s in self._sessions.values() for h in s.heads if h.stored_from is None]
+        """The sample ids of rows holding their whole prompt ids that kept turns are or are stored past (what a key
+        turn must be): a restarted proxy's, whose restored rows `restore` read whole, key turns included."""
+        rows = (h.stored_from or h.sample_id for s in self._sessions.values() for h in s.heads)
+        return list(dict.fromkeys(rows))
 
     def stored_past(
         self, turn: Turn, sample_id: str, prompt_len: int, is_key: Callable[[str], bool] = lambda sample_id: True
@@ -332,19 +338,25 @@ class SessionBook:
         if session is None or turn.parent_sample is None or prompt_len < 2 * KEY_MIN_IDS:
             return None
         head = next((h for h in reversed(session.heads) if h.sample_id == sample_id), None)
-        if head is None:
+        if head is None or not head.int32:
             return None
         prompt = bytes(head.sequence[: prompt_len * 4])
+        buffer = _whole(head.sequence)
         best: tuple[str, int] | None = None
         for other in reversed(session.heads):
-            if other is head or other.sample_id == head.sample_id:
+            if other is head or other.sample_id == head.sample_id or not other.int32:
                 continue
             key_id = other.sample_id if other.stored_from is None else other.stored_from
+            bound = min(len(other.sequence) // 4, prompt_len)  # the most it can share: compared only if that wins
+            if other.stored_from is not None:
+                bound = min(bound, other.stored_len)
+            if bound < KEY_MIN_IDS or bound * 2 < prompt_len or (best is not None and bound <= best[1]):
+                continue
             if not is_key(key_id):
                 continue
-            shared = _first_difference(prompt, other.sequence)
-            if other.stored_from is not None:
-                shared = min(shared, other.stored_len)
+            # a turn this one's ids begin with is a view of them (`add`): it shares all it holds, up to the prompt
+            same = isinstance(other.sequence, memoryview) and other.sequence.obj is buffer
+            shared = bound if same else min(bound, _first_difference(prompt, other.sequence))
             if shared >= KEY_MIN_IDS and shared * 2 >= prompt_len and (best is None or shared > best[1]):
                 best = (key_id, shared)
         if best is not None:
