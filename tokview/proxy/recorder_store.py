@@ -56,7 +56,7 @@ def open_recorder_here(
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
         restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]), store)
-        recorder.keys_landed(recorder.sessions.whole_rows())  # restored turns stored whole may be key turns
+        recorder.keys_landed(recorder.sessions.whole_rows())  # restored rows stored whole, keys among them
         recorder.sessions.number_after(store.query(LAST_NUMBER_SQL, [f"proxy:{run_id}:s"])[0][0])
         return recorder
 
