@@ -177,6 +177,52 @@ def test_turns_that_come_faster_than_landings_stay_past_the_last_key_turn_seen_l
         assert [store.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
 
 
+def test_choices_of_one_request_and_the_turn_that_goes_on_from_the_second_are_stored_past_the_key(
+    tmp_path, kimi_tok, kimi_profile, make_capture
+):
+    """`n` > 1: every choice of a request is stored past the landed turn it continues, and a next turn that goes on
+    from the second choice (the one the harness kept) is stored past that key too. Every prompt reads back whole."""
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        first = make_capture(LONG, answer="step 0", history=[])
+        answer = {"role": "assistant", "content": first.content}
+        placed = recorder.sample(first, messages=first.messages, named=None, user=None, answer_message=answer)
+        assert placed is not None
+        key_id = placed[0]
+        deadline = time.monotonic() + 30
+        while not recorder._sink.is_key(key_id):
+            assert time.monotonic() < deadline, "the first turn never landed"
+            recorder.lander.flush()
+            time.sleep(0.05)
+        history = [*first.messages, answer]
+        choices = [make_capture("and now step 1", answer=a, history=history) for a in ("left", "right")]
+        one = recorder.sample(
+            choices[0], messages=choices[0].messages, named=None, user=None, answer_message=None, index=0
+        )
+        assert one is not None
+        two = recorder.sample(
+            choices[1],
+            messages=choices[1].messages,
+            named=None,
+            user=None,
+            answer_message=None,
+            index=1,
+            sibling_of=one[1],
+        )
+        assert two is not None
+        kept = [*choices[1].messages, {"role": "assistant", "content": choices[1].content}]
+        last = make_capture("and now step 2", answer="done", history=kept)
+        three = recorder.sample(last, messages=last.messages, named=None, user=None, answer_message=None)
+        assert three is not None and three[1].parent_sample == two[0]
+        recorder.close()
+        ids = [key_id, one[0], two[0], three[0]]
+        rows = dict(store.query("SELECT sample_id, prompt_from FROM samples"))
+        assert [rows[i] for i in ids] == [None, key_id, key_id, key_id]
+        captures = [first, *choices, last]
+        assert [store.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
+
+
 def test_a_key_turn_stored_past_another_is_refused_and_a_restart_skips_what_it_cannot_read(recorded):
     """One join puts a prompt back only from a key stored whole; a row naming a key that is a tail itself (never
     written so) is refused, not read with the wrong ids; and a restarted proxy skips a turn it cannot read."""
