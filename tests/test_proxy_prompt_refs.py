@@ -39,6 +39,15 @@ def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
     return captures
 
 
+def _land_until_key(recorder: Recorder, sample_id: str) -> None:
+    """Land until `sample_id` is seen landed whole (its part written, landed, confirmed): a key turn from then on."""
+    deadline = time.monotonic() + 30
+    while not recorder._sink.is_key(sample_id):
+        assert time.monotonic() < deadline, "the turn never landed"
+        recorder.lander.flush()
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def recorded(tmp_path: Path, kimi_tok: Any, kimi_profile: Any, make_capture: Any) -> Iterator[tuple[Store, list[Any]]]:
     store = Store(tmp_path / "r.duckdb")
@@ -166,11 +175,8 @@ def test_turns_that_come_faster_than_landings_stay_past_the_last_key_turn_seen_l
             ids.append(placed[0])
             captures.append(capture)
             history = [*capture.messages, answer]
-            deadline = time.monotonic() + 30
-            while t == 0 and not recorder._sink.is_key(ids[0]):  # its part written, landed, seen landed
-                assert time.monotonic() < deadline, "the first turn never landed"
-                recorder.lander.flush()
-                time.sleep(0.05)
+            if t == 0:
+                _land_until_key(recorder, ids[0])
         recorder.close()
         rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
         assert rows == [(ids[0], None)] + [(i, ids[0]) for i in ids[1:]]
@@ -190,11 +196,7 @@ def test_choices_of_one_request_and_the_turn_that_goes_on_from_the_second_are_st
         placed = recorder.sample(first, messages=first.messages, named=None, user=None, answer_message=answer)
         assert placed is not None
         key_id = placed[0]
-        deadline = time.monotonic() + 30
-        while not recorder._sink.is_key(key_id):
-            assert time.monotonic() < deadline, "the first turn never landed"
-            recorder.lander.flush()
-            time.sleep(0.05)
+        _land_until_key(recorder, key_id)
         history = [*first.messages, answer]
         choices = [make_capture("and now step 1", answer=a, history=history) for a in ("left", "right")]
         one = recorder.sample(
