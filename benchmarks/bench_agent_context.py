@@ -173,7 +173,7 @@ def main() -> int:
                     p.wait(120)
                 except subprocess.TimeoutExpired:
                     p.kill()
-    ratio = long / short if short > 0 else float("inf")  # /proc counts CPU in 10 ms ticks
+    ratio = long / short if short > 0 else float("inf")  # 0 only if the recorder never ran
     print(f"agent context ({'Qwen3' if tokenizer else 'Kimi layout'} tokenizer, {args.turns} turns a session)")
     print(f"  recorder CPU per request, short context ({1_000:,} chars of system prompt): {short * 1e3:7.2f} ms")
     print(f"  recorder CPU per request, long context ({args.context_chars:,} chars and growing): {long * 1e3:7.2f} ms")

@@ -193,7 +193,7 @@ load (`proxy.recorder.LAND_BUSY_S`), so its last landing is seen."""
 
 async def caught_up(pid: int, since: float) -> float:
     """Seconds from `since` (the round's last response) to the recorder process's last CPU use (its last landing),
-    read every 50 ms; /proc counts CPU in 10 ms ticks, so a rise of two ticks counts as work."""
+    read every 50 ms; a rise of 20 ms of CPU counts as work (the counts thread's wake-ups do not)."""
     last = children_cpu_s(pid)
     worked_at = since
     deadline = time.perf_counter() + 300
