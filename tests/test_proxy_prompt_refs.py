@@ -273,3 +273,90 @@ def test_a_landing_sees_its_key_turns_landed_without_opening_the_store_again(
         assert recorder._sink.is_key(placed[0])
         assert len(opened) == 1, opened
         recorder.close()
+
+
+def test_turns_become_keys_when_another_command_landed_the_proxys_parts(tmp_path, kimi_tok, kimi_profile, make_capture):
+    """Any command opening the store (`tokview stats`, the app, a batch) lands the parts beside it, the proxy's
+    among them; the proxy's next landing then lands nothing and must still see its turns landed whole: it did not,
+    and from then on every turn of its sessions was stored whole."""
+    path = tmp_path / "r.duckdb"
+    with Store(path, linger=0) as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        history: list[dict[str, Any]] = []
+        for t in range(4):
+            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
+            answer = {"role": "assistant", "content": capture.content}
+            recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+            history = [*capture.messages, answer]
+            deadline = time.monotonic() + 30
+            while recorder.writer.pending:  # its part written
+                assert time.monotonic() < deadline, "the turn was never written"
+                time.sleep(0.01)
+            Store(path).close()  # another command: it lands the proxy's part as it opens the store
+            landings = recorder.lander.landings
+            recorder.lander.flush()  # the proxy's own landing finds nothing left to land
+            while recorder.lander.landings == landings:
+                assert time.monotonic() < deadline, "the proxy never landed"
+                time.sleep(0.01)
+        recorder.close()
+        assert store.query("SELECT count(*), count(prompt_from) FROM samples") == [(4, 3)]
+
+
+def test_a_replayed_turn_is_never_stored_past_itself(tmp_path, kimi_tok, kimi_profile, make_capture):
+    """A restarted proxy replays the answers it had spooled: one may be a turn the store holds already, and a restored
+    turn of its session may be stored past it. It is not stored past itself (its own id as its key: unreadable once
+    anything replaced the row)."""
+    captures, answers, history = [], [], []
+    for t in range(3):
+        capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"done {t}", history=history)
+        answers.append({"role": "assistant", "content": capture.content})
+        captures.append(capture)
+        history = [*capture.messages, answers[-1]]
+    ids = [f"proxy:r:spool.{t:04d}" for t in range(3)]
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.01)
+        for t in range(3):
+            recorder.sample(
+                captures[t],
+                messages=captures[t].messages,
+                named="agent",
+                user=None,
+                answer_message=answers[t],
+                sample_id=ids[t],
+            )
+            deadline = time.monotonic() + 30
+            while store.count_samples() < t + 1 or recorder._sink.written:
+                assert time.monotonic() < deadline, "the turn never landed"
+                recorder.lander.flush()
+                time.sleep(0.02)
+        recorder.close()
+        assert store.query("SELECT prompt_from FROM samples WHERE sample_id = ?", [ids[2]]) == [(ids[0],)]
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        restore(recorder.sessions, store.query(RESTORE_SQL, [10]), store)
+        recorder.keys_landed(recorder.sessions.whole_rows())
+        recorder.sample(
+            captures[0],
+            messages=captures[0].messages,
+            named="agent",
+            user=None,
+            answer_message=answers[0],
+            sample_id=ids[0],
+        )
+        assert recorder._sink.stored_past.get(ids[0]) is None
+        recorder.close()
+        assert store.load_sample(ids[0]).capture.prompt_ids == captures[0].prompt_ids
+
+
+def test_a_row_stored_past_a_key_by_no_count_is_refused_and_a_restart_skips_it(recorded, tmp_path):
+    """A row naming its key turn but not how many of its ids it begins with (a hand-edited store) is refused by every
+    reader, never read as its tail alone, and a restarted proxy skips it instead of failing to start."""
+    store, _ = recorded
+    child = _ids(store)[-1]
+    store.write([("UPDATE samples SET prompt_from_len = NULL WHERE prompt_from IS NOT NULL", [])])
+    with pytest.raises(StoreError, match=f"{child}.*not a count"):
+        store.load_sample(child)
+    with pytest.raises(StoreError, match=child):
+        export_rows.write_parquet(store, [child], [child], tmp_path / "x.parquet")
+    assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0

@@ -391,7 +391,7 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
             prompt = base[: rng.randrange(len(base) + 1)] + [rng.randrange(4) for _ in range(rng.randrange(3))]
         else:
             prompt = rng.choice(starts) + [rng.randrange(4) for _ in range(rng.randrange(4))]
-        packed = _pack(prompt)
+        packed, _ = _pack(prompt)
         live = [h for s in book._sessions.values() for h in s.heads]
         key = packed[: 4 * KEY_IDS]  # the turns that share its first KEY_IDS ids (all of them, when fewer)
         fits = [h for h in live if packed.startswith(h.sequence) and h.sequence[: 4 * KEY_IDS] == key]
@@ -425,7 +425,7 @@ def test_what_place_computed_for_a_request_is_what_add_would_compute_again() -> 
             (head,) = book._sessions[turn.session_id].heads
             heads.append((bytes(head.sequence), head.message_key))
         assert heads[0] == heads[1]
-        assert heads[0][0] == _pack([*prompt, *output])
+        assert heads[0][0] == _pack([*prompt, *output])[0]
 
 
 def test_messages_holding_a_lone_surrogate_are_keyed_like_any_others() -> None:
@@ -510,3 +510,18 @@ def test_turns_whose_ids_are_kept_as_json_share_no_key() -> None:
     book.add(turn, "b", prompt_ids=prompt, output_ids=[6], messages=None, answer=None)
     assert turn.parent_sample == "a"
     assert book.stored_past(turn, "b", len(prompt)) is None
+
+
+def test_a_turn_kept_as_json_is_known_so_by_how_it_was_packed_not_by_its_length() -> None:
+    """A JSON list can be exactly 4 bytes an id long ([2147483648,1,2,3,4]: 20 bytes, 5 ids): read by its length, such
+    a turn passed for one packed as 32-bit ids, and its bytes were compared as ids."""
+    from tokview.proxy.sessions import _pack
+
+    ids = [2**31, 1, 2, 3, 4]
+    packed, int32 = _pack(ids)
+    assert (len(packed), int32) == (4 * len(ids), False)
+    book = SessionBook("r")
+    turn = book.place(ids[:3], None, named="agent")
+    book.add(turn, "a", prompt_ids=ids[:3], output_ids=ids[3:], messages=None, answer=None)
+    [head] = book._sessions[turn.session_id].heads
+    assert not head.int32

@@ -158,9 +158,9 @@ class _WithSessionFindings:
                 self.keys[sample_id] = None
             _trim(self.keys)
 
-    def confirm_keys(self) -> None:
+    def confirm_keys(self, *, count_look: bool = True) -> None:
         """After a landing: the rows written whole that the store now holds whole become key turns (one query). A row
-        looked for by KEY_LOOKS landings and never found is given up."""
+        looked for by KEY_LOOKS landings that landed parts (`count_look`) and never found is given up."""
         with self._lock:
             waiting = list(self.written)
         if not waiting:
@@ -179,7 +179,7 @@ class _WithSessionFindings:
                 if sample_id in found:
                     self.written.pop(sample_id, None)
                     self.keys[sample_id] = None
-                elif sample_id in self.written:
+                elif sample_id in self.written and count_look:
                     self.written[sample_id] += 1
                     if self.written[sample_id] >= KEY_LOOKS:
                         del self.written[sample_id]
@@ -190,11 +190,13 @@ class _WithSessionFindings:
 
     def ingest(self) -> tuple[int, int]:
         """Land the parts, then see which rows written whole are now key turns, with the store still open: the
-        look opened and closed it again after each landing (a few ms of an attach and a detach each time)."""
+        look opened and closed it again after each landing (a few ms of an attach and a detach each time). Looked
+        for when this landing landed nothing too (not counted as a look): another command opening the store
+        (`tokview stats`, the app, a batch) lands the parts beside it, the proxy's among them, and then no turn of
+        the proxy became a key."""
         with self.store.hold():
             landed = self.store.ingest()
-            if landed[0]:
-                self.confirm_keys()
+            self.confirm_keys(count_look=bool(landed[0]))
         return landed
 
     def __getattr__(self, name: str) -> Any:

@@ -116,11 +116,12 @@ class Turn:
     previous_len: int = 0
 
 
-def _pack(ids: Sequence[int]) -> bytes:
+def _pack(ids: Sequence[int]) -> tuple[bytes, bool]:
     """The ids as 4-byte integers, or, when one is not a signed 32-bit integer (a gateway's garbage), as JSON: placed
-    by those bytes like any other sequence (a packed one could share them only by holding ids like 858,927,451)."""
+    by those bytes like any other sequence (a packed one could share them only by holding ids like 858,927,451);
+    and whether they are 4-byte integers (a JSON list's length can be 4 bytes an id too)."""
     packed = pack_int32(ids)
-    return packed if packed is not None else _as_json(ids)
+    return (packed, True) if packed is not None else (_as_json(ids), False)
 
 
 def _as_json(ids: Sequence[int]) -> bytes:
@@ -285,7 +286,7 @@ class SessionBook:
         request = last.request if sibling and last is not None else next(self._requests)
         if sum(h.request == request for h in session.heads) >= CHOICES_KEPT:
             return
-        sequence, key = self._packed_turn(prompt_ids, output_ids), None
+        (sequence, int32), key = self._packed_turn(prompt_ids, output_ids), None
         if messages:  # the key of its messages plus the answer the next request's messages hold
             digests, state = self._digests_of(messages)
             key = _digests([answer], after=state)[0][-1] if answer is not None else digests[-1]
@@ -300,7 +301,7 @@ class SessionBook:
             request=request,
             stored_from=stored_from,
             stored_len=stored_len if stored_from is not None else 0,
-            int32=len(sequence) == 4 * (len(prompt_ids) + len(output_ids)),
+            int32=int32,
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -347,6 +348,8 @@ class SessionBook:
             if other is head or other.sample_id == head.sample_id or not other.int32:
                 continue
             key_id = other.sample_id if other.stored_from is None else other.stored_from
+            if key_id == sample_id:  # a replayed turn (a spool after a restart) under a turn stored past it
+                continue
             bound = min(len(other.sequence) // 4, prompt_len)  # the most it can share: compared only if that wins
             if other.stored_from is not None:
                 bound = min(bound, other.stored_len)
@@ -363,13 +366,13 @@ class SessionBook:
             head.stored_from, head.stored_len = best
         return best
 
-    def _packed_turn(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> bytes:
+    def _packed_turn(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> tuple[bytes, bool]:
         """`_pack` of prompt + output ids, the prompt's packing `place` made reused."""
         placed = self._placed
         if placed is not None and placed.prompt_ids is prompt_ids and placed.packed is not None:
             output = pack_int32(output_ids)
             if output is not None:
-                return placed.packed + output
+                return placed.packed + output, True
         return _pack([*prompt_ids, *output_ids])
 
     def _digests_of(self, messages: list[Any]) -> tuple[list[str], Any]:

@@ -248,6 +248,7 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
         f"SELECT s.sample_id, s.prompt_from FROM samples s {_IN_IDS} LEFT JOIN (SELECT t.* FROM samples t "
         "JOIN (SELECT unnest(?::VARCHAR[]) AS kid) kq ON t.sample_id = kq.kid) k ON k.sample_id = s.prompt_from "
         "WHERE s.prompt_from IS NOT NULL AND (k.sample_id IS NULL OR k.prompt_from IS NOT NULL "
+        "OR s.prompt_from_len IS NULL OR s.prompt_from_len < 0 OR s.prompt_len IS NULL "
         "OR len(k.prompt_ids) + len(k.output_ids) < s.prompt_from_len "
         "OR s.prompt_from_len + len(s.prompt_ids) != s.prompt_len) LIMIT 1",
         [sample_ids, keys],

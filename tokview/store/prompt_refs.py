@@ -34,10 +34,12 @@ WHOLE_PROMPT_IDS = (
 
 
 def whole_prompt(
-    sample_id: str, tail: Sequence[int], key_id: str, key_len: int, key: tuple[Any, ...] | None, prompt_len: int
+    sample_id: str, tail: Sequence[int], key_id: str, key_len: Any, key: tuple[Any, ...] | None, prompt_len: int
 ) -> list[int]:
     """The prompt of `sample_id`: the first `key_len` ids of its key turn's prompt + output, then `tail`. `key`: the
     key turn's (prompt ids, output ids, prompt_from), None when the store does not hold it."""
+    if not isinstance(key_len, int) or isinstance(key_len, bool) or key_len < 0:  # a hand-edited row's NULL
+        raise StoreError(f"sample {sample_id}: it is stored past sample {key_id} by {key_len!r} ids, not a count")
     if key is None:
         raise StoreError(
             f"sample {sample_id}: its prompt begins with {key_len} ids of sample {key_id}, which this store does not "
@@ -83,7 +85,7 @@ def whole_prompts(
                 row["sample_id"],
                 row["prompt_ids"],
                 key_id,
-                int(row["prompt_from_len"]),
+                row["prompt_from_len"],
                 found.get(key_id),
                 row["prompt_len"],
             )
