@@ -309,6 +309,29 @@ def test_the_lander_lands_what_is_left_when_closed_and_a_full_disk_closes_the_fe
     assert feed.take(1) == []
 
 
+def test_a_landing_that_fails_with_an_error_no_store_layer_named_stops_the_run_said_not_a_dead_thread():
+    """An OS error the store did not turn into its own (a folder the parts cannot be listed in) or a bug: the Lander
+    stops the run as for a full disk, with the error named, instead of dying on its thread with a traceback while
+    the run goes on landing nothing."""
+    from tokview.store import StoreError
+
+    class Broken:
+        def ingest(self):
+            raise PermissionError(13, "Permission denied", "/store.parts")
+
+    feed = WorkFeed(deque(range(3)))
+    lander = Lander(Broken(), every_s=0.0, on_error=feed.close)
+    lander.poke()
+    deadline = time.monotonic() + 10
+    while lander.error is None:
+        assert time.monotonic() < deadline, "the landing's error was never said"
+        time.sleep(0.01)
+    assert isinstance(lander.error, StoreError)
+    assert "Permission denied" in str(lander.error)
+    assert feed.closed
+    lander.close()  # the run's end: no traceback out of it
+
+
 async def test_rows_given_in_memory_start_the_children_once_planned(tmp_path, groups):
     """The app's path (rows, no prompts file): no plan before the tokenizer, so the children are spawned
     after planning; the run is the same."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -128,3 +129,139 @@ def test_a_store_folder_where_no_spool_can_be_made_leaves_the_backlog_in_memory(
     assert spool_dir_for(str(not_a_folder / "p.duckdb")) is None
     made = spool_dir_for(str(tmp_path / "p.duckdb"))
     assert made is not None and Path(made).parent == tmp_path and Path(made).name.startswith(".tokview-proxy-spool-")
+
+
+def _next_start(db: Path, tok: TokenizerAdapter, profile: ModelProfile) -> list[str]:
+    """What the store holds after the next proxy start (it records the spools a dead run left) and its close."""
+    with _recorder(db, tok, profile) as recorder:
+        recorder.close()
+    return _stored_users(db)
+
+
+def test_answers_spooled_whole_survive_a_recorder_killed_alone(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """The recorder child alone dies (the OOM killer, a kill -9 of its pid): the forwarding process keeps the spool
+    folder as it closes (it removed it whatever the child's end, and the answers whole in it were never recorded),
+    counts every answer it could not hand over, and the next start records the spooled ones."""
+    from tokview.proxy.spool_folder import records
+
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    db = tmp_path / "b.duckdb"
+    with _recorder(db, kimi_tok, kimi_profile) as recorder:
+        recorder.spool_over = 100_000
+        os.kill(recorder.process.pid or 0, signal.SIGSTOP)
+        _hand_over(recorder, items)
+        spooled = len(list(records(str(Path(recorder._spool_dir or "") / "spool-000001"))))
+        assert spooled >= 30
+        os.kill(recorder.process.pid or 0, signal.SIGKILL)
+        recorder.process.join(10)
+        recorder.close()
+        assert Path(recorder._spool_dir or "").is_dir()
+        assert recorder.not_recorded > 1  # each answer it still held, not one for all
+    assert len(_next_start(db, kimi_tok, kimi_profile)) >= spooled
+
+
+def test_answers_spooled_after_recording_stopped_are_kept_for_the_next_start(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """A recorder that stopped recording (another command held the store past `lock_timeout`) drops what comes
+    after, said and counted; the answers whole in its spool stay on disk for the next start, which records them (the
+    child removed the folder as it ended, and they were gone)."""
+    from tokview.proxy.spool_folder import records
+
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    db = tmp_path / "h.duckdb"
+    said: list[str] = []
+    config = ProxyConfig(
+        [UP],
+        db=str(db),
+        tokenizer=kimi_tok,
+        profile=kimi_profile,
+        record_in="process",
+        lock_timeout=0.5,
+        say=said.append,
+    )
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, RecorderProcess)
+    recorder.spool_over = 100_000
+    with Store(db) as holder, holder.hold():  # another tokview command holds the store for a while
+        _hand_over(recorder, [_finished(capture, 99)])
+        deadline = time.monotonic() + 20
+        while not any("STOPPED RECORDING" in line for line in said):
+            assert time.monotonic() < deadline, said
+            time.sleep(0.05)
+    os.kill(recorder.process.pid or 0, signal.SIGSTOP)  # the store is free again; the recorder is behind
+    _hand_over(recorder, items)
+    spooled = len(list(records(str(Path(recorder._spool_dir or "") / "spool-000001"))))
+    os.kill(recorder.process.pid or 0, signal.SIGCONT)
+    recorder.close()
+    assert spooled >= 30 and Path(recorder._spool_dir or "").is_dir()
+    assert len(_next_start(db, kimi_tok, kimi_profile)) >= spooled
+
+
+_KILLED_AS_ITS_SPOOL_IS_READ = r"""
+import os, pickle, signal, sys, threading, time
+from test_proxy_recorder_spool import _hand_over
+from tokview.core.tokenizer import load_tokenizer
+from tokview.proxy.app import Upstream
+from tokview.proxy.serve import ProxyConfig, open_recorder
+
+db, tok_dir, profile, items, up = pickle.load(open(sys.argv[1], "rb"))
+config = ProxyConfig([up], db=db, tokenizer=load_tokenizer(tok_dir), profile=profile, record_in="process")
+recorder = open_recorder(config, [Upstream(up, "vllm", None, {}, None)])
+recorder.spool_over = 100_000
+child = recorder.process.pid
+os.kill(child, signal.SIGSTOP)
+_hand_over(recorder, items)
+spool = os.path.join(recorder._spool_dir, "spool-000001")
+parts = db + ".parts"
+
+def kill_once_read():  # the child has read the whole file (its SpoolDone came) or removed it: both die now
+    while os.path.exists(spool) and not (os.path.isdir(parts) and os.listdir(parts)):
+        time.sleep(0.0002)
+    os.kill(child, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+threading.Thread(target=kill_once_read, daemon=True).start()
+os.kill(child, signal.SIGCONT)
+recorder._drain_blocking()  # every frame it held, then the file's SpoolDone; the pipe stays open
+time.sleep(60)
+"""
+
+
+def test_a_spool_file_is_removed_only_once_its_answers_are_written(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """The child read a spool file whole and removed it at once, its answers still in the writer's queue: both
+    proxy processes killed before the next part lost all of them, answered and whole on disk a moment before. Killed
+    at the first of the file going or a part appearing, the next start has every spooled answer."""
+    import pickle
+    import subprocess
+    import sys
+
+    from tokview.proxy.spool_folder import records
+
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    db = tmp_path / "d.duckdb"
+    args = tmp_path / "args.pickle"
+    args.write_bytes(pickle.dumps((str(db), str(getattr(kimi_tok, "source", "")), kimi_profile, items, UP)))
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), str(tests.parent)])}
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED_AS_ITS_SPOOL_IS_READ, str(args)],
+        cwd=tests.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    spool_dirs = [p for p in tmp_path.iterdir() if p.name.startswith(".tokview-proxy-spool-")]
+    [spool_dir] = spool_dirs
+    spooled = sum(len(list(records(str(f)))) for f in spool_dir.glob("spool-*"))
+    assert spooled >= 30  # the file is still there: its answers were not written yet when both died
+    assert len(_next_start(db, kimi_tok, kimi_profile)) >= spooled

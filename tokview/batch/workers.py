@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from tokview.batch.config import min_prompts_per_worker
 from tokview.batch.tasks import INTERRUPTED
-from tokview.batch.writer_thread import COUNT_FIELDS
+from tokview.batch.writer_thread import COUNT_FIELDS, failure_reason
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -295,6 +295,13 @@ class Lander:
             except TokviewError as exc:  # a full disk, or a landing child refused the run (`landing_process`):
                 # every process stops taking work (what was written stays)
                 self.error = exc
+                self.on_error()
+                return False
+            except Exception as exc:  # an OS error no store layer named, or a bug: said and stopped as above, never a
+                # dead thread that lands nothing more while the run goes on (the parts stay for the next landing)
+                from tokview.store.errors import StoreError
+
+                self.error = StoreError(f"landing failed: {failure_reason(exc)}")
                 self.on_error()
                 return False
             ended = time.monotonic()

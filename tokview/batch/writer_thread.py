@@ -184,6 +184,16 @@ class GroupWriter:
         """Captures handed over and not yet written: the runner waits when too many pile up."""
         return self._handed - self._written
 
+    @property
+    def handed(self) -> int:
+        """Items handed over so far (samples, failures, chains)."""
+        return self._handed
+
+    @property
+    def written(self) -> int:
+        """Items the writer is done with: written in a part, unless `error` says the write failed."""
+        return self._written
+
     def add_sample(self, item: Slot, capture: Capture) -> None:
         self._handed += 1
         ahead = self._reencoder.submit(capture.output_ids) if self._reencoder and capture.output_ids else None

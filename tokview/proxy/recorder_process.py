@@ -252,10 +252,10 @@ class RecorderProcess:
                 written = os.write(self._fd, self._pending[0])
             except BlockingIOError:
                 return
-            except OSError:  # the child is gone: nothing more goes to the pipe
+            except OSError:  # the child is gone: nothing more goes to the pipe (spooled answers stay on disk)
+                self._lost(len(self._pending))
                 self._pending.clear()
                 self._pending_bytes = 0
-                self._lost()
                 if self._loop is not None:
                     self._loop.remove_writer(self._fd)
                 return
@@ -276,16 +276,22 @@ class RecorderProcess:
                 self._pending.append(_frame(pickle.dumps(SpoolDone(self._spool.path))))
                 self._spool = None
             while self._pending:
-                os.write(self._fd, self._pending.popleft())  # blocking: writes it all
+                frame = self._pending[0]
+                written = os.write(self._fd, frame)  # blocking: all of it, unless a signal cut it short
+                if written < len(frame):
+                    self._pending[0] = frame[written:]
+                    continue
+                self._pending.popleft()
         except OSError:
+            self._lost(len(self._pending))
             self._pending.clear()
-            self._lost()
         finally:
             self._pending_bytes = 0
             os.set_blocking(self._fd, False)
 
-    def _lost(self) -> None:
-        self.not_recorded += 1
+    def _lost(self, frames: int = 1) -> None:
+        """The child is gone with `frames` answers (or spool notes: those answers stay on disk) still to send."""
+        self.not_recorded += max(1, frames)
         self.recording = False
 
     def _read(self) -> None:
@@ -306,9 +312,8 @@ class RecorderProcess:
         self._jobs.close()  # the child reads to the end, records, lands and exits
         self.process.join()
         self._reader.join(timeout=5)
-        if self._spool_dir is not None:
-            shutil.rmtree(self._spool_dir, ignore_errors=True)
-            spool_folder.release(self._spool_dir)
+        if self._spool_dir is not None:  # the child removed it once everything in it was written; a child that
+            spool_folder.release(self._spool_dir)  # died or stopped recording left it for the next start
         if self.process.exitcode not in (0, None):
             self.recording = False
             self.say(f"tokview proxy: the recorder process ended with exit code {self.process.exitcode}")
@@ -360,9 +365,10 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     while not ended:
         messages, ended = gather(jobs, COUNTS_EVERY_S)
         for message in messages:
-            item, sample_id = spools.item(message, spec.config.run_id)
+            item, sample_id = spools.item(message, spec.config.run_id, recorder.writer.handed)
             if item is not None:
                 recorder.take(item, sample_id)
+        spools.remove_written(recorder)
         if ended:  # the parent closed the pipe or died: what came is recorded
             break
         counts = (recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording)
@@ -374,7 +380,8 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     for sample_id, item in spools.rest(spec.config.run_id):  # spooled before the parent died: whole on disk
         recorder.take(item, sample_id)
     recorder.close()  # written and landed before the folder goes (a kill before: the next start records it)
-    spools.remove()
+    if recorder.error is None:  # else what it could not record stays for the next start (`record_leftovers`)
+        spools.remove()
     if held is not None:
         os.close(held)
     link.send(("counts", recorder.recorded, recorder.failed, recorder.not_recorded, recorder.recording))
@@ -399,15 +406,20 @@ def gather(
 
 class _SpoolReader:
     """The child's side of the parent's spool files: an answer read back for its note, and the answers a killed
-    parent spooled without their notes reaching the pipe."""
+    parent spooled without their notes reaching the pipe. A file whose answers were all read goes only once the
+    writer has written them as parts: removed as its `SpoolDone` came, a kill of both processes before the
+    writer's next part lost every answer of it (they were in the writer's queue only)."""
 
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self.read_to: dict[str, int] = {}
         """How far each spool file's answers are recorded (bytes)."""
+        self.read_whole: list[tuple[str, int]] = []
+        """(spool file, the writer's `handed` count once its answers were all handed to it), oldest first."""
 
-    def item(self, message: object, run_id: str) -> tuple[Finished | Failed | None, str | None]:
-        """The item a message brings and, for a spooled one, its sample id (`spool_folder.spooled_id`)."""
+    def item(self, message: object, run_id: str, handed: int) -> tuple[Finished | Failed | None, str | None]:
+        """The item a message brings and, for a spooled one, its sample id (`spool_folder.spooled_id`). `handed`:
+        the writer's count of items handed to it so far (a `SpoolDone` marks its file with it)."""
         if isinstance(message, Spooled):
             with open(message.path, "rb") as f:
                 f.seek(message.offset)
@@ -416,11 +428,7 @@ class _SpoolReader:
             loaded: Finished | Failed = pickle.loads(data)
             return loaded, spool_folder.spooled_id(run_id, message.path, message.offset)
         if isinstance(message, SpoolDone):
-            self.read_to.pop(message.path, None)
-            try:
-                os.unlink(message.path)
-            except OSError:
-                pass
+            self.read_whole.append((message.path, handed))
             return None, None
         if isinstance(message, (Finished, Failed)):
             return message, None
@@ -432,6 +440,17 @@ class _SpoolReader:
         if self.directory is None or not os.path.isdir(self.directory):
             return []
         return list(spool_folder.spooled(self.directory, run_id, lambda path: max(0, self.read_to.get(path, 0))))
+
+    def remove_written(self, recorder: Any) -> None:
+        """Remove the files read whole whose answers the writer has written as parts; none once the recorder
+        stopped recording (it dropped what came after: the next start records them from the files)."""
+        while self.read_whole and recorder.error is None and recorder.writer.written >= self.read_whole[0][1]:
+            path, _ = self.read_whole.pop(0)
+            self.read_to.pop(path, None)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     def remove(self) -> None:
         if self.directory is not None:
