@@ -265,3 +265,22 @@ def test_a_spool_file_is_removed_only_once_its_answers_are_written(
     spooled = sum(len(list(records(str(f)))) for f in spool_dir.glob("spool-*"))
     assert spooled >= 30  # the file is still there: its answers were not written yet when both died
     assert len(_next_start(db, kimi_tok, kimi_profile)) >= spooled
+
+
+def test_by_default_a_killed_forwarding_process_loses_no_answer_it_finished(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """What the pipe cannot take goes to the spool at once (SPOOL_OVER_BYTES is 0): the forwarding process gone (its
+    pipe closed as a SIGKILL closes it) with a stalled recorder behind, every answer it had finished is recorded, the
+    one cut mid-write to the pipe at most excepted (held in memory up to 16 MB, they were lost with it)."""
+    capture = make_capture("what is two and two")
+    items = [_finished(capture, n) for n in range(40)]
+    with _recorder(tmp_path / "m.duckdb", kimi_tok, kimi_profile) as recorder:
+        os.kill(recorder.process.pid or 0, signal.SIGSTOP)
+        _hand_over(recorder, items)
+        assert recorder.memory_peak < 25_000  # one answer's frame at most: the one the pipe took part of
+        recorder._jobs.close()
+        os.kill(recorder.process.pid or 0, signal.SIGCONT)
+        recorder.process.join(60)
+        assert recorder.process.exitcode == 0
+    assert len(_stored_users(tmp_path / "m.duckdb")) >= 39

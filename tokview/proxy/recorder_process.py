@@ -15,8 +15,8 @@ recorded: only the requests in flight are lost.
 
 The child runs at a lower priority (`serve.lower_priority`): under a burst the harness and the upstream get
 the cores and the recorder catches up after. Its backlog never blocks the forwarding loop and is bounded in
-the loop's memory: what the pipe cannot take waits in memory up to SPOOL_OVER_BYTES, and past that each answer
-is appended to a spool file (`_Spool`) with only a small `Spooled` note queued in its place; the child reads the
+the loop's memory: what the pipe cannot take (past SPOOL_OVER_BYTES waiting in memory, none by default) is
+appended to a spool file (`_Spool`) with only a small `Spooled` note queued in its place; the child reads the
 answer back from the file when it comes to the note. Nothing is dropped: a spool that cannot be written keeps
 the answer in memory instead, and a child whose parent was killed records the spooled answers it had no note
 for yet (they are whole on disk) before it exits.
@@ -49,9 +49,12 @@ READY_TIMEOUT_S = 300.0
 COUNTS_EVERY_S = 0.25
 """The child reports its counters when it is idle this long (not after every item: each report woke a
 thread of the forwarding process)."""
-SPOOL_OVER_BYTES = 16 * 1024 * 1024
+SPOOL_OVER_BYTES = 0
 """How many bytes of answers the forwarding process keeps in memory for a recorder that is behind (a burst on
-busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory."""
+busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory. None: an
+answer the pipe cannot take goes to the spool file at once (~30 µs of a write to the page cache), so a SIGKILL of
+the forwarding process loses only the requests in flight (and the one answer it was cut writing to the pipe); held
+in memory up to 16 MB, a burst's answers the clients already had were lost with it (2-4 MB in the benchmark)."""
 GATHER_S = 0.15
 GATHER_MAX = 64
 """The child takes what its pipe brings for up to GATHER_S after an answer (at most GATHER_MAX answers) and then
