@@ -51,8 +51,8 @@ COUNTS_EVERY_S = 0.25
 thread of the forwarding process)."""
 SPOOL_OVER_BYTES = 0
 """How many bytes of answers the forwarding process keeps in memory for a recorder that is behind (a burst on
-busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory. None: an
-answer the pipe cannot take goes to the spool file at once (~30 µs of a write to the page cache), so a SIGKILL of
+busy cores): past that they are spooled to a file, so a long burst never grows the proxy's memory. At 0, the
+default, an answer the pipe cannot take goes to the spool file at once (~30 µs of a write to the page cache), so a SIGKILL of
 the forwarding process loses only the requests in flight (and the one answer it was cut writing to the pipe); held
 in memory up to 16 MB, a burst's answers the clients already had were lost with it (2-4 MB in the benchmark)."""
 GATHER_S = 0.15

@@ -71,7 +71,8 @@ def hold(directory: str) -> int | None:
 
 
 def release(directory: str) -> None:
-    """This process is done with its folder (removed by now): its lock is dropped."""
+    """This process is done with its folder (removed by its recorder child, or kept for the next start when the
+    child died or stopped recording): its lock is dropped."""
     fd = _held.pop(directory, None)
     if fd is not None:
         os.close(fd)
