@@ -295,3 +295,23 @@ def test_an_upstream_that_is_neither_vllm_nor_sglang_is_refused_in_one_line(tmp_
         with pytest.raises(UserError, match="neither SGLang nor vLLM"):
             with start_proxy(ProxyConfig([url], listen="127.0.0.1:0", db=None)):
                 pass
+
+
+def test_an_ipv6_listen_address_is_printed_as_a_url_a_client_can_use() -> None:
+    """`--listen [::1]:0` printed `http://::1:44767/v1`, which curl refuses; the address goes in brackets."""
+    import socket
+
+    from tokview.proxy.serve import ProxyConfig, start_proxy
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    from tokview.sim.config import SimConfig
+    from tokview.sim.server import start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        with start_proxy(ProxyConfig([sim.url], listen="[::1]:0", db=None)) as running:
+            assert running.url.startswith("http://[::1]:")
+            assert httpx.get(running.url + "/health", timeout=5).status_code == 200

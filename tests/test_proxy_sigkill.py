@@ -117,3 +117,73 @@ def _landed(db) -> int:
             return row[0]
     except Exception:  # held by the proxy's landing this instant: the parts count says the rest
         return 0
+
+
+def _proxy(sim_url: str, db: object, listen: str) -> subprocess.Popen[bytes]:
+    """`tokview proxy` in a process group of its own, as a service manager or `timeout` starts it."""
+    argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim_url, "--listen", listen, "--db", str(db)]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+
+
+def test_sigterm_to_the_whole_process_group_right_after_a_burst_records_every_answer(tmp_path):
+    """`timeout`, `kill -- -PGID` and systemd stop a service by signalling its whole group: the recorder child got
+    the SIGTERM too and died, and every answer it had not landed was lost (30 of 30), with exit 3 for a clean stop.
+    It ignores the stop as it ignores Ctrl-C: the parent stops serving, the child records and lands it all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = tmp_path / "g.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        port = _free_port()
+        proc = _proxy(sim.url, db, f"127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+
+            def ask(n: int) -> int:
+                body = {
+                    "model": sim.cfg.model_name,
+                    "messages": [{"role": "user", "content": f"q{n}"}],
+                    "max_tokens": 8,
+                }
+                return httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code
+
+            with ThreadPoolExecutor(10) as pool:
+                assert list(pool.map(ask, range(30))) == [200] * 30
+            os.killpg(proc.pid, signal.SIGTERM)  # at once: most answers not landed yet
+            proc.wait(60)
+            said = proc.stderr.read().decode() if proc.stderr else ""
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 0, said
+    assert "30 generations recorded" in said and "exit code" not in said, said
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(30,)]
+
+
+def test_a_listen_address_in_use_is_one_line_and_the_proxy_exits(tmp_path):
+    """The recorder child starts before the socket is bound: a bind that failed left it running, and `tokview proxy`
+    hung after its one-line error until killed."""
+    with start_simulator(SimConfig(kind="vllm")) as sim, socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = _proxy(sim.url, tmp_path / "b.duckdb", f"127.0.0.1:{taken.getsockname()[1]}")
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise AssertionError("the proxy did not exit after its bind failed")
+        said = proc.stderr.read().decode().strip() if proc.stderr else ""
+    assert proc.returncode != 0
+    assert said.splitlines()[-1].startswith("tokview: error: cannot listen on 127.0.0.1:"), said
+    assert "Traceback" not in said

@@ -352,8 +352,14 @@ class _Link:
 
 
 def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
-    """The recorder process: open the recorder, record everything the pipe brings until it ends, land it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """The recorder process: open the recorder, record everything the pipe brings until it ends, land it.
+
+    SIGINT and SIGTERM are ignored: a stop sent to the whole process group (a terminal's Ctrl-C, `timeout`,
+    `kill -- -PGID`, systemd's stop) reaches the child too, and one that killed it lost every answer it had not
+    landed yet (30 of 30 a moment after a burst). The parent stops serving and closes the pipe; the child then
+    records what it was handed, lands it and exits."""
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     link = _Link(said)
     held = None if spec.spool_dir is None else spool_folder.hold(spec.spool_dir)  # its folder is alive while we are

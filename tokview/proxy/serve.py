@@ -276,6 +276,22 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _bind_or_close(app: ProxyApp, host: str, port: int) -> socket.socket:
+    """`_bind`, the recorder (a child process by now) closed when it fails: left running, it kept the proxy from
+    exiting after its one-line error (an address in use hung `tokview proxy` until killed)."""
+    try:
+        return _bind(host, port)
+    except BaseException:
+        if app.recorder is not None:
+            app.recorder.close()
+        raise
+
+
+def _url_host(host: str) -> str:
+    """The host as a URL spells it: an IPv6 address in brackets (`http://[::1]:8900`)."""
+    return f"[{host}]" if ":" in host else host
+
+
 def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
     address = check_listen(config)
     if config.db is not None and (config.tokenizer is None or config.profile is None):
@@ -293,7 +309,7 @@ def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
 def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
     """Serve on a background thread (tests, the benchmark): yields once it accepts connections."""
     app, (host, port) = build(config)
-    sock = _bind(host, port)
+    sock = _bind_or_close(app, host, port)
     server = Serving(app, sock)
 
     def run() -> None:
@@ -304,7 +320,7 @@ def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
     deadline = time.monotonic() + 10
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.005)
-    running = RunningProxy(server, thread, app, f"http://{host}:{sock.getsockname()[1]}")
+    running = RunningProxy(server, thread, app, f"http://{_url_host(host)}:{sock.getsockname()[1]}")
     try:
         yield running
     finally:
@@ -325,9 +341,9 @@ def serve_forever(config: ProxyConfig) -> int:
     # The tokenizer's vocabulary and the loaded modules are millions of objects that live as long as the
     # proxy: frozen, the collector stops walking them in the pauses a request would wait through.
     gc.freeze()
-    sock = _bind(host, port)
+    sock = _bind_or_close(app, host, port)
     server = Serving(app, sock)
-    where = f"http://{host}:{sock.getsockname()[1]}"
+    where = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
     for upstream in app.upstreams:
         say(f"tokview proxy: {where}/v1 → {upstream.kind} {upstream.url}")
     if app.recorder is not None:
