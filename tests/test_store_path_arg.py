@@ -58,3 +58,19 @@ def test_stats_reads_a_store_holding_a_failure_without_a_reason(tmp_path, capsys
         conn.execute("INSERT INTO failures (prompt_id, sample_id, reason) VALUES ('p', 's', NULL)")
     assert main(["stats", "--db", str(db)]) == 0
     assert "(no reason recorded)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["batch", "proxy", "stats"])
+def test_a_store_path_ending_in_a_slash_is_refused_before_anything_is_made(command, tmp_path, capsys, monkeypatch):
+    """`--db newdir/` made a file named `newdir` (DuckDB drops the slash): a batch then failed on its parts folder,
+    leaving a store holding a run, and the proxy recorded into `newdir`. Refused in one line, nothing made."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    server = ["--server", "http://127.0.0.1:9"]
+    argv = {"batch": ["batch", "p.jsonl", *server], "proxy": ["proxy", *server], "stats": ["stats"]}[command]
+    assert main([*argv, "--db", "newdir/"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "newdir/ names a folder: give the store's .duckdb file (e.g. newdir/tokview.duckdb)" in err
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]

@@ -7,6 +7,7 @@ gives `--db runs/` learns it is a directory, not that the database is missing.""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from tokview.default_store import DEFAULT_DB
@@ -18,6 +19,10 @@ def store_path(text: str) -> str:
     database, so a run "into" it reported success and kept nothing)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path: give the store's .duckdb file")
+    if text.endswith(("/", os.sep)):  # DuckDB made a file named like the folder ("runs/" -> runs)
+        raise argparse.ArgumentTypeError(
+            f"{text} names a folder: give the store's .duckdb file (e.g. {text}{DEFAULT_DB})"
+        )
     return text
 
 

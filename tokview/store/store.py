@@ -15,6 +15,7 @@ review (`review_repo.py`, `bulk_review.py`), landing parts and other stores (`la
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,6 +67,8 @@ class Store:
         self.path = str(path)
         if not self.path.strip():  # DuckDB opens "" as a throwaway in-memory database: nothing would be kept
             raise StoreError("no store named: give a .duckdb file path (the path given is empty)")
+        if self.path.endswith(("/", os.sep)):  # DuckDB made a file named like the folder ("newdir/" -> newdir)
+            raise StoreError(f"{self.path} names a folder: give a .duckdb file path (e.g. {self.path}tokview.duckdb)")
         self._file = StoreFile(
             self.path,
             lock_timeout=lock_timeout,
