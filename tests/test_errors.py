@@ -70,6 +70,11 @@ def test_first_line_and_one_line():
     assert first_line(ValueError("  \n first\nsecond")) == "first"
     assert first_line(KeyError()) == "KeyError"
     assert first_line(RuntimeError("x" * 500), 20) == "x" * 20
+    # a first line that only introduces the next (transformers' tokenizer error) keeps the next with it
+    said = "Couldn't instantiate the backend tokenizer from one of: \n(1) a `tokenizers` serialization file\n(2) more"
+    assert first_line(ValueError(said)) == (
+        "Couldn't instantiate the backend tokenizer from one of: (1) a `tokenizers` serialization file"
+    )
     assert one_line(StoreError("cannot open database a.duckdb\n  hint")) == "cannot open database a.duckdb hint"
     assert one_line(TypeError("bad operand\ncontext")) == "TypeError: bad operand"
     assert one_line(ZeroDivisionError()) == "ZeroDivisionError"

@@ -76,10 +76,14 @@ def first_line(exc: BaseException, limit: int | None = None) -> str:
     """The first non-empty line of an exception's text (its type's name when it has none), cut to `limit`.
 
     Library errors (DuckDB, transformers, jinja, httpx) carry multi-line texts with hints and context
-    dumps; a one-line error, a notification or a failure reason takes their first line only.
+    dumps; a one-line error, a notification or a failure reason takes their first line only, and the line after
+    when the first only introduces it (transformers' "Couldn't instantiate the backend tokenizer from one of:").
     """
     text = str(exc).strip()
-    line = text.splitlines()[0].strip() if text else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = lines[0] if lines else type(exc).__name__
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {lines[1]}"
     return line[:limit] if limit is not None else line
 
 
