@@ -71,6 +71,26 @@ def _hand_over(recorder: RecorderProcess, items: list[Finished]) -> None:
     asyncio.run(run())
 
 
+def stalled_in_a_script(args_path: str) -> tuple[RecorderProcess, int, str, int]:
+    """For a script run as the proxy's own process (kill tests): the recorder the pickled (db, tokenizer folder,
+    profile, items, upstream) describe, its child stopped and every item handed over, what the pipe could not take
+    spooled past 100 KB. Returns (recorder, the child's pid, db, how many items were handed over)."""
+    import pickle
+
+    from tokview.core.tokenizer import load_tokenizer
+
+    with open(args_path, "rb") as f:
+        db, tok_dir, profile, items, up = pickle.load(f)
+    config = ProxyConfig([up], db=db, tokenizer=load_tokenizer(tok_dir), profile=profile, record_in="process")
+    recorder = open_recorder(config, [Upstream(up, "vllm", None, {}, None)])
+    assert isinstance(recorder, RecorderProcess)
+    recorder.spool_over = 100_000
+    child = recorder.process.pid or 0
+    os.kill(child, signal.SIGSTOP)
+    _hand_over(recorder, items)
+    return recorder, child, db, len(items)
+
+
 def _stored_users(db: Path) -> list[str]:
     with Store(db) as store:
         return sorted(p for (p,) in store.query("SELECT prompt_id FROM samples"))
@@ -203,19 +223,10 @@ def test_answers_spooled_after_recording_stopped_are_kept_for_the_next_start(
 
 
 _KILLED_AS_ITS_SPOOL_IS_READ = r"""
-import os, pickle, signal, sys, threading, time
-from test_proxy_recorder_spool import _hand_over
-from tokview.core.tokenizer import load_tokenizer
-from tokview.proxy.app import Upstream
-from tokview.proxy.serve import ProxyConfig, open_recorder
+import os, signal, sys, threading, time
+from test_proxy_recorder_spool import stalled_in_a_script
 
-db, tok_dir, profile, items, up = pickle.load(open(sys.argv[1], "rb"))
-config = ProxyConfig([up], db=db, tokenizer=load_tokenizer(tok_dir), profile=profile, record_in="process")
-recorder = open_recorder(config, [Upstream(up, "vllm", None, {}, None)])
-recorder.spool_over = 100_000
-child = recorder.process.pid
-os.kill(child, signal.SIGSTOP)
-_hand_over(recorder, items)
+recorder, child, db, _ = stalled_in_a_script(sys.argv[1])
 spool = os.path.join(recorder._spool_dir, "spool-000001")
 parts = db + ".parts"
 

@@ -24,22 +24,11 @@ from tokview.proxy.spool_folder import records
 from tokview.store import Store
 
 _DYING_PROXY = r"""
-import os, pickle, signal, sys, time
-from test_proxy_recorder_spool import _hand_over
-from tokview.core.tokenizer import load_tokenizer
-from tokview.proxy.app import Upstream
-from tokview.proxy.recorder_process import RecorderProcess
-from tokview.proxy.serve import ProxyConfig, open_recorder
-from tokview.proxy.spool_folder import records
+import os, signal, sys, time
+from test_proxy_recorder_spool import stalled_in_a_script
 from tokview.store import Store
 
-db, tok_dir, profile, items, up = pickle.load(open(sys.argv[1], "rb"))
-config = ProxyConfig([up], db=db, tokenizer=load_tokenizer(tok_dir), profile=profile, record_in="process")
-recorder = open_recorder(config, [Upstream(up, "vllm", None, {}, None)])
-recorder.spool_over = 100_000
-child = recorder.process.pid
-os.kill(child, signal.SIGSTOP)
-_hand_over(recorder, items)
+recorder, child, db, handed = stalled_in_a_script(sys.argv[1])
 in_memory = sum(1 for frame in recorder._pending if len(frame) > 10_000)
 os.kill(child, signal.SIGCONT)
 recorder._spool.close()
@@ -56,7 +45,7 @@ def landed() -> int:
 
 
 deadline = time.monotonic() + 120
-while landed() < len(items) and time.monotonic() < deadline:
+while landed() < handed and time.monotonic() < deadline:
     time.sleep(0.05)
 print(in_memory, flush=True)
 os.kill(child, signal.SIGKILL)
