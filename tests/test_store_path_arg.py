@@ -74,3 +74,13 @@ def test_a_store_path_ending_in_a_slash_is_refused_before_anything_is_made(comma
     assert "newdir/ names a folder: give the store's .duckdb file (e.g. newdir/tokview.duckdb)" in err
     assert err.count("\n") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.jsonl"]
+
+
+def test_a_store_opened_by_a_path_ending_in_a_slash_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
+    """The app and library callers open `Store` without the flag's check: the store refuses the path itself."""
+    from tokview.store import Store, StoreError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="newdir/ names a folder"):
+        Store("newdir/")
+    assert list(tmp_path.iterdir()) == []

@@ -68,7 +68,7 @@ class Store:
         if not self.path.strip():  # DuckDB opens "" as a throwaway in-memory database: nothing would be kept
             raise StoreError("no store named: give a .duckdb file path (the path given is empty)")
         if self.path.endswith(("/", os.sep)):  # DuckDB made a file named like the folder ("newdir/" -> newdir)
-            raise StoreError(f"{self.path} names a folder: give a .duckdb file path (e.g. {self.path}tokview.duckdb)")
+            raise StoreError(f"{self.path} names a folder: give a .duckdb file path (e.g. {self.path}{DEFAULT_DB})")
         self._file = StoreFile(
             self.path,
             lock_timeout=lock_timeout,
