@@ -170,8 +170,8 @@ def test_sigterm_to_the_whole_process_group_right_after_a_burst_records_every_an
 
 
 def test_a_listen_address_in_use_is_one_line_and_the_proxy_exits(tmp_path):
-    """The recorder child starts before the socket is bound: a bind that failed left it running, and `tokview proxy`
-    hung after its one-line error until killed."""
+    """The recorder child started before the socket was bound: a bind that failed left it running, `tokview proxy`
+    hung after its one-line error until killed, and the store held an empty run. Bound first, nothing is made."""
     with start_simulator(SimConfig(kind="vllm")) as sim, socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -187,3 +187,4 @@ def test_a_listen_address_in_use_is_one_line_and_the_proxy_exits(tmp_path):
     assert proc.returncode != 0
     assert said.splitlines()[-1].startswith("tokview: error: cannot listen on 127.0.0.1:"), said
     assert "Traceback" not in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no spool folder

@@ -263,6 +263,8 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    """The socket bound to HOST:PORT, not listening yet (`_listening` starts that): a one-line UserError when the
+    address is taken or unknown."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -272,19 +274,23 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(1024)
     return sock
 
 
-def _bind_or_close(app: ProxyApp, host: str, port: int) -> socket.socket:
-    """`_bind`, the recorder (a child process by now) closed when it fails: left running, it kept the proxy from
-    exiting after its one-line error (an address in use hung `tokview proxy` until killed)."""
+def _listening(config: ProxyConfig) -> tuple[ProxyApp, socket.socket, str]:
+    """The app, its socket and host: bound before the app is built, listening once it is. So a bind that fails (an
+    address in use) ends the proxy before its recorder child starts or its store is made (bound after them, the
+    child kept `tokview proxy` from exiting after its one-line error, and the store held an empty run), and a
+    client connecting while the app loads is refused, as before, rather than left waiting."""
+    host, port = check_listen(config)
+    sock = _bind(host, port)
     try:
-        return _bind(host, port)
+        app = build(config)
     except BaseException:
-        if app.recorder is not None:
-            app.recorder.close()
+        sock.close()
         raise
+    sock.listen(1024)
+    return app, sock, host
 
 
 def _url_host(host: str) -> str:
@@ -292,8 +298,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
-    address = check_listen(config)
+def build(config: ProxyConfig) -> ProxyApp:
     if config.db is not None and (config.tokenizer is None or config.profile is None):
         from tokview.core.resolve import load_tokenizer_and_profile  # what `tokview proxy` loads with no flags
 
@@ -302,14 +307,13 @@ def build(config: ProxyConfig) -> tuple[ProxyApp, tuple[str, int]]:
         )
     upstreams = detect_upstreams(config)
     recorder = open_recorder(config, upstreams)
-    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key), address
+    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key)
 
 
 @contextmanager
 def start_proxy(config: ProxyConfig) -> Iterator[RunningProxy]:
     """Serve on a background thread (tests, the benchmark): yields once it accepts connections."""
-    app, (host, port) = build(config)
-    sock = _bind_or_close(app, host, port)
+    app, sock, host = _listening(config)
     server = Serving(app, sock)
 
     def run() -> None:
@@ -337,11 +341,10 @@ def serve_forever(config: ProxyConfig) -> int:
         # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
         # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-    app, (host, port) = build(config)
+    app, sock, host = _listening(config)
     # The tokenizer's vocabulary and the loaded modules are millions of objects that live as long as the
     # proxy: frozen, the collector stops walking them in the pauses a request would wait through.
     gc.freeze()
-    sock = _bind_or_close(app, host, port)
     server = Serving(app, sock)
     where = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
     for upstream in app.upstreams:
