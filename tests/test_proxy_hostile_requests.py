@@ -359,3 +359,42 @@ def test_a_redirect_naming_the_upstream_sends_the_client_back_through_the_proxy(
             )
             got = httpx.post(proxy.url + "/v1/chat/completions/", json={"model": "m"}, timeout=10)
             assert (got.status_code, got.headers["location"]) == (307, relayed)
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]"])
+def test_a_generation_request_that_is_no_json_object_is_recorded_as_a_failure(
+    vllm_sim, tmp_path, kimi_tok, kimi_profile, body
+) -> None:
+    """Such a request was passed through and left no trace in the store: a harness sending broken bodies to the
+    server looked, in the store, like a harness that sent nothing."""
+    db = str(tmp_path / "p.duckdb")
+    config = ProxyConfig([vllm_sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+    with start_proxy(config) as proxy:
+        url = proxy.url + "/v1/chat/completions"
+        direct = httpx.post(vllm_sim.url + "/v1/chat/completions", content=body)
+        through = httpx.post(url, content=body, headers={"content-type": "application/json"})
+        assert through.status_code == direct.status_code >= 400
+        assert httpx.post(url, json=_chat(vllm_sim)).status_code == 200
+    with Store(db) as store:
+        failures = store.failures()
+        assert store.query("SELECT count(*) FROM samples") == [(1,)]
+    assert len(failures) == 1, failures
+    assert f"refused by the upstream: HTTP {direct.status_code}" in failures[0]["reason"], failures
+
+
+def test_a_body_that_is_no_json_object_but_is_answered_is_passed_through_and_recorded_as_a_failure(
+    tmp_path, kimi_tok, kimi_profile
+) -> None:
+    answer = b'{"id":"x","choices":[]}'
+    ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(answer), answer)
+    db = str(tmp_path / "p.duckdb")
+    with _upstream(MODELS, post_answer=ok) as up:
+        config = ProxyConfig(
+            [up.url], listen="127.0.0.1:0", db=db, kind="vllm", tokenizer=kimi_tok, profile=kimi_profile
+        )
+        with start_proxy(config) as proxy:
+            got = httpx.post(proxy.url + "/v1/chat/completions", content=b'["' + MARK + b'"]', timeout=10)
+    assert got.status_code == 200 and got.content == answer
+    with Store(db) as store:
+        reasons = [f["reason"] for f in store.failures()]
+    assert reasons == ["the request body is not a JSON object: its answer was passed through unrecorded"]

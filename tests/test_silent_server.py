@@ -68,3 +68,26 @@ def test_a_batch_against_a_server_that_never_answers_stops_after_one_probe_and_s
     assert "Traceback" not in done.stderr
     assert len(seen) == 2, seen  # the first probe and its one retry; none of the dozen after it
     assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_a_proxy_in_front_of_a_server_that_never_answers_stops_within_its_timeout_and_says_so(tmp_path: Path):
+    """`tokview proxy` probed a silent upstream for 2 × 30 s before it said anything; `--timeout` sets the probe's."""
+    with _silent_server() as (url, seen):
+        argv = [sys.executable, "-m", "tokview", "proxy", "--server", url, "--listen", "127.0.0.1:0"]
+        done = subprocess.run(
+            [*argv, "--db", str(tmp_path / "s.duckdb"), "--timeout", "1"], capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 2, done.stderr
+    assert "timed out after 1s" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len(seen) == 2, seen  # the first probe and its one retry
+    assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_a_proxy_refuses_a_timeout_that_is_not_a_positive_number_in_one_line(tmp_path: Path):
+    for bad in ("0", "-1", "inf"):
+        argv = [sys.executable, "-m", "tokview", "proxy", "--server", "http://127.0.0.1:9", "--timeout", bad]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 1, (bad, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            "tokview: error: --timeout must be a finite number of seconds above 0"
+        ]

@@ -9,7 +9,10 @@ the store, which the app and `stats` read while the harness runs.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+from tokview.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,6 +49,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--kind", choices=("auto", "vllm", "sglang"), default="auto", help="upstream kind (default: detected)"
     )
     p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds per start-up probe of each server (default 30); forwarded requests keep the harness's own",
+    )
+    p.add_argument(
         "--allow-remote",
         action="store_true",
         help=f"listen on a non-loopback address; clients must then present the key in {PROXY_KEY_ENV}",
@@ -60,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.proxy.serve import ProxyConfig, check_listen, key_from_env, serve_forever
 
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UserError("--timeout must be a finite number of seconds above 0")
     config = ProxyConfig(
         servers=list(args.server),
         listen=args.listen,
@@ -67,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         key=key_from_env(),
         kind=args.kind,
+        timeout=args.timeout,
         say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     check_listen(config)  # refused before the tokenizer loads

@@ -173,13 +173,14 @@ class ProxyApp:
         endpoint = ENDPOINT_PATHS.get(unquote(ex.path)) if ex.method == "POST" else None
         if endpoint is None:
             return ex.body
+        ex.endpoint = endpoint  # a body that is no JSON object is still a generation request, recorded as failed
         try:
             request = _read_body(ex.body)
         except ValueError:  # orjson's JSONDecodeError is one
             return ex.body  # the upstream answers a broken body itself
         if not isinstance(request, dict):
             return ex.body
-        ex.endpoint, ex.request = endpoint, request
+        ex.request = request
         sent, ex.injection = ids.inject(request, ex.upstream.kind)
         if sent is request:
             return ex.body
@@ -211,6 +212,9 @@ class ProxyApp:
                 body = await response.read()
                 await client.whole(response.status, _response_headers(response, upstream), body, response.reason)
                 self._failure(ex, f"refused by the upstream: HTTP {response.status}: {error_message(body)}")
+            elif ex.request is None:  # accepted though it is no JSON object: nothing to record but that
+                await self._pass_through(response, client, upstream)
+                self._failure(ex, "the request body is not a JSON object: its answer was passed through unrecorded")
             elif b"text/event-stream" in response.header(b"content-type"):
                 await self._relay_stream(ex, response, client)
             else:

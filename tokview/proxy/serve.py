@@ -59,6 +59,10 @@ class ProxyConfig:
     """auto (detected like `tokview batch` does), vllm or sglang."""
     run_id: str = field(default_factory=lambda: "proxy-" + time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6])
     say: Callable[[str], None] | None = None
+    timeout: float = 30.0
+    """Seconds per start-up probe of an upstream (`--timeout`): one that accepts and never answers is said in
+    two of them. Forwarded requests have none of the proxy's own: the harness's timeout governs them, as it
+    would without the proxy (a client that gives up cancels its upstream request)."""
     lock_timeout: float = 10.0
     """How long the recorder waits for a store another process holds before it stops recording."""
     record_in: str = "auto"
@@ -115,12 +119,12 @@ def upstream_auth(url: str) -> str | None:
     return f"Bearer {key}" if key else None
 
 
-async def _detect(url: str, kind: str, profile: ModelProfile | None) -> Upstream:
+async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: float) -> Upstream:
     from tokview.servers.features import detect
     from tokview.servers.http import ServerClient
     from tokview.servers.retry import RetryPolicy
 
-    client = ServerClient(url, timeout=30.0, concurrency=2)
+    client = ServerClient(url, timeout=timeout, concurrency=2)
     try:  # ServerUnreachable goes up as the TokviewError it is: "server unreachable: …", its exit code
         info = await detect(client, RetryPolicy(retries=1, backoff=0.2), profile)
     finally:
@@ -141,7 +145,9 @@ def detect_upstreams(config: ProxyConfig) -> list[Upstream]:
         validate_server_url(url)  # BadServerURL: one line, credentials masked, before any connection
 
     async def all_of() -> list[Upstream]:
-        return list(await asyncio.gather(*(_detect(u, config.kind, config.profile) for u in config.servers)))
+        return list(
+            await asyncio.gather(*(_detect(u, config.kind, config.profile, config.timeout) for u in config.servers))
+        )
 
     return asyncio.run(all_of())
 
