@@ -112,6 +112,39 @@ def test_one_current_failure_per_sample_with_its_attempts(tmp_path):
         assert store.query("SELECT count(*) FROM failure_attempts") == [(0,)]
 
 
+def test_a_failures_part_left_behind_after_its_landing_lands_once(tmp_path, monkeypatch):
+    """A kill between a landing's commit and the removal of its parts left them to land again: every failure's
+    attempts were counted twice, and a failure without a sample id (all of the proxy's) was stored twice."""
+    import tokview.store.parts as parts_module
+
+    real_remove = parts_module.remove
+    kept: list[bool] = []
+
+    def killed_before_removal(paths):
+        kept.append(True)  # the first landing's parts stay, as after a SIGKILL right after its commit
+
+    failures = [
+        {"prompt_id": "p1", "sample_id": "p1@x", "run_id": "run1", "reason": "HTTP 500", "at": "2026-12-04 10:00:00"},
+        {"prompt_id": "p1", "sample_id": "p1@x", "run_id": "run1", "reason": "HTTP 502", "at": "2026-12-04 10:00:01"},
+        {"prompt_id": None, "sample_id": None, "run_id": "proxy-1", "reason": "abandoned by the client"},
+    ]
+    with Store(tmp_path / "s.duckdb", linger=0) as store:
+        store.write_part([record(store, "a")], failures)
+        monkeypatch.setattr(parts_module, "remove", killed_before_removal)
+        assert store.ingest() == (1, 3)
+        monkeypatch.setattr(parts_module, "remove", real_remove)
+        assert kept and complete_parts(store.parts_dir) != ([], [])
+        assert store.ingest() == (0, 0)
+        assert complete_parts(store.parts_dir) == ([], [])
+        assert store.query("SELECT attempts FROM failure_attempts") == [(2,)]
+        assert store.query("SELECT count(*) FROM failures") == [(2,)]
+        assert store.stats()["failures"]["total"] == 2
+        store.write_part([], [{"prompt_id": "p1", "sample_id": "p1@x", "run_id": "run1", "reason": "HTTP 503"}])
+        assert store.ingest() == (0, 1)  # a later part of the same sample still counts
+        assert store.query("SELECT attempts FROM failure_attempts") == [(3,)]
+        assert store.query("SELECT count(*) FROM landed_failure_parts") == [(1,)]  # only names whose files were there
+
+
 def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
     from tokview.store.schema import MIGRATIONS
 

@@ -58,7 +58,7 @@ class Landing:
             try:
                 with transaction(conn):
                     new = land_samples(conn, sample_files, columns, types) if sample_files else 0
-                    failed = land_failures(conn, failure_files) if failure_files else 0
+                    failed = land_failure_parts(conn, failure_files) if failure_files else 0
             finally:
                 try:
                     conn.execute("RESET threads")
@@ -149,6 +149,33 @@ def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: li
     n = _count(conn, "_part_new")
     conn.execute("DROP TABLE _part_new")
     return n
+
+
+LANDED_FAILURE_PARTS = "landed_failure_parts"
+"""The names of the failures parts landed whose files may still be there, in the landing's own transaction.
+
+Samples land once by their id, but a failure line has no id of its own: a process killed between a landing's
+commit and the removal of its parts (or a removal that failed) left the parts to land again, which counted each
+failure's attempts twice and stored a second copy of every failure without a sample id (all of the proxy's). A
+landing skips (and removes) the listed parts this table names, and forgets the names whose files are gone, so it
+holds at most one landing's names. Part names are unique (creation time, pid, counter), so a name never comes back.
+
+Made by the first landing that needs it, not by a schema migration: an older tokview still opens the store, and
+its landings only lack the skip, as before."""
+
+
+def land_failure_parts(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
+    """`land_failures` of the parts not landed before, in the caller's transaction; they are then named in
+    LANDED_FAILURE_PARTS until their files are gone."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {LANDED_FAILURE_PARTS} (name VARCHAR PRIMARY KEY)")
+    names = [f.name for f in files]
+    conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
+    landed = {row[0] for row in conn.execute(f"SELECT name FROM {LANDED_FAILURE_PARTS}").fetchall()}
+    fresh = [f for f in files if f.name not in landed]
+    if not fresh:
+        return 0
+    conn.execute(f"INSERT INTO {LANDED_FAILURE_PARTS} SELECT unnest(?::VARCHAR[])", [[f.name for f in fresh]])
+    return land_failures(conn, fresh)
 
 
 def land_failures(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
