@@ -188,3 +188,71 @@ def test_a_listen_address_in_use_is_one_line_and_the_proxy_exits(tmp_path):
     assert said.splitlines()[-1].startswith("tokview: error: cannot listen on 127.0.0.1:"), said
     assert "Traceback" not in said
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no spool folder
+
+
+def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_once_and_loses_nothing(tmp_path):
+    """The first Ctrl-C waits for the recorder to land what it holds; with the store held by another program that
+    is up to its lock timeout. A second Ctrl-C ended the wait with a traceback-free exit, but multiprocessing still
+    joined the recorder at interpreter exit, so the proxy stayed as long as before. Now it leaves at once, and the
+    recorder child, which ignores Ctrl-C, lands everything in the background once the store is free."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = tmp_path / "h.duckdb"
+    said_file = tmp_path / "stderr.txt"
+    with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
+        port = _free_port()
+        argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(
+            [*argv, "--db", str(db)],
+            stderr=said_out,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        holder = None
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert proc.poll() is None, said_file.read_text()
+            hold = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(8)"
+            holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+
+            def ask(n: int) -> int:
+                body = {
+                    "model": sim.cfg.model_name,
+                    "messages": [{"role": "user", "content": f"q{n}"}],
+                    "max_tokens": 8,
+                }
+                return httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code
+
+            with ThreadPoolExecutor(10) as pool:
+                assert list(pool.map(ask, range(20))) == [200] * 20
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+            time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(4)  # the held store keeps the recorder ~7 s more: the proxy no longer waits for it
+            said = said_file.read_text()
+            child = int(said.split("recorder; it (pid ")[1].split(")")[0])
+            _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if holder is not None:
+                holder.kill()
+                holder.wait()
+    assert proc.returncode == 130 and "Traceback" not in said, said
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(20,)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:  # a zombie (not reaped yet) counts as ended
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

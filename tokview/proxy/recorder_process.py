@@ -43,6 +43,7 @@ from tokview.proxy.recorder import Failed, Finished
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 READY_TIMEOUT_S = 300.0
 """How long the parent waits for the child to load its tokenizer and open the store."""
@@ -313,7 +314,15 @@ class RecorderProcess:
         """Let the child record and land what it was handed, and wait for it (the loop has stopped by now)."""
         self._drain_blocking()
         self._jobs.close()  # the child reads to the end, records, lands and exits
-        self.process.join()
+        try:
+            self.process.join()
+        except KeyboardInterrupt:  # a second Ctrl-C: the proxy leaves now, the child (which ignores it) finishes
+            _not_joined_at_exit(self.process)
+            self.say(
+                f"tokview proxy: no longer waiting for the recorder; it (pid {self.process.pid}) goes on recording "
+                "and landing what it was handed in the background, and ends by itself"
+            )
+            raise
         self._reader.join(timeout=5)
         if self._spool_dir is not None:  # the child removed it once everything in it was written; a child that
             spool_folder.release(self._spool_dir)  # died or stopped recording left it for the next start
@@ -330,6 +339,15 @@ class RecorderProcess:
             f"the recorder's backlog peaked at {self.backlog_peak} answers ({self.memory_peak / mb:.1f} MB held in "
             f"memory, {self.spooled / mb:.1f} MB spooled to disk)"
         )
+
+
+def _not_joined_at_exit(process: BaseProcess) -> None:
+    """Leave `process` out of the children multiprocessing joins when this interpreter exits: without this, the
+    proxy left by a second Ctrl-C still waited for its recorder at exit, as long as the first would have (a store
+    held by another program: its whole lock timeout), after saying it no longer waited."""
+    import multiprocessing.process
+
+    multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
 
 
 def _frame(data: bytes) -> bytes:
