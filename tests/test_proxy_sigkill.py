@@ -119,6 +119,18 @@ def _landed(db) -> int:
         return 0
 
 
+def _burst(url: str, model: str, n: int) -> list[int]:
+    """`n` short chat requests, 10 at a time: their statuses."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(k: int) -> int:
+        body = {"model": model, "messages": [{"role": "user", "content": f"q{k}"}], "max_tokens": 8}
+        return httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code
+
+    with ThreadPoolExecutor(10) as pool:
+        return list(pool.map(ask, range(n)))
+
+
 def _proxy(sim_url: str, db: object, listen: str) -> subprocess.Popen[bytes]:
     """`tokview proxy` in a process group of its own, as a service manager or `timeout` starts it."""
     argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim_url, "--listen", listen, "--db", str(db)]
@@ -135,8 +147,6 @@ def test_sigterm_to_the_whole_process_group_right_after_a_burst_records_every_an
     """`timeout`, `kill -- -PGID` and systemd stop a service by signalling its whole group: the recorder child got
     the SIGTERM too and died, and every answer it had not landed was lost (30 of 30), with exit 3 for a clean stop.
     It ignores the stop as it ignores Ctrl-C: the parent stops serving, the child records and lands it all."""
-    from concurrent.futures import ThreadPoolExecutor
-
     db = tmp_path / "g.duckdb"
     with start_simulator(SimConfig(kind="vllm")) as sim:
         port = _free_port()
@@ -146,16 +156,7 @@ def test_sigterm_to_the_whole_process_group_right_after_a_burst_records_every_an
             _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
 
-            def ask(n: int) -> int:
-                body = {
-                    "model": sim.cfg.model_name,
-                    "messages": [{"role": "user", "content": f"q{n}"}],
-                    "max_tokens": 8,
-                }
-                return httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code
-
-            with ThreadPoolExecutor(10) as pool:
-                assert list(pool.map(ask, range(30))) == [200] * 30
+            assert _burst(url, sim.cfg.model_name, 30) == [200] * 30
             os.killpg(proc.pid, signal.SIGTERM)  # at once: most answers not landed yet
             proc.wait(60)
             said = proc.stderr.read().decode() if proc.stderr else ""
@@ -195,8 +196,6 @@ def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_onc
     is up to its lock timeout. A second Ctrl-C ended the wait with a traceback-free exit, but multiprocessing still
     joined the recorder at interpreter exit, so the proxy stayed as long as before. Now it leaves at once, and the
     recorder child, which ignores Ctrl-C, lands everything in the background once the store is free."""
-    from concurrent.futures import ThreadPoolExecutor
-
     db = tmp_path / "h.duckdb"
     said_file = tmp_path / "stderr.txt"
     with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
@@ -217,16 +216,7 @@ def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_onc
             holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
 
-            def ask(n: int) -> int:
-                body = {
-                    "model": sim.cfg.model_name,
-                    "messages": [{"role": "user", "content": f"q{n}"}],
-                    "max_tokens": 8,
-                }
-                return httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code
-
-            with ThreadPoolExecutor(10) as pool:
-                assert list(pool.map(ask, range(20))) == [200] * 20
+            assert _burst(url, sim.cfg.model_name, 20) == [200] * 20
             os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
             time.sleep(0.5)
             os.killpg(proc.pid, signal.SIGINT)

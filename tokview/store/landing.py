@@ -156,7 +156,7 @@ LANDED_FAILURE_PARTS = "landed_failure_parts"
 
 Samples land once by their id, but a failure line has no id of its own: a process killed between a landing's
 commit and the removal of its parts (or a removal that failed) left the parts to land again, which counted each
-failure's attempts twice and stored a second copy of every failure without a sample id (all of the proxy's). A
+failure's attempts twice and stored a second copy of every failure without a sample id. A
 landing skips (and removes) the listed parts this table names, and forgets the names whose files are gone, so it
 holds at most one landing's names. Part names are unique (creation time, pid, counter), so a name never comes back.
 
