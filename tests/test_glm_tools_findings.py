@@ -65,7 +65,16 @@ CASES = {
     "tool_section_in_reasoning": lambda f: with_tools(f, f.output(answer=call(f), close=False)),
     "text_after_tool_calls": lambda f: with_tools(f, f.output(answer=call(f) + f.tok.encode(" Done."))),
     "tool_calls_field_mismatch": lambda f: chat(f, '{"city": "Lyon"}'),
+    "tool_calls_missing_from_ids": lambda f: markers_lost(f),
 }
+
+
+def markers_lost(f: Family) -> Capture:
+    """The clean chat answer whose ids came back without GLM's call and argument markers, its tool_calls still holding the call."""
+    tags = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+    markers = {GLM_ID[tag] for tag in tags}
+    base = chat(f, '{"city": "Paris"}')
+    return dataclasses.replace(base, output_ids=[i for i in base.output_ids if i not in markers])
 
 
 def test_clean_glm_calls_have_no_tool_finding_and_are_valid(fam):

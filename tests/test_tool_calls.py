@@ -48,6 +48,7 @@ TOOL_CODES = {
     "tool_section_in_reasoning",
     "text_after_tool_calls",
     "tool_calls_field_mismatch",
+    "tool_calls_missing_from_ids",
     "tool_call_id_renumbered",
 }
 

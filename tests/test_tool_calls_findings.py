@@ -91,6 +91,15 @@ def chat(f: Any, calls: list[dict[str, Any]] | None, server: str = "vllm") -> Ca
     )
 
 
+def markers_lost(f: Any, tool_choice: Any = None) -> Capture:
+    """The clean chat answer whose ids came back without the layout's marker ids (SGLang's streamed
+    `sglext.output_ids`, `--quirk stream-misses-ids`), the server's tool_calls still holding the call."""
+    lay, base = f.p.tool_calls, chat(f, [server_call(f)])
+    markers = {lay.section_begin_id, lay.section_end_id, lay.call_begin_id, lay.call_end_id, lay.argument_begin_id}
+    settings = {**base.settings, **({"tool_choice": tool_choice} if tool_choice is not None else {})}
+    return dataclasses.replace(base, output_ids=[i for i in base.output_ids if i not in markers], settings=settings)
+
+
 def calls_of(f: Any, c: Capture):
     return parse_tool_calls(c.output_ids, f.p.tool_calls, f.tok)
 
@@ -165,6 +174,11 @@ TOOL_CASES = {
         lambda f: chat(f, [server_call(f)]),
         lambda f, c: at(c, calls_of(f, c).calls[0].span[0]),
     ),
+    "tool_calls_missing_from_ids": Case(
+        markers_lost,
+        lambda f: markers_lost(f, tool_choice="required"),  # a forced call is plain JSON: no markers by design
+        lambda f, c: (),
+    ),
     "tool_call_id_renumbered": Case(
         lambda f: chat(f, [server_call(f, call_id="functions.get_weather:1")], server="sglang"),
         lambda f: chat(f, [server_call(f)], server="sglang"),
@@ -204,6 +218,13 @@ def test_clean_calls_have_no_tool_finding_and_are_valid(fam):
         analysis = analyze(capture, fam.p, fam.tok)
         assert not set(analysis.codes) & TOOL_CODES, analysis.codes
         assert analysis.valid, analysis.codes
+
+
+def test_lost_calls_are_one_error_not_also_the_mismatch_warning(fam):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    codes = analyze(markers_lost(fam), fam.p, fam.tok).codes
+    assert "tool_calls_missing_from_ids" in codes and "tool_calls_field_mismatch" not in codes
+    assert "tool_calls_missing_from_ids" not in analyze(markers_lost(fam, named), fam.p, fam.tok).codes
 
 
 def test_a_call_begun_inside_a_call_is_out_of_order_and_the_first_unclosed(fam):

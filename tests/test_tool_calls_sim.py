@@ -118,6 +118,15 @@ def test_each_tool_quirk_raises_its_finding(tmp_path, kimi_tok, kimi_profile, ki
     assert found == {code}
 
 
+def test_a_stream_that_lost_the_call_markers_is_invalid(tmp_path, kimi_tok, kimi_profile, kind):
+    """SGLang's final `sglext.output_ids` without the section's markers, vLLM's stream without the chunks that gave
+    no delta: the server's tool_calls hold a call the ids do not, so the sample is never exported as valid."""
+    _, capture = _through_proxy(tmp_path, kimi_tok, kimi_profile, kind, {"stream-misses-ids": True}, True)
+    analysis = analyze(capture, kimi_profile, kimi_tok)
+    assert "tool_calls_missing_from_ids" in analysis.codes
+    assert not analysis.valid
+
+
 def test_a_second_round_on_sglang_returns_a_renumbered_id_vllm_echoes_the_models(
     tmp_path, kimi_tok, kimi_profile, kind
 ):

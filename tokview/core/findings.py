@@ -719,14 +719,50 @@ def _server_parsed_calls(ctx: Context) -> bool:
     return bool(c.tool_calls) or ctx.calls is not None
 
 
+def _forced_call(ctx: Context) -> bool:
+    """tool_choice required or named: the servers' grammar makes the model write its call as plain JSON, and the
+    server builds tool_calls from that text, so the ids hold no markers by design."""
+    choice = ctx.capture.settings.get("tool_choice")
+    return choice == "required" or isinstance(choice, dict)
+
+
+def _calls_lost_from_ids(ctx: Context) -> tuple[int, int] | None:
+    """(calls the server returned, calls on the ids) when the server returned more: its parser read them off the
+    ids it generated, so the ids that came back lost some (SGLang's streamed `sglext.output_ids` without the
+    section's markers, vLLM's stream without the chunks that gave no delta)."""
+    if not _server_parsed_calls(ctx) or _forced_call(ctx):
+        return None
+    on_ids = ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
+    server, held = len(ctx.capture.tool_calls or []), len(on_ids.calls) if on_ids is not None else 0
+    return (server, held) if server > held else None
+
+
+@rule(
+    "tool_calls_missing_from_ids",
+    ERROR,
+    "The server returned tool calls the output ids do not hold: ids were lost on the way, and a drafter trained "
+    "on them learns calls without their markers.",
+)
+def tool_calls_missing_from_ids(ctx: Context) -> Hit | None:
+    lost = _calls_lost_from_ids(ctx)
+    if lost is None:
+        return None
+    server, held = lost
+    return Hit.missing(
+        f"the server returned {server} tool call(s), the output ids hold {held}: its parser read the calls off the "
+        f"ids it generated, so the ids that came back are not those (a stream that dropped the section's marker "
+        f"ids?); these ids would train the drafter on calls without their markers."
+    )
+
+
 @rule(
     "tool_calls_field_mismatch",
     WARN,
     "The server's tool_calls differ from the calls on the ids: a history built from the field re-renders other ids.",
 )
 def tool_calls_field_mismatch(ctx: Context) -> Hit | None:
-    if not _server_parsed_calls(ctx):
-        return None
+    if not _server_parsed_calls(ctx) or _calls_lost_from_ids(ctx) is not None:
+        return None  # lost calls are `tool_calls_missing_from_ids`, an error
     diffs, at, _, _ = _server_call_differences(ctx)
     if not diffs:
         return None
