@@ -361,7 +361,10 @@ def test_a_redirect_naming_the_upstream_sends_the_client_back_through_the_proxy(
             assert (got.status_code, got.headers["location"]) == (307, relayed)
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]"])
+DEEP = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"  # deeper than Python's json reads (RecursionError)
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", DEEP], ids=["broken", "array", "deep"])
 def test_a_generation_request_that_is_no_json_object_is_recorded_as_a_failure(
     vllm_sim, tmp_path, kimi_tok, kimi_profile, body
 ) -> None:
@@ -397,4 +400,6 @@ def test_a_body_that_is_no_json_object_but_is_answered_is_passed_through_and_rec
     assert got.status_code == 200 and got.content == answer
     with Store(db) as store:
         reasons = [f["reason"] for f in store.failures()]
-    assert reasons == ["the request body is not a JSON object: its answer was passed through unrecorded"]
+    assert reasons == [
+        "the request body is not a JSON object (or is nested too deep to read): its answer was passed through unrecorded"
+    ]

@@ -176,8 +176,8 @@ class ProxyApp:
         ex.endpoint = endpoint  # a body that is no JSON object is still a generation request, recorded as failed
         try:
             request = _read_body(ex.body)
-        except ValueError:  # orjson's JSONDecodeError is one
-            return ex.body  # the upstream answers a broken body itself
+        except (RecursionError, ValueError):  # orjson's JSONDecodeError is one; RecursionError: nested too deep
+            return ex.body  # the upstream answers a broken body itself (recorded as a failure either way)
         if not isinstance(request, dict):
             return ex.body
         ex.request = request
@@ -214,7 +214,10 @@ class ProxyApp:
                 self._failure(ex, f"refused by the upstream: HTTP {response.status}: {error_message(body)}")
             elif ex.request is None:  # accepted though it is no JSON object: nothing to record but that
                 await self._pass_through(response, client, upstream)
-                self._failure(ex, "the request body is not a JSON object: its answer was passed through unrecorded")
+                self._failure(
+                    ex,
+                    "the request body is not a JSON object (or is nested too deep to read): its answer was passed through unrecorded",
+                )
             elif b"text/event-stream" in response.header(b"content-type"):
                 await self._relay_stream(ex, response, client)
             else:
