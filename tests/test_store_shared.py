@@ -145,6 +145,48 @@ def test_a_failures_part_left_behind_after_its_landing_lands_once(tmp_path, monk
         assert store.query("SELECT count(*) FROM landed_failure_parts") == [(1,)]  # only names whose files were there
 
 
+def _left_behind(store: Store, monkeypatch) -> Path:
+    """A failures part landed and left behind (a kill between the commit and its removal): its path."""
+    import tokview.store.parts as parts_module
+
+    store.write_part([], [{"prompt_id": "p1", "sample_id": "p1@x", "run_id": "run1", "reason": "HTTP 500"}])
+    with monkeypatch.context() as patch:
+        patch.setattr(parts_module, "remove", lambda paths: None)
+        assert store.ingest() == (0, 1)
+    [part] = complete_parts(store.parts_dir)[1]
+    return part
+
+
+def test_a_landed_part_left_behind_stays_landed_when_the_store_is_opened_through_a_symlink(tmp_path, monkeypatch):
+    """The link's own parts folder held none of the real folder's parts: its landing forgot them, and the next
+    landing through the real path counted their failures again."""
+    db, link = tmp_path / "s.duckdb", tmp_path / "link.duckdb"
+    with Store(db, linger=0) as store:
+        _left_behind(store, monkeypatch)
+    link.symlink_to(db)
+    with Store(link, linger=0) as store:
+        store.write_part([], [{"prompt_id": "p2", "sample_id": "p2@x", "run_id": "run2", "reason": "HTTP 502"}])
+        assert store.ingest() == (0, 1)
+    with Store(db, linger=0) as store:
+        assert store.ingest() == (0, 0)
+        assert complete_parts(store.parts_dir) == ([], [])
+        assert store.query("SELECT sample_id, attempts FROM failure_attempts ORDER BY 1") == [("p1@x", 1), ("p2@x", 1)]
+
+
+def test_a_landed_part_left_behind_and_damaged_is_not_salvaged_into_a_second_landing(tmp_path, monkeypatch):
+    """After a power loss the landed part may be cut short (no fsync) while the landing's commit survived: when
+    another part is damaged too, the salvage kept its whole lines as a new part, which landed them again."""
+    with Store(tmp_path / "s.duckdb", linger=0) as store:
+        part = _left_behind(store, monkeypatch)
+        part.write_bytes(part.read_bytes() + b"\0" * 32)
+        bad = record(store, "a")
+        bad["prompt_ids"] = "oops"
+        store.write_part([bad])
+        assert store.ingest() == (0, 0)
+        assert store.query("SELECT attempts FROM failure_attempts") == [(1,)]
+        assert complete_parts(store.parts_dir) == ([], [])
+
+
 def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
     from tokview.store.schema import MIGRATIONS
 

@@ -74,6 +74,8 @@ class Landing:
         file held: (damaged parts, whole lines of them kept)."""
         with self.file.writing() as conn:
             sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
+            landed = landed_failure_parts(conn)  # landed already: nothing to salvage, and never to land again
+            failure_files = [f for f in failure_files if os.path.realpath(f) not in landed]
             columns, types = self._columns(conn)
             trial = 0
 
@@ -152,30 +154,46 @@ def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: li
 
 
 LANDED_FAILURE_PARTS = "landed_failure_parts"
-"""The names of the failures parts landed whose files may still be there, in the landing's own transaction.
+"""The real paths of the failures parts landed whose files may still be there, in the landing's own transaction.
 
 Samples land once by their id, but a failure line has no id of its own: a process killed between a landing's
 commit and the removal of its parts (or a removal that failed) left the parts to land again, which counted each
 failure's attempts twice and stored a second copy of every failure without a sample id. A
-landing skips (and removes) the listed parts this table names, and forgets the names whose files are gone, so it
-holds at most one landing's names. Part names are unique (creation time, pid, counter), so a name never comes back.
+landing skips (and removes) the parts this table lists, and forgets the paths whose files are gone, so it holds
+the parts of at most one landing per parts folder. Real paths, not names: the same store opened through a symlink
+has another parts folder, whose landing must not forget this one's parts while they are still there. Part names
+are unique (creation time, pid, counter), so a path never comes back.
 
 Made by the first landing that needs it, not by a schema migration: an older tokview still opens the store, and
 its landings only lack the skip, as before."""
 
 
 def land_failure_parts(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
-    """`land_failures` of the parts not landed before, in the caller's transaction; they are then named in
+    """`land_failures` of the parts not landed before, in the caller's transaction; they are then listed in
     LANDED_FAILURE_PARTS until their files are gone."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {LANDED_FAILURE_PARTS} (name VARCHAR PRIMARY KEY)")
-    names = [f.name for f in files]
-    conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name NOT IN (SELECT unnest(?::VARCHAR[]))", [names])
-    landed = {row[0] for row in conn.execute(f"SELECT name FROM {LANDED_FAILURE_PARTS}").fetchall()}
-    fresh = [f for f in files if f.name not in landed]
+    here = {os.path.realpath(f): f for f in files}
+    listed = landed_failure_parts(conn)
+    gone = [path for path in listed if path not in here and not os.path.exists(path)]
+    if gone:
+        conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name IN (SELECT unnest(?::VARCHAR[]))", [gone])
+    fresh = {path: f for path, f in here.items() if path not in listed}
     if not fresh:
         return 0
-    conn.execute(f"INSERT INTO {LANDED_FAILURE_PARTS} SELECT unnest(?::VARCHAR[])", [[f.name for f in fresh]])
-    return land_failures(conn, fresh)
+    conn.execute(f"INSERT INTO {LANDED_FAILURE_PARTS} SELECT unnest(?::VARCHAR[])", [list(fresh)])
+    return land_failures(conn, list(fresh.values()))
+
+
+def landed_failure_parts(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    """The real paths LANDED_FAILURE_PARTS lists (none before the store's first failures landing made it)."""
+    made = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main' "
+        "AND database_name = current_database()",
+        [LANDED_FAILURE_PARTS],
+    ).fetchone()
+    if not made or not made[0]:  # (a failed query would abort the caller's transaction: asked, not tried)
+        return set()
+    return {row[0] for row in conn.execute(f"SELECT name FROM {LANDED_FAILURE_PARTS}").fetchall()}
 
 
 def land_failures(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
