@@ -236,6 +236,65 @@ def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_onc
         assert store.query("SELECT count(*) FROM samples") == [(20,)]
 
 
+def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(tmp_path):
+    """The first Ctrl-C gives answers in flight 2 s to finish; a second one in those 2 s set the already-set stop
+    event again and was lost, so the proxy went on to wait for its recorder (a held store: the lock timeout) as
+    if no second Ctrl-C had come. Now it cuts the grace short and leaves as a second Ctrl-C does after it."""
+    db = tmp_path / "g.duckdb"
+    said_file = tmp_path / "stderr.txt"
+    with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
+        port = _free_port()
+        argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(
+            [*argv, "--db", str(db)],
+            stderr=said_out,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        holder = None
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert proc.poll() is None, said_file.read_text()
+            hold = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(8)"
+            holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            assert _burst(url, sim.cfg.model_name, 3) == [200] * 3
+            sim.state.faults = FaultBook({"stall": 1})  # the next generation hangs: in flight through the grace
+            threading.Thread(target=_cut_off, args=(url, sim.cfg.model_name), daemon=True).start()
+            _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(4)  # before: the 2 s grace, then the recorder's wait for the store held ~7 s more
+            said = said_file.read_text()
+            child = int(said.split("recorder; it (pid ")[1].split(")")[0])
+            _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if holder is not None:
+                holder.kill()
+                holder.wait()
+    assert proc.returncode == 130 and "Traceback" not in said, said
+    with Store(db) as store:
+        samples, failures = store.query("SELECT count(*) FROM samples"), store.failures()
+    assert samples == [(3,)]
+    assert [f["reason"] for f in failures] == [
+        "cut off by the proxy's shutdown after 0 chunks (the upstream request was closed)"
+    ]
+
+
+def _cut_off(url: str, model: str) -> None:
+    """A chat request the proxy's shutdown cuts off."""
+    body = {"model": model, "messages": [{"role": "user", "content": "slow"}], "max_tokens": 8}
+    try:
+        httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    except httpx.HTTPError:
+        pass
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -135,11 +135,11 @@ class ProxyApp:
         try:
             await self._forward(ex, request.query, client)
         except ClientGone:
-            self._left(ex)
+            self._left(ex, client)
         except asyncio.CancelledError:
             if not client.lost:
                 raise
-            self._left(ex)  # the upstream request was closed on the way out
+            self._left(ex, client)  # the upstream request was closed on the way out
 
     def admit(self, headers: dict[str, str]) -> bytes | None:
         """The front's check on a request's head, before its body is read: with a key, an unauthorised client
@@ -290,12 +290,14 @@ class ProxyApp:
         named, user = self._session_of(ex)
         self.recorder.take(Failed(reason, ex.upstream.url, named, user))
 
-    def _left(self, ex: _Exchange) -> None:
-        """The client went away: after its stream's `[DONE]` the answer is whole and recorded, else abandoned."""
+    def _left(self, ex: _Exchange, client: Responder) -> None:
+        """The client went away (or the proxy's shutdown closed it): after its stream's `[DONE]` the answer is
+        whole and recorded, else abandoned."""
         if ex.delivered is not None:
             self._record_later(ex, b"".join(ex.delivered), stream=True)
             return
-        self._failure(ex, f"abandoned by the client after {ex.chunks_sent} chunks (the upstream request was closed)")
+        who = "cut off by the proxy's shutdown" if client.cut_by_shutdown else "abandoned by the client"
+        self._failure(ex, f"{who} after {ex.chunks_sent} chunks (the upstream request was closed)")
 
     def _record_later(self, ex: _Exchange, raw: bytes, *, stream: bool) -> None:
         """Hand the finished exchange over as the bytes that came in (the client has every one of them)."""

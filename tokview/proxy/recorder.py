@@ -489,8 +489,9 @@ class Recorder:
         self.writer.add_failure(_Item(sample_id or self._next_id(), session, None), reason, server)
         self.failed += 1
 
-    def close(self) -> None:
-        """Record what was handed over, write it and land it (blocks for the last group)."""
+    def close(self, leave: bool = False) -> None:
+        """Record what was handed over, write it and land it (blocks for the last group). `leave` (a second Ctrl-C)
+        changes nothing here: the recording threads die with the process, so it waits for them all the same."""
         if self._thread is not None:
             self._jobs.put(None)
             self._thread.join()

@@ -310,17 +310,23 @@ class RecorderProcess:
                 self.recorded, self.failed, self.not_recorded, self.recording = message[1:]
                 self.backlog_peak = max(self.backlog_peak, self.backlog)
 
-    def close(self) -> None:
-        """Let the child record and land what it was handed, and wait for it (the loop has stopped by now)."""
+    def close(self, leave: bool = False) -> None:
+        """Let the child record and land what it was handed, and wait for it (the loop has stopped by now).
+
+        `leave` (a second Ctrl-C came before this) or a Ctrl-C during the wait: KeyboardInterrupt without waiting,
+        the child (which ignores Ctrl-C) finishing in the background."""
         self._drain_blocking()
         self._jobs.close()  # the child reads to the end, records, lands and exits
         try:
+            if leave:
+                raise KeyboardInterrupt
             self.process.join()
-        except KeyboardInterrupt:  # a second Ctrl-C: the proxy leaves now, the child (which ignores it) finishes
+        except KeyboardInterrupt:
             _not_joined_at_exit(self.process)
             self.say(
                 f"tokview proxy: no longer waiting for the recorder; it (pid {self.process.pid}) goes on recording "
-                "and landing what it was handed in the background, and ends by itself"
+                "what it was handed in the background, lands it once the store is free (a store held past the lock "
+                "timeout: at its next open) and ends by itself"
             )
             raise
         self._reader.join(timeout=5)

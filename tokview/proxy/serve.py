@@ -234,6 +234,8 @@ class Serving:
     def __init__(self, app: ProxyApp, sock: socket.socket) -> None:
         self.app, self.sock = app, sock
         self.started = False
+        self.hurried = False
+        """A second signal came while answers in flight had their grace: the proxy leaves without waiting more."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
 
@@ -251,9 +253,17 @@ class Serving:
             await front.start(self.sock)
             self.started = True
             await self._stop.wait()
-            await front.shutdown(GRACE_S)
+            hurry = asyncio.Event()
+            if signals:  # a second Ctrl-C ends the grace (it set the stop event again, unnoticed, before)
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    self._loop.add_signal_handler(sig, self._hurry, hurry)
+            await front.shutdown(GRACE_S, hurry)
         finally:
             await self.app.aclose()
+
+    def _hurry(self, hurry: asyncio.Event) -> None:
+        self.hurried = True
+        hurry.set()
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -365,7 +375,7 @@ def serve_forever(config: ProxyConfig) -> int:
     finally:
         sock.close()
         if app.recorder is not None:
-            app.recorder.close()
+            app.recorder.close(leave=server.hurried)
             rec = app.recorder
             said = f"tokview proxy: {_count(rec.recorded, 'generation')} recorded, {rec.failed} refused/abandoned/without ids"
             say(said + (f", {rec.not_recorded} NOT recorded" if rec.not_recorded else ""))

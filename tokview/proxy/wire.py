@@ -119,6 +119,8 @@ class Responder(asyncio.Protocol):
         self.started = False
         self.finished = False
         """The last byte of the answer was handed to the transport."""
+        self.cut_by_shutdown = False
+        """Closed by the proxy's shutdown with an answer in flight (not left by its client)."""
         self._chunked = False
         self._keep_alive = True
         self._head_only = False
@@ -414,16 +416,20 @@ class FrontServer:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(lambda: Responder(self.handler, self), sock=sock, backlog=1024)
 
-    async def shutdown(self, grace_s: float) -> None:
-        """Stop accepting, let answers in progress finish for up to `grace_s`, then close every connection."""
+    async def shutdown(self, grace_s: float, hurry: asyncio.Event | None = None) -> None:
+        """Stop accepting, let answers in progress finish for up to `grace_s` (or until `hurry` is set), then close
+        every connection."""
         if self.server is not None:
             self.server.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while any(c._task is not None for c in self.connections) and loop.time() < deadline:
+            if hurry is not None and hurry.is_set():
+                break
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             if connection._transport is not None:
+                connection.cut_by_shutdown = connection._task is not None
                 connection._transport.close()
         if self.server is not None:
             await self.server.wait_closed()
