@@ -247,6 +247,13 @@ def test_select_approved_leaves_out_invalid_samples_and_says_why(tmp_path, capsy
     )
     assert code == 0
     assert len(_jsonl(tmp_path / "d.jsonl")) == 2
+    capsys.readouterr()
+    for select in ("valid", "all"):  # silently ignored before: it only means something for approved samples
+        out = tmp_path / f"{select}.jsonl"
+        code = main(["export", "--db", str(db), "--out", str(out), "--select", select, "--include-invalid"])
+        err = capsys.readouterr().err
+        assert code != 0 and not out.exists()
+        assert err.count("\n") == 1 and "--include-invalid goes with --select approved" in err, err
 
 
 # -- ids and metadata that stay stable across runs --------------------------------------------------------
@@ -391,3 +398,27 @@ def test_an_export_reads_the_runs_own_toml_profile_not_the_builtin_of_its_name(t
     row = json.loads((tmp_path / "x.jsonl").read_text().splitlines()[0])
     answer = row["conversations"][-1]
     assert "<|im_user|>" not in json.dumps(answer)
+
+
+def test_a_proxied_requests_token_budget_is_its_rows_max_tokens():
+    """The proxy keeps a request's settings under the names its client sent (`max_tokens`,
+    `max_completion_tokens`); the rows' `sampling_params.max_tokens` read only batch's `max_new_tokens`: null."""
+    from tokview.export.formats import sampling_params
+
+    assert sampling_params({"max_tokens": 300, "temperature": 0})["max_tokens"] == 300
+    assert sampling_params({"max_completion_tokens": 50})["max_tokens"] == 50
+    assert sampling_params({"max_new_tokens": 7, "max_tokens": 9})["max_tokens"] == 7
+    assert sampling_params({})["max_tokens"] is None
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("speculators", "s.jsonl"), ("parquet", "p.parquet")])
+def test_an_id_outside_the_vocabulary_is_never_exported_even_with_select_all(tmp_path, fmt, name):
+    """`--select all` selects samples with error findings too, and exported one with `unknown_token_id`'s ids:
+    a trainer's embedding lookup fails on such an id, or reads another row's junk."""
+    with Store(tmp_path / "o.duckdb") as s:
+        put(s, "fine", make_capture())
+        odd = make_capture("another question")
+        odd.output_ids = [*odd.output_ids[:-1], 10_000_000, odd.output_ids[-1]]
+        put(s, "odd", odd)
+        result = _export(s, fmt, tmp_path / name)
+    assert (result.exported, result.refused) == (1, {"ids_outside_vocabulary": 1})

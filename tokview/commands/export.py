@@ -152,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     from tokview.export.registry import DEFAULT_FORMAT, TRAJECTORY_FORMAT
     from tokview.store import Store
 
+    if args.include_invalid and args.select != "approved":
+        other = "exports them already" if args.select == "all" else "leaves every invalid sample out"
+        raise UserError(f"--include-invalid goes with --select approved (--select {args.select} {other})")
     if args.trajectory:
         if args.format not in (DEFAULT_FORMAT, TRAJECTORY_FORMAT):
             raise UserError(

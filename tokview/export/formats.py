@@ -32,6 +32,8 @@ DUAL_RAW_PATHS = {"sglang": "/generate", "vllm": "/v1/completions"}
 """A dual capture's ids come from the raw path, which is /generate on SGLang and /v1/completions on vLLM."""
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
 SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"), ("seed", "seed"))
+MAX_TOKENS_AS_SENT = ("max_tokens", "max_completion_tokens")
+"""The OpenAI names of the token budget a proxied request's settings keep, read when no `max_new_tokens` is set."""
 
 
 class Refused(Exception):
@@ -139,6 +141,9 @@ def _typed(value: object, kind: type[float]) -> float | None:
 def sampling_params(settings: dict[str, Any]) -> dict[str, Any]:
     """The sampling settings under speculators' names, every key present and typed."""
     raw = {dst: settings.get(src) for src, dst in SAMPLING_KEYS}
+    for name in MAX_TOKENS_AS_SENT:  # a proxied request keeps the name its client sent (batch: max_new_tokens)
+        if raw["max_tokens"] is None:
+            raw["max_tokens"] = settings.get(name)
     raw["thinking"] = settings.get("thinking")
     return {key: _typed(raw.get(key), kind) for key, kind in SAMPLING_TYPES}
 

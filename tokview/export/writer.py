@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokview.core import segments as seg
+from tokview.core.finding_context import Vocabulary, vocabulary_of
 from tokview.core.findings import ERROR, default_severity
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.tokenizer import TokenizerAdapter
@@ -315,6 +316,7 @@ def _export_to(
         for name in export_rows.profile_names(store, [i.sample_id for i in ids]):
             fmt.preflight(tokenizer, profiles.get(name))
     sink = _Sink(plan) if builder is not None else None
+    vocabulary = vocabulary_of(tokenizer)
     try:
         for start in range(0, len(ids), CHUNK):
             for row in store.rows_for([i.sample_id for i in ids[start : start + CHUNK]]):
@@ -322,6 +324,9 @@ def _export_to(
                     refused["no_supervised_tokens"] += 1
                     continue
                 capture = capture_from_row(row)
+                if _outside(vocabulary, capture.prompt_ids) or _outside(vocabulary, capture.output_ids):
+                    refused["ids_outside_vocabulary"] += 1  # whatever --select: a trainer's embedding lookup fails
+                    continue
                 prof = profiles.get(row["profile"])
                 item = ExportItem(
                     row["sample_id"],
@@ -456,3 +461,9 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
                 )
                 + "\n"
             )
+
+
+def _outside(vocabulary: Vocabulary, ids: list[int]) -> bool:
+    """Whether `ids` hold an id the export's tokenizer does not have (`--select all` selects `unknown_token_id`
+    samples too, and a trainer's embedding lookup fails on such an id or reads junk)."""
+    return bool(ids) and bool(vocabulary.unknown_positions(ids))
