@@ -5,6 +5,8 @@ reasoning once a plain answer follows, so turn 2's prompt does not extend turn 1
 
 from __future__ import annotations
 
+import dataclasses
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -28,30 +30,37 @@ TOOLS = [
 SESSION = "weather"
 
 
-def record_tool_session(db: Path, tokenizer: Any, profile: Any) -> list[dict[str, Any]]:
-    """Run the three turns through the proxy; return each answer's message, in turn order."""
+def record_tool_session(
+    db: Path, tokenizer: Any, profile: Any, restart_before: int | None = None
+) -> list[dict[str, Any]]:
+    """Run the three turns through the proxy; return each answer's message, in turn order. `restart_before`: the
+    turn before which the proxy stops and a new one (a run of its own, on the same store) takes over."""
     answers = []
-    with start_simulator(SimConfig(kind="vllm")) as sim:
+    with start_simulator(SimConfig(kind="vllm")) as sim, ExitStack() as running:
         config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=str(db), tokenizer=tokenizer, profile=profile)
-        with start_proxy(config) as proxy:
-            messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Paris?"}]
-            for _ in range(3):
-                body = {"model": sim.cfg.model_name, "messages": messages, "tools": TOOLS, "max_tokens": 300}
-                answer = httpx.post(
-                    proxy.url + "/v1/chat/completions",
-                    json={**body, "temperature": 0},
-                    headers={"X-Tokview-Session": SESSION},
-                ).json()["choices"][0]["message"]
-                answers.append(answer)
-                sent = {"role": "assistant", "content": answer.get("content"), "reasoning_content": answer["reasoning"]}
-                if answer.get("tool_calls"):
-                    results = [
-                        {"role": "tool", "tool_call_id": c["id"], "content": "sunny, 21 degrees"}
-                        for c in answer["tool_calls"]
-                    ]
-                    messages = [*messages, {**sent, "tool_calls": answer["tool_calls"]}, *results]
-                else:
-                    messages = [*messages, sent, {"role": "user", "content": "And in Rome?"}]
+        proxy = running.enter_context(start_proxy(config))
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Paris?"}]
+        for turn in range(3):
+            if turn == restart_before:
+                running.close()
+                config = dataclasses.replace(config, run_id=f"{config.run_id}-restarted")
+                proxy = running.enter_context(start_proxy(config))
+            body = {"model": sim.cfg.model_name, "messages": messages, "tools": TOOLS, "max_tokens": 300}
+            answer = httpx.post(
+                proxy.url + "/v1/chat/completions",
+                json={**body, "temperature": 0},
+                headers={"X-Tokview-Session": SESSION},
+            ).json()["choices"][0]["message"]
+            answers.append(answer)
+            sent = {"role": "assistant", "content": answer.get("content"), "reasoning_content": answer["reasoning"]}
+            if answer.get("tool_calls"):
+                results = [
+                    {"role": "tool", "tool_call_id": c["id"], "content": "sunny, 21 degrees"}
+                    for c in answer["tool_calls"]
+                ]
+                messages = [*messages, {**sent, "tool_calls": answer["tool_calls"]}, *results]
+            else:
+                messages = [*messages, sent, {"role": "user", "content": "And in Rome?"}]
     return answers
 
 

@@ -54,6 +54,28 @@ def test_a_session_is_one_row_of_served_ids_until_its_prompt_breaks_then_split_t
     assert manifest["first_breaks"][0]["position"] == at
 
 
+def test_a_session_a_restarted_proxy_went_on_with_is_one_conversation(tmp_path, kimi_tok, kimi_profile) -> None:
+    """The restarted proxy restores the session and stores its next turn in a run of its own: keyed by run, the
+    export split it there as `turn_missing`, with the turns before it in another row."""
+    db = tmp_path / "r.duckdb"
+    record_tool_session(db, kimi_tok, kimi_profile, restart_before=1)
+    t0, t1, _ = stored_turns(db)
+    with Store(db) as store:
+        assert len({r[0] for r in store.query("SELECT run_id FROM samples")}) == 2
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    assert first["input_ids"] == t1["prompt_ids"] + t1["output_ids"]
+    assert [t["sample_id"] for t in first["metadata"]["turns"]] == [t0["sample_id"], t1["sample_id"]]
+    assert second["metadata"]["split_from"]["reason"] == "prompt_does_not_extend"  # as without the restart
+    manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
+    assert (manifest["conversations"], manifest["rows"], manifest["breaks_by_reason"]) == (
+        1,
+        2,
+        {"prompt_does_not_extend": 1},
+    )
+
+
 def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded, tmp_path) -> None:
     db, (t0, t1, t2) = recorded
     with Store(db) as store:

@@ -123,12 +123,15 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
     conversation: tuple[str | None, str, int] | None = None
     current: _Row | None = None
     previous_turn: int | None = None
-    for (run_id, prompt_id, gen_index, sample_id, turn), row in _rows_in_turn_order(store, sample_ids):
+    for key, row in _rows_in_turn_order(store, sample_ids):
+        run_id, prompt_id, gen_index, sample_id, turn = key
         capture = capture_from_row(row)
         prof: ModelProfile = profile_of(row["profile"])
         calls = len(parse_tool_calls(capture.output_ids, prof.tool_calls).calls) if prof.tool_calls else 0
         name = f"{prompt_id}_gen{gen_index}"
         summary.turns += 1
+        if (run_id, prompt_id, gen_index) != conversation and _continued(conversation, current, previous_turn, key):
+            conversation = (run_id, prompt_id, gen_index)  # a proxy restarted mid-session: its next run goes on
         if (run_id, prompt_id, gen_index) != conversation:
             if current is not None:
                 yield current
@@ -161,6 +164,25 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
         current.add(turn, sample_id, capture, calls)
     if current is not None:
         yield current
+
+
+def _continued(
+    conversation: tuple[str | None, str, int] | None,
+    current: _Row | None,
+    previous_turn: int | None,
+    key: tuple[Any, ...],
+) -> bool:
+    """Whether this turn of another run goes on with the row so far: the same session (prompt id and generation)
+    at the next turn, as a restarted proxy's restored session continues. A run that reused the name from turn 0 (a
+    session evicted, a prompts file run again) is a conversation of its own, as before."""
+    _, prompt_id, gen_index, _, turn = key
+    return (
+        conversation is not None
+        and current is not None
+        and conversation[1:] == (prompt_id, gen_index)
+        and previous_turn is not None
+        and turn == previous_turn + 1
+    )
 
 
 def trajectory_row(row: _Row, row_id: str) -> dict[str, Any]:

@@ -264,7 +264,9 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
     )
 
 
-CONVERSATION_ORDER = "run_id, prompt_id, coalesce(gen_index, 0), coalesce(turn, -1), sample_id"
+CONVERSATION_ORDER = "prompt_id, coalesce(gen_index, 0), run_began, run_id, coalesce(turn, -1), sample_id"
+"""A conversation's runs side by side, oldest first (`run_began`: its first selected turn's time in that run): a proxy
+restarted mid-session continues the session's turns in a run of its own."""
 ConversationKey = tuple[str | None, str, int, str, int | None]
 """(run_id, prompt_id, gen_index, sample_id, turn): one turn of one conversation."""
 
@@ -275,12 +277,15 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
     A conversation is every sample of one run with one prompt_id and generation index, its turns by `turn`:
     `tokview proxy` stores a session as prompt_id = the session id, turn = its turn index, and `tokview batch`
     stores a chain's turns as samples of one prompt with their turn index (`{prompt}#turn{t}` rows); a sample
-    without a turn is a conversation of one turn."""
+    without a turn is a conversation of one turn. The runs of one prompt_id and generation index come one after
+    another, oldest first, so a session a restarted proxy continued (its turns going on in the next run) can be
+    joined up (`export.trajectory.build`)."""
     if not sample_ids:
         return []
     rows = store.query(
-        f"SELECT s.run_id, s.prompt_id, coalesce(s.gen_index, 0), s.sample_id, s.turn FROM samples s {_IN_IDS} "
-        f"ORDER BY {CONVERSATION_ORDER}",
+        "SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT s.run_id, s.prompt_id, coalesce(s.gen_index, 0) "
+        "AS gen, s.gen_index, s.sample_id, s.turn, min(s.created_at) OVER (PARTITION BY s.run_id, s.prompt_id, "
+        f"coalesce(s.gen_index, 0)) AS run_began FROM samples s {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
         [sample_ids],
     )
     return [(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
