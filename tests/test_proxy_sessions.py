@@ -143,6 +143,26 @@ def test_a_named_session_s_retry_is_that_turn_again_and_the_session_goes_on_from
     assert _turn(book, SYSTEM + [1, 2, 4], [5]).session_id == one.session_id
 
 
+def test_identical_unnamed_rollouts_at_temperature_0_each_go_on_in_their_own_session() -> None:
+    """Two rollouts of one task at temperature 0 send the same ids at every turn: each next turn took the first
+    session of equals, so one session got both turn 1s (twice the same turn) and the other stopped at turn 0."""
+    book = SessionBook("r")
+    names = iter(range(100))
+
+    def turn(prompt: list[int], output: list[int]):
+        placed = book.place(prompt, None)
+        book.add(placed, f"sample{next(names)}", prompt_ids=prompt, output_ids=output, messages=None, answer=None)
+        return placed
+
+    a0, b0 = turn(SYSTEM + [1], [2]), turn(SYSTEM + [1], [2])
+    a1, b1 = turn(SYSTEM + [1, 2, 3], [4]), turn(SYSTEM + [1, 2, 3], [4])
+    a2, b2 = turn(SYSTEM + [1, 2, 3, 4, 5], [6]), turn(SYSTEM + [1, 2, 3, 4, 5], [6])
+    assert a0.session_id != b0.session_id
+    assert [(t.session_id, t.turn) for t in (a1, a2)] == [(a0.session_id, 1), (a0.session_id, 2)]
+    assert [(t.session_id, t.turn) for t in (b1, b2)] == [(b0.session_id, 1), (b0.session_id, 2)]
+    assert turn(SYSTEM + [1, 2, 3, 4, 5, 6, 7], [8]).session_id == a0.session_id  # a third: the first of equals
+
+
 def test_the_kept_ids_are_bounded_by_bytes_the_least_recently_used_going_first() -> None:
     """Counted alone, 2,000 sessions of 128k-token agent traces held ~1 GB of ids."""
     book = SessionBook("r", max_bytes=4 * 250)  # 250 ids
@@ -378,7 +398,7 @@ def test_a_named_session_forgotten_for_room_goes_on_numbering_its_turns() -> Non
 def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -> None:
     """The placement's shortcut (a kept turn's last ids compared first) finds what comparing every kept turn that
     shares the prompt's first KEY_IDS ids whole finds: short turns (fewer ids than it compares), turns sharing a
-    long start, equal lengths, views."""
+    long start, equal lengths (continued ones after the others), views."""
     import random
 
     rng = random.Random(11)
@@ -395,7 +415,8 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
         live = [h for s in book._sessions.values() for h in s.heads]
         key = packed[: 4 * KEY_IDS]  # the turns that share its first KEY_IDS ids (all of them, when fewer)
         fits = [h for h in live if packed.startswith(h.sequence) and h.sequence[: 4 * KEY_IDS] == key]
-        expected = min(fits, key=lambda h: (-len(h.sequence), h.order)) if fits else None
+        # of equals the first indexed that no turn continues yet, else the first indexed
+        expected = min(fits, key=lambda h: (-len(h.sequence), h.continued, h.order)) if fits else None
         assert book._longest_prefix(packed) is expected, step
         placed = book.place(prompt, None)
         output = [rng.randrange(4) for _ in range(rng.randrange(5))]

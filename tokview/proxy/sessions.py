@@ -90,6 +90,9 @@ class _Head:
     int32: bool = True
     """`sequence` holds its ids as 32-bit ints (False: as JSON, `_pack`'s fallback): only such turns share ids by
     their bytes with a prompt (`stored_past`)."""
+    continued: bool = False
+    """A later turn was placed after it: of heads with the same ids (rollouts of one task at temperature 0), a next
+    turn goes on from one that has none yet."""
 
 
 @dataclass
@@ -282,6 +285,11 @@ class SessionBook:
         else:
             self._sessions.move_to_end(turn.session_id)
         session.turns = max(session.turns, turn.turn + 1)
+        if turn.parent_sample is not None and turn.joined_by == "prefix":
+            for parent in session.heads:
+                parent.continued = parent.continued or (
+                    parent.sample_id == turn.parent_sample and parent.turn < turn.turn
+                )
         last = session.heads[-1] if session.heads else None
         request = last.request if sibling and last is not None else next(self._requests)
         if sum(h.request == request for h in session.heads) >= CHOICES_KEPT:
@@ -424,11 +432,13 @@ class SessionBook:
                     self._named_turns.popitem(last=False)
 
     def _longest_prefix(self, packed: bytes) -> _Head | None:
-        """The longest kept head whose prompt + output ids `packed` starts with; of equals, the first indexed."""
+        """The longest kept head whose prompt + output ids `packed` starts with; of equals, the first indexed that no
+        turn continues yet (identical unnamed rollouts, one per session, each go on in their own), else the first."""
         entries = self._by_start.get(packed[: KEY_IDS * 4])
         if not entries:
             return None
         best: _Head | None = None
+        fresh: _Head | None = None
         best_len = -1
         at = bisect.bisect_right(entries, (len(packed), math.inf))  # past every head no longer than the prompt
         while at > 0:
@@ -441,7 +451,8 @@ class SessionBook:
             sequence = head.sequence
             if packed[max(0, length - TAIL_BYTES) : length] == sequence[-TAIL_BYTES:] and packed.startswith(sequence):
                 best, best_len = head, length  # equals go on down to the first indexed
-        return best
+                fresh = head if not head.continued else fresh
+        return fresh or best
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str | None = None) -> _Head | None:
         """The newest kept head (of `session_id`, when given) whose messages plus answer the longest earlier part of
