@@ -114,3 +114,31 @@ def test_a_harness_that_goes_on_from_another_choice_stays_in_the_session(
         rows = store.query("SELECT prompt_id, turn, gen_index FROM samples ORDER BY turn, gen_index")
     assert len({r[0] for r in rows}) == 1, rows
     assert [(r[1], r[2]) for r in rows] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+
+
+def test_every_choice_of_a_turn_that_breaks_the_prefix_has_the_finding(tmp_path: Path, kimi_tok, kimi_profile) -> None:
+    """An `n` > 1 turn joined by its messages, its ids re-rendered otherwise: only its first choice was flagged
+    `session_prefix_break`, its siblings (the same prompt) were stored as if their prompt extended the session."""
+    prompt, outputs, texts = _choices(kimi_tok, kimi_profile)
+    asked = [{"role": "user", "content": "pick a number"}]
+    db = tmp_path / "n.duckdb"
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, Recorder)
+    first = {"model": "m", "messages": asked}
+    raw = _answer(prompt, outputs[:1], texts[:1], stream=False)
+    recorder.record(Finished("chat", "vllm", UP, {}, None, first, {"body": first}, raw, False, 0.01, None, None))
+    messages = [*asked, {"role": "assistant", "content": texts[0]}, {"role": "user", "content": "why?"}]
+    rerendered = [*asked, {"role": "assistant", "content": texts[0] + " "}, {"role": "user", "content": "why?"}]
+    nxt = kimi_tok.render(rerendered, template_kwargs={"thinking": True})  # the harness changed the history's text
+    assert nxt[: len(prompt) + len(outputs[0])] != prompt + outputs[0]
+    request = {"model": "m", "messages": messages, "n": 3}
+    more = _answer(nxt, outputs, texts, stream=False)
+    recorder.record(Finished("chat", "vllm", UP, {}, None, request, {"body": request}, more, False, 0.01, None, None))
+    recorder.close()
+    with Store(db) as store:
+        rows = store.query(
+            "SELECT s.turn, s.gen_index, count(f.code) FROM samples s LEFT JOIN findings f ON f.sample_id = s.sample_id "
+            "AND f.code = 'session_prefix_break' GROUP BY ALL ORDER BY 1, 2"
+        )
+    assert rows == [(0, 0, 0), (1, 0, 1), (1, 1, 1), (1, 2, 1)]

@@ -451,12 +451,12 @@ class Recorder:
         if not self._check():
             return None
         sample_id = sample_id or self._next_id()
-        if sibling_of is not None:
+        if sibling_of is not None:  # the same prompt as its first choice: the same break, if any
             turn = sibling_of
         else:
             turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
-            if turn.break_at is not None:
-                self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
+        if turn.break_at is not None:
+            self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
         self.sessions.add(  # a sibling too: the harness may go on from any choice
             turn,
             sample_id,
