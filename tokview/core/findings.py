@@ -12,6 +12,7 @@ prompt_ids + output_ids. A sample is valid when it has no error finding.
 
 from __future__ import annotations
 
+import json
 import math
 from itertools import compress, count
 from operator import or_
@@ -719,37 +720,48 @@ def _server_parsed_calls(ctx: Context) -> bool:
     return bool(c.tool_calls) or ctx.calls is not None
 
 
-def _forced_call(ctx: Context) -> bool:
-    """tool_choice required or named: the servers' grammar makes the model write its call as plain JSON, and the
-    server builds tool_calls from that text, so the ids hold no markers by design."""
+def _forced_plain_json(ctx: Context) -> bool:
+    """tool_choice required or named, answered as plain JSON: a server whose grammar for forced calls is a JSON
+    schema (not the model's own markers, as Kimi's is) builds tool_calls from that text, so its ids hold no markers
+    by design. Told by the answer after the reasoning: JSON text, not a call that lost its markers."""
     choice = ctx.capture.settings.get("tool_choice")
-    return choice == "required" or isinstance(choice, dict)
+    if not (choice == "required" or isinstance(choice, dict)) or ctx.tokenizer is None:
+        return False
+    out, close = ctx.output, ctx.profile.think_close_id
+    if close is not None and close in out:
+        out = out[len(out) - out[::-1].index(close) :]
+    try:
+        json.loads(ctx.tokenizer.decode(out, skip_special_tokens=True))
+    except Exception:  # not JSON (a call that lost its markers), or ids that did not decode: no reason to exempt it
+        return False
+    return True
 
 
-def _calls_lost_from_ids(ctx: Context) -> tuple[int, int] | None:
-    """(calls the server returned, calls on the ids) when the server returned more: its parser read them off the
-    ids it generated, so the ids that came back lost some (SGLang's streamed `sglext.output_ids` without the
-    section's markers, vLLM's stream without the chunks that gave no delta)."""
-    if not _server_parsed_calls(ctx) or _forced_call(ctx):
+def _calls_lost_from_ids(ctx: Context) -> int | None:
+    """How many calls the server returned when the ids hold none at all: its parser read them off the ids it
+    generated, so the ids that came back lost the calls' markers (SGLang's streamed `sglext.output_ids` without
+    the section's markers, vLLM's stream without the chunks that gave no delta). Fewer calls on the ids than in the
+    field (a parser that splits one call's JSON array into several) stays `tool_calls_field_mismatch`."""
+    if not _server_parsed_calls(ctx) or not ctx.capture.tool_calls:
         return None
     on_ids = ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
-    server, held = len(ctx.capture.tool_calls or []), len(on_ids.calls) if on_ids is not None else 0
-    return (server, held) if server > held else None
+    if on_ids is not None and on_ids.calls:
+        return None
+    return None if _forced_plain_json(ctx) else len(ctx.capture.tool_calls)
 
 
 @rule(
     "tool_calls_missing_from_ids",
     ERROR,
-    "The server returned tool calls the output ids do not hold: ids were lost on the way, and a drafter trained "
+    "The server returned tool calls and the output ids hold none: ids were lost on the way, and a drafter trained "
     "on them learns calls without their markers.",
 )
 def tool_calls_missing_from_ids(ctx: Context) -> Hit | None:
-    lost = _calls_lost_from_ids(ctx)
-    if lost is None:
+    server = _calls_lost_from_ids(ctx)
+    if server is None:
         return None
-    server, held = lost
     return Hit.missing(
-        f"the server returned {server} tool call(s), the output ids hold {held}: its parser read the calls off the "
+        f"the server returned {server} tool call(s), the output ids hold none: its parser read the calls off the "
         f"ids it generated, so the ids that came back are not those (a stream that dropped the section's marker "
         f"ids?); these ids would train the drafter on calls without their markers."
     )
