@@ -187,6 +187,26 @@ def test_a_landed_part_left_behind_and_damaged_is_not_salvaged_into_a_second_lan
         assert complete_parts(store.parts_dir) == ([], [])
 
 
+def test_a_landed_part_left_behind_stays_landed_when_the_store_moves_or_an_older_tokview_listed_it(
+    tmp_path, monkeypatch
+):
+    """The ledger lists real paths, which a moved folder changes, and the round before listed bare names: matched by
+    path, such a part landed again (its failure's attempts counted twice)."""
+    first = tmp_path / "a"
+    first.mkdir()
+    with Store(first / "s.duckdb", linger=0) as store:
+        part = _left_behind(store, monkeypatch)
+    conn = duckdb.connect(str(first / "s.duckdb"))
+    conn.execute("UPDATE landed_failure_parts SET name = ?", [part.name])  # as the older tokview wrote it
+    conn.close()
+    moved = tmp_path / "b"
+    first.rename(moved)
+    for _ in range(2):  # moved: listed by its name; then listed by its new path, until its file is gone
+        with Store(moved / "s.duckdb", linger=0) as store:
+            assert store.ingest() == (0, 0)
+            assert store.query("SELECT attempts FROM failure_attempts") == [(1,)]
+
+
 def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
     from tokview.store.schema import MIGRATIONS
 

@@ -74,8 +74,8 @@ class Landing:
         file held: (damaged parts, whole lines of them kept)."""
         with self.file.writing() as conn:
             sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
-            landed = landed_failure_parts(conn)  # landed already: nothing to salvage, and never to land again
-            failure_files = [f for f in failure_files if os.path.realpath(f) not in landed]
+            landed = {os.path.basename(e) for e in landed_failure_parts(conn)}  # nothing to salvage, never to land
+            failure_files = [f for f in failure_files if f.name not in landed]
             columns, types = self._columns(conn)
             trial = 0
 
@@ -154,15 +154,17 @@ def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: li
 
 
 LANDED_FAILURE_PARTS = "landed_failure_parts"
-"""The real paths of the failures parts landed whose files may still be there, in the landing's own transaction.
+"""The failures parts landed whose files may still be there (their real paths), in the landing's own transaction.
 
 Samples land once by their id, but a failure line has no id of its own: a process killed between a landing's
 commit and the removal of its parts (or a removal that failed) left the parts to land again, which counted each
-failure's attempts twice and stored a second copy of every failure without a sample id. A
-landing skips (and removes) the parts this table lists, and forgets the paths whose files are gone, so it holds
-the parts of at most one landing per parts folder. Real paths, not names: the same store opened through a symlink
-has another parts folder, whose landing must not forget this one's parts while they are still there. Part names
-are unique (creation time, pid, counter), so a path never comes back.
+failure's attempts twice and stored a second copy of every failure without a sample id. A landing skips (and
+removes) the parts this table lists, and forgets an entry once its file is gone.
+
+A part is known by its name (unique: creation time, pid, counter), so a store moved with its parts folder, or
+listed by an older tokview (which kept bare names), still knows its landed parts. An entry is forgotten when no part
+of this landing's folder has its name and no file is at its path: the same store opened through a symlink has
+another parts folder, whose landing must not forget this folder's parts while they are still there.
 
 Made by the first landing that needs it, not by a schema migration: an older tokview still opens the store, and
 its landings only lack the skip, as before."""
@@ -172,20 +174,24 @@ def land_failure_parts(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> in
     """`land_failures` of the parts not landed before, in the caller's transaction; they are then listed in
     LANDED_FAILURE_PARTS until their files are gone."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {LANDED_FAILURE_PARTS} (name VARCHAR PRIMARY KEY)")
-    here = {os.path.realpath(f): f for f in files}
+    here = {f.name for f in files}
     listed = landed_failure_parts(conn)
-    gone = [path for path in listed if path not in here and not os.path.exists(path)]
+    gone = [entry for entry in listed if os.path.basename(entry) not in here and not os.path.exists(entry)]
     if gone:
         conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name IN (SELECT unnest(?::VARCHAR[]))", [gone])
-    fresh = {path: f for path, f in here.items() if path not in listed}
+    landed = {os.path.basename(entry) for entry in listed}
+    fresh = [f for f in files if f.name not in landed]
     if not fresh:
         return 0
-    conn.execute(f"INSERT INTO {LANDED_FAILURE_PARTS} SELECT unnest(?::VARCHAR[])", [list(fresh)])
-    return land_failures(conn, list(fresh.values()))
+    conn.execute(
+        f"INSERT INTO {LANDED_FAILURE_PARTS} SELECT unnest(?::VARCHAR[])", [[os.path.realpath(f) for f in fresh]]
+    )
+    return land_failures(conn, fresh)
 
 
 def landed_failure_parts(conn: duckdb.DuckDBPyConnection) -> set[str]:
-    """The real paths LANDED_FAILURE_PARTS lists (none before the store's first failures landing made it)."""
+    """The entries LANDED_FAILURE_PARTS lists: real paths (bare names from an older tokview); none before the
+    store's first failures landing made it."""
     made = conn.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND schema_name = 'main' "
         "AND database_name = current_database()",
