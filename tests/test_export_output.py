@@ -408,6 +408,7 @@ def test_a_proxied_requests_token_budget_is_its_rows_max_tokens():
     assert sampling_params({"max_tokens": 300, "temperature": 0})["max_tokens"] == 300
     assert sampling_params({"max_completion_tokens": 50})["max_tokens"] == 50
     assert sampling_params({"max_new_tokens": 7, "max_tokens": 9})["max_tokens"] == 7
+    assert sampling_params({"max_tokens": 4096, "max_completion_tokens": 512})["max_tokens"] == 512  # as served
     assert sampling_params({})["max_tokens"] is None
 
 
@@ -422,3 +423,15 @@ def test_an_id_outside_the_vocabulary_is_never_exported_even_with_select_all(tmp
         put(s, "odd", odd)
         result = _export(s, fmt, tmp_path / name)
     assert (result.exported, result.refused) == (1, {"ids_outside_vocabulary": 1})
+
+
+def test_the_left_out_line_does_not_promise_include_invalid_exports_an_id_outside_the_vocabulary(tmp_path, capsys):
+    db = tmp_path / "v.duckdb"
+    with Store(db) as s:
+        odd = make_capture("another question")
+        odd.output_ids = [*odd.output_ids[:-1], 10_000_000, odd.output_ids[-1]]
+        s.record_verdict(put(s, "odd", odd), "approved")
+        s.record_verdict(put(s, "fine", make_capture()), "approved")
+    assert main(["export", "--db", str(db), "--out", str(tmp_path / "a.jsonl"), "--select", "approved"]) == 0
+    err = capsys.readouterr().err
+    assert "--include-invalid exports them but the 1 with unknown_token_id (an id outside the vocabulary" in err

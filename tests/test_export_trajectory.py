@@ -206,3 +206,47 @@ def test_rows_are_read_a_few_at_a_time_as_conversations_are_written(recorded, tm
     assert one_by_one.read_text() == whole.read_text()
     turns = sum(len(json.loads(line)["metadata"]["turns"]) for line in whole.read_text().splitlines())
     assert turns >= 2 and reads[-turns:] == [1] * turns  # one at a time (the read before: the per-sample checks)
+
+
+def test_two_samples_of_one_turn_give_rows_of_distinct_ids(tmp_path) -> None:
+    """A side request kept in the main loop's session shares a turn number with the loop's turn: both split there,
+    and both rows were named `…_from_turn1` (a trainer keying rows by id keeps one)."""
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+
+    db = tmp_path / "t.duckdb"
+    with Store(db) as store:
+        for n, (turn, question) in enumerate([(0, "q0"), (1, "q1"), (1, "q1 side")]):
+            cap = make_capture(question)
+            analysis = analyze(cap, profile(), kimi())
+            store.put_sample(f"p:{n}", "session:x", "r", cap, analysis, gen_index=0, turn=turn, profile="kimi-k2.5")
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert ids == ["session:x_gen0", "session:x_gen0_from_turn1", "session:x_gen0_from_turn1_2"]
+
+
+def test_a_batch_chains_later_turns_in_another_run_stay_a_conversation_of_their_own(tmp_path) -> None:
+    """Only a proxy session goes on across runs: a chain prompts file run again (other settings) whose turn 2 is the
+    one selected is not joined after the first run's turns 0-1 as if one conversation."""
+    import dataclasses
+
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+
+    db, history = tmp_path / "t.duckdb", list[dict[str, str]]()
+    with Store(db) as store:
+        for turn, run in enumerate(("run1", "run1", "run2")):
+            cap = dataclasses.replace(make_capture(f"q{turn}", answer=f"a{turn}", history=history), settings={})
+            analysis = analyze(cap, profile(), kimi())
+            store.put_sample(
+                f"c#{turn}@{run}", "chainA", run, cap, analysis, gen_index=0, turn=turn, profile="kimi-k2.5"
+            )
+            history = [*history, {"role": "user", "content": f"q{turn}"}, {"role": "assistant", "content": f"a{turn}"}]
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
+    assert manifest["conversations"] == 2
+    assert manifest["breaks_by_reason"]["turn_missing"] == 1  # run2's conversation has no turns 0-1

@@ -186,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(result: ExportResult) -> str:
     """What the user needs to know about the file just written, a line per topic."""
+    from tokview.export.writer import include_invalid_caveat
+
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]
     lines = [
@@ -196,7 +198,7 @@ def summary(result: ExportResult) -> str:
         reasons = ", ".join(f"{n} {code}" for code, n in result.left_out["by_reason"].items())
         lines.append(
             f"left out {result.left_out['invalid']} approved samples that are invalid ({reasons}); "
-            "--include-invalid exports them"
+            f"--include-invalid exports them{include_invalid_caveat(result.left_out)}"
         )
     trajectory = result.table_section.get("trajectory")
     if trajectory:

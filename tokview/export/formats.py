@@ -32,8 +32,9 @@ DUAL_RAW_PATHS = {"sglang": "/generate", "vllm": "/v1/completions"}
 """A dual capture's ids come from the raw path, which is /generate on SGLang and /v1/completions on vLLM."""
 SHAREGPT_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
 SAMPLING_KEYS = (("temperature", "temperature"), ("top_p", "top_p"), ("max_new_tokens", "max_tokens"), ("seed", "seed"))
-MAX_TOKENS_AS_SENT = ("max_tokens", "max_completion_tokens")
-"""The OpenAI names of the token budget a proxied request's settings keep, read when no `max_new_tokens` is set."""
+MAX_TOKENS_AS_SENT = ("max_completion_tokens", "max_tokens")
+"""The OpenAI names of the token budget a proxied request's settings keep, read when no `max_new_tokens` is set, in
+the order vLLM and SGLang read them (`max_completion_tokens or max_tokens`)."""
 
 
 class Refused(Exception):

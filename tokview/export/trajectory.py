@@ -30,6 +30,8 @@ from tokview.store.sample_rows import capture_from_row
 if TYPE_CHECKING:
     from tokview.export.registry import ProfileOf
 
+PROXY_SESSION_PREFIXES = ("session:", "user:", "proxy:")
+"""How a `tokview proxy` session's id begins (a harness's header, its `user`, or placed by prefix)."""
 MAX_LISTED_BREAKS = 20
 """Breaks listed one by one in the manifest (all are counted)."""
 
@@ -172,17 +174,29 @@ def _continued(
     previous_turn: int | None,
     key: tuple[Any, ...],
 ) -> bool:
-    """Whether this turn of another run goes on with the row so far: the same session (prompt id and generation)
-    at the next turn, as a restarted proxy's restored session continues. A run that reused the name from turn 0 (a
-    session evicted, a prompts file run again) is a conversation of its own, as before."""
+    """Whether this turn of another run goes on with the row so far: the same `tokview proxy` session (its prompt id
+    a session id, the same generation) at the next turn, as a restarted proxy's restored session continues. A
+    session that began again from turn 0 (evicted, its name reused) and a `tokview batch` chain (a prompts file run
+    again, another run's later turns) stay conversations of their own, as before."""
     _, prompt_id, gen_index, _, turn = key
     return (
-        conversation is not None
+        prompt_id.startswith(PROXY_SESSION_PREFIXES)
+        and conversation is not None
         and current is not None
         and conversation[1:] == (prompt_id, gen_index)
         and previous_turn is not None
         and turn == previous_turn + 1
     )
+
+
+def _unique(row_id: str, used: set[str]) -> str:
+    """`row_id`, or with the first free `_2`, `_3`, … when a row before had it: trainers key rows by id."""
+    unique, n = row_id, 1
+    while unique in used:
+        n += 1
+        unique = f"{row_id}_{n}"
+    used.add(unique)
+    return unique
 
 
 def trajectory_row(row: _Row, row_id: str) -> dict[str, Any]:
@@ -207,6 +221,7 @@ def write_trajectories(
     """The trajectory JSONL of the exported samples (each turn already passed the per-sample checks)."""
     summary = Trajectories()
     runs: dict[str, str | None] = {}
+    used: set[str] = set()
     fh = open(plan.data.temp, "wb") if plan.data else open_stream(plan)  # noqa: SIM115 (closed below)
     try:
         for row in build(store, [e[0] for e in exported], profile_of, summary):
@@ -216,7 +231,8 @@ def write_trajectories(
                 else (f"{row.conversation}@{row.run_id}")
             )
             if row.split_from is not None:
-                row_id += f"_from_turn{row.first_turn}"
+                row_id += f"_from_turn{row.first_turn}" if row.first_turn is not None else "_split"
+            row_id = _unique(row_id, used)  # one turn stored twice (a retry kept in its session) splits there twice
             summary.rows += 1
             summary.row_lengths.append(len(row.input_ids))
             record = trajectory_row(row, row_id)

@@ -49,6 +49,7 @@ from tokview.store.sample_rows import capture_from_row
 from tokview.store.store import is_duckdb_file
 
 CHUNK = 256
+UNKNOWN_ID = "unknown_token_id"
 
 
 @dataclass
@@ -115,6 +116,9 @@ def selected_ids(
             for codes in bad:
                 reasons.update([c for c in codes if default_severity(c) == ERROR] or ["invalid"])
             left_out = {"invalid": len(bad), "by_reason": dict(sorted(reasons.items()))}
+            never = sum(UNKNOWN_ID in codes for codes in bad)  # refused whatever the flags (`_outside`)
+            if never:
+                left_out["never_exported"] = never
     return export_rows.selected_keys(store, selection, valid_only=valid_only), left_out
 
 
@@ -261,8 +265,14 @@ def _left_out_text(left_out: dict[str, Any]) -> str:
     return (
         f"left out {left_out['invalid']} approved but invalid samples"
         + (f": {reasons}" if reasons else "")
-        + "; --include-invalid exports them"
+        + f"; --include-invalid exports them{include_invalid_caveat(left_out)}"
     )
+
+
+def include_invalid_caveat(left_out: dict[str, Any]) -> str:
+    """What `--include-invalid` still leaves out: a sample with an id outside the vocabulary is never exported."""
+    never = left_out.get("never_exported", 0)
+    return f" but the {never} with {UNKNOWN_ID} (an id outside the vocabulary is never exported)" if never else ""
 
 
 class _Sink:
