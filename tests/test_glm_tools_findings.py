@@ -70,7 +70,8 @@ CASES = {
 
 
 def markers_lost(f: Family) -> Capture:
-    """The clean chat answer whose ids came back without GLM's call and argument markers, its tool_calls still holding the call."""
+    """The clean chat answer whose ids came back without GLM's call and argument markers, its tool_calls still
+    holding the call."""
     tags = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
     markers = {GLM_ID[tag] for tag in tags}
     base = chat(f, '{"city": "Paris"}')

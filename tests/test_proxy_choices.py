@@ -138,7 +138,7 @@ def test_every_choice_of_a_turn_that_breaks_the_prefix_has_the_finding(tmp_path:
     recorder.close()
     with Store(db) as store:
         rows = store.query(
-            "SELECT s.turn, s.gen_index, count(f.code) FROM samples s LEFT JOIN findings f ON f.sample_id = s.sample_id "
-            "AND f.code = 'session_prefix_break' GROUP BY ALL ORDER BY 1, 2"
+            "SELECT s.turn, s.gen_index, count(f.code) FROM samples s LEFT JOIN findings f "
+            "ON f.sample_id = s.sample_id AND f.code = 'session_prefix_break' GROUP BY ALL ORDER BY 1, 2"
         )
     assert rows == [(0, 0, 0), (1, 0, 1), (1, 1, 1), (1, 2, 1)]

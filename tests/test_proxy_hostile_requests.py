@@ -36,6 +36,7 @@ import orjson
 import pytest
 from proxy_front import exchange
 
+from tokview.proxy.app import NOT_AN_OBJECT
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
 from tokview.sim.server import start_simulator
@@ -400,6 +401,5 @@ def test_a_body_that_is_no_json_object_but_is_answered_is_passed_through_and_rec
     assert got.status_code == 200 and got.content == answer
     with Store(db) as store:
         reasons = [f["reason"] for f in store.failures()]
-    assert reasons == [
-        "the request body is not a JSON object (or is nested too deep to read): its answer was passed through unrecorded"
-    ]
+    assert reasons == [NOT_AN_OBJECT]
+    assert NOT_AN_OBJECT.startswith("the request body is not a JSON object")

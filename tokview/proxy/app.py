@@ -214,10 +214,7 @@ class ProxyApp:
                 self._failure(ex, f"refused by the upstream: HTTP {response.status}: {error_message(body)}")
             elif ex.request is None:  # accepted though it is no JSON object: nothing to record but that
                 await self._pass_through(response, client, upstream)
-                self._failure(
-                    ex,
-                    "the request body is not a JSON object (or is nested too deep to read): its answer was passed through unrecorded",
-                )
+                self._failure(ex, NOT_AN_OBJECT)
             elif b"text/event-stream" in response.header(b"content-type"):
                 await self._relay_stream(ex, response, client)
             else:
@@ -375,6 +372,9 @@ def _read_body(body: bytes) -> Any:
 
 
 UNAUTHORISED = "tokview proxy: missing or wrong proxy key (TOKVIEW_PROXY_KEY)"
+NOT_AN_OBJECT = (
+    "the request body is not a JSON object (or is nested too deep to read): its answer was passed through unrecorded"
+)
 
 
 def _error_body(status: int, message: str) -> bytes:
