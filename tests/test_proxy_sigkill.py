@@ -10,6 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -191,16 +194,13 @@ def test_a_listen_address_in_use_is_one_line_and_the_proxy_exits(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no store, no spool folder
 
 
-def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_once_and_loses_nothing(tmp_path):
-    """The first Ctrl-C waits for the recorder to land what it holds; with the store held by another program that
-    is up to its lock timeout. A second Ctrl-C ended the wait with a traceback-free exit, but multiprocessing still
-    joined the recorder at interpreter exit, so the proxy stayed as long as before. Now it leaves at once, and the
-    recorder child, which ignores Ctrl-C, lands everything in the background once the store is free."""
-    db = tmp_path / "h.duckdb"
-    said_file = tmp_path / "stderr.txt"
-    with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
+@contextmanager
+def _proxy_on_a_held_store(sim_url: str, db: Path, said_file: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`tokview proxy` in a process group of its own recording into `db`, which another program holds for ~8 s from
+    the moment the proxy listens: (the proxy, its URL). Both are ended on the way out."""
+    with said_file.open("wb") as said_out:
         port = _free_port()
-        argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
+        argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim_url, "--listen", f"127.0.0.1:{port}"]
         proc = subprocess.Popen(
             [*argv, "--db", str(db)],
             stderr=said_out,
@@ -215,15 +215,7 @@ def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_onc
             hold = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(8)"
             holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-
-            assert _burst(url, sim.cfg.model_name, 20) == [200] * 20
-            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
-            time.sleep(0.5)
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(4)  # the held store keeps the recorder ~7 s more: the proxy no longer waits for it
-            said = said_file.read_text()
-            child = int(said.split("recorder; it (pid ")[1].split(")")[0])
-            _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
+            yield proc, url
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -231,6 +223,30 @@ def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_onc
             if holder is not None:
                 holder.kill()
                 holder.wait()
+
+
+def _left_at_once(proc: subprocess.Popen[bytes], said_file: Path) -> str:
+    """What the proxy said, once it has left within 4 s (the held store keeps its recorder ~7 s more) and its
+    recorder, which it no longer waited for, has finished in the background."""
+    proc.wait(4)
+    said = said_file.read_text()
+    child = int(said.split("recorder; it (pid ")[1].split(")")[0])
+    _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
+    return said
+
+
+def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_once_and_loses_nothing(tmp_path):
+    """The first Ctrl-C waits for the recorder to land what it holds; with the store held by another program that
+    is up to its lock timeout. A second Ctrl-C ended the wait with a traceback-free exit, but multiprocessing still
+    joined the recorder at interpreter exit, so the proxy stayed as long as before. Now it leaves at once, and the
+    recorder child, which ignores Ctrl-C, lands everything in the background once the store is free."""
+    db, said_file = tmp_path / "h.duckdb", tmp_path / "stderr.txt"
+    with start_simulator(SimConfig(kind="vllm")) as sim, _proxy_on_a_held_store(sim.url, db, said_file) as (proc, url):
+        assert _burst(url, sim.cfg.model_name, 20) == [200] * 20
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        said = _left_at_once(proc, said_file)
     assert proc.returncode == 130 and "Traceback" not in said, said
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(20,)]
@@ -240,43 +256,16 @@ def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(t
     """The first Ctrl-C gives answers in flight 2 s to finish; a second one in those 2 s set the already-set stop
     event again and was lost, so the proxy went on to wait for its recorder (a held store: the lock timeout) as
     if no second Ctrl-C had come. Now it cuts the grace short and leaves as a second Ctrl-C does after it."""
-    db = tmp_path / "g.duckdb"
-    said_file = tmp_path / "stderr.txt"
-    with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
-        port = _free_port()
-        argv = [sys.executable, "-m", "tokview", "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
-        proc = subprocess.Popen(
-            [*argv, "--db", str(db)],
-            stderr=said_out,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            start_new_session=True,
-        )
-        url = f"http://127.0.0.1:{port}"
-        holder = None
-        try:
-            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
-            assert proc.poll() is None, said_file.read_text()
-            hold = f"import duckdb, time; c = duckdb.connect({str(db)!r}); print('held', flush=True); time.sleep(8)"
-            holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-            assert _burst(url, sim.cfg.model_name, 3) == [200] * 3
-            sim.state.faults = FaultBook({"stall": 1})  # the next generation hangs: in flight through the grace
-            threading.Thread(target=_cut_off, args=(url, sim.cfg.model_name), daemon=True).start()
-            _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
-            os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(0.3)
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(4)  # before: the 2 s grace, then the recorder's wait for the store held ~7 s more
-            said = said_file.read_text()
-            child = int(said.split("recorder; it (pid ")[1].split(")")[0])
-            _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if holder is not None:
-                holder.kill()
-                holder.wait()
+    db, said_file = tmp_path / "g.duckdb", tmp_path / "stderr.txt"
+    with start_simulator(SimConfig(kind="vllm")) as sim, _proxy_on_a_held_store(sim.url, db, said_file) as (proc, url):
+        assert _burst(url, sim.cfg.model_name, 3) == [200] * 3
+        sim.state.faults = FaultBook({"stall": 1})  # the next generation hangs: in flight through the grace
+        threading.Thread(target=_cut_off, args=(url, sim.cfg.model_name), daemon=True).start()
+        _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        said = _left_at_once(proc, said_file)  # before: the 2 s grace, then the wait for the held store
     assert proc.returncode == 130 and "Traceback" not in said, said
     with Store(db) as store:
         samples, failures = store.query("SELECT count(*) FROM samples"), store.failures()
