@@ -217,9 +217,11 @@ def _proxy_on_a_held_store(sim_url: str, db: Path, said_file: Path) -> Iterator[
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             yield proc, url
         finally:
-            if proc.poll() is None:
+            try:  # the whole group: a recorder child the proxy no longer waited for goes too, should a test fail
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            except ProcessLookupError:
+                pass
+            proc.wait()
             if holder is not None:
                 holder.kill()
                 holder.wait()

@@ -207,6 +207,25 @@ def test_a_landed_part_left_behind_stays_landed_when_the_store_moves_or_an_older
             assert store.query("SELECT attempts FROM failure_attempts") == [(1,)]
 
 
+def test_a_landing_through_a_symlink_never_forgets_another_folders_landed_parts(tmp_path, monkeypatch):
+    """A landing through a symlink (a parts folder of its own) forgot the entries whose paths no longer existed
+    (a store moved since) or that were bare names (an older tokview's): the real folder's leftover landed again."""
+    first = tmp_path / "a"
+    first.mkdir()
+    with Store(first / "s.duckdb", linger=0) as store:
+        _left_behind(store, monkeypatch)
+    moved = tmp_path / "b"
+    first.rename(moved)
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(moved / "s.duckdb")
+    with Store(link, linger=0) as store:
+        store.write_part([], [{"prompt_id": "p2", "sample_id": "p2@x", "run_id": "run2", "reason": "HTTP 502"}])
+        assert store.ingest() == (0, 1)
+    with Store(moved / "s.duckdb", linger=0) as store:
+        assert store.ingest() == (0, 0)
+        assert store.query("SELECT sample_id, attempts FROM failure_attempts ORDER BY 1") == [("p1@x", 1), ("p2@x", 1)]
+
+
 def test_migration_4_keeps_the_latest_failure_per_sample(tmp_path):
     from tokview.store.schema import MIGRATIONS
 

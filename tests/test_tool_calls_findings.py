@@ -100,6 +100,16 @@ def markers_lost(f: Any, tool_choice: Any = None) -> Capture:
     return dataclasses.replace(base, output_ids=[i for i in base.output_ids if i not in markers], settings=settings)
 
 
+def vllm_stream_lost(f: Any, tool_choice: Any) -> Capture:
+    """What vLLM's stream keeps of a call (#27482): no chunk for the ids that give no delta (the markers and the call
+    id), so only the arguments and the call's end marker, whose delta is their closing brace: JSON text, decoded."""
+    base = chat(f, [server_call(f)])
+    answer = [*f.tok.encode(ARGS), f.p.tool_calls.call_end_id]
+    return dataclasses.replace(
+        base, output_ids=f.output(answer=answer), settings={**base.settings, "tool_choice": tool_choice}
+    )
+
+
 def forced_json(f: Any, tool_choice: Any = "required") -> Capture:
     """A forced call answered as plain JSON (a server whose forced-call grammar is a JSON schema): no markers."""
     base = chat(f, [server_call(f)])
@@ -235,6 +245,8 @@ def test_lost_calls_are_one_error_not_also_the_mismatch_warning(fam):
     for forced in ("required", named):
         if kimi(fam):  # Kimi's forced calls are written with its markers: losing them is the error
             assert "tool_calls_missing_from_ids" in analyze(markers_lost(fam, forced), fam.p, fam.tok).codes
+        vllm_lost = vllm_stream_lost(fam, forced)  # what is left decodes to JSON, but a marker is left too
+        assert "tool_calls_missing_from_ids" in analyze(vllm_lost, fam.p, fam.tok).codes
         # (a hermes call without its tags is JSON text, as a JSON-schema forced answer is: the two look alike)
         assert "tool_calls_missing_from_ids" not in analyze(forced_json(fam, forced), fam.p, fam.tok).codes
 

@@ -723,13 +723,17 @@ def _server_parsed_calls(ctx: Context) -> bool:
 def _forced_plain_json(ctx: Context) -> bool:
     """tool_choice required or named, answered as plain JSON: a server whose grammar for forced calls is a JSON
     schema (not the model's own markers, as Kimi's is) builds tool_calls from that text, so its ids hold no markers
-    by design. Told by the answer after the reasoning: JSON text, not a call that lost its markers."""
+    by design. Told by the answer after the reasoning: JSON text holding none of the layout's marker ids, not a call
+    that lost some of them (vLLM's stream keeps a call's end marker, whose `}` is the arguments' last character)."""
     choice = ctx.capture.settings.get("tool_choice")
     if not (choice == "required" or isinstance(choice, dict)) or ctx.tokenizer is None:
         return False
     out, close = ctx.output, ctx.profile.think_close_id
     if close is not None and close in out:
         out = out[len(out) - out[::-1].index(close) :]
+    layout = ctx.profile.tool_calls
+    if layout is not None and not layout.marker_ids.isdisjoint(out):
+        return False
     try:
         json.loads(ctx.tokenizer.decode(out, skip_special_tokens=True))
     except Exception:  # not JSON (a call that lost its markers), or ids that did not decode: no reason to exempt it

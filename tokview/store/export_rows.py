@@ -265,8 +265,9 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
 
 
 CONVERSATION_ORDER = "prompt_id, coalesce(gen_index, 0), run_started NULLS LAST, run_id, coalesce(turn, -1), sample_id"
-"""A conversation's runs side by side, oldest first (by the run's start, whatever the selection): a proxy restarted
-mid-session continues the session's turns in a run of its own."""
+"""A conversation's runs side by side, oldest first (by the run's start, or its first sample's time when the store
+has no row for it; whatever the selection): a proxy restarted mid-session continues the session's turns in a run of
+its own."""
 ConversationKey = tuple[str | None, str, int, str, int | None]
 """(run_id, prompt_id, gen_index, sample_id, turn): one turn of one conversation."""
 
@@ -284,8 +285,9 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
         return []
     rows = store.query(
         "SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT s.run_id, s.prompt_id, coalesce(s.gen_index, 0) "
-        "AS gen, s.gen_index, s.sample_id, s.turn, r.started AS run_started FROM samples s "
-        f"LEFT JOIN runs r ON r.run_id = s.run_id {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
+        "AS gen, s.gen_index, s.sample_id, s.turn, coalesce(r.started, b.began) AS run_started FROM samples s "
+        "LEFT JOIN runs r ON r.run_id = s.run_id LEFT JOIN (SELECT run_id, min(created_at) AS began FROM samples "
+        f"GROUP BY run_id) b ON b.run_id = s.run_id {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
         [sample_ids],
     )
     return [(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]

@@ -162,9 +162,11 @@ failure's attempts twice and stored a second copy of every failure without a sam
 removes) the parts this table lists, and forgets an entry once its file is gone.
 
 A part is known by its name (unique: creation time, pid, counter), so a store moved with its parts folder, or
-listed by an older tokview (which kept bare names), still knows its landed parts. An entry is forgotten when no part
-of this landing's folder has its name and no file is at its path: the same store opened through a symlink has
-another parts folder, whose landing must not forget this folder's parts while they are still there.
+listed by an older tokview (which kept bare names), still knows its landed parts. An entry is forgotten only by a
+landing of its own folder (its real path's), once that folder no longer holds it: the same store opened through a
+symlink has another parts folder, whose landings must never forget this folder's parts. What is never forgotten is
+bounded: a moved folder's and the older tokview's entries, about one landing's parts each (a landing forgot the
+rest).
 
 Made by the first landing that needs it, not by a schema migration: an older tokview still opens the store, and
 its landings only lack the skip, as before."""
@@ -174,9 +176,9 @@ def land_failure_parts(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> in
     """`land_failures` of the parts not landed before, in the caller's transaction; they are then listed in
     LANDED_FAILURE_PARTS until their files are gone."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {LANDED_FAILURE_PARTS} (name VARCHAR PRIMARY KEY)")
-    here = {f.name for f in files}
+    here, folder = {f.name for f in files}, os.path.realpath(files[0].parent)
     listed = landed_failure_parts(conn)
-    gone = [entry for entry in listed if os.path.basename(entry) not in here and not os.path.exists(entry)]
+    gone = [entry for entry in listed if os.path.dirname(entry) == folder and os.path.basename(entry) not in here]
     if gone:
         conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name IN (SELECT unnest(?::VARCHAR[]))", [gone])
     landed = {os.path.basename(entry) for entry in listed}
