@@ -76,6 +76,21 @@ def test_a_session_a_restarted_proxy_went_on_with_is_one_conversation(tmp_path, 
     )
 
 
+def test_inspect_walks_a_session_a_restarted_proxy_went_on_with_as_one_conversation(
+    tmp_path, kimi_tok, kimi_profile
+) -> None:
+    """The app's w / W walk stopped at the run boundary (keyed by run), where the export now joins the session."""
+    from tokview.store.conversation_turns import conversation_turns
+
+    db = tmp_path / "r.duckdb"
+    record_tool_session(db, kimi_tok, kimi_profile, restart_before=1)
+    t0, t1, t2 = stored_turns(db)
+    with Store(db) as store:
+        for turn in (t0, t1, t2):
+            walked = conversation_turns(store, turn["sample_id"])
+            assert [t.sample_id for t in walked] == [t0["sample_id"], t1["sample_id"], t2["sample_id"]]
+
+
 def test_a_turn_left_out_of_the_selection_splits_the_conversation_there(recorded, tmp_path) -> None:
     db, (t0, t1, t2) = recorded
     with Store(db) as store:

@@ -25,13 +25,12 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
+from tokview.store.conversation_turns import PROXY_SESSION_PREFIXES
 from tokview.store.sample_rows import capture_from_row
 
 if TYPE_CHECKING:
     from tokview.export.registry import ProfileOf
 
-PROXY_SESSION_PREFIXES = ("session:", "user:", "proxy:")
-"""How a `tokview proxy` session's id begins (a harness's header, its `user`, or placed by prefix)."""
 MAX_LISTED_BREAKS = 20
 """Breaks listed one by one in the manifest (all are counted)."""
 

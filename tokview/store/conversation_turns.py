@@ -35,12 +35,35 @@ def _turn(sample_id: str, turn: int, settings: str | None) -> Turn:
     return Turn(sample_id, turn, str(chain.get("history") or "served"), chain.get("extends"), chain.get("break_at"))
 
 
+PROXY_SESSION_PREFIXES = ("session:", "user:", "proxy:")
+"""How a `tokview proxy` session's id (its samples' prompt id) begins: a harness's header, its `user`, or placed by
+prefix. Only such a conversation goes on across runs (a restarted proxy restores its sessions)."""
+_A_PROXY_SESSION = "(" + " OR ".join(f"starts_with(s.prompt_id, '{p}')" for p in PROXY_SESSION_PREFIXES) + ")"
+
+
 def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
-    """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn."""
+    """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn. A proxy
+    session a restarted proxy went on with (its next turn the first of a later run) is one conversation, as
+    `tokview export --trajectory` joins it."""
     rows = store.query(
-        "SELECT o.sample_id, o.turn, o.settings FROM samples s JOIN samples o ON o.prompt_id = s.prompt_id "
-        "AND o.gen_index IS NOT DISTINCT FROM s.gen_index AND o.run_id IS NOT DISTINCT FROM s.run_id "
-        "WHERE s.sample_id = ? AND s.turn IS NOT NULL AND o.turn IS NOT NULL ORDER BY o.turn, o.sample_id",
+        "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id FROM samples s JOIN samples o "
+        "ON o.prompt_id = s.prompt_id AND o.gen_index IS NOT DISTINCT FROM s.gen_index "
+        f"AND (o.run_id IS NOT DISTINCT FROM s.run_id OR {_A_PROXY_SESSION}) "
+        "WHERE s.sample_id = ? AND s.turn IS NOT NULL AND o.turn IS NOT NULL "
+        "ORDER BY min(o.created_at) OVER (PARTITION BY o.run_id), o.run_id, o.turn, o.sample_id",
         [sample_id],
     )
-    return [_turn(sid, turn, settings) for sid, turn, settings in rows]
+    runs: list[list[tuple[Any, ...]]] = []
+    for row in rows:  # one list per run, oldest run first
+        if not runs or runs[-1][0][3] != row[3]:
+            runs.append([])
+        runs[-1].append(row)
+    own = next((k for k, run in enumerate(runs) if run[0][3] == run[0][4]), None)
+    if own is None:
+        return []
+    first = last = own
+    while first > 0 and runs[first - 1][-1][1] + 1 == runs[first][0][1]:
+        first -= 1
+    while last + 1 < len(runs) and runs[last][-1][1] + 1 == runs[last + 1][0][1]:
+        last += 1
+    return [_turn(sid, turn, settings) for run in runs[first : last + 1] for sid, turn, settings, _, _ in run]
