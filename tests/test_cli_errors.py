@@ -47,6 +47,21 @@ def test_a_bug_under_tokview_debug_shows_the_traceback_and_still_exits_internal(
     assert err.startswith("Traceback (most recent call last):")
 
 
+def test_a_ctrl_c_that_duckdb_turned_into_its_own_error_is_an_interruption(capsys, monkeypatch):
+    """A Ctrl-C during a statement reaches DuckDB, which stops it and raises "Query interrupted" (as an
+    InterruptException, or a RuntimeError from a fetch): an export interrupted so exited 70, an internal error, in
+    the kill matrix, where every other Ctrl-C gives 130."""
+    import duckdb
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    for raised in (duckdb.InterruptException("INTERRUPT Error: Interrupted!"), RuntimeError("Query interrupted")):
+        monkeypatch.setattr(stats_command, "run", _raising(raised))
+        assert main(["stats"]) == ExitCode.INTERRUPTED == 130
+        assert capsys.readouterr().err.strip().splitlines() == ["tokview: interrupted"]
+    monkeypatch.setattr(stats_command, "run", _raising(RuntimeError("something else")))
+    assert main(["stats"]) == ExitCode.INTERNAL
+
+
 # -- commands that do not load ------------------------------------------------------------------------
 def test_a_missing_command_module_is_said_not_dropped(capsys, monkeypatch):
     """`None` in sys.modules makes the import fail as a missing module would (a broken install)."""

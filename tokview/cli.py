@@ -240,7 +240,21 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"tokview: error: {exc.strerror}", file=sys.stderr)
         return ExitCode.USAGE
     except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
+        if _ctrl_c_in_a_query(exc):
+            print("tokview: interrupted", file=sys.stderr)
+            return ExitCode.INTERRUPTED
         return report_bug(exc)
+
+
+def _ctrl_c_in_a_query(exc: Exception) -> bool:
+    """A Ctrl-C that reached DuckDB inside a statement: it stops the statement (rolled back) and raises its own
+    error, "Query interrupted" (`InterruptException`, or a RuntimeError from a fetch), instead of the
+    KeyboardInterrupt every command turns into exit 130. It was reported as an internal error (exit 70)."""
+    duckdb = sys.modules.get("duckdb")
+    interrupt = getattr(duckdb, "InterruptException", None) if duckdb is not None else None
+    if interrupt is not None and isinstance(exc, interrupt):
+        return True
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Query interrupted")
 
 
 def report_bug(exc: BaseException, line: str | None = None) -> int:
