@@ -671,11 +671,16 @@ def text_after_tool_calls(ctx: Context) -> Hit | None:
     )
 
 
+def _calls_on_served_ids(ctx: Context) -> tc.ToolCallsOnIds | None:
+    """The calls on the ids the text fields came from (the parsed path's in a diverged dual capture)."""
+    return ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
+
+
 def _server_call_differences(ctx: Context) -> tuple[list[str], list[int], list[str], list[int]]:
     """(differences, their positions, renumbered ids, their positions) between the server's tool_calls and
     the calls on the ids the text fields came from."""
     c = ctx.capture
-    on_ids = ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
+    on_ids = _calls_on_served_ids(ctx)
     calls = [] if on_ids is None else list(on_ids.calls)
     server = c.tool_calls or []
     kimi = on_ids is not None and on_ids.layout.parser == KIMI_K2
@@ -748,7 +753,7 @@ def _calls_lost_from_ids(ctx: Context) -> int | None:
     field (a parser that splits one call's JSON array into several) stays `tool_calls_field_mismatch`."""
     if not _server_parsed_calls(ctx) or not ctx.capture.tool_calls:
         return None
-    on_ids = ctx.aligned_tool_calls if ctx.aligned_tool_calls is not None else ctx.tool_calls
+    on_ids = _calls_on_served_ids(ctx)
     if on_ids is not None and on_ids.calls:
         return None
     return None if _forced_plain_json(ctx) else len(ctx.capture.tool_calls)

@@ -25,7 +25,7 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
-from tokview.store.conversation_turns import PROXY_SESSION_PREFIXES
+from tokview.store.conversation_turns import goes_on_in_next_run
 from tokview.store.sample_rows import capture_from_row
 
 if TYPE_CHECKING:
@@ -173,18 +173,14 @@ def _continued(
     previous_turn: int | None,
     key: tuple[Any, ...],
 ) -> bool:
-    """Whether this turn of another run goes on with the row so far: the same `tokview proxy` session (its prompt id
-    a session id, the same generation) at the next turn, as a restarted proxy's restored session continues. A
-    session that began again from turn 0 (evicted, its name reused) and a `tokview batch` chain (a prompts file run
-    again, another run's later turns) stay conversations of their own, as before."""
+    """Whether this turn of another run goes on with the row so far: the same conversation (prompt id and
+    generation) going on in its next run (`goes_on_in_next_run`: a proxy session a restarted proxy restored)."""
     _, prompt_id, gen_index, _, turn = key
     return (
-        prompt_id.startswith(PROXY_SESSION_PREFIXES)
-        and conversation is not None
+        conversation is not None
         and current is not None
         and conversation[1:] == (prompt_id, gen_index)
-        and previous_turn is not None
-        and turn == previous_turn + 1
+        and goes_on_in_next_run(prompt_id, previous_turn, turn)
     )
 
 

@@ -476,4 +476,4 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
 def _outside(vocabulary: Vocabulary, ids: list[int]) -> bool:
     """Whether `ids` hold an id the export's tokenizer does not have (`--select all` selects `unknown_token_id`
     samples too, and a trainer's embedding lookup fails on such an id or reads junk)."""
-    return bool(ids) and bool(vocabulary.unknown_positions(ids))
+    return bool(vocabulary.unknown_positions(ids))

@@ -41,12 +41,24 @@ prefix. Only such a conversation goes on across runs (a restarted proxy restores
 _A_PROXY_SESSION = "(" + " OR ".join(f"starts_with(s.prompt_id, '{p}')" for p in PROXY_SESSION_PREFIXES) + ")"
 
 
+def goes_on_in_next_run(prompt_id: str, last_turn: int | None, next_turn: int | None) -> bool:
+    """Whether a later run's turns go on with a conversation whose run ended at `last_turn`: a proxy session (a
+    restarted proxy restored it) whose next run begins at the next turn. A session that began again from turn 0
+    (evicted, its name reused) and a batch chain (a prompts file run again) are conversations of their own."""
+    return (
+        prompt_id.startswith(PROXY_SESSION_PREFIXES)
+        and last_turn is not None
+        and next_turn is not None
+        and next_turn == last_turn + 1
+    )
+
+
 def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn. A proxy
     session a restarted proxy went on with (its next turn the first of a later run) is one conversation, as
     `tokview export --trajectory` joins it."""
     rows = store.query(
-        "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id FROM samples s JOIN samples o "
+        "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id, s.prompt_id FROM samples s JOIN samples o "
         "ON o.prompt_id = s.prompt_id AND o.gen_index IS NOT DISTINCT FROM s.gen_index "
         f"AND (o.run_id IS NOT DISTINCT FROM s.run_id OR {_A_PROXY_SESSION}) "
         "WHERE s.sample_id = ? AND s.turn IS NOT NULL AND o.turn IS NOT NULL "
@@ -62,8 +74,9 @@ def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     if own is None:
         return []
     first = last = own
-    while first > 0 and runs[first - 1][-1][1] + 1 == runs[first][0][1]:
+    prompt_id = str(rows[0][5])
+    while first > 0 and goes_on_in_next_run(prompt_id, runs[first - 1][-1][1], runs[first][0][1]):
         first -= 1
-    while last + 1 < len(runs) and runs[last][-1][1] + 1 == runs[last + 1][0][1]:
+    while last + 1 < len(runs) and goes_on_in_next_run(prompt_id, runs[last][-1][1], runs[last + 1][0][1]):
         last += 1
-    return [_turn(sid, turn, settings) for run in runs[first : last + 1] for sid, turn, settings, _, _ in run]
+    return [_turn(sid, turn, settings) for run in runs[first : last + 1] for sid, turn, settings, *_ in run]

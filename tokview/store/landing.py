@@ -74,7 +74,7 @@ class Landing:
         file held: (damaged parts, whole lines of them kept)."""
         with self.file.writing() as conn:
             sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
-            landed = {os.path.basename(e) for e in landed_failure_parts(conn)}  # nothing to salvage, never to land
+            landed = _part_names(landed_failure_parts(conn))  # nothing to salvage, and never to land again
             failure_files = [f for f in failure_files if f.name not in landed]
             columns, types = self._columns(conn)
             trial = 0
@@ -177,11 +177,11 @@ def land_failure_parts(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> in
     LANDED_FAILURE_PARTS until their files are gone."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {LANDED_FAILURE_PARTS} (name VARCHAR PRIMARY KEY)")
     here, folder = {f.name for f in files}, os.path.realpath(files[0].parent)
-    listed = landed_failure_parts(conn)
+    listed = _ledger(conn)
     gone = [entry for entry in listed if os.path.dirname(entry) == folder and os.path.basename(entry) not in here]
     if gone:
         conn.execute(f"DELETE FROM {LANDED_FAILURE_PARTS} WHERE name IN (SELECT unnest(?::VARCHAR[]))", [gone])
-    landed = {os.path.basename(entry) for entry in listed}
+    landed = _part_names(listed)
     fresh = [f for f in files if f.name not in landed]
     if not fresh:
         return 0
@@ -201,7 +201,17 @@ def landed_failure_parts(conn: duckdb.DuckDBPyConnection) -> set[str]:
     ).fetchone()
     if not made or not made[0]:  # (a failed query would abort the caller's transaction: asked, not tried)
         return set()
+    return _ledger(conn)
+
+
+def _ledger(conn: duckdb.DuckDBPyConnection) -> set[str]:
+    """LANDED_FAILURE_PARTS's entries, the table made."""
     return {row[0] for row in conn.execute(f"SELECT name FROM {LANDED_FAILURE_PARTS}").fetchall()}
+
+
+def _part_names(entries: set[str]) -> set[str]:
+    """The part names the entries stand for (a part is known by its name, wherever its folder is now)."""
+    return {os.path.basename(entry) for entry in entries}
 
 
 def land_failures(conn: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
