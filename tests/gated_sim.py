@@ -21,8 +21,8 @@ GENERATION_PATHS = {"/v1/completions", "/v1/chat/completions", "/generate"}
 
 
 class Gate:
-    def __init__(self, upstream: str, free: int) -> None:
-        self.upstream, self.free = upstream, free
+    def __init__(self, upstream: str, free: int, close: bool = False) -> None:
+        self.upstream, self.free, self.close = upstream, free, close
         self.opened = threading.Event()
         self.real = 0
         """Real generation requests received."""
@@ -54,6 +54,8 @@ class Gate:
         if real:
             self.answered += 1
         out = [(b"content-type", r.headers.get("content-type", "application/json").encode())]
+        if self.close:  # no kept-alive connection: each request connects first
+            out.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": r.status_code, "headers": out})
         await send({"type": "http.response.body", "body": r.content})
 
@@ -70,8 +72,9 @@ def _max_tokens(body: bytes) -> int:
 
 
 @contextmanager
-def gated(upstream: str, free: int = 1) -> Iterator[tuple[str, Gate]]:
-    gate = Gate(upstream, free)
+def gated(upstream: str, free: int = 1, close: bool = False) -> Iterator[tuple[str, Gate]]:
+    """`close`: every answer closes its connection (a client must connect before each request)."""
+    gate = Gate(upstream, free, close)
 
     async def app(scope, receive, send) -> None:  # a plain function: uvicorn takes a bound method for ASGI2
         await gate.handle(scope, receive, send)

@@ -60,11 +60,31 @@ async def test_a_small_plan_spawns_no_worker(tmp_path):
     assert summary.notes == []
 
 
-async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path):
-    """A big plan spawns its child, but only after this process's first request reached the server
-    (spawned before, its start-up took the CPU the parent's own start-up needed)."""
+async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path, monkeypatch):
+    """A big plan spawns its child, but only once this process's first generation request is in the
+    socket (spawned before, its start-up took the CPU the parent's own start-up needed). Seen from the
+    client's side, where the order is certain: the server's side reads the request on another thread,
+    which a child spawned just after the send can beat (the old form of this test failed once in CI).
+    The gate closes every connection, so the first request must connect before it is sent."""
+    from tokview.batch import runner
+    from tokview.servers import transport
+
+    written: list[bytes] = []
+    seen_at_spawn: list[int] = []
+    send, spawn = transport._Connection.send, runner._Spawn.__call__
+
+    def send_and_note(conn, data, head_only):
+        written.append(data)
+        return send(conn, data, head_only)
+
+    async def spawn_and_note(self, feed):
+        seen_at_spawn.append(sum(b"POST /v1/" in data and b'"max_tokens":20' in data for data in written))
+        return await spawn(self, feed)
+
+    monkeypatch.setattr(transport._Connection, "send", send_and_note)
+    monkeypatch.setattr(runner._Spawn, "__call__", spawn_and_note)
     prompts = prompts_file(tmp_path / "p.jsonl", 70)
-    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=1) as (url, gate):
+    with start_simulator(SimConfig(kind="vllm")) as sim, gated(sim.url, free=1, close=True) as (url, gate):
         with Store(tmp_path / "s.duckdb") as store:
             config = BatchConfig(servers=[url], prompts_path=prompts, max_new_tokens=20, concurrency=4, workers=2)
             run = asyncio.create_task(run_batch(config, store))
@@ -72,7 +92,8 @@ async def test_workers_are_spawned_once_the_first_requests_are_out(tmp_path):
             gate.open()
             summary = await run
             ids = [r[0] for r in store.query("SELECT sample_id FROM samples")]
-    assert gate.first_children == 0
+    assert len(seen_at_spawn) == 1
+    assert seen_at_spawn[0] >= 1, "the children were spawned before any generation request was sent"
     assert summary.ok == 70
     assert summary.balanced
     assert len(set(ids)) == len(ids) == 70

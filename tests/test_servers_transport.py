@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tokview.servers.errors import Retryable
-from tokview.servers.http import ServerClient, dumps, loads, plain_http_origin
+from tokview.servers.http import REQUEST_SENT, ServerClient, dumps, loads, plain_http_origin
 from tokview.sim.config import SimConfig
 from tokview.sim.server import start_simulator
 
@@ -95,6 +95,42 @@ async def test_keep_alive_reuses_one_connection_for_sequential_requests() -> Non
         await client.aclose()
     assert server.connections == 1
     assert len(server.requests) == 5
+
+
+@pytest.mark.parametrize("fast", [True, False])
+async def test_a_request_in_flight_is_told_before_its_answer_comes(fast: bool) -> None:
+    """`REQUEST_SENT` is called as the request goes out, while the server still holds the answer (a
+    `--workers` batch spawns its children then), once per request, and only in the context that set it."""
+    release = asyncio.Event()
+
+    def held(server: Scripted) -> Handler:
+        async def handler(reader, writer, conn):
+            while True:
+                await server.read_request(reader)
+                await release.wait()
+                writer.write(ok())
+                await writer.drain()
+
+        return handler
+
+    told: list[int] = []
+    async with scripted(held) as (server, url):
+        client = ServerClient(url, fast=fast)
+        assert (client._fast is not None) == fast
+        token = REQUEST_SENT.set(lambda: told.append(len(server.requests)))
+        try:
+            answer = asyncio.create_task(client.post_json("/v1/completions", {"prompt": [1]}))
+        finally:
+            REQUEST_SENT.reset(token)
+        while not told:
+            assert not answer.done()
+            await asyncio.sleep(0.005)
+        assert not answer.done()
+        release.set()
+        assert await answer == {"ok": True}
+        assert await client.post_json("/v1/completions", {"prompt": [2]}) == {"ok": True}  # not in that context
+        await client.aclose()
+    assert len(told) == 1
 
 
 async def test_chunked_body_with_extensions_and_trailers() -> None:

@@ -499,7 +499,7 @@ async def _share_with_children(
     report: Callable[[], None],
 ) -> list[str | None]:
     """This process's part of a `--workers` run: capture from the feed, spawn the children once its
-    first requests are out, then capture beside them until every child is done, taking up work a
+    first request is in flight (its bytes in the socket, `pool.generation_sent`), then capture beside them until every child is done, taking up work a
     child gave back (it died or was stopped alone), and pass a cancel or a stop on to them."""
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.workers import FeedTodo
@@ -523,14 +523,14 @@ async def _share_with_children(
             feed.close()
 
     capture = asyncio.create_task(capture_all(config, pool, todo, writer, cancel=cancel, report=report))
-    taken = asyncio.create_task(todo.first_taken.wait())
+    sent = asyncio.create_task(pool.generation_sent.wait())
     try:
-        await asyncio.wait({capture, taken}, return_when=asyncio.FIRST_COMPLETED)
-        if not capture.done() and feed:  # requests are out and work is left to share
+        await asyncio.wait({capture, sent}, return_when=asyncio.FIRST_COMPLETED)
+        if not capture.done() and feed:  # a request is in flight and work is left to share
             group = await spawn(feed)
         settle(await capture)
     finally:
-        taken.cancel()
+        sent.cancel()
         if not capture.done():
             capture.cancel()
             await asyncio.gather(capture, return_exceptions=True)

@@ -182,8 +182,6 @@ class FeedTodo:
     def __init__(self, feed: WorkFeed) -> None:
         self.feed = feed
         self._next: list[Any] = []
-        self.first_taken = asyncio.Event()
-        """Set when the first item is taken (its request goes out next): the children are spawned then."""
 
     def __len__(self) -> int:
         return len(self._next) + len(self.feed)
@@ -196,7 +194,6 @@ class FeedTodo:
     def popleft(self) -> Any:
         if not self:
             raise IndexError("pop from an empty feed")
-        self.first_taken.set()
         return self._next.pop()
 
 

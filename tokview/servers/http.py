@@ -32,8 +32,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urljoin, urlsplit
 
@@ -63,6 +64,10 @@ JSON_HEADERS = {"content-type": "application/json", "accept": "application/json"
 _JSON_BLOCK = transport.header_block(JSON_HEADERS)
 USER_AGENT = "tokview"
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+REQUEST_SENT: ContextVar[Callable[[], None] | None] = ContextVar("tokview_request_sent", default=None)
+"""Called as each request made in this context goes out (`ServerPool.capture` sets it for a capture's
+requests: a `--workers` batch spawns its children once its first generation is in flight). Over the fast
+transport once the request's bytes are in the socket; over httpx just before it connects and sends."""
 MAX_RESPONSE_ENV = "TOKVIEW_MAX_RESPONSE_MB"
 """Environment variable raising (or lowering) the size limit of one answer, in MiB."""
 
@@ -211,6 +216,7 @@ class ServerClient:
                 timeout=httpx.Timeout(self.timeout, connect=self._connect_timeout),
                 limits=httpx.Limits(max_connections=self._concurrency, max_keepalive_connections=self._concurrency),
                 transport=BoundedTransport(inner, timeout=self.timeout, max_body=self.max_body),
+                event_hooks={"request": [_tell_sent]},
             )
         return self._http
 
@@ -260,7 +266,8 @@ class ServerClient:
         Returns an httpx.Response or a transport.Response (same attribute names)."""
         if self._fast is not None:
             on_wire = self._prefix + target if target.startswith("/") else _path_and_query(target)
-            return await self._fast.request(method, on_wire, body, _JSON_BLOCK if method == "POST" else b"")
+            headers = _JSON_BLOCK if method == "POST" else b""
+            return await self._fast.request(method, on_wire, body, headers, REQUEST_SENT.get())
         if method == "POST":
             return await self.http.post(target, content=body, headers=JSON_HEADERS)
         return await self.http.get(target)  # an absolute URL replaces the client's base URL
@@ -376,6 +383,13 @@ class ServerClient:
         if is_retry_status(status):
             raise Retryable(reason, status=status, retry_after=parse_retry_after(response.headers.get("retry-after")))
         raise CaptureFailed(reason, status=status, url=self.url)
+
+
+async def _tell_sent(_request: object) -> None:
+    """httpx's request hook, run in the task that sends (so it sees that task's `REQUEST_SENT`)."""
+    on_sent = REQUEST_SENT.get()
+    if on_sent is not None:
+        on_sent()
 
 
 def _origin_parts(url: str) -> tuple[str, str, int | None]:

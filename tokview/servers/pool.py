@@ -20,7 +20,7 @@ from tokview.core.tokenizer import TokenizerError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
 from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs
-from tokview.servers.http import ServerClient, scrub_reason
+from tokview.servers.http import REQUEST_SENT, ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
@@ -100,6 +100,8 @@ class ServerPool:
         ]
         self._next = 0
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.generation_sent = asyncio.Event()
+        """Set once the first capture's request is in flight (a `--workers` batch spawns its children then)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -139,11 +141,15 @@ class ServerPool:
     async def capture(self, request: CaptureRequest) -> Capture:
         """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
         settings = resolve_settings(request.settings, self.profile)
-        return await self.call(
-            lambda client, info: capture_on(
-                client, info, backend=self.backend, request=request, settings=settings, tokenizer=self.tokenizer
+        told = REQUEST_SENT.set(None if self.generation_sent.is_set() else self.generation_sent.set)
+        try:
+            return await self.call(
+                lambda client, info: capture_on(
+                    client, info, backend=self.backend, request=request, settings=settings, tokenizer=self.tokenizer
+                )
             )
-        )
+        finally:
+            REQUEST_SENT.reset(told)
 
     async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]]) -> T:
         """Run one request function on a picked server, with the pool's retries, eviction and caps.

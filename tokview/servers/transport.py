@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import quote
 
 MAX_HEAD_BYTES = 1 << 16
@@ -303,8 +304,16 @@ class HTTPPool:
         self._slots = asyncio.Semaphore(max(1, max_connections))
         self._all: set[_Connection] = set()
 
-    async def request(self, method: str, path: str, body: bytes | None = None, headers: bytes = b"") -> Response:
-        """One request; `headers` is a ready block of `name: value\\r\\n` lines added to the fixed ones."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: bytes = b"",
+        on_sent: Callable[[], None] | None = None,
+    ) -> Response:
+        """One request; `headers` is a ready block of `name: value\\r\\n` lines added to the fixed ones.
+        `on_sent` is called once its bytes are handed to the socket (the request is in flight)."""
         head = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), self._fixed, headers]
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(b"content-length: %d\r\n" % len(body or b""))
@@ -315,7 +324,7 @@ class HTTPPool:
             for attempt in (0, 1):
                 conn, reused = await self._connection(deadline)
                 try:
-                    response = await self._exchange(conn, data, method == "HEAD", deadline)
+                    response = await self._exchange(conn, data, method == "HEAD", deadline, on_sent)
                 except ConnectionLost:
                     self._drop(conn)
                     if reused and not conn.received and attempt == 0:
@@ -331,8 +340,12 @@ class HTTPPool:
                 return response
         raise AssertionError("unreachable")
 
-    async def _exchange(self, conn: _Connection, data: bytes, head_only: bool, deadline: float) -> Response:
+    async def _exchange(
+        self, conn: _Connection, data: bytes, head_only: bool, deadline: float, on_sent: Callable[[], None] | None
+    ) -> Response:
         waiter = conn.send(data, head_only)
+        if on_sent is not None:
+            on_sent()
         timer = conn.loop.call_at(deadline, self._expire, waiter)
         try:
             return await waiter
