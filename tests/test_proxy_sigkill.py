@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tokview.sim.config import SimConfig
 from tokview.sim.faults import FaultBook
@@ -237,24 +238,32 @@ def _left_at_once(proc: subprocess.Popen[bytes], said_file: Path) -> str:
     return said
 
 
-def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_once_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize(
+    ("stop", "code", "last"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_second_ctrl_c_while_the_recorder_waits_for_a_held_store_leaves_at_once_and_loses_nothing(
+    tmp_path, stop, code, last
+):
     """The first Ctrl-C waits for the recorder to land what it holds; with the store held by another program that
     is up to its lock timeout. A second Ctrl-C ended the wait with a traceback-free exit, but multiprocessing still
     joined the recorder at interpreter exit, so the proxy stayed as long as before. Now it leaves at once, and the
-    recorder child, which ignores Ctrl-C, lands everything in the background once the store is free."""
+    recorder child, which ignores Ctrl-C, lands everything in the background once the store is free. Two SIGTERMs
+    (a service manager's stop, then its second) do the same and exit 143, 128 + SIGTERM (it was 130)."""
     db, said_file = tmp_path / "h.duckdb", tmp_path / "stderr.txt"
     with start_simulator(SimConfig(kind="vllm")) as sim, _proxy_on_a_held_store(sim.url, db, said_file) as (proc, url):
         assert _burst(url, sim.cfg.model_name, 20) == [200] * 20
-        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole group
+        os.killpg(proc.pid, stop)  # what a terminal's Ctrl-C sends: the whole group
         time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, stop)
         said = _left_at_once(proc, said_file)
-    assert proc.returncode == 130 and "Traceback" not in said, said
+    assert proc.returncode == code and "Traceback" not in said, said
+    assert said.strip().splitlines()[-1] == f"tokview: {last}", said
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(20,)]
 
 
-def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(tmp_path):
+@pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(tmp_path, stop, code):
     """The first Ctrl-C gives answers in flight 2 s to finish; a second one in those 2 s set the already-set stop
     event again and was lost, so the proxy went on to wait for its recorder (a held store: the lock timeout) as
     if no second Ctrl-C had come. Now it cuts the grace short and leaves as a second Ctrl-C does after it."""
@@ -264,11 +273,11 @@ def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(t
         sim.state.faults = FaultBook({"stall": 1})  # the next generation hangs: in flight through the grace
         threading.Thread(target=_cut_off, args=(url, sim.cfg.model_name), daemon=True).start()
         _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, stop)
         time.sleep(0.3)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, stop)
         said = _left_at_once(proc, said_file)  # before: the 2 s grace, then the wait for the held store
-    assert proc.returncode == 130 and "Traceback" not in said, said
+    assert proc.returncode == code and "Traceback" not in said, said
     with Store(db) as store:
         samples, failures = store.query("SELECT count(*) FROM samples"), store.failures()
     assert samples == [(3,)]

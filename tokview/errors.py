@@ -40,6 +40,8 @@ class ExitCode(IntEnum):
     whole file, and a script must not mistake that for a clean run."""
     INTERRUPTED = 130
     """Ctrl-C (128 + SIGINT); committed samples are kept."""
+    TERMINATED = 143
+    """128 + SIGTERM: `tokview proxy` left at a second SIGTERM without waiting for its recorder (which lands on)."""
     INTERNAL = 70
     """A bug in tokview (an exception no layer worded for the user): sysexits' EX_SOFTWARE, so a script
     tells a broken tool from a usage error (1) and from a finished run's outcomes (2-4)."""

@@ -234,8 +234,8 @@ class Serving:
     def __init__(self, app: ProxyApp, sock: socket.socket) -> None:
         self.app, self.sock = app, sock
         self.started = False
-        self.hurried = False
-        """A second signal came while answers in flight had their grace: the proxy leaves without waiting more."""
+        self.hurried: int | None = None
+        """The second signal, come while answers in flight had their grace: the proxy leaves without waiting more."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
 
@@ -256,13 +256,13 @@ class Serving:
             hurry = asyncio.Event()
             if signals:  # a second Ctrl-C ends the grace (it set the stop event again, unnoticed, before)
                 for sig in (signal.SIGINT, signal.SIGTERM):
-                    self._loop.add_signal_handler(sig, self._hurry, hurry)
+                    self._loop.add_signal_handler(sig, self._hurry, hurry, sig)
             await front.shutdown(GRACE_S, hurry)
         finally:
             await self.app.aclose()
 
-    def _hurry(self, hurry: asyncio.Event) -> None:
-        self.hurried = True
+    def _hurry(self, hurry: asyncio.Event, sig: int) -> None:
+        self.hurried = sig
         hurry.set()
 
 
@@ -370,19 +370,43 @@ def serve_forever(config: ProxyConfig) -> int:
     if config.key:
         say(f"tokview proxy: clients must present the key from {PROXY_KEY_ENV}")
 
+    terminated = False
     try:
         run_loop(server.serve(signals=True))
     finally:
         sock.close()
         if app.recorder is not None:
-            app.recorder.close(leave=server.hurried)
-            rec = app.recorder
-            said = f"tokview proxy: {_count(rec.recorded, 'generation')} recorded, {rec.failed} refused/abandoned/without ids"
-            say(said + (f", {rec.not_recorded} NOT recorded" if rec.not_recorded else ""))
-            backlog = rec.backlog_said() if not isinstance(rec, Recorder) else None
-            if backlog is not None:
-                say(f"tokview proxy: {backlog}")
+            previous = signal.signal(signal.SIGTERM, _terminate)  # the loop's handlers are gone with it
+            try:
+                app.recorder.close(leave=server.hurried is not None)
+            except KeyboardInterrupt as exc:
+                if server.hurried != signal.SIGTERM and not isinstance(exc, Terminated):
+                    raise  # the CLI's "interrupted", exit 130
+                terminated = True  # 128 + SIGTERM, what a service manager expects of a second stop
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+            if not terminated:  # else the recorder goes on: its counts are not the last
+                _say_counts(app.recorder, say)
+    if terminated:
+        print("tokview: terminated", file=sys.stderr)  # as the CLI says "interrupted" for a second Ctrl-C
+        return ExitCode.TERMINATED
     return ExitCode.OK if app.recorder is None or app.recorder.recording else ExitCode.FAILURES
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM while the proxy waits for its recorder: it stops waiting, as a Ctrl-C does, and exits 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def _say_counts(rec: Recorder | RecorderProcess, say: Callable[[str], None]) -> None:
+    said = f"tokview proxy: {_count(rec.recorded, 'generation')} recorded, {rec.failed} refused/abandoned/without ids"
+    say(said + (f", {rec.not_recorded} NOT recorded" if rec.not_recorded else ""))
+    backlog = rec.backlog_said() if not isinstance(rec, Recorder) else None
+    if backlog is not None:
+        say(f"tokview proxy: {backlog}")
 
 
 def _count(n: int, word: str) -> str:
