@@ -429,3 +429,56 @@ async def test_both_transports_give_the_same_answers(kimi_tok: Any, kind: str) -
         for answer in (fast, slow):
             answer.pop("id"), answer.pop("created")
         assert fast == slow
+
+
+async def test_the_info_endpoints_are_asked_at_once() -> None:
+    """`detect` asks the four info endpoints together (one after another they were four round trips at every
+    start): the server holds each until all four are in, and answers them."""
+    from tokview.servers.features import INFO_PATHS, detect
+    from tokview.servers.retry import RetryPolicy
+
+    waiting: list[bytes] = []
+    all_in = asyncio.Event()
+
+    def held_until_all_in(server: Scripted) -> Handler:
+        async def handler(reader, writer, conn):
+            while True:
+                request = await server.read_request(reader)
+                waiting.append(request.split(b" ")[1])
+                if len(waiting) == len(INFO_PATHS):
+                    all_in.set()
+                try:
+                    await asyncio.wait_for(all_in.wait(), 5)
+                except TimeoutError:
+                    pass  # asked one after another: answer, so the test fails on its assertion, not a hang
+                writer.write(ok(b'{"version": "0.32.0"}'))
+                await writer.drain()
+
+        return handler
+
+    async with scripted(held_until_all_in) as (_, url):
+        client = ServerClient(url, concurrency=4)
+        try:
+            info = await detect(client, RetryPolicy(retries=0), endpoints=False)
+        finally:
+            await client.aclose()
+    assert all_in.is_set()
+    assert sorted(waiting) == sorted(p.encode() for p in INFO_PATHS)
+    assert info.kind == "vllm" and info.version == "0.32.0"
+
+
+async def test_a_dead_server_is_unreachable_once_with_no_ask_left_running() -> None:
+    from tokview.servers.errors import ServerUnreachable
+    from tokview.servers.features import detect
+    from tokview.servers.retry import RetryPolicy
+
+    async with scripted(keep_answering) as (_, url):
+        pass  # closed: nothing listens on its port any more
+    client = ServerClient(url, connect_timeout=1)
+    try:
+        with pytest.raises(ServerUnreachable):
+            await detect(client, RetryPolicy(retries=0), endpoints=False)
+    finally:
+        await client.aclose()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert others == []
