@@ -2,14 +2,12 @@
 
 What the landing tests need: a run with one answer in and the rest in flight, held there for as long as
 the test looks (no sleeps, no timing). Probes (max_tokens ≤ 16) and every other path pass straight
-through. `first_children` records how many child processes this process had when the first real
-generation request arrived (the workers' spawn order)."""
+through."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +26,6 @@ class Gate:
         """Real generation requests received."""
         self.answered = 0
         """Real generations answered upstream (and about to be sent back)."""
-        self.first_children: int | None = None
 
     def open(self) -> None:
         self.opened.set()
@@ -44,8 +41,6 @@ class Gate:
         real = scope["path"] in GENERATION_PATHS and _max_tokens(body) > 16
         if real:
             self.real += 1
-            if self.first_children is None:
-                self.first_children = len(multiprocessing.active_children())
             if self.real > self.free:
                 await asyncio.to_thread(self.opened.wait, 60)
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.decode() in ("content-type", "accept")}

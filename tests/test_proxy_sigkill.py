@@ -286,6 +286,63 @@ def test_a_second_ctrl_c_during_the_grace_for_answers_in_flight_leaves_at_once(t
     ]
 
 
+@pytest.mark.parametrize(
+    ("stop", "code", "last"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_second_stop_while_the_backlog_is_handed_to_the_recorder_leaves_and_does_not_hang(tmp_path, stop, code, last):
+    """The second stop came while the proxy still wrote its backlog to the recorder's pipe: the proxy said it left
+    but never exited (the pipe stayed open, the child waited for more, and the exit waited for the child). Now the
+    pipe is closed on the way out: the proxy leaves, and the child records and lands what it was handed."""
+    db = tmp_path / "d.duckdb"
+    wrapper = Path(__file__).parent / "proxy_held_handover.py"
+    with start_simulator(SimConfig(kind="vllm")) as sim, (tmp_path / "stderr.txt").open("w+b") as said_out:
+        port = _free_port()
+        argv = [sys.executable, str(wrapper), "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
+        proc = subprocess.Popen(
+            [*argv, "--db", str(db)],
+            stderr=said_out,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)},
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert _burst(url, sim.cfg.model_name, 3) == [200] * 3
+            os.killpg(proc.pid, stop)
+            _wait_until(lambda: b"handing over" in (tmp_path / "stderr.txt").read_bytes(), "the hand-over")
+            os.killpg(proc.pid, stop)
+            proc.wait(10)  # before: still running when the test gave up
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        said = (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == code and "Traceback" not in said, said
+    assert said.strip().splitlines()[-1] == f"tokview: {last}", said
+    child = int(said.split("recorder; it (pid ")[1].split(")")[0])
+    _wait_until(lambda: not _alive(child), "the recorder to finish in the background", timeout=60)
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(3,)]
+
+
+def test_answers_the_pipe_never_took_are_counted_and_a_spools_notes_are_not() -> None:
+    """What a stop during the hand-over loses: the answers still held (a first one the pipe took part of included),
+    not the notes of spooled answers, which the child records from the spool file at its end."""
+    import pickle
+    from collections import deque
+
+    from tokview.proxy.recorder import Failed
+    from tokview.proxy.recorder_process import SpoolDone, Spooled, _answers_in, _frame
+
+    def framed(item: object) -> bytes:
+        return _frame(pickle.dumps(item))
+
+    answer = framed(Failed("refused by the upstream", "http://u", None, None))
+    frames = deque([answer[7:], framed(Spooled("/s/spool-000001", 4, 10)), answer, framed(SpoolDone("/s/spool-1"))])
+    assert _answers_in(frames) == 2
+    assert _answers_in(deque()) == 0
+
+
 def _cut_off(url: str, model: str) -> None:
     """A chat request the proxy's shutdown cuts off."""
     body = {"model": model, "messages": [{"role": "user", "content": "slow"}], "max_tokens": 8}

@@ -249,6 +249,25 @@ async def test_pool_evicts_a_server_that_dies_and_reprobes_it(kimi_tok: Any) -> 
                 assert b2.stats.generation >= 1
 
 
+async def test_generation_sent_is_told_by_a_generation_never_by_a_probe_a_capture_started(kimi_tok: Any) -> None:
+    """`generation_sent` (a `--workers` batch spawns its children on it) is set once a capture's request is out. A
+    capture that re-probes an evicted server it then cannot reach sends nothing: the probe's /health (over httpx,
+    whose hook tells before it connects) set it all the same."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        pool = pool_for(sim.url, kimi_tok, retries=0)
+        await pool.start()
+    try:
+        pool._servers[0].evicted_at = time.monotonic()  # as failed connects in a row leave it; its server is gone
+        with pytest.raises(CaptureFailed):
+            await pool.capture(req("raw"))
+        assert not pool.generation_sent.is_set()
+        with start_simulator(SimConfig(kind="vllm", port=int(sim.url.rsplit(":", 1)[1]))):
+            assert_kimi_shape(await pool.capture(req("raw")))  # re-probed, then generated
+        assert pool.generation_sent.is_set()
+    finally:
+        await pool.aclose()
+
+
 async def test_concurrent_captures_over_a_capped_server_all_complete(kimi_tok: Any) -> None:
     with start_simulator(SimConfig(kind="vllm", latency_s=0.05)) as sim:
         async with pool_for(sim.url, kimi_tok, concurrency=3) as pool:

@@ -122,9 +122,12 @@ async def test_a_request_in_flight_is_told_before_its_answer_comes(fast: bool) -
             answer = asyncio.create_task(client.post_json("/v1/completions", {"prompt": [1]}))
         finally:
             REQUEST_SENT.reset(token)
-        while not told:
+        for _ in range(2000):  # 10 s at most: a request never told fails here, not at the suite's timeout
+            if told:
+                break
             assert not answer.done()
             await asyncio.sleep(0.005)
+        assert told, "the request was never told as sent"
         assert not answer.done()
         release.set()
         assert await answer == {"ok": True}

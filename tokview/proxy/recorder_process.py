@@ -315,13 +315,19 @@ class RecorderProcess:
 
         `leave` (a second Ctrl-C came before this) or a Ctrl-C during the wait: KeyboardInterrupt without waiting,
         the child (which ignores Ctrl-C) finishing in the background."""
-        self._drain_blocking()
-        self._jobs.close()  # the child reads to the end, records, lands and exits
         try:
+            self._drain_blocking()  # a backlog the child has not read yet: written out first
+            self._jobs.close()  # the child reads to the end, records, lands and exits
             if leave:
                 raise KeyboardInterrupt
             self.process.join()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # (a Terminated too: `serve.py`)
+            lost = _answers_in(self._pending)  # the signal cut the hand-over short: these never reach the child
+            self._pending.clear()
+            if lost:
+                self.not_recorded += lost
+                self.say(f"tokview proxy: left before {lost} answer(s) reached the recorder: NOT recorded")
+            self._jobs.close()  # else the child waits for more, and the exit for the child: a hang
             _not_joined_at_exit(self.process)
             self.say(
                 f"tokview proxy: no longer waiting for the recorder; it (pid {self.process.pid}) goes on recording "
@@ -354,6 +360,20 @@ def _not_joined_at_exit(process: BaseProcess) -> None:
     import multiprocessing.process
 
     multiprocessing.process._children.discard(process)  # type: ignore[attr-defined]
+
+
+def _answers_in(frames: deque[bytes]) -> int:
+    """The answers among frames the pipe never took (a spool's notes are not: the child records a spool's answers
+    at its end, noted or not). A first frame cut short is counted too: the child cannot read it."""
+    answers = 0
+    for frame in frames:
+        try:
+            item = pickle.loads(frame[4:])
+        except Exception:  # the tail of a frame the pipe took part of
+            answers += 1
+            continue
+        answers += not isinstance(item, (Spooled, SpoolDone))
+    return answers
 
 
 def _frame(data: bytes) -> bytes:

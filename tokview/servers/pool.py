@@ -214,6 +214,7 @@ class ServerPool:
     async def _probe(self, server: _Server) -> None:
         """Detect features (first time) or check health (evicted server); reinstate on success."""
         server.probing = True
+        quiet = REQUEST_SENT.set(None)  # a probe a capture started is no generation of its (its task's own context)
         try:
             if server.info is None:
                 info = await detect(
@@ -234,6 +235,7 @@ class ServerPool:
             server.evicted_at = time.monotonic()
         finally:
             server.probing = False
+            REQUEST_SENT.reset(quiet)
 
     def _refuse_unknown(self, info: ServerInfo) -> None:
         """CaptureFailed for a server of no kind tokview knows, unless this probe could not have told: it sent no

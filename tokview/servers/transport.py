@@ -313,7 +313,8 @@ class HTTPPool:
         on_sent: Callable[[], None] | None = None,
     ) -> Response:
         """One request; `headers` is a ready block of `name: value\\r\\n` lines added to the fixed ones.
-        `on_sent` is called once its bytes are handed to the socket (the request is in flight)."""
+        `on_sent` is called once, as its bytes are first handed to a socket (the request is in flight; on a
+        kept-alive connection the server had just closed, before the request goes again on a new one)."""
         head = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), self._fixed, headers]
         if body is not None or method in ("POST", "PUT", "PATCH"):
             head.append(b"content-length: %d\r\n" % len(body or b""))
@@ -324,7 +325,8 @@ class HTTPPool:
             for attempt in (0, 1):
                 conn, reused = await self._connection(deadline)
                 try:
-                    response = await self._exchange(conn, data, method == "HEAD", deadline, on_sent)
+                    told = on_sent if attempt == 0 else None
+                    response = await self._exchange(conn, data, method == "HEAD", deadline, told)
                 except ConnectionLost:
                     self._drop(conn)
                     if reused and not conn.received and attempt == 0:
