@@ -87,8 +87,87 @@ def test_an_empty_store_path_is_refused_in_one_line(tmp_path, args):
 
 
 def test_a_prompts_file_not_utf8_past_its_first_block_names_the_line(tmp_path):
+    """A line that is not UTF-8 is that line's bad row, named with its byte (it stopped the whole file, named as
+    line 1 when the file's first block held it); one on line 1 refuses the file (a binary file, most likely)."""
     path = tmp_path / "p.jsonl"
     good = "".join(json.dumps({"id": f"q{i}", "prompt": "x" * 50}) + "\n" for i in range(2000))
-    path.write_bytes(good.encode() + b'{"id": "bad", "prompt": "\xff"}\n')
-    with pytest.raises(InputError, match="not UTF-8"):
+    path.write_bytes(good.encode() + b'{"id": "bad", "prompt": "\xff"}\n' + good.encode()[:40] + b"\n")
+    rows = list(iter_jsonl_fast(path))
+    bad = [(n, row) for n, row, _ in rows if isinstance(row, PromptError)]
+    assert (bad[0][0], str(bad[0][1])) == (2001, "line 2001: not UTF-8 text (byte 0xff at column 26)")
+    assert len(rows) == 2002 and [n for n, _ in bad] == [2001, 2002]  # 2002: cut short, not JSON
+    path.write_bytes(b"\xff\xfe binary\n" + good.encode())
+    with pytest.raises(InputError, match=r"p.jsonl:1: not UTF-8"):
         list(iter_jsonl_fast(path))
+
+
+def test_a_batch_skips_a_line_that_is_not_utf8_and_captures_the_rest(tmp_path, vllm_sim):
+    path = tmp_path / "p.jsonl"
+    lines = [json.dumps({"id": f"q{i}", "prompt": f"question {i}"}).encode() for i in range(4)]
+    path.write_bytes(b"\n".join([*lines, b'{"id": "q4", "prompt": "caf\xe9"}']) + b"\n")
+    db = str(tmp_path / "b.duckdb")
+    done = _run("batch", str(path), "--server", vllm_sim.url, "--db", db, cwd=tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert "p.jsonl:5: not UTF-8 text (byte 0xe9 at column 28)" in done.stderr, done.stderr
+    stats = _run("stats", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(stats.stdout)["samples"] == 4, stats.stdout + stats.stderr
+
+
+def _deep(levels: int) -> object:
+    value: object = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_agent_traces_nested_too_deeply_are_bad_rows_not_internal_errors(tmp_path, vllm_sim):
+    """A call's arguments string nested 1,000 levels (Python's json gives up), a tool schema nested 300 levels
+    (orjson, which the run's digests and stores use, writes 255) and `tools` given as such a string were exit 70
+    for `batch`, `audit` and `tokenize --chat`. Each is now its row's bad-row reason; the good row is captured."""
+    base = json.loads((Path(__file__).parent.parent / "sample_data/agent_traces.jsonl").read_text().splitlines()[0])
+    rows = [dict(base, id="good")]
+    deep_args = json.loads(json.dumps(base))
+    deep_args["id"] = "deep-arguments"
+    deep_args["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"a":' + "[" * 1000 + "]" * 1000 + "}"
+    deep_tools = json.loads(json.dumps(base))
+    deep_tools["id"] = "deep-tools"
+    deep_tools["tools"][0]["function"]["parameters"] = _deep(300)
+    string_tools = json.loads(json.dumps(base))
+    string_tools["id"] = "deep-tools-string"
+    string_tools["tools"] = "[" * 1000 + "]" * 1000
+    rows += [deep_args, deep_tools, string_tools]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    db = str(tmp_path / "b.duckdb")
+    done = _run("batch", str(path), "--server", vllm_sim.url, "--db", db, "--mode", "chat", cwd=tmp_path)
+    assert "internal error" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 4, done.stderr
+    for line in (2, 3, 4):
+        assert f"p.jsonl:{line}:" in done.stderr, done.stderr
+    assert "nested too deeply" in done.stderr
+    stats = _run("stats", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(stats.stdout)["samples"] == 2, stats.stdout + stats.stderr  # the good row's two turns
+    audit = _run("audit", str(path), "--db", str(tmp_path / "a.duckdb"), cwd=tmp_path)
+    assert "internal error" not in audit.stderr and audit.returncode != 70, audit.stderr
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(deep_args) + "\n")
+    tokenized = _run("tokenize", "--chat", str(one), cwd=tmp_path)
+    assert tokenized.returncode == 1 and "nested too deeply" in tokenized.stderr, tokenized.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    "command", [["tokenize", "hello"], ["stats", "--db", "{db}", "--json"], ["stats", "--db", "{db}"]]
+)
+def test_output_to_a_full_device_is_one_line_and_exit_1(tmp_path, command):
+    """`tokview stats > /dev/full` (a full disk under the output) was an internal error (exit 70)."""
+    from tokview.store import Store
+
+    db = tmp_path / "s.duckdb"
+    with Store(db):
+        pass
+    argv = [part.format(db=db) for part in command]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([*TOKVIEW, *argv], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == ["tokview: error: No space left on device"], done.stderr

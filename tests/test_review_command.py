@@ -129,3 +129,35 @@ def test_ten_thousand_samples_take_under_a_second(tmp_path, put, make_capture, c
         timings[action[0]] = time.perf_counter() - start
         assert said.split()[1:4] == ["10000", "of", "10000"], said
     assert max(timings.values()) < 1.0, timings
+
+
+def test_reasons_and_names_with_terminal_controls_print_as_escapes(db, capsys):
+    """A reject reason (anyone's text) holding a window-title sequence and a newline printed raw in --history and
+    --undo: the terminal ran it. Shown as escapes, each action on its one line."""
+    reason = "bad\x1b]0;PWNED\x07 and\nmore"
+    review(db, "--finding", "truncated", "--reject", reason, capsys=capsys)
+    history = review(db, "--history", capsys=capsys)
+    assert "\x1b" not in history and "\x07" not in history
+    assert len(history.splitlines()) == 1 and "bad\\x1b]0;PWNED\\x07 and\\nmore" in history
+    undone = review(db, "--undo", "last", capsys=capsys)
+    assert "\x1b" not in undone and len(undone.splitlines()) == 1
+
+
+def test_a_run_name_with_controls_prints_as_escapes_in_the_summary_and_stats(tmp_path, put, make_capture, capsys):
+    from tokview.batch.config import BatchSummary
+    from tokview.commands import stats as stats_command
+
+    name = "evil\x1b]0;T\x07\nx"
+    summary = BatchSummary(run_id=name, input=0)
+    rendered = summary.render()
+    assert "\x1b" not in rendered and rendered.splitlines()[0].startswith("run evil\\x1b]0;T\\x07\\nx:")
+    path = tmp_path / "s.duckdb"
+    with Store(path) as store:
+        put(store, "a", make_capture(), run_id=name)
+    parser = argparse.ArgumentParser(prog="tokview")
+    stats_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["stats", "--db", str(path), "--by", "run"])
+    assert args.run(args) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert len(out.strip().splitlines()) == 3  # its three lines: the newline in its name did not make a fourth

@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return ExitCode.USAGE
     code = _run_command(args)
+    try:  # what the command printed last is still buffered: written now, so a full disk is said, not ignored
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno in OUT_OF_ROOM:
+            code = max(code, _out_of_room(exc))
     if argv is None and getattr(args, "exit_without_teardown", False):
         exit_without_teardown(code)
     return code
@@ -239,11 +244,26 @@ def _run_command(args: argparse.Namespace) -> int:
     except StreamClosed as exc:  # `tokview export --out - >&-`: the data has nowhere to go
         print(f"tokview: error: {exc.strerror}", file=sys.stderr)
         return ExitCode.USAGE
+    except OSError as exc:
+        if exc.errno not in OUT_OF_ROOM:
+            return report_bug(exc)
+        return _out_of_room(exc)
     except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
         if _ctrl_c_in_a_query(exc):
             print("tokview: interrupted", file=sys.stderr)
             return ExitCode.INTERRUPTED
         return report_bug(exc)
+
+
+OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+"""What writing can meet that the user fixes (a full disk or quota, `> /dev/full`, a read-only or failing device):
+no bug, so one line and exit 1, not the internal error (exit 70) they were reported as."""
+
+
+def _out_of_room(exc: OSError) -> int:
+    where = f": {exc.filename}" if exc.filename else ""
+    print(f"tokview: error: {exc.strerror or exc}{where}", file=sys.stderr)
+    return ExitCode.USAGE
 
 
 def _ctrl_c_in_a_query(exc: Exception) -> bool:

@@ -300,7 +300,7 @@ class BatchSummary:
     def render(self) -> str:
         rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
         lines = [
-            f"run {self.run_id}: ok {self.ok} + failed {self.failed} + skipped {self.skipped}"
+            f"run {printable_line(self.run_id)}: ok {self.ok} + failed {self.failed} + skipped {self.skipped}"
             + (f" + chain-stopped {self.chain_stopped}" if self.chain_stopped else "")
             + (f" + abandoned {self.abandoned}" if self.abandoned else "")
             + f" = {self.ok + self.failed + self.skipped + self.chain_stopped + self.abandoned} of input {self.input} "

@@ -310,13 +310,11 @@ def _check_chunk(
         else:
             try:
                 row = checked_row(n, obj, text)
+                digest = conversation_digest([row.tools, *row.messages] if row.tools else row.messages)
             except PromptError as exc:
                 out.append(CheckedRow(n, "", [], bad=_bad_message(str(exc), n, label)))
                 continue
-            prompt_id, digest = (
-                row.prompt_id,
-                conversation_digest([row.tools, *row.messages] if row.tools else row.messages),
-            )
+            prompt_id = row.prompt_id
             out.append(CheckedRow(n, prompt_id, generation_turns(row.messages), row, agent=is_agent_trace(row)))
         keys.append(hash(prompt_id))
         digests.append(digest)
@@ -352,8 +350,17 @@ def _bad_message(message: str, n: int, label: str) -> str:
 
 
 def conversation_digest(messages: list[Any]) -> int:
-    """A 64-bit digest of a conversation, to tell a duplicate row from a conflicting one within one read."""
-    return hash(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS, default=str))
+    """A 64-bit digest of a conversation, to tell a duplicate row from a conflicting one within one read.
+
+    PromptError for a row nested deeper than orjson writes (255 levels: a tool schema so deep is no real one, and
+    every store and export of the row would fail on it later); `json` digests what orjson refuses otherwise
+    (integers past 64 bits)."""
+    try:
+        return hash(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS, default=str))
+    except TypeError as exc:
+        if "recursion" in str(exc).lower():
+            raise PromptError("nested too deeply (more than 255 levels)") from None
+        return hash(json.dumps(messages, sort_keys=True, default=str))
 
 
 _ROLES = frozenset(("system", "user", "assistant"))
@@ -452,24 +459,31 @@ def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     yield from iter_jsonl_fast(path)
 
 
+def line_text(raw: bytes, n: int) -> str:
+    """Line `n` of a JSONL file read as bytes, as text (UnicodeDecodeError: not UTF-8). Every batch reader numbers
+    and decodes lines this way, one line at a time: a file read as text is decoded in blocks, so a bad byte
+    stopped the whole file, named as the first line of its block. A byte-order mark is not part of line 1."""
+    return raw.decode("utf-8-sig" if n == 1 else "utf-8")
+
+
 def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     """`core.prompts.iter_jsonl` parsed by orjson (~3× faster): (line, object or PromptError, text orjson read).
 
     A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) takes the standard library's path,
     so what is refused and every error message stay the same; `checked_row` re-reads the one kind of line
     orjson reads otherwise (a whole number past 64 bits becomes a float)."""
-    with path.open("r", encoding="utf-8-sig") as fh:
-        lines = enumerate(fh, start=1)
-        n = 0
-        while True:
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, start=1):
             try:
-                n, text = next(lines)
-            except StopIteration:
-                return
-            except UnicodeDecodeError:  # read in blocks: this names the line after the last whole one read
-                raise InputError(
-                    f"{path}:{n + 1}: not UTF-8 text (JSONL expected; Parquet files need a .parquet name)"
-                ) from None
+                text = line_text(raw, n)
+            except UnicodeDecodeError as exc:
+                if n == 1:  # a binary file, most likely: the whole file is refused
+                    raise InputError(
+                        f"{path}:1: not UTF-8 text (JSONL expected; Parquet files need a .parquet name)"
+                    ) from None
+                at = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                yield n, PromptError(f"line {n}: not UTF-8 text ({at})"), None
+                continue
             try:
                 yield n, orjson.loads(text), text
                 continue

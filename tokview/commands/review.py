@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
+from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
     from tokview.store import Store
@@ -149,7 +150,7 @@ def _undo(store: Store, args: argparse.Namespace, who: str | None) -> int:
     undone = store.undo_action(None if target == "last" else int(target), who=who, source=SOURCE)
     if undone is None:
         raise UserError(f"nothing left to undo in {args.db}")
-    print(json.dumps({**undone.to_dict(), "by": who}) if args.json else undone.line)
+    print(json.dumps({**undone.to_dict(), "by": who}) if args.json else printable_line(undone.line))
     return 0
 
 
@@ -157,8 +158,8 @@ def _history(store: Store, args: argparse.Namespace) -> int:
     listed = store.actions(50)
     if args.json:
         print(json.dumps([{**vars(a), "at": str(a.at)} for a in listed]))
-    for a in [] if args.json else listed:
-        print(a.line)
+    for a in [] if args.json else listed:  # reasons, tags and names are anyone's text: escapes shown, not run
+        print(printable_line(a.line))
     return 0
 
 
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))
     else:
-        print(describe(outcome, args.dry_run))
+        print(printable_line(describe(outcome, args.dry_run)))
     if not ids:
         print("tokview: note: no sample matches these filters", file=sys.stderr)
     return 0

@@ -117,12 +117,13 @@ def plural(count: int, noun: str) -> str:
 def render_runs(runs: list[dict[str, Any]]) -> str:
     """Three lines per run: counts; lengths, acceptance and NLL; findings (samples per code)."""
     lines = []
-    width = max((len(r["run"]) for r in runs), default=0) + 2
+    names = [printable_line(str(r["run"])) for r in runs]  # a run name with a newline kept its run on one line
+    width = max(map(len, names), default=0) + 2
     pad = " " * width
-    for r in runs:
+    for r, name in zip(runs, names):
         s, out, acc, nll = r["by_status"], r["output_len"], r["acceptance"], r["target_nll"]
         lines.append(
-            f"{r['run']:<{width}}{plural(r['samples'], 'sample')} (pending {s['pending']}, approved "
+            f"{name:<{width}}{plural(r['samples'], 'sample')} (pending {s['pending']}, approved "
             f"{s['approved']}, rejected {s['rejected']}) · valid {r['valid']} invalid {r['invalid']} · "
             f"truncated {r['truncated']} · {plural(r['failures'], 'failure')}"
         )

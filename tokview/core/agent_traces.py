@@ -45,6 +45,8 @@ def row_tools(raw: object, where: str) -> list[dict[str, Any]] | None:
             raw = json.loads(raw)
         except json.JSONDecodeError:
             raise PromptError(f"{where}: `tools` is a string that is not a JSON list of tools") from None
+        except RecursionError:
+            raise PromptError(f"{where}: `tools` is a JSON string nested too deeply") from None
     if not isinstance(raw, list):
         raise PromptError(f"{where}: `tools` must be a list of tools, not {type(raw).__name__}")
     tools = []
@@ -76,13 +78,18 @@ def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
             parsed = json.loads(arguments)
         except json.JSONDecodeError:
             parsed = None
+        except RecursionError:
+            raise PromptError(f"{where}: call {number} ({name}) has arguments nested too deeply") from None
         if not isinstance(parsed, dict):
             raise PromptError(
                 f"{where}: call {number} ({name}) has arguments that are not a JSON object: vLLM would render "
                 "them as {}, SGLang refuses the request"
             )
     elif isinstance(arguments, dict):
-        arguments = json.dumps(arguments, ensure_ascii=False)  # what both servers' templates render
+        try:
+            arguments = json.dumps(arguments, ensure_ascii=False)  # what both servers' templates render
+        except RecursionError:
+            raise PromptError(f"{where}: call {number} ({name}) has arguments nested too deeply") from None
     else:
         raise PromptError(f"{where}: call {number} ({name}) has arguments that are not a JSON object")
     call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
@@ -95,7 +102,7 @@ def sharegpt_calls(value: str, where: str) -> list[Any]:
     """The calls of a ShareGPT `function_call` turn: a JSON call or a list of them."""
     try:
         parsed = json.loads(value)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than Python's json reads
         raise PromptError(f"{where}: a `function_call` turn's value is not JSON {{name, arguments}}") from None
     return parsed if isinstance(parsed, list) else [parsed]
 
@@ -106,7 +113,7 @@ def hermes_calls(value: str, where: str) -> tuple[str, list[Any]]:
     for block in HERMES_CALL.findall(value):
         try:
             calls.append(json.loads(block))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than Python's json reads
             raise PromptError(f"{where}: a <tool_call> block is not JSON {{name, arguments}}") from None
     return HERMES_CALL.sub("", value).strip(), calls
 

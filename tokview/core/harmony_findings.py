@@ -107,6 +107,8 @@ def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
         text = tok.decode(ctx.output[m.body[0] : m.body[1]])
         try:
             json.loads(text)  # a UnicodeDecodeError cannot happen: the text is decoded already
+        except RecursionError:  # JSON nested deeper than Python's json reads: not a call it can judge
+            continue
         except json.JSONDecodeError as exc:
             return Hit.at(
                 f"The call to {m.recipient} at {ctx.where(m.start)} has arguments that are not JSON ({exc.msg} at "
