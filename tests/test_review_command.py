@@ -161,3 +161,39 @@ def test_a_run_name_with_controls_prints_as_escapes_in_the_summary_and_stats(tmp
     out = capsys.readouterr().out
     assert "\x1b" not in out
     assert len(out.strip().splitlines()) == 3  # its three lines: the newline in its name did not make a fourth
+
+
+def test_a_merge_says_when_samples_already_here_were_reviewed_otherwise_in_the_source(tmp_path, db, capsys):
+    """Review on a copy, merge the copy back: the samples are already here, so nothing of the copy came across, and
+    the merge said only "+0 samples" (the reviewer's 3 rejections silently gone). It now says so."""
+    import shutil
+
+    from tokview.commands import merge as merge_command
+
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(db, copy)
+    with Store(copy) as store:
+        for sample in store.samples_page(SampleFilter(run_id="run2")):
+            store.record_verdict(sample.sample_id, "rejected", reason="cut short", who="dave")
+    parser = argparse.ArgumentParser(prog="tokview")
+    merge_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["merge", str(copy), "--into", str(db)])
+    assert args.run(args) == 0
+    said = capsys.readouterr().err
+    assert "+0 samples" in said
+    assert f"3 samples already in {db} have another status in {copy}" in said, said
+
+
+def test_a_refused_merge_into_a_new_store_leaves_no_file(tmp_path):
+    from tokview.commands import merge as merge_command
+    from tokview.errors import TokviewError
+
+    bogus = tmp_path / "not-a-store.duckdb"
+    bogus.write_text("hello")
+    into = tmp_path / "new.duckdb"
+    parser = argparse.ArgumentParser(prog="tokview")
+    merge_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["merge", str(bogus), "--into", str(into)])
+    with pytest.raises(TokviewError):
+        args.run(args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-store.duckdb"]

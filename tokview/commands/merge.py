@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tokview.commands.store_arg import store_path
-from tokview.errors import UserError
+from tokview.errors import TokviewError, UserError
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,11 +31,40 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{src} is a directory, not a store: name its .duckdb file")
         if not src.is_file():
             raise UserError(f"database not found: {src}")
-    with Store(args.into) as store:  # MergeRefused, StoreError: one line
-        for src in args.sources:
-            added = store.merge(src)
-            print(
-                f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
-                file=sys.stderr,
-            )
+    made = not Path(args.into).expanduser().exists()
+    merged = 0
+    try:
+        with Store(args.into) as store:  # MergeRefused, StoreError: one line
+            for src in args.sources:
+                added = store.merge(src)
+                merged += 1
+                _say(added, src, args.into)
+    except TokviewError:
+        if made and not merged:  # refused before anything landed: no empty store left behind
+            _remove_store(Path(args.into).expanduser())
+        raise
     return 0
+
+
+def _remove_store(path: Path) -> None:
+    """The store this merge created and nothing landed in (a parts folder only if it is empty: never a batch's)."""
+    for leftover in (path, Path(f"{path}.wal")):
+        leftover.unlink(missing_ok=True)
+    try:
+        Path(f"{path}.parts").rmdir()
+    except OSError:
+        pass
+
+
+def _say(added: dict[str, int], src: Path, into: str) -> None:
+    print(
+        f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
+        file=sys.stderr,
+    )
+    if added.get("verdicts_kept"):  # a merge carries a sample's verdicts only with the sample itself
+        print(
+            f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in "
+            f"{src}: their verdicts here were kept and the source's were not merged (review them here, or "
+            "in the app)",
+            file=sys.stderr,
+        )

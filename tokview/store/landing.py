@@ -314,7 +314,10 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict
     conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
-    return {"samples": samples, "runs": runs, "failures": failures}
+    kept = conn.execute(  # reviewed otherwise in the source: this store's verdicts stand, and the merge says so
+        "SELECT count(*) FROM src.samples s JOIN main.samples m USING (sample_id) WHERE s.status <> m.status"
+    ).fetchone()
+    return {"samples": samples, "runs": runs, "failures": failures, "verdicts_kept": int(kept[0]) if kept else 0}
 
 
 def _merge_failures(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> int:
