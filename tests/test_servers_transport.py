@@ -485,3 +485,27 @@ async def test_a_dead_server_is_unreachable_once_with_no_ask_left_running() -> N
         await client.aclose()
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert others == []
+
+
+@pytest.mark.parametrize("reply", [b"\x00\xffGARBAGE\r\n\r\n", b""])
+async def test_a_port_that_gives_no_http_answer_is_said_so_not_an_unknown_http_server(reply: bytes) -> None:
+    """A port some other program listens on (it closes at once, or answers bytes that are not HTTP) was said to
+    "answer HTTP but be neither SGLang nor vLLM", sending the user after the URL's path or --backend."""
+    from tokview.core.profiles import get_profile
+    from tokview.servers import ServerPool, ServerUnreachable
+
+    def not_http(server: Scripted) -> Handler:
+        async def handler(reader, writer, conn):
+            await server.read_request(reader)
+            writer.write(reply)
+            await writer.drain()
+
+        return handler
+
+    async with scripted(not_http) as (_, url):
+        pool = ServerPool(url, profile=get_profile("kimi-k2.5"), retries=0, timeout=5)
+        with pytest.raises(ServerUnreachable) as refused:
+            await pool.start()
+    said = str(refused.value)
+    assert "gave no HTTP answer: connection lost during GET" in said, said
+    assert "answers HTTP" not in said

@@ -131,6 +131,8 @@ async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: fl
         await client.aclose()
     found = info.kind if kind == "auto" else kind
     if found not in ("vllm", "sglang"):
+        if info.details.get("no_http_answer"):
+            raise UserError(f"{info.url} gave no HTTP answer: {info.details['no_http_answer']}")
         raise UserError(
             f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: give the "
             "server's root URL, or --kind vllm|sglang"

@@ -93,13 +93,15 @@ async def detect(
     probe stays of kind "unknown". `template_kwargs`: what the 1-token requests render with, when not the
     profile's with thinking on (a resume probing before its profile is loaded: `ServerPool.adopt`)."""
     info = ServerInfo(url=client.url)
-    model_info, server_info, version, models = await _info_answers(client, policy)
+    (model_info, server_info, version, models), whys = await _info_answers(client, policy)
     info.details = {
         "get_model_info": model_info,
         "get_server_info": server_info,
         "version": version,
         "v1_models": models,
     }
+    if all(why is not None and why.startswith(NO_HTTP_ANSWER) for why in whys):
+        info.details["no_http_answer"] = whys[0]  # not one HTTP answer, not even an error status
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind = "sglang"
     elif isinstance(version, dict) and "version" in version:
@@ -127,19 +129,25 @@ INFO_PATHS = ("/get_model_info", "/get_server_info", "/version", "/v1/models")
 """SGLang's, SGLang's, vLLM's and both servers' info endpoints, in the order `detect` reads them."""
 
 
-async def _info_answers(client: ServerClient, policy: RetryPolicy) -> list[Any]:
-    """The info endpoints' answers (None where one failed), asked at once: one after another they were four
+NO_HTTP_ANSWER = "connection lost during"
+"""How a request's failure starts when no HTTP answer came (the connection closed, or the bytes were not HTTP)."""
+
+
+async def _info_answers(client: ServerClient, policy: RetryPolicy) -> tuple[list[Any], list[str | None]]:
+    """The info endpoints' answers (None where one failed) and why each failed, asked at once: one after another they were four
     round trips at every start. A dead server raises ServerUnreachable once every ask has ended (none is left
     running, and no second error goes unread)."""
     asked = await asyncio.gather(
         *(ask(policy, partial(client.get_json, path)) for path in INFO_PATHS), return_exceptions=True
     )
     answers: list[Any] = []
+    whys: list[str | None] = []
     for answer in asked:
         if isinstance(answer, BaseException):
             raise answer
         answers.append(answer[0])
-    return answers
+        whys.append(answer[1])
+    return answers, whys
 
 
 def probe_template_kwargs(profile: ModelProfile | None, given: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -242,6 +242,9 @@ class ServerPool:
         generations (`names_only`), or it had no tokenizer yet, whose prompt ids a server known only by its raw
         probe needs (`probed_in_full` says so, and the run probes it again with the tokenizer)."""
         if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
+            no_http = info.details.get("no_http_answer")
+            if no_http:  # a port some other program listens on: "answers HTTP" would send the user the wrong way
+                raise CaptureFailed(f"{info.url} gave no HTTP answer: {no_http}")
             raise CaptureFailed(
                 f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
                 f"info endpoints say: give the server's root URL (not an API sub-path) or "
