@@ -171,3 +171,20 @@ def test_output_to_a_full_device_is_one_line_and_exit_1(tmp_path, command):
         done = subprocess.run([*TOKVIEW, *argv], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == ["tokview: error: No space left on device"], done.stderr
+
+
+@pytest.mark.parametrize(("command", "said"), [(["tokenize", "--chat"], "chat file"), (["audit"], "dataset")])
+def test_a_directory_given_as_a_file_is_named_a_directory_not_missing(tmp_path, command, said):
+    (tmp_path / "adir").mkdir()
+    done = _run(*command, str(tmp_path / "adir"), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"tokview: error: {said} is a directory: {tmp_path / 'adir'}", done.stderr
+
+
+@pytest.mark.parametrize("calls", [{"name": "f", "arguments": "{}"}, "f()"])
+def test_tool_calls_that_are_not_a_list_are_named_so(calls):
+    from tokview.core.prompts import parse_row
+
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls}]}
+    with pytest.raises(PromptError, match=r"turn 2's `tool_calls` must be a list of calls, not (dict|str)"):
+        parse_row(row, line=1)

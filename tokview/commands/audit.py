@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from tokview.export.audit import audit
     from tokview.store import Store
 
+    if args.dataset.is_dir():
+        raise UserError(f"dataset is a directory: {args.dataset}")
     if not args.dataset.is_file():
         raise UserError(f"dataset not found: {args.dataset}")
     tokenizer, profile = load_tokenizer_and_profile(

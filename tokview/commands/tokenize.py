@@ -114,6 +114,8 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     from tokview.core.agent_traces import PromptError
     from tokview.core.prompts import generation_points, parse_row
 
+    if path.is_dir():
+        raise UserError(f"chat file is a directory: {path}")
     if not path.is_file():
         raise UserError(f"chat file not found: {path}")
     try:

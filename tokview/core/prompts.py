@@ -90,7 +90,10 @@ def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
     sharegpt = "from" in raw or "value" in raw
     key = "value" if sharegpt else "content"
     content = raw.get(key)
-    calls: list[Any] = list(raw.get("tool_calls") or [])
+    given = raw.get("tool_calls") or []
+    if not isinstance(given, list):  # an object's keys (a string's characters) would be read as its calls
+        raise PromptError(f"{where}: turn {number}'s `tool_calls` must be a list of calls, not {type(given).__name__}")
+    calls: list[Any] = list(given)
     if sharegpt:
         speaker = str(raw.get("from", "")).lower()
         role = ROLE_FROM_SHAREGPT.get(speaker)

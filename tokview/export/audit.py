@@ -164,6 +164,8 @@ def audit(
     thinking: bool = True,
 ) -> AuditReport:
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"dataset is a directory: {path}")
     if not path.is_file():
         raise UserError(f"dataset not found: {path}")
     name = name or path.stem
