@@ -45,3 +45,16 @@ def test_a_clean_audit_exits_0(tmp_path):
     done = _audit(data, tmp_path / "a.duckdb")
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", done.stderr
+
+
+def test_a_file_whose_every_row_is_unreadable_names_each_row_before_its_error(tmp_path):
+    """Every row bad: the audit said only "no row … could be read as a sample", and not why (a mixed file listed
+    each bad row's `FILE:LINE: why`)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("not json\n" + json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    done = _audit(data, tmp_path / "a.duckdb")
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(f"tokview: bad row skipped: {data}:1: ")
+    assert lines[1].startswith(f"tokview: bad row skipped: {data}:2: ") and "no assistant turn" in lines[1]
+    assert lines[-1] == f"tokview: error: no row of {data} could be read as a sample"

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.render())
     if not report.imported:
+        _say_bad_rows(args.dataset, report.bad_rows)  # why each row was refused, before the one-line verdict
         raise UserError(f"no row of {args.dataset} could be read as a sample")
     return _say_bad_rows(args.dataset, report.bad_rows)
 
