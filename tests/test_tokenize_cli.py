@@ -140,3 +140,20 @@ def test_an_unknown_profile_is_refused_without_chat_too(capsys, kimi_tok_dir):
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "qwen3", "hi")
     assert code == 0
     assert "ids" in out
+
+
+def test_a_chat_turn_of_the_wrong_type_is_named_as_batch_names_it(tmp_path):
+    """`tokenize --chat` on a turn whose content is a number said "chat template failed: 'int' object is not
+    iterable"; it now says what `tokview batch` says of the same row."""
+    import json
+    import subprocess
+    import sys
+
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": 5}]))
+    argv = [sys.executable, "-m", "tokview", "tokenize", "--chat", str(chat)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"tokview: error: {chat}: turn 1 `content` must be a string or a list of text parts, not a number"
+    ), done.stderr

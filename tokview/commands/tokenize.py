@@ -111,6 +111,7 @@ def _texts(items: list[str]) -> Iterator[str]:
 
 def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     """(label, messages) for each generation point batch would send for this conversation."""
+    from tokview.batch.inputs import check_row
     from tokview.core.agent_traces import PromptError
     from tokview.core.prompts import generation_points, parse_row
 
@@ -130,9 +131,11 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
         raise UserError(f"{path} is not valid JSON: nested too deeply") from None
     row = {"messages": data} if isinstance(data, list) else data
     try:
+        if isinstance(row, dict):
+            check_row(row, "chat")  # what `tokview batch` checks first: a field of the wrong type, named
         points = generation_points(parse_row(row))
     except PromptError as exc:
-        raise UserError(f"{path}: {str(exc).removeprefix('row: ')}") from None
+        raise UserError(f"{path}: {str(exc).removeprefix('row: ').removeprefix('chat: ')}") from None
     many = len(points) > 1
     return [(f" (assistant turn {p.turn})" if many else "", p.history) for p in points]
 
