@@ -671,3 +671,24 @@ def test_responses_on_a_kept_connection_are_not_held_back_by_nagle():
         for protocol in connections:
             sock = protocol.transport.get_extra_info("socket")
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_request_the_simulator_cannot_take_is_a_400_in_its_servers_shape_not_a_500(kind):
+    """Tool-call arguments nested deeper than Python's json reads were a 500 and a traceback on the simulator's
+    stderr; a real server refuses them as a bad request."""
+    deep = '{"a":' + "[" * 1000 + "]" * 1000 + "}"
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
+    body = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ]
+    }
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        got = httpx.post(f"{sim.url}/v1/chat/completions", json={"model": sim.cfg.model_name, **body}, timeout=30)
+    assert got.status_code == 400, got.text
+    said = got.json()
+    message = said["message"] if kind == "sglang" else said["error"]["message"]
+    assert message == "invalid request: nested too deeply"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -99,13 +99,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
+def _refused_request(kind: str) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """A 400 in the server family's error shape for a request the simulator cannot take (nested deeper than
+    Python's json reads, a lone surrogate in its text, a field of a type the tokenizer refuses), as a real server
+    refuses it: it was a 500 and a traceback on the simulator's stderr."""
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"[:300]
+        return faults.error_response(kind, 400, f"invalid request: {what}", "BadRequestError")
+
+    return refused
+
+
 SURFACES = {"sglang": sglang.routes, "vllm": vllm.routes}
 """Server kind → the routes of its HTTP surface."""
 
 
 def build_app(state: SimState) -> ASGIApp:
     routes = SURFACES[state.cfg.kind](state)
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    refused = _refused_request(state.cfg.kind)
+    handlers = {HTTPException: _http_error, RecursionError: refused, TypeError: refused, UnicodeError: refused}
+    app = Starlette(routes=routes, exception_handlers=handlers)
     return _CountRequests(app, state.stats)
 
 
