@@ -188,3 +188,22 @@ def test_tool_calls_that_are_not_a_list_are_named_so(calls):
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls}]}
     with pytest.raises(PromptError, match=r"turn 2's `tool_calls` must be a list of calls, not (dict|str)"):
         parse_row(row, line=1)
+
+
+def test_lines_are_split_as_the_audit_splits_them_old_mac_endings_included(tmp_path):
+    """Reading lines as bytes (to refuse a bad byte alone) split only on \\n: a file with \\r endings became one
+    bad row, and a line starting with \\r was numbered otherwise than by the audit."""
+    from tokview.batch.inputs import iter_rows, read_prompts
+
+    cr_only = tmp_path / "cr.jsonl"
+    cr_only.write_bytes(b'{"id":"a","prompt":"x"}\r{"id":"b","prompt":"y"}\r{"id":"c","prompt":"z"}\r')
+    rows, bad = read_prompts(cr_only)
+    assert [r.prompt_id for r in rows] == ["a", "b", "c"] and bad == []
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b'{"id":"a","prompt":"x"}\n\r{"id":"b","prompt":"y"}\n\n{"id":"c",\n')
+    _, bad = read_prompts(mixed)
+    audit_bad = [n for n, row in iter_rows(mixed) if not isinstance(row, dict)]
+    assert [message.split(":")[0] for message in bad] == [f"line {n}" for n in audit_bad] == ["line 5"], bad
+    mixed.write_bytes(mixed.read_bytes() + b'{"id":"d","prompt":"\xff"}\r\n')
+    _, bad = read_prompts(mixed)
+    assert bad[1] == "line 6: not UTF-8 text (byte 0xff at column 21)", bad

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,35 @@ def test_a_refused_merge_into_a_new_store_leaves_no_file(tmp_path):
     with pytest.raises(TokviewError):
         args.run(args)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-store.duckdb"]
+
+
+def test_a_refused_merge_never_removes_a_store_another_process_made_meanwhile(tmp_path, monkeypatch):
+    """The merge decided it made the target before opening it: a batch that created the same file in between (while
+    the merge waited for its lock) lost its store when the merge was then refused. It is removed only if empty."""
+    import tokview.store as store_package
+    from tokview.commands import merge as merge_command
+    from tokview.errors import TokviewError
+
+    bogus = tmp_path / "not-a-store.duckdb"
+    bogus.write_text("hello")
+    into = tmp_path / "all.duckdb"
+    opening = store_package.Store.__init__
+
+    made: list[bool] = []
+
+    def made_meanwhile(self, path, *args, **kwargs):
+        if Path(path) == into and not made:
+            made.append(True)
+            with Store(into) as other:  # "another process" makes the store and records a run in it
+                other.put_run("batch-of-someone-else", settings={"x": 1})
+        opening(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(store_package.Store, "__init__", made_meanwhile)
+    parser = argparse.ArgumentParser(prog="tokview")
+    merge_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["merge", str(bogus), "--into", str(into)])
+    with pytest.raises(TokviewError):
+        args.run(args)
+    monkeypatch.undo()
+    with Store(into) as store:
+        assert [r["run_id"] for r in store.runs()] == ["batch-of-someone-else"]

@@ -255,9 +255,10 @@ def _run_command(args: argparse.Namespace) -> int:
         return report_bug(exc)
 
 
-OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
-"""What writing can meet that the user fixes (a full disk or quota, `> /dev/full`, a read-only or failing device):
-no bug, so one line and exit 1, not the internal error (exit 70) they were reported as."""
+OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""What writing can meet that the user fixes (a full disk or quota, `> /dev/full`, a file past the size limit): no
+bug, so one line and exit 1, not the internal error (exit 70) they were reported as. An EIO or EROFS that no layer
+worded stays a bug's exit: tokview may have written where it should not."""
 
 
 def _out_of_room(exc: OSError) -> int:

@@ -19,7 +19,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -459,11 +459,31 @@ def iter_rows_flagged(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     yield from iter_jsonl_fast(path)
 
 
-def line_text(raw: bytes, n: int) -> str:
-    """Line `n` of a JSONL file read as bytes, as text (UnicodeDecodeError: not UTF-8). Every batch reader numbers
-    and decodes lines this way, one line at a time: a file read as text is decoded in blocks, so a bad byte
-    stopped the whole file, named as the first line of its block. A byte-order mark is not part of line 1."""
-    return raw.decode("utf-8-sig" if n == 1 else "utf-8")
+def open_lines(path: Path) -> TextIO:
+    """A JSONL file as every batch reader reads it: text, lines split as Python splits them (`\\n`, `\\r\\n` and a lone
+    `\\r`, as `core.prompts.iter_jsonl` and the audit do), a byte-order mark dropped, and bytes that are not UTF-8
+    kept as escapes (`surrogateescape`) so each such line is refused alone (`not_utf8`): decoded strictly, a bad
+    byte stopped the whole file, named as the first line of the block it was read in."""
+    return path.open("r", encoding="utf-8-sig", errors="surrogateescape")
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def not_utf8(text: str) -> str | None:
+    """Where a line read by `open_lines` holds a byte that is not UTF-8 (`byte 0xff at column 44`), else None.
+    UTF-8 cannot encode a surrogate, so an escaped byte is the only way one gets into the text."""
+    if text.isascii():
+        return None
+    found = _ESCAPED_BYTE.search(text)
+    if found is None:
+        return None
+    return f"byte 0x{ord(found.group()) - 0xDC00:02x} at column {found.start() + 1}"
+
+
+def line_bytes(text: str) -> bytes:
+    """A line's bytes as read (escaped bytes back as they were): what the planner's line check hashes."""
+    return text.encode("utf-8", "surrogateescape")
 
 
 def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
@@ -472,16 +492,12 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
     A line orjson refuses (invalid JSON, a lone surrogate escape, NaN) takes the standard library's path,
     so what is refused and every error message stay the same; `checked_row` re-reads the one kind of line
     orjson reads otherwise (a whole number past 64 bits becomes a float)."""
-    with path.open("rb") as fh:
-        for n, raw in enumerate(fh, start=1):
-            try:
-                text = line_text(raw, n)
-            except UnicodeDecodeError as exc:
+    with open_lines(path) as fh:
+        for n, text in enumerate(fh, start=1):
+            at = not_utf8(text)
+            if at is not None:
                 if n == 1:  # a binary file, most likely: the whole file is refused
-                    raise InputError(
-                        f"{path}:1: not UTF-8 text (JSONL expected; Parquet files need a .parquet name)"
-                    ) from None
-                at = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                    raise InputError(f"{path}:1: not UTF-8 text (JSONL expected; Parquet files need a .parquet name)")
                 yield n, PromptError(f"line {n}: not UTF-8 text ({at})"), None
                 continue
             try:

@@ -40,7 +40,8 @@ from tokview.batch.inputs import (
     is_parquet,
     iter_checked_chunks,
     iter_rows_flagged,
-    line_text,
+    line_bytes,
+    open_lines,
 )
 from tokview.core.prompts import PromptError, PromptRow, generation_points
 from tokview.core.record import sample_id_for, settings_key
@@ -158,20 +159,16 @@ class WorkList:
         changed = InputError(f"{path} changed while the batch ran: run the batch again to resume")
         wanted = zip(self.lines, self.id_checks)
         next_line, check = next(wanted, (None, 0))
-        with path.open("rb") as fh:  # lines as `inputs.iter_jsonl_fast` numbers them
+        with open_lines(path) as fh:  # lines as `inputs.iter_jsonl_fast` numbers them
             lines = enumerate(fh, start=1)
             while next_line is not None:
                 try:
-                    n, raw = next(lines)
+                    n, text = next(lines)
                 except StopIteration:
                     break
                 if n != next_line:
                     continue
-                try:
-                    text = line_text(raw, n)
-                except UnicodeDecodeError:  # bytes that are not UTF-8 written into it since it was planned
-                    raise changed from None
-                if zlib.crc32(text.encode()) != check:
+                if zlib.crc32(line_bytes(text)) != check:  # bytes that are not UTF-8 written since: changed too
                     raise changed
                 try:
                     row = checked_row(n, *_parsed(text))
@@ -379,14 +376,10 @@ def _line_checks(path: Path, lines: array[int]) -> array[int]:
     checks = array("L")
     wanted = iter(lines)
     next_line = next(wanted, None)
-    with path.open("rb") as fh:
-        for n, raw in enumerate(fh, start=1):
+    with open_lines(path) as fh:
+        for n, text in enumerate(fh, start=1):
             if n == next_line:
-                try:
-                    text = line_text(raw, n)
-                except UnicodeDecodeError:  # planned as UTF-8, and now not: `_jsonl_items` says it changed
-                    text = ""
-                checks.append(zlib.crc32(text.encode()))
+                checks.append(zlib.crc32(line_bytes(text)))
                 next_line = next(wanted, None)
                 if next_line is None:
                     break

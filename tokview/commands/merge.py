@@ -5,11 +5,16 @@ tokenizer or profile is refused with a one-line reason and nothing of it is adde
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokview.commands.store_arg import store_path
 from tokview.errors import TokviewError, UserError
+
+if TYPE_CHECKING:
+    from tokview.store import Store
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,25 +36,29 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{src} is a directory, not a store: name its .duckdb file")
         if not src.is_file():
             raise UserError(f"database not found: {src}")
-    made = not Path(args.into).expanduser().exists()
-    merged = 0
-    try:
-        with Store(args.into) as store:  # MergeRefused, StoreError: one line
-            for src in args.sources:
+    into = Path(args.into).expanduser()
+    made = not os.path.lexists(into)  # a dangling symlink is not ours to remove either
+    with Store(args.into) as store:  # MergeRefused, StoreError: one line
+        for k, src in enumerate(args.sources):
+            try:
                 added = store.merge(src)
-                merged += 1
-                _say(added, src, args.into)
-    except TokviewError:
-        if made and not merged:  # refused before anything landed: no empty store left behind
-            _remove_store(Path(args.into).expanduser())
-        raise
+            except TokviewError:
+                if made and k == 0:  # refused before anything landed: no empty store left behind
+                    _remove_if_empty(store, into)
+                raise
+            _say(added, src, args.into)
     return 0
 
 
-def _remove_store(path: Path) -> None:
-    """The store this merge created and nothing landed in (a parts folder only if it is empty: never a batch's)."""
-    for leftover in (path, Path(f"{path}.wal")):
-        leftover.unlink(missing_ok=True)
+def _remove_if_empty(store: Store, path: Path) -> None:
+    """The store this merge created, if it is still empty: checked and removed while this process holds it, so a
+    batch that created the same file meanwhile (its samples, its runs) is never removed. A parts folder only if
+    it is empty."""
+    with store.hold():
+        if store.query("SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM samples)") != [(0,)]:
+            return
+        for leftover in (path, Path(f"{path}.wal")):
+            leftover.unlink(missing_ok=True)
     try:
         Path(f"{path}.parts").rmdir()
     except OSError:

@@ -101,8 +101,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def _refused_request(kind: str) -> Callable[[Request, Exception], Awaitable[Response]]:
     """A 400 in the server family's error shape for a request the simulator cannot take (nested deeper than
-    Python's json reads, a lone surrogate in its text, a field of a type the tokenizer refuses), as a real server
-    refuses it: it was a 500 and a traceback on the simulator's stderr."""
+    Python's json reads, a lone surrogate in its text), as a real server refuses it: it was a 500 and a traceback
+    on the simulator's stderr."""
 
     async def refused(request: Request, exc: Exception) -> Response:
         what = "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {exc}"[:300]
@@ -118,7 +118,8 @@ SURFACES = {"sglang": sglang.routes, "vllm": vllm.routes}
 def build_app(state: SimState) -> ASGIApp:
     routes = SURFACES[state.cfg.kind](state)
     refused = _refused_request(state.cfg.kind)
-    handlers = {HTTPException: _http_error, RecursionError: refused, TypeError: refused, UnicodeError: refused}
+    # Only what the request alone causes: a TypeError may be the simulator's own bug, which must stay a 500.
+    handlers = {HTTPException: _http_error, RecursionError: refused, UnicodeError: refused}
     app = Starlette(routes=routes, exception_handlers=handlers)
     return _CountRequests(app, state.stats)
 
