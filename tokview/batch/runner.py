@@ -499,8 +499,9 @@ async def _share_with_children(
     report: Callable[[], None],
 ) -> list[str | None]:
     """This process's part of a `--workers` run: capture from the feed, spawn the children once its
-    first request is in flight (its bytes in the socket, `pool.generation_sent`), then capture beside them until every child is done, taking up work a
-    child gave back (it died or was stopped alone), and pass a cancel or a stop on to them."""
+    first request is in flight (its bytes in the socket: `pool.generation_sent`), then capture beside
+    them until every child is done, taking up work a child gave back (it died or was stopped alone),
+    and pass a cancel or a stop on to them."""
     from tokview.batch.capture_loop import capture_all
     from tokview.batch.workers import FeedTodo
 

@@ -126,7 +126,7 @@ async def detect(
 
 
 INFO_PATHS = ("/get_model_info", "/get_server_info", "/version", "/v1/models")
-"""SGLang's, SGLang's, vLLM's and both servers' info endpoints, in the order `detect` reads them."""
+"""The info endpoints `detect` reads, in its order: SGLang's two, vLLM's `/version`, both servers' `/v1/models`."""
 
 
 NO_HTTP_ANSWER = "connection lost during"
@@ -134,9 +134,9 @@ NO_HTTP_ANSWER = "connection lost during"
 
 
 async def _info_answers(client: ServerClient, policy: RetryPolicy) -> tuple[list[Any], list[str | None]]:
-    """The info endpoints' answers (None where one failed) and why each failed, asked at once: one after another they were four
-    round trips at every start. A dead server raises ServerUnreachable once every ask has ended (none is left
-    running, and no second error goes unread)."""
+    """The info endpoints' answers (None where one failed) and why each failed, asked at once: one after another
+    they were four round trips at every start. A dead server raises ServerUnreachable once every ask has ended
+    (none is left running, and no second error goes unread)."""
     asked = await asyncio.gather(
         *(ask(policy, partial(client.get_json, path)) for path in INFO_PATHS), return_exceptions=True
     )
