@@ -36,8 +36,15 @@ async def settle(app: Any, pilot: Any) -> None:
 
 
 def _table_pending(table: DataTable[Any]) -> bool:
-    """Whether the table still owes a resize for rows or cells it was given (Textual's own flags, read only)."""
-    return bool(getattr(table, "_require_update_dimensions", False) or getattr(table, "_updated_cells", None))
+    """Whether the table still owes a resize for rows or cells it was given: Textual's own flags (read only), and
+    a column narrower than a cell it holds. The flags alone let a loaded box snapshot a table whose rows were in
+    but whose widths were still its headers' (a run id cut to "run"): the rows came after the flags were read."""
+    if getattr(table, "_require_update_dimensions", False) or getattr(table, "_updated_cells", None):
+        return True
+    for column in table.ordered_columns:
+        if column.auto_width and any(len(str(cell)) > column.content_width for cell in table.get_column(column.key)):
+            return True
+    return False
 
 
 def run_before(*keys: str, then: Callable[[Any], None] | None = None) -> Callable[[Any], Awaitable[None]]:
@@ -67,9 +74,11 @@ async def steady(app: Any, pilot: Any, tries: int = 20) -> None:
     when the workers were done caught the grid mid-layout (a title cut short, a column another width). The renders
     are a refresh apart: with no wait between them, a table whose rows were added but whose column widths wait for
     the next refresh gave the same stale render twice (a run id cut to its header's width)."""
+    await pilot.pause()
     before = app.export_screenshot()
     for _ in range(tries):
         await pilot.pause(STEADY_PAUSE_S)
+        await pilot.pause()  # and the app idle: a sleep alone, on a busy box, may pass with its refresh still queued
         now = app.export_screenshot()
         if now == before:
             return

@@ -24,6 +24,7 @@ from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, ses
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plural
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.widgets.sized_table import SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class SessionsScreen(_LivePolling):
 
     def compose(self) -> ComposeResult:
         yield Static("loading sessions…", id="sessions-summary")
-        table: DataTable[str] = DataTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[str] = SizedTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*SESSION_COLUMNS)
         yield table
         yield KeysFooter()
@@ -210,7 +211,7 @@ class SessionTurnsScreen(_LivePolling):
 
     def compose(self) -> ComposeResult:
         yield Static(f"session {self.session_id}", id="turns-summary")
-        table: DataTable[str] = DataTable(id="turns-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[str] = SizedTable(id="turns-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*TURN_COLUMNS)
         yield table
         yield KeysFooter()

@@ -29,6 +29,7 @@ from tokview.ui.display import plural
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.widgets.sized_table import SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen[None]):
             yield BarChart(id="plot-finish")
             yield BarChart(id="plot-findings")
             yield BarChart(id="plot-review")
-        runs: DataTable[str] = DataTable(id="stats-runs", cursor_type="row", zebra_stripes=True)
+        runs: DataTable[str] = SizedTable(id="stats-runs", cursor_type="row", zebra_stripes=True)
         runs.add_columns(*RUN_COLUMNS)
         yield runs
         yield KeysFooter()
