@@ -16,7 +16,7 @@ from tokview.core.profiles import ModelProfile
 from tokview.servers.backend import Probe
 from tokview.servers.chat import PROBE_MESSAGES
 from tokview.servers.errors import CaptureFailed, ServerUnreachable
-from tokview.servers.http import ServerClient
+from tokview.servers.http import CONNECTION_LOST, ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import for_kind
 from tokview.servers.retry import GaveUp, RetryPolicy
@@ -100,7 +100,7 @@ async def detect(
         "version": version,
         "v1_models": models,
     }
-    if all(why is not None and why.startswith(NO_HTTP_ANSWER) for why in whys):
+    if all(why is not None and why.startswith(CONNECTION_LOST) for why in whys):
         info.details["no_http_answer"] = whys[0]  # not one HTTP answer, not even an error status
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind = "sglang"
@@ -127,10 +127,6 @@ async def detect(
 
 INFO_PATHS = ("/get_model_info", "/get_server_info", "/version", "/v1/models")
 """The info endpoints `detect` reads, in its order: SGLang's two, vLLM's `/version`, both servers' `/v1/models`."""
-
-
-NO_HTTP_ANSWER = "connection lost during"
-"""How a request's failure starts when no HTTP answer came (the connection closed, or the bytes were not HTTP)."""
 
 
 async def _info_answers(client: ServerClient, policy: RetryPolicy) -> tuple[list[Any], list[str | None]]:

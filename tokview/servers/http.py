@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     Answer = httpx.Response | transport.Response
     """What `_request` returns: the two have the same attribute names (status_code, headers, content)."""
 
+CONNECTION_LOST = "connection lost during"
+"""How a request's failure begins when no whole HTTP answer came (the connection closed, or the bytes were not
+HTTP): `features.detect` tells a port that never answered HTTP by it."""
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 KEEPS_METHOD = frozenset({307, 308})
@@ -453,7 +456,7 @@ class _Classifier:
                 raise Retryable(
                     f"timed out after {self.client.timeout:g}s waiting for {where}", timed_out=True
                 ) from None
-            raise Retryable(scrub(f"connection lost during {where} (ConnectionLost: {exc or 'closed'})")) from None
+            raise Retryable(scrub(f"{CONNECTION_LOST} {where} (ConnectionLost: {exc or 'closed'})")) from None
         httpx = sys.modules.get("httpx")  # only httpx itself can have raised its exceptions
         if isinstance(exc, OverflowError) or (
             httpx is not None and isinstance(exc, (httpx.InvalidURL, httpx.UnsupportedProtocol))
@@ -470,7 +473,7 @@ class _Classifier:
             ) from None
         if isinstance(exc, httpx.TimeoutException):
             raise Retryable(f"timed out after {self.client.timeout:g}s waiting for {where}", timed_out=True) from None
-        raise Retryable(scrub(f"connection lost during {where} ({type(exc).__name__}: {exc or 'closed'})")) from None
+        raise Retryable(scrub(f"{CONNECTION_LOST} {where} ({type(exc).__name__}: {exc or 'closed'})")) from None
 
 
 def scrub_reason(exc: CaptureFailed | Retryable, secrets: Secrets) -> None:
