@@ -164,9 +164,10 @@ def test_a_run_name_with_controls_prints_as_escapes_in_the_summary_and_stats(tmp
     assert len(out.strip().splitlines()) == 3  # its three lines: the newline in its name did not make a fourth
 
 
-def test_a_merge_says_when_samples_already_here_were_reviewed_otherwise_in_the_source(tmp_path, db, capsys):
+def test_a_review_done_on_a_copy_comes_back_with_the_merge(tmp_path, db, capsys):
     """Review on a copy, merge the copy back: the samples are already here, so nothing of the copy came across, and
-    the merge said only "+0 samples" (the reviewer's 3 rejections silently gone). It now says so."""
+    the merge said only "+0 samples" (the reviewer's 3 rejections silently gone). The review now comes across
+    (tests/test_merge_review.py holds the cases)."""
     import shutil
 
     from tokview.commands import merge as merge_command
@@ -182,7 +183,9 @@ def test_a_merge_says_when_samples_already_here_were_reviewed_otherwise_in_the_s
     assert args.run(args) == 0
     said = capsys.readouterr().err
     assert "+0 samples" in said
-    assert f"3 samples already in {db} have another status in {copy}" in said, said
+    assert f"merged the review of 3 samples already in {db} from {copy}" in said, said
+    with Store(db) as store:
+        assert {s.status for s in store.samples_page(SampleFilter(run_id="run2"))} == {"rejected"}
 
 
 def test_a_refused_merge_into_a_new_store_leaves_no_file(tmp_path):

@@ -1,6 +1,8 @@
 """`tokview merge A.duckdb B.duckdb … --into STORE`: land stores made elsewhere (Slurm array shards,
 other machines) into one. Idempotent: merging a store twice adds nothing. A store of another model,
-tokenizer or profile is refused with a one-line reason and nothing of it is added."""
+tokenizer or profile is refused with a one-line reason and nothing of it is added. Review done on a copy comes
+back: a sample already here takes the copy's verdicts and notes when its history here is where the copy began;
+where both stores reviewed it since, the review here stands and the merge says how many."""
 
 from __future__ import annotations
 
@@ -70,10 +72,11 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
         f"merged {src}: +{added['samples']} samples, +{added['runs']} runs, +{added['failures']} failures",
         file=sys.stderr,
     )
-    if added.get("verdicts_kept"):  # a merge carries a sample's verdicts only with the sample itself
+    if added.get("verdicts_taken"):
+        print(f"merged the review of {added['verdicts_taken']} samples already in {into} from {src}", file=sys.stderr)
+    if added.get("verdicts_kept"):  # both stores reviewed them since the copy: this one's review stands
         print(
-            f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in "
-            f"{src}: their verdicts here were kept and the source's were not merged (review them here, or "
-            "in the app)",
+            f"tokview: note: {added['verdicts_kept']} samples already in {into} were reviewed otherwise in both "
+            f"stores: their review here was kept and the source's was not merged (review them here, or in the app)",
             file=sys.stderr,
         )

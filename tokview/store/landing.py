@@ -284,7 +284,8 @@ def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) 
 
 
 def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict[str, int]:
-    """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`."""
+    """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`, and the
+    review the source added to samples both hold (`_merge_review`)."""
     col_list = ", ".join(shared_columns(conn, "samples"))
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
@@ -305,19 +306,80 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict
         "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
         "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"
     )
+    verdict_cols = _verdict_columns(conn)
     conn.execute(
-        'INSERT INTO main.verdicts (sample_id, "at", who, kind, status, reason, note, tags, undone) '
-        'SELECT sample_id, "at", who, kind, status, reason, note, tags, undone FROM src.verdicts '
+        f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM src.verdicts "
         "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq"
     )
     conn.execute("DELETE FROM main.failures WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
     conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
-    kept = conn.execute(  # reviewed otherwise in the source: this store's verdicts stand, and the merge says so
-        "SELECT count(*) FROM src.samples s JOIN main.samples m USING (sample_id) WHERE s.status <> m.status"
+    taken, kept = _merge_review(conn, verdict_cols)
+    return {"samples": samples, "runs": runs, "failures": failures, "verdicts_taken": taken, "verdicts_kept": kept}
+
+
+_VERDICT_COLUMNS = ("sample_id", '"at"', "who", "kind", "status", "reason", "note", "tags", "undone")
+_EVENT = 'struct_pack(t := "at", w := who, k := kind, s := status, r := reason, n := note, g := tags)'
+"""One review event as both stores recorded it, its `undone` flag left out (a later undo sets it on an earlier
+event) and its numbering (`seq`: each store's own)."""
+
+
+def _verdict_columns(conn: duckdb.DuckDBPyConnection) -> str:
+    """The verdict columns a merge copies: the events themselves, and `override` when both stores have it. Not the
+    numbering or the `actions` links, which are each store's own (a merged event is undone per sample)."""
+    shared = set(shared_columns(conn, "verdicts"))
+    return ", ".join([*_VERDICT_COLUMNS, *(["override"] if "override" in shared else [])])
+
+
+def _merge_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> tuple[int, int]:
+    """The review a source added to samples this store holds too: (samples whose review came across, samples whose
+    review here was kept though the source's differs).
+
+    Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
+    only new samples brought their verdicts. A sample's review comes across when this store's events for it are
+    the source's first ones (none, or the history the copy was made from): the events past them are added and the
+    earlier ones take the source's `undone` flags, so its status is the source's. When the two histories diverge
+    (both stores reviewed it since the copy), this store's review stands, and the merge says how many."""
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _merge_hist AS SELECT s.sample_id, s.ev AS src_ev, m.ev AS main_ev FROM "
+        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM src.verdicts WHERE sample_id IN "
+        "(SELECT sample_id FROM main.samples) GROUP BY sample_id) s LEFT JOIN "
+        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM main.verdicts WHERE sample_id IN "
+        "(SELECT sample_id FROM src.verdicts) GROUP BY sample_id) m "
+        "USING (sample_id)"
+    )
+    conn.execute(
+        "CREATE OR REPLACE TEMP TABLE _merge_take AS SELECT sample_id, coalesce(len(main_ev), 0) AS held "
+        "FROM _merge_hist WHERE main_ev IS NULL OR (len(main_ev) < len(src_ev) "
+        "AND src_ev[1:len(main_ev)] IS NOT DISTINCT FROM main_ev)"
+    )
+    kept = conn.execute(
+        "SELECT count(*) FROM _merge_hist WHERE sample_id NOT IN (SELECT sample_id FROM _merge_take) "
+        "AND NOT (len(src_ev) <= len(main_ev) AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev)"
     ).fetchone()
-    return {"samples": samples, "runs": runs, "failures": failures, "verdicts_kept": int(kept[0]) if kept else 0}
+    numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _merge_src AS SELECT v.*, {numbered} AS n FROM src.verdicts v "
+        "WHERE sample_id IN (SELECT sample_id FROM _merge_take)"
+    )
+    conn.execute(  # the events both hold: the source's undo flags (an undo in the copy marked one of them)
+        f"UPDATE main.verdicts SET undone = u.undone FROM (SELECT m.seq, s.undone FROM (SELECT seq, sample_id, "
+        f"{numbered} AS n FROM main.verdicts WHERE sample_id IN (SELECT sample_id FROM _merge_take)) m "
+        "JOIN _merge_src s USING (sample_id, n)) u WHERE main.verdicts.seq = u.seq"
+    )
+    conn.execute(
+        f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM _merge_src s "
+        "JOIN _merge_take t USING (sample_id) WHERE s.n > t.held ORDER BY s.seq"
+    )
+    conn.execute(
+        "UPDATE main.samples SET status = s.status FROM src.samples s WHERE main.samples.sample_id = s.sample_id "
+        "AND s.sample_id IN (SELECT sample_id FROM _merge_take)"
+    )
+    taken = _count(conn, "_merge_take")
+    for table in ("_merge_hist", "_merge_take", "_merge_src"):
+        conn.execute(f"DROP TABLE {table}")
+    return taken, int(kept[0]) if kept else 0
 
 
 def _merge_failures(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> int:

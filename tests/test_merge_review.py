@@ -1,0 +1,124 @@
+"""Review done on a copy comes back with `tokview merge`: two reviewers each take a copy (or half the samples), and
+merging their copies into the original brings their verdicts, notes and undos, unless both stores reviewed a sample
+since the copy (then the target's review stands and the merge counts it)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+import pytest
+
+from tokview.commands import merge as merge_command
+from tokview.store import SampleFilter, Store
+
+
+@pytest.fixture
+def original(tmp_path, put, make_capture):
+    path = tmp_path / "orig.duckdb"
+    with Store(path) as store:
+        for i in range(6):
+            put(store, f"s{i}", make_capture(question=f"question {i}"))
+    return path
+
+
+def ids(path) -> list[str]:
+    with Store(path) as store:
+        return sorted(s.sample_id for s in store.samples_page(SampleFilter()))
+
+
+def state(path) -> dict[str, tuple[str, list[tuple]]]:
+    """sample id -> (status, its history: kind, status, who, reason, note, undone)."""
+    with Store(path) as store:
+        out = {}
+        for sample_id in ids(path):
+            sample = store.load_sample(sample_id)
+            events = [
+                (h["kind"], h.get("status"), h.get("who"), h.get("reason"), h.get("note"), h.get("undone"))
+                for h in sample.history
+            ]
+            out[sample_id] = (sample.status, events)
+        return out
+
+
+def merge(src, into, capsys) -> str:
+    parser = argparse.ArgumentParser(prog="tokview")
+    merge_command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["merge", str(src), "--into", str(into)])
+    assert args.run(args) == 0
+    return capsys.readouterr().err
+
+
+def test_two_reviewers_on_two_copies_both_come_back(tmp_path, original, capsys):
+    a, b = tmp_path / "alice.duckdb", tmp_path / "bob.duckdb"
+    shutil.copy(original, a)
+    shutil.copy(original, b)
+    sample_ids = ids(original)
+    with Store(a) as store:
+        for sid in sample_ids[:3]:
+            store.record_verdict(sid, "approved", who="alice")
+        store.add_note(sample_ids[0], "nice one", who="alice")
+    with Store(b) as store:
+        for sid in sample_ids[3:]:
+            store.record_verdict(sid, "rejected", reason="wrong", who="bob")
+        store.undo_verdict(sample_ids[5], who="bob")  # taken back: pending again, the verdict marked undone
+    said = merge(a, original, capsys)
+    assert "+0 samples" in said and f"merged the review of 3 samples already in {original}" in said, said
+    said = merge(b, original, capsys)
+    assert f"merged the review of 3 samples already in {original}" in said and "note" not in said, said
+    merged = state(original)
+    assert [merged[s][0] for s in sample_ids] == ["approved"] * 3 + ["rejected", "rejected", "pending"]
+    # each sample's history is the reviewer's, event for event (the copy's undo flag included)
+    assert merged == {**state(a), **{s: state(b)[s] for s in sample_ids[3:]}}
+    assert merged[sample_ids[5]][1][0][-1] is True  # bob's undone verdict
+    # merging again adds nothing and says nothing about review
+    said = merge(b, original, capsys)
+    assert "merged the review" not in said and "note" not in said, said
+    assert state(original) == merged
+    # and a merged verdict can be taken back here, per sample
+    with Store(original) as store:
+        assert store.undo_verdict(sample_ids[3], who="carol") == "pending"
+
+
+def test_review_continued_on_a_copy_extends_the_history_here(tmp_path, original, capsys):
+    sample_id = ids(original)[0]
+    with Store(original) as store:
+        store.record_verdict(sample_id, "approved", who="carol")
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        store.undo_verdict(sample_id, who="dave")  # marks carol's verdict undone
+        store.record_verdict(sample_id, "rejected", reason="on second look", who="dave")
+    said = merge(copy, original, capsys)
+    assert "merged the review of 1 samples" in said, said
+    assert state(original)[sample_id] == state(copy)[sample_id]
+    assert state(original)[sample_id][0] == "rejected"
+
+
+def test_diverged_review_keeps_the_targets_and_says_so(tmp_path, original, capsys):
+    sample_ids = ids(original)
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        store.record_verdict(sample_ids[0], "rejected", reason="bad", who="dave")
+        store.record_verdict(sample_ids[1], "approved", who="dave")
+    with Store(original) as store:
+        store.record_verdict(sample_ids[0], "approved", who="carol")  # reviewed here too since the copy
+    before = state(original)[sample_ids[0]]
+    said = merge(copy, original, capsys)
+    assert f"1 samples already in {original} were reviewed otherwise in both stores" in said, said
+    assert "merged the review of 1 samples" in said, said
+    after = state(original)
+    assert after[sample_ids[0]] == before  # carol's review stands, untouched
+    assert after[sample_ids[1]][0] == "approved"
+
+
+def test_an_older_copy_never_takes_back_review_done_here(tmp_path, original, capsys):
+    sample_id = ids(original)[0]
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(original) as store:
+        store.record_verdict(sample_id, "rejected", reason="bad", who="carol")
+    said = merge(copy, original, capsys)
+    assert "merged the review" not in said and "note" not in said, said
+    assert state(original)[sample_id][0] == "rejected"
