@@ -274,3 +274,14 @@ def test_any_id_sequence_parses_and_its_kinds_partition_the_ids(hfam):
         starts = seg.run_starts(prompt, len(out), hfam.profile, seg.delimiter_positions(out, hfam.profile))
         assert seg.segments_from_kinds(kinds, len(prompt), starts) == seg.segments_from_kinds(kinds, len(prompt))
         analyze(hfam.capture(hfam.tok.decode(out)), hfam.profile, hfam.tok)
+
+
+def test_a_call_whose_arguments_nest_past_pythons_json_is_not_judged_and_fails_nothing(hfam):
+    """A call's arguments nested deeper than Python's json reads raised RecursionError out of the analysis (a batch
+    exited 70 on such a sample). They are now not judged: no `harmony_tool_json_invalid`, and the rest of the
+    analysis stands."""
+    deep = "[" * 100_000 + "]" * 100_000
+    text = CALLING.replace('{"city": "Paris"}', deep)
+    analysis = analyze(hfam.capture(text), hfam.profile, hfam.tok)
+    assert "harmony_tool_json_invalid" not in analysis.codes
+    assert analysis.segments  # analysed to the end
