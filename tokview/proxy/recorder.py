@@ -39,6 +39,7 @@ from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, ch
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.servers.errors import Retryable
+from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -115,11 +116,13 @@ class _WithSessionFindings:
         whose analysis failed is never taken)."""
         self._lock = threading.Lock()
         self.keys: OrderedDict[str, None] = OrderedDict()
-        """Rows seen landed in the store with their whole prompt ids: the only key turns a row may name. Seen landed,
-        not only written: a line set aside at its landing (cut by a power loss) or a replayed answer whose id is
-        stored already would leave the rows stored past it unreadable."""
+        """Rows seen landed in the store with their whole prompt ids: key turns a row is cut past as it is written.
+        Seen landed, not only written: a line set aside at its landing (cut by a power loss) or a replayed answer
+        whose id is stored already would leave the rows stored past it unreadable."""
         self.written: OrderedDict[str, int] = OrderedDict()
         """Rows written whole and not yet seen landed, with how many landings have looked for them."""
+        self.queued_whole: OrderedDict[str, None] = OrderedDict()
+        """Rows handed to the writer to be written whole (`SessionBook.stored_past` found no key for them)."""
 
     def sample_record(
         self,
@@ -133,19 +136,34 @@ class _WithSessionFindings:
             record["findings"] = [*record["findings"], finding]
             record["codes"] = [*record["codes"], finding["code"]]
         past = self.stored_past.pop(key.sample_id, None)
+        if past is not None and record.get("prompt_len") != len(record["prompt_ids"]):
+            past = None  # not its whole prompt: stored as it is
         with self._lock:
-            usable = past is not None and past[0] in self.keys
-            if not usable:
+            self.queued_whole.pop(key.sample_id, None)
+            landed = past is not None and past[0] in self.keys
+            if past is None:
                 self.written[key.sample_id] = 0
                 _trim(self.written)
-        if past is not None and usable and record.get("prompt_len") == len(record["prompt_ids"]):
-            record["prompt_ids"] = record["prompt_ids"][past[1] :]
-            record["prompt_from"], record["prompt_from_len"] = past
+        if past is not None:
+            if landed:
+                record["prompt_ids"] = record["prompt_ids"][past[1] :]
+                record["prompt_from"], record["prompt_from_len"] = past
+            else:  # its key is written or about to be, not seen landed: the landing cuts it if the key lands whole
+                record[PAST_KEY], record[PAST_LEN] = past
         return record
 
     def is_key(self, sample_id: str) -> bool:
+        """Whether a turn may be stored past `sample_id`: a key seen landed (cut as it is written), or a row written
+        whole or about to be (written whole with the key named, cut by the landing once the key has landed whole:
+        `store.prompt_refs.CUT_PAST_KEYS`). A harness's turns often come faster than the landings."""
         with self._lock:
-            return sample_id in self.keys
+            return sample_id in self.keys or sample_id in self.written or sample_id in self.queued_whole
+
+    def queue_whole(self, sample_id: str) -> None:
+        """`sample_id` goes to the writer to be written whole (a key the turns after it may name)."""
+        with self._lock:
+            self.queued_whole[sample_id] = None
+            _trim(self.queued_whole)
 
     def store_past(self, sample_id: str, past: tuple[str, int]) -> None:
         self.stored_past[sample_id] = past
@@ -469,6 +487,8 @@ class Recorder:
         past = self.sessions.stored_past(turn, sample_id, len(capture.prompt_ids), self._sink.is_key)
         if past is not None:  # before the writer takes it: its row is written with the prompt ids past the key's
             self._sink.store_past(sample_id, past)
+        else:
+            self._sink.queue_whole(sample_id)
         self.writer.add_sample(_Item(sample_id, turn.session_id, turn.turn, index), capture)
         self.recorded += 1
         return sample_id, turn

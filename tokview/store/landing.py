@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from tokview.store import parts, queries
+from tokview.store import parts, prompt_refs, queries
 from tokview.store.connection import LOCK_WORDS, LockWait, StoreFile, is_duckdb_file, transaction
 from tokview.store.errors import StoreError, is_disk_full
 from tokview.store.merge import refuse_unmergeable, shared_columns
@@ -129,10 +129,11 @@ def _trial_landing(
 def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: list[str], types: dict[str, str]) -> int:
     """Insert the parts' samples not stored yet (and their findings); their earlier failures go. Returns how many."""
     spec = ", ".join(f"'{c}': '{types[c]}'" for c in columns) + f", 'findings': '{_FINDINGS_TYPE}'"
+    cuts = all(c in types for c in prompt_refs.REF_COLUMNS)  # a store from before prompt refs stores every row whole
     conn.execute(
         f"CREATE OR REPLACE TEMP TABLE _part_new AS SELECT * FROM read_json({sql_list(files)}, "
-        f"columns={{{spec}}}, format='newline_delimited', maximum_object_size=1073741824) p "
-        "WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id)"
+        f"columns={{{spec}{prompt_refs.PAST_SPEC if cuts else ''}}}, format='newline_delimited', "
+        "maximum_object_size=1073741824) p WHERE NOT EXISTS (SELECT 1 FROM samples s WHERE s.sample_id = p.sample_id)"
     )
     # A sample id twice in the parts keeps its first capture. Ranked over three narrow columns and
     # deleted by rowid: a window over the wide rows (2,000-id lists, raw bodies) cost 40% of a landing.
@@ -140,6 +141,9 @@ def land_samples(conn: duckdb.DuckDBPyConnection, files: list[Path], columns: li
         "DELETE FROM _part_new WHERE rowid IN (SELECT rowid FROM (SELECT rowid, row_number() OVER "
         "(PARTITION BY sample_id ORDER BY created_at) AS n FROM _part_new) WHERE n > 1)"
     )
+    proposed = conn.execute(f"SELECT count({prompt_refs.PAST_KEY}) FROM _part_new").fetchone() if cuts else None
+    if proposed and proposed[0]:  # only the proxy's lines propose keys: a batch's landing never runs the update
+        conn.execute(prompt_refs.CUT_PAST_KEYS)
     cols = ", ".join(columns)
     conn.execute(f"INSERT INTO samples ({cols}) SELECT {cols} FROM _part_new")
     conn.execute(
