@@ -435,3 +435,43 @@ def test_the_left_out_line_does_not_promise_include_invalid_exports_an_id_outsid
     assert main(["export", "--db", str(db), "--out", str(tmp_path / "a.jsonl"), "--select", "approved"]) == 0
     err = capsys.readouterr().err
     assert "--include-invalid exports them but the 1 with unknown_token_id (an id outside the vocabulary" in err
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("speculators", "s.jsonl"), ("parquet", "p.parquet")])
+def test_an_export_where_every_sample_is_refused_fails_and_keeps_the_file_there(tmp_path, fmt, name, capsys):
+    """Every selected sample refused (here: ids outside the vocabulary) exited 0 and replaced the data file a trainer
+    reads, and its manifest, with empty ones."""
+    db, out = tmp_path / "r.duckdb", tmp_path / name
+    with Store(db) as s:
+        put(s, "fine", make_capture())
+    assert main(["export", "--db", str(db), "--format", fmt, "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name.startswith(out.stem)}
+    with Store(db) as s:
+        s.query("SELECT 1")
+        s._file.write([("UPDATE samples SET output_ids = list_concat(output_ids, [10000000])", [])])
+    capsys.readouterr()
+    assert main(["export", "--db", str(db), "--format", fmt, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "every one of the 1 selected samples was refused (refused: 1 ids_outside_vocabulary)" in err, err
+    assert len(err.strip().splitlines()) == 1
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name.startswith(out.stem)}
+    assert after == before
+
+
+@pytest.mark.parametrize("edit", ["cut, stored whole", "cut, past a key named ''"])
+@pytest.mark.parametrize(("fmt", "name"), [("speculators", "s.jsonl"), ("parquet", "p.parquet")])
+def test_a_row_whose_prompt_ids_do_not_add_up_is_refused_never_exported_short(tmp_path, fmt, name, edit, capsys):
+    """A row edited by hand to hold only the end of its prompt was exported with the short prompt (its `prompt_len`
+    column saying otherwise) when it named no key turn, or named '' (read as no key by the JSONL path)."""
+    db = tmp_path / "c.duckdb"
+    with Store(db) as s:
+        put(s, "fine", make_capture("a question long enough to cut the first ids of"))
+        key = "NULL" if edit == "cut, stored whole" else "''"
+        s._file.write(
+            [(f"UPDATE samples SET prompt_ids = prompt_ids[4:], prompt_from = {key}, prompt_from_len = 3", [])]
+        )
+    capsys.readouterr()
+    assert main(["export", "--db", str(db), "--format", fmt, "--select", "all", "--out", str(tmp_path / name)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sample " in err, err
+    assert not (tmp_path / name).exists()

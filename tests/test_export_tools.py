@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from tokview.cli import main
 from tokview.core.analysis import analyze
 from tokview.core.record import Capture
-from tokview.export import export
+from tokview.export import ExportError, export
 from tokview.export.formats import history_message
 from tokview.store import Store
 
@@ -185,9 +185,10 @@ def test_a_hermes_call_row_re_renders_exactly_and_kimi_inline_refuses_it_with_th
     assert last["tool_calls"][0]["id"] == "chatcmpl-tool-7"
     assert json.loads(last["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     assert result.manifest["rerender"]["specforge"]["exact"] == 1
-    inline = _export_one(tmp_path, capture, qwen_tok, p, "kimi-inline")
-    assert inline.exported == 0
-    assert inline.refused == {"tool_calls_not_inline": 1}
+    with pytest.raises(
+        ExportError, match=r"every one of the 1 selected samples was refused \(refused: 1 tool_calls_not_inline\)"
+    ):
+        _export_one(tmp_path, capture, qwen_tok, p, "kimi-inline")
 
 
 def test_history_reasoning_is_carried_where_the_server_read_it() -> None:

@@ -189,6 +189,12 @@ def export(
         result = _export_to(
             store, form, plan=plan, ids=ids, select=select, run=run, tokenizer=tokenizer, profile=profile
         )
+        if result.exported == 0:  # a trainer would read an empty file as data: the file there stays as it was
+            refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
+            raise ExportError(
+                f"every one of the {result.selected} selected samples was refused (refused: {refused}): nothing "
+                "written, no file replaced"
+            )
         result.left_out = left_out
         result.thresholds = thresholds
         result.tag_selection = (

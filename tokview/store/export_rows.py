@@ -235,7 +235,18 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
     """What the Parquet export reads its rows from: `samples` itself, unless one of these samples is stored as the
     ids past an earlier turn's; then a subquery whose prompt_ids are whole, joined to those samples' key turns only
     (listed first: a join to every key turn in the store read all their ids, 0.15-0.3 s and 250 MB for one row of a
-    100,000-row store). StoreError where the join would cut a prompt."""
+    100,000-row store). StoreError where the join would cut a prompt, or a row stored whole holds fewer or more
+    prompt ids than its `prompt_len` (edited or damaged: `prompt_refs.whole_prompts` refuses it for the JSONL)."""
+    cut = store.query(
+        f"SELECT s.sample_id, len(s.prompt_ids), s.prompt_len FROM samples s {_IN_IDS} WHERE s.prompt_from IS NULL "
+        "AND s.prompt_len IS NOT NULL AND len(s.prompt_ids) IS DISTINCT FROM s.prompt_len LIMIT 1",
+        [sample_ids],
+    )
+    if cut:
+        sample_id, held, length = cut[0]
+        raise StoreError(
+            f"sample {sample_id}: it holds {held or 0} prompt ids for a prompt of {length} (the row was edited or damaged)"
+        )
     keys = [
         r[0]
         for r in store.query(

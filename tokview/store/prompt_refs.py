@@ -93,7 +93,16 @@ def whole_prompts(
     earlier turn's: their key turns are read in one query. A row then reads like one stored whole (`prompt_from`
     None). A row whose prompt cannot be put back raises StoreError, or, given `broken`, is listed there with why and
     left as it is (a restarted proxy skips it instead of refusing to start)."""
-    keys = sorted({r["prompt_from"] for r in rows if r.get("prompt_from")})
+    keys = sorted({r["prompt_from"] for r in rows if r.get("prompt_from") is not None})
+    for row in rows:  # a row stored whole holds its whole prompt: one that does not was cut by hand, never exported
+        if row.get("prompt_from") is None and not _adds_up(row):
+            exc = StoreError(
+                f"sample {row.get('sample_id')}: it holds {len(row.get('prompt_ids') or ())} prompt ids for a prompt "
+                f"of {row.get('prompt_len')} (the row was edited or damaged)"
+            )
+            if broken is None:
+                raise exc
+            broken.append((row, str(exc)))
     if not keys:
         return
     found = {
@@ -106,7 +115,7 @@ def whole_prompts(
     }
     for row in rows:
         key_id = row.get("prompt_from")
-        if not key_id:
+        if key_id is None:
             continue
         try:
             row["prompt_ids"] = whole_prompt(
@@ -123,3 +132,9 @@ def whole_prompts(
             broken.append((row, str(exc)))
             continue
         row["prompt_from"] = row["prompt_from_len"] = None
+
+
+def _adds_up(row: dict[str, Any]) -> bool:
+    """Whether a row stored whole holds as many prompt ids as its `prompt_len` says (a row without one: yes)."""
+    length = row.get("prompt_len")
+    return length is None or "prompt_ids" not in row or len(row["prompt_ids"] or ()) == length
