@@ -475,3 +475,21 @@ def test_a_row_whose_prompt_ids_do_not_add_up_is_refused_never_exported_short(tm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sample " in err, err
     assert not (tmp_path / name).exists()
+
+
+def test_a_tokenizer_named_with_another_vocabulary_is_refused(tmp_path, qwen_tok_dir, capsys):
+    """`--tokenizer` naming another vocabulary than the runs were made with skipped every check: the export exited 0
+    with its text formats decoded by the wrong tokens. The vocabulary a batch run records decides."""
+    from tokview.batch.identity import vocab_fingerprint
+
+    db = tmp_path / "v.duckdb"
+    with Store(db) as s:
+        s.put_run("run1", settings={"tokenizer": vocab_fingerprint(kimi())}, profile="kimi-k2.5")
+        put(s, "p1", make_capture())
+    out = tmp_path / "o.jsonl"
+    argv = ["export", "--db", str(db), "--format", "sharegpt", "--out", str(out), "--tokenizer"]
+    assert main([*argv, str(qwen_tok_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"--tokenizer {qwen_tok_dir} has another vocabulary than the runs were made with" in err, err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert main([*argv, str(kimi().source)]) == 0

@@ -117,7 +117,7 @@ def resolve_tokenizer(
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
     hashes = {r["tokenizer_hash"] for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
     defs = {json.dumps(r.get("profile_def"), sort_keys=True) for r in runs if r["profile"] in profiles[:1]}
-    return resolve_for_stored(
+    resolved = resolve_for_stored(
         tokenizer_dir,
         profile,
         recorded_tokenizer_dir=dirs[0] if dirs else None,
@@ -126,6 +126,41 @@ def resolve_tokenizer(
         recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None,
         recorded_profile_def=json.loads(defs.pop()) if len(profiles) == 1 and len(defs) == 1 else None,
     )
+    if tokenizer_dir is not None:
+        _refuse_another_vocabulary(resolved[0], tokenizer_dir, [r for r in runs if r["samples"]])
+    return resolved
+
+
+def _refuse_another_vocabulary(tokenizer: TokenizerAdapter, named: Path, runs: list[dict[str, Any]]) -> None:
+    """A tokenizer named with `--tokenizer` must have the vocabulary the runs were made with: another one decodes
+    their ids as other text, and the text formats (and every finding) would be garbage. Told by the vocabulary
+    fingerprint a batch run records; a run without one (the proxy's, an audit's) by its tokenizer's file hash, and
+    when that differs, by the vocabulary of the folder it recorded, if that folder is still there."""
+    from tokview.batch.identity import vocab_fingerprint
+
+    def settings(run: dict[str, Any]) -> dict[str, Any]:
+        return run["settings"] if isinstance(run.get("settings"), dict) else {}
+
+    recorded = {settings(r)["tokenizer"] for r in runs if isinstance(settings(r).get("tokenizer"), str)}
+    for r in runs:
+        if isinstance(settings(r).get("tokenizer"), str) or not r.get("tokenizer_hash"):
+            continue
+        if r["tokenizer_hash"] == tokenizer.fingerprint() or not r.get("tokenizer_dir"):
+            continue
+        try:
+            from tokview.core.tokenizer import load_tokenizer
+
+            theirs = load_tokenizer(r["tokenizer_dir"])
+        except Exception:  # a folder gone or unreadable: nothing to compare with
+            continue
+        if theirs.fingerprint() == r["tokenizer_hash"]:
+            recorded.add(vocab_fingerprint(theirs))
+    if recorded and vocab_fingerprint(tokenizer) not in recorded:
+        raise UserError(
+            f"--tokenizer {named} has another vocabulary than the runs were made with (vocabulary "
+            f"{vocab_fingerprint(tokenizer)}, the runs recorded {', '.join(sorted(recorded))}): its tokens would read "
+            "their ids as other text; name the tokenizer the samples were made with"
+        )
 
 
 def _refuse_mixed_vocabularies(runs: list[dict[str, Any]]) -> None:
