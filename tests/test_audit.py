@@ -276,3 +276,35 @@ def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
         from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile())
     assert from_jsonl.imported == from_parquet.imported == 2
     assert from_parquet.by_code == from_jsonl.by_code
+
+
+def test_an_audit_never_replaces_another_files_samples_nor_keeps_a_review_of_ids_that_changed(tmp_path):
+    """The run is named after the file's stem, so `p1/train.jsonl` and `p2/train.jsonl` went into one run, and the
+    second audit replaced the first one's samples of the same row ids, keeping their approvals on ids nobody
+    reviewed. Another file (or another tokenizer) into an existing run is refused; the same file audited again after
+    an edit puts a reviewed row whose ids changed back to pending."""
+    import pytest
+
+    from tokview.errors import UserError
+
+    row = {"id": "r1", "input_ids": [1, 2, 3, 163586], "loss_mask": [0, 0, 1, 1]}
+    (tmp_path / "p1").mkdir()
+    (tmp_path / "p2").mkdir()
+    first = _write(tmp_path / "p1" / "train.jsonl", [row])
+    second = _write(tmp_path / "p2" / "train.jsonl", [{**row, "input_ids": [9, 9, 9, 163586]}])
+    with Store(tmp_path / "a.duckdb") as store:
+        audit(store, first, tokenizer=kimi(), profile=profile())
+        [sample] = store.samples_page(SampleFilter(run_id="audit-train"))
+        store.record_verdict(sample.sample_id, "approved", override=True)
+        with pytest.raises(UserError, match=r"run audit-train already holds an audit of .*p1/train.jsonl: name this"):
+            audit(store, second, tokenizer=kimi(), profile=profile())
+        assert store.load_sample(sample.sample_id).capture.prompt_ids == [1, 2]
+        assert store.load_sample(sample.sample_id).status == "approved"
+        report = audit(store, first, tokenizer=kimi(), profile=profile())  # the same file again: nothing changed
+        assert (report.review_reset, store.load_sample(sample.sample_id).status) == (0, "approved")
+        _write(first, [{**row, "input_ids": [1, 2, 4, 163586]}])  # edited since
+        report = audit(store, first, tokenizer=kimi(), profile=profile())
+        assert report.review_reset == 1 and "1 reviewed samples hold other ids now: pending again" in report.render()
+        again = store.load_sample(sample.sample_id)
+        assert (again.status, again.capture.output_ids) == ("pending", [4, 163586])
+        assert audit(store, second, tokenizer=kimi(), profile=profile(), name="train-2").imported == 1

@@ -38,12 +38,16 @@ class AuditReport:
     bad_rows: list[str] = field(default_factory=list)
     by_code: Counter[str] = field(default_factory=Counter)
     severity: dict[str, str] = field(default_factory=dict)
+    review_reset: int = 0
+    """Samples of an earlier audit of the dataset that were reviewed and whose ids changed: pending again."""
 
     def render(self) -> str:
         lines = [
             f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
             f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"
         ]
+        if self.review_reset:
+            lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
         for code, n in self.by_code.most_common():
             lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
         return "\n".join(lines)
@@ -171,6 +175,7 @@ def audit(
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
+    reviewed = _earlier_audit(store, report.run_id, path, tokenizer)
     store.put_run(
         report.run_id,
         settings=settings,
@@ -191,6 +196,7 @@ def audit(
             tokenizer=tokenizer,
             profile=profile,
             thinking=thinking,
+            reviewed=reviewed,
         )
     except UnicodeDecodeError:
         raise UserError(
@@ -198,6 +204,31 @@ def audit(
             "re-encode it as UTF-8"
         ) from None
     return report
+
+
+def _earlier_audit(
+    store: Store, run_id: str, path: Path, tokenizer: TokenizerAdapter
+) -> dict[str, tuple[list[int], list[int]]]:
+    """The reviewed samples (id → prompt and output ids) of an earlier audit of this dataset into this run, to be
+    audited again; UserError when the run holds an audit of another file or with another tokenizer (its sample ids
+    are the rows' ids: the new rows would replace the stored ones, their reviews kept on ids nobody reviewed)."""
+    run = store.run(run_id)
+    if run is None:
+        return {}
+    if run.get("source") and run["source"] != str(path.absolute()):
+        raise UserError(
+            f"run {run_id} already holds an audit of {run['source']}: name this one with --name (its rows would "
+            "replace that file's samples)"
+        )
+    if run.get("tokenizer_hash") and run["tokenizer_hash"] != tokenizer.fingerprint():
+        raise UserError(
+            f"run {run_id} was audited with another tokenizer ({run.get('tokenizer_dir') or run['tokenizer_hash']}): "
+            "name this audit with --name"
+        )
+    rows = store.query(
+        "SELECT sample_id, prompt_ids, output_ids FROM samples WHERE run_id = ? AND status <> 'pending'", [run_id]
+    )
+    return {r[0]: (list(r[1]), list(r[2])) for r in rows}
 
 
 def _first_non_utf8(path: Path) -> str:
@@ -221,6 +252,7 @@ def _audit_rows(
     tokenizer: TokenizerAdapter,
     profile: ModelProfile,
     thinking: bool,
+    reviewed: dict[str, tuple[list[int], list[int]]],
 ) -> None:
     for n, row in iter_rows(path):
         report.rows += 1
@@ -255,6 +287,12 @@ def _audit_rows(
         ) as exc:  # a value the store cannot hold: this row only
             report.bad_rows.append(f"line {n}: cannot store this row ({first_line(exc, 200)})")
             continue
+        before = reviewed.get(sample_id)
+        if before is not None and before != (list(capture.prompt_ids), list(capture.output_ids)):
+            store.record_verdict(  # its review was of other ids: to be reviewed again
+                sample_id, "pending", reason="its ids changed when the dataset was audited again", who="tokview audit"
+            )
+            report.review_reset += 1
         report.imported += 1
         report.invalid += 0 if analysis.valid else 1
         for f in analysis.findings:
