@@ -273,7 +273,7 @@ def test_audit_reads_a_parquet_dataset_like_its_jsonl(tmp_path):
     )
     with Store(tmp_path / "a.duckdb") as store:
         from_jsonl = audit(store, tmp_path / "d.jsonl", tokenizer=kimi(), profile=profile())
-        from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile())
+        from_parquet = audit(store, pq, tokenizer=kimi(), profile=profile(), name="d-parquet")  # another file
     assert from_jsonl.imported == from_parquet.imported == 2
     assert from_parquet.by_code == from_jsonl.by_code
 
