@@ -58,3 +58,15 @@ def test_a_file_whose_every_row_is_unreadable_names_each_row_before_its_error(tm
     assert lines[0].startswith(f"tokview: bad row skipped: {data}:1: ")
     assert lines[1].startswith(f"tokview: bad row skipped: {data}:2: ") and "no assistant turn" in lines[1]
     assert lines[-1] == f"tokview: error: no row of {data} could be read as a sample"
+
+
+def test_a_bad_rows_terminal_escapes_are_printed_escaped(tmp_path):
+    """A dataset's value quoted in a bad-row line ran its terminal escapes (a window title, a screen clear)."""
+    data = tmp_path / "esc.jsonl"
+    bad = {"id": "a", "input_ids": [1, "x\x1b]0;PWNED\x07\x1b[2J", 3], "loss_mask": [0, 1, 1]}
+    good = {"id": "b", "input_ids": [1, 2, 163586], "loss_mask": [0, 1, 1]}
+    data.write_text(json.dumps(bad) + "\n" + json.dumps(good) + "\n")
+    done = _audit(data, tmp_path / "e.duckdb")
+    assert done.returncode == 4, done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "x\\x1b]0;PWNED\\x07\\x1b[2J" in done.stderr, done.stderr

@@ -493,3 +493,12 @@ def test_a_tokenizer_named_with_another_vocabulary_is_refused(tmp_path, qwen_tok
     assert f"--tokenizer {qwen_tok_dir} has another vocabulary than the runs were made with" in err, err
     assert len(err.splitlines()) == 1 and not out.exists()
     assert main([*argv, str(kimi().source)]) == 0
+
+
+def test_the_by_tag_line_prints_a_tags_terminal_escapes_escaped(tmp_path, capsys):
+    db = tmp_path / "t.duckdb"
+    with Store(db) as s:
+        s.add_note(put(s, "p1", make_capture()), "", tags=["x\x1b]0;PWNED\x07"])
+    assert main(["export", "--db", str(db), "--out", str(tmp_path / "t.jsonl")]) == 0
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "by tag: 1 x\\x1b]0;pwned\\x07" in err, err

@@ -69,9 +69,10 @@ def _say_bad_rows(dataset: Path, bad_rows: list[str]) -> int:
     """Each skipped row as `FILE:LINE: why` on stderr, as `tokview batch` says them, and the exit code:
     4 when any was skipped (the audit is not of the whole file; a script must not take it for clean)."""
     from tokview.batch.inputs import located
+    from tokview.untrusted_text import printable_line
 
-    for message in bad_rows[:BAD_ROWS_SHOWN]:
-        print(f"tokview: bad row skipped: {located(dataset, message)}", file=sys.stderr)
+    for message in bad_rows[:BAD_ROWS_SHOWN]:  # a row's own text may hold terminal escapes
+        print(f"tokview: bad row skipped: {printable_line(located(dataset, message))}", file=sys.stderr)
     if len(bad_rows) > BAD_ROWS_SHOWN:
         print(f"tokview: … and {len(bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
     return ExitCode.BAD_ROWS if bad_rows else ExitCode.OK

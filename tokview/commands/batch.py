@@ -202,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch.inputs import located
     from tokview.batch.progress import ProgressPrinter
     from tokview.batch.store_opener import StoreOpener
+    from tokview.untrusted_text import printable_line
 
     printer = ProgressPrinter(sys.stderr)
     # Called by run_batch once a server answered: an unreachable one leaves no database file. DuckDB is imported
@@ -215,8 +216,8 @@ def run(args: argparse.Namespace) -> int:
         printer.finish()
         for store in open_store.opened:
             store.close()
-    for message in summary.bad_rows[:BAD_ROWS_SHOWN]:
-        print(f"tokview: bad row skipped: {located(args.prompts, message)}", file=sys.stderr)
+    for message in summary.bad_rows[:BAD_ROWS_SHOWN]:  # a row's own text may hold terminal escapes
+        print(f"tokview: bad row skipped: {printable_line(located(args.prompts, message))}", file=sys.stderr)
     if len(summary.bad_rows) > BAD_ROWS_SHOWN:
         print(f"tokview: … and {len(summary.bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
     print(summary.render(), file=sys.stderr)

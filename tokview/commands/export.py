@@ -222,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
 def summary(result: ExportResult) -> str:
     """What the user needs to know about the file just written, a line per topic."""
     from tokview.export.writer import include_invalid_caveat
+    from tokview.untrusted_text import printable_line
 
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
     sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]
@@ -244,7 +245,7 @@ def summary(result: ExportResult) -> str:
             + (f" ({reasons}; where: the manifest's trajectory.first_breaks)" if reasons else "")
         )
     if result.by_tag:
-        lines.append("by tag: " + ", ".join(f"{n} {tag}" for tag, n in result.by_tag.items()))
+        lines.append("by tag: " + ", ".join(f"{n} {printable_line(tag)}" for tag, n in result.by_tag.items()))
     lines.append(
         f"retokenize_drift: {result.retokenize_drift} of {result.exported} exported samples are exact only "
         "through pre-tokenized paths (speculators / Parquet input_ids + loss_mask)"
