@@ -308,3 +308,45 @@ def test_an_audit_never_replaces_another_files_samples_nor_keeps_a_review_of_ids
         again = store.load_sample(sample.sample_id)
         assert (again.status, again.capture.output_ids) == ("pending", [4, 163586])
         assert audit(store, second, tokenizer=kimi(), profile=profile(), name="train-2").imported == 1
+
+
+def test_a_row_that_supervises_several_spans_is_read_as_one_turn_per_span(tmp_path):
+    """An agent trajectory's row supervises each answer and masks the turns between (tool results, user turns). Read
+    as one answer from the first supervised id on, its masked turns were supervised on export and its answers
+    analysed as one (false findings). Each span is now a turn whose prompt is every id before it."""
+    first, second = make_capture(), make_capture(answer="two")
+    im_end = len(first.prompt_ids) - 1 - first.prompt_ids[::-1].index(163586)  # the user turn's end
+    between = kimi().encode("the tool said 42") + first.prompt_ids[im_end:]  # its end, then the generation prompt
+    ids = [*first.prompt_ids, *first.output_ids, *between, *second.output_ids]
+    mask = [0] * len(first.prompt_ids) + [1] * len(first.output_ids) + [0] * len(between) + [1] * len(second.output_ids)
+    data = _write(tmp_path / "traj.jsonl", [{"id": "t", "input_ids": ids, "loss_mask": mask}])
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, data, tokenizer=kimi(), profile=profile())
+        assert (report.rows, report.imported, report.bad_rows) == (1, 2, [])
+        rows = store.samples_page(SampleFilter(run_id="audit-traj"))
+        turns = sorted((store.load_sample(r.sample_id) for r in rows), key=lambda s: s.capture.prompt_ids.__len__())
+        assert [t.capture.output_ids for t in turns] == [first.output_ids, second.output_ids]
+        assert turns[1].capture.prompt_ids == [*first.prompt_ids, *first.output_ids, *between]
+        alone = audit(
+            store,
+            _write(
+                tmp_path / "one.jsonl",
+                [
+                    {
+                        "id": "o",
+                        "input_ids": ids[: len(mask) - len(second.output_ids) - len(between)],
+                        "loss_mask": mask[: len(mask) - len(second.output_ids) - len(between)],
+                    }
+                ],
+            ),
+            tokenizer=kimi(),
+            profile=profile(),
+        )
+        assert [[f.code for f in t.findings] for t in turns] == [list(alone.by_code)] * 2  # as each answer alone
+        out = tmp_path / "again.jsonl"
+        export(store, "speculators", out, select="all", run="audit-traj", tokenizer=kimi(), profile=profile())
+    supervised = sorted(
+        tuple(i for i, m in zip(r["input_ids"], r["loss_mask"]) if m)
+        for r in map(json.loads, out.read_text().splitlines())
+    )
+    assert supervised == sorted([tuple(first.output_ids), tuple(second.output_ids)])  # never the turn between

@@ -83,27 +83,59 @@ def _check_ids(ids: list[Any], mask: list[Any]) -> None:
             raise PromptError(f"loss_mask[{pos}] = {str(m)[:40]} is not 0 or 1")
 
 
-def from_speculators(row: dict[str, Any]) -> tuple[str, int, Capture]:
+def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | None, Capture]]]:
+    """(prompt id, generation index, [(turn, capture)]) of a pre-tokenized row: one capture, the prompt up to the
+    loss mask's first 1, when it supervises one span of ids; one turn per span when it supervises several (an agent's
+    trajectory: each answer's prompt is every id before it, the tool results and user turns between them masked).
+    Read as one answer, a trajectory's masked turns were supervised on export, and its answers analysed as one."""
     ids, mask = row["input_ids"], row["loss_mask"]
     if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
         raise PromptError("input_ids and loss_mask must be lists of the same length")
     _check_ids(ids, mask)
-    split = mask.index(1) if 1 in mask else len(ids)
+    spans = _supervised_spans(mask)
     metadata = row.get("metadata")
     meta: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
     prompt_id = str(row.get("primary_id") or prompt_id_for(row))
     idx = meta.get("idx")
     index = idx if isinstance(idx, int) else 0
-    capture = Capture(
-        prompt_ids=[int(i) for i in ids[:split]],
-        output_ids=[int(i) for i in ids[split:]],
-        finish_reason=meta.get("finish_reason"),
-        usage=meta.get("usage") or {},
+    ints = [int(i) for i in ids]
+    raw = {k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")}
+    if len(spans) <= 1:
+        split = spans[0][0] if spans else len(ids)
+        return prompt_id, index, [(None, _imported(ints[:split], ints[split:], meta, raw, last=True))]
+    turns: list[tuple[int | None, Capture]] = []
+    for k, (start, end) in enumerate(spans):
+        last = k == len(spans) - 1
+        turns.append((k, _imported(ints[:start], ints[start:] if last else ints[start:end], meta, raw, last=last)))
+    return prompt_id, index, turns
+
+
+def _supervised_spans(mask: list[Any]) -> list[tuple[int, int]]:
+    """(start, end) of each run of 1s in a loss mask."""
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    for pos, m in enumerate([*mask, 0]):
+        if m == 1 and start is None:
+            start = pos
+        elif m != 1 and start is not None:
+            spans.append((start, pos))
+            start = None
+    return spans
+
+
+def _imported(
+    prompt: list[int], output: list[int], meta: dict[str, Any], raw: dict[str, Any], *, last: bool
+) -> Capture:
+    """One imported answer; the row's finish reason and usage are its last answer's."""
+    return Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason=meta.get("finish_reason") if last else None,
+        usage=(meta.get("usage") or {}) if last else {},
         settings=dict(meta.get("sampling_params") or {}),
         endpoint="imported",
-        raw_response={k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")},
+        raw_response=raw,
     )
-    return prompt_id, index, capture
 
 
 def from_conversation(
@@ -262,39 +294,61 @@ def _audit_rows(
             if not isinstance(row, dict):
                 raise PromptError("expected a JSON object")
             if "input_ids" in row and "loss_mask" in row:
-                prompt_id, index, capture = from_speculators(row)
-                turn = None
+                prompt_id, index, turns = from_speculators(row)
             else:
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
-                index = 0
+                index, turns = 0, [(turn, capture)]
         except (TokviewError, ValueError, KeyError, TypeError) as exc:
             text = str(exc)
             report.bad_rows.append(text if text.startswith("line ") else f"line {n}: {text}")
             continue
-        base = sample_id_for(prompt_id, settings, index, turn)
-        sample_id = f"{base}.{seen[base]}" if seen[base] else base  # a repeated row: keep both, apart
-        seen[base] += 1
-        try:
-            analysis = analyze(capture, profile, tokenizer)
-            store.put_sample(
-                sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn, profile=profile.name
-            )
-        except (
-            OverflowError,
-            ValueError,
-            TypeError,
-            TokviewError,
-        ) as exc:  # a value the store cannot hold: this row only
-            report.bad_rows.append(f"line {n}: cannot store this row ({first_line(exc, 200)})")
-            continue
-        before = reviewed.get(sample_id)
-        if before is not None and before != (list(capture.prompt_ids), list(capture.output_ids)):
-            store.record_verdict(  # its review was of other ids: to be reviewed again
-                sample_id, "pending", reason="its ids changed when the dataset was audited again", who="tokview audit"
-            )
-            report.review_reset += 1
-        report.imported += 1
-        report.invalid += 0 if analysis.valid else 1
-        for f in analysis.findings:
-            report.by_code[f.code] += 1
-            report.severity[f.code] = f.severity
+        for turn, capture in turns:
+            if not _store_one(
+                store, n, prompt_id, index, turn, capture, report, settings, seen, profile, tokenizer, reviewed
+            ):
+                break  # the row's other turns go with it: a bad row is one line
+
+
+def _store_one(
+    store: Store,
+    n: int,
+    prompt_id: str,
+    index: int,
+    turn: int | None,
+    capture: Capture,
+    report: AuditReport,
+    settings: dict[str, Any],
+    seen: Counter[str],
+    profile: ModelProfile,
+    tokenizer: TokenizerAdapter,
+    reviewed: dict[str, tuple[list[int], list[int]]],
+) -> bool:
+    """Analyse and store one imported answer of line `n`; False (a bad row noted) when the store cannot hold it."""
+    base = sample_id_for(prompt_id, settings, index, turn)
+    sample_id = f"{base}.{seen[base]}" if seen[base] else base  # a repeated row: keep both, apart
+    seen[base] += 1
+    try:
+        analysis = analyze(capture, profile, tokenizer)
+        store.put_sample(
+            sample_id, prompt_id, report.run_id, capture, analysis, gen_index=index, turn=turn, profile=profile.name
+        )
+    except (
+        OverflowError,
+        ValueError,
+        TypeError,
+        TokviewError,
+    ) as exc:  # a value the store cannot hold: this row only
+        report.bad_rows.append(f"line {n}: cannot store this row ({first_line(exc, 200)})")
+        return False
+    before = reviewed.get(sample_id)
+    if before is not None and before != (list(capture.prompt_ids), list(capture.output_ids)):
+        store.record_verdict(  # its review was of other ids: to be reviewed again
+            sample_id, "pending", reason="its ids changed when the dataset was audited again", who="tokview audit"
+        )
+        report.review_reset += 1
+    report.imported += 1
+    report.invalid += 0 if analysis.valid else 1
+    for f in analysis.findings:
+        report.by_code[f.code] += 1
+        report.severity[f.code] = f.severity
+    return True
