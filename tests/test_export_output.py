@@ -502,3 +502,29 @@ def test_the_by_tag_line_prints_a_tags_terminal_escapes_escaped(tmp_path, capsys
     assert main(["export", "--db", str(db), "--out", str(tmp_path / "t.jsonl")]) == 0
     err = capsys.readouterr().err
     assert "\x1b" not in err and "by tag: 1 x\\x1b]0;pwned\\x07" in err, err
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "output_ids = list_concat([NULL::INTEGER], output_ids[2:])",
+        "settings = '{not json'",
+        "settings = '[1, 2]'",
+        "raw_response = '{'",
+        "endpoint = NULL",
+    ],
+)
+@pytest.mark.parametrize("fmt", ["speculators", "specforge", "parquet"])
+def test_a_damaged_row_is_one_line_naming_its_sample_never_an_internal_error(tmp_path, fmt, edit, capsys):
+    """Rows edited by hand (or by another tool) into values tokview never writes ended exports with exit 70."""
+    db = tmp_path / "d.duckdb"
+    with Store(db) as s:
+        sid = put(s, "p1", make_capture())
+        s._file.write([(f"UPDATE samples SET {edit}", [])])
+    capsys.readouterr()
+    out = tmp_path / ("d.parquet" if fmt == "parquet" else "d.jsonl")
+    code = main(["export", "--db", str(db), "--format", fmt, "--select", "all", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code in (0, 1), err
+    if code == 1:
+        assert len(err.splitlines()) == 1 and f"sample {sid}" in err, err

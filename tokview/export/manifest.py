@@ -116,7 +116,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         },
         "profile": used[0] if len(used) == 1 else used,
         "servers": [{"kind": k, "version": v, "url": u} for k, v, u in sorted(seen.servers, key=str)],
-        "endpoints": sorted(seen.endpoints),
+        "endpoints": sorted(seen.endpoints, key=str),  # a hand-edited row's NULL among them
         "parser": {
             "reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
             "reasoning_fields": sorted(seen.fields),

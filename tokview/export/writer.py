@@ -417,6 +417,15 @@ def _file_hash(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def _settings_or_empty(text: str | None) -> dict[str, Any]:
+    """A row's stored settings for the template's layout; {} for a damaged one (its sample is named when it is read)."""
+    try:
+        settings = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 def _choose_template(
     store: Store, fmt: ExportFormat, ids: list[SampleKey], profiles: _Profiles, tokenizer: TokenizerAdapter
 ) -> TemplateChooser | None:
@@ -427,7 +436,7 @@ def _choose_template(
     for start in range(0, len(ids), CHUNK):
         chunk = [i.sample_id for i in ids[start : start + CHUNK]]
         for settings, prof in export_rows.served_layouts(store, chunk):
-            chooser.count(chooser.layout(json.loads(settings) if settings else {}, profiles.get(prof)))
+            chooser.count(chooser.layout(_settings_or_empty(settings), profiles.get(prof)))
     try:
         chooser.template = chooser.choose()
     except TemplateRefused as exc:

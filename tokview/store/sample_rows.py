@@ -20,6 +20,7 @@ from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL, Alignment
 from tokview.core.findings import ERROR, Finding
 from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
+from tokview.errors import first_line
 from tokview.secrets import (
     SECRET_KEY_HINTS,
     SECRET_KEYS,
@@ -333,7 +334,21 @@ def sample_params(
 
 
 def capture_from_row(row: dict[str, Any]) -> Capture:
-    if row.get("prompt_from"):  # a reader that forgot `prompt_refs.whole_prompts` would read a cut prompt
+    """The capture a stored row holds, its bodies as served; StoreError naming the sample when the row is damaged (a
+    column that is not the JSON it should be, an id list holding a NULL: edited by hand or by another tool)."""
+    try:
+        return _capture_from_row(row)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:  # json's JSONDecodeError is a ValueError
+        why = f"{type(exc).__name__}: {first_line(exc, 160)}"
+        raise StoreError(f"sample {row.get('sample_id')}: its stored row is damaged ({why})") from None
+
+
+def _capture_from_row(row: dict[str, Any]) -> Capture:
+    for name in ID_COLUMNS:
+        ids = row.get(name)
+        if ids is not None and None in ids:
+            raise ValueError(f"{name} holds a NULL id")
+    if row.get("prompt_from") is not None:  # a reader that forgot `prompt_refs.whole_prompts` would read a cut prompt
         raise StoreError(f"sample {row.get('sample_id')}: its prompt ids were read without their earlier turn's")
     data = {name: row[name] for name in CAPTURE_COLUMNS}
     for name in JSON_FIELDS:
@@ -348,6 +363,9 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
             data[name] = restore(data[name], at, id_lists)
     data["usage"] = data.get("usage") or {}
     data["settings"] = data.get("settings") or {}
+    for name in ("usage", "settings"):
+        if not isinstance(data[name], dict):
+            raise ValueError(f"{name} is a JSON {type(data[name]).__name__}, not an object")
     data["prompt_ids"] = list(data["prompt_ids"])
     data["output_ids"] = list(data["output_ids"])
     data.update(side_fields(row))
