@@ -528,3 +528,20 @@ def test_a_damaged_row_is_one_line_naming_its_sample_never_an_internal_error(tmp
     assert code in (0, 1), err
     if code == 1:
         assert len(err.splitlines()) == 1 and f"sample {sid}" in err, err
+
+
+@pytest.mark.parametrize("out", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_out_naming_stdout_appends_to_the_file_it_is_redirected_to_never_replaces_it(store, tmp_path, out):
+    """`export --out /dev/stdout >> log.jsonl` opened /dev/stdout by name, found the file and replaced it: its
+    earlier lines were gone and sidecars appeared beside it. The descriptor is written to, as `--out -` does."""
+    store.close()
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"earlier": true}\n')
+    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "export"]
+    cmd += ["--db", str(tmp_path / "x.duckdb"), "--out", out, "--select", "all"]
+    with open(log, "ab") as appended:
+        done = subprocess.run(cmd, stdout=appended, stderr=subprocess.PIPE, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[0] == {"earlier": True} and [r["primary_id"] for r in lines[1:]] == ["p1", "p2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl", "x.duckdb"]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -97,6 +98,29 @@ def _kind(path: Path) -> str | None:
     return "other"
 
 
+_FD = "fd:"
+_FD_PATH = re.compile(r"^/(?:proc/(?:self|thread-self|\d+)|dev)/fd/(\d+)$")
+
+
+def _descriptor(path: str) -> int | None:
+    """The open descriptor of this process `path` names (/dev/stdout, /dev/fd/N, /proc/self/fd/N, through any
+    symlinks), None for any other path. Opened by name, a descriptor redirected to a file (`--out /dev/stdout >>
+    log.jsonl`) is that file, and it was replaced: its earlier lines gone, sidecars written beside it."""
+    current = os.path.abspath(path)
+    for _ in range(16):
+        found = _FD_PATH.match(current)
+        if found and (
+            not current.startswith("/proc/") or current.split("/")[2] in ("self", "thread-self", str(os.getpid()))
+        ):
+            return int(found.group(1))
+        try:
+            target = os.readlink(current)
+        except OSError:
+            return None
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    return None
+
+
 def through_links(path: Path) -> Path:
     """The file a write to `path` should replace: a symlink's (final) target, else the path itself."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -106,6 +130,9 @@ def plan_output(out: str | Path, example: str) -> Plan:
     """Decide how to write `--out`; OutputError (one line) when it cannot be written."""
     if str(out) == "-":
         return Plan(data=None, stream_path="-")
+    fd = _descriptor(str(out))
+    if fd is not None:  # /dev/stdout, /dev/fd/N: written through the descriptor, never reopened nor replaced
+        return Plan(data=None, stream_path=f"{_FD}{fd}")
     out = Path(out)
     kind = _kind(out)
     if kind == "dir":
@@ -221,4 +248,6 @@ def open_stream(plan: Plan) -> IO[bytes]:
         raise RuntimeError(f"{plan.name} is a file, not a stream")
     if plan.stream_path == "-":
         return os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    if plan.stream_path.startswith(_FD):
+        return os.fdopen(os.dup(int(plan.stream_path[len(_FD) :])), "wb")
     return open(plan.stream_path, "wb")  # a FIFO or device: written to, never replaced
