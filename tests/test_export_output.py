@@ -545,3 +545,10 @@ def test_out_naming_stdout_appends_to_the_file_it_is_redirected_to_never_replace
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert lines[0] == {"earlier": True} and [r["primary_id"] for r in lines[1:]] == ["p1", "p2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl", "x.duckdb"]
+
+
+@pytest.mark.parametrize("flag", ["--max-acceptance", "--max-nll"])
+def test_an_infinite_threshold_is_refused_the_manifest_is_strict_json(store, tmp_path, flag, capsys):
+    store.close()
+    assert main(["export", "--db", str(tmp_path / "x.duckdb"), flag, "inf", "--out", str(tmp_path / "i.jsonl")]) == 1
+    assert f"{flag} must be a finite number, not inf" in capsys.readouterr().err

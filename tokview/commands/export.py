@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -187,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
     from tokview.export.registry import DEFAULT_FORMAT, TRAJECTORY_FORMAT
     from tokview.store import Store
 
+    for flag, value in (("--max-acceptance", args.max_acceptance), ("--max-nll", args.max_nll)):
+        if value is not None and not math.isfinite(value):  # the manifest records it, and JSON has no infinity
+            raise UserError(f"{flag} must be a finite number, not {value} (leave it out for no limit)")
     if args.include_invalid and args.select != "approved":
         other = "exports them already" if args.select == "all" else "leaves every invalid sample out"
         raise UserError(f"--include-invalid goes with --select approved (--select {args.select} {other})")
