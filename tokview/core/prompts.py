@@ -11,6 +11,7 @@ A multi-turn row becomes one generation point per assistant turn. Its history is
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,15 +181,25 @@ def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object or a PromptError) for each non-blank line.
 
     Read line by line, so a file is never held whole (one gigantic line costs its own size, not the
     file's). `utf-8-sig`: a byte-order mark some editors write is not part of line 1's JSON.
     """
-    with path.open("r", encoding="utf-8-sig") as fh:  # bytes that are not UTF-8: UnicodeDecodeError, the caller's
+    # Bytes that are not UTF-8 are kept as escapes (`surrogateescape`: only such a byte makes a surrogate in the
+    # text), so that line alone is refused: decoded strictly, one bad byte stopped the whole file.
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape") as fh:
         for n, text in enumerate(fh, start=1):
             if not text.strip():
+                continue
+            bad = None if text.isascii() else _ESCAPED_BYTE.search(text)
+            if bad is not None:
+                byte = ord(bad.group()) - 0xDC00
+                yield n, PromptError(f"line {n}: not UTF-8 text (byte 0x{byte:02x} at column {bad.start() + 1})")
                 continue
             try:
                 yield n, json.loads(text)
