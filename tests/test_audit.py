@@ -350,3 +350,22 @@ def test_a_row_that_supervises_several_spans_is_read_as_one_turn_per_span(tmp_pa
         for r in map(json.loads, out.read_text().splitlines())
     )
     assert supervised == sorted([tuple(first.output_ids), tuple(second.output_ids)])  # never the turn between
+
+
+def test_a_pipe_is_audited_and_a_dataset_with_no_row_leaves_no_run(tmp_path):
+    """`tokview audit <(zcat rows.jsonl.gz)` was refused as "dataset not found", and a dataset with no readable row
+    left its run behind in the store, listed as if it held an audit."""
+    import os
+    import threading
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    row = json.dumps({"id": "b", "input_ids": [1, 2, 163586], "loss_mask": [0, 1, 1]}) + "\n"
+    writer = threading.Thread(target=lambda: fifo.write_text(row))
+    writer.start()
+    with Store(tmp_path / "a.duckdb") as store:
+        assert audit(store, fifo, tokenizer=kimi(), profile=profile()).imported == 1
+        writer.join()
+        empty = _write(tmp_path / "empty.jsonl", [])
+        assert audit(store, empty, tokenizer=kimi(), profile=profile()).imported == 0
+        assert [r["run_id"] for r in store.runs()] == ["audit-rows"]

@@ -69,4 +69,4 @@ def test_a_bad_rows_terminal_escapes_are_printed_escaped(tmp_path):
     done = _audit(data, tmp_path / "e.duckdb")
     assert done.returncode == 4, done.stderr
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
-    assert "x\\x1b]0;PWNED\\x07\\x1b[2J" in done.stderr, done.stderr
+    assert 'input_ids[1] = "x\\u001b]0;PWNED\\u0007\\u001b[2J" is not a token id' in done.stderr, done.stderr

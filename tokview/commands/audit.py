@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dataset.is_dir():
         raise UserError(f"dataset is a directory: {args.dataset}")
-    if not args.dataset.is_file():
+    from tokview.export.audit import readable_dataset
+
+    if not readable_dataset(args.dataset):
         raise UserError(f"dataset not found: {args.dataset}")
     tokenizer, profile = load_tokenizer_and_profile(
         args.tokenizer, args.profile, trust_remote_code=args.trust_remote_code

@@ -13,6 +13,8 @@ special ids.
 
 from __future__ import annotations
 
+import json
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,10 +79,19 @@ def _check_ids(ids: list[Any], mask: list[Any]) -> None:
     """A row's ids must be token ids and its mask 0/1; the first bad value is named (the row is skipped)."""
     for pos, tid in enumerate(ids):
         if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid <= MAX_TOKEN_ID:
-            raise PromptError(f"input_ids[{pos}] = {str(tid)[:40]} is not a token id (an integer 0 … 2^31-1)")
+            raise PromptError(f"input_ids[{pos}] = {_as_json(tid)} is not a token id (an integer 0 … 2^31-1)")
     for pos, m in enumerate(mask):
         if m not in (0, 1) or isinstance(m, bool):
-            raise PromptError(f"loss_mask[{pos}] = {str(m)[:40]} is not 0 or 1")
+            raise PromptError(f"loss_mask[{pos}] = {_as_json(m)} is not 0 or 1")
+
+
+def _as_json(value: Any) -> str:
+    """A dataset's value as its JSON spells it (a string "1" quoted, not shown as the number 1), cut to 40."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):  # a Parquet value JSON has no spelling for
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | None, Capture]]]:
@@ -202,11 +213,12 @@ def audit(
     path = Path(path)
     if path.is_dir():
         raise UserError(f"dataset is a directory: {path}")
-    if not path.is_file():
+    if not readable_dataset(path):
         raise UserError(f"dataset not found: {path}")
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
+    new_run = store.run(report.run_id) is None
     reviewed = _earlier_audit(store, report.run_id, path, tokenizer)
     store.put_run(
         report.run_id,
@@ -231,10 +243,14 @@ def audit(
             reviewed=reviewed,
         )
     except UnicodeDecodeError:
+        if new_run:
+            store.forget_empty_run(report.run_id)
         raise UserError(
             f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
             "re-encode it as UTF-8"
         ) from None
+    if new_run and not report.imported:
+        store.forget_empty_run(report.run_id)
     return report
 
 
@@ -261,6 +277,15 @@ def _earlier_audit(
         "SELECT sample_id, prompt_ids, output_ids FROM samples WHERE run_id = ? AND status <> 'pending'", [run_id]
     )
     return {r[0]: (list(r[1]), list(r[2])) for r in rows}
+
+
+def readable_dataset(path: Path) -> bool:
+    """A file, or a pipe or device read as one (`tokview audit <(zcat rows.jsonl.gz)`, /dev/stdin)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def _first_non_utf8(path: Path) -> str:

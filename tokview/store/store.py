@@ -240,6 +240,19 @@ class Store:
         )
         self._samples.put_run(run_id, run)
 
+    def forget_empty_run(self, run_id: str) -> None:
+        """Remove a run's row when no sample or failure is stored under it (an audit of a dataset with no readable
+        row: nothing of it is in the store, and the run would be listed as if it were)."""
+        self._file.write(
+            [
+                (
+                    "DELETE FROM runs WHERE run_id = ? AND NOT EXISTS (SELECT 1 FROM samples WHERE run_id = ?) "
+                    "AND NOT EXISTS (SELECT 1 FROM failures WHERE run_id = ?)",
+                    [run_id, run_id, run_id],
+                )
+            ]
+        )
+
     def put_sample(
         self,
         sample_id: str,
