@@ -552,3 +552,18 @@ def test_an_infinite_threshold_is_refused_the_manifest_is_strict_json(store, tmp
     store.close()
     assert main(["export", "--db", str(tmp_path / "x.duckdb"), flag, "inf", "--out", str(tmp_path / "i.jsonl")]) == 1
     assert f"{flag} must be a finite number, not inf" in capsys.readouterr().err
+
+
+def test_a_profile_named_on_the_command_line_is_the_one_every_sample_is_exported_with(store, tmp_path):
+    """`--profile` (whose help says the default is the run's) was ignored for samples with a stored profile: the
+    export was byte for byte the default one and its manifest named the stored profile."""
+    store.close()
+    db = str(tmp_path / "x.duckdb")
+    assert main(["export", "--db", db, "--format", "specforge", "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert (
+        main(["export", "--db", db, "--format", "specforge", "--profile", "plain", "--out", str(tmp_path / "b.jsonl")])
+        == 0
+    )
+    manifest = json.loads((tmp_path / "b.manifest.json").read_text())
+    assert manifest["profile"] == "plain"
+    assert json.loads((tmp_path / "a.manifest.json").read_text())["profile"] == "kimi-k2.5"

@@ -213,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
             run=args.run_name,
             tokenizer=tokenizer,
             profile=profile,
+            profile_override=args.profile is not None,
             include_invalid=args.include_invalid,
             max_acceptance=args.max_acceptance,
             max_nll=args.max_nll,

@@ -125,11 +125,14 @@ def selected_ids(
 class _Profiles:
     """The profile each sample was analysed with, by name, with one fallback for unknown names."""
 
-    def __init__(self, default: ModelProfile | None, tokenizer: TokenizerAdapter) -> None:
-        self.default, self.tokenizer = default, tokenizer
+    def __init__(self, default: ModelProfile | None, tokenizer: TokenizerAdapter, *, override: bool = False) -> None:
+        self.default, self.tokenizer, self.override = default, tokenizer, override
         self.cache: dict[str | None, ModelProfile] = {}
 
     def get(self, name: str | None) -> ModelProfile:
+        if self.override and self.default is not None:  # `--profile` named on the command line: every sample's
+            self.cache[name] = self.default
+            return self.default
         if self.default is not None and name == self.default.name:  # the run's own (a .toml profile) or --profile
             self.cache[name] = self.default
         if name not in self.cache:
@@ -160,9 +163,12 @@ def export(
     max_nll: float | None = None,
     tags: Sequence[str] = (),
     without_tags: Sequence[str] = (),
+    profile_override: bool = False,
 ) -> ExportResult:
     """Write the selected samples in the format named `fmt` with its sidecars; ExportError (one line) when it
-    cannot. `tags`: only samples carrying every one; `without_tags`: none carrying any (without case)."""
+    cannot. `tags`: only samples carrying every one; `without_tags`: none carrying any (without case).
+    `profile`: the rules of samples whose stored profile is unknown, or of every sample with `profile_override`
+    (`--profile` named on the command line)."""
     form = export_format(fmt)
     form.check_out_name(out)
     selection = Selection(select, run, max_acceptance, max_nll, _tags(tags), _tags(without_tags))
@@ -187,7 +193,15 @@ def export(
     make_temps(plan)
     try:
         result = _export_to(
-            store, form, plan=plan, ids=ids, select=select, run=run, tokenizer=tokenizer, profile=profile
+            store,
+            form,
+            plan=plan,
+            ids=ids,
+            select=select,
+            run=run,
+            tokenizer=tokenizer,
+            profile=profile,
+            profile_override=profile_override,
         )
         if result.exported == 0:  # a trainer would read an empty file as data: the file there stays as it was
             refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
@@ -309,8 +323,9 @@ def _export_to(
     run: str | None,
     tokenizer: TokenizerAdapter,
     profile: ModelProfile | None,
+    profile_override: bool = False,
 ) -> ExportResult:
-    profiles = _Profiles(profile, tokenizer)
+    profiles = _Profiles(profile, tokenizer, override=profile_override)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
     seen = Provenance()
