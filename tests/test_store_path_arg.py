@@ -84,3 +84,39 @@ def test_a_store_opened_by_a_path_ending_in_a_slash_is_refused_and_nothing_is_ma
     with pytest.raises(StoreError, match="newdir/ names a folder"):
         Store("newdir/")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["audit", "{data}", "--db", "{db}"],
+        ["demo", "--no-ui", "--db", "{db}"],
+        ["batch", "{data}", "--server", "http://127.0.0.1:9", "--db", "{db}"],
+        ["proxy", "--server", "http://127.0.0.1:9", "--db", "{db}"],
+        ["merge", "{data}", "--into", "{db}"],
+    ],
+    ids=["audit", "demo", "batch", "proxy", "merge"],
+)
+def test_a_folder_given_as_the_store_to_create_is_named_a_directory(argv, tmp_path, capsys, monkeypatch):
+    """Commands that create the store said DuckDB's "IO Error: Could not read from file …: Is a directory"."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "input_ids": [1, 2], "loss_mask": [0, 1]}\n')
+    assert main([a.format(db=folder, data=data) for a in argv]) == ExitCode.USAGE
+    assert (
+        capsys.readouterr().err == f"tokview: error: --db {folder} is a directory, not a store: name its .duckdb file\n"
+    )
+
+
+def test_a_store_inside_another_stores_parts_folder_is_refused(tmp_path, capsys, monkeypatch):
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    with Store(tmp_path / "a.duckdb"):
+        pass
+    (tmp_path / "a.duckdb.parts").mkdir(exist_ok=True)
+    inside = tmp_path / "a.duckdb.parts" / "b.duckdb"
+    assert main(["stats", "--db", str(inside)]) == ExitCode.USAGE
+    assert "is inside a store's parts folder: put the store elsewhere" in capsys.readouterr().err

@@ -11,7 +11,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from tokview.commands.store_arg import add_db_argument
+from tokview.commands.store_arg import add_db_argument, creatable_store
 from tokview.errors import ExitCode, UserError
 
 BAD_ROWS_SHOWN = 20
@@ -40,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    creatable_store(args.db)
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.export.audit import audit
     from tokview.store import Store

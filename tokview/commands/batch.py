@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokview.commands.store_arg import add_db_argument
+from tokview.commands.store_arg import add_db_argument, creatable_store
 from tokview.errors import UserError
 
 if TYPE_CHECKING:
@@ -156,6 +156,7 @@ def _shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    creatable_store(args.db)
     from tokview.batch import preload
     from tokview.batch.config import BatchConfig
     from tokview.servers.urls import server_url_notes, validate_server_url

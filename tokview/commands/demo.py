@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
+from tokview.commands.store_arg import creatable_store
 from tokview.errors import UserError
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ def open_hint(db: str | None, removed: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    creatable_store(args.db)
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
     from tokview.store import Store

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokview.commands.store_arg import store_path
+from tokview.commands.store_arg import creatable_store, store_path
 from tokview.errors import TokviewError, UserError
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    creatable_store(args.into)
     from tokview.store import Store
 
     for src in args.sources:

@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 
+from tokview.commands.store_arg import creatable_store
 from tokview.errors import UserError
 
 
@@ -67,6 +68,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.db is not None:
+        creatable_store(args.db)
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.proxy.serve import ProxyConfig, check_listen, key_from_env, serve_forever
 

@@ -23,6 +23,9 @@ def store_path(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text} names a folder: give the store's .duckdb file (e.g. {text}{DEFAULT_DB})"
         )
+    folder = os.path.dirname(os.path.abspath(os.path.expanduser(text)))
+    if folder.endswith(".parts") and os.path.isfile(folder.removesuffix(".parts")):  # another store's parts folder
+        raise argparse.ArgumentTypeError(f"{text} is inside a store's parts folder: put the store elsewhere")
     return text
 
 
@@ -39,3 +42,10 @@ def existing_store(db: str | Path) -> Path:
     if not path.is_file():
         raise UserError(f"database not found: {db} (pass --db PATH)")
     return path
+
+
+def creatable_store(db: str | Path) -> None:
+    """For a command that creates the store when it is missing: a one-line UserError when `db` is a folder (DuckDB
+    said "IO Error: Could not read from file …: Is a directory")."""
+    if Path(db).expanduser().is_dir():
+        raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
