@@ -120,3 +120,12 @@ def test_a_store_inside_another_stores_parts_folder_is_refused(tmp_path, capsys,
     inside = tmp_path / "a.duckdb.parts" / "b.duckdb"
     assert main(["stats", "--db", str(inside)]) == ExitCode.USAGE
     assert "is inside a store's parts folder: put the store elsewhere" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["batch", "export", "review", "score"])
+def test_an_empty_run_name_is_refused(command, tmp_path, capsys, monkeypatch):
+    """A batch stored its samples under the run "", and `export --run ''` read as no --run at all."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    extra = {"batch": ["p.jsonl", "--server", "http://127.0.0.1:9"], "export": ["--out", "o.jsonl"]}
+    assert main([command, *extra.get(command, []), "--run", " ", "--db", str(tmp_path / "s.duckdb")]) == ExitCode.USAGE
+    assert "argument --run: an empty run name" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokview.commands.store_arg import add_db_argument, creatable_store
+from tokview.commands.store_arg import add_db_argument, creatable_store, run_name
 from tokview.errors import UserError
 
 if TYPE_CHECKING:
@@ -77,7 +77,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--samples-per-prompt", type=int, default=D["samples_per_prompt"], metavar="K")
     p.add_argument("--limit", type=int, default=D["limit"], help="read at most N input rows")
-    p.add_argument("--run", dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)")
+    p.add_argument(
+        "--run", type=run_name, dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)"
+    )
     p.add_argument("--on-bad-row", default=D["on_bad_row"], choices=("skip", "stop"))
     p.add_argument(
         "--timeout", type=float, default=D["timeout"], help=f"seconds per request (default {D['timeout']:g})"

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.errors import UserError
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="with --select approved: also export approved samples that have error findings",
     )
-    p.add_argument("--run", dest="run_name", help="only this run")
+    p.add_argument("--run", type=run_name, dest="run_name", help="only this run")
     p.add_argument(
         "--tag",
         dest="tags",

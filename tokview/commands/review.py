@@ -19,7 +19,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.errors import UserError
 from tokview.untrusted_text import printable_line
 
@@ -34,7 +34,7 @@ STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("review", help="approve, reject, tag, untag or note many samples at once", description=__doc__)
     add_db_argument(p)
-    p.add_argument("--run", metavar="RUN", dest="run_name", help="only this run's samples")
+    p.add_argument("--run", type=run_name, metavar="RUN", dest="run_name", help="only this run's samples")
     p.add_argument("--finding", metavar="CODE", help="only samples with this finding code")
     p.add_argument("--status", choices=STATUSES, help="only samples with this verdict, or only valid/invalid ones")
     p.add_argument("--with-tag", metavar="TAG", help="only samples carrying this tag (any case)")

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from tokview.batch.tasks import cancel_on_signals
-from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_db_argument(p)
     p.add_argument("--server", action="append", required=True, metavar="URL", help="target server URL (repeatable)")
     p.add_argument("--backend", default="auto", choices=("auto", "sglang", "vllm"))
-    p.add_argument("--run", dest="run_name", help="only samples of this run")
+    p.add_argument("--run", type=run_name, dest="run_name", help="only samples of this run")
     p.add_argument("--select", default="all", choices=("all", "valid", "approved"), help="which samples (default all)")
     p.add_argument("--top-k", type=int, default=0, metavar="K", help="also store the target's top-K ids (0-20)")
     p.add_argument(

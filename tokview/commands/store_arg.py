@@ -49,3 +49,11 @@ def creatable_store(db: str | Path) -> None:
     said "IO Error: Could not read from file …: Is a directory")."""
     if Path(db).expanduser().is_dir():
         raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
+
+
+def run_name(text: str) -> str:
+    """An argparse type for `--run NAME`: an empty (or blank) name is refused (a batch stored its samples under the
+    run "", and an export of it read as no --run at all)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty run name: give the run's name (tokview stats --by run lists them)")
+    return text
