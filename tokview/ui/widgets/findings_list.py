@@ -103,8 +103,14 @@ class FindingsList(OptionList):
             self.call_after_refresh(self._repaint)
 
     def _repaint(self) -> None:
-        """Colour the prompts with the current theme's roles (only when one changed: focus restyles too)."""
-        roles = self._roles()
+        """Colour the prompts with the current theme's roles (only when one changed: focus restyles too). Scheduled
+        after a refresh, it may run once its screen is gone (`esc` right after `f`): its styles are gone then too."""
+        if not self.is_attached:
+            return
+        try:
+            roles = self._roles()
+        except KeyError:  # "No 'findings--error' key in COMPONENT_CLASSES": the widget is being removed
+            return
         if roles == self._painted_with:
             return
         self._painted_with = roles
