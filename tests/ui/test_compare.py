@@ -107,6 +107,6 @@ async def test_the_stats_panel_lists_each_run(make_app, store):
         await settle(app, pilot)
         table = app.screen.query_one("#stats-runs", DataTable)
         rows = [table.get_row_at(i) for i in range(table.row_count)]
-        assert [r[0] for r in rows] == ["run-a", "run-b"]
+        assert [str(r[0]) for r in rows] == ["run-a", "run-b"]  # a Text: a run name is never read as markup
         assert rows[0][1] == "15"
         assert rows[0][2] == "1"  # samples, approved

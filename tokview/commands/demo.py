@@ -171,7 +171,8 @@ def open_hint(db: str | None, removed: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    creatable_store(args.db)
+    if args.db is not None:  # none: a temporary store
+        creatable_store(args.db)
     from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
     from tokview.store import Store

@@ -20,9 +20,12 @@ from tokview.core import segments as seg
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
 from tokview.core.profiles import HERMES
 from tokview.core.tool_calls import field_name
-from tokview.untrusted_text import printable
+from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
+    from rich.text import Text
+    from textual.content import Content
+
     from tokview.core.analysis import Analysis
     from tokview.core.record import Capture
     from tokview.core.tokenizer import TokenizerAdapter
@@ -341,3 +344,25 @@ def detail_lines(
         )
     )
     return rows
+
+
+def shown(text: object) -> str:
+    """Stored or typed text (a sample id, a tag, a reviewer, a run name) for one line of the screen: its control
+    characters as escapes. Rich drops only a few of them: an ESC reached the terminal and ran (a window title)."""
+    return printable_line(str(text))
+
+
+def plain(text: object) -> Content:
+    """Text for a label or an option that is never read as Textual markup ("[/INST]" typed in the search box, a tag
+    "[/x]" or a run named so crashed the app: "auto closing tag has nothing to close"), its controls escaped."""
+    from textual.content import Content
+
+    return Content(printable(str(text)))
+
+
+def cell(text: object) -> Text:
+    """A table cell of stored or sent text (a run name, a harness's user-agent, a model's answer): a DataTable reads a
+    str cell as markup, and "[/INST]" in an answer crashed the screen; controls escaped."""
+    from rich.text import Text
+
+    return Text(printable_line(str(text)), end="")

@@ -20,6 +20,7 @@ from textual.widgets import Input, Label, Select, Static, Switch
 from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
+from tokview.ui.display import plain
 from tokview.ui.screens.modals import NARROW_BREAKPOINTS
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
@@ -129,7 +130,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if not request.out:
             summary.update("give a path to write to")
             return
-        summary.update(f"exporting to {request.out} …")
+        summary.update(plain(f"exporting to {request.out} …"))
         self._export(request)
 
     @on(Input.Submitted)
@@ -159,10 +160,10 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
 
     @on(Done)
     def _done(self, event: Done) -> None:
-        self.query_one("#export-summary", Static).update(event.summary)
+        self.query_one("#export-summary", Static).update(plain(event.summary))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        self.query_one("#export-summary", Static).update(failure_text(error))
+        self.query_one("#export-summary", Static).update(plain(failure_text(error)))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

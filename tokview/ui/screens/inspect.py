@@ -23,7 +23,7 @@ from tokview.core.findings import why
 from tokview.ui import goto
 from tokview.ui.bindings import bindings
 from tokview.ui.config import UIConfig
-from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, plural, served_seq, visible
+from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, plural, served_seq, shown, visible
 from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
 from tokview.ui.heat import unavailable as heat_unavailable
 from tokview.ui.screens.modals import TextPrompt
@@ -85,15 +85,15 @@ def review_text(
         h = live[-1]
         at = h.get("at")
         text.append(f"{h['status']}", roles.get(h["status"], Style(bold=True)))
-        text.append(f" by {h.get('who') or 'unknown'}" + (f" at {at:%Y-%m-%d %H:%M}" if at else ""))
+        text.append(f" by {shown(h.get('who') or 'unknown')}" + (f" at {at:%Y-%m-%d %H:%M}" if at else ""))
         if h.get("reason"):
-            text.append(f" · reason: {h['reason']}", "bold")
+            text.append(f" · reason: {shown(h['reason'])}", "bold")
         if h.get("override"):
             text.append(" · override: approved despite error findings", roles.get("invalid", Style(bold=True)))
     else:
         text.append(f"{status} · no verdict yet", "italic")
     for note in notes:
-        text.append(f"\nnote: {note}", "italic")
+        text.append(f"\nnote: {shown(note)}", "italic")
     return text
 
 
@@ -189,7 +189,7 @@ class InspectScreen(Screen[None]):
         d, c = self.data, self.data.capture
         roles = self._roles()
         title = Text.assemble(
-            (d.sample_id, "bold"),
+            (shown(d.sample_id), "bold"),
             "  ",
             (d.status, roles.get(d.status, Style(bold=True))),
             f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
@@ -198,9 +198,11 @@ class InspectScreen(Screen[None]):
         chain = (c.settings or {}).get("chain")
         if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation)
             history = chain.get("history") or "served"
-            title.append(f"  conversation {chain.get('conversation')} turn {chain.get('turn')} · {history} history")
+            title.append(
+                shown(f"  conversation {chain.get('conversation')} turn {chain.get('turn')} · {history} history")
+            )
         if d.tags:
-            title.append("  tags: " + ", ".join(d.tags), "italic")
+            title.append("  tags: " + ", ".join(map(shown, d.tags)), "italic")
         if d.notes:
             title.append(f"  notes: {len(d.notes)}", "italic")
         return title

@@ -16,6 +16,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from tokview.ui.bindings import bindings
+from tokview.ui.display import plain
 from tokview.ui.widgets.footer import KeysFooter
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class TextPrompt(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal"):
-            yield Label(self.title_text, classes="modal-title")
+            yield Label(plain(self.title_text), classes="modal-title")
             yield Input(self.value, placeholder=self.placeholder, id="modal-input")
         yield KeysFooter()
 
@@ -71,7 +72,7 @@ class RejectReason(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal"):
             yield Label("Reject: pick a reason, or type one below", classes="modal-title")
-            yield OptionList(*[Option(r, id=f"reason-{i}") for i, r in enumerate(self.reasons)], id="reasons")
+            yield OptionList(*[Option(plain(r), id=f"reason-{i}") for i, r in enumerate(self.reasons)], id="reasons")
             yield Input(placeholder="other reason…", id="reason-typed")
         yield KeysFooter()
 
@@ -100,9 +101,9 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal", id="confirm"):
-            yield Label(self.question, classes="modal-title")
+            yield Label(plain(self.question), classes="modal-title")
             if self.detail:
-                yield Label(self.detail, id="confirm-detail")
+                yield Label(plain(self.detail), id="confirm-detail")
             yield Label("y yes · n / esc no", classes="modal-keys")
         yield KeysFooter()
 
@@ -152,11 +153,13 @@ class TagDialog(ModalScreen[TagEdit | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal"):
-            yield Label(self.title_text, classes="modal-title")
+            yield Label(plain(self.title_text), classes="modal-title")
             yield Input(placeholder="new tags, comma-separated (-tag removes one)", id="modal-input")
             if self.offered:
                 options = [
-                    Option(f"remove {t}" if op == "remove" else f"add {t} ({self.counts.get(t, 0)})", id=f"tag-{i}")
+                    Option(
+                        plain(f"remove {t}" if op == "remove" else f"add {t} ({self.counts.get(t, 0)})"), id=f"tag-{i}"
+                    )
                     for i, (op, t) in enumerate(self.offered)
                 ]
                 yield OptionList(*options, id="tag-options")
@@ -193,8 +196,8 @@ class BulkApprove(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal"):
-            yield Label(self.question, classes="modal-title")
-            yield Label(self.detail, id="confirm-detail")
+            yield Label(plain(self.question), classes="modal-title")
+            yield Label(plain(self.detail), id="confirm-detail")
             yield Label("y all · v only the valid · n / esc none", classes="modal-keys")
         yield KeysFooter()
 
@@ -232,7 +235,11 @@ class ActionsDialog(ModalScreen[int | None]):
             else:
                 yield OptionList(
                     *[
-                        Option(a.line, id=f"action-{a.action_id}", disabled=a.undone_by is not None or a.kind == "undo")
+                        Option(
+                            plain(a.line),
+                            id=f"action-{a.action_id}",
+                            disabled=a.undone_by is not None or a.kind == "undo",
+                        )
                         for a in self.actions
                     ],
                     id="actions-list",

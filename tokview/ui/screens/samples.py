@@ -21,6 +21,7 @@ from textual.widgets import Input, Select, Static
 from tokview.store import STATUSES, SampleFilter
 from tokview.store.queries import ListFilter
 from tokview.ui.bindings import bindings
+from tokview.ui.display import plain
 from tokview.ui.search_terms import parse_search
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.footer import KeysFooter
@@ -132,10 +133,10 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
 
     @on(Choices)
     def _choices(self, event: Choices) -> None:
-        tags = [(f"{t} ({n})", t.lower()) for t, n in event.tags]  # a tag's value: any case finds it
+        tags = [(plain(f"{t} ({n})"), t.lower()) for t, n in event.tags]  # a tag's value: any case finds it
         for select, options in (
-            (self.query_one("#code", Select), [(v, v) for v in event.codes]),
-            (self.query_one("#run", Select), [(v, v) for v in event.runs]),
+            (self.query_one("#code", Select), [(plain(v), v) for v in event.codes]),
+            (self.query_one("#run", Select), [(plain(v), v) for v in event.runs]),
             (self.query_one("#tag", Select), tags),
         ):
             keep = select.value  # new options reset a Select: a reload (ctrl+r, a running generate) kept no filter
@@ -194,7 +195,9 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         ]
         if f.valid is False:
             parts.append("invalid only")
-        self.query_one("#samples-title", Static).update(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
+        self.query_one("#samples-title", Static).update(
+            plain(f"{Path(self.session.store.path).name} · " + " · ".join(parts))
+        )
 
     # -- filters -----------------------------------------------------------------------------
     def set_filters(self, **changes: Unpack[FilterChanges]) -> None:

@@ -22,12 +22,14 @@ from textual.worker import Worker
 
 from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, session_turns, sessions_version
 from tokview.ui.bindings import bindings
-from tokview.ui.display import plural
+from tokview.ui.display import cell, plural
 from tokview.ui.widgets.footer import KeysFooter
-from tokview.ui.widgets.sized_table import SizedTable
+from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from tokview.ui.session import Session
 
 POLL_S = 1.0
@@ -37,10 +39,10 @@ SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
 
 
-def session_cells(row: SessionRow) -> tuple[str, ...]:
+def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
     return (
-        row.session_id,
-        row.harness or "—",
+        cell(row.session_id),
+        cell(row.harness or "—"),
         str(row.turns),
         f"{row.context:,}",
         f"{row.output_tokens:,}",
@@ -51,18 +53,18 @@ def session_cells(row: SessionRow) -> tuple[str, ...]:
     )
 
 
-def turn_cells(row: TurnRow) -> tuple[str, ...]:
+def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
     answer = " ".join(row.answer.split())
     return (
         str(row.turn),
-        row.sample_id,
+        cell(row.sample_id),
         f"{row.prompt_len:,}",
         f"{row.output_len:,}",
-        row.finish_reason or "—",
+        cell(row.finish_reason or "—"),
         row.status if row.valid else f"{row.status} (invalid)",
         ", ".join(row.codes) or "none",
         "—" if row.latency_s is None else f"{row.latency_s:.2f} s",
-        answer[:60] + ("…" if len(answer) > 60 else ""),
+        cell(answer[:60] + ("…" if len(answer) > 60 else "")),
     )
 
 
@@ -111,10 +113,10 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
     def _changed(self) -> None:
         self._load()
 
-    def _table(self) -> DataTable[str]:
+    def _table(self) -> DataTable[Cell]:
         return self.query_one(DataTable)
 
-    def _keep_cursor(self, table: DataTable[str], rows: list[tuple[str, tuple[str, ...]]]) -> None:
+    def _keep_cursor(self, table: DataTable[Cell], rows: list[tuple[str, tuple[str | Text, ...]]]) -> None:
         """Refill `table` with (key, cells) rows, the cursor staying on the row it was on."""
         current = None
         if table.row_count and table.cursor_row < table.row_count:
@@ -148,7 +150,7 @@ class SessionsScreen(_LivePolling):
 
     def compose(self) -> ComposeResult:
         yield Static("loading sessions…", id="sessions-summary")
-        table: DataTable[str] = SizedTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Cell] = SizedTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*SESSION_COLUMNS)
         yield table
         yield KeysFooter()
@@ -211,7 +213,7 @@ class SessionTurnsScreen(_LivePolling):
 
     def compose(self) -> ComposeResult:
         yield Static(f"session {self.session_id}", id="turns-summary")
-        table: DataTable[str] = SizedTable(id="turns-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Cell] = SizedTable(id="turns-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*TURN_COLUMNS)
         yield table
         yield KeysFooter()

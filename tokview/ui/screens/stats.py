@@ -25,14 +25,16 @@ from textual_plotext import PlotextPlot
 from tokview.store.run_stats import run_stats
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
-from tokview.ui.display import plural
+from tokview.ui.display import cell, plural
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
-from tokview.ui.widgets.sized_table import SizedTable
+from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from tokview.ui.session import Session
 
 MAX_ROWS = 200_000
@@ -87,12 +89,12 @@ RUN_COLUMNS = (
 )
 
 
-def run_row(r: dict[str, Any]) -> tuple[str, ...]:
+def run_row(r: dict[str, Any]) -> tuple[str | Text, ...]:
     """One run as the panel's table shows it (the numbers of `tokview stats --by run`)."""
     acc, nll = r["acceptance"]["mean_acceptance_length"], r["target_nll"]["mean"]
     top = sorted(r["findings"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     return (
-        r["run"],
+        cell(r["run"]),
         str(r["samples"]),
         str(r["by_status"]["approved"]),
         str(r["by_status"]["rejected"]),
@@ -132,7 +134,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen[None]):
             yield BarChart(id="plot-finish")
             yield BarChart(id="plot-findings")
             yield BarChart(id="plot-review")
-        runs: DataTable[str] = SizedTable(id="stats-runs", cursor_type="row", zebra_stripes=True)
+        runs: DataTable[Cell] = SizedTable(id="stats-runs", cursor_type="row", zebra_stripes=True)
         runs.add_columns(*RUN_COLUMNS)
         yield runs
         yield KeysFooter()

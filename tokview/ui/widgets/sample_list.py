@@ -27,6 +27,7 @@ from textual.strip import Strip
 
 from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
+from tokview.ui.display import shown
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
@@ -457,12 +458,12 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         if not compact:
             segments += side_segments(row, base)
         if cols["run"]:
-            run = fit_distinct(str(row.run_id or "—"), cols["run"] - 1, *self._affixes.get("run", (0, 0)))
+            run = fit_distinct(shown(row.run_id or "—"), cols["run"] - 1, *self._affixes.get("run", (0, 0)))
             segments.append(Segment(run + " ", base))
-        sample = fit_distinct(row.sample_id, cols["sample"] - 1, *self._affixes.get("sample", (0, 0)))
+        sample = fit_distinct(shown(row.sample_id), cols["sample"] - 1, *self._affixes.get("sample", (0, 0)))
         segments.append(Segment(sample + " ", status_style))
         if cols["tags"]:
-            tags = ",".join(getattr(row, "tags", ()))
+            tags = ",".join(map(shown, getattr(row, "tags", ())))
             tag_style = base + self.get_component_rich_style("sample-list--tags", partial=True)
             segments.append(Segment(_fit(tags, cols["tags"] - 1) + " ", tag_style))
         return segments + self._badges(row.codes, cols["findings"], base)

@@ -11,12 +11,17 @@ has no rows to cache), so that reading of Textual's code is the likely cause, no
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeAlias
 
+from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
+Cell: TypeAlias = "str | Text"
+"""A table cell: our own words as text, stored or sent text as a Text (`ui.display.cell`: never read as markup)."""
 
-class SizedTable(DataTable[str]):
+
+class SizedTable(DataTable[Cell]):
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         widths = [column.content_width for column in self.columns.values()]
         super()._update_dimensions(new_rows)

@@ -1,0 +1,77 @@
+"""Stored and typed text is shown as text: never read as Textual markup ("[/INST]" typed in the search box, a tag
+"[/x]", a reject reason, a run name crashed the app: "auto closing tag ('[/]') has nothing to close"), and its
+control characters never reach the terminal raw (a reviewer's window-title escape ran as the inspect screen drew it).
+"""
+
+from __future__ import annotations
+
+from textual.widgets import DataTable, OptionList, Static
+from ui.helpers import settle
+
+from tokview.ui.screens.inspect import InspectScreen
+from tokview.ui.screens.modals import ActionsDialog, TagDialog
+from tokview.ui.screens.samples import SamplesScreen
+
+ESC_TITLE = "\x1b]0;PWNED\x07"
+
+
+def _hostile(store) -> str:
+    first = store.samples_page(limit=1)[0].sample_id
+    store.add_note(first, f"note {ESC_TITLE}", tags=["[/x]", f"t{ESC_TITLE}"], who=f"w{ESC_TITLE}")
+    store.record_verdict(first, "rejected", reason=f"[/INST] {ESC_TITLE}", who=f"w{ESC_TITLE}")
+    return first
+
+
+def _text(widget) -> str:
+    return str(widget.render())
+
+
+async def test_markup_like_and_control_text_is_shown_as_text_everywhere(make_app, store):
+    _hostile(store)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("t")
+        await settle(app, pilot)
+        assert isinstance(app.screen, TagDialog)
+        options = app.screen.query_one(OptionList)
+        shown = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert any("[/x]" in s for s in shown) and any("\\x1b]0;PWNED\\x07" in s for s in shown), shown
+        assert not any("\x1b" in s for s in shown)
+        await pilot.press("escape")
+        await pilot.press("U")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ActionsDialog)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
+        title = _text(app.screen.query_one("#inspect-title", Static))
+        review = _text(app.screen.query_one("#inspect-review", Static))
+        for text in (title, review):
+            assert "\x1b" not in text and "\x07" not in text
+        assert "\\x1b]0;PWNED\\x07" in review and "[/INST]" in review
+        await pilot.press("escape")
+        await settle(app, pilot)
+        await pilot.press("/")
+        for key in "[/INST]":
+            await pilot.press(key)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, SamplesScreen)
+        assert "[/INST]" in _text(app.screen.query_one("#samples-title", Static))
+        assert app._exception is None
+
+
+async def test_a_run_named_like_markup_is_listed_in_the_stats_table(make_app, store):
+    store.query("SELECT 1")
+    store._file.write([("UPDATE samples SET run_id = '[/x]'", []), ("UPDATE runs SET run_id = '[/x]'", [])])
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        table = app.screen.query_one("#stats-runs", DataTable)
+        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == ["[/x]"]
+        assert app._exception is None
