@@ -29,6 +29,7 @@ from tokview.core.record import Capture
 from tokview.errors import ExitCode
 from tokview.secrets import scrub, scrub_text
 from tokview.store import Store
+from tokview.store.errors import StoreError
 from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
@@ -213,14 +214,22 @@ async def _run(
             await queue.put(None)
 
     def flush() -> None:
-        """Write the scored samples gathered so far in one transaction."""
+        """Write the scored samples gathered so far in one transaction; a write that fails leaves them pending (the
+        next flush, or the last, writes them): cleared first, 64 scores were lost on one failed write."""
         items = pending[:]
         del pending[: len(items)]
-        put_target_scores(store, items)
+        try:
+            put_target_scores(store, items)
+        except BaseException:
+            pending[:0] = items
+            raise
 
-    def scored(sample_id: str, prompt: list[int], output: list[int], result: TargetScore) -> Capture:
+    def scored(sample_id: str, prompt: list[int], output: list[int], result: TargetScore) -> Capture | None:
         nonlocal nll_sum
         found = result.logprobs
+        if output and not any(v is not None for v in found.logprobs):  # `{"rank": 1}` or null for every token
+            failed("the answer holds no logprob for any output token")
+            return None
         score = {
             "server": scrub_text(result.server_url),
             "kind": result.server_kind,
@@ -258,7 +267,10 @@ async def _run(
                 )
                 scored(sample_id, prompt, output, result)
                 if len(pending) >= FLUSH:
-                    await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write
+                    try:
+                        await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write
+                    except StoreError:  # a held or failing store: the scores stay pending for the next (or last) write
+                        pass
             except CaptureFailed as exc:
                 failed(exc.reason)
             except Exception as exc:  # an answer the servers layer did not classify: this sample's failure

@@ -60,13 +60,22 @@ class TokenLogprobs:
             self.top_logprobs = (self.top_logprobs or []) + (other.top_logprobs or [])
 
 
+POSITIVE_SLACK = 1e-4
+"""How far above 0 a logprob may round (a sure token's log-softmax in float32) and still be read as 0."""
+
+
 def _lp(value: object) -> float | None:
+    """A served logprob as stored: -inf and anything below FLOOR (-1e39 does not fit the store's FLOAT) as FLOOR, a
+    rounding above 0 as 0; MalformedLogprob for NaN, +inf and a value above 0 (no probability is above 1: a mean NLL
+    below 0 came of it)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LogprobShapeError(f"a logprob is not a number ({type(value).__name__})")
     if math.isfinite(value):
-        return float(value)
+        if value > POSITIVE_SLACK:
+            raise MalformedLogprob(f"a logprob is {value:g}, above 0: not a log-probability")
+        return max(min(float(value), 0.0), FLOOR)
     if value == -math.inf:
         return FLOOR
     raise MalformedLogprob(f"a logprob is {'NaN' if math.isnan(value) else value}, not a log-probability")

@@ -1,0 +1,68 @@
+"""`tokview score` against a server whose logprobs are garbage: each such sample is a failure, never a stored score,
+and what was scored is never lost to one bad answer (tests/test_loop_sim.py holds the healthy runs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from builders import kimi, make_capture, profile
+
+from tokview.batch.scoring import ScoreConfig, run_score
+from tokview.core.analysis import analyze
+from tokview.store import Store
+
+VLLM_INFO = {"/version": {"version": "0.32.0"}, "/v1/models": {"data": [{"id": "m", "max_model_len": 4096}]}}
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"rank": 1}, "no logprob for any output token"),
+        ({"logprob": None, "rank": 1}, "no logprob for any output token"),
+        ({"logprob": 5.0, "rank": 1}, "above 0"),
+    ],
+    ids=["no logprob", "null logprob", "positive"],
+)
+async def test_an_answer_without_usable_logprobs_is_a_failure_never_a_score(tmp_path, json_server, entry, why):
+    capture = make_capture()
+    ids = [*capture.prompt_ids, *capture.output_ids]
+
+    def completions(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        logprobs = [None] + [{str(i): dict(entry)} for i in ids[1:]]
+        return 200, {"choices": [{"text": "", "prompt_logprobs": logprobs, "finish_reason": "length"}]}
+
+    url, _ = json_server({**VLLM_INFO, "/v1/completions": completions})
+    with Store(tmp_path / "s.duckdb") as store:
+        store.put_sample("a@x_gen0", "a", "imported", capture, analyze(capture, profile(), kimi()))
+        summary = await run_score(ScoreConfig(servers=[url], retries=0), store)
+        assert (summary.ok, summary.failed) == (0, 1), summary
+        assert any(why in reason for reason in summary.failures_by_reason), summary.failures_by_reason
+        assert store.load_sample("a@x_gen0").capture.target_score is None
+
+
+async def test_a_write_that_fails_once_loses_no_score(tmp_path, monkeypatch):
+    """The pending scores were cleared before their write: one failed write lost up to 64 of them (and counted them
+    as one failed sample). They stay pending now, and the next write stores them."""
+    import tokview.batch.scoring as scoring
+    from tokview.sim import SimConfig, start_simulator
+    from tokview.store import StoreError
+
+    real, calls = scoring.put_target_scores, []
+
+    def failing_once(store: Store, items: list[Any]) -> None:
+        calls.append(len(items))
+        if len(calls) == 1:
+            raise StoreError("cannot write to the store: a held file")
+        real(store, items)
+
+    monkeypatch.setattr(scoring, "put_target_scores", failing_once)
+    monkeypatch.setattr(scoring, "FLUSH", 2)
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        for k in range(5):
+            capture = make_capture(f"question {k}")
+            store.put_sample(f"s{k}@x_gen0", f"s{k}", "imported", capture, analyze(capture, profile(), kimi()))
+        summary = await run_score(ScoreConfig(servers=[sim.url], retries=0, concurrency=1), store)
+        assert (summary.ok, summary.failed) == (5, 0), summary
+        assert store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL") == [(5,)]
+        assert len(calls) >= 2
