@@ -233,3 +233,17 @@ def test_a_refused_merge_never_removes_a_store_another_process_made_meanwhile(tm
     monkeypatch.undo()
     with Store(into) as store:
         assert [r["run_id"] for r in store.runs()] == ["batch-of-someone-else"]
+
+
+def test_undoing_an_untag_after_undoing_the_tag_leaves_no_tag(db, capsys):
+    """Tag (#a), untag (#b), undo #a, undo #b: both listed as undone, yet every sample carried the tag again (the
+    untag's undo brought back the rows it had undone, though their own action was undone since)."""
+    review(db, "--run", "run2", "--tag", "hard", capsys=capsys)
+    review(db, "--run", "run2", "--untag", "hard", capsys=capsys)
+    history = json.loads(review(db, "--history", "--json", capsys=capsys))
+    tag = next(a["action_id"] for a in history if a["kind"] == "tag")
+    review(db, "--undo", str(tag), capsys=capsys)
+    review(db, "--undo", "last", capsys=capsys)
+    with Store(db) as store:
+        assert [s for s in store.samples_page(SampleFilter(run_id="run2")) if "hard" in (s.tags or [])] == []
+        assert all(store.load_sample(s.sample_id).tags == [] for s in store.samples_page(SampleFilter(run_id="run2")))

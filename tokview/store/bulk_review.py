@@ -391,6 +391,12 @@ def undo_action(
                 "AND NOT undone",
                 [undo, a],
             ),
+            (  # rows it undid whose own action was undone since stay undone, by that action's undo: undoing an
+                # untag after undoing the tag put the tag back
+                "UPDATE verdicts SET undone_by = x.undone_by FROM actions x WHERE verdicts.undone_by = ? "
+                "AND x.action_id = verdicts.action_id AND x.undone_by IS NOT NULL",
+                [a],
+            ),
             ("UPDATE verdicts SET undone = false, undone_by = NULL WHERE undone_by = ?", [a]),
             (f"UPDATE samples SET status = {latest_status} WHERE sample_id IN {IDS}", [touched]),
             (
