@@ -18,12 +18,14 @@ from textual import on, work
 from textual.app import App, SystemCommand
 from textual.command import CommandPalette
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError
 from tokview.store import bulk_review
 from tokview.store.errors import CannotUndo, StoreError
+from tokview.store.sample_rows import UnknownSample
 from tokview.ui.bindings import KEYS, bindings
 from tokview.ui.config import UIConfig
 from tokview.ui.screens.inspect import InspectData, InspectScreen
@@ -39,6 +41,7 @@ from tokview.ui.screens.modals import (
 from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.worker_errors import failure_notice
+from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -67,6 +70,10 @@ class NextFound(Message):
         self.found, self.open_it = found, open_it
 
 
+STORE_TROUBLE = (StoreError, UnknownSample)
+"""What a key's store work may meet when another process holds, replaces or edits the store: a notification."""
+
+
 class TokviewApp(App[None]):
     """Inspect and curate captured samples; drive small batches against a server."""
 
@@ -80,6 +87,25 @@ class TokviewApp(App[None]):
         self.config = config or UIConfig()
         self.samples_screen: SamplesScreen | None = None
         self._open_index: int | None = None
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification (a screen's too) as plain text, its controls escaped: the messages hold sample ids,
+        tags, reasons and store errors, and Textual read them as markup ("[/x]" crashed the app)."""
+        super().notify(
+            printable(str(message)),
+            title=printable_line(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def on_mount(self) -> None:
         self.theme = self.config.theme  # checked against the available themes when the config was read
@@ -186,7 +212,7 @@ class TokviewApp(App[None]):
         try:
             write(store)
             stored = store.load_sample(sample_id)
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
         self._show_verdict(sample_id, index, stored)
@@ -194,8 +220,12 @@ class TokviewApp(App[None]):
         if tags_changed and self.samples_screen is not None:
             self.samples_screen.action_reload()
 
-    def _store_failed(self, exc: StoreError) -> None:
-        self.notify(str(exc), title="store", severity="error", timeout=8)
+    def _store_failed(self, exc: StoreError | UnknownSample) -> None:
+        if isinstance(exc, UnknownSample):  # the store was replaced, or the sample removed, since the list was read
+            message = f"sample {exc.args[0] if exc.args else ''} is no longer in the store: ctrl+r reads the list again"
+        else:
+            message = str(exc)
+        self.notify(message, title="store", severity="error", timeout=8)
 
     def _show_verdict(self, sample_id: str, index: int | None, stored: StoredSample) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -219,7 +249,7 @@ class TokviewApp(App[None]):
         clear the marks and read the list again; a store another process holds is a notification."""
         try:
             outcome = write()
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
         self._samples_changed(outcome.changed)
@@ -271,7 +301,7 @@ class TokviewApp(App[None]):
         if marked:
             try:
                 self._bulk_approve(marked)
-            except StoreError as exc:
+            except STORE_TROUBLE as exc:
                 self._store_failed(exc)
             return
         target = self._target()
@@ -279,7 +309,7 @@ class TokviewApp(App[None]):
             return
         try:
             stored = self.session.store.load_sample(target[0])
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
         errors = sorted({f.code for f in stored.findings if f.severity == "error"})
@@ -354,7 +384,7 @@ class TokviewApp(App[None]):
         try:
             carried = bulk_review.tags_of(store, marked if marked else [target[0]] if target is not None else [])
             existing = store.tag_counts()
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
 
@@ -393,7 +423,7 @@ class TokviewApp(App[None]):
     def action_undo_history(self) -> None:
         try:
             listed = self.session.store.actions(30)
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
         self.push_screen(ActionsDialog(listed), lambda action_id: self._undo(action_id) if action_id else None)
@@ -401,7 +431,7 @@ class TokviewApp(App[None]):
     def _undo(self, action_id: int | None) -> None:
         try:
             undone = self.session.store.undo_action(action_id, who=self.session.who)
-        except StoreError as exc:
+        except STORE_TROUBLE as exc:
             self._store_failed(exc)
             return
         except CannotUndo as exc:  # chosen from a list another process changed since

@@ -242,12 +242,16 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
     def _mark_all(self) -> None:
         """`*`: everything the filter shows (read from the store: rows not loaded count too), or, with marks
         set, none."""
-        from tokview.store import bulk_review
+        from tokview.store import StoreError, bulk_review
 
         if len(self.marks):
             self.marks.clear()
         else:
-            self.marks.add(bulk_review.select(self.session.store, self.filters))
+            try:
+                self.marks.add(bulk_review.select(self.session.store, self.filters))
+            except StoreError as exc:  # held, deleted or replaced by another process: a notification, not a crash
+                self.notify(str(exc), title="store", severity="error", timeout=8)
+                return
         self.sample_list.marks_changed()
         self._update_title()
 

@@ -532,10 +532,16 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             return
         anchor = self.marks.anchor if self.marks.anchor is not None else self.cursor
         low, high = sorted((min(anchor, self.count - 1), self.cursor))
+        from tokview.store import StoreError
+
         ids: list[str] = []
-        for page in range(low // PAGE, high // PAGE + 1):
-            rows = self._pages.get(page) or list(self._fetch(page * PAGE, PAGE))
-            ids += [r.sample_id for i, r in enumerate(rows, page * PAGE) if low <= i <= high]
+        try:
+            for page in range(low // PAGE, high // PAGE + 1):
+                rows = self._pages.get(page) or list(self._fetch(page * PAGE, PAGE))
+                ids += [r.sample_id for i, r in enumerate(rows, page * PAGE) if low <= i <= high]
+        except StoreError as exc:  # held, deleted or replaced by another process: a notification, not a crash
+            self.notify(str(exc), title="store", severity="error", timeout=8)
+            return
         self.marks.add(ids)
         self.marks.anchor = self.cursor
         self._cache.clear()
