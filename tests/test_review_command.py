@@ -247,3 +247,23 @@ def test_undoing_an_untag_after_undoing_the_tag_leaves_no_tag(db, capsys):
     with Store(db) as store:
         assert [s for s in store.samples_page(SampleFilter(run_id="run2")) if "hard" in (s.tags or [])] == []
         assert all(store.load_sample(s.sample_id).tags == [] for s in store.samples_page(SampleFilter(run_id="run2")))
+
+
+def test_a_sample_id_with_a_newline_or_a_bidi_override_stays_one_line_and_reads_as_stored(
+    tmp_path, put, make_capture, capsys
+):
+    """`stats --samples` (one tab-separated line per sample) and `show`'s header printed a newline in an id raw, and
+    U+202E reversed what the terminal drew after it."""
+    from tokview.cli import main
+
+    db = tmp_path / "n.duckdb"
+    with Store(db) as store:
+        sid = put(store, "line\none\u202eeno", make_capture())
+        store._file.write([("UPDATE samples SET sample_id = ? WHERE sample_id = ?", ["odd\nid\u202edi", sid])])
+    capsys.readouterr()
+    assert main(["stats", "--db", str(db), "--samples"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("odd")]
+    assert listed and listed[0].startswith("odd\\nid\\u202edi\t"), listed
+    assert main(["show", "odd\nid\u202edi", "--db", str(db)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("sample odd\\nid\\u202edi  ["), header

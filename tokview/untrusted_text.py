@@ -23,7 +23,10 @@ from __future__ import annotations
 import re
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+"""C0 and C1 controls (newline and tab apart), lone surrogates, and the bidirectional embeddings, overrides and
+isolates: U+202E in a note or a sample id reversed what the terminal drew after it (the text read otherwise than it
+was)."""
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
-from tokview.untrusted_text import printable
+from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
@@ -142,7 +142,7 @@ def render(
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
     lines = [
-        f"sample {stored.sample_id}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
+        f"sample {printable_line(stored.sample_id)}  [{stored.status}, {'valid' if analysis.valid else 'INVALID'}]",
         f"  endpoint {cap.endpoint}  server {cap.server_kind or '?'} {cap.server_version or ''}  "
         f"finish {cap.finish_reason}  prompt {n_prompt} ids  output {len(cap.output_ids)} ids",
         f"  tokenizer {tokenizer.name} (loaded from {tokenizer.loaded_by})",

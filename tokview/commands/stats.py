@@ -50,7 +50,7 @@ def sample_line(row: SampleRow) -> str:
     """One listed sample: its id first, so `cut -f1` gives ids for `tokview show`."""
     return "\t".join(
         [
-            row.sample_id,
+            printable_line(row.sample_id),  # one line, one tab-separated record, whatever the id holds
             row.status,
             "valid" if row.valid else "invalid",
             row.finish_reason or "none",
