@@ -273,10 +273,7 @@ def _earlier_audit(
             f"run {run_id} was audited with another tokenizer ({run.get('tokenizer_dir') or run['tokenizer_hash']}): "
             "name this audit with --name"
         )
-    rows = store.query(
-        "SELECT sample_id, prompt_ids, output_ids FROM samples WHERE run_id = ? AND status <> 'pending'", [run_id]
-    )
-    return {r[0]: (list(r[1]), list(r[2])) for r in rows}
+    return store.reviewed_ids(run_id)
 
 
 def readable_dataset(path: Path) -> bool:

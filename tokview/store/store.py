@@ -240,6 +240,16 @@ class Store:
         )
         self._samples.put_run(run_id, run)
 
+    def reviewed_ids(self, run_id: str) -> dict[str, tuple[list[int], list[int]]]:
+        """The run's reviewed samples (approved or rejected): sample id → (prompt ids, output ids). What an audit of
+        a dataset again compares each row with (a review of other ids goes back to pending)."""
+        rows = self.query(
+            "SELECT sample_id, prompt_ids, output_ids FROM samples WHERE run_id = ? AND status <> 'pending' "
+            "AND prompt_from IS NULL",
+            [run_id],
+        )
+        return {r[0]: (list(r[1]), list(r[2])) for r in rows}
+
     def forget_empty_run(self, run_id: str) -> None:
         """Remove a run's row when no sample or failure is stored under it (an audit of a dataset with no readable
         row: nothing of it is in the store, and the run would be listed as if it were)."""
