@@ -106,7 +106,7 @@ def test_diverged_review_keeps_the_targets_and_says_so(tmp_path, original, capsy
         store.record_verdict(sample_ids[0], "approved", who="carol")  # reviewed here too since the copy
     before = state(original)[sample_ids[0]]
     said = merge(copy, original, capsys)
-    assert f"1 samples already in {original} were reviewed otherwise in both stores" in said, said
+    assert f"1 samples already in {original} have another status in {copy}" in said, said
     assert "merged the review of 1 samples" in said, said
     after = state(original)
     assert after[sample_ids[0]] == before  # carol's review stands, untouched
@@ -122,3 +122,29 @@ def test_an_older_copy_never_takes_back_review_done_here(tmp_path, original, cap
     said = merge(copy, original, capsys)
     assert "merged the review" not in said and "note" not in said, said
     assert state(original)[sample_id][0] == "rejected"
+
+
+def test_a_review_of_other_ids_under_the_same_sample_id_never_comes_across(tmp_path, put, make_capture, capsys):
+    """Sample ids come from the prompt and the settings: two runs of one prompt (shards, a re-run) share an id for
+    other answers. The other store's approval was taken for ids nobody reviewed."""
+    mine, theirs = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    with Store(mine) as store:
+        sid = put(store, "p1", make_capture(answer="The answer is forty - two"))
+    with Store(theirs) as store:
+        assert put(store, "p1", make_capture(answer="No idea at all")) == sid
+        store.record_verdict(sid, "approved", who="bob")
+    said = merge(theirs, mine, capsys)
+    assert "merged the review" not in said, said
+    assert f"1 samples already in {mine} have another status in {theirs}" in said, said
+    assert state(mine)[sid][0] == "pending"
+
+
+def test_the_same_review_in_both_stores_is_not_reported_as_another(tmp_path, original, capsys):
+    sample_id = ids(original)[0]
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    for path in (original, copy):
+        with Store(path) as store:
+            store.record_verdict(sample_id, "approved", who="carol")
+    said = merge(copy, original, capsys)
+    assert "another status" not in said and "merged the review" not in said, said

@@ -77,7 +77,8 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
         print(f"merged the review of {added['verdicts_taken']} samples already in {into} from {src}", file=sys.stderr)
     if added.get("verdicts_kept"):  # both stores reviewed them since the copy: this one's review stands
         print(
-            f"tokview: note: {added['verdicts_kept']} samples already in {into} were reviewed otherwise in both "
-            f"stores: their review here was kept and the source's was not merged (review them here, or in the app)",
+            f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in {src} (both "
+            "reviewed them since the copy, or their ids differ under one sample id): the review here was kept and "
+            "the source's was not merged (review them here, or in the app)",
             file=sys.stderr,
         )

@@ -343,8 +343,11 @@ def _merge_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> tuple[i
     Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
     only new samples brought their verdicts. A sample's review comes across when this store's events for it are
     the source's first ones (none, or the history the copy was made from): the events past them are added and the
-    earlier ones take the source's `undone` flags, so its status is the source's. When the two histories diverge
-    (both stores reviewed it since the copy), this store's review stands, and the merge says how many."""
+    earlier ones take the source's `undone` flags, so its status is the source's. Only for a sample whose ids are the
+    same in both stores: sample ids come from the prompt and the settings, so two runs of one prompt (shards, a
+    re-run) share an id for other answers, and a review of one is no review of the other. When the two histories
+    diverge (both stores reviewed it since the copy), or the ids differ, this store's review stands, and the merge
+    says how many samples have another status there."""
     conn.execute(
         f"CREATE OR REPLACE TEMP TABLE _merge_hist AS SELECT s.sample_id, s.ev AS src_ev, m.ev AS main_ev FROM "
         f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM src.verdicts WHERE sample_id IN "
@@ -353,14 +356,22 @@ def _merge_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> tuple[i
         "(SELECT sample_id FROM src.verdicts) GROUP BY sample_id) m "
         "USING (sample_id)"
     )
+    refs = [c for c in prompt_refs.REF_COLUMNS if c in shared_columns(conn, "samples")]  # an older source: none
+    same_refs = "".join(f" AND s.{c} IS NOT DISTINCT FROM m.{c}" for c in refs)
+    conn.execute(  # a sample id names the same ids in both only if they were made alike: compared, never assumed
+        "CREATE OR REPLACE TEMP TABLE _merge_same AS SELECT h.sample_id FROM _merge_hist h "
+        "JOIN src.samples s USING (sample_id) JOIN main.samples m USING (sample_id) "
+        f"WHERE s.output_ids = m.output_ids AND s.prompt_ids = m.prompt_ids{same_refs}"
+    )
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE _merge_take AS SELECT sample_id, coalesce(len(main_ev), 0) AS held "
-        "FROM _merge_hist WHERE main_ev IS NULL OR (len(main_ev) < len(src_ev) "
-        "AND src_ev[1:len(main_ev)] IS NOT DISTINCT FROM main_ev)"
+        "FROM _merge_hist WHERE sample_id IN (SELECT sample_id FROM _merge_same) AND (main_ev IS NULL OR "
+        "(len(main_ev) < len(src_ev) AND src_ev[1:len(main_ev)] IS NOT DISTINCT FROM main_ev))"
     )
-    kept = conn.execute(
-        "SELECT count(*) FROM _merge_hist WHERE sample_id NOT IN (SELECT sample_id FROM _merge_take) "
-        "AND NOT (len(src_ev) <= len(main_ev) AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev)"
+    kept = conn.execute(  # reviewed otherwise: another status there, and not only an older history of this one
+        "SELECT count(*) FROM _merge_hist h JOIN src.samples s USING (sample_id) JOIN main.samples m USING "
+        "(sample_id) WHERE h.sample_id NOT IN (SELECT sample_id FROM _merge_take) AND s.status <> m.status "
+        "AND NOT (len(src_ev) <= coalesce(len(main_ev), 0) AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev)"
     ).fetchone()
     numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
     conn.execute(
@@ -381,7 +392,7 @@ def _merge_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> tuple[i
         "AND s.sample_id IN (SELECT sample_id FROM _merge_take)"
     )
     taken = _count(conn, "_merge_take")
-    for table in ("_merge_hist", "_merge_take", "_merge_src"):
+    for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
         conn.execute(f"DROP TABLE {table}")
     return taken, int(kept[0]) if kept else 0
 
