@@ -567,3 +567,26 @@ def test_a_profile_named_on_the_command_line_is_the_one_every_sample_is_exported
     manifest = json.loads((tmp_path / "b.manifest.json").read_text())
     assert manifest["profile"] == "plain"
     assert json.loads((tmp_path / "a.manifest.json").read_text())["profile"] == "kimi-k2.5"
+
+
+def test_out_through_a_descriptor_open_on_a_store_is_refused(store, tmp_path):
+    """`--out /dev/fd/N` wrote through the descriptor whatever it had open: the store itself (or another DuckDB file)
+    got JSON lines over its header. Its file is checked as a named --out is."""
+    store.close()
+    db = tmp_path / "x.duckdb"
+    before = db.read_bytes()
+    cmd = [sys.executable, "-c", "import sys; from tokview.cli import main; sys.exit(main())", "export"]
+    fd = os.open(db, os.O_WRONLY | os.O_APPEND)
+    try:
+        done = subprocess.run(
+            [*cmd, "--db", str(db), "--out", f"/dev/fd/{fd}", "--select", "all"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 1, done.stderr
+    assert f"--out /dev/fd/{fd} would overwrite the store it exports" in done.stderr, done.stderr
+    assert db.read_bytes() == before

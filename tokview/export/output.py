@@ -59,7 +59,16 @@ class Plan:
 
     @property
     def name(self) -> str:
+        if self.descriptor is not None:
+            return "/dev/stdout" if self.descriptor == 1 else f"/dev/fd/{self.descriptor}"
         return self.data.final.name if self.data else (self.stream_path or "-")
+
+    @property
+    def descriptor(self) -> int | None:
+        """The open descriptor the data is written through (`--out /dev/stdout`, `/dev/fd/N`), else None."""
+        if self.stream_path is not None and self.stream_path.startswith(_FD):
+            return int(self.stream_path[len(_FD) :])
+        return None
 
     def targets(self) -> list[Target]:
         return ([self.data] if self.data else []) + list(self.sidecars.values())

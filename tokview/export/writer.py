@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -236,8 +237,17 @@ def _refuse_the_store(plan: Plan, db: Path) -> None:
     store = Path(os.path.realpath(db))
     own = {store, store.with_name(store.name + ".wal")}
     parts = store.with_name(store.name + ".parts")
-    for target in plan.targets():
-        final = Path(os.path.realpath(target.final))
+    finals = [Path(os.path.realpath(t.final)) for t in plan.targets()]
+    fd = plan.descriptor
+    if fd is not None:  # `--out /dev/fd/N`: the file the descriptor has open (this process's own store, maybe)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                fd = None
+        except OSError:
+            raise OutputError(f"--out {plan.name}: descriptor {fd} is not open") from None
+        if fd is not None:
+            finals.append(Path(os.path.realpath(f"/proc/self/fd/{fd}")))
+    for final in finals:
         if final in own or parts in final.parents:
             raise OutputError(f"--out {plan.name} would overwrite the store it exports ({db}): choose another file")
         other = _database_behind(final)
@@ -397,7 +407,7 @@ def _export_to(
         if sink is not None:
             sink.close()
     result = ExportResult(
-        plan.data.final if plan.data else Path(plan.stream_path or "-"),
+        plan.data.final if plan.data else Path(plan.name),
         _final(plan, MANIFEST.key),
         _final(plan, TOKEN_FREQ.key),
         len(ids),
