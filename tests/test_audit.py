@@ -362,10 +362,31 @@ def test_a_pipe_is_audited_and_a_dataset_with_no_row_leaves_no_run(tmp_path):
     os.mkfifo(fifo)
     row = json.dumps({"id": "b", "input_ids": [1, 2, 163586], "loss_mask": [0, 1, 1]}) + "\n"
     writer = threading.Thread(target=lambda: fifo.write_text(row))
-    writer.start()
+    import pytest
+
+    from tokview.errors import UserError
+
     with Store(tmp_path / "a.duckdb") as store:
-        assert audit(store, fifo, tokenizer=kimi(), profile=profile()).imported == 1
+        with pytest.raises(UserError, match="is a pipe or a device: name its audit with --name"):
+            audit(store, fifo, tokenizer=kimi(), profile=profile())  # /dev/fd/63 every time: no name of its own
+        writer.start()
+        assert audit(store, fifo, tokenizer=kimi(), profile=profile(), name="rows").imported == 1
         writer.join()
+        with pytest.raises(UserError, match="run audit-rows already holds an audit of"):  # another pipe, one name
+            audit(store, fifo, tokenizer=kimi(), profile=profile(), name="rows")
         empty = _write(tmp_path / "empty.jsonl", [])
         assert audit(store, empty, tokenizer=kimi(), profile=profile()).imported == 0
         assert [r["run_id"] for r in store.runs()] == ["audit-rows"]
+
+
+def test_the_same_file_named_otherwise_is_the_same_audit(tmp_path):
+    import os
+
+    (tmp_path / "d").mkdir()
+    data = _write(tmp_path / "d" / "rows.jsonl", [{"id": "b", "input_ids": [1, 2, 163586], "loss_mask": [0, 1, 1]}])
+    os.symlink(tmp_path / "d", tmp_path / "link")
+    with Store(tmp_path / "a.duckdb") as store:
+        assert audit(store, data, tokenizer=kimi(), profile=profile()).imported == 1
+        again = tmp_path / "link" / ".." / "d" / "rows.jsonl"
+        assert audit(store, tmp_path / "link" / "rows.jsonl", tokenizer=kimi(), profile=profile()).imported == 1
+        assert audit(store, again, tokenizer=kimi(), profile=profile()).imported == 1

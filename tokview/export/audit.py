@@ -14,6 +14,7 @@ special ids.
 from __future__ import annotations
 
 import json
+import os
 import stat
 from collections import Counter
 from dataclasses import dataclass, field
@@ -215,6 +216,8 @@ def audit(
         raise UserError(f"dataset is a directory: {path}")
     if not readable_dataset(path):
         raise UserError(f"dataset not found: {path}")
+    if name is None and not path.is_file():  # `<(zcat …)` is /dev/fd/63 every time: no name to tell audits apart
+        raise UserError(f"{path} is a pipe or a device: name its audit with --name (the run is named after a file)")
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
@@ -227,7 +230,7 @@ def audit(
         tokenizer_dir=str(tokenizer.source) if tokenizer.source else None,
         tokenizer_hash=tokenizer.fingerprint(),
         template_hash=tokenizer.template_hash(),
-        source=str(Path(path).absolute()),
+        source=_source(path),
     )  # read back from any folder
     seen: Counter[str] = Counter()
     try:
@@ -263,7 +266,7 @@ def _earlier_audit(
     run = store.run(run_id)
     if run is None:
         return {}
-    if run.get("source") and run["source"] != str(path.absolute()):
+    if run.get("source") and (not path.is_file() or os.path.realpath(run["source"]) != _source(path)):
         raise UserError(
             f"run {run_id} already holds an audit of {run['source']}: name this one with --name (its rows would "
             "replace that file's samples)"
@@ -274,6 +277,11 @@ def _earlier_audit(
             "name this audit with --name"
         )
     return store.reviewed_ids(run_id)
+
+
+def _source(path: Path) -> str:
+    """What a run records of its dataset: a file's real path (the same file however it is named), a pipe's name."""
+    return os.path.realpath(path) if path.is_file() else str(path)
 
 
 def readable_dataset(path: Path) -> bool:
