@@ -42,7 +42,7 @@ def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
 def _land_until_key(recorder: Recorder, sample_id: str) -> None:
     """Land until `sample_id` is seen landed whole (its part written, landed, confirmed): a key turn from then on."""
     deadline = time.monotonic() + 30
-    while not recorder._sink.is_key(sample_id):
+    while sample_id not in recorder._sink.keys:  # seen landed, not only written (is_key takes those too)
         assert time.monotonic() < deadline, "the turn never landed"
         recorder.lander.flush()
         time.sleep(0.05)
@@ -279,7 +279,7 @@ def test_a_landing_sees_its_key_turns_landed_without_opening_the_store_again(
         while recorder.lander.landings == landings:  # counted once the landing has closed the store
             assert time.monotonic() < deadline, "the turn never landed"
             time.sleep(0.01)
-        assert recorder._sink.is_key(placed[0])
+        assert placed[0] in recorder._sink.keys
         assert len(opened) == 1, opened
         recorder.close()
 
@@ -369,3 +369,40 @@ def test_a_row_stored_past_a_key_by_no_count_is_refused_and_a_restart_skips_it(r
     with pytest.raises(StoreError, match=child):
         export_rows.write_parquet(store, [child], [child], tmp_path / "x.parquet")
     assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0
+
+
+def test_a_turn_whose_analysis_failed_is_never_the_key_of_the_turns_after_it(
+    tmp_path, kimi_tok, kimi_profile, make_capture, monkeypatch
+):
+    """A turn queued to be written whole whose analysis then failed (written as a failure) stayed a possible key:
+    every later turn of the session proposed it, none was ever stored past anything."""
+    import tokview.batch.writer_thread as writer_thread
+
+    real, calls = writer_thread.analyze, []
+
+    def failing_first(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("a broken analysis")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writer_thread, "analyze", failing_first)
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.01)
+        history: list[dict[str, Any]] = []
+        for t in range(5):
+            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
+            answer = {"role": "assistant", "content": capture.content}
+            recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+            history = [*capture.messages, answer]
+            deadline = time.monotonic() + 30
+            while recorder.store.count_samples() < t or recorder._sink.written:  # turn 0 is a failure
+                assert time.monotonic() < deadline, "the turn never landed"
+                time.sleep(0.01)
+        recorder.close()
+        rows = store.query("SELECT turn, prompt_from IS NOT NULL FROM samples ORDER BY turn")
+        # the turn after the failed one may have proposed it before its failure was written (it stays whole then, as
+        # the next may); from then on the turns are stored past a key again (before: every later turn whole)
+        past = [p for _turn, p in rows]
+        assert len(rows) == 4 and past[-2:] == [True, True] and past.count(False) <= 2, rows

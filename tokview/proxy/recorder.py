@@ -204,6 +204,13 @@ class _WithSessionFindings:
             _trim(self.keys)
 
     def write_part(self, samples: Sequence[Any], failures: Sequence[Any] = ()) -> None:
+        if failures:  # a turn whose analysis failed is written as a failure: never a key the turns after it may name
+            with self._lock:
+                for failure in failures:
+                    sample_id = failure.get("sample_id") if isinstance(failure, dict) else None
+                    if isinstance(sample_id, str):
+                        self.queued_whole.pop(sample_id, None)
+                        self.stored_past.pop(sample_id, None)
         self.store.write_part(samples, failures)
 
     def ingest(self) -> tuple[int, int]:
