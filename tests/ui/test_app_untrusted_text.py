@@ -75,3 +75,23 @@ async def test_a_run_named_like_markup_is_listed_in_the_stats_table(make_app, st
         table = app.screen.query_one("#stats-runs", DataTable)
         assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == ["[/x]"]
         assert app._exception is None
+
+
+async def test_a_sibling_id_and_a_session_named_like_markup_open(make_app, store, tokenizer, profile):
+    """The compare screen's titles and a session's turns screen read their sample ids and session names as markup
+    (an audited dataset's own row ids, a client's `user` field): `[/x]` in one crashed the app."""
+    from ui.helpers import add_sibling
+
+    from tokview.ui.screens.compare import CompareScreen
+
+    sibling, _ = add_sibling(store, tokenizer, profile)
+    store._file.write([("UPDATE samples SET sample_id = sample_id || '[/x]' WHERE sample_id = ?", [sibling])])
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for key in ("down", "enter", "d"):
+            await pilot.press(key)
+            await settle(app, pilot)
+        assert app._exception is None
+        assert isinstance(app.screen, CompareScreen)
+        assert "[/x]" in _text(app.screen.query_one("#compare-title", Static))

@@ -118,9 +118,11 @@ class DoctorReport:
         """The same lines as Rich text, each in its status colour (the app's doctor panel)."""
         from rich.text import Text
 
+        from tokview.untrusted_text import printable
+
         text = Text()
-        for i, line in enumerate(self.lines()):
-            text.append(("\n" if i else "") + line.text, line.style or None)
+        for i, line in enumerate(self.lines()):  # a server's own words among them: never its terminal escapes
+            text.append(("\n" if i else "") + printable(line.text), line.style or None)
         return text
 
 

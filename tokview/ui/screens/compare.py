@@ -20,7 +20,7 @@ from textual.widgets import Label, Static
 from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
-from tokview.ui.display import TokenSeq, plural, served_seq, visible
+from tokview.ui.display import TokenSeq, plain, plural, served_seq, shown, visible
 from tokview.ui.id_diff import IdDiff, diff_ids
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.token_view import TokenView
@@ -75,8 +75,10 @@ def summary(c: Compared) -> Text:
     text = Text()
     for name, side in (("A", c.left), ("B", c.right)):
         text.append(f"{name} ", "bold")
-        text.append(side.sample_id, "bold")
-        text.append(f" ({side.run or 'no run'}, {side.status}, {plural(len(side.seq) - side.n_prompt, 'output id')})  ")
+        text.append(shown(side.sample_id), "bold")
+        text.append(
+            f" ({shown(side.run or 'no run')}, {side.status}, {plural(len(side.seq) - side.n_prompt, 'output id')})  "
+        )
     first = c.diff.first
     if first is None:
         text.append("· identical ids", "bold")
@@ -118,13 +120,13 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
         self.right = TokenView(mode=mode, id="compare-right")
 
     def compose(self) -> ComposeResult:
-        yield Static(f"loading {self.ids[0]} and {self.ids[1]}…", id="compare-title")
+        yield Static(plain(f"loading {self.ids[0]} and {self.ids[1]}…"), id="compare-title")
         with Horizontal(id="compare-panes"):
             with Vertical(classes="pane"):
-                yield Label(f"A {self.ids[0]}", classes="pane-label", id="compare-left-label")
+                yield Label(plain(f"A {self.ids[0]}"), classes="pane-label", id="compare-left-label")
                 yield self.left
             with Vertical(classes="pane", id="compare-right-pane"):
-                yield Label(f"B {self.ids[1]}", classes="pane-label", id="compare-right-label")
+                yield Label(plain(f"B {self.ids[1]}"), classes="pane-label", id="compare-right-label")
                 yield self.right
         yield Static("", id="compare-detail")
         yield KeysFooter()
@@ -138,7 +140,7 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
         self.post_message(self.Loaded(load_pair(self.session, *self.ids, self.mode)))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        self.query_one("#compare-title", Static).update(f"cannot compare: {failure_text(error)}")
+        self.query_one("#compare-title", Static).update(plain(f"cannot compare: {failure_text(error)}"))
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:
@@ -151,7 +153,7 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
             view.set_seq(side.seq)
             view.set_marks(set(marks))
             label = f"{name} {side.sample_id} · {side.run or 'no run'} · finish={side.finish_reason}"
-            self.query_one(f"#compare-{view.id.split('-')[1]}-label", Label).update(label)  # type: ignore[union-attr]
+            self.query_one(f"#compare-{view.id.split('-')[1]}-label", Label).update(plain(label))  # type: ignore[union-attr]
         self.action_first_divergence()
 
     @on(TokenView.CursorMoved)
@@ -170,7 +172,7 @@ class CompareScreen(ForwardsWorkerErrors, Screen[None]):
         line = f"{token_line('A', c.left, index)}   {token_line('B', c.right, index)}   " + (
             "same id" if same else "differ"
         )
-        self.query_one("#compare-detail", Static).update(line)
+        self.query_one("#compare-detail", Static).update(plain(line))
 
     def action_first_divergence(self) -> None:
         if self.compared is None:

@@ -27,6 +27,7 @@ from tokview.batch.config import PANEL_DEFAULTS
 from tokview.batch.progress import progress_line
 from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
+from tokview.ui.display import plain
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
@@ -315,7 +316,7 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
 
         self._idle()
         if isinstance(error, StartInterrupted):  # cancelled while the servers were probed
-            self.query_one("#progress-line", Static).update(f"cancelled: {error}")
+            self.query_one("#progress-line", Static).update(plain(f"cancelled: {error}"))
             return
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
 
@@ -340,7 +341,9 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         self._idle()
         s = self.last_summary = event.summary
         state = "cancelled" if s.interrupted else "done"
-        self.query_one("#progress-line", Static).update(f"{state}: {s.render()}")  # the summary `tokview batch` prints
+        self.query_one("#progress-line", Static).update(
+            plain(f"{state}: {s.render()}")
+        )  # the summary `tokview batch` prints
         self._samples_changed()
 
     def _samples_changed(self) -> None:

@@ -22,7 +22,7 @@ from textual.worker import Worker
 
 from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, session_turns, sessions_version
 from tokview.ui.bindings import bindings
-from tokview.ui.display import cell, plural
+from tokview.ui.display import cell, plain, plural
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
@@ -159,7 +159,7 @@ class SessionsScreen(_LivePolling):
         return self.Loaded(list_sessions(self.session.store))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        self.query_one("#sessions-summary", Static).update(f"cannot read sessions: {failure_text(error)}")
+        self.query_one("#sessions-summary", Static).update(plain(f"cannot read sessions: {failure_text(error)}"))
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:
@@ -212,7 +212,7 @@ class SessionTurnsScreen(_LivePolling):
         self.rows: list[TurnRow] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(f"session {self.session_id}", id="turns-summary")
+        yield Static(plain(f"session {self.session_id}"), id="turns-summary")
         table: DataTable[Cell] = SizedTable(id="turns-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*TURN_COLUMNS)
         yield table
@@ -222,15 +222,19 @@ class SessionTurnsScreen(_LivePolling):
         return self.Loaded(session_turns(self.session.store, self.session_id))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        self.query_one("#turns-summary", Static).update(f"cannot read the session's turns: {failure_text(error)}")
+        self.query_one("#turns-summary", Static).update(
+            plain(f"cannot read the session's turns: {failure_text(error)}")
+        )
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:
         self.rows = event.rows
         tokens = sum(r.output_len for r in self.rows)
         self.query_one("#turns-summary", Static).update(
-            f"session {self.session_id} · {plural(len(self.rows), 'turn')} · {plural(tokens, 'output token')} · "
-            "enter inspects a turn"
+            plain(
+                f"session {self.session_id} · {plural(len(self.rows), 'turn')} · {plural(tokens, 'output token')} · "
+                "enter inspects a turn"
+            )
         )
         self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows])
 

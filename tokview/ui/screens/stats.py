@@ -25,7 +25,7 @@ from textual_plotext import PlotextPlot
 from tokview.store.run_stats import run_stats
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
-from tokview.ui.display import cell, plural
+from tokview.ui.display import cell, plain, plural
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
@@ -154,7 +154,7 @@ class StatsScreen(ForwardsWorkerErrors, Screen[None]):
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         """E.g. the run's tokenizer folder is gone: said in place of the summary (the app notifies too)."""
-        self.query_one("#stats-summary", Static).update(f"cannot read stats: {failure_text(error)}")
+        self.query_one("#stats-summary", Static).update(plain(f"cannot read stats: {failure_text(error)}"))
 
     @on(Loaded)
     def _loaded(self, event: Loaded) -> None:
