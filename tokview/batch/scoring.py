@@ -230,6 +230,10 @@ async def _run(
         if output and not any(v is not None for v in found.logprobs):  # `{"rank": 1}` or null for every token
             failed("the answer holds no logprob for any output token")
             return None
+        positive = lp.above_zero(found.logprobs)
+        if positive is not None:
+            failed(f"a logprob is {positive:g}, above 0: not a log-probability")
+            return None
         score = {
             "server": scrub_text(result.server_url),
             "kind": result.server_kind,

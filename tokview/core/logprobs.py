@@ -61,24 +61,29 @@ class TokenLogprobs:
 
 
 POSITIVE_SLACK = 1e-4
-"""How far above 0 a logprob may round (a sure token's log-softmax in float32) and still be read as 0."""
+"""How far above 0 a logprob may round (a sure token's log-softmax in float32) and still be a log-probability:
+`tokview score` refuses an answer holding a larger one (`above_zero`)."""
 
 
 def _lp(value: object) -> float | None:
-    """A served logprob as stored: -inf and anything below FLOOR (-1e39 does not fit the store's FLOAT) as FLOOR, a
-    rounding above 0 as 0; MalformedLogprob for NaN, +inf and a value above 0 (no probability is above 1: a mean NLL
-    below 0 came of it)."""
+    """A served logprob as stored: -inf and anything below FLOOR (-1e39 does not fit the store's FLOAT) as FLOOR;
+    MalformedLogprob for NaN and +inf. A value above 0 is kept as served (a capture's side data, never its ids: a
+    server that returns logits there loses no sample); `tokview score` refuses it (`above_zero`)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LogprobShapeError(f"a logprob is not a number ({type(value).__name__})")
     if math.isfinite(value):
-        if value > POSITIVE_SLACK:
-            raise MalformedLogprob(f"a logprob is {value:g}, above 0: not a log-probability")
-        return max(min(float(value), 0.0), FLOOR)
+        return max(float(value), FLOOR)
     if value == -math.inf:
         return FLOOR
     raise MalformedLogprob(f"a logprob is {'NaN' if math.isnan(value) else value}, not a log-probability")
+
+
+def above_zero(logprobs: Sequence[float | None]) -> float | None:
+    """The first logprob above 0 (beyond float rounding), None when there is none: no probability is above 1, and a
+    score of such values read as a mean NLL below 0."""
+    return next((v for v in logprobs if v is not None and v > POSITIVE_SLACK), None)
 
 
 def _alt_lp(value: object) -> float:
