@@ -199,6 +199,7 @@ async def _run(
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, list[int], list[int]] | None] = asyncio.Queue(maxsize=2 * CHUNK)
     pending: list[tuple[str, Capture, Any]] = []
+    flush_at = FLUSH
     n_workers = min(len(todo), config.concurrency * len(config.servers))
 
     def load(chunk: list[str]) -> list[tuple[str, list[int], list[int]]]:
@@ -263,6 +264,7 @@ async def _run(
         reasons[scrub_text(reason)] += 1
 
     async def worker() -> None:
+        nonlocal flush_at
         while (item := await queue.get()) is not None:
             sample_id, prompt, output = item
             try:
@@ -270,11 +272,12 @@ async def _run(
                     partial(score_on, backend=config.backend, prompt_ids=prompt, output_ids=output, top_k=config.top_k)
                 )
                 scored(sample_id, prompt, output, result)
-                if len(pending) >= FLUSH:
+                if len(pending) >= flush_at:
                     try:
                         await asyncio.shield(loop.run_in_executor(writer, flush))  # a cancel never cuts a write
-                    except StoreError:  # a held or failing store: the scores stay pending for the next (or last) write
-                        pass
+                        flush_at = FLUSH
+                    except StoreError:  # a held or failing store: the scores stay pending for the next (or last) write,
+                        flush_at = len(pending) + FLUSH  # tried again FLUSH samples later, not after every one
             except CaptureFailed as exc:
                 failed(exc.reason)
             except Exception as exc:  # an answer the servers layer did not classify: this sample's failure

@@ -143,11 +143,15 @@ def _refuse_another_vocabulary(tokenizer: TokenizerAdapter, named: Path, runs: l
         return run["settings"] if isinstance(run.get("settings"), dict) else {}
 
     recorded = {settings(r)["tokenizer"] for r in runs if isinstance(settings(r).get("tokenizer"), str)}
+    looked: set[tuple[str, str]] = set()  # each recorded folder and hash loaded once, however many runs name them
     for r in runs:
         if isinstance(settings(r).get("tokenizer"), str) or not r.get("tokenizer_hash"):
             continue
         if r["tokenizer_hash"] == tokenizer.fingerprint() or not r.get("tokenizer_dir"):
             continue
+        if (r["tokenizer_dir"], r["tokenizer_hash"]) in looked:
+            continue
+        looked.add((r["tokenizer_dir"], r["tokenizer_hash"]))
         try:
             from tokview.core.tokenizer import load_tokenizer
 

@@ -23,8 +23,8 @@ def store_path(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text} names a folder: give the store's .duckdb file (e.g. {text}{DEFAULT_DB})"
         )
-    folder = os.path.dirname(os.path.abspath(os.path.expanduser(text)))
-    if folder.endswith(".parts") and os.path.isfile(folder.removesuffix(".parts")):  # another store's parts folder
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(os.path.expanduser(text))))
+    if folder.endswith(".parts") and _is_store(folder.removesuffix(".parts")):  # another store's parts folder
         raise argparse.ArgumentTypeError(f"{text} is inside a store's parts folder: put the store elsewhere")
     return text
 
@@ -57,3 +57,10 @@ def run_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty run name: give the run's name (tokview stats --by run lists them)")
     return text
+
+
+def _is_store(path: str) -> bool:
+    """Whether `path` is a DuckDB file (a store whose parts folder is beside it)."""
+    from tokview.store.connection import is_duckdb_file
+
+    return os.path.isfile(path) and is_duckdb_file(Path(path))
