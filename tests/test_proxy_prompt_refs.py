@@ -20,10 +20,11 @@ LONG = "tell me about the tool results of this long file, line by line " * 400
 """An agent's long first message: several thousand ids on the Kimi layout."""
 
 
-def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
+def _session(recorder: Recorder, make_capture: Any, turns: int, *, lost: int = 0) -> list[Any]:
     """One agent conversation: each request holds the whole history (its reasoning dropped by the template, so the
     prompt shares all but the end of the previous prompt + output). Each turn waits for the one before to land, as a
-    harness's next request waits for its answer (a key turn is one seen landed)."""
+    harness's next request waits for its answer (a key turn is one seen landed); `lost`: turns recorded as failures
+    (they never land)."""
     history: list[dict[str, Any]] = []
     captures = []
     for t in range(turns):
@@ -33,7 +34,7 @@ def _session(recorder: Recorder, make_capture: Any, turns: int) -> list[Any]:
         captures.append(capture)
         history = [*capture.messages, answer]
         deadline = time.monotonic() + 30
-        while recorder.store.count_samples() < t + 1 or recorder._sink.written:
+        while recorder.store.count_samples() < t + 1 - lost or recorder._sink.written:
             assert time.monotonic() < deadline, "the turn never landed"
             time.sleep(0.01)
     return captures
@@ -390,16 +391,7 @@ def test_a_turn_whose_analysis_failed_is_never_the_key_of_the_turns_after_it(
     with Store(tmp_path / "r.duckdb") as store:
         store.put_run("r", settings={"mode": "proxy"})
         recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.01)
-        history: list[dict[str, Any]] = []
-        for t in range(5):
-            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
-            answer = {"role": "assistant", "content": capture.content}
-            recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
-            history = [*capture.messages, answer]
-            deadline = time.monotonic() + 30
-            while recorder.store.count_samples() < t or recorder._sink.written:  # turn 0 is a failure
-                assert time.monotonic() < deadline, "the turn never landed"
-                time.sleep(0.01)
+        _session(recorder, make_capture, 5, lost=1)  # turn 0 is a failure
         recorder.close()
         rows = store.query("SELECT turn, prompt_from IS NOT NULL FROM samples ORDER BY turn")
         # the turn after the failed one may have proposed it before its failure was written (it stays whole then, as

@@ -68,3 +68,17 @@ def printable_json(text: str) -> str:
 def printable_line(text: str) -> str:
     """`printable`, and newlines and tabs escaped too: for text that must stay on its one line."""
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def not_utf8(text: str) -> str | None:
+    """Where a line read with `errors="surrogateescape"` (`batch.inputs.open_lines`, `core.prompts.iter_jsonl`) holds a byte that is not UTF-8 (`byte 0xff at column 44`), else None.
+    UTF-8 cannot encode a surrogate, so an escaped byte is the only way one gets into the text."""
+    if text.isascii():
+        return None
+    found = _ESCAPED_BYTE.search(text)
+    if found is None:
+        return None
+    return f"byte 0x{ord(found.group()) - 0xDC00:02x} at column {found.start() + 1}"

@@ -34,6 +34,7 @@ from tokview.core.prompts import (
     parse_row,
 )
 from tokview.errors import TokviewError, first_line
+from tokview.untrusted_text import not_utf8, printable_line
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 CHUNK_ROWS = 8192
@@ -467,20 +468,6 @@ def open_lines(path: Path) -> TextIO:
     return path.open("r", encoding="utf-8-sig", errors="surrogateescape")
 
 
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-
-
-def not_utf8(text: str) -> str | None:
-    """Where a line read by `open_lines` holds a byte that is not UTF-8 (`byte 0xff at column 44`), else None.
-    UTF-8 cannot encode a surrogate, so an escaped byte is the only way one gets into the text."""
-    if text.isascii():
-        return None
-    found = _ESCAPED_BYTE.search(text)
-    if found is None:
-        return None
-    return f"byte 0x{ord(found.group()) - 0xDC00:02x} at column {found.start() + 1}"
-
-
 def line_bytes(text: str) -> bytes:
     """A line's bytes as read (escaped bytes back as they were): what the planner's line check hashes."""
     return text.encode("utf-8", "surrogateescape")
@@ -538,6 +525,18 @@ def checked_row(n: int, obj: object, text: str | None) -> PromptRow:
         except ValueError:  # more digits than Python converts: orjson read it as a float
             raise PromptError(f"line {n}: not valid JSON: {TOO_MANY_DIGITS}") from None
     return parse_checked(obj, n)
+
+
+BAD_ROWS_SHOWN = 20
+
+
+def say_bad_rows(path: str | Path, bad_rows: list[str]) -> None:
+    """The first BAD_ROWS_SHOWN skipped rows on stderr as `FILE:LINE: why` (`batch` and `audit` say them alike), each
+    on its one line: a row's own text may hold newlines and terminal escapes."""
+    for message in bad_rows[:BAD_ROWS_SHOWN]:
+        print(f"tokview: bad row skipped: {printable_line(located(path, message))}", file=sys.stderr)
+    if len(bad_rows) > BAD_ROWS_SHOWN:
+        print(f"tokview: … and {len(bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
 
 
 def located(path: str | Path, message: str) -> str:

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from tokview.commands.store_arg import add_db_argument, creatable_store
 from tokview.errors import ExitCode, UserError
-
-BAD_ROWS_SHOWN = 20
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,11 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def _say_bad_rows(dataset: Path, bad_rows: list[str]) -> int:
     """Each skipped row as `FILE:LINE: why` on stderr, as `tokview batch` says them, and the exit code:
     4 when any was skipped (the audit is not of the whole file; a script must not take it for clean)."""
-    from tokview.batch.inputs import located
-    from tokview.untrusted_text import printable_line
+    from tokview.batch.inputs import say_bad_rows
 
-    for message in bad_rows[:BAD_ROWS_SHOWN]:  # a row's own text may hold terminal escapes
-        print(f"tokview: bad row skipped: {printable_line(located(dataset, message))}", file=sys.stderr)
-    if len(bad_rows) > BAD_ROWS_SHOWN:
-        print(f"tokview: … and {len(bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
+    say_bad_rows(dataset, bad_rows)
     return ExitCode.BAD_ROWS if bad_rows else ExitCode.OK

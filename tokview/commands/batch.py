@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from tokview.core.json_value import JsonObject
     from tokview.store import Store
 
-BAD_ROWS_SHOWN = 20
-
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.batch.config import BATCH_DEFAULTS as D
@@ -202,10 +200,9 @@ def run(args: argparse.Namespace) -> int:
     # of every run). A local would not do: it dies when this function returns, before the process ends.
     args.keep_alive = preload.start(config)
     from tokview.batch import run_batch
-    from tokview.batch.inputs import located
+    from tokview.batch.inputs import say_bad_rows
     from tokview.batch.progress import ProgressPrinter
     from tokview.batch.store_opener import StoreOpener
-    from tokview.untrusted_text import printable_line
 
     printer = ProgressPrinter(sys.stderr)
     # Called by run_batch once a server answered: an unreachable one leaves no database file. DuckDB is imported
@@ -219,10 +216,7 @@ def run(args: argparse.Namespace) -> int:
         printer.finish()
         for store in open_store.opened:
             store.close()
-    for message in summary.bad_rows[:BAD_ROWS_SHOWN]:  # a row's own text may hold terminal escapes
-        print(f"tokview: bad row skipped: {printable_line(located(args.prompts, message))}", file=sys.stderr)
-    if len(summary.bad_rows) > BAD_ROWS_SHOWN:
-        print(f"tokview: … and {len(summary.bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
+    say_bad_rows(args.prompts, summary.bad_rows)
     print(summary.render(), file=sys.stderr)
     if args.summary_json:
         print(

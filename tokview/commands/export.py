@@ -138,6 +138,7 @@ def _refuse_another_vocabulary(tokenizer: TokenizerAdapter, named: Path, runs: l
     fingerprint a batch run records; a run without one (the proxy's, an audit's) by its tokenizer's file hash, and
     when that differs, by the vocabulary of the folder it recorded, if that folder is still there."""
     from tokview.batch.identity import vocab_fingerprint
+    from tokview.core.tokenizer import load_tokenizer
 
     def settings(run: dict[str, Any]) -> dict[str, Any]:
         return run["settings"] if isinstance(run.get("settings"), dict) else {}
@@ -153,17 +154,16 @@ def _refuse_another_vocabulary(tokenizer: TokenizerAdapter, named: Path, runs: l
             continue
         looked.add((r["tokenizer_dir"], r["tokenizer_hash"]))
         try:
-            from tokview.core.tokenizer import load_tokenizer
-
             theirs = load_tokenizer(r["tokenizer_dir"])
         except Exception:  # a folder gone or unreadable: nothing to compare with
             continue
         if theirs.fingerprint() == r["tokenizer_hash"]:
             recorded.add(vocab_fingerprint(theirs))
-    if recorded and vocab_fingerprint(tokenizer) not in recorded:
+    named_vocabulary = vocab_fingerprint(tokenizer) if recorded else None
+    if recorded and named_vocabulary not in recorded:
         raise UserError(
             f"--tokenizer {named} has another vocabulary than the runs were made with (vocabulary "
-            f"{vocab_fingerprint(tokenizer)}, the runs recorded {', '.join(sorted(recorded))}): its tokens would read "
+            f"{named_vocabulary}, the runs recorded {', '.join(sorted(recorded))}): its tokens would read "
             "their ids as other text; name the tokenizer the samples were made with"
         )
 

@@ -37,8 +37,7 @@ def add_db_argument(parser: argparse.ArgumentParser, what: str = "DuckDB store")
 def existing_store(db: str | Path) -> Path:
     """`db` as a Path when it is a file; a one-line UserError when it is a folder or absent."""
     path = Path(db)
-    if path.is_dir():
-        raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
+    creatable_store(db)  # a folder: named so, not "not found"
     if not path.is_file():
         raise UserError(f"database not found: {db} (pass --db PATH)")
     return path

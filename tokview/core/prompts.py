@@ -11,7 +11,6 @@ A multi-turn row becomes one generation point per assistant turn. Its history is
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from tokview.core import agent_traces as traces
 from tokview.core.agent_traces import PromptError as PromptError  # re-exported: callers import it from here
 from tokview.core.record import canonical_hash
+from tokview.untrusted_text import not_utf8
 
 ROLE_FROM_SHAREGPT = {
     "human": "user",
@@ -181,9 +181,6 @@ def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
 
 
-_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
-
-
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object or a PromptError) for each non-blank line.
 
@@ -196,10 +193,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         for n, text in enumerate(fh, start=1):
             if not text.strip():
                 continue
-            bad = None if text.isascii() else _ESCAPED_BYTE.search(text)
-            if bad is not None:
-                byte = ord(bad.group()) - 0xDC00
-                yield n, PromptError(f"line {n}: not UTF-8 text (byte 0x{byte:02x} at column {bad.start() + 1})")
+            at = not_utf8(text)
+            if at is not None:
+                yield n, PromptError(f"line {n}: not UTF-8 text ({at})")
                 continue
             try:
                 yield n, json.loads(text)

@@ -221,8 +221,8 @@ def audit(
     name = name or path.stem
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
-    new_run = store.run(report.run_id) is None
-    reviewed = _earlier_audit(store, report.run_id, path, tokenizer)
+    earlier = store.run(report.run_id)
+    reviewed = _earlier_audit(store, earlier, path, tokenizer) if earlier is not None else {}
     store.put_run(
         report.run_id,
         settings=settings,
@@ -233,39 +233,29 @@ def audit(
         source=_source(path),
     )  # read back from any folder
     seen: Counter[str] = Counter()
-    try:
-        _audit_rows(
-            store,
-            path,
-            report=report,
-            settings=settings,
-            seen=seen,
-            tokenizer=tokenizer,
-            profile=profile,
-            thinking=thinking,
-            reviewed=reviewed,
-        )
-    except UnicodeDecodeError:
-        if new_run:
-            store.forget_empty_run(report.run_id)
-        raise UserError(
-            f"{path} is not UTF-8 text ({_first_non_utf8(path)}; {report.rows} rows read before it): "
-            "re-encode it as UTF-8"
-        ) from None
-    if new_run and not report.imported:
+    _audit_rows(  # a line that is not UTF-8 is its own bad row (`core.prompts.iter_jsonl`)
+        store,
+        path,
+        report=report,
+        settings=settings,
+        seen=seen,
+        tokenizer=tokenizer,
+        profile=profile,
+        thinking=thinking,
+        reviewed=reviewed,
+    )
+    if earlier is None and not report.imported:
         store.forget_empty_run(report.run_id)
     return report
 
 
 def _earlier_audit(
-    store: Store, run_id: str, path: Path, tokenizer: TokenizerAdapter
+    store: Store, run: dict[str, Any], path: Path, tokenizer: TokenizerAdapter
 ) -> dict[str, tuple[list[int], list[int]]]:
-    """The reviewed samples (id → prompt and output ids) of an earlier audit of this dataset into this run, to be
-    audited again; UserError when the run holds an audit of another file or with another tokenizer (its sample ids
-    are the rows' ids: the new rows would replace the stored ones, their reviews kept on ids nobody reviewed)."""
-    run = store.run(run_id)
-    if run is None:
-        return {}
+    """The reviewed samples (id → prompt and output ids) of the earlier audit `run` (its `runs` row), to be audited
+    again; UserError when it is an audit of another file or with another tokenizer (its sample ids are the rows' ids:
+    the new rows would replace the stored ones, their reviews kept on ids nobody reviewed)."""
+    run_id = run["run_id"]
     if run.get("source") and (not path.is_file() or os.path.realpath(run["source"]) != _source(path)):
         raise UserError(
             f"run {run_id} already holds an audit of {run['source']}: name this one with --name (its rows would "
@@ -291,17 +281,6 @@ def readable_dataset(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
-
-
-def _first_non_utf8(path: Path) -> str:
-    """Where the first byte that is not UTF-8 sits: `line N, byte 0xXX`."""
-    with open(path, "rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return f"line {n}, byte 0x{line[exc.start]:02x} at column {exc.start + 1}"
-    return "an invalid byte"
 
 
 def _audit_rows(

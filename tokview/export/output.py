@@ -257,6 +257,6 @@ def open_stream(plan: Plan) -> IO[bytes]:
         raise RuntimeError(f"{plan.name} is a file, not a stream")
     if plan.stream_path == "-":
         return os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    if plan.stream_path.startswith(_FD):
-        return os.fdopen(os.dup(int(plan.stream_path[len(_FD) :])), "wb")
+    if plan.descriptor is not None:
+        return os.fdopen(os.dup(plan.descriptor), "wb")
     return open(plan.stream_path, "wb")  # a FIFO or device: written to, never replaced
