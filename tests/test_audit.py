@@ -390,3 +390,26 @@ def test_the_same_file_named_otherwise_is_the_same_audit(tmp_path):
         again = tmp_path / "link" / ".." / "d" / "rows.jsonl"
         assert audit(store, tmp_path / "link" / "rows.jsonl", tokenizer=kimi(), profile=profile()).imported == 1
         assert audit(store, again, tokenizer=kimi(), profile=profile()).imported == 1
+
+
+def test_masked_ids_after_the_last_supervised_span_are_no_answers_ids_and_never_supervised_on_export(tmp_path):
+    """A template's newline after `<|im_end|>` (or padding) is masked after a row's last supervised span. It was kept
+    as the end of the last answer, so an export of the audit supervised it, and findings saw ids after the stop."""
+    capture = make_capture()
+    tail = [*kimi().encode("\n"), 0, 0]
+    ids = [*capture.prompt_ids, *capture.output_ids, *tail]
+    mask = [0] * len(capture.prompt_ids) + [1] * len(capture.output_ids) + [0] * len(tail)
+    clean = {"id": "clean", "input_ids": ids[: -len(tail)], "loss_mask": mask[: -len(tail)]}
+    data = _write(tmp_path / "tail.jsonl", [{"id": "tail", "input_ids": ids, "loss_mask": mask}, clean])
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, data, tokenizer=kimi(), profile=profile())
+        assert (report.imported, report.masked_tails, report.bad_rows) == (2, 1, [])
+        assert "1 rows mask ids after their last supervised id: left out" in report.render()
+        codes = _codes(store, "audit-tail")
+        assert codes["tail"] == codes["clean"]  # no finding about ids after the stop
+        tailed = store.load_sample(store.samples_page(SampleFilter(text="tail"))[0].sample_id)
+        assert tailed.capture.output_ids == capture.output_ids
+        out = tmp_path / "again.jsonl"
+        export(store, "speculators", out, select="all", run="audit-tail", tokenizer=kimi(), profile=profile())
+    for row in map(json.loads, out.read_text().splitlines()):
+        assert [i for i, m in zip(row["input_ids"], row["loss_mask"]) if m] == capture.output_ids

@@ -43,12 +43,18 @@ class AuditReport:
     severity: dict[str, str] = field(default_factory=dict)
     review_reset: int = 0
     """Samples of an earlier audit of the dataset that were reviewed and whose ids changed: pending again."""
+    masked_tails: int = 0
+    """Rows whose ids go on, masked, after their last supervised id: left out of the samples (`masked_tail`)."""
 
     def render(self) -> str:
         lines = [
             f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
             f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"
         ]
+        if self.masked_tails:
+            lines.append(
+                f"  {self.masked_tails} rows mask ids after their last supervised id: left out (no answer holds them)"
+            )
         if self.review_reset:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
         for code, n in self.by_code.most_common():
@@ -99,7 +105,8 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     """(prompt id, generation index, [(turn, capture)]) of a pre-tokenized row: one capture, the prompt up to the
     loss mask's first 1, when it supervises one span of ids; one turn per span when it supervises several (an agent's
     trajectory: each answer's prompt is every id before it, the tool results and user turns between them masked).
-    Read as one answer, a trajectory's masked turns were supervised on export, and its answers analysed as one."""
+    Read as one answer, a trajectory's masked turns were supervised on export, and its answers analysed as one. An
+    answer is its span only: masked ids after the last one (`masked_tail`) were supervised on export when kept."""
     ids, mask = row["input_ids"], row["loss_mask"]
     if not isinstance(ids, list) or not isinstance(mask, list) or len(ids) != len(mask):
         raise PromptError("input_ids and loss_mask must be lists of the same length")
@@ -113,13 +120,21 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     ints = [int(i) for i in ids]
     raw = {k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")}
     if len(spans) <= 1:
-        split = spans[0][0] if spans else len(ids)
-        return prompt_id, index, [(None, _imported(ints[:split], ints[split:], meta, raw, last=True))]
+        start, end = spans[0] if spans else (len(ids), len(ids))
+        return prompt_id, index, [(None, _imported(ints[:start], ints[start:end], meta, raw, last=True))]
     turns: list[tuple[int | None, Capture]] = []
     for k, (start, end) in enumerate(spans):
-        last = k == len(spans) - 1
-        turns.append((k, _imported(ints[:start], ints[start:] if last else ints[start:end], meta, raw, last=last)))
+        turns.append((k, _imported(ints[:start], ints[start:end], meta, raw, last=k == len(spans) - 1)))
     return prompt_id, index, turns
+
+
+def masked_tail(row: dict[str, Any]) -> int:
+    """How many ids a speculators row masks after its last supervised one (a template's newline after the stop, or
+    padding): they are no answer's ids, so the audit leaves them out (kept, export would supervise them)."""
+    mask = row.get("loss_mask")
+    if not isinstance(mask, list) or 1 not in mask:
+        return 0
+    return len(mask) - 1 - max(pos for pos, m in enumerate(mask) if m == 1)
 
 
 def _supervised_spans(mask: list[Any]) -> list[tuple[int, int]]:
@@ -304,6 +319,7 @@ def _audit_rows(
                 raise PromptError("expected a JSON object")
             if "input_ids" in row and "loss_mask" in row:
                 prompt_id, index, turns = from_speculators(row)
+                report.masked_tails += masked_tail(row) > 0
             else:
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index, turns = 0, [(turn, capture)]
