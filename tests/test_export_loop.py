@@ -191,3 +191,25 @@ def test_select_thresholds_and_manifest(scored_db, tmp_path, capsys):
         == 1
     )
     assert "no samples match --select all --max-acceptance 0.5" in capsys.readouterr().err
+
+
+def test_a_logprob_that_is_not_finite_is_written_as_null_never_as_a_token_strict_json_refuses(tmp_path):
+    """A server's NaN or -inf logprob is kept as served; the JSONL held Python's `NaN`/`-Infinity`, which `jq`, serde
+    and JS readers refuse, losing the whole file over one value."""
+    import dataclasses
+    import math
+
+    from builders import make_capture, put
+
+    capture = make_capture()
+    logprobs = [-0.5] * len(capture.output_ids)
+    logprobs[1], logprobs[2] = math.nan, -math.inf
+    with Store(tmp_path / "s.duckdb") as store:
+        put(store, "odd", dataclasses.replace(capture, output_logprobs=logprobs))
+        export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=kimi(), profile=profile())
+
+    def strict(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    [row] = [json.loads(line, parse_constant=strict) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert row["output_logprobs"][:4] == [-0.5, None, None, -0.5]

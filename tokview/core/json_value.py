@@ -7,6 +7,8 @@ kwargs are arbitrary JSON, and typing them `Any` lets mypy wave through whatever
 
 from __future__ import annotations
 
+import json
+import math
 from typing import TypeAlias, TypeGuard
 
 import orjson
@@ -30,3 +32,25 @@ def is_int_list(value: list[object], *, negative: bool = True) -> TypeGuard[list
     except (TypeError, orjson.JSONEncodeError):
         return False
     return not raw.translate(None, _DIGITS_COMMAS_BRACKETS + (b"-" if negative else b""))
+
+
+def strict_json_line(record: dict[str, object]) -> bytes:
+    """`record` as one line of strict JSON (UTF-8, newline-ended). A float that is not finite (a NaN or -inf logprob a
+    server sent, kept as served) is written as null: Python's `NaN`/`-Infinity` tokens are no JSON, and a strict
+    reader (`jq`, serde, a JS trainer) refuses the whole file over one of them. Records without one, nearly all, pay
+    only the check."""
+    try:
+        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(record), ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -15,11 +15,11 @@ re-derived: every row is concatenated served ids, so no trainer path re-tokenize
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.json_value import strict_json_line
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.core.tool_calls import parse_tool_calls
@@ -231,7 +231,7 @@ def write_trajectories(
             summary.rows += 1
             summary.row_lengths.append(len(row.input_ids))
             record = trajectory_row(row, row_id)
-            fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+            fh.write(strict_json_line(record))
     finally:
         fh.close()
     return summary

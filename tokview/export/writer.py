@@ -21,6 +21,7 @@ from typing import Any
 from tokview.core import segments as seg
 from tokview.core.finding_context import Vocabulary, vocabulary_of
 from tokview.core.findings import ERROR, default_severity
+from tokview.core.json_value import strict_json_line
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.errors import describe_error
@@ -390,7 +391,7 @@ def _export_to(
                         conformance.check(
                             record, rr.Rendered(capture.input_ids, mask), served_kwargs(capture.settings, prof)
                         )
-                    sink.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+                    sink.write(strict_json_line(record))
                 exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
                 lengths.add(len(capture.prompt_ids) + len(capture.output_ids))
                 drift += "retokenize_drift" in (row.get("codes") or [])
