@@ -94,6 +94,35 @@ def test_untag_takes_a_tag_off_a_verdict_too_and_its_undo_puts_it_back(db):
         assert sample.status == "rejected"
 
 
+def test_undoing_a_verdict_after_its_tag_was_removed_takes_the_verdict_back_and_leaves_the_tag_off(db):
+    """An untag writes the tagged verdict (or note) again without the tag. Undoing the reject afterwards took back
+    nothing (its own row was already undone by the untag) and the untag's copy kept the sample rejected; the note's
+    copy stayed too. The copies now go with the action they copy."""
+    with Store(db) as store:
+        sid, other = bulk.select(store, SampleFilter(text="take 1")) + bulk.select(store, SampleFilter(text="take 2"))
+        store.record_verdict(other, "approved", who="bob")
+        rejected = bulk.set_status(store, [sid, other], "rejected", who="ann", reason="loops")
+        tagged = bulk.add_notes(store, [sid], who="ann", note="see turn 3", tags=("Loop", "math"))
+        assert (rejected.action_id, tagged.action_id) != (None, None)
+        single = store.record_verdict(sid, "rejected", reason="loops", tags=["loop"], who="ann")
+        bulk.remove_tag(store, [sid], "loop", who="bob")
+        bulk.remove_tag(store, [sid], "math", who="bob")  # a copy of a copy
+        store.undo_action(tagged.action_id, who="ann")
+        sample = store.load_sample(sid)
+        assert (sample.tags, sample.notes, sample.status) == ([], [], "rejected")
+        store.undo_action(who="bob")  # the untag of "math" after its note is gone: nothing comes back
+        sample = store.load_sample(sid)
+        assert (sample.tags, sample.notes, sample.status) == ([], [], "rejected")
+        store.undo_action(single, who="ann")  # the reject that carried the tag
+        assert store.load_sample(sid).status == "rejected"  # the bulk reject's verdict is the latest live one
+        store.undo_action(rejected.action_id, who="ann")
+        assert store.load_sample(sid).status == "pending"
+        assert store.load_sample(other).status == "approved"
+        bulk.set_status(store, [sid], "approved", who="ann")
+        store.undo_action(who="ann")
+        assert store.load_sample(sid).status == "pending"
+
+
 def test_tags_are_compared_without_case_in_a_sample_and_in_the_store(db):
     with Store(db) as store:
         sid = bulk.select(store, SampleFilter(text="take 2"))[0]

@@ -10,7 +10,8 @@ writes nothing (a dry run).
 
 Tags follow `Store.load_sample`: a sample's tags are those of its notes not undone and of its latest
 verdict not undone; they are compared without case. Removing a tag undoes the notes and the latest verdict
-that carry it (nothing is deleted) and writes each again with its text and other tags, under its author.
+that carry it (nothing is deleted) and writes each again with its text and other tags, under its author; undoing
+the action that wrote such a row takes its copies back with it.
 
 Every write is one *action* (schema 8): a row in `actions` (who, what, how many samples, from the app or
 `tokview review`) whose id every verdict row it wrote carries, and which every row it took back names in
@@ -359,6 +360,24 @@ def _target(store: Database, action_id: int | None) -> Action | None:
     return action
 
 
+UNTAG_COPY_OF_ACTION = (
+    "kind IN ('verdict', 'note') AND action_id IN (SELECT action_id FROM actions WHERE kind = 'untag') "
+    "AND EXISTS (SELECT 1 FROM verdicts o WHERE o.action_id = ? AND o.sample_id = verdicts.sample_id "
+    'AND o."at" = verdicts."at" AND o.kind = verdicts.kind AND o.who IS NOT DISTINCT FROM verdicts.who)'
+)
+"""A verdict or note row an untag wrote again (`remove_tag`: the same sample, time, author and kind, a tag fewer) of
+a row the action (one parameter) wrote: undoing the action takes it back with its own rows. Left live, the untag's
+copy of an undone reject kept the sample rejected, and of an undone note kept the note."""
+
+UNDONE_ORIGINALS = (
+    'SELECT o.sample_id, o."at", o.kind, o.who, max(x.undone_by) AS undo FROM verdicts o '
+    "JOIN actions x ON x.action_id = o.action_id WHERE x.undone_by IS NOT NULL AND x.kind NOT IN ('untag', 'undo') "
+    "AND o.kind IN ('verdict', 'note') GROUP BY ALL"
+)
+"""The verdict and note rows of undone actions (not untags), by what their untag copies keep of them, with the undo
+that took each back: a copy of one must not come back when an untag is undone."""
+
+
 def undo_action(
     store: Database, action_id: int | None = None, *, who: str | None, source: str = "app"
 ) -> Undone | None:
@@ -391,10 +410,20 @@ def undo_action(
                 "AND NOT undone",
                 [undo, a],
             ),
+            (  # and the live copies an untag wrote of them since (they keep the row's sample, time, author, kind)
+                f"UPDATE verdicts SET undone = true, undone_by = ? WHERE NOT undone AND {UNTAG_COPY_OF_ACTION}",
+                [undo, a],
+            ),
             (  # rows it undid whose own action was undone since stay undone, by that action's undo: undoing an
                 # untag after undoing the tag put the tag back
                 "UPDATE verdicts SET undone_by = x.undone_by FROM actions x WHERE verdicts.undone_by = ? "
                 "AND x.action_id = verdicts.action_id AND x.undone_by IS NOT NULL",
+                [a],
+            ),
+            (  # and so do untag copies of rows whose action was undone since (undo the note, then the untag)
+                f"UPDATE verdicts SET undone_by = f.undo FROM ({UNDONE_ORIGINALS}) f WHERE verdicts.undone_by = ? "
+                'AND f.sample_id = verdicts.sample_id AND f."at" = verdicts."at" AND f.kind = verdicts.kind '
+                "AND f.who IS NOT DISTINCT FROM verdicts.who",
                 [a],
             ),
             ("UPDATE verdicts SET undone = false, undone_by = NULL WHERE undone_by = ?", [a]),
