@@ -148,3 +148,36 @@ def test_the_same_review_in_both_stores_is_not_reported_as_another(tmp_path, ori
             store.record_verdict(sample_id, "approved", who="carol")
     said = merge(copy, original, capsys)
     assert "another status" not in said and "merged the review" not in said, said
+
+
+def test_the_review_a_merge_brings_is_one_action_undone_as_one_step(tmp_path, original, put, make_capture, capsys):
+    """A merge that brought the wrong copy's review was taken back sample by sample (its rows had no action). The rows
+    it adds, and the earlier ones it marks undone, are now one action: undone, every sample is as before the merge."""
+    sample_ids = ids(original)
+    with Store(original) as store:
+        store.record_verdict(sample_ids[0], "approved", who="carol")
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(original, copy)
+    with Store(copy) as store:
+        store.undo_verdict(sample_ids[0], who="alice")
+        store.record_verdict(sample_ids[1], "approved", who="alice")
+        store.record_verdict(sample_ids[2], "rejected", reason="wrong", who="alice")
+        store.add_note(sample_ids[3], "look again", who="alice", tags=["math"])
+        new = put(store, "new one", make_capture(question="a question only the copy has"))
+        store.record_verdict(new, "rejected", reason="dull", who="alice")
+    before = state(original)
+    said = merge(copy, original, capsys)
+    with Store(original) as store:
+        [action] = [a for a in store.actions() if a.kind == "merge"]
+        assert f"action #{action.action_id}: `tokview review --undo {action.action_id}` takes it back" in said, said
+        assert action.described == "merged the review of 5 samples (copy.duckdb)"
+        statuses = {sid: store.load_sample(sid).status for sid in [*sample_ids[:4], new]}
+        assert statuses == dict(zip([*sample_ids[:4], new], ["pending", "approved", "rejected", "pending", "rejected"]))
+        undone = store.undo_action(who="carol")
+        assert undone is not None and undone.action.action_id == action.action_id
+        assert sorted(undone.sample_ids) == sorted([*sample_ids[:4], new])
+        assert store.load_sample(new).status == "pending" and not store.load_sample(new).notes
+        assert store.load_sample(sample_ids[3]).tags == []
+    after = state(original)
+    assert {sid: after[sid][0] for sid in before} == {sid: before[sid][0] for sid in before}
+    assert after[sample_ids[0]][0] == "approved"

@@ -75,6 +75,12 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
     )
     if added.get("verdicts_taken"):
         print(f"merged the review of {added['verdicts_taken']} samples already in {into} from {src}", file=sys.stderr)
+    if added.get("review_action"):
+        action = added["review_action"]
+        print(
+            f"the review it brought is action #{action}: `tokview review --undo {action}` takes it back",
+            file=sys.stderr,
+        )
     if added.get("verdicts_kept"):  # both stores reviewed them since the copy: this one's review stands
         print(
             f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in {src} (both "

@@ -241,7 +241,14 @@ def remove_tag(
 
 
 # -- actions and their undo ------------------------------------------------------------------------
-VERBS = {"approved": "approved", "rejected": "rejected", "tag": "tagged", "untag": "untagged", "note": "noted"}
+VERBS = {
+    "approved": "approved",
+    "rejected": "rejected",
+    "tag": "tagged",
+    "untag": "untagged",
+    "note": "noted",
+    "merge": "merged the review of",
+}
 
 
 def new_action_id(store: Database) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from tokview.store import parts, prompt_refs, queries
+from tokview.store import merged_review, parts, prompt_refs, queries
 from tokview.store.connection import LOCK_WORDS, LockWait, StoreFile, is_duckdb_file, transaction
 from tokview.store.errors import StoreError, is_disk_full
 from tokview.store.merge import refuse_unmergeable, shared_columns
@@ -282,14 +282,14 @@ def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) 
         try:
             tables = refuse_unmergeable(conn, source, target_name)
             with transaction(conn):
-                return _merge_rows(conn, with_attempts="failure_attempts" in tables)
+                return _merge_rows(conn, with_attempts="failure_attempts" in tables, source_name=source.name)
         finally:
             conn.execute("DETACH src")
 
 
-def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict[str, int]:
+def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_name: str) -> dict[str, int]:
     """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`, and the
-    review the source added to samples both hold (`_merge_review`)."""
+    review the source added to samples both hold (`merged_review.take_review`, one action of this store)."""
     col_list = ", ".join(shared_columns(conn, "samples"))
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
@@ -310,7 +310,8 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict
         "INSERT INTO main.findings SELECT sample_id, code, severity, detail, positions FROM "
         "src.findings WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY rowid"
     )
-    verdict_cols = _verdict_columns(conn)
+    verdict_cols = merged_review.verdict_columns(conn)
+    action = merged_review.MergedReview.begin(conn)
     conn.execute(
         f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM src.verdicts "
         "WHERE sample_id IN (SELECT sample_id FROM _merge_new) ORDER BY seq"
@@ -319,82 +320,9 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> dict
     conn.execute("DELETE FROM main.failure_attempts WHERE sample_id IN (SELECT sample_id FROM _merge_new)")
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
-    taken, kept = _merge_review(conn, verdict_cols)
-    return {"samples": samples, "runs": runs, "failures": failures, "verdicts_taken": taken, "verdicts_kept": kept}
-
-
-_VERDICT_COLUMNS = ("sample_id", '"at"', "who", "kind", "status", "reason", "note", "tags", "undone")
-_EVENT = 'struct_pack(t := "at", w := who, k := kind, s := status, r := reason, n := note, g := tags)'
-"""One review event as both stores recorded it, its `undone` flag left out (a later undo sets it on an earlier
-event) and its numbering (`seq`: each store's own)."""
-
-
-def _verdict_columns(conn: duckdb.DuckDBPyConnection) -> str:
-    """The verdict columns a merge copies: the events themselves, and `override` when both stores have it. Not the
-    numbering or the `actions` links, which are each store's own (a merged event is undone per sample)."""
-    shared = set(shared_columns(conn, "verdicts"))
-    return ", ".join([*_VERDICT_COLUMNS, *(["override"] if "override" in shared else [])])
-
-
-def _merge_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str) -> tuple[int, int]:
-    """The review a source added to samples this store holds too: (samples whose review came across, samples whose
-    review here was kept though the source's differs).
-
-    Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
-    only new samples brought their verdicts. A sample's review comes across when this store's events for it are
-    the source's first ones (none, or the history the copy was made from): the events past them are added and the
-    earlier ones take the source's `undone` flags, so its status is the source's. Only for a sample whose ids are the
-    same in both stores: sample ids come from the prompt and the settings, so two runs of one prompt (shards, a
-    re-run) share an id for other answers, and a review of one is no review of the other. When the two histories
-    diverge (both stores reviewed it since the copy), or the ids differ, this store's review stands, and the merge
-    says how many samples have another status there."""
-    conn.execute(
-        f"CREATE OR REPLACE TEMP TABLE _merge_hist AS SELECT s.sample_id, s.ev AS src_ev, m.ev AS main_ev FROM "
-        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM src.verdicts WHERE sample_id IN "
-        "(SELECT sample_id FROM main.samples) GROUP BY sample_id) s LEFT JOIN "
-        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM main.verdicts WHERE sample_id IN "
-        "(SELECT sample_id FROM src.verdicts) GROUP BY sample_id) m "
-        "USING (sample_id)"
-    )
-    refs = [c for c in prompt_refs.REF_COLUMNS if c in shared_columns(conn, "samples")]  # an older source: none
-    same_refs = "".join(f" AND s.{c} IS NOT DISTINCT FROM m.{c}" for c in refs)
-    conn.execute(  # a sample id names the same ids in both only if they were made alike: compared, never assumed
-        "CREATE OR REPLACE TEMP TABLE _merge_same AS SELECT h.sample_id FROM _merge_hist h "
-        "JOIN src.samples s USING (sample_id) JOIN main.samples m USING (sample_id) "
-        f"WHERE s.output_ids = m.output_ids AND s.prompt_ids = m.prompt_ids{same_refs}"
-    )
-    conn.execute(
-        "CREATE OR REPLACE TEMP TABLE _merge_take AS SELECT sample_id, coalesce(len(main_ev), 0) AS held "
-        "FROM _merge_hist WHERE sample_id IN (SELECT sample_id FROM _merge_same) AND (main_ev IS NULL OR "
-        "(len(main_ev) < len(src_ev) AND src_ev[1:len(main_ev)] IS NOT DISTINCT FROM main_ev))"
-    )
-    kept = conn.execute(  # reviewed otherwise: another status there, and not only an older history of this one
-        "SELECT count(*) FROM _merge_hist h JOIN src.samples s USING (sample_id) JOIN main.samples m USING "
-        "(sample_id) WHERE h.sample_id NOT IN (SELECT sample_id FROM _merge_take) AND s.status <> m.status "
-        "AND NOT (len(src_ev) <= coalesce(len(main_ev), 0) AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev)"
-    ).fetchone()
-    numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
-    conn.execute(
-        f"CREATE OR REPLACE TEMP TABLE _merge_src AS SELECT v.*, {numbered} AS n FROM src.verdicts v "
-        "WHERE sample_id IN (SELECT sample_id FROM _merge_take)"
-    )
-    conn.execute(  # the events both hold: the source's undo flags (an undo in the copy marked one of them)
-        f"UPDATE main.verdicts SET undone = u.undone FROM (SELECT m.seq, s.undone FROM (SELECT seq, sample_id, "
-        f"{numbered} AS n FROM main.verdicts WHERE sample_id IN (SELECT sample_id FROM _merge_take)) m "
-        "JOIN _merge_src s USING (sample_id, n)) u WHERE main.verdicts.seq = u.seq"
-    )
-    conn.execute(
-        f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM _merge_src s "
-        "JOIN _merge_take t USING (sample_id) WHERE s.n > t.held ORDER BY s.seq"
-    )
-    conn.execute(
-        "UPDATE main.samples SET status = s.status FROM src.samples s WHERE main.samples.sample_id = s.sample_id "
-        "AND s.sample_id IN (SELECT sample_id FROM _merge_take)"
-    )
-    taken = _count(conn, "_merge_take")
-    for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
-        conn.execute(f"DROP TABLE {table}")
-    return taken, int(kept[0]) if kept else 0
+    taken, kept = merged_review.take_review(conn, verdict_cols, action)
+    added = {"samples": samples, "runs": runs, "failures": failures, "verdicts_taken": taken, "verdicts_kept": kept}
+    return {**added, **action.finish(conn, source_name)}
 
 
 def _merge_failures(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> int:

@@ -1,0 +1,126 @@
+"""The review a merge brings across, as one action of the target store.
+
+Why an action: a review done on a copy (two reviewers each taking half, on their own laptops) comes back with
+`tokview merge`; a merge that brought the wrong copy's verdicts must be taken back as one step (`u` in the app,
+`tokview review --undo ID`), not sample by sample. Every verdict and note row the merge adds carries the merge's
+action id, and every earlier row it marks undone (an undo made in the copy) names the merge in `undone_by`, so
+`bulk_review.undo_action` takes all of it back like any bulk action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+
+from tokview.store import bulk_review, prompt_refs
+from tokview.store.merge import shared_columns
+
+
+@dataclass(frozen=True)
+class MergedReview:
+    """The merge's action: its id (taken before any row is written) and the last verdict row before the merge."""
+
+    action_id: int
+    before: int
+
+    @classmethod
+    def begin(cls, conn: duckdb.DuckDBPyConnection) -> MergedReview:
+        row = conn.execute("SELECT nextval('verdict_seq'), (SELECT coalesce(max(seq), -1) FROM main.verdicts)")
+        action_id, before = row.fetchone() or (0, -1)
+        return cls(int(action_id), int(before))
+
+    def finish(self, conn: duckdb.DuckDBPyConnection, source_name: str) -> dict[str, int]:
+        """Name the rows the merge wrote as its action, and write the action when there is any (`review_action`:
+        its id, for the merge to print)."""
+        written = f"seq > {self.before} AND kind IN ('verdict', 'note')"
+        conn.execute(f"UPDATE main.verdicts SET action_id = ? WHERE {written}", [self.action_id])
+        row = conn.execute(
+            f"SELECT count(DISTINCT sample_id) FROM main.verdicts WHERE {written} OR undone_by = ?", [self.action_id]
+        ).fetchone()
+        samples = int(row[0]) if row else 0
+        if not samples:
+            return {}
+        sql, params = bulk_review.action_row(
+            self.action_id, who=None, kind="merge", detail=source_name, samples=samples, source="merge"
+        )
+        conn.execute(sql, params)
+        return {"review_action": self.action_id}
+
+
+_VERDICT_COLUMNS = ("sample_id", '"at"', "who", "kind", "status", "reason", "note", "tags", "undone")
+_EVENT = 'struct_pack(t := "at", w := who, k := kind, s := status, r := reason, n := note, g := tags)'
+"""One review event as both stores recorded it, its `undone` flag left out (a later undo sets it on an earlier
+event) and its numbering (`seq`: each store's own)."""
+
+
+def verdict_columns(conn: duckdb.DuckDBPyConnection) -> str:
+    """The verdict columns a merge copies: the events themselves, and `override` when both stores have it. Not the
+    numbering or the `actions` links, which are each store's own (the merge is one action here: `MergedReview`)."""
+    shared = set(shared_columns(conn, "verdicts"))
+    return ", ".join([*_VERDICT_COLUMNS, *(["override"] if "override" in shared else [])])
+
+
+def take_review(conn: duckdb.DuckDBPyConnection, verdict_cols: str, action: MergedReview) -> tuple[int, int]:
+    """The review a source added to samples this store holds too: (samples whose review came across, samples whose
+    review here was kept though the source's differs).
+
+    Why: a review done on a copy (or on two copies, two reviewers each taking half) and merged back used to vanish:
+    only new samples brought their verdicts. A sample's review comes across when this store's events for it are
+    the source's first ones (none, or the history the copy was made from): the events past them are added and the
+    earlier ones take the source's `undone` flags, so its status is the source's. Only for a sample whose ids are the
+    same in both stores: sample ids come from the prompt and the settings, so two runs of one prompt (shards, a
+    re-run) share an id for other answers, and a review of one is no review of the other. When the two histories
+    diverge (both stores reviewed it since the copy), or the ids differ, this store's review stands, and the merge
+    says how many samples have another status there."""
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _merge_hist AS SELECT s.sample_id, s.ev AS src_ev, m.ev AS main_ev FROM "
+        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM src.verdicts WHERE sample_id IN "
+        "(SELECT sample_id FROM main.samples) GROUP BY sample_id) s LEFT JOIN "
+        f"(SELECT sample_id, list({_EVENT} ORDER BY seq) AS ev FROM main.verdicts WHERE sample_id IN "
+        "(SELECT sample_id FROM src.verdicts) GROUP BY sample_id) m "
+        "USING (sample_id)"
+    )
+    refs = [c for c in prompt_refs.REF_COLUMNS if c in shared_columns(conn, "samples")]  # an older source: none
+    same_refs = "".join(f" AND s.{c} IS NOT DISTINCT FROM m.{c}" for c in refs)
+    conn.execute(  # a sample id names the same ids in both only if they were made alike: compared, never assumed
+        "CREATE OR REPLACE TEMP TABLE _merge_same AS SELECT h.sample_id FROM _merge_hist h "
+        "JOIN src.samples s USING (sample_id) JOIN main.samples m USING (sample_id) "
+        f"WHERE s.output_ids = m.output_ids AND s.prompt_ids = m.prompt_ids{same_refs}"
+    )
+    conn.execute(
+        "CREATE OR REPLACE TEMP TABLE _merge_take AS SELECT sample_id, coalesce(len(main_ev), 0) AS held "
+        "FROM _merge_hist WHERE sample_id IN (SELECT sample_id FROM _merge_same) AND (main_ev IS NULL OR "
+        "(len(main_ev) < len(src_ev) AND src_ev[1:len(main_ev)] IS NOT DISTINCT FROM main_ev))"
+    )
+    kept = conn.execute(  # reviewed otherwise: another status there, and not only an older history of this one
+        "SELECT count(*) FROM _merge_hist h JOIN src.samples s USING (sample_id) JOIN main.samples m USING "
+        "(sample_id) WHERE h.sample_id NOT IN (SELECT sample_id FROM _merge_take) AND s.status <> m.status "
+        "AND NOT (len(src_ev) <= coalesce(len(main_ev), 0) AND main_ev[1:len(src_ev)] IS NOT DISTINCT FROM src_ev)"
+    ).fetchone()
+    numbered = "row_number() OVER (PARTITION BY sample_id ORDER BY seq)"
+    conn.execute(
+        f"CREATE OR REPLACE TEMP TABLE _merge_src AS SELECT v.*, {numbered} AS n FROM src.verdicts v "
+        "WHERE sample_id IN (SELECT sample_id FROM _merge_take)"
+    )
+    conn.execute(  # the events both hold: the source's undo flags (an undo in the copy marked one of them), each
+        # one it sets named as undone by the merge, so that undoing the merge brings it back
+        "UPDATE main.verdicts SET undone = u.undone, undone_by = CASE WHEN u.undone AND NOT main.verdicts.undone "
+        f"THEN ? ELSE main.verdicts.undone_by END FROM (SELECT m.seq, s.undone FROM (SELECT seq, sample_id, "
+        f"{numbered} AS n FROM main.verdicts WHERE sample_id IN (SELECT sample_id FROM _merge_take)) m "
+        "JOIN _merge_src s USING (sample_id, n)) u WHERE main.verdicts.seq = u.seq",
+        [action.action_id],
+    )
+    conn.execute(
+        f"INSERT INTO main.verdicts ({verdict_cols}) SELECT {verdict_cols} FROM _merge_src s "
+        "JOIN _merge_take t USING (sample_id) WHERE s.n > t.held ORDER BY s.seq"
+    )
+    conn.execute(
+        "UPDATE main.samples SET status = s.status FROM src.samples s WHERE main.samples.sample_id = s.sample_id "
+        "AND s.sample_id IN (SELECT sample_id FROM _merge_take)"
+    )
+    counted = conn.execute("SELECT count(*) FROM _merge_take").fetchone()
+    taken = int(counted[0]) if counted else 0
+    for table in ("_merge_hist", "_merge_same", "_merge_take", "_merge_src"):
+        conn.execute(f"DROP TABLE {table}")
+    return taken, int(kept[0]) if kept else 0
