@@ -138,3 +138,21 @@ def test_failures_are_listed_by_reason_class(tmp_path):
     assert any(line.startswith("1  over_max_length  (e.g. over_max_length: the prompt has 9000") for line in lines)
     js = json.loads(_cli("stats", "--db", str(db), "--json").stdout)
     assert js["failures"]["by_class"] == {"HTTP 500 from POST /generate": 3, "over_max_length": 1}
+
+
+def test_an_id_stats_lists_escaped_is_taken_by_show_as_printed(tmp_path, capsys):
+    """A sample id holding a control character or a bidi override is listed escaped (the terminal stays safe), so it
+    could not be pasted into `show`: it said "no sample". `show` now reads the escapes back when the id as given is
+    not stored."""
+    from tokview.cli import main
+
+    db = tmp_path / "odd.duckdb"
+    with Store(db) as store:
+        odd = put(store, "odd\x1b]0;owned\x07\u202e\tid", make_capture())
+    assert main(["stats", "--db", str(db), "--samples"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("odd")]
+    printed = line.split("\t")[0]
+    assert "\x1b" not in printed and printed != odd
+    assert main(["show", "--db", str(db), printed]) == 0
+    assert "owned" in capsys.readouterr().out
+    assert main(["show", "--db", str(db), printed + "x"]) == 1

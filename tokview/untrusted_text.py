@@ -70,6 +70,23 @@ def printable_line(text: str) -> str:
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
 
 
+_PRINTED_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|(n)|(t))")
+
+
+def from_printed(text: str) -> str:
+    """What `printable_line` printed as `text`, its escapes (`\\x1b`, `\\u202e`, `\\n`, `\\t`) read back: a sample
+    id copied from `tokview stats --samples` into `tokview show`. Ambiguous for text that held such an escape as
+    typed, so a caller tries the text as given first."""
+
+    def one(match: re.Match[str]) -> str:
+        byte, code, newline, _tab = match.groups()
+        if byte or code:
+            return chr(int(byte or code, 16))
+        return "\n" if newline else "\t"
+
+    return _PRINTED_ESCAPE.sub(one, text)
+
+
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 

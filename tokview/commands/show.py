@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.errors import UserError
-from tokview.untrusted_text import printable, printable_line
+from tokview.untrusted_text import from_printed, printable, printable_line
 
 if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
@@ -51,9 +51,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             stored = store.load_sample(args.sample_id)
         except UnknownSample:
-            raise UserError(
-                f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"
-            ) from None
+            try:  # an id `stats --samples` printed with its control characters escaped, pasted here
+                stored = store.load_sample(from_printed(args.sample_id))
+            except UnknownSample:
+                raise UserError(
+                    f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"
+                ) from None
         run = store.run(stored.run_id) or {}
     tokenizer, profile = resolve_for_stored(
         args.tokenizer,
