@@ -123,3 +123,57 @@ def test_history_reasoning_all_asks_for_the_profile_s_keep_all_kwarg():
         asked.clear()
         asyncio.run(run_chain(dataclasses.replace(ITEM, history_reasoning="all"), attempt, None, prof))
         assert asked == [want, want]
+
+
+def test_each_file_result_goes_to_the_served_call_in_the_place_of_the_file_call_it_answers():
+    """The file's results were paired with the served calls by the results' order: a harness that listed Oslo's
+    result before Paris's gave the served Paris call Oslo's weather, and nothing said so. The results keep the
+    file's order; each takes the id of the served call at its file call's place."""
+    weather = {"name": "get_weather"}
+    calls = [
+        {"id": "call_paris", "type": "function", "function": {**weather, "arguments": '{"city": "Paris"}'}},
+        {"id": "call_oslo", "type": "function", "function": {**weather, "arguments": '{"city": "Oslo"}'}},
+    ]
+    messages = [
+        {"role": "user", "content": "weather in Paris and Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_oslo", "content": "OSLO: rain"},
+        {"role": "tool", "tool_call_id": "call_paris", "content": "PARIS: sun"},
+        {"role": "assistant", "content": "Sun in Paris, rain in Oslo."},
+    ]
+    item = ChainItem("w#turn0@k_gen0", "w", 0, messages, None, ((0, 1, "w#turn0@k_gen0"), (1, 4, "w#turn1@k_gen0")))
+    first = _served([1, 2])
+    first.finish_reason = "tool_calls"
+    first.tool_calls = [
+        {"id": "s0", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"id": "s1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+    ]
+    sent: list[list[dict]] = []
+
+    async def attempt(history, kwargs):
+        sent.append(history)
+        return first if len(sent) == 1 else _served([1, 2, 7, 8, 9])
+
+    result = asyncio.run(run_chain(item, attempt))
+    assert result.stop is None and len(result.samples) == 2
+    results = [(m["tool_call_id"], m["content"]) for m in sent[1] if m["role"] == "tool"]
+    assert results == [("s1", "OSLO: rain"), ("s0", "PARIS: sun")]
+
+
+def test_a_gpt_oss_raw_turn_goes_back_as_its_analysis_and_final_channels():
+    """On the raw path a Harmony answer was decoded whole, special tokens skipped: the analysis, the channel names
+    and `assistantfinal` became the next turn's visible answer, a history the model never wrote."""
+    from tokview.batch.chains import split_on_ids
+    from tokview.core import harmony as h
+    from tokview.core.profiles import get_profile
+
+    class Decoder:
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(f"<{i}>" for i in ids)
+
+    analysis, final = [11, 12], [21, 22, 23]
+    out = [h.CHANNEL, *h.CHANNEL_IDS["analysis"], h.MESSAGE, *analysis, h.END]
+    out += [h.START, 1, h.CHANNEL, *h.CHANNEL_IDS["final"], h.MESSAGE, *final, h.RETURN]
+    capture = Capture(prompt_ids=[5], output_ids=out, finish_reason="stop")
+    reasoning, content = split_on_ids(capture, Decoder(), get_profile("gpt-oss"))
+    assert (reasoning, content) == ("<11><12>", "<21><22><23>")

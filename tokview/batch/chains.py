@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.findings import COMPLETE_FINISH_REASONS
+from tokview.core.harmony import parse_harmony
+from tokview.core.profiles import HARMONY
 from tokview.core.record import Capture
 
 if TYPE_CHECKING:
@@ -200,22 +202,35 @@ def _next_history(
         return [], f"turn {turn} was cut at the token limit (finish_reason length): its calls or answer are incomplete"
     if isinstance(served.finish_reason, str) and served.finish_reason not in COMPLETE_FINISH_REASONS:
         return [], f"turn {turn} was ended by the server (finish_reason {served.finish_reason}): it is incomplete"
-    file_calls = {c["id"]: c["function"]["name"] for c in item.messages[at].get("tool_calls") or []}
-    wanted = [file_calls.get(r.get("tool_call_id", ""), "?") for r in results]
+    file_calls = [str(c["function"]["name"]) for c in item.messages[at].get("tool_calls") or []]
+    answers = _answered_calls(item.messages[at], results)
+    wanted = [file_calls[p] if p < len(file_calls) else "?" for p in answers]
     got = [str(c.get("name")) for c in calls]
     if len(got) != len(wanted):
         return [], (
             f"turn {turn} called {len(got)} tool(s) ({', '.join(got) or 'none'}) where the file has {len(wanted)} "
             f"result(s) ({', '.join(wanted) or 'none'})"
         )
-    for i, (name, want) in enumerate(zip(got, wanted, strict=True), start=1):
-        if name != want:
-            return [], f"turn {turn} called {name} as call {i} where the file's result {i} answers {want}"
+    for p, want in sorted(zip(answers, wanted, strict=True)):
+        if p >= len(got) or got[p] != want:
+            name = got[p] if p < len(got) else "nothing"
+            return [], f"turn {turn} called {name} as call {p + 1} where the file's call {p + 1} is {want}"
     spliced = [served_message(served, item.history_reasoning, tokenizer, profile)]
-    for call, result in zip(calls, results, strict=True):
-        spliced.append({**result, "tool_call_id": call.get("id") or result.get("tool_call_id")})
+    for p, result in zip(answers, results, strict=True):  # the file's order of results, each to its call's place
+        spliced.append({**result, "tool_call_id": calls[p].get("id") or result.get("tool_call_id")})
     spliced += [dict(m) for m in following[len(results) :]]
     return spliced, None
+
+
+def _answered_calls(turn: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> list[int]:
+    """For each of the file's results, the position of the file call it answers (by `tool_call_id`, which
+    `agent_traces.check_trace` gave every result): the served call at that position takes it. Paired by the
+    results' order, a harness that listed Oslo's result before Paris's gave the served Paris call Oslo's weather."""
+    position = {c.get("id"): i for i, c in enumerate(turn.get("tool_calls") or [])}
+    answers = [position.get(r.get("tool_call_id"), -1) for r in results]
+    if sorted(answers) != list(range(len(results))):  # not one result per call: by order, as before
+        return list(range(len(results)))
+    return answers
 
 
 def served_message(
@@ -246,8 +261,17 @@ def served_message(
 
 
 def split_on_ids(capture: Capture, tokenizer: TokenizerAdapter, profile: ModelProfile) -> tuple[str | None, str]:
-    """(reasoning, answer) of a raw capture: the ids before and after the profile's closer, the stop id dropped."""
+    """(reasoning, answer) of a raw capture: the ids before and after the profile's closer, the stop id dropped;
+    for Harmony, the analysis and final channels' bodies (decoded whole, the channel names and headers were read
+    as the answer's text)."""
     out = list(capture.output_ids)
+    if profile.format == HARMONY:
+        messages = parse_harmony(out)
+        bodies = {
+            channel: "".join(tokenizer.decode(out[slice(*m.body)]) for m in messages if m.channel == channel)
+            for channel in ("analysis", "final")
+        }
+        return bodies["analysis"] or None, bodies["final"]
     if out and out[-1] in profile.stop_ids:
         out = out[:-1]
     close = profile.think_close_id
