@@ -168,3 +168,36 @@ def test_a_lone_surrogate_in_the_tools_is_a_bad_row_not_a_template_error(tmp_pat
     assert len(bad) == 1
     assert "lone UTF-16 surrogate U+D800" in bad[0]
     assert bad[0].startswith("line 1")
+
+
+@pytest.mark.parametrize("tools", [{}, 0, False])
+def test_tools_that_are_no_list_are_refused_whatever_else_the_row_holds(tmp_path, tools):
+    """`"tools": {}` was refused on a row the checked path read (a `name` on a turn) and sent as a row without tools
+    on the fast path's plain row: the same mistake, two outcomes."""
+    plain = {"id": "plain", "tools": tools, "messages": [{"role": "user", "content": "hi"}]}
+    named = {"id": "named", "tools": tools, "messages": [{"role": "user", "content": "hi", "name": "u"}]}
+    checked = list(iter_checked(_file(tmp_path, plain, named), rows=False))
+    assert [c.bad is not None and "`tools` must be a list of tools" in c.bad for c in checked] == [True, True]
+
+
+def test_an_assistant_turn_before_the_first_user_turn_is_history_not_a_turn_to_generate(tmp_path):
+    """A conversation that opens with the assistant's greeting planned that turn with no message before it: the
+    request could not be made and the batch stopped with an internal error, nothing stored."""
+    greeting = {"role": "assistant", "content": "Hello, how can I help?"}
+    rows = [
+        {"id": "g1", "messages": [greeting, {"role": "user", "content": "2+2?"}]},
+        {
+            "id": "g2",
+            "messages": [greeting, {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+        },
+        {
+            "id": "g3",
+            "messages": [greeting, {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+            + [{"role": "user", "content": "c"}],
+        },
+    ]
+    for checked, row in zip(iter_checked(_file(tmp_path, *rows), rows=True), rows, strict=True):
+        points = generation_points(checked.row)
+        assert [p.turn for p in points] == checked.turns, row["id"]
+        assert all(any(m["role"] == "user" for m in p.history) for p in points)
+    assert [len(generation_points(c.row)) for c in iter_checked(_file(tmp_path, *rows), rows=True)] == [1, 1, 2]

@@ -280,3 +280,33 @@ def test_progress_counts_a_stopped_chain_s_turns_as_done(tmp_path):
     assert summary.chain_stopped == 1
     assert summary.balanced
     assert (seen[-1].done, seen[-1].total) == (2, 2), "the stopped turn is done, not pending"
+
+
+@pytest.mark.parametrize("history", ["served", "file"])
+def test_a_greeting_first_row_and_a_row_named_like_a_turn_are_each_stored(tmp_path, capsys, history):
+    """Two rows the batch lost: one opening with the assistant's greeting stopped the run (internal error, nothing
+    stored), and a one-turn row `x#turn1` took the sample id of turn 1 of row `x`, one replacing the other in the
+    store while the summary counted both."""
+    greeting = {"role": "assistant", "content": "Hello, how can I help?"}
+    rows = [
+        {"id": "hello", "messages": [greeting, {"role": "user", "content": "What is 2+2?"}]},
+        {
+            "id": "x",
+            "messages": [
+                {"role": "user", "content": "first question"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "second question"},
+            ],
+        },
+        {"id": "x#turn1", "messages": [{"role": "user", "content": "a different question"}]},
+    ]
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        code, _, store = _batch(tmp_path, sim.url, rows, "--history", history)
+        summary = json.loads(capsys.readouterr().out)
+        again, _, _ = _batch(tmp_path, sim.url, rows, "--history", history)
+    assert (code, summary["ok"], summary["balanced"]) == (ExitCode.OK, 4, True)
+    stored = dict(store.query("SELECT prompt_id, count(*) FROM samples GROUP BY 1"))
+    assert stored == {"hello": 1, "x": 2, "x#turn1": 1}
+    [lone] = _chain(store, "x#turn1")
+    assert "a different question" in json.dumps(lone.capture.messages)
+    assert json.loads(capsys.readouterr().out)["resumed"] == 4 and again == ExitCode.OK

@@ -403,7 +403,7 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
     rid = obj.get("id")
     if type(turns) is not list or type(rid) is not str or not (rid.isascii() and rid.isprintable() and rid.strip()):
         return None
-    if obj.get("tools"):  # parse_row refuses the row (tools are not sent yet): it must take that path
+    if obj.get("tools") not in (None, [], ""):  # `row_tools` reads it (`{}` and `0` are refused there, not "none")
         return None
     has_user = False
     assistants = 0
@@ -415,7 +415,7 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
             return None
         if role == "user":
             has_user = True
-        elif role == "assistant":
+        elif role == "assistant" and has_user:  # one before any user turn is history (`generation_points`)
             assistants += 1
     if not has_user:
         return None
@@ -439,7 +439,8 @@ def fast_row(obj: object, n: int) -> PromptRow | None:
 
 def generation_turns(messages: list[dict[str, Any]]) -> list[int | None]:
     """The `turn` of each of `generation_points`' points, without building their histories."""
-    assistants = sum(1 for m in messages if m["role"] == "assistant")
+    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), len(messages))
+    assistants = sum(1 for m in messages[first_user:] if m["role"] == "assistant")
     return _turns(assistants, messages[-1]["role"] == "assistant")
 
 

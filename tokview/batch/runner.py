@@ -38,7 +38,7 @@ from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
-from tokview.core.record import sample_id_for, settings_key
+from tokview.core.record import sample_head, sample_id_for, settings_key
 
 if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
     from tokview.batch.landing_process import LandingChild
@@ -80,9 +80,7 @@ def plan(
     chain_key = settings_key(chain_settings(settings, config)) if served else key
 
     def sample_id(prompt_id: str, index: int, turn: int | None) -> str:
-        if turn is None:
-            return f"{prompt_id}@{key}_gen{index}"
-        return f"{prompt_id}#turn{turn}@{chain_key}_gen{index}"
+        return f"{sample_head(prompt_id, turn)}@{key if turn is None else chain_key}_gen{index}"
 
     items: list[WorkItem] = []
     seen_prompts: set[str] = set()

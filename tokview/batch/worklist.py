@@ -44,7 +44,7 @@ from tokview.batch.inputs import (
     open_lines,
 )
 from tokview.core.prompts import PromptError, PromptRow, generation_points
-from tokview.core.record import sample_id_for, settings_key
+from tokview.core.record import sample_head, sample_id_for, settings_key
 
 if TYPE_CHECKING:
     from tokview.batch.config import BatchConfig
@@ -102,12 +102,12 @@ class WorkList:
         A chain's turns go to the shard of its first turn: a chain is regenerated in one piece."""
         if self.is_chain(turns):
             for index in range(self.samples_per_prompt):
-                ids = [f"{prompt_id}#turn{turn}@{self.chain_key}_gen{index}" for turn in turns]
+                ids = [f"{sample_head(prompt_id, turn)}@{self.chain_key}_gen{index}" for turn in turns]
                 if self._in_shard(ids[0]):
                     yield from ((turn, index, sample_id) for turn, sample_id in zip(turns, ids, strict=True))
             return
         for turn in turns:
-            head = prompt_id if turn is None else f"{prompt_id}#turn{turn}"
+            head = sample_head(prompt_id, turn)
             for index in range(self.samples_per_prompt):
                 sample_id = f"{head}@{self.key}_gen{index}"
                 if self._in_shard(sample_id):
@@ -299,7 +299,7 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                     work.bad.append(checked.bad)
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
                     work.planned += 1
-                    if checked.prompt_id + tail in stored:
+                    if sample_head(checked.prompt_id, None) + tail in stored:
                         work.resumed += 1
                     else:
                         work.todo += 1

@@ -164,9 +164,12 @@ def _no_turns(row: dict[str, Any]) -> str:
 
 
 def generation_points(row: PromptRow) -> list[GenerationPoint]:
-    """One point per assistant turn (history without earlier reasoning), or one at the end."""
+    """One point per assistant turn (history without earlier reasoning), or one at the end. An assistant turn before
+    the first user turn (a greeting the conversation opens with) is history, not a point: its prompt would hold no
+    request (with no system turn, no message at all, which no server takes)."""
     points: list[GenerationPoint] = []
-    assistant_turns = [i for i, m in enumerate(row.messages) if m["role"] == "assistant"]
+    first_user = next((i for i, m in enumerate(row.messages) if m["role"] == "user"), len(row.messages))
+    assistant_turns = [i for i, m in enumerate(row.messages) if m["role"] == "assistant" and i > first_user]
     multi = len(assistant_turns) > 1 or (assistant_turns and row.messages[-1]["role"] != "assistant")
     for k, idx in enumerate(assistant_turns):
         points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx]), idx))

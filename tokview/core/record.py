@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,5 +105,19 @@ def canonical_hash(obj: object) -> str:
 
 def sample_id_for(prompt_id: str, settings: dict[str, Any], index: int, turn: int | None = None) -> str:
     """Stable id: same prompt + same settings + same index → same id, so re-runs resume."""
-    turn_part = f"#turn{turn}" if turn is not None else ""
-    return f"{prompt_id}{turn_part}@{settings_key(settings)}_gen{index}"
+    return f"{sample_head(prompt_id, turn)}@{settings_key(settings)}_gen{index}"
+
+
+_ENDS_LIKE_A_TURN = re.compile(r"#turn\d+\Z")
+
+
+def sample_head(prompt_id: str, turn: int | None) -> str:
+    """A sample id's part before `@`: the prompt id, and `#turn{t}` for a turn of a multi-turn row.
+
+    A one-turn row whose own id ends like a turn (`x#turn1`) gets a `#` more: its sample id was the one of turn 1
+    of a row `x` in the same file, and one replaced the other in the store (the run counted both)."""
+    if turn is not None:
+        return f"{prompt_id}#turn{turn}"
+    if "#turn" in prompt_id and _ENDS_LIKE_A_TURN.search(prompt_id):
+        return f"{prompt_id}#"
+    return prompt_id
