@@ -508,6 +508,7 @@ def test_the_by_tag_line_prints_a_tags_terminal_escapes_escaped(tmp_path, capsys
     "edit",
     [
         "output_ids = list_concat([NULL::INTEGER], output_ids[2:])",
+        "output_ids = list_concat([-5], output_ids[2:])",
         "settings = '{not json'",
         "settings = '[1, 2]'",
         "raw_response = '{'",

@@ -91,3 +91,18 @@ def test_show_tells_who_reviewed_it_why_and_the_notes(tmp_path, capsys, kimi_tok
         "repetition / degenerate output",
         False,
     )
+
+
+def test_a_stored_negative_id_is_a_damaged_row_in_one_line(tmp_path, capsys, kimi_tok, kimi_profile):
+    """A row edited to hold -5 ended `show` in an internal error (the tokenizer's OverflowError, exit 70); an id past
+    the vocabulary was an `unknown_token_id` finding all along."""
+    db = _db_with_sample(tmp_path, kimi_tok, kimi_profile)
+    with Store(db) as store:
+        store._file.write([("UPDATE samples SET output_ids = list_concat(output_ids[1:5], [-5])", [])])
+    capsys.readouterr()
+    assert main(["show", "s1", "--db", str(db)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "tokview: error: sample s1: its stored row is damaged (ValueError: output_ids holds a negative id (-5))\n"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -346,8 +347,13 @@ def capture_from_row(row: dict[str, Any]) -> Capture:
 def _capture_from_row(row: dict[str, Any]) -> Capture:
     for name in ID_COLUMNS:
         ids = row.get(name)
-        if ids is not None and None in ids:
-            raise ValueError(f"{name} holds a NULL id")
+        if ids:
+            try:
+                array("I", ids)  # one C pass, faster than `None in ids`: a NULL or a negative id is no token id
+            except TypeError:
+                raise ValueError(f"{name} holds a NULL id") from None
+            except OverflowError:
+                raise ValueError(f"{name} holds a negative id ({min(ids)})") from None
     if row.get("prompt_from") is not None:  # a reader that forgot `prompt_refs.whole_prompts` would read a cut prompt
         raise StoreError(f"sample {row.get('sample_id')}: its prompt ids were read without their earlier turn's")
     data = {name: row[name] for name in CAPTURE_COLUMNS}
