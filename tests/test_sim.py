@@ -531,6 +531,28 @@ def test_latency_delays_generation():
         assert time.monotonic() - started >= 0.3
 
 
+def test_stopping_releases_a_request_waiting_out_its_latency():
+    """`--latency 30` held a request in one sleep past the server's graceful shutdown, which cancelled it and
+    printed an ASGI traceback on the simulator's stderr. The wait now ends when the simulator stops."""
+    import threading
+
+    from tokview.sim import launch
+
+    sim = launch(SimConfig(kind="vllm", quirks={"latency": 30}))
+    answers: list[int] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(post(sim, "/v1/chat/completions", {"messages": MESSAGES}).status_code)
+    )
+    waiting.start()
+    deadline = time.monotonic() + 10
+    while sim.state.stats.generation == 0 and time.monotonic() < deadline:  # admitted: waiting out its latency
+        time.sleep(0.02)
+    started = time.monotonic()
+    sim.stop()
+    waiting.join(timeout=10)
+    assert answers == [503] and time.monotonic() - started < 5
+
+
 def test_config_rejects_unknown_quirks():
     with pytest.raises(SimConfigError):
         SimConfig(quirks={"http-999": 1})
@@ -540,6 +562,11 @@ def test_config_rejects_unknown_quirks():
         SimConfig(quirks={"http-503": "two"})
     with pytest.raises(SimConfigError):
         SimConfig(quirks={"latency": True})
+    for count in ("abc", -5, 0):  # accepted, then every /generate failed with HTTP 500 (or cut -5 as [5:])
+        with pytest.raises(SimConfigError, match="prompt-prefix-bug takes a count"):
+            SimConfig(kind="sglang", quirks={"prompt-prefix-bug": count})
+    with pytest.raises(SimConfigError, match="at most the context length"):  # built whole: 10^20 ate the memory
+        SimConfig(output_tokens=10**20)
     assert parse_quirk("http-503=2") == ("http-503", 2)
     assert parse_quirk("no-id-fields") == ("no-id-fields", True)
     assert parse_quirk("latency=0.5") == ("latency", 0.5)

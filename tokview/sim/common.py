@@ -7,7 +7,6 @@ fault identical across endpoints and both server kinds.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -187,8 +186,8 @@ async def admit(state: SimState, request: Request, streaming: bool) -> tuple[str
     if fault:
         state.stats.faults[fault] += 1
     latency = state.cfg.total_latency_s
-    if latency > 0:
-        await asyncio.sleep(latency)
+    if latency > 0 and not await faults.wait_unless_released(latency, state.released):
+        return fault, faults.error_response(state.cfg.kind, 503, "the simulator is stopping", "ServiceUnavailable")
     if fault == "stall":
         await faults.stall(request, state.released)
         return fault, faults.error_response(state.cfg.kind, 503, "stalled request released", "ServiceUnavailable")

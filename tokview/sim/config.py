@@ -134,6 +134,9 @@ class SimConfig:
             value = self.quirks.get(name)
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
                 raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
+        prefix = self.quirks.get("prompt-prefix-bug", True)
+        if prefix is not True and (isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 1):
+            raise SimConfigError(f"quirk prompt-prefix-bug takes a count (a whole number >= 1), got {prefix!r}")
         latency = self.quirks.get("latency", 0)
         if (
             isinstance(latency, bool)
@@ -146,8 +149,11 @@ class SimConfig:
             raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
         if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 2:
             raise SimConfigError(f"max_model_len must be a whole number of at least 2, got {self.max_model_len!r}")
-        if self.output_tokens is not None and self.output_tokens < 3:
-            raise SimConfigError("output_tokens must be at least 3")
+        if self.output_tokens is not None and not 3 <= self.output_tokens <= self.max_model_len:
+            raise SimConfigError(  # the forced output is built whole before max_tokens cuts it: 10^20 ate the memory
+                f"output_tokens must be at least 3 and at most the context length ({self.max_model_len}), "
+                f"got {self.output_tokens}"
+            )
         if self.tokenizer_dir is not None:
             self.tokenizer_dir = Path(self.tokenizer_dir)
         from tokview.sim.spec import SPEC_DECODE_MODES

@@ -111,6 +111,19 @@ async def stall(request: Request, released: threading.Event, cap_s: float = STAL
         await asyncio.sleep(0.05)
 
 
+async def wait_unless_released(seconds: float, released: threading.Event, step_s: float = 0.05) -> bool:
+    """Sleep `seconds` (`--latency`), in steps, so that stopping the simulator ends the wait: False when it did. One
+    sleep held a request past the server's graceful shutdown, which cancelled it with a traceback on stderr."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not released.is_set():
+        left = deadline - loop.time()
+        if left <= 0:
+            return True
+        await asyncio.sleep(min(left, step_s))
+    return False
+
+
 class DroppedResponse(Response):
     """Announces the full body, sends half of it, then aborts the connection."""
 
