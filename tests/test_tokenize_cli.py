@@ -157,3 +157,27 @@ def test_a_chat_turn_of_the_wrong_type_is_named_as_batch_names_it(tmp_path):
     assert done.stderr.strip() == (
         f"tokview: error: {chat}: turn 1 `content` must be a string or a list of text parts, not a number"
     ), done.stderr
+
+
+def test_stdin_is_one_text_per_newline_and_json_keeps_the_terminal_safe(capsys, monkeypatch, kimi_tok_dir, tmp_path):
+    """`splitlines` also cut at a form feed, U+2028 and the other separators: a text holding one printed ids of two
+    texts, none of them the text's. `--json` passed C1 controls and bidi overrides raw to the terminal; and
+    `--chat /dev/stdin` was "not found" (a pipe is no regular file)."""
+    data = "page1\fpage2\r\nA\u2028B\nx\x9b2J\u202ey\n".encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--json", "-")
+    assert code == 0
+    assert "\x9b" not in out and "\u202e" not in out
+    texts = [json.loads(line)["text"] for line in out.split("\n")[:-1]]
+    assert texts == ["page1\fpage2", "A\u2028B", "x\x9b2J\u202ey"]
+    import os
+    import threading
+
+    fifo = tmp_path / "chat.json"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text('{"messages": [{"role": "user", "content": "hi"}]}'))
+    writer.start()
+    code, out, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", str(fifo))
+    writer.join(timeout=10)
+    assert code == 0, err
+    assert "chat prompt" in out

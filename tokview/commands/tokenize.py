@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokview.errors import UserError
+from tokview.untrusted_text import printable_json
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -100,7 +101,10 @@ def _texts(items: list[str]) -> Iterator[str]:
                 decoded = data.decode("utf-8-sig")
             except UnicodeDecodeError as exc:
                 raise UserError(f"stdin is not UTF-8 text (byte {exc.start})") from None
-            yield from decoded.splitlines()
+            lines = decoded.split("\n")  # one text per line: `splitlines` also cut at \f, \v, \x1c-\x1e, U+2028 …
+            if lines[-1] == "":
+                lines.pop()
+            yield from (line.removesuffix("\r") for line in lines)
             continue
         try:
             item.encode("utf-8")
@@ -114,10 +118,11 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     from tokview.batch.inputs import check_row
     from tokview.core.agent_traces import PromptError
     from tokview.core.prompts import generation_points, parse_row
+    from tokview.export.audit import readable_dataset
 
     if path.is_dir():
         raise UserError(f"chat file is a directory: {path}")
-    if not path.is_file():
+    if not readable_dataset(path):  # a file, or a pipe: `--chat /dev/stdin`, `--chat <(…)`
         raise UserError(f"chat file not found: {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))
@@ -155,7 +160,7 @@ def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thin
 def _emit(as_json: bool, text: str, ids: list[int], tokenizer: TokenizerAdapter, label: str | None = None) -> None:
     pieces = tokenizer.pieces(ids)
     if as_json:
-        print(json.dumps({"text": text, "ids": ids, "pieces": pieces}, ensure_ascii=False))
+        print(printable_json(json.dumps({"text": text, "ids": ids, "pieces": pieces}, ensure_ascii=False)))
         return
     print()
     print(f"{label or 'text'} {_short(text)}: {len(ids)} ids")
