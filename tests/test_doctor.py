@@ -176,3 +176,40 @@ async def test_skip_special_names_only_the_ids_whose_text_was_lost(kimi_tok: Any
     assert "163586" in detail
     assert "163601" not in detail
     assert "163606" not in detail
+
+
+def test_the_ids_check_fails_on_empty_id_lists_and_recommends_the_endpoint_that_works() -> None:
+    """A server answering `token_ids: []` for 145 tokens passed (exit 0: the lists were there), and with only chat
+    returning ids the doctor recommended `--mode raw`, the endpoint that had just failed."""
+    from types import SimpleNamespace
+
+    from tokview.core.record import Capture
+    from tokview.servers import doctor_checks
+
+    said: list[tuple] = []
+    doc = SimpleNamespace(
+        info=SimpleNamespace(features={"chat_ids_field": "token_ids"}),
+        choice=SimpleNamespace(raw=SimpleNamespace(path="/v1/completions", ids_field="token_ids")),
+        add=lambda *line: said.append(line),
+    )
+    empty = Capture(prompt_ids=[1], output_ids=[], usage={"completion_tokens": 145})
+    doctor_checks.check_ids(doc, raw=empty, raw_error=None, chat=empty, chat_ids=[], chat_error=None)  # type: ignore[arg-type]
+    [(status, _, detail, *_)] = said
+    assert status == "fail" and "returns an empty token_ids for the 145 tokens it says it generated" in detail
+    said.clear()
+    chat = Capture(prompt_ids=[1], output_ids=[5, 6])
+    doctor_checks.check_ids(doc, raw=None, raw_error="HTTP 404", chat=chat, chat_ids=[5, 6], chat_error=None)  # type: ignore[arg-type]
+    [(status, _, detail, hint)] = said
+    assert (status, hint) == ("warn", "capture with --mode chat (the endpoint that returns ids)")
+
+
+async def test_a_profile_of_another_model_is_said_first_not_blamed_on_the_server(kimi_tok: Any) -> None:
+    """`doctor --profile qwen3` against a Kimi server (the Kimi tokenizer loaded) said ✗ Reasoning parser and told
+    the user to restart the server with --reasoning-parser qwen3, with nothing about the profile itself."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        for tokenizer in (kimi_tok, None):  # None: the Kimi-layout tokenizer the simulator's prompt implies
+            report = await run_doctor(sim.url, tokenizer=tokenizer, profile=get_profile("qwen3"), timeout=5.0)
+            first = report.to_dict()["checks"][0]
+            assert (first["title"], first["status"]) == ("Profile", "fail")
+            assert "profile qwen3: think_open_id 151667 is" in first["detail"]
+            assert "pass the served model's profile" in first["recommendation"]

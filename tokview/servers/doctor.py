@@ -162,6 +162,7 @@ async def run_doctor(
     validated it first: the normalised `url` it passes on no longer shows the change."""
     client = ServerClient(url, timeout=timeout, concurrency=2)
     policy = RetryPolicy(retries=retries, backoff=0.2)
+    named = profile
     try:
         if profile is None and tokenizer is not None:
             try:
@@ -185,6 +186,8 @@ async def run_doctor(
 
             tokenizer = load_tokenizer(kimi_tokenizer_dir())
         ctx = DoctorContext(client, policy, info, profile, tokenizer, thinking)
+        if named is not None and tokenizer is not None:
+            _check_profile_fits(ctx, named, tokenizer)
         report = DoctorReport(
             url=client.url,
             info=info,
@@ -214,6 +217,23 @@ async def run_checks(ctx: DoctorContext) -> None:
     checks.check_output_ids(ctx, raw, raw_error, chat if chat_ids_returned else None)
     await checks.check_skip_special(ctx, raw)
     checks.check_tokenizer(ctx, served)
+
+
+def _check_profile_fits(ctx: DoctorContext, profile: ModelProfile, tokenizer: TokenizerAdapter) -> None:
+    """The first check when `--profile` names ids this tokenizer has as other tokens: the checks after it judge the
+    server by that profile, so a failed parser check then said to restart the server with another model's parser."""
+    from tokview.core.resolve import check_profile_fits
+
+    try:
+        check_profile_fits(profile, tokenizer, profile.name)
+    except ProfileError as exc:
+        ctx.add(
+            "fail",
+            "Profile",
+            str(exc),
+            "--profile names another model's delimiters: the checks below judge the server by them; pass the served "
+            "model's profile, or leave --profile out to detect it",
+        )
 
 
 def served_prompt(chat: Capture | None) -> list[int] | None:

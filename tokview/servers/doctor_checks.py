@@ -49,13 +49,21 @@ def check_ids(
     f = doc.info.features
     found, missing = [], []
     raw_backend = doc.choice.raw if doc.choice is not None else RAW_UNKNOWN
-    if raw is not None:
+    raw_ok = raw is not None and bool(raw.output_ids)  # an empty list for an answer of N tokens is no ids
+    if raw is not None and raw_ok:
         found.append(f"{raw_backend.path} → {raw_backend.ids_field} ({len(raw.output_ids)} ids)")
+    elif raw is not None:
+        missing.append(f"{raw_backend.path} returns an empty {raw_backend.ids_field}{_for_tokens(raw)}")
     else:
         missing.append(f"{raw_backend.path}: {raw_error}")
-    if chat is not None and chat_ids is not None:
+    chat_ok = chat is not None and bool(chat_ids)
+    if chat is not None and chat_ok:
         where = f.get("chat_prompt_ids_field") or "prompt ids"
         found.append(f"/v1/chat/completions → {where} + {f.get('chat_ids_field') or 'token ids'}")
+    elif chat is not None and chat_ids is not None:
+        missing.append(
+            f"/v1/chat/completions returns an empty {f.get('chat_ids_field') or 'token ids'}{_for_tokens(chat)}"
+        )
     elif chat is not None:
         missing.append("/v1/chat/completions returns no token-id fields")
     else:
@@ -75,10 +83,16 @@ def check_ids(
             "warn",
             "Token-id fields",
             f"{detail}; but {'; '.join(missing)}",
-            "capture with mode raw (the endpoint that returns ids)",
+            f"capture with --mode {'raw' if raw_ok else 'chat'} (the endpoint that returns ids)",
         )
         return
     doc.add("ok", "Token-id fields", detail)
+
+
+def _for_tokens(capture: Capture) -> str:
+    """` for the 145 tokens it says it generated`, when the answer's usage says how many."""
+    n = (capture.usage or {}).get("completion_tokens")
+    return f" for the {n} tokens it says it generated" if isinstance(n, int) and n > 0 else ""
 
 
 def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int] | None = None) -> None:
