@@ -156,3 +156,29 @@ def test_an_id_stats_lists_escaped_is_taken_by_show_as_printed(tmp_path, capsys)
     assert main(["show", "--db", str(db), printed]) == 0
     assert "owned" in capsys.readouterr().out
     assert main(["show", "--db", str(db), printed + "x"]) == 1
+
+
+def test_an_empty_store_says_n_a_and_json_is_strict(tmp_path, capsys):
+    """An empty store printed `p50 None … mean None`; a NaN a store held went into `--json` as `NaN`, which strict
+    JSON readers refuse (`jq`)."""
+    import dataclasses
+    import math
+
+    from tokview.cli import main
+
+    db = tmp_path / "e.duckdb"
+    Store(db).close()
+    assert main(["stats", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "None" not in out and "output_len p50 n/a  p90 n/a" in out
+    capture = make_capture()
+    with Store(db) as store:
+        sid = put(store, "odd", dataclasses.replace(capture, output_logprobs=[math.nan] * len(capture.output_ids)))
+
+    def strict(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    assert main(["show", "--db", str(db), sid, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out, parse_constant=strict)["capture"]["output_logprobs"][0] is None
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=strict)

@@ -6,11 +6,11 @@ The headless twin of the inspect screen, for terminals without the app, for logs
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.core.json_value import strict_json
 from tokview.errors import UserError
 from tokview.untrusted_text import from_printed, printable, printable_line
 
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             "findings": [f.__dict__ for f in analysis.findings],
             **sample_side_json(stored.capture, profile),
         }  # spec_decode, logprobs, target_logprobs
-        json.dump(out, sys.stdout, default=str)
+        sys.stdout.write(strict_json(out, default=str))
         print()
         return 0
     # the text and model name came from a server: an escape sequence in them is shown, never run

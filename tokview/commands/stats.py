@@ -7,10 +7,10 @@ validity, truncation, failures, lengths, acceptance, target NLL, findings), to c
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.core.json_value import strict_json
 from tokview.errors import UserError
 from tokview.untrusted_text import printable, printable_line
 
@@ -100,13 +100,21 @@ def render(st: dict[str, Any]) -> str:
     lines += [f"  {v['samples']:>6}  {code} [{v['severity']}]" for code, v in st["findings"].items()]
     for key in ("prompt_len", "output_len"):
         p = st[key]
-        lines.append(f"{key:<11}p50 {p['p50']}  p90 {p['p90']}  p99 {p['p99']}  max {p['max']}  mean {p['mean']}")
+        lengths = {k: _or_na(p[k]) for k in ("p50", "p90", "p99", "max", "mean")}
+        lines.append(
+            f"{key:<11}p50 {lengths['p50']}  p90 {lengths['p90']}  p99 {lengths['p99']}  max {lengths['max']}  mean {lengths['mean']}"
+        )
     lines.append(f"runs      {st['runs']}")
     return "\n".join(lines)
 
 
 def _number(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _or_na(value: object) -> object:
+    """A length statistic as printed: `n/a` for a run with no samples (it printed `None`)."""
+    return "n/a" if value is None else value
 
 
 def plural(count: int, noun: str) -> str:
@@ -128,8 +136,8 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
             f"truncated {r['truncated']} · {plural(r['failures'], 'failure')}"
         )
         lines.append(
-            f"{pad}output p50 {out['p50']} p90 {out['p90']} max {out['max']} mean {out['mean']} · prompt p50 "
-            f"{r['prompt_len']['p50']} · acceptance length {_number(acc['mean_acceptance_length'])} "
+            f"{pad}output p50 {_or_na(out['p50'])} p90 {_or_na(out['p90'])} max {_or_na(out['max'])} mean "
+            f"{_or_na(out['mean'])} · prompt p50 {_or_na(r['prompt_len']['p50'])} · acceptance length {_number(acc['mean_acceptance_length'])} "
             f"({acc['samples']} with metrics) · target NLL {_number(nll['mean'], 3)} ({nll['samples']} scored)"
         )
         found = ", ".join(f"{code} {n}" for code, n in r["findings"].items()) or "none"
@@ -144,7 +152,7 @@ def run_by_run(args: argparse.Namespace) -> int:
     with Store(args.db) as store:
         runs = run_stats(store)
     if args.json:
-        print(json.dumps({"runs": runs}, indent=2, default=str))
+        print(strict_json({"runs": runs}, indent=2, default=str))
     else:
         print(printable(render_runs(runs)))  # run names and finding codes come from files and servers
     return 0
@@ -172,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         if args.samples:
             st = {**st, "sample_list": [sample_dict(r) for r in rows]}
-        print(json.dumps(st, indent=2, default=str))
+        print(strict_json(st, indent=2, default=str))
         return 0
     # failure reasons quote servers and finish reasons come from them: escapes are shown, never run
     print(printable(render(st)))

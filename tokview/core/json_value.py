@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TypeAlias, TypeGuard
+from typing import Any, TypeAlias, TypeGuard
 
 import orjson
 
@@ -32,6 +32,15 @@ def is_int_list(value: list[object], *, negative: bool = True) -> TypeGuard[list
     except (TypeError, orjson.JSONEncodeError):
         return False
     return not raw.translate(None, _DIGITS_COMMAS_BRACKETS + (b"-" if negative else b""))
+
+
+def strict_json(value: object, **dump: Any) -> str:
+    """`json.dumps(value, **dump)` with every float that is not finite written as null (`strict_json_line`): what
+    `show --json` and `stats --json` print, read by `jq` and other strict readers."""
+    try:
+        return json.dumps(value, allow_nan=False, **dump)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False, **dump)
 
 
 def strict_json_line(record: dict[str, object]) -> bytes:
