@@ -22,3 +22,16 @@ def test_a_taken_port_is_a_usage_error_naming_the_address_and_the_remedy() -> No
     assert error.exit_code == ExitCode.USAGE
     assert error.message.startswith(f"cannot listen on 127.0.0.1:{port}: ")
     assert error.message.endswith(": choose another --port (0 picks a free one)")
+
+
+def test_a_tokenizer_path_that_is_a_file_is_said_to_be_one(tmp_path, capsys) -> None:
+    """`sim --tokenizer /etc/passwd` (and `ui`) said "tokenizer directory not found" of a file that was there; the
+    other commands say it is a file and name the folder to pass."""
+    from tokview.cli import main
+
+    afile = tmp_path / "tokenizer.json"
+    afile.write_text("{}")
+    for argv in (["sim", "--tokenizer", str(afile)], ["ui", "--tokenizer", str(afile), "--db", str(tmp_path / "u")]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"tokenizer path {afile} is a file, not a folder: pass the model folder that holds it" in err, err

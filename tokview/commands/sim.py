@@ -108,8 +108,10 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         raise SimConfigError("--latency must be a finite number >= 0")
     if args.max_model_len is not None and args.max_model_len < 2:
         raise SimConfigError("--max-model-len must be at least 2")
-    if args.tokenizer is not None and not Path(args.tokenizer).expanduser().is_dir():
-        raise SimConfigError(f"tokenizer directory not found: {args.tokenizer}")
+    if args.tokenizer is not None:
+        from tokview.core.tokenizer_folder import existing_folder
+
+        existing_folder(args.tokenizer)
     return SimConfig(
         kind=args.kind,
         tokenizer_dir=args.tokenizer,

@@ -92,8 +92,10 @@ def open_app(
         server = validate_server_url(server)
         for note in notes:  # before the app takes the terminal, so it is still there after quitting
             print(f"tokview: note: {note}", file=sys.stderr)
-    if tokenizer is not None and not tokenizer.is_dir():
-        raise UserError(f"tokenizer directory not found: {tokenizer}")
+    if tokenizer is not None:
+        from tokview.core.tokenizer_folder import existing_folder
+
+        existing_folder(tokenizer)
     if profile:
         from tokview.core.profiles import get_profile
 

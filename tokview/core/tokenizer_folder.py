@@ -61,6 +61,20 @@ class FolderError(TokviewError):
     title = "tokenizer folder"
 
 
+def existing_folder(path: str | os.PathLike[str]) -> Path:
+    """`path` as a folder; FolderError, one line, when nothing is there or it is a file (`sim` and `ui` check before
+    loading anything, and said "not found" of a file that was there)."""
+    directory = Path(path).expanduser()
+    if not directory.exists():
+        raise FolderError(f"tokenizer directory not found: {directory}")
+    if not directory.is_dir():
+        raise FolderError(
+            f"tokenizer path {directory} is a file, not a folder: pass the model folder that "
+            f"holds it (--tokenizer {directory.absolute().parent})"
+        )
+    return directory
+
+
 @dataclass(frozen=True)
 class TokenizerFolder:
     path: Path
@@ -68,14 +82,7 @@ class TokenizerFolder:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> TokenizerFolder:
-        directory = Path(path).expanduser()
-        if not directory.exists():
-            raise FolderError(f"tokenizer directory not found: {directory}")
-        if not directory.is_dir():
-            raise FolderError(
-                f"tokenizer path {directory} is a file, not a folder: pass the model folder that "
-                f"holds it (--tokenizer {directory.absolute().parent})"
-            )
+        directory = existing_folder(path)
         folder = cls(directory.absolute(), _read_config(directory))  # recorded in runs: valid from any folder
         if not any((directory / name).is_file() for name in VOCAB_FILES) and not any(directory.glob("*.tiktoken")):
             raise FolderError(
