@@ -546,3 +546,41 @@ def test_a_turn_kept_as_json_is_known_so_by_how_it_was_packed_not_by_its_length(
     book.add(turn, "a", prompt_ids=ids[:3], output_ids=ids[3:], messages=None, answer=None)
     [head] = book._sessions[turn.session_id].heads
     assert not head.int32
+
+
+def test_twin_conversations_re_rendered_each_go_on_by_messages_in_their_own_session() -> None:
+    """Two conversations with the same first turns (one task, one seed) whose next prompts are re-rendered (the ids
+    break, the messages join): both second turns went to the newest twin's session, the other stopped at turn 0."""
+    book = SessionBook("r")
+    names = iter(range(100))
+    answer = {"role": "assistant", "content": "hi"}
+
+    def turn(prompt: list[int], output: list[int], messages: list[dict]):
+        placed = book.place(prompt, messages)
+        book.add(placed, f"t{next(names)}", prompt_ids=prompt, output_ids=output, messages=messages, answer=answer)
+        return placed
+
+    a0, b0 = turn(SYSTEM + [1], [2], USER_A), turn(SYSTEM + [1], [2], USER_A)
+    follow = [*USER_A, answer]
+    a1 = turn(SYSTEM + [1, 7, 7], [4], [*follow, {"role": "user", "content": "alpha"}])
+    b1 = turn(SYSTEM + [1, 7, 8], [4], [*follow, {"role": "user", "content": "bravo"}])
+    assert a0.session_id != b0.session_id
+    assert {(a1.session_id, a1.turn, a1.joined_by), (b1.session_id, b1.turn, b1.joined_by)} == {
+        (a0.session_id, 1, "messages"),
+        (b0.session_id, 1, "messages"),
+    }
+
+
+def test_a_named_turn_that_continues_nothing_kept_says_so_not_that_its_messages_continue() -> None:
+    """A session name reused for another conversation: its first request got a break finding saying it "continues
+    its conversation by its messages", though it shares nothing with the session."""
+    from tokview.proxy.recorder import prefix_break_finding
+
+    book = SessionBook("r")
+    _turn(book, SYSTEM + [1], [2], USER_A, named="shared")
+    other = _turn(book, [9, 9, 9], [5], [{"role": "user", "content": "quantum?"}], named="shared")
+    assert (other.turn, other.by_name_only) == (1, True)
+    detail = prefix_break_finding(other, [9, 9, 9], None)["detail"]
+    assert "neither its ids nor its messages continue a kept turn" in detail and "by its messages, but" not in detail
+    again = _turn(book, SYSTEM + [1, 2, 3], [4], named="shared")  # the first conversation goes on by its ids
+    assert (again.turn, again.by_name_only, again.break_at) == (1, False, None)  # after the turn it extends

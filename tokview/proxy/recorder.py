@@ -238,12 +238,27 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
     """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
-    detail = (
-        f"turn {turn.turn} continues its conversation by its messages, but its prompt ids do not extend turn "
-        f"{turn.turn - 1}'s prompt + output ids ({turn.previous_len} ids): they first differ at position {at} "
-        f"(here {here}). The harness re-rendered the history (reasoning dropped, arguments re-serialised or call "
-        f"ids renumbered): a drafter trained on these turns sees a prompt the model never continued."
+    differ = (
+        f"its prompt ids do not extend turn {turn.turn - 1}'s prompt + output ids ({turn.previous_len} ids): they "
+        f"first differ at position {at} (here {here})"
     )
+    if turn.by_name_only:
+        detail = (
+            f"turn {turn.turn} is in the session its harness named, but neither its ids nor its messages continue a "
+            f"kept turn of it; {differ}. The harness rewrote its history (a compaction, a summary) or gave another "
+            "conversation the same session name: a drafter trained on these turns sees a prompt the model never "
+            "continued."
+        )
+        return _break(detail, at, prompt_ids)
+    detail = (
+        f"turn {turn.turn} continues its conversation by its messages, but {differ}. The harness re-rendered the "
+        "history (reasoning dropped, arguments re-serialised or call ids renumbered): a drafter trained on these "
+        "turns sees a prompt the model never continued."
+    )
+    return _break(detail, at, prompt_ids)
+
+
+def _break(detail: str, at: int, prompt_ids: list[int]) -> dict[str, Any]:
     return {
         "code": PREFIX_BREAK,
         "severity": WARN,

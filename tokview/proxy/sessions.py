@@ -117,6 +117,9 @@ class Turn:
     """When it joined by messages only: the first position where its prompt ids differ from the
     previous turn's prompt + output ids."""
     previous_len: int = 0
+    by_name_only: bool = False
+    """It joined the session the harness named though neither its ids nor its messages continue a kept turn (a
+    compacted history, or a session name reused for another conversation): placed after the newest turn."""
 
 
 def _pack(ids: Sequence[int]) -> tuple[bytes, bool]:
@@ -259,7 +262,7 @@ class SessionBook:
             return _after(head, packed, how, breaks=True)
         newest = session.heads[-1]
         breaks = _first_difference(packed, newest.sequence)
-        return Turn(session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4)
+        return Turn(session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4, True)
 
     def add(
         self,
@@ -285,7 +288,7 @@ class SessionBook:
         else:
             self._sessions.move_to_end(turn.session_id)
         session.turns = max(session.turns, turn.turn + 1)
-        if turn.parent_sample is not None and turn.joined_by == "prefix":
+        if turn.parent_sample is not None:  # by ids or by messages: a twin's next turn goes on from the other twin
             for parent in session.heads:
                 parent.continued = parent.continued or (
                     parent.sample_id == turn.parent_sample and parent.turn < turn.turn
@@ -455,14 +458,15 @@ class SessionBook:
         return fresh or best
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str | None = None) -> _Head | None:
-        """The newest kept head (of `session_id`, when given) whose messages plus answer the longest earlier part of
-        `messages` is."""
+        """The kept head (of `session_id`, when given) whose messages plus answer the longest earlier part of
+        `messages` is: the newest that no turn continues yet, else the newest. Two conversations with the same first
+        turns (one task run twice) each go on from their own: the newest alone sent both second turns to one."""
         if not messages:
             return None
         for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues
-            for head in reversed(self._by_messages.get(key, ())):
-                if session_id is None or head.session_id == session_id:
-                    return head
+            heads = [h for h in self._by_messages.get(key, ()) if session_id is None or h.session_id == session_id]
+            if heads:
+                return next((h for h in reversed(heads) if not h.continued), heads[-1])
         return None
 
 
