@@ -265,3 +265,54 @@ def test_a_batch_chains_later_turns_in_another_run_stay_a_conversation_of_their_
     manifest = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
     assert manifest["conversations"] == 2
     assert manifest["breaks_by_reason"]["turn_missing"] == 1  # run2's conversation has no turns 0-1
+
+
+def test_a_branch_is_a_row_of_its_own_and_each_branch_goes_on_with_its_own_row(tmp_path) -> None:
+    """Turn 0, then two turns 1 (the harness went on twice), each continued by its own turn 2. Each turn was compared
+    with the newest row only: `left2` was split off as `prompt_does_not_extend` though it extends `left1`, and the right
+    branch's turns were `turn_missing`, none being. Now: [0, left1, left2] and [right1, right2] (a `branch`)."""
+    import dataclasses
+
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+
+    def answer(before: list[int], question: str, said: str):  # served ids: each prompt extends what came before
+        base = make_capture(question, answer=said)
+        prompt = [*before, *kimi().encode(question)] if before else base.prompt_ids
+        return dataclasses.replace(base, prompt_ids=prompt)
+
+    def served(cap):
+        return [*cap.prompt_ids, *cap.output_ids]
+
+    first = answer([], "q0", "a0")
+    left1, right1 = answer(served(first), "left?", "L"), answer(served(first), "right?", "R")
+    left2, right2 = answer(served(left1), "more left?", "LL"), answer(served(right1), "more right?", "RR")
+    db = tmp_path / "t.duckdb"
+    turns = [("t0", 0, first), ("left1", 1, left1), ("right1", 1, right1), ("left2", 2, left2), ("right2", 2, right2)]
+    with Store(db) as store:
+        for sample_id, turn, cap in turns:
+            store.put_sample(
+                sample_id,
+                "session:b",
+                "r",
+                cap,
+                analyze(cap, profile(), kimi()),
+                gen_index=0,
+                turn=turn,
+                profile="kimi-k2.5",
+            )
+    out = tmp_path / "t.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
+        ["t0", "left1", "left2"],
+        ["right1", "right2"],
+    ]
+    assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
+    section = json.loads((tmp_path / "t.manifest.json").read_text())["trajectory"]
+    assert section["breaks_by_reason"] == {"branch": 1}
+    by_id = {sample_id: cap for sample_id, _, cap in turns}
+    for row in rows:  # every row is served ids: each turn's output supervised, nothing else
+        supervised = [i for i, m in zip(row["input_ids"], row["loss_mask"]) if m]
+        assert supervised == [i for t in row["metadata"]["turns"] for i in by_id[t["sample_id"]].output_ids]

@@ -7,9 +7,10 @@ and output, then for each next turn the ids its prompt adds after the previous t
 (the tool results, the next user turn, the next assistant header) with mask 0, and its output with mask 1
 (reasoning, calls and stop: everything the model generated). That is exact only while each turn's prompt
 extends the previous turn's prompt + output ids; where one does not (the harness re-rendered its history:
-reasoning dropped, arguments re-serialised, call ids renumbered; or a turn is not in the selection), the
-conversation is split there and the next row starts at that turn: the manifest's `trajectory` section
-counts the splits and says where each one is (turn, position of the first differing id). No id is
+reasoning dropped, arguments re-serialised, call ids renumbered; or a turn is not in the selection; or it
+continues a turn another turn continued already, a branch), the conversation is split there and the next row
+starts at that turn: the manifest's `trajectory` section counts the splits and says where each one is (turn,
+position of the first differing id) and why. No id is
 re-derived: every row is concatenated served ids, so no trainer path re-tokenizes anything.
 """
 
@@ -120,9 +121,14 @@ def _rows_in_turn_order(store: Store, sample_ids: list[str]) -> Iterator[tuple[t
 
 
 def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: Trajectories) -> Iterator[_Row]:
-    """Every row of the selected conversations, in order (a split conversation's later rows say where)."""
+    """Every row of the selected conversations, in order (a split conversation's later rows say where).
+
+    A conversation's rows stay open while it lasts (`_Open`): each turn goes on with the row whose ids its prompt
+    extends, so a branch (two turns continuing one turn: a retry kept, a harness that went on twice) is a row of its
+    own and each branch's next turns go on with their own row. Compared only with the newest row, a branch's later
+    turns were split off as breaks they were not."""
     conversation: tuple[str | None, str, int] | None = None
-    current: _Row | None = None
+    rows: _Open | None = None
     previous_turn: int | None = None
     for key, row in _rows_in_turn_order(store, sample_ids):
         run_id, prompt_id, gen_index, sample_id, turn = key
@@ -131,11 +137,12 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
         calls = len(parse_tool_calls(capture.output_ids, prof.tool_calls).calls) if prof.tool_calls else 0
         name = f"{prompt_id}_gen{gen_index}"
         summary.turns += 1
-        if (run_id, prompt_id, gen_index) != conversation and _continued(conversation, current, previous_turn, key):
+        newest = rows.rows[-1] if rows is not None and rows.rows else None
+        if (run_id, prompt_id, gen_index) != conversation and _continued(conversation, newest, previous_turn, key):
             conversation = (run_id, prompt_id, gen_index)  # a proxy restarted mid-session: its next run goes on
         if (run_id, prompt_id, gen_index) != conversation:
-            if current is not None:
-                yield current
+            if rows is not None:
+                yield from rows.close()
             conversation, previous_turn = (run_id, prompt_id, gen_index), turn
             summary.conversations += 1
             split = None
@@ -143,28 +150,88 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
                 split = {"conversation": name, "run": run_id, "turn": turn, "position": 0, "reason": "turn_missing"}
                 summary.breaks.append(split)
                 summary.split_conversations += 1
-            current = _Row(name, run_id, turn, split)
-            current.add(turn, sample_id, capture, calls)
+            rows = _Open(name, summary, split is not None)
+            yield from rows.start(run_id, turn, split, sample_id, capture, calls)
             continue
-        assert current is not None
-        reason, at = None, extends(current.input_ids, capture.prompt_ids)
-        if previous_turn is not None and turn is not None and turn != previous_turn + 1:
-            # where the missing turns' ids begin: the first id the prompt does not share with the row so far
-            reason, at = "turn_missing", len(current.input_ids) if at is None else at
-        elif at is not None:
-            reason = "prompt_does_not_extend"
+        assert rows is not None
         previous_turn = turn
-        if reason is None:
-            current.add(turn, sample_id, capture, calls)
-            continue
-        split = {"conversation": name, "run": run_id, "turn": turn, "position": at, "reason": reason}
-        summary.breaks.append(split)
-        summary.split_conversations += current.split_from is None  # the conversation's first break
-        yield current
-        current = _Row(name, run_id, turn, split)
-        current.add(turn, sample_id, capture, calls)
-    if current is not None:
-        yield current
+        yield from rows.take(run_id, turn, sample_id, capture, calls)
+    if rows is not None:
+        yield from rows.close()
+
+
+MAX_OPEN_ROWS = 8
+"""Rows of one conversation a next turn may go on with (its branches); past that the oldest is written."""
+
+
+class _Open:
+    """The open rows of one conversation, oldest first, and where its next turn goes."""
+
+    def __init__(self, name: str, summary: Trajectories, split: bool) -> None:
+        self.name, self.summary, self.split = name, summary, split
+        self.rows: list[_Row] = []
+
+    def start(
+        self,
+        run_id: str | None,
+        turn: int | None,
+        split: dict[str, Any] | None,
+        sample_id: str,
+        capture: Capture,
+        calls: int,
+    ) -> Iterator[_Row]:
+        row = _Row(self.name, run_id, turn, split)
+        row.add(turn, sample_id, capture, calls)
+        self.rows.append(row)
+        if len(self.rows) > MAX_OPEN_ROWS:
+            yield self.rows.pop(0)
+
+    def take(
+        self, run_id: str | None, turn: int | None, sample_id: str, capture: Capture, calls: int
+    ) -> Iterator[_Row]:
+        """Add the turn to the row it goes on with, else start a row at it, saying why (`_why_not`)."""
+        prompt = capture.prompt_ids
+        extended = [r for r in self.rows if extends(r.input_ids, prompt) is None]
+        row = max(extended, key=lambda r: len(r.input_ids)) if extended else None  # the latest of equals
+        if row is not None and _next_turn(row, turn):
+            row.add(turn, sample_id, capture, calls)
+            return
+        reason, at = ("turn_missing", len(row.input_ids)) if row is not None else self._why_not(turn, prompt)
+        split = {"conversation": self.name, "run": run_id, "turn": turn, "position": at, "reason": reason}
+        self.summary.breaks.append(split)
+        self.summary.split_conversations += not self.split  # the conversation's first break
+        self.split = True
+        yield from self.start(run_id, turn, split, sample_id, capture, calls)
+
+    def _why_not(self, turn: int | None, prompt: list[int]) -> tuple[str, int]:
+        """Why a turn extends no open row: it continues an earlier turn of one that another turn continued already
+        (`branch`, at the end of that turn's output), or its prompt differs from the previous turn's prompt + output
+        ids (`prompt_does_not_extend`, where), or the turn before it is not in the selection (`turn_missing`)."""
+        for row in reversed(self.rows):
+            for placed in reversed(row.turns[:-1]):
+                end = placed["output_span"][1]
+                if _next_turn_of(placed["turn"], turn) and prompt[:end] == row.input_ids[:end]:
+                    return "branch", end
+        before = [r for r in self.rows if _next_turn(r, turn)]
+        if before:
+            at = extends(before[-1].input_ids, prompt)
+            return "prompt_does_not_extend", at if at is not None else len(before[-1].input_ids)
+        newest = self.rows[-1]
+        at = extends(newest.input_ids, prompt)
+        return "turn_missing", len(newest.input_ids) if at is None else at
+
+    def close(self) -> Iterator[_Row]:
+        yield from self.rows
+        self.rows = []
+
+
+def _next_turn(row: _Row, turn: int | None) -> bool:
+    """Whether `turn` is the one after the row's last (turns without an index go on with any)."""
+    return _next_turn_of(row.turns[-1]["turn"], turn)
+
+
+def _next_turn_of(last: int | None, turn: int | None) -> bool:
+    return last is None or turn is None or turn == last + 1
 
 
 def _continued(
