@@ -128,11 +128,15 @@ def test_a_conversation_whose_first_turn_is_left_out_says_so(recorded, tmp_path)
     assert (manifest["split_conversations"], manifest["breaks"]) == (1, 2)  # and turn 2's re-rendered prompt
 
 
-def test_trajectory_cannot_be_combined_with_a_text_format(recorded, tmp_path, capsys) -> None:
+@pytest.mark.parametrize("fmt", ["sharegpt", "speculators"])  # speculators, the default, was taken for no --format
+def test_trajectory_cannot_be_combined_with_another_format(recorded, tmp_path, capsys, fmt) -> None:
     db, _ = recorded
-    code = main(["export", "--db", str(db), "--trajectory", "--format", "sharegpt", "--out", str(tmp_path / "x.jsonl")])
+    code = main(["export", "--db", str(db), "--trajectory", "--format", fmt, "--out", str(tmp_path / "x.jsonl")])
     assert code != 0
-    assert "--trajectory writes --format trajectory" in capsys.readouterr().err
+    assert (
+        f"--trajectory writes --format trajectory: it cannot be combined with --format {fmt}" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 def _round(n: int) -> list[dict]:

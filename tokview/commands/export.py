@@ -50,9 +50,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_db_argument(p)
-    p.add_argument(
-        "--format", default=DEFAULT_FORMAT, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)"
-    )
+    p.add_argument("--format", default=None, choices=tuple(FORMATS), help=f"default: {DEFAULT_FORMAT} (token-exact)")
     p.add_argument(
         "--trajectory",
         action="store_true",
@@ -198,12 +196,13 @@ def run(args: argparse.Namespace) -> int:
     if args.include_invalid and args.select != "approved":
         other = "exports them already" if args.select == "all" else "leaves every invalid sample out"
         raise UserError(f"--include-invalid goes with --select approved (--select {args.select} {other})")
-    if args.trajectory:
-        if args.format not in (DEFAULT_FORMAT, TRAJECTORY_FORMAT):
+    if args.trajectory:  # `--format speculators` given as well was taken for the default and ignored
+        if args.format not in (None, TRAJECTORY_FORMAT):
             raise UserError(
                 f"--trajectory writes --format {TRAJECTORY_FORMAT}: it cannot be combined with --format {args.format}"
             )
         args.format = TRAJECTORY_FORMAT
+    args.format = args.format or DEFAULT_FORMAT
     existing_store(args.db)
     with Store(args.db) as store:
         tokenizer, profile = resolve_tokenizer(
