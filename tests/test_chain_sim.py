@@ -299,14 +299,15 @@ def test_a_greeting_first_row_and_a_row_named_like_a_turn_are_each_stored(tmp_pa
             ],
         },
         {"id": "x#turn1", "messages": [{"role": "user", "content": "a different question"}]},
+        {"id": "x#turn1#", "messages": [{"role": "user", "content": "yet another question"}]},
     ]
     with start_simulator(SimConfig(kind="vllm")) as sim:
         code, _, store = _batch(tmp_path, sim.url, rows, "--history", history)
         summary = json.loads(capsys.readouterr().out)
         again, _, _ = _batch(tmp_path, sim.url, rows, "--history", history)
-    assert (code, summary["ok"], summary["balanced"]) == (ExitCode.OK, 4, True)
+    assert (code, summary["ok"], summary["balanced"]) == (ExitCode.OK, 5, True)
     stored = dict(store.query("SELECT prompt_id, count(*) FROM samples GROUP BY 1"))
-    assert stored == {"hello": 1, "x": 2, "x#turn1": 1}
+    assert stored == {"hello": 1, "x": 2, "x#turn1": 1, "x#turn1#": 1}
     [lone] = _chain(store, "x#turn1")
     assert "a different question" in json.dumps(lone.capture.messages)
-    assert json.loads(capsys.readouterr().out)["resumed"] == 4 and again == ExitCode.OK
+    assert json.loads(capsys.readouterr().out)["resumed"] == 5 and again == ExitCode.OK

@@ -582,5 +582,9 @@ def test_a_named_turn_that_continues_nothing_kept_says_so_not_that_its_messages_
     assert (other.turn, other.by_name_only) == (1, True)
     detail = prefix_break_finding(other, [9, 9, 9], None)["detail"]
     assert "neither its ids nor its messages continue a kept turn" in detail and "by its messages, but" not in detail
+    retry = _turn(book, SYSTEM + [1], [2, 2], USER_A, named="shared")  # turn 0 again: the newest kept request
+    compacted = _turn(book, [8, 8], [5], [{"role": "user", "content": "summary"}], named="shared")
+    said = prefix_break_finding(compacted, [8, 8], None)["detail"]
+    assert (retry.turn, compacted.previous_turn) == (0, 0) and "do not extend turn 0's prompt + output ids" in said
     again = _turn(book, SYSTEM + [1, 2, 3], [4], named="shared")  # the first conversation goes on by its ids
     assert (again.turn, again.by_name_only, again.break_at) == (1, False, None)  # after the turn it extends

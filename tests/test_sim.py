@@ -562,9 +562,11 @@ def test_config_rejects_unknown_quirks():
         SimConfig(quirks={"http-503": "two"})
     with pytest.raises(SimConfigError):
         SimConfig(quirks={"latency": True})
-    for count in ("abc", -5, 0):  # accepted, then every /generate failed with HTTP 500 (or cut -5 as [5:])
+    for count in ("abc", -5, 1.5):  # accepted, then every /generate failed with HTTP 500 (or cut -5 as [5:])
         with pytest.raises(SimConfigError, match="prompt-prefix-bug takes a count"):
             SimConfig(kind="sglang", quirks={"prompt-prefix-bug": count})
+    for off in (False, 0):  # `--quirk prompt-prefix-bug=off` is off, as before
+        assert not SimConfig(kind="sglang", quirks={"prompt-prefix-bug": off}).quirk("prompt-prefix-bug")
     with pytest.raises(SimConfigError, match="at most the context length"):  # built whole: 10^20 ate the memory
         SimConfig(output_tokens=10**20)
     assert parse_quirk("http-503=2") == ("http-503", 2)

@@ -156,6 +156,9 @@ def test_an_id_stats_lists_escaped_is_taken_by_show_as_printed(tmp_path, capsys)
     assert main(["show", "--db", str(db), printed]) == 0
     assert "owned" in capsys.readouterr().out
     assert main(["show", "--db", str(db), printed + "x"]) == 1
+    capsys.readouterr()
+    assert main(["show", "--db", str(db), "nope\\ud800"]) == 1  # read back, a lone surrogate: no stored id holds one
+    assert "no sample 'nope\\\\ud800'" in capsys.readouterr().err
 
 
 def test_an_empty_store_says_n_a_and_json_is_strict(tmp_path, capsys):

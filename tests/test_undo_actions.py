@@ -223,3 +223,40 @@ def test_done_when_from_a_shell(tmp_path, capsys):
     assert "exported 50 of 50 selected samples" in err
     assert "by tag: 50 hard" in err
     assert len(out.read_text().splitlines()) == 50
+
+
+def test_an_untag_a_later_untag_wrote_over_is_undone_only_after_it(db):
+    """Two untags of one note: undoing the first brought the note back whole, the second untag's tag with it, while
+    the second was still listed in force. It is refused until the later one is undone; then each comes back."""
+    with Store(db) as store:
+        sid = bulk.select(store, SampleFilter(text="take 1"))[0]
+        bulk.add_notes(store, [sid], who="ann", note="see turn 3", tags=("loop", "math"))
+        first = bulk.remove_tag(store, [sid], "loop", who="bob")
+        second = bulk.remove_tag(store, [sid], "math", who="bob")
+        with pytest.raises(CannotUndo, match=f"untag #{second.action_id} took a tag off the same notes since"):
+            store.undo_action(first.action_id, who="bob")
+        assert store.load_sample(sid).tags == []
+        store.undo_action(second.action_id, who="bob")
+        assert store.load_sample(sid).tags == ["math"]
+        store.undo_action(first.action_id, who="bob")
+        sample = store.load_sample(sid)
+        assert (sorted(sample.tags), sample.notes) == (["loop", "math"], ["see turn 3"])
+
+
+def test_a_reject_whose_tag_a_merged_copy_removed_is_undone_whole(db, tmp_path):
+    """The merge stamps the rows it brings with its own action: an untag's copy made on the copy came across as the
+    merge's, so undoing the reject it copied left the sample rejected."""
+    import shutil
+
+    with Store(db) as store:
+        sid = bulk.select(store, SampleFilter(text="take 1"))[0]
+        tagged = store.record_verdict(sid, "rejected", reason="loops", tags=["loop"], who="ann")
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(db, copy)
+    with Store(copy) as store:
+        bulk.remove_tag(store, [sid], "loop", who="bob")
+    with Store(db) as store:
+        store.merge(copy)
+        assert store.load_sample(sid).tags == []
+        store.undo_action(tagged, who="ann")
+        assert store.load_sample(sid).status == "pending"

@@ -55,12 +55,13 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(_escape, text) if _UNPRINTABLE.search(text) else text
 
 
-_RAW_IN_JSON = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_RAW_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def printable_json(text: str) -> str:
-    """A JSON document for a terminal: the DEL and C1 controls and the bidi overrides JSON leaves raw inside strings
-    escaped as `\\u009b` (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be
+    """A JSON document for a terminal: the DEL and C1 controls, the bidi overrides and the line and paragraph
+    separators (a reader splitting lines at them broke a record) JSON leaves raw inside strings escaped as `\\u009b`
+    (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be
     made `storable` first."""
     return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 

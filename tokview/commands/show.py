@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.commands.store_arg import add_db_argument, existing_store
 from tokview.core.json_value import strict_json
 from tokview.errors import UserError
-from tokview.untrusted_text import from_printed, printable, printable_line
+from tokview.untrusted_text import from_printed, has_lone_surrogate, printable, printable_line
 
 if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
             stored = store.load_sample(args.sample_id)
         except UnknownSample:
             try:  # an id `stats --samples` printed with its control characters escaped, pasted here
-                stored = store.load_sample(from_printed(args.sample_id))
+                read_back = from_printed(args.sample_id)
+                if has_lone_surrogate(read_back):  # no stored id holds one (`storable`): nothing to look up
+                    raise UnknownSample(read_back) from None
+                stored = store.load_sample(read_back)
             except UnknownSample:
                 raise UserError(
                     f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"

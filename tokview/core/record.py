@@ -108,14 +108,15 @@ def sample_id_for(prompt_id: str, settings: dict[str, Any], index: int, turn: in
     return f"{sample_head(prompt_id, turn)}@{settings_key(settings)}_gen{index}"
 
 
-_ENDS_LIKE_A_TURN = re.compile(r"#turn\d+\Z")
+_ENDS_LIKE_A_TURN = re.compile(r"#turn\d+#*\Z")
 
 
 def sample_head(prompt_id: str, turn: int | None) -> str:
     """A sample id's part before `@`: the prompt id, and `#turn{t}` for a turn of a multi-turn row.
 
-    A one-turn row whose own id ends like a turn (`x#turn1`) gets a `#` more: its sample id was the one of turn 1
-    of a row `x` in the same file, and one replaced the other in the store (the run counted both)."""
+    A one-turn row whose own id ends like a turn (`x#turn1`, or that and `#`s: `x#turn1#`) gets a `#` more: its sample
+    id was the one of turn 1 of a row `x` in the same file, and one replaced the other in the store (the run counted
+    both). With the `#`s counted in, no two ids get one head."""
     if turn is not None:
         return f"{prompt_id}#turn{turn}"
     if "#turn" in prompt_id and _ENDS_LIKE_A_TURN.search(prompt_id):

@@ -238,8 +238,9 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
     """Where this turn's prompt stops extending the previous turn's prompt + output ids, and what is there."""
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
+    compared = turn.previous_turn if turn.previous_turn is not None else turn.turn - 1
     differ = (
-        f"its prompt ids do not extend turn {turn.turn - 1}'s prompt + output ids ({turn.previous_len} ids): they "
+        f"its prompt ids do not extend turn {compared}'s prompt + output ids ({turn.previous_len} ids): they "
         f"first differ at position {at} (here {here})"
     )
     if turn.by_name_only:

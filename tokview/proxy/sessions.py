@@ -120,6 +120,9 @@ class Turn:
     by_name_only: bool = False
     """It joined the session the harness named though neither its ids nor its messages continue a kept turn (a
     compacted history, or a session name reused for another conversation): placed after the newest turn."""
+    previous_turn: int | None = None
+    """With `by_name_only`: the turn of the newest kept request its ids were compared with (a retry of an earlier
+    turn, maybe: not always the turn before)."""
 
 
 def _pack(ids: Sequence[int]) -> tuple[bytes, bool]:
@@ -262,7 +265,9 @@ class SessionBook:
             return _after(head, packed, how, breaks=True)
         newest = session.heads[-1]
         breaks = _first_difference(packed, newest.sequence)
-        return Turn(session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4, True)
+        return Turn(
+            session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4, True, newest.turn
+        )
 
     def add(
         self,

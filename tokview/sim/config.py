@@ -135,8 +135,8 @@ class SimConfig:
             if value is not None and not isinstance(value, bool) and (not isinstance(value, int) or value < 0):
                 raise SimConfigError(f"quirk {name} takes a count (a whole number >= 0), got {value!r}")
         prefix = self.quirks.get("prompt-prefix-bug", True)
-        if prefix is not True and (isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 1):
-            raise SimConfigError(f"quirk prompt-prefix-bug takes a count (a whole number >= 1), got {prefix!r}")
+        if not isinstance(prefix, bool) and (not isinstance(prefix, int) or prefix < 0):  # off/false/0: off
+            raise SimConfigError(f"quirk prompt-prefix-bug takes a count (a whole number >= 0), got {prefix!r}")
         latency = self.quirks.get("latency", 0)
         if (
             isinstance(latency, bool)

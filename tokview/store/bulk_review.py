@@ -368,13 +368,14 @@ def _target(store: Database, action_id: int | None) -> Action | None:
 
 
 UNTAG_COPY_OF_ACTION = (
-    "kind IN ('verdict', 'note') AND action_id IN (SELECT action_id FROM actions WHERE kind = 'untag') "
+    "kind IN ('verdict', 'note') AND action_id IN (SELECT action_id FROM actions WHERE kind IN ('untag', 'merge')) "
     "AND EXISTS (SELECT 1 FROM verdicts o WHERE o.action_id = ? AND o.sample_id = verdicts.sample_id "
     'AND o."at" = verdicts."at" AND o.kind = verdicts.kind AND o.who IS NOT DISTINCT FROM verdicts.who)'
 )
 """A verdict or note row an untag wrote again (`remove_tag`: the same sample, time, author and kind, a tag fewer) of
-a row the action (one parameter) wrote: undoing the action takes it back with its own rows. Left live, the untag's
-copy of an undone reject kept the sample rejected, and of an undone note kept the note."""
+a row the action (one parameter) wrote, or a merge brought from a copy where an untag wrote it: undoing the action
+takes it back with its own rows. Left live, the untag's copy of an undone reject kept the sample rejected, and of an
+undone note kept the note."""
 
 UNDONE_ORIGINALS = (
     'SELECT o.sample_id, o."at", o.kind, o.who, max(x.undone_by) AS undo FROM verdicts o '
@@ -383,6 +384,22 @@ UNDONE_ORIGINALS = (
 )
 """The verdict and note rows of undone actions (not untags), by what their untag copies keep of them, with the undo
 that took each back: a copy of one must not come back when an untag is undone."""
+
+
+def _refuse_an_untag_untagged_since(store: Database, target: Action) -> None:
+    """CannotUndo when a later untag, still in force, wrote again the rows this untag wrote: undone first, this one
+    would bring back the row before both, the later untag's tag with it (or leave two of the note). Undone in turn
+    (the later one first, as `u` does), each comes back as it was."""
+    later = store.query(
+        "SELECT min(b.action_id) FROM verdicts v JOIN actions b ON b.action_id = v.undone_by "
+        "WHERE v.action_id = ? AND b.kind = 'untag' AND b.undone_by IS NULL",
+        [target.action_id],
+    )
+    if later and later[0][0] is not None:
+        raise CannotUndo(
+            f"#{target.action_id} ({target.described}): untag #{later[0][0]} took a tag off the same notes since; "
+            f"undo #{later[0][0]} first"
+        )
 
 
 def undo_action(
@@ -396,6 +413,8 @@ def undo_action(
     if target is None:
         return None
     a = target.action_id
+    if target.kind == "untag":
+        _refuse_an_untag_untagged_since(store, target)
     touched = [
         r[0]
         for r in store.query(
