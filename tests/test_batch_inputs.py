@@ -188,7 +188,8 @@ BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_pro
         (["--limit", "-1"], "--limit must be at least 1"),
         (["--limit", "0"], "--limit must be at least 1"),
         (["--concurrency", "0"], "--concurrency must be at least 1"),
-        (["--samples-per-prompt", "0"], "--samples-per-prompt must be at least 1"),
+        (["--samples-per-prompt", "0"], "--samples-per-prompt must be between 1 and 10,000"),
+        (["--samples-per-prompt", "100000000"], "--samples-per-prompt must be between 1 and 10,000"),  # planned whole
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
         (["--top-p", "1.5"], "--top-p must be between 0 and 1"),
         (["--top-p", "-0.1"], "--top-p must be between 0 and 1"),

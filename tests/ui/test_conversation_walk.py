@@ -59,6 +59,12 @@ async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):
         await pilot.press("W")
         await settle(app, pilot)
         assert app.screen.data.sample_id == served[1]
+        for _ in range(2):  # back to the first turn, and once more: said to be the first (it said "the last")
+            await pilot.press("W")
+            await settle(app, pilot)
+        assert app.screen.data.sample_id == served[0]
+        said = [str(n.message) for n in app._notifications]
+        assert "the first turn of the conversation" in said, said
 
 
 async def test_w_on_a_file_history_turn_and_on_a_single_sample(make_app, store):

@@ -169,7 +169,10 @@ class BatchConfig:
                 raise InputError(f"{flag} must be a finite number, got {value!r}")
         checks = [
             (self.concurrency >= 1, "--concurrency must be at least 1"),
-            (self.samples_per_prompt >= 1, "--samples-per-prompt must be at least 1"),
+            (
+                1 <= self.samples_per_prompt <= MAX_SAMPLES_PER_PROMPT,
+                f"--samples-per-prompt must be between 1 and {MAX_SAMPLES_PER_PROMPT:,}",
+            ),
             (self.max_new_tokens >= 1, "--max-new-tokens must be at least 1"),
             (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
             (self.retries >= 0, "--retries must be 0 or more"),
@@ -195,6 +198,10 @@ class BatchConfig:
         if self.workers > 1:  # a bad TOKVIEW_MIN_PROMPTS_PER_WORKER fails here, before the store is created
             min_prompts_per_worker()
 
+
+MAX_SAMPLES_PER_PROMPT = 10_000
+"""Every sample slot of a prompt is planned before the first request (its sample id, resume): 10^8 of them kept the
+app's planning thread busy past any cancel, and the app could not exit. No drafter set needs more answers a prompt."""
 
 BATCH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(BatchConfig) if f.default is not MISSING}
 """`tokview batch`'s defaults, read by its flags (and their help) from the dataclass above: one place."""

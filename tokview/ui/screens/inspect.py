@@ -456,7 +456,8 @@ class InspectScreen(Screen[None]):
         at = ids.index(self.data.sample_id) + event.step
         if not 0 <= at < len(ids):
             self.app.bell()
-            self.notify("the last turn of the conversation" if at else "the first turn of the conversation", timeout=2)
+            said = "the last turn of the conversation" if at >= len(ids) else "the first turn of the conversation"
+            self.notify(said, timeout=2)  # at is -1 past the first turn
             return
         turn = event.turns[at]
         how = f"turn {at + 1} of {len(ids)} · {turn.history} history"
