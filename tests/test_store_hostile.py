@@ -313,3 +313,20 @@ def test_merge_and_export_name_a_file_or_folder_that_is_not_a_store(tmp_path, ca
         assert "read-only" not in err, err
         assert len(err.strip().splitlines()) == 1, err
     assert prompts.read_text() == '{"id": "a", "prompt": "x"}\n'
+
+
+def test_a_store_deleted_while_open_is_said_gone_and_never_made_again(tmp_path):
+    """The sessions screen polls its store every second: with the file moved away, each poll's open made an empty
+    DuckDB file at the path (and failed on its missing tables), so a later `tokview ui` or `batch` found an empty
+    "store" there."""
+    from tokview.store.errors import StoreError
+
+    db = tmp_path / "gone.duckdb"
+    store = Store(db)
+    put(store, "p", make_capture())
+    store._file.release(force=True)
+    db.rename(tmp_path / "moved.duckdb")
+    with pytest.raises(StoreError, match="is gone \\(deleted or moved while tokview had it open\\)"):
+        store.query("SELECT count(*) FROM samples")
+    assert not db.exists()
+    store.close()

@@ -132,3 +132,24 @@ async def test_the_sessions_list_shows_a_turn_the_proxy_lands_while_it_is_open(
             await asyncio.to_thread(running.__exit__, None, None, None)
         assert len(screen.rows) == 3
         assert screen.rows[0].session_id == "user:bob"  # the most recent first
+
+
+async def test_a_store_moved_away_while_the_list_is_open_is_said_once_and_never_made_again(
+    recorded, tmp_path, tokenizer, profile
+) -> None:
+    """Each poll made an empty DuckDB file at the moved store's path and said its missing tables, every second."""
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    db = tmp_path / "moving.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        app.session.store._file.release(force=True)
+        db.rename(tmp_path / "moved.duckdb")
+        gone = lambda: [n for n in app._notifications if "is gone" in str(n.message)]  # noqa: E731
+        await _until(pilot, lambda: bool(gone()), "the store said gone")
+        await pilot.pause(2.5)  # two more polls
+        assert len(gone()) == 1
+        assert not db.exists()

@@ -418,6 +418,8 @@ class StoreFile:
         self._opened_at = 0.0
         self._release_seq = 0
         self._memory_parts: Path | None = None
+        self._made = False
+        """Opened once (`open_checked`): a file missing since was deleted or moved, never one to create again."""
 
     @property
     def parts_dir(self) -> Path:
@@ -452,6 +454,7 @@ class StoreFile:
             except BaseException:
                 self.release(force=True)
                 raise
+            self._made = True
             self.release()
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
@@ -472,6 +475,11 @@ class StoreFile:
                     if self.memory:
                         self._conn = duckdb.connect(self.path)
                     else:
+                        if self._made and not os.path.exists(self.path):  # DuckDB would make an empty one there
+                            raise StoreError(
+                                f"{self.path} is gone (deleted or moved while tokview had it open): nothing was "
+                                "created in its place"
+                            )
                         real = _real(self.path)  # counted under the path it resolves to now, uncounted under it
                         self._conn = _attach(real, read_only=self.read_only)
                         self._counted_as = real

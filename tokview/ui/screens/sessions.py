@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
+from tokview.store.errors import StoreError
 from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, session_turns, sessions_version
 from tokview.ui.bindings import bindings
 from tokview.ui.display import cell, plain, plural
@@ -80,6 +81,8 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
         super().__init__()
         self.session = session
         self._version: tuple[object, ...] | None = None
+        self._trouble = False
+        """The last poll could not read the store (said once)."""
         self.loads = 0
         """Loads shown so far (what the tests wait on)."""
 
@@ -104,7 +107,16 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
 
     @work(thread=True, exclusive=True, group="sessions-poll", exit_on_error=False)
     def _poll(self) -> None:
-        version = sessions_version(self.session.store)
+        try:
+            version = sessions_version(self.session.store)
+        except (
+            StoreError
+        ) as exc:  # deleted, moved, replaced: said once, not every poll (it goes on, in case it is back)
+            if not self._trouble:
+                self._trouble = True
+                self.app.call_from_thread(self.app.notify, str(exc), title="store", severity="error", timeout=8)
+            return
+        self._trouble = False
         if self._version is not None and version != self._version:
             self.post_message(self.Changed())
         self._version = version
