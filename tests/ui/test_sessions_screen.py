@@ -153,3 +153,22 @@ async def test_a_store_moved_away_while_the_list_is_open_is_said_once_and_never_
         await pilot.pause(2.5)  # two more polls
         assert len(gone()) == 1
         assert not db.exists()
+
+
+def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_every_session(recorded, tmp_path) -> None:
+    """bob's two requests failed (HTTP 500): his session was not listed at all (the list began from the samples), and
+    the summary totalled only the listed rows (at most MAX_SESSIONS)."""
+    from tokview.store.sessions_query import session_totals
+
+    db = tmp_path / "failed.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    with Store(db) as store:
+        for n in range(2):
+            store.put_failure("user:bob", f"proxy:r:bob{n}", "r", "HTTP 500 from the upstream")
+        sessions = {row.session_id: row for row in list_sessions(store)}
+        bob = sessions["user:bob"]
+        assert (bob.turns, bob.failed, bob.context, bob.findings) == (0, 2, 0, 0)
+        assert sessions["user:alice"].failed == 0
+        totals = session_totals(store)
+        assert (totals.sessions, totals.turns) == (3, 3)
+        assert [r.session_id for r in list_sessions(store, limit=1)] == ["user:bob"]  # the most recent

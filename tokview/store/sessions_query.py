@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PROXIED = "sample_id LIKE 'proxy:%' AND turn IS NOT NULL"
 """The samples `tokview proxy` recorded into a conversation."""
 
-_SESSIONS = f"""
+_SESSIONS_ALL = f"""
 WITH s AS (
     SELECT prompt_id,
            count(*) AS turns,
@@ -36,14 +36,20 @@ WITH s AS (
     FROM samples WHERE {PROXIED}
     GROUP BY prompt_id
 ), f AS (
-    SELECT prompt_id, count(*) AS failed FROM failures WHERE sample_id LIKE 'proxy:%' GROUP BY prompt_id
+    SELECT prompt_id, count(*) AS failed, min("at") AS started, max("at") AS last
+    FROM failures WHERE sample_id LIKE 'proxy:%' GROUP BY prompt_id
 )
-SELECT s.prompt_id, s.harness, s.turns, s.context, s.output_tokens, s.findings, s.invalid,
-       coalesce(f.failed, 0), s.started, s.last
-FROM s LEFT JOIN f USING (prompt_id)
-ORDER BY s.last DESC, s.prompt_id
-LIMIT ?
+SELECT prompt_id, s.harness, coalesce(s.turns, 0) AS turns, coalesce(s.context, 0), coalesce(s.output_tokens, 0),
+       coalesce(s.findings, 0) AS findings, coalesce(s.invalid, 0), coalesce(f.failed, 0) AS failed,
+       least(s.started, f.started), greatest(s.last, f.last) AS last
+FROM s FULL OUTER JOIN f USING (prompt_id)
 """
+"""Every proxied conversation, one whose every request failed included (a FULL join: listed from the samples alone,
+a session of failures was not there at all, and with none that succeeded the screen said there were no sessions)."""
+
+_SESSIONS = f"{_SESSIONS_ALL} ORDER BY last DESC, prompt_id LIMIT ?"
+
+_TOTALS = f"SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(findings), 0) FROM ({_SESSIONS_ALL})"
 
 _TURNS = f"""
 SELECT sample_id, turn, prompt_len, output_len, finish_reason, status, codes, valid, latency_s,
@@ -102,6 +108,20 @@ class TurnRow:
 def list_sessions(store: Database, limit: int = MAX_SESSIONS) -> list[SessionRow]:
     """The proxied conversations in a store, the most recently active first."""
     return [SessionRow(*row) for row in store.query(_SESSIONS, [limit])]
+
+
+@dataclass(frozen=True)
+class SessionTotals:
+    """All the store's proxied conversations, the ones past `MAX_SESSIONS` included (the list shows only those)."""
+
+    sessions: int
+    turns: int
+    findings: int
+
+
+def session_totals(store: Database) -> SessionTotals:
+    sessions, turns, findings = store.query(_TOTALS)[0]
+    return SessionTotals(int(sessions), int(turns), int(findings))
 
 
 def session_turns(store: Database, session_id: str) -> list[TurnRow]:

@@ -21,7 +21,15 @@ from textual.widgets import DataTable, Static
 from textual.worker import Worker
 
 from tokview.store.errors import StoreError
-from tokview.store.sessions_query import SessionRow, TurnRow, list_sessions, session_turns, sessions_version
+from tokview.store.sessions_query import (
+    SessionRow,
+    SessionTotals,
+    TurnRow,
+    list_sessions,
+    session_totals,
+    session_turns,
+    sessions_version,
+)
 from tokview.ui.bindings import bindings
 from tokview.ui.display import cell, plain, plural
 from tokview.ui.widgets.footer import KeysFooter
@@ -152,9 +160,9 @@ class SessionsScreen(_LivePolling):
     """
 
     class Loaded(Message):
-        def __init__(self, rows: list[SessionRow]) -> None:
+        def __init__(self, rows: list[SessionRow], totals: SessionTotals) -> None:
             super().__init__()
-            self.rows = rows
+            self.rows, self.totals = rows, totals
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
@@ -168,7 +176,7 @@ class SessionsScreen(_LivePolling):
         yield KeysFooter()
 
     def read_rows(self) -> Message:
-        return self.Loaded(list_sessions(self.session.store))
+        return self.Loaded(list_sessions(self.session.store), session_totals(self.session.store))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#sessions-summary", Static).update(plain(f"cannot read sessions: {failure_text(error)}"))
@@ -183,10 +191,11 @@ class SessionsScreen(_LivePolling):
                 "a harness at it: its conversations appear here as it runs."
             )
         else:
-            turns = sum(r.turns for r in self.rows)
+            totals = event.totals  # of every session: the list holds the MAX_SESSIONS most recent
+            shown = f" (the {len(self.rows):,} most recent listed)" if len(self.rows) < totals.sessions else ""
             summary.update(
-                f"{plural(len(self.rows), 'session')} · {plural(turns, 'turn')} · "
-                f"{plural(sum(r.findings for r in self.rows), 'finding')} · enter opens a session's turns"
+                f"{plural(totals.sessions, 'session')}{shown} · {plural(totals.turns, 'turn')} · "
+                f"{plural(totals.findings, 'finding')} · enter opens a session's turns"
             )
         self._keep_cursor(self._table(), [(r.session_id, session_cells(r)) for r in self.rows])
 
