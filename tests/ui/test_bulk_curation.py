@@ -273,3 +273,19 @@ async def test_the_export_dialog_says_a_bad_path_in_one_line(make_app, tmp_path)
         assert (tmp_path / "out.parquet").exists()
         await pilot.press("escape")
         assert isinstance(app.screen, SamplesScreen)
+
+
+@pytest.mark.parametrize("size", [(20, 8), (80, 24)])
+async def test_a_page_key_in_the_export_format_list_on_a_tiny_terminal_is_no_crash(make_app, size):
+    """At 20x8 the format list opened with no room for its lines, and pagedown crashed the app in Textual's
+    `OptionList._move_page` (KeyError: 0)."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ExportDialog)
+        for key in ("down", "pagedown", "pageup", "pagedown", "escape"):
+            await pilot.press(key)
+            await pilot.pause(0.05)
+        assert app._exception is None and isinstance(app.screen, ExportDialog)

@@ -16,13 +16,14 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Select, Static, Switch
+from textual.widgets import Input, Label, Static, Switch
 from textual.worker import Worker
 
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
 from tokview.ui.screens.modals import NARROW_BREAKPOINTS
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Input, Label, ProgressBar, Select, Static, Switch, TextArea
+from textual.widgets import Button, Input, Label, ProgressBar, Static, Switch, TextArea
 from textual.worker import Worker
 
 from tokview.batch.config import PANEL_DEFAULTS
@@ -29,6 +29,7 @@ from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
 from tokview.ui.widgets.footer import KeysFooter
+from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Static
 
 from tokview.store import STATUSES, SampleFilter
 from tokview.store.queries import ListFilter
@@ -26,6 +26,7 @@ from tokview.ui.search_terms import parse_search
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sample_list import PAGE, SampleList
+from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
 if TYPE_CHECKING:
