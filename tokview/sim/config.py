@@ -18,6 +18,10 @@ from tokview.errors import TokviewError
 
 KINDS = ("vllm", "sglang")
 
+MAX_OUTPUT_TOKENS = 1_000_000
+"""The most `output_tokens` may force: each answer is built whole before the request's max_tokens or the context cuts
+it (more than the context is fine: the answer is then truncated, as a model's would be)."""
+
 # name -> one-line meaning (shown by `tokview sim --help`)
 BEHAVIOUR_QUIRKS: dict[str, str] = {
     "vllm-pre-0.16": "vLLM puts reasoning in `reasoning_content` instead of `reasoning` (builds before 0.16)",
@@ -149,10 +153,9 @@ class SimConfig:
             raise SimConfigError(f"latency takes seconds (a number >= 0), got {latency!r}")
         if isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int) or self.max_model_len < 2:
             raise SimConfigError(f"max_model_len must be a whole number of at least 2, got {self.max_model_len!r}")
-        if self.output_tokens is not None and not 3 <= self.output_tokens <= self.max_model_len:
+        if self.output_tokens is not None and not 3 <= self.output_tokens <= MAX_OUTPUT_TOKENS:
             raise SimConfigError(  # the forced output is built whole before max_tokens cuts it: 10^20 ate the memory
-                f"output_tokens must be at least 3 and at most the context length ({self.max_model_len}), "
-                f"got {self.output_tokens}"
+                f"output_tokens must be between 3 and {MAX_OUTPUT_TOKENS:,}, got {self.output_tokens}"
             )
         if self.tokenizer_dir is not None:
             self.tokenizer_dir = Path(self.tokenizer_dir)
