@@ -117,9 +117,7 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
     def _poll(self) -> None:
         try:
             version = sessions_version(self.session.store)
-        except (
-            StoreError
-        ) as exc:  # deleted, moved, replaced: said once, not every poll (it goes on, in case it is back)
+        except StoreError as exc:  # deleted, moved, replaced: said once, not every poll (it polls on: it may be back)
             if not self._trouble:
                 self._trouble = True
                 self.app.call_from_thread(self.app.notify, str(exc), title="store", severity="error", timeout=8)
