@@ -28,6 +28,7 @@ from tokview.core.prompts import (
     REASONING_KEYS,
     PromptError,
     PromptRow,
+    generated_turns,
     iter_jsonl,
     json_error,
     kind_of,
@@ -439,9 +440,7 @@ def fast_row(obj: object, n: int) -> PromptRow | None:
 
 def generation_turns(messages: list[dict[str, Any]]) -> list[int | None]:
     """The `turn` of each of `generation_points`' points, without building their histories."""
-    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), len(messages))
-    assistants = sum(1 for m in messages[first_user:] if m["role"] == "assistant")
-    return _turns(assistants, messages[-1]["role"] == "assistant")
+    return _turns(len(generated_turns(messages)), messages[-1]["role"] == "assistant")
 
 
 def _turns(assistants: int, ends_with_assistant: bool) -> list[int | None]:

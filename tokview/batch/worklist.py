@@ -299,8 +299,7 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
                     work.bad.append(checked.bad)
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined
                     work.planned += 1
-                    pid = checked.prompt_id
-                    if (pid if "#turn" not in pid else sample_head(pid, None)) + tail in stored:
+                    if sample_head(checked.prompt_id, None) + tail in stored:
                         work.resumed += 1
                     else:
                         work.todo += 1

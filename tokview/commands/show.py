@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from tokview.core.alignment import Alignment
     from tokview.core.analysis import Analysis
     from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.store import Store
     from tokview.store.sample_rows import StoredSample
 
 MARK = {"kept": " ", "partial": "~", "hidden": "✗", "drift": "≠"}
@@ -38,28 +39,34 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(run=run)
 
 
+def _stored(store: Store, given: str, db: object) -> StoredSample:
+    """The sample `given` names: as typed, else as `stats --samples` printed it, its control characters escaped (a
+    read-back holding a lone surrogate names no stored id: `storable` escaped them all)."""
+    from tokview.store import UnknownSample
+
+    candidates = [given]
+    read_back = from_printed(given)
+    if read_back != given and not has_lone_surrogate(read_back):
+        candidates.append(read_back)
+    for sample_id in candidates:
+        try:
+            return store.load_sample(sample_id)
+        except UnknownSample:
+            pass
+    raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
+
+
 def run(args: argparse.Namespace) -> int:
     from tokview.core.analysis import analyze
     from tokview.core.resolve import resolve_for_stored
-    from tokview.store import Store, UnknownSample
+    from tokview.store import Store
     from tokview.store.side_stats import sample_side_json
 
     existing_store(args.db)
     if args.count < 1:
         raise UserError("--count must be at least 1")
     with Store(args.db) as store:
-        try:
-            stored = store.load_sample(args.sample_id)
-        except UnknownSample:
-            try:  # an id `stats --samples` printed with its control characters escaped, pasted here
-                read_back = from_printed(args.sample_id)
-                if has_lone_surrogate(read_back):  # no stored id holds one (`storable`): nothing to look up
-                    raise UnknownSample(read_back) from None
-                stored = store.load_sample(read_back)
-            except UnknownSample:
-                raise UserError(
-                    f"no sample {args.sample_id!r} in {args.db} (`tokview stats --samples --db {args.db}` lists them)"
-                ) from None
+        stored = _stored(store, args.sample_id, args.db)
         run = store.run(stored.run_id) or {}
     tokenizer, profile = resolve_for_stored(
         args.tokenizer,

@@ -100,10 +100,7 @@ def render(st: dict[str, Any]) -> str:
     lines += [f"  {v['samples']:>6}  {code} [{v['severity']}]" for code, v in st["findings"].items()]
     for key in ("prompt_len", "output_len"):
         p = st[key]
-        lengths = {k: _or_na(p[k]) for k in ("p50", "p90", "p99", "max", "mean")}
-        lines.append(
-            f"{key:<11}p50 {lengths['p50']}  p90 {lengths['p90']}  p99 {lengths['p99']}  max {lengths['max']}  mean {lengths['mean']}"
-        )
+        lines.append(f"{key:<11}" + "  ".join(f"{k} {_or_na(p[k])}" for k in ("p50", "p90", "p99", "max", "mean")))
     lines.append(f"runs      {st['runs']}")
     return "\n".join(lines)
 

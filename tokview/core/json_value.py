@@ -48,11 +48,7 @@ def strict_json_line(record: dict[str, object]) -> bytes:
     server sent, kept as served) is written as null: Python's `NaN`/`-Infinity` tokens are no JSON, and a strict
     reader (`jq`, serde, a JS trainer) refuses the whole file over one of them. Records without one, nearly all, pay
     only the check."""
-    try:
-        text = json.dumps(record, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite(record), ensure_ascii=False, allow_nan=False)
-    return (text + "\n").encode("utf-8")
+    return (strict_json(record, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def _finite(value: object) -> object:

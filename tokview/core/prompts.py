@@ -163,13 +163,19 @@ def _no_turns(row: dict[str, Any]) -> str:
     return "no `messages`, `conversations` or `prompt` field"
 
 
+def generated_turns(messages: list[dict[str, Any]]) -> list[int]:
+    """The positions of the assistant turns to generate: those after the first user turn. One before it (a greeting
+    the conversation opens with) is history: its prompt would hold no request (with no system turn, no message at
+    all, which no server takes)."""
+    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), len(messages))
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant" and i > first_user]
+
+
 def generation_points(row: PromptRow) -> list[GenerationPoint]:
-    """One point per assistant turn (history without earlier reasoning), or one at the end. An assistant turn before
-    the first user turn (a greeting the conversation opens with) is history, not a point: its prompt would hold no
-    request (with no system turn, no message at all, which no server takes)."""
+    """One point per generated assistant turn (`generated_turns`; history without earlier reasoning), or one at the
+    end."""
     points: list[GenerationPoint] = []
-    first_user = next((i for i, m in enumerate(row.messages) if m["role"] == "user"), len(row.messages))
-    assistant_turns = [i for i, m in enumerate(row.messages) if m["role"] == "assistant" and i > first_user]
+    assistant_turns = generated_turns(row.messages)
     multi = len(assistant_turns) > 1 or (assistant_turns and row.messages[-1]["role"] != "assistant")
     for k, idx in enumerate(assistant_turns):
         points.append(GenerationPoint(row.prompt_id, k if multi else None, _history(row.messages[:idx]), idx))

@@ -56,8 +56,7 @@ def check_ids(
         missing.append(f"{raw_backend.path} returns an empty {raw_backend.ids_field}{_for_tokens(raw)}")
     else:
         missing.append(f"{raw_backend.path}: {raw_error}")
-    chat_ok = chat is not None and bool(chat_ids)
-    if chat is not None and chat_ok:
+    if chat is not None and chat_ids:
         where = f.get("chat_prompt_ids_field") or "prompt ids"
         found.append(f"/v1/chat/completions → {where} + {f.get('chat_ids_field') or 'token ids'}")
     elif chat is not None and chat_ids is not None:
