@@ -174,3 +174,32 @@ def test_glm_4_7_samples_export_exactly_on_the_pretokenized_path(qwen_tok, tmp_p
             _put(store, f"glm{k}", cap, glm, qwen_tok)
         manifest = _pretokenized_exact(store, qwen_tok, glm, tmp_path)
     assert manifest["counts"]["exported"] == 2
+
+
+def _rows(path: Path) -> dict[str, dict]:
+    return {json.loads(line)["id"]: json.loads(line) for line in path.read_text().splitlines()}
+
+
+def test_text_exports_of_harmony_carry_the_channels_and_the_calls(oss_tok, tmp_path):
+    """Read as think tags, a gpt-oss output has no answer: sharegpt wrote an empty assistant turn for every row, and
+    no call. The final channel is the answer, the analysis channel the reasoning, a `<|call|>` message the call."""
+    oss = get_profile("gpt-oss")
+    with _harmony_store(tmp_path / "h.duckdb", oss_tok) as store:
+        export(store, "sharegpt", tmp_path / "g.jsonl", select="all", tokenizer=oss_tok, profile=oss)
+        export(store, "speculators", tmp_path / "s.jsonl", select="all", tokenizer=oss_tok, profile=oss)
+        with pytest.raises(ExportError) as err:
+            export(store, "kimi-inline", tmp_path / "k.jsonl", select="all", tokenizer=oss_tok, profile=oss)
+    turns = {key: row["conversations"][-1] for key, row in _rows(tmp_path / "g.jsonl").items()}
+    assert {k: (t["value"], t.get("reasoning_content")) for k, t in turns.items() if "tool_calls" not in t} == {
+        "answer": ("42.", "Six sevens."),
+        "after_tool": ("Sunny.", "It is sunny."),
+    }
+    assert turns["call"]["value"] == ""
+    assert turns["call"]["reasoning_content"] == "Need the weather."
+    assert [c["function"] for c in turns["call"]["tool_calls"]] == [
+        {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    ]
+    flags = {row["primary_id"]: row["metadata"]["is_tool_call"] for row in _rows(tmp_path / "s.jsonl").values()}
+    assert flags == {"answer": False, "call": True, "after_tool": False}
+    assert "\n" not in str(err.value) and "analysis channel" in str(err.value)
+    assert not (tmp_path / "k.jsonl").exists()

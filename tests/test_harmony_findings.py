@@ -29,6 +29,12 @@ CALLING = (
 )
 
 
+CALLING_IN_ROLE = (  # the recipient in the role, as gpt-oss's own template renders a call in history
+    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
+    '<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+
+
 @pytest.fixture(scope="module")
 def oss_tok():
     from tokview.core.tokenizer import load_tokenizer
@@ -175,7 +181,7 @@ def test_harmony_negative(hfam, code):
     assert code not in analyze(HARMONY_CASES[code].negative(hfam), hfam.profile, hfam.tok).codes
 
 
-@pytest.mark.parametrize("text", [CLEAN, CALLING])
+@pytest.mark.parametrize("text", [CLEAN, CALLING, CALLING_IN_ROLE])
 def test_a_clean_harmony_turn_has_no_findings(hfam, text):
     assert analyze(hfam.capture(text), hfam.profile, hfam.tok).codes == []
     chat = analyze(_chat(hfam, text) if text == CLEAN else hfam.capture(text), hfam.profile, hfam.tok).codes
@@ -285,3 +291,19 @@ def test_a_call_whose_arguments_nest_past_pythons_json_is_not_judged_and_fails_n
     analysis = analyze(hfam.capture(text), hfam.profile, hfam.tok)
     assert "harmony_tool_json_invalid" not in analysis.codes
     assert analysis.segments  # analysed to the end
+
+
+def test_a_recipient_in_the_role_is_read_as_the_call_it_is(hfam):
+    """`<|start|>assistant to=functions.f<|channel|>commentary …<|call|>` (the template's history form) is a call:
+    read as text, it was a commentary message that ended with the wrong token and whose JSON went unchecked."""
+    out = hfam.ids(CALLING_IN_ROLE)
+    _, call = parse_harmony(out, hfam.tok)
+    assert (call.channel, call.recipient, call.constraint, call.end_id) == (
+        "commentary",
+        "functions.get_weather",
+        "json",
+        CALL,
+    )
+    broken = analyze(hfam.capture(CALLING_IN_ROLE.replace('"Paris"}', '"Par')), hfam.profile, hfam.tok)
+    assert "harmony_tool_json_invalid" in broken.codes
+    assert "harmony_wrong_end_token" not in broken.codes

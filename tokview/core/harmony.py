@@ -60,14 +60,26 @@ def _channel_of(ids: Sequence[int]) -> str | None:
     return None
 
 
-def _header(output: Sequence[int], at: int) -> tuple[int, HarmonyMessage]:
-    """Read one header starting at `at`; returns the position after `<|message|>` (or where it stopped)."""
+def _recipient_in(header_text: Sequence[int]) -> tuple[int, ...]:
+    """The recipient's ids in a header's text: what follows ` to=` (in the role text, as gpt-oss's template writes a
+    call in history, or after the channel name), spaces dropped; () when the text names none."""
+    text = list(header_text)
+    for k in range(len(text) - 1):
+        if (text[k], text[k + 1]) == _TO_IDS:
+            return tuple(t for t in text[k + 2 :] if t != 220)
+    return ()
+
+
+def _header(output: Sequence[int], at: int, role_at: int) -> tuple[int, HarmonyMessage]:
+    """Read one header starting at `at` (its role text from `role_at`); returns the position after `<|message|>`
+    (or where it stopped)."""
     msg = HarmonyMessage(start=at, header_end=at, body=(at, at), end_pos=None)
     i, n = at, len(output)
     while i < n and output[i] not in (CHANNEL, MESSAGE, START) and output[i] not in END_IDS:
         if output[i] == CONSTRAIN:
             msg.problems.append(("<|constrain|> before the channel", i))
         i += 1
+    msg.recipient_ids = _recipient_in(output[role_at:i])  # `assistant to=functions.f<|channel|>…`: the role names it
     if i < n and output[i] == CHANNEL:
         j = i + 1
         while j < n and output[j] not in (CONSTRAIN, MESSAGE, START, CHANNEL) and output[j] not in END_IDS:
@@ -77,8 +89,7 @@ def _header(output: Sequence[int], at: int) -> tuple[int, HarmonyMessage]:
         if msg.channel is None:
             msg.problems.append(("a channel name Harmony does not have", i))
         rest = text[len(CHANNEL_IDS[msg.channel]) :] if msg.channel else []
-        if rest[:2] == list(_TO_IDS):
-            msg.recipient_ids = tuple(t for t in rest[2:] if t != 220)
+        msg.recipient_ids = _recipient_in(rest) or msg.recipient_ids
         if j < n and output[j] == CONSTRAIN:
             k = j + 1
             while k < n and output[k] not in (MESSAGE, START, CHANNEL, CONSTRAIN) and output[k] not in END_IDS:
@@ -103,15 +114,17 @@ def parse_harmony(output: Sequence[int], tokenizer: TokenizerAdapter | None = No
     messages: list[HarmonyMessage] = []
     i, n = 0, len(out)
     while i < n:
+        role_at = i
         if messages:  # after an end token: `<|start|>` must come next
             if out[i] != START:
                 what = {CONSTRAIN: "<|constrain|>", CALL: "<|call|>"}.get(out[i], f"id {out[i]}")
                 messages[-1].problems.append((f"{what} where <|start|> is expected after a message's end", i))
             else:
                 i += 1
+                role_at = i
                 while i < n and out[i] not in (CHANNEL, MESSAGE, START) and out[i] not in END_IDS:
-                    i += 1  # the role (`assistant`), ordinary text
-        body_start, msg = _header(out, i)
+                    i += 1  # the role (`assistant`), ordinary text: `_header` reads a recipient there
+        body_start, msg = _header(out, i, role_at)
         k = body_start
         while k < n and out[k] not in END_IDS and out[k] != START:
             k += 1
@@ -128,3 +141,15 @@ def parse_harmony(output: Sequence[int], tokenizer: TokenizerAdapter | None = No
             msg.recipient = tokenizer.decode(list(msg.recipient_ids)).strip() if msg.recipient_ids else None
             msg.constraint = tokenizer.decode(list(msg.constraint_ids)).strip() if msg.constraint_ids else None
     return messages
+
+
+def calls_of(messages: Sequence[HarmonyMessage]) -> list[HarmonyMessage]:
+    """The messages that call a tool: a recipient named (in the role or after the channel) and ended by `<|call|>`,
+    as vLLM's openai_gptoss tool parser reads them."""
+    return [m for m in messages if m.recipient_ids and m.end_id == CALL]
+
+
+def function_name(recipient: str | None) -> str:
+    """The tool's name as the OpenAI `tool_calls` give it: `functions.get_weather` → `get_weather`."""
+    name = recipient or ""
+    return name.removeprefix("functions.")

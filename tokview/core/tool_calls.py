@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tokview.core.profiles import GLM47, HERMES, KIMI_K2, ToolCallLayout
+from tokview.core.harmony import calls_of, parse_harmony
+from tokview.core.profiles import GLM47, HARMONY, HERMES, KIMI_K2, ModelProfile, ToolCallLayout
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -119,6 +120,16 @@ def marker_positions(ids: list[int], layout: ToolCallLayout) -> list[tuple[int, 
         except ValueError:
             pass
     return sorted(found)
+
+
+def call_count(output_ids: Sequence[int], profile: ModelProfile) -> int:
+    """How many tool calls the output ids hold: by the profile's call layout, or a Harmony output's messages that
+    call a tool (gpt-oss has no call layout: its calls are commentary messages with a recipient)."""
+    if profile.format == HARMONY:
+        return len(calls_of(parse_harmony(output_ids)))
+    if profile.tool_calls is None:
+        return 0
+    return len(parse_tool_calls(output_ids, profile.tool_calls).calls)
 
 
 def parse_tool_calls(

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from tokview.core import segments as seg
-from tokview.core.profiles import ModelProfile
+from tokview.core.harmony import calls_of, function_name, parse_harmony
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerAdapter
-from tokview.core.tool_calls import parse_tool_calls
+from tokview.core.tool_calls import call_count, parse_tool_calls
 from tokview.export.side_fields import speculators_fields
 from tokview.secrets import scrub_text
 
@@ -77,6 +78,8 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Tokenizer
     `analyze` makes, so an export and the findings never disagree about where reasoning ends;
     only the segmentation is computed, not the whole analysis (alignment, findings) per row.
     """
+    if profile.format == HARMONY:
+        return _harmony_texts(capture, tokenizer)
     ids, n_prompt = capture.input_ids, len(capture.prompt_ids)
     # tool_calls=True: the calls' ids get their own kinds, so they are neither answer nor reasoning text
     output_segments = [
@@ -88,6 +91,20 @@ def texts_from_ids(capture: Capture, profile: ModelProfile, tokenizer: Tokenizer
 
     opened = any(s.kind in REASONING_KINDS for s in output_segments)
     return Texts(text_of(seg.REASONING) if opened else None, text_of(seg.ANSWER))
+
+
+def _harmony_texts(capture: Capture, tokenizer: TokenizerAdapter) -> Texts:
+    """A Harmony output's analysis channel as the reasoning and its final channel as the answer (what vLLM's
+    openai_gptoss parser returns as `reasoning` / `content`), decoded from the ids; calls are neither. Read as think
+    tags, a gpt-oss output has no answer at all: its rows were written with an empty assistant turn."""
+    output = list(capture.output_ids)
+    messages = parse_harmony(output)
+
+    def text_of(channel: str) -> str:
+        return "".join(tokenizer.decode(output[m.body[0] : m.body[1]]) for m in messages if m.channel == channel)
+
+    analysed = any(m.channel == "analysis" for m in messages)
+    return Texts(text_of("analysis") if analysed else None, text_of("final"))
 
 
 def endpoint_url(capture: Capture) -> str:
@@ -191,7 +208,7 @@ def speculators_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
             "idx": item.gen_index or 0,
             "turn": item.turn,
             "finish_reason": c.finish_reason,
-            "is_tool_call": bool(profile.tool_calls and parse_tool_calls(c.output_ids, profile.tool_calls).calls),
+            "is_tool_call": call_count(c.output_ids, profile) > 0,
             "usage": usage_of(c.usage),
             "endpoint": endpoint_url(c),
             "sampling_params": sampling_params(c.settings),
@@ -273,15 +290,34 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAd
     arguments text from the ids (the template renders them back verbatim), not the server's `tool_calls`
     (SGLang renumbers ids, a parser may drop a call). A layout without call ids (hermes) takes the
     server's id for the same call, else `call_{i}`."""
+    server = capture.tool_calls or []
+    if profile.format == HARMONY:
+        return _harmony_calls(capture, tokenizer, server)
     if profile.tool_calls is None:
         return []
     parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer, capture.settings.get("tools"))
-    server = capture.tool_calls or []
     out = []
     for i, call in enumerate(parsed.calls):
-        call_id = call.call_id or (server[i].get("id") if i < len(server) else None) or f"call_{i}"
+        call_id = call.call_id or _server_call_id(server, i)
         function = {"name": call.name or "", "arguments": call.arguments if call.arguments is not None else ""}
         out.append({"id": call_id, "type": "function", "function": function})
+    return out
+
+
+def _server_call_id(server: list[Any], i: int) -> str:
+    """The id the server gave the i-th call, else `call_{i}` (for a layout whose ids hold none)."""
+    given = server[i].get("id") if i < len(server) and isinstance(server[i], dict) else None
+    return str(given) if given else f"call_{i}"
+
+
+def _harmony_calls(capture: Capture, tokenizer: TokenizerAdapter, server: list[Any]) -> list[dict[str, Any]]:
+    """A Harmony output's calls (commentary messages with a recipient, ended by `<|call|>`): the name from the
+    recipient, the arguments as the ids spell them; Harmony has no call ids, so the server's id for the same call."""
+    output = list(capture.output_ids)
+    out = []
+    for i, call in enumerate(calls_of(parse_harmony(output, tokenizer))):
+        function = {"name": function_name(call.recipient), "arguments": tokenizer.decode(output[slice(*call.body)])}
+        out.append({"id": _server_call_id(server, i), "type": "function", "function": function})
     return out
 
 

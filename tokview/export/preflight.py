@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokview.core.profiles import ModelProfile
+from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.export.export_error import ExportError
 
 if TYPE_CHECKING:
@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 def reasoning_renders_once_inline(tokenizer: TokenizerAdapter, profile: ModelProfile) -> None:
     """Refuse reasoning inline in the content when the template writes its own think tags around it
     (kimi-inline): the rendered row would hold the tags twice (`<think></think><think>…`)."""
+    if profile.format == HARMONY:
+        raise ExportError(
+            "--format kimi-inline refused: a gpt-oss run's reasoning is Harmony's analysis channel, not think tags to "
+            "write inline in the content; use --format speculators (token-exact) or --format sharegpt"
+        )
     if not profile.has_reasoning:
         return  # a plain model's rows are answers only: nothing goes inline
     user = [{"role": "user", "content": "q"}]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.core.json_value import strict_json_line
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
-from tokview.core.tool_calls import parse_tool_calls
+from tokview.core.tool_calls import call_count
 from tokview.export.output import Plan, open_stream
 from tokview.store import Store, export_rows
 from tokview.store.conversation_turns import goes_on_in_next_run
@@ -134,7 +134,7 @@ def build(store: Store, sample_ids: list[str], profile_of: ProfileOf, summary: T
         run_id, prompt_id, gen_index, sample_id, turn = key
         capture = capture_from_row(row)
         prof: ModelProfile = profile_of(row["profile"])
-        calls = len(parse_tool_calls(capture.output_ids, prof.tool_calls).calls) if prof.tool_calls else 0
+        calls = call_count(capture.output_ids, prof)
         name = f"{prompt_id}_gen{gen_index}"
         summary.turns += 1
         newest = rows.rows[-1] if rows is not None and rows.rows else None
