@@ -305,9 +305,9 @@ def test_a_key_no_header_can_carry_is_refused_at_start(vllm_sim, key) -> None:
         pass
 
 
-def test_a_stream_too_deep_to_rewrite_is_relayed_without_ids_not_a_500() -> None:
-    """Past Python's recursion limit neither orjson nor json writes the body back: it goes as it came (no ids asked
-    for), and the upstream's stream reaches the client unchanged."""
+def test_a_stream_too_deep_to_rewrite_is_relayed_with_its_ids_asked_not_a_500() -> None:
+    """Past Python's recursion limit neither orjson nor json writes the body back: the id field is written into the
+    client's own bytes instead (never re-serialised), and the upstream's stream reaches the client unchanged."""
     events = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
     stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n%s" % (
         len(events),
@@ -322,7 +322,7 @@ def test_a_stream_too_deep_to_rewrite_is_relayed_without_ids_not_a_500() -> None
         got = httpx.post(proxy.url + "/v1/chat/completions", content=body, timeout=10)
         sent = next(r for r in up.received if MARK in r)
     assert got.status_code == 200 and got.content == events
-    assert b"return_token_ids" not in sent
+    assert sent.endswith(body[:-1] + b',"return_token_ids":true}')
 
 
 def test_an_integer_past_64_bits_reaches_the_upstream_exact(vllm_sim) -> None:

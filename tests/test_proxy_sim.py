@@ -12,9 +12,11 @@ import httpx
 import orjson
 import pytest
 
+from tokview.proxy import ids
 from tokview.proxy.recorder_process import RecorderProcess
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim.config import SimConfig
+from tokview.sim.faults import FaultBook
 from tokview.sim.server import start_simulator
 from tokview.store import Store
 
@@ -434,3 +436,56 @@ def test_a_burst_bigger_than_the_pipe_reaches_the_recorder_process_whole(tmp_pat
     assert len(rows) == 16
     assert _failures(db) == []
     assert all(len(r["output_ids"]) == 1500 for r in rows)
+
+
+def test_a_stream_the_upstream_aborts_is_a_failure_not_a_sample(sim, proxy) -> None:
+    """vLLM's `data: {"error": …}` then `[DONE]`: the chunks before it are a cut-off answer. It was stored as a
+    sample (no finish reason, three findings) among the training data."""
+    sim.state.faults = FaultBook({"stream-error": 1})
+    try:
+        through = httpx.post(proxy.url + "/v1/chat/completions", json=_chat(sim.cfg.model_name, True))
+    finally:
+        sim.state.faults = FaultBook({})
+    assert b'"error"' in through.content  # the client gets the upstream's own error chunk
+    proxy.stop()
+    assert _stored(proxy.db) == []
+    [reason] = _failures(proxy.db)
+    assert reason.startswith("the upstream aborted the stream after ")
+    assert "stream-error" in reason
+
+
+def test_prompt_ids_a_client_asked_for_by_their_own_flag_reach_it(sim, proxy) -> None:
+    """SGLang's `return_prompt_token_ids`: the proxy adds `return_token_ids` and took every id key out again, the
+    prompt ids the client had asked for included."""
+    body = _chat(sim.cfg.model_name, False, return_prompt_token_ids=True)
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+    assert _blank(through) == _blank(direct)
+    if sim.cfg.kind == "sglang":
+        assert b'"prompt_token_ids":[' in through
+    proxy.stop()
+    assert len(_stored(proxy.db)) == 1
+
+
+def test_the_request_goes_upstream_as_the_client_wrote_it(sim, proxy) -> None:
+    """The id fields are added to the client's own bytes: re-serialised, a `max_tokens` of NaN went upstream as
+    null, and a request the server refuses was answered."""
+    body = b'{"model":"%s","messages":[{"role":"user","content":"hi"}],"max_tokens":NaN}' % sim.cfg.model_name.encode()
+    headers = {"content-type": "application/json"}
+    direct = httpx.post(sim.url + "/v1/chat/completions", content=body, headers=headers)
+    through = httpx.post(proxy.url + "/v1/chat/completions", content=body, headers=headers)
+    assert through.status_code == direct.status_code == 400
+    assert through.content == direct.content
+    assert ids.with_fields(b'{"a":1} \n', ("return_token_ids",), empty=False) == b'{"a":1,"return_token_ids":true} \n'
+    assert ids.with_fields(b"{ }", ("x", "y"), empty=True) == b'{ "x":true,"y":true}'
+    assert ids.with_fields('{"a":1}'.encode("utf-16"), ("x",), empty=False) is None  # re-serialised instead
+
+
+def test_a_stream_with_one_sglext_flag_of_the_clients_says_why_it_has_no_ids(sim, proxy) -> None:
+    if sim.cfg.kind != "sglang":
+        pytest.skip("SGLang's flags")
+    body = _chat(sim.cfg.model_name, True, return_output_ids_in_sglext=True)
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
+    proxy.stop()
+    [reason] = _failures(proxy.db)
+    assert "the client set only return_output_ids_in_sglext itself" in reason

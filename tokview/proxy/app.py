@@ -38,7 +38,7 @@ from tokview.proxy.wire import (
     UpstreamPool,
     UpstreamResponse,
 )
-from tokview.servers.http import error_message
+from tokview.servers.errors import error_message
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -184,6 +184,9 @@ class ProxyApp:
         sent, ex.injection = ids.inject(request, ex.upstream.kind)
         if sent is request:
             return ex.body
+        spliced = ids.with_fields(ex.body, ex.injection.fields, empty=not request)
+        if spliced is not None:
+            return spliced
         try:
             return orjson.dumps(sent)
         except orjson.JSONEncodeError:  # nested deeper than orjson writes (254), or a lone surrogate

@@ -16,6 +16,7 @@ What each server sends without them (recordings/tools/README.md §3, §4):
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from tokview.proxy.sse import EventSplitter, data_of
 
 VLLM, SGLANG = "vllm", "sglang"
 RETURN_TOKEN_IDS = "return_token_ids"
+RETURN_PROMPT_TOKEN_IDS = "return_prompt_token_ids"
+"""SGLang's flag for the prompt's ids alone: a client that sets it gets `prompt_token_ids` through the proxy too."""
 SGLEXT_FLAGS = ("return_input_ids_in_sglext", "return_output_ids_in_sglext")
 VLLM_ID_KEYS = (b"token_ids", b"prompt_token_ids")
 SGLANG_ID_KEYS = (b"prompt_token_ids", b"response_token_ids", b"token_ids")
@@ -40,6 +43,8 @@ class Injection:
     fields: tuple[str, ...]
     """The request fields the proxy set to true (those the client had not asked for itself)."""
     stream: bool
+    kept: tuple[bytes, ...] = ()
+    """Id keys the client asked for itself by another flag (SGLang's `return_prompt_token_ids`): never stripped."""
 
     @property
     def strips(self) -> bool:
@@ -96,7 +101,24 @@ def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:
     sent = dict(body)
     for name in added:
         sent[name] = True
-    return sent, Injection(kind, added, stream)
+    kept = (b"prompt_token_ids",) if kind == SGLANG and _as_bool(body.get(RETURN_PROMPT_TOKEN_IDS)) else ()
+    return sent, Injection(kind, added, stream, kept)
+
+
+def with_fields(body: bytes, fields: tuple[str, ...], *, empty: bool) -> bytes | None:
+    """The client's own body bytes with `"FIELD":true` written before its closing brace, for each field; None when
+    the body is not UTF-8 JSON ending in `}` (the caller re-serialises it). `empty`: the object has no keys.
+
+    Why not re-serialise: a body re-written by a JSON library is another request (orjson writes a NaN or 1e400
+    the client sent as null, so a request the server refuses was answered). A field the client set false itself is
+    written again, true, after it: the servers read a JSON object's last value of a key (Python's json)."""
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        return None
+    end = len(body.rstrip(_SPACE))
+    if not end or body[end - 1 : end] != b"}":
+        return None
+    added = b",".join(b'"' + name.encode() + b'":true' for name in fields)
+    return body[: end - 1] + (b"" if empty else b",") + added + b"}" + body[end:]
 
 
 _KEY = re.compile(rb'"(token_ids|prompt_token_ids|response_token_ids|sglext)"\s*:\s*')
@@ -137,6 +159,7 @@ def strip_body(raw: bytes, injection: Injection) -> bytes:
     else:
         keys = (SGLANG_ID_KEYS if injection.token_ids else ()) + ((SGLEXT_KEY,) if injection.sglext else ())
         remove = True
+    keys = tuple(k for k in keys if k not in injection.kept)
     if not keys:
         return raw
     out, pos = [], 0

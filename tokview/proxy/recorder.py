@@ -36,9 +36,10 @@ from tokview.core.findings import WARN
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
+from tokview.proxy.ids import SGLANG, SGLEXT_FLAGS
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
-from tokview.servers.errors import Retryable
+from tokview.servers.errors import Retryable, stream_abort
 from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
 
 if TYPE_CHECKING:
@@ -396,6 +397,11 @@ class Recorder:
                 reason = "malformed response: the upstream's answer is not JSON"
             self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
+        aborts = ((k, m) for k, c in enumerate(answer if item.stream else ()) if (m := stream_abort(c)) is not None)
+        if (aborted := next(aborts, None)) is not None:  # the chunks before it: a cut-off answer, never a sample
+            reason = f"the upstream aborted the stream after {aborted[0]} chunks: {aborted[1]}"
+            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
+            return
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
         indexes = choice_indexes(answer, stream=item.stream)
@@ -432,7 +438,8 @@ class Recorder:
                 latency_s=item.latency_s,
             )
         except NoIds as exc:
-            self.failure(str(exc), item.server, named=item.named, user=item.user, sample_id=sample_id)
+            reason = (_one_sglext_flag(request) if item.stream and item.kind == SGLANG else None) or str(exc)
+            self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return None
         except Retryable as exc:  # the servers layer's "malformed response from …" (a lone surrogate in a text)
             self.failure(exc.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
@@ -541,6 +548,18 @@ class Recorder:
         self.writer.close()
         self.lander.close()
         self._warn()
+
+
+def _one_sglext_flag(request: dict[str, Any]) -> str | None:
+    """Why a stream the client asked for one of SGLang's two sglext id flags has no ids: the proxy adds neither (the
+    two share one object, and SGLang's answer with one flag is not known well enough to edit the other out)."""
+    own = [flag for flag in SGLEXT_FLAGS if request.get(flag) not in (None, False)]
+    if len(own) != 1:
+        return None
+    return (
+        f"the upstream's stream holds not both ids: the client set only {own[0]} itself, so the proxy asked for "
+        "none (set both sglext flags to record such a request)"
+    )
 
 
 def _answer(capture: Capture, answer: object, endpoint: str) -> dict[str, Any] | None:

@@ -7,6 +7,8 @@ signal that one attempt failed in a way another attempt may fix (connection trou
 
 from __future__ import annotations
 
+import json
+
 from tokview.errors import ExitCode, TokviewError
 
 
@@ -54,3 +56,29 @@ class Retryable(Exception):
         self.retry_after = retry_after
         self.connection = connection
         self.timed_out = timed_out
+
+
+def error_message(body: bytes | str, limit: int = 300) -> str:
+    """The server's own error message out of whatever shape it used (OpenAI, FastAPI, plain text)."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:limit] or "(empty body)"
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:limit]
+        for key in ("message", "detail", "error"):
+            if data.get(key):
+                value = data[key]
+                return (value if isinstance(value, str) else json.dumps(value))[:limit]
+    return json.dumps(data)[:limit]
+
+
+def stream_abort(chunk: object) -> str | None:
+    """The server's message when a stream chunk is the error it sends on aborting a generation mid-stream (vLLM:
+    `data: {"error": {…}}`, then `[DONE]`); None for any other chunk. The chunks before it are a cut-off answer."""
+    if isinstance(chunk, dict) and chunk.get("error") is not None and not chunk.get("choices"):
+        return error_message(json.dumps(chunk))
+    return None

@@ -42,7 +42,7 @@ import orjson
 
 from tokview.secrets import Secrets, api_key_from_env, redact_url
 from tokview.servers import transport
-from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.errors import CaptureFailed, Retryable, error_message, stream_abort
 from tokview.servers.urls import credential_notes, parse_server_url
 from tokview.untrusted_text import printable_line
 
@@ -132,24 +132,6 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def error_message(body: bytes | str, limit: int = 300) -> str:
-    """The server's own error message out of whatever shape it used (OpenAI, FastAPI, plain text)."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    try:
-        data = loads(text)
-    except ValueError:
-        return " ".join(text.split())[:limit] or "(empty body)"
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:limit]
-        for key in ("message", "detail", "error"):
-            if data.get(key):
-                value = data[key]
-                return (value if isinstance(value, str) else json.dumps(value))[:limit]
-    return json.dumps(data)[:limit]
 
 
 class ServerClient:
@@ -299,11 +281,8 @@ class ServerClient:
                         ) from None
                     if not isinstance(chunk, dict):
                         raise Retryable(f"malformed response from POST {path}: a stream chunk is not an object")
-                    if chunk.get("error") is not None and not chunk.get("choices"):
-                        raise CaptureFailed(
-                            f"the server aborted the stream on POST {path}: {error_message(json.dumps(chunk))}",
-                            url=self.url,
-                        )
+                    if (aborted := stream_abort(chunk)) is not None:
+                        raise CaptureFailed(f"the server aborted the stream on POST {path}: {aborted}", url=self.url)
                     yield chunk
                 if not done:
                     raise Retryable(f"malformed response from POST {path}: the stream ended without [DONE]")
