@@ -59,3 +59,20 @@ def _finite(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
+FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off"})
+"""The strings pydantic (both servers' request models) reads as a bool."""
+
+
+def as_pydantic_bool(value: object) -> bool | None:
+    """What a server makes of a boolean request field (pydantic's bool): True, False (absent and null too), or None
+    when it refuses the value (the proxy then leaves the field to the server, which answers the client's own error)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if type(value) is int and value in (0, 1):
+        return value == 1
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    return None

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tokview.core.json_value import as_pydantic_bool as _as_bool
 from tokview.proxy.sse import EventSplitter, data_of
 
 VLLM, SGLANG = "vllm", "sglang"
@@ -64,23 +65,6 @@ def id_fields(kind: str, stream: bool) -> tuple[str, ...]:
     if kind == SGLANG and stream:
         return SGLEXT_FLAGS
     return (RETURN_TOKEN_IDS,)
-
-
-TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
-FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off"})
-"""The strings pydantic (both servers' request models) reads as a bool."""
-
-
-def _as_bool(value: object) -> bool | None:
-    """What a server makes of a boolean request field: True, False (absent and null too), or None when it
-    refuses the value (then the proxy leaves the field to the server, which answers the client's own error)."""
-    if value is None or isinstance(value, bool):
-        return bool(value)
-    if type(value) is int and value in (0, 1):
-        return value == 1
-    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
-        return value.strip().lower() in TRUE_WORDS
-    return None
 
 
 def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:

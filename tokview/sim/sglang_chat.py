@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tokview.core.json_value import JsonObject
+from tokview.core.json_value import JsonObject, as_pydantic_bool
 from tokview.sim import common, faults, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
@@ -28,7 +28,7 @@ STREAM_IDS_ERROR = (
 async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     no_ids = bool(cfg.quirk("no-id-fields"))
-    stream = bool(body.get("stream"))
+    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
     if stream and not no_ids:
         for flag in ("return_token_ids", "return_prompt_token_ids", "return_meta_info"):
             if body.get(flag):

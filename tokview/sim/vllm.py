@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tokview.core.json_value import JsonObject
+from tokview.core.json_value import JsonObject, as_pydantic_bool
 from tokview.core.profiles import HARMONY
 from tokview.sim import common, faults, glm_tools, harmony, requests, spec, tool_shapes, tools
 from tokview.sim.common import SimState, sse
@@ -226,7 +226,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
-    stream = bool(body.get("stream"))
+    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
@@ -387,7 +387,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
-    stream = bool(body.get("stream"))
+    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
