@@ -172,3 +172,30 @@ def test_a_session_whose_every_request_failed_is_listed_and_the_totals_count_eve
         totals = session_totals(store)
         assert (totals.sessions, totals.turns) == (3, 3)
         assert [r.session_id for r in list_sessions(store, limit=1)] == ["user:bob"]  # the most recent
+
+
+async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, tmp_path, tokenizer, profile) -> None:
+    """The sessions list counted alice's failed request, but her chain of turns never showed it: a person looking
+    for it found two turns and no trace of the third request."""
+    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+
+    db = tmp_path / "failed_turn.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    with Store(db) as store:
+        store.put_failure("user:alice", "proxy:r:alice-x", "r", "refused by the upstream: HTTP 400: [bad] request")
+        turns = session_turns(store, "user:alice")
+    assert [(t.turn, t.failed) for t in turns] == [(0, False), (1, False), (-1, True)]  # it came last
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        while app.screen.rows[app.screen.query_one("DataTable").cursor_row].session_id != "user:alice":
+            await pilot.press("down")
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        screen = app.screen
+        assert "2 turns · 1 failed request" in str(screen.query_one("#turns-summary").render())
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        assert app.screen is screen  # nothing to inspect: said instead
+        assert any("this request failed: refused by the upstream" in str(n.message) for n in app._notifications)

@@ -58,6 +58,10 @@ FROM samples WHERE {PROXIED} AND prompt_id = ?
 ORDER BY turn, created_at, sample_id
 """
 
+_FAILED_TURNS = """
+SELECT sample_id, reason, "at" FROM failures WHERE sample_id LIKE 'proxy:%' AND prompt_id = ? ORDER BY "at", sample_id
+"""
+
 _VERSION = f"""
 SELECT (SELECT count(*) FROM samples WHERE {PROXIED}),
        (SELECT max(created_at) FROM samples WHERE {PROXIED}),
@@ -101,8 +105,10 @@ class TurnRow:
     valid: bool
     latency_s: float | None
     answer: str
-    """The start of the answer's text (content, else text, else reasoning), for the list."""
+    """The start of the answer's text (content, else text, else reasoning), for the list; a failed request's reason."""
     created_at: datetime
+    failed: bool = False
+    """A request of the session that failed (refused, abandoned, no ids): listed where it came, never inspected."""
 
 
 def list_sessions(store: Database, limit: int = MAX_SESSIONS) -> list[SessionRow]:
@@ -125,7 +131,8 @@ def session_totals(store: Database) -> SessionTotals:
 
 
 def session_turns(store: Database, session_id: str) -> list[TurnRow]:
-    """A conversation's turns in order (turn index, then arrival)."""
+    """A conversation's turns in order (turn index, then arrival), each failed request after the turns that came
+    before it (a failure has no turn: the list said nothing of the requests the sessions list counted failed)."""
     out = []
     for sample_id, turn, prompt_len, output_len, finish, status, codes, valid, latency, answer, created in store.query(
         _TURNS, [session_id]
@@ -135,6 +142,10 @@ def session_turns(store: Database, session_id: str) -> list[TurnRow]:
                 sample_id, turn, prompt_len, output_len, finish, status, list(codes), valid, latency, answer, created
             )
         )
+    for sample_id, reason, at in store.query(_FAILED_TURNS, [session_id]):
+        before = next((k for k, row in enumerate(out) if not row.failed and row.created_at > at), len(out))
+        failed = TurnRow(sample_id, -1, 0, 0, None, "failed", [], False, None, str(reason), at, failed=True)
+        out.insert(before, failed)
     return out
 
 

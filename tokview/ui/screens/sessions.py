@@ -64,6 +64,18 @@ def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
 
 def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
     answer = " ".join(row.answer.split())
+    if row.failed:  # no ids, no turn: the reason where the answer goes
+        return (
+            "—",
+            cell(row.sample_id),
+            "—",
+            "—",
+            "—",
+            "failed",
+            "—",
+            "—",
+            cell(answer[:60] + ("…" if len(answer) > 60 else "")),
+        )
     return (
         str(row.turn),
         cell(row.sample_id),
@@ -249,10 +261,12 @@ class SessionTurnsScreen(_LivePolling):
     def _loaded(self, event: Loaded) -> None:
         self.rows = event.rows
         tokens = sum(r.output_len for r in self.rows)
+        failed = sum(r.failed for r in self.rows)
         self.query_one("#turns-summary", Static).update(
             plain(
-                f"session {self.session_id} · {plural(len(self.rows), 'turn')} · {plural(tokens, 'output token')} · "
-                "enter inspects a turn"
+                f"session {self.session_id} · {plural(len(self.rows) - failed, 'turn')} · "
+                + (f"{plural(failed, 'failed request')} · " if failed else "")
+                + f"{plural(tokens, 'output token')} · enter inspects a turn"
             )
         )
         self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows])
@@ -267,5 +281,8 @@ class SessionTurnsScreen(_LivePolling):
         if not self.rows or table.cursor_row >= table.row_count:
             return
         sample_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        if sample_id is not None:
+        failed = next((r for r in self.rows if r.failed and r.sample_id == sample_id), None)
+        if failed is not None:  # nothing stored to inspect: the reason is all there is
+            self.notify(f"this request failed: {failed.answer}", severity="warning")  # the app notifies as plain text
+        elif sample_id is not None:
             self.app.open_sample(sample_id)  # type: ignore[attr-defined]  # TokviewApp: pushes the inspect screen
