@@ -267,3 +267,12 @@ def test_a_sample_id_with_a_newline_or_a_bidi_override_stays_one_line_and_reads_
     assert main(["show", "odd\nid\u202edi", "--db", str(db)]) == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert header.startswith("sample odd\\nid\\u202edi  ["), header
+
+
+def test_undo_of_a_digit_int_refuses_is_a_one_line_error(db, capsys):
+    """`--undo ²`: "²" is a digit to str.isdigit and not to int(): an internal error, not the usage line."""
+    from tokview.cli import main
+
+    assert main(["review", "--db", str(db), "--undo", "²"]) != 0
+    err = capsys.readouterr().err
+    assert "--undo takes an action id" in err and "Traceback" not in err and "internal error" not in err

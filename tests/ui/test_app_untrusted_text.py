@@ -95,3 +95,28 @@ async def test_a_sibling_id_and_a_session_named_like_markup_open(make_app, store
         assert app._exception is None
         assert isinstance(app.screen, CompareScreen)
         assert "[/x]" in _text(app.screen.query_one("#compare-title", Static))
+
+
+async def test_a_servers_finish_reason_is_shown_escaped(make_app, store):
+    """A server's `finish_reason` is stored as sent: with an escape in it, the samples list, the inspect title and the
+    stats panel wrote it to the terminal raw (a window title; OSC 52 writes the clipboard)."""
+    store.query("SELECT 1")
+    store._file.write([("UPDATE samples SET finish_reason = ?", [f"s{ESC_TITLE}"])])
+    app = make_app()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(app, pilot)
+        listed = app.export_screenshot()
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
+        title = _text(app.screen.query_one("#inspect-title", Static))
+        await pilot.press("escape")
+        await settle(app, pilot)
+        await pilot.press("S")
+        await settle(app, pilot)
+        stats = app.export_screenshot()
+        assert app._exception is None
+    assert "\x1b" not in title and "finish=s\\x1b]0;PWNED\\x07" in title
+    for screen in (listed, stats):
+        assert "\x1b" not in screen and "\x07" not in screen
+    assert "s\\x1b" in listed.replace("&#160;", " ")  # the list's column shows its start, escaped

@@ -4,11 +4,12 @@ from `tokview stats --by run`."""
 from __future__ import annotations
 
 import json
+import time
 
 from ui.helpers import add_sibling, settle
 
 from tokview.store.run_stats import run_stats, siblings
-from tokview.ui.id_diff import diff_ids, first_divergence
+from tokview.ui.id_diff import IdDiff, diff_ids, first_divergence
 
 
 def test_first_divergence_and_marks():
@@ -19,6 +20,22 @@ def test_first_divergence_and_marks():
     assert diff.first == 2
     assert diff.left == frozenset()
     assert diff.right == frozenset({2})
+    assert diff_ids([1, 1], [1, 1, 1]) == IdDiff(2, frozenset(), frozenset({2}))  # the suffix never takes the prefix
+
+
+def test_two_long_answers_that_differ_throughout_are_marked_at_once():
+    """difflib on two 19,000-id answers that differ throughout took 100 s in a worker quitting the app waited for.
+    Past DIFF_WORK the middle (after the common prefix, before the common suffix) is marked whole; an answer with
+    one id inserted is still diffed exactly, however long."""
+    n = 19_000
+    a = [(i * 7919) % 5000 for i in range(n)]
+    b = a[:100] + [a[(i * 7) % n] for i in range(100, n - 50)] + a[n - 50 :]
+    started = time.perf_counter()
+    diff = diff_ids(a, b)
+    assert time.perf_counter() - started < 5  # a hang guard, not a benchmark: it takes milliseconds
+    assert diff.left == frozenset(range(100, n - 50)) and diff.right == frozenset(range(100, len(b) - 50))
+    inserted = diff_ids(a, a[:9000] + [1] + a[9000:])
+    assert (inserted.first, inserted.left, inserted.right) == (9000, frozenset(), frozenset({9000}))
 
 
 def test_siblings_are_the_same_prompt_other_runs_first(store, tokenizer, profile):

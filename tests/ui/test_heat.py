@@ -31,6 +31,9 @@ def _spec(accepted, steps=None):
 def test_prob_levels():
     assert [prob_level(math.log(p)) for p in (0.95, 0.6, 0.2, 0.05, 0.001)] == [0, 1, 2, 3, 4]
     assert prob_level(None) is None
+    assert prob_level(800.0) == 0  # a logit a server sent as a logprob: math.exp raised OverflowError, the app ended
+    big = _capture(target_logprobs=[800.0] * 6)
+    assert dict(heat_detail(big, 5))["target logprob"] == "800.0000 (p 1.000)"
 
 
 def test_acceptance_levels_follow_runs_and_prompt_is_uncoloured():

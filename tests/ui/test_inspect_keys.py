@@ -17,6 +17,7 @@ def test_goto_parses_positions_ids_and_text():
     assert goto.parse("id 163607") == goto.Target("id", "163607")
     assert goto.parse("let me") == goto.Target("text", "let me")
     assert goto.parse("  ") is None
+    assert goto.parse("²") == goto.Target("text", "²")  # a digit int() refuses: the app exited with a ValueError
 
 
 def test_goto_finds_ids_and_text_after_the_cursor_round_to_the_start(short, tokenizer):

@@ -312,3 +312,71 @@ async def test_esc_during_a_run_says_how_to_stop_it_instead_of_ending_it_silentl
             await pilot.press("escape")
             await settle(app, pilot)
             assert isinstance(app.screen, SamplesScreen)
+
+
+async def test_a_run_that_gives_up_reads_stopped_not_done(make_app, store, monkeypatch):
+    """Every request refused (HTTP 503): the run stops after its consecutive failures, and the panel said "done:"."""
+    from tokview.batch.config import PANEL_DEFAULTS
+
+    monkeypatch.setitem(PANEL_DEFAULTS, "retries", 0)  # each failure at once: the same stop, without the backoff
+
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-503": True})) as sim:
+        app = make_app(server_url=sim.url)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("g")
+            screen = app.screen
+            screen.query_one("#source", Select).value = "typed"
+            screen.query_one("#typed", TextArea).text = "\n".join(f"question {i}" for i in range(40))
+            screen.query_one("#max-tokens", Input).value = "8"
+            await pilot.press("ctrl+s")
+            while screen.last_summary is None:
+                await pilot.pause(0.05)
+            await settle(app, pilot)
+            summary = screen.last_summary
+            line = str(screen.query_one("#progress-line", Static).render())
+            said = [str(n.message) for n in app._notifications]
+    assert summary.stopped and not summary.interrupted and summary.ok == 0
+    assert line.startswith("stopped: ")
+    assert any(m.startswith("the run stopped: stopped after") for m in said), said
+
+
+async def test_the_form_refuses_an_empty_prompts_file_and_g_opens_no_second_panel(make_app, store):
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        screen.query_one("#prompts-file", Input).value = ""
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        line = str(screen.query_one("#progress-line", Static).render())
+        assert "prompts file: give the path" in line and "directory" not in line  # Path("") is the cwd
+        screen.query_one("#run").focus()
+        depth = len(app.screen_stack)
+        await pilot.press("g")  # a button does not take "g": the app's binding opened another generate panel
+        await settle(app, pilot)
+        assert app.screen is screen and len(app.screen_stack) == depth
+
+
+async def test_cancelling_while_the_server_is_probed_is_no_error(make_app, store):
+    """ctrl+c before the probe answered: the panel said "cancelled", and the app notified it as an error too."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # connects, never answers: the probe waits
+        app = make_app(server_url=f"http://127.0.0.1:{silent.getsockname()[1]}")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            await pilot.press("g")
+            screen = app.screen
+            screen.query_one("#source", Select).value = "typed"
+            await pilot.press("ctrl+s")
+            await pilot.pause(0.3)
+            await pilot.press("ctrl+c")
+            while screen.cancel_event is not None:
+                await pilot.pause(0.05)
+            await settle(app, pilot)
+            line = str(screen.query_one("#progress-line", Static).render())
+            errors = [str(n.message) for n in app._notifications if n.severity == "error"]
+    assert line.startswith("cancelled: ")
+    assert errors == []

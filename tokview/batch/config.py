@@ -392,6 +392,6 @@ def min_prompts_per_worker() -> int:
     value = os.environ.get(MIN_PROMPTS_ENV, "").strip()
     if not value:
         return MIN_PROMPTS_PER_WORKER
-    if not value.isdigit() or int(value) < 1:
+    if not value.isdecimal() or int(value) < 1:
         raise InputError(f"{MIN_PROMPTS_ENV} must be a whole number of at least 1, not {value!r}")
     return int(value)

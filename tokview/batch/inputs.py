@@ -543,6 +543,6 @@ def located(path: str | Path, message: str) -> str:
     """`line 3: …` as `FILE:3: …`, the form editors and terminals jump to."""
     head, sep, rest = message.partition(": ")
     word, _, number = head.partition(" ")
-    if sep and word in ("line", "row") and number.isdigit():
+    if sep and word in ("line", "row") and number.isdecimal():
         return f"{path}:{number}: {rest}" if word == "line" else f"{path} row {number}: {rest}"
     return f"{path}: {message}"

@@ -143,7 +143,7 @@ SOURCE = "review"
 
 def _undo(store: Store, args: argparse.Namespace, who: str | None) -> int:
     target = args.undo.strip().lstrip("#")
-    if target != "last" and not target.isdigit():
+    if target != "last" and not target.isdecimal():
         raise UserError(f"--undo takes an action id from --history or 'last', not {args.undo!r}")
     if args.dry_run:
         raise UserError("--undo writes at once: leave out --dry-run (--history shows what it would take back)")

@@ -140,7 +140,7 @@ class KimiTiktokenTokenizer:
         names = {}
         for key, value in (config.get("added_tokens_decoder") or {}).items():
             text = token_text(value)
-            if text is not None and str(key).isdigit():
+            if text is not None and str(key).isdecimal():
                 names[int(key)] = (text, bool(value.get("special", True)) if isinstance(value, dict) else True)
         self._ranks = ranks
         self.special_tokens: dict[str, int] = {}

@@ -212,7 +212,7 @@ class TokenizerJson:
             return declared is None
         for key, value in declared.items():
             content = token_text(value)
-            if not str(key).isdigit() or content is None:
+            if not str(key).isdecimal() or content is None:
                 return False
             have = self.added_tokens_decoder.get(int(key))
             special = bool(value.get("special", True)) if isinstance(value, dict) else True

@@ -206,7 +206,7 @@ def clean_stale_partials(plan: Plan) -> list[Path]:
         for path in target.final.parent.glob(f"{glob_escape(prefix)}*.partial"):
             middle = path.name[len(prefix) : -len(".partial")]
             pid = middle.split(".", 1)[0]
-            if pid.isdigit() and (int(pid) == os.getpid() or _pid_alive(int(pid))):
+            if pid.isdecimal() and (int(pid) == os.getpid() or _pid_alive(int(pid))):
                 continue  # an export to this name running now (this one, or another process)
             try:
                 path.unlink()

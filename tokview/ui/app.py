@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import App, SystemCommand
@@ -221,11 +221,8 @@ class TokviewApp(App[None]):
             self.samples_screen.action_reload()
 
     def _store_failed(self, exc: StoreError | UnknownSample) -> None:
-        if isinstance(exc, UnknownSample):  # the store was replaced, or the sample removed, since the list was read
-            message = f"sample {exc.args[0] if exc.args else ''} is no longer in the store: ctrl+r reads the list again"
-        else:
-            message = str(exc)
-        self.notify(message, title="store", severity="error", timeout=8)
+        title, message = failure_notice(exc)
+        self.notify(message, title=title, severity="error", timeout=8)
 
     def _show_verdict(self, sample_id: str, index: int | None, stored: StoredSample) -> None:
         if isinstance(self.screen, InspectScreen) and self.screen.data.sample_id == sample_id:
@@ -482,31 +479,40 @@ class TokviewApp(App[None]):
         if event.state is not WorkerState.ERROR or event.worker.error is None:
             return
         error = event.worker.error
-        if not isinstance(error, TokviewError):
+        if not isinstance(error, TokviewError | UnknownSample):
             self.log.error(event.worker, "".join(traceback.format_exception(error)))
         title, message = failure_notice(error)
         self.notify(message, title=title, severity="error", timeout=8)
 
     # -- panels --------------------------------------------------------------------------------
+    def _push_panel(self, panel: Callable[[Session], Screen[Any]]) -> None:
+        """Open a panel (its class), unless one of its kind is open already: `g` on the generate panel's button
+        opened a second one on top, and a second run beside the first."""
+        if any(type(screen) is panel for screen in self.screen_stack):
+            if type(self.screen) is not panel:
+                self.notify("that panel is open already: esc goes back to it", timeout=3)
+            return
+        self.push_screen(panel(self.session))
+
     def action_generate(self) -> None:
         from tokview.ui.screens.generate import GenerateScreen
 
-        self.push_screen(GenerateScreen(self.session))
+        self._push_panel(GenerateScreen)
 
     def action_doctor(self) -> None:
         from tokview.ui.screens.doctor import DoctorScreen
 
-        self.push_screen(DoctorScreen(self.session))
+        self._push_panel(DoctorScreen)
 
     def action_stats(self) -> None:
         from tokview.ui.screens.stats import StatsScreen
 
-        self.push_screen(StatsScreen(self.session))
+        self._push_panel(StatsScreen)
 
     def action_sessions(self) -> None:
         from tokview.ui.screens.sessions import SessionsScreen
 
-        self.push_screen(SessionsScreen(self.session))
+        self._push_panel(SessionsScreen)
 
     def action_toggle_theme(self) -> None:
         """Switch light/dark and remember it: `[ui] theme` in the config file in use, that one key only."""

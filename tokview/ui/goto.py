@@ -35,7 +35,7 @@ def parse(query: str) -> Target | None:
     text = query.strip()
     if not text:
         return None
-    if text.isdigit():
+    if text.isdecimal():  # int() reads these; "²" is a digit it refuses
         return Target("position", text)
     match = _ID.match(text)
     if match:

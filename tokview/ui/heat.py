@@ -31,10 +31,16 @@ PROB_EDGES = (0.9, 0.5, 0.1, 0.01)
 """Probability at or above each edge → level 0, 1, 2, 3; below the last → 4."""
 
 
+def probability(logprob: float) -> float:
+    """exp(logprob), for a value a server really sent: a logprob above 0 (kept as served: a server that returns
+    logits) is no probability, shown as 1, and `math.exp` of one above ~709 raised OverflowError and ended the app."""
+    return math.exp(min(logprob, 0.0)) if logprob == logprob else math.nan
+
+
 def prob_level(logprob: float | None) -> int | None:
     if logprob is None:
         return None
-    p = math.exp(logprob)
+    p = probability(logprob)
     return next((level for level, edge in enumerate(PROB_EDGES) if p >= edge), LEVELS - 1)
 
 
@@ -140,7 +146,7 @@ def heat_detail(capture: Capture, position: int, piece: Callable[[int], str] | N
     if capture.target_logprobs is not None and p < len(capture.target_logprobs):
         lp = capture.target_logprobs[p]
         if lp is not None:
-            rows.append(("target logprob", f"{lp:.4f} (p {math.exp(lp):.3f})"))
+            rows.append(("target logprob", f"{lp:.4f} (p {probability(lp):.3f})"))
         top = _top(capture.target_top_ids, capture.target_top_logprobs, p, piece)
         if top:
             rows.append(("target top-K", top))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from textual.worker import Worker, WorkerState
 
 from tokview.errors import TokviewError, one_line
+from tokview.store.sample_rows import UnknownSample
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -25,13 +26,18 @@ def failure_notice(error: BaseException) -> tuple[str, str]:
     that says it is a bug (the traceback is in the Textual log: `textual console`, then `textual run --dev`)."""
     if isinstance(error, TokviewError):
         return error.title, error.message
+    if isinstance(error, UnknownSample):  # the store was replaced, or the sample removed, since the list was read
+        return (
+            "store",
+            f"sample {error.args[0] if error.args else ''} is no longer in the store: ctrl+r reads the list again",
+        )
     return BUG_TITLE, f"{one_line(error)} (a bug in tokview; the traceback is in the textual console log)"
 
 
 def failure_text(error: BaseException) -> str:
     """One line for a panel that shows the failure in place: `server unreachable: …`, `store: …`."""
-    if isinstance(error, TokviewError):
-        return f"{error.title}: {error.message}"
+    if isinstance(error, TokviewError | UnknownSample):
+        return ": ".join(failure_notice(error))
     return one_line(error)
 
 
@@ -41,17 +47,19 @@ class _NodeInAnApp(Protocol):
     @property
     def app(self) -> App[object]: ...
 
-    def worker_failed(self, worker: Worker[object], error: BaseException) -> None: ...
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> bool | None: ...
 
 
 class ForwardsWorkerErrors:
     """Mixin for a Screen or Widget that starts workers: its failures reach the app's one handler."""
 
-    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
-        """This node's own reaction to a failed worker (the app notifies in any case); the default: none."""
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> bool | None:
+        """This node's own reaction to a failed worker; True when that says all there is to say (a cancel the
+        person asked for: no error to notify), else the app notifies too. The default: nothing, the app notifies."""
+        return None
 
     def on_worker_state_changed(self: _NodeInAnApp, event: Worker.StateChanged) -> None:
         if event.state is not WorkerState.ERROR or event.worker.error is None:
             return
-        self.worker_failed(event.worker, event.worker.error)
-        self.app.post_message(event)
+        if not self.worker_failed(event.worker, event.worker.error):
+            self.app.post_message(event)

@@ -227,6 +227,8 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         server, self.url_notes = self.session.server_for(self._value("#server"))
         self.session.use_server(server)  # the doctor panel checks the server generate used, and the reverse
         source = self._choice("#source")
+        if source == "file" and not self._value("#prompts-file"):  # Path("") is the working directory
+            raise ValueError("prompts file: give the path of a JSONL or Parquet file")
         config = BatchConfig(
             **{
                 **PANEL_DEFAULTS,
@@ -312,14 +314,15 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
     def _post_progress(self, progress: BatchProgress) -> None:
         self.post_message(self.Progress(progress))  # coalesced: a burst of progress redraws once
 
-    def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
+    def worker_failed(self, worker: Worker[object], error: BaseException) -> bool:
         from tokview.batch.tasks import StartInterrupted
 
         self._idle()
-        if isinstance(error, StartInterrupted):  # cancelled while the servers were probed
+        if isinstance(error, StartInterrupted):  # cancelled while the servers were probed: asked for, no error
             self.query_one("#progress-line", Static).update(plain(f"cancelled: {error}"))
-            return
+            return True
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
+        return False
 
     def _idle(self) -> None:
         self.cancel_event = None
@@ -341,10 +344,12 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
     def _finished(self, event: Finished) -> None:
         self._idle()
         s = self.last_summary = event.summary
-        state = "cancelled" if s.interrupted else "done"
+        state = "cancelled" if s.interrupted else "stopped" if s.stopped else "done"
         self.query_one("#progress-line", Static).update(
             plain(f"{state}: {s.render()}")
         )  # the summary `tokview batch` prints
+        if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
+            self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
         self._samples_changed()
 
     def _samples_changed(self) -> None:

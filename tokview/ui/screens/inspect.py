@@ -192,7 +192,7 @@ class InspectScreen(Screen[None]):
             (shown(d.sample_id), "bold"),
             "  ",
             (d.status, roles.get(d.status, Style(bold=True))),
-            f"   finish={c.finish_reason}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
+            f"   finish={shown(c.finish_reason)}  prompt={len(c.prompt_ids)} output={len(c.output_ids)}",
             ("  valid", roles["valid"]) if d.analysis.valid else ("  INVALID", roles["invalid"]),
         )
         chain = (c.settings or {}).get("chain")

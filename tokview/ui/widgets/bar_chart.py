@@ -14,6 +14,8 @@ from typing import ClassVar
 from rich.text import Text
 from textual.widgets import Static
 
+from tokview.ui.display import shown
+
 
 def bar_lines(counts: Mapping[str, float], width: int) -> list[tuple[str, int, float]]:
     """(label, bar cells, count) per label: cells proportional to count / max over the width left."""
@@ -40,7 +42,10 @@ class BarChart(Static):
         self.counts: dict[str, float] = {}
 
     def set_data(self, title: str, counts: Mapping[str, float]) -> None:
-        self.title, self.counts = title, dict(counts)
+        self.title, self.counts = title, {}
+        for label, count in counts.items():  # a server's finish reason is a label: its controls escaped, not run
+            key = shown(label)
+            self.counts[key] = self.counts.get(key, 0) + count
         self.refresh(layout=True)
 
     def render(self) -> Text:

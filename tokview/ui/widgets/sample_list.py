@@ -451,7 +451,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             Segment(("✓  " if row.valid else "✗  ") if compact else ("✓ yes " if row.valid else "✗ no  "), valid_style),
         ]
         if "finish" in cols:
-            segments.append(Segment(_fit(str(row.finish_reason or "—"), 6) + " ", base))
+            segments.append(Segment(_fit(shown(row.finish_reason or "—"), 6) + " ", base))
         if "prompt" in cols:
             segments.append(Segment(f"{row.prompt_len:>6} ", base))
         segments.append(Segment(f"{row.output_len:>6} ", base))
