@@ -81,3 +81,26 @@ def test_ctrl_c_while_a_stalled_server_is_probed_ends_the_batch_at_once(tmp_path
     assert err.strip().splitlines()[-1].startswith("tokview: ")
     assert "interrupted while the servers were probed: nothing was written" in err
     assert not db.exists()
+
+
+def test_a_sigterm_before_the_run_loop_is_said_as_ctrl_c_is(tmp_path):
+    """SIGTERM while `tokview batch` still started (its modules loading, its landing child starting) killed it
+    silently (-15); Ctrl-C at that moment said 'tokview: interrupted' (130). The signal is sent from inside that
+    moment, so the test needs no timing."""
+    import subprocess
+    import sys
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
+    script = (
+        "import os, signal, sys\n"
+        "import tokview.batch.early_landing as early\n"
+        "early.start_early = lambda argv: os.kill(os.getpid(), signal.SIGTERM)\n"
+        "from tokview.cli import main\n"
+        f"sys.argv = ['tokview', 'batch', {str(prompts)!r}, '--server', 'http://127.0.0.1:9', '--db', "
+        f"{str(tmp_path / 's.duckdb')!r}]\n"
+        "sys.exit(main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "tokview: interrupted"

@@ -78,3 +78,42 @@ def test_a_child_whose_parent_is_gone_ends_quietly_and_keeps_what_it_wrote(tmp_p
     assert "BrokenPipeError" not in err, err[-1500:]
     written = [p for p in parts_dir(db).iterdir() if p.name.endswith(".jsonl")] if parts_dir(db).exists() else []
     assert written  # what it captured is on disk for the parent's next run to land
+
+
+async def test_a_child_the_group_signal_ended_first_is_stopped_with_the_run(tmp_path, monkeypatch):
+    """Ctrl-C to the process group reaches a child as soon as the parent: the child's INTERRUPTED end often came in
+    before the parent's loop cancelled the group, and the summary said 'worker 1 was stopped on its own'. Here the
+    child is signalled first, and the run cancelled once its end is in."""
+    import os
+    import signal
+
+    prompts = prompts_file(tmp_path / "p.jsonl", 200)
+    cancel = asyncio.Event()
+    spawned: list[WorkerGroup] = []
+    real_init = WorkerGroup.__init__
+
+    def init(self, config, children):
+        real_init(self, config, children)
+        spawned.append(self)
+
+    monkeypatch.setattr(WorkerGroup, "__init__", init)
+
+    async def signal_the_child_then_the_run() -> None:
+        while not spawned or not spawned[0].tallies[0].taken:  # the child is serving: its handlers are set
+            await asyncio.sleep(0.01)
+        pid = spawned[0].procs[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        while not spawned[0].tallies[0].done.is_set():
+            await asyncio.sleep(0.01)
+        cancel.set()
+
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.05})) as sim:
+        with Store(tmp_path / "s.duckdb") as store:
+            config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=20, concurrency=2, workers=2)
+            signaller = asyncio.create_task(signal_the_child_then_the_run())
+            summary = await run_batch(config, store, cancel=cancel)
+            await signaller
+    assert summary.interrupted, summary.render()
+    assert summary.balanced, summary.render()
+    assert not any("stopped on its own" in note or "exited with" in note for note in summary.notes), summary.notes

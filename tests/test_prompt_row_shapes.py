@@ -61,3 +61,34 @@ def test_a_prompts_path_that_is_a_device_is_not_called_missing(path, capsys):
     assert err.count("\n") == 1
     assert "not found" not in err, err
     assert f"{path} is not a regular file" in err, err
+
+
+def test_a_prompts_file_given_by_process_substitution_is_a_pipe_not_missing(tmp_path, capsys):
+    """`tokview batch <(cat p.jsonl)` is /dev/fd/N, a link to "pipe:[N]": resolved first, it was "not found"."""
+    import os
+
+    read_end, write_end = os.pipe()
+    try:
+        code = main(["batch", f"/dev/fd/{read_end}", "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "x.db")])
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE
+    assert "is not a regular file (a pipe)" in err and "not found" not in err, err
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_ray_asked_for_without_ray_is_refused_before_the_store_exists(tmp_path, capsys, monkeypatch):
+    """`--ray auto` with Ray not installed: the store was made, a run recorded and the server probed, then refused."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    prompts = _file(tmp_path, {"id": "a", "messages": [{"role": "user", "content": "hi"}]})
+    db = tmp_path / "r.duckdb"
+    code = main(["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(db), "--ray", "auto"])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE
+    assert "--ray needs Ray" in err and err.count("\n") == 1
+    assert not db.exists()

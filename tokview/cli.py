@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
     try:
+        if argv is None and args_in[0] in ("batch", "score"):
+            from tokview.batch.tasks import sigterm_as_ctrl_c
+
+            sigterm_as_ctrl_c()
         if argv is None and args_in[0] == "batch":
             from tokview.batch.early_landing import start_early
 

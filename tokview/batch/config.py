@@ -7,6 +7,7 @@ finished run satisfies `ok + failed + skipped == input` (an interrupted one adds
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -75,7 +76,11 @@ class BatchConfig:
         # Stored in the runs table (`source`, `tokenizer_dir`) and read back by export/show/ui from
         # wherever they are run: a relative path would then name another folder, or none.
         if self.prompts_path is not None:
-            self.prompts_path = Path(self.prompts_path).expanduser().resolve()
+            given = Path(self.prompts_path).expanduser()
+            # `<(…)` is /dev/fd/63, a link to "pipe:[N]": resolved, it was "not found" instead of "not a regular file"
+            self.prompts_path = (
+                given.resolve() if given.is_file() or not given.exists() else Path(os.path.abspath(given))
+            )
         if self.tokenizer_dir is not None:
             self.tokenizer_dir = Path(self.tokenizer_dir).expanduser().resolve()
 
@@ -197,6 +202,8 @@ class BatchConfig:
                 raise InputError(message)
         if self.workers > 1:  # a bad TOKVIEW_MIN_PROMPTS_PER_WORKER fails here, before the store is created
             min_prompts_per_worker()
+        if self.ray is not None and importlib.util.find_spec("ray") is None:  # not after the store and the run exist
+            raise InputError("--ray needs Ray: pip install 'tokview[ray]'")
 
 
 MAX_SAMPLES_PER_PROMPT = 10_000

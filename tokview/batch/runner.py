@@ -545,4 +545,7 @@ async def _share_with_children(
         await asyncio.sleep(0.02)
         report()
     await asyncio.get_running_loop().run_in_executor(None, group.close)
+    if cancelled or (cancel is not None and cancel.is_set()):
+        group.stopped_with_the_run()
+        cancelled = True
     return [t.error or t.outcome for t in group.tallies] + outcomes + ([INTERRUPTED] if cancelled else [])

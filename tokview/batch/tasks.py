@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, TypeVar
 
@@ -26,6 +27,31 @@ class StartInterrupted(TokviewError):
 
     title = "interrupted"
     exit_code = ExitCode.INTERRUPTED
+
+
+def sigterm_as_ctrl_c() -> None:
+    """A SIGTERM outside the run's event loop (while the modules load, the server is probed before the loop's own
+    handlers are set, or the summary prints after `asyncio.run` put back the default) ends the command as Ctrl-C
+    does there: one line, exit 130. With the default action it died silently with -15, though Ctrl-C at the same
+    moment was said. Main thread only (where signal handlers live)."""
+    global _sigterm_taken
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        _sigterm_taken = True
+
+
+def sigterm_as_ctrl_c_again() -> None:
+    """After `asyncio.run`, whose loop put SIGTERM's default back: as before it, when `sigterm_as_ctrl_c` ran (the
+    `tokview` process, never a caller's own, such as a test runner's)."""
+    if _sigterm_taken:
+        sigterm_as_ctrl_c()
+
+
+_sigterm_taken = False
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cancel_on_signals(cancel: asyncio.Event) -> None:

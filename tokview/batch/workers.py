@@ -330,6 +330,9 @@ class RemoteTally:
         self.died: str | None = None
         """How it ended when it died or was stopped alone: the others took up its work, so the run
         is whole unless that left samples for a resume (the runner decides)."""
+        self.by_a_stop_signal = False
+        """`died` came from a Ctrl-C or SIGTERM (its INTERRUPTED end, or its death by SIGTERM): one the run itself
+        got too when the whole process group was signalled (`WorkerGroup.stopped_with_the_run`)."""
         self.done = threading.Event()
         self.taken = 0
         """Items this child took from the feed (what the balancing tests read)."""
@@ -468,10 +471,12 @@ class WorkerGroup:
                 f"worker {i + 1} exited with {self.procs[i].exitcode}: {len(back)} of its samples went back "
                 f"to the others, {tally.unconfirmed} left for a resume"
             )
+            tally.by_a_stop_signal = self.procs[i].exitcode in (-signal.SIGTERM, -signal.SIGINT)
         elif isinstance(how, Failed):
             tally.error = how.error
         elif how.outcome == INTERRUPTED and self.feed is not None and not self.feed.closed:
             tally.died = f"worker {i + 1} was stopped on its own: {len(back)} of its samples went back to the others"
+            tally.by_a_stop_signal = True
         else:
             tally.outcome = how.outcome
             if how.outcome is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
@@ -480,6 +485,14 @@ class WorkerGroup:
 
     def all_done(self) -> bool:
         return all(t.done.is_set() for t in self.tallies)
+
+    def stopped_with_the_run(self) -> None:
+        """The run was cancelled: a child that a Ctrl-C or SIGTERM ended first was stopped with it, not on its own.
+        A signal to the whole process group reaches the children as soon as the parent, and a child's end often
+        came in before the parent's loop cancelled the group: its note said it had stopped alone."""
+        for tally in self.tallies:
+            if tally.died is not None and tally.by_a_stop_signal:
+                tally.died, tally.outcome = None, INTERRUPTED
 
     def cancel(self) -> None:
         """Stop every child taking work: the feed closes and each gets SIGTERM (it writes what is in flight)."""

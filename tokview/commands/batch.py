@@ -209,8 +209,11 @@ def run(args: argparse.Namespace) -> int:
     # then, after the first probe request went out (it was ~0.05-0.1 s of the start-up).
     open_store = StoreOpener(args.db, servers)
 
+    from tokview.batch.tasks import sigterm_as_ctrl_c_again
+
     try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         summary = asyncio.run(_run(config, open_store, printer, run_batch))
+        sigterm_as_ctrl_c_again()  # the loop's close put back SIGTERM's default: it died silently
     finally:
         preload.discard(config)  # untaken when a fully stored resume needed no tokenizer
         printer.finish()

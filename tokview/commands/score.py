@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from tokview.batch.tasks import cancel_on_signals
+from tokview.batch.tasks import cancel_on_signals, sigterm_as_ctrl_c_again
 from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         with Store(args.db, server_urls=servers) as store:
             summary = asyncio.run(_run(config, store, printer, run_score))
+            sigterm_as_ctrl_c_again()  # the loop's close put back SIGTERM's default: it died silently
     finally:
         printer.finish()
     print(summary.render(), file=sys.stderr)
