@@ -320,3 +320,50 @@ def test_a_branch_is_a_row_of_its_own_and_each_branch_goes_on_with_its_own_row(t
     for row in rows:  # every row is served ids: each turn's output supervised, nothing else
         supervised = [i for i, m in zip(row["input_ids"], row["loss_mask"]) if m]
         assert supervised == [i for t in row["metadata"]["turns"] for i in by_id[t["sample_id"]].output_ids]
+
+
+def test_a_harness_going_on_from_choice_1_of_an_n_request_goes_on_with_that_choices_row(tmp_path) -> None:
+    """A proxy request with `n` = 2 stores choice 1 as generation 1 of the same turn; the harness went on from it.
+    Keyed by generation, the next turn was split from choice 0's row (`prompt_does_not_extend`) and choice 1 stood
+    alone (`turn_missing`). A session's generations are one conversation: choice 1 is a branch, and the next turn goes
+    on with it."""
+    import dataclasses
+
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+
+    def answer(before: list[int], question: str, said: str):
+        base = make_capture(question, answer=said)
+        prompt = [*before, *kimi().encode(question)] if before else base.prompt_ids
+        return dataclasses.replace(base, prompt_ids=prompt)
+
+    def served(cap):
+        return [*cap.prompt_ids, *cap.output_ids]
+
+    first = answer([], "q0", "a0")
+    choice0 = answer(served(first), "pick?", "seven")
+    choice1 = dataclasses.replace(choice0, output_ids=make_capture("pick?", answer="forty-two").output_ids)
+    after1 = answer(served(choice1), "why that one?", "because")
+    db = tmp_path / "n.duckdb"
+    turns = [
+        ("proxy:r:0000001", 0, 0, first),
+        ("proxy:r:0000002", 1, 0, choice0),
+        ("proxy:r:0000002.c1", 1, 1, choice1),
+        ("proxy:r:0000003", 2, 0, after1),
+    ]
+    with Store(db) as store:
+        for sample_id, turn, gen, cap in turns:
+            store.put_sample(
+                sample_id, "session:n", "r", cap, analyze(cap, profile(), kimi()), gen_index=gen, turn=turn,
+                profile="kimi-k2.5",
+            )  # fmt: skip
+    out = tmp_path / "n.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
+        ["proxy:r:0000001", "proxy:r:0000002"],
+        ["proxy:r:0000002.c1", "proxy:r:0000003"],
+    ]
+    assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
+    assert rows[1]["input_ids"] == served(after1)

@@ -275,10 +275,16 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
     )
 
 
-CONVERSATION_ORDER = "prompt_id, coalesce(gen_index, 0), run_started NULLS LAST, run_id, coalesce(turn, -1), sample_id"
+CONVERSATION_ORDER = "prompt_id, gen, run_started NULLS LAST, run_id, coalesce(turn, -1), sample_id"
 """A conversation's runs side by side, oldest first (by the run's start, or its first sample's time when the store
 has no row for it; whatever the selection): a proxy restarted mid-session continues the session's turns in a run of
 its own."""
+_CONVERSATION_GEN = "CASE WHEN starts_with(s.sample_id, 'proxy:') THEN 0 ELSE coalesce(s.gen_index, 0) END"
+"""Which conversation of its prompt a sample is: its generation index (each of a batch prompt's samples is a chain of
+its own), but one for every generation of a proxy session. There a request's `n` > 1 choices are turns of the one
+session, and a harness that goes on from choice 1 continues choice 1: keyed by generation, that next turn was joined
+to choice 0's row (a prompt break) and choice 1 stood alone. In one conversation each choice past the first is a
+branch, and the next turn goes on with the choice its prompt extends."""
 ConversationKey = tuple[str | None, str, int, str, int | None]
 """(run_id, prompt_id, gen_index, sample_id, turn): one turn of one conversation."""
 
@@ -295,8 +301,8 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
     if not sample_ids:
         return []
     rows = store.query(
-        "SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT s.run_id, s.prompt_id, coalesce(s.gen_index, 0) "
-        "AS gen, s.gen_index, s.sample_id, s.turn, coalesce(r.started, b.began) AS run_started FROM samples s "
+        f"SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT s.run_id, s.prompt_id, {_CONVERSATION_GEN} "
+        "AS gen, s.sample_id, s.turn, coalesce(r.started, b.began) AS run_started FROM samples s "
         "LEFT JOIN runs r ON r.run_id = s.run_id LEFT JOIN (SELECT run_id, min(created_at) AS began FROM samples "
         f"GROUP BY run_id) b ON b.run_id = s.run_id {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
         [sample_ids],
