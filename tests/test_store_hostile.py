@@ -102,7 +102,9 @@ def test_odd_parts_a_directory_and_a_null_reason_cause_no_error_on_later_command
     )
     for argv in (["stats", "--db", str(db)], ["stats", "--db", str(db), "--json"]):
         assert main(argv) == 0, capsys.readouterr().err
-    assert "internal error" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    assert err.count("000001.samples.jsonl in ") == 1 and "is not a file: set aside" in err  # said, once
     out = tmp_path / "o.jsonl"
     assert main(["export", "--db", str(db), "--select", "all", "--out", str(out)]) == 0
     errors = [json.loads(line) for line in (tmp_path / "o.errors.jsonl").read_text().splitlines()]

@@ -47,7 +47,7 @@ class Landing:
     def land_parts(self) -> tuple[int, int]:
         """Land every complete part in one transaction: (new samples, failures recorded)."""
         with self.file.writing() as conn:
-            sample_files, failure_files = parts.complete_parts(self.file.parts_dir)
+            sample_files, failure_files = parts.complete_parts(self.file.parts_dir, said=self.file.on_wait)
             if not sample_files and not failure_files:
                 return 0, 0
             columns, types = self._columns(conn)

@@ -118,12 +118,12 @@ def write_part(
     return directory / name
 
 
-def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
+def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
     """(sample parts, failure parts), oldest first; stale temporary files are removed on the way.
 
     Only regular files are parts: anything else named like one (a directory, a socket) is moved to
     `damaged/` where a person can look at it (left where it is when the folder cannot be written),
-    and never listed, so no landing tries to read it."""
+    and never listed, so no landing tries to read it. `said` is told each one moved (it went silently)."""
     if not directory.is_dir():
         return [], []
     samples, failures = [], []
@@ -138,7 +138,8 @@ def complete_parts(directory: Path) -> tuple[list[Path], list[Path]]:
                 pass
         elif name.endswith((SAMPLES_SUFFIX, FAILURES_SUFFIX)):
             if not _is_regular(entry):
-                _move_aside(Path(entry.path))
+                if _move_aside(Path(entry.path)) and said is not None:
+                    said(f"{name} in {directory} is not a file: set aside in {directory / DAMAGED_DIR}")
             elif name.endswith(SAMPLES_SUFFIX):
                 samples.append(Path(entry.path))
             else:

@@ -95,7 +95,11 @@ class Store:
 
     def _land_leftover_parts(self) -> None:
         """Land the parts a killed batch left behind; a read-only or full store keeps them for later."""
-        left = [] if self._file.memory else [p for kind in parts.complete_parts(self.parts_dir) for p in kind]
+        left = (
+            []
+            if self._file.memory
+            else [p for kind in parts.complete_parts(self.parts_dir, self._file.on_wait) for p in kind]
+        )
         if left and self.read_only:
             self._file.on_wait(
                 f"{len(left)} part(s) beside {self.path} are not landed: the store is read-only "
