@@ -117,3 +117,20 @@ async def test_a_child_the_group_signal_ended_first_is_stopped_with_the_run(tmp_
     assert summary.interrupted, summary.render()
     assert summary.balanced, summary.render()
     assert not any("stopped on its own" in note or "exited with" in note for note in summary.notes), summary.notes
+
+
+def test_a_child_stopped_alone_well_before_the_cancel_keeps_its_note():
+    """Only a stop that came with the run's own (within SAME_STOP_S before the parent saw it) is the run's: a child
+    someone stopped a minute before a later Ctrl-C was stopped on its own, and its note (and what it left) stays."""
+    from tokview.batch.tasks import INTERRUPTED
+    from tokview.batch.workers import SAME_STOP_S, RemoteTally
+
+    group = WorkerGroup.__new__(WorkerGroup)  # no children: only the tallies are read
+    early, late = RemoteTally(), RemoteTally()
+    for tally, ended in ((early, 100.0), (late, 159.9)):
+        tally.died, tally.by_a_stop_signal, tally.ended_at = "worker stopped on its own", True, ended
+    group.tallies = [early, late]
+    group.stopped_with_the_run(cancelled_at=160.0)
+    assert SAME_STOP_S < 60
+    assert (early.died, early.outcome) == ("worker stopped on its own", None)
+    assert (late.died, late.outcome) == (None, INTERRUPTED)

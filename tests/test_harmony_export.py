@@ -59,7 +59,8 @@ OUTPUTS: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]
     "after_tool": (
         [*WEATHER, CALL, RESULT],
         TOOLS,
-        "<|channel|>analysis<|message|>It is sunny.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.<|return|>",
+        "<|channel|>analysis<|message|>It is sunny.<|end|><|start|>assistant<|channel|>analysis<|message|>Say so."
+        "<|end|><|start|>assistant<|channel|>final<|message|>Sunny.<|return|>",
     ),
 }
 
@@ -192,7 +193,7 @@ def test_text_exports_of_harmony_carry_the_channels_and_the_calls(oss_tok, tmp_p
     turns = {key: row["conversations"][-1] for key, row in _rows(tmp_path / "g.jsonl").items()}
     assert {k: (t["value"], t.get("reasoning_content")) for k, t in turns.items() if "tool_calls" not in t} == {
         "answer": ("42.", "Six sevens."),
-        "after_tool": ("Sunny.", "It is sunny."),
+        "after_tool": ("Sunny.", "It is sunny.\nSay so."),  # one analysis message a line, as vLLM joins them
     }
     assert turns["call"]["value"] == ""
     assert turns["call"]["reasoning_content"] == "Need the weather."

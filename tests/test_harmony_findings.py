@@ -29,9 +29,13 @@ CALLING = (
 )
 
 
-CALLING_IN_ROLE = (  # the recipient in the role, as gpt-oss's own template renders a call in history
+CALLING_IN_ROLE = (  # the recipient in the role
     "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
     '<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
+CALLING_AS_TEMPLATED = (  # as gpt-oss's own chat template renders a call in history: the content type, no constrain
+    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
+    '<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
 )
 
 
@@ -181,7 +185,7 @@ def test_harmony_negative(hfam, code):
     assert code not in analyze(HARMONY_CASES[code].negative(hfam), hfam.profile, hfam.tok).codes
 
 
-@pytest.mark.parametrize("text", [CLEAN, CALLING, CALLING_IN_ROLE])
+@pytest.mark.parametrize("text", [CLEAN, CALLING, CALLING_IN_ROLE, CALLING_AS_TEMPLATED])
 def test_a_clean_harmony_turn_has_no_findings(hfam, text):
     assert analyze(hfam.capture(text), hfam.profile, hfam.tok).codes == []
     chat = analyze(_chat(hfam, text) if text == CLEAN else hfam.capture(text), hfam.profile, hfam.tok).codes
@@ -307,3 +311,15 @@ def test_a_recipient_in_the_role_is_read_as_the_call_it_is(hfam):
     broken = analyze(hfam.capture(CALLING_IN_ROLE.replace('"Paris"}', '"Par')), hfam.profile, hfam.tok)
     assert "harmony_tool_json_invalid" in broken.codes
     assert "harmony_wrong_end_token" not in broken.codes
+
+
+def test_a_builtin_tools_call_names_the_tool_not_its_content_type_and_is_no_function_call(hfam):
+    """`analysis to=python code`: the recipient is python (` code` is the content type); vLLM's tool parser takes
+    only `functions.…` recipients, so it is no function call (it was exported as a call named "python code")."""
+    from tokview.core.harmony import calls_of
+
+    text = "<|channel|>analysis to=python code<|message|>print(6*7)<|call|>"
+    [call] = parse_harmony(hfam.ids(text), hfam.tok)
+    assert (call.channel, call.recipient, call.end_id) == ("analysis", "python", CALL)
+    assert calls_of([call]) == []
+    assert calls_of(parse_harmony(hfam.ids(CALLING_AS_TEMPLATED), hfam.tok))[0].recipient == "functions.get_weather"

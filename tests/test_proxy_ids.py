@@ -256,3 +256,12 @@ def test_a_last_event_without_its_blank_line_loses_its_ids_too() -> None:
     out = strip_rest(bare_cr, vllm)
     assert b'token_ids":[' not in out and b'"delta":{}' not in out and out.endswith(b"data: [DONE]\r\r")
     assert strip_rest(last, Injection("vllm", (), True)) == last  # nothing injected: nothing changed
+
+
+def test_a_stream_flag_pydantic_reads_as_a_number_is_read_so() -> None:
+    """`"stream": 1.0` is a stream to the servers' pydantic: the proxy asked SGLang for the non-stream id field."""
+    from tokview.proxy.ids import SGLEXT_FLAGS, inject
+
+    assert inject({"stream": 1.0}, "sglang")[1].fields == SGLEXT_FLAGS
+    assert inject({"stream": 0.0}, "sglang")[1].fields == ("return_token_ids",)
+    assert inject({"stream": " true"}, "sglang")[1].fields == ("return_token_ids",)  # refused: its 400 is the server's

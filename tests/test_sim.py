@@ -727,6 +727,16 @@ def test_a_request_the_simulator_cannot_take_is_a_400_in_its_servers_shape_not_a
 def test_stream_is_read_as_the_servers_pydantic_reads_it(kind):
     """`"stream": "false"` is false to both servers' request models: the simulator streamed it (`bool("false")`)."""
     with start_simulator(SimConfig(kind=kind)) as sim:
-        for value, streams in (("false", False), ("0", False), ("true", True), (True, True), (None, False)):
+        for value, streams in (
+            ("false", False),
+            ("0", False),
+            (0.0, False),
+            ("true", True),
+            (True, True),
+            (None, False),
+        ):
             answer = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "stream": value})
             assert answer.headers["content-type"].startswith("text/event-stream") is streams, value
+        for refused in (" true", [], 2, "maybe"):  # pydantic refuses them: HTTP 400, never a guess
+            answer = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "stream": refused})
+            assert answer.status_code == 400, refused

@@ -535,17 +535,19 @@ async def _share_with_children(
             await asyncio.gather(capture, return_exceptions=True)
     if group is None:
         return outcomes
+    cancelled_at = time.monotonic() if cancelled else None
     while not group.all_done() or (not cancelled and not stopped and todo):
         if cancel is not None and cancel.is_set() and not cancelled:
-            cancelled = True
+            cancelled, cancelled_at = True, time.monotonic()
             group.cancel()
         if not cancelled and not stopped and todo:
             settle(await capture_all(config, pool, todo, writer, cancel=cancel, report=report))
             continue
         await asyncio.sleep(0.02)
         report()
+    if not cancelled and cancel is not None and cancel.is_set():  # set as the last child ended: before the close
+        cancelled, cancelled_at = True, time.monotonic()
     await asyncio.get_running_loop().run_in_executor(None, group.close)
-    if cancelled or (cancel is not None and cancel.is_set()):
-        group.stopped_with_the_run()
-        cancelled = True
+    if cancelled_at is not None:
+        group.stopped_with_the_run(cancelled_at)
     return [t.error or t.outcome for t in group.tallies] + outcomes + ([INTERRUPTED] if cancelled else [])

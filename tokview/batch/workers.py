@@ -319,6 +319,11 @@ class Lander:
             self._land()
 
 
+SAME_STOP_S = 1.0
+"""How long before the parent saw a cancel a child's stop counts as the same one (the parent's loop looks every 20 ms;
+a loaded machine may take far longer to run it)."""
+
+
 class RemoteTally:
     """A child's counts as last reported: read by the parent's progress line and summary."""
 
@@ -333,6 +338,8 @@ class RemoteTally:
         self.by_a_stop_signal = False
         """`died` came from a Ctrl-C or SIGTERM (its INTERRUPTED end, or its death by SIGTERM): one the run itself
         got too when the whole process group was signalled (`WorkerGroup.stopped_with_the_run`)."""
+        self.ended_at: float | None = None
+        """When its end came in (`time.monotonic()`)."""
         self.done = threading.Event()
         self.taken = 0
         """Items this child took from the feed (what the balancing tests read)."""
@@ -481,17 +488,20 @@ class WorkerGroup:
             tally.outcome = how.outcome
             if how.outcome is not None and self.feed is not None:  # a full disk, too many failures: all stop taking
                 self.feed.close()
+        tally.ended_at = time.monotonic()
         tally.done.set()
 
     def all_done(self) -> bool:
         return all(t.done.is_set() for t in self.tallies)
 
-    def stopped_with_the_run(self) -> None:
-        """The run was cancelled: a child that a Ctrl-C or SIGTERM ended first was stopped with it, not on its own.
-        A signal to the whole process group reaches the children as soon as the parent, and a child's end often
-        came in before the parent's loop cancelled the group: its note said it had stopped alone."""
+    def stopped_with_the_run(self, cancelled_at: float) -> None:
+        """The run was cancelled at `cancelled_at` (`time.monotonic()`, as the parent saw it): a child that a Ctrl-C
+        or SIGTERM ended within `SAME_STOP_S` before that was stopped with it, not on its own. A signal to the whole
+        process group reaches the children as soon as the parent, and a child's end often came in before the
+        parent's loop cancelled the group: its note said it had stopped alone. One stopped earlier keeps its note."""
         for tally in self.tallies:
-            if tally.died is not None and tally.by_a_stop_signal:
+            ended = tally.ended_at
+            if tally.died is not None and tally.by_a_stop_signal and (ended or 0.0) >= cancelled_at - SAME_STOP_S:
                 tally.died, tally.outcome = None, INTERRUPTED
 
     def cancel(self) -> None:

@@ -54,8 +54,10 @@ class HarmonyMessage:
 
 
 def _channel_of(ids: Sequence[int]) -> str | None:
+    """The channel a header's text after `<|channel|>` names: its first ids, whatever follows them (a recipient
+    ` to=…`, a space, or the content type: gpt-oss's own template writes `commentary json` with no `<|constrain|>`)."""
     for name, want in CHANNEL_IDS.items():
-        if tuple(ids[: len(want)]) == want and (len(ids) == len(want) or ids[len(want)] in (_TO_IDS[0], 220)):
+        if tuple(ids[: len(want)]) == want:
             return name
     return None
 
@@ -137,16 +139,21 @@ def parse_harmony(output: Sequence[int], tokenizer: TokenizerAdapter | None = No
         messages.append(msg)
         i = k  # at an id past this message, or at the <|start|> the next turn of the loop reads
     if tokenizer is not None:
-        for msg in messages:
-            msg.recipient = tokenizer.decode(list(msg.recipient_ids)).strip() if msg.recipient_ids else None
+        for msg in messages:  # the recipient ends at a space: `to=python code` names python, its content type code
+            words = tokenizer.decode(list(msg.recipient_ids)).split() if msg.recipient_ids else []
+            msg.recipient = words[0] if words else None
             msg.constraint = tokenizer.decode(list(msg.constraint_ids)).strip() if msg.constraint_ids else None
     return messages
 
 
+FUNCTIONS_ID = 44580
+"""o200k's `functions` (after ` to=`): the recipient of a function call, `functions.NAME`."""
+
+
 def calls_of(messages: Sequence[HarmonyMessage]) -> list[HarmonyMessage]:
-    """The messages that call a tool: a recipient named (in the role or after the channel) and ended by `<|call|>`,
-    as vLLM's openai_gptoss tool parser reads them."""
-    return [m for m in messages if m.recipient_ids and m.end_id == CALL]
+    """The messages that call a function: a recipient `functions.…` (in the role or after the channel), ended by
+    `<|call|>`, as vLLM's openai tool parser takes them; a built-in tool's call (`python`, `browser.…`) is not one."""
+    return [m for m in messages if m.recipient_ids[:1] == (FUNCTIONS_ID,) and m.end_id == CALL]
 
 
 def function_name(recipient: str | None) -> str:

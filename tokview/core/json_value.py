@@ -71,8 +71,8 @@ def as_pydantic_bool(value: object) -> bool | None:
     when it refuses the value (the proxy then leaves the field to the server, which answers the client's own error)."""
     if value is None or isinstance(value, bool):
         return bool(value)
-    if type(value) is int and value in (0, 1):
+    if type(value) in (int, float) and value in (0, 1):  # 1.0 too; 2, 0.5 refused
         return value == 1
-    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
-        return value.strip().lower() in TRUE_WORDS
+    if isinstance(value, str) and value.lower() in TRUE_WORDS | FALSE_WORDS:  # " true" refused: never stripped
+        return value.lower() in TRUE_WORDS
     return None

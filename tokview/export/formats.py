@@ -100,10 +100,11 @@ def _harmony_texts(capture: Capture, tokenizer: TokenizerAdapter) -> Texts:
     output = list(capture.output_ids)
     messages = parse_harmony(output)
 
-    def text_of(channel: str) -> str:
-        return "".join(tokenizer.decode(output[m.body[0] : m.body[1]]) for m in messages if m.channel == channel)
+    def text_of(channel: str) -> str:  # one message's text per line, as vLLM joins them; calls are not text
+        bodies = [m.body for m in messages if m.channel == channel and not m.recipient_ids]
+        return "\n".join(tokenizer.decode(output[start:end]) for start, end in bodies)
 
-    analysed = any(m.channel == "analysis" for m in messages)
+    analysed = any(m.channel == "analysis" and not m.recipient_ids for m in messages)
     return Texts(text_of("analysis") if analysed else None, text_of("final"))
 
 

@@ -204,14 +204,21 @@ class _Open:
         yield from self.start(run_id, turn, split, sample_id, capture, calls)
 
     def _why_not(self, turn: int | None, prompt: list[int]) -> tuple[str, int]:
-        """Why a turn extends no open row: it continues an earlier turn of one that another turn continued already
-        (`branch`, at the end of that turn's output), or its prompt differs from the previous turn's prompt + output
+        """Why a turn extends no open row: it continues an earlier turn of one that another turn continued already,
+        or answers the prompt one of its turns answered (`branch`, at the end of that earlier turn's output, or
+        where the other answer starts), or its prompt differs from the previous turn's prompt + output
         ids (`prompt_does_not_extend`, where), or the turn before it is not in the selection (`turn_missing`)."""
         for row in reversed(self.rows):
-            for placed in reversed(row.turns[:-1]):
-                end = placed["output_span"][1]
-                if _next_turn_of(placed["turn"], turn) and prompt[:end] == row.input_ids[:end]:
+            for k, placed in reversed(list(enumerate(row.turns))):
+                start, end = placed["output_span"]
+                if (
+                    k < len(row.turns) - 1
+                    and _next_turn_of(placed["turn"], turn)
+                    and prompt[:end] == row.input_ids[:end]
+                ):
                     return "branch", end
+                if placed["turn"] == turn and prompt == row.input_ids[:start]:  # another answer to the same prompt
+                    return "branch", start  # (an `n` > 1 request's next choice, a retry): turn 0's too
         before = [r for r in self.rows if _next_turn(r, turn)]
         if before:
             at = extends(before[-1].input_ids, prompt)

@@ -33,6 +33,7 @@ import orjson
 from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
 from tokview.core.findings import WARN
+from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
@@ -553,7 +554,7 @@ class Recorder:
 def _one_sglext_flag(request: dict[str, Any]) -> str | None:
     """Why a stream the client asked for one of SGLang's two sglext id flags has no ids: the proxy adds neither (the
     two share one object, and SGLang's answer with one flag is not known well enough to edit the other out)."""
-    own = [flag for flag in SGLEXT_FLAGS if request.get(flag) not in (None, False)]
+    own = [flag for flag in SGLEXT_FLAGS if as_pydantic_bool(request.get(flag))]  # "false" is not asked
     if len(own) != 1:
         return None
     return (

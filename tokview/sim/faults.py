@@ -76,6 +76,10 @@ def error_body(kind: str, status: int, message: str, err_type: str) -> dict[str,
     return {"error": {"message": message, "type": err_type, "param": None, "code": status}}
 
 
+STREAM_NOT_A_BOOL = "stream: Input should be a valid boolean"
+"""The servers' request models refuse a `stream` pydantic does not read as a bool (HTTP 400)."""
+
+
 def error_response(
     kind: str, status: int, message: str, err_type: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:

@@ -28,7 +28,9 @@ STREAM_IDS_ERROR = (
 async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     no_ids = bool(cfg.quirk("no-id-fields"))
-    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
+    stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
+    if stream is None:
+        return faults.error_response("sglang", 400, faults.STREAM_NOT_A_BOOL, "BadRequest")
     if stream and not no_ids:
         for flag in ("return_token_ids", "return_prompt_token_ids", "return_meta_info"):
             if body.get(flag):

@@ -226,7 +226,9 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
-    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
+    stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
+    if stream is None:
+        return faults.error_response("vllm", 400, faults.STREAM_NOT_A_BOOL, "BadRequestError")
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
@@ -387,7 +389,9 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
-    stream = as_pydantic_bool(body.get("stream")) is not False  # pydantic reads "false" as false
+    stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
+    if stream is None:
+        return faults.error_response("vllm", 400, faults.STREAM_NOT_A_BOOL, "BadRequestError")
     fault, early = await common.admit(state, request, stream)
     if early is not None:
         return early
