@@ -367,3 +367,39 @@ def test_a_harness_going_on_from_choice_1_of_an_n_request_goes_on_with_that_choi
     ]
     assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
     assert rows[1]["input_ids"] == served(after1)
+
+
+def test_a_second_answer_to_turn_0_is_a_branch_not_a_missing_turn(tmp_path) -> None:
+    """An `n` = 2 request (or a retry kept) at turn 0, the harness going on from choice 1: choice 1's row was split
+    as `turn_missing`, which reads as samples left out of the selection; none was."""
+    import dataclasses
+
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+
+    choice0 = make_capture("pick?", answer="seven")
+    choice1 = dataclasses.replace(choice0, output_ids=make_capture("pick?", answer="forty-two").output_ids)
+    after1 = dataclasses.replace(
+        make_capture("why?", answer="because"), prompt_ids=[*choice1.prompt_ids, *choice1.output_ids, 7, 8]
+    )
+    db = tmp_path / "b.duckdb"
+    with Store(db) as store:
+        for sample_id, turn, gen, cap in (
+            ("proxy:r:0000001", 0, 0, choice0),
+            ("proxy:r:0000001.c1", 0, 1, choice1),
+            ("proxy:r:0000002", 1, 0, after1),
+        ):
+            store.put_sample(
+                sample_id, "session:b", "r", cap, analyze(cap, profile(), kimi()), gen_index=gen, turn=turn,
+                profile="kimi-k2.5",
+            )  # fmt: skip
+    out = tmp_path / "b.jsonl"
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
+        ["proxy:r:0000001"],
+        ["proxy:r:0000001.c1", "proxy:r:0000002"],
+    ]
+    assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
+    assert rows[1]["metadata"]["split_from"]["position"] == len(choice0.prompt_ids)  # where the other answer starts
