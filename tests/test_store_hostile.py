@@ -332,3 +332,25 @@ def test_a_store_deleted_while_open_is_said_gone_and_never_made_again(tmp_path):
         store.query("SELECT count(*) FROM samples")
     assert not db.exists()
     store.close()
+
+
+def test_a_part_this_process_cannot_read_is_set_aside_and_the_others_land(tmp_path, monkeypatch, capsys):
+    """A part of mode 000 (another user's, or chmod'ed) made every landing fail, the good parts' too: `batch` on the
+    store exited 1 each time and `merge` left the good parts out. (Root reads anything: os.access says what an
+    unprivileged process would be told.)"""
+    import os
+
+    db = tmp_path / "u.duckdb"
+    with Store(db) as store:
+        put(store, "p0", make_capture())
+        parts_dir = store.parts_dir
+        store.write_part([_record(store, "good", "pg")])
+        [good] = parts_dir.glob("*.samples.jsonl")
+        store.write_part([_record(store, "locked", "pl")])
+        [bad] = [p for p in parts_dir.glob("*.samples.jsonl") if p != good]
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != bad and real_access(path, mode))
+    assert main(["stats", "--db", str(db)]) == 0
+    assert "cannot be read: set aside" in capsys.readouterr().err
+    assert (parts_dir / DAMAGED_DIR / bad.name).exists() and not good.exists()
+    assert "good" in _ids(db) and "locked" not in _ids(db)

@@ -121,9 +121,10 @@ def write_part(
 def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
     """(sample parts, failure parts), oldest first; stale temporary files are removed on the way.
 
-    Only regular files are parts: anything else named like one (a directory, a socket) is moved to
-    `damaged/` where a person can look at it (left where it is when the folder cannot be written),
-    and never listed, so no landing tries to read it. `said` is told each one moved (it went silently)."""
+    Only regular files this process can read are parts: anything else named like one (a directory, a socket, a
+    file of mode 000) is moved to `damaged/` where a person can look at it (left where it is when the folder cannot
+    be written), and never listed, so no landing tries to read it: one unreadable part failed every landing, the
+    good parts' too. `said` is told each one moved (it went silently)."""
     if not directory.is_dir():
         return [], []
     samples, failures = [], []
@@ -137,9 +138,10 @@ def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -
             except OSError:
                 pass
         elif name.endswith((SAMPLES_SUFFIX, FAILURES_SUFFIX)):
-            if not _is_regular(entry):
+            if not _is_regular(entry) or not os.access(entry.path, os.R_OK):  # unreadable: no landing could read it
+                what = "is not a file" if not _is_regular(entry) else "cannot be read"
                 if _move_aside(Path(entry.path)) and said is not None:
-                    said(f"{name} in {directory} is not a file: set aside in {directory / DAMAGED_DIR}")
+                    said(f"{name} in {directory} {what}: set aside in {directory / DAMAGED_DIR}")
             elif name.endswith(SAMPLES_SUFFIX):
                 samples.append(Path(entry.path))
             else:
