@@ -181,3 +181,19 @@ def test_the_review_a_merge_brings_is_one_action_undone_as_one_step(tmp_path, or
     after = state(original)
     assert {sid: after[sid][0] for sid in before} == {sid: before[sid][0] for sid in before}
     assert after[sample_ids[0]][0] == "approved"
+
+
+def test_other_ids_under_a_shared_sample_id_are_said_even_unreviewed(tmp_path, put, make_capture, capsys):
+    """A shard run again against another seed: every sample id shared, the answers other. The merge said "+0 samples"
+    and nothing else unless the samples had been reviewed."""
+    mine, theirs = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    with Store(mine) as store:
+        first = put(store, "p1", make_capture(answer="The answer is forty - two"))
+        same = put(store, "p2", make_capture(question="Same?", answer="Yes."))
+    with Store(theirs) as store:
+        assert put(store, "p1", make_capture(answer="No idea at all")) == first
+        assert put(store, "p2", make_capture(question="Same?", answer="Yes.")) == same
+    said = merge(theirs, mine, capsys)
+    assert "+0 samples" in said
+    assert f"1 samples already in {mine} hold other ids in {theirs}" in said, said
+    assert state(mine)[first][0] == "pending"

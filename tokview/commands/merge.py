@@ -81,6 +81,12 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
             f"the review it brought is action #{action}: `tokview review --undo {action}` takes it back",
             file=sys.stderr,
         )
+    if added.get("other_ids"):
+        print(
+            f"tokview: note: {added['other_ids']} samples already in {into} hold other ids in {src} under the same "
+            "sample id (generated again, against another server or seed): the ones here were kept",
+            file=sys.stderr,
+        )
     if added.get("verdicts_kept"):  # both stores reviewed them since the copy: this one's review stands
         print(
             f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in {src} (both "

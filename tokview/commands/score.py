@@ -63,7 +63,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="P",
         help=f"a token below this target probability counts as unlikely (default {DEFAULT_LOW_PROB})",
     )
-    p.add_argument("--limit", type=int, help="score at most N selected samples")
+    p.add_argument(
+        "--limit",
+        type=int,
+        help="the first N selected samples, oldest first (as batch's --limit: a re-run resumes the same N)",
+    )
     p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")

@@ -295,6 +295,12 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
         "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
         "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
     )
+    # One sample id, another generation (a shard run again against another server or seed): the store's stays, and
+    # the merge says how many, not "+0 samples" alone.
+    differ = conn.execute(
+        "SELECT count(*) FROM src.samples s JOIN main.samples m ON m.sample_id = s.sample_id "
+        "WHERE s.output_ids IS DISTINCT FROM m.output_ids OR s.prompt_len IS DISTINCT FROM m.prompt_len"
+    ).fetchone()
     run_cols = ", ".join(shared_columns(conn, "runs"))  # an older source lacks the newer columns
     runs = _changed(
         conn,
@@ -321,7 +327,14 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
     taken, kept = merged_review.take_review(conn, verdict_cols, action)
-    added = {"samples": samples, "runs": runs, "failures": failures, "verdicts_taken": taken, "verdicts_kept": kept}
+    added = {
+        "samples": samples,
+        "runs": runs,
+        "failures": failures,
+        "verdicts_taken": taken,
+        "verdicts_kept": kept,
+        "other_ids": int(differ[0]) if differ else 0,
+    }
     return {**added, **action.finish(conn, source_name)}
 
 
