@@ -197,3 +197,31 @@ def test_other_ids_under_a_shared_sample_id_are_said_even_unreviewed(tmp_path, p
     assert "+0 samples" in said
     assert f"1 samples already in {mine} hold other ids in {theirs}" in said, said
     assert state(mine)[first][0] == "pending"
+
+
+def test_a_store_from_before_failure_counts_merges_one_failure_with_its_attempts(tmp_path, capsys):
+    """A schema-3 store holds a row per failed attempt; opened, its migration keeps the latest with the count. Merged,
+    every row came across (three failures of one sample, no attempts)."""
+    import duckdb
+
+    from tokview.store.schema import _SCHEMA_VERSION_TABLE, MIGRATIONS, _version_row
+
+    old, into = tmp_path / "old.duckdb", tmp_path / "into.duckdb"
+    statements = [_SCHEMA_VERSION_TABLE] + [
+        s for version, name, ddl in MIGRATIONS if version <= 3 for s in (*ddl, _version_row(version, name))
+    ]
+    conn = duckdb.connect(str(old))
+    conn.execute(";\n".join(statements))
+    for minutes in range(3):
+        conn.execute(
+            "INSERT INTO failures VALUES ('pX', 'sX', 'r', 'HTTP 500', now() - INTERVAL (?) MINUTE, 'http://x')",
+            [minutes],
+        )
+    conn.close()
+    with Store(into):
+        pass
+    said = merge(old, into, capsys)
+    assert "+1 failures" in said, said
+    with Store(into) as store:
+        assert store.query("SELECT sample_id FROM failures") == [("sX",)]
+        assert store.query("SELECT sample_id, attempts FROM failure_attempts") == [("sX", 3)]

@@ -343,20 +343,32 @@ def _merge_failures(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool) -> 
     failures = _changed(
         conn,
         'INSERT INTO main.failures SELECT prompt_id, sample_id, run_id, reason, "at", server FROM '
-        "src.failures f WHERE (f.sample_id IS NULL OR (NOT EXISTS (SELECT 1 FROM main.samples s WHERE "
+        f"({_ONE_FAILURE_EACH}) f WHERE (f.sample_id IS NULL OR (NOT EXISTS (SELECT 1 FROM main.samples s WHERE "
         "s.sample_id = f.sample_id) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id = "
         "f.sample_id))) AND NOT EXISTS (SELECT 1 FROM main.failures g WHERE g.sample_id IS NULL AND "
         "f.sample_id IS NULL AND g.prompt_id IS NOT DISTINCT FROM f.prompt_id AND g.reason IS NOT DISTINCT "
         "FROM f.reason)",
     )
-    if with_attempts:
-        conn.execute(
-            "INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM src.failure_attempts a "
-            "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
-            "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
-            "EXCLUDED.attempts)"
-        )
+    attempts = (
+        "SELECT sample_id, attempts FROM src.failure_attempts"
+        if with_attempts  # else a store from before the count: a row per attempt, counted as its migration does
+        else "SELECT sample_id, count(*) AS attempts FROM src.failures WHERE sample_id IS NOT NULL GROUP BY sample_id"
+    )
+    conn.execute(
+        f"INSERT INTO main.failure_attempts SELECT sample_id, attempts FROM ({attempts}) a "
+        "WHERE EXISTS (SELECT 1 FROM main.failures f WHERE f.sample_id = a.sample_id) "
+        "ON CONFLICT (sample_id) DO UPDATE SET attempts = greatest(failure_attempts.attempts, "
+        "EXCLUDED.attempts)"
+    )
     return failures
+
+
+_ONE_FAILURE_EACH = (
+    'SELECT * FROM src.failures QUALIFY sample_id IS NULL OR row_number() OVER (PARTITION BY sample_id ORDER BY "at" '
+    "DESC, rowid DESC) = 1"
+)
+"""The source's failures, the latest of each sample id: a store from before failure counts (schema < 4) holds a row
+per attempt, and every one of them was merged."""
 
 
 def _changed(conn: duckdb.DuckDBPyConnection, sql: str) -> int:
