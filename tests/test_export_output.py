@@ -591,3 +591,17 @@ def test_out_through_a_descriptor_open_on_a_store_is_refused(store, tmp_path):
     assert done.returncode == 1, done.stderr
     assert f"--out /dev/fd/{fd} would overwrite the store it exports" in done.stderr, done.stderr
     assert db.read_bytes() == before
+
+
+def test_an_export_over_another_formats_leaves_none_of_its_sidecars(store, tmp_path):
+    """specforge, then speculators to the same --out: the old SpecForge template stayed beside the new rows, which
+    no manifest mentioned; the other way round, the old errors file stayed."""
+    out = tmp_path / "train.jsonl"
+    _export(store, "specforge", out)
+    assert (tmp_path / "train.specforge_template.json").exists()
+    _export(store, "speculators", out)
+    assert not (tmp_path / "train.specforge_template.json").exists()
+    assert (tmp_path / "train.errors.jsonl").exists()
+    _export(store, "specforge", out)
+    assert not (tmp_path / "train.errors.jsonl").exists()
+    assert (tmp_path / "train.specforge_template.json").exists() and (tmp_path / "train.manifest.json").exists()

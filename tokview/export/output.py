@@ -56,6 +56,8 @@ class Plan:
     sidecar_dir: Path | None = None
     sidecar_stem: str | None = None
     sidecars: dict[str, Target] = field(default_factory=dict)
+    stale: list[Path] = field(default_factory=list)
+    """Sidecars of other formats at this name: removed once the new data is in place (`commit`)."""
 
     @property
     def name(self) -> str:
@@ -175,6 +177,12 @@ def _stem(name: str) -> str:
     return name[: -len(suffix)] if suffix else name
 
 
+def forget_sidecar(plan: Plan, suffix: str) -> None:
+    """A sidecar this export does not write: any file of that name beside the data goes at the commit."""
+    if plan.sidecar_dir is not None and plan.sidecar_stem is not None:
+        plan.stale.append(plan.sidecar_dir / f"{plan.sidecar_stem}.{suffix}")
+
+
 def add_sidecar(plan: Plan, key: str, suffix: str) -> Target | None:
     """Register a sidecar `<stem>.<suffix>`; None when the data goes to a device with no folder."""
     if plan.sidecar_dir is None or plan.sidecar_stem is None:
@@ -250,6 +258,8 @@ def commit(plan: Plan) -> None:
     for target in order:
         os.replace(target.temp, target.final)
         target.tmp = None
+    for path in plan.stale:  # after the data: a kill before leaves the old file, never the new data without its own
+        path.unlink(missing_ok=True)
 
 
 def open_stream(plan: Plan) -> IO[bytes]:

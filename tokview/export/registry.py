@@ -69,6 +69,9 @@ ERRORS = Sidecar("errors", "errors.jsonl")
 TEMPLATE = Sidecar("template", "specforge_template.json")
 """The SpecForge ChatTemplate derived from the served layout: the rows are trained through it."""
 EVERY_EXPORT = (MANIFEST, TOKEN_FREQ)
+EVERY_SIDECAR = (MANIFEST, TOKEN_FREQ, ERRORS, TEMPLATE)
+"""Every sidecar any format writes: one an export of another format left beside the same name is removed with the
+new data's commit (a speculators export over a specforge one kept the old template beside the new rows)."""
 
 RowBuilder = Callable[[formats.ExportItem, ModelProfile, Any], dict[str, Any]]
 ProfileOf = Callable[[str | None], ModelProfile]

@@ -36,11 +36,21 @@ from tokview.export.output import (
     clean_stale_partials,
     commit,
     discard_temps,
+    forget_sidecar,
     make_temps,
     open_stream,
     plan_output,
 )
-from tokview.export.registry import ERRORS, MANIFEST, TEMPLATE, TOKEN_FREQ, ExportFormat, Rows, export_format
+from tokview.export.registry import (
+    ERRORS,
+    EVERY_SIDECAR,
+    MANIFEST,
+    TEMPLATE,
+    TOKEN_FREQ,
+    ExportFormat,
+    Rows,
+    export_format,
+)
 from tokview.export.side_fields import thresholds_manifest
 from tokview.export.specforge_template import TemplateChooser, TemplateRefused, served_kwargs
 from tokview.export.trainers import Conformance, Lengths
@@ -185,6 +195,9 @@ def export(
             )
         for side in form.sidecars:
             add_sidecar(plan, side.key, side.suffix)
+        for side in EVERY_SIDECAR:
+            if side not in form.sidecars:
+                forget_sidecar(plan, side.suffix)
         _refuse_the_store(plan, Path(store.path))
     except OutputError as exc:
         raise ExportError(str(exc)) from None
