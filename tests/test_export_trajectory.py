@@ -6,6 +6,8 @@ says where (turn, position) and why."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from export_tool_sessions import SESSION, record_tool_session, stored_turns
@@ -271,44 +273,51 @@ def test_a_batch_chains_later_turns_in_another_run_stay_a_conversation_of_their_
     assert manifest["breaks_by_reason"]["turn_missing"] == 1  # run2's conversation has no turns 0-1
 
 
+def _answer(before: list[int], question: str, said: str) -> Any:
+    """A turn whose prompt extends the served ids before it (`before`; none: a first turn)."""
+    import dataclasses
+
+    from builders import kimi, make_capture
+
+    base = make_capture(question, answer=said)
+    prompt = [*before, *kimi().encode(question)] if before else base.prompt_ids
+    return dataclasses.replace(base, prompt_ids=prompt)
+
+
+def _served(cap: Any) -> list[int]:
+    return [*cap.prompt_ids, *cap.output_ids]
+
+
+def _store_turns(db: Path, session: str, turns: list[tuple[str, int, int, Any]]) -> None:
+    """(sample id, turn, generation index, capture) of one session, stored as the proxy stores them."""
+    from builders import kimi, profile
+
+    from tokview.core.analysis import analyze
+
+    with Store(db) as store:
+        for sample_id, turn, gen, cap in turns:
+            store.put_sample(
+                sample_id, session, "r", cap, analyze(cap, profile(), kimi()), gen_index=gen, turn=turn,
+                profile="kimi-k2.5",
+            )  # fmt: skip
+
+
+def _trajectory_rows(db: Path, out: Path) -> list[dict[str, Any]]:
+    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
 def test_a_branch_is_a_row_of_its_own_and_each_branch_goes_on_with_its_own_row(tmp_path) -> None:
     """Turn 0, then two turns 1 (the harness went on twice), each continued by its own turn 2. Each turn was compared
     with the newest row only: `left2` was split off as `prompt_does_not_extend` though it extends `left1`, and the right
     branch's turns were `turn_missing`, none being. Now: [0, left1, left2] and [right1, right2] (a `branch`)."""
-    import dataclasses
-
-    from builders import kimi, make_capture, profile
-
-    from tokview.core.analysis import analyze
-
-    def answer(before: list[int], question: str, said: str):  # served ids: each prompt extends what came before
-        base = make_capture(question, answer=said)
-        prompt = [*before, *kimi().encode(question)] if before else base.prompt_ids
-        return dataclasses.replace(base, prompt_ids=prompt)
-
-    def served(cap):
-        return [*cap.prompt_ids, *cap.output_ids]
-
-    first = answer([], "q0", "a0")
-    left1, right1 = answer(served(first), "left?", "L"), answer(served(first), "right?", "R")
-    left2, right2 = answer(served(left1), "more left?", "LL"), answer(served(right1), "more right?", "RR")
+    first = _answer([], "q0", "a0")
+    left1, right1 = _answer(_served(first), "left?", "L"), _answer(_served(first), "right?", "R")
+    left2, right2 = _answer(_served(left1), "more left?", "LL"), _answer(_served(right1), "more right?", "RR")
     db = tmp_path / "t.duckdb"
     turns = [("t0", 0, first), ("left1", 1, left1), ("right1", 1, right1), ("left2", 2, left2), ("right2", 2, right2)]
-    with Store(db) as store:
-        for sample_id, turn, cap in turns:
-            store.put_sample(
-                sample_id,
-                "session:b",
-                "r",
-                cap,
-                analyze(cap, profile(), kimi()),
-                gen_index=0,
-                turn=turn,
-                profile="kimi-k2.5",
-            )
-    out = tmp_path / "t.jsonl"
-    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    _store_turns(db, "session:b", [(sample_id, turn, 0, cap) for sample_id, turn, cap in turns])
+    rows = _trajectory_rows(db, tmp_path / "t.jsonl")
     assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
         ["t0", "left1", "left2"],
         ["right1", "right2"],
@@ -329,44 +338,30 @@ def test_a_harness_going_on_from_choice_1_of_an_n_request_goes_on_with_that_choi
     on with it."""
     import dataclasses
 
-    from builders import kimi, make_capture, profile
+    from builders import make_capture
 
-    from tokview.core.analysis import analyze
-
-    def answer(before: list[int], question: str, said: str):
-        base = make_capture(question, answer=said)
-        prompt = [*before, *kimi().encode(question)] if before else base.prompt_ids
-        return dataclasses.replace(base, prompt_ids=prompt)
-
-    def served(cap):
-        return [*cap.prompt_ids, *cap.output_ids]
-
-    first = answer([], "q0", "a0")
-    choice0 = answer(served(first), "pick?", "seven")
+    first = _answer([], "q0", "a0")
+    choice0 = _answer(_served(first), "pick?", "seven")
     choice1 = dataclasses.replace(choice0, output_ids=make_capture("pick?", answer="forty-two").output_ids)
-    after1 = answer(served(choice1), "why that one?", "because")
+    after1 = _answer(_served(choice1), "why that one?", "because")
     db = tmp_path / "n.duckdb"
-    turns = [
-        ("proxy:r:0000001", 0, 0, first),
-        ("proxy:r:0000002", 1, 0, choice0),
-        ("proxy:r:0000002.c1", 1, 1, choice1),
-        ("proxy:r:0000003", 2, 0, after1),
-    ]
-    with Store(db) as store:
-        for sample_id, turn, gen, cap in turns:
-            store.put_sample(
-                sample_id, "session:n", "r", cap, analyze(cap, profile(), kimi()), gen_index=gen, turn=turn,
-                profile="kimi-k2.5",
-            )  # fmt: skip
-    out = tmp_path / "n.jsonl"
-    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    _store_turns(
+        db,
+        "session:n",
+        [
+            ("proxy:r:0000001", 0, 0, first),
+            ("proxy:r:0000002", 1, 0, choice0),
+            ("proxy:r:0000002.c1", 1, 1, choice1),
+            ("proxy:r:0000003", 2, 0, after1),
+        ],
+    )
+    rows = _trajectory_rows(db, tmp_path / "n.jsonl")
     assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
         ["proxy:r:0000001", "proxy:r:0000002"],
         ["proxy:r:0000002.c1", "proxy:r:0000003"],
     ]
     assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
-    assert rows[1]["input_ids"] == served(after1)
+    assert rows[1]["input_ids"] == _served(after1)
 
 
 def test_a_second_answer_to_turn_0_is_a_branch_not_a_missing_turn(tmp_path) -> None:
@@ -374,29 +369,22 @@ def test_a_second_answer_to_turn_0_is_a_branch_not_a_missing_turn(tmp_path) -> N
     as `turn_missing`, which reads as samples left out of the selection; none was."""
     import dataclasses
 
-    from builders import kimi, make_capture, profile
-
-    from tokview.core.analysis import analyze
+    from builders import make_capture
 
     choice0 = make_capture("pick?", answer="seven")
     choice1 = dataclasses.replace(choice0, output_ids=make_capture("pick?", answer="forty-two").output_ids)
-    after1 = dataclasses.replace(
-        make_capture("why?", answer="because"), prompt_ids=[*choice1.prompt_ids, *choice1.output_ids, 7, 8]
-    )
+    after1 = dataclasses.replace(make_capture("why?", answer="because"), prompt_ids=[*_served(choice1), 7, 8])
     db = tmp_path / "b.duckdb"
-    with Store(db) as store:
-        for sample_id, turn, gen, cap in (
+    _store_turns(
+        db,
+        "session:b",
+        [
             ("proxy:r:0000001", 0, 0, choice0),
             ("proxy:r:0000001.c1", 0, 1, choice1),
             ("proxy:r:0000002", 1, 0, after1),
-        ):
-            store.put_sample(
-                sample_id, "session:b", "r", cap, analyze(cap, profile(), kimi()), gen_index=gen, turn=turn,
-                profile="kimi-k2.5",
-            )  # fmt: skip
-    out = tmp_path / "b.jsonl"
-    assert main(["export", "--db", str(db), "--trajectory", "--select", "all", "--out", str(out)]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
+        ],
+    )
+    rows = _trajectory_rows(db, tmp_path / "b.jsonl")
     assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
         ["proxy:r:0000001"],
         ["proxy:r:0000001.c1", "proxy:r:0000002"],
