@@ -558,8 +558,8 @@ def _one_sglext_flag(request: dict[str, Any]) -> str | None:
     if len(own) != 1:
         return None
     return (
-        f"the upstream's stream holds not both ids: the client set only {own[0]} itself, so the proxy asked for "
-        "none (set both sglext flags to record such a request)"
+        f"the upstream's stream has no ids to record: the client set only {own[0]} itself, so the proxy asked for "
+        "none (a client that sets both sglext flags is recorded)"
     )
 
 
