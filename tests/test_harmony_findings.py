@@ -322,4 +322,8 @@ def test_a_builtin_tools_call_names_the_tool_not_its_content_type_and_is_no_func
     [call] = parse_harmony(hfam.ids(text), hfam.tok)
     assert (call.channel, call.recipient, call.end_id) == ("analysis", "python", CALL)
     assert calls_of([call]) == []
+    builtin = analyze(
+        hfam.capture(text + "<|start|>assistant<|channel|>final<|message|>42.<|return|>"), hfam.profile, hfam.tok
+    )
+    assert "harmony_recipient_on_analysis" not in builtin.codes  # built-in tools are called on the analysis channel
     assert calls_of(parse_harmony(hfam.ids(CALLING_AS_TEMPLATED), hfam.tok))[0].recipient == "functions.get_weather"

@@ -11,7 +11,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from tokview.core.finding_rules import CHAT_ENDPOINTS, ERROR, WARN, Hit, rule
-from tokview.core.harmony import CALL, END, END_NAMES, RETURN, HarmonyMessage, parse_harmony
+from tokview.core.harmony import CALL, END, END_NAMES, FUNCTIONS_ID, RETURN, HarmonyMessage, parse_harmony
 from tokview.core.profiles import HARMONY
 
 if TYPE_CHECKING:
@@ -83,9 +83,15 @@ def harmony_analysis_after_final(ctx: Context) -> Hit | None:
     )
 
 
-@rule("harmony_recipient_on_analysis", WARN, "A recipient (to=…) on the analysis channel: tool calls go to commentary.")
+@rule(
+    "harmony_recipient_on_analysis",
+    WARN,
+    "A function call (to=functions.…) on the analysis channel: function calls go to commentary.",
+)
 def harmony_recipient_on_analysis(ctx: Context) -> Hit | None:
-    bad = [m for m in _messages(ctx) or [] if m.channel == "analysis" and m.recipient_ids]
+    # only `functions.…`: the system message says those calls go to commentary; a built-in tool's call
+    # (`to=python`, `to=browser.search`) is made on the analysis channel, as the Harmony format has it
+    bad = [m for m in _messages(ctx) or [] if m.channel == "analysis" and m.recipient_ids[:1] == (FUNCTIONS_ID,)]
     if not bad:
         return None
     name = bad[0].recipient or " ".join(map(str, bad[0].recipient_ids))
