@@ -362,6 +362,11 @@ def test_a_harness_going_on_from_choice_1_of_an_n_request_goes_on_with_that_choi
     ]
     assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
     assert rows[1]["input_ids"] == _served(after1)
+    from tokview.store.conversation_turns import conversation_turns
+
+    with Store(db) as store:  # inspect's w / W: choice 1 and the turn after it were not in the walk from turn 0
+        walked = [t.sample_id for t in conversation_turns(store, "proxy:r:0000001")]
+    assert walked == ["proxy:r:0000001", "proxy:r:0000002", "proxy:r:0000002.c1", "proxy:r:0000003"]
 
 
 def test_a_second_answer_to_turn_0_is_a_branch_not_a_missing_turn(tmp_path) -> None:

@@ -56,10 +56,12 @@ def goes_on_in_next_run(prompt_id: str, last_turn: int | None, next_turn: int | 
 def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn. A proxy
     session a restarted proxy went on with (its next turn the first of a later run) is one conversation, as
-    `tokview export --trajectory` joins it."""
+    `tokview export --trajectory` joins it, and so are a session's generations (an `n` > 1 request's choices, side
+    by side at their turn: a harness may go on from any of them)."""
     rows = store.query(
         "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id, s.prompt_id FROM samples s JOIN samples o "
-        "ON o.prompt_id = s.prompt_id AND o.gen_index IS NOT DISTINCT FROM s.gen_index "
+        "ON o.prompt_id = s.prompt_id AND (o.gen_index IS NOT DISTINCT FROM s.gen_index "
+        "OR starts_with(s.sample_id, 'proxy:')) "
         f"AND (o.run_id IS NOT DISTINCT FROM s.run_id OR {_A_PROXY_SESSION}) "
         "WHERE s.sample_id = ? AND s.turn IS NOT NULL AND o.turn IS NOT NULL "
         "ORDER BY min(o.created_at) OVER (PARTITION BY o.run_id), o.run_id, o.turn, o.sample_id",
