@@ -123,8 +123,8 @@ def marker_positions(ids: list[int], layout: ToolCallLayout) -> list[tuple[int, 
 
 
 def call_count(output_ids: Sequence[int], profile: ModelProfile) -> int:
-    """How many tool calls the output ids hold: by the profile's call layout, or a Harmony output's messages that
-    call a tool (gpt-oss has no call layout: its calls are commentary messages with a recipient)."""
+    """How many tool calls the output ids hold: by the profile's call layout, or a Harmony output's function calls
+    (gpt-oss has no call layout: its calls are messages to `functions.…` ended by `<|call|>`, `harmony.calls_of`)."""
     if profile.format == HARMONY:
         return len(calls_of(parse_harmony(output_ids)))
     if profile.tool_calls is None:

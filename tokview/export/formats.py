@@ -312,8 +312,8 @@ def _server_call_id(server: list[Any], i: int) -> str:
 
 
 def _harmony_calls(capture: Capture, tokenizer: TokenizerAdapter, server: list[Any]) -> list[dict[str, Any]]:
-    """A Harmony output's calls (commentary messages with a recipient, ended by `<|call|>`): the name from the
-    recipient, the arguments as the ids spell them; Harmony has no call ids, so the server's id for the same call."""
+    """A Harmony output's function calls (`harmony.calls_of`: to `functions.…`, ended by `<|call|>`): the name from
+    the recipient, the arguments as the ids spell them; Harmony has no call ids, so the server's id for the same call."""
     output = list(capture.output_ids)
     out = []
     for i, call in enumerate(calls_of(parse_harmony(output, tokenizer))):
