@@ -22,7 +22,6 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from tokview.errors import TokviewError
 from tokview.store import bulk_review
 from tokview.store.errors import CannotUndo, StoreError
 from tokview.store.sample_rows import UnknownSample
@@ -40,7 +39,7 @@ from tokview.ui.screens.modals import (
 )
 from tokview.ui.screens.samples import SamplesScreen
 from tokview.ui.widgets.sample_list import SampleList
-from tokview.ui.worker_errors import failure_notice
+from tokview.ui.worker_errors import WORDED, failure_notice
 from tokview.untrusted_text import printable, printable_line
 
 if TYPE_CHECKING:
@@ -479,7 +478,7 @@ class TokviewApp(App[None]):
         if event.state is not WorkerState.ERROR or event.worker.error is None:
             return
         error = event.worker.error
-        if not isinstance(error, TokviewError | UnknownSample):
+        if not isinstance(error, WORDED):
             self.log.error(event.worker, "".join(traceback.format_exception(error)))
         title, message = failure_notice(error)
         self.notify(message, title=title, severity="error", timeout=8)

@@ -33,8 +33,9 @@ PROB_EDGES = (0.9, 0.5, 0.1, 0.01)
 
 def probability(logprob: float) -> float:
     """exp(logprob), for a value a server really sent: a logprob above 0 (kept as served: a server that returns
-    logits) is no probability, shown as 1, and `math.exp` of one above ~709 raised OverflowError and ended the app."""
-    return math.exp(min(logprob, 0.0)) if logprob == logprob else math.nan
+    logits) is no probability, shown as 1, and `math.exp` of one above ~709 raised OverflowError and ended the app.
+    (A NaN stays NaN: `min` keeps its first argument when the comparison fails.)"""
+    return math.exp(min(logprob, 0.0))
 
 
 def prob_level(logprob: float | None) -> int | None:

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from textual.app import App
 
 BUG_TITLE = "unexpected error"
+WORDED = (TokviewError, UnknownSample)
+"""The failures `failure_notice` words for a person; any other is a bug (its traceback goes to the log)."""
 
 
 def failure_notice(error: BaseException) -> tuple[str, str]:
@@ -36,7 +38,7 @@ def failure_notice(error: BaseException) -> tuple[str, str]:
 
 def failure_text(error: BaseException) -> str:
     """One line for a panel that shows the failure in place: `server unreachable: …`, `store: …`."""
-    if isinstance(error, TokviewError | UnknownSample):
+    if isinstance(error, WORDED):
         return ": ".join(failure_notice(error))
     return one_line(error)
 

@@ -63,19 +63,10 @@ def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
 
 
 def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
-    answer = " ".join(row.answer.split())
+    words = " ".join(row.answer.split())
+    answer = cell(words[:60] + ("…" if len(words) > 60 else ""))
     if row.failed:  # no ids, no turn: the reason where the answer goes
-        return (
-            "—",
-            cell(row.sample_id),
-            "—",
-            "—",
-            "—",
-            "failed",
-            "—",
-            "—",
-            cell(answer[:60] + ("…" if len(answer) > 60 else "")),
-        )
+        return ("—", cell(row.sample_id), "—", "—", "—", "failed", "—", "—", answer)
     return (
         str(row.turn),
         cell(row.sample_id),
@@ -85,7 +76,7 @@ def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
         row.status if row.valid else f"{row.status} (invalid)",
         ", ".join(row.codes) or "none",
         "—" if row.latency_s is None else f"{row.latency_s:.2f} s",
-        cell(answer[:60] + ("…" if len(answer) > 60 else "")),
+        answer,
     )
 
 
