@@ -195,8 +195,14 @@ async def test_stream_matches_non_stream(vllm_surface_url: str) -> None:
     assert chunks[0].get("prompt_token_ids") == PROMPT_IDS, "prompt ids come on the first chunk"
     closer_chunks = [c for c in chunks for ch in c.get("choices") or [] if THINK_CLOSE in (ch.get("token_ids") or [])]
     assert len(closer_chunks) == 1
-    delta = closer_chunks[0]["choices"][0].get("delta") or {}
-    assert not any(delta.get(k) for k in ("content", "reasoning")), f"the closer's chunk carries no text: {delta}"
+    closer = closer_chunks[0]["choices"][0]
+    texts = [(closer.get("delta") or {}).get(k) or "" for k in ("content", "reasoning")]
+    assert not any("</think>" in text for text in texts), f"the parser hides the closer: {closer}"
+    # A server that falls behind its reader merges several tokens' outputs into one chunk (vLLM does
+    # under load: the closer came with the answer's first word), so only a chunk holding the closer
+    # alone must carry no text.
+    if closer["token_ids"] == [THINK_CLOSE]:
+        assert not any(texts), f"the closer's chunk carries no text: {closer}"
     assert analysed(streamed).valid
 
 
