@@ -7,7 +7,7 @@ from __future__ import annotations
 from builders import make_capture, put
 from ui.helpers import settle
 
-from tokview.store.conversation_turns import conversation_turns
+from tokview.store.conversation_turns import Turn, conversation_turns, turn_place
 
 
 def _conversation(store, prompt_id: str, served: bool) -> list[str]:
@@ -38,6 +38,14 @@ def test_the_turns_of_a_conversation_in_order(store):
     assert [(t.extends, t.break_at) for t in turns] == [(None, None), (True, None), (False, 17)]
     assert [t.history for t in conversation_turns(store, file[0])] == ["file"] * 3
     assert conversation_turns(store, "p001@demo_gen0") == []  # a sample with no turns
+
+
+def test_the_walk_counts_turns_not_samples():
+    """A proxy session's `n` = 2 request at turn 1 is two samples at one turn: the third turn is "turn 3 of 3"."""
+    turns = [Turn("a", 0, "served"), Turn("b0", 1, "served"), Turn("b1", 1, "served"), Turn("c", 2, "served")]
+    assert turn_place(turns, turns[0]) == "turn 1 of 3"
+    assert turn_place(turns, turns[2]) == "turn 2 of 3 (sample 2 of 2 at this turn)"
+    assert turn_place(turns, turns[3]) == "turn 3 of 3"
 
 
 async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):

@@ -28,6 +28,17 @@ class Turn:
     """Where the prompt first differs from the previous turn's ids, when it does not extend them."""
 
 
+def turn_place(turns: list[Turn], turn: Turn) -> str:
+    """Where `turn` stands in its conversation, for a person: "turn 3 of 5", and which of its turn's samples it is
+    when there are several (an `n` > 1 request's choices, or a second answer): the walk counts turns, not samples."""
+    numbers = sorted({t.turn for t in turns})
+    said = f"turn {numbers.index(turn.turn) + 1} of {len(numbers)}"
+    side_by_side = [t for t in turns if t.turn == turn.turn]
+    if len(side_by_side) > 1:
+        said += f" (sample {side_by_side.index(turn) + 1} of {len(side_by_side)} at this turn)"
+    return said
+
+
 def _turn(sample_id: str, turn: int, settings: str | None) -> Turn:
     chain: Any = (json.loads(settings) if settings else {}).get("chain")
     if not isinstance(chain, dict):

@@ -449,6 +449,8 @@ class InspectScreen(Screen[None]):
 
     @on(TurnsFound)
     def _turns_found(self, event: TurnsFound) -> None:
+        from tokview.store.conversation_turns import turn_place
+
         ids = [t.sample_id for t in event.turns]
         if self.data.sample_id not in ids or len(ids) < 2:
             self.notify("not a turn of a conversation (no other turn of this prompt and generation)", timeout=3)
@@ -460,7 +462,7 @@ class InspectScreen(Screen[None]):
             self.notify(said, timeout=2)  # at is -1 past the first turn
             return
         turn = event.turns[at]
-        how = f"turn {at + 1} of {len(ids)} · {turn.history} history"
+        how = f"{turn_place(event.turns, turn)} · {turn.history} history"
         if turn.extends is True:
             how += " · extends the previous turn's ids"
         elif turn.extends is False:
