@@ -362,3 +362,43 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "last"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_a_second_stop_to_a_proxy_recording_in_threads_lands_everything_and_exits_as_hurried(
+    tmp_path, stop, code, last
+):
+    """A proxy recording on its own threads cannot leave its recorder behind (the threads die with it), so a second
+    stop during the grace waits for the landing as before; it exited 0 as if stopped once. It lands everything and
+    exits 128 + the signal, as the recorder process's proxy does."""
+    db, said_file = tmp_path / "t.duckdb", tmp_path / "stderr.txt"
+    wrapper = Path(__file__).parent / "proxy_thread_recorder.py"
+    with start_simulator(SimConfig(kind="vllm")) as sim, said_file.open("wb") as said_out:
+        port = _free_port()
+        argv = [sys.executable, str(wrapper), "proxy", "--server", sim.url, "--listen", f"127.0.0.1:{port}"]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path(__file__).parent.parent)}
+        proc = subprocess.Popen([*argv, "--db", str(db)], stderr=said_out, env=env, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert _burst(url, sim.cfg.model_name, 3) == [200] * 3
+            sim.state.faults = FaultBook({"stall": 1})  # in flight through the grace
+            threading.Thread(target=_cut_off, args=(url, sim.cfg.model_name), daemon=True).start()
+            _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
+            os.killpg(proc.pid, stop)
+            time.sleep(0.3)
+            os.killpg(proc.pid, stop)
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    said = said_file.read_text()
+    assert proc.returncode == code and "Traceback" not in said, said
+    assert said.strip().splitlines()[-1] == f"tokview: {last}", said
+    assert "3 generations recorded" in said, said
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(3,)]
+        assert len(store.failures()) == 1

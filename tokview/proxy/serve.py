@@ -389,6 +389,11 @@ def serve_forever(config: ProxyConfig) -> int:
                 signal.signal(signal.SIGTERM, previous)
             if not terminated:  # else the recorder goes on: its counts are not the last
                 _say_counts(app.recorder, say)
+            # A thread recorder waits out a second stop (its threads die with the process) and lands everything;
+            # the exit still says the stop was hurried, as the recorder process's does.
+            if server.hurried == signal.SIGINT and not terminated:
+                raise KeyboardInterrupt  # the CLI's "interrupted", exit 130
+            terminated = terminated or server.hurried == signal.SIGTERM
     if terminated:
         print("tokview: terminated", file=sys.stderr)  # as the CLI says "interrupted" for a second Ctrl-C
         return ExitCode.TERMINATED
