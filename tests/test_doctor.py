@@ -7,10 +7,11 @@ import socket
 from typing import Any
 
 import pytest
+from plain_tokenizer import build_plain_tokenizer_dir
 
 from tokview.cli import main
 from tokview.core.profiles import get_profile
-from tokview.servers.doctor import run_doctor
+from tokview.servers.doctor import guess_profile, run_doctor
 from tokview.sim import SimConfig, start_simulator
 
 KIMI = get_profile("kimi-k2.5")
@@ -213,3 +214,42 @@ async def test_a_profile_of_another_model_is_said_first_not_blamed_on_the_server
             assert (first["title"], first["status"]) == ("Profile", "fail")
             assert "profile qwen3: think_open_id 151667 is" in first["detail"]
             assert "pass the served model's profile" in first["recommendation"]
+
+
+@pytest.mark.parametrize("family", ["qwen3", "plain"])
+async def test_without_a_tokenizer_the_profile_is_guessed_from_the_served_ids(family, qwen_tok_dir, tmp_path) -> None:
+    """With no --tokenizer and no --profile, a server whose prompt held no Kimi `<think>` was judged as Kimi-K2.5:
+    a healthy Qwen3 or plain server failed the opener check (exit 3). The served ids name the family now (Qwen3's
+    `<|im_end|>` ends the user's message), and ids that name none are a plain model's."""
+    folder = qwen_tok_dir if family == "qwen3" else build_plain_tokenizer_dir(tmp_path / "plain-tok")
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=folder)) as sim:
+        report = await run_doctor(sim.url, timeout=5.0)
+    assert report.profile.name == family
+    assert [c["title"] for c in report.to_dict()["checks"] if c["status"] == "fail"] == []
+
+
+def test_the_guess_goes_by_ids_a_family_owns() -> None:
+    assert guess_profile([163587, 375, 163586, 163588, 163606]).name == "kimi-k2.5"  # the opener, pre-filled
+    assert guess_profile([151644, 872, 198, 9707, 151645, 198, 151644]).name == "qwen3"
+    assert guess_profile([151331, 151336, 198, 9707, 151337]).name == "glm-4.5"  # GLM's <|user|>
+    assert guess_profile([1, 2, 3, 100]) is None  # DeepSeek's stop id 1 is any model's text id
+    assert guess_profile([]) is None
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+@pytest.mark.parametrize("with_tokenizer", [True, False])
+async def test_a_server_with_no_reasoning_parser_fails_the_parser_check(kind, with_tokenizer, kimi_tok) -> None:
+    """A reasoning model served without --reasoning-parser still sends the reasoning field, null. Without a
+    tokenizer that read "✓ … its split could not be checked against ids"; the output ids' closer says it alone."""
+    with start_simulator(SimConfig(kind=kind, quirks={"no-reasoning-parser": True})) as sim:
+        tok = kimi_tok if with_tokenizer else None
+        report = await run_doctor(sim.url, tokenizer=tok, profile=KIMI, timeout=5.0, default_tokenizer=False)
+    parser = by_title(report)["Reasoning parser"]
+    assert parser["status"] == "fail", parser
+    assert "--reasoning-parser kimi_k2" in parser["recommendation"], parser
+
+
+async def test_the_parser_check_without_a_tokenizer_passes_a_server_that_splits(kimi_tok) -> None:
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        report = await run_doctor(sim.url, tokenizer=None, profile=KIMI, timeout=5.0, default_tokenizer=False)
+    assert by_title(report)["Reasoning parser"]["status"] == "ok"

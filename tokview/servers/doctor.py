@@ -136,9 +136,25 @@ def _scrubbed(value: object, secrets: Secrets) -> object:
     return value
 
 
-def _guess_profile(ids: list[int] | None) -> ModelProfile | None:
+GUESS_MIN_ID = 1_000
+"""A profile's ids below this (DeepSeek's stop id 1) are ordinary text ids in other vocabularies: never a clue."""
+
+
+def guess_profile(ids: list[int] | None) -> ModelProfile | None:
+    """The built-in profile the served prompt ids point to, without a tokenizer: the first whose think opener the
+    prompt holds (the template pre-filled it), else the first whose think delimiters or stop ids it holds (a chat
+    prompt ends each earlier message with the stop id: Qwen3's `<|im_end|>`, GLM's `<|user|>`). Earlier profiles win
+    (Qwen's text ids reach 151,642, GLM's `<|user|>` is one of them). None for ids that point to none of them (a
+    plain model); None without ids."""
+    if not ids:
+        return None
+    present = set(ids)
     for profile in BUILTIN_PROFILES.values():
-        if ids and profile.think_open_id in ids:
+        if profile.think_open_id in present:
+            return profile
+    for profile in BUILTIN_PROFILES.values():
+        marks = (profile.think_open_id, profile.think_close_id, *profile.stop_ids)
+        if any(m is not None and m >= GUESS_MIN_ID and m in present for m in marks):
             return profile
     return None
 
@@ -171,7 +187,9 @@ async def run_doctor(
                 profile = None
         info = await detect(client, policy, profile or get_profile("kimi-k2.5"))
         served = info.details.get("probe_prompt_ids") or info.details.get("tokenize_prompt_ids")
-        profile = profile or _guess_profile(served) or get_profile("kimi-k2.5")
+        # The served ids name the model's family; ids that name none are a plain model's (judged as Kimi, a
+        # healthy Qwen3 or plain server failed the opener check). No ids at all: Kimi's, the first target.
+        profile = profile or guess_profile(served) or get_profile("plain" if served else "kimi-k2.5")
         from tokview.core.kimi_layout import KIMI_ID
 
         if (

@@ -190,6 +190,10 @@ def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int]
         )
 
 
+REASONED_IDS = 2
+"""Ids before the closer that may still be an empty think block's blank lines (`_closer_without_reasoning`)."""
+
+
 def check_parser(
     doc: DoctorContext, raw: Capture | None, chat: Capture | None, chat_ids: list[int] | None, chat_error: str | None
 ) -> None:
@@ -242,6 +246,16 @@ def check_parser(
             else "neither `reasoning` nor `reasoning_content`: the server may run no reasoning parser"
         )
         doc.add("warn", "Reasoning parser", f"no reasoning field came back ({why}){hidden_note}")
+    elif not (raw is not None and doc.tokenizer is not None) and _closer_without_reasoning(doc, chat, chat_ids):
+        closer = f"{doc.profile.think_close} ({doc.profile.think_close_id})"
+        doc.add(
+            "fail",
+            "Reasoning parser",
+            f"the output ids hold {closer}, but `{field}` came back empty: the server split no reasoning off "
+            f"(no --reasoning-parser, or one that does not see {doc.profile.think_close}){hidden_note}",
+            f"start the server with --reasoning-parser {doc.profile.reasoning_parser or '<family>'}; train on ids, "
+            "not on text fields",
+        )
     elif raw is None or doc.tokenizer is None:
         doc.add(
             "ok",
@@ -255,6 +269,23 @@ def check_parser(
             "Reasoning parser",
             f"the parser puts reasoning in `{field}` and splits it where the ids do{hidden_note}",
         )
+
+
+def _closer_without_reasoning(doc: DoctorContext, chat: Capture, chat_ids: list[int] | None) -> bool:
+    """Whether the chat answer's ids close a reasoning (the profile's closer id after more than REASONED_IDS ids of
+    it) that no text field carries: read off the ids alone, for a doctor whose tokenizer analysis did not run (a
+    server with no reasoning parser still sends the field, null). A think block closed at once, or after a blank
+    line, is no reasoning to lose."""
+    p = doc.profile
+    if not p.has_reasoning or p.think_close_id is None or chat.thinking is False or (chat.reasoning or "").strip():
+        return False
+    ids = list(chat_ids or chat.output_ids or ())
+    if p.think_close_id not in ids:
+        return False
+    reasoned = ids[: ids.index(p.think_close_id)]
+    if p.think_open_id in reasoned:
+        reasoned = reasoned[reasoned.index(p.think_open_id) + 1 :]
+    return len(reasoned) > REASONED_IDS
 
 
 def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | None, chat: Capture | None) -> None:

@@ -30,6 +30,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "prompt-prefix-bug": "SGLang /generate output_ids begin with the last prompt ids (sglang #17240); "
     "value = how many (default 5)",
     "parser-all-reasoning": "the reasoning parser puts the whole output in the reasoning field",
+    "no-reasoning-parser": "the server runs no reasoning parser (started without --reasoning-parser): the reasoning "
+    "stays in `content`, the reasoning field is null (vLLM: answers without tools)",
     "sglang-chat-ids": "SGLang chat id field name: response_token_ids (0.5.23, default) or token_ids",
     "incremental-streaming": "SGLang /generate streams delta text/output_ids (--incremental-streaming-output)",
     "latency": "extra seconds before every generation response",

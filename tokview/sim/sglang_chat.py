@@ -63,7 +63,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     # with tools (and tool_choice not none) SGLang decodes with the special tokens for its tool parser
     skip = bool(body.get("skip_special_tokens", True)) and not tool_parser
     thinking = state.thinking(kwargs)
-    separate = bool(body.get("separate_reasoning", True))
+    separate = bool(body.get("separate_reasoning", True)) and not cfg.quirk("no-reasoning-parser")
     out = gen.output_ids
     r_tokens = 0
     if thinking and separate:

@@ -243,7 +243,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         out,
         state.profile.think_open_id,
         state.profile.think_close_id,
-        thinking,
+        thinking and not cfg.quirk("no-reasoning-parser"),
         bool(cfg.quirk("parser-all-reasoning")),
     )
     text_len = len(_text_ids(gen, body))
