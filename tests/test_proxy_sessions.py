@@ -588,3 +588,21 @@ def test_a_named_turn_that_continues_nothing_kept_says_so_not_that_its_messages_
     assert (retry.turn, compacted.previous_turn) == (0, 0) and "do not extend turn 0's prompt + output ids" in said
     again = _turn(book, SYSTEM + [1, 2, 3], [4], named="shared")  # the first conversation goes on by its ids
     assert (again.turn, again.by_name_only, again.break_at) == (1, False, None)  # after the turn it extends
+
+
+def test_a_request_without_a_name_never_joins_a_session_a_harness_named() -> None:
+    """Harness 1 names its session H; harness 2 sends the same first prompt unnamed, then its own next turn. That
+    turn extends both turn 0s equally and went to H (two turns 1 from two clients; harness 2's session stopped at
+    turn 0). A session the harness named holds only requests that carry the name."""
+    book = SessionBook("r")
+    named = _turn(book, SYSTEM + [1], [2], USER_A, named="H")
+    unnamed = _turn(book, SYSTEM + [1], [2], USER_A)
+    assert (named.session_id, unnamed.session_id) == ("session:H", "proxy:r:s1")
+    history = [*USER_A, {"role": "assistant", "content": "x"}, {"role": "user", "content": "b"}]
+    nxt = book.place(SYSTEM + [1, 2, 3], history)
+    assert (nxt.session_id, nxt.turn, nxt.joined_by) == ("proxy:r:s1", 1, "prefix")
+    by_messages = book.place(SYSTEM + [7, 7], history)  # re-rendered: joined by its messages, also not into H
+    assert by_messages.session_id != "session:H"
+    only_named = SessionBook("r")
+    _turn(only_named, SYSTEM + [1], [2], USER_A, named="H")
+    assert only_named.place(SYSTEM + [1, 2, 3], history).joined_by == "new"

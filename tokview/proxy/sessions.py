@@ -57,6 +57,8 @@ MAX_SESSION_BYTES = 256 << 20
 """The ids all kept sessions may hold together (4 bytes an id: ~67M ids), the least recently used going first
 beyond it. A session holds its kept turns' prompt + output ids (about once: see `_Head.sequence`), 0.5 MB at a
 128k-token agent trace, so the count alone let 2,000 long traces hold 1 GB."""
+UNNAMED = "proxy:"
+"""How the id of a session the proxy placed by prefix begins (`proxy:RUN:sN`): a harness named none of its requests."""
 NAMED_TURNS_KEPT = 100_000
 """Named sessions forgotten (evicted) whose turn count is still kept, so one that comes back goes on numbering."""
 
@@ -242,7 +244,7 @@ class SessionBook:
         head = self._longest_prefix(packed)
         if head is not None:
             return _after(head, packed, "prefix")
-        head = self._by_message_prefix(messages)
+        head = self._by_message_prefix(messages, UNNAMED)
         if head is not None:
             return _after(head, packed, "messages", breaks=True)
         return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
@@ -433,15 +435,18 @@ class SessionBook:
             session_id, oldest = self._sessions.popitem(last=False)
             for head in oldest.heads:
                 self._unindex(head)
-            if not session_id.startswith("proxy:"):
+            if not session_id.startswith(UNNAMED):
                 self._named_turns[session_id] = oldest.turns
                 self._named_turns.move_to_end(session_id)
                 if len(self._named_turns) > NAMED_TURNS_KEPT:
                     self._named_turns.popitem(last=False)
 
     def _longest_prefix(self, packed: bytes) -> _Head | None:
-        """The longest kept head whose prompt + output ids `packed` starts with; of equals, the first indexed that no
-        turn continues yet (identical unnamed rollouts, one per session, each go on in their own), else the first."""
+        """The longest kept head of an unnamed session whose prompt + output ids `packed` starts with; of equals, the
+        first indexed that no turn continues yet (identical unnamed rollouts, one per session, each go on in their
+        own), else the first. A named session's turns are never continued by a request without its name: a harness
+        that names its sessions names every request, and another harness sending the same first prompt unnamed was
+        filed into the named one."""
         entries = self._by_start.get(packed[: KEY_IDS * 4])
         if not entries:
             return None
@@ -457,22 +462,29 @@ class SessionBook:
             # Its last ids first: heads that share a long start (a harness's system prompt) differ near their end,
             # and comparing whole sequences cost 10 ms to place a new prompt among 2,000 such sessions.
             sequence = head.sequence
+            if not head.session_id.startswith(UNNAMED):
+                continue
             if packed[max(0, length - TAIL_BYTES) : length] == sequence[-TAIL_BYTES:] and packed.startswith(sequence):
                 best, best_len = head, length  # equals go on down to the first indexed
                 fresh = head if not head.continued else fresh
         return fresh or best
 
-    def _by_message_prefix(self, messages: list[Any] | None, session_id: str | None = None) -> _Head | None:
-        """The kept head (of `session_id`, when given) whose messages plus answer the longest earlier part of
+    def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
+        """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the longest earlier part of
         `messages` is: the newest that no turn continues yet, else the newest. Two conversations with the same first
         turns (one task run twice) each go on from their own: the newest alone sent both second turns to one."""
         if not messages:
             return None
         for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues
-            heads = [h for h in self._by_messages.get(key, ()) if session_id is None or h.session_id == session_id]
+            heads = [h for h in self._by_messages.get(key, ()) if _of(h, session_id)]
             if heads:
                 return next((h for h in reversed(heads) if not h.continued), heads[-1])
         return None
+
+
+def _of(head: _Head, session_id: str) -> bool:
+    """Whether `head` is a turn of `session_id` (UNNAMED: of any session the proxy named by prefix)."""
+    return head.session_id.startswith(UNNAMED) if session_id == UNNAMED else head.session_id == session_id
 
 
 def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Turn:
