@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from tokview.proxy.recorder import Recorder
-from tokview.proxy.sessions import KEY_MIN_IDS, RESTORE_SQL, TURNS_KEPT, SessionBook, restore
+from tokview.proxy.sessions import KEY_MIN_IDS, TURNS_KEPT, SessionBook, restore_sessions
 from tokview.store import Store, StoreError, export_rows
 
 LONG = "tell me about the tool results of this long file, line by line " * 400
@@ -103,7 +103,7 @@ def test_a_restarted_proxy_restores_its_sessions_with_their_whole_prompts(record
     last_id = _ids(store)[-1]
     assert store.query("SELECT prompt_from IS NOT NULL FROM samples WHERE sample_id = ?", [last_id]) == [(True,)]
     book = SessionBook("new")
-    assert restore(book, store.query(RESTORE_SQL, [10]), store) == 1
+    assert restore_sessions(book, store) == min(TURNS_KEPT, len(captures))  # its newest requests, as kept live
     last = captures[-1]
     turn = book.place([*last.prompt_ids, *last.output_ids, 5, 6, 7], None)
     assert (turn.turn, turn.parent_sample, turn.joined_by) == (len(captures), last_id, "prefix")
@@ -117,7 +117,7 @@ def test_a_restarted_proxy_stores_the_next_turn_past_the_key_its_restored_turn_i
     [(key_id, key_len)] = store.query("SELECT prompt_from, prompt_from_len FROM samples WHERE sample_id = ?", [last_id])
     assert key_id is not None
     book = SessionBook("new")
-    assert restore(book, store.query(RESTORE_SQL, [10]), store) == 1
+    assert restore_sessions(book, store) == min(TURNS_KEPT, len(captures))  # its newest requests, as kept live
     keys = set(book.whole_rows())
     assert key_id in keys and last_id not in keys  # the restored turn itself is stored past the key
     last = captures[-1]
@@ -247,7 +247,7 @@ def test_a_key_turn_stored_past_another_is_refused_and_a_restart_skips_what_it_c
         store.load_sample(child)
     last = _ids(store)[-1]
     store.write([("UPDATE samples SET prompt_from = 'gone' WHERE sample_id = ?", [last])])
-    assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0  # skipped, no error
+    assert restore_sessions(SessionBook("new"), store) == 0  # skipped, no error
 
 
 def test_a_landing_sees_its_key_turns_landed_without_opening_the_store_again(
@@ -344,7 +344,7 @@ def test_a_replayed_turn_is_never_stored_past_itself(tmp_path, kimi_tok, kimi_pr
         recorder.close()
         assert store.query("SELECT prompt_from FROM samples WHERE sample_id = ?", [ids[2]]) == [(ids[0],)]
         recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
-        restore(recorder.sessions, store.query(RESTORE_SQL, [10]), store)
+        restore_sessions(recorder.sessions, store)
         recorder.keys_landed(recorder.sessions.whole_rows())
         recorder.sample(
             captures[0],
@@ -369,7 +369,7 @@ def test_a_row_stored_past_a_key_by_no_count_is_refused_and_a_restart_skips_it(r
         store.load_sample(child)
     with pytest.raises(StoreError, match=child):
         export_rows.write_parquet(store, [child], [child], tmp_path / "x.parquet")
-    assert restore(SessionBook("new"), store.query(RESTORE_SQL, [10]), store) == 0
+    assert restore_sessions(SessionBook("new"), store) == 0
 
 
 def test_a_turn_whose_analysis_failed_is_never_the_key_of_the_turns_after_it(

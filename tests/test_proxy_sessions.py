@@ -184,7 +184,7 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
     import duckdb
     import orjson
 
-    from tokview.proxy.sessions import RESTORE_SQL, restore
+    from tokview.proxy.sessions import restore_sessions
     from tokview.store.packed_chunks import pack
 
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
@@ -217,7 +217,7 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
             ],
         )
     book = SessionBook("new")
-    assert restore(book, db.execute(RESTORE_SQL, [10]).fetchall(), _Db(db)) == 2
+    assert restore_sessions(book, _Db(db)) == 2
     for n in range(2):
         renumbered = {**call, "id": "call_0", "function": {"name": "add", "arguments": '{"b":2,"a":1}'}}
         messages = [
@@ -606,3 +606,89 @@ def test_a_request_without_a_name_never_joins_a_session_a_harness_named() -> Non
     only_named = SessionBook("r")
     _turn(only_named, SYSTEM + [1], [2], USER_A, named="H")
     assert only_named.place(SYSTEM + [1, 2, 3], history).joined_by == "new"
+
+
+def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]]) -> Any:
+    """A store holding proxied turns (session, turn, sample id, prompt ids, output ids, generation), recorded in that
+    order, as `restore_sessions` reads them."""
+    import duckdb
+
+    db = duckdb.connect()
+    db.execute(
+        "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
+        "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT)"
+    )
+    for k, (session, turn, sample_id, prompt, output, gen) in enumerate(rows):
+        db.execute(
+            "INSERT INTO samples VALUES (?, ?, ?, ?, ?, '{}', NULL, '{}', "
+            "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?)",
+            [session, turn, sample_id, prompt, output, k, gen, len(prompt)],
+        )
+    return _Db(db)
+
+
+def test_a_restart_gives_a_session_back_the_turns_its_next_request_may_continue() -> None:
+    """Turn 0, turn 1, then a side request built on turn 1 (turn 2): after a restart only the side request came
+    back, so the main loop's turn 2 (which extends turn 1) started a new session, or, named, joined "by name only"
+    with a false prefix break. The restored session holds its newest requests' turns, as the live proxy kept them."""
+    from tokview.proxy.sessions import restore_sessions
+
+    t0, t1 = SYSTEM + [1], SYSTEM + [1, 2, 3]
+    for session in ("proxy:old:s1", "session:H"):
+        db = _stored(
+            [
+                (session, 0, "proxy:old:1", t0, [2], 0),
+                (session, 1, "proxy:old:2", t1, [4], 0),
+                (session, 2, "proxy:old:3", [*t1, 4, 90], [91], 0),  # the side request (a title)
+            ]
+        )
+        book = SessionBook("new")
+        assert restore_sessions(book, db) == 3
+        named = {"named": "H"} if session == "session:H" else {}
+        turn = book.place([*t1, 4, 5], None, **named)  # the main loop's turn 2
+        assert (turn.session_id, turn.turn, turn.parent_sample, turn.by_name_only) == (session, 2, "proxy:old:2", False)
+
+
+def test_a_restart_keeps_every_choice_of_an_n_request_and_only_its_newest_requests() -> None:
+    from tokview.proxy.sessions import TURNS_KEPT, restore_sessions
+
+    prompts = [SYSTEM + list(range(1, 2 * k + 2)) for k in range(TURNS_KEPT + 2)]
+    rows = [("proxy:old:s1", k, f"proxy:old:{k}", p, [2 * k + 2], 0) for k, p in enumerate(prompts)]
+    last = prompts[-1]
+    rows.append(("proxy:old:s1", len(prompts) - 1, "proxy:old:choice1", last, [77], 1))  # choice 1 of the last request
+    book = SessionBook("new")
+    assert restore_sessions(book, _stored(rows)) == TURNS_KEPT + 1  # the newest 4 requests, the last one's 2 choices
+    kept = book.place([*last, 2 * len(prompts), 9], None)  # goes on from choice 0, not the newer choice 1
+    assert (kept.turn, kept.parent_sample, kept.joined_by) == (len(prompts), f"proxy:old:{len(prompts) - 1}", "prefix")
+    other = book.place([*last, 77, 9], None)
+    assert (other.turn, other.parent_sample) == (len(prompts), "proxy:old:choice1")
+    assert book.place(prompts[0] + [2, 9], None).joined_by == "new"  # turn 0's request was not among the newest
+
+
+def test_twin_rollouts_restored_each_go_on_in_their_own_session() -> None:
+    """Two unnamed rollouts with the same ids, three turns each: restored, each next turn goes on in its own session
+    (the turns a restored turn continues are marked continued, as they were live)."""
+    from tokview.proxy.sessions import restore_sessions
+
+    t0, t1 = SYSTEM + [1], SYSTEM + [1, 2, 3]
+    rows = []
+    for s in ("s1", "s2"):
+        rows += [
+            (f"proxy:old:{s}", 0, f"proxy:old:{s}0", t0, [2], 0),
+            (f"proxy:old:{s}", 1, f"proxy:old:{s}1", t1, [4], 0),
+        ]
+    book = SessionBook("new")
+    assert restore_sessions(book, _stored(rows)) == 4
+    placed = []
+    for _ in range(2):
+        turn = book.place([*t1, 4, 5], None)
+        book.add(turn, f"next-{turn.session_id}", prompt_ids=[*t1, 4, 5], output_ids=[6], messages=None, answer=None)
+        placed.append((turn.session_id, turn.turn))
+    assert sorted(placed) == [("proxy:old:s1", 2), ("proxy:old:s2", 2)]
+    # s2's rollout had only its turn 0 when the proxy stopped: its turn 1 goes on there, not from s1's turn 0,
+    # which s1's turn 1 continued already
+    rows = [rows[0], rows[1], ("proxy:old:s2", 0, "proxy:old:s20", t0, [2], 0)]
+    book = SessionBook("new")
+    assert restore_sessions(book, _stored(rows)) == 3
+    assert book.place([*t0, 2, 3], None).session_id == "proxy:old:s2"

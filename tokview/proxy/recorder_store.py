@@ -48,14 +48,14 @@ def open_recorder_here(
         source="tokview proxy",
         profile_def=profile_fields(config.profile),
     )
-    from tokview.proxy.sessions import LAST_NUMBER_SQL, RESTORE_SQL, restore
+    from tokview.proxy.sessions import LAST_NUMBER_SQL, restore_sessions
     from tokview.proxy.spool_folder import record_leftovers
 
     profile = config.profile  # known not None here, also inside `recorder_of`
 
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
-        restore(recorder.sessions, store.query(RESTORE_SQL, [recorder.sessions.max_sessions]), store)
+        restore_sessions(recorder.sessions, store)
         recorder.keys_landed(recorder.sessions.whole_rows())  # restored rows stored whole, keys among them
         recorder.sessions.number_after(store.query(LAST_NUMBER_SQL, [f"proxy:{run_id}:s"])[0][0])
         return recorder

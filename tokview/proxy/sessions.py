@@ -323,6 +323,8 @@ class SessionBook:
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
+                if turn.joined_by == "restored" and older.turn < turn.turn:
+                    older.continued = True  # what its continuation's parent marked when it was placed
                 if older.owned:
                     self._bytes -= len(older.sequence)
                 older.sequence, older.owned = memoryview(sequence)[: len(older.sequence)], False
@@ -524,15 +526,28 @@ def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
 
 
 RESTORE_SQL = """
-SELECT prompt_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response, prompt_from,
-    prompt_from_len, prompt_len
-FROM samples
-WHERE sample_id LIKE 'proxy:%' AND turn IS NOT NULL
-QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY turn DESC, created_at DESC, gen_index) = 1
-ORDER BY max(created_at) OVER (PARTITION BY prompt_id) DESC
-LIMIT ?
+WITH proxied AS (
+    SELECT sample_id, prompt_id, created_at, coalesce(gen_index, 0) AS gen,
+        sum(CASE WHEN coalesce(gen_index, 0) = 0 THEN 1 ELSE 0 END) OVER (
+            PARTITION BY prompt_id ORDER BY created_at, sample_id ROWS UNBOUNDED PRECEDING) AS request,
+        max(created_at) OVER (PARTITION BY prompt_id) AS active
+    FROM samples
+    WHERE starts_with(sample_id, 'proxy:') AND turn IS NOT NULL
+), ranked AS (
+    SELECT *, max(request) OVER (PARTITION BY prompt_id) AS newest,
+        dense_rank() OVER (ORDER BY active DESC, prompt_id) AS recency
+    FROM proxied
+)
+SELECT s.prompt_id, s.turn, s.sample_id, s.prompt_ids, s.output_ids, s.raw_request, s.content, s.raw_response,
+    s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen
+FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
+WHERE r.request > r.newest - ? AND r.gen < ? AND r.recency <= ?
+ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
 """
-"""The newest turn of each of the most recently active proxied sessions in a store."""
+"""The turns of each of the most recently active proxied sessions a live proxy keeps (those of its TURNS_KEPT newest
+requests, CHOICES_KEPT choices of each), least recently active session first, each session's in the order recorded.
+A request is a generation 0 and the choices recorded after it (the recorder writes an `n` > 1 request's choices
+one after another); the rows it needs are found on narrow columns first, then read whole."""
 
 
 LAST_NUMBER_SQL = """
@@ -560,9 +575,18 @@ def _json_or_empty(text: str | None) -> Any:
         return {}
 
 
+def restore_sessions(book: SessionBook, db: Database) -> int:
+    """`restore` the stored sessions a live proxy would keep (`RESTORE_SQL`): how many turns were put back."""
+    return restore(book, db.query(RESTORE_SQL, [TURNS_KEPT, CHOICES_KEPT, book.max_sessions]), db)
+
+
 def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int:
-    """Put the newest turn of stored sessions back in `book` (oldest first, so the newest stay): a harness
-    whose conversation outlived a proxy restart continues its session instead of starting a new one.
+    """Put stored sessions' turns back in `book` (rows of `RESTORE_SQL`: the least recently active session first, so
+    the newest stay; a session's turns in the order recorded, a choice after the request it is one of): a harness whose
+    conversation outlived a proxy restart continues its session instead of starting a new one. A session gets back
+    the turns of its newest requests, as it kept them: only its newest turn, and the main loop's next turn (which
+    extends the turn before a side request, or the choice the harness kept) continued nothing. A turn a later restored
+    turn's ids extend is marked continued, as it was (`_Head.continued`).
 
     The answer's tool calls are read back from the stored response: a turn that called tools is what the next
     request's messages hold with those calls, and without them its key matched no next request. A row stored past a
@@ -572,16 +596,19 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
     from tokview.store.prompt_refs import whole_prompts
 
     columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
-    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len"), r)) for r in rows]
+    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len", "gen"), r)) for r in rows]
     keys = {d["sample_id"]: (d["prompt_from"], d["prompt_from_len"] or 0) for d in dicts}
     broken: list[tuple[dict[str, Any], str]] = []
     whole_prompts(db, dicts, broken=broken)  # a turn whose prompt cannot be put back is not restored (its session
     unreadable = {id(row) for row, _ in broken}  # starts anew): it never keeps the proxy from starting
     dicts = [d for d in dicts if id(d) not in unreadable]
-    for d in reversed(dicts):
+    previous: tuple[str, int] | None = None
+    for d in dicts:
         session_id, turn, sample_id, prompt_ids, output_ids, raw_request, content, raw_response = (
             d[c] for c in columns
         )
+        sibling = bool(d.get("gen")) and previous == (session_id, int(turn))  # another choice of the request before
+        previous = (session_id, int(turn))
         request = _json_or_empty(raw_request)
         body = request.get("body") if isinstance(request, dict) else None
         messages = body.get("messages") if isinstance(body, dict) else None
@@ -596,6 +623,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
             output_ids=list(output_ids),
             messages=messages if isinstance(messages, list) else None,
             answer=answer,
+            sibling=sibling,
             stored_from=keys[sample_id][0],
             stored_len=keys[sample_id][1],
         )
