@@ -396,3 +396,19 @@ def test_a_second_answer_to_turn_0_is_a_branch_not_a_missing_turn(tmp_path) -> N
     ]
     assert rows[1]["metadata"]["split_from"]["reason"] == "branch"
     assert rows[1]["metadata"]["split_from"]["position"] == len(choice0.prompt_ids)  # where the other answer starts
+
+
+def test_a_side_request_whose_prompt_re_renders_an_earlier_turn_does_not_extend_it(tmp_path) -> None:
+    """Turn 0, turn 1 extending it, then a side request built on turn 0 but rendered otherwise (a title request sent
+    without the tools, so its prompt differs inside turn 0's): no turn was left out, yet it was split as
+    `turn_missing`. It is `prompt_does_not_extend`, where its ids leave turn 0's."""
+    first = _answer([], "q0", "a0")
+    main_turn = _answer(_served(first), "go on", "ok")
+    rendered_otherwise = [*first.prompt_ids[:3], 5, *first.prompt_ids[4:], *first.output_ids]
+    side = _answer(rendered_otherwise, "title?", "Trip")
+    db = tmp_path / "s.duckdb"
+    _store_turns(db, "session:s", [("t0", 0, 0, first), ("t1", 1, 0, main_turn), ("t2-side", 1, 0, side)])
+    rows = _trajectory_rows(db, tmp_path / "s.jsonl")
+    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [["t0", "t1"], ["t2-side"]]
+    assert rows[1]["metadata"]["split_from"]["reason"] == "prompt_does_not_extend"
+    assert rows[1]["metadata"]["split_from"]["position"] == 3

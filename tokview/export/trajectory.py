@@ -207,7 +207,9 @@ class _Open:
         """Why a turn extends no open row: it continues an earlier turn of one that another turn continued already,
         or answers the prompt one of its turns answered (`branch`, at the end of that earlier turn's output, or
         where the other answer starts), or its prompt differs from the previous turn's prompt + output
-        ids (`prompt_does_not_extend`, where), or the turn before it is not in the selection (`turn_missing`)."""
+        ids (`prompt_does_not_extend`, where: the previous turn's in whichever row holds it, its last turn or not, as
+        for a side request built on a turn its main loop went on from), or the turn before it is not in the selection
+        (`turn_missing`)."""
         for row in reversed(self.rows):
             for k, placed in reversed(list(enumerate(row.turns))):
                 start, end = placed["output_span"]
@@ -223,6 +225,13 @@ class _Open:
         if before:
             at = extends(before[-1].input_ids, prompt)
             return "prompt_does_not_extend", at if at is not None else len(before[-1].input_ids)
+        if turn is not None:  # the turn before is in a row another turn went on from: compared up to its output's end
+            for row in reversed(self.rows):
+                for placed in reversed(row.turns[:-1]):
+                    if _next_turn_of(placed["turn"], turn):
+                        end = placed["output_span"][1]
+                        at = extends(row.input_ids[:end], prompt)
+                        return "prompt_does_not_extend", at if at is not None else end
         newest = self.rows[-1]
         at = extends(newest.input_ids, prompt)
         return "turn_missing", len(newest.input_ids) if at is None else at
