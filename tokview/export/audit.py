@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokview.batch.inputs import iter_rows
+from tokview.batch.inputs import check_row, iter_rows
 from tokview.core import segments as seg
 from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.prompts import REASONING_KEYS, PromptError, parse_row, prompt_id_for
 from tokview.core.record import Capture, sample_id_for
 from tokview.core.tokenizer import TokenizerAdapter
+from tokview.core.tool_calls import server_tool_calls
 from tokview.errors import TokviewError, UserError, first_line
 from tokview.store import Store
 
@@ -114,6 +115,7 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     spans = _supervised_spans(mask)
     metadata = row.get("metadata")
     meta: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
+    _check_metadata(meta)
     prompt_id = str(row.get("primary_id") or prompt_id_for(row))
     idx = meta.get("idx")
     index = idx if isinstance(idx, int) else 0
@@ -126,6 +128,18 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     for k, (start, end) in enumerate(spans):
         turns.append((k, _imported(ints[:start], ints[start:end], meta, raw, last=k == len(spans) - 1)))
     return prompt_id, index, turns
+
+
+def _check_metadata(meta: dict[str, Any]) -> None:
+    """A row's metadata as the analysis reads it: `usage` and `sampling_params` objects, `finish_reason` text, each
+    when there. Another value is a bad row, named (it crashed the audit halfway, the rows after it never read)."""
+    for key, kind, name in (("usage", dict, "an object"), ("sampling_params", dict, "an object")):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise PromptError(f"metadata.{key} = {_as_json(value)} is not {name}")
+    reason = meta.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise PromptError(f"metadata.finish_reason = {_as_json(reason)} is not text")
 
 
 def masked_tail(row: dict[str, Any]) -> int:
@@ -190,16 +204,21 @@ def from_conversation(
     opener, closer = profile.think_open_id, profile.think_close_id
     think = thinking if opener is not None and closer is not None else None  # a plain model's rows: answers only
     kwargs = profile.template_kwargs(think)
+    if parsed.tools:  # declared as the server's template declares them: the prompt a server would have seen
+        kwargs = {**(kwargs or {}), "tools": parsed.tools}
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
-    output: list[int] = []
-    if think and opener is not None and closer is not None:
-        if not seg.prompt_opens_reasoning(prompt, profile):
-            output.append(opener)
-        output += encode_literal(tokenizer, reasoning) + [closer]
-    output += encode_literal(tokenizer, content)
-    if not truncated:
-        output.append(profile.stop_ids[0])
+    if messages[last].get("tool_calls"):
+        output = _rendered_answer(tokenizer, profile, history, messages[last], prompt, kwargs, truncated)
+    else:
+        output = []
+        if think and opener is not None and closer is not None:
+            if not seg.prompt_opens_reasoning(prompt, profile):
+                output.append(opener)
+            output += encode_literal(tokenizer, reasoning) + [closer]
+        output += encode_literal(tokenizer, content)
+        if not truncated:
+            output.append(_stop_id(profile))
     turn = row.get("assistant_turn_index")
     prompt_id = str(row.get("source_id") or parsed.prompt_id)
     capture = Capture(
@@ -209,12 +228,47 @@ def from_conversation(
         reasoning=reasoning if field_name else None,
         content=content,
         reasoning_field=None if field_name == "inline" else field_name,
-        settings={"thinking": think, "chat_template_kwargs": kwargs},
+        settings={
+            "thinking": think,
+            "chat_template_kwargs": kwargs,
+            **({"tools": parsed.tools} if parsed.tools else {}),
+        },
         messages=history,
         endpoint="imported",
         raw_response=row,
+        tool_calls=server_tool_calls(messages[last].get("tool_calls")),  # the dataset's calls, held against the ids
     )
     return prompt_id, turn if isinstance(turn, int) else None, capture
+
+
+def _rendered_answer(
+    tokenizer: TokenizerAdapter,
+    profile: ModelProfile,
+    history: list[dict[str, Any]],
+    answer: dict[str, Any],
+    prompt: list[int],
+    kwargs: dict[str, Any] | None,
+    truncated: bool,
+) -> list[int]:
+    """The ids of a last assistant turn that calls tools: how the template writes it after its prompt, up to its
+    stop id (without it when truncated). Only the template knows the model's call syntax; its reasoning, content and
+    calls read as text alone lost the calls and made the answer look empty."""
+    whole = tokenizer.render([*history, answer], add_generation_prompt=False, template_kwargs=kwargs)
+    if whole[: len(prompt)] != prompt:
+        raise PromptError(
+            "the last assistant turn calls tools, and the template renders it otherwise than after its prompt: its "
+            "ids cannot be read off the template"
+        )
+    output = whole[len(prompt) :]
+    stops = [k for k, t in enumerate(output) if t in profile.stop_ids]
+    return output[: stops[-1] + (0 if truncated else 1)] if stops else output
+
+
+def _stop_id(profile: ModelProfile) -> int:
+    """The id an answer ends with: a profile without one (`stop_ids = []` in a profile file) cannot say."""
+    if not profile.stop_ids:
+        raise UserError(f"profile {profile.name} names no stop ids: an answer's end cannot be written")
+    return profile.stop_ids[0]
 
 
 def audit(
@@ -320,7 +374,8 @@ def _audit_rows(
             if "input_ids" in row and "loss_mask" in row:
                 prompt_id, index, turns = from_speculators(row)
                 report.masked_tails += masked_tail(row) > 0
-            else:
+            else:  # what batch refuses in a prompts file (an object as content renders as nothing) is a bad row here
+                check_row(row, f"line {n}")
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index, turns = 0, [(turn, capture)]
         except (TokviewError, ValueError, KeyError, TypeError) as exc:

@@ -1,0 +1,74 @@
+"""`tokview audit` reads a row as batch reads a prompts file: what batch refuses is a bad row, a metadata value the
+analysis cannot read is a bad row (never a crash halfway), and an answer that calls tools keeps its calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from builders import kimi, profile
+
+from tokview.export.audit import audit
+from tokview.store import SampleFilter, Store
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+CALL = {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+
+
+def _write(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _ok(question: str = "hi") -> dict:
+    return {"messages": [{"role": "user", "content": question}, {"role": "assistant", "content": "ab"}]}
+
+
+def test_metadata_the_analysis_cannot_read_is_a_bad_row_and_the_rows_after_it_are_audited(tmp_path):
+    row = {"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}
+    rows = [
+        {**row, "metadata": {"usage": [1]}},  # crashed the audit (exit 70): the rows after it never read
+        {**row, "metadata": {"sampling_params": "x"}},
+        {**row, "metadata": {"finish_reason": 7}},
+        {**row, "metadata": {"usage": {"completion_tokens": 2}}},
+    ]
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "m.jsonl", rows), tokenizer=kimi(), profile=profile())
+    assert report.imported == 1
+    assert report.bad_rows == [
+        "line 1: metadata.usage = [1] is not an object",
+        'line 2: metadata.sampling_params = "x" is not an object',
+        "line 3: metadata.finish_reason = 7 is not text",
+    ]
+
+
+def test_what_batch_refuses_in_a_conversation_is_a_bad_row(tmp_path):
+    object_content = {"messages": [{"role": "user", "content": {"x": 1}}, {"role": "assistant", "content": "ab"}]}
+    rows = [object_content, {**_ok(), "id": "\u001b[2Jx"}, _ok("a\ud800b"), _ok()]
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "c.jsonl", rows), tokenizer=kimi(), profile=profile())
+    assert report.imported == 1  # the object content rendered as an empty user turn, stored as a good sample
+    assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3"]
+    assert "not an object" in report.bad_rows[0] and "U+001B" in report.bad_rows[1] and "U+D800" in report.bad_rows[2]
+
+
+def test_a_last_turn_that_calls_tools_keeps_its_calls_and_the_prompt_declares_the_tools(tmp_path):
+    """The answer was read as reasoning and content only: a call turn became `</think><|im_end|>`, an
+    `empty_answer` error; and the prompt was rendered without the row's tools."""
+    row = {
+        "tools": TOOLS,
+        "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}],
+    }
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "t.jsonl", [row]), tokenizer=kimi(), profile=profile())
+        assert (report.imported, report.bad_rows) == (1, [])
+        [page] = store.samples_page(SampleFilter(run_id="audit-t"), limit=10)
+        capture = store.load_sample(page.sample_id).capture
+    tok = kimi()
+    expected_prompt = tok.render(row["messages"][:1], template_kwargs={"thinking": True, "tools": TOOLS})
+    whole = tok.render(row["messages"], add_generation_prompt=False, template_kwargs={"thinking": True, "tools": TOOLS})
+    assert capture.prompt_ids == expected_prompt
+    assert capture.output_ids == whole[len(expected_prompt) : whole.index(163586, len(expected_prompt)) + 1]
+    assert 163595 in capture.output_ids  # <|tool_calls_section_begin|>
+    assert "empty_answer" not in page.codes and "tool_calls_field_mismatch" not in page.codes, page.codes
+    assert report.by_code.get("empty_answer", 0) == 0
