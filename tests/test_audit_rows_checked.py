@@ -72,3 +72,25 @@ def test_a_last_turn_that_calls_tools_keeps_its_calls_and_the_prompt_declares_th
     assert 163595 in capture.output_ids  # <|tool_calls_section_begin|>
     assert "empty_answer" not in page.codes and "tool_calls_field_mismatch" not in page.codes, page.codes
     assert report.by_code.get("empty_answer", 0) == 0
+
+
+def test_a_dataset_named_with_escapes_or_bytes_that_are_not_utf8(tmp_path, capsys):
+    """The report line printed the file name raw (an escape sequence in it ran); a name that is not UTF-8 failed as
+    "cannot write to the store", even with --name."""
+    import os
+
+    from tokview.cli import main
+
+    hostile = tmp_path / "a\x1b]0;PWN\x07b.jsonl"
+    _write(hostile, [_ok()])
+    assert main(["audit", str(hostile), "--db", str(tmp_path / "a.duckdb")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "audit-a\\x1b]0;PWN\\x07b: 1 rows" in out
+    raw = os.path.join(os.fsencode(tmp_path), b"e\xff.jsonl")
+    with open(raw, "wb") as f:
+        f.write((json.dumps(_ok()) + "\n").encode())
+    named = os.fsdecode(raw)
+    assert main(["audit", named, "--db", str(tmp_path / "a.duckdb")]) == 1
+    assert "file name is not UTF-8: name its audit with --name" in capsys.readouterr().err
+    for _ in range(2):  # and again: the same file, its stored source compared as stored
+        assert main(["audit", named, "--db", str(tmp_path / "a.duckdb"), "--name", "e"]) == 0

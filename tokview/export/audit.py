@@ -31,6 +31,7 @@ from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import server_tool_calls
 from tokview.errors import TokviewError, UserError, first_line
 from tokview.store import Store
+from tokview.untrusted_text import printable_line
 
 
 @dataclass
@@ -49,7 +50,7 @@ class AuditReport:
 
     def render(self) -> str:
         lines = [
-            f"audit {self.run_id}: {self.rows} rows, {self.imported} imported as samples, "
+            f"audit {printable_line(self.run_id)}: {self.rows} rows, {self.imported} imported as samples, "
             f"{self.invalid} invalid (error findings), {len(self.bad_rows)} unreadable"
         ]
         if self.masked_tails:
@@ -288,6 +289,8 @@ def audit(
     if name is None and not path.is_file():  # `<(zcat …)` is /dev/fd/63 every time: no name to tell audits apart
         raise UserError(f"{path} is a pipe or a device: name its audit with --name (the run is named after a file)")
     name = name or path.stem
+    if not _utf8(name):  # a file named in another encoding: its run id could not be stored
+        raise UserError(f"{printable_line(str(path))}: its file name is not UTF-8: name its audit with --name")
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
     earlier = store.run(report.run_id)
@@ -325,7 +328,7 @@ def _earlier_audit(
     again; UserError when it is an audit of another file or with another tokenizer (its sample ids are the rows' ids:
     the new rows would replace the stored ones, their reviews kept on ids nobody reviewed)."""
     run_id = run["run_id"]
-    if run.get("source") and (not path.is_file() or os.path.realpath(run["source"]) != _source(path)):
+    if run.get("source") and (not path.is_file() or _storable_path(os.path.realpath(run["source"])) != _source(path)):
         raise UserError(
             f"run {run_id} already holds an audit of {run['source']}: name this one with --name (its rows would "
             "replace that file's samples)"
@@ -338,9 +341,22 @@ def _earlier_audit(
     return store.reviewed_ids(run_id)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _source(path: Path) -> str:
-    """What a run records of its dataset: a file's real path (the same file however it is named), a pipe's name."""
-    return os.path.realpath(path) if path.is_file() else str(path)
+    """What a run records of its dataset: a file's real path (the same file however it is named), a pipe's name; a
+    byte a name holds that is not UTF-8 as `\xff` (the store holds text)."""
+    return _storable_path(os.path.realpath(path) if path.is_file() else str(path))
+
+
+def _storable_path(path: str) -> str:
+    return path if _utf8(path) else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def readable_dataset(path: Path) -> bool:
