@@ -140,7 +140,7 @@ def test_a_detected_reasoning_profile_stops_on_generation_config_eos_ids(qwen_to
         ('base = "qwen3"\nthink_open_id = 99999999\n', "think_open_id = 99999999 is not an id of this tokenizer"),
         ('base = "qwen3"\nthink_open_id = 151668\n', "the think opener and closer are the same id (151668)"),
         ('base = "qwen3"\nstop_ids = [151667]\n', "stop id 151667 is also a think delimiter"),
-        ('base = "qwen3"\nstop_ids = [151645, -1]\n', "stop_ids[1] = -1 is not an id of this tokenizer"),
+        ('base = "qwen3"\nstop_ids = [151645, 151700]\n', "stop_ids[1] = 151700 is not an id of this tokenizer"),
         ('base = "qwen3"\nthink_open_id = 1000\n', "think_open_id 1000 is "),
     ],
 )

@@ -55,6 +55,25 @@ def test_remember_theme_refuses_rather_than_clobber(tmp_path):
     assert list(tmp_path.iterdir()) == [path]  # no temporary left behind
 
 
+def test_remember_theme_writes_through_a_symlinked_config_and_refuses_a_broken_one(tmp_path):
+    """A dotfiles checkout links the config: the link was replaced by a plain file (the real dotfile never got the
+    theme). A config no longer UTF-8 (edited while the app ran) or nested too deep raised past the app's handler."""
+    real = tmp_path / "dotfiles" / "config.toml"
+    real.parent.mkdir()
+    real.write_text(USER_CONFIG)
+    link = tmp_path / "config.toml"
+    link.symlink_to("dotfiles/config.toml")
+    remember_theme("textual-light", link)
+    assert link.is_symlink() and 'theme = "textual-light"' in real.read_text()
+    for broken in (b'[ui]\nreviewer = "\xe9"\n', ("a = " + "[" * 2000 + "]" * 2000 + "\n").encode()):
+        real.write_bytes(broken)
+        with pytest.raises(ConfigError, match="not valid TOML, so the theme was not written"):
+            remember_theme("textual-dark", link)
+        assert real.read_bytes() == broken
+        with pytest.raises(ConfigError):
+            load_config(link)
+
+
 async def test_t_remembers_the_theme_in_the_config_in_use(make_app, tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text(USER_CONFIG)

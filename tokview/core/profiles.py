@@ -19,7 +19,7 @@ import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field, replace
-from datetime import date
+from datetime import date, time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
@@ -494,6 +494,22 @@ def profile_from_fields(fields: object) -> ModelProfile | None:
         return None
 
 
+MAX_PROFILE_ID = 2**31 - 1
+"""The highest id a profile may name: what a token id is anywhere tokview stores one (INTEGER)."""
+
+
+def _as_text_dates(value: Any) -> Any:
+    """A TOML value with its dates, times and date-times (at any depth) as ISO text: what JSON and a template take
+    (a time in a table crashed every command that wrote the kwargs down)."""
+    if isinstance(value, (date, time)):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _as_text_dates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_text_dates(v) for v in value]
+    return value
+
+
 def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     """Read a profile for a new model from a small TOML file.
 
@@ -501,7 +517,10 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     `reasoning = false` says the model has no think delimiters (TOML has no null to say it per key): then
     only `name` is needed, and `stop_ids`, when left out, come from the tokenizer.
     """
-    resolved = path.resolve()
+    try:
+        resolved = path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a symlink loop
+        raise ProfileError(f"profile file {path}: a symlink loop, or a path that cannot be resolved") from None
     if resolved in _seen:
         raise ProfileError(f"profile file {path}: `base` refers back to itself")
     try:
@@ -510,6 +529,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         raise ProfileError(f"profile file not found: {path}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"profile file {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"profile file {path} nests its values too deep to read") from None
     except OSError as exc:
         raise ProfileError(f"cannot read profile file {path}: {exc.strerror or exc}") from None
     data = data.get("profile", data)
@@ -534,15 +555,20 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
         stops = data["stop_ids"]
         if not isinstance(stops, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stops):
             raise ProfileError(f"profile file {path}: stop_ids must be a list of integers")
+        if not stops:
+            raise ProfileError(f"profile file {path}: stop_ids is empty (leave it out to take the tokenizer's)")
         data["stop_ids"] = tuple(stops)
+    for key in ("think_open_id", "think_close_id", "stop_ids"):  # past 2^31 a tokenizer's lookup overflows
+        ids = data.get(key)
+        for value in ids if isinstance(ids, tuple) else (ids,):
+            if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= MAX_PROFILE_ID:
+                raise ProfileError(f"profile file {path}: {key} {value} is not a token id (0 … 2^31-1)")
     for key, kinds in _FIELD_TYPES.items():
         value = data.get(key)
         if key in data and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool)):
             raise ProfileError(f"profile file {path}: {key} has the wrong type ({value!r})")
     if "default_kwargs" in data:  # a TOML date (current_date = 2025-08-05, unquoted) is sent as the template's text
-        data["default_kwargs"] = {
-            k: v.isoformat() if isinstance(v, date) else v for k, v in data["default_kwargs"].items()
-        }
+        data["default_kwargs"] = _as_text_dates(data["default_kwargs"])  # a table: its type was checked above
     _check_choice(path, data, "format", FORMATS)
     _check_choice(path, data, "history_reasoning", HISTORY_REASONING)
     if data.get("format") == HARMONY:

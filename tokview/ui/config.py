@@ -70,6 +70,8 @@ def load_config(path: Path | None = None) -> UIConfig:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config {path} nests its values too deep to read") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     ui = data.get("ui", {})
@@ -119,13 +121,17 @@ def remember_theme(theme: str, path: Path | None = None) -> Path:
     """Write `[ui] theme` into the config file in use, touching nothing else: one line replaced or added,
     every other byte as it was (comments, other tables, the keymap). Checked by reading the result back: when
     the edit would change anything else (e.g. `ui` written as an inline table), nothing is written and a
-    ConfigError says why. Written to a temporary file and renamed, so a crash leaves the old file whole."""
+    ConfigError says why. Written to a temporary file and renamed, so a crash leaves the old file whole; a config that
+    is a symlink (a dotfiles checkout) has the file it points to written, the link kept."""
     path = path or config_path()
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     try:
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
         before = tomllib.loads(old)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config {path} is not valid TOML, so the theme was not written: {exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        why = f": {exc}" if not isinstance(exc, RecursionError) else " (its values nest too deep)"
+        raise ConfigError(f"config {path} is not valid TOML, so the theme was not written{why}") from None
     new = _with_ui_theme(old, theme)
     expected = {**before, "ui": {**before.get("ui", {}), "theme": theme}}
     try:
