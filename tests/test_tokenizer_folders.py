@@ -240,3 +240,21 @@ def test_recent_renders_are_remembered_exactly(qwen_tok, monkeypatch):
     monkeypatch.setattr(qwen_tok.tok, "chat_template", qwen_tok.chat_template + "{# edited #}")  # renders anew
     qwen_tok.render_text(messages, template_kwargs={"enable_thinking": True})
     assert len(calls) == 4
+
+
+def test_a_template_file_that_is_not_utf8_and_a_kimi_decoder_that_is_a_list_are_one_line_errors(
+    tmp_path, kimi_tok_dir, capsys
+):
+    """Both reached every command that loads the folder as an internal error (exit 70)."""
+    from tokview.cli import main
+    from tokview.core.kimi_layout import build_kimi_tiktoken_dir
+
+    d = _folder(tmp_path, kimi_tok_dir, _kimi_config(kimi_tok_dir))
+    (d / "chat_template.jinja").write_bytes(b"\xff\xfe{{ bad")
+    assert main(["tokenize", "--tokenizer", str(d), "hi"]) == 1
+    assert "chat_template.jinja in" in capsys.readouterr().err
+    k = build_kimi_tiktoken_dir(tmp_path / "kimi-tiktoken")
+    config = json.loads((k / "tokenizer_config.json").read_text())
+    (k / "tokenizer_config.json").write_text(json.dumps({**config, "added_tokens_decoder": [1, 2]}))
+    assert main(["tokenize", "--tokenizer", str(k), "hi"]) == 1
+    assert "added_tokens_decoder must be an object of ids, not list" in capsys.readouterr().err

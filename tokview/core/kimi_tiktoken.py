@@ -138,7 +138,13 @@ class KimiTiktokenTokenizer:
         self.chat_template = chat_template
         n = len(ranks)
         names = {}
-        for key, value in (config.get("added_tokens_decoder") or {}).items():
+        decoder = config.get("added_tokens_decoder") or {}
+        if not isinstance(decoder, dict):
+            raise FolderError(
+                f"tokenizer_config.json in {name_or_path or 'the folder'}: added_tokens_decoder must be an object of "
+                f"ids, not {type(decoder).__name__}"
+            )
+        for key, value in decoder.items():
             text = token_text(value)
             if text is not None and str(key).isdecimal():
                 names[int(key)] = (text, bool(value.get("special", True)) if isinstance(value, dict) else True)

@@ -169,7 +169,12 @@ class TokenizerFolder:
         """
         jinja = self.path / "chat_template.jinja"
         if jinja.is_file():
-            return jinja.read_text(encoding="utf-8")
+            try:
+                return jinja.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise FolderError(f"chat_template.jinja in {self.path} is not UTF-8 text: {exc.reason}") from None
+            except OSError as exc:
+                raise FolderError(f"cannot read chat_template.jinja in {self.path}: {exc.strerror or exc}") from None
         found = _template_value(self.config.get("chat_template"))
         if found is None and self.has("chat_template.json"):
             try:
