@@ -192,6 +192,7 @@ def test_the_ids_check_fails_on_empty_id_lists_and_recommends_the_endpoint_that_
         info=SimpleNamespace(features={"chat_ids_field": "token_ids"}),
         choice=SimpleNamespace(raw=SimpleNamespace(path="/v1/completions", ids_field="token_ids")),
         add=lambda *line: said.append(line),
+        ids_not_returned=False,
     )
     empty = Capture(prompt_ids=[1], output_ids=[], usage={"completion_tokens": 145})
     doctor_checks.check_ids(doc, raw=empty, raw_error=None, chat=empty, chat_ids=[], chat_error=None)  # type: ignore[arg-type]
@@ -257,3 +258,14 @@ async def test_the_parser_check_without_a_tokenizer_passes_a_server_that_splits(
     with start_simulator(SimConfig(kind="vllm")) as sim:
         report = await run_doctor(sim.url, tokenizer=None, profile=KIMI, timeout=5.0, default_tokenizer=False)
     assert by_title(report)["Reasoning parser"]["status"] == "ok"
+
+
+@pytest.mark.parametrize(("quirk", "upgrade"), [("no-id-fields", True), ("http-500", False)])
+async def test_upgrading_is_advised_for_ids_not_returned_not_for_a_failing_server(quirk, upgrade, kimi_tok) -> None:
+    """A server whose endpoints failed (HTTP 500 on both) was told to upgrade, as one too old to return ids is."""
+    with start_simulator(SimConfig(kind="vllm", quirks={quirk: True})) as sim:
+        report = await run_doctor(sim.url, tokenizer=kimi_tok, profile=KIMI, timeout=5.0, retries=0)
+    ids = by_title(report)["Token-id fields"]
+    assert ids["status"] == "fail"
+    assert ("upgrade the server" in ids["recommendation"]) is upgrade, ids
+    assert ("the server failed every probe" in ids["recommendation"]) is not upgrade, ids

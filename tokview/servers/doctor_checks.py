@@ -68,12 +68,15 @@ def check_ids(
     else:
         missing.append(f"/v1/chat/completions: {chat_error}")
     if not found:
+        answered_without = doc.ids_not_returned or raw is not None or chat is not None
         doc.add(
             "fail",
             "Token-id fields",
             "no ids: " + "; ".join(missing),
             "tokview needs ids from the server: vLLM ≥0.10.2 (return_token_ids), SGLang with output_ids on "
-            "/generate (or return_token_ids on chat); upgrade the server",
+            "/generate (or return_token_ids on chat); upgrade the server"
+            if answered_without  # else no endpoint answered at all: the server failed, whatever its version
+            else "the server failed every probe rather than answer without ids: see its log, then run doctor again",
         )
         return
     detail = "; ".join(found)
@@ -118,7 +121,8 @@ def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int]
             "skip",
             "Think opener in the prompt",
             "skipped: the server returned no prompt ids and its /tokenize does not take messages",
-            "pass --tokenizer so tokview renders prompts itself",
+            "this check reads the server's own prompt ids (vLLM ≥0.10.2 returns them); `tokview tokenize --chat` "
+            "shows what the local template renders",
         )
         return
     opens = prompt_opens_reasoning(served, p)
@@ -298,13 +302,17 @@ def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | N
     where = cap.endpoint
     problems = [codes[c] for c in ("output_prefix_overlap", "completion_count_mismatch") if c in codes]
     if problems:
-        doc.add(
-            "fail",
-            "output_ids honesty",
-            f"on {where}: " + " ".join(problems),
-            "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang "
-            "(#17240/#10896), or drop the overlap after checking it",
-        )
+        advice = [
+            "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang (#17240/#10896), "
+            "or drop the overlap after checking it"
+            if "output_prefix_overlap" in codes
+            else "",
+            "the ids returned are not the tokens the server counts as generated: compare a direct request's ids with "
+            "its usage, and report it to the server's project"
+            if "completion_count_mismatch" in codes and "output_prefix_overlap" not in codes
+            else "",
+        ]
+        doc.add("fail", "output_ids honesty", f"on {where}: " + " ".join(problems), "".join(advice))
         return
     count = (
         f"{len(cap.output_ids)} ids = completion_tokens {ct}"

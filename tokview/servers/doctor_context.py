@@ -14,7 +14,7 @@ from tokview.core.analysis import analyze
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.servers.capture import chat_capture, raw_capture
-from tokview.servers.errors import CaptureFailed
+from tokview.servers.errors import CaptureFailed, IdsNotReturned
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import ServerChoice, choose
@@ -69,6 +69,8 @@ class DoctorContext:
     settings: dict[str, Any] = field(init=False)
     request: CaptureRequest = field(init=False)
     choice: ServerChoice | None = field(init=False)
+    ids_not_returned: bool = field(init=False, default=False)
+    """A probe was answered without the id field it asked for (`IdsNotReturned`), not failed."""
 
     def __post_init__(self) -> None:
         self.settings = resolve_settings(
@@ -91,6 +93,7 @@ class DoctorContext:
         try:
             return await self.policy.run(fn), None
         except CaptureFailed as exc:
+            self.ids_not_returned = self.ids_not_returned or isinstance(exc, IdsNotReturned)
             return None, exc.reason
 
     async def raw(self, skip_special_tokens: bool = False) -> Capture:

@@ -25,6 +25,11 @@ class CaptureFailed(TokviewError):
         self.url = url
 
 
+class IdsNotReturned(CaptureFailed):
+    """The server answered, without the id field asked for: a build too old (or started so) to return ids, where
+    another failure is the server failing (the doctor advises an upgrade for this one only)."""
+
+
 class ServerUnreachable(CaptureFailed):
     """No server answered the probe (connection refused, timed out, or not an HTTP server)."""
 

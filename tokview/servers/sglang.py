@@ -17,7 +17,7 @@ from tokview.core import spec_decode
 from tokview.core.record import Capture
 from tokview.servers.backend import Backend, Call, Captured, Probe
 from tokview.servers.chat import ChatBackend, finish_chat_capture, parse_chat
-from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.errors import CaptureFailed, IdsNotReturned, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
@@ -75,7 +75,7 @@ def capture_from_generate(data: object, prompt_ids: list[int], *, where: str = "
     if not isinstance(data, dict) or "meta_info" not in data:
         raise Retryable(f"malformed response from {where}: expected an object with meta_info")
     if "output_ids" not in data:
-        raise CaptureFailed(
+        raise IdsNotReturned(
             f"{where} returned no output_ids: this SGLang build does not return ids "
             f"(upgrade SGLang, or start it with --skip-tokenizer-init)"
         )

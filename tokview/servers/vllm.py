@@ -18,7 +18,7 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import fold_stream_tool_calls
 from tokview.servers.backend import Advice, Backend, Call, Captured, Probe
 from tokview.servers.chat import ChatBackend, chat_logprob_fields, finish_chat_capture, parse_chat
-from tokview.servers.errors import CaptureFailed, Retryable
+from tokview.servers.errors import CaptureFailed, IdsNotReturned, Retryable
 from tokview.servers.http import ServerClient
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import normalize_usage
@@ -360,7 +360,7 @@ class VllmCompletions(Backend):
         choice = object_of(data["choices"][0], where, "choices[0]")
         output = choice.get("token_ids")
         if output is None:
-            raise CaptureFailed(
+            raise IdsNotReturned(
                 f"{where} returned no token_ids: this vLLM build ignores return_token_ids (it needs vLLM ≥0.10.2)",
                 url=client.url,
             )
