@@ -207,3 +207,35 @@ def test_lines_are_split_as_the_audit_splits_them_old_mac_endings_included(tmp_p
     mixed.write_bytes(mixed.read_bytes() + b'{"id":"d","prompt":"\xff"}\r\n')
     _, bad = read_prompts(mixed)
     assert bad[1] == "line 6: not UTF-8 text (byte 0xff at column 21)", bad
+
+
+def test_a_line_longer_than_memory_is_a_one_line_error_naming_it(monkeypatch, tmp_path):
+    """`tokview audit /dev/zero` (no line ends) ended in `internal error: MemoryError`."""
+    from tokview.core import prompts
+    from tokview.errors import UserError
+
+    class _Lines:
+        def __init__(self) -> None:
+            self.read = 0
+
+        def __enter__(self) -> _Lines:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def __iter__(self) -> _Lines:
+            return self
+
+        def __next__(self) -> str:
+            self.read += 1
+            if self.read == 3:
+                raise MemoryError
+            return '{"prompt": "x"}\n'
+
+    path = tmp_path / "rows.jsonl"
+    monkeypatch.setattr(type(path), "open", lambda self, *a, **k: _Lines())
+    rows = prompts.iter_jsonl(path)
+    assert [n for n, _ in (next(rows), next(rows))] == [1, 2]
+    with pytest.raises(UserError, match=r"rows.jsonl: line 3 does not fit in memory"):
+        next(rows)

@@ -11,7 +11,7 @@ A multi-turn row becomes one generation point per assistant turn. Its history is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from tokview.core import agent_traces as traces
 from tokview.core.agent_traces import PromptError as PromptError  # re-exported: callers import it from here
 from tokview.core.record import canonical_hash
+from tokview.errors import UserError
 from tokview.untrusted_text import not_utf8
 
 ROLE_FROM_SHAREGPT = {
@@ -199,7 +200,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     # Bytes that are not UTF-8 are kept as escapes (`surrogateescape`: only such a byte makes a surrogate in the
     # text), so that line alone is refused: decoded strictly, one bad byte stopped the whole file.
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape") as fh:
-        for n, text in enumerate(fh, start=1):
+        n = 0
+        for n, text in enumerate(_lines(fh, path, lambda: n), start=1):
             if not text.strip():
                 continue
             at = not_utf8(text)
@@ -215,6 +217,15 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             except ValueError:  # a whole number of more digits than Python converts (4,300)
                 yield n, PromptError(f"line {n}: not valid JSON: a number has more digits than Python reads")
             del text
+
+
+def _lines(fh: Any, path: Path, done: Callable[[], int]) -> Iterator[str]:
+    """`fh`'s lines; a line longer than memory holds (a file with no line ends: /dev/zero) is a one-line error naming
+    it, not a MemoryError (`done`: how many lines were read before it)."""
+    try:
+        yield from fh
+    except MemoryError:
+        raise UserError(f"{path}: line {done() + 1} does not fit in memory (a file without line ends?)") from None
 
 
 def json_error(exc: json.JSONDecodeError) -> str:
