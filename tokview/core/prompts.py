@@ -11,7 +11,7 @@ A multi-turn row becomes one generation point per assistant turn. Its history is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,8 +200,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     # Bytes that are not UTF-8 are kept as escapes (`surrogateescape`: only such a byte makes a surrogate in the
     # text), so that line alone is refused: decoded strictly, one bad byte stopped the whole file.
     with path.open("r", encoding="utf-8-sig", errors="surrogateescape") as fh:
-        n = 0
-        for n, text in enumerate(_lines(fh, path, lambda: n), start=1):
+        for n, text in enumerate(_lines(fh, path), start=1):
             if not text.strip():
                 continue
             at = not_utf8(text)
@@ -219,13 +218,16 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             del text
 
 
-def _lines(fh: Any, path: Path, done: Callable[[], int]) -> Iterator[str]:
+def _lines(fh: Any, path: Path) -> Iterator[str]:
     """`fh`'s lines; a line longer than memory holds (a file with no line ends: /dev/zero) is a one-line error naming
-    it, not a MemoryError (`done`: how many lines were read before it)."""
+    it, not a MemoryError."""
+    read = 0
     try:
-        yield from fh
+        for line in fh:
+            read += 1
+            yield line
     except MemoryError:
-        raise UserError(f"{path}: line {done() + 1} does not fit in memory (a file without line ends?)") from None
+        raise UserError(f"{path}: line {read + 1} does not fit in memory (a file without line ends?)") from None
 
 
 def json_error(exc: json.JSONDecodeError) -> str:
