@@ -136,3 +136,22 @@ async def test_a_prompt_near_the_limit_is_sent_with_the_room_there_is(tmp_path, 
     assert summary.failures_by_class == {"over_max_length": 2}
     assert rows == {"short": LIMIT, "fits": LIMIT}
     assert set(finish.values()) == {"length"}
+
+
+def test_a_prompt_with_tools_is_counted_as_its_server_renders_the_tools(kimi_tok):
+    """SGLang renders each tool with `"defer_loading": null` (20 more ids a tool here) and no tools for
+    tool_choice none; counted with the tools as sent, an SGLang prompt near the limit was under-counted."""
+    from tokview.batch.limits import exact_prompt_tokens
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "hi"}]
+    with_tools = CaptureRequest(messages=messages, settings={"tools": tools, "thinking": True})
+    vllm = exact_prompt_tokens(with_tools, kimi_tok, profile(), "vllm")
+    sglang = exact_prompt_tokens(with_tools, kimi_tok, profile(), "sglang")
+    rendered = kimi_tok.render(
+        messages, template_kwargs={"thinking": True, "tools": [{**tools[0], "defer_loading": None}]}
+    )
+    assert sglang == len(rendered) > vllm
+    bare = exact_prompt_tokens(CaptureRequest(messages=messages, settings={"thinking": True}), kimi_tok, profile())
+    none = CaptureRequest(messages=messages, settings={"tools": tools, "tool_choice": "none", "thinking": True})
+    assert exact_prompt_tokens(none, kimi_tok, profile(), "sglang") == bare < vllm

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.served_tools import tools_as_served
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.request import CaptureRequest, resolve_settings
 
@@ -98,17 +99,24 @@ def text_bytes(value: object) -> int:
     return 0
 
 
-def render_kwargs(request: CaptureRequest, profile: ModelProfile | None) -> dict[str, Any]:
+def render_kwargs(
+    request: CaptureRequest, profile: ModelProfile | None, server_kind: str | None = None
+) -> dict[str, Any]:
     """The template kwargs a server renders this request's prompt with: the profile's and the request's, and
-    an agent trace's `tools` (the tool declarations are part of the prompt, as `prompt_render_mismatch` and
-    the servers render them; without them a prompt that fits only without its tools would be sent)."""
+    an agent trace's `tools` as that server renders them (`core.served_tools`: the tool declarations are part of the
+    prompt, as `prompt_render_mismatch` and the servers render them; without them a prompt that fits only without
+    its tools would be sent)."""
     kwargs = resolve_settings(request.settings, profile)["chat_template_kwargs"]
-    tools = request.settings.get("tools")
+    tools = tools_as_served(request.settings.get("tools"), server_kind, request.settings.get("tool_choice"))
     return {**kwargs, "tools": tools} if tools else kwargs
 
 
 def prompt_length(
-    request: CaptureRequest, tokenizer: TokenizerAdapter, profile: ModelProfile | None, limit: int
+    request: CaptureRequest,
+    tokenizer: TokenizerAdapter,
+    profile: ModelProfile | None,
+    limit: int,
+    server_kind: str | None = None,
 ) -> tuple[int, bool]:
     """(tokens, exact): `exact` False means a bound that already decides the comparison with `limit`."""
     if request.prompt_ids:
@@ -119,12 +127,12 @@ def prompt_length(
         lower = -(-content // longest_token_bytes(tokenizer))
         if lower >= limit:
             return lower, False
-    kwargs = render_kwargs(request, profile)
+    kwargs = render_kwargs(request, profile, server_kind)
     text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
     upper = text_bytes(text) + SLACK_PER_MESSAGE * (len(messages) + 1)
     if upper < limit:
         return upper, False
-    return exact_prompt_tokens(request, tokenizer, profile), True
+    return exact_prompt_tokens(request, tokenizer, profile, server_kind), True
 
 
 def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None, int | None]:
@@ -144,7 +152,8 @@ def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None,
     if oversized is not None:
         return oversized, None
     tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
-    limit = server_limit(pool.server_info())
+    info = pool.server_info()
+    limit, kind = server_limit(info), getattr(info, "kind", None)
     if limit is None or tokenizer is None:
         return None, None
     wanted = request.settings.get("max_new_tokens")
@@ -152,11 +161,11 @@ def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None,
         wanted = None
     fits = limit - wanted if wanted else limit  # fewer prompt tokens than this leave all the room asked for
     try:
-        tokens, exact = prompt_length(request, tokenizer, profile, fits)
+        tokens, exact = prompt_length(request, tokenizer, profile, fits, kind)
         if not exact and tokens < fits:  # an upper bound under it: the common case, nothing tokenized
             return None, None
         if not exact and tokens < limit:  # a lower bound that does not decide: count
-            tokens, exact = exact_prompt_tokens(request, tokenizer, profile), True
+            tokens, exact = exact_prompt_tokens(request, tokenizer, profile, kind), True
     except (TokenizerError, ValueError):
         return None, None  # a template that cannot render this prompt: the capture path reports it in its own words
     if tokens >= limit:
@@ -169,12 +178,14 @@ def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None,
     return None, (room if wanted and room < wanted else None)
 
 
-def exact_prompt_tokens(request: CaptureRequest, tokenizer: TokenizerAdapter, profile: ModelProfile | None) -> int:
+def exact_prompt_tokens(
+    request: CaptureRequest, tokenizer: TokenizerAdapter, profile: ModelProfile | None, server_kind: str | None = None
+) -> int:
     """The prompt's token count as the raw path sends it (rendered and tokenized; the render is cached)."""
     if request.prompt_ids:
         return len(request.prompt_ids)
     messages = request.messages or []
-    kwargs = render_kwargs(request, profile)
+    kwargs = render_kwargs(request, profile, server_kind)
     count = getattr(tokenizer, "render_length", None)  # the cached ids' length, not a copy of them
     if count is None:
         return len(tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs))

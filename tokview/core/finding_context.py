@@ -24,6 +24,7 @@ from tokview.core.prefix_memo import packed_ids
 from tokview.core.profiles import ModelProfile
 from tokview.core.prompt_scan import PromptScan, scan_prompt
 from tokview.core.record import Capture
+from tokview.core.served_tools import tools_as_served
 from tokview.core.tool_calls import ToolCallsOnIds
 
 if TYPE_CHECKING:
@@ -313,11 +314,11 @@ class Context:
 
 def template_kwargs_of(ctx: Context) -> dict[str, Any]:
     """The template kwargs the capture's prompt was rendered with: those it recorded, else its profile's for its
-    thinking setting, and the request's `tools` (rendered too, as HF's `tools` argument)."""
+    thinking setting, and the request's `tools` as its server renders them (`core.served_tools`), as HF's `tools`
+    argument."""
     c = ctx.capture
     kwargs = c.settings.get("chat_template_kwargs")
     if kwargs is None:
         kwargs = ctx.profile.template_kwargs(c.thinking)
-    if c.settings.get("tools"):
-        kwargs = {**kwargs, "tools": c.settings["tools"]}
-    return kwargs
+    tools = tools_as_served(c.settings.get("tools"), c.server_kind, c.settings.get("tool_choice"))
+    return {**kwargs, "tools": tools} if tools else kwargs

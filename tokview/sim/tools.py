@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.kimi_layout import KIMI_ID
+from tokview.core.served_tools import tools_as_served
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -331,14 +332,7 @@ def prepare_messages(messages: list[Any], kind: str, endpoint: str = "chat") -> 
 def rendered_tools(body: dict[str, Any], kind: str) -> list[Any] | None:
     """The `tools` the server renders: none for SGLang with tool_choice none (bug 5), and SGLang's
     `"defer_loading": null` in every tool (its Tool model's dump, bug 4)."""
-    tools = body.get("tools")
-    if not isinstance(tools, list) or not tools:
-        return None
-    if kind == "sglang":
-        if body.get("tool_choice") == "none":
-            return None
-        return [{**t, "defer_loading": None} if isinstance(t, dict) else t for t in tools]
-    return tools
+    return tools_as_served(body.get("tools"), kind, body.get("tool_choice"))
 
 
 def tool_choice(body: dict[str, Any]) -> tuple[str, str | None]:
