@@ -59,3 +59,21 @@ def test_history_file_plans_slots_as_before_and_a_chain_keeps_to_one_shard(tmp_p
         for chain in (i for i in shard.queue() if isinstance(i, ChainItem)):
             assert zlib.crc32(chain.sample_id.encode()) % 3 == k - 1
             assert chain.todo == 3
+
+
+def test_history_made_otherwise_is_another_default_run_and_the_default_keeps_its_id():
+    """`--history file` and `--history served` on one file were one run (their turns mixed in `stats`, joined as
+    branches by `--trajectory`); `--history-reasoning` the same. The default history adds nothing to the run id, so a
+    run from before resumes under its id."""
+    from tokview.batch.config import settings_key
+
+    served = BatchConfig(servers=[])
+    ids = {
+        served.run_id(IDENTITY),
+        BatchConfig(servers=[], history="file").run_id(IDENTITY),
+        BatchConfig(servers=[], history_reasoning="all").run_id(IDENTITY),
+        BatchConfig(servers=[], history_reasoning="none").run_id(IDENTITY),
+    }
+    assert len(ids) == 4
+    assert served.run_id(IDENTITY) == f"batch-{settings_key(served.sample_settings(IDENTITY))}"
+    assert BatchConfig(servers=[], history="file", run="mine").run_id(IDENTITY) == "mine"

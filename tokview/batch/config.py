@@ -161,7 +161,16 @@ class BatchConfig:
         )
 
     def run_id(self, identity: dict[str, Any] | None = None) -> str:
-        return self.run or f"batch-{settings_key(self.sample_settings(identity))}"
+        """`--run`, else one named by what makes the run's samples: their settings, and how a multi-turn row's history
+        is made when not the default (`--history file` and `--history served` on one file were one run: their turns
+        mixed in `stats`, and `--trajectory` joined them as branches of one conversation). The default adds nothing,
+        so a run from before resumes under its id."""
+        if self.run:
+            return self.run
+        history = {"history": self.history} if self.history != "served" else {}
+        if self.history_reasoning != "template":
+            history["history_reasoning"] = self.history_reasoning
+        return f"batch-{settings_key({**self.sample_settings(identity), **history})}"
 
     def validate(self) -> None:
         """Range checks, one line each: a negative retry count or limit is a usage error, never a crash
