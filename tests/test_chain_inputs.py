@@ -170,6 +170,23 @@ def test_a_lone_surrogate_in_the_tools_is_a_bad_row_not_a_template_error(tmp_pat
     assert bad[0].startswith("line 1")
 
 
+@pytest.mark.parametrize("arguments", ['"{\\"x\\": \\"\\\\ud800\\"}"', '{"x": "\\ud800"}'])
+def test_a_lone_surrogate_in_a_calls_arguments_is_a_bad_row(tmp_path, arguments):
+    """Escaped inside the arguments string it passed the row's checks; `--history file` sent it, and the server's
+    tokenizer refused it (HTTP 500, retried, a failure, exit 3) where it is a bad row (exit 4)."""
+    path = tmp_path / "p.jsonl"
+    tools = '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]'
+    call = '{"id": "a", "type": "function", "function": {"name": "f", "arguments": ' + arguments + "}}"
+    messages = (
+        '[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [' + call + "]}, "
+        '{"role": "tool", "tool_call_id": "a", "content": "r"}, {"role": "assistant", "content": "ok"}]'
+    )
+    path.write_text('{"id": "s", "tools": ' + tools + ', "messages": ' + messages + "}\n")
+    rows, bad = read_prompts(path)
+    assert rows == [] and len(bad) == 1, (rows, bad)
+    assert bad[0].startswith("line 1") and "lone UTF-16 surrogate U+D800" in bad[0], bad
+
+
 @pytest.mark.parametrize("tools", [{}, 0, False])
 def test_tools_that_are_no_list_are_refused_whatever_else_the_row_holds(tmp_path, tools):
     """`"tools": {}` was refused on a row the checked path read (a `name` on a turn) and sent as a row without tools

@@ -64,6 +64,16 @@ def tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
     return {t["function"]["name"] for t in tools or []}
 
 
+def _lone_surrogate(value: object) -> int | None:
+    """The first lone surrogate in a JSON value's strings (keys too), as a code point; None when all are text."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return ord(text[exc.start])
+    return None
+
+
 def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
     """One call as the servers take it: {id, type, function: {name, arguments as a JSON-object string}}."""
     if not isinstance(raw, dict):
@@ -73,6 +83,7 @@ def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
     if not isinstance(name, str) or not name:
         raise PromptError(f"{where}: call {number} has no function name")
     arguments = function.get("arguments", function.get("parameters", {}))
+    read: object = arguments  # the arguments as values: their strings must be text
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
@@ -85,6 +96,7 @@ def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
                 f"{where}: call {number} ({name}) has arguments that are not a JSON object: vLLM would render "
                 "them as {}, SGLang refuses the request"
             )
+        read = parsed
     elif isinstance(arguments, dict):
         try:
             arguments = json.dumps(arguments, ensure_ascii=False)  # what both servers' templates render
@@ -92,6 +104,14 @@ def normal_call(raw: object, where: str, number: int) -> dict[str, Any]:
             raise PromptError(f"{where}: call {number} ({name}) has arguments nested too deeply") from None
     else:
         raise PromptError(f"{where}: call {number} ({name}) has arguments that are not a JSON object")
+    # an escaped `\\ud800` inside an arguments string passes the row's text checks, and the server's tokenizer
+    # refused the request (HTTP 500, retried, then a failure): the JSON's values, read, must be text
+    surrogate = _lone_surrogate(read)
+    if surrogate is not None:
+        raise PromptError(
+            f"{where}: call {number} ({name}) has arguments holding a lone UTF-16 surrogate U+{surrogate:04X} (an "
+            "unpaired \\u escape) that cannot be tokenized"
+        )
     call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
     if raw.get("id") is not None:
         call["id"] = str(raw["id"])
