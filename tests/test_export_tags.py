@@ -80,7 +80,19 @@ def test_the_manifest_counts_exported_samples_by_tag(tagged, tmp_path):
     assert "tags" not in result.manifest  # no tag selection
     result = _export(tagged, tmp_path / "b.jsonl", tags=["Hard"], without_tags=["math"])
     assert result.manifest["counts"]["by_tag"] == {"hard": 1}
-    assert result.manifest["tags"] == {"with": ["hard"], "without": ["math"]}
+    assert result.manifest["tags"] == {"with": ["Hard"], "without": ["math"]}  # as asked for
+
+
+@pytest.mark.parametrize("tag", ["İzmir", "ΣΑΣ"])
+def test_a_tag_whose_lower_case_python_and_duckdb_spell_otherwise_selects(sample_store, tmp_path, tag):
+    """Python lowers 'İ' to 'i̇' and 'ΣΑΣ' to 'σας', DuckDB to 'i' and 'σασ': `--tag İzmir` matched nothing and
+    `--without-tag ΣΑΣ` left the sample in."""
+    ids = [r[0] for r in sample_store.query("SELECT sample_id FROM samples ORDER BY prompt_id")]
+    sample_store.add_note(ids[0], "", tags=[tag])
+    _export(sample_store, tmp_path / "a.jsonl", tags=[tag])
+    assert _prompts(tmp_path / "a.jsonl") == ["p1"]
+    _export(sample_store, tmp_path / "b.jsonl", without_tags=[tag])
+    assert "p1" not in _prompts(tmp_path / "b.jsonl")
 
 
 def test_parquet_has_a_tags_list_column(tagged, tmp_path):
@@ -109,3 +121,32 @@ def test_cli_tag_and_without_tag(tagged, tmp_path, kimi_tok_dir, capsys):
     assert err.count("\n") == 1
     assert "a tag cannot be empty" in err
     assert not (tmp_path / "c.jsonl").exists()
+
+
+@pytest.mark.parametrize("fmt", ["speculators", "parquet", "trajectory"])
+def test_a_sample_reviewed_otherwise_after_it_was_selected_is_not_exported(sample_store, tmp_path, monkeypatch, fmt):
+    """The ids are picked in one query and the rows read in chunks later; another process may write in between (a
+    file is held at most a second at a time). A sample rejected in that gap was exported under `--select approved`;
+    it is counted as `no_longer_selected` now."""
+    from tokview.store import export_rows
+
+    ids = [r[0] for r in sample_store.query("SELECT sample_id FROM samples ORDER BY prompt_id")]
+    for sample_id in ids:
+        sample_store.record_verdict(sample_id, "approved")
+    picked = export_rows.selected_keys
+
+    def then_rejected(store, selection, **kw):
+        keys = picked(store, selection, **kw)
+        store.record_verdict(ids[0], "rejected", reason="late")  # committed after the ids were picked
+        return keys
+
+    monkeypatch.setattr(export_rows, "selected_keys", then_rejected)
+    out = tmp_path / ("a.parquet" if fmt == "parquet" else "a.jsonl")
+    result = export(sample_store, fmt, out, select="approved", tokenizer=kimi(), profile=profile())
+    assert result.refused == {"no_longer_selected": 1}
+    assert result.exported == len(ids) - 1
+    if fmt == "parquet":
+        got = duckdb.connect().execute(f"SELECT primary_id FROM read_parquet('{out}')").fetchall()
+        assert "p1" not in {r[0] for r in got}
+    elif fmt == "speculators":
+        assert "p1" not in _prompts(out)

@@ -217,9 +217,9 @@ def test_rows_are_read_a_few_at_a_time_as_conversations_are_written(recorded, tm
     reads: list[int] = []
     rows_for = Store.rows_for
 
-    def counted(self: Store, ids: list[str]) -> list[dict]:
+    def counted(self: Store, ids: list[str], where: Any = None) -> list[dict]:
         reads.append(len(ids))
-        return rows_for(self, ids)
+        return rows_for(self, ids, where)
 
     monkeypatch.setattr(Store, "rows_for", counted)
     monkeypatch.setattr(trajectory, "ROWS_READ_AT_ONCE", 1)

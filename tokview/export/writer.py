@@ -217,6 +217,7 @@ def export(
             tokenizer=tokenizer,
             profile=profile,
             profile_override=profile_override,
+            still_selected=_still_selected(selection, include_invalid),
         )
         if result.exported == 0:  # a trainer would read an empty file as data: the file there stays as it was
             refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
@@ -281,6 +282,15 @@ def _database_behind(path: Path) -> str | None:
         if folder.name.endswith(".parts") and is_duckdb_file(folder.with_name(folder.name[: -len(".parts")])):
             return f"is in the parts folder of the DuckDB database {folder.with_name(folder.name[: -len('.parts')])}"
     return None
+
+
+def _still_selected(selection: Selection, include_invalid: bool) -> tuple[str, list[Any]]:
+    """The clause `selected_ids` picked the samples by (with `approved`'s valid-only rule), to check again as rows
+    are read."""
+    where, params = selection.where()
+    if selection.select == "approved" and not include_invalid:
+        where += " AND valid"
+    return where, params
 
 
 def _tags(tags: Sequence[str]) -> tuple[str, ...]:
@@ -348,7 +358,11 @@ def _export_to(
     tokenizer: TokenizerAdapter,
     profile: ModelProfile | None,
     profile_override: bool = False,
+    still_selected: tuple[str, list[Any]] | None = None,
 ) -> ExportResult:
+    """`still_selected`: the selection's clause, checked again as each chunk of rows is read (a review committed
+    while the export runs: another process may write between chunks, and a sample rejected after the ids were
+    picked was exported under `--select approved`)."""
     profiles = _Profiles(profile, tokenizer, override=profile_override)
     freq: Counter[int] = Counter()
     refused: Counter[str] = Counter()
@@ -374,7 +388,11 @@ def _export_to(
     vocabulary = vocabulary_of(tokenizer)
     try:
         for start in range(0, len(ids), CHUNK):
-            for row in store.rows_for([i.sample_id for i in ids[start : start + CHUNK]]):
+            chunk = [i.sample_id for i in ids[start : start + CHUNK]]
+            rows = store.rows_for(chunk, still_selected)  # a sample reviewed otherwise since it was selected: not read
+            if len(rows) < len(chunk):
+                refused["no_longer_selected"] += len(chunk) - len(rows)
+            for row in rows:
                 if not row["output_ids"]:  # the loss mask (1 per output id) would be all 0
                     refused["no_supervised_tokens"] += 1
                     continue

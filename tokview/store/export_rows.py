@@ -70,8 +70,10 @@ def live_tags() -> str:
 
 
 def normal_tags(tags: Sequence[str]) -> tuple[str, ...]:
-    """Tags as selections compare them: stripped, lower case, each once, in the order given."""
-    return tuple(dict.fromkeys(t.strip().lower() for t in tags))
+    """Tags as a selection holds them: stripped, each once, in the order given. Compared without case in SQL
+    (`Selection.where`: DuckDB's `lower` on both sides): Python's lower case of some letters is not DuckDB's
+    ('İ' → 'i̇' against 'i', 'ΣΑΣ' → 'σας' against 'σασ'), and `--tag İzmir` matched nothing."""
+    return tuple(dict.fromkeys(t.strip() for t in tags))
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Selection:
             where += " AND run_id = ?"
             params.append(self.run)
         for tag, negate in [(t, "") for t in self.tags] + [(t, "NOT ") for t in self.without_tags]:
-            where += f" AND sample_id {negate}IN (SELECT sample_id FROM ({live_tags()}) WHERE tag = ?)"
+            where += f" AND sample_id {negate}IN (SELECT sample_id FROM ({live_tags()}) WHERE tag = lower(?))"
             params.append(tag)
         if thresholds and self.max_acceptance is not None:
             where += " AND acceptance_length <= ?"

@@ -159,14 +159,20 @@ class SampleRepository:
             ]
         return _stored_sample(row, findings, history)
 
-    def rows_for(self, sample_ids: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
-        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
+    def rows_for(
+        self, sample_ids: list[str] | tuple[str, ...], where: tuple[str, list[Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read. `where` (a
+        `Selection.where` clause and its parameters): only the samples matching it as they are read (a sample
+        reviewed otherwise since it was selected is not read)."""
         if not sample_ids:
             return []
+        clause, params = where if where is not None else ("TRUE", [])
         with self.file.reading() as conn:
             cur = conn.execute(
-                "SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id",
-                [list(sample_ids)],
+                "SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id "
+                f"WHERE {clause}",
+                [list(sample_ids), *params],
             )
             names = [d[0] for d in cur.description or ()]
             by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}

@@ -328,9 +328,10 @@ class Store:
     def load_sample(self, sample_id: str) -> StoredSample:
         return self._samples.load_sample(sample_id)
 
-    def rows_for(self, sample_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read."""
-        return self._samples.rows_for(list(sample_ids))
+    def rows_for(self, sample_ids: Sequence[str], where: tuple[str, list[Any]] | None = None) -> list[dict[str, Any]]:
+        """Full rows (ids, text, settings) for these samples, in the order asked: what exports read; with `where`,
+        only those matching it as they are read (`SampleRepository.rows_for`)."""
+        return self._samples.rows_for(list(sample_ids), where)
 
     # -- review ---------------------------------------------------------------------------------------
     def record_verdict(

@@ -134,7 +134,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
 
     @on(Choices)
     def _choices(self, event: Choices) -> None:
-        tags = [(plain(f"{t} ({n})"), t.lower()) for t, n in event.tags]  # a tag's value: any case finds it
+        tags = [(plain(f"{t} ({n})"), t) for t, n in event.tags]  # the SQL lowers both sides: any case finds it
         for select, options in (
             (self.query_one("#code", Select), [(plain(v), v) for v in event.codes]),
             (self.query_one("#run", Select), [(plain(v), v) for v in event.runs]),
