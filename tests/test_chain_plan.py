@@ -77,3 +77,5 @@ def test_history_made_otherwise_is_another_default_run_and_the_default_keeps_its
     assert len(ids) == 4
     assert served.run_id(IDENTITY) == f"batch-{settings_key(served.sample_settings(IDENTITY))}"
     assert BatchConfig(servers=[], history="file", run="mine").run_id(IDENTITY) == "mine"
+    file_history = BatchConfig(servers=[], history="file").run_id(IDENTITY)  # history reasoning is a chain's only
+    assert BatchConfig(servers=[], history="file", history_reasoning="all").run_id(IDENTITY) == file_history

@@ -238,6 +238,9 @@ def test_the_guess_goes_by_ids_a_family_owns() -> None:
     assert name([151644, 872, 198, 9707, 151645, 198, 151644]) == "qwen3"
     assert name([151331, 151336, 198, 9707, 151337]) == "glm-4.5"  # GLM's <|user|>
     assert guess_profile([1, 2, 3, 100]) is None  # DeepSeek's stop id 1 is any model's text id
+    assert name([0, 128803, 3085, 128804]) == "deepseek-r1"  # <｜User｜> … <｜Assistant｜>, no <think> pre-filled
+    assert name([200006, 17360, 200008, 3575, 200007, 200006, 173781]) == "gpt-oss"  # Harmony: no stop id in a prompt
+    assert name([151331, 128803, 151336]) == "glm-4.5"  # one DeepSeek mark alone is a GLM text id here
     assert guess_profile([]) is None
 
 

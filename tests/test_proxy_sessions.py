@@ -608,10 +608,11 @@ def test_a_request_without_a_name_never_joins_a_session_a_harness_named() -> Non
     assert only_named.place(SYSTEM + [1, 2, 3], history).joined_by == "new"
 
 
-def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]]) -> Any:
+def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]], messages: dict[str, Any] | None = None) -> Any:
     """A store holding proxied turns (session, turn, sample id, prompt ids, output ids, generation), recorded in that
-    order, as `restore_sessions` reads them."""
+    order, as `restore_sessions` reads them; `messages`: a sample id's request messages (else none), answered "x"."""
     import duckdb
+    import orjson
 
     db = duckdb.connect()
     db.execute(
@@ -620,10 +621,12 @@ def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]]) -> Any:
         "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT)"
     )
     for k, (session, turn, sample_id, prompt, output, gen) in enumerate(rows):
+        sent = (messages or {}).get(sample_id)
+        request = orjson.dumps({"body": {"messages": sent}}).decode() if sent else "{}"
         db.execute(
-            "INSERT INTO samples VALUES (?, ?, ?, ?, ?, '{}', NULL, '{}', "
+            "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, 'x', '{}', "
             "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?)",
-            [session, turn, sample_id, prompt, output, k, gen, len(prompt)],
+            [session, turn, sample_id, prompt, output, request, k, gen, len(prompt)],
         )
     return _Db(db)
 
@@ -692,3 +695,31 @@ def test_twin_rollouts_restored_each_go_on_in_their_own_session() -> None:
     book = SessionBook("new")
     assert restore_sessions(book, _stored(rows)) == 3
     assert book.place([*t0, 2, 3], None).session_id == "proxy:old:s2"
+
+
+def test_twin_rollouts_restored_go_on_in_their_own_session_when_one_re_rendered_its_history() -> None:
+    """Rollouts B (s1) and A (s2) share turn 0; A's turn 1 re-rendered its history (joined by messages). Restored,
+    A's turn 0 was not marked continued (only a turn whose ids extend it was), so B's own turn 1 went into A's session
+    as a second turn 1; live it goes to B's."""
+    from tokview.proxy.sessions import assistant_message, restore_sessions
+
+    first = [{"role": "user", "content": "task"}]
+    second = [*first, assistant_message("x", None), {"role": "user", "content": "next"}]
+    t0, t1 = SYSTEM + [1], SYSTEM + [1, 7, 7, 3]  # turn 1's ids do not extend turn 0's prompt + output
+    rows = [
+        ("proxy:old:s1", 0, "proxy:old:B0", t0, [2], 0),
+        ("proxy:old:s2", 0, "proxy:old:A0", t0, [2], 0),
+        ("proxy:old:s2", 1, "proxy:old:A1", t1, [4], 0),
+    ]
+    book = SessionBook("new")
+    assert (
+        restore_sessions(book, _stored(rows, {"proxy:old:B0": first, "proxy:old:A0": first, "proxy:old:A1": second}))
+        == 3
+    )
+    turn = book.place(t1, second)
+    assert (turn.session_id, turn.turn, turn.joined_by, turn.parent_sample) == (
+        "proxy:old:s1",
+        1,
+        "messages",
+        "proxy:old:B0",
+    )

@@ -163,12 +163,14 @@ class BatchConfig:
     def run_id(self, identity: dict[str, Any] | None = None) -> str:
         """`--run`, else one named by what makes the run's samples: their settings, and how a multi-turn row's history
         is made when not the default (`--history file` and `--history served` on one file were one run: their turns
-        mixed in `stats`, and `--trajectory` joined them as branches of one conversation). The default adds nothing,
-        so a run from before resumes under its id."""
+        mixed in `stats`, and `--trajectory` joined them as branches of one conversation); `--history-reasoning` only
+        where it makes anything (a served chain). The default adds nothing, so a chained run from before resumes under
+        its id. A single-turn row's sample is the same whatever the history (its sample id too): a run made otherwise
+        finds it stored, as a run under another `--run` name does."""
         if self.run:
             return self.run
         history = {"history": self.history} if self.history != "served" else {}
-        if self.history_reasoning != "template":
+        if self.history == "served" and self.history_reasoning != "template":
             history["history_reasoning"] = self.history_reasoning
         return f"batch-{settings_key({**self.sample_settings(identity), **history})}"
 

@@ -308,6 +308,10 @@ class SessionBook:
         if messages:  # the key of its messages plus the answer the next request's messages hold
             digests, state = self._digests_of(messages)
             key = _digests([answer], after=state)[0][-1] if answer is not None else digests[-1]
+            if turn.joined_by == "restored":  # the turn its messages continue was continued, as its parent was marked
+                earlier = set(digests[:-1])
+                for older in session.heads:
+                    older.continued = older.continued or (older.turn < turn.turn and older.message_key in earlier)
         head = _Head(
             turn.session_id,
             turn.turn,

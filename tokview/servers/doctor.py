@@ -139,13 +139,21 @@ def _scrubbed(value: object, secrets: Secrets) -> object:
 GUESS_MIN_ID = 1_000
 """A profile's ids below this (DeepSeek's stop id 1) are ordinary text ids in other vocabularies: never a clue."""
 
+FAMILY_MARKS: dict[str, tuple[int, ...]] = {
+    "deepseek-r1": (128803, 128804),  # <｜User｜>, <｜Assistant｜> (protocols.md)
+    "gpt-oss": (200006, 200008),  # Harmony's <|start|>, <|message|>
+}
+"""Ids every chat prompt of a family holds besides its think and stop ids, which do not name it: DeepSeek's only stop
+id is 1, and a Harmony prompt ends its messages with <|end|>, no stop id. All of them must be there (one alone may be
+another vocabulary's text id)."""
+
 
 def guess_profile(ids: list[int] | None) -> ModelProfile | None:
     """The built-in profile the served prompt ids point to, without a tokenizer: the first whose think opener the
-    prompt holds (the template pre-filled it), else the first whose think delimiters or stop ids it holds (a chat
-    prompt ends each earlier message with the stop id: Qwen3's `<|im_end|>`, GLM's `<|user|>`). Earlier profiles win
-    (Qwen's text ids reach 151,642, GLM's `<|user|>` is one of them). None for ids that point to none of them (a
-    plain model); None without ids."""
+    prompt holds (the template pre-filled it), else the first whose `FAMILY_MARKS` it holds all of, else the first
+    whose think delimiters or stop ids it holds (a chat prompt ends each earlier message with the stop id: Qwen3's
+    `<|im_end|>`, GLM's `<|user|>`). Earlier profiles win (Qwen's text ids reach 151,642, GLM's `<|user|>` is one of
+    them). None for ids that point to none of them (a plain model); None without ids."""
     if not ids:
         return None
     present = set(ids)
@@ -153,8 +161,12 @@ def guess_profile(ids: list[int] | None) -> ModelProfile | None:
         if profile.think_open_id in present:
             return profile
     for profile in BUILTIN_PROFILES.values():
-        marks = (profile.think_open_id, profile.think_close_id, *profile.stop_ids)
-        if any(m is not None and m >= GUESS_MIN_ID and m in present for m in marks):
+        family = FAMILY_MARKS.get(profile.name)
+        if family and all(m in present for m in family):
+            return profile
+    for profile in BUILTIN_PROFILES.values():
+        delimiters = (profile.think_open_id, profile.think_close_id, *profile.stop_ids)
+        if any(m is not None and m >= GUESS_MIN_ID and m in present for m in delimiters):
             return profile
     return None
 
