@@ -276,3 +276,17 @@ def test_undo_of_a_digit_int_refuses_is_a_one_line_error(db, capsys):
     assert main(["review", "--db", str(db), "--undo", "²"]) != 0
     err = capsys.readouterr().err
     assert "--undo takes an action id" in err and "Traceback" not in err and "internal error" not in err
+
+
+def test_an_empty_search_is_refused_and_approving_what_is_approved_asks_no_override(db, capsys):
+    """`--search ""` read as no search (a reject then took the whole store); approving a selection whose invalid
+    samples are all approved already asked for --override though nothing would change."""
+    for empty in ("", "   "):
+        with pytest.raises(UserError, match="--search must not be empty"):
+            review(db, "--search", empty, "--reject", "bad")
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples WHERE status = 'rejected'") == [(0,)]
+    assert review(db, "--run", "run2", "--approve", "--override", capsys=capsys) == "approved 3 of 3 selected samples"
+    assert review(db, "--status", "approved", "--approve", capsys=capsys) == (
+        "approved 0 of 3 selected samples (3 already approved)"
+    )

@@ -438,3 +438,14 @@ def test_a_model_name_with_a_lone_surrogate_and_escapes_ends_in_recorded_failure
     with Store(db) as store:
         (server_info,) = store.query("SELECT server_info FROM runs")[0]
     assert json.loads(server_info)[0]["model"] == "evil\x1b]0;pwned\x07\x1b[2J\\ud800"  # kept, as text
+
+
+def test_a_line_keeps_the_line_and_paragraph_separators_escaped_and_reads_back():
+    """`stats --samples` promises a record a line; an id holding U+2028 split in two for a reader that splits lines
+    as Python's `splitlines` does."""
+    from tokview.untrusted_text import from_printed, printable_line
+
+    text = "ls\u2028sep\u2029x"
+    line = printable_line(text)
+    assert line == "ls\\u2028sep\\u2029x" and len(line.splitlines()) == 1
+    assert from_printed(line) == text

@@ -66,9 +66,13 @@ def printable_json(text: str) -> str:
     return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+_LINE_BREAKS = re.compile("[\u2028\u2029]")
+
+
 def printable_line(text: str) -> str:
-    """`printable`, and newlines and tabs escaped too: for text that must stay on its one line."""
-    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+    """`printable`, and newlines, tabs and the line and paragraph separators escaped too: for text that must stay on
+    its one line (a reader that splits lines at U+2028, as Python's `splitlines` does, broke a record in two)."""
+    return _LINE_BREAKS.sub(_escape, printable(text).replace("\n", "\\n").replace("\t", "\\t"))
 
 
 _PRINTED_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|(n)|(t))")

@@ -83,8 +83,9 @@ def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str 
         raise UserError(f"unknown finding code {args.finding!r} (tokview stats lists the codes a store has)")
     if args.run_name is not None and not store.query("SELECT 1 FROM samples WHERE run_id = ? LIMIT 1", [args.run_name]):
         raise UserError(f"no sample of a run {args.run_name!r} in {args.db} (tokview stats --samples shows them)")
-    _utf8(args.search, "--search")
-    text, max_acceptance, max_nll = parse_search(args.search.strip()) if args.search else (None, None, None)
+    # an empty --search read as no search: `review --search "" --reject bad` rejected the whole store
+    search = _text(args.search, "--search")
+    text, max_acceptance, max_nll = parse_search(search) if search else (None, None, None)
     status = args.status if args.status in ("pending", "approved", "rejected") else None
     valid = {"valid": True, "invalid": False}.get(args.status or "")
     filters = SampleFilter(
@@ -120,7 +121,7 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
 
     write = not args.dry_run
     if args.approve:
-        invalid = bulk.invalid_among(store, ids)
+        invalid = bulk.invalid_among(store, ids, not_yet="approved")  # those approved already change nothing
         if invalid and not args.override:
             raise UserError(
                 f"{len(invalid)} of the {len(ids)} selected samples have error findings (e.g. {invalid[0]}): "

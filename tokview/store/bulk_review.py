@@ -98,9 +98,13 @@ def tags_of(store: Database, ids: Sequence[str]) -> list[str]:
     return queries.caseless_tags(r[0] for r in rows)
 
 
-def invalid_among(store: Database, ids: Sequence[str]) -> list[str]:
-    """The ids with an error finding: approving them is an override, asked about once for the group."""
-    rows = store.query(f"SELECT sample_id FROM samples WHERE NOT valid AND sample_id IN {IDS} ORDER BY 1", [list(ids)])
+def invalid_among(store: Database, ids: Sequence[str], not_yet: str | None = None) -> list[str]:
+    """The ids with an error finding: approving them is an override, asked about once for the group. `not_yet`: only
+    those not in that status already (a sample approved already is not approved again)."""
+    also, params = ("AND status IS DISTINCT FROM ? ", [not_yet]) if not_yet is not None else ("", [])
+    rows = store.query(
+        f"SELECT sample_id FROM samples WHERE NOT valid AND sample_id IN {IDS} {also}ORDER BY 1", [list(ids), *params]
+    )
     return [r[0] for r in rows]
 
 
