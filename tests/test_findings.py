@@ -380,6 +380,28 @@ def test_recorded_sglang_special_closer_breaks_text_parser(kimi_tok, kimi_profil
     assert split.positions == (len(capture.prompt_ids) + closer,)  # where the ids split, which the parser missed
 
 
+def test_no_split_is_no_mismatch_when_the_client_turned_the_split_off(kimi_tok, kimi_profile):
+    """SGLang's `separate_reasoning: false` (sent by a harness through the proxy) answers the whole text in `content`,
+    as asked: it read as a parser that split elsewhere than the ids (a WARN on a healthy answer)."""
+    body = json.loads((RECORDINGS / "sgl_chat.json").read_text())
+    choice = body["choices"][0]
+    whole = (choice["message"]["reasoning_content"] or "") + (choice["message"]["content"] or "")
+    capture = Capture(
+        prompt_ids=choice["prompt_token_ids"],
+        output_ids=choice["response_token_ids"],
+        finish_reason="stop",
+        reasoning=None,
+        content=whole,
+        reasoning_field="reasoning_content",
+        endpoint="sglang-chat",
+        usage=body["usage"],
+        settings={"separate_reasoning": False},
+    )
+    assert "parser_split_mismatch" not in analyze(capture, kimi_profile, kimi_tok).codes
+    asked = dataclasses.replace(capture, settings={"separate_reasoning": True})
+    assert "parser_split_mismatch" in analyze(asked, kimi_profile, kimi_tok).codes
+
+
 def test_severity_override(kimi_tok, kimi_profile):
     capture = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT[:-1], finish_reason="length")
     analysis = analyze(capture, kimi_profile, kimi_tok, severities={"truncated": "warn"})

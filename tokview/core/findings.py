@@ -36,7 +36,7 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
     run_checks,
     why,
 )
-from tokview.core.json_value import JsonObject
+from tokview.core.json_value import JsonObject, as_pydantic_bool
 from tokview.core.profiles import HARMONY, KIMI_K2
 from tokview.core.prompt_scan import first_spelling_cut
 from tokview.core.record import Capture
@@ -417,11 +417,18 @@ def reasoning_field_missing(ctx: Context) -> Hit | None:
     )
 
 
+def _split_turned_off(value: object) -> bool:
+    """Whether a request's `separate_reasoning` (SGLang's; true when absent) turned the reasoning split off."""
+    return value is not None and as_pydantic_bool(value) is False
+
+
 @rule("parser_split_mismatch", WARN, "The parser split reasoning/answer elsewhere than the delimiter ids do.")
 def parser_split_mismatch(ctx: Context) -> Hit | None:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or (c.reasoning is None and c.content is None) or _reasoning_unreturned(ctx):
         return None
+    if _split_turned_off(c.settings.get("separate_reasoning")):
+        return None  # SGLang's `separate_reasoning: false`: the client asked for the whole answer in `content`
     if ctx.profile.format == HARMONY:
         return None  # the channels split a Harmony output: harmony_split_mismatch
     split = ctx.id_split

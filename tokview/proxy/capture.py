@@ -45,6 +45,7 @@ SAMPLING_KEYS = (
     "response_format",
     "reasoning_effort",
     "include_reasoning",
+    "separate_reasoning",
 )
 
 
