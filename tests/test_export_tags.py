@@ -150,3 +150,38 @@ def test_a_sample_reviewed_otherwise_after_it_was_selected_is_not_exported(sampl
         assert "p1" not in {r[0] for r in got}
     elif fmt == "speculators":
         assert "p1" not in _prompts(out)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "trajectory"])
+def test_a_table_leaves_out_a_sample_reviewed_otherwise_after_its_rows_were_checked(
+    sample_store, tmp_path, monkeypatch, fmt
+):
+    """A table format reads its rows again when it writes the file, after every chunk was checked: a sample rejected
+    in between (for the first chunk, the whole loop) was written. It is left out, and the tallies are made again."""
+    from tokview.export import writer
+
+    ids = [r[0] for r in sample_store.query("SELECT sample_id FROM samples ORDER BY prompt_id")]
+    for sample_id in ids:
+        sample_store.record_verdict(sample_id, "approved")
+    tally, calls = writer._tally, []
+
+    def then_rejected(row, *args):
+        calls.append(row["sample_id"])
+        if len(calls) == len(ids):  # every row checked: the first is rejected before the table is written
+            sample_store.record_verdict(ids[0], "rejected", reason="late")
+        return tally(row, *args)
+
+    monkeypatch.setattr(writer, "_tally", then_rejected)
+    out = tmp_path / ("a.parquet" if fmt == "parquet" else "a.jsonl")
+    result = export(sample_store, fmt, out, select="approved", tokenizer=kimi(), profile=profile())
+    assert result.refused == {"no_longer_selected": 1}
+    assert result.exported == len(ids) - 1
+    kept = sample_store.rows_for(ids[1:])
+    assert sum(result.freq.values()) == sum(len(r["output_ids"]) for r in kept)  # the tallies without it
+    if fmt == "parquet":
+        got = duckdb.connect().execute(f"SELECT sample_id FROM read_parquet('{out}')").fetchall()
+    else:
+        got = [
+            (t["sample_id"],) for line in out.read_text().splitlines() for t in json.loads(line)["metadata"]["turns"]
+        ]
+    assert ids[0] not in {r[0] for r in got} and len(got) == len(ids) - 1

@@ -396,10 +396,13 @@ def test_no_split_is_no_mismatch_when_the_client_turned_the_split_off(kimi_tok, 
         endpoint="sglang-chat",
         usage=body["usage"],
         settings={"separate_reasoning": False},
+        server_kind="sglang",
     )
     assert "parser_split_mismatch" not in analyze(capture, kimi_profile, kimi_tok).codes
     asked = dataclasses.replace(capture, settings={"separate_reasoning": True})
     assert "parser_split_mismatch" in analyze(asked, kimi_profile, kimi_tok).codes
+    vllm = dataclasses.replace(capture, server_kind="vllm", endpoint="vllm-chat")  # vLLM ignores the field
+    assert "parser_split_mismatch" in analyze(vllm, kimi_profile, kimi_tok).codes
 
 
 def test_severity_override(kimi_tok, kimi_profile):

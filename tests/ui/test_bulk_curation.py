@@ -289,3 +289,17 @@ async def test_a_page_key_in_the_export_format_list_on_a_tiny_terminal_is_no_cra
             await pilot.press(key)
             await pilot.pause(0.05)
         assert app._exception is None and isinstance(app.screen, ExportDialog)
+
+
+async def test_bulk_approve_of_samples_approved_already_asks_no_override(make_app, store):
+    """Marked samples approved already (their error findings overridden then) asked again for an override, though
+    approving them changes nothing."""
+    ids = [r.sample_id for r in store.samples_page(SampleFilter(), "sample_id", 0, 6)]
+    for sample_id in ids:
+        store.record_verdict(sample_id, "approved", override=True)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await mark_rows(app, pilot, 0, 5)  # p000 and p005 are truncated: invalid, approved as overrides
+        await pilot.press("a")
+        assert isinstance(app.screen, Confirm), type(app.screen).__name__

@@ -418,7 +418,8 @@ def reasoning_field_missing(ctx: Context) -> Hit | None:
 
 
 def _split_turned_off(value: object) -> bool:
-    """Whether a request's `separate_reasoning` (SGLang's; true when absent) turned the reasoning split off."""
+    """Whether a request's `separate_reasoning` (SGLang's; true when absent) turned the reasoning split off: vLLM has
+    no such field and ignores it."""
     return value is not None and as_pydantic_bool(value) is False
 
 
@@ -427,7 +428,7 @@ def parser_split_mismatch(ctx: Context) -> Hit | None:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or (c.reasoning is None and c.content is None) or _reasoning_unreturned(ctx):
         return None
-    if _split_turned_off(c.settings.get("separate_reasoning")):
+    if c.server_kind == "sglang" and _split_turned_off(c.settings.get("separate_reasoning")):
         return None  # SGLang's `separate_reasoning: false`: the client asked for the whole answer in `content`
     if ctx.profile.format == HARMONY:
         return None  # the channels split a Harmony output: harmony_split_mismatch

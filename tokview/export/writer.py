@@ -23,6 +23,7 @@ from tokview.core.finding_context import Vocabulary, vocabulary_of
 from tokview.core.findings import ERROR, default_severity
 from tokview.core.json_value import strict_json_line
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
+from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.errors import describe_error
 from tokview.export import rerender as rr
@@ -424,11 +425,19 @@ def _export_to(
                         )
                     sink.write(strict_json_line(record))
                 exported.append((row["sample_id"], row_id_of[row["sample_id"]]))
-                lengths.add(len(capture.prompt_ids) + len(capture.output_ids))
-                drift += "retokenize_drift" in (row.get("codes") or [])
-                freq.update(capture.output_ids)
-                seen.add(row, capture, served_kwargs(capture.settings, prof))
+                drift += _tally(row, capture, prof, freq, lengths, seen)
         if fmt.write_table is not None:
+            # A table is read again when it is written, after every chunk was checked: a sample reviewed otherwise
+            # in between (the loop's whole length for the first chunk) is left out here, and the tallies made again.
+            kept = export_rows.still_selected(store, [e[0] for e in exported], still_selected)
+            if len(kept) < len(exported):
+                refused["no_longer_selected"] += len(exported) - len(kept)
+                exported = [e for e in exported if e[0] in kept]
+                freq, lengths, seen, drift = Counter(), Lengths(), Provenance(), 0
+                for start in range(0, len(exported), CHUNK):
+                    for row in store.rows_for([e[0] for e in exported[start : start + CHUNK]]):
+                        capture = capture_from_row(row)
+                        drift += _tally(row, capture, profiles.get(row["profile"]), freq, lengths, seen)
             made = fmt.write_table(store, exported, plan, profiles.get)
             if hasattr(made, "section"):  # rows that are not one per sample (trajectory): their own lengths
                 table_section = {fmt.name: made.section()}
@@ -458,6 +467,16 @@ def _export_to(
     elif plan.data is not None:
         result.data_sha256, result.data_bytes = _file_hash(plan.data.temp)
     return result
+
+
+def _tally(
+    row: dict[str, Any], capture: Capture, prof: ModelProfile, freq: Counter[int], lengths: Lengths, seen: Provenance
+) -> int:
+    """Count one exported sample into the manifest's tallies; 1 when it holds `retokenize_drift`."""
+    lengths.add(len(capture.prompt_ids) + len(capture.output_ids))
+    freq.update(capture.output_ids)
+    seen.add(row, capture, served_kwargs(capture.settings, prof))
+    return int("retokenize_drift" in (row.get("codes") or []))
 
 
 def _final(plan: Plan, key: str) -> Path | None:

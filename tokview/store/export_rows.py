@@ -122,6 +122,18 @@ def selected_keys(store: Store, selection: Selection, *, valid_only: bool = Fals
     return [SampleKey(*r) for r in rows]
 
 
+def still_selected(store: Store, sample_ids: list[str], where: tuple[str, list[Any]] | None) -> set[str]:
+    """Those of `sample_ids` a selection's clause (`Selection.where`) still picks (all of them without one)."""
+    if where is None or not sample_ids:
+        return set(sample_ids)
+    clause, params = where
+    rows = store.query(
+        f"SELECT sample_id FROM samples WHERE sample_id IN (SELECT unnest(?::VARCHAR[])) AND ({clause})",
+        [sample_ids, *params],
+    )
+    return {r[0] for r in rows}
+
+
 def invalid_codes(store: Store, selection: Selection) -> list[list[str]]:
     """The finding codes of each selected sample that is not valid (what `--select approved` leaves out)."""
     where, params = selection.where()

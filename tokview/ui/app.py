@@ -266,7 +266,7 @@ class TokviewApp(App[None]):
 
     def _bulk_approve(self, ids: list[str]) -> None:
         store, who, n = self.session.store, self.session.who, len(ids)
-        invalid = bulk_review.invalid_among(store, ids)
+        invalid = bulk_review.invalid_among(store, ids, not_yet="approved")  # approved already: nothing to override
         if not invalid:
             self._confirm(
                 f"Approve {n} marked samples?",
