@@ -185,3 +185,14 @@ def test_a_table_leaves_out_a_sample_reviewed_otherwise_after_its_rows_were_chec
             (t["sample_id"],) for line in out.read_text().splitlines() for t in json.loads(line)["metadata"]["turns"]
         ]
     assert ids[0] not in {r[0] for r in got} and len(got) == len(ids) - 1
+
+
+def test_tags_are_grouped_in_python_as_duckdb_compares_them():
+    """`load_sample` and the tag dialog grouped tags by Python's lower case: 'İzmir' and 'izmir' were two tags there
+    and one in SQL, 'ΣΑΣ' and 'σας' one there and two in SQL."""
+    from tokview.store.queries import caseless_tags, sql_lower
+
+    assert caseless_tags(["İzmir", "izmir", "ΣΑΣ", "σας"]) == ["izmir", "σας", "ΣΑΣ"]
+    chars = [chr(c) for c in range(1, 0x3000)]
+    lowered = duckdb.connect().execute("SELECT lower(unnest(?::VARCHAR[]))", [chars]).fetchall()
+    assert [sql_lower(c) for c in chars] == [r[0] for r in lowered]

@@ -120,12 +120,19 @@ TAG_COUNTS = (
 )
 
 
+def sql_lower(text: str) -> str:
+    """`text` in lower case as DuckDB's `lower` writes it, which every tag comparison in SQL uses: one character for
+    one (Python's full mapping writes 'İ' as two, 'i̇', and a final 'Σ' as 'ς'; DuckDB writes 'i' and 'σ')."""
+    return "".join("i" if ch == "\u0130" else ch.lower() for ch in text)
+
+
 def caseless_tags(tags: Iterable[str]) -> list[str]:
-    """Tags compared without case: one spelling each (the smallest, as `TAG_COUNTS` picks), sorted without case."""
+    """Tags compared without case, as SQL compares them (`sql_lower`): one spelling each (the smallest, as
+    `TAG_COUNTS` picks), sorted without case."""
     seen: dict[str, str] = {}
     for tag in tags:
-        seen[tag.lower()] = min(seen.get(tag.lower(), tag), tag)
-    return sorted(seen.values(), key=str.lower)
+        seen[sql_lower(tag)] = min(seen.get(sql_lower(tag), tag), tag)
+    return sorted(seen.values(), key=sql_lower)
 
 
 def like_pattern(text: str) -> str:

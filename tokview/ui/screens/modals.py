@@ -146,9 +146,11 @@ class TagDialog(ModalScreen[TagEdit | None]):
         super().__init__()
         self.title_text = title
         self.carried = list(carried)
-        lower = {t.lower() for t in carried}
+        from tokview.store.queries import sql_lower  # tags are one without case as the store compares them
+
+        lower = {sql_lower(t) for t in carried}
         self.offered: list[tuple[str, str]] = [("remove", t) for t in carried]
-        self.offered += [("add", t) for t, _n in existing if t.lower() not in lower]
+        self.offered += [("add", t) for t, _n in existing if sql_lower(t) not in lower]
         self.counts = {t: n for t, n in existing}
 
     def compose(self) -> ComposeResult:
