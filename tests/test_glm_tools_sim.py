@@ -56,11 +56,19 @@ TRACE = {
 LAYOUT = BUILTIN_PROFILES["glm-4.7"].tool_calls
 
 
-def _run(tmp_path: Path, tok_dir: Path, quirks: dict) -> list:
+def _served_ids(kind: str, answer: dict) -> tuple[list[int], list[int]]:
+    """(prompt ids, output ids) of a chat answer, in each server's fields."""
+    if kind == "sglang":
+        choice = answer["choices"][0]
+        return choice["prompt_token_ids"], choice["response_token_ids"]
+    return answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
+
+
+def _run(tmp_path: Path, tok_dir: Path, quirks: dict, kind: str = "vllm") -> list:
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps(TRACE) + "\n")
     db = tmp_path / "s.duckdb"
-    cfg = SimConfig(kind="vllm", tokenizer_dir=tok_dir, profile="glm-4.7", quirks=quirks)
+    cfg = SimConfig(kind=kind, tokenizer_dir=tok_dir, profile="glm-4.7", quirks=quirks)
     args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
     args += ["--max-new-tokens", "400", "--history", "served", "--tokenizer", str(tok_dir), "--profile", "glm-4.7"]
     with start_simulator(cfg) as sim:
@@ -71,15 +79,15 @@ def _run(tmp_path: Path, tok_dir: Path, quirks: dict) -> list:
         for s in turns:  # the stored request asked again: the server serves the stored ids
             assert s.capture.raw_request is not None
             again = httpx.post(sim.url + "/v1/chat/completions", json=s.capture.raw_request["body"], timeout=30).json()
-            assert s.capture.prompt_ids == again["prompt_token_ids"]
-            assert s.capture.output_ids == again["choices"][0]["token_ids"]
+            assert (s.capture.prompt_ids, s.capture.output_ids) == _served_ids(kind, again)
     return turns
 
 
-def test_a_glm_tool_loop_is_served_token_exact_with_no_finding(tmp_path, glm_tok_dir):
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])  # SGLang's served Kimi's calls: a GLM loop stopped at turn 0
+def test_a_glm_tool_loop_is_served_token_exact_with_no_finding(tmp_path, glm_tok_dir, kind):
     from tokview.core.tokenizer import load_tokenizer
 
-    turns = _run(tmp_path, glm_tok_dir, {})
+    turns = _run(tmp_path, glm_tok_dir, {}, kind)
     assert len(turns) == 2
     call_turn, answer = turns
     served = call_turn.capture.tool_calls
@@ -103,11 +111,12 @@ def test_a_glm_tool_quirk_fires_its_finding(tmp_path, glm_tok_dir, quirk, code):
     assert code in {f.code for f in turns[0].findings}
 
 
-def test_a_streamed_glm_call_folds_to_the_plain_answers_call(glm_tok_dir):
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_streamed_glm_call_folds_to_the_plain_answers_call(glm_tok_dir, kind):
     from tokview.core.tool_calls import fold_stream_tool_calls
 
     body = {"model": "tokview-sim", "messages": TRACE["messages"][:1], "tools": TOOLS, "temperature": 0, "seed": 1}
-    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=glm_tok_dir, profile="glm-4.7")) as sim:
+    with start_simulator(SimConfig(kind=kind, tokenizer_dir=glm_tok_dir, profile="glm-4.7")) as sim:
         plain = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()
         with httpx.stream("POST", sim.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=30) as r:
             lines = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: {")]

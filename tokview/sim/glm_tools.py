@@ -104,7 +104,8 @@ def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed:
 
 
 def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking: bool) -> ToolTurn:
-    """vLLM's glm45 reasoning + glm47 tool parse of the output: per id a region, and the closed calls."""
+    """The glm45 reasoning + glm47 tool parse of the output (vLLM's and SGLang's): per id a region, and the closed
+    calls."""
     out = gen.output_ids
     close = state.profile.think_close_id
     stops = set(state.profile.stop_ids)
@@ -130,6 +131,10 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
     choice = tools.tool_choice(body)[0]
     if choice == "none" or state.cfg.quirk("parser-drops-call"):
         calls, names = ([], []) if choice == "none" else (calls[:-1], names[:-1])
-    ids = [f"chatcmpl-tool-{uuid.uuid4().hex}" for _ in calls]
+    # vLLM names a call chatcmpl-tool-<uuid>; SGLang call_<24 hex> (every tool parser but kimi_k2's)
+    ids = [
+        f"chatcmpl-tool-{uuid.uuid4().hex}" if state.cfg.kind == "vllm" else f"call_{uuid.uuid4().hex[:24]}"
+        for _ in calls
+    ]
     parsed = ParsedOutput(regions, calls, answer_at + first if first is not None else None)
     return ToolTurn(parsed, calls, ids, names, choice)

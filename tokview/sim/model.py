@@ -241,6 +241,8 @@ class Quirks(Protocol):
     """What those models read of the simulator's configuration (`config.SimConfig` is one)."""
 
     seed: int
+    kind: str
+    """The server simulated: "vllm" or "sglang"."""
 
     def quirk(self, name: str) -> Any: ...
 

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokview.core.json_value import JsonObject, as_pydantic_bool
-from tokview.sim import common, faults, requests, tool_shapes, tools
+from tokview.sim import common, faults, glm_tools, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -165,11 +165,15 @@ def _tool_chat(
     stream: bool,
     fault: str | None,
 ) -> Response:
-    """A chat request with tools: SGLang's kimi_k2 tool parser's answer (tools README §3-§5)."""
+    """A chat request with tools: SGLang's kimi_k2 tool parser's answer (tools README §3-§5); a GLM model's, its
+    glm47 parser's (as `--tool-call-parser glm47` answers)."""
     started = time.monotonic()
     out = gen.output_ids
     history = tools.history_tool_calls(body.get("messages") or [])
-    turn = tool_shapes.read_turn(state, body, gen, thinking, history)
+    if glm_tools.is_glm(state):
+        turn = glm_tools.read_turn(state, body, gen, thinking)
+    else:
+        turn = tool_shapes.read_turn(state, body, gen, thinking, history)
     usage = {
         "prompt_tokens": len(prompt),
         "total_tokens": len(prompt) + len(out),

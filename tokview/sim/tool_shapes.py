@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tokview.core.json_value import JsonObject
-from tokview.sim import common, tools
+from tokview.sim import common, glm_tools, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.tools import ToolTurn
@@ -208,7 +208,10 @@ def sglang_deltas(state: SimState, turn: ToolTurn, out: list[int]) -> list[tuple
             deltas.append(({"role": None, "content": state.piece(tid, True), "reasoning_content": None}, True))
         elif pos in begins:
             head = begins[pos]
-            function: dict[str, Any] = {"name": turn.names[head], "arguments": ""}
+            # a GLM call's arguments are read off its <arg_key>/<arg_value> pairs, no span of ids: sent whole with its
+            # name, as the glm47 parser sends them once the call closes (recorded on vLLM; SGLang's chunking unrecorded)
+            whole = turn.calls[head].arguments if glm_tools.is_glm(state) else ""
+            function: dict[str, Any] = {"name": turn.names[head], "arguments": whole}
             call = {"id": turn.ids[head], "index": head, "type": "function", "function": function}
             deltas.append(({**empty, "tool_calls": [call]}, True))
         elif (k := turn.call_at(pos)) is not None and pos != turn.calls[k].end_at:
