@@ -126,3 +126,22 @@ def test_a_streamed_glm_call_folds_to_the_plain_answers_call(glm_tok_dir, kind):
         (c["function"]["name"], c["function"]["arguments"]) for c in calls
     ]
     assert plain["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_sglang_s_stream_misses_ids_quirk_drops_glm_s_markers(glm_tok_dir):
+    """The quirk dropped only Kimi's marker ids, so a GLM stream's sglext ids kept every one of its own."""
+    body = {"model": "tokview-sim", "messages": TRACE["messages"][:1], "tools": TOOLS, "temperature": 0, "seed": 1}
+    body |= {"stream": True, "return_output_ids_in_sglext": True}
+    markers = LAYOUT.marker_ids if LAYOUT is not None else frozenset()
+    got = []
+    for quirks in ({}, {"stream-misses-ids": True}):
+        with start_simulator(
+            SimConfig(kind="sglang", tokenizer_dir=glm_tok_dir, profile="glm-4.7", quirks=quirks)
+        ) as sim:
+            with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body, timeout=30) as r:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        [ext] = [c["sglext"] for c in chunks if c.get("sglext")]
+        got.append(ext["output_ids"][0])
+    whole, missing = got
+    assert markers & set(whole) and not markers & set(missing)
+    assert [t for t in whole if t not in markers] == missing

@@ -12,7 +12,8 @@ drops the last `</tool_call>` (GLM has no section marker: its calls are the sect
 
 The parser (`read_turn`) is vLLM's glm45 reasoning parser and glm47 tool parser, non-streamed
 (glm4_moe_tool_parser.py `extract_tool_calls`): reasoning up to `</think>`, content the text before the first
-`<tool_call>`, every closed call returned with id `chatcmpl-tool-<uuid>`, its arguments `json.dumps` of the pairs
+`<tool_call>`, every closed call returned with id `chatcmpl-tool-<uuid>` (SGLang's glm47 parser: `call_<24 hex>`;
+the simulated SGLang serves a GLM model with it), its arguments `json.dumps` of the pairs
 (a value of a parameter the request's tools type `string` as written, any other json-decoded). Streamed, each call's
 id, name and whole arguments come in one delta at its `</tool_call>` (vLLM streams the arguments in pieces; the
 folded call is the same).

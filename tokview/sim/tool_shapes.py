@@ -8,6 +8,7 @@ deltas whose last `}` waits for `<|tool_call_end|>`. SGLang: the id is rebuilt a
 streaming; streamed, text deltas, one header chunk per call at its argument begin, then the argument
 pieces, and the ids only in the final `sglext` chunk. tool_choice none: vLLM's parser swallows the
 section (no `tool_calls`, `stop`); SGLang does not render the tools at all (handled by the caller).
+A GLM model's turn (`glm_tools`) goes out in the same shapes, a call's arguments whole with its name.
 """
 
 from __future__ import annotations
@@ -264,8 +265,10 @@ def sglang_events(
     events += [chunk(delta, with_usage) for delta, with_usage in sglang_deltas(state, turn, text_ids)]
     events.append(chunk({"reasoning_content": None}, False, finish_reason(turn, gen, "sglang"), gen.matched))
     out = gen.output_ids
-    if state.cfg.quirk("stream-misses-ids"):
-        out = [t for t in out if t not in tools.MARKERS]
+    if state.cfg.quirk("stream-misses-ids"):  # the model's own call markers: Kimi's, or GLM's <tool_call> and kin
+        layout = state.profile.tool_calls
+        markers = layout.marker_ids if glm_tools.is_glm(state) and layout is not None else tools.MARKERS
+        out = [t for t in out if t not in markers]
     ext = sglext(body, prompt, out)
     if ext is not None:
         events.append(sse({**head, "choices": [], "usage": None, "sglext": ext}))
