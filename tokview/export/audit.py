@@ -30,8 +30,9 @@ from tokview.core.record import Capture, sample_id_for
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import server_tool_calls
 from tokview.errors import TokviewError, UserError, first_line
+from tokview.export.rerender import with_tools
 from tokview.store import Store
-from tokview.untrusted_text import printable_line
+from tokview.untrusted_text import has_lone_surrogate, printable_line, storable
 
 
 @dataclass
@@ -204,9 +205,7 @@ def from_conversation(
     history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
     opener, closer = profile.think_open_id, profile.think_close_id
     think = thinking if opener is not None and closer is not None else None  # a plain model's rows: answers only
-    kwargs = profile.template_kwargs(think)
-    if parsed.tools:  # declared as the server's template declares them: the prompt a server would have seen
-        kwargs = {**(kwargs or {}), "tools": parsed.tools}
+    kwargs = with_tools(profile.template_kwargs(think), parsed.tools)  # declared as a server's template does
     prompt = tokenizer.render(history, template_kwargs=kwargs)
     truncated = row.get("truncated") is True or row.get("finish_reason") == "length"
     if messages[last].get("tool_calls"):
@@ -289,7 +288,7 @@ def audit(
     if name is None and not path.is_file():  # `<(zcat …)` is /dev/fd/63 every time: no name to tell audits apart
         raise UserError(f"{path} is a pipe or a device: name its audit with --name (the run is named after a file)")
     name = name or path.stem
-    if not _utf8(name):  # a file named in another encoding: its run id could not be stored
+    if has_lone_surrogate(name):  # a file named in another encoding: its run id could not be stored
         raise UserError(f"{printable_line(str(path))}: its file name is not UTF-8: name its audit with --name")
     report = AuditReport(run_id=f"audit-{name}")
     settings = {"source": "audit", "dataset": name, "thinking": thinking}
@@ -328,7 +327,7 @@ def _earlier_audit(
     again; UserError when it is an audit of another file or with another tokenizer (its sample ids are the rows' ids:
     the new rows would replace the stored ones, their reviews kept on ids nobody reviewed)."""
     run_id = run["run_id"]
-    if run.get("source") and (not path.is_file() or _storable_path(os.path.realpath(run["source"])) != _source(path)):
+    if run.get("source") and (not path.is_file() or storable(os.path.realpath(run["source"])) != _source(path)):
         raise UserError(
             f"run {run_id} already holds an audit of {run['source']}: name this one with --name (its rows would "
             "replace that file's samples)"
@@ -341,22 +340,10 @@ def _earlier_audit(
     return store.reviewed_ids(run_id)
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _source(path: Path) -> str:
     """What a run records of its dataset: a file's real path (the same file however it is named), a pipe's name; a
-    byte a name holds that is not UTF-8 as `\xff` (the store holds text)."""
-    return _storable_path(os.path.realpath(path) if path.is_file() else str(path))
-
-
-def _storable_path(path: str) -> str:
-    return path if _utf8(path) else os.fsencode(path).decode("utf-8", "backslashreplace")
+    byte a name holds that is not UTF-8 as its escape (`storable`: the store holds text)."""
+    return storable(os.path.realpath(path) if path.is_file() else str(path))
 
 
 def readable_dataset(path: Path) -> bool:

@@ -121,7 +121,7 @@ def selected_ids(
     if selection.select not in SELECTIONS:
         raise ExportError(f"unknown selection {selection.select!r} (choose from {', '.join(SELECTIONS)})")
     left_out: dict[str, Any] = {}
-    valid_only = selection.select == "approved" and not include_invalid
+    valid_only = _valid_only(selection, include_invalid)
     if valid_only:
         bad = export_rows.invalid_codes(store, selection)
         if bad:
@@ -285,13 +285,14 @@ def _database_behind(path: Path) -> str | None:
     return None
 
 
+def _valid_only(selection: Selection, include_invalid: bool) -> bool:
+    """`approved` exports the approved samples that are also valid, unless `--include-invalid`."""
+    return selection.select == "approved" and not include_invalid
+
+
 def _still_selected(selection: Selection, include_invalid: bool) -> tuple[str, list[Any]]:
-    """The clause `selected_ids` picked the samples by (with `approved`'s valid-only rule), to check again as rows
-    are read."""
-    where, params = selection.where()
-    if selection.select == "approved" and not include_invalid:
-        where += " AND valid"
-    return where, params
+    """The clause `selected_ids` picked the samples by, to check again as rows are read."""
+    return selection.where(valid_only=_valid_only(selection, include_invalid))
 
 
 def _tags(tags: Sequence[str]) -> tuple[str, ...]:

@@ -476,9 +476,10 @@ class SessionBook:
         return fresh or best
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
-        """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the longest earlier part of
-        `messages` is: the newest that no turn continues yet, else the newest. Two conversations with the same first
-        turns (one task run twice) each go on from their own: the newest alone sent both second turns to one."""
+        """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the
+        longest earlier part of `messages` is: the newest that no turn continues yet, else the newest. Two
+        conversations with the same first turns (one task run twice) each go on from their own: the newest alone
+        sent both second turns to one."""
         if not messages:
             return None
         for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues

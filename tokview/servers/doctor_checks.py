@@ -302,17 +302,14 @@ def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | N
     where = cap.endpoint
     problems = [codes[c] for c in ("output_prefix_overlap", "completion_count_mismatch") if c in codes]
     if problems:
-        advice = [
+        advice = (
             "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang (#17240/#10896), "
             "or drop the overlap after checking it"
             if "output_prefix_overlap" in codes
-            else "",
-            "the ids returned are not the tokens the server counts as generated: compare a direct request's ids with "
-            "its usage, and report it to the server's project"
-            if "completion_count_mismatch" in codes and "output_prefix_overlap" not in codes
-            else "",
-        ]
-        doc.add("fail", "output_ids honesty", f"on {where}: " + " ".join(problems), "".join(advice))
+            else "the ids returned are not the tokens the server counts as generated: compare a direct request's ids "
+            "with its usage, and report it to the server's project"
+        )
+        doc.add("fail", "output_ids honesty", f"on {where}: " + " ".join(problems), advice)
         return
     count = (
         f"{len(cap.output_ids)} ids = completion_tokens {ct}"

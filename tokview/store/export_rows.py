@@ -89,8 +89,9 @@ class Selection:
     without_tags: tuple[str, ...] = ()
     """A sample must carry none of these."""
 
-    def where(self, *, thresholds: bool = True) -> tuple[str, list[Any]]:
-        """The WHERE clause (without the keyword) and its parameters; ValueError on an unknown name."""
+    def where(self, *, thresholds: bool = True, valid_only: bool = False) -> tuple[str, list[Any]]:
+        """The WHERE clause (without the keyword) and its parameters; ValueError on an unknown name. `valid_only`:
+        the samples without an error finding among them (`--select approved` without `--include-invalid`)."""
         if self.select not in SELECTIONS:
             raise ValueError(f"unknown selection {self.select!r} (choose from {', '.join(SELECTIONS)})")
         where = SELECTIONS[self.select]
@@ -107,14 +108,14 @@ class Selection:
         if thresholds and self.max_nll is not None:
             where += " AND mean_nll <= ?"
             params.append(float(self.max_nll))
+        if valid_only:
+            where += " AND valid"
         return where, params
 
 
 def selected_keys(store: Store, selection: Selection, *, valid_only: bool = False) -> list[SampleKey]:
     """The selected samples' keys in export order (by prompt, turn, generation, run, sample id)."""
-    where, params = selection.where()
-    if valid_only:
-        where += " AND valid"
+    where, params = selection.where(valid_only=valid_only)
     rows = store.query(
         f"SELECT sample_id, prompt_id, turn, gen_index, run_id FROM samples WHERE {where} ORDER BY {EXPORT_ORDER}",
         params,
