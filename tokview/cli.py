@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return ExitCode.USAGE
     code = _run_command(args)
+    if argv is None:
+        _stops_end_quietly()
     try:  # what the command printed last is still buffered: written now, so a full disk is said, not ignored
         sys.stdout.flush()
     except OSError as exc:
@@ -209,6 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and getattr(args, "exit_without_teardown", False):
         exit_without_teardown(code)
     return code
+
+
+def _stops_end_quietly() -> None:
+    """Once the command's work is done (its exit code decided), a Ctrl-C is ignored and a SIGTERM ends the process
+    as its default does: one arriving while the interpreter joins its threads at exit printed a traceback from
+    `threading._shutdown` (a merge that had merged, killed then; exit 0 either way)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def exit_without_teardown(code: int) -> NoReturn:
