@@ -20,6 +20,8 @@ import pytest
 from tokview.cli import main
 from tokview.core.glm_layout import GLM_ID
 from tokview.core.kimi_layout import KIMI_ID, kimi_tokenizer_dir
+from tokview.core.profiles import detect_profile
+from tokview.core.tokenizer import load_tokenizer
 from tokview.errors import ExitCode
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
@@ -104,7 +106,7 @@ def _contains(ids: list[int], block: list[int]) -> bool:
     return any(ids[i : i + n] == block for i in range(len(ids) - n + 1))
 
 
-def _run(tmp_path: Path, profile: str, tok_dir: Path, history_reasoning: str) -> list:
+def _run(tmp_path: Path, profile: str, tok_dir: Path | None, history_reasoning: str) -> list:
     trace = CASES[profile][0]
     tools = "tools" in trace
     prompts = tmp_path / "p.jsonl"
@@ -114,7 +116,7 @@ def _run(tmp_path: Path, profile: str, tok_dir: Path, history_reasoning: str) ->
     cfg = SimConfig(kind="vllm", tokenizer_dir=tok_dir, profile=profile, quirks=quirks)
     args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
     args += ["--max-new-tokens", "400", "--history", "served", "--history-reasoning", history_reasoning]
-    args += ["--tokenizer", str(tok_dir), "--profile", profile]
+    args += ["--profile", profile] + (["--tokenizer", str(tok_dir)] if tok_dir else [])
     with start_simulator(cfg) as sim:
         assert main([*args, "--server", sim.url]) == ExitCode.OK
         store = Store(str(db))
@@ -129,12 +131,13 @@ def _run(tmp_path: Path, profile: str, tok_dir: Path, history_reasoning: str) ->
 
 
 @pytest.mark.parametrize(
-    ("profile", "history_reasoning"), [("glm-4.7", "template"), ("glm-4.7", "all"), ("kimi-k2.6", "template")]
+    ("profile", "history_reasoning"),
+    [("glm-4.7", "template"), ("glm-4.7", "all"), ("kimi-k2.6", "template"), ("kimi-k2.6", "all")],
 )
 def test_served_history_reasoning_is_kept_exactly_where_the_template_keeps_it(
     tmp_path, glm_tok_dir, profile, history_reasoning
 ):
-    tok_dir = glm_tok_dir if profile.startswith("glm") else kimi_tokenizer_dir()
+    tok_dir = glm_tok_dir if profile.startswith("glm") else kimi_tokenizer_dir(model=profile)
     trace, keeps, think_open, think_close, dropped_head = CASES[profile]
     turns = _run(tmp_path, profile, tok_dir, history_reasoning)
     assert len(turns) == sum(m["role"] == "assistant" for m in trace["messages"])
@@ -156,3 +159,25 @@ def test_served_history_reasoning_is_kept_exactly_where_the_template_keeps_it(
             assert _contains(sample.capture.prompt_ids, kept) is expected, where
             assert _contains(sample.capture.prompt_ids, dropped) is not expected, where
     assert seen == ({True} if history_reasoning == "all" else {True, False}), "the trace shows both sides of the rule"
+
+
+def test_kimi_k26_without_a_tokenizer_folder_serves_and_renders_k26s_template(tmp_path):
+    """`tokview sim --profile kimi-k2.6` and `tokview batch --profile kimi-k2.6` with no `--tokenizer` use the built
+    K2.6 variant (its template reads `preserve_thinking`) on both sides: `all` keeps every served turn's reasoning,
+    and the local render agrees with the served prompt (no `prompt_render_mismatch`). K2.5's stays K2.5's."""
+    k26 = kimi_tokenizer_dir(model="kimi-k2.6")
+    assert (
+        k26 != kimi_tokenizer_dir()
+        and "preserve_thinking" not in (kimi_tokenizer_dir() / "chat_template.jinja").read_text()
+    )
+    assert detect_profile(load_tokenizer(k26)).name == "kimi-k2.6"
+    assert detect_profile(load_tokenizer(kimi_tokenizer_dir())).name == "kimi-k2.5"
+    turns = _run(tmp_path, "kimi-k2.6", None, "all")
+    assert len(turns) == 4
+    last = turns[-1].capture
+    for j, earlier in enumerate(turns[:-1]):
+        out = earlier.capture.output_ids
+        kept = [KIMI_ID["<think>"], *out[: out.index(KIMI_ID["</think>"]) + 1]]
+        assert _contains(last.prompt_ids, kept), f"served turn {j}'s reasoning is in the last prompt"
+    codes = {f.code for t in turns for f in t.findings}
+    assert "prompt_render_mismatch" not in codes, codes

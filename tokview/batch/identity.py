@@ -62,9 +62,7 @@ def identity_key(config: BatchConfig) -> str | None:
 
     directory = config.tokenizer_dir
     if directory is None:
-        from tokview.core.kimi_layout import kimi_tokenizer_dir
-
-        directory = kimi_tokenizer_dir()
+        directory = profiles.default_tokenizer_dir(config.profile)
     h = hashlib.sha256()
     h.update(f"{__version__}\0{Path(directory).resolve()}\0{config.trust_remote_code}\0{config.profile}\0".encode())
     try:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = (
         load_tokenizer(args.tokenizer, trust_remote_code=args.trust_remote_code)
         if args.tokenizer
-        else _default_tokenizer()
+        else _default_tokenizer(args.profile)
     )
     if not args.json:
         print(
@@ -86,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_tokenizer() -> TokenizerAdapter:
-    from tokview.core.kimi_layout import kimi_tokenizer_dir
+def _default_tokenizer(profile: str | None) -> TokenizerAdapter:
+    from tokview.core.profiles import default_tokenizer_dir
     from tokview.core.tokenizer import load_tokenizer
 
-    return load_tokenizer(kimi_tokenizer_dir())
+    return load_tokenizer(default_tokenizer_dir(profile))
 
 
 def _texts(items: list[str]) -> Iterator[str]:

@@ -191,6 +191,20 @@ CHAT_TEMPLATE = (
 )
 
 
+K26_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{%- if loop.index0 <= ns.last_plain or (thinking is defined and thinking is false) -%}",
+    "{%- set ns.keep_all = preserve_thinking is defined and preserve_thinking -%}"
+    "{%- if (loop.index0 <= ns.last_plain and not ns.keep_all) or (thinking is defined and thinking is false "
+    "and not ns.keep_all) -%}",
+).replace("namespace(tools_used=false, last_plain=-1)", "namespace(tools_used=false, last_plain=-1, keep_all=false)")
+"""Kimi-K2.6's variant: `preserve_thinking: true` keeps every history turn's reasoning (K2.6 sets its last plain
+assistant index to -1 then, and renders `<think></think>` for `thinking: false` only when it is false)."""
+assert K26_CHAT_TEMPLATE.count("preserve_thinking") == 2 and K26_CHAT_TEMPLATE.count("keep_all") == 4
+
+MODELS = {"kimi-k2.5": CHAT_TEMPLATE, "kimi-k2.6": K26_CHAT_TEMPLATE}
+"""The layouts built: one vocabulary, each model's template (a run serves or renders the one its profile names)."""
+
+
 def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Build the id layout of §3.3.  Insertion order == id order, which keeps output deterministic."""
     from tokview.core.tokenizer import bytes_to_unicode
@@ -231,7 +245,7 @@ def _vocab_and_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, merges
 
 
-def _write_tokenizer(out: Path, think_special: bool) -> None:
+def _write_tokenizer(out: Path, think_special: bool, model: str) -> None:
     """Write all tokenizer files into ``out`` (an empty directory)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -261,14 +275,15 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
         pad_token="[PAD]",
         model_max_length=4096,
     )
-    hf.chat_template = CHAT_TEMPLATE
+    template = MODELS[model]
+    hf.chat_template = template
     hf.save_pretrained(str(out))
     # transformers 5 writes tokenizer_class "TokenizersBackend", which transformers 4.x (pinned by
     # some servers) cannot resolve; the v4 name loads in both.  The template also goes into the
     # config so readers that ignore chat_template.jinja still find it.
     cfg_path = out / "tokenizer_config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    cfg.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=CHAT_TEMPLATE)
+    cfg.update(tokenizer_class="PreTrainedTokenizerFast", chat_template=template)
     cfg.pop("backend", None)
     # Written by hand: transformers 4 writes this table and 5 does not, and tokenizers that ship
     # their own code (Kimi's TikTokenTokenizer) read the special names from it.
@@ -284,18 +299,18 @@ def _write_tokenizer(out: Path, think_special: bool) -> None:
         for s in names
     }
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
-    (out / LAYOUT_MARKER).write_text(json.dumps(_marker(think_special), indent=2) + "\n", encoding="utf-8")
+    (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+    (out / LAYOUT_MARKER).write_text(json.dumps(_marker(think_special, model), indent=2) + "\n", encoding="utf-8")
 
 
-def _marker(think_special: bool) -> dict[str, str | bool | int]:
-    return {"layout": "kimi-k2.5", "think_special": think_special, "version": LAYOUT_VERSION}
+def _marker(think_special: bool, model: str) -> dict[str, str | bool | int]:
+    return {"layout": model, "think_special": think_special, "version": LAYOUT_VERSION}
 
 
-def _is_built(d: Path, think_special: bool) -> bool:
+def _is_built(d: Path, think_special: bool, model: str) -> bool:
     try:
         marker: object = json.loads((d / LAYOUT_MARKER).read_text(encoding="utf-8"))
-        return marker == _marker(think_special)
+        return marker == _marker(think_special, model)
     except (OSError, ValueError):
         return False
 
@@ -306,7 +321,7 @@ thread and its tokenizer-loading thread at once, and two threads importing trans
 together fail in one of them (ImportError on a machine whose cache is still empty)."""
 
 
-def _build(out_dir: Path, think_special: bool, replace: bool) -> Path:
+def _build(out_dir: Path, think_special: bool, replace: bool, model: str = "kimi-k2.5") -> Path:
     """Build in a sibling temp dir and rename it into place, so readers never see half a dir.
 
     With ``replace=False`` (the cache path) losing a race to another process is fine: its
@@ -319,14 +334,14 @@ def _build(out_dir: Path, think_special: bool, replace: bool) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; servers may run as another user
-        _write_tokenizer(tmp, think_special)
+        _write_tokenizer(tmp, think_special, model)
         try:
             os.rename(tmp, out_dir)  # atomic; succeeds if out_dir is absent or an empty dir
             return out_dir
         except OSError:
             if not out_dir.exists():
                 raise
-        if not replace and _is_built(out_dir, think_special):
+        if not replace and _is_built(out_dir, think_special, model):
             return out_dir
         trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
         os.rename(out_dir, trash / "old")
@@ -338,7 +353,7 @@ def _build(out_dir: Path, think_special: bool, replace: bool) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def build_kimi_tokenizer_dir(out_dir: Path, *, think_special: bool = True) -> Path:
+def build_kimi_tokenizer_dir(out_dir: Path, *, think_special: bool = True, model: str = "kimi-k2.5") -> Path:
     """(Re)build the tiny Kimi tokenizer into ``out_dir`` and return its absolute path.
 
     Writes tokenizer.json, tokenizer_config.json (plus whatever else ``save_pretrained`` emits),
@@ -348,24 +363,28 @@ def build_kimi_tokenizer_dir(out_dir: Path, *, think_special: bool = True) -> Pa
     An existing ``out_dir`` is replaced.
     """
     with _BUILD_LOCK:
-        return _build(Path(out_dir), think_special, replace=True)
+        return _build(Path(out_dir), think_special, replace=True, model=model)
 
 
-def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = None) -> Path:
+def kimi_tokenizer_dir(*, think_special: bool = True, cache_dir: Path | None = None, model: str = "kimi-k2.5") -> Path:
     """Return a cached build, building it only if its marker file is missing or stale.
 
     ``cache_dir`` (default ``$TOKVIEW_CACHE`` or ``~/.cache/tokview``) is a base directory; the
-    build lives in its ``kimi-layout`` or ``kimi-layout-nonspecial`` subdirectory, so both
-    variants can share one cache.
+    build lives in its ``kimi-layout`` or ``kimi-layout-nonspecial`` subdirectory (``kimi-k2.6-layout…``
+    for ``model="kimi-k2.6"``, whose template reads ``preserve_thinking``), so every variant can share one
+    cache. K2.5's folder keeps its name and template: run identities and verdict caches hash them.
     """
+    if model not in MODELS:
+        raise ValueError(f"no Kimi layout for {model!r} (known: {', '.join(MODELS)})")
     base = Path(cache_dir) if cache_dir is not None else cache_folder()
-    d = base.expanduser() / ("kimi-layout" if think_special else "kimi-layout-nonspecial")
-    if _is_built(d, think_special):
+    name = "kimi-layout" if model == "kimi-k2.5" else f"{model}-layout"
+    d = base.expanduser() / (name if think_special else f"{name}-nonspecial")
+    if _is_built(d, think_special, model):
         return d.absolute()
     with _BUILD_LOCK:
-        if _is_built(d, think_special):  # another thread built it while this one waited
+        if _is_built(d, think_special, model):  # another thread built it while this one waited
             return d.absolute()
-        return _build(d, think_special, replace=False)
+        return _build(d, think_special, replace=False, model=model)
 
 
 # What Kimi's real tokenizer_config.json names: its TikTokenTokenizer's defaults (one definition, there).

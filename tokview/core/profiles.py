@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from tokview.core.glm_layout import GLM_ID
-from tokview.core.kimi_layout import KIMI_ID
+from tokview.core.kimi_layout import KIMI_ID, kimi_tokenizer_dir
 from tokview.errors import TokviewError
 
 if TYPE_CHECKING:
@@ -446,6 +446,15 @@ def get_profile(name: str) -> ModelProfile:
     except KeyError:
         known = ", ".join(sorted(BUILTIN_PROFILES))
         raise ProfileError(f"unknown profile {name!r} (known: {known}, or a .toml file)") from None
+
+
+def default_tokenizer_dir(profile: str | None, *, think_special: bool = True) -> Path:
+    """The built-in Kimi-layout tokenizer a run without `--tokenizer` uses: K2.6's variant for the `kimi-k2.6`
+    profile (its template reads `preserve_thinking`, so `--history-reasoning all` changes the prompt as on a real
+    K2.6), else K2.5's (a profile file too)."""
+    name = ALIASES.get((profile or "").lower(), (profile or "").lower())
+    model = "kimi-k2.6" if name == "kimi-k2.6" else "kimi-k2.5"
+    return kimi_tokenizer_dir(think_special=think_special, model=model)
 
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -14,6 +14,7 @@ from tokview.core.profiles import (
     ModelProfile,
     ProfileError,
     check_tool_layout_fits,
+    default_tokenizer_dir,
     detect_profile,
     get_profile,
     profile_from_fields,
@@ -35,9 +36,7 @@ def load_tokenizer_and_profile(
     `load_tokenizer`."""
     if tokenizer is None:
         if tokenizer_dir is None:
-            from tokview.core.kimi_layout import kimi_tokenizer_dir
-
-            tokenizer_dir = kimi_tokenizer_dir()
+            tokenizer_dir = default_tokenizer_dir(profile)
         tokenizer = load_tokenizer(tokenizer_dir, trust_remote_code=trust_remote_code, sliced=sliced)
     if model_profile is None:
         if profile:

@@ -211,10 +211,10 @@ async def run_doctor(
             and served
             and KIMI_ID["<|im_user|>"] in served
         ):
-            from tokview.core.kimi_layout import kimi_tokenizer_dir
+            from tokview.core.profiles import default_tokenizer_dir
             from tokview.core.tokenizer import load_tokenizer
 
-            tokenizer = load_tokenizer(kimi_tokenizer_dir())
+            tokenizer = load_tokenizer(default_tokenizer_dir(named.name if named else None))
         ctx = DoctorContext(client, policy, info, profile, tokenizer, thinking)
         if named is not None and tokenizer is not None:
             _check_profile_fits(ctx, named, tokenizer)

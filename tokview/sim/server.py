@@ -55,9 +55,9 @@ def _tokenizer_and_profile(path: str) -> tuple[TokenizerAdapter, ModelProfile]:
 
 def tokenizer_for(cfg: SimConfig) -> tuple[TokenizerAdapter, ModelProfile]:
     if cfg.tokenizer_dir is None:
-        from tokview.core.kimi_layout import kimi_tokenizer_dir
+        from tokview.core.profiles import default_tokenizer_dir
 
-        path = kimi_tokenizer_dir(think_special=cfg.think_special)
+        path = default_tokenizer_dir(cfg.profile, think_special=cfg.think_special)
     else:
         path = Path(cfg.tokenizer_dir).expanduser().absolute()
     tokenizer, detected = _tokenizer_and_profile(str(path))
