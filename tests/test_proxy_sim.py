@@ -489,3 +489,30 @@ def test_a_stream_with_one_sglext_flag_of_the_clients_says_why_it_has_no_ids(sim
     proxy.stop()
     [reason] = _failures(proxy.db)
     assert "the client set only return_output_ids_in_sglext itself" in reason
+
+
+def _text_of_completion(raw: bytes, stream: bool) -> str:
+    if not stream:
+        return orjson.loads(raw)["choices"][0]["text"]
+    chunks = [orjson.loads(e[6:]) for e in raw.split(b"\n\n") if e.startswith(b"data: {")]
+    return "".join(c["text"] for chunk in chunks for c in chunk["choices"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_echo_request_keeps_its_echoed_prompt_and_says_why_it_is_not_recorded(sim, proxy, stream) -> None:
+    """vLLM empties the echoed prompt text when asked for ids (serving_completion), so the proxy asks for none."""
+    if sim.cfg.kind == "sglang":
+        pytest.skip("the simulator's SGLang has no /v1/completions")
+    body = {"model": sim.cfg.model_name, "prompt": "Echo me", "max_tokens": 8, "temperature": 0, "stream": stream}
+    direct = httpx.post(sim.url + "/v1/completions", json={**body, "echo": True}).content
+    through = httpx.post(proxy.url + "/v1/completions", json={**body, "echo": True}).content
+    assert _text_of_completion(through, stream).startswith("Echo me")
+    assert _text_of_completion(through, stream) == _text_of_completion(direct, stream)
+    if not stream:
+        assert _blank(through) == _blank(direct)
+    asked = httpx.post(proxy.url + "/v1/completions", json={**body, "echo": True, "return_token_ids": True}).content
+    assert not _text_of_completion(asked, stream).startswith("Echo me"), "the client's own flag: vLLM's answer"
+    proxy.stop()
+    [reason] = _failures(proxy.db)
+    assert "echo" in reason and "vLLM drops the echoed prompt text" in reason
+    assert len(_stored(proxy.db)) == 1, "the request that asked for ids itself is recorded"

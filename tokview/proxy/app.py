@@ -181,7 +181,7 @@ class ProxyApp:
         if not isinstance(request, dict):
             return ex.body
         ex.request = request
-        sent, ex.injection = ids.inject(request, ex.upstream.kind)
+        sent, ex.injection = ids.inject(request, ex.upstream.kind, endpoint)
         if sent is request:
             return ex.body
         spliced = ids.with_fields(ex.body, ex.injection.fields, empty=not request)

@@ -67,7 +67,14 @@ def id_fields(kind: str, stream: bool) -> tuple[str, ...]:
     return (RETURN_TOKEN_IDS,)
 
 
-def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:
+def echo_hides_ids(body: dict[str, Any], kind: str, endpoint: str | None) -> bool:
+    """A vLLM `/v1/completions` request with `echo`: vLLM empties the echoed prompt text when asked for ids
+    (serving_completion: `if request.return_token_ids: prompt_text = ""`), so the proxy asks for none and the client
+    reads the echo; the generation is recorded as a failure that says so (it has no ids to record)."""
+    return kind == VLLM and endpoint == "completions" and bool(_as_bool(body.get("echo")))
+
+
+def inject(body: dict[str, Any], kind: str, endpoint: str | None = None) -> tuple[dict[str, Any], Injection]:
     """The body to send upstream (the client's own dict with the id fields set) and what was added.
 
     A field the client set true itself (`true`, `1`, `"yes"`: what the server reads as true) is left alone and
@@ -75,6 +82,8 @@ def inject(body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Injection]:
     client set one of SGLang's two sglext flags itself, the other is not added: their ids share one object,
     and an answer edited to take out only the other's would be a guess at what SGLang sends with one flag."""
     stream = bool(_as_bool(body.get("stream")))  # "false" is a string the server reads as false
+    if echo_hides_ids(body, kind, endpoint):
+        return body, Injection(kind, (), stream)
     fields = id_fields(kind, stream)
     asked = {f: _as_bool(body.get(f)) for f in fields}
     if any(v is None for v in asked.values()) or (fields == SGLEXT_FLAGS and any(asked.values())):

@@ -37,7 +37,7 @@ from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
-from tokview.proxy.ids import SGLANG, SGLEXT_FLAGS
+from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLANG, SGLEXT_FLAGS, echo_hides_ids
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.servers.errors import Retryable, stream_abort
@@ -439,7 +439,7 @@ class Recorder:
                 latency_s=item.latency_s,
             )
         except NoIds as exc:
-            reason = (_one_sglext_flag(request) if item.stream and item.kind == SGLANG else None) or str(exc)
+            reason = _why_no_ids(item) or str(exc)
             self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return None
         except Retryable as exc:  # the servers layer's "malformed response from …" (a lone surrogate in a text)
@@ -549,6 +549,18 @@ class Recorder:
         self.writer.close()
         self.lander.close()
         self._warn()
+
+
+def _why_no_ids(item: Finished) -> str | None:
+    """Why an answer has no ids when the proxy chose not to ask for them (None: the upstream did not send them)."""
+    if echo_hides_ids(item.request, item.kind, item.endpoint) and not as_pydantic_bool(
+        item.request.get(RETURN_TOKEN_IDS)
+    ):
+        return (
+            "not recorded: the request asks for echo, and vLLM drops the echoed prompt text when asked for token ids, "
+            "so the proxy asked for none (the client got the server's answer as is)"
+        )
+    return _one_sglext_flag(item.request) if item.stream and item.kind == SGLANG else None
 
 
 def _one_sglext_flag(request: dict[str, Any]) -> str | None:

@@ -400,6 +400,12 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     skip = bool(body.get("skip_special_tokens", True))
     text_ids = _text_ids(gen, body)
+    # vLLM's serving_completion: `echo` puts the prompt's text before the answer's, and `return_token_ids` empties it
+    # (`if request.return_token_ids: prompt_text = ""`), so a proxy that adds the flag changes what the client reads.
+    echoed = ""
+    if as_pydantic_bool(body.get("echo")) and not body.get("return_token_ids"):
+        given = body.get("prompt")
+        echoed = given if isinstance(given, str) else state.decode(prompt, skip)
     rid, created = common.new_id("cmpl-"), common.now()
     usage: JsonObject = {
         "prompt_tokens": len(prompt),
@@ -412,7 +418,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
             last = pos == len(out) - 1
             choice: dict[str, Any] = {
                 "index": 0,
-                "text": state.piece(tid, skip) if pos < len(text_ids) else "",
+                "text": (echoed if pos == 0 else "") + (state.piece(tid, skip) if pos < len(text_ids) else ""),
                 "logprobs": None,
                 "finish_reason": gen.finish_reason if last else None,
                 "stop_reason": _stop_reason(gen) if last else None,
@@ -451,7 +457,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         )
     choice = {
         "index": 0,
-        "text": state.decode(text_ids, skip),
+        "text": echoed + state.decode(text_ids, skip),
         "logprobs": _completion_logprobs(state, body, prompt, out),
         "finish_reason": gen.finish_reason,
         "stop_reason": _stop_reason(gen),
