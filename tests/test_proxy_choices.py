@@ -142,3 +142,49 @@ def test_every_choice_of_a_turn_that_breaks_the_prefix_has_the_finding(tmp_path:
             "ON f.sample_id = s.sample_id AND f.code = 'session_prefix_break' GROUP BY ALL ORDER BY 1, 2"
         )
     assert rows == [(0, 0, 0), (1, 0, 1), (1, 1, 1), (1, 2, 1)]
+
+
+def _completions(prompts: list[list[int]], outputs: list[list[int]], n: int) -> bytes:
+    """vLLM's `/v1/completions` answer to a list of prompts: choice index = prompt × n + k, each with its prompt's ids."""
+    choices = [
+        {"index": i, "text": "x", "finish_reason": "stop", "token_ids": o, "prompt_token_ids": prompts[i // n]}
+        for i, o in enumerate(outputs)
+    ]
+    usage = {"prompt_tokens": sum(map(len, prompts)), "completion_tokens": sum(map(len, outputs)), "total_tokens": 0}
+    return orjson.dumps({"id": "c", "object": "text_completion", "choices": choices, "usage": usage})
+
+
+def test_a_list_of_prompts_is_placed_prompt_by_prompt(tmp_path: Path, kimi_tok, kimi_profile) -> None:
+    """Each prompt of a `/v1/completions` list is a generation of its own prompt: its own session (unnamed) or its own
+    place in the named one, its choices generations 0… of it. They were taken for `n` choices of the first prompt:
+    one session and turn, and a false `session_prefix_break` on a prompt that did extend the session."""
+    stop = kimi_profile.stop_ids[0]
+    first = kimi_tok.render([{"role": "user", "content": "pick a number"}], template_kwargs={"thinking": True})
+    other = kimi_tok.render([{"role": "user", "content": "name a colour"}], template_kwargs={"thinking": True})
+    out = [kimi_profile.think_close_id, *kimi_tok.encode("Seven."), stop]
+    db = tmp_path / "list.duckdb"
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, Recorder)
+
+    def send(prompts: list[list[int]], outputs: list[list[int]], n: int, named: str | None) -> None:
+        request = {"model": "m", "prompt": prompts, "n": n}
+        raw = _completions(prompts, outputs, n)
+        item = Finished("completions", "vllm", UP, {}, None, request, {"body": request}, raw, False, 0.01, named, None)
+        recorder.record(item)
+
+    send([first, other], [out, out[:-1] + [stop], out, out], 2, None)  # unnamed: two conversations
+    send([first], [out], 1, "s")  # named: turn 0, then a list holding an unrelated prompt and turn 1
+    send([other, [*first, *out, 400, 163601]], [out, out], 1, "s")
+    recorder.close()
+    with Store(db) as store:
+        rows = store.query("SELECT prompt_id, turn, gen_index, prompt_ids, sample_id FROM samples ORDER BY sample_id")
+        broke = {s for (s,) in store.query("SELECT sample_id FROM findings WHERE code = 'session_prefix_break'")}
+    unnamed, named = rows[:4], rows[4:]
+    assert [r[2] for r in unnamed] == [0, 1, 0, 1]
+    assert unnamed[0][:2] == unnamed[1][:2] and unnamed[2][:2] == unnamed[3][:2]
+    assert unnamed[0][0] != unnamed[2][0], "another prompt is another conversation"
+    assert [list(r[3]) for r in unnamed] == [first, first, other, other]
+    assert [(r[0], r[1]) for r in named] == [("session:s", 0), ("session:s", 1), ("session:s", 1)]
+    assert named[0][4] not in broke and named[2][4] not in broke, "the turn that extends turn 0 does not break"
+    assert named[1][4] in broke, "the unrelated prompt does"

@@ -406,13 +406,13 @@ class Recorder:
         request = item.request
         messages = request.get("messages") if isinstance(request.get("messages"), list) else None
         indexes = choice_indexes(answer, stream=item.stream)
-        first: Turn | None = None
+        placed: list[tuple[list[int], Turn]] = []
+        """Each prompt's first choice recorded: its prompt ids and turn (`/v1/completions` takes a list of prompts,
+        and vLLM numbers their choices on, prompt by prompt: `n` > 1 choices of one prompt share its turn)."""
         for index in indexes:  # `n` > 1: every choice is a generation of its own, a sample of its own
             view = answer if len(indexes) == 1 else choice_view(answer, index, stream=item.stream)
             own_id = sample_id if index == indexes[0] or sample_id is None else f"{sample_id}.c{index}"
-            placed = self._record_choice(item, view, messages, own_id, index, sibling_of=first)
-            if first is None and placed is not None:  # the first choice recorded carries the session
-                first = placed[1]
+            self._record_choice(item, view, messages, own_id, placed)
 
     def _record_choice(
         self,
@@ -420,10 +420,8 @@ class Recorder:
         answer: Any,
         messages: list[Any] | None,
         sample_id: str | None,
-        index: int,
-        *,
-        sibling_of: Turn | None,
-    ) -> tuple[str, Turn] | None:
+        placed: list[tuple[list[int], Turn]],
+    ) -> None:
         request = item.request
         try:
             capture = build_capture(
@@ -449,17 +447,20 @@ class Recorder:
             self.failure(
                 f"malformed response: {exc}", item.server, named=item.named, user=item.user, sample_id=sample_id
             )
-            return None
-        return self.sample(
+            return
+        same_prompt = [turn for ids, turn in placed if ids == capture.prompt_ids]
+        done = self.sample(
             capture,
             messages=messages,
             named=item.named,
             user=item.user,
             answer_message=_answer(capture, answer, item.endpoint),
             sample_id=sample_id,
-            index=index,
-            sibling_of=sibling_of,
+            index=len(same_prompt),
+            sibling_of=same_prompt[0] if same_prompt else None,
         )
+        if done is not None:
+            placed.append((capture.prompt_ids, done[1]))
 
     def _next_id(self) -> str:
         return f"proxy:{self.run_id}:{next(self._seq):07d}"
