@@ -4,7 +4,10 @@ token-exact with the ids the simulator served, and conversations must come out g
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +22,7 @@ from tokview.sim.config import SimConfig
 from tokview.sim.faults import FaultBook
 from tokview.sim.server import start_simulator
 from tokview.store import Store
+from tokview.ui.session import Session as AppSession
 
 _VARYING = re.compile(rb'"id":"[^"]*"|"created":\d+')
 QUESTION = [{"role": "user", "content": "What is 17 times 3?"}]
@@ -218,6 +222,18 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
     assert two["prompt_ids"][:at] == served[:at]
     assert two["prompt_ids"][at] != served[at]
     assert f"first differ at position {at}" in detail
+    # `show` and the app re-analyse a sample alone, which cannot find a break: the stored finding is shown
+    shown = subprocess.run(
+        [sys.executable, "-m", "tokview", "show", two["sample_id"], "--db", proxy.db, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    [finding] = [f for f in json.loads(shown.stdout)["findings"] if f["code"] == "session_prefix_break"]
+    assert finding["detail"] == detail and list(finding["positions"]) == [at]
+    with Store(proxy.db) as store:
+        _, analysis, _, _ = AppSession(store).load(two["sample_id"])
+    assert "session_prefix_break" in analysis.codes
 
 
 def test_header_and_user_name_sessions(sim, proxy) -> None:

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         recorded_tokenizer_hash=run.get("tokenizer_hash"),
         recorded_profile_def=run.get("profile_def"),
     )
-    analysis = analyze(stored.capture, profile, tokenizer)
+    analysis = analyze(stored.capture, profile, tokenizer).with_recorded(stored.findings)
     if args.json:
         out = {
             "sample_id": stored.sample_id,

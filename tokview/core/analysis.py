@@ -6,6 +6,7 @@ sample is judged the same way wherever it is looked at.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -41,6 +42,18 @@ class Analysis:
     @property
     def codes(self) -> list[str]:
         return [f.code for f in self.findings]
+
+    def with_recorded(self, stored: Sequence[Finding]) -> Analysis:
+        """This analysis plus the stored findings no capture can rebuild (`RECORDED_ONLY`): `tokview proxy` finds
+        a session's prefix break from the turns before it, which a re-analysis of one sample does not see."""
+        have = set(self.codes)
+        extra = tuple(f for f in stored if f.code in RECORDED_ONLY and f.code not in have)
+        return dataclasses.replace(self, findings=self.findings + extra) if extra else self
+
+
+RECORDED_ONLY = frozenset({"session_prefix_break"})
+"""Finding codes written when a sample was recorded from what came before it (a proxy session's earlier turns):
+shown from the store, since re-analysing the sample alone cannot find them."""
 
 
 def align_text_fields(

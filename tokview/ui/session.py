@@ -147,7 +147,7 @@ class Session:
 
         stored = self.store.load_sample(sample_id)
         tokenizer, profile = self.for_sample(stored)
-        return stored, analyze(stored.capture, profile, tokenizer), tokenizer, profile
+        return stored, analyze(stored.capture, profile, tokenizer).with_recorded(stored.findings), tokenizer, profile
 
     def resolve(
         self, recorded_tokenizer_dir: str | None, recorded_profile: str | None, recorded_profile_def: object = None
