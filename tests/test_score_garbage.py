@@ -66,3 +66,21 @@ async def test_a_write_that_fails_once_loses_no_score(tmp_path, monkeypatch):
         assert (summary.ok, summary.failed) == (5, 0), summary
         assert store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL") == [(5,)]
         assert len(calls) >= 2
+
+
+async def test_a_sample_without_output_ids_is_said_not_scored(tmp_path):
+    """A `max_tokens: 0` generation (the proxy records one) has nothing to score: the summary said "of 2 selected"
+    for a store of 3 and named no reason for the third."""
+    import dataclasses
+
+    from tokview.sim import SimConfig, start_simulator
+
+    with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "s.duckdb") as store:
+        for k in range(2):
+            capture = make_capture(f"question {k}")
+            store.put_sample(f"s{k}@x_gen0", f"s{k}", "imported", capture, analyze(capture, profile(), kimi()))
+        empty = dataclasses.replace(make_capture("nothing"), output_ids=[], content="", reasoning=None)
+        store.put_sample("e@x_gen0", "e", "imported", empty, analyze(empty, profile(), kimi()))
+        summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
+    assert (summary.ok, summary.input, summary.without_output) == (2, 2, 1), summary
+    assert "not scored: 1 selected sample without output ids" in summary.render()

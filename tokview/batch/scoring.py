@@ -30,7 +30,7 @@ from tokview.errors import ExitCode
 from tokview.secrets import scrub, scrub_text
 from tokview.store import Store
 from tokview.store.errors import StoreError
-from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids
+from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids, without_output_count
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
 
@@ -83,6 +83,8 @@ class ScoreSummary:
     failed: int = 0
     skipped: int = 0
     """Already scored by this target."""
+    without_output: int = 0
+    """Selected, but with no output ids to score (not counted in `input`)."""
     off_policy: int = 0
     tokens: int = 0
     mean_nll: float | None = None
@@ -105,6 +107,9 @@ class ScoreSummary:
             f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
             f"in {self.elapsed_s:.1f}s"
         ]
+        if self.without_output:
+            n = self.without_output
+            lines.append(f"  not scored: {n} selected sample{'s' if n != 1 else ''} without output ids")
         for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
             lines.append(f"  failed x{n}: {printable_line(reason)}")  # a server's words: escapes shown, not run
         if self.interrupted:
@@ -174,6 +179,7 @@ async def _run(
     rows = candidates(store, config)
     todo = deque(sid for sid, stored in rows if config.rescore or not already_scored(stored, model, config.top_k))
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
+    summary.without_output = without_output_count(store, Selection(config.select, config.run))
     progress = BatchProgress(total=len(rows), skipped=summary.skipped)
     started = time.monotonic()
     reasons: Counter[str] = Counter()

@@ -152,6 +152,13 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
+def without_output_count(store: Store, selection: Selection) -> int:
+    """How many selected samples have no output ids (`max_tokens: 0`): nothing to score, said so in the summary."""
+    where, params = selection.where()
+    [(n,)] = store.query(f"SELECT count(*) FROM samples WHERE {where} AND output_len = 0", params)
+    return int(n)
+
+
 def token_ids(store: Store, sample_ids: list[str]) -> list[tuple[str, list[int], list[int]]]:
     """(sample_id, prompt ids, output ids) of these samples (what a scoring pass sends to the target)."""
     rows = store.query(
