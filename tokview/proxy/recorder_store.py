@@ -6,7 +6,7 @@ that spawned it (the two imported each other)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokview.proxy.recorder import Recorder
 
@@ -39,7 +39,7 @@ def open_recorder_here(
     store = Store(config.db or "", server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=say, linger=0)
     store.put_run(
         config.run_id,
-        settings={"mode": "proxy", "listen": config.listen},
+        settings={"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
         profile=config.profile.name,
         tokenizer_dir=str(tok.source) if tok is not None and getattr(tok, "source", None) else None,
         tokenizer_hash=tok.fingerprint() if tok is not None else None,
@@ -62,3 +62,18 @@ def open_recorder_here(
 
     record_leftovers(config.db or "", recorder_of, say or (lambda line: None))  # before its sessions are read
     return recorder_of(config.run_id)
+
+
+def _identity(config: ProxyConfig, tok: TokenizerAdapter | None, upstreams: list[Upstream]) -> dict[str, Any]:
+    """What `tokview merge` compares, as batch records it: the served model (when every upstream names the same
+    one), the tokenizer's vocabulary fingerprint and special ids, the profile. Without them a proxy store could be
+    merged with no batch store of its own model, and with any proxy store of another tokenizer."""
+    from tokview.batch.identity import special_tokens_record, vocab_fingerprint
+
+    models = {u.stamp.get("model") for u in upstreams}
+    out: dict[str, Any] = {"model": models.pop()} if len(models) == 1 and None not in models else {}
+    if tok is not None:
+        out |= {"tokenizer": vocab_fingerprint(tok), **special_tokens_record(tok)}
+    if config.profile is not None:
+        out["profile"] = config.profile.name
+    return out

@@ -1,0 +1,63 @@
+"""`tokview merge` of stores `tokview proxy` recorded: a proxy run records what merge compares (served model,
+vocabulary, special ids, profile) as batch does. Before, its run named none of them: a proxy store and a batch store
+of the same model and tokenizer were refused in either order ("holds samples of profile kimi-k2.5, … holds model
+tokview-sim, tokenizer …"), and two proxy stores of different tokenizers merged silently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tokview.cli import main
+from tokview.core.resolve import load_tokenizer_and_profile
+from tokview.errors import ExitCode
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+CHAT = {"messages": [{"role": "user", "content": "What is 17 times 3?"}], "max_tokens": 40, "temperature": 0}
+
+
+def _proxied(sim_url: str, db: Path, tokenizer_dir: Path | None, profile: str | None) -> None:
+    tok, prof = load_tokenizer_and_profile(tokenizer_dir, profile)
+    config = ProxyConfig([sim_url], listen="127.0.0.1:0", db=str(db), tokenizer=tok, profile=prof)
+    with start_proxy(config) as proxy:
+        model = httpx.get(sim_url + "/v1/models").json()["data"][0]["id"]
+        assert httpx.post(proxy.url + "/v1/chat/completions", json={**CHAT, "model": model}).status_code == 200
+
+
+def _merge(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["merge", *args])
+    return code, capsys.readouterr().err
+
+
+def test_a_proxy_store_merges_with_a_batch_store_of_its_model(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "q", "messages": CHAT["messages"]}) + "\n")
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        _proxied(sim.url, tmp_path / "proxy.duckdb", None, None)
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "batch.duckdb"), "--workers", "1"]
+        assert main(args) == ExitCode.OK
+    capsys.readouterr()
+    for order in (("batch", "proxy"), ("proxy", "batch")):
+        into = tmp_path / f"{order[0]}-first.duckdb"
+        code, err = _merge(capsys, *(str(tmp_path / f"{name}.duckdb") for name in order), "--into", str(into))
+        assert code == ExitCode.OK, err
+        with Store(into) as store:
+            assert store.query("SELECT count(*) FROM samples") == [(2,)]
+
+
+def test_proxy_stores_of_two_tokenizers_are_refused(tmp_path, capsys, glm_tok_dir):
+    with (
+        start_simulator(SimConfig(kind="vllm")) as kimi,
+        start_simulator(SimConfig(kind="vllm", tokenizer_dir=glm_tok_dir)) as glm,
+    ):
+        _proxied(kimi.url, tmp_path / "k.duckdb", None, "plain")
+        _proxied(glm.url, tmp_path / "g.duckdb", glm_tok_dir, "plain")
+    capsys.readouterr()
+    code, err = _merge(capsys, str(tmp_path / "k.duckdb"), str(tmp_path / "g.duckdb"), "--into", str(tmp_path / "m"))
+    assert code == ExitCode.USAGE, err
+    assert err.strip().splitlines()[-1].endswith("merge refused"), err  # the first source merged, then one line
