@@ -22,6 +22,7 @@ from tokview.sim.config import SimConfig
 from tokview.sim.faults import FaultBook
 from tokview.sim.server import start_simulator
 from tokview.store import Store
+from tokview.store.conversation_turns import Turn, conversation_turns
 from tokview.ui.session import Session as AppSession
 
 _VARYING = re.compile(rb'"id":"[^"]*"|"created":\d+')
@@ -233,7 +234,9 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
     assert finding["detail"] == detail and list(finding["positions"]) == [at]
     with Store(proxy.db) as store:
         _, analysis, _, _ = AppSession(store).load(two["sample_id"])
+        walked = conversation_turns(store, two["sample_id"])  # inspect's w: "harness history · breaks at N"
     assert "session_prefix_break" in analysis.codes
+    assert walked == [Turn(one["sample_id"], 0, "harness"), Turn(two["sample_id"], 1, "harness", False, at)]
 
 
 def test_header_and_user_name_sessions(sim, proxy) -> None:

@@ -199,3 +199,49 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
         await pilot.pause()
         assert app.screen is screen  # nothing to inspect: said instead
         assert any("this request failed: refused by the upstream" in str(n.message) for n in app._notifications)
+
+
+def _alice(sim: Any, db: str, tokenizer: Any, profile: Any, questions: list[str]) -> None:
+    """alice's conversation through a proxy on `db`, one proxy run per question (each a restart), each turn going on
+    from the answers before it."""
+    messages: list[dict[str, Any]] = []
+    for question in questions:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=tokenizer, profile=profile)
+        with start_proxy(config) as proxy, httpx.Client() as client:
+            messages.append({"role": "user", "content": question})
+            messages.append(_ask(client, proxy.url, sim.cfg.model_name, messages, user="alice"))
+
+
+async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_merge(
+    sim, tmp_path, tokenizer, profile
+) -> None:
+    """Two harnesses both named their session alice; merged, the list showed one alice of 4 turns, its turns 0, 0,
+    1, 1 from both. A restarted proxy's turns that go on with a conversation stay one conversation."""
+    from tokview.cli import main
+    from tokview.ui.screens.sessions import SessionsScreen, SessionTurnsScreen
+
+    first, second, merged = (str(tmp_path / f"{n}.duckdb") for n in ("first", "second", "merged"))
+    questions = ["What is 2 + 2?", "And 3 + 3?", "And 4 + 4?"]  # three proxy runs
+    await asyncio.to_thread(_alice, sim, first, tokenizer, profile, questions)  # the proxy runs its own loop
+    await asyncio.to_thread(_alice, sim, second, tokenizer, profile, ["Name a colour.", "Another one?"])
+    with Store(first) as store:
+        [one] = list_sessions(store)
+        assert (one.session_id, one.part, one.turns) == ("user:alice", 0, 3), "a restart goes on with it"
+    assert await asyncio.to_thread(main, ["merge", first, second, "--into", merged]) == 0
+    with Store(merged) as store:
+        rows = sorted(list_sessions(store), key=lambda r: r.part)
+        assert [(r.key, r.turns) for r in rows] == [("user:alice", 3), ("user:alice (2)", 2)]
+        assert [t.turn for t in session_turns(store, "user:alice", 0)] == [0, 1, 2]
+        later = session_turns(store, "user:alice", 1)
+        assert [t.turn for t in later] == [0, 1]
+        assert rows[1].context == later[1].prompt_len + later[1].output_len
+    app = _app(merged, tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        while app.screen.rows[app.screen.query_one("DataTable").cursor_row].key != "user:alice (2)":
+            await pilot.press("down")
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
+        assert [t.sample_id for t in app.screen.rows] == [t.sample_id for t in later]
+        assert "session user:alice (2) · 2 turns" in str(app.screen.query_one("#turns-summary").render())

@@ -21,7 +21,8 @@ class Turn:
     sample_id: str
     turn: int
     history: str
-    """"served" (each turn's history is the served output before it) or "file" (the prompts file's turns)."""
+    """"served" (each turn's history is the served output before it), "file" (the prompts file's turns) or "harness"
+    (a `tokview proxy` session: the history its harness sent)."""
     extends: bool | None = None
     """A served turn's prompt extends the previous turn's prompt + output ids (None: the first turn, or file)."""
     break_at: int | None = None
@@ -39,7 +40,10 @@ def turn_place(turns: list[Turn], turn: Turn) -> str:
     return said
 
 
-def _turn(sample_id: str, turn: int, settings: str | None) -> Turn:
+def _turn(sample_id: str, turn: int, settings: str | None, proxy_break: Any = None) -> Turn:
+    if sample_id.startswith("proxy:"):  # the history the harness sent; the proxy stores a break as a finding
+        extends = None if turn == 0 else proxy_break is None
+        return Turn(sample_id, turn, "harness", extends, None if proxy_break is None else int(proxy_break))
     chain: Any = (json.loads(settings) if settings else {}).get("chain")
     if not isinstance(chain, dict):
         return Turn(sample_id, turn, "file")
@@ -70,7 +74,8 @@ def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     `tokview export --trajectory` joins it, and so are a session's generations (an `n` > 1 request's choices, side
     by side at their turn: a harness may go on from any of them)."""
     rows = store.query(
-        "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id, s.prompt_id FROM samples s JOIN samples o "
+        "SELECT o.sample_id, o.turn, o.settings, o.run_id, s.run_id, s.prompt_id, (SELECT min(f.positions[1]) FROM "
+        "findings f WHERE f.sample_id = o.sample_id AND f.code = 'session_prefix_break') FROM samples s JOIN samples o "
         "ON o.prompt_id = s.prompt_id AND (o.gen_index IS NOT DISTINCT FROM s.gen_index "
         "OR starts_with(s.sample_id, 'proxy:')) "
         f"AND (o.run_id IS NOT DISTINCT FROM s.run_id OR {_A_PROXY_SESSION}) "
@@ -92,4 +97,4 @@ def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
         first -= 1
     while last + 1 < len(runs) and goes_on_in_next_run(prompt_id, runs[last][-1][1], runs[last + 1][0][1]):
         last += 1
-    return [_turn(sid, turn, settings) for run in runs[first : last + 1] for sid, turn, settings, *_ in run]
+    return [_turn(row[0], row[1], row[2], row[6]) for run in runs[first : last + 1] for row in run]

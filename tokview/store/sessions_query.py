@@ -22,44 +22,69 @@ if TYPE_CHECKING:
 PROXIED = "sample_id LIKE 'proxy:%' AND turn IS NOT NULL"
 """The samples `tokview proxy` recorded into a conversation."""
 
+_PARTS = f"""
+r AS (
+    SELECT prompt_id, run_id, min(turn) AS first_turn, max(turn) AS last_turn, min(created_at) AS began
+    FROM samples WHERE {PROXIED} GROUP BY prompt_id, run_id
+), l AS (
+    SELECT *, CASE WHEN first_turn = lag(last_turn) OVER (PARTITION BY prompt_id ORDER BY began, run_id) + 1
+                   THEN 0 ELSE 1 END AS starts
+    FROM r
+), parts AS (
+    SELECT prompt_id, run_id,
+           sum(starts) OVER (PARTITION BY prompt_id ORDER BY began, run_id ROWS UNBOUNDED PRECEDING) - 1 AS part
+    FROM l
+), failed AS (
+    SELECT f.*, coalesce(p.part, (SELECT max(q.part) FROM parts q WHERE q.prompt_id = f.prompt_id), 0) AS part
+    FROM failures f LEFT JOIN parts p ON p.prompt_id = f.prompt_id AND p.run_id IS NOT DISTINCT FROM f.run_id
+    WHERE f.sample_id LIKE 'proxy:%'
+)"""
+"""Which conversation of its session id each run's turns are (`part`, from 0): one session name may hold several.
+A later run's turns go on with the conversation before them when they begin at its next turn (a restarted proxy
+restored it: `conversation_turns.goes_on_in_next_run`); from another turn (two stores merged whose harnesses named
+their sessions alike, a name reused after eviction) they are a conversation of their own. A failure belongs to its
+run's part, or to the newest part of its session when its run placed no turn there."""
+
 _SESSIONS_ALL = f"""
-WITH s AS (
-    SELECT prompt_id,
+WITH {_PARTS.strip()}, s AS (
+    SELECT p.prompt_id, p.part,
            count(*) AS turns,
            arg_max(json_extract_string(raw_request, '$.headers."user-agent"'), created_at) AS harness,
-           arg_max(prompt_len + output_len, turn) AS context,
+           arg_max(prompt_len + output_len, (turn, created_at)) AS context,
            sum(output_len) AS output_tokens,
            sum(len(codes)) AS findings,
            count(*) FILTER (WHERE NOT valid) AS invalid,
            min(created_at) AS started,
            max(created_at) AS last
-    FROM samples WHERE {PROXIED}
-    GROUP BY prompt_id
+    FROM samples JOIN parts p USING (prompt_id, run_id) WHERE {PROXIED}
+    GROUP BY p.prompt_id, p.part
 ), f AS (
-    SELECT prompt_id, count(*) AS failed, min("at") AS started, max("at") AS last
-    FROM failures WHERE sample_id LIKE 'proxy:%' GROUP BY prompt_id
+    SELECT prompt_id, part, count(*) AS failed, min("at") AS started, max("at") AS last
+    FROM failed GROUP BY prompt_id, part
 )
 SELECT prompt_id, s.harness, coalesce(s.turns, 0) AS turns, coalesce(s.context, 0), coalesce(s.output_tokens, 0),
        coalesce(s.findings, 0) AS findings, coalesce(s.invalid, 0), coalesce(f.failed, 0) AS failed,
-       least(s.started, f.started), greatest(s.last, f.last) AS last
-FROM s FULL OUTER JOIN f USING (prompt_id)
+       least(s.started, f.started), greatest(s.last, f.last) AS last, part
+FROM s FULL OUTER JOIN f USING (prompt_id, part)
 """
 """Every proxied conversation, one whose every request failed included (a FULL join: listed from the samples alone,
 a session of failures was not there at all, and with none that succeeded the screen said there were no sessions)."""
 
-_SESSIONS = f"{_SESSIONS_ALL} ORDER BY last DESC, prompt_id LIMIT ?"
+_SESSIONS = f"{_SESSIONS_ALL} ORDER BY last DESC, prompt_id, part LIMIT ?"
 
 _TOTALS = f"SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(findings), 0) FROM ({_SESSIONS_ALL})"
 
 _TURNS = f"""
+WITH {_PARTS.strip()}
 SELECT sample_id, turn, prompt_len, output_len, finish_reason, status, codes, valid, latency_s,
        left(coalesce(content, text, reasoning, ''), 200), created_at
-FROM samples WHERE {PROXIED} AND prompt_id = ?
+FROM samples JOIN parts p USING (prompt_id, run_id) WHERE {PROXIED} AND prompt_id = ? AND p.part = ?
 ORDER BY turn, created_at, sample_id
 """
 
-_FAILED_TURNS = """
-SELECT sample_id, reason, "at" FROM failures WHERE sample_id LIKE 'proxy:%' AND prompt_id = ? ORDER BY "at", sample_id
+_FAILED_TURNS = f"""
+WITH {_PARTS.strip()}
+SELECT sample_id, reason, "at" FROM failed WHERE prompt_id = ? AND part = ? ORDER BY "at", sample_id
 """
 
 _VERSION = f"""
@@ -89,6 +114,19 @@ class SessionRow:
     failed: int
     started: datetime
     last: datetime
+    part: int = 0
+    """Which conversation of `session_id` this is, from 0: a session name two stores' harnesses both used (merged)
+    holds one conversation each."""
+
+    @property
+    def key(self) -> str:
+        """The session as a person reads it and the list keys it: its id, and `(2)`, `(3)` … for a later one."""
+        return session_label(self.session_id, self.part)
+
+
+def session_label(session_id: str, part: int) -> str:
+    """A session's conversation as a person reads it: its id, and `(2)`, `(3)` … for a later one of the same id."""
+    return session_id if part == 0 else f"{session_id} ({part + 1})"
 
 
 @dataclass(frozen=True)
@@ -130,19 +168,20 @@ def session_totals(store: Database) -> SessionTotals:
     return SessionTotals(int(sessions), int(turns), int(findings))
 
 
-def session_turns(store: Database, session_id: str) -> list[TurnRow]:
+def session_turns(store: Database, session_id: str, part: int = 0) -> list[TurnRow]:
     """A conversation's turns in order (turn index, then arrival), each failed request after the turns that came
-    before it (a failure has no turn: the list said nothing of the requests the sessions list counted failed)."""
+    before it (a failure has no turn: the list said nothing of the requests the sessions list counted failed).
+    `part`: which conversation of the session id (`SessionRow.part`)."""
     out = []
     for sample_id, turn, prompt_len, output_len, finish, status, codes, valid, latency, answer, created in store.query(
-        _TURNS, [session_id]
+        _TURNS, [session_id, part]
     ):
         out.append(
             TurnRow(
                 sample_id, turn, prompt_len, output_len, finish, status, list(codes), valid, latency, answer, created
             )
         )
-    for sample_id, reason, at in store.query(_FAILED_TURNS, [session_id]):
+    for sample_id, reason, at in store.query(_FAILED_TURNS, [session_id, part]):
         before = next((k for k, row in enumerate(out) if not row.failed and row.created_at > at), len(out))
         failed = TurnRow(sample_id, -1, 0, 0, None, "failed", [], False, None, str(reason), at, failed=True)
         out.insert(before, failed)

@@ -26,6 +26,7 @@ from tokview.store.sessions_query import (
     SessionTotals,
     TurnRow,
     list_sessions,
+    session_label,
     session_totals,
     session_turns,
     sessions_version,
@@ -50,7 +51,7 @@ TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findi
 
 def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
     return (
-        cell(row.session_id),
+        cell(row.key),
         cell(row.harness or "—"),
         str(row.turns),
         f"{row.context:,}",
@@ -198,7 +199,7 @@ class SessionsScreen(_LivePolling):
                 f"{plural(totals.sessions, 'session')}{shown} · {plural(totals.turns, 'turn')} · "
                 f"{plural(totals.findings, 'finding')} · enter opens a session's turns"
             )
-        self._keep_cursor(self._table(), [(r.session_id, session_cells(r)) for r in self.rows])
+        self._keep_cursor(self._table(), [(r.key, session_cells(r)) for r in self.rows])
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
@@ -209,9 +210,10 @@ class SessionsScreen(_LivePolling):
         table = self._table()
         if not self.rows or table.cursor_row >= table.row_count:
             return
-        session_id = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        if session_id is not None:
-            self.app.push_screen(SessionTurnsScreen(self.session, session_id))
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        row = next((r for r in self.rows if r.key == key), None)
+        if row is not None:
+            self.app.push_screen(SessionTurnsScreen(self.session, row.session_id, row.part))
 
 
 class SessionTurnsScreen(_LivePolling):
@@ -228,20 +230,21 @@ class SessionTurnsScreen(_LivePolling):
             super().__init__()
             self.rows = rows
 
-    def __init__(self, session: Session, session_id: str) -> None:
+    def __init__(self, session: Session, session_id: str, part: int = 0) -> None:
         super().__init__(session)
-        self.session_id = session_id
+        self.session_id, self.part = session_id, part
+        self.shown = session_label(session_id, part)
         self.rows: list[TurnRow] = []
 
     def compose(self) -> ComposeResult:
-        yield Static(plain(f"session {self.session_id}"), id="turns-summary")
+        yield Static(plain(f"session {self.shown}"), id="turns-summary")
         table: DataTable[Cell] = SizedTable(id="turns-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*TURN_COLUMNS)
         yield table
         yield KeysFooter()
 
     def read_rows(self) -> Message:
-        return self.Loaded(session_turns(self.session.store, self.session_id))
+        return self.Loaded(session_turns(self.session.store, self.session_id, self.part))
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.query_one("#turns-summary", Static).update(
@@ -255,7 +258,7 @@ class SessionTurnsScreen(_LivePolling):
         failed = sum(r.failed for r in self.rows)
         self.query_one("#turns-summary", Static).update(
             plain(
-                f"session {self.session_id} · {plural(len(self.rows) - failed, 'turn')} · "
+                f"session {self.shown} · {plural(len(self.rows) - failed, 'turn')} · "
                 + (f"{plural(failed, 'failed request')} · " if failed else "")
                 + f"{plural(tokens, 'output token')} · enter inspects a turn"
             )
