@@ -239,3 +239,12 @@ def test_a_line_longer_than_memory_is_a_one_line_error_naming_it(monkeypatch, tm
     assert [n for n, _ in (next(rows), next(rows))] == [1, 2]
     with pytest.raises(UserError, match=r"rows.jsonl: line 3 does not fit in memory"):
         next(rows)
+
+
+def test_an_empty_ray_address_is_refused_before_the_store_exists(tmp_path):
+    """`--ray "$RAY_ADDRESS"` with the variable unset ran a local run, exit 0, as if Ray had been asked for nothing."""
+    (tmp_path / "p.jsonl").write_text('{"id": "q", "prompt": "hi"}\n')
+    done = _run("batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--db", "b.duckdb", "--ray", " ", cwd=tmp_path)
+    assert done.returncode == 1 and "--ray needs a Ray address or auto" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b.duckdb").exists()

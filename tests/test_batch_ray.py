@@ -4,6 +4,13 @@ Tier: `.ci/ray.sh` (installs the `ray` extra, then `pytest -m ray`); the fast ti
 
 from __future__ import annotations
 
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 from builders import kimi, profile
 from prompt_files import prompts_file
@@ -65,3 +72,68 @@ async def test_failed_requests_on_ray_are_recorded_once_per_sample(tmp_path, loc
         await run_batch(config, store)
         assert store.stats()["failures"]["total"] == 20
         assert store.query("SELECT min(attempts), max(attempts) FROM failure_attempts") == [(2, 2)]
+
+
+async def test_a_dead_server_stops_a_ray_run_after_the_consecutive_failures(tmp_path, local_ray):
+    """Each task counted its own failures (16 a shard never reach 20) and a shard that stopped did not stop the run:
+    a server failing every request was sent the whole file."""
+    prompts = prompts_file(tmp_path / "p.jsonl", 160)
+    with (
+        start_simulator(SimConfig(kind="vllm", quirks={"http-500": True})) as sim,
+        Store(tmp_path / "dead.duckdb") as store,
+    ):
+        config = BatchConfig(
+            servers=[sim.url], prompts_path=prompts, max_new_tokens=40, retries=0, ray="auto", concurrency=2
+        )
+        summary = await run_batch(config, store)
+    assert summary.stopped is not None and summary.stopped.startswith("stopped after"), summary.render()
+    assert summary.balanced, summary.render()
+    assert 20 <= summary.failed < 160 and summary.abandoned > 0, summary.render()
+
+
+def _batch(tmp_path, sim_url: str, *extra: str) -> subprocess.Popen[str]:
+    prompts = prompts_file(tmp_path / "p.jsonl", 80)
+    argv = [sys.executable, "-m", "tokview", "batch", str(prompts), "--server", sim_url]
+    argv += ["--db", str(tmp_path / "b.duckdb"), "--concurrency", "2", *extra]
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+def test_ctrl_c_while_ray_cannot_be_reached_ends_the_run_at_once(tmp_path):
+    """`ray.init` at an address nobody answers retries forever; on the event loop it kept Ctrl-C from running."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        run = _batch(tmp_path, sim.url, "--ray", "127.0.0.1:1")
+        time.sleep(4)
+        assert run.poll() is None, run.communicate()
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=30)
+    assert run.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err
+
+
+def test_sigterm_during_a_ray_run_ends_it_as_interrupted_with_its_summary(tmp_path):
+    """`ray.init` on the main thread put Ray's own SIGTERM handler in place of the run's: exit 15, a native stack
+    dump and no summary. The landed samples stay; a resume finishes the run."""
+    with start_simulator(SimConfig(kind="vllm", latency_s=0.3)) as sim:
+        run = _batch(tmp_path, sim.url, "--ray", "auto", "--summary-json")
+        seen = ""
+        assert run.stderr is not None
+        while not re.search(r"ok [1-9]", seen):  # the progress line: Ray is up and samples land
+            line = run.stderr.readline()
+            assert line, f"the run ended early: {seen[-2000:]}"
+            seen += line
+        run.send_signal(signal.SIGTERM)
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 130, seen + err
+        assert "SIGTERM received" not in err and "interrupted" in err, err
+        summary = json.loads(out)
+        assert summary["interrupted"] and summary["ok"] >= 1
+        again = subprocess.run(
+            [sys.executable, "-m", "tokview", "batch", "p.jsonl", "--server", sim.url, "--db", "b.duckdb"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert again.returncode == 0, again.stderr
+    with Store(tmp_path / "b.duckdb") as store:
+        assert store.query("SELECT count(*) FROM samples") == [(80,)]

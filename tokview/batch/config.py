@@ -201,6 +201,7 @@ class BatchConfig:
             (bool(self.servers), "give at least one --server"),
             (self.max_consecutive_failures >= 0, "--max-consecutive-failures must be 0 or more"),
             (self.workers >= 1, "--workers must be at least 1"),
+            (self.ray is None or bool(self.ray.strip()), "--ray needs a Ray address or auto, not an empty value"),
             (self.shard is None or 1 <= self.shard[0] <= self.shard[1], "--shard K/N needs 1 <= K <= N"),
             (self.history in ("served", "file"), f"--history must be served or file, not {self.history!r}"),
             (

@@ -14,6 +14,9 @@ driver writes each returned shard as a part and lands it in the store, so accoun
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import replace
@@ -129,24 +132,94 @@ async def _shard(config: BatchConfig, run_id: str, items: Shard) -> dict[str, An
     }
 
 
-def connect(address: str) -> RayApi:
+RAY_CONNECT_S = 120.0
+"""How long `ray.init` may take before the run says it cannot reach Ray: a local instance starts in seconds, and an
+address nobody answers at made Ray retry forever (its GCS client logs a timeout every ~40 s and never gives up)."""
+
+
+def _init(address: str) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address == "auto":
+        try:
+            ray.init(address="auto", log_to_driver=False)
+        except ConnectionError:
+            ray.init(log_to_driver=False)  # no cluster running: a local one on this machine
+    else:
+        ray.init(address=address, log_to_driver=False)
+
+
+async def connect(address: str, cancel: asyncio.Event | None = None, timeout_s: float = RAY_CONNECT_S) -> RayApi:
+    """The `ray` module, connected. `ray.init` runs on a daemon thread: on the loop it blocked Ctrl-C (the loop's
+    handler never ran) for as long as Ray retried an address nobody answers, and from the main thread it replaced
+    the run's SIGTERM handler with its own `sys.exit(15)` (no summary, a native stack dump). A cancel or
+    `timeout_s` ends the wait; the thread dies with the process."""
     try:
         import ray
     except ImportError:
         raise RayUnavailable("--ray needs Ray: pip install 'tokview[ray]'") from None
-    if not ray.is_initialized():
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if done.done():  # the wait ended already (a cancel, the timeout)
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    def init() -> None:
         try:
-            if address == "auto":
-                try:
-                    ray.init(address="auto", log_to_driver=False)
-                except ConnectionError:
-                    ray.init(log_to_driver=False)  # no cluster running: a local one on this machine
-            else:
-                ray.init(address=address, log_to_driver=False)
-        except Exception as exc:
-            raise RayUnavailable(f"cannot reach Ray at {address}: {first_line(exc)}") from None
+            _init(address)
+        except BaseException as exc:  # handed to the loop, said there in one line
+            loop.call_soon_threadsafe(settle, exc)
+        else:
+            loop.call_soon_threadsafe(settle, None)
+
+    threading.Thread(target=init, name="ray-init", daemon=True).start()
+    waits = [done] + ([asyncio.ensure_future(cancel.wait())] if cancel is not None else [])
+    finished, _ = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for other in waits[1:]:
+        other.cancel()
+    if done not in finished:
+        if cancel is not None and cancel.is_set():
+            raise RayInterrupted()
+        raise RayUnavailable(f"cannot reach Ray at {address}: no answer in {timeout_s:.0f} s")
+    exc = done.exception()
+    if exc is not None:
+        raise RayUnavailable(f"cannot reach Ray at {address}: {first_line(exc)}") from None
+    _take_back_signals()
     api: RayApi = ray  # checked against Ray's own annotations where Ray is installed (Any where it is not)
     return api
+
+
+def _take_back_signals() -> None:
+    """Put the run's own SIGTERM and SIGINT handling back: Ray's core worker installs a native handler for them as it
+    connects (it prints "*** SIGTERM received" with a stack dump and exits 15), so a SIGTERM ended the run without its
+    summary. Python still knows its handler (the loop's); installing it again takes the signal back."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(number)
+        if handler is not None:
+            signal.signal(number, handler)
+
+
+class RayInterrupted(Exception):
+    """Ctrl-C or SIGTERM while Ray was still connecting: the run ends as interrupted, nothing sent."""
+
+
+def task_error(exc: BaseException) -> str:
+    """Why a Ray task failed, in one plain line: the exception the task raised (a `RayTaskError` wraps it under a
+    coloured `ray::run_shard()` header), escape sequences removed (the line lands in the summary and its JSON)."""
+    cause = getattr(exc, "cause", None)
+    return _ANSI.sub("", first_line(cause if isinstance(cause, BaseException) else exc))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class Tally:
@@ -169,13 +242,16 @@ async def run_on_ray(
     at most `SHARDS_IN_FLIGHT_PER_CPU` per CPU of the cluster at a time, and land each returned one.
 
     Bounded memory: the work list is never materialised, only the shards in flight and one returned
-    shard are held. Returns the shards' outcomes (None: all tried); a task that failed for good
-    (Ray's retries spent) leaves its shard to the resume and says so."""
+    shard are held. Returns the shards' outcomes (None: all tried); a task that failed (Ray retries a task whose
+    worker died, not one that raised) leaves its shard to the resume and says so."""
     from tokview.batch.writer_thread import COUNT_FIELDS
 
     if config.ray is None:
         raise ValueError("run_on_ray needs config.ray: a Ray address or auto")
-    ray = connect(config.ray)
+    try:
+        ray = await connect(config.ray, cancel)
+    except RayInterrupted:
+        return [INTERRUPTED]
     remote = ray.remote(run_shard).options(max_retries=2)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     size = shard_size(len(todo), cpus)
@@ -183,12 +259,14 @@ async def run_on_ray(
     shards = _shards(todo, size)
     pending: list[ShardRef] = []
     outcomes: list[str | None] = []
+    streak = _Streak(config.max_consecutive_failures)
     loop = asyncio.get_running_loop()
     while True:
-        if cancel is not None and cancel.is_set():
+        stop = INTERRUPTED if cancel is not None and cancel.is_set() else streak.stop
+        if stop is not None:  # the shards in flight are left to a resume, as a local run leaves its queue
             for ref in pending:
                 ray.cancel(ref, force=True)
-            outcomes.append(INTERRUPTED)
+            outcomes.append(stop)
             break
         while len(pending) < SHARDS_IN_FLIGHT_PER_CPU * cpus and (shard := next(shards, None)) is not None:
             pending.append(remote.remote(shard_config, run_id, shard))
@@ -202,17 +280,38 @@ async def run_on_ray(
         for ref in done:
             try:
                 result = await loop.run_in_executor(None, ray.get, ref)
-            except Exception as exc:  # the task failed for good: its shard is left to the resume
-                outcomes.append(f"a Ray task failed: {first_line(exc)}")
+            except Exception as exc:  # the task failed: its shard is left to the resume
+                outcomes.append(f"a Ray task failed: {task_error(exc)}")
                 continue
             await loop.run_in_executor(None, store.write_part, result["samples"], result["failures"])
             await loop.run_in_executor(None, store.ingest)
             for key in COUNT_FIELDS:
                 setattr(tally, key, getattr(tally, key) + result[key])
             tally.reasons.update(result["reasons"])
-            outcomes.append(result["outcome"])
+            streak.add(result)
         report()
     return outcomes
+
+
+class _Streak:
+    """`--max-consecutive-failures` across shards, in the order they come back: a shard with no answer adds its
+    failures to the streak, one with an answer ends it; a shard that stopped itself (its own streak reached the
+    limit) stops the run. Each task counted alone, so shards smaller than the limit never stopped, and a stopped
+    shard did not stop the next ones: a dead server was sent the whole prompts file."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.failures = limit, 0
+        self.stop: str | None = None
+
+    def add(self, result: dict[str, Any]) -> None:
+        self.failures = self.failures + int(result["failed"]) if not result["ok"] else 0
+        if self.stop is not None:
+            return
+        if result["outcome"] is not None:
+            self.stop = str(result["outcome"])
+        elif self.limit and self.failures >= self.limit:
+            last = max(result["reasons"].items(), key=lambda kv: kv[1])[0] if result["reasons"] else "unknown"
+            self.stop = f"stopped after {self.failures} consecutive failures (last: {last})"
 
 
 def shard_size(todo: int, cpus: int) -> int:
