@@ -29,3 +29,16 @@ def test_a_profile_of_another_vocabulary_is_refused_in_one_line():
     assert "\n" not in str(err.value)
     assert "glm-4.7" in str(err.value)
     assert "151350" in str(err.value)
+
+
+def test_a_profile_without_think_ids_is_checked_by_its_stop_ids():
+    """gpt-oss names no think ids, so nothing was compared: on the Kimi layout the simulator served Harmony markers
+    spelled as text, with `content` and `reasoning` null."""
+    with pytest.raises(SimConfigError) as err:
+        with start_simulator(SimConfig(kind="vllm", profile="gpt-oss")):
+            pass
+    assert (
+        "\n" not in str(err.value)
+        and "gpt-oss" in str(err.value)
+        and "is not an id of this tokenizer" in str(err.value)
+    )

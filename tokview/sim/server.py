@@ -67,8 +67,12 @@ def tokenizer_for(cfg: SimConfig) -> tuple[TokenizerAdapter, ModelProfile]:
 def served_profile(name: str, tokenizer: TokenizerAdapter) -> ModelProfile:
     """The profile the simulator serves its tokenizer as; SimConfigError when its ids are not this tokenizer's
     (its think delimiters would be other tokens, and every answer a malformed one)."""
+    from tokview.core.resolve import check_profile_fits
+
     try:
-        profile = with_tokenizer_stops(get_profile(name), tokenizer)
+        wanted = get_profile(name)
+        check_profile_fits(wanted, tokenizer, name)  # its stop ids too: gpt-oss's on a Kimi vocabulary are no ids
+        profile = with_tokenizer_stops(wanted, tokenizer)
     except ProfileError as exc:
         raise SimConfigError(str(exc)) from None
     named = [(profile.think_open, profile.think_open_id), (profile.think_close, profile.think_close_id)]
