@@ -181,3 +181,25 @@ def test_stdin_is_one_text_per_newline_and_json_keeps_the_terminal_safe(capsys, 
     writer.join(timeout=10)
     assert code == 0, err
     assert "chat prompt" in out
+
+
+def test_chat_of_a_row_with_tools_prints_the_prompt_batch_sends(capsys, tmp_path, kimi_tok_dir, vllm_sim):
+    """The row's `tools` were dropped: turn 0 printed 32 ids where batch sends ~230 (Kimi's tool_declare turn first)."""
+    from pathlib import Path
+
+    from tokview.store import Store
+
+    row = json.loads((Path(__file__).parent.parent / "sample_data/agent_traces.jsonl").read_text().splitlines()[0])
+    assert row["tools"]
+    chat, prompts = tmp_path / "row.json", tmp_path / "p.jsonl"
+    chat.write_text(json.dumps(row))
+    prompts.write_text(json.dumps(row) + "\n")
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--chat", chat, "--json")
+    assert code == 0
+    printed = [json.loads(line)["ids"] for line in out.splitlines()]
+    db = tmp_path / "b.duckdb"
+    args = ["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db), "--mode", "chat", "--workers", "1"]
+    assert main([*args, "--tokenizer", str(kimi_tok_dir)]) == 0
+    with Store(db) as store:
+        sent = [list(ids) for (ids,) in store.query("SELECT prompt_ids FROM samples WHERE turn = 0")]
+    assert sent and printed[0] == sent[0]

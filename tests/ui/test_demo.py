@@ -67,3 +67,11 @@ def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store
     assert not seen["path"].exists()
     assert seen["who"] == "dana"
     assert str(seen["path"]) not in captured.out  # no path to a store that is gone
+
+
+def test_demo_on_agent_traces_says_the_raw_run_skipped_them_as_bad_rows(capsys):
+    """The raw run sends no tools, so every agent-trace row is a bad row for it: it read "ok 0 failed 0", exit 0."""
+    traces = Path(__file__).resolve().parents[2] / "sample_data" / "agent_traces.jsonl"
+    assert main(["demo", "--no-ui", "--prompts", str(traces), "--limit", "2"]) == 0
+    [raw] = [line for line in capsys.readouterr().out.splitlines() if "demo-truncated" in line]
+    assert "bad rows 2 (first: row 1: an agent trace needs --mode chat" in raw, raw

@@ -46,8 +46,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     add_tokenizer_arguments(
         p, tokenizer_default="tokview's Kimi-layout tokenizer", profile_default="detected from the tokenizer"
     )
-    p.add_argument("--backend", default=D["backend"], choices=("auto", "sglang", "sglang-chat", "vllm"))
-    p.add_argument("--mode", default=D["mode"], choices=("raw", "chat", "dual"))
+    p.add_argument(
+        "--backend",
+        default=D["backend"],
+        choices=("auto", "sglang", "sglang-chat", "vllm"),
+        help=f"the server's kind (auto: what its info endpoints say), or sglang-chat: SGLang's chat endpoint alone "
+        f"(default {D['backend']})",
+    )
+    p.add_argument(
+        "--mode",
+        default=D["mode"],
+        choices=("raw", "chat", "dual"),
+        help="raw: tokview renders the prompt and sends its ids (exact ids, no parsers); chat: the server renders "
+        "and parses (/v1/chat/completions: reasoning and tool parsers, agent traces need it); dual: both, compared "
+        f"(default {D['mode']})",
+    )
     p.add_argument(
         "--concurrency",
         type=int,
@@ -73,12 +86,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=D["thinking"],
         help=f"thinking on/off via the template kwarg (default {'on' if D['thinking'] else 'off'})",
     )
-    p.add_argument("--samples-per-prompt", type=int, default=D["samples_per_prompt"], metavar="K")
+    p.add_argument(
+        "--samples-per-prompt",
+        type=int,
+        default=D["samples_per_prompt"],
+        metavar="K",
+        help=f"answers generated for each prompt, each a sample of its own (default {D['samples_per_prompt']})",
+    )
     p.add_argument("--limit", type=int, default=D["limit"], help="read at most N input rows")
     p.add_argument(
         "--run", type=run_name, dest="run_name", help="run name (default: batch-<settings hash>, so re-runs resume)"
     )
-    p.add_argument("--on-bad-row", default=D["on_bad_row"], choices=("skip", "stop"))
+    p.add_argument(
+        "--on-bad-row",
+        default=D["on_bad_row"],
+        choices=("skip", "stop"),
+        help=f"a row that cannot be sent (named with its line): skip it and exit 4 at the end, or stop the run at "
+        f"the first one, exit 1 (default {D['on_bad_row']})",
+    )
     p.add_argument(
         "--timeout", type=float, default=D["timeout"], help=f"seconds per request (default {D['timeout']:g})"
     )

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from tokview.commands.store_arg import creatable_store
 from tokview.errors import UserError
+from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
     from tokview.batch.config import BatchSummary
@@ -146,9 +147,10 @@ def summary_text(store: Store, summaries: list[tuple[str, BatchSummary]], tempor
     where = "temporary (deleted on exit, so no path to keep)" if temporary else str(store.path)
     lines = [f"demo store: {where}"]
     for label, s in summaries:
+        bad = f"  bad rows {len(s.bad_rows)} (first: {printable_line(s.bad_rows[0])})" if s.bad_rows else ""
         lines.append(
             f"  run {s.run_id:<16} {label:<34} ok {s.ok:>3}  failed {s.failed}  flagged {s.flagged}  "
-            f"truncated {s.truncated}"
+            f"truncated {s.truncated}{bad}"
         )
     lines.append(f"  {stats['samples']} samples · valid {stats['valid']} · invalid {stats['invalid']}")
     for code, info in stats["findings"].items():

@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
-    p.add_argument("--retries", type=int, default=3)
+    p.add_argument("--retries", type=int, default=3, help="retries per sample on a server error (default 3)")
     p.add_argument("--summary-json", action="store_true", help="print the final summary as JSON on stdout")
     p.set_defaults(run=run)
 

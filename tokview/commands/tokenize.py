@@ -45,7 +45,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="--chat: render with thinking on (default) or off, as batch does",
     )
     p.add_argument("--json", action="store_true", help='one JSON object per line: {"text", "ids", "pieces"}')
-    add_tokenizer_arguments(p)
+    add_tokenizer_arguments(
+        p,
+        tokenizer_default="tokview's Kimi-layout tokenizer (K2.6's with --profile kimi-k2.6)",
+        profile_default="detected from the tokenizer",
+    )
     p.set_defaults(run=run)
 
 
@@ -74,14 +78,16 @@ def run(args: argparse.Namespace) -> int:
         _emit(args.json, text, tokenizer.encode(text), tokenizer)
     if points:
         kwargs = _template_kwargs(tokenizer, args.profile, args.thinking)
-        for label, messages in points:
-            text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=kwargs)
+        for label, messages, tools in points:
+            # the row's tools as vLLM renders them (SGLang adds `"defer_loading": null` to each: core.served_tools)
+            rendered = {**kwargs, "tools": tools} if tools else kwargs
+            text = tokenizer.render_text(messages, add_generation_prompt=True, template_kwargs=rendered)
             _emit(
                 args.json,
                 text,
-                tokenizer.render(messages, add_generation_prompt=True, template_kwargs=kwargs),
+                tokenizer.render(messages, add_generation_prompt=True, template_kwargs=rendered),
                 tokenizer,
-                label=f"chat prompt{label} {json.dumps(kwargs)}",
+                label=f"chat prompt{label} {json.dumps(kwargs)}" + (f" + {len(tools)} tools" if tools else ""),
             )
     return 0
 
@@ -113,8 +119,8 @@ def _texts(items: list[str]) -> Iterator[str]:
         yield item
 
 
-def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(label, messages) for each generation point batch would send for this conversation."""
+def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """(label, messages, the row's tools) for each generation point batch would send for this conversation."""
     from tokview.batch.inputs import check_row
     from tokview.core.agent_traces import PromptError
     from tokview.core.prompts import generation_points, parse_row
@@ -138,11 +144,12 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
     try:
         if isinstance(row, dict):
             check_row(row, "chat")  # what `tokview batch` checks first: a field of the wrong type, named
-        points = generation_points(parse_row(row))
+        parsed = parse_row(row)
+        points = generation_points(parsed)
     except PromptError as exc:
         raise UserError(f"{path}: {str(exc).removeprefix('row: ').removeprefix('chat: ')}") from None
     many = len(points) > 1
-    return [(f" (assistant turn {p.turn})" if many else "", p.history) for p in points]
+    return [(f" (assistant turn {p.turn})" if many else "", p.history, parsed.tools) for p in points]
 
 
 def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thinking: bool) -> dict[str, Any]:
