@@ -61,3 +61,32 @@ def test_proxy_stores_of_two_tokenizers_are_refused(tmp_path, capsys, glm_tok_di
     code, err = _merge(capsys, str(tmp_path / "k.duckdb"), str(tmp_path / "g.duckdb"), "--into", str(tmp_path / "m"))
     assert code == ExitCode.USAGE, err
     assert err.strip().splitlines()[-1].endswith("merge refused"), err  # the first source merged, then one line
+
+
+def _as_recorded_before(db: Path) -> None:
+    """The store's proxy runs as a tokview before this change wrote them: no model, tokenizer or special ids."""
+    with Store(db) as store:
+        for run_id, settings in store.query("SELECT run_id, settings FROM runs"):
+            old = {k: v for k, v in json.loads(settings).items() if k in ("mode", "listen")}
+            store.write([("UPDATE runs SET settings = ? WHERE run_id = ?", [json.dumps(old), run_id])])
+
+
+def test_proxy_runs_recorded_before_their_identity_still_merge_with_new_ones(tmp_path, capsys):
+    """A store holding an old proxy run and a new one was refused ("mixes 2 models/tokenizers/profiles"), and so
+    was an old proxy store beside a new one: an old run is known by its profile alone."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        _proxied(sim.url, tmp_path / "mixed.duckdb", None, None)
+        _as_recorded_before(tmp_path / "mixed.duckdb")
+        _proxied(sim.url, tmp_path / "mixed.duckdb", None, None)  # a new run into the same store
+        _proxied(sim.url, tmp_path / "new.duckdb", None, None)
+        _proxied(sim.url, tmp_path / "other.duckdb", None, "plain")
+        _as_recorded_before(tmp_path / "other.duckdb")
+    capsys.readouterr()
+    code, err = _merge(capsys, str(tmp_path / "mixed.duckdb"), "--into", str(tmp_path / "a.duckdb"))
+    assert code == ExitCode.OK, err
+    code, err = _merge(
+        capsys, str(tmp_path / "new.duckdb"), str(tmp_path / "mixed.duckdb"), "--into", str(tmp_path / "b")
+    )
+    assert code == ExitCode.OK, err
+    code, err = _merge(capsys, str(tmp_path / "other.duckdb"), "--into", str(tmp_path / "b"))
+    assert code == ExitCode.USAGE and err.strip().endswith("merge refused"), err  # another profile: refused still

@@ -201,7 +201,7 @@ async def test_a_sessions_failed_requests_are_listed_among_its_turns(recorded, t
         assert any("this request failed: refused by the upstream" in str(n.message) for n in app._notifications)
 
 
-def _alice(sim: Any, db: str, tokenizer: Any, profile: Any, questions: list[str]) -> None:
+def _alice(sim: Any, db: str, tokenizer: Any, profile: Any, questions: list[str], user: str = "alice") -> None:
     """alice's conversation through a proxy on `db`, one proxy run per question (each a restart), each turn going on
     from the answers before it."""
     messages: list[dict[str, Any]] = []
@@ -209,7 +209,7 @@ def _alice(sim: Any, db: str, tokenizer: Any, profile: Any, questions: list[str]
         config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=tokenizer, profile=profile)
         with start_proxy(config) as proxy, httpx.Client() as client:
             messages.append({"role": "user", "content": question})
-            messages.append(_ask(client, proxy.url, sim.cfg.model_name, messages, user="alice"))
+            messages.append(_ask(client, proxy.url, sim.cfg.model_name, messages, user=user))
 
 
 async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_merge(
@@ -230,16 +230,19 @@ async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_mer
     assert await asyncio.to_thread(main, ["merge", first, second, "--into", merged]) == 0
     with Store(merged) as store:
         rows = sorted(list_sessions(store), key=lambda r: r.part)
-        assert [(r.key, r.turns) for r in rows] == [("user:alice", 3), ("user:alice (2)", 2)]
+        assert [(r.label, r.turns) for r in rows] == [("user:alice", 3), ("user:alice (2)", 2)]
         assert [t.turn for t in session_turns(store, "user:alice", 0)] == [0, 1, 2]
         later = session_turns(store, "user:alice", 1)
         assert [t.turn for t in later] == [0, 1]
         assert rows[1].context == later[1].prompt_len + later[1].output_len
+    # a harness may name a session as the list names a later conversation: both listed, the list keyed apart
+    await asyncio.to_thread(_alice, sim, merged, tokenizer, profile, ["Hello?"], "alice (2)")
     app = _app(merged, tokenizer, profile)
     async with app.run_test(size=(160, 40)) as pilot:
         await pilot.press("V")
         await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
-        while app.screen.rows[app.screen.query_one("DataTable").cursor_row].key != "user:alice (2)":
+        assert sorted(r.label for r in app.screen.rows) == ["user:alice", "user:alice (2)", "user:alice (2)"]
+        while app.screen.rows[app.screen.query_one("DataTable").cursor_row].part != 1:
             await pilot.press("down")
         await pilot.press("enter")
         await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")

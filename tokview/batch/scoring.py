@@ -179,7 +179,8 @@ async def _run(
     rows = candidates(store, config)
     todo = deque(sid for sid, stored in rows if config.rescore or not already_scored(stored, model, config.top_k))
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
-    summary.without_output = without_output_count(store, Selection(config.select, config.run))
+    if config.limit is None:  # with --limit "selected" is the first N scoreable samples: none lack output ids
+        summary.without_output = without_output_count(store, Selection(config.select, config.run))
     progress = BatchProgress(total=len(rows), skipped=summary.skipped)
     started = time.monotonic()
     reasons: Counter[str] = Counter()

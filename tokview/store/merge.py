@@ -57,6 +57,15 @@ def identity_of(settings: dict[str, Any], profile: str | None = None) -> tuple[A
     return (settings.get("model"), settings.get("tokenizer"), settings.get("profile") or profile)
 
 
+def conflicting(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two identities of different data. A run that recorded neither model nor tokenizer (a `tokview proxy` run
+    before proxy runs recorded them) is known by its profile alone: compared by that, so a store holding old and new
+    proxy runs, or an old proxy store beside a new one, still merges."""
+    if a[:2] == (None, None) or b[:2] == (None, None):
+        return bool(a[2] != b[2])
+    return a != b
+
+
 def identities(conn: DuckDBPyConnection, schema: str) -> set[tuple[Any, ...]]:
     """(model, tokenizer vocabulary, profile) of every run in a store that has samples or failures."""
     return {identity_of(_settings(s), p) for s, p in conn.execute(runs_with_data_sql(schema)).fetchall()}
@@ -180,13 +189,14 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
         )
     theirs, ours = identities(conn, "src"), identities(conn, "main")
     if ours:
-        foreign = sorted(theirs - ours, key=str)
+        foreign = sorted((t for t in theirs if any(conflicting(t, o) for o in ours)), key=str)
         if foreign:
+            other = next(o for o in sorted(ours, key=str) if conflicting(foreign[0], o))
             raise MergeRefused(
                 f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
-                f"{_describe(sorted(ours, key=str)[0])}: merge refused"
+                f"{_describe(other)}: merge refused"
             )
-    elif len(theirs) > 1:
+    elif any(conflicting(a, b) for a in theirs for b in theirs):
         raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
     _check_special_tokens(conn, source, target_name)
     return tables

@@ -74,8 +74,14 @@ _SESSIONS = f"{_SESSIONS_ALL} ORDER BY last DESC, prompt_id, part LIMIT ?"
 
 _TOTALS = f"SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(findings), 0) FROM ({_SESSIONS_ALL})"
 
+_ONE_SESSION_PARTS = _PARTS.replace(
+    f"FROM samples WHERE {PROXIED} GROUP BY", f"FROM samples WHERE {PROXIED} AND prompt_id = ? GROUP BY"
+)
+"""`_PARTS` of one session id (its first parameter): opening a session reads its own turns, not every session's."""
+assert _ONE_SESSION_PARTS != _PARTS
+
 _TURNS = f"""
-WITH {_PARTS.strip()}
+WITH {_ONE_SESSION_PARTS.strip()}
 SELECT sample_id, turn, prompt_len, output_len, finish_reason, status, codes, valid, latency_s,
        left(coalesce(content, text, reasoning, ''), 200), created_at
 FROM samples JOIN parts p USING (prompt_id, run_id) WHERE {PROXIED} AND prompt_id = ? AND p.part = ?
@@ -83,7 +89,7 @@ ORDER BY turn, created_at, sample_id
 """
 
 _FAILED_TURNS = f"""
-WITH {_PARTS.strip()}
+WITH {_ONE_SESSION_PARTS.strip()}
 SELECT sample_id, reason, "at" FROM failed WHERE prompt_id = ? AND part = ? ORDER BY "at", sample_id
 """
 
@@ -119,9 +125,14 @@ class SessionRow:
     holds one conversation each."""
 
     @property
-    def key(self) -> str:
-        """The session as a person reads it and the list keys it: its id, and `(2)`, `(3)` … for a later one."""
+    def label(self) -> str:
+        """The session as a person reads it: its id, and `(2)`, `(3)` … for a later one."""
         return session_label(self.session_id, self.part)
+
+    @property
+    def key(self) -> str:
+        """What the list keys the row by: unique where labels are not (a harness may name a session `s (2)`)."""
+        return f"{self.part}\0{self.session_id}"
 
 
 def session_label(session_id: str, part: int) -> str:
@@ -174,14 +185,14 @@ def session_turns(store: Database, session_id: str, part: int = 0) -> list[TurnR
     `part`: which conversation of the session id (`SessionRow.part`)."""
     out = []
     for sample_id, turn, prompt_len, output_len, finish, status, codes, valid, latency, answer, created in store.query(
-        _TURNS, [session_id, part]
+        _TURNS, [session_id, session_id, part]
     ):
         out.append(
             TurnRow(
                 sample_id, turn, prompt_len, output_len, finish, status, list(codes), valid, latency, answer, created
             )
         )
-    for sample_id, reason, at in store.query(_FAILED_TURNS, [session_id, part]):
+    for sample_id, reason, at in store.query(_FAILED_TURNS, [session_id, session_id, part]):
         before = next((k for k, row in enumerate(out) if not row.failed and row.created_at > at), len(out))
         failed = TurnRow(sample_id, -1, 0, 0, None, "failed", [], False, None, str(reason), at, failed=True)
         out.insert(before, failed)

@@ -51,7 +51,7 @@ TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findi
 
 def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
     return (
-        cell(row.key),
+        cell(row.label),
         cell(row.harness or "—"),
         str(row.turns),
         f"{row.context:,}",
