@@ -81,6 +81,16 @@ def test_a_spool_left_by_a_killed_proxy_is_recorded_once_at_the_next_start_and_r
     spooled = len(list(records(str(left / "spool-000001"))))
     assert 30 <= spooled <= 40 - in_memory  # all recorded by the child before the kill: to be stored once
 
+    # a proxy on another store in the same folder leaves it alone (it took the answers into its own store)
+    other = tmp_path / "other.duckdb"
+    config = ProxyConfig([UP], db=str(other), tokenizer=kimi_tok, profile=kimi_profile, record_in="thread")
+    neighbour = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert neighbour is not None
+    neighbour.close()
+    assert _spool_folders(tmp_path) == [left]
+    with Store(other) as store:
+        assert store.query("SELECT count(*) FROM samples")[0][0] == 0
+
     config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="process")
     recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
     assert isinstance(recorder, RecorderProcess)

@@ -35,6 +35,9 @@ PREFIX = ".tokview-proxy-spool-"
 NEW_PREFIX = ".tokview-proxy-spool.new-"
 LOCK_NAME = "owner.lock"
 RUN_NAME = "run_id"
+STORE_NAME = "store"
+"""The store the folder's answers belong to (its real path): a start records only its own store's leftovers (two
+stores in one folder: one's start took the other's answers into itself, under a run it has no row for)."""
 SPOOL_PREFIX = "spool-"
 NEW_STALE_S = 60.0
 """A `.new-` folder this old belongs to a proxy that died while making it (it holds no answers yet)."""
@@ -52,6 +55,8 @@ def make(db: str, run_id: str) -> str | None:
     try:
         with open(os.path.join(new, RUN_NAME), "w", encoding="utf-8") as f:
             f.write(run_id)
+        with open(os.path.join(new, STORE_NAME), "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(_store_path(db))
         fd = _lock(new, fcntl.LOCK_SH)
         final = os.path.join(folder, PREFIX + os.path.basename(new)[len(NEW_PREFIX) :])
         os.rename(new, final)
@@ -152,14 +157,26 @@ def leftovers(db: str) -> Iterator[Leftover]:
         if name.startswith(NEW_PREFIX):
             _remove_if_stale(path)
         elif name.startswith(PREFIX):
-            found = _dead(path)
+            found = _dead(path, _store_path(db))
             if found is not None:
                 yield found
 
 
-def _dead(path: str) -> Leftover | None:
+def _store_path(db: str) -> str:
+    return os.path.realpath(os.path.expanduser(db))
+
+
+def _dead(path: str, store: str) -> Leftover | None:
     if not os.path.exists(os.path.join(path, LOCK_NAME)):
         return None  # not one of ours as this version makes them: never guessed at
+    try:
+        with open(os.path.join(path, STORE_NAME), encoding="utf-8", errors="surrogateescape") as f:
+            if f.read() != store:
+                return None  # another store's: its own next start records it
+    except FileNotFoundError:
+        pass  # made before folders named their store: whichever store starts first records it, as then
+    except OSError:
+        return None
     try:
         fd = _lock(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held: its proxy (or its recorder) is alive; or gone meanwhile
