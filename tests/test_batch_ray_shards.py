@@ -89,7 +89,7 @@ def test_shards_are_cut_as_they_are_submitted_with_a_bounded_number_in_flight(tm
     work = plan_work(config, config.sample_settings(IDENTITY), lambda _f: set())
     queue = work.queue()
     fake = FakeRay(queue)
-    monkeypatch.setattr(ray_shards, "connect", lambda address: fake)
+    monkeypatch.setattr(ray_shards, "connect", _connected_to(fake))
     tally = ray_shards.Tally()
     outcomes = asyncio.run(
         ray_shards.run_on_ray(
@@ -117,7 +117,7 @@ def test_a_cancel_submits_nothing_more(tmp_path, monkeypatch):
     config = BatchConfig(servers=[], prompts_path=path, ray="auto")
     queue = plan_work(config, config.sample_settings(IDENTITY), lambda _f: set()).queue()
     fake = FakeRay(queue)
-    monkeypatch.setattr(ray_shards, "connect", lambda address: fake)
+    monkeypatch.setattr(ray_shards, "connect", _connected_to(fake))
     cancel = asyncio.Event()
     cancel.set()
     outcomes = asyncio.run(
@@ -128,3 +128,12 @@ def test_a_cancel_submits_nothing_more(tmp_path, monkeypatch):
     assert outcomes == ["interrupted"]
     assert fake.submitted == []
     assert len(queue) == 2000
+
+
+def _connected_to(fake: object) -> object:
+    """`ray_shards.connect` handing back `fake` (it is a coroutine: Ray connects on a thread the loop waits for)."""
+
+    async def connect(address: str, cancel: object = None) -> object:
+        return fake
+
+    return connect

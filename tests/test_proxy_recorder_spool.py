@@ -107,7 +107,7 @@ def test_a_stalled_recorder_holds_a_bounded_backlog_in_memory_spools_the_rest_an
         _hand_over(recorder, items)
         spool_dir = Path(recorder._spool_dir or "")
         assert spool_dir.parent == tmp_path  # beside the store, not in /tmp (often memory)
-        assert sorted(p.name for p in spool_dir.iterdir()) == ["owner.lock", "run_id", "spool-000001"]
+        assert sorted(p.name for p in spool_dir.iterdir()) == ["owner.lock", "run_id", "spool-000001", "store"]
         assert recorder.memory_peak <= 100_000 + 25_000
         assert recorder.spooled > 500_000
         os.kill(recorder.process.pid or 0, signal.SIGCONT)
@@ -295,3 +295,48 @@ def test_by_default_a_killed_forwarding_process_loses_no_answer_it_finished(
         recorder.process.join(60)
         assert recorder.process.exitcode == 0
     assert len(_stored_users(tmp_path / "m.duckdb")) >= 39
+
+
+def test_a_recorder_process_that_dies_is_said_at_once_as_stopped_recording(
+    tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile, make_capture: Callable[..., Any]
+) -> None:
+    """An OOM-killed child: the proxy went on forwarding and said nothing until its exit, every answer after it
+    unrecorded. It says STOPPED RECORDING once, as it does for a held store, and nothing when it closes normally."""
+    capture = make_capture("what is two and two")
+    said: list[str] = []
+    config = ProxyConfig(
+        [UP],
+        db=str(tmp_path / "k.duckdb"),
+        tokenizer=kimi_tok,
+        profile=kimi_profile,
+        record_in="process",
+        say=said.append,
+    )
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, RecorderProcess)
+    _hand_over(recorder, [_finished(capture, 1)])
+    os.kill(recorder.process.pid or 0, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while not any("STOPPED RECORDING" in line for line in said):
+        assert time.monotonic() < deadline, said
+        time.sleep(0.05)
+    _hand_over(recorder, [_finished(capture, 2)])
+    recorder.close()
+    [line] = [line for line in said if "STOPPED RECORDING" in line]
+    assert f"the recorder process (pid {recorder.process.pid}) ended (exit code -9)" in line
+    assert not recorder.recording and recorder.not_recorded >= 1
+
+    quiet: list[str] = []
+    config = ProxyConfig(
+        [UP],
+        db=str(tmp_path / "q.duckdb"),
+        tokenizer=kimi_tok,
+        profile=kimi_profile,
+        record_in="process",
+        say=quiet.append,
+    )
+    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert isinstance(recorder, RecorderProcess)
+    _hand_over(recorder, [_finished(capture, 1)])
+    recorder.close()
+    assert not any("STOPPED RECORDING" in line for line in quiet), quiet

@@ -266,7 +266,8 @@ async def run_on_ray(
         if stop is not None:  # the shards in flight are left to a resume, as a local run leaves its queue
             for ref in pending:
                 ray.cancel(ref, force=True)
-            outcomes.append(stop)
+            if stop not in outcomes:  # a shard that stopped itself said it already
+                outcomes.append(stop)
             break
         while len(pending) < SHARDS_IN_FLIGHT_PER_CPU * cpus and (shard := next(shards, None)) is not None:
             pending.append(remote.remote(shard_config, run_id, shard))
@@ -288,6 +289,7 @@ async def run_on_ray(
             for key in COUNT_FIELDS:
                 setattr(tally, key, getattr(tally, key) + result[key])
             tally.reasons.update(result["reasons"])
+            outcomes.append(result["outcome"])
             streak.add(result)
         report()
     return outcomes

@@ -144,6 +144,9 @@ class RecorderProcess:
         self._spools = 0
         self._spool_dir = spec.spool_dir
         self._spool_failed = False
+        self._closing = False
+        self._said_gone = threading.Lock()
+        """Taken once the child's end was said (by the reader or a failed hand-over, whichever sees it first)."""
         ctx = multiprocessing.get_context("spawn")
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._said, said_out = ctx.Pipe(duplex=False)
@@ -297,12 +300,29 @@ class RecorderProcess:
         """The child is gone with `frames` answers (or spool notes: those answers stay on disk) still to send."""
         self.not_recorded += max(1, frames)
         self.recording = False
+        self._say_gone()
+
+    def _say_gone(self) -> None:
+        """Once, as the child's end is seen while the proxy runs: STOPPED RECORDING, loudly, as for a held store. A
+        child killed (OOM, kill -9) while the proxy went on forwarding for hours was said only at its exit."""
+        if self._closing or not self._said_gone.acquire(blocking=False):
+            return
+        self.process.join(timeout=1)
+        code = self.process.exitcode
+        ended = f"exit code {code}" if code is not None else "its pipe closed"
+        self.recording = False
+        self.say(
+            f"tokview proxy: STOPPED RECORDING: the recorder process (pid {self.process.pid}) ended ({ended}). "
+            "Requests are still forwarded, but nothing is stored from now on (what was written is kept); restart "
+            "the proxy to record again."
+        )
 
     def _read(self) -> None:
         while True:
             try:
                 message = self._said.recv()
             except (EOFError, OSError):
+                self._say_gone()  # nothing when the proxy is closing: the child ends then as it should
                 return
             if message[0] == "said":
                 self.say(message[1])
@@ -315,6 +335,7 @@ class RecorderProcess:
 
         `leave` (a second Ctrl-C came before this) or a Ctrl-C during the wait: KeyboardInterrupt without waiting,
         the child (which ignores Ctrl-C) finishing in the background."""
+        self._closing = True
         try:
             self._drain_blocking()  # a backlog the child has not read yet: written out first
             self._jobs.close()  # the child reads to the end, records, lands and exits
