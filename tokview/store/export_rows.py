@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from tokview.store import queries
 from tokview.store.errors import StoreError
 from tokview.store.prompt_refs import REF_COLUMNS, WHOLE_PROMPT_IDS, whole_prompts
 from tokview.store.queries import INT64_MAX
@@ -51,6 +52,7 @@ SIDE_COLUMN_GROUPS = {
 """Parquet side columns, written as a group when any exported sample has the group's first column."""
 
 _IN_IDS = "JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid"
+
 
 LIVE_TAG_ROWS = (
     "NOT v.undone AND (v.kind = 'note' OR v.seq = (SELECT max(w.seq) FROM verdicts w "
@@ -203,7 +205,8 @@ def served_layouts(store: Store, sample_ids: list[str]) -> list[tuple[str | None
     return [
         (settings, prof)
         for settings, prof in store.query(
-            f"SELECT s.settings, s.profile FROM samples s {_IN_IDS} WHERE len(s.output_ids) > 0", [sample_ids]
+            f"SELECT s.settings, s.profile FROM samples s WHERE {queries.ids_in(sample_ids)[0]} AND len(s.output_ids) > 0",
+            queries.ids_in(sample_ids)[1],
         )
     ]
 

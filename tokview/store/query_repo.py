@@ -42,6 +42,16 @@ class QueryRepository:
         with self.file.reading() as conn:
             return queries.samples_page(conn, filters, order_by, offset, limit)
 
+    def sample_ids_page(self, filters: SampleFilter | None, order_by: str | None, offset: int, limit: int) -> list[str]:
+        with self.file.reading() as conn:
+            return queries.sample_ids_page(conn, filters, order_by, offset, limit)
+
+    def first_pending_after(
+        self, filters: SampleFilter | None, order_by: str | None, index: int
+    ) -> tuple[int, str] | None:
+        with self.file.reading() as conn:
+            return queries.first_pending_after(conn, filters, order_by, index)
+
     def count_samples(self, filters: SampleFilter | None) -> int:
         with self.file.reading() as conn:
             return queries.count_samples(conn, filters)

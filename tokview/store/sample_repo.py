@@ -169,11 +169,8 @@ class SampleRepository:
             return []
         clause, params = where if where is not None else ("TRUE", [])
         with self.file.reading() as conn:
-            cur = conn.execute(
-                "SELECT s.* FROM samples s JOIN (SELECT unnest(?::VARCHAR[]) AS id) q ON s.sample_id = q.id "
-                f"WHERE {clause}",
-                [list(sample_ids), *params],
-            )
+            listed, ids = queries.ids_in(sample_ids)
+            cur = conn.execute(f"SELECT s.* FROM samples s WHERE {listed} AND ({clause})", [*ids, *params])
             names = [d[0] for d in cur.description or ()]
             by_id = {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
             whole_prompts(self.file, list(by_id.values()))

@@ -390,6 +390,18 @@ class Store:
     ) -> list[SampleRow]:
         return self._reads.samples_page(filters, order_by, offset, limit)
 
+    def sample_ids_page(
+        self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0, limit: int = 100
+    ) -> list[str]:
+        """`samples_page`'s ids alone (no row, no tags)."""
+        return self._reads.sample_ids_page(filters, order_by, offset, limit)
+
+    def first_pending_after(
+        self, filters: SampleFilter | None = None, order_by: str | None = None, index: int = -1
+    ) -> tuple[int, str] | None:
+        """(row index, sample id) of the first pending sample after row `index` of the list, in its order."""
+        return self._reads.first_pending_after(filters, order_by, index)
+
     def count_samples(self, filters: SampleFilter | None = None) -> int:
         return self._reads.count_samples(filters)
 

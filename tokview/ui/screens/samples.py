@@ -25,7 +25,7 @@ from tokview.ui.display import plain
 from tokview.ui.search_terms import parse_search
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.footer import KeysFooter
-from tokview.ui.widgets.sample_list import PAGE, SampleList
+from tokview.ui.widgets.sample_list import SampleList
 from tokview.ui.widgets.select import Select
 from tokview.ui.worker_errors import ForwardsWorkerErrors
 
@@ -128,7 +128,10 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             return
         store, filters, order = self.session.store, self.filters, self.order
         self.sample_list.reset(
-            event.count, lambda offset, limit: store.samples_page(filters, order, offset, limit), self.empty_text()
+            event.count,
+            lambda offset, limit: store.samples_page(filters, order, offset, limit),
+            self.empty_text(),
+            ids=lambda offset, limit: store.sample_ids_page(filters, order, offset, limit),
         )
         self._update_title(event.count)
 
@@ -300,13 +303,5 @@ class PendingSearch:
 
     def after(self, index: int) -> tuple[int, str] | None:
         """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread)."""
-        offset = index + 1
-        while offset < self.count:
-            rows = self.store.samples_page(self.filters, self.order, offset, PAGE)
-            if not rows:
-                break
-            for i, row in enumerate(rows):
-                if row.status == "pending":
-                    return offset + i, row.sample_id
-            offset += len(rows)
-        return None
+        found = self.store.first_pending_after(self.filters, self.order, index)
+        return found if found is not None and found[0] < self.count else None
