@@ -181,3 +181,15 @@ def test_kimi_k26_without_a_tokenizer_folder_serves_and_renders_k26s_template(tm
         assert _contains(last.prompt_ids, kept), f"served turn {j}'s reasoning is in the last prompt"
     codes = {f.code for t in turns for f in t.findings}
     assert "prompt_render_mismatch" not in codes, codes
+
+
+def test_keep_all_on_a_template_that_never_reads_its_key_is_refused(tmp_path, capsys):
+    """K2.5's template reads no `preserve_thinking`: `all` made a run of its own whose every prompt was `template`'s."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(KIMI_TRACE) + "\n")
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "s.duckdb"), "--mode", "chat"]
+        code = main([*args, "--history-reasoning", "all"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == ExitCode.USAGE, err
+    assert err[-1].startswith("tokview: error: --history-reasoning all sends preserve_thinking, which this chat "), err

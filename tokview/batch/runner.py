@@ -230,6 +230,23 @@ async def _close_probed(shortcut: Shortcut) -> None:
         await shortcut.pool.aclose()
 
 
+def _check_keep_all(config: BatchConfig, tokenizer: TokenizerAdapter, profile: ModelProfile) -> None:
+    """`--history-reasoning all` on a template that never reads the key it sends is refused: the run would be one
+    of its own, every prompt the same as `template`'s (kimi-k2.5, qwen3: no such kwarg; a GLM-4.5 profile over a
+    template that reads `clear_thinking`)."""
+    from tokview.batch.chains import keep_all_reasoning
+
+    if config.history != "served" or config.history_reasoning != "all" or not tokenizer.chat_template:
+        return
+    [key] = keep_all_reasoning(profile)
+    if key not in tokenizer.chat_template:
+        raise InputError(
+            f"--history-reasoning all sends {key}, which this chat template never reads (profile {profile.name}): "
+            "every prompt would be the same as with template; give the profile whose template keeps all history "
+            "reasoning (kimi-k2.6, glm-4.7) or leave it at template"
+        )
+
+
 async def _run(
     config: BatchConfig,
     store: Store | LandingChild,
@@ -251,6 +268,7 @@ async def _run(
     from tokview.batch.landing_process import LandingChild
     from tokview.secrets import scrub
 
+    _check_keep_all(config, tokenizer, profile)
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     loop = asyncio.get_running_loop()
