@@ -137,3 +137,16 @@ def test_sigterm_during_a_ray_run_ends_it_as_interrupted_with_its_summary(tmp_pa
     assert again.returncode == 0, again.stderr
     with Store(tmp_path / "b.duckdb") as store:
         assert store.query("SELECT count(*) FROM samples") == [(80,)]
+
+
+def test_a_ray_address_that_cannot_be_used_leaves_no_run_behind(tmp_path):
+    """Ray connected only after the run row was written: a bad `--ray` left a store holding a run and nothing else."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        run = _batch(tmp_path, sim.url, "--ray", "foo")
+        _, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err
+    assert err.strip().splitlines()[-1].startswith("tokview: error: cannot reach Ray at foo"), err
+    db = tmp_path / "b.duckdb"
+    if db.exists():
+        with Store(db) as store:
+            assert store.query("SELECT count(*) FROM runs") == [(0,)]

@@ -202,6 +202,13 @@ async def run_batch(
                 await unless_cancelled(preload.probe(pool), cancel, "the servers were probed")
             elif cancel is not None and cancel.is_set():  # a Ctrl-C while the tokenizer loaded, the servers probed
                 raise StartInterrupted("interrupted while the tokenizer loaded: nothing was written")
+            if config.ray:  # before the run is recorded: a Ray that cannot be reached leaves no run row behind
+                from tokview.batch.ray_shards import RayInterrupted, connect
+
+                try:
+                    await connect(config.ray, cancel)
+                except RayInterrupted:
+                    raise StartInterrupted("interrupted while Ray connected: nothing was written") from None
             return await _run(
                 config,
                 child or (store() if callable(store) else store),
