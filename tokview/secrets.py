@@ -32,6 +32,8 @@ from urllib.parse import unquote
 from tokview.untrusted_text import storable
 
 API_KEY_ENV = "TOKVIEW_API_KEY"
+PROXY_KEY_ENV = "TOKVIEW_PROXY_KEY"
+"""The key `tokview proxy --allow-remote` asks its clients for: a secret too, masked like the API key."""
 MASK = "[redacted]"
 SECRET_KEYS = frozenset({"api_key", "apikey", "authorization", "x-api-key", "proxy-authorization", "api-key"})
 SECRET_KEY_HINTS = ("api", "authorization")
@@ -40,6 +42,9 @@ URL_KEYS = frozenset({"url", "base_url", "server_url", "endpoint_url"})
 MIN_SECRET_LEN = 3
 """Shorter user names/passwords are masked only where they stand as a value (`pw=p4`), never as bare
 text: replacing every `p4` or `a` in a message would garble it."""
+DATA_MIN_SECRET_LEN = 8
+"""Exact values masked in data (messages, bodies, a model's text) are at least this long: an API key of `test` or
+`e` replaced every `test` and `e` of the prompts and answers (`"us[redacted]r"`); real keys are far longer."""
 
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
 _URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#'\"<>]*\?)([^\s#'\"<>]*)")
@@ -51,6 +56,43 @@ _WORD = re.compile(r"[A-Za-z][a-z]{0,19}")
 def api_key_from_env() -> str | None:
     """The API key, only ever from the environment."""
     return os.environ.get(API_KEY_ENV) or None
+
+
+def check_header_value(value: str, name: str) -> None:
+    """A key sent in a header must be printable ASCII: a CR or LF (a `.env` file written on Windows, a pasted line)
+    wrote a header of its own into the request, and the server's answer blamed the body. ValueError names `name`,
+    never the value."""
+    bad = next((c for c in value if not " " < c <= "~"), None)
+    if bad is not None:
+        raise ValueError(
+            f"{name} holds a character a header cannot carry ({bad.encode('unicode_escape').decode()}): check "
+            "where it is set (a line ending, a space or a non-ASCII letter copied in)"
+        )
+
+
+def env_keys() -> list[str]:
+    """The keys the environment gives this process: the API key and the proxy's client key."""
+    return [k for k in (os.environ.get(API_KEY_ENV), os.environ.get(PROXY_KEY_ENV)) if k]
+
+
+def authorization_values(header: str | None) -> list[str]:
+    """The credentials an Authorization header value carries: its token, and for Basic the decoded pair and its
+    halves (a server echoing them back in an error puts them in a failure reason)."""
+    if not header:
+        return []
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if not token:
+        return [scheme] if len(scheme) >= MIN_SECRET_LEN else []
+    out = [token]
+    if scheme.lower() == "basic":
+        try:
+            user, _, password = base64.b64decode(token + "=" * (-len(token) % 4)).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            pass
+        else:
+            out += credential_values(user, password)
+    return [v for v in dict.fromkeys(out) if len(v) >= MIN_SECRET_LEN]
 
 
 class HasAuth(Protocol):
@@ -124,9 +166,10 @@ def url_secrets(url: str | None) -> list[str]:
 
 
 def known_secrets(extra: tuple[str, ...] | list[str] = ()) -> list[str]:
-    """The exact values to mask in payloads, longest first: the env key plus `extra`."""
-    key = api_key_from_env()
-    values = {v for v in extra if v and len(v) >= MIN_SECRET_LEN} | ({key} if key else set())
+    """The exact values to mask in payloads, longest first: `extra` (a server's URL credentials) and the env keys
+    `DATA_MIN_SECRET_LEN` long at least (secret-named keys and URL userinfo are masked whatever their length)."""
+    values = {v for v in extra if v and len(v) >= MIN_SECRET_LEN}
+    values |= {k for k in env_keys() if len(k) >= DATA_MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
 
 
@@ -139,11 +182,11 @@ def scrub_text(text: str, secrets: Secrets = NO_SECRETS) -> str:
         text = _URL_USERINFO.sub(r"\1", text)
     if "?" in text:
         text = _URL_QUERY.sub(lambda m: m.group(1) + _masked_query(m.group(2)), text)
-    key = api_key_from_env()
-    for value in (key, *secrets.values) if key else secrets.values:
+    keys = env_keys()
+    for value in sorted({*secrets.values, *(k for k in keys if len(k) >= MIN_SECRET_LEN)}, key=len, reverse=True):
         if value in text:
             text = text.replace(value, MASK)
-    for value in secrets.short:
+    for value in (*secrets.short, *(k for k in keys if len(k) < MIN_SECRET_LEN)):
         text = re.sub(rf"(?<=[:='\"@]){re.escape(value)}(?=$|[@'\"\s,;)}}\]])", MASK, text)
     return storable(_AUTH_VALUE.sub(_mask_auth_value, text))
 

@@ -38,6 +38,7 @@ from tokview.proxy.wire import (
     UpstreamPool,
     UpstreamResponse,
 )
+from tokview.secrets import Secrets, authorization_values
 from tokview.servers.errors import error_message
 
 if TYPE_CHECKING:
@@ -288,7 +289,10 @@ class ProxyApp:
         if self.recorder is None or ex.endpoint is None:
             return
         named, user = self._session_of(ex)
-        self.recorder.take(Failed(reason, ex.upstream.url, named, user))
+        # the client's credentials and the upstream's, as an upstream may quote them back in its error: the
+        # recorder knows neither (a client's Authorization is forwarded, never stored)
+        known = authorization_values(ex.headers.get("authorization")) + authorization_values(ex.upstream.auth)
+        self.recorder.take(Failed(Secrets.of(known).scrub(reason), ex.upstream.url, named, user))
 
     def _left(self, ex: _Exchange, client: Responder) -> None:
         """The client went away (or the proxy's shutdown closed it): after its stream's `[DONE]` the answer is

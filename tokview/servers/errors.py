@@ -64,21 +64,34 @@ class Retryable(Exception):
 
 
 def error_message(body: bytes | str, limit: int = 300) -> str:
-    """The server's own error message out of whatever shape it used (OpenAI, FastAPI, plain text)."""
+    """The server's own error message out of whatever shape it used (OpenAI, FastAPI, plain text), at most `limit`
+    characters (`cut`). JSON is written as it reads (`ensure_ascii=False`): a password with `ä` escaped as `\u00e4`
+    no longer matched the secret masked later."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(text)
     except ValueError:
-        return " ".join(text.split())[:limit] or "(empty body)"
+        return cut(" ".join(text.split()), limit) or "(empty body)"
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:limit]
+            return cut(str(err["message"]), limit)
         for key in ("message", "detail", "error"):
             if data.get(key):
                 value = data[key]
-                return (value if isinstance(value, str) else json.dumps(value))[:limit]
-    return json.dumps(data)[:limit]
+                return cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit)
+    return cut(json.dumps(data, ensure_ascii=False), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, cut before the word it would split (then `…`): a credential the server
+    quoted is masked after this, and half of one no longer matches it (`sk-proj-AbCdEf0` of a 27-character key)."""
+    if len(text) <= limit:
+        return text
+    kept = text[:limit]
+    if not text[limit].isspace():
+        kept = kept[: max((kept.rfind(c) for c in " \t\n,;\"'"), default=-1) + 1]
+    return kept.rstrip() + "…"
 
 
 def stream_abort(chunk: object) -> str | None:

@@ -40,7 +40,8 @@ from urllib.parse import urljoin, urlsplit
 
 import orjson
 
-from tokview.secrets import Secrets, api_key_from_env, redact_url
+from tokview.errors import UserError
+from tokview.secrets import API_KEY_ENV, Secrets, api_key_from_env, check_header_value, redact_url
 from tokview.servers import transport
 from tokview.servers.errors import CaptureFailed, Retryable, error_message, stream_abort
 from tokview.servers.urls import credential_notes, parse_server_url
@@ -165,6 +166,10 @@ class ServerClient:
             pair = f"{parts.auth[0]}:{parts.auth[1]}".encode()
             self._auth_header = {"authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
         elif api_key:
+            try:
+                check_header_value(api_key, API_KEY_ENV)
+            except ValueError as exc:  # the user's to fix, said before any request goes out
+                raise UserError(str(exc)) from None
             self._auth_header = {"authorization": f"Bearer {api_key}"}
         self._concurrency = concurrency
         self._connect_timeout = connect_timeout or min(timeout, 10.0)

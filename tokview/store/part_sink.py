@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tokview.core.record import Capture
-from tokview.secrets import scrub_optional, scrub_text, url_secrets
+from tokview.secrets import Secrets, scrub_optional, scrub_text, url_secrets
 from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
@@ -90,7 +90,7 @@ class PartSink:
                 "prompt_id": f.get("prompt_id"),
                 "sample_id": f.get("sample_id"),
                 "run_id": f.get("run_id"),
-                "reason": scrub_text(str(f.get("reason") or "")),
+                "reason": scrub_text(str(f.get("reason") or ""), Secrets.of(list(self._secrets))),
                 "server": scrub_optional(f.get("server")),
                 "at": f.get("at") or _now(),
             }

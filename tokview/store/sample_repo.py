@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokview.core.findings import Finding
-from tokview.secrets import known_secrets, scrub_optional, scrub_text
+from tokview.secrets import Secrets, known_secrets, scrub_optional, scrub_text
 from tokview.store import queries
 from tokview.store.connection import Statement, StoreFile
 from tokview.store.part_sink import PartSink
@@ -123,7 +123,7 @@ class SampleRepository:
                         f.get("prompt_id"),
                         sid,
                         f.get("run_id"),
-                        scrub_text(str(f.get("reason") or "")),
+                        scrub_text(str(f.get("reason") or ""), Secrets.of(list(self.sink.secrets))),
                         scrub_optional(f.get("server")),
                     ],
                 )

@@ -23,6 +23,8 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
 from tokview.errors import first_line
 from tokview.secrets import (
+    DATA_MIN_SECRET_LEN,
+    MASK,
     SECRET_KEY_HINTS,
     SECRET_KEYS,
     known_secrets,
@@ -277,6 +279,18 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
     return known_secrets([*extra, *(v for u in urls for v in url_secrets(u))])
 
 
+def _text_without(text: str | None, secrets: list[str]) -> str | None:
+    """A model's text (or the served model name) with the known credentials a server echoed into it masked, as its
+    raw response is: the key, long enough (`DATA_MIN_SECRET_LEN`) that no word of an answer is one. The ids keep
+    what the model generated: tokview stores ids as served."""
+    if not text:
+        return text
+    for secret in secrets:
+        if len(secret) >= DATA_MIN_SECRET_LEN and secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
 def sample_params(
     key: SampleIdentity, capture: Capture, analysis: Analysis, *, secrets: tuple[str, ...] | list[str] = ()
 ) -> list[Any]:
@@ -301,15 +315,15 @@ def sample_params(
         "prompt_len": len(c.prompt_ids),
         "output_len": len(c.output_ids),
         "supervised": int(sum(analysis.loss_mask)),
-        "text": c.text,
-        "reasoning": c.reasoning,
-        "content": c.content,
+        "text": _text_without(c.text, masked),
+        "reasoning": _text_without(c.reasoning, masked),
+        "content": _text_without(c.content, masked),
         "reasoning_field": c.reasoning_field,
         "endpoint": c.endpoint,
         "server_url": scrub_optional(c.server_url),
         "server_kind": c.server_kind,
         "server_version": c.server_version,
-        "model": c.model,
+        "model": _text_without(c.model, masked),
         "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
         "alignment": alignment_letters(analysis.alignment),
