@@ -90,3 +90,24 @@ def test_proxy_runs_recorded_before_their_identity_still_merge_with_new_ones(tmp
     assert code == ExitCode.OK, err
     code, err = _merge(capsys, str(tmp_path / "other.duckdb"), "--into", str(tmp_path / "b"))
     assert code == ExitCode.USAGE and err.strip().endswith("merge refused"), err  # another profile: refused still
+
+
+def test_a_source_of_two_models_is_refused_beside_old_proxy_runs_too(tmp_path, capsys):
+    """Old proxy runs are known by their profile alone: a source mixing two models was taken into such a target (it
+    conflicted with nothing there), though refused into an empty one."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "q", "messages": CHAT["messages"]}) + "\n")
+    with (
+        start_simulator(SimConfig(kind="vllm")) as one,
+        start_simulator(SimConfig(kind="vllm", model_name="other-model")) as two,
+    ):
+        _proxied(one.url, tmp_path / "old.duckdb", None, None)
+        _as_recorded_before(tmp_path / "old.duckdb")
+        for sim in (one, two):
+            args = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "mixed.duckdb")]
+            assert main([*args, "--workers", "1"]) == ExitCode.OK
+    capsys.readouterr()
+    code, err = _merge(capsys, str(tmp_path / "mixed.duckdb"), "--into", str(tmp_path / "old.duckdb"))
+    assert code == ExitCode.USAGE and err.strip().endswith("merge refused"), err
+    with Store(tmp_path / "old.duckdb") as store:
+        assert store.query("SELECT count(*) FROM samples") == [(1,)]

@@ -132,3 +132,27 @@ def test_the_spool_folder_of_a_live_proxy_is_left_alone_and_an_empty_dead_one_re
         assert (first.recorded, first.not_recorded) == (40, 0)
     assert _stored_users(db) == sorted(f"user:u{n}" for n in range(40))
     assert _spool_folders(tmp_path) == []
+
+
+def test_a_leftover_is_its_stores_and_goes_with_it_when_the_store_moves(tmp_path: Path) -> None:
+    """A folder names its store: another store beside it leaves it alone; a store renamed (or its folder moved) takes
+    it, since no store is left at the old path to record it. A path holding a CR is compared as written."""
+    from tokview.proxy import spool_folder
+
+    for name in ("a.duckdb", "w\rx.duckdb"):
+        db = tmp_path / name
+        db.write_bytes(b"")
+        folder = spool_folder.make(str(db), "run-1")
+        assert folder is not None
+        spool_folder.release(folder)  # its proxy is gone
+        other = tmp_path / "other.duckdb"
+        other.write_bytes(b"")
+        assert list(spool_folder.leftovers(str(other))) == []  # not the other store's
+        [mine] = spool_folder.leftovers(str(db))
+        assert (mine.path, mine.run_id) == (folder, "run-1")
+        os.close(mine.fd)
+        moved = tmp_path / f"moved-{len(name)}.duckdb"
+        db.rename(moved)
+        [taken] = spool_folder.leftovers(str(moved))
+        assert taken.path == folder
+        taken.remove()

@@ -55,7 +55,7 @@ def make(db: str, run_id: str) -> str | None:
     try:
         with open(os.path.join(new, RUN_NAME), "w", encoding="utf-8") as f:
             f.write(run_id)
-        with open(os.path.join(new, STORE_NAME), "w", encoding="utf-8", errors="surrogateescape") as f:
+        with open(os.path.join(new, STORE_NAME), "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
             f.write(_store_path(db))
         fd = _lock(new, fcntl.LOCK_SH)
         final = os.path.join(folder, PREFIX + os.path.basename(new)[len(NEW_PREFIX) :])
@@ -170,9 +170,12 @@ def _dead(path: str, store: str) -> Leftover | None:
     if not os.path.exists(os.path.join(path, LOCK_NAME)):
         return None  # not one of ours as this version makes them: never guessed at
     try:
-        with open(os.path.join(path, STORE_NAME), encoding="utf-8", errors="surrogateescape") as f:
-            if f.read() != store:
-                return None  # another store's: its own next start records it
+        with open(os.path.join(path, STORE_NAME), encoding="utf-8", errors="surrogateescape", newline="") as f:
+            owner = f.read()
+        if owner != store and os.path.exists(owner):
+            return None  # another store's, still there: its own next start records it
+        # else this store's, or one that is gone from that path: the folder moved with its store (a renamed
+        # file or folder, another mount point) and this start records it
     except FileNotFoundError:
         pass  # made before folders named their store: whichever store starts first records it, as then
     except OSError:

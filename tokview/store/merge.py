@@ -57,6 +57,21 @@ def identity_of(settings: dict[str, Any], profile: str | None = None) -> tuple[A
     return (settings.get("model"), settings.get("tokenizer"), settings.get("profile") or profile)
 
 
+def _unknown(identity: tuple[Any, ...]) -> bool:
+    """A run that recorded neither model nor tokenizer (a proxy run before they were recorded)."""
+    return identity[:2] == (None, None)
+
+
+def _belongs(identity: tuple[Any, ...], ours: set[tuple[Any, ...]]) -> bool:
+    """A source identity the target takes: one the target holds; with only unknown runs of its profile there (old
+    proxy runs), any of that profile (the source's own mix is checked apart); an unknown one beside runs of its
+    profile."""
+    known = {o for o in ours if not _unknown(o)}
+    if not _unknown(identity) and known:
+        return identity in known
+    return any(not conflicting(identity, o) for o in ours)
+
+
 def conflicting(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Two identities of different data. A run that recorded neither model nor tokenizer (a `tokview proxy` run
     before proxy runs recorded them) is known by its profile alone: compared by that, so a store holding old and new
@@ -189,14 +204,14 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
         )
     theirs, ours = identities(conn, "src"), identities(conn, "main")
     if ours:
-        foreign = sorted((t for t in theirs if any(conflicting(t, o) for o in ours)), key=str)
+        foreign = sorted((t for t in theirs if not _belongs(t, ours)), key=str)
         if foreign:
-            other = next(o for o in sorted(ours, key=str) if conflicting(foreign[0], o))
             raise MergeRefused(
                 f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
-                f"{_describe(other)}: merge refused"
+                f"{_describe(sorted(ours, key=str)[0])}: merge refused"
             )
-    elif any(conflicting(a, b) for a in theirs for b in theirs):
+    known_ours = {o for o in ours if not _unknown(o)}
+    if not known_ours and any(conflicting(a, b) for a in theirs for b in theirs):
         raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
     _check_special_tokens(conn, source, target_name)
     return tables

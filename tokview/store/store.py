@@ -390,17 +390,10 @@ class Store:
     ) -> list[SampleRow]:
         return self._reads.samples_page(filters, order_by, offset, limit)
 
-    def sample_ids_page(
-        self, filters: SampleFilter | None = None, order_by: str | None = None, offset: int = 0, limit: int = 100
-    ) -> list[str]:
-        """`samples_page`'s ids alone (no row, no tags)."""
-        return self._reads.sample_ids_page(filters, order_by, offset, limit)
-
-    def first_pending_after(
-        self, filters: SampleFilter | None = None, order_by: str | None = None, index: int = -1
-    ) -> tuple[int, str] | None:
-        """(row index, sample id) of the first pending sample after row `index` of the list, in its order."""
-        return self._reads.first_pending_after(filters, order_by, index)
+    @property
+    def reads(self) -> QueryRepository:
+        """The list's own reads besides its pages: a range's ids (`M`), the next pending sample (`]`)."""
+        return self._reads
 
     def count_samples(self, filters: SampleFilter | None = None) -> int:
         return self._reads.count_samples(filters)

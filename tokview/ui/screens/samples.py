@@ -131,7 +131,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             event.count,
             lambda offset, limit: store.samples_page(filters, order, offset, limit),
             self.empty_text(),
-            ids=lambda offset, limit: store.sample_ids_page(filters, order, offset, limit),
+            ids=lambda offset, limit: store.reads.sample_ids_page(filters, order, offset, limit),
         )
         self._update_title(event.count)
 
@@ -303,5 +303,5 @@ class PendingSearch:
 
     def after(self, index: int) -> tuple[int, str] | None:
         """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread)."""
-        found = self.store.first_pending_after(self.filters, self.order, index)
+        found = self.store.reads.first_pending_after(self.filters, self.order, index)
         return found if found is not None and found[0] < self.count else None
