@@ -135,8 +135,9 @@ def test_the_spool_folder_of_a_live_proxy_is_left_alone_and_an_empty_dead_one_re
 
 
 def test_a_leftover_is_its_stores_and_goes_with_it_when_the_store_moves(tmp_path: Path) -> None:
-    """A folder names its store: another store beside it leaves it alone; a store renamed (or its folder moved) takes
-    it, since no store is left at the old path to record it. A path holding a CR is compared as written."""
+    """A folder names its store, by path and by file id: another store beside it leaves it alone, even once its
+    store is gone from that path; the store renamed (or its folder moved on its file system) takes it. A path holding
+    a CR is compared as written."""
     from tokview.proxy import spool_folder
 
     for name in ("a.duckdb", "w\rx.duckdb"):
@@ -153,6 +154,7 @@ def test_a_leftover_is_its_stores_and_goes_with_it_when_the_store_moves(tmp_path
         os.close(mine.fd)
         moved = tmp_path / f"moved-{len(name)}.duckdb"
         db.rename(moved)
+        assert list(spool_folder.leftovers(str(other))) == [], "a store gone from its path is still not the other's"
         [taken] = spool_folder.leftovers(str(moved))
         assert taken.path == folder
         taken.remove()

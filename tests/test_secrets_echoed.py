@@ -110,3 +110,32 @@ def test_an_api_key_a_header_cannot_carry_is_refused_in_one_line(tmp_path, key):
     assert line.startswith("tokview: error: TOKVIEW_API_KEY holds a character a header cannot carry")
     assert "sk-" not in line
     assert not Path(tmp_path / "k.duckdb").exists()
+
+
+def test_a_clients_credentials_an_upstream_quotes_in_a_whole_answer_are_not_stored(
+    tmp_path, json_server, kimi_tok, kimi_profile
+):
+    """Only the failure path knew the client's Authorization: a 200 answer quoting it kept it in `raw_response`,
+    `content` and the model name."""
+    token = base64.b64encode(b"carol:ClientPassw0rd-X").decode()
+    prompt = kimi_tok.render([{"role": "user", "content": "hi"}], template_kwargs={"thinking": True})
+    out = [kimi_profile.think_close_id, *kimi_tok.encode("ok"), kimi_profile.stop_ids[0]]
+
+    def answer(path: str, headers: dict[str, str]) -> tuple[int, Any]:
+        quoted = headers.get("authorization", "").partition(" ")[2]
+        message = {"role": "assistant", "content": f"you sent {quoted} (carol:ClientPassw0rd-X)"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop", "token_ids": out}
+        return 200, {"model": f"echo-{quoted}", "prompt_token_ids": prompt, "choices": [choice]}
+
+    url, _ = json_server({**INFO, "/v1/chat/completions": answer})
+    db = tmp_path / "c.duckdb"
+    config = ProxyConfig([url], listen="127.0.0.1:0", db=str(db), tokenizer=kimi_tok, profile=kimi_profile)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with start_proxy(config) as proxy:
+        got = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"authorization": f"Basic {token}"})
+        assert token in got.text, "the client gets the upstream's answer as it is"
+    with Store(db) as store:
+        [row] = store.query("SELECT raw_response, content, model FROM samples")
+    stored = " ".join(str(v) for v in row)
+    assert token not in stored and "ClientPassw0rd-X" not in stored, stored
+    assert "you sent [redacted]" in stored

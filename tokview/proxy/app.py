@@ -323,6 +323,7 @@ class ProxyApp:
                 time.perf_counter() - ex.started,
                 named,
                 user,
+                tuple(authorization_values(ex.headers.get("authorization"))),
             )
         )
 

@@ -17,6 +17,7 @@ and adds a turn's `session_prefix_break` finding to its part line (a finding of 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import queue
@@ -40,6 +41,7 @@ from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, ch
 from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLANG, SGLEXT_FLAGS, echo_hides_ids
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
+from tokview.secrets import DATA_MIN_SECRET_LEN, MASK
 from tokview.servers.errors import Retryable, stream_abort
 from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
 
@@ -84,6 +86,9 @@ class Finished:
     latency_s: float
     named: str | None
     user: str | None
+    client_secrets: tuple[str, ...] = ()
+    """The credentials of the client's Authorization (`secrets.authorization_values`): an upstream may quote them in
+    its answer or its stream's abort, and the recorder knows only the store's own server credentials."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +389,8 @@ class Recorder:
         if isinstance(item, Failed):
             self.failure(item.reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
+        if item.client_secrets:
+            item = dataclasses.replace(item, raw=_without_secrets(item.raw, item.client_secrets))
         chunks, done, unreadable = read_stream(item.raw) if item.stream else ([], False, 0)
         answer = (chunks if done and not unreadable else None) if item.stream else _parsed_json(item.raw)
         if answer is None:
@@ -562,6 +569,15 @@ def _why_no_ids(item: Finished) -> str | None:
             "so the proxy asked for none (the client got the server's answer as is)"
         )
     return _one_sglext_flag(item.request) if item.stream and item.kind == SGLANG else None
+
+
+def _without_secrets(raw: bytes, secrets: tuple[str, ...]) -> bytes:
+    """The answer's bytes with a client's credentials masked wherever the upstream quoted them. Only values long
+    enough and holding a letter: none can match inside an id array (digits and commas) or a JSON key of the answer."""
+    for secret in secrets:
+        if len(secret) >= DATA_MIN_SECRET_LEN and any(c.isalpha() for c in secret):
+            raw = raw.replace(secret.encode("utf-8", "surrogateescape"), MASK.encode())
+    return raw
 
 
 def _one_sglext_flag(request: dict[str, Any]) -> str | None:

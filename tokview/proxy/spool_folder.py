@@ -56,7 +56,7 @@ def make(db: str, run_id: str) -> str | None:
         with open(os.path.join(new, RUN_NAME), "w", encoding="utf-8") as f:
             f.write(run_id)
         with open(os.path.join(new, STORE_NAME), "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(_store_path(db))
+            f.write(_store_path(db) + "\0" + _file_id(db))
         fd = _lock(new, fcntl.LOCK_SH)
         final = os.path.join(folder, PREFIX + os.path.basename(new)[len(NEW_PREFIX) :])
         os.rename(new, final)
@@ -157,7 +157,7 @@ def leftovers(db: str) -> Iterator[Leftover]:
         if name.startswith(NEW_PREFIX):
             _remove_if_stale(path)
         elif name.startswith(PREFIX):
-            found = _dead(path, _store_path(db))
+            found = _dead(path, _store_path(db), _file_id(db))
             if found is not None:
                 yield found
 
@@ -166,16 +166,24 @@ def _store_path(db: str) -> str:
     return os.path.realpath(os.path.expanduser(db))
 
 
-def _dead(path: str, store: str) -> Leftover | None:
+def _file_id(db: str) -> str:
+    """The store file's device and inode ("" before it exists): what stays when the file is renamed or its folder
+    moved on one file system, so the folder goes with its store and never to a neighbour."""
+    try:
+        st = os.stat(os.path.expanduser(db))
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _dead(path: str, store: str, file_id: str) -> Leftover | None:
     if not os.path.exists(os.path.join(path, LOCK_NAME)):
         return None  # not one of ours as this version makes them: never guessed at
     try:
         with open(os.path.join(path, STORE_NAME), encoding="utf-8", errors="surrogateescape", newline="") as f:
-            owner = f.read()
-        if owner != store and os.path.exists(owner):
-            return None  # another store's, still there: its own next start records it
-        # else this store's, or one that is gone from that path: the folder moved with its store (a renamed
-        # file or folder, another mount point) and this start records it
+            owner, _, owner_id = f.read().partition("\0")
+        if owner != store and not (owner_id and owner_id == file_id):
+            return None  # another store's (a store renamed or moved on its file system keeps its file id)
     except FileNotFoundError:
         pass  # made before folders named their store: whichever store starts first records it, as then
     except OSError:

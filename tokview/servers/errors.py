@@ -84,14 +84,22 @@ def error_message(body: bytes | str, limit: int = 300) -> str:
 
 
 def cut(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters, cut before the word it would split (then `…`): a credential the server
-    quoted is masked after this, and half of one no longer matches it (`sk-proj-AbCdEf0` of a 27-character key)."""
+    """`text` in at most `limit` characters (then `…`), cut before a key-like run it would split: a credential the
+    server quoted is masked after this, and half of one no longer matches it (`sk-proj-AbCdEf0` of a 27-character
+    key). Keys are letters, digits, `-` and `_`; a message that is one such run (or CJK text without punctuation)
+    is cut where the limit falls."""
     if len(text) <= limit:
         return text
     kept = text[:limit]
-    if not text[limit].isspace():
-        kept = kept[: max((kept.rfind(c) for c in " \t\n,;\"'"), default=-1) + 1]
+    if _key_like(text[limit]):
+        start = next((i for i in range(limit - 1, -1, -1) if not _key_like(kept[i])), -1)
+        if start >= 0:
+            kept = kept[: start + 1]
     return kept.rstrip() + "…"
+
+
+def _key_like(c: str) -> bool:
+    return c.isascii() and (c.isalnum() or c in "-_")
 
 
 def stream_abort(chunk: object) -> str | None:

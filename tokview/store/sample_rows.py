@@ -23,7 +23,6 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
 from tokview.errors import first_line
 from tokview.secrets import (
-    DATA_MIN_SECRET_LEN,
     MASK,
     SECRET_KEY_HINTS,
     SECRET_KEYS,
@@ -280,13 +279,13 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
 
 
 def _text_without(text: str | None, secrets: list[str]) -> str | None:
-    """A model's text (or the served model name) with the known credentials a server echoed into it masked, as its
-    raw response is: the key, long enough (`DATA_MIN_SECRET_LEN`) that no word of an answer is one. The ids keep
-    what the model generated: tokview stores ids as served."""
+    """A model's text (or the served model name) with the known credentials a server echoed into it masked, exactly
+    as its raw response is (`secrets`: `capture_secrets`). The ids keep what the model generated: tokview stores ids
+    as served."""
     if not text:
         return text
     for secret in secrets:
-        if len(secret) >= DATA_MIN_SECRET_LEN and secret in text:
+        if secret in text:
             text = text.replace(secret, MASK)
     return text
 
