@@ -307,14 +307,13 @@ class RecorderProcess:
         child killed (OOM, kill -9) while the proxy went on forwarding for hours was said only at its exit."""
         if self._closing or not self._said_gone.acquire(blocking=False):
             return
-        self.process.join(timeout=1)
-        code = self.process.exitcode
-        ended = f"exit code {code}" if code is not None else "its pipe closed"
+        # never `process.join` here: a second thread reaping the child left the closing thread's join an exit code of
+        # None (its waitpid found no child); `close` says the exit code
         self.recording = False
         self.say(
-            f"tokview proxy: STOPPED RECORDING: the recorder process (pid {self.process.pid}) ended ({ended}). "
-            "Requests are still forwarded, but nothing is stored from now on (what was written is kept); restart "
-            "the proxy to record again."
+            f"tokview proxy: STOPPED RECORDING: the recorder process (pid {self.process.pid}) ended. Requests are "
+            "still forwarded, but nothing is stored from now on (what was written is kept); restart the proxy to "
+            "record again."
         )
 
     def _read(self) -> None:
