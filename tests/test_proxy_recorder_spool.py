@@ -5,6 +5,7 @@ past a bound and never loses an answer: the rest is spooled to a file beside the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import time
@@ -49,8 +50,12 @@ def _finished(capture: Any, n: int) -> Finished:
 
 
 @contextmanager
-def _recorder(db: Path, tok: TokenizerAdapter, profile: ModelProfile) -> Iterator[RecorderProcess]:
+def _recorder(
+    db: Path, tok: TokenizerAdapter, profile: ModelProfile, say: Callable[[str], None] | None = None
+) -> Iterator[RecorderProcess]:
     config = ProxyConfig([UP], db=str(db), tokenizer=tok, profile=profile, record_in="process")
+    if say is not None:
+        config = dataclasses.replace(config, say=say)
     recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
     assert isinstance(recorder, RecorderProcess)
     try:
@@ -304,40 +309,22 @@ def test_a_recorder_process_that_dies_is_said_at_once_as_stopped_recording(
     unrecorded. It says STOPPED RECORDING once, as it does for a held store, and nothing when it closes normally."""
     capture = make_capture("what is two and two")
     said: list[str] = []
-    config = ProxyConfig(
-        [UP],
-        db=str(tmp_path / "k.duckdb"),
-        tokenizer=kimi_tok,
-        profile=kimi_profile,
-        record_in="process",
-        say=said.append,
-    )
-    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
-    assert isinstance(recorder, RecorderProcess)
-    _hand_over(recorder, [_finished(capture, 1)])
-    os.kill(recorder.process.pid or 0, signal.SIGKILL)
-    deadline = time.monotonic() + 20
-    while not any("STOPPED RECORDING" in line for line in said):
-        assert time.monotonic() < deadline, said
-        time.sleep(0.05)
-    _hand_over(recorder, [_finished(capture, 2)])
-    recorder.close()
+    with _recorder(tmp_path / "k.duckdb", kimi_tok, kimi_profile, said.append) as recorder:
+        _hand_over(recorder, [_finished(capture, 1)])
+        os.kill(recorder.process.pid or 0, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while not any("STOPPED RECORDING" in line for line in said):
+            assert time.monotonic() < deadline, said
+            time.sleep(0.05)
+        _hand_over(recorder, [_finished(capture, 2)])
+        recorder.close()
     [line] = [line for line in said if "STOPPED RECORDING" in line]
     assert f"the recorder process (pid {recorder.process.pid}) ended." in line
     assert any("ended with exit code -9" in said_line for said_line in said), said  # at its close
     assert not recorder.recording and recorder.not_recorded >= 1
 
     quiet: list[str] = []
-    config = ProxyConfig(
-        [UP],
-        db=str(tmp_path / "q.duckdb"),
-        tokenizer=kimi_tok,
-        profile=kimi_profile,
-        record_in="process",
-        say=quiet.append,
-    )
-    recorder = open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
-    assert isinstance(recorder, RecorderProcess)
-    _hand_over(recorder, [_finished(capture, 1)])
-    recorder.close()
+    with _recorder(tmp_path / "q.duckdb", kimi_tok, kimi_profile, quiet.append) as recorder:
+        _hand_over(recorder, [_finished(capture, 1)])
+        recorder.close()
     assert not any("STOPPED RECORDING" in line for line in quiet), quiet

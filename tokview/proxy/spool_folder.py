@@ -152,12 +152,13 @@ def leftovers(db: str) -> Iterator[Leftover]:
         names = sorted(os.listdir(folder))
     except OSError:
         return
+    store, file_id = _store_path(db), _file_id(db)
     for name in names:
         path = os.path.join(folder, name)
         if name.startswith(NEW_PREFIX):
             _remove_if_stale(path)
         elif name.startswith(PREFIX):
-            found = _dead(path, _store_path(db), _file_id(db))
+            found = _dead(path, store, file_id)
             if found is not None:
                 yield found
 

@@ -202,11 +202,11 @@ def profile_names(store: Store, sample_ids: list[str]) -> list[str | None]:
 
 def served_layouts(store: Store, sample_ids: list[str]) -> list[tuple[str | None, str | None]]:
     """(settings JSON, profile name) of each of these samples that has output ids."""
+    listed, ids = queries.ids_in(sample_ids)
     return [
         (settings, prof)
         for settings, prof in store.query(
-            f"SELECT s.settings, s.profile FROM samples s WHERE {queries.ids_in(sample_ids)[0]} AND len(s.output_ids) > 0",
-            queries.ids_in(sample_ids)[1],
+            f"SELECT s.settings, s.profile FROM samples s WHERE {listed} AND len(s.output_ids) > 0", ids
         )
     ]
 

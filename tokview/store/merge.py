@@ -76,7 +76,7 @@ def conflicting(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """Two identities of different data. A run that recorded neither model nor tokenizer (a `tokview proxy` run
     before proxy runs recorded them) is known by its profile alone: compared by that, so a store holding old and new
     proxy runs, or an old proxy store beside a new one, still merges."""
-    if a[:2] == (None, None) or b[:2] == (None, None):
+    if _unknown(a) or _unknown(b):
         return bool(a[2] != b[2])
     return a != b
 

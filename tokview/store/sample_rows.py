@@ -23,7 +23,6 @@ from tokview.core.record import Capture
 from tokview.core.tool_calls import tool_calls_of_response
 from tokview.errors import first_line
 from tokview.secrets import (
-    MASK,
     SECRET_KEY_HINTS,
     SECRET_KEYS,
     known_secrets,
@@ -282,12 +281,7 @@ def _text_without(text: str | None, secrets: list[str]) -> str | None:
     """A model's text (or the served model name) with the known credentials a server echoed into it masked, exactly
     as its raw response is (`secrets`: `capture_secrets`). The ids keep what the model generated: tokview stores ids
     as served."""
-    if not text:
-        return text
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
+    return text if not text else str(scrub_payload(text, secrets))
 
 
 def sample_params(
