@@ -54,20 +54,12 @@ SIDE_COLUMN_GROUPS = {
 _IN_IDS = "JOIN (SELECT unnest(?::VARCHAR[]) AS sid) q ON s.sample_id = q.sid"
 
 
-LIVE_TAG_ROWS = (
-    "NOT v.undone AND (v.kind = 'note' OR v.seq = (SELECT max(w.seq) FROM verdicts w "
-    "WHERE w.sample_id = v.sample_id AND w.kind = 'verdict' AND NOT w.undone))"
-)
-"""The verdict rows whose tags a sample carries, as `Store.load_sample` reads them: every note not undone, and
-the latest verdict not undone (an earlier verdict's tags went with it)."""
-
-
 def live_tags() -> str:
     """SQL for (sample_id, tag) of every live tag, once per sample, in lower case: tags are compared without
     case (`--tag Hard` selects a sample tagged 'hard'), and exports write them in that form."""
     return (
         "SELECT DISTINCT sample_id, lower(tag) AS tag FROM "
-        f"(SELECT v.sample_id, unnest(v.tags) AS tag FROM verdicts v WHERE {LIVE_TAG_ROWS})"
+        f"(SELECT v.sample_id, unnest(v.tags) AS tag FROM verdicts v WHERE {queries.LIVE_TAG_ROWS})"
     )
 
 
