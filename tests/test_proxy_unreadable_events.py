@@ -96,3 +96,23 @@ def test_a_stream_with_an_event_that_is_not_json_is_a_failure_not_a_sample_missi
     assert [p for p, _ in failures] == ["user:cut", "user:number"]
     for _, reason in failures:
         assert reason.startswith("malformed response: 1 of the upstream's stream events held no JSON object")
+
+
+def test_a_stream_abort_is_a_failure_however_its_key_is_spelled(tmp_path, kimi_tok, kimi_profile):
+    """The recorder looks for an abort only in a stream whose bytes may spell one: `"error"`, or a \\u escape
+    (`"\\u0065rror"` is the same key to a JSON parser). Both spellings are failures; a stream that only says "error"
+    in its text is a sample."""
+    plain = b'data: {"error":{"message":"engine died","type":"InternalServerError","code":500}}\n\n'
+    escaped = b'data: {"\\u0065rror":{"message":"engine died","type":"InternalServerError","code":500}}\n\n'
+    items = [
+        _finished(_stream(plain), True, "plain"),
+        _finished(_stream(escaped), True, "escaped"),
+        _finished(_stream(_event(99, 'the "error" was mine', [1099])), True, "text"),
+    ]
+    with _record(tmp_path, items, kimi_tok, kimi_profile) as store:
+        failures = store.query("SELECT prompt_id, reason FROM failures ORDER BY prompt_id")
+        samples = store.query("SELECT prompt_id FROM samples")
+    assert samples == [("user:text",)]
+    assert [p for p, _ in failures] == ["user:escaped", "user:plain"]
+    for _, reason in failures:
+        assert reason.startswith("the upstream aborted the stream after 10 chunks") and "engine died" in reason

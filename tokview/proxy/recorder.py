@@ -405,7 +405,11 @@ class Recorder:
                 reason = "malformed response: the upstream's answer is not JSON"
             self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
             return
-        aborts = ((k, m) for k, c in enumerate(answer if item.stream else ()) if (m := stream_abort(c)) is not None)
+        # Only a stream whose bytes name an "error" (a string's quotes are escaped: these bytes are a key or a value)
+        # or hold a \u escape (which may spell one) can hold an abort: the look at each chunk is skipped for the rest.
+        maybe = item.stream and (b'"error"' in item.raw or b"\\u" in item.raw)
+        looked = answer if maybe else ()
+        aborts = ((k, m) for k, c in enumerate(looked) if (m := stream_abort(c)) is not None)
         if (aborted := next(aborts, None)) is not None:  # the chunks before it: a cut-off answer, never a sample
             reason = f"the upstream aborted the stream after {aborted[0]} chunks: {aborted[1]}"
             self.failure(reason, item.server, named=item.named, user=item.user, sample_id=sample_id)
