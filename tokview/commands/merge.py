@@ -75,6 +75,10 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
     )
     if added.get("verdicts_taken"):
         print(f"merged the review of {added['verdicts_taken']} samples already in {into} from {src}", file=sys.stderr)
+    if added.get("scores_taken"):
+        print(
+            f"merged the target scores of {added['scores_taken']} samples already in {into} from {src}", file=sys.stderr
+        )
     if added.get("review_action"):
         action = added["review_action"]
         print(
@@ -92,5 +96,11 @@ def _say(added: dict[str, int], src: Path, into: str) -> None:
             f"tokview: note: {added['verdicts_kept']} samples already in {into} have another status in {src} (both "
             "reviewed them since the copy, or their ids differ under one sample id): the review here was kept and "
             "the source's was not merged (review them here, or in the app)",
+            file=sys.stderr,
+        )
+    if added.get("scores_kept"):
+        print(
+            f"tokview: note: {added['scores_kept']} samples already in {into} were scored otherwise in {src} (scored "
+            "in both since the copy): the scores here were kept",
             file=sys.stderr,
         )

@@ -18,6 +18,7 @@ from tokview.store import merged_review, parts, prompt_refs, queries
 from tokview.store.connection import LOCK_WORDS, LockWait, StoreFile, is_duckdb_file, transaction
 from tokview.store.errors import StoreError, is_disk_full
 from tokview.store.merge import refuse_unmergeable, shared_columns
+from tokview.store.merged_scores import take_scores
 from tokview.store.parts import sql_list
 from tokview.store.sample_rows import SAMPLE_COLUMNS
 
@@ -290,7 +291,8 @@ def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) 
 def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_name: str) -> dict[str, int]:
     """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`, and the
     review the source added to samples both hold (`merged_review.take_review`, one action of this store)."""
-    col_list = ", ".join(shared_columns(conn, "samples"))
+    sample_cols = shared_columns(conn, "samples")
+    col_list = ", ".join(sample_cols)
     conn.execute(
         "CREATE OR REPLACE TEMP TABLE _merge_new AS SELECT sample_id FROM src.samples s "
         "WHERE NOT EXISTS (SELECT 1 FROM main.samples m WHERE m.sample_id = s.sample_id)"
@@ -327,6 +329,7 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
     failures = _merge_failures(conn, with_attempts=with_attempts)
     conn.execute("DROP TABLE _merge_new")
     taken, kept = merged_review.take_review(conn, verdict_cols, action)
+    scores_taken, scores_kept = take_scores(conn, sample_cols)
     added = {
         "samples": samples,
         "runs": runs,
@@ -334,6 +337,8 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
         "verdicts_taken": taken,
         "verdicts_kept": kept,
         "other_ids": int(differ[0]) if differ else 0,
+        "scores_taken": scores_taken,
+        "scores_kept": scores_kept,
     }
     return {**added, **action.finish(conn, source_name)}
 
