@@ -223,6 +223,51 @@ async def test_connection_close_header_is_honoured() -> None:
     assert server.connections == 3
 
 
+async def test_bytes_past_an_answers_length_never_answer_the_next_request() -> None:
+    """A server (or a broken gateway) that writes more than its content-length: the rest stayed in the connection's
+    buffer and answered the next request on it, and every answer after it was one request late (a batch stored one
+    prompt's answer under the next prompt). A connection with bytes left over is not used again."""
+
+    def factory(server):
+        async def handler(reader, writer, conn):
+            while True:
+                request = await server.read_request(reader)
+                asked = request.rsplit(b"\r\n\r\n", 1)[1]
+                stray = ok(b'"stray"')
+                writer.write(ok(asked) + stray)  # one write: both arrive in one read
+                await writer.drain()
+
+        return handler
+
+    async with scripted(factory) as (server, url):
+        client = ServerClient(url, concurrency=1)
+        for k in range(4):
+            assert await client.post_json("/v1/completions", {"q": k}) == {"q": k}
+        await client.aclose()
+    assert server.connections == 4
+
+
+async def test_a_head_whose_lines_end_in_a_bare_lf_is_read() -> None:
+    """RFC 9112 lets a recipient accept a bare LF as a line end: waiting for a CR LF that never came said "timed out"
+    of a server that had answered at once."""
+
+    def factory(server):
+        async def handler(reader, writer, conn):
+            while True:
+                await server.read_request(reader)
+                writer.write(b'HTTP/1.1 200 OK\ncontent-type: application/json\ncontent-length: 8\n\n{"a": 1}')
+                await writer.drain()
+
+        return handler
+
+    async with scripted(factory) as (server, url):
+        client = ServerClient(url, timeout=5)
+        for _ in range(2):
+            assert await client.get_json("/x") == {"a": 1}
+        await client.aclose()
+    assert server.connections == 1
+
+
 async def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure() -> None:
     """The server answers one request per connection but says nothing (no `connection: close`)."""
 

@@ -77,6 +77,16 @@ class Response:
         return self.content.decode("utf-8", "replace")
 
 
+def _head_end(buf: bytearray) -> tuple[int, int]:
+    """(where the answer's head ends, the length of the blank line that ends it), or (-1, 0) while it has not come.
+    A head whose lines end in a bare LF is read too (RFC 9112 lets a recipient accept one): waiting for a CR LF that
+    never came said "timed out" of a server that had answered at once."""
+    crlf, lf = buf.find(b"\r\n\r\n"), buf.find(b"\n\n")
+    if lf >= 0 and (crlf < 0 or lf < crlf):
+        return lf, 2
+    return crlf, (4 if crlf >= 0 else 0)
+
+
 class _Connection(asyncio.Protocol):
     """One socket: sends a request, parses one answer at a time, reports back through a future."""
 
@@ -156,6 +166,9 @@ class _Connection(asyncio.Protocol):
         assert self.headers is not None
         response = Response(self.status, self.headers, body)
         self._reset()
+        if self.buffer:  # bytes past the answer (more than its content-length): they would answer the next request
+            self.keep_alive = False
+            self.buffer.clear()
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(response)
 
@@ -164,13 +177,13 @@ class _Connection(asyncio.Protocol):
         buf = self.buffer
         while True:
             if self.headers is None:
-                end = buf.find(b"\r\n\r\n")
+                end, size = _head_end(buf)
                 if end < 0:
                     if len(buf) > MAX_HEAD_BYTES:
                         raise ConnectionLost("the answer's headers are too long (not an HTTP/1.x server?)")
                     return
                 self._read_head(bytes(buf[:end]))
-                del buf[: end + 4]
+                del buf[: end + size]
                 if self.headers is None:  # an informational 1xx answer: the real one follows
                     continue
                 if self.length == 0 or self.head_only or self.status in (204, 304):
@@ -198,7 +211,7 @@ class _Connection(asyncio.Protocol):
             return  # until_close: connection_lost finishes it
 
     def _read_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
+        lines = [line.removesuffix(b"\r") for line in head.split(b"\n")]
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise ConnectionLost(f"the server did not answer in HTTP/1.x ({lines[0][:60]!r})")
