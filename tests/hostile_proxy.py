@@ -14,10 +14,12 @@ Written on the standard library's threaded HTTP server so every byte on the wire
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import sys
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -135,6 +137,24 @@ def _redirect_to_self(handler: Handler, upstream: Upstream) -> Answer:
     return Answer(307, b"", headers={"location": f"http://{host}:{port}{handler.path}"}, content_type="text/plain")
 
 
+def _compressed(coding: str) -> Fault:
+    """A gateway set to compress always, whatever the request's accept-encoding says (the body as `coding` names)."""
+
+    def fault(handler: Handler, upstream: Upstream) -> Answer:
+        status, headers, body = upstream()
+        if coding == "gzip":
+            packed = gzip.compress(body)
+        elif coding == "deflate":
+            packed = zlib.compress(body)
+        else:  # a coding tokview does not read: what it holds does not matter
+            packed = b"\x1b\x00" + body
+        return Answer(
+            status, packed, headers={"content-encoding": coding}, content_type=headers.get("content-type", JSON)
+        )
+
+    return fault
+
+
 def _cut(handler: Handler, upstream: Upstream) -> Answer:
     """The whole answer's content-length, half its body, then the connection closes."""
     status, _, body = upstream()
@@ -179,6 +199,9 @@ FAULTS: dict[str, Fault] = {
         500, {"error": {"message": f"nul\x00 bell\x07 {TERMINAL_ESCAPES} end"}}
     ),
     "drip": lambda h, up: Answer(200, up()[2], drip_s=0.3),
+    "gzip-always": _compressed("gzip"),
+    "deflate-always": _compressed("deflate"),
+    "br-always": _compressed("br"),
 }
 """Fault name → how the proxy answers a generation request."""
 

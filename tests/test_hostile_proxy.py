@@ -106,6 +106,7 @@ NEVER_A_SAMPLE = {
     "output-id-huge",
     "output-text-surrogate",
     "drip",
+    "br-always",
 }
 """Faults after which no sample can exist: served to every request, every prompt must fail."""
 RETRYABLE = [
@@ -145,7 +146,9 @@ def test_a_batch_through_a_hostile_gateway_balances_and_ends(sim, prompts, tmp_p
     summary = assert_balanced(done, db)
     if times is None and fault in NEVER_A_SAMPLE:
         assert summary["failed"] == PROMPTS, summary
-    if times is not None or fault in ("pass", "echo-headers"):
+    if fault == "br-always":  # said by its name, not as the compressed bytes read as text
+        assert any("compressed as 'br'" in reason for reason in summary["failures_by_reason"]), summary
+    if times is not None or fault in ("pass", "echo-headers", "gzip-always", "deflate-always"):
         assert summary["ok"] == PROMPTS, summary
         assert done.returncode == 0, summary
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tokview.servers.errors import Retryable
+from tokview.servers.errors import CaptureFailed, Retryable
 from tokview.servers.http import REQUEST_SENT, ServerClient, dumps, loads, plain_http_origin
 from tokview.sim.config import SimConfig
 from tokview.sim.server import start_simulator
@@ -266,6 +266,36 @@ async def test_a_head_whose_lines_end_in_a_bare_lf_is_read() -> None:
             assert await client.get_json("/x") == {"a": 1}
         await client.aclose()
     assert server.connections == 1
+
+
+async def test_an_answer_compressed_though_none_was_asked_for_is_read_as_it_stands_for() -> None:
+    """tokview asks for no compression; a gateway that compresses anyway was read as text ("not JSON ('\\x1f\\x8b…')"),
+    and retried. gzip and deflate are undone; another coding is a failure that names it, not retried."""
+    import gzip
+    import zlib
+
+    codings = iter([b"gzip", b"deflate", b"br"])
+
+    def factory(server):
+        async def handler(reader, writer, conn):
+            while True:
+                await server.read_request(reader)
+                coding = next(codings)
+                body = gzip.compress(b'{"ok": 1}') if coding == b"gzip" else zlib.compress(b'{"ok": 1}')
+                writer.write(ok(body, extra=b"content-encoding: " + coding + b"\r\n"))
+                await writer.drain()
+
+        return handler
+
+    async with scripted(factory) as (server, url):
+        client = ServerClient(url)
+        assert await client.post_json("/v1/completions", {}) == {"ok": 1}
+        assert await client.post_json("/v1/completions", {}) == {"ok": 1}
+        with pytest.raises(CaptureFailed, match="compressed as 'br'"):
+            await client.post_json("/v1/completions", {})
+        await client.aclose()
+    assert all(b"\r\naccept-encoding: identity\r\n" in request for request in server.requests)
+    assert len(server.requests) == 3  # the unreadable coding was not asked again
 
 
 async def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure() -> None:

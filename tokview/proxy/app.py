@@ -39,7 +39,9 @@ from tokview.proxy.wire import (
     UpstreamResponse,
 )
 from tokview.secrets import Secrets, authorization_values
+from tokview.servers.codings import BodyDecoder, UnreadableCoding
 from tokview.servers.errors import error_message
+from tokview.servers.http import max_response_bytes
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -220,9 +222,17 @@ class ProxyApp:
                 await self._pass_through(response, client, upstream)
                 self._failure(ex, NOT_AN_OBJECT)
             elif b"text/event-stream" in response.header(b"content-type"):
-                await self._relay_stream(ex, response, client)
+                await self._relay_stream(ex, response, client, _decoder(response))
             else:
-                await self._relay_json(ex, response, client)
+                await self._relay_json(ex, response, client, _decoder(response))
+        except (
+            UnreadableCoding
+        ) as exc:  # its ids cannot be taken out: never sent on with ids the client did not ask for
+            self._failure(ex, f"the upstream's answer cannot be read: {exc}")
+            if not client.started:
+                await _json_error(client, 502, f"tokview proxy: the upstream's answer cannot be read ({exc})")
+            else:
+                client.cut()
         except UpstreamError as exc:
             self._failure(ex, f"the upstream's answer broke off after {ex.chunks_sent} chunks: {exc}")
             if not client.started:  # nothing sent yet: the harness gets an error, not a cut answer it might trust
@@ -242,23 +252,31 @@ class ProxyApp:
             await client.send(piece)
         await client.end()
 
-    async def _relay_json(self, ex: _Exchange, response: UpstreamResponse, client: Responder) -> None:
+    async def _relay_json(
+        self, ex: _Exchange, response: UpstreamResponse, client: Responder, decoder: BodyDecoder | None
+    ) -> None:
         raw = await response.read()
+        if decoder is not None:
+            raw = decoder.feed(raw) + decoder.end()
         injection = ex.injection
         try:
             out = ids.strip_body(raw, injection) if injection is not None else raw
         except ValueError as exc:  # an id value cut short: the proxy cannot give the answer without its ids
             raise UpstreamBrokeOff(f"its answer is malformed ({exc})") from None
-        await client.whole(response.status, _response_headers(response), out, response.reason)
+        await client.whole(response.status, _response_headers(response, decoded=decoder), out, response.reason)
         self._record_later(ex, raw, stream=False)
 
-    async def _relay_stream(self, ex: _Exchange, response: UpstreamResponse, client: Responder) -> None:
+    async def _relay_stream(
+        self, ex: _Exchange, response: UpstreamResponse, client: Responder, decoder: BodyDecoder | None
+    ) -> None:
         # No injection: the body could not be re-written (`_prepare`), so the stream is the upstream's own
         injection = ex.injection if ex.injection is not None else ids.Injection(ex.upstream.kind, (), True)
-        await client.start(response.status, _response_headers(response), None, response.reason)
+        await client.start(response.status, _response_headers(response, decoded=decoder), None, response.reason)
         splitter = EventSplitter()
         pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
         while (piece := await response.next_piece()) is not None:
+            if decoder is not None:
+                piece = decoder.feed(piece)
             pieces.append(piece)
             whole = splitter.feed_whole(piece)
             if not whole:
@@ -272,6 +290,9 @@ class ProxyApp:
                 ex.chunks_sent += n
                 if DONE_EVENT in out:
                     ex.delivered = pieces
+        if decoder is not None and (tail := decoder.end()):
+            pieces.append(tail)
+            splitter.feed_whole(tail)
         try:  # a last event with no blank line after it: its ids are taken out too
             rest = ids.strip_rest(splitter.rest(), injection)
         except ValueError as exc:
@@ -343,11 +364,28 @@ HOP_BY_HOP_ANSWER = frozenset({b"content-length", b"transfer-encoding", b"connec
 """Answer headers the front sets itself (for the body as it sends it), never copied from the upstream."""
 
 
-def _response_headers(response: UpstreamResponse, upstream: UpstreamPool | None = None) -> list[tuple[bytes, bytes]]:
-    """The upstream's headers the client gets. A redirect that names the upstream (a FastAPI server's 307 for a
-    trailing slash builds it from the host header the proxy sent) is made relative, as a reverse proxy's
-    `proxy_redirect` does: the client follows it through the proxy, recorded, not to an upstream it may not reach."""
-    headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP_ANSWER]
+def _decoder(response: UpstreamResponse) -> BodyDecoder | None:
+    """How to undo the coding of an answer the upstream compressed though the proxy asked for none (a gateway's "gzip
+    always"): its ids are taken out of the bytes it stands for. None for a plain answer."""
+    coding = response.header(b"content-encoding")
+    if not coding:
+        return None
+    decoder = BodyDecoder(coding.decode("latin-1"), max_response_bytes())  # UnreadableCoding: not gzip or deflate
+    return decoder if decoder.active else None
+
+
+def _response_headers(
+    response: UpstreamResponse, upstream: UpstreamPool | None = None, decoded: BodyDecoder | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers the client gets (without `content-encoding` when the body goes out `decoded`). A
+    redirect that names the upstream (a FastAPI server's 307 for a trailing slash builds it from the host header the
+    proxy sent) is made relative, as a reverse proxy's `proxy_redirect` does: the client follows it through the
+    proxy, recorded, not to an upstream it may not reach."""
+    headers = [
+        (k, v)
+        for k, v in response.headers
+        if k not in HOP_BY_HOP_ANSWER and not (decoded is not None and k == b"content-encoding")
+    ]
     if upstream is None or not any(k == b"location" for k, _ in headers):
         return headers
     origin = upstream.origin

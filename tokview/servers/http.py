@@ -43,6 +43,7 @@ import orjson
 from tokview.errors import UserError
 from tokview.secrets import API_KEY_ENV, Secrets, api_key_from_env, check_header_value, redact_url
 from tokview.servers import transport
+from tokview.servers.codings import UnreadableCoding
 from tokview.servers.errors import CaptureFailed, Retryable, error_message, stream_abort
 from tokview.servers.urls import credential_notes, parse_server_url
 from tokview.untrusted_text import printable_line
@@ -431,6 +432,8 @@ class _Classifier:
                 f"({MAX_RESPONSE_ENV}, in MiB, allows larger answers)",
                 url=self.client.url,
             ) from None
+        if isinstance(exc, UnreadableCoding):  # asking again would be answered the same way
+            raise CaptureFailed(f"the answer to {self.method} {self.path}: {exc}", url=self.client.url) from None
         if isinstance(exc, transport.TransportError):  # the small transport's three kinds
             if isinstance(exc, transport.ConnectFailed):
                 raise Retryable(

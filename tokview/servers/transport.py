@@ -29,6 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from urllib.parse import quote
 
+from tokview.servers.codings import decoded
+
 MAX_HEAD_BYTES = 1 << 16
 """A status line plus headers longer than this is not an HTTP server we can talk to."""
 DEFAULT_MAX_BODY = 128 << 20
@@ -312,7 +314,7 @@ class HTTPPool:
         host_header = host if ":" not in host else f"[{host}]"
         if port != 80:
             host_header = f"{host_header}:{port}"
-        self._fixed = header_block({"host": host_header, **(headers or {})})
+        self._fixed = header_block({"host": host_header, "accept-encoding": "identity", **(headers or {})})
         self._idle: deque[_Connection] = deque()
         self._slots = asyncio.Semaphore(max(1, max_connections))
         self._all: set[_Connection] = set()
@@ -352,6 +354,9 @@ class HTTPPool:
                     self._idle.append(conn)
                 else:
                     self._drop(conn)
+                coding = response.headers.get("content-encoding")
+                if coding:  # compressed though it asked for none (`codings`)
+                    response.content = decoded(response.content, coding, conn.max_body)
                 return response
         raise AssertionError("unreachable")
 
