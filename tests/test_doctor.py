@@ -272,3 +272,22 @@ async def test_upgrading_is_advised_for_ids_not_returned_not_for_a_failing_serve
     assert ids["status"] == "fail"
     assert ("upgrade the server" in ids["recommendation"]) is upgrade, ids
     assert ("the server failed every probe" in ids["recommendation"]) is not upgrade, ids
+
+
+async def test_ids_outside_the_vocabulary_fail_the_honesty_check_and_are_not_blamed_on_the_parser(
+    kimi_tok: Any,
+) -> None:
+    """A server whose first output id is past the tokenizer's vocabulary (another model's tokenizer, a gateway that
+    changes ids): doctor said "✓ output_ids honesty" and blamed the reasoning parser for hiding id 200000, with the
+    advice to start the server with --reasoning-parser kimi_k2."""
+    from hostile_proxy import hostile_proxy, proxy_url
+
+    with start_simulator(SimConfig(kind="vllm")) as sim, hostile_proxy(sim.url, "output-id-out-of-vocab") as gate:
+        report = await run_doctor(proxy_url(gate), tokenizer=kimi_tok, profile=KIMI, timeout=5.0)
+    checks = by_title(report)
+    honesty = checks["output_ids honesty"]
+    assert honesty["status"] == "fail", honesty
+    assert "the tokenizer does not have" in honesty["detail"] and "999999" in honesty["detail"]
+    assert "--tokenizer" in honesty["recommendation"]
+    assert checks["Reasoning parser"]["status"] == "skip", checks["Reasoning parser"]
+    assert "reasoning-parser" not in json.dumps(checks["Reasoning parser"])

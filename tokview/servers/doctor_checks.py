@@ -211,6 +211,13 @@ def check_parser(
         dual = merge_dual(raw, chat, chat_ids)
         if doc.tokenizer is not None:
             analysis = analyze(dual, doc.profile, doc.tokenizer)
+            if any(f.code == "unknown_token_id" for f in analysis.findings):  # no parser makes an id the vocab lacks
+                doc.add(
+                    "skip",
+                    "Reasoning parser",
+                    "skipped: the server's ids are not this tokenizer's (output_ids honesty)",
+                )
+                return
             problems += [
                 f.detail for f in analysis.findings if f.code in ("parser_split_mismatch", "reasoning_field_missing")
             ]
@@ -300,11 +307,16 @@ def check_output_ids(doc: DoctorContext, raw: Capture | None, raw_error: str | N
     codes = doc.analysis(cap)
     ct = cap.usage.get("completion_tokens")
     where = cap.endpoint
-    problems = [codes[c] for c in ("output_prefix_overlap", "completion_count_mismatch") if c in codes]
+    problems = [
+        codes[c] for c in ("unknown_token_id", "output_prefix_overlap", "completion_count_mismatch") if c in codes
+    ]
     if problems:
         advice = (
-            "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang (#17240/#10896), "
-            "or drop the overlap after checking it"
+            "give doctor the served model's own tokenizer folder (--tokenizer DIR), or find what changes the ids on "
+            "the way (a gateway, a server sampling the padded rows of its embedding)"
+            if "unknown_token_id" in codes
+            else "a server that echoes prompt ids into output_ids corrupts training data: upgrade SGLang "
+            "(#17240/#10896), or drop the overlap after checking it"
             if "output_prefix_overlap" in codes
             else "the ids returned are not the tokens the server counts as generated: compare a direct request's ids "
             "with its usage, and report it to the server's project"
