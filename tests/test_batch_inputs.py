@@ -268,3 +268,10 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
             assert len(work.bad) == 2
             assert work.bad[0].startswith("line 1: the row is an agent trace")
             assert "only --mode chat" in work.bad[0]
+    import duckdb  # a Parquet file's rows are said as rows, as every other message of one says
+
+    pq = tmp_path / "p.parquet"
+    duckdb.connect().execute(f"COPY (SELECT * FROM read_json_auto('{path}') LIMIT 1) TO '{pq}' (FORMAT parquet)")
+    config = BatchConfig(servers=[], prompts_path=pq, mode="raw")
+    work = plan_work(config, config.sample_settings(identity), lambda _f: set())
+    assert work.bad[0].startswith("row 1: the row is an agent trace"), work.bad

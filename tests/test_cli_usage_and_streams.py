@@ -32,6 +32,11 @@ PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
         (["stats", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["export", "--db", "x.duckdb"], "the following arguments are required: --out"),
         (["no-such-command"], "invalid choice: 'no-such-command'"),
+        (
+            ["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--chat-template-kwargs", '{"a": "\\ud800"}'],
+            "holds a lone surrogate escape",
+        ),
+        (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--chat-template-kwargs", '{"a": NaN}'], "NaN is not"),
     ],
 )
 def test_an_argument_error_is_a_usage_error_in_one_line(argv, says, capsys):
@@ -154,3 +159,38 @@ def test_nan_is_refused_by_every_number_option(argv, capsys):
     assert err.count("\n") == 1, err
     assert "must be a finite number, not nan" in err, err
     assert argv[-2] in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--run", "\udcff"], "the value of --run ('\\xff')"),
+        (["review", "--db", "s.duckdb", "--reviewer", "a\udcffb", "--approve"], "the value of --reviewer ('a\\xffb')"),
+        (["show", "id\udcfe"], "argument 2 ('id\\xfe')"),
+        (["export", "--db", "s.duckdb", "--out", "o.jsonl", "--tag=\udcff"], "argument 6 ('--tag=\\xff')"),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_refused_before_anything_is_stored(argv, says, capsys, tmp_path, monkeypatch):
+    """Bytes that are not UTF-8 reach Python as lone surrogates, which the store cannot hold: `batch --run $'\\xff'`
+    generated and stored samples under a garbled run with no run record, then said it could not write to the store."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("tokview: error: ") and says in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("looped", ["prompts", "tokenizer"])
+def test_a_symlink_loop_given_to_batch_is_one_line_not_an_internal_error(looped, capsys, tmp_path):
+    """`Path.resolve()` raises RuntimeError on a loop: `batch LOOP` and `batch --tokenizer LOOP` exited 70."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "q", "messages": [{"role": "user", "content": "hi"}]}\n')
+    argv = ["batch", str(tmp_path / "a") if looped == "prompts" else str(prompts), "--server", "http://127.0.0.1:9"]
+    argv += ["--db", str(tmp_path / "s.duckdb")] + (
+        ["--tokenizer", str(tmp_path / "a")] if looped == "tokenizer" else []
+    )
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("tokview: error: ") and "not found" in err and err.count("\n") == 1, err

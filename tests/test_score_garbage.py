@@ -84,3 +84,15 @@ async def test_a_sample_without_output_ids_is_said_not_scored(tmp_path):
         summary = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
     assert (summary.ok, summary.input, summary.without_output) == (2, 2, 1), summary
     assert "not scored: 1 selected sample without output ids" in summary.render()
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [({"off_policy_nll": float("inf")}, "--off-policy-nll"), ({"timeout": float("inf")}, "--timeout")],
+)
+def test_infinite_settings_are_refused_as_batch_and_export_refuse_them(setting, says):
+    """`score --off-policy-nll inf` ran and stored `"off_policy_nll": Infinity` in every score, which is not JSON."""
+    from tokview.batch.inputs import InputError
+
+    with pytest.raises(InputError, match=says):
+        ScoreConfig(servers=["http://127.0.0.1:9"], **setting).validate()

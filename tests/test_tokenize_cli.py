@@ -203,3 +203,24 @@ def test_chat_of_a_row_with_tools_prints_the_prompt_batch_sends(capsys, tmp_path
     with Store(db) as store:
         sent = [list(ids) for (ids,) in store.query("SELECT prompt_ids FROM samples WHERE turn = 0")]
     assert sent and printed[0] == sent[0]
+
+
+@pytest.mark.parametrize("source", ["chat", "stdin"])
+def test_an_endless_input_is_refused_past_the_read_limit_not_read_until_memory_runs_out(
+    source, tmp_path, capsys, monkeypatch
+):
+    """`tokenize --chat /dev/zero` and `tokenize - < /dev/zero` read until the process ran out of memory (exit 70)."""
+    from tokview.commands import tokenize as tokenize_command
+
+    monkeypatch.setattr(tokenize_command, "READ_LIMIT", 1 << 10)
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (1 << 11))
+    if source == "chat":
+        argv = ["tokenize", "--chat", str(big)]
+    else:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(big.read_bytes())))
+        argv = ["tokenize", "-"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tokview: error: ") and "holds more than 0 MiB" not in err and err.count("\n") == 1, err
+    assert "tokenize reads one conversation" in err

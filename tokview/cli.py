@@ -166,6 +166,20 @@ def _version() -> str:
     return __version__
 
 
+def _not_utf8(args: list[str]) -> str | None:
+    """What to say of the first argument whose bytes are not UTF-8 (Python hands them over as lone surrogates), or
+    None. Every name and path tokview is given may end up in the store, which holds UTF-8 only: `batch --run $'\\xff'`
+    stored its samples under a garbled run with no run record, then said it could not write to the store."""
+    for k, arg in enumerate(args):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            what = f"the value of {args[k - 1]}" if k and args[k - 1].startswith("-") else f"argument {k + 1}"
+            return f"{what} ('{shown}') holds bytes that are not UTF-8 text: give names and paths in UTF-8"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command and return its exit code.
 
@@ -178,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if not args_in or (args_in[0].startswith("--") and args_in[0] not in ("--help", "--version")):
         args_in = ["ui", *args_in]  # bare `tokview [--db …]` opens the app
+    if (bad := _not_utf8(args_in)) is not None:
+        print(f"tokview: error: {bad}", file=sys.stderr)
+        return ExitCode.USAGE
     try:
         if argv is None and args_in[0] in ("batch", "score"):
             from tokview.batch.tasks import sigterm_as_ctrl_c

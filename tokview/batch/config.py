@@ -79,10 +79,10 @@ class BatchConfig:
             given = Path(self.prompts_path).expanduser()
             # `<(…)` is /dev/fd/63, a link to "pipe:[N]": resolved, it was "not found" instead of "not a regular file"
             self.prompts_path = (
-                given.resolve() if given.is_file() or not given.exists() else Path(os.path.abspath(given))
+                _resolved(given) if given.is_file() or not given.exists() else Path(os.path.abspath(given))
             )
         if self.tokenizer_dir is not None:
-            self.tokenizer_dir = Path(self.tokenizer_dir).expanduser().resolve()
+            self.tokenizer_dir = _resolved(Path(self.tokenizer_dir).expanduser())
 
     def generation_settings(self) -> dict[str, Any]:
         """The sampling settings sent with every request."""
@@ -414,3 +414,12 @@ def min_prompts_per_worker() -> int:
     if not value.isdecimal() or int(value) < 1:
         raise InputError(f"{MIN_PROMPTS_ENV} must be a whole number of at least 1, not {value!r}")
     return int(value)
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with its links followed; as given (made absolute) where they loop, so the reader that opens it says what
+    is wrong in one line (`resolve()` raised RuntimeError: an internal error, exit 70)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))

@@ -63,8 +63,12 @@ def identity_key(config: BatchConfig) -> str | None:
     directory = config.tokenizer_dir
     if directory is None:
         directory = profiles.default_tokenizer_dir(config.profile)
+    try:
+        resolved = Path(directory).resolve()
+    except (RuntimeError, OSError):  # a symlink loop: no shortcut; loading the folder says what is wrong in one line
+        return None
     h = hashlib.sha256()
-    h.update(f"{__version__}\0{Path(directory).resolve()}\0{config.trust_remote_code}\0{config.profile}\0".encode())
+    h.update(f"{__version__}\0{resolved}\0{config.trust_remote_code}\0{config.profile}\0".encode())
     try:
         h.update(Path(profiles.__file__).read_bytes())  # how a profile is detected
         if config.profile and Path(config.profile).is_file():

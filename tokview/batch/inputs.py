@@ -373,16 +373,17 @@ def is_agent_trace(row: PromptRow) -> bool:
     return bool(row.tools) or any(m["role"] == "tool" or "tool_calls" in m for m in row.messages)
 
 
-def agent_mode_refusal(checked: CheckedRow, mode: str) -> str | None:
+def agent_mode_refusal(checked: CheckedRow, mode: str, label: str = "line") -> str | None:
     """Why an agent trace cannot run in `mode` (None: it can). The raw path renders the prompt itself with no
-    tools and has no tool parser to read the served calls back, so a chain could not go on; dual runs it too."""
+    tools and has no tool parser to read the served calls back, so a chain could not go on; dual runs it too.
+    `label`: "row" for a Parquet file, as every other message of one says."""
     if not checked.agent or mode == "chat":
         return None
     return _bad_message(
         f"line {checked.line}: the row is an agent trace (tools, tool calls or results), which only --mode chat "
         f"sends as the file means it (--mode {mode} renders no tools and reads no calls)",
         checked.line,
-        "line",
+        label,
     )
 
 

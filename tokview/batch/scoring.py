@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -64,10 +65,10 @@ class ScoreConfig:
             (bool(self.servers), "give at least one --server"),
             (self.select in SELECTIONS, f"unknown --select {self.select!r} (choose from {', '.join(SELECTIONS)})"),
             (0 <= self.top_k <= 20, "--top-k must be between 0 and 20"),
-            (self.off_policy_nll > 0, "--off-policy-nll must be more than 0 (nats per token)"),
+            (0 < self.off_policy_nll < math.inf, "--off-policy-nll must be a number more than 0 (nats per token)"),
             (0 < self.low_prob < 1, "--low-prob must be between 0 and 1"),
             (self.concurrency >= 1, "--concurrency must be at least 1"),
-            (self.timeout > 0, "--timeout must be more than 0 seconds"),
+            (0 < self.timeout < math.inf, "--timeout must be a number of seconds more than 0"),
             (self.retries >= 0, "--retries must be 0 or more"),
             (self.limit is None or self.limit >= 1, "--limit must be at least 1"),
         ]

@@ -291,10 +291,11 @@ def _plan_rows(work: WorkList, config: BatchConfig, path: Path | None, rows: lis
     elif path is not None:
         simple = work.samples_per_prompt == 1 and work.shard is None
         tail, stored, lines, checks = f"@{work.key}_gen0", work.stored, work.lines, work.id_checks
+        label = "row" if is_parquet(path) else "line"
         for chunk in iter_checked_chunks(path, on_bad_row=config.on_bad_row, limit=config.limit, rows=False):
             for checked in chunk:
                 if checked.bad is None and checked.agent:
-                    checked.bad = agent_mode_refusal(checked, config.mode)
+                    checked.bad = agent_mode_refusal(checked, config.mode, label)
                 if checked.bad is not None:
                     work.bad.append(checked.bad)
                 elif simple and checked.first and checked.turns == [None]:  # the usual row: `_count` inlined

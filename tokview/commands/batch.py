@@ -1,7 +1,8 @@
 """`tokview batch`: generate token-exact samples for a prompts file, headless and resumable.
 
-Exit codes: 0 done, 1 usage or input error (an empty prompts file too), 2 server unreachable,
-3 finished with failures, 4 finished but bad input rows were skipped, 70 a bug in tokview, 130 interrupted (Ctrl-C;
+Exit codes: 0 done, 1 usage or input error (an empty prompts file too) or a run that stopped early (a full disk,
+--max-consecutive-failures, a bad row with --on-bad-row stop; the summary's `stopped` says which), 2 server
+unreachable, 3 finished with failures, 4 finished but bad input rows were skipped, 70 a bug in tokview, 130 interrupted (Ctrl-C;
 committed samples are kept and the same command resumes).
 Progress and the summary go to stderr; stdout carries data only when asked (`--summary-json`).
 """
@@ -161,12 +162,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _json_object(text: str) -> JsonObject:
+    """A JSON object as the servers read it: no NaN or Infinity (not JSON; sent on as such), no lone surrogate escape
+    (`"\\ud800"`: the run's settings could not be stored, after its samples were)."""
+
+    def not_json(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=not_json)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("must be a JSON object of kwargs")
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            "holds a lone surrogate escape (half a UTF-16 pair), which is no text"
+        ) from None
     return value
 
 

@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tokview.errors import UserError
 from tokview.untrusted_text import printable_json
@@ -99,10 +99,25 @@ def _default_tokenizer(profile: str | None) -> TokenizerAdapter:
     return load_tokenizer(default_tokenizer_dir(profile))
 
 
+READ_LIMIT = 256 << 20
+"""Bytes `tokenize` reads of a conversation or of stdin: one conversation, or texts to look at, not a dataset."""
+
+
+def _bounded(stream: BinaryIO, what: str) -> bytes:
+    """All of `stream` up to READ_LIMIT; a one-line UserError past it (`tokenize --chat /dev/zero` read until the
+    process ran out of memory, then exited 70)."""
+    data = stream.read(READ_LIMIT + 1)
+    if len(data) > READ_LIMIT:
+        raise UserError(
+            f"{what} holds more than {READ_LIMIT / (1 << 20):g} MiB: tokenize reads one conversation or a few texts"
+        )
+    return data
+
+
 def _texts(items: list[str]) -> Iterator[str]:
     for n, item in enumerate(items, 1):
         if item == "-":
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+            data = _bounded(sys.stdin.buffer, "stdin") if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
             try:
                 decoded = data.decode("utf-8-sig")
             except UnicodeDecodeError as exc:
@@ -131,7 +146,8 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[st
     if not readable_dataset(path):  # a file, or a pipe: `--chat /dev/stdin`, `--chat <(…)`
         raise UserError(f"chat file not found: {path}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        with path.open("rb") as f:
+            data = json.loads(_bounded(f, str(path)).decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise UserError(f"{path} is not UTF-8 text") from None
     except OSError as exc:
