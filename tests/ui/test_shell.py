@@ -35,6 +35,9 @@ def test_config_is_strict(tmp_path):
     with pytest.raises(ConfigError, match="is a folder: name the config.toml file in it"):
         load_config(tmp_path)  # TOKVIEW_CONFIG=<a folder> was silently ignored
     assert load_config(tmp_path / "missing.toml").path is None  # no file yet: the defaults
+    bom = tmp_path / "bom.toml"  # as an editor on Windows saves it: refused as "Invalid statement (line 1, column 1)"
+    bom.write_bytes(b"\xef\xbb\xbf" + good.read_bytes())
+    assert load_config(bom).theme == "textual-light"
 
 
 async def test_help_theme_toggle_and_palette_commands(make_app):

@@ -67,7 +67,7 @@ def load_config(path: Path | None = None) -> UIConfig:
     if not path.is_file():
         return UIConfig()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as an editor on Windows writes
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
     except RecursionError:
