@@ -45,7 +45,7 @@ class RunRecord:
         `piece` names the special ids' text in that error where a tokenizer is at hand."""
         from tokview.batch.identity import refuse_other_special_tokens
 
-        check_run_provenance(store, self.run_id, self.settings)
+        check_run_provenance(store, self.run_id, self.settings, self.template_hash)
         refuse_other_special_tokens(store, self.settings, self.special, self.tokenizer_name, piece)
         store.put_run(
             self.run_id,
@@ -60,14 +60,27 @@ class RunRecord:
         )
 
 
-def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any]) -> None:
-    """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost."""
+def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any], template_hash: str | None = None) -> None:
+    """Refuse to reuse a run name for other settings, another model or tokenizer: its provenance would be lost.
+
+    A raw or dual run renders its prompts with the tokenizer folder's chat template, which sample ids do not hold
+    (an edited tokenizer_config.json must not turn a resume into a second generation of every prompt): a run resumed
+    with another template went on with prompts rendered otherwise, its stored ones skipped as done, and the run's
+    record then named only the new template."""
     from tokview.batch.inputs import InputError
 
-    old = (store.run(run_id) or {}).get("settings") or {}
+    stored = store.run(run_id) or {}
+    old = stored.get("settings") or {}
     changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
     if changed:
         raise InputError(
             f"run {run_id} was made with other {', '.join(changed)} "
             f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
+        )
+    was = stored.get("template_hash")
+    if settings.get("mode") in ("raw", "dual") and was and template_hash and was != template_hash:
+        raise InputError(
+            f"run {run_id} rendered its prompts with another chat template (hash {was}; this tokenizer folder's is "
+            f"{template_hash}): its stored samples would count as done and the rest be rendered with this one; put "
+            "that template back, or make the new prompts in another store (--db)"
         )
