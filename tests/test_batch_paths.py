@@ -3,6 +3,7 @@ work from any folder, and the recorded tokenizer hash tells another tokenizer no
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -95,3 +96,28 @@ def test_audit_records_the_dataset_by_absolute_path(tmp_path, monkeypatch):
         audit(store, "d.jsonl", tokenizer=kimi(), profile=profile())
         (run,) = store.runs()
     assert run["source"] == str(tmp_path / "d.jsonl")
+
+
+def test_a_recorded_folder_whose_template_changed_still_reads_the_runs_samples(
+    tmp_path, kimi_tok_dir, vllm_sim, capsys
+):
+    """tokview rebuilds its own Kimi-layout folder in place when the layout's chat template changes between
+    releases: every run an older tokview made with it was refused by `show` and `export` ("is not the one the run
+    used"), and no folder could be named instead. The vocabulary the run recorded is what its ids need."""
+    folder = tmp_path / "tok"
+    shutil.copytree(kimi_tok_dir, folder)
+    db = tmp_path / "s.duckdb"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    argv = ["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db), "--tokenizer", str(folder)]
+    assert main([*argv, "--workers", "1"]) == 0, capsys.readouterr().err
+    config = json.loads((folder / "tokenizer_config.json").read_text())  # a file the run's hash covers
+    config["chat_template"] += "{# a new release #}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(tmp_path / "o.jsonl")]) == 0, (
+        capsys.readouterr().err
+    )
+    with Store(db) as store:
+        sample_id = store.query("SELECT sample_id FROM samples")[0][0]
+    assert main(["show", sample_id, "--db", str(db)]) == 0, capsys.readouterr().err

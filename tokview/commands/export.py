@@ -106,7 +106,7 @@ def resolve_tokenizer(
     Goes through `core.resolve.resolve_for_stored`, so `--trust-remote-code` only ever applies to a
     folder named with `--tokenizer` on this command line, never to one a database points at.
     """
-    from tokview.core.resolve import resolve_for_stored
+    from tokview.core.resolve import recorded_vocabulary, resolve_for_stored
 
     runs = [r for r in ([store.run(run_name)] if run_name else store.runs()) if r]
     dirs = sorted({r["tokenizer_dir"] for r in runs if r["tokenizer_dir"]})
@@ -115,6 +115,7 @@ def resolve_tokenizer(
         raise UserError(f"the runs used {len(dirs)} tokenizers ({', '.join(dirs)}): pass --tokenizer or --run")
     profiles = sorted({r["profile"] for r in runs if r["profile"]})
     hashes = {r["tokenizer_hash"] for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
+    vocabularies = {recorded_vocabulary(r) for r in runs if dirs and r["tokenizer_dir"] == dirs[0]}
     defs = {json.dumps(r.get("profile_def"), sort_keys=True) for r in runs if r["profile"] in profiles[:1]}
     resolved = resolve_for_stored(
         tokenizer_dir,
@@ -124,6 +125,7 @@ def resolve_tokenizer(
         trust_remote_code=trust_remote_code,
         recorded_tokenizer_hash=hashes.pop() if len(hashes) == 1 else None,
         recorded_profile_def=json.loads(defs.pop()) if len(profiles) == 1 and len(defs) == 1 else None,
+        recorded_vocabulary=vocabularies.pop() if len(vocabularies) == 1 else None,
     )
     if tokenizer_dir is not None:
         _refuse_another_vocabulary(resolved[0], tokenizer_dir, [r for r in runs if r["samples"]])

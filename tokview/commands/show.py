@@ -58,7 +58,7 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
 
 def run(args: argparse.Namespace) -> int:
     from tokview.core.analysis import analyze
-    from tokview.core.resolve import resolve_for_stored
+    from tokview.core.resolve import recorded_vocabulary, resolve_for_stored
     from tokview.store import Store
     from tokview.store.side_stats import sample_side_json
 
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         recorded_tokenizer_hash=run.get("tokenizer_hash"),
         recorded_profile_def=run.get("profile_def"),
+        recorded_vocabulary=recorded_vocabulary(run),
     )
     analysis = analyze(stored.capture, profile, tokenizer).with_recorded(stored.findings)
     if args.json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from tokview.core.profiles import (
     BUILTIN_PROFILES,
@@ -113,6 +114,13 @@ def add_tokenizer_arguments(
     )
 
 
+def recorded_vocabulary(run: dict[str, Any]) -> str | None:
+    """The vocabulary fingerprint a batch run recorded in its settings (part of its sample ids), or None."""
+    settings = run.get("settings")
+    value = settings.get("tokenizer") if isinstance(settings, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def resolve_for_stored(
     tokenizer_dir: str | Path | None,
     profile: str | None,
@@ -124,6 +132,7 @@ def resolve_for_stored(
     model_profile: ModelProfile | None = None,
     recorded_tokenizer_hash: str | None = None,
     recorded_profile_def: object = None,
+    recorded_vocabulary: str | None = None,
 ) -> tuple[TokenizerAdapter, ModelProfile]:
     """Tokenizer and profile to re-analyse stored samples with: what the user names, else what the run recorded.
 
@@ -132,7 +141,10 @@ def resolve_for_stored(
     `trust_remote_code` applies only to a folder the user names on this command line. Already-loaded
     objects (an app caches one tokenizer per folder) are used as they are. `recorded_tokenizer_hash`
     (the runs table's `tokenizer_hash`) tells a recorded folder whose files changed, or another folder
-    now at that path, from the one the run used.
+    now at that path, from the one the run used; `recorded_vocabulary` (the vocabulary fingerprint a batch run
+    records in its settings) lets a folder whose other files changed stand for it: the ids read as the same tokens
+    (tokview's own Kimi-layout folder is rebuilt in place when its chat template changes between releases, and
+    every run an older tokview made with it was refused by `show` and `export`).
     """
     if tokenizer is None and tokenizer_dir is None and recorded_tokenizer_dir:
         if not Path(recorded_tokenizer_dir).is_dir():
@@ -152,7 +164,8 @@ def resolve_for_stored(
                 f"and {given}: pass --tokenizer {recorded_tokenizer_dir} --trust-remote-code",
                 needs_remote_code=True,
             ) from None
-        if recorded_tokenizer_hash and tokenizer.fingerprint() != recorded_tokenizer_hash:
+        changed = bool(recorded_tokenizer_hash) and tokenizer.fingerprint() != recorded_tokenizer_hash
+        if changed and not (recorded_vocabulary and tokenizer.vocab_fingerprint() == recorded_vocabulary):
             raise TokenizerError(
                 f"the tokenizer at {recorded_tokenizer_dir} is not the one the run used (file hash "
                 f"{tokenizer.fingerprint()}, the run recorded {recorded_tokenizer_hash}): pass "
