@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tokview.batch import identity
 from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
+from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.preload import probe, release
 from tokview.batch.worklist import WorkList, plan_work
 
@@ -98,7 +99,7 @@ async def resume_shortcut(
         raise
     await pool.aclose()
     summary = BatchSummary(
-        run_id=config.run_id(ids),
+        run_id=run_id_for(config, ids, work, store.reads),
         input=work.input,
         resumed=work.resumed,
         duplicates=work.duplicates,

@@ -34,6 +34,7 @@ from tokview.batch import preload
 from tokview.batch.chains import EARLIER_STOP, ChainItem, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.inputs import InputError, check_prompts_path
+from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
 from tokview.core.profiles import profile_fields
@@ -292,7 +293,7 @@ async def _run(
     work = planned
     queue = work.queue()  # streamed from the prompts file as the workers take it
     todo: Any = queue
-    run_id = config.run_id(identity)
+    run_id = run_id_for(config, identity, work, None if isinstance(store, LandingChild) else store.reads)
     summary = BatchSummary(
         run_id=run_id,
         input=work.input,

@@ -7,6 +7,7 @@ the SQL of the list and of `stats` is in `queries.py`, shared with the exports' 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tokview.store import queries
@@ -79,6 +80,16 @@ class QueryRepository:
                 d[key] = from_json(d[key])
             out.append(d)
         return out
+
+    def run_holds(self, run_id: str, fragment: str, *, turns_only: bool = False) -> bool:
+        """Whether the run holds a sample whose id contains `fragment` (a batch's `@SETTINGS_gen`); `turns_only`:
+        one of a multi-turn row's turns, whose id has `#turnN` right before it (a one-turn row named like a turn,
+        `x#turn1`, gets a `#` more: `core.record.sample_head`)."""
+        if turns_only:
+            sql = "SELECT 1 FROM samples WHERE run_id = ? AND regexp_matches(sample_id, ?) LIMIT 1"
+            return bool(self.file.query(sql, [run_id, "#turn[0-9]+" + re.escape(fragment)]))
+        sql = "SELECT 1 FROM samples WHERE run_id = ? AND contains(sample_id, ?) LIMIT 1"
+        return bool(self.file.query(sql, [run_id, fragment]))
 
     def run_ids(self) -> list[str]:
         """Every run id: those with a runs row, then those only samples carry (imported data)."""

@@ -392,7 +392,7 @@ class Store:
 
     @property
     def reads(self) -> QueryRepository:
-        """The list's own reads besides its pages: a range's ids (`M`), the next pending sample (`]`)."""
+        """Reads besides the ones above: a range's ids (`M`), the next pending sample (`]`), what a run holds."""
         return self._reads
 
     def count_samples(self, filters: SampleFilter | None = None) -> int:
