@@ -535,3 +535,23 @@ def test_an_echo_request_keeps_its_echoed_prompt_and_says_why_it_is_not_recorded
     [reason] = _failures(proxy.db)
     assert "echo" in reason and "vLLM drops the echoed prompt text" in reason
     assert len(_stored(proxy.db)) == 1, "the request that asked for ids itself is recorded"
+
+
+def test_a_generation_endpoint_the_proxy_does_not_record_is_said_once_and_counted(tmp_path, kimi_tok, kimi_profile):
+    """A harness on the Responses API (or Anthropic-style /v1/messages, SGLang's /generate) was forwarded and recorded
+    nothing, and nothing said so: the proxy's last line counted only what it recorded."""
+    said: list[str] = []
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        config = ProxyConfig(
+            [sim.url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=kimi_tok, profile=kimi_profile
+        )
+        config.say = said.append
+        with start_proxy(config) as proxy:
+            for path in ("/v1/responses", "/v1/responses", "/v1/messages", "/v1/models"):
+                httpx.post(proxy.url + path, json={"model": sim.cfg.model_name, "input": "hi"})
+            httpx.get(proxy.url + "/v1/models")
+            counted = dict(proxy.app.unrecorded)
+    notices = [line for line in said if "NOT recorded" in line]
+    assert counted == {"/v1/responses": 2, "/v1/messages": 1}
+    assert len(notices) == 2 and "POST /v1/responses forwarded, NOT recorded" in notices[0], said
+    assert "/v1/chat/completions" in notices[0]

@@ -18,6 +18,8 @@ import itertools
 import json
 import re
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -110,6 +112,11 @@ class _Exchange:
     `[DONE]`) is no abandonment: the answer is recorded."""
 
 
+UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate", "/inference/v1/generate"})
+"""Generation endpoints the proxy forwards without recording (the Responses API, Anthropic-style messages, SGLang's
+native and vLLM's token-in generate): a harness built on one of them recorded nothing, and nothing said why."""
+
+
 class ProxyApp:
     def __init__(
         self,
@@ -118,9 +125,13 @@ class ProxyApp:
         *,
         profile: ModelProfile | None = None,
         key: str | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
         self._next = itertools.cycle(range(len(upstreams)))
+        self.say = say
+        self.unrecorded: Counter[str] = Counter()
+        """Requests to `UNRECORDED_GENERATIONS` forwarded, by path (the first of each path is said at once)."""
 
     async def aclose(self) -> None:
         for upstream in self.upstreams:
@@ -213,6 +224,7 @@ class ProxyApp:
             return
         try:
             if ex.endpoint is None:
+                self._unrecorded(ex)
                 await self._pass_through(response, client, upstream)
             elif response.status != 200:
                 body = await response.read()
@@ -301,6 +313,17 @@ class ProxyApp:
         self._record_later(ex, b"".join(pieces), stream=True)
 
     # -- recording ------------------------------------------------------------------------------
+    def _unrecorded(self, ex: _Exchange) -> None:
+        path = unquote(ex.path)
+        if self.recorder is None or ex.method != "POST" or path not in UNRECORDED_GENERATIONS:
+            return
+        self.unrecorded[path] += 1
+        if self.unrecorded[path] == 1 and self.say is not None:
+            self.say(
+                f"tokview proxy: POST {path} forwarded, NOT recorded: tokview records /v1/chat/completions and "
+                "/v1/completions (point the harness at one of them to record it)"
+            )
+
     def _session_of(self, ex: _Exchange) -> tuple[str | None, str | None]:
         named = ex.headers.get(SESSION_HEADER) or None
         user = ex.request.get("user") if ex.request else None

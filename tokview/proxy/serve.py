@@ -325,7 +325,7 @@ def build(config: ProxyConfig) -> ProxyApp:
         )
     upstreams = detect_upstreams(config)
     recorder = open_recorder(config, upstreams)
-    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key)
+    return ProxyApp(upstreams, recorder, profile=config.profile, key=config.key, say=config.say or _say_on_stderr)
 
 
 @contextmanager
@@ -389,6 +389,9 @@ def serve_forever(config: ProxyConfig) -> int:
                 signal.signal(signal.SIGTERM, previous)
             if not terminated:  # else the recorder goes on: its counts are not the last
                 _say_counts(app.recorder, say)
+                if app.unrecorded:
+                    paths = ", ".join(f"{path} ×{n}" for path, n in sorted(app.unrecorded.items()))
+                    say(f"tokview proxy: {sum(app.unrecorded.values())} NOT recorded on other endpoints ({paths})")
             # A thread recorder waits out a second stop (its threads die with the process) and lands everything;
             # the exit still says the stop was hurried, as the recorder process's does.
             if server.hurried == signal.SIGINT and not terminated:
