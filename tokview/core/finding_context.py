@@ -281,8 +281,17 @@ class Context:
         c, tok = self.capture, self.tokenizer
         if tok is None or not c.messages or not tok.chat_template:
             return None
+        # a request may ask for the render without the assistant's header (vLLM's `add_generation_prompt`), or to go
+        # on from the assistant's own start (`continue_final_message`, a prefill): the proxy records both
+        continued = c.settings.get("continue_final_message") is True
+        header = c.settings.get("add_generation_prompt") is not False and not continued
         try:
-            return tok.render(c.messages, add_generation_prompt=True, template_kwargs=template_kwargs_of(self))
+            return tok.render(
+                c.messages,
+                add_generation_prompt=header,
+                template_kwargs=template_kwargs_of(self),
+                continue_final_message=continued,
+            )
         except Exception as exc:  # a broken template is itself a mismatch worth showing
             return exc
 

@@ -417,6 +417,22 @@ def _render_key(
     return hashlib.blake2b(inputs.encode("utf-8", "surrogatepass"), digest_size=32).digest(), template
 
 
+def _continued(text: str, messages: list[dict[str, Any]]) -> str:
+    """`text` cut right after the last message's content, as transformers' `continue_final_message` cuts a render
+    (its text, else its last text part; stripped when the template stripped it)."""
+    final = messages[-1].get("content") if messages else None
+    if isinstance(final, list):
+        texts = [p.get("text") for p in final if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        final = texts[-1] if texts else None
+    if not isinstance(final, str):
+        raise TokenizerError("continue_final_message: the last message has no text content to continue")
+    for piece in (final, final.strip()):
+        at = text.rfind(piece)
+        if at >= 0:
+            return text[: at + len(piece)]
+    raise TokenizerError("continue_final_message: the template does not write the last message's content")
+
+
 class TokenizerAdapter:
     """The few tokenizer operations tokview relies on, over a Hugging Face tokenizer or a native one."""
 
@@ -591,8 +607,15 @@ class TokenizerAdapter:
         *,
         add_generation_prompt: bool = True,
         template_kwargs: dict[str, Any] | None = None,
+        continue_final_message: bool = False,
     ) -> list[int]:
-        """Prompt ids exactly as the server's template would make them."""
+        """Prompt ids exactly as the server's template would make them. `continue_final_message`: the last message
+        is the assistant's start, which the answer goes on from (vLLM's and transformers' flag of that name)."""
+        if continue_final_message:
+            text = self.render_text(messages, add_generation_prompt=False, template_kwargs=template_kwargs)
+            text = _continued(text, messages)
+            by_pieces = getattr(self.tok, "encode_rendered", None)
+            return list(by_pieces(text) if by_pieces is not None else self.encode(text))
         return list(self._rendered_ids(messages, add_generation_prompt, template_kwargs))
 
     def render_length(

@@ -345,8 +345,21 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
     return head
 
 
+def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
+    """The history and the served turn. A history that ends with the assistant's own words is a prefill the answer
+    went on from (vLLM's `continue_final_message`): one assistant turn, the prefill and the answer, as the prompt
+    and output ids hold them; written as two, a trainer rendered a closed turn and a second assistant turn."""
+    history = _history(item)
+    served = served_assistant(item.capture, profile, tokenizer)
+    prefill = history[-1] if history and history[-1].get("role") == "assistant" else None
+    if prefill is not None and isinstance(prefill.get("content"), str) and not prefill.get("tool_calls"):
+        history.pop()
+        served = {**served, "content": prefill["content"] + served["content"]}
+    return [*history, served]
+
+
 def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
-    conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
+    conversation = _conversation(item, profile, tokenizer)
     return {**_row_id(item), "conversations": conversation, **tools_column(item.capture), "status": "success"}
 
 
@@ -357,7 +370,7 @@ def to_sharegpt(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def sharegpt_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
-    conversation = _history(item) + [served_assistant(item.capture, profile, tokenizer)]
+    conversation = _conversation(item, profile, tokenizer)
     return {**_row_id(item), "conversations": [to_sharegpt(m) for m in conversation], **tools_column(item.capture)}
 
 
@@ -378,4 +391,6 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     content = texts.content
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
+    if history and history[-1]["role"] == "assistant" and isinstance(history[-1].get("content"), str):
+        content = history.pop()["content"] + content  # a prefill the answer went on from (`_conversation`)
     return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": content}]}

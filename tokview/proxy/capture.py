@@ -61,6 +61,9 @@ def settings_of(body: dict[str, Any], profile: ModelProfile | None, max_model_le
     settings["chat_template_kwargs"] = dict(kwargs) if isinstance(kwargs, dict) else None
     settings["thinking"] = bool(kwargs[key]) if isinstance(kwargs, dict) and key and key in kwargs else None
     settings["stream"] = bool(body.get("stream"))
+    for flag in ("add_generation_prompt", "continue_final_message"):  # how the prompt was rendered (a prefill)
+        if isinstance(body.get(flag), bool):
+            settings[flag] = body[flag]
     settings["mode"] = "proxy"
     if max_model_len:
         settings["max_model_len"] = max_model_len

@@ -146,11 +146,18 @@ class SimState:
         )
 
     def render(
-        self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None, add_generation_prompt: bool = True
+        self,
+        messages: list[dict[str, Any]],
+        template_kwargs: dict[str, Any] | None,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
     ) -> list[int]:
         try:
             return self.tokenizer.render(
-                messages, add_generation_prompt=add_generation_prompt, template_kwargs=template_kwargs or {}
+                messages,
+                add_generation_prompt=add_generation_prompt and not continue_final_message,
+                template_kwargs=template_kwargs or {},
+                continue_final_message=continue_final_message,
             )
         except TokenizerError as exc:  # a template that cannot render these messages: the request's fault (400)
             raise ValueError(str(exc)) from None

@@ -64,12 +64,10 @@ def routes(state: SimState) -> list[Route]:
             return body
         try:
             if body.get("messages") is not None:
-                if body.get("add_generation_prompt", True) and body.get("continue_final_message"):
-                    raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
                 messages, render_kwargs = tools.request_render(
                     body["messages"], body, body.get("chat_template_kwargs") or {}, "vllm", endpoint="tokenize"
                 )
-                tokens = state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
+                tokens = state.render(messages, render_kwargs, *_generation_prompt(body))
             else:
                 tokens = requests.tokenize_text(state.tokenizer, body)
         except ValueError as exc:
@@ -212,6 +210,15 @@ def _metrics(state: SimState, out: list[int]) -> dict[str, Any] | None:
     }
 
 
+def _generation_prompt(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(add_generation_prompt, continue_final_message) as vLLM reads them: both true is a 400 (ValueError here); the
+    second renders the last message open, the assistant's start the answer goes on from (a prefill)."""
+    header, continued = bool(body.get("add_generation_prompt", True)), bool(body.get("continue_final_message"))
+    if header and continued:
+        raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    return header, continued
+
+
 async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     if (missing := _unknown_model(state, body)) is not None:
@@ -222,7 +229,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     try:
         render = harmony.server_kwargs(state, body, kwargs) if harmony_model else kwargs
         messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, render, "vllm")
-        prompt = state.render(messages, render_kwargs, bool(body.get("add_generation_prompt", True)))
+        prompt = state.render(messages, render_kwargs, *_generation_prompt(body))
         sampling = _sampling(state, body, prompt, None)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
