@@ -145,3 +145,36 @@ def test_a_cut_compressed_body_is_a_failure_not_a_sample(tmp_path, kimi_tok, kim
         server.should_exit = True
     assert through.status_code == 502 and b"cut off before its end" in through.content
     assert _stored(db) == [] and len(_failures(db)) == 1
+
+
+def test_a_compressed_refusal_is_recorded_with_its_message(tmp_path, kimi_tok, kimi_profile) -> None:
+    """A 400 the upstream compressed reaches the client as sent; the failure's reason reads its message, not the
+    compressed bytes as text."""
+    refusal = gzip.compress(b'{"error": {"message": "this model cannot do that", "code": 400}}')
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
+        await send({"type": "http.response.start", "status": 400, "headers": headers})
+        await send({"type": "http.response.body", "body": refusal})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    while not server.started:
+        time.sleep(0.005)
+    db = str(tmp_path / "p.duckdb")
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
+    try:
+        with start_proxy(config) as proxy, httpx.Client() as client:
+            through = client.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
+    finally:
+        server.should_exit = True
+    assert through.status_code == 400 and through.json()["error"]["message"] == "this model cannot do that"
+    assert _failures(db) == ["refused by the upstream: HTTP 400: this model cannot do that"]

@@ -41,7 +41,7 @@ from tokview.proxy.wire import (
     UpstreamResponse,
 )
 from tokview.secrets import Secrets, authorization_values
-from tokview.servers.codings import BodyDecoder, UnreadableCoding
+from tokview.servers.codings import BodyDecoder, UnreadableCoding, decoded
 from tokview.servers.errors import error_message
 from tokview.servers.http import max_response_bytes
 
@@ -229,7 +229,9 @@ class ProxyApp:
             elif response.status != 200:
                 body = await response.read()
                 await client.whole(response.status, _response_headers(response, upstream), body, response.reason)
-                self._failure(ex, f"refused by the upstream: HTTP {response.status}: {error_message(body)}")
+                self._failure(
+                    ex, f"refused by the upstream: HTTP {response.status}: {error_message(_readable(response, body))}"
+                )
             elif ex.request is None:  # accepted though it is no JSON object: nothing to record but that
                 await self._pass_through(response, client, upstream)
                 self._failure(ex, NOT_AN_OBJECT)
@@ -385,6 +387,18 @@ class ProxyApp:
 # -- answers ---------------------------------------------------------------------------------------------
 HOP_BY_HOP_ANSWER = frozenset({b"content-length", b"transfer-encoding", b"connection", b"keep-alive"})
 """Answer headers the front sets itself (for the body as it sends it), never copied from the upstream."""
+
+
+def _readable(response: UpstreamResponse, body: bytes) -> bytes:
+    """An error body as the text it stands for when the upstream compressed it (for the failure's reason only: the
+    client gets it as sent); as it came when it cannot be read."""
+    coding = response.header(b"content-encoding")
+    if not coding:
+        return body
+    try:
+        return decoded(body, coding.decode("latin-1"), max_response_bytes())
+    except UnreadableCoding:
+        return body
 
 
 def _decoder(response: UpstreamResponse) -> BodyDecoder | None:
