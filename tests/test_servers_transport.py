@@ -298,6 +298,29 @@ async def test_an_answer_compressed_though_none_was_asked_for_is_read_as_it_stan
     assert len(server.requests) == 3  # the unreadable coding was not asked again
 
 
+async def test_an_error_in_an_unreadable_coding_is_still_classified_by_its_status() -> None:
+    """A 503 whose body came as `br`: its status says to retry; the coding only costs the reason its text."""
+
+    def factory(server):
+        async def handler(reader, writer, conn):
+            while True:
+                await server.read_request(reader)
+                body = b"\x1b\x00not brotli"
+                writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-encoding: br\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(body), body)
+                )
+                await writer.drain()
+
+        return handler
+
+    async with scripted(factory) as (_, url):
+        client = ServerClient(url)
+        with pytest.raises(Retryable, match="503"):
+            await client.post_json("/v1/completions", {})
+        await client.aclose()
+
+
 async def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure() -> None:
     """The server answers one request per connection but says nothing (no `connection: close`)."""
 

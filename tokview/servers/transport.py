@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from urllib.parse import quote
 
-from tokview.servers.codings import decoded
+from tokview.servers.codings import UnreadableCoding, decoded
 
 MAX_HEAD_BYTES = 1 << 16
 """A status line plus headers longer than this is not an HTTP server we can talk to."""
@@ -356,7 +356,12 @@ class HTTPPool:
                     self._drop(conn)
                 coding = response.headers.get("content-encoding")
                 if coding:  # compressed though it asked for none (`codings`)
-                    response.content = decoded(response.content, coding, conn.max_body)
+                    try:
+                        response.content = decoded(response.content, coding, conn.max_body)
+                    except UnreadableCoding:
+                        if response.status_code < 300:
+                            raise
+                        # an error's body is only its reason: its status still says what to do (a 503 is retried)
                 return response
         raise AssertionError("unreachable")
 
