@@ -37,6 +37,7 @@ PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
             "holds a lone surrogate escape",
         ),
         (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--chat-template-kwargs", '{"a": NaN}'], "NaN is not"),
+        (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--chat-template-kwargs", '{"a": 1e999}'], "1e999 is"),
     ],
 )
 def test_an_argument_error_is_a_usage_error_in_one_line(argv, says, capsys):

@@ -43,3 +43,10 @@ def test_dates_and_times_in_default_kwargs_are_text_at_any_depth(tmp_path):
     kwargs = load_profile_toml(path).default_kwargs
     assert kwargs == {"t": "07:32:00", "d": {"when": "2025-01-01"}}
     json.dumps(kwargs)  # a run's identity writes them down: a time crashed `batch` and `tokenize` (exit 70)
+
+
+def test_a_profile_file_that_starts_with_a_bom_is_read(tmp_path):
+    """As an editor on Windows saves it: refused as "Invalid statement (at line 1, column 1)"."""
+    path = tmp_path / "p.toml"
+    path.write_bytes(b'\xef\xbb\xbfbase = "kimi-k2.5"\nname = "mine"\n')
+    assert load_profile_toml(path).name == "mine"

@@ -19,6 +19,8 @@ from tokview.sim.server import start_simulator
 from tokview.store import Store
 
 PREFILL = "The answer, in one word:"
+GREETING = "Hello, how can I help?"
+"""A history that ends with the assistant's closed turn, no prefill: the answer is a turn of its own."""
 
 
 @pytest.fixture
@@ -41,6 +43,11 @@ def recorded(tmp_path, kimi_tok, kimi_profile):
             assert answer.status_code == 200, answer.text
             both = {**prefilled, "add_generation_prompt": True}
             assert httpx.post(proxy.url + "/v1/chat/completions", json=both).status_code == 400  # as vLLM refuses
+            greeted = {
+                **body,
+                "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": GREETING}],
+            }
+            assert httpx.post(proxy.url + "/v1/chat/completions", json=greeted).status_code == 200  # a new turn
     return db, prefilled
 
 
@@ -52,7 +59,7 @@ def test_a_prefill_is_rendered_as_the_server_rendered_it_no_false_mismatch(recor
             sid for sid, _, _ in rows if "continue_final_message" in json.dumps(store.load_sample(sid).capture.settings)
         ]
         sample = store.load_sample(prefill_id)
-    assert len(rows) == 2
+    assert len(rows) == 3
     for _, codes, _ in rows:
         assert "prompt_render_mismatch" not in codes, rows
     served = kimi_tok.render(prefilled["messages"], add_generation_prompt=False, continue_final_message=True)
@@ -70,3 +77,6 @@ def test_a_prefill_is_exported_as_one_assistant_turn(recorded, tmp_path, capsys)
     speakers = [m["from"] for m in row["conversations"]]
     assert speakers == ["human", "gpt"], row
     assert row["conversations"][-1]["value"].startswith(PREFILL)
+    [greeted] = [r for r in rows if any(GREETING in (m.get("value") or "") for m in r["conversations"])]
+    assert [m["from"] for m in greeted["conversations"]] == ["human", "gpt", "gpt"], greeted
+    assert greeted["conversations"][1]["value"] == GREETING  # closed as served: the answer is the next turn

@@ -257,12 +257,15 @@ async def test_a_head_whose_lines_end_in_a_bare_lf_is_read() -> None:
                 await server.read_request(reader)
                 writer.write(b'HTTP/1.1 200 OK\ncontent-type: application/json\ncontent-length: 8\n\n{"a": 1}')
                 await writer.drain()
+                await server.read_request(reader)  # a chunked body whose lines end in LF too, a trailer with them
+                writer.write(b'HTTP/1.1 200 OK\ntransfer-encoding: chunked\n\n4\n{"a"\n4\n: 1}\n0\nx-t: 1\n\n')
+                await writer.drain()
 
         return handler
 
     async with scripted(factory) as (server, url):
         client = ServerClient(url, timeout=5)
-        for _ in range(2):
+        for _ in range(4):
             assert await client.get_json("/x") == {"a": 1}
         await client.aclose()
     assert server.connections == 1

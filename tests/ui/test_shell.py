@@ -11,7 +11,7 @@ from ui.helpers import settle
 
 from tokview.cli import main
 from tokview.ui.bindings import help_rows
-from tokview.ui.config import ConfigError, load_config
+from tokview.ui.config import ConfigError, load_config, remember_theme
 from tokview.ui.screens.help import HelpScreen
 
 ROOT = Path(__file__).parents[2]
@@ -38,6 +38,8 @@ def test_config_is_strict(tmp_path):
     bom = tmp_path / "bom.toml"  # as an editor on Windows saves it: refused as "Invalid statement (line 1, column 1)"
     bom.write_bytes(b"\xef\xbb\xbf" + good.read_bytes())
     assert load_config(bom).theme == "textual-light"
+    remember_theme("nord", bom)  # written into it too, the BOM kept
+    assert bom.read_bytes().startswith(b"\xef\xbb\xbf") and load_config(bom).theme == "nord"
 
 
 async def test_help_theme_toggle_and_palette_commands(make_app):

@@ -81,6 +81,7 @@ def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any], te
     if settings.get("mode") in ("raw", "dual") and was and template_hash and was != template_hash:
         raise InputError(
             f"run {run_id} rendered its prompts with another chat template (hash {was}; this tokenizer folder's is "
-            f"{template_hash}): its stored samples would count as done and the rest be rendered with this one; put "
-            "that template back, or make the new prompts in another store (--db)"
+            f"{template_hash}; an upgrade of tokview changes its own folder's): its stored samples would count as "
+            "done and the rest be rendered with this one; make the new prompts in another store (--db), or put that "
+            "template back"
         )

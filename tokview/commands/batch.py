@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from dataclasses import asdict
@@ -168,8 +169,14 @@ def _json_object(text: str) -> JsonObject:
     def not_json(constant: str) -> None:
         raise ValueError(f"{constant} is not JSON")
 
+    def finite(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):  # 1e999: read as inf, then written as null
+            raise ValueError(f"{number} is past the largest number JSON carries")
+        return value
+
     try:
-        value = json.loads(text, parse_constant=not_json)
+        value = json.loads(text, parse_constant=not_json, parse_float=finite)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except ValueError as exc:

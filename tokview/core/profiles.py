@@ -533,7 +533,7 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
     if resolved in _seen:
         raise ProfileError(f"profile file {path}: `base` refers back to itself")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as an editor on Windows writes
     except FileNotFoundError:
         raise ProfileError(f"profile file not found: {path}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -346,16 +346,22 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
 
 
 def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
-    """The history and the served turn. A history that ends with the assistant's own words is a prefill the answer
-    went on from (vLLM's `continue_final_message`): one assistant turn, the prefill and the answer, as the prompt
-    and output ids hold them; written as two, a trainer rendered a closed turn and a second assistant turn."""
+    """The history and the served turn. A request that asked to go on from its last message (vLLM's
+    `continue_final_message`, which the proxy records) made its assistant's start a prefill: one assistant turn,
+    the prefill and the answer, as the prompt and output ids hold them; written as two, a trainer rendered a closed
+    turn and a second assistant turn. Without the flag a history ending with the assistant is a closed turn and
+    the answer a new one (SGLang and vLLM start a new turn then)."""
     history = _history(item)
     served = served_assistant(item.capture, profile, tokenizer)
-    prefill = history[-1] if history and history[-1].get("role") == "assistant" else None
+    prefill = history[-1] if _continued(item) and history and history[-1].get("role") == "assistant" else None
     if prefill is not None and isinstance(prefill.get("content"), str) and not prefill.get("tool_calls"):
         history.pop()
         served = {**served, "content": prefill["content"] + served["content"]}
     return [*history, served]
+
+
+def _continued(item: ExportItem) -> bool:
+    return item.capture.settings.get("continue_final_message") is True
 
 
 def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
@@ -391,6 +397,11 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     content = texts.content
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
-    if history and history[-1]["role"] == "assistant" and isinstance(history[-1].get("content"), str):
+    if (
+        _continued(item)
+        and history
+        and history[-1]["role"] == "assistant"
+        and isinstance(history[-1].get("content"), str)
+    ):
         content = history.pop()["content"] + content  # a prefill the answer went on from (`_conversation`)
     return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": content}]}

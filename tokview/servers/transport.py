@@ -245,19 +245,20 @@ class _Connection(asyncio.Protocol):
             self.until_close, self.keep_alive = True, False
 
     def _read_chunks(self) -> bool:
-        """Consume whole chunks from the buffer; True once the last (empty) chunk and trailers are in."""
+        """Consume whole chunks from the buffer; True once the last (empty) chunk and trailers are in. Lines end in
+        CR LF or, as a head's may (`_head_end`), a bare LF."""
         buf = self.buffer
         while True:
-            if self.chunk_left < 0:  # a chunk-size line
-                end = buf.find(b"\r\n")
+            if self.chunk_left < 0 and self.chunk_left != -2:  # a chunk-size line
+                end = buf.find(b"\n")
                 if end < 0:
                     return False
-                size_text = bytes(buf[:end]).split(b";", 1)[0].strip()
+                size_text = bytes(buf[:end]).rstrip(b"\r").split(b";", 1)[0].strip()
                 try:
                     size = int(size_text, 16)
                 except ValueError:
                     raise ConnectionLost(f"bad chunk size {size_text[:20]!r}") from None
-                del buf[: end + 2]
+                del buf[: end + 1]
                 if size == 0:
                     self.chunk_left = -2
                 else:
@@ -266,18 +267,27 @@ class _Connection(asyncio.Protocol):
                         raise ResponseTooLarge(self.max_body)
                     self.chunk_left = size
             if self.chunk_left == -2:  # trailers end with an empty line
-                end = buf.find(b"\r\n")
-                while end > 0:
-                    del buf[: end + 2]
-                    end = buf.find(b"\r\n")
+                end = buf.find(b"\n")
+                while end >= 0 and bytes(buf[:end]).rstrip(b"\r"):
+                    del buf[: end + 1]
+                    end = buf.find(b"\n")
                 if end < 0:
                     return False
-                del buf[:2]
+                del buf[: end + 1]
                 return True
-            if len(buf) < self.chunk_left + 2:
+            if len(buf) < self.chunk_left + 1:
                 return False
+            after = buf[self.chunk_left : self.chunk_left + 2]
+            if after[:1] == b"\n":
+                size = 1
+            elif after == b"\r\n":
+                size = 2
+            elif after == b"\r":  # the LF is still to come
+                return False
+            else:
+                raise ConnectionLost("a chunk is longer than its size says")
             self.chunks.append(bytes(buf[: self.chunk_left]))
-            del buf[: self.chunk_left + 2]
+            del buf[: self.chunk_left + size]
             self.chunk_left = -1
 
 

@@ -128,6 +128,8 @@ def remember_theme(theme: str, path: Path | None = None) -> Path:
         path = Path(os.path.realpath(path))
     try:
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        bom = "\ufeff" if old.startswith("\ufeff") else ""  # kept as it was, before the TOML the edit reads
+        old = old.removeprefix(bom)
         before = tomllib.loads(old)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
         why = f": {exc}" if not isinstance(exc, RecursionError) else " (its values nest too deep)"
@@ -144,7 +146,7 @@ def remember_theme(theme: str, path: Path | None = None) -> Path:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tokview-tmp")
-    temporary.write_text(new, encoding="utf-8")
+    temporary.write_text(bom + new, encoding="utf-8")
     if path.exists():
         os.chmod(temporary, path.stat().st_mode & 0o7777)
     os.replace(temporary, path)
