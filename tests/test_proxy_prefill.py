@@ -23,11 +23,14 @@ GREETING = "Hello, how can I help?"
 """A history that ends with the assistant's closed turn, no prefill: the answer is a turn of its own."""
 
 
-@pytest.fixture
-def recorded(tmp_path, kimi_tok, kimi_profile):
-    """A store holding one plain turn and one prefilled turn of the same conversation, and the prefilled request."""
+@pytest.fixture(params=["vllm", "sglang"])
+def recorded(request, tmp_path, kimi_tok, kimi_profile):
+    """A store holding a plain turn, a prefilled turn and a turn after a closed greeting, the prefilled request, and
+    the server's kind (vLLM renders a prefill open and a greeting closed; SGLang appends a prefill's ids after the
+    generation prompt and sends a greeting as the user's: `core.sglang_prefill`)."""
     db = str(tmp_path / "p.duckdb")
-    with start_simulator(SimConfig(kind="vllm")) as sim:
+    kind = request.param
+    with start_simulator(SimConfig(kind=kind)) as sim:
         config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
         messages = [{"role": "user", "content": "What is the capital of France?"}]
         body = {"model": sim.cfg.model_name, "messages": messages, "max_tokens": 30, "temperature": 0}
@@ -41,18 +44,19 @@ def recorded(tmp_path, kimi_tok, kimi_profile):
             assert httpx.post(proxy.url + "/v1/chat/completions", json=body).status_code == 200
             answer = httpx.post(proxy.url + "/v1/chat/completions", json=prefilled)
             assert answer.status_code == 200, answer.text
-            both = {**prefilled, "add_generation_prompt": True}
-            assert httpx.post(proxy.url + "/v1/chat/completions", json=both).status_code == 400  # as vLLM refuses
+            if kind == "vllm":
+                both = {**prefilled, "add_generation_prompt": True}
+                assert httpx.post(proxy.url + "/v1/chat/completions", json=both).status_code == 400  # as vLLM does
             greeted = {
                 **body,
                 "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": GREETING}],
             }
             assert httpx.post(proxy.url + "/v1/chat/completions", json=greeted).status_code == 200  # a new turn
-    return db, prefilled
+    return db, prefilled, kind
 
 
 def test_a_prefill_is_rendered_as_the_server_rendered_it_no_false_mismatch(recorded, kimi_tok) -> None:
-    db, prefilled = recorded
+    db, prefilled, kind = recorded
     with Store(db) as store:
         rows = store.query("SELECT sample_id, codes, prompt_len FROM samples ORDER BY sample_id")
         [prefill_id] = [
@@ -62,13 +66,16 @@ def test_a_prefill_is_rendered_as_the_server_rendered_it_no_false_mismatch(recor
     assert len(rows) == 3
     for _, codes, _ in rows:
         assert "prompt_render_mismatch" not in codes, rows
-    served = kimi_tok.render(prefilled["messages"], add_generation_prompt=False, continue_final_message=True)
+    if kind == "vllm":
+        served = kimi_tok.render(prefilled["messages"], add_generation_prompt=False, continue_final_message=True)
+    else:
+        served = kimi_tok.render(prefilled["messages"][:-1]) + kimi_tok.encode(PREFILL)
     assert sample.capture.prompt_ids == served
     assert kimi_tok.decode(served).endswith(PREFILL)  # open: no end of turn after the prefill
 
 
 def test_a_prefill_is_exported_as_one_assistant_turn(recorded, tmp_path, capsys) -> None:
-    db, _ = recorded
+    db, _, kind = recorded
     out = tmp_path / "sg.jsonl"
     assert main(["export", "--db", db, "--format", "sharegpt", "--select", "all", "--out", str(out)]) == 0
     capsys.readouterr()
@@ -78,5 +85,6 @@ def test_a_prefill_is_exported_as_one_assistant_turn(recorded, tmp_path, capsys)
     assert speakers == ["human", "gpt"], row
     assert row["conversations"][-1]["value"].startswith(PREFILL)
     [greeted] = [r for r in rows if any(GREETING in (m.get("value") or "") for m in r["conversations"])]
-    assert [m["from"] for m in greeted["conversations"]] == ["human", "gpt", "gpt"], greeted
+    greeting_from = "gpt" if kind == "vllm" else "human"  # as each server rendered it
+    assert [m["from"] for m in greeted["conversations"]] == ["human", greeting_from, "gpt"], greeted
     assert greeted["conversations"][1]["value"] == GREETING  # closed as served: the answer is the next turn

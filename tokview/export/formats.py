@@ -18,6 +18,7 @@ from tokview.core import segments as seg
 from tokview.core.harmony import calls_of, function_name, parse_harmony
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
+from tokview.core.sglang_prefill import last_assistant
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import call_count, parse_tool_calls
 from tokview.export.side_fields import speculators_fields
@@ -350,8 +351,10 @@ def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerA
     `continue_final_message`, which the proxy records) made its assistant's start a prefill: one assistant turn,
     the prefill and the answer, as the prompt and output ids hold them; written as two, a trainer rendered a closed
     turn and a second assistant turn. Without the flag a history ending with the assistant is a closed turn and
-    the answer a new one (SGLang and vLLM start a new turn then)."""
+    the answer a new one (vLLM renders it closed; SGLang sends it as the user's, and so is it written here)."""
     history = _history(item)
+    if item.capture.server_kind == "sglang" and not _continued(item):
+        history, _ = last_assistant(history, False)  # SGLang sent a last assistant message as the user's
     served = served_assistant(item.capture, profile, tokenizer)
     prefill = history[-1] if _continued(item) and history and history[-1].get("role") == "assistant" else None
     if prefill is not None and isinstance(prefill.get("content"), str) and not prefill.get("tool_calls"):
@@ -387,6 +390,8 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     the `tool` role, and the shape has no field for calls the template would render back; the specforge
     and speculators formats carry them."""
     history = _history(item)
+    if item.capture.server_kind == "sglang" and not _continued(item):
+        history, _ = last_assistant(history, False)  # as `_conversation`
     if (
         tools_of(item.capture)
         or served_calls(item.capture, profile, tokenizer)

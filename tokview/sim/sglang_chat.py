@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tokview.core.json_value import JsonObject, as_pydantic_bool
+from tokview.core.sglang_prefill import last_assistant
 from tokview.sim import common, faults, glm_tools, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
@@ -41,8 +42,11 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("input_ids") is not None:
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
-            messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, kwargs, "sglang")
+            messages, prefix = last_assistant(requests.chat_messages(body), bool(body.get("continue_final_message")))
+            messages, render_kwargs = tools.request_render(messages, body, kwargs, "sglang")
             prompt = state.render(messages, render_kwargs)
+            if prefix is not None:  # SGLang's prefill: the generation prompt, then the prefix's ids
+                prompt = prompt + state.tokenizer.encode(prefix)
         max_tokens = requests.chat_max_tokens(body)
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
