@@ -35,6 +35,7 @@ from tokview.ui.bindings import bindings
 from tokview.ui.display import cell, plain, plural
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
+from tokview.ui.widgets.table_sync import sync_rows
 from tokview.ui.worker_errors import ForwardsWorkerErrors, failure_text
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
         """The last poll could not read the store (said once)."""
         self.loads = 0
         """Loads shown so far (what the tests wait on)."""
+        self._shown: dict[str, tuple[str | Text, ...]] = {}
+        """What the table shows: row key → cells (`sync_rows`)."""
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -138,14 +141,15 @@ class _LivePolling(ForwardsWorkerErrors, Screen[None]):
     def _table(self) -> DataTable[Cell]:
         return self.query_one(DataTable)
 
-    def _keep_cursor(self, table: DataTable[Cell], rows: list[tuple[str, tuple[str | Text, ...]]]) -> None:
-        """Refill `table` with (key, cells) rows, the cursor staying on the row it was on."""
+    def _keep_cursor(
+        self, table: DataTable[Cell], rows: list[tuple[str, tuple[str | Text, ...]]], order_column: int
+    ) -> None:
+        """Bring `table` to the (key, cells) rows, changing only what changed (`sync_rows`: a refill of 5,000 rows
+        held the app a second on every reload), the cursor staying on the row it was on."""
         current = None
         if table.row_count and table.cursor_row < table.row_count:
             current = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        table.clear()
-        for key, cells in rows:
-            table.add_row(*cells, key=key)
+        sync_rows(table, self._shown, rows, order_column)
         keys = [key for key, _ in rows]
         if current in keys:
             table.move_cursor(row=keys.index(current))
@@ -199,7 +203,7 @@ class SessionsScreen(_LivePolling):
                 f"{plural(totals.sessions, 'session')}{shown} · {plural(totals.turns, 'turn')} · "
                 f"{plural(totals.findings, 'finding')} · enter opens a session's turns"
             )
-        self._keep_cursor(self._table(), [(r.key, session_cells(r)) for r in self.rows])
+        self._keep_cursor(self._table(), [(r.key, session_cells(r)) for r in self.rows], order_column=0)
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
@@ -263,7 +267,7 @@ class SessionTurnsScreen(_LivePolling):
                 + f"{plural(tokens, 'output token')} · enter inspects a turn"
             )
         )
-        self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows])
+        self._keep_cursor(self._table(), [(r.sample_id, turn_cells(r)) for r in self.rows], order_column=1)
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
