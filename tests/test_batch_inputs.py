@@ -162,6 +162,13 @@ def test_failures_are_grouped_by_reason_class():
     assert summary.failure_examples()["HTTP 500 from POST /generate"].startswith("HTTP 500 from POST /generate: boom 1")
     assert "failed x5: HTTP 500 from POST /generate (e.g. HTTP 500" in summary.render()
     assert reason_class("cannot connect to http://h:1 (ConnectError: refused)") == "cannot connect"
+    # a proxy's streams cut at any chunk are one kind (`tokview stats` listed a line per chunk count)
+    cut = ["abandoned by the client after 1 chunk (the upstream request was closed)"]
+    cut += [f"abandoned by the client after {n} chunks (the upstream request was closed)" for n in (2, 17, 250)]
+    assert {reason_class(r) for r in cut} == {"abandoned by the client after N chunks"}
+    assert reason_class("the upstream aborted the stream after 9 chunks: engine died") == (
+        "the upstream aborted the stream after N chunks"
+    )
 
 
 def test_an_unused_field_with_a_lone_surrogate_does_not_reject_the_row(tmp_path):

@@ -390,6 +390,7 @@ def reason_class(reason: str) -> str:
         return "unexpected error: " + text[len("unexpected error: ") :].split(":", 1)[0].strip()
     head = text.split(": ", 1)[0]
     head = re.sub(r"\s*\(.*$", "", head)
+    head = re.sub(r"\bafter \d+ (chunk|event)s?\b", r"after N \1s", head)  # a proxy's stream, cut at any point
     return head[:100] or "unknown"
 
 
