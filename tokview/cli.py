@@ -166,14 +166,23 @@ def _version() -> str:
     return __version__
 
 
+PATH_OPTIONS = frozenset({"--db", "--out", "--tokenizer", "--into", "--profile", "--chat"})
+"""Options whose value is a path: a file's name may hold bytes that are not UTF-8 (each command says what it does with
+one: `audit` asks for --name)."""
+
+
 def _not_utf8(args: list[str]) -> str | None:
     """What to say of the first argument whose bytes are not UTF-8 (Python hands them over as lone surrogates), or
-    None. Every name and path tokview is given may end up in the store, which holds UTF-8 only: `batch --run $'\\xff'`
-    stored its samples under a garbled run with no run record, then said it could not write to the store."""
+    None; a path is let through (an existing file's, or a path option's value). Names tokview is given end up in the
+    store, which holds UTF-8 only: `batch --run $'\\xff'` stored its samples under a garbled run with no run
+    record, then said it could not write to the store."""
     for k, arg in enumerate(args):
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError:
+            flag = args[k - 1] if k else ""
+            if flag in PATH_OPTIONS or arg.split("=", 1)[0] in PATH_OPTIONS or os.path.lexists(arg):
+                continue
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             what = f"the value of {args[k - 1]}" if k and args[k - 1].startswith("-") else f"argument {k + 1}"
             return f"{what} ('{shown}') holds bytes that are not UTF-8 text: give names and paths in UTF-8"

@@ -66,8 +66,8 @@ class BodyDecoder:
         for coding in reversed(codings_of(header)):  # the last coding applied is undone first
             if coding not in ("gzip", "x-gzip", "deflate"):
                 raise UnreadableCoding(
-                    f"the answer is compressed as {coding!r} (content-encoding), which tokview does not read; it asked "
-                    "for none (accept-encoding: identity): turn compression off in the server or the gateway before it"
+                    f"the answer is compressed as {coding!r}: tokview reads gzip and deflate only, and asked for none "
+                    "(accept-encoding: identity); turn compression off in the server or the gateway before it"
                 )
             self._stages.append(_Stage(coding))
         self._limit = limit

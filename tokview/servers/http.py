@@ -433,7 +433,7 @@ class _Classifier:
                 url=self.client.url,
             ) from None
         if isinstance(exc, UnreadableCoding):  # asking again would be answered the same way
-            raise CaptureFailed(f"the answer to {self.method} {self.path}: {exc}", url=self.client.url) from None
+            raise CaptureFailed(f"{exc} ({self.method} {self.path})", url=self.client.url) from None
         if isinstance(exc, transport.TransportError):  # the small transport's three kinds
             if isinstance(exc, transport.ConnectFailed):
                 raise Retryable(
