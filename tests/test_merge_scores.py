@@ -4,25 +4,17 @@ columns, so the merge brought no score (and `export --max-nll` left every sample
 
 from __future__ import annotations
 
-import argparse
 import shutil
 
+from test_merge_review import merge
+
 from tokview.batch.scoring import ScoreConfig, run_score
-from tokview.commands import merge as merge_command
 from tokview.sim import SimConfig, start_simulator
 from tokview.store import Store
 from tokview.store.token_data import TARGET_COLUMNS
 
 SCORED = f"SELECT sample_id, {', '.join(TARGET_COLUMNS)}, codes FROM samples ORDER BY sample_id"
 OFF_POLICY = "SELECT sample_id, severity, detail, positions FROM findings WHERE code = 'off_policy' ORDER BY 1"
-
-
-def merge(src, into, capsys) -> str:
-    parser = argparse.ArgumentParser(prog="tokview")
-    merge_command.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["merge", str(src), "--into", str(into)])
-    assert args.run(args) == 0
-    return capsys.readouterr().err
 
 
 def score(path, sim_url: str, **settings) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -71,22 +72,42 @@ def _compressing(sim_url: str, coding: str) -> Any:
     return app
 
 
+@contextmanager
+def _serving(app: Any) -> Iterator[str]:
+    """An ASGI app served by uvicorn on 127.0.0.1 on a thread; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    while not server.started:
+        time.sleep(0.005)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+
+
+def _answering(status: int, body: bytes) -> Any:
+    """An upstream that answers every request with `status` and this gzip body."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
 @pytest.fixture(params=["gzip", "deflate", "br"])
 def compressing(request) -> Iterator[tuple[str, str, str]]:
     """(the compressing upstream's URL, the simulator's, the coding)."""
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        app = _compressing(sim.url, request.param)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-        threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-        while not server.started:
-            time.sleep(0.005)
-        try:
-            yield f"http://127.0.0.1:{sock.getsockname()[1]}", sim.url, request.param
-        finally:
-            server.should_exit = True
+    with start_simulator(SimConfig(kind="vllm")) as sim, _serving(_compressing(sim.url, request.param)) as url:
+        yield url, sim.url, request.param
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -118,31 +139,11 @@ def test_a_compressed_answer_reaches_the_client_without_the_injected_ids_and_is_
 def test_a_cut_compressed_body_is_a_failure_not_a_sample(tmp_path, kimi_tok, kimi_profile) -> None:
     """A gzip body that ends before its end (a gateway that died): the client is told, nothing is stored as a sample."""
     full = gzip.compress(b'{"id": "x", "choices": []}')
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        while (await receive()).get("more_body"):
-            pass
-        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": full[:-6]})
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.005)
     db = str(tmp_path / "p.duckdb")
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
-    try:
+    with _serving(_answering(200, full[:-6])) as url:
+        config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
         with start_proxy(config) as proxy:
             through = httpx.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
-    finally:
-        server.should_exit = True
     assert through.status_code == 502 and b"cut off before its end" in through.content
     assert _stored(db) == [] and len(_failures(db)) == 1
 
@@ -151,30 +152,10 @@ def test_a_compressed_refusal_is_recorded_with_its_message(tmp_path, kimi_tok, k
     """A 400 the upstream compressed reaches the client as sent; the failure's reason reads its message, not the
     compressed bytes as text."""
     refusal = gzip.compress(b'{"error": {"message": "this model cannot do that", "code": 400}}')
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        while (await receive()).get("more_body"):
-            pass
-        headers = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
-        await send({"type": "http.response.start", "status": 400, "headers": headers})
-        await send({"type": "http.response.body", "body": refusal})
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.005)
     db = str(tmp_path / "p.duckdb")
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
-    try:
+    with _serving(_answering(400, refusal)) as url:
+        config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
         with start_proxy(config) as proxy, httpx.Client() as client:
             through = client.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
-    finally:
-        server.should_exit = True
     assert through.status_code == 400 and through.json()["error"]["message"] == "this model cannot do that"
     assert _failures(db) == ["refused by the upstream: HTTP 400: this model cannot do that"]
