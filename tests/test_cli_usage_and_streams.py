@@ -169,16 +169,23 @@ def test_nan_is_refused_by_every_number_option(argv, capsys):
         (["review", "--db", "s.duckdb", "--reviewer", "a\udcffb", "--approve"], "the value of --reviewer ('a\\xffb')"),
         (["show", "id\udcfe"], "argument 2 ('id\\xfe')"),
         (["export", "--db", "s.duckdb", "--out", "o.jsonl", "--tag=\udcff"], "argument 6 ('--tag=\\xff')"),
+        # paths a run records: a batch so named stored samples with no run record (prompts, store, tokenizer)
+        (["batch", "p\udcff.jsonl", "--server", "http://127.0.0.1:9"], "argument 2 ('p\\xff.jsonl')"),
+        (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--db", "s\udcff.duckdb"], "the value of --db"),
+        (["batch", "p.jsonl", "--server", "http://127.0.0.1:9", "--tokenizer", "t\udcff"], "the value of --tokenizer"),
     ],
 )
 def test_an_argument_that_is_not_utf8_is_refused_before_anything_is_stored(argv, says, capsys, tmp_path, monkeypatch):
     """Bytes that are not UTF-8 reach Python as lone surrogates, which the store cannot hold: `batch --run $'\\xff'`
     generated and stored samples under a garbled run with no run record, then said it could not write to the store."""
     monkeypatch.chdir(tmp_path)
+    if argv[1].startswith("p\udcff"):
+        (tmp_path / "p.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+        os.rename(tmp_path / "p.jsonl", os.fsencode(tmp_path) + b"/p\xff.jsonl")  # an existing file: still refused
     assert main(argv) == ExitCode.USAGE
     err = capsys.readouterr().err
     assert err.startswith("tokview: error: ") and says in err and err.count("\n") == 1, err
-    assert list(tmp_path.iterdir()) == []
+    assert [p for p in tmp_path.iterdir() if not p.name.endswith(".jsonl")] == []  # no store, no parts
 
 
 @pytest.mark.parametrize("looped", ["prompts", "tokenizer"])

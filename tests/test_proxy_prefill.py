@@ -88,3 +88,28 @@ def test_a_prefill_is_exported_as_one_assistant_turn(recorded, tmp_path, capsys)
     greeting_from = "gpt" if kind == "vllm" else "human"  # as each server rendered it
     assert [m["from"] for m in greeted["conversations"]] == ["human", greeting_from, "gpt"], greeted
     assert greeted["conversations"][1]["value"] == GREETING  # closed as served: the answer is the next turn
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_flags_given_as_words_are_read_as_the_server_reads_them(kind, tmp_path, kimi_tok, kimi_profile) -> None:
+    """pydantic reads "true", "false", 1 and 0 as booleans: the proxy recorded such a flag as absent (a prefill checked
+    and exported as none), and the simulator took "false" for a prefill."""
+    db = str(tmp_path / "p.duckdb")
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+        messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": PREFILL}]
+        base = {"model": sim.cfg.model_name, "messages": messages, "max_tokens": 12, "temperature": 0}
+        asks = [
+            {**base, "continue_final_message": "true", "add_generation_prompt": "false", "user": "words"},
+            {**base, "continue_final_message": "false", "user": "closed"},
+        ]
+        with start_proxy(config) as proxy:
+            for ask in asks:
+                assert httpx.post(proxy.url + "/v1/chat/completions", json=ask).status_code == 200
+    with Store(db) as store:
+        rows = store.query("SELECT sample_id, prompt_id, codes FROM samples ORDER BY prompt_id")
+        settings = {pid: store.load_sample(sid).capture.settings for sid, pid, _ in rows}
+    assert [codes for _, _, codes in rows if "prompt_render_mismatch" in codes] == []
+    assert settings["user:words"]["continue_final_message"] is True
+    assert settings["user:words"]["add_generation_prompt"] is False
+    assert settings["user:closed"]["continue_final_message"] is False

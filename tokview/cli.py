@@ -166,22 +166,26 @@ def _version() -> str:
     return __version__
 
 
-PATH_OPTIONS = frozenset({"--db", "--out", "--tokenizer", "--into", "--profile", "--chat"})
-"""Options whose value is a path: a file's name may hold bytes that are not UTF-8 (each command says what it does with
-one: `audit` asks for --name)."""
+PATHS_READ_OR_WRITTEN_ONLY = frozenset({"--out", "--chat"})
+"""Options whose value is a path tokview only reads or writes, never stores (an export's file, `tokenize --chat`): its
+bytes may be any a file system takes. A store, a tokenizer folder, a profile and a prompts file are recorded in the
+store (a run's source and tokenizer folder), which holds UTF-8 only."""
 
 
 def _not_utf8(args: list[str]) -> str | None:
     """What to say of the first argument whose bytes are not UTF-8 (Python hands them over as lone surrogates), or
-    None; a path is let through (an existing file's, or a path option's value). Names tokview is given end up in the
-    store, which holds UTF-8 only: `batch --run $'\\xff'` stored its samples under a garbled run with no run
-    record, then said it could not write to the store."""
+    None. Names and paths tokview records end up in the store, which holds UTF-8 only: `batch --run $'\\xff'` stored
+    its samples under a garbled run with no run record, then said it could not write to the store; a prompts file so
+    named did the same. Let through: a path only read or written (`PATHS_READ_OR_WRITTEN_ONLY`), and `audit`'s
+    dataset, which asks for --name then."""
     for k, arg in enumerate(args):
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError:
             flag = args[k - 1] if k else ""
-            if flag in PATH_OPTIONS or arg.split("=", 1)[0] in PATH_OPTIONS or os.path.lexists(arg):
+            if flag in PATHS_READ_OR_WRITTEN_ONLY or arg.split("=", 1)[0] in PATHS_READ_OR_WRITTEN_ONLY:
+                continue
+            if args[0] == "audit" and not flag.startswith("-") and os.path.lexists(arg):
                 continue
             shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             what = f"the value of {args[k - 1]}" if k and args[k - 1].startswith("-") else f"argument {k + 1}"

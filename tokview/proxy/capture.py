@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.servers.chat import parse_chat
 from tokview.servers.request import normalize_usage
@@ -62,8 +63,9 @@ def settings_of(body: dict[str, Any], profile: ModelProfile | None, max_model_le
     settings["thinking"] = bool(kwargs[key]) if isinstance(kwargs, dict) and key and key in kwargs else None
     settings["stream"] = bool(body.get("stream"))
     for flag in ("add_generation_prompt", "continue_final_message"):  # how the prompt was rendered (a prefill)
-        if isinstance(body.get(flag), bool):
-            settings[flag] = body[flag]
+        read = as_pydantic_bool(body[flag]) if flag in body and body[flag] is not None else None
+        if read is not None:  # as the server read it: "true" and 1 are true
+            settings[flag] = read
     settings["mode"] = "proxy"
     if max_model_len:
         settings["max_model_len"] = max_model_len

@@ -42,7 +42,8 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("input_ids") is not None:
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
-            messages, prefix = last_assistant(requests.chat_messages(body), bool(body.get("continue_final_message")))
+            continued = as_pydantic_bool(body.get("continue_final_message")) is True  # "false" is false
+            messages, prefix = last_assistant(requests.chat_messages(body), continued)
             messages, render_kwargs = tools.request_render(messages, body, kwargs, "sglang")
             prompt = state.render(messages, render_kwargs)
             if prefix is not None:  # SGLang's prefill: the generation prompt, then the prefix's ids

@@ -213,7 +213,8 @@ def _metrics(state: SimState, out: list[int]) -> dict[str, Any] | None:
 def _generation_prompt(body: dict[str, Any]) -> tuple[bool, bool]:
     """(add_generation_prompt, continue_final_message) as vLLM reads them: both true is a 400 (ValueError here); the
     second renders the last message open, the assistant's start the answer goes on from (a prefill)."""
-    header, continued = bool(body.get("add_generation_prompt", True)), bool(body.get("continue_final_message"))
+    header = as_pydantic_bool(body.get("add_generation_prompt", True)) is not False  # "false" is false, as pydantic
+    continued = as_pydantic_bool(body.get("continue_final_message")) is True
     if header and continued:
         raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     return header, continued
