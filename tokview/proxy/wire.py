@@ -27,6 +27,8 @@ from http import HTTPStatus
 from typing import cast
 from urllib.parse import urlsplit
 
+from tokview.servers.transport import head_end
+
 MAX_HEAD = 1 << 16
 """A request or response head longer than this is refused (431 to a client, an error from an upstream)."""
 MAX_BODY = 1 << 30
@@ -497,13 +499,13 @@ class UpstreamResponse(asyncio.Protocol):
     # -- reading the answer ------------------------------------------------------------------------------
     def _parse(self) -> None:
         while not self._has_head:  # interim 1xx answers (100 Continue, 103 Early Hints) are skipped
-            end = self._buffer.find(b"\r\n\r\n")
+            end, size = head_end(self._buffer)  # a head whose lines end in a bare LF too, as the batch reads it
             if end < 0:
                 if len(self._buffer) > MAX_HEAD:
                     raise UpstreamBrokeOff("the upstream's answer head is too large")
                 return
             self._read_head(bytes(self._buffer[:end]))
-            del self._buffer[: end + 4]
+            del self._buffer[: end + size]
         self._wake()
         if self._done or not self._buffer:
             return
@@ -522,7 +524,7 @@ class UpstreamResponse(asyncio.Protocol):
             self._push(data)
 
     def _read_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
+        lines = [line.removesuffix(b"\r") for line in head.split(b"\n")]
         parts = lines[0].split(b" ", 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
             raise UpstreamBrokeOff("the upstream's answer is not HTTP/1.1")
@@ -569,29 +571,33 @@ class UpstreamResponse(asyncio.Protocol):
                 if self._remaining == 0:
                     self._remaining = -2  # its CRLF next
                 continue
-            if self._remaining == -2:
-                if len(buffer) - pos < 2:
+            if self._remaining == -2:  # a chunk's line end: CRLF, or a bare LF as its head's lines may end
+                if len(buffer) - pos < 1 or buffer[pos : pos + 2] == b"\r":
                     break
-                if buffer[pos : pos + 2] != b"\r\n":
+                if buffer[pos : pos + 1] == b"\n":
+                    pos += 1
+                elif buffer[pos : pos + 2] == b"\r\n":
+                    pos += 2
+                else:
                     raise UpstreamBrokeOff("the upstream's chunk data does not end in CRLF")
-                pos += 2
                 self._remaining = 0
                 continue
-            line_end = buffer.find(b"\r\n", pos)
+            line_end = buffer.find(b"\n", pos)
             if line_end < 0:
                 break
+            text_end = line_end - 1 if line_end > pos and buffer[line_end - 1] == 13 else line_end  # without its CR
             if self._remaining == -1:  # trailers after the last chunk, up to a blank line
-                blank = line_end == pos
-                pos = line_end + 2
+                blank = text_end == pos
+                pos = line_end + 1
                 if blank:
                     self._done = True
                     break
                 continue
-            match = _CHUNK_SIZE.fullmatch(buffer, pos, line_end)
+            match = _CHUNK_SIZE.fullmatch(buffer, pos, text_end)
             if match is None:
                 raise UpstreamBrokeOff("the upstream sent a bad chunk size")
             size = int(match.group(1), 16)
-            pos = line_end + 2
+            pos = line_end + 1
             if size == 0:
                 self._remaining = -1
                 continue

@@ -79,7 +79,7 @@ class Response:
         return self.content.decode("utf-8", "replace")
 
 
-def _head_end(buf: bytearray) -> tuple[int, int]:
+def head_end(buf: bytearray) -> tuple[int, int]:
     """(where the answer's head ends, the length of the blank line that ends it), or (-1, 0) while it has not come.
     A head whose lines end in a bare LF is read too (RFC 9112 lets a recipient accept one): waiting for a CR LF that
     never came said "timed out" of a server that had answered at once."""
@@ -179,7 +179,7 @@ class _Connection(asyncio.Protocol):
         buf = self.buffer
         while True:
             if self.headers is None:
-                end, size = _head_end(buf)
+                end, size = head_end(buf)
                 if end < 0:
                     if len(buf) > MAX_HEAD_BYTES:
                         raise ConnectionLost("the answer's headers are too long (not an HTTP/1.x server?)")
@@ -246,7 +246,7 @@ class _Connection(asyncio.Protocol):
 
     def _read_chunks(self) -> bool:
         """Consume whole chunks from the buffer; True once the last (empty) chunk and trailers are in. Lines end in
-        CR LF or, as a head's may (`_head_end`), a bare LF."""
+        CR LF or, as a head's may (`head_end`), a bare LF."""
         buf = self.buffer
         while True:
             if self.chunk_left < 0 and self.chunk_left != -2:  # a chunk-size line
