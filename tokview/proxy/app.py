@@ -239,9 +239,8 @@ class ProxyApp:
                 await self._relay_stream(ex, response, client, _decoder(response))
             else:
                 await self._relay_json(ex, response, client, _decoder(response))
-        except (
-            UnreadableCoding
-        ) as exc:  # its ids cannot be taken out: never sent on with ids the client did not ask for
+        except UnreadableCoding as exc:
+            # its ids cannot be taken out of it: never sent on with ids the client did not ask for
             self._failure(ex, f"the upstream's answer cannot be read: {exc}")
             if not client.started:
                 await _json_error(client, 502, f"tokview proxy: the upstream's answer cannot be read ({exc})")
@@ -277,7 +276,7 @@ class ProxyApp:
             out = ids.strip_body(raw, injection) if injection is not None else raw
         except ValueError as exc:  # an id value cut short: the proxy cannot give the answer without its ids
             raise UpstreamBrokeOff(f"its answer is malformed ({exc})") from None
-        await client.whole(response.status, _response_headers(response, decoded=decoder), out, response.reason)
+        await client.whole(response.status, _response_headers(response, decoder=decoder), out, response.reason)
         self._record_later(ex, raw, stream=False)
 
     async def _relay_stream(
@@ -285,7 +284,7 @@ class ProxyApp:
     ) -> None:
         # No injection: the body could not be re-written (`_prepare`), so the stream is the upstream's own
         injection = ex.injection if ex.injection is not None else ids.Injection(ex.upstream.kind, (), True)
-        await client.start(response.status, _response_headers(response, decoded=decoder), None, response.reason)
+        await client.start(response.status, _response_headers(response, decoder=decoder), None, response.reason)
         splitter = EventSplitter()
         pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
         while (piece := await response.next_piece()) is not None:
@@ -412,16 +411,16 @@ def _decoder(response: UpstreamResponse) -> BodyDecoder | None:
 
 
 def _response_headers(
-    response: UpstreamResponse, upstream: UpstreamPool | None = None, decoded: BodyDecoder | None = None
+    response: UpstreamResponse, upstream: UpstreamPool | None = None, decoder: BodyDecoder | None = None
 ) -> list[tuple[bytes, bytes]]:
-    """The upstream's headers the client gets (without `content-encoding` when the body goes out `decoded`). A
+    """The upstream's headers the client gets (without `content-encoding` when the body goes out through `decoder`). A
     redirect that names the upstream (a FastAPI server's 307 for a trailing slash builds it from the host header the
     proxy sent) is made relative, as a reverse proxy's `proxy_redirect` does: the client follows it through the
     proxy, recorded, not to an upstream it may not reach."""
     headers = [
         (k, v)
         for k, v in response.headers
-        if k not in HOP_BY_HOP_ANSWER and not (decoded is not None and k == b"content-encoding")
+        if k not in HOP_BY_HOP_ANSWER and not (decoder is not None and k == b"content-encoding")
     ]
     if upstream is None or not any(k == b"location" for k, _ in headers):
         return headers

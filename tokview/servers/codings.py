@@ -41,10 +41,20 @@ class _Stage:
             wrapped = first & 0x0F == 8 and (first * 256 + second) % 31 == 0
             self.inflater = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
             data, self.pending = self.pending, b""
-        try:
-            return self.inflater.decompress(data, limit + 1)  # past `limit`: the caller refuses it whole
-        except zlib.error as exc:
-            raise UnreadableCoding(f"the answer's {self.coding} body does not decompress ({exc})") from None
+        out: list[bytes] = []
+        while data:
+            if self.inflater.eof:  # a gzip body may be members one after another (a gateway compressing each flush)
+                if self.coding == "deflate":
+                    raise UnreadableCoding("the answer's deflate body goes on past its end")
+                self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                out.append(self.inflater.decompress(data, limit + 1))  # past `limit`: the caller refuses it whole
+            except zlib.error as exc:
+                raise UnreadableCoding(f"the answer's {self.coding} body does not decompress ({exc})") from None
+            if len(out[-1]) > limit:
+                break
+            data = self.inflater.unused_data if self.inflater.eof else b""
+        return b"".join(out)
 
     def end(self, limit: int) -> bytes:
         if self.inflater is None:
