@@ -5,6 +5,7 @@ columns, so the merge brought no score (and `export --max-nll` left every sample
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from test_merge_review import merge
 
@@ -25,12 +26,18 @@ def score(path, sim_url: str, **settings) -> None:
         assert summary.failed == 0, summary
 
 
-def test_scores_made_on_a_copy_come_back_with_their_off_policy_findings(tmp_path, put, make_capture, capsys):
+def _store_and_copy(tmp_path, put, make_capture, n: int) -> tuple[Path, Path]:
+    """A store of `n` samples and a copy of it (the copy goes to the box that serves the target model)."""
     original, copy = tmp_path / "orig.duckdb", tmp_path / "copy.duckdb"
     with Store(original) as store:
-        for i in range(4):
+        for i in range(n):
             put(store, f"s{i}", make_capture(question=f"question {i}"))
     shutil.copy(original, copy)
+    return original, copy
+
+
+def test_scores_made_on_a_copy_come_back_with_their_off_policy_findings(tmp_path, put, make_capture, capsys):
+    original, copy = _store_and_copy(tmp_path, put, make_capture, 4)
     with start_simulator(SimConfig(kind="vllm")) as sim:
         score(copy, sim.url, off_policy_nll=1e-9)  # every sample off policy: the finding must come across too
     with Store(copy) as store:
@@ -51,11 +58,7 @@ def test_scores_made_on_a_copy_come_back_with_their_off_policy_findings(tmp_path
 
 
 def test_a_sample_scored_in_both_keeps_the_targets_score_and_the_merge_says_so(tmp_path, put, make_capture, capsys):
-    original, copy = tmp_path / "orig.duckdb", tmp_path / "copy.duckdb"
-    with Store(original) as store:
-        for i in range(3):
-            put(store, f"s{i}", make_capture(question=f"question {i}"))
-    shutil.copy(original, copy)
+    original, copy = _store_and_copy(tmp_path, put, make_capture, 3)
     with start_simulator(SimConfig(kind="vllm")) as sim:
         score(copy, sim.url, top_k=2)
         score(original, sim.url, limit=1)  # the target scored one sample itself, otherwise (no top-k)

@@ -613,9 +613,7 @@ class TokenizerAdapter:
         is the assistant's start, which the answer goes on from (vLLM's and transformers' flag of that name)."""
         if continue_final_message:
             text = self.render_text(messages, add_generation_prompt=False, template_kwargs=template_kwargs)
-            text = _continued(text, messages)
-            by_pieces = getattr(self.tok, "encode_rendered", None)
-            return list(by_pieces(text) if by_pieces is not None else self.encode(text))
+            return list(self._encode_rendered(_continued(text, messages)))
         return list(self._rendered_ids(messages, add_generation_prompt, template_kwargs))
 
     def render_length(
@@ -635,12 +633,15 @@ class TokenizerAdapter:
         key = _render_key(messages, add_generation_prompt, template_kwargs, self.chat_template)
         ids = self._renders.get(("ids", key)) if key is not None else None
         if not isinstance(ids, list):  # not remembered ("ids" entries are always lists)
-            text = self._render_text(messages, add_generation_prompt, template_kwargs, key)
-            by_pieces = getattr(self.tok, "encode_rendered", None)  # a conversation's earlier messages: remembered
-            ids = by_pieces(text) if by_pieces is not None else self.encode(text)
+            ids = self._encode_rendered(self._render_text(messages, add_generation_prompt, template_kwargs, key))
             if key is not None:
                 self._renders.put(("ids", key), ids)
         return ids
+
+    def _encode_rendered(self, text: str) -> list[int]:
+        """The ids of a rendered prompt: by pieces where the tokenizer remembers a conversation's earlier messages."""
+        by_pieces = getattr(self.tok, "encode_rendered", None)
+        return by_pieces(text) if by_pieces is not None else self.encode(text)
 
     def render_text(
         self,

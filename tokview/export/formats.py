@@ -346,25 +346,32 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
     return head
 
 
-def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
-    """The history and the served turn. A request that asked to go on from its last message (vLLM's
-    `continue_final_message`, which the proxy records) made its assistant's start a prefill: one assistant turn,
-    the prefill and the answer, as the prompt and output ids hold them; written as two, a trainer rendered a closed
-    turn and a second assistant turn. Without the flag a history ending with the assistant is a closed turn and
-    the answer a new one (vLLM renders it closed; SGLang sends it as the user's, and so is it written here)."""
+def _served_history(item: ExportItem) -> tuple[list[dict[str, Any]], str]:
+    """The history as its server rendered it, and the prefill the answer went on from ("" for none).
+
+    A request that asked to go on from its last message (`continue_final_message`, which the proxy records) made
+    its assistant's start a prefill: it and the answer are one assistant turn, as the prompt and output ids hold
+    them; written as two, a trainer rendered a closed turn and a second assistant turn. Without the flag a history
+    ending with the assistant is a closed turn and the answer a new one (vLLM renders it closed; SGLang sends it as
+    the user's, and so is it written here: `core.sglang_prefill`)."""
     history = _history(item)
-    if item.capture.server_kind == "sglang" and not _continued(item):
-        history, _ = last_assistant(history, False)  # SGLang sent a last assistant message as the user's
+    if item.capture.settings.get("continue_final_message") is not True:
+        if item.capture.server_kind == "sglang":
+            history, _ = last_assistant(history, False)
+        return history, ""
+    last = history[-1] if history else {}
+    if last.get("role") == "assistant" and isinstance(last.get("content"), str) and not last.get("tool_calls"):
+        return history[:-1], last["content"]
+    return history, ""
+
+
+def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
+    """The history and the served turn, a prefill and its answer as one (`_served_history`)."""
+    history, prefill = _served_history(item)
     served = served_assistant(item.capture, profile, tokenizer)
-    prefill = history[-1] if _continued(item) and history and history[-1].get("role") == "assistant" else None
-    if prefill is not None and isinstance(prefill.get("content"), str) and not prefill.get("tool_calls"):
-        history.pop()
-        served = {**served, "content": prefill["content"] + served["content"]}
+    if prefill:
+        served = {**served, "content": prefill + served["content"]}
     return [*history, served]
-
-
-def _continued(item: ExportItem) -> bool:
-    return item.capture.settings.get("continue_final_message") is True
 
 
 def specforge_row(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> dict[str, Any]:
@@ -389,9 +396,7 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     A row with tools, tool calls or tool results is refused (`tool_calls_not_inline`): TorchSpec rejects
     the `tool` role, and the shape has no field for calls the template would render back; the specforge
     and speculators formats carry them."""
-    history = _history(item)
-    if item.capture.server_kind == "sglang" and not _continued(item):
-        history, _ = last_assistant(history, False)  # as `_conversation`
+    history, prefill = _served_history(item)
     if (
         tools_of(item.capture)
         or served_calls(item.capture, profile, tokenizer)
@@ -402,11 +407,4 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     content = texts.content
     if texts.reasoning is not None:
         content = f"{profile.think_open}{texts.reasoning}{profile.think_close}{content}"
-    if (
-        _continued(item)
-        and history
-        and history[-1]["role"] == "assistant"
-        and isinstance(history[-1].get("content"), str)
-    ):
-        content = history.pop()["content"] + content  # a prefill the answer went on from (`_conversation`)
-    return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": content}]}
+    return {**_row_id(item), "conversations": history + [{"role": "assistant", "content": prefill + content}]}

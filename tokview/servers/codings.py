@@ -56,7 +56,7 @@ class _Stage:
             data = self.inflater.unused_data if self.inflater.eof else b""
         return b"".join(out)
 
-    def end(self, limit: int) -> bytes:
+    def end(self) -> bytes:
         if self.inflater is None:
             raise UnreadableCoding(f"the answer's {self.coding} body is cut off before its end")
         try:
@@ -96,7 +96,7 @@ class BodyDecoder:
         """What is left; UnreadableCoding when a stage did not reach its end (the body was cut)."""
         out = b""
         for stage in self._stages:
-            out = (stage.feed(out, self._limit) if out else b"") + stage.end(self._limit)
+            out = (stage.feed(out, self._limit) if out else b"") + stage.end()
         return self._counted(out)
 
     def _counted(self, data: bytes) -> bytes:

@@ -249,7 +249,7 @@ class _Connection(asyncio.Protocol):
         CR LF or, as a head's may (`head_end`), a bare LF."""
         buf = self.buffer
         while True:
-            if self.chunk_left < 0 and self.chunk_left != -2:  # a chunk-size line
+            if self.chunk_left == -1:  # a chunk-size line
                 end = buf.find(b"\n")
                 if end < 0:
                     return False
