@@ -125,6 +125,27 @@ def test_a_child_for_another_path_ends_at_exit_and_leaves_nothing(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_a_second_ctrl_c_while_the_exit_waits_kills_the_child_without_a_traceback(tmp_path, monkeypatch):
+    """The first Ctrl-C stopped the run; a second, while the exit waited for the child, left a KeyboardInterrupt
+    traceback after the run's one line (and the child running). It is taken as "don't wait"."""
+    db = tmp_path / "unused.duckdb"
+    early.start_early(["batch", "p.jsonl", "--db", str(db)])
+    proc = early._started[str(db)]
+    waits = []
+
+    def wait(timeout: float | None = None) -> int:
+        waits.append(timeout)
+        if len(waits) == 1:
+            raise KeyboardInterrupt
+        return subprocess.Popen.wait(proc, timeout)
+
+    monkeypatch.setattr(proc, "wait", wait)
+    early._end_untaken()  # raises nothing
+    assert len(waits) == 2
+    assert proc.poll() is not None
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("case", ["missing prompts", "unreachable server", "bad flag value"])
 def test_a_cli_run_that_never_begins_leaves_no_file(tmp_path, case):
     prompts = prompts_file(tmp_path / "p.jsonl", 2)

@@ -402,3 +402,48 @@ def test_a_second_stop_to_a_proxy_recording_in_threads_lands_everything_and_exit
     with Store(db) as store:
         assert store.query("SELECT count(*) FROM samples") == [(3,)]
         assert len(store.failures()) == 1
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_sigkill_to_the_whole_group_keeps_the_answers_clients_already_have(tmp_path):
+    """`kill -9 -PGID` (a container's or a service's hard stop) reached the recorder child too: the answers it had
+    gathered (~0.15 s of them) or that were still in the pipe were lost, though their clients had them (the last
+    answer before the kill, 4 of 4). The child has a session of its own: the parent's death ends its pipe, it
+    records and lands what it was handed."""
+    db = tmp_path / "k.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        port = _free_port()
+        proc = _proxy(sim.url, db, f"127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}"
+        children: list[int] = []
+        try:
+            _wait_until(lambda: _answers(url) or proc.poll() is not None, "the proxy to listen")
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            children = _children(proc.pid)
+            for n in range(3):
+                body = {
+                    "model": sim.cfg.model_name,
+                    "messages": [{"role": "user", "content": f"question {n}"}],
+                    "max_tokens": 8,
+                }
+                assert httpx.post(url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+            os.killpg(proc.pid, signal.SIGKILL)  # at once: the last answer is still in the pipe or gathered
+            proc.wait(10)
+            _wait_until(lambda: not any(_alive(c) for c in children), "the recorder to land what it had", 60)
+        finally:
+            for pid in [proc.pid, *children]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+    assert children  # the recorder child was seen
+    with Store(db) as store:
+        rows = store.query("SELECT messages FROM samples ORDER BY created_at")
+    assert [f"question {n}" in r[0] for n, r in enumerate(rows)] == [True] * 3

@@ -120,9 +120,15 @@ def take(path: str) -> subprocess.Popen[bytes] | None:
 
 
 def _end_untaken() -> None:
+    """At exit. A second Ctrl-C while it waits (the first stopped the run) is taken as "don't wait": the child is
+    killed and its spare removed, with no traceback after the run's one line."""
     for path in list(_started):
         proc = _started.pop(path)
-        if not _end(proc):  # killed: its spare is its own (named by its pid), removed here
+        try:
+            ended = _end(proc)
+        except KeyboardInterrupt:
+            ended = _end(proc, kill=True)
+        if not ended:  # killed: its spare is its own (named by its pid), removed here
             remove_database(spare_path(path, proc.pid))
 
 

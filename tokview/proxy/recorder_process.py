@@ -421,7 +421,13 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     SIGINT and SIGTERM are ignored: a stop sent to the whole process group (a terminal's Ctrl-C, `timeout`,
     `kill -- -PGID`, systemd's stop) reaches the child too, and one that killed it lost every answer it had not
     landed yet (30 of 30 a moment after a burst). The parent stops serving and closes the pipe; the child then
-    records what it was handed, lands it and exits."""
+    records what it was handed, lands it and exits. It leaves the group for a session of its own, as the batch's
+    lander does: a SIGKILL to the whole group (`kill -9 -PGID`) killed it holding the answers clients already had
+    (the last ~0.15 s of them, gathered or still in the pipe); the parent's death ends the pipe, and it lands them."""
+    try:
+        os.setsid()
+    except OSError:  # already a session leader (started so by a service manager): no group of the parent's to leave
+        pass
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
