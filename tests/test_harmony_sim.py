@@ -231,3 +231,60 @@ def test_chat_template_kwargs_pin_the_date_over_the_profile_defaults(tmp_path, o
     err = capsys.readouterr().err.strip()
     assert err.startswith("tokview: error: batch: argument --chat-template-kwargs: not valid JSON")
     assert "\n" not in err
+
+
+async def test_a_gpt_oss_run_on_sglang_reads_the_channels_and_the_calls(tmp_path, oss_dir, oss_tok):
+    """SGLang's GptOssDetector splits every gpt-oss answer (tools or not): the simulated SGLang ran its think-tag
+    split instead, so the reasoning was empty, the Harmony headers ran into `content` and no call came back (every
+    chain stopped at turn 0, every sample `harmony_split_mismatch`). It reads the channels as vLLM's sim does."""
+    with start_simulator(SimConfig(kind="sglang", tokenizer_dir=oss_dir)) as sim:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text("".join(json.dumps(r) + "\n" for r in [QUESTION, AGENT, LOOP]))
+        store = Store(str(tmp_path / "s.duckdb"))
+        config = BatchConfig(
+            servers=[sim.url],
+            prompts_path=prompts,
+            tokenizer=oss_tok,
+            model_profile=get_profile("gpt-oss"),
+            mode="chat",
+            max_new_tokens=300,
+            history="file",
+            timeout=30.0,
+        )
+        summary = await run_batch(config, store)
+        assert summary.ok == summary.input == 4, summary
+        with store:
+            samples = _samples(store)
+        body = {"model": sim.cfg.model_name, "tools": TOOLS, "messages": AGENT["messages"], "max_tokens": 300}
+        whole = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()["choices"][0]["message"]
+        streamed = _streamed_message(sim.url, {**body, "stream": True})
+    assert whole["tool_calls"][0]["id"].startswith("call_")  # SGLang's ids for a parser other than kimi_k2
+    assert streamed["reasoning_content"] == whole["reasoning_content"]
+    assert streamed["names"] == [c["function"]["name"] for c in whole["tool_calls"]]
+    assert streamed["arguments"] == [c["function"]["arguments"] for c in whole["tool_calls"]]
+    for s in samples:
+        assert {f.code for f in s.findings if f.severity != "info"} == set(), (s.sample_id, s.findings)
+    question = next(s for s in samples if s.prompt_id == "q").capture
+    assert question.reasoning and question.content and question.reasoning_field == "reasoning_content"
+    assert "<|" not in question.content and "<|" not in question.reasoning
+    call = next(s for s in samples if s.prompt_id == "agent" and s.turn in (None, 0)).capture
+    assert [c["name"] for c in call.tool_calls] == ["get_weather"]
+    assert call.finish_reason == "tool_calls"
+
+
+def _streamed_message(url: str, body: dict) -> dict:
+    """The reasoning, call names and call arguments a chat stream's deltas add up to."""
+    out: dict = {"reasoning_content": "", "names": [], "arguments": []}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=30) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            for choice in json.loads(line[6:]).get("choices") or []:
+                delta = choice.get("delta") or {}
+                out["reasoning_content"] += delta.get("reasoning_content") or ""
+                for call in delta.get("tool_calls") or []:
+                    if call.get("function", {}).get("name"):
+                        out["names"].append(call["function"]["name"])
+                        out["arguments"].append("")
+                    out["arguments"][-1] += call.get("function", {}).get("arguments") or ""
+    return out

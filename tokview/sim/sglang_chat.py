@@ -8,14 +8,16 @@ kimi_k2 parser splits *decoded text*, so a special `</think>` leaves everything 
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from tokview.core.json_value import JsonObject, as_pydantic_bool
+from tokview.core.profiles import HARMONY
 from tokview.core.sglang_prefill import last_assistant
-from tokview.sim import common, faults, glm_tools, requests, tool_shapes, tools
+from tokview.sim import common, faults, glm_tools, harmony, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
@@ -44,7 +46,8 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         else:
             continued = as_pydantic_bool(body.get("continue_final_message")) is True  # "false" is false
             messages, prefix = last_assistant(requests.chat_messages(body), continued)
-            messages, render_kwargs = tools.request_render(messages, body, kwargs, "sglang")
+            render = harmony.server_kwargs(state, body, kwargs) if state.profile.format == HARMONY else kwargs
+            messages, render_kwargs = tools.request_render(messages, body, render, "sglang")
             prompt = state.render(messages, render_kwargs)
             if prefix is not None:  # SGLang's prefill: the generation prompt, then the prefix's ids
                 prompt = prompt + state.tokenizer.encode(prefix)
@@ -73,7 +76,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     r_tokens = 0
     if thinking and separate:
         r_tokens = out.index(state.profile.think_close_id) + 1 if state.profile.think_close_id in out else len(out)
-    if tool_parser:
+    if tool_parser or state.profile.format == HARMONY:  # gpt-oss: SGLang's GptOssDetector reads every answer
         return _tool_chat(
             state, body, prompt, gen, thinking=thinking and separate, r_tokens=r_tokens, stream=stream, fault=fault
         )
@@ -171,11 +174,16 @@ def _tool_chat(
     fault: str | None,
 ) -> Response:
     """A chat request with tools: SGLang's kimi_k2 tool parser's answer (tools README §3-§5); a GLM model's, its
-    glm47 parser's (as `--tool-call-parser glm47` answers)."""
+    glm47 parser's (as `--tool-call-parser glm47` answers); a gpt-oss model's, with or without tools (SGLang's
+    GptOssDetector splits the Harmony channels, decoding with the special tokens: protocols.md)."""
     started = time.monotonic()
     out = gen.output_ids
     history = tools.history_tool_calls(body.get("messages") or [])
-    if glm_tools.is_glm(state):
+    if state.profile.format == HARMONY:  # the channels, as vLLM's parser reads them; SGLang's own call ids
+        turn = harmony.read_turn(state, body, gen)
+        turn.ids[:] = [f"call_{uuid.uuid4().hex[:24]}" for _ in turn.calls]
+        r_tokens = turn.parsed.regions.count("reasoning")
+    elif glm_tools.is_glm(state):
         turn = glm_tools.read_turn(state, body, gen, thinking)
     else:
         turn = tool_shapes.read_turn(state, body, gen, thinking, history)
