@@ -48,9 +48,44 @@ def test_a_row_that_is_not_what_it_looks_like_says_what_is_wrong(tmp_path, row, 
 
 
 def test_an_empty_string_is_still_an_explicit_empty_turn(tmp_path):
-    rows, bad = read_prompts(_file(tmp_path, {"id": "a", "messages": [{"role": "user", "content": ""}]}))
+    turns = [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "again"},
+    ]
+    rows, bad = read_prompts(_file(tmp_path, {"id": "a", "messages": turns}))
     assert bad == []
-    assert rows[0].messages == [{"role": "user", "content": ""}]
+    assert rows[0].messages == turns
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        ({"id": "a", "prompt": ""}, "line 1: `prompt` (the user turn) has no text"),
+        ({"id": "a", "prompt": " \n"}, "line 1: `prompt` (the user turn) has no text"),
+        ({"id": "a", "messages": [{"role": "user", "content": "  "}]}, "line 1: turn 1 (a user turn) has no text"),
+        ({"id": "a", "conversations": [{"from": "human", "value": ""}]}, "line 1: turn 1 (a user turn) has no text"),
+        (
+            {"id": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]},
+            "line 1: turn 1 (a user turn) has no text",
+        ),
+        (
+            {
+                "id": "a",
+                "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+                + [{"role": "user", "content": ""}],
+            },
+            "line 1: turn 3 (a user turn) has no text",
+        ),
+    ],
+)
+def test_a_user_turn_with_no_text_is_a_bad_row(tmp_path, row, says):
+    """The README says content must be text and not empty; a blank user turn (a question lost in extraction) was
+    answered and stored as a valid sample, passing every check."""
+    rows, bad = read_prompts(_file(tmp_path, row, GOOD))
+    assert [r.prompt_id for r in rows] == ["good"]
+    assert len(bad) == 1 and bad[0].startswith(says), bad
 
 
 @pytest.mark.parametrize("path", ["/dev/null", "/dev/zero"])

@@ -179,3 +179,37 @@ async def test_a_stream_redirected_to_another_server_names_the_redirect() -> Non
         finally:
             await client.aclose()
     assert other_seen == []
+
+
+@pytest.mark.parametrize("command", ["batch", "proxy", "doctor"])
+def test_a_server_redirecting_everything_elsewhere_is_named_by_the_kind_probe(tmp_path, capsys, command) -> None:
+    """With the kind detected (the default), a gateway redirecting every path to another server was "neither SGLang
+    nor vLLM: pass --backend", though the fix is --server: the probe's one line names the redirect and its Location
+    (as a run with --backend did)."""
+    from prompt_files import prompts_file
+
+    from tokview.cli import main
+
+    elsewhere = "http://127.0.0.1:9/"
+
+    class Everywhere(dict):  # every path redirects
+        def __contains__(self, path: object) -> bool:
+            return True
+
+        def __getitem__(self, path: str) -> tuple[int, str]:
+            return 307, elsewhere + path.lstrip("/")
+
+    with gateway(Everywhere()) as (url, _):
+        if command == "batch":
+            prompts = prompts_file(tmp_path / "p.jsonl", 1)
+            code = main(["batch", str(prompts), "--server", url, "--db", str(tmp_path / "s.duckdb")])
+        elif command == "proxy":
+            code = main(["proxy", "--server", url, "--listen", "127.0.0.1:0", "--db", str(tmp_path / "s.duckdb")])
+        else:
+            code = main(["doctor", "--server", url])
+    said = capsys.readouterr()
+    text = said.err + said.out
+    assert code != 0
+    assert "redirected to another server, http://127.0.0.1:9/" in text, text
+    assert "neither SGLang nor vLLM" not in text
+    assert "Traceback" not in text

@@ -26,6 +26,7 @@ import orjson
 from tokview.batch.seen_ids import SeenIds
 from tokview.core.prompts import (
     REASONING_KEYS,
+    ROLE_FROM_SHAREGPT,
     PromptError,
     PromptRow,
     generated_turns,
@@ -111,12 +112,27 @@ def check_row(raw: dict[str, Any], where: str) -> None:
         here = f"{where}: turn {k + 1}"
         key = "value" if ("from" in turn or "value" in turn) else "content"
         _check_content(turn.get(key), f"{here} `{key}`")
+        role = ROLE_FROM_SHAREGPT.get(str(turn.get("from", "")).lower()) if key == "value" else turn.get("role")
+        if role == "user":
+            _check_not_blank(turn.get(key), f"{here} (a user turn)")
         for rkey in REASONING_KEYS:
             value = turn.get(rkey)
             if value is not None and not isinstance(value, str):
                 raise PromptError(f"{here} `{rkey}` must be a string, not {_kind(value)}")
+    if not isinstance(turns, list) and isinstance(raw.get("prompt"), str):
+        _check_not_blank(raw["prompt"], f"{where}: `prompt` (the user turn)")
     for key in ("id", "messages", "conversations", "prompt", "system", "tools"):  # what becomes the prompt or its id
         _check_text(raw.get(key), where)
+
+
+def _check_not_blank(content: object, here: str) -> None:
+    """A user turn (or `prompt`) with no text: a question lost on its way into the file (an extraction that found
+    nothing). Sent, the model answers an empty request and the sample passes every check. Empty assistant, tool and
+    system turns are kept (a call's empty content, a tool that printed nothing)."""
+    if isinstance(content, list):
+        content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    if isinstance(content, str) and not content.strip():
+        raise PromptError(f"{here} has no text: a user turn must not be empty (a question lost on its way in?)")
 
 
 def _check_content(content: object, here: str) -> None:
@@ -416,6 +432,8 @@ def _fast_check(obj: object) -> tuple[str, list[int | None]] | None:
         if type(turn.get("content")) is not str or type(role) is not str or role not in _ROLES:
             return None
         if role == "user":
+            if not turn["content"].strip():  # refused by `check_row`, with its line
+                return None
             has_user = True
         elif role == "assistant" and has_user:  # one before any user turn is history (`generation_points`)
             assistants += 1

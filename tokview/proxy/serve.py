@@ -120,7 +120,7 @@ def upstream_auth(url: str) -> str | None:
 
 
 async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: float) -> Upstream:
-    from tokview.servers.features import detect
+    from tokview.servers.features import detect, unknown_server
     from tokview.servers.http import ServerClient
     from tokview.servers.retry import RetryPolicy
 
@@ -131,12 +131,7 @@ async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: fl
         await client.aclose()
     found = info.kind if kind == "auto" else kind
     if found not in ("vllm", "sglang"):
-        if info.details.get("no_http_answer"):
-            raise UserError(f"{info.url} gave no HTTP answer: {info.details['no_http_answer']}")
-        raise UserError(
-            f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: give the "
-            "server's root URL, or --kind vllm|sglang"
-        )
+        raise UserError(unknown_server(info, "give the server's root URL, or --kind vllm|sglang"))
     return Upstream(info.url, found, upstream_auth(url), info.stamp() | {"server_kind": found}, info.max_model_len)
 
 

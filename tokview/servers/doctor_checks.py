@@ -26,11 +26,15 @@ def check_server(doc: DoctorContext) -> None:
     sim = " (this is the tokview simulator, not a real model server)" if info.features.get("simulator") else ""
     model = f', model "{info.model}"' if info.model else ""
     if name is None:
+        redirected = info.details.get("redirected")
         doc.add(
             "warn",
             "Server kind",
-            f"could not tell SGLang from vLLM at {info.url}{model}{sim}",
-            "pass --backend sglang or --backend vllm to tokview batch",
+            f"could not tell SGLang from vLLM at {info.url}{model}{sim}"
+            + (f": its info endpoints redirect ({redirected})" if redirected else ""),
+            "pass the server the redirect names as --server"
+            if redirected
+            else "pass --backend sglang or --backend vllm to tokview batch",
         )
         return
     version = info.version or "unknown version"

@@ -43,6 +43,21 @@ async def ask(policy: RetryPolicy, fn: Callable[[], Awaitable[T]]) -> tuple[T | 
         return None, exc.reason
 
 
+REDIRECTED = ": redirected to "
+"""In a probe's failure (`http.ServerClient._redirect`): a redirect tokview does not follow, and its Location."""
+
+
+def unknown_server(info: ServerInfo, hint: str) -> str:
+    """Why a server's kind is unknown, for the one-line error: no HTTP answer at all, a redirect elsewhere (with its
+    Location: "neither SGLang nor vLLM" sent the user to --backend when --server was what to change), or info
+    endpoints of neither kind (then `hint`)."""
+    if info.details.get("no_http_answer"):
+        return f"{info.url} gave no HTTP answer: {info.details['no_http_answer']}"
+    if info.details.get("redirected"):
+        return f"{info.url} redirected its info endpoints: {info.details['redirected']}"
+    return f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: {hint}"
+
+
 LIMIT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_len")
 
 
@@ -102,6 +117,9 @@ async def detect(
     }
     if all(why is not None and why.startswith(CONNECTION_LOST) for why in whys):
         info.details["no_http_answer"] = whys[0]  # not one HTTP answer, not even an error status
+    redirect = next((why for why in whys if why is not None and REDIRECTED in why), None)
+    if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
+        info.details["redirected"] = redirect
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind = "sglang"
     elif isinstance(version, dict) and "version" in version:

@@ -19,7 +19,7 @@ from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
-from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs
+from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs, unknown_server
 from tokview.servers.http import REQUEST_SENT, ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.request import CaptureRequest, resolve_settings
@@ -242,14 +242,8 @@ class ServerPool:
         generations (`names_only`), or it had no tokenizer yet, whose prompt ids a server known only by its raw
         probe needs (`probed_in_full` says so, and the run probes it again with the tokenizer)."""
         if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
-            no_http = info.details.get("no_http_answer")
-            if no_http:  # a port some other program listens on: "answers HTTP" would send the user the wrong way
-                raise CaptureFailed(f"{info.url} gave no HTTP answer: {no_http}")
-            raise CaptureFailed(
-                f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its "
-                f"info endpoints say: give the server's root URL (not an API sub-path) or "
-                f"pass --backend sglang|vllm"
-            )
+            hint = "give the server's root URL (not an API sub-path) or pass --backend sglang|vllm"
+            raise CaptureFailed(unknown_server(info, hint))
 
     async def probe_generations(self) -> None:
         """Send the 1-token probe generations a `names_only` probe left out, to each server that answered it: the
