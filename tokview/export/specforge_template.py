@@ -141,8 +141,8 @@ class TemplateChooser:
                 self.by_layout[key] = exc
         return key
 
-    def count(self, key: str) -> None:
-        self.counts[key] = self.counts.get(key, 0) + 1
+    def count(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
 
     def choose(self) -> dict[str, Any]:
         """The template of the most common layout; TemplateRefused if that layout has none."""

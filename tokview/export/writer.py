@@ -510,10 +510,8 @@ def _choose_template(
     if not fmt.uses_template:
         return None
     chooser = TemplateChooser(tokenizer)
-    for start in range(0, len(ids), CHUNK):
-        chunk = [i.sample_id for i in ids[start : start + CHUNK]]
-        for settings, prof in export_rows.served_layouts(store, chunk):
-            chooser.count(chooser.layout(_settings_or_empty(settings), profiles.get(prof)))
+    for settings, prof, n in export_rows.served_layouts(store, [i.sample_id for i in ids]):
+        chooser.count(chooser.layout(_settings_or_empty(settings), profiles.get(prof)), n)
     try:
         chooser.template = chooser.choose()
     except TemplateRefused as exc:

@@ -192,13 +192,16 @@ def profile_names(store: Store, sample_ids: list[str]) -> list[str | None]:
     return [name for (name,) in store.query(f"SELECT DISTINCT s.profile FROM samples s {_IN_IDS}", [sample_ids])]
 
 
-def served_layouts(store: Store, sample_ids: list[str]) -> list[tuple[str | None, str | None]]:
-    """(settings JSON, profile name) of each of these samples that has output ids."""
+def served_layouts(store: Store, sample_ids: list[str]) -> list[tuple[str | None, str | None, int]]:
+    """(settings JSON, profile name, how many) of these samples that have output ids: one query for a whole
+    export (256 ids a query read each row's settings into Python, 10% of a 40,000-sample export)."""
     listed, ids = queries.ids_in(sample_ids)
     return [
-        (settings, prof)
-        for settings, prof in store.query(
-            f"SELECT s.settings, s.profile FROM samples s WHERE {listed} AND len(s.output_ids) > 0", ids
+        (settings, prof, n)
+        for settings, prof, n in store.query(
+            f"SELECT s.settings, s.profile, count(*) FROM samples s WHERE {listed} AND len(s.output_ids) > 0 "
+            "GROUP BY s.settings, s.profile ORDER BY count(*) DESC, s.settings, s.profile",
+            ids,
         )
     ]
 
