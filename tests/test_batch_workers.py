@@ -384,3 +384,38 @@ def test_ctrl_c_on_the_process_group_stops_every_worker_and_a_resume_finishes(tm
     assert again.resumed == len(first)
     assert len(ids) == len(set(ids)) == 400
     assert set(ids) == expected_ids(prompts, config)
+
+
+def test_a_landing_that_meets_a_held_store_tries_again_and_only_the_last_one_is_an_error():
+    """A notebook or the duckdb CLI holding the store past the wait: the parts are safe, so a landing during the run
+    is tried again at the next gap (it stopped all landing for good: a proxy then dropped every later answer), said
+    once held and once free; the final landing, with nothing after it, reports it."""
+    from tokview.store.errors import StoreHeld
+
+    class Held:
+        def __init__(self, times: int):
+            self.times, self.landed = times, 0
+
+        def ingest(self):
+            if self.times:
+                self.times -= 1
+                raise StoreHeld("the store s.duckdb is in use by another program: gave up after 0s")
+            self.landed += 1
+            return 1, 0
+
+    said: list[BaseException | None] = []
+    store = Held(2)
+    lander = Lander(store, every_s=0.01, on_held=said.append)
+    lander.poke()
+    deadline = time.monotonic() + 10
+    while not store.landed:
+        assert time.monotonic() < deadline, "the held landing was never tried again"
+        time.sleep(0.01)
+    assert lander.error is None and lander.held is None
+    assert [type(s) for s in said] == [StoreHeld, StoreHeld, type(None)]
+    lander.close()
+    assert lander.error is None
+
+    lander = Lander(Held(10**6), every_s=3600)
+    lander.close()
+    assert isinstance(lander.error, StoreHeld)

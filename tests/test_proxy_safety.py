@@ -8,7 +8,6 @@ import asyncio
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,17 +218,21 @@ def test_a_client_that_goes_away_closes_the_upstream_request(upstream, tmp_path,
 
 
 @pytest.mark.parametrize("record_in", ["thread", "process"])
-def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(
-    upstream, tmp_path, kimi_tok, kimi_profile, record_in
-):
+def test_a_held_store_delays_landing_loudly_and_loses_nothing(upstream, tmp_path, kimi_tok, kimi_profile, record_in):
+    """Another program (a notebook, the duckdb CLI) holds the store past the proxy's wait: forwarding goes on, the
+    proxy says once that it is not landing, and records on into parts. It stopped recording for good there, and
+    every answer after, the store free again or not, was lost (4 of 12 in a run). Once the holder lets go, every
+    answer lands and the proxy says so."""
     url, _ = upstream
     said: list[str] = []
-    stopped = threading.Event()
+    held, free = threading.Event(), threading.Event()
 
     def say(line: str) -> None:
         said.append(line)
-        if "STOPPED RECORDING" in line:
-            stopped.set()
+        if "NOT LANDING" in line:
+            held.set()
+        if "landing again" in line:
+            free.set()
 
     db = str(tmp_path / "p.duckdb")
     config = ProxyConfig(
@@ -243,31 +246,28 @@ def test_a_held_store_stops_recording_loudly_and_forwarding_goes_on(
         lock_timeout=0.3,
         record_in=record_in,
     )
+    statuses = []
     with start_proxy(config) as proxy:
-        holder = subprocess.Popen(
-            [sys.executable, "-c", HOLD.format(db=db)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        holder = subprocess.Popen([sys.executable, "-c", HOLD.format(db=db)], stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout is not None
             assert holder.stdout.readline().strip() == "held"
-            statuses = []
             for _ in range(40):
                 statuses.append(httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code)
-                if stopped.wait(0.05):
+                if held.wait(0.05):
                     break
-            assert stopped.is_set(), said
-            after = [httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code for _ in range(3)]
-            assert set(statuses) == set(after) == {200}
-            deadline = time.monotonic() + 5  # a child reports its counters after each item
-            while proxy.recorder.not_recorded < 3 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert proxy.recorder.not_recorded >= 3
+            assert held.is_set(), said
+            statuses += [httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code for _ in range(3)]
         finally:
             holder.kill()
             holder.wait()
-    assert sum("STOPPED RECORDING" in line for line in said) == 1
+        statuses += [httpx.post(proxy.url + "/v1/chat/completions", json=ASK).status_code for _ in range(3)]
+        assert free.wait(20), said
+        assert proxy.recorder.not_recorded == 0
+    assert set(statuses) == {200}
+    assert _rows(db, "SELECT count(*) FROM samples") == [(len(statuses),)]
+    assert sum("NOT LANDING" in line for line in said) == 1
+    assert not any("STOPPED RECORDING" in line for line in said), said
 
 
 def test_two_upstreams_share_the_requests_and_each_sample_names_its_server(tmp_path, kimi_tok, kimi_profile):

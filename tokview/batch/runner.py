@@ -330,7 +330,7 @@ async def _run(
         from tokview.batch.run_record import RunRecord
         from tokview.batch.workers import worker_count
         from tokview.batch.writer_thread import GroupWriter
-        from tokview.store.part_sink import StoreFull
+        from tokview.store.errors import StoreFull, StoreHeld
 
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
         run = RunRecord(
@@ -411,9 +411,12 @@ async def _run(
         summary.stopped = next((o for o in outcomes if o not in (None, INTERRUPTED)), None)
         for error in (writer.error, lander.error):
             if error is not None:
-                if not isinstance(error, StoreFull):
+                if isinstance(error, StoreHeld):  # the last landing: every answer is written, and safe in parts
+                    summary.stopped = f"{error}; every answer is written, and the next tokview command on it lands them"
+                elif isinstance(error, StoreFull):
+                    summary.stopped = str(error)
+                else:
                     raise error
-                summary.stopped = str(error)
         reasons: Counter[str] = Counter()
         for t in tallies:
             reasons.update(t.reasons)

@@ -229,10 +229,14 @@ class Lander:
         drained: Callable[[], bool] = lambda: False,
         live: bool = False,
         on_landed: Callable[[int], None] | None = None,
+        on_held: Callable[[BaseException | None], None] = lambda _: None,
     ) -> None:
         self.store, self.every_s, self.on_error, self.drained = store, every_s, on_error, drained
-        self.live, self.on_landed = live, on_landed
+        self.live, self.on_landed, self.on_held = live, on_landed, on_held
         self.error: BaseException | None = None
+        self.held: BaseException | None = None
+        """The store held by another program past the wait at the last landing (None once one lands again): the
+        parts stay and the next landing tries again. Only the final landing's is an `error`."""
         self.landings = 0
         """Landings made (the final one included): what the tests read."""
         self.last_took = 0.0
@@ -280,8 +284,9 @@ class Lander:
             if not self._land():
                 return
 
-    def _land(self) -> bool:
+    def _land(self, *, final: bool = False) -> bool:
         from tokview.errors import TokviewError
+        from tokview.store.errors import StoreHeld
 
         with self._lock:
             if self.error is not None:
@@ -289,6 +294,17 @@ class Lander:
             started = time.monotonic()
             try:
                 landed = self.store.ingest()
+            except StoreHeld as exc:  # a notebook or the duckdb CLI kept the store past the wait: the parts are safe.
+                # Stopping here made a proxy drop every later answer, the store free again or not: tried again later
+                if final:
+                    self.error = exc
+                    return False
+                self.held = exc
+                self.on_held(exc)
+                with self._cond:
+                    self._poked_at = self._poked_at or time.monotonic()
+                self._next = time.monotonic() + self.every_s
+                return True
             except TokviewError as exc:  # a full disk, or a landing child refused the run (`landing_process`):
                 # every process stops taking work (what was written stays)
                 self.error = exc
@@ -304,6 +320,9 @@ class Lander:
             ended = time.monotonic()
             self.last_took = ended - started
             self.landings += 1
+            if self.held is not None:
+                self.held = None
+                self.on_held(None)
         if self.on_landed is not None and landed and landed[0]:
             self.on_landed(landed[0])  # may set the gap after this landing (`every_s`: the proxy's recorder)
         self._next = ended + max(self.every_s, self.last_took)
@@ -316,7 +335,7 @@ class Lander:
             self._cond.notify()
         self._thread.join()
         if self.error is None:
-            self._land()
+            self._land(final=True)
 
 
 SAME_STOP_S = 1.0

@@ -43,6 +43,7 @@ from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.secrets import DATA_MIN_SECRET_LEN, MASK
 from tokview.servers.errors import Retryable, stream_abort
+from tokview.store.errors import StoreHeld
 from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
 
 if TYPE_CHECKING:
@@ -309,7 +310,9 @@ class Recorder:
         self.sessions = SessionBook(run_id)
         self._sink = _WithSessionFindings(store)
         self.land_s, self._landed_at = land_s, time.monotonic()
-        self.lander = Lander(self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed)
+        self.lander = Lander(
+            self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed, on_held=self._held
+        )
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -321,6 +324,7 @@ class Recorder:
         )
         self._seq = itertools.count(1)
         self._warned = threading.Lock()
+        self._said_held = False
         self.recorded = self.failed = self.not_recorded = 0
         self._jobs: queue.SimpleQueue[tuple[Finished | Failed, str | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -484,8 +488,27 @@ class Recorder:
         self._warn()
         return False
 
+    def _held(self, why: BaseException | None) -> None:
+        """Said once when landings start meeting a store another program holds, and once when one lands again:
+        recording goes on into parts all the while (`Lander.held`)."""
+        if why is not None and not self._said_held:
+            self._said_held = True
+            self.say(
+                f"tokview proxy: NOT LANDING: {why}. Recording goes on: answers are kept in parts and land once the "
+                "store is free (the app and `stats` see them then)."
+            )
+        elif why is None and self._said_held:
+            self._said_held = False
+            self.say("tokview proxy: landing again: the store is free and the answers kept meanwhile are in it.")
+
     def _warn(self) -> None:
         error = self.error
+        if isinstance(error, StoreHeld) and error is self.lander.error and self._warned.acquire(blocking=False):
+            self.say(  # the last landing, as the proxy stops: nothing is lost
+                f"tokview proxy: the last answers are recorded but not landed: {error}; the next tokview command "
+                "on the store lands them."
+            )
+            return
         if error is not None and self._warned.acquire(blocking=False):  # once, from whichever thread sees it
             self.say(
                 f"tokview proxy: STOPPED RECORDING: {error}. Requests are still forwarded, but "

@@ -29,7 +29,7 @@ import duckdb
 from tokview.errors import first_line
 from tokview.secrets import scrub_text
 from tokview.store import parts
-from tokview.store.errors import StoreError, StoreFull, is_disk_full
+from tokview.store.errors import StoreError, StoreFull, StoreHeld, is_disk_full
 
 Statement = tuple[str, Sequence[Any]]
 """One SQL statement and its parameters (DuckDB takes any JSON-like value, lists of ids, None)."""
@@ -145,10 +145,10 @@ class LockWait:
         self.started, self.said, self.delay = time.monotonic(), False, 0.005
 
     def again(self, message: str) -> None:
-        """Sleep before the next try; StoreError when the wait is over."""
+        """Sleep before the next try; StoreHeld when the wait is over."""
         waited = time.monotonic() - self.started
         if waited >= self.timeout:
-            raise StoreError(
+            raise StoreHeld(
                 f"the store {self.path} is in use by {holder_of(message)}: gave up after {waited:.0f}s "
                 "(try again when it finishes)"
             ) from None

@@ -18,6 +18,11 @@ class StoreError(TokviewError):
     title = "store"
 
 
+class StoreHeld(StoreError):
+    """Another program held the store past the wait. What was written to parts is safe: a landing that met this
+    tries again later (`batch.workers.Lander`), and any later command on the store lands it."""
+
+
 class StoreFull(StoreError):
     """The disk under the store is full: stop taking work (what is stored or in parts is kept)."""
 
