@@ -113,6 +113,83 @@ async def test_next_unreviewed_skips_reviewed_samples(make_app, store):
         assert store.load_sample("p003@demo_gen0").status == "approved"
 
 
+async def test_next_unreviewed_in_a_list_filtered_to_pending_takes_the_next_row_not_the_one_after(make_app, store):
+    """Filtered to pending, a verdict takes the judged sample out of the list: `]` counted from its old row and
+    skipped the pending sample that took it (every other one), and the list's cursor drifted from the open
+    sample. `]` starts after the sample the user is on, and the list is read again after the verdict."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        screen.query_one("#status").value = "pending"
+        await settle(app, pilot)
+        order = [screen.sample_list.row(i).sample_id for i in range(3)]
+        await pilot.press("enter")
+        await settle(app, pilot)
+        await pilot.press("r", "enter")  # rejected: out of the pending list
+        await settle(app, pilot)
+        await pilot.press("right_square_bracket")
+        await settle(app, pilot)
+        assert isinstance(app.screen, InspectScreen)
+        assert app.screen.data.sample_id == order[1]
+        await pilot.press("r", "enter", "right_square_bracket")
+        await settle(app, pilot)
+        assert app.screen.data.sample_id == order[2]
+        assert screen.sample_list.cursor == 0  # the first row of the pending list now: the two judged left it
+    assert [store.load_sample(s).status for s in order] == ["rejected", "rejected", "pending"]
+
+
+async def test_a_verdict_on_a_sample_opened_from_its_chain_shows_in_the_list(make_app, store):
+    """A sample opened without its list row (w/W along a chain, a session's turns) had its verdict stored but the
+    list kept showing it pending: the list is read again."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        assert isinstance(screen, SamplesScreen)
+        app.open_sample("p001@demo_gen0")  # no row index: how w/W and the turns table open a sample
+        await settle(app, pilot)
+        await pilot.press("a")
+        await settle(app, pilot)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert screen.sample_list.row(1).sample_id == "p001@demo_gen0"
+        assert screen.sample_list.row(1).status == "approved"
+
+
+async def test_a_sample_that_loads_while_a_dialog_is_open_waits_for_the_dialog(make_app, store):
+    """`]` then `n` before the next sample loaded (a long sample, a busy machine): the sample was pushed over the
+    note dialog and took its keys (the note's letters became tags on the new sample, no note saved). It is shown
+    once the dialog closes; the note goes to the sample it was begun on."""
+    import threading
+
+    app = make_app()
+    loads = threading.Event()
+    slow_load = app.session.load
+
+    def load(sample_id: str):  # the next sample takes a moment
+        if sample_id != "p000@demo_gen0":
+            loads.wait(10)
+        return slow_load(sample_id)
+
+    app.session.load = load
+    async with app.run_test(size=(120, 40)) as pilot:
+        sid = await open_first(app, pilot)
+        await pilot.press("right_square_bracket", "n")
+        assert isinstance(app.screen, TextPrompt)
+        loads.set()
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, TextPrompt)  # the loaded sample waits under no dialog
+        await pilot.press(*"typed note", "enter")
+        await settle(app, pilot)
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, InspectScreen)
+        assert app.screen.data.sample_id == "p001@demo_gen0"
+    assert "typed note" in store.load_sample(sid).notes
+    assert store.load_sample("p001@demo_gen0").tags == []
+
+
 async def test_approving_a_valid_sample_asks_nothing_and_is_no_override(make_app, store):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:

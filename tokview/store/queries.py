@@ -187,17 +187,38 @@ def sample_ids_page(
 
 
 def first_pending_after(
-    conn: DuckDBPyConnection, filters: SampleFilter | None, order_by: str | None, index: int
+    conn: DuckDBPyConnection,
+    filters: SampleFilter | None,
+    order_by: str | None,
+    index: int,
+    anchor: str | None = None,
 ) -> tuple[int, str] | None:
     """(row index, sample id) of the first pending sample after row `index` in list order, in one query (`]`: a walk
-    page by page took 85 s to reach a pending sample 120,000 rows down)."""
+    page by page took 85 s to reach a pending sample 120,000 rows down).
+
+    `anchor`: the sample the user is on, which the search starts after wherever it now sorts. Its verdict may have
+    taken it out of the list (filtered to pending) or moved it (sorted by status): counted from its old row, the
+    search skipped the pending sample that took that row. It is numbered with the list's rows, and the index
+    returned is the row's in the list without it when it no longer matches."""
     where, params = where_clause(filters)
     order = order_clause(order_by).removeprefix(" ORDER BY ")
+    if anchor is None:
+        sql = (
+            f"SELECT n, sample_id FROM (SELECT sample_id, status, row_number() OVER (ORDER BY {order}) - 1 AS n "
+            f"FROM samples{where}) WHERE n > ? AND status = 'pending' ORDER BY n LIMIT 1"
+        )
+        row = conn.execute(sql, [*params, min(int(index), INT64_MAX)]).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+    matches = where.removeprefix(" WHERE ") or "TRUE"
     sql = (
-        f"SELECT n, sample_id FROM (SELECT sample_id, status, row_number() OVER (ORDER BY {order}) - 1 AS n "
-        f"FROM samples{where}) WHERE n > ? AND status = 'pending' ORDER BY n LIMIT 1"
+        f"WITH listed AS (SELECT sample_id, status, ({matches}) AS listed, row_number() OVER (ORDER BY {order}) - 1 "
+        f"AS n FROM samples WHERE ({matches}) OR sample_id = ?), here AS (SELECT n, listed FROM listed "
+        "WHERE sample_id = ?) SELECT l.n - CASE WHEN h.listed THEN 0 ELSE 1 END, l.sample_id FROM listed l, here h "
+        "WHERE l.n > h.n AND l.status = 'pending' AND l.listed ORDER BY l.n LIMIT 1"
     )
-    row = conn.execute(sql, [*params, min(int(index), INT64_MAX)]).fetchone()
+    row = conn.execute(sql, [*params, *params, anchor, anchor]).fetchone()
+    if row is None and not conn.execute("SELECT 1 FROM samples WHERE sample_id = ?", [anchor]).fetchone():
+        return first_pending_after(conn, filters, order_by, index)  # the anchor is gone (a merge replaced it)
     return (int(row[0]), str(row[1])) if row else None
 
 

@@ -48,10 +48,10 @@ class QueryRepository:
             return queries.sample_ids_page(conn, filters, order_by, offset, limit)
 
     def first_pending_after(
-        self, filters: SampleFilter | None, order_by: str | None, index: int
+        self, filters: SampleFilter | None, order_by: str | None, index: int, anchor: str | None = None
     ) -> tuple[int, str] | None:
         with self.file.reading() as conn:
-            return queries.first_pending_after(conn, filters, order_by, index)
+            return queries.first_pending_after(conn, filters, order_by, index, anchor)
 
     def count_samples(self, filters: SampleFilter | None) -> int:
         with self.file.reading() as conn:

@@ -19,7 +19,7 @@ from textual.app import App, SystemCommand
 from textual.command import CommandPalette
 from textual.message import Message
 from textual.notifications import SeverityLevel
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.worker import Worker, WorkerState
 
 from tokview.store import bulk_review
@@ -86,6 +86,8 @@ class TokviewApp(App[None]):
         self.config = config or UIConfig()
         self.samples_screen: SamplesScreen | None = None
         self._open_index: int | None = None
+        self._loaded: SampleReady | None = None
+        """The sample loaded last: shown once no dialog is open (`_show_ready`)."""
 
     def notify(
         self,
@@ -138,6 +140,18 @@ class TokviewApp(App[None]):
 
     @on(SampleReady)
     def _sample_ready(self, event: SampleReady) -> None:
+        self._loaded = event
+        self._show_ready(event)
+
+    def _show_ready(self, event: SampleReady) -> None:
+        """Show a loaded sample, once no dialog is open: pushed over a dialog (a note begun on the sample before,
+        while this one loaded), it took the keys typed for the dialog (the note's letters became a tag on this
+        sample). A later sample loaded meanwhile replaces it."""
+        if event is not self._loaded:
+            return
+        if isinstance(self.screen, ModalScreen):
+            self.set_timer(0.1, lambda: self._show_ready(event))
+            return
         self._open_index = event.index
         screen = InspectScreen(event.data, event.tokenizer, event.profile, self.config.view_mode)
         if isinstance(self.screen, InspectScreen):
@@ -216,8 +230,13 @@ class TokviewApp(App[None]):
             return
         self._show_verdict(sample_id, index, stored)
         self.notify(f"{sample_id}: {said} · now {stored.status} (u undoes)", timeout=2)
-        if tags_changed and self.samples_screen is not None:
-            self.samples_screen.action_reload()
+        if self.samples_screen is not None:
+            if tags_changed:
+                self.samples_screen.action_reload()
+            elif index is None or self.samples_screen.follows_status():
+                # the list's row was not changed in place (a sample opened by w/W or from a session's turns), or the
+                # verdict moves the sample in the list or out of it: read again, so `]` and the cursor count its rows
+                self.samples_screen.reload()
 
     def _store_failed(self, exc: StoreError | UnknownSample) -> None:
         title, message = failure_notice(exc)
@@ -451,14 +470,19 @@ class TokviewApp(App[None]):
         if self.samples_screen is None:
             return
         after = self.samples_screen.sample_list.cursor
-        open_it = isinstance(self.screen, InspectScreen)
-        if open_it and self._open_index is not None:
-            after = self._open_index
-        self._find_next(self.samples_screen.pending_search(), after, open_it)  # read here, searched in a thread
+        anchor = self.samples_screen.current_sample_id()
+        screen = self.screen
+        open_it = isinstance(screen, InspectScreen)
+        if isinstance(screen, InspectScreen):
+            anchor = screen.data.sample_id
+            if self._open_index is not None:
+                after = self._open_index
+        search = self.samples_screen.pending_search()  # read here, searched in a thread
+        self._find_next(search, after, open_it, anchor)
 
     @work(thread=True, exclusive=True, group="next-unreviewed", exit_on_error=False)
-    def _find_next(self, search: PendingSearch, after: int, open_it: bool) -> None:
-        self.post_message(NextFound(search.after(after), open_it))
+    def _find_next(self, search: PendingSearch, after: int, open_it: bool, anchor: str | None) -> None:
+        self.post_message(NextFound(search.after(after, anchor), open_it))
 
     @on(NextFound)
     def _next_found(self, event: NextFound) -> None:

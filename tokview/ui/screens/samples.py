@@ -283,6 +283,10 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
         row = self.sample_list.row(self.sample_list.cursor)
         return row.sample_id if row is not None else None
 
+    def follows_status(self) -> bool:
+        """Whether a verdict can move a sample in this list or out of it (filtered or sorted by status)."""
+        return bool(self.filters.status) or "status" in self.order
+
     def pending_search(self) -> PendingSearch:
         """What `]` searches (UI thread): read here, handed to a worker as plain values."""
         return PendingSearch(self.session.store, self.filters, self.order, self.sample_list.count)
@@ -301,7 +305,8 @@ class PendingSearch:
     order: str
     count: int
 
-    def after(self, index: int) -> tuple[int, str] | None:
-        """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread)."""
-        found = self.store.reads.first_pending_after(self.filters, self.order, index)
+    def after(self, index: int, anchor: str | None = None) -> tuple[int, str] | None:
+        """(index, sample_id) of the first pending sample after row `index` (after the sample `anchor`, wherever
+        it sorts now), in list order (worker thread)."""
+        found = self.store.reads.first_pending_after(self.filters, self.order, index, anchor)
         return found if found is not None and found[0] < self.count else None
