@@ -305,3 +305,26 @@ async def test_a_store_held_too_long_is_a_notification_not_a_crash(make_app, sto
         said = [n.message for n in app._notifications]
         assert any("gave up after 15s" in m for m in said)
     assert store.load_sample("p001@demo_gen0").status == "pending"
+
+
+async def test_a_sample_s_token_panes_are_built_off_the_ui_thread(make_app, store, monkeypatch):
+    """Both panes' token sequences were built as the inspect screen was made, on the UI thread: 0.3 s frozen for a
+    30,000-id sample (an agent's long context is more). The load worker builds them."""
+    import threading
+
+    import tokview.ui.app as app_module
+
+    threads: list[threading.Thread] = []
+    for name in ("served_seq", "kept_seq"):
+        build = getattr(app_module, name)
+
+        def recorded(*args, _build=build):
+            threads.append(threading.current_thread())
+            return _build(*args)
+
+        monkeypatch.setattr(app_module, name, recorded)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_first(app, pilot)
+    assert len(threads) == 2
+    assert threading.main_thread() not in threads

@@ -23,7 +23,17 @@ from tokview.core.findings import why
 from tokview.ui import goto
 from tokview.ui.bindings import bindings
 from tokview.ui.config import UIConfig
-from tokview.ui.display import CLASS_INDEX, HEAT_CLASSES, VIEW_MODES, kept_seq, plural, served_seq, shown, visible
+from tokview.ui.display import (
+    CLASS_INDEX,
+    HEAT_CLASSES,
+    VIEW_MODES,
+    TokenSeq,
+    kept_seq,
+    plural,
+    served_seq,
+    shown,
+    visible,
+)
 from tokview.ui.heat import HEAT_LABELS, HEAT_MODES, heat_detail, heat_levels
 from tokview.ui.heat import unavailable as heat_unavailable
 from tokview.ui.screens.modals import TextPrompt
@@ -124,13 +134,21 @@ class InspectScreen(Screen[None]):
     """
 
     def __init__(
-        self, data: InspectData, tokenizer: TokenizerAdapter, profile: ModelProfile, mode: str = "pieces"
+        self,
+        data: InspectData,
+        tokenizer: TokenizerAdapter,
+        profile: ModelProfile,
+        mode: str = "pieces",
+        *,
+        seqs: tuple[TokenSeq, TokenSeq] | None = None,
     ) -> None:
+        """`seqs`: the served and kept panes' sequences, when a worker built them (else built here)."""
         super().__init__()
         self.data, self.tokenizer, self.profile = data, tokenizer, profile
         capture, analysis = data.capture, data.analysis
-        self.served = TokenView(served_seq(capture, analysis, tokenizer), mode=mode, id="served")
-        self.kept = TokenView(kept_seq(capture, analysis, tokenizer), mode=mode, id="kept")
+        served, kept = seqs or (served_seq(capture, analysis, tokenizer), kept_seq(capture, analysis, tokenizer))
+        self.served = TokenView(served, mode=mode, id="served")
+        self.kept = TokenView(kept, mode=mode, id="kept")
         self.mirrored = len(self.served.seq) == len(self.kept.seq)
         self.heat = HEAT_MODES[0]
         self._last_goto = ""
