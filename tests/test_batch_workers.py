@@ -419,3 +419,51 @@ def test_a_landing_that_meets_a_held_store_tries_again_and_only_the_last_one_is_
     lander = Lander(Held(10**6), every_s=3600)
     lander.close()
     assert isinstance(lander.error, StoreHeld)
+
+
+async def test_a_batch_whose_last_landing_meets_a_held_store_prints_its_summary_and_loses_nothing(tmp_path):
+    """The run's answers were all written when another program took the store past the wait: the run ended with one
+    error line and no summary (`--summary-json` gave nothing to parse). It ends stopped, its summary saying the
+    next command lands them, and the next open of the store does."""
+    import subprocess
+    import sys
+
+    from prompt_files import prompts_file
+
+    from tokview.batch import BatchConfig, run_batch
+    from tokview.sim import SimConfig, start_simulator
+    from tokview.store import Store
+
+    db = tmp_path / "held.duckdb"
+    prompts = prompts_file(tmp_path / "p.jsonl", 4)
+    hold = (
+        "import duckdb, sys, time\n"
+        "while True:\n"
+        "    try:\n"
+        f"        c = duckdb.connect({str(db)!r}); break\n"
+        "    except duckdb.Error:\n"
+        "        time.sleep(0.005)\n"
+        "print('held', flush=True); time.sleep(6)\n"
+    )
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.4})) as sim:
+        store = Store(str(db), lock_timeout=0.5)
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts, max_new_tokens=8, concurrency=1, workers=1)
+        holder = None
+
+        async def hold_once_started() -> None:
+            nonlocal holder
+            parts = tmp_path / "held.duckdb.parts"
+            while not any(parts.glob("*.samples.jsonl")):  # the run is under way: hold the store through its end
+                await asyncio.sleep(0.01)
+            holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+
+        try:
+            summary, _ = await asyncio.gather(run_batch(config, store), hold_once_started())
+        finally:
+            if holder is not None:
+                holder.wait(30)
+    assert summary.stopped is not None and "in use by" in summary.stopped, summary
+    assert "the next tokview command on it lands them" in summary.stopped
+    assert summary.ok == 4
+    with Store(str(db)) as again:
+        assert again.query("SELECT count(*) FROM samples") == [(4,)]
