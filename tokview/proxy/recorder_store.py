@@ -36,7 +36,13 @@ def open_recorder_here(
         )
     # closed as each landing ends (linger 0): its checkpoint, which grows with the store, is then part of what the
     # landing took, which spaces the next one (`Recorder._landed`); it used to run 0.2 s later on a timer thread
-    store = Store(config.db or "", server_urls=config.servers, lock_timeout=config.lock_timeout, on_wait=say, linger=0)
+    store = Store(
+        config.db or "",
+        server_urls=config.servers,
+        lock_timeout=config.lock_timeout,
+        on_wait=None if say is None else (lambda line: say(f"tokview proxy: {line}")),  # named as its other lines
+        linger=0,
+    )
     store.put_run(
         config.run_id,
         settings={"mode": "proxy", "listen": config.listen, **_identity(config, tok, upstreams)},
