@@ -467,3 +467,61 @@ async def test_a_batch_whose_last_landing_meets_a_held_store_prints_its_summary_
     assert summary.ok == 4
     with Store(str(db)) as again:
         assert again.query("SELECT count(*) FROM samples") == [(4,)]
+
+
+def test_a_batch_into_a_new_store_goes_on_through_a_held_store_and_says_so(tmp_path):
+    """The same through the landing child a batch into a new store lands with: its held landing came back as a
+    plain store error, which stopped the run (no summary) though every answer was safe in parts. The child says
+    "held" and goes on; the run prints its summary (stopped: exit 1), and the next open lands every answer.
+    TOKVIEW_STORE_WAIT_S shortens the wait."""
+    import os
+    import subprocess
+    import sys
+
+    from prompt_files import prompts_file
+
+    from tokview.sim import SimConfig, start_simulator
+    from tokview.store import Store
+
+    db = tmp_path / "new.duckdb"
+    prompts = prompts_file(tmp_path / "p.jsonl", 6)
+    hold = (
+        "import duckdb, pathlib, sys, time\n"
+        f"parts = pathlib.Path({str(db)!r} + '.parts')\n"
+        "while not any(parts.glob('*.samples.jsonl')):\n"
+        "    time.sleep(0.005)\n"
+        "while True:\n"
+        "    try:\n"
+        f"        c = duckdb.connect({str(db)!r}); break\n"
+        "    except duckdb.Error:\n"
+        "        time.sleep(0.005)\n"
+        "time.sleep(5)\n"
+    )
+    with start_simulator(SimConfig(kind="vllm", quirks={"latency": 0.3})) as sim:
+        holder = subprocess.Popen([sys.executable, "-c", hold])
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "tokview", "batch", str(prompts), "--server", sim.url, "--db", str(db)]
+                + ["--concurrency", "1", "--workers", "1", "--max-new-tokens", "8"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "TOKVIEW_STORE_WAIT_S": "0.5"},
+            )
+        finally:
+            holder.wait(30)
+    said = run.stdout + run.stderr
+    assert run.returncode == 1, said
+    assert "Traceback" not in said
+    assert "ok 6" in said and "the next tokview command on it lands them" in said, said
+    with Store(str(db)) as again:
+        assert again.query("SELECT count(*) FROM samples") == [(6,)]
+
+
+def test_a_store_wait_that_is_not_seconds_is_one_line(tmp_path, monkeypatch):
+    from tokview.store import Store, StoreError
+
+    for bad in ("soon", "-1", "inf", "nan"):
+        monkeypatch.setenv("TOKVIEW_STORE_WAIT_S", bad)
+        with pytest.raises(StoreError, match="TOKVIEW_STORE_WAIT_S must be a number of seconds"):
+            Store(str(tmp_path / "s.duckdb"))

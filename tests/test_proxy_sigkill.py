@@ -218,7 +218,7 @@ def _proxy_on_a_held_store(sim_url: str, db: Path, said_file: Path) -> Iterator[
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             yield proc, url
         finally:
-            try:  # the whole group: a recorder child the proxy no longer waited for goes too, should a test fail
+            try:  # the whole group (the recorder child has a session of its own: it lands what it holds and ends)
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass

@@ -181,11 +181,12 @@ async def test_a_stream_redirected_to_another_server_names_the_redirect() -> Non
     assert other_seen == []
 
 
+@pytest.mark.parametrize("shape", ["elsewhere", "loop", "nowhere"])
 @pytest.mark.parametrize("command", ["batch", "proxy", "doctor"])
-def test_a_server_redirecting_everything_elsewhere_is_named_by_the_kind_probe(tmp_path, capsys, command) -> None:
-    """With the kind detected (the default), a gateway redirecting every path to another server was "neither SGLang
-    nor vLLM: pass --backend", though the fix is --server: the probe's one line names the redirect and its Location
-    (as a run with --backend did)."""
+def test_a_server_redirecting_everything_is_named_by_the_kind_probe(tmp_path, capsys, command, shape) -> None:
+    """With the kind detected (the default), a gateway redirecting every path (to another server, in a loop, or with
+    no Location) was "neither SGLang nor vLLM: pass --backend", though the fix is --server: the probe's one line
+    names the redirect (as a run with --backend did)."""
     from prompt_files import prompts_file
 
     from tokview.cli import main
@@ -197,7 +198,9 @@ def test_a_server_redirecting_everything_elsewhere_is_named_by_the_kind_probe(tm
             return True
 
         def __getitem__(self, path: str) -> tuple[int, str]:
-            return 307, elsewhere + path.lstrip("/")
+            if shape == "loop":
+                return 307, path
+            return 307, "" if shape == "nowhere" else elsewhere + path.lstrip("/")
 
     with gateway(Everywhere()) as (url, _):
         if command == "batch":
@@ -210,6 +213,11 @@ def test_a_server_redirecting_everything_elsewhere_is_named_by_the_kind_probe(tm
     said = capsys.readouterr()
     text = said.err + said.out
     assert code != 0
-    assert "redirected to another server, http://127.0.0.1:9/" in text, text
+    expected = {
+        "elsewhere": "redirected to another server, http://127.0.0.1:9/",
+        "loop": "still redirected after",
+        "nowhere": "a redirect without a Location",
+    }
+    assert expected[shape] in text, text
     assert "neither SGLang nor vLLM" not in text
     assert "Traceback" not in text

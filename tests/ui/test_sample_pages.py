@@ -90,6 +90,32 @@ def test_pending_search_is_a_plain_value_a_thread_can_use(tmp_path):
         assert search.after(499) is None
 
 
+def test_next_pending_after_a_verdict_counts_from_where_the_judged_sample_went(tmp_path):
+    """`]` after a verdict, from the row the judged sample was on. Sorted by status, a reject moves it below every
+    pending sample and an approve above them; filtered to pending, it leaves. Counted from its row alone, the
+    pending sample that took the row was skipped; anchored on where it went, the search says "none" for a reject
+    in status order too. The next pending sample in the order the user saw is found each time."""
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_light(store, 10)
+        store.execute("UPDATE samples SET status = 'approved' WHERE sample_id < 'p00002'")
+        ids = [f"p{i:05d}@big_gen0" for i in range(10)]
+
+        def next_after(filters, order, index, anchor):
+            return store.reads.first_pending_after(filters, order, index, anchor)
+
+        # sorted by status: approved p0 p1, then pending p2..p9 (rows 2..9)
+        store.record_verdict(ids[3], "rejected")  # row 3: now after every pending sample
+        assert next_after(SampleFilter(), "status", 3, ids[3]) == (3, ids[4])
+        store.record_verdict(ids[4], "approved")  # row 3 now: moved up among the approved
+        assert next_after(SampleFilter(), "status", 3, ids[4]) == (4, ids[5])
+        assert next_after(SampleFilter(), "status", 4, ids[5]) == (5, ids[6])  # no verdict: the row after
+        pending = SampleFilter(status="pending")  # p2 p5 p6 p7 p8 p9
+        store.record_verdict(ids[5], "rejected")  # row 1 of the pending list: gone from it
+        assert next_after(pending, "created_at", 1, ids[5]) == (1, ids[6])
+        assert next_after(pending, "created_at", 4, ids[9]) is None  # the last row
+        assert next_after(SampleFilter(), "created_at", 0, "gone@nowhere") == (2, ids[2])
+
+
 def test_page_requests_one_reader_newest_wishes_no_page_twice():
     def fetch_a(offset, limit):
         return []

@@ -220,10 +220,14 @@ class LandingChild:
         return reply
 
     def _raise(self, reply: dict[str, Any]) -> None:
-        """The child's error, as the error the batch would have raised opening the store itself."""
+        """The child's error, as the error the batch would have raised opening the store itself. A store another
+        program held past the wait is StoreHeld, and the child goes on (the batch's lander asks again later)."""
         message = str(reply.get("message") or "the landing process failed")
+        from tokview.store.errors import StoreError, StoreFull, StoreHeld
+
+        if reply["error"] == "held":
+            raise StoreHeld(message)
         self._drop(kill=False)  # it ends after an error: reap it
-        from tokview.store.errors import StoreError, StoreFull
 
         if reply["error"] == "input":
             from tokview.batch.inputs import InputError
@@ -423,9 +427,16 @@ def child_main() -> int:
                     remove_unused_store(spec["path"])
                 return 0
         _say(stdout, {"ready": True})
+        from tokview.store.errors import StoreHeld
+
         for line in lines:
             if json.loads(line) == "land":
-                _say(stdout, {"landed": list(store.ingest())})
+                try:
+                    landed = list(store.ingest())
+                except StoreHeld as exc:  # another program holds the file: the parts stay, the batch asks again
+                    _say(stdout, {"error": "held", "message": str(exc)})
+                    continue
+                _say(stdout, {"landed": landed})
         store.ingest()  # the batch closed its end (done, or killed): what it wrote lands
         return 0
     except BaseException as exc:  # one line back to the batch, never a traceback on its terminal
@@ -491,10 +502,12 @@ def _record(store: Store, line: bytes) -> None:
 
 def _kind(exc: BaseException) -> str:
     from tokview.batch.inputs import InputError
-    from tokview.store.errors import StoreFull
+    from tokview.store.errors import StoreFull, StoreHeld
 
     if isinstance(exc, StoreFull):
         return "full"
+    if isinstance(exc, StoreHeld):
+        return "held"
     if isinstance(exc, InputError):
         return "input"
     return "store"

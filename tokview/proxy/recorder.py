@@ -363,7 +363,10 @@ class Recorder:
 
     @property
     def recording(self) -> bool:
-        return self.error is None
+        """Nothing handed over is lost: no error, or only a last landing that met a held store (what it held is in
+        parts, and the next command on the store lands it)."""
+        error = self.error
+        return error is None or (error is self.lander.error and isinstance(error, StoreHeld))
 
     def take(self, item: Finished | Failed, sample_id: str | None = None) -> None:
         """Record `item` on the recorder's thread, in order: what the event loop calls once the client has

@@ -459,7 +459,7 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     for sample_id, item in spools.rest(spec.config.run_id):  # spooled before the parent died: whole on disk
         recorder.take(item, sample_id)
     recorder.close()  # written and landed before the folder goes (a kill before: the next start records it)
-    if recorder.error is None:  # else what it could not record stays for the next start (`record_leftovers`)
+    if recorder.recording:  # else what it could not record stays for the next start (`record_leftovers`)
         spools.remove()
     if held is not None:
         os.close(held)

@@ -64,7 +64,8 @@ class ProxyConfig:
     two of them. Forwarded requests have none of the proxy's own: the harness's timeout governs them, as it
     would without the proxy (a client that gives up cancels its upstream request)."""
     lock_timeout: float = 10.0
-    """How long the recorder waits for a store another process holds before it stops recording."""
+    """How long a landing of the recorder waits for a store another process holds (then it records on into parts
+    and tries again later)."""
     record_in: str = "auto"
     """Where recording runs: "process" (a child of its own: `tokview proxy`), "thread" (this process, on
     threads: the tests' proxies, which start faster), or "auto" (process when serving in the foreground)."""

@@ -43,8 +43,9 @@ async def ask(policy: RetryPolicy, fn: Callable[[], Awaitable[T]]) -> tuple[T | 
         return None, exc.reason
 
 
-REDIRECTED = ": redirected to "
-"""In a probe's failure (`http.ServerClient._redirect`): a redirect tokview does not follow, and its Location."""
+REDIRECTED = (": redirected to ", "still redirected after", "a redirect without a Location")
+"""In a probe's failure (`http.ServerClient._redirect`): a redirect tokview does not follow (to another server, as a
+GET without the body, in a loop, or nowhere), and its Location."""
 
 
 def unknown_server(info: ServerInfo, hint: str) -> str:
@@ -117,7 +118,7 @@ async def detect(
     }
     if all(why is not None and why.startswith(CONNECTION_LOST) for why in whys):
         info.details["no_http_answer"] = whys[0]  # not one HTTP answer, not even an error status
-    redirect = next((why for why in whys if why is not None and REDIRECTED in why), None)
+    redirect = next((why for why in whys if why is not None and any(r in why for r in REDIRECTED)), None)
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):

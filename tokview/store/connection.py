@@ -35,7 +35,27 @@ Statement = tuple[str, Sequence[Any]]
 """One SQL statement and its parameters (DuckDB takes any JSON-like value, lists of ids, None)."""
 
 LOCK_TIMEOUT_S = 120.0
-"""How long an operation waits for another process to release the file before it gives up."""
+"""How long an operation waits for another process to release the file before it gives up (`TOKVIEW_STORE_WAIT_S`
+sets another)."""
+WAIT_ENV = "TOKVIEW_STORE_WAIT_S"
+
+
+def store_wait_s() -> float:
+    """The wait for a store another program holds: `TOKVIEW_STORE_WAIT_S` seconds, else `LOCK_TIMEOUT_S`. A team
+    whose notebooks hold the store for minutes waits longer; a test, shorter. StoreError for a value that is not a
+    number of seconds."""
+    given = os.environ.get(WAIT_ENV, "").strip()
+    if not given:
+        return LOCK_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise StoreError(f"{WAIT_ENV} must be a number of seconds (0 or more), not {given[:40]!r}")
+    return seconds
+
+
 LOCK_SAY_AFTER_S = 1.0
 """Waits longer than this are announced (once) with the holder's tokview command."""
 LINGER_S = 0.2

@@ -196,19 +196,26 @@ def first_pending_after(
     """(row index, sample id) of the first pending sample after row `index` in list order, in one query (`]`: a walk
     page by page took 85 s to reach a pending sample 120,000 rows down).
 
-    `anchor`: the sample the user is on, which the search starts after wherever it now sorts. Its verdict may have
-    taken it out of the list (filtered to pending) or moved it (sorted by status): counted from its old row, the
-    search skipped the pending sample that took that row. It is numbered with the list's rows, and the index
-    returned is the row's in the list without it when it no longer matches."""
+    `anchor`: the sample the user is on, whose verdict may have moved it (sorted by status) or taken it out of the
+    list (filtered to pending) since it was row `index`. Counted from `index` alone, the search skipped the pending
+    sample that took that row. Where it went says where the rows after it are now: gone, or sorted further down
+    (rejected), the rows after it moved up one, so the search starts at `index`; sorted further up (approved) or
+    where it was, they did not, and it starts after `index`. The anchor itself is never the answer."""
     where, params = where_clause(filters)
     order = order_clause(order_by).removeprefix(" ORDER BY ")
+    listed = f"SELECT sample_id, status, row_number() OVER (ORDER BY {order}) - 1 AS n FROM samples{where}"
+    at = min(int(index), INT64_MAX - 1)
     if anchor is None:
-        sql = (
-            f"SELECT n, sample_id FROM (SELECT sample_id, status, row_number() OVER (ORDER BY {order}) - 1 AS n "
-            f"FROM samples{where}) WHERE n > ? AND status = 'pending' ORDER BY n LIMIT 1"
-        )
-        row = conn.execute(sql, [*params, min(int(index), INT64_MAX)]).fetchone()
+        sql = f"SELECT n, sample_id FROM ({listed}) WHERE n > ? AND status = 'pending' ORDER BY n LIMIT 1"
+        row = conn.execute(sql, [*params, at]).fetchone()
         return (int(row[0]), str(row[1])) if row else None
+    sql = (
+        f"WITH listed AS ({listed}), here AS (SELECT max(n) AS n FROM listed WHERE sample_id = ?) "
+        "SELECT l.n, l.sample_id FROM listed l, here h WHERE l.n >= CASE WHEN h.n IS NULL OR h.n > ? THEN ? "
+        "ELSE ? + 1 END AND l.status = 'pending' AND l.sample_id <> ? ORDER BY l.n LIMIT 1"
+    )
+    row = conn.execute(sql, [*params, anchor, at, at, at, anchor]).fetchone()
+    return (int(row[0]), str(row[1])) if row else None
     matches = where.removeprefix(" WHERE ") or "TRUE"
     sql = (
         f"WITH listed AS (SELECT sample_id, status, ({matches}) AS listed, row_number() OVER (ORDER BY {order}) - 1 "

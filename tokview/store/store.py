@@ -30,11 +30,12 @@ from tokview.store.connection import LINGER_S as LINGER_S
 from tokview.store.connection import LOCK_TIMEOUT_S as LOCK_TIMEOUT_S
 from tokview.store.connection import MAX_HOLD_S as MAX_HOLD_S
 from tokview.store.connection import UNFINISHED_AFTER_S as UNFINISHED_AFTER_S
-from tokview.store.connection import Statement, StoreFile, say_on_stderr
+from tokview.store.connection import Statement, StoreFile, say_on_stderr, store_wait_s
 from tokview.store.connection import holder_of as holder_of
 from tokview.store.connection import is_duckdb_file as is_duckdb_file
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
+from tokview.store.errors import StoreHeld as StoreHeld
 from tokview.store.landing import Landing, has_parts, merge_source
 from tokview.store.part_sink import PartSink
 from tokview.store.query_repo import CloserKey, QueryRepository
@@ -58,11 +59,12 @@ class Store:
         path: str | Path = DEFAULT_DB,
         server_urls: Iterable[str] = (),
         *,
-        lock_timeout: float = LOCK_TIMEOUT_S,
+        lock_timeout: float | None = None,
         on_wait: Callable[[str], None] | None = None,
         linger: float = LINGER_S,
     ) -> None:
-        """`on_wait(message)` hears about a long wait for another process (default: one line on stderr);
+        """`lock_timeout`: how long to wait for a file another program holds (default `store_wait_s()`);
+        `on_wait(message)` hears about a long wait for another process (default: one line on stderr);
         `linger`: seconds the file stays open after an operation (0: closed at once)."""
         self.path = str(path)
         if not self.path.strip():  # DuckDB opens "" as a throwaway in-memory database: nothing would be kept
@@ -71,7 +73,7 @@ class Store:
             raise StoreError(f"{self.path} names a folder: give a .duckdb file path (e.g. {self.path}{DEFAULT_DB})")
         self._file = StoreFile(
             self.path,
-            lock_timeout=lock_timeout,
+            lock_timeout=lock_timeout if lock_timeout is not None else store_wait_s(),
             on_wait=on_wait if on_wait is not None else say_on_stderr,
             linger=linger,
         )
@@ -188,7 +190,7 @@ class Store:
             raise StoreError(f"cannot write to {self.path}: the store is read-only")
         try:
             return self._ingest_parts()
-        except StoreFull:
+        except (StoreFull, StoreHeld):  # held: nothing was read, and a salvage would wait for the file once more
             raise
         except StoreError:
             damaged, kept = self._landing.salvage()
