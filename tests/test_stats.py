@@ -83,6 +83,9 @@ def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
     assert by_id[truncated.sample_id][1:] == ["pending", "invalid", "length", ",".join(truncated.codes)]
     assert main(["show", "--db", str(db), listed[0][0]]) == 0  # the listed id is what show takes
     capsys.readouterr()
+    for outside in ("-5", "100000"):  # clamped to the first or last position without a word, once
+        assert main(["show", "--db", str(db), listed[0][0], "--from", outside]) == 1
+        assert f"--from {outside} is outside the sample's positions 0.." in capsys.readouterr().err
     assert main(["stats", "--db", str(db), "--samples", "--limit", "2", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert js["samples"] == 3
@@ -92,6 +95,8 @@ def test_stats_samples_lists_ids_that_show_takes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["stats", "--db", str(db), "--samples", "--limit", str(10**23), "--json"]) == 0  # all of them
     assert len(json.loads(capsys.readouterr().out)["sample_list"]) == 3
+    assert main(["stats", "--db", str(db), "--limit", "2"]) == 1  # no list to limit: said, not ignored
+    assert "--limit counts the listed samples: give --samples too" in capsys.readouterr().err
 
 
 def test_a_missing_database_names_the_flag(tmp_path, capsys):

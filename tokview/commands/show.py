@@ -98,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # the text and model name came from a server: an escape sequence in them is shown, never run
     parser = profile.tool_calls.parser if profile.tool_calls else None
+    positions = len(stored.capture.input_ids)
+    if args.start is not None and not 0 <= args.start < positions:  # it was clamped without a word
+        raise UserError(f"--from {args.start} is outside the sample's positions 0..{positions - 1}")
     print(printable(render(stored, analysis, tokenizer=tokenizer, start=args.start, count=args.count, parser=parser)))
     return 0
 

@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--limit",
         type=int,
-        default=DEFAULT_LIMIT,
+        default=None,
         metavar="N",
         help=f"with --samples: list at most N (default {DEFAULT_LIMIT})",
     )
@@ -160,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
     from tokview.store.side_stats import render_side, store_side_stats
 
     existing_store(args.db)
-    if args.limit < 1:
+    if args.limit is not None and not args.samples:  # else ignored without a word: no list to limit
+        raise UserError("--limit counts the listed samples: give --samples too")
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit
+    if limit < 1:
         raise UserError("--limit must be at least 1")
     if args.by == "run":
         if args.samples:
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         return run_by_run(args)
     with Store(args.db) as store:
         st = {**store.stats(), **store_side_stats(store)}  # + spec_decode, logprobs, target_logprobs
-        rows = store.samples_page(order_by="created_at", limit=args.limit) if args.samples else []
+        rows = store.samples_page(order_by="created_at", limit=limit) if args.samples else []
     # The samples a text-based pipeline would corrupt, said on its own line (issue 14), 0 when none.
     st["retokenize_drift"] = drift_samples(st)
     from tokview.batch.config import group_reasons
