@@ -216,17 +216,6 @@ def first_pending_after(
     )
     row = conn.execute(sql, [*params, anchor, at, at, at, anchor]).fetchone()
     return (int(row[0]), str(row[1])) if row else None
-    matches = where.removeprefix(" WHERE ") or "TRUE"
-    sql = (
-        f"WITH listed AS (SELECT sample_id, status, ({matches}) AS listed, row_number() OVER (ORDER BY {order}) - 1 "
-        f"AS n FROM samples WHERE ({matches}) OR sample_id = ?), here AS (SELECT n, listed FROM listed "
-        "WHERE sample_id = ?) SELECT l.n - CASE WHEN h.listed THEN 0 ELSE 1 END, l.sample_id FROM listed l, here h "
-        "WHERE l.n > h.n AND l.status = 'pending' AND l.listed ORDER BY l.n LIMIT 1"
-    )
-    row = conn.execute(sql, [*params, *params, anchor, anchor]).fetchone()
-    if row is None and not conn.execute("SELECT 1 FROM samples WHERE sample_id = ?", [anchor]).fetchone():
-        return first_pending_after(conn, filters, order_by, index)  # the anchor is gone (a merge replaced it)
-    return (int(row[0]), str(row[1])) if row else None
 
 
 def samples_page(

@@ -306,7 +306,7 @@ class PendingSearch:
     count: int
 
     def after(self, index: int, anchor: str | None = None) -> tuple[int, str] | None:
-        """(index, sample_id) of the first pending sample after row `index` (after the sample `anchor`, wherever
-        it sorts now), in list order (worker thread)."""
+        """(index, sample_id) of the first pending sample after row `index`, in list order (worker thread);
+        `anchor`: the sample on row `index` before its verdict (`queries.first_pending_after`)."""
         found = self.store.reads.first_pending_after(self.filters, self.order, index, anchor)
         return found if found is not None and found[0] < self.count else None
