@@ -8,17 +8,13 @@ that names it, never an answer carrying ids the client did not ask for."""
 from __future__ import annotations
 
 import gzip
-import socket
-import threading
-import time
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from loopback import serve_asgi
 from test_proxy_sim import _blank, _chat, _failures, _stored
 
 from tokview.proxy.serve import ProxyConfig, start_proxy
@@ -72,22 +68,6 @@ def _compressing(sim_url: str, coding: str) -> Any:
     return app
 
 
-@contextmanager
-def _serving(app: Any) -> Iterator[str]:
-    """An ASGI app served by uvicorn on 127.0.0.1 on a thread; yields its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    while not server.started:
-        time.sleep(0.005)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-
-
 def _answering(status: int, body: bytes) -> Any:
     """An upstream that answers every request with `status` and this gzip body."""
 
@@ -106,7 +86,7 @@ def _answering(status: int, body: bytes) -> Any:
 @pytest.fixture(params=["gzip", "deflate", "br"])
 def compressing(request) -> Iterator[tuple[str, str, str]]:
     """(the compressing upstream's URL, the simulator's, the coding)."""
-    with start_simulator(SimConfig(kind="vllm")) as sim, _serving(_compressing(sim.url, request.param)) as url:
+    with start_simulator(SimConfig(kind="vllm")) as sim, serve_asgi(_compressing(sim.url, request.param)) as url:
         yield url, sim.url, request.param
 
 
@@ -140,7 +120,7 @@ def test_a_cut_compressed_body_is_a_failure_not_a_sample(tmp_path, kimi_tok, kim
     """A gzip body that ends before its end (a gateway that died): the client is told, nothing is stored as a sample."""
     full = gzip.compress(b'{"id": "x", "choices": []}')
     db = str(tmp_path / "p.duckdb")
-    with _serving(_answering(200, full[:-6])) as url:
+    with serve_asgi(_answering(200, full[:-6])) as url:
         config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
         with start_proxy(config) as proxy:
             through = httpx.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
@@ -153,7 +133,7 @@ def test_a_compressed_refusal_is_recorded_with_its_message(tmp_path, kimi_tok, k
     compressed bytes as text."""
     refusal = gzip.compress(b'{"error": {"message": "this model cannot do that", "code": 400}}')
     db = str(tmp_path / "p.duckdb")
-    with _serving(_answering(400, refusal)) as url:
+    with serve_asgi(_answering(400, refusal)) as url:
         config = ProxyConfig([url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile, kind="vllm")
         with start_proxy(config) as proxy, httpx.Client() as client:
             through = client.post(proxy.url + "/v1/chat/completions", json=_chat("m", False))
