@@ -56,6 +56,7 @@ def test_messages_join_a_turn_whose_ids_break_the_prefix_and_say_where() -> None
     assert (second.session_id, second.turn, second.joined_by) == (first.session_id, 1, "messages")
     assert second.break_at == len(SYSTEM) + 3
     assert second.previous_len == len(SYSTEM) + 5
+    assert second.previous_id == 4  # the finding shows both sides of the break
     assert book.place(SYSTEM + [0], [{"role": "user", "content": "z"}]).joined_by == "new"
 
 
@@ -67,7 +68,7 @@ def test_named_sessions_count_turns_and_note_a_break() -> None:
     assert [t.turn for t in (a, b, c)] == [0, 1, 2]
     assert a.session_id == "session:agent"
     assert b.break_at is None
-    assert c.break_at == 0
+    assert (c.break_at, c.previous_id) == (0, 1)
 
 
 def test_the_least_recently_used_sessions_are_forgotten_first() -> None:

@@ -223,6 +223,7 @@ def test_chat_history_that_breaks_the_prefix_joins_by_messages_with_a_finding(si
     assert two["prompt_ids"][:at] == served[:at]
     assert two["prompt_ids"][at] != served[at]
     assert f"first differ at position {at}" in detail
+    assert f"where turn 0 has id {served[at]} " in detail
     # `show` and the app re-analyse a sample alone, which cannot find a break: the stored finding is shown
     shown = subprocess.run(
         [sys.executable, "-m", "tokview", "show", two["sample_id"], "--db", proxy.db, "--json"],

@@ -426,14 +426,14 @@ def test_tool_count_quirks_are_validated():
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_a_qwen3_simulator_with_tools_answers_in_text_split_at_its_own_delimiters(kind, qwen_tok_dir):
-    """The tool-calling model is Kimi's layout; another profile's model answers in text, and the tool path
-    still splits its reasoning at that profile's `</think>` (a Qwen3 answer was all reasoning)."""
+    """With `tool_choice: none` the Qwen3 model answers in text, and the tool path still splits its reasoning at its
+    profile's `</think>` (a Qwen3 answer was all reasoning). Its calls: test_qwen3_tools_sim.py."""
     from tokview.sim import SimConfig, start_simulator
 
     with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as sim:
-        data = _chat(sim, [USER], max_tokens=400)
+        data = _chat(sim, [USER], max_tokens=400, tool_choice="none")
     message = data["choices"][0]["message"]
-    assert "tool_calls" not in message
+    assert not message.get("tool_calls")
     assert data["choices"][0]["finish_reason"] == "stop"
     assert message["content"]
     assert message.get("reasoning") or message.get("reasoning_content")

@@ -819,6 +819,16 @@ def tool_call_id_renumbered(ctx: Context) -> Hit | None:
     return Hit.at(detail, at) if at else Hit.missing(detail)
 
 
+def _id_text(ctx: Context, token_id: int) -> str:
+    """`id N 'piece'` (the piece only with a tokenizer that reads it)."""
+    if ctx.tokenizer is None:
+        return f"id {token_id}"
+    try:
+        return f"id {token_id} {ctx.tokenizer.piece_text(token_id)!r}"
+    except Exception:  # a display nicety: never a reason to lose the finding
+        return f"id {token_id}"
+
+
 def _chain(ctx: Context) -> JsonObject | None:
     """The capture's place in a regenerated chain (`batch/chains.py` records it in the settings), if any."""
     chain = ctx.capture.settings.get("chain")
@@ -837,19 +847,15 @@ def session_prefix_break(ctx: Context) -> Hit | None:
         return None
     break_at = chain.get("break_at")
     at = int(break_at) if isinstance(break_at, (int, float, str)) and break_at else 0
-    if at < ctx.n_prompt and ctx.tokenizer is not None:
-        try:
-            here = f"id {ctx.capture.prompt_ids[at]} {ctx.tokenizer.piece_text(ctx.capture.prompt_ids[at])!r}"
-        except Exception:  # a display nicety: never a reason to lose the finding
-            here = f"id {ctx.capture.prompt_ids[at]}"
-    else:
-        here = "the prompt ends" if at >= ctx.n_prompt else f"id {ctx.capture.prompt_ids[at]}"
+    here = _id_text(ctx, ctx.capture.prompt_ids[at]) if at < ctx.n_prompt else "the prompt ends"
+    previous = chain.get("previous_id")
+    there = f", where that turn has {_id_text(ctx, previous)}" if isinstance(previous, int) else ""
     detail = (
         f"turn {chain.get('turn')} of chain {chain.get('conversation')} does not extend turn "
         f"{chain.get('parent')}'s prompt + output ids ({chain.get('previous_len')} ids): they first differ at "
-        f"position {at} (here {here}). The template re-rendered the history (reasoning dropped outside the tool "
-        "loop, a `</think>` the model never wrote, arguments re-serialised or call ids renumbered): a drafter "
-        "trained on this turn sees a prompt the model never continued."
+        f"position {at} (here {here}{there}). The template re-rendered the history (reasoning dropped outside the "
+        "tool loop, a `</think>` the model never wrote, content or arguments re-serialised, call ids renumbered): a "
+        "drafter trained on this turn sees a prompt the model never continued."
     )
     if not ctx.n_prompt:
         return Hit.missing(detail)

@@ -247,9 +247,12 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
     compared = turn.previous_turn if turn.previous_turn is not None else turn.turn - 1
+    there = (
+        "" if turn.previous_id is None else f", where turn {compared} has {_piece(tokenizer, [turn.previous_id], 0)}"
+    )
     differ = (
         f"its prompt ids do not extend turn {compared}'s prompt + output ids ({turn.previous_len} ids): they "
-        f"first differ at position {at} (here {here})"
+        f"first differ at position {at} (here {here}{there})"
     )
     if turn.by_name_only:
         detail = (
@@ -261,7 +264,7 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
         return _break(detail, at, prompt_ids)
     detail = (
         f"turn {turn.turn} continues its conversation by its messages, but {differ}. The harness re-rendered the "
-        "history (reasoning dropped, arguments re-serialised or call ids renumbered): a drafter trained on these "
+        "history (reasoning dropped, content or arguments re-serialised, call ids renumbered): a drafter trained on these "
         "turns sees a prompt the model never continued."
     )
     return _break(detail, at, prompt_ids)

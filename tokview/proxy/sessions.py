@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import math
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ class Turn:
     previous_turn: int | None = None
     """With `by_name_only`: the turn of the newest kept request its ids were compared with (a retry of an earlier
     turn, maybe: not always the turn before)."""
+    previous_id: int | None = None
+    """With `break_at`: the id the compared turn has there (None where its ids end): the finding shows both sides."""
 
 
 def _pack(ids: Sequence[int]) -> tuple[bytes, bool]:
@@ -268,7 +271,15 @@ class SessionBook:
         newest = session.heads[-1]
         breaks = _first_difference(packed, newest.sequence)
         return Turn(
-            session_id, session.turns, how, newest.sample_id, breaks, len(newest.sequence) // 4, True, newest.turn
+            session_id,
+            session.turns,
+            how,
+            newest.sample_id,
+            breaks,
+            len(newest.sequence) // 4,
+            True,
+            newest.turn,
+            _id_at(newest, breaks),
         )
 
     def add(
@@ -500,7 +511,16 @@ def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Tur
     if not breaks and len(packed) == len(head.sequence) == head.prompt_len * 4:
         return Turn(head.session_id, head.turn, how, head.parent_sample)
     at = _first_difference(packed, head.sequence) if breaks else None
-    return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, len(head.sequence) // 4 if breaks else 0)
+    previous_len = len(head.sequence) // 4 if breaks else 0
+    previous_id = _id_at(head, at) if at is not None else None
+    return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, previous_len, previous_id=previous_id)
+
+
+def _id_at(head: _Head, at: int) -> int | None:
+    """The kept turn's id at position `at` (None past its ids, or when they are not held as 32-bit ints)."""
+    if not head.int32 or at >= len(head.sequence) // 4:
+        return None
+    return int(struct.unpack_from("=i", _whole(head.sequence), at * 4)[0])
 
 
 def _is_regeneration(packed: bytes, head: _Head) -> bool:

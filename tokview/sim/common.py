@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from tokview.core.json_value import JsonValue
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tokenizer import TokenizerError
-from tokview.sim import faults, glm_tools, tools
+from tokview.sim import faults, glm_tools, hermes_tools, tools
 from tokview.sim.config import SimConfig
 from tokview.sim.model import Generation, Sampling, SimModel, request_seed
 from tokview.sim.spec import SimDistribution
@@ -125,6 +125,10 @@ class SimState:
             return self.model.generate(
                 prompt, seed=seed, tool_section=calls or None, tool_stop=glm_tools.OBSERVATION, **sampling
             )
+        if hermes_tools.is_hermes(self):  # Qwen3's <tool_call> JSON spans
+            planned = hermes_tools.plan_calls(self, prompt, request_seed(prompt, seed, self.cfg.seed), body)
+            calls = hermes_tools.calls_ids(self.tokenizer, planned, closed=not self.cfg.quirk("unclosed-section"))
+            return self.model.generate(prompt, seed=seed, tool_section=calls or None, **sampling)
         choice, named = tools.tool_choice(body)
         planned = tools.plan_calls(
             self.tokenizer,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.glm_layout import GLM_ID
-from tokview.core.profiles import GLM_TOOL_CALLS
+from tokview.core.profiles import GLM_TOOL_CALLS, HERMES
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.sim import tools
 from tokview.sim.tools import ParsedCall, ParsedOutput, PlannedCall, ToolTurn
@@ -48,6 +48,13 @@ def is_glm(state: ModelState) -> bool:
     """Whether the served profile writes GLM's tool calls."""
     layout = state.profile.tool_calls
     return layout is not None and layout.parser == GLM_TOOL_CALLS.parser
+
+
+def is_tagged(state: ModelState) -> bool:
+    """Whether the served profile's calls are `<tool_call>` spans with no section (GLM's, hermes' for Qwen3): read by
+    `read_turn`, each call's arguments sent whole when streamed."""
+    layout = state.profile.tool_calls
+    return layout is not None and layout.parser in (GLM_TOOL_CALLS.parser, HERMES)
 
 
 def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
@@ -106,7 +113,8 @@ def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed:
 
 def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking: bool) -> ToolTurn:
     """The glm45 reasoning + glm47 tool parse of the output (vLLM's and SGLang's): per id a region, and the closed
-    calls."""
+    calls; on a Qwen3 profile the qwen3 reasoning + hermes tool parse (the same regions: content up to the first
+    `<tool_call>`)."""
     out = gen.output_ids
     close = state.profile.think_close_id
     stops = set(state.profile.stop_ids)
@@ -114,13 +122,18 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
     regions = ["reasoning" if p < answer_at else "content" for p in range(len(out))]
     if answer_at:
         regions[answer_at - 1] = "hidden" if close in out else regions[answer_at - 1]
-    on_ids = parse_tool_calls(out[answer_at:], GLM_TOOL_CALLS, state.tokenizer, body.get("tools"))
+        if out[0] == state.profile.think_open_id:  # Qwen3 writes its own <think>: the reasoning parser drops it
+            regions[0] = "hidden"
+    layout = state.profile.tool_calls or GLM_TOOL_CALLS
+    on_ids = parse_tool_calls(out[answer_at:], layout, state.tokenizer, body.get("tools"))
     first = on_ids.first_marker
     calls: list[ParsedCall] = []
     names: list[str] = []
     if first is not None:
         for p in range(answer_at + first, len(out)):
             regions[p] = "hidden"
+        if state.cfg.kind == "sglang":  # SGLang's detectors return the text before the first call stripped
+            _strip_content(state, out, regions, answer_at, answer_at + first)
         for call in on_ids.calls:
             if call.closed and call.name:
                 end_at = answer_at + call.span[1] - 1
@@ -139,3 +152,16 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
     ]
     parsed = ParsedOutput(regions, calls, answer_at + first if first is not None else None)
     return ToolTurn(parsed, calls, ids, names, choice)
+
+
+def _strip_content(state: ModelState, out: list[int], regions: list[str], start: int, end: int) -> None:
+    """Hide the whitespace-only ids at both ends of the content in `out[start:end]` (`normal_text.strip()`)."""
+    blank = [not state.tokenizer.decode([out[p]], skip_special_tokens=False).strip() for p in range(start, end)]
+    k = 0
+    while k < len(blank) and blank[k]:
+        regions[start + k] = "hidden"
+        k += 1
+    k = len(blank) - 1
+    while k >= 0 and blank[k]:
+        regions[start + k] = "hidden"
+        k -= 1

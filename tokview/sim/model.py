@@ -197,9 +197,11 @@ class SimModel:
             lead = list(self._encode(TOOL_LEAD)) if in_reasoning else []
             return lead + section + [stop]
         head = [self.open_id] if mode == "open" and self.open_id is not None else []
-        reasoning = list(self._encode(TOOL_REASONING[rng.randrange(len(TOOL_REASONING))]))
+        sentence = TOOL_REASONING[rng.randrange(len(TOOL_REASONING))]
+        reasoning = list(self._encode(f"\n{sentence}\n" if self.newlines else sentence))
         closer = [] if in_reasoning or self.close_id is None else [self.close_id]
-        return head + reasoning + closer + section + [stop]
+        gap = list(self._encode("\n\n")) if self.newlines and closer else []  # Qwen3: "</think>\n\n<tool_call>"
+        return head + reasoning + closer + gap + section + [stop]
 
     def generate(
         self,

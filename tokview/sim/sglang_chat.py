@@ -183,7 +183,7 @@ def _tool_chat(
         turn = harmony.read_turn(state, body, gen)
         turn.ids[:] = [f"call_{uuid.uuid4().hex[:24]}" for _ in turn.calls]
         r_tokens = turn.parsed.regions.count("reasoning")
-    elif glm_tools.is_glm(state):
+    elif glm_tools.is_tagged(state):
         turn = glm_tools.read_turn(state, body, gen, thinking)
     else:
         turn = tool_shapes.read_turn(state, body, gen, thinking, history)

@@ -211,7 +211,7 @@ def sglang_deltas(state: SimState, turn: ToolTurn, out: list[int]) -> list[tuple
             head = begins[pos]
             # a GLM call's arguments are read off its <arg_key>/<arg_value> pairs, no span of ids: sent whole with its
             # name, as the glm47 parser sends them once the call closes (recorded on vLLM; SGLang's chunking unrecorded)
-            whole = turn.calls[head].arguments if glm_tools.is_glm(state) else ""
+            whole = turn.calls[head].arguments if glm_tools.is_tagged(state) else ""
             function: dict[str, Any] = {"name": turn.names[head], "arguments": whole}
             call = {"id": turn.ids[head], "index": head, "type": "function", "function": function}
             deltas.append(({**empty, "tool_calls": [call]}, True))
@@ -267,7 +267,7 @@ def sglang_events(
     out = gen.output_ids
     if state.cfg.quirk("stream-misses-ids"):  # the model's own call markers: Kimi's, or GLM's <tool_call> and kin
         layout = state.profile.tool_calls
-        markers = layout.marker_ids if glm_tools.is_glm(state) and layout is not None else tools.MARKERS
+        markers = layout.marker_ids if glm_tools.is_tagged(state) and layout is not None else tools.MARKERS
         out = [t for t in out if t not in markers]
     ext = sglext(body, prompt, out)
     if ext is not None:

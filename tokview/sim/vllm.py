@@ -510,7 +510,7 @@ def _tool_chat(
     out = gen.output_ids
     if state.profile.format == HARMONY:  # vLLM's openai_gptoss parser: channels, not think tags
         turn = harmony.read_turn(state, body, gen)
-    elif glm_tools.is_glm(state):  # vLLM's glm47 tool parser: <tool_call> name and <arg_key>/<arg_value> pairs
+    elif glm_tools.is_tagged(state):  # vLLM's glm47 tool parser: <tool_call> name and <arg_key>/<arg_value> pairs
         turn = glm_tools.read_turn(state, body, gen, thinking)
     else:
         turn = tool_shapes.read_turn(state, body, gen, thinking, 0)

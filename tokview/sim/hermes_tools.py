@@ -1,0 +1,107 @@
+"""The simulated Qwen3's tool calls (the `hermes` layout: `core.profiles.QWEN3_TOOL_CALLS`).
+
+Without it a Qwen3 sim never called a tool, so every agent chain or proxied harness against it stopped at its first
+turn. The model: when the prompt declares tools (Qwen3's template writes them in the first system turn, one JSON
+line per tool between `<tools>` and `</tools>`) and the current tool loop (the turns since the last user turn that
+is not a `<tool_response>` turn: the template's own `last_query_index`) has had fewer tool-calling turns than
+`tool-rounds`, it writes `<think>\\n` reasoning `\\n</think>\\n\\n`, then per call `<tool_call>\\n{"name": NAME,
+"arguments": ARGS}\\n</tool_call>` (calls separated by `\\n`), then `<|im_end|>`: exactly what Qwen3's template
+renders for that turn in the next prompt (reasoning kept inside the loop, arguments as `tojson`, i.e. `json.dumps`),
+so the next prompt extends the output id for id. The arguments are `tools.example_value`'s, the calls chosen as for
+Kimi (`tools.plan_from`). `unclosed-section` drops the last `</tool_call>`.
+
+The parser side is `glm_tools.read_turn` on the profile's layout: vLLM's hermes parser (content the text before the
+first `<tool_call>`, ids `chatcmpl-tool-<uuid>`; SGLang's qwen25 detector: `call_<24 hex>`), the arguments
+`json.dumps` of the call's `arguments` object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.profiles import HERMES
+from tokview.sim import tools
+from tokview.sim.tools import PlannedCall
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.sim.model import ModelState
+
+
+TOOLS_OPEN, TOOLS_CLOSE = "<tools>\n", "\n</tools>"
+
+
+def is_hermes(state: ModelState) -> bool:
+    """Whether the served profile writes hermes (Qwen3) tool calls."""
+    layout = state.profile.tool_calls
+    return layout is not None and layout.parser == HERMES
+
+
+def _special(tokenizer: TokenizerAdapter, text: str) -> int | None:
+    return tokenizer.token_to_id(text)
+
+
+def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
+    """The tools of the prompt's first turn (None without a `<tools>` block, or when a line is not JSON)."""
+    ids = list(prompt_ids)
+    end = _special(tokenizer, "<|im_end|>")
+    first = ids[: ids.index(end)] if end in ids else ids
+    text = tokenizer.decode(first, skip_special_tokens=False)
+    start = text.find(TOOLS_OPEN)
+    stop = text.find(TOOLS_CLOSE, start + 1)
+    if start < 0 or stop < 0:
+        return None
+    try:
+        declared = [json.loads(line) for line in text[start + len(TOOLS_OPEN) : stop].splitlines() if line.strip()]
+    except ValueError:
+        return None
+    return [t for t in declared if isinstance(t, dict)]
+
+
+def loop_rounds(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> int:
+    """Tool-calling turns in the current loop: the `<tool_response>` user turns since the last user turn that is
+    not one (Qwen3 renders a run of tool results as one user turn)."""
+    ids = list(prompt_ids)
+    im_start, response = _special(tokenizer, "<|im_start|>"), _special(tokenizer, "<tool_response>")
+    user = tokenizer.encode("user\n")
+    rounds = 0
+    for pos in range(len(ids) - 1, -1, -1):
+        if ids[pos] != im_start or ids[pos + 1 : pos + 1 + len(user)] != user:
+            continue
+        if ids[pos + 1 + len(user) : pos + 2 + len(user)] != [response]:
+            break
+        rounds += 1
+    return rounds
+
+
+def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
+    """The calls the model writes for this prompt ([] = it answers in text)."""
+    declared = declared_tools(state.tokenizer, prompt)
+    if not declared:
+        return []
+    choice, named = tools.tool_choice(body)
+    return tools.plan_from(
+        declared,
+        loop_rounds(state.tokenizer, prompt),
+        0,
+        seed,
+        calls=state.count_quirk("tool-calls"),
+        rounds=state.count_quirk("tool-rounds"),
+        forced=choice in ("required", "named"),
+        named=named,
+    )
+
+
+def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
+    """Qwen3's ids for these calls, as its template renders them (the last without `</tool_call>` when not
+    `closed`)."""
+    begin, end = _special(tokenizer, "<tool_call>"), _special(tokenizer, "</tool_call>")
+    assert begin is not None and end is not None, "a hermes profile's tokenizer has <tool_call> and </tool_call>"
+    ids: list[int] = []
+    for k, call in enumerate(calls):
+        arguments = json.dumps(json.loads(call.arguments), ensure_ascii=False)
+        body = '\n{"name": "' + call.name + '", "arguments": ' + arguments + "}\n"
+        ids += ([*tokenizer.encode("\n")] if k else []) + [begin, *tokenizer.encode(body), end]
+    return ids if closed or not ids else ids[:-1]
