@@ -176,11 +176,12 @@ def test_a_list_of_prompts_is_placed_prompt_by_prompt(tmp_path: Path, kimi_tok, 
     send([first, other], [out, out[:-1] + [stop], out, out], 2, None)  # unnamed: two conversations
     send([first], [out], 1, "s")  # named: turn 0, then a list holding an unrelated prompt and turn 1
     send([other, [*first, *out, 400, 163601]], [out, out], 1, "s")
+    send([first, other], [out, out], 1, "t")  # a new named session's list: parallel prompts, not a history
     recorder.close()
     with Store(db) as store:
         rows = store.query("SELECT prompt_id, turn, gen_index, prompt_ids, sample_id FROM samples ORDER BY sample_id")
         broke = {s for (s,) in store.query("SELECT sample_id FROM findings WHERE code = 'session_prefix_break'")}
-    unnamed, named = rows[:4], rows[4:]
+    unnamed, named, parallel = rows[:4], rows[4:7], rows[7:]
     assert [r[2] for r in unnamed] == [0, 1, 0, 1]
     assert unnamed[0][:2] == unnamed[1][:2] and unnamed[2][:2] == unnamed[3][:2]
     assert unnamed[0][0] != unnamed[2][0], "another prompt is another conversation"
@@ -188,3 +189,7 @@ def test_a_list_of_prompts_is_placed_prompt_by_prompt(tmp_path: Path, kimi_tok, 
     assert [(r[0], r[1]) for r in named] == [("session:s", 0), ("session:s", 1), ("session:s", 1)]
     assert named[0][4] not in broke and named[2][4] not in broke, "the turn that extends turn 0 does not break"
     assert named[1][4] in broke, "the unrelated prompt does"
+    # a list's second prompt that extends no kept turn sits beside the first (it was turn 1, flagged as a rewritten
+    # history: "the harness rewrote its history (a compaction, a summary)")
+    assert [(r[0], r[1], list(r[3])) for r in parallel] == [("session:t", 0, first), ("session:t", 0, other)]
+    assert not {r[4] for r in parallel} & broke

@@ -275,6 +275,6 @@ def test_a_marker_chunk_carrying_logprobs_reaches_the_client() -> None:
     bare = '{"id":"c","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":null,"token_ids":[163606]}]}'
     vllm = Injection("vllm", ("return_token_ids",), True)
     stream = b"".join(b"data: %s\n\n" % e.encode() for e in (marker, bare)) + b"data: [DONE]\n\n"
-    out, n = strip_events(stream, vllm)
+    out, _ = strip_events(stream, vllm)
     assert out.count(b"</think>") == 1 and b"163607" not in out and b"163606" not in out
     assert out.count(b"data: ") == 2  # the logprobs chunk (its ids taken out) and [DONE]; the bare marker dropped

@@ -368,7 +368,7 @@ def test_a_retry_of_a_turn_whose_answer_was_empty_is_that_turn_again() -> None:
         book = SessionBook("r")
         first = _turn(book, SYSTEM + [1], [2], **names)
         empty = _turn(book, SYSTEM + [1, 2, 3], [], **names)
-        retry = book.place(SYSTEM + [1, 2, 3], None, **names)
+        retry = book.place(SYSTEM + [1, 2, 3], None, named=names.get("named"))
         assert (retry.session_id, retry.turn, retry.parent_sample) == (first.session_id, 1, empty.parent_sample)
 
 
@@ -650,7 +650,7 @@ def test_a_restart_gives_a_session_back_the_turns_its_next_request_may_continue(
         book = SessionBook("new")
         assert restore_sessions(book, db) == 3
         named = {"named": "H"} if session == "session:H" else {}
-        turn = book.place([*t1, 4, 5], None, **named)  # the main loop's turn 2
+        turn = book.place([*t1, 4, 5], None, named=named.get("named"))  # the main loop's turn 2
         assert (turn.session_id, turn.turn, turn.parent_sample, turn.by_name_only) == (session, 2, "proxy:old:2", False)
 
 

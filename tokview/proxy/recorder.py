@@ -479,6 +479,7 @@ class Recorder:
             sample_id=sample_id,
             index=len(same_prompt),
             sibling_of=same_prompt[0] if same_prompt else None,
+            parallel_to=placed[0][1] if placed else None,
         )
         if done is not None:
             placed.append((capture.prompt_ids, done[1]))
@@ -533,18 +534,20 @@ class Recorder:
         sample_id: str | None = None,
         index: int = 0,
         sibling_of: Turn | None = None,
+        parallel_to: Turn | None = None,
     ) -> tuple[str, Turn] | None:
         """Place a finished generation in its session and hand it to the writer: (sample id, turn).
 
         `sibling_of`: another choice of the same request (`n` > 1), stored at the same session and turn as its first
-        choice, generation `index`; a next request may continue any of the choices (the one the harness kept)."""
+        choice, generation `index`; a next request may continue any of the choices (the one the harness kept).
+        `parallel_to`: the turn of the first prompt of its request, when it is another one (`SessionBook.place`)."""
         if not self._check():
             return None
         sample_id = sample_id or self._next_id()
         if sibling_of is not None:  # the same prompt as its first choice: the same break, if any
             turn = sibling_of
         else:
-            turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user)
+            turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user, parallel_to=parallel_to)
         if turn.break_at is not None:
             self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
         self.sessions.add(  # a sibling too: the harness may go on from any choice

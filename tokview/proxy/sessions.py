@@ -236,14 +236,17 @@ class SessionBook:
         *,
         named: str | None = None,
         user: str | None = None,
+        parallel_to: Turn | None = None,
     ) -> Turn:
-        """The session and turn of a finished request (call `add` with its output next)."""
+        """The session and turn of a finished request (call `add` with its output next). `parallel_to`: the turn of
+        the first prompt of the same request (a `/v1/completions` list of prompts): in a session the harness named,
+        a prompt that extends none of its kept turns sits beside that one, not after the newest with a break."""
         packed_ints = pack_int32(prompt_ids)
         self._placed = _Placed(prompt_ids, packed_ints, messages)
         packed = packed_ints if packed_ints is not None else _as_json(prompt_ids)
         if named or user:
             session_id = f"session:{named}" if named else f"user:{user}"
-            return self._place_named(packed, messages, session_id, "header" if named else "user")
+            return self._place_named(packed, messages, session_id, "header" if named else "user", parallel_to)
         head = self._longest_prefix(packed)
         if head is not None:
             return _after(head, packed, "prefix")
@@ -252,12 +255,16 @@ class SessionBook:
             return _after(head, packed, "messages", breaks=True)
         return Turn(f"proxy:{self.run_id}:s{next(self._counter)}", 0, "new")
 
-    def _place_named(self, packed: bytes, messages: list[Any] | None, session_id: str, how: str) -> Turn:
+    def _place_named(
+        self, packed: bytes, messages: list[Any] | None, session_id: str, how: str, parallel_to: Turn | None = None
+    ) -> Turn:
         """A turn of the session the harness named: after the longest kept turn its prompt extends, else that turn
-        once more when it is one's prompt again (a retry), else after the kept turn its messages continue, else after
-        the newest; the last two with the break."""
+        once more when it is one's prompt again (a retry), else beside `parallel_to` (another prompt of its request),
+        else after the kept turn its messages continue, else after the newest; the last two with the break."""
         session = self._sessions.get(session_id)
         if session is None or not session.heads:
+            if parallel_to is not None and parallel_to.session_id == session_id:
+                return Turn(session_id, parallel_to.turn, how, parallel_to.parent_sample)
             return Turn(session_id, self._named_turns.get(session_id, 0), how)
         extended = [h for h in session.heads if packed.startswith(h.sequence)]
         if extended:
@@ -265,6 +272,8 @@ class SessionBook:
         again = [h for h in session.heads if _is_regeneration(packed, h)]
         if again:
             return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
+        if parallel_to is not None and parallel_to.session_id == session_id:
+            return Turn(session_id, parallel_to.turn, how, parallel_to.parent_sample)
         head = self._by_message_prefix(messages, session_id)
         if head is not None:
             return _after(head, packed, how, breaks=True)
