@@ -2,6 +2,6 @@
 
 import sys
 
-from tokview.cli import main
+from tokview.entry import main
 
 sys.exit(main())
