@@ -278,3 +278,19 @@ def test_a_marker_chunk_carrying_logprobs_reaches_the_client() -> None:
     out, _ = strip_events(stream, vllm)
     assert out.count(b"</think>") == 1 and b"163607" not in out and b"163606" not in out
     assert out.count(b"data: ") == 2  # the logprobs chunk (its ids taken out) and [DONE]; the bare marker dropped
+
+
+def test_an_lf_then_crlf_blank_line_ends_an_event_and_extra_line_endings_are_sent_on() -> None:
+    """`data: …\\n\\r\\n` is a blank line in SSE: the splitter never cut there (the proxy held the whole stream to its
+    end); line endings past a read's last blank line were dropped from the client's bytes when the read held a CR."""
+    from tokview.proxy.sse import read_stream
+
+    events = [b'data: {"a":1}\n\r\n', b'data: {"b":2}\r\n\r\n', b'data: {"c":3}\n\n']
+    splitter = EventSplitter()
+    assert list(splitter.feed(b"".join(events))) == events and splitter.rest() == b""
+    whole = EventSplitter().feed_whole(b'data: {"a":1}\n\r\ndata: {"b"')
+    assert whole == events[0]
+    extra = b'data: {"a":1}\r\n\r\n\r\n'
+    assert strip_events(extra, Injection("vllm", ("return_token_ids",), True))[0] == extra
+    bom = b"\xef\xbb\xbf" + b"".join(events) + b"data: [DONE]\n\n"  # a UTF-8 BOM opens the stream: dropped
+    assert read_stream(bom) == ([{"a": 1}, {"b": 2}, {"c": 3}], True, 0)

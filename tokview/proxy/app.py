@@ -50,7 +50,9 @@ if TYPE_CHECKING:
     from tokview.proxy.recorder_process import RecorderProcess
 
 PROXY_KEY_HEADER = "x-tokview-proxy-key"
-DONE_EVENT = b"data: [DONE]"
+DONE_EVENT = re.compile(rb"(?:\A|[\r\n])data: ?\[DONE\][\r\n]")
+"""A `[DONE]` event's line (`data:` with or without its space), never text inside a JSON string, whose newlines
+are escaped: a model's answer about SSE may well write `data: [DONE]`."""
 """The event that ends an OpenAI-compatible stream (vLLM and SGLang send it last)."""
 HOP_BY_HOP = frozenset(
     {
@@ -247,6 +249,10 @@ class ProxyApp:
             else:
                 client.cut()
         except UpstreamError as exc:
+            if ex.delivered is not None:  # it broke off after [DONE]: the client holds the whole answer, a sample
+                self._record_later(ex, b"".join(ex.delivered), stream=True)
+                client.cut()
+                return
             self._failure(ex, f"the upstream's answer broke off after {ex.chunks_sent} chunks: {exc}")
             if not client.started:  # nothing sent yet: the harness gets an error, not a cut answer it might trust
                 await _json_error(client, 502, f"tokview proxy: the upstream's answer broke off ({exc})")
@@ -301,7 +307,7 @@ class ProxyApp:
             if out:
                 await client.send(out)
                 ex.chunks_sent += n
-                if DONE_EVENT in out:
+                if b"[DONE]" in out and DONE_EVENT.search(out):
                     ex.delivered = pieces
         if decoder is not None and (tail := decoder.end()):
             pieces.append(tail)

@@ -212,7 +212,7 @@ def id_only_chunk(chunk: object, injection: Injection) -> bool:
     return True
 
 
-_BLANK_LINE = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_BLANK_LINE = re.compile(rb"\r\n\r\n|\n\r\n|\n\n|\r\r")
 
 
 def strip_rest(rest: bytes, injection: Injection) -> bytes:
@@ -247,8 +247,10 @@ def strip_events(whole: bytes, injection: Injection) -> tuple[bytes, int]:
     if not injection.strips:
         return whole, whole.count(b"\n\n")
     if b"\r" in whole:
-        kept = list(_kept_events(EventSplitter().feed(whole), injection))
-        return b"".join(kept), len(kept)
+        splitter = EventSplitter()
+        kept = list(_kept_events(splitter.feed(whole), injection))
+        extra = splitter.rest()  # line endings past the last blank line (CR LF CR LF CR LF): sent on as they came
+        return b"".join(kept) + extra, len(kept)
     marker = SGLEXT_KEY if injection.kind == SGLANG else b"{}"
     hit = whole.find(marker)
     if hit < 0:

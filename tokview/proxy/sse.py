@@ -35,10 +35,11 @@ class EventSplitter:
 
     def feed_whole(self, data: bytes) -> bytes:
         """Like `feed`, but every event completed so far as one bytes (no object per event): a read holding
-        many events is then edited in one pass. Events end at the last blank line (LF LF or CR LF CR LF)."""
+        many events is then edited in one pass. Events end at the last blank line: LF LF, or LF CR LF (which
+        ends CR LF CR LF too, and an LF line followed by an empty CR LF one)."""
         buffer = self._buffer + data if self._buffer else data
-        lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\r\n\r\n")
-        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
         self._buffer = buffer[end:]
         return buffer[:end]
 
@@ -58,8 +59,8 @@ def _event_end(buffer: bytes, start: int) -> tuple[int, int]:
         after = buffer[i + 1 : i + 2]
         if after == b"\n":
             return i, 2
-        if after == b"\r" and buffer[i + 2 : i + 3] == b"\n" and i > start and buffer[i - 1 : i] == b"\r":
-            return i - 1, 4
+        if after == b"\r" and buffer[i + 2 : i + 3] == b"\n":  # an empty CR LF line after CR LF or LF
+            return (i - 1, 4) if i > start and buffer[i - 1 : i] == b"\r" else (i, 3)
         i = buffer.find(b"\n", i + 1)
     return -1, 0
 
@@ -96,6 +97,7 @@ def read_stream(raw: bytes) -> tuple[list[dict[str, Any]], bool, int]:
     The recorder's reading of every stream it records: in bulk when the stream is the plain shape both servers
     send (each event one `data:` line, LF-terminated, [DONE] last), as one JSON array in one `orjson.loads`;
     otherwise, or when that array does not parse (a bad event), event by event."""
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 BOM may open a stream (the SSE spec drops it)
     bulk = _plain_chunks(raw)
     return bulk if bulk is not None else _chunks_one_by_one(raw)
 
