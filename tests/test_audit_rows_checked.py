@@ -94,3 +94,19 @@ def test_a_dataset_named_with_escapes_or_bytes_that_are_not_utf8(tmp_path, capsy
     assert "file name is not UTF-8: name its audit with --name" in capsys.readouterr().err
     for _ in range(2):  # and again: the same file, its stored source compared as stored
         assert main(["audit", named, "--db", str(tmp_path / "a.duckdb"), "--name", "e"]) == 0
+
+
+def test_a_pre_tokenized_row_whose_answer_calls_tools_is_no_field_mismatch(tmp_path):
+    """A pre-tokenized row has no server fields: its calls on the ids were compared with a `tool_calls` that was never
+    there ("the server returned 0 call(s), the ids hold 1"), a false warning on every tool-calling row of an export."""
+    tok = kimi()
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+    prompt = tok.render(messages[:1], template_kwargs={"thinking": True, "tools": TOOLS})
+    whole = tok.render(messages, add_generation_prompt=False, template_kwargs={"thinking": True, "tools": TOOLS})
+    whole = whole[: whole.index(163586, len(prompt)) + 1]
+    row = {"input_ids": whole, "loss_mask": [0] * len(prompt) + [1] * (len(whole) - len(prompt))}
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "p.jsonl", [row]), tokenizer=tok, profile=profile())
+        [page] = store.samples_page(SampleFilter(run_id="audit-p"), limit=10)
+    assert report.imported == 1 and 163595 in whole[len(prompt) :]
+    assert "tool_calls_field_mismatch" not in page.codes, page.codes

@@ -730,6 +730,8 @@ def _server_parsed_calls(ctx: Context) -> bool:
     c = ctx.capture
     if c.endpoint not in CHAT_ENDPOINTS or ctx.tokenizer is None or ctx.tool_calls is None:
         return False  # not a chat answer, or no layout to read calls on the ids by
+    if c.endpoint == "imported" and c.tool_calls is None:
+        return False  # a pre-tokenized row (`audit`): no server returned fields to compare the ids with
     return bool(c.tool_calls) or ctx.calls is not None
 
 
