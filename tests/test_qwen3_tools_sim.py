@@ -136,6 +136,17 @@ def test_a_qwen3_tool_quirk_fires_its_finding(tmp_path, qwen_tok_dir, quirk, cod
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_an_unclosed_qwen3_call_is_returned_by_vllm_s_hermes_parser_only(tmp_path, qwen_tok_dir, kind):
+    """vLLM's hermes parser reads `<tool_call>(.*)` too: a call whose `</tool_call>` never came is returned once its
+    JSON parses (SGLang's qwen25 detector needs the end); either way the finding says the next prompt breaks."""
+    turns = _run(tmp_path, qwen_tok_dir, {"unclosed-section": True}, kind)
+    calls = turns[0].capture.tool_calls or []
+    assert [c["name"] for c in calls] == (["get_weather"] if kind == "vllm" else [])
+    [unclosed] = [f for f in turns[0].findings if f.code == "tool_call_unclosed"]
+    assert "vLLM's hermes parser returns it" in unclosed.detail
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_a_streamed_qwen3_call_folds_to_the_plain_answers_call(qwen_tok_dir, kind):
     body = {"model": "tokview-sim", "messages": TRACE["messages"][:1], "tools": TOOLS, "temperature": 0, "seed": 1}
     with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as sim:

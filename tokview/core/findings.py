@@ -37,7 +37,7 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
     why,
 )
 from tokview.core.json_value import JsonObject, as_pydantic_bool
-from tokview.core.profiles import HARMONY, KIMI_K2
+from tokview.core.profiles import HARMONY, HERMES, KIMI_K2
 from tokview.core.prompt_scan import first_spelling_cut
 from tokview.core.record import Capture
 from tokview.core.template_dates import served_date
@@ -545,6 +545,13 @@ def tool_section_unclosed(ctx: Context) -> Hit | None:
 
 @rule("tool_call_unclosed", ERROR, "A tool call began and never ended: its arguments are cut, the parser drops it.")
 def tool_call_unclosed(ctx: Context) -> Hit | None:
+    if ctx.tool_calls is not None and ctx.tool_calls.layout.parser == HERMES:
+        why = (
+            "the call has no `</tool_call>`: SGLang's qwen25 parser drops it, vLLM's hermes parser returns it when its "
+            "JSON is whole; either way a history renders the end the model never wrote, so the next prompt does not "
+            "extend these ids."
+        )
+        return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
     return _problem_hit(ctx, tc.CALL_UNCLOSED, "the call is cut; no parser returns it whole.")
 
 

@@ -42,7 +42,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "section-in-reasoning": "the model opens its tool-call section inside its reasoning: no </think> before it "
     "(Kimi-K2.5, SGLang #18086, vLLM #34955; thinking off: a sentence of content before it)",
     "unclosed-section": "the model ends a tool-calling turn without <|tool_calls_section_end|> (the parsers still "
-    "return the calls); GLM: without its last </tool_call> (vLLM's glm47 parser then drops that call)",
+    "return the calls); GLM: without its last </tool_call> (vLLM's glm47 parser then drops that call); Qwen3: "
+    "without its last </tool_call> (SGLang's qwen25 parser drops that call, vLLM's hermes parser returns it)",
     "call-ids-restart": "the model numbers its calls from 0 in every turn (the recorded chain model): vLLM returns "
     "that duplicate id, SGLang its own count of history calls, which then differs from the output ids",
     "uuid-call-ids": "tool_calls[].id is chatcmpl-tool-<uuid>, not the call id the model wrote (vLLM 0.11.2, #29596)",

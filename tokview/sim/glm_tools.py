@@ -134,8 +134,11 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
             regions[p] = "hidden"
         if state.cfg.kind == "sglang":  # SGLang's detectors return the text before the first call stripped
             _strip_content(state, out, regions, answer_at, answer_at + first)
+        # vLLM's hermes parser also returns a call whose `</tool_call>` never came (`<tool_call>(.*)`) once its JSON
+        # parses; SGLang's qwen25 and the glm47 parsers need the end
+        whole_unclosed = state.cfg.kind == "vllm" and layout.parser == HERMES
         for call in on_ids.calls:
-            if call.closed and call.name:
+            if (call.closed or (whole_unclosed and call.arguments_error is None)) and call.name:
                 end_at = answer_at + call.span[1] - 1
                 calls.append(ParsedCall(call.name, call.arguments or "{}", end_at - 1, end_at))
                 names.append(call.name)
