@@ -7,7 +7,9 @@
 - merging a 256-chunk chat stream (`vllm.merge_chat_stream`) against one `orjson.loads` of its chunks (goal < ×1.5;
   chunk by chunk it was ~2.7×);
 - placing a new conversation among 2,000 sessions that share a system prompt against placing it among 20
-  (`SessionBook.place`, goal < ×3; a comparison per open session it was ~100×);
+  (`SessionBook.place`, goal < ×3; a comparison per open session it was ~100×), and the same for a turn whose
+  re-rendered history extends no kept turn and is longer than all (goal < ×3; a walk over every kept turn of
+  those sessions it was ~×60: `proxy/prefix_index.py`);
 - the ids of an agent's next prompt (a ~40,000-token conversation on Qwen3's tokenizer, one new exchange since the
   last), rendered as `prompt_render_mismatch` renders it, pieces of earlier turns remembered
   (`core.segment_memo`), against encoding its whole render as before (goal < ×0.25);
@@ -33,7 +35,7 @@ from tokview.proxy.sessions import SessionBook
 from tokview.proxy.sse import stream_chunks
 from tokview.servers.vllm import merge_chat_stream
 
-GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "render": 0.25, "scan": 0.25}
+GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "rerendered": 3.0, "render": 0.25, "scan": 0.25}
 
 
 def best_of(fn: Callable[[], Any], rounds: int) -> float:
@@ -105,17 +107,19 @@ def main() -> int:
     system = list(range(1000, 1040))
     few, many = session_book(20, system), session_book(2000, system)
     new = [*system, 6, 6]
+    rerendered = [*system, 5, 10, *[8] * 400]  # session 10's turn, its history re-rendered: it extends no kept turn
 
-    def place_50(book: SessionBook) -> Callable[[], None]:
+    def place_50(book: SessionBook, prompt: list[int]) -> Callable[[], None]:
         def run() -> None:
             for _ in range(50):
-                book.place(new, None)
+                book.place(prompt, None)
 
         return run
 
-    sessions = best_of(place_50(many), rounds) / best_of(place_50(few), rounds)
+    sessions = best_of(place_50(many, new), rounds) / best_of(place_50(few, new), rounds)
+    broken = best_of(place_50(many, rerendered), rounds) / best_of(place_50(few, rerendered), rounds)
 
-    measured = {"stream": stream, "merge": merge, "sessions": sessions}
+    measured = {"stream": stream, "merge": merge, "sessions": sessions, "rerendered": broken}
     agent = agent_turns(rounds + 1)
     if agent is not None:  # the render first: it times the adapter's first renders of these turns
         measured["render"], measured["scan"] = next_turn_render(*agent), next_turn_scan(*agent)
@@ -123,6 +127,7 @@ def main() -> int:
         "stream": "read a 256-chunk stream / one parse of its JSON",
         "merge": "merge a 256-chunk chat stream / one parse of its JSON",
         "sessions": "place a new prompt among 2,000 sessions / among 20",
+        "rerendered": "place a re-rendered turn (longer than any) among 2,000 / 20",
         "render": "an agent's next 40k-token prompt's ids / whole encode",
         "scan": "its prompt scan read past the last prompt / read whole",
     }

@@ -9,21 +9,17 @@ team needs to know about the prompts its drafter will see.
 
 Only ids and messages of finished requests are kept (the turns of each session's TURNS_KEPT newest requests: a side
 request that finished first, another choice or a retry leaves the turn the harness goes on from still there), in memory,
-for the most recently used sessions (`max_sessions`, `max_bytes`). A new prompt is compared (memcmp) with the kept
-turns that share its first KEY_IDS ids and are no longer than it, longest first, until one matches: those are kept
-sorted by length, so a new conversation among thousands that share one system prompt (shorter than any of
-their prompt + output ids) costs a bisection, not a comparison per open session; a longer one is compared with each
-kept turn's last ids first (`TAIL_BYTES`), where turns that share a start differ. It continues the turn it
+for the most recently used sessions (`max_sessions`, `max_bytes`). A new prompt is compared (memcmp) only with the kept
+turns that share its first KEY_IDS ids and whose last ids it holds at their length (`prefix_index`: one vectorised
+compare, not a step per open session, among thousands that share one system prompt). It continues the longest it
 extends: turn k+1 of that turn's session, whichever turn of it is the newest.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import itertools
 import json
-import math
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from tokview.core.prefix_memo import pack_int32
+from tokview.proxy.prefix_index import PrefixGroup
 
 if TYPE_CHECKING:
     from tokview.store.connection import Database
@@ -40,8 +37,6 @@ if TYPE_CHECKING:
 SESSION_HEADER = "x-tokview-session"
 KEY_IDS = 16
 """Sessions are indexed by the bytes of their first ids; a prompt's candidates share them."""
-TAIL_BYTES = 16
-"""A kept turn's last 4 ids, compared before its whole sequence when a prompt is placed (`_longest_prefix`)."""
 MAX_SESSIONS = 2_000
 """Sessions kept (the least recently used go first); a harness rarely has more conversations open at once."""
 KEY_MIN_IDS = 2_048
@@ -96,6 +91,8 @@ class _Head:
     continued: bool = False
     """A later turn was placed after it: of heads with the same ids (rollouts of one task at temperature 0), a next
     turn goes on from one that has none yet."""
+    slot: int = -1
+    """Its place in its `PrefixGroup` (an unnamed session's turn; `prefix_index`)."""
 
 
 @dataclass
@@ -210,8 +207,8 @@ class SessionBook:
         self._bytes = 0
         """The length of every owned head `sequence`, summed (a view's bytes are its newer head's)."""
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._by_start: dict[bytes, list[tuple[int, int, _Head]]] = {}
-        """Heads by their first KEY_IDS ids, each list sorted by (sequence length, order indexed)."""
+        self._by_start: dict[bytes, PrefixGroup[_Head]] = {}
+        """The unnamed sessions' heads (only theirs are continued by ids alone) by their first KEY_IDS ids."""
         self._order = itertools.count()
         self._requests = itertools.count()
         self._by_messages: dict[str, list[_Head]] = {}
@@ -431,20 +428,18 @@ class SessionBook:
     # -- indexes -------------------------------------------------------------------------------------
     def _index(self, head: _Head) -> None:
         head.order = next(self._order)
-        entry = (len(head.sequence), head.order, head)
-        bisect.insort(self._by_start.setdefault(bytes(head.sequence[: KEY_IDS * 4]), []), entry)
+        if head.session_id.startswith(UNNAMED):  # only these are continued by their ids alone (`_longest_prefix`)
+            self._by_start.setdefault(bytes(head.sequence[: KEY_IDS * 4]), PrefixGroup()).add(head)
         if head.message_key is not None:
             self._by_messages.setdefault(head.message_key, []).append(head)
         self._bytes += len(head.sequence)
 
     def _unindex(self, head: _Head) -> None:
         key = bytes(head.sequence[: KEY_IDS * 4])
-        entries = self._by_start.get(key)
-        if entries:
-            at = bisect.bisect_left(entries, (len(head.sequence), head.order))
-            if at < len(entries) and entries[at][2] is head:
-                del entries[at]
-            if not entries:
+        group = self._by_start.get(key)
+        if group is not None:
+            group.remove(head)
+            if not len(group):
                 del self._by_start[key]
         same = self._by_messages.get(head.message_key) if head.message_key is not None else None
         if same is not None:
@@ -473,27 +468,13 @@ class SessionBook:
         own), else the first. A named session's turns are never continued by a request without its name: a harness
         that names its sessions names every request, and another harness sending the same first prompt unnamed was
         filed into the named one."""
-        entries = self._by_start.get(packed[: KEY_IDS * 4])
-        if not entries:
+        group = self._by_start.get(packed[: KEY_IDS * 4])
+        extended = group.extended_by(packed) if group is not None else []
+        if not extended:
             return None
-        best: _Head | None = None
-        fresh: _Head | None = None
-        best_len = -1
-        at = bisect.bisect_right(entries, (len(packed), math.inf))  # past every head no longer than the prompt
-        while at > 0:
-            at -= 1
-            length, _, head = entries[at]
-            if length < best_len:
-                break
-            # Its last ids first: heads that share a long start (a harness's system prompt) differ near their end,
-            # and comparing whole sequences cost 10 ms to place a new prompt among 2,000 such sessions.
-            sequence = head.sequence
-            if not head.session_id.startswith(UNNAMED):
-                continue
-            if packed[max(0, length - TAIL_BYTES) : length] == sequence[-TAIL_BYTES:] and packed.startswith(sequence):
-                best, best_len = head, length  # equals go on down to the first indexed
-                fresh = head if not head.continued else fresh
-        return fresh or best
+        longest = max(len(h.sequence) for h in extended)
+        equals = sorted((h for h in extended if len(h.sequence) == longest), key=lambda h: h.order)
+        return next((h for h in equals if not h.continued), equals[0])
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
         """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the
