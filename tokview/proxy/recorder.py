@@ -118,7 +118,9 @@ class _WithSessionFindings:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.extra: dict[str, dict[str, Any]] = {}
+        self.extra: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        """sample id → its session finding, taken when its line is written (the newest KEYS_KEPT: one whose analysis
+        failed is never taken)."""
         self.stored_past: OrderedDict[str, tuple[str, int]] = OrderedDict()
         """sample id → (key turn's sample id, shared ids), from `SessionBook.stored_past` (the newest KEYS_KEPT: one
         whose analysis failed is never taken)."""
@@ -550,6 +552,7 @@ class Recorder:
             turn = self.sessions.place(capture.prompt_ids, messages, named=named, user=user, parallel_to=parallel_to)
         if turn.break_at is not None:
             self._sink.extra[sample_id] = prefix_break_finding(turn, capture.prompt_ids, self.tokenizer)
+            _trim(self._sink.extra)
         self.sessions.add(  # a sibling too: the harness may go on from any choice
             turn,
             sample_id,
