@@ -116,9 +116,8 @@ class PrefixGroup(Generic[T]):
         ids = np.frombuffer(packed, dtype=np.uint32)
         n = len(self.turns)
         lengths = self._lengths[:n]
-        ends = np.minimum(
-            lengths, len(ids)
-        )  # a longer turn (a removed slot's is) is read at the prompt's end, then left
+        # a turn longer than the prompt (a removed slot's is) is read at the prompt's end, then left by its length
+        ends = np.minimum(lengths, len(ids))
         # The id before each turn's last (its last is mostly the stop id every turn ends with) first: a few turns
         # pass, whose other tail ids and length are then checked.
         slots = np.flatnonzero(ids[ends - 2] == self._tails[TAIL_IDS - 2, :n])
