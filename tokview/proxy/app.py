@@ -51,9 +51,9 @@ if TYPE_CHECKING:
 
 PROXY_KEY_HEADER = "x-tokview-proxy-key"
 DONE_EVENT = re.compile(rb"(?:\A|[\r\n])data: ?\[DONE\][\r\n]")
-"""A `[DONE]` event's line (`data:` with or without its space), never text inside a JSON string, whose newlines
-are escaped: a model's answer about SSE may well write `data: [DONE]`."""
-"""The event that ends an OpenAI-compatible stream (vLLM and SGLang send it last)."""
+"""The line of the event that ends an OpenAI-compatible stream (vLLM and SGLang send it last), `data:` with or without
+its space; never text inside a JSON string, whose newlines are escaped: a model's answer about SSE may well write
+`data: [DONE]`."""
 HOP_BY_HOP = frozenset(
     {
         "connection",
