@@ -185,6 +185,10 @@ def test_a_hermes_call_row_re_renders_exactly_and_kimi_inline_refuses_it_with_th
     assert last["tool_calls"][0]["id"] == "chatcmpl-tool-7"
     assert json.loads(last["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     assert result.manifest["rerender"]["specforge"]["exact"] == 1
+    # a Qwen3 export warns against SpecForge's Qwen built-ins (it named Kimi's, and pointed at an empty list)
+    assert "qwen3-thinking" in result.manifest["trainers"]["specforge"]["warning"]
+    assert any("qwen3-thinking" in w and "supervises" in w for w in result.manifest["warnings"])
+    assert "Qwen3's writes a newline" in result.manifest["rerender"]["specforge"]["tool_rows"]["why_not_exact"]
     with pytest.raises(
         ExportError, match=r"every one of the 1 selected samples was refused \(refused: 1 tool_calls_not_inline\)"
     ):
@@ -201,3 +205,22 @@ def test_history_reasoning_is_carried_where_the_server_read_it() -> None:
     ]
     result = {"role": "tool", "tool_call_id": "c0", "name": "get_weather", "content": "sunny"}
     assert history_message(result, "sglang") == result
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "none"])
+def test_an_sglang_row_carries_the_tools_as_sglang_rendered_them(tmp_path, kimi_tok, kimi_profile, tool_choice) -> None:
+    """SGLang renders each tool with `"defer_loading": null`, and none with `tool_choice: none`: a row carrying the
+    request's tools re-rendered to other ids inside the tools block on every SGLang row with tools (0 of 50 exact
+    in SpecForge's own loader)."""
+    kwargs = kimi_profile.template_kwargs(True)
+    served_tools = None if tool_choice == "none" else [{**WEATHER[0], "defer_loading": None}]
+    prompt = kimi_tok.render(QUESTION, template_kwargs={**kwargs, **({"tools": served_tools} if served_tools else {})})
+    output = kimi_tok.encode("It is sunny.") if tool_choice == "none" else kimi_tok.encode("I check")
+    output = [kimi_profile.think_close_id, *output, STOP]
+    settings = {"thinking": True, "chat_template_kwargs": kwargs, "tools": WEATHER, "tool_choice": tool_choice}
+    capture = _served(prompt, output, settings, server_kind="sglang")
+    capture.finish_reason = "stop"
+    result = _export_one(tmp_path, capture, kimi_tok, kimi_profile, "specforge")
+    [row] = [json.loads(line) for line in (tmp_path / "specforge.jsonl").read_text().splitlines()]
+    assert (json.loads(row["tools"]) if "tools" in row else None) == served_tools
+    assert result.manifest["rerender"]["specforge"]["exact"] == 1

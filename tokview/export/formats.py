@@ -18,6 +18,7 @@ from tokview.core import segments as seg
 from tokview.core.harmony import calls_of, function_name, parse_harmony
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
+from tokview.core.served_tools import tools_as_served
 from tokview.core.sglang_prefill import last_assistant
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import call_count, parse_tool_calls
@@ -240,13 +241,16 @@ def tools_of(capture: Capture) -> list[dict[str, Any]] | None:
 
 
 def tools_column(capture: Capture) -> dict[str, Any]:
-    """`{"tools": "<JSON text>"}` when the request declared tools, else nothing.
+    """`{"tools": "<JSON text>"}` when the server's template rendered tools, else nothing.
 
-    A JSON string, not a list: both trainers json.loads a string `tools` (SpecForge `build_eagle3_dataset`,
-    speculators `_parse_conv_tools`), while a list goes through `datasets`' Arrow schema: versions that infer
-    one struct for all rows (datasets 5.2 keeps nested dicts as Json and does not) give every tool the other
-    rows' keys as null, and the template would render `"description": null` where the server rendered none."""
-    tools = tools_of(capture)
+    The tools as the server rendered them (`core.served_tools`: SGLang's with `"defer_loading": null`, none with
+    `tool_choice: "none"`), not as the request sent them: with the request's, a trainer's re-render of an SGLang
+    row differed from its served ids inside the tools block, on every row with tools. A JSON string, not a list:
+    both trainers json.loads a string `tools` (SpecForge `build_eagle3_dataset`, speculators `_parse_conv_tools`),
+    while a list goes through `datasets`' Arrow schema: versions that infer one struct for all rows (datasets 5.2
+    keeps nested dicts as Json and does not) give every tool the other rows' keys as null, and the template would
+    render `"description": null` where the server rendered none."""
+    tools = tools_as_served(tools_of(capture), capture.server_kind, capture.settings.get("tool_choice"))
     return {"tools": json.dumps(tools, ensure_ascii=False)} if tools else {}
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.export.output import Plan
 from tokview.export.registry import FORMATS, ExportFormat, Rows
-from tokview.export.specforge_template import BUILTIN_WARNING
+from tokview.export.specforge_template import BUILTIN_WARNINGS, builtin_family
 from tokview.export.trainers import section
 from tokview.store import Store
 
@@ -24,19 +24,19 @@ if TYPE_CHECKING:
     from tokview.export.writer import ExportResult
 
 
-def builtin_template_warning(fmt: ExportFormat, template_name: str | None) -> str:
-    """The warning against SpecForge's built-in Kimi templates, ending with what this export offers instead:
-    only a format with the template sidecar writes a template to register (the speculators manifest told its
-    reader to register one that was never written)."""
+def builtin_template_warning(fmt: ExportFormat, template_name: str | None, family: str = "kimi") -> str:
+    """The warning against SpecForge's built-in templates of the family (Kimi's, Qwen3's), ending with what this
+    export offers instead: only a format with the template sidecar writes a template to register (the speculators
+    manifest told its reader to register one that was never written)."""
+    warning = BUILTIN_WARNINGS[family]
     if template_name:
-        return f"{BUILTIN_WARNING} Register {template_name}, written beside this file."
+        return f"{warning} Register {template_name}, written beside this file."
     if fmt.rows is Rows.IDS:
         return (
-            f"{BUILTIN_WARNING} This file needs no template: set data.prompts_path to it (input_ids and loss_mask "
-            "as served)."
+            f"{warning} This file needs no template: set data.prompts_path to it (input_ids and loss_mask as served)."
         )
     writer = next(f.name for f in FORMATS.values() if f.writes_template)
-    return f"{BUILTIN_WARNING} export --format {writer} writes a template to register (a .specforge_template.json)."
+    return f"{warning} export --format {writer} writes a template to register (a .specforge_template.json)."
 
 
 class Provenance:
@@ -72,9 +72,9 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
     used = sorted({p.name for p in profiles.cache.values()})
     parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
     fingerprint = tokenizer.fingerprint()
-    kimi = any(name.startswith("kimi") for name in used)
+    family = builtin_family(used)
     template_name = result.template_path.name if result.template_path else None
-    warnings = [builtin_template_warning(fmt, template_name)] if kimi and fmt.uses_template else []
+    warnings = [builtin_template_warning(fmt, template_name, family)] if family and fmt.uses_template else []
     if result.template_refused and fmt.uses_template:
         warnings.append(
             f"no SpecForge ChatTemplate can express the served layout ({result.template_refused}): "
@@ -139,6 +139,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
             retokenize_drift=result.retokenize_drift,
             exported=result.exported,
             lengths=result.lengths,
+            family=family,
         ),
         "max_length": result.lengths.summary() if result.lengths is not None else {},
         "rerender": result.conformance.summary() if result.conformance else {},

@@ -34,6 +34,21 @@ BUILTIN_WARNING = (
     "<think></think> and drops the reasoning."
 )
 """The manifest ends it with what the export offers instead (see `manifest.builtin_template_warning`)."""
+QWEN_BUILTIN_WARNING = (
+    "Do not train this file with SpecForge's built-in qwen3-thinking, qwen3-instruct or qwen templates: "
+    "qwen3-thinking injects a system turn ('You are a helpful assistant.') into every row without one and supervises "
+    "the newline the template writes after <|im_end|>, which the model never generated; qwen3-instruct and qwen "
+    "render <think>\n\n</think>\n\n and drop the reasoning."
+)
+"""Measured with SpecForge a6b6b02's own `build_eagle3_dataset` on Qwen3 exports: 0 of 34 rows exact with each."""
+BUILTIN_WARNINGS = {"kimi": BUILTIN_WARNING, "qwen": QWEN_BUILTIN_WARNING}
+"""Per model family (a profile name's start) whose SpecForge built-in templates were checked against served ids."""
+
+
+def builtin_family(profile_names: list[str]) -> str:
+    """The family of `BUILTIN_WARNINGS` the exported samples' profiles are of ('' for none, or for a mix)."""
+    families = {next((f for f in BUILTIN_WARNINGS if name.startswith(f)), "") for name in profile_names}
+    return families.pop() if len(families) == 1 else ""
 
 
 HARMONY_REFUSAL = (

@@ -87,10 +87,18 @@ class Lengths:
 TOOL_ROWS_WHY = (
     "a tool row re-renders exactly only where the template renders its history as the server did for that turn "
     "and each call's arguments text is what loading it as JSON and the template's tojson give back (the trainer "
-    "loads the arguments): the Kimi template writes the reasoning of a tool loop in progress but drops it once a "
-    "plain answer follows, so a row ending in the answer after a loop re-renders without the reasoning it was "
-    "served with"
+    "loads the arguments). Where they differ: Kimi's and Qwen3's templates write the reasoning of a tool loop in "
+    "progress but drop it once a plain answer follows, so a row ending in the answer after a loop re-renders without "
+    "the reasoning it was served with; Qwen3's writes a newline before a call whose turn has content, so vLLM's "
+    '"\n\n" content (its hermes parser returns the blank after </think>) renders one newline more than the model '
+    "wrote; a call whose arguments the model spelled otherwise than tojson does renders tojson's spelling"
 )
+BUILTIN_PATH_WARNINGS = {
+    "kimi": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not reproduce a Kimi server's ids: "
+    "see warnings",
+    "qwen": "SpecForge's built-in qwen3-thinking / qwen3-instruct / qwen templates do not reproduce a Qwen3 server's "
+    "ids: see warnings",
+}
 
 
 def is_tool_row(row: dict[str, Any]) -> bool:
@@ -230,6 +238,8 @@ class PathsContext:
     lengths: Lengths
     hf_loader: str
     """The `datasets.load_dataset` builder for the data file ('json' or 'parquet')."""
+    family: str = ""
+    """The model family whose SpecForge built-in templates the manifest warns against (`BUILTIN_WARNINGS`)."""
 
 
 def section(
@@ -241,10 +251,11 @@ def section(
     retokenize_drift: int,
     exported: int,
     lengths: Lengths | None = None,
+    family: str = "",
 ) -> dict[str, Any]:
     """The manifest's `trainers` section: per trainer, the exact way to train on this file (with the
     maximum length its longest row needs, when that is over the trainer's default), as `fmt` declares it."""
-    context = PathsContext(data_name, template_name, kwargs, lengths or Lengths(), fmt.file.hf_loader)
+    context = PathsContext(data_name, template_name, kwargs, lengths or Lengths(), fmt.file.hf_loader, family)
     out = fmt.trainer_paths(context)
     out["retokenize_drift"] = (
         f"{retokenize_drift} of {exported} rows carry retokenize_drift: their output ids are not what the "
@@ -324,8 +335,10 @@ def conversation_paths(ctx: PathsContext) -> dict[str, Any]:
             "path": register
             if ctx.template_name
             else "no template written: this format is read through its own chat template only",
-            "warning": "SpecForge's built-in kimi-k2-thinking / kimi-k2-instruct templates do not "
-            "reproduce a Kimi server's ids: see warnings",
+            "warning": BUILTIN_PATH_WARNINGS.get(
+                ctx.family,
+                "SpecForge's built-in templates were not checked against these served ids: register this one",
+            ),
         },
         "speculators": {
             "path": render,
