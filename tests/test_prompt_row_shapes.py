@@ -127,3 +127,15 @@ def test_ray_asked_for_without_ray_is_refused_before_the_store_exists(tmp_path, 
     assert code == ExitCode.USAGE
     assert "--ray needs Ray" in err and err.count("\n") == 1
     assert not db.exists()
+
+
+def test_a_developer_turn_is_read_and_rendered_as_the_template_writes_it(tmp_path, kimi_tok) -> None:
+    """OpenAI's `developer` role (what harnesses send for o-series and gpt-oss models) was a bad row ("unknown role
+    'developer'"), though both servers and the proxy take it: the template decides how it renders (Kimi's writes a
+    system-kind turn named developer)."""
+    row = {"id": "d", "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]}
+    [prompt], bad = read_prompts(_file(tmp_path, row))
+    assert bad == []
+    assert [m["role"] for m in prompt.messages] == ["developer", "user"]
+    text = kimi_tok.decode(kimi_tok.render(prompt.messages, template_kwargs={"thinking": True}))
+    assert text.startswith("<|im_system|>developer<|im_middle|>Be brief.<|im_end|>")

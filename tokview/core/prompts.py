@@ -107,7 +107,7 @@ def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
             content, calls = traces.hermes_calls(content, f"{where}: turn {number}")
     else:
         role = raw.get("role")
-        if role not in ("system", "user", "assistant", "tool"):
+        if role not in ("system", "developer", "user", "assistant", "tool"):  # developer: OpenAI's system turn
             raise PromptError(f"{where}: unknown role {role!r}")
         if isinstance(content, list):  # OpenAI content parts: keep the text parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
