@@ -76,6 +76,17 @@ def _failures(db: str) -> list[str]:
         return [r[0] for r in store.query("SELECT reason FROM failures ORDER BY reason")]
 
 
+def test_a_stream_with_logprobs_is_the_upstreams_own_bytes(sim, proxy) -> None:
+    """With logprobs asked for, vLLM still skips a marker id's chunk (no delta, no finish) unless asked for ids: the
+    client gets no such chunk through the proxy either (a fix that kept them sent ~2x the logprob entries)."""
+    body = _chat(sim.cfg.model_name, True, logprobs=True, top_logprobs=1)
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=body).content
+    assert _blank(through) == _blank(direct)
+    chunks = [orjson.loads(line[6:]) for line in direct.splitlines() if line.startswith(b"data: {")]
+    assert not [c for c in chunks for ch in c["choices"] if ch["delta"] == {} and ch["finish_reason"] is None]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat_answer_is_the_upstreams_own_bytes_and_is_stored_token_exact(sim, proxy, stream) -> None:
     body = _chat(sim.cfg.model_name, stream)

@@ -192,8 +192,9 @@ def may_be_id_only(event: bytes, injection: Injection) -> bool:
 def id_only_chunk(chunk: object, injection: Injection) -> bool:
     """A stream chunk the upstream sent only because the proxy asked for ids (dropped, not forwarded).
 
-    vLLM: every choice's delta is empty, none finishes and none carries logprobs (a marker id; with logprobs asked for,
-    vLLM sends its chunk anyway: serving_chat skips it only when `logprobs` is None too). A usage on it (`stream_options.
+    vLLM: every choice's delta is empty and none finishes (a marker id), whatever its logprobs (serving_chat's
+    `continue` has no logprobs condition: a harness that asked for logprobs never gets them for a marker id from
+    vLLM either). A usage on it (`stream_options.
     continuous_usage_stats`) does not keep it: without `return_token_ids` vLLM skips such a chunk before it adds
     the usage (serving_chat's `continue`), and the next chunk's usage counts its token anyway.
     SGLang: the sglext chunk (`choices: []`, no usage, `sglext`)."""
@@ -206,8 +207,6 @@ def id_only_chunk(chunk: object, injection: Injection) -> bool:
         return False
     for choice in choices:
         if not isinstance(choice, dict) or choice.get("delta") != {} or choice.get("finish_reason") is not None:
-            return False
-        if choice.get("logprobs") is not None:  # vLLM sends a marker id's logprobs without ids too: the client's
             return False
     return True
 

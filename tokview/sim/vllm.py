@@ -369,8 +369,8 @@ def _chat_events(
         if ids:
             choice["token_ids"] = [tid]
         elif null_ids:
-            if not delta and not last and not body.get("logprobs"):
-                continue  # nothing to say for this id
+            if not delta and not last:
+                continue  # nothing to say for this id (with logprobs asked for too: serving_chat's `continue`)
             choice["token_ids"] = None
         events.append(sse({**head, "choices": [choice]}))
     if (body.get("stream_options") or {}).get("include_usage"):
