@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokview.proxy.sessions import KEY_IDS, SessionBook, _pack
+from tokview.proxy.sessions import KEY_IDS, SessionBook, Turn, _pack
 
 SYSTEM = list(range(100, 140))
 USER_A = [{"role": "user", "content": "a"}]
@@ -725,3 +725,25 @@ def test_twin_rollouts_restored_go_on_in_their_own_session_when_one_re_rendered_
         "messages",
         "proxy:old:B0",
     )
+
+
+def test_a_list_s_prompts_beside_each_other_keep_their_own_break_whatever_their_order() -> None:
+    """A /v1/completions list in a named session: a prompt that extends no kept turn sits beside the first prompt,
+    and is flagged where its ids leave the parent it is placed after, as it is when it comes first (placed beside
+    the first prompt without a look at its ids, it lost its finding by being second)."""
+    first, out, other = [1, 2, 3, 4], [5], [7, 7, 7]
+    extends = [*first, *out, 400]
+    for prompts in ([other, extends], [extends, other]):
+        book = SessionBook("r")
+        turn0 = book.place(first, None, named="s")
+        book.add(turn0, "s0", prompt_ids=first, output_ids=out, messages=None, answer=None)
+        placed: dict[str, Turn] = {}
+        beside: Turn | None = None
+        for k, prompt in enumerate(prompts):
+            turn = book.place(prompt, None, named="s", parallel_to=beside)
+            book.add(turn, f"x{k}", prompt_ids=prompt, output_ids=out, messages=None, answer=None)
+            beside = beside or turn
+            placed["other" if prompt == other else "extends"] = turn
+        assert (placed["extends"].turn, placed["extends"].break_at) == (1, None)
+        assert (placed["other"].turn, placed["other"].parent_sample, placed["other"].break_at) == (1, "s0", 0)
+        assert placed["other"].previous_id == 1

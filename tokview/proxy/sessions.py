@@ -270,7 +270,7 @@ class SessionBook:
         if again:
             return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
         if parallel_to is not None and parallel_to.session_id == session_id:
-            return Turn(session_id, parallel_to.turn, how, parallel_to.parent_sample)
+            return _beside(parallel_to, session, packed, how)
         head = self._by_message_prefix(messages, session_id)
         if head is not None:
             return _after(head, packed, how, breaks=True)
@@ -504,6 +504,26 @@ def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Tur
     previous_len = len(head.sequence) // 4 if breaks else 0
     previous_id = _id_at(head, at) if at is not None else None
     return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, previous_len, previous_id=previous_id)
+
+
+def _beside(first: Turn, session: _Session, packed: bytes, how: str) -> Turn:
+    """Another prompt of `first`'s request, at its turn after its parent; with where its ids leave the parent's when
+    they do not extend them (the same prompt alone would have been flagged: its place in the list must not hide it)."""
+    parent = next((h for h in session.heads if h.sample_id == first.parent_sample), None)
+    if parent is None or packed.startswith(parent.sequence):
+        return Turn(first.session_id, first.turn, how, first.parent_sample)
+    at = _first_difference(packed, parent.sequence)
+    return Turn(
+        first.session_id,
+        first.turn,
+        how,
+        first.parent_sample,
+        at,
+        len(parent.sequence) // 4,
+        by_name_only=True,  # neither its ids nor (being a completions prompt) its messages continue the parent
+        previous_turn=parent.turn,
+        previous_id=_id_at(parent, at),
+    )
 
 
 def _id_at(head: _Head, at: int) -> int | None:
