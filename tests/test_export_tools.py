@@ -224,3 +224,16 @@ def test_an_sglang_row_carries_the_tools_as_sglang_rendered_them(tmp_path, kimi_
     [row] = [json.loads(line) for line in (tmp_path / "specforge.jsonl").read_text().splitlines()]
     assert (json.loads(row["tools"]) if "tools" in row else None) == served_tools
     assert result.manifest["rerender"]["specforge"]["exact"] == 1
+
+
+def test_another_family_s_manifest_points_at_a_template_only_when_one_was_written(tmp_path, qwen_tok) -> None:
+    """A deepseek-r1 sharegpt export (no template written) was told to "register this one"."""
+    from tokview.core.profiles import get_profile
+
+    prof = get_profile("deepseek-r1")
+    prompt = qwen_tok.render(QUESTION, template_kwargs={})
+    capture = _served(prompt, [*qwen_tok.encode("Sunny."), 151645], {"thinking": True})
+    capture.finish_reason = "stop"
+    specforge = _export_one(tmp_path, capture, qwen_tok, prof, "sharegpt").manifest["trainers"]["specforge"]
+    assert specforge["path"].startswith("no template written")
+    assert specforge["warning"] == "SpecForge's built-in templates were not checked against these served ids"

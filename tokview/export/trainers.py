@@ -337,7 +337,8 @@ def conversation_paths(ctx: PathsContext) -> dict[str, Any]:
             else "no template written: this format is read through its own chat template only",
             "warning": BUILTIN_PATH_WARNINGS.get(
                 ctx.family,
-                "SpecForge's built-in templates were not checked against these served ids: register this one",
+                "SpecForge's built-in templates were not checked against these served ids"
+                + (": register this one" if ctx.template_name else ""),
             ),
         },
         "speculators": {
