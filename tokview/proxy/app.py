@@ -153,7 +153,7 @@ class ProxyApp:
         except ClientGone:
             self._left(ex, client)
         except asyncio.CancelledError:
-            if not client.lost:
+            if not (client.lost or client.cut_by_shutdown):
                 raise
             self._left(ex, client)  # the upstream request was closed on the way out
 

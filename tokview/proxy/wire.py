@@ -432,7 +432,10 @@ class FrontServer:
         for connection in list(self.connections):
             if connection._transport is not None:
                 connection.cut_by_shutdown = connection._task is not None
-                connection._transport.close()
+                if connection.cut_by_shutdown:  # its answer is cut anyway: now, so its handler sees it and records
+                    connection._transport.abort()  # it (close() waits for the send buffer of a client that reads
+                else:  # slowly or not at all, and the run's end cancelled the handler first: the answer vanished)
+                    connection._transport.close()
         if self.server is not None:
             await self.server.wait_closed()
 
