@@ -403,3 +403,39 @@ def test_a_body_that_is_no_json_object_but_is_answered_is_passed_through_and_rec
         reasons = [f["reason"] for f in store.failures()]
     assert reasons == [NOT_AN_OBJECT]
     assert NOT_AN_OBJECT.startswith("the request body is not a JSON object")
+
+
+def test_a_tls_hello_or_garbage_is_refused_at_once(proxy) -> None:
+    """A client given an https:// base URL sends a TLS hello: it waited the 75 s idle timeout for a head that never
+    ends, a connect timeout to the harness, where the upstream itself refuses at once."""
+    hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32)
+    got = exchange(proxy.url, hello, timeout=5)
+    assert _status(got) == 400 and b"https://" in got
+    assert httpx.get(proxy.url + "/v1/models", timeout=5).status_code == 200
+
+
+def test_a_chunk_declared_over_the_body_limit_is_refused_before_its_data(proxy) -> None:
+    """The size was checked once a chunk's data had all come: a client declaring a huge chunk and sending on made the
+    proxy hold everything it sent, without an answer (60 MB in a minute), where a Content-Length that large is a 413."""
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(CHAT + b"transfer-encoding: chunked\r\n\r\nfffffffffffffff\r\n" + b"a" * 65536)
+        got = sock.recv(65536)
+    assert _status(got) == 413
+
+
+def test_an_error_in_the_serving_loop_does_not_chain_uvloop_s_absence(monkeypatch) -> None:
+    """Without uvloop, the loop ran inside the `except ImportError`: every traceback the proxy logged began with a
+    false "No module named 'uvloop'" and "During handling of the above exception, another exception occurred"."""
+    import sys
+
+    from tokview.proxy.serve import run_loop
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # importing it raises ImportError
+
+    async def fails() -> None:
+        raise KeyError("the real error")
+
+    with pytest.raises(KeyError) as raised:
+        run_loop(fails())
+    assert raised.value.__context__ is None

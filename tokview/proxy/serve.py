@@ -270,6 +270,8 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     try:
         import uvloop
     except ImportError:
+        uvloop = None  # run outside the except: every error in the loop chained this ImportError in its traceback
+    if uvloop is None:
         asyncio.run(main)
         return
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -33,6 +33,9 @@ MAX_HEAD = 1 << 16
 """A request or response head longer than this is refused (431 to a client, an error from an upstream)."""
 MAX_BODY = 1 << 30
 """A request body larger than this is refused (413): the front holds a request whole before forwarding it."""
+_FIRST_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz\r\n")
+"""What a request's first byte can be: a method's first letter, or the empty line a client may send before it."""
+NOT_HTTP = "not an HTTP request (the proxy speaks plain HTTP: a client given an https:// URL sends TLS)"
 _CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,15})[ \t]*(?:;[^\r\n]*)?")
 """A chunk-size line: hex digits only (no sign, `0x` or `_`, which `int(…, 16)` accepts), then extensions."""
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -220,6 +223,10 @@ class Responder(asyncio.Protocol):
         """The next whole request in the buffer, or None until it has all arrived."""
         buffer = self._buffer
         if self._head is None:
+            if (
+                buffer and buffer[0] not in _FIRST_BYTES
+            ):  # a TLS hello (an https:// base URL) or garbage: said now, not after
+                raise BadRequest(NOT_HTTP)  # the 75 s idle timeout a head that never ends would wait for
             end = buffer.find(b"\r\n\r\n")
             if end < 0 and b"\n\n" in buffer:
                 raise BadRequest("the request's lines must end in CRLF")
@@ -391,6 +398,8 @@ class _Chunks:
             if match is None:
                 raise BadRequest("bad chunk size")
             size = int(match.group(1), 16)
+            if self.size + size > MAX_BODY:  # as declared, before its data is held: a client could send for ever
+                raise BadRequest("request body too large", 413)
             data = line_end + 2
             if size == 0:
                 end = buffer.find(b"\r\n\r\n", line_end)  # trailers, if any, end with a blank line
@@ -400,8 +409,6 @@ class _Chunks:
             if buffer[data + size : data + size + 2] != b"\r\n":
                 raise BadRequest("a chunk's data does not end in CRLF")
             self.size += size
-            if self.size > MAX_BODY:
-                raise BadRequest("request body too large", 413)
             self.parts.append(bytes(buffer[data : data + size]))
             self.pos = data + size + 2
 
