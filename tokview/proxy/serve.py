@@ -243,6 +243,7 @@ class Serving:
 
     async def serve(self, signals: bool = False) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._loop.set_exception_handler(_quiet_accept_errors())
         if signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._loop.add_signal_handler(sig, self._stop.set)
@@ -262,6 +263,50 @@ class Serving:
     def _hurry(self, hurry: asyncio.Event, sig: int) -> None:
         self.hurried = sig
         hurry.set()
+
+
+ACCEPT_ERROR_EVERY_S = 10.0
+"""How often an accept the system refuses (out of file descriptors) is logged: asyncio logs it once per waiting
+connection on every wake-up of the listening socket (~1,000 tracebacks a second, 29 MB of log in 7 s)."""
+
+
+def _quiet_accept_errors() -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's exception handler: the default one, but an accept the system refuses is said at most every
+    ACCEPT_ERROR_EVERY_S, in one line that says what to do."""
+    last = [-ACCEPT_ERROR_EVERY_S]
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if isinstance(error, OSError) and "accept" in str(context.get("message", "")):
+            now = time.monotonic()
+            if now - last[0] >= ACCEPT_ERROR_EVERY_S:
+                last[0] = now
+                print(
+                    f"tokview proxy: cannot accept a connection: {error.strerror or error} (raise `ulimit -n`: "
+                    f"each request in flight holds two file descriptors); said at most every "
+                    f"{ACCEPT_ERROR_EVERY_S:g} s",
+                    file=sys.stderr,
+                )
+            return
+        loop.default_exception_handler(context)
+
+    return handle
+
+
+def raise_open_file_limit() -> None:
+    """The soft limit on open files up to the hard one (at most 65,536): a proxy holds two a request in flight, and a
+    shell's usual 1,024 runs out at ~500 concurrent streams, where vLLM raises its own."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):  # a container may refuse: the proxy runs with what it has
+            pass
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -357,6 +402,7 @@ def serve_forever(config: ProxyConfig) -> int:
         # The writer thread analyses in Python while the loop forwards: with the default 5 ms switch interval a
         # request arriving during an analysis waited up to 5 ms for the GIL; 0.2 ms bounds that wait.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+    raise_open_file_limit()
     app, sock, host = _listening(config)
     # The tokenizer's vocabulary and the loaded modules are millions of objects that live as long as the
     # proxy: frozen, the collector stops walking them in the pauses a request would wait through.
