@@ -467,3 +467,32 @@ def test_accepts_the_system_refuses_are_said_once_in_a_while_not_a_traceback_eac
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(hard, 65_536)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_connection_options_are_a_token_list_and_an_http10_client_gets_no_100_continue(vllm_sim, proxy) -> None:
+    """`Connection: keep-alive, close` was kept open to the 75 s idle timeout (an exact string compare), and an
+    HTTP/1.0 client expecting 100-continue was sent an `HTTP/1.1 100 Continue` it cannot read."""
+    body = orjson.dumps(_chat(vllm_sim))
+    closing = CHAT + b"connection: keep-alive, close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    started = time.monotonic()
+    assert _status(exchange(proxy.url, closing, timeout=20)) == 200
+    assert time.monotonic() - started < 10
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        head = b"POST /v1/chat/completions HTTP/1.0\r\nhost: x\r\ncontent-type: application/json\r\n"
+        sock.sendall(head + b"expect: 100-continue\r\ncontent-length: %d\r\n\r\n" % len(body))
+        sock.settimeout(1.0)
+        try:
+            early = sock.recv(65536)
+        except TimeoutError:
+            early = b""
+    assert b"100 Continue" not in early
+
+
+def test_the_stored_stream_setting_is_the_stream_the_server_read() -> None:
+    """`"stream": "false"` is answered whole (pydantic reads it false) but was stored as a stream (`bool("false")`)."""
+    from tokview.proxy.capture import settings_of
+
+    assert settings_of({"stream": "false"}, None, None)["stream"] is False
+    assert settings_of({"stream": "true"}, None, None)["stream"] is True
+    assert settings_of({}, None, None)["stream"] is False

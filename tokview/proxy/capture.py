@@ -61,7 +61,7 @@ def settings_of(body: dict[str, Any], profile: ModelProfile | None, max_model_le
     key = getattr(profile, "thinking_kwarg", None)
     settings["chat_template_kwargs"] = dict(kwargs) if isinstance(kwargs, dict) else None
     settings["thinking"] = bool(kwargs[key]) if isinstance(kwargs, dict) and key and key in kwargs else None
-    settings["stream"] = bool(body.get("stream"))
+    settings["stream"] = bool(as_pydantic_bool(body.get("stream")))  # as the server read it: "false" is false
     for flag in ("add_generation_prompt", "continue_final_message"):  # how the prompt was rendered (a prefill)
         read = as_pydantic_bool(body[flag]) if flag in body and body[flag] is not None else None
         if read is not None:  # as the server read it: "true" and 1 are true

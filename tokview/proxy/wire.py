@@ -188,9 +188,8 @@ class Responder(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
         self.started = self.finished = self._chunked = self._head_only = False
-        self._keep_alive = request.headers.get("connection", "").lower() != "close" and not (
-            request.http10 and request.headers.get("connection", "").lower() != "keep-alive"
-        )
+        options = {t.strip() for t in request.headers.get("connection", "").lower().split(",")}  # a token list
+        self._keep_alive = "close" not in options and not (request.http10 and "keep-alive" not in options)
         self._head_only, self._http10 = request.method == "HEAD", request.http10
         self._task = asyncio.get_running_loop().create_task(self._run(request))
 
@@ -244,19 +243,22 @@ class Responder(asyncio.Protocol):
         if chunked:
             parsed = self._chunks.read(buffer)
             if parsed is None:
-                self._continue(headers)
+                self._continue(headers, http10)
                 return None
             body, used = parsed
         else:
             if len(buffer) < length:
-                self._continue(headers)
+                self._continue(headers, http10)
                 return None
             body, used = bytes(buffer[:length]), length
         del buffer[:used]
         self._head, self._continued = None, False
         return Request(method, path, query, headers, body, http10)
 
-    def _continue(self, headers: dict[str, str]) -> None:
+    def _continue(self, headers: dict[str, str], http10: bool = False) -> None:
+        """`100 Continue` to a client that expects it (never to an HTTP/1.0 one, which cannot: RFC 9110 10.1.1)."""
+        if http10:
+            return
         if not self._continued and headers.get("expect", "").lower() == "100-continue" and self._transport:
             self._continued = True
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
