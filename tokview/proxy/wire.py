@@ -222,10 +222,10 @@ class Responder(asyncio.Protocol):
         """The next whole request in the buffer, or None until it has all arrived."""
         buffer = self._buffer
         if self._head is None:
-            if (
-                buffer and buffer[0] not in _FIRST_BYTES
-            ):  # a TLS hello (an https:// base URL) or garbage: said now, not after
-                raise BadRequest(NOT_HTTP)  # the 75 s idle timeout a head that never ends would wait for
+            # a TLS hello (an https:// base URL) or garbage: said now, not after the idle timeout (75 s) that a head
+            # which never ends would wait for
+            if buffer and buffer[0] not in _FIRST_BYTES:
+                raise BadRequest(NOT_HTTP)
             end = buffer.find(b"\r\n\r\n")
             if end < 0 and b"\n\n" in buffer:
                 raise BadRequest("the request's lines must end in CRLF")
