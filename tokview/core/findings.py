@@ -16,6 +16,7 @@ import json
 import math
 from itertools import compress, count
 from operator import or_
+from typing import TYPE_CHECKING
 
 from tokview.core import segments as seg
 from tokview.core import tool_calls as tc
@@ -42,6 +43,9 @@ from tokview.core.prompt_scan import first_spelling_cut
 from tokview.core.record import Capture
 from tokview.core.template_dates import served_date
 
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
 UNKNOWN_IDS_SHOWN = 12
 """How many unknown ids a detail spells out (a whole output of them would be a page)."""
 
@@ -57,6 +61,7 @@ __all__ = [
     "Hit",
     "Rule",
     "default_severity",
+    "id_text",
     "rule",
     "run_checks",
     "why",
@@ -828,12 +833,13 @@ def tool_call_id_renumbered(ctx: Context) -> Hit | None:
     return Hit.at(detail, at) if at else Hit.missing(detail)
 
 
-def _id_text(ctx: Context, token_id: int) -> str:
-    """`id N 'piece'` (the piece only with a tokenizer that reads it)."""
-    if ctx.tokenizer is None:
+def id_text(tokenizer: TokenizerAdapter | None, token_id: int) -> str:
+    """`id N 'piece'` (the piece only with a tokenizer that reads it): how a prefix break names the ids on its two
+    sides, in a batch chain's finding and in the proxy's."""
+    if tokenizer is None:
         return f"id {token_id}"
     try:
-        return f"id {token_id} {ctx.tokenizer.piece_text(token_id)!r}"
+        return f"id {token_id} {tokenizer.piece_text(token_id)!r}"
     except Exception:  # a display nicety: never a reason to lose the finding
         return f"id {token_id}"
 
@@ -856,9 +862,9 @@ def session_prefix_break(ctx: Context) -> Hit | None:
         return None
     break_at = chain.get("break_at")
     at = int(break_at) if isinstance(break_at, (int, float, str)) and break_at else 0
-    here = _id_text(ctx, ctx.capture.prompt_ids[at]) if at < ctx.n_prompt else "the prompt ends"
+    here = id_text(ctx.tokenizer, ctx.capture.prompt_ids[at]) if at < ctx.n_prompt else "the prompt ends"
     previous = chain.get("previous_id")
-    there = f", where that turn has {_id_text(ctx, previous)}" if isinstance(previous, int) else ""
+    there = f", where that turn has {id_text(ctx.tokenizer, previous)}" if isinstance(previous, int) else ""
     detail = (
         f"turn {chain.get('turn')} of chain {chain.get('conversation')} does not extend turn "
         f"{chain.get('parent')}'s prompt + output ids ({chain.get('previous_len')} ids): they first differ at "

@@ -33,7 +33,7 @@ import orjson
 
 from tokview.batch.workers import Lander
 from tokview.batch.writer_thread import GroupWriter, failure_reason
-from tokview.core.findings import WARN
+from tokview.core.findings import WARN, id_text
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
@@ -249,9 +249,7 @@ def prefix_break_finding(turn: Turn, prompt_ids: list[int], tokenizer: Tokenizer
     at = turn.break_at or 0
     here = _piece(tokenizer, prompt_ids, at)
     compared = turn.previous_turn if turn.previous_turn is not None else turn.turn - 1
-    there = (
-        "" if turn.previous_id is None else f", where turn {compared} has {_piece(tokenizer, [turn.previous_id], 0)}"
-    )
+    there = "" if turn.previous_id is None else f", where turn {compared} has {id_text(tokenizer, turn.previous_id)}"
     differ = (
         f"its prompt ids do not extend turn {compared}'s prompt + output ids ({turn.previous_len} ids): they "
         f"first differ at position {at} (here {here}{there})"
@@ -282,14 +280,7 @@ def _break(detail: str, at: int, prompt_ids: list[int]) -> dict[str, Any]:
 
 
 def _piece(tokenizer: TokenizerAdapter | None, ids: list[int], at: int) -> str:
-    if at >= len(ids):
-        return "the prompt ends"
-    if tokenizer is None:
-        return f"id {ids[at]}"
-    try:
-        return f"id {ids[at]} {tokenizer.piece_text(ids[at])!r}"
-    except Exception:  # a display nicety: never a reason to lose the sample
-        return f"id {ids[at]}"
+    return id_text(tokenizer, ids[at]) if at < len(ids) else "the prompt ends"
 
 
 class Recorder:

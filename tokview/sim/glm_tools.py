@@ -63,15 +63,7 @@ def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> li
     if SYSTEM not in ids:
         return None
     text = tokenizer.decode(ids[ids.index(SYSTEM) + 1 :], skip_special_tokens=False)
-    start = text.find(TOOLS_OPEN)
-    end = text.find(TOOLS_CLOSE, start + 1)
-    if start < 0 or end < 0:
-        return None
-    try:
-        declared = [json.loads(line) for line in text[start + len(TOOLS_OPEN) : end].splitlines() if line.strip()]
-    except ValueError:
-        return None
-    return [t for t in declared if isinstance(t, dict)]
+    return tools.json_lines_tools(text, TOOLS_OPEN, TOOLS_CLOSE)
 
 
 def loop_rounds(prompt_ids: Sequence[int]) -> int:
@@ -84,19 +76,7 @@ def loop_rounds(prompt_ids: Sequence[int]) -> int:
 def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text)."""
     declared = declared_tools(state.tokenizer, prompt)
-    if not declared:
-        return []
-    choice, named = tools.tool_choice(body)
-    return tools.plan_from(
-        declared,
-        loop_rounds(prompt),
-        0,
-        seed,
-        calls=state.count_quirk("tool-calls"),
-        rounds=state.count_quirk("tool-rounds"),
-        forced=choice in ("required", "named"),
-        named=named,
-    )
+    return tools.plan_for(state, declared, loop_rounds(prompt), seed, body) if declared else []
 
 
 def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:

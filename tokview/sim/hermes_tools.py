@@ -39,32 +39,20 @@ def is_hermes(state: ModelState) -> bool:
     return layout is not None and layout.parser == HERMES
 
 
-def _special(tokenizer: TokenizerAdapter, text: str) -> int | None:
-    return tokenizer.token_to_id(text)
-
-
 def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
     """The tools of the prompt's first turn (None without a `<tools>` block, or when a line is not JSON)."""
     ids = list(prompt_ids)
-    end = _special(tokenizer, "<|im_end|>")
+    end = tokenizer.token_to_id("<|im_end|>")
     first = ids[: ids.index(end)] if end in ids else ids
     text = tokenizer.decode(first, skip_special_tokens=False)
-    start = text.find(TOOLS_OPEN)
-    stop = text.find(TOOLS_CLOSE, start + 1)
-    if start < 0 or stop < 0:
-        return None
-    try:
-        declared = [json.loads(line) for line in text[start + len(TOOLS_OPEN) : stop].splitlines() if line.strip()]
-    except ValueError:
-        return None
-    return [t for t in declared if isinstance(t, dict)]
+    return tools.json_lines_tools(text, TOOLS_OPEN, TOOLS_CLOSE)
 
 
 def loop_rounds(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> int:
     """Tool-calling turns in the current loop: the `<tool_response>` user turns since the last user turn that is
     not one (Qwen3 renders a run of tool results as one user turn)."""
     ids = list(prompt_ids)
-    im_start, response = _special(tokenizer, "<|im_start|>"), _special(tokenizer, "<tool_response>")
+    im_start, response = tokenizer.token_to_id("<|im_start|>"), tokenizer.token_to_id("<tool_response>")
     user = tokenizer.encode("user\n")
     rounds = 0
     for pos in range(len(ids) - 1, -1, -1):
@@ -79,25 +67,13 @@ def loop_rounds(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> int:
 def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, Any]) -> list[PlannedCall]:
     """The calls the model writes for this prompt ([] = it answers in text)."""
     declared = declared_tools(state.tokenizer, prompt)
-    if not declared:
-        return []
-    choice, named = tools.tool_choice(body)
-    return tools.plan_from(
-        declared,
-        loop_rounds(state.tokenizer, prompt),
-        0,
-        seed,
-        calls=state.count_quirk("tool-calls"),
-        rounds=state.count_quirk("tool-rounds"),
-        forced=choice in ("required", "named"),
-        named=named,
-    )
+    return tools.plan_for(state, declared, loop_rounds(state.tokenizer, prompt), seed, body) if declared else []
 
 
 def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
     """Qwen3's ids for these calls, as its template renders them (the last without `</tool_call>` when not
     `closed`)."""
-    begin, end = _special(tokenizer, "<tool_call>"), _special(tokenizer, "</tool_call>")
+    begin, end = tokenizer.token_to_id("<tool_call>"), tokenizer.token_to_id("</tool_call>")
     assert begin is not None and end is not None, "a hermes profile's tokenizer has <tool_call> and </tool_call>"
     ids: list[int] = []
     for k, call in enumerate(calls):

@@ -34,6 +34,7 @@ from tokview.core.served_tools import tools_as_served
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
+    from tokview.sim.model import ModelState
 
 IM_END = KIMI_ID["<|im_end|>"]
 IM_USER = KIMI_ID["<|im_user|>"]
@@ -171,6 +172,37 @@ def plan_calls(
         tools, loop_rounds(prompt_ids), first_index, seed, calls=calls, rounds=rounds, forced=forced, named=named
     )
     return [PlannedCall(f"functions.{c.name}:{first_index + k}", c.name, c.arguments) for k, c in enumerate(planned)]
+
+
+def json_lines_tools(text: str, opener: str, closer: str) -> list[dict[str, Any]] | None:
+    """The tools a template wrote one JSON line each between `opener` and `closer` (Qwen3's and GLM's `<tools>`
+    block): None without the block, or when a line is not JSON."""
+    start = text.find(opener)
+    end = text.find(closer, start + 1)
+    if start < 0 or end < 0:
+        return None
+    try:
+        declared = [json.loads(line) for line in text[start + len(opener) : end].splitlines() if line.strip()]
+    except ValueError:
+        return None
+    return [t for t in declared if isinstance(t, dict)]
+
+
+def plan_for(
+    state: ModelState, declared: list[dict[str, Any]], done: int, seed: int, body: dict[str, Any]
+) -> list[PlannedCall]:
+    """`plan_from` with the simulator's tool quirks and the request's tool_choice (a layout without call ids)."""
+    choice, named = tool_choice(body)
+    return plan_from(
+        declared,
+        done,
+        0,
+        seed,
+        calls=state.count_quirk("tool-calls"),
+        rounds=state.count_quirk("tool-rounds"),
+        forced=choice in ("required", "named"),
+        named=named,
+    )
 
 
 def plan_from(
