@@ -64,13 +64,24 @@ def _served_ids(kind: str, answer: dict) -> tuple[list[int], list[int]]:
     return answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
 
 
-def _run(tmp_path: Path, tok_dir: Path, quirks: dict, kind: str = "vllm") -> list:
+def _run(
+    tmp_path: Path,
+    tok_dir: Path,
+    quirks: dict,
+    kind: str = "vllm",
+    *,
+    trace: dict = TRACE,
+    profile: str | None = "glm-4.7",
+) -> list:
+    """The trace run as a served chain on the simulator (its tokenizer served as `profile`, None: the detected one);
+    every stored turn asked again gives the stored ids."""
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps(TRACE) + "\n")
+    prompts.write_text(json.dumps(trace) + "\n")
     db = tmp_path / "s.duckdb"
-    cfg = SimConfig(kind=kind, tokenizer_dir=tok_dir, profile="glm-4.7", quirks=quirks)
+    cfg = SimConfig(kind=kind, tokenizer_dir=tok_dir, profile=profile, quirks=quirks)
     args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
-    args += ["--max-new-tokens", "400", "--history", "served", "--tokenizer", str(tok_dir), "--profile", "glm-4.7"]
+    args += ["--max-new-tokens", "400", "--history", "served", "--tokenizer", str(tok_dir)]
+    args += ["--profile", profile] if profile else []
     with start_simulator(cfg) as sim:
         assert main([*args, "--server", sim.url]) == ExitCode.OK
         store = Store(str(db))

@@ -14,13 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_glm_tools_sim import _run as run_chain
 
-from tokview.cli import main
 from tokview.core.profiles import BUILTIN_PROFILES
 from tokview.core.tool_calls import fold_stream_tool_calls, parse_tool_calls
-from tokview.errors import ExitCode
 from tokview.sim import SimConfig, start_simulator
-from tokview.store import Store
 
 TOOLS = [
     {
@@ -54,31 +52,9 @@ TRACE = {
 LAYOUT = BUILTIN_PROFILES["qwen3"].tool_calls
 
 
-def _served_ids(kind: str, answer: dict) -> tuple[list[int], list[int]]:
-    """(prompt ids, output ids) of a chat answer, in each server's fields."""
-    if kind == "sglang":
-        choice = answer["choices"][0]
-        return choice["prompt_token_ids"], choice["response_token_ids"]
-    return answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
-
-
 def _run(tmp_path: Path, tok_dir: Path, quirks: dict, kind: str = "vllm", trace: dict = TRACE) -> list:
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps(trace) + "\n")
-    db = tmp_path / "s.duckdb"
-    cfg = SimConfig(kind=kind, tokenizer_dir=tok_dir, quirks=quirks)
-    args = ["batch", str(prompts), "--db", str(db), "--mode", "chat", "--workers", "1", "--temperature", "0"]
-    args += ["--max-new-tokens", "400", "--history", "served", "--tokenizer", str(tok_dir)]
-    with start_simulator(cfg) as sim:
-        assert main([*args, "--server", sim.url]) == ExitCode.OK
-        store = Store(str(db))
-        ids = [r[0] for r in store.query("SELECT sample_id FROM samples ORDER BY turn")]
-        turns = [store.load_sample(i) for i in ids]
-        for s in turns:  # the stored request asked again: the server serves the stored ids
-            assert s.capture.raw_request is not None
-            again = httpx.post(sim.url + "/v1/chat/completions", json=s.capture.raw_request["body"], timeout=30).json()
-            assert (s.capture.prompt_ids, s.capture.output_ids) == _served_ids(kind, again)
-    return turns
+    """GLM's served-chain run (every stored turn asked again gives the stored ids), the Qwen3 tokenizer's own profile."""
+    return run_chain(tmp_path, tok_dir, quirks, kind, trace=trace, profile=None)
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
