@@ -207,6 +207,11 @@ CASES: dict[str, Case | ToolCallCase | ChainCase | HarmonyCase] = {
     "no_stop_token": Case(
         lambda f: f.capture(output_ids=f.output(stop=False)), lambda f: f.capture(), lambda f, c: _last(c)
     ),
+    "stopped_by_request": Case(
+        lambda f: f.capture(output_ids=f.output(stop=False), matched_stop="forty"),
+        lambda f: f.capture(matched_stop=f.p.stop_ids[0]),
+        lambda f, c: _last(c),
+    ),
     "output_prefix_overlap": Case(
         lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()),
         lambda f: f.capture(),
@@ -624,3 +629,58 @@ def test_a_generation_the_server_ended_is_an_error_and_not_also_a_missing_stop(f
     assert not result.valid
     for whole in ("stop", "tool_calls"):
         assert "generation_aborted" not in analyze(fam.capture(finish_reason=whole), profile, fam.tok).codes
+
+
+def _stop_string_cut(fam: Family, stop: str, *, include: bool = False) -> Capture:
+    """What vLLM and SGLang answer when a request's stop string ends the answer: the ids run through the token
+    that completes it, the text is cut where it begins (`include_stop_str_in_output` keeps it)."""
+    answer = fam.tok.decode(fam.answer)
+    cut = answer.index(stop) + (len(stop) if include else 0)
+    ids = fam.answer[: next(k for k in range(1, len(fam.answer) + 1) if stop in fam.tok.decode(fam.answer[:k]))]
+    return _chat_fields(fam, output_ids=fam.output(answer=ids, stop=False), content=answer[:cut], matched_stop=stop)
+
+
+@pytest.mark.parametrize("stop", ["forty", "is fo", " answer"])
+def test_a_requests_stop_string_makes_an_invalid_sample_and_is_not_blamed_on_the_parser(fam, stop):
+    """A harness's stop string cut the answer (a few-shot separator, an observation marker): the server says
+    finish_reason "stop" all the same, and the row was exported as a whole turn, its findings blaming the parser."""
+    analysis = analyze(_stop_string_cut(fam, stop), fam.profile, fam.tok)
+    assert not analysis.valid
+    assert "stopped_by_request" in analysis.codes
+    assert {"no_stop_token", "parser_split_mismatch"}.isdisjoint(analysis.codes)
+    hit = next(f for f in analysis.findings if f.code == "stopped_by_request")
+    assert repr(stop) in hit.detail
+    kept = analyze(_stop_string_cut(fam, stop, include=True), fam.profile, fam.tok)
+    assert "stopped_by_request" in kept.codes and "parser_split_mismatch" not in kept.codes
+
+
+def test_a_stop_id_is_the_requests_only_when_it_is_none_of_the_models(fam):
+    cut = fam.capture(output_ids=fam.output(stop=False) + [fam.answer[0]], matched_stop=fam.answer[0])
+    assert "stopped_by_request" in codes(fam, cut)
+    for own in fam.p.stop_ids:  # SGLang's matched_stop and vLLM's stop_reason name the model's own end too
+        assert "stopped_by_request" not in codes(fam, fam.capture(matched_stop=own))
+    nameless = fam.profile.with_overrides(stop_ids=())
+    assert "stopped_by_request" not in analyze(cut, nameless, fam.tok).codes
+
+
+def test_a_split_cut_in_the_middle_of_a_character_is_not_a_parser_mismatch(qwen_tok, qwen_profile):
+    """A cut-off output whose last ids are half a character: the server holds those bytes back from the text, the
+    ids' decode ends in U+FFFD, and the split was reported as the parser's mismatch."""
+    prompt = qwen_tok.render(QUESTION, template_kwargs={"enable_thinking": True}) + [qwen_profile.think_open_id]
+    emoji = qwen_tok.encode(" 🎉")
+    assert qwen_tok.decode(emoji[:-1]).endswith("\ufffd")
+    answer = qwen_tok.encode("\n\nans") + emoji[:-1]
+    capture = Capture(
+        prompt_ids=prompt,
+        output_ids=qwen_tok.encode("\nhm\n") + [qwen_profile.think_close_id] + answer,
+        finish_reason="length",
+        endpoint="vllm-chat",
+        reasoning="hm",
+        content="\n\nans",
+        reasoning_field="reasoning",
+        settings={"thinking": True},
+    )
+    codes_ = analyze(capture, qwen_profile, qwen_tok).codes
+    assert "truncated" in codes_ and "parser_split_mismatch" not in codes_
+    other = dataclasses.replace(capture, content="\n\nanswer")
+    assert "parser_split_mismatch" in analyze(other, qwen_profile, qwen_tok).codes

@@ -567,3 +567,24 @@ def test_a_generation_endpoint_the_proxy_does_not_record_is_said_once_and_counte
     assert counted == {"/v1/responses": 2, "/v1/messages": 1}
     assert len(notices) == 2 and "POST /v1/responses forwarded, NOT recorded" in notices[0], said
     assert "/v1/chat/completions" in notices[0]
+
+
+def test_an_answer_cut_by_the_requests_stop_id_is_stored_invalid(sim, proxy, kimi_profile) -> None:
+    """A harness's `stop_token_ids` cut the answer and the server said `finish_reason: "stop"` all the same: it was
+    stored valid and exported as a whole turn."""
+    served = httpx.post(
+        sim.url + "/v1/chat/completions", json=_chat(sim.cfg.model_name, False, return_token_ids=True)
+    ).json()["choices"][0]
+    whole = served.get("token_ids") or served["response_token_ids"]
+    answer = whole[whole.index(kimi_profile.think_close_id) + 1 :]
+    cut_at = next(t for t in answer[2:] if t not in kimi_profile.stop_ids)
+    through = httpx.post(
+        proxy.url + "/v1/chat/completions", json=_chat(sim.cfg.model_name, False, stop_token_ids=[cut_at])
+    ).json()
+    assert through["choices"][0]["finish_reason"] == "stop"
+    proxy.stop()
+    [row] = _stored(proxy.db)
+    assert row["output_ids"][-1] == cut_at
+    assert "stopped_by_request" in row["codes"]
+    with Store(proxy.db) as store:
+        assert store.query("SELECT valid FROM samples") == [(False,)]

@@ -312,11 +312,50 @@ def generation_aborted(ctx: Context) -> Hit | None:
     return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
 
 
+def request_stop(ctx: Context) -> str | int | None:
+    """The stop the request's own `stop` strings or `stop_token_ids` made (vLLM's `stop_reason`, SGLang's
+    `matched_stop`): a string, or an id that is none of the model's stop ids; None when the model ended its turn."""
+    c = ctx.capture
+    matched = c.matched_stop
+    if c.finish_reason != "stop" or matched is None or isinstance(matched, bool):
+        return None
+    if isinstance(matched, str):
+        return matched
+    if isinstance(matched, int) and ctx.profile.stop_ids and matched not in ctx.profile.stop_ids:
+        return matched  # a profile that names no stop ids cannot tell the model's from the request's
+    return None
+
+
+@rule(
+    "stopped_by_request",
+    ERROR,
+    "The request's own stop string or stop id ended the generation: the output is cut, not a whole turn.",
+)
+def stopped_by_request(ctx: Context) -> Hit | None:
+    """`finish_reason: "stop"` says only that a stop was met: a client's `stop` strings (an agent harness's
+    observation marker, a few-shot separator) or `stop_token_ids` cut the model mid-answer, and the server still
+    says "stop". The ids then run through the stop (the text is cut before it), and such a row trained as a whole
+    turn teaches the drafter an end of turn that the model never wrote."""
+    matched = request_stop(ctx)
+    if matched is None:
+        return None
+    what = f"stop string {matched!r}" if isinstance(matched, str) else f"stop id {ctx.name(matched)}"
+    detail = (
+        f"The request's {what} ended the generation after {len(ctx.output)} output ids (finish_reason=stop): the "
+        "model did not end its turn there; a cut-off generation must not be trained on."
+    )
+    if not ctx.output:
+        return Hit.missing(detail)
+    return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
+
+
 @rule("no_stop_token", WARN, "The output does not end with the profile's stop id; the trainer sees no end of turn.")
 def no_stop_token(ctx: Context) -> Hit | None:
     reason = ctx.capture.finish_reason
     if reason == "length" or (isinstance(reason, str) and reason not in COMPLETE_FINISH_REASONS):
         return None  # `truncated` or `generation_aborted` says why
+    if request_stop(ctx) is not None:
+        return None  # `stopped_by_request` says why
     if not ctx.output or not ctx.profile.stop_ids:
         return None  # no stop was due, nothing was generated, or the profile names no stop ids
     if ctx.output[-1] in ctx.profile.stop_ids:
@@ -428,6 +467,21 @@ def _split_turned_off(value: object) -> bool:
     return value is not None and as_pydantic_bool(value) is False
 
 
+def _cut_text_agrees(ctx: Context, got: tuple[str, str], split: tuple[str, str]) -> bool:
+    """Whether the text fields are the ids' split cut where a server cuts text and keeps the ids: at a request's
+    stop string (`stopped_by_request` says it), or before a character whose bytes the output ended in the middle of
+    (a cut-off output's last ids decode to U+FFFD; the server's detokenizer holds them back)."""
+    stopped = isinstance(request_stop(ctx), str)
+    if not stopped and not (split[0].endswith("\ufffd") or split[1].endswith("\ufffd")):
+        return False
+    whole = [s.rstrip("\ufffd").rstrip() for s in split]
+    if stopped:  # the text ends where the stop string began: a prefix of the ids' text, in the last field written
+        if whole[1] or got[1]:
+            return got[0] == whole[0] and whole[1].startswith(got[1])
+        return whole[0].startswith(got[0])
+    return got == (whole[0], whole[1])
+
+
 @rule("parser_split_mismatch", WARN, "The parser split reasoning/answer elsewhere than the delimiter ids do.")
 def parser_split_mismatch(ctx: Context) -> Hit | None:
     c = ctx.capture
@@ -441,7 +495,7 @@ def parser_split_mismatch(ctx: Context) -> Hit | None:
     if split is None:
         return None
     got = ((c.reasoning or "").strip(), (c.content or "").strip())
-    if got == split:
+    if got == split or _cut_text_agrees(ctx, got, split):
         return None
     head = (
         f"The server split reasoning/content as {len(got[0])}/{len(got[1])} chars, the ids split them as "
