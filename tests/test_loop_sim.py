@@ -16,6 +16,7 @@ from tokview.cli import main
 from tokview.core import spec_decode as sd
 from tokview.core.analysis import analyze
 from tokview.servers import CaptureRequest, ServerPool
+from tokview.servers.errors import CaptureFailed
 from tokview.sim import SimConfig, start_simulator
 from tokview.sim.config import SimConfigError
 from tokview.store import Store
@@ -346,3 +347,16 @@ async def test_a_sample_that_fills_the_context_fails_scoring_with_the_reason(tmp
         again = await run_score(ScoreConfig(servers=[sim.url], retries=0), store)
         assert again.failed == len(full)
         assert all(reason in r for r in again.failures_by_reason)
+
+
+async def test_logprobs_on_sglangs_chat_endpoint_fail_saying_why_and_dual_mode_keeps_them():
+    """SGLang's chat endpoint names a logprob's token by text: `--mode chat --logprobs` stored none, silently, in a
+    run that looked like a logprob run. Each capture fails saying why; dual mode takes them from /generate."""
+    with start_simulator(SimConfig(kind="sglang")) as sim:
+        async with _pool(sim.url) as pool:
+            with pytest.raises(CaptureFailed, match="--mode raw or dual"):
+                await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat", settings={"logprobs": 2}))
+            dual = await pool.capture(CaptureRequest(messages=MESSAGES, mode="dual", settings={"logprobs": 2}))
+            plain = await pool.capture(CaptureRequest(messages=MESSAGES, mode="chat"))
+    assert len(dual.output_logprobs) == len(dual.output_ids) > 0
+    assert plain.output_ids and plain.output_logprobs is None

@@ -140,6 +140,12 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
     )
 
 
+SGLANG_CHAT_LOGPROBS = (
+    "--logprobs with --mode chat on SGLang: its chat endpoint names each logprob's token by text, not id (two "
+    "tokens can print the same), so none would be stored; use --mode raw or dual (SGLang's /generate gives ids)"
+)
+
+
 async def capture_on(
     client: ServerClient,
     info: ServerInfo,
@@ -155,6 +161,8 @@ async def capture_on(
     if mode == "raw" and choice.chat_only:
         mode = "chat"  # the user asked for SGLang's chat endpoint: its ids are the only ones
     recorded = {**settings, "backend": choice.name, "mode": mode, "stream": request.stream}
+    if mode == "chat" and choice.server == "sglang" and settings.get("logprobs") is not None:
+        raise CaptureFailed(SGLANG_CHAT_LOGPROBS, url=info.url)
     if mode == "raw":
         capture = await raw_capture(
             client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer
