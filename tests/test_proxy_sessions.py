@@ -417,6 +417,7 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
         live = [h for s in book._sessions.values() for h in s.heads]
         key = packed[: 4 * KEY_IDS]  # the turns that share its first KEY_IDS ids (all of them, when fewer)
         fits = [h for h in live if packed.startswith(h.sequence) and h.sequence[: 4 * KEY_IDS] == key]
+        fits = [h for h in fits if not len(h.sequence) == len(packed) == 4 * h.prompt_len]  # an empty answer's again
         # of equals the first indexed that no turn continues yet, else the first indexed
         expected = min(fits, key=lambda h: (-len(h.sequence), h.continued, h.order)) if fits else None
         assert book._longest_prefix(packed) is expected, step
@@ -747,3 +748,16 @@ def test_a_list_s_prompts_beside_each_other_keep_their_own_break_whatever_their_
         assert (placed["extends"].turn, placed["extends"].break_at) == (1, None)
         assert (placed["other"].turn, placed["other"].parent_sample, placed["other"].break_at) == (1, "s0", 0)
         assert placed["other"].previous_id == 1
+
+
+def test_unnamed_rollouts_of_a_first_prompt_whose_first_answer_was_empty_are_sessions_of_their_own() -> None:
+    """The README's "the same first prompt sent twice without a name starts two sessions" held, except after an empty
+    answer: every later rollout of that prompt was taken for a retry of it and filed into its session, turn 0."""
+    book = SessionBook("r")
+    empty = _turn(book, SYSTEM + [1, 2, 3], [])
+    rollouts = [_turn(book, SYSTEM + [1, 2, 3], [4 + k]) for k in range(3)]
+    assert len({empty.session_id, *(t.session_id for t in rollouts)}) == 4
+    assert {t.turn for t in rollouts} == {0}
+    named = _turn(book, SYSTEM + [1, 2, 3], [], named="a")  # a session the harness names: a retry is that turn
+    again = book.place(SYSTEM + [1, 2, 3], None, named="a")
+    assert (again.session_id, again.turn) == (named.session_id, 0)
