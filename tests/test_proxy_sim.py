@@ -175,18 +175,20 @@ def test_a_refused_request_reaches_the_client_as_sent_and_is_recorded_as_refused
 
 def test_a_body_with_a_lone_surrogate_escape_is_read_as_the_servers_read_it_and_recorded(sim, proxy) -> None:
     """`"\\ud800"` is JSON Python's json reads and orjson refuses: such a body went upstream unread and unrecorded,
-    its generation neither a sample nor a failure. The simulator cannot encode it (HTTP 500): recorded as refused."""
+    its generation neither a sample nor a failure. The simulator refuses it (HTTP 400; it was a 500 and a traceback):
+    recorded as refused."""
     body = b'{"model": "%s", "messages": [{"role": "user", "content": "hi \\ud800 there"}], "max_tokens": 8}' % (
         sim.cfg.model_name.encode()
     )
     headers = {"content-type": "application/json"}
     direct = httpx.post(sim.url + "/v1/chat/completions", content=body, headers=headers)
     through = httpx.post(proxy.url + "/v1/chat/completions", content=body, headers=headers)
-    assert through.status_code == direct.status_code == 500
+    assert through.status_code == direct.status_code == 400
     assert through.content == direct.content
+    assert b"surrogate" in direct.content
     proxy.stop()
     [reason] = _failures(proxy.db)
-    assert reason.startswith("refused by the upstream: HTTP 500")
+    assert reason.startswith("refused by the upstream: HTTP 400")
 
 
 def test_completions_prefix_groups_turns_into_one_session(sim, proxy) -> None:

@@ -537,3 +537,51 @@ def test_tool_rounds_each_goes_on_until_every_declared_tool_was_called():
     assert called == names, "three rounds, then the answer"
     assert message["content"], "three rounds, then the answer"
     assert "tool_calls" not in single, "one declared tool: one round"
+
+
+WIDE = "東京🇯🇵\u200d👨\u200d👩\u200d👧"
+"""A value whose characters are split over byte-level ids: flags, a ZWJ family, CJK."""
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_streamed_arguments_of_characters_split_over_ids_add_up_to_the_answer(sims, kind):
+    """Each id decoded alone streamed U+FFFD for every part of a character, and the real characters never followed: a
+    client joining the argument deltas (as a harness does) had `{"city": "����"}`. A server's detokenizer holds the
+    bytes back until the character is whole."""
+    city = {"type": "string", "enum": [WIDE]}
+    tools = [
+        {
+            **TOOLS[0],
+            "function": {**TOOLS[0]["function"], "parameters": {"type": "object", "properties": {"city": city}}},
+        }
+    ]
+    body = {"messages": [USER], "tools": tools, "max_tokens": 200, "seed": 3}
+    plain = httpx.post(sims[kind].url + "/v1/chat/completions", json=body, timeout=30).json()
+    want = plain["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(want) == {"city": WIDE}
+    events = sse_events(httpx.post(sims[kind].url + "/v1/chat/completions", json={**body, "stream": True}).text)
+    deltas = [
+        d
+        for e in events
+        if isinstance(e, dict)
+        for c in e.get("choices") or []
+        for d in c["delta"].get("tool_calls") or []
+    ]
+    joined = "".join(d["function"].get("arguments") or "" for d in deltas)
+    assert "\ufffd" not in joined
+    assert json.loads(joined) == json.loads(want)
+
+
+def test_stream_pieces_hold_a_split_character_back_until_it_is_whole(qwen_tok, qwen_profile):
+    from tokview.sim import SimConfig
+    from tokview.sim.common import SimState
+
+    state = SimState(SimConfig(kind="vllm"), qwen_tok, qwen_profile)
+    text = "答案是 🎉 x \ufffd!"  # a real U+FFFD too: whole, it is sent
+    ids = qwen_tok.encode(text)
+    pieces = state.stream_pieces(ids, True)
+    assert len(pieces) == len(ids) and "".join(pieces) == text
+    assert any(p == "" for p in pieces)  # at least one id was part of a character
+    cut = qwen_tok.encode("ok 🎉")[:-1]  # an output cut inside the emoji: its bytes are never sent
+    assert qwen_tok.decode(cut) == "ok \ufffd"
+    assert "".join(state.stream_pieces(cut, True)) == "ok "

@@ -235,7 +235,7 @@ def _generate_events(
     skip = bool(sp.get("skip_special_tokens", True))
     out = gen.output_ids
     n = len(out)
-    texts = list(accumulate(state.pieces(out, skip), initial=""))
+    texts = list(accumulate(state.stream_pieces(out, skip), initial=""))
     texts[n] = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), skip)
     ids_field = _output_ids_field(state, prompt, out)
     offset = len(ids_field) - n  # the prompt-prefix bug's extra ids

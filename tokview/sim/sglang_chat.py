@@ -233,7 +233,7 @@ def chat_events(
     """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
     rid, created, model = common.new_id(), common.now(), state.cfg.model_name
     out = gen.output_ids
-    pieces = state.pieces(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
+    pieces = state.stream_pieces(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
     if state.cfg.quirk("parser-all-reasoning"):
         regions = ["hidden" if p in ("<think>", "</think>") else "reasoning" for p in pieces]
     elif split:

@@ -88,13 +88,14 @@ def vllm_deltas(state: SimState, turn: ToolTurn, out: list[int], field: str) -> 
     """One delta per output id (README §4): text pieces, `{}` for what the parser hides, argument deltas."""
     deltas: list[dict[str, Any]] = []
     sent: dict[int, str] = {}
-    for pos, tid in enumerate(out):
+    texts = state.stream_pieces(out, True)
+    for pos in range(len(out)):
         region = turn.parsed.regions[pos]
         k = turn.call_at(pos)
         if region == "reasoning":
-            deltas.append({field: state.piece(tid, True)})
+            deltas.append({field: texts[pos]})
         elif region == "content":
-            deltas.append({"content": state.piece(tid, True)})
+            deltas.append({"content": texts[pos]})
         elif k is not None:
             deltas.append(_vllm_argument_delta(state, turn, out=out, k=k, pos=pos, sent=sent))
         else:
@@ -110,8 +111,8 @@ def _vllm_argument_delta(
     if pos == call.end_at:
         target = call.arguments
     else:
-        so_far = state.decode(out[call.arg_begin_at + 1 : pos + 1], False).lstrip()
-        target = so_far[:-1] if so_far.endswith("}") else so_far
+        so_far = "".join(state.stream_pieces(out[call.arg_begin_at + 1 : pos + 1], False)).lstrip()
+        target = so_far[:-1] if so_far.endswith("}") else so_far  # a character not whole yet is held back
     first = k not in sent
     text = target[len(sent.get(k, "")) :]
     sent[k] = sent.get(k, "") + text
@@ -201,12 +202,13 @@ def sglang_deltas(state: SimState, turn: ToolTurn, out: list[int]) -> list[tuple
     deltas: list[tuple[dict[str, Any], bool]] = []
     empty = {"role": None, "content": None, "reasoning_content": None}
     begins = {call.arg_begin_at: k for k, call in enumerate(turn.calls)}
-    for pos, tid in enumerate(out):
+    texts, arguments = state.stream_pieces(out, True), state.stream_pieces(out, False)
+    for pos in range(len(out)):
         region = turn.parsed.regions[pos]
         if region == "reasoning":
-            deltas.append(({"reasoning_content": state.piece(tid, True)}, False))
+            deltas.append(({"reasoning_content": texts[pos]}, False))
         elif region == "content":
-            deltas.append(({"role": None, "content": state.piece(tid, True), "reasoning_content": None}, True))
+            deltas.append(({"role": None, "content": texts[pos], "reasoning_content": None}, True))
         elif pos in begins:
             head = begins[pos]
             # a GLM call's arguments are read off its <arg_key>/<arg_value> pairs, no span of ids: sent whole with its
@@ -216,7 +218,7 @@ def sglang_deltas(state: SimState, turn: ToolTurn, out: list[int]) -> list[tuple
             call = {"id": turn.ids[head], "index": head, "type": "function", "function": function}
             deltas.append(({**empty, "tool_calls": [call]}, True))
         elif (k := turn.call_at(pos)) is not None and pos != turn.calls[k].end_at:
-            piece = {"name": None, "arguments": state.piece(tid, False)}
+            piece = {"name": None, "arguments": arguments[pos]}
             deltas.append(
                 ({**empty, "tool_calls": [{"id": None, "index": k, "type": "function", "function": piece}]}, True)
             )

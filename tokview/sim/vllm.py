@@ -351,9 +351,10 @@ def _chat_events(
         first.update(prompt_token_ids=None, prompt_text=None)
     events = [sse(first)]
     out = gen.output_ids
+    texts = state.stream_pieces(out[:text_len], skip)
     for pos, (tid, region) in enumerate(zip(out, regions)):
         last = pos == len(out) - 1
-        piece = state.piece(tid, skip) if pos < text_len else ""
+        piece = texts[pos] if pos < text_len else ""
         if region == "delim":
             delta: dict[str, Any] = {}
         elif region == "reasoning":
@@ -422,11 +423,12 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     }
     if stream:
         events = []
+        texts = state.stream_pieces(text_ids, skip)
         for pos, tid in enumerate(out):
             last = pos == len(out) - 1
             choice: dict[str, Any] = {
                 "index": 0,
-                "text": (echoed if pos == 0 else "") + (state.piece(tid, skip) if pos < len(text_ids) else ""),
+                "text": (echoed if pos == 0 else "") + (texts[pos] if pos < len(text_ids) else ""),
                 "logprobs": None,
                 "finish_reason": gen.finish_reason if last else None,
                 "stop_reason": _stop_reason(gen) if last else None,
