@@ -106,3 +106,21 @@ def test_a_stored_negative_id_is_a_damaged_row_in_one_line(tmp_path, capsys, kim
         err
         == "tokview: error: sample s1: its stored row is damaged (ValueError: output_ids holds a negative id (-5))\n"
     )
+
+
+def test_show_keeps_its_columns_by_terminal_cells_past_wide_pieces(tmp_path, capsys, kimi_tok, kimi_profile):
+    """A CJK piece or an emoji takes two cells: padded by characters, each pushed the columns after it right."""
+    import re
+
+    from rich.cells import cell_len
+
+    answer = kimi_tok.encode("答案是 🎉 forty-two") + [kimi_profile.stop_ids[0]]
+    db = tmp_path / "w.duckdb"
+    cap = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=answer, finish_reason="stop", endpoint="sglang-generate")
+    with Store(db) as store:
+        store.put_sample("w1", "p1", "r1", cap, analyze(cap, kimi_profile, kimi_tok), profile="kimi-k2.5")
+    assert main(["show", "w1", "--db", str(db)]) == 0
+    rows = [m for line in capsys.readouterr().out.splitlines() if (m := re.match(r"^ +\d+ +\d+  ('.*?') +\S", line))]
+    assert len(rows) == len(answer)
+    assert any(cell_len(m.group(1)) > len(m.group(1)) for m in rows)  # a wide piece is among them
+    assert {cell_len(m.group(0)) for m in rows} == {cell_len(rows[0].group(0))}, [m.group(0) for m in rows]

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ import pytest
 from loopback import serve_asgi
 
 from tokview.store import Store
+from tokview.ui.display import visible
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
@@ -449,3 +451,21 @@ def test_a_line_keeps_the_line_and_paragraph_separators_escaped_and_reads_back()
     line = printable_line(text)
     assert line == "ls\\u2028sep\\u2029x" and len(line.splitlines()) == 1
     assert from_printed(line) == text
+
+
+@pytest.mark.parametrize("piece", ["\u200d", "\u200b", "\ufeff", "\u2028", "\u2029", "\u0301", "\ufe0f", "\U0001f3fd"])
+def test_a_token_of_zero_width_characters_alone_takes_a_cell_in_the_token_view(piece):
+    """Byte-level tokens of their own (a ZWJ, a line separator, a combining accent, a skin tone): drawn in 0 cells,
+    such a token and the cursor on it were invisible, and a combining mark was drawn onto the token before."""
+    from rich.cells import cell_len
+
+    shown = visible(piece)
+    assert cell_len(shown) >= 1
+    assert "\u2028" not in shown and "\u2029" not in shown  # a terminal may break the line there
+    assert not unicodedata.combining(shown[0])
+
+
+def test_zero_width_characters_inside_a_token_are_named_and_letters_kept():
+    assert visible("a\u200db") == "a‹U+200D›b"
+    assert visible("e\u0301") == "e\u0301"  # a whole character: as it is
+    assert visible("\u0301x") == "◌\u0301x"

@@ -156,6 +156,8 @@ def render(
     parser: str | None = None,
 ) -> str:
     """`parser`: the profile's tool-call layout (names the field a hermes call's name lands in)."""
+    from rich.cells import cell_len  # only where a sample is printed
+
     cap = stored.capture
     n_prompt = len(cap.prompt_ids)
     lines = [
@@ -184,7 +186,9 @@ def render(
         same_ids = not cap.parsed_output_ids or not cap.paths_diverge
         if al is not None and pos >= n_prompt and pos - n_prompt < len(al.statuses) and same_ids:
             status = text_field_column(al, pos - n_prompt, analysis.kinds[pos], parser)
+        shown = repr(piece)
+        shown += " " * max(0, 24 - cell_len(shown))  # by cells: a CJK character or an emoji takes two
         lines.append(
-            f"  {pos:>6}  {ids[pos]:>7}  {piece!r:<24} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
+            f"  {pos:>6}  {ids[pos]:>7}  {shown} {analysis.kinds[pos]:<17} {analysis.loss_mask[pos]}  {status}"
         )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ what the parser hid) without running an app.
 
 from __future__ import annotations
 
+import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -96,9 +97,21 @@ def visible(text: str) -> str:
             out.append(mapped)
         elif ord(ch) < 0x20:
             out.append(chr(0x2400 + ord(ch)))  # ␀ ␁ … ␟
+        elif unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            out.append(f"‹U+{ord(ch):04X}›")  # ZWJ, ZWSP, a BOM, U+2028: a byte-level token of its own, 0 cells
         else:
             out.append(ch)
-    return printable("".join(out)) or "∅"
+    shown = printable("".join(out))
+    if shown and unicodedata.combining(shown[0]):
+        shown = "◌" + shown  # a token that starts with a combining mark: drawn on its own, not onto the token before
+    if shown and not cell_len(shown):  # a variation selector, a skin tone alone: still a cell for the cursor
+        shown = "".join(f"‹U+{ord(ch):04X}›" for ch in shown)
+    return shown or "∅"
+
+
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
+"""Format characters and the line and paragraph separators: drawn in no cell (a terminal may break the line at
+U+2028), so a token of them alone was invisible, the cursor on it too."""
 
 
 @dataclass
