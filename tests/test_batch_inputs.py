@@ -282,3 +282,23 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
     config = BatchConfig(servers=[], prompts_path=pq, mode="raw")
     work = plan_work(config, config.sample_settings(identity), lambda _f: set())
     assert work.bad[0].startswith("row 1: the row is an agent trace"), work.bad
+
+
+def test_a_prompts_file_whose_rows_carry_generation_settings_is_told_they_are_not_read(tmp_path, vllm_sim, capsys):
+    """A row holding `max_tokens` and `chat_template_kwargs` (a saved request body) was generated with the command
+    line's settings, thinking on, saying nothing."""
+    from tokview.batch.inputs import row_settings_note
+    from tokview.cli import main
+
+    rows = tmp_path / "p.jsonl"
+    rows.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "chat_template_kwargs": {}})
+        + "\n"
+    )
+    assert main(["batch", str(rows), "--server", vllm_sim.url, "--db", str(tmp_path / "s.duckdb")]) == 0
+    said = capsys.readouterr().err
+    assert "generation settings (max_tokens, chat_template_kwargs), which batch does not read" in said
+    plain = tmp_path / "q.jsonl"
+    plain.write_text(json.dumps({"prompt": "hi", "id": "a"}) + "\n")
+    assert row_settings_note(plain) is None
+    assert row_settings_note(tmp_path / "missing.jsonl") is None  # the run says what is wrong with the file

@@ -546,6 +546,48 @@ def checked_row(n: int, obj: object, text: str | None) -> PromptRow:
     return parse_checked(obj, n)
 
 
+ROW_SETTINGS = (
+    "max_tokens",
+    "max_new_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "chat_template_kwargs",
+    "sampling_params",
+    "reasoning_effort",
+    "enable_thinking",
+    "thinking",
+)
+"""Generation settings a row may carry (a request body saved as a prompt): `batch` reads none of them."""
+
+
+def row_settings_note(path: str | Path) -> str | None:
+    """A note when the first row of a JSONL prompts file carries generation settings: every row is generated with
+    the command line's (a row asking for thinking off was generated with thinking on, saying nothing). The first row
+    only, never a Parquet file: the note must cost the start-up nothing; a file it cannot read is the run's to say."""
+    path = Path(path)
+    try:
+        if is_parquet(path) or not stat.S_ISREG(path.stat().st_mode):  # a pipe's first line is the run's to read
+            return None
+        with open_lines(path) as lines:
+            first = next((line for line in lines if line.strip()), "")
+        row = json.loads(first)
+    except (OSError, ValueError, RecursionError):
+        return None
+    found = [key for key in ROW_SETTINGS if isinstance(row, dict) and key in row]
+    if not found:
+        return None
+    return (
+        f"tokview: note: the prompts' rows carry generation settings ({', '.join(found)}), which batch does not read: "
+        "every row is generated with the command line's settings (--max-new-tokens, --temperature, "
+        "--chat-template-kwargs, …)"
+    )
+
+
 BAD_ROWS_SHOWN = 20
 
 
