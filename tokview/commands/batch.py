@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
     check_chat_template(args.tokenizer, args.mode)
     from tokview.batch.inputs import row_settings_note
 
-    if (note := row_settings_note(args.prompts)) is not None:
-        print(note, file=sys.stderr)
+    if (settings_note := row_settings_note(args.prompts)) is not None:
+        print(settings_note, file=sys.stderr)
     # The tokenizer loads once the first probe request is out, while the servers answer and the store
     # opens (`preload.py`). Its future is kept on `args`, which `cli.main` holds until it ends the process
     # without teardown: the tokenizer is then never freed (~25 ms for a 160k-entry vocabulary, at the end
