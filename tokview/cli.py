@@ -10,6 +10,7 @@ exit code 70 (ExitCode.INTERNAL). A command whose module does not import is such
 from __future__ import annotations
 
 import argparse
+import codecs
 import errno
 import importlib
 import io
@@ -123,6 +124,23 @@ def guard_standard_streams() -> None:
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (the process's stderr: never closed)
 
 
+def tolerate_narrow_encodings() -> None:
+    """In a locale whose encoding cannot write every character (`LC_ALL=C` with `PYTHONUTF8=0`, a Latin-1 terminal),
+    stdout writes what it cannot encode as escapes (stderr does already): tokview's own `·` and `✓`, or a sample's
+    CJK text, ended `show`, `stats`, `doctor` and others as tokview's bug (exit 70). Data files are written as UTF-8
+    bytes whatever the locale."""
+    stream = sys.stdout
+    encoding = getattr(stream, "encoding", None)
+    if not isinstance(stream, io.TextIOWrapper) or not encoding:
+        return
+    try:
+        narrow = codecs.lookup(encoding).name not in ("utf-8", "utf-16", "utf-32")
+    except LookupError:
+        narrow = True
+    if narrow:
+        stream.reconfigure(errors="backslashreplace")
+
+
 def _is_open(fd: int) -> bool:
     try:
         os.fstat(fd)
@@ -187,9 +205,15 @@ def _not_utf8(args: list[str]) -> str | None:
                 continue
             if args[0] == "audit" and not flag.startswith("-") and os.path.lexists(arg):
                 continue
-            shown = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raw = os.fsencode(arg)
+            shown = raw.decode("utf-8", "backslashreplace")
             what = f"the value of {args[k - 1]}" if k and args[k - 1].startswith("-") else f"argument {k + 1}"
-            return f"{what} ('{shown}') holds bytes that are not UTF-8 text: give names and paths in UTF-8"
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"{what} ('{shown}') holds bytes that are not UTF-8 text: give names and paths in UTF-8"
+            encoding = sys.getfilesystemencoding()  # UTF-8 bytes a narrow locale could not read as text
+            return f"{what} ('{shown}') is UTF-8, which this locale ({encoding}) cannot read: run with LC_ALL=C.UTF-8"
     return None
 
 
@@ -200,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     tokview`). Then a command that sets `exit_without_teardown` (`batch`) ends the process here, once
     its work is closed and its output written: see `exit_without_teardown`."""
     guard_standard_streams()
+    tolerate_narrow_encodings()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args_in = sys.argv[1:] if argv is None else argv

@@ -55,6 +55,7 @@ def test_demo_with_the_app_shows_progress_then_current_counts_and_says_the_store
         store.put_sample("extra@demo", "extra", "demo-chat", capture, analyze(capture, profile, tokenizer))
 
     monkeypatch.setattr(TokviewApp, "run", stand_in)
+    monkeypatch.setattr("tokview.commands.ui.has_terminal", lambda: True)  # pytest's stdin is none
     monkeypatch.setenv("USER", "dana")
     assert main(["demo", "--limit", "2"]) == 0
     captured = capsys.readouterr()
@@ -75,3 +76,12 @@ def test_demo_on_agent_traces_says_the_raw_run_skipped_them_as_bad_rows(capsys):
     assert main(["demo", "--no-ui", "--prompts", str(traces), "--limit", "2"]) == 0
     [raw] = [line for line in capsys.readouterr().out.splitlines() if "demo-truncated" in line]
     assert "bad rows 2 (first: row 1: an agent trace needs --mode chat" in raw, raw
+
+
+def test_without_a_terminal_the_demo_fills_its_store_headless_and_the_app_refuses_in_one_line(capsys, tmp_path):
+    """cron, CI, a script's redirect: the app waited forever for keys, writing its escapes into the log."""
+    assert main(["demo", "--limit", "1", "--db", str(tmp_path / "d.duckdb")]) == 0
+    captured = capsys.readouterr()
+    assert "no terminal for the app: filling the store headless (as --no-ui)" in captured.err
+    assert main(["ui", "--db", str(tmp_path / "d.duckdb")]) == 1
+    assert "the app needs a terminal" in capsys.readouterr().err

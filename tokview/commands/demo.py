@@ -188,6 +188,11 @@ def run(args: argparse.Namespace) -> int:
         tmp = tempfile.TemporaryDirectory(prefix="tokview-demo-")
         db = str(Path(tmp.name) / "demo.duckdb")
     tokenizer, profile = load_tokenizer_and_profile(None, "kimi-k2.5")
+    from tokview.commands.ui import has_terminal
+
+    if not args.no_ui and not has_terminal():  # cron, CI, a redirect: the app would wait forever for keys
+        print("tokview demo: no terminal for the app: filling the store headless (as --no-ui)", file=sys.stderr)
+        args.no_ui = True
     if not args.no_ui:  # the batches take seconds before the app can open: say what is happening
         where = "a temporary store (removed when you quit; --db PATH keeps one)" if tmp else db
         print(f"tokview demo: filling {where}", file=sys.stderr)

@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     with Store(args.db) as store:
         if args.history:
             return _history(store, args)
-        if store.read_only:
+        if store.read_only and not (args.dry_run and args.undo is None):  # a dry run writes nothing
             raise UserError(f"{args.db} cannot be written (read-only): nothing reviewed")
         if args.undo is not None:
             return _undo(store, args, who)

@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from tokview.batch.scoring import ScoreConfig, run_score
     from tokview.servers.urls import validate_server_url
     from tokview.store import Store
+    from tokview.store.errors import StoreError
 
     existing_store(args.db)
     servers = [validate_server_url(url) for url in args.server]  # BadServerURL: one line, masked
@@ -102,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     printer = ProgressPrinter(sys.stderr)
     try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         with Store(args.db, server_urls=servers) as store:
+            if store.read_only:  # before the target scores anything: every score would be held, then lost
+                raise StoreError(f"cannot write to {args.db}: the store is read-only (nothing scored)")
             summary = asyncio.run(_run(config, store, printer, run_score))
             sigterm_as_ctrl_c_again()  # the loop's close put back SIGTERM's default: it died silently
     finally:

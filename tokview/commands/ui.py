@@ -66,6 +66,17 @@ def confirm_new_store(db: str, create: bool) -> None:
         raise UserError(f"database not found: {db} (nothing created)")
 
 
+def has_terminal() -> bool:
+    """Whether the app can run here: Textual reads keys from stdin and draws on stderr. Without a terminal (cron, CI,
+    a script's redirect) it waited forever for keys that never came, writing its escapes into the log."""
+    return all(stream is not None and stream.isatty() for stream in (sys.__stdin__, sys.__stderr__))
+
+
+NO_TERMINAL = (
+    "the app needs a terminal (stdin and stderr are not one here): run it in a terminal, or use another command"
+)
+
+
 def open_app(
     db: str,
     *,
@@ -101,6 +112,8 @@ def open_app(
 
         get_profile(profile)  # an unknown name fails here as one line, not inside the app
     confirm_new_store(db, create)
+    if not has_terminal():
+        raise UserError(NO_TERMINAL)
     with Store(db, lock_timeout=APP_LOCK_TIMEOUT_S) as store:
         session = Session(
             store,

@@ -35,7 +35,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tokview.core.json_cache import cache_folder
+from tokview.core.json_cache import build_folder, cache_folder
 from tokview.core.kimi_layout import EXTRA_PIECES, WORDS
 
 VOCAB_SIZE = 151552
@@ -239,8 +239,7 @@ _BUILD_LOCK = threading.Lock()
 def _build(out_dir: Path, replace: bool) -> Path:
     """Build in a sibling temp dir and rename it into place, so readers never see half a dir."""
     out_dir = Path(out_dir).expanduser().absolute()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = build_folder(out_dir, f".{out_dir.name}.tmp-")
     try:
         umask = os.umask(0)
         os.umask(umask)

@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tokview.core.json_cache import NoCacheFolder, cache_folder
+from tokview.core.json_cache import NoCacheFolder, build_folder, cache_folder, home_expanded
 from tokview.core.tokenizer_folder import byte_alphabet
 from tokview.errors import TokviewError
 
@@ -80,7 +80,7 @@ def find_js_tiktoken() -> Path | None:
     ~/.cache/tokview (where .ci/run's `npm pack` puts it, also when a test suite moves TOKVIEW_CACHE)."""
     named = os.environ.get("TOKVIEW_JS_TIKTOKEN")
     if named:
-        return Path(named).expanduser()
+        return home_expanded(named, "TOKVIEW_JS_TIKTOKEN")
     for folder in _packed_folders():
         packed = sorted(folder.glob("js-tiktoken-*.tgz"))
         if packed:
@@ -284,8 +284,7 @@ def gpt_oss_tokenizer_dir(source: Path | None = None, cache_dir: Path | None = N
             "~/.cache/tokview` (or set TOKVIEW_JS_TIKTOKEN to the package)"
         )
     ranks = read_js_tiktoken_ranks(where)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gpt-oss.tmp-", dir=folder.parent))
+    tmp = build_folder(folder, ".gpt-oss.tmp-")
     try:
         write_gpt_oss_folder(ranks, tmp)
         try:

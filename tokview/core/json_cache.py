@@ -22,11 +22,34 @@ class NoCacheFolder(UserError):
     """Neither `$TOKVIEW_CACHE` nor a home folder: nowhere to build or keep tokview's cached files."""
 
 
+def home_expanded(value: str, variable: str) -> Path:
+    """A path an environment variable names, `~` and `~user` expanded; a user with no home is one line naming the
+    variable (Python's RuntimeError ended the command as tokview's own bug)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        raise UserError(f"{variable}={value!r}: that user has no home folder") from None
+
+
+def build_folder(out_dir: Path, prefix: str) -> Path:
+    """A new temporary folder beside `out_dir` (its parents made) to build a cached tokenizer layout in, renamed into
+    place once whole. A cache that cannot be written (a read-only home, a file named as the folder) is one line
+    naming TOKVIEW_CACHE: it ended every command that needs a built-in tokenizer as tokview's own bug."""
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=out_dir.parent))
+    except OSError as exc:
+        raise NoCacheFolder(
+            f"cannot write tokview's cache at {out_dir.parent}: {exc.strerror or exc}; set TOKVIEW_CACHE to a "
+            "writable folder"
+        ) from None
+
+
 def cache_folder() -> Path:
     """tokview's cache folder: `$TOKVIEW_CACHE`, else ~/.cache/tokview. Raises NoCacheFolder without either."""
     named = os.environ.get("TOKVIEW_CACHE")
     if named:
-        return Path(named).expanduser()
+        return home_expanded(named, "TOKVIEW_CACHE")
     try:
         home = Path.home()
     except RuntimeError:  # no HOME and no passwd entry for this user id

@@ -22,7 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from tokview.core.json_cache import cache_folder
+from tokview.core.json_cache import build_folder, cache_folder
 from tokview.core.kimi_tiktoken import DEFAULT_ADDITIONAL_SPECIAL
 
 VOCAB_SIZE = 163840
@@ -328,8 +328,7 @@ def _build(out_dir: Path, think_special: bool, replace: bool, model: str = "kimi
     finished build is kept and ours is discarded.
     """
     out_dir = Path(out_dir).expanduser().absolute()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = build_folder(out_dir, f".{out_dir.name}.tmp-")
     try:
         umask = os.umask(0)
         os.umask(umask)

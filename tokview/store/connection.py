@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import time
@@ -206,8 +207,15 @@ def refuse_other_files(path: str) -> None:
     with _OPEN_HERE_LOCK:
         if _open_here(path):
             return  # a store open here already (and reading it would drop this process's lock on it)
+        where = Path(path).expanduser()
         try:
-            with open(Path(path).expanduser(), "rb") as f:
+            mode = where.stat().st_mode
+        except OSError:
+            return  # a new store (or unreachable: DuckDB's own error says why)
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO's open waits for a writer, past Ctrl-C
+            raise StoreError(f"{path} is not a regular file (a tokview store is a DuckDB file): pass another --db")
+        try:
+            with open(where, "rb") as f:
                 head = f.read(12)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return  # a new store, or a folder DuckDB names itself

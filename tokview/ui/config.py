@@ -26,6 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokview.core.json_cache import home_expanded
 from tokview.errors import TokviewError
 from tokview.ui.bindings import keymap_problem, split_keys
 from tokview.ui.display import VIEW_MODES
@@ -57,7 +58,7 @@ def theme_names() -> list[str]:
 
 def config_path() -> Path:
     env = os.environ.get("TOKVIEW_CONFIG")
-    return Path(env).expanduser() if env else Path.home() / ".config" / "tokview" / "config.toml"
+    return home_expanded(env, "TOKVIEW_CONFIG") if env else Path.home() / ".config" / "tokview" / "config.toml"
 
 
 def load_config(path: Path | None = None) -> UIConfig:
