@@ -185,7 +185,12 @@ def run(args: argparse.Namespace) -> int:
     tmp = None
     db = args.db
     if db is None:
-        tmp = tempfile.TemporaryDirectory(prefix="tokview-demo-")
+        try:
+            tmp = tempfile.TemporaryDirectory(prefix="tokview-demo-")
+        except OSError as exc:  # no usable temporary folder (TMPDIR, /tmp, /var/tmp and here all unwritable)
+            raise UserError(
+                f"no folder for the demo's temporary store ({exc.strerror or exc}): pass --db PATH"
+            ) from None
         db = str(Path(tmp.name) / "demo.duckdb")
     tokenizer, profile = load_tokenizer_and_profile(None, "kimi-k2.5")
     from tokview.commands.ui import has_terminal
