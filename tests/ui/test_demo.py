@@ -85,3 +85,15 @@ def test_without_a_terminal_the_demo_fills_its_store_headless_and_the_app_refuse
     assert "no terminal for the app: filling the store headless (as --no-ui)" in captured.err
     assert main(["ui", "--db", str(tmp_path / "d.duckdb")]) == 1
     assert "the app needs a terminal" in capsys.readouterr().err
+
+
+def test_no_usable_temporary_folder_is_one_line(capsys, monkeypatch):
+    import tempfile
+
+    def none_usable(*args, **kwargs):
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp', '/var/tmp']")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", none_usable)
+    assert main(["demo", "--no-ui", "--limit", "1"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert "pass --db PATH" in line
