@@ -86,6 +86,8 @@ class Backend(ABC):
     """It takes our prompt ids verbatim and returns the sampled ids: the raw path."""
     recorded_as: ClassVar[str]
     """`Capture.endpoint` of what it captures (stored: never renamed)."""
+    logprob_ids: ClassVar[bool] = True
+    """It can name each logprob's token by id (`--logprobs`): SGLang's chat endpoint names them by text only."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -140,9 +140,9 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
     )
 
 
-SGLANG_CHAT_LOGPROBS = (
-    "--logprobs with --mode chat on SGLang: its chat endpoint names each logprob's token by text, not id (two "
-    "tokens can print the same), so none would be stored; use --mode raw or dual (SGLang's /generate gives ids)"
+CHAT_LOGPROBS_BY_TEXT = (
+    "--logprobs with --mode chat on {server}: its chat endpoint names each logprob's token by text, not id (two "
+    "tokens can print the same), so none would be stored; use --mode raw or dual (its raw path gives ids)"
 )
 
 
@@ -161,8 +161,8 @@ async def capture_on(
     if mode == "raw" and choice.chat_only:
         mode = "chat"  # the user asked for SGLang's chat endpoint: its ids are the only ones
     recorded = {**settings, "backend": choice.name, "mode": mode, "stream": request.stream}
-    if mode == "chat" and choice.server == "sglang" and settings.get("logprobs") is not None:
-        raise CaptureFailed(SGLANG_CHAT_LOGPROBS, url=info.url)
+    if mode == "chat" and not choice.chat.logprob_ids and settings.get("logprobs") is not None:
+        raise CaptureFailed(CHAT_LOGPROBS_BY_TEXT.format(server=choice.chat.server_name), url=info.url)
     if mode == "raw":
         capture = await raw_capture(
             client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer

@@ -275,6 +275,7 @@ class SglangChat(ChatBackend):
     server = "sglang"
     server_name = "SGLang"
     recorded_as = "sglang-chat"
+    logprob_ids = False  # OpenAI-style entries: a token's text, and two tokens can print the same
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = chat_body(call.messages, call.prompt_ids, call.settings, info.model)
