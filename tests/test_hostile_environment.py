@@ -91,3 +91,37 @@ def test_a_dry_run_review_of_a_read_only_store_says_what_it_would_do(tmp_path, k
     monkeypatch.setattr(Store, "read_only", property(lambda self: True))
     assert main(["review", "--db", str(db), "--run", "r1", "--approve", "--dry-run"]) == 0
     assert main(["review", "--db", str(db), "--run", "r1", "--approve"]) == 1
+
+
+def test_json_in_a_narrow_locale_is_json_and_a_paths_bytes_print_back_as_they_came(tmp_path):
+    """stdout's escapes in a narrow locale made `tokenize --json` write `caf\\xe9`, no JSON; and an argument's bytes
+    (Python's surrogateescape) printed as `\\udcc3` where the locale's own handler wrote them back."""
+    import json
+
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "café 🎉"}]), encoding="utf-8")
+    done = _tokview("tokenize", "--json", "--chat", str(chat), env=NARROW)
+    assert done.returncode == 0, done.stderr
+    assert "café 🎉" in json.loads(done.stdout.splitlines()[0])["text"]
+    from tokview.cli import _narrow_escape
+
+    assert _narrow_escape(UnicodeEncodeError("ascii", "a\udcc3\u00b7", 1, 3, "x")) == (b"\xc3", 2)
+    assert _narrow_escape(UnicodeEncodeError("ascii", "a\udcc3\u00b7", 2, 3, "x")) == ("\\xb7", 3)
+
+
+def test_an_unknown_users_home_in_tokview_cache_leaves_the_optional_caches_alone(tmp_path, qwen_tok_dir):
+    """Only what must live on disk (the built-in layouts) needs the cache: a tokenizer folder of one's own works."""
+    done = _tokview("tokenize", "--tokenizer", str(qwen_tok_dir), "hi", env={"TOKVIEW_CACHE": "~no-such-user-tv/x"})
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_app_with_stdin_closed_and_no_store_is_one_line(tmp_path):
+    done = subprocess.run(
+        f"{sys.executable} -m tokview ui --db {tmp_path / 'none.duckdb'} <&-",
+        shell=True,
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 1, done.stderr
+    assert b"database not found" in done.stderr and b"Traceback" not in done.stderr

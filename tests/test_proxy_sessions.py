@@ -417,7 +417,7 @@ def test_the_turn_a_prompt_continues_is_the_longest_kept_turn_it_begins_with() -
         live = [h for s in book._sessions.values() for h in s.heads]
         key = packed[: 4 * KEY_IDS]  # the turns that share its first KEY_IDS ids (all of them, when fewer)
         fits = [h for h in live if packed.startswith(h.sequence) and h.sequence[: 4 * KEY_IDS] == key]
-        fits = [h for h in fits if not len(h.sequence) == len(packed) == 4 * h.prompt_len]  # an empty answer's again
+        fits = [h for h in fits if not (h.turn == 0 and len(h.sequence) == len(packed) == 4 * h.prompt_len)]
         # of equals the first indexed that no turn continues yet, else the first indexed
         expected = min(fits, key=lambda h: (-len(h.sequence), h.continued, h.order)) if fits else None
         assert book._longest_prefix(packed) is expected, step
@@ -761,3 +761,15 @@ def test_unnamed_rollouts_of_a_first_prompt_whose_first_answer_was_empty_are_ses
     named = _turn(book, SYSTEM + [1, 2, 3], [], named="a")  # a session the harness names: a retry is that turn
     again = book.place(SYSTEM + [1, 2, 3], None, named="a")
     assert (again.session_id, again.turn) == (named.session_id, 0)
+
+
+def test_a_later_turn_retried_past_the_kept_requests_stays_that_turn_of_its_session() -> None:
+    """Seven empty answers to turn 1 (a harness retrying): each kept request evicts an older one, and once turn 0 was
+    gone the retries and the rest of the conversation started new sessions."""
+    book = SessionBook("r")
+    first = _turn(book, SYSTEM + [1, 2], [3, 4])
+    retries = [_turn(book, SYSTEM + [1, 2, 3, 4, 5], []) for _ in range(7)]
+    answered = _turn(book, SYSTEM + [1, 2, 3, 4, 5], [6, 7])
+    after = _turn(book, SYSTEM + [1, 2, 3, 4, 5, 6, 7, 8], [9])
+    assert {(t.session_id, t.turn) for t in [*retries, answered]} == {(first.session_id, 1)}
+    assert (after.session_id, after.turn) == (first.session_id, 2)

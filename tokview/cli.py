@@ -138,7 +138,26 @@ def tolerate_narrow_encodings() -> None:
     except LookupError:
         narrow = True
     if narrow:
-        stream.reconfigure(errors="backslashreplace")
+        codecs.register_error(NARROW_ERRORS, _narrow_escape)
+        stream.reconfigure(errors=NARROW_ERRORS)
+
+
+NARROW_ERRORS = "tokview-narrow"
+"""stdout's error handler in a narrow locale (`_narrow_escape`)."""
+
+
+def _narrow_escape(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """What the locale cannot encode: a byte an argument carried (Python's surrogateescape, the locale's own
+    handler: a path printed back as its bytes) as that byte, anything else as its backslash escape."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    ch = exc.object[exc.start]
+    if "\udc80" <= ch <= "\udcff":
+        return bytes([ord(ch) - 0xDC00]), exc.start + 1
+    code = ord(ch)
+    return (
+        f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    ), exc.start + 1
 
 
 def _is_open(fd: int) -> bool:

@@ -20,7 +20,10 @@ This module imports nothing from tokview, so every layer can use it.
 
 from __future__ import annotations
 
+import codecs
+import json
 import re
+import sys
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -64,6 +67,17 @@ def printable_json(text: str) -> str:
     (the same JSON to a parser). The dump escapes C0 controls itself; lone surrogates must be
     made `storable` first."""
     return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def stdout_json(value: object) -> str:
+    """`value` as a JSON document for stdout (`printable_json`): its text as it is where stdout writes UTF-8, every
+    non-ASCII character escaped where the locale cannot (a `\\xe9` written in its place was no JSON)."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        wide = codecs.lookup(encoding).name in ("utf-8", "utf-16", "utf-32")
+    except LookupError:
+        wide = False
+    return printable_json(json.dumps(value, ensure_ascii=not wide))
 
 
 _LINE_BREAKS = re.compile("[\u2028\u2029]")

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import sys
 
 from tokview.errors import ExitCode, UserError
-from tokview.untrusted_text import printable_json
+from tokview.untrusted_text import stdout_json
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if args.json:
-        print(printable_json(json.dumps(report.to_dict(), ensure_ascii=False)))
+        print(stdout_json(report.to_dict()))
     else:
         print(report.render_text())
     return ExitCode.FAILURES if report.failed else ExitCode.OK

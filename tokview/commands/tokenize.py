@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tokview.errors import UserError
-from tokview.untrusted_text import printable_json
+from tokview.untrusted_text import stdout_json
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -183,7 +183,7 @@ def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thin
 def _emit(as_json: bool, text: str, ids: list[int], tokenizer: TokenizerAdapter, label: str | None = None) -> None:
     pieces = tokenizer.pieces(ids)
     if as_json:
-        print(printable_json(json.dumps({"text": text, "ids": ids, "pieces": pieces}, ensure_ascii=False)))
+        print(stdout_json({"text": text, "ids": ids, "pieces": pieces}))
         return
     print()
     print(f"{label or 'text'} {_short(text)}: {len(ids)} ids")

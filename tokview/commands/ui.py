@@ -56,7 +56,7 @@ def confirm_new_store(db: str, create: bool) -> None:
     if path.exists() or create:
         return
     where = f"{path}" + ("" if path.parent.is_dir() else f" (and the folder {path.parent})")
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():  # None: stdin closed (`<&-`)
         raise UserError(f"database not found: {db} (pass --create to make a new store there)")
     try:
         answer = input(f"tokview: {where} does not exist. Create a new store there? [y/N] ")

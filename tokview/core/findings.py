@@ -314,15 +314,24 @@ def generation_aborted(ctx: Context) -> Hit | None:
 
 def request_stop(ctx: Context) -> str | int | None:
     """The stop the request's own `stop` strings or `stop_token_ids` made (vLLM's `stop_reason`, SGLang's
-    `matched_stop`): a string, or an id that is none of the model's stop ids; None when the model ended its turn."""
+    `matched_stop`): a string (only a stop string is matched as one), or an id the request listed in its
+    `stop_token_ids` that is none of the model's stop ids; None when the model ended its turn. An id alone says
+    nothing: both servers name the generation config's end ids there too, which a profile read from a folder
+    without that config may not list."""
     c = ctx.capture
     matched = c.matched_stop
     if c.finish_reason != "stop" or matched is None or isinstance(matched, bool):
         return None
     if isinstance(matched, str):
         return matched
-    if isinstance(matched, int) and ctx.profile.stop_ids and matched not in ctx.profile.stop_ids:
-        return matched  # a profile that names no stop ids cannot tell the model's from the request's
+    asked = c.settings.get("stop_token_ids") if isinstance(c.settings, dict) else None
+    if (
+        isinstance(matched, int)
+        and isinstance(asked, list)
+        and matched in asked
+        and matched not in ctx.profile.stop_ids
+    ):
+        return matched
     return None
 
 

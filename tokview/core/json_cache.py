@@ -22,13 +22,13 @@ class NoCacheFolder(UserError):
     """Neither `$TOKVIEW_CACHE` nor a home folder: nowhere to build or keep tokview's cached files."""
 
 
-def home_expanded(value: str, variable: str) -> Path:
-    """A path an environment variable names, `~` and `~user` expanded; a user with no home is one line naming the
-    variable (Python's RuntimeError ended the command as tokview's own bug)."""
+def home_expanded(value: str, variable: str, error: type[UserError] = UserError) -> Path:
+    """A path an environment variable names, `~` and `~user` expanded; a user with no home is `error`, one line
+    naming the variable (Python's RuntimeError ended the command as tokview's own bug)."""
     try:
         return Path(value).expanduser()
     except RuntimeError:
-        raise UserError(f"{variable}={value!r}: that user has no home folder") from None
+        raise error(f"{variable}={value!r}: that user has no home folder") from None
 
 
 def build_folder(out_dir: Path, prefix: str) -> Path:
@@ -49,7 +49,7 @@ def cache_folder() -> Path:
     """tokview's cache folder: `$TOKVIEW_CACHE`, else ~/.cache/tokview. Raises NoCacheFolder without either."""
     named = os.environ.get("TOKVIEW_CACHE")
     if named:
-        return home_expanded(named, "TOKVIEW_CACHE")
+        return home_expanded(named, "TOKVIEW_CACHE", NoCacheFolder)  # an optional cache then goes without
     try:
         home = Path.home()
     except RuntimeError:  # no HOME and no passwd entry for this user id

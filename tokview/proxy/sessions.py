@@ -470,10 +470,10 @@ class SessionBook:
         filed into the named one."""
         group = self._by_start.get(packed[: KEY_IDS * 4])
         extended = group.extended_by(packed) if group is not None else []
-        # A turn whose answer was empty, asked once more: without a name, the same prompt again (a rollout of the
-        # same task) is never that turn's continuation; it goes after the turn that prompt extends, or starts a
-        # session (every later rollout of a first prompt whose first answer was empty was filed into one session).
-        extended = [h for h in extended if not (len(h.sequence) == len(packed) == h.prompt_len * 4)]
+        # A first turn whose answer was empty, asked once more: without a name, the same first prompt again (a
+        # rollout of the same task) starts a session of its own, as after any answer (every later rollout of it was
+        # filed into the empty one's session). A later turn's prompt again is a retry of that turn (`_after`).
+        extended = [h for h in extended if not (h.turn == 0 and len(h.sequence) == len(packed) == h.prompt_len * 4)]
         if not extended:
             return None
         longest = max(len(h.sequence) for h in extended)
