@@ -466,6 +466,7 @@ def test_a_token_of_zero_width_characters_alone_takes_a_cell_in_the_token_view(p
 
 
 def test_zero_width_characters_inside_a_token_are_named_and_letters_kept():
-    assert visible("a\u200db") == "a‹U+200D›b"
+    assert visible("a\u200db") == "a\u200db"  # a joiner between letters draws as the text it joins
+    assert visible("a\u2028b") == "a‹U+2028›b"  # a line separator is named wherever it is
     assert visible("e\u0301") == "e\u0301"  # a whole character: as it is
     assert visible("\u0301x") == "◌\u0301x"

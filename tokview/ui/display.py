@@ -97,21 +97,21 @@ def visible(text: str) -> str:
             out.append(mapped)
         elif ord(ch) < 0x20:
             out.append(chr(0x2400 + ord(ch)))  # ␀ ␁ … ␟
-        elif unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
-            out.append(f"‹U+{ord(ch):04X}›")  # ZWJ, ZWSP, a BOM, U+2028: a byte-level token of its own, 0 cells
+        elif unicodedata.category(ch) in _LINE_SEPARATORS:
+            out.append(f"‹U+{ord(ch):04X}›")  # a terminal may break the line there
         else:
             out.append(ch)
     shown = printable("".join(out))
     if shown and unicodedata.combining(shown[0]):
         shown = "◌" + shown  # a token that starts with a combining mark: drawn on its own, not onto the token before
-    if shown and not cell_len(shown):  # a variation selector, a skin tone alone: still a cell for the cursor
+    if shown and not cell_len(shown):  # a ZWJ, a BOM, a skin tone alone: 0 cells, the token and cursor invisible
         shown = "".join(f"‹U+{ord(ch):04X}›" for ch in shown)
     return shown or "∅"
 
 
-_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zl", "Zp"})
-"""Format characters and the line and paragraph separators: drawn in no cell (a terminal may break the line at
-U+2028), so a token of them alone was invisible, the cursor on it too."""
+_LINE_SEPARATORS = frozenset({"Zl", "Zp"})
+"""U+2028 and U+2029: named wherever they are. Other zero-width characters are named only in a token of nothing
+else (a ZWJ inside an emoji sequence or a ZWNJ inside a Persian word draws as the text it joins)."""
 
 
 @dataclass
