@@ -590,3 +590,16 @@ def test_an_answer_cut_by_the_requests_stop_id_is_stored_invalid(sim, proxy, kim
     assert "stopped_by_request" in row["codes"]
     with Store(proxy.db) as store:
         assert store.query("SELECT valid FROM samples") == [(False,)]
+
+
+def test_a_requests_query_string_is_stored_with_its_values_masked(sim, proxy) -> None:
+    """The stored URL left the query out (an Azure-style `api-version`): kept now, every value masked, since a
+    harness may put its key there."""
+    body = _chat(sim.cfg.model_name, False)
+    url = proxy.url + "/v1/chat/completions?api-version=2024-06-01&api_key=sk-secret-123456"
+    assert httpx.post(url, json=body).status_code == 200
+    proxy.stop()
+    [row] = _stored(proxy.db)
+    stored = json.loads(row["raw_request"]) if isinstance(row["raw_request"], str) else row["raw_request"]
+    assert stored["url"].endswith("/v1/chat/completions?api-version=[redacted]&api_key=[redacted]")
+    assert "sk-secret" not in json.dumps(stored)

@@ -181,7 +181,7 @@ def scrub_text(text: str, secrets: Secrets = NO_SECRETS) -> str:
     if "@" in text:
         text = _URL_USERINFO.sub(r"\1", text)
     if "?" in text:
-        text = _URL_QUERY.sub(lambda m: m.group(1) + _masked_query(m.group(2)), text)
+        text = _URL_QUERY.sub(lambda m: m.group(1) + masked_query(m.group(2)), text)
     keys = env_keys()
     for value in sorted({*secrets.values, *(k for k in keys if len(k) >= MIN_SECRET_LEN)}, key=len, reverse=True):
         if value in text:
@@ -191,7 +191,7 @@ def scrub_text(text: str, secrets: Secrets = NO_SECRETS) -> str:
     return storable(_AUTH_VALUE.sub(_mask_auth_value, text))
 
 
-def _masked_query(query: str) -> str:
+def masked_query(query: str) -> str:
     """`a=1&b=2` → `a=[redacted]&b=[redacted]`: a key in a query is a key too."""
     if not query:
         return query
@@ -244,7 +244,7 @@ def redact_url(url: str) -> str:
     the fragment masked even when the URL has no scheme (`h:8000?key`)."""
     url, hashmark, fragment = url.partition("#")
     url, qmark, query = url.partition("?")
-    tail = qmark + _masked_query(query) + hashmark + (MASK if fragment else "")
+    tail = qmark + masked_query(query) + hashmark + (MASK if fragment else "")
     return scrub_text(url) + tail
 
 

@@ -40,7 +40,7 @@ from tokview.proxy.wire import (
     UpstreamPool,
     UpstreamResponse,
 )
-from tokview.secrets import Secrets, authorization_values
+from tokview.secrets import Secrets, authorization_values, masked_query
 from tokview.servers.codings import BodyDecoder, UnreadableCoding, decoded
 from tokview.servers.errors import error_message
 from tokview.servers.http import max_response_bytes
@@ -103,6 +103,8 @@ class _Exchange:
     headers: dict[str, str]
     body: bytes
     upstream: Upstream
+    query: str = ""
+    """The request's query string (stored with every value masked: a harness may put its key there)."""
     endpoint: str | None = None
     request: dict[str, Any] | None = None
     injection: ids.Injection | None = None
@@ -148,6 +150,7 @@ class ProxyApp:
             await _json_error(client, 401, UNAUTHORISED)
             return
         ex = _Exchange(request.method, request.path, headers, request.body, self.upstreams[next(self._next)])
+        ex.query = request.query
         try:
             await self._forward(ex, request.query, client)
         except ClientGone:
@@ -382,7 +385,7 @@ class ProxyApp:
         headers = {k: v for k, v in ex.headers.items() if k in STORED_HEADERS}
         return {
             "method": ex.method,
-            "url": ex.upstream.url + ex.path,
+            "url": ex.upstream.url + ex.path + (f"?{masked_query(ex.query)}" if ex.query else ""),
             "headers": headers,
             "body": ex.request,
             "injected": list(ex.injection.fields) if ex.injection else [],
