@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from tokview.proxy.recorder import Recorder
-from tokview.proxy.sessions import KEY_MIN_IDS, TURNS_KEPT, SessionBook, restore_sessions
+from tokview.proxy.sessions import KEY_MIN_IDS, RESTORED_TURNS, TURNS_KEPT, SessionBook, restore_sessions
 from tokview.store import Store, StoreError, export_rows
 
 LONG = "tell me about the tool results of this long file, line by line " * 400
@@ -103,7 +103,7 @@ def test_a_restarted_proxy_restores_its_sessions_with_their_whole_prompts(record
     last_id = _ids(store)[-1]
     assert store.query("SELECT prompt_from IS NOT NULL FROM samples WHERE sample_id = ?", [last_id]) == [(True,)]
     book = SessionBook("new")
-    assert restore_sessions(book, store) == min(TURNS_KEPT, len(captures))  # its newest requests, as kept live
+    assert restore_sessions(book, store) == min(RESTORED_TURNS, len(captures))  # its newest requests, as kept live
     last = captures[-1]
     turn = book.place([*last.prompt_ids, *last.output_ids, 5, 6, 7], None)
     assert (turn.turn, turn.parent_sample, turn.joined_by) == (len(captures), last_id, "prefix")
@@ -117,7 +117,7 @@ def test_a_restarted_proxy_stores_the_next_turn_past_the_key_its_restored_turn_i
     [(key_id, key_len)] = store.query("SELECT prompt_from, prompt_from_len FROM samples WHERE sample_id = ?", [last_id])
     assert key_id is not None
     book = SessionBook("new")
-    assert restore_sessions(book, store) == min(TURNS_KEPT, len(captures))  # its newest requests, as kept live
+    assert restore_sessions(book, store) == min(RESTORED_TURNS, len(captures))  # its newest requests, as kept live
     keys = set(book.whole_rows())
     assert key_id in keys and last_id not in keys  # the restored turn itself is stored past the key
     last = captures[-1]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tokview.proxy.sessions import KEY_IDS, SessionBook, Turn, _pack
 
 SYSTEM = list(range(100, 140))
@@ -286,17 +288,19 @@ def test_a_harness_may_continue_any_choice_of_an_n_request() -> None:
 
 
 def test_a_long_trace_s_kept_turns_hold_its_ids_about_once() -> None:
-    """Each kept turn's ids are the next turn's first ids: held as views of the newest, not four copies."""
+    """Each kept turn's ids are the next turn's first ids: held as views of the newest, not one copy a turn."""
+    from tokview.proxy.sessions import TURNS_KEPT
+
     book = SessionBook("r")
     prompt = list(SYSTEM)
-    for turn in range(6):
+    for turn in range(TURNS_KEPT + 2):
         output = list(range(1000 * turn, 1000 * turn + 1000))
         _turn(book, prompt, output)
         prompt = prompt + output + [7]
     [session] = book._sessions.values()
-    assert len(session.heads) == 4
-    assert book._bytes == 4 * (len(prompt) - 1)  # the newest turn's prompt + output, once
-    assert book.place(prompt, None).turn == 6
+    assert len(session.heads) == TURNS_KEPT
+    assert book._bytes == 4 * (len(prompt) - 1) == _held(book)  # the newest turn's prompt + output, once
+    assert book.place(prompt, None).turn == TURNS_KEPT + 2
 
 
 def _held(book: SessionBook) -> int:
@@ -657,14 +661,16 @@ def test_a_restart_gives_a_session_back_the_turns_its_next_request_may_continue(
 
 
 def test_a_restart_keeps_every_choice_of_an_n_request_and_only_its_newest_requests() -> None:
-    from tokview.proxy.sessions import TURNS_KEPT, restore_sessions
+    from tokview.proxy.sessions import RESTORED_TURNS, restore_sessions
 
-    prompts = [SYSTEM + list(range(1, 2 * k + 2)) for k in range(TURNS_KEPT + 2)]
+    prompts = [SYSTEM + list(range(1, 2 * k + 2)) for k in range(RESTORED_TURNS + 2)]
     rows = [("proxy:old:s1", k, f"proxy:old:{k}", p, [2 * k + 2], 0) for k, p in enumerate(prompts)]
     last = prompts[-1]
     rows.append(("proxy:old:s1", len(prompts) - 1, "proxy:old:choice1", last, [77], 1))  # choice 1 of the last request
     book = SessionBook("new")
-    assert restore_sessions(book, _stored(rows)) == TURNS_KEPT + 1  # the newest 4 requests, the last one's 2 choices
+    assert (
+        restore_sessions(book, _stored(rows)) == RESTORED_TURNS + 1
+    )  # the newest 4 requests, the last one's 2 choices
     kept = book.place([*last, 2 * len(prompts), 9], None)  # goes on from choice 0, not the newer choice 1
     assert (kept.turn, kept.parent_sample, kept.joined_by) == (len(prompts), f"proxy:old:{len(prompts) - 1}", "prefix")
     other = book.place([*last, 77, 9], None)
@@ -773,3 +779,23 @@ def test_a_later_turn_retried_past_the_kept_requests_stays_that_turn_of_its_sess
     after = _turn(book, SYSTEM + [1, 2, 3, 4, 5, 6, 7, 8], [9])
     assert {(t.session_id, t.turn) for t in [*retries, answered]} == {(first.session_id, 1)}
     assert (after.session_id, after.turn) == (first.session_id, 2)
+
+
+@pytest.mark.parametrize("named", [None, "job-1"])
+def test_the_main_loops_turn_outlives_the_sub_agents_forked_from_it(named) -> None:
+    """Five sub-agents, each forked from the main loop's turn 1 (its conversation plus an instruction) and running four
+    turns: with four requests kept per session, the main loop's turn was gone when it came back, and its next turn
+    started a session of its own (unnamed) or was flagged as a rewritten history against a sub-agent's turn."""
+    book = SessionBook("r")
+    names = {"named": named} if named else {}
+    main0 = _turn(book, SYSTEM + [1], [2], **names)
+    main1 = _turn(book, SYSTEM + [1, 2, 3], [4], **names)
+    forks = {k: SYSTEM + [1, 2, 3, 4, 100 + k] for k in range(5)}
+    for step in range(4):
+        for k in range(5):  # interleaved, as parallel sub-agents' requests come
+            out = [200 + 10 * k + step]
+            turn = _turn(book, forks[k], out, **names)
+            assert turn.session_id == main0.session_id and turn.break_at is None
+            forks[k] = forks[k] + out + [300 + step]
+    back = book.place(SYSTEM + [1, 2, 3, 4, 5], None, named=named)
+    assert (back.session_id, back.turn, back.break_at, back.by_name_only) == (main1.session_id, 2, None, False)

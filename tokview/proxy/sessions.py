@@ -42,10 +42,15 @@ MAX_SESSIONS = 2_000
 KEY_MIN_IDS = 2_048
 """Ids a turn must share with its key turn to store its prompt past it (`SessionBook.stored_past`): fewer save less
 than the join that puts them back costs."""
-TURNS_KEPT = 4
-"""Requests kept per session that a next request may continue: the newest, and the few before it that a side request
-(a title, a summary, a check) finishing first or a retry still leave someone to continue (the main loop's next turn
-extends the turn before the side request, not the side request)."""
+TURNS_KEPT = 32
+"""Requests kept per session that a next request may continue: the newest, and those before it that a side request
+(a title, a summary, a check) finishing first, a retry, or sub-agents forked from the main loop still leave someone
+to continue (the main loop's next turn extends its own last turn, not theirs). At 4, a sub-agent of 4 turns pushed
+the main loop's turn out: its next turn started a session of its own, or (named) was flagged as a rewritten history
+against the sub-agent's turn. A chain's turns share one buffer (`_Head.sequence`), so more of them cost little."""
+RESTORED_TURNS = 4
+"""Requests per session a restarted proxy reads back (`RESTORE_SQL`): the newest few; every kept turn of 2,000
+sessions would make each start read their whole ids."""
 CHOICES_KEPT = 8
 """Of one request's `n` choices, the first this many are kept (each may be the one a best-of-n harness goes on from);
 they count as one request towards TURNS_KEPT."""
@@ -583,7 +588,7 @@ FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
 WHERE r.request > r.newest - ? AND r.gen < ? AND r.recency <= ?
 ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
 """
-"""The turns of each of the most recently active proxied sessions a live proxy keeps (those of its TURNS_KEPT newest
+"""The turns of each of the most recently active proxied sessions a live proxy keeps (those of its RESTORED_TURNS newest
 requests, CHOICES_KEPT choices of each), least recently active session first, each session's in the order recorded.
 A request is a generation 0 and the choices recorded after it (the recorder writes an `n` > 1 request's choices
 one after another); the rows it needs are found on narrow columns first, then read whole."""
@@ -616,7 +621,7 @@ def _json_or_empty(text: str | None) -> Any:
 
 def restore_sessions(book: SessionBook, db: Database) -> int:
     """`restore` the stored sessions a live proxy would keep (`RESTORE_SQL`): how many turns were put back."""
-    return restore(book, db.query(RESTORE_SQL, [TURNS_KEPT, CHOICES_KEPT, book.max_sessions]), db)
+    return restore(book, db.query(RESTORE_SQL, [RESTORED_TURNS, CHOICES_KEPT, book.max_sessions]), db)
 
 
 def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int:
