@@ -412,3 +412,21 @@ def test_a_side_request_whose_prompt_re_renders_an_earlier_turn_does_not_extend_
     assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [["t0", "t1"], ["t2-side"]]
     assert rows[1]["metadata"]["split_from"]["reason"] == "prompt_does_not_extend"
     assert rows[1]["metadata"]["split_from"]["position"] == 3
+
+
+def test_a_retry_of_a_later_turn_is_a_branch_where_an_earlier_retry_made_one(tmp_path) -> None:
+    """Turn 1 asked twice (a retry, the same answer), the loop going on from the retry's row, then turn 3 asked twice:
+    the second turn 3 extended the first row (turns 0-1) best, was not its next turn, and was said `turn_missing`
+    though every turn was selected. It answers the prompt the other row's turn 3 answered: a `branch` there."""
+    t0 = _answer([], "q0", "a0")
+    t1 = _answer(_served(t0), "q1", "a1")
+    t2 = _answer(_served(t1), "q2", "a2")
+    t3 = _answer(_served(t2), "q3", "a3")
+    t4 = _answer(_served(t3), "q4", "a4")
+    turns = [("t0", 0, t0), ("t1", 1, t1), ("t1r", 1, t1), ("t2", 2, t2), ("t3", 3, t3), ("t3r", 3, t3), ("t4", 4, t4)]
+    db = tmp_path / "r.duckdb"
+    _store_turns(db, "session:r", [(sample_id, turn, 0, cap) for sample_id, turn, cap in turns])
+    rows = _trajectory_rows(db, tmp_path / "r.jsonl")
+    reasons = [r["metadata"]["split_from"]["reason"] for r in rows if r["metadata"].get("split_from")]
+    assert reasons == ["branch", "branch"]
+    assert sorted(t["sample_id"] for r in rows for t in r["metadata"]["turns"]) == sorted(s for s, _, _ in turns)

@@ -196,7 +196,9 @@ class _Open:
         if row is not None and _next_turn(row, turn):
             row.add(turn, sample_id, capture, calls)
             return
-        reason, at = ("turn_missing", len(row.input_ids)) if row is not None else self._why_not(turn, prompt)
+        reason, at = self._why_not(turn, prompt)
+        if row is not None and reason != "branch":  # a retry of a turn another row holds is a branch all the same
+            reason, at = "turn_missing", len(row.input_ids)
         split = {"conversation": self.name, "run": run_id, "turn": turn, "position": at, "reason": reason}
         self.summary.breaks.append(split)
         self.summary.split_conversations += not self.split  # the conversation's first break
