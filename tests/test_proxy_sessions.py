@@ -615,7 +615,11 @@ def test_a_request_without_a_name_never_joins_a_session_a_harness_named() -> Non
     assert only_named.place(SYSTEM + [1, 2, 3], history).joined_by == "new"
 
 
-def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]], messages: dict[str, Any] | None = None) -> Any:
+def _stored(
+    rows: list[tuple[str, int, str, list[int], list[int], int]],
+    messages: dict[str, Any] | None = None,
+    seconds: list[int] | None = None,
+) -> Any:
     """A store holding proxied turns (session, turn, sample id, prompt ids, output ids, generation), recorded in that
     order, as `restore_sessions` reads them; `messages`: a sample id's request messages (else none), answered "x"."""
     import duckdb
@@ -633,7 +637,7 @@ def _stored(rows: list[tuple[str, int, str, list[int], list[int], int]], message
         db.execute(
             "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, 'x', '{}', "
             "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?)",
-            [session, turn, sample_id, prompt, output, request, k, gen, len(prompt)],
+            [session, turn, sample_id, prompt, output, request, seconds[k] if seconds else k, gen, len(prompt)],
         )
     return _Db(db)
 
@@ -799,3 +803,18 @@ def test_the_main_loops_turn_outlives_the_sub_agents_forked_from_it(named) -> No
             forks[k] = forks[k] + out + [300 + step]
     back = book.place(SYSTEM + [1, 2, 3, 4, 5], None, named=named)
     assert (back.session_id, back.turn, back.break_at, back.by_name_only) == (main1.session_id, 2, None, False)
+
+
+def test_a_restart_goes_on_from_the_highest_turn_whatever_the_clock_said() -> None:
+    """The times are local wall-clock times: turns recorded after a daylight-saving fall-back (or a clock stepped back,
+    or a restart under another TZ) were stamped an hour before the turns they followed, the restart took the older
+    turns for the newest, and the next request was numbered as a turn the session already had."""
+    from tokview.proxy.sessions import restore_sessions
+
+    prompts = [SYSTEM + list(range(1, 2 * k + 2)) for k in range(8)]
+    rows = [("proxy:old:s1", k, f"proxy:old:{k}", p, [2 * k + 2], 0) for k, p in enumerate(prompts)]
+    seconds = [3600 + k for k in range(6)] + [k for k in range(6, 8)]  # turns 6-7 an hour "before" turns 0-5
+    book = SessionBook("new")
+    restore_sessions(book, _stored(rows, seconds=seconds))
+    turn = book.place([*prompts[-1], 16, 9], None)
+    assert (turn.session_id, turn.turn, turn.parent_sample) == ("proxy:old:s1", 8, "proxy:old:7")

@@ -571,9 +571,9 @@ def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
 
 RESTORE_SQL = """
 WITH proxied AS (
-    SELECT sample_id, prompt_id, created_at, coalesce(gen_index, 0) AS gen,
+    SELECT sample_id, prompt_id, turn, created_at, coalesce(gen_index, 0) AS gen,
         sum(CASE WHEN coalesce(gen_index, 0) = 0 THEN 1 ELSE 0 END) OVER (
-            PARTITION BY prompt_id ORDER BY created_at, sample_id ROWS UNBOUNDED PRECEDING) AS request,
+            PARTITION BY prompt_id ORDER BY turn, created_at, sample_id ROWS UNBOUNDED PRECEDING) AS request,
         max(created_at) OVER (PARTITION BY prompt_id) AS active
     FROM samples
     WHERE starts_with(sample_id, 'proxy:') AND turn IS NOT NULL
@@ -586,10 +586,12 @@ SELECT s.prompt_id, s.turn, s.sample_id, s.prompt_ids, s.output_ids, s.raw_reque
     s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen
 FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
 WHERE r.request > r.newest - ? AND r.gen < ? AND r.recency <= ?
-ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
+ORDER BY r.active, r.prompt_id, r.turn, r.created_at, r.sample_id
 """
 """The turns of each of the most recently active proxied sessions a live proxy keeps (those of its RESTORED_TURNS newest
-requests, CHOICES_KEPT choices of each), least recently active session first, each session's in the order recorded.
+requests, CHOICES_KEPT choices of each), least recently active session first, each session's by turn, then in the
+order recorded. By turn first: the times are local wall-clock times, and a restart under another TZ, after a
+daylight-saving change or a clock stepped back took older turns for the newest (the next turn was numbered again).
 A request is a generation 0 and the choices recorded after it (the recorder writes an `n` > 1 request's choices
 one after another); the rows it needs are found on narrow columns first, then read whole."""
 
