@@ -214,4 +214,26 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
     if not known_ours and any(conflicting(a, b) for a in theirs for b in theirs):
         raise MergeRefused(f"{source} mixes {len(theirs)} models/tokenizers/profiles: merge refused")
     _check_special_tokens(conn, source, target_name)
+    _check_shared_runs(conn, source, target_name)
     return tables
+
+
+def _check_shared_runs(conn: DuckDBPyConnection, source: Path, target_name: str) -> None:
+    """MergeRefused when a run both stores name was made with other settings in each (`batch --run x` in two stores,
+    two max_new_tokens): the merge kept the target's record and copied the source's samples under it, so an export of
+    the run said one setting of samples made with another. Shards of one run share every setting."""
+    rows = conn.execute(
+        "SELECT r.run_id, m.settings, r.settings, m.template_hash, r.template_hash FROM src.runs r "
+        "JOIN main.runs m ON m.run_id = r.run_id"
+    ).fetchall()
+    for run_id, ours_text, theirs_text, our_template, their_template in rows:
+        ours, theirs = _settings(ours_text), _settings(theirs_text)
+        changed = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
+        if not changed and our_template and their_template and our_template != their_template:
+            changed = ["chat template"]
+        if changed:
+            raise MergeRefused(
+                f"run {run_id} was made with other {', '.join(changed)} in {source} than in {target_name} "
+                f"({', '.join(f'{k}={theirs.get(k)!r} vs {ours.get(k)!r}' for k in changed if k in ours)}): merge "
+                "refused (give one of the runs another --run name)"
+            )

@@ -1,0 +1,37 @@
+"""`tokview merge` of two stores that each hold a run of one name made with other settings: refused, not joined."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokview.cli import main
+from tokview.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPTS = ROOT / "sample_data" / "plain_prompts.jsonl"
+
+
+def _batch(url: str, db: Path, *extra: str) -> None:
+    argv = ["batch", str(PROMPTS), "--server", url, "--db", str(db), "--run", "x", "--max-new-tokens", "5", *extra]
+    assert main(argv) == 0
+
+
+def test_a_run_name_made_with_other_settings_in_each_store_is_refused(tmp_path, vllm_sim, capsys):
+    """The merge kept the target's run record (max_new_tokens 5) and copied the source's samples (made with 9) under
+    it: `export --run x` wrote both, its manifest saying 5."""
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    _batch(vllm_sim.url, a, "--limit", "2")
+    _batch(vllm_sim.url, b, "--limit", "2", "--max-new-tokens", "9")
+    capsys.readouterr()
+    assert main(["merge", str(b), "--into", str(a)]) == 1
+    said = capsys.readouterr().err
+    assert "run x was made with other max_new_tokens" in said and "9 vs 5" in said
+    with Store(a) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(2,)]  # nothing of b's came in
+
+
+def test_shards_of_one_run_still_merge(tmp_path, vllm_sim):
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    _batch(vllm_sim.url, a, "--shard", "1/2")
+    _batch(vllm_sim.url, b, "--shard", "2/2")
+    assert main(["merge", str(b), "--into", str(a)]) == 0
