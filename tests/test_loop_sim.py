@@ -151,7 +151,12 @@ async def test_score_agrees_with_generation_flags_foreign_samples_and_resumes(ki
                 # the same rule runs when the sample is analysed again
                 assert "off_policy" not in analyze(cap, profile(), kimi()).codes
         again = await run_score(ScoreConfig(servers=[sim.url], top_k=2), store)
-        assert (again.ok, again.skipped) == (0, 4)
+        assert (again.ok, again.skipped, again.other_thresholds) == (0, 4, 0)
+        # another threshold, not asked to rescore: nothing is asked again, and the summary says the stored scores keep
+        # theirs (it said "off_policy 0" as if the new threshold had found none)
+        other = await run_score(ScoreConfig(servers=[sim.url], top_k=2, off_policy_nll=0.01), store)
+        assert (other.ok, other.skipped, other.other_thresholds) == (0, 4, 4)
+        assert "keep the --off-policy-nll and --low-prob they were scored with" in other.render()
         more = await run_score(ScoreConfig(servers=[sim.url], top_k=3, off_policy_nll=100.0), store)
         assert more.ok == 4
         assert more.off_policy == 0  # more alternatives asked: scored again

@@ -94,6 +94,9 @@ class ScoreSummary:
     elapsed_s: float = 0.0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     servers: list[dict[str, Any]] = field(default_factory=list)
+    other_thresholds: int = 0
+    """Already scored with another --off-policy-nll or --low-prob: their findings keep the thresholds they were scored
+    with (--rescore applies these)."""
 
     @property
     def exit_code(self) -> int:
@@ -108,6 +111,12 @@ class ScoreSummary:
             f"off_policy {self.off_policy}; {self.tokens} tokens, mean NLL {nll} nats/token "
             f"in {self.elapsed_s:.1f}s"
         ]
+        if self.other_thresholds:
+            n = self.other_thresholds
+            lines.append(
+                f"  {n} already scored sample{'s' if n != 1 else ''} keep{'' if n != 1 else 's'} the --off-policy-nll "
+                "and --low-prob they were scored with (off_policy above counts this run's): --rescore applies these"
+            )
         if self.without_output:
             n = self.without_output
             lines.append(f"  not scored: {n} selected sample{'s' if n != 1 else ''} without output ids")
@@ -136,6 +145,14 @@ def already_scored(stored: str | None, model: str | None, top_k: int) -> bool:
         return False
     score = json.loads(stored)
     return score.get("model") == model and int(score.get("top_k") or 0) >= top_k
+
+
+def other_thresholds(stored: str | None, config: ScoreConfig) -> bool:
+    """Whether a stored score was judged with another --off-policy-nll or --low-prob than this run's."""
+    if not stored:
+        return False
+    score = json.loads(stored)
+    return (score.get("off_policy_nll"), score.get("low_prob")) != (config.off_policy_nll, config.low_prob)
 
 
 async def run_score(
@@ -180,6 +197,9 @@ async def _run(
     rows = candidates(store, config)
     todo = deque(sid for sid, stored in rows if config.rescore or not already_scored(stored, model, config.top_k))
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
+    if summary.skipped:
+        to_score = set(todo)
+        summary.other_thresholds = sum(other_thresholds(stored, config) for sid, stored in rows if sid not in to_score)
     if config.limit is None:  # with --limit "selected" is the first N scoreable samples: none lack output ids
         summary.without_output = without_output_count(store, Selection(config.select, config.run))
     progress = BatchProgress(total=len(rows), skipped=summary.skipped)

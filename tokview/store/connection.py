@@ -254,8 +254,8 @@ def _clear_unfinished_file(path: str) -> bool | None:
         seen = os.fstat(fd)
         if seen.st_size != 0:
             return False
-        if time.time() - seen.st_mtime < UNFINISHED_AFTER_S:
-            return None
+        if -UNFINISHED_AFTER_S < time.time() - seen.st_mtime < UNFINISHED_AFTER_S:  # far ahead of the clock (copied
+            return None  # with its times from a box whose clock was ahead, a clock stepped back): no creation going on
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
