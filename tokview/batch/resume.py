@@ -23,6 +23,7 @@ from tokview.batch.chains import EARLIER_STOP
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
 from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.preload import probe, release
+from tokview.batch.run_record import check_run_provenance
 from tokview.batch.worklist import WorkList, plan_work
 
 if TYPE_CHECKING:  # DuckDB is imported once the first probe request is out
@@ -98,8 +99,11 @@ async def resume_shortcut(
         await pool.aclose()
         raise
     await pool.aclose()
+    run_id = run_id_for(config, ids, work, store.reads)
+    if config.run:  # a name of the user's own, with nothing left to do: still refused for other settings, as with work
+        check_run_provenance(store, run_id, config.sample_settings(ids))
     summary = BatchSummary(
-        run_id=run_id_for(config, ids, work, store.reads),
+        run_id=run_id,
         input=work.input,
         resumed=work.resumed,
         duplicates=work.duplicates,
