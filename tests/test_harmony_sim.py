@@ -288,3 +288,15 @@ def _streamed_message(url: str, body: dict) -> dict:
                         out["arguments"].append("")
                     out["arguments"][-1] += call.get("function", {}).get("arguments") or ""
     return out
+
+
+def test_ignore_eos_writes_on_to_max_tokens_and_says_length(oss_dir):
+    """A real server ignoring the stop ids goes on to `max_tokens` and says `length`: the simulated gpt-oss stopped at
+    its `<|return|>` and said `stop`, which hid the request's ignore_eos from a proxied harness's sample."""
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=str(oss_dir))) as sim:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 150, "return_token_ids": True}
+        plain = httpx.post(sim.url + "/v1/chat/completions", json=body, timeout=30).json()["choices"][0]
+        ignored = httpx.post(sim.url + "/v1/chat/completions", json={**body, "ignore_eos": True}, timeout=30).json()
+    assert plain["finish_reason"] == "stop" and len(plain["token_ids"]) < 150
+    assert ignored["choices"][0]["finish_reason"] == "length"
+    assert len(ignored["choices"][0]["token_ids"]) == 150

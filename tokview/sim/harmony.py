@@ -115,6 +115,9 @@ def generate(
         picked = [t for t in declared if t[0] == named] if named else declared
         call = picked[0] if picked else None
     out = list(state.model._encode(output_text(rng, state.cfg.quirk, call)))
+    if ignore_eos and max_tokens:
+        while len(out) < max_tokens:  # past its end, as a model ignoring its stop ids goes on (SimModel.generate)
+            out += state.model._encode(output_text(rng, state.cfg.quirk, None))
     model_stops = set(state.profile.stop_ids)
     stops = set(int(i) for i in stop_token_ids or ()) | (set() if ignore_eos else model_stops)
     for pos, tid in enumerate(out):
@@ -122,7 +125,7 @@ def generate(
             return Generation(out[: pos + 1], "stop", tid, eos_stop=tid in model_stops)
     if max_tokens is not None and len(out) > max_tokens:
         return Generation(out[:max_tokens], "length", None, eos_stop=False)
-    return Generation(out, "stop", None, eos_stop=False)
+    return Generation(out, "length" if ignore_eos else "stop", None, eos_stop=False)
 
 
 def server_kwargs(state: ModelState, body: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
