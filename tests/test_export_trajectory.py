@@ -432,29 +432,38 @@ def test_a_retry_of_a_later_turn_is_a_branch_where_an_earlier_retry_made_one(tmp
     assert sorted(t["sample_id"] for r in rows for t in r["metadata"]["turns"]) == sorted(s for s, _, _ in turns)
 
 
-def test_a_session_a_proxy_went_on_with_after_the_clock_went_back_is_still_one_row(tmp_path) -> None:
-    """Runs were put side by side by their start time, a local wall-clock time: a proxy restarted under another TZ
-    (or after a daylight-saving fall-back) started "before" the run it continued, and the session was split there
-    as `turn_missing`. The run that holds the later turns comes after, whatever its time."""
+def test_a_later_conversation_under_a_session_id_reused_stays_apart_from_a_restarted_run(tmp_path) -> None:
+    """Run r1 holds turns 0-1, r2 (its proxy restarted) turns 2-3, r3 a day later a new conversation under the same
+    session id (a `user` field a harness reuses), turns 0-1. Ordered by first turn, r3 came between r1 and r2: r2 was
+    split off the conversation it continues."""
     from builders import kimi, profile
 
     from tokview.core.analysis import analyze
 
-    caps = [_answer([], "q0", "a0")]
+    first = [_answer([], "q0", "a0")]
     for k in range(1, 4):
-        caps.append(_answer(_served(caps[-1]), f"q{k}", f"a{k}"))
-    db = tmp_path / "c.duckdb"
+        first.append(_answer(_served(first[-1]), f"q{k}", f"a{k}"))
+    other = [_answer([], "other q0", "b0")]
+    other.append(_answer(_served(other[0]), "other q1", "b1"))
+    db = tmp_path / "u.duckdb"
     with Store(db) as store:
-        store.put_run("late", settings={"mode": "proxy"})  # started first by the clock, holds turns 0-1
-        store.put_run("early", settings={"mode": "proxy"})
-        store.query("UPDATE runs SET started = TIMESTAMP '2026-10-25 02:30:00' WHERE run_id = 'late'")
-        store.query("UPDATE runs SET started = TIMESTAMP '2026-10-25 02:10:00' WHERE run_id = 'early'")
-        for k, cap in enumerate(caps):
-            run = "late" if k < 2 else "early"
+        for run, when in (("r1", "10:00"), ("r2", "11:00"), ("r3", "23:00")):
+            store.put_run(run, settings={"mode": "proxy"})
+            store.query(f"UPDATE runs SET started = TIMESTAMP '2026-10-25 {when}:00' WHERE run_id = '{run}'")
+        placed = [("r1", 0, first[0]), ("r1", 1, first[1]), ("r2", 2, first[2]), ("r2", 3, first[3])]
+        placed += [("r3", 0, other[0]), ("r3", 1, other[1])]
+        for run, turn, cap in placed:
             store.put_sample(
-                f"proxy:{run}:{k}", "session:c", run, cap, analyze(cap, profile(), kimi()), turn=k, profile="kimi-k2.5"
+                f"proxy:{run}:{turn}",
+                "user:u",
+                run,
+                cap,
+                analyze(cap, profile(), kimi()),
+                turn=turn,
+                profile="kimi-k2.5",
             )
-    rows = _trajectory_rows(db, tmp_path / "c.jsonl")
-    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
-        ["proxy:late:0", "proxy:late:1", "proxy:early:2", "proxy:early:3"]
+    rows = _trajectory_rows(db, tmp_path / "u.jsonl")
+    assert sorted([t["sample_id"] for t in r["metadata"]["turns"]] for r in rows) == [
+        ["proxy:r1:0", "proxy:r1:1", "proxy:r2:2", "proxy:r2:3"],
+        ["proxy:r3:0", "proxy:r3:1"],
     ]

@@ -25,7 +25,7 @@ def test_a_run_name_made_with_other_settings_in_each_store_is_refused(tmp_path, 
     capsys.readouterr()
     assert main(["merge", str(b), "--into", str(a)]) == 1
     said = capsys.readouterr().err
-    assert "run x was made with other max_new_tokens" in said and "9 vs 5" in said
+    assert "run x was made with other settings" in said and "max_new_tokens=9 vs 5" in said
     with Store(a) as store:
         assert store.query("SELECT count(*) FROM samples") == [(2,)]  # nothing of b's came in
 
@@ -34,4 +34,18 @@ def test_shards_of_one_run_still_merge(tmp_path, vllm_sim):
     a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
     _batch(vllm_sim.url, a, "--shard", "1/2")
     _batch(vllm_sim.url, b, "--shard", "2/2")
+    assert main(["merge", str(b), "--into", str(a)]) == 0
+
+
+def test_chat_shards_whose_tokenizer_folders_differ_only_in_template_merge(tmp_path, vllm_sim, kimi_tok_dir):
+    """In chat mode the server renders the prompt: a resume with another template is taken, so is such a shard."""
+    import shutil
+
+    edited = tmp_path / "tok"
+    shutil.copytree(kimi_tok_dir, edited)
+    template = next(p for p in edited.iterdir() if p.name == "chat_template.jinja")
+    template.write_text(template.read_text() + "{# edited #}")
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    _batch(vllm_sim.url, a, "--shard", "1/2", "--mode", "chat", "--tokenizer", str(kimi_tok_dir))
+    _batch(vllm_sim.url, b, "--shard", "2/2", "--mode", "chat", "--tokenizer", str(edited))
     assert main(["merge", str(b), "--into", str(a)]) == 0

@@ -818,3 +818,25 @@ def test_a_restart_goes_on_from_the_highest_turn_whatever_the_clock_said() -> No
     restore_sessions(book, _stored(rows, seconds=seconds))
     turn = book.place([*prompts[-1], 16, 9], None)
     assert (turn.session_id, turn.turn, turn.parent_sample) == ("proxy:old:s1", 8, "proxy:old:7")
+
+
+@pytest.mark.parametrize("session", ["proxy:old:s1", "session:H"])
+def test_a_restart_keeps_the_main_loops_newest_turn_when_a_sub_agents_turns_are_numbered_past_it(session) -> None:
+    """A sub-agent forked from turn 1 runs turns 2-7; the main loop's next turn is turn 2 again. Restoring by highest
+    turn alone read back the sub-agent's last four: the main loop's turn 3 started a session of its own (unnamed) or
+    was flagged as a rewritten history against the sub-agent (named)."""
+    from tokview.proxy.sessions import restore_sessions
+
+    main = [SYSTEM + [1], SYSTEM + [1, 2, 3]]
+    rows = [(session, 0, "proxy:old:m0", main[0], [2], 0), (session, 1, "proxy:old:m1", main[1], [4], 0)]
+    sub = SYSTEM + [1, 2, 3, 4, 50]
+    for k in range(6):
+        rows.append((session, 2 + k, f"proxy:old:sub{k}", sub, [60 + k], 0))
+        sub = sub + [60 + k, 70 + k]
+    main2 = SYSTEM + [1, 2, 3, 4, 5]
+    rows.append((session, 2, "proxy:old:m2", main2, [6], 0))
+    book = SessionBook("new")
+    restore_sessions(book, _stored(rows))
+    named = session.removeprefix("session:") if session.startswith("session:") else None
+    turn = book.place([*main2, 6, 7], None, named=named)
+    assert (turn.session_id, turn.turn, turn.parent_sample, turn.break_at) == (session, 3, "proxy:old:m2", None)

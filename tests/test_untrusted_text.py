@@ -465,8 +465,12 @@ def test_a_token_of_zero_width_characters_alone_takes_a_cell_in_the_token_view(p
     assert not unicodedata.combining(shown[0])
 
 
-def test_zero_width_characters_inside_a_token_are_named_and_letters_kept():
+def test_zero_width_characters_are_named_at_a_tokens_edges_and_kept_inside_it():
     assert visible("a\u200db") == "a\u200db"  # a joiner between letters draws as the text it joins
     assert visible("a\u2028b") == "a‹U+2028›b"  # a line separator is named wherever it is
     assert visible("e\u0301") == "e\u0301"  # a whole character: as it is
     assert visible("\u0301x") == "◌\u0301x"
+    assert visible("\u200dx") == "‹U+200D›x"  # a leading joiner made the layout count the whole token 0 cells
+    assert visible("\u200d👩") == "‹U+200D›👩"
+    assert visible(" \u200b") == "·‹U+200B›"  # not the same as a plain space token
+    assert visible("👨\u200d👩") == "👨\u200d👩"  # inside: the sequence it joins

@@ -573,7 +573,8 @@ RESTORE_SQL = """
 WITH proxied AS (
     SELECT sample_id, prompt_id, turn, created_at, coalesce(gen_index, 0) AS gen,
         sum(CASE WHEN coalesce(gen_index, 0) = 0 THEN 1 ELSE 0 END) OVER (
-            PARTITION BY prompt_id ORDER BY turn, created_at, sample_id ROWS UNBOUNDED PRECEDING) AS request,
+            PARTITION BY prompt_id ORDER BY created_at, sample_id ROWS UNBOUNDED PRECEDING) AS request,
+        dense_rank() OVER (PARTITION BY prompt_id ORDER BY turn DESC) AS from_top,
         max(created_at) OVER (PARTITION BY prompt_id) AS active
     FROM samples
     WHERE starts_with(sample_id, 'proxy:') AND turn IS NOT NULL
@@ -585,15 +586,15 @@ WITH proxied AS (
 SELECT s.prompt_id, s.turn, s.sample_id, s.prompt_ids, s.output_ids, s.raw_request, s.content, s.raw_response,
     s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen
 FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
-WHERE r.request > r.newest - ? AND r.gen < ? AND r.recency <= ?
-ORDER BY r.active, r.prompt_id, r.turn, r.created_at, r.sample_id
+WHERE (r.request > r.newest - ? OR r.from_top <= ?) AND r.gen < ? AND r.recency <= ?
+ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
 """
 """The turns of each of the most recently active proxied sessions a live proxy keeps (those of its RESTORED_TURNS newest
-requests, CHOICES_KEPT choices of each), least recently active session first, each session's by turn, then in the
-order recorded. By turn first: the times are local wall-clock times, and a restart under another TZ, after a
-daylight-saving change or a clock stepped back took older turns for the newest (the next turn was numbered again).
-A request is a generation 0 and the choices recorded after it (the recorder writes an `n` > 1 request's choices
-one after another); the rows it needs are found on narrow columns first, then read whole."""
+requests and of its RESTORED_TURNS highest turns, CHOICES_KEPT choices of each), least recently active session first,
+each session's in the order recorded. Both: the newest are what a harness goes on from (a main loop whose sub-agent's
+turns are numbered past its own), the highest what it goes on from when the times lie (they are local wall-clock
+times: after a restart under another TZ, a daylight-saving fall-back or a clock stepped back, older turns looked
+newest and the next request was numbered as a turn the session had)."""
 
 
 LAST_NUMBER_SQL = """
@@ -623,7 +624,7 @@ def _json_or_empty(text: str | None) -> Any:
 
 def restore_sessions(book: SessionBook, db: Database) -> int:
     """`restore` the stored sessions a live proxy would keep (`RESTORE_SQL`): how many turns were put back."""
-    return restore(book, db.query(RESTORE_SQL, [RESTORED_TURNS, CHOICES_KEPT, book.max_sessions]), db)
+    return restore(book, db.query(RESTORE_SQL, [RESTORED_TURNS, RESTORED_TURNS, CHOICES_KEPT, book.max_sessions]), db)
 
 
 def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int:

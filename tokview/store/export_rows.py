@@ -295,12 +295,10 @@ def _whole_prompt_rows(store: Store, sample_ids: list[str]) -> str:
     )
 
 
-CONVERSATION_ORDER = "prompt_id, gen, first_turn, run_started NULLS LAST, run_id, coalesce(turn, -1), sample_id"
-"""A conversation's runs side by side: by the first turn each holds, then oldest first (by the run's start, or its
-first sample's time when the store has no row for it; whatever the selection). A proxy restarted mid-session
-continues the session's turns in a run of its own, which the first turn puts after the run it continues whatever
-the clocks said: stored as local wall-clock times, a restart under another TZ or after a daylight-saving change
-started before the run it continued, and the session was split."""
+CONVERSATION_ORDER = "prompt_id, gen, run_started NULLS LAST, run_id, coalesce(turn, -1), sample_id"
+"""A conversation's runs side by side, oldest first (by the run's start, or its first sample's time when the store
+has no row for it; whatever the selection): a proxy restarted mid-session continues the session's turns in a run of
+its own."""
 _CONVERSATION_GEN = "CASE WHEN starts_with(s.sample_id, 'proxy:') THEN 0 ELSE coalesce(s.gen_index, 0) END"
 """Which conversation of its prompt a sample is: its generation index (each of a batch prompt's samples is a chain of
 its own), but one for every generation of a proxy session. There a request's `n` > 1 choices are turns of the one
@@ -323,11 +321,10 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
     if not sample_ids:
         return []
     rows = store.query(
-        "SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT *, min(coalesce(turn, -1)) OVER "
-        "(PARTITION BY prompt_id, gen, run_id) AS first_turn FROM (SELECT s.run_id, s.prompt_id, "
-        f"{_CONVERSATION_GEN} AS gen, s.sample_id, s.turn, coalesce(r.started, b.began) AS run_started FROM samples s "
+        f"SELECT run_id, prompt_id, gen, sample_id, turn FROM (SELECT s.run_id, s.prompt_id, {_CONVERSATION_GEN} "
+        "AS gen, s.sample_id, s.turn, coalesce(r.started, b.began) AS run_started FROM samples s "
         "LEFT JOIN runs r ON r.run_id = s.run_id LEFT JOIN (SELECT run_id, min(created_at) AS began FROM samples "
-        f"GROUP BY run_id) b ON b.run_id = s.run_id {_IN_IDS})) ORDER BY {CONVERSATION_ORDER}",
+        f"GROUP BY run_id) b ON b.run_id = s.run_id {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
         [sample_ids],
     )
     return [(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]

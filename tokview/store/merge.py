@@ -228,12 +228,14 @@ def _check_shared_runs(conn: DuckDBPyConnection, source: Path, target_name: str)
     ).fetchall()
     for run_id, ours_text, theirs_text, our_template, their_template in rows:
         ours, theirs = _settings(ours_text), _settings(theirs_text)
-        changed = sorted(k for k in ours.keys() & theirs.keys() if ours[k] != theirs[k])
-        if not changed and our_template and their_template and our_template != their_template:
-            changed = ["chat template"]
-        if changed:
+        said = [
+            f"{k}={theirs[k]!r} vs {ours[k]!r}" for k in sorted(ours.keys() & theirs.keys()) if ours[k] != theirs[k]
+        ]
+        rendered_here = ours.get("mode") in ("raw", "dual")  # chat: the server renders, as a resume allows (run_record)
+        if not said and rendered_here and our_template and their_template and our_template != their_template:
+            said = [f"chat template {their_template} vs {our_template}"]
+        if said:
             raise MergeRefused(
-                f"run {run_id} was made with other {', '.join(changed)} in {source} than in {target_name} "
-                f"({', '.join(f'{k}={theirs.get(k)!r} vs {ours.get(k)!r}' for k in changed if k in ours)}): merge "
-                "refused (give one of the runs another --run name)"
+                f"run {run_id} was made with other settings in {source} than in {target_name} ({'; '.join(said)}): "
+                "merge refused (give one of the runs another --run name)"
             )

@@ -91,27 +91,35 @@ def visible(text: str) -> str:
     controls (a byte-level token can decode to U+009B, CSI) and lone surrogates (which no terminal can be
     sent) are shown as escapes by `printable`."""
     out = []
-    for ch in text:
+    last = len(text) - 1
+    for k, ch in enumerate(text):
         mapped = _VISIBLE.get(ch)
+        category = unicodedata.category(ch)
         if mapped is not None:
             out.append(mapped)
         elif ord(ch) < 0x20:
             out.append(chr(0x2400 + ord(ch)))  # ␀ ␁ … ␟
-        elif unicodedata.category(ch) in _LINE_SEPARATORS:
-            out.append(f"‹U+{ord(ch):04X}›")  # a terminal may break the line there
+        elif category in _LINE_SEPARATORS or (category == "Cf" and (k == 0 or k == last)):
+            out.append(_named(ch))
         else:
             out.append(ch)
     shown = printable("".join(out))
     if shown and unicodedata.combining(shown[0]):
         shown = "◌" + shown  # a token that starts with a combining mark: drawn on its own, not onto the token before
-    if shown and not cell_len(shown):  # a ZWJ, a BOM, a skin tone alone: 0 cells, the token and cursor invisible
-        shown = "".join(f"‹U+{ord(ch):04X}›" for ch in shown)
+    if shown and not cell_len(shown):  # a variation selector, a skin tone alone: 0 cells, the token and cursor unseen
+        shown = "".join(_named(ch) if not cell_len(ch) else ch for ch in shown)
     return shown or "∅"
 
 
+def _named(ch: str) -> str:
+    return f"‹U+{ord(ch):04X}›"
+
+
 _LINE_SEPARATORS = frozenset({"Zl", "Zp"})
-"""U+2028 and U+2029: named wherever they are. Other zero-width characters are named only in a token of nothing
-else (a ZWJ inside an emoji sequence or a ZWNJ inside a Persian word draws as the text it joins)."""
+"""U+2028 and U+2029, named wherever they are (a terminal may break the line there). Other format characters (ZWJ,
+ZWSP, a BOM, direction marks) are named at a token's edges: one alone drew in 0 cells, and one that begins a token
+made the whole token 0 cells wide to the layout; inside a token (a ZWJ in an emoji sequence, a ZWNJ in a Persian
+word) it draws as the text it joins."""
 
 
 @dataclass
