@@ -90,7 +90,9 @@ def test_a_server_that_reports_no_model_adds_no_model_key(kimi_tok, kimi_profile
     assert named == {"model": "kimi", "tokenizer": kimi_tok.vocab_fingerprint(), "profile": kimi_profile.name}
 
 
-def test_a_run_name_asked_for_other_settings_is_refused_with_nothing_left_to_do(tmp_path, vllm_sim, capsys):
+def test_a_run_name_asked_for_other_settings_is_refused_with_nothing_left_to_do(
+    tmp_path, vllm_sim, capsys, monkeypatch
+):
     """The samples were all stored (by the default run, same settings), so the shortcut said "0 + 6 already stored"
     and exit 0 for `--run mine` with another --max-new-tokens than run mine was made with; with work left, refused."""
     from tokview.cli import main
@@ -101,4 +103,7 @@ def test_a_run_name_asked_for_other_settings_is_refused_with_nothing_left_to_do(
     assert main([*base, "--run", "mine", "--max-new-tokens", "7"]) == 0
     capsys.readouterr()
     assert main([*base, "--run", "mine"]) == 1  # 1024 again: every sample is stored, but run mine was made with 7
+    assert "run mine was made with other max_new_tokens" in capsys.readouterr().err
+    monkeypatch.setattr("tokview.batch.identity.identities_file", lambda: None)  # no shortcut: the plan's own path
+    assert main([*base, "--run", "mine"]) == 1
     assert "run mine was made with other max_new_tokens" in capsys.readouterr().err

@@ -324,6 +324,12 @@ async def _run(
             on_progress(snapshot())
 
     report()
+    if config.run and not todo and not isinstance(store, LandingChild):
+        from tokview.batch.run_record import check_run_provenance
+
+        # a name of the user's own with nothing left to do: refused for other settings as with work left (the
+        # resume shortcut checks it the same way); said "skipped, already stored", exit 0, for another run's samples
+        check_run_provenance(store, run_id, sample_settings)
     if todo:
         from tokview.batch.capture_loop import capture_all
         from tokview.batch.identity import special_tokens_record
