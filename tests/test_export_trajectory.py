@@ -467,3 +467,31 @@ def test_a_later_conversation_under_a_session_id_reused_stays_apart_from_a_resta
         ["proxy:r1:0", "proxy:r1:1", "proxy:r2:2", "proxy:r2:3"],
         ["proxy:r3:0", "proxy:r3:1"],
     ]
+
+
+def test_a_session_a_proxy_went_on_with_after_the_clock_went_back_is_still_one_row(tmp_path) -> None:
+    """Runs were put side by side by their start time, a local wall-clock time: a proxy restarted under another TZ
+    (or after a daylight-saving fall-back) started "before" the run it continued, and the session was split there
+    as `turn_missing`. The run that holds the later turns comes after, whatever its time."""
+    from builders import kimi, profile
+
+    from tokview.core.analysis import analyze
+
+    caps = [_answer([], "q0", "a0")]
+    for k in range(1, 4):
+        caps.append(_answer(_served(caps[-1]), f"q{k}", f"a{k}"))
+    db = tmp_path / "c.duckdb"
+    with Store(db) as store:
+        store.put_run("late", settings={"mode": "proxy"})  # started first by the clock, holds turns 0-1
+        store.put_run("early", settings={"mode": "proxy"})
+        store.query("UPDATE runs SET started = TIMESTAMP '2026-10-25 02:30:00' WHERE run_id = 'late'")
+        store.query("UPDATE runs SET started = TIMESTAMP '2026-10-25 02:10:00' WHERE run_id = 'early'")
+        for k, cap in enumerate(caps):
+            run = "late" if k < 2 else "early"
+            store.put_sample(
+                f"proxy:{run}:{k}", "session:c", run, cap, analyze(cap, profile(), kimi()), turn=k, profile="kimi-k2.5"
+            )
+    rows = _trajectory_rows(db, tmp_path / "c.jsonl")
+    assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
+        ["proxy:late:0", "proxy:late:1", "proxy:early:2", "proxy:early:3"]
+    ]

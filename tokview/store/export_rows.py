@@ -327,4 +327,51 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
         f"GROUP BY run_id) b ON b.run_id = s.run_id {_IN_IDS}) ORDER BY {CONVERSATION_ORDER}",
         [sample_ids],
     )
-    return [(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows]
+    return runs_in_turn_order([(r[0], r[1], int(r[2]), r[3], r[4]) for r in rows])
+
+
+def runs_in_turn_order(turns: list[ConversationKey]) -> list[ConversationKey]:
+    """Each conversation's runs as `CONVERSATION_ORDER` put them (by start), except that a run whose first turn goes
+    on from another run's last turn comes right after that run: the start times are local wall-clock times, and a
+    proxy restarted under another TZ (or in a daylight-saving fall-back hour) started "before" the run it continued,
+    which split the session. Of two runs it may go on from (a session id a harness reused for a later conversation),
+    the latest that started before it; else the first after it."""
+    out: list[ConversationKey] = []
+    start = 0
+    while start < len(turns):
+        end = start
+        while end < len(turns) and turns[end][1:3] == turns[start][1:3]:
+            end += 1
+        out.extend(_chained_runs(turns[start:end]))
+        start = end
+    return out
+
+
+def _chained_runs(turns: list[ConversationKey]) -> list[ConversationKey]:
+    runs: list[list[ConversationKey]] = []
+    for turn in turns:
+        if runs and runs[-1][0][0] == turn[0]:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    if len(runs) < 2:
+        return turns
+    first = [min((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
+    last = [max((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
+    followers: dict[int, list[int]] = {}
+    roots: list[int] = []
+    for k in range(len(runs)):
+        before = [q for q in range(k) if last[q] == first[k] - 1 and first[q] < first[k]]
+        after = [q for q in range(k + 1, len(runs)) if last[q] == first[k] - 1 and first[q] < first[k]]
+        parent = before[-1] if before else after[0] if after and first[k] > 0 else None
+        if first[k] > 0 and parent is not None:
+            followers.setdefault(parent, []).append(k)
+        else:
+            roots.append(k)
+    ordered: list[ConversationKey] = []
+    stack = list(reversed(roots))
+    while stack:  # each run, then the runs that go on from it (first turns rise along a chain: no cycle)
+        k = stack.pop()
+        ordered.extend(runs[k])
+        stack.extend(reversed(followers.get(k, [])))
+    return ordered
