@@ -49,8 +49,8 @@ to continue (the main loop's next turn extends its own last turn, not theirs). A
 the main loop's turn out: its next turn started a session of its own, or (named) was flagged as a rewritten history
 against the sub-agent's turn. A chain's turns share one buffer (`_Head.sequence`), so more of them cost little."""
 RESTORED_TURNS = 4
-"""Requests per session a restarted proxy reads back (`RESTORE_SQL`): the newest few; every kept turn of 2,000
-sessions would make each start read their whole ids."""
+"""Requests per session a restarted proxy reads back (`RESTORE_SQL`): this many of the newest and of the highest turns;
+every kept turn of 2,000 sessions would make each start read their whole ids."""
 CHOICES_KEPT = 8
 """Of one request's `n` choices, the first this many are kept (each may be the one a best-of-n harness goes on from);
 they count as one request towards TURNS_KEPT."""
