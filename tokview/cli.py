@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from tokview.errors import ExitCode, TokviewError, UserError, one_line
+from tokview.untrusted_text import char_escape, writes_unicode
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -130,14 +131,7 @@ def tolerate_narrow_encodings() -> None:
     CJK text, ended `show`, `stats`, `doctor` and others as tokview's bug (exit 70). Data files are written as UTF-8
     bytes whatever the locale."""
     stream = sys.stdout
-    encoding = getattr(stream, "encoding", None)
-    if not isinstance(stream, io.TextIOWrapper) or not encoding:
-        return
-    try:
-        narrow = codecs.lookup(encoding).name not in ("utf-8", "utf-16", "utf-32")
-    except LookupError:
-        narrow = True
-    if narrow:
+    if isinstance(stream, io.TextIOWrapper) and stream.encoding and not writes_unicode(stream):
         codecs.register_error(NARROW_ERRORS, _narrow_escape)
         stream.reconfigure(errors=NARROW_ERRORS)
 
@@ -154,10 +148,7 @@ def _narrow_escape(exc: UnicodeError) -> tuple[str | bytes, int]:
     ch = exc.object[exc.start]
     if "\udc80" <= ch <= "\udcff":
         return bytes([ord(ch) - 0xDC00]), exc.start + 1
-    code = ord(ch)
-    return (
-        f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-    ), exc.start + 1
+    return char_escape(ch), exc.start + 1
 
 
 def _is_open(fd: int) -> bool:

@@ -33,8 +33,23 @@ was)."""
 
 
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char_escape(match.group())
+
+
+def char_escape(ch: str) -> str:
+    """One character as Python writes its escape: `\\x1b`, `\\ud800`, `\\U0001f389`."""
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def writes_unicode(stream: object) -> bool:
+    """Whether a text stream's encoding can write every character (UTF-8, -16 or -32); a stream that names none is
+    taken to (Python's own default)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(encoding).name in ("utf-8", "utf-16", "utf-32")
+    except LookupError:
+        return False
 
 
 def storable(text: str) -> str:
@@ -72,12 +87,7 @@ def printable_json(text: str) -> str:
 def stdout_json(value: object) -> str:
     """`value` as a JSON document for stdout (`printable_json`): its text as it is where stdout writes UTF-8, every
     non-ASCII character escaped where the locale cannot (a `\\xe9` written in its place was no JSON)."""
-    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
-    try:
-        wide = codecs.lookup(encoding).name in ("utf-8", "utf-16", "utf-32")
-    except LookupError:
-        wide = False
-    return printable_json(json.dumps(value, ensure_ascii=not wide))
+    return printable_json(json.dumps(value, ensure_ascii=not writes_unicode(sys.stdout)))
 
 
 _LINE_BREAKS = re.compile("[\u2028\u2029]")
