@@ -139,19 +139,13 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 
-def already_scored(stored: str | None, model: str | None, top_k: int) -> bool:
-    """Scored by the same served model with at least this many alternatives."""
-    if not stored:
-        return False
-    score = json.loads(stored)
-    return score.get("model") == model and int(score.get("top_k") or 0) >= top_k
+def already_scored(score: dict[str, Any] | None, model: str | None, top_k: int) -> bool:
+    """Scored (its stored target_score, parsed) by the same served model with at least this many alternatives."""
+    return score is not None and score.get("model") == model and int(score.get("top_k") or 0) >= top_k
 
 
-def other_thresholds(stored: str | None, config: ScoreConfig) -> bool:
+def other_thresholds(score: dict[str, Any], config: ScoreConfig) -> bool:
     """Whether a stored score was judged with another --off-policy-nll or --low-prob than this run's."""
-    if not stored:
-        return False
-    score = json.loads(stored)
     return (score.get("off_policy_nll"), score.get("low_prob")) != (config.off_policy_nll, config.low_prob)
 
 
@@ -195,11 +189,16 @@ async def _run(
         raise InputError(f"the servers serve different models ({', '.join(models)}): score against one target")
     model = models[0] if models else None
     rows = candidates(store, config)
-    todo = deque(sid for sid, stored in rows if config.rescore or not already_scored(stored, model, config.top_k))
+    todo: deque[str] = deque()
+    kept_thresholds = 0
+    for sid, stored in rows:  # each stored score parsed once
+        score = json.loads(stored) if stored else None
+        if config.rescore or not already_scored(score, model, config.top_k):
+            todo.append(sid)
+        elif score is not None and other_thresholds(score, config):
+            kept_thresholds += 1
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
-    if summary.skipped:
-        to_score = set(todo)
-        summary.other_thresholds = sum(other_thresholds(stored, config) for sid, stored in rows if sid not in to_score)
+    summary.other_thresholds = kept_thresholds
     if config.limit is None:  # with --limit "selected" is the first N scoreable samples: none lack output ids
         summary.without_output = without_output_count(store, Selection(config.select, config.run))
     progress = BatchProgress(total=len(rows), skipped=summary.skipped)
