@@ -141,9 +141,10 @@ def merge_dual(raw: Capture, chat: Capture, chat_ids: list[int] | None) -> Captu
 
 
 CHAT_LOGPROBS_BY_TEXT = (
-    "--logprobs with --mode chat on {server}: its chat endpoint names each logprob's token by text, not id (two "
-    "tokens can print the same), so none would be stored; use --mode raw or dual (its raw path gives ids)"
+    "--logprobs with --mode chat on {server}: its chat endpoint names logprob tokens by text, not id; use --mode raw "
+    "or dual"
 )
+"""Short: a run's summary shows a failure reason cut at ~200 characters."""
 
 
 async def capture_on(
