@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from builders import kimi, profile
 
@@ -118,7 +119,8 @@ async def test_over_length_prompts_do_not_stop_the_run_as_failures_in_a_row(tmp_
 async def test_a_prompt_near_the_limit_is_sent_with_the_room_there_is(tmp_path, kind):
     """vLLM refuses prompt + max_tokens over max_model_len with a 400: with --max-new-tokens 1024 and a
     600-token context every prompt that fits failed, and 20 in a row stopped the run. Now the request
-    asks for what fits, and an answer cut at the limit is kept, marked truncated."""
+    asks for what fits, and an answer cut at the limit is kept, marked truncated. SGLang refuses a prompt +
+    max_new_tokens that reaches its limit (`>=`): one id of it is left unused there, else each such prompt was a 400."""
     with start_simulator(SimConfig(kind=kind, max_model_len=LIMIT, output_tokens=2000)) as sim:
         config = BatchConfig(
             servers=[sim.url],
@@ -134,7 +136,8 @@ async def test_a_prompt_near_the_limit_is_sent_with_the_room_there_is(tmp_path, 
             finish = dict(store.query("SELECT prompt_id, finish_reason FROM samples"))
     assert (summary.ok, summary.failed) == (2, 2)
     assert summary.failures_by_class == {"over_max_length": 2}
-    assert rows == {"short": LIMIT, "fits": LIMIT}
+    usable = LIMIT - (1 if kind == "sglang" else 0)
+    assert rows == {"short": usable, "fits": usable}
     assert set(finish.values()) == {"length"}
 
 
@@ -155,3 +158,30 @@ def test_a_prompt_with_tools_is_counted_as_its_server_renders_the_tools(kimi_tok
     bare = exact_prompt_tokens(CaptureRequest(messages=messages, settings={"thinking": True}), kimi_tok, profile())
     none = CaptureRequest(messages=messages, settings={"tools": tools, "tool_choice": "none", "thinking": True})
     assert exact_prompt_tokens(none, kimi_tok, profile(), "sglang") == bare < vllm
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/chat/completions"])
+def test_the_sglang_sim_refuses_a_request_that_reaches_its_limit(path):
+    """As SGLang's TokenizerManager does (`max_new_tokens + input >= context_len`); a request without a limit of its
+    own gets the room there is."""
+    prompt = list(range(1000, 1010))
+
+    def body(max_new: int | None) -> dict:
+        if path == "/generate":
+            return {"input_ids": prompt, "sampling_params": {} if max_new is None else {"max_new_tokens": max_new}}
+        chat: dict = {"messages": [{"role": "user", "content": "hi"}]}
+        return chat if max_new is None else {**chat, "max_tokens": max_new}
+
+    with start_simulator(SimConfig(kind="sglang", max_model_len=LIMIT, output_tokens=5000)) as sim:
+        with httpx.Client(base_url=sim.url, timeout=10) as client:
+            prompt_len = (
+                len(prompt) if path == "/generate" else client.post(path, json=body(1)).json()["usage"]["prompt_tokens"]
+            )
+            refused = client.post(path, json=body(LIMIT - prompt_len))
+            fits = client.post(path, json=body(LIMIT - prompt_len - 1))
+            unasked = client.post(path, json=body(None))
+    assert refused.status_code == 400
+    assert "Requested token count exceeds the model's maximum context length of 600 tokens" in refused.text
+    assert fits.status_code == 200
+    if path != "/generate":  # /generate's own default is 128 new tokens
+        assert unasked.json()["usage"]["completion_tokens"] == LIMIT - prompt_len

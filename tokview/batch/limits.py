@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.served_tools import tools_as_served
 from tokview.core.tokenizer import TokenizerError
+from tokview.servers.registry import context_reserve
 from tokview.servers.request import CaptureRequest, resolve_settings
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None,
     failures in a row. A prompt within `max_new_tokens` of the limit is sent asking for the room there
     is: vLLM refuses prompt + `max_tokens` over `max_model_len` (HTTP 400) instead of stopping there,
     so a generous `--max-new-tokens` failed every long prompt that fits (and 20 in a row stopped the
-    run); the answer is now cut at the limit (`finish_reason` length: `truncated`), as SGLang cuts it.
+    run); the answer is now cut at the limit (`finish_reason` length: `truncated`). SGLang refuses a
+    total that reaches the limit (`>=`), so there one id of it is left unused (`context_reserve`).
     A server that reports no context length, or a run without a local tokenizer, is not checked (the
     server's own refusal is recorded as before). Only prompts near the limit are tokenized. A prompt
     over the size limit (`too_large`) is failed first, whatever the server and tokenizer."""
@@ -153,28 +155,30 @@ def check_prompt(pool: ServerPool, request: CaptureRequest) -> tuple[str | None,
         return oversized, None
     tokenizer, profile = getattr(pool, "tokenizer", None), getattr(pool, "profile", None)
     info = pool.server_info()
-    limit, kind = server_limit(info), getattr(info, "kind", None)
+    kinds = {d.get("kind") for d in info if d.get("healthy", True)}
+    limit, kind = server_limit(info), next(iter(kinds)) if len(kinds) == 1 else None
     if limit is None or tokenizer is None:
         return None, None
     wanted = request.settings.get("max_new_tokens")
     if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
         wanted = None
-    fits = limit - wanted if wanted else limit  # fewer prompt tokens than this leave all the room asked for
+    usable = limit - max(map(context_reserve, kinds), default=0)  # SGLang refuses a total reaching its limit
+    fits = usable - wanted if wanted else usable  # fewer prompt tokens than this leave all the room asked for
     try:
         tokens, exact = prompt_length(request, tokenizer, profile, fits, kind)
         if not exact and tokens < fits:  # an upper bound under it: the common case, nothing tokenized
             return None, None
-        if not exact and tokens < limit:  # a lower bound that does not decide: count
+        if not exact and tokens < usable:  # a lower bound that does not decide: count
             tokens, exact = exact_prompt_tokens(request, tokenizer, profile, kind), True
     except (TokenizerError, ValueError):
         return None, None  # a template that cannot render this prompt: the capture path reports it in its own words
-    if tokens >= limit:
+    if tokens >= usable:
         measure = f"{tokens} tokens" if exact else f"at least {tokens} tokens (counted without tokenizing it)"
         return (
             f"{OVER_MAX_LENGTH}: the prompt has {measure}; the server's max_model_len is {limit}, "
             f"which leaves no room for output: shorten or drop this prompt"
         ), None
-    room = limit - tokens
+    room = usable - tokens
     return None, (room if wanted and room < wanted else None)
 
 

@@ -88,6 +88,9 @@ class Backend(ABC):
     """`Capture.endpoint` of what it captures (stored: never renamed)."""
     logprob_ids: ClassVar[bool] = True
     """It can name each logprob's token by id (`--logprobs`): SGLang's chat endpoint names them by text only."""
+    context_reserve: ClassVar[int] = 0
+    """Ids of the context a request's prompt + max tokens must leave unused: SGLang refuses a total that reaches its
+    context length (`>=`, HTTP 400), vLLM only one past it."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -23,6 +23,11 @@ served prompt ids the raw probes then send), then the raw paths."""
 SERVER_KINDS = frozenset(b.server for b in ENDPOINTS.values())
 
 
+def context_reserve(kind: str | None) -> int:
+    """The ids a server of this kind wants left unused past prompt + max tokens (`Backend.context_reserve`)."""
+    return max((b.context_reserve for b in ENDPOINTS.values() if b.server == kind), default=0)
+
+
 @dataclass(frozen=True)
 class ServerChoice:
     """What one `--backend` value captures with: `raw` gives exact ids, `chat` the server's parse."""

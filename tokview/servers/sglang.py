@@ -162,6 +162,7 @@ class SglangGenerate(Backend):
     ids_field = "output_ids"
     exact_ids = True
     recorded_as = "sglang-generate"
+    context_reserve = 1  # TokenizerManager: `max_new_tokens + input_token_num >= context_len` is a 400
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body, prompt_ids, started = self._body(call), self._prompt_ids(call), time.perf_counter()
@@ -276,6 +277,7 @@ class SglangChat(ChatBackend):
     server_name = "SGLang"
     recorded_as = "sglang-chat"
     logprob_ids = False  # OpenAI-style entries: a token's text, and two tokens can print the same
+    context_reserve = 1
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = chat_body(call.messages, call.prompt_ids, call.settings, info.model)

@@ -257,9 +257,10 @@ def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: JsonVa
 
 
 def context_room(state: SimState, prompt: list[int], wanted: int | None) -> int | Response:
-    """The output tokens to generate by SGLang's rule: a prompt that fills the context is a 400; otherwise
-    `wanted` (all the room when None) cut at the limit (vLLM's stricter rule, refusing max_tokens past
-    it, is in `vllm._sampling`)."""
+    """The output tokens to generate by SGLang's rule (TokenizerManager's request check): a prompt that fills the
+    context is a 400, and so is a `wanted` that reaches it with the prompt (`>=`: one id short of the limit is the
+    most one can ask for); without one, all the room. (vLLM's rule, refusing max_tokens past the limit, is in
+    `vllm._sampling`.)"""
     limit = state.cfg.max_model_len
     if len(prompt) >= limit:
         return faults.error_response(
@@ -268,5 +269,14 @@ def context_room(state: SimState, prompt: list[int], wanted: int | None) -> int 
             f"The input ({len(prompt)} tokens) is longer than the model's context length ({limit} tokens).",
             "BadRequest",
         )
-    room = limit - len(prompt)
-    return room if wanted is None else min(wanted, room)
+    if wanted is not None and wanted + len(prompt) >= limit:
+        return faults.error_response(
+            "sglang",
+            400,
+            f"Requested token count exceeds the model's maximum context length of {limit} tokens. You requested "
+            f"a total of {wanted + len(prompt)} tokens: {len(prompt)} tokens from the input messages and {wanted} "
+            "tokens for the completion. Please reduce the number of tokens in the input messages or the completion "
+            "to fit within the limit.",
+            "BadRequest",
+        )
+    return limit - len(prompt) if wanted is None else wanted

@@ -103,9 +103,12 @@ def routes(state: SimState) -> list[Route]:
         started = time.monotonic()
         results = []
         for prompt in prompts:
-            max_tokens = common.context_room(state, prompt, max_new)
+            asked = max_new if "max_new_tokens" in sp else None  # SGLang checks only a limit the request gave
+            max_tokens = common.context_room(state, prompt, asked)
             if isinstance(max_tokens, Response):
                 return max_tokens
+            if max_new is not None:  # its default, 128, cut at the context
+                max_tokens = min(max_tokens, max_new)
             gen = state.generate(
                 prompt,
                 body,

@@ -54,7 +54,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         max_tokens = requests.chat_max_tokens(body)
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
-    cut = common.context_room(state, prompt, max_tokens)  # SGLang cuts the output at the limit
+    cut = common.context_room(state, prompt, max_tokens)  # a request past the limit is a 400
     if isinstance(cut, Response):
         return cut
     fault, early = await common.admit(state, request, stream)
