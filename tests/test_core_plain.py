@@ -214,7 +214,10 @@ CASES = {
         lambda f: f.capture(output_ids=f.output(stop=False), matched_stop="answer"),
         lambda f: f.capture(output_ids=f.output(stop=False) + [ENDOFTEXT], matched_stop=ENDOFTEXT),
     ),
-    "output_prefix_overlap": (lambda f: f.capture(output_ids=f.prompt[-5:] + f.output()), lambda f: f.capture()),
+    "output_prefix_overlap": (
+        lambda f: f.capture(output_ids=f.prompt[-5:] + f.output(), usage={"completion_tokens": len(f.output())}),
+        lambda f: f.capture(),
+    ),
     "completion_count_mismatch": (lambda f: f.capture(usage={"completion_tokens": 3}), lambda f: f.capture()),
     "parser_hidden_ids": (lambda f: f.chat(), lambda f: f.capture(text=f.tok.decode(f.output()))),
     "parser_split_mismatch": (

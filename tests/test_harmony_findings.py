@@ -327,3 +327,35 @@ def test_a_builtin_tools_call_names_the_tool_not_its_content_type_and_is_no_func
     )
     assert "harmony_recipient_on_analysis" not in builtin.codes  # built-in tools are called on the analysis channel
     assert calls_of(parse_harmony(hfam.ids(CALLING_AS_TEMPLATED), hfam.tok))[0].recipient == "functions.get_weather"
+
+
+def _codes(fam: HarmonyFamily, c: Capture) -> dict[str, Any]:
+    return {f.code: f for f in analyze(c, fam.profile, fam.tok).findings}
+
+
+@pytest.mark.parametrize("body", ["", "   "])
+def test_an_empty_final_message_is_no_answer(hfam, body):
+    """A final header and nothing after it passed as valid: a drafter would learn to stop right after it."""
+    text = (
+        f"<|channel|>analysis<|message|>Six sevens.<|end|><|start|>assistant<|channel|>final<|message|>{body}<|return|>"
+    )
+    c = hfam.capture(text)
+    found = _codes(hfam, c)["harmony_no_final"]
+    assert found.severity == ERROR and "is empty" in found.detail
+    assert found.positions == (hfam.at(c, RETURN),)
+    assert "harmony_no_final" not in _codes(hfam, hfam.capture())
+
+
+def test_a_python_tool_call_is_code_not_json(hfam):
+    """gpt-oss's built-in python tool takes code: every code-interpreter sample was invalid (harmony_tool_json_invalid)."""
+    code = "<|channel|>analysis<|message|>Run it.<|end|><|start|>assistant<|channel|>analysis to=python code<|message|>print(6*7)<|call|>"
+    assert "harmony_tool_json_invalid" not in _codes(hfam, hfam.capture(code))
+    browser = code.replace("to=python code", "to=browser.search code")
+    assert "harmony_tool_json_invalid" in _codes(hfam, hfam.capture(browser))  # a browser call's arguments are JSON
+
+
+def test_a_whole_turn_that_says_length_at_its_last_id_is_judged_whole(hfam):
+    """SGLang checks the length before the stop id: a final ending <|return|> as the last allowed id says length."""
+    c = hfam.capture(finish_reason="length")
+    assert c.output_ids[-1] == RETURN
+    assert _codes(hfam, c) == {}

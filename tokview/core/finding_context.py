@@ -206,6 +206,14 @@ class Context:
         return self.prefilled_opener is not None or bool(self.out_openers)
 
     @cached_property
+    def cut_by_length(self) -> bool:
+        """`finish_reason` length, and the output does not end with a stop id: SGLang (and older vLLM) check the
+        length before the stop id, so a turn whose stop id was its last allowed id says `length` too."""
+        if self.capture.finish_reason != "length":
+            return False
+        return not self.output or self.output[-1] not in self.profile.stop_ids
+
+    @cached_property
     def open_at_end(self) -> bool:
         """True when the last think delimiter seen (prompt opener or output delimiter) opened reasoning."""
         for s in reversed(self.segments):

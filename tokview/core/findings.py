@@ -160,9 +160,14 @@ def think_open_missing(ctx: Context) -> Hit | None:
             [ctx.n_prompt + closers[0]],
         )
     if ctx.capture.thinking is True and p.prefills_opener and ctx.output and not ctx.reasoning_opened:
+        why = (
+            f"the template kwargs ({p.thinking_kwarg}) did not reach the template."
+            if p.thinking_kwarg
+            else f"the chat template did not pre-fill it, as {p.name}'s does (another template rendered the prompt)."
+        )
         return Hit.missing(
             f"Thinking was on, but the prompt does not end with {p.think_open} (id {p.think_open_id}) and the "
-            f"output never opens reasoning: the template kwargs ({p.thinking_kwarg}) did not reach the template."
+            f"output never opens reasoning: {why}"
         )
     return None
 
@@ -173,7 +178,7 @@ def think_close_missing(ctx: Context) -> Hit | None:
         return None
     if not ctx.out_closers and _section_in_reasoning(ctx) is not None:
         return None  # the tool calls ended the reasoning (both servers read it so): tool_section_in_reasoning
-    cause = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
+    cause = " (the generation hit the length limit)" if ctx.cut_by_length else ""
     if ctx.out_closers:
         reopened = ctx.out_openers[-1]  # open at the end after a closer: an output opener came last
         return Hit.at(
@@ -262,19 +267,21 @@ def empty_answer(ctx: Context) -> Hit | None:
     if not ctx.output or ctx.open_at_end:
         return None  # no answer was due yet: think_close_missing says why
     ids = ctx.ids_of(ctx.output, ctx.output_runs(seg.ANSWER))
-    if not ctx.blank(ids) or ctx.calls is not None:
+    if not ctx.blank(ids) or (ctx.calls is not None and ctx.calls.calls):
         return None  # an answer, or tool calls: a turn that calls tools has answered
     after = " after the reasoning" if ctx.reasoning_opened else ""
+    # markers of a section that holds no call: no template renders one, and the turn neither answers nor calls
+    section = "; its tool-call section holds no call" if ctx.calls is not None else ""
     stops = [p for s in ctx.output_runs(seg.STOP) for p in range(s.start, s.end)]
     # Where the answer should have been: the stop that ended the turn, else the output's last id.
     return Hit.at(
-        f"No answer{after} ({len(ids)} answer ids, all blank).", stops or [ctx.n_prompt + len(ctx.output) - 1]
+        f"No answer{after} ({len(ids)} answer ids, all blank){section}.", stops or [ctx.n_prompt + len(ctx.output) - 1]
     )
 
 
 @rule("truncated", ERROR, "Cut by max tokens (finish_reason length): the sample never ends as a real turn does.")
 def truncated(ctx: Context) -> Hit | None:
-    if ctx.capture.finish_reason != "length":
+    if not ctx.cut_by_length:
         return None
     limit = ctx.capture.settings.get("max_new_tokens")
     detail = (
@@ -386,6 +393,9 @@ def output_prefix_overlap(ctx: Context) -> Hit | None:
     prompt, out = ctx.capture.prompt_ids, ctx.output
     if not out or len(prompt) < 3:
         return None
+    counted = (ctx.capture.usage or {}).get("completion_tokens")
+    if counted == len(out) and not isinstance(counted, bool):
+        return None  # the server generated every id: a model repeating its prompt's tail, not an echo
     earliest = max(0, len(prompt) - len(out))  # a tail longer than the output cannot begin it
     for j in seg.positions_of(prompt, out[0]):  # longest tail first
         k = len(prompt) - j
@@ -605,7 +615,7 @@ def _problem_hit(ctx: Context, code: str, advice: str) -> Hit | None:
     "A tool-call section opened and never closed: the server's parser drops or mangles the calls.",
 )
 def tool_section_unclosed(ctx: Context) -> Hit | None:
-    cause = " (the generation hit the length limit)" if ctx.capture.finish_reason == "length" else ""
+    cause = " (the generation hit the length limit)" if ctx.cut_by_length else ""
     return _problem_hit(
         ctx, tc.SECTION_UNCLOSED, f"the turn ends inside its tool calls{cause}, a shape the template never renders."
     )

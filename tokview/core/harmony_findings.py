@@ -55,13 +55,22 @@ def _ends_in_call(messages: list[HarmonyMessage]) -> bool:
     return bool(messages) and messages[-1].end_id == CALL
 
 
-@rule("harmony_no_final", ERROR, "A Harmony turn with no final-channel message and no tool call: no answer.")
+@rule("harmony_no_final", ERROR, "A Harmony turn with no final-channel message (or an empty one) and no tool call.")
 def harmony_no_final(ctx: Context) -> Hit | None:
     messages = _messages(ctx)
-    if messages is None or ctx.capture.finish_reason == "length":
+    if messages is None or ctx.cut_by_length:
         return None
-    if any(m.channel == "final" for m in messages) or _ends_in_call(messages):
+    finals = [m for m in messages if m.channel == "final"]
+    if _ends_in_call(messages):
         return None
+    if finals:
+        if not all(ctx.blank(ctx.output[m.body[0] : m.body[1]]) for m in finals):
+            return None
+        return Hit.at(
+            f"The final message at {ctx.where(finals[-1].start)} is empty: the turn never answers, and a drafter "
+            f"would learn to stop right after the final header.",
+            _abs(ctx, finals[-1].end_pos if finals[-1].end_pos is not None else finals[-1].start),
+        )
     channels = ", ".join(m.channel or "?" for m in messages)
     return Hit.missing(
         f"The output's {len(messages)} message(s) ({channels}) hold no final-channel message and end in no "
@@ -108,8 +117,8 @@ def harmony_tool_json_invalid(ctx: Context) -> Hit | None:
     if tok is None:
         return None
     for m in _messages(ctx) or []:
-        if not m.recipient_ids or m.end_id != CALL:
-            continue
+        if not m.recipient_ids or m.end_id != CALL or m.recipient == "python":
+            continue  # (the python tool's arguments are its code, not JSON)
         text = tok.decode(ctx.output[m.body[0] : m.body[1]])
         try:
             json.loads(text)  # a UnicodeDecodeError cannot happen: the text is decoded already
