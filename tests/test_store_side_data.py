@@ -54,7 +54,8 @@ def test_side_data_round_trips(tmp_path):
 
 def test_target_score_update_keeps_everything_else(tmp_path):
     with Store(tmp_path / "s.duckdb") as store:
-        cap = _put(store, "a@x_gen0", finish_reason="length")  # invalid: truncated
+        cut = make_capture(stop=False)
+        cap = _put(store, "a@x_gen0", finish_reason="length", output_ids=cut.output_ids, matched_stop=None)  # truncated
         store.record_verdict("a@x_gen0", "approved")
         before = store.load_sample("a@x_gen0")
         cap.target_logprobs = [-3.0] * len(cap.output_ids)

@@ -331,7 +331,7 @@ class BatchSummary:
             + (f" + abandoned {self.abandoned}" if self.abandoned else "")
             + f" = {self.ok + self.failed + self.skipped + self.chain_stopped + self.abandoned} of input {self.input} "
             + ("(balanced)" if self.balanced else "(DOES NOT BALANCE)"),
-            f"  skipped: {self.resumed} already stored, {self.duplicates} duplicate prompt ids, "
+            f"  skipped: {self.resumed} already stored, {self.duplicates} for repeated prompt ids, "
             f"{len(self.bad_rows)} bad rows",
             f"  flagged (error findings) {self.flagged}, truncated {self.truncated}; {self.output_tokens} output "
             f"tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",

@@ -77,7 +77,9 @@ def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
     while batch := cur.fetchmany(1000):
         for values in batch:
             n += 1
-            row = dict(zip(names, values))
+            # a null column is a key this row has not: Parquet has no absent keys, and a row known by its hash kept
+            # the nulls of every column the file has (another row's `id` column gave it another id, a second sample)
+            row = {name: value for name, value in zip(names, values) if value is not None}
             for key in ("messages", "conversations"):  # a JSON string column holding the turns
                 if isinstance(row.get(key), str) and row[key].lstrip().startswith("["):
                     try:

@@ -178,7 +178,11 @@ def render(
     first = n_prompt if start is None else max(0, min(start, len(cap.input_ids) - 1))
     pieces = tokenizer.pieces(ids[max(0, first - 8) : first + count])[min(8, first) :]
     al = analysis.alignment
-    lines.append(f"ids {first}..{min(len(ids), first + count) - 1}  (pos  id  piece  segment  mask  text-field)")
+    last = min(len(ids), first + count) - 1
+    if last < first:  # nothing from here: a sample with no output ids shows from its prompt's end
+        lines.append(f"ids: none from {first} (the sample holds {len(ids)} ids, {len(ids) - n_prompt} of them output)")
+    else:
+        lines.append(f"ids {first}..{last}  (pos  id  piece  segment  mask  text-field)")
     for offset, piece in enumerate(pieces):
         pos = first + offset
         status = ""

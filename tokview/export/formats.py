@@ -170,8 +170,14 @@ def sampling_params(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def usage_of(usage: dict[str, Any] | None) -> dict[str, int | None]:
+    """The usage keys, typed; `total_tokens` is prompt + completion where the stored usage has no total (a capture
+    keeps the two counts the findings check, not the server's sum: every row's total was null)."""
     usage = usage if isinstance(usage, dict) else {}
-    return {key: _typed(usage.get(key), int) for key in USAGE_KEYS}
+    out = {key: _typed(usage.get(key), int) for key in USAGE_KEYS}
+    prompt, completion = out["prompt_tokens"], out["completion_tokens"]
+    if out["total_tokens"] is None and prompt is not None and completion is not None:
+        out["total_tokens"] = prompt + completion
+    return out
 
 
 def row_ids(items: list[tuple[str, str | None, int | None, int | None]], *, gen0: bool = True) -> list[str]:

@@ -54,7 +54,8 @@ class Provenance:
     def add(self, row: dict[str, Any], capture: Capture, kwargs: dict[str, Any]) -> None:
         self.kwargs[json.dumps(kwargs, sort_keys=True, default=str)] = kwargs
         self.servers.add((capture.server_kind, capture.server_version, capture.server_url))
-        self.settings[json.dumps(capture.settings, sort_keys=True, default=str)] = capture.settings
+        shared = {k: v for k, v in capture.settings.items() if k != "chain"}  # a chain turn's own record, not a setting
+        self.settings[json.dumps(shared, sort_keys=True, default=str)] = shared
         if capture.reasoning_field:
             self.fields.add(capture.reasoning_field)
         self.endpoints.add(capture.endpoint)

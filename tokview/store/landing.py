@@ -20,7 +20,7 @@ from tokview.store.errors import StoreError, is_disk_full
 from tokview.store.merge import refuse_unmergeable, shared_columns
 from tokview.store.merged_scores import take_scores
 from tokview.store.parts import sql_list
-from tokview.store.sample_rows import SAMPLE_COLUMNS
+from tokview.store.sample_rows import SAMPLE_COLUMNS, servers_union
 
 _DATA_ERRORS = (duckdb.ConversionException, duckdb.InvalidInputException, duckdb.ConstraintException)
 """What DuckDB raises for a part line that cannot land (`"prompt_ids": "oops"`, a cut line, a null id)."""
@@ -288,6 +288,17 @@ def merge_into(conn: duckdb.DuckDBPyConnection, source: Path, target_name: str) 
             conn.execute("DETACH src")
 
 
+def _union_run_servers(conn: duckdb.DuckDBPyConnection) -> None:
+    """A run both stores hold keeps the store's record, listing the servers either met (`servers_union`): each
+    shard of a run made against its own server, merged, listed one of them, by the merge's order."""
+    both = conn.execute(
+        "SELECT m.run_id, m.server_info, r.server_info FROM main.runs m JOIN src.runs r ON r.run_id = m.run_id "
+        "WHERE r.server_info IS DISTINCT FROM m.server_info"
+    ).fetchall()
+    for run_id, stored, given in both:
+        conn.execute("UPDATE main.runs SET server_info = ? WHERE run_id = ?", [servers_union(stored, given), run_id])
+
+
 def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_name: str) -> dict[str, int]:
     """Copy the source's new samples (with findings and verdicts), runs and open failures into `main`, and the
     review the source added to samples both hold (`merged_review.take_review`, one action of this store)."""
@@ -309,6 +320,7 @@ def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_
         f"INSERT INTO main.runs ({run_cols}) SELECT {run_cols} FROM src.runs r WHERE NOT EXISTS "
         "(SELECT 1 FROM main.runs m WHERE m.run_id = r.run_id)",
     )
+    _union_run_servers(conn)
     samples = _changed(
         conn,
         f"INSERT INTO main.samples ({col_list}) SELECT {col_list} FROM src.samples "

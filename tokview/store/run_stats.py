@@ -15,6 +15,11 @@ if TYPE_CHECKING:
 
 NO_RUN = "(no run)"
 
+_SPEC_COUNT = "coalesce(TRY_CAST(json_extract_string(spec_decode, '$.{}') AS DOUBLE), 0)"
+_RUN_ACCEPTANCE = f"1 + sum({_SPEC_COUNT.format('accepted')}) / nullif(sum({_SPEC_COUNT.format('steps')}), 0)"
+"""A run's mean acceptance length as `stats` gives the store's (`side_stats._rates`): 1 + accepted / steps over its
+samples, not the mean of each sample's (short samples weighed as much as long ones: another figure under one key)."""
+
 _PER_RUN = f"""
 SELECT coalesce(run_id, '{NO_RUN}') AS run,
        count(*),
@@ -25,7 +30,7 @@ SELECT coalesce(run_id, '{NO_RUN}') AS run,
        count(*) FILTER (WHERE finish_reason = 'length'),
        quantile_disc(prompt_len, 0.5), quantile_disc(output_len, 0.5), quantile_disc(output_len, 0.9),
        max(output_len), avg(output_len),
-       count(acceptance_length), avg(acceptance_length),
+       count(acceptance_length), {_RUN_ACCEPTANCE},
        count(mean_nll), avg(mean_nll)
 FROM samples GROUP BY 1
 """

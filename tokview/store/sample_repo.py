@@ -24,6 +24,7 @@ from tokview.store.sample_rows import (
     UnknownSample,
     capture_from_row,
     metadata_json,
+    servers_union,
     to_json,
 )
 
@@ -81,7 +82,11 @@ class SampleRepository:
             run.source,
             metadata_json(run.profile_def),
         ]
-        self.file.write([(_PUT_RUN, row)])
+        with self.file.connection():  # the servers it met before stay listed (`servers_union`)
+            stored = self.file.query("SELECT server_info FROM runs WHERE run_id = ?", [run_id])
+            if stored:
+                row[6] = servers_union(stored[0][0], row[6])
+            self.file.write([(_PUT_RUN, row)])
 
     def put_sample(self, record: dict[str, Any], *, new: bool | None) -> None:
         """Write one sample (a `PartSink.sample_record`: its columns and findings) atomically; see

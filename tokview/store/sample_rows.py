@@ -182,6 +182,22 @@ def metadata_json(value: object) -> str | None:
     return None if value is None else json.dumps(scrub(value), ensure_ascii=False, default=str)
 
 
+def servers_union(stored: str | None, given: str | None) -> str | None:
+    """A run's `server_info` (JSON lists) once it met the `given` servers too: one entry per url, the given one where
+    both name it, ordered by url. A run resumed against another server, or merged with a shard of it that another
+    server made, kept only the last one's version and features (which one depended on the merge's order)."""
+    old, new = from_json(stored), from_json(given)
+    if not isinstance(old, list) or not isinstance(new, list):
+        return given if isinstance(new, list) else stored
+    by_url = {_url_of(e): e for e in old} | {_url_of(e): e for e in new}
+    return json.dumps([by_url[u] for u in sorted(by_url)], ensure_ascii=False, default=str)
+
+
+def _url_of(entry: object) -> str:
+    url = entry.get("url") if isinstance(entry, dict) else None
+    return url if isinstance(url, str) else json.dumps(entry, sort_keys=True, default=str)
+
+
 def from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
