@@ -495,3 +495,29 @@ def test_a_session_a_proxy_went_on_with_after_the_clock_went_back_is_still_one_r
     assert [[t["sample_id"] for t in r["metadata"]["turns"]] for r in rows] == [
         ["proxy:late:0", "proxy:late:1", "proxy:early:2", "proxy:early:3"]
     ]
+
+
+def test_inspect_walks_a_session_a_proxy_went_on_with_after_the_clock_went_back(tmp_path) -> None:
+    """The app's w / W walk ordered a session's runs by their samples' times (local wall-clock): the run that went on
+    after the clock went back came first, and the walk stopped at its boundary (two conversations of two turns)."""
+    from builders import kimi, profile
+
+    from tokview.core.analysis import analyze
+    from tokview.store.conversation_turns import conversation_turns
+
+    caps = [_answer([], "q0", "a0")]
+    for k in range(1, 4):
+        caps.append(_answer(_served(caps[-1]), f"q{k}", f"a{k}"))
+    with Store(tmp_path / "w.duckdb") as store:
+        for k, cap in enumerate(caps):
+            run = "late" if k < 2 else "early"
+            store.put_sample(
+                f"proxy:{run}:{k}", "session:w", run, cap, analyze(cap, profile(), kimi()), turn=k, profile="kimi-k2.5"
+            )
+        store.query("UPDATE samples SET created_at = created_at - INTERVAL 1 HOUR WHERE run_id = 'early'")
+        walked = [
+            [t.sample_id for t in conversation_turns(store, f"proxy:{run}:{k}")]
+            for k, run in enumerate(["late", "late", "early", "early"])
+        ]
+    whole = ["proxy:late:0", "proxy:late:1", "proxy:early:2", "proxy:early:3"]
+    assert walked == [whole] * 4

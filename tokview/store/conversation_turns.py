@@ -68,6 +68,31 @@ def goes_on_in_next_run(prompt_id: str, last_turn: int | None, next_turn: int | 
     )
 
 
+def chained_run_order(first: list[int], last: list[int]) -> list[int]:
+    """The order of a conversation's runs (given by start, with their first and last turns, -1 for none) in which a
+    run whose first turn goes on from another run's last turn comes right after that run: the start times are local
+    wall-clock times, and a proxy restarted under another TZ (or in a daylight-saving fall-back hour) started "before"
+    the run it continued, which split the session. Of two runs it may go on from (a session id a harness reused for
+    a later conversation), the latest that started before it; else the first after it."""
+    followers: dict[int, list[int]] = {}
+    roots: list[int] = []
+    for k in range(len(first)):
+        before = [q for q in range(k) if last[q] == first[k] - 1 and first[q] < first[k]]
+        after = [q for q in range(k + 1, len(first)) if last[q] == first[k] - 1 and first[q] < first[k]]
+        parent = before[-1] if before else after[0] if after and first[k] > 0 else None
+        if first[k] > 0 and parent is not None:
+            followers.setdefault(parent, []).append(k)
+        else:
+            roots.append(k)
+    ordered: list[int] = []
+    stack = list(reversed(roots))
+    while stack:  # each run, then the runs that go on from it (first turns rise along a chain: no cycle)
+        k = stack.pop()
+        ordered.append(k)
+        stack.extend(reversed(followers.get(k, [])))
+    return ordered
+
+
 def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn. A proxy
     session a restarted proxy went on with (its next turn the first of a later run) is one conversation, as
@@ -88,6 +113,9 @@ def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
         if not runs or runs[-1][0][3] != row[3]:
             runs.append([])
         runs[-1].append(row)
+    if len(runs) > 1 and str(rows[0][5]).startswith(PROXY_SESSION_PREFIXES):  # by turn, not by clock
+        turns = [[r[1] for r in run if r[1] is not None] for run in runs]
+        runs = [runs[k] for k in chained_run_order([min(t) for t in turns], [max(t) for t in turns])]
     own = next((k for k, run in enumerate(runs) if run[0][3] == run[0][4]), None)
     if own is None:
         return []

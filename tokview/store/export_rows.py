@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.store import queries
+from tokview.store.conversation_turns import chained_run_order
 from tokview.store.errors import StoreError
 from tokview.store.prompt_refs import REF_COLUMNS, WHOLE_PROMPT_IDS, whole_prompts
 from tokview.store.queries import INT64_MAX
@@ -332,10 +333,7 @@ def conversation_turns(store: Store, sample_ids: list[str]) -> list[Conversation
 
 def runs_in_turn_order(turns: list[ConversationKey]) -> list[ConversationKey]:
     """Each conversation's runs as `CONVERSATION_ORDER` put them (by start), except that a run whose first turn goes
-    on from another run's last turn comes right after that run: the start times are local wall-clock times, and a
-    proxy restarted under another TZ (or in a daylight-saving fall-back hour) started "before" the run it continued,
-    which split the session. Of two runs it may go on from (a session id a harness reused for a later conversation),
-    the latest that started before it; else the first after it."""
+    on from another run's last turn comes right after that run (`chained_run_order`)."""
     out: list[ConversationKey] = []
     start = 0
     while start < len(turns):
@@ -358,20 +356,4 @@ def _chained_runs(turns: list[ConversationKey]) -> list[ConversationKey]:
         return turns
     first = [min((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
     last = [max((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
-    followers: dict[int, list[int]] = {}
-    roots: list[int] = []
-    for k in range(len(runs)):
-        before = [q for q in range(k) if last[q] == first[k] - 1 and first[q] < first[k]]
-        after = [q for q in range(k + 1, len(runs)) if last[q] == first[k] - 1 and first[q] < first[k]]
-        parent = before[-1] if before else after[0] if after and first[k] > 0 else None
-        if first[k] > 0 and parent is not None:
-            followers.setdefault(parent, []).append(k)
-        else:
-            roots.append(k)
-    ordered: list[ConversationKey] = []
-    stack = list(reversed(roots))
-    while stack:  # each run, then the runs that go on from it (first turns rise along a chain: no cycle)
-        k = stack.pop()
-        ordered.extend(runs[k])
-        stack.extend(reversed(followers.get(k, [])))
-    return ordered
+    return [turn for k in chained_run_order(first, last) for turn in runs[k]]
