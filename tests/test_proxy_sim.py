@@ -603,3 +603,22 @@ def test_a_requests_query_string_is_stored_with_its_values_masked(sim, proxy) ->
     stored = json.loads(row["raw_request"]) if isinstance(row["raw_request"], str) else row["raw_request"]
     assert stored["url"].endswith("/v1/chat/completions?api-version=[redacted]&api_key=[redacted]")
     assert "sk-secret" not in json.dumps(stored)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_by_the_requests_stop_string_is_stored_invalid(sim, proxy, stream) -> None:
+    """A harness's `stop` string cut the answer (the server names the string: vLLM's `stop_reason`, SGLang's
+    `matched_stop`), over real sockets, streamed and not: the sample is `stopped_by_request`, its ids end with the
+    id that completed the string, and the client's text was cut before it, as without the proxy."""
+    request = _chat(sim.cfg.model_name, stream, stop=["let me", "seven"])
+    direct = httpx.post(sim.url + "/v1/chat/completions", json=request)
+    through = httpx.post(proxy.url + "/v1/chat/completions", json=request)
+    assert through.status_code == direct.status_code == 200
+    if not stream:
+        choice = through.json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        assert (choice.get("stop_reason") or choice.get("matched_stop")) in ("let me", "seven")
+        assert through.json()["choices"] == direct.json()["choices"]
+    proxy.stop()
+    [row] = _stored(proxy.db)
+    assert "stopped_by_request" in row["codes"]

@@ -256,6 +256,33 @@ def deliver_stream(events: Iterable[str], fault: str | None, error_chunk: JsonVa
     return StreamingResponse(gen(), media_type="text/event-stream")
 
 
+def with_stop(sampling: Sampling, stop: tuple[str, ...], params: dict[str, Any]) -> Sampling:
+    """`sampling` with the stop strings its generation is cut at, if any, and how its text is decoded for them
+    (`params`: where the request keeps `skip_special_tokens`)."""
+    if stop:
+        sampling["stop"], sampling["skip_special"] = stop, bool(params.get("skip_special_tokens", True))
+    return sampling
+
+
+def stop_drop(gen: Generation, include: bool) -> int:
+    """How many characters a stop string's cut takes off the end of the output's text (`include`: the request keeps
+    the stop string: vLLM's `include_stop_str_in_output`, SGLang's `no_stop_trim`)."""
+    return 0 if gen.text_drop is None else gen.text_drop[1 if include else 0]
+
+
+def cut_texts(texts: Sequence[str], drop: int) -> list[str]:
+    """`texts` (in order: they join to the output's text, e.g. its reasoning then its answer, or its stream's pieces)
+    without their last `drop` characters."""
+    out = list(texts)
+    k = len(out) - 1
+    while drop > 0 and k >= 0:
+        take = min(drop, len(out[k]))
+        out[k] = out[k][: len(out[k]) - take]
+        drop -= take
+        k -= 1
+    return out
+
+
 def context_room(state: SimState, prompt: list[int], wanted: int | None) -> int | Response:
     """The output tokens to generate by SGLang's rule (TokenizerManager's request check): a prompt that fills the
     context is a 400, and so is a `wanted` that reaches it with the prompt (`>=`: one id short of the limit is the

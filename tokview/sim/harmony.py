@@ -102,9 +102,12 @@ def generate(
     max_tokens: int | None = None,
     stop_token_ids: Sequence[int] = (),
     ignore_eos: bool = False,
+    stop: Sequence[str] = (),
+    skip_special: bool = True,
 ) -> Generation:
     """A Harmony turn for `prompt`, cut as a server cuts it: at the first of the model's stop ids
-    (`<|return|>`, `<|call|>`, `<|endoftext|>`) or the request's, or at `max_tokens`."""
+    (`<|return|>`, `<|call|>`, `<|endoftext|>`) or the request's, or at `max_tokens`. (Stop strings are not looked
+    for in Harmony messages: the servers' own readers never pass them here.)"""
     seed = body.get("seed")
     rng = random.Random(request_seed(prompt, seed, state.cfg.seed))
     text = state.decode(prompt, False)

@@ -10,6 +10,7 @@ thinking on) the model opens reasoning itself.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import random
 from collections.abc import Sequence
@@ -60,10 +61,14 @@ class Generation:
     output_ids: list[int]
     finish_reason: str
     """`stop` or `length`."""
-    matched: int | None
-    """The stop id that ended it (None for `length`)."""
+    matched: int | str | None
+    """The stop id (or the request's stop string) that ended it (None for `length`)."""
     eos_stop: bool
     """True when the model's own stop id ended it (vLLM reports stop_reason null then)."""
+    text_drop: tuple[int, int] | None = None
+    """A stop string ended it (`matched` is the string): how many characters to drop from the end of the output ids'
+    text (decoded as the request asked) without the stop string, and with it (`include_stop_str_in_output`,
+    SGLang's `no_stop_trim`). The ids keep the id that completed it, as both servers' do."""
 
 
 class Sampling(TypedDict, total=False):
@@ -72,6 +77,10 @@ class Sampling(TypedDict, total=False):
     max_tokens: int | None
     stop_token_ids: Sequence[int]
     ignore_eos: bool
+    stop: Sequence[str]
+    """The request's stop strings (only where the simulator cuts the text at one: no tools, no Harmony)."""
+    skip_special: bool
+    """How the text a stop string is looked for in is decoded (`skip_special_tokens`)."""
 
 
 def request_seed(prompt_ids: Sequence[int], seed: object, base_seed: int = 0) -> int:
@@ -211,14 +220,68 @@ class SimModel:
         max_tokens: int | None = None,
         stop_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,
+        stop: Sequence[str] = (),
+        skip_special: bool = True,
         tool_section: list[int] | None = None,
         section_in_reasoning: bool = False,
         tool_stop: int | None = None,
     ) -> Generation:
-        """Generate like a server would: stop at the first stop id, or cut at `max_tokens`.
+        """Generate like a server would: stop at the first stop id or stop string, or cut at `max_tokens`.
 
         With `tool_section` (the calls `tokview.sim.tools` planned for this prompt) the turn calls tools."""
-        s = request_seed(prompt_ids, seed, self.base_seed)
+        gen = self._generate_ids(
+            prompt_ids,
+            s=request_seed(prompt_ids, seed, self.base_seed),
+            max_tokens=max_tokens,
+            stop_token_ids=stop_token_ids,
+            ignore_eos=ignore_eos,
+            tool_section=tool_section,
+            section_in_reasoning=section_in_reasoning,
+            tool_stop=tool_stop,
+        )
+        return self._cut_at_stop_string(gen, stop, skip_special) if stop else gen
+
+    def _cut_at_stop_string(self, gen: Generation, stop: Sequence[str], skip_special: bool) -> Generation:
+        """`gen` ended earlier, where its text first holds one of `stop` (vLLM's check: after each id, each stop
+        string in the request's order, in the text that id added and the stop string's length before it); a stop id
+        at that id ends it first."""
+        ids, text = gen.output_ids, ""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        longest = max(len(s) for s in stop)
+        for pos, tid in enumerate(ids):
+            if gen.matched is not None and pos == len(ids) - 1:
+                break  # the id that ended it by id: a stop id is checked before the stop strings
+            if skip_special and self.tokenizer.is_special(tid):
+                continue
+            added = decoder.decode(self.tokenizer.piece_bytes(tid))
+            text += added
+            for s in stop:
+                at = text.find(s, max(0, len(text) - len(added) - longest))
+                if at >= 0:
+                    whole = self.tokenizer.decode(ids[: pos + 1], skip_special_tokens=skip_special)
+                    start = whole.find(s)  # where the whole decode has it (the first: no earlier id completed it)
+                    start = at if start < 0 else start
+                    return Generation(
+                        ids[: pos + 1],
+                        "stop",
+                        s,
+                        eos_stop=False,
+                        text_drop=(len(whole) - start, len(whole) - start - len(s)),
+                    )
+        return gen
+
+    def _generate_ids(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        s: int,
+        max_tokens: int | None,
+        stop_token_ids: Sequence[int],
+        ignore_eos: bool,
+        tool_section: list[int] | None,
+        section_in_reasoning: bool,
+        tool_stop: int | None,
+    ) -> Generation:
         if tool_section:
             out = self.tool_output(prompt_ids, s, tool_section, section_in_reasoning, tool_stop)
         else:

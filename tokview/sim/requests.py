@@ -95,3 +95,14 @@ def tokenize_text(tokenizer: TokenizerAdapter, body: dict[str, Any]) -> list[int
     if not isinstance(prompt, str):
         raise ValueError("give prompt (a string) or messages")
     return tokenizer.encode_prompt(prompt, add_special_tokens=bool(body.get("add_special_tokens", True)))
+
+
+def stop_strings(value: object) -> tuple[str, ...]:
+    """A request's `stop`: a string or a list of strings (both servers' type); empty strings match nothing."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("stop must be a string or a list of strings")
+    return tuple(v for v in value if v)

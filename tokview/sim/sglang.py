@@ -16,10 +16,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tokview.core.json_value import JsonValue
+from tokview.core.profiles import HARMONY
 from tokview.sim import common, faults, requests, sglang_chat, spec, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
-from tokview.sim.model import Generation
+from tokview.sim.model import Generation, Sampling
 
 
 def routes(state: SimState) -> list[Route]:
@@ -92,6 +93,7 @@ def routes(state: SimState) -> list[Route]:
             prompts, batch = requests.generate_prompts(state.tokenizer, body)
             sp = body.get("sampling_params") or {}
             max_new = requests.positive_int(sp.get("max_new_tokens", 128), "max_new_tokens")
+            stop = requests.stop_strings(sp.get("stop")) if state.profile.format != HARMONY else ()
         except ValueError as exc:
             return faults.error_response("sglang", 400, str(exc), "BadRequest")
         stream = bool(body.get("stream"))
@@ -109,13 +111,12 @@ def routes(state: SimState) -> list[Route]:
                 return max_tokens
             if max_new is not None:  # its default, 128, cut at the context
                 max_tokens = min(max_tokens, max_new)
-            gen = state.generate(
-                prompt,
-                body,
-                max_tokens=max_tokens,
-                stop_token_ids=sp.get("stop_token_ids") or (),
-                ignore_eos=bool(sp.get("ignore_eos")),
-            )
+            sampling: Sampling = {
+                "max_tokens": max_tokens,
+                "stop_token_ids": sp.get("stop_token_ids") or (),
+                "ignore_eos": bool(sp.get("ignore_eos")),
+            }
+            gen = state.generate(prompt, body, **common.with_stop(sampling, stop, sp))
             results.append((prompt, gen))
         if stream:
             prompt, gen = results[0]
@@ -211,7 +212,9 @@ def _generate_result(
     state: SimState, body: dict[str, Any], prompt: list[int], gen: Generation, started: float
 ) -> dict[str, Any]:
     sp = body.get("sampling_params") or {}
-    text = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), bool(sp.get("skip_special_tokens", True)))
+    keep = bool(sp.get("no_stop_trim"))
+    text = state.decode(shapes.text_ids(gen, keep), bool(sp.get("skip_special_tokens", True)))
+    text = common.cut_texts([text], common.stop_drop(gen, keep))[0]
     meta = shapes.meta(
         prompt, len(gen.output_ids), finish_reason=shapes.finish(gen), rid=common.new_id(), started=started
     )
@@ -238,8 +241,10 @@ def _generate_events(
     skip = bool(sp.get("skip_special_tokens", True))
     out = gen.output_ids
     n = len(out)
-    texts = list(accumulate(state.stream_pieces(out, skip), initial=""))
-    texts[n] = state.decode(shapes.text_ids(gen, bool(sp.get("no_stop_trim"))), skip)
+    keep = bool(sp.get("no_stop_trim"))
+    drop = common.stop_drop(gen, keep)
+    texts = list(accumulate(common.cut_texts(state.stream_pieces(out, skip), drop), initial=""))
+    texts[n] = common.cut_texts([state.decode(shapes.text_ids(gen, keep), skip)], drop)[0]
     ids_field = _output_ids_field(state, prompt, out)
     offset = len(ids_field) - n  # the prompt-prefix bug's extra ids
     incremental = bool(state.cfg.quirk("incremental-streaming"))

@@ -20,7 +20,7 @@ from tokview.core.sglang_prefill import last_assistant
 from tokview.sim import common, faults, glm_tools, harmony, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
-from tokview.sim.model import Generation
+from tokview.sim.model import Generation, Sampling
 from tokview.sim.reasoning import sglang_stream_regions, sglang_text_split
 
 STREAM_IDS_ERROR = (
@@ -52,6 +52,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
             if prefix is not None:  # SGLang's prefill: the generation prompt, then the prefix's ids
                 prompt = prompt + state.tokenizer.encode(prefix)
         max_tokens = requests.chat_max_tokens(body)
+        stop = requests.stop_strings(body.get("stop")) if not tool_parser and state.profile.format != HARMONY else ()
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
     cut = common.context_room(state, prompt, max_tokens)  # a request past the limit is a 400
@@ -61,13 +62,12 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     if early is not None:
         return early
     started = time.monotonic()
-    gen = state.generate(
-        prompt,
-        body,
-        max_tokens=cut,
-        stop_token_ids=body.get("stop_token_ids") or (),
-        ignore_eos=bool(body.get("ignore_eos")),
-    )
+    sampling: Sampling = {
+        "max_tokens": cut,
+        "stop_token_ids": body.get("stop_token_ids") or (),
+        "ignore_eos": bool(body.get("ignore_eos")),
+    }
+    gen = state.generate(prompt, body, **common.with_stop(sampling, stop, body))
     # with tools (and tool_choice not none) SGLang decodes with the special tokens for its tool parser
     skip = bool(body.get("skip_special_tokens", True)) and not tool_parser
     thinking = state.thinking(kwargs)
@@ -85,7 +85,8 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         return common.deliver_stream(
             events, fault, {"error": {"message": "simulated failure mid-stream (fault stream-error)"}}
         )
-    text = state.decode(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
+    keep = bool(body.get("no_stop_trim"))
+    text = common.cut_texts([state.decode(shapes.text_ids(gen, keep), skip)], common.stop_drop(gen, keep))[0]
     if cfg.quirk("parser-all-reasoning"):
         reasoning, content = text.replace("<think>", "").replace("</think>", "").strip() or None, ""
     elif separate:
@@ -233,7 +234,8 @@ def chat_events(
     """SGLang chat stream: role chunk, one delta per visible piece, finish chunk, usage, [DONE]."""
     rid, created, model = common.new_id(), common.now(), state.cfg.model_name
     out = gen.output_ids
-    pieces = state.stream_pieces(shapes.text_ids(gen, bool(body.get("no_stop_trim"))), skip)
+    keep = bool(body.get("no_stop_trim"))
+    pieces = common.cut_texts(state.stream_pieces(shapes.text_ids(gen, keep), skip), common.stop_drop(gen, keep))
     if state.cfg.quirk("parser-all-reasoning"):
         regions = ["hidden" if p in ("<think>", "</think>") else "reasoning" for p in pieces]
     elif split:
@@ -241,7 +243,7 @@ def chat_events(
     else:
         regions = ["content"] * len(pieces)
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, matched: int | None = None) -> str:
+    def chunk(delta: dict[str, Any], finish: str | None = None, matched: int | str | None = None) -> str:
         return sse(
             {
                 "id": rid,

@@ -20,7 +20,7 @@ class StopFinish(TypedDict):
     """`meta_info.finish_reason` of an output that stopped (`matched`: the stop id, None when none matched)."""
 
     type: Literal["stop"]
-    matched: int | None
+    matched: int | str | None
 
 
 def finish(gen: Generation) -> LengthFinish | StopFinish:
@@ -30,8 +30,9 @@ def finish(gen: Generation) -> LengthFinish | StopFinish:
 
 
 def text_ids(gen: Generation, no_stop_trim: bool) -> list[int]:
-    """The ids the detokenizer turns into `text`: without the matched stop unless no_stop_trim."""
-    if gen.matched is not None and not no_stop_trim:
+    """The ids the detokenizer turns into `text`: without the matched stop id unless no_stop_trim (a stop string's
+    ids stay: its text is cut instead, `common.stop_drop`)."""
+    if isinstance(gen.matched, int) and not no_stop_trim:
         return gen.output_ids[:-1]
     return gen.output_ids
 

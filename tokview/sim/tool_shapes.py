@@ -253,7 +253,9 @@ def sglang_events(
         "model": state.cfg.model_name,
     }
 
-    def chunk(delta: dict[str, Any], with_usage: bool, finish: str | None = None, matched: int | None = None) -> str:
+    def chunk(
+        delta: dict[str, Any], with_usage: bool, finish: str | None = None, matched: int | str | None = None
+    ) -> str:
         choice: JsonObject = {
             "index": 0,
             "delta": delta,

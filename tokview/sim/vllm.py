@@ -113,11 +113,15 @@ def _sampling(state: SimState, body: dict[str, Any], prompt: list[int], default_
             f"context length is {limit} tokens and your request has {len(prompt)} input tokens "
             f"({max_tokens} > {limit} - {len(prompt)})."
         )
-    return {
+    sampling: Sampling = {
         "max_tokens": max_tokens if max_tokens is not None else room,
         "stop_token_ids": body.get("stop_token_ids") or (),
         "ignore_eos": bool(body.get("ignore_eos")),
     }
+    stop = requests.stop_strings(body.get("stop"))
+    if tools.has_tools(body) or state.profile.format == HARMONY:  # text the sim does not cut (see README)
+        return sampling
+    return common.with_stop(sampling, stop, body)
 
 
 def _unknown_model(state: SimState, body: dict[str, Any]) -> Response | None:
@@ -128,12 +132,12 @@ def _unknown_model(state: SimState, body: dict[str, Any]) -> Response | None:
     return faults.error_response("vllm", 404, f"The model `{model}` does not exist.", "NotFoundError")
 
 
-def _stop_reason(gen: Generation) -> int | None:
+def _stop_reason(gen: Generation) -> int | str | None:
     return None if gen.eos_stop or gen.finish_reason == "length" else gen.matched
 
 
 def _text_ids(gen: Generation, body: dict[str, Any]) -> list[int]:
-    if gen.matched is not None and not body.get("include_stop_str_in_output"):
+    if isinstance(gen.matched, int) and not body.get("include_stop_str_in_output"):
         return gen.output_ids[:-1]
     return gen.output_ids
 
@@ -286,8 +290,12 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     reasoning_ids = [t for t, r in zip(out[:text_len], regions) if r == "reasoning"]
     content_ids = [t for t, r in zip(out[:text_len], regions) if r == "content"]
     hide = body.get("include_reasoning") is False  # vLLM then nulls the reasoning and token_ids (tools §8, bug 2)
-    reasoning = None if hide else state.decode(reasoning_ids, skip) or None
-    content = state.decode(content_ids, skip) or None
+    drop = common.stop_drop(gen, bool(body.get("include_stop_str_in_output")))
+    reasoning_text, content_text = common.cut_texts(
+        [state.decode(reasoning_ids, skip), state.decode(content_ids, skip)], drop
+    )
+    reasoning = None if hide else reasoning_text or None
+    content = content_text or None
     message = {
         "role": "assistant",
         "content": content,
@@ -351,7 +359,8 @@ def _chat_events(
         first.update(prompt_token_ids=None, prompt_text=None)
     events = [sse(first)]
     out = gen.output_ids
-    texts = state.stream_pieces(out[:text_len], skip)
+    drop = common.stop_drop(gen, bool(body.get("include_stop_str_in_output")))
+    texts = common.cut_texts(state.stream_pieces(out[:text_len], skip), drop)
     for pos, (tid, region) in enumerate(zip(out, regions)):
         last = pos == len(out) - 1
         piece = texts[pos] if pos < text_len else ""
@@ -409,6 +418,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     ids = bool(body.get("return_token_ids")) and not cfg.quirk("no-id-fields")
     skip = bool(body.get("skip_special_tokens", True))
     text_ids = _text_ids(gen, body)
+    drop = common.stop_drop(gen, bool(body.get("include_stop_str_in_output")))
     # vLLM's serving_completion: `echo` puts the prompt's text before the answer's, and `return_token_ids` empties it
     # (`if request.return_token_ids: prompt_text = ""`), so a proxy that adds the flag changes what the client reads.
     echoed = ""
@@ -423,7 +433,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     }
     if stream:
         events = []
-        texts = state.stream_pieces(text_ids, skip)
+        texts = common.cut_texts(state.stream_pieces(text_ids, skip), drop)
         for pos, tid in enumerate(out):
             last = pos == len(out) - 1
             choice: dict[str, Any] = {
@@ -467,7 +477,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         )
     choice = {
         "index": 0,
-        "text": echoed + state.decode(text_ids, skip),
+        "text": echoed + common.cut_texts([state.decode(text_ids, skip)], drop)[0],
         "logprobs": _completion_logprobs(state, body, prompt, out),
         "finish_reason": gen.finish_reason,
         "stop_reason": _stop_reason(gen),
