@@ -277,6 +277,11 @@ async def _run(
     from tokview.secrets import scrub
 
     _check_keep_all(config, tokenizer, profile)
+    refusal = profile.thinking_off_refusal() if config.thinking is False and not config.chat_template_kwargs else None
+    if refusal is not None:
+        raise InputError(
+            f"--no-thinking: {refusal}; leave it on, or name the template's switch: --chat-template-kwargs"
+        )
     identity = served_identity(pool, tokenizer, profile)
     sample_settings = config.sample_settings(identity)
     loop = asyncio.get_running_loop()

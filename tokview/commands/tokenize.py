@@ -177,6 +177,9 @@ def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thin
         if profile_name:
             raise
         return {}  # no think tokens: nothing to switch, the template renders as it is
+    refusal = None if thinking else profile.thinking_off_refusal()
+    if refusal is not None:
+        raise UserError(f"--no-thinking: {refusal}")
     return profile.template_kwargs(thinking)
 
 

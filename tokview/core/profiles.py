@@ -303,6 +303,17 @@ class ModelProfile:
             kwargs[self.date_kwarg] = today or date.today().isoformat()
         return kwargs
 
+    def thinking_off_refusal(self) -> str | None:
+        """Why thinking cannot be turned off with this profile (None: it can, or there is no reasoning to switch):
+        its template reads no kwarg for it (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1), so a prompt asked
+        for without thinking is the one with it, and every sample is `reasoning_with_thinking_off`."""
+        if not self.has_reasoning or self.thinking_kwarg:
+            return None
+        return (
+            f"profile {self.name} names no template kwarg that turns thinking off (its template has no such switch): "
+            "the prompts would be those of thinking on, and every sample flagged reasoning_with_thinking_off"
+        )
+
     def with_overrides(self, **changes: Unpack[ProfileChanges]) -> ModelProfile:
         return replace(self, **changes)
 

@@ -129,6 +129,11 @@ class SimModel:
                 return "closed" if len(prompt_ids) - pos <= 3 else "open"
         return "open"
 
+    def opens_with_newline(self, prompt_ids: Sequence[int], mode: str) -> bool:
+        """Whether the model writes the newline after `<think>` itself (Qwen3): not when the template pre-filled it
+        (Qwen3-2507 Thinking's prompt ends `<think>\n`: a second one is no output such a model writes)."""
+        return self.newlines and not (mode == "in-reasoning" and bool(prompt_ids) and prompt_ids[-1] != self.open_id)
+
     # -- text ------------------------------------------------------------------------------
     def _sentences_ids(
         self,
@@ -177,7 +182,7 @@ class SimModel:
             REASONING_SENTENCES,
             n_sentences=rng.randint(2, 4),
             target=reasoning_target,
-            prefix="\n" if nl else "",
+            prefix="\n" if self.opens_with_newline(prompt_ids, mode) else "",
             suffix="\n" if nl else "",
         )
         answer = self._sentences_ids(
@@ -207,7 +212,8 @@ class SimModel:
             return lead + section + [stop]
         head = [self.open_id] if mode == "open" and self.open_id is not None else []
         sentence = TOOL_REASONING[rng.randrange(len(TOOL_REASONING))]
-        reasoning = list(self._encode(f"\n{sentence}\n" if self.newlines else sentence))
+        first = "\n" if self.opens_with_newline(prompt_ids, mode) else ""
+        reasoning = list(self._encode(f"{first}{sentence}\n" if self.newlines else sentence))
         closer = [] if in_reasoning or self.close_id is None else [self.close_id]
         gap = list(self._encode("\n\n")) if self.newlines and closer else []  # Qwen3: "</think>\n\n<tool_call>"
         return head + reasoning + closer + gap + section + [stop]

@@ -1,0 +1,45 @@
+"""A template with no thinking switch (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1): `--no-thinking` was
+taken, changed nothing in the prompt, and every sample was flagged `reasoning_with_thinking_off`, blaming the server.
+Now refused in one line. And the simulator writes no second newline after a pre-filled `<think>\\n`."""
+
+from __future__ import annotations
+
+import json
+
+from tokview.cli import main
+from tokview.core.profiles import get_profile
+from tokview.sim import SimConfig, start_simulator
+from tokview.sim.model import SimModel
+
+
+def test_batch_refuses_no_thinking_where_the_profile_has_no_switch(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n")
+    db = tmp_path / "s.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(db), "--profile", "kimi-k2-thinking"]
+        code = main([*args, "--no-thinking"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0 and len(err) == 1, err
+        assert "--no-thinking: profile kimi-k2-thinking names no template kwarg" in err[0]
+        assert main(args) == 0  # thinking on is what such a template does
+
+
+def test_tokenize_refuses_no_thinking_where_the_profile_has_no_switch(tmp_path, capsys):
+    chat = tmp_path / "c.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    code = main(["tokenize", "--chat", str(chat), "--profile", "kimi-k2-thinking", "--no-thinking"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "names no template kwarg that turns thinking off" in err[0], err
+    assert main(["tokenize", "--chat", str(chat), "--profile", "kimi-k2.5", "--no-thinking"]) == 0
+
+
+def test_the_sim_writes_no_second_newline_after_a_prefilled_one(qwen_tok):
+    profile = get_profile("qwen3")
+    model = SimModel(qwen_tok, profile)
+    prompt = qwen_tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    assert prompt[-2] == profile.think_open_id
+    out = model.natural_output(prompt, seed=1)
+    assert not qwen_tok.decode(out[:1]).startswith("\n")
+    opened = qwen_tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert qwen_tok.decode(model.natural_output(opened, seed=1)[:2], skip_special_tokens=False) == "<think>\n"
