@@ -43,3 +43,25 @@ def test_the_sim_writes_no_second_newline_after_a_prefilled_one(qwen_tok):
     assert not qwen_tok.decode(out[:1]).startswith("\n")
     opened = qwen_tok.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert qwen_tok.decode(model.natural_output(opened, seed=1)[:2], skip_special_tokens=False) == "<think>\n"
+
+
+def test_a_qwen3_coder_template_gets_no_hermes_layout(qwen_tok_dir, tmp_path):
+    """Qwen3-Coder's `<tool_call>` holds `<function=NAME>` XML, not hermes JSON: read as hermes, every correct call was
+    flagged. Its folder gets no layout; Qwen3's own keeps hermes."""
+    import shutil
+
+    from tokview.core.profiles import detect_profile
+    from tokview.core.tokenizer import load_tokenizer
+
+    assert detect_profile(load_tokenizer(qwen_tok_dir)).tool_calls.parser == "hermes"
+    coder = tmp_path / "coder"
+    shutil.copytree(qwen_tok_dir, coder)
+    config = json.loads((coder / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+        "{%- if tools %}<tool_call>\n<function=example>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
+        "{%- endif %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+    )
+    (coder / "tokenizer_config.json").write_text(json.dumps(config))
+    (coder / "chat_template.jinja").unlink(missing_ok=True)
+    assert detect_profile(load_tokenizer(coder)).tool_calls is None

@@ -212,10 +212,16 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, g
 
 
 def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
-    """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None."""
+    """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None.
+
+    None too for Qwen3-Coder's template (its `<tool_call>` holds `<function=NAME>` / `<parameter=K>` XML, vLLM's
+    `qwen3_coder` parser, not hermes JSON): read as hermes, every correct call was `tool_arguments_not_object` and
+    `tool_calls_field_mismatch`; without a layout its calls are answer ids, unchecked."""
     candidates = [preferred, *BUILTIN_TOOL_LAYOUTS.values()]
     for layout in candidates:
         if layout is not None and all(tokenizer.token_to_id(text) == i for _, i, text in layout.named_ids()):
+            if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
+                return None
             return layout
     return None
 
