@@ -1,4 +1,4 @@
-"""A template with no thinking switch (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1): `--no-thinking` was
+"""Templates tokview must read as they are. One with no thinking switch (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1): `--no-thinking` was
 taken, changed nothing in the prompt, and every sample was flagged `reasoning_with_thinking_off`, blaming the server.
 Now refused in one line. And the simulator writes no second newline after a pre-filled `<think>\\n`."""
 
