@@ -46,8 +46,10 @@ def fill(store, tokenizer, profile, n: int = 30) -> list[str]:
     ids = []
     for i in range(n):
         capture = examples.long_capture(tokenizer, 560 + i) if i % 3 == 0 else examples.short_capture()
-        if i % 5 == 0:
-            capture.finish_reason = "length"
+        if i % 5 == 0:  # cut by the length limit: no stop id at its end (a stop id there would be a whole turn)
+            capture.finish_reason, capture.matched_stop = "length", None
+            if capture.output_ids and capture.output_ids[-1] in profile.stop_ids:
+                capture.output_ids = capture.output_ids[:-1]
         sid = f"p{i:03d}@demo_gen0"
         store.put_sample(
             sid, f"p{i:03d}", "run-a" if i < n // 2 else "run-b", capture, analyze(capture, profile, tokenizer)
