@@ -65,9 +65,12 @@ class SampleReady(Message):
         tokenizer: TokenizerAdapter,
         profile: ModelProfile,
         seqs: tuple[TokenSeq, TokenSeq],
+        asked: int = 0,
     ) -> None:
         super().__init__()
         self.data, self.index, self.tokenizer, self.profile, self.seqs = data, index, tokenizer, profile, seqs
+        self.asked = asked
+        """Which request of `open_sample` this is the answer to (only the latest is shown)."""
 
 
 class NextFound(Message):
@@ -94,6 +97,8 @@ class TokviewApp(App[None]):
         self.samples_screen: SamplesScreen | None = None
         self._open_index: int | None = None
         self._loaded: SampleReady | None = None
+        self._asked = 0
+        self._asked_from: Screen[object] | None = None
         """The sample loaded last: shown once no dialog is open (`_show_ready`)."""
 
     def notify(
@@ -129,10 +134,14 @@ class TokviewApp(App[None]):
         self.open_sample(event.sample_id, index)
 
     def open_sample(self, sample_id: str, index: int | None = None) -> None:
-        self._load_sample(sample_id, index)
+        """Load the sample in a worker and show it over the screen asked from, once loaded: only the latest sample
+        asked for, and only while that screen is still the one shown (a load the user walked away from is dropped)."""
+        self._asked += 1
+        self._asked_from = next((sc for sc in self.screen_stack[::-1] if not isinstance(sc, ModalScreen)), None)
+        self._load_sample(sample_id, index, self._asked)
 
     @work(thread=True, exclusive=True, group="open-sample", exit_on_error=False)
-    def _load_sample(self, sample_id: str, index: int | None) -> None:
+    def _load_sample(self, sample_id: str, index: int | None, asked: int) -> None:
         stored, analysis, tokenizer, profile = self.session.load(sample_id)  # an error: on_worker_state_changed
         seqs = served_seq(stored.capture, analysis, tokenizer), kept_seq(stored.capture, analysis, tokenizer)
         self.post_message(
@@ -144,11 +153,14 @@ class TokviewApp(App[None]):
                 tokenizer,
                 profile,
                 seqs,
+                asked,
             )
         )
 
     @on(SampleReady)
     def _sample_ready(self, event: SampleReady) -> None:
+        if event.asked != self._asked:  # an earlier request that finished after a later one was made
+            return
         self._loaded = event
         self._show_ready(event)
 
@@ -161,6 +173,8 @@ class TokviewApp(App[None]):
         if isinstance(self.screen, ModalScreen):
             self.set_timer(0.1, lambda: self._show_ready(event))
             return
+        if self.screen is not self._asked_from:  # the user went on to a panel (generate, doctor, …) meanwhile: pushed
+            return  # over it, the sample took the keys typed there (each `a` an approval)
         self._open_index = event.index
         screen = InspectScreen(event.data, event.tokenizer, event.profile, self.config.view_mode, seqs=event.seqs)
         if isinstance(self.screen, InspectScreen):

@@ -501,7 +501,7 @@ KEYS: tuple[Key, ...] = (
         "cancel",
         "Close",
         "export dialog",
-        "Close the export dialog.",
+        "Close the export dialog (not while its export is writing: that one ends first, with its summary).",
         palette=False,
         footer=True,
     ),
