@@ -305,15 +305,16 @@ def _attach(real: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
     """A connection of its own (its temporary tables are its own) to the store file at `real`, attached to the file's
     host instance unless it is already (another StoreFile of the same file shares it, as `duckdb.connect` shared one
     instance per file). Called under _OPEN_HERE_LOCK."""
-    host = _HOSTS.pop(real, None)
-    if host is None:
-        host = duckdb.connect(":memory:")
-        _ATTACHES[real] = 0
-        # what does not fit in memory spills beside the store, as `duckdb.connect(path)` did, not into ./.tmp
-        host.execute("SET temp_directory = ?", [real + ".tmp"])
+    host = _HOSTS.pop(real, None) or _new_host(real)
     _HOSTS[real] = host  # the most recently used last
     _close_idle_hosts()
-    if not _attached(host):
+    try:
+        attached = _attached(host)
+    except duckdb.Error:  # an instance a fatal error invalidated (a store file cut short): a new one
+        _close_quietly(_HOSTS.pop(real))
+        host = _HOSTS[real] = _new_host(real)
+        attached = False
+    if not attached:
         literal = "'" + real.replace("'", "''") + "'"  # DuckDB keeps a relative path as given: a chdir re-aims it
         host.execute(f"ATTACH {literal} AS {ALIAS}{' (READ_ONLY)' if read_only else ''}")
         _ATTACHES[real] = _ATTACHES.get(real, 0) + 1
@@ -326,6 +327,15 @@ def _attach(real: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
             _detach(real)
         raise
     return conn
+
+
+def _new_host(real: str) -> duckdb.DuckDBPyConnection:
+    """A host instance for the store file at `real`, nothing attached yet."""
+    host = duckdb.connect(":memory:")
+    _ATTACHES[real] = 0
+    # what does not fit in memory spills beside the store, as `duckdb.connect(path)` did, not into ./.tmp
+    host.execute("SET temp_directory = ?", [real + ".tmp"])
+    return host
 
 
 def _close_idle_hosts() -> None:
@@ -341,7 +351,12 @@ def _detach(real: str) -> None:
     could not checkpoint did, and DuckDB detaches the file anyway; were it still attached, it is detached once more
     without a checkpoint: a file left attached keeps every other process out of it until this one ends."""
     host = _HOSTS.get(real)
-    if host is None or not _attached(host):
+    try:
+        if host is None or not _attached(host):
+            return
+    except duckdb.Error:  # invalidated by a fatal error (a store file cut short): the first error is the one told,
+        _ATTACHES.pop(real, None)  # and the instance goes with its lock
+        _close_quietly(_HOSTS.pop(real))
         return
     with _ctrl_c_after():
         try:

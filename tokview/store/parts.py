@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from tokview.store.errors import StoreError
 from tokview.untrusted_text import storable
 
 SAMPLES_SUFFIX = ".samples.jsonl"
@@ -129,7 +130,13 @@ def complete_parts(directory: Path, said: Callable[[str], None] | None = None) -
         return [], []
     samples, failures = [], []
     now = time.time()
-    for entry in os.scandir(directory):
+    try:
+        entries = list(os.scandir(directory))
+    except OSError as exc:  # a folder this user cannot list (mode 000): its parts are not read, and it is said
+        if said is not None:
+            said(f"cannot list {directory} ({exc.strerror}): the samples its parts hold are not landed or shown")
+        return [], []
+    for entry in entries:
         name = entry.name
         if name.endswith(".tmp"):
             try:
@@ -194,11 +201,22 @@ def salvage(paths: Iterable[Path], lands: Lands) -> tuple[int, int]:
         candidates = [line for line in lines if _is_object(line)]
         if len(candidates) == len(lines) and lands(path, None):
             continue
+        if unwritable(path.parent):
+            raise StoreError(
+                f"{path.name} in {path.parent} cannot land, and the folder cannot be written to set it aside"
+            )
         good = _landing_lines(path, candidates, lands)
+        # Set aside first, then keep its good lines: kept first, a part that could not be set aside (`damaged`
+        # a file) stayed to block every landing, and each command wrote one more copy of its lines.
+        if not _move_aside(path):
+            if path.exists():
+                raise StoreError(
+                    f"{path.name} in {path.parent} cannot land and cannot be set aside into {path.parent / DAMAGED_DIR} "
+                    "(is it a folder?): move the part out by hand"
+                )
+            continue  # landed or set aside by another process meanwhile
         suffix = SAMPLES_SUFFIX if path.name.endswith(SAMPLES_SUFFIX) else FAILURES_SUFFIX
         write_part(path.parent, suffix, [line + b"\n" for line in good], durable=True)
-        if not _move_aside(path):
-            continue
         damaged += 1
         kept += len(good)
     return damaged, kept
@@ -221,11 +239,19 @@ def _landing_lines(path: Path, lines: list[bytes], lands: Lands) -> list[bytes]:
     return _landing_lines(path, lines[:half], lands) + _landing_lines(path, lines[half:], lands)
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why parts cannot be landed from `directory` by this user (a landed part is removed, a damaged one moved
+    aside), else None."""
+    return None if os.access(directory, os.W_OK | os.X_OK) else f"{directory} cannot be written"
+
+
 def remove(paths: Iterable[Path]) -> None:
+    """Remove landed parts. One that cannot be removed (a folder this user cannot write) stays: listed again, its
+    samples are stored already (a landing skips their ids) and its failures are in `landed_failure_parts`."""
     for path in paths:
         try:
             path.unlink()
-        except FileNotFoundError:
+        except OSError:
             pass
 
 

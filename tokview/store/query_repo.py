@@ -12,6 +12,7 @@ from typing import Any
 
 from tokview.store import queries
 from tokview.store.connection import StoreFile
+from tokview.store.errors import StoreError
 from tokview.store.sample_rows import SampleFilter, SampleRow, from_json
 
 RUN_FIELDS = (
@@ -77,7 +78,12 @@ class QueryRepository:
         for r in rows:
             d = dict(zip((*RUN_FIELDS, "samples", "failures"), r))
             for key in _JSON_RUN_FIELDS:
-                d[key] = from_json(d[key])
+                try:
+                    d[key] = from_json(d[key])
+                except ValueError:  # a hand-edited row: one line naming it (it was a JSONDecodeError, exit 70)
+                    raise StoreError(
+                        f"run {d['run_id']}: its stored {key} is not JSON (the row was edited or damaged)"
+                    ) from None
             out.append(d)
         return out
 

@@ -186,7 +186,10 @@ def servers_union(stored: str | None, given: str | None) -> str | None:
     """A run's `server_info` (JSON lists) once it met the `given` servers too: one entry per url, the given one where
     both name it, ordered by url. A run resumed against another server, or merged with a shard of it that another
     server made, kept only the last one's version and features (which one depended on the merge's order)."""
-    old, new = from_json(stored), from_json(given)
+    try:
+        old, new = from_json(stored), from_json(given)
+    except ValueError:  # a damaged stored list: the given one stands
+        return given
     if not isinstance(old, list) or not isinstance(new, list):
         return given if isinstance(new, list) else stored
     by_url = {_url_of(e): e for e in old} | {_url_of(e): e for e in new}

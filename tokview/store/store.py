@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
 
 
+_NOT_SHOWN = "(their samples are not shown until a command opens it where it can be written)"
+
+
 class Store:
     """Open (create, migrate) a tokview DuckDB file; `":memory:"` for a throwaway store.
 
@@ -102,11 +105,9 @@ class Store:
             if self._file.memory
             else [p for kind in parts.complete_parts(self.parts_dir, self._file.on_wait) for p in kind]
         )
-        if left and self.read_only:
-            self._file.on_wait(
-                f"{len(left)} part(s) beside {self.path} are not landed: the store is read-only "
-                "(their samples are not shown until a command opens it where it can be written)"
-            )
+        kept = "the store is read-only" if self.read_only else parts.unwritable(self.parts_dir)
+        if left and kept:
+            self._file.on_wait(f"{len(left)} part(s) beside {self.path} are not landed: {kept} {_NOT_SHOWN}")
         elif left:
             try:
                 self.ingest()
