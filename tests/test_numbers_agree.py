@@ -52,7 +52,7 @@ def test_a_run_lists_every_server_it_met_through_resumes_and_merges(tmp_path):
         a.put_run("r", settings={"t": 0}, server_info=first)
         a.put_run("r", settings={"t": 0}, server_info=second)  # a resume on another server
         resumed = a.run("r")["server_info"]
-    assert [s["url"] for s in resumed] == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert [s["url"] for s in resumed] == ["http://127.0.0.1:2", "http://127.0.0.1:1"]  # the latest first
     for name, info in (("s1", first), ("s2", second)):
         with Store(tmp_path / f"{name}.duckdb") as shard:
             shard.put_run("r", settings={"t": 0}, server_info=info)
@@ -63,7 +63,8 @@ def test_a_run_lists_every_server_it_met_through_resumes_and_merges(tmp_path):
             for name in order:
                 m.merge(tmp_path / f"{name}.duckdb")
             merged.append(m.run("r")["server_info"])
-    assert merged[0] == merged[1] == resumed
+    assert [m[0]["url"] for m in merged] == ["http://127.0.0.1:1", "http://127.0.0.1:2"]  # the target's first
+    assert sorted(map(str, merged[0])) == sorted(map(str, merged[1])) == sorted(map(str, resumed))
 
 
 def test_a_runs_acceptance_length_is_the_stores_figure(tmp_path, capsys):
@@ -79,6 +80,24 @@ def test_a_runs_acceptance_length_is_the_stores_figure(tmp_path, capsys):
     assert main(["stats", "--db", str(db), "--by", "run", "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert whole == run["acceptance"]["mean_acceptance_length"] == 1 + 200 / 102
+
+
+def test_samples_without_an_accepted_count_weigh_nothing_in_acceptance(tmp_path, capsys):
+    """An older SGLang build reports steps without an accepted count: read as 0 accepted, its run said 1.00 where
+    there is no figure, and the store's figure was pulled down."""
+    db = tmp_path / "old.duckdb"
+    with Store(db) as store:
+        cap = make_capture(question="new build")
+        cap.spec_decode = {"schema": "sglang", "steps": 10, "accepted": 20, "drafted": 30}
+        put(store, "new", cap, run_id="new")
+        old = make_capture(question="old build")
+        old.spec_decode = {"schema": "sglang", "steps": 18, "accepted": None, "drafted": None}
+        put(store, "old", old, run_id="old")
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spec_decode"]["mean_acceptance_length"] == 3.0
+    assert main(["stats", "--db", str(db), "--by", "run", "--json"]) == 0
+    runs = {r["run"]: r["acceptance"]["mean_acceptance_length"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert runs == {"new": 3.0, "old": None}
 
 
 def test_show_of_a_sample_with_no_output_names_no_impossible_range(store, tmp_path, capsys):
@@ -104,3 +123,18 @@ def test_a_parquet_row_without_an_id_is_known_by_its_own_fields(tmp_path: Path):
     (only,) = [row for _, row in iter_parquet(alone)]
     first = next(row for _, row in iter_parquet(beside))
     assert prompt_id_for(first) == prompt_id_for(only) == prompt_id_for({"prompt": "hello"})
+
+
+def test_truncated_counts_the_samples_flagged_truncated(tmp_path, capsys):
+    """A whole turn whose stop id was its last allowed id says `length` on SGLang: no `truncated` finding, yet `stats`
+    (and the batch summary) counted it truncated by its finish_reason."""
+    db = tmp_path / "t.duckdb"
+    with Store(db) as store:
+        whole = make_capture(question="whole", finish_reason="length")  # ends with its stop id
+        put(store, "whole", whole)
+        put(store, "cut", make_capture(question="cut", finish_reason="length", stop=False))
+    assert main(["stats", "--db", str(db), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["truncated"] == 1
+    assert main(["stats", "--db", str(db), "--by", "run", "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["truncated"] == 1

@@ -1,36 +1,57 @@
-"""Templates tokview must read as they are. One with no thinking switch (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1): `--no-thinking` was
-taken, changed nothing in the prompt, and every sample was flagged `reasoning_with_thinking_off`, blaming the server.
-Now refused in one line. And the simulator writes no second newline after a pre-filled `<think>\\n`."""
+"""Templates tokview must read as they are. One that opens reasoning in every prompt with no switch to stop it
+(Qwen3-2507 Thinking, deepseek-r1): `--no-thinking` was taken, changed nothing in the prompt, and every sample was
+flagged `reasoning_with_thinking_off`, blaming the server; now refused in one line (a template of a model that never
+thinks, Qwen3-2507 Instruct, is not refused). The simulator writes no second newline after a pre-filled
+`<think>\\n`. A Qwen3-Coder template gets no hermes tool layout."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from tokview.cli import main
 from tokview.core.profiles import get_profile
 from tokview.sim import SimConfig, start_simulator
 from tokview.sim.model import SimModel
 
+TURNS = "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+THINKING = TURNS + "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{%- endif %}"
+INSTRUCT = TURNS + "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 
-def test_batch_refuses_no_thinking_where_the_profile_has_no_switch(tmp_path, capsys):
+
+def _folder(qwen_tok_dir: Path, where: Path, template: str) -> Path:
+    """The Qwen3 tokenizer folder with another template (a 2507 variant's shape)."""
+    shutil.copytree(qwen_tok_dir, where)
+    config = json.loads((where / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (where / "tokenizer_config.json").write_text(json.dumps(config))
+    (where / "chat_template.jinja").unlink(missing_ok=True)
+    return where
+
+
+def test_batch_refuses_no_thinking_where_the_template_always_thinks(qwen_tok_dir, tmp_path, capsys):
+    thinking = _folder(qwen_tok_dir, tmp_path / "thinking", THINKING)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n")
-    db = tmp_path / "s.duckdb"
-    with start_simulator(SimConfig(kind="vllm")) as sim:
-        args = ["batch", str(prompts), "--server", sim.url, "--db", str(db), "--profile", "kimi-k2-thinking"]
-        code = main([*args, "--no-thinking"])
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=thinking)) as sim:
+        args = ["batch", str(prompts), "--server", sim.url, "--db", str(tmp_path / "s.duckdb")]
+        code = main([*args, "--tokenizer", str(thinking), "--no-thinking"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1, err
-        assert "--no-thinking: profile kimi-k2-thinking names no template kwarg" in err[0]
-        assert main(args) == 0  # thinking on is what such a template does
+        assert "--no-thinking: profile qwen3's template opens reasoning in every prompt" in err[0]
+        assert main([*args, "--tokenizer", str(thinking)]) == 0  # thinking on is what such a template does
 
 
-def test_tokenize_refuses_no_thinking_where_the_profile_has_no_switch(tmp_path, capsys):
+def test_tokenize_refuses_no_thinking_only_where_the_template_always_thinks(qwen_tok_dir, tmp_path, capsys):
     chat = tmp_path / "c.json"
     chat.write_text(json.dumps([{"role": "user", "content": "hi"}]))
-    code = main(["tokenize", "--chat", str(chat), "--profile", "kimi-k2-thinking", "--no-thinking"])
+    thinking = _folder(qwen_tok_dir, tmp_path / "thinking", THINKING)
+    code = main(["tokenize", "--tokenizer", str(thinking), "--chat", str(chat), "--no-thinking"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1 and "names no template kwarg that turns thinking off" in err[0], err
+    assert code != 0 and len(err) == 1 and "names no template kwarg that turns it off" in err[0], err
+    instruct = _folder(qwen_tok_dir, tmp_path / "instruct", INSTRUCT)  # a model that never thinks: nothing to refuse
+    assert main(["tokenize", "--tokenizer", str(instruct), "--chat", str(chat), "--no-thinking"]) == 0
     assert main(["tokenize", "--chat", str(chat), "--profile", "kimi-k2.5", "--no-thinking"]) == 0
 
 
@@ -48,20 +69,12 @@ def test_the_sim_writes_no_second_newline_after_a_prefilled_one(qwen_tok):
 def test_a_qwen3_coder_template_gets_no_hermes_layout(qwen_tok_dir, tmp_path):
     """Qwen3-Coder's `<tool_call>` holds `<function=NAME>` XML, not hermes JSON: read as hermes, every correct call was
     flagged. Its folder gets no layout; Qwen3's own keeps hermes."""
-    import shutil
-
     from tokview.core.profiles import detect_profile
     from tokview.core.tokenizer import load_tokenizer
 
     assert detect_profile(load_tokenizer(qwen_tok_dir)).tool_calls.parser == "hermes"
-    coder = tmp_path / "coder"
-    shutil.copytree(qwen_tok_dir, coder)
-    config = json.loads((coder / "tokenizer_config.json").read_text())
-    config["chat_template"] = (
-        "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+    coder = TURNS + (
         "{%- if tools %}<tool_call>\n<function=example>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
         "{%- endif %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
     )
-    (coder / "tokenizer_config.json").write_text(json.dumps(config))
-    (coder / "chat_template.jinja").unlink(missing_ok=True)
-    assert detect_profile(load_tokenizer(coder)).tool_calls is None
+    assert detect_profile(load_tokenizer(_folder(qwen_tok_dir, tmp_path / "coder", coder))).tool_calls is None

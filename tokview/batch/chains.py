@@ -200,7 +200,8 @@ def _next_history(
             break
         results.append(msg)
     calls = served.tool_calls or []
-    if served.finish_reason == "length":
+    ended = bool(served.output_ids) and profile is not None and served.output_ids[-1] in profile.stop_ids
+    if served.finish_reason == "length" and not ended:  # (SGLang says length for a stop id at the limit: whole)
         return [], f"turn {turn} was cut at the token limit (finish_reason length): its calls or answer are incomplete"
     if isinstance(served.finish_reason, str) and served.finish_reason not in COMPLETE_FINISH_REASONS:
         return [], f"turn {turn} was ended by the server (finish_reason {served.finish_reason}): it is incomplete"

@@ -311,7 +311,8 @@ class GroupWriter:
         except Exception as exc:  # this sample's analysis or data failed: record it, keep going
             group.failures.append(self._failure(item, failure_reason(exc), capture.server_url))
             return
-        group.stats.append((analysis.valid, capture.finish_reason == "length", len(capture.output_ids)))
+        truncated = any(f.code == "truncated" for f in analysis.findings)  # not a stop id at the limit (a whole turn)
+        group.stats.append((analysis.valid, truncated, len(capture.output_ids)))
 
     def _write(self, group: _Group) -> None:
         """One part on disk for the group; only then do the counters move."""

@@ -310,14 +310,15 @@ class ModelProfile:
         return kwargs
 
     def thinking_off_refusal(self) -> str | None:
-        """Why thinking cannot be turned off with this profile (None: it can, or there is no reasoning to switch):
-        its template reads no kwarg for it (Qwen3-2507 Thinking, kimi-k2-thinking, deepseek-r1), so a prompt asked
-        for without thinking is the one with it, and every sample is `reasoning_with_thinking_off`."""
-        if not self.has_reasoning or self.thinking_kwarg:
+        """Why thinking cannot be turned off with this profile (None: it can, or nothing says it thinks): its
+        template pre-fills the opener and reads no kwarg to stop (Qwen3-2507 Thinking, deepseek-r1), so a prompt
+        asked for without thinking opens reasoning all the same, and every sample is `reasoning_with_thinking_off`.
+        A template with neither (Qwen3-2507 Instruct, Qwen3-Coder: a model that never thinks) is no reason to refuse."""
+        if not self.has_reasoning or self.thinking_kwarg or not self.prefills_opener:
             return None
         return (
-            f"profile {self.name} names no template kwarg that turns thinking off (its template has no such switch): "
-            "the prompts would be those of thinking on, and every sample flagged reasoning_with_thinking_off"
+            f"profile {self.name}'s template opens reasoning in every prompt and names no template kwarg that turns "
+            "it off: the prompts would be those of thinking on, and every sample flagged reasoning_with_thinking_off"
         )
 
     def with_overrides(self, **changes: Unpack[ProfileChanges]) -> ModelProfile:

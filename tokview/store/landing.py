@@ -296,7 +296,8 @@ def _union_run_servers(conn: duckdb.DuckDBPyConnection) -> None:
         "WHERE r.server_info IS DISTINCT FROM m.server_info"
     ).fetchall()
     for run_id, stored, given in both:
-        conn.execute("UPDATE main.runs SET server_info = ? WHERE run_id = ?", [servers_union(stored, given), run_id])
+        kept = servers_union(given, stored)  # the store's record first: it stands where both name a server
+        conn.execute("UPDATE main.runs SET server_info = ? WHERE run_id = ?", [kept, run_id])
 
 
 def _merge_rows(conn: duckdb.DuckDBPyConnection, *, with_attempts: bool, source_name: str) -> dict[str, int]:

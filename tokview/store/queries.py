@@ -298,10 +298,12 @@ def stats(conn: DuckDBPyConnection) -> dict[str, Any]:
         "ORDER BY count(DISTINCT sample_id) DESC, code"
     ).fetchall():
         by_code[code] = {"severity": severity, "samples": n}
-    (samples, valid, invalid, exportable, truncated, p_q, p_max, p_mean, o_q, o_max, o_mean) = one_row(
+    truncated = by_code["truncated"]["samples"] if "truncated" in by_code else 0  # (not finish_reason length: a
+    # stop id at the limit is a whole turn, which SGLang says `length` for)
+    (samples, valid, invalid, exportable, p_q, p_max, p_mean, o_q, o_max, o_mean) = one_row(
         conn,
         "SELECT count(*), count(*) FILTER (WHERE valid), count(*) FILTER (WHERE NOT valid), "
-        "count(*) FILTER (WHERE valid AND status <> 'rejected'), count(*) FILTER (WHERE finish_reason = 'length'), "
+        "count(*) FILTER (WHERE valid AND status <> 'rejected'), "
         "quantile_disc(prompt_len, [0.5, 0.9, 0.99]), max(prompt_len), avg(prompt_len), "
         "quantile_disc(output_len, [0.5, 0.9, 0.99]), max(output_len), avg(output_len) FROM samples",
     )

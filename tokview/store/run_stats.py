@@ -15,10 +15,12 @@ if TYPE_CHECKING:
 
 NO_RUN = "(no run)"
 
-_SPEC_COUNT = "coalesce(TRY_CAST(json_extract_string(spec_decode, '$.{}') AS DOUBLE), 0)"
-_RUN_ACCEPTANCE = f"1 + sum({_SPEC_COUNT.format('accepted')}) / nullif(sum({_SPEC_COUNT.format('steps')}), 0)"
-"""A run's mean acceptance length as `stats` gives the store's (`side_stats._rates`): 1 + accepted / steps over its
-samples, not the mean of each sample's (short samples weighed as much as long ones: another figure under one key)."""
+_ACCEPTED, _STEPS = (f"TRY_CAST(json_extract_string(spec_decode, '$.{k}') AS DOUBLE)" for k in ("accepted", "steps"))
+_WITH_BOTH = f"FILTER (WHERE {_ACCEPTED} IS NOT NULL AND {_STEPS} IS NOT NULL)"
+_RUN_ACCEPTANCE = f"1 + sum({_ACCEPTED}) {_WITH_BOTH} / nullif(sum({_STEPS}) {_WITH_BOTH}, 0)"
+"""A run's mean acceptance length as `stats` gives the store's (`side_stats`): 1 + accepted / steps over its samples
+that report both, not the mean of each sample's (short samples weighed as much as long ones: another figure under
+one key); a sample of an older SGLang build (steps, no accepted count) weighs nothing, as it did not (1.00 over it)."""
 
 _PER_RUN = f"""
 SELECT coalesce(run_id, '{NO_RUN}') AS run,
@@ -27,7 +29,6 @@ SELECT coalesce(run_id, '{NO_RUN}') AS run,
        count(*) FILTER (WHERE status = 'approved'),
        count(*) FILTER (WHERE status = 'rejected'),
        count(*) FILTER (WHERE valid),
-       count(*) FILTER (WHERE finish_reason = 'length'),
        quantile_disc(prompt_len, 0.5), quantile_disc(output_len, 0.5), quantile_disc(output_len, 0.9),
        max(output_len), avg(output_len),
        count(acceptance_length), {_RUN_ACCEPTANCE},
@@ -65,15 +66,14 @@ def run_stats(store: Database) -> list[dict[str, Any]]:
     per finding code), runs in name order; a run that only failed is listed with its failures."""
     runs: dict[str, dict[str, Any]] = {}
     for row in store.query(_PER_RUN):
-        run, n, pending, approved, rejected, valid, truncated, p_p50, o_p50, o_p90, o_max, o_mean = row[:12]
-        acc_n, acc_mean, nll_n, nll_mean = row[12:]
+        run, n, pending, approved, rejected, valid, p_p50, o_p50, o_p90, o_max, o_mean = row[:11]
+        acc_n, acc_mean, nll_n, nll_mean = row[11:]
         entry = runs.setdefault(run, _empty(run))
         entry.update(
             samples=n,
             by_status={"pending": pending, "approved": approved, "rejected": rejected},
             valid=valid,
             invalid=n - valid,
-            truncated=truncated,
             prompt_len={"p50": p_p50},
             output_len={"p50": o_p50, "p90": o_p90, "max": o_max, "mean": None if o_mean is None else round(o_mean, 1)},
             acceptance={"samples": acc_n, "mean_acceptance_length": acc_mean},
@@ -81,6 +81,8 @@ def run_stats(store: Database) -> list[dict[str, Any]]:
         )
     for run, code, n in store.query(_FINDINGS):
         runs.setdefault(run, _empty(run))["findings"][code] = n
+    for entry in runs.values():  # flagged truncated (a stop id at the limit is a whole turn, said `length` by SGLang)
+        entry["truncated"] = entry["findings"].get("truncated", 0)
     for run, n in store.query(_FAILURES):
         runs.setdefault(run, _empty(run))["failures"] = n
     return [runs[name] for name in sorted(runs)]

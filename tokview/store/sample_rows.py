@@ -183,17 +183,18 @@ def metadata_json(value: object) -> str | None:
 
 
 def servers_union(stored: str | None, given: str | None) -> str | None:
-    """A run's `server_info` (JSON lists) once it met the `given` servers too: one entry per url, the given one where
-    both name it, ordered by url. A run resumed against another server, or merged with a shard of it that another
-    server made, kept only the last one's version and features (which one depended on the merge's order)."""
+    """A run's `server_info` (JSON lists) once it met the `given` servers too: one entry per url, the given ones first
+    (the app offers a run's first server again) and where both name it. A run resumed against another server, or
+    merged with a shard of it that another server made, kept only the last one's version and features."""
     try:
         old, new = from_json(stored), from_json(given)
     except ValueError:  # a damaged stored list: the given one stands
         return given
     if not isinstance(old, list) or not isinstance(new, list):
         return given if isinstance(new, list) else stored
-    by_url = {_url_of(e): e for e in old} | {_url_of(e): e for e in new}
-    return json.dumps([by_url[u] for u in sorted(by_url)], ensure_ascii=False, default=str)
+    given_urls = {_url_of(e) for e in new}
+    union = list(new) + [e for e in old if _url_of(e) not in given_urls]
+    return json.dumps(union, ensure_ascii=False, default=str)
 
 
 def _url_of(entry: object) -> str:

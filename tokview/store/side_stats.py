@@ -75,8 +75,9 @@ def _spec_stats(store: Database, default_profile: ModelProfile | None = None) ->
         if spec is None:
             continue
         schemas[spec.schema] = schemas.get(spec.schema, 0) + 1
-        for key in totals:
-            totals[key] += getattr(spec, key) or 0
+        if spec.accepted is not None and spec.steps is not None:  # steps without an accepted count (older SGLang
+            for key in totals:  # builds) would read as nothing accepted: 1.00
+                totals[key] += getattr(spec, key) or 0
         profile = _profile(profile_name, profiles) or default_profile
         placement = sd.place_steps(spec, len(output), finish)
         if profile is None or placement is None:

@@ -126,8 +126,8 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         )
 
     running = False
-    """An export this dialog started is writing: the dialog stays open until it ends (its thread cannot be stopped
-    halfway, and closed, the dialog would never say how it ended)."""
+    """An export this dialog started is writing: Esc does not close the dialog until it has ended (its thread cannot
+    be stopped halfway, and closed, the dialog would never say how it ended)."""
 
     def action_run(self) -> None:
         request = self.request()
@@ -179,7 +179,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
     def action_cancel(self) -> None:
         if self.running:  # closed, the export wrote on unseen (29 s of a 100,000-sample store) and said nothing
             self.query_one("#export-summary", Static).update(
-                "the export is still writing (it cannot stop halfway): this closes once it has ended"
+                "the export is still writing (it cannot stop halfway): its summary shows here when it ends, then Esc closes"
             )
             return
         self.dismiss(None)
