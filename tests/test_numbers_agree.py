@@ -138,3 +138,11 @@ def test_truncated_counts_the_samples_flagged_truncated(tmp_path, capsys):
     assert main(["stats", "--db", str(db), "--by", "run", "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert run["truncated"] == 1
+
+
+def test_a_damaged_server_list_gives_way_to_a_good_one_either_side():
+    from tokview.store.sample_rows import servers_union
+
+    good, damaged = '[{"url": "http://a"}]', '[{"url": broken'
+    assert json.loads(servers_union(damaged, good) or "") == [{"url": "http://a"}]
+    assert json.loads(servers_union(good, damaged) or "") == [{"url": "http://a"}]

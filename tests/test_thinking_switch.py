@@ -39,7 +39,10 @@ def test_batch_refuses_no_thinking_where_the_template_always_thinks(qwen_tok_dir
         code = main([*args, "--tokenizer", str(thinking), "--no-thinking"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1, err
-        assert "--no-thinking: profile qwen3's template opens reasoning in every prompt" in err[0]
+        assert "--no-thinking: profile qwen3's template opens reasoning in the prompt all the same" in err[0]
+        kwargs = ["--chat-template-kwargs", '{"note": 1}']  # kwargs that switch nothing: refused all the same
+        assert main([*args, "--tokenizer", str(thinking), "--no-thinking", *kwargs]) != 0
+        assert "opens reasoning in the prompt all the same" in capsys.readouterr().err
         assert main([*args, "--tokenizer", str(thinking)]) == 0  # thinking on is what such a template does
 
 
@@ -49,7 +52,7 @@ def test_tokenize_refuses_no_thinking_only_where_the_template_always_thinks(qwen
     thinking = _folder(qwen_tok_dir, tmp_path / "thinking", THINKING)
     code = main(["tokenize", "--tokenizer", str(thinking), "--chat", str(chat), "--no-thinking"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1 and "names no template kwarg that turns it off" in err[0], err
+    assert code != 0 and len(err) == 1 and "opens reasoning in the prompt all the same" in err[0], err
     instruct = _folder(qwen_tok_dir, tmp_path / "instruct", INSTRUCT)  # a model that never thinks: nothing to refuse
     assert main(["tokenize", "--tokenizer", str(instruct), "--chat", str(chat), "--no-thinking"]) == 0
     assert main(["tokenize", "--chat", str(chat), "--profile", "kimi-k2.5", "--no-thinking"]) == 0
@@ -78,3 +81,22 @@ def test_a_qwen3_coder_template_gets_no_hermes_layout(qwen_tok_dir, tmp_path):
         "{%- endif %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
     )
     assert detect_profile(load_tokenizer(_folder(qwen_tok_dir, tmp_path / "coder", coder))).tool_calls is None
+
+
+def test_gpt_oss_refuses_no_thinking_and_a_model_that_opens_reasoning_itself_is_told_why(kimi_tok):
+    """gpt-oss reasons in every answer: --no-thinking was dropped silently. A profile with no switch whose model opens
+    reasoning itself (kimi-k2-thinking's template pre-fills nothing): its samples' finding no longer blames the
+    server."""
+    from tokview.core.analysis import analyze
+    from tokview.core.profiles import thinking_off_refusal
+    from tokview.core.record import Capture
+
+    assert "gpt-oss reasons in every answer" in (thinking_off_refusal(get_profile("gpt-oss"), kimi_tok, {}) or "")
+    profile = get_profile("kimi-k2-thinking")  # (with K2.5's template, which does pre-fill: its refusal is right)
+    assert thinking_off_refusal(profile, kimi_tok, profile.template_kwargs(False)) is not None
+    prompt = kimi_tok.render([{"role": "user", "content": "hi"}], template_kwargs=profile.template_kwargs(False))
+    out = [profile.think_open_id, *kimi_tok.encode("Let me think."), profile.think_close_id, *kimi_tok.encode("Hi.")]
+    out.append(profile.stop_ids[0])
+    c = Capture(prompt_ids=prompt, output_ids=out, finish_reason="stop", settings={"thinking": False})
+    (found,) = [f for f in analyze(c, profile, kimi_tok).findings if f.code == "reasoning_with_thinking_off"]
+    assert "names no template kwarg to turn thinking off: the model reasons all the same" in found.detail

@@ -37,7 +37,7 @@ from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
-from tokview.core.profiles import profile_fields
+from tokview.core.profiles import profile_fields, thinking_off_refusal
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_head, sample_id_for, settings_key
 
@@ -277,7 +277,8 @@ async def _run(
     from tokview.secrets import scrub
 
     _check_keep_all(config, tokenizer, profile)
-    refusal = profile.thinking_off_refusal() if config.thinking is False and not config.chat_template_kwargs else None
+    sent = {**profile.template_kwargs(False), **(config.chat_template_kwargs or {})}
+    refusal = thinking_off_refusal(profile, tokenizer, sent) if config.thinking is False else None
     if refusal is not None:
         raise InputError(
             f"--no-thinking: {refusal}; leave it on, or name the template's switch: --chat-template-kwargs"

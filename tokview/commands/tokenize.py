@@ -169,7 +169,7 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[st
 
 
 def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thinking: bool) -> dict[str, Any]:
-    from tokview.core.profiles import ProfileError, detect_profile, get_profile
+    from tokview.core.profiles import ProfileError, detect_profile, get_profile, thinking_off_refusal
 
     try:
         profile = get_profile(profile_name) if profile_name else detect_profile(tokenizer)
@@ -177,7 +177,7 @@ def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thin
         if profile_name:
             raise
         return {}  # no think tokens: nothing to switch, the template renders as it is
-    refusal = None if thinking else profile.thinking_off_refusal()
+    refusal = None if thinking else thinking_off_refusal(profile, tokenizer, profile.template_kwargs(False))
     if refusal is not None:
         raise UserError(f"--no-thinking: {refusal}")
     return profile.template_kwargs(thinking)

@@ -238,9 +238,14 @@ def reasoning_with_thinking_off(ctx: Context) -> Hit | None:
         what = f"{ctx.name(ctx.output[delims[0] - ctx.n_prompt])} at {ctx.where(delims[0] - ctx.n_prompt)}"
     else:
         what = f"{sum(len(s) for s in runs)} reasoning ids from {ctx.where(runs[0].start - ctx.n_prompt)}"
+    why = (
+        "The template kwarg did not reach the template, or the model ignores it."
+        if ctx.profile.thinking_kwarg
+        else f"Profile {ctx.profile.name} names no template kwarg to turn thinking off: the model reasons all the same."
+    )
     return Hit.at(
         f"Thinking was off ({ctx.profile.thinking_kwarg or 'no template kwarg'}), yet the output holds "
-        f"reasoning: {what}. The template kwarg did not reach the template, or the model ignores it.",
+        f"reasoning: {what}. {why}",
         delims or [runs[0].start],
     )
 

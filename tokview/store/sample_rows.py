@@ -186,15 +186,19 @@ def servers_union(stored: str | None, given: str | None) -> str | None:
     """A run's `server_info` (JSON lists) once it met the `given` servers too: one entry per url, the given ones first
     (the app offers a run's first server again) and where both name it. A run resumed against another server, or
     merged with a shard of it that another server made, kept only the last one's version and features."""
-    try:
-        old, new = from_json(stored), from_json(given)
-    except ValueError:  # a damaged stored list: the given one stands
-        return given
+    old, new = _json_or_none(stored), _json_or_none(given)  # a damaged list (edited by hand) is none
     if not isinstance(old, list) or not isinstance(new, list):
-        return given if isinstance(new, list) else stored
+        return given if isinstance(new, list) or not isinstance(old, list) else stored
     given_urls = {_url_of(e) for e in new}
     union = list(new) + [e for e in old if _url_of(e) not in given_urls]
     return json.dumps(union, ensure_ascii=False, default=str)
+
+
+def _json_or_none(text: str | None) -> Any:
+    try:
+        return from_json(text)
+    except ValueError:
+        return None
 
 
 def _url_of(entry: object) -> str:
