@@ -88,8 +88,8 @@ def test_gpt_oss_refuses_no_thinking_and_a_model_that_opens_reasoning_itself_is_
     reasoning itself (kimi-k2-thinking's template pre-fills nothing): its samples' finding no longer blames the
     server."""
     from tokview.core.analysis import analyze
-    from tokview.core.profiles import thinking_off_refusal
     from tokview.core.record import Capture
+    from tokview.core.thinking_switch import thinking_off_refusal
 
     assert "gpt-oss reasons in every answer" in (thinking_off_refusal(get_profile("gpt-oss"), kimi_tok, {}) or "")
     profile = get_profile("kimi-k2-thinking")  # (with K2.5's template, which does pre-fill: its refusal is right)

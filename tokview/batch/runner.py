@@ -37,9 +37,10 @@ from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
 from tokview.batch.worklist import TodoQueue, WorkItem, WorkList, chain_settings, plan_work
-from tokview.core.profiles import profile_fields, thinking_off_refusal
+from tokview.core.profiles import profile_fields
 from tokview.core.prompts import PromptRow, generation_points
 from tokview.core.record import sample_head, sample_id_for, settings_key
+from tokview.core.thinking_switch import thinking_off_refusal
 
 if TYPE_CHECKING:  # imported where they are used, after the first probe request is out (`probe`)
     from tokview.batch.landing_process import LandingChild

@@ -169,7 +169,8 @@ def _read_chat(path: Path) -> list[tuple[str, list[dict[str, Any]], list[dict[st
 
 
 def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thinking: bool) -> dict[str, Any]:
-    from tokview.core.profiles import ProfileError, detect_profile, get_profile, thinking_off_refusal
+    from tokview.core.profiles import ProfileError, detect_profile, get_profile
+    from tokview.core.thinking_switch import thinking_off_refusal
 
     try:
         profile = get_profile(profile_name) if profile_name else detect_profile(tokenizer)

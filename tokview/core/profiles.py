@@ -638,27 +638,6 @@ _KEEPS_ALL_HISTORY = {"kimi-k2.5": ("preserve_thinking", "kimi-k2.6")}
 """A family whose next version's template reads a kwarg that keeps all history reasoning."""
 
 
-def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwargs: dict[str, Any]) -> str | None:
-    """Why a prompt cannot be asked for without thinking (None: it can, or nothing says it thinks): rendered with the
-    kwargs that would be sent (`kwargs`), the template still opens reasoning (Qwen3-2507 Thinking, deepseek-r1: a
-    pre-filled opener, no switch), so every sample would be `reasoning_with_thinking_off`; and gpt-oss reasons in
-    every answer. A template that opens nothing (Qwen3-2507 Instruct, a model that never thinks; kimi-k2-thinking,
-    whose model opens reasoning itself: its samples say so) is no reason to refuse."""
-    if profile.format == HARMONY:
-        return "gpt-oss reasons in every answer (its reasoning_effort is set with --chat-template-kwargs)"
-    if not profile.has_reasoning or not tokenizer.chat_template:
-        return None
-    from tokview.core.segments import prefilled_opener_position
-
-    rendered = tokenizer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True, template_kwargs=kwargs)
-    if prefilled_opener_position(rendered, profile) is None:
-        return None
-    return (
-        f"profile {profile.name}'s template opens reasoning in the prompt all the same (it reads no switch among "
-        f"{sorted(kwargs) or 'no kwargs'}): every sample would be flagged reasoning_with_thinking_off"
-    )
-
-
 def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
     """Work out the profile from a loaded tokenizer (a `TokenizerAdapter`).
 

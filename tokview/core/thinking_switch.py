@@ -1,0 +1,33 @@
+"""Whether a prompt can be asked for without thinking: a template with no switch may open reasoning all the same.
+
+Why a module of its own: it renders with the tokenizer and reads the prompt's segments (`core.segments`), which
+import the profiles; the profiles module cannot import them back."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tokview.core.profiles import HARMONY, ModelProfile
+from tokview.core.segments import prefilled_opener_position
+
+if TYPE_CHECKING:
+    from tokview.core.tokenizer import TokenizerAdapter
+
+
+def thinking_off_refusal(profile: ModelProfile, tokenizer: TokenizerAdapter, kwargs: dict[str, Any]) -> str | None:
+    """Why a prompt cannot be asked for without thinking (None: it can, or nothing says it thinks): rendered with the
+    kwargs that would be sent (`kwargs`), the template still opens reasoning (Qwen3-2507 Thinking, deepseek-r1: a
+    pre-filled opener, no switch), so every sample would be `reasoning_with_thinking_off`; and gpt-oss reasons in
+    every answer. A template that opens nothing (Qwen3-2507 Instruct, a model that never thinks; kimi-k2-thinking,
+    whose model opens reasoning itself: its samples say so) is no reason to refuse."""
+    if profile.format == HARMONY:
+        return "gpt-oss reasons in every answer (its reasoning_effort is set with --chat-template-kwargs)"
+    if not profile.has_reasoning or not tokenizer.chat_template:
+        return None
+    rendered = tokenizer.render([{"role": "user", "content": "hi"}], add_generation_prompt=True, template_kwargs=kwargs)
+    if prefilled_opener_position(rendered, profile) is None:
+        return None
+    return (
+        f"profile {profile.name}'s template opens reasoning in the prompt all the same (it reads no switch among "
+        f"{sorted(kwargs) or 'no kwargs'}): every sample would be flagged reasoning_with_thinking_off"
+    )
