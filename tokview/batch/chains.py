@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.finding_context import cut_by_length
 from tokview.core.findings import COMPLETE_FINISH_REASONS
 from tokview.core.harmony import parse_harmony
 from tokview.core.profiles import HARMONY
@@ -200,8 +201,7 @@ def _next_history(
             break
         results.append(msg)
     calls = served.tool_calls or []
-    ended = bool(served.output_ids) and profile is not None and served.output_ids[-1] in profile.stop_ids
-    if served.finish_reason == "length" and not ended:  # (SGLang says length for a stop id at the limit: whole)
+    if cut_by_length(served.finish_reason, served.output_ids, profile.stop_ids if profile is not None else ()):
         return [], f"turn {turn} was cut at the token limit (finish_reason length): its calls or answer are incomplete"
     if isinstance(served.finish_reason, str) and served.finish_reason not in COMPLETE_FINISH_REASONS:
         return [], f"turn {turn} was ended by the server (finish_reason {served.finish_reason}): it is incomplete"

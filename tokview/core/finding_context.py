@@ -125,6 +125,13 @@ class OutputPieces:
         return true_positions(self.special)
 
 
+def cut_by_length(finish_reason: str | None, output_ids: Sequence[int], stop_ids: Sequence[int]) -> bool:
+    """`finish_reason` length, and the output does not end with a stop id: SGLang (and older vLLM) check the length
+    before the stop id, so a turn whose stop id was its last allowed id says `length` too (`truncated` and a chain's
+    next turn read it)."""
+    return finish_reason == "length" and (not output_ids or output_ids[-1] not in stop_ids)
+
+
 @dataclass(frozen=True, eq=False)
 class Context:
     """One capture as the checks see it. Positions are absolute (into prompt_ids + output_ids) unless a
@@ -207,11 +214,7 @@ class Context:
 
     @cached_property
     def cut_by_length(self) -> bool:
-        """`finish_reason` length, and the output does not end with a stop id: SGLang (and older vLLM) check the
-        length before the stop id, so a turn whose stop id was its last allowed id says `length` too."""
-        if self.capture.finish_reason != "length":
-            return False
-        return not self.output or self.output[-1] not in self.profile.stop_ids
+        return cut_by_length(self.capture.finish_reason, self.output, self.profile.stop_ids)
 
     @cached_property
     def open_at_end(self) -> bool:
