@@ -9,11 +9,15 @@ turn's settings (`tokview/batch/chains.py`); `--history file` turns record none.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from tokview.store.connection import Database
+
+
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,16 @@ def chained_run_order(first: list[int], last: list[int]) -> list[int]:
     return ordered
 
 
+def runs_by_turn(runs: list[list[Row]], turn_of: Callable[[Row], int | None]) -> list[list[Row]]:
+    """A conversation's runs (each its rows; the runs by start) in `chained_run_order` of their first and last turns."""
+    if len(runs) < 2:
+        return runs
+    turns = [[t for row in run if (t := turn_of(row)) is not None] for run in runs]
+    return [
+        runs[k] for k in chained_run_order([min(t, default=-1) for t in turns], [max(t, default=-1) for t in turns])
+    ]
+
+
 def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
     """Every turn of this sample's conversation, first turn first; [] when the sample is not a turn. A proxy
     session a restarted proxy went on with (its next turn the first of a later run) is one conversation, as
@@ -114,8 +128,7 @@ def conversation_turns(store: Database, sample_id: str) -> list[Turn]:
             runs.append([])
         runs[-1].append(row)
     if len(runs) > 1 and str(rows[0][5]).startswith(PROXY_SESSION_PREFIXES):  # by turn, not by clock
-        turns = [[r[1] for r in run if r[1] is not None] for run in runs]
-        runs = [runs[k] for k in chained_run_order([min(t) for t in turns], [max(t) for t in turns])]
+        runs = runs_by_turn(runs, lambda row: row[1])
     own = next((k for k, run in enumerate(runs) if run[0][3] == run[0][4]), None)
     if own is None:
         return []

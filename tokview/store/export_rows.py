@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tokview.store import queries
-from tokview.store.conversation_turns import chained_run_order
+from tokview.store.conversation_turns import runs_by_turn
 from tokview.store.errors import StoreError
 from tokview.store.prompt_refs import REF_COLUMNS, WHOLE_PROMPT_IDS, whole_prompts
 from tokview.store.queries import INT64_MAX
@@ -352,8 +352,4 @@ def _chained_runs(turns: list[ConversationKey]) -> list[ConversationKey]:
             runs[-1].append(turn)
         else:
             runs.append([turn])
-    if len(runs) < 2:
-        return turns
-    first = [min((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
-    last = [max((t[4] for t in run if t[4] is not None), default=-1) for run in runs]
-    return [turn for k in chained_run_order(first, last) for turn in runs[k]]
+    return [turn for run in runs_by_turn(runs, lambda t: t[4]) for turn in run]
