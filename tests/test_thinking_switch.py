@@ -71,7 +71,7 @@ def test_the_sim_writes_no_second_newline_after_a_prefilled_one(qwen_tok):
 
 def test_a_qwen3_coder_template_gets_no_hermes_layout(qwen_tok_dir, tmp_path):
     """Qwen3-Coder's `<tool_call>` holds `<function=NAME>` XML, not hermes JSON: read as hermes, every correct call was
-    flagged. Its folder gets no layout; Qwen3's own keeps hermes."""
+    flagged. Its folder gets the qwen3_coder layout (tests/test_qwen3_coder_calls.py); Qwen3's own keeps hermes."""
     from tokview.core.profiles import detect_profile
     from tokview.core.tokenizer import load_tokenizer
 
@@ -80,7 +80,9 @@ def test_a_qwen3_coder_template_gets_no_hermes_layout(qwen_tok_dir, tmp_path):
         "{%- if tools %}<tool_call>\n<function=example>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
         "{%- endif %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
     )
-    assert detect_profile(load_tokenizer(_folder(qwen_tok_dir, tmp_path / "coder", coder))).tool_calls is None
+    assert detect_profile(load_tokenizer(_folder(qwen_tok_dir, tmp_path / "coder", coder))).tool_calls.parser == (
+        "qwen3_coder"
+    )
 
 
 def test_gpt_oss_refuses_no_thinking_and_a_model_that_opens_reasoning_itself_is_told_why(kimi_tok):

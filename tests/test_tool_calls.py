@@ -156,7 +156,7 @@ def test_a_profile_file_names_the_tool_call_ids(tmp_path: Path):
     none.write_text('[profile]\nbase = "kimi-k2.5"\nname = "c"\ntool_calls = "none"\n')
     assert load_profile_toml(none).tool_calls is None
     for body, message in (
-        ('tool_calls = "llama3_json"', "known: kimi_k2, hermes, glm47, none"),
+        ('tool_calls = "llama3_json"', "known: kimi_k2, hermes, glm47, qwen3_coder, none"),
         ("[profile.tool_calls]\nparser = 'hermes'\ncall_begin_id = '7'", "call_begin_id has the wrong type"),
         ("[profile.tool_calls]\nparser = 'hermes'\nsection = 1", "unknown keys"),
         ("tool_calls = 3", "must be a parser name or a table"),

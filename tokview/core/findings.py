@@ -38,10 +38,11 @@ from tokview.core.finding_rules import (  # the registry, re-exported for the mo
     why,
 )
 from tokview.core.json_value import JsonObject, as_pydantic_bool
-from tokview.core.profiles import HARMONY, HERMES, KIMI_K2
+from tokview.core.profiles import HARMONY, HERMES, KIMI_K2, QWEN3_CODER
 from tokview.core.prompt_scan import first_spelling_cut
 from tokview.core.record import Capture
 from tokview.core.template_dates import served_date
+from tokview.core.xml_tool_calls import arguments_agree
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -635,6 +636,13 @@ def tool_call_unclosed(ctx: Context) -> Hit | None:
             "extend these ids."
         )
         return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
+    if ctx.tool_calls is not None and ctx.tool_calls.layout.parser == QWEN3_CODER:
+        why = (
+            "the call has no `</tool_call>`: vLLM's qwen3_coder parser returns what it holds, SGLang's drops it when "
+            "a closed call came before; a history renders the end the model never wrote, so the next prompt does not "
+            "extend these ids."
+        )
+        return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
     return _problem_hit(ctx, tc.CALL_UNCLOSED, "the call is cut; no parser returns it whole.")
 
 
@@ -670,6 +678,11 @@ def tool_arguments_not_object(ctx: Context) -> Hit | None:
     if not bad:
         return None
     said = "; ".join(f"the call at output[{c.span[0]}]: {c.arguments_error}" for c in bad[:4])
+    if ctx.calls is not None and ctx.calls.layout.parser == QWEN3_CODER:
+        return Hit.at(
+            f"{said}. The harness never sees this call, and the model's next turn follows ids no history renders.",
+            [p for c in bad for p in _call_at(ctx, c, c.arguments_span)],
+        )
     return Hit.at(
         f"{said}. As history, vLLM renders such arguments as {{}} and SGLang answers 400: the next turn's prompt "
         f"cannot extend these ids.",
@@ -782,6 +795,7 @@ def _server_call_differences(ctx: Context) -> tuple[list[str], list[int], list[s
     calls = [] if on_ids is None else list(on_ids.calls)
     server = c.tool_calls or []
     kimi = on_ids is not None and on_ids.layout.parser == KIMI_K2
+    xml = on_ids is not None and on_ids.layout.parser == QWEN3_CODER  # compared by value: the servers convert apart
     diffs: list[str] = []
     renumbered: list[str] = []
     at: list[int] = []
@@ -796,7 +810,8 @@ def _server_call_differences(ctx: Context) -> tuple[list[str], list[int], list[s
         if mine.name != theirs.get("name"):
             diffs.append(f"call {k}: name {theirs.get('name')!r} vs {mine.name!r} on the ids")
             at += where
-        if mine.arguments is not None and mine.arguments != theirs.get("arguments"):
+        agree = xml and arguments_agree(mine.parameters or (), theirs.get("arguments"))
+        if mine.arguments is not None and mine.arguments != theirs.get("arguments") and not agree:
             diffs.append(f"call {k}: arguments {theirs.get('arguments')!r} vs {mine.arguments!r} on the ids")
             at += where
         if kimi and mine.call_id is not None and mine.call_id != theirs.get("id"):

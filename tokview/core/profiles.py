@@ -46,8 +46,10 @@ HISTORY_REASONING = ("after_last_user", "last_loop", "all", "none")
 (Qwen3, Kimi-K2.5, GLM), kept only while a tool loop is open (Harmony), kept everywhere (Kimi-K2.6 with
 preserve_thinking), or never."""
 
-KIMI_K2, HERMES, GLM47 = "kimi_k2", "hermes", "glm47"
-TOOL_PARSERS = (KIMI_K2, HERMES, GLM47)
+KIMI_K2, HERMES, GLM47, QWEN3_CODER = "kimi_k2", "hermes", "glm47", "qwen3_coder"
+TOOL_PARSERS = (KIMI_K2, HERMES, GLM47, QWEN3_CODER)
+TAGGED_PARSERS = (HERMES, GLM47, QWEN3_CODER)
+"""Layouts whose calls are `<tool_call>` spans with no section marker and no argument marker."""
 """The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
 
 
@@ -137,7 +139,16 @@ GLM_TOOL_CALLS = ToolCallLayout(
 `<arg_key>{{ k }}</arg_key><arg_value>{{ v if v is string else v | tojson(ensure_ascii=False) }}</arg_value>`, then
 `</tool_call>`; vLLM's glm4_moe_tool_parser.py / glm47_moe_tool_parser.py cut at the same six texts). The ids are
 `core.glm_layout`'s table (GLM-4.5's added vocabulary, 151352-151359)."""
-BUILTIN_TOOL_LAYOUTS = {KIMI_K2: KIMI_TOOL_CALLS, HERMES: QWEN3_TOOL_CALLS, GLM47: GLM_TOOL_CALLS}
+QWEN3_CODER_TOOL_CALLS = replace(QWEN3_TOOL_CALLS, parser=QWEN3_CODER)
+"""Qwen3-Coder and Qwen3.5/3.6: Qwen3's two marker ids around an XML body in plain text (their templates render
+`<function=NAME>` then per argument `<parameter=K>`, the value on its own lines, `</parameter>`, then `</function>`;
+vLLM's and SGLang's `qwen3_coder` parsers read it: `core.tool_calls.xml_call`)."""
+BUILTIN_TOOL_LAYOUTS = {
+    KIMI_K2: KIMI_TOOL_CALLS,
+    HERMES: QWEN3_TOOL_CALLS,
+    GLM47: GLM_TOOL_CALLS,
+    QWEN3_CODER: QWEN3_CODER_TOOL_CALLS,
+}
 _GLM_ARG_KEYS = ("arg_key_begin", "arg_key_end", "arg_value_begin", "arg_value_end")
 
 
@@ -172,7 +183,7 @@ def tool_layout_from_fields(fields: object, where: str) -> ToolCallLayout | None
         raise ProfileError(f"{where}: a kimi_k2 tool-call layout needs section and argument_begin ids")
     if layout.parser == GLM47 and any(getattr(layout, f"{key}_id") is None for key in _GLM_ARG_KEYS):
         raise ProfileError(f"{where}: a glm47 tool-call layout needs arg_key and arg_value begin and end ids")
-    if layout.parser in (HERMES, GLM47):
+    if layout.parser in TAGGED_PARSERS:
         layout = replace(layout, section_begin="", section_end="", argument_begin="")
         layout = replace(layout, section_begin_id=None, section_end_id=None, argument_begin_id=None)
     if layout.parser != GLM47:
@@ -214,14 +225,14 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, g
 def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
     """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None.
 
-    None too for Qwen3-Coder's template (its `<tool_call>` holds `<function=NAME>` / `<parameter=K>` XML, vLLM's
-    `qwen3_coder` parser, not hermes JSON): read as hermes, every correct call was `tool_arguments_not_object` and
-    `tool_calls_field_mismatch`; without a layout its calls are answer ids, unchecked."""
+    A template that writes `<function=` (Qwen3-Coder's, Qwen3.5's: XML inside `<tool_call>`, the `qwen3_coder`
+    parser) gets that layout in place of hermes: read as hermes JSON, every correct call was
+    `tool_arguments_not_object` and `tool_calls_field_mismatch`."""
     candidates = [preferred, *BUILTIN_TOOL_LAYOUTS.values()]
     for layout in candidates:
         if layout is not None and all(tokenizer.token_to_id(text) == i for _, i, text in layout.named_ids()):
             if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
-                return None
+                return replace(layout, parser=QWEN3_CODER)
             return layout
     return None
 

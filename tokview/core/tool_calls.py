@@ -13,6 +13,8 @@ glm47 parser extends with regexes that allow no newline after the name) builds: 
 written when the request's `tools` type that parameter `string`, else `json.loads` of the stripped value, else
 `ast.literal_eval`, else the stripped text; `json.dumps(..., ensure_ascii=False)`.
 
+Qwen3-Coder / Qwen3.5 (`qwen3_coder`): hermes' markers around an XML body (`core.xml_tool_calls`).
+
 Positions here are output-relative; spans are [start, end).
 """
 
@@ -26,7 +28,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.harmony import calls_of, parse_harmony
-from tokview.core.profiles import GLM47, HARMONY, HERMES, KIMI_K2, ModelProfile, ToolCallLayout
+from tokview.core.profiles import (
+    GLM47,
+    HARMONY,
+    HERMES,
+    KIMI_K2,
+    QWEN3_CODER,
+    TAGGED_PARSERS,
+    ModelProfile,
+    ToolCallLayout,
+)
+from tokview.core.xml_tool_calls import xml_call
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -74,6 +86,8 @@ class CallOnIds:
     """GLM: the name's ids, between `<tool_call>` and the first argument marker (or the call's end)."""
     argument_pairs: tuple[tuple[Span, Span], ...] = ()
     """GLM: each complete pair's (key ids, value ids), between their markers."""
+    parameters: tuple[tuple[str, str], ...] | None = None
+    """qwen3_coder: each argument's key and value as written (`xml_tool_calls.XmlCall.parameters`)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +166,7 @@ def parse_tool_calls(
     walk.finish()
     calls = tuple(_with_texts(call, ids, layout, tokenizer, tools) for call in walk.calls)
     sections = tuple(walk.sections)
-    if layout.parser in (HERMES, GLM47) and calls:
+    if layout.parser in TAGGED_PARSERS and calls:
         sections = ((calls[0].span[0], calls[-1].span[1]),)
     return ToolCallsOnIds(layout, sections, calls, tuple(walk.problems), tuple(p for p, _ in markers))
 
@@ -330,6 +344,11 @@ def _with_texts(
             values[key] = value if _is_string_parameter(tools, name, key) else glm_value(value.strip())
         return replace(call, name=name, arguments=json.dumps(values, ensure_ascii=False))
     body = text(call.arguments_span) or ""
+    if layout.parser == QWEN3_CODER:
+        xml = xml_call(body, tools)
+        return replace(
+            call, name=xml.name, arguments=xml.arguments, arguments_error=xml.error, parameters=xml.parameters
+        )
     try:
         parsed = json.loads(body)
     except json.JSONDecodeError as exc:

@@ -22,6 +22,7 @@ from tokview.core.served_tools import tools_as_served
 from tokview.core.sglang_prefill import last_assistant
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tool_calls import call_count, parse_tool_calls
+from tokview.core.xml_tool_calls import history_arguments
 from tokview.export.side_fields import speculators_fields
 from tokview.secrets import scrub_text
 
@@ -311,7 +312,10 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAd
     out = []
     for i, call in enumerate(parsed.calls):
         call_id = call.call_id or _server_call_id(server, i)
-        function = {"name": call.name or "", "arguments": call.arguments if call.arguments is not None else ""}
+        arguments = call.arguments if call.arguments is not None else ""
+        if call.parameters is not None and call.name is not None:  # qwen3_coder: values that render back as written
+            arguments = history_arguments(call.parameters, capture.settings.get("tools"), call.name)
+        function = {"name": call.name or "", "arguments": arguments}
         out.append({"id": call_id, "type": "function", "function": function})
     return out
 

@@ -145,7 +145,8 @@ class SimState:
             )
         if hermes_tools.is_hermes(self):  # Qwen3's <tool_call> JSON spans
             planned = hermes_tools.plan_calls(self, prompt, request_seed(prompt, seed, self.cfg.seed), body)
-            calls = hermes_tools.calls_ids(self.tokenizer, planned, closed=not self.cfg.quirk("unclosed-section"))
+            closed, xml = not self.cfg.quirk("unclosed-section"), hermes_tools.is_xml(self)
+            calls = hermes_tools.calls_ids(self.tokenizer, planned, closed=closed, xml=xml)
             return self.model.generate(prompt, seed=seed, tool_section=calls or None, **sampling)
         choice, named = tools.tool_choice(body)
         planned = tools.plan_calls(

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.glm_layout import GLM_ID
-from tokview.core.profiles import GLM_TOOL_CALLS, HERMES
+from tokview.core.profiles import GLM_TOOL_CALLS, HERMES, QWEN3_CODER, TAGGED_PARSERS
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.sim import tools
 from tokview.sim.tools import ParsedCall, ParsedOutput, PlannedCall, ToolTurn
@@ -54,7 +54,7 @@ def is_tagged(state: ModelState) -> bool:
     """Whether the served profile's calls are `<tool_call>` spans with no section (GLM's, hermes' for Qwen3): read by
     `read_turn`, each call's arguments sent whole when streamed."""
     layout = state.profile.tool_calls
-    return layout is not None and layout.parser in (GLM_TOOL_CALLS.parser, HERMES)
+    return layout is not None and layout.parser in TAGGED_PARSERS
 
 
 def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
@@ -116,7 +116,7 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
             _strip_content(state, out, regions, answer_at, answer_at + first)
         # vLLM's hermes parser also returns a call whose `</tool_call>` never came (`<tool_call>(.*)`) once its JSON
         # parses; SGLang's qwen25 and the glm47 parsers need the end
-        whole_unclosed = state.cfg.kind == "vllm" and layout.parser == HERMES
+        whole_unclosed = state.cfg.kind == "vllm" and layout.parser in (HERMES, QWEN3_CODER)
         for call in on_ids.calls:
             if (call.closed or (whole_unclosed and call.arguments_error is None)) and call.name:
                 end_at = answer_at + call.span[1] - 1

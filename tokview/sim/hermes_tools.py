@@ -13,15 +13,22 @@ Kimi (`tools.plan_from`). `unclosed-section` drops the last `</tool_call>`.
 The parser side is `glm_tools.read_turn` on the profile's layout: vLLM's hermes parser (content the text before the
 first `<tool_call>`, ids `chatcmpl-tool-<uuid>`; SGLang's qwen25 detector: `call_<24 hex>`), the arguments
 `json.dumps` of the call's `arguments` object.
+
+Qwen3-Coder / Qwen3.5 (the `qwen3_coder` layout): the same turns, each call's body XML as Qwen3.5's template renders
+it (`<function=NAME>`, per argument `<parameter=K>`, the value on its own lines, a string as it is and any other
+value `tojson`, `</parameter>`, then `</function>`), the tools read from the template's XML declaration
+(`<function>` / `<name>` / `<parameter>` / `<type>` inside `<tools>`); parsed as the qwen3_coder parsers do
+(`core.xml_tool_calls`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tokview.core.profiles import HERMES
+from tokview.core.profiles import HERMES, QWEN3_CODER
 from tokview.sim import tools
 from tokview.sim.tools import PlannedCall
 
@@ -33,10 +40,20 @@ if TYPE_CHECKING:
 TOOLS_OPEN, TOOLS_CLOSE = "<tools>\n", "\n</tools>"
 
 
+XML_FUNCTION = re.compile(r"<function>\s*<name>(.*?)</name>(.*?)</function>", re.S)
+XML_PARAMETER = re.compile(r"<parameter>\s*<name>(.*?)</name>(?:\s*<type>(.*?)</type>)?", re.S)
+
+
 def is_hermes(state: ModelState) -> bool:
-    """Whether the served profile writes hermes (Qwen3) tool calls."""
+    """Whether the served profile writes Qwen's `<tool_call>` spans (hermes JSON, or Qwen3-Coder's XML)."""
     layout = state.profile.tool_calls
-    return layout is not None and layout.parser == HERMES
+    return layout is not None and layout.parser in (HERMES, QWEN3_CODER)
+
+
+def is_xml(state: ModelState) -> bool:
+    """Whether its calls are Qwen3-Coder's XML (`qwen3_coder`), not hermes JSON."""
+    layout = state.profile.tool_calls
+    return layout is not None and layout.parser == QWEN3_CODER
 
 
 def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
@@ -45,7 +62,22 @@ def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> li
     end = tokenizer.token_to_id("<|im_end|>")
     first = ids[: ids.index(end)] if end in ids else ids
     text = tokenizer.decode(first, skip_special_tokens=False)
-    return tools.json_lines_tools(text, TOOLS_OPEN, TOOLS_CLOSE)
+    return tools.json_lines_tools(text, TOOLS_OPEN, TOOLS_CLOSE) or xml_declared_tools(text)
+
+
+def xml_declared_tools(text: str) -> list[dict[str, Any]] | None:
+    """The tools of a Qwen3-Coder-style `<tools>` block (`<function><name>…</name>` with `<parameter><name>…
+    </name><type>…</type>` entries), as OpenAI tools; None without one."""
+    start = text.find("<tools>")
+    end = text.find("</tools>", start + 1)
+    if start < 0 or end < 0:
+        return None
+    declared = []
+    for function in XML_FUNCTION.finditer(text[start:end]):
+        properties = {p.group(1): {"type": p.group(2) or "string"} for p in XML_PARAMETER.finditer(function.group(2))}
+        parameters = {"type": "object", "properties": properties}
+        declared.append({"type": "function", "function": {"name": function.group(1), "parameters": parameters}})
+    return declared or None
 
 
 def loop_rounds(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> int:
@@ -70,14 +102,29 @@ def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, 
     return tools.plan_for(state, declared, loop_rounds(state.tokenizer, prompt), seed, body) if declared else []
 
 
-def calls_ids(tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True) -> list[int]:
+def calls_ids(
+    tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True, xml: bool = False
+) -> list[int]:
     """Qwen3's ids for these calls, as its template renders them (the last without `</tool_call>` when not
-    `closed`)."""
+    `closed`); `xml`: Qwen3-Coder's / Qwen3.5's."""
     begin, end = tokenizer.token_to_id("<tool_call>"), tokenizer.token_to_id("</tool_call>")
     assert begin is not None and end is not None, "a hermes profile's tokenizer has <tool_call> and </tool_call>"
     ids: list[int] = []
     for k, call in enumerate(calls):
-        arguments = json.dumps(json.loads(call.arguments), ensure_ascii=False)
-        body = '\n{"name": "' + call.name + '", "arguments": ' + arguments + "}\n"
+        body = xml_body(call) if xml else json_body(call)
         ids += ([*tokenizer.encode("\n")] if k else []) + [begin, *tokenizer.encode(body), end]
     return ids if closed or not ids else ids[:-1]
+
+
+def json_body(call: PlannedCall) -> str:
+    arguments = json.dumps(json.loads(call.arguments), ensure_ascii=False)
+    return '\n{"name": "' + call.name + '", "arguments": ' + arguments + "}\n"
+
+
+def xml_body(call: PlannedCall) -> str:
+    """Qwen3.5's template's body for this call: a string value as it is, any other `tojson`."""
+    parts = [f"\n<function={call.name}>\n"]
+    for key, value in json.loads(call.arguments).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        parts.append(f"<parameter={key}>\n{text}\n</parameter>\n")
+    return "".join(parts) + "</function>\n"

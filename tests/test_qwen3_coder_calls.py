@@ -1,0 +1,259 @@
+"""Qwen3-Coder's and Qwen3.5's XML tool calls (the `qwen3_coder` layout): `<tool_call>` then `<function=NAME>`, per
+argument `<parameter=K>` with the value on its own lines, `</function>`, `</tool_call>`.
+
+Before, such a template got no layout at all: its calls were answer ids, unchecked, so a dropped call, a wrong name
+or a value the server read otherwise passed silently. Now the calls are read off the ids as the servers' qwen3_coder
+parsers read them, compared with the server's `tool_calls` by value (vLLM and SGLang convert the text apart), and a
+tool loop runs on the simulator over loopback with every turn extending the one before. The template here is Qwen3's
+own (the tokenizer's) with its hermes JSON pieces replaced by Qwen3.5's XML ones."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_glm_tools_sim import _run as run_chain
+
+from tokview.core.analysis import analyze
+from tokview.core.profiles import detect_profile
+from tokview.core.record import Capture
+from tokview.core.tokenizer import load_tokenizer
+from tokview.core.tool_calls import parse_tool_calls
+from tokview.core.xml_tool_calls import arguments_agree, history_arguments, xml_call
+from tokview.export.formats import served_calls
+
+HERMES_TOOLS = """        {{- "\\n" }}
+        {{- tool | tojson }}"""
+XML_TOOLS = """        {%- set f = tool.function %}
+        {{- "\\n<function>\\n<name>" ~ f.name ~ "</name>\\n<parameters>" }}
+        {%- for pname, p in f.parameters.properties|items %}
+            {{- "\\n<parameter>\\n<name>" ~ pname ~ "</name>\\n<type>" ~ p.type ~ "</type>\\n</parameter>" }}
+        {%- endfor %}
+        {{- "\\n</parameters>\\n</function>" }}"""
+HERMES_CALL_START = """{{- '<tool_call>\\n{"name": "' }}"""
+HERMES_CALL_END = """{{- '}\\n</tool_call>' }}"""
+XML_CALL = """{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}
+                {%- for k, v in tool_call.arguments|items %}
+                    {{- '<parameter=' + k + '>\\n' }}
+                    {{- v | string if v is string else v | tojson }}
+                    {{- '\\n</parameter>\\n' }}
+                {%- endfor %}
+                {{- '</function>\\n</tool_call>' }}"""
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city", "days"],
+            },
+        },
+    }
+    for name in ("get_weather", "get_time")
+]
+CALL = {
+    "id": "w0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'},
+}
+TRACE = {
+    "id": "agent",
+    "tools": TOOLS,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "w0", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."},
+    ],
+}
+TYPED = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer"},
+                    "score": {"type": "number"},
+                    "exact": {"type": "boolean"},
+                    "filters": {"type": "object"},
+                    "since": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                },
+            },
+        },
+    }
+]
+
+
+def coder_template(qwen_tok_dir: Path) -> str:
+    template = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())["chat_template"]
+    start, end = template.index(HERMES_CALL_START), template.index(HERMES_CALL_END) + len(HERMES_CALL_END)
+    assert HERMES_TOOLS in template
+    return template[:start] + XML_CALL + template[end:].replace(HERMES_TOOLS, XML_TOOLS)
+
+
+@pytest.fixture(scope="module")
+def coder_dir(qwen_tok_dir, tmp_path_factory) -> Path:
+    where = tmp_path_factory.mktemp("coder") / "tok"
+    shutil.copytree(qwen_tok_dir, where)
+    config = json.loads((where / "tokenizer_config.json").read_text())
+    config["chat_template"] = coder_template(qwen_tok_dir)
+    (where / "tokenizer_config.json").write_text(json.dumps(config))
+    return where
+
+
+@pytest.fixture(scope="module")
+def coder_tok(coder_dir):
+    return load_tokenizer(coder_dir)
+
+
+def body(name: str, *params: tuple[str, str]) -> str:
+    inside = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
+    return f"\n<function={name}>\n{inside}</function>\n"
+
+
+def test_a_template_that_writes_function_xml_gets_the_qwen3_coder_layout(coder_tok, qwen_tok):
+    assert detect_profile(coder_tok).tool_calls.parser == "qwen3_coder"
+    assert detect_profile(qwen_tok).tool_calls.parser == "hermes"
+
+
+def test_the_body_reads_as_the_qwen3_coder_parsers_read_it():
+    text = body(
+        "search",
+        ("query", "  spaced  "),
+        ("limit", "5"),
+        ("score", "2.0"),
+        ("exact", "true"),
+        ("filters", '{"lang": "en"}'),
+        ("since", "null"),
+        ("extra", "7"),
+    )
+    call = xml_call(text, TYPED)
+    assert call.name == "search" and call.error is None
+    assert json.loads(call.arguments or "") == {
+        "query": "  spaced  ",  # a string as written, spaces and all (one newline dropped at each end only)
+        "limit": 5,
+        "score": 2,  # a whole number is an int (vLLM)
+        "exact": True,
+        "filters": {"lang": "en"},
+        "since": None,  # nullable: null
+        "extra": "7",  # not in the schema: text
+    }
+    # a value ended by the next <parameter= (no </parameter>), and a string typed value "null" kept as text
+    cut = "\n<function=search>\n<parameter=query>\nnull\n<parameter=limit>\n3\n</parameter>\n</function>\n"
+    assert json.loads(xml_call(cut, TYPED).arguments or "") == {"query": "null", "limit": 3}
+    assert xml_call("\n{}\n", TYPED).error is not None and xml_call("<function=x", TYPED).name is None
+
+
+def test_the_servers_arguments_are_compared_by_value():
+    params = (("query", "null"), ("limit", "5"), ("exact", "true"), ("filters", '{"a": [1, 2]}'))
+    vllm = '{"query": "null", "limit": 5, "exact": true, "filters": {"a": [1, 2]}}'
+    sglang_stream = '{"query": null, "limit": 5, "exact": true, "filters": {"a": [1, 2]}}'  # null for any type
+    assert arguments_agree(params, vllm) and arguments_agree(params, sglang_stream)
+    assert not arguments_agree(params, vllm.replace("5", "6"))
+    assert not arguments_agree(params, '{"query": "null", "limit": 5, "exact": true}')  # a key lost
+    assert not arguments_agree(params, '{"query": "nul", "limit": 5, "exact": true, "filters": {"a": [1, 2]}}')
+    assert not arguments_agree(params, None) and not arguments_agree(params, "[1]")
+
+
+def _capture(tok, profile, output_text: str, server_calls: list[dict] | None) -> Capture:
+    kwargs = {"tools": TOOLS, "enable_thinking": False}
+    prompt = tok.render([{"role": "user", "content": "Weather?"}], template_kwargs=kwargs)
+    output = tok.encode(output_text) + [profile.stop_ids[0]]
+    return Capture(
+        prompt_ids=prompt,
+        output_ids=output,
+        finish_reason="tool_calls",
+        endpoint="vllm-chat",
+        server_kind="vllm",
+        content="",
+        tool_calls=server_calls,
+        settings={"tools": TOOLS, "mode": "chat"},
+    )
+
+
+def _server(name: str, arguments: str) -> dict:
+    return {"id": "chatcmpl-tool-1", "name": name, "arguments": arguments}
+
+
+def test_a_call_the_server_read_otherwise_is_found_and_one_it_read_alike_is_not(coder_tok):
+    profile = detect_profile(coder_tok)
+    written = "<tool_call>" + body("get_weather", ("city", "Paris"), ("days", "2")) + "</tool_call>"
+
+    def codes(calls: list[dict] | None) -> set[str]:
+        c = _capture(coder_tok, profile, written, calls)
+        return {f.code for f in analyze(c, profile, coder_tok).findings if f.severity != "info"}
+
+    assert codes([_server("get_weather", '{"city": "Paris", "days": 2}')]) == set()
+    assert codes([_server("get_weather", '{"city":"Paris","days":2}')]) == set()  # SGLang's stream fragments
+    assert "tool_calls_field_mismatch" in codes([_server("get_weather", '{"city": "Paris", "days": 3}')])
+    assert "tool_calls_field_mismatch" in codes([_server("get_time", '{"city": "Paris", "days": 2}')])
+    assert "tool_calls_field_mismatch" in codes([])  # the parser dropped the call
+    broken = _capture(coder_tok, profile, "<tool_call>\nget_weather Paris\n</tool_call>", [])
+    [bad] = [f for f in analyze(broken, profile, coder_tok).findings if f.code == "tool_arguments_not_object"]
+    assert "holds no <function=NAME>" in bad.detail and "The harness never sees this call" in bad.detail
+
+
+def test_a_history_sends_back_the_values_as_written(coder_tok):
+    """Re-rendered from the exported call, the assistant turn is the ids the model wrote: `2.50` and `true` stay text
+    where their typed values would render `2.5` and `True`; the values that render back keep their types."""
+    params = (("query", "cats"), ("limit", "5"), ("score", "2.50"), ("exact", "true"))
+    assert json.loads(history_arguments(params, TYPED, "search")) == {
+        "query": "cats",
+        "limit": 5,
+        "score": "2.50",
+        "exact": "true",
+    }
+    profile = detect_profile(coder_tok)
+    written = "<tool_call>" + body("get_weather", ("city", "Paris"), ("days", "02")) + "</tool_call>"
+    capture = _capture(coder_tok, profile, written, None)
+    (call,) = served_calls(capture, profile, coder_tok)
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris", "days": "02"}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    kwargs = {"tools": TOOLS, "enable_thinking": False}
+    rendered = coder_tok.render(messages, add_generation_prompt=False, template_kwargs=kwargs)
+    assert rendered[len(capture.prompt_ids) : len(capture.prompt_ids) + len(capture.output_ids)] == capture.output_ids
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_a_qwen3_coder_tool_loop_runs_on_the_simulator_token_exact(tmp_path, coder_dir, coder_tok, kind):
+    """The simulated model writes Qwen3.5's XML calls, the simulated servers return them as their qwen3_coder parsers
+    do, and `tokview batch --history served` runs the loop: the served calls are the calls on the ids, typed by the
+    request's tools, and every later prompt extends the turn before (on SGLang, whose parser returns no whitespace
+    content to re-render)."""
+    calls = [CALL, {**CALL, "id": "t0", "function": {"name": "get_time", "arguments": '{"city": "Oslo", "days": 1}'}}]
+    results = [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]
+    turn = {"role": "assistant", "content": "", "tool_calls": calls}
+    messages = [TRACE["messages"][0], turn, *results, turn, *results, {"role": "assistant", "content": "Done."}]
+    trace = {**TRACE, "messages": messages}
+    turns = run_chain(tmp_path, coder_dir, {"tool-calls": "each", "tool-rounds": 2}, kind, trace=trace, profile=None)
+    assert [len(t.capture.tool_calls or []) for t in turns] == [2, 2, 0]
+    layout = detect_profile(coder_tok).tool_calls
+    for t in turns[:2]:
+        on_ids = parse_tool_calls(t.capture.output_ids, layout, coder_tok, TOOLS).calls
+        assert [c["name"] for c in t.capture.tool_calls] == [c.name for c in on_ids] == ["get_weather", "get_time"]
+        assert [json.loads(c["arguments"]) for c in t.capture.tool_calls] == [json.loads(c.arguments) for c in on_ids]
+        assert isinstance(json.loads(t.capture.tool_calls[0]["arguments"])["days"], int)
+        text = coder_tok.decode(t.capture.output_ids, skip_special_tokens=False)
+        assert "<tool_call>\n<function=get_weather>\n<parameter=city>\n" in text
+    if kind == "sglang":
+        assert all(t.capture.settings["chain"]["extends"] is True for t in turns[1:])
+        assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], [], []]
+    else:  # vLLM returns the "\n\n" after </think> as content: sent back, the template writes another newline
+        assert all(f.code == "session_prefix_break" for s in turns for f in s.findings if f.severity != "info")
+        assert not any(f.code.startswith("tool_") for s in turns for f in s.findings)
+
+
+@pytest.mark.parametrize(
+    ("quirk", "code"),
+    [("unclosed-section", "tool_call_unclosed"), ("parser-drops-call", "tool_calls_field_mismatch")],
+)
+def test_a_qwen3_coder_tool_quirk_fires_its_finding(tmp_path, coder_dir, quirk, code):
+    turns = run_chain(tmp_path, coder_dir, {quirk: True}, trace=TRACE, profile=None)
+    assert code in {f.code for f in turns[0].findings}
