@@ -74,6 +74,21 @@ def qwen_tok(qwen_tok_dir):
 
 
 @pytest.fixture(scope="session")
+def coder_dir(qwen_tok_dir, tmp_path_factory) -> Path:
+    """A Qwen3-Coder / Qwen3.5-style folder (XML tool calls: tests/qwen3_coder_template.py)."""
+    from qwen3_coder_template import coder_folder
+
+    return coder_folder(qwen_tok_dir, tmp_path_factory.mktemp("coder") / "tok")
+
+
+@pytest.fixture(scope="session")
+def coder_tok(coder_dir):
+    from tokview.core.tokenizer import load_tokenizer
+
+    return load_tokenizer(coder_dir)
+
+
+@pytest.fixture(scope="session")
 def glm_tok_dir() -> Path:
     """The GLM-layout tokenizer (GLM-4.5/4.7's special ids, a GLM-4.7-style template), built like the Kimi one."""
     from tokview.core.glm_layout import glm_tokenizer_dir

@@ -101,6 +101,30 @@ def test_sharegpt_function_call_and_hermes_turns_become_calls_with_kimi_ids(tmp_
     assert second.messages[2]["tool_call_id"] == "functions.get_weather:0"
 
 
+def test_a_sharegpt_turn_with_qwen3_coder_xml_calls_becomes_calls_with_the_values_as_written(tmp_path):
+    """Qwen3-Coder's SFT rows write their calls as `<function=NAME>` XML inside `<tool_call>`: they were refused as
+    "not JSON". Each value stays the text it is (the template writes text back as it is)."""
+    xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
+    row = {
+        "tools": [WEATHER],
+        "conversations": [
+            {"from": "human", "value": "Weather?"},
+            {"from": "gpt", "value": "Checking.\n" + xml},
+            {"from": "tool", "value": "rain"},
+            {"from": "gpt", "value": "Rain."},
+        ],
+    }
+    broken = {
+        **row,
+        "conversations": [row["conversations"][0], {"from": "gpt", "value": "<tool_call><function=x</tool_call>"}],
+    }
+    rows, bad = read_prompts(_file(tmp_path, row, broken))
+    [only] = rows
+    assert only.messages[1]["content"] == "Checking."
+    assert only.messages[1]["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert len(bad) == 1 and "<function=NAME> has no closing '>'" in str(bad[0])
+
+
 def _with(messages: list, tools: list | None = None) -> dict:
     return {"id": "bad", "tools": [WEATHER] if tools is None else tools, "messages": messages}
 

@@ -10,8 +10,6 @@ own (the tokenizer's) with its hermes JSON pieces replaced by Qwen3.5's XML ones
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 from test_glm_tools_sim import _run as run_chain
@@ -19,28 +17,10 @@ from test_glm_tools_sim import _run as run_chain
 from tokview.core.analysis import analyze
 from tokview.core.profiles import detect_profile
 from tokview.core.record import Capture
-from tokview.core.tokenizer import load_tokenizer
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.core.xml_tool_calls import arguments_agree, history_arguments, xml_call
 from tokview.export.formats import served_calls
 
-HERMES_TOOLS = """        {{- "\\n" }}
-        {{- tool | tojson }}"""
-XML_TOOLS = """        {%- set f = tool.function %}
-        {{- "\\n<function>\\n<name>" ~ f.name ~ "</name>\\n<parameters>" }}
-        {%- for pname, p in f.parameters.properties|items %}
-            {{- "\\n<parameter>\\n<name>" ~ pname ~ "</name>\\n<type>" ~ p.type ~ "</type>\\n</parameter>" }}
-        {%- endfor %}
-        {{- "\\n</parameters>\\n</function>" }}"""
-HERMES_CALL_START = """{{- '<tool_call>\\n{"name": "' }}"""
-HERMES_CALL_END = """{{- '}\\n</tool_call>' }}"""
-XML_CALL = """{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}
-                {%- for k, v in tool_call.arguments|items %}
-                    {{- '<parameter=' + k + '>\\n' }}
-                    {{- v | string if v is string else v | tojson }}
-                    {{- '\\n</parameter>\\n' }}
-                {%- endfor %}
-                {{- '</function>\\n</tool_call>' }}"""
 TOOLS = [
     {
         "type": "function",
@@ -89,28 +69,6 @@ TYPED = [
         },
     }
 ]
-
-
-def coder_template(qwen_tok_dir: Path) -> str:
-    template = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())["chat_template"]
-    start, end = template.index(HERMES_CALL_START), template.index(HERMES_CALL_END) + len(HERMES_CALL_END)
-    assert HERMES_TOOLS in template
-    return template[:start] + XML_CALL + template[end:].replace(HERMES_TOOLS, XML_TOOLS)
-
-
-@pytest.fixture(scope="module")
-def coder_dir(qwen_tok_dir, tmp_path_factory) -> Path:
-    where = tmp_path_factory.mktemp("coder") / "tok"
-    shutil.copytree(qwen_tok_dir, where)
-    config = json.loads((where / "tokenizer_config.json").read_text())
-    config["chat_template"] = coder_template(qwen_tok_dir)
-    (where / "tokenizer_config.json").write_text(json.dumps(config))
-    return where
-
-
-@pytest.fixture(scope="module")
-def coder_tok(coder_dir):
-    return load_tokenizer(coder_dir)
 
 
 def body(name: str, *params: tuple[str, str]) -> str:

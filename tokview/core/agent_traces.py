@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from tokview.core.xml_tool_calls import FUNCTION_OPEN, xml_call
 from tokview.errors import TokviewError
 
 HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -128,13 +129,23 @@ def sharegpt_calls(value: str, where: str) -> list[Any]:
 
 
 def hermes_calls(value: str, where: str) -> tuple[str, list[Any]]:
-    """(content outside the blocks, calls) of a `gpt` turn with Hermes `<tool_call>` blocks."""
+    """(content outside the blocks, calls) of a `gpt` turn with Hermes `<tool_call>` blocks, JSON or Qwen3-Coder's
+    XML (`<function=NAME>` with `<parameter=K>` values, kept as the text they are: the template writes text back
+    as it is)."""
     calls = []
     for block in HERMES_CALL.findall(value):
+        if block.startswith(FUNCTION_OPEN):
+            xml = xml_call(block)
+            if xml.name is None:
+                raise PromptError(f"{where}: a <tool_call> block's <function=NAME> has no closing '>'")
+            calls.append({"name": xml.name, "arguments": dict(xml.parameters)})
+            continue
         try:
             calls.append(json.loads(block))
         except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than Python's json reads
-            raise PromptError(f"{where}: a <tool_call> block is not JSON {{name, arguments}}") from None
+            raise PromptError(
+                f"{where}: a <tool_call> block is neither JSON {{name, arguments}} nor <function=NAME> XML"
+            ) from None
     return HERMES_CALL.sub("", value).strip(), calls
 
 
