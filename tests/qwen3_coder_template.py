@@ -45,3 +45,28 @@ def coder_folder(qwen_tok_dir: Path, where: Path) -> Path:
     config["chat_template"] = coder_template(qwen_tok_dir)
     (where / "tokenizer_config.json").write_text(json.dumps(config))
     return where
+
+
+MOVED = {"<tool_call>": "<|fim_prefix|>", "</tool_call>": "<|fim_middle|>"}
+"""Marker texts swapped with two other added tokens: `<tool_call>` at 151659, `</tool_call>` at 151660 (Qwen3.5 has
+Qwen3's markers at ids of its own, 248058 and 248059)."""
+
+
+def moved_markers_folder(where: Path) -> Path:
+    """A tokenizer folder (made by `coder_folder` or a copy of Qwen3's) changed in place so the tool-call markers sit
+    at other ids; returns `where`."""
+    swap = {**MOVED, **{b: a for a, b in MOVED.items()}}
+    tok = json.loads((where / "tokenizer.json").read_text())
+    ids = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    for added in tok["added_tokens"]:
+        if added["content"] in swap:
+            added["id"] = ids[swap[added["content"]]]
+    tok["added_tokens"].sort(key=lambda a: a["id"])
+    (where / "tokenizer.json").write_text(json.dumps(tok))
+    config = json.loads((where / "tokenizer_config.json").read_text())
+    decoder = config["added_tokens_decoder"]
+    for key, value in list(decoder.items()):
+        if value["content"] in swap:
+            decoder[key] = {**value, "content": swap[value["content"]]}
+    (where / "tokenizer_config.json").write_text(json.dumps(config))
+    return where

@@ -10,13 +10,16 @@ own (the tokenizer's) with its hermes JSON pieces replaced by Qwen3.5's XML ones
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from qwen3_coder_template import coder_folder, moved_markers_folder
 from test_glm_tools_sim import _run as run_chain
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import detect_profile
 from tokview.core.record import Capture
+from tokview.core.tokenizer import load_tokenizer
 from tokview.core.tool_calls import parse_tool_calls
 from tokview.core.xml_tool_calls import arguments_agree, history_arguments, xml_call
 from tokview.export.formats import served_calls
@@ -215,3 +218,19 @@ def test_a_qwen3_coder_tool_loop_runs_on_the_simulator_token_exact(tmp_path, cod
 def test_a_qwen3_coder_tool_quirk_fires_its_finding(tmp_path, coder_dir, quirk, code):
     turns = run_chain(tmp_path, coder_dir, {quirk: True}, trace=TRACE, profile=None)
     assert code in {f.code for f in turns[0].findings}
+
+
+def test_markers_at_other_ids_get_the_layout_with_those_ids(qwen_tok_dir, tmp_path):
+    """Qwen3.5 has Qwen3's `<tool_call>` at 248058: no built-in layout's ids fitted, so it had no layout and its
+    calls went unchecked. The layout whose marker texts the tokenizer has is taken with the tokenizer's ids."""
+    moved = moved_markers_folder(coder_folder(qwen_tok_dir, tmp_path / "coder"))
+    layout = detect_profile(load_tokenizer(moved)).tool_calls
+    assert (layout.parser, layout.call_begin_id, layout.call_end_id) == ("qwen3_coder", 151659, 151660)
+    shutil.copytree(qwen_tok_dir, tmp_path / "qwen")
+    layout = detect_profile(load_tokenizer(moved_markers_folder(tmp_path / "qwen"))).tool_calls
+    assert (layout.parser, layout.call_begin_id, layout.call_end_id) == ("hermes", 151659, 151660)
+    turns = run_chain(tmp_path, moved, {}, "sglang", trace=TRACE, profile=None)
+    assert [len(t.capture.tool_calls or []) for t in turns] == [1, 0]
+    assert 151659 in turns[0].capture.output_ids and 151657 not in turns[0].capture.output_ids
+    assert turns[1].capture.settings["chain"]["extends"] is True
+    assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], []]

@@ -223,7 +223,9 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, g
 
 
 def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout | None = None) -> ToolCallLayout | None:
-    """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first), else None.
+    """The built-in layout whose marker ids this tokenizer has under their names (`preferred` first); else one whose
+    marker texts it has as tokens of their own at other ids, with those ids (Qwen3.5 has Qwen3's `<tool_call>` at
+    248058, not 151657: no layout fitted, and its calls went unchecked); else None.
 
     A template that writes `<function=` (Qwen3-Coder's, Qwen3.5's: XML inside `<tool_call>`, the `qwen3_coder`
     parser) gets that layout in place of hermes: read as hermes JSON, every correct call was
@@ -231,10 +233,20 @@ def fitting_tool_layout(tokenizer: TokenizerAdapter, preferred: ToolCallLayout |
     candidates = [preferred, *BUILTIN_TOOL_LAYOUTS.values()]
     for layout in candidates:
         if layout is not None and all(tokenizer.token_to_id(text) == i for _, i, text in layout.named_ids()):
-            if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
-                return replace(layout, parser=QWEN3_CODER)
-            return layout
+            return _xml_if_written(layout, tokenizer)
+    for layout in (KIMI_TOOL_CALLS, GLM_TOOL_CALLS, QWEN3_TOOL_CALLS):  # the most markers first: GLM's hold hermes'
+        found = {key: tokenizer.token_to_id(text) for key, _, text in layout.named_ids()}
+        ids = {key: i for key, i in found.items() if i is not None}
+        if len(ids) == len(found) and len(set(ids.values())) == len(ids):
+            return _xml_if_written(replace(layout, **ids), tokenizer)  # type: ignore[arg-type]
     return None
+
+
+def _xml_if_written(layout: ToolCallLayout, tokenizer: TokenizerAdapter) -> ToolCallLayout:
+    """Qwen's `<tool_call>` markers around XML (`<function=` in the template) are the qwen3_coder layout."""
+    if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
+        return replace(layout, parser=QWEN3_CODER)
+    return layout
 
 
 class ProfileChanges(TypedDict, total=False):
