@@ -15,6 +15,7 @@ import shutil
 import pytest
 from qwen3_coder_template import coder_folder, moved_markers_folder
 from test_glm_tools_sim import _run as run_chain
+from test_qwen3_tools_sim import CALL, TOOLS, TRACE
 
 from tokview.core.analysis import analyze
 from tokview.core.profiles import detect_profile
@@ -24,35 +25,6 @@ from tokview.core.tool_calls import parse_tool_calls
 from tokview.core.xml_tool_calls import arguments_agree, history_arguments, xml_call
 from tokview.export.formats import served_calls
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                "required": ["city", "days"],
-            },
-        },
-    }
-    for name in ("get_weather", "get_time")
-]
-CALL = {
-    "id": "w0",
-    "type": "function",
-    "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'},
-}
-TRACE = {
-    "id": "agent",
-    "tools": TOOLS,
-    "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [CALL]},
-        {"role": "tool", "tool_call_id": "w0", "content": "sunny"},
-        {"role": "assistant", "content": "Sunny."},
-    ],
-}
 TYPED = [
     {
         "type": "function",

@@ -38,7 +38,7 @@ from tokview.core.profiles import (
     ModelProfile,
     ToolCallLayout,
 )
-from tokview.core.xml_tool_calls import xml_call
+from tokview.core.xml_tool_calls import tool_properties, xml_call
 
 if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
@@ -377,15 +377,8 @@ def glm_value(text: str) -> Any:
 
 def _is_string_parameter(tools: object, name: str, key: str) -> bool:
     """vLLM's `_is_string_type`: the first declared tool of this name types the parameter `string`."""
-    for tool in tools if isinstance(tools, list) else ():
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or function.get("name") != name:
-            continue
-        parameters = function.get("parameters")
-        properties = parameters.get("properties") if isinstance(parameters, dict) else None
-        schema = properties.get(key) if isinstance(properties, dict) else None
-        return isinstance(schema, dict) and schema.get("type") == "string"
-    return False
+    schema = tool_properties(tools, name).get(key)
+    return isinstance(schema, dict) and schema.get("type") == "string"
 
 
 def _not_object(text: str | None) -> str | None:

@@ -55,7 +55,7 @@ def xml_call(body: str, tools: object = None) -> XmlCall:
     name, inside = rest[:name_end], rest[name_end + 1 :]
     close = inside.find(FUNCTION_CLOSE)
     parameters = _parameters(inside if close < 0 else inside[:close])
-    schema = _properties(tools, name)
+    schema = tool_properties(tools, name)
     values = {key: convert_value(value, schema.get(key)) for key, value in parameters}
     return XmlCall(name, parameters, json.dumps(values, ensure_ascii=False), None)
 
@@ -77,8 +77,9 @@ def _parameters(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-def _properties(tools: object, name: str) -> dict[str, Any]:
-    """The `properties` of the first declared tool of this name ({} when none declares it)."""
+def tool_properties(tools: object, name: str) -> dict[str, Any]:
+    """The `properties` of the request's first declared tool of this name ({} when none declares it): the schema
+    the servers' parsers type a call's values by."""
     for tool in tools if isinstance(tools, list) else ():
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or function.get("name") != name:
@@ -142,7 +143,7 @@ def history_arguments(parameters: Sequence[tuple[str, str]], tools: object, name
     the request's `tools` where it renders back the same under both Qwen templates' rules (Qwen3-Coder's `| string`
     for a scalar, Qwen3.5's `tojson`; both `tojson` for a mapping), else the text itself (`true` stays `"true"`:
     True renders `True` in one; `2.50` stays text: 2.5 renders `2.5`)."""
-    schema = _properties(tools, name)
+    schema = tool_properties(tools, name)
     values: dict[str, Any] = {}
     for key, text in parameters:
         value = convert_value(text, schema.get(key))
