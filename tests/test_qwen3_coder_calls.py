@@ -5,7 +5,7 @@ Before, such a template got no layout at all: its calls were answer ids, uncheck
 or a value the server read otherwise passed silently. Now the calls are read off the ids as the servers' qwen3_coder
 parsers read them, compared with the server's `tool_calls` by value (vLLM and SGLang convert the text apart), and a
 tool loop runs on the simulator over loopback with every turn extending the one before. The template here is Qwen3's
-own (the tokenizer's) with its hermes JSON pieces replaced by Qwen3.5's XML ones."""
+own (the tokenizer's) with its hermes JSON pieces replaced by XML ones (tests/qwen3_coder_template.py)."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ def test_a_history_sends_back_the_values_as_written(coder_tok):
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
 def test_a_qwen3_coder_tool_loop_runs_on_the_simulator_token_exact(tmp_path, coder_dir, coder_tok, kind):
-    """The simulated model writes Qwen3.5's XML calls, the simulated servers return them as their qwen3_coder parsers
+    """The simulated model writes the XML calls, the simulated servers return them as their qwen3_coder parsers
     do, and `tokview batch --history served` runs the loop: the served calls are the calls on the ids, typed by the
     request's tools, and every later prompt extends the turn before (on SGLang, whose parser returns no whitespace
     content to re-render)."""
@@ -206,3 +206,132 @@ def test_markers_at_other_ids_get_the_layout_with_those_ids(qwen_tok_dir, tmp_pa
     assert 151659 in turns[0].capture.output_ids and 151657 not in turns[0].capture.output_ids
     assert turns[1].capture.settings["chain"]["extends"] is True
     assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], []]
+
+
+def test_the_servers_own_conversions_disagree_in_text_and_agree_by_value(tmp_path, coder_dir, coder_tok):
+    """A `number` parameter written `7.0` (what `| string` makes of 7.0) is 7 in vLLM's answer and 7.0 in SGLang's:
+    the simulated SGLang converts as SGLang does, so its `tool_calls` are not tokview's reading in text; no finding
+    says they differ, and its 7.0 sent back renders `7.0` again, so the loop extends id for id."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "move",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"x": {"type": "number", "enum": [7.0]}, "y": {"type": "number", "enum": [2.5]}},
+                },
+            },
+        }
+    ]
+    call = {"id": "m0", "type": "function", "function": {"name": "move", "arguments": '{"x": 1.0, "y": 2.5}'}}
+    messages = [
+        {"role": "user", "content": "Move."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "m0", "content": "moved"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    trace = {"id": "m", "tools": tools, "messages": messages}
+    turns = run_chain(tmp_path, coder_dir, {}, "sglang", trace=trace, profile=None)
+    served = turns[0].capture.tool_calls
+    (on_ids,) = parse_tool_calls(
+        turns[0].capture.output_ids, detect_profile(coder_tok).tool_calls, coder_tok, tools
+    ).calls
+    assert on_ids.parameters == (("x", "7.0"), ("y", "2.5"))
+    assert (served[0]["arguments"], on_ids.arguments) == ('{"x": 7.0, "y": 2.5}', '{"x": 7, "y": 2.5}')
+    assert turns[1].capture.settings["chain"]["extends"] is True
+    assert [[f.code for f in s.findings if f.severity != "info"] for s in turns] == [[], []]
+
+
+def test_any_servers_reading_agrees_and_a_different_value_does_not():
+    """What the servers answer for the same text: SGLang and older vLLM read no `anyOf` (an Optional[int] comes back
+    as text), a boolean that is not `true` is false, an id past 2**53 stays exact, NaN, a container written as a
+    JSON string holding a Python literal is decoded twice (vLLM)."""
+    agree = [
+        (("n", "1712345678901234567"), 1712345678901234567),
+        (("b", "yes"), False),
+        (("b", "True"), True),
+        (("f", "NaN"), float("nan")),
+        (("o", "\"{'k': 1}\""), {"k": 1}),
+        (("o", '"src/a.py"'), "src/a.py"),
+        (("s", "null"), None),
+        (("s", " padded "), "padded"),
+        (("i", "2.0"), 2),
+    ]
+    for (key, text), value in agree:
+        assert arguments_agree(((key, text),), json.dumps({key: value})), (text, value)
+    differ = [
+        (("n", "1712345678901234567"), 1712345678901234568),
+        (("b", "true"), False),
+        (("i", "2"), 3),
+        (("s", "abc"), "abd"),
+        (("o", '{"k": 1}'), {"k": 2}),
+    ]
+    for (key, text), value in differ:
+        assert not arguments_agree(((key, text),), json.dumps({key: value})), (text, value)
+
+
+@pytest.mark.parametrize("value", ["...", "{1, 2}", "b'x'", "1j", "[" * 3000, "[" * 3000 + "]" * 3000])
+def test_a_value_no_json_can_hold_is_no_crash(coder_tok, value):
+    """`ast.literal_eval` of an object-typed value gives `...` or a set, or JSON nested past Python's limit: the
+    servers' parsers fail on it and return no call; tokview said nothing and crashed in analysis and export."""
+    schema = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"o": {"type": "object"}}}}}]
+    call = xml_call(body("f", ("o", value)), schema)
+    assert call.name == "f" and call.parameters == (("o", value),)
+    json.loads(history_arguments(call.parameters, schema, "f"))
+    assert not arguments_agree(call.parameters, '{"o": {}}')
+    arguments_agree(call.parameters, "[" * 3000)
+    profile = detect_profile(coder_tok)
+    output = "<tool_call>" + body("f", ("o", value)) + "</tool_call>"
+    capture = _capture(coder_tok, profile, output, [_server("f", '{"o": {}}')])
+    capture = Capture(**{**capture.__dict__, "settings": {"tools": schema, "mode": "chat"}})
+    codes = {f.code for f in analyze(capture, profile, coder_tok).findings}
+    assert codes & {"tool_arguments_not_object", "tool_calls_field_mismatch"}
+
+
+def test_a_value_that_writes_the_layout_s_own_tags_stays_whole(coder_tok):
+    """Code that prints `</parameter>` or `</function>`: the value ends at the `</parameter>` the layout goes on
+    after, so the history renders the call back id for id (cut at the first `</parameter>`, it lost the rest)."""
+    code = "print('</parameter>')\nprint('</function>')\nx = '<parameter=y>'"
+    profile = detect_profile(coder_tok)
+    written = "<tool_call>" + body("get_weather", ("city", code), ("days", "2")) + "</tool_call>"
+    capture = _capture(coder_tok, profile, written, None)
+    (call,) = served_calls(capture, profile, coder_tok)
+    assert json.loads(call["function"]["arguments"]) == {"city": code, "days": 2}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    rendered = coder_tok.render(
+        messages, add_generation_prompt=False, template_kwargs={"tools": TOOLS, "enable_thinking": False}
+    )
+    assert rendered[len(capture.prompt_ids) : len(capture.prompt_ids) + len(capture.output_ids)] == capture.output_ids
+    # a value whose </parameter> the model left out ends where the next parameter's line opens, as the parsers end it
+    missing = "\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</parameter>\n</function>\n"
+    assert xml_call(missing).parameters == (("a", "1"), ("b", "2"))
+
+
+def test_the_profile_is_named_for_its_layout_and_a_hermes_profile_is_refused(coder_dir, coder_tok, tmp_path, capsys):
+    """A Qwen3-Coder folder was detected as `qwen3`, the built-in hermes profile's name: `--profile qwen3`, the name
+    the run and the manifest showed, then read every XML call as nameless JSON and exported `{"name": ""}` calls."""
+    from tokview.cli import main
+    from tokview.core.profiles import get_profile
+
+    assert detect_profile(coder_tok).name == "qwen3-coder"
+    assert get_profile("qwen3-coder").tool_calls.parser == "qwen3_coder"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n")
+    args = ["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(tmp_path / "s.duckdb")]
+    assert main([*args, "--tokenizer", str(coder_dir), "--profile", "qwen3"]) != 0
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "writes <function=…> XML ones" in said[0] and "--profile qwen3-coder" in said[0]
+
+
+def test_a_call_whose_name_cannot_be_read_is_refused_in_a_conversation_export(coder_tok):
+    """Nameless calls (`{"name": "", "arguments": ""}`) were written into specforge and sharegpt conversations."""
+    from tokview.export.formats import Refused
+
+    profile = detect_profile(coder_tok)
+    capture = _capture(coder_tok, profile, "<tool_call>\nget_weather Paris\n</tool_call>", None)
+    with pytest.raises(Refused, match="tool_call_unreadable"):
+        served_calls(capture, profile, coder_tok)
+    whole = (("scale", "5.0"), ("flag", "true"), ("n", "5"))
+    tools = [{"function": {"name": "g", "parameters": {"properties": {k: {"type": "number"} for k, _ in whole}}}}]
+    assert history_arguments(whole, tools, "g") == '{"scale": 5.0, "flag": "true", "n": 5}'

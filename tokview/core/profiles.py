@@ -204,6 +204,11 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, g
     layout = profile.tool_calls
     if layout is None:
         return
+    if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
+        raise ProfileError(
+            f"profile {given} reads hermes JSON tool calls, but this tokenizer's template writes <function=…> XML ones "
+            "(Qwen3-Coder, Qwen3.5): every call would read as nameless; use --profile qwen3-coder, or no --profile"
+        )
     seen: dict[int, str] = {}
     taken = set(profile.stop_ids) | profile.delimiter_ids
     for key, token_id, text in layout.named_ids():
@@ -433,6 +438,10 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
 # turn (everywhere with clear_thinking=false).
 BUILTIN_PROFILES["glm-4.7"] = BUILTIN_PROFILES["glm-4.5"].with_overrides(
     name="glm-4.7", prefills_opener=True, history_kwarg="clear_thinking"
+)
+# Qwen3-Coder, Qwen3.5: Qwen3's ids, the XML calls (a folder whose template writes `<function=` is detected as it).
+BUILTIN_PROFILES["qwen3-coder"] = BUILTIN_PROFILES["qwen3"].with_overrides(
+    name="qwen3-coder", tool_calls=QWEN3_CODER_TOOL_CALLS
 )
 # Kimi-K2.6: K2.5's layout, plus preserve_thinking (all history reasoning kept).
 BUILTIN_PROFILES["kimi-k2.6"] = BUILTIN_PROFILES["kimi-k2.5"].with_overrides(
@@ -702,6 +711,9 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
     if newer and newer[0] in template:
         name = newer[1]
     base = BUILTIN_PROFILES.get(name)
+    layout = fitting_tool_layout(tokenizer, base.tool_calls if base else None)
+    if name == "qwen3" and layout is not None and layout.parser == QWEN3_CODER:
+        name = "qwen3-coder"  # not the built-in `qwen3`'s name: `--profile qwen3` reads hermes JSON calls
     return ModelProfile(
         name=name,
         think_open="<think>",
@@ -713,7 +725,7 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
         thinking_kwarg=kwarg,
         reasoning_parser=base.reasoning_parser if base else None,
         max_length=tokenizer.model_max_length,
-        tool_calls=fitting_tool_layout(tokenizer, base.tool_calls if base else None),
+        tool_calls=layout,
         history_reasoning=base.history_reasoning if base else "after_last_user",
         history_kwarg=base.history_kwarg if base else None,
         effort_kwarg=base.effort_kwarg if base else None,

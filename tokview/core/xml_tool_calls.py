@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,29 +53,75 @@ def xml_call(body: str, tools: object = None) -> XmlCall:
     name_end = rest.find(">")
     if name_end < 0:
         return XmlCall(None, (), None, "the function's name is never closed with '>': no parser returns the call")
-    name, inside = rest[:name_end], rest[name_end + 1 :]
-    close = inside.find(FUNCTION_CLOSE)
-    parameters = _parameters(inside if close < 0 else inside[:close])
+    name = rest[:name_end]
+    parameters = _parameters(rest[name_end + 1 :])
     schema = tool_properties(tools, name)
-    values = {key: convert_value(value, schema.get(key)) for key, value in parameters}
-    return XmlCall(name, parameters, json.dumps(values, ensure_ascii=False), None)
+    try:
+        arguments = json.dumps({k: convert_value(v, schema.get(k)) for k, v in parameters}, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # a literal JSON cannot hold (`...`, a set), or nested too deep
+        return XmlCall(name, parameters, None, "a value reads as a Python literal JSON cannot hold: the parsers fail")
+    return XmlCall(name, parameters, arguments, None)
 
 
 def _parameters(text: str) -> tuple[tuple[str, str], ...]:
+    """Each `<parameter=K>` up to the function's `</function>`, structurally: a value ends at the `</parameter>` that
+    the next parameter or the function's end follows, so a value that writes `</parameter>` or `<parameter=` itself
+    (code that emits XML) stays whole and a history renders it back as written."""
     found: list[tuple[str, str]] = []
-    at = text.find(PARAMETER_OPEN)
-    while at >= 0:
+    at, n = 0, len(text)
+    while True:
+        at = _past_space(text, at)
+        if at >= n or text.startswith(FUNCTION_CLOSE, at):
+            break
+        if not text.startswith(PARAMETER_OPEN, at):
+            at = text.find(PARAMETER_OPEN, at)
+            if at < 0:
+                break
         name_end = text.find(">", at + len(PARAMETER_OPEN))
         if name_end < 0:
             break
         key, value_at = text[at + len(PARAMETER_OPEN) : name_end], name_end + 1
-        ends = [e for e in (text.find(PARAMETER_CLOSE, value_at), text.find(PARAMETER_OPEN, value_at)) if e >= 0]
-        end = min(ends, default=len(text))
+        end, at = _value_end(text, value_at, {k for k, _ in found} | {key})
         value = text[value_at:end]
         value = value[1:] if value.startswith("\n") else value
         found.append((key, value[:-1] if value.endswith("\n") else value))
-        at = text.find(PARAMETER_OPEN, end)
     return tuple(found)
+
+
+def _value_end(text: str, start: int, seen: set[str]) -> tuple[int, int]:
+    """(where the value ends, where reading goes on): at the `</parameter>` the layout goes on after, or before it
+    at a line that opens a parameter not seen yet (a value whose `</parameter>` the model left out, as the parsers
+    end it there)."""
+    opened = _next_unseen_parameter(text, start, seen)
+    first = at = text.find(PARAMETER_CLOSE, start)
+    while at >= 0 and (opened < 0 or at < opened):
+        after = _past_space(text, at + len(PARAMETER_CLOSE))
+        if after >= len(text) or text.startswith((PARAMETER_OPEN, FUNCTION_CLOSE), after):
+            return at, at + len(PARAMETER_CLOSE)
+        at = text.find(PARAMETER_CLOSE, at + 1)
+    if opened >= 0:
+        return opened, opened
+    # no `</parameter>` the layout goes on after: the first of it, a next `<parameter=`, `</function>` (the parsers')
+    ends = [e for e in (first, text.find(PARAMETER_OPEN, start), text.find(FUNCTION_CLOSE, start)) if e >= 0]
+    end = min(ends, default=len(text))
+    return end, end + (len(PARAMETER_CLOSE) if end == first else 0)
+
+
+def _next_unseen_parameter(text: str, start: int, seen: set[str]) -> int:
+    """Where the next line that opens a parameter of a name not seen yet in this call begins (its `<`), else -1."""
+    at = text.find("\n" + PARAMETER_OPEN, start)
+    while at >= 0:
+        name_end = text.find(">", at + 1 + len(PARAMETER_OPEN))
+        if name_end >= 0 and text[at + 1 + len(PARAMETER_OPEN) : name_end] not in seen:
+            return at + 1
+        at = text.find("\n" + PARAMETER_OPEN, at + 1)
+    return -1
+
+
+def _past_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def tool_properties(tools: object, name: str) -> dict[str, Any]:
@@ -118,13 +165,20 @@ def convert_value(value: str, schema: object) -> Any:
     container = kind in CONTAINER_TYPES or kind.startswith(("dict", "list"))
     if container:
         try:
-            return json.loads(value)
-        except ValueError:
+            parsed = json.loads(value)
+            return _literal(parsed) if isinstance(parsed, str) else parsed  # `"{'k': 1}"`: decoded twice (vLLM)
+        except (ValueError, RecursionError):
             pass
+    parsed = _literal(value)
+    return _literal(parsed) if container and isinstance(parsed, str) else parsed
+
+
+def _literal(text: str) -> Any:
+    """`ast.literal_eval`, else the text."""
     try:
-        return ast.literal_eval(value)
+        return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return value
+        return text
 
 
 def _schema_type(schema: dict[str, Any]) -> tuple[str, bool]:
@@ -140,36 +194,45 @@ def _schema_type(schema: dict[str, Any]) -> tuple[str, bool]:
 
 def history_arguments(parameters: Sequence[tuple[str, str]], tools: object, name: str) -> str:
     """The arguments a history should send back so the template renders the values as written: each converted by
-    the request's `tools` where it renders back the same under both Qwen templates' rules (Qwen3-Coder's `| string`
-    for a scalar, Qwen3.5's `tojson`; both `tojson` for a mapping), else the text itself (`true` stays `"true"`:
-    True renders `True` in one; `2.50` stays text: 2.5 renders `2.5`)."""
+    the request's `tools` where it renders back the same under either rule Qwen's templates write a scalar by
+    (`| string`; some variants `tojson`) and a mapping or list by (`tojson`), else the text itself (`true` stays
+    `"true"`: True renders `True`; `2.50` stays text: 2.5 renders `2.5`)."""
     schema = tool_properties(tools, name)
     values: dict[str, Any] = {}
     for key, text in parameters:
-        value = convert_value(text, schema.get(key))
-        values[key] = value if _renders_as(value, text) else text
+        readings = [convert_value(text, schema.get(key)), _number(text)]  # `5.0`: 5 renders `5`, 5.0 `5.0`
+        values[key] = next((value for value in readings if _renders_as(value, text)), text)
     return json.dumps(values, ensure_ascii=False)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _renders_as(value: object, text: str) -> bool:
     if isinstance(value, str):
         return value == text
     if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False) == text
+        try:
+            return json.dumps(value, ensure_ascii=False) == text
+        except (TypeError, ValueError, RecursionError):  # a set inside, or nested too deep
+            return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value) == text == json.dumps(value)
     return False
 
 
 def arguments_agree(parameters: Sequence[tuple[str, str]], server_arguments: str | None) -> bool:
-    """Whether the server's arguments hold the same keys as the ids and, key for key, a value that reads the text
-    as written: the text itself (a string), or what `null`, `true` / `false`, a number, JSON or a Python literal
-    spell (any server's conversion)."""
+    """Whether the server's arguments hold the same keys as the ids and, key for key, a value some server's reading
+    of the text as written gives (`_value_agrees`)."""
     if server_arguments is None:
         return False
     try:
         theirs = json.loads(server_arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     mine = dict(parameters)
     if not isinstance(theirs, dict) or set(theirs) != set(mine):
@@ -177,23 +240,35 @@ def arguments_agree(parameters: Sequence[tuple[str, str]], server_arguments: str
     return all(_value_agrees(mine[key], value) for key, value in theirs.items())
 
 
+READ_FAILS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, OverflowError)
+
+
 def _value_agrees(text: str, value: object) -> bool:
-    if isinstance(value, str):
-        return value == text
+    """The servers read a value by the schema they were given (SGLang and older vLLM ignore `anyOf`, SGLang reads
+    `null` as null for every type, a non-`true` boolean is false, a whole float may be an int, a container is
+    decoded as JSON, then as a Python literal, twice when that gives text): any of those readings agrees."""
     bare = text.strip()
-    if value is None:
-        return bare.lower() in ("null", "none")
-    if isinstance(value, bool):
-        return bare.lower() == str(value).lower()
-    if isinstance(value, (int, float)):
-        try:
-            return float(bare) == value
-        except ValueError:
-            return False
-    for read in (json.loads, ast.literal_eval):
-        try:
-            if read(bare) == value:
-                return True
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-    return False
+    try:
+        if isinstance(value, str):
+            return value in (text, bare) or bool(_decoded(bare) == value)
+        if value is None:
+            return bare.lower() in ("null", "none")
+        if isinstance(value, bool):
+            return value == (text.lower() == "true") or _literal(bare) is value
+        if isinstance(value, int):
+            return (bare.lstrip("+-").isdigit() and int(bare) == value) or float(bare) == value
+        if isinstance(value, float):
+            number = float(bare)
+            return number == value or (math.isnan(value) and math.isnan(number))
+        return bool(_decoded(bare) == value)
+    except READ_FAILS:
+        return False
+
+
+def _decoded(text: str) -> Any:
+    """A container's reading: JSON, else a Python literal; a result that is text decoded once more."""
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        parsed = _literal(text)
+    return _literal(parsed) if isinstance(parsed, str) else parsed

@@ -309,6 +309,8 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAd
     if profile.tool_calls is None:
         return []
     parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer, capture.settings.get("tools"))
+    if any(call.name is None for call in parsed.calls):
+        raise Refused("tool_call_unreadable")  # its name unread (malformed, or another layout's): nothing to render
     out = []
     for i, call in enumerate(parsed.calls):
         call_id = call.call_id or _server_call_id(server, i)

@@ -72,6 +72,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
     runs = [r for r in store.runs() if r["run_id"] in seen.runs]
     used = sorted({p.name for p in profiles.cache.values()})
     parsers = sorted({p.reasoning_parser for p in profiles.cache.values() if p.reasoning_parser})
+    tool_parsers = sorted({p.tool_calls.parser for p in profiles.cache.values() if p.tool_calls is not None})
     fingerprint = tokenizer.fingerprint()
     family = builtin_family(used)
     template_name = result.template_path.name if result.template_path else None
@@ -120,6 +121,7 @@ def build_manifest(store: Store, fmt: ExportFormat, plan: Plan, result: ExportRe
         "endpoints": sorted(seen.endpoints, key=str),  # a hand-edited row's NULL among them
         "parser": {
             "reasoning_parser": parsers[0] if len(parsers) == 1 else parsers,
+            "tool_call_parser": tool_parsers[0] if len(tool_parsers) == 1 else tool_parsers,
             "reasoning_fields": sorted(seen.fields),
         },
         "sampling": [seen.settings[k] for k in sorted(seen.settings)],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.core.glm_layout import GLM_ID
 from tokview.core.profiles import GLM_TOOL_CALLS, HERMES, QWEN3_CODER, TAGGED_PARSERS
 from tokview.core.tool_calls import parse_tool_calls
-from tokview.sim import tools
+from tokview.sim import hermes_tools, tools
 from tokview.sim.tools import ParsedCall, ParsedOutput, PlannedCall, ToolTurn
 
 if TYPE_CHECKING:
@@ -120,7 +120,10 @@ def read_turn(state: ModelState, body: dict[str, Any], gen: Generation, thinking
         for call in on_ids.calls:
             if (call.closed or (whole_unclosed and call.arguments_error is None)) and call.name:
                 end_at = answer_at + call.span[1] - 1
-                calls.append(ParsedCall(call.name, call.arguments or "{}", end_at - 1, end_at))
+                arguments = call.arguments or "{}"
+                if state.cfg.kind == "sglang" and call.parameters is not None:  # its own qwen3_coder conversion
+                    arguments = hermes_tools.sglang_arguments(call.parameters, body.get("tools"), call.name)
+                calls.append(ParsedCall(call.name, arguments, end_at - 1, end_at))
                 names.append(call.name)
     for p, tid in enumerate(out):
         if tid in stops:

@@ -14,21 +14,25 @@ The parser side is `glm_tools.read_turn` on the profile's layout: vLLM's hermes 
 first `<tool_call>`, ids `chatcmpl-tool-<uuid>`; SGLang's qwen25 detector: `call_<24 hex>`), the arguments
 `json.dumps` of the call's `arguments` object.
 
-Qwen3-Coder / Qwen3.5 (the `qwen3_coder` layout): the same turns, each call's body XML as Qwen3.5's template renders
-it (`<function=NAME>`, per argument `<parameter=K>`, the value on its own lines, a string as it is and any other
-value `tojson`, `</parameter>`, then `</function>`), the tools read from the template's XML declaration
-(`<function>` / `<name>` / `<parameter>` / `<type>` inside `<tools>`); parsed as the qwen3_coder parsers do
-(`core.xml_tool_calls`).
+Qwen3-Coder / Qwen3.5 (the `qwen3_coder` layout): the same turns, each call's body XML as their templates render
+it (`<function=NAME>`, per argument `<parameter=K>`, the value on its own lines, a mapping or list `tojson` and any
+other value `| string`, `</parameter>`, then `</function>`), the tools read from the template's declaration (JSON
+lines, or Qwen3-Coder's XML: `<function>` / `<name>` / `<parameter>` / `<type>` inside `<tools>`); parsed as the qwen3_coder parsers do:
+vLLM's as `core.xml_tool_calls` reads them, SGLang's by its own conversion (`sglang_arguments`), so the two servers'
+`tool_calls` differ in text as they do for real (`2.0` stays a float, `anyOf` is not read, `null` is null for
+every type) and the by-value comparison is what agrees them.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.profiles import HERMES, QWEN3_CODER
+from tokview.core.xml_tool_calls import CONTAINER_TYPES, INTEGER_PREFIXES, STRING_TYPES, tool_properties
 from tokview.sim import tools
 from tokview.sim.tools import PlannedCall
 
@@ -41,7 +45,8 @@ TOOLS_OPEN, TOOLS_CLOSE = "<tools>\n", "\n</tools>"
 
 
 XML_FUNCTION = re.compile(r"<function>\s*<name>(.*?)</name>(.*?)</function>", re.S)
-XML_PARAMETER = re.compile(r"<parameter>\s*<name>(.*?)</name>(?:\s*<type>(.*?)</type>)?", re.S)
+XML_PARAMETER = re.compile(r"<parameter>\s*<name>(.*?)</name>(.*?)</parameter>", re.S)
+XML_FIELD = re.compile(r"<(type|enum)>(.*?)</\1>", re.S)
 
 
 def is_hermes(state: ModelState) -> bool:
@@ -68,13 +73,13 @@ def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> li
 def xml_declared_tools(text: str) -> list[dict[str, Any]] | None:
     """The tools of a Qwen3-Coder-style `<tools>` block (`<function><name>…</name>` with `<parameter><name>…
     </name><type>…</type>` entries), as OpenAI tools; None without one."""
-    start = text.find("<tools>")
+    start = text.find("<tools>\n<function>")  # the block itself, not a preamble that names the tags
     end = text.find("</tools>", start + 1)
     if start < 0 or end < 0:
         return None
     declared = []
     for function in XML_FUNCTION.finditer(text[start:end]):
-        properties = {p.group(1): {"type": p.group(2) or "string"} for p in XML_PARAMETER.finditer(function.group(2))}
+        properties = {p.group(1): _xml_schema(p.group(2)) for p in XML_PARAMETER.finditer(function.group(2))}
         parameters = {"type": "object", "properties": properties}
         declared.append({"type": "function", "function": {"name": function.group(1), "parameters": parameters}})
     return declared or None
@@ -102,6 +107,17 @@ def plan_calls(state: ModelState, prompt: list[int], seed: int, body: dict[str, 
     return tools.plan_for(state, declared, loop_rounds(state.tokenizer, prompt), seed, body) if declared else []
 
 
+def _xml_schema(fields: str) -> dict[str, Any]:
+    """A parameter's `<type>` (string when absent) and `<enum>` (a JSON list) as a JSON schema."""
+    schema: dict[str, Any] = {"type": "string"}
+    for key, value in XML_FIELD.findall(fields):
+        try:
+            schema[key] = value if key == "type" else json.loads(value)
+        except ValueError:
+            continue
+    return schema
+
+
 def calls_ids(
     tokenizer: TokenizerAdapter, calls: Sequence[PlannedCall], closed: bool = True, xml: bool = False
 ) -> list[int]:
@@ -122,9 +138,51 @@ def json_body(call: PlannedCall) -> str:
 
 
 def xml_body(call: PlannedCall) -> str:
-    """Qwen3.5's template's body for this call: a string value as it is, any other `tojson`."""
+    """Qwen3-Coder's and Qwen3.5's templates' body for this call: a mapping or list `tojson`, any other value
+    `| string` (Python's text: `True`, `None`, `2.0`)."""
     parts = [f"\n<function={call.name}>\n"]
     for key, value in json.loads(call.arguments).items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
         parts.append(f"<parameter={key}>\n{text}\n</parameter>\n")
     return "".join(parts) + "</function>\n"
+
+
+def sglang_arguments(parameters: Sequence[tuple[str, str]], declared: object, name: str) -> str:
+    """SGLang's qwen3_coder detector's arguments (`_convert_param_value`): `null` is null whatever the type; a
+    parameter the tools do not name, or whose schema has no `type` (an `anyOf`), is text; a number with a `.` or an
+    `e` stays a float."""
+    schema = tool_properties(declared, name)
+    values = {key: _sglang_value(text, schema.get(key), key in schema) for key, text in parameters}
+    try:
+        return json.dumps(values, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # a literal JSON cannot hold: the values as written
+        return json.dumps(dict(parameters), ensure_ascii=False)
+
+
+def _sglang_value(text: str, schema: object, named: bool) -> Any:
+    if text.lower() == "null":
+        return None
+    if not named:
+        return text
+    kind = str(schema["type"]).strip().lower() if isinstance(schema, dict) and "type" in schema else "string"
+    if kind in STRING_TYPES:
+        return text
+    try:
+        if kind.startswith(INTEGER_PREFIXES):
+            return int(text)
+        if kind.startswith(("num", "float")):
+            number = float(text)
+            return int(number) if number.is_integer() and not ("." in text or "e" in text.lower()) else number
+    except ValueError:
+        return text
+    if kind in ("boolean", "bool", "binary"):
+        return text.lower() == "true"
+    if kind in CONTAINER_TYPES or kind.startswith(("dict", "list")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
