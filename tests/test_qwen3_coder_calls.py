@@ -255,7 +255,7 @@ def test_any_servers_reading_agrees_and_a_different_value_does_not():
         (("o", "\"{'k': 1}\""), {"k": 1}),
         (("o", '"src/a.py"'), "src/a.py"),
         (("s", "null"), None),
-        (("s", " padded "), "padded"),
+        (("o", "\"{'k': 1}\""), "{'k': 1}"),  # decoded once (SGLang, older vLLM)
         (("i", "2.0"), 2),
     ]
     for (key, text), value in agree:
@@ -266,6 +266,9 @@ def test_any_servers_reading_agrees_and_a_different_value_does_not():
         (("i", "2"), 3),
         (("s", "abc"), "abd"),
         (("o", '{"k": 1}'), {"k": 2}),
+        (("s", "    return x\n"), "return x"),  # an edit tool's indentation lost: no server strips a value
+        (("o", "[true]"), [1]),
+        (("o", "[1, 2]"), [2, 1]),
     ]
     for (key, text), value in differ:
         assert not arguments_agree(((key, text),), json.dumps({key: value})), (text, value)
@@ -303,9 +306,14 @@ def test_a_value_that_writes_the_layout_s_own_tags_stays_whole(coder_tok):
         messages, add_generation_prompt=False, template_kwargs={"tools": TOOLS, "enable_thinking": False}
     )
     assert rendered[len(capture.prompt_ids) : len(capture.prompt_ids) + len(capture.output_ids)] == capture.output_ids
-    # a value whose </parameter> the model left out ends where the next parameter's line opens, as the parsers end it
+    # a value that writes a whole parameter block on lines of its own (a doc of this very format) stays whole
+    doc = "Example:\n<parameter=city>\nbar\n</parameter>\nend"
+    assert xml_call(body("get_weather", ("city", doc), ("days", "2"))).parameters == (("city", doc), ("days", "2"))
+    # a value whose </parameter> the model left out ends where the next parameter opens, as the parsers end it
     missing = "\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</parameter>\n</function>\n"
     assert xml_call(missing).parameters == (("a", "1"), ("b", "2"))
+    repeated = "\n<function=f>\n<parameter=a>\none\n<parameter=a>\ntwo\n</parameter>\n</function>\n"
+    assert json.loads(xml_call(repeated).arguments or "") == {"a": "two"}  # what every parser answers
 
 
 def test_the_profile_is_named_for_its_layout_and_a_hermes_profile_is_refused(coder_dir, coder_tok, tmp_path, capsys):

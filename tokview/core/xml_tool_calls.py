@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,10 +65,20 @@ def xml_call(body: str, tools: object = None) -> XmlCall:
     return XmlCall(name, parameters, arguments, None)
 
 
+TAGS = re.compile(r"</parameter>|<parameter=|</function>")
+
+
 def _parameters(text: str) -> tuple[tuple[str, str], ...]:
-    """Each `<parameter=K>` up to the function's `</function>`, structurally: a value ends at the `</parameter>` that
-    the next parameter or the function's end follows, so a value that writes `</parameter>` or `<parameter=` itself
-    (code that emits XML) stays whole and a history renders it back as written."""
+    """Each `<parameter=K>` up to the function's `</function>`, structurally (as vLLM's current parser reads it): a
+    value ends at the `</parameter>` the next parameter or the function's end follows, not counting the ones that
+    close a parameter block the value itself writes on lines of its own, so a value that writes `</parameter>`,
+    `</function>` or a whole example call (code that emits XML) stays whole and a history renders it back as
+    written. A value with no such end ends as the parsers' patterns end it (the first `</parameter>`, `<parameter=`
+    or `</function>`: a `</parameter>` the model left out). Linear: the tags are found once, and the walks that look
+    for an end share one budget (a runaway output that repeats a parameter for 200 KB took a minute)."""
+    tags = [(m.start(), m.group()) for m in TAGS.finditer(text)]
+    at_of = [pos for pos, _ in tags]
+    budget = 4 * len(tags) + 64
     found: list[tuple[str, str]] = []
     at, n = 0, len(text)
     while True:
@@ -74,48 +86,44 @@ def _parameters(text: str) -> tuple[tuple[str, str], ...]:
         if at >= n or text.startswith(FUNCTION_CLOSE, at):
             break
         if not text.startswith(PARAMETER_OPEN, at):
-            at = text.find(PARAMETER_OPEN, at)
-            if at < 0:
+            i = bisect_left(at_of, at)
+            while i < len(tags) and tags[i][1] != PARAMETER_OPEN:
+                i += 1
+            if i == len(tags):
                 break
+            at = tags[i][0]
         name_end = text.find(">", at + len(PARAMETER_OPEN))
         if name_end < 0:
             break
         key, value_at = text[at + len(PARAMETER_OPEN) : name_end], name_end + 1
-        end, at = _value_end(text, value_at, {k for k, _ in found} | {key})
+        first = bisect_left(at_of, value_at)
+        end, at, budget = _structural_end(text, tags, first, budget)
+        if end < 0:  # the parsers' own end: the first tag after the value's start
+            end = tags[first][0] if first < len(tags) else n
+            at = end + (len(PARAMETER_CLOSE) if first < len(tags) and tags[first][1] == PARAMETER_CLOSE else 0)
         value = text[value_at:end]
         value = value[1:] if value.startswith("\n") else value
         found.append((key, value[:-1] if value.endswith("\n") else value))
     return tuple(found)
 
 
-def _value_end(text: str, start: int, seen: set[str]) -> tuple[int, int]:
-    """(where the value ends, where reading goes on): at the `</parameter>` the layout goes on after, or before it
-    at a line that opens a parameter not seen yet (a value whose `</parameter>` the model left out, as the parsers
-    end it there)."""
-    opened = _next_unseen_parameter(text, start, seen)
-    first = at = text.find(PARAMETER_CLOSE, start)
-    while at >= 0 and (opened < 0 or at < opened):
-        after = _past_space(text, at + len(PARAMETER_CLOSE))
-        if after >= len(text) or text.startswith((PARAMETER_OPEN, FUNCTION_CLOSE), after):
-            return at, at + len(PARAMETER_CLOSE)
-        at = text.find(PARAMETER_CLOSE, at + 1)
-    if opened >= 0:
-        return opened, opened
-    # no `</parameter>` the layout goes on after: the first of it, a next `<parameter=`, `</function>` (the parsers')
-    ends = [e for e in (first, text.find(PARAMETER_OPEN, start), text.find(FUNCTION_CLOSE, start)) if e >= 0]
-    end = min(ends, default=len(text))
-    return end, end + (len(PARAMETER_CLOSE) if end == first else 0)
-
-
-def _next_unseen_parameter(text: str, start: int, seen: set[str]) -> int:
-    """Where the next line that opens a parameter of a name not seen yet in this call begins (its `<`), else -1."""
-    at = text.find("\n" + PARAMETER_OPEN, start)
-    while at >= 0:
-        name_end = text.find(">", at + 1 + len(PARAMETER_OPEN))
-        if name_end >= 0 and text[at + 1 + len(PARAMETER_OPEN) : name_end] not in seen:
-            return at + 1
-        at = text.find("\n" + PARAMETER_OPEN, at + 1)
-    return -1
+def _structural_end(text: str, tags: list[tuple[int, str]], i: int, budget: int) -> tuple[int, int, int]:
+    """(the value's end, where reading goes on, the budget left) from tag `i` on; -1 for none found."""
+    depth = 0
+    while i < len(tags) and budget > 0:
+        budget -= 1
+        pos, tag = tags[i]
+        if tag == PARAMETER_OPEN and pos > 0 and text[pos - 1] == "\n":
+            depth += 1  # a parameter block the value writes on lines of its own
+        elif tag == PARAMETER_CLOSE:
+            if depth:
+                depth -= 1
+            else:
+                after = _past_space(text, pos + len(PARAMETER_CLOSE))
+                if after >= len(text) or text.startswith((PARAMETER_OPEN, FUNCTION_CLOSE), after):
+                    return pos, pos + len(PARAMETER_CLOSE), budget
+        i += 1
+    return -1, -1, budget
 
 
 def _past_space(text: str, at: int) -> int:
@@ -249,8 +257,8 @@ def _value_agrees(text: str, value: object) -> bool:
     decoded as JSON, then as a Python literal, twice when that gives text): any of those readings agrees."""
     bare = text.strip()
     try:
-        if isinstance(value, str):
-            return value in (text, bare) or bool(_decoded(bare) == value)
+        if isinstance(value, str):  # as written (no server strips a value), or decoded from JSON once or twice
+            return value == text or _json_equal(_json_once(bare), value) or _json_equal(_decoded(bare), value)
         if value is None:
             return bare.lower() in ("null", "none")
         if isinstance(value, bool):
@@ -260,15 +268,39 @@ def _value_agrees(text: str, value: object) -> bool:
         if isinstance(value, float):
             number = float(bare)
             return number == value or (math.isnan(value) and math.isnan(number))
-        return bool(_decoded(bare) == value)
+        return _json_equal(_decoded(bare), value)
     except READ_FAILS:
         return False
 
 
+def _json_once(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return UNREAD
+
+
+def _json_equal(mine: object, theirs: object) -> bool:
+    """Equal as JSON (`[true]` is not `[1]`, as Python's == would have it), keys in any order."""
+    if mine is UNREAD:
+        return False
+    try:
+        return json.dumps(mine, sort_keys=True) == json.dumps(theirs, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+UNREAD = object()
+"""What `_decoded` gives for text that is neither JSON nor a Python literal."""
+
+
 def _decoded(text: str) -> Any:
-    """A container's reading: JSON, else a Python literal; a result that is text decoded once more."""
+    """A container's reading: JSON, else a Python literal (else UNREAD); a result that is text decoded once more."""
     try:
         parsed = json.loads(text)
     except (ValueError, RecursionError):
-        parsed = _literal(text)
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return UNREAD
     return _literal(parsed) if isinstance(parsed, str) else parsed
