@@ -48,9 +48,9 @@ preserve_thinking), or never."""
 
 KIMI_K2, HERMES, GLM47, QWEN3_CODER = "kimi_k2", "hermes", "glm47", "qwen3_coder"
 TOOL_PARSERS = (KIMI_K2, HERMES, GLM47, QWEN3_CODER)
+"""The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
 TAGGED_PARSERS = (HERMES, GLM47, QWEN3_CODER)
 """Layouts whose calls are `<tool_call>` spans with no section marker and no argument marker."""
-"""The tool-call layouts tokview reads, named after the servers' --tool-call-parser that reads them."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ GLM_TOOL_CALLS = ToolCallLayout(
 QWEN3_CODER_TOOL_CALLS = replace(QWEN3_TOOL_CALLS, parser=QWEN3_CODER)
 """Qwen3-Coder and Qwen3.5/3.6: Qwen3's two marker ids around an XML body in plain text (their templates render
 `<function=NAME>` then per argument `<parameter=K>`, the value on its own lines, `</parameter>`, then `</function>`;
-vLLM's and SGLang's `qwen3_coder` parsers read it: `core.tool_calls.xml_call`)."""
+vLLM's and SGLang's `qwen3_coder` parsers read it: `core.xml_tool_calls.xml_call`)."""
 BUILTIN_TOOL_LAYOUTS = {
     KIMI_K2: KIMI_TOOL_CALLS,
     HERMES: QWEN3_TOOL_CALLS,

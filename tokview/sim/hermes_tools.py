@@ -17,10 +17,10 @@ first `<tool_call>`, ids `chatcmpl-tool-<uuid>`; SGLang's qwen25 detector: `call
 Qwen3-Coder / Qwen3.5 (the `qwen3_coder` layout): the same turns, each call's body XML as their templates render
 it (`<function=NAME>`, per argument `<parameter=K>`, the value on its own lines, a mapping or list `tojson` and any
 other value `| string`, `</parameter>`, then `</function>`), the tools read from the template's declaration (JSON
-lines, or Qwen3-Coder's XML: `<function>` / `<name>` / `<parameter>` / `<type>` inside `<tools>`); parsed as the qwen3_coder parsers do:
-vLLM's as `core.xml_tool_calls` reads them, SGLang's by its own conversion (`sglang_arguments`), so the two servers'
-`tool_calls` differ in text as they do for real (`2.0` stays a float, `anyOf` is not read, `null` is null for
-every type) and the by-value comparison is what agrees them.
+lines, or Qwen3-Coder's XML: `<function>` / `<name>` / `<parameter>` / `<type>` inside `<tools>`); parsed as the
+qwen3_coder parsers do: vLLM's as `core.xml_tool_calls` reads them, SGLang's by its own conversion
+(`sglang_arguments`), so the two servers' `tool_calls` differ in text as they do for real (`2.0` stays a float,
+`anyOf` is not read, `null` is null for every type) and the by-value comparison is what agrees them.
 """
 
 from __future__ import annotations
