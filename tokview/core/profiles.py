@@ -206,8 +206,9 @@ def check_tool_layout_fits(profile: ModelProfile, tokenizer: TokenizerAdapter, g
         return
     if layout.parser == HERMES and "<function=" in (tokenizer.chat_template or ""):
         raise ProfileError(
-            f"profile {given} reads hermes JSON tool calls, but this tokenizer's template writes <function=…> XML ones "
-            "(Qwen3-Coder, Qwen3.5): every call would read as nameless; use --profile qwen3-coder, or no --profile"
+            f"profile {given} reads hermes JSON tool calls, but this tokenizer's template writes <function=…> "
+            "XML ones (Qwen3-Coder, Qwen3.5): every call would read as nameless; use --profile qwen3-coder, or no "
+            "--profile"
         )
     seen: dict[int, str] = {}
     taken = set(profile.stop_ids) | profile.delimiter_ids

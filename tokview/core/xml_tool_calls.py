@@ -2,10 +2,11 @@
 `</tool_call>` read as vLLM's and SGLang's `qwen3_coder` parsers read it.
 
 The body is plain text: `<function=NAME>`, then per argument `<parameter=KEY>` + newline + value + newline +
-`</parameter>`, then `</function>`. Both parsers take the name up to the first `>`, end a value at the first
-`</parameter>`, next `<parameter=` or `</function>`, drop one newline at each end of it, and convert it by the type
-the request's `tools` give that parameter (a string kept as written, an integer `int`, an object `json.loads`, ...;
-a parameter the schema does not name stays text); the arguments are `json.dumps` of the result.
+`</parameter>`, then `</function>`. The parsers take the name up to the first `>`, end a value (SGLang's and
+older vLLM's at the first `</parameter>`, next `<parameter=` or `</function>`; vLLM's current one structurally, as
+`_parameters` does), drop one newline at each end of it, and convert it by the type the request's `tools` give that
+parameter (a string kept as written, an integer `int`, an object `json.loads`, ...; a parameter the schema does not
+name stays text); the arguments are `json.dumps` of the result.
 
 The two servers convert differently at the edges (SGLang reads `null` as null for every type, vLLM keeps it as text
 for a string; `1.0` is 1 in one and 1.0 in the other; SGLang's stream builds the JSON in fragments): so the server's
