@@ -330,6 +330,11 @@ def test_the_profile_is_named_for_its_layout_and_a_hermes_profile_is_refused(cod
     assert main([*args, "--tokenizer", str(coder_dir), "--profile", "qwen3"]) != 0
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and "writes <function=…> XML ones" in said[0] and "--profile qwen3-coder" in said[0]
+    from tokview.sim.config import SimConfigError
+    from tokview.sim.server import served_profile
+
+    with pytest.raises(SimConfigError, match="writes <function=…> XML ones"):  # the simulator, and doctor, alike
+        served_profile("qwen3", coder_tok)
 
 
 def test_a_call_whose_name_cannot_be_read_is_refused_in_a_conversation_export(coder_tok):
@@ -343,3 +348,51 @@ def test_a_call_whose_name_cannot_be_read_is_refused_in_a_conversation_export(co
     whole = (("scale", "5.0"), ("flag", "true"), ("n", "5"))
     tools = [{"function": {"name": "g", "parameters": {"properties": {k: {"type": "number"} for k, _ in whole}}}}]
     assert history_arguments(whole, tools, "g") == '{"scale": 5.0, "flag": "true", "n": 5}'
+
+
+def test_a_coder_template_that_never_thinks_is_a_model_without_reasoning(qwen_tok_dir, tmp_path):
+    """Qwen3-Coder's template never writes <think> and has no switch, though the vocabulary holds it: read with think
+    delimiters, an audited plain answer got a `<think></think>` the model never wrote and doctor doubted the profile.
+    Qwen3-2507 Instruct's (hermes calls) likewise; both are built in under those names."""
+    from qwen3_coder_template import coder_template
+
+    from tokview.core.profiles import get_profile
+
+    template = coder_template(qwen_tok_dir)
+    switch = "{%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}"
+    assert switch in template
+    never = template.replace(switch, "{%- if false %}")
+    never = never.replace("'\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + ", "")
+    never = never.replace("'</think>' in message.content", "false").replace(".split('</think>')", ".split('@@')")
+    never = never.replace(".split('<think>')", ".split('@@')")
+    assert "think>" not in never, never[never.index("think>") - 200 :][:400]
+    folder = tmp_path / "coder"
+    shutil.copytree(qwen_tok_dir, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": never}))
+    profile = detect_profile(load_tokenizer(folder))
+    assert (profile.name, profile.has_reasoning, profile.tool_calls.parser) == ("qwen3-coder", False, "qwen3_coder")
+    assert profile.history_reasoning == get_profile("qwen3-coder").history_reasoning == "none"
+    assert not get_profile("qwen3-coder").has_reasoning and not get_profile("qwen3-instruct").has_reasoning
+    hermes = never.replace(XML_CALL_MARK, "<tool_call>\\n")  # no <function=: hermes calls
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": hermes}))
+    assert detect_profile(load_tokenizer(folder)).name == "qwen3-instruct"
+
+
+XML_CALL_MARK = "<tool_call>\\n<function="
+
+
+def test_show_names_an_xml_calls_fields_and_aligns_its_values(coder_tok):
+    """`show` labelled a call's name `tool_calls[0].id` and its values hidden, as if the parser had lost them."""
+    from tokview.core.alignment import HIDDEN
+    from tokview.core.tool_calls import field_name
+
+    assert field_name(2, "qwen3_coder") == field_name(2, "glm47") == "tool_calls[0].function.name"
+    assert field_name(2, "kimi_k2") == "tool_calls[0].id"
+    profile = detect_profile(coder_tok)
+    written = "<tool_call>" + body("get_weather", ("city", "Cairo"), ("days", "4")) + "</tool_call>"
+    capture = _capture(coder_tok, profile, written, [_server("get_weather", '{"city": "Cairo", "days": 4}')])
+    analysis = analyze(capture, profile, coder_tok)
+    out = capture.output_ids
+    hidden = {coder_tok.piece_text(out[i]) for i in analysis.alignment.positions(HIDDEN)}
+    assert not hidden & {"C", "airo", "4", "Cairo", "_weather"}, hidden

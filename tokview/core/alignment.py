@@ -8,6 +8,7 @@ do not (drift). The walk is linear: one pass over the ids with a bounded look-ah
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -361,7 +362,10 @@ def align_with_tool_calls(
             continue
         offset = base + 2 * k
         if call.id_span is None:  # hermes: the JSON holds the name and the arguments, and no id
-            parts = [(call.arguments_span, [server.get("name"), server.get("arguments")], offset)]
+            name, arguments = server.get("name"), server.get("arguments")
+            if call.parameters is not None:  # qwen3_coder: `<function=NAME>`, the values as text between XML tags
+                name, arguments = (None if name is None else "=" + name), _values_text(arguments)
+            parts = [(call.arguments_span, [name, arguments], offset)]
         else:
             parts = [
                 (call.id_span, [server.get("id")], offset),
@@ -376,6 +380,18 @@ def align_with_tool_calls(
             fields[a:b] = [None if f is None else first_field + f for f in sub.fields]
             unmatched.append(sub.unmatched_text)
     return Alignment(tuple(statuses), "".join(unmatched), tuple(fields))
+
+
+def _values_text(arguments: str | None) -> str | None:
+    """An XML call's arguments as the ids spell them: each value's text in order (a string as it is, any other JSON),
+    so its ids align to the field that returned them; the JSON text itself when it is no object."""
+    try:
+        values = json.loads(arguments) if arguments is not None else None
+    except (ValueError, RecursionError):
+        return arguments
+    if not isinstance(values, dict):
+        return arguments
+    return "".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values.values())
 
 
 def _merged(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

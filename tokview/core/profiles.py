@@ -440,16 +440,12 @@ BUILTIN_PROFILES: dict[str, ModelProfile] = {
 BUILTIN_PROFILES["glm-4.7"] = BUILTIN_PROFILES["glm-4.5"].with_overrides(
     name="glm-4.7", prefills_opener=True, history_kwarg="clear_thinking"
 )
-# Qwen3-Coder, Qwen3.5: Qwen3's ids, the XML calls (a folder whose template writes `<function=` is detected as it).
-BUILTIN_PROFILES["qwen3-coder"] = BUILTIN_PROFILES["qwen3"].with_overrides(
-    name="qwen3-coder", tool_calls=QWEN3_CODER_TOOL_CALLS
-)
 # Kimi-K2.6: K2.5's layout, plus preserve_thinking (all history reasoning kept).
 BUILTIN_PROFILES["kimi-k2.6"] = BUILTIN_PROFILES["kimi-k2.5"].with_overrides(
     name="kimi-k2.6", history_kwarg="preserve_thinking"
 )
 
-_NO_REASONING = {
+_NO_REASONING: ProfileChanges = {
     "think_open": "",
     "think_close": "",
     "think_open_id": None,
@@ -458,6 +454,18 @@ _NO_REASONING = {
     "thinking_kwarg": None,
     "reasoning_parser": None,
 }
+
+_NEVER_THINKS: ProfileChanges = {**_NO_REASONING, "history_reasoning": "none"}
+"""A think-tag profile made one of a model that does not reason."""
+
+# Qwen3-Coder: Qwen3's ids and stops, no reasoning (its template never writes <think>), the XML calls; Qwen3-2507
+# Instruct: the same with hermes calls. A folder with such a template is detected as one of them.
+BUILTIN_PROFILES["qwen3-instruct"] = (
+    BUILTIN_PROFILES["qwen3"].with_overrides(**_NEVER_THINKS).with_overrides(name="qwen3-instruct")
+)
+BUILTIN_PROFILES["qwen3-coder"] = BUILTIN_PROFILES["qwen3-instruct"].with_overrides(
+    name="qwen3-coder", tool_calls=QWEN3_CODER_TOOL_CALLS
+)
 
 ALIASES = {
     "kimi": "kimi-k2.5",
@@ -715,7 +723,9 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
     layout = fitting_tool_layout(tokenizer, base.tool_calls if base else None)
     if name == "qwen3" and layout is not None and layout.parser == QWEN3_CODER:
         name = "qwen3-coder"  # not the built-in `qwen3`'s name: `--profile qwen3` reads hermes JSON calls
-    return ModelProfile(
+    elif name == "qwen3" and _never_thinks(template, kwarg, prefills):
+        name = "qwen3-instruct"
+    detected = ModelProfile(
         name=name,
         think_open="<think>",
         think_close="</think>",
@@ -730,6 +740,18 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
         history_reasoning=base.history_reasoning if base else "after_last_user",
         history_kwarg=base.history_kwarg if base else None,
         effort_kwarg=base.effort_kwarg if base else None,
+    )
+    if _never_thinks(template, kwarg, prefills):  # Qwen3-Coder, Qwen3-2507 Instruct: <think> in the vocabulary only
+        return detected.with_overrides(**_NEVER_THINKS)
+    return detected
+
+
+def _never_thinks(template: str, kwarg: str | None, prefills: bool) -> bool:
+    """A template that never writes a think delimiter and has no thinking switch is a model that does not reason:
+    read with think delimiters, each plain answer was rebuilt with a `<think></think>` it never wrote (audit) and
+    `doctor` doubted the profile."""
+    return (
+        bool(template) and kwarg is None and not prefills and "<think>" not in template and "</think>" not in template
     )
 
 

@@ -31,7 +31,6 @@ from tokview.core.harmony import calls_of, parse_harmony
 from tokview.core.profiles import (
     GLM47,
     HARMONY,
-    HERMES,
     KIMI_K2,
     QWEN3_CODER,
     TAGGED_PARSERS,
@@ -480,7 +479,7 @@ def declared_tools(settings: dict[str, Any]) -> set[str] | None:
 
 def field_name(index: int | None, parser: str | None = None) -> str:
     """The text field an alignment field index stands for: 0 reasoning, 1 content, then per server call
-    its id (hermes, which writes none: its name) and its arguments (`align_with_tool_calls` orders them so)."""
+    its id (hermes, GLM, qwen3_coder, which write none: its name) and its arguments (`align_with_tool_calls` orders them so)."""
     if index is None:
         return ""
     if index == 0:
@@ -488,5 +487,5 @@ def field_name(index: int | None, parser: str | None = None) -> str:
     if index == 1:
         return "content"
     call, part = divmod(index - 2, 2)
-    first = "function.name" if parser == HERMES else "id"
+    first = "function.name" if parser in TAGGED_PARSERS else "id"  # their calls write no id: the name comes first
     return f"tool_calls[{call}].{first if part == 0 else 'function.arguments'}"

@@ -252,10 +252,12 @@ async def run_checks(ctx: DoctorContext) -> None:
 def _check_profile_fits(ctx: DoctorContext, profile: ModelProfile, tokenizer: TokenizerAdapter) -> None:
     """The first check when `--profile` names ids this tokenizer has as other tokens: the checks after it judge the
     server by that profile, so a failed parser check then said to restart the server with another model's parser."""
+    from tokview.core.profiles import check_tool_layout_fits
     from tokview.core.resolve import check_profile_fits
 
     try:
         check_profile_fits(profile, tokenizer, profile.name)
+        check_tool_layout_fits(profile, tokenizer, profile.name)
     except ProfileError as exc:
         ctx.add(
             "fail",

@@ -67,11 +67,13 @@ def tokenizer_for(cfg: SimConfig) -> tuple[TokenizerAdapter, ModelProfile]:
 def served_profile(name: str, tokenizer: TokenizerAdapter) -> ModelProfile:
     """The profile the simulator serves its tokenizer as; SimConfigError when its ids are not this tokenizer's
     (its think delimiters would be other tokens, and every answer a malformed one)."""
+    from tokview.core.profiles import check_tool_layout_fits
     from tokview.core.resolve import check_profile_fits
 
     try:
         wanted = get_profile(name)
         check_profile_fits(wanted, tokenizer, name)  # its stop ids too: gpt-oss's on a Kimi vocabulary are no ids
+        check_tool_layout_fits(wanted, tokenizer, name)  # `qwen3`'s hermes calls under a template that writes XML
         profile = with_tokenizer_stops(wanted, tokenizer)
     except ProfileError as exc:
         raise SimConfigError(str(exc)) from None
