@@ -302,3 +302,14 @@ def test_a_prompts_file_whose_rows_carry_generation_settings_is_told_they_are_no
     plain.write_text(json.dumps({"prompt": "hi", "id": "a"}) + "\n")
     assert row_settings_note(plain) is None
     assert row_settings_note(tmp_path / "missing.jsonl") is None  # the run says what is wrong with the file
+
+
+def test_a_line_cut_short_is_told_at_its_own_last_column(tmp_path):
+    """The newline stayed in the text handed to the JSON reader, so a cut line was "expecting value at column 1" (of
+    the line after it)."""
+    from tokview.batch.inputs import iter_jsonl_fast
+
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"id": "a", "prompt": "hi"}\n{"id": "x", "messages": [ \n')
+    said = [str(v) for _, v, _ in iter_jsonl_fast(path)][1]
+    assert said == "line 2: not valid JSON: expecting value at column 27"

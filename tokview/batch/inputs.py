@@ -515,8 +515,8 @@ def iter_jsonl_fast(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 pass
             if not text.strip():
                 continue
-            try:
-                yield n, json.loads(text), None
+            try:  # without its newline: a line cut short is "expecting value at column 27", not line 2's column 1
+                yield n, json.loads(text.rstrip("\r\n")), None
             except json.JSONDecodeError as exc:
                 yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}"), None
             except RecursionError:

@@ -207,8 +207,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             if at is not None:
                 yield n, PromptError(f"line {n}: not UTF-8 text ({at})")
                 continue
-            try:
-                yield n, json.loads(text)
+            try:  # without its newline: a line cut short is told at its own last column, not line 2's first
+                yield n, json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 yield n, PromptError(f"line {n}: not valid JSON: {json_error(exc)}")
             except RecursionError:
