@@ -9,6 +9,7 @@ own (the tokenizer's) with its hermes JSON pieces replaced by XML ones (tests/qw
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -287,7 +288,7 @@ def test_a_value_no_json_can_hold_is_no_crash(coder_tok, value):
     profile = detect_profile(coder_tok)
     output = "<tool_call>" + body("f", ("o", value)) + "</tool_call>"
     capture = _capture(coder_tok, profile, output, [_server("f", '{"o": {}}')])
-    capture = Capture(**{**capture.__dict__, "settings": {"tools": schema, "mode": "chat"}})
+    capture = dataclasses.replace(capture, settings={"tools": schema, "mode": "chat"})
     codes = {f.code for f in analyze(capture, profile, coder_tok).findings}
     assert codes & {"tool_arguments_not_object", "tool_calls_field_mismatch"}
 

@@ -627,23 +627,24 @@ def tool_section_unclosed(ctx: Context) -> Hit | None:
     )
 
 
+_UNCLOSED_PARSED = {
+    HERMES: "SGLang's qwen25 parser drops it, vLLM's hermes parser returns it when its JSON is whole; either way",
+    QWEN3_CODER: "vLLM's qwen3_coder parser returns what it holds, SGLang's drops it when a closed call came before;",
+}
+"""What the servers' parsers do with a call whose `</tool_call>` never came, by layout (the others: no parser returns
+it whole)."""
+
+
 @rule("tool_call_unclosed", ERROR, "A tool call began and never ended: its arguments are cut, the parser drops it.")
 def tool_call_unclosed(ctx: Context) -> Hit | None:
-    if ctx.tool_calls is not None and ctx.tool_calls.layout.parser == HERMES:
-        why = (
-            "the call has no `</tool_call>`: SGLang's qwen25 parser drops it, vLLM's hermes parser returns it when its "
-            "JSON is whole; either way a history renders the end the model never wrote, so the next prompt does not "
-            "extend these ids."
-        )
-        return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
-    if ctx.tool_calls is not None and ctx.tool_calls.layout.parser == QWEN3_CODER:
-        why = (
-            "the call has no `</tool_call>`: vLLM's qwen3_coder parser returns what it holds, SGLang's drops it when "
-            "a closed call came before; a history renders the end the model never wrote, so the next prompt does not "
-            "extend these ids."
-        )
-        return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
-    return _problem_hit(ctx, tc.CALL_UNCLOSED, "the call is cut; no parser returns it whole.")
+    parsed = _UNCLOSED_PARSED.get(ctx.tool_calls.layout.parser) if ctx.tool_calls is not None else None
+    if parsed is None:
+        return _problem_hit(ctx, tc.CALL_UNCLOSED, "the call is cut; no parser returns it whole.")
+    why = (
+        f"the call has no `</tool_call>`: {parsed} a history renders the end the model never wrote, so the next "
+        "prompt does not extend these ids."
+    )
+    return _problem_hit(ctx, tc.CALL_UNCLOSED, why)
 
 
 @rule(

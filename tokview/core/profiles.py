@@ -721,9 +721,10 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
         name = newer[1]
     base = BUILTIN_PROFILES.get(name)
     layout = fitting_tool_layout(tokenizer, base.tool_calls if base else None)
+    never_thinks = _never_thinks(template, kwarg, prefills)
     if name == "qwen3" and layout is not None and layout.parser == QWEN3_CODER:
         name = "qwen3-coder"  # not the built-in `qwen3`'s name: `--profile qwen3` reads hermes JSON calls
-    elif name == "qwen3" and _never_thinks(template, kwarg, prefills):
+    elif name == "qwen3" and never_thinks:
         name = "qwen3-instruct"
     detected = ModelProfile(
         name=name,
@@ -741,7 +742,7 @@ def detect_profile(tokenizer: TokenizerAdapter) -> ModelProfile:
         history_kwarg=base.history_kwarg if base else None,
         effort_kwarg=base.effort_kwarg if base else None,
     )
-    if _never_thinks(template, kwarg, prefills):  # Qwen3-Coder, Qwen3-2507 Instruct: <think> in the vocabulary only
+    if never_thinks:  # Qwen3-Coder, Qwen3-2507 Instruct: <think> in the vocabulary only
         return detected.with_overrides(**_NEVER_THINKS)
     return detected
 

@@ -309,15 +309,15 @@ def served_calls(capture: Capture, profile: ModelProfile, tokenizer: TokenizerAd
     if profile.tool_calls is None:
         return []
     parsed = parse_tool_calls(capture.output_ids, profile.tool_calls, tokenizer, capture.settings.get("tools"))
-    if any(call.name is None for call in parsed.calls):
-        raise Refused("tool_call_unreadable")  # its name unread (malformed, or another layout's): nothing to render
     out = []
     for i, call in enumerate(parsed.calls):
+        if call.name is None:
+            raise Refused("tool_call_unreadable")  # its name unread (malformed, or another layout's): nothing to render
         call_id = call.call_id or _server_call_id(server, i)
         arguments = call.arguments if call.arguments is not None else ""
-        if call.parameters is not None and call.name is not None:  # qwen3_coder: values that render back as written
+        if call.parameters is not None:  # qwen3_coder: values that render back as written
             arguments = history_arguments(call.parameters, capture.settings.get("tools"), call.name)
-        function = {"name": call.name or "", "arguments": arguments}
+        function = {"name": call.name, "arguments": arguments}
         out.append({"id": call_id, "type": "function", "function": function})
     return out
 
