@@ -398,3 +398,90 @@ def test_a_turn_whose_analysis_failed_is_never_the_key_of_the_turns_after_it(
         # the next may); from then on the turns are stored past a key again (before: every later turn whole)
         past = [p for _turn, p in rows]
         assert len(rows) == 4 and past[-2:] == [True, True] and past.count(False) <= 2, rows
+
+
+def _burst(recorder: Recorder, make_capture: Any, first: str, turns: int) -> tuple[list[str], list[Any]]:
+    """An agent's turns handed over back to back (a recorder behind its harness records a session in a burst)."""
+    history: list[dict[str, Any]] = []
+    ids, captures = [], []
+    for t in range(turns):
+        capture = make_capture(first if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
+        answer = {"role": "assistant", "content": capture.content}
+        placed = recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
+        assert placed is not None
+        ids.append(placed[0])
+        captures.append(capture)
+        history = [*capture.messages, answer]
+    return ids, captures
+
+
+def _lines_written(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every sample line the recorder writes to a part, as written."""
+    import orjson
+
+    lines: list[dict[str, Any]] = []
+    write_part = store.write_part
+
+    def spy(samples: Any, failures: Any = ()) -> None:
+        lines.extend(orjson.loads(line) for line in samples)
+        write_part(samples, failures)
+
+    monkeypatch.setattr(store, "write_part", spy)
+    return lines
+
+
+def test_a_long_key_turn_lands_at_once_and_the_turns_after_it_are_written_cut(
+    tmp_path, kimi_tok, kimi_profile, make_capture, monkeypatch
+):
+    """A turn written whole with EARLY_KEY_IDS prompt ids or more (a long conversation's first turn) lands at once,
+    ending its part, not at the next gap: the turns after it, even handed over in the same burst, are written cut past
+    it instead of whole naming it (each carried its whole prompt through the part's JSON and the landing's cut: ~5 ms
+    of the recorder's CPU a turn of a 40,000-id context). Every prompt reads back whole."""
+    from tokview.proxy.recorder import EARLY_KEY_IDS
+    from tokview.store.prompt_refs import PAST_KEY
+
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        lines = _lines_written(store, monkeypatch)
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        ids, captures = _burst(recorder, make_capture, LONG, 5)
+        assert len(captures[0].prompt_ids) >= EARLY_KEY_IDS
+        deadline = time.monotonic() + 30
+        while len(lines) < 5:
+            assert time.monotonic() < deadline, "the turns were never written"
+            time.sleep(0.01)
+        assert recorder.lander.landings == 1  # the key's own, long before the gap of an hour
+        recorder.close()
+        assert [(line["sample_id"], line.get("prompt_from"), PAST_KEY in line) for line in lines] == [
+            (ids[0], None, False)
+        ] + [(i, ids[0], False) for i in ids[1:]]
+        assert [len(line["prompt_ids"]) for line in lines[1:]] == [
+            len(c.prompt_ids) - line["prompt_from_len"] for c, line in zip(captures[1:], lines[1:], strict=True)
+        ]
+        rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
+        assert rows == [(ids[0], None)] + [(i, ids[0]) for i in ids[1:]]
+        assert [store.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
+
+
+def test_a_short_key_turn_or_a_costly_last_landing_waits_for_the_gap(
+    tmp_path, kimi_tok, kimi_profile, make_capture, monkeypatch
+):
+    """A key turn under EARLY_KEY_IDS ids is not worth a landing of its own (the turns after it name it and the gap's
+    landing cuts them); nor is one right after a landing that took long (early landings keep to LANDING_SHARE too).
+    Either way the turns after it are stored past it."""
+    from tokview.proxy.recorder import EARLY_KEY_IDS
+    from tokview.store.prompt_refs import PAST_KEY
+
+    for first, last_took in ((LONG[: len(LONG) // 3], 0.0), (LONG, 3600.0)):
+        with Store(tmp_path / f"r{last_took}.duckdb") as store:
+            store.put_run("r", settings={"mode": "proxy"})
+            lines = _lines_written(store, monkeypatch)
+            recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+            recorder.lander.last_took, recorder.lander.ended_at = last_took, time.monotonic()
+            ids, captures = _burst(recorder, make_capture, first, 4)
+            assert (len(captures[0].prompt_ids) >= EARLY_KEY_IDS) == (last_took > 0)
+            recorder.close()
+            assert recorder.lander.landings == 1  # the close's
+            assert [line.get(PAST_KEY) for line in lines] == [None] + [ids[0]] * 3
+            rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
+            assert rows == [(ids[0], None)] + [(i, ids[0]) for i in ids[1:]]

@@ -24,3 +24,33 @@ def test_tools_in_another_key_order_render_their_own_prompt(qwen_tok_dir):
     assert tok.render(messages, template_kwargs={"tools": _tools(["country", "city"])}) == fresh.render(
         messages, template_kwargs={"tools": _tools(["country", "city"])}
     )
+
+
+def _with_default(value: object) -> dict[str, object]:
+    """Tools whose one parameter defaults to `value` (the template writes them with `tojson`)."""
+    tool = _tools(["city"])
+    tool[0]["function"]["parameters"]["properties"]["city"]["default"] = value  # type: ignore[index]
+    return {"tools": tool}
+
+
+def test_a_nan_and_a_null_render_their_own_prompts(qwen_tok_dir):
+    """orjson writes a float NaN or infinity as `null`: keyed by its text, a NaN took None's render (or the
+    reverse). The template's `tojson` writes `NaN`, `Infinity` and `null`."""
+    tok, fresh = load_tokenizer(qwen_tok_dir), load_tokenizer(qwen_tok_dir)
+    messages = [{"role": "user", "content": "hi"}]
+    values = (None, float("nan"), float("inf"))
+    renders = [tok.render_text(messages, template_kwargs=_with_default(v)) for v in values]
+    assert '"default": null' in renders[0] and '"default": NaN' in renders[1] and '"default": Infinity' in renders[2]
+    assert renders == [fresh.render_text(messages, template_kwargs=_with_default(v)) for v in values]
+
+
+def test_inputs_orjson_cannot_write_are_still_rendered_right(qwen_tok_dir):
+    """A lone surrogate, an int past 64 bits, a key that is no string: keyed by Python's json (never confused with
+    an orjson key), rendered as a fresh tokenizer renders them."""
+    tok = load_tokenizer(qwen_tok_dir)
+    messages = [{"role": "user", "content": "hi"}]
+    values = ("\ud800 x", 2**70, {1: "a"}, "plain", 7)
+    renders = [tok.render_text(messages, template_kwargs=_with_default(v)) for v in values]
+    assert len(set(renders)) == len(values)
+    fresh = load_tokenizer(qwen_tok_dir)
+    assert renders == [fresh.render_text(messages, template_kwargs=_with_default(v)) for v in values]

@@ -241,6 +241,8 @@ class Lander:
         """Landings made (the final one included): what the tests read."""
         self.last_took = 0.0
         """How long the last landing took, in seconds of wall time (read by `on_landed`)."""
+        self.ended_at = 0.0
+        """When the last landing ended (`time.monotonic()`; 0 before the first)."""
         self._cond = threading.Condition()
         self._poked_at: float | None = None  # the first part written since the last landing
         self._flushing = self._stopping = False
@@ -257,11 +259,17 @@ class Lander:
             self._cond.notify()
 
     def flush(self) -> None:
-        """Land what is written now, once, without waiting for the gap (the run is ending)."""
+        """Land what is written now, once, without waiting for the gap (the run is ending, or a key turn lands now)."""
         with self._cond:
             self._flushing = True
             self._poked_at = self._poked_at or time.monotonic()
             self._cond.notify()
+
+    def land_now(self) -> bool:
+        """Land what is written now on the caller's thread, whatever the gap (after a landing under way): whether it
+        landed (False: the store was held past the wait, or the lander has stopped)."""
+        landings = self.landings
+        return self._land() and self.held is None and self.landings > landings
 
     def _due(self, poked_at: float) -> float:
         """When a landing of what was poked at `poked_at` may start."""
@@ -317,7 +325,7 @@ class Lander:
                 self.error = StoreError(f"landing failed: {failure_reason(exc)}")
                 self.on_error()
                 return False
-            ended = time.monotonic()
+            ended = self.ended_at = time.monotonic()
             self.last_took = ended - started
             self.landings += 1
             if self.held is not None:

@@ -156,13 +156,16 @@ class GroupWriter:
         ingest_s: float = 1.0,
         on_commit: Callable[[GroupWriter], None] | None = None,
         on_part: Callable[[list[str]], None] | None = None,
+        ends_group: Callable[[], bool] = lambda: False,
     ) -> None:
         """`on_commit`: called once a part is on disk and the counters moved. `on_part`: called with a
         part's sample ids (samples, then failures) just before the part is written (a `--workers`
-        child names them to its parent, which then knows what a child that dies had written)."""
+        child names them to its parent, which then knows what a child that dies had written).
+        `ends_group`: asked after each item is taken; True writes the group now (the proxy's recorder: a key
+        turn that must land before the turns after it are written)."""
         self.store, self.profile, self.tokenizer, self.run_id = store, profile, tokenizer, run_id
         self.do_ingest, self.group_s, self.group_max, self.ingest_s = ingest, group_s, group_max, ingest_s
-        self.on_commit, self.on_part = on_commit, on_part
+        self.on_commit, self.on_part, self.ends_group = on_commit, on_part, ends_group
         self.ok = self.failed = self.flagged = self.truncated = self.output_tokens = 0
         self.reasons: Counter[str] = Counter()
         self.error: BaseException | None = None
@@ -239,7 +242,7 @@ class GroupWriter:
             else:
                 self._take(first, group)
                 deadline = time.monotonic() + self.group_s
-                while group.count < self.group_max:
+                while group.count < self.group_max and not self.ends_group():
                     try:
                         entry = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                     except queue.Empty:

@@ -63,6 +63,9 @@ KEYS_KEPT = 100_000
 last few)."""
 KEY_LOOKS = 3
 """Landings that look for a row written whole before it is given up as a key turn."""
+EARLY_KEY_IDS = 16_384
+"""A row written whole with this many prompt ids (a long conversation's first turn: the key its next turns are stored
+past) is landed at once, not at the next gap (`Recorder._land_early`)."""
 LAND_MAX_S = 30.0
 """The longest gap between landings, however long they take."""
 BUSY_RATE = 8.0
@@ -133,6 +136,11 @@ class _WithSessionFindings:
         """Rows written whole and not yet seen landed, with how many landings have looked for them."""
         self.queued_whole: OrderedDict[str, None] = OrderedDict()
         """Rows handed to the writer to be written whole (`SessionBook.stored_past` found no key for them)."""
+        self.land_early: Callable[[], None] = lambda: None
+        """Called once a part ending with a long row written whole (EARLY_KEY_IDS prompt ids) is written: it lands
+        it now rather than at the next gap (`Recorder._land_early`)."""
+        self._long_keys: set[str] = set()
+        """The long rows written whole in the group being written (the writer's thread only)."""
 
     def sample_record(
         self,
@@ -154,6 +162,8 @@ class _WithSessionFindings:
             if past is None:
                 self.written[key.sample_id] = 0
                 _trim(self.written)
+                if len(record["prompt_ids"]) >= EARLY_KEY_IDS:  # only the writer's thread (`write_part` reads them)
+                    self._long_keys.add(key.sample_id)
         if past is not None:
             if landed:
                 record["prompt_ids"] = record["prompt_ids"][past[1] :]
@@ -221,7 +231,14 @@ class _WithSessionFindings:
                     if isinstance(sample_id, str):
                         self.queued_whole.pop(sample_id, None)
                         self.stored_past.pop(sample_id, None)
+        long_key, self._long_keys = bool(self._long_keys), set()
         self.store.write_part(samples, failures)
+        if long_key:  # the part's last row (`ends_group`): landed before the turns after it are written
+            self.land_early()
+
+    def ends_group(self) -> bool:
+        """Whether the writer writes its group now: it holds a long row written whole, to land at once."""
+        return bool(self._long_keys)
 
     def ingest(self) -> tuple[int, int]:
         """Land the parts, then see which rows written whole are now key turns, with the store still open: the
@@ -309,6 +326,7 @@ class Recorder:
         self.lander = Lander(
             self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed, on_held=self._held
         )
+        self._sink.land_early = self._land_early
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -317,6 +335,7 @@ class Recorder:
             ingest=False,
             group_s=group_s,
             on_commit=lambda _: self.lander.poke(),
+            ends_group=self._sink.ends_group,
         )
         self._seq = itertools.count(1)
         self._warned = threading.Lock()
@@ -348,6 +367,19 @@ class Recorder:
         self._landed_at = now
         gap = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
         self.lander.every_s = max(gap, min(LAND_MAX_S, LANDING_SHARE * self.lander.last_took))
+
+    def _land_early(self) -> None:
+        """Land a long key turn on the writer's thread before it writes the turns after it, unless a landing ended
+        less than LANDING_SHARE times what it took ago (early landings keep to the cost share too).
+
+        Why: a turn whose key is written but not landed is written whole, naming the key, and the landing cuts it
+        (`store.prompt_refs.CUT_PAST_KEYS`): each carried its whole prompt through the part's JSON and the landing's
+        cut (~5 ms of the recorder's CPU a turn of a 40,000-id context). An agent's next turns come every second or
+        so, landings every two (up to LAND_MAX_S on a big store), and a recorder behind its harness (its child runs
+        at a lower priority) writes a session's turns in a burst: all of them were written whole. Landed at once
+        (~15 ms, once a session), the key is seen landed and the turns after it are written cut."""
+        if time.monotonic() - self.lander.ended_at >= LANDING_SHARE * self.lander.last_took:
+            self.lander.land_now()
 
     def keys_landed(self, sample_ids: Sequence[str]) -> None:
         """Rows already in the store with their whole prompt ids (restored turns): later turns may be stored past them."""
