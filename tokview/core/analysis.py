@@ -16,7 +16,7 @@ from tokview.core import segments as seg
 from tokview.core.alignment import Alignment, align, align_with_tool_calls
 from tokview.core.finding_context import Context, OutputPieces, output_id_set
 from tokview.core.findings import ERROR, Finding, run_checks
-from tokview.core.profiles import ModelProfile, with_tokenizer_stops
+from tokview.core.profiles import HARMONY, ModelProfile, with_tokenizer_stops
 from tokview.core.record import Capture
 from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
@@ -121,8 +121,9 @@ def analyze(
     held = output_id_set(capture.output_ids)  # one pass instead of one per id looked for
     delimiters = seg.delimiter_positions(capture.output_ids, profile, held)
     calls = tool_calls_of(capture.output_ids, profile, tokenizer, capture.settings.get("tools"), held)
-    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters, calls))
-    starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters, calls)
+    prefill = None if profile.format == HARMONY else seg.prefilled_opener_position(capture.prompt_ids, profile)
+    kinds = tuple(seg.token_kinds(capture.prompt_ids, capture.output_ids, profile, delimiters, calls, prefill))
+    starts = seg.run_starts(capture.prompt_ids, len(capture.output_ids), profile, delimiters, calls, prefill)
     segments = tuple(seg.segments_from_kinds(kinds, n_prompt, starts))
     # One pass over the output's pieces serves the alignment and the checks that read bytes.
     pieces = OutputPieces.of(capture.output_ids, tokenizer) if tokenizer is not None else None
@@ -134,7 +135,9 @@ def analyze(
     aligned_kinds, aligned_segments = kinds, None
     if diverge:
         aligned_kinds = tuple(
-            seg.token_kinds(capture.prompt_ids, capture.aligned_output_ids, profile, tool_calls=aligned_calls)
+            seg.token_kinds(
+                capture.prompt_ids, capture.aligned_output_ids, profile, tool_calls=aligned_calls, prefill=prefill
+            )
         )
         aligned_segments = seg.segments_from_kinds(aligned_kinds, n_prompt)
     ctx = Context(

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import groupby, islice
+from types import EllipsisType
 from typing import NamedTuple
 
 from tokview.core.harmony import parse_harmony
@@ -126,8 +127,10 @@ def token_kinds(
     profile: ModelProfile,
     delimiters: DelimiterPositions | None = None,
     tool_calls: ToolCallsOnIds | None = None,
+    prefill: int | EllipsisType | None = ...,
 ) -> list[str]:
-    """The segment kind of every id in prompt_ids + output_ids.
+    """The segment kind of every id in prompt_ids + output_ids. `prefill`: `prefilled_opener_position` of the
+    prompt when the caller has it (found here otherwise: a pass over an agent's whole prompt each time).
 
     Kinds change only at a think delimiter and at a final stop id, so the delimiters are found with
     `list.index` (or given: `delimiter_positions` of these output ids) and the runs between them filled
@@ -137,7 +140,8 @@ def token_kinds(
     if profile.format == HARMONY:
         return harmony_kinds(prompt_ids, output_ids, profile)
     kinds = [PROMPT] * len(prompt_ids)
-    prefill = prefilled_opener_position(prompt_ids, profile)
+    if prefill is ...:
+        prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
         kinds[prefill] = PREFILLED_OPENER
     output = output_ids if isinstance(output_ids, list) else list(output_ids)
@@ -221,6 +225,7 @@ def run_starts(
     profile: ModelProfile,
     delimiters: DelimiterPositions,
     tool_calls: ToolCallsOnIds | None = None,
+    prefill: int | EllipsisType | None = ...,
 ) -> list[int]:
     """Every position where `token_kinds` may start a new run (and some where it does not): the
     prompt's pre-filled opener and the id after it, each output delimiter and the id after it, the
@@ -231,7 +236,8 @@ def run_starts(
         return list(range(n + output_len))  # Harmony kinds change at every header: every position may start a run
     starts = {0, n, n + output_len - 1}
     starts |= {p for p in tool_run_starts(n, tool_calls) if p < n + output_len}
-    prefill = prefilled_opener_position(prompt_ids, profile)
+    if prefill is ...:
+        prefill = prefilled_opener_position(prompt_ids, profile)
     if prefill is not None:
         starts.update((prefill, prefill + 1))
     for pos in (*delimiters.openers, *delimiters.closers):
