@@ -485,3 +485,67 @@ def test_a_short_key_turn_or_a_costly_last_landing_waits_for_the_gap(
             assert [line.get(PAST_KEY) for line in lines] == [None] + [ids[0]] * 3
             rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
             assert rows == [(ids[0], None)] + [(i, ids[0]) for i in ids[1:]]
+
+
+HOLD = """
+import duckdb, sys, time
+while True:
+    try:
+        c = duckdb.connect(sys.argv[1])
+        break
+    except duckdb.Error:
+        time.sleep(0.01)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+"""Another program holding the store (a notebook, the duckdb CLI) for argv[2] seconds."""
+
+
+def test_a_held_store_never_holds_the_writer_past_the_early_wait(
+    tmp_path, kimi_tok, kimi_profile, make_capture, monkeypatch
+):
+    """The early landing of a long key turn waits EARLY_WAIT_S at most: a store another program holds keeps the
+    lander waiting (its whole lock wait, here 4 s), never the writer. It waited the lock wait for every new long
+    session, and a Ctrl-C waited for each of them again. Once the holder lets go, every turn lands, readable whole."""
+    import subprocess
+    import sys
+
+    from tokview.proxy.recorder import EARLY_WAIT_S
+
+    db = tmp_path / "r.duckdb"
+    with Store(db, lock_timeout=4.0) as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        store.close()
+        lines = _lines_written(store, monkeypatch)
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
+        holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db), "3"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            began = time.monotonic()
+            sessions = [_burst(recorder, make_capture, f"session {s}: {LONG}", 2) for s in range(3)]
+            while len(lines) < 6:
+                assert time.monotonic() - began < 3, "the writer waited for the held store"
+                time.sleep(0.01)
+            assert time.monotonic() - began < 3 * EARLY_WAIT_S + 1.5
+        finally:
+            holder.wait()
+        recorder.close()
+        for ids, captures in sessions:
+            assert [store.load_sample(i).capture.prompt_ids for i in ids] == [c.prompt_ids for c in captures]
+
+
+def test_a_key_turn_landed_early_is_not_landed_again_empty(tmp_path, kimi_tok, kimi_profile, make_capture):
+    """The early landing takes the part's poke: the lander did not land once more, empty, a gap later (an attach, a
+    look for keys and a detach for nothing)."""
+    with Store(tmp_path / "r.duckdb") as store:
+        store.put_run("r", settings={"mode": "proxy"})
+        recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=0.1)
+        ids, _ = _burst(recorder, make_capture, LONG, 1)
+        deadline = time.monotonic() + 30
+        while ids[0] not in recorder._sink.keys:  # landed at once, confirmed a key
+            assert time.monotonic() < deadline, "the turn never landed"
+            time.sleep(0.01)
+        time.sleep(0.6)  # six gaps
+        assert recorder.lander.landings == 1
+        assert recorder.lander._attempts_begun == 1
+        recorder.close()

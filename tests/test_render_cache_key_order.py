@@ -34,8 +34,8 @@ def _with_default(value: object) -> dict[str, object]:
 
 
 def test_a_nan_and_a_null_render_their_own_prompts(qwen_tok_dir):
-    """orjson writes a float NaN or infinity as `null`: keyed by its text, a NaN took None's render (or the
-    reverse). The template's `tojson` writes `NaN`, `Infinity` and `null`."""
+    """A key written by a JSON writer that puts a float NaN or infinity down as `null` (orjson does) would hand a NaN
+    None's render, or the reverse. The template's `tojson` writes `NaN`, `Infinity` and `null`."""
     tok, fresh = load_tokenizer(qwen_tok_dir), load_tokenizer(qwen_tok_dir)
     messages = [{"role": "user", "content": "hi"}]
     values = (None, float("nan"), float("inf"))
@@ -45,8 +45,8 @@ def test_a_nan_and_a_null_render_their_own_prompts(qwen_tok_dir):
 
 
 def test_inputs_orjson_cannot_write_are_still_rendered_right(qwen_tok_dir):
-    """A lone surrogate, an int past 64 bits, a key that is no string: keyed by Python's json (never confused with
-    an orjson key), rendered as a fresh tokenizer renders them."""
+    """A lone surrogate, an int past 64 bits, a key that is no string: each rendered as a fresh tokenizer renders
+    it, never handed another's cached render."""
     tok = load_tokenizer(qwen_tok_dir)
     messages = [{"role": "user", "content": "hi"}]
     values = ("\ud800 x", 2**70, {1: "a"}, "plain", 7)

@@ -243,6 +243,10 @@ class Lander:
         """How long the last landing took, in seconds of wall time (read by `on_landed`)."""
         self.ended_at = 0.0
         """When the last landing ended (`time.monotonic()`; 0 before the first)."""
+        self._attempt_ended = threading.Condition()
+        """Told each time a landing's attempt ends (`land_soon` waits on it): `_attempts_begun` is the number of the
+        newest attempt begun, `_attempts_ended` of the newest ended, `_landed_number` of the newest that landed."""
+        self._attempts_begun = self._attempts_ended = self._landed_number = 0
         self._cond = threading.Condition()
         self._poked_at: float | None = None  # the first part written since the last landing
         self._flushing = self._stopping = False
@@ -265,11 +269,24 @@ class Lander:
             self._poked_at = self._poked_at or time.monotonic()
             self._cond.notify()
 
-    def land_now(self) -> bool:
-        """Land what is written now on the caller's thread, whatever the gap (after a landing under way): whether it
-        landed (False: the store was held past the wait, or the lander has stopped)."""
-        landings = self.landings
-        return self._land() and self.held is None and self.landings > landings
+    @property
+    def busy(self) -> bool:
+        """Whether a landing is under way (on the lander's thread or a caller's)."""
+        with self._attempt_ended:
+            return self._attempts_begun > self._attempts_ended
+
+    def land_soon(self, timeout: float) -> bool:
+        """Land what is written now, whatever the gap, and wait up to `timeout` seconds for it: whether a landing
+        begun after this call has landed by then (False: still under way, the store held, the lander stopped). The
+        proxy's writer waits this long at most for a key turn, never a held store's whole wait."""
+        with self._attempt_ended:
+            after = self._attempts_begun  # a landing begun later lists the parts written before this call
+        self.flush()
+        with self._attempt_ended:
+            self._attempt_ended.wait_for(
+                lambda: self._attempts_ended > after or self._stopping or self.error is not None, timeout
+            )
+            return self._landed_number > after
 
     def _due(self, poked_at: float) -> float:
         """When a landing of what was poked at `poked_at` may start."""
@@ -293,48 +310,64 @@ class Lander:
                 return
 
     def _land(self, *, final: bool = False) -> bool:
+        with self._lock:
+            with self._attempt_ended:
+                self._attempts_begun += 1
+                number = self._attempts_begun
+            try:
+                goes_on, landed = self._attempt(final, number)
+            finally:
+                with self._attempt_ended:
+                    self._attempts_ended = number
+                    self._attempt_ended.notify_all()
+        if landed is not None:
+            if self.on_landed is not None and landed:
+                self.on_landed(landed)  # may set the gap after this landing (`every_s`: the proxy's recorder)
+            self._next = self.ended_at + max(self.every_s, self.last_took)
+        return goes_on
+
+    def _attempt(self, final: bool, number: int) -> tuple[bool, int | None]:
+        """One landing, under `_lock` (the `number`-th tried): whether the lander goes on (False: it stopped with
+        `error`), and how many samples it landed (None: it landed nothing, the store held or failing)."""
         from tokview.errors import TokviewError
         from tokview.store.errors import StoreHeld
 
-        with self._lock:
-            if self.error is not None:
-                return False
-            started = time.monotonic()
-            try:
-                landed = self.store.ingest()
-            except StoreHeld as exc:  # a notebook or the duckdb CLI kept the store past the wait: the parts are safe.
-                # Stopping here made a proxy drop every later answer, the store free again or not: tried again later
-                if final:
-                    self.error = exc
-                    return False
-                self.held = exc
-                self.on_held(exc)
-                with self._cond:
-                    self._poked_at = self._poked_at or time.monotonic()
-                self._next = time.monotonic() + self.every_s
-                return True
-            except TokviewError as exc:  # a full disk, or a landing child refused the run (`landing_process`):
-                # every process stops taking work (what was written stays)
+        if self.error is not None:
+            return False, None
+        started = time.monotonic()
+        try:
+            landed = self.store.ingest()
+        except StoreHeld as exc:  # a notebook or the duckdb CLI kept the store past the wait: the parts are safe.
+            # Stopping here made a proxy drop every later answer, the store free again or not: tried again later
+            if final:
                 self.error = exc
-                self.on_error()
-                return False
-            except Exception as exc:  # an OS error no store layer named, or a bug: said and stopped as above, never a
-                # dead thread that lands nothing more while the run goes on (the parts stay for the next landing)
-                from tokview.store.errors import StoreError
+                return False, None
+            self.held = exc
+            self.on_held(exc)
+            with self._cond:
+                self._poked_at = self._poked_at or time.monotonic()
+            self._next = time.monotonic() + self.every_s
+            return True, None
+        except TokviewError as exc:  # a full disk, or a landing child refused the run (`landing_process`):
+            # every process stops taking work (what was written stays)
+            self.error = exc
+            self.on_error()
+            return False, None
+        except Exception as exc:  # an OS error no store layer named, or a bug: said and stopped as above, never a
+            # dead thread that lands nothing more while the run goes on (the parts stay for the next landing)
+            from tokview.store.errors import StoreError
 
-                self.error = StoreError(f"landing failed: {failure_reason(exc)}")
-                self.on_error()
-                return False
-            ended = self.ended_at = time.monotonic()
-            self.last_took = ended - started
-            self.landings += 1
-            if self.held is not None:
-                self.held = None
-                self.on_held(None)
-        if self.on_landed is not None and landed and landed[0]:
-            self.on_landed(landed[0])  # may set the gap after this landing (`every_s`: the proxy's recorder)
-        self._next = ended + max(self.every_s, self.last_took)
-        return True
+            self.error = StoreError(f"landing failed: {failure_reason(exc)}")
+            self.on_error()
+            return False, None
+        self.ended_at = time.monotonic()
+        self.last_took = self.ended_at - started
+        self.landings += 1
+        self._landed_number = number
+        if self.held is not None:
+            self.held = None
+            self.on_held(None)
+        return True, landed[0] if landed else 0
 
     def close(self) -> None:
         """Stop and land what is left (every writer is closed by now). Blocks."""

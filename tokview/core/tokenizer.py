@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,8 +21,6 @@ from functools import lru_cache
 from itertools import filterfalse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast, overload
-
-import orjson
 
 from tokview.errors import TokviewError, first_line
 
@@ -412,38 +409,12 @@ def _render_key(
 
     Keys stay in their order: a template's `tojson` writes a mapping as ordered (a tool's parameters
     listed `city, country` and `country, city` are two prompts), so sorted keys handed one of them the
-    other's render.
-
-    Written by orjson (a 150,000-character conversation: 0.01 ms, Python's json took 0.6 ms, twice a request of an
-    agent's proxied session); by Python's json when orjson cannot (a key not a string, a lone surrogate, an int past
-    64 bits) or the inputs hold a float NaN or infinity, which orjson writes as `null` (None's render is another).
-    Each writer's keys are marked apart, so the two can never hand one input another's render."""
-    value = [messages, add_generation_prompt, template_kwargs]
-    try:  # orjson first: it refuses a cycle (its depth limit), which the walk for floats would never leave
-        inputs = b"o" + orjson.dumps(value)
-    except (TypeError, orjson.JSONEncodeError):
-        inputs = b""
-    if not inputs or _non_finite_float(value):
-        try:
-            inputs = b"j" + json.dumps(value).encode("utf-8", "surrogatepass")
-        except (TypeError, ValueError):
-            return None
-    return hashlib.blake2b(inputs, digest_size=32).digest(), template
-
-
-def _non_finite_float(value: object) -> bool:
-    """Whether a float NaN or infinity is anywhere in `value` (mappings and lists walked without recursion)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if item != item or item in (math.inf, -math.inf):
-                return True
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return False
+    other's render."""
+    try:
+        inputs = json.dumps([messages, add_generation_prompt, template_kwargs])
+    except (TypeError, ValueError):
+        return None
+    return hashlib.blake2b(inputs.encode("utf-8", "surrogatepass"), digest_size=32).digest(), template
 
 
 def _continued(text: str, messages: list[dict[str, Any]]) -> str:

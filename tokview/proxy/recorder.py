@@ -65,7 +65,9 @@ KEY_LOOKS = 3
 """Landings that look for a row written whole before it is given up as a key turn."""
 EARLY_KEY_IDS = 16_384
 """A row written whole with this many prompt ids (a long conversation's first turn: the key its next turns are stored
-past) is landed at once, not at the next gap (`Recorder._land_early`)."""
+past) is landed at once, not at the next gap (`Recorder._committed`)."""
+EARLY_WAIT_S = 0.5
+"""How long the writer waits for a key turn's early landing (a held store's wait is the lander's alone)."""
 LAND_MAX_S = 30.0
 """The longest gap between landings, however long they take."""
 BUSY_RATE = 8.0
@@ -136,11 +138,13 @@ class _WithSessionFindings:
         """Rows written whole and not yet seen landed, with how many landings have looked for them."""
         self.queued_whole: OrderedDict[str, None] = OrderedDict()
         """Rows handed to the writer to be written whole (`SessionBook.stored_past` found no key for them)."""
-        self.land_early: Callable[[], None] = lambda: None
-        """Called once a part ending with a long row written whole (EARLY_KEY_IDS prompt ids) is written: it lands
-        it now rather than at the next gap (`Recorder._land_early`)."""
+        self.may_land_early: Callable[[], bool] = lambda: False
+        """Whether a part ending with a long row written whole (EARLY_KEY_IDS prompt ids) may land now rather than at
+        the next gap (`Recorder._may_land_early`)."""
         self._long_keys: set[str] = set()
         """The long rows written whole in the group being written (the writer's thread only)."""
+        self.key_part = False
+        """The part just written ends with such a row (`Recorder._committed` lands it; the writer's thread only)."""
 
     def sample_record(
         self,
@@ -231,14 +235,12 @@ class _WithSessionFindings:
                     if isinstance(sample_id, str):
                         self.queued_whole.pop(sample_id, None)
                         self.stored_past.pop(sample_id, None)
-        long_key, self._long_keys = bool(self._long_keys), set()
+        self.key_part, self._long_keys = bool(self._long_keys), set()
         self.store.write_part(samples, failures)
-        if long_key:  # the part's last row (`ends_group`): landed before the turns after it are written
-            self.land_early()
 
     def ends_group(self) -> bool:
         """Whether the writer writes its group now: it holds a long row written whole, to land at once."""
-        return bool(self._long_keys)
+        return bool(self._long_keys) and self.may_land_early()
 
     def ingest(self) -> tuple[int, int]:
         """Land the parts, then see which rows written whole are now key turns, with the store still open: the
@@ -326,7 +328,7 @@ class Recorder:
         self.lander = Lander(
             self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed, on_held=self._held
         )
-        self._sink.land_early = self._land_early
+        self._sink.may_land_early = self._may_land_early
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -334,7 +336,7 @@ class Recorder:
             run_id=run_id,
             ingest=False,
             group_s=group_s,
-            on_commit=lambda _: self.lander.poke(),
+            on_commit=lambda _: self._committed(),
             ends_group=self._sink.ends_group,
         )
         self._seq = itertools.count(1)
@@ -368,9 +370,9 @@ class Recorder:
         gap = max(self.land_s, LAND_BUSY_S) if rate >= BUSY_RATE else self.land_s
         self.lander.every_s = max(gap, min(LAND_MAX_S, LANDING_SHARE * self.lander.last_took))
 
-    def _land_early(self) -> None:
-        """Land a long key turn on the writer's thread before it writes the turns after it, unless a landing ended
-        less than LANDING_SHARE times what it took ago (early landings keep to the cost share too).
+    def _committed(self) -> None:
+        """A part is on disk: land it soon, or now when it ends with a long key turn (`_may_land_early`), waiting
+        up to EARLY_WAIT_S for it before the writer writes the turns after it.
 
         Why: a turn whose key is written but not landed is written whole, naming the key, and the landing cuts it
         (`store.prompt_refs.CUT_PAST_KEYS`): each carried its whole prompt through the part's JSON and the landing's
@@ -378,8 +380,20 @@ class Recorder:
         so, landings every two (up to LAND_MAX_S on a big store), and a recorder behind its harness (its child runs
         at a lower priority) writes a session's turns in a burst: all of them were written whole. Landed at once
         (~15 ms, once a session), the key is seen landed and the turns after it are written cut."""
-        if time.monotonic() - self.lander.ended_at >= LANDING_SHARE * self.lander.last_took:
-            self.lander.land_now()
+        key_part, self._sink.key_part = self._sink.key_part, False
+        if key_part and self._may_land_early():
+            self.lander.land_soon(EARLY_WAIT_S)
+        else:
+            self.lander.poke()
+
+    def _may_land_early(self) -> bool:
+        """Whether a key turn may land out of turn: no landing under way, the store not held at the last one (its
+        wait is the lander's alone: the writer waits EARLY_WAIT_S at most), and the last landing ended at least
+        LANDING_SHARE times what it took ago (early landings keep to the cost share too)."""
+        lander = self.lander
+        if lander.held is not None or lander.busy:
+            return False
+        return time.monotonic() - lander.ended_at >= LANDING_SHARE * lander.last_took
 
     def keys_landed(self, sample_ids: Sequence[str]) -> None:
         """Rows already in the store with their whole prompt ids (restored turns): later turns may be stored past them."""
