@@ -840,3 +840,17 @@ def test_a_restart_keeps_the_main_loops_newest_turn_when_a_sub_agents_turns_are_
     named = session.removeprefix("session:") if session.startswith("session:") else None
     turn = book.place([*main2, 6, 7], None, named=named)
     assert (turn.session_id, turn.turn, turn.parent_sample, turn.break_at) == (session, 3, "proxy:old:m2", None)
+
+
+def test_a_named_session_s_retry_of_a_turn_that_broke_the_prefix_breaks_it_too() -> None:
+    """A harness that reruns a task under the same session name: the second run's turn 1 is the first run's turn 1
+    again (a retry), and its ids leave the turn before where the first run's did. Its break went unflagged: the
+    same turn flagged in one run and not in the other."""
+    book = SessionBook("r")
+    history = [{"role": "user", "content": "a"}]
+    answer = [*history, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+    for run in range(2):
+        first = _turn(book, SYSTEM + [1], [2, 3], history, named="agent")
+        second = _turn(book, SYSTEM + [1, 2, 9, 4], [5], answer, named="agent")  # the answer re-rendered: 3 is 9
+        assert (first.turn, second.turn) == (0, 1), run
+        assert (second.break_at, second.previous_id, second.joined_by) == (len(SYSTEM) + 2, 3, "header"), run

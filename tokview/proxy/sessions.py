@@ -23,7 +23,7 @@ import json
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -98,6 +98,9 @@ class _Head:
     turn goes on from one that has none yet."""
     slot: int = -1
     """Its place in its `PrefixGroup` (an unnamed session's turn; `prefix_index`)."""
+    placed: Turn | None = None
+    """How `place` placed it (None for a restored turn): a retry of it in a session the harness names breaks the
+    prefix where it did."""
 
 
 @dataclass
@@ -272,7 +275,10 @@ class SessionBook:
         if extended:
             return _after(max(extended, key=lambda h: (len(h.sequence), h.order)), packed, how)
         again = [h for h in session.heads if _is_regeneration(packed, h)]
-        if again:
+        if again:  # a retry: the turn once more, its break (where its ids left the turn before) with it
+            placed = again[-1].placed
+            if placed is not None and placed.break_at is not None:
+                return replace(placed, joined_by=how)
             return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
         if parallel_to is not None and parallel_to.session_id == session_id:
             return _beside(parallel_to, session, packed, how)
@@ -346,6 +352,7 @@ class SessionBook:
             stored_from=stored_from,
             stored_len=stored_len if stored_from is not None else 0,
             int32=int32,
+            placed=None if turn.joined_by == "restored" else turn,
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
