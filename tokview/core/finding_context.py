@@ -24,6 +24,7 @@ from tokview.core.prefix_memo import packed_ids
 from tokview.core.profiles import ModelProfile
 from tokview.core.prompt_scan import PromptScan, scan_prompt
 from tokview.core.record import Capture
+from tokview.core.served_messages import messages_as_served
 from tokview.core.served_tools import tools_as_served
 from tokview.core.sglang_prefill import last_assistant
 from tokview.core.tool_calls import ToolCallsOnIds
@@ -298,13 +299,14 @@ class Context:
         continued = c.settings.get("continue_final_message") is True
         header = c.settings.get("add_generation_prompt") is not False and not continued
         kwargs = template_kwargs_of(self)
+        served = messages_as_served(c.messages, c.server_kind, tok.chat_template)  # text parts joined, nulls as served
         try:
             if c.server_kind == "sglang":  # SGLang's own reading of a last assistant message (`sglang_prefill`)
-                messages, prefix = last_assistant(c.messages, continued)
+                messages, prefix = last_assistant(served, continued)
                 ids = tok.render(messages, add_generation_prompt=True, template_kwargs=kwargs)
                 return ids + tok.encode(prefix) if prefix is not None else ids
             return tok.render(
-                c.messages, add_generation_prompt=header, template_kwargs=kwargs, continue_final_message=continued
+                served, add_generation_prompt=header, template_kwargs=kwargs, continue_final_message=continued
             )
         except Exception as exc:  # a broken template is itself a mismatch worth showing
             return exc

@@ -18,6 +18,7 @@ from tokview.core import segments as seg
 from tokview.core.harmony import calls_of, function_name, parse_harmony
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.record import Capture
+from tokview.core.served_messages import messages_as_served
 from tokview.core.served_tools import tools_as_served
 from tokview.core.sglang_prefill import last_assistant
 from tokview.core.tokenizer import TokenizerAdapter
@@ -291,10 +292,13 @@ def history_message(message: dict[str, Any], server_kind: str | None) -> dict[st
     return out
 
 
-def _history(item: ExportItem) -> list[dict[str, Any]]:
+def _history(item: ExportItem, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
+    """The history messages, their content as the server's template got it (`core.served_messages`: text parts
+    joined, a null made "" or dropped): a trainer's template renders the text the server rendered, not the parts."""
     messages = conversation_of(item.capture)
     if not messages:
         raise Refused("no_conversation")  # e.g. an imported speculators row: ids only, no messages
+    messages = messages_as_served(messages, item.capture.server_kind, tokenizer.chat_template)
     return [history_message(m, item.capture.server_kind) for m in messages if isinstance(m, dict)]
 
 
@@ -362,7 +366,7 @@ def _row_id(item: ExportItem) -> dict[str, Any]:
     return head
 
 
-def _served_history(item: ExportItem) -> tuple[list[dict[str, Any]], str]:
+def _served_history(item: ExportItem, tokenizer: TokenizerAdapter) -> tuple[list[dict[str, Any]], str]:
     """The history as its server rendered it, and the prefill the answer went on from ("" for none).
 
     A request that asked to go on from its last message (`continue_final_message`, which the proxy records) made
@@ -370,7 +374,7 @@ def _served_history(item: ExportItem) -> tuple[list[dict[str, Any]], str]:
     them; written as two, a trainer rendered a closed turn and a second assistant turn. Without the flag a history
     ending with the assistant is a closed turn and the answer a new one (vLLM renders it closed; SGLang sends it as
     the user's, and so is it written here: `core.sglang_prefill`)."""
-    history = _history(item)
+    history = _history(item, tokenizer)
     if item.capture.settings.get("continue_final_message") is not True:
         if item.capture.server_kind == "sglang":
             history, _ = last_assistant(history, False)
@@ -383,7 +387,7 @@ def _served_history(item: ExportItem) -> tuple[list[dict[str, Any]], str]:
 
 def _conversation(item: ExportItem, profile: ModelProfile, tokenizer: TokenizerAdapter) -> list[dict[str, Any]]:
     """The history and the served turn, a prefill and its answer as one (`_served_history`)."""
-    history, prefill = _served_history(item)
+    history, prefill = _served_history(item, tokenizer)
     served = served_assistant(item.capture, profile, tokenizer)
     if prefill:
         served = {**served, "content": prefill + served["content"]}
@@ -412,7 +416,7 @@ def kimi_inline_row(item: ExportItem, profile: ModelProfile, tokenizer: Tokenize
     A row with tools, tool calls or tool results is refused (`tool_calls_not_inline`): TorchSpec rejects
     the `tool` role, and the shape has no field for calls the template would render back; the specforge
     and speculators formats carry them."""
-    history, prefill = _served_history(item)
+    history, prefill = _served_history(item, tokenizer)
     if (
         tools_of(item.capture)
         or served_calls(item.capture, profile, tokenizer)

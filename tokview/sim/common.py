@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from tokview.core.json_value import JsonValue
 from tokview.core.profiles import HARMONY, ModelProfile
+from tokview.core.served_messages import messages_as_served
 from tokview.core.tokenizer import TokenizerError
 from tokview.sim import faults, glm_tools, hermes_tools, tools
 from tokview.sim.config import SimConfig
@@ -175,6 +176,7 @@ class SimState:
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
     ) -> list[int]:
+        messages = messages_as_served(messages, self.cfg.kind, self.tokenizer.chat_template)  # parts, nulls
         try:
             return self.tokenizer.render(
                 messages,
