@@ -740,3 +740,20 @@ def test_stream_is_read_as_the_servers_pydantic_reads_it(kind):
         for refused in (" true", [], 2, "maybe"):  # pydantic refuses them: HTTP 400, never a guess
             answer = post(sim, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "stream": refused})
             assert answer.status_code == 400, refused
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_stream_options_are_read_as_the_request_models_read_them(vllm_sim, sgl_sim, path):
+    """`stream_options` that is not an object, or a flag in it that is not a boolean, is the request's 400 (the
+    simulator answered 500 with a traceback on its stderr); "false" is false, as pydantic reads it (it was truthy)."""
+    for sim in (vllm_sim, sgl_sim):
+        if path == "/v1/completions" and sim is sgl_sim:
+            continue  # the SGLang simulator serves no /v1/completions
+        ask = {"model": sim.cfg.model_name, "max_tokens": 4, "stream": True}
+        ask |= {"prompt": "Hi"} if path == "/v1/completions" else {"messages": [{"role": "user", "content": "Hi"}]}
+        for bad in ("x", {"include_usage": "maybe"}):
+            got = post(sim, path, {**ask, "stream_options": bad})
+            assert got.status_code == 400, (sim.cfg.kind, bad, got.text)
+        with CLIENT.stream("POST", sim.url + path, json={**ask, "stream_options": {"include_usage": "false"}}) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        assert chunks and not any(c.get("usage") for c in chunks), (sim.cfg.kind, chunks[-1])

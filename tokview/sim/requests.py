@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokview.core.json_value import as_pydantic_bool
 from tokview.core.tokenizer import TokenizerAdapter
 
 
@@ -106,3 +107,21 @@ def stop_strings(value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError("stop must be a string or a list of strings")
     return tuple(v for v in value if v)
+
+
+def include_usage(body: dict[str, Any]) -> bool:
+    """`stream_options.include_usage` as pydantic reads it ("false" is false); ValueError (a 400) when
+    `stream_options` is not an object or a flag in it is not a boolean, as both servers' request models refuse
+    them (the simulator answered a 500 and logged a traceback)."""
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise ValueError("stream_options: Input should be a valid dictionary or object")
+    flags = {}
+    for key in ("include_usage", "continuous_usage_stats"):
+        value = options.get(key)
+        flags[key] = False if value is None else as_pydantic_bool(value)
+        if flags[key] is None:
+            raise ValueError(f"stream_options.{key}: Input should be a valid boolean")
+    return bool(flags["include_usage"])

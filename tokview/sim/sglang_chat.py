@@ -52,6 +52,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
             if prefix is not None:  # SGLang's prefill: the generation prompt, then the prefix's ids
                 prompt = prompt + state.tokenizer.encode(prefix)
         max_tokens = requests.chat_max_tokens(body)
+        requests.include_usage(body)  # a malformed stream_options is the request's fault
         stop = requests.stop_strings(body.get("stop")) if not tool_parser and state.profile.format != HARMONY else ()
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")
@@ -278,7 +279,7 @@ def chat_events(
                 }
             )
         )
-    if (body.get("stream_options") or {}).get("include_usage"):
+    if requests.include_usage(body):
         events.append(
             sse(
                 {

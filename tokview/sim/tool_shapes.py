@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tokview.core.json_value import JsonObject
-from tokview.sim import common, glm_tools, tools
+from tokview.sim import common, glm_tools, requests, tools
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation
 from tokview.sim.tools import ToolTurn
@@ -155,7 +155,7 @@ def vllm_events(
     if keyless:
         first.pop("prompt_token_ids")
     events = [sse(first)]
-    with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    with_usage = requests.include_usage(body)
     misses = bool(state.cfg.quirk("stream-misses-ids"))
     for pos, (tid, delta) in enumerate(zip(out, vllm_deltas(state, turn, out, field))):
         last = pos == len(out) - 1
@@ -276,7 +276,7 @@ def sglang_events(
     ext = sglext(body, prompt, out)
     if ext is not None:
         events.append(sse({**head, "choices": [], "usage": None, "sglext": ext}))
-    if (body.get("stream_options") or {}).get("include_usage"):
+    if requests.include_usage(body):
         events.append(sse({**head, "choices": [], "usage": usage}))
     events.append(common.DONE)
     return events

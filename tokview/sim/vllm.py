@@ -236,6 +236,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, render, "vllm")
         prompt = state.render(messages, render_kwargs, *_generation_prompt(body))
         sampling = _sampling(state, body, prompt, None)
+        requests.include_usage(body)  # a malformed stream_options is the request's fault
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
     stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
@@ -383,7 +384,7 @@ def _chat_events(
                 continue  # nothing to say for this id (with logprobs asked for too: serving_chat's `continue`)
             choice["token_ids"] = None
         events.append(sse({**head, "choices": [choice]}))
-    if (body.get("stream_options") or {}).get("include_usage"):
+    if requests.include_usage(body):
         final: JsonObject = {
             **head,
             "choices": [],
@@ -405,6 +406,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
     try:
         prompt = requests.completion_prompt(state.tokenizer, body.get("prompt"))
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
+        requests.include_usage(body)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
     stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
@@ -458,7 +460,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
                     }
                 )
             )
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if requests.include_usage(body):
             events.append(
                 sse(
                     {
