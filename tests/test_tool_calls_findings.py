@@ -350,3 +350,16 @@ def test_serialised_findings_name_positions_inside_the_sample(fam):
         for finding in analyze(capture, fam.p, fam.tok).findings:
             assert all(0 <= p < total for p in finding.positions), (code, finding)
             json.dumps(finding.__dict__)
+
+
+def test_a_call_cut_by_the_token_limit_is_said_to_be_cut_not_unparsed(fam):
+    """A call the token limit cut comes back as no tool_calls: the mismatch said the server ran no tool parser (or
+    tool_choice was none), sending a team to check its server flags for a max_tokens cut."""
+    f = fam
+    cut = dataclasses.replace(
+        chat(f, None), output_ids=f.output(answer=section(f, call(f, end=False), close=False)), finish_reason="length"
+    )
+    [mismatch] = [x for x in analyze(cut, f.p, f.tok).findings if x.code == "tool_calls_field_mismatch"]
+    assert "cut at its token limit" in mismatch.detail and "no tool parser" not in mismatch.detail
+    unparsed = analyze(chat(f, None), f.p, f.tok).findings
+    assert any(x.code == "tool_calls_field_mismatch" and "no tool parser" in x.detail for x in unparsed)

@@ -903,8 +903,13 @@ def tool_calls_field_mismatch(ctx: Context) -> Hit | None:
     diffs, at, _, _ = _server_call_differences(ctx)
     if not diffs:
         return None
-    none = " (no tool_calls came back: the server ran no tool parser, or tool_choice was none)"
-    detail = "; ".join(diffs[:4]) + ("" if ctx.capture.tool_calls else none)
+    if ctx.capture.tool_calls:
+        why = ""
+    elif ctx.capture.finish_reason == "length":  # a call the token limit cut: no parser returns one it saw no end of
+        why = " (no tool_calls came back: the output was cut at its token limit, and a parser returns no call it saw no end of)"
+    else:
+        why = " (no tool_calls came back: the server ran no tool parser, or tool_choice was none)"
+    detail = "; ".join(diffs[:4]) + why
     detail += ": a client that sends the field back as history gets a prompt that does not extend these ids."
     return Hit.at(detail, at) if at else Hit.missing(detail)
 
