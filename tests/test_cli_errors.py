@@ -118,3 +118,31 @@ def test_the_store_opens_the_same_default():
     import inspect
 
     assert inspect.signature(Store).parameters["path"].default == DEFAULT_DB
+
+
+def test_a_path_the_system_refuses_is_one_line_naming_it_not_an_internal_error(tmp_path, capsys, monkeypatch):
+    """Python's `Path.exists()` and `is_dir()` raise on a name too long or a folder this user may not read, instead of
+    answering False: twelve commands reported them as an internal error (exit 70)."""
+    monkeypatch.chdir(tmp_path)
+    long_name = "a" * 300
+    batch = ["batch", long_name + ".jsonl", "--db", "x.duckdb", "--server", "http://127.0.0.1:9"]
+    for argv in (["stats", "--db", long_name + ".duckdb"], batch):
+        assert main(argv) == ExitCode.USAGE, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"tokview: error: cannot use {long_name}") and err.count("\n") == 1, err
+        assert "File name too long" in err
+
+
+def test_a_duckdb_file_whose_schema_version_tokview_did_not_write_is_refused_in_one_line(tmp_path, capsys):
+    import duckdb
+
+    db = tmp_path / "f.duckdb"
+    with duckdb.connect(str(db)) as conn:
+        conn.execute("CREATE TABLE schema_version (version VARCHAR)")
+        conn.execute("INSERT INTO schema_version VALUES ('1.2.0')")
+        conn.execute("CREATE TABLE samples (x INTEGER)")
+    before = db.read_bytes()
+    assert main(["stats", "--db", str(db)]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "not a tokview store" in err and err.count("\n") == 1, err
+    assert db.read_bytes() == before

@@ -328,9 +328,12 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"tokview: error: {exc.strerror}", file=sys.stderr)
         return ExitCode.USAGE
     except OSError as exc:
-        if exc.errno not in OUT_OF_ROOM:
-            return report_bug(exc)
-        return _out_of_room(exc)
+        if exc.errno in OUT_OF_ROOM:
+            return _out_of_room(exc)
+        if exc.errno in PATH_REFUSED and exc.filename:
+            print(f"tokview: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.USAGE
+        return report_bug(exc)
     except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
         if _ctrl_c_in_a_query(exc):
             print("tokview: interrupted", file=sys.stderr)
@@ -342,6 +345,12 @@ OUT_OF_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 """What writing can meet that the user fixes (a full disk or quota, `> /dev/full`, a file past the size limit): no
 bug, so one line and exit 1, not the internal error (exit 70) they were reported as. An EIO or EROFS that no layer
 worded stays a bug's exit: tokview may have written where it should not."""
+
+
+PATH_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ELOOP})
+"""What the system says of a path the user gave (a file or folder this user may not read, a name too long, a symlink
+loop), wherever tokview first touched it (Python's `Path.is_dir()` and `exists()` raise these rather than answer
+False): one line naming the path and exit 1, not the internal error (exit 70) twelve commands reported."""
 
 
 def _out_of_room(exc: OSError) -> int:

@@ -263,7 +263,15 @@ def current_version(conn: DuckDBPyConnection) -> int:
 def _one_number(conn: DuckDBPyConnection, sql: str) -> int:
     """The single number a count or max query returns (0 for no row or NULL)."""
     row = conn.execute(sql).fetchone()
-    return int(row[0] or 0) if row else 0
+    value = row[0] if row else None
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):  # a `schema_version` tokview did not write (another tool's version text)
+        raise SchemaError(
+            f"this DuckDB file's schema_version holds {str(value)[:40]!r}, not a version tokview wrote: it is not a "
+            "tokview store "
+            "(pass another --db)"
+        ) from None
 
 
 def _unfinished_creation(conn: DuckDBPyConnection, tables: set[str]) -> bool:
