@@ -97,3 +97,15 @@ def test_no_usable_temporary_folder_is_one_line(capsys, monkeypatch):
     assert main(["demo", "--no-ui", "--limit", "1"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert "pass --db PATH" in line
+
+
+def test_demo_on_a_prompts_file_exits_as_batch_would(tmp_path, capsys):
+    """Bad rows are named `FILE:LINE` and exit 4; a file whose every request fails (past the simulated server's
+    context) exits 3. The demo exited 0 naming none of them."""
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": 7}\n')
+    assert main(["demo", "--no-ui", "--prompts", str(mixed), "--db", str(tmp_path / "m.duckdb")]) == 4
+    assert f"bad row skipped: {mixed}:2" in capsys.readouterr().err
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"id": "big", "prompt": "' + "x " * 40_000 + '"}\n')  # past the simulator's 32,768 ids
+    assert main(["demo", "--no-ui", "--prompts", str(huge), "--db", str(tmp_path / "h.duckdb")]) == 3

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from tokview.commands.store_arg import creatable_store
-from tokview.errors import UserError
+from tokview.errors import ExitCode, UserError
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
@@ -72,18 +72,33 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(run=run)
 
 
-def _prompts(path: Path | None, limit: int) -> list[PromptRow]:
+def _prompts(path: Path | None, limit: int) -> tuple[list[PromptRow], list[str]]:
+    """The demo's prompts and the rows of `path` skipped as bad (`FILE:LINE: why`, said on stderr as batch says
+    them: the demo exited 0 naming none of them)."""
     from tokview.batch import read_prompts
+    from tokview.batch.inputs import say_bad_rows
     from tokview.core.prompts import parse_row
 
     if path is None and not DEFAULT_PROMPTS.is_file():
-        return [
+        rows = [
             parse_row({"messages": [{"role": "user", "content": t}]}, line=i) for i, t in enumerate(FALLBACK_PROMPTS, 1)
-        ][:limit]
-    rows, _bad = read_prompts(path or DEFAULT_PROMPTS, limit=limit)
+        ]
+        return rows[:limit], []
+    rows, bad = read_prompts(path or DEFAULT_PROMPTS, limit=limit)
     if not rows:
         raise UserError(f"no usable prompts in {path or DEFAULT_PROMPTS}")
-    return rows
+    say_bad_rows(path or DEFAULT_PROMPTS, bad)
+    return rows, bad
+
+
+def exit_code(summaries: list[tuple[str, BatchSummary]], bad_rows: list[str]) -> int:
+    """As `tokview batch` exits for the same runs: the worst of the demo's runs (interrupted, stopped, failures),
+    else 4 when rows of the prompts file were skipped, else 0 (the demo exited 0 whatever its runs met)."""
+    codes = {summary.exit_code for _, summary in summaries}
+    for code in (ExitCode.INTERRUPTED, ExitCode.USAGE, ExitCode.FAILURES):  # as a batch ranks them
+        if code in codes:
+            return int(code)
+    return ExitCode.BAD_ROWS if bad_rows else ExitCode.OK
 
 
 def demo_runs(current_url: str, old_url: str) -> list[tuple[str, DemoRunFields]]:
@@ -181,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise UserError("--limit must be at least 1")
-    prompts = _prompts(args.prompts, args.limit)
+    prompts, bad_rows = _prompts(args.prompts, args.limit)
     tmp = None
     db = args.db
     if db is None:
@@ -212,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 print(summary_text(store, summaries, temporary=tmp is not None))
                 print(open_hint(args.db))
-                return 0
+                return exit_code(summaries, bad_rows)
             from tokview.commands.ui import reviewer_name
             from tokview.ui.app import TokviewApp
             from tokview.ui.config import load_config
@@ -244,4 +259,4 @@ def run(args: argparse.Namespace) -> int:
             tmp.cleanup()
     print(summary)
     print(open_hint(args.db, removed=True))
-    return 0
+    return exit_code(summaries, bad_rows)
