@@ -204,6 +204,14 @@ BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_pro
         (["--server", "http://127.0.0.1:99999"], "out of range"),
         (["--server", "http://"], "bad server URL"),
         (["--server", "ftp://127.0.0.1:8000"], "http:// or https://"),
+        # flags that cannot go together: each failed every row on its own (exit 3, failures stored), or ran chat
+        # under the raw run's id
+        (["--chat-template-kwargs", '{"add_generation_prompt": false}'], "may not set add_generation_prompt"),
+        (["--chat-template-kwargs", '{"messages": 1, "tools": []}'], "may not set messages, tools"),
+        (["--backend", "sglang-chat", "--mode", "raw"], "it runs --mode chat, not raw"),
+        (["--backend", "sglang-chat", "--mode", "dual"], "it runs --mode chat, not dual"),
+        (["--backend", "sglang-chat", "--logprobs", "5"], "names logprob tokens by text"),
+        (["--backend", "sglang", "--mode", "chat", "--logprobs", "5"], "names logprob tokens by text"),
     ],
 )
 def test_bad_numbers_and_urls_are_one_line_usage_errors(tmp_path, capsys, flags, message):

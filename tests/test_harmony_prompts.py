@@ -121,3 +121,14 @@ def test_no_date_finding_on_the_same_date_or_on_another_difference(oss_tok):
     codes = analyze(_capture(oss_tok, "2026-03-03", "2026-03-02", other), oss, oss_tok).codes
     assert "prompt_date_mismatch" not in codes
     assert "prompt_render_mismatch" in codes
+
+
+def test_a_profile_file_may_not_set_what_the_render_passes_itself(tmp_path):
+    """`add_generation_prompt` (or the messages, the tools) in `[default_kwargs]` failed every request on its own
+    ("got multiple values for keyword argument"): refused when the file is read."""
+    from tokview.core.profiles import ProfileError, load_profile_toml
+
+    path = tmp_path / "p.toml"
+    path.write_text('base = "gpt-oss"\nname = "x"\n[default_kwargs]\nadd_generation_prompt = false\n', encoding="utf-8")
+    with pytest.raises(ProfileError, match="may not set add_generation_prompt"):
+        load_profile_toml(path)

@@ -212,10 +212,30 @@ class BatchConfig:
         for ok, message in checks:
             if not ok:
                 raise InputError(message)
+        self._check_combinations()
         if self.workers > 1:  # a bad TOKVIEW_MIN_PROMPTS_PER_WORKER fails here, before the store is created
             min_prompts_per_worker()
         if self.ray is not None and importlib.util.find_spec("ray") is None:  # not after the store and the run exist
             raise InputError("--ray needs Ray: pip install 'tokview[ray]'")
+
+    def _check_combinations(self) -> None:
+        """Flags that cannot go together, refused before anything is written: each failed every row on its own (exit
+        3, a failure stored a row), or ran another mode than the run is stored as."""
+        from tokview.batch.inputs import InputError
+        from tokview.core.profiles import RESERVED_WHY, reserved_template_kwargs
+        from tokview.servers.capture import CHAT_LOGPROBS_BY_TEXT
+        from tokview.servers.registry import CHOICES
+
+        if taken := reserved_template_kwargs(self.chat_template_kwargs):
+            raise InputError(f"--chat-template-kwargs may not set {taken}: {RESERVED_WHY}")
+        choice = CHOICES.get(self.backend)  # None for auto: the server's kind is known once it is probed
+        if choice is not None and choice.chat_only and self.mode != "chat":
+            raise InputError(
+                f"--backend {choice.name} is {choice.chat.server_name}'s chat endpoint alone: it runs --mode chat, "
+                f"not {self.mode} (the samples were stored under a run of that mode)"
+            )
+        if choice is not None and self.logprobs is not None and self.mode == "chat" and not choice.chat.logprob_ids:
+            raise InputError(CHAT_LOGPROBS_BY_TEXT.format(server=choice.chat.server_name))
 
 
 MAX_SAMPLES_PER_PROMPT = 10_000

@@ -57,11 +57,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--mode",
-        default=D["mode"],
+        default=None,
         choices=("raw", "chat", "dual"),
         help="raw: tokview renders the prompt and sends its ids (exact ids, no parsers); chat: the server renders "
         "and parses (/v1/chat/completions: reasoning and tool parsers, agent traces need it); dual: both, compared "
-        f"(default {D['mode']})",
+        f"(default {D['mode']}; chat with --backend sglang-chat)",
     )
     p.add_argument(
         "--concurrency",
@@ -205,12 +205,14 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     creatable_store(args.db)
     from tokview.batch import preload
-    from tokview.batch.config import BatchConfig
+    from tokview.batch.config import BATCH_DEFAULTS, BatchConfig
     from tokview.servers.urls import server_url_notes, validate_server_url
 
     servers = [validate_server_url(url) for url in args.server]  # BadServerURL: one line, masked
     for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
         print(f"tokview: note: {note}", file=sys.stderr)
+    if args.mode is None:  # SGLang's chat endpoint alone serves chat: the default that fits the backend
+        args.mode = "chat" if args.backend == "sglang-chat" else BATCH_DEFAULTS["mode"]
     config = BatchConfig(
         servers=servers,
         prompts_path=args.prompts,

@@ -31,6 +31,20 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message", "tokenize"}
+)
+"""What the render itself passes the chat template (the conversation, the tools, the header flags): set again as a
+template kwarg, every request failed on its own with "got multiple values for keyword argument …"."""
+RESERVED_WHY = "tokview passes them itself from each row (the messages, the tools) and the run's mode"
+
+
+def reserved_template_kwargs(kwargs: object) -> str:
+    """The keys of `kwargs` a template kwarg may not set, as a phrase ("" when none)."""
+    taken = sorted(k for k in kwargs if k in RESERVED_TEMPLATE_KWARGS) if isinstance(kwargs, dict) else []
+    return ", ".join(taken)
+
+
 class ProfileError(TokviewError):
     """A profile could not be found, parsed or detected."""
 
@@ -625,6 +639,8 @@ def load_profile_toml(path: Path, _seen: tuple[Path, ...] = ()) -> ModelProfile:
             raise ProfileError(f"profile file {path}: {key} has the wrong type ({value!r})")
     if "default_kwargs" in data:  # a TOML date (current_date = 2025-08-05, unquoted) is sent as the template's text
         data["default_kwargs"] = _as_text_dates(data["default_kwargs"])  # a table: its type was checked above
+        if taken := reserved_template_kwargs(data["default_kwargs"]):
+            raise ProfileError(f"profile file {path}: default_kwargs may not set {taken}: {RESERVED_WHY}")
     _check_choice(path, data, "format", FORMATS)
     _check_choice(path, data, "history_reasoning", HISTORY_REASONING)
     if data.get("format") == HARMONY:
