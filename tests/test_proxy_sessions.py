@@ -854,3 +854,20 @@ def test_a_named_session_s_retry_of_a_turn_that_broke_the_prefix_breaks_it_too()
         second = _turn(book, SYSTEM + [1, 2, 9, 4], [5], answer, named="agent")  # the answer re-rendered: 3 is 9
         assert (first.turn, second.turn) == (0, 1), run
         assert (second.break_at, second.previous_id, second.joined_by) == (len(SYSTEM) + 2, 3, "header"), run
+
+
+def test_a_retry_of_a_restored_turn_that_broke_the_prefix_breaks_it_too() -> None:
+    """A restarted proxy restores its turns without how they were placed: the retry of one that broke the prefix
+    went unflagged again. It is compared with the turn before it."""
+    book = SessionBook("r")
+    for turn, prompt, output in ((0, SYSTEM + [1], [2, 3]), (1, SYSTEM + [1, 2, 9, 4], [5])):
+        book.add(
+            Turn("session:agent", turn, "restored"),
+            f"old-{turn}",
+            prompt_ids=prompt,
+            output_ids=output,
+            messages=None,
+            answer=None,
+        )
+    retry = book.place(SYSTEM + [1, 2, 9, 4], None, named="agent")
+    assert (retry.turn, retry.break_at, retry.previous_id) == (1, len(SYSTEM) + 2, 3)

@@ -99,8 +99,8 @@ class _Head:
     slot: int = -1
     """Its place in its `PrefixGroup` (an unnamed session's turn; `prefix_index`)."""
     placed: Turn | None = None
-    """How `place` placed it (None for a restored turn): a retry of it in a session the harness names breaks the
-    prefix where it did."""
+    """How `place` placed it, when that broke the prefix (None otherwise, and for a restored turn): a retry of it in a
+    session the harness names breaks it where it did (`_retry`)."""
 
 
 @dataclass
@@ -276,10 +276,7 @@ class SessionBook:
             return _after(max(extended, key=lambda h: (len(h.sequence), h.order)), packed, how)
         again = [h for h in session.heads if _is_regeneration(packed, h)]
         if again:  # a retry: the turn once more, its break (where its ids left the turn before) with it
-            placed = again[-1].placed
-            if placed is not None and placed.break_at is not None:
-                return replace(placed, joined_by=how)
-            return Turn(session_id, again[-1].turn, how, again[-1].parent_sample)
+            return _retry(again[-1], session, packed, how)
         if parallel_to is not None and parallel_to.session_id == session_id:
             return _beside(parallel_to, session, packed, how)
         head = self._by_message_prefix(messages, session_id)
@@ -352,7 +349,7 @@ class SessionBook:
             stored_from=stored_from,
             stored_len=stored_len if stored_from is not None else 0,
             int32=int32,
-            placed=None if turn.joined_by == "restored" else turn,
+            placed=turn if turn.break_at is not None and turn.joined_by != "restored" else None,
         )
         for older in session.heads:  # every older head it begins with, views included: one buffer holds them all
             if sequence.startswith(older.sequence):
@@ -520,6 +517,29 @@ def _after(head: _Head, packed: bytes, how: str, *, breaks: bool = False) -> Tur
     previous_len = len(head.sequence) // 4 if breaks else 0
     previous_id = _id_at(head, at) if at is not None else None
     return Turn(head.session_id, head.turn + 1, how, head.sample_id, at, previous_len, previous_id=previous_id)
+
+
+def _retry(head: _Head, session: _Session, packed: bytes, how: str) -> Turn:
+    """`head`'s turn once more (its prompt again, in a session the harness names), breaking the prefix where `head`
+    did: as it was placed, else (a turn a restarted proxy restored) against its parent, or the turn before it, when
+    that is still kept."""
+    placed = head.placed
+    if placed is not None:
+        return replace(placed, joined_by=how)
+    before = [h for h in session.heads if h.turn == head.turn - 1]  # a restored turn names no parent: the turn before
+    parent = next((h for h in session.heads if h.sample_id == head.parent_sample), before[-1] if before else None)
+    if parent is None or packed.startswith(parent.sequence):
+        return Turn(head.session_id, head.turn, how, head.parent_sample)
+    at = _first_difference(packed, parent.sequence)
+    return Turn(
+        head.session_id,
+        head.turn,
+        how,
+        head.parent_sample,
+        at,
+        len(parent.sequence) // 4,
+        previous_id=_id_at(parent, at),
+    )
 
 
 def _beside(first: Turn, session: _Session, packed: bytes, how: str) -> Turn:
