@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tokview.core.served_messages import loops_over_content, messages_as_served
+from tokview.core.served_messages import messages_as_served, takes_parts
 from tokview.export import export
 from tokview.proxy.serve import ProxyConfig, start_proxy
 from tokview.sim import SimConfig, start_simulator
@@ -44,9 +44,8 @@ def test_each_server_joins_text_parts_and_reads_a_null_its_own_way():
     ]
     vllm = messages_as_served(messages, "vllm", "{{ messages }}")
     assert [m.get("content") for m in vllm] == ["Be brief.", "Weather in\nParis?", "", "sunny\nand warm"]
-    assert vllm[0] == messages[0]  # vLLM keeps a null name (its template sees None)
     sglang = messages_as_served(messages, "sglang", "{{ messages }}")
-    assert [m.get("content") for m in sglang] == ["Be brief.", "Weather in Paris?", "", "sunny and warm"]
+    assert [m.get("content") for m in sglang] == ["Be brief.", "Weather in Paris?", "", "sunny"]  # no bare strings
     assert "name" not in sglang[0]  # SGLang drops every other null key
     parts = messages_as_served(messages, "vllm", PARTS_TEMPLATE)  # a template that renders the parts itself
     assert [m.get("content") for m in parts] == ["Be brief.", PARTS, [], "sunny\nand warm"]  # a tool result: joined
@@ -56,11 +55,34 @@ def test_each_server_joins_text_parts_and_reads_a_null_its_own_way():
     assert messages[1]["content"] is PARTS and messages[2]["content"] is None  # the request itself unchanged
 
 
-def test_a_template_loops_over_parts_when_it_iterates_a_message_s_content(qwen_tok):
-    assert loops_over_content(PARTS_TEMPLATE)
-    assert loops_over_content("{% for m in messages %}{% for p in m.content | list %}{% endfor %}{% endfor %}")
-    assert not loops_over_content(qwen_tok.chat_template)  # Qwen3 writes content as a string
-    assert not loops_over_content("{% for x in %}")  # does not parse: strings, as the servers assume
+def test_each_server_tells_a_template_that_takes_parts_its_own_way(qwen_tok):
+    for kind in ("vllm", "sglang"):
+        assert takes_parts(PARTS_TEMPLATE, kind)
+        assert not takes_parts(qwen_tok.chat_template, kind)  # Qwen3 writes content as a string
+        assert not takes_parts("{% for x in %}", kind)  # does not parse: strings, as the servers assume
+        # transformers' loop controls parse: a template that skips some parts still takes them
+        assert takes_parts(
+            "{% for m in messages %}{% for p in m['content'] %}{% continue %}{% endfor %}{% endfor %}", kind
+        )
+    bound = "{% set ms = messages[1:] %}{% for x in ms %}{% for p in x.content | list %}{% endfor %}{% endfor %}"
+    assert takes_parts(bound, "vllm") and not takes_parts(bound, "sglang")  # vLLM follows the messages; SGLang names
+    named = "{% for message in messages %}{% for p in message.content %}{% endfor %}{% endfor %}"
+    assert takes_parts(named, "vllm") and takes_parts(named, "sglang")
+    other = "{% for t in things %}{% for p in t.content %}{% endfor %}{% endfor %}"
+    assert not takes_parts(other, "vllm") and not takes_parts(other, "sglang")
+    media = "{{ messages[0].content }}{# images go here #}"
+    assert takes_parts(media, "sglang") and not takes_parts(media, "vllm")  # SGLang's shortcut on a medium's name
+
+
+def test_text_bearing_parts_are_each_server_s_own():
+    parts = [
+        {"type": "text", "text": "I can't"},
+        {"type": "refusal", "refusal": "do that"},
+        {"type": "input_text", "text": "ok"},
+    ]
+    message = [{"role": "user", "content": [*parts, "bare"]}]
+    assert messages_as_served(message, "vllm", "")[0]["content"] == "I can't\ndo that\nok\nbare"
+    assert messages_as_served(message, "sglang", "")[0]["content"] == "I can't ok"
 
 
 def _agent(url: str, model: str) -> list[dict[str, Any]]:
@@ -113,3 +135,22 @@ def test_parts_and_null_content_are_served_recorded_checked_and_exported_as_rend
                 values = [m.get("content", m.get("value")) for m in row["conversations"]]
                 assert all(isinstance(v, str) for v in values), values
                 assert f"Weather in{separator}Paris?" in values
+
+
+@pytest.mark.parametrize("content", [PARTS, None])
+def test_sglang_reads_a_last_assistant_message_after_filling_and_joining_it(
+    content, tmp_path, qwen_tok, qwen_tok_dir, qwen_profile
+):
+    """SGLang fills a null content and joins text parts before it takes a last assistant message for the user's (its
+    prefill rule): the simulator read the raw parts first and rendered a closed assistant turn, which the proxy's
+    own render flagged as `prompt_render_mismatch`."""
+    db = str(tmp_path / "p.duckdb")
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": content}]
+    with start_simulator(SimConfig(kind="sglang", tokenizer_dir=qwen_tok_dir)) as sim:
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=qwen_tok, profile=qwen_profile)
+        with start_proxy(config) as proxy:
+            ask = {"model": sim.cfg.model_name, "messages": messages, "max_tokens": 4000, "temperature": 0}
+            assert httpx.post(proxy.url + "/v1/chat/completions", json=ask, timeout=60).status_code == 200
+    with Store(db) as store:
+        [(codes,)] = store.query("SELECT codes FROM samples")
+    assert "prompt_render_mismatch" not in codes, codes

@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from tokview.core.json_value import JsonObject, as_pydantic_bool
 from tokview.core.profiles import HARMONY
+from tokview.core.served_messages import messages_as_served
 from tokview.core.sglang_prefill import last_assistant
 from tokview.sim import common, faults, glm_tools, harmony, requests, tool_shapes, tools
 from tokview.sim import sglang_shapes as shapes
@@ -45,7 +46,9 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
             continued = as_pydantic_bool(body.get("continue_final_message")) is True  # "false" is false
-            messages, prefix = last_assistant(requests.chat_messages(body), continued)
+            # SGLang fills a null content and joins text parts before it reads a last assistant message
+            served = messages_as_served(requests.chat_messages(body), "sglang", state.tokenizer.chat_template)
+            messages, prefix = last_assistant(served, continued)
             render = harmony.server_kwargs(state, body, kwargs) if state.profile.format == HARMONY else kwargs
             messages, render_kwargs = tools.request_render(messages, body, render, "sglang")
             prompt = state.render(messages, render_kwargs)
