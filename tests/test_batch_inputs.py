@@ -207,7 +207,8 @@ BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_pro
         # flags that cannot go together: each failed every row on its own (exit 3, failures stored), or ran chat
         # under the raw run's id
         (["--chat-template-kwargs", '{"add_generation_prompt": false}'], "may not set add_generation_prompt"),
-        (["--chat-template-kwargs", '{"messages": 1, "tools": []}'], "may not set messages, tools"),
+        (["--chat-template-kwargs", '{"messages": 1, "tokenize": true}'], "may not set messages, tokenize"),
+        (["--backend", "sglang", "--mode", "chat", "--chat-template-kwargs", '{"tools": []}'], "may not set tools"),
         (["--backend", "sglang-chat", "--mode", "raw"], "it runs --mode chat, not raw"),
         (["--backend", "sglang-chat", "--mode", "dual"], "it runs --mode chat, not dual"),
         (["--backend", "sglang-chat", "--logprobs", "5"], "names logprob tokens by text"),

@@ -146,3 +146,12 @@ def test_a_duckdb_file_whose_schema_version_tokview_did_not_write_is_refused_in_
     err = capsys.readouterr().err
     assert "not a tokview store" in err and err.count("\n") == 1, err
     assert db.read_bytes() == before
+
+
+def test_a_refused_path_is_said_on_one_line_whatever_it_holds(tmp_path, capsys, monkeypatch):
+    """The path is the user's text: a newline or a terminal escape in it is shown escaped, never acted on."""
+    monkeypatch.chdir(tmp_path)
+    name = "a" * 150 + "\n\x1b[31m" + "b" * 150 + ".duckdb"
+    assert main(["stats", "--db", name]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err, err

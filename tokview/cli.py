@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from tokview.errors import ExitCode, TokviewError, UserError, one_line
-from tokview.untrusted_text import char_escape, writes_unicode
+from tokview.untrusted_text import char_escape, printable_line, writes_unicode
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -331,7 +331,10 @@ def _run_command(args: argparse.Namespace) -> int:
         if exc.errno in OUT_OF_ROOM:
             return _out_of_room(exc)
         if exc.errno in PATH_REFUSED and exc.filename:
-            print(f"tokview: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"tokview: error: {printable_line(f'cannot use {exc.filename}: {exc.strerror or exc}')}",
+                file=sys.stderr,
+            )
             return ExitCode.USAGE
         return report_bug(exc)
     except Exception as exc:  # not worded for the user, so a bug in tokview: one line, the traceback when asked for
@@ -355,7 +358,7 @@ False): one line naming the path and exit 1, not the internal error (exit 70) tw
 
 def _out_of_room(exc: OSError) -> int:
     where = f": {exc.filename}" if exc.filename else ""
-    print(f"tokview: error: {exc.strerror or exc}{where}", file=sys.stderr)
+    print(f"tokview: error: {printable_line(f'{exc.strerror or exc}{where}')}", file=sys.stderr)
     return ExitCode.USAGE
 
 

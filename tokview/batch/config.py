@@ -234,6 +234,12 @@ class BatchConfig:
                 f"--backend {choice.name} is {choice.chat.server_name}'s chat endpoint alone: it runs --mode chat, "
                 f"not {self.mode} (the samples were stored under a run of that mode)"
             )
+        tools = isinstance(self.chat_template_kwargs, dict) and "tools" in self.chat_template_kwargs
+        if tools and choice is not None and not choice.chat.kwargs_take_tools and self.mode != "raw":
+            raise InputError(
+                f"--chat-template-kwargs may not set tools with --mode {self.mode} on {choice.chat.server_name}: its "
+                "chat endpoint passes the request's tools itself (give them in the rows, or use --mode raw)"
+            )
         if choice is not None and self.logprobs is not None and self.mode == "chat" and not choice.chat.logprob_ids:
             raise InputError(CHAT_LOGPROBS_BY_TEXT.format(server=choice.chat.server_name))
 

@@ -32,11 +32,12 @@ if TYPE_CHECKING:
 
 
 RESERVED_TEMPLATE_KWARGS = frozenset(
-    {"messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message", "tokenize"}
+    {"messages", "conversation", "add_generation_prompt", "continue_final_message", "tokenize"}
 )
-"""What the render itself passes the chat template (the conversation, the tools, the header flags): set again as a
-template kwarg, every request failed on its own with "got multiple values for keyword argument …"."""
-RESERVED_WHY = "tokview passes them itself from each row (the messages, the tools) and the run's mode"
+"""What the render itself passes the chat template (the conversation, the header flags): set again as a template
+kwarg, every request failed on its own with "got multiple values for keyword argument …". (`tools` and `documents`
+are a template's own inputs a run may give this way: `tools` collides only on SGLang's chat endpoint.)"""
+RESERVED_WHY = "tokview passes them itself (each row's messages, and the run's mode)"
 
 
 def reserved_template_kwargs(kwargs: object) -> str:

@@ -46,7 +46,7 @@ def _served(message: dict[str, Any], server_kind: str | None, parts_content: boo
         out["content"] = [] if parts_content and not sglang else ""
     elif isinstance(content, list):
         texts = _texts(content, sglang)
-        tool_text = message.get("role") == "tool" and all(_is_text(p) for p in content)
+        tool_text = message.get("role") == "tool" and bool(content) and all(_is_text(p) for p in content)
         if not parts_content or tool_text:
             out["content"] = (SGLANG_SEPARATOR if sglang else VLLM_SEPARATOR).join(texts)
     return out

@@ -88,6 +88,9 @@ class Backend(ABC):
     """`Capture.endpoint` of what it captures (stored: never renamed)."""
     logprob_ids: ClassVar[bool] = True
     """It can name each logprob's token by id (`--logprobs`): SGLang's chat endpoint names them by text only."""
+    kwargs_take_tools: ClassVar[bool] = True
+    """`chat_template_kwargs` may carry `tools` (vLLM merges them over its own); SGLang's chat endpoint passes the
+    request's tools beside them, and a `tools` kwarg fails every request ("multiple values for keyword argument")."""
     context_reserve: ClassVar[int] = 0
     """Ids of the context a request's prompt + max tokens must leave unused: SGLang refuses a total that reaches its
     context length (`>=`, HTTP 400), vLLM only one past it."""

@@ -277,6 +277,7 @@ class SglangChat(ChatBackend):
     server_name = "SGLang"
     recorded_as = "sglang-chat"
     logprob_ids = False  # OpenAI-style entries: a token's text, and two tokens can print the same
+    kwargs_take_tools = False
     context_reserve = 1
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
