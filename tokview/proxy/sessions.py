@@ -526,10 +526,12 @@ def _retry(head: _Head, session: _Session, packed: bytes, how: str) -> Turn:
     placed = head.placed
     if placed is not None:
         return replace(placed, joined_by=how)
-    before = [h for h in session.heads if h.turn == head.turn - 1]  # a restored turn names no parent: the turn before
-    parent = next((h for h in session.heads if h.sample_id == head.parent_sample), before[-1] if before else None)
-    if parent is None or packed.startswith(parent.sequence):
+    named = [h for h in session.heads if h.sample_id == head.parent_sample]
+    # a restored turn names no parent: the kept turns before it (of several branches, the one it shares most with)
+    before = named or [h for h in session.heads if h.turn == head.turn - 1]
+    if not before or any(packed.startswith(h.sequence) for h in before):
         return Turn(head.session_id, head.turn, how, head.parent_sample)
+    parent = max(before, key=lambda h: _first_difference(packed, h.sequence))
     at = _first_difference(packed, parent.sequence)
     return Turn(
         head.session_id,
