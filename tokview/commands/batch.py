@@ -31,6 +31,17 @@ if TYPE_CHECKING:
     from tokview.store import Store
 
 
+class _ModeGiven(argparse.Action):
+    """`--mode` as given, noted on the namespace (`mode_given`): its default is raw, but chat with `--backend
+    sglang-chat`, which serves chat alone (and refuses raw and dual given)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.mode_given = True
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from tokview.batch.config import BATCH_DEFAULTS as D
     from tokview.batch.config import MIN_PROMPTS_ENV, MIN_PROMPTS_PER_WORKER
@@ -57,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--mode",
-        default=None,
+        default=D["mode"],
+        action=_ModeGiven,
         choices=("raw", "chat", "dual"),
         help="raw: tokview renders the prompt and sends its ids (exact ids, no parsers); chat: the server renders "
         "and parses (/v1/chat/completions: reasoning and tool parsers, agent traces need it); dual: both, compared "
@@ -205,14 +217,14 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     creatable_store(args.db)
     from tokview.batch import preload
-    from tokview.batch.config import BATCH_DEFAULTS, BatchConfig
+    from tokview.batch.config import BatchConfig
     from tokview.servers.urls import server_url_notes, validate_server_url
 
     servers = [validate_server_url(url) for url in args.server]  # BadServerURL: one line, masked
     for note in dict.fromkeys(n for url in args.server for n in server_url_notes(url)):
         print(f"tokview: note: {note}", file=sys.stderr)
-    if args.mode is None:  # SGLang's chat endpoint alone serves chat: the default that fits the backend
-        args.mode = "chat" if args.backend == "sglang-chat" else BATCH_DEFAULTS["mode"]
+    if args.backend == "sglang-chat" and not getattr(args, "mode_given", False):  # its endpoint serves chat alone
+        args.mode = "chat"
     config = BatchConfig(
         servers=servers,
         prompts_path=args.prompts,
