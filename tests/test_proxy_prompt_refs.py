@@ -149,16 +149,7 @@ def test_turns_faster_than_the_landings_are_stored_past_a_key_that_lands_with_th
     with Store(tmp_path / "r.duckdb") as store:
         store.put_run("r", settings={"mode": "proxy"})
         recorder = Recorder(store, profile=kimi_profile, tokenizer=kimi_tok, run_id="r", land_s=3600)
-        history: list[dict[str, Any]] = []
-        captures, ids = [], []
-        for t in range(4):  # no landing until the close
-            capture = make_capture(LONG if t == 0 else f"and now step {t}", answer=f"step {t}", history=history)
-            answer = {"role": "assistant", "content": capture.content}
-            placed = recorder.sample(capture, messages=capture.messages, named=None, user=None, answer_message=answer)
-            assert placed is not None
-            ids.append(placed[0])
-            captures.append(capture)
-            history = [*capture.messages, answer]
+        ids, captures = _burst(recorder, make_capture, LONG, 4)  # no landing until the close but the key's own
         recorder.close()
         rows = store.query("SELECT sample_id, prompt_from FROM samples ORDER BY sample_id")
         assert rows == sorted([(ids[0], None)] + [(i, ids[0]) for i in ids[1:]])

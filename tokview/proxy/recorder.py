@@ -138,13 +138,11 @@ class _WithSessionFindings:
         """Rows written whole and not yet seen landed, with how many landings have looked for them."""
         self.queued_whole: OrderedDict[str, None] = OrderedDict()
         """Rows handed to the writer to be written whole (`SessionBook.stored_past` found no key for them)."""
-        self.may_land_early: Callable[[], bool] = lambda: False
-        """Whether a part ending with a long row written whole (EARLY_KEY_IDS prompt ids) may land now rather than at
-        the next gap (`Recorder._may_land_early`)."""
-        self._long_keys: set[str] = set()
-        """The long rows written whole in the group being written (the writer's thread only)."""
+        self.long_key = False
+        """The group being written holds a row written whole with EARLY_KEY_IDS prompt ids or more (a long
+        conversation's first turn: the key its next turns are stored past; the writer's thread only)."""
         self.key_part = False
-        """The part just written ends with such a row (`Recorder._committed` lands it; the writer's thread only)."""
+        """The part just written holds such a row (`Recorder._committed` lands it; the writer's thread only)."""
 
     def sample_record(
         self,
@@ -166,8 +164,7 @@ class _WithSessionFindings:
             if past is None:
                 self.written[key.sample_id] = 0
                 _trim(self.written)
-                if len(record["prompt_ids"]) >= EARLY_KEY_IDS:  # only the writer's thread (`write_part` reads them)
-                    self._long_keys.add(key.sample_id)
+                self.long_key = self.long_key or len(record["prompt_ids"]) >= EARLY_KEY_IDS
         if past is not None:
             if landed:
                 record["prompt_ids"] = record["prompt_ids"][past[1] :]
@@ -235,12 +232,8 @@ class _WithSessionFindings:
                     if isinstance(sample_id, str):
                         self.queued_whole.pop(sample_id, None)
                         self.stored_past.pop(sample_id, None)
-        self.key_part, self._long_keys = bool(self._long_keys), set()
+        self.key_part, self.long_key = self.long_key, False
         self.store.write_part(samples, failures)
-
-    def ends_group(self) -> bool:
-        """Whether the writer writes its group now: it holds a long row written whole, to land at once."""
-        return bool(self._long_keys) and self.may_land_early()
 
     def ingest(self) -> tuple[int, int]:
         """Land the parts, then see which rows written whole are now key turns, with the store still open: the
@@ -328,7 +321,6 @@ class Recorder:
         self.lander = Lander(
             self._sink, every_s=land_s, live=True, on_error=self._warn, on_landed=self._landed, on_held=self._held
         )
-        self._sink.may_land_early = self._may_land_early
         self.writer = GroupWriter(
             self._sink,
             profile=profile,
@@ -337,7 +329,7 @@ class Recorder:
             ingest=False,
             group_s=group_s,
             on_commit=lambda _: self._committed(),
-            ends_group=self._sink.ends_group,
+            ends_group=lambda: self._sink.long_key and self._may_land_early(),  # a long key turn lands at once
         )
         self._seq = itertools.count(1)
         self._warned = threading.Lock()

@@ -532,16 +532,7 @@ def _retry(head: _Head, session: _Session, packed: bytes, how: str) -> Turn:
     if not before or any(packed.startswith(h.sequence) for h in before):
         return Turn(head.session_id, head.turn, how, head.parent_sample)
     parent = max(before, key=lambda h: _first_difference(packed, h.sequence))
-    at = _first_difference(packed, parent.sequence)
-    return Turn(
-        head.session_id,
-        head.turn,
-        how,
-        head.parent_sample,
-        at,
-        len(parent.sequence) // 4,
-        previous_id=_id_at(parent, at),
-    )
+    return _breaking(head.session_id, head.turn, how, head.parent_sample, parent, packed)
 
 
 def _beside(first: Turn, session: _Session, packed: bytes, how: str) -> Turn:
@@ -550,17 +541,25 @@ def _beside(first: Turn, session: _Session, packed: bytes, how: str) -> Turn:
     parent = next((h for h in session.heads if h.sample_id == first.parent_sample), None)
     if parent is None or packed.startswith(parent.sequence):
         return Turn(first.session_id, first.turn, how, first.parent_sample)
-    at = _first_difference(packed, parent.sequence)
-    return Turn(
+    return _breaking(  # neither its ids nor (being a completions prompt) its messages continue the parent
         first.session_id,
         first.turn,
         how,
         first.parent_sample,
-        at,
-        len(parent.sequence) // 4,
-        by_name_only=True,  # neither its ids nor (being a completions prompt) its messages continue the parent
+        parent,
+        packed,
+        by_name_only=True,
         previous_turn=parent.turn,
-        previous_id=_id_at(parent, at),
+    )
+
+
+def _breaking(
+    session_id: str, turn: int, how: str, parent_sample: str | None, parent: _Head, packed: bytes, **marks: Any
+) -> Turn:
+    """Turn `turn` of `session_id`, with where `packed` leaves `parent`'s ids (its `session_prefix_break`)."""
+    at = _first_difference(packed, parent.sequence)
+    return Turn(
+        session_id, turn, how, parent_sample, at, len(parent.sequence) // 4, previous_id=_id_at(parent, at), **marks
     )
 
 
