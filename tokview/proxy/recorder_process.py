@@ -147,6 +147,8 @@ class RecorderProcess:
         self._closing = False
         self._said_gone = threading.Lock()
         """Taken once the child's end was said (by the reader or a failed hand-over, whichever sees it first)."""
+        self._relay = Relay(say)
+        """The child's lines, said until the proxy says it leaves without its recorder."""
         ctx = multiprocessing.get_context("spawn")
         jobs_in, self._jobs = ctx.Pipe(duplex=False)
         self._said, said_out = ctx.Pipe(duplex=False)
@@ -324,7 +326,7 @@ class RecorderProcess:
                 self._say_gone()  # nothing when the proxy is closing: the child ends then as it should
                 return
             if message[0] == "said":
-                self.say(message[1])
+                self._relay.say(message[1])
             elif message[0] == "counts":
                 self.recorded, self.failed, self.not_recorded, self.recording = message[1:]
                 self.backlog_peak = max(self.backlog_peak, self.backlog)
@@ -349,6 +351,7 @@ class RecorderProcess:
                 self.say(f"tokview proxy: left before {lost} answer(s) reached the recorder: NOT recorded")
             self._jobs.close()  # else the child waits for more, and the exit for the child: a hang
             _not_joined_at_exit(self.process)
+            self._relay.end()
             self.say(
                 f"tokview proxy: no longer waiting for the recorder; it (pid {self.process.pid}) goes on recording "
                 "what it was handed in the background, lands it once the store is free (a store held past the lock "
@@ -371,6 +374,27 @@ class RecorderProcess:
             f"the recorder's backlog peaked at {self.backlog_peak} answers ({self.memory_peak / mb:.1f} MB held in "
             f"memory, {self.spooled / mb:.1f} MB spooled to disk)"
         )
+
+
+class Relay:
+    """The child's lines said by the parent, until `end`: once the proxy says it leaves without its recorder, what
+    the child says after (a "waiting for the store" a second into a held store's wait) is not said. Relayed by the
+    reader thread while the interpreter was ending, such a line came after the proxy's own last line ("tokview:
+    terminated"): a line on the user's terminal after the proxy had left, from a process it had said goes on by
+    itself."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say, self._lock, self._ended = say, threading.Lock(), False
+
+    def say(self, line: str) -> None:
+        with self._lock:
+            if not self._ended:
+                self._say(line)
+
+    def end(self) -> None:
+        """No line after this; one being said now is said whole first."""
+        with self._lock:
+            self._ended = True
 
 
 def _not_joined_at_exit(process: BaseProcess) -> None:
