@@ -97,22 +97,37 @@ def test_a_client_that_asked_for_ids_gets_them() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "stream", "added"),
+    ("kind", "stream", "endpoint", "added"),
     [
-        ("vllm", False, ("return_token_ids",)),
-        ("vllm", True, ("return_token_ids",)),
-        ("sglang", False, ("return_token_ids",)),
-        ("sglang", True, ("return_input_ids_in_sglext", "return_output_ids_in_sglext")),
+        ("vllm", False, "chat", ("return_token_ids",)),
+        ("vllm", True, "chat", ("return_token_ids",)),
+        ("sglang", False, "chat", ("return_token_ids",)),
+        ("sglang", True, "chat", ("return_input_ids_in_sglext", "return_output_ids_in_sglext")),
+        ("vllm", True, "completions", ("return_token_ids",)),
+        ("sglang", False, "completions", ("return_token_ids",)),
+        # SGLang's completions take `return_token_ids` streamed too; the sglext flags are no fields of theirs
+        ("sglang", True, "completions", ("return_token_ids",)),
     ],
 )
 def test_inject_adds_the_fields_each_server_needs_and_leaves_the_client_body_alone(
-    kind: str, stream: bool, added: tuple[str, ...]
+    kind: str, stream: bool, endpoint: str, added: tuple[str, ...]
 ) -> None:
     client = {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
-    body, injection = inject(client, kind)
+    body, injection = inject(client, kind, endpoint)
     assert injection.fields == added
     assert all(body[f] is True for f in added)
     assert "return_token_ids" not in client  # the client's own dict is not changed
+
+
+def test_a_clients_own_prompt_id_flag_keeps_its_ids_on_sglang_chat_only() -> None:
+    """SGLang's chat returns `prompt_token_ids` for the client's `return_prompt_token_ids`: those reach it. Its
+    completions ignore the flag, so the ids there are the proxy's own `return_token_ids`'s and are taken out."""
+    client = {"prompt": [1, 2], "return_prompt_token_ids": True}
+    answer = b'{"choices":[{"index":0,"text":"x","token_ids":[5],"prompt_token_ids":[1,2]}]}'
+    _, chat = inject(client, "sglang", "chat")
+    _, completions = inject(client, "sglang", "completions")
+    assert strip_body(answer, chat) == b'{"choices":[{"index":0,"text":"x","prompt_token_ids":[1,2]}]}'
+    assert strip_body(answer, completions) == b'{"choices":[{"index":0,"text":"x"}]}'
 
 
 def test_splitter_waits_for_whole_events_across_reads() -> None:
@@ -292,3 +307,17 @@ def test_an_lf_then_crlf_blank_line_ends_an_event_and_extra_line_endings_are_sen
     assert strip_events(extra, Injection("vllm", ("return_token_ids",), True))[0] == extra
     bom = b"\xef\xbb\xbf" + b"".join(events) + b"data: [DONE]\n\n"  # a UTF-8 BOM opens the stream: dropped
     assert read_stream(bom) == ([{"a": 1}, {"b": 2}, {"c": 3}], True, 0)
+
+
+def test_a_completions_stream_reads_its_ids_under_either_name_sglang_gives_them() -> None:
+    """SGLang names a chat choice's output ids `response_token_ids` (0.5.x renamed them from `token_ids`) and may do
+    so on completions: a stream's ids are read under both names, each chunk's new ones in order."""
+    from tokview.proxy.capture import completion_stream_fields
+
+    for key in ("token_ids", "response_token_ids"):
+        chunks = [
+            {"choices": [{"index": 0, "text": "a", key: [5], "prompt_token_ids": [1, 2]}]},
+            {"choices": [{"index": 0, "text": "b", key: [6], "finish_reason": "stop", "matched_stop": 6}]},
+        ]
+        fields = completion_stream_fields(chunks)
+        assert (fields["prompt_ids"], fields["output_ids"], fields["text"]) == ([1, 2], [5, 6], "ab")

@@ -115,8 +115,6 @@ def test_chat_answer_is_the_upstreams_own_bytes_and_is_stored_token_exact(sim, p
 
 
 def test_completions_token_prompt_stream_and_not(sim, proxy) -> None:
-    if sim.cfg.kind == "sglang":
-        pytest.skip("the simulator's SGLang has no /v1/completions")
     prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
     for stream in (False, True):
         body = {"model": sim.cfg.model_name, "prompt": prompt, "max_tokens": 30, "temperature": 0, "stream": stream}
@@ -191,9 +189,24 @@ def test_a_body_with_a_lone_surrogate_escape_is_read_as_the_servers_read_it_and_
     assert reason.startswith("refused by the upstream: HTTP 400")
 
 
+def test_a_chat_only_id_flag_on_completions_gets_the_client_what_the_upstream_sends(sim, proxy) -> None:
+    """SGLang's completions ignore `return_prompt_token_ids` (a chat field): the prompt's ids in the answer come from
+    the proxy's own `return_token_ids` and are taken out (they reached the client before); recorded all the same."""
+    body = {
+        "model": sim.cfg.model_name,
+        "prompt": "Hi",
+        "max_tokens": 6,
+        "temperature": 0,
+        "return_prompt_token_ids": True,
+    }
+    direct = httpx.post(sim.url + "/v1/completions", json=body).content
+    through = httpx.post(proxy.url + "/v1/completions", json=body).content
+    assert _blank(through) == _blank(direct)
+    proxy.stop()
+    assert [len(r["output_ids"]) for r in _stored(proxy.db)] == [6]
+
+
 def test_completions_prefix_groups_turns_into_one_session(sim, proxy) -> None:
-    if sim.cfg.kind == "sglang":
-        pytest.skip("the simulator's SGLang has no /v1/completions")
     prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
     ids_body = {"model": sim.cfg.model_name, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
     turns = []
@@ -351,8 +364,6 @@ def test_every_answered_request_is_recorded_none_as_abandoned(sim, proxy) -> Non
 
 
 def test_a_conversation_continues_its_session_across_a_proxy_restart(sim, tmp_path, kimi_tok, kimi_profile) -> None:
-    if sim.cfg.kind == "sglang":
-        pytest.skip("the simulator's SGLang has no /v1/completions")
     db = str(tmp_path / "p.duckdb")
     prompt = [163587, 455, 163601, 87, 104, 163586, 163588, 400, 163601, 163606]
     body = {"model": sim.cfg.model_name, "max_tokens": 12, "temperature": 0, "return_token_ids": True}
@@ -561,9 +572,8 @@ def _text_of_completion(raw: bytes, stream: bool) -> str:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_echo_request_keeps_its_echoed_prompt_and_says_why_it_is_not_recorded(sim, proxy, stream) -> None:
-    """vLLM empties the echoed prompt text when asked for ids (serving_completion), so the proxy asks for none."""
-    if sim.cfg.kind == "sglang":
-        pytest.skip("the simulator's SGLang has no /v1/completions")
+    """vLLM empties the echoed prompt text when asked for ids (serving_completion), so the proxy asks for none.
+    SGLang keeps it: the proxy asks for ids and records the sample, and the client reads the echo as sent."""
     body = {"model": sim.cfg.model_name, "prompt": "Echo me", "max_tokens": 8, "temperature": 0, "stream": stream}
     direct = httpx.post(sim.url + "/v1/completions", json={**body, "echo": True}).content
     through = httpx.post(proxy.url + "/v1/completions", json={**body, "echo": True}).content
@@ -571,6 +581,10 @@ def test_an_echo_request_keeps_its_echoed_prompt_and_says_why_it_is_not_recorded
     assert _text_of_completion(through, stream) == _text_of_completion(direct, stream)
     if not stream:
         assert _blank(through) == _blank(direct)
+    if sim.cfg.kind == "sglang":
+        proxy.stop()
+        assert _failures(proxy.db) == [] and len(_stored(proxy.db)) == 1
+        return
     asked = httpx.post(proxy.url + "/v1/completions", json={**body, "echo": True, "return_token_ids": True}).content
     assert not _text_of_completion(asked, stream).startswith("Echo me"), "the client's own flag: vLLM's answer"
     proxy.stop()

@@ -9,9 +9,12 @@ What each server sends without them (recordings/tools/README.md §3, §4):
   delta is `{}` and nothing finishes: think and tool-call markers) is not sent at all.
 - SGLang, not streaming (`return_token_ids`): `prompt_token_ids` / `response_token_ids` (`token_ids` on
   other builds) are added to the choice; without the flag they are absent.
-- SGLang, streaming: `return_token_ids` is refused (HTTP 400), so the proxy asks for
+- SGLang, streaming chat: `return_token_ids` is refused (HTTP 400), so the proxy asks for
   `return_input_ids_in_sglext` + `return_output_ids_in_sglext` instead; the ids come in one extra chunk
   (`choices: []`, `sglext: {input_ids, output_ids}`) that is dropped, or as an `sglext` key that is removed.
+- SGLang, `/v1/completions`: `return_token_ids` streaming or not (its request model has neither the sglext flags nor
+  `return_prompt_token_ids`, which it ignores); a chunk's `token_ids` hold its new ids and the first chunk's
+  `prompt_token_ids` the prompt's, keys removed as for a whole answer; no chunk comes only for them.
 """
 
 from __future__ import annotations
@@ -60,9 +63,10 @@ class Injection:
         return any(f in self.fields for f in SGLEXT_FLAGS)
 
 
-def id_fields(kind: str, stream: bool) -> tuple[str, ...]:
-    """The request fields that make this server return ids on this kind of request."""
-    if kind == SGLANG and stream:
+def id_fields(kind: str, stream: bool, endpoint: str | None = None) -> tuple[str, ...]:
+    """The request fields that make this server return ids on this kind of request (`endpoint`: chat, completions,
+    None for chat)."""
+    if kind == SGLANG and stream and endpoint != "completions":
         return SGLEXT_FLAGS
     return (RETURN_TOKEN_IDS,)
 
@@ -84,7 +88,7 @@ def inject(body: dict[str, Any], kind: str, endpoint: str | None = None) -> tupl
     stream = bool(_as_bool(body.get("stream")))  # "false" is a string the server reads as false
     if echo_hides_ids(body, kind, endpoint):
         return body, Injection(kind, (), stream)
-    fields = id_fields(kind, stream)
+    fields = id_fields(kind, stream, endpoint)
     asked = {f: _as_bool(body.get(f)) for f in fields}
     if any(v is None for v in asked.values()) or (fields == SGLEXT_FLAGS and any(asked.values())):
         return body, Injection(kind, (), stream)
@@ -94,7 +98,8 @@ def inject(body: dict[str, Any], kind: str, endpoint: str | None = None) -> tupl
     sent = dict(body)
     for name in added:
         sent[name] = True
-    kept = (b"prompt_token_ids",) if kind == SGLANG and _as_bool(body.get(RETURN_PROMPT_TOKEN_IDS)) else ()
+    own = kind == SGLANG and endpoint != "completions" and _as_bool(body.get(RETURN_PROMPT_TOKEN_IDS))
+    kept = (b"prompt_token_ids",) if own else ()  # on completions SGLang ignores the flag: the ids are ours
     return sent, Injection(kind, added, stream, kept)
 
 

@@ -2,7 +2,7 @@
 
 Native `/generate` (raw ids, no reasoning parser, text trimmed by skip_special_tokens and the stop
 trim; cumulative or incremental streaming), the small info endpoints, and the routing of
-`/v1/chat/completions` to `sglang_chat`.
+`/v1/chat/completions` to `sglang_chat` and of `/v1/completions` to `sglang_completions`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from tokview.core.json_value import JsonValue
 from tokview.core.profiles import HARMONY
-from tokview.sim import common, faults, requests, sglang_chat, spec, tools
+from tokview.sim import common, faults, requests, sglang_chat, sglang_completions, spec, tools
 from tokview.sim import sglang_shapes as shapes
 from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation, Sampling
@@ -133,6 +133,12 @@ def routes(state: SimState) -> list[Route]:
             return body
         return await sglang_chat.chat(state, request, body)
 
+    async def completions(request: Request) -> Response:
+        body = await common.read_json(request, "sglang")
+        if isinstance(body, Response):
+            return body
+        return await sglang_completions.completions(state, request, body)
+
     async def tokenize(request: Request) -> Response:
         body = await common.read_json(request, "sglang")
         if isinstance(body, Response):
@@ -158,6 +164,7 @@ def routes(state: SimState) -> list[Route]:
         Route("/v1/models", models),
         Route("/generate", generate, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
     ]

@@ -24,9 +24,8 @@ from tokview.sim.common import SimState, sse
 from tokview.sim.model import Generation, Sampling
 from tokview.sim.reasoning import sglang_stream_regions, sglang_text_split
 
-STREAM_IDS_ERROR = (
-    "{field} is not supported with streaming on /v1/chat/completions. Please set stream=false when using {field}=true."
-)
+STREAM_IDS_ERROR = "{field} is not supported with streaming{where}. Please set stream=false when using {field}=true."
+"""SGLang's refusal of an id flag on a chat stream; only `return_token_ids`'s names the endpoint (`where`)."""
 
 
 async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
@@ -38,7 +37,9 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     if stream and not no_ids:
         for flag in ("return_token_ids", "return_prompt_token_ids", "return_meta_info"):
             if body.get(flag):
-                return faults.error_response("sglang", 400, STREAM_IDS_ERROR.format(field=flag), "BadRequest")
+                where = " on /v1/chat/completions" if flag == "return_token_ids" else ""
+                said = STREAM_IDS_ERROR.format(field=flag, where=where)
+                return faults.error_response("sglang", 400, said, "BadRequest")
     kwargs = requests.sglang_template_kwargs(body)
     tool_parser = tools.has_tools(body) and body.get("tool_choice") != "none"
     try:
