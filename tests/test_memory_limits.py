@@ -132,3 +132,19 @@ def test_recent_renders_hold_no_huge_prompt_and_no_copy_of_it_as_a_key(kimi_tok)
     keys = [key for _, (key, _template) in tok._renders._entries]
     assert keys
     assert all(len(key) == 32 for key in keys)  # a digest, not the 100 kB conversation again
+
+
+@pytest.mark.parametrize("value", ["64MB", "0", "-1", "nan", "inf"])
+def test_a_size_limit_that_is_no_number_of_mib_is_refused_before_anything_runs(tmp_path, value):
+    """It silently kept the 8 MiB default: the long prompts a team raised the limit for then failed, row by row."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hello"}\n')
+    db = tmp_path / "b.duckdb"
+    done = _cli(
+        "batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(db), env={"TOKVIEW_MAX_PROMPT_MB": value}
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert (
+        done.stderr.strip() == f"tokview: error: TOKVIEW_MAX_PROMPT_MB must be a number of MiB above 0, not {value!r}"
+    )
+    assert not db.exists()

@@ -215,6 +215,9 @@ class BatchConfig:
         self._check_combinations()
         if self.workers > 1:  # a bad TOKVIEW_MIN_PROMPTS_PER_WORKER fails here, before the store is created
             min_prompts_per_worker()
+        from tokview.batch.prompt_size import max_prompt_bytes
+
+        max_prompt_bytes()  # a bad TOKVIEW_MAX_PROMPT_MB too
         if self.ray is not None and importlib.util.find_spec("ray") is None:  # not after the store and the run exist
             raise InputError("--ray needs Ray: pip install 'tokview[ray]'")
 

@@ -19,11 +19,11 @@ holds more than a few MiB of text.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tokview.batch.prompt_size import MAX_PROMPT_ENV, max_prompt_bytes
 from tokview.core.served_tools import tools_as_served
 from tokview.core.tokenizer import TokenizerError
 from tokview.servers.registry import context_reserve
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 OVER_MAX_LENGTH = "over_max_length"
 PROMPT_TOO_LARGE = "prompt_too_large"
-MAX_PROMPT_ENV = "TOKVIEW_MAX_PROMPT_MB"
-DEFAULT_MAX_PROMPT_BYTES = 8 << 20
 SLACK_PER_MESSAGE = 2
 """Tokens a tokenizer may add that no rendered byte stands for (a SentencePiece word-start marker)."""
 
@@ -46,17 +44,6 @@ UNKNOWN_LONGEST_TOKEN = 1024
 longest entries are a few dozen bytes)."""
 
 _longest_token: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-
-def max_prompt_bytes() -> int:
-    """The most bytes of text one prompt may hold: `TOKVIEW_MAX_PROMPT_MB` MiB, else 8 MiB (an unreadable
-    or non-positive value leaves the default)."""
-    value = os.environ.get(MAX_PROMPT_ENV, "").strip()
-    try:
-        mib = float(value) if value else 0.0
-    except ValueError:
-        mib = 0.0
-    return int(mib * (1 << 20)) if 0 < mib < 1 << 40 else DEFAULT_MAX_PROMPT_BYTES
 
 
 def too_large(request: CaptureRequest) -> str | None:
