@@ -204,12 +204,12 @@ def test_a_restored_tool_call_turn_is_joined_by_the_next_request_s_messages() ->
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
         "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
-        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR)"
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT)"
     )
-    for n, response in enumerate((stored_json, stored_stream)):  # stored whole (before schema version 11)
+    for n, response in enumerate((stored_json, stored_stream)):
         request = {"body": {"messages": [{"role": "user", "content": f"task {n}"}]}}
         db.execute(
-            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0, NULL, NULL, ?, NULL)",
+            "INSERT INTO samples VALUES (?, 0, ?, ?, [7, 8], ?, NULL, ?, now(), 0, NULL, NULL, ?)",
             [
                 f"proxy:old:s{n}",
                 f"proxy:old:{n}",
@@ -621,9 +621,7 @@ def _stored(
     seconds: list[int] | None = None,
 ) -> Any:
     """A store holding proxied turns (session, turn, sample id, prompt ids, output ids, generation), recorded in that
-    order, as `restore_sessions` reads them; `messages`: a sample id's request messages (else none), answered "x".
-    The messages are in the row's `messages` column and the stored request holds null in their place, as the store
-    writes them (`elided_ids.elide_messages`)."""
+    order, as `restore_sessions` reads them; `messages`: a sample id's request messages (else none), answered "x"."""
     import duckdb
     import orjson
 
@@ -631,16 +629,15 @@ def _stored(
     db.execute(
         "CREATE TABLE samples (prompt_id VARCHAR, turn INT, sample_id VARCHAR, prompt_ids INT[], output_ids INT[], "
         "raw_request VARCHAR, content VARCHAR, raw_response VARCHAR, created_at TIMESTAMP, gen_index INT, "
-        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT, messages VARCHAR)"
+        "prompt_from VARCHAR, prompt_from_len INT, prompt_len INT)"
     )
     for k, (session, turn, sample_id, prompt, output, gen) in enumerate(rows):
         sent = (messages or {}).get(sample_id)
-        request = orjson.dumps({"body": {"messages": None}}).decode() if sent else "{}"
-        stored = orjson.dumps(sent).decode() if sent else None
+        request = orjson.dumps({"body": {"messages": sent}}).decode() if sent else "{}"
         db.execute(
             "INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, 'x', '{}', "
-            "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?, ?)",
-            [session, turn, sample_id, prompt, output, request, seconds[k] if seconds else k, gen, len(prompt), stored],
+            "TIMESTAMP '2026-01-01' + to_seconds(?), ?, NULL, NULL, ?)",
+            [session, turn, sample_id, prompt, output, request, seconds[k] if seconds else k, gen, len(prompt)],
         )
     return _Db(db)
 

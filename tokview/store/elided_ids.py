@@ -20,17 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-import orjson
-
 from tokview.core.json_value import JsonValue, is_int_list
 
 BODY_COLUMNS = ("raw_request", "raw_response", "parsed_raw_response")
 ID_COLUMNS = ("output_ids", "prompt_ids", "parsed_output_ids")
-MESSAGES_COLUMN = "messages"
-MESSAGES_PATHS: tuple[tuple[str, ...], ...] = (("body", "messages"), ("parsed", "body", "messages"))
-"""Where a request body holds its messages: the audited request (`audit_request`, the proxy's stored request) and the
-chat half of a dual capture's (`servers/capture.py`)."""
-_DUMP = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
 MIN_IDS = 8
 """Shorter lists stay in the body: they save nothing worth a lookup, and a small body reads as served."""
 MAX_DEPTH = 4
@@ -103,47 +96,10 @@ def _same_ids(value: list[object], candidates: list[tuple[str, Sequence[int]]]) 
     return None
 
 
-def elide_messages(request: object, messages: object) -> tuple[Any, list[Place]]:
-    """`request` with its messages replaced by None where they are the row's `messages` (`MESSAGES_PATHS`), and where
-    each was. Only a list whose JSON is the column's byte for byte is taken out (the same object, or one dumped
-    alike), so putting the column back gives the body as it was stored before; the request is never changed.
-
-    The masking of secrets keeps this exact: `scrub_payload` masks a list's items alike wherever the list sits (only
-    a parent key named like a secret masks a whole value, and no path here has one)."""
-    found: list[Place] = []
-    if type(messages) is not list or not messages:
-        return request, found
-    dumped: bytes | None = None
-    for path in MESSAGES_PATHS:
-        nodes = [request]
-        for key in path:
-            parent = nodes[-1]
-            nodes.append(parent.get(key) if type(parent) is dict else None)
-        held = nodes[-1]
-        if type(held) is not list:
-            continue
-        if held is not messages:
-            try:
-                dumped = orjson.dumps(messages, option=_DUMP) if dumped is None else dumped
-                if orjson.dumps(held, option=_DUMP) != dumped:
-                    continue
-            except (TypeError, orjson.JSONEncodeError):  # what orjson cannot write is stored by another path: kept
-                continue
-        copied: JsonValue = None
-        for depth in range(len(path) - 1, -1, -1):  # copy the dicts along the path, innermost first
-            node = dict(nodes[depth])  # type: ignore[call-overload]  # a dict: every step above was one
-            node[path[depth]] = copied
-            copied = node
-        request = copied
-        found.append([list(path), MESSAGES_COLUMN])
-    return request, found
-
-
 def restore(
-    body: JsonValue, places: Iterable[Sequence[JsonValue]], id_lists: Mapping[str, Sequence[JsonValue] | None]
+    body: JsonValue, places: Iterable[Sequence[JsonValue]], id_lists: Mapping[str, Sequence[int] | None]
 ) -> JsonValue:
-    """Put the lists `elide` and `elide_messages` took out back into `body` (freshly parsed: changed in place) and
-    return it. `id_lists`: the row's lists by column (its messages parsed apart from the capture's own `messages`).
+    """Put the lists `elide` took out back into `body` (freshly parsed: changed in place) and return it.
 
     A place that no longer holds the null `elide` left (the store masked it: a list under a key named
     like `authorization` is stored as "[redacted]") keeps what the store wrote."""
@@ -173,7 +129,7 @@ def _child(node: JsonValue, key: JsonValue) -> JsonValue:
     raise TypeError(f"no {key!r} in a JSON {type(node).__name__}")
 
 
-def _fill(node: JsonValue, key: JsonValue, ids: Sequence[JsonValue]) -> None:
+def _fill(node: JsonValue, key: JsonValue, ids: Sequence[int]) -> None:
     """`node[key] = list(ids)` when it still holds the null `elide` left."""
     filled: list[JsonValue] = list(ids)
     if isinstance(node, dict) and isinstance(key, str):

@@ -31,7 +31,7 @@ from tokview.secrets import (
     scrub_payload,
     url_secrets,
 )
-from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, MESSAGES_COLUMN, elide, elide_messages, restore
+from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
 from tokview.store.errors import StoreError
 from tokview.store.packed_chunks import RESPONSE_COLUMNS, pack, unpack
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
@@ -353,11 +353,8 @@ def sample_params(
     places: dict[str, list[list[Any]]] = {}
     for name in JSON_FIELDS:
         value = getattr(c, name)
-        if name in BODY_COLUMNS:  # stored without the id lists and the messages the row holds (see elided_ids.py)
+        if name in BODY_COLUMNS:  # stored without the id lists the row holds (see elided_ids.py)
             value, at = elide(value, id_lists)
-            if name == "raw_request":
-                value, more = elide_messages(value, c.messages)
-                at += more
             if at:
                 places[name] = at
             if name in RESPONSE_COLUMNS:  # a long stream's chunks, packed (packed_chunks.py)
@@ -398,12 +395,9 @@ def _capture_from_row(row: dict[str, Any]) -> Capture:
                 data[name] = unpack(data[name])
     places = row.get("raw_ids_at")
     if places:
-        at_by_body: dict[str, Any] = json.loads(places)
-        lists: dict[str, Any] = {name: row.get(name) for name in ID_COLUMNS}
-        if any(place[1] == MESSAGES_COLUMN for at in at_by_body.values() for place in at):
-            lists[MESSAGES_COLUMN] = from_json(row.get(MESSAGES_COLUMN))  # parsed again: not the capture's own list
-        for name, at in at_by_body.items():
-            data[name] = restore(data[name], at, lists)
+        id_lists = {name: row.get(name) for name in ID_COLUMNS}
+        for name, at in json.loads(places).items():
+            data[name] = restore(data[name], at, id_lists)
     data["usage"] = data.get("usage") or {}
     data["settings"] = data.get("settings") or {}
     for name in ("usage", "settings"):
