@@ -658,3 +658,18 @@ def test_an_answer_cut_by_the_requests_stop_string_is_stored_invalid(sim, proxy,
     proxy.stop()
     [row] = _stored(proxy.db)
     assert "stopped_by_request" in row["codes"]
+
+
+def test_an_sglang_completions_stream_without_ids_says_what_was_asked(tmp_path, kimi_tok, kimi_profile) -> None:
+    """SGLang's completions are asked for `return_token_ids` streamed too: a build that sends none is recorded as
+    a failure naming that flag (not "the sglext ids", which are chat's), and a client that set one sglext flag
+    itself there is asked for ids all the same (the flag is no field of completions), not told the proxy asked none."""
+    with start_simulator(SimConfig(kind="sglang", quirks={"no-id-fields": True})) as sim:
+        db = str(tmp_path / "n.duckdb")
+        config = ProxyConfig([sim.url], listen="127.0.0.1:0", db=db, tokenizer=kimi_tok, profile=kimi_profile)
+        with start_proxy(config) as proxy:
+            body = {"model": sim.cfg.model_name, "prompt": "Hi", "max_tokens": 4, "temperature": 0, "stream": True}
+            for extra in ({}, {"return_input_ids_in_sglext": True}):
+                assert httpx.post(proxy.url + "/v1/completions", json={**body, **extra}).status_code == 200
+            proxy.stop()
+    assert _failures(db) == ["the upstream returned no token ids on completions (stream) (return_token_ids asked)"] * 2

@@ -219,7 +219,7 @@ def build_capture(
     else:
         fields = chat_fields(answer) if endpoint == CHAT else completion_fields(answer)
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
-        how = "the sglext ids" if kind == "sglang" and stream else "return_token_ids"
+        how = "the sglext ids" if kind == "sglang" and stream and endpoint == CHAT else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
     return Capture(
         **fields,

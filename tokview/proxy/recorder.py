@@ -636,7 +636,8 @@ def _why_no_ids(item: Finished) -> str | None:
             "not recorded: the request asks for echo, and vLLM drops the echoed prompt text when asked for token ids, "
             "so the proxy asked for none (the client got the server's answer as is)"
         )
-    return _one_sglext_flag(item.request) if item.stream and item.kind == SGLANG else None
+    sglext = item.stream and item.kind == SGLANG and item.endpoint == CHAT  # completions take return_token_ids
+    return _one_sglext_flag(item.request) if sglext else None
 
 
 def _without_secrets(raw: bytes, secrets: tuple[str, ...]) -> bytes:
