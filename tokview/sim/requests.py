@@ -125,3 +125,13 @@ def include_usage(body: dict[str, Any]) -> bool:
         if flags[key] is None:
             raise ValueError(f"stream_options.{key}: Input should be a valid boolean")
     return bool(flags["include_usage"])
+
+
+def one_choice(body: dict[str, Any]) -> None:
+    """The simulator answers one choice a request: ValueError (a 400) for an `n` other than 1, which a real server
+    answers with n choices. Before, `n` was ignored: a harness that asked for three got one, and nothing said so."""
+    n = body.get("n")
+    if n is None or (type(n) is int and n == 1):
+        return
+    shown = repr(n)[:20]
+    raise ValueError(f"n must be 1 here: the simulator answers one choice a request (n={shown} asked)")

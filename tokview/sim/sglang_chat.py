@@ -57,6 +57,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
                 prompt = prompt + state.tokenizer.encode(prefix)
         max_tokens = requests.chat_max_tokens(body)
         requests.include_usage(body)  # a malformed stream_options is the request's fault
+        requests.one_choice(body)
         stop = requests.stop_strings(body.get("stop")) if not tool_parser and state.profile.format != HARMONY else ()
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")

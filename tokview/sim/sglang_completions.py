@@ -34,6 +34,7 @@ async def completions(state: SimState, request: Request, body: dict[str, Any]) -
         prompt = requests.completion_prompt(state.tokenizer, body.get("prompt"))
         max_tokens = requests.positive_int(body.get("max_tokens", DEFAULT_MAX_TOKENS), "max_tokens")
         requests.include_usage(body)  # a malformed stream_options is the request's fault
+        requests.one_choice(body)
         stop = requests.stop_strings(body.get("stop"))
     except ValueError as exc:
         return faults.error_response("sglang", 400, str(exc), "BadRequest")

@@ -237,6 +237,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
         prompt = state.render(messages, render_kwargs, *_generation_prompt(body))
         sampling = _sampling(state, body, prompt, None)
         requests.include_usage(body)  # a malformed stream_options is the request's fault
+        requests.one_choice(body)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
     stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused
@@ -407,6 +408,7 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
         prompt = requests.completion_prompt(state.tokenizer, body.get("prompt"))
         sampling = _sampling(state, body, prompt, 16)  # vLLM's completions default max_tokens is 16
         requests.include_usage(body)
+        requests.one_choice(body)
     except ValueError as exc:
         return faults.error_response("vllm", 400, str(exc), "BadRequestError")
     stream = as_pydantic_bool(body.get("stream"))  # pydantic's bool: "false" is false, " true" refused

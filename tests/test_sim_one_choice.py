@@ -1,0 +1,38 @@
+"""The simulator answers one choice a request, and says so: an `n` other than 1 was ignored, so a harness that asked
+for three choices got one and nothing told it (a real server answers n). Both kinds, chat and completions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tokview.sim import SimConfig, start_simulator
+
+
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def sim(request: Any) -> Iterator[Any]:
+    with start_simulator(SimConfig(kind=request.param)) as running:
+        yield running
+
+
+BODIES: dict[str, dict[str, Any]] = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}]},
+    "/v1/completions": {"prompt": "Hi"},
+}
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+@pytest.mark.parametrize("n", [2, 0, True, "3"])
+def test_an_n_other_than_1_is_a_400_that_says_why(sim: Any, path: str, n: Any) -> None:
+    got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": n, **BODIES[path]})
+    assert got.status_code == 400
+    assert "the simulator answers one choice a request" in got.text
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+def test_n_of_1_is_served(sim: Any, path: str) -> None:
+    got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": 1, **BODIES[path]})
+    assert got.status_code == 200 and len(got.json()["choices"]) == 1
