@@ -321,3 +321,7 @@ def test_a_completions_stream_reads_its_ids_under_either_name_sglang_gives_them(
         ]
         fields = completion_stream_fields(chunks)
         assert (fields["prompt_ids"], fields["output_ids"], fields["text"]) == ([1, 2], [5, 6], "ab")
+    both = [
+        {"choices": [{"index": 0, "text": "a", "token_ids": [5], "response_token_ids": [5], "prompt_token_ids": [1]}]}
+    ]
+    assert completion_stream_fields(both)["output_ids"] == [5]  # one of them, as a whole answer's: never twice

@@ -25,7 +25,7 @@ BODIES: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-@pytest.mark.parametrize("n", [2, 0, True, "3"])
+@pytest.mark.parametrize("n", [2, 0, -1, 2.0, 1.5, "3", "one", [1]])
 def test_an_n_other_than_1_is_a_400_that_says_why(sim: Any, path: str, n: Any) -> None:
     got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": n, **BODIES[path]})
     assert got.status_code == 400
@@ -33,6 +33,7 @@ def test_an_n_other_than_1_is_a_400_that_says_why(sim: Any, path: str, n: Any) -
 
 
 @pytest.mark.parametrize("path", list(BODIES))
-def test_n_of_1_is_served(sim: Any, path: str) -> None:
-    got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": 1, **BODIES[path]})
+@pytest.mark.parametrize("n", [1, 1.0, True, "1", None])  # what the servers' request models read as 1
+def test_n_of_1_is_served(sim: Any, path: str, n: Any) -> None:
+    got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": n, **BODIES[path]})
     assert got.status_code == 200 and len(got.json()["choices"]) == 1

@@ -139,10 +139,10 @@ def completion_stream_fields(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             if choice.get("index", 0) != 0:
                 continue
             prompt = prompt or choice.get("prompt_token_ids")
-            for key in ("token_ids", "response_token_ids"):  # SGLang's newer builds may rename it as on chat
-                if choice.get(key) is not None:
-                    saw_ids = True
-                    out.extend(ids_of(choice[key], where, key))
+            key = next((k for k in ("token_ids", "response_token_ids") if choice.get(k) is not None), None)
+            if key is not None:  # the first named, as for a whole answer (SGLang may rename it, as on chat)
+                saw_ids = True
+                out.extend(ids_of(choice[key], where, key))
             if text_of(choice.get("text"), where, "text"):
                 texts.append(choice["text"])
             if choice.get("finish_reason"):

@@ -129,9 +129,24 @@ def include_usage(body: dict[str, Any]) -> bool:
 
 def one_choice(body: dict[str, Any]) -> None:
     """The simulator answers one choice a request: ValueError (a 400) for an `n` other than 1, which a real server
-    answers with n choices. Before, `n` was ignored: a harness that asked for three got one, and nothing said so."""
+    answers with n choices. Before, `n` was ignored: a harness that asked for three got one, and nothing said so.
+    What the servers' request models (pydantic, lax) read as 1 is 1: `1.0`, `true`, `"1"`."""
     n = body.get("n")
-    if n is None or (type(n) is int and n == 1):
+    if n is None or _lax_int(n) == 1:
         return
     shown = repr(n)[:20]
     raise ValueError(f"n must be 1 here: the simulator answers one choice a request (n={shown} asked)")
+
+
+def _lax_int(value: object) -> int | None:
+    """`value` as pydantic's lax int reads it (a bool, an integral float, a string of digits), else None."""
+    if isinstance(value, int):  # a bool too
+        return int(value)
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
