@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
+from tokview.proxy.ids import SGLEXT_FLAGS, id_fields
 from tokview.servers.chat import parse_chat
 from tokview.servers.request import normalize_usage
 from tokview.servers.shapes import finish_of, ids_of, object_of, optional_ids_of, text_of
@@ -219,7 +220,7 @@ def build_capture(
     else:
         fields = chat_fields(answer) if endpoint == CHAT else completion_fields(answer)
     if fields.get("prompt_ids") is None or fields.get("output_ids") is None:
-        how = "the sglext ids" if kind == "sglang" and stream and endpoint == CHAT else "return_token_ids"
+        how = "the sglext ids" if id_fields(kind, stream, endpoint) == SGLEXT_FLAGS else "return_token_ids"
         raise NoIds(f"the upstream returned no token ids on {endpoint}{' (stream)' if stream else ''} ({how} asked)")
     return Capture(
         **fields,

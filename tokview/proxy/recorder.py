@@ -38,7 +38,7 @@ from tokview.core.json_value import as_pydantic_bool
 from tokview.core.record import Capture
 from tokview.errors import TokviewError
 from tokview.proxy.capture import CHAT, NoIds, build_capture, choice_indexes, choice_view, settings_of
-from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLANG, SGLEXT_FLAGS, echo_hides_ids
+from tokview.proxy.ids import RETURN_TOKEN_IDS, SGLEXT_FLAGS, echo_hides_ids, id_fields
 from tokview.proxy.sessions import SessionBook, Turn, assistant_message
 from tokview.proxy.sse import read_stream
 from tokview.secrets import DATA_MIN_SECRET_LEN, MASK
@@ -636,7 +636,7 @@ def _why_no_ids(item: Finished) -> str | None:
             "not recorded: the request asks for echo, and vLLM drops the echoed prompt text when asked for token ids, "
             "so the proxy asked for none (the client got the server's answer as is)"
         )
-    sglext = item.stream and item.kind == SGLANG and item.endpoint == CHAT  # completions take return_token_ids
+    sglext = id_fields(item.kind, item.stream, item.endpoint) == SGLEXT_FLAGS  # an SGLang chat stream's
     return _one_sglext_flag(item.request) if sglext else None
 
 
