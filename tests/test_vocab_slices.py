@@ -215,6 +215,13 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def slices_throughout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No slice is traded for the whole tokenizer for what growing it cost (`GROWING_MIN_S`): these tests hold the
+    slices themselves to the whole one, many texts of new words one after another; the trade has its own test."""
+    monkeypatch.setattr(vocab_slices, "GROWING_MIN_S", 1e9)
+
+
+@pytest.fixture(autouse=True)
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The cache builds `sliced_tokenizer` asked for (no child process is started)."""
     started: list[Path] = []
@@ -1014,6 +1021,53 @@ def test_default_auto_upgrade_is_far_off(tmp_path, small_tokenizer):
     sliced.encode_batch(["the cat sat on the mat " * 20] * 10)
     time.sleep(0.1)
     assert sliced._full is None and not sliced._loading  # neither loaded nor loading
+
+
+def test_text_of_known_words_is_encoded_once_without_growing(tmp_path, small_tokenizer, monkeypatch):
+    """The words are read off the current slice's own answer: text whose words the slice is known to hold is
+    encoded by it once, with no split into words first and no growth; a new word grows it, and both are exact."""
+    path = saved(small_tokenizer, tmp_path)
+    whole = Tokenizer.from_file(str(path))
+    sliced = sliced_of(path)
+    seen = "the cat sat on the mat. <a> the dog"
+    assert sliced.encode(seen).ids == whole.encode(seen).ids
+    calls: list[Any] = []
+    real_slice_for = sliced._slice_for
+    monkeypatch.setattr(sliced, "_slice_for", lambda words: calls.append(words) or real_slice_for(words))
+    again = ["the mat sat on the cat", "<a>the dog", seen]
+    assert [e.ids for e in sliced.encode_batch(again)] == whole_ids(whole, again, True)
+    assert [e.ids for e in sliced.encode_batch_fast(again, False)] == whole_ids(whole, again, False)
+    assert calls == []
+    new = "über naïve 12345 the cat"
+    for add in (True, False):
+        assert sliced.encode(new, add).ids == whole.encode(new, add_special_tokens=add).ids
+        assert [e.ids for e in sliced.encode_batch_fast([new, seen], add)] == whole_ids(whole, [new, seen], add)
+    assert len(calls) == 1  # the new words grew the slice once; the same words again did not
+
+
+def test_slices_that_keep_growing_load_the_whole_tokenizer_once_they_cost_as_much(
+    tmp_path, small_tokenizer, monkeypatch
+):
+    """Rent or buy: growing slices costs CPU on every text of new words; past `GROWING_S_PER_ENTRY` per entry the
+    whole tokenizer is loaded, and until then (text that shares its words) it is not."""
+    path = saved(small_tokenizer, tmp_path)
+    whole = Tokenizer.from_file(str(path))
+    sliced = sliced_of(path)
+    monkeypatch.setattr(vocab_slices, "GROWING_MIN_S", 60.0)  # far off: never reached here
+    rng = random.Random(5)
+    texts = [random_text(rng, ("<a>", "<rs>", "Norm")) for _ in range(30)]
+    assert_same_ids(texts, whole_ids(whole, texts, True), [sliced.encode(t).ids for t in texts], "renting")
+    assert not sliced.upgrading and sliced._growing_s > 0
+    spent = sliced._growing_s
+    assert [sliced.encode(t).ids for t in texts] == whole_ids(whole, texts, True)  # known words: no growing
+    assert sliced._growing_s == spent
+    monkeypatch.setattr(vocab_slices, "GROWING_MIN_S", spent / 2)
+    monkeypatch.setattr(vocab_slices, "GROWING_S_PER_ENTRY", 0.0)
+    fresh = "zzyzx quokka " + random_text(random.Random(6), ("<a>",))
+    assert sliced.encode(fresh).ids == whole.encode(fresh).ids
+    assert sliced.upgrading  # the growing cost passed the budget: the whole one is loading
+    wait_whole(sliced)
+    assert [sliced.encode(t).ids for t in texts] == whole_ids(whole, texts, True)
 
 
 def test_a_word_too_long_to_slice_goes_to_the_whole_tokenizer(tmp_path, small_tokenizer, monkeypatch):

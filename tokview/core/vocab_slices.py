@@ -9,9 +9,10 @@ words, with their merges in the same order, encodes that text to exactly the ids
 (tests/test_vocab_slices.py holds the two to the same ids on random and rendered text).
 
 `SlicedTokenizer` builds such a slice per call (a few ms for a prompt or a 2,000-token answer) from a
-`VocabCache`: the tokens in id order and each token's merge rank and split point, read in ~30 ms. The words come
-from a tokenizer of the same pipeline whose vocabulary is the 256 byte characters (so every added token, the
-normalizer and the pre-tokenizer split exactly as in the whole one). `upgrade()` loads the whole tokenizer on a
+`VocabCache`: the tokens in id order and each token's merge rank and split point, read in ~30 ms. The words are
+read off the current slice's own answer (every slice, the first holding only the 256 byte characters and the added
+tokens, has the whole one's normalizer, pre-tokenizer and added tokens, so it splits a text into the same words),
+and the answer is kept when the slice holds every entry inside them. `upgrade()` loads the whole tokenizer on a
 thread, after which every call goes to it: a batch asks for it as soon as its plan is big (`batch.runner`), and
 it happens anyway after `AUTO_UPGRADE_CHARS` characters.
 
@@ -54,6 +55,14 @@ AUTO_UPGRADE_CHARS = 1_000_000
 """Characters encoded through slices after which the whole tokenizer is loaded anyway (~1 s of slicing)."""
 LOOKUP_BUDGET = 400_000
 """Substring lookups one call may make (~50 ms) before the whole tokenizer encodes it instead."""
+GROWING_S_PER_ENTRY = 2.5e-6
+"""Seconds of CPU a slice may spend growing, per vocabulary entry of the whole tokenizer, before the whole one is
+loaded (Qwen3's 151,643 entries: ~0.38 s, about what its whole load takes). Rent or buy: text whose words keep
+being new (code, many languages) grows the slice on every call, ~50-90 ms a 9,000-character answer once it holds
+~10,000 entries, so the slices stop paying once they have cost what the whole load would; text that shares its
+words (a run's answers mostly do) never gets there."""
+GROWING_MIN_S = 0.1
+"""The least growing allowed whatever the vocabulary's size (a small one's whole load is quick, but so is growing)."""
 MEMO_WORDS = 200_000
 """Words whose vocabulary entries are remembered (then forgotten all at once)."""
 NOT_SLICEABLE = b"not sliceable\n"
@@ -364,8 +373,9 @@ class SlicedTokenizer:
         if isinstance(unk, str) and unk in vocab:
             self._base.add(vocab[unk])
         self._splitter = self._slice(self._base)
-        self._current: tuple[frozenset[int], Tokenizer] = (frozenset(self._base), self._splitter)
-        """The last slice and the ids it holds."""
+        self._current: tuple[frozenset[int], Tokenizer, set[str]] = (frozenset(self._base), self._splitter, set())
+        """The ids the last slice holds, the slice, and the words it is known to hold every vocabulary entry of
+        (changed only under `_lock`; it only grows, then is forgotten all at once past `MEMO_WORDS`)."""
         self._word_ids: dict[str, tuple[int, ...]] = {}
         """The vocabulary entries inside each word seen."""
         self._added = {int(i): t.content for i, t in self._splitter.get_added_tokens_decoder().items()}
@@ -375,6 +385,8 @@ class SlicedTokenizer:
         self._loading: threading.Event | None = None
         """Set when a load of the whole tokenizer has begun; the event is set when it has ended."""
         self._sliced_chars = 0
+        self._growing_s = 0.0
+        """CPU seconds spent growing slices (`_slice_for`): past `GROWING_S_PER_ENTRY` per entry, the whole one."""
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (`copy.deepcopy`, a pickle) is made from the same cache and file, sliced again."""
@@ -439,16 +451,49 @@ class SlicedTokenizer:
             tokenizer.encode_special_tokens = True
         return tokenizer
 
-    def _slice_for(self, texts: Sequence[str]) -> Tokenizer:
-        """A slice that encodes `texts` as the whole tokenizer does: one holding every vocabulary entry inside a
-        word of theirs. The last slice is used again when it holds them all (a bigger slice encodes as exactly),
-        else it grows: a run's answers share most of their words, so after a few the slice rarely changes. Text
-        whose new words would take more than `LOOKUP_BUDGET` lookups (a long run of one kind of character: minified
-        code, base64) goes to the whole tokenizer instead."""
-        memo = self._word_ids
+    def _encoded(self, texts: Sequence[str], add_special_tokens: bool, *, fast: bool = False) -> list[Encoding]:
+        """`texts` encoded as the whole tokenizer encodes them. They are encoded by the current slice first, and its
+        answer kept when every word in it is one the slice is known to hold all the vocabulary entries of: the words
+        are read off that answer (a word's tokens joined give the word, in any slice of this pipeline, since its
+        normalizer, pre-tokenizer and added tokens are the whole one's), so a run whose answers share their words
+        pays for one encode, not a split of the text into words and then an encode. Otherwise the slice grows
+        (`_slice_for`) and the texts are encoded again."""
+        texts = list(texts)
+        with self._lock:
+            _, tokenizer, covered = self._current
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
         words: set[str] = set()
-        for encoding in self._splitter.encode_batch(list(texts), add_special_tokens=False):
+        for encoding in encodings:
             words.update(_words(encoding))
+        self._sliced_chars += sum(map(len, texts))
+        if self._sliced_chars > AUTO_UPGRADE_CHARS:
+            self.upgrade()
+        with self._lock:
+            known = self._current[1] is tokenizer and words <= covered  # `covered` is the newest slice's
+        if known:
+            return encodings
+        exact = self._slice_for(words)
+        if exact is tokenizer:
+            return encodings
+        encode = getattr(exact, "encode_batch_fast", exact.encode_batch) if fast else exact.encode_batch
+        return list(encode(texts, add_special_tokens=add_special_tokens))
+
+    def _slice_for(self, words: set[str]) -> Tokenizer:
+        """A tokenizer that encodes text of these words as the whole tokenizer does: a slice holding every
+        vocabulary entry inside each word. The current slice when it holds them all (a bigger slice encodes as
+        exactly), else it grows: a run's answers share most of their words, so after a few the slice rarely
+        changes. Words that would take more than `LOOKUP_BUDGET` new lookups (a long run of one kind of character:
+        minified code, base64) go to the whole tokenizer instead."""
+        started = time.thread_time()
+        try:
+            return self._grown(words)
+        finally:
+            self._growing_s += time.thread_time() - started
+            if self._growing_s > max(GROWING_MIN_S, GROWING_S_PER_ENTRY * len(self._cache.tokens)):
+                self.upgrade()
+
+    def _grown(self, words: set[str]) -> Tokenizer:
+        memo = self._word_ids
         new = [w for w in words if w not in memo]
         max_len = self._cache.max_len
         if sum(len(w) * min(len(w), max_len) for w in new) > LOOKUP_BUDGET:
@@ -464,16 +509,16 @@ class SlicedTokenizer:
             found.update(ids)
         if len(memo) > MEMO_WORDS:
             memo.clear()
-        self._sliced_chars += sum(map(len, texts))
-        if self._sliced_chars > AUTO_UPGRADE_CHARS:
-            self.upgrade()
         with self._lock:
-            held, tokenizer = self._current
-            if found <= held:
-                return tokenizer
-            held = held | found
-            self._current = (held, self._slice(held))
-            return self._current[1]
+            held, tokenizer, covered = self._current
+            if not found <= held:
+                held = held | found
+                tokenizer = self._slice(held)
+                self._current = (held, tokenizer, covered)  # what the smaller slice held, this one holds too
+            if len(covered) > MEMO_WORDS:
+                covered.clear()
+            covered.update(words)
+            return tokenizer
 
     def _ids_in(self, word: str) -> tuple[int, ...]:
         vocab, n = self._cache.vocab, len(word)
@@ -558,17 +603,20 @@ class SlicedTokenizer:
         return self._cache.tokens[id] if id < len(self._cache.tokens) else None
 
     def encode(self, sequence: str, add_special_tokens: bool = True) -> Encoding:
-        tokenizer = self._full or self._slice_for([sequence])
-        return tokenizer.encode(sequence, add_special_tokens=add_special_tokens)
+        if self._full is not None:
+            return self._full.encode(sequence, add_special_tokens=add_special_tokens)
+        return self._encoded([sequence], add_special_tokens)[0]
 
     def encode_batch(self, input: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
-        tokenizer = self._full or self._slice_for(input)
-        return tokenizer.encode_batch(list(input), add_special_tokens=add_special_tokens)
+        if self._full is not None:
+            return self._full.encode_batch(list(input), add_special_tokens=add_special_tokens)
+        return self._encoded(input, add_special_tokens)
 
     def encode_batch_fast(self, input: Sequence[str], add_special_tokens: bool = True) -> list[Encoding]:
-        tokenizer = self._full or self._slice_for(input)
-        fast = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-        return list(fast(list(input), add_special_tokens=add_special_tokens))
+        if self._full is not None:
+            fast = getattr(self._full, "encode_batch_fast", self._full.encode_batch)
+            return list(fast(list(input), add_special_tokens=add_special_tokens))
+        return self._encoded(input, add_special_tokens, fast=True)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         if self._full is not None:
