@@ -61,7 +61,8 @@ GROUP_S = 0.25
 SLICED_SAMPLES = 32
 """A run planning more samples loads its whole tokenizer (`BatchConfig` loads it as vocabulary slices, answered
 in ~0.07 s instead of a 0.3-0.5 s parse for Qwen3's tokenizer.json, `core.vocab_slices`); a smaller one encodes
-its prompts and answers through slices (a 2,000-token answer: ~10-35 ms, against ~10 ms whole)."""
+its prompts and answers through slices (a 2,000-token answer whose words the slice holds: one encode, as whole;
+one of new words: ~20-40 ms, and the slices load the whole one themselves once growing has cost as much)."""
 LIVE_LANDING_S = 0.05
 LIVE_GROUP_S = 0.05
 """A live run (the app) lands each part as it is written, and writes a part every 50 ms: a sample shows
