@@ -264,3 +264,62 @@ def test_a_rendered_prompt_encoded_by_remembered_pieces_gives_the_same_ids(tok):
         for text in texts:
             assert native.encode_rendered(text) == native.encode(text), repr(text[:80])
     assert native._memo is not None and native._memo._pieces  # the memo was used, and holds pieces
+
+
+PLAIN_RANKS_CASES = [
+    "YQ== 0\nYg== 1\nYWI= 2\n",  # plain: read in passes
+    "YQ== 0\nYg== 1\nYWI= 2",  # no newline at the end
+    "Yg== 1\nYQ== 0\n",  # ranks out of order: a permutation, read line by line
+    "YQ== 0\n\nYg== 1\n",  # a blank line
+    "YQ== 0\r\nYg== 1\r\n",  # CRLF
+    "YQ==\t0\nYg== 1\n",  # a tab
+    "YQ==  0\nYg== 1\n",  # two spaces
+    " YQ== 0\nYg== 1\n",  # a space at a line's start
+    "YQ== 0 \nYg== 1\n",  # ... and at its end
+    "YQ== 0 7\nYg==\n",  # three fields, then one: as many fields as two lines hold
+    "YQ=a 0\nYg== 1\n",  # padding inside a token
+    "YQ=== 0\nYg== 1\n",  # three of it
+    "== 0\nYg== 1\n",  # a token of padding alone
+    "YQ== 0\n== 1\n",
+    "YWJj 0\nYQ= 1\n",  # a length base64 does not allow
+    "YQ== 0\nYg== +1\n",  # a rank with a sign
+    "YQ== 0\nYg== 01\n",  # ... with a leading zero
+    "YQ== 0\nYQ== 1\n",  # one token twice
+    "YQ== 0\nYg== x\n",  # a rank that is not a number
+    "YQ== 0\nYg==\n",  # a line of one field
+    "\n",
+]
+
+
+@pytest.mark.parametrize("content", PLAIN_RANKS_CASES)
+def test_plain_ranks_read_in_passes_as_line_by_line(tmp_path, content):
+    """The fast reader of a plain `tiktoken.model` gives exactly what the line-by-line reader gives, or leaves the
+    file to it (which then reads it, or says what is wrong): never other ranks, never a file the other refuses."""
+    from tokview.core.kimi_tiktoken import _plain_ranks, _ranks_by_line, read_tiktoken_ranks
+    from tokview.core.tokenizer_folder import FolderError
+
+    path = tmp_path / "tiktoken.model"
+    path.write_bytes(content.encode())
+    fast = _plain_ranks(content.encode())
+    try:
+        by_line: dict[bytes, int] | str = _ranks_by_line(path, content.encode())
+    except FolderError as exc:
+        by_line = str(exc)
+    if fast is not None:
+        assert fast == by_line and list(fast.values()) == list(range(len(fast)))
+    try:
+        read: dict[bytes, int] | str = read_tiktoken_ranks(path)
+    except FolderError as exc:
+        read = str(exc)
+    assert read == by_line or (isinstance(read, str) and isinstance(by_line, dict)), (read, by_line)
+
+
+def test_plain_ranks_of_the_kimi_layout_are_read_in_passes(folder):
+    """Kimi's own file is plain: the fast reader reads it, and to the same ranks as line by line."""
+    from tokview.core.kimi_tiktoken import _plain_ranks, _ranks_by_line
+
+    path = folder / "tiktoken.model"
+    data = path.read_bytes()
+    fast = _plain_ranks(data)
+    assert fast is not None and len(fast) == 163584
+    assert fast == _ranks_by_line(path, data)

@@ -74,13 +74,67 @@ class AddedToken:
         return self.content
 
 
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+"""base64's alphabet and its padding: the ranks' digits are among them."""
+
+
 def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
     """`base64-token rank` lines → {token bytes: rank}; ranks must be exactly 0..n-1."""
-    ranks: dict[bytes, int] = {}
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise FolderError(f"cannot read {path}: {exc.strerror or exc}") from None
+    ranks = _plain_ranks(data)
+    if ranks is None:
+        ranks = _ranks_by_line(path, data)
+    if not ranks:
+        raise FolderError(f"{path} holds no tokens")
+    if sorted(ranks.values()) != list(range(len(ranks))):
+        raise FolderError(
+            f"{path}: ranks are not 0..{len(ranks) - 1} without gaps or repeats, so the special ids "
+            f"Kimi's tokenizer derives from the token count would collide"
+        )
+    return ranks
+
+
+def _plain_ranks(data: bytes) -> dict[bytes, int] | None:
+    """The ranks of a plain file (one `token rank` pair a line with one space between, canonical base64, ranks
+    0..n-1 in order, no blank line), read in passes over the whole file instead of a line at a time: Kimi's 163,584
+    lines took 0.14-0.26 s line by line, 0.12-0.18 s so on this project's 2-core machines (a batch, the proxy and
+    the app wait for it before their first request; the dict itself is most of what is left). None for any other file, which `_ranks_by_line` reads (and says which line is wrong)."""
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    separators = data.translate(None, _BASE64)
+    lines = len(separators) // 2
+    if not lines or separators != b" \n" * lines:
+        return None  # a tab, a carriage return, a blank line, a line of one field or of three, a non-base64 byte
+    fields = data.split()
+    if len(fields) != 2 * lines or _misplaced_padding(data):
+        return None  # a space at a line's start or end (an empty field), padding base64 does not allow
+    if b"\n".join(fields[1::2]) != "\n".join(map(str, range(lines))).encode():
+        return None  # ranks out of order, or not written as plain numbers: read line by line
+    try:
+        decoded = list(map(binascii.a2b_base64, fields[0::2]))
+    except binascii.Error:  # a length that is not base64's
+        return None
+    ranks = dict(zip(decoded, range(lines)))
+    return ranks if len(ranks) == lines else None  # a token twice: line by line, which the rank check refuses
+
+
+def _misplaced_padding(data: bytes) -> bool:
+    """Whether a token holds padding `b64decode(validate=True)` refuses: inside it, three of it, or a token of
+    padding alone. Every "=" of a plain file ends its token or is followed by the other one, at most two ("= "
+    or "== "): counted in C instead of matched by a regular expression (4 passes: ~2 ms, the expression ~40)."""
+    return (
+        data.count(b"=") != data.count(b"= ") + data.count(b"==")
+        or b"===" in data
+        or data.startswith(b"=")
+        or b"\n=" in data
+    )
+
+
+def _ranks_by_line(path: Path, data: bytes) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
     for lineno, line in enumerate(data.splitlines(), 1):
         if not line.strip():
             continue
@@ -89,13 +143,6 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
             ranks[base64.b64decode(token, validate=True)] = int(rank)
         except (ValueError, binascii.Error):
             raise FolderError(f"{path} line {lineno} is not a 'base64-token rank' line") from None
-    if not ranks:
-        raise FolderError(f"{path} holds no tokens")
-    if sorted(ranks.values()) != list(range(len(ranks))):
-        raise FolderError(
-            f"{path}: ranks are not 0..{len(ranks) - 1} without gaps or repeats, so the special ids "
-            f"Kimi's tokenizer derives from the token count would collide"
-        )
     return ranks
 
 
