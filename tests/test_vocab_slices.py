@@ -1068,6 +1068,11 @@ def test_slices_that_keep_growing_load_the_whole_tokenizer_once_they_cost_as_muc
     assert sliced.upgrading  # the growing cost passed the budget: the whole one is loading
     wait_whole(sliced)
     assert [sliced.encode(t).ids for t in texts] == whole_ids(whole, texts, True)
+    copy = sliced.literal_copy()  # nobody asked for the whole one: the copy is slices, with its own budget
+    assert isinstance(copy, SlicedTokenizer) and not copy.upgrading
+    assert [copy.encode(fresh).ids] == whole_ids(whole, [fresh], True, literal=True)
+    sliced.upgrade()  # a caller asks: copies from now on are whole
+    assert not isinstance(sliced.literal_copy(), SlicedTokenizer)
 
 
 def test_a_word_too_long_to_slice_goes_to_the_whole_tokenizer(tmp_path, small_tokenizer, monkeypatch):

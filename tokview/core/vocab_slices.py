@@ -14,7 +14,8 @@ read off the current slice's own answer (every slice, the first holding only the
 tokens, has the whole one's normalizer, pre-tokenizer and added tokens, so it splits a text into the same words),
 and the answer is kept when the slice holds every entry inside them. `upgrade()` loads the whole tokenizer on a
 thread, after which every call goes to it: a batch asks for it as soon as its plan is big (`batch.runner`), and
-it happens anyway after `AUTO_UPGRADE_CHARS` characters.
+it happens anyway after `AUTO_UPGRADE_CHARS` characters, or once growing slices has cost about what loading the
+whole one would (`GROWING_S_PER_ENTRY`: text whose words keep being new).
 
 The cache is built by a child process (`python -m tokview.core.vocab_slices FILE`, at a low priority, one at a
 time, only where the cache can be written) when a batch finds none, while the batch reads the file whole itself.
@@ -386,6 +387,8 @@ class SlicedTokenizer:
         """Set when a load of the whole tokenizer has begun; the event is set when it has ended."""
         self._sliced_chars = 0
         self._growing_s = 0.0
+        self._asked = False
+        """Whether a caller asked for the whole tokenizer (`upgrade`), rather than this object loading it itself."""
         """CPU seconds spent growing slices (`_slice_for`): past `GROWING_S_PER_ENTRY` per entry, the whole one."""
 
     def __getstate__(self) -> dict[str, Any]:
@@ -397,7 +400,12 @@ class SlicedTokenizer:
 
     # -- the whole tokenizer ---------------------------------------------------------------------------------------
     def upgrade(self) -> None:
-        """Load the whole tokenizer on a thread; calls go to it once it is loaded."""
+        """Load the whole tokenizer on a thread; calls go to it once it is loaded. A caller asked for it: so does
+        every `literal_copy` made from now on (a load this object starts itself is its own business)."""
+        self._asked = True
+        self._start_whole()
+
+    def _start_whole(self) -> None:
         with self._lock:
             if self._full is not None or self._loading is not None:
                 return
@@ -458,7 +466,7 @@ class SlicedTokenizer:
         normalizer, pre-tokenizer and added tokens are the whole one's), so a run whose answers share their words
         pays for one encode, not a split of the text into words and then an encode. Otherwise the slice grows
         (`_slice_for`) and the texts are encoded again."""
-        texts = list(texts)
+        texts = list(texts)  # `encode_batch`, not `encode_batch_fast`, below: only it gives the words (`word_ids`)
         with self._lock:
             _, tokenizer, covered = self._current
         encodings = tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
@@ -467,7 +475,7 @@ class SlicedTokenizer:
             words.update(_words(encoding))
         self._sliced_chars += sum(map(len, texts))
         if self._sliced_chars > AUTO_UPGRADE_CHARS:
-            self.upgrade()
+            self._start_whole()
         with self._lock:
             known = self._current[1] is tokenizer and words <= covered  # `covered` is the newest slice's
         if known:
@@ -490,7 +498,7 @@ class SlicedTokenizer:
         finally:
             self._growing_s += time.thread_time() - started
             if self._growing_s > max(GROWING_MIN_S, GROWING_S_PER_ENTRY * len(self._cache.tokens)):
-                self.upgrade()
+                self._start_whole()
 
     def _grown(self, words: set[str]) -> Tokenizer:
         memo = self._word_ids
@@ -560,14 +568,14 @@ class SlicedTokenizer:
 
     def literal_copy(self) -> SlicedTokenizer | Tokenizer:
         """A copy that encodes special-token text as text (`encode_special_tokens`)."""
-        if self._full is not None:
+        if self._full is not None and self._asked:
             from tokenizers import Tokenizer
 
             whole = Tokenizer.from_str(self._full.to_str())
             whole.encode_special_tokens = True
             return whole
         sliced = SlicedTokenizer(self._cache, self._path, self._digest, literal=True)
-        if self.upgrading:  # asked for the whole one: so is the copy
+        if self._asked:  # asked for the whole one: so is the copy (a copy keeps its own count of what slices cost)
             sliced.upgrade()
         return sliced
 
