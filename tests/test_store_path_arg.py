@@ -129,3 +129,76 @@ def test_an_empty_run_name_is_refused(command, tmp_path, capsys, monkeypatch):
     extra = {"batch": ["p.jsonl", "--server", "http://127.0.0.1:9"], "export": ["--out", "o.jsonl"]}
     assert main([command, *extra.get(command, []), "--run", " ", "--db", str(tmp_path / "s.duckdb")]) == ExitCode.USAGE
     assert "argument --run: an empty run name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["batch", "{prompts}", "--server", "http://127.0.0.1:9", "--db", "{db}"],
+        ["stats", "--db", "{db}"],
+        ["review", "--db", "{db}", "--status", "pending"],
+        ["merge", "{other}", "--into", "{db}"],
+    ],
+    ids=["batch", "stats", "review", "merge"],
+)
+def test_a_store_named_as_duckdb_names_a_write_ahead_log_is_refused(argv, tmp_path, capsys, monkeypatch):
+    """DuckDB keeps `X.wal` as X's write-ahead log and deletes it once X is written: a store given as
+    `--db runs.duckdb.wal` lost its samples to the next write of runs.duckdb."""
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    db = tmp_path / "runs.duckdb.wal"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    with Store(tmp_path / "other.duckdb"):
+        pass
+    args = [a.format(db=db, prompts=prompts, other=tmp_path / "other.duckdb") for a in argv]
+    assert main(args) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "is named as DuckDB names a store's write-ahead log" in err and err.count("\n") == 1
+    assert not db.exists() and not (tmp_path / "runs.duckdb").exists()
+
+
+@pytest.mark.parametrize("command", ["batch", "stats", "merge"])
+def test_a_whole_database_where_a_stores_log_goes_is_never_opened_over(command, tmp_path, capsys, monkeypatch):
+    """The other order: a database named `runs.duckdb.wal` exists, and `--db runs.duckdb` would have DuckDB replay
+    it as runs.duckdb's log and delete it. Refused in one line, before anything is made; the database stays whole."""
+    import duckdb
+
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    log = tmp_path / "runs.duckdb.wal"
+    conn = duckdb.connect(str(log))
+    conn.execute("CREATE TABLE kept AS SELECT 42 AS answer")
+    conn.close()
+    before = log.read_bytes()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    with Store(tmp_path / "other.duckdb"):
+        pass
+    db = tmp_path / "runs.duckdb"
+    argv = {
+        "batch": ["batch", str(prompts), "--server", "http://127.0.0.1:9", "--db", str(db)],
+        "stats": ["stats", "--db", str(db)],
+        "merge": ["merge", str(tmp_path / "other.duckdb"), "--into", str(db)],
+    }[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1
+    if command != "stats":  # stats says the store is missing first: it opens nothing either
+        assert f"{log} is a whole DuckDB database, where DuckDB keeps {db}'s write-ahead log" in err
+    assert log.read_bytes() == before and not db.exists() and not (tmp_path / "runs.duckdb.parts").exists()
+
+
+def test_the_store_layer_refuses_a_database_where_its_log_goes(tmp_path):
+    """Whatever opens the store (the app, a child process), not only the commands' flag check."""
+    import duckdb
+
+    from tokview.store import Store, StoreError
+
+    log = tmp_path / "s.duckdb.wal"
+    duckdb.connect(str(log)).close()
+    with pytest.raises(StoreError, match="would delete it"):
+        Store(tmp_path / "s.duckdb")
+    assert (tmp_path / "s.duckdb.wal").exists() and not (tmp_path / "s.duckdb").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tokview.default_store import DEFAULT_DB
 from tokview.errors import UserError
+from tokview.store_log import database_as_log, log_refusal
 
 
 def store_path(text: str) -> str:
@@ -22,6 +23,11 @@ def store_path(text: str) -> str:
     if text.endswith(("/", os.sep)):  # DuckDB made a file named like the folder ("runs/" -> runs)
         raise argparse.ArgumentTypeError(
             f"{text} names a folder: give the store's .duckdb file (e.g. {text}{DEFAULT_DB})"
+        )
+    if text.endswith(".wal"):  # DuckDB's write-ahead log of the store named without it: written over, then deleted
+        raise argparse.ArgumentTypeError(
+            f"{text} is named as DuckDB names a store's write-ahead log (it deletes {text} once it writes "
+            f"{text.removesuffix('.wal') or 'that store'}): give the store a name that does not end in .wal"
         )
     folder = os.path.realpath(os.path.dirname(os.path.abspath(os.path.expanduser(text))))
     if folder.endswith(".parts") and _is_store(folder.removesuffix(".parts")):  # another store's parts folder
@@ -48,6 +54,9 @@ def creatable_store(db: str | Path) -> None:
     said "IO Error: Could not read from file …: Is a directory")."""
     if Path(db).expanduser().is_dir():
         raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
+    log = database_as_log(db)  # before anything is made beside it (a run's parts, a new store)
+    if log is not None:
+        raise UserError(log_refusal(db, log))
 
 
 def run_name(text: str) -> str:

@@ -31,6 +31,7 @@ from tokview.errors import first_line
 from tokview.secrets import scrub_text
 from tokview.store import parts
 from tokview.store.errors import StoreError, StoreFull, StoreHeld, is_disk_full
+from tokview.store_log import DUCKDB_MAGIC, database_as_log, log_refusal
 
 Statement = tuple[str, Sequence[Any]]
 """One SQL statement and its parameters (DuckDB takes any JSON-like value, lists of ids, None)."""
@@ -69,8 +70,6 @@ LOCK_WORDS = ("Could not set lock", "Conflicting lock", "Unique file handle conf
 process still has it open: DuckDB puts off a DETACH while a statement refers to the database, so a file closed a moment
 ago may still be attached; it is waited for like another process's lock."""
 _PID = re.compile(r"\(PID (\d+)\)")
-DUCKDB_MAGIC = b"DUCK"
-"""What every DuckDB database file holds at bytes 8-11 of its header."""
 _NOT_A_DATABASE = "not a valid DuckDB database file"
 _OPEN_HERE: dict[str, int] = {}
 """Store files this process has open in DuckDB, by real path: how many connections (read and changed under
@@ -207,6 +206,7 @@ def refuse_other_files(path: str) -> None:
     with _OPEN_HERE_LOCK:
         if _open_here(path):
             return  # a store open here already (and reading it would drop this process's lock on it)
+        refuse_a_store_as_log(path)
         where = Path(path).expanduser()
         try:
             mode = where.stat().st_mode
@@ -223,6 +223,13 @@ def refuse_other_files(path: str) -> None:
             return  # unreadable: DuckDB's own error says why
     if head and head[8:12] != DUCKDB_MAGIC:
         raise StoreError(f"{path} is not a DuckDB database (a tokview store is one): pass another --db")
+
+
+def refuse_a_store_as_log(path: str) -> None:
+    """A StoreError when `PATH.wal` is a whole database, which opening PATH would delete (`tokview.store_log`)."""
+    log = database_as_log(path)
+    if log is not None:
+        raise StoreError(log_refusal(path, log))
 
 
 def clear_unfinished_file(path: str, wait: LockWait) -> bool:
