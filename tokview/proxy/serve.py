@@ -123,6 +123,7 @@ def upstream_auth(url: str) -> str | None:
 async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: float) -> Upstream:
     from tokview.servers.features import detect, unknown_server
     from tokview.servers.http import ServerClient
+    from tokview.servers.registry import kind_mismatch
     from tokview.servers.retry import RetryPolicy
 
     client = ServerClient(url, timeout=timeout, concurrency=2)
@@ -131,6 +132,8 @@ async def _detect(url: str, kind: str, profile: ModelProfile | None, timeout: fl
     finally:
         await client.aclose()
     found = info.kind if kind == "auto" else kind
+    if (why := kind_mismatch(kind, info, "--kind")) is not None:  # its streamed chat was recorded without ids
+        raise UserError(why)
     if found not in ("vllm", "sglang"):
         raise UserError(unknown_server(info, "give the server's root URL, or --kind vllm|sglang"))
     return Upstream(info.url, found, upstream_auth(url), info.stamp() | {"server_kind": found}, info.max_model_len)

@@ -122,9 +122,9 @@ async def detect(
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
-        info.kind = "sglang"
+        info.kind, info.kind_said = "sglang", True
     elif isinstance(version, dict) and "version" in version:
-        info.kind = "vllm"
+        info.kind, info.kind_said = "vllm", True
     # the version and model name go into the run record and every sample id: a lone surrogate in them
     # (a JSON "\ud800") made the run unwritable, so they are kept storable (written as its escape)
     for src in (version, server_info):

@@ -21,6 +21,9 @@ class ServerInfo:
 
     url: str
     kind: str = "unknown"
+    kind_said: bool = False
+    """The kind is what the server's info endpoints say it is (SGLang's /get_model_info, vLLM's /version), not
+    inferred from which raw probe it answered (a gateway or a fake answering every path can pass either)."""
     version: str | None = None
     model: str | None = None
     features: dict[str, Any] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
 from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs, unknown_server
 from tokview.servers.http import REQUEST_SENT, ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
+from tokview.servers.registry import AUTO, CHOICES, kind_mismatch
 from tokview.servers.request import CaptureRequest, resolve_settings
 from tokview.servers.retry import RetryPolicy
 from tokview.servers.urls import parse_server_url
@@ -244,6 +245,8 @@ class ServerPool:
         if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
             hint = "give the server's root URL (not an API sub-path) or pass --backend sglang|vllm"
             raise CaptureFailed(unknown_server(info, hint))
+        if self.backend != AUTO and (why := kind_mismatch(CHOICES[self.backend].server, info, "--backend")):
+            raise CaptureFailed(why)
 
     async def probe_generations(self) -> None:
         """Send the 1-token probe generations a `names_only` probe left out, to each server that answered it: the

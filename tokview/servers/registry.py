@@ -67,6 +67,19 @@ def choose(backend: str, info: ServerInfo) -> ServerChoice:
     raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKEND_NAMES)})")
 
 
+def kind_mismatch(asked: str, info: ServerInfo, flag: str) -> str | None:
+    """Why a server cannot be spoken to as the kind a flag asked for (`--backend`, the proxy's `--kind`), when its
+    info endpoints say it is the other kind; None when it is that kind, or its kind is not known for sure. Said before
+    any generation: every prompt of a batch on vLLM with `--backend sglang` failed on SGLang's /generate (a 404)."""
+    if not info.kind_said or info.kind not in SERVER_KINDS or asked not in SERVER_KINDS or asked == info.kind:
+        return None
+    found = f"{server_name(info.kind)}{f' {info.version}' if info.version else ''}"
+    return (
+        f"{info.url} is {found} (as it says), not {server_name(asked)} as {flag} says: drop {flag} (the kind the "
+        f"server says is used) or pass {flag} {info.kind}"
+    )
+
+
 def for_kind(kind: str) -> list[Backend]:
     """The endpoint families a server of this kind may have (all of them for an unknown kind)."""
     return [b for b in ENDPOINTS.values() if kind not in SERVER_KINDS or b.server == kind]
