@@ -148,3 +148,23 @@ def test_a_size_limit_that_is_no_number_of_mib_is_refused_before_anything_runs(t
         done.stderr.strip() == f"tokview: error: TOKVIEW_MAX_PROMPT_MB must be a number of MiB above 0, not {value!r}"
     )
     assert not db.exists()
+
+
+@pytest.mark.parametrize("value", ["512M", "0", "-3", "nan", "inf"])
+@pytest.mark.parametrize("command", ["batch", "doctor", "proxy"])
+def test_a_response_limit_that_is_not_a_number_of_mib_is_said_in_one_line(command, value, vllm_sim, tmp_path):
+    """`TOKVIEW_MAX_RESPONSE_MB=512M` silently kept the 128 MiB default (the answers it was set for then failed as
+    too large): now one line, exit 1, before anything is stored."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hello"}\n')
+    db = tmp_path / "b.duckdb"
+    argv = {
+        "batch": ["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db)],
+        "doctor": ["doctor", "--server", vllm_sim.url],
+        "proxy": ["proxy", "--server", vllm_sim.url, "--db", str(db), "--listen", "127.0.0.1:0"],
+    }[command]
+    done = _cli(*argv, env={"TOKVIEW_MAX_RESPONSE_MB": value})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().endswith(f"TOKVIEW_MAX_RESPONSE_MB must be a number of MiB above 0, not {value!r}")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not db.exists()

@@ -40,10 +40,10 @@ from tokview.proxy.wire import (
     UpstreamPool,
     UpstreamResponse,
 )
+from tokview.response_size import max_response_bytes
 from tokview.secrets import Secrets, authorization_values, masked_query
 from tokview.servers.codings import BodyDecoder, UnreadableCoding, decoded
 from tokview.servers.errors import error_message
-from tokview.servers.http import max_response_bytes
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile

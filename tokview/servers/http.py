@@ -41,6 +41,7 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from tokview.errors import UserError
+from tokview.response_size import MAX_RESPONSE_ENV, max_response_bytes
 from tokview.secrets import API_KEY_ENV, Secrets, api_key_from_env, check_header_value, redact_url
 from tokview.servers import transport
 from tokview.servers.codings import UnreadableCoding
@@ -73,23 +74,6 @@ REQUEST_SENT: ContextVar[Callable[[], None] | None] = ContextVar("tokview_reques
 """Called as each request made in this context goes out (`ServerPool.capture` sets it for a capture's
 requests: a `--workers` batch spawns its children once its first generation is in flight). Over the fast
 transport once the request's bytes are in the socket; over httpx just before it connects and sends."""
-MAX_RESPONSE_ENV = "TOKVIEW_MAX_RESPONSE_MB"
-"""Environment variable raising (or lowering) the size limit of one answer, in MiB."""
-
-
-def max_response_bytes() -> int:
-    """The most bytes one answer may hold: `TOKVIEW_MAX_RESPONSE_MB` MiB, else 128 MiB.
-
-    Why a limit: an answer is held whole, parsed and stored, at several times its size in memory (a
-    300 MB body took 2.3 GB). The default is far above any real one: a 32k-token generation with 20
-    logprob alternatives per token is ~40 MB, scoring a 64k-token sample with --top-k 20 ~100 MB.
-    An unreadable value is ignored (the default stands) rather than failing every request."""
-    value = os.environ.get(MAX_RESPONSE_ENV, "").strip()
-    try:
-        mib = float(value) if value else 0.0
-    except ValueError:
-        mib = 0.0
-    return int(mib * (1 << 20)) if mib > 0 and mib < 1 << 40 else transport.DEFAULT_MAX_BODY
 
 
 def dumps(body: object) -> bytes:

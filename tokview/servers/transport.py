@@ -29,12 +29,13 @@ from collections import deque
 from collections.abc import Callable
 from urllib.parse import quote
 
+from tokview.response_size import DEFAULT_MAX_RESPONSE_BYTES
 from tokview.servers.codings import UnreadableCoding, decoded
 
 MAX_HEAD_BYTES = 1 << 16
 """A status line plus headers longer than this is not an HTTP server we can talk to."""
-DEFAULT_MAX_BODY = 128 << 20
-"""Bytes of one answer body read at most (see `servers.http.max_response_bytes`)."""
+DEFAULT_MAX_BODY = DEFAULT_MAX_RESPONSE_BYTES
+"""Bytes of one answer body read at most (see `tokview.response_size`)."""
 
 
 class TransportError(Exception):
