@@ -202,3 +202,29 @@ def test_the_store_layer_refuses_a_database_where_its_log_goes(tmp_path):
     with pytest.raises(StoreError, match="would delete it"):
         Store(tmp_path / "s.duckdb")
     assert (tmp_path / "s.duckdb.wal").exists() and not (tmp_path / "s.duckdb").exists()
+
+
+def test_merge_names_its_own_flag_for_a_bad_target(tmp_path, capsys, monkeypatch):
+    """`merge` has no --db: its target's errors said "--db adir is a directory" and "pass another --db"."""
+    import duckdb
+
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    source = tmp_path / "src.duckdb"
+    with Store(source):
+        pass
+    folder = tmp_path / "adir"
+    folder.mkdir()
+    foreign = tmp_path / "foreign.duckdb"
+    duckdb.connect(str(foreign)).execute("CREATE TABLE t (i INTEGER)").close()
+    text = tmp_path / "text.duckdb"
+    text.write_text("not a database\n")
+    for target, said in [
+        (folder, f"--into {folder} is a directory, not a store"),
+        (foreign, "is a DuckDB database but not a tokview store (it has tables t): pass another --into"),
+        (text, "is not a DuckDB database (a tokview store is one): pass another --into"),
+    ]:
+        assert main(["merge", str(source), "--into", str(target)]) == ExitCode.USAGE
+        err = capsys.readouterr().err
+        assert said in err and "--db" not in err and err.count("\n") == 1, err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    creatable_store(args.into)
-    from tokview.store import Store
+    creatable_store(args.into, "--into")
+    from tokview.store import SchemaError, Store, StoreError
 
     for src in args.sources:
         if src.is_dir():
@@ -41,15 +42,20 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"database not found: {src}")
     into = Path(args.into).expanduser()
     made = not os.path.lexists(into)  # a dangling symlink is not ours to remove either
-    with Store(args.into) as store:  # MergeRefused, StoreError: one line
-        for k, src in enumerate(args.sources):
-            try:
-                added = store.merge(src)
-            except TokviewError:
-                if made and k == 0:  # refused before anything landed: no empty store left behind
-                    _remove_if_empty(store, into)
-                raise
-            _say(added, src, args.into)
+    try:
+        with Store(args.into) as store:  # MergeRefused, StoreError: one line
+            for k, src in enumerate(args.sources):
+                try:
+                    added = store.merge(src)
+                except TokviewError:
+                    if made and k == 0:  # refused before anything landed: no empty store left behind
+                        _remove_if_empty(store, into)
+                    raise
+                _say(added, src, args.into)
+    except (StoreError, SchemaError) as exc:  # the store layer words the flag to change as every other command's: --db
+        exc.message = re.sub(r"\bpass another --db\b", "pass another --into", exc.message)
+        exc.args = (exc.message,)
+        raise
     return 0
 
 

@@ -49,11 +49,11 @@ def existing_store(db: str | Path) -> Path:
     return path
 
 
-def creatable_store(db: str | Path) -> None:
+def creatable_store(db: str | Path, flag: str = "--db") -> None:
     """For a command that creates the store when it is missing: a one-line UserError when `db` is a folder (DuckDB
-    said "IO Error: Could not read from file …: Is a directory")."""
+    said "IO Error: Could not read from file …: Is a directory"). `flag`: the option that named it."""
     if Path(db).expanduser().is_dir():
-        raise UserError(f"--db {db} is a directory, not a store: name its .duckdb file")
+        raise UserError(f"{flag} {db} is a directory, not a store: name its .duckdb file")
     log = database_as_log(db)  # before anything is made beside it (a run's parts, a new store)
     if log is not None:
         raise UserError(log_refusal(db, log))
