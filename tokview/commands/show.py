@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store
+from tokview.commands.vocabulary_check import refuse_another_vocabulary
 from tokview.core.json_value import strict_json
 from tokview.errors import UserError
 from tokview.untrusted_text import from_printed, has_lone_surrogate, printable, printable_line
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         recorded_profile_def=run.get("profile_def"),
         recorded_vocabulary=recorded_vocabulary(run),
     )
+    if args.tokenizer is not None:
+        refuse_another_vocabulary(tokenizer, args.tokenizer, [run])
     analysis = analyze(stored.capture, profile, tokenizer).with_recorded(stored.findings)
     if args.json:
         out = {
