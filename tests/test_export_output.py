@@ -162,6 +162,18 @@ def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
     assert not (tmp_path / "x.duckdb.wal").exists()
     with Store(db) as again:
         assert again.count_samples() == 2
+    parts = tmp_path / "x.duckdb.parts"
+    parts.mkdir(exist_ok=True)
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(parts / "x.jsonl")]) == 1
+    err = capsys.readouterr().err  # named as what it is, with its folder (it said "--out x.jsonl would overwrite")
+    assert f"--out {parts / 'x.jsonl'} is inside the parts folder of the store it exports ({parts})" in err
+    assert not (parts / "x.jsonl").exists()
+
+
+def test_an_empty_out_is_named_empty_not_the_working_directory(store, tmp_path, capsys):
+    store.close()
+    assert main(["export", "--db", str(tmp_path / "x.duckdb"), "--out", ""]) == 1
+    assert capsys.readouterr().err == "tokview: error: --out is empty: give a file name (or - for standard output)\n"
 
 
 # -- sidecars land with the data; stale temp files are cleaned ------------------------------------------

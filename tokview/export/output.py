@@ -141,6 +141,8 @@ def plan_output(out: str | Path, example: str) -> Plan:
     """Decide how to write `--out`; OutputError (one line) when it cannot be written."""
     if str(out) == "-":
         return Plan(data=None, stream_path="-")
+    if not str(out).strip():  # Path("") is "." (the working directory): named as what it is, an empty path
+        raise OutputError("--out is empty: give a file name (or - for standard output)")
     fd = _descriptor(str(out))
     if fd is not None:  # /dev/stdout, /dev/fd/N: written through the descriptor, never reopened nor replaced
         return Plan(data=None, stream_path=f"{_FD}{fd}")

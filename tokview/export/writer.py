@@ -264,8 +264,12 @@ def _refuse_the_store(plan: Plan, db: Path) -> None:
         if fd is not None:
             finals.append(Path(os.path.realpath(f"/proc/self/fd/{fd}")))
     for final in finals:
-        if final in own or parts in final.parents:
+        if final in own:
             raise OutputError(f"--out {plan.name} would overwrite the store it exports ({db}): choose another file")
+        if parts in final.parents:  # its landing would read the file as a part, or remove it
+            raise OutputError(
+                f"--out {final} is inside the parts folder of the store it exports ({parts}): choose another folder"
+            )
         other = _database_behind(final)
         if other is not None:
             raise OutputError(
