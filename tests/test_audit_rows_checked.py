@@ -110,3 +110,15 @@ def test_a_pre_tokenized_row_whose_answer_calls_tools_is_no_field_mismatch(tmp_p
         [page] = store.samples_page(SampleFilter(run_id="audit-p"), limit=10)
     assert report.imported == 1 and 163595 in whole[len(prompt) :]
     assert "tool_calls_field_mismatch" not in page.codes, page.codes
+
+
+def test_a_speculators_row_missing_half_its_ids_is_named_so(tmp_path):
+    """It said "no `messages`, `conversations` or `prompt` field", about a row that is plainly a speculators one."""
+    rows = [{"input_ids": [1, 2, 3]}, {"loss_mask": [0, 1]}, {**_ok(), "input_ids": [1, 2]}, _ok()]
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, _write(tmp_path / "s.jsonl", rows), tokenizer=kimi(), profile=profile())
+    assert report.bad_rows == [
+        "line 1: `input_ids` without `loss_mask`: a speculators row needs both",
+        "line 2: `loss_mask` without `input_ids`: a speculators row needs both",
+    ]
+    assert report.imported == 2  # a conversation with extra ids is still read as its conversation

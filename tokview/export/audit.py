@@ -377,6 +377,12 @@ def _audit_rows(
             if "input_ids" in row and "loss_mask" in row:
                 prompt_id, index, turns = from_speculators(row)
                 report.masked_tails += masked_tail(row) > 0
+            elif ("input_ids" in row) != ("loss_mask" in row) and not {"messages", "conversations", "prompt"} & set(
+                row
+            ):
+                # a speculators row cut short, not a conversation: said so, not "no `messages` … field"
+                have, lack = ("input_ids", "loss_mask") if "input_ids" in row else ("loss_mask", "input_ids")
+                raise PromptError(f"`{have}` without `{lack}`: a speculators row needs both")
             else:  # what batch refuses in a prompts file (an object as content renders as nothing) is a bad row here
                 check_row(row, f"line {n}")
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
