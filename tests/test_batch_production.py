@@ -337,6 +337,8 @@ async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_list
             assert summary.failed == 3
         assert store.stats()["failures"]["total"] == 3
         assert [f["attempts"] for f in store.failures()] == [3, 3, 3]
+        failing = sim.url  # a failure names its server (it was null for a request that gave up after retries)
+        assert {f["server"] for f in store.failures()} == {failing}
     with start_simulator(SimConfig(kind="vllm")) as sim, Store(tmp_path / "f.duckdb") as store:
         other = tmp_path / "other.jsonl"
         other.write_text(json.dumps({"id": "ok-1", "messages": [{"role": "user", "content": "fine"}]}) + "\n")
@@ -345,6 +347,7 @@ async def test_reruns_of_a_failing_prompt_keep_one_failure_and_errors_jsonl_list
     lines = (tmp_path / "out.errors.jsonl").read_text().splitlines()
     assert len(lines) == 3
     assert len({json.loads(x)["metadata"]["sample_id"] for x in lines}) == 3
+    assert {json.loads(x)["metadata"]["endpoint"] for x in lines} == {failing}
 
 
 def test_two_workers_stop_at_once_when_the_parent_cannot_write_a_part(tmp_path):

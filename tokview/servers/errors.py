@@ -58,6 +58,8 @@ class Retryable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.status = status
+        self.url: str | None = None
+        """The server the attempt went to (set by the pool): a request that gave up names it."""
         self.retry_after = retry_after
         self.connection = connection
         self.timed_out = timed_out

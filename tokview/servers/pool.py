@@ -165,7 +165,12 @@ class ServerPool:
                     assert server.info is not None
                     result = await fn(server.client, server.info)
             except Retryable as exc:
+                exc.url = server.client.url
                 self._failed(server, exc)
+                raise
+            except CaptureFailed as exc:
+                if exc.url is None:  # the failure names its server (a speculators errors.jsonl row's `endpoint`)
+                    exc.url = server.client.url
                 raise
             finally:
                 server.active -= 1

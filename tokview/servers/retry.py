@@ -59,5 +59,5 @@ class GaveUp(CaptureFailed):
     """Retries spent; `.last` is the final Retryable (its `connection` flag says if the server is gone)."""
 
     def __init__(self, reason: str, last: Retryable) -> None:
-        super().__init__(reason, status=last.status)
+        super().__init__(reason, status=last.status, url=last.url)
         self.last = last
