@@ -49,3 +49,19 @@ def test_eta_and_summary_balance():
     assert "DOES NOT BALANCE" in s.render()
     assert s.exit_code == 3
     assert BatchSummary(run_id="r", input=1, ok=1).exit_code == 0
+
+
+def test_score_says_off_policy_not_the_batchs_flagged_and_truncated():
+    """`tokview score` counts the samples it finds off_policy in `flagged` and truncates nothing: the batch's labels
+    said "flagged 2 truncated 0" of a store holding truncated samples."""
+    import io
+
+    from tokview.batch.config import BatchProgress
+    from tokview.batch.progress import ProgressPrinter, score_progress_line
+
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=False, line=score_progress_line)
+    printer(BatchProgress(total=4, ok=4, flagged=2, output_tokens=80, elapsed_s=2.0))
+    line = out.getvalue()
+    assert line.startswith("4/4 100.0% | ok 4 failed 0 skipped 0 off_policy 2 | 2.0 req/s 40 tok/s"), line
+    assert "flagged" not in line and "truncated" not in line

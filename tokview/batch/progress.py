@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from tokview.batch.config import BatchProgress
@@ -31,11 +32,29 @@ def progress_line(p: BatchProgress) -> str:
     )
 
 
+def score_progress_line(p: BatchProgress) -> str:
+    """`tokview score`'s line: its `flagged` counts the samples it found off_policy, and it truncates nothing (the
+    batch's labels said "flagged 2 truncated 0" of a store holding truncated samples)."""
+    pct = 100.0 * p.done / p.total if p.total else 100.0
+    return (
+        f"{p.done}/{p.total} {pct:5.1f}% | ok {p.ok} failed {p.failed} skipped {p.skipped} off_policy {p.flagged} "
+        f"| {p.req_per_s:.1f} req/s {p.tok_per_s:.0f} tok/s | ETA {_eta(p.eta_s)}"
+    )
+
+
 class ProgressPrinter:
     """Callable handed to `run_batch(on_progress=...)`."""
 
-    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        interval: float | None = None,
+        line: Callable[[BatchProgress], str] = progress_line,
+    ) -> None:
         self.stream = stream or sys.stderr
+        self.line = line
         self.tty = self.stream.isatty() if tty is None else tty
         self.interval = interval if interval is not None else (0.1 if self.tty else 10.0)
         self._last = float("-inf")  # the first progress line shows at once
@@ -51,7 +70,7 @@ class ProgressPrinter:
             return
         self._final_shown = final
         self._last = now
-        line = progress_line(p)
+        line = self.line(p)
         if self.tty:
             self.stream.write("\r" + line + "\x1b[K")
             self._drawn = True

@@ -77,7 +77,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokview.batch.progress import ProgressPrinter
+    from tokview.batch.progress import ProgressPrinter, score_progress_line
     from tokview.batch.scoring import ScoreConfig, run_score
     from tokview.servers.urls import validate_server_url
     from tokview.store import Store
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         rescore=args.rescore,
     )
     config.validate()  # InputError
-    printer = ProgressPrinter(sys.stderr)
+    printer = ProgressPrinter(sys.stderr, line=score_progress_line)
     try:  # InputError, StoreError and ServerUnreachable (exit 2) reach the CLI as they are: one line each
         with Store(args.db, server_urls=servers) as store:
             if store.read_only:  # before the target scores anything: every score would be held, then lost
