@@ -109,3 +109,26 @@ def test_demo_on_a_prompts_file_exits_as_batch_would(tmp_path, capsys):
     huge = tmp_path / "huge.jsonl"
     huge.write_text('{"id": "big", "prompt": "' + "x " * 40_000 + '"}\n')  # past the simulator's 32,768 ids
     assert main(["demo", "--no-ui", "--prompts", str(huge), "--db", str(tmp_path / "h.duckdb")]) == 3
+
+
+def test_demo_refuses_a_store_holding_other_runs_and_runs_again_on_its_own(tmp_path, capsys, monkeypatch):
+    """It wrote 36 simulator samples into a team's store without a word; an `--select valid` export then took 24 of
+    them as the team's. A store of the demo's own runs takes a second demo."""
+    from tokview.store import Store
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}\n')
+    theirs = tmp_path / "theirs.duckdb"
+    assert main(["audit", str(data), "--db", str(theirs)]) == 0
+    with Store(theirs) as store:
+        before = store.run_ids()
+    capsys.readouterr()
+    assert main(["demo", "--no-ui", "--db", str(theirs), "--limit", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"--db {theirs} holds runs that are not the demo's ({before[0]})" in err and err.count("\n") == 1
+    with Store(theirs) as store:
+        assert store.run_ids() == before
+    mine = tmp_path / "demo.duckdb"
+    assert main(["demo", "--no-ui", "--db", str(mine), "--limit", "1"]) == 0
+    assert main(["demo", "--no-ui", "--db", str(mine), "--limit", "1"]) == 0

@@ -121,9 +121,9 @@ def demo_runs(current_url: str, old_url: str) -> list[tuple[str, DemoRunFields]]
         )
 
     return [
-        ("parsed chat · vLLM 0.32", fields(current_url, "chat", 256, 0.6, "demo-chat")),
-        ("parsed chat · old vLLM, bad parser", fields(old_url, "chat", 256, 0.7, "demo-old-vllm")),
-        ("raw ids · max 24 tokens", fields(current_url, "raw", 24, 1.0, "demo-truncated")),
+        ("parsed chat · vLLM 0.32", fields(current_url, "chat", 256, 0.6, DEMO_RUN_IDS[0])),
+        ("parsed chat · old vLLM, bad parser", fields(old_url, "chat", 256, 0.7, DEMO_RUN_IDS[1])),
+        ("raw ids · max 24 tokens", fields(current_url, "raw", 24, 1.0, DEMO_RUN_IDS[2])),
     ]
 
 
@@ -187,6 +187,27 @@ def open_hint(db: str | None, removed: bool = False) -> str:
     )
 
 
+DEMO_RUN_IDS = ("demo-chat", "demo-old-vllm", "demo-truncated")
+"""The runs the demo makes (`fill_store`)."""
+
+
+def _refuse_a_store_of_other_runs(db: str) -> None:
+    """The demo writes simulator samples: into a store holding a team's own runs they would be counted, reviewed and
+    exported beside them (an `--select valid` export took 24 demo rows). A store of the demo's runs only (a demo
+    run again) or a new file is fine."""
+    from tokview.store import Store
+
+    if not Path(db).expanduser().is_file():
+        return
+    with Store(db) as store:  # not a store, a newer schema: its one-line error
+        others = [r for r in store.run_ids() if r not in DEMO_RUN_IDS]
+    if others:
+        raise UserError(
+            f"--db {db} holds runs that are not the demo's ({', '.join(others[:3])}{', …' if len(others) > 3 else ''}): "
+            "the demo adds simulator samples an export would take as yours; give the demo a new file"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.db is not None:  # none: a temporary store
         creatable_store(args.db)
@@ -207,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                 f"no folder for the demo's temporary store ({exc.strerror or exc}): pass --db PATH"
             ) from None
         db = str(Path(tmp.name) / "demo.duckdb")
+    else:
+        _refuse_a_store_of_other_runs(db)
     tokenizer, profile = load_tokenizer_and_profile(None, "kimi-k2.5")
     from tokview.commands.ui import has_terminal
 
