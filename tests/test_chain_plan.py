@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import zlib
 
+import pytest
+
 from tokview.batch.chains import ChainItem
 from tokview.batch.config import BatchConfig
 from tokview.batch.worklist import plan_work
@@ -79,3 +81,14 @@ def test_history_made_otherwise_is_another_default_run_and_the_default_keeps_its
     assert BatchConfig(servers=[], history="file", run="mine").run_id(IDENTITY) == "mine"
     file_history = BatchConfig(servers=[], history="file").run_id(IDENTITY)  # history reasoning is a chain's only
     assert BatchConfig(servers=[], history="file", history_reasoning="all").run_id(IDENTITY) == file_history
+
+
+@pytest.mark.parametrize("reasoning", ["all", "none"])
+def test_history_reasoning_with_the_files_history_is_refused(reasoning):
+    """`--history file --history-reasoning all` was taken and did nothing (the file's turns go without reasoning)."""
+    from tokview.batch.inputs import InputError
+
+    config = BatchConfig(servers=["http://127.0.0.1:9"], history="file", history_reasoning=reasoning)
+    with pytest.raises(InputError, match=f"--history-reasoning {reasoning} applies to --history served"):
+        config.validate()
+    BatchConfig(servers=["http://127.0.0.1:9"], history="file").validate()  # the default: nothing to refuse

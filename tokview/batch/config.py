@@ -231,6 +231,11 @@ class BatchConfig:
 
         if taken := reserved_template_kwargs(self.chat_template_kwargs):
             raise InputError(f"--chat-template-kwargs may not set {taken}: {RESERVED_WHY}")
+        if self.history == "file" and self.history_reasoning != "template":  # it was taken and did nothing
+            raise InputError(
+                f"--history-reasoning {self.history_reasoning} applies to --history served (a chain's own turns); "
+                "--history file sends every earlier turn without its reasoning"
+            )
         choice = CHOICES.get(self.backend)  # None for auto: the server's kind is known once it is probed
         if choice is not None and choice.chat_only and self.mode != "chat":
             raise InputError(
