@@ -34,7 +34,8 @@ def test_a_batch_with_the_other_backend_fails_before_any_generation(sim, tmp_pat
     db = tmp_path / "s.duckdb"
     code = main(["batch", str(prompts), "--server", sim.url, "--db", str(db), "--backend", OTHER[kind]])
     err = capsys.readouterr().err
-    assert code == ExitCode.UNREACHABLE and err.count("\n") == 1
+    assert code == ExitCode.USAGE and err.count("\n") == 1  # the flag is wrong, not the server down (exit 2)
+    assert "unreachable" not in err
     assert f"is {NAME[kind]} " in err and f"not {NAME[OTHER[kind]]} as --backend says" in err
     assert f"pass --backend {kind}" in err
     assert not db.exists()  # nothing made: no run, no failures
@@ -73,3 +74,20 @@ def test_a_kind_inferred_from_the_raw_probe_alone_is_not_held_against_the_flag()
         "is used) or pass --backend sglang"
     )
     assert kind_mismatch("sglang", said, "--backend") is None
+
+
+def test_a_mixed_fleet_with_one_backend_is_refused_naming_the_other_kind(tmp_path, capsys, monkeypatch):
+    """`--server <vLLM> --server <SGLang> --backend vllm` dropped the SGLang one at the probe without a word and ran
+    on the rest: the flag is refused instead (without --backend, each server is spoken to as its own kind)."""
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    with start_simulator(SimConfig(kind="vllm")) as vllm, start_simulator(SimConfig(kind="sglang")) as sglang:
+        servers = ["--server", vllm.url, "--server", sglang.url]
+        db = tmp_path / "s.duckdb"
+        code = main(["batch", str(prompts), *servers, "--db", str(db), "--backend", "vllm"])
+        err = capsys.readouterr().err
+        assert code == ExitCode.USAGE and err.count("\n") == 1, err
+        assert f"{sglang.url} is SGLang" in err and "pass --backend sglang" in err
+        assert not db.exists()
+        assert main(["batch", str(prompts), *servers, "--db", str(db)]) == 0

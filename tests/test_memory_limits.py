@@ -151,7 +151,7 @@ def test_a_size_limit_that_is_no_number_of_mib_is_refused_before_anything_runs(t
 
 
 @pytest.mark.parametrize("value", ["512M", "0", "-3", "nan", "inf"])
-@pytest.mark.parametrize("command", ["batch", "doctor", "proxy"])
+@pytest.mark.parametrize("command", ["batch", "doctor", "proxy", "demo"])
 def test_a_response_limit_that_is_not_a_number_of_mib_is_said_in_one_line(command, value, vllm_sim, tmp_path):
     """`TOKVIEW_MAX_RESPONSE_MB=512M` silently kept the 128 MiB default (the answers it was set for then failed as
     too large): now one line, exit 1, before anything is stored."""
@@ -162,6 +162,7 @@ def test_a_response_limit_that_is_not_a_number_of_mib_is_said_in_one_line(comman
         "batch": ["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db)],
         "doctor": ["doctor", "--server", vllm_sim.url],
         "proxy": ["proxy", "--server", vllm_sim.url, "--db", str(db), "--listen", "127.0.0.1:0"],
+        "demo": ["demo", "--no-ui", "--db", str(db)],
     }[command]
     done = _cli(*argv, env={"TOKVIEW_MAX_RESPONSE_MB": value})
     assert done.returncode == 1, done.stderr

@@ -230,3 +230,37 @@ def test_merge_names_its_own_flag_for_a_bad_target(tmp_path, capsys, monkeypatch
         assert main(["merge", str(source), "--into", str(target)]) == ExitCode.USAGE
         err = capsys.readouterr().err
         assert said in err and "--db" not in err and err.count("\n") == 1, err
+
+
+def test_a_store_named_through_a_link_is_checked_where_duckdb_keeps_its_log(tmp_path, capsys, monkeypatch):
+    """DuckDB keeps the log beside the file a link points to: the check looked beside the link, and a whole database
+    named like the real file's log was deleted by a write through the link."""
+    import duckdb
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    real = tmp_path / "s2.duckdb"
+    from tokview.store import Store
+
+    with Store(real):
+        pass
+    log = tmp_path / "s2.duckdb.wal"
+    duckdb.connect(str(log)).execute("CREATE TABLE kept AS SELECT 1 AS one").close()
+    link = tmp_path / "L.duckdb"
+    link.symlink_to(real)
+    for argv in (["review", "--db", str(link), "--status", "pending", "--note", "x"], ["stats", "--db", str(link)]):
+        assert main(argv) == ExitCode.USAGE
+        assert "is a whole DuckDB database, where DuckDB keeps" in capsys.readouterr().err
+    assert log.exists() and duckdb.connect(str(log), read_only=True).execute("SELECT * FROM kept").fetchall() == [(1,)]
+
+
+def test_merge_names_a_bad_source_as_the_source_not_the_target(tmp_path, capsys, monkeypatch):
+    import duckdb
+
+    monkeypatch.delenv("TOKVIEW_DEBUG", raising=False)
+    source = tmp_path / "src.duckdb"
+    duckdb.connect(str(source)).execute("CREATE TABLE foo (i INTEGER)").close()
+    (tmp_path / "src.duckdb.parts").mkdir()
+    (tmp_path / "src.duckdb.parts" / "part-1-2-000007.samples.jsonl").write_text("")
+    assert main(["merge", str(source), "--into", str(tmp_path / "into.duckdb")]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--into" not in err and "--db" not in err and err.count("\n") == 1, err

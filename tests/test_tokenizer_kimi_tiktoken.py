@@ -282,6 +282,8 @@ PLAIN_RANKS_CASES = [
     "== 0\nYg== 1\n",  # a token of padding alone
     "YQ== 0\n== 1\n",
     "YWJj 0\nYQ= 1\n",  # a length base64 does not allow
+    "QUI== 0\n",  # ... which the lenient decoder takes (b"AB"), with padding in its place
+    "wAQ== 0\nYg== 1\n",
     "YQ== 0\nYg== +1\n",  # a rank with a sign
     "YQ== 0\nYg== 01\n",  # ... with a leading zero
     "YQ== 0\nYQ== 1\n",  # one token twice

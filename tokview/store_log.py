@@ -8,6 +8,7 @@ import costs a command's start-up ~50 ms): every command checks its --db with it
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DUCKDB_MAGIC = b"DUCK"
@@ -15,8 +16,9 @@ DUCKDB_MAGIC = b"DUCK"
 
 
 def database_as_log(path: str | Path) -> Path | None:
-    """`PATH.wal` when it is a whole DuckDB database (which opening PATH would delete), else None."""
-    log = Path(f"{path}.wal").expanduser()
+    """`PATH.wal` when it is a whole DuckDB database (which opening PATH would delete), else None. PATH through its
+    links, as the store attaches it: DuckDB keeps the log beside the file a link points to."""
+    log = Path(os.path.realpath(os.path.expanduser(str(path))) + ".wal")
     try:
         with open(log, "rb") as f:
             head = f.read(12)

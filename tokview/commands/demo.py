@@ -209,6 +209,9 @@ def _refuse_a_store_of_other_runs(db: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tokview.response_size import max_response_bytes
+
+    max_response_bytes()  # a bad TOKVIEW_MAX_RESPONSE_MB: one line before a store or a simulator is made
     if args.db is not None:  # none: a temporary store
         creatable_store(args.db)
     from tokview.core.resolve import load_tokenizer_and_profile

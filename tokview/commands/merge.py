@@ -53,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
                     raise
                 _say(added, src, args.into)
     except (StoreError, SchemaError) as exc:  # the store layer words the flag to change as every other command's: --db
-        exc.message = re.sub(r"\bpass another --db\b", "pass another --into", exc.message)
+        target = exc.message.startswith(f"{args.into} ")  # about the target, else about a source (which it names)
+        flag = "pass another --into" if target else "leave that store out"
+        exc.message = re.sub(r"\bpass another --db\b", flag, exc.message)
         exc.args = (exc.message,)
         raise
     return 0

@@ -113,9 +113,12 @@ def _plain_ranks(data: bytes) -> dict[bytes, int] | None:
         return None  # a space at a line's start or end (an empty field), padding base64 does not allow
     if b"\n".join(fields[1::2]) != "\n".join(map(str, range(lines))).encode():
         return None  # ranks out of order, or not written as plain numbers: read line by line
+    tokens = fields[0::2]
+    if any(n % 4 for n in set(map(len, tokens))):
+        return None  # a length base64 does not have ("QUI==": the lenient decoder below would take it)
     try:
-        decoded = list(map(binascii.a2b_base64, fields[0::2]))
-    except binascii.Error:  # a length that is not base64's
+        decoded = list(map(binascii.a2b_base64, tokens))
+    except binascii.Error:
         return None
     ranks = dict(zip(decoded, range(lines)))
     return ranks if len(ranks) == lines else None  # a token twice: line by line, which the rank check refuses

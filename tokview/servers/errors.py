@@ -25,6 +25,11 @@ class CaptureFailed(TokviewError):
         self.url = url
 
 
+class KindMismatch(CaptureFailed):
+    """The server's info endpoints say it is the other kind than `--backend` names: the flag is wrong, not the
+    server (the pool refuses the run at its start, exit 1, where a server that does not answer is exit 2)."""
+
+
 class IdsNotReturned(CaptureFailed):
     """The server answered, without the id field asked for: a build too old (or started so) to return ids, where
     another failure is the server failing (the doctor advises an upgrade for this one only)."""

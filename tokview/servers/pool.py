@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.core.tokenizer import TokenizerError
+from tokview.errors import UserError
 from tokview.servers.capture import BACKENDS, capture_on
-from tokview.servers.errors import CaptureFailed, Retryable, ServerUnreachable
+from tokview.servers.errors import CaptureFailed, KindMismatch, Retryable, ServerUnreachable
 from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs, unknown_server
 from tokview.servers.http import REQUEST_SENT, ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
@@ -45,6 +46,8 @@ class _Server:
     evicted_at: float | None = None
     last_error: str | None = None
     probing: bool = False
+    other_kind: str | None = None
+    """Why the server is not the kind `--backend` names (`registry.kind_mismatch`): the run is refused at its start."""
 
     @property
     def healthy(self) -> bool:
@@ -108,6 +111,9 @@ class ServerPool:
     async def start(self) -> None:
         """Probe every server; raise ServerUnreachable when none answers."""
         await asyncio.gather(*(self._probe(s) for s in self._servers))
+        if wrong := [s.other_kind for s in self._servers if s.other_kind]:  # a flag to change, not a server down
+            await self.aclose()
+            raise UserError(wrong[0])
         if not any(s.healthy for s in self._servers):
             reasons = "; ".join(f"{s.client.url}: {s.last_error}" for s in self._servers)
             await self.aclose()
@@ -239,6 +245,8 @@ class ServerPool:
         except CaptureFailed as exc:
             server.last_error = server.client.secrets.scrub(exc.reason)
             server.evicted_at = time.monotonic()
+            if isinstance(exc, KindMismatch):
+                server.other_kind = server.last_error
         finally:
             server.probing = False
             REQUEST_SENT.reset(quiet)
@@ -251,7 +259,7 @@ class ServerPool:
             hint = "give the server's root URL (not an API sub-path) or pass --backend sglang|vllm"
             raise CaptureFailed(unknown_server(info, hint))
         if self.backend != AUTO and (why := kind_mismatch(CHOICES[self.backend].server, info, "--backend")):
-            raise CaptureFailed(why)
+            raise KindMismatch(why)
 
     async def probe_generations(self) -> None:
         """Send the 1-token probe generations a `names_only` probe left out, to each server that answered it: the
