@@ -109,7 +109,8 @@ class ServerPool:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """Probe every server; raise ServerUnreachable when none answers."""
+        """Probe every server; raise ServerUnreachable when none answers, UserError when one is the other kind than
+        `--backend` names (its info endpoints say so)."""
         await asyncio.gather(*(self._probe(s) for s in self._servers))
         if wrong := [s.other_kind for s in self._servers if s.other_kind]:  # a flag to change, not a server down
             await self.aclose()
