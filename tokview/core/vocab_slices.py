@@ -387,9 +387,9 @@ class SlicedTokenizer:
         """Set when a load of the whole tokenizer has begun; the event is set when it has ended."""
         self._sliced_chars = 0
         self._growing_s = 0.0
+        """CPU seconds spent growing slices (`_slice_for`): past `GROWING_S_PER_ENTRY` per entry, the whole one."""
         self._asked = False
         """Whether a caller asked for the whole tokenizer (`upgrade`), rather than this object loading it itself."""
-        """CPU seconds spent growing slices (`_slice_for`): past `GROWING_S_PER_ENTRY` per entry, the whole one."""
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy (`copy.deepcopy`, a pickle) is made from the same cache and file, sliced again."""
