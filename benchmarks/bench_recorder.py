@@ -35,7 +35,15 @@ from tokview.proxy.sessions import SessionBook
 from tokview.proxy.sse import stream_chunks
 from tokview.servers.vllm import merge_chat_stream
 
-GOALS = {"stream": 2.5, "merge": 1.5, "sessions": 3.0, "rerendered": 3.0, "render": 0.25, "scan": 0.25}
+GOALS = {
+    "stream": 2.5,
+    "merge": 1.5,
+    "sessions": 3.0,
+    "rerendered": 3.0,
+    "render": 0.25,
+    "scan": 0.25,
+    "landing": 1.5,
+}
 
 
 def best_of(fn: Callable[[], Any], rounds: int) -> float:
@@ -120,6 +128,7 @@ def main() -> int:
     broken = best_of(place_50(many, rerendered), rounds) / best_of(place_50(few, rerendered), rounds)
 
     measured = {"stream": stream, "merge": merge, "sessions": sessions, "rerendered": broken}
+    measured["landing"] = parts_apart_over_one(max(3, rounds // 3))
     agent = agent_turns(rounds + 1)
     if agent is not None:  # the render first: it times the adapter's first renders of these turns
         measured["render"], measured["scan"] = next_turn_render(*agent), next_turn_scan(*agent)
@@ -130,12 +139,50 @@ def main() -> int:
         "rerendered": "place a re-rendered turn (longer than any) among 2,000 / 20",
         "render": "an agent's next 40k-token prompt's ids / whole encode",
         "scan": "its prompt scan read past the last prompt / read whole",
+        "landing": "land 8 parts of 2 samples / the 16 samples as one part",
     }
     print(f"recorder hot paths (best of {rounds} rounds each)")
     for key, ratio in measured.items():
         met = "met" if ratio < GOALS[key] else "MISSED"
         print(f"  {labels[key]:<56} x{ratio:5.2f}  goal < x{GOALS[key]}: {met}")
     return 0
+
+
+def parts_apart_over_one(rounds: int) -> float:
+    """An agent's turns, sent one after another, reach the store a part each: a landing of many small parts against
+    the same samples in one part. DuckDB's `read_json` costs a few ms for each file it is given (`landing.one_file`)."""
+    import tempfile
+    from pathlib import Path
+
+    from tokview.core.analysis import analyze
+    from tokview.core.kimi_layout import kimi_tokenizer_dir
+    from tokview.core.profiles import get_profile
+    from tokview.core.record import Capture
+    from tokview.core.tokenizer import load_tokenizer
+    from tokview.store import SampleIdentity, Store
+
+    tok, prof = load_tokenizer(kimi_tokenizer_dir()), get_profile("kimi-k2.5")
+    prompt = tok.render(
+        [{"role": "user", "content": "which tool answers this " * 300}], template_kwargs={"thinking": True}
+    )
+    output = tok.encode("the tool said forty-two, so the answer is forty-two. " * 40)
+    usage = {"prompt_tokens": len(prompt), "completion_tokens": len(output), "total_tokens": len(prompt) + len(output)}
+    capture = Capture(prompt_ids=prompt, output_ids=output, finish_reason="length", usage=usage)
+    analysis = analyze(capture, prof, tok)
+
+    def landing(groups: int, per: int, k: int, folder: Path) -> float:
+        with Store(folder / f"s{k}-{groups}.duckdb") as store:
+            for g in range(groups):
+                ids = [SampleIdentity(f"s{g}-{i}", f"p{g}-{i}", "run", gen_index=0) for i in range(per)]
+                store.write_part([store.sample_record(key, capture, analysis) for key in ids])
+            started = time.perf_counter()
+            store.ingest()
+            return time.perf_counter() - started
+
+    with tempfile.TemporaryDirectory() as tmp:
+        apart = min(landing(8, 2, k, Path(tmp)) for k in range(rounds))
+        one = min(landing(1, 16, k, Path(tmp)) for k in range(rounds))
+    return apart / one
 
 
 def agent_turns(rounds: int) -> tuple[Any, Any, list[list[dict[str, str]]]] | None:

@@ -8,7 +8,9 @@ power loss, or a line whose values do not fit the table) is found by trial landi
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -56,11 +58,15 @@ class Landing:
             # than it saved (300 rows: 66 -> 55 ms and 65 -> 52 ms of CPU; 1,200 rows: 217 -> 182 ms),
             # and the other core is the batch's, analysing. Queries keep every thread.
             conn.execute("SET threads = 1")
+            joined = one_file(sample_files, self.file.parts_dir)  # removed below; the parts themselves once landed
+            read = [joined] if joined is not None else sample_files
             try:
                 with transaction(conn):
-                    new = land_samples(conn, sample_files, columns, types) if sample_files else 0
+                    new = land_samples(conn, read, columns, types) if sample_files else 0
                     failed = land_failure_parts(conn, failure_files) if failure_files else 0
             finally:
+                if joined is not None:
+                    joined.unlink(missing_ok=True)
                 try:
                     conn.execute("RESET threads")
                 except duckdb.Error:  # a connection a full disk invalidated: the first error is the one to tell
@@ -105,6 +111,42 @@ class Landing:
                 if not any(w in str(exc) for w in LOCK_WORDS):
                     raise
                 wait.again(str(exc))
+
+
+JOIN_BYTES_PER_FILE = 8 << 20
+"""A landing reads its sample parts as one file when they hold under this many bytes per file saved: DuckDB's
+`read_json` costs ~3-4 ms for each file it is given, whatever the file holds, and copying costs ~0.4 ms a MiB. An
+agent's turns, sent one after another, land a part each: 8 parts of 2 rows landed in 63 ms read apart, 22 ms read
+as one (32 parts: 128 ms, 41 ms)."""
+_joins = itertools.count()
+
+
+def one_file(files: list[Path], directory: Path) -> Path | None:
+    """The sample parts copied into one file of the parts folder (a `.tmp`, which no landing takes for a part and
+    the next one removes if this process dies), or None: one part, parts too big to be worth copying, or a copy that
+    failed (a full disk: the parts are read as they are, and say so themselves)."""
+    if len(files) < 2:
+        return None
+    try:
+        if sum(f.stat().st_size for f in files) > JOIN_BYTES_PER_FILE * (len(files) - 1):
+            return None
+    except OSError:
+        return None
+    target = directory / f".landing-{os.getpid()}-{next(_joins)}{parts.SAMPLES_SUFFIX}.tmp"
+    try:
+        with open(target, "wb") as out:
+            for f in files:
+                with open(f, "rb") as part:
+                    shutil.copyfileobj(part, out)
+                    size = part.tell()
+                    if size:
+                        part.seek(size - 1)
+                        if part.read(1) != b"\n":
+                            out.write(b"\n")  # a part cut short: its last line stays a line of its own
+        return target
+    except OSError:
+        target.unlink(missing_ok=True)
+        return None
 
 
 def _trial_landing(
