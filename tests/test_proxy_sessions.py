@@ -871,3 +871,32 @@ def test_a_retry_of_a_restored_turn_that_broke_the_prefix_breaks_it_too() -> Non
         )
     retry = book.place(SYSTEM + [1, 2, 9, 4], None, named="agent")
     assert (retry.turn, retry.break_at, retry.previous_id) == (1, len(SYSTEM) + 2, 3)
+
+
+@pytest.mark.parametrize("named", [None, "agent-1"])
+def test_a_break_inside_the_previous_turns_output_is_the_next_turn_with_the_break(named) -> None:
+    """SGLang numbers a Kimi call id from 0 again each turn: the first tool round's history matches, the second's
+    differs inside turn 1's output, so turn 2's ids extend turn 0's prompt + output and no further. It was placed
+    after turn 0 (a second "turn 1", a branch) without `session_prefix_break`; its messages continue turn 1."""
+    book = SessionBook("r")
+    names = {"named": named} if named else {}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "functions.f:0", "type": "function"}]}
+    m0 = [{"role": "user", "content": "add 2 and 3, then double it"}]
+    p0, o0 = SYSTEM + [1, 2], [3, 4, 5]
+    first = book.place(p0, m0, **names)
+    book.add(first, "t0", prompt_ids=p0, output_ids=o0, messages=m0, answer=call)
+    m1 = [*m0, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "5"}]
+    p1, o1 = [*p0, *o0, 6, 7], [8, 9, 10]
+    second = book.place(p1, m1, **names)
+    assert (second.turn, second.break_at) == (1, None)
+    book.add(second, "t1", prompt_ids=p1, output_ids=o1, messages=m1, answer=call)
+    m2 = [*m1, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "10"}]
+    p2 = [*p1, 8, 99, 10, 11]  # the history renders turn 1's call id otherwise: ids differ inside its output
+    third = book.place(p2, m2, **names)
+    assert (third.session_id, third.turn, third.parent_sample) == (first.session_id, 2, "t1")
+    assert third.break_at == len(p1) + 1 and third.previous_id == 9
+    branch = [*p0, *o0, 60]  # a harness that really branches from turn 0 (its messages continue turn 0): a branch
+    beside = book.place(
+        branch, [*m0, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "other"}], **names
+    )
+    assert (beside.turn, beside.parent_sample, beside.break_at) == (1, "t0", None)

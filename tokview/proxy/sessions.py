@@ -254,6 +254,9 @@ class SessionBook:
             return self._place_named(packed, messages, session_id, "header" if named else "user", parallel_to)
         head = self._longest_prefix(packed)
         if head is not None:
+            deeper = self._deeper_by_messages(head, messages, UNNAMED)
+            if deeper is not None:
+                return _after(deeper, packed, "messages", breaks=True)
             return _after(head, packed, "prefix")
         head = self._by_message_prefix(messages, UNNAMED)
         if head is not None:
@@ -273,7 +276,11 @@ class SessionBook:
             return Turn(session_id, self._named_turns.get(session_id, 0), how)
         extended = [h for h in session.heads if packed.startswith(h.sequence)]
         if extended:
-            return _after(max(extended, key=lambda h: (len(h.sequence), h.order)), packed, how)
+            longest = max(extended, key=lambda h: (len(h.sequence), h.order))
+            deeper = self._deeper_by_messages(longest, messages, session_id)
+            if deeper is not None:
+                return _after(deeper, packed, how, breaks=True)
+            return _after(longest, packed, how)
         again = [h for h in session.heads if _is_regeneration(packed, h)]
         if again:  # a retry: the turn once more, its break (where its ids left the turn before) with it
             return _retry(again[-1], session, packed, how)
@@ -488,6 +495,17 @@ class SessionBook:
         longest = max(len(h.sequence) for h in extended)
         equals = sorted((h for h in extended if len(h.sequence) == longest), key=lambda h: h.order)
         return next((h for h in equals if not h.continued), equals[0])
+
+    def _deeper_by_messages(self, head: _Head, messages: list[Any] | None, session_id: str) -> _Head | None:
+        """A later kept turn of `head`'s session whose conversation `messages` continue, when the request's ids extend
+        only `head`: its history broke the prefix inside the later turn's output (SGLang numbers a Kimi call id from 0
+        again each turn, so the break shows from the second tool round on). Placed after `head` it was a second turn
+        of `head`'s next number beside the real one (a branch), without the break's finding; None when the messages
+        continue `head` itself (a harness that branched from it), no later turn, or another session's."""
+        deeper = self._by_message_prefix(messages, session_id)
+        if deeper is None or deeper.session_id != head.session_id or deeper.turn <= head.turn:
+            return None
+        return deeper
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
         """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the
