@@ -311,6 +311,11 @@ def test_a_prompts_file_whose_rows_carry_generation_settings_is_told_they_are_no
     plain.write_text(json.dumps({"prompt": "hi", "id": "a"}) + "\n")
     assert row_settings_note(plain) is None
     assert row_settings_note(tmp_path / "missing.jsonl") is None  # the run says what is wrong with the file
+    agent = tmp_path / "agent.jsonl"  # a saved agent request: its tool_choice is not sent either
+    agent.write_text(json.dumps({"prompt": "hi", "tool_choice": "none", "parallel_tool_calls": False}) + "\n")
+    assert "generation settings (tool_choice, parallel_tool_calls), which batch does not read" in str(
+        row_settings_note(agent)
+    )
 
 
 def test_a_line_cut_short_is_told_at_its_own_last_column(tmp_path):

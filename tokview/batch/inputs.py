@@ -563,8 +563,11 @@ ROW_SETTINGS = (
     "reasoning_effort",
     "enable_thinking",
     "thinking",
+    "tool_choice",
+    "parallel_tool_calls",
 )
-"""Generation settings a row may carry (a request body saved as a prompt): `batch` reads none of them."""
+"""Generation settings a row may carry (a request body saved as a prompt): `batch` reads none of them (a saved agent
+request's `tool_choice: "none"` was regenerated as `auto`, its forced or suppressed tool turns ordinary ones)."""
 
 
 def row_settings_note(path: str | Path) -> str | None:
