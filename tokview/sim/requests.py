@@ -138,6 +138,30 @@ def one_choice(body: dict[str, Any]) -> None:
     raise ValueError(f"n must be 1 here: the simulator answers one choice a request (n={shown} asked)")
 
 
+def declared_tools(body: dict[str, Any], kind: str) -> None:
+    """ValueError (a 400) for a `tools` the server's request model refuses: not a list, an entry that is not an
+    object, a `function` without a string `name`; on vLLM also a `type` other than "function" and `parameters` that
+    are not an object (SGLang's `Tool.type` is any string and `Function.parameters` any JSON). The simulator answered
+    them (with tool calls, for the lists), so a harness tested on it learned nothing of the 400 a real server sends."""
+    tools = body.get("tools")
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise ValueError(f"tools must be a list of tools, not {type(tools).__name__}")
+    for n, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            raise ValueError(f"tools[{n}] must be an object with a function object")
+        if not isinstance(function.get("name"), str):
+            raise ValueError(f"tools[{n}].function.name must be a string")
+        if kind != "vllm":
+            continue
+        if tool.get("type", "function") != "function":
+            raise ValueError(f"tools[{n}].type must be 'function'")
+        if function.get("parameters") is not None and not isinstance(function["parameters"], dict):
+            raise ValueError(f"tools[{n}].function.parameters must be an object")
+
+
 def _lax_int(value: object) -> int | None:
     """`value` as pydantic's lax int reads it (a bool, an integral float, a string of digits), else None."""
     if isinstance(value, int):  # a bool too

@@ -43,6 +43,7 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
     kwargs = requests.sglang_template_kwargs(body)
     tool_parser = tools.has_tools(body) and body.get("tool_choice") != "none"
     try:
+        requests.declared_tools(body, "sglang")
         if body.get("input_ids") is not None:
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:

@@ -232,6 +232,7 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     effort = body.get("reasoning_effort")
     harmony_model = state.profile.format == HARMONY
     try:
+        requests.declared_tools(body, "vllm")
         render = harmony.server_kwargs(state, body, kwargs) if harmony_model else kwargs
         messages, render_kwargs = tools.request_render(requests.chat_messages(body), body, render, "vllm")
         prompt = state.render(messages, render_kwargs, *_generation_prompt(body))
