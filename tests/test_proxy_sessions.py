@@ -900,3 +900,33 @@ def test_a_break_inside_the_previous_turns_output_is_the_next_turn_with_the_brea
         branch, [*m0, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "other"}], **names
     )
     assert (beside.turn, beside.parent_sample, beside.break_at) == (1, "t0", None)
+
+
+@pytest.mark.parametrize("named", [None, "agent"])
+def test_twin_lines_each_go_on_from_their_own_turn_across_a_break_in_its_output(named) -> None:
+    """Two lines with the same visible answers (one task run twice, or two choices continued): their messages match,
+    their ids do not. A re-rendered turn 2 of line A went after line B's turn 1 (its messages' newest match), its
+    break put inside turn 0's output; unnamed, in another session, it fell back to a branch without the break."""
+    book = SessionBook("r")
+    names = {"named": named} if named else {}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "functions.f:0", "type": "function"}]}
+    m0 = [{"role": "user", "content": "add 2 and 3, then double it"}]
+    m1 = [*m0, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "5"}]
+    m2 = [*m1, call, {"role": "tool", "tool_call_id": "functions.f:0", "content": "10"}]
+    p0 = SYSTEM + [1, 2]
+    lines = {"A": [3, 4, 5], "B": [3, 44, 5]}
+    first = {}
+    for name, out in lines.items():
+        turn = book.place(p0, m0, **names)
+        first[name] = turn
+        book.add(turn, f"{name}0", prompt_ids=p0, output_ids=out, messages=m0, answer=call)
+    for name, out in lines.items():
+        p1 = [*p0, *out, 6, 7]
+        turn = book.place(p1, m1, **names)
+        assert (turn.turn, turn.parent_sample) == (1, f"{name}0")
+        book.add(turn, f"{name}1", prompt_ids=p1, output_ids=[8, 9, 10], messages=m1, answer=call)
+    for name, out in lines.items():
+        p1 = [*p0, *out, 6, 7]
+        third = book.place([*p1, 8, 99, 10, 11], m2, **names)
+        assert (third.session_id, third.turn, third.parent_sample) == (first[name].session_id, 2, f"{name}1")
+        assert third.break_at == len(p1) + 1 and third.previous_id == 9

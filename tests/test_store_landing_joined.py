@@ -69,3 +69,24 @@ def test_a_copy_that_cannot_be_written_reads_the_parts_as_they_are(tmp_path):
     assert landing.one_file(files[:1], folder) is None  # one part: nothing to join
     joined = landing.one_file(files, folder)
     assert joined is not None and joined.read_bytes() == b'{"x": 1}\n{"x": 1}\n'
+
+
+def test_a_disk_without_room_to_spare_reads_the_parts_as_they_are(tmp_path, monkeypatch):
+    """A copy that fit took the room DuckDB then needed: every landing failed on a nearly full disk until space was
+    freed. The parts are joined only with twice their size and a margin free."""
+    import shutil
+    from collections import namedtuple
+
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    files = []
+    for n in range(3):
+        files.append(folder / f"part-{n}.samples.jsonl")
+        files[-1].write_text('{"x": 1}\n')
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
+    assert landing.one_file(files, folder) is None
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 40, 0, 1 << 40))
+    assert landing.one_file(files, folder) is not None
+    monkeypatch.setattr(landing, "JOIN_MAX_BYTES", 8)  # and never a copy past the cap
+    assert landing.one_file(files, folder) is None

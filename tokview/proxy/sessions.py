@@ -254,7 +254,7 @@ class SessionBook:
             return self._place_named(packed, messages, session_id, "header" if named else "user", parallel_to)
         head = self._longest_prefix(packed)
         if head is not None:
-            deeper = self._deeper_by_messages(head, messages, UNNAMED)
+            deeper = self._deeper_by_messages(head, messages)
             if deeper is not None:
                 return _after(deeper, packed, "messages", breaks=True)
             return _after(head, packed, "prefix")
@@ -277,7 +277,7 @@ class SessionBook:
         extended = [h for h in session.heads if packed.startswith(h.sequence)]
         if extended:
             longest = max(extended, key=lambda h: (len(h.sequence), h.order))
-            deeper = self._deeper_by_messages(longest, messages, session_id)
+            deeper = self._deeper_by_messages(longest, messages)
             if deeper is not None:
                 return _after(deeper, packed, how, breaks=True)
             return _after(longest, packed, how)
@@ -496,16 +496,26 @@ class SessionBook:
         equals = sorted((h for h in extended if len(h.sequence) == longest), key=lambda h: h.order)
         return next((h for h in equals if not h.continued), equals[0])
 
-    def _deeper_by_messages(self, head: _Head, messages: list[Any] | None, session_id: str) -> _Head | None:
-        """A later kept turn of `head`'s session whose conversation `messages` continue, when the request's ids extend
-        only `head`: its history broke the prefix inside the later turn's output (SGLang numbers a Kimi call id from 0
-        again each turn, so the break shows from the second tool round on). Placed after `head` it was a second turn
-        of `head`'s next number beside the real one (a branch), without the break's finding; None when the messages
-        continue `head` itself (a harness that branched from it), no later turn, or another session's."""
-        deeper = self._by_message_prefix(messages, session_id)
-        if deeper is None or deeper.session_id != head.session_id or deeper.turn <= head.turn:
+    def _deeper_by_messages(self, head: _Head, messages: list[Any] | None) -> _Head | None:
+        """A later kept turn that goes on from `head` (same session, its ids starting with `head`'s) and whose
+        conversation `messages` continue, when the request's ids extend only `head`: its history broke the prefix
+        inside the later turn's output (SGLang numbers a Kimi call id from 0 again each turn, so the break shows from
+        the second tool round on). Placed after `head` it was a second turn of `head`'s next number beside the real
+        one (a branch), without the break's finding. Of the turns the longest earlier part of `messages` is, only
+        those on `head`'s own line: twin lines (choices of one request, one task run twice) share their messages,
+        not their ids. None when the messages continue `head` itself (a harness that branched from it)."""
+        if not messages:
             return None
-        return deeper
+        line = head.sequence
+        for key in reversed(self._digests_of(messages)[0][:-1]):  # the longest earlier conversation it continues
+            later = [
+                h
+                for h in self._by_messages.get(key, ())
+                if h.session_id == head.session_id and h.turn > head.turn and h.sequence[: len(line)] == line
+            ]
+            if later:
+                return next((h for h in reversed(later) if not h.continued), later[-1])
+        return None
 
     def _by_message_prefix(self, messages: list[Any] | None, session_id: str) -> _Head | None:
         """The kept head of `session_id` (of any unnamed session, given UNNAMED) whose messages plus answer the

@@ -118,18 +118,26 @@ JOIN_BYTES_PER_FILE = 8 << 20
 `read_json` costs ~3-4 ms for each file it is given, whatever the file holds, and copying costs ~0.4 ms a MiB. An
 agent's turns, sent one after another, land a part each: 8 parts of 2 rows landed in 63 ms read apart, 22 ms read
 as one (32 parts: 128 ms, 41 ms)."""
+JOIN_MAX_BYTES = 256 << 20
+"""Never a bigger copy (hundreds of parts a killed batch left are read as they are)."""
+JOIN_FREE_MARGIN = 64 << 20
+"""Room left beside the copy and what the landing writes: on a nearly full disk the parts are read as they are (a
+copy that fit took the room DuckDB then needed, and every landing failed until someone freed space)."""
 _joins = itertools.count()
 
 
 def one_file(files: list[Path], directory: Path) -> Path | None:
     """The sample parts copied into one file of the parts folder (a `.tmp`, which no landing takes for a part and
-    the next one removes if this process dies), or None: one part, parts too big to be worth copying, or a copy that
-    failed (a full disk: the parts are read as they are, and say so themselves)."""
+    the next one removes if this process dies), or None: one part, parts too big to be worth copying, a disk without
+    room to spare for the copy, or a copy that failed (the parts are then read as they are)."""
     if len(files) < 2:
         return None
     try:
-        if sum(f.stat().st_size for f in files) > JOIN_BYTES_PER_FILE * (len(files) - 1):
+        total = sum(f.stat().st_size for f in files)
+        if total > min(JOIN_BYTES_PER_FILE * (len(files) - 1), JOIN_MAX_BYTES):
             return None
+        if shutil.disk_usage(directory).free < 2 * total + JOIN_FREE_MARGIN:
+            return None  # the copy must never take the room the landing itself needs
     except OSError:
         return None
     target = directory / f".landing-{os.getpid()}-{next(_joins)}{parts.SAMPLES_SUFFIX}.tmp"
