@@ -3,10 +3,8 @@ every client it makes, the proxy for every answer it decodes, and a command chec
 
 from __future__ import annotations
 
-import os
-
+from tokview.env_size import bytes_from_mib
 from tokview.errors import UserError
-from tokview.untrusted_text import printable_line
 
 MAX_RESPONSE_ENV = "TOKVIEW_MAX_RESPONSE_MB"
 """Environment variable raising (or lowering) the size limit of one answer, in MiB."""
@@ -21,13 +19,7 @@ def max_response_bytes() -> int:
     token is ~40 MB, scoring a 64k-token sample with --top-k 20 ~100 MB. UserError for a value that is not a number
     of MiB above 0: a typo such as `512M` silently kept the 128 MiB default, and the answers it was set for failed
     as too large."""
-    value = os.environ.get(MAX_RESPONSE_ENV, "").strip()
-    if not value:
-        return DEFAULT_MAX_RESPONSE_BYTES
     try:
-        mib = float(value)
-    except ValueError:
-        mib = 0.0
-    if not 0 < mib < 1 << 40:  # NaN and inf too
-        raise UserError(f"{MAX_RESPONSE_ENV} must be a number of MiB above 0, not {printable_line(value)[:40]!r}")
-    return max(1, int(mib * (1 << 20)))
+        return bytes_from_mib(MAX_RESPONSE_ENV, DEFAULT_MAX_RESPONSE_BYTES)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
