@@ -58,13 +58,17 @@ def test_big_parts_are_read_as_they_are(tmp_path, monkeypatch):
         assert reads == [parts]
 
 
-def test_a_copy_that_cannot_be_written_reads_the_parts_as_they_are(tmp_path):
+def _small_parts(tmp_path: Path, n: int) -> tuple[Path, list[Path]]:
     folder = tmp_path / "parts"
     folder.mkdir()
-    files = []
-    for n in range(2):
-        files.append(folder / f"part-{n}.samples.jsonl")
-        files[-1].write_text('{"x": 1}\n')
+    files = [folder / f"part-{k}.samples.jsonl" for k in range(n)]
+    for f in files:
+        f.write_text('{"x": 1}\n')
+    return folder, files
+
+
+def test_a_copy_that_cannot_be_written_reads_the_parts_as_they_are(tmp_path):
+    folder, files = _small_parts(tmp_path, 2)
     assert landing.one_file(files, tmp_path / "missing-folder") is None
     assert landing.one_file(files[:1], folder) is None  # one part: nothing to join
     joined = landing.one_file(files, folder)
@@ -77,12 +81,7 @@ def test_a_disk_without_room_to_spare_reads_the_parts_as_they_are(tmp_path, monk
     import shutil
     from collections import namedtuple
 
-    folder = tmp_path / "parts"
-    folder.mkdir()
-    files = []
-    for n in range(3):
-        files.append(folder / f"part-{n}.samples.jsonl")
-        files[-1].write_text('{"x": 1}\n')
+    folder, files = _small_parts(tmp_path, 3)
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, (1 << 30) - (1 << 20), 1 << 20))
     assert landing.one_file(files, folder) is None
