@@ -217,3 +217,24 @@ def test_builtin_name_is_not_shadowed_by_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "qwen3").write_text("not toml [")
     assert get_profile("qwen3").think_open_id == 151667
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_packed_prompt_finds_the_prefilled_opener_where_the_list_does(seed: int) -> None:
+    """The proxy's long prompts are searched in their packing (`prefix_memo.known_packing`): the same answer as
+    the search over the list, whatever follows the last opener."""
+    import random
+
+    from tokview.core import prefix_memo
+
+    rng = random.Random(seed)
+    profile = get_profile("kimi-k2.5")
+    specials = [THINK_OPEN, THINK_CLOSE, IM_END, THINK_OPEN << 8 & 0x7FFFFFFF, THINK_OPEN >> 8]
+    prompt = [rng.randrange(0, 160_000) for _ in range(5000)]
+    for _ in range(rng.randrange(0, 6)):
+        prompt[rng.randrange(len(prompt))] = rng.choice(specials)
+    if rng.random() < 0.5:
+        prompt[-rng.randrange(1, 4)] = THINK_OPEN
+    as_list = seg.prefilled_opener_position(list(prompt), profile)  # another list: searched id by id
+    assert prefix_memo.pack_int32(prompt) is not None and prefix_memo.known_packing(prompt) is not None
+    assert seg.prefilled_opener_position(prompt, profile) == as_list

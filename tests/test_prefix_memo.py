@@ -190,3 +190,52 @@ def test_a_marker_spelled_across_where_the_earlier_prompt_ended_is_found(kimi_to
     second = replace(capture, prompt_ids=[*first, *end, p.stop_ids[0], *tok.encode("more")])
     (hit,) = [f for f in _findings(second, p, tok) if f[0] == "literal_think_text"]
     assert hit[3] == tuple(range(len(first) - len(start), len(first) + len(end)))
+
+
+# -- a long list packed once ----------------------------------------------------------------------------------------
+def test_a_long_list_packed_lately_is_known_by_its_identity_only() -> None:
+    ids = list(range(5000))
+    packed = prefix_memo.pack_int32(ids)
+    assert packed == struct.pack(f"={len(ids)}i", *ids)
+    assert prefix_memo.known_packing(ids) is packed
+    assert prefix_memo.known_packing(list(ids)) is None  # equal, but another list: never trusted by value
+    ids.append(7)  # a list that changed length is packed again
+    assert prefix_memo.known_packing(ids) is None
+    assert prefix_memo.pack_int32(ids) == struct.pack(f"={len(ids)}i", *ids)
+
+
+def test_short_lists_and_other_sequences_are_not_remembered() -> None:
+    short = list(range(100))
+    prefix_memo.pack_int32(short)
+    assert prefix_memo.known_packing(short) is None
+    as_tuple = tuple(range(5000))
+    prefix_memo.pack_int32(as_tuple)
+    assert prefix_memo.known_packing(as_tuple) is None
+
+
+def test_only_the_newest_few_packings_are_kept() -> None:
+    lists = [[k] * 5000 for k in range(prefix_memo._RECENT + 1)]
+    for ids in lists:
+        prefix_memo.pack_int32(ids)
+    assert prefix_memo.known_packing(lists[0]) is None
+    assert all(prefix_memo.known_packing(ids) is not None for ids in lists[1:])
+
+
+def test_a_list_that_cannot_be_packed_is_not_remembered() -> None:
+    ids = [*range(5000), 1 << 40]
+    assert prefix_memo.pack_int32(ids) is None
+    assert prefix_memo.known_packing(ids) is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_last_aligned_id_is_the_last_one_a_python_search_finds(seed: int) -> None:
+    """Ids whose bytes make the needle across two ids (misaligned matches) are skipped, near and far."""
+    rng = random.Random(seed)
+    needle = rng.choice([1, 256, 65536, 163606, 0x01010101, (1 << 31) - 1])
+    pool = [needle, needle >> 8, (needle << 8) & 0x7FFFFFFF, needle >> 16, (needle << 16) & 0x7FFFFFFF, 0, 1, 7]
+    ids = [rng.choice(pool) for _ in range(rng.randrange(0, 60))]
+    packed = struct.pack(f"={len(ids)}i", *ids)
+    for start in (0, 1, len(ids) // 2, len(ids), len(ids) + 3):
+        expected = max((k for k in range(start, len(ids)) if ids[k] == needle), default=None)
+        assert prefix_memo.last_aligned(packed, needle, start) == expected
+    assert prefix_memo.last_aligned(packed, 1 << 40) is None  # no id of packed int32s

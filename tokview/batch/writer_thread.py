@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 from tokview.batch.chains import CHAIN_STOP_PREFIX
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
+from tokview.core.prefix_memo import known_packing
 from tokview.errors import first_line
 from tokview.secrets import scrub_text
 from tokview.store.part_sink import PartWriter, StoreError
@@ -353,10 +354,11 @@ class GroupWriter:
 def _check_ids(capture: Capture) -> None:
     """DuckDB keeps ids as INTEGER: an id it cannot hold fails this sample, not the whole part.
 
-    Packing the ids into a 32-bit `array` is the range check, in one C pass (half of `min` + `max`)."""
+    Packing the ids into a 32-bit `array` is the range check, in one C pass (half of `min` + `max`); ids packed as
+    32-bit integers lately (an agent's long prompt, by the proxy) passed it already."""
     for name in ("prompt_ids", "output_ids", "parsed_output_ids"):
         ids = getattr(capture, name)
-        if not ids:
+        if not ids or known_packing(ids) is not None:
             continue
         try:
             array(_INT32, ids)

@@ -1022,7 +1022,7 @@ def prompt_render_mismatch(ctx: Context) -> Hit | None:
         return None
     if isinstance(local, Exception):  # a broken template is itself a mismatch worth showing
         return Hit.missing(f"The local chat template failed to render this conversation: {local}")
-    first = first_difference(local, c.prompt_ids)
+    first = ctx.render_difference
     if first is None or served_date(tok, local, c.prompt_ids) is not None:
         return None  # equal, or only the stamped date differs (`prompt_date_mismatch` says so)
     detail = (

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokview.core.finding_context import first_difference
 from tokview.core.finding_rules import WARN, Hit, rule
 from tokview.core.template_dates import served_date
 
@@ -31,7 +30,7 @@ def prompt_date_mismatch(ctx: Context) -> Hit | None:
     local = ctx.local_render
     if not isinstance(local, list) or ctx.tokenizer is None:
         return None
-    first = first_difference(local, ctx.capture.prompt_ids)
+    first = ctx.render_difference
     if first is None:
         return None
     dates = served_date(ctx.tokenizer, local, ctx.capture.prompt_ids)

@@ -17,6 +17,7 @@ from types import EllipsisType
 from typing import NamedTuple
 
 from tokview.core.harmony import parse_harmony
+from tokview.core.prefix_memo import known_packing, last_aligned
 from tokview.core.profiles import HARMONY, ModelProfile
 from tokview.core.tool_calls import ToolCallsOnIds, parse_tool_calls
 
@@ -73,7 +74,11 @@ def prefilled_opener_position(prompt_ids: Sequence[int], profile: ModelProfile) 
     when no closer and no stop id (a turn's end: `<|im_end|>`) come after it; an opener a user's message holds
     (text that spells `<think>` is encoded as the opener's id) is followed by that message's end. Each is looked
     for from the end in C (`operator.indexOf`): a Python step per id cost an agent's 46,000-id prompt 0.9 ms,
-    twice per analysis."""
+    twice per analysis. A prompt packed lately (the proxy's: `prefix_memo.known_packing`) is searched in its
+    packed bytes instead (`bytes.rfind`: 0.02 ms where `indexOf` took ~1.4 on a recorder's 40,000-id prompt)."""
+    packed = known_packing(prompt_ids)
+    if packed is not None:
+        return _prefilled_in_packed(packed, profile)
     opener = _index_of(reversed(prompt_ids), profile.think_open_id)  # how many ids come after the last opener
     if opener is None:
         return None
@@ -81,6 +86,15 @@ def prefilled_opener_position(prompt_ids: Sequence[int], profile: ModelProfile) 
         if _index_of(islice(reversed(prompt_ids), opener), after) is not None:
             return None
     return len(prompt_ids) - 1 - opener
+
+
+def _prefilled_in_packed(packed: bytes, profile: ModelProfile) -> int | None:
+    if profile.think_open_id is None or (opener := last_aligned(packed, profile.think_open_id)) is None:
+        return None
+    for after in (profile.think_close_id, *profile.stop_ids):
+        if after is not None and last_aligned(packed, after, opener + 1) is not None:
+            return None
+    return opener
 
 
 def _index_of(ids: Iterable[int], token_id: int | None) -> int | None:
