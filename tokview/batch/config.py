@@ -12,6 +12,7 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -304,6 +305,10 @@ class BatchProgress:
         return remaining / rate if rate > 0 else None
 
 
+FLAGGED_CODES_SHOWN = 4
+"""Error finding codes the summary names beside the flagged count (`tokview stats` lists them all)."""
+
+
 @dataclass
 class BatchSummary:
     run_id: str
@@ -333,6 +338,8 @@ class BatchSummary:
     """Turns of multi-turn rows not generated because their chain stopped before them (`batch/chains.py`),
     in this run or an earlier one; `chain_stops` says why, per reason."""
     chain_stops: dict[str, int] = field(default_factory=dict)
+    flagged_by_code: dict[str, int] = field(default_factory=dict)
+    """Flagged samples per error finding code (a sample with two codes counts under each)."""
 
     @property
     def balanced(self) -> bool:
@@ -353,6 +360,13 @@ class BatchSummary:
         """`failures_by_reason` grouped by what went wrong, not by each URL, id or server message."""
         return group_reasons(self.failures_by_reason)
 
+    def _flagged_codes(self) -> str:
+        """` (code n, …)`: the most frequent error finding codes of the flagged samples, if any."""
+        codes = sorted(self.flagged_by_code.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{code} {n}" for code, n in codes[:FLAGGED_CODES_SHOWN])
+        more = f", {len(codes) - FLAGGED_CODES_SHOWN} more codes" if len(codes) > FLAGGED_CODES_SHOWN else ""
+        return f" ({shown}{more})" if codes else ""
+
     def failure_examples(self) -> dict[str, str]:
         """One full reason per class, so the grouping never hides the server's own words."""
         return reason_examples(self.failures_by_reason)
@@ -367,9 +381,14 @@ class BatchSummary:
             + ("(balanced)" if self.balanced else "(DOES NOT BALANCE)"),
             f"  skipped: {self.resumed} already stored, {self.duplicates} for repeated prompt ids, "
             f"{len(self.bad_rows)} bad rows",
-            f"  flagged (error findings) {self.flagged}, truncated {self.truncated}; {self.output_tokens} output "
-            f"tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
+            f"  flagged (error findings) {self.flagged}{self._flagged_codes()}, truncated {self.truncated}; "
+            f"{self.output_tokens} output tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
         ]
+        if self.flagged_by_code.get("unknown_token_id"):
+            lines.append(
+                f"  note: {self.flagged_by_code['unknown_token_id']} sample(s) hold ids the tokenizer does not have: "
+                "is --tokenizer the served model's? (`tokview doctor --server URL --tokenizer DIR` compares them)"
+            )
         examples = self.failure_examples()
         for cls, n in list(self.failures_by_class.items())[:10]:  # reasons quote servers: escapes shown, not run
             example = printable_line(examples[cls][:200])
@@ -395,6 +414,18 @@ _CLASS_PREFIXES = (
     ("connection lost during", "connection lost"),
     ("no healthy server", "no healthy server"),
 )
+
+
+FLAGGED_PREFIX = "\x00flagged: "
+"""How a writer's `reasons` counts its flagged samples by error finding code: they travel with the failure reasons
+(a `--workers` child's and a Ray task's counts too) and are read apart by the runner."""
+
+
+def split_flagged(reasons: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(the other reasons, flagged samples by error finding code)."""
+    rest = {r: n for r, n in reasons.items() if not r.startswith(FLAGGED_PREFIX)}
+    flagged = {r[len(FLAGGED_PREFIX) :]: n for r, n in reasons.items() if r.startswith(FLAGGED_PREFIX)}
+    return rest, flagged
 
 
 def group_reasons(by_reason: dict[str, int]) -> dict[str, int]:

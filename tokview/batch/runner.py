@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.batch import preload
 from tokview.batch.chains import EARLIER_STOP, ChainItem, split_chain_stops
-from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary
+from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary, split_flagged
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.legacy_runs import run_id_for
 from tokview.batch.tasks import INTERRUPTED, StartInterrupted, unless_cancelled
@@ -434,7 +434,8 @@ async def _run(
         reasons: Counter[str] = Counter()
         for t in tallies:
             reasons.update(t.reasons)
-        summary.failures_by_reason, summary.chain_stops = split_chain_stops(reasons)
+        others, summary.flagged_by_code = split_flagged(reasons)
+        summary.failures_by_reason, summary.chain_stops = split_chain_stops(others)
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (

@@ -33,8 +33,10 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from tokview.batch.chains import CHAIN_STOP_PREFIX
+from tokview.batch.config import FLAGGED_PREFIX
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
+from tokview.core.finding_rules import ERROR
 from tokview.core.prefix_memo import known_packing
 from tokview.errors import first_line
 from tokview.secrets import scrub_text
@@ -100,6 +102,8 @@ class _Group:
     stats: list[tuple[bool, bool, int]] = field(default_factory=list)
     chain_stops: list[tuple[str, int]] = field(default_factory=list)
     """(why, turns left) of the chains in this group that stopped early (`batch.chains`)."""
+    flagged_codes: Counter[str] = field(default_factory=Counter)
+    """Samples per error finding code (a flagged sample counts once under each of its codes)."""
 
 
 class _Reencoder:
@@ -317,6 +321,7 @@ class GroupWriter:
             return
         truncated = any(f.code == "truncated" for f in analysis.findings)  # not a stop id at the limit (a whole turn)
         group.stats.append((analysis.valid, truncated, len(capture.output_ids)))
+        group.flagged_codes.update({f.code for f in analysis.findings if f.severity == ERROR})
 
     def _write(self, group: _Group) -> None:
         """One part on disk for the group; only then do the counters move."""
@@ -337,6 +342,8 @@ class GroupWriter:
             self.reasons[scrub_text(f["reason"])] += 1
         for why, left in group.chain_stops:  # counted beside the failure reasons, told apart by the runner
             self.reasons[CHAIN_STOP_PREFIX + scrub_text(why)] += left
+        for code, n in group.flagged_codes.items():  # so are the error findings' codes (`split_flagged`)
+            self.reasons[FLAGGED_PREFIX + code] += n
         if self.on_commit is not None:
             self.on_commit(self)
 
