@@ -413,3 +413,61 @@ def test_masked_ids_after_the_last_supervised_span_are_no_answers_ids_and_never_
         export(store, "speculators", out, select="all", run="audit-tail", tokenizer=kimi(), profile=profile())
     for row in map(json.loads, out.read_text().splitlines()):
         assert [i for i, m in zip(row["input_ids"], row["loss_mask"]) if m] == capture.output_ids
+
+
+def test_a_truncated_answer_is_found_wherever_tokviews_own_exports_say_it(tmp_path):
+    """Audit read a finish reason only from `metadata.finish_reason`: the Parquet export's `finish_reason` column and
+    a trajectory row's `metadata.turns[k].finish_reason` were not read, so their truncated answers were audited as
+    whole."""
+    cut = make_capture(finish_reason="length", stop=False)
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "cut", cut)
+        export(src, "parquet", tmp_path / "d.parquet", select="all", tokenizer=kimi(), profile=profile())
+    whole = make_capture(answer="two")
+    ids = [*cut.prompt_ids, *cut.output_ids, *whole.output_ids]
+    start = len(cut.prompt_ids)
+    mask = [0] * start + [1] * len(cut.output_ids) + [0] + [1] * (len(whole.output_ids) - 1)
+    turns = [
+        {"turn": 0, "output_span": [start, start + len(cut.output_ids)], "finish_reason": "length"},
+        {"turn": 1, "output_span": [start + len(cut.output_ids) + 1, len(ids)], "finish_reason": "stop"},
+    ]
+    row = {"id": "t", "input_ids": ids, "loss_mask": mask, "metadata": {"turns": turns}}
+    trajectory = _write(tmp_path / "traj.jsonl", [row])
+    with Store(tmp_path / "a.duckdb") as store:
+        parquet = audit(store, tmp_path / "d.parquet", tokenizer=kimi(), profile=profile())
+        assert parquet.by_code.get("truncated") == 1
+        audit(store, trajectory, tokenizer=kimi(), profile=profile())
+        rows = store.samples_page(SampleFilter(run_id="audit-traj"))
+        by_len = sorted((store.load_sample(r.sample_id) for r in rows), key=lambda s: len(s.capture.prompt_ids))
+        assert [s.capture.finish_reason for s in by_len] == ["length", "stop"]
+        assert "truncated" in [f.code for f in by_len[0].findings]
+        assert "truncated" not in [f.code for f in by_len[1].findings]
+
+
+def test_a_tool_loops_history_reasoning_reaches_the_template_as_the_server_and_trainers_render_it(
+    tmp_path, qwen_tok, qwen_tok_dir
+):
+    """Qwen3's template keeps the reasoning of the assistant turns inside the running tool loop; the audit took it
+    out of every history turn, so a tool loop's later turn was audited on prompt ids no server served."""
+    from tokview.core.profiles import get_profile
+
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+    history = [
+        {"role": "user", "content": "add one and two"},
+        {"role": "assistant", "content": "", "reasoning_content": "I should call the adder", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "3"},
+    ]
+    row = {
+        "id": "loop",
+        "tools": tools,
+        "conversations": [*history, {"role": "assistant", "content": "It is 3.", "reasoning_content": "done"}],
+    }
+    qwen3 = get_profile("qwen3")
+    with Store(tmp_path / "a.duckdb") as store:
+        audit(store, _write(tmp_path / "loop.jsonl", [row]), tokenizer=qwen_tok, profile=qwen3)
+        (only,) = store.samples_page(SampleFilter(run_id="audit-loop"))
+        prompt = store.load_sample(only.sample_id).capture.prompt_ids
+    kwargs = {**qwen3.template_kwargs(True), "tools": tools}
+    assert prompt == qwen_tok.render(history, template_kwargs=kwargs)
+    assert "I should call the adder" in qwen_tok.decode(prompt)

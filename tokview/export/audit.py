@@ -123,13 +123,36 @@ def from_speculators(row: dict[str, Any]) -> tuple[str, int, list[tuple[int | No
     index = idx if isinstance(idx, int) else 0
     ints = [int(i) for i in ids]
     raw = {k: v for k, v in row.items() if k not in ("input_ids", "loss_mask")}
+    finish = _finish_reasons(row, meta)
     if len(spans) <= 1:
         start, end = spans[0] if spans else (len(ids), len(ids))
-        return prompt_id, index, [(None, _imported(ints[:start], ints[start:end], meta, raw, last=True))]
+        reason = finish.get((start, end), finish.get(None))
+        return prompt_id, index, [(None, _imported(ints[:start], ints[start:end], meta, raw, reason, last=True))]
     turns: list[tuple[int | None, Capture]] = []
     for k, (start, end) in enumerate(spans):
-        turns.append((k, _imported(ints[:start], ints[start:end], meta, raw, last=k == len(spans) - 1)))
+        last = k == len(spans) - 1
+        reason = finish.get((start, end), finish.get(None) if last else None)
+        turns.append((k, _imported(ints[:start], ints[start:end], meta, raw, reason, last=last)))
     return prompt_id, index, turns
+
+
+def _finish_reasons(row: dict[str, Any], meta: dict[str, Any]) -> dict[tuple[int, int] | None, str]:
+    """Where a row says why its answers ended: {None: the row's} (speculators' `metadata.finish_reason`, else the
+    Parquet export's `finish_reason` column) and {(start, end): a turn's} (a trajectory row's `metadata.turns`, each
+    with its `output_span`). Read from every place tokview's own exports write it: a truncated answer whose reason
+    was only in the other place was audited as whole."""
+    found: dict[tuple[int, int] | None, str] = {}
+    for reason in (meta.get("finish_reason"), row.get("finish_reason")):
+        if isinstance(reason, str):
+            found[None] = reason
+            break
+    turns = meta.get("turns")
+    for turn in turns if isinstance(turns, list) else ():
+        span = turn.get("output_span") if isinstance(turn, dict) else None
+        reason = turn.get("finish_reason") if isinstance(turn, dict) else None
+        if isinstance(span, list) and len(span) == 2 and all(type(i) is int for i in span) and isinstance(reason, str):
+            found[(span[0], span[1])] = reason
+    return found
 
 
 def _check_metadata(meta: dict[str, Any]) -> None:
@@ -167,13 +190,19 @@ def _supervised_spans(mask: list[Any]) -> list[tuple[int, int]]:
 
 
 def _imported(
-    prompt: list[int], output: list[int], meta: dict[str, Any], raw: dict[str, Any], *, last: bool
+    prompt: list[int],
+    output: list[int],
+    meta: dict[str, Any],
+    raw: dict[str, Any],
+    finish_reason: str | None,
+    *,
+    last: bool,
 ) -> Capture:
-    """One imported answer; the row's finish reason and usage are its last answer's."""
+    """One imported answer; the row's usage is its last answer's."""
     return Capture(
         prompt_ids=prompt,
         output_ids=output,
-        finish_reason=meta.get("finish_reason") if last else None,
+        finish_reason=finish_reason,
         usage=(meta.get("usage") or {}) if last else {},
         settings=dict(meta.get("sampling_params") or {}),
         endpoint="imported",
@@ -202,7 +231,10 @@ def from_conversation(
         if inline is not None:  # the Kimi-inline shape (tokview's own kimi-inline export): structure, not text
             reasoning, content = inline
             field_name = "inline"
-    history = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages[:last]]
+    # the history's reasoning goes to the template, which keeps or drops it as the server's did (Qwen3 keeps it
+    # inside the running tool loop) and as the trainers' render does: taken out here, a tool loop's later turns
+    # were audited on prompt ids no server served
+    history = messages[:last]
     opener, closer = profile.think_open_id, profile.think_close_id
     think = thinking if opener is not None and closer is not None else None  # a plain model's rows: answers only
     kwargs = with_tools(profile.template_kwargs(think), parsed.tools)  # declared as a server's template does
