@@ -227,7 +227,7 @@ class BatchConfig:
         3, a failure stored a row), or ran another mode than the run is stored as."""
         from tokview.batch.inputs import InputError
         from tokview.core.profiles import RESERVED_WHY, reserved_template_kwargs
-        from tokview.servers.capture import CHAT_LOGPROBS_BY_TEXT
+        from tokview.servers.capture import CHAT_LOGPROBS_BY_TEXT, KWARGS_TOOLS_ON_CHAT
         from tokview.servers.registry import CHOICES
 
         if taken := reserved_template_kwargs(self.chat_template_kwargs):
@@ -245,10 +245,7 @@ class BatchConfig:
             )
         tools = isinstance(self.chat_template_kwargs, dict) and "tools" in self.chat_template_kwargs
         if tools and choice is not None and not choice.chat.kwargs_take_tools and self.mode != "raw":
-            raise InputError(
-                f"--chat-template-kwargs may not set tools with --mode {self.mode} on {choice.chat.server_name}: its "
-                "chat endpoint passes the request's tools itself (give them in the rows, or use --mode raw)"
-            )
+            raise InputError(KWARGS_TOOLS_ON_CHAT.format(mode=self.mode, server=choice.chat.server_name))
         if choice is not None and self.logprobs is not None and self.mode == "chat" and not choice.chat.logprob_ids:
             raise InputError(CHAT_LOGPROBS_BY_TEXT.format(server=choice.chat.server_name))
 

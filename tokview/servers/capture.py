@@ -145,6 +145,11 @@ CHAT_LOGPROBS_BY_TEXT = (
     "or dual"
 )
 """Short: a run's summary shows a failure reason cut at ~200 characters."""
+KWARGS_TOOLS_ON_CHAT = (
+    "--chat-template-kwargs may not set tools with --mode {mode} on {server}: its chat endpoint passes the request's "
+    "tools itself (give them in the rows, or use --mode raw)"
+)
+"""Said before the run when --backend names such a server, per capture once a probe found one (`--backend auto`)."""
 
 
 async def capture_on(
@@ -164,6 +169,9 @@ async def capture_on(
     recorded = {**settings, "backend": choice.name, "mode": mode, "stream": request.stream}
     if mode == "chat" and not choice.chat.logprob_ids and settings.get("logprobs") is not None:
         raise CaptureFailed(CHAT_LOGPROBS_BY_TEXT.format(server=choice.chat.server_name), url=info.url)
+    kwargs = settings.get("chat_template_kwargs")
+    if mode != "raw" and not choice.chat.kwargs_take_tools and isinstance(kwargs, dict) and "tools" in kwargs:
+        raise CaptureFailed(KWARGS_TOOLS_ON_CHAT.format(mode=mode, server=choice.chat.server_name), url=info.url)
     if mode == "raw":
         capture = await raw_capture(
             client, info, choice=choice, request=request, settings=settings, tokenizer=tokenizer

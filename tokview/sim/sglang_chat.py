@@ -28,6 +28,10 @@ STREAM_IDS_ERROR = "{field} is not supported with streaming{where}. Please set s
 """SGLang's refusal of an id flag on a chat stream; only `return_token_ids`'s names the endpoint (`where`)."""
 
 
+TOOLS_IN_KWARGS = "apply_chat_template() got multiple values for keyword argument 'tools'"
+"""SGLang renders with `apply_chat_template(..., tools=tools, **chat_template_kwargs)`: a `tools` kwarg is refused."""
+
+
 async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     no_ids = bool(cfg.quirk("no-id-fields"))
@@ -47,6 +51,8 @@ async def chat(state: SimState, request: Request, body: dict[str, Any]) -> Respo
         if body.get("input_ids") is not None:
             prompt = requests.valid_ids(state.tokenizer, body["input_ids"])
         else:
+            if "tools" in kwargs:  # its template call passes `tools=` itself: a TypeError, answered as a 400
+                raise ValueError(TOOLS_IN_KWARGS)
             continued = as_pydantic_bool(body.get("continue_final_message")) is True  # "false" is false
             # SGLang fills a null content and joins text parts before it reads a last assistant message
             served = messages_as_served(requests.chat_messages(body), "sglang", state.tokenizer.chat_template)
