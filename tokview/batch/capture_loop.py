@@ -78,9 +78,13 @@ async def capture_all(
             state.stop = f"stopped after {state.consecutive} consecutive failures (last: {scrub_text(reason)})"
 
     async def attempt(
-        item: WorkItem | ChainItem, messages: list[dict[str, Any]], extra_kwargs: dict[str, Any] | None = None
+        item: WorkItem | ChainItem,
+        messages: list[dict[str, Any]],
+        extra_kwargs: dict[str, Any] | None = None,
+        prefer: str | None = None,
     ) -> Any:
-        """One request: the capture, or (failure reason, server, whether it was sent) once it failed."""
+        """One request: the capture, or (failure reason, server, whether it was sent) once it failed. `prefer`: the
+        server to send it to while that one is healthy."""
         request = CaptureRequest(messages=messages, settings=request_settings(item, extra_kwargs), mode=config.mode)
         too_long, room = check_prompt(pool, request)
         if too_long is not None:  # never sent; not the server's fault
@@ -88,7 +92,7 @@ async def capture_all(
         if room is not None:  # what fits under the server's context length
             request.settings["max_new_tokens"] = room
         try:
-            return await pool.capture(request)
+            return await (pool.capture(request) if prefer is None else pool.capture(request, prefer=prefer))
         except CaptureFailed as exc:
             return exc.reason, exc.url, True
         except Exception as exc:  # a malformed response the servers layer did not classify
@@ -118,9 +122,18 @@ async def capture_all(
         writer.add_sample(item, got)  # handed over at once: a cancel can no longer lose it
 
     async def chain(item: ChainItem) -> None:
-        result = await run_chain(
-            item, lambda messages, kw: attempt(item, messages, kw), pool.tokenizer, getattr(pool, "profile", None)
-        )
+        served_by: list[str] = []
+        """The server of the chain's first answer: its later turns go there too while it is healthy, so each finds
+        the conversation so far in that server's prefix cache, and one chain is rendered by one server's template
+        (turns split between a vLLM and an SGLang of a mixed fleet broke each prefix)."""
+
+        async def turn(messages: list[dict[str, Any]], kw: dict[str, Any] | None) -> Any:
+            got = await attempt(item, messages, kw, served_by[0] if served_by else None)
+            if not served_by and not isinstance(got, tuple) and got.server_url:
+                served_by.append(got.server_url)
+            return got
+
+        result = await run_chain(item, turn, pool.tokenizer, getattr(pool, "profile", None))
         if result.failure is None:
             state.consecutive = 0
         writer.add_chain(item, result)  # the whole chain in one part: a resume never meets half of one

@@ -146,26 +146,28 @@ class ServerPool:
         return out
 
     # -- capture -------------------------------------------------------------------------------
-    async def capture(self, request: CaptureRequest) -> Capture:
-        """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`."""
+    async def capture(self, request: CaptureRequest, *, prefer: str | None = None) -> Capture:
+        """Capture one generation, retrying over the pool; raises CaptureFailed with `.reason`. `prefer`: the URL of
+        the server to send it to while that one is healthy (a chain's later turns go where its first went)."""
         settings = resolve_settings(request.settings, self.profile)
         told = REQUEST_SENT.set(None if self.generation_sent.is_set() else self.generation_sent.set)
         try:
             return await self.call(
                 lambda client, info: capture_on(
                     client, info, backend=self.backend, request=request, settings=settings, tokenizer=self.tokenizer
-                )
+                ),
+                prefer=prefer,
             )
         finally:
             REQUEST_SENT.reset(told)
 
-    async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]]) -> T:
+    async def call(self, fn: Callable[[ServerClient, ServerInfo], Awaitable[T]], *, prefer: str | None = None) -> T:
         """Run one request function on a picked server, with the pool's retries, eviction and caps.
 
         Captures and `tokview score`'s scoring requests both go through here."""
 
         async def attempt() -> T:
-            server = await self._pick()
+            server = await self._pick(prefer)
             server.active += 1
             try:
                 async with server.semaphore:
@@ -191,7 +193,7 @@ class ServerPool:
                 scrub_reason(exc, s.client.secrets)
             raise
 
-    async def _pick(self) -> _Server:
+    async def _pick(self, prefer: str | None = None) -> _Server:
         self._reprobe_due()
         healthy = [s for s in self._servers if s.healthy]
         if not healthy:
@@ -200,6 +202,10 @@ class ServerPool:
         if not healthy:
             reasons = "; ".join(f"{s.client.url}: {s.last_error}" for s in self._servers)
             raise Retryable(f"no healthy server ({reasons})")
+        if prefer is not None:  # even at its cap (its semaphore waits): its cache holds the conversation so far
+            preferred = next((s for s in healthy if s.client.url == prefer), None)
+            if preferred is not None:
+                return preferred
         n = len(self._servers)
         order = [self._servers[(self._next + k) % n] for k in range(n)]
         choice = next((s for s in order if s.healthy and s.active < self.concurrency), None) or next(
