@@ -471,3 +471,17 @@ def test_a_tool_loops_history_reasoning_reaches_the_template_as_the_server_and_t
     kwargs = {**qwen3.template_kwargs(True), "tools": tools}
     assert prompt == qwen_tok.render(history, template_kwargs=kwargs)
     assert "I should call the adder" in qwen_tok.decode(prompt)
+
+
+def test_ids_outside_the_tokenizer_ask_whether_it_is_the_datasets(tmp_path, qwen_tok):
+    """A Kimi dataset audited with Qwen3's tokenizer (or the other way round, the default Kimi layout on a Qwen3 export)
+    flagged every row, and the report said nothing of why."""
+    with Store(tmp_path / "src.duckdb") as src:
+        put(src, "p1", make_capture())
+        export(src, "speculators", tmp_path / "d.jsonl", select="all", tokenizer=kimi(), profile=profile())
+    with Store(tmp_path / "a.duckdb") as store:
+        wrong = audit(store, tmp_path / "d.jsonl", tokenizer=qwen_tok, profile=profile(), name="wrong")
+        right = audit(store, tmp_path / "d.jsonl", tokenizer=kimi(), profile=profile(), name="right")
+    assert wrong.by_code["unknown_token_id"] == 1
+    assert "is --tokenizer the dataset's model's?" in wrong.render()
+    assert "is --tokenizer" not in right.render()

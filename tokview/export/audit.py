@@ -62,6 +62,11 @@ class AuditReport:
             lines.append(f"  {self.review_reset} reviewed samples hold other ids now: pending again (review them anew)")
         for code, n in self.by_code.most_common():
             lines.append(f"  {n:>6}  {code} [{self.severity[code]}]")
+        if self.by_code.get("unknown_token_id"):
+            lines.append(
+                "  note: ids the tokenizer does not have: is --tokenizer the dataset's model's? (the export's manifest "
+                "names the tokenizer it used)"
+            )
         return "\n".join(lines)
 
 
