@@ -303,3 +303,37 @@ async def test_bulk_approve_of_samples_approved_already_asks_no_override(make_ap
         await mark_rows(app, pilot, 0, 5)  # p000 and p005 are truncated: invalid, approved as overrides
         await pilot.press("a")
         assert isinstance(app.screen, Confirm), type(app.screen).__name__
+
+
+async def test_a_range_runs_from_where_the_last_marked_sample_is_now(store500, tokenizer, profile):
+    """`M` ran from the row number of the last mark: after a new filter or order it marked rows nobody chose. It runs
+    from where that sample is now, and from the cursor alone when the filter left it out."""
+    from tokview.ui.screens.samples import ORDERS
+
+    order = ORDERS[0]  # the list's own
+    every = store500.reads.sample_ids_page(SampleFilter(), order, 0, 500)
+    narrowed = store500.reads.sample_ids_page(SampleFilter(run_id="r3"), order, 0, 500)
+    moved = next(s for k, s in enumerate(narrowed) if every.index(s) != k)  # on another row once narrowed
+    left_out = next(s for s in every if s not in narrowed)
+    app = app_on(store500, tokenizer, profile)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        screen = app.screen
+        for marked, expected in ((moved, None), (left_out, 1)):
+            screen.marks.clear()
+            screen.query_one("#run", Select).value = Select.NULL
+            await settle(app, pilot)
+            screen.sample_list.cursor = every.index(marked)
+            await settle(app, pilot)  # its page loaded
+            await pilot.press("space")
+            assert marked in screen.marks
+            screen.query_one("#run", Select).value = "r3"
+            await settle(app, pilot)
+            screen.sample_list.cursor = 3
+            await pilot.press("M")
+            await pilot.pause()
+            if expected is None:  # from the marked sample's row now to the cursor
+                low, high = sorted((narrowed.index(marked), 3))
+                assert set(screen.marks.ids()) == set(narrowed[low : high + 1])
+            else:  # the marked sample is not listed: the cursor's row alone joins it
+                assert set(screen.marks.ids()) == {marked, narrowed[3]}

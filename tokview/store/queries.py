@@ -186,6 +186,15 @@ def sample_ids_page(
     return [r[0] for r in rows]
 
 
+def row_of(conn: DuckDBPyConnection, filters: SampleFilter | None, order_by: str | None, sample_id: str) -> int | None:
+    """The row index of `sample_id` in the list, in its order; None when the filters leave it out."""
+    where, params = where_clause(filters)
+    order = order_clause(order_by).removeprefix(" ORDER BY ")
+    listed = f"SELECT sample_id, row_number() OVER (ORDER BY {order}) - 1 AS n FROM samples{where}"
+    row = conn.execute(f"SELECT n FROM ({listed}) WHERE sample_id = ?", [*params, sample_id]).fetchone()
+    return int(row[0]) if row else None
+
+
 def first_pending_after(
     conn: DuckDBPyConnection,
     filters: SampleFilter | None,

@@ -48,6 +48,10 @@ class QueryRepository:
         with self.file.reading() as conn:
             return queries.sample_ids_page(conn, filters, order_by, offset, limit)
 
+    def row_of(self, filters: SampleFilter | None, order_by: str | None, sample_id: str) -> int | None:
+        with self.file.reading() as conn:
+            return queries.row_of(conn, filters, order_by, sample_id)
+
     def first_pending_after(
         self, filters: SampleFilter | None, order_by: str | None, index: int, anchor: str | None = None
     ) -> tuple[int, str] | None:

@@ -132,6 +132,7 @@ class SamplesScreen(ForwardsWorkerErrors, Screen[None]):
             lambda offset, limit: store.samples_page(filters, order, offset, limit),
             self.empty_text(),
             ids=lambda offset, limit: store.reads.sample_ids_page(filters, order, offset, limit),
+            find=lambda sample_id: store.reads.row_of(filters, order, sample_id),
         )
         self._update_title(event.count)
 

@@ -57,6 +57,8 @@ def badge_order(codes: Sequence[str]) -> list[str]:
 
 Fetch = Callable[[int, int], Sequence["SampleRow"]]
 FetchIds = Callable[[int, int], Sequence[str]]
+FindRow = Callable[[str], int | None]
+"""The row a sample is on in the list now (None: not in it)."""
 MAX_PAGES = 16
 """Pages the list keeps (3,200 rows); the least recently shown goes first."""
 
@@ -261,6 +263,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         """How many times each page was read from the store since the last `reset` (tests, benchmarks)."""
         self._fetch: Fetch | None = None
         self._fetch_ids: FetchIds | None = None
+        self._find_row: FindRow | None = None
         self._generation = 0
         self._pages: OrderedDict[int, list[SampleRow]] = OrderedDict()
         self._requests = PageRequests()
@@ -270,12 +273,15 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         need different advice)."""
 
     # -- data ---------------------------------------------------------------------------------
-    def reset(self, count: int, fetch: Fetch, empty_text: str = "", ids: FetchIds | None = None) -> None:
+    def reset(
+        self, count: int, fetch: Fetch, empty_text: str = "", ids: FetchIds | None = None, find: FindRow | None = None
+    ) -> None:
         """A new filter or order: forget every page; rows load again as they become visible. `ids`: the ids of a
-        range of rows alone (what `M` marks), else read through `fetch`."""
+        range of rows alone (what `M` marks), else read through `fetch`. `find`: where a sample is in the list now
+        (the last mark's sample, when a new filter or order took it off its row)."""
         self.empty_text = empty_text
         self._generation += 1
-        self.count, self._fetch, self._fetch_ids = count, fetch, ids
+        self.count, self._fetch, self._fetch_ids, self._find_row = count, fetch, ids, find
         self._pages.clear()
         self._affixes.clear()
         self._requests.want(self._generation, [])
@@ -534,12 +540,12 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         the UI for 54 s)."""
         if self._fetch is None or not self.count:
             return
-        anchor = self.marks.anchor if self.marks.anchor is not None else self.cursor
-        low, high = sorted((min(anchor, self.count - 1), self.cursor))
         from tokview.store import StoreError
 
         ids: list[str] = []
         try:
+            anchor = self._anchor_row()
+            low, high = sorted((anchor, self.cursor))
             loaded = range(low // PAGE, high // PAGE + 1)
             if self._fetch_ids is not None and not all(page in self._pages for page in loaded):
                 ids = list(self._fetch_ids(low, high - low + 1))
@@ -551,10 +557,25 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             self.notify(str(exc), title="store", severity="error", timeout=8)
             return
         self.marks.add(ids)
-        self.marks.anchor = self.cursor
+        here = self.row(self.cursor)
+        self.marks.set_anchor(self.cursor, here.sample_id if here is not None else (ids[-1] if ids else None))
         self._cache.clear()
         self.refresh()
         self.post_message(self.MarksChanged())
+
+    def _anchor_row(self) -> int:
+        """The row the last mark's sample is on now, else the cursor's: a new filter or order moves it, and a range
+        from its old row number marked samples nobody chose (the sample itself not in the list any more)."""
+        index, sample_id = self.marks.anchor, self.marks.anchor_id
+        if index is None or sample_id is None:
+            return self.cursor
+        if index < self.count:
+            row = self.row(index)
+            held = [row.sample_id] if row is not None else (self._fetch_ids(index, 1) if self._fetch_ids else [])
+            if list(held) == [sample_id]:
+                return index
+        found = self._find_row(sample_id) if self._find_row is not None else None
+        return found if found is not None and found < self.count else self.cursor
 
     def action_mark_all(self) -> None:
         self.post_message(self.MarkAllAsked())
