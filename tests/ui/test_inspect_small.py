@@ -31,3 +31,31 @@ async def test_inspect_keeps_token_rows_and_quit_when_small(make_app, size):
             assert pane.region.height >= 3, (pane.id, pane.region)  # some token rows, not only a label
         shown = _visible_footer_keys(app)
         assert {"app.quit", "app.help"} <= {f"app.{a}" for a in shown}, shown
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 18)], ids=["80x24", "60x18"])
+async def test_inspect_opens_with_its_cursor_in_view_of_a_pane_the_layout_shrinks(tmp_path, tokenizer, profile, size):
+    """Inspect scrolls to its cursor (where the output starts) while its panes are still being laid out; the layout
+    then made them shorter and left the cursor below the last row shown (a long prompt's sample at 80x24)."""
+    from builders import make_capture, put
+
+    from tokview.store import Store
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    history = []
+    for k in range(6):
+        history += [{"role": "user", "content": f"question {k} " * 12}, {"role": "assistant", "content": "fine " * 12}]
+    with Store(tmp_path / "long.duckdb") as store:
+        put(store, "long", make_capture(history=history))
+        app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile, who="tester"))
+        async with app.run_test(size=size) as pilot:
+            await settle(app, pilot)
+            await pilot.press("enter")
+            await settle(app, pilot)
+            await pilot.pause(0.1)
+            view = app.screen.served
+            row = view._rows_of_token(view.cursor) * view.rows_per_line
+            top, height = int(view.scroll_offset.y), view.scrollable_content_region.height
+            assert row >= height  # the cursor is past the first screenful: opening had to scroll
+            assert top <= row < top + height, (row, top, height)

@@ -167,6 +167,8 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
         self._starts: list[int] = []
         self._wrap_key: tuple[int, str] = (-1, "")
         self._rewrapped = False
+        self._laid_out_height = 0
+        """The height the last layout gave (a change keeps the cursor in view)."""
         self._cache: LRUCache[tuple[int, int], Strip] = LRUCache(1024)
         self._styles: dict[tuple[int, bool, bool, bool], Style] = {}
         self._heap_screen: object | None = None
@@ -291,9 +293,11 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
                 linked.set_reactive(TokenView.virtual_size, Size(width, len(linked._starts) * linked.rows_per_line))
                 linked._scroll_update(linked.virtual_size)
                 linked.refresh()
+        taller_or_shorter = size.height != self._laid_out_height  # (`self.size` is the new size already)
+        self._laid_out_height = size.height
         resized = super()._size_updated(size, virtual_size, container_size, layout)
-        if self._rewrapped:  # rows moved: whatever row was on top means something else now; keep the cursor's
-            self._rewrapped = False
+        if self._rewrapped or taller_or_shorter:  # rows moved, or fewer fit: keep the cursor's row in view (inspect
+            self._rewrapped = False  # opens at its cursor in a pane that the layout shrinks right after)
             self.scroll_to_cursor()
         return resized
 
