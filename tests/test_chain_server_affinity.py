@@ -60,3 +60,29 @@ async def test_a_preferred_server_that_is_down_gives_way_to_a_healthy_one(two_si
         assert got.server_url == two_sims[0].url
     finally:
         await pool.aclose()
+
+
+async def test_a_retry_leaves_a_preferred_server_that_answers_errors():
+    """A preferred server answering 503 is never evicted (only connection errors count): every retry went to it and
+    the chain's turn failed where the same request without a preference went to the healthy server."""
+    from tokview.core.profiles import get_profile
+    from tokview.servers import CaptureRequest
+    from tokview.servers.pool import ServerPool
+
+    with start_simulator(SimConfig(kind="vllm", quirks={"http-503": True})) as failing:
+        with start_simulator(SimConfig(kind="vllm")) as healthy:
+            pool = ServerPool(
+                [failing.url, healthy.url],
+                profile=get_profile("kimi-k2.5"),
+                concurrency=2,
+                backoff=0.01,
+                max_backoff=0.02,
+            )
+            try:
+                await pool.start()
+                request = CaptureRequest(messages=[{"role": "user", "content": "hi"}], settings={"max_new_tokens": 8})
+                got = await pool.capture(request, prefer=failing.url)
+                assert got.server_url == healthy.url
+                assert failing.state.stats.generation >= 1  # it was asked first
+            finally:
+                await pool.aclose()

@@ -239,3 +239,14 @@ def test_the_last_aligned_id_is_the_last_one_a_python_search_finds(seed: int) ->
         expected = max((k for k in range(start, len(ids)) if ids[k] == needle), default=None)
         assert prefix_memo.last_aligned(packed, needle, start) == expected
     assert prefix_memo.last_aligned(packed, 1 << 40) is None  # no id of packed int32s
+
+
+def test_the_lists_kept_hold_a_bounded_number_of_ids(monkeypatch) -> None:
+    monkeypatch.setattr(prefix_memo, "_RECENT_MAX_IDS", 12_000)
+    huge = list(range(13_000))
+    prefix_memo.pack_int32(huge)
+    assert prefix_memo.known_packing(huge) is None  # alone past the bound: packed every time
+    lists = [[k] * 5000 for k in range(3)]
+    for ids in lists:
+        prefix_memo.pack_int32(ids)
+    assert [prefix_memo.known_packing(ids) is not None for ids in lists] == [False, True, True]

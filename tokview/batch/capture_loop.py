@@ -123,14 +123,14 @@ async def capture_all(
 
     async def chain(item: ChainItem) -> None:
         served_by: list[str] = []
-        """The server of the chain's first answer: its later turns go there too while it is healthy, so each finds
-        the conversation so far in that server's prefix cache, and one chain is rendered by one server's template
-        (turns split between a vLLM and an SGLang of a mixed fleet broke each prefix)."""
+        """The server of the chain's last answer: its next turn is sent there first, so it finds the conversation so
+        far in that server's prefix cache, and one chain is rendered by one server's template (turns split between a
+        vLLM and an SGLang of a mixed fleet broke each prefix). After a failover the chain stays where it went."""
 
         async def turn(messages: list[dict[str, Any]], kw: dict[str, Any] | None) -> Any:
             got = await attempt(item, messages, kw, served_by[0] if served_by else None)
-            if not served_by and not isinstance(got, tuple) and got.server_url:
-                served_by.append(got.server_url)
+            if not isinstance(got, tuple) and got.server_url:
+                served_by[:] = [got.server_url]
             return got
 
         result = await run_chain(item, turn, pool.tokenizer, getattr(pool, "profile", None))

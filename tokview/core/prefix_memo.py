@@ -59,9 +59,15 @@ def pack_int32(ids: Sequence[int]) -> bytes | None:
         packed = struct.pack(f"={len(ids)}i", *ids)
     except struct.error:
         return None
-    if type(ids) is list and len(ids) >= _RECENT_MIN_IDS:
+    if type(ids) is list and _RECENT_MIN_IDS <= len(ids) <= _RECENT_MAX_IDS:
         global _recent
-        _recent = ((ids, len(ids), packed), *_recent[: _RECENT - 1])  # one assignment: safe across threads
+        kept, held = [(ids, len(ids), packed)], len(ids)
+        for entry in _recent[: _RECENT - 1]:
+            if held + entry[1] > _RECENT_MAX_IDS:
+                break
+            kept.append(entry)
+            held += entry[1]
+        _recent = tuple(kept)  # one assignment: safe across threads
     return packed
 
 
@@ -69,6 +75,8 @@ _RECENT = 4
 """Lists whose packing is kept: a request's prompt is packed within one capture's handling."""
 _RECENT_MIN_IDS = 4096
 """Shorter lists pack in microseconds."""
+_RECENT_MAX_IDS = 1_000_000
+"""Ids of the lists held, at most (their objects and packings: ~40 MB): a longer list is packed every time."""
 _recent: tuple[tuple[list[int], int, bytes], ...] = ()
 """(list, its length when packed, its packing), newest first. The list itself is held, so no other list can take its
 identity while it is here; id lists are never changed in place in tokview (a capture's are replaced whole), and one

@@ -52,6 +52,13 @@ if TYPE_CHECKING:
     from tokview.ui.session import Session
 
 CURATION_ACTIONS = {"approve", "reject", "note", "tag", "undo", "undo_history", "export", "next_unreviewed"}
+PANEL_OF_ACTION = {
+    "generate": "GenerateScreen",
+    "doctor": "DoctorScreen",
+    "stats": "StatsScreen",
+    "sessions": "SessionsScreen",
+}
+"""The panel each app-wide key opens (by class name: the panels are imported only when opened)."""
 
 
 class SampleReady(Message):
@@ -204,7 +211,7 @@ class TokviewApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in CURATION_ACTIONS:
             return isinstance(self._work_screen(), (InspectScreen, SamplesScreen))
-        return True
+        return PANEL_OF_ACTION.get(action) != type(self.screen).__name__  # a panel's own key: off its footer
 
     def _target(self) -> tuple[str, int | None] | None:
         """The sample a curation key applies to, or None after saying there is none (no dialog opens)."""

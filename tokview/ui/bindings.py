@@ -661,6 +661,11 @@ def display_keys(keys: list[str]) -> str:
     return " ".join(SHOWN.get(k, k.replace("ctrl+", "^")) for k in keys)
 
 
+def key_hint(words: list[tuple[str, str]], keymap: dict[str, str]) -> str:
+    """A dialog's line of keys, as remapped: `[("modal.confirm", "yes"), …]` → "y yes · esc / n no"."""
+    return " · ".join(f"{' / '.join(display_keys(keys_of(BY_ID[i], keymap)).split())} {word}" for i, word in words)
+
+
 def help_rows(keymap: dict[str, str]) -> list[tuple[str, str, str, str]]:
     """(where, keys, description, binding id) for every binding, keys as remapped by the keymap."""
     rows = []

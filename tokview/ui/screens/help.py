@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Label
 
 from tokview.ui.bindings import bindings, help_rows
 from tokview.ui.config import config_path
+from tokview.ui.display import plain
 from tokview.ui.widgets.footer import KeysFooter
 
 TEXTUAL_KEYS: tuple[tuple[str, str], ...] = (
@@ -52,7 +53,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="help"):
             yield Label(
-                f"tokview keys · remap any of them by id in [keymap] · {config_in_use(self.app)}",
+                plain(f"tokview keys · remap any of them by id in [keymap] · {config_in_use(self.app)}"),
                 classes="modal-title",
                 id="help-title",
             )

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from tokview.ui.bindings import bindings
+from tokview.ui.bindings import bindings, key_hint
 from tokview.ui.display import plain
 from tokview.ui.widgets.footer import KeysFooter
 
@@ -104,7 +104,10 @@ class Confirm(ModalScreen[bool]):
             yield Label(plain(self.question), classes="modal-title")
             if self.detail:
                 yield Label(plain(self.detail), id="confirm-detail")
-            yield Label("y yes · n / esc no", classes="modal-keys")
+            yield Label(
+                plain(key_hint([("modal.confirm", "yes"), ("modal.decline", "no")], _keymap(self))),
+                classes="modal-keys",
+            )
         yield KeysFooter()
 
     def action_confirm(self) -> None:
@@ -200,7 +203,8 @@ class BulkApprove(ModalScreen[str | None]):
         with Vertical(classes="modal"):
             yield Label(plain(self.question), classes="modal-title")
             yield Label(plain(self.detail), id="confirm-detail")
-            yield Label("y all · v only the valid · n / esc none", classes="modal-keys")
+            hint = [("bulk.approve-all", "all"), ("bulk.approve-valid", "only the valid"), ("bulk.cancel", "none")]
+            yield Label(plain(key_hint(hint, _keymap(self))), classes="modal-keys")
         yield KeysFooter()
 
     def action_approve_all(self) -> None:
@@ -259,3 +263,10 @@ class ActionsDialog(ModalScreen[int | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def _keymap(screen: Screen[Any]) -> dict[str, str]:
+    """The app's keymap (remapped keys), for a dialog's line of keys; none outside tokview's app."""
+    config = getattr(screen.app, "config", None)
+    keymap = getattr(config, "keymap", None)
+    return keymap if isinstance(keymap, dict) else {}
