@@ -67,7 +67,7 @@ async def shoot(app, out: Path, size: tuple[int, int]) -> list[Path]:
 
 def main() -> int:
     from tokview.commands.demo import _prompts, fill_store
-    from tokview.core.resolve import resolve_tokenizer_and_profile
+    from tokview.core.resolve import load_tokenizer_and_profile
     from tokview.sim import SimConfig, start_simulator
     from tokview.store import Store
     from tokview.ui.app import TokviewApp
@@ -80,14 +80,19 @@ def main() -> int:
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
-    tokenizer, profile = resolve_tokenizer_and_profile(None, "kimi-k2.5")
+    tokenizer, profile = load_tokenizer_and_profile(None, "kimi-k2.5")
     with (
         tempfile.TemporaryDirectory() as tmp,
         start_simulator(SimConfig(kind="vllm")) as current,
         start_simulator(SimConfig(kind="vllm", quirks={"vllm-pre-0.16": True, "parser-all-reasoning": True})) as old,
     ):
         with Store(Path(tmp) / "demo.duckdb") as store:
-            asyncio.run(fill_store(store, _prompts(None, 12), tokenizer, profile, current.url, old.url))
+            prompts, _bad = _prompts(None, 12)
+            asyncio.run(
+                fill_store(
+                    store, prompts, tokenizer=tokenizer, profile=profile, current_url=current.url, old_url=old.url
+                )
+            )
             session = Session(store, tokenizer=tokenizer, profile=profile, server_url=current.url)
             written = asyncio.run(shoot(TokviewApp(session, UIConfig()), args.out, (width, height)))
     for path in written:
