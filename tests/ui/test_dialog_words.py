@@ -61,3 +61,20 @@ async def test_a_panels_own_key_is_not_on_its_footer(make_app):
         await pilot.press("escape")
         await settle(app, pilot)
         assert app.check_action("stats", ()) is True
+
+
+async def test_only_the_valid_is_not_offered_when_none_is_valid(make_app):
+    """Offered with every marked sample invalid, "only the valid" approved none and took every mark away."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(app, pilot)
+        answers: list[str | None] = []
+        app.push_screen(BulkApprove("Approve 3?", "3 of them have error findings", any_valid=False), answers.append)
+        await pilot.pause()
+        assert "only the valid" not in _text(app.screen.query_one(".modal-keys", Label))
+        await pilot.press("v")
+        await pilot.pause()
+        assert isinstance(app.screen, BulkApprove) and answers == []
+        await pilot.press("escape")
+        await pilot.pause()
+        assert answers == [None]

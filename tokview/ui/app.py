@@ -337,6 +337,7 @@ class TokviewApp(App[None]):
                 f"Approve {n} marked samples?",
                 f"{len(invalid)} of them have error findings (e.g. {invalid[0]}): a trainer would learn from broken "
                 f"samples; approving them is recorded as overrides.",
+                any_valid=bool(valid),
             ),
             answered,
         )

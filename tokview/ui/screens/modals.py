@@ -195,17 +195,24 @@ class BulkApprove(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [*bindings("bulk approve dialog")]
     DEFAULT_CSS = "BulkApprove { align: center middle; }"
 
-    def __init__(self, question: str, detail: str) -> None:
+    def __init__(self, question: str, detail: str, *, any_valid: bool = True) -> None:
+        """`any_valid`: whether some marked sample has no error finding (else "only the valid" is not offered: it
+        approved none and took every mark away)."""
         super().__init__()
-        self.question, self.detail = question, detail
+        self.question, self.detail, self.any_valid = question, detail, any_valid
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="modal"):
             yield Label(plain(self.question), classes="modal-title")
             yield Label(plain(self.detail), id="confirm-detail")
             hint = [("bulk.approve-all", "all"), ("bulk.approve-valid", "only the valid"), ("bulk.cancel", "none")]
+            if not self.any_valid:
+                hint.pop(1)
             yield Label(plain(key_hint(hint, _keymap(self))), classes="modal-keys")
         yield KeysFooter()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.any_valid or action != "approve_valid"
 
     def action_approve_all(self) -> None:
         self.dismiss("all")
