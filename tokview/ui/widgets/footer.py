@@ -42,8 +42,26 @@ class KeysFooter(Footer):
 
     def __init__(self) -> None:
         super().__init__(compact=True, show_command_palette=False)
+        self._composed: tuple[object, ...] | None = None
+        """What the keys on show were made from (`_shown_keys`)."""
+
+    def _shown_keys(self) -> tuple[object, ...]:
+        app = self.app
+        return tuple(
+            (b.key, app.get_key_display(b), b.description, b.action, enabled, tooltip, b.group)
+            for _node, b, enabled, tooltip in self.screen.active_bindings.values()
+            if b.show
+        )
+
+    async def recompose(self) -> None:
+        """Skipped when the keys on show are the ones shown: every focus change (`s`, `f` in inspect) recomposed the
+        footer twice, ~0.1 s each, for the same keys."""
+        if self._bindings_ready and self.is_attached and self._shown_keys() == self._composed:
+            return
+        await super().recompose()
 
     def compose(self) -> ComposeResult:
+        self._composed = self._shown_keys() if self._bindings_ready else None
         for widget in super().compose():
             if isinstance(widget, FooterKey) and widget.action in ESSENTIAL_ACTIONS:
                 widget.add_class("-essential")
