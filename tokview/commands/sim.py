@@ -94,6 +94,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="context length to report (/v1/models, /tokenize, /get_server_info) and enforce (default 32768)",
     )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require this key (Authorization: Bearer KEY) as a server started with --api-key does",
+    )
     p.set_defaults(run=run)
 
 
@@ -125,6 +131,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         port=port,
         spec_decode=args.spec_decode,
         profile=args.profile,
+        api_key=args.api_key,
         **({"max_model_len": args.max_model_len} if args.max_model_len else {}),
     )
 

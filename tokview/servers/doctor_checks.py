@@ -14,6 +14,7 @@ from tokview.core.record import Capture
 from tokview.core.segments import prompt_opens_reasoning
 from tokview.servers.capture import merge_dual
 from tokview.servers.doctor_context import QUESTION, DoctorContext
+from tokview.servers.features import AUTH_HINT, AUTH_REFUSED
 from tokview.servers.registry import ENDPOINTS, server_name
 
 RAW_UNKNOWN = ENDPOINTS["vllm", "completions"]
@@ -25,6 +26,14 @@ def check_server(doc: DoctorContext) -> None:
     name = server_name(info.kind)
     sim = " (this is the tokview simulator, not a real model server)" if info.features.get("simulator") else ""
     model = f', model "{info.model}"' if info.model else ""
+    if name is None and info.details.get("auth_refused"):
+        doc.add(
+            "fail",
+            "Server kind",
+            f"{info.url} refused tokview's credentials: {info.details['auth_refused']}",
+            AUTH_HINT,
+        )
+        return
     if name is None:
         redirected = info.details.get("redirected")
         doc.add(
@@ -73,6 +82,9 @@ def check_ids(
         missing.append(f"/v1/chat/completions: {chat_error}")
     if not found:
         answered_without = doc.ids_not_returned or raw is not None or chat is not None
+        refused = doc.info.details.get("auth_refused") or any(
+            error is not None and error.startswith(AUTH_REFUSED) for error in (raw_error, chat_error)
+        )
         doc.add(
             "fail",
             "Token-id fields",
@@ -80,6 +92,8 @@ def check_ids(
             "tokview needs ids from the server: vLLM ≥0.10.2 (return_token_ids), SGLang with output_ids on "
             "/generate (or return_token_ids on chat); upgrade the server"
             if answered_without  # else no endpoint answered at all: the server failed, whatever its version
+            else AUTH_HINT
+            if refused  # the key, not the server, is what to change
             else "the server failed every probe rather than answer without ids: see its log, then run doctor again",
         )
         return

@@ -48,15 +48,25 @@ REDIRECTED = (": redirected to ", "still redirected after", "a redirect without 
 GET without the body, in a loop, or nowhere), and its Location."""
 
 
+AUTH_REFUSED = ("HTTP 401 ", "HTTP 403 ")
+"""How a probe's failure starts when the server refused its credentials (`http.ServerClient`'s reasons)."""
+
+
 def unknown_server(info: ServerInfo, hint: str) -> str:
     """Why a server's kind is unknown, for the one-line error: no HTTP answer at all, a redirect elsewhere (with its
-    Location: "neither SGLang nor vLLM" sent the user to --backend when --server was what to change), or info
-    endpoints of neither kind (then `hint`)."""
+    Location: "neither SGLang nor vLLM" sent the user to --backend when --server was what to change), a refused key
+    (a server started with --api-key answers 401 everywhere: the kind was not what to change), or info endpoints of
+    neither kind (then `hint`)."""
     if info.details.get("no_http_answer"):
         return f"{info.url} gave no HTTP answer: {info.details['no_http_answer']}"
     if info.details.get("redirected"):
         return f"{info.url} redirected its info endpoints: {info.details['redirected']}"
+    if info.details.get("auth_refused"):
+        return f"{info.url} refused tokview's credentials ({info.details['auth_refused'][:120]}): {AUTH_HINT}"
     return f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: {hint}"
+
+
+AUTH_HINT = "set TOKVIEW_API_KEY to the server's --api-key (or give the URL's user:password)"
 
 
 LIMIT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_len")
@@ -121,6 +131,9 @@ async def detect(
     redirect = next((why for why in whys if why is not None and any(r in why for r in REDIRECTED)), None)
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
+    refused = next((why for why in whys if why is not None and why.startswith(AUTH_REFUSED)), None)
+    if refused is not None:  # a server started with --api-key: without the key every info endpoint says 401
+        info.details["auth_refused"] = refused
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind, info.kind_said = "sglang", True
     elif isinstance(version, dict) and "version" in version:

@@ -118,6 +118,9 @@ class SimConfig:
     profile: str | None = None
     """Serve the tokenizer as this profile (a name or a .toml), not the one detected from it: Kimi-K2.6 is
     K2.5's layout with `preserve_thinking`, a GLM-4.7-style family a think-tag model with its own ids."""
+    api_key: str | None = None
+    """Require `Authorization: Bearer <key>` as the server started with `--api-key` does: SGLang on every path but
+    /health and /metrics, vLLM on its /v1 paths; 401 `{"error": "Unauthorized"}` without it."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -99,6 +99,27 @@ class _CountRequests:
         await self.app(scope, receive, send)
 
 
+class _RequireKey:
+    """ASGI middleware: the API key check of a server started with `--api-key` (SGLang's `add_api_key_middleware`:
+    every path but /health and /metrics; vLLM's: its /v1 paths)."""
+
+    def __init__(self, app: ASGIApp, kind: str, key: str) -> None:
+        self.app, self.kind, self.expected = app, kind, f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._guarded(scope["path"]):
+            given = dict(scope.get("headers") or []).get(b"authorization")
+            if given != self.expected:
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _guarded(self, path: str) -> bool:
+        if self.kind == "vllm":
+            return path.startswith("/v1")
+        return not path.startswith(("/health", "/metrics"))
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     """FastAPI's JSON for unknown paths and wrong methods (both real servers are FastAPI apps)."""
     assert isinstance(exc, HTTPException)  # the only exception class it is registered for
@@ -126,7 +147,9 @@ def build_app(state: SimState) -> ASGIApp:
     refused = _refused_request(state.cfg.kind)
     # Only what the request alone causes: a TypeError may be the simulator's own bug, which must stay a 500.
     handlers = {HTTPException: _http_error, RecursionError: refused, UnicodeError: refused}
-    app = Starlette(routes=routes, exception_handlers=handlers)
+    app: ASGIApp = Starlette(routes=routes, exception_handlers=handlers)
+    if state.cfg.api_key:
+        app = _RequireKey(app, state.cfg.kind, state.cfg.api_key)
     return _CountRequests(app, state.stats)
 
 
