@@ -65,3 +65,17 @@ def test_score_says_off_policy_not_the_batchs_flagged_and_truncated():
     line = out.getvalue()
     assert line.startswith("4/4 100.0% | ok 4 failed 0 skipped 0 off_policy 2 | 2.0 req/s 40 tok/s"), line
     assert "flagged" not in line and "truncated" not in line
+
+
+def test_scores_failures_are_grouped_by_class_as_a_batchs_are():
+    """One cause whose message carries each sample's length was one line per length: ten lines adding up to a
+    fraction of the failures, and no word of the rest."""
+    from tokview.batch.scoring import ScoreSummary
+
+    reasons = {
+        f"POST /v1/completions (score): prompt + output are {n} ids, over the server's context of 150": 9
+        for n in range(151, 176)
+    }
+    summary = ScoreSummary(input=300, ok=75, failed=225, failures_by_reason=reasons)
+    failed = [line for line in summary.render().splitlines() if line.startswith("  failed x")]
+    assert len(failed) == 1 and failed[0].startswith("  failed x225: POST /v1/completions (e.g. POST /v1/completions")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from tokview.batch.config import BatchProgress
+from tokview.batch.config import BatchProgress, group_reasons, reason_examples
 from tokview.batch.inputs import InputError
 from tokview.batch.tasks import run_workers
 from tokview.core import logprobs as lp
@@ -120,8 +120,14 @@ class ScoreSummary:
         if self.without_output:
             n = self.without_output
             lines.append(f"  not scored: {n} selected sample{'s' if n != 1 else ''} without output ids")
-        for reason, n in sorted(self.failures_by_reason.items(), key=lambda kv: -kv[1])[:10]:
-            lines.append(f"  failed x{n}: {printable_line(reason)}")  # a server's words: escapes shown, not run
+        # grouped by class as a batch's summary is: one cause with a request id or length in each message was ten
+        # lines adding up to a fraction of the failures
+        examples = reason_examples(self.failures_by_reason)
+        for cls, n in list(group_reasons(self.failures_by_reason).items())[:10]:  # a server's words: escapes shown
+            example = printable_line(examples[cls][:200])
+            lines.append(
+                f"  failed x{n}: {printable_line(cls)}" + (f" (e.g. {example})" if examples[cls] != cls else "")
+            )
         if self.interrupted:
             lines.append("  interrupted: scores written so far are kept; re-run the same command to continue")
         return "\n".join(lines)
