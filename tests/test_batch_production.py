@@ -441,3 +441,20 @@ async def test_merge_refuses_a_store_of_another_model_that_holds_only_failures(t
             target.merge(theirs)
         assert len(target.runs()) == 1
         assert target.query("SELECT count(*) FROM failures")[0][0] == 0
+
+
+async def test_a_refused_merge_names_a_model_no_server_answered_for(tmp_path, monkeypatch):
+    """A shard run without the server's key holds failures of model unknown: the refusal listed the other keys alone,
+    and the two identities read the same."""
+    from tokview.store.merge import MergeRefused
+
+    monkeypatch.delenv("TOKVIEW_API_KEY", raising=False)
+    prompts = many_prompts(tmp_path / "p.jsonl", 3)
+    ours, keyless = tmp_path / "ours.duckdb", tmp_path / "keyless.duckdb"
+    await _filled(ours, prompts, SimConfig(kind="vllm"))
+    await _filled(keyless, prompts, SimConfig(kind="vllm", api_key="sk-needed-123456"), retries=0)
+    with Store(keyless) as store:
+        assert store.count_samples() == 0 and store.query("SELECT count(*) FROM failures")[0][0] == 3
+    with Store(ours) as target, pytest.raises(MergeRefused, match="model unknown") as refused:
+        target.merge(keyless)
+    assert "no server answered its run's probe" in str(refused.value)

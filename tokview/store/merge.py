@@ -181,7 +181,11 @@ def shared_columns(conn: DuckDBPyConnection, table: str) -> list[str]:
 
 
 def _describe(identity: tuple[Any, ...]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in zip(IDENTITY_KEYS, identity) if v is not None) or "unknown identity"
+    """Every key, an unknown one too: a shard whose server never answered its probe (a refused key) holds failures
+    of model unknown, and leaving that out read as two equal identities side by side."""
+    if all(v is None for v in identity):
+        return "unknown identity"
+    return ", ".join(f"{k} {'unknown' if v is None else v}" for k, v in zip(IDENTITY_KEYS, identity))
 
 
 def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str) -> set[str]:
@@ -206,9 +210,15 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
     if ours:
         foreign = sorted((t for t in theirs if not _belongs(t, ours)), key=str)
         if foreign:
+            unknown_model = foreign[0][0] is None
             raise MergeRefused(
                 f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
                 f"{_describe(sorted(ours, key=str)[0])}: merge refused"
+                + (
+                    " (model unknown: no server answered its run's probe; leave that store out or run its shard again)"
+                    if unknown_model
+                    else ""
+                )
             )
     known_ours = {o for o in ours if not _unknown(o)}
     if not known_ours and any(conflicting(a, b) for a in theirs for b in theirs):
