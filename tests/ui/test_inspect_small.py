@@ -59,3 +59,25 @@ async def test_inspect_opens_with_its_cursor_in_view_of_a_pane_the_layout_shrink
             top, height = int(view.scroll_offset.y), view.scrollable_content_region.height
             assert row >= height  # the cursor is past the first screenful: opening had to scroll
             assert top <= row < top + height, (row, top, height)
+
+
+async def test_a_reader_who_scrolled_away_stays_there_when_a_note_shortens_the_pane(make_app):
+    """Keeping the cursor in view on a height change pulled a reader who had scrolled elsewhere back to it when a note
+    added a review line: only a cursor that was in view is followed."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        await pilot.pause(0.1)
+        view = app.screen.served
+        row = view._rows_of_token(view.cursor) * view.rows_per_line
+        height = view.scrollable_content_region.height
+        elsewhere = 0 if row > height else max(0, view.virtual_size.height - height)
+        assert elsewhere != view.scroll_offset.y  # the cursor is out of a view scrolled there
+        view.scroll_to(y=elsewhere, animate=False)  # as a mouse wheel does
+        await pilot.pause(0.1)
+        await pilot.press("n", *"looked", "enter")
+        await settle(app, pilot)
+        await pilot.pause(0.1)
+        assert view.scroll_offset.y == elsewhere

@@ -132,8 +132,8 @@ async def detect(
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
     refused = next((why for why in whys if why is not None and why.startswith(AUTH_REFUSED)), None)
-    if refused is not None:  # a server started with --api-key: without the key every info endpoint says 401
-        info.details["auth_refused"] = refused
+    if refused is not None and all(answer is None for answer in (model_info, server_info, version, models)):
+        info.details["auth_refused"] = refused  # a server started with --api-key: no info endpoint answers without it
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind, info.kind_said = "sglang", True
     elif isinstance(version, dict) and "version" in version:

@@ -558,7 +558,10 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             return
         self.marks.add(ids)
         here = self.row(self.cursor)
-        self.marks.set_anchor(self.cursor, here.sample_id if here is not None else (ids[-1] if ids else None))
+        at = self.cursor - low  # the cursor's own id in the range read (either end of it)
+        self.marks.set_anchor(
+            self.cursor, here.sample_id if here is not None else (ids[at] if 0 <= at < len(ids) else None)
+        )
         self._cache.clear()
         self.refresh()
         self.post_message(self.MarksChanged())

@@ -293,13 +293,22 @@ class TokenView(OnePassScrolling, ScrollView, can_focus=True):
                 linked.set_reactive(TokenView.virtual_size, Size(width, len(linked._starts) * linked.rows_per_line))
                 linked._scroll_update(linked.virtual_size)
                 linked.refresh()
-        taller_or_shorter = size.height != self._laid_out_height  # (`self.size` is the new size already)
-        self._laid_out_height = size.height
+        # a new height keeps the cursor's row in view when it was in view (inspect opens at its cursor in a pane the
+        # layout shrinks right after); a reader who scrolled elsewhere stays there (a note adds a review line)
+        follow = size.height != self._laid_out_height and self._cursor_in_view(self._laid_out_height)
+        self._laid_out_height = size.height  # (`self.size` is the new size already)
         resized = super()._size_updated(size, virtual_size, container_size, layout)
-        if self._rewrapped or taller_or_shorter:  # rows moved, or fewer fit: keep the cursor's row in view (inspect
-            self._rewrapped = False  # opens at its cursor in a pane that the layout shrinks right after)
+        if self._rewrapped or follow:  # rows moved: whatever row was on top means something else now
+            self._rewrapped = False
             self.scroll_to_cursor()
         return resized
+
+    def _cursor_in_view(self, height: int) -> bool:
+        """Whether the cursor's row was inside a view `height` rows high (true before the first layout)."""
+        if not height or not self._starts:
+            return True
+        top = self._rows_of_token(self.cursor) * self.rows_per_line
+        return self.scroll_offset.y <= top < self.scroll_offset.y + height
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._ensure_wrap()
