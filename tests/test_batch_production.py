@@ -458,3 +458,4 @@ async def test_a_refused_merge_names_a_model_no_server_answered_for(tmp_path, mo
     with Store(ours) as target, pytest.raises(MergeRefused, match="model unknown") as refused:
         target.merge(keyless)
     assert "no server answered its run's probe" in str(refused.value)
+    assert str(refused.value).endswith("merge refused")

@@ -210,15 +210,14 @@ def refuse_unmergeable(conn: DuckDBPyConnection, source: Path, target_name: str)
     if ours:
         foreign = sorted((t for t in theirs if not _belongs(t, ours)), key=str)
         if foreign:
-            unknown_model = foreign[0][0] is None
+            # a run of a known tokenizer but no model: its servers never answered the probe (a refused key)
+            keyless = foreign[0][0] is None and not _unknown(foreign[0])
+            hint = (
+                " (no server answered its run's probe: leave that store out or run its shard again)" if keyless else ""
+            )
             raise MergeRefused(
                 f"{source} holds samples or failures of {_describe(foreign[0])}, {target_name} holds "
-                f"{_describe(sorted(ours, key=str)[0])}: merge refused"
-                + (
-                    " (model unknown: no server answered its run's probe; leave that store out or run its shard again)"
-                    if unknown_model
-                    else ""
-                )
+                f"{_describe(sorted(ours, key=str)[0])}{hint}: merge refused"
             )
     known_ours = {o for o in ours if not _unknown(o)}
     if not known_ours and any(conflicting(a, b) for a in theirs for b in theirs):
