@@ -143,10 +143,10 @@ async def test_a_child_killed_mid_run_loses_and_duplicates_nothing(tmp_path, gro
                 loop.call_soon_threadsafe(killed.set)
         return last
 
-    async def capture(self, request):  # patched in this process only: the spawned child captures freely
+    async def capture(self, request, **kw):  # patched in this process only: the spawned child captures freely
         with contextlib.suppress(TimeoutError):  # only so that a regression fails instead of hanging
             await asyncio.wait_for(killed.wait(), 120)
-        return await real_capture(self, request)
+        return await real_capture(self, request, **kw)
 
     monkeypatch.setattr(WorkerGroup, "_handle", handle)
     monkeypatch.setattr(ServerPool, "capture", capture)

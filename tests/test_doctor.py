@@ -189,7 +189,7 @@ def test_the_ids_check_fails_on_empty_id_lists_and_recommends_the_endpoint_that_
 
     said: list[tuple] = []
     doc = SimpleNamespace(
-        info=SimpleNamespace(features={"chat_ids_field": "token_ids"}),
+        info=SimpleNamespace(features={"chat_ids_field": "token_ids"}, details={}),
         choice=SimpleNamespace(raw=SimpleNamespace(path="/v1/completions", ids_field="token_ids")),
         add=lambda *line: said.append(line),
         ids_not_returned=False,

@@ -92,7 +92,7 @@ async def capture_all(
         if room is not None:  # what fits under the server's context length
             request.settings["max_new_tokens"] = room
         try:
-            return await (pool.capture(request) if prefer is None else pool.capture(request, prefer=prefer))
+            return await pool.capture(request, prefer=prefer)
         except CaptureFailed as exc:
             return exc.reason, exc.url, True
         except Exception as exc:  # a malformed response the servers layer did not classify

@@ -82,7 +82,7 @@ def check_ids(
         missing.append(f"/v1/chat/completions: {chat_error}")
     if not found:
         answered_without = doc.ids_not_returned or raw is not None or chat is not None
-        refused = (getattr(doc.info, "details", None) or {}).get("auth_refused") or any(
+        refused = doc.info.details.get("auth_refused") or any(
             error is not None and error.startswith(AUTH_REFUSED) for error in (raw_error, chat_error)
         )
         doc.add(

@@ -166,13 +166,14 @@ class ServerPool:
 
         Captures and `tokview score`'s scoring requests both go through here."""
 
-        tried: list[str] = []
+        first = True
 
         async def attempt() -> T:
             # the preferred server is asked first only: a retry goes round the pool as any other would (a preferred
             # server answering 503 or gone took every retry of a chain's turn, and the whole chain failed)
-            server = await self._pick(prefer if not tried else None)
-            tried.append(server.client.url)
+            nonlocal first
+            server = await self._pick(prefer if first else None)
+            first = False
             server.active += 1
             try:
                 async with server.semaphore:
