@@ -612,13 +612,20 @@ def _whole(sequence: bytes | memoryview) -> bytes:
 
 
 def _first_difference(packed: bytes, sequence: bytes | memoryview) -> int:
-    """The first id position where the two packed sequences differ (the shorter length if one is a prefix)."""
+    """The first id position where the two packed sequences differ (the shorter length if one is a prefix).
+
+    One memcmp when one is a prefix of the other (a session going on), else a bisect over only the part not yet
+    known equal, each probe a memcmp against a view (no copy): probes that sliced both sides from the start copied
+    ~2.5 MB at 40,000 ids."""
     n = min(len(packed), len(sequence)) // 4
-    sequence = _whole(sequence)  # its first n ids are the view's
-    lo, hi = 0, n
-    while lo < hi:  # bisect on prefix equality: memcmp in C instead of a Python loop over thousands of ids
+    whole = _whole(sequence)  # its first n ids are the view's
+    view = memoryview(whole)
+    if packed.startswith(view[: n * 4]):
+        return n
+    lo, hi = 0, n - 1  # the first lo ids are equal; the first hi + 1 are not
+    while lo < hi:
         mid = (lo + hi + 1) // 2
-        if packed[: mid * 4] == sequence[: mid * 4]:
+        if packed.startswith(view[lo * 4 : mid * 4], lo * 4):
             lo = mid
         else:
             hi = mid - 1
