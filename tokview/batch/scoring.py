@@ -31,7 +31,14 @@ from tokview.errors import ExitCode
 from tokview.secrets import scrub, scrub_text
 from tokview.store import Store
 from tokview.store.errors import StoreError
-from tokview.store.export_rows import SELECTIONS, Selection, score_candidates, token_ids, without_output_count
+from tokview.store.export_rows import (
+    SELECTIONS,
+    Selection,
+    score_candidates,
+    texts_to_probe,
+    token_ids,
+    without_output_count,
+)
 from tokview.store.token_data import put_target_scores
 from tokview.untrusted_text import printable_line
 
@@ -59,6 +66,8 @@ class ScoreConfig:
     retries: int = 3
     limit: int | None = None
     rescore: bool = False
+    any_vocabulary: bool = False
+    """Score even when the target reads the samples' output ids as other text (`check_vocabulary`)."""
 
     def validate(self) -> None:
         checks = [
@@ -94,6 +103,9 @@ class ScoreSummary:
     elapsed_s: float = 0.0
     failures_by_reason: dict[str, int] = field(default_factory=dict)
     servers: list[dict[str, Any]] = field(default_factory=list)
+    vocabulary: str | None = None
+    """Why the target's vocabulary was not checked against the samples' (None: checked and agreed, or nothing to
+    score)."""
     other_thresholds: int = 0
     """Already scored with another --off-policy-nll or --low-prob: their findings keep the thresholds they were scored
     with (--rescore applies these)."""
@@ -117,6 +129,8 @@ class ScoreSummary:
                 f"  {n} already scored sample{'s' if n != 1 else ''} keep{'' if n != 1 else 's'} the --off-policy-nll "
                 "and --low-prob they were scored with (off_policy above counts this run's): --rescore applies these"
             )
+        if self.vocabulary is not None:
+            lines.append(f"  vocabulary not checked: {printable_line(self.vocabulary)}")
         if self.without_output:
             n = self.without_output
             lines.append(f"  not scored: {n} selected sample{'s' if n != 1 else ''} without output ids")
@@ -143,6 +157,45 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
             shown = ", ".join(known[:10]) + (", …" if len(known) > 10 else "")
             raise InputError(f"no run {config.run!r} in {store.path} (runs: {shown or 'none'})")
     return score_candidates(store, Selection(config.select, config.run), config.limit)
+
+
+async def check_vocabulary(store: Store, pool: ServerPool, config: ScoreConfig) -> str | None:
+    """Refuse (InputError) a target that reads the samples' output ids as other text than the server that made them
+    gave: with another vocabulary every id still scores, and each NLL and `off_policy` finding would be garbage
+    (ids are only compared with the ids sent). The target's `/detokenize` of a few samples' output ids must hold
+    their text (whitespace aside: a decode may clean up spaces the stream kept). Returns why nothing was checked, or
+    None when one sample agreed."""
+    from tokview.servers import CaptureFailed
+    from tokview.servers.score import detokenize_on
+
+    probes = texts_to_probe(store, Selection(config.select, config.run))
+    if not probes:
+        return "no selected sample has an answer's text to read its ids back with"
+    disagreed: list[tuple[str, str, str]] = []
+    unanswered = None
+    for sample_id, ids, text in probes:
+        try:
+            decoded = await pool.call(partial(detokenize_on, backend=config.backend, ids=ids))
+        except CaptureFailed as exc:
+            unanswered = f"the target's /detokenize did not answer ({printable_line(exc.reason[:160])})"
+            break
+        if _squeezed(text)[:64] in _squeezed(decoded):
+            return None
+        disagreed.append((sample_id, text, decoded))
+    if not disagreed:
+        return unanswered
+    sample_id, text, decoded = disagreed[0]
+    n = len(disagreed)
+    raise InputError(
+        f"the target reads the samples' ids as other text (another vocabulary?): its /detokenize of {sample_id}'s "
+        f"output gives {printable_line(decoded[:60])!r}, the sample's answer is {printable_line(text[:60])!r} "
+        f"({'the one sample' if n == 1 else f'all {n} samples'} probed differ{'s' if n == 1 else ''}); nothing "
+        "scored: score against the model that made them, or pass --any-vocabulary to score anyway"
+    )
+
+
+def _squeezed(text: str) -> str:
+    return "".join(text.split())
 
 
 def already_scored(score: dict[str, Any] | None, model: str | None, top_k: int) -> bool:
@@ -204,6 +257,8 @@ async def _run(
         elif score is not None and other_thresholds(score, config):
             kept_thresholds += 1
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
+    if todo and not config.any_vocabulary:  # before any score is written: a refusal leaves the store as it was
+        summary.vocabulary = await check_vocabulary(store, pool, config)
     summary.other_thresholds = kept_thresholds
     if config.limit is None:  # with --limit "selected" is the first N scoreable samples: none lack output ids
         summary.without_output = without_output_count(store, Selection(config.select, config.run))

@@ -69,6 +69,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the first N selected samples, oldest first (as batch's --limit: a re-run resumes the same N)",
     )
     p.add_argument("--rescore", action="store_true", help="score samples this target already scored again")
+    p.add_argument(
+        "--any-vocabulary",
+        action="store_true",
+        help="score even when the target's /detokenize reads the samples' output ids as other text than their answers "
+        "(checked on up to 3 samples before scoring: another vocabulary makes every NLL meaningless)",
+    )
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
     p.add_argument("--retries", type=int, default=3, help="retries per sample on a server error (default 3)")
@@ -98,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         retries=args.retries,
         limit=args.limit,
         rescore=args.rescore,
+        any_vocabulary=args.any_vocabulary,
     )
     config.validate()  # InputError
     printer = ProgressPrinter(sys.stderr, line=score_progress_line)

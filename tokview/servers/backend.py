@@ -123,6 +123,9 @@ class Backend(ABC):
         endpoints said nothing)."""
         return False
 
+    detokenized_key: str | None = None
+    """Where this server's `/detokenize` answer holds the text of the ids sent (None: it has no such endpoint)."""
+
     async def score(
         self, client: ServerClient, info: ServerInfo, ids: list[int], start: int, top_k: int
     ) -> lp.TokenLogprobs:

@@ -53,3 +53,19 @@ async def score_on(
     except lp.LogprobShapeError as exc:
         raise CaptureFailed(f"cannot score on {client.url}: {exc}", url=client.url) from None
     return TargetScore(found, client.url, choice.name, info.model)
+
+
+async def detokenize_on(client: ServerClient, info: ServerInfo, *, backend: str, ids: list[int]) -> str:
+    """The target's own text of these ids (`/detokenize`: vLLM answers it as `prompt`, SGLang as `text`): how `tokview score`
+    tells that the target reads the samples' ids as the server that made them did."""
+    key = choose(backend, info).raw.detokenized_key
+    if key is None:
+        raise CaptureFailed(f"{client.url} has no /detokenize", url=client.url)
+    body: dict[str, object] = {"tokens": ids}
+    if info.model:
+        body["model"] = info.model
+    data = await client.post_json("/detokenize", body)
+    text = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(text, str):
+        raise CaptureFailed(f"malformed response from {client.url}: /detokenize gave no text", url=client.url)
+    return text

@@ -162,6 +162,7 @@ class SglangGenerate(Backend):
     ids_field = "output_ids"
     exact_ids = True
     recorded_as = "sglang-generate"
+    detokenized_key = "text"
     context_reserve = 1  # TokenizerManager: `max_new_tokens + input_token_num >= context_len` is a 400
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:

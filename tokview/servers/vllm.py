@@ -345,6 +345,7 @@ class VllmCompletions(Backend):
     ids_field = "choices[].token_ids"
     exact_ids = True
     recorded_as = "vllm-completions"
+    detokenized_key = "prompt"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         """Our prompt ids in, the raw sampled ids out."""

@@ -147,6 +147,25 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
+def texts_to_probe(store: Store, selection: Selection, count: int = 3) -> list[tuple[str, list[int], str]]:
+    """(sample_id, output ids, the server's text of them) of a few selected samples whose answer has text: a probe
+    of a target's vocabulary reads those ids back as text (`tokview score`). The raw endpoints' `text` (all the
+    output) when stored, else the longer of the chat parse's content and reasoning; short outputs first (a cheap
+    probe)."""
+    where, params = selection.where()
+    rows = store.query(
+        f"SELECT sample_id, output_ids, text, content, reasoning FROM samples WHERE {where} "
+        "AND output_len BETWEEN 4 AND 4096 AND length(trim(concat(text, content, reasoning))) >= 8 "
+        f"ORDER BY output_len, sample_id LIMIT {int(count)}",
+        params,
+    )
+    found = []
+    for sample_id, ids, *texts in rows:
+        text = max((t for t in texts if t), key=lambda t: len(t.strip()))
+        found.append((sample_id, list(ids), text))
+    return found
+
+
 def without_output_count(store: Store, selection: Selection) -> int:
     """How many selected samples have no output ids (`max_tokens: 0`): nothing to score, said so in the summary."""
     where, params = selection.where()

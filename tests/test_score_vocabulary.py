@@ -1,0 +1,82 @@
+"""`tokview score` reads a few samples' output ids back on the target (`/detokenize`) before scoring anything.
+
+A target of another vocabulary accepts the ids and scores them: each NLL and `off_policy` finding was garbage, and
+the only comparison (ids named in the answer against ids sent) cannot tell. Simulators of two vocabularies (the
+Kimi layout that made the samples, Qwen3's as the wrong target) on real sockets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from builders import kimi, make_capture, profile
+from prompt_files import prompts_file
+
+from tokview.batch import BatchConfig, run_batch
+from tokview.batch.inputs import InputError
+from tokview.batch.scoring import ScoreConfig, run_score
+from tokview.core.analysis import analyze
+from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
+
+
+async def _made_on_kimi(tmp_path, kind: str) -> Store:
+    store = Store(tmp_path / "s.duckdb")
+    with start_simulator(SimConfig(kind=kind)) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts_file(tmp_path / "p.jsonl", 4), max_new_tokens=60)
+        summary = await run_batch(config, store)
+    assert summary.ok == 4, summary.render()
+    return store
+
+
+def _scored(store: Store) -> int:
+    return store.query("SELECT count(*) FROM samples WHERE target_score IS NOT NULL")[0][0]
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+async def test_a_target_of_another_vocabulary_is_refused_before_anything_is_scored(tmp_path, qwen_tok_dir, kind):
+    with await _made_on_kimi(tmp_path, kind) as store:
+        with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as other:
+            with pytest.raises(InputError, match=r"reads the samples' ids as other text .*--any-vocabulary") as refused:
+                await run_score(ScoreConfig(servers=[other.url]), store)
+            assert "all 3 samples probed differ" in str(refused.value)
+            assert _scored(store) == 0
+            anyway = await run_score(ScoreConfig(servers=[other.url], any_vocabulary=True, retries=0), store)
+        assert anyway.ok + anyway.failed == 4 and anyway.vocabulary is None
+        with start_simulator(SimConfig(kind=kind)) as same:  # the vocabulary the samples were made with
+            summary = await run_score(ScoreConfig(servers=[same.url], rescore=True), store)
+    assert (summary.ok, summary.failed, summary.vocabulary) == (4, 0, None), summary.render()
+    assert "vocabulary" not in summary.render()
+
+
+async def test_samples_without_an_answer_text_are_scored_and_said_unchecked(tmp_path):
+    """Imported samples may carry no text: nothing to read back, so the summary says the check did not run."""
+    with Store(tmp_path / "s.duckdb") as store:
+        for k in range(2):
+            capture = make_capture(f"question {k}")
+            capture.text = capture.content = capture.reasoning = None
+            store.put_sample(f"s{k}@x_gen0", f"s{k}", "imported", capture, analyze(capture, profile(), kimi()))
+        with start_simulator(SimConfig(kind="vllm")) as sim:
+            summary = await run_score(ScoreConfig(servers=[sim.url]), store)
+    assert (summary.ok, summary.failed) == (2, 0)
+    assert summary.vocabulary is not None
+    assert "vocabulary not checked: no selected sample has an answer's text" in summary.render()
+
+
+async def test_the_cli_refuses_another_vocabulary_in_one_line_and_exits_1(tmp_path, qwen_tok_dir):
+    with await _made_on_kimi(tmp_path, "vllm") as store:
+        db = store.path
+    with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as other:
+        argv = [sys.executable, "-m", "tokview", "score", "--db", str(db), "--server", other.url, "--summary-json"]
+        refused = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        anyway = subprocess.run(
+            [*argv, "--any-vocabulary", "--retries", "0"], capture_output=True, text=True, timeout=120
+        )
+    assert refused.returncode == 1, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("tokview: error: the target reads the samples' ids as other text"), refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert anyway.returncode in (0, 3), anyway.stderr
+    assert json.loads(anyway.stdout)["vocabulary"] is None
