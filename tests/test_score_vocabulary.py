@@ -80,3 +80,16 @@ async def test_the_cli_refuses_another_vocabulary_in_one_line_and_exits_1(tmp_pa
     assert "Traceback" not in refused.stderr
     assert anyway.returncode in (0, 3), anyway.stderr
     assert json.loads(anyway.stdout)["vocabulary"] is None
+
+
+def test_an_answer_reads_as_its_ids_with_special_tokens_kept_or_skipped_on_either_side():
+    from tokview.batch.scoring import reads_as
+
+    answer = "Okay, the user asks for six times seven.</think>Six groups of seven make forty-two.<|im_end|>"
+    skipped = "Okay, the user asks for six times seven.Six groups of seven make forty-two."
+    harmony = "<|channel|>analysis<|message|>Okay, the user asks for six times seven.<|end|><|start|>assistant"
+    assert reads_as(answer, answer) and reads_as(answer, skipped) and reads_as(skipped, answer)
+    assert reads_as("analysisOkay, the user asks for six times seven.", harmony)
+    assert reads_as("Six groups  of\nseven", " Six groups of seven ")  # whitespace aside (a decode's clean-up)
+    assert not reads_as(answer, "t\ufffdA\ufffdAndA\ufffd to\ufffdA pOAu\ufffdApeA\ufffdel asA ence clpcmh cnacns")
+    assert not reads_as("a short one", "another text")

@@ -179,7 +179,7 @@ async def check_vocabulary(store: Store, pool: ServerPool, config: ScoreConfig) 
         except CaptureFailed as exc:
             unanswered = f"the target's /detokenize did not answer ({printable_line(exc.reason[:160])})"
             break
-        if _squeezed(text)[:64] in _squeezed(decoded):
+        if reads_as(text, decoded):
             return None
         disagreed.append((sample_id, text, decoded))
     if not disagreed:
@@ -194,8 +194,22 @@ async def check_vocabulary(store: Store, pool: ServerPool, config: ScoreConfig) 
     )
 
 
-def _squeezed(text: str) -> str:
-    return "".join(text.split())
+PROBE_PIECE = 12
+"""Characters (whitespace aside) of each piece of an answer looked for in the target's text of its ids."""
+
+
+def reads_as(text: str, decoded: str) -> bool:
+    """Whether the target's `decoded` text of a sample's output ids is that sample's answer `text`: at least half of
+    up to 8 pieces spread over the answer are found in it, whitespace aside. Pieces, not the whole: a server's
+    answer skips special tokens (`</think>`, Harmony's channel markers) that a `/detokenize` may keep between its
+    words, or the other way round; another vocabulary's text of the same ids holds none of them."""
+    answer, read = "".join(text.split()), "".join(decoded.split())
+    if len(answer) < 2 * PROBE_PIECE:
+        return answer in read
+    count = min(8, len(answer) // PROBE_PIECE)
+    step = (len(answer) - PROBE_PIECE) / (count - 1)
+    pieces = [answer[round(k * step) : round(k * step) + PROBE_PIECE] for k in range(count)]
+    return 2 * sum(piece in read for piece in pieces) >= count
 
 
 def already_scored(score: dict[str, Any] | None, model: str | None, top_k: int) -> bool:

@@ -150,13 +150,13 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
 def texts_to_probe(store: Store, selection: Selection, count: int = 3) -> list[tuple[str, list[int], str]]:
     """(sample_id, output ids, the server's text of them) of a few selected samples whose answer has text: a probe
     of a target's vocabulary reads those ids back as text (`tokview score`). The raw endpoints' `text` (all the
-    output) when stored, else the longer of the chat parse's content and reasoning; short outputs first (a cheap
-    probe)."""
+    output) when stored, else the longer of the chat parse's content and reasoning. The first found (no sort: a
+    store of a million samples is not scanned for them)."""
     where, params = selection.where()
     rows = store.query(
         f"SELECT sample_id, output_ids, text, content, reasoning FROM samples WHERE {where} "
-        "AND output_len BETWEEN 4 AND 4096 AND length(trim(concat(text, content, reasoning))) >= 8 "
-        f"ORDER BY output_len, sample_id LIMIT {int(count)}",
+        "AND output_len BETWEEN 4 AND 8192 AND length(trim(concat(text, content, reasoning))) >= 8 "
+        f"LIMIT {int(count)}",
         params,
     )
     found = []
