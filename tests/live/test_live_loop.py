@@ -100,6 +100,7 @@ async def test_score_own_output_on_policy_and_random_ids_off_policy(vllm_surface
             store.put_sample(sid, sid.split("@")[0], "live", cap, analyze(cap, surface_profile(), surface_tokenizer()))
         summary = await run_score(ScoreConfig(servers=[vllm_surface_url], top_k=2, timeout=120.0), store)
         assert (summary.ok, summary.failed, summary.off_policy) == (2, 0, 1)
+        assert summary.vocabulary is None, summary.render()  # real vLLM's /detokenize read the own sample's ids
         scored = store.load_sample("own@live_gen0").capture
         assert scored.target_top_ids is not None and scored.target_score is not None
         assert scored.target_logprobs == pytest.approx(scored.output_logprobs, abs=0.05)
