@@ -9,7 +9,9 @@ model or pipeline usually above 2; set it per model after looking at the distrib
 
 SGLang: `/generate` with input_ids = prompt + output, max_new_tokens 0, logprob_start_len 0.
 vLLM: `/v1/completions` with the ids as prompt, max_tokens 1, prompt_logprobs K.
-Resumable: samples already scored by the same served model (with at least this --top-k) are
+Before anything is scored, up to three samples' output ids are read back with the target's /detokenize: a target
+that reads them as other text than their answers (another vocabulary) is refused, exit 1 (`--any-vocabulary`
+scores anyway). Resumable: samples already scored by the same served model (with at least this --top-k) are
 skipped; `--rescore` scores them again. Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
 3 some samples failed, 130 interrupted.
 """
