@@ -107,3 +107,28 @@ def test_a_run_name_asked_for_other_settings_is_refused_with_nothing_left_to_do(
     monkeypatch.setattr("tokview.batch.identity.identities_file", lambda: None)  # no shortcut: the plan's own path
     assert main([*base, "--run", "mine"]) == 1
     assert "run mine was made with other max_new_tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "changed"),
+    [
+        (["--logprobs", "2"], "logprobs (logprobs=None; now logprobs=2)"),
+        (["--chat-template-kwargs", '{"x": 1}'], "chat_template_kwargs (chat_template_kwargs=None;"),
+        (["--history", "file"], "history (history='served'; now history='file')"),
+    ],
+)
+def test_a_named_run_resumed_with_a_setting_it_was_made_without_is_refused(tmp_path, vllm_sim, capsys, extra, changed):
+    """`--logprobs` and `--chat-template-kwargs` are in a run's settings only when given, and its history was not in
+    them at all: a resume of `--run day1` with one of them added generated every prompt again into day1 (new sample
+    ids), where another --max-new-tokens was refused."""
+    from tokview.cli import main
+    from tokview.store import Store
+
+    prompts, db = Path(__file__).resolve().parents[1] / "sample_data" / "plain_prompts.jsonl", tmp_path / "r.duckdb"
+    base = ["batch", str(prompts), "--server", vllm_sim.url, "--db", str(db), "--limit", "2", "--run", "day1"]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert main([*base, *extra]) == 1
+    assert f"run day1 was made with other {changed}" in capsys.readouterr().err
+    with Store(db) as store:
+        assert store.query("SELECT count(*) FROM samples") == [(2,)]

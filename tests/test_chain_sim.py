@@ -177,7 +177,9 @@ def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):
     settings = turns[0].capture.settings
     assert "chain" not in settings
     run = store.runs()[0]
-    sample_settings = {k: v for k, v in run["settings"].items() if k not in (SPECIAL_KEY, SPECIAL_IDS_KEY)}
+    beside = (SPECIAL_KEY, SPECIAL_IDS_KEY, "history", "history_reasoning")  # the record's, never in sample ids
+    assert run["settings"]["history"] == "file"
+    sample_settings = {k: v for k, v in run["settings"].items() if k not in beside}
     assert turns[1].sample_id == sample_id_for("m", sample_settings, 0, 1), "today's ids"
     assert turns[1].capture.messages[1] == {"role": "assistant", "content": "42."}, "the file's answer, no reasoning"
 

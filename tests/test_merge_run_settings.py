@@ -49,3 +49,17 @@ def test_chat_shards_whose_tokenizer_folders_differ_only_in_template_merge(tmp_p
     _batch(vllm_sim.url, a, "--shard", "1/2", "--mode", "chat", "--tokenizer", str(kimi_tok_dir))
     _batch(vllm_sim.url, b, "--shard", "2/2", "--mode", "chat", "--tokenizer", str(edited))
     assert main(["merge", str(b), "--into", str(a)]) == 0
+
+
+def test_a_shard_made_with_a_setting_the_other_lacks_is_refused(tmp_path, vllm_sim, capsys):
+    """Settings given only when asked for (`--chat-template-kwargs`, `--logprobs`) were compared only where both
+    records held them: a thinking-off shard merged into a thinking-on run, the record naming neither."""
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    _batch(vllm_sim.url, a, "--shard", "1/2")
+    _batch(vllm_sim.url, b, "--shard", "2/2", "--chat-template-kwargs", '{"enable_thinking": false}')
+    capsys.readouterr()
+    assert main(["merge", str(b), "--into", str(a)]) == 1
+    said = capsys.readouterr().err
+    assert "chat_template_kwargs={'enable_thinking': False} vs None" in said, said
+    with Store(a) as store:
+        assert not store.query("SELECT count(*) FROM samples WHERE settings LIKE '%enable_thinking%'")[0][0]

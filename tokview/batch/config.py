@@ -170,10 +170,22 @@ class BatchConfig:
         finds it stored, as a run under another `--run` name does."""
         if self.run:
             return self.run
+        return f"batch-{settings_key(self.run_settings(identity))}"
+
+    def run_settings(self, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The sample settings and how a multi-turn row's history is made when not the default: what names a run by
+        default (`run_id`). Its record holds the history whatever it is (`record_settings`)."""
         history = {"history": self.history} if self.history != "served" else {}
         if self.history == "served" and self.history_reasoning != "template":
             history["history_reasoning"] = self.history_reasoning
-        return f"batch-{settings_key({**self.sample_settings(identity), **history})}"
+        return {**self.sample_settings(identity), **history}
+
+    def record_settings(self, identity: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What a run's record holds of how its samples were made: the sample settings and the history, always (a
+        record without it was made by a tokview that did not record it), so a run resumed under its name with
+        another history is refused as one with other sample settings is (`run_record.check_run_provenance`)."""
+        history = {"history": self.history, "history_reasoning": self.history_reasoning}
+        return {**self.sample_settings(identity), **history}
 
     def validate(self) -> None:
         """Range checks, one line each: a negative retry count or limit is a usage error, never a crash

@@ -101,7 +101,7 @@ async def resume_shortcut(
     await pool.aclose()
     run_id = run_id_for(config, ids, work, store.reads)
     if config.run:  # a name of the user's own, with nothing left to do: still refused for other settings, as with work
-        check_run_provenance(store, run_id, config.sample_settings(ids))
+        check_run_provenance(store, run_id, config.record_settings(ids))
     summary = BatchSummary(
         run_id=run_id,
         input=work.input,

@@ -68,14 +68,16 @@ def check_run_provenance(store: Store, run_id: str, settings: dict[str, Any], te
     with another template went on with prompts rendered otherwise, its stored ones skipped as done, and the run's
     record then named only the new template."""
     from tokview.batch.inputs import InputError
+    from tokview.core.record import changed_settings
 
     stored = store.run(run_id) or {}
     old = stored.get("settings") or {}
-    changed = sorted(k for k, v in settings.items() if k in old and old[k] != v)
+    changed = changed_settings(old, settings) if stored else []  # a new run: nothing to differ from
     if changed:
+        was_made = ", ".join(f"{k}={old.get(k)!r}" for k in changed)
+        now = ", ".join(f"{k}={settings.get(k)!r}" for k in changed)
         raise InputError(
-            f"run {run_id} was made with other {', '.join(changed)} "
-            f"({', '.join(f'{k}={old[k]!r}' for k in changed)}): choose another --run name"
+            f"run {run_id} was made with other {', '.join(changed)} ({was_made}; now {now}): choose another --run name"
         )
     was = stored.get("template_hash")
     if settings.get("mode") in ("raw", "dual") and was and template_hash and was != template_hash:

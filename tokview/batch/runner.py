@@ -337,7 +337,7 @@ async def _run(
 
         # a name of the user's own with nothing left to do: refused for other settings as with work left (the
         # resume shortcut checks it the same way); said "skipped, already stored", exit 0, for another run's samples
-        check_run_provenance(store, run_id, sample_settings)
+        check_run_provenance(store, run_id, config.record_settings(identity))
     if todo:
         from tokview.batch.capture_loop import capture_all
         from tokview.batch.identity import special_tokens_record
@@ -349,7 +349,7 @@ async def _run(
         store.add_server_urls(config.servers)  # their user/password are masked in the stored bodies
         run = RunRecord(
             run_id=run_id,
-            settings=sample_settings,
+            settings=config.record_settings(identity),  # with the history
             special=special_tokens_record(tokenizer),  # another special set stored for these ids: refused
             tokenizer_name=tokenizer.name,
             profile=profile.name,
@@ -452,6 +452,13 @@ async def _run(
     if deaths and summary.abandoned and not summary.stopped and not summary.interrupted:
         summary.stopped = deaths.pop(0)  # it left samples for a resume: the run is not whole
     summary.notes += deaths
+    summary.servers = scrub(pool.server_info())  # as the run left them: a server that died mid-run said healthy
+    summary.notes += [
+        f"server {d.get('url')} was out of the pool at the end (last error: {d.get('last_error') or 'none'}); "
+        "its requests went to the others"
+        for d in summary.servers
+        if d.get("healthy") is False
+    ]
     report()
     return summary
 

@@ -98,6 +98,20 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+GIVEN_ONLY_SETTINGS = ("logprobs", "chat_template_kwargs")
+"""Run settings recorded only when given (absent: not asked for, the default): a run record without one was made
+without it, never by an older tokview that did not know it."""
+
+
+def changed_settings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The settings two records of one run disagree on, sorted: every key both hold, and each `GIVEN_ONLY_SETTINGS`
+    key either holds (`--logprobs 2` on a run made without it changes every sample id: compared only where both
+    held it, a resume under the run's name made a second copy of every prompt into it). A key only one holds
+    otherwise is one an older tokview did not record: not a difference."""
+    keys = (old.keys() & new.keys()) | {k for k in GIVEN_ONLY_SETTINGS if k in old or k in new}
+    return sorted(k for k in keys if old.get(k) != new.get(k))
+
+
 def canonical_hash(obj: object) -> str:
     canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tokview.core.record import changed_settings
 from tokview.errors import TokviewError
 
 if TYPE_CHECKING:
@@ -237,9 +238,7 @@ def _check_shared_runs(conn: DuckDBPyConnection, source: Path, target_name: str)
     ).fetchall()
     for run_id, ours_text, theirs_text, our_template, their_template in rows:
         ours, theirs = _settings(ours_text), _settings(theirs_text)
-        said = [
-            f"{k}={theirs[k]!r} vs {ours[k]!r}" for k in sorted(ours.keys() & theirs.keys()) if ours[k] != theirs[k]
-        ]
+        said = [f"{k}={theirs.get(k)!r} vs {ours.get(k)!r}" for k in changed_settings(ours, theirs)]
         rendered_here = ours.get("mode") in ("raw", "dual")  # chat: the server renders, as a resume allows (run_record)
         if not said and rendered_here and our_template and their_template and our_template != their_template:
             said = [f"chat template {their_template} vs {our_template}"]
