@@ -18,10 +18,11 @@ import itertools
 import json
 import re
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 import orjson
@@ -37,6 +38,7 @@ from tokview.proxy.wire import (
     Responder,
     UpstreamBrokeOff,
     UpstreamError,
+    UpstreamNotConnected,
     UpstreamPool,
     UpstreamResponse,
 )
@@ -94,6 +96,9 @@ class Upstream:
         return self.pool
 
 
+_UNREAD = object()
+
+
 @dataclass
 class _Exchange:
     """One request as it goes through: what the recorder needs once it is over."""
@@ -110,10 +115,16 @@ class _Exchange:
     injection: ids.Injection | None = None
     started: float = field(default_factory=time.perf_counter)
     chunks_sent: int = 0
+    parsed: Any = field(default_factory=lambda: _UNREAD)
+    """The generation request's body as read (`ProxyApp._parsed`), `_UNREAD` until it is."""
     delivered: list[bytes] | None = None
     """A stream whose `data: [DONE]` the client has been sent: the pieces read so far. The client holds the
     whole answer then, so its leaving before the upstream's body ends (the `openai` client stops reading at
     `[DONE]`) is no abandonment: the answer is recorded."""
+
+
+DOWN_S = 5.0
+"""How long an upstream that refused a connection is passed over while another one is up."""
 
 
 UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate", "/inference/v1/generate"})
@@ -133,6 +144,8 @@ class ProxyApp:
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
         self._next = itertools.cycle(range(len(upstreams)))
+        self._down_until = [0.0] * len(upstreams)
+        """When each upstream may be tried again after a connection to it failed (`time.monotonic`)."""
         self.say = say
         self.unrecorded: Counter[str] = Counter()
         """Requests to `UNRECORDED_GENERATIONS` forwarded, by path (the first of each path is said at once)."""
@@ -149,7 +162,8 @@ class ProxyApp:
         if self.key is not None and not self._authorised(headers):
             await _json_error(client, 401, UNAUTHORISED)
             return
-        ex = _Exchange(request.method, request.path, headers, request.body, self.upstreams[next(self._next)])
+        ex = _Exchange(request.method, request.path, headers, request.body, self.upstreams[0])
+        ex.upstream = self._choose(ex)
         ex.query = request.query
         try:
             await self._forward(ex, request.query, client)
@@ -186,21 +200,77 @@ class ProxyApp:
         out.pop(SESSION_HEADER, None)
         return list(out.items())
 
-    def _prepare(self, ex: _Exchange) -> bytes:
-        """The body to send: the client's, or on a generation endpoint the same with the id fields added."""
+    # -- which upstream ---------------------------------------------------------------------------
+    def _choose(self, ex: _Exchange, tried: frozenset[int] = frozenset()) -> Upstream:
+        """The upstream for this request: one conversation's requests go to one server while it takes connections
+        (its prefix cache holds the conversation, and one template renders it), others spread over the rest. A
+        server that refused a connection is passed over for `DOWN_S`. Round-robin sent a session's turns to the
+        servers in turn, and every other request to a dead one, answered 502 with a healthy server up."""
+        n = len(self.upstreams)
+        if n == 1:
+            return self.upstreams[0]
+        key = self._affinity(ex)
+        start = zlib.crc32(key) % n if key is not None else next(self._next)
+        now = time.monotonic()
+        order = [(start + k) % n for k in range(n) if (start + k) % n not in tried]
+        up = [i for i in order if self._down_until[i] <= now]
+        return self.upstreams[(up or order or [start])[0]]
+
+    def _affinity(self, ex: _Exchange) -> bytes | None:
+        """What ties a request to its conversation: the session header, else the request's `user`, else the start of
+        the conversation (its first two messages, or the completion prompt's first 2,000 characters or ids)."""
+        named = ex.headers.get(SESSION_HEADER)
+        if named:
+            return b"h" + named.encode()
+        request = self._parsed(ex)
+        if request is None:
+            return None
+        user = request.get("user")
+        if isinstance(user, str) and user:
+            return b"u" + user.encode()
+        messages = request.get("messages")
+        if isinstance(messages, list):
+            start: Any = messages[:2]
+        else:
+            prompt = request.get("prompt")
+            start = prompt[:2000] if isinstance(prompt, (str, list)) else None
+        if start is None:
+            return None
+        try:
+            return b"c" + orjson.dumps(start)[:8192]
+        except (TypeError, orjson.JSONEncodeError):
+            return None
+
+    def _parsed(self, ex: _Exchange) -> dict[str, Any] | None:
+        """The body of a generation request as the servers read it (once per request), None for another path or a
+        body that is no JSON object; sets `ex.endpoint` on a generation path."""
+        if ex.parsed is not _UNREAD:
+            return cast(dict[str, Any] | None, ex.parsed)
+        ex.parsed = None
         # the servers route a percent-encoded path as its decoded form (`/v1/chat/%63ompletions` generates too)
         endpoint = ENDPOINT_PATHS.get(unquote(ex.path)) if ex.method == "POST" else None
         if endpoint is None:
-            return ex.body
+            return None
         ex.endpoint = endpoint  # a body that is no JSON object is still a generation request, recorded as failed
         try:
             request = _read_body(ex.body)
         except (RecursionError, ValueError):  # orjson's JSONDecodeError is one; RecursionError: nested too deep
-            return ex.body  # the upstream answers a broken body itself (recorded as a failure either way)
-        if not isinstance(request, dict):
+            return None  # the upstream answers a broken body itself (recorded as a failure either way)
+        parsed: dict[str, Any] | None = request if isinstance(request, dict) else None
+        ex.parsed = parsed
+        return parsed
+
+    def _connection_refused(self, ex: _Exchange) -> None:
+        self._down_until[self.upstreams.index(ex.upstream)] = time.monotonic() + DOWN_S
+
+    def _prepare(self, ex: _Exchange) -> bytes:
+        """The body to send: the client's, or on a generation endpoint the same with the id fields added (for the
+        kind of server `ex.upstream` is: prepared again when another one takes the request)."""
+        request = self._parsed(ex)
+        if request is None:
             return ex.body
         ex.request = request
-        sent, ex.injection = ids.inject(request, ex.upstream.kind, endpoint)
+        sent, ex.injection = ids.inject(request, ex.upstream.kind, ex.endpoint)
         if sent is request:
             return ex.body
         spliced = ids.with_fields(ex.body, ex.injection.fields, empty=not request)
@@ -217,13 +287,24 @@ class ProxyApp:
             return ex.body
 
     async def _forward(self, ex: _Exchange, query: str, client: Responder) -> None:
-        content = self._prepare(ex)
         target = f"{ex.path}?{query}" if query else ex.path
-        try:
-            upstream = ex.upstream.connections()
-            response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
-        except UpstreamError as exc:
-            reason = f"upstream {ex.upstream.url} unreachable: {exc}"
+        tried: set[int] = set()
+        while True:
+            content = self._prepare(ex)
+            try:
+                upstream = ex.upstream.connections()
+                response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
+                break
+            except UpstreamNotConnected as exc:  # nothing was sent: another upstream may take it
+                self._connection_refused(ex)
+                tried.add(self.upstreams.index(ex.upstream))
+                if len(tried) < len(self.upstreams):
+                    ex.upstream = self._choose(ex, frozenset(tried))
+                    continue
+                error: UpstreamError = exc
+            except UpstreamError as exc:
+                error = exc
+            reason = f"upstream {ex.upstream.url} unreachable: {error}"
             await _json_error(client, 502, f"tokview proxy: {reason}")
             self._failure(ex, reason)
             return

@@ -80,6 +80,10 @@ class UpstreamUnreachable(UpstreamError):
     pass
 
 
+class UpstreamNotConnected(UpstreamUnreachable):
+    """No connection could be made: nothing of the request was sent, so another upstream may take it."""
+
+
 class UpstreamBrokeOff(UpstreamError):
     pass
 
@@ -779,9 +783,9 @@ class UpstreamPool:
                 CONNECT_TIMEOUT_S,
             )
         except TimeoutError:
-            raise UpstreamUnreachable(f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise UpstreamNotConnected(f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
         except OSError as exc:
-            raise UpstreamUnreachable(f"cannot connect: {exc.strerror or exc}") from None
+            raise UpstreamNotConnected(f"cannot connect: {exc.strerror or exc}") from None
         protocol._head_only = head_only
         return protocol
 

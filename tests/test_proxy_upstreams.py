@@ -1,0 +1,88 @@
+"""`tokview proxy --server A --server B`: a conversation stays on one server, and a server that refuses connections
+is passed over.
+
+Round-robin sent one session's turns to the servers in turn (each turn missed the other's prefix cache; two servers
+of other builds would render one conversation two ways), and every other request to a dead server, answered 502
+while a healthy one was up. Two simulators and the proxy on real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tokview.proxy.serve import ProxyConfig, start_proxy
+from tokview.sim.config import SimConfig
+from tokview.sim.server import start_simulator
+from tokview.store import Store
+
+
+@pytest.fixture
+def two(tmp_path, kimi_tok, kimi_profile) -> Iterator[tuple[Any, Any, Any]]:
+    with start_simulator(SimConfig(kind="vllm")) as a, start_simulator(SimConfig(kind="vllm")) as b:
+        config = ProxyConfig(
+            [a.url, b.url],
+            listen="127.0.0.1:0",
+            db=str(tmp_path / "p.duckdb"),
+            tokenizer=kimi_tok,
+            profile=kimi_profile,
+        )
+        with start_proxy(config) as proxy:
+            proxy.db = config.db  # type: ignore[attr-defined]
+            yield a, b, proxy
+
+
+def _ask(proxy: Any, messages: list[dict[str, str]], **headers: str) -> httpx.Response:
+    body = {"model": "tokview-sim", "messages": messages, "max_tokens": 30, "temperature": 0}
+    return httpx.post(proxy.url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def _servers_by_session(db: str) -> dict[str, set[str]]:
+    with Store(db) as store:
+        rows = store.query("SELECT prompt_id, server_url FROM samples")
+    found: dict[str, set[str]] = {}
+    for prompt_id, url in rows:
+        found.setdefault(prompt_id, set()).add(url)
+    return found
+
+
+def test_each_conversation_stays_on_one_server_and_conversations_spread(two) -> None:
+    a, b, proxy = two
+    for name in ("s1", "s2", "s3", "s4", "s5", "s6"):
+        history = [{"role": "user", "content": f"task {name}"}]
+        for turn in range(3):
+            answer = _ask(proxy, history, **{"x-tokview-session": name})
+            assert answer.status_code == 200
+            history += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"go on {turn}"}]
+    unnamed = [{"role": "user", "content": "an unnamed task"}]
+    for turn in range(3):
+        answer = _ask(proxy, unnamed)
+        unnamed += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"next {turn}"}]
+    proxy.stop()
+    servers = _servers_by_session(proxy.db)
+    assert all(len(urls) == 1 for urls in servers.values()), servers
+    assert len(servers) == 7 and set().union(*servers.values()) == {a.url, b.url}, servers
+
+
+def test_a_server_that_refuses_connections_is_passed_over(two) -> None:
+    a, b, proxy = two
+    b.stop()
+    codes = [_ask(proxy, [{"role": "user", "content": f"question {k}"}]).status_code for k in range(8)]
+    proxy.stop()
+    assert codes == [200] * 8
+    with Store(proxy.db) as store:
+        assert store.query("SELECT DISTINCT server_url FROM samples") == [(a.url,)]
+        assert store.query("SELECT count(*) FROM failures") == [(0,)]
+
+
+def test_every_server_refusing_is_a_502_recorded_as_a_failure(two) -> None:
+    a, b, proxy = two
+    a.stop()
+    b.stop()
+    answer = _ask(proxy, [{"role": "user", "content": "anyone?"}])
+    proxy.stop()
+    assert answer.status_code == 502 and "unreachable" in answer.text
+    with Store(proxy.db) as store:
+        assert store.query("SELECT count(*) FROM failures") == [(1,)]
