@@ -248,3 +248,28 @@ async def test_two_stores_sessions_of_one_name_are_two_conversations_after_a_mer
         await _until(pilot, lambda: isinstance(app.screen, SessionTurnsScreen) and app.screen.loads, "the turns")
         assert [t.sample_id for t in app.screen.rows] == [t.sample_id for t in later]
         assert "session user:alice (2) · 2 turns" in str(app.screen.query_one("#turns-summary").render())
+
+
+async def test_failed_requests_of_unnamed_harnesses_are_counted_apart_not_as_a_session(
+    recorded, tmp_path, tokenizer, profile
+) -> None:
+    """A failed request of a harness that names no session has no ids to place it by: filed under `RUN:unplaced`, it
+    was listed as a session of failures and counted among the sessions (3 sessions for 2 conversations)."""
+    from tokview.store.sessions_query import session_totals
+    from tokview.ui.screens.sessions import SessionsScreen
+
+    db = tmp_path / "unplaced.duckdb"
+    db.write_bytes(Path(recorded).read_bytes())
+    with Store(db) as store:
+        for n in range(3):
+            store.put_failure("proxy:r:unplaced", f"proxy:r:u{n}", "r", "refused by the upstream: HTTP 400: too long")
+        assert not any(r.session_id.endswith(":unplaced") for r in list_sessions(store))
+        totals = session_totals(store)
+        assert (totals.sessions, totals.turns, totals.unplaced_failures) == (2, 3, 3)
+    app = _app(str(db), tokenizer, profile)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("V")
+        await _until(pilot, lambda: isinstance(app.screen, SessionsScreen) and app.screen.loads, "the sessions list")
+        assert len(app.screen.rows) == 2
+        said = str(app.screen.query_one("#sessions-summary").render())
+        assert "2 sessions · 3 turns" in said and "3 failed requests in no session" in said, said

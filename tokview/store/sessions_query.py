@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 PROXIED = "sample_id LIKE 'proxy:%' AND turn IS NOT NULL"
 """The samples `tokview proxy` recorded into a conversation."""
+UNPLACED = "sample_id LIKE 'proxy:%' AND prompt_id LIKE 'proxy:%:unplaced'"
+"""The failed requests of harnesses that named no session (`proxy/recorder.py`): a failure has no ids to place it by,
+so these belong to no conversation. They were listed as one session of failures, counted among the sessions."""
 
 _PARTS = f"""
 r AS (
@@ -37,7 +40,7 @@ r AS (
 ), failed AS (
     SELECT f.*, coalesce(p.part, (SELECT max(q.part) FROM parts q WHERE q.prompt_id = f.prompt_id), 0) AS part
     FROM failures f LEFT JOIN parts p ON p.prompt_id = f.prompt_id AND p.run_id IS NOT DISTINCT FROM f.run_id
-    WHERE f.sample_id LIKE 'proxy:%'
+    WHERE f.sample_id LIKE 'proxy:%' AND NOT f.prompt_id LIKE 'proxy:%:unplaced'
 )"""
 """Which conversation of its session id each run's turns are (`part`, from 0): one session name may hold several.
 A later run's turns go on with the conversation before them when they begin at its next turn (a restarted proxy
@@ -72,7 +75,10 @@ a session of failures was not there at all, and with none that succeeded the scr
 
 _SESSIONS = f"{_SESSIONS_ALL} ORDER BY last DESC, prompt_id, part LIMIT ?"
 
-_TOTALS = f"SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(findings), 0) FROM ({_SESSIONS_ALL})"
+_TOTALS = (
+    f"SELECT count(*), coalesce(sum(turns), 0), coalesce(sum(findings), 0), "
+    f"(SELECT count(*) FROM failures WHERE {UNPLACED}) FROM ({_SESSIONS_ALL})"
+)
 
 _ONE_SESSION_PARTS = _PARTS.replace(
     f"FROM samples WHERE {PROXIED} GROUP BY", f"FROM samples WHERE {PROXIED} AND prompt_id = ? GROUP BY"
@@ -172,11 +178,13 @@ class SessionTotals:
     sessions: int
     turns: int
     findings: int
+    unplaced_failures: int = 0
+    """Failed requests in no session (`UNPLACED`)."""
 
 
 def session_totals(store: Database) -> SessionTotals:
-    sessions, turns, findings = store.query(_TOTALS)[0]
-    return SessionTotals(int(sessions), int(turns), int(findings))
+    sessions, turns, findings, unplaced = store.query(_TOTALS)[0]
+    return SessionTotals(int(sessions), int(turns), int(findings), int(unplaced))
 
 
 def session_turns(store: Database, session_id: str, part: int = 0) -> list[TurnRow]:

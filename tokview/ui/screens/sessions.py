@@ -191,17 +191,19 @@ class SessionsScreen(_LivePolling):
     def _loaded(self, event: Loaded) -> None:
         self.rows = event.rows
         summary = self.query_one("#sessions-summary", Static)
+        totals = event.totals  # of every session: the list holds the MAX_SESSIONS most recent
+        unplaced = totals.unplaced_failures
+        apart = f" · {plural(unplaced, 'failed request')} in no session (no ids to place {'it' if unplaced == 1 else 'them'} by)"
         if not self.rows:
             summary.update(
                 "No proxied sessions in this store yet. Run `tokview proxy --server URL --db THIS_STORE` and point "
-                "a harness at it: its conversations appear here as it runs."
+                "a harness at it: its conversations appear here as it runs." + (apart if unplaced else "")
             )
         else:
-            totals = event.totals  # of every session: the list holds the MAX_SESSIONS most recent
             shown = f" (the {len(self.rows):,} most recent listed)" if len(self.rows) < totals.sessions else ""
             summary.update(
                 f"{plural(totals.sessions, 'session')}{shown} · {plural(totals.turns, 'turn')} · "
-                f"{plural(totals.findings, 'finding')} · enter opens a session's turns"
+                f"{plural(totals.findings, 'finding')}{apart if unplaced else ''} · enter opens a session's turns"
             )
         self._keep_cursor(self._table(), [(r.key, session_cells(r)) for r in self.rows], order_column=0)
 
