@@ -930,3 +930,24 @@ def test_twin_lines_each_go_on_from_their_own_turn_across_a_break_in_its_output(
         third = book.place([*p1, 8, 99, 10, 11], m2, **names)
         assert (third.session_id, third.turn, third.parent_sample) == (first[name].session_id, 2, f"{name}1")
         assert third.break_at == len(p1) + 1 and third.previous_id == 9
+
+
+@pytest.mark.parametrize("names", [{}, {"named": "agent"}])
+def test_a_harness_that_strips_the_answer_goes_on_from_that_answer_with_the_break(names) -> None:
+    """Harnesses `.strip()` the answer before it goes back in the history: its messages matched no turn's messages plus
+    answer, so the next request went after an older turn (two turns 2) or, unnamed, started a conversation of its own
+    with no break said."""
+    book = SessionBook("r")
+    history: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
+    prompt, turns = SYSTEM + [1], []
+    for k in range(3):
+        turn = book.place(prompt, history, **names)
+        output = [50 + k, 60 + k]
+        answer = {"role": "assistant", "content": f"\n\nstep {k}\n"}
+        book.add(turn, f"t{k}", prompt_ids=prompt, output_ids=output, messages=history, answer=answer)
+        turns.append(turn)
+        history = [*history, {"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go {k}"}]
+        prompt = prompt + [7, 8, 9, 10 + k]  # the stripped answer renders as other ids than the output
+    assert len({t.session_id for t in turns}) == 1
+    assert [t.turn for t in turns] == [0, 1, 2]
+    assert [t.break_at for t in turns[1:]] == [len(SYSTEM) + 1, len(SYSTEM) + 5], "the break said where"

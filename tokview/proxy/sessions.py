@@ -163,13 +163,17 @@ class _Placed:
 
 
 def _message_text(message: object) -> bytes:
-    """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing and key order).
+    """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing and key order, the
+    whitespace around a text: a stripped answer's next request was taken for one going on from an older turn, or for
+    a new conversation).
 
     A call's arguments count as the JSON value they hold: parallel rollouts of one task (the same prompt, the same
     first tool) differ only there, and keyed by the tool's name alone they were taken for one conversation."""
     if not isinstance(message, dict):
         return _sorted_json(message)
     content = message.get("content")
+    if isinstance(content, str):  # harnesses strip the answer before it goes back in the history ("\n\nHi" → "Hi")
+        content = content.strip()
     calls = message.get("tool_calls")
     said = [_call_text(c) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
     return _sorted_json([message.get("role"), content if content else None, said])
