@@ -120,18 +120,11 @@ def test_completions_token_prompt_stream_and_not(sim, proxy) -> None:
         body = {"model": sim.cfg.model_name, "prompt": prompt, "max_tokens": 30, "temperature": 0, "stream": stream}
         direct = httpx.post(sim.url + "/v1/completions", json=body).content
         through = httpx.post(proxy.url + "/v1/completions", json=body).content
-        if stream:  # the simulator leaves the null id keys out of a completions stream: compare as JSON
-            d = [orjson.loads(e[6:]) for e in direct.split(b"\n\n") if e.startswith(b"data: {")]
-            t = [orjson.loads(e[6:]) for e in through.split(b"\n\n") if e.startswith(b"data: {")]
-            for chunk in d + t:
-                chunk.pop("id"), chunk.pop("created")
-                for c in chunk["choices"]:
-                    assert c.pop("token_ids", None) is None
-                    assert c.pop("prompt_token_ids", None) is None
-            assert d == t
+        # vLLM sets both id keys on every chunk of a completions stream, null when not asked for: the simulator left
+        # them out, so a client through the proxy got keys a direct one did not (nulls where the proxy took ids out)
+        assert _blank(through) == _blank(direct)
+        if stream:
             assert through.endswith(b"data: [DONE]\n\n")
-        else:
-            assert _blank(through) == _blank(direct)
     proxy.stop()
     rows = _stored(proxy.db)
     assert [r["prompt_ids"] for r in rows] == [prompt, prompt]

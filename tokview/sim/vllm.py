@@ -448,10 +448,10 @@ async def _completions(state: SimState, request: Request, body: dict[str, Any]) 
                 "finish_reason": gen.finish_reason if last else None,
                 "stop_reason": _stop_reason(gen) if last else None,
             }
-            if ids:
-                choice["token_ids"] = [tid]
-                if pos == 0:
-                    choice["prompt_token_ids"] = list(prompt)
+            if not cfg.quirk("no-id-fields"):  # vLLM sets both on every chunk: null when not asked for (and the
+                # prompt's on the first chunk only), written in its model's field order
+                choice["prompt_token_ids"] = list(prompt) if ids and pos == 0 else None
+                choice["token_ids"] = [tid] if ids else None
             events.append(
                 sse(
                     {
