@@ -86,3 +86,17 @@ def test_every_server_refusing_is_a_502_recorded_as_a_failure(two) -> None:
     assert answer.status_code == 502 and "unreachable" in answer.text
     with Store(proxy.db) as store:
         assert store.query("SELECT count(*) FROM failures") == [(1,)]
+
+
+def test_one_dead_url_given_twice_is_tried_twice_then_answered_502(tmp_path, kimi_tok, kimi_profile) -> None:
+    """Upstreams are told apart by position: found by equality, a URL given twice was the first one each time, and
+    the failover never ran out of upstreams to try."""
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        url = sim.url
+        config = ProxyConfig(
+            [url, url], listen="127.0.0.1:0", db=str(tmp_path / "p.duckdb"), tokenizer=kimi_tok, profile=kimi_profile
+        )
+        with start_proxy(config) as proxy:
+            sim.stop()
+            answer = _ask(proxy, [{"role": "user", "content": "anyone?"}])
+    assert answer.status_code == 502

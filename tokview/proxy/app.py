@@ -1,7 +1,7 @@
 """The proxy's forwarding: what it does to each request and answer (`wire` carries the bytes).
 
-Per request: check the proxy key (when one is required), add the id fields on the two generation
-endpoints (`ids.inject`), forward, and send back what the upstream sends as it arrives: a JSON answer
+Per request: check the proxy key (when one is required), choose the upstream (a conversation stays on one; one
+refusing connections is passed over), add the id fields on the two generation endpoints (`ids.inject`), forward, and send back what the upstream sends as it arrives: a JSON answer
 whole with the added ids taken out (`ids.strip_body`), a stream event by event with the id-only events
 dropped. Every other path goes through untouched. When the client goes away the upstream request is
 closed at once (the server stops generating), and the request is recorded as abandoned.
@@ -108,6 +108,8 @@ class _Exchange:
     headers: dict[str, str]
     body: bytes
     upstream: Upstream
+    upstream_index: int = 0
+    """Its place in the proxy's upstreams (`ProxyApp._choose`)."""
     query: str = ""
     """The request's query string (stored with every value masked: a harness may put its key there)."""
     endpoint: str | None = None
@@ -163,7 +165,8 @@ class ProxyApp:
             await _json_error(client, 401, UNAUTHORISED)
             return
         ex = _Exchange(request.method, request.path, headers, request.body, self.upstreams[0])
-        ex.upstream = self._choose(ex)
+        ex.upstream_index = self._choose(ex)
+        ex.upstream = self.upstreams[ex.upstream_index]
         ex.query = request.query
         try:
             await self._forward(ex, request.query, client)
@@ -201,20 +204,20 @@ class ProxyApp:
         return list(out.items())
 
     # -- which upstream ---------------------------------------------------------------------------
-    def _choose(self, ex: _Exchange, tried: frozenset[int] = frozenset()) -> Upstream:
+    def _choose(self, ex: _Exchange, tried: frozenset[int] = frozenset()) -> int:
         """The upstream for this request: one conversation's requests go to one server while it takes connections
         (its prefix cache holds the conversation, and one template renders it), others spread over the rest. A
         server that refused a connection is passed over for `DOWN_S`. Round-robin sent a session's turns to the
         servers in turn, and every other request to a dead one, answered 502 with a healthy server up."""
         n = len(self.upstreams)
         if n == 1:
-            return self.upstreams[0]
+            return 0
         key = self._affinity(ex)
         start = zlib.crc32(key) % n if key is not None else next(self._next)
         now = time.monotonic()
         order = [(start + k) % n for k in range(n) if (start + k) % n not in tried]
         up = [i for i in order if self._down_until[i] <= now]
-        return self.upstreams[(up or order or [start])[0]]
+        return (up or order or [start])[0]
 
     def _affinity(self, ex: _Exchange) -> bytes | None:
         """What ties a request to its conversation: the session header, else the request's `user`, else the start of
@@ -261,7 +264,7 @@ class ProxyApp:
         return parsed
 
     def _connection_refused(self, ex: _Exchange) -> None:
-        self._down_until[self.upstreams.index(ex.upstream)] = time.monotonic() + DOWN_S
+        self._down_until[ex.upstream_index] = time.monotonic() + DOWN_S
 
     def _prepare(self, ex: _Exchange) -> bytes:
         """The body to send: the client's, or on a generation endpoint the same with the id fields added (for the
@@ -297,9 +300,10 @@ class ProxyApp:
                 break
             except UpstreamNotConnected as exc:  # nothing was sent: another upstream may take it
                 self._connection_refused(ex)
-                tried.add(self.upstreams.index(ex.upstream))
+                tried.add(ex.upstream_index)  # by position: one URL given twice is two upstreams
                 if len(tried) < len(self.upstreams):
-                    ex.upstream = self._choose(ex, frozenset(tried))
+                    ex.upstream_index = self._choose(ex, frozenset(tried))
+                    ex.upstream = self.upstreams[ex.upstream_index]
                     continue
                 error: UpstreamError = exc
             except UpstreamError as exc:
