@@ -374,6 +374,35 @@ def test_hermes_calls_on_qwen3_ids(qwen_tok, qwen_profile):
     assert "empty_answer" not in analysis.codes  # the calls are the turn's answer
 
 
+@pytest.mark.parametrize(
+    ("body", "name"),
+    [
+        ('{"name": "search", "arguments": {"query": "Cairo"}}', "search"),  # a one-token name
+        ('{"arguments": {"query": "Cairo"}, "name": "search"}', "search"),  # the keys the other way round
+        ('{"name": "get_weather", "arguments": {"query": "Cairo"}}', "get_weather"),
+    ],
+)
+def test_a_hermes_calls_name_and_arguments_each_align_to_their_own_field(qwen_tok, qwen_profile, body, name):
+    """Aligned to the name and the arguments as one text, a one-token name (`search`) was shown hidden and the `": "`
+    after `"name"` kept in the arguments (one as drift), the arguments' own ids hidden."""
+    call_json = json.loads(body)
+    server = [{"id": "call-1", "name": name, "arguments": json.dumps(call_json["arguments"])}]
+    capture = hermes_capture(qwen_tok, body, tool_calls=server)
+    out = capture.output_ids
+    (call,) = parse_tool_calls(out, QWEN3_TOOL_CALLS, qwen_tok).calls
+    al = analyze(capture, qwen_profile, qwen_tok).alignment
+    assert al is not None
+    span = range(*call.arguments_span)
+    kept = {qwen_tok.decode([out[i]]): field_name(al.fields[i], "hermes") for i in span if al.statuses[i] == KEPT}
+    fields = {"name": "tool_calls[0].function.name", "arguments": "tool_calls[0].function.arguments"}
+    assert {piece for piece, field in kept.items() if field == fields["name"]} == set(
+        qwen_tok.pieces(qwen_tok.encode(name))
+    )
+    assert {"query", "C", "airo"} <= {piece for piece, field in kept.items() if field == fields["arguments"]}
+    assert all(piece.strip() not in ("name", "arguments") for piece in kept), kept
+    assert not any(al.statuses[i] == "drift" for i in span)
+
+
 def test_hermes_json_that_is_no_call_object_is_found(qwen_tok, qwen_profile):
     for body in ('{"name": "get_weather", "arguments": [1]}', '{"name": "get_weather", "arguments": {"city": "Par'):
         assert "tool_arguments_not_object" in tool_codes(hermes_capture(qwen_tok, body), qwen_profile, qwen_tok)

@@ -365,7 +365,9 @@ def align_with_tool_calls(
             name, arguments = server.get("name"), server.get("arguments")
             if call.parameters is not None:  # qwen3_coder: `<function=NAME>`, the values as text between XML tags
                 name, arguments = (None if name is None else "=" + name), _values_text(arguments)
-            parts = [(call.arguments_span, [name, arguments], offset)]
+                parts = [(call.arguments_span, [name, arguments], offset)]
+            else:
+                parts = _hermes_parts(pieces, call.arguments_span, name, arguments, offset)
         else:
             parts = [
                 (call.id_span, [server.get("id")], offset),
@@ -380,6 +382,34 @@ def align_with_tool_calls(
             fields[a:b] = [None if f is None else first_field + f for f in sub.fields]
             unmatched.append(sub.unmatched_text)
     return Alignment(tuple(statuses), "".join(unmatched), tuple(fields))
+
+
+def _hermes_parts(
+    pieces: Sequence[bytes], span: tuple[int, int] | None, name: str | None, arguments: str | None, offset: int
+) -> list[tuple[tuple[int, int] | None, list[str | None], int]]:
+    """A hermes call's JSON (`{"name": …, "arguments": …}`) cut where its second key begins, each part aligned to its
+    own field: aligned to the name and the arguments as one text, a one-token name (`search`) was not matched (the
+    ids after it did not go on in the name but in the arguments), and the walk resumed inside the arguments, taking
+    the `": "` after `"name"` for theirs. The whole JSON to both fields when the keys are not found in that order."""
+    if span is None:
+        return [(span, [name, arguments], offset)]
+    a, b = span
+    joined = b"".join(pieces[a:b])
+    name_at, arguments_at = joined.find(b'"name"'), joined.find(b'"arguments"')
+    if name_at < 0 or arguments_at < 0:
+        return [(span, [name, arguments], offset)]
+    second_key = max(name_at, arguments_at)
+    cut, end = a, 0
+    for i in range(a, b):  # the first piece that reaches into the second key: the part after the cut
+        end += len(pieces[i])
+        if end > second_key:
+            cut = i
+            break
+    if cut <= a:
+        return [(span, [name, arguments], offset)]
+    if name_at < arguments_at:
+        return [((a, cut), [name], offset), ((cut, b), [arguments], offset + 1)]
+    return [((a, cut), [arguments], offset + 1), ((cut, b), [name], offset)]
 
 
 def _values_text(arguments: str | None) -> str | None:
