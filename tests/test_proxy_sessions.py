@@ -932,10 +932,11 @@ def test_twin_lines_each_go_on_from_their_own_turn_across_a_break_in_its_output(
         assert third.break_at == len(p1) + 1 and third.previous_id == 9
 
 
+@pytest.mark.parametrize("parts", [False, True])
 @pytest.mark.parametrize("names", [{}, {"named": "agent"}])
-def test_a_harness_that_strips_the_answer_goes_on_from_that_answer_with_the_break(names) -> None:
-    """Harnesses `.strip()` the answer before it goes back in the history: its messages matched no turn's messages plus
-    answer, so the next request went after an older turn (two turns 2) or, unnamed, started a conversation of its own
+def test_a_harness_that_strips_the_answer_goes_on_from_that_answer_with_the_break(names, parts) -> None:
+    """Harnesses `.strip()` the answer before it goes back in the history (some as text parts): its messages matched no
+    turn's messages plus answer, so the next request went after an older turn (two turns 2) or, unnamed, started a conversation of its own
     with no break said."""
     book = SessionBook("r")
     history: list[dict[str, Any]] = [{"role": "user", "content": "task"}]
@@ -946,7 +947,8 @@ def test_a_harness_that_strips_the_answer_goes_on_from_that_answer_with_the_brea
         answer = {"role": "assistant", "content": f"\n\nstep {k}\n"}
         book.add(turn, f"t{k}", prompt_ids=prompt, output_ids=output, messages=history, answer=answer)
         turns.append(turn)
-        history = [*history, {"role": "assistant", "content": f"step {k}"}, {"role": "user", "content": f"go {k}"}]
+        sent_back: Any = [{"type": "text", "text": f"step {k}"}] if parts else f"step {k}"  # or as text parts
+        history = [*history, {"role": "assistant", "content": sent_back}, {"role": "user", "content": f"go {k}"}]
         prompt = prompt + [7, 8, 9, 10 + k]  # the stripped answer renders as other ids than the output
     assert len({t.session_id for t in turns}) == 1
     assert [t.turn for t in turns] == [0, 1, 2]

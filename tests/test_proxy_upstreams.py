@@ -56,14 +56,15 @@ def test_each_conversation_stays_on_one_server_and_conversations_spread(two) -> 
             answer = _ask(proxy, history, **{"x-tokview-session": name})
             assert answer.status_code == 200
             history += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"go on {turn}"}]
-    unnamed = [{"role": "user", "content": "an unnamed task"}]
-    for turn in range(3):
-        answer = _ask(proxy, unnamed)
-        unnamed += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"next {turn}"}]
+    for task in range(8):  # unnamed, no system message: turn 0 sends [user], later turns [user, assistant, …]
+        unnamed = [{"role": "user", "content": f"an unnamed task {task}"}]
+        for turn in range(3):
+            answer = _ask(proxy, unnamed)
+            unnamed += [answer.json()["choices"][0]["message"], {"role": "user", "content": f"next {turn}"}]
     proxy.stop()
     servers = _servers_by_session(proxy.db)
     assert all(len(urls) == 1 for urls in servers.values()), servers
-    assert len(servers) == 7 and set().union(*servers.values()) == {a.url, b.url}, servers
+    assert len(servers) == 14 and set().union(*servers.values()) == {a.url, b.url}, servers
 
 
 def test_a_server_that_refuses_connections_is_passed_over(two) -> None:
@@ -100,3 +101,66 @@ def test_one_dead_url_given_twice_is_tried_twice_then_answered_502(tmp_path, kim
             sim.stop()
             answer = _ask(proxy, [{"role": "user", "content": "anyone?"}])
     assert answer.status_code == 502
+
+
+def test_a_user_with_a_lone_surrogate_is_forwarded_as_with_one_upstream(two) -> None:
+    """Valid JSON the servers read (`"\\ud800"`): the upstream choice encoded it strictly, a 500 and a traceback, and
+    nothing recorded."""
+    _, _, proxy = two
+    raw = (
+        b'{"model": "tokview-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "user": "\\ud800"}'
+    )
+    answer = httpx.post(proxy.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+    proxy.stop()
+    assert answer.status_code != 500, answer.text
+    with Store(proxy.db) as store:
+        samples, failures = store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM failures)")[0]
+    assert samples + failures == 1
+
+
+def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, kimi_tok, kimi_profile, monkeypatch):
+    """A dead host (no answer to a connection): each try stalls its request for the connect timeout, so passing it over
+    for 5 s stalled a request every 15 s."""
+    import socket
+    import time
+
+    from tokview.proxy import app as proxy_app
+    from tokview.proxy import wire
+
+    monkeypatch.setattr(wire, "CONNECT_TIMEOUT_S", 0.5)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)  # never accepted: once its queue is full a connection never comes
+    fillers = []
+    while len(fillers) < 8:  # fill its queue: the next connection then waits for an accept that never comes
+        try:
+            fillers.append(socket.create_connection(hole.getsockname(), timeout=0.3))
+        except TimeoutError:
+            break
+    dead = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    try:
+        with start_simulator(SimConfig(kind="vllm")) as alive:
+            config = ProxyConfig(
+                [alive.url],
+                listen="127.0.0.1:0",
+                db=str(tmp_path / "p.duckdb"),
+                tokenizer=kimi_tok,
+                profile=kimi_profile,
+            )
+            with start_proxy(config) as proxy:
+                app = proxy.app
+                app.upstreams.append(proxy_app.Upstream(dead, "vllm"))  # a second upstream that went dark
+                app._down_until.append(0.0)
+                app._down_streak.append(0)
+                waits = []
+                for k in range(6):
+                    began = time.monotonic()
+                    reply = _ask(proxy, [{"role": "user", "content": f"question {k}"}])
+                    waits.append(time.monotonic() - began)
+                    assert reply.status_code == 200
+                assert sum(w > 0.45 for w in waits) <= 1, waits  # one stall at most, then it is passed over
+                assert app._down_until[1] - time.monotonic() > 30
+    finally:
+        for s in fillers:
+            s.close()
+        hole.close()

@@ -126,7 +126,14 @@ class _Exchange:
 
 
 DOWN_S = 5.0
-"""How long an upstream that refused a connection is passed over while another one is up."""
+"""How long an upstream that refused a connection is passed over while another one is up (doubled each time in a
+row)."""
+DOWN_AFTER_TIMEOUT_S = 60.0
+"""The same after a connection that did not come within `wire.CONNECT_TIMEOUT_S`: each try of a dead host stalls its
+requests that long, so it is tried seldom."""
+DOWN_MAX_S = 300.0
+PROMPT_KEY = 512
+"""Characters (or ids) of a completion prompt that tie it to its conversation's upstream."""
 
 
 UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate", "/inference/v1/generate"})
@@ -148,6 +155,8 @@ class ProxyApp:
         self._next = itertools.cycle(range(len(upstreams)))
         self._down_until = [0.0] * len(upstreams)
         """When each upstream may be tried again after a connection to it failed (`time.monotonic`)."""
+        self._down_streak = [0] * len(upstreams)
+        """Connections to each upstream that failed in a row."""
         self.say = say
         self.unrecorded: Counter[str] = Counter()
         """Requests to `UNRECORDED_GENERATIONS` forwarded, by path (the first of each path is said at once)."""
@@ -220,29 +229,35 @@ class ProxyApp:
         return (up or order or [start])[0]
 
     def _affinity(self, ex: _Exchange) -> bytes | None:
-        """What ties a request to its conversation: the session header, else the request's `user`, else the start of
-        the conversation (its first two messages, or the completion prompt's first 2,000 characters or ids)."""
+        """What ties a request to its conversation: the session header, else the request's `user`, else how the
+        conversation starts: its messages up to the first user message (the same in every turn: the first two were
+        `[user]` in turn 0 and `[user, assistant]` after), or a completion prompt's first `PROMPT_KEY` characters or
+        ids (a conversation whose first prompt is shorter may move once, after its first turn)."""
         named = ex.headers.get(SESSION_HEADER)
         if named:
-            return b"h" + named.encode()
+            return b"h" + named.encode("utf-8", "surrogatepass")
         request = self._parsed(ex)
         if request is None:
             return None
         user = request.get("user")
-        if isinstance(user, str) and user:
-            return b"u" + user.encode()
+        if isinstance(user, str) and user:  # a lone surrogate escape is valid JSON the servers read
+            return b"u" + user.encode("utf-8", "surrogatepass")
         messages = request.get("messages")
         if isinstance(messages, list):
-            start: Any = messages[:2]
+            first_user = next((k for k, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), 0)
+            start: Any = messages[: first_user + 1]
         else:
             prompt = request.get("prompt")
-            start = prompt[:2000] if isinstance(prompt, (str, list)) else None
+            start = prompt[:PROMPT_KEY] if isinstance(prompt, (str, list)) else None
         if start is None:
             return None
         try:
             return b"c" + orjson.dumps(start)[:8192]
-        except (TypeError, orjson.JSONEncodeError):
-            return None
+        except (TypeError, orjson.JSONEncodeError):  # a lone surrogate: Python's json writes it escaped
+            try:
+                return b"c" + json.dumps(start).encode()[:8192]
+            except (TypeError, ValueError, RecursionError):
+                return None
 
     def _parsed(self, ex: _Exchange) -> dict[str, Any] | None:
         """The body of a generation request as the servers read it (once per request), None for another path or a
@@ -263,8 +278,17 @@ class ProxyApp:
         ex.parsed = parsed
         return parsed
 
-    def _connection_refused(self, ex: _Exchange) -> None:
-        self._down_until[ex.upstream_index] = time.monotonic() + DOWN_S
+    def _connection_refused(self, ex: _Exchange, error: UpstreamNotConnected) -> None:
+        """Pass the upstream over: `DOWN_S` after a refusal, which answers at once; after a connection that did not
+        come within its timeout, long enough that the next try is not a stall every few seconds (a dead host), and
+        twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`)."""
+        i = ex.upstream_index
+        self._down_streak[i] += 1
+        first = DOWN_S if error.refused else DOWN_AFTER_TIMEOUT_S
+        self._down_until[i] = time.monotonic() + min(DOWN_MAX_S, first * 2 ** (self._down_streak[i] - 1))
+
+    def _connected(self, ex: _Exchange) -> None:
+        self._down_streak[ex.upstream_index] = 0
 
     def _prepare(self, ex: _Exchange) -> bytes:
         """The body to send: the client's, or on a generation endpoint the same with the id fields added (for the
@@ -297,9 +321,11 @@ class ProxyApp:
             try:
                 upstream = ex.upstream.connections()
                 response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
+                if self._down_streak[ex.upstream_index]:
+                    self._connected(ex)
                 break
             except UpstreamNotConnected as exc:  # nothing was sent: another upstream may take it
-                self._connection_refused(ex)
+                self._connection_refused(ex, exc)
                 tried.add(ex.upstream_index)  # by position: one URL given twice is two upstreams
                 if len(tried) < len(self.upstreams):
                     ex.upstream_index = self._choose(ex, frozenset(tried))

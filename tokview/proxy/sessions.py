@@ -164,19 +164,25 @@ class _Placed:
 
 def _message_text(message: object) -> bytes:
     """What a turn says, without what harnesses rewrite (reasoning, call ids, argument spacing and key order, the
-    whitespace around a text: a stripped answer's next request was taken for one going on from an older turn, or for
-    a new conversation).
+    whitespace around a text, a text sent back as text parts: a stripped answer's next request was taken for one
+    going on from an older turn, or for a new conversation).
 
     A call's arguments count as the JSON value they hold: parallel rollouts of one task (the same prompt, the same
     first tool) differ only there, and keyed by the tool's name alone they were taken for one conversation."""
     if not isinstance(message, dict):
         return _sorted_json(message)
     content = message.get("content")
+    if isinstance(content, list) and all(_is_text_part(part) for part in content):
+        content = "".join(part["text"] for part in content)  # the answer sent back as text parts: the same text
     if isinstance(content, str):  # harnesses strip the answer before it goes back in the history ("\n\nHi" → "Hi")
         content = content.strip()
     calls = message.get("tool_calls")
     said = [_call_text(c) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
     return _sorted_json([message.get("role"), content if content else None, said])
+
+
+def _is_text_part(part: object) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
 
 
 def _sorted_json(value: object) -> bytes:

@@ -81,7 +81,12 @@ class UpstreamUnreachable(UpstreamError):
 
 
 class UpstreamNotConnected(UpstreamUnreachable):
-    """No connection could be made: nothing of the request was sent, so another upstream may take it."""
+    """No connection could be made: nothing of the request was sent, so another upstream may take it. `refused`: the
+    upstream's host answered no at once (no server on the port), not a connection that never came (a dead host)."""
+
+    def __init__(self, what: str, *, refused: bool) -> None:
+        super().__init__(what)
+        self.refused = refused
 
 
 class UpstreamBrokeOff(UpstreamError):
@@ -783,9 +788,9 @@ class UpstreamPool:
                 CONNECT_TIMEOUT_S,
             )
         except TimeoutError:
-            raise UpstreamNotConnected(f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
+            raise UpstreamNotConnected(f"no connection within {CONNECT_TIMEOUT_S:.0f} s", refused=False) from None
         except OSError as exc:
-            raise UpstreamNotConnected(f"cannot connect: {exc.strerror or exc}") from None
+            raise UpstreamNotConnected(f"cannot connect: {exc.strerror or exc}", refused=True) from None
         protocol._head_only = head_only
         return protocol
 
