@@ -41,7 +41,7 @@ async def test_a_target_of_another_vocabulary_is_refused_before_anything_is_scor
         with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as other:
             with pytest.raises(InputError, match=r"reads the samples' ids as other text .*--any-vocabulary") as refused:
                 await run_score(ScoreConfig(servers=[other.url]), store)
-            assert "all 3 samples probed differ" in str(refused.value)
+            assert "all 3 samples told differ" in str(refused.value)
             assert _scored(store) == 0
             anyway = await run_score(ScoreConfig(servers=[other.url], any_vocabulary=True, retries=0), store)
         assert anyway.ok + anyway.failed == 4 and anyway.vocabulary is None
@@ -83,13 +83,47 @@ async def test_the_cli_refuses_another_vocabulary_in_one_line_and_exits_1(tmp_pa
 
 
 def test_an_answer_reads_as_its_ids_with_special_tokens_kept_or_skipped_on_either_side():
-    from tokview.batch.scoring import reads_as
+    from tokview.batch.vocabulary_probe import reads_as
 
     answer = "Okay, the user asks for six times seven.</think>Six groups of seven make forty-two.<|im_end|>"
     skipped = "Okay, the user asks for six times seven.Six groups of seven make forty-two."
-    harmony = "<|channel|>analysis<|message|>Okay, the user asks for six times seven.<|end|><|start|>assistant"
     assert reads_as(answer, answer) and reads_as(answer, skipped) and reads_as(skipped, answer)
-    assert reads_as("analysisOkay, the user asks for six times seven.", harmony)
-    assert reads_as("Six groups  of\nseven", " Six groups of seven ")  # whitespace aside (a decode's clean-up)
-    assert not reads_as(answer, "t\ufffdA\ufffdAndA\ufffd to\ufffdA pOAu\ufffdApeA\ufffdel asA ence clpcmh cnacns")
-    assert not reads_as("a short one", "another text")
+    kimi_calls = 'functions.read:0{"path": "a.py"}functions.read:1{"path": "b.py"}'  # a raw text: specials skipped
+    kimi_ids = (
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.read:0<|tool_call_argument_begin|>{"path": "a.py"}'
+        '<|tool_call_end|><|tool_call_begin|>functions.read:1<|tool_call_argument_begin|>{"path": "b.py"}'
+        "<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    assert reads_as(kimi_calls, kimi_ids)
+    harmony = "<|channel|>analysis<|message|>User asks 6x7. Easy.<|end|><|start|>assistant<|channel|>final<|message|>42"
+    assert reads_as("analysisUser asks 6x7. Easy.assistantfinal42", harmony)
+    assert reads_as("Six groups  of\nseven make it", " Six groups of seven make it ")  # a decode's clean-up
+    gibberish = " clpcmh cnacns colcpd cpwcqo crhcrz cssctk t\ufffdA\ufffdAndA pOAu ApeA el asA ence<|im_end|>"
+    assert reads_as(answer, gibberish) is False
+    assert reads_as("\n" * 16, "any text at all") is None, "a blank answer is in any text: it tells nothing"
+    assert reads_as("B", "B") is None
+    start = "Okay, let me think about this carefully. Six groups of seven"
+    assert reads_as(start + " make forty-two, and more words follow here", start, whole=False), "a long output's start"
+
+
+async def test_a_long_output_is_probed_by_its_start(tmp_path, qwen_tok_dir):
+    """Outputs past 8,192 ids were never probed: a store of long reasoning traces was scored on another vocabulary and
+    the summary said no sample had text."""
+    store = Store(tmp_path / "long.duckdb")
+    with start_simulator(SimConfig(kind="vllm", output_tokens=2500)) as sim:
+        config = BatchConfig(servers=[sim.url], prompts_path=prompts_file(tmp_path / "p.jsonl", 2), max_new_tokens=2500)
+        assert (await run_batch(config, store)).ok == 2
+    with store, start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as other:
+        assert store.query("SELECT min(output_len) FROM samples")[0][0] > 1024
+        with pytest.raises(InputError, match="reads the samples' ids as other text"):
+            await run_score(ScoreConfig(servers=[other.url]), store)
+
+
+async def test_a_blank_answer_does_not_let_another_vocabulary_through(tmp_path, qwen_tok_dir):
+    with await _made_on_kimi(tmp_path, "vllm") as store:
+        capture = make_capture("blank")
+        capture.text, capture.content, capture.reasoning = "\n" * 40, None, None
+        store.put_sample("blank@x_gen0", "blank", "imported", capture, analyze(capture, profile(), kimi()))
+        with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as other:
+            with pytest.raises(InputError, match="reads the samples' ids as other text"):
+                await run_score(ScoreConfig(servers=[other.url]), store)

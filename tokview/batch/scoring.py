@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tokview.batch.config import BatchProgress, group_reasons, reason_examples
 from tokview.batch.inputs import InputError
 from tokview.batch.tasks import run_workers
+from tokview.batch.vocabulary_probe import check_vocabulary
 from tokview.core import logprobs as lp
 from tokview.core.findings import off_policy_finding
 from tokview.core.record import Capture
@@ -35,7 +36,6 @@ from tokview.store.export_rows import (
     SELECTIONS,
     Selection,
     score_candidates,
-    texts_to_probe,
     token_ids,
     without_output_count,
 )
@@ -159,59 +159,6 @@ def candidates(store: Store, config: ScoreConfig) -> list[tuple[str, Any]]:
     return score_candidates(store, Selection(config.select, config.run), config.limit)
 
 
-async def check_vocabulary(store: Store, pool: ServerPool, config: ScoreConfig) -> str | None:
-    """Refuse (InputError) a target that reads the samples' output ids as other text than the server that made them
-    gave: with another vocabulary every id still scores, and each NLL and `off_policy` finding would be garbage
-    (ids are only compared with the ids sent). The target's `/detokenize` of a few samples' output ids must hold
-    their text (whitespace aside: a decode may clean up spaces the stream kept). Returns why nothing was checked, or
-    None when one sample agreed."""
-    from tokview.servers import CaptureFailed
-    from tokview.servers.score import detokenize_on
-
-    probes = texts_to_probe(store, Selection(config.select, config.run))
-    if not probes:
-        return "no selected sample has an answer's text to read its ids back with"
-    disagreed: list[tuple[str, str, str]] = []
-    unanswered = None
-    for sample_id, ids, text in probes:
-        try:
-            decoded = await pool.call(partial(detokenize_on, backend=config.backend, ids=ids))
-        except CaptureFailed as exc:
-            unanswered = f"the target's /detokenize did not answer ({printable_line(exc.reason[:160])})"
-            break
-        if reads_as(text, decoded):
-            return None
-        disagreed.append((sample_id, text, decoded))
-    if not disagreed:
-        return unanswered
-    sample_id, text, decoded = disagreed[0]
-    n = len(disagreed)
-    raise InputError(
-        f"the target reads the samples' ids as other text (another vocabulary?): its /detokenize of {sample_id}'s "
-        f"output gives {printable_line(decoded[:60])!r}, the sample's answer is {printable_line(text[:60])!r} "
-        f"({'the one sample' if n == 1 else f'all {n} samples'} probed differ{'s' if n == 1 else ''}); nothing "
-        "scored: score against the model that made them, or pass --any-vocabulary to score anyway"
-    )
-
-
-PROBE_PIECE = 12
-"""Characters (whitespace aside) of each piece of an answer looked for in the target's text of its ids."""
-
-
-def reads_as(text: str, decoded: str) -> bool:
-    """Whether the target's `decoded` text of a sample's output ids is that sample's answer `text`: at least half of
-    up to 8 pieces spread over the answer are found in it, whitespace aside. Pieces, not the whole: a server's
-    answer skips special tokens (`</think>`, Harmony's channel markers) that a `/detokenize` may keep between its
-    words, or the other way round; another vocabulary's text of the same ids holds none of them."""
-    answer, read = "".join(text.split()), "".join(decoded.split())
-    if len(answer) < 2 * PROBE_PIECE:
-        return answer in read
-    count = min(8, len(answer) // PROBE_PIECE)
-    step = (len(answer) - PROBE_PIECE) / (count - 1)
-    pieces = [answer[round(k * step) : round(k * step) + PROBE_PIECE] for k in range(count)]
-    return 2 * sum(piece in read for piece in pieces) >= count
-
-
 def already_scored(score: dict[str, Any] | None, model: str | None, top_k: int) -> bool:
     """Scored (its stored target_score, parsed) by the same served model with at least this many alternatives."""
     return score is not None and score.get("model") == model and int(score.get("top_k") or 0) >= top_k
@@ -272,7 +219,7 @@ async def _run(
             kept_thresholds += 1
     summary = ScoreSummary(input=len(rows), skipped=len(rows) - len(todo), servers=scrub(servers))
     if todo and not config.any_vocabulary:  # before any score is written: a refusal leaves the store as it was
-        summary.vocabulary = await check_vocabulary(store, pool, config)
+        summary.vocabulary = await check_vocabulary(store, pool, Selection(config.select, config.run), config.backend)
     summary.other_thresholds = kept_thresholds
     if config.limit is None:  # with --limit "selected" is the first N scoreable samples: none lack output ids
         summary.without_output = without_output_count(store, Selection(config.select, config.run))

@@ -148,22 +148,17 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
 
 
 def texts_to_probe(store: Store, selection: Selection, count: int = 3) -> list[tuple[str, list[int], str]]:
-    """(sample_id, output ids, the server's text of them) of a few selected samples whose answer has text: a probe
-    of a target's vocabulary reads those ids back as text (`tokview score`). The raw endpoints' `text` (all the
-    output) when stored, else the longer of the chat parse's content and reasoning. The first found (no sort: a
-    store of a million samples is not scanned for them)."""
+    """(sample_id, output ids, the server's text fields of them joined) of a few selected samples whose answer has
+    text: a probe of a target's vocabulary reads those ids back as text (`tokview score`). The first found (no sort:
+    a store of a million samples is not scanned for them)."""
     where, params = selection.where()
     rows = store.query(
-        f"SELECT sample_id, output_ids, text, content, reasoning FROM samples WHERE {where} "
-        "AND output_len BETWEEN 4 AND 8192 AND length(trim(concat(text, content, reasoning))) >= 8 "
+        f"SELECT sample_id, output_ids, text, content, reasoning FROM samples WHERE {where} AND output_len >= 4 "
+        "AND length(regexp_replace(concat(text, content, reasoning), '\\s', '', 'g')) >= 16 "
         f"LIMIT {int(count)}",
         params,
     )
-    found = []
-    for sample_id, ids, *texts in rows:
-        text = max((t for t in texts if t), key=lambda t: len(t.strip()))
-        found.append((sample_id, list(ids), text))
-    return found
+    return [(sample_id, list(ids), " ".join(t for t in texts if t)) for sample_id, ids, *texts in rows]
 
 
 def without_output_count(store: Store, selection: Selection) -> int:
