@@ -453,10 +453,10 @@ async def _run(
         summary.stopped = deaths.pop(0)  # it left samples for a resume: the run is not whole
     summary.notes += deaths
     summary.servers = scrub(pool.server_info())  # as the run left them: a server that died mid-run said healthy
-    others = any(d.get("healthy") for d in summary.servers)
+    any_up = any(d.get("healthy") for d in summary.servers)
     summary.notes += [
         f"server {d.get('url')} was out of the pool at the end (last error: {d.get('last_error') or 'none'})"
-        + ("; its requests went to the others" if others else "")
+        + ("; its requests went to the others" if any_up else "")
         for d in summary.servers
         if d.get("healthy") is False
     ]
