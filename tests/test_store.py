@@ -173,9 +173,21 @@ def test_ui_reads_go_through_store_methods(tmp_path, kimi_tok, kimi_profile):
             store.put_sample(f"s{i}", "p1", f"imported-{i}", cap, analyze(cap, kimi_profile, kimi_tok))
         store.put_run("imported-0")
         assert store.run_ids() == ["imported-0", "imported-1"]
-        assert store.stored_conversations() == [("p1", messages)]
+        assert store.stored_conversations() == [("p1", messages, None)]
         assert store.length_distribution(163607) == ([18, 5], [9])
         assert store.finish_reasons() == {"stop": 1, "length": 1}
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+        chain = [*messages, {"role": "assistant", "content": "42."}, {"role": "user", "content": "And 6 times 8?"}]
+        for turn, history in enumerate([messages, chain]):  # a chain: its latest turn's history, with its tools
+            cap = Capture(
+                prompt_ids=KIMI_PROMPT_6X7,
+                output_ids=KIMI_CHAIN_OUTPUT,
+                finish_reason="stop",
+                messages=history,
+                settings={"tools": tools},
+            )
+            store.put_sample(f"c{turn}", "p2", "imported-0", cap, analyze(cap, kimi_profile, kimi_tok), turn=turn)
+        assert store.stored_conversations()[1] == ("p2", chain, tools)
 
 
 def test_a_stored_sample_clears_its_earlier_failures(store, make_capture, put):

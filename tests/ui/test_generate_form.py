@@ -43,3 +43,6 @@ async def test_panel_errors_name_the_form_fields(make_app):
         assert "max tok must be at least 1" in line
         assert "--" not in line
     assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"
+    assert in_form_words("run x was made with other max_new_tokens (…): choose another --run name").endswith(
+        "choose another run name"
+    )

@@ -111,13 +111,23 @@ class QueryRepository:
         ]
         return known + extra
 
-    def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]]]]:
-        """One conversation per prompt id already in the store (to sample it again)."""
+    def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None]]:
+        """One conversation per prompt id already in the store (to sample it again): the messages its latest turn was
+        generated from (a chain's whole history so far: any one turn's, taken at random, was often only the first
+        user message) and the tools that turn declared (without them a prompt made to call tools was sampled as
+        one that has none, and answered in plain text)."""
         rows = self.file.query(
-            "SELECT prompt_id, any_value(messages) FROM samples WHERE messages IS NOT NULL "
-            "GROUP BY prompt_id ORDER BY prompt_id"
+            "SELECT prompt_id, arg_max(messages, (coalesce(turn, 0), created_at)), "
+            "arg_max(json_extract(settings, '$.tools'), (coalesce(turn, 0), created_at)) "
+            "FROM samples WHERE messages IS NOT NULL GROUP BY prompt_id ORDER BY prompt_id"
         )
-        return [(pid, from_json(m)) for pid, m in rows if m]
+        out = []
+        for pid, messages, tools in rows:
+            if not messages:
+                continue
+            declared = from_json(tools) if tools else None
+            out.append((pid, from_json(messages), declared if isinstance(declared, list) and declared else None))
+        return out
 
     def length_distribution(
         self, close_id: int | None, limit: int, close_ids: dict[CloserKey, int | None]

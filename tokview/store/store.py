@@ -423,7 +423,7 @@ class Store:
         """Every run id: those with a runs row, then those only samples carry (imported data)."""
         return self._reads.run_ids()
 
-    def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]]]]:
+    def stored_conversations(self) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None]]:
         """One conversation per prompt id already in the store (to sample it again)."""
         return self._reads.stored_conversations()
 

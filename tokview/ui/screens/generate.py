@@ -60,6 +60,7 @@ FORM_NAMES = {
     "--timeout": "timeout",
     "--retries": "retries",
     "--logprobs": "logprobs",
+    "--run": "run",
 }
 
 
@@ -91,10 +92,10 @@ def typed_prompts(text: str) -> list[PromptRow]:
 
 
 def store_prompts(store: Store) -> list[PromptRow]:
-    """The conversations already in the store, one per prompt id (to sample them again)."""
+    """The conversations already in the store, one per prompt id (to sample them again), with the tools they declared."""
     from tokview.core.prompts import PromptRow
 
-    return [PromptRow(pid, messages) for pid, messages in store.stored_conversations()]
+    return [PromptRow(pid, messages, tools=tools) for pid, messages, tools in store.stored_conversations()]
 
 
 class GenerateScreen(ForwardsWorkerErrors, Screen[None]):

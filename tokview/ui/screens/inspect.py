@@ -235,7 +235,14 @@ class InspectScreen(Screen[None]):
     def _kept_label(self) -> str:
         c = self.data.capture
         fields = [
-            name for name, v in (("reasoning", c.reasoning), ("content", c.content), ("text", c.text)) if v is not None
+            name
+            for name, v in (
+                ("reasoning", c.reasoning),
+                ("content", c.content),
+                ("text", c.text),
+                ("tool_calls", c.tool_calls),
+            )
+            if v  # a tool parser's calls keep their ids too (names, ids, arguments): the label left them out
         ]
         al = self.data.analysis.alignment
         extra = (
