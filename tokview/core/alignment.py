@@ -387,29 +387,72 @@ def align_with_tool_calls(
 def _hermes_parts(
     pieces: Sequence[bytes], span: tuple[int, int] | None, name: str | None, arguments: str | None, offset: int
 ) -> list[tuple[tuple[int, int] | None, list[str | None], int]]:
-    """A hermes call's JSON (`{"name": …, "arguments": …}`) cut where its second key begins, each part aligned to its
-    own field: aligned to the name and the arguments as one text, a one-token name (`search`) was not matched (the
-    ids after it did not go on in the name but in the arguments), and the walk resumed inside the arguments, taking
-    the `": "` after `"name"` for theirs. The whole JSON to both fields when the keys are not found in that order."""
+    """A hermes call's JSON (`{"name": …, "arguments": …}`) as two parts, the ids of the name's value and those of the
+    arguments' value, each aligned to its own field; the keys and the braces between them are left to neither (hidden).
+    Aligned to the name and the arguments as one text, a one-token name (`search`) was not matched and the walk resumed
+    inside the arguments, taking the `": "` after `"name"` for theirs; a part that began at the `"arguments"` key was
+    aligned past its own ids to the first `": {"` of a nested value. The keys are found by reading the JSON (top-level
+    keys only: a `"name"` inside the arguments is not the call's). The whole JSON to both fields when they are not."""
+    whole = [(span, [name, arguments], offset)]
     if span is None:
-        return [(span, [name, arguments], offset)]
+        return whole
     a, b = span
-    joined = b"".join(pieces[a:b])
-    name_at, arguments_at = joined.find(b'"name"'), joined.find(b'"arguments"')
-    if name_at < 0 or arguments_at < 0:
-        return [(span, [name, arguments], offset)]
-    second_key = max(name_at, arguments_at)
-    cut, end = a, 0
-    for i in range(a, b):  # the first piece that reaches into the second key: the part after the cut
-        end += len(pieces[i])
-        if end > second_key:
-            cut = i
+    values = _top_level_values(b"".join(pieces[a:b]))
+    name_at, arguments_at = values.get("name"), values.get("arguments", values.get("parameters"))
+    if name_at is None or arguments_at is None:
+        return whole
+    ends = list(accumulate(len(p) for p in pieces[a:b]))
+
+    def ids_of(start: int, end: int) -> tuple[int, int]:  # the pieces that hold bytes start … end-1
+        first = bisect_right(ends, start)
+        last = bisect_left(ends, end)
+        return a + first, a + min(last, len(ends) - 1) + 1
+
+    name_ids, arguments_ids = ids_of(*name_at), ids_of(*arguments_at)
+    if name_ids[1] > arguments_ids[0] and arguments_ids[1] > name_ids[0]:  # one piece holds both: no clean cut
+        return whole
+    return [(name_ids, [name], offset), (arguments_ids, [arguments], offset + 1)]
+
+
+def _top_level_values(raw: bytes) -> dict[str, tuple[int, int]]:
+    """Where each top-level key's value lies in the first JSON object of `raw` (byte offsets, end exclusive); a value
+    cut short (the call ran out of tokens) runs to the end. Empty when `raw` holds no object that begins well."""
+    text = raw.decode("utf-8", "surrogateescape")  # one character per undecodable byte: offsets map back exactly
+    at = text.find("{")
+    if at < 0:
+        return {}
+    decoder = json.JSONDecoder()
+    found: dict[str, tuple[int, int]] = {}
+
+    def skip(i: int) -> int:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        return i
+
+    def offset(i: int) -> int:
+        return len(text[:i].encode("utf-8", "surrogateescape"))
+
+    i = skip(at + 1)
+    while i < len(text) and text[i] == '"':
+        try:
+            key, i = decoder.raw_decode(text, i)
+        except ValueError:
             break
-    if cut <= a:
-        return [(span, [name, arguments], offset)]
-    if name_at < arguments_at:
-        return [((a, cut), [name], offset), ((cut, b), [arguments], offset + 1)]
-    return [((a, cut), [arguments], offset + 1), ((cut, b), [name], offset)]
+        i = skip(i)
+        if i >= len(text) or text[i] != ":":
+            break
+        start = skip(i + 1)
+        try:
+            _, i = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):  # cut short: the value runs to the end
+            found.setdefault(str(key), (offset(start), len(raw)))
+            break
+        found.setdefault(str(key), (offset(start), offset(i)))
+        i = skip(i)
+        if i >= len(text) or text[i] != ",":
+            break
+        i = skip(i + 1)
+    return found
 
 
 def _values_text(arguments: str | None) -> str | None:
