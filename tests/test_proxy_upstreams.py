@@ -164,3 +164,25 @@ def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, k
         for s in fillers:
             s.close()
         hole.close()
+
+
+def test_one_outage_met_by_many_requests_at_once_is_one_step_of_the_backoff() -> None:
+    """Each request in flight counted the outage again: twelve requests that met one dead host at once passed it over
+    for 5 minutes, not 60 s."""
+    import time
+
+    from tokview.proxy.app import DOWN_AFTER_TIMEOUT_S, DOWN_S, ProxyApp, Upstream, _Exchange
+    from tokview.proxy.wire import UpstreamNotConnected
+
+    app = ProxyApp([Upstream("http://127.0.0.1:1", "vllm"), Upstream("http://127.0.0.1:2", "vllm")], None)
+    ex = _Exchange("POST", "/v1/chat/completions", {}, b"{}", app.upstreams[1], upstream_index=1)
+    for _ in range(12):
+        app._connection_refused(ex, UpstreamNotConnected("no connection within 10 s", refused=False))
+    assert app._down_streak[1] == 1
+    assert DOWN_AFTER_TIMEOUT_S - 1 < app._down_until[1] - time.monotonic() <= DOWN_AFTER_TIMEOUT_S
+    app._down_until[1] = 0.0  # the pass-over ran out, and the host still refuses: the next step, doubled
+    app._connection_refused(ex, UpstreamNotConnected("cannot connect", refused=True))
+    assert app._down_streak[1] == 2
+    assert 2 * DOWN_S - 1 < app._down_until[1] - time.monotonic() <= 2 * DOWN_S
+    app._connected(ex)
+    assert app._down_streak[1] == 0

@@ -132,8 +132,10 @@ DOWN_AFTER_TIMEOUT_S = 60.0
 """The same after a connection that did not come within `wire.CONNECT_TIMEOUT_S`: each try of a dead host stalls its
 requests that long, so it is tried seldom."""
 DOWN_MAX_S = 300.0
-PROMPT_KEY = 512
-"""Characters (or ids) of a completion prompt that tie it to its conversation's upstream."""
+PROMPT_KEY = 2000
+"""Characters (or ids) of a completion prompt that tie it to its conversation's upstream: past the system prompt and
+tools most conversations of one harness share (keyed by 512, twenty conversations sharing 682 characters all went to
+one server); a conversation whose first prompt is shorter may move once, after its first turn."""
 
 
 UNRECORDED_GENERATIONS = frozenset({"/v1/responses", "/v1/messages", "/generate", "/inference/v1/generate"})
@@ -282,10 +284,12 @@ class ProxyApp:
         """Pass the upstream over: `DOWN_S` after a refusal, which answers at once; after a connection that did not
         come within its timeout, long enough that the next try is not a stall every few seconds (a dead host), and
         twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`)."""
-        i = ex.upstream_index
+        i, now = ex.upstream_index, time.monotonic()
+        if now < self._down_until[i]:  # another request of the same outage: one outage, one step of the backoff
+            return
         self._down_streak[i] += 1
         first = DOWN_S if error.refused else DOWN_AFTER_TIMEOUT_S
-        self._down_until[i] = time.monotonic() + min(DOWN_MAX_S, first * 2 ** (self._down_streak[i] - 1))
+        self._down_until[i] = now + min(DOWN_MAX_S, first * 2 ** (self._down_streak[i] - 1))
 
     def _connected(self, ex: _Exchange) -> None:
         self._down_streak[ex.upstream_index] = 0
