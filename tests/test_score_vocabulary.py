@@ -62,7 +62,7 @@ async def test_samples_without_an_answer_text_are_scored_and_said_unchecked(tmp_
             summary = await run_score(ScoreConfig(servers=[sim.url]), store)
     assert (summary.ok, summary.failed) == (2, 0)
     assert summary.vocabulary is not None
-    assert "vocabulary not checked: no selected sample has an answer's text" in summary.render()
+    assert "vocabulary not checked: the 2 sample(s) looked at have too few words to tell" in summary.render()
 
 
 async def test_the_cli_refuses_another_vocabulary_in_one_line_and_exits_1(tmp_path, qwen_tok_dir):
@@ -100,6 +100,7 @@ def test_an_answer_reads_as_its_ids_with_special_tokens_kept_or_skipped_on_eithe
     assert reads_as("Six groups  of\nseven make it", " Six groups of seven make it ")  # a decode's clean-up
     gibberish = " clpcmh cnacns colcpd cpwcqo crhcrz cssctk t\ufffdA\ufffdAndA pOAu ApeA el asA ence<|im_end|>"
     assert reads_as(answer, gibberish) is False
+    assert reads_as("42 User asks 6x7. Easy.", harmony), "Harmony's chat fields: reasoning and content apart"
     assert reads_as("\n" * 16, "any text at all") is None, "a blank answer is in any text: it tells nothing"
     assert reads_as("B", "B") is None
     start = "Okay, let me think about this carefully. Six groups of seven"
@@ -127,3 +128,21 @@ async def test_a_blank_answer_does_not_let_another_vocabulary_through(tmp_path, 
         with start_simulator(SimConfig(kind="vllm", tokenizer_dir=qwen_tok_dir)) as other:
             with pytest.raises(InputError, match="reads the samples' ids as other text"):
                 await run_score(ScoreConfig(servers=[other.url]), store)
+
+
+def test_a_tool_calls_name_and_arguments_are_part_of_what_the_ids_are_read_as():
+    """A long call's ids (a file written through a tool) read as its arguments, which no text field holds."""
+    from tokview.batch.vocabulary_probe import answer_text, reads_as
+    from tokview.core.record import Capture
+
+    code = "def handler(request):\n    return respond(compute_total(request.items))\n" * 20
+    capture = Capture(
+        prompt_ids=[1],
+        output_ids=[2] * 2000,
+        reasoning="I write the file.",
+        tool_calls=[{"id": "c0", "name": "write_file", "arguments": json.dumps({"path": "a.py", "content": code})}],
+    )
+    decoded = (
+        '<think>I write the file.</think><tool_call>{"name": "write_file", "arguments": {"path": "a.py", ' + code[:300]
+    )
+    assert reads_as(answer_text(capture), decoded, whole=False)

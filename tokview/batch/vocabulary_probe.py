@@ -3,9 +3,10 @@ scores anything.)
 
 A target of another vocabulary takes the ids and scores them: every NLL and `off_policy` finding would be garbage,
 and the only comparison a score makes (the ids its answer names against the ids sent) cannot tell. So the target's
-own `/detokenize` of a few samples' output ids (their first `PROBE_IDS`) is compared with the text the samples'
-server gave for them, by words: a server's text skips special tokens that a `/detokenize` may keep (or the other way
-round), (`</think>`, Harmony's channels, Kimi's call sections), and a decode may clean up spaces; another vocabulary's text of the same ids holds next to none of the words.
+own `/detokenize` of a few samples' output ids (their first `PROBE_IDS`) is compared with what the samples' server
+said of them (text, reasoning, content, tool calls), by words: a server's text skips special tokens that a
+`/detokenize` may keep, or the other way round (`</think>`, Harmony's channels, Kimi's call sections), and a decode may
+clean up spaces; another vocabulary's text of the same ids holds next to none of the words.
 """
 
 from __future__ import annotations
@@ -15,24 +16,25 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tokview.batch.inputs import InputError
-from tokview.store.export_rows import Selection, texts_to_probe
+from tokview.store.export_rows import Selection, probe_candidates
 from tokview.untrusted_text import printable_line
 
 if TYPE_CHECKING:
+    from tokview.core.record import Capture
     from tokview.servers import ServerPool
     from tokview.store import Store
 
 PROBE_IDS = 1024
 """Output ids of a sample read back: a 14,000-id reasoning trace is probed by its start, not left out."""
-MIN_WORDS = 4
-"""Distinct words a probe needs to tell anything: a blank or one-word answer is in any text."""
+TOLD = 3
+"""Samples told (enough words to judge) before a target is refused; up to `probe_candidates`' count are looked at."""
+MIN_WORDS = 3
+"""Distinct words of three letters or more a probe needs to tell anything: a blank or one-word answer is in any text."""
 SHARE = 0.7
 """Of the probe's words, the share the other side must hold."""
 _MARKUP = re.compile(r"<[^<>\s]{1,48}>")
-"""A special token's text (`<|im_end|>`, `</think>`, `<tool_call>`): on one side only when a side skipped it. Taken out
-of both sides with nothing in its place, as a side that skipped it has it (`analysis<|message|>User` is
-`analysisUser` there)."""
-_WORD = re.compile(r"\w{2,}")
+"""A special token's text (`<|im_end|>`, `</think>`, `<tool_call>`): on one side only when a side skipped it."""
+_WORD = re.compile(r"\w{3,}")
 
 
 async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection, backend: str) -> str | None:
@@ -41,11 +43,13 @@ async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection,
     from tokview.servers import CaptureFailed
     from tokview.servers.score import detokenize_on
 
-    probes = texts_to_probe(store, selection)
-    if not probes:
-        return "no selected sample has an answer's text to read its ids back with"
+    candidates = probe_candidates(store, selection)
+    if not candidates:
+        return "no selected sample has an answer to read its ids back with"
     disagreed: list[tuple[str, str, str]] = []
-    for sample_id, ids, text in probes:
+    for sample_id in candidates:
+        capture = store.load_sample(sample_id).capture
+        ids, text = list(capture.output_ids), answer_text(capture)
         try:
             decoded = await pool.call(partial(detokenize_on, backend=backend, ids=ids[:PROBE_IDS]))
         except CaptureFailed as exc:
@@ -57,8 +61,10 @@ async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection,
             return None
         if agrees is False:
             disagreed.append((sample_id, text, decoded))
+            if len(disagreed) >= TOLD:
+                break
     if not disagreed:
-        return f"the {len(probes)} sample(s) probed have too few words to tell"
+        return f"the {len(candidates)} sample(s) looked at have too few words to tell"
     sample_id, text, decoded = disagreed[0]
     n = len(disagreed)
     raise InputError(
@@ -69,16 +75,21 @@ async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection,
     )
 
 
+def answer_text(capture: Capture) -> str:
+    """Everything its server said of a sample's output ids: the raw text, the reasoning and content, and each tool
+    call's name and arguments (a tool parser takes them out of the text: a long call's ids read as none of it)."""
+    calls = [f"{c.get('name') or ''} {c.get('arguments') or ''}" for c in capture.tool_calls or ()]
+    return " ".join(t for t in (capture.text, capture.reasoning, capture.content, *calls) if t)
+
+
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:
-    """Whether the target's `decoded` text of a sample's output ids is that sample's `text` (its server's text
-    fields): when the probe read all the ids, the answer's words must be in the decoded text; when it read their
-    start, the decoded words in the answer. None when the side looked for has fewer than `MIN_WORDS` words."""
-    answer, read = _words(text), _words(decoded)
-    wanted, within = (answer, read) if whole else (read, answer)
+    """Whether the target's `decoded` text of a sample's output ids is that sample's `text`: when the probe read all
+    the ids, the answer's words must be found in the decoded text; when it read their start, the decoded words in the
+    answer. A word is found anywhere in the other side with its markup and whitespace taken out: a side that skipped
+    special tokens glues the words around them (Harmony's `analysis` and the reasoning's first word), the other keeps
+    them apart. None when the side looked for has fewer than `MIN_WORDS` words."""
+    wanted = set(_WORD.findall(_MARKUP.sub("", text if whole else decoded)))
+    within = "".join(_MARKUP.sub("", decoded if whole else text).split())
     if len(wanted) < MIN_WORDS:
         return None
-    return len(wanted & within) >= SHARE * len(wanted)
-
-
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(_MARKUP.sub("", text)))
+    return sum(word in within for word in wanted) >= SHARE * len(wanted)

@@ -147,18 +147,12 @@ def score_candidates(store: Store, selection: Selection, limit: int | None = Non
     return [(r[0], r[1]) for r in store.query(sql, params)]
 
 
-def texts_to_probe(store: Store, selection: Selection, count: int = 3) -> list[tuple[str, list[int], str]]:
-    """(sample_id, output ids, the server's text fields of them joined) of a few selected samples whose answer has
-    text: a probe of a target's vocabulary reads those ids back as text (`tokview score`). The first found (no sort:
-    a store of a million samples is not scanned for them)."""
+def probe_candidates(store: Store, selection: Selection, count: int = 20) -> list[str]:
+    """The first `count` selected samples with an answer (no sort: a store of a million samples is not scanned for
+    them): a probe of a target's vocabulary reads their ids back as text (`batch/vocabulary_probe.py`)."""
     where, params = selection.where()
-    rows = store.query(
-        f"SELECT sample_id, output_ids, text, content, reasoning FROM samples WHERE {where} AND output_len >= 4 "
-        "AND length(regexp_replace(concat(text, content, reasoning), '\\s', '', 'g')) >= 16 "
-        f"LIMIT {int(count)}",
-        params,
-    )
-    return [(sample_id, list(ids), " ".join(t for t in texts if t)) for sample_id, ids, *texts in rows]
+    rows = store.query(f"SELECT sample_id FROM samples WHERE {where} AND output_len >= 4 LIMIT {int(count)}", params)
+    return [r[0] for r in rows]
 
 
 def without_output_count(store: Store, selection: Selection) -> int:
