@@ -188,6 +188,9 @@ def test_ui_reads_go_through_store_methods(tmp_path, kimi_tok, kimi_profile):
             )
             store.put_sample(f"c{turn}", "p2", "imported-0", cap, analyze(cap, kimi_profile, kimi_tok), turn=turn)
         assert store.stored_conversations()[1] == ("p2", chain, tools)
+        cap = Capture(prompt_ids=KIMI_PROMPT_6X7, output_ids=KIMI_CHAIN_OUTPUT, finish_reason="stop", messages=chain)
+        store.put_sample("c2", "p2", "imported-0", cap, analyze(cap, kimi_profile, kimi_tok), turn=2)
+        assert store.stored_conversations()[1] == ("p2", chain, None), "the latest turn's tools: it declared none"
 
 
 def test_a_stored_sample_clears_its_earlier_failures(store, make_capture, put):

@@ -116,13 +116,14 @@ class QueryRepository:
         generated from (a chain's whole history so far: any one turn's, taken at random, was often only the first
         user message) and the tools that turn declared (without them a prompt made to call tools was sampled as
         one that has none, and answered in plain text)."""
-        rows = self.file.query(
-            "SELECT prompt_id, arg_max(messages, (coalesce(turn, 0), created_at)), "
-            "arg_max(json_extract(settings, '$.tools'), (coalesce(turn, 0), created_at)) "
+        rows = self.file.query(  # one struct: arg_max skips a NULL value, so the tools came from an earlier turn
+            "SELECT prompt_id, arg_max(struct_pack(m := messages, t := json_extract(settings, '$.tools')), "
+            "(coalesce(turn, 0), created_at)) AS latest "
             "FROM samples WHERE messages IS NOT NULL GROUP BY prompt_id ORDER BY prompt_id"
         )
         out = []
-        for pid, messages, tools in rows:
+        for pid, latest in rows:
+            messages, tools = latest["m"], latest["t"]
             if not messages:
                 continue
             declared = from_json(tools) if tools else None
