@@ -7,6 +7,7 @@ while a healthy one was up. Two simulators and the proxy on real sockets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,3 +187,25 @@ def test_one_outage_met_by_many_requests_at_once_is_one_step_of_the_backoff() ->
     assert 2 * DOWN_S - 1 < app._down_until[1] - time.monotonic() <= 2 * DOWN_S
     app._connected(ex)
     assert app._down_streak[1] == 0
+
+
+def test_a_long_outage_stays_at_the_longest_pass_over_and_a_long_shared_start_still_spreads() -> None:
+    """The backoff's exponent grew without end (a float overflow after ~1,000 steps, then every request to that
+    upstream raised); and the affinity key was cut to 8 kB, so conversations sharing a 10 kB system prompt had one."""
+    import time
+
+    from tokview.proxy.app import DOWN_MAX_S, ProxyApp, Upstream, _Exchange
+    from tokview.proxy.wire import UpstreamNotConnected
+
+    app = ProxyApp([Upstream("http://127.0.0.1:1", "vllm"), Upstream("http://127.0.0.1:2", "vllm")], None)
+    ex = _Exchange("POST", "/v1/chat/completions", {}, b"{}", app.upstreams[1], upstream_index=1)
+    for _ in range(1100):
+        app._down_until[1] = 0.0
+        app._connection_refused(ex, UpstreamNotConnected("cannot connect", refused=True))
+    assert app._down_until[1] - time.monotonic() <= DOWN_MAX_S
+    system = {"role": "system", "content": "x" * 10_000}
+    keys = set()
+    for task in ("a", "b"):
+        body = json.dumps({"messages": [system, {"role": "user", "content": task}]}).encode()
+        keys.add(app._affinity(_Exchange("POST", "/v1/chat/completions", {}, body, app.upstreams[0])))
+    assert len(keys) == 2

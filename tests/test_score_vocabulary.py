@@ -41,7 +41,7 @@ async def test_a_target_of_another_vocabulary_is_refused_before_anything_is_scor
         with start_simulator(SimConfig(kind=kind, tokenizer_dir=qwen_tok_dir)) as other:
             with pytest.raises(InputError, match=r"reads the samples' ids as other text .*--any-vocabulary") as refused:
                 await run_score(ScoreConfig(servers=[other.url]), store)
-            assert "all 3 samples told differ" in str(refused.value)
+            assert "3 of 3 samples told differ" in str(refused.value)
             assert _scored(store) == 0
             anyway = await run_score(ScoreConfig(servers=[other.url], any_vocabulary=True, retries=0), store)
         assert anyway.ok + anyway.failed == 4 and anyway.vocabulary is None
@@ -146,3 +146,43 @@ def test_a_tool_calls_name_and_arguments_are_part_of_what_the_ids_are_read_as():
         '<think>I write the file.</think><tool_call>{"name": "write_file", "arguments": {"path": "a.py", ' + code[:300]
     )
     assert reads_as(answer_text(capture), decoded, whole=False)
+
+
+def test_the_samples_told_decide_by_majority_not_the_first_that_agrees(tmp_path):
+    """An answer of digits reads alike in many vocabularies: one such sample let a target through after two others
+    had read as other text. The target here is a stand-in that reads prose as other text and digits as digits."""
+    import asyncio
+
+    from tokview.batch.vocabulary_probe import check_vocabulary
+    from tokview.store.export_rows import Selection
+
+    prose = "Okay, let me think about this carefully. Six groups of seven make forty-two."
+    texts = {"a@x_gen0": prose, "b@x_gen0": prose, "c@x_gen0": "1024 2048 4096 8192 16384 32768"}
+    with Store(tmp_path / "s.duckdb") as store:
+        for sample_id, text in texts.items():
+            capture = make_capture(sample_id)
+            capture.text, capture.content, capture.reasoning = text, None, None
+            store.put_sample(sample_id, sample_id[0], "imported", capture, analyze(capture, profile(), kimi()))
+        asked = iter(r[0] for r in store.query("SELECT sample_id FROM samples WHERE output_len >= 4 LIMIT 20"))
+
+        class Target:
+            async def call(self, fn):
+                sample = next(asked)  # the probe asks in the order the store finds them
+                return texts[sample] if sample.startswith("c") else " clpcmh cnacns colcpd cpwcqo crhcrz cssctk"
+
+        with pytest.raises(InputError, match="2 of 3 samples told differ"):
+            asyncio.run(check_vocabulary(store, Target(), Selection("all"), "auto"))
+
+
+def test_tool_call_arguments_are_read_as_written_with_escapes_or_not():
+    """A parser returns the arguments re-dumped (`北京`) where the ids spell `\\u5317\\u4eac`: the model's own vocabulary was
+    refused for such calls."""
+    from tokview.batch.vocabulary_probe import answer_text, reads_as
+    from tokview.core.record import Capture
+
+    arguments = json.dumps({"query": "北京明天天气"}, ensure_ascii=False)
+    capture = Capture(
+        prompt_ids=[1], output_ids=[2] * 20, tool_calls=[{"id": "c", "name": "search", "arguments": arguments}]
+    )
+    decoded = '<tool_call>{"name": "search", "arguments": {"query": "\\u5317\\u4eac\\u660e\\u5929\\u5929\\u6c14"}}</tool_call>'
+    assert reads_as(answer_text(capture), decoded)

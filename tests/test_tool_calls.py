@@ -453,3 +453,14 @@ def test_a_profile_file_whose_tool_ids_this_tokenizer_lacks_is_refused_where_pro
     )
     with pytest.raises(ProfileError, match=r"tool_calls.section_begin_id 5 is .* not '<\|tool_calls_section_begin\|>'"):
         load_tokenizer_and_profile(profile=str(bad), tokenizer=kimi_tok)
+
+
+def test_a_key_given_twice_is_read_as_the_parser_reads_it_the_last():
+    from tokview.core.alignment import _top_level_values
+
+    raw = b'\n{"name": "a", "name": "search", "arguments": {"q": 1}}\n'
+    found = _top_level_values(raw)
+    assert raw[slice(*found["name"])] == b'"search"'
+    assert raw[slice(*found["arguments"])] == b'{"q": 1}'
+    cut = b'{"name": "search", "arguments": {"q": "unfini'
+    assert cut[slice(*_top_level_values(cut)["arguments"])] == b'{"q": "unfini', "a value cut short runs to the end"

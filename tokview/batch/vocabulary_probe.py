@@ -11,6 +11,7 @@ clean up spaces; another vocabulary's text of the same ids holds next to none of
 
 from __future__ import annotations
 
+import json
 import re
 from functools import partial
 from typing import TYPE_CHECKING
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 PROBE_IDS = 1024
 """Output ids of a sample read back: a 14,000-id reasoning trace is probed by its start, not left out."""
 TOLD = 3
-"""Samples told (enough words to judge) before a target is refused; up to `probe_candidates`' count are looked at."""
+"""Samples told (enough words to judge) that decide, by majority; up to `probe_candidates`' count are looked at."""
 MIN_WORDS = 3
 """Distinct words of three letters or more a probe needs to tell anything: a blank or one-word answer is in any text."""
 SHARE = 0.7
@@ -38,14 +39,15 @@ _WORD = re.compile(r"\w{3,}")
 
 
 async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection, backend: str) -> str | None:
-    """InputError when no probed sample reads as its text on the target and at least one was told; else why nothing
-    was checked, or None when a sample agreed."""
+    """InputError when more of the samples told (up to `TOLD`) read as other text on the target than as their own;
+    else why nothing was checked, or None when they agreed."""
     from tokview.servers import CaptureFailed
     from tokview.servers.score import detokenize_on
 
     candidates = probe_candidates(store, selection)
     if not candidates:
         return "no selected sample has an answer to read its ids back with"
+    agreed = 0
     disagreed: list[tuple[str, str, str]] = []
     for sample_id in candidates:
         capture = store.load_sample(sample_id).capture
@@ -53,33 +55,45 @@ async def check_vocabulary(store: Store, pool: ServerPool, selection: Selection,
         try:
             decoded = await pool.call(partial(detokenize_on, backend=backend, ids=ids[:PROBE_IDS]))
         except CaptureFailed as exc:
-            if disagreed:
+            if agreed or disagreed:
                 break
             return f"the target's /detokenize did not answer ({printable_line(exc.reason[:160])})"
         agrees = reads_as(text, decoded, whole=len(ids) <= PROBE_IDS)
-        if agrees:
-            return None
-        if agrees is False:
-            disagreed.append((sample_id, text, decoded))
-            if len(disagreed) >= TOLD:
+        if agrees is not None:
+            agreed += agrees
+            if not agrees:
+                disagreed.append((sample_id, text, decoded))
+            if agreed + len(disagreed) >= TOLD:
                 break
-    if not disagreed:
-        return f"the {len(candidates)} sample(s) looked at have too few words to tell"
+    if len(disagreed) <= agreed:  # by the samples told, not the first that agreed: an answer of digits reads alike
+        return None if agreed else f"the {len(candidates)} sample(s) looked at have too few words to tell"
     sample_id, text, decoded = disagreed[0]
-    n = len(disagreed)
+    told = agreed + len(disagreed)
     raise InputError(
         f"the target reads the samples' ids as other text (another vocabulary?): its /detokenize of {sample_id}'s "
         f"output gives {printable_line(decoded[:60])!r}, the sample's answer is {printable_line(text[:60])!r} "
-        f"({'the one sample' if n == 1 else f'all {n} samples'} told differ{'s' if n == 1 else ''}); nothing "
-        "scored: score against the model that made them, or pass --any-vocabulary to score anyway"
+        f"({len(disagreed)} of {told} sample{'s' if told != 1 else ''} told differ{'s' if told == 1 else ''}); "
+        "nothing scored: score against the model that made them, or pass --any-vocabulary to score anyway"
     )
 
 
 def answer_text(capture: Capture) -> str:
     """Everything its server said of a sample's output ids: the raw text, the reasoning and content, and each tool
     call's name and arguments (a tool parser takes them out of the text: a long call's ids read as none of it)."""
-    calls = [f"{c.get('name') or ''} {c.get('arguments') or ''}" for c in capture.tool_calls or ()]
+    calls = [f"{c.get('name') or ''} {_as_written(c.get('arguments'))}" for c in capture.tool_calls or ()]
     return " ".join(t for t in (capture.text, capture.reasoning, capture.content, *calls) if t)
+
+
+def _as_written(arguments: object) -> str:
+    """A call's arguments as the server gave them and with every non-ASCII character escaped: a parser returns the
+    arguments re-dumped, so `"\\u5317"` on the ids comes back as `北`; either is what the ids may spell."""
+    if not isinstance(arguments, str):
+        return ""
+    try:
+        escaped = json.dumps(json.loads(arguments), ensure_ascii=True)
+    except (ValueError, RecursionError):
+        return arguments
+    return arguments if escaped == arguments else f"{arguments} {escaped}"
 
 
 def reads_as(text: str, decoded: str, *, whole: bool = True) -> bool | None:

@@ -445,9 +445,9 @@ def _top_level_values(raw: bytes) -> dict[str, tuple[int, int]]:
         try:
             _, i = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):  # cut short: the value runs to the end
-            found.setdefault(str(key), (offset(start), len(raw)))
+            found[str(key)] = (offset(start), len(raw))
             break
-        found.setdefault(str(key), (offset(start), offset(i)))
+        found[str(key)] = (offset(start), offset(i))  # a key given twice: the last, as the parser reads it
         i = skip(i)
         if i >= len(text) or text[i] != ",":
             break

@@ -253,11 +253,11 @@ class ProxyApp:
             start = prompt[:PROMPT_KEY] if isinstance(prompt, (str, list)) else None
         if start is None:
             return None
-        try:
-            return b"c" + orjson.dumps(start)[:8192]
+        try:  # whole: cut to 8 kB, conversations sharing a long system prompt had one key
+            return b"c" + orjson.dumps(start)
         except (TypeError, orjson.JSONEncodeError):  # a lone surrogate: Python's json writes it escaped
             try:
-                return b"c" + json.dumps(start).encode()[:8192]
+                return b"c" + json.dumps(start).encode()
             except (TypeError, ValueError, RecursionError):
                 return None
 
@@ -287,12 +287,13 @@ class ProxyApp:
         i, now = ex.upstream_index, time.monotonic()
         if now < self._down_until[i]:  # another request of the same outage: one outage, one step of the backoff
             return
-        self._down_streak[i] += 1
+        self._down_streak[i] = min(self._down_streak[i] + 1, 16)  # 2 ** 1024 is past a float: a long outage raised
         first = DOWN_S if error.refused else DOWN_AFTER_TIMEOUT_S
         self._down_until[i] = now + min(DOWN_MAX_S, first * 2 ** (self._down_streak[i] - 1))
 
     def _connected(self, ex: _Exchange) -> None:
         self._down_streak[ex.upstream_index] = 0
+        self._down_until[ex.upstream_index] = 0.0  # it is back: no longer passed over
 
     def _prepare(self, ex: _Exchange) -> bytes:
         """The body to send: the client's, or on a generation endpoint the same with the id fields added (for the
@@ -325,7 +326,7 @@ class ProxyApp:
             try:
                 upstream = ex.upstream.connections()
                 response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
-                if self._down_streak[ex.upstream_index]:
+                if self._down_streak[ex.upstream_index] or self._down_until[ex.upstream_index]:
                     self._connected(ex)
                 break
             except UpstreamNotConnected as exc:  # nothing was sent: another upstream may take it
