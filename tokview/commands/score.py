@@ -9,8 +9,8 @@ model or pipeline usually above 2; set it per model after looking at the distrib
 
 SGLang: `/generate` with input_ids = prompt + output, max_new_tokens 0, logprob_start_len 0.
 vLLM: `/v1/completions` with the ids as prompt, max_tokens 1, prompt_logprobs K.
-Before anything is scored, up to three samples' output ids are read back with the target's /detokenize: a target
-that reads them as other text than their answers (another vocabulary) is refused, exit 1 (`--any-vocabulary`
+Before anything is scored, a few samples' output ids are read back with the target's /detokenize: a target that
+reads most of them as other text than their answers (another vocabulary) is refused, exit 1 (`--any-vocabulary`
 scores anyway). Resumable: samples already scored by the same served model (with at least this --top-k) are
 skipped; `--rescore` scores them again. Exit codes as `tokview batch`: 0, 1 usage, 2 unreachable,
 3 some samples failed, 130 interrupted.
@@ -75,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--any-vocabulary",
         action="store_true",
         help="score even when the target's /detokenize reads the samples' output ids as other text than their answers "
-        "(checked on up to 3 samples before scoring: another vocabulary makes every NLL meaningless)",
+        "(checked on a few samples before scoring: another vocabulary makes every NLL meaningless)",
     )
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight per server (default 8)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
