@@ -3,8 +3,9 @@
 Per request: check the proxy key (when one is required), choose the upstream (a conversation stays on one; one
 refusing connections is passed over), add the id fields on the two generation endpoints (`ids.inject`), forward,
 and send back what the upstream sends as it arrives: a JSON answer whole with the added ids taken out
-(`ids.strip_body`), a stream event by event with the id-only events dropped. Every other path goes through untouched. When the client goes away the upstream request is
-closed at once (the server stops generating), and the request is recorded as abandoned.
+(`ids.strip_body`), a stream event by event with the id-only events dropped. Every other path goes through
+untouched. When the client goes away the upstream request is closed at once (the server stops generating), and the
+request is recorded as abandoned.
 A finished generation is handed to the recorder after its last byte went out, as the bytes that came
 in (`recorder.Finished`): parsing them, the capture, the session and the analysis all happen in the
 recorder (its threads, or its own process), never on the loop a client's bytes go through.
