@@ -505,6 +505,26 @@ def test_json_bodies_orjson_with_the_standard_library_as_fallback() -> None:
         loads(b"not json")
 
 
+async def test_an_answer_nested_deeper_than_pythons_json_reads_is_a_malformed_answer() -> None:
+    """orjson refuses it, Python's json then raised RecursionError (no ValueError): out of the retry and failure
+    handling, it ended the whole run. The same body in an error answer, an event stream and the proxy's recorder."""
+    from tokview.proxy.recorder import _parsed_json
+    from tokview.proxy.sse import data_of
+    from tokview.servers.errors import error_message
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(ValueError, match="nested too deeply"):
+        loads(deep)
+    async with scripted(lambda server: keep_answering(server, lambda n: ok(deep))) as (_, url):
+        client = ServerClient(url)
+        with pytest.raises((Retryable, CaptureFailed)):
+            await client.post_json("/v1/completions", {"prompt": [1, 2, 3]})
+        await client.aclose()
+    assert data_of(b"data: " + deep) is None
+    assert _parsed_json(deep) is None
+    assert error_message(deep, 40).startswith("[[[")
+
+
 async def _capture_both(sim_url: str, kimi_tok: Any, path: str, body: dict[str, Any]) -> list[Any]:
     answers = []
     for fast in (True, False):

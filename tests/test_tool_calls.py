@@ -31,7 +31,7 @@ from tokview.core.profiles import (
     profile_from_fields,
 )
 from tokview.core.record import Capture
-from tokview.core.tool_calls import field_name, parse_tool_calls, tool_calls_of_response
+from tokview.core.tool_calls import _not_object, field_name, glm_value, parse_tool_calls, tool_calls_of_response
 from tokview.servers.capture import merge_dual
 from tokview.servers.chat import parse_chat
 from tokview.servers.vllm import merge_chat_stream
@@ -464,3 +464,14 @@ def test_a_key_given_twice_is_read_as_the_parser_reads_it_the_last():
     assert raw[slice(*found["arguments"])] == b'{"q": 1}'
     cut = b'{"name": "search", "arguments": {"q": "unfini'
     assert cut[slice(*_top_level_values(cut)["arguments"])] == b'{"q": "unfini', "a value cut short runs to the end"
+
+
+def test_a_call_nested_deeper_than_pythons_json_reads_is_a_finding_not_a_crash(qwen_tok, qwen_profile):
+    """A model that writes `[[[[…` into a call: `json.loads` raises RecursionError (no ValueError), and the whole
+    analysis (so the sample's capture) failed with it."""
+    deep = "[" * 100_000 + "]" * 100_000
+    for body in ('{"name": "f", "arguments": ' + deep + "}", deep):
+        codes = tool_codes(hermes_capture(qwen_tok, body), qwen_profile, qwen_tok)
+        assert "tool_arguments_not_object" in codes
+    assert glm_value(deep[:50_000] + "x") == deep[:50_000] + "x"  # neither JSON nor a literal: the text
+    assert _not_object(deep) == "the arguments are JSON nested too deeply to parse"

@@ -352,6 +352,8 @@ def _with_texts(
         parsed = json.loads(body)
     except json.JSONDecodeError as exc:
         return replace(call, arguments_error=f"the call's JSON does not parse ({exc.msg} at char {exc.pos})")
+    except RecursionError:  # a model's `[[[[…`: deeper than Python's json reads, and no call a parser takes
+        return replace(call, arguments_error="the call's JSON is nested too deeply to parse")
     if not isinstance(parsed, dict) or "name" not in parsed:
         return replace(call, arguments_error='the call\'s JSON is not an object {"name": …, "arguments": …}')
     name = parsed.get("name") if isinstance(parsed.get("name"), str) else None
@@ -366,7 +368,7 @@ def glm_value(text: str) -> Any:
     whole parse)."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     try:
         return ast.literal_eval(text)
@@ -387,6 +389,8 @@ def _not_object(text: str | None) -> str | None:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
         return f"the arguments do not parse as JSON ({exc.msg} at char {exc.pos})"
+    except RecursionError:
+        return "the arguments are JSON nested too deeply to parse"
     return None if isinstance(parsed, dict) else f"the arguments are a JSON {type(parsed).__name__}, not an object"
 
 

@@ -680,5 +680,5 @@ def _parsed_json(raw: bytes) -> Any:
         pass
     try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses (as `sse.data_of` reads it)
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json reads (orjson refused it)
         return None

@@ -80,7 +80,7 @@ def data_of(event: bytes) -> Any:
     try:  # a lone surrogate escape ("\ud800") is valid JSON that orjson refuses: read, the answer is then judged
         # as the servers layer judges it (a malformed response), never silently short of this event's ids
         return json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's json reads (orjson refused it)
         return None
 
 

@@ -77,7 +77,7 @@ def error_message(body: bytes | str, limit: int = 300) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return cut(" ".join(text.split()), limit) or "(empty body)"
     if isinstance(data, dict):
         err = data.get("error")

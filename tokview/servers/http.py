@@ -85,11 +85,16 @@ def dumps(body: object) -> bytes:
 
 
 def loads(data: bytes | str) -> Any:
-    """A response body parsed as JSON; ValueError when it is not JSON."""
+    """A response body parsed as JSON; ValueError when it is not JSON, or nested deeper than Python's json reads (a
+    RecursionError, which is no ValueError, failed the whole run)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(data)  # NaN / Infinity / huge integers, which Python's json accepts
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
 
 
 def plain_http_origin(url: str) -> tuple[str, int, str] | None:
