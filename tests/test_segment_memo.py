@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
+from tokview.core import segment_memo
 from tokview.core.segment_memo import MIN_CHARS, SegmentMemo, exact_markers, longest_first
 from tokview.core.tokenizer import TokenizerAdapter
 from tokview.core.tokenizer_folder import TokenizerFolder
@@ -189,6 +190,35 @@ def test_short_pieces_are_not_remembered_and_the_bound_counts_what_python_holds(
     tight.encode(marker.join(long_pieces))
     held = sum(sys.getsizeof(p) + sys.getsizeof(ids) for p, ids in tight._pieces.items())
     assert 0 < held <= tight._bytes <= 20_000
+
+
+def test_long_pieces_are_kept_as_tuples_too_exact_and_bounded(native, monkeypatch):
+    """A piece of many ids (an agent's system prompt) is read from a tuple after its first encoding: the ids stay
+    the whole text's, a tuple is made once, and the tuples together hold at most HOT_MAX_IDS ids, the least
+    recently used dropped first."""
+    system = "You answer in full sentences about tools. " * 30
+    other = "A second long piece of plain words to encode. " * 25
+    sizes = [len(native.encode(t, add_special_tokens=False)) for t in (system, other)]
+    monkeypatch.setattr(segment_memo, "HOT_MIN_IDS", 64)
+    monkeypatch.setattr(segment_memo, "HOT_MAX_IDS", sum(sizes) + 10)  # room for these two
+    memo = SegmentMemo(native._segment_memo().markers, native._encode_pieces)
+    marker = next(iter(memo.markers))
+    first = None
+    for turn in range(4):
+        text = system + marker + f"question {turn} " * 3 + marker + other
+        assert memo.encode(text) == native.encode(text, add_special_tokens=False)
+        kept = memo._hot.get(system)
+        assert (
+            kept is not None and type(kept) is tuple and list(kept) == native.encode(system, add_special_tokens=False)
+        )
+        assert first is None or kept is first  # made once, then read
+        first = kept
+    assert set(memo._hot) == {system, other} and memo._hot_ids == sum(sizes)
+    again = "x " + system  # a third long piece: the one used least recently (`other`) goes
+    text = again + marker + system
+    assert memo.encode(text) == native.encode(text, add_special_tokens=False)
+    assert set(memo._hot) == {system, again} and memo._hot_ids <= sum(sizes) + 10
+    assert memo._hot_ids == sum(len(ids) for ids in memo._hot.values())
 
 
 def test_bpe_dropout_gets_no_memo():

@@ -414,7 +414,7 @@ def _render_key(
         inputs = json.dumps([messages, add_generation_prompt, template_kwargs])
     except (TypeError, ValueError):
         return None
-    return hashlib.blake2b(inputs.encode("utf-8", "surrogatepass"), digest_size=32).digest(), template
+    return hashlib.sha256(inputs.encode("utf-8", "surrogatepass")).digest(), template  # SHA-NI: twice blake2b's speed
 
 
 def _continued(text: str, messages: list[dict[str, Any]]) -> str:
