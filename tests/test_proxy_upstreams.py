@@ -167,6 +167,61 @@ def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, k
         hole.close()
 
 
+def test_a_client_that_gives_up_during_a_connect_to_a_dead_host_still_gets_it_passed_over(
+    tmp_path, kimi_tok, kimi_profile, monkeypatch
+):
+    """A harness whose own timeout is shorter than the connect's cancelled the connect, and nothing found the host
+    dead: each of its requests stalled on it again. The connect now goes on without the request."""
+    import socket
+    import time
+
+    from tokview.proxy import app as proxy_app
+    from tokview.proxy import wire
+
+    monkeypatch.setattr(wire, "CONNECT_TIMEOUT_S", 1.0)
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)
+    fillers = []
+    while len(fillers) < 8:
+        try:
+            fillers.append(socket.create_connection(hole.getsockname(), timeout=0.3))
+        except TimeoutError:
+            break
+    dead = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    try:
+        with start_simulator(SimConfig(kind="vllm")) as alive:
+            config = ProxyConfig(
+                [alive.url],
+                listen="127.0.0.1:0",
+                db=str(tmp_path / "p.duckdb"),
+                tokenizer=kimi_tok,
+                profile=kimi_profile,
+            )
+            with start_proxy(config) as proxy:
+                app = proxy.app
+                app.upstreams.append(proxy_app.Upstream(dead, "vllm"))
+                app._down_until.append(0.0)
+                app._down_streak.append(0)
+                app._down_until[0] = time.monotonic() + 3600  # the live one passed over: the request goes to the dead
+                body = {"model": "tokview-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+                with pytest.raises(httpx.TimeoutException):
+                    httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=0.3)
+                assert app._down_until[1] == 0.0  # not known dead yet: the connect is still under way
+                deadline = time.monotonic() + 10
+                while app._down_until[1] == 0.0 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert app._down_until[1] - time.monotonic() > 30  # passed over as a dead host is
+                app._down_until[0] = 0.0
+                began = time.monotonic()
+                assert _ask(proxy, [{"role": "user", "content": "again"}]).status_code == 200
+                assert time.monotonic() - began < 0.9  # no stall on the dead host
+    finally:
+        for s in fillers:
+            s.close()
+        hole.close()
+
+
 def test_one_outage_met_by_many_requests_at_once_is_one_step_of_the_backoff() -> None:
     """Each request in flight counted the outage again: twelve requests that met one dead host at once passed it over
     for 5 minutes, not 60 s."""

@@ -14,6 +14,7 @@ recorder (its threads, or its own process), never on the loop a client's bytes g
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import itertools
 import json
@@ -281,11 +282,21 @@ class ProxyApp:
         ex.parsed = parsed
         return parsed
 
+    def _pool(self, i: int) -> UpstreamPool:
+        pool = self.upstreams[i].connections()
+        if pool.on_unreachable is None:  # made at its first request, inside the serving loop
+            pool.on_unreachable = functools.partial(self._pass_over, i)
+        return pool
+
     def _connection_refused(self, ex: _Exchange, error: UpstreamNotConnected) -> None:
-        """Pass the upstream over: `DOWN_S` after a refusal, which answers at once; after a connection that did not
+        self._pass_over(ex.upstream_index, error)
+
+    def _pass_over(self, i: int, error: UpstreamNotConnected) -> None:
+        """Pass upstream `i` over: `DOWN_S` after a refusal, which answers at once; after a connection that did not
         come within its timeout, long enough that the next try is not a stall every few seconds (a dead host), and
-        twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`)."""
-        i, now = ex.upstream_index, time.monotonic()
+        twice as long each time in a row, up to `DOWN_MAX_S`. A connection made resets it (`_connected`). Also told
+        by the pool of a connect that failed after its request was cancelled (`UpstreamPool.on_unreachable`)."""
+        now = time.monotonic()
         if now < self._down_until[i]:  # another request of the same outage: one outage, one step of the backoff
             return
         self._down_streak[i] = min(self._down_streak[i] + 1, 16)  # 2 ** 1024 is past a float: a long outage raised
@@ -325,7 +336,7 @@ class ProxyApp:
         while True:
             content = self._prepare(ex)
             try:
-                upstream = ex.upstream.connections()
+                upstream = self._pool(ex.upstream_index)
                 response = await upstream.request(ex.method, target, self._upstream_headers(ex), content)
                 if self._down_streak[ex.upstream_index] or self._down_until[ex.upstream_index]:
                     self._connected(ex)

@@ -722,6 +722,10 @@ class UpstreamPool:
         )
         self._ssl = ssl.create_default_context() if self.https else None
         self._idle: list[asyncio.Transport] = []
+        self.on_unreachable: Callable[[UpstreamNotConnected], None] | None = None
+        """Told when a connection whose request was cancelled meanwhile could not be made. A client that gave up
+        during a connect to a dead host (no answer until CONNECT_TIMEOUT_S) cancelled it, and nothing found the host
+        dead: every next request stalled on it again. The connect now goes on without the request (`_connection`)."""
 
     @property
     def origin(self) -> bytes:
@@ -775,6 +779,16 @@ class UpstreamPool:
             transport.set_protocol(response)
             response._transport = transport
             return response
+        connecting = asyncio.ensure_future(self._connect())
+        try:
+            protocol = await asyncio.shield(connecting)
+        except asyncio.CancelledError:  # the request went (its client left): the connect ends on its own
+            connecting.add_done_callback(self._connected_for_no_one)
+            raise
+        protocol._head_only = head_only
+        return protocol
+
+    async def _connect(self) -> UpstreamResponse:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(
@@ -791,8 +805,20 @@ class UpstreamPool:
             raise UpstreamNotConnected(f"no connection within {CONNECT_TIMEOUT_S:.0f} s", refused=False) from None
         except OSError as exc:
             raise UpstreamNotConnected(f"cannot connect: {exc.strerror or exc}", refused=True) from None
-        protocol._head_only = head_only
         return protocol
+
+    def _connected_for_no_one(self, connecting: asyncio.Future[UpstreamResponse]) -> None:
+        """A connect whose request was cancelled ended: a connection made is closed (nothing was sent on it), one
+        that could not be made is told (`on_unreachable`)."""
+        if connecting.cancelled():  # the proxy is closing
+            return
+        error = connecting.exception()
+        if error is None:
+            transport = connecting.result()._transport
+            if transport is not None:
+                transport.close()
+        elif isinstance(error, UpstreamNotConnected) and self.on_unreachable is not None:
+            self.on_unreachable(error)
 
     def close(self) -> None:
         for transport in self._idle:
