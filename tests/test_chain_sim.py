@@ -317,3 +317,28 @@ def test_a_greeting_first_row_and_a_row_named_like_a_turn_are_each_stored(tmp_pa
     [lone] = _chain(store, "x#turn1")
     assert "a different question" in json.dumps(lone.capture.messages)
     assert json.loads(capsys.readouterr().out)["resumed"] == 5 and again == ExitCode.OK
+
+
+def test_a_vllm_tool_turn_without_thinking_goes_back_with_empty_content_not_its_ids_decoded(tmp_path, capsys):
+    """vLLM with thinking off answers a turn of calls alone with null content and null reasoning (as the recorded
+    `rec/vllm_t1_nothink.json`). The chain took that for a raw capture and decoded the ids into the next history's
+    content: the call section as text (Kimi: `functions.get_weather:0{…}`), a prompt the model never saw."""
+    row = {
+        "id": "nothink",
+        "tools": TOOLS[:1],
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            *_round(0)[:2],
+            {"role": "assistant", "content": "Rain."},
+        ],
+    }
+    row["messages"][1] = {**row["messages"][1], "tool_calls": row["messages"][1]["tool_calls"][:1]}
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [row], "--no-thinking")
+    assert code == ExitCode.OK, capsys.readouterr()
+    first, second = _chain(store, "nothink")
+    assert (first.capture.content, first.capture.reasoning) == (None, None) and first.capture.tool_calls
+    (history,) = [m for m in second.capture.messages if m["role"] == "assistant"]
+    assert history["content"] == "" and "reasoning_content" not in history
+    assert second.capture.settings["chain"]["extends"] is True
+    assert "session_prefix_break" not in {f.code for f in second.findings}

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.finding_context import cut_by_length
+from tokview.core.finding_rules import CHAT_ENDPOINTS
 from tokview.core.findings import COMPLETE_FINISH_REASONS
 from tokview.core.harmony import parse_harmony
 from tokview.core.profiles import HARMONY
@@ -244,9 +245,12 @@ def served_message(
 ) -> JsonObject:
     """The served turn as an assistant message: its content, reasoning and calls as the server returned them.
 
-    A raw endpoint returns no split: the ids are split at the profile's closer and decoded."""
+    A raw endpoint returns no split: the ids are split at the profile's closer and decoded. A chat answer's null
+    fields are empty text: vLLM with thinking off answers a turn of tool calls alone with null content and null
+    reasoning, and the ids decoded put the call section, as text, into the next turn's history."""
     reasoning, content = capture.reasoning, capture.content
-    if reasoning is None and content is None and tokenizer is not None and profile is not None:
+    raw = capture.endpoint not in CHAT_ENDPOINTS
+    if raw and reasoning is None and content is None and tokenizer is not None and profile is not None:
         reasoning, content = split_on_ids(capture, tokenizer, profile)
     msg: JsonObject = {"role": "assistant", "content": content or ""}
     if history_reasoning != "none" and reasoning:
