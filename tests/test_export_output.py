@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import SETTINGS, kimi, make_capture, profile, put
@@ -435,6 +436,35 @@ def test_an_id_outside_the_vocabulary_is_never_exported_even_with_select_all(tmp
         put(s, "odd", odd)
         result = _export(s, fmt, tmp_path / name)
     assert (result.exported, result.refused) == (1, {"ids_outside_vocabulary": 1})
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("speculators", "s.jsonl"), ("parquet", "p.parquet")])
+def test_a_top_k_alternative_outside_the_vocabulary_is_never_exported(tmp_path, fmt, name):
+    """`--logprobs K` and `score --top-k K` keep the ids a server names as alternatives, which were checked only to be
+    ints of 32 bits: a server's 999,999 went out in `output_top_ids` / `target_top_ids` to a top-K distillation
+    trainer, which indexes its logits by them. The served alternatives are an `unknown_token_id` error too."""
+
+    def with_tops(question: str, field: str) -> Any:
+        capture = make_capture(question)
+        n = len(capture.output_ids)
+        setattr(capture, field, [[5, 6]] * (n - 1) + [[999_999, 5]])
+        if field == "target_top_ids":
+            capture.target_top_logprobs = [[-0.1, -2.0]] * n
+        else:
+            capture.output_top_logprobs = [[-0.1, -2.0]] * n
+        return capture
+
+    served = with_tops("served alternatives", "output_top_ids")
+    analysis = analyze(served, profile(), kimi())
+    hit = next(f for f in analysis.findings if f.code == "unknown_token_id")
+    assert list(hit.positions) == [len(served.prompt_ids) + len(served.output_ids) - 1]
+    assert "top-K alternatives" in hit.detail
+    with Store(tmp_path / "o.duckdb") as s:
+        put(s, "fine", make_capture())
+        put(s, "served", served)
+        put(s, "target", with_tops("a scoring target's alternatives", "target_top_ids"))
+        result = _export(s, fmt, tmp_path / name)
+    assert (result.exported, result.refused) == (1, {"ids_outside_vocabulary": 2})
 
 
 def test_the_left_out_line_does_not_promise_include_invalid_exports_an_id_outside_the_vocabulary(tmp_path, capsys):

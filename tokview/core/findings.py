@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from itertools import compress, count
 from operator import or_
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 from tokview.core import segments as seg
 from tokview.core import tool_calls as tc
 from tokview.core.alignment import HIDDEN
-from tokview.core.finding_context import Context, OutputPieces, first_difference, vocabulary_of
+from tokview.core.finding_context import Context, OutputPieces, Vocabulary, first_difference, vocabulary_of
 from tokview.core.finding_rules import (  # the registry, re-exported for the modules that read findings here
     CHAT_ENDPOINTS,
     ERROR,
@@ -88,20 +89,40 @@ def empty_output(ctx: Context) -> Hit | None:
 )
 def unknown_token_id(ctx: Context) -> Hit | None:
     positions = ctx.unknown_ids
-    if not positions or ctx.tokenizer is None:
+    if ctx.tokenizer is None:
         return None
-    prompt, n = ctx.capture.prompt_ids, ctx.n_prompt
-    shown = ", ".join(
-        f"{prompt[p]} at prompt[{p}]" if p < n else f"{ctx.output[p - n]} at {ctx.where(p - n)}"
-        for p in positions[:UNKNOWN_IDS_SHOWN]
-    )
-    more = f" and {len(positions) - UNKNOWN_IDS_SHOWN} more" if len(positions) > UNKNOWN_IDS_SHOWN else ""
-    size = vocabulary_of(ctx.tokenizer).size
+    vocabulary = vocabulary_of(ctx.tokenizer)
+    alternatives = unknown_alternatives(vocabulary, ctx.capture.output_top_ids)
+    if not positions and not alternatives:
+        return None
+    prompt, n, size = ctx.capture.prompt_ids, ctx.n_prompt, vocabulary.size
+    parts = []
+    if positions:
+        shown = ", ".join(
+            f"{prompt[p]} at prompt[{p}]" if p < n else f"{ctx.output[p - n]} at {ctx.where(p - n)}"
+            for p in positions[:UNKNOWN_IDS_SHOWN]
+        )
+        more = f" and {len(positions) - UNKNOWN_IDS_SHOWN} more" if len(positions) > UNKNOWN_IDS_SHOWN else ""
+        parts.append(f"{len(positions)} id(s) the tokenizer does not have: {shown}{more}")
+    if alternatives:  # the top-K a distillation trainer indexes its logits by
+        shown = ", ".join(ctx.where(k) for k in alternatives[:UNKNOWN_IDS_SHOWN])
+        more = f" and {len(alternatives) - UNKNOWN_IDS_SHOWN} more" if len(alternatives) > UNKNOWN_IDS_SHOWN else ""
+        parts.append(f"top-K alternatives holding an id the tokenizer does not have at {shown}{more}")
     return Hit.at(
-        f"{len(positions)} id(s) the tokenizer does not have (its ids are 0 … {size - 1}, {size:,} in all): "
-        f"{shown}{more}. The server's vocabulary is not this tokenizer's, or the ids were changed on the way.",
-        positions,
+        f"{'; '.join(parts)} (its ids are 0 … {size - 1}, {size:,} in all). The server's vocabulary is not this "
+        "tokenizer's, or the ids were changed on the way.",
+        sorted({*positions, *(n + k for k in alternatives)}),
     )
+
+
+def unknown_alternatives(vocabulary: Vocabulary, top_ids: Sequence[Sequence[int] | None] | None) -> list[int]:
+    """Output positions whose top-K alternative ids hold one `vocabulary` lacks (one C pass settles the usual none)."""
+    if not top_ids:
+        return []
+    flat = [t for row in top_ids if row for t in row]
+    if not flat or (min(flat) >= 0 and max(flat) < vocabulary.size):
+        return []
+    return [k for k, row in enumerate(top_ids) if row and vocabulary.unknown_positions(row)]
 
 
 @rule(

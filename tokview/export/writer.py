@@ -20,7 +20,7 @@ from typing import Any
 
 from tokview.core import segments as seg
 from tokview.core.finding_context import Vocabulary, vocabulary_of
-from tokview.core.findings import ERROR, default_severity
+from tokview.core.findings import ERROR, default_severity, unknown_alternatives
 from tokview.core.json_value import strict_json_line
 from tokview.core.profiles import ModelProfile, ProfileError, detect_profile, get_profile, with_tokenizer_stops
 from tokview.core.record import Capture
@@ -403,7 +403,7 @@ def _export_to(
                     refused["no_supervised_tokens"] += 1
                     continue
                 capture = capture_from_row(row)
-                if _outside(vocabulary, capture.prompt_ids) or _outside(vocabulary, capture.output_ids):
+                if _outside(vocabulary, capture):
                     refused["ids_outside_vocabulary"] += 1  # whatever --select: a trainer's embedding lookup fails
                     continue
                 prof = profiles.get(row["profile"])
@@ -567,7 +567,11 @@ def _write_errors(store: Store, run: str | None, path: Path) -> None:
             )
 
 
-def _outside(vocabulary: Vocabulary, ids: list[int]) -> bool:
-    """Whether `ids` hold an id the export's tokenizer does not have (`--select all` selects `unknown_token_id`
-    samples too, and a trainer's embedding lookup fails on such an id or reads junk)."""
-    return bool(vocabulary.unknown_positions(ids))
+def _outside(vocabulary: Vocabulary, capture: Capture) -> bool:
+    """Whether the sample's ids hold one the export's tokenizer does not have (`--select all` selects
+    `unknown_token_id` samples too, and a trainer's embedding lookup fails on such an id or reads junk): its prompt
+    and output ids, and the top-K alternatives a distillation trainer indexes its logits by (the served ones and a
+    scoring target's, which no analysis saw)."""
+    if vocabulary.unknown_positions(capture.prompt_ids) or vocabulary.unknown_positions(capture.output_ids):
+        return True
+    return any(unknown_alternatives(vocabulary, tops) for tops in (capture.output_top_ids, capture.target_top_ids))
