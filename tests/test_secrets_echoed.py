@@ -139,3 +139,34 @@ def test_a_clients_credentials_an_upstream_quotes_in_a_whole_answer_are_not_stor
     stored = " ".join(str(v) for v in row)
     assert token not in stored and "ClientPassw0rd-X" not in stored, stored
     assert "you sent [redacted]" in stored
+
+
+def test_a_key_a_server_echoed_into_a_finding_or_an_objects_key_never_reaches_the_store(tmp_path, monkeypatch):
+    """The API key was stored whole in two places: a finding's detail (`stopped_by_request` quotes the stop string a
+    server names) and a response object's key (only values and secret-named keys were masked)."""
+    import dataclasses
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from builders import kimi, make_capture, profile
+
+    from tokview.core.analysis import analyze
+    from tokview.core.finding_rules import Finding
+    from tokview.secrets import scrub
+
+    key = "sk-LEAKCHECK9f8e7d6c5b4a"
+    monkeypatch.setenv("TOKVIEW_API_KEY", key)
+    capture = make_capture()
+    capture.raw_response = {"choices": [{"message": {"content": "x"}}], "extra": {key: 1, "kept": 2}}
+    analysis = analyze(capture, profile(), kimi())
+    quoted = Finding("stopped_by_request", "error", f"The request's stop string {key!r} ended the generation", (3,))
+    analysis = dataclasses.replace(analysis, findings=[*analysis.findings, quoted])
+    db = tmp_path / "k.duckdb"
+    with Store(db) as store:
+        store.put_sample("s1", "p1", "run1", capture, analysis)
+        stored = store.load_sample("s1")
+        (detail,) = [r for (r,) in store.query("SELECT detail FROM findings WHERE code = 'stopped_by_request'")]
+    assert key not in detail and "[redacted]" in detail
+    assert stored.capture.raw_response["extra"] == {"[redacted]": 1, "kept": 2}
+    assert key.encode() not in db.read_bytes()
+    assert scrub({f"Bearer {key}": 1}) == {"Bearer [redacted]": 1}

@@ -231,7 +231,10 @@ def scrub(value: object) -> object:
 
     Never for payloads (messages, bodies): see `scrub_payload`."""
     if isinstance(value, dict):
-        return {k: (MASK if str(k).lower() in SECRET_KEYS else scrub(v)) for k, v in value.items()}
+        return {
+            (scrub_text(k) if isinstance(k, str) else k): (MASK if str(k).lower() in SECRET_KEYS else scrub(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [scrub(v) for v in value]
     if isinstance(value, str):
@@ -249,14 +252,25 @@ def redact_url(url: str) -> str:
 
 
 # -- payloads: keys and known values only ------------------------------------------------------------
+def _masked_key(key: object, secrets: list[str]) -> object:
+    if isinstance(key, str):
+        for secret in secrets:
+            if secret in key:
+                key = key.replace(secret, MASK)
+    return key
+
+
 def scrub_payload(value: object, secrets: list[str], key: str | None = None) -> object:
     """A request/response body or message list with its secrets masked and everything else untouched.
 
-    Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change: text a
-    person wrote or a model produced is training data and must survive byte for byte."""
+    Only secret-named keys, userinfo in URL-valued keys and exact `secrets` values change (in keys too: a server
+    that echoes a credential as an object's key): text a person wrote or a model produced is training data and must
+    survive byte for byte."""
     if isinstance(value, dict):
         return {
-            k: (MASK if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower()))
+            _masked_key(k, secrets): (
+                MASK if str(k).lower() in SECRET_KEYS else scrub_payload(v, secrets, str(k).lower())
+            )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):

@@ -45,6 +45,7 @@ from tokview.secrets import DATA_MIN_SECRET_LEN, MASK
 from tokview.servers.errors import Retryable, stream_abort
 from tokview.store.errors import StoreHeld
 from tokview.store.prompt_refs import PAST_KEY, PAST_LEN
+from tokview.store.sample_rows import capture_secrets, masked_text
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -153,6 +154,9 @@ class _WithSessionFindings:
         record = self.store.sample_record(key, capture, analysis)
         finding = self.extra.pop(key.sample_id, None)
         if finding is not None:
+            # it quotes the prompt's text: masked as the row's payloads are (the upstream's credentials are in the
+            # capture's server URL)
+            finding = {**finding, "detail": masked_text(finding.get("detail"), capture_secrets(capture))}
             record["findings"] = [*record["findings"], finding]
             record["codes"] = [*record["codes"], finding["code"]]
         past = self.stored_past.pop(key.sample_id, None)

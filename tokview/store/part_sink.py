@@ -17,7 +17,7 @@ from tokview.store import parts
 from tokview.store.errors import StoreError as StoreError
 from tokview.store.errors import StoreFull as StoreFull
 from tokview.store.errors import is_disk_full
-from tokview.store.sample_rows import SAMPLE_COLUMNS, SampleIdentity, sample_params
+from tokview.store.sample_rows import SAMPLE_COLUMNS, SampleIdentity, capture_secrets, masked_text, sample_params
 
 if TYPE_CHECKING:
     from tokview.core.analysis import Analysis
@@ -68,15 +68,22 @@ class PartSink:
         capture: Capture,
         analysis: Analysis,
     ) -> dict[str, Any]:
-        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings."""
+        """One sample as a part line: the same columns (and scrubbing) as `put_sample`, plus its findings, their
+        details masked as its payloads are (`stopped_by_request` quotes the stop string a server echoed)."""
         record = dict(
             zip(
                 SAMPLE_COLUMNS,
                 sample_params(key, capture, analysis, secrets=self._secrets),
             )
         )
+        masked = capture_secrets(capture, self._secrets)
         record["findings"] = [
-            {"code": f.code, "severity": f.severity, "detail": f.detail, "positions": list(f.positions)}
+            {
+                "code": f.code,
+                "severity": f.severity,
+                "detail": masked_text(f.detail, masked),
+                "positions": list(f.positions),
+            }
             for f in analysis.findings
         ]
         return record

@@ -301,7 +301,7 @@ def capture_secrets(capture: Capture, extra: tuple[str, ...] | list[str] = ()) -
     return known_secrets([*extra, *(v for u in urls for v in url_secrets(u))])
 
 
-def _text_without(text: str | None, secrets: list[str]) -> str | None:
+def masked_text(text: str | None, secrets: list[str]) -> str | None:
     """A model's text (or the served model name) with the known credentials a server echoed into it masked, exactly
     as its raw response is (`secrets`: `capture_secrets`). The ids keep what the model generated: tokview stores ids
     as served."""
@@ -332,15 +332,15 @@ def sample_params(
         "prompt_len": len(c.prompt_ids),
         "output_len": len(c.output_ids),
         "supervised": int(sum(analysis.loss_mask)),
-        "text": _text_without(c.text, masked),
-        "reasoning": _text_without(c.reasoning, masked),
-        "content": _text_without(c.content, masked),
+        "text": masked_text(c.text, masked),
+        "reasoning": masked_text(c.reasoning, masked),
+        "content": masked_text(c.content, masked),
         "reasoning_field": c.reasoning_field,
         "endpoint": c.endpoint,
         "server_url": scrub_optional(c.server_url),
         "server_kind": c.server_kind,
         "server_version": c.server_version,
-        "model": _text_without(c.model, masked),
+        "model": masked_text(c.model, masked),
         "output_logprobs": None if c.output_logprobs is None else list(c.output_logprobs),
         "latency_s": c.latency_s,
         "alignment": alignment_letters(analysis.alignment),
