@@ -633,6 +633,19 @@ def test_a_generation_the_server_ended_is_an_error_and_not_also_a_missing_stop(f
         assert "generation_aborted" not in analyze(fam.capture(finish_reason=whole), profile, fam.tok).codes
 
 
+def test_no_finish_reason_and_no_stop_id_is_a_lost_end_not_a_whole_turn(fam):
+    """A stream whose last events a gateway dropped (the chunk with `finish_reason`), then `[DONE]`: only
+    `no_stop_token`'s warning said so, and the cut answer was exported as valid. An import names no reason."""
+    profile = fam.profile
+    cut = analyze(fam.capture(output_ids=fam.output(stop=False), finish_reason=None), profile, fam.tok)
+    assert "generation_aborted" in cut.codes and "no_stop_token" not in cut.codes and not cut.valid
+    assert "no finish_reason" in next(f.detail for f in cut.findings if f.code == "generation_aborted")
+    ended = analyze(fam.capture(finish_reason=None), profile, fam.tok)  # the model's own end id: whole
+    assert "generation_aborted" not in ended.codes and "no_stop_token" not in ended.codes
+    imported = fam.capture(output_ids=fam.output(stop=False), finish_reason=None, endpoint="imported")
+    assert "generation_aborted" not in analyze(imported, profile, fam.tok).codes
+
+
 def _stop_string_cut(fam: Family, stop: str, *, include: bool = False) -> Capture:
     """What vLLM and SGLang answer when a request's stop string ends the answer: the ids run through the token
     that completes it, the text is cut where it begins (`include_stop_str_in_output` keeps it)."""

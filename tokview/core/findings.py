@@ -333,14 +333,29 @@ COMPLETE_FINISH_REASONS = frozenset({"stop", "tool_calls", "function_call", "eos
 )
 def generation_aborted(ctx: Context) -> Hit | None:
     """vLLM answers an engine abort with HTTP 200 and `finish_reason: "abort"` (then `[DONE]`), SGLang's OpenAI
-    endpoints likewise: nothing else marks the sample as cut, and it was trained on as a real turn."""
+    endpoints likewise: nothing else marks the sample as cut, and it was trained on as a real turn.
+
+    No finish reason at all, and no stop id at the end: the answer's end was lost (a stream whose last events a
+    gateway dropped, then `[DONE]`), and only `no_stop_token`'s warning said so. An import names no reason; a
+    profile without stop ids cannot tell."""
     reason = ctx.capture.finish_reason
-    if not isinstance(reason, str) or reason in COMPLETE_FINISH_REASONS or reason == "length":
+    if reason is None:
+        if ctx.capture.endpoint == "imported" or not ctx.profile.stop_ids:
+            return None
+        if ctx.output and ctx.output[-1] in ctx.profile.stop_ids:
+            return None
+        detail = (
+            f"no finish_reason after {len(ctx.output)} output ids, and no stop id at their end: the answer's end was "
+            "lost (a stream cut before its last events), or the server stopped early; a cut-off generation must not "
+            "be trained on."
+        )
+    elif not isinstance(reason, str) or reason in COMPLETE_FINISH_REASONS or reason == "length":
         return None
-    detail = (
-        f"finish_reason={reason} after {len(ctx.output)} output ids: the server stopped the generation before the "
-        "model ended its turn; a cut-off generation must not be trained on."
-    )
+    else:
+        detail = (
+            f"finish_reason={reason} after {len(ctx.output)} output ids: the server stopped the generation before "
+            "the model ended its turn; a cut-off generation must not be trained on."
+        )
     if not ctx.output:
         return Hit.missing(detail)
     return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
@@ -397,6 +412,8 @@ def no_stop_token(ctx: Context) -> Hit | None:
     reason = ctx.capture.finish_reason
     if reason == "length" or (isinstance(reason, str) and reason not in COMPLETE_FINISH_REASONS):
         return None  # `truncated` or `generation_aborted` says why
+    if reason is None and ctx.capture.endpoint != "imported":
+        return None  # `generation_aborted` says why
     if request_stop(ctx) is not None:
         return None  # `stopped_by_request` says why
     if not ctx.output or not ctx.profile.stop_ids:
