@@ -35,6 +35,7 @@ from tokview.proxy.recorder import Failed, Finished, Recorder
 from tokview.proxy.sessions import SESSION_HEADER
 from tokview.proxy.sse import EventSplitter
 from tokview.proxy.wire import (
+    AnswerTooLarge,
     ClientGone,
     Request,
     Responder,
@@ -122,6 +123,8 @@ class _Exchange:
     parsed: Any = field(default_factory=lambda: _UNREAD)
     """The generation request's body as read (`ProxyApp._parsed`), `_UNREAD` until it is."""
     delivered: list[bytes] | None = None
+    too_large: str | None = None
+    """Why the answer was forwarded without being held (it passed the most bytes one may hold): recorded as that."""
     """A stream whose `data: [DONE]` the client has been sent: the pieces read so far. The client holds the
     whole answer then, so its leaving before the upstream's body ends (the `openai` client stops reading at
     `[DONE]`) is no abandonment: the answer is recorded."""
@@ -156,6 +159,9 @@ class ProxyApp:
         say: Callable[[str], None] | None = None,
     ) -> None:
         self.upstreams, self.recorder, self.profile, self.key = upstreams, recorder, profile, key
+        self.max_answer_bytes = max_response_bytes()
+        """The most bytes of one answer held (to take its ids out, and for the recorder): past it a stream is
+        forwarded on and recorded as a failure, a JSON answer refused with a 502."""
         self._next = itertools.cycle(range(len(upstreams)))
         self._down_until = [0.0] * len(upstreams)
         """When each upstream may be tried again after a connection to it failed (`time.monotonic`)."""
@@ -360,7 +366,7 @@ class ProxyApp:
                 self._unrecorded(ex)
                 await self._pass_through(response, client, upstream)
             elif response.status != 200:
-                body = await response.read()
+                body = await response.read(self.max_answer_bytes)
                 await client.whole(response.status, _response_headers(response, upstream), body, response.reason)
                 self._failure(
                     ex, f"refused by the upstream: HTTP {response.status}: {error_message(_readable(response, body))}"
@@ -405,7 +411,7 @@ class ProxyApp:
     async def _relay_json(
         self, ex: _Exchange, response: UpstreamResponse, client: Responder, decoder: BodyDecoder | None
     ) -> None:
-        raw = await response.read()
+        raw = await response.read(self.max_answer_bytes)
         if decoder is not None:
             raw = decoder.feed(raw) + decoder.end()
         injection = ex.injection
@@ -422,14 +428,24 @@ class ProxyApp:
         # No injection: the body could not be re-written (`_prepare`), so the stream is the upstream's own
         injection = ex.injection if ex.injection is not None else ids.Injection(ex.upstream.kind, (), True)
         await client.start(response.status, _response_headers(response, decoder=decoder), None, response.reason)
-        splitter = EventSplitter()
+        splitter, limit = EventSplitter(), self.max_answer_bytes
         pieces: list[bytes] = []  # the stream as it came, parsed by the recorder once the client has it all
+        held = 0
         while (piece := await response.next_piece()) is not None:
             if decoder is not None:
                 piece = decoder.feed(piece)
-            pieces.append(piece)
+            if ex.too_large is None:
+                pieces.append(piece)
+                held += len(piece)
+                if held > limit:  # forwarded on, no longer held: the harness's run goes on, the answer is a failure
+                    ex.too_large = (
+                        f"its stream passed {limit / 2**20:g} MiB (TOKVIEW_MAX_RESPONSE_MB): forwarded, not held"
+                    )
+                    pieces.clear()
             whole = splitter.feed_whole(piece)
             if not whole:
+                if splitter.pending > limit:  # no event ends: nothing can be forwarded whole, nor held
+                    raise AnswerTooLarge(f"an event of its stream passed {limit / 2**20:g} MiB without an end")
                 continue
             try:
                 out, n = ids.strip_events(whole, injection)
@@ -438,7 +454,7 @@ class ProxyApp:
             if out:
                 await client.send(out)
                 ex.chunks_sent += n
-                if b"[DONE]" in out and DONE_EVENT.search(out):
+                if b"[DONE]" in out and DONE_EVENT.search(out) and ex.too_large is None:
                     ex.delivered = pieces
         if decoder is not None and (tail := decoder.end()):
             pieces.append(tail)
@@ -448,6 +464,9 @@ class ProxyApp:
         except ValueError as exc:
             raise UpstreamBrokeOff(f"its stream is malformed ({exc})") from None
         await client.end(rest)
+        if ex.too_large is not None:
+            self._failure(ex, f"the upstream's answer was not recorded: {ex.too_large}")
+            return
         self._record_later(ex, b"".join(pieces), stream=True)
 
     # -- recording ------------------------------------------------------------------------------
@@ -481,6 +500,9 @@ class ProxyApp:
         whole and recorded, else abandoned."""
         if ex.delivered is not None:
             self._record_later(ex, b"".join(ex.delivered), stream=True)
+            return
+        if ex.too_large is not None:
+            self._failure(ex, f"the upstream's answer was not recorded: {ex.too_large}")
             return
         who = "cut off by the proxy's shutdown" if client.cut_by_shutdown else "abandoned by the client"
         self._failure(ex, f"{who} after {ex.chunks_sent} chunks (the upstream request was closed)")

@@ -21,9 +21,19 @@ class EventSplitter:
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._more: list[bytes] = []
+        """Reads after `_buffer` that end no event, kept apart: joining each onto a growing buffer was quadratic."""
+        self._pending = 0
+        self._tail = b""
+        """The last two bytes held: a blank line may begin in them and end in the next read."""
+
+    def _held(self) -> bytes:
+        if self._more:
+            self._buffer, self._more = self._buffer + b"".join(self._more), []
+        return self._buffer
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        buffer = self._buffer + data if self._buffer else data
+        buffer = self._held() + data if self.pending else data
         start = 0
         while True:
             end, size = _event_end(buffer, start)
@@ -31,21 +41,37 @@ class EventSplitter:
                 break
             yield buffer[start : end + size]
             start = end + size
-        self._buffer = buffer[start:]
+        self._keep(buffer[start:])
+
+    def _keep(self, buffer: bytes) -> None:
+        self._buffer, self._more, self._pending, self._tail = buffer, [], len(buffer), buffer[-2:]
 
     def feed_whole(self, data: bytes) -> bytes:
         """Like `feed`, but every event completed so far as one bytes (no object per event): a read holding
         many events is then edited in one pass. Events end at the last blank line: LF LF, or LF CR LF (which
         ends CR LF CR LF too, and an LF line followed by an empty CR LF one)."""
-        buffer = self._buffer + data if self._buffer else data
+        if self.pending:
+            seam = self._tail + data  # a blank line may start in what is held
+            if b"\n\n" not in seam and b"\n\r\n" not in seam:
+                self._more.append(data)
+                self._pending += len(data)
+                self._tail = seam[-2:]
+                return b""
+        buffer = self._held() + data if self.pending else data
         lf, crlf = buffer.rfind(b"\n\n"), buffer.rfind(b"\n\r\n")
         end = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)
-        self._buffer = buffer[end:]
+        self._keep(buffer[end:])
         return buffer[:end]
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an event not ended yet."""
+        return self._pending
 
     def rest(self) -> bytes:
         """What is left when the stream ends (a server that closed mid-event): forwarded as it is."""
-        rest, self._buffer = self._buffer, b""
+        rest = self._held()
+        self._keep(b"")
         return rest
 
 

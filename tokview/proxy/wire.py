@@ -93,6 +93,11 @@ class UpstreamBrokeOff(UpstreamError):
     pass
 
 
+class AnswerTooLarge(UpstreamBrokeOff):
+    """An answer past the most bytes one may hold (`TOKVIEW_MAX_RESPONSE_MB`): a looping model or an upstream
+    sending without end grew the proxy until the kernel killed it, and every answer in flight with it."""
+
+
 @dataclass(slots=True)
 class Request:
     method: str
@@ -673,10 +678,14 @@ class UpstreamResponse(asyncio.Protocol):
         self._queued = 0
         return piece
 
-    async def read(self) -> bytes:
-        parts = []
+    async def read(self, limit: int | None = None) -> bytes:
+        """The whole body; AnswerTooLarge past `limit` bytes (the rest is not read)."""
+        parts, held = [], 0
         while (piece := await self.next_piece()) is not None:
             parts.append(piece)
+            held += len(piece)
+            if limit is not None and held > limit:
+                raise AnswerTooLarge(f"its answer passed {limit / 2**20:g} MiB (TOKVIEW_MAX_RESPONSE_MB)")
         return b"".join(parts)
 
     def header(self, name: bytes) -> bytes:
