@@ -166,3 +166,43 @@ def test_a_logprob_above_zero_is_refused_and_one_too_small_to_store_is_floored()
     assert lp.above_zero([-1.0, 3e-6, 0.0]) is None  # a sure token's float32 rounding
     assert lp._lp(-1e39) == lp.FLOOR
     assert lp._lp(-0.25) == -0.25
+
+
+@pytest.mark.parametrize(
+    ("parse", "why"),
+    [
+        # a chat alternative that is no object, a completions entry that is a list or names a logprob as text
+        (lambda: lp.from_vllm_chat({"content": [{"logprob": -0.1, "top_logprobs": [[1, 2]]}]}, [5]), "list of objects"),
+        (lambda: lp.from_vllm_completion({"token_logprobs": [-0.1], "top_logprobs": [["x"]]}, [5], 1), "not an object"),
+        (
+            lambda: lp.from_vllm_completion({"token_logprobs": [-0.1], "top_logprobs": [{"token_id:5": "-1"}]}, [5], 1),
+            "not a number",
+        ),
+        # one alternatives entry short: no alternatives were stored at all, and nothing said so
+        (
+            lambda: lp.from_vllm_completion(
+                {"token_logprobs": [-0.1, -0.2], "top_logprobs": [{"token_id:5": -0.1}]}, [5, 6], 1
+            ),
+            "has 1 entries for 2",
+        ),
+        (
+            lambda: lp.from_sglang_output({"output_token_logprobs": [[-0.1, 5, None]], "output_top_logprobs": []}, [5]),
+            "has 0 entries for 1",
+        ),
+        # scoring: a key that is no id, a rank that is no integer
+        (
+            lambda: lp.from_vllm_prompt(
+                [None, {"6": {"logprob": -0.1, "rank": 1}, "x": {"logprob": -1, "rank": 2}}], [5, 6], 1, 2
+            ),
+            "not an id",
+        ),
+        (
+            lambda: lp.from_vllm_prompt([None, {"6": {"logprob": -0.1, "rank": "1"}}], [5, 6], 1, 2),
+            "rank is not an integer",
+        ),
+    ],
+)
+def test_malformed_alternatives_are_a_malformed_answer_not_a_python_error(parse, why):
+    """They failed as "unexpected error: AttributeError / TypeError / ValueError", read as tokview's own bug."""
+    with pytest.raises(lp.LogprobShapeError, match=why):
+        parse()

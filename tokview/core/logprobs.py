@@ -112,6 +112,17 @@ def checked_id(value: int) -> int:
     raise MalformedLogprob(f"a logprob names id {value}, which no vocabulary has (ids are 0 to {MAX_TOKEN_ID})")
 
 
+def _one_per_position(tops: object, n: int, what: str) -> list[Any] | None:
+    """A list of alternatives per position, or None when the server sent none. A list of another length was
+    skipped: a run with `--logprobs K` then stored no alternatives at all, and nothing said so."""
+    if tops is None:
+        return None
+    if not isinstance(tops, list) or len(tops) != n:
+        had = f"{len(tops)} entries" if isinstance(tops, list) else f"a {type(tops).__name__}"
+        raise LogprobShapeError(f"{what} has {had} for {n} token ids")
+    return tops
+
+
 # -- SGLang: [logprob, id, text|null] triples --------------------------------------------------
 def _triple(entry: object) -> tuple[float | None, int]:
     if not isinstance(entry, (list, tuple)) or len(entry) < 2 or not isinstance(entry[1], int):
@@ -141,8 +152,9 @@ def from_sglang_output(meta: dict[str, Any], output_ids: Sequence[int]) -> Token
             f"output_token_logprobs name other ids than output_ids ({len(pairs)} entries for {len(output_ids)} ids)"
         )
     out = TokenLogprobs([lp for lp, _ in pairs])
-    tops = meta.get("output_top_logprobs")
-    if isinstance(tops, list) and len(tops) == len(pairs):
+    # a scoring request generates nothing, yet SGLang names one position's alternatives (the next token's)
+    tops = _one_per_position(meta.get("output_top_logprobs"), len(pairs), "output_top_logprobs") if pairs else None
+    if tops is not None:
         ids_lps = [_top_of(t) for t in tops]
         out.top_ids, out.top_logprobs = [i for i, _ in ids_lps], [lp for _, lp in ids_lps]
     return out
@@ -160,8 +172,8 @@ def from_sglang_input(meta: dict[str, Any], ids: Sequence[int], start: int) -> T
     if [i for _, i in pairs] != list(ids):
         raise LogprobShapeError("input_token_logprobs name other ids than were sent")
     out = TokenLogprobs([lp for lp, _ in pairs[start:]])
-    tops = meta.get("input_top_logprobs")
-    if isinstance(tops, list) and len(tops) == len(ids):
+    tops = _one_per_position(meta.get("input_top_logprobs"), len(ids), "input_top_logprobs")
+    if tops is not None:
         ids_lps = [_top_of(t) for t in tops[start:]]
         out.top_ids, out.top_logprobs = [i for i, _ in ids_lps], [lp for _, lp in ids_lps]
     return out
@@ -184,6 +196,8 @@ def from_vllm_chat(logprobs: object, output_ids: Sequence[int]) -> TokenLogprobs
             raise LogprobShapeError("a logprobs.content entry is not an object")
         out.logprobs.append(_lp(entry.get("logprob")))
         alts = entry.get("top_logprobs") or []
+        if not isinstance(alts, list) or not all(isinstance(a, dict) for a in alts):
+            raise LogprobShapeError("a logprobs.content entry's top_logprobs is not a list of objects")
         out.top_ids.append([token_id_of(a.get("token")) for a in alts])  # type: ignore[union-attr]
         out.top_logprobs.append([_alt_lp(a.get("logprob")) for a in alts])  # type: ignore[union-attr]
     if not any(out.top_ids or []):
@@ -203,15 +217,18 @@ def from_vllm_completion(logprobs: object, output_ids: Sequence[int], k: int | N
     if not isinstance(values, list) or len(values) != len(output_ids):
         raise LogprobShapeError("token_logprobs does not have one entry per token id")
     out = TokenLogprobs([_lp(v) for v in values])
-    tops = logprobs.get("top_logprobs")
-    if isinstance(tops, list) and len(tops) == len(values):
+    tops = _one_per_position(logprobs.get("top_logprobs"), len(values), "top_logprobs")
+    if tops is not None:
         out.top_ids, out.top_logprobs = [], []
         for top in tops:
-            items = sorted((top or {}).items(), key=lambda kv: -(kv[1] if kv[1] is not None else FLOOR))
+            if top is not None and not isinstance(top, dict):
+                raise LogprobShapeError(f"a top_logprobs entry is not an object ({type(top).__name__})")
+            read = [(key, _alt_lp(v)) for key, v in (top or {}).items()]  # a logprob that is no number: refused
+            items = sorted(read, key=lambda kv: -kv[1])
             if k is not None:
                 items = items[: max(k, 0)]
             out.top_ids.append([token_id_of(key) for key, _ in items])
-            out.top_logprobs.append([_alt_lp(v) for _, v in items])
+            out.top_logprobs.append([lp for _, lp in items])
         if k is not None and k <= 0:
             out.top_ids = out.top_logprobs = None
     return out
@@ -243,7 +260,7 @@ def from_vllm_prompt(prompt_logprobs: object, ids: Sequence[int], start: int, k:
         if k > 0:
             ranked = sorted(
                 (
-                    (v.get("rank") or 10**9, checked_id(int(key)), _lp(v.get("logprob")))
+                    (_rank(v.get("rank")), _prompt_key(key), _lp(v.get("logprob")))
                     for key, v in entry.items()
                     if isinstance(v, dict)
                 ),
@@ -253,6 +270,23 @@ def from_vllm_prompt(prompt_logprobs: object, ids: Sequence[int], start: int, k:
             out.top_ids.append([i for _, i, _ in ranked])  # type: ignore[union-attr]
             out.top_logprobs.append([lp if lp is not None else FLOOR for _, _, lp in ranked])  # type: ignore[union-attr]
     return out
+
+
+def _rank(value: object) -> int:
+    """A prompt logprob's rank (1 the most likely); none ranks last. A rank that is no integer is malformed."""
+    if value is None:
+        return 10**9
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LogprobShapeError(f"a prompt logprob's rank is not an integer ({str(value)[:20]!r})")
+    return value or 10**9
+
+
+def _prompt_key(key: object) -> int:
+    """A prompt logprob's key: the id as a decimal string."""
+    try:
+        return checked_id(int(str(key)))
+    except ValueError:
+        raise LogprobShapeError(f"a prompt logprob's key is not an id ({str(key)[:20]!r})") from None
 
 
 # -- the numbers a person reads ---------------------------------------------------------------------
