@@ -231,6 +231,23 @@ async def test_retryable_faults_then_success(fault: dict[str, Any]) -> None:
     assert elapsed < 3
 
 
+async def test_a_retry_after_is_waited_at_most_the_requests_timeout() -> None:
+    """A 429 saying `Retry-After: 3600` parked each request for the 120 s cap, with no line said, whatever `--timeout`
+    asked: the wait is now bounded by the timeout too."""
+    routes = sglang_routes()
+    good = {"json": rec("sgl_generate.json")}
+    slow = {"status": 429, "json": {"message": "slow down"}, "headers": {"Retry-After": "3600"}}
+    routes["/generate"] = [good, slow, good]
+    with serve(Replay(routes)) as url:
+        async with fast_pool(url, timeout=1.0) as pool:
+            assert pool.policy.max_retry_after == 1.0
+            started = time.monotonic()
+            cap = await pool.capture(request("raw"))
+            elapsed = time.monotonic() - started
+    assert cap.output_ids == OUTPUT
+    assert 0.9 < elapsed < 5
+
+
 @pytest.mark.parametrize(
     "fault,reason",
     [

@@ -85,8 +85,13 @@ class ServerPool:
             raise ValueError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
         self.backend, self.tokenizer, self.profile = backend, tokenizer, profile
         self.concurrency = max(1, concurrency)
-        self.policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
-        self.probe_policy = RetryPolicy(retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff)
+        # a server's Retry-After is waited at most `timeout`, what a request may take in all: a 429 saying "3600"
+        # parked every request for the 120 s cap, with no line said, whatever `--timeout 4` asked
+        waited = min(RetryPolicy.max_retry_after, max(timeout, 1.0))
+        self.policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff, max_retry_after=waited)
+        self.probe_policy = RetryPolicy(
+            retries=min(retries, 2), backoff=backoff, max_backoff=max_backoff, max_retry_after=waited
+        )
         self.evict_after, self.reprobe_interval = evict_after, reprobe_interval
         self.names_only = names_only
         self.probe_kwargs = probe_template_kwargs(profile, probe_kwargs)
