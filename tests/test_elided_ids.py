@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from replay import fast_pool, request, serve, sglang_routes, vllm_routes
 
@@ -84,6 +85,12 @@ async def test_recorded_bodies_are_stored_without_their_ids_and_read_back_as_ser
             assert _id_run(cap.prompt_ids) not in (raw_request or "").replace(" ", "")
             assert places is not None
             assert "output_ids" in places
+            sent = req or {}
+            parsed_body = (sent.get("parsed") or {}).get("body") or {}
+            if cap.messages and ((sent.get("body") or {}).get("messages") or parsed_body.get("messages")):
+                # a chat request's messages: stored once, in the messages column
+                assert '"messages"]' in places
+                assert orjson.dumps(cap.messages).decode() not in (raw_request or "")
             got = store.load_sample(sid).capture
             assert got.raw_request == req
             assert got.raw_response == resp

@@ -657,7 +657,7 @@ WITH proxied AS (
     FROM proxied
 )
 SELECT s.prompt_id, s.turn, s.sample_id, s.prompt_ids, s.output_ids, s.raw_request, s.content, s.raw_response,
-    s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen
+    s.prompt_from, s.prompt_from_len, s.prompt_len, r.gen, s.messages
 FROM ranked r JOIN samples s ON s.sample_id = r.sample_id
 WHERE (r.request > r.newest - ? OR r.from_top <= ?) AND r.gen < ? AND r.recency <= ?
 ORDER BY r.active, r.prompt_id, r.created_at, r.sample_id
@@ -716,7 +716,7 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
     from tokview.store.prompt_refs import whole_prompts
 
     columns = ("prompt_id", "turn", "sample_id", "prompt_ids", "output_ids", "raw_request", "content", "raw_response")
-    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len", "gen"), r)) for r in rows]
+    dicts = [dict(zip((*columns, "prompt_from", "prompt_from_len", "prompt_len", "gen", "messages"), r)) for r in rows]
     keys = {d["sample_id"]: (d["prompt_from"], d["prompt_from_len"] or 0) for d in dicts}
     broken: list[tuple[dict[str, Any], str]] = []
     whole_prompts(db, dicts, broken=broken)  # a turn whose prompt cannot be put back is not restored (its session
@@ -732,6 +732,8 @@ def restore(book: SessionBook, rows: list[tuple[Any, ...]], db: Database) -> int
         request = _json_or_empty(raw_request)
         body = request.get("body") if isinstance(request, dict) else None
         messages = body.get("messages") if isinstance(body, dict) else None
+        if messages is None and d.get("messages"):  # stored once, in the row's column (`store.elided_ids`)
+            messages = _json_or_empty(d["messages"])
         answer = None
         if isinstance(messages, list):
             answer = assistant_message(content, tool_calls_of_response(unpack(_json_or_empty(raw_response))))

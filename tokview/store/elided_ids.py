@@ -13,6 +13,11 @@ which column's list goes back where: `{"raw_response": [[["choices", 0, "token_i
 Only a list equal to the column element for element *and type for type* is taken out (a list of
 floats or bools that compares equal to the ids stays), so putting it back is exact; a row without
 `raw_ids_at` (written before schema version 6) holds its bodies whole.
+
+The request body's `messages` go the same way when the row's `messages` column holds them as sent
+(`elide_messages`): a chat request's whole conversation was stored twice, and an agent's conversation
+grows every turn (150,000 characters of context: 300 kB a row where 150 kB say it all). Its place names
+the column `messages`; `restore` is given the column's list, parsed afresh.
 """
 
 from __future__ import annotations
@@ -96,10 +101,38 @@ def _same_ids(value: list[object], candidates: list[tuple[str, Sequence[int]]]) 
     return None
 
 
+MESSAGES_PATHS: tuple[tuple[str, ...], ...] = (("body", "messages"), ("parsed", "body", "messages"))
+"""Where a stored request holds the messages it sent: a chat capture's body, a dual capture's parsed request."""
+
+
+def elide_messages(request: object, messages: object) -> tuple[Any, list[Place]]:
+    """`request` with its messages replaced by None where they equal `messages` (the row's column), and where;
+    the request itself is never changed (the dicts on the path are copied)."""
+    if not isinstance(messages, list) or not messages or not isinstance(request, dict):
+        return request, []
+    found: list[Place] = []
+    for path in MESSAGES_PATHS:
+        node: Any = request
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        sent = node.get(path[-1]) if isinstance(node, dict) else None
+        if type(sent) is list and (sent is messages or sent == messages):
+            request = _without(request, path)
+            found.append([list(path), "messages"])
+    return request, found
+
+
+def _without(body: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    copy = dict(body)
+    copy[path[0]] = None if len(path) == 1 else _without(body[path[0]], path[1:])
+    return copy
+
+
 def restore(
-    body: JsonValue, places: Iterable[Sequence[JsonValue]], id_lists: Mapping[str, Sequence[int] | None]
+    body: JsonValue, places: Iterable[Sequence[JsonValue]], id_lists: Mapping[str, Sequence[Any] | None]
 ) -> JsonValue:
-    """Put the lists `elide` took out back into `body` (freshly parsed: changed in place) and return it.
+    """Put the lists `elide` (and `elide_messages`) took out back into `body` (freshly parsed: changed in place)
+    and return it. `id_lists`: the row's columns by name, `messages` among them parsed afresh (it is put in whole).
 
     A place that no longer holds the null `elide` left (the store masked it: a list under a key named
     like `authorization` is stored as "[redacted]") keeps what the store wrote."""
@@ -129,7 +162,7 @@ def _child(node: JsonValue, key: JsonValue) -> JsonValue:
     raise TypeError(f"no {key!r} in a JSON {type(node).__name__}")
 
 
-def _fill(node: JsonValue, key: JsonValue, ids: Sequence[int]) -> None:
+def _fill(node: JsonValue, key: JsonValue, ids: Sequence[Any]) -> None:
     """`node[key] = list(ids)` when it still holds the null `elide` left."""
     filled: list[JsonValue] = list(ids)
     if isinstance(node, dict) and isinstance(key, str):

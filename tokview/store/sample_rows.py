@@ -31,7 +31,7 @@ from tokview.secrets import (
     scrub_payload,
     url_secrets,
 )
-from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, restore
+from tokview.store.elided_ids import BODY_COLUMNS, ID_COLUMNS, elide, elide_messages, restore
 from tokview.store.errors import StoreError
 from tokview.store.packed_chunks import RESPONSE_COLUMNS, pack, unpack
 from tokview.store.token_data import SIDE_COLUMNS, side_fields, side_values
@@ -355,6 +355,9 @@ def sample_params(
         value = getattr(c, name)
         if name in BODY_COLUMNS:  # stored without the id lists the row holds (see elided_ids.py)
             value, at = elide(value, id_lists)
+            if name == "raw_request":  # nor the messages its `messages` column holds
+                value, sent = elide_messages(value, c.messages)
+                at += sent
             if at:
                 places[name] = at
             if name in RESPONSE_COLUMNS:  # a long stream's chunks, packed (packed_chunks.py)
@@ -395,7 +398,8 @@ def _capture_from_row(row: dict[str, Any]) -> Capture:
                 data[name] = unpack(data[name])
     places = row.get("raw_ids_at")
     if places:
-        id_lists = {name: row.get(name) for name in ID_COLUMNS}
+        id_lists: dict[str, Any] = {name: row.get(name) for name in ID_COLUMNS}
+        id_lists["messages"] = from_json(row.get("messages"))  # a copy of its own: the body's, not the column's
         for name, at in json.loads(places).items():
             data[name] = restore(data[name], at, id_lists)
     data["usage"] = data.get("usage") or {}

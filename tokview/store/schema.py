@@ -194,6 +194,13 @@ MIGRATIONS: list[tuple[int, str, tuple[str, ...]]] = [
             "ALTER TABLE samples ADD COLUMN IF NOT EXISTS prompt_from_len INTEGER",
         ),
     ),
+    (
+        11,
+        "a request's messages may be stored once, in the messages column",
+        # no column changes: `raw_ids_at` may name the `messages` column (elided_ids.elide_messages). The version
+        # is what makes an older tokview refuse the store instead of reading such a request as one without messages
+        (),
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
