@@ -68,6 +68,28 @@ def test_a_turn_the_server_aborted_ends_the_chain_there():
     assert result.stop == "turn 0 was ended by the server (finish_reason abort): it is incomplete"
 
 
+def test_a_turn_whose_end_was_lost_ends_the_chain_there():
+    """No finish_reason and no stop id at the end (a stream whose last events were lost): `generation_aborted`, and
+    the chain built its next turn on the cut output, stored as valid."""
+    from builders import profile
+
+    kimi = profile()
+    lost = Capture(prompt_ids=[1, 2], output_ids=[7], finish_reason=None, content="a", reasoning="r")
+    whole = Capture(prompt_ids=[1, 2], output_ids=[7, kimi.stop_ids[0]], finish_reason=None, content="a")
+    for first, stop in (
+        (lost, "turn 0 names no finish_reason and does not end with a stop id: its end was lost"),
+        (whole, None),
+    ):
+        answers = iter([first, _served([1, 2, 7, 3])])
+
+        async def attempt(messages, kwargs, answers=answers):
+            return next(answers)
+
+        result = asyncio.run(run_chain(ITEM, attempt, profile=kimi))
+        assert result.stop == stop
+        assert len(result.samples) == (1 if stop else 2)
+
+
 def test_over_the_context_length_on_the_simulator_ends_the_chain_counted(tmp_path, capsys):
     row = {"id": "long", "messages": [*MESSAGES[:2], {"role": "user", "content": "word " * 200}]}
     prompts = tmp_path / "p.jsonl"

@@ -7,6 +7,8 @@ answer past it is a 502; an event that never ends is cut. A scripted upstream on
 
 from __future__ import annotations
 
+import random
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,12 +24,17 @@ EVENTS = 60
 EVENT_BYTES = 50_000  # 60 events of 50 kB: 3 MB, past a 1 MiB limit
 
 
+def _text(i: int) -> str:
+    """Text that compresses about as a model's does (gzipped, one read never inflates past the limit at once)."""
+    return random.Random(i).randbytes(EVENT_BYTES // 2).hex()
+
+
 def _event(i: int) -> bytes:
     chunk: dict[str, Any] = {
         "id": "c",
         "object": "chat.completion.chunk",
         "model": "m",
-        "choices": [{"index": 0, "delta": {"content": "x" * EVENT_BYTES}, "finish_reason": None, "token_ids": [i]}],
+        "choices": [{"index": 0, "delta": {"content": _text(i)}, "finish_reason": None, "token_ids": [i]}],
     }
     return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
@@ -58,6 +65,15 @@ def _upstream(kind: str) -> Any:
                 yield _event(i)
             yield b"data: [DONE]\n\n"
 
+        async def gzipped() -> Any:  # a gateway's "gzip always", flushed event by event
+            packer = zlib.compressobj(wbits=31)
+            async for event in events():
+                yield packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH)
+            yield packer.flush()
+
+        if kind == "gzip_stream":
+            headers = {"content-encoding": "gzip"}
+            return StreamingResponse(gzipped(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return Starlette(
@@ -94,8 +110,10 @@ def _run(proxied: Any, kind: str, stream: bool) -> tuple[Any, list[tuple[str]], 
         return got, store.query("SELECT reason FROM failures"), store.query("SELECT count(*) FROM samples")[0][0]
 
 
-def test_a_stream_past_the_limit_is_forwarded_whole_and_recorded_as_a_failure(proxied) -> None:
-    got, failures, samples = _run(proxied, "stream", stream=True)
+@pytest.mark.parametrize("kind", ["stream", "gzip_stream"])
+def test_a_stream_past_the_limit_is_forwarded_whole_and_recorded_as_a_failure(proxied, kind) -> None:
+    """Gzipped too: its decoder counted the whole stream against the limit and cut the client mid-answer."""
+    got, failures, samples = _run(proxied, kind, stream=True)
     assert got.status_code == 200
     assert got.content.count(b"data: ") == EVENTS + 1 and got.content.endswith(b"data: [DONE]\n\n")
     assert b'"token_ids":[' not in got.content  # the ids the proxy asked for are still taken out

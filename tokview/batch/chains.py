@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.finding_context import cut_by_length
 from tokview.core.finding_rules import CHAT_ENDPOINTS
-from tokview.core.findings import COMPLETE_FINISH_REASONS
+from tokview.core.findings import COMPLETE_FINISH_REASONS, end_lost
 from tokview.core.harmony import parse_harmony
 from tokview.core.profiles import HARMONY
 from tokview.core.record import Capture
@@ -206,6 +206,8 @@ def _next_history(
         return [], f"turn {turn} was cut at the token limit (finish_reason length): its calls or answer are incomplete"
     if isinstance(served.finish_reason, str) and served.finish_reason not in COMPLETE_FINISH_REASONS:
         return [], f"turn {turn} was ended by the server (finish_reason {served.finish_reason}): it is incomplete"
+    if end_lost(served, profile.stop_ids if profile is not None else ()):
+        return [], f"turn {turn} names no finish_reason and does not end with a stop id: its end was lost"
     file_calls = [str(c["function"]["name"]) for c in item.messages[at].get("tool_calls") or []]
     answers = _answered_calls(item.messages[at], results)
     wanted = [file_calls[p] if p < len(file_calls) else "?" for p in answers]

@@ -340,9 +340,7 @@ def generation_aborted(ctx: Context) -> Hit | None:
     profile without stop ids cannot tell."""
     reason = ctx.capture.finish_reason
     if reason is None:
-        if ctx.capture.endpoint == "imported" or not ctx.profile.stop_ids:
-            return None
-        if ctx.output and ctx.output[-1] in ctx.profile.stop_ids:
+        if not end_lost(ctx.capture, ctx.profile.stop_ids):
             return None
         detail = (
             f"no finish_reason after {len(ctx.output)} output ids, and no stop id at their end: the answer's end was "
@@ -359,6 +357,14 @@ def generation_aborted(ctx: Context) -> Hit | None:
     if not ctx.output:
         return Hit.missing(detail)
     return Hit.at(detail, [ctx.n_prompt + len(ctx.output) - 1])
+
+
+def end_lost(capture: Capture, stop_ids: Sequence[int]) -> bool:
+    """No finish reason and no stop id at the end of the output: the answer's end was lost (`generation_aborted`;
+    a chain stops there too). An import names no reason; without stop ids nothing can tell."""
+    if capture.finish_reason is not None or capture.endpoint == "imported" or not stop_ids:
+        return False
+    return not capture.output_ids or capture.output_ids[-1] not in stop_ids
 
 
 def request_stop(ctx: Context) -> str | int | None:

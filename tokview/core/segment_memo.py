@@ -116,10 +116,10 @@ class SegmentMemo:
                 for piece, fresh_ids in fresh.items():
                     if len(piece) >= MIN_PIECE_CHARS:
                         self._remember(piece, fresh_ids)
-        heat: dict[str, tuple[int, ...]] = {
-            p: tuple(ids) for p, ids in zip(pieces, known) if isinstance(ids, array) and len(ids) >= HOT_MIN_IDS
+        heat: dict[str, tuple[int, ...]] = {  # none past HOT_MAX_IDS: made only to be dropped, every render
+            p: tuple(ids) for p, ids in zip(pieces, known) if isinstance(ids, array) and _heats(ids)
         }
-        heat.update((p, tuple(ids)) for p, ids in fresh.items() if len(ids) >= HOT_MIN_IDS)
+        heat.update((p, tuple(ids)) for p, ids in fresh.items() if _heats(ids))
         if heat:  # made outside the lock; the next render extends from them
             with self._lock:
                 for piece, hot in heat.items():
@@ -164,6 +164,10 @@ class SegmentMemo:
         while self._bytes > self.max_bytes:
             oldest = next(iter(self._pieces))  # dicts keep insertion order
             self._bytes -= _cost(oldest, self._pieces.pop(oldest))
+
+
+def _heats(ids: array[int]) -> bool:
+    return HOT_MIN_IDS <= len(ids) <= HOT_MAX_IDS
 
 
 def _cost(piece: str, ids: array[int]) -> int:

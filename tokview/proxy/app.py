@@ -441,7 +441,7 @@ class ProxyApp:
                     ex.too_large = (
                         f"its stream passed {limit / 2**20:g} MiB (TOKVIEW_MAX_RESPONSE_MB): forwarded, not held"
                     )
-                    pieces.clear()
+                    pieces = []  # a new list: `ex.delivered` may hold the old one
             whole = splitter.feed_whole(piece)
             if not whole:
                 if splitter.pending > limit:  # no event ends: nothing can be forwarded whole, nor held
@@ -565,8 +565,11 @@ def _decoder(response: UpstreamResponse) -> BodyDecoder | None:
     coding = response.header(b"content-encoding")
     if not coding:
         return None
-    decoder = BodyDecoder(coding.decode("latin-1"), max_response_bytes())  # UnreadableCoding: not gzip or deflate
-    return decoder if decoder.active else None
+    # a stream is forwarded as it comes and held up to the limit by `_relay_stream` (past it: forwarded, a failure):
+    # here only one read's decompression is bounded, or a gzipped stream past the limit was cut mid-answer
+    stream = b"text/event-stream" in response.header(b"content-type")
+    decoder = BodyDecoder(coding.decode("latin-1"), max_response_bytes(), whole=not stream)  # UnreadableCoding: not
+    return decoder if decoder.active else None  # gzip or deflate
 
 
 def _response_headers(

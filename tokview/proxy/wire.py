@@ -731,6 +731,8 @@ class UpstreamPool:
         )
         self._ssl = ssl.create_default_context() if self.https else None
         self._idle: list[asyncio.Transport] = []
+        self._orphan: asyncio.Future[UpstreamResponse] | None = None
+        """The connect going on after its request was cancelled (`_connection`)."""
         self.on_unreachable: Callable[[UpstreamNotConnected], None] | None = None
         """Told when a connection whose request was cancelled meanwhile could not be made. A client that gave up
         during a connect to a dead host (no answer until CONNECT_TIMEOUT_S) cancelled it, and nothing found the host
@@ -792,7 +794,11 @@ class UpstreamPool:
         try:
             protocol = await asyncio.shield(connecting)
         except asyncio.CancelledError:  # the request went (its client left): the connect ends on its own
-            connecting.add_done_callback(self._connected_for_no_one)
+            if self._orphan is not None and not self._orphan.done():
+                connecting.cancel()  # one connect going on is enough to find out: not one socket per given-up request
+            else:
+                self._orphan = connecting
+                connecting.add_done_callback(self._connected_for_no_one)
             raise
         protocol._head_only = head_only
         return protocol

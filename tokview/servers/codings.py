@@ -71,7 +71,10 @@ class _Stage:
 class BodyDecoder:
     """Feed the compressed body as it comes; get back what it decompresses to so far. `end()` checks it was whole."""
 
-    def __init__(self, header: str, limit: int) -> None:
+    def __init__(self, header: str, limit: int, *, whole: bool = True) -> None:
+        """`limit`: the most bytes the body may decompress to; `whole=False` (a stream forwarded as it comes, whose
+        holding its reader bounds): the most one read may decompress to, a bomb's guard."""
+        self._whole = whole
         self._stages: list[_Stage] = []
         for coding in reversed(codings_of(header)):  # the last coding applied is undone first
             if coding not in ("gzip", "x-gzip", "deflate"):
@@ -100,7 +103,7 @@ class BodyDecoder:
         return self._counted(out)
 
     def _counted(self, data: bytes) -> bytes:
-        self._size += len(data)
+        self._size = self._size + len(data) if self._whole else len(data)
         if self._size > self._limit:
             raise UnreadableCoding(f"the answer decompresses past the {self._limit:,}-byte limit")
         return data
