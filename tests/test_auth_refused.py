@@ -14,6 +14,7 @@ import pytest
 from tokview.cli import main
 from tokview.errors import ExitCode
 from tokview.sim import SimConfig, start_simulator
+from tokview.store import Store
 
 KEY = "sk-right-key-123456"
 
@@ -46,8 +47,14 @@ def test_doctor_and_batch_name_the_key(keyed, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code != ExitCode.OK
     assert "401" in err and "sk-wrong-key-999999" not in err
-    if keyed.cfg.kind == "sglang":  # its info endpoints refuse too: the kind is unknown, and the key is named
-        assert "TOKVIEW_API_KEY" in err and "neither SGLang nor vLLM" not in err
+    # SGLang's info endpoints refuse too (the kind is unknown), vLLM's OpenAI routes: either way the run stops at its
+    # probe naming the key, before a run is recorded (vLLM's every request failed with a 401, under a run id of its
+    # own that the fixed key's run did not resume)
+    assert "TOKVIEW_API_KEY" in err and "neither SGLang nor vLLM" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    with Store(tmp_path / "s.duckdb") as store:
+        assert store.query("SELECT count(*) FROM runs") == [(0,)]
+        assert store.query("SELECT count(*) FROM failures") == [(0,)]
     monkeypatch.setenv("TOKVIEW_API_KEY", KEY)
     main(["doctor", "--server", keyed.url])
     said = capsys.readouterr().out

@@ -52,6 +52,12 @@ AUTH_REFUSED = ("HTTP 401 ", "HTTP 403 ")
 """How a probe's failure starts when the server refused its credentials (`http.ServerClient`'s reasons)."""
 
 
+def credentials_refused(info: ServerInfo) -> str | None:
+    """Why the server cannot be used with tokview's credentials, for the one-line error; None when it took them."""
+    refused = info.details.get("auth_refused")
+    return f"{info.url} refused tokview's credentials ({refused[:120]}): {AUTH_HINT}" if refused else None
+
+
 def unknown_server(info: ServerInfo, hint: str) -> str:
     """Why a server's kind is unknown, for the one-line error: no HTTP answer at all, a redirect elsewhere (with its
     Location: "neither SGLang nor vLLM" sent the user to --backend when --server was what to change), a refused key
@@ -61,8 +67,8 @@ def unknown_server(info: ServerInfo, hint: str) -> str:
         return f"{info.url} gave no HTTP answer: {info.details['no_http_answer']}"
     if info.details.get("redirected"):
         return f"{info.url} redirected its info endpoints: {info.details['redirected']}"
-    if info.details.get("auth_refused"):
-        return f"{info.url} refused tokview's credentials ({info.details['auth_refused'][:120]}): {AUTH_HINT}"
+    if (refused := credentials_refused(info)) is not None:
+        return refused
     return f"{info.url} answers HTTP but is neither SGLang nor vLLM as far as its info endpoints say: {hint}"
 
 
@@ -132,8 +138,11 @@ async def detect(
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
     refused = next((why for why in whys if why is not None and why.startswith(AUTH_REFUSED)), None)
-    if refused is not None and all(answer is None for answer in (model_info, server_info, version, models)):
-        info.details["auth_refused"] = refused  # a server started with --api-key: no info endpoint answers without it
+    models_refused = whys[-1] is not None and whys[-1].startswith(AUTH_REFUSED)
+    if refused is not None and (models_refused or all(a is None for a in (model_info, server_info, version, models))):
+        # a server started with --api-key: no info endpoint answers without it (SGLang), or its OpenAI routes, which
+        # every generation goes to, refuse it (vLLM answers /version to anyone)
+        info.details["auth_refused"] = refused
     if isinstance(model_info, dict) and ("model_path" in model_info or "is_generation" in model_info):
         info.kind, info.kind_said = "sglang", True
     elif isinstance(version, dict) and "version" in version:

@@ -20,7 +20,14 @@ from tokview.core.tokenizer import TokenizerError
 from tokview.errors import UserError
 from tokview.servers.capture import BACKENDS, capture_on
 from tokview.servers.errors import CaptureFailed, KindMismatch, Retryable, ServerUnreachable
-from tokview.servers.features import detect, health, probe_endpoints, probe_template_kwargs, unknown_server
+from tokview.servers.features import (
+    credentials_refused,
+    detect,
+    health,
+    probe_endpoints,
+    probe_template_kwargs,
+    unknown_server,
+)
 from tokview.servers.http import REQUEST_SENT, ServerClient, scrub_reason
 from tokview.servers.info import ServerInfo
 from tokview.servers.registry import AUTO, CHOICES, kind_mismatch
@@ -273,6 +280,8 @@ class ServerPool:
         """CaptureFailed for a server of no kind tokview knows, unless this probe could not have told: it sent no
         generations (`names_only`), or it had no tokenizer yet, whose prompt ids a server known only by its raw
         probe needs (`probed_in_full` says so, and the run probes it again with the tokenizer)."""
+        if (refused := credentials_refused(info)) is not None:  # every request would be refused: said once, here
+            raise CaptureFailed(refused)
         if info.kind == "unknown" and self.backend == "auto" and not self.names_only and not self._ahead:
             hint = "give the server's root URL (not an API sub-path) or pass --backend sglang|vllm"
             raise CaptureFailed(unknown_server(info, hint))
