@@ -198,8 +198,9 @@ BATCH_PROMPTS = Path(__file__).resolve().parents[1] / "sample_data" / "plain_pro
         (["--samples-per-prompt", "0"], "--samples-per-prompt must be between 1 and 10,000"),
         (["--samples-per-prompt", "100000000"], "--samples-per-prompt must be between 1 and 10,000"),  # planned whole
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-        (["--top-p", "1.5"], "--top-p must be between 0 and 1"),
-        (["--top-p", "-0.1"], "--top-p must be between 0 and 1"),
+        (["--top-p", "1.5"], "--top-p must be above 0 and at most 1"),
+        (["--top-p", "-0.1"], "--top-p must be above 0 and at most 1"),
+        (["--top-p", "0"], "--top-p must be above 0 and at most 1 (vLLM and SGLang refuse 0)"),
         (["--temperature", "-1"], "--temperature must be 0 or more"),
         (["--server", "http://127.0.0.1:99999"], "out of range"),
         (["--server", "http://"], "bad server URL"),

@@ -37,3 +37,20 @@ def test_an_n_other_than_1_is_a_400_that_says_why(sim: Any, path: str, n: Any) -
 def test_n_of_1_is_served(sim: Any, path: str, n: Any) -> None:
     got = httpx.post(sim.url + path, json={"model": sim.cfg.model_name, "max_tokens": 4, "n": n, **BODIES[path]})
     assert got.status_code == 200 and len(got.json()["choices"]) == 1
+
+
+@pytest.mark.parametrize("path", [*BODIES, "/generate"])
+@pytest.mark.parametrize(("top_p", "status"), [(0, 400), (0.0, 400), (1.5, 400), (-0.1, 400), (1, 200), (0.9, 200)])
+def test_a_top_p_outside_0_to_1_is_a_400_as_on_the_real_servers(sim: Any, path: str, top_p: Any, status: int) -> None:
+    """vLLM's SamplingParams and SGLang's refuse a `top_p` outside (0, 1]: the simulator took 0, so `--top-p 0` passed
+    every test and failed every request on a real server."""
+    if path == "/generate":
+        if sim.cfg.kind != "sglang":
+            pytest.skip("SGLang's native endpoint")
+        body: dict[str, Any] = {"text": "Hi", "sampling_params": {"max_new_tokens": 4, "top_p": top_p}}
+    else:
+        body = {"model": sim.cfg.model_name, "max_tokens": 4, "top_p": top_p, **BODIES[path]}
+    got = httpx.post(sim.url + path, json=body)
+    assert got.status_code == status, got.text
+    if status == 400:
+        assert "top_p must be in (0, 1]" in got.text

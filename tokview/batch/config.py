@@ -207,7 +207,7 @@ class BatchConfig:
             (self.retries >= 0, "--retries must be 0 or more"),
             (self.logprobs is None or 0 <= self.logprobs <= 20, "--logprobs must be between 0 and 20"),
             (self.timeout > 0, "--timeout must be more than 0 seconds"),
-            (0.0 <= self.top_p <= 1.0, "--top-p must be between 0 and 1"),
+            (0.0 < self.top_p <= 1.0, "--top-p must be above 0 and at most 1 (vLLM and SGLang refuse 0)"),
             (self.temperature >= 0.0, "--temperature must be 0 or more"),
             (self.mode in ("raw", "chat", "dual"), f"unknown mode {self.mode!r} (choose raw, chat or dual)"),
             (self.on_bad_row in ("skip", "stop"), "--on-bad-row must be skip or stop"),

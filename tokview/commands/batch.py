@@ -93,7 +93,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=D["temperature"],
         help=f"sampling temperature (default {D['temperature']:g})",
     )
-    p.add_argument("--top-p", type=float, default=D["top_p"], help=f"nucleus sampling mass (default {D['top_p']:g})")
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=D["top_p"],
+        help=f"nucleus sampling mass, above 0 and at most 1 (default {D['top_p']:g})",
+    )
     p.add_argument(
         "--thinking",
         action=argparse.BooleanOptionalAction,

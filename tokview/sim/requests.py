@@ -127,10 +127,21 @@ def include_usage(body: dict[str, Any]) -> bool:
     return bool(flags["include_usage"])
 
 
+def top_p_in_range(params: dict[str, Any]) -> None:
+    """ValueError (a 400) for a `top_p` outside (0, 1], as both servers' sampling params refuse it (vLLM: "top_p must
+    be in (0, 1]"): the simulator took 0, so a run with `--top-p 0` passed every test and failed on a real server."""
+    top_p = params.get("top_p")
+    if top_p is None or isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+        return
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
+
+
 def one_choice(body: dict[str, Any]) -> None:
     """The simulator answers one choice a request: ValueError (a 400) for an `n` other than 1, which a real server
     answers with n choices. Before, `n` was ignored: a harness that asked for three got one, and nothing said so.
     What the servers' request models (pydantic, lax) read as 1 is 1: `1.0`, `true`, `"1"`."""
+    top_p_in_range(body)
     n = body.get("n")
     if n is None or _lax_int(n) == 1:
         return

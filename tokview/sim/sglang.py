@@ -92,6 +92,7 @@ def routes(state: SimState) -> list[Route]:
         try:
             prompts, batch = requests.generate_prompts(state.tokenizer, body)
             sp = body.get("sampling_params") or {}
+            requests.top_p_in_range(sp if isinstance(sp, dict) else {})
             max_new = requests.positive_int(sp.get("max_new_tokens", 128), "max_new_tokens")
             stop = requests.stop_strings(sp.get("stop")) if state.profile.format != HARMONY else ()
         except ValueError as exc:
