@@ -647,3 +647,24 @@ def test_an_export_over_another_formats_leaves_none_of_its_sidecars(store, tmp_p
     _export(store, "specforge", out)
     assert not (tmp_path / "train.errors.jsonl").exists()
     assert (tmp_path / "train.specforge_template.json").exists() and (tmp_path / "train.manifest.json").exists()
+
+
+def test_the_summary_names_every_sidecar_written_the_errors_file_too(tmp_path, capsys):
+    db = tmp_path / "e.duckdb"
+    with Store(db) as s:
+        put(s, "fine", make_capture())
+    assert main(["export", "--db", str(db), "--out", str(tmp_path / "train.jsonl")]) == 0
+    said = capsys.readouterr()
+    line = next(x for x in (said.out + said.err).splitlines() if "sidecars" in x)
+    assert "train.errors.jsonl" in line and (tmp_path / "train.errors.jsonl").is_file()
+
+
+def test_a_threshold_that_leaves_everything_out_says_why(tmp_path, capsys):
+    """`--max-nll` on a store never scored said only "no samples match": now it says none has a target score."""
+    db = tmp_path / "t.duckdb"
+    with Store(db) as s:
+        put(s, "fine", make_capture())
+    assert main(["export", "--db", str(db), "--max-nll", "1.0", "--out", str(tmp_path / "x.jsonl")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.endswith("1 with no target score (run `tokview score` first)"), err

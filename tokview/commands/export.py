@@ -200,7 +200,8 @@ def summary(result: ExportResult) -> str:
     from tokview.untrusted_text import printable_line
 
     refused = ", ".join(f"{n} {why}" for why, n in result.refused.items()) or "none"
-    sidecars = [p.name for p in (result.manifest_path, result.token_freq_path, result.template_path) if p]
+    written = (result.manifest_path, result.token_freq_path, result.template_path, result.errors_path)
+    sidecars = [p.name for p in written if p]
     lines = [
         f"exported {result.exported} of {result.selected} selected samples to {result.out} (refused: {refused}); "
         + (f"sidecars {', '.join(sidecars)}" if sidecars else "no sidecars (streamed to a device)")

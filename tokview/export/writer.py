@@ -79,6 +79,8 @@ class ExportResult:
     retokenize_drift: int = 0
     """Exported samples whose output ids are not the tokenizer's encoding of their text."""
     template_path: Path | None = None
+    errors_path: Path | None = None
+    """speculators' `<name>.errors.jsonl` (the failed requests), when written."""
     data_sha256: str | None = None
     data_bytes: int | None = None
     conformance: Conformance | None = None
@@ -193,6 +195,7 @@ def export(
             raise ExportError(
                 f"no samples match {_selection_text(selection)}"
                 + (f" ({_left_out_text(left_out)})" if left_out else "")
+                + _thresholds_text(thresholds)
             )
         for side in form.sidecars:
             add_sidecar(plan, side.key, side.suffix)
@@ -535,6 +538,7 @@ def _write_sidecars(store: Store, fmt: ExportFormat, plan: Plan, run: str | None
             json.dump({str(t): n for t, n in sorted(result.freq.items())}, fh)
     if ERRORS.key in plan.sidecars:
         _write_errors(store, run, plan.sidecars[ERRORS.key].temp)
+        result.errors_path = plan.sidecars[ERRORS.key].final
     if TEMPLATE.key in plan.sidecars:
         with open(plan.sidecars[TEMPLATE.key].temp, "w", encoding="utf-8") as fh:
             json.dump(result.template, fh, indent=2, ensure_ascii=False)
@@ -546,6 +550,20 @@ def _write_sidecars(store: Store, fmt: ExportFormat, plan: Plan, run: str | None
     if MANIFEST.key in plan.sidecars:
         with open(plan.sidecars[MANIFEST.key].temp, "w", encoding="utf-8") as fh:
             json.dump(result.manifest, fh, indent=2, ensure_ascii=False, default=str)
+
+
+def _thresholds_text(thresholds: dict[str, Any] | None) -> str:
+    """Why the thresholds left everything out: `--max-nll` on a store never scored matched nothing, and said only that."""
+    if not thresholds:
+        return ""
+    said = {
+        "left_out_not_scored": "with no target score (run `tokview score` first)",
+        "left_out_above_max_nll": "above --max-nll",
+        "left_out_no_spec_decode": "with no acceptance length (served without speculative decoding metrics)",
+        "left_out_above_max_acceptance": "above --max-acceptance",
+    }
+    parts = [f"{thresholds[k]} {why}" for k, why in said.items() if thresholds.get(k)]
+    return f"; of the samples before the thresholds: {', '.join(parts)}" if parts else ""
 
 
 def _write_errors(store: Store, run: str | None, path: Path) -> None:
