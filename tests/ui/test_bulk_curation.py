@@ -337,3 +337,30 @@ async def test_a_range_runs_from_where_the_last_marked_sample_is_now(store500, t
                 assert set(screen.marks.ids()) == set(narrowed[low : high + 1])
             else:  # the marked sample is not listed: the cursor's row alone joins it
                 assert set(screen.marks.ids()) == {marked, narrowed[3]}
+
+
+async def test_the_export_dialog_writes_beside_the_store_and_asks_before_replacing_a_file(make_app, tmp_path):
+    """Its default was a bare `export.jsonl` (the folder the app was started from), and ctrl+s replaced an earlier
+    export there without a word."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        dialog = app.screen
+        path = dialog.query_one("#export-path", Input)
+        assert path.value == str((tmp_path / "export.jsonl").resolve())  # the store is tmp_path/ui.duckdb
+        dialog.query_one("#export-format", Select).value = "parquet"
+        await pilot.pause()
+        assert path.value == str((tmp_path / "export.parquet").resolve())
+        dialog.query_one("#export-format", Select).value = "speculators"
+        await pilot.pause()
+        (tmp_path / "export.jsonl").write_text("an earlier export\n")
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        said = str(dialog.query_one("#export-summary").render())
+        assert "exists: ctrl+s again replaces it" in said
+        assert (tmp_path / "export.jsonl").read_text() == "an earlier export\n"
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert str(dialog.query_one("#export-summary").render()).startswith("exported 24 of 24 selected samples")
+        assert (tmp_path / "export.jsonl").read_text() != "an earlier export\n"

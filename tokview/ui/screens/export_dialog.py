@@ -8,6 +8,7 @@ or the one-line error, so a second export with other settings is one edit away. 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
@@ -98,18 +99,20 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             yield Static("", id="export-summary")
         yield KeysFooter()
 
-    @staticmethod
-    def _default_path(fmt: str) -> str:
+    def _default_path(self, fmt: str) -> str:
+        """`export.<suffix>` beside the store (a bare name landed in whatever folder the app was started from)."""
         from tokview.export.registry import export_format
 
-        return f"export.{export_format(fmt).file.suffix}"
+        name = f"export.{export_format(fmt).file.suffix}"
+        store = self.session.store.path
+        return name if store in ("", ":memory:") else str(Path(store).resolve().parent / name)
 
     @on(Select.Changed, "#export-format")
     def _format_changed(self, event: Select.Changed) -> None:
         """A path still at a default name follows the format's suffix (Parquet writes .parquet)."""
         path = self.query_one("#export-path", Input)
-        if path.value.startswith("export.") and event.value is not Select.NULL:
-            path.value = self._default_path(str(event.value))
+        if Path(path.value).name.startswith("export.") and event.value is not Select.NULL:
+            path.value = str(Path(path.value).with_name(Path(self._default_path(str(event.value))).name))
 
     def request(self) -> ExportRequest:
         def value(widget_id: str) -> str:
@@ -125,6 +128,9 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
             include_invalid=self.query_one("#export-invalid", Switch).value,
         )
 
+    _replacing: str | None = None
+    """The existing file the last ctrl+s was told about: the next one with the same path replaces it."""
+
     running = False
     """An export this dialog started is writing: Esc does not close the dialog until it has ended (its thread cannot
     be stopped halfway, and closed, the dialog would never say how it ended)."""
@@ -138,6 +144,12 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if not request.out:
             summary.update("give a path to write to")
             return
+        target = Path(request.out).expanduser()
+        if target.is_file() and self._replacing != str(target.resolve()):  # one key press replaced an earlier export
+            self._replacing = str(target.resolve())
+            summary.update(plain(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)"))
+            return
+        self._replacing = None
         summary.update(plain(f"exporting to {request.out} …"))
         self.running = True
         self._export(request)
