@@ -213,3 +213,17 @@ def test_merge_refuses_a_store_of_a_newer_schema(tmp_path: Path, put: Any, make_
         with pytest.raises((MergeRefused, StoreError), match="newer tokview"):
             old.merge(tmp_path / "new.duckdb")
         assert old.query("SELECT count(*) FROM samples")[0][0] == 0
+
+
+def test_messages_equal_only_by_value_stay_in_the_request() -> None:
+    """`1.0 == 1` and `True == 1`: messages the column holds with other types are no copy, and were put back with the
+    column's types (the request as sent had 1.0)."""
+    from tokview.store.elided_ids import elide_messages
+
+    sent = [{"role": "user", "content": "hi", "n": 1.0}]
+    request = {"body": {"messages": sent}}
+    assert elide_messages(request, [{"role": "user", "content": "hi", "n": 1}]) == (request, [])
+    assert elide_messages(request, [{"role": "user", "content": "hi", "n": True}]) == (request, [])
+    same, places = elide_messages(request, [{"role": "user", "content": "hi", "n": 1.0}])
+    assert same == {"body": {"messages": None}} and places == [[["body", "messages"], "messages"]]
+    assert request == {"body": {"messages": sent}}  # the request handed in is never changed

@@ -364,3 +364,15 @@ async def test_the_export_dialog_writes_beside_the_store_and_asks_before_replaci
         await settle(app, pilot)
         assert str(dialog.query_one("#export-summary").render()).startswith("exported 24 of 24 selected samples")
         assert (tmp_path / "export.jsonl").read_text() != "an earlier export\n"
+
+
+async def test_the_export_dialog_writes_the_file_it_checked_under_a_home_path(make_app, tmp_path, monkeypatch):
+    """`~/e.jsonl` was checked as $HOME/e.jsonl and written to a `~` folder under the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        dialog = app.screen
+        dialog.query_one("#export-path", Input).value = "~/e.jsonl"
+        assert dialog.request().out == str(tmp_path / "e.jsonl")

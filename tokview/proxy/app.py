@@ -441,7 +441,7 @@ class ProxyApp:
                     ex.too_large = (
                         f"its stream passed {limit / 2**20:g} MiB (TOKVIEW_MAX_RESPONSE_MB): forwarded, not held"
                     )
-                    pieces = []  # a new list: `ex.delivered` may hold the old one
+                    pieces, ex.delivered = [], None  # not held: no sample, however the stream ends
             whole = splitter.feed_whole(piece)
             if not whole:
                 if splitter.pending > limit:  # no event ends: nothing can be forwarded whole, nor held

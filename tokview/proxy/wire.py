@@ -794,7 +794,9 @@ class UpstreamPool:
         try:
             protocol = await asyncio.shield(connecting)
         except asyncio.CancelledError:  # the request went (its client left): the connect ends on its own
-            if self._orphan is not None and not self._orphan.done():
+            if connecting.done():  # it ended in the same turn: its connection closed, or its failure told
+                self._connected_for_no_one(connecting)
+            elif self._orphan is not None and not self._orphan.done():
                 connecting.cancel()  # one connect going on is enough to find out: not one socket per given-up request
             else:
                 self._orphan = connecting

@@ -138,7 +138,8 @@ async def detect(
     if redirect is not None:  # the info endpoints answered a redirect tokview does not follow: where it points
         info.details["redirected"] = redirect
     refused = next((why for why in whys if why is not None and why.startswith(AUTH_REFUSED)), None)
-    models_refused = whys[-1] is not None and whys[-1].startswith(AUTH_REFUSED)
+    # vLLM's --api-key guards its OpenAI routes and leaves /version open: a vLLM that answers nothing else refused it
+    models_refused = whys[-1] is not None and whys[-1].startswith(AUTH_REFUSED) and model_info is None
     if refused is not None and (models_refused or all(a is None for a in (model_info, server_info, version, models))):
         # a server started with --api-key: no info endpoint answers without it (SGLang), or its OpenAI routes, which
         # every generation goes to, refuse it (vLLM answers /version to anyone)

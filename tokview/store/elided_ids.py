@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+import orjson
+
 from tokview.core.json_value import JsonValue, is_int_list
 
 BODY_COLUMNS = ("raw_request", "raw_response", "parsed_raw_response")
@@ -116,10 +118,19 @@ def elide_messages(request: object, messages: object) -> tuple[Any, list[Place]]
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         sent = node.get(path[-1]) if isinstance(node, dict) else None
-        if type(sent) is list and (sent is messages or sent == messages):
+        if type(sent) is list and (sent is messages or _same_json(sent, messages)):
             request = _without(request, path)
             found.append([list(path), "messages"])
     return request, found
+
+
+def _same_json(a: object, b: object) -> bool:
+    """Equal as JSON writes them, type for type (`1.0 == 1` and `True == 1` in Python): what is put back is exact.
+    Values orjson cannot write (a lone surrogate, a non-string key) are left in the body."""
+    try:
+        return bool(a == b) and orjson.dumps(a) == orjson.dumps(b)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
 
 
 def _without(body: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:

@@ -399,8 +399,10 @@ def _capture_from_row(row: dict[str, Any]) -> Capture:
     places = row.get("raw_ids_at")
     if places:
         id_lists: dict[str, Any] = {name: row.get(name) for name in ID_COLUMNS}
-        id_lists["messages"] = from_json(row.get("messages"))  # a copy of its own: the body's, not the column's
-        for name, at in json.loads(places).items():
+        put_back = json.loads(places)
+        if any(place[-1] == "messages" for at in put_back.values() for place in at):
+            id_lists["messages"] = from_json(row.get("messages"))  # parsed again: the body's copy, not the column's
+        for name, at in put_back.items():
             data[name] = restore(data[name], at, id_lists)
     data["usage"] = data.get("usage") or {}
     data["settings"] = data.get("settings") or {}

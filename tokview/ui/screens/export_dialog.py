@@ -118,9 +118,10 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         def value(widget_id: str) -> str:
             return self.query_one(widget_id, Input).value.strip()
 
+        out = value("#export-path")
         return ExportRequest(
             fmt=str(self.query_one("#export-format", Select).value),
-            out=value("#export-path"),
+            out=str(Path(out).expanduser()) if out else "",  # `~/x.jsonl`: the file checked is the file written
             select=str(self.query_one("#export-select", Select).value),
             run=value("#export-run") or None,
             tags=split_tags(value("#export-tags")),
