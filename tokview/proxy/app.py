@@ -123,11 +123,11 @@ class _Exchange:
     parsed: Any = field(default_factory=lambda: _UNREAD)
     """The generation request's body as read (`ProxyApp._parsed`), `_UNREAD` until it is."""
     delivered: list[bytes] | None = None
-    too_large: str | None = None
-    """Why the answer was forwarded without being held (it passed the most bytes one may hold): recorded as that."""
     """A stream whose `data: [DONE]` the client has been sent: the pieces read so far. The client holds the
     whole answer then, so its leaving before the upstream's body ends (the `openai` client stops reading at
     `[DONE]`) is no abandonment: the answer is recorded."""
+    too_large: str | None = None
+    """Why the answer was forwarded without being held (it passed the most bytes one may hold): recorded as that."""
 
 
 DOWN_S = 5.0
