@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -119,20 +120,18 @@ def test_a_user_with_a_lone_surrogate_is_forwarded_as_with_one_upstream(two) -> 
     assert samples + failures == 1
 
 
-def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, kimi_tok, kimi_profile, monkeypatch):
-    """A dead host (no answer to a connection): each try stalls its request for the connect timeout, so passing it over
-    for 5 s stalled a request every 15 s."""
+@contextmanager
+def _live_and_dead(tmp_path: Any, kimi_tok: Any, kimi_profile: Any) -> Iterator[tuple[Any, Any]]:
+    """(proxy, its app) in front of a live simulator and, as upstream 1, a dead host: a socket that listens and never
+    accepts, its queue full, so a connection to it never comes."""
     import socket
-    import time
 
     from tokview.proxy import app as proxy_app
-    from tokview.proxy import wire
 
-    monkeypatch.setattr(wire, "CONNECT_TIMEOUT_S", 0.5)
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))
     hole.listen(0)  # never accepted: once its queue is full a connection never comes
-    fillers = []
+    fillers: list[socket.socket] = []
     while len(fillers) < 8:  # fill its queue: the next connection then waits for an accept that never comes
         try:
             fillers.append(socket.create_connection(hole.getsockname(), timeout=0.3))
@@ -153,18 +152,30 @@ def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, k
                 app.upstreams.append(proxy_app.Upstream(dead, "vllm"))  # a second upstream that went dark
                 app._down_until.append(0.0)
                 app._down_streak.append(0)
-                waits = []
-                for k in range(6):
-                    began = time.monotonic()
-                    reply = _ask(proxy, [{"role": "user", "content": f"question {k}"}])
-                    waits.append(time.monotonic() - began)
-                    assert reply.status_code == 200
-                assert sum(w > 0.45 for w in waits) <= 1, waits  # one stall at most, then it is passed over
-                assert app._down_until[1] - time.monotonic() > 30
+                yield proxy, app
     finally:
         for s in fillers:
             s.close()
         hole.close()
+
+
+def test_a_host_whose_connections_never_come_is_passed_over_for_long(tmp_path, kimi_tok, kimi_profile, monkeypatch):
+    """A dead host (no answer to a connection): each try stalls its request for the connect timeout, so passing it over
+    for 5 s stalled a request every 15 s."""
+    import time
+
+    from tokview.proxy import wire
+
+    monkeypatch.setattr(wire, "CONNECT_TIMEOUT_S", 0.5)
+    with _live_and_dead(tmp_path, kimi_tok, kimi_profile) as (proxy, app):
+        waits = []
+        for k in range(6):
+            began = time.monotonic()
+            reply = _ask(proxy, [{"role": "user", "content": f"question {k}"}])
+            waits.append(time.monotonic() - began)
+            assert reply.status_code == 200
+        assert sum(w > 0.45 for w in waits) <= 1, waits  # one stall at most, then it is passed over
+        assert app._down_until[1] - time.monotonic() > 30
 
 
 def test_a_client_that_gives_up_during_a_connect_to_a_dead_host_still_gets_it_passed_over(
@@ -172,54 +183,25 @@ def test_a_client_that_gives_up_during_a_connect_to_a_dead_host_still_gets_it_pa
 ):
     """A harness whose own timeout is shorter than the connect's cancelled the connect, and nothing found the host
     dead: each of its requests stalled on it again. The connect now goes on without the request."""
-    import socket
     import time
 
-    from tokview.proxy import app as proxy_app
     from tokview.proxy import wire
 
     monkeypatch.setattr(wire, "CONNECT_TIMEOUT_S", 1.0)
-    hole = socket.socket()
-    hole.bind(("127.0.0.1", 0))
-    hole.listen(0)
-    fillers = []
-    while len(fillers) < 8:
-        try:
-            fillers.append(socket.create_connection(hole.getsockname(), timeout=0.3))
-        except TimeoutError:
-            break
-    dead = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    try:
-        with start_simulator(SimConfig(kind="vllm")) as alive:
-            config = ProxyConfig(
-                [alive.url],
-                listen="127.0.0.1:0",
-                db=str(tmp_path / "p.duckdb"),
-                tokenizer=kimi_tok,
-                profile=kimi_profile,
-            )
-            with start_proxy(config) as proxy:
-                app = proxy.app
-                app.upstreams.append(proxy_app.Upstream(dead, "vllm"))
-                app._down_until.append(0.0)
-                app._down_streak.append(0)
-                app._down_until[0] = time.monotonic() + 3600  # the live one passed over: the request goes to the dead
-                body = {"model": "tokview-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-                with pytest.raises(httpx.TimeoutException):
-                    httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=0.3)
-                assert app._down_until[1] == 0.0  # not known dead yet: the connect is still under way
-                deadline = time.monotonic() + 10
-                while app._down_until[1] == 0.0 and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                assert app._down_until[1] - time.monotonic() > 30  # passed over as a dead host is
-                app._down_until[0] = 0.0
-                began = time.monotonic()
-                assert _ask(proxy, [{"role": "user", "content": "again"}]).status_code == 200
-                assert time.monotonic() - began < 0.9  # no stall on the dead host
-    finally:
-        for s in fillers:
-            s.close()
-        hole.close()
+    with _live_and_dead(tmp_path, kimi_tok, kimi_profile) as (proxy, app):
+        app._down_until[0] = time.monotonic() + 3600  # the live one passed over: the request goes to the dead
+        body = {"model": "tokview-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=0.3)
+        assert app._down_until[1] == 0.0  # not known dead yet: the connect is still under way
+        deadline = time.monotonic() + 10
+        while app._down_until[1] == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert app._down_until[1] - time.monotonic() > 30  # passed over as a dead host is
+        app._down_until[0] = 0.0
+        began = time.monotonic()
+        assert _ask(proxy, [{"role": "user", "content": "again"}]).status_code == 200
+        assert time.monotonic() - began < 0.9  # no stall on the dead host
 
 
 def test_one_outage_met_by_many_requests_at_once_is_one_step_of_the_backoff() -> None:
