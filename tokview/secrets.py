@@ -253,11 +253,15 @@ def redact_url(url: str) -> str:
 
 # -- payloads: keys and known values only ------------------------------------------------------------
 def _masked_key(key: object, secrets: list[str]) -> object:
-    if isinstance(key, str):
-        for secret in secrets:
-            if secret in key:
-                key = key.replace(secret, MASK)
-    return key
+    return _values_masked(key, secrets) if isinstance(key, str) else key
+
+
+def _values_masked(text: str, secrets: list[str]) -> str:
+    """`text` with each of `secrets` masked where it stands whole."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
 
 
 def scrub_payload(value: object, secrets: list[str], key: str | None = None) -> object:
@@ -280,8 +284,5 @@ def scrub_payload(value: object, secrets: list[str], key: str | None = None) -> 
     if isinstance(value, str):
         if key in URL_KEYS and "@" in value:
             value = _URL_USERINFO.sub(r"\1", value)
-        for secret in secrets:
-            if secret in value:
-                value = value.replace(secret, MASK)
-        return value
+        return _values_masked(value, secrets)
     return value

@@ -145,7 +145,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if not request.out:
             summary.update("give a path to write to")
             return
-        target = Path(request.out).expanduser()
+        target = Path(request.out)  # `request` expanded `~`
         if target.is_file() and self._replacing != str(target.resolve()):  # one key press replaced an earlier export
             self._replacing = str(target.resolve())
             summary.update(plain(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)"))
