@@ -187,6 +187,10 @@ def test_score_cli_exit_codes_and_json(tmp_path, capsys):
         assert code == 1, err
         assert err.startswith("tokview: error: no run 'nope' in"), err
         assert "(runs: " in err, err
+        code = main(["score", "--db", str(db), "--server", sim.url, "--select", "approved"])  # none approved
+        err = capsys.readouterr().err.strip()
+        assert code == 1, err  # as `export` exits on it: not "scored 0 of 0", exit 0
+        assert err.startswith("tokview: error: no samples match --select approved in"), err
     assert main(["score", "--db", str(tmp_path / "missing.duckdb"), "--server", "http://127.0.0.1:9"]) == 1
     assert "database not found" in capsys.readouterr().err
     assert main(["score", "--db", str(db), "--server", "http://127.0.0.1:9", "--top-k", "50"]) == 1

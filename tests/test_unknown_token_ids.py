@@ -104,3 +104,41 @@ def test_audit_flags_a_dataset_row_with_an_id_the_tokenizer_does_not_have(tmp_pa
             "WHERE f.code = 'unknown_token_id' AND s.prompt_id = 'bad'"
         )[0]
     assert list(positions) == [len(ok)]
+
+
+def test_top_k_alternatives_in_the_models_padding_rows_are_logits_not_unknown_ids(qwen_tok_dir, qwen_profile, tmp_path):
+    """Qwen3's model has 151,936 logit rows for its tokenizer's 151,669 tokens: a server's top-K ranges over them all,
+    so an alternative in the padding is no impossible id (a distillation trainer indexes the logits by it). An output
+    id there is still one: no text stands for it."""
+    import dataclasses
+    import shutil
+
+    from tokview.core.finding_context import vocabulary_of
+    from tokview.core.findings import unknown_alternatives
+    from tokview.core.tokenizer import load_tokenizer, padded_vocab_size
+
+    folder = tmp_path / "qwen3"
+    shutil.copytree(qwen_tok_dir, folder)
+    plain = load_tokenizer(folder)
+    size = plain.vocab_size
+    assert plain.model_vocab_size == size  # no config.json: the tokenizer's length
+    (folder / "config.json").write_text(json.dumps({"vocab_size": size + 267}))
+    tok = load_tokenizer(folder)
+    assert tok.model_vocab_size == size + 267
+    prompt = tok.render([{"role": "user", "content": "hi"}], template_kwargs=qwen_profile.template_kwargs(True))
+    answer = tok.encode("yes") + [qwen_profile.stop_ids[0]]
+    padded = [[answer[k], size + 5] for k in range(len(answer))]
+    capture = Capture(prompt_ids=prompt, output_ids=answer, finish_reason="stop", output_top_ids=padded)
+    assert "unknown_token_id" not in analyze(capture, qwen_profile, tok).codes
+    past = [row if k != 1 else [answer[1], size + 267] for k, row in enumerate(padded)]
+    analysis = analyze(dataclasses.replace(capture, output_top_ids=past), qwen_profile, tok)
+    (found,) = [f for f in analysis.findings if f.code == "unknown_token_id"]
+    assert found.positions == (len(prompt) + 1,)
+    assert unknown_alternatives(vocabulary_of(tok), [[-1, 3]]) == [0]
+    as_output = analyze(Capture(prompt_ids=prompt, output_ids=[size + 5, *answer]), qwen_profile, tok)
+    assert "unknown_token_id" in as_output.codes
+    for config in ({"vocab_size": size + 70_000}, {"vocab_size": size - 1}, {"vocab_size": "151936"}, [1]):
+        (folder / "config.json").write_text(json.dumps(config))  # another model's config: not believed
+        assert padded_vocab_size(folder, size) == 0
+    (folder / "config.json").write_text(json.dumps({"text_config": {"vocab_size": size + 64}}))
+    assert padded_vocab_size(folder, size) == size + 64

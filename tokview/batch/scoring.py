@@ -209,6 +209,10 @@ async def _run(
         raise InputError(f"the servers serve different models ({', '.join(models)}): score against one target")
     model = models[0] if models else None
     rows = candidates(store, config)
+    if not rows and not without_output_count(store, Selection(config.select, config.run)):
+        # as `export` says it: a selection that matches nothing is a mistake to be told of, not a run that scored all
+        run = f" --run {config.run}" if config.run else ""
+        raise InputError(f"no samples match --select {config.select}{run} in {store.path}: nothing to score")
     todo: deque[str] = deque()
     kept_thresholds = 0
     for sid, stored in rows:  # each stored score parsed once

@@ -52,6 +52,9 @@ class Vocabulary:
     """The tokenizer's length: every id under it is taken as the tokenizer's."""
     has_id: Callable[[int], bool]
     """Whether the tokenizer names this id: asked only of ids at or past `size`."""
+    logits_size: int = 0
+    """The model's vocabulary when it pads the tokenizer's (`TokenizerAdapter.model_vocab_size`): a top-K
+    alternative under it is a row of the target's logits, which a distillation trainer indexes, though no text."""
 
     def unknown_positions(self, ids: Sequence[int], held: AbstractSet[int] | None = None) -> list[int]:
         """Positions of the ids this vocabulary lacks. Two C-level passes (`min`, `max`) settle the usual
@@ -73,7 +76,9 @@ def vocabulary_of(tokenizer: TokenizerAdapter) -> Vocabulary:
     """The tokenizer's ids, its length read once per tokenizer (cached by the adapter)."""
     known = _vocabularies.get(tokenizer)
     if known is None:
-        known = _vocabularies[tokenizer] = Vocabulary(tokenizer.vocab_size, tokenizer.has_id)
+        known = _vocabularies[tokenizer] = Vocabulary(
+            tokenizer.vocab_size, tokenizer.has_id, getattr(tokenizer, "model_vocab_size", 0)
+        )
     return known
 
 

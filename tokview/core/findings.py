@@ -116,13 +116,19 @@ def unknown_token_id(ctx: Context) -> Hit | None:
 
 
 def unknown_alternatives(vocabulary: Vocabulary, top_ids: Sequence[Sequence[int] | None] | None) -> list[int]:
-    """Output positions whose top-K alternative ids hold one `vocabulary` lacks (one C pass settles the usual none)."""
+    """Output positions whose top-K alternative ids hold one `vocabulary` lacks (one C pass settles the usual none).
+    An id in the model's padding rows (`Vocabulary.logits_size`) is a logit like any other: not lacking."""
     if not top_ids:
         return []
     flat = [t for row in top_ids if row for t in row]
-    if not flat or (min(flat) >= 0 and max(flat) < vocabulary.size):
+    size = max(vocabulary.size, vocabulary.logits_size)
+    if not flat or (min(flat) >= 0 and max(flat) < size):
         return []
-    return [k for k, row in enumerate(top_ids) if row and vocabulary.unknown_positions(row)]
+    return [
+        k
+        for k, row in enumerate(top_ids)
+        if row and any(not 0 <= row[p] < size for p in vocabulary.unknown_positions(row))
+    ]
 
 
 @rule(

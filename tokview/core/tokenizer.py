@@ -433,6 +433,29 @@ def _continued(text: str, messages: list[dict[str, Any]]) -> str:
     raise TokenizerError("continue_final_message: the template does not write the last message's content")
 
 
+MAX_VOCAB_PADDING = 65_536
+"""How far past the tokenizer's length a model's `vocab_size` is taken as padding; a larger one (a config from
+another model in the folder) is not believed."""
+
+
+def padded_vocab_size(folder: Path | None, tokenizer_size: int) -> int:
+    """The `vocab_size` of the folder's `config.json` (a multimodal model's `text_config` one too) when it pads
+    `tokenizer_size` by at most `MAX_VOCAB_PADDING`; 0 when there is none, it cannot be read, or it is not believed."""
+    if folder is None:
+        return 0
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return 0
+    if not isinstance(config, dict):
+        return 0
+    for place in (config, config.get("text_config"), config.get("llm_config")):
+        size = place.get("vocab_size") if isinstance(place, dict) else None
+        if type(size) is int and tokenizer_size <= size <= tokenizer_size + MAX_VOCAB_PADDING:
+            return size
+    return 0
+
+
 class TokenizerAdapter:
     """The few tokenizer operations tokview relies on, over a Hugging Face tokenizer or a native one."""
 
@@ -443,6 +466,7 @@ class TokenizerAdapter:
         self._bytes_cache: dict[int, bytes] = {}
         self._renders = RecentRenders()
         self._vocab_size: int | None = None
+        self._model_vocab_size: int | None = None
         self._vocab_fingerprint: str | None = None
         self._fingerprint: str | None = None
         self.special_ids: frozenset[int] = frozenset(int(i) for i in getattr(tok, "all_special_ids", []))
@@ -505,6 +529,15 @@ class TokenizerAdapter:
         if self._vocab_size is None:
             self._vocab_size = len(self.tok)
         return self._vocab_size
+
+    @property
+    def model_vocab_size(self) -> int:
+        """The model's own vocabulary (its `config.json` `vocab_size`), when the folder has one and pads the
+        tokenizer's (Qwen3: 151,936 rows for 151,669 tokens; DeepSeek-V3 129,280 for 128,815): a server's top-K
+        alternatives range over the model's logits, padding rows included. Else the tokenizer's length."""
+        if self._model_vocab_size is None:
+            self._model_vocab_size = max(self.vocab_size, padded_vocab_size(self.source, self.vocab_size))
+        return self._model_vocab_size
 
     def load_whole(self) -> None:
         """Load the whole tokenizer in the background if it was loaded as vocabulary slices (`load_tokenizer(sliced=
