@@ -366,6 +366,24 @@ async def test_the_export_dialog_writes_beside_the_store_and_asks_before_replaci
         assert (tmp_path / "export.jsonl").read_text() != "an earlier export\n"
 
 
+async def test_the_export_dialogs_default_is_a_folder_it_can_write(make_app, tmp_path, monkeypatch):
+    """A store on a read-only mount (opened read-only: export works) offered `export.jsonl` beside it, which ctrl+s
+    could not write. The folder is denied through the dialog's check (the tests may run as root, whom no mode stops)."""
+    from pathlib import Path
+
+    import tokview.ui.screens.export_dialog as export_dialog
+
+    store_folder, cwd = tmp_path.resolve(), tmp_path / "work"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(export_dialog, "writable", lambda p: Path(p).resolve() != store_folder)
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        assert app.screen.query_one("#export-path", Input).value == str(cwd.resolve() / "export.jsonl")
+
+
 async def test_the_export_dialog_writes_the_file_it_checked_under_a_home_path(make_app, tmp_path, monkeypatch):
     """`~/e.jsonl` was checked as $HOME/e.jsonl and written to a `~` folder under the working directory."""
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -43,9 +43,9 @@ def test_the_turns_of_a_conversation_in_order(store):
 def test_the_walk_counts_turns_not_samples():
     """A proxy session's `n` = 2 request at turn 1 is two samples at one turn: the third turn is "turn 3 of 3"."""
     turns = [Turn("a", 0, "served"), Turn("b0", 1, "served"), Turn("b1", 1, "served"), Turn("c", 2, "served")]
-    assert turn_place(turns, turns[0]) == "turn 1 of 3"
-    assert turn_place(turns, turns[2]) == "turn 2 of 3 (sample 2 of 2 at this turn)"
-    assert turn_place(turns, turns[3]) == "turn 3 of 3"
+    assert turn_place(turns, turns[0]) == "turn 1 of 3 (#turn0)"  # and the turn the ids carry (`x#turn0_gen0`)
+    assert turn_place(turns, turns[2]) == "turn 2 of 3 (#turn1) (sample 2 of 2 at this turn)"
+    assert turn_place(turns, turns[3]) == "turn 3 of 3 (#turn2)"
 
 
 async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):
@@ -61,9 +61,11 @@ async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):
             await settle(app, pilot)
             assert app.screen.data.sample_id == expected
         messages = [str(n.message) for n in app._notifications]
-        assert any("turn 3 of 3" in m and "served history" in m and "breaks at 17" in m for m in messages), messages
+        assert any("turn 3 of 3 (#turn2)" in m and "served history" in m and "breaks at 17" in m for m in messages), (
+            messages
+        )
         assert any("last turn" in m for m in messages), messages
-        assert "conversation conv-s turn 2 · served history" in str(app.screen.query_one("#inspect-title").render())
+        assert "conversation conv-s #turn2 · served history" in str(app.screen.query_one("#inspect-title").render())
         await pilot.press("W")
         await settle(app, pilot)
         assert app.screen.data.sample_id == served[1]

@@ -34,10 +34,11 @@ class Turn:
 
 
 def turn_place(turns: list[Turn], turn: Turn) -> str:
-    """Where `turn` stands in its conversation, for a person: "turn 3 of 5", and which of its turn's samples it is
-    when there are several (an `n` > 1 request's choices, or a second answer): the walk counts turns, not samples."""
+    """Where `turn` stands in its conversation, for a person: "turn 3 of 5 (#turn2)" (the count from 1, then the
+    stored turn the sample and exported row ids carry), and which of its turn's samples it is when there are several
+    (an `n` > 1 request's choices, or a second answer): the walk counts turns, not samples."""
     numbers = sorted({t.turn for t in turns})
-    said = f"turn {numbers.index(turn.turn) + 1} of {len(numbers)}"
+    said = f"turn {numbers.index(turn.turn) + 1} of {len(numbers)} (#turn{turn.turn})"
     side_by_side = [t for t in turns if t.turn == turn.turn]
     if len(side_by_side) > 1:
         said += f" (sample {side_by_side.index(turn) + 1} of {len(side_by_side)} at this turn)"

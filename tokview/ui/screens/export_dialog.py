@@ -7,6 +7,7 @@ or the one-line error, so a second export with other settings is one edit away. 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -46,6 +47,11 @@ class ExportRequest:
 
 def split_tags(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def writable(folder: Path) -> bool:
+    """Whether this process may create a file in `folder`."""
+    return os.access(folder, os.W_OK)
 
 
 class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
@@ -100,12 +106,18 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         yield KeysFooter()
 
     def _default_path(self, fmt: str) -> str:
-        """`export.<suffix>` beside the store (a bare name landed in whatever folder the app was started from)."""
+        """`export.<suffix>` beside the store (a bare name landed in whatever folder the app was started from); where
+        the store's folder cannot be written (a read-only mount, another user's folder), in the current folder or the
+        home folder, the first that can: a default that cannot be written fails only on ctrl+s."""
         from tokview.export.registry import export_format
 
         name = f"export.{export_format(fmt).file.suffix}"
         store = self.session.store.path
-        return name if store in ("", ":memory:") else str(Path(store).resolve().parent / name)
+        if store in ("", ":memory:"):
+            return name
+        places = (Path(store).resolve().parent, Path.cwd(), Path.home())
+        folder = next((p for p in places if writable(p)), places[0])
+        return str(folder / name)
 
     @on(Select.Changed, "#export-format")
     def _format_changed(self, event: Select.Changed) -> None:

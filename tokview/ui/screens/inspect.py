@@ -217,7 +217,7 @@ class InspectScreen(Screen[None]):
         if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation)
             history = chain.get("history") or "served"
             title.append(
-                shown(f"  conversation {chain.get('conversation')} turn {chain.get('turn')} · {history} history")
+                shown(f"  conversation {chain.get('conversation')} #turn{chain.get('turn')} · {history} history")
             )
         if d.tags:
             title.append("  tags: " + ", ".join(map(shown, d.tags)), "italic")
