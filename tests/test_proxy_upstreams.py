@@ -246,3 +246,55 @@ def test_a_long_outage_stays_at_the_longest_pass_over_and_a_long_shared_start_st
         body = json.dumps({"messages": [system, {"role": "user", "content": task}]}).encode()
         keys.add(app._affinity(_Exchange("POST", "/v1/chat/completions", {}, body, app.upstreams[0])))
     assert len(keys) == 2
+
+
+async def test_a_connect_its_request_gave_up_on_is_kept_for_the_next_request() -> None:
+    """The connection a cancelled request's connect went on to make was closed when it came: the next request paid
+    for a connect again (on a slow link, the very wait its client gave up on). It is kept, and a pool closed
+    meanwhile closes it instead."""
+    import asyncio
+
+    from tokview.proxy.wire import UpstreamPool
+
+    accepted: list[asyncio.StreamWriter] = []
+    answered = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        accepted.append(writer)
+        while await reader.readuntil(b"\r\n\r\n"):
+            answered += 1
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for closed_meanwhile in (False, True):
+            accepted.clear()
+            pool = UpstreamPool(f"http://127.0.0.1:{port}")
+            asking = asyncio.ensure_future(pool.request("GET", "/health", [], b""))
+            await asyncio.sleep(0)  # the connect has begun, not ended
+            asking.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asking
+            if closed_meanwhile:
+                pool.close()
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if accepted and (pool._idle or closed_meanwhile):
+                    break
+            assert len(accepted) == 1
+            if closed_meanwhile:
+                assert pool._idle == []
+                continue
+            assert len(pool._idle) == 1  # kept, nothing sent on it
+            response = await pool.request("GET", "/health", [], b"")
+            assert response.status == 200 and response.reused
+            assert len(accepted) == 1 and answered == 1  # the kept connection carried it
+            response.close()
+            pool.close()
+    finally:
+        server.close()
+        for writer in accepted:
+            writer.close()

@@ -731,6 +731,7 @@ class UpstreamPool:
         )
         self._ssl = ssl.create_default_context() if self.https else None
         self._idle: list[asyncio.Transport] = []
+        self._closed = False
         self._orphan: asyncio.Future[UpstreamResponse] | None = None
         """The connect going on after its request was cancelled (`_connection`)."""
         self.on_unreachable: Callable[[UpstreamNotConnected], None] | None = None
@@ -750,7 +751,7 @@ class UpstreamPool:
             self._idle.remove(transport)
 
     def give_back(self, transport: asyncio.Transport) -> None:
-        if len(self._idle) < IDLE_KEPT and not transport.is_closing():
+        if len(self._idle) < IDLE_KEPT and not transport.is_closing() and not self._closed:
             self._idle.append(transport)
         else:
             transport.close()
@@ -825,19 +826,19 @@ class UpstreamPool:
         return protocol
 
     def _connected_for_no_one(self, connecting: asyncio.Future[UpstreamResponse]) -> None:
-        """A connect whose request was cancelled ended: a connection made is closed (nothing was sent on it), one
-        that could not be made is told (`on_unreachable`)."""
+        """A connect whose request was cancelled ended: a connection made is kept for the next request (nothing was
+        sent on it: a connect to a slow host cost its time once), one that could not be made is told
+        (`on_unreachable`)."""
         if connecting.cancelled():  # the proxy is closing
             return
         error = connecting.exception()
         if error is None:
-            transport = connecting.result()._transport
-            if transport is not None:
-                transport.close()
+            connecting.result()._release()
         elif isinstance(error, UpstreamNotConnected) and self.on_unreachable is not None:
             self.on_unreachable(error)
 
     def close(self) -> None:
+        self._closed = True  # a connect still going on (`_orphan`) is closed when it ends, not kept
         for transport in self._idle:
             transport.close()
         self._idle.clear()
