@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -164,10 +165,20 @@ def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
     with Store(db) as again:
         assert again.count_samples() == 2
     parts = tmp_path / "x.duckdb.parts"
-    parts.mkdir(exist_ok=True)
+    shutil.rmtree(parts, ignore_errors=True)  # a file at the folder's own name failed every later batch of the store
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(parts)]) == 1
+    err = capsys.readouterr().err
+    assert f"--out {parts} is the parts folder of the store it exports, or inside it ({parts})" in err
+    assert not parts.exists()
+    other = tmp_path / "other.duckdb"
+    with Store(other):
+        pass
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(tmp_path / "other.duckdb.parts")]) == 1
+    assert "is the parts folder of the DuckDB database" in capsys.readouterr().err  # another store's too
+    parts.mkdir()
     assert main(["export", "--db", str(db), "--select", "all", "--out", str(parts / "x.jsonl")]) == 1
     err = capsys.readouterr().err  # named as what it is, with its folder (it said "--out x.jsonl would overwrite")
-    assert f"--out {parts / 'x.jsonl'} is inside the parts folder of the store it exports ({parts})" in err
+    assert f"--out {parts / 'x.jsonl'} is the parts folder of the store it exports, or inside it ({parts})" in err
     assert not (parts / "x.jsonl").exists()
 
 

@@ -290,3 +290,27 @@ def test_an_empty_search_is_refused_and_approving_what_is_approved_asks_no_overr
     assert review(db, "--status", "approved", "--approve", capsys=capsys) == (
         "approved 0 of 3 selected samples (3 already approved)"
     )
+
+
+def test_repeated_tags_are_each_honoured_and_a_repeated_one_value_flag_is_refused(db, capsys):
+    """argparse kept the last of a repeated flag: `--tag t1 --tag t2` tagged t2 alone, and `--with-tag a --with-tag b`
+    selected b's samples, where `export --tag a --tag b` selects those carrying both."""
+    from tokview.cli import main
+
+    assert review(db, "--search", "take 1", "--tag", "t1", "--tag", "t2", "--tag", "t1", capsys=capsys) == (
+        "tagged 1 of 1 selected sample"
+    )
+    assert review(db, "--search", "take 2", "--tag", "t2", capsys=capsys) == "tagged 1 of 1 selected sample"
+    with Store(db) as store:
+        assert sorted(store.load_sample(store.samples_page(SampleFilter(text="take 1"))[0].sample_id).tags) == [
+            "t1",
+            "t2",
+        ]
+    said = json.loads(review(db, "--with-tag", "t1", "--with-tag", "T2", "--note", "both", "--json", capsys=capsys))
+    assert said["changed"] == 1  # the sample carrying both, not every t2 sample
+    for flag, values in (("--run", ("run2", "run2")), ("--untag", ("t1", "t2")), ("--reject", ("a", "b"))):
+        argv = ["review", "--db", str(db), flag, values[0], flag, values[1]]
+        assert main([*argv, *(["--approve"] if flag == "--run" else [])]) == 1
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"tokview: error: review: {flag} given twice: one value per review"), err

@@ -78,7 +78,7 @@ async def test_done_when_in_the_app(store500, tokenizer, profile, tmp_path):
         await pilot.press("y")
         await settle(app, pilot)
         assert store500.count_samples() == 500
-        assert len(bulk.select(store500, SampleFilter(), "hard")) == 50
+        assert len(bulk.select(store500, SampleFilter(), ["hard"])) == 50
 
         screen.query_one("#status", Select).value = "pending"
         await settle(app, pilot)
@@ -221,7 +221,7 @@ async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_
         await mark_rows(app, pilot, 1, 3)
         await pilot.press("t", *"Math, long", "enter", "y")
         await settle(app, pilot)
-        assert len(bulk.select(store, SampleFilter(), "math")) == 3
+        assert len(bulk.select(store, SampleFilter(), ["math"])) == 3
         await mark_rows(app, pilot, 2, 3)
         await pilot.press("t")
         assert [str(o.prompt) for o in app.screen.query_one("#tag-options").options] == ["remove long", "remove Math"]
@@ -230,7 +230,7 @@ async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_
         assert app.screen.question == "Take tag Math off 2 marked samples?"
         await pilot.press("y")
         await settle(app, pilot)
-        assert bulk.select(store, SampleFilter(), "MATH") == ["p001@demo_gen0"]
+        assert bulk.select(store, SampleFilter(), ["MATH"]) == ["p001@demo_gen0"]
         await pilot.press("asterisk", "n", *"seen twice", "enter", "y")  # every sample the list shows
         await settle(app, pilot)
         assert store.count_samples(SampleFilter(text="seen twice")) == 30
@@ -239,7 +239,7 @@ async def test_bulk_approve_of_only_the_valid_ones_untag_and_note_on_marks(make_
         assert store.count_samples(SampleFilter(text="seen twice")) == 0
         await pilot.press("u")  # then the untag: Math is back on both
         await settle(app, pilot)
-        assert len(bulk.select(store, SampleFilter(), "math")) == 3
+        assert len(bulk.select(store, SampleFilter(), ["math"])) == 3
 
 
 async def test_the_palette_offers_export_and_the_undo_list(make_app):

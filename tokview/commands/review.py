@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tokview.commands.store_arg import add_db_argument, existing_store, run_name
 from tokview.errors import UserError
@@ -31,22 +32,48 @@ if TYPE_CHECKING:
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
 
+class _Once(argparse.Action):
+    """A flag that takes one value: given twice, refused (argparse keeps the last, and `--tag a --tag b` tagged b
+    alone, where `export --tag a --tag b` asks for both)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            parser.error(f"{option_string} given twice: one value per review (its action is one step)")
+        setattr(namespace, self.dest, values)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("review", help="approve, reject, tag, untag or note many samples at once", description=__doc__)
     add_db_argument(p)
-    p.add_argument("--run", type=run_name, metavar="RUN", dest="run_name", help="only this run's samples")
-    p.add_argument("--finding", metavar="CODE", help="only samples with this finding code")
-    p.add_argument("--status", choices=STATUSES, help="only samples with this verdict, or only valid/invalid ones")
-    p.add_argument("--with-tag", metavar="TAG", help="only samples carrying this tag (any case)")
-    p.add_argument("--search", metavar="TEXT", help="only samples the app's / finds for TEXT")
+    p.add_argument("--run", type=run_name, metavar="RUN", dest="run_name", action=_Once, help="only this run's samples")
+    p.add_argument("--finding", metavar="CODE", action=_Once, help="only samples with this finding code")
+    p.add_argument(
+        "--status", choices=STATUSES, action=_Once, help="only samples with this verdict, or only valid/invalid ones"
+    )
+    p.add_argument(
+        "--with-tag",
+        metavar="TAG",
+        action="append",
+        help="only samples carrying this tag (any case; repeat: every one)",
+    )
+    p.add_argument("--search", metavar="TEXT", action=_Once, help="only samples the app's / finds for TEXT")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--approve", action="store_true", help="approve them")
-    action.add_argument("--reject", metavar="REASON", help="reject them with this reason")
-    action.add_argument("--tag", metavar="TAG", help="tag them")
-    action.add_argument("--untag", metavar="TAG", help="take this tag off them (any case)")
-    action.add_argument("--note", metavar="TEXT", help="attach this note to them")
+    action.add_argument("--reject", metavar="REASON", action=_Once, help="reject them with this reason")
+    action.add_argument("--tag", metavar="TAG", action="append", help="tag them (repeat to add several)")
+    action.add_argument("--untag", metavar="TAG", action=_Once, help="take this tag off them (any case)")
+    action.add_argument("--note", metavar="TEXT", action=_Once, help="attach this note to them")
     action.add_argument(
-        "--undo", metavar="ID", help="take back action ID (see --history), or 'last': the latest not undone"
+        "--undo",
+        metavar="ID",
+        action=_Once,
+        help="take back action ID (see --history), or 'last': the latest not undone",
     )
     action.add_argument("--history", action="store_true", help="list the latest actions (the app's too), newest first")
     p.add_argument("--override", action="store_true", help="with --approve: approve samples with error findings too")
@@ -74,7 +101,7 @@ def _utf8(value: str | None, flag: str) -> None:
         raise UserError(f"{flag} holds bytes that are not UTF-8 text") from None
 
 
-def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str | None]:
+def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, list[str]]:
     from tokview.core.findings import FINDING_CODES
     from tokview.store.sample_rows import SampleFilter
     from tokview.ui.search_terms import parse_search
@@ -97,7 +124,7 @@ def _filters(args: argparse.Namespace, store: Store) -> tuple[SampleFilter, str 
         max_acceptance=max_acceptance,
         max_nll=max_nll,
     )
-    return filters, _text(args.with_tag, "--with-tag")
+    return filters, [str(_text(t, "--with-tag")) for t in args.with_tag or ()]
 
 
 def _reviewer(given: str | None) -> str | None:
@@ -132,7 +159,8 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
         reason = _text(args.reject, "--reject")
         return bulk.set_status(store, ids, "rejected", who=who, reason=reason, write=write, source=SOURCE)
     if args.tag is not None:
-        return bulk.add_notes(store, ids, who=who, tags=(_text(args.tag, "--tag") or "",), write=write, source=SOURCE)
+        tags = tuple(dict.fromkeys(str(_text(t, "--tag")) for t in args.tag))
+        return bulk.add_notes(store, ids, who=who, tags=tags, write=write, source=SOURCE)
     if args.untag is not None:
         return bulk.remove_tag(store, ids, _text(args.untag, "--untag") or "", who=who, write=write, source=SOURCE)
     return bulk.add_notes(store, ids, who=who, note=_text(args.note, "--note") or "", write=write, source=SOURCE)
@@ -176,10 +204,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.db} cannot be written (read-only): nothing reviewed")
         if args.undo is not None:
             return _undo(store, args, who)
-        filters, with_tag = _filters(args, store)
+        filters, with_tags = _filters(args, store)
         from tokview.store import bulk_review as bulk
 
-        ids = bulk.select(store, filters, with_tag)
+        ids = bulk.select(store, filters, with_tags)
         outcome = apply(store, args, ids, who)
     if args.json:
         print(json.dumps({**outcome.to_dict(), "dry_run": args.dry_run, "who": who}))

@@ -269,9 +269,10 @@ def _refuse_the_store(plan: Plan, db: Path) -> None:
     for final in finals:
         if final in own:
             raise OutputError(f"--out {plan.name} would overwrite the store it exports ({db}): choose another file")
-        if parts in final.parents:  # its landing would read the file as a part, or remove it
-            raise OutputError(
-                f"--out {final} is inside the parts folder of the store it exports ({parts}): choose another folder"
+        if final == parts or parts in final.parents:  # its landing would read the file as a part, or remove it;
+            raise OutputError(  # a file at the folder's own name would fail every later batch (its parts go there)
+                f"--out {final} is the parts folder of the store it exports, or inside it ({parts}): choose another "
+                "file"
             )
         other = _database_behind(final)
         if other is not None:
@@ -286,9 +287,10 @@ def _database_behind(path: Path) -> str | None:
         return "is a DuckDB database"
     if path.name.endswith(".wal") and is_duckdb_file(path.with_name(path.name[: -len(".wal")])):
         return f"is the write-ahead log of the DuckDB database {path.with_name(path.name[: -len('.wal')])}"
-    for folder in path.parents:
+    for folder in (path, *path.parents):  # the folder's own name too: a file there fails that store's batches
         if folder.name.endswith(".parts") and is_duckdb_file(folder.with_name(folder.name[: -len(".parts")])):
-            return f"is in the parts folder of the DuckDB database {folder.with_name(folder.name[: -len('.parts')])}"
+            where = "is the parts folder" if folder == path else "is in the parts folder"
+            return f"{where} of the DuckDB database {folder.with_name(folder.name[: -len('.parts')])}"
     return None
 
 

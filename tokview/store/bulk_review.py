@@ -79,12 +79,13 @@ class Outcome:
         }
 
 
-def select(store: Database, filters: SampleFilter, with_tag: str | None = None) -> list[str]:
-    """The ids the filters select (the list's own WHERE, so `--search` is the app's `/`), by sample id."""
+def select(store: Database, filters: SampleFilter, with_tags: Sequence[str] = ()) -> list[str]:
+    """The ids the filters select (the list's own WHERE, so `--search` is the app's `/`), by sample id; with
+    `with_tags`, only those carrying every one (as `export --tag` selects)."""
     where, params = queries.where_clause(filters)
-    if with_tag is not None:
+    for tag in with_tags:
         where = (where + " AND " if where else " WHERE ") + f"sample_id IN ({TAGGED})"
-        params.append(with_tag)
+        params.append(tag)
     return [r[0] for r in store.query(f"SELECT sample_id FROM samples{where} ORDER BY sample_id", params)]
 
 
