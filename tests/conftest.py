@@ -201,3 +201,22 @@ def small_disk(tmp_path: Path):
         yield mountpoint
     finally:
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+
+
+@pytest.fixture
+def read_only_mount(tmp_path) -> Iterator[tuple[Path, Callable[[], None]]]:
+    """A real tmpfs (a chmod does not stop root, and tests run as root) and a function that remounts it
+    read-only; skipped where this machine does not let the tests mount."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here to make a read-only file system: {mounted.stderr.decode().strip()}")
+
+    def make_read_only() -> None:
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True, capture_output=True)
+
+    try:
+        yield where, make_read_only
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

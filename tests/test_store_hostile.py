@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -186,25 +185,6 @@ def test_an_export_onto_another_store_or_duckdb_file_is_refused_and_changes_noth
 # -- a store on a read-only file system is read without writing ------------------------------------------
 
 
-@pytest.fixture
-def read_only_mount(tmp_path) -> Iterator[tuple[Path, Callable[[], None]]]:
-    """A real tmpfs (a chmod does not stop root, and tests run as root) and a function that remounts it
-    read-only; skipped where this machine does not let the tests mount."""
-    where = tmp_path / "ro"
-    where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here to make a read-only file system: {mounted.stderr.decode().strip()}")
-
-    def make_read_only() -> None:
-        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True, capture_output=True)
-
-    try:
-        yield where, make_read_only
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
 def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_only_mount, tmp_path, capsys):
     where, make_read_only = read_only_mount
     db = where / "s.duckdb"
@@ -224,6 +204,11 @@ def test_a_store_on_a_read_only_file_system_is_read_and_its_parts_reported(read_
         assert code == 0, (argv, err)
         assert f"1 part(s) beside {db} are not landed: the store is read-only" in err, err
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 1  # what is landed; the part stays a part
+    with Store(tmp_path / "shard.duckdb") as shard:
+        put(shard, "p2", make_capture())
+    assert main(["merge", str(tmp_path / "shard.duckdb"), "--into", str(db)]) == 1
+    err = capsys.readouterr().err  # it was DuckDB's refusal of an INSERT, under "cannot merge shard.duckdb"
+    assert err.endswith(f"\ntokview: error: {db} cannot be written (read-only): nothing merged; pass another --into\n")
     assert len(complete_parts(Path(f"{db}.parts"))[0]) == 1
     with Store(db) as store:
         assert store.read_only

@@ -394,3 +394,58 @@ async def test_the_export_dialog_writes_the_file_it_checked_under_a_home_path(ma
         dialog = app.screen
         dialog.query_one("#export-path", Input).value = "~/e.jsonl"
         assert dialog.request().out == str(tmp_path / "e.jsonl")
+
+
+async def test_a_read_only_store_says_so_at_the_key_before_any_dialog(
+    read_only_mount, filled_store_file, tokenizer, profile
+):
+    """On a read-only mount each verdict, tag and undo went through its dialogs (the reason, the count) and then
+    failed as "cannot read STORE: … SELECT … read-only mode" (its action number is drawn by a query)."""
+    import shutil
+
+    from tokview.ui.app import TokviewApp
+    from tokview.ui.session import Session
+
+    where, make_read_only = read_only_mount
+    shutil.copyfile(filled_store_file, where / "ui.duckdb")
+    make_read_only()
+    with Store(where / "ui.duckdb") as store:
+        app = TokviewApp(Session(store, tokenizer=tokenizer, profile=profile, who="tester"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(app, pilot)
+            assert store.read_only
+            for key in ("a", "r", "t", "n", "u", "space", "a"):
+                await pilot.press(key)
+                await pilot.pause()
+                if key != "space":
+                    assert isinstance(app.screen, SamplesScreen), key  # no dialog asked anything first
+            said = [n.message for n in app._notifications]
+            assert len(said) == 6 and all("is read-only: verdicts, notes, tags and undo cannot" in m for m in said)
+            assert store.query("SELECT count(*) FROM verdicts") == [(0,)]
+
+
+async def test_the_export_dialog_refuses_what_export_refuses_before_asking_to_replace(make_app, store, tmp_path):
+    """`+invalid` with `valid` or `all` was ignored without a word (the CLI refuses it); a path at a store was first
+    offered to be replaced ("exists: ctrl+s again replaces it") and only then refused."""
+    from textual.widgets import Switch
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("E")
+        dialog = app.screen
+        dialog.query_one("#export-path", Input).value = str(tmp_path / "out.jsonl")
+        dialog.query_one("#export-invalid", Switch).value = True
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        said = str(dialog.query_one("#export-summary").render())
+        assert said == "+invalid goes with the approved selection (valid leaves every invalid sample out)", said
+        assert not (tmp_path / "out.jsonl").exists()
+        dialog.query_one("#export-invalid", Switch).value = False
+        dialog.query_one("#export-path", Input).value = store.path
+        for _ in range(2):
+            await pilot.press("ctrl+s")
+            await settle(app, pilot)
+            said = str(dialog.query_one("#export-summary").render())
+            assert said == f"{store.path} is a DuckDB database (a store?): choose another file", said
+        assert store.count_samples() == 30

@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     made = not os.path.lexists(into)  # a dangling symlink is not ours to remove either
     try:
         with Store(args.into) as store:  # MergeRefused, StoreError: one line
+            if store.read_only:  # DuckDB's own refusal of the first INSERT read as the source's fault
+                raise StoreError(f"{args.into} cannot be written (read-only): nothing merged; pass another --into")
             for k, src in enumerate(args.sources):
                 try:
                     added = store.merge(src)

@@ -343,6 +343,8 @@ class TokviewApp(App[None]):
         )
 
     def action_approve(self) -> None:
+        if self._read_only():
+            return
         marked = self._marked()
         if marked:
             try:
@@ -379,6 +381,8 @@ class TokviewApp(App[None]):
         )
 
     def action_reject(self) -> None:
+        if self._read_only():
+            return
         marked = self._marked()
         target = None if marked else self._target()
         if not marked and target is None:
@@ -400,6 +404,8 @@ class TokviewApp(App[None]):
         self.push_screen(RejectReason(self.config.reject_reasons), chosen)
 
     def action_note(self) -> None:
+        if self._read_only():
+            return
         marked = self._marked()
         target = None if marked else self._target()
         if not marked and target is None:
@@ -422,6 +428,8 @@ class TokviewApp(App[None]):
         self.push_screen(TextPrompt(title, "what a reviewer should know"), written)
 
     def action_tag(self) -> None:
+        if self._read_only():
+            return
         marked = self._marked()
         target = None if marked else self._target()
         if not marked and target is None:
@@ -466,6 +474,19 @@ class TokviewApp(App[None]):
         """Take back the latest action wherever it was made (this sample or not, a bulk one, tokview review's)."""
         self._undo(None)
 
+    def _read_only(self) -> bool:
+        """A store that cannot be written (a read-only mount) is said so at the key, before any dialog: each write
+        failed as "cannot read STORE: … read-only mode", after the reason and the count were asked for."""
+        if not self.session.store.read_only:
+            return False
+        self.notify(
+            f"{self.session.store.path} is read-only: verdicts, notes, tags and undo cannot be recorded "
+            "(viewing and export work)",
+            title="store",
+            severity="error",
+        )
+        return True
+
     def action_undo_history(self) -> None:
         try:
             listed = self.session.store.actions(30)
@@ -475,6 +496,8 @@ class TokviewApp(App[None]):
         self.push_screen(ActionsDialog(listed), lambda action_id: self._undo(action_id) if action_id else None)
 
     def _undo(self, action_id: int | None) -> None:
+        if self._read_only():
+            return
         try:
             undone = self.session.store.undo_action(action_id, who=self.session.who)
         except STORE_TROUBLE as exc:

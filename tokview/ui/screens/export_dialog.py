@@ -21,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static, Switch
 from textual.worker import Worker
 
+from tokview.store.connection import is_duckdb_file
 from tokview.ui.bindings import bindings
 from tokview.ui.display import plain
 from tokview.ui.screens.modals import NARROW_BREAKPOINTS
@@ -157,7 +158,14 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if not request.out:
             summary.update("give a path to write to")
             return
+        if request.include_invalid and request.select != "approved":  # `export --include-invalid` refuses it too
+            other = "exports them already" if request.select == "all" else "leaves every invalid sample out"
+            summary.update(f"+invalid goes with the approved selection ({request.select} {other})")
+            return
         target = Path(request.out)  # `request` expanded `~`
+        if is_duckdb_file(target):  # refused by the export anyway: not offered to be replaced first
+            summary.update(plain(f"{target} is a DuckDB database (a store?): choose another file"))
+            return
         if target.is_file() and self._replacing != str(target.resolve()):  # one key press replaced an earlier export
             self._replacing = str(target.resolve())
             summary.update(plain(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)"))
