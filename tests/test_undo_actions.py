@@ -150,6 +150,13 @@ def test_review_undo_from_the_shell_says_what_it_touched(db, capsys):
     assert len(out["sample_ids"]) == 6
     with pytest.raises(UserError, match="nothing left to undo"):
         review(db, "--undo", "last", capsys=capsys)
+    with pytest.raises(UserError, match=r"^--undo takes no --run, --with-tag: an action is listed and undone whole$"):
+        review(db, "--undo", "last", "--run", "run2", "--with-tag", "x", capsys=capsys)  # it undid every run's
+    with pytest.raises(UserError, match=r"^--history takes no --finding"):
+        review(db, "--history", "--finding", "truncated", capsys=capsys)
+    review(db, "--search", "take 1", "--tag", "sky", capsys=capsys)
+    said = review(db, "--undo", "last", capsys=capsys)  # no status changed: not "back to approved"
+    assert said.startswith("undid #") and said.endswith("_gen0), tags as they were"), said
     with pytest.raises(UserError, match="no action #999999"):
         review(db, "--undo", "999999", capsys=capsys)
 

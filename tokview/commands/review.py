@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 STATUSES = ("pending", "approved", "rejected", "valid", "invalid")
 
 
+_FILTERS = {
+    "--run": "run_name",
+    "--finding": "finding",
+    "--status": "status",
+    "--with-tag": "with_tag",
+    "--search": "search",
+    "--override": "override",
+}
+"""What `--history` and `--undo` do not take (flag → its argparse dest)."""
+
+
 class _Once(argparse.Action):
     """A flag that takes one value: given twice, refused (argparse keeps the last, and `--tag a --tag b` tagged b
     alone, where `export --tag a --tag b` asks for both)."""
@@ -197,6 +208,11 @@ def run(args: argparse.Namespace) -> int:
 
     existing_store(args.db)
     who = _reviewer(args.reviewer)
+    if args.history or args.undo is not None:  # an action is undone whole; `--undo last --run r1` undid every run's
+        given = [flag for flag, value in _FILTERS.items() if getattr(args, value) not in (None, False, [])]
+        if given:
+            what = "--history" if args.history else "--undo"
+            raise UserError(f"{what} takes no {', '.join(given)}: an action is listed and undone whole")
     with Store(args.db) as store:
         if args.history:
             return _history(store, args)

@@ -327,10 +327,13 @@ class Undone:
         ids = self.sample_ids
         shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
         a = self.action
-        return (
-            f"undid #{a.action_id} {a.described} by {a.who or '?'}: {len(ids)} sample{'s' * (len(ids) != 1)} "
-            f"({shown}) back to {', '.join(sorted(set(self.statuses.values())))}"
+        now = (  # a tag, untag or note left every status as it was: "back to approved, pending" read as a change
+            f", {'notes' if a.kind == 'note' else 'tags'} as they were"
+            if a.kind in ("tag", "untag", "note")
+            else f" back to {', '.join(sorted(set(self.statuses.values())))}"
         )
+        n = len(ids)
+        return f"undid #{a.action_id} {a.described} by {a.who or '?'}: {n} sample{'s' * (n != 1)} ({shown}){now}"
 
     def to_dict(self) -> dict[str, Any]:
         a = self.action
