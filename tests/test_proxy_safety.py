@@ -270,6 +270,30 @@ def test_a_held_store_delays_landing_loudly_and_loses_nothing(upstream, tmp_path
     assert not any("STOPPED RECORDING" in line for line in said), said
 
 
+def test_once_not_landing_is_said_the_stores_waits_are_quiet_until_it_lands_again(tmp_path, kimi_tok, kimi_profile):
+    """Each landing tried again while the store was held said "waiting for STORE: in use by …" again, every 10 s,
+    under the NOT LANDING that had said it all."""
+    from tokview.proxy.app import Upstream
+    from tokview.proxy.recorder_store import open_recorder_here
+    from tokview.store.errors import StoreHeld
+
+    said: list[str] = []
+    config = ProxyConfig(["http://127.0.0.1:9"], db=str(tmp_path / "q.duckdb"), profile=kimi_profile)
+    recorder = open_recorder_here(config, [Upstream("http://127.0.0.1:9", "vllm")], kimi_tok, said.append)
+    try:
+        wait = recorder.store._file.on_wait
+        wait("waiting for q.duckdb: in use by another program (pid 1: python)")
+        recorder._held(StoreHeld("the store is in use by another program"))
+        wait("waiting for q.duckdb: in use by another program (pid 1: python)")
+        recorder._held(None)
+        wait("waiting for q.duckdb: in use by another program (pid 2: duckdb)")
+    finally:
+        recorder.close()
+    waits = [line for line in said if "waiting for" in line]
+    assert [line[-7:] for line in waits] == ["python)", "duckdb)"], said
+    assert [line.startswith("tokview proxy: ") for line in waits] == [True, True]
+
+
 def test_two_upstreams_share_the_requests_and_each_sample_names_its_server(tmp_path, kimi_tok, kimi_profile):
     from tokview.sim.config import SimConfig
     from tokview.sim.server import start_simulator

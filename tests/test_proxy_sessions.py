@@ -106,7 +106,8 @@ def test_new_sessions_are_numbered_past_those_the_run_already_stored() -> None:
 def test_parallel_rollouts_differing_only_in_arguments_keep_their_own_sessions() -> None:
     """Two rollouts of one task call the same tool with other arguments; the harness drops the reasoning, so neither
     continues by prefix: keyed by the tool's name alone, the later one took the other's session (and split its own).
-    Re-serialised arguments (spacing, key order) and renumbered call ids still join."""
+    Re-serialised arguments (spacing, key order, a whole number written as a float: `1` sent back as `1.0`) and
+    renumbered call ids still join."""
 
     def call(args: str, call_id: str) -> dict:
         return {
@@ -122,7 +123,7 @@ def test_parallel_rollouts_differing_only_in_arguments_keep_their_own_sessions()
         book.add(turn, name, prompt_ids=SYSTEM + prompt, output_ids=[7, 7], messages=USER_A, answer=call(args, name))
         starts[name] = turn.session_id
     result = {"role": "tool", "tool_call_id": "x", "content": "out"}
-    for name, args, prompt in (("a", '{"n":1,"cmd":"ls"}', [1, 5]), ("b", '{"cmd":"pwd"}', [2, 5])):
+    for name, args, prompt in (("a", '{"n":1.0,"cmd":"ls"}', [1, 5]), ("b", '{"cmd":"pwd"}', [2, 5])):
         again = book.place(SYSTEM + prompt, [*USER_A, call(args, "renumbered"), result])
         assert (again.session_id, again.turn, again.joined_by) == (starts[name], 1, "messages")
 

@@ -264,12 +264,15 @@ def test_header_and_user_name_sessions(sim, proxy) -> None:
     httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Tokview-Session": "agent-7"})
     httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"X-Tokview-Session": "agent-7"})
     httpx.post(proxy.url + "/v1/chat/completions", json={**body, "user": "alice"})
+    named = [(b"X-Tokview-Session", "séance".encode())]  # UTF-8 bytes, read as latin-1 by HTTP: `sÃ©ance` was stored
+    httpx.post(proxy.url + "/v1/chat/completions", json={**body, "max_tokens": 3}, headers=named)
     proxy.stop()
     rows = _stored(proxy.db)
     assert [(r["prompt_id"], r["turn"]) for r in rows] == [
         ("session:agent-7", 0),
         ("session:agent-7", 0),  # the same prompt again: a retry of turn 0, not turn 1 with a break
         ("user:alice", 0),
+        ("session:séance", 0),
     ]
     with Store(proxy.db) as store:  # its messages are stored once, in their column: a reader puts them back
         stored = store.load_sample(rows[0]["sample_id"]).capture.raw_request

@@ -158,3 +158,19 @@ def test_a_leftover_is_its_stores_and_goes_with_it_when_the_store_moves(tmp_path
         [taken] = spool_folder.leftovers(str(moved))
         assert taken.path == folder
         taken.remove()
+
+
+def test_a_refused_start_leaves_no_spool_folder(tmp_path: Path, kimi_tok: TokenizerAdapter, kimi_profile: ModelProfile):
+    """The folder was made before the recorder child refused the store (no DuckDB file; `--db /dev/null` made one in
+    /dev), and no later start removed it: each refused start left a `.tokview-proxy-spool-*` behind."""
+    import pytest
+
+    from tokview.errors import TokviewError
+
+    db = tmp_path / "notes.duckdb"
+    db.write_text("not a database\n")
+    config = ProxyConfig([UP], db=str(db), tokenizer=kimi_tok, profile=kimi_profile, record_in="process")
+    with pytest.raises(TokviewError, match="not a DuckDB"):
+        open_recorder(config, [Upstream(UP, "vllm", None, {}, None)])
+    assert _spool_folders(tmp_path) == []
+    assert db.read_text() == "not a database\n"

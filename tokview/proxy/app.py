@@ -81,6 +81,15 @@ STORED_HEADERS = ("content-type", "user-agent", "accept", SESSION_HEADER)
 """The only client headers a stored request keeps: never Authorization, cookies or keys."""
 
 
+def utf8_header(value: str) -> str:
+    """A header value (read as latin-1, as HTTP has it) as the UTF-8 text a client almost always means: the session
+    `séance` was stored as `sÃ©ance`. Bytes that are no UTF-8 stay as read."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 @dataclass
 class Upstream:
     """One server behind the proxy: its public URL, kind, the Authorization it is sent, and the stamp
@@ -482,7 +491,7 @@ class ProxyApp:
             )
 
     def _session_of(self, ex: _Exchange) -> tuple[str | None, str | None]:
-        named = ex.headers.get(SESSION_HEADER) or None
+        named = utf8_header(ex.headers.get(SESSION_HEADER) or "") or None
         user = ex.request.get("user") if ex.request else None
         return named, user if isinstance(user, str) and user else None
 

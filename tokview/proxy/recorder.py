@@ -530,6 +530,11 @@ class Recorder:
         self._warn()
         return False
 
+    @property
+    def not_landing(self) -> bool:
+        """NOT LANDING was said (a store another program holds) and no landing has gone through since."""
+        return self._said_held
+
     def _held(self, why: BaseException | None) -> None:
         """Said once when landings start meeting a store another program holds, and once when one lands again:
         recording goes on into parts all the while (`Lander.held`)."""

@@ -365,13 +365,13 @@ class RecorderProcess:
             self.recording = False
             self.say(f"tokview proxy: the recorder process ended with exit code {self.process.exitcode}")
 
-    def backlog_said(self) -> str | None:
-        """The recorder's backlog at its peak, for the proxy's last line; None when it never fell behind."""
+    def backlog_said(self) -> str:
+        """The recorder's backlog at its peak, for the proxy's last line (the README promises it there)."""
         if not self.backlog_peak and not self.spooled:
-            return None
-        mb = 1024 * 1024
+            return "the recorder kept up: no backlog"
+        mb, n = 1024 * 1024, self.backlog_peak
         return (
-            f"the recorder's backlog peaked at {self.backlog_peak} answers ({self.memory_peak / mb:.1f} MB held in "
+            f"the recorder's backlog peaked at {n} answer{'s' * (n != 1)} ({self.memory_peak / mb:.1f} MB held in "
             f"memory, {self.spooled / mb:.1f} MB spooled to disk)"
         )
 

@@ -36,11 +36,19 @@ def open_recorder_here(
         )
     # closed as each landing ends (linger 0): its checkpoint, which grows with the store, is then part of what the
     # landing took, which spaces the next one (`Recorder._landed`); it used to run 0.2 s later on a timer thread
+    recorders: list[Recorder] = []
+
+    def waiting(line: str) -> None:
+        """The store's "waiting for STORE: in use by …", named as the proxy's other lines; quiet once the recorder
+        has said NOT LANDING (each landing tried again said it again, every 10 s) until it lands again."""
+        if say is not None and not (recorders and recorders[-1].not_landing):
+            say(f"tokview proxy: {line}")
+
     store = Store(
         config.db or "",
         server_urls=config.servers,
         lock_timeout=config.lock_timeout,
-        on_wait=None if say is None else (lambda line: say(f"tokview proxy: {line}")),  # named as its other lines
+        on_wait=None if say is None else waiting,
         linger=0,
     )
     store.put_run(
@@ -61,6 +69,7 @@ def open_recorder_here(
 
     def recorder_of(run_id: str) -> Recorder:
         recorder = Recorder(store, profile=profile, tokenizer=tok, run_id=run_id, say=say, threaded=threaded)
+        recorders.append(recorder)
         restore_sessions(recorder.sessions, store)
         recorder.keys_landed(recorder.sessions.whole_rows())  # restored rows stored whole, keys among them
         recorder.sessions.number_after(store.query(LAST_NUMBER_SQL, [f"proxy:{run_id}:s"])[0][0])

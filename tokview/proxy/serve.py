@@ -169,7 +169,14 @@ def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | 
             None if source is None else str(source),
             spool_dir=spool_dir_for(config.db, config.run_id),
         )
-        process = RecorderProcess(spec, config.say or _say_on_stderr)
+        try:
+            process = RecorderProcess(spec, config.say or _say_on_stderr)
+        except BaseException:  # refused (no DuckDB file, a held store): no folder of its own left beside the store
+            if spec.spool_dir is not None:
+                from tokview.proxy.spool_folder import discard
+
+                discard(spec.spool_dir)
+            raise
         if process.process.pid is not None:  # started (RecorderProcess waits until it is ready)
             lower_priority(process.process.pid)
         return process

@@ -201,10 +201,25 @@ def _call_text(call: dict[str, Any]) -> list[Any]:
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         try:
-            arguments = orjson.loads(arguments)
+            arguments = _whole_numbers(orjson.loads(arguments))
         except orjson.JSONDecodeError:
             arguments = arguments.strip()
+        except RecursionError:  # nested past Python's stack: compared as sent
+            arguments = arguments.strip()
     return [function.get("name"), arguments]
+
+
+def _whole_numbers(value: Any) -> Any:
+    """`value` with each whole float as the int it equals: a harness that parsed the served `{"a": 1}` into a float
+    sends back `{"a": 1.0}` (JavaScript's numbers, pydantic's float fields), the same call to the tool; compared as
+    written, the turn was taken for a new conversation and its break never reported."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
 
 
 def _digests(messages: list[Any], after: Any = None) -> tuple[list[str], Any]:

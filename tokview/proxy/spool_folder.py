@@ -83,6 +83,14 @@ def release(directory: str) -> None:
         os.close(fd)
 
 
+def discard(directory: str) -> None:
+    """A folder made for a start that failed (its recorder never came up: the store is no DuckDB file, or held):
+    released and removed when it holds no spooled answer, so a refused start leaves nothing beside the store."""
+    release(directory)
+    if not spool_files(directory):
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _lock(directory: str, how: int) -> int:
     fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
     try:
