@@ -188,8 +188,8 @@ def test_an_assistant_turn_that_is_not_text_is_a_bad_row_and_the_rest_goes_on(tm
     assert report.rows == 5
     assert report.imported == 1
     assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 2", "line 3", "line 4"]
-    assert "turn 2 `value` must be a string or a list of text parts, not a number" in report.bad_rows[0]
-    assert "turn 2 `reasoning_content` must be a string, not a number" in report.bad_rows[3]
+    assert "message 2 `value` must be a string or a list of text parts, not a number" in report.bad_rows[0]
+    assert "message 2 `reasoning_content` must be a string, not a number" in report.bad_rows[3]
 
 
 def test_a_line_of_a_dataset_that_is_not_utf8_is_a_bad_row_and_the_rest_is_audited(tmp_path):

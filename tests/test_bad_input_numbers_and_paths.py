@@ -186,7 +186,7 @@ def test_tool_calls_that_are_not_a_list_are_named_so(calls):
     from tokview.core.prompts import parse_row
 
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls}]}
-    with pytest.raises(PromptError, match=r"turn 2's `tool_calls` must be a list of calls, not (dict|str)"):
+    with pytest.raises(PromptError, match=r"message 2's `tool_calls` must be a list of calls, not (dict|str)"):
         parse_row(row, line=1)
 
 

@@ -26,9 +26,9 @@ def _row(**kw) -> str:
 @pytest.mark.parametrize(
     "row, expected",
     [
-        (_row(id="a", messages=[{"role": "user", "content": 123}]), "line 1: turn 1 `content` must be a string"),
+        (_row(id="a", messages=[{"role": "user", "content": 123}]), "line 1: message 1 `content` must be a string"),
         (_row(id="a", messages=[{"role": "user", "content": {"a": 1}}]), "not an object"),
-        (_row(id="a", conversations=[{"from": "human", "value": 5}]), "line 1: turn 1 `value` must be a string"),
+        (_row(id="a", conversations=[{"from": "human", "value": 5}]), "line 1: message 1 `value` must be a string"),
         (
             _row(id="a", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
             "part 1 (image_url) has no text string",
@@ -53,7 +53,7 @@ def test_an_object_as_content_is_not_stored_as_an_empty_prompt(tmp_path):
     # before: parse_row kept {"a": 1} as the content and the template rendered an empty user turn
     rows, bad = read_prompts(_write(tmp_path, _row(id="x", messages=[{"role": "user", "content": {"a": 1}}])))
     assert rows == []
-    assert "turn 1 `content` must be a string or a list of text parts, not an object" in bad[0]
+    assert "message 1 `content` must be a string or a list of text parts, not an object" in bad[0]
 
 
 def test_text_parts_still_read(tmp_path):
@@ -270,7 +270,7 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
         ],
     }
     assert parse_row(tools_row, line=3).tools == tools_row["tools"]
-    with pytest.raises(PromptError, match="line 3: turn 2: call 1 has no function name"):
+    with pytest.raises(PromptError, match="line 3: message 2: call 1 has no function name"):
         parse_row(nameless_call, line=3)
     path = tmp_path / "p.jsonl"
     ok = {"id": "ok", "messages": [{"role": "user", "content": "hi"}]}
@@ -280,7 +280,7 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
         config = BatchConfig(servers=[], prompts_path=path, mode=mode)
         work = plan_work(config, config.sample_settings(identity), lambda _f: set())
         assert work.planned == planned
-        assert work.bad[-1].startswith("line 2: turn 2: call 1 has no function name")
+        assert work.bad[-1].startswith("line 2: message 2: call 1 has no function name")
         if mode != "chat":
             assert len(work.bad) == 2
             assert work.bad[0].startswith("line 1: the row is an agent trace")

@@ -138,7 +138,8 @@ def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_pa
     }
     with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each"})) as sim:
         code, _, store = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
-        summary = json.loads(capsys.readouterr().out)
+        said = capsys.readouterr()
+        summary = json.loads(said.out)
         again_code, _, _ = _batch(tmp_path, sim.url, [one_result, {"id": "plain", "prompt": "hi"}])
     again = json.loads(capsys.readouterr().out)
     assert again_code == ExitCode.OK
@@ -153,10 +154,26 @@ def test_a_chain_whose_calls_the_file_does_not_answer_stops_there_counted(tmp_pa
     assert summary["balanced"]
     (why,) = summary["chain_stops"]
     assert "turn 0 called 2 tool(s) (get_weather, get_time) where the file has 1 result(s) (get_weather)" in why
+    assert summary["chains_stopped"] == {why: 1}  # chains and their turns told apart (two chains read as one)
+    assert f"  1 chain stopped, 2 later turns not generated: {why}" in said.err, said.err
     (kept,) = _chain(store, "short")
     stop = next(f for f in kept.findings if f.code == "chain_stopped")
     assert "called 2 tool(s)" in stop.detail
     assert kept.capture.settings["chain"]["stopped"]
+
+
+def test_a_stop_the_tool_parser_made_says_the_calls_the_ids_hold(tmp_path, capsys):
+    """ "turn 0 called 1 tool(s) (get_weather) where the file has 2" read as the model's doing: its ids held 2 calls,
+    the server's parser returned one (`tool_calls_field_mismatch` on the same sample)."""
+    with start_simulator(SimConfig(kind="vllm", quirks={"tool-calls": "each", "parser-drops-call": True})) as sim:
+        code, _, store = _batch(tmp_path, sim.url, [LOOP_TRACE])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK, summary
+    (why,) = summary["chain_stops"]
+    assert why.startswith("turn 0 called 1 tool(s) (get_weather) where the file has 2 result(s)"), why
+    assert why.endswith("; its ids hold 2 call(s): the server's tool parser returned 1"), why
+    (kept,) = _chain(store, "agent")
+    assert {"chain_stopped", "tool_calls_field_mismatch"} <= {f.code for f in kept.findings}
 
 
 def test_history_file_keeps_independent_turns_and_their_ids(tmp_path, capsys):

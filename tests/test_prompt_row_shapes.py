@@ -26,13 +26,13 @@ GOOD = {"id": "good", "prompt": "fine"}
 @pytest.mark.parametrize(
     ("row", "says"),
     [
-        ({"id": "a", "messages": [{"role": "user"}]}, "turn 1 has no `content`"),
-        ({"id": "a", "messages": [{"role": "user", "content": None}]}, "turn 1 has no `content`"),
+        ({"id": "a", "messages": [{"role": "user"}]}, "message 1 has no `content`"),
+        ({"id": "a", "messages": [{"role": "user", "content": None}]}, "message 1 has no `content`"),
         (
             {"id": "a", "messages": [{"role": "system", "content": "s"}, {"role": "user"}]},
-            "turn 2 has no `content`",
+            "message 2 has no `content`",
         ),
-        ({"id": "a", "conversations": [{"from": "human"}]}, "turn 1 has no `value`"),
+        ({"id": "a", "conversations": [{"from": "human"}]}, "message 1 has no `value`"),
         ({"id": "a", "prompt": 5}, "`prompt` must be a string, not a number"),
         ({"id": "a", "prompt": None}, "`prompt` must be a string, not null"),
         ({"id": "a", "messages": "hi"}, "`messages` must be a list of turns, not a string"),
@@ -64,11 +64,11 @@ def test_an_empty_string_is_still_an_explicit_empty_turn(tmp_path):
     [
         ({"id": "a", "prompt": ""}, "line 1: `prompt` (the user turn) has no text"),
         ({"id": "a", "prompt": " \n"}, "line 1: `prompt` (the user turn) has no text"),
-        ({"id": "a", "messages": [{"role": "user", "content": "  "}]}, "line 1: turn 1 (a user turn) has no text"),
-        ({"id": "a", "conversations": [{"from": "human", "value": ""}]}, "line 1: turn 1 (a user turn) has no text"),
+        ({"id": "a", "messages": [{"role": "user", "content": "  "}]}, "line 1: message 1 (a user turn) has no text"),
+        ({"id": "a", "conversations": [{"from": "human", "value": ""}]}, "line 1: message 1 (a user turn) has no text"),
         (
             {"id": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]},
-            "line 1: turn 1 (a user turn) has no text",
+            "line 1: message 1 (a user turn) has no text",
         ),
         (
             {
@@ -76,7 +76,7 @@ def test_an_empty_string_is_still_an_explicit_empty_turn(tmp_path):
                 "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
                 + [{"role": "user", "content": ""}],
             },
-            "line 1: turn 3 (a user turn) has no text",
+            "line 1: message 3 (a user turn) has no text",
         ),
     ],
 )

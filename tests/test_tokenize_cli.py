@@ -155,7 +155,7 @@ def test_a_chat_turn_of_the_wrong_type_is_named_as_batch_names_it(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == (
-        f"tokview: error: {chat}: turn 1 `content` must be a string or a list of text parts, not a number"
+        f"tokview: error: {chat}: message 1 `content` must be a string or a list of text parts, not a number"
     ), done.stderr
 
 

@@ -474,3 +474,15 @@ def test_zero_width_characters_are_named_at_a_tokens_edges_and_kept_inside_it():
     assert visible("\u200d👩") == "‹U+200D›👩"
     assert visible(" \u200b") == "·‹U+200B›"  # not the same as a plain space token
     assert visible("👨\u200d👩") == "👨\u200d👩"  # inside: the sequence it joins
+
+
+def test_a_long_reason_is_clipped_before_a_word_never_through_one() -> None:
+    """The batch summary cut a reason at 200 characters: `/v1/completions` read `/v1/completion`, brackets left open."""
+    from tokview.untrusted_text import clipped
+
+    reason = "the chat endpoint returned no token ids: " + "use the raw path " * 12 + "(vLLM /v1/completions)"
+    cut = clipped(reason, 200)
+    assert len(cut) <= 200 and cut.endswith(" …")
+    assert reason.startswith(cut[: -len(" …")]) and reason[len(cut) - 2] == " "
+    assert clipped("short", 200) == "short"
+    assert clipped("x" * 300, 200) == "x" * 198 + " …"  # no space to cut at: cut where it must

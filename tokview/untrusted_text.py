@@ -99,6 +99,15 @@ def printable_line(text: str) -> str:
     return _LINE_BREAKS.sub(_escape, printable(text).replace("\n", "\\n").replace("\t", "\\t"))
 
 
+def clipped(text: str, limit: int) -> str:
+    """`text` up to `limit` characters, cut before a word with " …" when longer: a reason cut at 200 characters named
+    `/v1/completion` for `/v1/completions` and left its brackets open."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 2]
+    return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"
+
+
 _PRINTED_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|(n)|(t))")
 
 

@@ -45,14 +45,26 @@ HISTORY_REASONING = ("template", "all", "none")
 (`keep_all_reasoning`: Kimi-K2.6 `preserve_thinking`); `none`: no reasoning goes back."""
 CHAIN_STOP_PREFIX = "\x00chain stopped: "
 """How a writer's `reasons` counts the turns a stopped chain left (read apart from failures by the runner)."""
-EARLIER_STOP = "stopped in an earlier run (its first turns are stored; another --run regenerates it whole)"
+EARLIER_STOP = (
+    "stopped in an earlier run (its first turns are stored, the reason in their chain_stopped finding, which "
+    "`tokview show` prints)"
+)
+
+
+CHAINS_STOPPED_PREFIX = "\x00chains stopped: "
+"""How a writer's `reasons` counts the chains that stopped for a reason (`CHAIN_STOP_PREFIX` counts their turns)."""
 
 
 def split_chain_stops(reasons: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
     """(failure reasons, chain stop reasons): a writer counts the turns a chain left beside its failures."""
-    failures = {r: n for r, n in reasons.items() if not r.startswith(CHAIN_STOP_PREFIX)}
+    failures = {r: n for r, n in reasons.items() if not r.startswith((CHAIN_STOP_PREFIX, CHAINS_STOPPED_PREFIX))}
     stops = {r[len(CHAIN_STOP_PREFIX) :]: n for r, n in reasons.items() if r.startswith(CHAIN_STOP_PREFIX)}
     return failures, stops
+
+
+def chains_stopped(reasons: Mapping[str, int]) -> dict[str, int]:
+    """How many chains stopped for each reason (the turns they left are `split_chain_stops`'s)."""
+    return {r[len(CHAINS_STOPPED_PREFIX) :]: n for r, n in reasons.items() if r.startswith(CHAINS_STOPPED_PREFIX)}
 
 
 @dataclass(frozen=True)
@@ -215,7 +227,7 @@ def _next_history(
     if len(got) != len(wanted):
         return [], (
             f"turn {turn} called {len(got)} tool(s) ({', '.join(got) or 'none'}) where the file has {len(wanted)} "
-            f"result(s) ({', '.join(wanted) or 'none'})"
+            f"result(s) ({', '.join(wanted) or 'none'})" + _parser_lost(served, profile, len(got))
         )
     for p, want in sorted(zip(answers, wanted, strict=True)):
         if p >= len(got) or got[p] != want:
@@ -226,6 +238,18 @@ def _next_history(
         spliced.append({**result, "tool_call_id": calls[p].get("id") or result.get("tool_call_id")})
     spliced += [dict(m) for m in following[len(results) :]]
     return spliced, None
+
+
+def _parser_lost(served: Capture, profile: ModelProfile | None, parsed: int) -> str:
+    """Said after a stop's reason when the ids hold another number of calls than the server's tool parser returned
+    (`tool_calls_field_mismatch`): "called 1 tool" read as the model's doing, where the parser dropped one."""
+    layout = profile.tool_calls if profile is not None else None
+    if layout is None or layout.call_begin_id is None:
+        return ""
+    in_ids = served.output_ids.count(layout.call_begin_id)
+    if in_ids == parsed:
+        return ""
+    return f"; its ids hold {in_ids} call(s): the server's tool parser returned {parsed}"
 
 
 def _answered_calls(turn: Mapping[str, Any], results: Sequence[Mapping[str, Any]]) -> list[int]:

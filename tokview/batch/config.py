@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokview.core.record import settings_key
 from tokview.errors import ExitCode
-from tokview.untrusted_text import printable_line
+from tokview.untrusted_text import clipped, printable_line
 
 if TYPE_CHECKING:
     from tokview.core.profiles import ModelProfile
@@ -347,6 +347,8 @@ class BatchSummary:
     """Turns of multi-turn rows not generated because their chain stopped before them (`batch/chains.py`),
     in this run or an earlier one; `chain_stops` says why, per reason."""
     chain_stops: dict[str, int] = field(default_factory=dict)
+    chains_stopped: dict[str, int] = field(default_factory=dict)
+    """How many chains stopped for each reason of `chain_stops` (none for a stop an earlier run made)."""
     flagged_by_code: dict[str, int] = field(default_factory=dict)
     """Flagged samples per error finding code (a sample with two codes counts under each)."""
 
@@ -384,7 +386,7 @@ class BatchSummary:
         rate = self.ok / self.elapsed_s if self.elapsed_s > 0 else 0.0
         lines = [
             f"run {printable_line(self.run_id)}: ok {self.ok} + failed {self.failed} + skipped {self.skipped}"
-            + (f" + chain-stopped {self.chain_stopped}" if self.chain_stopped else "")
+            + (f" + after a chain stop {self.chain_stopped}" if self.chain_stopped else "")
             + (f" + abandoned {self.abandoned}" if self.abandoned else "")
             + f" = {self.ok + self.failed + self.skipped + self.chain_stopped + self.abandoned} of input {self.input} "
             + ("(balanced)" if self.balanced else "(DOES NOT BALANCE)"),
@@ -400,11 +402,14 @@ class BatchSummary:
             )
         examples = self.failure_examples()
         for cls, n in list(self.failures_by_class.items())[:10]:  # reasons quote servers: escapes shown, not run
-            example = printable_line(examples[cls][:200])
+            example = printable_line(clipped(examples[cls], 200))
             shown = printable_line(cls)
             lines.append(f"  failed x{n}: {shown}" + (f" (e.g. {example})" if examples[cls] != cls else ""))
         for why, n in sorted(self.chain_stops.items(), key=lambda kv: -kv[1])[:10]:
-            lines.append(f"  chain stopped, {n} turn(s) not generated: {printable_line(why[:200])}")
+            chains = self.chains_stopped.get(why)
+            stopped = "chains stopped" if chains is None else f"{chains} chain{'s' * (chains != 1)} stopped"
+            said = f"{stopped}, {n} later turn{'s' * (n != 1)} not generated"
+            lines.append(f"  {said}: {printable_line(clipped(why, 200))}")
         lines += [f"  note: {printable_line(note)}" for note in self.notes]
         if self.stopped:
             lines.append(

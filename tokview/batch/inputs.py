@@ -111,7 +111,7 @@ def check_row(raw: dict[str, Any], where: str) -> None:
     for k, turn in enumerate(turns if isinstance(turns, list) else []):
         if not isinstance(turn, dict):
             continue  # parse_row says so
-        here = f"{where}: turn {k + 1}"
+        here = f"{where}: message {k + 1}"
         key = "value" if ("from" in turn or "value" in turn) else "content"
         _check_content(turn.get(key), f"{here} `{key}`")
         role = ROLE_FROM_SHAREGPT.get(str(turn.get("from", "")).lower()) if key == "value" else turn.get("role")

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tokview.batch import preload
-from tokview.batch.chains import EARLIER_STOP, ChainItem, split_chain_stops
+from tokview.batch.chains import EARLIER_STOP, ChainItem, chains_stopped, split_chain_stops
 from tokview.batch.config import BatchConfig, BatchProgress, BatchSummary, split_flagged
 from tokview.batch.inputs import InputError, check_prompts_path
 from tokview.batch.legacy_runs import run_id_for
@@ -436,6 +436,7 @@ async def _run(
             reasons.update(t.reasons)
         others, summary.flagged_by_code = split_flagged(reasons)
         summary.failures_by_reason, summary.chain_stops = split_chain_stops(others)
+        summary.chains_stopped = chains_stopped(others)
     p = snapshot()
     summary.ok, summary.failed, summary.skipped = p.ok, p.failed, p.skipped
     summary.flagged, summary.truncated, summary.output_tokens, summary.elapsed_s = (

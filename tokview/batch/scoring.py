@@ -40,7 +40,7 @@ from tokview.store.export_rows import (
     without_output_count,
 )
 from tokview.store.token_data import put_target_scores
-from tokview.untrusted_text import printable_line
+from tokview.untrusted_text import clipped, printable_line
 
 if TYPE_CHECKING:
     from tokview.servers import ServerPool
@@ -138,7 +138,7 @@ class ScoreSummary:
         # lines adding up to a fraction of the failures
         examples = reason_examples(self.failures_by_reason)
         for cls, n in list(group_reasons(self.failures_by_reason).items())[:10]:  # a server's words: escapes shown
-            example = printable_line(examples[cls][:200])
+            example = printable_line(clipped(examples[cls], 200))
             lines.append(
                 f"  failed x{n}: {printable_line(cls)}" + (f" (e.g. {example})" if examples[cls] != cls else "")
             )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
-from tokview.batch.chains import CHAIN_STOP_PREFIX
+from tokview.batch.chains import CHAIN_STOP_PREFIX, CHAINS_STOPPED_PREFIX
 from tokview.batch.config import FLAGGED_PREFIX
 from tokview.core.analysis import analyze
 from tokview.core.finding_context import reencode_output
@@ -342,6 +342,7 @@ class GroupWriter:
             self.reasons[scrub_text(f["reason"])] += 1
         for why, left in group.chain_stops:  # counted beside the failure reasons, told apart by the runner
             self.reasons[CHAIN_STOP_PREFIX + scrub_text(why)] += left
+            self.reasons[CHAINS_STOPPED_PREFIX + scrub_text(why)] += 1
         for code, n in group.flagged_codes.items():  # so are the error findings' codes (`split_flagged`)
             self.reasons[FLAGGED_PREFIX + code] += n
         if self.on_commit is not None:

@@ -164,20 +164,22 @@ def check_trace(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
         if pending:
             ids = ", ".join(c["id"] for c in pending)
             raise PromptError(
-                f"{where}: turn {number} ({role}) comes while call {ids} has no result: the template would "
+                f"{where}: message {number} ({role}) comes while call {ids} has no result: the template would "
                 "render a call nobody answered"
             )
         for call in msg.get("tool_calls") or []:
             name = call["function"]["name"]
             if name not in declared:
                 said = f"declares {', '.join(sorted(declared))}" if declared else "has no `tools`"
-                raise PromptError(f"{where}: turn {number} calls {name!r}, which the row's `tools` does not ({said})")
+                raise PromptError(
+                    f"{where}: message {number} calls {name!r}, which the row's `tools` does not ({said})"
+                )
             call.setdefault("id", f"functions.{name}:{made}")
             made += 1
             pending.append(call)
         call_ids = [c["id"] for c in msg.get("tool_calls") or []]
         if len(set(call_ids)) != len(call_ids):
-            raise PromptError(f"{where}: turn {number} gives two calls the same id {call_ids!r}")
+            raise PromptError(f"{where}: message {number} gives two calls the same id {call_ids!r}")
     if pending and messages[-1]["role"] == "tool":  # the generation follows these results: all must be there
         ids = ", ".join(c["id"] for c in pending)
         raise PromptError(
@@ -195,11 +197,11 @@ def _answer(msg: dict[str, Any], pending: list[dict[str, Any]], where: str, numb
         call = next((c for c in pending if c["id"] == str(wanted)), None)
     if call is None:
         said = f" for {wanted!r}" if wanted is not None else ""
-        raise PromptError(f"{where}: turn {number} is a tool result{said} that answers no call before it")
+        raise PromptError(f"{where}: message {number} is a tool result{said} that answers no call before it")
     name = msg.get("name")
     if name is not None and name != call["function"]["name"]:
         raise PromptError(
-            f"{where}: turn {number} is the result of {name!r}, but it answers call {call['id']} "
+            f"{where}: message {number} is the result of {name!r}, but it answers call {call['id']} "
             f"of {call['function']['name']!r}"
         )
     pending.remove(call)

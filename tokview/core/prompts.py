@@ -94,7 +94,9 @@ def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
     content = raw.get(key)
     given = raw.get("tool_calls") or []
     if not isinstance(given, list):  # an object's keys (a string's characters) would be read as its calls
-        raise PromptError(f"{where}: turn {number}'s `tool_calls` must be a list of calls, not {type(given).__name__}")
+        raise PromptError(
+            f"{where}: message {number}'s `tool_calls` must be a list of calls, not {type(given).__name__}"
+        )
     calls: list[Any] = list(given)
     if sharegpt:
         speaker = str(raw.get("from", "")).lower()
@@ -102,9 +104,9 @@ def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
         if role is None:
             raise PromptError(f"{where}: unknown ShareGPT speaker {raw.get('from')!r}")
         if speaker == "function_call" and isinstance(content, str):
-            calls, content = traces.sharegpt_calls(content, f"{where}: turn {number}"), ""
+            calls, content = traces.sharegpt_calls(content, f"{where}: message {number}"), ""
         elif role == "assistant" and isinstance(content, str) and "<tool_call>" in content:
-            content, calls = traces.hermes_calls(content, f"{where}: turn {number}")
+            content, calls = traces.hermes_calls(content, f"{where}: message {number}")
     else:
         role = raw.get("role")
         if role not in ("system", "developer", "user", "assistant", "tool"):  # developer: OpenAI's system turn
@@ -112,18 +114,18 @@ def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
         if isinstance(content, list):  # OpenAI content parts: keep the text parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     if calls and role != "assistant":
-        raise PromptError(f"{where}: turn {number} is a {role} turn with tool_calls (only assistant turns call)")
+        raise PromptError(f"{where}: message {number} is a {role} turn with tool_calls (only assistant turns call)")
     if content is None and calls:
         content = ""  # OpenAI's null content beside tool_calls: nothing to render
     if content is None:  # absent or null: sent as an empty turn, the model would answer something else
-        raise PromptError(f'{where}: turn {number} has no `{key}` (an empty turn is written "{key}": "")')
+        raise PromptError(f'{where}: message {number} has no `{key}` (an empty turn is written "{key}": "")')
     msg: dict[str, Any] = {"role": role, "content": content}
     for rkey in REASONING_KEYS:
         if raw.get(rkey):
             msg["reasoning_content"] = raw[rkey]
             break
     if calls:
-        msg["tool_calls"] = [traces.normal_call(c, f"{where}: turn {number}", k) for k, c in enumerate(calls, 1)]
+        msg["tool_calls"] = [traces.normal_call(c, f"{where}: message {number}", k) for k, c in enumerate(calls, 1)]
     if role == "tool":
         for field in ("tool_call_id", "name"):
             if raw.get(field) is not None:

@@ -118,8 +118,9 @@ def finish_chat_capture(
     if (fields["output_ids"] is None or fields["prompt_ids"] is None) and call.require_ids:
         raise CaptureFailed(
             "the chat endpoint returned no token ids (no prompt_token_ids / token_ids / "
-            "response_token_ids): this server build cannot give exact ids on chat; use the "
-            "raw path (SGLang /generate, vLLM /v1/completions)",
+            "response_token_ids): this server build cannot give exact ids on chat; run a build that returns them "
+            "(`tokview doctor --server URL` says what it answers), or, for prompts without tools, the raw path "
+            "(--mode raw: SGLang /generate, vLLM /v1/completions)",
             url=client.url,
         )
     fields["prompt_ids"] = list(fields["prompt_ids"] or [])
