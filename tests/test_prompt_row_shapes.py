@@ -139,3 +139,36 @@ def test_a_developer_turn_is_read_and_rendered_as_the_template_writes_it(tmp_pat
     assert [m["role"] for m in prompt.messages] == ["developer", "user"]
     text = kimi_tok.decode(kimi_tok.render(prompt.messages, template_kwargs={"thinking": True}))
     assert text.startswith("<|im_system|>developer<|im_middle|>Be brief.<|im_end|>")
+
+
+def test_hermes_tool_responses_are_the_results_inside_them_one_per_block() -> None:
+    """A ShareGPT `tool` turn of `<tool_response>` blocks went to the template as it was, which wrapped it again (the
+    prompt held `<tool_response>\\n<tool_response>…`), and two blocks in one turn (Hermes' parallel results) were
+    refused as a call left without its result."""
+    from tokview.core.prompts import parse_row
+
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "%s"}}\n</tool_call>'
+    weather = '{"name": "get_weather", "content": "%s"}'
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    turns: list[dict[str, str]] = [
+        {"from": "human", "value": "Dublin and Oslo?"},
+        {"from": "gpt", "value": call % "Dublin" + "\n" + call % "Oslo"},
+        {
+            "from": "tool",
+            "value": f"<tool_response>\n{weather % 'rain'}\n</tool_response>\n"
+            f"<tool_response>\n{weather % 'snow'}\n</tool_response>",
+        },
+        {"from": "gpt", "value": "Rain in Dublin, snow in Oslo."},
+    ]
+    row = {"tools": tools, "conversations": turns}
+    messages = parse_row(row).messages
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    calls = messages[1]["tool_calls"]
+    assert [(m["content"], m["name"], m["tool_call_id"]) for m in messages[2:4]] == [
+        (weather % "rain", "get_weather", calls[0]["id"]),
+        (weather % "snow", "get_weather", calls[1]["id"]),
+    ]
+    turns[2]["value"] = "see <tool_response>x</tool_response> above"  # not only blocks: as written
+    turns[1]["value"] = call % "Dublin"
+    (result,) = [m for m in parse_row(row).messages if m["role"] == "tool"]
+    assert result["content"] == "see <tool_response>x</tool_response> above"

@@ -28,6 +28,7 @@ from tokview.core.xml_tool_calls import FUNCTION_OPEN, xml_call
 from tokview.errors import TokviewError
 
 HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+HERMES_RESPONSE = re.compile(r"<tool_response>\s*(.*?)\s*</tool_response>", re.S)
 
 
 class PromptError(TokviewError):
@@ -147,6 +148,27 @@ def hermes_calls(value: str, where: str) -> tuple[str, list[Any]]:
                 f"{where}: a <tool_call> block is neither JSON {{name, arguments}} nor <function=NAME> XML"
             ) from None
     return HERMES_CALL.sub("", value).strip(), calls
+
+
+def hermes_results(value: str) -> list[dict[str, Any]] | None:
+    """The results of a ShareGPT tool turn written as Hermes `<tool_response>` blocks (one per call, as Hermes
+    datasets write parallel results), each as the text inside its block (what Qwen3's template wraps again), named
+    by the block's JSON `name` when it has one; None when the turn is not only such blocks. Sent as they were, the
+    prompt held each result wrapped twice, and parallel results in one turn were refused."""
+    blocks = HERMES_RESPONSE.findall(value)
+    if not blocks or HERMES_RESPONSE.sub("", value).strip():
+        return None
+    results = []
+    for block in blocks:
+        result: dict[str, Any] = {"role": "tool", "content": block}
+        try:
+            said = json.loads(block)
+        except (json.JSONDecodeError, RecursionError):
+            said = None
+        if isinstance(said, dict) and isinstance(said.get("name"), str):
+            result["name"] = said["name"]
+        results.append(result)
+    return results
 
 
 def check_trace(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, where: str) -> None:

@@ -86,6 +86,16 @@ def kind_of(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _messages(raw: object, where: str, number: int) -> list[dict[str, Any]]:
+    """The message a turn is; a ShareGPT tool turn of Hermes `<tool_response>` blocks is one result per block."""
+    msg = _message(raw, where, number)
+    if msg["role"] == "tool" and isinstance(raw, dict) and "value" in raw and isinstance(msg["content"], str):
+        results = traces.hermes_results(msg["content"])
+        if results is not None:
+            return results
+    return [msg]
+
+
 def _message(raw: object, where: str, number: int = 1) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PromptError(f"{where}: a turn is not an object")
@@ -148,7 +158,7 @@ def parse_row(row: object, line: int | None = None) -> PromptRow:
     else:
         raise PromptError(f"{where}: {_no_turns(row)}")
     tools = traces.row_tools(row.get("tools"), where)
-    messages = [_message(t, where, k) for k, t in enumerate(turns, start=1)]
+    messages = [m for k, t in enumerate(turns, start=1) for m in _messages(t, where, k)]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
     if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
