@@ -124,3 +124,26 @@ def test_show_keeps_its_columns_by_terminal_cells_past_wide_pieces(tmp_path, cap
     assert len(rows) == len(answer)
     assert any(cell_len(m.group(1)) > len(m.group(1)) for m in rows)  # a wide piece is among them
     assert {cell_len(m.group(0)) for m in rows} == {cell_len(rows[0].group(0))}, [m.group(0) for m in rows]
+
+
+def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_capture, kimi_tok, kimi_profile):
+    """A row found wrong in a trainer's file (`my-task#turn1_gen0`) was "no sample" to `show`: only the sample id
+    `stats --samples` prints was taken. Two runs' samples behind one row id are named, not guessed between."""
+    db = tmp_path / "rows.duckdb"
+    with Store(db) as store:
+        chained = [put(store, "my-task", make_capture(question=f"turn {t}"), turn=t) for t in (0, 1)]
+        single = put(store, "plain", make_capture(question="once"))
+        other = make_capture(question="once")  # the same prompt in a run of other settings: another sample id
+        store.put_sample(
+            "plain@other_gen0", "plain", "run2", other, analyze(other, kimi_profile, kimi_tok), gen_index=0
+        )
+    for row_id, sample_id in (("my-task#turn1_gen0", chained[1]), ("my-task#turn0", chained[0])):
+        assert main(["show", "--db", str(db), row_id, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id
+    assert main(["show", "--db", str(db), "plain_gen0@run1", "--json"]) == 0  # a second run's row gets @run
+    assert json.loads(capsys.readouterr().out)["sample_id"] == single
+    assert main(["show", "--db", str(db), "plain_gen0"]) == 1
+    err = capsys.readouterr().err
+    assert "2 samples have the export row id 'plain_gen0' (other runs): give one of" in err and single in err
+    assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
+    assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err

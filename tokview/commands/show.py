@@ -6,6 +6,7 @@ The headless twin of the inspect screen, for terminals without the app, for logs
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,34 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
             return store.load_sample(sample_id)
         except UnknownSample:
             pass
+    named = _by_row_id(store, given)
+    if len(named) == 1:
+        return store.load_sample(named[0])
+    if named:
+        shown = ", ".join(printable_line(n) for n in named[:5]) + (", …" if len(named) > 5 else "")
+        raise UserError(f"{len(named)} samples have the export row id {given!r} (other runs): give one of {shown}")
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
+
+
+_ROW_ID = re.compile(r"^(?P<prompt>.+?)(?:#turn(?P<turn>\d+))?(?:_gen(?P<gen>\d+))?(?:@(?P<run>.+?)(?:\.\d+)?)?$", re.S)
+"""An exported row's id (`export.formats.row_ids`): `{prompt}[#turn{t}][_gen{g}][@{run}]`."""
+
+
+def _by_row_id(store: Store, given: str) -> list[str]:
+    """The sample ids an exported row's id names (`my-task#turn1_gen0`, as a training file carries it): a row found
+    wrong in a trainer's file is shown without looking its sample id up."""
+    found = _ROW_ID.match(given)
+    if found is None:
+        return []
+    turn, gen = found["turn"], found["gen"]
+    sql = "SELECT sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
+    params: list[object] = [found["prompt"], int(gen or 0)]
+    sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
+    params += [] if turn is None else [int(turn)]
+    if found["run"] is not None:
+        sql += " AND run_id = ?"
+        params.append(found["run"])
+    return [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
 
 
 def run(args: argparse.Namespace) -> int:
