@@ -294,6 +294,15 @@ def test_agent_traces_are_sent_whole_on_chat_and_refused_on_the_paths_that_would
     assert work.bad[0].startswith("row 1: the row is an agent trace"), work.bad
 
 
+def test_many_agent_rows_in_a_raw_run_are_said_once_with_what_to_do(capsys):
+    from tokview.batch.inputs import AGENT_ROW, say_bad_rows
+
+    say_bad_rows("p.jsonl", [f"line {n}: the row {AGENT_ROW} sends as the file means it" for n in range(1, 31)])
+    err = capsys.readouterr().err.splitlines()
+    assert err[20] == "tokview: … and 10 more bad rows"
+    assert err[21] == "tokview: note: 30 rows are agent traces: run with --mode chat to generate them"
+
+
 def test_a_prompts_file_whose_rows_carry_generation_settings_is_told_they_are_not_read(tmp_path, vllm_sim, capsys):
     """A row holding `max_tokens` and `chat_template_kwargs` (a saved request body) was generated with the command
     line's settings, thinking on, saying nothing."""

@@ -398,7 +398,7 @@ def agent_mode_refusal(checked: CheckedRow, mode: str, label: str = "line") -> s
     if not checked.agent or mode == "chat":
         return None
     return _bad_message(
-        f"line {checked.line}: the row is an agent trace (tools, tool calls or results), which only --mode chat "
+        f"line {checked.line}: the row {AGENT_ROW} "
         f"sends as the file means it (--mode {mode} renders no tools and reads no calls)",
         checked.line,
         label,
@@ -603,6 +603,13 @@ def say_bad_rows(path: str | Path, bad_rows: list[str]) -> None:
         print(f"tokview: bad row skipped: {printable_line(located(path, message))}", file=sys.stderr)
     if len(bad_rows) > BAD_ROWS_SHOWN:
         print(f"tokview: … and {len(bad_rows) - BAD_ROWS_SHOWN} more bad rows", file=sys.stderr)
+    agents = sum(AGENT_ROW in message for message in bad_rows)
+    if agents > 1:  # one cause behind many lines: said once, with what to do
+        print(f"tokview: note: {agents} rows are agent traces: run with --mode chat to generate them", file=sys.stderr)
+
+
+AGENT_ROW = "is an agent trace (tools, tool calls or results), which only --mode chat"
+"""What `agent_mode_refusal` says of each such row (counted by `say_bad_rows`)."""
 
 
 def located(path: str | Path, message: str) -> str:
