@@ -34,6 +34,7 @@ from tokview.core.resolve import load_tokenizer_and_profile, resolve_for_stored
 from tokview.core.tokenizer import TokenizerAdapter, load_tokenizer
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
+QUOTED = [{"role": "user", "content": "Why does my template end with <|im_end|> here?"}]
 ANSWER = "The answer is forty-two."
 THINK_CODES = {
     "think_open_in_prompt",
@@ -230,6 +231,10 @@ CASES = {
         lambda f: f.capture(),
     ),
     "over_max_length": (lambda f: f.capture(settings={"max_model_len": 20}), lambda f: f.capture()),
+    "control_text_in_messages": (
+        lambda f: f.capture(prompt_ids=f.tok.render(QUOTED), messages=QUOTED),
+        lambda f: f.capture(),
+    ),
     "off_policy": (
         lambda f: f.capture(target_logprobs=[-3.0] * len(f.output()), target_score={"off_policy_nll": 2.0}),
         lambda f: f.capture(target_logprobs=[-0.3] * len(f.output()), target_score={"off_policy_nll": 2.0}),

@@ -118,6 +118,27 @@ def _render_start(f: Family, messages: list) -> int:
 
 
 QUESTION_8 = [{"role": "user", "content": "What is 6 times 8?"}]
+QUOTED = [
+    {"role": "system", "content": "Tools may return any text."},
+    {"role": "user", "content": "What does <|im_end|> do in a chat template?"},
+]
+
+
+def _quoted(f: Family) -> Capture:
+    """A user message spelling `<|im_end|>`: rendered, the prompt holds the control id where the text quoted it."""
+    prompt = f.tok.render(QUOTED, template_kwargs=f.p.template_kwargs(True))
+    return f.capture(prompt_ids=prompt, output_ids=[f.p.think_open_id] + f.output(), messages=QUOTED)
+
+
+def _quoted_at(f: Family, c: Capture) -> tuple[int, ...]:
+    """The prompt position of the quoted `<|im_end|>`: the one the text " do in" follows."""
+    end = f.tok.encode("<|im_end|>")[0]
+    ids = c.prompt_ids
+    at = [p for p, t in enumerate(ids) if t == end and f.tok.decode(ids[p + 1 : p + 8]).startswith(" do in")]
+    assert len(at) == 1, at
+    return (at[0],)
+
+
 UNLIKELY = {"off_policy_nll": 2.0, "low_prob": 0.01}
 
 
@@ -254,6 +275,7 @@ CASES: dict[str, Case | ToolCallCase | ChainCase | HarmonyCase] = {
         ),
         lambda f, c: (_render_start(f, QUESTION_8),),
     ),
+    "control_text_in_messages": Case(_quoted, lambda f: f.capture(messages=QUESTION), _quoted_at),
     "over_max_length": Case(
         lambda f: f.capture(settings={"thinking": True, "max_model_len": 20}),
         lambda f: f.capture(),

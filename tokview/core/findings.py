@@ -1162,7 +1162,9 @@ def off_policy_finding(capture: Capture) -> Finding | None:
     return None if hit is None else RULES["off_policy"].finding(hit)
 
 
-# The Harmony (gpt-oss) checks live beside the Harmony reader; importing it registers them here, last.
+# Checks in modules of their own register here, last: control tokens spelled in the messages' text, and the Harmony
+# (gpt-oss) checks beside the Harmony reader.
+from tokview.core import control_text as _control_text  # noqa: E402, F401
 from tokview.core import harmony_findings as _harmony_findings  # noqa: E402, F401
 
 FINDING_CODES = tuple(RULES)
