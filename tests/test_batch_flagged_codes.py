@@ -51,3 +51,7 @@ def test_a_clean_run_names_no_codes_and_many_codes_are_cut_short():
     many = BatchSummary(run_id="r", input=6, ok=6, flagged=6, flagged_by_code=codes).render()
     assert "(code_5 6, code_4 5, code_3 4, code_2 3, 2 more codes)" in many
     assert "is --tokenizer" not in many
+    # every sample invalid: exit 0, and each export after it said "no samples match" with nothing before to say why
+    assert "note: all 6 sample(s) stored have an error finding: an export's default selection" in many
+    some = BatchSummary(run_id="r", input=6, ok=6, flagged=5, flagged_by_code=codes).render()
+    assert "note: all" not in some and "note: all" not in clean.render()

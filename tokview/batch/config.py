@@ -395,6 +395,11 @@ class BatchSummary:
             f"  flagged (error findings) {self.flagged}{self._flagged_codes()}, truncated {self.truncated}; "
             f"{self.output_tokens} output tokens in {self.elapsed_s:.1f}s ({rate:.2f} samples/s)",
         ]
+        if self.ok and self.flagged == self.ok:  # exit 0, and every export after it refused "no samples match"
+            lines.append(
+                f"  note: all {self.ok} sample(s) stored have an error finding: an export's default selection (valid) "
+                "takes none of them (the codes above say why; `tokview show ID` explains one)"
+            )
         if self.flagged_by_code.get("unknown_token_id"):
             lines.append(
                 f"  note: {self.flagged_by_code['unknown_token_id']} sample(s) hold ids the tokenizer does not have: "

@@ -439,6 +439,20 @@ class _Link:
                 pass
 
 
+RECORDER_COMM = "tokview-record"
+"""The recorder child's name as `top`, `ps -e` and `pgrep` show it (a process name holds 15 bytes): its command line
+is multiprocessing's `python -c from multiprocessing.spawn import …`, which named nothing."""
+
+
+def name_process(name: str) -> None:
+    """Set this process's name (`/proc/self/comm`, Linux); elsewhere, or where it cannot be written, nothing."""
+    try:
+        with open("/proc/self/comm", "w", encoding="ascii") as comm:
+            comm.write(name[:15])
+    except OSError:
+        pass
+
+
 def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
     """The recorder process: open the recorder, record everything the pipe brings until it ends, land it.
 
@@ -452,6 +466,7 @@ def child_main(spec: ChildSpec, jobs: Connection, said: Connection) -> None:
         os.setsid()
     except OSError:  # already a session leader (started so by a service manager): no group of the parent's to leave
         pass
+    name_process(RECORDER_COMM)
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
