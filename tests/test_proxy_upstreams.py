@@ -298,3 +298,39 @@ async def test_a_connect_its_request_gave_up_on_is_kept_for_the_next_request() -
         server.close()
         for writer in accepted:
             writer.close()
+
+
+def test_a_server_down_at_start_is_passed_over_until_it_answers_not_a_refused_start(tmp_path, kimi_tok, kimi_profile):
+    """`--server DEAD --server LIVE` exited 2 ("server unreachable"): one node of a fleet down kept the proxy from
+    starting. It starts on the others, the dead one passed over (its kind theirs); all dead still fails the start."""
+    import socket
+    import time
+
+    from tokview.servers.errors import ServerUnreachable
+
+    with socket.socket() as s:  # a port nobody listens on: refused at once
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with start_simulator(SimConfig(kind="sglang")) as alive:
+        config = ProxyConfig(
+            [dead, alive.url],
+            listen="127.0.0.1:0",
+            db=str(tmp_path / "p.duckdb"),
+            tokenizer=kimi_tok,
+            profile=kimi_profile,
+            timeout=2,
+        )
+        with start_proxy(config) as proxy:
+            first = proxy.app.upstreams[0]
+            assert (first.url, first.kind) == (dead, "sglang") and first.down is not None
+            assert "cannot connect" in first.down or "refused" in first.down.lower(), first.down
+            assert proxy.app._down_until[0] > time.monotonic()
+            for n in range(4):
+                assert _ask(proxy, [{"role": "user", "content": f"hi {n}"}]).status_code == 200
+        with Store(tmp_path / "p.duckdb") as store:
+            assert store.query("SELECT count(*) FROM samples") == [(4,)]
+            (run,) = store.runs()
+            settings = run["settings"] if isinstance(run["settings"], dict) else json.loads(run["settings"])
+            assert settings["model"] == alive.cfg.model_name  # the dead one, which named none, not counted
+    with pytest.raises(ServerUnreachable):
+        start_proxy(ProxyConfig([dead], listen="127.0.0.1:0", timeout=1)).__enter__()

@@ -101,6 +101,8 @@ class Upstream:
     stamp: dict[str, Any] = field(default_factory=dict)
     max_model_len: int | None = None
     pool: UpstreamPool | None = None
+    down: str | None = None
+    """Why it did not answer the start-up probe (`serve._with_dead_passed_over`): passed over until it connects."""
 
     def connections(self) -> UpstreamPool:
         if self.pool is None:  # made inside the serving loop
@@ -176,6 +178,10 @@ class ProxyApp:
         """When each upstream may be tried again after a connection to it failed (`time.monotonic`)."""
         self._down_streak = [0] * len(upstreams)
         """Connections to each upstream that failed in a row."""
+        for i, upstream in enumerate(upstreams):  # dead at start: tried again after the first pass-over
+            if upstream.down is not None:
+                self._down_streak[i] = 1
+                self._down_until[i] = time.monotonic() + DOWN_S
         self.say = say
         self.unrecorded: Counter[str] = Counter()
         """Requests to `UNRECORDED_GENERATIONS` forwarded, by path (the first of each path is said at once)."""

@@ -85,7 +85,7 @@ def _identity(config: ProxyConfig, tok: TokenizerAdapter | None, upstreams: list
     merged with no batch store of its own model, and with any proxy store of another tokenizer."""
     from tokview.batch.identity import special_tokens_record, vocab_fingerprint
 
-    models = {u.stamp.get("model") for u in upstreams}
+    models = {u.stamp.get("model") for u in upstreams if u.down is None}  # one down at start named none
     out: dict[str, Any] = {"model": models.pop()} if len(models) == 1 and None not in models else {}
     if tok is not None:
         out |= {"tokenizer": vocab_fingerprint(tok), **special_tokens_record(tok)}

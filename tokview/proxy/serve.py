@@ -145,12 +145,37 @@ def detect_upstreams(config: ProxyConfig) -> list[Upstream]:
     for url in config.servers:
         validate_server_url(url)  # BadServerURL: one line, credentials masked, before any connection
 
-    async def all_of() -> list[Upstream]:
-        return list(
-            await asyncio.gather(*(_detect(u, config.kind, config.profile, config.timeout) for u in config.servers))
-        )
+    async def all_of() -> list[Upstream | BaseException]:
+        probes = (_detect(u, config.kind, config.profile, config.timeout) for u in config.servers)
+        return list(await asyncio.gather(*probes, return_exceptions=True))
 
-    return asyncio.run(all_of())
+    return _with_dead_passed_over(config, asyncio.run(all_of()))
+
+
+def _with_dead_passed_over(config: ProxyConfig, found: list[Upstream | BaseException]) -> list[Upstream]:
+    """The upstreams, a server that did not answer at start kept to be passed over until it does (`ProxyApp`): one
+    node of a fleet down stopped the proxy from starting at all. It takes the kind the others are (or `--kind`); with
+    no server answering, or answering servers of two kinds, the start fails as it did."""
+    from tokview.servers.errors import ServerUnreachable
+    from tokview.servers.urls import parse_server_url
+
+    for error in found:
+        if isinstance(error, BaseException) and not isinstance(error, ServerUnreachable):
+            raise error  # a refusal (another kind than --kind, not a vLLM or SGLang): the start fails on it
+    live = [u for u in found if isinstance(u, Upstream)]
+    kinds = {u.kind for u in live} if config.kind == "auto" else {config.kind}
+    dead = [(url, e) for url, e in zip(config.servers, found, strict=True) if isinstance(e, BaseException)]
+    if dead and (not live or len(kinds) != 1):
+        raise dead[0][1]
+    (kind,) = kinds if dead else (None,)
+    out = []
+    for url, probed in zip(config.servers, found, strict=True):
+        if isinstance(probed, Upstream):
+            out.append(probed)
+            continue
+        clean = parse_server_url(url).url
+        out.append(Upstream(clean, str(kind), upstream_auth(url), {"server_kind": kind}, None, down=str(probed)))
+    return out
 
 
 def open_recorder(config: ProxyConfig, upstreams: list[Upstream]) -> Recorder | RecorderProcess | None:
@@ -420,7 +445,8 @@ def serve_forever(config: ProxyConfig) -> int:
     server = Serving(app, sock)
     where = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
     for upstream in app.upstreams:
-        say(f"tokview proxy: {where}/v1 → {upstream.kind} {upstream.url}")
+        said = f" (NOT ANSWERING at start, passed over until it does: {upstream.down})" if upstream.down else ""
+        say(f"tokview proxy: {where}/v1 → {upstream.kind} {upstream.url}{said}")
     if app.recorder is not None:
         say(f"tokview proxy: recording into {config.db} (run {config.run_id})")
     if config.key:
