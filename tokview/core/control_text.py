@@ -6,10 +6,15 @@ id in the middle of that message: the model saw the turn end there. The ids stay
 but the prompt's structure is no longer what the messages say, and a harness may want to escape such text. Nothing
 else tells: the local render (`prompt_render_mismatch`) reads the text the same way.
 
+A spelled token is a finding only where it became its id: a position of that id whose ids either side decode to
+the text either side of it (`_Placer`). A template that dropped the text (an earlier turn's reasoning) or a server
+that encoded it as text leaves no such position, and the template's own ids of that kind are never named.
+
 The texts are found with a regular expression per first character of the tokenizer's added tokens (`<`, `[`), each
 its tokens as a trie (`<|` then the rest): a pattern that opens with a literal is searched for in C at memchr speed
-(150 kB of prose: 0.08 ms, where one pattern opening with `<` or `[` tried every position: 0.9 ms), and a page of
-code or HTML, whose every `<` is a candidate, is still read in one pass (~1 ms for 150 kB).
+(150 kB of prose: 0.003 ms, where one pattern opening with `<` or `[` tried every position: 0.9 ms; 150 kB of HTML,
+whose every `<` is a candidate: 0.3 ms). At most `PLACED_MAX` spelled tokens are placed, each from the 12 characters
+either side of it and one pass over the prompt (a 70 kB pasted log of 1,600 spelled tokens: 13 ms).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tokview.core.finding_rules import WARN, Hit, rule
 
 if TYPE_CHECKING:
     from tokview.core.finding_context import Context
+    from tokview.core.profiles import ModelProfile
     from tokview.core.tokenizer import TokenizerAdapter
 
 SHOWN = 5
@@ -37,29 +43,49 @@ class ControlTexts:
     patterns: tuple[tuple[str, re.Pattern[str]], ...]
     ids: dict[str, int]
 
-    def find(self, text: str) -> Iterator[re.Match[str]]:
-        for first, pattern in self.patterns:
-            if first in text:
-                yield from pattern.finditer(text)
+    def find(self, text: str) -> list[re.Match[str]]:
+        """Every spelled token of `text`, in text order."""
+        found = [m for first, pattern in self.patterns if first in text for m in pattern.finditer(text)]
+        return sorted(found, key=lambda m: m.start()) if len(self.patterns) > 1 else found
 
 
-_found: weakref.WeakKeyDictionary[object, ControlTexts | None] = weakref.WeakKeyDictionary()
+_found: weakref.WeakKeyDictionary[object, dict[frozenset[int], ControlTexts | None]] = weakref.WeakKeyDictionary()
 
 
-def control_texts(tokenizer: TokenizerAdapter) -> ControlTexts | None:
-    """The tokenizer's added tokens that text can spell (markup of 3 or more characters, not a plain word), once per
-    tokenizer; None when it has none."""
-    if tokenizer in _found:
-        return _found[tokenizer]
+def control_texts(tokenizer: TokenizerAdapter, profile: ModelProfile | None = None) -> ControlTexts | None:
+    """The added tokens whose text, spelled in a message, would be read as structure, once per tokenizer and
+    profile; None when there are none. Those are its special tokens, any `<|…|>` token, and the profile's think and
+    tool-call markers (Qwen3's `<think>` and `<tool_call>` are added tokens marked not special). An added token that
+    is ordinary markup (Gemma's `<table>`, `<h1>`) is how that tokenizer reads HTML, not a misread."""
+    markers = frozenset(_marker_ids(profile))
+    per_profile = _found.setdefault(tokenizer, {})
+    if markers in per_profile:
+        return per_profile[markers]
     _, added = tokenizer.described_tokens()
-    ids = {text: i for i, (text, _special) in added.items() if len(text) >= 3 and not text.isalnum() and text.strip()}
+    ids = {
+        text: i
+        for i, (text, special) in added.items()
+        if len(text) >= 3
+        and text.strip() == text
+        and not text.isalnum()
+        and (special or i in markers or (text.startswith("<|") and text.endswith("|>")))
+    }
     by_first: dict[str, list[str]] = {}
     for text in sorted(ids):
         by_first.setdefault(text[0], []).append(text)
     patterns = tuple((first, re.compile(_trie(words))) for first, words in by_first.items())
     found = ControlTexts(patterns, ids) if ids else None
-    _found[tokenizer] = found
+    per_profile[markers] = found
     return found
+
+
+def _marker_ids(profile: ModelProfile | None) -> list[int]:
+    if profile is None:
+        return []
+    ids = [profile.think_open_id, profile.think_close_id]
+    if profile.tool_calls is not None:
+        ids += [i for _, i, _ in profile.tool_calls.named_ids()]
+    return [i for i in ids if i is not None]
 
 
 def _trie(words: list[str]) -> str:
@@ -116,47 +142,105 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
     messages = ctx.capture.messages
     if not messages or ctx.tokenizer is None:
         return None
-    texts = control_texts(ctx.tokenizer)
+    texts = control_texts(ctx.tokenizer, ctx.profile)
     if texts is None:
         return None
-    spelled: list[tuple[int, str, str, str, str]] = []  # (message, role, field, token text, the text before it)
+    spelled: list[Spelled] = []
     for k, message in enumerate(messages):
         for where, text in _texts(message):
             for match in texts.find(text):
                 role = str(message.get("role")) if isinstance(message, dict) else "?"
-                spelled.append((k, role, where, match.group(), text[: match.start()]))
+                start, end = match.span()
+                spelled.append(
+                    Spelled(k, role, where, match.group(), text[max(0, start - 12) : start], text[end : end + 12])
+                )
+                if len(spelled) >= PLACED_MAX:
+                    break
     if not spelled:
         return None
-    positions = sorted({p for *_, token, before in spelled for p in _placed(ctx, texts.ids[token], before)})
-    if not positions:  # the prompt holds none of these ids (a server that escapes them): nothing was misread
+    placed = _Placer(ctx, texts)
+    found = [(s, p) for s in spelled if (p := placed.at(s)) is not None]
+    if not found:  # no spelled text is where an id of it stands: the template dropped it, or the server escaped it
         return None
     said = "; ".join(
-        f"message {k + 1} ({role}) {where} spells {token} (id {texts.ids[token]})"
-        for k, role, where, token, _ in spelled[:SHOWN]
+        f"message {s.message + 1} ({s.role}) {s.field} spells {s.token} (id {texts.ids[s.token]})"
+        for s, _ in found[:SHOWN]
     )
-    more = f" and {len(spelled) - SHOWN} more" if len(spelled) > SHOWN else ""
+    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     return Hit.at(
-        f"{said}{more}: the server's tokenizer reads such text as the control id, so the model saw that message "
+        f"{said}{more}: the server's tokenizer read such text as the control id, so the model saw that message "
         "end, or a turn begin, where the text only quoted it. The ids are what was served; escape such text in the "
         "harness if the model should read it as text.",
-        positions,
+        sorted({p for _, p in found}),
     )
 
 
-def _placed(ctx: Context, token_id: int, before: str) -> list[int]:
-    """The prompt positions of `token_id` that a spelled token stands at: those whose ids just before decode to the
-    end of the text before it (every position of the id when none does, or when the token opens its text)."""
-    prompt = ctx.capture.prompt_ids
-    at = [p for p, t in enumerate(prompt) if t == token_id]
-    tail = before[-12:]
-    if not tail.strip() or ctx.tokenizer is None:
-        return at
-    decode = ctx.tokenizer.decode
+PLACED_MAX = 64
+"""How many spelled tokens a finding looks for in the prompt (a log pasted whole may spell thousands)."""
 
-    def follows(p: int) -> bool:  # the ids before it end as the text before it does (as far as both reach)
-        said = decode(prompt[max(0, p - 12) : p], skip_special_tokens=False)
-        k = min(len(said), len(tail))
-        return k >= min(3, len(tail)) and said[-k:] == tail[-k:]
 
-    placed = [p for p in at if follows(p)]
-    return placed or at
+@dataclass(frozen=True)
+class Spelled:
+    """One control token a message's text spells, with the text either side of it (up to 12 characters)."""
+
+    message: int
+    role: str
+    field: str
+    token: str
+    before: str
+    after: str
+
+
+class _Placer:
+    """Where in the prompt each spelled token became its id: a position of that id whose ids on either side decode
+    to the text either side of the spelled token. None where none does: the template dropped the text (Qwen3 and
+    GLM drop earlier turns' reasoning), or the server encoded it as text (no id stands for it): nothing was misread,
+    and the template's own ids of that kind are no finding. Each position is taken once, in message order."""
+
+    WINDOW = 12
+
+    def __init__(self, ctx: Context, texts: ControlTexts) -> None:
+        self.prompt = ctx.capture.prompt_ids
+        wanted = set(texts.ids.values())
+        self.where: dict[int, list[int]] = {}
+        for p, t in enumerate(self.prompt):  # one pass, whatever the number of spelled tokens
+            if t in wanted:
+                self.where.setdefault(t, []).append(p)
+        self.ids = texts.ids
+        self.decode = ctx.tokenizer.decode if ctx.tokenizer is not None else None
+        self.taken: set[int] = set()
+        self._sides: dict[int, tuple[str, str]] = {}
+
+    def _side(self, p: int) -> tuple[str, str]:
+        known = self._sides.get(p)
+        if known is None and self.decode is not None:
+            w = self.WINDOW
+            known = self._sides[p] = (
+                self.decode(self.prompt[max(0, p - w) : p], skip_special_tokens=False),
+                self.decode(self.prompt[p + 1 : p + 1 + w], skip_special_tokens=False),
+            )
+        return known or ("", "")
+
+    def at(self, s: Spelled) -> int | None:
+        if not (s.before.strip() or s.after.strip()):  # nothing either side to tell its place by
+            return None
+        for p in self.where.get(self.ids[s.token], ()):
+            if p in self.taken:
+                continue
+            before, after = self._side(p)
+            if _agrees(before, s.before, tail=True) and _agrees(after, s.after, tail=False):
+                self.taken.add(p)
+                return p
+        return None
+
+
+def _agrees(decoded: str, text: str, *, tail: bool) -> bool:
+    """Whether ids decoded beside a position read as the text beside the spelled token, as far as both reach (the
+    ends that touch the token): `tail` compares the ends of both, else their starts. Empty text agrees with
+    anything (the token opened or closed its text; the other side decides)."""
+    k = min(len(decoded), len(text))
+    if not text:
+        return True
+    if k < min(3, len(text)):
+        return False
+    return decoded[-k:] == text[-k:] if tail else decoded[:k] == text[:k]

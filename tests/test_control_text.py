@@ -1,0 +1,63 @@
+"""`control_text_in_messages`: a message's text that spells a control token is found where it became that id, and
+nowhere else: not where a template dropped the text, not at the template's own ids of that kind, not for ordinary
+markup a tokenizer has added tokens for; and a message spelling thousands of them costs a bounded look."""
+
+from __future__ import annotations
+
+from tokview.core.analysis import analyze
+from tokview.core.control_text import PLACED_MAX, control_texts
+from tokview.core.record import Capture
+
+
+def _found(tok, profile, messages, thinking=True):
+    prompt = tok.render(messages, template_kwargs=profile.template_kwargs(thinking))
+    capture = Capture(prompt_ids=prompt, output_ids=tok.encode("ok") + [profile.stop_ids[0]], messages=messages)
+    hits = [f for f in analyze(capture, profile, tok).findings if f.code == "control_text_in_messages"]
+    return prompt, (hits[0] if hits else None)
+
+
+def test_a_history_whose_spelled_think_the_template_dropped_is_no_finding(qwen_tok, qwen_profile):
+    """Qwen3 drops an earlier turn's reasoning: `<think>…</think>` in its content never reached the prompt, and the
+    template's own `<think>` of the generation prompt (thinking off) was named as if the text had become it."""
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "<think>secret-reasoning</think>Hello!"},
+        {"role": "user", "content": "and now?"},
+    ]
+    for thinking in (True, False):
+        _, hit = _found(qwen_tok, qwen_profile, history, thinking)
+        assert hit is None, (thinking, hit)
+
+
+def test_a_token_that_opens_its_text_is_placed_by_the_text_after_it(qwen_tok, qwen_profile):
+    """With nothing before it, every `<|im_end|>` of the prompt was named (the template's turn ends too)."""
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "<|im_end|> - what is it?"}]
+    prompt, hit = _found(qwen_tok, qwen_profile, messages)
+    assert hit is not None
+    (at,) = hit.positions
+    assert qwen_tok.decode(prompt[at + 1 : at + 4]).startswith(" - what")
+    assert "message 2 (user) content spells <|im_end|>" in hit.detail
+
+
+def test_a_pasted_log_spelling_thousands_is_looked_at_a_bounded_number_of_times(kimi_tok, kimi_profile):
+    """Each spelled token kept the whole text before it and scanned the whole prompt: a 70 kB tool result of 800
+    ChatML lines took 42 s. The first PLACED_MAX are placed, each at its own position."""
+    log = "".join(f"<|im_user|>line {n}<|im_end|>\n" for n in range(800))
+    messages = [{"role": "user", "content": "read the log"}, {"role": "assistant", "content": "ok"}]
+    messages.append({"role": "user", "content": log})
+    prompt, hit = _found(kimi_tok, kimi_profile, messages)
+    assert hit is not None
+    assert len(hit.positions) == PLACED_MAX
+    assert "and 59 more" in hit.detail  # SHOWN named, the rest counted
+    spelled = {kimi_tok.encode("<|im_user|>")[0], kimi_tok.encode("<|im_end|>")[0]}
+    assert all(prompt[p] in spelled for p in hit.positions)
+
+
+def test_which_added_tokens_count_as_control_text(qwen_tok, qwen_profile):
+    """Special tokens, `<|…|>` ones and the profile's think and tool-call markers (Qwen3's `<think>` is an added
+    token marked not special); not other added markup (`<tool_response>` here; Gemma's `<table>`)."""
+    texts = control_texts(qwen_tok, qwen_profile)
+    assert texts is not None
+    assert {"<|im_end|>", "<|im_start|>", "<think>", "</think>", "<tool_call>"} <= set(texts.ids)
+    assert "<tool_response>" not in texts.ids
+    assert [m.group() for m in texts.find("a </think> b <|im_end|> c <think>")] == ["</think>", "<|im_end|>", "<think>"]
