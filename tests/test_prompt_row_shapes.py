@@ -172,3 +172,31 @@ def test_hermes_tool_responses_are_the_results_inside_them_one_per_block() -> No
     turns[1]["value"] = call % "Dublin"
     (result,) = [m for m in parse_row(row).messages if m["role"] == "tool"]
     assert result["content"] == "see <tool_response>x</tool_response> above"
+
+
+def test_hermes_results_in_another_order_match_by_name_and_errors_count_the_files_messages() -> None:
+    """Blocks naming their function in another order than the calls were refused as answering the wrong call; and
+    an error after a split turn counted the split messages (the row's 4th entry said "message 5")."""
+    from tokview.core.agent_traces import PromptError
+    from tokview.core.prompts import parse_row
+
+    call = '<tool_call>\n{"name": "%s", "arguments": {"city": "x"}}\n</tool_call>'
+    answer = '<tool_response>\n{"name": "%s", "content": "ok"}\n</tool_response>'
+    names = ("get_weather", "get_time")
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}} for n in names]
+    turns = [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": call % "get_weather" + "\n" + call % "get_time"},
+        {"from": "tool", "value": answer % "get_time" + "\n" + answer % "get_weather"},
+        {"from": "gpt", "value": "done"},
+    ]
+    messages = parse_row({"tools": tools, "conversations": turns}).messages
+    calls = {c["function"]["name"]: c["id"] for c in messages[1]["tool_calls"]}
+    assert [(m["name"], m["tool_call_id"]) for m in messages[2:4]] == [
+        ("get_time", calls["get_time"]),
+        ("get_weather", calls["get_weather"]),
+    ]
+    turns[3] = {"from": "gpt", "value": call % "undeclared"}
+    turns.append({"from": "tool", "value": answer % "undeclared"})
+    with pytest.raises(PromptError, match="message 4 calls 'undeclared'"):
+        parse_row({"tools": tools, "conversations": turns})

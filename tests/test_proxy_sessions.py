@@ -957,3 +957,13 @@ def test_a_harness_that_strips_the_answer_goes_on_from_that_answer_with_the_brea
     assert len({t.session_id for t in turns}) == 1
     assert [t.turn for t in turns] == [0, 1, 2]
     assert [t.break_at for t in turns[1:]] == [len(SYSTEM) + 1, len(SYSTEM) + 5], "the break said where"
+
+
+def test_arguments_sent_as_an_object_are_compared_as_their_json_is() -> None:
+    """A harness that sends a call's arguments as an object (off the spec, and taken) with `1.0` for the served `1`
+    started a new session; as text it joined."""
+    from tokview.proxy.sessions import _message_text
+
+    served = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": '{"n": 1, "cmd": "ls"}'}}]}
+    sent = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"cmd": "ls", "n": 1.0}}}]}
+    assert _message_text(sent) == _message_text(served)

@@ -306,6 +306,9 @@ def test_repeated_tags_are_each_honoured_and_a_repeated_one_value_flag_is_refuse
             "t1",
             "t2",
         ]
+    assert review(db, "--search", "take 1", "--tag", "T2", "--tag", "t1", capsys=capsys) == (
+        "tagged 0 of 1 selected sample (1 already tagged)"  # twice is once, as with one tag (it wrote a new action)
+    )
     said = json.loads(review(db, "--with-tag", "t1", "--with-tag", "T2", "--note", "both", "--json", capsys=capsys))
     assert said["changed"] == 1  # the sample carrying both, not every t2 sample
     for flag, values in (("--run", ("run2", "run2")), ("--untag", ("t1", "t2")), ("--reject", ("a", "b"))):

@@ -147,3 +147,10 @@ def test_show_takes_the_row_id_an_export_wrote(tmp_path, capsys, put, make_captu
     assert "2 samples have the export row id 'plain_gen0' (other runs): give one of" in err and single in err
     assert main(["show", "--db", str(db), "my-task#turn7_gen0"]) == 1
     assert "no sample 'my-task#turn7_gen0'" in capsys.readouterr().err
+    with Store(db) as store:  # a prompt id holding `@`, a run name ending in `.digits`: read every way it can be
+        mailed = put(store, "user@example.com", make_capture(question="mail"))
+        versioned = make_capture(question="versioned")
+        store.put_sample("v@k_gen0", "task", "exp-v1.3", versioned, analyze(versioned, kimi_profile, kimi_tok))
+    for row_id, sample_id in (("user@example.com_gen0", mailed), ("task_gen0@exp-v1.3", "v@k_gen0")):
+        assert main(["show", "--db", str(db), row_id, "--json"]) == 0, capsys.readouterr().err
+        assert json.loads(capsys.readouterr().out)["sample_id"] == sample_id

@@ -486,3 +486,5 @@ def test_a_long_reason_is_clipped_before_a_word_never_through_one() -> None:
     assert reason.startswith(cut[: -len(" …")]) and reason[len(cut) - 2] == " "
     assert clipped("short", 200) == "short"
     assert clipped("x" * 300, 200) == "x" * 198 + " …"  # no space to cut at: cut where it must
+    body = 'HTTP 500: {"detail":"' + "x" * 250 + '"}'  # one space, early: it kept only "HTTP 500: …"
+    assert clipped(body, 200) == body[:198] + " …"

@@ -101,11 +101,13 @@ def printable_line(text: str) -> str:
 
 def clipped(text: str, limit: int) -> str:
     """`text` up to `limit` characters, cut before a word with " …" when longer: a reason cut at 200 characters named
-    `/v1/completion` for `/v1/completions` and left its brackets open."""
+    `/v1/completion` for `/v1/completions` and left its brackets open. Where the last space is in the first half (a
+    JSON body, a URL, base64), it is cut at the limit: a word boundary there kept nothing of the server's words."""
     if len(text) <= limit:
         return text
     head = text[: limit - 2]
-    return (head.rsplit(" ", 1)[0] if " " in head else head) + " …"
+    word = head.rsplit(" ", 1)[0]
+    return (word if len(word) >= limit // 2 else head) + " …"  # a body of few spaces is cut where it must be
 
 
 _PRINTED_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|(n)|(t))")

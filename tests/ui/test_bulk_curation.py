@@ -414,13 +414,13 @@ async def test_a_read_only_store_says_so_at_the_key_before_any_dialog(
         async with app.run_test(size=(120, 40)) as pilot:
             await settle(app, pilot)
             assert store.read_only
-            for key in ("a", "r", "t", "n", "u", "space", "a"):
+            for key in ("a", "r", "t", "n", "u", "space", "a", "g"):
                 await pilot.press(key)
                 await pilot.pause()
                 if key != "space":
                     assert isinstance(app.screen, SamplesScreen), key  # no dialog asked anything first
             said = [n.message for n in app._notifications]
-            assert len(said) == 6 and all("is read-only: verdicts, notes, tags and undo cannot" in m for m in said)
+            assert len(said) == 7 and all("is read-only: verdicts, notes, tags, undo and generation" in m for m in said)
             assert store.query("SELECT count(*) FROM verdicts") == [(0,)]
 
 

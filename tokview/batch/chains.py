@@ -246,7 +246,11 @@ def _parser_lost(served: Capture, profile: ModelProfile | None, parsed: int) -> 
     layout = profile.tool_calls if profile is not None else None
     if layout is None or layout.call_begin_id is None:
         return ""
-    in_ids = served.output_ids.count(layout.call_begin_id)
+    ids = served.output_ids
+    close = profile.think_close_id if profile is not None else None
+    if close is not None and close in ids:  # a call marker written while thinking is no call
+        ids = ids[len(ids) - ids[::-1].index(close) :]
+    in_ids = ids.count(layout.call_begin_id)
     if in_ids == parsed:
         return ""
     return f"; its ids hold {in_ids} call(s): the server's tool parser returned {parsed}"

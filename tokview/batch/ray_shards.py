@@ -312,7 +312,8 @@ class _Streak:
         if result["outcome"] is not None:
             self.stop = str(result["outcome"])
         elif self.limit and self.failures >= self.limit:
-            last = max(result["reasons"].items(), key=lambda kv: kv[1])[0] if result["reasons"] else "unknown"
+            failures = {r: n for r, n in result["reasons"].items() if not r.startswith("\x00")}  # not counts kept
+            last = max(failures.items(), key=lambda kv: kv[1])[0] if failures else "unknown"  # beside (chains, codes)
             self.stop = f"stopped after {self.failures} consecutive failures (last: {last})"
 
 

@@ -64,25 +64,46 @@ def _stored(store: Store, given: str, db: object) -> StoredSample:
     raise UserError(f"no sample {given!r} in {db} (`tokview stats --samples --db {db}` lists them)")
 
 
-_ROW_ID = re.compile(r"^(?P<prompt>.+?)(?:#turn(?P<turn>\d+))?(?:_gen(?P<gen>\d+))?(?:@(?P<run>.+?)(?:\.\d+)?)?$", re.S)
-"""An exported row's id (`export.formats.row_ids`): `{prompt}[#turn{t}][_gen{g}][@{run}]`."""
+def _row_id_parses(given: str) -> list[tuple[str, int | None, int, str | None]]:
+    """Every (prompt id, turn, generation index, run) an exported row id `{prompt}[#turn{t}][_gen{g}][@{run}[.N]]`
+    (`export.formats.row_ids`) may stand for, the most suffixes read first: a prompt id may hold `@`, `#turn` or
+    `_gen` itself, and a run name may end in `.digits` (`exp-v1.3`)."""
+    runs: list[tuple[str, str | None]] = []
+    for at in [m.start() for m in re.finditer("@", given)][::-1]:
+        named = given[at + 1 :]
+        runs.append((given[:at], named))
+        if (numbered := re.fullmatch(r"(.+)\.\d+", named, re.S)) is not None:
+            runs.append((given[:at], numbered.group(1)))
+    runs.append((given, None))
+    out: list[tuple[str, int | None, int, str | None]] = []
+    for base, run in runs:
+        gens: list[tuple[str, int | None]] = [(base, None)]
+        if (g := re.search(r"_gen(\d+)$", base)) is not None:
+            gens.insert(0, (base[: g.start()], int(g.group(1))))
+        for head, gen in gens:
+            turns: list[tuple[str, int | None]] = [(head, None)]
+            if (t := re.search(r"#turn(\d+)$", head)) is not None:
+                turns.insert(0, (head[: t.start()], int(t.group(1))))
+            out += [(prompt, turn, gen or 0, run) for prompt, turn in turns if prompt]
+    return out
 
 
 def _by_row_id(store: Store, given: str) -> list[str]:
     """The sample ids an exported row's id names (`my-task#turn1_gen0`, as a training file carries it): a row found
-    wrong in a trainer's file is shown without looking its sample id up."""
-    found = _ROW_ID.match(given)
-    if found is None:
-        return []
-    turn, gen = found["turn"], found["gen"]
-    sql = "SELECT sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
-    params: list[object] = [found["prompt"], int(gen or 0)]
-    sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
-    params += [] if turn is None else [int(turn)]
-    if found["run"] is not None:
-        sql += " AND run_id = ?"
-        params.append(found["run"])
-    return [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
+    wrong in a trainer's file is shown without looking its sample id up. The first reading that names a stored
+    sample is taken."""
+    for prompt, turn, gen, run in _row_id_parses(given)[:32]:
+        sql = "SELECT sample_id FROM samples WHERE prompt_id = ? AND coalesce(gen_index, 0) = ?"
+        params: list[object] = [prompt, gen]
+        sql += " AND turn IS NULL" if turn is None else " AND turn = ?"
+        params += [] if turn is None else [turn]
+        if run is not None:
+            sql += " AND run_id = ?"
+            params.append(run)
+        found = [r[0] for r in store.query(sql + " ORDER BY sample_id", params)]
+        if found:
+            return found
+    return []
 
 
 def run(args: argparse.Namespace) -> int:

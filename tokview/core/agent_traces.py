@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from tokview.core.xml_tool_calls import FUNCTION_OPEN, xml_call
@@ -171,14 +172,21 @@ def hermes_results(value: str) -> list[dict[str, Any]] | None:
     return results
 
 
-def check_trace(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, where: str) -> None:
+def check_trace(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    where: str,
+    numbers: Sequence[int] | None = None,
+) -> None:
     """Give every call an id and every result its call's id; refuse a trace the servers would render otherwise.
 
-    Edits `messages` in place (ids filled in). Raises PromptError naming the turn."""
+    Edits `messages` in place (ids filled in). Raises PromptError naming the message as the file numbers it
+    (`numbers`: a Hermes tool turn of several `<tool_response>` blocks is several messages here, one there)."""
     declared = tool_names(tools)
     pending: list[dict[str, Any]] = []  # calls not yet answered, in order
     made = 0
-    for number, msg in enumerate(messages, start=1):
+    for index, msg in enumerate(messages):
+        number = numbers[index] if numbers is not None else index + 1
         role = msg["role"]
         if role == "tool":
             _answer(msg, pending, where, number)
@@ -211,10 +219,12 @@ def check_trace(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | No
 
 
 def _answer(msg: dict[str, Any], pending: list[dict[str, Any]], where: str, number: int) -> None:
-    """Match a result to the call it answers: by `tool_call_id`, else the first unanswered call."""
+    """Match a result to the call it answers: by `tool_call_id`, else the first unanswered call of its `name` (Hermes
+    results name their function, in any order), else the first unanswered call."""
     wanted = msg.get("tool_call_id")
     if wanted is None:
-        call = pending[0] if pending else None
+        named = [c for c in pending if c["function"]["name"] == msg.get("name")]
+        call = named[0] if named else pending[0] if pending else None
     else:
         call = next((c for c in pending if c["id"] == str(wanted)), None)
     if call is None:

@@ -158,11 +158,12 @@ def parse_row(row: object, line: int | None = None) -> PromptRow:
     else:
         raise PromptError(f"{where}: {_no_turns(row)}")
     tools = traces.row_tools(row.get("tools"), where)
-    messages = [m for k, t in enumerate(turns, start=1) for m in _messages(t, where, k)]
+    numbered = [(k, m) for k, t in enumerate(turns, start=1) for m in _messages(t, where, k)]
+    messages = [m for _, m in numbered]
     if not any(m["role"] == "user" for m in messages):
         raise PromptError(f"{where}: the conversation has no user turn")
     if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
-        traces.check_trace(messages, tools, where)
+        traces.check_trace(messages, tools, where, numbers=[k for k, _ in numbered])  # as the file numbers them
     return PromptRow(prompt_id_for(row), messages, line, tools)
 
 

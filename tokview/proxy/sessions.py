@@ -206,6 +206,11 @@ def _call_text(call: dict[str, Any]) -> list[Any]:
             arguments = arguments.strip()
         except RecursionError:  # nested past Python's stack: compared as sent
             arguments = arguments.strip()
+    else:  # sent as a JSON object (off the spec, and taken): its numbers too
+        try:
+            arguments = _whole_numbers(arguments)
+        except RecursionError:
+            pass
     return [function.get("name"), arguments]
 
 

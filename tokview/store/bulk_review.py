@@ -174,9 +174,12 @@ def add_notes(
     """A note (and/or tags) on every id; a tag a sample already carries (any case) is not added again."""
     todo = list(ids)
     outcome = Outcome("tag" if tags else "note", len(ids))
-    if tags and not note:
-        carried = {r[0] for r in store.query(f"{TAGGED} AND v.sample_id IN {IDS}", [tags[0], todo])}
-        if len(tags) == 1 and carried:
+    if tags and not note:  # a sample carrying every one of the tags already is left as it is
+        carried: set[str] | None = None
+        for tag in tags:
+            has = {r[0] for r in store.query(f"{TAGGED} AND v.sample_id IN {IDS}", [tag, todo])}
+            carried = has if carried is None else carried & has
+        if carried:
             todo = [i for i in todo if i not in carried]
             outcome.unchanged["already tagged"] = len(carried)
     outcome.changed = todo

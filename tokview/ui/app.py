@@ -480,8 +480,8 @@ class TokviewApp(App[None]):
         if not self.session.store.read_only:
             return False
         self.notify(
-            f"{self.session.store.path} is read-only: verdicts, notes, tags and undo cannot be recorded "
-            "(viewing and export work)",
+            f"{self.session.store.path} is read-only: verdicts, notes, tags, undo and generation cannot be "
+            "recorded (viewing and export work)",
             title="store",
             severity="error",
         )
@@ -572,6 +572,8 @@ class TokviewApp(App[None]):
         self.push_screen(panel(self.session))
 
     def action_generate(self) -> None:
+        if self._read_only():  # its batch would write into the store
+            return
         from tokview.ui.screens.generate import GenerateScreen
 
         self._push_panel(GenerateScreen)
