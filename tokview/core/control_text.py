@@ -6,23 +6,25 @@ id in the middle of that message: the model saw the turn end there. The ids stay
 but the prompt's structure is no longer what the messages say, and a harness may want to escape such text. Nothing
 else tells: the local render (`prompt_render_mismatch`) reads the text the same way.
 
-A spelled token is a finding only where it became its id: a position of that id whose ids either side decode to
-the text either side of it (`_Placer`). A template that dropped the text (an earlier turn's reasoning) or a server
-that encoded it as text leaves no such position, and the template's own ids of that kind are never named.
+A spelled token is a finding only where it became its id: where its message's text, read on the prompt's bytes,
+has the control id at that very byte (`_Placer`). A template that dropped the text (an earlier turn's reasoning) or a
+server that encoded it as text leaves no such id, and the template's own ids of that kind are never named.
 
 The texts are found with a regular expression per first character of the tokenizer's added tokens (`<`, `[`), each
 its tokens as a trie (`<|` then the rest): a pattern that opens with a literal is searched for in C at memchr speed
 (150 kB of prose: 0.003 ms, where one pattern opening with `<` or `[` tried every position: 0.9 ms; 150 kB of HTML,
-whose every `<` is a candidate: 0.3 ms). At most `PLACED_MAX` spelled tokens are placed, each from the 12 characters
-either side of it and one pass over the prompt (a 70 kB pasted log of 1,600 spelled tokens: 13 ms).
+whose every `<` is a candidate: 0.3 ms). Only when one is found is the prompt read as bytes, once, and at most
+`PLACED_MAX` spelled tokens looked for in it, each by one search in C.
 """
 
 from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from tokview.core.finding_rules import WARN, Hit, rule
@@ -143,104 +145,104 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
     if not messages or ctx.tokenizer is None:
         return None
     texts = control_texts(ctx.tokenizer, ctx.profile)
-    if texts is None:
+    if texts is None or not any(texts.find(text) for message in messages for _, text in _texts(message)):
         return None
-    spelled: list[Spelled] = []
+    placer = _Placer(ctx.capture.prompt_ids, ctx.tokenizer.pieces_bytes(ctx.capture.prompt_ids), texts.ids)
+    found: list[tuple[int, str, str, str, int]] = []  # (message, role, field, token, prompt position)
+    looked = 0
     for k, message in enumerate(messages):
-        for where, text in _texts(message):
-            for match in texts.find(text):
-                role = str(message.get("role")) if isinstance(message, dict) else "?"
-                start, end = match.span()
-                spelled.append(
-                    Spelled(k, role, where, match.group(), text[max(0, start - 12) : start], text[end : end + 12])
-                )
-                if len(spelled) >= PLACED_MAX:
-                    break
-    if not spelled:
-        return None
-    placed = _Placer(ctx, texts)
-    found = [(s, p) for s in spelled if (p := placed.at(s)) is not None]
-    if not found:  # no spelled text is where an id of it stands: the template dropped it, or the server escaped it
+        placer.next_message()
+        role = str(message.get("role")) if isinstance(message, dict) else "?"
+        for field, text in _texts(message):
+            matches = texts.find(text)
+            placer.anchor(text)
+            for match in matches[: max(0, PLACED_MAX - looked)]:
+                looked += 1
+                at = placer.place(text, match.start(), match.end())
+                if at is not None:
+                    found.append((k, role, field, match.group(), at))
+            placer.passed(text)
+        if looked >= PLACED_MAX:
+            break
+    if not found:  # no spelled text is where an id of it stands: the template dropped it, or the server kept it text
         return None
     said = "; ".join(
-        f"message {s.message + 1} ({s.role}) {s.field} spells {s.token} (id {texts.ids[s.token]})"
-        for s, _ in found[:SHOWN]
+        f"message {k + 1} ({role}) {field} spells {token} (id {texts.ids[token]})"
+        for k, role, field, token, _ in found[:SHOWN]
     )
-    more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+    if len(found) > SHOWN:
+        said += f" and {len(found) - SHOWN} more" + (" (of the first it looked at)" if looked >= PLACED_MAX else "")
     return Hit.at(
-        f"{said}{more}: the server's tokenizer read such text as the control id, so the model saw that message "
-        "end, or a turn begin, where the text only quoted it. The ids are what was served; escape such text in the "
-        "harness if the model should read it as text.",
-        sorted({p for _, p in found}),
+        f"{said}: the server's tokenizer read such text as the control id, so the model saw that message end, or a "
+        "turn begin, where the text only quoted it. The ids are what was served; escape such text in the harness if "
+        "the model should read it as text.",
+        sorted({at for *_, at in found}),
     )
 
 
-PLACED_MAX = 64
-"""How many spelled tokens a finding looks for in the prompt (a log pasted whole may spell thousands)."""
-
-
-@dataclass(frozen=True)
-class Spelled:
-    """One control token a message's text spells, with the text either side of it (up to 12 characters)."""
-
-    message: int
-    role: str
-    field: str
-    token: str
-    before: str
-    after: str
+PLACED_MAX = 256
+"""How many spelled tokens one finding looks for in the prompt (a log pasted whole may spell thousands)."""
+CONTEXT = 16
+"""Characters of a spelled token's own text either side of it that must be beside it in the prompt."""
 
 
 class _Placer:
-    """Where in the prompt each spelled token became its id: a position of that id whose ids on either side decode
-    to the text either side of the spelled token. None where none does: the template dropped the text (Qwen3 and
-    GLM drop earlier turns' reasoning), or the server encoded it as text (no id stands for it): nothing was misread,
-    and the template's own ids of that kind are no finding. Each position is taken once, in message order."""
+    """Where a spelled token became its id, read on the prompt's bytes (every id's piece, a control id's as its
+    text): the spelled token with the text either side of it (`CONTEXT` characters each) is looked for in the
+    region of its message, and it is a finding only where the prompt has the control id at exactly that byte.
 
-    WINDOW = 12
+    A template renders the messages in order, mostly as their text: each text is anchored where its first characters
+    are found past the previous message's texts, so a token spelled at a text's end is never taken for the template's
+    own id after an earlier message that ends alike ("Done." then "Done.<|im_end|>"). A server that kept the text as
+    text has ordinary pieces at that byte, and a template that dropped the text (earlier reasoning) has no such bytes:
+    neither is a finding. A text that is the token alone has nothing to place it by and is left out."""
 
-    def __init__(self, ctx: Context, texts: ControlTexts) -> None:
-        self.prompt = ctx.capture.prompt_ids
-        wanted = set(texts.ids.values())
-        self.where: dict[int, list[int]] = {}
-        for p, t in enumerate(self.prompt):  # one pass, whatever the number of spelled tokens
-            if t in wanted:
-                self.where.setdefault(t, []).append(p)
-        self.ids = texts.ids
-        self.decode = ctx.tokenizer.decode if ctx.tokenizer is not None else None
-        self.taken: set[int] = set()
-        self._sides: dict[int, tuple[str, str]] = {}
+    def __init__(self, prompt: Sequence[int], pieces: Sequence[bytes], ids: dict[str, int]) -> None:
+        self.prompt, self.ids = prompt, ids
+        self.starts = list(accumulate((len(b) for b in pieces), initial=0))
+        self.data = b"".join(pieces)
+        self.cursor = 0
+        """Where the next message's texts are looked for: past the texts of the messages before it."""
+        self._message = self._region = self._floor = self._reach = 0
+        self._end = len(self.data)
 
-    def _side(self, p: int) -> tuple[str, str]:
-        known = self._sides.get(p)
-        if known is None and self.decode is not None:
-            w = self.WINDOW
-            known = self._sides[p] = (
-                self.decode(self.prompt[max(0, p - w) : p], skip_special_tokens=False),
-                self.decode(self.prompt[p + 1 : p + 1 + w], skip_special_tokens=False),
-            )
-        return known or ("", "")
+    def next_message(self) -> None:
+        self.cursor = max(self.cursor, self._reach)
+        self._message = self._reach = self.cursor
 
-    def at(self, s: Spelled) -> int | None:
-        if not (s.before.strip() or s.after.strip()):  # nothing either side to tell its place by
+    def anchor(self, text: str) -> None:
+        """Where `text` begins in the prompt (found past the messages before it), else the message's region."""
+        whole = text.strip().encode("utf-8", "surrogatepass")
+        at = self.data.find(whole[:24], self._message) if whole else -1
+        self._region = self._floor = at if at >= 0 else self._message
+        # found whole, a spelled token is looked for inside it only (past it come the template's own ids: its turn
+        # end, the next generation prompt); found by its head only (the template rewrote it), a little past it
+        if at < 0:
+            self._end = len(self.data)
+        else:
+            self._end = at + len(whole) + (CONTEXT if self.data.startswith(whole, at) else 256)
+
+    def passed(self, text: str) -> None:
+        """The next message's texts are looked for past this one's, where it was found whole."""
+        whole = text.strip().encode("utf-8", "surrogatepass")
+        if whole and self.data.startswith(whole, self._region):
+            self._reach = max(self._reach, self._region + len(whole))
+
+    def place(self, text: str, start: int, end: int) -> int | None:
+        left, right = text[max(0, start - CONTEXT) : start], text[end : end + CONTEXT]
+        if not (left.strip() or right.strip()):
             return None
-        for p in self.where.get(self.ids[s.token], ()):
-            if p in self.taken:
-                continue
-            before, after = self._side(p)
-            if _agrees(before, s.before, tail=True) and _agrees(after, s.after, tail=False):
-                self.taken.add(p)
+        token = text[start:end]
+        needle = (left + token + right).encode("utf-8", "surrogatepass")
+        skip = len(left.encode("utf-8", "surrogatepass"))
+        at = self.data.find(needle, max(self._floor, self._region - skip), self._end)  # its left may hold the last
+        for _ in range(4):  # the same words written as text before it (a server that kept them as text) come first
+            if at < 0:
+                return None
+            offset = at + skip
+            p = bisect_right(self.starts, offset) - 1
+            if self.starts[p] == offset and p < len(self.prompt) and self.prompt[p] == self.ids[token]:
+                self._region = offset + 1
                 return p
+            at = self.data.find(needle, at + 1, self._end)
         return None
-
-
-def _agrees(decoded: str, text: str, *, tail: bool) -> bool:
-    """Whether ids decoded beside a position read as the text beside the spelled token, as far as both reach (the
-    ends that touch the token): `tail` compares the ends of both, else their starts. Empty text agrees with
-    anything (the token opened or closed its text; the other side decides)."""
-    k = min(len(decoded), len(text))
-    if not text:
-        return True
-    if k < min(3, len(text)):
-        return False
-    return decoded[-k:] == text[-k:] if tail else decoded[:k] == text[:k]
