@@ -248,8 +248,8 @@ def _parser_lost(served: Capture, profile: ModelProfile | None, parsed: int) -> 
         return ""
     ids = served.output_ids
     close = profile.think_close_id if profile is not None else None
-    if close is not None and close in ids:  # a call marker written while thinking is no call
-        ids = ids[len(ids) - ids[::-1].index(close) :]
+    if close is not None and close in ids:  # a call marker written while thinking is no call (the servers' reasoning
+        ids = ids[ids.index(close) + 1 :]  # parsers end the reasoning at the first closer)
     in_ids = ids.count(layout.call_begin_id)
     if in_ids == parsed:
         return ""
