@@ -297,7 +297,7 @@ def test_repeated_tags_are_each_honoured_and_a_repeated_one_value_flag_is_refuse
     selected b's samples, where `export --tag a --tag b` selects those carrying both."""
     from tokview.cli import main
 
-    assert review(db, "--search", "take 1", "--tag", "t1", "--tag", "t2", "--tag", "t1", capsys=capsys) == (
+    assert review(db, "--search", "take 1", "--tag", "t1", "--tag", "t2", "--tag", "T1", capsys=capsys) == (
         "tagged 1 of 1 selected sample"
     )
     assert review(db, "--search", "take 2", "--tag", "t2", capsys=capsys) == "tagged 1 of 1 selected sample"

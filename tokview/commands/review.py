@@ -170,7 +170,10 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
         reason = _text(args.reject, "--reject")
         return bulk.set_status(store, ids, "rejected", who=who, reason=reason, write=write, source=SOURCE)
     if args.tag is not None:
-        tags = tuple(dict.fromkeys(str(_text(t, "--tag")) for t in args.tag))
+        kept: dict[str, str] = {}  # `--tag X --tag x` is one tag (compared without case), spelled as given first
+        for tag in args.tag:
+            kept.setdefault(str(_text(tag, "--tag")).casefold(), str(_text(tag, "--tag")))
+        tags = tuple(kept.values())
         return bulk.add_notes(store, ids, who=who, tags=tags, write=write, source=SOURCE)
     if args.untag is not None:
         return bulk.remove_tag(store, ids, _text(args.untag, "--untag") or "", who=who, write=write, source=SOURCE)
