@@ -177,6 +177,24 @@ async def test_tags_column_and_tag_filter(make_app, store):
         assert "tag=Hard" in str(screen.query_one("#samples-title").render())
 
 
+def test_ids_of_turns_and_of_mixed_prompts_keep_what_tells_them_apart_not_the_run_hash():
+    """A mixed store shares no prefix: the cut kept the end of each id, the settings hash every row of a run has, so
+    the turns of `agent-two-user-turns` (and `agent-parallel-2` beside `-3`) read alike at 80 and 100 columns."""
+    from tokview.ui.widgets.sample_list import fit_distinct, shared_affixes
+
+    ids = [f"agent-two-user-turns#turn{k}@4b8746eb17e0_gen0" for k in range(3)]
+    ids += [
+        "agent-parallel-2#turn0@4b8746eb17e0_gen0",
+        "agent-parallel-3#turn0@4b8746eb17e0_gen0",
+        "p001@1a2b3c4d5e6f_gen0",
+    ]
+    prefix, suffix = shared_affixes(ids)
+    for width in (18, 24, 30):
+        shown = [fit_distinct(i, width, prefix, suffix) for i in ids]
+        assert len(set(shown)) == len(ids), shown
+        assert all(len(s) == width for s in shown)
+
+
 async def test_at_80x24_rows_keep_the_part_of_the_id_that_differs(store, tokenizer, profile):
     from tokview.ui.app import TokviewApp
     from tokview.ui.session import Session
@@ -360,10 +378,24 @@ async def test_the_export_dialog_writes_beside_the_store_and_asks_before_replaci
         said = str(dialog.query_one("#export-summary").render())
         assert "exists: ctrl+s again replaces it" in said
         assert (tmp_path / "export.jsonl").read_text() == "an earlier export\n"
+        from textual.widgets import Switch
+
+        dialog.query_one(
+            "#export-invalid", Switch
+        ).value = True  # a refused ctrl+s between: the question is asked again
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        dialog.query_one("#export-invalid", Switch).value = False
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert "exists: ctrl+s again replaces it" in str(dialog.query_one("#export-summary").render())
+        assert (tmp_path / "export.jsonl").read_text() == "an earlier export\n"
         await pilot.press("ctrl+s")
         await settle(app, pilot)
         assert str(dialog.query_one("#export-summary").render()).startswith("exported 24 of 24 selected samples")
         assert (tmp_path / "export.jsonl").read_text() != "an earlier export\n"
+        said = [n.message for n in app._notifications]  # seen at 80x24 too, where the summary is below the fold
+        assert any(str(m).startswith("exported 24 of 24 selected samples") for m in said), said
 
 
 async def test_the_export_dialogs_default_is_a_folder_it_can_write(make_app, tmp_path, monkeypatch):

@@ -46,3 +46,18 @@ async def test_panel_errors_name_the_form_fields(make_app):
     assert in_form_words("run x was made with other max_new_tokens (…): choose another --run name").endswith(
         "choose another run name"
     )
+
+
+async def test_the_first_key_in_a_panel_does_not_replace_the_server_url(make_app):
+    """The URL box took the focus with its text selected: `?` (help, in the footer) or any first letter replaced
+    the server's URL, and the doctor then said "bad server URL '?'"."""
+    app = make_app(server_url="http://127.0.0.1:9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        for key, box in (("g", "#server"), ("D", "#doctor-url")):
+            await pilot.press(key)
+            await settle(app, pilot)
+            await pilot.press("x")
+            assert app.screen.query_one(box, Input).value.startswith("http://127.0.0.1:9"), key
+            await pilot.press("escape")
+            await settle(app, pilot)

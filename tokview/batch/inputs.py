@@ -596,6 +596,17 @@ def row_settings_note(path: str | Path) -> str | None:
 BAD_ROWS_SHOWN = 20
 
 
+def bad_rows_said(bad_rows: list[str], shown: int = 3) -> str:
+    """The first skipped rows and why, in a few lines, with what to do when they are agent traces (the app's form)."""
+    lines = [printable_line(message) for message in bad_rows[:shown]]
+    if len(bad_rows) > shown:
+        lines.append(f"… and {len(bad_rows) - shown} more")
+    agents = sum(AGENT_ROW in message for message in bad_rows)
+    if agents:
+        lines.append(f"{agents} row(s) are agent traces: they run with --mode chat")
+    return "\n".join(lines)
+
+
 def say_bad_rows(path: str | Path, bad_rows: list[str]) -> None:
     """The first BAD_ROWS_SHOWN skipped rows on stderr as `FILE:LINE: why` (`batch` and `audit` say them alike), each
     on its one line: a row's own text may hold newlines and terminal escapes."""

@@ -50,7 +50,9 @@ class DoctorScreen(ForwardsWorkerErrors, Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="form-row"):
-            yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="doctor-url")
+            yield Input(
+                self.session.server_shown, placeholder="http://127.0.0.1:30000", id="doctor-url", select_on_focus=False
+            )
             yield Button("Run checks", id="doctor-run", variant="primary")
         with VerticalScroll(id="doctor-body"):
             yield Static("Press Run checks (ctrl+s) to probe the server.", id="doctor-report")

@@ -158,6 +158,7 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if not request.out:
             summary.update("give a path to write to")
             return
+        asked, self._replacing = self._replacing, None  # a ctrl+s replaces only right after the one that asked
         if request.include_invalid and request.select != "approved":  # `export --include-invalid` refuses it too
             other = "exports them already" if request.select == "all" else "leaves every invalid sample out"
             summary.update(f"+invalid goes with the approved selection ({request.select} {other})")
@@ -166,11 +167,10 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
         if is_duckdb_file(target):  # refused by the export anyway: not offered to be replaced first
             summary.update(plain(f"{target} is a DuckDB database (a store?): choose another file"))
             return
-        if target.is_file() and self._replacing != str(target.resolve()):  # one key press replaced an earlier export
+        if target.is_file() and asked != str(target.resolve()):  # one key press replaced an earlier export
             self._replacing = str(target.resolve())
             summary.update(plain(f"{target.resolve()} exists: ctrl+s again replaces it (or change the path)"))
             return
-        self._replacing = None
         summary.update(plain(f"exporting to {request.out} …"))
         self.running = True
         self._export(request)
@@ -204,6 +204,9 @@ class ExportDialog(ForwardsWorkerErrors, ModalScreen[None]):
     def _done(self, event: Done) -> None:
         self.running = False
         self.query_one("#export-summary", Static).update(plain(event.summary))
+        # said where it is seen too: at 80x24 the summary lies below the dialog's visible part
+        first = event.summary.splitlines()[0] if event.summary else "exported"
+        self.app.notify(first, title="export", markup=False)
 
     def worker_failed(self, worker: Worker[object], error: BaseException) -> None:
         self.running = False

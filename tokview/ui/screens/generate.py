@@ -24,6 +24,7 @@ from textual.widgets import Button, Input, Label, ProgressBar, Static, Switch, T
 from textual.worker import Worker
 
 from tokview.batch.config import PANEL_DEFAULTS
+from tokview.batch.inputs import bad_rows_said
 from tokview.batch.progress import progress_line
 from tokview.errors import TokviewError
 from tokview.ui.bindings import bindings
@@ -61,6 +62,9 @@ FORM_NAMES = {
     "--retries": "retries",
     "--logprobs": "logprobs",
     "--run": "run",
+    "--mode chat": "mode parsed chat",
+    "--mode raw": "mode raw ids",
+    "--mode dual": "mode dual",
 }
 
 
@@ -139,7 +143,9 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         with VerticalScroll(id="generate-form"):
             with Horizontal(classes="form-row"):
                 yield Label("server", classes="form-label")
-                yield Input(self.session.server_shown, placeholder="http://127.0.0.1:30000", id="server")
+                yield Input(
+                    self.session.server_shown, placeholder="http://127.0.0.1:30000", id="server", select_on_focus=False
+                )
                 yield Label("run", classes="form-label")
                 yield Input("", placeholder="automatic (batch-<settings>)", id="run-name")
             with Horizontal(classes="form-row"):
@@ -351,6 +357,14 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         )  # the summary `tokview batch` prints
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
             self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
+        if s.bad_rows:  # the CLI lists them (`say_bad_rows`); the panel said only "N bad rows"
+            self.notify(
+                in_form_words(bad_rows_said(s.bad_rows)),
+                title="bad rows skipped",
+                severity="warning",
+                timeout=12,
+                markup=False,  # a row's own text may hold [brackets]
+            )
         self._samples_changed()
 
     def _samples_changed(self) -> None:

@@ -404,7 +404,10 @@ class InspectScreen(Screen[None]):
                 return
             pane.cursor = index
             pane.focus()
-            self.notify(f"{target.describe()}: position {index} (: again goes on to the next)", timeout=2)
+            if target.kind == "position":
+                self.notify(f"at position {index}", timeout=2)
+            else:  # an id or a text may stand in more places: the next `:` with it goes on from here
+                self.notify(f"{target.describe()}: position {index} (: again goes on to the next)", timeout=2)
 
         self.app.push_screen(
             TextPrompt("Go to: a position (120), an id (#163607) or a text", "120, #163607 or text", self._last_goto),

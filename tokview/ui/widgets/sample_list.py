@@ -10,6 +10,7 @@ generation number travels with every request); a page scrolled past before its t
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -165,8 +166,8 @@ def fit_distinct(text: str, width: int, prefix: int, suffix: int) -> str:
         return text.ljust(width)
     core = text[prefix : len(text) - suffix]
     room = width - len(core) - (prefix > 0) - (suffix > 0)
-    if room < 0 or not core:
-        return fit_middle(text[prefix:] if prefix else text, width)
+    if room < 0 or not core:  # the part that differs does not fit: what rows share goes first, the run hash too
+        return fit_middle(_without_run_hash(core if core else text[prefix:] if prefix else text), width)
     pre = min(prefix, room // 2)
     post = min(suffix, room - pre)
     pre = min(prefix, room - post)
@@ -177,6 +178,15 @@ def fit_distinct(text: str, width: int, prefix: int, suffix: int) -> str:
 
 def _fit(text: str, width: int) -> str:
     return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
+
+
+_RUN_HASH = re.compile(r"@[0-9a-f]{8,}(?=_gen\d+$|$)")
+
+
+def _without_run_hash(text: str) -> str:
+    """A sample id with its settings hash cut (`task#turn1@4b8746eb17e0_gen0` → `task#turn1@…_gen0`): rows of one run
+    share it, and kept at the end of a cut id it was all a narrow column showed of turns of one prompt."""
+    return _RUN_HASH.sub("@…", text)
 
 
 def fit_middle(text: str, width: int) -> str:
