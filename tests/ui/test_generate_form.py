@@ -42,6 +42,11 @@ async def test_panel_errors_name_the_form_fields(make_app):
         line = str(screen.query_one("#progress-line", Static).render())
         assert "max tok must be at least 1" in line
         assert "--" not in line
+        from tokview.errors import UserError
+
+        refused = UserError("run x was made with other max_new_tokens (…): choose another --run name")
+        assert screen.worker_failed(None, refused) is False  # the app notifies it: in the form's words too
+        assert refused.message.endswith("choose another run name") and str(refused) == refused.message
     assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"
     assert in_form_words("run x was made with other max_new_tokens (…): choose another --run name").endswith(
         "choose another run name"

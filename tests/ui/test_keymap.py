@@ -74,6 +74,20 @@ def test_a_key_bound_twice_is_one_line_naming_the_clash(tmp_path):
     assert "app.help" in (keymap_problem({"curate.tag": "?"}) or "")
 
 
+def test_a_key_no_keyboard_sends_is_refused_in_one_line(tmp_path):
+    """`"a b"` and `"ctrl+shift+banana"` loaded, and Approve then had no key at all (the footer showed "a b")."""
+    cfg = tmp_path / "c.toml"
+    for keys, why in (("a b", "'a b' is no key name"), ("ctrl+shift+banana", "'banana' is no key name")):
+        cfg.write_text(f'[keymap]\n"curate.approve" = "{keys}"\n')
+        with pytest.raises(ConfigError, match=re.escape(f"binds '{keys}' to curate.approve: {why}")):
+            load_config(cfg)
+    cfg.write_text('[keymap]\n"curate.approve" = "hyper+x"\n"curate.reject" = "f13"\n"curate.note" = "ctrl+]"\n')
+    assert load_config(cfg).keymap["curate.approve"] == "hyper+x"  # every name Textual sends is taken
+    assert keymap_problem({"curate.approve": "caps+a"}) == (
+        "keymap binds 'caps+a' to curate.approve: 'caps' is no modifier (ctrl, shift, alt, meta, super, hyper)"
+    )
+
+
 def test_an_unknown_theme_lists_the_themes(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[ui]\ntheme = "solarized-darkk"\n')

@@ -273,3 +273,19 @@ async def test_failed_requests_of_unnamed_harnesses_are_counted_apart_not_as_a_s
         assert len(app.screen.rows) == 2
         said = str(app.screen.query_one("#sessions-summary").render())
         assert "2 sessions · 3 turns" in said and "3 failed requests in no session" in said, said
+
+
+def test_a_long_session_name_takes_a_bounded_column() -> None:
+    """A 155-character `X-Tokview-Session` widened the name column so that every other column of every row was off
+    the screen."""
+    from datetime import datetime
+
+    from tokview.store.sessions_query import SessionRow
+    from tokview.ui.screens.sessions import LABEL_CELLS, session_cells
+
+    now = datetime(2026, 12, 6, 12, 0, 0)
+    row = SessionRow("session:" + "x" * 155, "openai-python", 3, 900, 40, 1, 0, 0, now, now)
+    name = str(session_cells(row)[0])
+    assert len(name) == LABEL_CELLS and name.endswith("…") and name.startswith("session:xxx")
+    short = SessionRow("session:agent-7", None, 1, 10, 5, 0, 0, 0, now, now)
+    assert str(session_cells(short)[0]) == "session:agent-7"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 from textual.binding import Binding, BindingType
 
@@ -620,15 +621,46 @@ def _taken_by_textual(keymap: dict[str, str]) -> str | None:
     return None
 
 
+MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
+
+
+@lru_cache(maxsize=1)
+def _key_names() -> frozenset[str]:
+    """Every key name Textual sends (`enter`, `f5`, `pageup`, `question_mark`, …), without modifiers."""
+    from textual.keys import KEY_NAME_REPLACEMENTS, Keys, _character_to_key
+
+    names = {k.value.rsplit("+", 1)[-1] for k in Keys} | set(KEY_NAME_REPLACEMENTS.values())
+    names |= {_character_to_key(chr(c)) for c in range(32, 127)}
+    return frozenset(names | {"space", "enter", "tab", "backspace"})
+
+
+def key_name_problem(name: str) -> str | None:
+    """Why `name` is no key Textual could send (`a b`, `ctrl+shift+banana`: a binding no key reaches), or None."""
+    if name == "+":
+        return None
+    *modifiers, base = name.split("+")
+    odd = [m for m in modifiers if m not in MODIFIERS]
+    if odd:
+        return f"{odd[0]!r} is no modifier (ctrl, shift, alt, meta, super, hyper)"
+    if (len(base) == 1 and base.isprintable() and not base.isspace()) or base in _key_names():
+        return None
+    return f"{base!r} is no key name (a key is a character, or a name such as enter, space, f5, pageup)"
+
+
 def keymap_problem(keymap: dict[str, str]) -> str | None:
-    """Why this keymap cannot be used (an unknown id, a key bound twice where both are live, a key Textual
-    keeps for itself), or None."""
+    """Why this keymap cannot be used (an unknown id, a key no keyboard sends, a key bound twice where both are
+    live, a key Textual keeps for itself), or None."""
     unknown = sorted(set(keymap) - set(BY_ID))
     if unknown:
         return (
             f'keymap names unknown binding ids {unknown} (ids look like "curate.approve"; '
             f"the help screen, ?, lists them all)"
         )
+    for binding_id, keys in keymap.items():  # accepted, such a binding had no key: its action could not be run
+        for name in split_keys(keys):
+            why = key_name_problem(name)
+            if why is not None:
+                return f"keymap binds {name!r} to {binding_id}: {why}"
     taken = _taken_by_textual(keymap)
     if taken:
         return taken

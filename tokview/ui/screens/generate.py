@@ -62,6 +62,7 @@ FORM_NAMES = {
     "--retries": "retries",
     "--logprobs": "logprobs",
     "--run": "run",
+    "re-run the same command": "run the same form again",
     "--mode chat": "mode parsed chat",
     "--mode raw": "mode raw ids",
     "--mode dual": "mode dual",
@@ -329,6 +330,9 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
             self.query_one("#progress-line", Static).update(plain(f"cancelled: {error}"))
             return True
         self.query_one("#progress-line", Static).update(Text(f"failed: {in_form_words(failure_text(error))}", "red"))
+        if isinstance(error, TokviewError):  # the app's notification too names the form's fields, not the flags
+            error.message = in_form_words(error.message)
+            error.args = (error.message,)
         return False
 
     def _idle(self) -> None:
@@ -353,8 +357,8 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         s = self.last_summary = event.summary
         state = "cancelled" if s.interrupted else "stopped" if s.stopped else "done"
         self.query_one("#progress-line", Static).update(
-            plain(f"{state}: {s.render()}")
-        )  # the summary `tokview batch` prints
+            plain(f"{state}: {in_form_words(s.render())}")
+        )  # the summary `tokview batch` prints, in the form's words
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
             self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
         if s.bad_rows:  # the CLI lists them (`say_bad_rows`); the panel said only "N bad rows"

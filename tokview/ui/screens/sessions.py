@@ -50,9 +50,15 @@ SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
 
 
+LABEL_CELLS = 48
+"""The most a session's name takes in the table: one 155-character `X-Tokview-Session` pushed every other column off
+the screen for every row (the whole name is on the session's own screen)."""
+
+
 def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
+    label = row.label if len(row.label) <= LABEL_CELLS else row.label[: LABEL_CELLS - 1] + "…"
     return (
-        cell(row.label),
+        cell(label),
         cell(row.harness or "—"),
         str(row.turns),
         f"{row.context:,}",
