@@ -65,7 +65,7 @@ async def test_w_and_shift_w_walk_the_turns_from_inspect(make_app, store):
             messages
         )
         assert any("last turn" in m for m in messages), messages
-        assert "conversation conv-s #turn2 · served history" in str(app.screen.query_one("#inspect-title").render())
+        assert "#turn2 · served history" in str(app.screen.query_one("#inspect-title").render())
         await pilot.press("W")
         await settle(app, pilot)
         assert app.screen.data.sample_id == served[1]

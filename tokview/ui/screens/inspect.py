@@ -214,11 +214,9 @@ class InspectScreen(Screen[None]):
             ("  valid", roles["valid"]) if d.analysis.valid else ("  INVALID", roles["invalid"]),
         )
         chain = (c.settings or {}).get("chain")
-        if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation)
-            history = chain.get("history") or "served"
-            title.append(
-                shown(f"  conversation {chain.get('conversation')} #turn{chain.get('turn')} · {history} history")
-            )
+        if isinstance(chain, dict):  # a served chain's turn (w / W walk the conversation, which the id names)
+            history = chain.get("history") or "served"  # short: on one line, "conversation NAME" left it all cut off
+            title.append(shown(f"  #turn{chain.get('turn')} · {history} history"))
         if d.tags:
             title.append("  tags: " + ", ".join(map(shown, d.tags)), "italic")
         if d.notes:
