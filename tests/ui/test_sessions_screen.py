@@ -281,7 +281,8 @@ def test_a_long_session_name_takes_a_bounded_column() -> None:
     from datetime import datetime
 
     from tokview.store.sessions_query import SessionRow
-    from tokview.ui.screens.sessions import LABEL_CELLS, session_cells
+    from tokview.ui.display import NAME_CELLS as LABEL_CELLS
+    from tokview.ui.screens.sessions import session_cells
 
     now = datetime(2026, 12, 6, 12, 0, 0)
     row = SessionRow("session:" + "x" * 155, "openai-python", 3, 900, 40, 1, 0, 0, now, now)

@@ -381,6 +381,16 @@ def plain(text: object) -> Content:
     return Content(printable(str(text)))
 
 
+NAME_CELLS = 48
+"""The most a name (a session's, a run's) takes in a table: one 155-character name pushed every other column off
+the screen for every row (the whole name is on its own screen, and in `tokview stats`)."""
+
+
+def capped(name: str, width: int = NAME_CELLS) -> str:
+    """`name` cut to `width` characters with `…` when longer."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def cell(text: object) -> Text:
     """A table cell of stored or sent text (a run name, a harness's user-agent, a model's answer): a DataTable reads a
     str cell as markup, and "[/INST]" in an answer crashed the screen; controls escaped."""

@@ -32,7 +32,7 @@ from tokview.store.sessions_query import (
     sessions_version,
 )
 from tokview.ui.bindings import bindings
-from tokview.ui.display import cell, plain, plural
+from tokview.ui.display import capped, cell, plain, plural
 from tokview.ui.widgets.footer import KeysFooter
 from tokview.ui.widgets.sized_table import Cell, SizedTable
 from tokview.ui.widgets.table_sync import sync_rows
@@ -50,15 +50,9 @@ SESSION_COLUMNS = ("session", "harness", "turns", "context", "output", "findings
 TURN_COLUMNS = ("turn", "sample", "prompt", "output", "finish", "status", "findings", "latency", "answer")
 
 
-LABEL_CELLS = 48
-"""The most a session's name takes in the table: one 155-character `X-Tokview-Session` pushed every other column off
-the screen for every row (the whole name is on the session's own screen)."""
-
-
 def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
-    label = row.label if len(row.label) <= LABEL_CELLS else row.label[: LABEL_CELLS - 1] + "…"
     return (
-        cell(label),
+        cell(capped(row.label)),
         cell(row.harness or "—"),
         str(row.turns),
         f"{row.context:,}",

@@ -25,7 +25,7 @@ from textual_plotext import PlotextPlot
 from tokview.store.run_stats import run_stats
 from tokview.store.side_stats import store_side_stats
 from tokview.ui.bindings import bindings
-from tokview.ui.display import cell, plain, plural
+from tokview.ui.display import capped, cell, plain, plural
 from tokview.ui.heat import acceptance_bars, nll_bars
 from tokview.ui.widgets.bar_chart import BarChart
 from tokview.ui.widgets.footer import KeysFooter
@@ -94,7 +94,7 @@ def run_row(r: dict[str, Any]) -> tuple[str | Text, ...]:
     acc, nll = r["acceptance"]["mean_acceptance_length"], r["target_nll"]["mean"]
     top = sorted(r["findings"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     return (
-        cell(r["run"]),
+        cell(capped(str(r["run"]))),
         str(r["samples"]),
         str(r["by_status"]["approved"]),
         str(r["by_status"]["rejected"]),
