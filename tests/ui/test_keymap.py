@@ -75,14 +75,17 @@ def test_a_key_bound_twice_is_one_line_naming_the_clash(tmp_path):
 
 
 def test_a_key_no_keyboard_sends_is_refused_in_one_line(tmp_path):
-    """`"a b"` and `"ctrl+shift+banana"` loaded, and Approve then had no key at all (the footer showed "a b")."""
+    """`"a b"` and `"ctrl+shift+frobnicate"` loaded, and Approve then had no key at all (the footer showed "a b"); a
+    character's name (`section_sign`, even `banana`: 🍌) is a key Textual sends."""
     cfg = tmp_path / "c.toml"
-    for keys, why in (("a b", "'a b' is no key name"), ("ctrl+shift+banana", "'banana' is no key name")):
+    for keys, why in (("a b", "'a b' is no key name"), ("ctrl+shift+frobnicate", "'frobnicate' is no key name")):
         cfg.write_text(f'[keymap]\n"curate.approve" = "{keys}"\n')
         with pytest.raises(ConfigError, match=re.escape(f"binds '{keys}' to curate.approve: {why}")):
             load_config(cfg)
     cfg.write_text('[keymap]\n"curate.approve" = "hyper+x"\n"curate.reject" = "f13"\n"curate.note" = "ctrl+]"\n')
     assert load_config(cfg).keymap["curate.approve"] == "hyper+x"  # every name Textual sends is taken
+    for sent in ("§", "section_sign", "pound_sign", "pause", "print_screen", "f30", "media_play_pause"):
+        assert keymap_problem({"curate.approve": sent}) is None, sent  # a UK keyboard's §, kitty's names
     assert keymap_problem({"curate.approve": "caps+a"}) == (
         "keymap binds 'caps+a' to curate.approve: 'caps' is no modifier (ctrl, shift, alt, meta, super, hyper)"
     )

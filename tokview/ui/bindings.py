@@ -631,7 +631,24 @@ def _key_names() -> frozenset[str]:
 
     names = {k.value.rsplit("+", 1)[-1] for k in Keys} | set(KEY_NAME_REPLACEMENTS.values())
     names |= {_character_to_key(chr(c)) for c in range(32, 127)}
+    try:  # the kitty keyboard protocol's names (pause, menu, print_screen, f25 … f35, media and keypad keys)
+        from textual._keyboard_protocol import FUNCTIONAL_KEYS, MODIFIER_FUNCTIONAL_KEYS
+
+        names |= set(FUNCTIONAL_KEYS.values()) | set(MODIFIER_FUNCTIONAL_KEYS)
+    except ImportError:  # a Textual without it: its names are refused, as unknown names are
+        pass
     return frozenset(names | {"space", "enter", "tab", "backspace"})
+
+
+def _names_a_character(name: str) -> bool:
+    """`section_sign`, `pound_sign`: the name Textual gives a key of any other character (its Unicode name)."""
+    import unicodedata
+
+    try:
+        unicodedata.lookup(name.replace("_", " ").upper())
+    except KeyError:
+        return False
+    return True
 
 
 def key_name_problem(name: str) -> str | None:
@@ -643,6 +660,8 @@ def key_name_problem(name: str) -> str | None:
     if odd:
         return f"{odd[0]!r} is no modifier (ctrl, shift, alt, meta, super, hyper)"
     if (len(base) == 1 and base.isprintable() and not base.isspace()) or base in _key_names():
+        return None
+    if _names_a_character(base):
         return None
     return f"{base!r} is no key name (a key is a character, or a name such as enter, space, f5, pageup)"
 
