@@ -48,6 +48,9 @@ async def test_panel_errors_name_the_form_fields(make_app):
         assert screen.worker_failed(None, refused) is False  # the app notifies it: in the form's words too
         assert refused.message.endswith("choose another run name") and str(refused) == refused.message
     assert in_form_words("--temperature must be 0 or more") == "temp must be 0 or more"
+    assert in_form_words("run sweep--run-2 stopped; re-run the same command") == (
+        "run sweep--run-2 stopped; run the same form again"  # a flag is a word of its own
+    )
     assert in_form_words("run x was made with other max_new_tokens (…): choose another --run name").endswith(
         "choose another run name"
     )

@@ -596,14 +596,15 @@ def row_settings_note(path: str | Path) -> str | None:
 BAD_ROWS_SHOWN = 20
 
 
-def bad_rows_said(bad_rows: list[str], shown: int = 3) -> str:
-    """The first skipped rows and why, in a few lines, with what to do when they are agent traces (the app's form)."""
+def bad_rows_said(bad_rows: list[str], shown: int = 3, chat_mode: str = "--mode chat") -> str:
+    """The first skipped rows and why, in a few lines, with what to do when they are agent traces (`chat_mode`: how
+    the caller names that mode; the app's form says "mode parsed chat")."""
     lines = [printable_line(message) for message in bad_rows[:shown]]
     if len(bad_rows) > shown:
         lines.append(f"… and {len(bad_rows) - shown} more")
     agents = sum(AGENT_ROW in message for message in bad_rows)
     if agents:
-        lines.append(f"{agents} row(s) are agent traces: they run with --mode chat")
+        lines.append(f"{agents} row(s) are agent traces: they run with {chat_mode}")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ prompts) raises: the progress line says why and the app's one handler notifies.
 from __future__ import annotations
 
 import asyncio
+import re
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -62,11 +63,9 @@ FORM_NAMES = {
     "--retries": "retries",
     "--logprobs": "logprobs",
     "--run": "run",
-    "re-run the same command": "run the same form again",
-    "--mode chat": "mode parsed chat",
-    "--mode raw": "mode raw ids",
-    "--mode dual": "mode dual",
 }
+RERUN, RERUN_FORM = "re-run the same command", "run the same form again"
+"""The summary's advice to resume, as the panel does it."""
 
 
 def default_prompts_shown() -> str:
@@ -79,10 +78,11 @@ def default_prompts_shown() -> str:
 
 
 def in_form_words(message: str) -> str:
-    """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'."""
+    """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'. A flag is a
+    word of its own: a run named `sweep--run-2` keeps its name."""
     for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
-        message = message.replace(flag, label)
-    return message
+        message = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", label, message)
+    return message.replace(RERUN, RERUN_FORM)
 
 
 def typed_prompts(text: str) -> list[PromptRow]:
@@ -357,13 +357,14 @@ class GenerateScreen(ForwardsWorkerErrors, Screen[None]):
         s = self.last_summary = event.summary
         state = "cancelled" if s.interrupted else "stopped" if s.stopped else "done"
         self.query_one("#progress-line", Static).update(
-            plain(f"{state}: {in_form_words(s.render())}")
-        )  # the summary `tokview batch` prints, in the form's words
+            plain(f"{state}: {s.render().replace(RERUN, RERUN_FORM)}")
+        )  # the summary `tokview batch` prints (only its advice to re-run in the form's words: a run or a row may
+        # be named `sweep--run-2`, and its `tokview doctor --server URL` hint is a command)
         if s.stopped and not s.interrupted:  # it gave up (a full disk, too many failures in a row): not a finished run
             self.notify(f"the run stopped: {s.stopped}", severity="warning", timeout=8)
         if s.bad_rows:  # the CLI lists them (`say_bad_rows`); the panel said only "N bad rows"
             self.notify(
-                in_form_words(bad_rows_said(s.bad_rows)),
+                bad_rows_said(s.bad_rows, chat_mode="mode parsed chat"),
                 title="bad rows skipped",
                 severity="warning",
                 timeout=12,
