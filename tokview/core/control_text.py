@@ -13,8 +13,9 @@ server that encoded it as text leaves no such id, and the template's own ids of 
 The texts are found with a regular expression per first character of the tokenizer's added tokens (`<`, `[`), each
 its tokens as a trie (`<|` then the rest): a pattern that opens with a literal is searched for in C at memchr speed
 (150 kB of prose: 0.003 ms, where one pattern opening with `<` or `[` tried every position: 0.9 ms; 150 kB of HTML,
-whose every `<` is a candidate: 0.3 ms). Only when one is found is the prompt read as bytes, once, and at most
-`PLACED_MAX` spelled tokens looked for in it, each by one search in C.
+whose every `<` is a candidate: 0.3 ms). Only when one is found is the prompt read as bytes, once, and each
+message's texts looked for in it whole, by a search in C, at most `PLACED_MAX` tokens placed and `SEARCHED_MAX` bytes
+searched (a 4,000-message, 200,000-id prompt: ~0.2 s, paid only by a sample that spells one).
 """
 
 from __future__ import annotations
@@ -147,22 +148,14 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
     texts = control_texts(ctx.tokenizer, ctx.profile)
     if texts is None or not any(texts.find(text) for message in messages for _, text in _texts(message)):
         return None
-    placer = _Placer(ctx.capture.prompt_ids, ctx.tokenizer.pieces_bytes(ctx.capture.prompt_ids), texts.ids)
+    placer = _Placer(ctx.capture.prompt_ids, ctx.tokenizer.pieces_bytes(ctx.capture.prompt_ids), texts)
     found: list[tuple[int, str, str, str, int]] = []  # (message, role, field, token, prompt position)
-    looked = 0
     for k, message in enumerate(messages):
-        placer.next_message()
         role = str(message.get("role")) if isinstance(message, dict) else "?"
+        placer.next_message()
         for field, text in _texts(message):
-            matches = texts.find(text)
-            placer.anchor(text)
-            for match in matches[: max(0, PLACED_MAX - looked)]:
-                looked += 1
-                at = placer.place(text, match.start(), match.end())
-                if at is not None:
-                    found.append((k, role, field, match.group(), at))
-            placer.passed(text)
-        if looked >= PLACED_MAX:
+            found += [(k, role, field, token, at) for token, at in placer.place(text, PLACED_MAX - len(found))]
+        if len(found) >= PLACED_MAX or placer.spent:
             break
     if not found:  # no spelled text is where an id of it stands: the template dropped it, or the server kept it text
         return None
@@ -171,7 +164,7 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
         for k, role, field, token, _ in found[:SHOWN]
     )
     if len(found) > SHOWN:
-        said += f" and {len(found) - SHOWN} more" + (" (of the first it looked at)" if looked >= PLACED_MAX else "")
+        said += f" and {len(found) - SHOWN} more" + (" (the first it placed)" if len(found) >= PLACED_MAX else "")
     return Hit.at(
         f"{said}: the server's tokenizer read such text as the control id, so the model saw that message end, or a "
         "turn begin, where the text only quoted it. The ids are what was served; escape such text in the harness if "
@@ -181,68 +174,69 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
 
 
 PLACED_MAX = 256
-"""How many spelled tokens one finding looks for in the prompt (a log pasted whole may spell thousands)."""
-CONTEXT = 16
-"""Characters of a spelled token's own text either side of it that must be beside it in the prompt."""
+"""How many spelled tokens one finding places (a log pasted whole may spell thousands)."""
+SEARCHED_MAX = 64 << 20
+"""Bytes of prompt one finding searches at most: a text the template dropped or rewrote is looked for to the end."""
 
 
 class _Placer:
-    """Where a spelled token became its id, read on the prompt's bytes (every id's piece, a control id's as its
-    text): the spelled token with the text either side of it (`CONTEXT` characters each) is looked for in the
-    region of its message, and it is a finding only where the prompt has the control id at exactly that byte.
+    """Where spelled tokens became their ids, read on the prompt's bytes (every id's piece, a control id's as its
+    text). A template renders the messages in order, most texts as they are: each text is looked for whole, past the
+    texts found before it, and a spelled token in a text found whole is a finding where the prompt has its control id
+    at that very byte. So a text is never taken for another that ends or begins alike (an earlier "Done." and the
+    template's turn end after it), nor for the template's own structure (a pasted transcript opening with
+    `<|im_end|>\n<|im_start|>user`): the whole text, its distinctive words included, must be there. A text the
+    template dropped (earlier reasoning) or rewrote (re-serialised arguments) is not found and names nothing; nor
+    does a text the server kept as text (ordinary pieces at that byte), nor one that is the token alone (nothing to
+    tell its place by)."""
 
-    A template renders the messages in order, mostly as their text: each text is anchored where its first characters
-    are found past the previous message's texts, so a token spelled at a text's end is never taken for the template's
-    own id after an earlier message that ends alike ("Done." then "Done.<|im_end|>"). A server that kept the text as
-    text has ordinary pieces at that byte, and a template that dropped the text (earlier reasoning) has no such bytes:
-    neither is a finding. A text that is the token alone has nothing to place it by and is left out."""
-
-    def __init__(self, prompt: Sequence[int], pieces: Sequence[bytes], ids: dict[str, int]) -> None:
-        self.prompt, self.ids = prompt, ids
+    def __init__(self, prompt: Sequence[int], pieces: Sequence[bytes], texts: ControlTexts) -> None:
+        self.prompt, self.texts = prompt, texts
         self.starts = list(accumulate((len(b) for b in pieces), initial=0))
         self.data = b"".join(pieces)
         self.cursor = 0
-        """Where the next message's texts are looked for: past the texts of the messages before it."""
-        self._message = self._region = self._floor = self._reach = 0
-        self._end = len(self.data)
+        """Where the texts of the next message are looked for: past the texts of the messages before it (a
+        message's own are looked for from there, in any order: Kimi writes the reasoning before the content)."""
+        self.reach = 0
+        self.searched = 0
 
     def next_message(self) -> None:
-        self.cursor = max(self.cursor, self._reach)
-        self._message = self._reach = self.cursor
+        self.cursor = max(self.cursor, self.reach)
 
-    def anchor(self, text: str) -> None:
-        """Where `text` begins in the prompt (found past the messages before it), else the message's region."""
-        whole = text.strip().encode("utf-8", "surrogatepass")
-        at = self.data.find(whole[:24], self._message) if whole else -1
-        self._region = self._floor = at if at >= 0 else self._message
-        # found whole, a spelled token is looked for inside it only (past it come the template's own ids: its turn
-        # end, the next generation prompt); found by its head only (the template rewrote it), a little past it
+    @property
+    def spent(self) -> bool:
+        return self.searched > SEARCHED_MAX
+
+    def place(self, text: str, limit: int) -> list[tuple[str, int]]:
+        """(token, prompt position) of each token `text` spells that became its id, the first `limit` of them."""
+        whole = text.strip()
+        matches = self.texts.find(whole)
+        if not whole:
+            return []
+        body = whole.encode("utf-8", "surrogatepass")
+        if matches and not _words_beside(whole, matches):
+            return []
+        at = self.data.find(body, self.cursor)
+        self.searched += (at if at >= 0 else len(self.data)) - self.cursor
         if at < 0:
-            self._end = len(self.data)
-        else:
-            self._end = at + len(whole) + (CONTEXT if self.data.startswith(whole, at) else 256)
-
-    def passed(self, text: str) -> None:
-        """The next message's texts are looked for past this one's, where it was found whole."""
-        whole = text.strip().encode("utf-8", "surrogatepass")
-        if whole and self.data.startswith(whole, self._region):
-            self._reach = max(self._reach, self._region + len(whole))
-
-    def place(self, text: str, start: int, end: int) -> int | None:
-        left, right = text[max(0, start - CONTEXT) : start], text[end : end + CONTEXT]
-        if not (left.strip() or right.strip()):
-            return None
-        token = text[start:end]
-        needle = (left + token + right).encode("utf-8", "surrogatepass")
-        skip = len(left.encode("utf-8", "surrogatepass"))
-        at = self.data.find(needle, max(self._floor, self._region - skip), self._end)  # its left may hold the last
-        for _ in range(4):  # the same words written as text before it (a server that kept them as text) come first
-            if at < 0:
-                return None
-            offset = at + skip
+            return []
+        self.reach = max(self.reach, at + len(body))
+        placed: list[tuple[str, int]] = []
+        for match in matches:
+            if len(placed) >= limit:
+                break
+            offset = at + len(whole[: match.start()].encode("utf-8", "surrogatepass"))
             p = bisect_right(self.starts, offset) - 1
-            if self.starts[p] == offset and p < len(self.prompt) and self.prompt[p] == self.ids[token]:
-                self._region = offset + 1
-                return p
-            at = self.data.find(needle, at + 1, self._end)
-        return None
+            if self.starts[p] == offset and p < len(self.prompt) and self.prompt[p] == self.texts.ids[match.group()]:
+                placed.append((match.group(), p))
+        return placed
+
+
+def _words_beside(text: str, matches: list[re.Match[str]]) -> bool:
+    """Whether `text` holds anything but its spelled tokens and white space (the token alone tells no place)."""
+    rest, at = [], 0
+    for m in matches:
+        rest.append(text[at : m.start()])
+        at = m.end()
+    rest.append(text[at:])
+    return any(piece.strip() for piece in rest)
