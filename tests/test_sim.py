@@ -562,6 +562,10 @@ def test_config_rejects_unknown_quirks():
         SimConfig(quirks={"http-503": "two"})
     with pytest.raises(SimConfigError):
         SimConfig(quirks={"latency": True})
+    for day, got in (("2025-13-45", "'2025-13-45'"), (True, "no date")):  # no month 13; a bare quirk: "got True"
+        with pytest.raises(SimConfigError, match=f"server-date takes a date YYYY-MM-DD .*, got {got}$"):
+            SimConfig(quirks={"server-date": day})
+    assert SimConfig(quirks={"server-date": "2024-02-29"}).quirk("server-date") == "2024-02-29"
     for count in ("abc", -5, 1.5):  # accepted, then every /generate failed with HTTP 500 (or cut -5 as [5:])
         with pytest.raises(SimConfigError, match="prompt-prefix-bug takes a count"):
             SimConfig(kind="sglang", quirks={"prompt-prefix-bug": count})

@@ -138,8 +138,22 @@ def test_an_unknown_profile_is_refused_without_chat_too(capsys, kimi_tok_dir):
     assert len(err.strip().splitlines()) == 1
     assert "unknown profile 'nosuch'" in err
     code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "qwen3", "hi")
-    assert code == 0
+    assert code == 0  # without --chat the profile renders nothing
     assert "ids" in out
+
+
+def test_a_profile_of_another_tokenizer_is_refused_with_chat_as_every_command_refuses_it(
+    capsys, kimi_tok_dir, tmp_path
+):
+    """`tokenize --profile qwen3 --chat` on the Kimi tokenizer printed a prompt rendered with Qwen3's kwargs (sim,
+    audit and doctor refuse the pair)."""
+    chat = tmp_path / "c.json"
+    chat.write_text('[{"role": "user", "content": "hi"}]')
+    code, out, err = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "qwen3", "--chat", str(chat))
+    assert code == 1 and "151667" not in out
+    assert len(err.strip().splitlines()) == 1 and "think_open_id 151667" in err, err
+    code, out, _ = _run(capsys, "--tokenizer", kimi_tok_dir, "--profile", "kimi-k2.5", "--chat", str(chat))
+    assert code == 0 and "163606" in out
 
 
 def test_a_chat_turn_of_the_wrong_type_is_named_as_batch_names_it(tmp_path):

@@ -178,6 +178,12 @@ def _template_kwargs(tokenizer: TokenizerAdapter, profile_name: str | None, thin
         if profile_name:
             raise
         return {}  # no think tokens: nothing to switch, the template renders as it is
+    if profile_name:  # as every other command refuses it: its kwargs and ids are another model's
+        from tokview.core.profiles import check_tool_layout_fits
+        from tokview.core.resolve import check_profile_fits
+
+        check_profile_fits(profile, tokenizer, profile_name)
+        check_tool_layout_fits(profile, tokenizer, profile_name)
     refusal = None if thinking else thinking_off_refusal(profile, tokenizer, profile.template_kwargs(False))
     if refusal is not None:
         raise UserError(f"--no-thinking: {refusal}")

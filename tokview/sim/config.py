@@ -132,8 +132,9 @@ class SimConfig:
         if ids_name not in ("response_token_ids", "token_ids"):
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
         day = self.quirks.get("server-date")
-        if day is not None and not (isinstance(day, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", day)):
-            raise SimConfigError(f"quirk server-date takes a date YYYY-MM-DD, got {day!r}")
+        if day is not None and not _a_date(day):  # 2025-13-45 matched the pattern and was served as a date
+            got = "no date" if day is True else repr(day)
+            raise SimConfigError(f"quirk server-date takes a date YYYY-MM-DD (server-date=2026-05-01), got {got}")
         for name in TOOL_COUNT_QUIRKS:
             value = self.quirks.get(name, 1)
             if value is True or value == "each":
@@ -189,6 +190,19 @@ class SimConfig:
 
     def quirk(self, name: str) -> Any:
         return self.quirks.get(name)
+
+
+def _a_date(value: object) -> bool:
+    """Whether `value` is a real calendar date written YYYY-MM-DD."""
+    import datetime
+
+    if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_quirk(spec: str) -> tuple[str, Any]:
