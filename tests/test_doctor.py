@@ -291,3 +291,21 @@ async def test_ids_outside_the_vocabulary_fail_the_honesty_check_and_are_not_bla
     assert "--tokenizer" in honesty["recommendation"]
     assert checks["Reasoning parser"]["status"] == "skip", checks["Reasoning parser"]
     assert "reasoning-parser" not in json.dumps(checks["Reasoning parser"])
+
+
+async def test_an_api_path_for_a_server_is_told_to_give_the_root_url_and_a_glm_prefill_names_glm_47(
+    tmp_path: Any,
+) -> None:
+    """`--server …/v1/chat/completions` was told to pass --backend (batch says: the root URL); GLM-4.7's pre-filled
+    opener under the glm-4.5 profile was told "e.g. --profile kimi-k2.5", another model's."""
+    from tokview.core.profiles import BUILTIN_PROFILES
+    from tokview.servers.doctor_checks import _prefilling_profile
+
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        report = await run_doctor(sim.url + "/v1/chat/completions", timeout=5.0)
+    (kind,) = [c for c in report.to_dict()["checks"] if c["title"] == "Server kind"]
+    assert kind["recommendation"] == "give the server's root URL (http://host:port, not an API path)", kind
+    assert (
+        _prefilling_profile(BUILTIN_PROFILES["glm-4.5"]) == "use --profile glm-4.7 (its template pre-fills the opener)"
+    )
+    assert _prefilling_profile(BUILTIN_PROFILES["qwen3"]).startswith("use a profile file with prefills_opener = true")

@@ -8,8 +8,11 @@ endpoint family (its path, where its ids come back, its reasoning field) is aske
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from tokview.core.alignment import HIDDEN
 from tokview.core.analysis import analyze
+from tokview.core.profiles import ModelProfile
 from tokview.core.record import Capture
 from tokview.core.segments import prompt_opens_reasoning
 from tokview.servers.capture import merge_dual
@@ -43,11 +46,29 @@ def check_server(doc: DoctorContext) -> None:
             + (f": its info endpoints redirect ({redirected})" if redirected else ""),
             "pass the server the redirect names as --server"
             if redirected
-            else "pass --backend sglang or --backend vllm to tokview batch",
+            else "give the server's root URL (http://host:port, not an API path)"
+            if urlsplit(info.url).path.strip("/")
+            else "pass --backend sglang or --backend vllm to tokview batch, if it is one of them",
         )
         return
     version = info.version or "unknown version"
     doc.add("ok", "Server kind", f"{name} {version}{model}{sim}")
+
+
+def _prefilling_profile(profile: ModelProfile) -> str:
+    """What to use instead of a profile that says the model emits the opener the template pre-fills: a built-in one
+    of the same think ids that pre-fills it (GLM-4.5's → `--profile glm-4.7`), else a profile file saying so."""
+    from tokview.core.profiles import BUILTIN_PROFILES
+
+    same = [
+        name
+        for name, other in BUILTIN_PROFILES.items()
+        if other.prefills_opener
+        and (other.think_open_id, other.think_close_id) == (profile.think_open_id, profile.think_close_id)
+    ]
+    if same:
+        return f"use --profile {same[0]} (its template pre-fills the opener)"
+    return "use a profile file with prefills_opener = true (`base` the profile you use)"
 
 
 def check_ids(
@@ -194,7 +215,7 @@ def check_opener(doc: DoctorContext, served: list[int] | None, output: list[int]
             "warn",
             "Think opener in the prompt",
             f"the template pre-fills {opener}, but the {p.name} profile says the model emits it",
-            "use a profile with prefills_opener = true (e.g. --profile kimi-k2.5)",
+            _prefilling_profile(p),
         )
     elif output and output[0] != p.think_open_id:
         doc.add(
