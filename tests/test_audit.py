@@ -485,3 +485,20 @@ def test_ids_outside_the_tokenizer_ask_whether_it_is_the_datasets(tmp_path, qwen
     assert wrong.by_code["unknown_token_id"] == 1
     assert "is --tokenizer the dataset's model's?" in wrong.render()
     assert "is --tokenizer" not in right.render()
+
+
+def test_a_conversation_past_the_prompt_size_limit_is_a_bad_row_not_gigabytes(tmp_path, monkeypatch):
+    """A 60 MB line took 12.8 GB and two minutes (batch refuses such a prompt as `prompt_too_large`)."""
+    monkeypatch.setenv("TOKVIEW_MAX_PROMPT_MB", "1")
+    big = "x" * (1 << 20) + "y"
+    rows = [
+        {"messages": [{"role": "user", "content": big}, {"role": "assistant", "content": "ok"}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]},
+    ]
+    data = tmp_path / "big.jsonl"
+    _write(data, rows)
+    with Store(tmp_path / "a.duckdb") as store:
+        report = audit(store, data, tokenizer=kimi(), profile=profile(), name="big")
+    assert (report.rows, report.imported) == (2, 1)
+    (bad,) = report.bad_rows
+    assert bad.startswith("line 1: its text holds 1.0M characters, past the 1 MiB a prompt may hold"), bad

@@ -422,6 +422,7 @@ def _audit_rows(
                 raise PromptError(f"`{have}` without `{lack}`: a speculators row needs both")
             else:  # what batch refuses in a prompts file (an object as content renders as nothing) is a bad row here
                 check_row(row, f"line {n}")
+                _check_size(row)
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index, turns = 0, [(turn, capture)]
         except (TokviewError, ValueError, KeyError, TypeError) as exc:
@@ -433,6 +434,24 @@ def _audit_rows(
                 store, n, prompt_id, index, turn, capture, report, settings, seen, profile, tokenizer, reviewed
             ):
                 break  # the row's other turns go with it: a bad row is one line
+
+
+def _check_size(row: dict[str, Any]) -> None:
+    """A conversation whose text is past `TOKVIEW_MAX_PROMPT_MB` (8 MiB) is a bad row, as `batch` fails such a prompt
+    (`prompt_too_large`): a 60 MB line took 12.8 GB of memory and two minutes to render, tokenize and analyse."""
+    from tokview.batch.prompt_size import max_prompt_bytes
+
+    turns = row.get("messages") or row.get("conversations") or []
+    texts = [row.get("prompt"), row.get("system")] + [
+        t.get("content", t.get("value")) for t in (turns if isinstance(turns, list) else []) if isinstance(t, dict)
+    ]
+    size = sum(len(t) for t in texts if isinstance(t, str))  # characters: at least as many bytes
+    limit = max_prompt_bytes()
+    if size > limit:
+        raise PromptError(
+            f"its text holds {size / (1 << 20):.1f}M characters, past the {limit >> 20} MiB a prompt may hold "
+            "(TOKVIEW_MAX_PROMPT_MB)"
+        )
 
 
 def _store_one(
