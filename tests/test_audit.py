@@ -7,8 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from builders import kimi, make_capture, profile, put
 
+from tokview.errors import TokviewError
 from tokview.export import export
 from tokview.export.audit import audit, encode_literal
 from tokview.store import SampleFilter, Store
@@ -491,14 +493,25 @@ def test_a_conversation_past_the_prompt_size_limit_is_a_bad_row_not_gigabytes(tm
     """A 60 MB line took 12.8 GB and two minutes (batch refuses such a prompt as `prompt_too_large`)."""
     monkeypatch.setenv("TOKVIEW_MAX_PROMPT_MB", "1")
     big = "x" * (1 << 20) + "y"
+    wide = "世" * 400_000  # 1.2 MB of UTF-8 in 400,000 characters: counted as batch counts it
     rows = [
         {"messages": [{"role": "user", "content": big}, {"role": "assistant", "content": "ok"}]},
         {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]},
+        {"messages": [{"role": "user", "content": wide}, {"role": "assistant", "content": "ok"}]},
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "ok", "reasoning_content": big},
+            ]
+        },
     ]
     data = tmp_path / "big.jsonl"
     _write(data, rows)
     with Store(tmp_path / "a.duckdb") as store:
         report = audit(store, data, tokenizer=kimi(), profile=profile(), name="big")
-    assert (report.rows, report.imported) == (2, 1)
-    (bad,) = report.bad_rows
-    assert bad.startswith("line 1: its text holds 1.0M characters, past the 1 MiB a prompt may hold"), bad
+    assert (report.rows, report.imported) == (4, 1)
+    assert [b.split(":")[0] for b in report.bad_rows] == ["line 1", "line 3", "line 4"]
+    assert report.bad_rows[0].startswith("line 1: its text holds 1.0 MiB, past the 1 MiB a prompt may hold")
+    monkeypatch.setenv("TOKVIEW_MAX_PROMPT_MB", "64MB")  # refused once, before any row: not a bad row each
+    with Store(tmp_path / "b.duckdb") as store, pytest.raises(TokviewError, match="TOKVIEW_MAX_PROMPT_MB"):
+        audit(store, data, tokenizer=kimi(), profile=profile(), name="big")

@@ -128,3 +128,32 @@ def test_reasoning_a_template_writes_before_the_content_is_placed_too(kimi_tok, 
     assert hit is not None and "message 2 (assistant) reasoning_content spells <|im_end|>" in hit.detail
     (at,) = hit.positions
     assert kimi_tok.decode(prompt[max(0, at - 12) : at]).endswith("All passed.")
+
+
+def test_a_long_chat_whose_earlier_reasoning_the_template_dropped_is_still_read_to_its_last_message(
+    qwen_tok, qwen_profile, monkeypatch
+):
+    """Each dropped text was looked for to the prompt's end, and the search budget ran out before the last message:
+    a 1,000-turn chat spelling `<|im_end|>` in its last message gave no finding. A text is now looked for in a window
+    past the ones found (budget shrunk here so that 100 turns show it)."""
+    import tokview.core.control_text as control_text
+
+    monkeypatch.setattr(control_text, "SEARCHED_MAX", 1 << 20)
+    messages = [{"role": "system", "content": "sys"}]
+    for n in range(100):
+        messages.append({"role": "user", "content": f"question {n} " + "words " * 30})
+        messages.append({"role": "assistant", "content": f"answer {n}", "reasoning_content": f"thinking {n} " * 20})
+    messages.append({"role": "user", "content": "last question about <|im_end|> tokens"})
+    prompt, hit = _found(qwen_tok, qwen_profile, messages)
+    assert hit is not None and len(hit.positions) == 1
+    assert qwen_tok.decode(prompt[hit.positions[0] + 1 : hit.positions[0] + 3]).strip().startswith("tokens")
+
+
+def test_reasoning_an_assistant_writes_inline_is_its_own_structure_not_quoted_text(qwen_tok, qwen_profile):
+    """`<think>…</think>X` in an assistant's content (how R1-style harnesses send history) is re-rendered by Qwen3's
+    template as the turn's reasoning: the finding named the template's own think ids and told the user to escape them."""
+    messages = [
+        {"role": "user", "content": "what is 2+2?"},
+        {"role": "assistant", "content": "<think>\nadd them\n</think>\n\nThe answer is 4."},
+    ]
+    assert _found(qwen_tok, qwen_profile, messages)[1] is None

@@ -51,6 +51,8 @@ async def test_panel_errors_name_the_form_fields(make_app):
     assert in_form_words("run sweep--run-2 stopped; re-run the same command") == (
         "run sweep--run-2 stopped; run the same form again"  # a flag is a word of its own
     )
+    said = "--server failed (`tokview doctor --server URL` says why)"
+    assert in_form_words(said) == "server failed (`tokview doctor --server URL` says why)"  # a command stays one
     assert in_form_words("run x was made with other max_new_tokens (…): choose another --run name").endswith(
         "choose another run name"
     )

@@ -84,7 +84,16 @@ def test_a_key_no_keyboard_sends_is_refused_in_one_line(tmp_path):
             load_config(cfg)
     cfg.write_text('[keymap]\n"curate.approve" = "hyper+x"\n"curate.reject" = "f13"\n"curate.note" = "ctrl+]"\n')
     assert load_config(cfg).keymap["curate.approve"] == "hyper+x"  # every name Textual sends is taken
-    for sent in ("§", "section_sign", "pound_sign", "pause", "print_screen", "f30", "media_play_pause"):
+    for sent in (
+        "§",
+        "section_sign",
+        "plus_minus_sign",
+        "pound_sign",
+        "pause",
+        "print_screen",
+        "f30",
+        "media_play_pause",
+    ):
         assert keymap_problem({"curate.approve": sent}) is None, sent  # a UK keyboard's §, kitty's names
     assert keymap_problem({"curate.approve": "caps+a"}) == (
         "keymap binds 'caps+a' to curate.approve: 'caps' is no modifier (ctrl, shift, alt, meta, super, hyper)"

@@ -14,8 +14,9 @@ The texts are found with a regular expression per first character of the tokeniz
 its tokens as a trie (`<|` then the rest): a pattern that opens with a literal is searched for in C at memchr speed
 (150 kB of prose: 0.003 ms, where one pattern opening with `<` or `[` tried every position: 0.9 ms; 150 kB of HTML,
 whose every `<` is a candidate: 0.3 ms). Only when one is found is the prompt read as bytes, once, and each
-message's texts looked for in it whole, by a search in C, at most `PLACED_MAX` tokens placed and `SEARCHED_MAX` bytes
-searched (a 4,000-message, 200,000-id prompt: ~0.2 s, paid only by a sample that spells one).
+message's texts looked for in it whole, by a search in C within a window past the texts found before it, at most
+`PLACED_MAX` tokens placed and `SEARCHED_MAX` bytes searched (a 4,000-message, 200,000-id prompt: its whole analysis
+~0.4 s, paid only by a sample that spells one).
 """
 
 from __future__ import annotations
@@ -150,11 +151,15 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
         return None
     placer = _Placer(ctx.capture.prompt_ids, ctx.tokenizer.pieces_bytes(ctx.capture.prompt_ids), texts)
     found: list[tuple[int, str, str, str, int]] = []  # (message, role, field, token, prompt position)
+    own = {ctx.profile.think_open_id, ctx.profile.think_close_id} - {None} if ctx.profile is not None else set()
     for k, message in enumerate(messages):
         role = str(message.get("role")) if isinstance(message, dict) else "?"
         placer.next_message()
         for field, text in _texts(message):
-            found += [(k, role, field, token, at) for token, at in placer.place(text, PLACED_MAX - len(found))]
+            placed = placer.place(text, PLACED_MAX - len(found))
+            if role == "assistant":  # reasoning written inline in an answer (`<think>…</think>X`, as R1 harnesses send
+                placed = [(t, at) for t, at in placed if texts.ids[t] not in own]  # it): the model's own structure
+            found += [(k, role, field, token, at) for token, at in placed]
         if len(found) >= PLACED_MAX or placer.spent:
             break
     if not found:  # no spelled text is where an id of it stands: the template dropped it, or the server kept it text
@@ -175,6 +180,9 @@ def control_text_in_messages(ctx: Context) -> Hit | None:
 
 PLACED_MAX = 256
 """How many spelled tokens one finding places (a log pasted whole may spell thousands)."""
+MARKUP_MAX = 4 << 10
+"""Bytes of template markup a text may lie past the texts before it (a turn's header, a call's wrapper, a tool result's
+preamble: a few dozen; Kimi's tool-declaration turn sits before the first message, searched without a window)."""
 SEARCHED_MAX = 64 << 20
 """Bytes of prompt one finding searches at most: a text the template dropped or rewrote is looked for to the end."""
 
@@ -199,6 +207,10 @@ class _Placer:
         message's own are looked for from there, in any order: Kimi writes the reasoning before the content)."""
         self.reach = 0
         self.searched = 0
+        self.unfound = 0
+        """Bytes of the texts not found since the last text found: a template may have written them otherwise (GLM's
+        arguments), so the next text may lie that much further on."""
+        self.found_any = False
 
     def next_message(self) -> None:
         self.cursor = max(self.cursor, self.reach)
@@ -206,6 +218,16 @@ class _Placer:
     @property
     def spent(self) -> bool:
         return self.searched > SEARCHED_MAX
+
+    def _window_end(self, body: bytes) -> int:
+        """How far a text is looked for: to the end until one text is found (tool declarations and a system prompt may
+        come first, of any length); then past the cursor by the template's markup between messages, the texts not
+        found since (written otherwise) and the text itself. A text the template dropped (an earlier turn's
+        reasoning) then costs a window, not a scan to the prompt's end: 1,000 dropped turns used up the search
+        budget before the last message, which was never looked at."""
+        if not self.found_any:
+            return len(self.data)
+        return min(len(self.data), self.cursor + MARKUP_MAX + 2 * self.unfound + len(body))
 
     def place(self, text: str, limit: int) -> list[tuple[str, int]]:
         """(token, prompt position) of each token `text` spells that became its id, the first `limit` of them."""
@@ -216,11 +238,14 @@ class _Placer:
         body = whole.encode("utf-8", "surrogatepass")
         if matches and not _words_beside(whole, matches):
             return []
-        at = self.data.find(body, self.cursor)
-        self.searched += (at if at >= 0 else len(self.data)) - self.cursor
+        end = self._window_end(body)
+        at = self.data.find(body, self.cursor, end)
+        self.searched += (at + len(body) if at >= 0 else end) - self.cursor
         if at < 0:
+            self.unfound += len(body)
             return []
         self.reach = max(self.reach, at + len(body))
+        self.found_any, self.unfound = True, 0
         placed: list[tuple[str, int]] = []
         for match in matches:
             if len(placed) >= limit:

@@ -404,6 +404,9 @@ def _audit_rows(
     thinking: bool,
     reviewed: dict[str, tuple[list[int], list[int]]],
 ) -> None:
+    from tokview.batch.prompt_size import max_prompt_bytes
+
+    limit = max_prompt_bytes()  # a bad TOKVIEW_MAX_PROMPT_MB refuses the run once, not each row
     for n, row in iter_rows(path):
         report.rows += 1
         try:
@@ -422,7 +425,7 @@ def _audit_rows(
                 raise PromptError(f"`{have}` without `{lack}`: a speculators row needs both")
             else:  # what batch refuses in a prompts file (an object as content renders as nothing) is a bad row here
                 check_row(row, f"line {n}")
-                _check_size(row)
+                _check_size(row, limit)
                 prompt_id, turn, capture = from_conversation(row, tokenizer, profile, thinking)
                 index, turns = 0, [(turn, capture)]
         except (TokviewError, ValueError, KeyError, TypeError) as exc:
@@ -436,20 +439,16 @@ def _audit_rows(
                 break  # the row's other turns go with it: a bad row is one line
 
 
-def _check_size(row: dict[str, Any]) -> None:
+def _check_size(row: dict[str, Any], limit: int) -> None:
     """A conversation whose text is past `TOKVIEW_MAX_PROMPT_MB` (8 MiB) is a bad row, as `batch` fails such a prompt
-    (`prompt_too_large`): a 60 MB line took 12.8 GB of memory and two minutes to render, tokenize and analyse."""
-    from tokview.batch.prompt_size import max_prompt_bytes
+    (`prompt_too_large`, counted alike: the UTF-8 bytes of every string of its turns): a 60 MB line took 12.8 GB of
+    memory and two minutes to render, tokenize and analyse."""
+    from tokview.batch.limits import text_bytes
 
-    turns = row.get("messages") or row.get("conversations") or []
-    texts = [row.get("prompt"), row.get("system")] + [
-        t.get("content", t.get("value")) for t in (turns if isinstance(turns, list) else []) if isinstance(t, dict)
-    ]
-    size = sum(len(t) for t in texts if isinstance(t, str))  # characters: at least as many bytes
-    limit = max_prompt_bytes()
+    size = text_bytes([row.get(k) for k in ("messages", "conversations", "prompt", "system")])
     if size > limit:
         raise PromptError(
-            f"its text holds {size / (1 << 20):.1f}M characters, past the {limit >> 20} MiB a prompt may hold "
+            f"its text holds {size / (1 << 20):.1f} MiB, past the {limit / (1 << 20):g} MiB a prompt may hold "
             "(TOKVIEW_MAX_PROMPT_MB)"
         )
 

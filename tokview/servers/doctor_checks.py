@@ -46,7 +46,8 @@ def check_server(doc: DoctorContext) -> None:
             + (f": its info endpoints redirect ({redirected})" if redirected else ""),
             "pass the server the redirect names as --server"
             if redirected
-            else "give the server's root URL (http://host:port, not an API path)"
+            else "give the server's root URL (http://host:port, not an API path), or pass --backend sglang or "
+            "--backend vllm to tokview batch if it is one behind a path"
             if urlsplit(info.url).path.strip("/")
             else "pass --backend sglang or --backend vllm to tokview batch, if it is one of them",
         )

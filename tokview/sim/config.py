@@ -133,7 +133,7 @@ class SimConfig:
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
         day = self.quirks.get("server-date")
         if day is not None and not _a_date(day):  # 2025-13-45 matched the pattern and was served as a date
-            got = "no date" if day is True else repr(day)
+            got = "no date" if isinstance(day, bool) else repr(day)
             raise SimConfigError(f"quirk server-date takes a date YYYY-MM-DD (server-date=2026-05-01), got {got}")
         for name in TOOL_COUNT_QUIRKS:
             value = self.quirks.get(name, 1)

@@ -641,14 +641,25 @@ def _key_names() -> frozenset[str]:
 
 
 def _names_a_character(name: str) -> bool:
-    """`section_sign`, `pound_sign`: the name Textual gives a key of any other character (its Unicode name)."""
+    """`section_sign`, `plus_minus_sign`: the name Textual gives a key of any other character (its Unicode name, a
+    space or a hyphen written `_`): the characters of keyboards (below U+3000) by Textual's own naming, any other by
+    the name looked up."""
     import unicodedata
 
+    if name in _keyboard_character_names():
+        return True
     try:
         unicodedata.lookup(name.replace("_", " ").upper())
     except KeyError:
         return False
     return True
+
+
+@lru_cache(maxsize=1)
+def _keyboard_character_names() -> frozenset[str]:
+    from textual.keys import _character_to_key
+
+    return frozenset(_character_to_key(chr(c)) for c in range(0x20, 0x3000) if chr(c).isprintable())
 
 
 def key_name_problem(name: str) -> str | None:

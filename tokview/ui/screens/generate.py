@@ -80,9 +80,11 @@ def default_prompts_shown() -> str:
 def in_form_words(message: str) -> str:
     """A batch error as the panel names its fields: 'temp must be 0 or more', not '--temperature …'. A flag is a
     word of its own: a run named `sweep--run-2` keeps its name."""
-    for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
-        message = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", label, message)
-    return message.replace(RERUN, RERUN_FORM)
+    pieces = message.split("`")  # a `tokview doctor --server URL` hint is a command: its flags stay flags
+    for k in range(0, len(pieces), 2):
+        for flag, label in sorted(FORM_NAMES.items(), key=lambda kv: -len(kv[0])):
+            pieces[k] = re.sub(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", label, pieces[k])
+    return "`".join(pieces).replace(RERUN, RERUN_FORM)
 
 
 def typed_prompts(text: str) -> list[PromptRow]:
