@@ -171,8 +171,9 @@ def apply(store: Store, args: argparse.Namespace, ids: list[str], who: str | Non
         return bulk.set_status(store, ids, "rejected", who=who, reason=reason, write=write, source=SOURCE)
     if args.tag is not None:
         kept: dict[str, str] = {}  # `--tag X --tag x` is one tag (compared without case), spelled as given first
-        for tag in args.tag:
-            kept.setdefault(str(_text(tag, "--tag")).casefold(), str(_text(tag, "--tag")))
+        for given in args.tag:
+            tag = str(_text(given, "--tag"))
+            kept.setdefault(tag.casefold(), tag)
         tags = tuple(kept.values())
         return bulk.add_notes(store, ids, who=who, tags=tags, write=write, source=SOURCE)
     if args.untag is not None:

@@ -28,7 +28,7 @@ from textual.strip import Strip
 
 from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
-from tokview.ui.display import shown
+from tokview.ui.display import capped, shown
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
@@ -177,7 +177,7 @@ def fit_distinct(text: str, width: int, prefix: int, suffix: int) -> str:
 
 
 def _fit(text: str, width: int) -> str:
-    return text[: width - 1] + "…" if len(text) > width else text.ljust(width)
+    return capped(text, width).ljust(width)
 
 
 _RUN_HASH = re.compile(r"@[0-9a-f]{8,}(?=_gen\d+$|$)")
