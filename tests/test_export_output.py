@@ -176,6 +176,9 @@ def test_an_export_never_overwrites_the_store_it_reads(store, tmp_path, capsys):
     assert main(["export", "--db", str(db), "--select", "all", "--out", str(tmp_path / "other.duckdb.parts")]) == 1
     assert "is the parts folder of the DuckDB database" in capsys.readouterr().err  # another store's too
     parts.mkdir()
+    assert main(["export", "--db", str(db), "--select", "all", "--out", str(parts)]) == 1
+    err = capsys.readouterr().err  # its hint named a file inside the parts folder, which is then refused
+    assert f"is a directory: give a file name (e.g. {tmp_path / 'train.jsonl'})" in err, err
     assert main(["export", "--db", str(db), "--select", "all", "--out", str(parts / "x.jsonl")]) == 1
     err = capsys.readouterr().err  # named as what it is, with its folder (it said "--out x.jsonl would overwrite")
     assert f"--out {parts / 'x.jsonl'} is the parts folder of the store it exports, or inside it ({parts})" in err

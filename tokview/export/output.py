@@ -149,7 +149,10 @@ def plan_output(out: str | Path, example: str) -> Plan:
     out = Path(out)
     kind = _kind(out)
     if kind == "dir":
-        raise OutputError(f"--out {out} is a directory: give a file name (e.g. {out / example})")
+        inside = not out.name.endswith(".parts")  # a store's parts folder takes no export: one beside it is named
+        raise OutputError(
+            f"--out {out} is a directory: give a file name (e.g. {out / example if inside else out.parent / example})"
+        )
     if kind == "other":
         raise OutputError(f"--out {out} is not a regular file, FIFO or terminal: refusing to replace it")
     if kind == "stream":
