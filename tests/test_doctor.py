@@ -309,3 +309,38 @@ async def test_an_api_path_for_a_server_is_told_to_give_the_root_url_and_a_glm_p
         _prefilling_profile(BUILTIN_PROFILES["glm-4.5"]) == "use --profile glm-4.7 (its template pre-fills the opener)"
     )
     assert _prefilling_profile(BUILTIN_PROFILES["qwen3"]).startswith("use a profile file with prefills_opener = true")
+
+
+async def test_the_tool_parser_and_a_streamed_tool_call_pass_on_a_server_that_keeps_every_id(kimi_tok: Any) -> None:
+    for kind in ("vllm", "sglang"):
+        checks = by_title(await doctor_for(kind, kimi_tok))
+        tools, stream = checks["Tool-call parser"], checks["Streamed ids (tokview proxy)"]
+        assert tools["ok"] is True, tools
+        assert "returned get_weather: the 1 call the ids hold at output[" in tools["detail"]
+        assert stream["ok"] is True, stream
+        assert stream["detail"].startswith("a streamed answer with a tool call carries the same ")
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+@pytest.mark.parametrize(
+    ("quirk", "title", "status", "said"),
+    [
+        # The parser drops the only call: the harness never runs the tool.
+        ("parser-drops-call", "Tool-call parser", "fail", "the server returned 0 call(s), the ids hold 1"),
+        # The parser renames the call: only a history rebuilt from the field breaks.
+        ("uuid-call-ids", "Tool-call parser", "warn", "id 'chatcmpl-tool-"),
+        # The stream drops the section's marker ids: the proxy would record the call without them.
+        ("stream-misses-ids", "Streamed ids (tokview proxy)", "fail", "163595 <|tool_calls_section_begin|>"),
+    ],
+)
+async def test_a_tool_parser_or_stream_that_loses_a_call_is_said_by_the_doctor(
+    kind: str, quirk: str, title: str, status: str, said: str, kimi_tok: Any
+) -> None:
+    report = await doctor_for(kind, kimi_tok, **{quirk: True})
+    check = by_title(report)[title]
+    assert check["status"] == status, check
+    assert said in check["detail"], check
+    if kind == "vllm":  # the simulated SGLang fails the reasoning parser check whatever the quirk
+        assert report.failed is (status == "fail")
+    others = [c for c in report.checks if c.title in ("Tool-call parser", "Streamed ids (tokview proxy)")]
+    assert [c.status for c in others if c.title != title] == ["ok"]  # each fault is said by its own check only

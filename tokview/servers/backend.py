@@ -135,3 +135,7 @@ class Backend(ABC):
     def reasoning_field_advice(self, field: str | None) -> Advice | None:
         """What the doctor should warn about the reasoning field this endpoint filled (None: nothing)."""
         return None
+
+    def tool_parser_flags(self, parser: str) -> str:
+        """The server flags that make its chat endpoint parse tool calls with `parser` (vLLM's name for it)."""
+        return f"--tool-call-parser {parser}"

@@ -3,7 +3,8 @@
 Each check answers one question a person training a drafter must get right (which id fields come
 back where, whether the template pre-fills the think opener, which reasoning field the parser fills
 and which ids it hides, whether output_ids are honest, whether skip_special_tokens rewrites text,
-whether the local tokenizer agrees with the server), from real requests, judged by the same
+whether the local tokenizer agrees with the server, whether its tool parser returns the calls the ids hold and a
+stream the ids a whole answer does), from real requests, judged by the same
 `analyze` the rest of tokview uses.
 """
 
@@ -17,6 +18,7 @@ from tokview.core.profiles import BUILTIN_PROFILES, ModelProfile, ProfileError, 
 from tokview.core.record import Capture
 from tokview.secrets import Secrets
 from tokview.servers import doctor_checks as checks
+from tokview.servers import doctor_tool_checks as tool_checks
 from tokview.servers.chat import served_prompt_ids
 from tokview.servers.doctor_context import QUESTION, DoctorCheck, DoctorContext
 from tokview.servers.errors import CaptureFailed
@@ -247,6 +249,11 @@ async def run_checks(ctx: DoctorContext) -> None:
     checks.check_output_ids(ctx, raw, raw_error, chat if chat_ids_returned else None)
     await checks.check_skip_special(ctx, raw)
     checks.check_tokenizer(ctx, served)
+    tooled, tooled_ids, tool_failure = await tool_checks.probe_tools(ctx)
+    tool_checks.check_tools(ctx, tooled, tooled_ids, tool_failure)
+    with_tools = tooled is not None  # the server takes tools: stream the request that may call one
+    whole, streamed, stream_error = await tool_checks.probe_stream(ctx, with_tools)
+    tool_checks.check_stream(ctx, whole, streamed, stream_error, with_tools)
 
 
 def _check_profile_fits(ctx: DoctorContext, profile: ModelProfile, tokenizer: TokenizerAdapter) -> None:

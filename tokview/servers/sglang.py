@@ -271,6 +271,10 @@ def chat_body(
     return body
 
 
+SGLANG_TOOL_PARSERS = {"hermes": "qwen25"}
+"""SGLang's names for the tool parsers whose vLLM name differs (Qwen3's `<tool_call>` JSON)."""
+
+
 class SglangChat(ChatBackend):
     """SGLang's OpenAI chat endpoint, non-streaming only: SGLang refuses ids on a chat stream (HTTP 400)."""
 
@@ -280,6 +284,9 @@ class SglangChat(ChatBackend):
     logprob_ids = False  # OpenAI-style entries: a token's text, and two tokens can print the same
     kwargs_take_tools = False
     context_reserve = 1
+
+    def tool_parser_flags(self, parser: str) -> str:
+        return f"--tool-call-parser {SGLANG_TOOL_PARSERS.get(parser, parser)}"
 
     async def capture(self, client: ServerClient, info: ServerInfo, call: Call) -> Captured:
         body = chat_body(call.messages, call.prompt_ids, call.settings, info.model)

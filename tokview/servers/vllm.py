@@ -324,6 +324,9 @@ class VllmChat(ChatBackend):
             fields, call=call, client=client, info=info, body=body, raw=raw, endpoint=self.recorded_as, latency=latency
         )
 
+    def tool_parser_flags(self, parser: str) -> str:
+        return f"--enable-auto-tool-choice --tool-call-parser {parser}"  # tools without it: HTTP 400
+
     def reasoning_field_advice(self, field: str | None) -> Advice | None:
         if field != "reasoning_content":
             return None
