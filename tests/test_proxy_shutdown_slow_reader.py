@@ -13,6 +13,7 @@ import time
 from test_proxy_sigkill import _answers, _free_port, _proxy, _wait_until
 
 from tokview.sim.config import SimConfig
+from tokview.sim.faults import FaultBook
 from tokview.sim.server import start_simulator
 from tokview.store import Store
 
@@ -45,3 +46,40 @@ def test_a_stream_to_a_client_that_stopped_reading_is_recorded_as_cut_off_at_shu
     assert samples == [(0,)]
     [failure] = failures
     assert failure["reason"].startswith("cut off by the proxy's shutdown after"), failure
+
+
+def test_a_request_the_shutdown_cuts_before_any_byte_gets_a_503_and_is_recorded_as_cut_off(tmp_path) -> None:
+    """A generation still thinking when the proxy's grace ran out: its client got a dropped connection (an OpenAI
+    client's "Connection error", read as a network fault). Now it gets a 503 it can read, the upstream request is
+    closed, and the generation is recorded as cut off by the shutdown."""
+    db = tmp_path / "u.duckdb"
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        port = _free_port()
+        proc = _proxy(sim.url, db, f"127.0.0.1:{port}")
+        url = f"http://127.0.0.1:{port}"
+        client = socket.socket()
+        try:
+            _wait_until(lambda: _answers(url), "the proxy to answer")
+            sim.state.faults = FaultBook({"stall": 1})  # the generation hangs: in flight through the 2 s grace
+            body = json.dumps({"model": sim.cfg.model_name, "messages": [{"role": "user", "content": "wait"}]})
+            client.connect(("127.0.0.1", port))
+            head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
+            _wait_until(lambda: sim.stats.faults["stall"] == 1, "the request to be in flight")
+            proc.send_signal(signal.SIGINT)
+            client.settimeout(30)
+            answer = b""
+            while chunk := client.recv(65536):
+                answer += chunk
+            proc.wait(60)  # one Ctrl-C: a clean stop
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            client.close()
+    head_bytes, _, payload = answer.partition(b"\r\n\r\n")
+    assert head_bytes.startswith(b"HTTP/1.1 503 "), answer
+    assert b"connection: close" in head_bytes.lower()
+    assert "shutting down" in json.loads(payload)["error"]["message"]
+    with Store(db) as store:
+        [failure] = store.failures()
+    assert failure["reason"] == "cut off by the proxy's shutdown after 0 chunks (the upstream request was closed)"

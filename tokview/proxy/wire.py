@@ -121,6 +121,13 @@ def _reason(status: int) -> bytes:
 
 
 # -- the front: one protocol per client connection --------------------------------------------------------
+SHUTTING_DOWN = (
+    b'{"error": {"message": "tokview proxy is shutting down: this request was not answered (its upstream request was '
+    b'closed); send it again", "type": "service_unavailable", "code": 503}}'
+)
+"""The 503's body for a request in flight when the proxy's shutdown came, in the OpenAI error shape."""
+
+
 class Responder(asyncio.Protocol):
     """One client connection: reads its requests one at a time, hands each to the handler, and writes the
     answer the handler gives (`start`, `send`, `end`, or `whole`). A client that goes away mid-answer
@@ -345,6 +352,22 @@ class Responder(asyncio.Protocol):
         self._write(head if self._head_only else head + body)
         self.finished = True
 
+    def unavailable(self) -> None:
+        """The proxy's shutdown came before any byte of this answer: a 503 the client (and an OpenAI client's
+        retry) can read, where a dropped connection looked like a network fault. The handler is cancelled, so it
+        closes its upstream request and records the generation as cut off by the shutdown."""
+        self.started = self.finished = True
+        self._keep_alive = False
+        if self._transport is not None and not self.lost:
+            body = SHUTTING_DOWN
+            self._transport.write(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (len(body), body)
+            )
+            self._transport.close()  # after the 503 is sent (an abort would drop it)
+        if self._task is not None:
+            self._task.cancel()
+
     def cut(self) -> None:
         """End the connection without ending the answer: the client sees it was cut off."""
         self._keep_alive = False
@@ -455,7 +478,9 @@ class FrontServer:
         for connection in list(self.connections):
             if connection._transport is not None:
                 connection.cut_by_shutdown = connection._task is not None
-                if connection.cut_by_shutdown:  # its answer is cut anyway: now, so its handler sees it and records
+                if connection.cut_by_shutdown and not connection.started:
+                    connection.unavailable()  # nothing sent yet: an answer the client can read, not a cut
+                elif connection.cut_by_shutdown:  # its answer is cut anyway: now, so its handler sees it and records
                     connection._transport.abort()  # it (close() waits for the send buffer of a client that reads
                 else:  # slowly or not at all, and the run's end cancelled the handler first: the answer vanished)
                     connection._transport.close()
