@@ -97,6 +97,18 @@ def test_the_model_calls_the_tool_then_answers_on_the_real_server(model: ToolMod
         )
 
 
+def test_doctor_passes_the_tool_parser_and_a_streamed_call_on_the_real_server(model: ToolModel, capsys) -> None:
+    """The doctor's tool probe (get_weather declared) gets the model's call parsed as the ids hold it, and the same
+    request streamed as `tokview proxy` forwards it (`return_token_ids`) carries every id of the unstreamed one."""
+    main(["doctor", "--server", model.url, "--tokenizer", model.dir, "--json"])
+    checks = {c["title"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    tools, stream = checks["Tool-call parser"], checks["Streamed ids (tokview proxy)"]
+    assert tools["ok"] is True, tools
+    assert "returned get_weather: the 1 call the ids hold" in tools["detail"], tools
+    assert stream["ok"] is True, stream
+    assert stream["detail"].startswith("a streamed answer with a tool call carries the same "), stream
+
+
 def test_batch_regenerates_the_two_turn_trace_as_a_chain_token_exact(tmp_path, model: ToolModel, capsys) -> None:
     """`--history served`: turn 0 is served, its call (the file's call id replaced by the served one) and the
     file's result become turn 1's history, whose prompt is the previous prompt + output ids + tool turn + gen prompt."""

@@ -111,3 +111,10 @@ def test_doctor_cli_on_real_vllm(vllm_surface_url: str) -> None:
     assert (data["kind"], data["version"], data["model"]) == ("vllm", "0.32.0", "tiny-kimi")
     assert not data.get("simulator")
     assert all(c["ok"] is not False for c in data["checks"]), data["checks"]
+    # Served without --enable-auto-tool-choice: vLLM refuses tools (HTTP 400), said as a skip with the flags to add.
+    checks = {c["title"]: c for c in data["checks"]}
+    tools = checks["Tool-call parser"]
+    assert tools["status"] == "skip", tools
+    assert "refused a request with tools" in tools["detail"], tools
+    assert "--enable-auto-tool-choice --tool-call-parser kimi_k2" in tools["recommendation"], tools
+    assert checks["Streamed ids (tokview proxy)"]["ok"] is True, checks["Streamed ids (tokview proxy)"]
