@@ -210,3 +210,38 @@ def test_dual_capture_whose_paths_agree_keeps_the_statuses_on_the_served_pane(to
     served = d.served_seq(capture, analysis, tokenizer)
     assert served.status[served.n_prompt :] == list(analysis.alignment.statuses)
     assert d.kept_seq(capture, analysis, tokenizer).classes == d.kept_seq(_dual(None), analysis, tokenizer).classes
+
+
+def test_capped_cuts_a_cjk_or_emoji_name_to_the_cells_a_table_gives_it():
+    """A session's or a run's name is capped for a table by terminal cells: a CJK name of 30 characters took 60 cells
+    (len() left it whole), and a cut through a double-width character must leave it out, not overflow."""
+    for name in ("長い名前のセッション" * 3, "👨‍👩‍👧" * 30, "run-中文-" * 10):
+        for width in (d.NAME_CELLS, 21, 10, 9, 2):
+            out = d.capped(name, width)
+            assert width - 1 <= cell_len(out) <= width, (name, width, out)
+            assert out.endswith("…")
+    assert d.capped("中文") == "中文"
+
+
+def test_a_turns_answer_is_cut_to_sixty_cells_and_an_ellipsis():
+    from datetime import datetime
+
+    from tokview.store.sessions_query import TurnRow
+    from tokview.ui.screens.sessions import turn_cells
+
+    row = TurnRow("s", 1, 10, 10, "stop", "pending", [], True, 0.5, "答え" * 50, datetime(2026, 1, 1))
+    answer = turn_cells(row)[-1]
+    assert cell_len(str(answer)) <= 61
+    assert str(answer).endswith("…")
+
+
+def test_first_and_last_cells_keep_whole_characters_and_never_more_than_the_cells():
+    from tokview.ui.display import first_cells, last_cells
+
+    for text in ("abc", "日本語", "a日b本c"):
+        for cells in range(0, 8):
+            for part in (first_cells(text, cells), last_cells(text, cells)):
+                assert cell_len(part) <= cells and part in text, (text, cells, part)
+            assert last_cells(text, cells) == text[len(text) - len(last_cells(text, cells)) :]
+    assert last_cells("abc", 5) == first_cells("abc", 5) == "abc"
+    assert last_cells("a日b本c", 3) == "本c" and first_cells("a日b本c", 2) == "a"

@@ -3,13 +3,14 @@ says what its columns are, inspect opens where the problem is and gives the find
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual.notifications import Notify
 from textual.widgets import DataTable, Input
 from ui.helpers import open_first, settle
 
 from tokview.ui.bindings import KEYS
 from tokview.ui.screens.help import HelpScreen
-from tokview.ui.widgets.sample_list import fit_middle
+from tokview.ui.widgets.sample_list import badge_order, fit_distinct, fit_middle
 
 
 def footer_keys(app) -> dict[str, object]:
@@ -174,3 +175,45 @@ async def test_the_palette_lists_each_command_once(make_app):
             assert "Quit" in titles
             assert "Light / dark" in titles
             assert "List" not in titles
+
+
+def _from_cell(line: str, cells: int) -> str:
+    """`line` from terminal cell `cells` on."""
+    k = 0
+    while cell_len(line[:k]) < cells:
+        k += 1
+    return line[k:]
+
+
+async def test_a_row_whose_id_and_run_are_cjk_keeps_its_later_columns_where_an_ascii_row_has_them(make_app, store):
+    """A CJK character or an emoji takes two terminal cells: an id and a run cut and padded by len() pushed that
+    row's tags and findings right of every other row's (and off its end)."""
+    store.execute("UPDATE samples SET sample_id = '会話サンプル一二三' || sample_id WHERE prompt_id = 'p001'")
+    store.execute("UPDATE samples SET run_id = '実行🙂' || run_id WHERE prompt_id = 'p001'")
+    app = make_app()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(app, pilot)
+        lst = app.screen.sample_list
+        rows = [lst.row(i) for i in range(lst.count)]
+        wide = next(i for i, r in enumerate(rows) if r.sample_id.startswith("会話"))
+        plain = next(i for i, r in enumerate(rows) if r.codes == rows[wide].codes and i != wide)
+        lines = {i: lst.render_line(i + 1).text for i in (wide, plain)}
+        assert "会話" in lines[wide] and "実行" in lines[wide]
+        first = badge_order(rows[wide].codes)[0]
+        at = cell_len(lines[plain][: lines[plain].index(first)])
+        assert _from_cell(lines[wide], at).startswith(first), lines[wide]
+        assert cell_len(lines[wide]) == cell_len(lines[plain]) == lst.scrollable_content_region.width
+
+
+def test_fit_middle_and_fit_distinct_fill_their_cells_exactly_with_cjk_and_emoji():
+    """The id column's cuts count cells: a cut that split a double-width character leaves it out, never overflows."""
+    for text in (
+        "会話サンプル一二三四五六七八九十@run_gen12",
+        "👍🏽👨‍👩‍👧-sample-🙂🙂🙂🙂🙂_gen0",
+        "a中b中c中d中e中f中g中h中",
+    ):
+        for width in range(1, 24):
+            assert cell_len(fit_middle(text, width)) == width, (text, width)
+            assert cell_len(fit_distinct(text, width, 2, 3)) == width, (text, width)
+    cut = fit_middle("会話サンプル一二三四五六七八九十@run_gen12", 16)
+    assert "…" in cut and cut.rstrip().endswith("_gen12")

@@ -91,3 +91,23 @@ def test_reasoning_length_uses_each_runs_own_closer(tmp_path, tokenizer):
         assert sorted(data.reasoning_lens) == [3, 4, 6]
         assert sorted(data.output_lens) == [6, 7, 8]
         assert sorted(store.length_distribution(qwen)[1]) == [5, 5, 6]  # one closer for all: two samples wrong
+
+
+async def test_a_cjk_label_gets_its_cells_and_the_bars_stay_inside_the_width():
+    """A server's finish reason is a label: measured by len(), a CJK one shifted its bar off the others' column and
+    drew the bar and the count past the chart's width."""
+    from rich.cells import cell_len
+    from textual.app import App
+
+    counts = {"中文理由": 4, "stop": 4}
+    for label, cells, _ in bar_lines(counts, 40):
+        assert cell_len("中文理由") + 1 + cells + 1 + 1 <= 40, (label, cells)
+    app = App()
+    async with app.run_test(size=(42, 10)) as pilot:
+        chart = BarChart()
+        await app.screen.mount(chart)
+        chart.set_data("finish reasons", counts)
+        await pilot.pause()
+        lines = chart.render().plain.splitlines()[1:]
+        assert len({cell_len(line[: line.index("█")]) for line in lines}) == 1
+        assert all(cell_len(line) <= chart.content_size.width for line in lines), lines

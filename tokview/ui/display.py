@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from rich.cells import cell_len
+from rich.cells import cell_len, get_character_cell_size, set_cell_size
 
 from tokview.core import segments as seg
 from tokview.core.alignment import DRIFT, HIDDEN, KEPT, PARTIAL
@@ -387,8 +387,36 @@ the screen for every row (the whole name is on its own screen, and in `tokview s
 
 
 def capped(name: str, width: int = NAME_CELLS) -> str:
-    """`name` cut to `width` characters with `…` when longer."""
-    return name if len(name) <= width else name[: width - 1] + "…"
+    """`name` cut to `width` terminal cells with `…` when wider: by cells, as a CJK name as long in characters took
+    twice the room."""
+    return name if cell_len(name) <= width else first_cells(name, width - 1) + "…"
+
+
+def first_cells(text: str, cells: int) -> str:
+    """The start of `text` that fits in `cells` terminal cells. Why not `text[:n]`: a CJK character or an emoji takes two
+    cells, and an id cut by characters pushed the columns after it; one the edge would split is left out whole."""
+    if cell_len(text) <= cells:
+        return text
+    cut = set_cell_size(text, max(0, cells))
+    return cut if text.startswith(cut) else cut[:-1]  # set_cell_size drew a split wide character as a space
+
+
+def last_cells(text: str, cells: int) -> str:
+    """The end of `text` that fits in `cells` terminal cells (`first_cells` from the other side)."""
+    if text.isascii():  # one cell a character: the rows' usual ids, drawn every frame
+        return text[max(0, len(text) - max(0, cells)) :]
+    start, used = len(text), 0
+    while start and used + get_character_cell_size(text[start - 1]) <= cells:
+        start -= 1
+        used += get_character_cell_size(text[start])
+    while start < len(text) and not get_character_cell_size(text[start]):  # a combining mark whose letter was cut
+        start += 1
+    return text[start:]
+
+
+def pad_cells(text: str, cells: int) -> str:
+    """`text` padded with spaces to `cells` terminal cells (`str.ljust` counts characters, not cells)."""
+    return text + " " * (cells - cell_len(text))
 
 
 def cell(text: object) -> Text:

@@ -66,7 +66,7 @@ def session_cells(row: SessionRow) -> tuple[str | Text, ...]:
 
 def turn_cells(row: TurnRow) -> tuple[str | Text, ...]:
     words = " ".join(row.answer.split())
-    answer = cell(words[:60] + ("…" if len(words) > 60 else ""))
+    answer = cell(capped(words, 61))  # 60 cells and `…`: by cells, a CJK answer cut at 60 characters took 120
     if row.failed:  # no ids, no turn: the reason where the answer goes
         return ("—", cell(row.sample_id), "—", "—", "—", "failed", "—", "—", answer)
     return (

@@ -11,17 +11,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.widgets import Static
 
-from tokview.ui.display import shown
+from tokview.ui.display import pad_cells, shown
 
 
 def bar_lines(counts: Mapping[str, float], width: int) -> list[tuple[str, int, float]]:
     """(label, bar cells, count) per label: cells proportional to count / max over the width left."""
     if not counts:
         return []
-    label_w = max(len(k) for k in counts)
+    label_w = max(cell_len(k) for k in counts)  # cells: a server's finish reason may be CJK
     count_w = max(len(f"{v:,}") for v in counts.values())
     room = max(1, width - label_w - count_w - 2)
     top = max(counts.values()) or 1
@@ -54,11 +55,11 @@ class BarChart(Static):
         if not self.counts:
             text.append("nothing yet", style="italic")
             return text
-        label_w = max(len(k) for k in self.counts)
+        label_w = max(cell_len(k) for k in self.counts)
         count_w = max(len(f"{v:,}") for v in self.counts.values())
         bar_style = self.get_component_rich_style("bar-chart--bar", partial=True)
         for label, cells, count in bar_lines(self.counts, width):
-            text.append(f"{label:<{label_w}} ")
+            text.append(pad_cells(label, label_w) + " ")
             text.append("█" * cells, bar_style)
             text.append(" " * (width - label_w - count_w - 2 - cells) + f" {count:>{count_w},}\n")
         return text

@@ -16,6 +16,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual import events, work
@@ -28,7 +29,7 @@ from textual.strip import Strip
 
 from tokview.core.findings import default_severity
 from tokview.ui.bindings import bindings
-from tokview.ui.display import capped, shown
+from tokview.ui.display import capped, first_cells, last_cells, pad_cells, shown
 from tokview.ui.selection import Marks
 from tokview.ui.widgets.scrollbar import OnePassScrolling
 from tokview.ui.widgets.token_view import readable_on
@@ -161,23 +162,27 @@ def _common_prefix(values: set[str]) -> int:
 
 def fit_distinct(text: str, width: int, prefix: int, suffix: int) -> str:
     """Fit `text` in `width` keeping what differs from its neighbours (the middle between the shared prefix
-    and suffix), then the end of the prefix and the start of the suffix as room allows; `…` marks a cut."""
-    if len(text) <= width:
-        return text.ljust(width)
+    and suffix), then the end of the prefix and the start of the suffix as room allows; `…` marks a cut. Widths are
+    terminal cells (`prefix` and `suffix` are characters): a CJK id measured by len() pushed its row's columns."""
+    if cell_len(text) <= width:
+        return pad_cells(text, width)
     core = text[prefix : len(text) - suffix]
-    room = width - len(core) - (prefix > 0) - (suffix > 0)
+    room = width - cell_len(core) - (prefix > 0) - (suffix > 0)
     if room < 0 or not core:  # the part that differs does not fit: what rows share goes first, the run hash too
         return fit_middle(_without_run_hash(core if core else text[prefix:] if prefix else text), width)
-    pre = min(prefix, room // 2)
-    post = min(suffix, room - pre)
-    pre = min(prefix, room - post)
-    head = ("…" if pre < prefix else "") + text[prefix - pre : prefix]
-    tail = text[len(text) - suffix : len(text) - suffix + post] + ("…" if post < suffix else "")
-    return (head + core + tail)[:width].ljust(width)
+    before, after = text[:prefix], text[len(text) - suffix :]
+    pre = min(cell_len(before), room // 2)
+    post = min(cell_len(after), room - pre)
+    pre = min(cell_len(before), room - post)
+    head, tail = last_cells(before, pre), first_cells(after, post)
+    head = ("…" if head != before else "") + head
+    tail += "…" if tail != after else ""
+    return pad_cells(first_cells(head + core + tail, width), width)
 
 
 def _fit(text: str, width: int) -> str:
-    return capped(text, width).ljust(width)
+    """`text` cut (`capped`) and padded to exactly `width` terminal cells."""
+    return pad_cells(capped(text, width), width)
 
 
 _RUN_HASH = re.compile(r"@[0-9a-f]{8,}(?=_gen\d+$|$)")
@@ -190,13 +195,13 @@ def _without_run_hash(text: str) -> str:
 
 
 def fit_middle(text: str, width: int) -> str:
-    """Cut in the middle, keeping more of the end: ids differ in their suffix (`typed-…@run_gen2`)."""
-    if len(text) <= width:
-        return text.ljust(width)
+    """Cut in the middle to `width` terminal cells, keeping more of the end: ids differ in their suffix (`typed-…@run_gen2`)."""
+    if cell_len(text) <= width:
+        return pad_cells(text, width)
     if width < 4:
-        return text[:width]
+        return pad_cells(first_cells(text, width), width)
     head = (width - 1) // 3
-    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+    return pad_cells(first_cells(text, head) + "…" + last_cells(text, width - 1 - head), width)
 
 
 class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=True):
@@ -401,7 +406,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         width = self.scrollable_content_region.width
         if y == 0:
             text = "".join(
-                _fit(self.HEADERS[name][0] if len(self.HEADERS[name][0]) < w else self.HEADERS[name][1], w)
+                _fit(self.HEADERS[name][0] if cell_len(self.HEADERS[name][0]) < w else self.HEADERS[name][1], w)
                 for name, w in column_widths(width).items()
                 if w
             )
@@ -493,7 +498,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
         used = 0
         for code in badge_order(codes):
             text = (" " if segments else "") + code
-            if used + len(text) > width:
+            if used + cell_len(text) > width:
                 segments.append(Segment(_fit(text, width - used) if width - used > 1 else "…"[: width - used], base))
                 used = width
                 break
@@ -501,7 +506,7 @@ class SampleList(ForwardsWorkerErrors, OnePassScrolling, ScrollView, can_focus=T
             segments.append(
                 Segment(text, base + self.get_component_rich_style(f"sample-list--badge-{severity}", partial=True))
             )
-            used += len(text)
+            used += cell_len(text)
         segments.append(Segment(" " * (width - used), base))
         return segments
 
