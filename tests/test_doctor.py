@@ -11,7 +11,12 @@ from plain_tokenizer import build_plain_tokenizer_dir
 
 from tokview.cli import main
 from tokview.core.profiles import get_profile
+from tokview.servers import doctor_tool_checks as tool_checks
 from tokview.servers.doctor import guess_profile, run_doctor
+from tokview.servers.doctor_context import DoctorContext
+from tokview.servers.features import detect
+from tokview.servers.http import ServerClient
+from tokview.servers.retry import RetryPolicy
 from tokview.sim import SimConfig, start_simulator
 
 KIMI = get_profile("kimi-k2.5")
@@ -318,25 +323,28 @@ async def test_the_tool_parser_and_a_streamed_tool_call_pass_on_a_server_that_ke
         assert tools["ok"] is True, tools
         assert "returned get_weather: the 1 call the ids hold at output[" in tools["detail"]
         assert stream["ok"] is True, stream
-        assert stream["detail"].startswith("a streamed answer with a tool call carries the same ")
+        assert stream["detail"].startswith("a streamed answer with a tool call records the same ")
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
+@pytest.mark.parametrize("with_tokenizer", [True, False])
 @pytest.mark.parametrize(
-    ("quirk", "title", "status", "said"),
+    ("quirks", "title", "status", "said"),
     [
-        # The parser drops the only call: the harness never runs the tool.
-        ("parser-drops-call", "Tool-call parser", "fail", "the server returned 0 call(s), the ids hold 1"),
-        # The parser renames the call: only a history rebuilt from the field breaks.
-        ("uuid-call-ids", "Tool-call parser", "warn", "id 'chatcmpl-tool-"),
+        # The parser drops one of two calls: the harness never runs that tool.
+        ({"parser-drops-call": True, "tool-calls": 2}, "Tool-call parser", "fail", "returned 1 of the 2 calls the ids"),
+        # No call came back at all: no parser ran (SGLang without --tool-call-parser), or it missed the call.
+        ({"parser-drops-call": True}, "Tool-call parser", "warn", "returned no tool_calls for the 1 call the ids hold"),
         # The stream drops the section's marker ids: the proxy would record the call without them.
-        ("stream-misses-ids", "Streamed ids (tokview proxy)", "fail", "163595 <|tool_calls_section_begin|>"),
+        ({"stream-misses-ids": True}, "Streamed ids (tokview proxy)", "fail", "163595"),
     ],
 )
 async def test_a_tool_parser_or_stream_that_loses_a_call_is_said_by_the_doctor(
-    kind: str, quirk: str, title: str, status: str, said: str, kimi_tok: Any
+    kind: str, with_tokenizer: bool, quirks: dict[str, Any], title: str, status: str, said: str, kimi_tok: Any
 ) -> None:
-    report = await doctor_for(kind, kimi_tok, **{quirk: True})
+    with start_simulator(SimConfig(kind=kind, quirks=quirks)) as sim:
+        tok = kimi_tok if with_tokenizer else None
+        report = await run_doctor(sim.url, tokenizer=tok, profile=KIMI, timeout=5.0, default_tokenizer=False)
     check = by_title(report)[title]
     assert check["status"] == status, check
     assert said in check["detail"], check
@@ -344,3 +352,66 @@ async def test_a_tool_parser_or_stream_that_loses_a_call_is_said_by_the_doctor(
         assert report.failed is (status == "fail")
     others = [c for c in report.checks if c.title in ("Tool-call parser", "Streamed ids (tokview proxy)")]
     assert [c.status for c in others if c.title != title] == ["ok"]  # each fault is said by its own check only
+
+
+async def test_a_renamed_call_id_is_a_warning_and_an_unjudged_probe_a_skip(kimi_tok: Any) -> None:
+    checks = by_title(await doctor_for("vllm", kimi_tok, **{"uuid-call-ids": True}))
+    assert checks["Tool-call parser"]["status"] == "warn"
+    assert "id 'chatcmpl-tool-" in checks["Tool-call parser"]["detail"]
+    # A thinking model that reasons past the probe's token limit never finishes its call: nothing to judge, no ✗.
+    for limit, where in ((10, "before any call"), (30, "inside its call")):
+        with start_simulator(SimConfig(kind="vllm")) as sim:
+            client = ServerClient(sim.url, timeout=5.0)
+            info = await detect(client, RetryPolicy(retries=0), KIMI)
+            ctx = DoctorContext(client, RetryPolicy(retries=0), info, KIMI, kimi_tok, True)
+            ctx.settings["max_new_tokens"] = limit
+            tool_checks.check_tools(ctx, await tool_checks.probe(ctx, tools=True, stream=False), True)
+            await client.aclose()
+        [tools] = ctx.checks
+        assert tools.status == "skip", tools
+        assert f"reached the probe's {limit}-token limit {where}" in tools.detail
+        assert "--no-thinking" in tools.recommendation
+    # A profile without a tool-call layout compares nothing: a skip, not a ✓.
+    with start_simulator(SimConfig(kind="vllm")) as sim:
+        report = await run_doctor(
+            sim.url, tokenizer=None, profile=get_profile("deepseek-r1"), timeout=5.0, default_tokenizer=False
+        )
+    assert by_title(report)["Tool-call parser"]["status"] == "skip"
+    assert "names no tool-call layout" in by_title(report)["Tool-call parser"]["detail"]
+
+
+async def test_a_key_the_server_refuses_is_not_said_to_be_a_refusal_of_tools(kimi_tok: Any, monkeypatch) -> None:
+    """A 401 (or 404, 429) says nothing about tools: no tool-parser flags are advised for it."""
+    monkeypatch.setenv("TOKVIEW_API_KEY", "sk-wrong-key-999999")
+    with start_simulator(SimConfig(kind="vllm", api_key="sk-right-key-123456")) as sim:
+        report = await run_doctor(sim.url, tokenizer=kimi_tok, profile=KIMI, timeout=5.0)
+    tools = by_title(report)["Tool-call parser"]
+    assert tools["status"] == "skip" and "refused a request with tools" not in tools["detail"], tools
+    assert "--tool-call-parser" not in tools["recommendation"]
+
+
+def test_a_streamed_capture_is_compared_by_prompt_ids_output_ids_and_tool_calls() -> None:
+    from types import SimpleNamespace
+
+    from tokview.core.record import Capture
+
+    doc: Any = SimpleNamespace(tokenizer=None, profile=KIMI)
+    call = {"id": "functions.get_weather:0", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    whole = Capture(prompt_ids=[1, 2], output_ids=[163595, 5, 6, 163596, 163586], tool_calls=[call])
+
+    def said(**changed: Any) -> list[tuple[bool, str]]:
+        streamed = Capture(**{**whole.__dict__, **changed})
+        return tool_checks._stream_problems(doc, whole, streamed)
+
+    assert said() == []
+    assert said(tool_calls=[{**call, "arguments": '{"city":"Paris"}'}]) == []  # the same JSON, other spacing
+    [(server, text)] = said(output_ids=[5, 6, 163586])
+    assert server and text.startswith("it lost 2 of the 5 output ids (2 distinct: 163595, 163596)")
+    [(server, text)] = said(output_ids=[1, 2, 163595, 5, 6, 163596, 163586])
+    assert server and "begin with the prompt's 2 ids" in text
+    [(server, text)] = said(prompt_ids=[1, 2, 3])
+    assert server and "prompt ids differ (3 vs 2)" in text
+    [(server, text)] = said(tool_calls=None)
+    assert server and "tool_calls differ (0 calls vs 1 call)" in text
+    [(server, text)] = said(output_ids=[163595, 5, 7, 163596, 163586])
+    assert not server and "differ from output[2]" in text  # may be sampling: a warning, not a ✗

@@ -106,7 +106,7 @@ def test_doctor_passes_the_tool_parser_and_a_streamed_call_on_the_real_server(mo
     assert tools["ok"] is True, tools
     assert "returned get_weather: the 1 call the ids hold" in tools["detail"], tools
     assert stream["ok"] is True, stream
-    assert stream["detail"].startswith("a streamed answer with a tool call carries the same "), stream
+    assert stream["detail"].startswith("a streamed answer with a tool call records the same "), stream
 
 
 def test_batch_regenerates_the_two_turn_trace_as_a_chain_token_exact(tmp_path, model: ToolModel, capsys) -> None:

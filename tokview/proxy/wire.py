@@ -358,13 +358,20 @@ class Responder(asyncio.Protocol):
         closes its upstream request and records the generation as cut off by the shutdown."""
         self.started = self.finished = True
         self._keep_alive = False
-        if self._transport is not None and not self.lost:
-            body = SHUTTING_DOWN
-            self._transport.write(
-                b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                b"connection: close\r\n\r\n%s" % (len(body), body)
-            )
-            self._transport.close()  # after the 503 is sent (an abort would drop it)
+        transport = self._transport
+        if transport is not None and not self.lost:
+            # A client that reads nothing (an earlier pipelined answer still buffered) gets no 503 and is aborted:
+            # close() would wait for the buffer to drain, and from Python 3.12 the server's wait_closed() with it.
+            if not transport.get_write_buffer_size():
+                head = (
+                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                    b"connection: close\r\n\r\n" % len(SHUTTING_DOWN)
+                )
+                transport.write(head if self._head_only else head + SHUTTING_DOWN)
+            if transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                transport.close()
         if self._task is not None:
             self._task.cancel()
 

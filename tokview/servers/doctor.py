@@ -249,11 +249,13 @@ async def run_checks(ctx: DoctorContext) -> None:
     checks.check_output_ids(ctx, raw, raw_error, chat if chat_ids_returned else None)
     await checks.check_skip_special(ctx, raw)
     checks.check_tokenizer(ctx, served)
-    tooled, tooled_ids, tool_failure = await tool_checks.probe_tools(ctx)
-    tool_checks.check_tools(ctx, tooled, tooled_ids, tool_failure)
-    with_tools = tooled is not None  # the server takes tools: stream the request that may call one
-    whole, streamed, stream_error = await tool_checks.probe_stream(ctx, with_tools)
-    tool_checks.check_stream(ctx, whole, streamed, stream_error, with_tools)
+    tooled = await tool_checks.probe(ctx, tools=True, stream=False)
+    tool_checks.check_tools(ctx, tooled, chat is not None)
+    # The stream probe streams the tool request unless the server refused tools (then the plain question).
+    tools = not tool_checks.refused_tools(tooled, chat is not None)
+    whole = tooled if tools else await tool_checks.probe(ctx, tools=False, stream=False)
+    streamed = await tool_checks.probe(ctx, tools=tools, stream=True)
+    tool_checks.check_stream(ctx, whole, streamed, tools)
 
 
 def _check_profile_fits(ctx: DoctorContext, profile: ModelProfile, tokenizer: TokenizerAdapter) -> None:

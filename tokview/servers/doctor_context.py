@@ -27,16 +27,6 @@ if TYPE_CHECKING:
     from tokview.core.tokenizer import TokenizerAdapter
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
-TOOL_QUESTION = [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}]
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
-"""The tool probe's one tool: the call a tool-using model makes most readily, with one string argument."""
 STATUSES = ("ok", "fail", "warn", "skip")
 
 
@@ -120,16 +110,11 @@ class DoctorContext:
         cap.messages, cap.settings = QUESTION, {**self.settings, "backend": self.choice.name, "mode": "raw"}
         return cap
 
-    async def chat(self, *, tools: bool = False, stream: bool = False) -> tuple[Capture, list[int] | None]:
-        """QUESTION on the chat endpoint; `tools`: TOOL_QUESTION with WEATHER_TOOL declared (the tool parser's
-        probe); `stream`: as SSE, the way `--stream` and a streaming harness behind `tokview proxy` ask."""
+    async def chat(self) -> tuple[Capture, list[int] | None]:
         assert self.choice is not None
-        messages = TOOL_QUESTION if tools else QUESTION
-        settings = {**self.settings, "tools": [WEATHER_TOOL]} if tools else self.settings
-        request = CaptureRequest(messages=messages, mode="chat", stream=stream)
-        got = await chat_capture(self.client, self.info, self.choice, request, settings, require_ids=False)
-        got.capture.messages = messages
-        got.capture.settings = {**settings, "backend": self.choice.name, "mode": "chat", "stream": stream}
+        got = await chat_capture(self.client, self.info, self.choice, self.request, self.settings, require_ids=False)
+        got.capture.messages = QUESTION
+        got.capture.settings = {**self.settings, "backend": self.choice.name, "mode": "chat"}
         return got.capture, got.returned_ids
 
     def analysis(self, cap: Capture) -> dict[str, str]:

@@ -1,104 +1,40 @@
 """The doctor's checks for agent data: does the tool parser return the calls the ids hold, and does a streamed
-answer carry the ids an unstreamed one does.
+answer record what an unstreamed one does.
 
-Both are what decides an agent trace's rows (`tokview batch` on tool rows, `tokview proxy` in front of a harness),
-and both fail quietly: a parser that drops a call, or a stream that drops the id-only chunks of a call's markers,
-still answers 200. The tool probe goes through the same chat backend `batch` uses and is judged by the same
-findings; the stream probe sends one harness request the way the proxy forwards it (`proxy.probe`).
+Both decide an agent trace's rows (`tokview batch` on tool rows, `tokview proxy` in front of a harness), and both fail
+quietly: a parser that drops a call, or a stream that drops the id-only chunks of a call's markers, still answers
+200. The probes are one harness request, sent whole and streamed and recorded as the proxy records it
+(`proxy.probe`); the tool check judges the whole answer as `analyze` judges every sample.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
 from tokview.core.analysis import tool_calls_of
 from tokview.core.record import Capture
-from tokview.proxy.probe import ProxiedAnswer, ask_as_proxied
-from tokview.servers.doctor_context import QUESTION, TOOL_QUESTION, WEATHER_TOOL, DoctorContext
-from tokview.servers.errors import CaptureFailed
+from tokview.proxy.probe import Proxied, ask_as_proxied
+from tokview.servers.doctor_context import QUESTION, DoctorContext
 
 TOOLS_TITLE = "Tool-call parser"
 STREAM_TITLE = "Streamed ids (tokview proxy)"
-LOST_CALL_CODES = ("tool_calls_missing_from_ids", "tool_calls_field_mismatch")
-"""The findings that blame the server's parser or its stream, not the model's call."""
-
-
-async def probe_tools(doc: DoctorContext) -> tuple[Capture | None, list[int] | None, CaptureFailed | None]:
-    """TOOL_QUESTION with WEATHER_TOOL on the chat endpoint: (capture, its returned ids, None) or the failure."""
-    if doc.choice is None:
-        return None, None, CaptureFailed("the server kind is unknown")
-    try:
-        capture, ids = await doc.policy.run(lambda: doc.chat(tools=True))
-    except CaptureFailed as exc:
-        return None, None, exc
-    return capture, ids, None
-
-
-def check_tools(
-    doc: DoctorContext, tooled: Capture | None, ids: list[int] | None, failure: CaptureFailed | None
-) -> None:
-    if tooled is None:
-        reason = failure.reason if failure is not None else "no answer"
-        refused = failure is not None and failure.status is not None and 400 <= failure.status < 500
-        doc.add(
-            "skip",
-            TOOLS_TITLE,
-            f"the chat endpoint refused a request with tools: {reason}" if refused else f"skipped: {reason}",
-            f"for agent traces and a harness with tools behind tokview proxy, start the server with {_flags(doc)}; "
-            "prompts without tools need none"
-            if refused
-            else "",
-        )
-        return
-    returned = tooled.tool_calls or []
-    names = ", ".join(str(call.get("name")) for call in returned) or "no call"
-    if ids is None:
-        doc.add("skip", TOOLS_TITLE, f"the parser returned {names}; the answer carried no ids to check it against")
-        return
-    codes = doc.analysis(tooled)
-    on_ids = tool_calls_of(ids, doc.profile, doc.tokenizer, [WEATHER_TOOL])
-    lost = [codes[code] for code in LOST_CALL_CODES if code in codes]
-    if lost:
-        dropped = on_ids is not None and len(returned) < len(on_ids.calls)
-        doc.add(
-            # A call the field lacks is a tool the harness never runs; other differences (a renumbered call id)
-            # break only a history rebuilt from the field.
-            "fail" if dropped or "tool_calls_missing_from_ids" in codes else "warn",
-            TOOLS_TITLE,
-            " ".join(lost),
-            f"check the server's tool parser ({_flags(doc)}); train on ids, never on `tool_calls`: a history built "
-            "from the field re-renders other ids",
-        )
-        return
-    if on_ids is None:
-        doc.add(
-            "ok" if returned else "skip",
-            TOOLS_TITLE,
-            f"the parser returned {names}; the {doc.profile.name} profile names no tool-call layout, so the calls "
-            "were not checked against the ids",
-        )
-    elif not on_ids.calls and not returned:
-        doc.add(
-            "skip",
-            TOOLS_TITLE,
-            f"the model answered without calling {WEATHER_TOOL['function']['name']}, so the parser had nothing to "
-            f"parse ({len(ids)} ids)",
-        )
-    else:
-        start, end = on_ids.sections[0][0], on_ids.sections[-1][1]
-        doc.add(
-            "ok",
-            TOOLS_TITLE,
-            f"the parser returned {names}: the {_calls(len(on_ids.calls))} the ids hold at output[{start}:{end}], "
-            "which no text field carries (the ids keep them)",
-        )
-
-
-def _flags(doc: DoctorContext) -> str:
-    layout = doc.profile.tool_calls
-    parser = layout.parser if layout is not None else "<the model's parser>"
-    return doc.choice.chat.tool_parser_flags(parser) if doc.choice is not None else f"--tool-call-parser {parser}"
+TOOL_QUESTION = [{"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."}]
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+"""The tool probe's one tool: the call a tool-using model makes most readily, with one string argument."""
+REFUSED_STATUSES = (400, 422)
+"""How a server refuses tools it has no parser for (vLLM without --enable-auto-tool-choice: 400). A 401, 404 or 429
+says something else (a key, a model name, a load) that no tool flag changes."""
+NAMED_MAX = 6
+"""Ids named in one line, special ones (the markers) first."""
 
 
 def harness_body(doc: DoctorContext, tools: bool) -> dict[str, Any]:
@@ -118,70 +54,222 @@ def harness_body(doc: DoctorContext, tools: bool) -> dict[str, Any]:
     return body
 
 
-async def probe_stream(doc: DoctorContext, tools: bool) -> tuple[ProxiedAnswer | None, ProxiedAnswer | None, str]:
-    """The harness body sent whole, then streamed, as the proxy forwards it: (whole, streamed, "") or the failure."""
+async def probe(doc: DoctorContext, *, tools: bool, stream: bool) -> Proxied:
+    """The harness body sent as the proxy forwards it, and what the proxy would record of it."""
     if doc.choice is None:
-        return None, None, "the server kind is unknown"
-    kind, body = doc.choice.name, harness_body(doc, tools)
-    try:
-        whole = await doc.policy.run(lambda: ask_as_proxied(doc.client, kind, body, stream=False))
-        streamed = await doc.policy.run(lambda: ask_as_proxied(doc.client, kind, body, stream=True))
-    except CaptureFailed as exc:
-        return None, None, exc.reason
-    return whole, streamed, ""
+        return Proxied(None, "the server kind is unknown")
+    body = harness_body(doc, tools)
+    return await ask_as_proxied(doc.client, doc.policy, doc.choice.name, body, doc.profile, stream=stream)
 
 
-def check_stream(
-    doc: DoctorContext, whole: ProxiedAnswer | None, streamed: ProxiedAnswer | None, error: str, tools: bool
-) -> None:
-    what = "a streamed answer with a tool call" if tools and whole and whole.tool_calls else "a streamed answer"
-    if whole is None or streamed is None:
-        doc.add("skip", STREAM_TITLE, f"skipped: {error}")
+def refused_tools(whole: Proxied, chat_answered: bool) -> bool:
+    """Whether the server refused the tool probe for its tools: a plain chat request went through, this one got the
+    status of a refused field."""
+    return whole.capture is None and chat_answered and whole.status in REFUSED_STATUSES
+
+
+def check_tools(doc: DoctorContext, whole: Proxied, chat_answered: bool) -> None:
+    if whole.capture is None:
+        if refused_tools(whole, chat_answered):
+            doc.add(
+                "skip",
+                TOOLS_TITLE,
+                f"the chat endpoint refused a request with tools: {whole.error}",
+                f"for agent traces, and a harness with tools behind tokview proxy, start the server with "
+                f"{_flags(doc)}; prompts without tools need none",
+            )
+        else:
+            doc.add("skip", TOOLS_TITLE, f"skipped: {whole.error}")
         return
-    if whole.output_ids is None or streamed.output_ids is None:
-        which = "an unstreamed" if whole.output_ids is None else "a streamed"
+    if any(c.title == "Profile" and c.status == "fail" for c in doc.checks):
+        doc.add("skip", TOOLS_TITLE, "skipped: --profile names another model's ids (see Profile above)")
+        return
+    cap = whole.capture
+    returned = cap.tool_calls or []
+    names = ", ".join(str(call.get("name")) for call in returned) or "no call"
+    on_ids = tool_calls_of(cap.output_ids, doc.profile, doc.tokenizer, [WEATHER_TOOL])
+    if on_ids is None:
+        doc.add(
+            "skip",
+            TOOLS_TITLE,
+            f"the parser returned {names}; the {doc.profile.name} profile names no tool-call layout, so nothing was "
+            "compared with the ids",
+        )
+        return
+    n_ids, n_field = len(on_ids.calls), len(returned)
+    where = f" at output[{on_ids.sections[0][0]}:{on_ids.sections[-1][1]}]" if on_ids.sections else ""
+    if cap.finish_reason == "length":
+        doc.add(
+            "skip",
+            TOOLS_TITLE,
+            f"the answer reached the probe's {doc.settings['max_new_tokens']}-token limit "
+            f"{'inside its call' if on_ids.found else 'before any call'}: nothing to judge",
+            "a thinking model may reason past it: run doctor with --no-thinking" if doc.profile.has_reasoning else "",
+        )
+    elif not n_ids and not n_field:
+        doc.add(
+            "skip",
+            TOOLS_TITLE,
+            f"the model answered without calling {WEATHER_TOOL['function']['name']}, so the parser had nothing to "
+            f"parse ({len(cap.output_ids)} ids)",
+        )
+    elif not n_ids:
+        doc.add(
+            "fail" if doc.tokenizer is not None else "warn",
+            TOOLS_TITLE,
+            f"the server returned {_calls(n_field)} ({names}); the output ids hold none in the {doc.profile.name} "
+            "layout: the ids that came back lost the calls' markers"
+            + ("" if doc.tokenizer is not None else ", or --profile is not the served model's"),
+            "train on ids only where they hold the calls; upgrade the server",
+        )
+    elif not n_field:
         doc.add(
             "warn",
-            STREAM_TITLE,
-            f"{which} chat answer carried no output ids with the fields tokview proxy adds: the proxy records such "
-            "requests as failures",
-            "upgrade the server (vLLM ≥0.10.2 returns ids on streams; SGLang with the sglext id flags)",
+            TOOLS_TITLE,
+            f"the server returned no tool_calls for the {_calls(n_ids)} the ids hold{where}: it runs no tool parser "
+            "(SGLang without --tool-call-parser answers so), or its parser missed them",
+            f"for agent traces, and a harness with tools behind tokview proxy, start the server with {_flags(doc)}; "
+            "prompts without tools need none",
         )
-        return
-    full, got = whole.output_ids, streamed.output_ids
-    if full == got:
-        doc.add("ok", STREAM_TITLE, f"{what} carries the same {len(full)} ids as the unstreamed one")
-        return
-    missing = Counter(full) - Counter(got)
-    if not Counter(got) - Counter(full) and _in_order(got, full):
-        names = [doc.name(t) for t in sorted(missing, key=lambda t: (not _special(doc, t), t))]
-        said = ", ".join(names[:NAMED_MAX]) + (f" and {len(names) - NAMED_MAX} more" if len(names) > NAMED_MAX else "")
+    elif n_field < n_ids:
         doc.add(
             "fail",
-            STREAM_TITLE,
-            f"{what} lost {sum(missing.values())} of the {len(full)} ids the unstreamed one holds ({said}): a "
-            "streaming harness behind tokview proxy records turns without them",
-            "upgrade the server (vLLM before #27482 sent no chunk for an id that gives no text); until then have the "
-            "harness call unstreamed (stream: false) on tool turns: the proxy flags streamed ones "
-            "tool_calls_missing_from_ids",
+            TOOLS_TITLE,
+            f"the parser returned {n_field} of the {_calls(n_ids)} the ids hold{where} ({names}): a harness never runs "
+            "the others",
+            f"check the server's tool parser ({_flags(doc)}); train on ids, never on `tool_calls`",
         )
+    else:
+        _check_fields(doc, cap, names, n_ids, n_field, where)
+
+
+def _check_fields(doc: DoctorContext, cap: Capture, names: str, n_ids: int, n_field: int, where: str) -> None:
+    """The parser returned as many calls as the ids hold (or more): do their names, ids and arguments match?"""
+    codes = doc.analysis(cap) if doc.tokenizer is not None else {}
+    if "tool_calls_field_mismatch" in codes:
+        doc.add(
+            "warn",
+            TOOLS_TITLE,
+            codes["tool_calls_field_mismatch"],
+            "train on ids, never on `tool_calls`: a history built from the field re-renders other ids",
+        )
+    elif n_field > n_ids:
+        doc.add(
+            "warn", TOOLS_TITLE, f"the parser returned {n_field} calls ({names}) for the {_calls(n_ids)} the ids hold"
+        )
+    else:
+        unchecked = (
+            "" if doc.tokenizer is not None else "; their names and arguments were not compared (needs --tokenizer)"
+        )
+        doc.add("ok", TOOLS_TITLE, f"the parser returned {names}: the {_calls(n_ids)} the ids hold{where}{unchecked}")
+
+
+def _flags(doc: DoctorContext) -> str:
+    layout = doc.profile.tool_calls
+    parser = layout.parser if layout is not None else "<the model's parser>"
+    return doc.choice.chat.tool_parser_flags(parser) if doc.choice is not None else f"--tool-call-parser {parser}"
+
+
+def check_stream(doc: DoctorContext, whole: Proxied, streamed: Proxied, tools: bool) -> None:
+    if whole.capture is None:
+        why = "it carried no ids (see Token-id fields)" if whole.no_ids else whole.error
+        doc.add("skip", STREAM_TITLE, f"skipped: the unstreamed request failed: {why}")
         return
-    at = next((i for i, (a, b) in enumerate(zip(full, got, strict=False)) if a != b), min(len(full), len(got)))
+    if streamed.capture is None:
+        if streamed.no_ids:
+            doc.add(
+                "warn",
+                STREAM_TITLE,
+                f"a streamed answer carried no ids ({streamed.error}): tokview proxy records streamed requests as "
+                "failures",
+                "upgrade the server (vLLM ≥0.10.2 returns ids on a stream; SGLang with the sglext id flags)",
+            )
+        else:
+            doc.add("skip", STREAM_TITLE, f"skipped: the streamed request failed: {streamed.error}")
+        return
+    a, b = whole.capture, streamed.capture
+    what = "a streamed answer with a tool call" if tools and a.tool_calls else "a streamed answer"
+    problems = _stream_problems(doc, a, b)
+    if not problems:
+        doc.add("ok", STREAM_TITLE, f"{what} records the same {len(a.output_ids)} ids as the unstreamed one")
+        return
+    status = "fail" if any(server for server, _ in problems) else "warn"
     doc.add(
-        "warn",
+        status,
         STREAM_TITLE,
-        f"{what} gave other ids than the unstreamed one from output[{at}] ({len(got)} vs {len(full)} ids, the "
-        "same greedy request)",
-        "the server's greedy sampling is not repeatable here: compare a recorded turn's ids with its text",
+        f"{what}: " + "; ".join(said for _, said in problems),
+        "upgrade the server (vLLM before #27482 sent no chunk for an id that gives no text); until then have the "
+        "harness call unstreamed (stream: false) on tool turns"
+        if status == "fail"
+        else "greedy sampling may not repeat here: compare a recorded streamed turn's ids with its text",
     )
 
 
-NAMED_MAX = 6
-"""Lost ids named in the stream check's line, special ones (the markers) first."""
+def _stream_problems(doc: DoctorContext, a: Capture, b: Capture) -> list[tuple[bool, str]]:
+    """What differs between the unstreamed capture `a` and the streamed `b`, each with whether it is the server's
+    doing for sure (True) or may be sampling that does not repeat (False)."""
+    problems: list[tuple[bool, str]] = []
+    if a.prompt_ids != b.prompt_ids:
+        problems.append((True, f"its prompt ids differ ({len(b.prompt_ids)} vs {len(a.prompt_ids)})"))
+    full, got = list(a.output_ids), list(b.output_ids)
+    missing, extra = Counter(full) - Counter(got), Counter(got) - Counter(full)
+    if full == got:
+        pass
+    elif a.prompt_ids and got[: len(a.prompt_ids)] == list(a.prompt_ids) and got[len(a.prompt_ids) :] == full:
+        problems.append((True, f"its output ids begin with the prompt's {len(a.prompt_ids)} ids"))
+    elif not extra and _in_order(got, full):
+        lost = sorted(missing, key=lambda t: (not _special(doc, t), t))
+        said = ", ".join(_named(doc, t) for t in lost[:NAMED_MAX])
+        more = f" and {len(lost) - NAMED_MAX} more" if len(lost) > NAMED_MAX else ""
+        problems.append(
+            (
+                True,
+                f"it lost {sum(missing.values())} of the {len(full)} output ids ({len(lost)} distinct: {said}{more}): "
+                "a streaming harness behind tokview proxy records its turns without them",
+            )
+        )
+    else:
+        at = next((i for i, (x, y) in enumerate(zip(full, got, strict=False)) if x != y), min(len(full), len(got)))
+        problems.append((False, f"its output ids differ from output[{at}] ({len(got)} vs {len(full)} ids)"))
+    if _calls_said(a.tool_calls) != _calls_said(b.tool_calls):
+        problems.append(
+            (
+                True,
+                f"its tool_calls differ ({_calls(len(b.tool_calls or []))} vs {_calls(len(a.tool_calls or []))}): "
+                "a streaming harness runs other tools",
+            )
+        )
+    return problems
+
+
+def _calls_said(calls: list[dict[str, Any]] | None) -> list[tuple[object, str]]:
+    """Each call's name and arguments (parsed when JSON: a stream's pieces may join to other spacing)."""
+    out: list[tuple[object, str]] = []
+    for call in calls or []:
+        arguments = call.get("arguments")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            pass
+        out.append((call.get("name"), json.dumps(arguments, sort_keys=True)))
+    return out
+
+
+def _named(doc: DoctorContext, token_id: int) -> str:
+    """`163595 '<|tool_calls_section_begin|>'`: the piece quoted, so `46 '.'` does not read as two numbers."""
+    if doc.tokenizer is None:
+        return str(token_id)
+    return f"{token_id} {doc.tokenizer.piece_text(token_id)!r}"
 
 
 def _special(doc: DoctorContext, token_id: int) -> bool:
-    return doc.tokenizer is not None and doc.tokenizer.is_special(token_id)
+    """A special id of the tokenizer, else (without one) a delimiter or tool marker the profile names."""
+    if doc.tokenizer is not None:
+        return doc.tokenizer.is_special(token_id)
+    layout, p = doc.profile.tool_calls, doc.profile
+    return token_id in (p.think_open_id, p.think_close_id, *p.stop_ids) or (
+        layout is not None and token_id in layout.marker_ids
+    )
 
 
 def _in_order(part: list[int], whole: list[int]) -> bool:
