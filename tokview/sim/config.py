@@ -12,11 +12,16 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokview.errors import TokviewError
 
+if TYPE_CHECKING:
+    from tokview.core.profiles import ModelProfile
+    from tokview.core.tokenizer import TokenizerAdapter
+
 KINDS = ("vllm", "sglang")
+SERVER_TEXT = {"vllm": "a vLLM", "sglang": "an SGLang"}
 
 MAX_OUTPUT_TOKENS = 1_000_000
 """The most `output_tokens` may force: each answer is built whole before the request's max_tokens or the context cuts
@@ -83,6 +88,80 @@ FAULTS: dict[str, str] = {
 FAULT_ORDER = tuple(FAULTS)
 QUIRKS: dict[str, str] = {**BEHAVIOUR_QUIRKS, **FAULTS}
 
+# -- what each quirk takes and where it acts ---------------------------------------------------------------------------
+# A served tokenizer's traits (`tokenizer_traits`): "harmony" (gpt-oss), "think" (think tags its reasoning parser splits
+# at), the tool-call layout the simulated model writes (`core.profiles.TOOL_PARSERS`; none for a family without one),
+# and "kimi_k2+think" for Kimi's calls with think tags.
+ANY_TOKENIZER = None
+NEVER: frozenset[str] = frozenset()
+THINK_TAGS = frozenset({"think"})
+HARMONY_TOKENIZER = frozenset({"harmony"})
+KIMI_TOOLS = frozenset({"kimi_k2"})
+KIMI_REASONING = frozenset({"kimi_k2+think"})
+TOOL_LAYOUTS = frozenset({"kimi_k2", "hermes", "glm47", "qwen3_coder"})
+"""The layouts whose calls the simulated model writes (`common.SimState.generate`; gpt-oss calls on its own)."""
+TRAIT_TEXT = {
+    "harmony": "Harmony",
+    "think": "think tags",
+    "kimi_k2": "kimi_k2 tool calls",
+    "hermes": "hermes tool calls",
+    "glm47": "glm47 tool calls",
+    "qwen3_coder": "qwen3_coder tool calls",
+}
+TOKENIZERS_TEXT: dict[frozenset[str], str] = {
+    HARMONY_TOKENIZER: "a gpt-oss tokenizer (Harmony)",
+    THINK_TAGS: "a tokenizer with think tags (a reasoning parser to leave out)",
+    KIMI_TOOLS: "a Kimi tokenizer (kimi_k2 tool calls)",
+    KIMI_REASONING: "a Kimi tokenizer with think tags (a reasoning to open its tool-call section in)",
+    TOOL_LAYOUTS: "a tokenizer whose tool calls the simulated model writes (kimi_k2, hermes, glm47 or qwen3_coder)",
+    TOOL_LAYOUTS | HARMONY_TOKENIZER: "a tokenizer whose tool calls the simulated model writes (kimi_k2, hermes, "
+    "glm47, qwen3_coder or gpt-oss's)",
+}
+
+
+@dataclass(frozen=True)
+class QuirkReach:
+    """What a quirk takes and where it acts, as the simulator's code reads it (`cfg.quirk(NAME)`).
+
+    `value`: what `NAME=VALUE` gives it (None: a switch, NAME alone or NAME=on/off). `vllm`, `sglang`: the tokenizers
+    it acts on when that server is simulated: ANY_TOKENIZER (None) every one, a set of traits a tokenizer with one of
+    them (`tokenizer_traits`), NEVER not on that server at all. A quirk asked where it never acts is refused
+    (`SimConfig`, `SimConfig.check_tokenizer`): the run would look like a test of a failure that never happened."""
+
+    value: str | None
+    vllm: frozenset[str] | None
+    sglang: frozenset[str] | None
+
+    def tokenizers(self, kind: str) -> frozenset[str] | None:
+        return self.vllm if kind == "vllm" else self.sglang
+
+
+QUIRK_REACH: dict[str, QuirkReach] = {
+    "vllm-pre-0.16": QuirkReach(None, ANY_TOKENIZER, NEVER),  # vllm.py: the reasoning field's name
+    "no-id-fields": QuirkReach(None, ANY_TOKENIZER, ANY_TOKENIZER),
+    "prompt-prefix-bug": QuirkReach("a count", NEVER, ANY_TOKENIZER),  # sglang.py: /generate's output_ids
+    "parser-all-reasoning": QuirkReach(None, ANY_TOKENIZER, ANY_TOKENIZER),  # a plain model: a parser that runs
+    "no-reasoning-parser": QuirkReach(None, THINK_TAGS, THINK_TAGS),  # gpt-oss's channels are read whatever it says
+    "sglang-chat-ids": QuirkReach("a field name", NEVER, ANY_TOKENIZER),  # sglang_chat.py
+    "incremental-streaming": QuirkReach(None, NEVER, ANY_TOKENIZER),  # sglang.py: /generate's stream
+    "latency": QuirkReach("seconds", ANY_TOKENIZER, ANY_TOKENIZER),
+    "tool-calls": QuirkReach("a count or each", TOOL_LAYOUTS, TOOL_LAYOUTS),  # gpt-oss calls its first tool once
+    "tool-rounds": QuirkReach("a count or each", TOOL_LAYOUTS, TOOL_LAYOUTS),
+    "section-in-reasoning": QuirkReach(None, KIMI_REASONING, KIMI_REASONING),  # only Kimi's tool turn takes it
+    "unclosed-section": QuirkReach(None, TOOL_LAYOUTS, TOOL_LAYOUTS),
+    "call-ids-restart": QuirkReach(None, KIMI_TOOLS, KIMI_TOOLS),  # the other layouts write no call ids
+    "uuid-call-ids": QuirkReach(None, KIMI_TOOLS, NEVER),  # vLLM's bug: SGLang's kimi_k2 parser rebuilds the id
+    "parser-drops-call": QuirkReach(None, TOOL_LAYOUTS, TOOL_LAYOUTS),
+    # vLLM: no chunk for a call's ids that give no delta (gpt-oss's too); SGLang: Kimi's or the tagged layout's
+    # marker ids left out of sglext (a gpt-oss output has neither)
+    "stream-misses-ids": QuirkReach(None, TOOL_LAYOUTS | HARMONY_TOKENIZER, TOOL_LAYOUTS),
+    **{
+        name: QuirkReach(None, HARMONY_TOKENIZER, HARMONY_TOKENIZER) for name in HARMONY_QUIRKS if name != "server-date"
+    },
+    "server-date": QuirkReach("a date", HARMONY_TOKENIZER, HARMONY_TOKENIZER),  # harmony.server_kwargs
+    **{name: QuirkReach("a count", ANY_TOKENIZER, ANY_TOKENIZER) for name in FAULTS},
+}
+
 DEFAULT_VERSIONS = {"vllm": "0.32.0", "sglang": "0.5.23"}
 PRE_016_VERSION = "0.15.1"
 
@@ -128,6 +207,18 @@ class SimConfig:
         unknown = sorted(set(self.quirks) - set(QUIRKS))
         if unknown:
             raise SimConfigError(f"unknown quirk(s) {', '.join(unknown)} (known: {', '.join(QUIRKS)})")
+        for name, value in self.quirks.items():
+            reach = QUIRK_REACH[name]
+            if reach.value is None and not isinstance(value, bool):  # no-id-fields=3 was taken as on
+                raise SimConfigError(
+                    f"quirk {name} is a switch and takes no value (--quirk {name}, or {name}=off), got {value!r}"
+                )
+            if _on(value) and reach.tokenizers(self.kind) == NEVER:
+                other = _other(self.kind)
+                raise SimConfigError(
+                    f"--quirk {name} acts only on {SERVER_TEXT[other]} simulator (--kind {other}); "
+                    f"this one is {SERVER_TEXT[self.kind].split()[1]}"
+                )
         ids_name = self.quirks.get("sglang-chat-ids", "response_token_ids")
         if ids_name not in ("response_token_ids", "token_ids"):
             raise SimConfigError("sglang-chat-ids must be response_token_ids or token_ids")
@@ -190,6 +281,65 @@ class SimConfig:
 
     def quirk(self, name: str) -> Any:
         return self.quirks.get(name)
+
+    def check_tokenizer(self, profile: ModelProfile, tokenizer: TokenizerAdapter) -> None:
+        """Refuse a quirk that never acts on the tokenizer served (as `profile`): a `harmony-*` quirk on a Kimi
+        tokenizer, a Kimi tool quirk on GLM's, a tool quirk on a family the simulated model writes no calls for."""
+        traits = tokenizer_traits(profile, tokenizer)
+        for name, value in self.quirks.items():
+            wanted = QUIRK_REACH[name].tokenizers(self.kind)
+            if not _on(value) or wanted is None or wanted & traits:
+                continue
+            where = TOKENIZERS_TEXT.get(wanted) or " or ".join(TRAIT_TEXT[t] for t in sorted(wanted))
+            elsewhere = QUIRK_REACH[name].tokenizers(_other(self.kind))
+            server = "" if elsewhere in (wanted, NEVER) else f" on {SERVER_TEXT[self.kind]} simulator"
+            raise SimConfigError(
+                f"--quirk {name} acts only on {where}{server}; "
+                f"this simulator serves {profile.name}'s ({_traits_text(traits)})"
+            )
+
+
+def tokenizer_traits(profile: ModelProfile, tokenizer: TokenizerAdapter) -> frozenset[str]:
+    """What of the served tokenizer decides where a quirk acts (`QUIRK_REACH`), as `common.SimState.generate` and the
+    chat surfaces dispatch: "harmony" for gpt-oss (its own model and parser, nothing else), else "think" when the
+    profile has think tags, and the tool calls the model writes: the profile's tagged layout (hermes, glm47,
+    qwen3_coder), else Kimi's where the tokenizer has Kimi's ids (that path writes and reads them whatever the profile
+    names: `--profile plain` on the Kimi-layout tokenizer still calls tools), with "kimi_k2+think" when it also has
+    think tags (a reasoning to open the section in)."""
+    from tokview.core.profiles import HARMONY, TAGGED_PARSERS
+    from tokview.sim.tools import has_kimi_ids
+
+    if profile.format == HARMONY:
+        return HARMONY_TOKENIZER
+    traits = {"think"} if profile.has_reasoning else set()
+    layout = profile.tool_calls.parser if profile.tool_calls is not None else None
+    if layout in TAGGED_PARSERS:
+        traits.add(str(layout))
+    elif has_kimi_ids(tokenizer):
+        traits.add("kimi_k2")
+        if profile.has_reasoning:
+            traits.add("kimi_k2+think")
+    return frozenset(traits)
+
+
+def _traits_text(traits: frozenset[str]) -> str:
+    """`think tags, kimi_k2 tool calls`, `no think tags, no tool calls`, `Harmony`."""
+    if "harmony" in traits:
+        return TRAIT_TEXT["harmony"]
+    think = TRAIT_TEXT["think"] if "think" in traits else "no think tags"
+    calls = next((TRAIT_TEXT[t] for t in TOOL_LAYOUTS if t in traits), "no tool calls")
+    return f"{think}, {calls}"
+
+
+def _on(value: object) -> bool:
+    """Whether a quirk's value switches it on (off, false or 0 leave it off)."""
+    if isinstance(value, bool):
+        return value
+    return not (isinstance(value, (int, float)) and value == 0)
+
+
+def _other(kind: str) -> str:
+    return next(k for k in KINDS if k != kind)
 
 
 def _a_date(value: object) -> bool:

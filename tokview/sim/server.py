@@ -191,6 +191,8 @@ def launch(cfg: SimConfig) -> Simulator:
     import uvicorn
 
     tokenizer, profile = tokenizer_for(cfg)
+    # a quirk that would never act on this tokenizer is refused, not left idle
+    cfg.check_tokenizer(profile, tokenizer)
     state = SimState(cfg, tokenizer, profile)
     faults.install_log_filter()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -82,6 +82,27 @@ class ParsedOutput:
     section_at: int | None
 
 
+def has_kimi_ids(tokenizer: TokenizerAdapter) -> bool:
+    """Whether the tokenizer has the Kimi ids this module finds the declared tools at and writes calls with (the
+    Kimi-layout one, Kimi-K2's own): on any other the model never calls a tool here."""
+    return all(tokenizer.token_to_id(text) == i for text, i in _KIMI_TOOL_IDS.items())
+
+
+_KIMI_TOOL_IDS = {
+    text: KIMI_ID[text]
+    for text in (
+        "<|im_system|>",
+        "<|im_middle|>",
+        "<|im_end|>",
+        "<|tool_calls_section_begin|>",
+        "<|tool_calls_section_end|>",
+        "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|>",
+    )
+}
+
+
 # -- the model -------------------------------------------------------------------------------------
 def declared_tools(tokenizer: TokenizerAdapter, prompt_ids: Sequence[int]) -> list[dict[str, Any]] | None:
     """The tools of the prompt's `tool_declare` turn (None without one, or when its JSON does not parse)."""
