@@ -415,3 +415,16 @@ def test_a_streamed_capture_is_compared_by_prompt_ids_output_ids_and_tool_calls(
     assert server and "tool_calls differ (0 calls vs 1 call)" in text
     [(server, text)] = said(output_ids=[163595, 5, 7, 163596, 163586])
     assert not server and "differ from output[2]" in text  # may be sampling: a warning, not a ✗
+
+
+async def test_a_vllm_without_a_tool_parser_is_a_skip_naming_the_flags_and_streams_the_plain_question(
+    kimi_tok: Any,
+) -> None:
+    report = await doctor_for("vllm", kimi_tok, **{"no-tool-parser": True})
+    checks = by_title(report)
+    tools, stream = checks["Tool-call parser"], checks["Streamed ids (tokview proxy)"]
+    assert tools["status"] == "skip", tools
+    assert '"auto" tool choice requires --enable-auto-tool-choice' in tools["detail"]
+    assert "--enable-auto-tool-choice --tool-call-parser kimi_k2" in tools["recommendation"]
+    assert stream["ok"] is True and stream["detail"].startswith("a streamed answer records the same "), stream
+    assert not report.failed

@@ -26,6 +26,7 @@ SWITCHES = [
     "call-ids-restart",
     "uuid-call-ids",
     "parser-drops-call",
+    "no-tool-parser",
     "stream-misses-ids",
     *(name for name in HARMONY_QUIRKS if name != "server-date"),
 ]
@@ -33,6 +34,7 @@ SWITCHES = [
 ONE_SERVER = {
     "vllm-pre-0.16": "vllm",  # vllm.py: the reasoning field's name
     "uuid-call-ids": "vllm",  # SGLang's kimi_k2 parser always rebuilds functions.NAME:IDX
+    "no-tool-parser": "vllm",  # vLLM's HTTP 400 for tools without --enable-auto-tool-choice
     "prompt-prefix-bug": "sglang",  # sglang.py: /generate's output_ids
     "sglang-chat-ids": "sglang",  # sglang_chat.py
     "incremental-streaming": "sglang",  # sglang.py: /generate's stream

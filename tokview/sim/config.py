@@ -53,6 +53,8 @@ BEHAVIOUR_QUIRKS: dict[str, str] = {
     "that duplicate id, SGLang its own count of history calls, which then differs from the output ids",
     "uuid-call-ids": "tool_calls[].id is chatcmpl-tool-<uuid>, not the call id the model wrote (vLLM 0.11.2, #29596)",
     "parser-drops-call": "the tool parser returns every call of a section but the last one (none when it had one)",
+    "no-tool-parser": "vLLM started without --enable-auto-tool-choice: a request with tools and tool_choice auto (or none "
+    "given) is refused, HTTP 400 (SGLang without --tool-call-parser answers as parser-drops-call on one call does)",
     "stream-misses-ids": "a streamed tool call loses ids: vLLM sends no chunk for the section's ids that give "
     "no delta (markers and call id, #27482), SGLang's final sglext output_ids lack the section's marker ids",
 }
@@ -152,6 +154,7 @@ QUIRK_REACH: dict[str, QuirkReach] = {
     "call-ids-restart": QuirkReach(None, KIMI_TOOLS, KIMI_TOOLS),  # the other layouts write no call ids
     "uuid-call-ids": QuirkReach(None, KIMI_TOOLS, NEVER),  # vLLM's bug: SGLang's kimi_k2 parser rebuilds the id
     "parser-drops-call": QuirkReach(None, TOOL_LAYOUTS, TOOL_LAYOUTS),
+    "no-tool-parser": QuirkReach(None, ANY_TOKENIZER, NEVER),  # vllm.py: refused before any generation
     # vLLM: no chunk for a call's ids that give no delta (gpt-oss's too); SGLang: Kimi's or the tagged layout's
     # marker ids left out of sglext (a gpt-oss output has neither)
     "stream-misses-ids": QuirkReach(None, TOOL_LAYOUTS | HARMONY_TOKENIZER, TOOL_LAYOUTS),

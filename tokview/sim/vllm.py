@@ -224,6 +224,11 @@ def _generation_prompt(body: dict[str, Any]) -> tuple[bool, bool]:
     return header, continued
 
 
+NO_AUTO_TOOL_CHOICE = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+"""vLLM's answer to tools with tool_choice auto when it was started without a tool parser (the live tier's chain
+server says it word for word)."""
+
+
 async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Response:
     cfg = state.cfg
     if (missing := _unknown_model(state, body)) is not None:
@@ -231,6 +236,8 @@ async def _chat(state: SimState, request: Request, body: dict[str, Any]) -> Resp
     kwargs = requests.vllm_template_kwargs(body)
     effort = body.get("reasoning_effort")
     harmony_model = state.profile.format == HARMONY
+    if cfg.quirk("no-tool-parser") and tools.has_tools(body) and body.get("tool_choice") in (None, "auto"):
+        return faults.error_response("vllm", 400, NO_AUTO_TOOL_CHOICE, "BadRequestError")
     try:
         requests.declared_tools(body, "vllm")
         render = harmony.server_kwargs(state, body, kwargs) if harmony_model else kwargs
